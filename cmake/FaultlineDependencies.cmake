@@ -1,0 +1,32 @@
+# Third-party dependencies, all from Debian packages (ci/install-deps.sh installs them).
+find_package(Threads REQUIRED)
+find_package(MPI REQUIRED COMPONENTS C)
+find_package(Boost 1.74 REQUIRED COMPONENTS system)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+
+# OpenBLAS: Debian ships the cblas header under an openblas-specific include directory.
+find_path(OPENBLAS_INCLUDE_DIR cblas.h
+  PATHS /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas
+        /usr/include/aarch64-linux-gnu/openblas-pthread)
+find_library(OPENBLAS_LIBRARY NAMES openblas)
+if(NOT OPENBLAS_INCLUDE_DIR OR NOT OPENBLAS_LIBRARY)
+  message(FATAL_ERROR "OpenBLAS not found: run ci/install-deps.sh (package libopenblas-dev)")
+endif()
+add_library(faultline_openblas INTERFACE)
+target_include_directories(faultline_openblas INTERFACE ${OPENBLAS_INCLUDE_DIR})
+target_link_libraries(faultline_openblas INTERFACE ${OPENBLAS_LIBRARY})
+
+find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)
+
+if(FAULTLINE_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(FAULTLINE_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()
+
+find_program(MPIEXEC_EXECUTABLE_FOUND NAMES mpirun mpiexec REQUIRED)

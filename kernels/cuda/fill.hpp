@@ -1,0 +1,14 @@
+// Device-side buffer initialisation and checking for tests of device-buffer collectives.
+#pragma once
+
+#include <cstddef>
+
+namespace fl::cuda {
+
+int device_count();  // 0 when no driver or no device
+// dst[i] = base + scale * i, on the current device.
+void fill_affine(float* dst, size_t n, float base, float scale);
+// Number of i where |src[i] - (base + scale*i)| > tol.
+size_t count_mismatches(const float* src, size_t n, float base, float scale, float tol);
+
+}  // namespace fl::cuda

@@ -1,0 +1,93 @@
+#include "workloads/comm/bootstrap.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "injector/site.hpp"
+#include "workloads/comm/mpi_communicator.hpp"
+#if defined(FAULTLINE_HAVE_NCCL)
+#include "workloads/comm/nccl_communicator.hpp"
+#endif
+
+namespace fl::comm {
+
+namespace {
+
+int int_env(const char* name, const char* fallback, bool required, int default_value) {
+  const char* v = std::getenv(name);
+  const char* used = name;
+  if ((v == nullptr || *v == '\0') && fallback != nullptr) {
+    v = std::getenv(fallback);
+    used = fallback;
+  }
+  if (v == nullptr || *v == '\0') {
+    if (!required) return default_value;
+    raise<SettingError>("{} is not set: the launcher must give every worker {} (or run it under "
+                        "mpirun, which sets {})",
+                        name, name, fallback ? fallback : "it");
+  }
+  return static_cast<int>(parse_setting<int64_t>(used, v));
+}
+
+}  // namespace
+
+WorkerIdentity identity_from_env() {
+  WorkerIdentity id;
+  id.rank = int_env("RANK", "OMPI_COMM_WORLD_RANK", true, -1);
+  id.world_size = int_env("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", true, 0);
+  id.local_rank = int_env("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", false, 0);
+  if (id.world_size <= 0) {
+    raise<SettingError>("WORLD_SIZE={} is not a valid world size (allowed: 1 or more)",
+                        id.world_size);
+  }
+  id.run_id = kRunId.get();
+  id.master_addr = rdzv::kMasterAddr.get();
+  int64_t port = rdzv::kMasterPort.get();
+  if (port <= 0 || port > 65535) {
+    raise<SettingError>("MASTER_PORT={} is out of range (allowed 1-65535)", port);
+  }
+  id.master_port = static_cast<int>(port);
+  return id;
+}
+
+Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& backend) {
+  Bootstrap b;
+  b.id = identity_from_env();
+  fault::set_rank(b.id.rank);
+  const std::string host_mode = kStoreHost.get();
+  if (host_mode != "rank0" && host_mode != "external") {
+    raise<SettingError>("FAULTLINE_STORE_HOST='{}' is not allowed (allowed: rank0, external)",
+                        host_mode);
+  }
+  if (host_mode == "rank0" && b.id.rank == 0) {
+    b.server = std::make_unique<rdzv::StoreServer>(b.id.master_addr,
+                                                   static_cast<uint16_t>(b.id.master_port));
+    b.server->start();
+  }
+  const auto timeout = std::chrono::milliseconds(kRendezvousTimeoutMs.get());
+  b.store = std::make_unique<rdzv::StoreClient>(
+      b.id.master_addr, static_cast<uint16_t>(b.id.master_port),
+      std::chrono::milliseconds(rdzv::kStoreTimeoutMs.get()), timeout);
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  rdzv::MemberInfo me{b.id.rank,  b.id.world_size, b.id.local_rank, b.id.run_id,
+                      config_hash, host,            static_cast<int>(::getpid())};
+  b.world = rdzv::check_world(*b.store, me, timeout);
+
+  if (backend == "mpi") {
+    b.comm = MpiCommunicator::create_world(b.id.rank, b.id.world_size);
+  } else if (backend == "nccl") {
+#if defined(FAULTLINE_HAVE_NCCL)
+    b.comm = create_nccl_world(b.id.rank, b.id.world_size, b.id.local_rank, *b.store);
+#else
+    raise<SettingError>("backend 'nccl' requested but this build has no NCCL (configure with "
+                        "FAULTLINE_CUDA=ON on a machine with CUDA and NCCL)");
+#endif
+  } else {
+    raise<SettingError>("FAULTLINE_BACKEND='{}' is not allowed (allowed: mpi, nccl)", backend);
+  }
+  return b;
+}
+
+}  // namespace fl::comm

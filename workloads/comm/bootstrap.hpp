@@ -1,0 +1,49 @@
+// Worker start-up: read the launcher's environment, serve or reach the rendezvous store, check
+// the world, then build the world communicator of the chosen backend.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "workloads/comm/communicator.hpp"
+#include "workloads/rendezvous/store_client.hpp"
+#include "workloads/rendezvous/store_server.hpp"
+#include "workloads/rendezvous/world_check.hpp"
+
+namespace fl::comm {
+
+FAULTLINE_SETTING(kStoreHost, std::string, "FAULTLINE_STORE_HOST", "rank0",
+                  "Who serves the rendezvous store: rank0 (rank 0 of the job) or external "
+                  "(the harness)");
+FAULTLINE_SETTING(kRendezvousTimeoutMs, int64_t, "FAULTLINE_RDZV_TIMEOUT_MS", 30000,
+                  "How long a rank waits for the whole world at start");
+FAULTLINE_SETTING(kRunId, std::string, "FAULTLINE_RUN_ID", "local",
+                  "Run id every rank must share");
+FAULTLINE_SETTING(kBackend, std::string, "FAULTLINE_BACKEND", "mpi", "Data plane: mpi or nccl");
+
+struct WorkerIdentity {
+  int rank = -1;
+  int world_size = 0;
+  int local_rank = 0;
+  std::string run_id;
+  std::string master_addr;
+  int master_port = 0;
+};
+
+// RANK / WORLD_SIZE / LOCAL_RANK, falling back to what mpirun sets (OMPI_COMM_WORLD_*). A missing
+// or malformed variable is an error naming it.
+WorkerIdentity identity_from_env();
+
+struct Bootstrap {
+  WorkerIdentity id;
+  std::unique_ptr<rdzv::StoreServer> server;  // set on the rank that serves the store
+  std::unique_ptr<rdzv::StoreClient> store;
+  rdzv::World world;
+  std::unique_ptr<Communicator> comm;
+};
+
+// `config_hash` identifies the workload configuration; ranks with different hashes refuse to run
+// together. `backend` is "mpi" or "nccl".
+Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& backend);
+
+}  // namespace fl::comm

@@ -1,0 +1,347 @@
+// Common logic of every Communicator: checks, sequence numbers, fault sites, verify mode, the
+// flight recorder, and waiting with a deadline and back-off (no 100% busy spin, so an
+// oversubscribed machine keeps making progress while a rank waits for a peer that never comes).
+#include "workloads/comm/communicator.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "base/ranks.hpp"
+#include "injector/site.hpp"
+
+namespace fl::comm {
+
+namespace {
+
+// What ranks exchange in verify mode before an op. Fixed layout: it travels as bytes.
+struct Fingerprint {
+  uint8_t op = 0;
+  uint8_t dtype = 0;
+  uint8_t reduce = 0;
+  uint8_t pad = 0;
+  int32_t peer = -1;
+  int64_t count = 0;
+  int64_t seq = -1;
+  bool operator==(const Fingerprint&) const = default;
+};
+static_assert(sizeof(Fingerprint) == 24);
+
+Fingerprint fingerprint_of(const FlightEntry& d) {
+  Fingerprint f;
+  f.op = static_cast<uint8_t>(d.op);
+  f.dtype = static_cast<uint8_t>(d.dtype);
+  f.reduce = static_cast<uint8_t>(d.reduce);
+  f.peer = d.peer;
+  f.count = static_cast<int64_t>(d.count);
+  f.seq = d.seq;
+  return f;
+}
+
+std::string describe_fingerprint(const Fingerprint& f) {
+  auto op = static_cast<OpKind>(f.op);
+  std::string s = fmt::format("{}(count {}, dtype {}", op_name(op), f.count,
+                              dtype_name(static_cast<DType>(f.dtype)));
+  if (op == OpKind::kAllReduce || op == OpKind::kReduceScatter) {
+    s += fmt::format(", reduce {}", reduce_name(static_cast<ReduceOp>(f.reduce)));
+  }
+  if (op == OpKind::kBroadcast) s += fmt::format(", root {}", f.peer);
+  s += fmt::format(") at seq {}", f.seq);
+  return s;
+}
+
+}  // namespace
+
+Communicator::Communicator(std::string group, int rank, int size, int world_rank,
+                           std::shared_ptr<FlightRecorder> recorder, CommOptions options)
+    : group_(std::move(group)),
+      rank_(rank),
+      size_(size),
+      world_rank_(world_rank),
+      recorder_(std::move(recorder)),
+      options_(std::move(options)) {}
+
+std::string Communicator::describe(const FlightEntry& d) const {
+  if (d.op == OpKind::kSend || d.op == OpKind::kRecv) {
+    return fmt::format("{} {} rank {} on group '{}' (p2p seq {}, count {}, dtype {})",
+                       op_name(d.op), d.op == OpKind::kSend ? "to" : "from", d.peer, group_,
+                       d.seq, d.count, dtype_name(d.dtype));
+  }
+  std::string extra;
+  if (d.op == OpKind::kAllReduce || d.op == OpKind::kReduceScatter) {
+    extra = fmt::format(", reduce {}", reduce_name(d.reduce));
+  } else if (d.op == OpKind::kBroadcast) {
+    extra = fmt::format(", root {}", d.peer);
+  }
+  return fmt::format("{} on group '{}' (seq {}, count {}, dtype {}{})", op_name(d.op), group_,
+                     d.seq, d.count, dtype_name(d.dtype), extra);
+}
+
+void Communicator::check_usable(const FlightEntry& d) const {
+  if (!broken_reason_.empty()) {
+    raise<CommError>("[rank {}] {} refused: communicator of group '{}' is unusable after an "
+                     "earlier failure: {}",
+                     world_rank_, op_name(d.op), group_, broken_reason_);
+  }
+  if (d.op == OpKind::kSend || d.op == OpKind::kRecv || d.op == OpKind::kBroadcast) {
+    if (d.peer < 0 || d.peer >= size_) {
+      raise<CommError>("[rank {}] {} on group '{}': {} {} is out of range (group size {}, allowed "
+                       "0-{})",
+                       world_rank_, op_name(d.op), group_,
+                       d.op == OpKind::kBroadcast ? "root" : "peer", d.peer, size_, size_ - 1);
+    }
+    if (d.op != OpKind::kBroadcast && d.peer == rank_) {
+      raise<CommError>("[rank {}] {} on group '{}': peer {} is this rank itself", world_rank_,
+                       op_name(d.op), group_, d.peer);
+    }
+  }
+}
+
+template <class Start>
+void Communicator::run(FlightEntry d, int verdict, Start&& start) {
+  auto v = static_cast<fault::Verdict>(verdict);
+  // A dropped op never happens on this rank: nothing is recorded, as with a real missed call.
+  // The injector's fired log is the ground truth.
+  if (v == fault::Verdict::kSkip) return;
+  if (v == fault::Verdict::kFail) {
+    raise<CommError>("[rank {}] {} failed: error returned by an armed fault site", world_rank_,
+                     describe(d));
+  }
+  uint64_t id = recorder_->record(d);
+  std::unique_ptr<PendingOp> pending;
+  try {
+    if (options_.verify) {
+      if (is_collective(d.op)) {
+        verify_collective(d, id);
+      } else {
+        verify_p2p(d, id);
+      }
+    }
+    pending = start();
+    recorder_->set_state(id, OpState::kStarted);
+    wait(*pending, d, id, "");
+    recorder_->set_state(id, OpState::kCompleted);
+  } catch (const CommTimeoutError&) {
+    // The backend may still write into the op's staging memory: keep it alive.
+    (void)pending.release();
+    throw;  // wait() has recorded the state and dumped the recorder
+  } catch (const CommError& e) {
+    recorder_->set_state(id, OpState::kFailed);
+    broken_reason_ = e.what();
+    throw;
+  }
+}
+
+void Communicator::wait(PendingOp& op, const FlightEntry& d, uint64_t id, std::string_view phase) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const auto deadline = t0 + options_.timeout;
+  const auto spin_end = t0 + options_.spin;
+  auto sleep = std::chrono::microseconds(20);
+  while (!op.test()) {
+    const auto now = clock::now();
+    if (now >= deadline) {
+      recorder_->set_state(id, OpState::kTimedOut);
+      auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(now - t0).count();
+      std::string what = fmt::format("{}{} did not complete after {} ms (timeout {} ms)",
+                                     describe(d), phase, elapsed, options_.timeout.count());
+      std::string path = recorder_->dump(options_.dump_dir, world_rank_, what);
+      on_timeout();
+      broken_reason_ = "timeout of " + describe(d);
+      throw CommTimeoutError(
+          fmt::format("[rank {}] comm timeout: {}; flight recorder dumped to {}", world_rank_,
+                      what, path),
+          path);
+    }
+    if (now < spin_end) {
+      sched_yield();
+      continue;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
+    std::this_thread::sleep_for(std::min(sleep, left));
+    sleep = std::min(sleep * 2, options_.max_sleep);
+  }
+}
+
+void Communicator::verify_collective(const FlightEntry& d, uint64_t id) {
+  Fingerprint mine = fingerprint_of(d);
+  std::vector<Fingerprint> all(static_cast<size_t>(size_));
+  auto pending = start_all_gather(host_buffer(&mine, sizeof(mine), DType::kU8),
+                                  host_buffer(all.data(), all.size() * sizeof(mine), DType::kU8));
+  wait(*pending, d, id, " (verify: fingerprint exchange)");
+  if (std::all_of(all.begin(), all.end(), [&](const Fingerprint& f) { return f == all[0]; })) {
+    return;
+  }
+  // Group ranks by what they called; the largest group is "the others".
+  std::vector<std::pair<Fingerprint, std::vector<int>>> groups;
+  for (int r = 0; r < size_; ++r) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == all[r]; });
+    if (it == groups.end()) {
+      groups.push_back({all[r], {r}});
+    } else {
+      it->second.push_back(r);
+    }
+  }
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](auto& a, auto& b) { return a.second.size() > b.second.size(); });
+  std::string msg = fmt::format("[rank {}] collective mismatch on group '{}': ", world_rank_,
+                                group_);
+  for (size_t i = 1; i < groups.size(); ++i) {
+    msg += fmt::format("{} called {}; ", format_ranks(groups[i].second),
+                       describe_fingerprint(groups[i].first));
+  }
+  msg += fmt::format("{} called {}", format_ranks(groups[0].second),
+                     describe_fingerprint(groups[0].first));
+  throw CommMismatchError(msg);
+}
+
+void Communicator::verify_p2p(const FlightEntry& d, uint64_t id) {
+  Fingerprint mine = fingerprint_of(d);
+  mine.peer = rank_;
+  Fingerprint theirs;
+  auto s = start_send(host_buffer(&mine, sizeof(mine), DType::kU8), d.peer, kVerifyTag);
+  auto r = start_recv(host_buffer(&theirs, sizeof(theirs), DType::kU8), d.peer, kVerifyTag);
+  wait(*s, d, id, " (verify: fingerprint exchange)");
+  wait(*r, d, id, " (verify: fingerprint exchange)");
+  auto want = d.op == OpKind::kSend ? OpKind::kRecv : OpKind::kSend;
+  if (static_cast<OpKind>(theirs.op) == want && theirs.count == mine.count &&
+      theirs.dtype == mine.dtype && theirs.seq == mine.seq) {
+    return;
+  }
+  auto side = [](const Fingerprint& f) {
+    auto op = static_cast<OpKind>(f.op);
+    return fmt::format("{}(count {}, dtype {}) at p2p seq {}",
+                       op == OpKind::kSend ? "send" : op == OpKind::kRecv ? "recv" : op_name(op),
+                       f.count, dtype_name(static_cast<DType>(f.dtype)), f.seq);
+  };
+  raise<CommMismatchError>(
+      "[rank {}] p2p mismatch on group '{}' between rank {} and rank {}: rank {} called {}, "
+      "rank {} called {}",
+      world_rank_, group_, rank_, d.peer, rank_, side(mine), d.peer, side(theirs));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Public ops. Each op is its own named fault site.
+
+namespace {
+FlightEntry entry(OpKind op, const std::string& group, size_t count, DType dtype, ReduceOp r,
+                  int peer) {
+  FlightEntry e;
+  e.op = op;
+  e.group = group;
+  e.count = count;
+  e.dtype = dtype;
+  e.reduce = r;
+  e.peer = peer;
+  return e;
+}
+}  // namespace
+
+void Communicator::all_reduce(Buffer buf, ReduceOp op) {
+  FlightEntry d = entry(OpKind::kAllReduce, group_, buf.count, buf.dtype, op, -1);
+  check_usable(d);
+  d.seq = seq_++;
+  auto v = FAULTLINE_FAULT_POINT("comm.all_reduce", (fault::SiteContext{
+                                                        d.seq, group_, "all_reduce", -1, buf.data,
+                                                        buf.count, buf.dtype, -1}));
+  run(d, static_cast<int>(v), [&] { return start_all_reduce(buf, op); });
+}
+
+void Communicator::reduce_scatter(const Buffer& in, Buffer out, ReduceOp op) {
+  FlightEntry d = entry(OpKind::kReduceScatter, group_, in.count, in.dtype, op, -1);
+  check_usable(d);
+  if (in.count != out.count * static_cast<size_t>(size_) || in.dtype != out.dtype) {
+    raise<CommError>("[rank {}] reduce_scatter on group '{}': input is {} x {}, output {} x {}; "
+                     "the input must hold output count x group size ({} x {}) of the same dtype",
+                     world_rank_, group_, in.count, dtype_name(in.dtype), out.count,
+                     dtype_name(out.dtype), out.count, size_);
+  }
+  d.seq = seq_++;
+  auto v = FAULTLINE_FAULT_POINT("comm.reduce_scatter",
+                                 (fault::SiteContext{d.seq, group_, "reduce_scatter", -1, in.data,
+                                                     in.count, in.dtype, -1}));
+  run(d, static_cast<int>(v), [&] { return start_reduce_scatter(in, out, op); });
+}
+
+void Communicator::all_gather(const Buffer& in, Buffer out) {
+  FlightEntry d = entry(OpKind::kAllGather, group_, in.count, in.dtype, ReduceOp::kSum, -1);
+  check_usable(d);
+  if (out.count != in.count * static_cast<size_t>(size_) || in.dtype != out.dtype) {
+    raise<CommError>("[rank {}] all_gather on group '{}': input is {} x {}, output {} x {}; the "
+                     "output must hold input count x group size ({} x {}) of the same dtype",
+                     world_rank_, group_, in.count, dtype_name(in.dtype), out.count,
+                     dtype_name(out.dtype), in.count, size_);
+  }
+  d.seq = seq_++;
+  auto v = FAULTLINE_FAULT_POINT("comm.all_gather",
+                                 (fault::SiteContext{d.seq, group_, "all_gather", -1, in.data,
+                                                     in.count, in.dtype, -1}));
+  run(d, static_cast<int>(v), [&] { return start_all_gather(in, out); });
+}
+
+void Communicator::broadcast(Buffer buf, int root) {
+  FlightEntry d = entry(OpKind::kBroadcast, group_, buf.count, buf.dtype, ReduceOp::kSum, root);
+  check_usable(d);
+  d.seq = seq_++;
+  auto v = FAULTLINE_FAULT_POINT("comm.broadcast",
+                                 (fault::SiteContext{d.seq, group_, "broadcast", root, buf.data,
+                                                     buf.count, buf.dtype, -1}));
+  run(d, static_cast<int>(v), [&] { return start_broadcast(buf, root); });
+}
+
+void Communicator::send(const Buffer& buf, int peer) {
+  FlightEntry d = entry(OpKind::kSend, group_, buf.count, buf.dtype, ReduceOp::kSum, peer);
+  check_usable(d);
+  d.seq = p2p_send_seq_[peer]++;
+  auto v = FAULTLINE_FAULT_POINT("comm.send", (fault::SiteContext{d.seq, group_, "send", peer,
+                                                                  buf.data, buf.count, buf.dtype,
+                                                                  -1}));
+  run(d, static_cast<int>(v), [&] { return start_send(buf, peer, kDataTag); });
+}
+
+void Communicator::recv(Buffer buf, int peer) {
+  FlightEntry d = entry(OpKind::kRecv, group_, buf.count, buf.dtype, ReduceOp::kSum, peer);
+  check_usable(d);
+  d.seq = p2p_recv_seq_[peer]++;
+  auto v = FAULTLINE_FAULT_POINT("comm.recv", (fault::SiteContext{d.seq, group_, "recv", peer,
+                                                                  buf.data, buf.count, buf.dtype,
+                                                                  -1}));
+  run(d, static_cast<int>(v), [&] { return start_recv(buf, peer, kDataTag); });
+}
+
+void Communicator::barrier() {
+  FlightEntry d = entry(OpKind::kBarrier, group_, 0, DType::kU8, ReduceOp::kSum, -1);
+  check_usable(d);
+  d.seq = seq_++;
+  auto v = FAULTLINE_FAULT_POINT(
+      "comm.barrier", (fault::SiteContext{d.seq, group_, "barrier", -1, nullptr, 0, DType::kU8, -1}));
+  run(d, static_cast<int>(v), [&] { return start_barrier(); });
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
+  FlightEntry d = entry(OpKind::kSplit, group_, 2, DType::kI32, ReduceOp::kSum, -1);
+  check_usable(d);
+  d.seq = seq_++;
+  auto v = FAULTLINE_FAULT_POINT(
+      "comm.split", (fault::SiteContext{d.seq, group_, "split", -1, nullptr, 0, DType::kI32, -1}));
+  std::unique_ptr<Communicator> child;
+  // Exchanging (color, key) first gives the split a deadline: MPI_Comm_split itself cannot time
+  // out, but once every member has answered here it only waits on ranks known to be present.
+  int32_t mine[2] = {color, key};
+  std::vector<int32_t> all(2 * static_cast<size_t>(size_));
+  run(d, static_cast<int>(v), [&] {
+    return start_all_gather(host_buffer(mine, 2, DType::kI32),
+                            host_buffer(all.data(), all.size(), DType::kI32));
+  });
+  if (v == fault::Verdict::kSkip) return nullptr;
+  try {
+    child = do_split(color < 0 ? -1 : color, key, name);
+  } catch (const CommError& e) {
+    broken_reason_ = e.what();
+    throw;
+  }
+  return child;
+}
+
+}  // namespace fl::comm

@@ -1,0 +1,124 @@
+// The one collective interface every workload uses. The base class does what is common to all
+// backends — sequence numbers, argument checks, the fault site of each op, verify mode, the flight
+// recorder and the deadline on every wait — and a backend only starts ops and tests them.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "base/settings.hpp"
+#include "workloads/comm/errors.hpp"
+#include "workloads/comm/flight_recorder.hpp"
+#include "workloads/comm/types.hpp"
+
+namespace fl::comm {
+
+FAULTLINE_SETTING(kCommTimeoutMs, int64_t, "FAULTLINE_COMM_TIMEOUT_MS", 120000,
+                  "Deadline of every collective and send/recv, in milliseconds");
+FAULTLINE_SETTING(kCommVerify, bool, "FAULTLINE_COMM_VERIFY", false,
+                  "Exchange op fingerprints before every op and fail on a mismatch");
+FAULTLINE_SETTING(kFlightRecorderSize, int64_t, "FAULTLINE_FLIGHT_RECORDER_SIZE", 2048,
+                  "Entries kept in each rank's flight recorder ring");
+FAULTLINE_SETTING(kFlightRecorderDir, std::string, "FAULTLINE_FLIGHT_RECORDER_DIR", "",
+                  "Directory for flight recorder dumps (default: the working directory)");
+FAULTLINE_SETTING(kCommSpinUs, int64_t, "FAULTLINE_COMM_SPIN_US", 20000,
+                  "How long a wait polls with sched_yield before it backs off to sleeping");
+FAULTLINE_SETTING(kCommMaxSleepUs, int64_t, "FAULTLINE_COMM_MAX_SLEEP_US", 1000,
+                  "Longest sleep between two polls of a pending op");
+
+struct CommOptions {
+  std::chrono::milliseconds timeout{kCommTimeoutMs.get()};
+  bool verify = kCommVerify.get();
+  std::string dump_dir = kFlightRecorderDir.get();
+  std::chrono::microseconds spin{kCommSpinUs.get()};
+  std::chrono::microseconds max_sleep{kCommMaxSleepUs.get()};
+};
+
+// An op a backend has started. test() returns true once complete and throws CommError if the
+// backend reports a failure.
+class PendingOp {
+ public:
+  virtual ~PendingOp() = default;
+  virtual bool test() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int world_rank() const { return world_rank_; }
+  const std::string& group() const { return group_; }
+  virtual std::string_view backend() const = 0;
+
+  // In place. kAvg divides the sum by size() (integer division for integer types).
+  void all_reduce(Buffer buf, ReduceOp op = ReduceOp::kSum);
+  // in.count == out.count * size(); rank r receives the reduction of block r.
+  void reduce_scatter(const Buffer& in, Buffer out, ReduceOp op = ReduceOp::kSum);
+  // out.count == in.count * size(); block r of out is rank r's input.
+  void all_gather(const Buffer& in, Buffer out);
+  void broadcast(Buffer buf, int root);
+  void send(const Buffer& buf, int peer);
+  void recv(Buffer buf, int peer);
+  void barrier();
+  // Collective over this group. Ranks with the same color form a group ordered by key; a negative
+  // color returns nullptr (the rank joins no group). `name` names the group in errors and logs.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name);
+
+  FlightRecorder& recorder() { return *recorder_; }
+  const CommOptions& options() const { return options_; }
+  void set_timeout(std::chrono::milliseconds t) { options_.timeout = t; }
+  void set_verify(bool v) { options_.verify = v; }
+  int64_t next_seq() const { return seq_; }
+  // True after a timeout or backend failure: every later op fails at once.
+  bool broken() const { return !broken_reason_.empty(); }
+
+ protected:
+  Communicator(std::string group, int rank, int size, int world_rank,
+               std::shared_ptr<FlightRecorder> recorder, CommOptions options);
+
+  virtual std::unique_ptr<PendingOp> start_all_reduce(Buffer buf, ReduceOp op) = 0;
+  virtual std::unique_ptr<PendingOp> start_reduce_scatter(const Buffer& in, Buffer out,
+                                                          ReduceOp op) = 0;
+  virtual std::unique_ptr<PendingOp> start_all_gather(const Buffer& in, Buffer out) = 0;
+  virtual std::unique_ptr<PendingOp> start_broadcast(Buffer buf, int root) = 0;
+  virtual std::unique_ptr<PendingOp> start_send(const Buffer& buf, int peer, int tag) = 0;
+  virtual std::unique_ptr<PendingOp> start_recv(Buffer buf, int peer, int tag) = 0;
+  virtual std::unique_ptr<PendingOp> start_barrier() = 0;
+  // Called once every member is known to be present (colors/keys exchanged with a deadline).
+  virtual std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) = 0;
+  // Called after a timeout, before the error is raised (NCCL aborts its communicator here).
+  virtual void on_timeout() {}
+
+  std::shared_ptr<FlightRecorder> shared_recorder() const { return recorder_; }
+  static constexpr int kDataTag = 0;
+  static constexpr int kVerifyTag = 1;
+
+ private:
+  // Honours the fault verdict, records, verifies, starts and waits.
+  template <class Start>
+  void run(FlightEntry desc, int verdict, Start&& start);
+  void wait(PendingOp& op, const FlightEntry& desc, uint64_t id, std::string_view phase);
+  void check_usable(const FlightEntry& desc) const;
+  void verify_collective(const FlightEntry& desc, uint64_t id);
+  void verify_p2p(const FlightEntry& desc, uint64_t id);
+  std::string describe(const FlightEntry& desc) const;
+
+  std::string group_;
+  int rank_;
+  int size_;
+  int world_rank_;
+  std::shared_ptr<FlightRecorder> recorder_;
+  CommOptions options_;
+  int64_t seq_ = 0;
+  std::map<int, int64_t> p2p_send_seq_;
+  std::map<int, int64_t> p2p_recv_seq_;
+  std::string broken_reason_;
+};
+
+}  // namespace fl::comm

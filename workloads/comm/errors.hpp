@@ -1,0 +1,39 @@
+// Errors raised by the collective layer. Each is the observed symptom of something real (a rank
+// that never arrived, ranks that disagree on the op), so the message names rank, group, op, seq.
+#pragma once
+
+#include <string>
+
+#include "base/error.hpp"
+
+namespace fl::comm {
+
+class CommError : public fl::Error {
+ public:
+  using fl::Error::Error;
+};
+
+// An op did not complete before its deadline. The flight recorder has been dumped.
+class CommTimeoutError : public CommError {
+ public:
+  CommTimeoutError(std::string msg, std::string dump_path)
+      : CommError(std::move(msg)), dump_path_(std::move(dump_path)) {}
+  const std::string& dump_path() const { return dump_path_; }
+
+ private:
+  std::string dump_path_;
+};
+
+// Verify mode found ranks calling different ops (or the same op with different shapes) at the
+// same sequence number.
+class CommMismatchError : public CommError {
+ public:
+  using CommError::CommError;
+};
+
+// Exit statuses a worker uses when a comm error ends it, so supervisors can classify the exit.
+inline constexpr int kExitCommTimeout = 20;
+inline constexpr int kExitCommMismatch = 21;
+inline constexpr int kExitCommError = 22;
+
+}  // namespace fl::comm

@@ -1,0 +1,353 @@
+// MPI backend. Every op is a non-blocking MPI call (MPI_Iallreduce, MPI_Ireduce_scatter_block,
+// ...) so the base class can poll it against a deadline. fp16 and bf16 travel as 16-bit words and
+// are reduced by user-defined MPI ops that do the arithmetic in fp32 and round back, like a GPU
+// reduction kernel would.
+#include "workloads/comm/mpi_communicator.hpp"
+
+#include <atomic>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "workloads/comm/device_copy.hpp"
+
+namespace fl::comm {
+
+namespace {
+
+std::atomic<bool> g_mpi_dirty{false};
+
+void mpi_check(int rc, const char* call, const std::string& group, int world_rank) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  raise<CommError>("[rank {}] {} failed on group '{}': {}", world_rank, call, group,
+                   std::string(msg, static_cast<size_t>(len)));
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kF16: return MPI_UINT16_T;
+    case DType::kBF16: return MPI_UINT16_T;
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kI64: return MPI_INT64_T;
+    case DType::kU8: return MPI_UINT8_T;
+  }
+  return MPI_BYTE;
+}
+
+// User-defined reductions for the 16-bit float formats.
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float), int Kind>
+void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    float x = ToF(a[i]);
+    float y = ToF(b[i]);
+    float r = Kind == 0 ? x + y : Kind == 1 ? (x > y ? x : y) : (x < y ? x : y);
+    b[i] = FromF(r);
+  }
+}
+
+struct Ops16 {
+  MPI_Op f16[3];
+  MPI_Op bf16[3];
+};
+
+const Ops16& ops16() {
+  static Ops16 ops = [] {
+    Ops16 o{};
+    MPI_Op_create(&reduce16<half_to_float, float_to_half, 0>, 1, &o.f16[0]);
+    MPI_Op_create(&reduce16<half_to_float, float_to_half, 1>, 1, &o.f16[1]);
+    MPI_Op_create(&reduce16<half_to_float, float_to_half, 2>, 1, &o.f16[2]);
+    MPI_Op_create(&reduce16<bf16_to_float, float_to_bf16, 0>, 1, &o.bf16[0]);
+    MPI_Op_create(&reduce16<bf16_to_float, float_to_bf16, 1>, 1, &o.bf16[1]);
+    MPI_Op_create(&reduce16<bf16_to_float, float_to_bf16, 2>, 1, &o.bf16[2]);
+    return o;
+  }();
+  return ops;
+}
+
+MPI_Op mpi_op(ReduceOp op, DType t) {
+  int k = op == ReduceOp::kMax ? 1 : op == ReduceOp::kMin ? 2 : 0;  // avg = sum, then divide
+  if (t == DType::kF16) return ops16().f16[k];
+  if (t == DType::kBF16) return ops16().bf16[k];
+  return k == 0 ? MPI_SUM : k == 1 ? MPI_MAX : MPI_MIN;
+}
+
+template <class T>
+void divide_ints(void* data, size_t n, int by) {
+  auto* p = static_cast<T*>(data);
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / by);
+}
+
+void divide_in_place(void* data, size_t n, DType t, int by) {
+  switch (t) {
+    case DType::kF32: {
+      auto* p = static_cast<float*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] /= static_cast<float>(by);
+      return;
+    }
+    case DType::kF16: {
+      auto* p = static_cast<uint16_t*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] = float_to_half(half_to_float(p[i]) / by);
+      return;
+    }
+    case DType::kBF16: {
+      auto* p = static_cast<uint16_t*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) / by);
+      return;
+    }
+    case DType::kI32: divide_ints<int32_t>(data, n, by); return;
+    case DType::kI64: divide_ints<int64_t>(data, n, by); return;
+    case DType::kU8: divide_ints<uint8_t>(data, n, by); return;
+  }
+}
+
+// Host memory an op works on: the user's buffer itself, or a staging copy of a device buffer.
+class HostView {
+ public:
+  HostView(const Buffer& user, bool load) : user_(user) {
+    if (user.device == Device::kCpu) {
+      host_ = user.data;
+    } else {
+      storage_.resize(user.bytes());
+      host_ = storage_.data();
+      if (load) copy_to_host(host_, user);
+    }
+  }
+  void* data() const { return host_; }
+  void store_back() const {
+    if (user_.device != Device::kCpu) copy_from_host(user_, host_);
+  }
+
+ private:
+  Buffer user_;
+  void* host_ = nullptr;
+  std::vector<std::byte> storage_;
+};
+
+class MpiPending final : public PendingOp {
+ public:
+  MpiPending(std::string group, int world_rank) : group_(std::move(group)), rank_(world_rank) {}
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    mpi_check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "MPI_Test", group_, rank_);
+    if (!flag) return false;
+    done_ = true;
+    if (finish_) finish_();
+    return true;
+  }
+  MPI_Request* request() { return &req_; }
+  void on_finish(std::function<void()> f) { finish_ = std::move(f); }
+  std::vector<std::unique_ptr<HostView>> views;
+
+ private:
+  std::string group_;
+  int rank_;
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+  std::function<void()> finish_;
+};
+
+int checked_count(size_t n, const char* what) {
+  if (n > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    raise<CommError>("{}: count {} exceeds the MPI limit of {} elements per op", what, n,
+                     std::numeric_limits<int>::max());
+  }
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+void mpi_init_once() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return;
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  std::atexit([] {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    // A timed-out op is still pending somewhere: MPI_Finalize would wait for it forever.
+    if (!finalized && !g_mpi_dirty.load()) MPI_Finalize();
+  });
+}
+
+int mpi_world_size() {
+  mpi_init_once();
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int mpi_world_rank() {
+  mpi_init_once();
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(int rank, int world_size,
+                                                               CommOptions options) {
+  mpi_init_once();
+  int mpi_size = mpi_world_size();
+  if (mpi_size != world_size) {
+    raise<CommError>("[rank {}] MPI started {} processes but the world size is {}: the launcher's "
+                     "process count and WORLD_SIZE disagree",
+                     rank, mpi_size, world_size);
+  }
+  if (rank < 0 || rank >= world_size) {
+    raise<CommError>("[rank {}] rank is out of range for world size {} (allowed 0-{})", rank,
+                     world_size, world_size - 1);
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &comm), "MPI_Comm_split", "world", rank);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  int got = -1;
+  MPI_Comm_rank(comm, &got);
+  if (got != rank) {
+    raise<CommError>("[rank {}] two processes claim rank {} (MPI placed this one at {})", rank,
+                     rank, got);
+  }
+  auto recorder = std::make_shared<FlightRecorder>(static_cast<size_t>(kFlightRecorderSize.get()));
+  return std::unique_ptr<MpiCommunicator>(
+      new MpiCommunicator(comm, "world", rank, std::move(recorder), std::move(options)));
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string group, int world_rank,
+                                 std::shared_ptr<FlightRecorder> recorder, CommOptions options)
+    : Communicator(std::move(group),
+                   [&] {
+                     int r = 0;
+                     MPI_Comm_rank(comm, &r);
+                     return r;
+                   }(),
+                   [&] {
+                     int n = 0;
+                     MPI_Comm_size(comm, &n);
+                     return n;
+                   }(),
+                   world_rank, std::move(recorder), std::move(options)),
+      comm_(comm) {}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!leaked_ && !finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::on_timeout() {
+  leaked_ = true;
+  g_mpi_dirty.store(true);
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::start_all_reduce(Buffer buf, ReduceOp op) {
+  auto p = std::make_unique<MpiPending>(group(), world_rank());
+  auto view = std::make_unique<HostView>(buf, true);
+  void* host = view->data();
+  int n = checked_count(buf.count, "all_reduce");
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, host, n, mpi_type(buf.dtype), mpi_op(op, buf.dtype),
+                           comm_, p->request()),
+            "MPI_Iallreduce", group(), world_rank());
+  HostView* v = view.get();
+  int size = this->size();
+  p->on_finish([v, host, buf, op, size] {
+    if (op == ReduceOp::kAvg) divide_in_place(host, buf.count, buf.dtype, size);
+    v->store_back();
+  });
+  p->views.push_back(std::move(view));
+  return p;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::start_reduce_scatter(const Buffer& in, Buffer out,
+                                                                 ReduceOp op) {
+  auto p = std::make_unique<MpiPending>(group(), world_rank());
+  auto vin = std::make_unique<HostView>(in, true);
+  auto vout = std::make_unique<HostView>(out, false);
+  int n = checked_count(out.count, "reduce_scatter");
+  mpi_check(MPI_Ireduce_scatter_block(vin->data(), vout->data(), n, mpi_type(in.dtype),
+                                      mpi_op(op, in.dtype), comm_, p->request()),
+            "MPI_Ireduce_scatter_block", group(), world_rank());
+  HostView* v = vout.get();
+  int size = this->size();
+  p->on_finish([v, out, op, size] {
+    if (op == ReduceOp::kAvg) divide_in_place(v->data(), out.count, out.dtype, size);
+    v->store_back();
+  });
+  p->views.push_back(std::move(vin));
+  p->views.push_back(std::move(vout));
+  return p;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::start_all_gather(const Buffer& in, Buffer out) {
+  auto p = std::make_unique<MpiPending>(group(), world_rank());
+  auto vin = std::make_unique<HostView>(in, true);
+  auto vout = std::make_unique<HostView>(out, false);
+  int n = checked_count(in.count, "all_gather");
+  mpi_check(MPI_Iallgather(vin->data(), n, mpi_type(in.dtype), vout->data(), n,
+                           mpi_type(in.dtype), comm_, p->request()),
+            "MPI_Iallgather", group(), world_rank());
+  HostView* v = vout.get();
+  p->on_finish([v] { v->store_back(); });
+  p->views.push_back(std::move(vin));
+  p->views.push_back(std::move(vout));
+  return p;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::start_broadcast(Buffer buf, int root) {
+  auto p = std::make_unique<MpiPending>(group(), world_rank());
+  auto view = std::make_unique<HostView>(buf, rank() == root);
+  int n = checked_count(buf.count, "broadcast");
+  mpi_check(MPI_Ibcast(view->data(), n, mpi_type(buf.dtype), root, comm_, p->request()),
+            "MPI_Ibcast", group(), world_rank());
+  HostView* v = view.get();
+  p->on_finish([v] { v->store_back(); });
+  p->views.push_back(std::move(view));
+  return p;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::start_send(const Buffer& buf, int peer, int tag) {
+  auto p = std::make_unique<MpiPending>(group(), world_rank());
+  auto view = std::make_unique<HostView>(buf, true);
+  int n = checked_count(buf.count, "send");
+  mpi_check(MPI_Isend(view->data(), n, mpi_type(buf.dtype), peer, tag, comm_, p->request()),
+            "MPI_Isend", group(), world_rank());
+  p->views.push_back(std::move(view));
+  return p;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::start_recv(Buffer buf, int peer, int tag) {
+  auto p = std::make_unique<MpiPending>(group(), world_rank());
+  auto view = std::make_unique<HostView>(buf, false);
+  int n = checked_count(buf.count, "recv");
+  mpi_check(MPI_Irecv(view->data(), n, mpi_type(buf.dtype), peer, tag, comm_, p->request()),
+            "MPI_Irecv", group(), world_rank());
+  HostView* v = view.get();
+  p->on_finish([v] { v->store_back(); });
+  p->views.push_back(std::move(view));
+  return p;
+}
+
+std::unique_ptr<PendingOp> MpiCommunicator::start_barrier() {
+  auto p = std::make_unique<MpiPending>(group(), world_rank());
+  mpi_check(MPI_Ibarrier(comm_, p->request()), "MPI_Ibarrier", group(), world_rank());
+  return p;
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key,
+                                                        const std::string& name) {
+  MPI_Comm child = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child),
+            "MPI_Comm_split", group(), world_rank());
+  if (child == MPI_COMM_NULL) return nullptr;
+  MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN);
+  return std::unique_ptr<Communicator>(
+      new MpiCommunicator(child, name, world_rank(), shared_recorder(), options()));
+}
+
+}  // namespace fl::comm

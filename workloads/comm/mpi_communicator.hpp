@@ -1,0 +1,49 @@
+// MPI backend: host buffers, non-blocking MPI collectives polled by the base class. Device buffers
+// (CUDA builds) are staged through host memory, so several ranks can share one GPU.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "workloads/comm/communicator.hpp"
+
+namespace fl::comm {
+
+// Initialises MPI once per process (MPI_THREAD_FUNNELED: only the training thread calls MPI).
+// Finalises at exit unless a communicator was left broken (a pending op would hang finalize).
+void mpi_init_once();
+int mpi_world_size();
+int mpi_world_rank();
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // The world communicator, reordered so that group rank == `rank` (the rank the launcher gave
+  // this process). Fails if MPI's world size differs from `world_size`.
+  static std::unique_ptr<MpiCommunicator> create_world(int rank, int world_size,
+                                                       CommOptions options = {});
+  ~MpiCommunicator() override;
+
+  std::string_view backend() const override { return "mpi"; }
+  MPI_Comm raw() const { return comm_; }
+
+ protected:
+  std::unique_ptr<PendingOp> start_all_reduce(Buffer buf, ReduceOp op) override;
+  std::unique_ptr<PendingOp> start_reduce_scatter(const Buffer& in, Buffer out,
+                                                  ReduceOp op) override;
+  std::unique_ptr<PendingOp> start_all_gather(const Buffer& in, Buffer out) override;
+  std::unique_ptr<PendingOp> start_broadcast(Buffer buf, int root) override;
+  std::unique_ptr<PendingOp> start_send(const Buffer& buf, int peer, int tag) override;
+  std::unique_ptr<PendingOp> start_recv(Buffer buf, int peer, int tag) override;
+  std::unique_ptr<PendingOp> start_barrier() override;
+  std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
+  void on_timeout() override;
+
+ private:
+  MpiCommunicator(MPI_Comm comm, std::string group, int world_rank,
+                  std::shared_ptr<FlightRecorder> recorder, CommOptions options);
+  MPI_Comm comm_;
+  bool leaked_ = false;  // a timed-out op may still reference the comm: never free it
+};
+
+}  // namespace fl::comm

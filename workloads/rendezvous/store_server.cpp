@@ -1,0 +1,304 @@
+#include "workloads/rendezvous/store_server.hpp"
+
+#include <utility>  // boost 1.74 asio uses std::exchange without including it
+
+#include <boost/asio.hpp>
+
+#include <chrono>
+#include <functional>
+#include <list>
+#include <map>
+#include <set>
+
+#include "workloads/rendezvous/protocol.hpp"
+
+namespace fl::rdzv {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace store_detail {
+
+class Session;
+
+// A get/wait parked until its keys exist or its timer fires.
+struct Waiter {
+  std::vector<std::string> keys;
+  std::function<void(bool satisfied)> done;
+  std::unique_ptr<asio::steady_timer> timer;
+  bool finished = false;
+};
+
+}  // namespace store_detail
+
+using store_detail::Session;
+using store_detail::Waiter;
+
+struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  std::map<std::string, std::string> data;
+  std::list<std::shared_ptr<Waiter>> waiters;
+  std::set<std::shared_ptr<Session>> sessions;
+  bool stopped = false;
+
+  bool has_all(const std::vector<std::string>& keys) const {
+    for (auto& k : keys) {
+      if (!data.count(k)) return false;
+    }
+    return true;
+  }
+  void wake() {
+    for (auto it = waiters.begin(); it != waiters.end();) {
+      auto w = *it;
+      if (!w->finished && has_all(w->keys)) {
+        w->finished = true;
+        w->timer->cancel();
+        it = waiters.erase(it);
+        w->done(true);
+      } else {
+        ++it;
+      }
+    }
+  }
+  void park(std::vector<std::string> keys, int64_t timeout_ms, std::function<void(bool)> done) {
+    if (has_all(keys)) {
+      done(true);
+      return;
+    }
+    auto w = std::make_shared<Waiter>();
+    w->keys = std::move(keys);
+    w->done = std::move(done);
+    w->timer = std::make_unique<asio::steady_timer>(io);
+    w->timer->expires_after(std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms));
+    std::weak_ptr<Waiter> weak = w;
+    w->timer->async_wait([this, weak](const boost::system::error_code& ec) {
+      auto w2 = weak.lock();
+      if (ec || !w2 || w2->finished) return;
+      w2->finished = true;
+      waiters.remove(w2);
+      w2->done(false);
+    });
+    waiters.push_back(std::move(w));
+  }
+  void accept();
+};
+
+namespace store_detail {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, StoreServer::State* state)
+      : socket_(std::move(socket)), state_(state) {}
+
+  void start() { read_header(); }
+  void close() {
+    boost::system::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+  }
+
+ private:
+  void read_header() {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(header_, 4),
+                     [this, self](const boost::system::error_code& ec, size_t) {
+                       if (ec) return drop();
+                       uint32_t n;
+                       std::memcpy(&n, header_, 4);
+                       if (n == 0 || n > kMaxFrame) return drop();
+                       body_.resize(n);
+                       read_body();
+                     });
+  }
+  void read_body() {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(body_.data(), body_.size()),
+                     [this, self](const boost::system::error_code& ec, size_t) {
+                       if (ec) return drop();
+                       try {
+                         handle();
+                       } catch (const std::exception& e) {
+                         reply(Writer(static_cast<uint8_t>(Status::kError)).str(e.what()).finish());
+                       }
+                     });
+  }
+  void handle() {
+    Reader r(body_);
+    auto cmd = static_cast<Command>(r.head());
+    auto& data = state_->data;
+    auto ok = [] { return Writer(static_cast<uint8_t>(Status::kOk)); };
+    switch (cmd) {
+      case Command::kSet: {
+        std::string k = r.str();
+        data[k] = r.str();
+        state_->wake();
+        return reply(ok().finish());
+      }
+      case Command::kGet: {
+        std::string k = r.str();
+        int64_t timeout = r.i64();
+        auto self = shared_from_this();
+        return state_->park({k}, timeout, [this, self, k](bool satisfied) {
+          if (!satisfied) {
+            return reply(Writer(static_cast<uint8_t>(Status::kTimeout)).str(k).finish());
+          }
+          reply(Writer(static_cast<uint8_t>(Status::kOk)).str(state_->data[k]).finish());
+        });
+      }
+      case Command::kWait: {
+        int64_t n = r.i64();
+        std::vector<std::string> keys;
+        for (int64_t i = 0; i < n; ++i) keys.push_back(r.str());
+        int64_t timeout = r.i64();
+        auto self = shared_from_this();
+        return state_->park(keys, timeout, [this, self, keys](bool satisfied) {
+          if (satisfied) return reply(Writer(static_cast<uint8_t>(Status::kOk)).finish());
+          Writer w(static_cast<uint8_t>(Status::kTimeout));
+          std::vector<std::string> missing;
+          for (auto& k : keys) {
+            if (!state_->data.count(k)) missing.push_back(k);
+          }
+          w.i64(static_cast<int64_t>(missing.size()));
+          for (auto& k : missing) w.str(k);
+          reply(w.finish());
+        });
+      }
+      case Command::kAdd: {
+        std::string k = r.str();
+        int64_t delta = r.i64();
+        int64_t v = 0;
+        if (auto it = data.find(k); it != data.end()) {
+          try {
+            v = std::stoll(it->second);
+          } catch (const std::exception&) {
+            throw Error("add on key '" + k + "': its value is not an integer");
+          }
+        }
+        v += delta;
+        data[k] = std::to_string(v);
+        state_->wake();
+        return reply(ok().i64(v).finish());
+      }
+      case Command::kCompareSet: {
+        std::string k = r.str();
+        std::string expected = r.str();
+        std::string desired = r.str();
+        auto it = data.find(k);
+        if (it == data.end()) {
+          if (expected.empty()) data[k] = desired;
+        } else if (it->second == expected) {
+          it->second = desired;
+        }
+        state_->wake();
+        auto now = data.find(k);
+        return reply(ok().str(now == data.end() ? std::string() : now->second).finish());
+      }
+      case Command::kCheck: {
+        int64_t n = r.i64();
+        std::vector<std::string> keys;
+        for (int64_t i = 0; i < n; ++i) keys.push_back(r.str());
+        return reply(ok().i64(state_->has_all(keys) ? 1 : 0).finish());
+      }
+      case Command::kDelete: {
+        std::string k = r.str();
+        return reply(ok().i64(static_cast<int64_t>(data.erase(k))).finish());
+      }
+      case Command::kNumKeys:
+        return reply(ok().i64(static_cast<int64_t>(data.size())).finish());
+    }
+    throw ProtocolError("unknown command " + std::to_string(static_cast<int>(cmd)));
+  }
+  void reply(std::string frame) {
+    auto self = shared_from_this();
+    auto out = std::make_shared<std::string>(std::move(frame));
+    asio::async_write(socket_, asio::buffer(*out),
+                      [this, self, out](const boost::system::error_code& ec, size_t) {
+                        if (ec) return drop();
+                        read_header();
+                      });
+  }
+  void drop() {
+    close();
+    state_->sessions.erase(shared_from_this());
+  }
+
+  tcp::socket socket_;
+  StoreServer::State* state_;
+  char header_[4];
+  std::string body_;
+};
+
+}  // namespace store_detail
+
+void StoreServer::State::accept() {
+  acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+    if (ec) {
+      if (stopped || ec == asio::error::operation_aborted) return;
+    } else {
+      socket.set_option(tcp::no_delay(true));
+      auto s = std::make_shared<Session>(std::move(socket), this);
+      sessions.insert(s);
+      s->start();
+    }
+    accept();
+  });
+}
+
+StoreServer::StoreServer(const std::string& host, uint16_t port)
+    : host_(host), state_(std::make_shared<State>()) {
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(host, ec);
+  if (ec) {
+    throw BindError("rendezvous store: '" + host + "' is not an IP address (" + ec.message() +
+                    ")");
+  }
+  tcp::endpoint ep(addr, port);
+  auto& acc = state_->acceptor;
+  acc.open(ep.protocol(), ec);
+  if (!ec) acc.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acc.bind(ep, ec);
+  if (!ec) acc.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    std::string what = ec == asio::error::address_in_use
+                           ? "address already in use (EADDRINUSE): another process holds it"
+                           : ec.message();
+    throw BindError(fmt::format("rendezvous store cannot listen on {}:{}: {}", host, port, what));
+  }
+}
+
+StoreServer::~StoreServer() { stop(); }
+
+uint16_t StoreServer::port() const {
+  boost::system::error_code ec;
+  auto ep = state_->acceptor.local_endpoint(ec);
+  return ec ? 0 : ep.port();
+}
+
+void StoreServer::start() {
+  state_->accept();
+  auto state = state_;
+  thread_ = std::thread([state] { state->io.run(); });
+}
+
+void StoreServer::stop() {
+  if (!state_ || state_->stopped) return;
+  auto state = state_;
+  asio::post(state->io, [state] {
+    state->stopped = true;
+    boost::system::error_code ec;
+    state->acceptor.close(ec);
+    for (auto& s : state->sessions) s->close();
+    state->sessions.clear();
+    for (auto& w : state->waiters) w->timer->cancel();
+    state->waiters.clear();
+  });
+  if (thread_.joinable()) {
+    thread_.join();
+  } else {
+    state->stopped = true;
+  }
+  state->io.stop();
+}
+
+}  // namespace fl::rdzv
