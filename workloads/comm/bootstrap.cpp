@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <thread>
 
 #include "injector/site.hpp"
 #include "workloads/comm/mpi_communicator.hpp"
@@ -73,7 +74,20 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
   ::gethostname(host, sizeof(host) - 1);
   rdzv::MemberInfo me{b.id.rank,  b.id.world_size, b.id.local_rank, b.id.run_id,
                       config_hash, host,            static_cast<int>(::getpid())};
-  b.world = rdzv::check_world(*b.store, me, timeout);
+  try {
+    b.world = rdzv::check_world(*b.store, me, timeout);
+  } catch (const rdzv::WorldCheckError&) {
+    // The others read the member list from this process's store: keep serving until each has
+    // reached its own verdict (bounded), so every rank reports the same error.
+    if (b.server) {
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      while (std::chrono::steady_clock::now() < until &&
+             rdzv::decided(*b.store) < rdzv::arrivals(*b.store)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    throw;
+  }
 
   if (backend == "mpi") {
     b.comm = MpiCommunicator::create_world(b.id.rank, b.id.world_size);

@@ -31,9 +31,4 @@ class CommMismatchError : public CommError {
   using CommError::CommError;
 };
 
-// Exit statuses a worker uses when a comm error ends it, so supervisors can classify the exit.
-inline constexpr int kExitCommTimeout = 20;
-inline constexpr int kExitCommMismatch = 21;
-inline constexpr int kExitCommError = 22;
-
 }  // namespace fl::comm

@@ -284,6 +284,12 @@ void StoreServer::start() {
 void StoreServer::stop() {
   if (!state_ || state_->stopped) return;
   auto state = state_;
+  if (!thread_.joinable()) {  // never started: nothing runs on the io_context
+    state->stopped = true;
+    boost::system::error_code ec;
+    state->acceptor.close(ec);
+    return;
+  }
   asio::post(state->io, [state] {
     state->stopped = true;
     boost::system::error_code ec;
@@ -293,12 +299,7 @@ void StoreServer::stop() {
     for (auto& w : state->waiters) w->timer->cancel();
     state->waiters.clear();
   });
-  if (thread_.joinable()) {
-    thread_.join();
-  } else {
-    state->stopped = true;
-  }
-  state->io.stop();
+  thread_.join();
 }
 
 }  // namespace fl::rdzv

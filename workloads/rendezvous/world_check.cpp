@@ -12,6 +12,7 @@ namespace fl::rdzv {
 namespace {
 
 constexpr const char* kArrivals = "rdzv/arrivals";
+constexpr const char* kDecided = "rdzv/decided";
 
 std::string member_key(int64_t i) { return "rdzv/member/" + std::to_string(i); }
 
@@ -117,12 +118,30 @@ void validate_world(const std::vector<MemberInfo>& ms, int expected) {
   }
 }
 
+namespace {
+// Marks this rank's verdict as taken, whatever it is, so the rank serving the store can wait for
+// everyone to finish reading before it exits.
+struct DecidedMark {
+  StoreClient& store;
+  ~DecidedMark() {
+    try {
+      store.add(kDecided, 1);
+    } catch (const std::exception&) {  // the store is gone: nobody is left to wait for
+    }
+  }
+};
+}  // namespace
+
+int64_t arrivals(StoreClient& store) { return store.add(kArrivals, 0); }
+int64_t decided(StoreClient& store) { return store.add(kDecided, 0); }
+
 World check_world(StoreClient& store, const MemberInfo& me, std::chrono::milliseconds timeout) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   const auto deadline = start + timeout;
   int64_t index = store.add(kArrivals, 1) - 1;
   store.set(member_key(index), encode(me));
+  DecidedMark mark{store};
 
   std::vector<MemberInfo> members;
   // Wait for as many members as the smallest world size anyone reports: enough to decide.

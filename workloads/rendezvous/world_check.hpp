@@ -50,6 +50,10 @@ struct World {
 // Every rank sees the same members in the same order, so every rank reports the same error.
 World check_world(StoreClient& store, const MemberInfo& me, std::chrono::milliseconds timeout);
 
+// How many ranks have registered / have reached a verdict (pass or fail) so far.
+int64_t arrivals(StoreClient& store);
+int64_t decided(StoreClient& store);
+
 // Pure validation of an arrival-ordered member list (exposed for tests). Returns normally when
 // the members form exactly ranks 0..W-1 of one world; throws WorldCheckError otherwise.
 // `expected` is the world size the caller waited for.

@@ -1,0 +1,310 @@
+// Every collective on the real MPI backend, run as 1, 2, 3, 4 and 8 ranks by ctest: exact values
+// for every dtype and for odd and even counts, groups from split, verify-mode mismatches, and the
+// flight recorder's record of what ran.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "workloads/comm/mpi_communicator.hpp"
+
+namespace fl::comm {
+namespace {
+
+const std::vector<DType> kDTypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kI32};
+const std::vector<size_t> kCounts = {1, 2, 7, 64, 1000, 1023};
+
+// Typed storage with conversion from/to double, so one test body covers every dtype.
+struct Data {
+  DType t;
+  std::vector<uint8_t> bytes;
+  Data(DType type, size_t n) : t(type), bytes(n * dtype_size(type)) {}
+  size_t size() const { return bytes.size() / dtype_size(t); }
+  void set(size_t i, double v) {
+    switch (t) {
+      case DType::kF32: reinterpret_cast<float*>(bytes.data())[i] = static_cast<float>(v); break;
+      case DType::kF16:
+        reinterpret_cast<uint16_t*>(bytes.data())[i] = float_to_half(static_cast<float>(v));
+        break;
+      case DType::kBF16:
+        reinterpret_cast<uint16_t*>(bytes.data())[i] = float_to_bf16(static_cast<float>(v));
+        break;
+      case DType::kI32: reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(v); break;
+      default: FAIL() << "dtype not covered";
+    }
+  }
+  double get(size_t i) const {
+    switch (t) {
+      case DType::kF32: return reinterpret_cast<const float*>(bytes.data())[i];
+      case DType::kF16: return half_to_float(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
+      case DType::kBF16: return bf16_to_float(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
+      case DType::kI32: return reinterpret_cast<const int32_t*>(bytes.data())[i];
+      default: return 0;
+    }
+  }
+  // What storing `v` in this dtype gives back (the expected value after rounding).
+  double round(double v) const {
+    Data one(t, 1);
+    one.set(0, v);
+    return one.get(0);
+  }
+  Buffer buf() { return Buffer{bytes.data(), size(), t}; }
+};
+
+class Collectives : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    CommOptions o;
+    o.timeout = std::chrono::milliseconds(60000);
+    world_ = MpiCommunicator::create_world(mpi_world_rank(), mpi_world_size(), o).release();
+  }
+  static Communicator& world() { return *world_; }
+  static int rank() { return world_->rank(); }
+  static int size() { return world_->size(); }
+  static inline Communicator* world_ = nullptr;
+};
+
+double value(int rank, size_t i) { return (rank + 1) + static_cast<double>(i % 5); }
+
+TEST_F(Collectives, AllReduceEveryOpDtypeAndCount) {
+  const int n = size();
+  for (DType t : kDTypes) {
+    for (size_t count : kCounts) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+        Data d(t, count);
+        for (size_t i = 0; i < count; ++i) d.set(i, value(rank(), i));
+        world().all_reduce(d.buf(), op);
+        for (size_t i = 0; i < count; ++i) {
+          double sum = n * (n + 1) / 2.0 + n * static_cast<double>(i % 5);
+          double want = 0;
+          switch (op) {
+            case ReduceOp::kSum: want = sum; break;
+            case ReduceOp::kAvg:
+              want = t == DType::kI32 ? static_cast<double>(static_cast<int>(sum) / n)
+                                      : d.round(static_cast<float>(sum) / static_cast<float>(n));
+              break;
+            case ReduceOp::kMax: want = value(n - 1, i); break;
+            case ReduceOp::kMin: want = value(0, i); break;
+          }
+          ASSERT_EQ(d.get(i), want) << dtype_name(t) << " count " << count << " op "
+                                    << reduce_name(op) << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Collectives, ReduceScatterGivesEachRankItsBlock) {
+  const int n = size();
+  for (DType t : kDTypes) {
+    for (size_t count : kCounts) {
+      Data in(t, count * n);
+      Data out(t, count);
+      for (size_t j = 0; j < count * n; ++j) in.set(j, value(rank(), j));
+      world().reduce_scatter(in.buf(), out.buf(), ReduceOp::kSum);
+      for (size_t k = 0; k < count; ++k) {
+        size_t j = static_cast<size_t>(rank()) * count + k;
+        ASSERT_EQ(out.get(k), n * (n + 1) / 2.0 + n * static_cast<double>(j % 5))
+            << dtype_name(t) << " count " << count << " element " << k;
+      }
+    }
+  }
+}
+
+TEST_F(Collectives, AllGatherConcatenatesInRankOrder) {
+  const int n = size();
+  for (DType t : kDTypes) {
+    for (size_t count : kCounts) {
+      Data in(t, count);
+      Data out(t, count * n);
+      for (size_t k = 0; k < count; ++k) in.set(k, rank() * 16 + static_cast<double>(k % 7));
+      world().all_gather(in.buf(), out.buf());
+      for (int r = 0; r < n; ++r) {
+        for (size_t k = 0; k < count; ++k) {
+          ASSERT_EQ(out.get(r * count + k), r * 16 + static_cast<double>(k % 7))
+              << dtype_name(t) << " count " << count << " block " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Collectives, BroadcastFromLastRank) {
+  const int root = size() - 1;
+  for (DType t : kDTypes) {
+    for (size_t count : kCounts) {
+      Data d(t, count);
+      for (size_t i = 0; i < count; ++i) d.set(i, rank() == root ? 3 + static_cast<double>(i % 11) : 0);
+      world().broadcast(d.buf(), root);
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(d.get(i), 3 + static_cast<double>(i % 11));
+    }
+  }
+}
+
+TEST_F(Collectives, SendRecvAroundARing) {
+  const int n = size();
+  if (n == 1) GTEST_SKIP() << "send/recv needs two ranks";
+  const int next = (rank() + 1) % n;
+  const int prev = (rank() + n - 1) % n;
+  for (DType t : kDTypes) {
+    for (size_t count : kCounts) {
+      Data out(t, count);
+      Data in(t, count);
+      for (size_t i = 0; i < count; ++i) out.set(i, rank() * 10 + static_cast<double>(i % 3));
+      if (rank() % 2 == 0) {
+        world().send(out.buf(), next);
+        world().recv(in.buf(), prev);
+      } else {
+        world().recv(in.buf(), prev);
+        world().send(out.buf(), next);
+      }
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(in.get(i), prev * 10 + static_cast<double>(i % 3));
+    }
+  }
+}
+
+TEST_F(Collectives, BarrierAndSequenceNumbers) {
+  int64_t before = world().next_seq();
+  world().barrier();
+  world().barrier();
+  EXPECT_EQ(world().next_seq(), before + 2);
+  auto entries = world().recorder().snapshot();
+  ASSERT_GE(entries.size(), 2u);
+  EXPECT_EQ(entries.back().op, OpKind::kBarrier);
+  EXPECT_EQ(entries.back().seq, before + 1);
+  EXPECT_EQ(entries.back().state, OpState::kCompleted);
+  EXPECT_GE(entries.back().t_completed_us, entries.back().t_started_us);
+}
+
+TEST_F(Collectives, SplitIntoTensorAndDataParallelGroups) {
+  const int n = size();
+  // Megatron-style layout with tp = 2 when the world allows it: tp groups are consecutive ranks,
+  // dp groups are strided.
+  const int tp = n % 2 == 0 ? 2 : 1;
+  auto tp_group = world().split(rank() / tp, rank(), "tp");
+  auto dp_group = world().split(rank() % tp, rank(), "dp");
+  ASSERT_NE(tp_group, nullptr);
+  ASSERT_NE(dp_group, nullptr);
+  EXPECT_EQ(tp_group->size(), tp);
+  EXPECT_EQ(dp_group->size(), n / tp);
+  EXPECT_EQ(tp_group->rank(), rank() % tp);
+  EXPECT_EQ(dp_group->rank(), rank() / tp);
+  EXPECT_EQ(tp_group->group(), "tp");
+
+  int32_t v = rank();
+  tp_group->all_reduce(host_buffer(&v, 1, DType::kI32));
+  int first = rank() / tp * tp;
+  EXPECT_EQ(v, tp == 2 ? first + first + 1 : first);
+  int32_t w = rank();
+  dp_group->all_reduce(host_buffer(&w, 1, DType::kI32));
+  int expect = 0;
+  for (int r = rank() % tp; r < n; r += tp) expect += r;
+  EXPECT_EQ(w, expect);
+  // Groups keep their own sequence numbers, the world's is untouched by group ops.
+  EXPECT_EQ(tp_group->next_seq(), 1);
+
+  // A negative color joins no group.
+  auto none = world().split(rank() == 0 ? -1 : 0, rank(), "rest");
+  EXPECT_EQ(none == nullptr, rank() == 0);
+  if (none) {
+    EXPECT_EQ(none->size(), n - 1);
+  }
+}
+
+TEST_F(Collectives, VerifyModeNamesTheRankCallingADifferentOp) {
+  if (size() < 2) GTEST_SKIP() << "a mismatch needs two ranks";
+  auto g = world().split(0, rank(), "verify");
+  g->set_verify(true);
+  std::vector<float> buf(16, 1.0f), out(16 * static_cast<size_t>(size()));
+  // Matching ops pass verification.
+  g->all_reduce(host_buffer(buf.data(), buf.size(), DType::kF32));
+  EXPECT_EQ(buf[0], static_cast<float>(size()));
+  try {
+    if (rank() == 1) {
+      g->all_gather(host_buffer(buf.data(), 16, DType::kF32),
+                    host_buffer(out.data(), out.size(), DType::kF32));
+    } else {
+      g->all_reduce(host_buffer(buf.data(), 16, DType::kF32));
+    }
+    FAIL() << "expected a CommMismatchError";
+  } catch (const CommMismatchError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("collective mismatch on group 'verify'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 1 called all_gather(count 16, dtype fp32) at seq 1"),
+              std::string::npos)
+        << msg;
+    std::string others = size() == 2 ? "rank 0" : fmt::format("ranks 0,2{}", size() > 3 ? fmt::format("-{}", size() - 1) : "");
+    EXPECT_NE(msg.find(others + " called all_reduce(count 16, dtype fp32, reduce sum) at seq 1"),
+              std::string::npos)
+        << msg;
+  }
+  EXPECT_TRUE(g->broken());
+  EXPECT_THROW(g->barrier(), CommError);
+}
+
+TEST_F(Collectives, VerifyModeNamesACountMismatch) {
+  if (size() < 2) GTEST_SKIP() << "a mismatch needs two ranks";
+  auto g = world().split(0, rank(), "verify-count");
+  g->set_verify(true);
+  std::vector<int32_t> buf(64, 1);
+  size_t count = rank() == size() - 1 ? 48 : 64;
+  try {
+    g->all_reduce(host_buffer(buf.data(), count, DType::kI32));
+    FAIL() << "expected a CommMismatchError";
+  } catch (const CommMismatchError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(fmt::format("rank {} called all_reduce(count 48, dtype int32, reduce sum)",
+                                   size() - 1)),
+              std::string::npos)
+        << msg;
+  }
+}
+
+TEST_F(Collectives, VerifyModeNamesAP2PSizeMismatch) {
+  if (size() < 2) GTEST_SKIP() << "p2p needs two ranks";
+  auto g = world().split(rank() < 2 ? 0 : -1, rank(), "pp");
+  if (!g) return;
+  g->set_verify(true);
+  std::vector<float> buf(32, 0.0f);
+  try {
+    if (rank() == 0) {
+      g->send(host_buffer(buf.data(), 16, DType::kF32), 1);
+    } else {
+      g->recv(host_buffer(buf.data(), 32, DType::kF32), 0);
+    }
+    FAIL() << "expected a CommMismatchError";
+  } catch (const CommMismatchError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("p2p mismatch on group 'pp'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 0 called send(count 16, dtype fp32) at p2p seq 0"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("rank 1 called recv(count 32, dtype fp32) at p2p seq 0"), std::string::npos)
+        << msg;
+  }
+}
+
+TEST_F(Collectives, BadArgumentsAreRejectedBeforeAnyCommunication) {
+  std::vector<float> a(10), b(3);
+  if (size() > 1) {
+    EXPECT_THROW(world().reduce_scatter(host_buffer(a.data(), 10, DType::kF32),
+                                        host_buffer(b.data(), 3, DType::kF32)),
+                 CommError);
+  }
+  try {
+    world().broadcast(host_buffer(a.data(), 10, DType::kF32), size());
+    FAIL();
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("root {} is out of range (group size {}, "
+                                                     "allowed 0-{})",
+                                                     size(), size(), size() - 1)),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(world().send(host_buffer(a.data(), 10, DType::kF32), rank()), CommError);
+  // Rejected calls consume no sequence number and leave the communicator usable.
+  world().barrier();
+  EXPECT_FALSE(world().broken());
+}
+
+}  // namespace
+}  // namespace fl::comm

@@ -1,0 +1,181 @@
+// Launch tests: real workers under mpirun, with a rank that drops a collective, ranks whose
+// launch environment disagrees, a squatted store port. Each asserts the message the symptom
+// produces, the exit status and (for timeouts) the flight-recorder dump.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "base/exit_codes.hpp"
+#include "tests/support/process.hpp"
+
+namespace fl::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class WorkerLaunch : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("faultline-launch-" + std::to_string(::getpid()) + "-" +
+            testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    env_ = {{"MASTER_ADDR", "127.0.0.1"},
+            {"MASTER_PORT", std::to_string(free_port())},
+            {"FAULTLINE_FLIGHT_RECORDER_DIR", dir_.string()},
+            {"FAULTLINE_RDZV_TIMEOUT_MS", "15000"},
+            {"FAULTLINE_COMM_SPIN_US", "2000"}};
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  ProcessResult launch(int ranks, std::vector<std::string> args) {
+    auto argv = mpirun_prefix(ranks);
+    argv.push_back(FAULTLINE_COMM_FAULT_WORKER);
+    for (auto& a : args) argv.push_back(a);
+    return run_process(argv, env_);
+  }
+
+  fs::path dir_;
+  std::map<std::string, std::string> env_;
+};
+
+TEST_F(WorkerLaunch, CleanRunCompletes) {
+  auto r = launch(4, {"--ops", "6"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(r.output.find("[rank " + std::to_string(rank) + "] 6 ops ok"), std::string::npos)
+        << r.output;
+  }
+}
+
+TEST_F(WorkerLaunch, RankThatSkipsAnAllReduceMakesOthersTimeOut) {
+  // Rank 2 skips the last all_reduce (seq 3): the others wait in it until their deadline.
+  const int timeout_ms = 2000;
+  auto r = launch(4, {"--ops", "4", "--timeout-ms", std::to_string(timeout_ms), "--drop-rank",
+                      "2", "--drop-seq", "3"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 2] fault fired: drop all_reduce seq 3"), std::string::npos)
+      << r.output;
+  // At least one of the ranks that did call seq 3 reports the timeout of exactly that op.
+  std::regex re(R"(\[rank ([013])\] comm timeout: all_reduce on group 'world' \(seq 3, count 1000, )"
+                R"(dtype fp32, reduce sum\) did not complete after (\d+) ms \(timeout 2000 ms\); )"
+                R"(flight recorder dumped to (\S+))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, re)) << r.output;
+  int elapsed = std::stoi(m[2]);
+  EXPECT_GE(elapsed, timeout_ms);
+  EXPECT_LE(elapsed, timeout_ms * 3 / 2) << "timed out later than 1.5x the configured timeout";
+  EXPECT_EQ(r.exit_code, exit_code::kCommTimeout) << r.output;
+
+  // The dump names the timed-out op and shows the earlier ones completed.
+  std::ifstream in(m[3].str());
+  ASSERT_TRUE(in.good()) << "no flight recorder dump at " << m[3];
+  auto dump = nlohmann::json::parse(in);
+  EXPECT_EQ(dump["rank"], std::stoi(m[1]));
+  auto& entries = dump["entries"];
+  ASSERT_EQ(entries.size(), 4u);
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(entries[s]["seq"], s);
+    EXPECT_EQ(entries[s]["state"], "completed");
+  }
+  EXPECT_EQ(entries[3]["seq"], 3);
+  EXPECT_EQ(entries[3]["op"], "all_reduce");
+  EXPECT_EQ(entries[3]["state"], "timed-out");
+  EXPECT_EQ(entries[3]["count"], 1000);
+}
+
+TEST_F(WorkerLaunch, SkippedOpInTheMiddleShiftsEveryLaterOpUntilTheLastHangs) {
+  // As with NCCL, collectives match by call order, not by intent: after rank 2 skips seq 3, its
+  // seq 4 pairs with the others' seq 3 and so on, results are silently wrong, and only the
+  // others' last op (seq 7) finds no partner and times out.
+  auto r = launch(4, {"--ops", "8", "--timeout-ms", "2000", "--drop-rank", "2", "--drop-seq",
+                      "3"});
+  EXPECT_EQ(r.exit_code, exit_code::kCommTimeout) << r.output;
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex(R"(\[rank [013]\] comm timeout: all_reduce on group 'world' \(seq 7,)")))
+      << r.output;
+}
+
+TEST_F(WorkerLaunch, VerifyModeTurnsTheSkippedOpIntoANamedMismatch) {
+  auto r = launch(4, {"--ops", "8", "--timeout-ms", "10000", "--drop-rank", "2", "--drop-seq",
+                      "3", "--verify"});
+  EXPECT_EQ(r.exit_code, exit_code::kCommMismatch) << r.output;
+  EXPECT_NE(r.output.find("collective mismatch on group 'world': rank 2 called all_reduce(count "
+                          "1000, dtype fp32, reduce sum) at seq 4; ranks 0-1,3 called "
+                          "all_reduce(count 1000, dtype fp32, reduce sum) at seq 3"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("comm timeout"), std::string::npos) << r.output;
+}
+
+TEST_F(WorkerLaunch, WorldSizeDisagreementNamesTheRanks) {
+  auto argv = mpirun_prefix(3);
+  for (auto& a : std::vector<std::string>{FAULTLINE_COMM_FAULT_WORKER, ":", "-np", "1", "-x",
+                                          "WORLD_SIZE=8", FAULTLINE_COMM_FAULT_WORKER}) {
+    argv.push_back(a);
+  }
+  auto r = run_process(argv, env_);
+  EXPECT_EQ(r.exit_code, exit_code::kRendezvous) << r.output;
+  EXPECT_NE(r.output.find("world size mismatch: rank 3 reports world size 8, ranks 0-2 report "
+                          "world size 4"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(WorkerLaunch, DuplicateRankNamesBothProcessesAndTheMissingRank) {
+  auto argv = mpirun_prefix(3);
+  for (auto& a : std::vector<std::string>{FAULTLINE_COMM_FAULT_WORKER, ":", "-np", "1", "-x",
+                                          "RANK=1", FAULTLINE_COMM_FAULT_WORKER}) {
+    argv.push_back(a);
+  }
+  auto r = run_process(argv, env_);
+  EXPECT_EQ(r.exit_code, exit_code::kRendezvous) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank 1 is claimed by 2 processes \(pid \d+ on host \S+, pid \d+ on host \S+\); no process has rank 3)")))
+      << r.output;
+}
+
+TEST_F(WorkerLaunch, MissingRankVariableIsNamed) {
+  env_["RANK"] = "";
+  env_["OMPI_COMM_WORLD_RANK"] = "";
+  env_["WORLD_SIZE"] = "2";
+  auto r = run_process({FAULTLINE_COMM_FAULT_WORKER}, env_);
+  EXPECT_EQ(r.exit_code, exit_code::kUsage) << r.output;
+  EXPECT_NE(r.output.find("RANK is not set"), std::string::npos) << r.output;
+}
+
+TEST_F(WorkerLaunch, SquattedStorePortIsReportedAsAddressInUse) {
+  // Another process holds the port rank 0 must serve the store on.
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(s, 16), 0);
+  socklen_t len = sizeof(a);
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  env_["MASTER_PORT"] = std::to_string(port);
+  env_["FAULTLINE_STORE_TIMEOUT_MS"] = "3000";
+  env_["FAULTLINE_RDZV_TIMEOUT_MS"] = "3000";
+  auto r = launch(2, {});
+  close(s);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rendezvous store cannot listen on 127.0.0.1:" + std::to_string(port) +
+                          ": address already in use (EADDRINUSE)"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace fl::test

@@ -1,0 +1,41 @@
+#include "workloads/comm/worker_errors.hpp"
+
+#include <cstdio>
+
+#include "base/exit_codes.hpp"
+#include "base/settings.hpp"
+#include "workloads/comm/errors.hpp"
+#include "workloads/rendezvous/store_client.hpp"
+#include "workloads/rendezvous/store_server.hpp"
+#include "workloads/rendezvous/world_check.hpp"
+
+namespace fl::comm {
+
+int run_worker_main(const std::function<int()>& body) {
+  auto report = [](const char* kind, const std::exception& e, int code) {
+    std::fprintf(stderr, "faultline worker error (%s): %s\n", kind, e.what());
+    std::fflush(stderr);
+    return code;
+  };
+  try {
+    return body();
+  } catch (const CommTimeoutError& e) {
+    return report("comm timeout", e, exit_code::kCommTimeout);
+  } catch (const CommMismatchError& e) {
+    return report("comm mismatch", e, exit_code::kCommMismatch);
+  } catch (const CommError& e) {
+    return report("comm", e, exit_code::kCommError);
+  } catch (const rdzv::WorldCheckError& e) {
+    return report("rendezvous", e, exit_code::kRendezvous);
+  } catch (const rdzv::StoreError& e) {
+    return report("store", e, exit_code::kStore);
+  } catch (const rdzv::BindError& e) {
+    return report("store", e, exit_code::kStore);
+  } catch (const SettingError& e) {
+    return report("setting", e, exit_code::kUsage);
+  } catch (const std::exception& e) {
+    return report("error", e, exit_code::kError);
+  }
+}
+
+}  // namespace fl::comm
