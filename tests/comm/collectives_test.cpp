@@ -66,14 +66,15 @@ class Collectives : public testing::Test {
 
 double value(int rank, size_t i) { return (rank + 1) + static_cast<double>(i % 5); }
 
-TEST_F(Collectives, AllReduceEveryOpDtypeAndCount) {
-  const int n = size();
+void check_all_reduce(Communicator& world, const std::vector<size_t>& counts) {
+  const int n = world.size();
+  const int rank = world.rank();
   for (DType t : kDTypes) {
-    for (size_t count : kCounts) {
+    for (size_t count : counts) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
         Data d(t, count);
-        for (size_t i = 0; i < count; ++i) d.set(i, value(rank(), i));
-        world().all_reduce(d.buf(), op);
+        for (size_t i = 0; i < count; ++i) d.set(i, value(rank, i));
+        world.all_reduce(d.buf(), op);
         for (size_t i = 0; i < count; ++i) {
           double sum = n * (n + 1) / 2.0 + n * static_cast<double>(i % 5);
           double want = 0;
@@ -92,6 +93,17 @@ TEST_F(Collectives, AllReduceEveryOpDtypeAndCount) {
       }
     }
   }
+}
+
+TEST_F(Collectives, AllReduceEveryOpDtypeAndCount) { check_all_reduce(world(), kCounts); }
+
+TEST_F(Collectives, AllReduceOnTheRingPathEveryOpDtypeAndCount) {
+  // Large buffers take the ring algorithm; forcing it for every size covers uneven chunking
+  // (count not a multiple of the group size) and counts smaller than the group (fallback).
+  kRingMinBytes.set(1);
+  check_all_reduce(world(), kCounts);
+  kRingMinBytes.reset();
+  check_all_reduce(world(), {140001});  // above the default threshold for 4-byte types
 }
 
 TEST_F(Collectives, ReduceScatterGivesEachRankItsBlock) {

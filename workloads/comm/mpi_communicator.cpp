@@ -153,6 +153,157 @@ class MpiPending final : public PendingOp {
   std::function<void()> finish_;
 };
 
+// Ring all-reduce (reduce-scatter then all-gather, 2(n-1) steps of Isend/Irecv to neighbours),
+// driven one step per poll. For large buffers it beats libnbc's in-place MPI_Iallreduce, which
+// measured ~30% slower than blocking MPI_Allreduce at 4 MiB on 4 ranks; every chunk is reduced
+// once and then copied, so all ranks end with bitwise identical results.
+template <class T>
+void accumulate(T* __restrict dst, const T* __restrict src, size_t n, ReduceOp op) {
+  if (op == ReduceOp::kMax) {
+    for (size_t i = 0; i < n; ++i) dst[i] = src[i] > dst[i] ? src[i] : dst[i];
+  } else if (op == ReduceOp::kMin) {
+    for (size_t i = 0; i < n; ++i) dst[i] = src[i] < dst[i] ? src[i] : dst[i];
+  } else {
+    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(dst[i] + src[i]);
+  }
+}
+
+void accumulate_any(void* dst, const void* src, size_t n, DType t, ReduceOp op) {
+  switch (t) {
+    case DType::kF32: return accumulate(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
+    case DType::kI32:
+      return accumulate(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
+    case DType::kI64:
+      return accumulate(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
+    case DType::kU8:
+      return accumulate(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op);
+    case DType::kF16: {
+      int len = static_cast<int>(n);
+      MPI_Datatype dt = MPI_UINT16_T;
+      int k = op == ReduceOp::kMax ? 1 : op == ReduceOp::kMin ? 2 : 0;
+      if (k == 0) reduce16<half_to_float, float_to_half, 0>(const_cast<void*>(src), dst, &len, &dt);
+      if (k == 1) reduce16<half_to_float, float_to_half, 1>(const_cast<void*>(src), dst, &len, &dt);
+      if (k == 2) reduce16<half_to_float, float_to_half, 2>(const_cast<void*>(src), dst, &len, &dt);
+      return;
+    }
+    case DType::kBF16: {
+      int len = static_cast<int>(n);
+      MPI_Datatype dt = MPI_UINT16_T;
+      int k = op == ReduceOp::kMax ? 1 : op == ReduceOp::kMin ? 2 : 0;
+      if (k == 0) reduce16<bf16_to_float, float_to_bf16, 0>(const_cast<void*>(src), dst, &len, &dt);
+      if (k == 1) reduce16<bf16_to_float, float_to_bf16, 1>(const_cast<void*>(src), dst, &len, &dt);
+      if (k == 2) reduce16<bf16_to_float, float_to_bf16, 2>(const_cast<void*>(src), dst, &len, &dt);
+      return;
+    }
+  }
+}
+
+class RingAllReduce final : public PendingOp {
+ public:
+  // `scratch` holds two receive slots (double-buffered so the next step's receive is posted
+  // before this step's reduction runs); it is reused across ops, so no page is faulted in or
+  // zeroed per op.
+  RingAllReduce(MPI_Comm comm, int rank, int size, void* data, size_t count, DType t, ReduceOp op,
+                std::string group, int world_rank, std::vector<char>& scratch)
+      : comm_(comm), rank_(rank), n_(size), data_(static_cast<char*>(data)), count_(count),
+        t_(t), op_(op), elem_(dtype_size(t)), slot_bytes_((count / size + 1) * elem_ + 64),
+        group_(std::move(group)), world_rank_(world_rank), scratch_(scratch) {
+    if (scratch_.size() < 2 * slot_bytes_) scratch_.resize(2 * slot_bytes_);
+  }
+  bool test() override {
+    const int steps = 2 * (n_ - 1);
+    if (!started_) {
+      post_recv(0);
+      post_send(0);
+      started_ = true;
+    }
+    // A step advances as soon as its receive is done: the next send only depends on the chunk
+    // just received (and reduced), not on the previous send's completion, so sends overlap.
+    while (step_ < steps) {
+      int flag = 0;
+      mpi_check(MPI_Test(&recv_req_, &flag, MPI_STATUS_IGNORE), "MPI_Test(ring recv)", group_,
+                world_rank_);
+      if (!flag) {
+        reap_sends();
+        return false;
+      }
+      const int done = step_++;
+      if (step_ < steps) post_recv(step_);  // let the neighbour's send match while we reduce
+      if (done < n_ - 1) {
+        int c = recv_chunk(done);
+        accumulate_any(chunk(c), slot(done), len(c), t_, op_);
+      }
+      if (step_ < steps) post_send(step_);
+    }
+    if (!reap_sends()) return false;
+    if (finish_) finish_();
+    finish_ = nullptr;
+    return true;
+  }
+  void on_finish(std::function<void()> f) { finish_ = std::move(f); }
+
+ private:
+  int mod(int x) const { return ((x % n_) + n_) % n_; }
+  size_t off(int c) const {
+    size_t base = count_ / n_, extra = count_ % n_;
+    return static_cast<size_t>(c) * base + std::min<size_t>(static_cast<size_t>(c), extra);
+  }
+  size_t len(int c) const { return count_ / n_ + (static_cast<size_t>(c) < count_ % n_ ? 1 : 0); }
+  char* chunk(int c) const { return data_ + off(c) * elem_; }
+  char* slot(int step) const { return scratch_.data() + (step % 2) * slot_bytes_; }
+  // Reduce-scatter steps s < n-1 send chunk r-s and accumulate chunk r-s-1 from prev; after them
+  // rank r owns the reduced chunk r+1, and all-gather steps pass reduced chunks around the ring.
+  int send_chunk(int step) const {
+    return step < n_ - 1 ? mod(rank_ - step) : mod(rank_ + 1 - (step - (n_ - 1)));
+  }
+  int recv_chunk(int step) const {
+    return step < n_ - 1 ? mod(rank_ - step - 1) : mod(rank_ - (step - (n_ - 1)));
+  }
+  void post_recv(int step) {
+    int c = recv_chunk(step);
+    void* into = step < n_ - 1 ? static_cast<void*>(slot(step)) : static_cast<void*>(chunk(c));
+    mpi_check(MPI_Irecv(into, static_cast<int>(len(c) * elem_), MPI_BYTE, mod(rank_ - 1),
+                        kRingTag, comm_, &recv_req_),
+              "MPI_Irecv(ring)", group_, world_rank_);
+  }
+  void post_send(int step) {
+    int c = send_chunk(step);
+    MPI_Request r = MPI_REQUEST_NULL;
+    mpi_check(MPI_Isend(chunk(c), static_cast<int>(len(c) * elem_), MPI_BYTE, mod(rank_ + 1),
+                        kRingTag, comm_, &r),
+              "MPI_Isend(ring)", group_, world_rank_);
+    sends_.push_back(r);
+  }
+  // Tests the outstanding sends; true when none is left.
+  bool reap_sends() {
+    if (sends_.empty()) return true;
+    int flag = 0;
+    mpi_check(MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &flag,
+                          MPI_STATUSES_IGNORE),
+              "MPI_Testall(ring sends)", group_, world_rank_);
+    if (flag) sends_.clear();
+    return flag != 0;
+  }
+
+  static constexpr int kRingTag = 2;
+  MPI_Comm comm_;
+  int rank_, n_;
+  char* data_;
+  size_t count_;
+  DType t_;
+  ReduceOp op_;
+  size_t elem_;
+  size_t slot_bytes_;
+  std::string group_;
+  int world_rank_;
+  std::vector<char>& scratch_;
+  MPI_Request recv_req_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> sends_;
+  int step_ = 0;
+  bool started_ = false;
+  std::function<void()> finish_;
+};
+
 int checked_count(size_t n, const char* what) {
   if (n > static_cast<size_t>(std::numeric_limits<int>::max())) {
     raise<CommError>("{}: count {} exceeds the MPI limit of {} elements per op", what, n,
@@ -247,19 +398,27 @@ void MpiCommunicator::on_timeout() {
 }
 
 std::unique_ptr<PendingOp> MpiCommunicator::start_all_reduce(Buffer buf, ReduceOp op) {
-  auto p = std::make_unique<MpiPending>(group(), world_rank());
   auto view = std::make_unique<HostView>(buf, true);
   void* host = view->data();
+  const int size = this->size();
+  HostView* v = view.get();
+  auto finish = [v, host, buf, op, size] {
+    if (op == ReduceOp::kAvg) divide_in_place(host, buf.count, buf.dtype, size);
+    v->store_back();
+  };
   int n = checked_count(buf.count, "all_reduce");
+  if (size > 1 && buf.bytes() >= kRingMinBytes.get() && buf.count >= static_cast<size_t>(size) &&
+      buf.bytes() / static_cast<size_t>(size) < static_cast<size_t>(std::numeric_limits<int>::max())) {
+    auto ring = std::make_unique<RingAllReduce>(comm_, rank(), size, host, buf.count, buf.dtype,
+                                                op, group(), world_rank(), ring_scratch_);
+    ring->on_finish([finish, keep = std::shared_ptr<HostView>(std::move(view))] { finish(); });
+    return ring;
+  }
+  auto p = std::make_unique<MpiPending>(group(), world_rank());
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, host, n, mpi_type(buf.dtype), mpi_op(op, buf.dtype),
                            comm_, p->request()),
             "MPI_Iallreduce", group(), world_rank());
-  HostView* v = view.get();
-  int size = this->size();
-  p->on_finish([v, host, buf, op, size] {
-    if (op == ReduceOp::kAvg) divide_in_place(host, buf.count, buf.dtype, size);
-    v->store_back();
-  });
+  p->on_finish(finish);
   p->views.push_back(std::move(view));
   return p;
 }

@@ -5,10 +5,15 @@
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 #include "workloads/comm/communicator.hpp"
 
 namespace fl::comm {
+
+FAULTLINE_SETTING(kRingMinBytes, int64_t, "FAULTLINE_MPI_RING_MIN_BYTES", 262144,
+                  "MPI backend: all-reduces of at least this many bytes use the ring algorithm "
+                  "(smaller ones use MPI_Iallreduce)");
 
 // Initialises MPI once per process (MPI_THREAD_FUNNELED: only the training thread calls MPI).
 // Finalises at exit unless a communicator was left broken (a pending op would hang finalize).
@@ -43,6 +48,7 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator(MPI_Comm comm, std::string group, int world_rank,
                   std::shared_ptr<FlightRecorder> recorder, CommOptions options);
   MPI_Comm comm_;
+  std::vector<char> ring_scratch_;
   bool leaked_ = false;  // a timed-out op may still reference the comm: never free it
 };
 
