@@ -34,13 +34,17 @@ struct SiteContext {
   int64_t micro_batch = -1;
 };
 
-struct Site {
+// Sites are found by walking the fl_fault_sites section as an array, so every Site must occupy
+// exactly one fixed-size, fixed-alignment slot: the compiler pads static objects of 32 bytes or
+// more to 32-byte boundaries, so the slot is made 64 bytes and 64-aligned explicitly.
+struct alignas(64) Site {
   const char* name;
   const char* file;
   int line;
   std::atomic<uint64_t> evaluated;
   std::atomic<uint64_t> fired;
 };
+static_assert(sizeof(Site) == 64);
 
 using Handler = Verdict (*)(Site& site, SiteContext& ctx);
 

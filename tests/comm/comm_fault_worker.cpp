@@ -65,6 +65,8 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("[rank %d] %d ops ok\n", comm.rank(), ops);
+    std::fflush(stdout);
+    fl::comm::finish_worker(b);
     return 0;
   });
 }

@@ -104,4 +104,8 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
   return b;
 }
 
+void finish_worker(Bootstrap& b) {
+  if (b.comm) b.comm->barrier();
+}
+
 }  // namespace fl::comm

@@ -46,4 +46,9 @@ struct Bootstrap {
 // together. `backend` is "mpi" or "nccl".
 Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& backend);
 
+// The end of a worker that finished its work: a barrier on the world (with the comm deadline) so
+// that no rank tears MPI down while a peer still needs it. Throws CommTimeoutError if a peer
+// never arrives; MPI is then left unfinalised instead of blocking in MPI_Finalize.
+void finish_worker(Bootstrap& b);
+
 }  // namespace fl::comm

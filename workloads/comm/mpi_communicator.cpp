@@ -329,6 +329,14 @@ void mpi_init_once() {
   });
 }
 
+void mpi_abort_if_running(int code) {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 int mpi_world_size() {
   mpi_init_once();
   int n = 0;

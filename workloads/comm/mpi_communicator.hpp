@@ -19,6 +19,8 @@ FAULTLINE_SETTING(kRingMinBytes, int64_t, "FAULTLINE_MPI_RING_MIN_BYTES", 262144
 // Finalises at exit unless a communicator was left broken (a pending op would hang finalize).
 void mpi_init_once();
 int mpi_world_size();
+// MPI_Abort(MPI_COMM_WORLD, code) if MPI is initialised and not finalised; else returns.
+void mpi_abort_if_running(int code);
 int mpi_world_rank();
 
 class MpiCommunicator final : public Communicator {

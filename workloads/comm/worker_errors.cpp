@@ -5,6 +5,7 @@
 #include "base/exit_codes.hpp"
 #include "base/settings.hpp"
 #include "workloads/comm/errors.hpp"
+#include "workloads/comm/mpi_communicator.hpp"
 #include "workloads/rendezvous/store_client.hpp"
 #include "workloads/rendezvous/store_server.hpp"
 #include "workloads/rendezvous/world_check.hpp"
@@ -15,6 +16,10 @@ int run_worker_main(const std::function<int()>& body) {
   auto report = [](const char* kind, const std::exception& e, int code) {
     std::fprintf(stderr, "faultline worker error (%s): %s\n", kind, e.what());
     std::fflush(stderr);
+    // Under mpirun, end the whole job the way MPI programs do on a fatal error. Exiting without
+    // MPI_Finalize while a peer is inside it can deadlock Open MPI 4.1's launcher (PMIx server
+    // finalize), which would turn a clean failure into a hung job.
+    mpi_abort_if_running(code);
     return code;
   };
   try {
