@@ -38,10 +38,13 @@ int main(int argc, char** argv) {
   int ops = 8;
   size_t count = 1000;
   int64_t timeout_ms = 2000;
+  int64_t finish_timeout_ms = -1;
   bool verify = false;
   app.add_option("--ops", ops, "Ops to run");
   app.add_option("--count", count, "Elements per op");
   app.add_option("--timeout-ms", timeout_ms, "Comm timeout");
+  app.add_option("--finish-timeout-ms", finish_timeout_ms,
+                 "Timeout of the final barrier (default: the comm timeout)");
   app.add_option("--drop-rank", g_drop.rank, "Rank that drops an op");
   app.add_option("--drop-seq", g_drop.seq, "Sequence number it drops");
   app.add_option("--drop-op", g_drop.op, "Op it drops");
@@ -66,6 +69,7 @@ int main(int argc, char** argv) {
     }
     std::printf("[rank %d] %d ops ok\n", comm.rank(), ops);
     std::fflush(stdout);
+    if (finish_timeout_ms > 0) comm.set_timeout(std::chrono::milliseconds(finish_timeout_ms));
     fl::comm::finish_worker(b);
     return 0;
   });

@@ -98,9 +98,12 @@ TEST_F(WorkerLaunch, SkippedOpInTheMiddleShiftsEveryLaterOpUntilTheLastHangs) {
   // As with NCCL, collectives match by call order, not by intent: after rank 2 skips seq 3, its
   // seq 4 pairs with the others' seq 3 and so on, results are silently wrong, and only the
   // others' last op (seq 7) finds no partner and times out.
-  auto r = launch(4, {"--ops", "8", "--timeout-ms", "2000", "--drop-rank", "2", "--drop-seq",
-                      "3"});
+  // Rank 2 finishes its 8 ops and waits at the final barrier longer than the others wait in
+  // their last all_reduce, so the first to give up is one of the ranks left hanging.
+  auto r = launch(4, {"--ops", "8", "--timeout-ms", "2000", "--drop-rank", "2", "--drop-seq", "3",
+                      "--finish-timeout-ms", "15000"});
   EXPECT_EQ(r.exit_code, exit_code::kCommTimeout) << r.output;
+  EXPECT_NE(r.output.find("[rank 2] 8 ops ok"), std::string::npos) << r.output;
   EXPECT_TRUE(std::regex_search(
       r.output, std::regex(R"(\[rank [013]\] comm timeout: all_reduce on group 'world' \(seq 7,)")))
       << r.output;
