@@ -45,6 +45,16 @@ class WorkerLaunch : public testing::Test {
     return run_process(argv, env_);
   }
 
+  // mpirun MPMD: `ranks - 1` ordinary workers, then one whose environment has `override`.
+  ProcessResult launch_with_last_rank_env(int ranks, const std::string& override) {
+    auto argv = mpirun_prefix(ranks - 1);
+    for (auto& a : std::vector<std::string>{FAULTLINE_COMM_FAULT_WORKER, ":", "-np", "1", "-x",
+                                            override, FAULTLINE_COMM_FAULT_WORKER}) {
+      argv.push_back(a);
+    }
+    return run_process(argv, env_);
+  }
+
   fs::path dir_;
   std::map<std::string, std::string> env_;
 };
@@ -122,12 +132,7 @@ TEST_F(WorkerLaunch, VerifyModeTurnsTheSkippedOpIntoANamedMismatch) {
 }
 
 TEST_F(WorkerLaunch, WorldSizeDisagreementNamesTheRanks) {
-  auto argv = mpirun_prefix(3);
-  for (auto& a : std::vector<std::string>{FAULTLINE_COMM_FAULT_WORKER, ":", "-np", "1", "-x",
-                                          "WORLD_SIZE=8", FAULTLINE_COMM_FAULT_WORKER}) {
-    argv.push_back(a);
-  }
-  auto r = run_process(argv, env_);
+  auto r = launch_with_last_rank_env(4, "WORLD_SIZE=8");
   EXPECT_EQ(r.exit_code, exit_code::kRendezvous) << r.output;
   EXPECT_NE(r.output.find("world size mismatch: rank 3 reports world size 8, ranks 0-2 report "
                           "world size 4"),
@@ -136,12 +141,7 @@ TEST_F(WorkerLaunch, WorldSizeDisagreementNamesTheRanks) {
 }
 
 TEST_F(WorkerLaunch, DuplicateRankNamesBothProcessesAndTheMissingRank) {
-  auto argv = mpirun_prefix(3);
-  for (auto& a : std::vector<std::string>{FAULTLINE_COMM_FAULT_WORKER, ":", "-np", "1", "-x",
-                                          "RANK=1", FAULTLINE_COMM_FAULT_WORKER}) {
-    argv.push_back(a);
-  }
-  auto r = run_process(argv, env_);
+  auto r = launch_with_last_rank_env(4, "RANK=1");
   EXPECT_EQ(r.exit_code, exit_code::kRendezvous) << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank 1 is claimed by 2 processes \(pid \d+ on host \S+, pid \d+ on host \S+\); no process has rank 3)")))
       << r.output;

@@ -51,6 +51,19 @@ void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
   }
 }
 
+int reduce_kind(ReduceOp op) { return op == ReduceOp::kMax ? 1 : op == ReduceOp::kMin ? 2 : 0; }
+
+// The 16-bit reduction for (dtype, op); avg reduces as sum and is divided afterwards.
+MPI_User_function* reduce16_fn(DType t, ReduceOp op) {
+  static MPI_User_function* const f16[3] = {&reduce16<half_to_float, float_to_half, 0>,
+                                            &reduce16<half_to_float, float_to_half, 1>,
+                                            &reduce16<half_to_float, float_to_half, 2>};
+  static MPI_User_function* const bf16[3] = {&reduce16<bf16_to_float, float_to_bf16, 0>,
+                                             &reduce16<bf16_to_float, float_to_bf16, 1>,
+                                             &reduce16<bf16_to_float, float_to_bf16, 2>};
+  return (t == DType::kF16 ? f16 : bf16)[reduce_kind(op)];
+}
+
 struct Ops16 {
   MPI_Op f16[3];
   MPI_Op bf16[3];
@@ -59,19 +72,18 @@ struct Ops16 {
 const Ops16& ops16() {
   static Ops16 ops = [] {
     Ops16 o{};
-    MPI_Op_create(&reduce16<half_to_float, float_to_half, 0>, 1, &o.f16[0]);
-    MPI_Op_create(&reduce16<half_to_float, float_to_half, 1>, 1, &o.f16[1]);
-    MPI_Op_create(&reduce16<half_to_float, float_to_half, 2>, 1, &o.f16[2]);
-    MPI_Op_create(&reduce16<bf16_to_float, float_to_bf16, 0>, 1, &o.bf16[0]);
-    MPI_Op_create(&reduce16<bf16_to_float, float_to_bf16, 1>, 1, &o.bf16[1]);
-    MPI_Op_create(&reduce16<bf16_to_float, float_to_bf16, 2>, 1, &o.bf16[2]);
+    const ReduceOp kinds[3] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
+    for (int k = 0; k < 3; ++k) {
+      MPI_Op_create(reduce16_fn(DType::kF16, kinds[k]), 1, &o.f16[k]);
+      MPI_Op_create(reduce16_fn(DType::kBF16, kinds[k]), 1, &o.bf16[k]);
+    }
     return o;
   }();
   return ops;
 }
 
 MPI_Op mpi_op(ReduceOp op, DType t) {
-  int k = op == ReduceOp::kMax ? 1 : op == ReduceOp::kMin ? 2 : 0;  // avg = sum, then divide
+  int k = reduce_kind(op);  // avg = sum, then divide
   if (t == DType::kF16) return ops16().f16[k];
   if (t == DType::kBF16) return ops16().bf16[k];
   return k == 0 ? MPI_SUM : k == 1 ? MPI_MAX : MPI_MIN;
@@ -177,22 +189,11 @@ void accumulate_any(void* dst, const void* src, size_t n, DType t, ReduceOp op) 
       return accumulate(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
     case DType::kU8:
       return accumulate(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op);
-    case DType::kF16: {
-      int len = static_cast<int>(n);
-      MPI_Datatype dt = MPI_UINT16_T;
-      int k = op == ReduceOp::kMax ? 1 : op == ReduceOp::kMin ? 2 : 0;
-      if (k == 0) reduce16<half_to_float, float_to_half, 0>(const_cast<void*>(src), dst, &len, &dt);
-      if (k == 1) reduce16<half_to_float, float_to_half, 1>(const_cast<void*>(src), dst, &len, &dt);
-      if (k == 2) reduce16<half_to_float, float_to_half, 2>(const_cast<void*>(src), dst, &len, &dt);
-      return;
-    }
+    case DType::kF16:
     case DType::kBF16: {
       int len = static_cast<int>(n);
       MPI_Datatype dt = MPI_UINT16_T;
-      int k = op == ReduceOp::kMax ? 1 : op == ReduceOp::kMin ? 2 : 0;
-      if (k == 0) reduce16<bf16_to_float, float_to_bf16, 0>(const_cast<void*>(src), dst, &len, &dt);
-      if (k == 1) reduce16<bf16_to_float, float_to_bf16, 1>(const_cast<void*>(src), dst, &len, &dt);
-      if (k == 2) reduce16<bf16_to_float, float_to_bf16, 2>(const_cast<void*>(src), dst, &len, &dt);
+      reduce16_fn(t, op)(const_cast<void*>(src), dst, &len, &dt);
       return;
     }
   }
@@ -415,8 +416,10 @@ std::unique_ptr<PendingOp> MpiCommunicator::start_all_reduce(Buffer buf, ReduceO
     v->store_back();
   };
   int n = checked_count(buf.count, "all_reduce");
-  if (size > 1 && buf.bytes() >= kRingMinBytes.get() && buf.count >= static_cast<size_t>(size) &&
-      buf.bytes() / static_cast<size_t>(size) < static_cast<size_t>(std::numeric_limits<int>::max())) {
+  const auto ring_min = static_cast<size_t>(std::max<int64_t>(0, kRingMinBytes.get()));
+  const auto group = static_cast<size_t>(size);
+  if (size > 1 && buf.bytes() >= ring_min && buf.count >= group &&
+      buf.bytes() / group < static_cast<size_t>(std::numeric_limits<int>::max())) {
     auto ring = std::make_unique<RingAllReduce>(comm_, rank(), size, host, buf.count, buf.dtype,
                                                 op, group(), world_rank(), ring_scratch_);
     ring->on_finish([finish, keep = std::shared_ptr<HostView>(std::move(view))] { finish(); });
