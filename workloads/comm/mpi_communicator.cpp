@@ -417,9 +417,9 @@ std::unique_ptr<PendingOp> MpiCommunicator::start_all_reduce(Buffer buf, ReduceO
   };
   int n = checked_count(buf.count, "all_reduce");
   const auto ring_min = static_cast<size_t>(std::max<int64_t>(0, kRingMinBytes.get()));
-  const auto group = static_cast<size_t>(size);
-  if (size > 1 && buf.bytes() >= ring_min && buf.count >= group &&
-      buf.bytes() / group < static_cast<size_t>(std::numeric_limits<int>::max())) {
+  const auto group_size = static_cast<size_t>(size);
+  if (size > 1 && buf.bytes() >= ring_min && buf.count >= group_size &&
+      buf.bytes() / group_size < static_cast<size_t>(std::numeric_limits<int>::max())) {
     auto ring = std::make_unique<RingAllReduce>(comm_, rank(), size, host, buf.count, buf.dtype,
                                                 op, group(), world_rank(), ring_scratch_);
     ring->on_finish([finish, keep = std::shared_ptr<HostView>(std::move(view))] { finish(); });
