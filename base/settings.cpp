@@ -63,13 +63,29 @@ std::string parse_setting<std::string>(const std::string&, const std::string& te
   return text;
 }
 
-std::string setting_to_string(bool v) { return v ? "true" : "false"; }
-std::string setting_to_string(int64_t v) { return std::to_string(v); }
-std::string setting_to_string(double v) { return fmt::format("{}", v); }
-std::string setting_to_string(const std::string& v) { return v; }
-const char* setting_type_name(bool*) { return "bool"; }
-const char* setting_type_name(int64_t*) { return "int"; }
-const char* setting_type_name(double*) { return "float"; }
-const char* setting_type_name(std::string*) { return "string"; }
+std::string setting_to_string(bool v) {
+  return v ? "true" : "false";
+}
+std::string setting_to_string(int64_t v) {
+  return std::to_string(v);
+}
+std::string setting_to_string(double v) {
+  return fmt::format("{}", v);
+}
+std::string setting_to_string(const std::string& v) {
+  return v;
+}
+const char* setting_type_name(bool*) {
+  return "bool";
+}
+const char* setting_type_name(int64_t*) {
+  return "int";
+}
+const char* setting_type_name(double*) {
+  return "float";
+}
+const char* setting_type_name(std::string*) {
+  return "string";
+}
 
 }  // namespace fl

@@ -97,4 +97,6 @@ class Setting {
 // Declares a setting at namespace scope: FAULTLINE_SETTING(kCommTimeoutMs, int64_t,
 // "FAULTLINE_COMM_TIMEOUT_MS", 600000, "...");
 #define FAULTLINE_SETTING(ident, type, env, default_value, description) \
-  inline ::fl::Setting<type> ident { env, type(default_value), description }
+  inline ::fl::Setting<type> ident {                                    \
+    env, type(default_value), description                               \
+  }

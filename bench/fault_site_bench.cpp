@@ -29,7 +29,8 @@ void BM_DisarmedFaultSite(benchmark::State& state) {
   fl::fault::remove_handler();
   int x = 0;
   for (auto _ : state) {
-    if (FAULTLINE_FAULT_POINT("bench.site", (fl::fault::SiteContext{x, "", "bench", -1, nullptr, 0, fl::DType::kU8, -1})) ==
+    if (FAULTLINE_FAULT_POINT("bench.site", (fl::fault::SiteContext{x, "", "bench", -1, nullptr, 0,
+                                                                    fl::DType::kU8, -1})) ==
         fl::fault::Verdict::kSkip) {
       x += 2;
     }
@@ -46,7 +47,9 @@ void BM_ArmedNotMatchingFaultSite(benchmark::State& state) {
   fl::fault::install_handler(&never);
   int x = 0;
   for (auto _ : state) {
-    if (FAULTLINE_FAULT_POINT("bench.site_armed", (fl::fault::SiteContext{x, "", "bench", -1, nullptr, 0, fl::DType::kU8, -1})) ==
+    if (FAULTLINE_FAULT_POINT(
+            "bench.site_armed",
+            (fl::fault::SiteContext{x, "", "bench", -1, nullptr, 0, fl::DType::kU8, -1})) ==
         fl::fault::Verdict::kSkip) {
       x += 2;
     }

@@ -16,10 +16,18 @@ std::atomic<int> g_rank{-1};
 std::atomic<int64_t> g_step{-1};
 }  // namespace
 
-void set_rank(int rank) { g_rank.store(rank, std::memory_order_relaxed); }
-int current_rank() { return g_rank.load(std::memory_order_relaxed); }
-void set_step(int64_t step) { g_step.store(step, std::memory_order_relaxed); }
-int64_t current_step() { return g_step.load(std::memory_order_relaxed); }
+void set_rank(int rank) {
+  g_rank.store(rank, std::memory_order_relaxed);
+}
+int current_rank() {
+  return g_rank.load(std::memory_order_relaxed);
+}
+void set_step(int64_t step) {
+  g_step.store(step, std::memory_order_relaxed);
+}
+int64_t current_step() {
+  return g_step.load(std::memory_order_relaxed);
+}
 
 void install_handler(Handler handler) {
   g_handler.store(handler, std::memory_order_release);

@@ -24,12 +24,12 @@ enum class Verdict : uint8_t {
 
 // Everything a handler may need to match targets and act on data.
 struct SiteContext {
-  int64_t seq = -1;            // collective sequence number in `group`, or -1
-  std::string_view group;      // comm group name, or empty
-  std::string_view op;         // op or sub-operation name
-  int peer = -1;               // p2p peer or broadcast root, or -1
-  void* data = nullptr;        // buffer the operation works on, when there is one
-  size_t count = 0;            // elements in `data`
+  int64_t seq = -1;        // collective sequence number in `group`, or -1
+  std::string_view group;  // comm group name, or empty
+  std::string_view op;     // op or sub-operation name
+  int peer = -1;           // p2p peer or broadcast root, or -1
+  void* data = nullptr;    // buffer the operation works on, when there is one
+  size_t count = 0;        // elements in `data`
   DType dtype = DType::kU8;
   int64_t micro_batch = -1;
 };
@@ -70,14 +70,14 @@ std::vector<Site*> all_sites();
 #define FAULTLINE_FAULT_POINT(site_name, ctx_expr) (::fl::fault::Verdict::kProceed)
 #else
 // Evaluates the site. `ctx_expr` (a SiteContext) is only built when something is armed.
-#define FAULTLINE_FAULT_POINT(site_name, ctx_expr)                                              \
-  ([&]() -> ::fl::fault::Verdict {                                                              \
-    if (__builtin_expect(::fl::fault::g_armed.load(std::memory_order_relaxed) != 0, 0)) {      \
-      __attribute__((section("fl_fault_sites"), used)) static ::fl::fault::Site fl_site_{       \
-          site_name, __FILE__, __LINE__, {0}, {0}};                                            \
-      ::fl::fault::SiteContext fl_ctx_ = ctx_expr;                                              \
-      return ::fl::fault::evaluate_armed(fl_site_, fl_ctx_);                                    \
-    }                                                                                           \
-    return ::fl::fault::Verdict::kProceed;                                                      \
+#define FAULTLINE_FAULT_POINT(site_name, ctx_expr)                                        \
+  ([&]() -> ::fl::fault::Verdict {                                                        \
+    if (__builtin_expect(::fl::fault::g_armed.load(std::memory_order_relaxed) != 0, 0)) { \
+      __attribute__((section("fl_fault_sites"), used)) static ::fl::fault::Site fl_site_{ \
+          site_name, __FILE__, __LINE__, {0}, {0}};                                       \
+      ::fl::fault::SiteContext fl_ctx_ = ctx_expr;                                        \
+      return ::fl::fault::evaluate_armed(fl_site_, fl_ctx_);                              \
+    }                                                                                     \
+    return ::fl::fault::Verdict::kProceed;                                                \
   }())
 #endif

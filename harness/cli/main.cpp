@@ -30,8 +30,11 @@ int print_settings(bool json) {
       } catch (const std::exception& e) {
         cur = std::string("error: ") + e.what();
       }
-      arr.push_back({{"env", s.env}, {"type", s.type}, {"default", s.default_value},
-                     {"current", cur}, {"description", s.description}});
+      arr.push_back({{"env", s.env},
+                     {"type", s.type},
+                     {"default", s.default_value},
+                     {"current", cur},
+                     {"description", s.description}});
     }
     std::printf("%s\n", arr.dump(2).c_str());
     return 0;

@@ -19,7 +19,9 @@ std::optional<DType> parse_dtype(std::string_view name) {
 
 void convert_to_f32(const void* src, DType src_type, float* dst, size_t n) {
   switch (src_type) {
-    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
     case DType::kF16: {
       auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = half_to_float(s[i]);
@@ -30,13 +32,16 @@ void convert_to_f32(const void* src, DType src_type, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
       return;
     }
-    default: raise("convert_to_f32: {} is not a floating-point type", dtype_name(src_type));
+    default:
+      raise("convert_to_f32: {} is not a floating-point type", dtype_name(src_type));
   }
 }
 
 void convert_from_f32(const float* src, void* dst, DType dst_type, size_t n) {
   switch (dst_type) {
-    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
     case DType::kF16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = float_to_half(src[i]);
@@ -47,7 +52,8 @@ void convert_from_f32(const float* src, void* dst, DType dst_type, size_t n) {
       for (size_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
       return;
     }
-    default: raise("convert_from_f32: {} is not a floating-point type", dtype_name(dst_type));
+    default:
+      raise("convert_from_f32: {} is not a floating-point type", dtype_name(dst_type));
   }
 }
 

@@ -18,7 +18,7 @@ TEST(Half, KnownValues) {
   EXPECT_EQ(float_to_half(-0.0f), 0x8000);
   EXPECT_EQ(float_to_half(1.0f), 0x3c00);
   EXPECT_EQ(float_to_half(-2.0f), 0xc000);
-  EXPECT_EQ(float_to_half(65504.0f), 0x7bff);  // largest finite
+  EXPECT_EQ(float_to_half(65504.0f), 0x7bff);          // largest finite
   EXPECT_EQ(float_to_half(6.103515625e-05f), 0x0400);  // smallest normal
   EXPECT_EQ(float_to_half(5.9604645e-08f), 0x0001);    // smallest subnormal
   EXPECT_EQ(half_to_float(0x0001), 5.9604644775390625e-08f);

@@ -22,24 +22,34 @@ struct Data {
   size_t size() const { return bytes.size() / dtype_size(t); }
   void set(size_t i, double v) {
     switch (t) {
-      case DType::kF32: reinterpret_cast<float*>(bytes.data())[i] = static_cast<float>(v); break;
+      case DType::kF32:
+        reinterpret_cast<float*>(bytes.data())[i] = static_cast<float>(v);
+        break;
       case DType::kF16:
         reinterpret_cast<uint16_t*>(bytes.data())[i] = float_to_half(static_cast<float>(v));
         break;
       case DType::kBF16:
         reinterpret_cast<uint16_t*>(bytes.data())[i] = float_to_bf16(static_cast<float>(v));
         break;
-      case DType::kI32: reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(v); break;
-      default: FAIL() << "dtype not covered";
+      case DType::kI32:
+        reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(v);
+        break;
+      default:
+        FAIL() << "dtype not covered";
     }
   }
   double get(size_t i) const {
     switch (t) {
-      case DType::kF32: return reinterpret_cast<const float*>(bytes.data())[i];
-      case DType::kF16: return half_to_float(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
-      case DType::kBF16: return bf16_to_float(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
-      case DType::kI32: return reinterpret_cast<const int32_t*>(bytes.data())[i];
-      default: return 0;
+      case DType::kF32:
+        return reinterpret_cast<const float*>(bytes.data())[i];
+      case DType::kF16:
+        return half_to_float(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
+      case DType::kBF16:
+        return bf16_to_float(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
+      case DType::kI32:
+        return reinterpret_cast<const int32_t*>(bytes.data())[i];
+      default:
+        return 0;
     }
   }
   // What storing `v` in this dtype gives back (the expected value after rounding).
@@ -64,7 +74,9 @@ class Collectives : public testing::Test {
   static inline Communicator* world_ = nullptr;
 };
 
-double value(int rank, size_t i) { return (rank + 1) + static_cast<double>(i % 5); }
+double value(int rank, size_t i) {
+  return (rank + 1) + static_cast<double>(i % 5);
+}
 
 void check_all_reduce(Communicator& world, const std::vector<size_t>& counts) {
   const int n = world.size();
@@ -79,13 +91,19 @@ void check_all_reduce(Communicator& world, const std::vector<size_t>& counts) {
           double sum = n * (n + 1) / 2.0 + n * static_cast<double>(i % 5);
           double want = 0;
           switch (op) {
-            case ReduceOp::kSum: want = sum; break;
+            case ReduceOp::kSum:
+              want = sum;
+              break;
             case ReduceOp::kAvg:
               want = t == DType::kI32 ? static_cast<double>(static_cast<int>(sum) / n)
                                       : d.round(static_cast<float>(sum) / static_cast<float>(n));
               break;
-            case ReduceOp::kMax: want = value(n - 1, i); break;
-            case ReduceOp::kMin: want = value(0, i); break;
+            case ReduceOp::kMax:
+              want = value(n - 1, i);
+              break;
+            case ReduceOp::kMin:
+              want = value(0, i);
+              break;
           }
           ASSERT_EQ(d.get(i), want) << dtype_name(t) << " count " << count << " op "
                                     << reduce_name(op) << " element " << i;
@@ -95,7 +113,9 @@ void check_all_reduce(Communicator& world, const std::vector<size_t>& counts) {
   }
 }
 
-TEST_F(Collectives, AllReduceEveryOpDtypeAndCount) { check_all_reduce(world(), kCounts); }
+TEST_F(Collectives, AllReduceEveryOpDtypeAndCount) {
+  check_all_reduce(world(), kCounts);
+}
 
 TEST_F(Collectives, AllReduceOnTheRingPathEveryOpDtypeAndCount) {
   // Large buffers take the ring algorithm; forcing it for every size covers uneven chunking
@@ -146,7 +166,8 @@ TEST_F(Collectives, BroadcastFromLastRank) {
   for (DType t : kDTypes) {
     for (size_t count : kCounts) {
       Data d(t, count);
-      for (size_t i = 0; i < count; ++i) d.set(i, rank() == root ? 3 + static_cast<double>(i % 11) : 0);
+      for (size_t i = 0; i < count; ++i)
+        d.set(i, rank() == root ? 3 + static_cast<double>(i % 11) : 0);
       world().broadcast(d.buf(), root);
       for (size_t i = 0; i < count; ++i) ASSERT_EQ(d.get(i), 3 + static_cast<double>(i % 11));
     }
@@ -170,7 +191,8 @@ TEST_F(Collectives, SendRecvAroundARing) {
         world().recv(in.buf(), prev);
         world().send(out.buf(), next);
       }
-      for (size_t i = 0; i < count; ++i) ASSERT_EQ(in.get(i), prev * 10 + static_cast<double>(i % 3));
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(in.get(i), prev * 10 + static_cast<double>(i % 3));
     }
   }
 }
@@ -245,7 +267,9 @@ TEST_F(Collectives, VerifyModeNamesTheRankCallingADifferentOp) {
     EXPECT_NE(msg.find("rank 1 called all_gather(count 16, dtype fp32) at seq 1"),
               std::string::npos)
         << msg;
-    std::string others = size() == 2 ? "rank 0" : fmt::format("ranks 0,2{}", size() > 3 ? fmt::format("-{}", size() - 1) : "");
+    std::string others =
+        size() == 2 ? "rank 0"
+                    : fmt::format("ranks 0,2{}", size() > 3 ? fmt::format("-{}", size() - 1) : "");
     EXPECT_NE(msg.find(others + " called all_reduce(count 16, dtype fp32, reduce sum) at seq 1"),
               std::string::npos)
         << msg;

@@ -14,8 +14,8 @@ class RankFailurePrinter : public testing::EmptyTestEventListener {
   explicit RankFailurePrinter(int rank) : rank_(rank) {}
   void OnTestPartResult(const testing::TestPartResult& r) override {
     if (r.failed()) {
-      std::fprintf(stderr, "[rank %d] FAILED at %s:%d\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
-                   r.line_number(), r.summary());
+      std::fprintf(stderr, "[rank %d] FAILED at %s:%d\n%s\n", rank_,
+                   r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
     }
   }
 

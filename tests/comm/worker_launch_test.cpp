@@ -25,9 +25,9 @@ namespace fs = std::filesystem;
 class WorkerLaunch : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("faultline-launch-" + std::to_string(::getpid()) + "-" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ =
+        fs::temp_directory_path() / ("faultline-launch-" + std::to_string(::getpid()) + "-" +
+                                     testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     env_ = {{"MASTER_ADDR", "127.0.0.1"},
@@ -71,15 +71,16 @@ TEST_F(WorkerLaunch, CleanRunCompletes) {
 TEST_F(WorkerLaunch, RankThatSkipsAnAllReduceMakesOthersTimeOut) {
   // Rank 2 skips the last all_reduce (seq 3): the others wait in it until their deadline.
   const int timeout_ms = 2000;
-  auto r = launch(4, {"--ops", "4", "--timeout-ms", std::to_string(timeout_ms), "--drop-rank",
-                      "2", "--drop-seq", "3"});
+  auto r = launch(4, {"--ops", "4", "--timeout-ms", std::to_string(timeout_ms), "--drop-rank", "2",
+                      "--drop-seq", "3"});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 2] fault fired: drop all_reduce seq 3"), std::string::npos)
       << r.output;
   // At least one of the ranks that did call seq 3 reports the timeout of exactly that op.
-  std::regex re(R"(\[rank ([013])\] comm timeout: all_reduce on group 'world' \(seq 3, count 1000, )"
-                R"(dtype fp32, reduce sum\) did not complete after (\d+) ms \(timeout 2000 ms\); )"
-                R"(flight recorder dumped to (\S+))");
+  std::regex re(
+      R"(\[rank ([013])\] comm timeout: all_reduce on group 'world' \(seq 3, count 1000, )"
+      R"(dtype fp32, reduce sum\) did not complete after (\d+) ms \(timeout 2000 ms\); )"
+      R"(flight recorder dumped to (\S+))");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.output, m, re)) << r.output;
   int elapsed = std::stoi(m[2]);
@@ -120,8 +121,8 @@ TEST_F(WorkerLaunch, SkippedOpInTheMiddleShiftsEveryLaterOpUntilTheLastHangs) {
 }
 
 TEST_F(WorkerLaunch, VerifyModeTurnsTheSkippedOpIntoANamedMismatch) {
-  auto r = launch(4, {"--ops", "8", "--timeout-ms", "10000", "--drop-rank", "2", "--drop-seq",
-                      "3", "--verify"});
+  auto r = launch(4, {"--ops", "8", "--timeout-ms", "10000", "--drop-rank", "2", "--drop-seq", "3",
+                      "--verify"});
   EXPECT_EQ(r.exit_code, exit_code::kCommMismatch) << r.output;
   EXPECT_NE(r.output.find("collective mismatch on group 'world': rank 2 called all_reduce(count "
                           "1000, dtype fp32, reduce sum) at seq 4; ranks 0-1,3 called "
@@ -143,7 +144,10 @@ TEST_F(WorkerLaunch, WorldSizeDisagreementNamesTheRanks) {
 TEST_F(WorkerLaunch, DuplicateRankNamesBothProcessesAndTheMissingRank) {
   auto r = launch_with_last_rank_env(4, "RANK=1");
   EXPECT_EQ(r.exit_code, exit_code::kRendezvous) << r.output;
-  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(rank 1 is claimed by 2 processes \(pid \d+ on host \S+, pid \d+ on host \S+\); no process has rank 3)")))
+  EXPECT_TRUE(std::regex_search(
+      r.output,
+      std::regex(
+          R"(rank 1 is claimed by 2 processes \(pid \d+ on host \S+, pid \d+ on host \S+\); no process has rank 3)")))
       << r.output;
 }
 

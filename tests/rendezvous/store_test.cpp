@@ -145,10 +145,10 @@ TEST(StoreSockets, AddressInUse) {
     StoreServer second("127.0.0.1", first.port());
     FAIL() << "second bind succeeded";
   } catch (const BindError& e) {
-    EXPECT_NE(std::string(e.what()).find(fmt::format(
-                  "cannot listen on 127.0.0.1:{}: address already in use (EADDRINUSE)",
-                  first.port())),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find(fmt::format(
+            "cannot listen on 127.0.0.1:{}: address already in use (EADDRINUSE)", first.port())),
+        std::string::npos)
         << e.what();
   }
 }

@@ -60,7 +60,8 @@ ProcessResult run_process(const std::vector<std::string>& argv,
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   close(fd);
-  if (rc != 0) throw std::runtime_error(std::string("posix_spawnp ") + argv[0] + ": " + strerror(rc));
+  if (rc != 0)
+    throw std::runtime_error(std::string("posix_spawnp ") + argv[0] + ": " + strerror(rc));
 
   ProcessResult r;
   int status = 0;
@@ -102,8 +103,9 @@ int free_port() {
 }
 
 std::vector<std::string> mpirun_prefix(int ranks) {
-  return {FAULTLINE_MPIRUN, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-          "-np", std::to_string(ranks)};
+  return {
+      FAULTLINE_MPIRUN,     "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
+      std::to_string(ranks)};
 }
 
 }  // namespace fl::test

@@ -10,9 +10,9 @@
 namespace fl::test {
 
 struct ProcessResult {
-  int exit_code = -1;   // exit status, or 128+signal
+  int exit_code = -1;  // exit status, or 128+signal
   bool timed_out = false;
-  std::string output;   // stdout and stderr interleaved
+  std::string output;  // stdout and stderr interleaved
   double seconds = 0;
 };
 

@@ -24,9 +24,10 @@ int int_env(const char* name, const char* fallback, bool required, int default_v
   }
   if (v == nullptr || *v == '\0') {
     if (!required) return default_value;
-    raise<SettingError>("{} is not set: the launcher must give every worker {} (or run it under "
-                        "mpirun, which sets {})",
-                        name, name, fallback ? fallback : "it");
+    raise<SettingError>(
+        "{} is not set: the launcher must give every worker {} (or run it under "
+        "mpirun, which sets {})",
+        name, name, fallback ? fallback : "it");
   }
   return static_cast<int>(parse_setting<int64_t>(used, v));
 }
@@ -72,8 +73,13 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
       std::chrono::milliseconds(rdzv::kStoreTimeoutMs.get()), timeout);
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
-  rdzv::MemberInfo me{b.id.rank,  b.id.world_size, b.id.local_rank, b.id.run_id,
-                      config_hash, host,            static_cast<int>(::getpid())};
+  rdzv::MemberInfo me{b.id.rank,
+                      b.id.world_size,
+                      b.id.local_rank,
+                      b.id.run_id,
+                      config_hash,
+                      host,
+                      static_cast<int>(::getpid())};
   try {
     b.world = rdzv::check_world(*b.store, me, timeout);
   } catch (const rdzv::WorldCheckError&) {
@@ -95,8 +101,9 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
 #if defined(FAULTLINE_HAVE_NCCL)
     b.comm = create_nccl_world(b.id.rank, b.id.world_size, b.id.local_rank, *b.store);
 #else
-    raise<SettingError>("backend 'nccl' requested but this build has no NCCL (configure with "
-                        "FAULTLINE_CUDA=ON on a machine with CUDA and NCCL)");
+    raise<SettingError>(
+        "backend 'nccl' requested but this build has no NCCL (configure with "
+        "FAULTLINE_CUDA=ON on a machine with CUDA and NCCL)");
 #endif
   } else {
     raise<SettingError>("FAULTLINE_BACKEND='{}' is not allowed (allowed: mpi, nccl)", backend);

@@ -17,8 +17,7 @@ FAULTLINE_SETTING(kStoreHost, std::string, "FAULTLINE_STORE_HOST", "rank0",
                   "(the harness)");
 FAULTLINE_SETTING(kRendezvousTimeoutMs, int64_t, "FAULTLINE_RDZV_TIMEOUT_MS", 30000,
                   "How long a rank waits for the whole world at start");
-FAULTLINE_SETTING(kRunId, std::string, "FAULTLINE_RUN_ID", "local",
-                  "Run id every rank must share");
+FAULTLINE_SETTING(kRunId, std::string, "FAULTLINE_RUN_ID", "local", "Run id every rank must share");
 FAULTLINE_SETTING(kBackend, std::string, "FAULTLINE_BACKEND", "mpi", "Data plane: mpi or nccl");
 
 struct WorkerIdentity {

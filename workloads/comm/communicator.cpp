@@ -65,8 +65,8 @@ Communicator::Communicator(std::string group, int rank, int size, int world_rank
 std::string Communicator::describe(const FlightEntry& d) const {
   if (d.op == OpKind::kSend || d.op == OpKind::kRecv) {
     return fmt::format("{} {} rank {} on group '{}' (p2p seq {}, count {}, dtype {})",
-                       op_name(d.op), d.op == OpKind::kSend ? "to" : "from", d.peer, group_,
-                       d.seq, d.count, dtype_name(d.dtype));
+                       op_name(d.op), d.op == OpKind::kSend ? "to" : "from", d.peer, group_, d.seq,
+                       d.count, dtype_name(d.dtype));
   }
   std::string extra;
   if (d.op == OpKind::kAllReduce || d.op == OpKind::kReduceScatter) {
@@ -80,16 +80,18 @@ std::string Communicator::describe(const FlightEntry& d) const {
 
 void Communicator::check_usable(const FlightEntry& d) const {
   if (!broken_reason_.empty()) {
-    raise<CommError>("[rank {}] {} refused: communicator of group '{}' is unusable after an "
-                     "earlier failure: {}",
-                     world_rank_, op_name(d.op), group_, broken_reason_);
+    raise<CommError>(
+        "[rank {}] {} refused: communicator of group '{}' is unusable after an "
+        "earlier failure: {}",
+        world_rank_, op_name(d.op), group_, broken_reason_);
   }
   if (d.op == OpKind::kSend || d.op == OpKind::kRecv || d.op == OpKind::kBroadcast) {
     if (d.peer < 0 || d.peer >= size_) {
-      raise<CommError>("[rank {}] {} on group '{}': {} {} is out of range (group size {}, allowed "
-                       "0-{})",
-                       world_rank_, op_name(d.op), group_,
-                       d.op == OpKind::kBroadcast ? "root" : "peer", d.peer, size_, size_ - 1);
+      raise<CommError>(
+          "[rank {}] {} on group '{}': {} {} is out of range (group size {}, allowed "
+          "0-{})",
+          world_rank_, op_name(d.op), group_, d.op == OpKind::kBroadcast ? "root" : "peer", d.peer,
+          size_, size_ - 1);
     }
     if (d.op != OpKind::kBroadcast && d.peer == rank_) {
       raise<CommError>("[rank {}] {} on group '{}': peer {} is this rank itself", world_rank_,
@@ -149,10 +151,9 @@ void Communicator::wait(PendingOp& op, const FlightEntry& d, uint64_t id, std::s
       std::string path = recorder_->dump(options_.dump_dir, world_rank_, what);
       on_timeout();
       broken_reason_ = "timeout of " + describe(d);
-      throw CommTimeoutError(
-          fmt::format("[rank {}] comm timeout: {}; flight recorder dumped to {}", world_rank_,
-                      what, path),
-          path);
+      throw CommTimeoutError(fmt::format("[rank {}] comm timeout: {}; flight recorder dumped to {}",
+                                         world_rank_, what, path),
+                             path);
     }
     if (now < spin_end) {
       sched_yield();
@@ -176,7 +177,8 @@ void Communicator::verify_collective(const FlightEntry& d, uint64_t id) {
   // Group ranks by what they called; the largest group is "the others".
   std::vector<std::pair<Fingerprint, std::vector<int>>> groups;
   for (int r = 0; r < size_; ++r) {
-    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == all[r]; });
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == all[r]; });
     if (it == groups.end()) {
       groups.push_back({all[r], {r}});
     } else {
@@ -185,8 +187,8 @@ void Communicator::verify_collective(const FlightEntry& d, uint64_t id) {
   }
   std::stable_sort(groups.begin(), groups.end(),
                    [](auto& a, auto& b) { return a.second.size() > b.second.size(); });
-  std::string msg = fmt::format("[rank {}] collective mismatch on group '{}': ", world_rank_,
-                                group_);
+  std::string msg =
+      fmt::format("[rank {}] collective mismatch on group '{}': ", world_rank_, group_);
   for (size_t i = 1; i < groups.size(); ++i) {
     msg += fmt::format("{} called {}; ", format_ranks(groups[i].second),
                        describe_fingerprint(groups[i].first));
@@ -212,7 +214,9 @@ void Communicator::verify_p2p(const FlightEntry& d, uint64_t id) {
   auto side = [](const Fingerprint& f) {
     auto op = static_cast<OpKind>(f.op);
     return fmt::format("{}(count {}, dtype {}) at p2p seq {}",
-                       op == OpKind::kSend ? "send" : op == OpKind::kRecv ? "recv" : op_name(op),
+                       op == OpKind::kSend   ? "send"
+                       : op == OpKind::kRecv ? "recv"
+                                             : op_name(op),
                        f.count, dtype_name(static_cast<DType>(f.dtype)), f.seq);
   };
   raise<CommMismatchError>(
@@ -242,9 +246,9 @@ void Communicator::all_reduce(Buffer buf, ReduceOp op) {
   FlightEntry d = entry(OpKind::kAllReduce, group_, buf.count, buf.dtype, op, -1);
   check_usable(d);
   d.seq = seq_++;
-  auto v = FAULTLINE_FAULT_POINT("comm.all_reduce", (fault::SiteContext{
-                                                        d.seq, group_, "all_reduce", -1, buf.data,
-                                                        buf.count, buf.dtype, -1}));
+  auto v = FAULTLINE_FAULT_POINT(
+      "comm.all_reduce",
+      (fault::SiteContext{d.seq, group_, "all_reduce", -1, buf.data, buf.count, buf.dtype, -1}));
   run(d, static_cast<int>(v), [&] { return start_all_reduce(buf, op); });
 }
 
@@ -252,15 +256,16 @@ void Communicator::reduce_scatter(const Buffer& in, Buffer out, ReduceOp op) {
   FlightEntry d = entry(OpKind::kReduceScatter, group_, in.count, in.dtype, op, -1);
   check_usable(d);
   if (in.count != out.count * static_cast<size_t>(size_) || in.dtype != out.dtype) {
-    raise<CommError>("[rank {}] reduce_scatter on group '{}': input is {} x {}, output {} x {}; "
-                     "the input must hold output count x group size ({} x {}) of the same dtype",
-                     world_rank_, group_, in.count, dtype_name(in.dtype), out.count,
-                     dtype_name(out.dtype), out.count, size_);
+    raise<CommError>(
+        "[rank {}] reduce_scatter on group '{}': input is {} x {}, output {} x {}; "
+        "the input must hold output count x group size ({} x {}) of the same dtype",
+        world_rank_, group_, in.count, dtype_name(in.dtype), out.count, dtype_name(out.dtype),
+        out.count, size_);
   }
   d.seq = seq_++;
-  auto v = FAULTLINE_FAULT_POINT("comm.reduce_scatter",
-                                 (fault::SiteContext{d.seq, group_, "reduce_scatter", -1, in.data,
-                                                     in.count, in.dtype, -1}));
+  auto v = FAULTLINE_FAULT_POINT(
+      "comm.reduce_scatter",
+      (fault::SiteContext{d.seq, group_, "reduce_scatter", -1, in.data, in.count, in.dtype, -1}));
   run(d, static_cast<int>(v), [&] { return start_reduce_scatter(in, out, op); });
 }
 
@@ -268,15 +273,16 @@ void Communicator::all_gather(const Buffer& in, Buffer out) {
   FlightEntry d = entry(OpKind::kAllGather, group_, in.count, in.dtype, ReduceOp::kSum, -1);
   check_usable(d);
   if (out.count != in.count * static_cast<size_t>(size_) || in.dtype != out.dtype) {
-    raise<CommError>("[rank {}] all_gather on group '{}': input is {} x {}, output {} x {}; the "
-                     "output must hold input count x group size ({} x {}) of the same dtype",
-                     world_rank_, group_, in.count, dtype_name(in.dtype), out.count,
-                     dtype_name(out.dtype), in.count, size_);
+    raise<CommError>(
+        "[rank {}] all_gather on group '{}': input is {} x {}, output {} x {}; the "
+        "output must hold input count x group size ({} x {}) of the same dtype",
+        world_rank_, group_, in.count, dtype_name(in.dtype), out.count, dtype_name(out.dtype),
+        in.count, size_);
   }
   d.seq = seq_++;
-  auto v = FAULTLINE_FAULT_POINT("comm.all_gather",
-                                 (fault::SiteContext{d.seq, group_, "all_gather", -1, in.data,
-                                                     in.count, in.dtype, -1}));
+  auto v = FAULTLINE_FAULT_POINT(
+      "comm.all_gather",
+      (fault::SiteContext{d.seq, group_, "all_gather", -1, in.data, in.count, in.dtype, -1}));
   run(d, static_cast<int>(v), [&] { return start_all_gather(in, out); });
 }
 
@@ -284,9 +290,9 @@ void Communicator::broadcast(Buffer buf, int root) {
   FlightEntry d = entry(OpKind::kBroadcast, group_, buf.count, buf.dtype, ReduceOp::kSum, root);
   check_usable(d);
   d.seq = seq_++;
-  auto v = FAULTLINE_FAULT_POINT("comm.broadcast",
-                                 (fault::SiteContext{d.seq, group_, "broadcast", root, buf.data,
-                                                     buf.count, buf.dtype, -1}));
+  auto v = FAULTLINE_FAULT_POINT(
+      "comm.broadcast",
+      (fault::SiteContext{d.seq, group_, "broadcast", root, buf.data, buf.count, buf.dtype, -1}));
   run(d, static_cast<int>(v), [&] { return start_broadcast(buf, root); });
 }
 
@@ -294,9 +300,9 @@ void Communicator::send(const Buffer& buf, int peer) {
   FlightEntry d = entry(OpKind::kSend, group_, buf.count, buf.dtype, ReduceOp::kSum, peer);
   check_usable(d);
   d.seq = p2p_send_seq_[peer]++;
-  auto v = FAULTLINE_FAULT_POINT("comm.send", (fault::SiteContext{d.seq, group_, "send", peer,
-                                                                  buf.data, buf.count, buf.dtype,
-                                                                  -1}));
+  auto v = FAULTLINE_FAULT_POINT(
+      "comm.send",
+      (fault::SiteContext{d.seq, group_, "send", peer, buf.data, buf.count, buf.dtype, -1}));
   run(d, static_cast<int>(v), [&] { return start_send(buf, peer, kDataTag); });
 }
 
@@ -304,9 +310,9 @@ void Communicator::recv(Buffer buf, int peer) {
   FlightEntry d = entry(OpKind::kRecv, group_, buf.count, buf.dtype, ReduceOp::kSum, peer);
   check_usable(d);
   d.seq = p2p_recv_seq_[peer]++;
-  auto v = FAULTLINE_FAULT_POINT("comm.recv", (fault::SiteContext{d.seq, group_, "recv", peer,
-                                                                  buf.data, buf.count, buf.dtype,
-                                                                  -1}));
+  auto v = FAULTLINE_FAULT_POINT(
+      "comm.recv",
+      (fault::SiteContext{d.seq, group_, "recv", peer, buf.data, buf.count, buf.dtype, -1}));
   run(d, static_cast<int>(v), [&] { return start_recv(buf, peer, kDataTag); });
 }
 
@@ -314,8 +320,8 @@ void Communicator::barrier() {
   FlightEntry d = entry(OpKind::kBarrier, group_, 0, DType::kU8, ReduceOp::kSum, -1);
   check_usable(d);
   d.seq = seq_++;
-  auto v = FAULTLINE_FAULT_POINT(
-      "comm.barrier", (fault::SiteContext{d.seq, group_, "barrier", -1, nullptr, 0, DType::kU8, -1}));
+  auto v = FAULTLINE_FAULT_POINT("comm.barrier", (fault::SiteContext{d.seq, group_, "barrier", -1,
+                                                                     nullptr, 0, DType::kU8, -1}));
   run(d, static_cast<int>(v), [&] { return start_barrier(); });
 }
 

@@ -47,9 +47,10 @@ bool cuda_available() {
 #else
 void copy_to_host(void* host, const Buffer& src) {
   if (src.device != Device::kCpu) {
-    raise<CommError>("buffer is on device cuda:{} but this build has no CUDA "
-                     "(configure with FAULTLINE_CUDA=ON)",
-                     src.device_id);
+    raise<CommError>(
+        "buffer is on device cuda:{} but this build has no CUDA "
+        "(configure with FAULTLINE_CUDA=ON)",
+        src.device_id);
   }
   std::memcpy(host, src.data, src.bytes());
 }
@@ -61,7 +62,9 @@ void copy_from_host(const Buffer& dst, const void* host) {
   std::memcpy(dst.data, host, dst.bytes());
 }
 
-bool cuda_available() { return false; }
+bool cuda_available() {
+  return false;
+}
 #endif
 
 }  // namespace fl::comm

@@ -8,8 +8,8 @@
 
 namespace fl::comm {
 
-void copy_to_host(void* host, const Buffer& src);    // src may be host or device
+void copy_to_host(void* host, const Buffer& src);  // src may be host or device
 void copy_from_host(const Buffer& dst, const void* host);
-bool cuda_available();                                // built with CUDA and a device is present
+bool cuda_available();  // built with CUDA and a device is present
 
 }  // namespace fl::comm

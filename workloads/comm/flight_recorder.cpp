@@ -14,12 +14,18 @@ namespace fl::comm {
 
 std::string_view state_name(OpState s) {
   switch (s) {
-    case OpState::kScheduled: return "scheduled";
-    case OpState::kStarted: return "started";
-    case OpState::kCompleted: return "completed";
-    case OpState::kTimedOut: return "timed-out";
-    case OpState::kFailed: return "failed";
-    case OpState::kSkipped: return "skipped";
+    case OpState::kScheduled:
+      return "scheduled";
+    case OpState::kStarted:
+      return "started";
+    case OpState::kCompleted:
+      return "completed";
+    case OpState::kTimedOut:
+      return "timed-out";
+    case OpState::kFailed:
+      return "failed";
+    case OpState::kSkipped:
+      return "skipped";
   }
   return "?";
 }
@@ -115,7 +121,8 @@ std::string FlightRecorder::dump(const std::string& dir, int rank,
   for (const auto& e : snapshot()) entries.push_back(to_json(e));
   j["entries"] = std::move(entries);
 
-  std::filesystem::path d = dir.empty() ? std::filesystem::current_path() : std::filesystem::path(dir);
+  std::filesystem::path d =
+      dir.empty() ? std::filesystem::current_path() : std::filesystem::path(dir);
   std::error_code ec;
   std::filesystem::create_directories(d, ec);
   auto path = d / fmt::format("flight_recorder_rank{}.json", rank);

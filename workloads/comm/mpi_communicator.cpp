@@ -28,12 +28,18 @@ void mpi_check(int rc, const char* call, const std::string& group, int world_ran
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kF16: return MPI_UINT16_T;
-    case DType::kBF16: return MPI_UINT16_T;
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kI64: return MPI_INT64_T;
-    case DType::kU8: return MPI_UINT8_T;
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kF16:
+      return MPI_UINT16_T;
+    case DType::kBF16:
+      return MPI_UINT16_T;
+    case DType::kI32:
+      return MPI_INT32_T;
+    case DType::kI64:
+      return MPI_INT64_T;
+    case DType::kU8:
+      return MPI_UINT8_T;
   }
   return MPI_BYTE;
 }
@@ -51,7 +57,9 @@ void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
   }
 }
 
-int reduce_kind(ReduceOp op) { return op == ReduceOp::kMax ? 1 : op == ReduceOp::kMin ? 2 : 0; }
+int reduce_kind(ReduceOp op) {
+  return op == ReduceOp::kMax ? 1 : op == ReduceOp::kMin ? 2 : 0;
+}
 
 // The 16-bit reduction for (dtype, op); avg reduces as sum and is divided afterwards.
 MPI_User_function* reduce16_fn(DType t, ReduceOp op) {
@@ -112,9 +120,15 @@ void divide_in_place(void* data, size_t n, DType t, int by) {
       for (size_t i = 0; i < n; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) / by);
       return;
     }
-    case DType::kI32: divide_ints<int32_t>(data, n, by); return;
-    case DType::kI64: divide_ints<int64_t>(data, n, by); return;
-    case DType::kU8: divide_ints<uint8_t>(data, n, by); return;
+    case DType::kI32:
+      divide_ints<int32_t>(data, n, by);
+      return;
+    case DType::kI64:
+      divide_ints<int64_t>(data, n, by);
+      return;
+    case DType::kU8:
+      divide_ints<uint8_t>(data, n, by);
+      return;
   }
 }
 
@@ -182,7 +196,8 @@ void accumulate(T* __restrict dst, const T* __restrict src, size_t n, ReduceOp o
 
 void accumulate_any(void* dst, const void* src, size_t n, DType t, ReduceOp op) {
   switch (t) {
-    case DType::kF32: return accumulate(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
+    case DType::kF32:
+      return accumulate(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
     case DType::kI32:
       return accumulate(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
     case DType::kI64:
@@ -206,9 +221,18 @@ class RingAllReduce final : public PendingOp {
   // zeroed per op.
   RingAllReduce(MPI_Comm comm, int rank, int size, void* data, size_t count, DType t, ReduceOp op,
                 std::string group, int world_rank, std::vector<char>& scratch)
-      : comm_(comm), rank_(rank), n_(size), data_(static_cast<char*>(data)), count_(count),
-        t_(t), op_(op), elem_(dtype_size(t)), slot_bytes_((count / size + 1) * elem_ + 64),
-        group_(std::move(group)), world_rank_(world_rank), scratch_(scratch) {
+      : comm_(comm),
+        rank_(rank),
+        n_(size),
+        data_(static_cast<char*>(data)),
+        count_(count),
+        t_(t),
+        op_(op),
+        elem_(dtype_size(t)),
+        slot_bytes_((count / size + 1) * elem_ + 64),
+        group_(std::move(group)),
+        world_rank_(world_rank),
+        scratch_(scratch) {
     if (scratch_.size() < 2 * slot_bytes_) scratch_.resize(2 * slot_bytes_);
   }
   bool test() override {
@@ -263,8 +287,8 @@ class RingAllReduce final : public PendingOp {
   void post_recv(int step) {
     int c = recv_chunk(step);
     void* into = step < n_ - 1 ? static_cast<void*>(slot(step)) : static_cast<void*>(chunk(c));
-    mpi_check(MPI_Irecv(into, static_cast<int>(len(c) * elem_), MPI_BYTE, mod(rank_ - 1),
-                        kRingTag, comm_, &recv_req_),
+    mpi_check(MPI_Irecv(into, static_cast<int>(len(c) * elem_), MPI_BYTE, mod(rank_ - 1), kRingTag,
+                        comm_, &recv_req_),
               "MPI_Irecv(ring)", group_, world_rank_);
   }
   void post_send(int step) {
@@ -279,9 +303,9 @@ class RingAllReduce final : public PendingOp {
   bool reap_sends() {
     if (sends_.empty()) return true;
     int flag = 0;
-    mpi_check(MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &flag,
-                          MPI_STATUSES_IGNORE),
-              "MPI_Testall(ring sends)", group_, world_rank_);
+    mpi_check(
+        MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &flag, MPI_STATUSES_IGNORE),
+        "MPI_Testall(ring sends)", group_, world_rank_);
     if (flag) sends_.clear();
     return flag != 0;
   }
@@ -357,9 +381,10 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(int rank, int wor
   mpi_init_once();
   int mpi_size = mpi_world_size();
   if (mpi_size != world_size) {
-    raise<CommError>("[rank {}] MPI started {} processes but the world size is {}: the launcher's "
-                     "process count and WORLD_SIZE disagree",
-                     rank, mpi_size, world_size);
+    raise<CommError>(
+        "[rank {}] MPI started {} processes but the world size is {}: the launcher's "
+        "process count and WORLD_SIZE disagree",
+        rank, mpi_size, world_size);
   }
   if (rank < 0 || rank >= world_size) {
     raise<CommError>("[rank {}] rank is out of range for world size {} (allowed 0-{})", rank,
@@ -381,18 +406,19 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(int rank, int wor
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string group, int world_rank,
                                  std::shared_ptr<FlightRecorder> recorder, CommOptions options)
-    : Communicator(std::move(group),
-                   [&] {
-                     int r = 0;
-                     MPI_Comm_rank(comm, &r);
-                     return r;
-                   }(),
-                   [&] {
-                     int n = 0;
-                     MPI_Comm_size(comm, &n);
-                     return n;
-                   }(),
-                   world_rank, std::move(recorder), std::move(options)),
+    : Communicator(
+          std::move(group),
+          [&] {
+            int r = 0;
+            MPI_Comm_rank(comm, &r);
+            return r;
+          }(),
+          [&] {
+            int n = 0;
+            MPI_Comm_size(comm, &n);
+            return n;
+          }(),
+          world_rank, std::move(recorder), std::move(options)),
       comm_(comm) {}
 
 MpiCommunicator::~MpiCommunicator() {
@@ -420,14 +446,14 @@ std::unique_ptr<PendingOp> MpiCommunicator::start_all_reduce(Buffer buf, ReduceO
   const auto group_size = static_cast<size_t>(size);
   if (size > 1 && buf.bytes() >= ring_min && buf.count >= group_size &&
       buf.bytes() / group_size < static_cast<size_t>(std::numeric_limits<int>::max())) {
-    auto ring = std::make_unique<RingAllReduce>(comm_, rank(), size, host, buf.count, buf.dtype,
-                                                op, group(), world_rank(), ring_scratch_);
+    auto ring = std::make_unique<RingAllReduce>(comm_, rank(), size, host, buf.count, buf.dtype, op,
+                                                group(), world_rank(), ring_scratch_);
     ring->on_finish([finish, keep = std::shared_ptr<HostView>(std::move(view))] { finish(); });
     return ring;
   }
   auto p = std::make_unique<MpiPending>(group(), world_rank());
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, host, n, mpi_type(buf.dtype), mpi_op(op, buf.dtype),
-                           comm_, p->request()),
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, host, n, mpi_type(buf.dtype), mpi_op(op, buf.dtype), comm_,
+                           p->request()),
             "MPI_Iallreduce", group(), world_rank());
   p->on_finish(finish);
   p->views.push_back(std::move(view));
@@ -459,8 +485,8 @@ std::unique_ptr<PendingOp> MpiCommunicator::start_all_gather(const Buffer& in, B
   auto vin = std::make_unique<HostView>(in, true);
   auto vout = std::make_unique<HostView>(out, false);
   int n = checked_count(in.count, "all_gather");
-  mpi_check(MPI_Iallgather(vin->data(), n, mpi_type(in.dtype), vout->data(), n,
-                           mpi_type(in.dtype), comm_, p->request()),
+  mpi_check(MPI_Iallgather(vin->data(), n, mpi_type(in.dtype), vout->data(), n, mpi_type(in.dtype),
+                           comm_, p->request()),
             "MPI_Iallgather", group(), world_rank());
   HostView* v = vout.get();
   p->on_finish([v] { v->store_back(); });
@@ -512,8 +538,8 @@ std::unique_ptr<PendingOp> MpiCommunicator::start_barrier() {
 std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key,
                                                         const std::string& name) {
   MPI_Comm child = MPI_COMM_NULL;
-  mpi_check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child),
-            "MPI_Comm_split", group(), world_rank());
+  mpi_check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "MPI_Comm_split",
+            group(), world_rank());
   if (child == MPI_COMM_NULL) return nullptr;
   MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN);
   return std::unique_ptr<Communicator>(

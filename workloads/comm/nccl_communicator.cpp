@@ -33,21 +33,30 @@ std::string nccl_text(ncclComm_t comm, ncclResult_t r) {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kF16: return ncclFloat16;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kI32: return ncclInt32;
-    case DType::kI64: return ncclInt64;
-    case DType::kU8: return ncclUint8;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
+    case DType::kU8:
+      return ncclUint8;
   }
   return ncclUint8;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op, DType t, int rank) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
     case ReduceOp::kAvg:
       if (t == DType::kI32 || t == DType::kI64 || t == DType::kU8) {
         raise<CommError>("[rank {}] NCCL has no average for integer type {}; use sum", rank,

@@ -17,7 +17,6 @@ namespace fl::comm {
 // One rank per GPU. The unique id is published by rank 0 through the rendezvous store under
 // "nccl/<run>/world/id" and read by the others with the store's deadline.
 std::unique_ptr<Communicator> create_nccl_world(int rank, int world_size, int device,
-                                                rdzv::StoreClient& store,
-                                                CommOptions options = {});
+                                                rdzv::StoreClient& store, CommOptions options = {});
 
 }  // namespace fl::comm

@@ -42,28 +42,42 @@ Buffer host_buffer(T* data, size_t count, DType dtype) {
 
 constexpr std::string_view op_name(OpKind k) {
   switch (k) {
-    case OpKind::kAllReduce: return "all_reduce";
-    case OpKind::kReduceScatter: return "reduce_scatter";
-    case OpKind::kAllGather: return "all_gather";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kSend: return "send";
-    case OpKind::kRecv: return "recv";
-    case OpKind::kBarrier: return "barrier";
-    case OpKind::kSplit: return "split";
+    case OpKind::kAllReduce:
+      return "all_reduce";
+    case OpKind::kReduceScatter:
+      return "reduce_scatter";
+    case OpKind::kAllGather:
+      return "all_gather";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kSend:
+      return "send";
+    case OpKind::kRecv:
+      return "recv";
+    case OpKind::kBarrier:
+      return "barrier";
+    case OpKind::kSplit:
+      return "split";
   }
   return "?";
 }
 
 constexpr std::string_view reduce_name(ReduceOp r) {
   switch (r) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
   }
   return "?";
 }
 
-constexpr bool is_collective(OpKind k) { return k != OpKind::kSend && k != OpKind::kRecv; }
+constexpr bool is_collective(OpKind k) {
+  return k != OpKind::kSend && k != OpKind::kRecv;
+}
 
 }  // namespace fl::comm

@@ -34,7 +34,10 @@ class ProtocolError : public Error {
 
 class Writer {
  public:
-  explicit Writer(uint8_t head) { buf_.resize(4); buf_.push_back(static_cast<char>(head)); }
+  explicit Writer(uint8_t head) {
+    buf_.resize(4);
+    buf_.push_back(static_cast<char>(head));
+  }
   Writer& str(std::string_view s) {
     u32(static_cast<uint32_t>(s.size()));
     buf_.insert(buf_.end(), s.begin(), s.end());

@@ -44,9 +44,9 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, ms timeout, ms 
   tcp::resolver resolver(c.io);
   auto endpoints = resolver.resolve(host, std::to_string(port), ec);
   if (ec) {
-    throw StoreError(StoreErrorKind::kResolve,
-                     fmt::format("cannot resolve the rendezvous store address '{}': {}", host,
-                                 ec.message()));
+    throw StoreError(
+        StoreErrorKind::kResolve,
+        fmt::format("cannot resolve the rendezvous store address '{}': {}", host, ec.message()));
   }
   const auto start = clock::now();
   const auto deadline = start + connect_timeout;
@@ -120,27 +120,27 @@ std::string StoreClient::call(const std::string& frame, ms wait_for, const char*
       done = true;
       return;
     }
-    asio::async_read(c.socket, asio::buffer(header, 4), [&](const boost::system::error_code& e2,
-                                                             size_t) {
-      if (e2) {
-        err = e2;
-        done = true;
-        return;
-      }
-      uint32_t n;
-      std::memcpy(&n, header, 4);
-      if (n == 0 || n > kMaxFrame) {
-        err = asio::error::message_size;
-        done = true;
-        return;
-      }
-      body.resize(n);
-      asio::async_read(c.socket, asio::buffer(body.data(), n),
-                       [&](const boost::system::error_code& e3, size_t) {
-                         err = e3;
+    asio::async_read(c.socket, asio::buffer(header, 4),
+                     [&](const boost::system::error_code& e2, size_t) {
+                       if (e2) {
+                         err = e2;
                          done = true;
-                       });
-    });
+                         return;
+                       }
+                       uint32_t n;
+                       std::memcpy(&n, header, 4);
+                       if (n == 0 || n > kMaxFrame) {
+                         err = asio::error::message_size;
+                         done = true;
+                         return;
+                       }
+                       body.resize(n);
+                       asio::async_read(c.socket, asio::buffer(body.data(), n),
+                                        [&](const boost::system::error_code& e3, size_t) {
+                                          err = e3;
+                                          done = true;
+                                        });
+                     });
   });
   if (!c.run_until(done, deadline)) {
     c.broken = true;
@@ -153,15 +153,16 @@ std::string StoreClient::call(const std::string& frame, ms wait_for, const char*
     c.broken = true;
     c.broken_reason = err.message();
     throw StoreError(StoreErrorKind::kConnectionLost,
-                     fmt::format("rendezvous store {} on {}: connection lost ({})", what,
-                                 endpoint_, err == asio::error::eof ? "closed by the server"
-                                                                    : err.message()));
+                     fmt::format("rendezvous store {} on {}: connection lost ({})", what, endpoint_,
+                                 err == asio::error::eof ? "closed by the server" : err.message()));
   }
   return body;
 }
 
 namespace {
-uint8_t op(Command c) { return static_cast<uint8_t>(c); }
+uint8_t op(Command c) {
+  return static_cast<uint8_t>(c);
+}
 
 Reader expect_ok(const std::string& body, const std::string& endpoint, const char* what,
                  std::string* timeout_payload = nullptr) {
@@ -172,9 +173,9 @@ Reader expect_ok(const std::string& body, const std::string& endpoint, const cha
     *timeout_payload = body;
     return r;
   }
-  throw StoreError(StoreErrorKind::kServer,
-                   fmt::format("rendezvous store {} on {}: server error: {}", what, endpoint,
-                               r.str()));
+  throw StoreError(
+      StoreErrorKind::kServer,
+      fmt::format("rendezvous store {} on {}: server error: {}", what, endpoint, r.str()));
 }
 }  // namespace
 
@@ -186,13 +187,14 @@ void StoreClient::set(const std::string& key, const std::string& value) {
 std::string StoreClient::get(const std::string& key, ms timeout) {
   if (timeout.count() < 0) timeout = timeout_;
   std::string timed_out;
-  auto body = call(Writer(op(Command::kGet)).str(key).i64(timeout.count()).finish(), timeout,
-                   "get");
+  auto body =
+      call(Writer(op(Command::kGet)).str(key).i64(timeout.count()).finish(), timeout, "get");
   Reader r = expect_ok(body, endpoint_, "get", &timed_out);
   if (!timed_out.empty()) {
-    throw StoreError(StoreErrorKind::kKeyTimeout,
-                     fmt::format("rendezvous store get('{}') on {}: key did not appear within {} ms",
-                                 key, endpoint_, timeout.count()));
+    throw StoreError(
+        StoreErrorKind::kKeyTimeout,
+        fmt::format("rendezvous store get('{}') on {}: key did not appear within {} ms", key,
+                    endpoint_, timeout.count()));
   }
   return r.str();
 }
@@ -225,10 +227,10 @@ int64_t StoreClient::add(const std::string& key, int64_t delta) {
 
 std::string StoreClient::compare_set(const std::string& key, const std::string& expected,
                                      const std::string& desired) {
-  return expect_ok(call(Writer(op(Command::kCompareSet)).str(key).str(expected).str(desired)
-                            .finish(),
-                        timeout_, "compare_set"),
-                   endpoint_, "compare_set")
+  return expect_ok(
+             call(Writer(op(Command::kCompareSet)).str(key).str(expected).str(desired).finish(),
+                  timeout_, "compare_set"),
+             endpoint_, "compare_set")
       .str();
 }
 

@@ -250,8 +250,7 @@ StoreServer::StoreServer(const std::string& host, uint16_t port)
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(host, ec);
   if (ec) {
-    throw BindError("rendezvous store: '" + host + "' is not an IP address (" + ec.message() +
-                    ")");
+    throw BindError("rendezvous store: '" + host + "' is not an IP address (" + ec.message() + ")");
   }
   tcp::endpoint ep(addr, port);
   auto& acc = state_->acceptor;
@@ -267,7 +266,9 @@ StoreServer::StoreServer(const std::string& host, uint16_t port)
   }
 }
 
-StoreServer::~StoreServer() { stop(); }
+StoreServer::~StoreServer() {
+  stop();
+}
 
 uint16_t StoreServer::port() const {
   boost::system::error_code ec;

@@ -14,13 +14,15 @@ namespace {
 constexpr const char* kArrivals = "rdzv/arrivals";
 constexpr const char* kDecided = "rdzv/decided";
 
-std::string member_key(int64_t i) { return "rdzv/member/" + std::to_string(i); }
+std::string member_key(int64_t i) {
+  return "rdzv/member/" + std::to_string(i);
+}
 
 std::string encode(const MemberInfo& m) {
-  return nlohmann::json{{"rank", m.rank},         {"world_size", m.world_size},
-                        {"local_rank", m.local_rank}, {"run_id", m.run_id},
-                        {"config_hash", m.config_hash}, {"host", m.host},
-                        {"pid", m.pid}}
+  return nlohmann::json{
+      {"rank", m.rank},     {"world_size", m.world_size},   {"local_rank", m.local_rank},
+      {"run_id", m.run_id}, {"config_hash", m.config_hash}, {"host", m.host},
+      {"pid", m.pid}}
       .dump();
 }
 
@@ -58,8 +60,8 @@ std::vector<std::pair<std::string, std::vector<int>>> group_by(const std::vector
 
 // "rank 3 reports world size 8, ranks 0-2 report 4"
 template <class Key>
-void check_agreement(const std::vector<MemberInfo>& ms, WorldCheckFailure failure,
-                     const char* what, const char* verb_one, const char* verb_many, Key key) {
+void check_agreement(const std::vector<MemberInfo>& ms, WorldCheckFailure failure, const char* what,
+                     const char* verb_one, const char* verb_many, Key key) {
   auto groups = group_by(ms, key);
   if (groups.size() <= 1) return;
   std::string msg = fmt::format("rendezvous failed: {} mismatch: ", what);
@@ -108,8 +110,7 @@ void validate_world(const std::vector<MemberInfo>& ms, int expected) {
         WorldCheckFailure::kDuplicateRank,
         fmt::format("rendezvous failed: rank {} is claimed by {} processes ({}){}", rank,
                     claim.size(), procs,
-                    missing.empty() ? std::string()
-                                    : "; no process has " + format_ranks(missing)));
+                    missing.empty() ? std::string() : "; no process has " + format_ranks(missing)));
   }
   if (!missing.empty()) {
     throw WorldCheckError(WorldCheckFailure::kMissingRanks,
@@ -132,8 +133,12 @@ struct DecidedMark {
 };
 }  // namespace
 
-int64_t arrivals(StoreClient& store) { return store.add(kArrivals, 0); }
-int64_t decided(StoreClient& store) { return store.add(kDecided, 0); }
+int64_t arrivals(StoreClient& store) {
+  return store.add(kArrivals, 0);
+}
+int64_t decided(StoreClient& store) {
+  return store.add(kDecided, 0);
+}
 
 World check_world(StoreClient& store, const MemberInfo& me, std::chrono::milliseconds timeout) {
   using clock = std::chrono::steady_clock;

@@ -5,8 +5,8 @@
 // falls at least 5x and every rank ends with bitwise identical parameters.
 #include <cblas.h>
 
-#include <CLI/CLI.hpp>
 #include <xxhash.h>
+#include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -33,13 +33,15 @@ struct Mlp {
 };
 
 // Forward: h = tanh(x W1 + b1), y = h W2 + b2. x: batch x in.
-void forward(const Mlp& m, const float* x, int batch, std::vector<float>& h, std::vector<float>& y) {
+void forward(const Mlp& m, const float* x, int batch, std::vector<float>& h,
+             std::vector<float>& y) {
   h.assign(static_cast<size_t>(batch) * m.hidden, 0.0f);
   y.assign(static_cast<size_t>(batch) * m.out, 0.0f);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, m.hidden, m.in, 1.0f, x, m.in,
               m.w1.data(), m.hidden, 0.0f, h.data(), m.hidden);
   for (int b = 0; b < batch; ++b) {
-    for (int j = 0; j < m.hidden; ++j) h[b * m.hidden + j] = std::tanh(h[b * m.hidden + j] + m.b1[j]);
+    for (int j = 0; j < m.hidden; ++j)
+      h[b * m.hidden + j] = std::tanh(h[b * m.hidden + j] + m.b1[j]);
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, m.out, m.hidden, 1.0f, h.data(),
               m.hidden, m.w2.data(), m.out, 0.0f, y.data(), m.out);
@@ -147,10 +149,11 @@ int main(int argc, char** argv) {
     bool same = std::all_of(all.begin(), all.end(), [&](int64_t v) { return v == all[0]; });
     bool learned = loss * 5.0f < first_loss;
     if (rank == 0) {
-      std::printf("dp-smoke: loss %.6f -> %.6f (%.1fx lower), parameters %s across %d ranks "
-                  "(xxh64 %016llx)\n",
-                  first_loss, loss, first_loss / loss, same ? "identical" : "DIFFER", world,
-                  static_cast<unsigned long long>(all[0]));
+      std::printf(
+          "dp-smoke: loss %.6f -> %.6f (%.1fx lower), parameters %s across %d ranks "
+          "(xxh64 %016llx)\n",
+          first_loss, loss, first_loss / loss, same ? "identical" : "DIFFER", world,
+          static_cast<unsigned long long>(all[0]));
       std::printf("dp-smoke: %s\n", same && learned ? "PASS" : "FAIL");
     }
     fl::comm::finish_worker(b);
