@@ -1,0 +1,283 @@
+// CPU kernels of the decoder. Each has a straightforward reference form; the tests compare every
+// backward against central finite differences of its forward.
+#include "kernels/ops.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace fl::ops {
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int B, int T, int C) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      float* o = out + (static_cast<size_t>(b) * T + t) * C;
+      const float* e = wte + static_cast<size_t>(tokens[b * T + t]) * C;
+      const float* p = wpe + static_cast<size_t>(t) * C;
+      for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    }
+  }
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const float* d = dout + (static_cast<size_t>(b) * T + t) * C;
+      float* e = dwte + static_cast<size_t>(tokens[b * T + t]) * C;
+      float* p = dwpe + static_cast<size_t>(t) * C;
+      for (int c = 0; c < C; ++c) {
+        e[c] += d[c];
+        p[c] += d[c];
+      }
+    }
+  }
+}
+
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 0.0f,
+              out, OC);
+  if (bias) {
+    for (int n = 0; n < N; ++n) {
+      float* o = out + static_cast<size_t>(n) * OC;
+      for (int j = 0; j < OC; ++j) o[j] += bias[j];
+    }
+  }
+}
+
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC) {
+  if (dinp) {  // [N, OC] · [OC, C]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
+                1.0f, dinp, C);
+  }
+  if (dweight) {  // [OC, N] · [N, C]
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                dweight, C);
+  }
+  if (dbias) {
+    for (int n = 0; n < N; ++n) {
+      const float* d = dout + static_cast<size_t>(n) * OC;
+      for (int j = 0; j < OC; ++j) dbias[j] += d[j];
+    }
+  }
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C) {
+  const float eps = 1e-5f;
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + static_cast<size_t>(n) * C;
+    float m = 0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= static_cast<float>(C);
+    float var = 0;
+    for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    var /= static_cast<float>(C);
+    float s = 1.0f / std::sqrt(var + eps);
+    float* o = out + static_cast<size_t>(n) * C;
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    const float* d = dout + static_cast<size_t>(n) * C;
+    const float* x = inp + static_cast<size_t>(n) * C;
+    float* dx = dinp + static_cast<size_t>(n) * C;
+    const float m = mean[n], s = rstd[n];
+    float mean_dnorm = 0, mean_dnorm_norm = 0;
+    for (int c = 0; c < C; ++c) {
+      float norm = (x[c] - m) * s;
+      float dnorm = weight[c] * d[c];
+      mean_dnorm += dnorm;
+      mean_dnorm_norm += dnorm * norm;
+    }
+    mean_dnorm /= static_cast<float>(C);
+    mean_dnorm_norm /= static_cast<float>(C);
+    for (int c = 0; c < C; ++c) {
+      float norm = (x[c] - m) * s;
+      float dnorm = weight[c] * d[c];
+      dbias[c] += d[c];
+      dweight[c] += norm * d[c];
+      dx[c] += s * (dnorm - mean_dnorm - norm * mean_dnorm_norm);
+    }
+  }
+}
+
+namespace {
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+}
+
+void gelu_forward(float* out, const float* inp, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+  }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    float x = inp[i];
+    float u = kGeluScale * (x + 0.044715f * x * x * x);
+    float th = std::tanh(u);
+    float sech2 = 1.0f - th * th;
+    float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += (0.5f * (1.0f + th) + 0.5f * x * sech2 * du) * dout[i];
+  }
+}
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int ld = 3 * C;
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const float* q = qkv + static_cast<size_t>(b) * T * ld + h * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
+      // scores = q · kᵀ · scale over all (t, s); the causal mask is applied by the softmax.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, ld, k, ld, 0.0f, a,
+                  T);
+      for (int t = 0; t < T; ++t) {
+        float* row = a + static_cast<size_t>(t) * T;
+        float mx = row[0];
+        for (int s = 1; s <= t; ++s) mx = std::max(mx, row[s]);
+        float sum = 0;
+        for (int s = 0; s <= t; ++s) {
+          row[s] = std::exp(row[s] - mx);
+          sum += row[s];
+        }
+        const float inv = 1.0f / sum;
+        for (int s = 0; s <= t; ++s) row[s] *= inv;
+        for (int s = t + 1; s < T; ++s) row[s] = 0.0f;
+      }
+      float* o = out + static_cast<size_t>(b) * T * C + h * hs;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, ld, 0.0f, o,
+                  C);
+    }
+  }
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int C, int NH) {
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int ld = 3 * C;
+  std::vector<float> datt(static_cast<size_t>(T) * T);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const size_t base = static_cast<size_t>(b) * T * ld + h * hs;
+      const float* q = qkv + base;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* dq = dqkv + base;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      const float* a = att + (static_cast<size_t>(b) * NH + h) * T * T;
+      const float* d = dout + static_cast<size_t>(b) * T * C + h * hs;
+      // datt = dout · vᵀ ; dv += attᵀ · dout
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, ld, 0.0f,
+                  datt.data(), T);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 1.0f, dv,
+                  ld);
+      // Softmax backward, row by row: dscore = att · (datt - Σ att·datt).
+      for (int t = 0; t < T; ++t) {
+        const float* arow = a + static_cast<size_t>(t) * T;
+        float* drow = datt.data() + static_cast<size_t>(t) * T;
+        float dot = 0;
+        for (int s = 0; s <= t; ++s) dot += arow[s] * drow[s];
+        for (int s = 0; s <= t; ++s) drow[s] = arow[s] * (drow[s] - dot) * scale;
+        for (int s = t + 1; s < T; ++s) drow[s] = 0.0f;
+      }
+      // dq += dscore · k ; dk += dscoreᵀ · q
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, datt.data(), T, k,
+                  ld, 1.0f, dq, ld);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, datt.data(), T, q, ld,
+                  1.0f, dk, ld);
+    }
+  }
+}
+
+void residual_forward(float* out, const float* a, const float* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void residual_backward(float* da, float* db, const float* dout, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    da[i] += dout[i];
+    db[i] += dout[i];
+  }
+}
+
+void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
+                                   const int32_t* targets, int N, int V) {
+  for (int n = 0; n < N; ++n) {
+    const float* l = logits + static_cast<size_t>(n) * V;
+    float* p = probs + static_cast<size_t>(n) * V;
+    float mx = l[0];
+    for (int i = 1; i < V; ++i) mx = std::max(mx, l[i]);
+    double sum = 0;
+    for (int i = 0; i < V; ++i) {
+      p[i] = std::exp(l[i] - mx);
+      sum += p[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int i = 0; i < V; ++i) p[i] *= inv;
+    const int32_t tgt = targets[n];
+    losses[n] = tgt < 0 ? 0.0f : -std::log(std::max(p[tgt], 1e-30f));
+  }
+}
+
+void softmax_cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets,
+                                    float dloss, int N, int V) {
+  for (int n = 0; n < N; ++n) {
+    const int32_t tgt = targets[n];
+    if (tgt < 0) continue;
+    const float* p = probs + static_cast<size_t>(n) * V;
+    float* d = dlogits + static_cast<size_t>(n) * V;
+    for (int i = 0; i < V; ++i) d[i] += (p[i] - (i == tgt ? 1.0f : 0.0f)) * dloss;
+  }
+}
+
+double sum_of_squares(const float* x, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+void scale(float* x, size_t n, float by) {
+  for (size_t i = 0; i < n; ++i) x[i] *= by;
+}
+
+bool has_non_finite(const float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) return true;
+  }
+  return false;
+}
+
+void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, int64_t t,
+                  const AdamW& hp) {
+  const float c1 = 1.0f - std::pow(hp.beta1, static_cast<float>(t));
+  const float c2 = 1.0f - std::pow(hp.beta2, static_cast<float>(t));
+  for (size_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    m[i] = hp.beta1 * m[i] + (1.0f - hp.beta1) * g;
+    v[i] = hp.beta2 * v[i] + (1.0f - hp.beta2) * g * g;
+    const float mh = m[i] / c1;
+    const float vh = v[i] / c2;
+    param[i] -= hp.lr * (mh / (std::sqrt(vh) + hp.eps) + hp.weight_decay * param[i]);
+  }
+}
+
+}  // namespace fl::ops

@@ -1,0 +1,49 @@
+#include "kernels/tensor.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace fl {
+
+Storage::Storage(size_t bytes, MemoryAccountant& acct, std::string_view what)
+    : bytes_(bytes), acct_(&acct) {
+  acct.reserve(bytes, what);
+  // 64-byte alignment for vectorised kernels; at least one byte so the pointer is unique.
+  size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  data_ = std::aligned_alloc(64, rounded);
+  if (!data_) {
+    acct.release(bytes);
+    throw std::bad_alloc();
+  }
+  std::memset(data_, 0, rounded);
+}
+
+Storage::~Storage() {
+  std::free(data_);
+  acct_->release(bytes_);
+}
+
+Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype, std::string_view what,
+                     MemoryAccountant& acct) {
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(t.bytes(), acct, what);
+  return t;
+}
+
+size_t Tensor::numel() const {
+  size_t n = 1;
+  for (auto d : shape_) n *= static_cast<size_t>(d);
+  return n;
+}
+
+float* Tensor::f32() const {
+  if (dtype_ != DType::kF32) {
+    raise("tensor of dtype {} used where fp32 is required", dtype_name(dtype_));
+  }
+  return data<float>();
+}
+
+}  // namespace fl

@@ -1,0 +1,85 @@
+// The memory accountant and tensors; the dynamic loss scaler.
+#include <gtest/gtest.h>
+
+#include "kernels/loss_scaler.hpp"
+#include "kernels/tensor.hpp"
+
+namespace fl {
+namespace {
+
+TEST(MemoryAccountant, TracksCurrentAndPeakThroughTensors) {
+  MemoryAccountant acct(0, 0);
+  {
+    auto a = Tensor::zeros({256, 4}, DType::kF32, "a", acct);
+    auto b = Tensor::zeros({100}, DType::kF16, "b", acct);
+    EXPECT_EQ(acct.current(), 256u * 4 * 4 + 200);
+    EXPECT_EQ(a.numel(), 1024u);
+    EXPECT_EQ(a.f32()[1023], 0.0f);
+    EXPECT_THROW(b.f32(), Error);
+    a.release();
+    EXPECT_EQ(acct.current(), 200u);
+  }
+  EXPECT_EQ(acct.current(), 0u);
+  EXPECT_EQ(acct.peak(), 4096u + 200);
+}
+
+TEST(MemoryAccountant, BudgetExceededGivesAnOutOfMemoryErrorLikeCuda) {
+  MemoryAccountant acct(10 * 1024 * 1024, 3);
+  auto a = Tensor::zeros({2 * 1024 * 1024}, DType::kF32, "activations", acct);  // 8 MiB
+  try {
+    auto b = Tensor::zeros({1024 * 1024}, DType::kF32, "attn.qkv.grad", acct);  // 4 MiB more
+    FAIL() << "allocation beyond the budget succeeded";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_STREQ(e.what(),
+                 "[rank 3] out of memory on cpu: tried to allocate 4.00 MiB for 'attn.qkv.grad'; "
+                 "8.00 MiB already allocated, budget 10.00 MiB (2.00 MiB free), peak 8.00 MiB");
+    EXPECT_EQ(e.requested(), 4u * 1024 * 1024);
+    EXPECT_EQ(e.allocated(), 8u * 1024 * 1024);
+  }
+  EXPECT_EQ(acct.current(), 8u * 1024 * 1024);  // the failed allocation reserved nothing
+}
+
+TEST(LossScaler, OverflowSkipsAndLowersCleanStepsGrow) {
+  LossScaler s({.initial_scale = 1024, .growth_factor = 2, .backoff_factor = 0.5,
+                .growth_interval = 3, .min_scale = 1, .hysteresis = 1});
+  EXPECT_FALSE(s.update(true, 0));
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_EQ(s.skipped_steps(), 1);
+  EXPECT_TRUE(s.update(false, 1));
+  EXPECT_TRUE(s.update(false, 2));
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_TRUE(s.update(false, 3));
+  EXPECT_EQ(s.scale(), 1024);  // grown after 3 clean steps
+}
+
+TEST(LossScaler, HysteresisToleratesOverflowsBeforeLowering) {
+  LossScaler s({.initial_scale = 8, .growth_factor = 2, .backoff_factor = 0.5,
+                .growth_interval = 100, .min_scale = 1, .hysteresis = 2});
+  EXPECT_FALSE(s.update(true, 0));
+  EXPECT_EQ(s.scale(), 8);
+  EXPECT_FALSE(s.update(true, 1));
+  EXPECT_EQ(s.scale(), 4);
+}
+
+TEST(LossScaler, OverflowAtTheMinimumStopsTraining) {
+  LossScaler s({.initial_scale = 4, .growth_factor = 2, .backoff_factor = 0.5,
+                .growth_interval = 100, .min_scale = 1, .hysteresis = 1});
+  EXPECT_FALSE(s.update(true, 10));  // 2
+  EXPECT_FALSE(s.update(true, 11));  // 1
+  try {
+    s.update(true, 12);
+    FAIL();
+  } catch (const LossScaleError& e) {
+    EXPECT_STREQ(e.what(), "gradient overflow at step 12 with the loss scale already at its "
+                           "minimum (1): it cannot be lowered further, so training stops (3 steps "
+                           "skipped so far)");
+  }
+}
+
+TEST(LossScaler, InvalidConfigurationIsRejected) {
+  EXPECT_THROW(LossScaler({.initial_scale = 0.5f, .min_scale = 1}), Error);
+  EXPECT_THROW(LossScaler({.backoff_factor = 1.5f}), Error);
+}
+
+}  // namespace
+}  // namespace fl
