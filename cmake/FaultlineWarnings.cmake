@@ -3,7 +3,8 @@ function(faultline_apply_warnings target)
   target_compile_options(${target} INTERFACE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
       -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wformat=2
-      -Wimplicit-fallthrough>)
+      -Wimplicit-fallthrough
+      -Wno-restrict>)  # GCC 12 false positives in std::string at -O3 (GCC bug 105329)
   if(FAULTLINE_WERROR)
     target_compile_options(${target} INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
   endif()

@@ -1,0 +1,151 @@
+// The single-rank GPT: gradients of the whole model against finite differences, deterministic
+// layout-independent initialisation, layout validation messages, activation memory accounting.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "workloads/model/gpt.hpp"
+
+namespace fl::model {
+namespace {
+
+GptConfig micro() { return GptConfig{11, 8, 2, 2, 5, 99}; }
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+};
+
+Batch batch(const GptConfig& c, int B, int T) {
+  Batch b;
+  for (int i = 0; i < B * T; ++i) {
+    b.tokens.push_back((i * 7 + 3) % c.vocab);
+    b.targets.push_back((i * 5 + 1) % c.vocab);
+  }
+  b.targets[2] = -1;  // an ignored position
+  return b;
+}
+
+TEST(Gpt, GradientsMatchFiniteDifferences) {
+  auto cfg = micro();
+  ParamLayout layout(cfg, 1, 0, 1, 0);
+  std::vector<float> params(layout.total()), grads(layout.total());
+  layout.initialize(params.data(), cfg.seed);
+  // Larger weights than the init, so every path carries signal worth checking.
+  for (auto& p : params) p *= 5.0f;
+  MemoryAccountant acct;
+  GptStage stage(cfg, layout, nullptr, acct);
+  const int B = 2, T = 4;
+  auto data = batch(cfg, B, T);
+  auto acts = stage.forward(params.data(), data.tokens.data(), nullptr, data.targets.data(), B, T);
+  stage.backward(*acts, params.data(), grads.data(), 1.0f, nullptr, nullptr);
+  auto loss = [&] {
+    return static_cast<double>(stage.forward(params.data(), data.tokens.data(), nullptr,
+                                             data.targets.data(), B, T)
+                                   ->loss);
+  };
+  // Every parameter tensor: its first elements and a middle one.
+  int checked = 0;
+  for (auto& s : layout.specs()) {
+    for (size_t k : {size_t{0}, size_t{1}, s.numel() / 2}) {
+      size_t i = s.offset + k;
+      float keep = params[i];
+      const float eps = 1e-3f;
+      params[i] = keep + eps;
+      double up = loss();
+      params[i] = keep - eps;
+      double down = loss();
+      params[i] = keep;
+      double numeric = (up - down) / (2 * eps);
+      EXPECT_NEAR(grads[i], numeric, 3e-3 + 3e-2 * std::fabs(numeric)) << s.name << "[" << k << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 60);
+  EXPECT_NEAR(acts->loss, loss(), 1e-6);
+}
+
+TEST(Gpt, InitialLossIsLogVocab) {
+  auto cfg = GptConfig::tiny();
+  ParamLayout layout(cfg, 1, 0, 1, 0);
+  std::vector<float> params(layout.total());
+  layout.initialize(params.data(), cfg.seed);
+  MemoryAccountant acct;
+  GptStage stage(cfg, layout, nullptr, acct);
+  auto data = batch(cfg, 2, cfg.seq_len);
+  auto acts = stage.forward(params.data(), data.tokens.data(), nullptr, data.targets.data(), 2,
+                            cfg.seq_len);
+  EXPECT_NEAR(acts->loss, std::log(static_cast<float>(cfg.vocab)), 0.05);
+}
+
+TEST(Gpt, TensorParallelShardsAreSlicesOfTheFullWeights) {
+  auto cfg = micro();
+  ParamLayout full(cfg, 1, 0, 1, 0);
+  std::vector<float> fp(full.total());
+  full.initialize(fp.data(), cfg.seed);
+  for (int r = 0; r < 2; ++r) {
+    ParamLayout shard(cfg, 2, r, 1, 0);
+    std::vector<float> sp(shard.total());
+    shard.initialize(sp.data(), cfg.seed);
+    for (auto& s : shard.specs()) {
+      const auto& f = full.spec(s.name);
+      for (int64_t i = 0; i < s.local_rows; ++i) {
+        for (int64_t j = 0; j < s.local_cols; ++j) {
+          ASSERT_EQ(sp[s.offset + i * s.local_cols + j], fp[f.offset + shard.full_index(s, i, j)])
+              << s.name;
+        }
+      }
+    }
+  }
+}
+
+TEST(Gpt, ActivationsAreChargedToTheAccountantAndFreed) {
+  auto cfg = GptConfig::tiny();
+  ParamLayout layout(cfg, 1, 0, 1, 0);
+  std::vector<float> params(layout.total());
+  layout.initialize(params.data(), cfg.seed);
+  MemoryAccountant acct(0, 0);
+  GptStage stage(cfg, layout, nullptr, acct);
+  auto data = batch(cfg, 4, cfg.seq_len);
+  {
+    auto acts = stage.forward(params.data(), data.tokens.data(), nullptr, data.targets.data(), 4,
+                              cfg.seq_len);
+    EXPECT_GT(acct.current(), 4u * cfg.seq_len * cfg.d_model * 4 * 10);
+  }
+  EXPECT_EQ(acct.current(), 0u);
+  // A budget below one micro-batch's activations fails with the accountant's error.
+  MemoryAccountant small(64 * 1024, 2);
+  GptStage tight(cfg, layout, nullptr, small);
+  EXPECT_THROW(tight.forward(params.data(), data.tokens.data(), nullptr, data.targets.data(), 4,
+                             cfg.seq_len),
+               OutOfMemoryError);
+}
+
+TEST(Layout, InvalidLayoutsNameTheSizes) {
+  auto cfg = GptConfig::tiny();  // 4 heads, d_model 32, 2 layers
+  auto msg = [&](Layout l) {
+    try {
+      validate(cfg, l);
+      return std::string("ok");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_EQ(msg({8, 2, 2, 2, 0}), "ok");
+  EXPECT_EQ(msg({4, 1, 3, 1, 0}), "invalid layout: dp 1 x tp 3 x pp 1 = 3 ranks, but the world has 4");
+  EXPECT_EQ(msg({3, 1, 3, 1, 0}),
+            "invalid layout: tensor-parallel size 3 does not divide the number of heads 4");
+  EXPECT_EQ(msg({2, 1, 1, 2, 0}), "ok");
+  EXPECT_EQ(msg({4, 1, 1, 4, 0}), "invalid layout: pipeline-parallel size 4 does not divide the 2 layers");
+  EXPECT_EQ(msg({2, 1, 8, 1, 0}),
+            "invalid layout: dp 1 x tp 8 x pp 1 = 8 ranks, but the world has 2");
+  EXPECT_EQ(msg({1, 1, 1, 1, 2}),
+            "invalid layout: ZeRO stage 2 partitions across data-parallel ranks, but dp is 1");
+  EXPECT_EQ(msg({4, 2, 1, 2, 3}),
+            "invalid layout: ZeRO stage 3 cannot be combined with pipeline parallelism (pp 2); "
+            "use ZeRO-1 with pipelines");
+  EXPECT_EQ(msg({2, 2, 1, 1, 4}), "invalid layout: ZeRO stage 4 does not exist (allowed 0-3)");
+}
+
+}  // namespace
+}  // namespace fl::model

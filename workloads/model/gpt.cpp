@@ -1,0 +1,188 @@
+#include "workloads/model/gpt.hpp"
+
+#include <cstring>
+
+#include "injector/site.hpp"
+#include "kernels/ops.hpp"
+
+namespace fl::model {
+
+const float* StageActs::output() const {
+  return layers.empty() ? input.f32() : layers.back().res3.f32();
+}
+
+GptStage::GptStage(const GptConfig& cfg, const ParamLayout& layout, comm::Communicator* tp_group,
+                   MemoryAccountant& acct)
+    : cfg_(cfg), layout_(layout), tp_(tp_group), tp_size_(tp_group ? tp_group->size() : 1),
+      acct_(acct) {}
+
+Tensor GptStage::alloc(std::vector<int64_t> shape, const std::string& what) {
+  return Tensor::zeros(std::move(shape), DType::kF32, what, acct_);
+}
+
+void GptStage::tp_all_reduce(float* data, size_t n) {
+  if (tp_ && tp_size_ > 1) tp_->all_reduce(comm::host_buffer(data, n, DType::kF32));
+}
+
+std::unique_ptr<StageActs> GptStage::forward(const float* params, const int32_t* tokens,
+                                             const float* x_in, const int32_t* targets, int B,
+                                             int T) {
+  if (T > cfg_.seq_len) raise("sequence length {} exceeds the model's context {}", T, cfg_.seq_len);
+  const int C = cfg_.d_model, V = cfg_.vocab;
+  const int Cl = C / tp_size_, NHl = cfg_.heads / tp_size_, N = B * T;
+  auto* P = const_cast<float*>(params);
+  auto a = std::make_unique<StageActs>();
+  a->B = B;
+  a->T = T;
+  a->input = alloc({B, T, C}, "act.input");
+  if (layout_.has_embedding()) {
+    a->tokens.assign(tokens, tokens + N);
+    for (int i = 0; i < N; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= V) {
+        raise("token id {} at position {} is outside the vocabulary (size {})", tokens[i], i, V);
+      }
+    }
+    ops::embedding_forward(a->input.f32(), tokens, layout_.find(P, "wte"), layout_.find(P, "wpe"),
+                           B, T, C);
+  } else {
+    std::memcpy(a->input.f32(), x_in, static_cast<size_t>(N) * C * sizeof(float));
+  }
+  const float* x = a->input.f32();
+  for (int li = 0; li < layout_.num_layers(); ++li) {
+    const int l = layout_.first_layer() + li;
+    const std::string n = "act.h" + std::to_string(l) + ".";
+    BlockParams w = layout_.block(P, l);
+    LayerActs& L = a->layers.emplace_back();
+    L.ln1 = alloc({N, C}, n + "ln1");
+    L.ln1_mean = alloc({N}, n + "ln1.mean");
+    L.ln1_rstd = alloc({N}, n + "ln1.rstd");
+    ops::layernorm_forward(L.ln1.f32(), L.ln1_mean.f32(), L.ln1_rstd.f32(), x, w.ln1_w, w.ln1_b,
+                           N, C);
+    L.qkv = alloc({N, 3 * Cl}, n + "qkv");
+    ops::linear_forward(L.qkv.f32(), L.ln1.f32(), w.qkv_w, w.qkv_b, N, C, 3 * Cl);
+    L.att = alloc({B, NHl, T, T}, n + "att");
+    L.atty = alloc({N, Cl}, n + "atty");
+    ops::attention_forward(L.atty.f32(), L.att.f32(), L.qkv.f32(), B, T, Cl, NHl);
+    L.attproj = alloc({N, C}, n + "attproj");
+    ops::linear_forward(L.attproj.f32(), L.atty.f32(), w.proj_w, nullptr, N, Cl, C);
+    tp_all_reduce(L.attproj.f32(), static_cast<size_t>(N) * C);
+    for (int i = 0; i < N; ++i) {
+      for (int c = 0; c < C; ++c) L.attproj.f32()[i * C + c] += w.proj_b[c];
+    }
+    L.res2 = alloc({N, C}, n + "res2");
+    ops::residual_forward(L.res2.f32(), x, L.attproj.f32(), static_cast<size_t>(N) * C);
+    L.ln2 = alloc({N, C}, n + "ln2");
+    L.ln2_mean = alloc({N}, n + "ln2.mean");
+    L.ln2_rstd = alloc({N}, n + "ln2.rstd");
+    ops::layernorm_forward(L.ln2.f32(), L.ln2_mean.f32(), L.ln2_rstd.f32(), L.res2.f32(), w.ln2_w,
+                           w.ln2_b, N, C);
+    L.fch = alloc({N, 4 * Cl}, n + "fch");
+    ops::linear_forward(L.fch.f32(), L.ln2.f32(), w.fc_w, w.fc_b, N, C, 4 * Cl);
+    L.fch_gelu = alloc({N, 4 * Cl}, n + "fch.gelu");
+    ops::gelu_forward(L.fch_gelu.f32(), L.fch.f32(), static_cast<size_t>(N) * 4 * Cl);
+    L.fcproj = alloc({N, C}, n + "fcproj");
+    ops::linear_forward(L.fcproj.f32(), L.fch_gelu.f32(), w.fcproj_w, nullptr, N, 4 * Cl, C);
+    tp_all_reduce(L.fcproj.f32(), static_cast<size_t>(N) * C);
+    for (int i = 0; i < N; ++i) {
+      for (int c = 0; c < C; ++c) L.fcproj.f32()[i * C + c] += w.fcproj_b[c];
+    }
+    L.res3 = alloc({N, C}, n + "res3");
+    ops::residual_forward(L.res3.f32(), L.res2.f32(), L.fcproj.f32(), static_cast<size_t>(N) * C);
+    x = L.res3.f32();
+  }
+  if (layout_.has_head()) {
+    a->targets.assign(targets, targets + N);
+    a->lnf = alloc({N, C}, "act.lnf");
+    a->lnf_mean = alloc({N}, "act.lnf.mean");
+    a->lnf_rstd = alloc({N}, "act.lnf.rstd");
+    ops::layernorm_forward(a->lnf.f32(), a->lnf_mean.f32(), a->lnf_rstd.f32(), x,
+                           layout_.find(P, "lnf.weight"), layout_.find(P, "lnf.bias"), N, C);
+    a->probs = alloc({N, V}, "act.logits");
+    ops::linear_forward(a->probs.f32(), a->lnf.f32(), layout_.find(P, "lm_head.weight"), nullptr,
+                        N, C, V);
+    a->losses = alloc({N}, "act.losses");
+    // In place: logits -> probabilities (the logits are not needed again).
+    ops::softmax_cross_entropy_forward(a->losses.f32(), a->probs.f32(), a->probs.f32(), targets, N,
+                                       V);
+    double sum = 0;
+    for (int i = 0; i < N; ++i) {
+      if (targets[i] >= 0) {
+        sum += a->losses.f32()[i];
+        ++a->valid_targets;
+      }
+    }
+    a->loss = a->valid_targets ? static_cast<float>(sum / a->valid_targets) : 0.0f;
+  }
+  return a;
+}
+
+void GptStage::backward(StageActs& a, const float* params, float* grads, float dloss,
+                        const float* dx_out, float* dx_in) {
+  const int C = cfg_.d_model, V = cfg_.vocab, B = a.B, T = a.T;
+  const int Cl = C / tp_size_, NHl = cfg_.heads / tp_size_, N = B * T;
+  auto* P = const_cast<float*>(params);
+  // dx: gradient flowing backwards through the residual stream.
+  Tensor dx = alloc({N, C}, "grad.act.residual");
+  if (layout_.has_head()) {
+    Tensor dlogits = alloc({N, V}, "grad.act.logits");
+    const float per_token = a.valid_targets ? dloss / static_cast<float>(a.valid_targets) : 0.0f;
+    ops::softmax_cross_entropy_backward(dlogits.f32(), a.probs.f32(), a.targets.data(), per_token,
+                                        N, V);
+    Tensor dlnf = alloc({N, C}, "grad.act.lnf");
+    ops::linear_backward(dlnf.f32(), layout_.find(grads, "lm_head.weight"), nullptr,
+                         dlogits.f32(), a.lnf.f32(), layout_.find(P, "lm_head.weight"), N, C, V);
+    const float* x_last = a.output();
+    ops::layernorm_backward(dx.f32(), layout_.find(grads, "lnf.weight"),
+                            layout_.find(grads, "lnf.bias"), dlnf.f32(), x_last,
+                            layout_.find(P, "lnf.weight"), a.lnf_mean.f32(), a.lnf_rstd.f32(), N,
+                            C);
+  } else {
+    std::memcpy(dx.f32(), dx_out, static_cast<size_t>(N) * C * sizeof(float));
+  }
+  for (int li = layout_.num_layers() - 1; li >= 0; --li) {
+    const int l = layout_.first_layer() + li;
+    BlockParams w = layout_.block(P, l);
+    BlockParams g = layout_.block(grads, l);
+    LayerActs& L = a.layers[static_cast<size_t>(li)];
+    const float* x = li == 0 ? a.input.f32() : a.layers[static_cast<size_t>(li) - 1].res3.f32();
+    const std::string n = "grad.act.h" + std::to_string(l) + ".";
+    // res3 = res2 + fcproj: dx flows to both.
+    for (int i = 0; i < N; ++i) {
+      for (int c = 0; c < C; ++c) g.fcproj_b[c] += dx.f32()[i * C + c];
+    }
+    Tensor dgelu = alloc({N, 4 * Cl}, n + "fch.gelu");
+    ops::linear_backward(dgelu.f32(), g.fcproj_w, nullptr, dx.f32(), L.fch_gelu.f32(), w.fcproj_w,
+                         N, 4 * Cl, C);
+    Tensor dfch = alloc({N, 4 * Cl}, n + "fch");
+    ops::gelu_backward(dfch.f32(), L.fch.f32(), dgelu.f32(), static_cast<size_t>(N) * 4 * Cl);
+    Tensor dln2 = alloc({N, C}, n + "ln2");
+    ops::linear_backward(dln2.f32(), g.fc_w, g.fc_b, dfch.f32(), L.ln2.f32(), w.fc_w, N, C,
+                         4 * Cl);
+    tp_all_reduce(dln2.f32(), static_cast<size_t>(N) * C);
+    // dres2 = dx (residual) + layernorm backward of dln2
+    ops::layernorm_backward(dx.f32(), g.ln2_w, g.ln2_b, dln2.f32(), L.res2.f32(), w.ln2_w,
+                            L.ln2_mean.f32(), L.ln2_rstd.f32(), N, C);
+    // res2 = x + attproj
+    for (int i = 0; i < N; ++i) {
+      for (int c = 0; c < C; ++c) g.proj_b[c] += dx.f32()[i * C + c];
+    }
+    Tensor datty = alloc({N, Cl}, n + "atty");
+    ops::linear_backward(datty.f32(), g.proj_w, nullptr, dx.f32(), L.atty.f32(), w.proj_w, N, Cl,
+                         C);
+    Tensor dqkv = alloc({N, 3 * Cl}, n + "qkv");
+    ops::attention_backward(dqkv.f32(), datty.f32(), L.qkv.f32(), L.att.f32(), B, T, Cl, NHl);
+    Tensor dln1 = alloc({N, C}, n + "ln1");
+    ops::linear_backward(dln1.f32(), g.qkv_w, g.qkv_b, dqkv.f32(), L.ln1.f32(), w.qkv_w, N, C,
+                         3 * Cl);
+    tp_all_reduce(dln1.f32(), static_cast<size_t>(N) * C);
+    ops::layernorm_backward(dx.f32(), g.ln1_w, g.ln1_b, dln1.f32(), x, w.ln1_w, L.ln1_mean.f32(),
+                            L.ln1_rstd.f32(), N, C);
+  }
+  if (layout_.has_embedding()) {
+    ops::embedding_backward(layout_.find(grads, "wte"), layout_.find(grads, "wpe"), dx.f32(),
+                            a.tokens.data(), B, T, C);
+  }
+  if (dx_in) std::memcpy(dx_in, dx.f32(), static_cast<size_t>(N) * C * sizeof(float));
+}
+
+}  // namespace fl::model

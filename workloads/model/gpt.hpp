@@ -1,0 +1,64 @@
+// One pipeline stage of a GPT-style decoder, tensor-parallel Megatron-style: q/k/v and the MLP's
+// first linear are column-parallel, the attention and MLP output projections are row-parallel
+// and followed by an all-reduce over the TP group (with its conjugate in backward). Embeddings,
+// layer norms and the (untied) LM head are replicated across TP ranks. Activations of each
+// micro-batch are tensors charged to the rank's memory accountant, so a micro-batch too large
+// for the budget fails with the real out-of-memory error at the allocation that exceeds it.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kernels/tensor.hpp"
+#include "workloads/comm/communicator.hpp"
+#include "workloads/model/params.hpp"
+
+namespace fl::model {
+
+struct LayerActs {
+  Tensor ln1, ln1_mean, ln1_rstd, qkv, att, atty, attproj, res2;
+  Tensor ln2, ln2_mean, ln2_rstd, fch, fch_gelu, fcproj, res3;
+};
+
+// Everything one micro-batch leaves behind for its backward pass.
+struct StageActs {
+  int B = 0, T = 0;
+  std::vector<int32_t> tokens, targets;
+  Tensor input;  // [B, T, C]: the embedding output (first stage) or the received activation
+  std::vector<LayerActs> layers;
+  Tensor lnf, lnf_mean, lnf_rstd, probs, losses;  // last stage only
+  float loss = 0;                                 // mean over valid targets (last stage)
+  int valid_targets = 0;
+  const float* output() const;                    // [B, T, C] for the next stage
+};
+
+class GptStage {
+ public:
+  GptStage(const GptConfig& cfg, const ParamLayout& layout, comm::Communicator* tp_group,
+           MemoryAccountant& acct);
+
+  // Forward of this stage. First stage: `tokens` [B*T]; others: `x_in` [B*T*C]. Last stage:
+  // `targets` [B*T] (negative = ignored) and the returned acts carry the loss.
+  std::unique_ptr<StageActs> forward(const float* params, const int32_t* tokens, const float* x_in,
+                                     const int32_t* targets, int B, int T);
+  // Backward, accumulating into `grads`. Last stage: `dloss` is d(objective)/d(mean loss).
+  // Other stages: `dx_out` is the gradient of this stage's output. Writes `dx_in` (if non-null)
+  // with the gradient of this stage's input for the previous stage.
+  void backward(StageActs& acts, const float* params, float* grads, float dloss,
+                const float* dx_out, float* dx_in);
+
+  const ParamLayout& layout() const { return layout_; }
+  const GptConfig& config() const { return cfg_; }
+
+ private:
+  Tensor alloc(std::vector<int64_t> shape, const std::string& what);
+  void tp_all_reduce(float* data, size_t n);
+
+  GptConfig cfg_;
+  const ParamLayout& layout_;
+  comm::Communicator* tp_;
+  int tp_size_;
+  MemoryAccountant& acct_;
+};
+
+}  // namespace fl::model

@@ -1,0 +1,125 @@
+#include "workloads/model/params.hpp"
+
+#include <cmath>
+
+#include "base/error.hpp"
+
+namespace fl::model {
+
+namespace {
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+uint64_t hash_name(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+}  // namespace
+
+float counter_normal(uint64_t seed, const std::string& name, int64_t index) {
+  uint64_t base = splitmix64(seed ^ splitmix64(hash_name(name)));
+  uint64_t a = splitmix64(base + 2 * static_cast<uint64_t>(index));
+  uint64_t b = splitmix64(base + 2 * static_cast<uint64_t>(index) + 1);
+  double u1 = (static_cast<double>(a >> 11) + 0.5) / 9007199254740992.0;  // (0, 1)
+  double u2 = static_cast<double>(b >> 11) / 9007199254740992.0;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+ParamLayout::ParamLayout(const GptConfig& cfg, int tp, int tp_rank, int pp, int stage)
+    : cfg_(cfg), tp_(tp), tp_rank_(tp_rank), pp_(pp), stage_(stage) {
+  const int64_t C = cfg.d_model, V = cfg.vocab, T = cfg.seq_len;
+  num_layers_ = cfg.layers / pp;
+  first_layer_ = stage * num_layers_;
+  const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.layers));
+  if (has_embedding()) {
+    add("wte", V, C, Split::kReplicated, Init::kNormal, 0.02f);
+    add("wpe", T, C, Split::kReplicated, Init::kNormal, 0.01f);
+  }
+  for (int l = first_layer_; l < first_layer_ + num_layers_; ++l) {
+    const std::string p = "h" + std::to_string(l) + ".";
+    add(p + "ln1.weight", 1, C, Split::kReplicated, Init::kOnes, 0);
+    add(p + "ln1.bias", 1, C, Split::kReplicated, Init::kZeros, 0);
+    add(p + "attn.qkv.weight", 3 * C, C, Split::kQkvRows, Init::kNormal, 0.02f);
+    add(p + "attn.qkv.bias", 3 * C, 1, Split::kQkvRows, Init::kZeros, 0);
+    add(p + "attn.proj.weight", C, C, Split::kCols, Init::kNormal, proj_std);
+    add(p + "attn.proj.bias", 1, C, Split::kReplicated, Init::kZeros, 0);
+    add(p + "ln2.weight", 1, C, Split::kReplicated, Init::kOnes, 0);
+    add(p + "ln2.bias", 1, C, Split::kReplicated, Init::kZeros, 0);
+    add(p + "mlp.fc.weight", 4 * C, C, Split::kRows, Init::kNormal, 0.02f);
+    add(p + "mlp.fc.bias", 4 * C, 1, Split::kRows, Init::kZeros, 0);
+    add(p + "mlp.proj.weight", C, 4 * C, Split::kCols, Init::kNormal, proj_std);
+    add(p + "mlp.proj.bias", 1, C, Split::kReplicated, Init::kZeros, 0);
+  }
+  if (has_head()) {
+    add("lnf.weight", 1, C, Split::kReplicated, Init::kOnes, 0);
+    add("lnf.bias", 1, C, Split::kReplicated, Init::kZeros, 0);
+    add("lm_head.weight", V, C, Split::kReplicated, Init::kNormal, 0.02f);
+  }
+}
+
+void ParamLayout::add(std::string name, int64_t rows, int64_t cols, Split split, Init init,
+                      float stddev) {
+  ParamSpec s{std::move(name), rows, cols, split, init, stddev, rows, cols, total_};
+  if (split == Split::kRows || split == Split::kQkvRows) s.local_rows = rows / tp_;
+  if (split == Split::kCols) s.local_cols = cols / tp_;
+  total_ += s.numel();
+  specs_.push_back(std::move(s));
+}
+
+const ParamSpec& ParamLayout::spec(const std::string& name) const {
+  for (auto& s : specs_) {
+    if (s.name == name) return s;
+  }
+  raise("no parameter named '{}' on this rank", name);
+}
+
+float* ParamLayout::find(float* flat, const std::string& name) const {
+  return flat + spec(name).offset;
+}
+
+int64_t ParamLayout::full_index(const ParamSpec& s, int64_t r, int64_t c) const {
+  int64_t fr = r, fc = c;
+  switch (s.split) {
+    case Split::kReplicated: break;
+    case Split::kRows: fr = tp_rank_ * s.local_rows + r; break;
+    case Split::kCols: fc = tp_rank_ * s.local_cols + c; break;
+    case Split::kQkvRows: {
+      const int64_t part_rows = s.rows / 3;         // C
+      const int64_t local_part = s.local_rows / 3;  // C / tp
+      const int64_t part = r / local_part;
+      fr = part * part_rows + tp_rank_ * local_part + r % local_part;
+      break;
+    }
+  }
+  return fr * s.cols + fc;
+}
+
+void ParamLayout::initialize(float* flat, uint64_t seed) const {
+  for (auto& s : specs_) {
+    float* p = flat + s.offset;
+    for (int64_t r = 0; r < s.local_rows; ++r) {
+      for (int64_t c = 0; c < s.local_cols; ++c) {
+        float v = 0.0f;
+        if (s.init == Init::kOnes) v = 1.0f;
+        if (s.init == Init::kNormal) v = s.stddev * counter_normal(seed, s.name, full_index(s, r, c));
+        p[r * s.local_cols + c] = v;
+      }
+    }
+  }
+}
+
+BlockParams ParamLayout::block(float* flat, int l) const {
+  const std::string p = "h" + std::to_string(l) + ".";
+  return BlockParams{find(flat, p + "ln1.weight"),      find(flat, p + "ln1.bias"),
+                     find(flat, p + "attn.qkv.weight"), find(flat, p + "attn.qkv.bias"),
+                     find(flat, p + "attn.proj.weight"), find(flat, p + "attn.proj.bias"),
+                     find(flat, p + "ln2.weight"),      find(flat, p + "ln2.bias"),
+                     find(flat, p + "mlp.fc.weight"),   find(flat, p + "mlp.fc.bias"),
+                     find(flat, p + "mlp.proj.weight"), find(flat, p + "mlp.proj.bias")};
+}
+
+}  // namespace fl::model

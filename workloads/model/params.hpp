@@ -1,0 +1,78 @@
+// The parameters a rank holds: its tensor-parallel shard of the layers of its pipeline stage,
+// laid out in one flat fp32 buffer (so data-parallel buckets and ZeRO partitions are plain
+// ranges). Every element is initialised from a counter-based generator keyed by (seed, parameter
+// name, index in the FULL tensor), so any layout starts from exactly the single-rank weights.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "workloads/model/config.hpp"
+
+namespace fl::model {
+
+// How a parameter is split across tensor-parallel ranks (Megatron-style).
+enum class Split : uint8_t {
+  kReplicated,  // every TP rank holds all of it
+  kRows,        // column-parallel linear: output rows split (weight [OC, C] -> [OC/tp, C])
+  kCols,        // row-parallel linear: input columns split (weight [OC, C] -> [OC, C/tp])
+  kQkvRows,     // fused q/k/v weight [3C, C]: each of q, k, v split by heads
+};
+
+enum class Init : uint8_t { kNormal, kZeros, kOnes };
+
+struct ParamSpec {
+  std::string name;       // e.g. "h1.attn.qkv.weight"
+  int64_t rows = 1;       // full shape [rows, cols]
+  int64_t cols = 1;
+  Split split = Split::kReplicated;
+  Init init = Init::kNormal;
+  float stddev = 0.02f;
+  int64_t local_rows = 1;  // this rank's shard
+  int64_t local_cols = 1;
+  size_t offset = 0;      // into the flat buffer
+  size_t numel() const { return static_cast<size_t>(local_rows * local_cols); }
+};
+
+// Views of one transformer block's parameters (pointers into a flat buffer).
+struct BlockParams {
+  float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+  float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+};
+
+class ParamLayout {
+ public:
+  // The parameters of pipeline stage `stage` (of `pp`), TP shard `tp_rank` of `tp`.
+  ParamLayout(const GptConfig& cfg, int tp, int tp_rank, int pp, int stage);
+
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  size_t total() const { return total_; }
+  const ParamSpec& spec(const std::string& name) const;
+  int first_layer() const { return first_layer_; }
+  int num_layers() const { return num_layers_; }
+  bool has_embedding() const { return stage_ == 0; }
+  bool has_head() const { return stage_ == pp_ - 1; }
+
+  // Fills `flat` (size total()) with the initial values of this shard.
+  void initialize(float* flat, uint64_t seed) const;
+  // Pointer views into a flat buffer (params or grads) for layer `l` (global index).
+  BlockParams block(float* flat, int l) const;
+  float* find(float* flat, const std::string& name) const;
+
+  // Maps element (r, c) of this shard to its index in the full tensor.
+  int64_t full_index(const ParamSpec& s, int64_t r, int64_t c) const;
+
+ private:
+  void add(std::string name, int64_t rows, int64_t cols, Split split, Init init, float stddev);
+  GptConfig cfg_;
+  int tp_, tp_rank_, pp_, stage_;
+  int first_layer_ = 0, num_layers_ = 0;
+  std::vector<ParamSpec> specs_;
+  size_t total_ = 0;
+};
+
+// Standard-normal value for (seed, name, index): SplitMix64 counters into Box-Muller.
+float counter_normal(uint64_t seed, const std::string& name, int64_t index);
+
+}  // namespace fl::model
