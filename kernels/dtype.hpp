@@ -11,7 +11,7 @@
 
 namespace fl {
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3, kI64 = 4, kU8 = 5 };
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3, kI64 = 4, kU8 = 5, kF64 = 6 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -27,6 +27,8 @@ constexpr size_t dtype_size(DType t) {
       return 8;
     case DType::kU8:
       return 1;
+    case DType::kF64:
+      return 8;
   }
   return 0;
 }
@@ -45,6 +47,8 @@ constexpr std::string_view dtype_name(DType t) {
       return "int64";
     case DType::kU8:
       return "uint8";
+    case DType::kF64:
+      return "fp64";
   }
   return "?";
 }

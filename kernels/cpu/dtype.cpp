@@ -8,7 +8,8 @@
 namespace fl {
 
 std::optional<DType> parse_dtype(std::string_view name) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kU8}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kU8,
+                  DType::kF64}) {
     if (dtype_name(t) == name) return t;
   }
   if (name == "float32" || name == "float") return DType::kF32;

@@ -316,6 +316,50 @@ void Communicator::recv(Buffer buf, int peer) {
   run(d, static_cast<int>(v), [&] { return start_recv(buf, peer, kDataTag); });
 }
 
+void Communicator::send_recv(const Buffer& out, int send_peer, Buffer in, int recv_peer) {
+  FlightEntry ds = entry(OpKind::kSend, group_, out.count, out.dtype, ReduceOp::kSum, send_peer);
+  FlightEntry dr = entry(OpKind::kRecv, group_, in.count, in.dtype, ReduceOp::kSum, recv_peer);
+  check_usable(ds);
+  check_usable(dr);
+  ds.seq = p2p_send_seq_[send_peer]++;
+  dr.seq = p2p_recv_seq_[recv_peer]++;
+  auto vs = FAULTLINE_FAULT_POINT("comm.send_recv.send",
+                                  (fault::SiteContext{ds.seq, group_, "send", send_peer, out.data,
+                                                      out.count, out.dtype, -1}));
+  auto vr = FAULTLINE_FAULT_POINT("comm.send_recv.recv",
+                                  (fault::SiteContext{dr.seq, group_, "recv", recv_peer, in.data,
+                                                      in.count, in.dtype, -1}));
+  if (vs == fault::Verdict::kFail || vr == fault::Verdict::kFail) {
+    raise<CommError>("[rank {}] send_recv failed: error returned by an armed fault site",
+                     world_rank_);
+  }
+  const bool do_send = vs != fault::Verdict::kSkip, do_recv = vr != fault::Verdict::kSkip;
+  uint64_t ids = do_send ? recorder_->record(ds) : 0;
+  uint64_t idr = do_recv ? recorder_->record(dr) : 0;
+  std::unique_ptr<PendingOp> ps, pr;
+  try {
+    if (do_recv) pr = start_recv(in, recv_peer, kDataTag);
+    if (do_send) ps = start_send(out, send_peer, kDataTag);
+    if (do_recv) recorder_->set_state(idr, OpState::kStarted);
+    if (do_send) recorder_->set_state(ids, OpState::kStarted);
+    if (do_send) {
+      wait(*ps, ds, ids, "");
+      recorder_->set_state(ids, OpState::kCompleted);
+    }
+    if (do_recv) {
+      wait(*pr, dr, idr, "");
+      recorder_->set_state(idr, OpState::kCompleted);
+    }
+  } catch (const CommTimeoutError&) {
+    (void)ps.release();
+    (void)pr.release();
+    throw;
+  } catch (const CommError& e) {
+    broken_reason_ = e.what();
+    throw;
+  }
+}
+
 void Communicator::barrier() {
   FlightEntry d = entry(OpKind::kBarrier, group_, 0, DType::kU8, ReduceOp::kSum, -1);
   check_usable(d);

@@ -65,6 +65,11 @@ class Communicator {
   void broadcast(Buffer buf, int root);
   void send(const Buffer& buf, int peer);
   void recv(Buffer buf, int peer);
+  // Sends `out` to `send_peer` while receiving `in` from `recv_peer` (both started before either
+  // is waited for, like Megatron's batched isend/irecv), so pipeline neighbours exchanging in
+  // opposite directions cannot deadlock. Records a send and a recv entry; not fingerprinted in
+  // verify mode.
+  void send_recv(const Buffer& out, int send_peer, Buffer in, int recv_peer);
   void barrier();
   // Collective over this group. Ranks with the same color form a group ordered by key; a negative
   // color returns nullptr (the rank joins no group). `name` names the group in errors and logs.

@@ -40,6 +40,8 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_INT64_T;
     case DType::kU8:
       return MPI_UINT8_T;
+    case DType::kF64:
+      return MPI_DOUBLE;
   }
   return MPI_BYTE;
 }
@@ -129,6 +131,11 @@ void divide_in_place(void* data, size_t n, DType t, int by) {
     case DType::kU8:
       divide_ints<uint8_t>(data, n, by);
       return;
+    case DType::kF64: {
+      auto* p = static_cast<double*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] /= static_cast<double>(by);
+      return;
+    }
   }
 }
 
@@ -204,6 +211,8 @@ void accumulate_any(void* dst, const void* src, size_t n, DType t, ReduceOp op) 
       return accumulate(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
     case DType::kU8:
       return accumulate(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op);
+    case DType::kF64:
+      return accumulate(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
     case DType::kF16:
     case DType::kBF16: {
       int len = static_cast<int>(n);

@@ -45,6 +45,8 @@ ncclDataType_t nccl_type(DType t) {
       return ncclInt64;
     case DType::kU8:
       return ncclUint8;
+    case DType::kF64:
+      return ncclFloat64;
   }
   return ncclUint8;
 }

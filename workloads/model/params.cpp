@@ -1,5 +1,6 @@
 #include "workloads/model/params.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/error.hpp"
@@ -99,15 +100,19 @@ int64_t ParamLayout::full_index(const ParamSpec& s, int64_t r, int64_t c) const 
 }
 
 void ParamLayout::initialize(float* flat, uint64_t seed) const {
+  initialize_range(flat, 0, total_, seed);
+}
+
+void ParamLayout::initialize_range(float* out, size_t lo, size_t hi, uint64_t seed) const {
   for (auto& s : specs_) {
-    float* p = flat + s.offset;
-    for (int64_t r = 0; r < s.local_rows; ++r) {
-      for (int64_t c = 0; c < s.local_cols; ++c) {
-        float v = 0.0f;
-        if (s.init == Init::kOnes) v = 1.0f;
-        if (s.init == Init::kNormal) v = s.stddev * counter_normal(seed, s.name, full_index(s, r, c));
-        p[r * s.local_cols + c] = v;
-      }
+    const size_t begin = std::max(lo, s.offset), end = std::min(hi, s.offset + s.numel());
+    for (size_t i = begin; i < end; ++i) {
+      const int64_t k = static_cast<int64_t>(i - s.offset);
+      const int64_t r = k / s.local_cols, c = k % s.local_cols;
+      float v = 0.0f;
+      if (s.init == Init::kOnes) v = 1.0f;
+      if (s.init == Init::kNormal) v = s.stddev * counter_normal(seed, s.name, full_index(s, r, c));
+      out[i - lo] = v;
     }
   }
 }

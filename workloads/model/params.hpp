@@ -56,6 +56,9 @@ class ParamLayout {
 
   // Fills `flat` (size total()) with the initial values of this shard.
   void initialize(float* flat, uint64_t seed) const;
+  // Initial values of flat elements [lo, hi) only, written to out[0 .. hi-lo): a ZeRO-3 rank
+  // can build its partition without ever materialising the whole model.
+  void initialize_range(float* out, size_t lo, size_t hi, uint64_t seed) const;
   // Pointer views into a flat buffer (params or grads) for layer `l` (global index).
   BlockParams block(float* flat, int l) const;
   float* find(float* flat, const std::string& name) const;

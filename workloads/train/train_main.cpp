@@ -1,0 +1,109 @@
+// fl-train: the training worker. Bootstraps like every worker (store, world check, backend),
+// builds the DP × TP × PP groups, trains the GPT on the synthetic corpus and prints one line per
+// step from rank 0 (loss, grad norm, lr, loss scale, step time, tokens/s, memory). --metrics
+// writes every step as JSON lines; --checksum prints each rank's parameter checksum.
+#include <CLI/CLI.hpp>
+#include <xxhash.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "workloads/comm/bootstrap.hpp"
+#include "workloads/comm/worker_errors.hpp"
+#include "workloads/train/trainer.hpp"
+
+int main(int argc, char** argv) {
+  using namespace fl;
+  CLI::App app{"faultline GPT training worker"};
+  train::TrainConfig cfg;
+  std::string model_name = "tiny", precision = "fp32", metrics_path;
+  bool checksum = false;
+  app.add_option("--model", model_name, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
+  app.add_option("--vocab", cfg.model.vocab, "Override the vocabulary size");
+  app.add_option("--dp", cfg.layout.dp, "Data-parallel size");
+  app.add_option("--tp", cfg.layout.tp, "Tensor-parallel size");
+  app.add_option("--pp", cfg.layout.pp, "Pipeline-parallel size");
+  app.add_option("--zero", cfg.layout.zero, "ZeRO stage 0-3");
+  app.add_option("--micro-batch", cfg.micro_batch, "Samples per micro-batch per DP rank");
+  app.add_option("--grad-accum", cfg.grad_accum, "Micro-batches per step");
+  app.add_option("--steps", cfg.steps, "Steps (when --epochs is 0)");
+  app.add_option("--epochs", cfg.epochs, "Run whole epochs instead of --steps");
+  app.add_option("--samples", cfg.num_samples, "Dataset size");
+  app.add_flag("--drop-last", cfg.drop_last, "Drop the uneven tail of the dataset and batches");
+  app.add_option("--data-seed", cfg.data_seed, "Data seed");
+  app.add_option("--lr", cfg.lr, "Peak learning rate");
+  app.add_option("--warmup", cfg.warmup_steps, "Warm-up steps");
+  app.add_option("--clip", cfg.grad_clip, "Gradient clipping norm (0: off)");
+  app.add_option("--precision", precision, "fp32, fp16 or bf16")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  app.add_option("--loss-scale", cfg.loss_scale.initial_scale, "Initial fp16 loss scale");
+  app.add_option("--min-loss-scale", cfg.loss_scale.min_scale, "Minimum fp16 loss scale");
+  app.add_option("--schedule", cfg.schedule, "Pipeline schedule: 1f1b or gpipe");
+  app.add_option("--eval-every", cfg.eval_every, "Evaluate every N steps (0: never)");
+  app.add_flag("--no-zero-init", [&](int64_t) { cfg.zero_init = false; },
+               "ZeRO-3: materialise the whole model before partitioning");
+  app.add_option("--metrics", metrics_path, "Write per-step metrics as JSON lines (rank 0)");
+  app.add_flag("--checksum", checksum, "Print every rank's parameter checksum at the end");
+  CLI11_PARSE(app, argc, argv);
+  const int vocab_override = cfg.model.vocab;
+  cfg.model = model_name == "small" ? model::GptConfig::small() : model::GptConfig::tiny();
+  if (app.count("--vocab")) cfg.model.vocab = vocab_override;
+  cfg.precision = *parse_dtype(precision);
+
+  return comm::run_worker_main([&]() -> int {
+    const std::string hash = fmt::format(
+        "gpt:{}:{}:{}:{}:{}:{}:{}:{}:{}", cfg.model.vocab, cfg.model.d_model, cfg.model.layers,
+        cfg.layout.dp, cfg.layout.tp, cfg.layout.pp, cfg.layout.zero, precision, cfg.micro_batch);
+    auto b = comm::bootstrap_worker(hash, comm::kBackend.get());
+    MemoryAccountant& acct = MemoryAccountant::cpu();
+    acct.set_rank(b.comm->rank());
+    auto topo = parallel::build_topology(*b.comm, cfg.layout, cfg.model);
+    train::Trainer trainer(cfg, topo, acct);
+    const bool printer = b.comm->rank() == 0;
+    std::ofstream metrics;
+    if (printer && !metrics_path.empty()) metrics.open(metrics_path);
+    if (printer) {
+      std::printf("# gpt %s: vocab %d, d_model %d, layers %d, heads %d, seq %d | world %d = dp %d "
+                  "x tp %d x pp %d, zero %d, %s, micro-batch %d x %d, schedule %s\n",
+                  model_name.c_str(), cfg.model.vocab, cfg.model.d_model, cfg.model.layers,
+                  cfg.model.heads, cfg.model.seq_len, b.comm->size(), cfg.layout.dp,
+                  cfg.layout.tp, cfg.layout.pp, cfg.layout.zero, precision.c_str(),
+                  cfg.micro_batch, cfg.grad_accum, cfg.schedule.c_str());
+      std::printf("# %5s %10s %9s %9s %10s %8s %9s %10s %10s\n", "step", "loss", "gnorm", "lr",
+                  "scale", "ms", "tok/s", "mem MiB", "peak MiB");
+    }
+    trainer.set_metrics_sink([&](const train::StepMetrics& m) {
+      if (!printer) return;
+      std::printf("  %5lld %10.6f %9.4f %9.2e %10.0f %8.1f %9.0f %10.2f %10.2f%s%s\n",
+                  static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr, m.loss_scale,
+                  m.step_time_s * 1e3, m.tokens_per_s, m.mem_current / 1048576.0,
+                  m.mem_peak / 1048576.0, m.skipped ? "  (skipped: overflow)" : "",
+                  m.eval_loss ? fmt::format("  eval {:.6f}", *m.eval_loss).c_str() : "");
+      std::fflush(stdout);
+      if (metrics.is_open()) {
+        nlohmann::json j = {{"step", m.step},         {"epoch", m.epoch},
+                            {"loss", m.loss},         {"grad_norm", m.grad_norm},
+                            {"lr", m.lr},             {"loss_scale", m.loss_scale},
+                            {"skipped", m.skipped},   {"skipped_total", m.skipped_total},
+                            {"step_time_s", m.step_time_s}, {"tokens_per_s", m.tokens_per_s},
+                            {"mem_current", m.mem_current}, {"mem_peak", m.mem_peak}};
+        if (m.eval_loss) j["eval_loss"] = *m.eval_loss;
+        metrics << j.dump() << '\n';
+        metrics.flush();
+      }
+    });
+    auto history = trainer.run();
+    if (checksum) {
+      auto p = trainer.full_parameters();
+      auto h = XXH64(p.data(), p.size() * sizeof(float), 0);
+      std::printf("checksum rank %d (dp %d tp %d pp %d): %016llx\n", b.comm->rank(), topo.dp_rank,
+                  topo.tp_rank, topo.pp_rank, static_cast<unsigned long long>(h));
+      std::fflush(stdout);
+    }
+    if (printer) std::printf("# done: %zu steps\n", history.size());
+    comm::finish_worker(b);
+    return 0;
+  });
+}

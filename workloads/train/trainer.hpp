@@ -1,0 +1,117 @@
+// The trainer: micro-batches and gradient accumulation, pipeline schedules (GPipe, 1F1B),
+// data-parallel gradient averaging in buckets or ZeRO-partitioned (stages 1-3), mixed precision
+// with dynamic loss scaling, warm-up + cosine learning rate, global-norm clipping, periodic eval,
+// and per-step metrics handed to a sink. One config struct; every rank runs the same code.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/loss_scaler.hpp"
+#include "kernels/tensor.hpp"
+#include "workloads/model/gpt.hpp"
+#include "workloads/parallel/topology.hpp"
+#include "workloads/train/data.hpp"
+
+namespace fl::train {
+
+struct TrainConfig {
+  model::GptConfig model;
+  model::Layout layout;
+  int micro_batch = 4;   // samples per micro-batch on each data-parallel rank
+  int grad_accum = 1;    // micro-batches per step (the pipeline's micro-batches)
+  int64_t steps = 20;    // steps to run when epochs == 0
+  int epochs = 0;        // > 0: run whole epochs of this rank's shard instead of `steps`
+  int64_t num_samples = 4096;
+  bool drop_last = false;
+  bool shuffle = true;
+  uint64_t data_seed = 7;
+  float lr = 1e-2f;
+  float min_lr = 1e-3f;
+  int warmup_steps = 5;
+  int64_t decay_steps = 0;  // cosine decay length; 0 = steps
+  float grad_clip = 1.0f;   // 0 = off
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f, beta2 = 0.95f;
+  DType precision = DType::kF32;  // fp32, fp16 (with loss scaling) or bf16
+  LossScalerConfig loss_scale;
+  int eval_every = 0;
+  int eval_batches = 2;
+  std::string schedule = "1f1b";  // or "gpipe"
+  size_t bucket_bytes = 1 << 20;  // data-parallel all-reduce bucket
+  // ZeRO-3 only: build each rank's parameter partition directly (like deepspeed.zero.Init)
+  // instead of materialising the whole model first and then keeping a slice.
+  bool zero_init = true;
+};
+
+struct StepMetrics {
+  int64_t step = 0;
+  int epoch = 0;
+  float loss = 0;
+  std::optional<float> eval_loss;
+  float grad_norm = 0;
+  float lr = 0;
+  float loss_scale = 1;
+  bool skipped = false;
+  int64_t skipped_total = 0;
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  size_t mem_current = 0;
+  size_t mem_peak = 0;
+};
+
+using MetricsSink = std::function<void(const StepMetrics&)>;
+
+class Trainer {
+ public:
+  Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& acct);
+
+  void set_metrics_sink(MetricsSink sink) { sink_ = std::move(sink); }
+  // Runs the configured steps or epochs; returns every step's metrics (identical on all ranks).
+  std::vector<StepMetrics> run();
+
+  // This rank's full fp32 parameters (its TP shard of its stage); under ZeRO-3 they are
+  // gathered across the data-parallel group first (collective).
+  std::vector<float> full_parameters();
+  const model::ParamLayout& layout() const { return layout_; }
+  const TrainConfig& config() const { return cfg_; }
+  int64_t step() const { return step_; }
+
+ private:
+  struct MicroBatch {
+    std::vector<int32_t> tokens, targets;
+    int B = 0;
+  };
+  StepMetrics train_step(const std::vector<MicroBatch>& mbs);
+  float forward_backward(const std::vector<MicroBatch>& mbs, bool backward);
+  void sync_gradients();
+  float learning_rate(int64_t step) const;
+  MicroBatch load(const SyntheticCorpus& corpus, const std::vector<int64_t>& idx, size_t from,
+                  int count) const;
+  float* compute_params();
+  void refresh_compute_copy();
+  float global_loss(float local_mean) const;
+  std::optional<float> evaluate();
+
+  TrainConfig cfg_;
+  parallel::Topology& topo_;
+  MemoryAccountant& acct_;
+  model::ParamLayout layout_;
+  model::GptStage stage_;
+  SyntheticCorpus corpus_, eval_corpus_;
+  DistributedSampler sampler_;
+  LossScaler scaler_;
+  size_t total_ = 0, padded_ = 0, part_ = 0, lo_ = 0, hi_ = 0;
+  Tensor master_;    // fp32 parameters: full (ZeRO 0-2) or the owned partition (ZeRO-3)
+  Tensor compute_;   // parameters as the forward sees them (rounded to the precision)
+  Tensor grads_;     // fp32 gradients, padded to the partition size × dp
+  Tensor m_, v_;     // AdamW moments: full (ZeRO-0) or the owned partition
+  std::vector<uint8_t> replicated_;  // 1 where the element is replicated across TP ranks
+  int64_t step_ = 0;
+  MetricsSink sink_;
+};
+
+}  // namespace fl::train
