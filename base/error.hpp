@@ -20,6 +20,12 @@ class SettingError : public Error {
   using Error::Error;
 };
 
+// A configuration the program cannot run with (impossible layout, unsupported option).
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
 template <class E = Error, class... Args>
 [[noreturn]] void raise(fmt::format_string<Args...> f, Args&&... args) {
   throw E(fmt::format(f, std::forward<Args>(args)...));

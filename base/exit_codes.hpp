@@ -6,11 +6,13 @@ namespace fl::exit_code {
 
 inline constexpr int kOk = 0;
 inline constexpr int kError = 1;          // any other error
-inline constexpr int kUsage = 2;          // bad command line or setting
+inline constexpr int kUsage = 2;          // bad command line, setting or configuration
 inline constexpr int kCommTimeout = 20;   // a collective or p2p op hit its deadline
 inline constexpr int kCommMismatch = 21;  // verify mode: ranks called different ops
 inline constexpr int kCommError = 22;     // backend failure
 inline constexpr int kRendezvous = 23;    // world check failed (mismatch, duplicate, missing)
 inline constexpr int kStore = 24;         // store unreachable: refused, timeout, bind failure
+inline constexpr int kOutOfMemory = 25;   // the memory accountant's budget was exceeded
+inline constexpr int kLossScale = 26;     // fp16 overflow with the loss scale at its minimum
 
 }  // namespace fl::exit_code

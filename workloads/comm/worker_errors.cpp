@@ -4,6 +4,8 @@
 
 #include "base/exit_codes.hpp"
 #include "base/settings.hpp"
+#include "kernels/loss_scaler.hpp"
+#include "kernels/memory.hpp"
 #include "workloads/comm/errors.hpp"
 #include "workloads/comm/mpi_communicator.hpp"
 #include "workloads/rendezvous/store_client.hpp"
@@ -38,6 +40,12 @@ int run_worker_main(const std::function<int()>& body) {
     return report("store", e, exit_code::kStore);
   } catch (const SettingError& e) {
     return report("setting", e, exit_code::kUsage);
+  } catch (const ConfigError& e) {
+    return report("config", e, exit_code::kUsage);
+  } catch (const OutOfMemoryError& e) {
+    return report("out of memory", e, exit_code::kOutOfMemory);
+  } catch (const LossScaleError& e) {
+    return report("loss scale", e, exit_code::kLossScale);
   } catch (const std::exception& e) {
     return report("error", e, exit_code::kError);
   }

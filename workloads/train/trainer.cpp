@@ -39,14 +39,14 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
       scaler_(cfg_.loss_scale) {
   if (cfg_.precision != DType::kF32 && cfg_.precision != DType::kF16 &&
       cfg_.precision != DType::kBF16) {
-    raise("precision {} is not supported for training (allowed: fp32, fp16, bf16)",
+    raise<ConfigError>("precision {} is not supported for training (allowed: fp32, fp16, bf16)",
           dtype_name(cfg_.precision));
   }
   if (cfg_.schedule != "1f1b" && cfg_.schedule != "gpipe") {
-    raise("pipeline schedule '{}' is not supported (allowed: 1f1b, gpipe)", cfg_.schedule);
+    raise<ConfigError>("pipeline schedule '{}' is not supported (allowed: 1f1b, gpipe)", cfg_.schedule);
   }
   if (cfg_.micro_batch < 1 || cfg_.grad_accum < 1) {
-    raise("micro_batch {} and grad_accum {} must be at least 1", cfg_.micro_batch,
+    raise<ConfigError>("micro_batch {} and grad_accum {} must be at least 1", cfg_.micro_batch,
           cfg_.grad_accum);
   }
   const int dp = topo.layout.dp, zero = topo.layout.zero;

@@ -1,0 +1,197 @@
+// Training under the real launcher: every parallel layout reproduces the single-rank loss
+// trajectory; the same layout and seed reproduce themselves bit for bit; fp16 overflow skips
+// steps and lowers the scale, and collapses into a clear error at the minimum; bf16 trains;
+// impossible layouts are refused naming the sizes.
+//
+// Tolerance: 1e-5 relative on the loss of each of 20 steps. Layouts change only the order of
+// floating-point sums (split GEMMs under TP, all-reduce order under DP, ZeRO's reduce-scatter),
+// which perturbs fp32 results around 1e-7 relative per step; 1e-5 leaves room for that to grow
+// over 20 Adam steps while still catching any real difference (a wrong shard, a missing
+// all-reduce or a skipped micro-batch moves the loss by 1e-3 or more).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "base/exit_codes.hpp"
+#include "tests/support/process.hpp"
+
+namespace fl::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TrainRun {
+  ProcessResult proc;
+  std::vector<nlohmann::json> steps;
+};
+
+TrainRun train(int ranks, std::vector<std::string> args, int steps = 20) {
+  static int counter = 0;
+  fs::path metrics = fs::temp_directory_path() /
+                     ("faultline-train-" + std::to_string(::getpid()) + "-" +
+                      std::to_string(counter++) + ".jsonl");
+  auto argv = mpirun_prefix(ranks);
+  argv.push_back(FAULTLINE_TRAIN);
+  for (auto& a : args) argv.push_back(a);
+  for (auto& a : std::vector<std::string>{"--steps", std::to_string(steps), "--metrics",
+                                          metrics.string()}) {
+    argv.push_back(a);
+  }
+  TrainRun r;
+  r.proc = run_process(argv, {{"MASTER_PORT", std::to_string(free_port())},
+                              {"FAULTLINE_COMM_TIMEOUT_MS", "60000"}});
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) r.steps.push_back(nlohmann::json::parse(line));
+  fs::remove(metrics);
+  return r;
+}
+
+const TrainRun& reference() {
+  static TrainRun ref = train(1, {"--micro-batch", "8"});
+  return ref;
+}
+
+void expect_same_trajectory(const TrainRun& r, const char* layout) {
+  const TrainRun& ref = reference();
+  ASSERT_EQ(r.proc.exit_code, 0) << layout << "\n" << r.proc.output;
+  ASSERT_EQ(r.steps.size(), ref.steps.size()) << layout;
+  for (size_t i = 0; i < r.steps.size(); ++i) {
+    const double want = ref.steps[i]["loss"], got = r.steps[i]["loss"];
+    EXPECT_NEAR(got, want, 1e-5 * std::fabs(want)) << layout << " step " << i;
+  }
+}
+
+TEST(TrainLayouts, SingleRankLearnsTheCorpus) {
+  const TrainRun& ref = reference();
+  ASSERT_EQ(ref.proc.exit_code, 0) << ref.proc.output;
+  ASSERT_EQ(ref.steps.size(), 20u);
+  EXPECT_NEAR(ref.steps[0]["loss"].get<double>(), std::log(64.0), 0.05);  // starts at ln(V)
+  EXPECT_LT(ref.steps[19]["loss"].get<double>(), ref.steps[0]["loss"].get<double>() - 1.0);
+}
+
+TEST(TrainLayouts, DataParallel) { expect_same_trajectory(train(2, {"--dp", "2", "--micro-batch", "4"}), "dp2"); }
+TEST(TrainLayouts, GradientAccumulation) {
+  expect_same_trajectory(train(1, {"--micro-batch", "4", "--grad-accum", "2"}), "accum2");
+}
+TEST(TrainLayouts, TensorParallel) { expect_same_trajectory(train(2, {"--tp", "2", "--micro-batch", "8"}), "tp2"); }
+TEST(TrainLayouts, Pipeline1F1B) {
+  expect_same_trajectory(train(2, {"--pp", "2", "--micro-batch", "2", "--grad-accum", "4"}), "pp2 1f1b");
+}
+TEST(TrainLayouts, PipelineGPipe) {
+  expect_same_trajectory(
+      train(2, {"--pp", "2", "--micro-batch", "2", "--grad-accum", "4", "--schedule", "gpipe"}),
+      "pp2 gpipe");
+}
+TEST(TrainLayouts, ZeroStagesMatchPlainDataParallel) {
+  for (const char* z : {"1", "2", "3"}) {
+    expect_same_trajectory(train(2, {"--dp", "2", "--zero", z, "--micro-batch", "4"}),
+                           (std::string("zero") + z).c_str());
+  }
+}
+TEST(TrainLayouts, DataAndTensorParallel) {
+  expect_same_trajectory(train(4, {"--dp", "2", "--tp", "2", "--micro-batch", "4"}), "dp2 tp2");
+}
+TEST(TrainLayouts, DataAndPipelineParallel) {
+  expect_same_trajectory(train(4, {"--dp", "2", "--pp", "2", "--micro-batch", "2", "--grad-accum", "2"}), "dp2 pp2");
+}
+TEST(TrainLayouts, TensorAndPipelineParallel) {
+  expect_same_trajectory(train(4, {"--tp", "2", "--pp", "2", "--micro-batch", "4", "--grad-accum", "2"}), "tp2 pp2");
+}
+TEST(TrainLayouts, DataTensorPipelineParallelOnEightRanks) {
+  expect_same_trajectory(
+      train(8, {"--dp", "2", "--tp", "2", "--pp", "2", "--micro-batch", "2", "--grad-accum", "2"}),
+      "dp2 tp2 pp2");
+}
+TEST(TrainLayouts, Zero3WithTensorParallel) {
+  expect_same_trajectory(train(4, {"--dp", "2", "--tp", "2", "--zero", "3", "--micro-batch", "4"}),
+                         "dp2 tp2 zero3");
+}
+
+TEST(TrainDeterminism, SameLayoutAndSeedIsBitwiseIdentical) {
+  std::vector<std::string> args = {"--dp", "2", "--tp", "2", "--micro-batch", "4", "--checksum"};
+  auto a = train(4, args, 10), b = train(4, args, 10);
+  ASSERT_EQ(a.proc.exit_code, 0) << a.proc.output;
+  ASSERT_EQ(b.proc.exit_code, 0) << b.proc.output;
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    EXPECT_EQ(a.steps[i]["loss"].get<float>(), b.steps[i]["loss"].get<float>()) << i;
+    EXPECT_EQ(a.steps[i]["grad_norm"].get<float>(), b.steps[i]["grad_norm"].get<float>()) << i;
+  }
+  std::regex re(R"(checksum rank (\d) \(dp \d+ tp \d+ pp \d+\): ([0-9a-f]{16}))");
+  std::map<std::string, std::string> ca, cb;
+  for (auto it = std::sregex_iterator(a.proc.output.begin(), a.proc.output.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    ca[(*it)[1]] = (*it)[2];
+  }
+  for (auto it = std::sregex_iterator(b.proc.output.begin(), b.proc.output.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    cb[(*it)[1]] = (*it)[2];
+  }
+  EXPECT_EQ(ca.size(), 4u) << a.proc.output;
+  EXPECT_EQ(ca, cb);
+  // Data-parallel replicas hold the same parameters: ranks 0 and 2 are (dp 0, tp 0), (dp 1, tp 0).
+  EXPECT_EQ(ca["0"], ca["2"]);
+  EXPECT_EQ(ca["1"], ca["3"]);
+  EXPECT_NE(ca["0"], ca["1"]);  // different tensor-parallel shards
+}
+
+TEST(TrainPrecision, Fp16OverflowSkipsTheStepAndLowersTheScale) {
+  // A scale of 2^24 overflows fp16 gradients (max 65504) until it has been halved enough.
+  auto r = train(2, {"--dp", "2", "--micro-batch", "4", "--precision", "fp16", "--loss-scale",
+                     "16777216"});
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  ASSERT_EQ(r.steps.size(), 20u);
+  EXPECT_TRUE(r.steps[0]["skipped"].get<bool>());
+  EXPECT_EQ(r.steps[0]["loss_scale"].get<double>(), 16777216.0);
+  EXPECT_EQ(r.steps[1]["loss_scale"].get<double>(), 8388608.0);
+  int skipped = 0;
+  for (auto& s : r.steps) skipped += s["skipped"].get<bool>();
+  EXPECT_GE(skipped, 2);
+  EXPECT_FALSE(r.steps.back()["skipped"].get<bool>());
+  EXPECT_EQ(r.steps.back()["skipped_total"].get<int>(), skipped);
+  // Skipped steps do not move the parameters: the loss only starts falling after them.
+  EXPECT_LT(r.steps.back()["loss"].get<double>(), r.steps[0]["loss"].get<double>() - 0.3);
+}
+
+TEST(TrainPrecision, LossScaleCollapseStopsTraining) {
+  auto r = train(2, {"--dp", "2", "--micro-batch", "4", "--precision", "fp16", "--loss-scale",
+                     "16777216", "--min-loss-scale", "4194304"});
+  EXPECT_EQ(r.proc.exit_code, exit_code::kLossScale) << r.proc.output;
+  EXPECT_NE(r.proc.output.find("gradient overflow at step 2 with the loss scale already at its "
+                               "minimum (4194304): it cannot be lowered further"),
+            std::string::npos)
+      << r.proc.output;
+}
+
+TEST(TrainPrecision, Bf16Trains) {
+  auto r = train(2, {"--dp", "2", "--micro-batch", "4", "--precision", "bf16"});
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  EXPECT_LT(r.steps.back()["loss"].get<double>(), r.steps[0]["loss"].get<double>() - 1.0);
+  // bf16 rounding makes it close to, but not the same as, fp32.
+  EXPECT_NEAR(r.steps.back()["loss"].get<double>(), reference().steps.back()["loss"].get<double>(), 0.05);
+}
+
+TEST(TrainConfigErrors, ImpossibleLayoutsAreRefusedNamingTheSizes) {
+  auto r = train(4, {"--tp", "3"}, 1);
+  EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
+  EXPECT_NE(r.proc.output.find("invalid layout: dp 1 x tp 3 x pp 1 = 3 ranks, but the world has 4"),
+            std::string::npos)
+      << r.proc.output;
+  r = train(2, {"--pp", "2", "--zero", "2"}, 1);
+  EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
+  EXPECT_NE(r.proc.output.find("invalid layout: ZeRO stage 2 partitions across data-parallel "
+                               "ranks, but dp is 1"),
+            std::string::npos)
+      << r.proc.output;
+}
+
+}  // namespace
+}  // namespace fl::test
