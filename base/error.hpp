@@ -26,6 +26,12 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
+// A checkpoint that cannot be written or loaded: missing, corrupt, or from another layout/version.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
 template <class E = Error, class... Args>
 [[noreturn]] void raise(fmt::format_string<Args...> f, Args&&... args) {
   throw E(fmt::format(f, std::forward<Args>(args)...));

@@ -14,5 +14,6 @@ inline constexpr int kRendezvous = 23;    // world check failed (mismatch, dupli
 inline constexpr int kStore = 24;         // store unreachable: refused, timeout, bind failure
 inline constexpr int kOutOfMemory = 25;   // the memory accountant's budget was exceeded
 inline constexpr int kLossScale = 26;     // fp16 overflow with the loss scale at its minimum
+inline constexpr int kCheckpoint = 27;    // checkpoint missing, corrupt, or from another layout
 
 }  // namespace fl::exit_code

@@ -40,6 +40,8 @@ int run_worker_main(const std::function<int()>& body) {
     return report("store", e, exit_code::kStore);
   } catch (const SettingError& e) {
     return report("setting", e, exit_code::kUsage);
+  } catch (const CheckpointError& e) {
+    return report("checkpoint", e, exit_code::kCheckpoint);
   } catch (const ConfigError& e) {
     return report("config", e, exit_code::kUsage);
   } catch (const OutOfMemoryError& e) {

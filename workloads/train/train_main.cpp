@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
   app.add_option("--eval-every", cfg.eval_every, "Evaluate every N steps (0: never)");
   app.add_flag("--no-zero-init", [&](int64_t) { cfg.zero_init = false; },
                "ZeRO-3: materialise the whole model before partitioning");
+  app.add_option("--save-dir", cfg.save_dir, "Write sharded checkpoints under this directory");
+  app.add_option("--save-every", cfg.save_every, "Checkpoint every N steps (and after the last)");
+  app.add_option("--resume", cfg.resume, "Resume from a checkpoint (step dir or save dir)");
   app.add_option("--metrics", metrics_path, "Write per-step metrics as JSON lines (rank 0)");
   app.add_flag("--checksum", checksum, "Print every rank's parameter checksum at the end");
   CLI11_PARSE(app, argc, argv);

@@ -416,24 +416,27 @@ std::vector<StepMetrics> Trainer::run() {
     }
     return history;
   }
-  int epoch = 0;
-  auto idx = sampler_.indices(epoch);
-  size_t pos = 0;
+  if (!cfg_.resume.empty()) load_checkpoint(cfg_.resume);
+  auto idx = sampler_.indices(epoch_);
   while (step_ < cfg_.steps) {
     std::vector<MicroBatch> mbs;
     for (int k = 0; k < cfg_.grad_accum; ++k) {
-      if (pos + mb > idx.size()) {
-        idx = sampler_.indices(++epoch);
-        pos = 0;
+      if (pos_ + mb > idx.size()) {
+        idx = sampler_.indices(++epoch_);
+        pos_ = 0;
         if (idx.size() < mb) {
           raise("rank {} has {} samples per epoch, fewer than one micro-batch of {}",
                 topo_.rank, idx.size(), mb);
         }
       }
-      mbs.push_back(load(corpus_, idx, pos, cfg_.micro_batch));
-      pos += mb;
+      mbs.push_back(load(corpus_, idx, pos_, cfg_.micro_batch));
+      pos_ += mb;
     }
-    finish_step(train_step(mbs), epoch);
+    finish_step(train_step(mbs), epoch_);
+    if (!cfg_.save_dir.empty() &&
+        ((cfg_.save_every > 0 && step_ % cfg_.save_every == 0) || step_ == cfg_.steps)) {
+      save_checkpoint(cfg_.save_dir);
+    }
   }
   return history;
 }

@@ -45,6 +45,9 @@ struct TrainConfig {
   // ZeRO-3 only: build each rank's parameter partition directly (like deepspeed.zero.Init)
   // instead of materialising the whole model first and then keeping a slice.
   bool zero_init = true;
+  std::string save_dir;  // checkpoints go to save_dir/step_<N>/ (empty: never saved)
+  int save_every = 0;    // save after every N steps (and after the last); 0: only after the last
+  std::string resume;    // a step_<N> directory, or a save_dir with a `latest` file, to resume from
 };
 
 struct StepMetrics {
@@ -77,6 +80,13 @@ class Trainer {
   // gathered across the data-parallel group first (collective).
   std::vector<float> full_parameters();
   const model::ParamLayout& layout() const { return layout_; }
+
+  // Sharded checkpoint of the current state (collective): every rank writes its shard
+  // atomically, rank 0 then writes the manifest and the `latest` pointer. Returns the directory.
+  std::string save_checkpoint(const std::string& save_dir);
+  // Restores parameters, optimizer, loss scaler and data position from `dir` (collective),
+  // validating format version, layout, shard presence and checksums first.
+  void load_checkpoint(const std::string& dir);
   const TrainConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
 
@@ -111,6 +121,8 @@ class Trainer {
   Tensor m_, v_;     // AdamW moments: full (ZeRO-0) or the owned partition
   std::vector<uint8_t> replicated_;  // 1 where the element is replicated across TP ranks
   int64_t step_ = 0;
+  int epoch_ = 0;      // data position (steps mode): epoch and offset into this rank's indices
+  size_t pos_ = 0;
   MetricsSink sink_;
 };
 

@@ -1,0 +1,335 @@
+#include "workloads/train/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "injector/site.hpp"
+#include "workloads/train/trainer.hpp"
+
+namespace fl::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr char kShardMagic[8] = {'F', 'L', 'S', 'H', 'A', 'R', 'D', '1'};
+
+std::string hex(uint64_t v) { return fmt::format("{:016x}", v); }
+
+void fsync_path(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+}  // namespace
+
+uint64_t checksum(const std::string& bytes) { return XXH64(bytes.data(), bytes.size(), 0); }
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  auto v = FAULTLINE_FAULT_POINT("checkpoint.write",
+                                 (fault::SiteContext{-1, "", "checkpoint.write", -1,
+                                                     const_cast<char*>(bytes.data()), bytes.size(),
+                                                     DType::kU8, -1}));
+  if (v == fault::Verdict::kSkip) return;
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    raise<CheckpointError>("cannot write checkpoint file {}: {}", tmp, std::strerror(errno));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      raise<CheckpointError>("cannot write checkpoint file {} ({} of {} bytes written): {}", tmp,
+                             done, bytes.size(), std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    raise<CheckpointError>("cannot flush checkpoint file {}: {}", tmp, std::strerror(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    raise<CheckpointError>("cannot rename {} to {}: {}", tmp, path, std::strerror(err));
+  }
+  fsync_path(fs::path(path).parent_path().string(), O_RDONLY | O_DIRECTORY);
+}
+
+std::string read_file(const std::string& path) {
+  FAULTLINE_FAULT_POINT("checkpoint.read", (fault::SiteContext{-1, "", "checkpoint.read", -1,
+                                                               nullptr, 0, DType::kU8, -1}));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) raise<CheckpointError>("cannot read {}: {}", path, std::strerror(errno));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  if (fs::exists(fs::path(path) / "manifest.json")) return path;
+  if (fs::exists(fs::path(path) / "latest")) {
+    std::string name = read_file((fs::path(path) / "latest").string());
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    return (fs::path(path) / name).string();
+  }
+  raise<CheckpointError>("no checkpoint at {}: it has neither manifest.json nor a latest file",
+                         path);
+}
+
+nlohmann::json read_manifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "manifest.json").string();
+  if (!fs::exists(path)) {
+    raise<CheckpointError>("checkpoint {} has no manifest.json (incomplete or interrupted save)",
+                           dir);
+  }
+  try {
+    return nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    raise<CheckpointError>("checkpoint manifest {} is not valid JSON: {}", path, e.what());
+  }
+}
+
+std::string encode_shard(const nlohmann::json& header, const std::vector<ShardSection>& sections) {
+  nlohmann::json h = header;
+  h["sections"] = nlohmann::json::array();
+  for (auto& s : sections) h["sections"].push_back({{"name", s.name}, {"count", s.count}});
+  const std::string hs = h.dump();
+  std::string out(kShardMagic, sizeof(kShardMagic));
+  uint64_t len = hs.size();
+  out.append(reinterpret_cast<const char*>(&len), sizeof(len));
+  out += hs;
+  for (auto& s : sections) {
+    out.append(reinterpret_cast<const char*>(s.data), s.count * sizeof(float));
+  }
+  return out;
+}
+
+nlohmann::json decode_shard(const std::string& bytes, const std::string& path,
+                            std::vector<std::pair<std::string, std::vector<float>>>& sections) {
+  if (bytes.size() < 16 || std::memcmp(bytes.data(), kShardMagic, 8) != 0) {
+    raise<CheckpointError>("{} is not a faultline checkpoint shard (bad magic)", path);
+  }
+  uint64_t len = 0;
+  std::memcpy(&len, bytes.data() + 8, 8);
+  if (16 + len > bytes.size()) raise<CheckpointError>("{}: truncated header", path);
+  nlohmann::json h;
+  try {
+    h = nlohmann::json::parse(bytes.substr(16, len));
+  } catch (const nlohmann::json::exception& e) {
+    raise<CheckpointError>("{}: corrupt header: {}", path, e.what());
+  }
+  size_t off = 16 + len;
+  for (auto& s : h.at("sections")) {
+    const size_t count = s.at("count");
+    if (off + count * sizeof(float) > bytes.size()) {
+      raise<CheckpointError>("{}: section '{}' is truncated ({} bytes left, {} needed)", path,
+                             s.at("name").get<std::string>(), bytes.size() - off,
+                             count * sizeof(float));
+    }
+    std::vector<float> v(count);
+    std::memcpy(v.data(), bytes.data() + off, count * sizeof(float));
+    off += count * sizeof(float);
+    sections.emplace_back(s.at("name"), std::move(v));
+  }
+  return h;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trainer state <-> checkpoint.
+
+namespace {
+
+// Gathers one string from every rank of `world` onto every rank.
+std::vector<std::string> all_gather_strings(comm::Communicator& world, const std::string& mine) {
+  const int n = world.size();
+  int64_t len = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lens(static_cast<size_t>(n));
+  world.all_gather(comm::host_buffer(&len, 1, DType::kI64),
+                   comm::host_buffer(lens.data(), lens.size(), DType::kI64));
+  const size_t max = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
+  std::string padded = mine;
+  padded.resize(std::max<size_t>(max, 1));
+  std::string all(padded.size() * static_cast<size_t>(n), '\0');
+  world.all_gather(comm::host_buffer(padded.data(), padded.size(), DType::kU8),
+                   comm::host_buffer(all.data(), all.size(), DType::kU8));
+  std::vector<std::string> out;
+  for (int r = 0; r < n; ++r) {
+    out.push_back(all.substr(static_cast<size_t>(r) * padded.size(),
+                             static_cast<size_t>(lens[static_cast<size_t>(r)])));
+  }
+  return out;
+}
+
+std::string layout_text(const nlohmann::json& l) {
+  return fmt::format("dp {} x tp {} x pp {} (ZeRO {}, world {})", l.at("dp").get<int>(),
+                     l.at("tp").get<int>(), l.at("pp").get<int>(), l.at("zero").get<int>(),
+                     l.at("world").get<int>());
+}
+
+}  // namespace
+
+std::string Trainer::save_checkpoint(const std::string& save_dir) {
+  const std::string dir = (fs::path(save_dir) / fmt::format("step_{}", step_)).string();
+  const int rank = topo_.rank;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) raise<CheckpointError>("cannot create checkpoint directory {}: {}", dir, ec.message());
+  const size_t master_count = topo_.layout.zero == 3 ? part_ : padded_;
+  nlohmann::json header = {{"rank", rank},
+                           {"dp_rank", topo_.dp_rank},
+                           {"tp_rank", topo_.tp_rank},
+                           {"pp_rank", topo_.pp_rank},
+                           {"step", step_}};
+  const std::string bytes = encode_shard(
+      header, {{"params", master_.f32(), master_count},
+               {"exp_avg", m_.f32(), m_.numel()},
+               {"exp_avg_sq", v_.f32(), v_.numel()}});
+  const std::string file = fmt::format("shard_rank{}.bin", rank);
+  write_file_atomic((fs::path(dir) / file).string(), bytes);
+  nlohmann::json mine = {{"rank", rank},
+                         {"file", file},
+                         {"bytes", bytes.size()},
+                         {"xxh64", hex(checksum(bytes))},
+                         {"dp_rank", topo_.dp_rank},
+                         {"tp_rank", topo_.tp_rank},
+                         {"pp_rank", topo_.pp_rank},
+                         {"params", master_count},
+                         {"optimizer", m_.numel()},
+                         {"data", {{"epoch", epoch_}, {"position", pos_}}}};
+  // Every shard is on disk before the manifest that vouches for it.
+  auto all = all_gather_strings(*topo_.world, mine.dump());
+  if (rank == 0) {
+    auto s = scaler_.state();
+    nlohmann::json manifest = {
+        {"format_version", kCheckpointFormatVersion},
+        {"step", step_},
+        {"model",
+         {{"vocab", cfg_.model.vocab},
+          {"d_model", cfg_.model.d_model},
+          {"layers", cfg_.model.layers},
+          {"heads", cfg_.model.heads},
+          {"seq_len", cfg_.model.seq_len},
+          {"seed", cfg_.model.seed}}},
+        {"layout",
+         {{"world", topo_.layout.world},
+          {"dp", topo_.layout.dp},
+          {"tp", topo_.layout.tp},
+          {"pp", topo_.layout.pp},
+          {"zero", topo_.layout.zero}}},
+        {"precision", dtype_name(cfg_.precision)},
+        {"loss_scaler",
+         {{"scale", s.scale}, {"good", s.good}, {"skipped", s.skipped},
+          {"hysteresis_left", s.hysteresis_left}}},
+        {"data",
+         {{"data_seed", cfg_.data_seed},
+          {"num_samples", cfg_.num_samples},
+          {"shuffle", cfg_.shuffle},
+          {"drop_last", cfg_.drop_last}}},
+        {"shards", nlohmann::json::array()}};
+    for (auto& a : all) manifest["shards"].push_back(nlohmann::json::parse(a));
+    write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest.dump(2));
+    write_file_atomic((fs::path(save_dir) / "latest").string(),
+                      fmt::format("step_{}\n", step_));
+  }
+  topo_.world->barrier();  // nobody resumes from a checkpoint whose manifest is not yet written
+  return dir;
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  const std::string dir = resolve_checkpoint(path);
+  const nlohmann::json m = read_manifest(dir);
+  const int version = m.value("format_version", -1);
+  if (version != kCheckpointFormatVersion) {
+    raise<CheckpointError>("checkpoint {} has format version {}, this build reads version {}",
+                           dir, version, kCheckpointFormatVersion);
+  }
+  const auto& ml = m.at("model");
+  if (ml.at("vocab").get<int>() != cfg_.model.vocab ||
+      ml.at("d_model").get<int>() != cfg_.model.d_model ||
+      ml.at("layers").get<int>() != cfg_.model.layers ||
+      ml.at("heads").get<int>() != cfg_.model.heads) {
+    raise<CheckpointError>(
+        "checkpoint {} holds a model with vocab {}, d_model {}, layers {}, heads {}; this run's "
+        "model has vocab {}, d_model {}, layers {}, heads {}",
+        dir, ml.at("vocab").get<int>(), ml.at("d_model").get<int>(), ml.at("layers").get<int>(),
+        ml.at("heads").get<int>(), cfg_.model.vocab, cfg_.model.d_model, cfg_.model.layers,
+        cfg_.model.heads);
+  }
+  const auto& l = m.at("layout");
+  nlohmann::json here = {{"world", topo_.layout.world}, {"dp", topo_.layout.dp},
+                         {"tp", topo_.layout.tp},       {"pp", topo_.layout.pp},
+                         {"zero", topo_.layout.zero}};
+  if (l != here) {
+    const bool dp_only = l.at("tp") == here.at("tp") && l.at("pp") == here.at("pp") &&
+                         l.at("zero") == here.at("zero");
+    raise<CheckpointError>(
+        "checkpoint {} was saved with layout {} but this run is {}; a sharded checkpoint only "
+        "loads into the layout that wrote it{}",
+        dir, layout_text(l), layout_text(here),
+        dp_only ? fmt::format(" (convert it first: fl-ckpt reshard --in {} --out DIR --dp {})",
+                              dir, topo_.layout.dp)
+                : "");
+  }
+  const int rank = topo_.rank;
+  const nlohmann::json* entry = nullptr;
+  for (auto& s : m.at("shards")) {
+    if (s.at("rank").get<int>() == rank) entry = &s;
+  }
+  if (!entry) raise<CheckpointError>("checkpoint {}: the manifest lists no shard for rank {}", dir, rank);
+  const std::string file = (fs::path(dir) / entry->at("file").get<std::string>()).string();
+  if (!fs::exists(file)) {
+    raise<CheckpointError>("checkpoint {}: shard {} for rank {} is missing", dir,
+                           entry->at("file").get<std::string>(), rank);
+  }
+  const std::string bytes = read_file(file);
+  const std::string got = hex(checksum(bytes)), want = entry->at("xxh64");
+  if (bytes.size() != entry->at("bytes").get<size_t>() || got != want) {
+    raise<CheckpointError>("checkpoint {}: shard {} of rank {} is corrupt: {} bytes with xxh64 {}, "
+                           "the manifest says {} bytes with xxh64 {}",
+                           dir, entry->at("file").get<std::string>(), rank, bytes.size(), got,
+                           entry->at("bytes").get<size_t>(), want);
+  }
+  std::vector<std::pair<std::string, std::vector<float>>> sections;
+  decode_shard(bytes, file, sections);
+  const size_t master_count = topo_.layout.zero == 3 ? part_ : padded_;
+  auto restore = [&](const char* name, float* into, size_t count) {
+    for (auto& [n, data] : sections) {
+      if (n != name) continue;
+      if (data.size() != count) {
+        raise<CheckpointError>("checkpoint {}: shard of rank {} has {} elements of '{}', this "
+                               "rank holds {}",
+                               dir, rank, data.size(), name, count);
+      }
+      std::memcpy(into, data.data(), count * sizeof(float));
+      return;
+    }
+    raise<CheckpointError>("checkpoint {}: shard of rank {} has no '{}' section", dir, rank, name);
+  };
+  restore("params", master_.f32(), master_count);
+  restore("exp_avg", m_.f32(), m_.numel());
+  restore("exp_avg_sq", v_.f32(), v_.numel());
+  const auto& s = m.at("loss_scaler");
+  scaler_.restore({s.at("scale").get<float>(), s.at("good").get<int64_t>(),
+                   s.at("skipped").get<int64_t>(), s.at("hysteresis_left").get<int>()});
+  step_ = m.at("step").get<int64_t>();
+  epoch_ = entry->at("data").at("epoch").get<int>();
+  pos_ = entry->at("data").at("position").get<size_t>();
+  refresh_compute_copy();
+}
+
+}  // namespace fl::train

@@ -1,0 +1,41 @@
+// Sharded checkpoints: one binary shard per rank plus a JSON manifest (format version, layout,
+// model, step, per-shard size and xxh64, optimizer / loss-scaler / data-loader state), each file
+// written atomically (temporary file, fsync, rename). Loading validates before it restores and
+// reports each problem as its own error naming file and rank.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+
+namespace fl::train {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+using fl::CheckpointError;
+
+// Resolves `path` to a checkpoint directory: itself if it holds manifest.json, else the directory
+// named by its `latest` file.
+std::string resolve_checkpoint(const std::string& path);
+nlohmann::json read_manifest(const std::string& dir);
+
+// Writes `bytes` to `path` atomically: temporary file in the same directory, fsync, rename,
+// fsync of the directory. Throws CheckpointError naming the file and the errno text.
+void write_file_atomic(const std::string& path, const std::string& bytes);
+std::string read_file(const std::string& path);
+uint64_t checksum(const std::string& bytes);
+
+// Shard encoding: magic, a JSON header, then named float sections in order.
+struct ShardSection {
+  std::string name;
+  const float* data;
+  size_t count;
+};
+std::string encode_shard(const nlohmann::json& header, const std::vector<ShardSection>& sections);
+// Decodes; `sections` gets name -> floats. Throws CheckpointError naming `path` if malformed.
+nlohmann::json decode_shard(const std::string& bytes, const std::string& path,
+                            std::vector<std::pair<std::string, std::vector<float>>>& sections);
+
+}  // namespace fl::train
