@@ -147,5 +147,31 @@ TEST_F(Checkpoints, AnotherFormatVersionIsRefused) {
       << r.output;
 }
 
+TEST_F(Checkpoints, ReshardToAnotherDataParallelSizeKeepsTheStateAndResumes) {
+  save(2, {"--dp", "2", "--zero", "1", "--micro-batch", "4"});
+  const auto out4 = dir_ / "dp4", out2 = dir_ / "back-to-dp2";
+  auto r = run_process({FAULTLINE_CKPT, "reshard", "--in", (dir_ / "step_4").string(), "--out",
+                        out4.string(), "--dp", "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_process({FAULTLINE_CKPT, "reshard", "--in", out4.string(), "--out", out2.string(),
+                   "--dp", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Parameters and optimizer state survive both conversions exactly.
+  auto d0 = run_process({FAULTLINE_CKPT, "digest", (dir_ / "step_4").string()});
+  auto d4 = run_process({FAULTLINE_CKPT, "digest", out4.string()});
+  auto d2 = run_process({FAULTLINE_CKPT, "digest", out2.string()});
+  ASSERT_EQ(d0.exit_code, 0) << d0.output;
+  EXPECT_EQ(d0.output, d4.output);
+  EXPECT_EQ(d0.output, d2.output);
+  auto inspect = run_process({FAULTLINE_CKPT, "inspect", out4.string()});
+  EXPECT_NE(inspect.output.find("layout: world 4 = dp 4 x tp 1 x pp 1, ZeRO 1"), std::string::npos)
+      << inspect.output;
+  // And training resumes on the new layout.
+  auto t = train(4, {"--dp", "4", "--zero", "1", "--micro-batch", "2", "--steps", "6", "--resume",
+                     out4.string()});
+  EXPECT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_NE(t.output.find("# done: 2 steps"), std::string::npos) << t.output;
+}
+
 }  // namespace
 }  // namespace fl::test

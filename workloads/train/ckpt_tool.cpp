@@ -1,0 +1,223 @@
+// fl-ckpt: offline checkpoint tools.
+//   fl-ckpt inspect DIR                 manifest summary; verifies every shard's size and xxh64
+//   fl-ckpt digest DIR                  xxh64 of each model shard's full parameters (any DP size)
+//   fl-ckpt reshard --in DIR --out DIR --dp N
+//                                       converts a checkpoint to another data-parallel size (same
+//                                       TP, PP and ZeRO stage): parameters and optimizer state are
+//                                       reassembled and re-partitioned; the data position restarts
+//                                       at the next epoch, since the sampler's shards change.
+#include <CLI/CLI.hpp>
+#include <xxhash.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "workloads/comm/worker_errors.hpp"
+#include "workloads/model/params.hpp"
+#include "workloads/train/checkpoint.hpp"
+
+namespace fs = std::filesystem;
+using namespace fl;
+using namespace fl::train;
+
+namespace {
+
+struct Shard {
+  nlohmann::json entry;
+  std::map<std::string, std::vector<float>> sections;
+};
+
+std::vector<Shard> load_all(const std::string& dir, const nlohmann::json& m) {
+  std::vector<Shard> out;
+  for (auto& e : m.at("shards")) {
+    const std::string file = (fs::path(dir) / e.at("file").get<std::string>()).string();
+    if (!fs::exists(file)) raise<CheckpointError>("{}: shard {} is missing", dir, file);
+    std::string bytes = read_file(file);
+    if (fmt::format("{:016x}", checksum(bytes)) != e.at("xxh64").get<std::string>()) {
+      raise<CheckpointError>("{}: shard {} does not match its checksum in the manifest", dir,
+                             file);
+    }
+    std::vector<std::pair<std::string, std::vector<float>>> secs;
+    decode_shard(bytes, file, secs);
+    Shard s{e, {}};
+    for (auto& [n, v] : secs) s.sections[n] = std::move(v);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+model::GptConfig model_of(const nlohmann::json& m) {
+  const auto& j = m.at("model");
+  return {j.at("vocab").get<int>(),  j.at("d_model").get<int>(), j.at("layers").get<int>(),
+          j.at("heads").get<int>(),  j.at("seq_len").get<int>(), j.at("seed").get<uint64_t>()};
+}
+
+// Full (unpadded) params, exp_avg, exp_avg_sq of model shard (tp, pp), from any DP layout.
+struct Full {
+  std::vector<float> params, m, v;
+};
+
+Full reassemble(const std::vector<Shard>& shards, const nlohmann::json& layout, size_t total, int tp,
+                int pp) {
+  const int dp = layout.at("dp"), zero = layout.at("zero");
+  std::vector<const Shard*> replicas(static_cast<size_t>(dp));
+  for (auto& s : shards) {
+    if (s.entry.at("tp_rank") == tp && s.entry.at("pp_rank") == pp) {
+      replicas[s.entry.at("dp_rank").get<size_t>()] = &s;
+    }
+  }
+  auto concat = [&](const char* name) {
+    std::vector<float> out;
+    for (auto* r : replicas) {
+      auto& sec = r->sections.at(name);
+      out.insert(out.end(), sec.begin(), sec.end());
+    }
+    out.resize(total);
+    return out;
+  };
+  auto first = [&](const char* name) {
+    auto out = replicas[0]->sections.at(name);
+    out.resize(total);
+    return out;
+  };
+  Full f;
+  f.params = zero == 3 ? concat("params") : first("params");
+  f.m = zero == 0 ? first("exp_avg") : concat("exp_avg");
+  f.v = zero == 0 ? first("exp_avg_sq") : concat("exp_avg_sq");
+  return f;
+}
+
+int inspect(const std::string& path) {
+  const std::string dir = resolve_checkpoint(path);
+  auto m = read_manifest(dir);
+  auto& l = m.at("layout");
+  std::printf("checkpoint %s\n  format version %d, step %lld, precision %s\n", dir.c_str(),
+              m.at("format_version").get<int>(), m.at("step").get<long long>(),
+              m.at("precision").get<std::string>().c_str());
+  std::printf("  layout: world %d = dp %d x tp %d x pp %d, ZeRO %d\n", l.at("world").get<int>(),
+              l.at("dp").get<int>(), l.at("tp").get<int>(), l.at("pp").get<int>(),
+              l.at("zero").get<int>());
+  auto shards = load_all(dir, m);
+  for (auto& s : shards) {
+    std::printf("  %-18s rank %2d (dp %d tp %d pp %d) %9zu bytes xxh64 %s  ok\n",
+                s.entry.at("file").get<std::string>().c_str(), s.entry.at("rank").get<int>(),
+                s.entry.at("dp_rank").get<int>(), s.entry.at("tp_rank").get<int>(),
+                s.entry.at("pp_rank").get<int>(), s.entry.at("bytes").get<size_t>(),
+                s.entry.at("xxh64").get<std::string>().c_str());
+  }
+  return 0;
+}
+
+int digest(const std::string& path) {
+  const std::string dir = resolve_checkpoint(path);
+  auto m = read_manifest(dir);
+  auto shards = load_all(dir, m);
+  auto& l = m.at("layout");
+  const auto cfg = model_of(m);
+  for (int pp = 0; pp < l.at("pp").get<int>(); ++pp) {
+    for (int tp = 0; tp < l.at("tp").get<int>(); ++tp) {
+      model::ParamLayout pl(cfg, l.at("tp"), tp, l.at("pp"), pp);
+      Full f = reassemble(shards, l, pl.total(), tp, pp);
+      std::printf("tp %d pp %d: params %016llx exp_avg %016llx exp_avg_sq %016llx\n", tp, pp,
+                  static_cast<unsigned long long>(XXH64(f.params.data(), f.params.size() * 4, 0)),
+                  static_cast<unsigned long long>(XXH64(f.m.data(), f.m.size() * 4, 0)),
+                  static_cast<unsigned long long>(XXH64(f.v.data(), f.v.size() * 4, 0)));
+    }
+  }
+  return 0;
+}
+
+int reshard(const std::string& in, const std::string& out, int new_dp) {
+  const std::string dir = resolve_checkpoint(in);
+  auto m = read_manifest(dir);
+  if (m.at("format_version").get<int>() != kCheckpointFormatVersion) {
+    raise<CheckpointError>("{} has format version {}, this tool reads {}", dir,
+                           m.at("format_version").get<int>(), kCheckpointFormatVersion);
+  }
+  if (new_dp < 1) raise<ConfigError>("--dp {} must be at least 1", new_dp);
+  auto shards = load_all(dir, m);
+  const auto& l = m.at("layout");
+  const int tp = l.at("tp"), pp = l.at("pp"), zero = l.at("zero");
+  if (zero > 0 && new_dp == 1) {
+    raise<ConfigError>("cannot reshard a ZeRO-{} checkpoint to dp 1: ZeRO needs dp > 1", zero);
+  }
+  const auto cfg = model_of(m);
+  const std::string step_dir = (fs::path(out) / fs::path(dir).filename()).string();
+  fs::create_directories(step_dir);
+  nlohmann::json manifest = m;
+  manifest["layout"]["dp"] = new_dp;
+  manifest["layout"]["world"] = new_dp * tp * pp;
+  manifest["shards"] = nlohmann::json::array();
+  int max_epoch = 0;
+  for (auto& s : shards) max_epoch = std::max(max_epoch, s.entry.at("data").at("epoch").get<int>());
+  for (int p = 0; p < pp; ++p) {
+    for (int t = 0; t < tp; ++t) {
+      model::ParamLayout pl(cfg, tp, t, pp, p);
+      const size_t total = pl.total();
+      Full f = reassemble(shards, l, total, t, p);
+      const size_t part = (total + static_cast<size_t>(new_dp) - 1) / static_cast<size_t>(new_dp);
+      const size_t padded = part * static_cast<size_t>(new_dp);
+      f.params.resize(padded, 0.0f);
+      f.m.resize(padded, 0.0f);
+      f.v.resize(padded, 0.0f);
+      for (int d = 0; d < new_dp; ++d) {
+        const int rank = t + tp * (d + new_dp * p);
+        const size_t lo = part * static_cast<size_t>(d);
+        auto slice = [&](const std::vector<float>& v) { return ShardSection{"", v.data() + lo, part}; };
+        ShardSection ps = zero == 3 ? slice(f.params) : ShardSection{"", f.params.data(), padded};
+        ShardSection ms = zero == 0 ? ShardSection{"", f.m.data(), padded} : slice(f.m);
+        ShardSection vs = zero == 0 ? ShardSection{"", f.v.data(), padded} : slice(f.v);
+        ps.name = "params";
+        ms.name = "exp_avg";
+        vs.name = "exp_avg_sq";
+        nlohmann::json header = {{"rank", rank}, {"dp_rank", d}, {"tp_rank", t}, {"pp_rank", p},
+                                 {"step", m.at("step")}};
+        const std::string bytes = encode_shard(header, {ps, ms, vs});
+        const std::string file = fmt::format("shard_rank{}.bin", rank);
+        write_file_atomic((fs::path(step_dir) / file).string(), bytes);
+        manifest["shards"].push_back({{"rank", rank},
+                                      {"file", file},
+                                      {"bytes", bytes.size()},
+                                      {"xxh64", fmt::format("{:016x}", checksum(bytes))},
+                                      {"dp_rank", d},
+                                      {"tp_rank", t},
+                                      {"pp_rank", p},
+                                      {"params", ps.count},
+                                      {"optimizer", ms.count},
+                                      {"data", {{"epoch", max_epoch + 1}, {"position", 0}}}});
+      }
+    }
+  }
+  std::sort(manifest["shards"].begin(), manifest["shards"].end(),
+            [](auto& a, auto& b) { return a["rank"] < b["rank"]; });
+  write_file_atomic((fs::path(step_dir) / "manifest.json").string(), manifest.dump(2));
+  write_file_atomic((fs::path(out) / "latest").string(),
+                    fs::path(step_dir).filename().string() + "\n");
+  std::printf("resharded %s (dp %d) -> %s (dp %d); data restarts at epoch %d\n", dir.c_str(),
+              l.at("dp").get<int>(), step_dir.c_str(), new_dp, max_epoch + 1);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"faultline checkpoint tools"};
+  app.require_subcommand(1);
+  std::string path, in, out;
+  int dp = 0;
+  auto* ins = app.add_subcommand("inspect", "Summarise a checkpoint and verify its shards");
+  ins->add_option("dir", path)->required();
+  auto* dig = app.add_subcommand("digest", "Checksums of each model shard's full state");
+  dig->add_option("dir", path)->required();
+  auto* rs = app.add_subcommand("reshard", "Convert to another data-parallel size");
+  rs->add_option("--in", in)->required();
+  rs->add_option("--out", out)->required();
+  rs->add_option("--dp", dp)->required();
+  CLI11_PARSE(app, argc, argv);
+  return comm::run_worker_main([&]() -> int {
+    if (ins->parsed()) return inspect(path);
+    if (dig->parsed()) return digest(path);
+    return reshard(in, out, dp);
+  });
+}
