@@ -149,6 +149,57 @@ nlohmann::json decode_shard(const std::string& bytes, const std::string& path,
   return h;
 }
 
+ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::json& manifest,
+                                       int tp_rank, int pp_rank, size_t total) {
+  const auto& l = manifest.at("layout");
+  const int dp = l.at("dp"), zero = l.at("zero");
+  std::vector<std::vector<std::pair<std::string, std::vector<float>>>> replicas(
+      static_cast<size_t>(dp));
+  int found = 0;
+  for (auto& e : manifest.at("shards")) {
+    if (e.at("tp_rank") != tp_rank || e.at("pp_rank") != pp_rank) continue;
+    const std::string file = (fs::path(dir) / e.at("file").get<std::string>()).string();
+    if (!fs::exists(file)) {
+      raise<CheckpointError>("checkpoint {}: shard {} (tp {} pp {} dp {}) is missing", dir,
+                             e.at("file").get<std::string>(), tp_rank, pp_rank,
+                             e.at("dp_rank").get<int>());
+    }
+    const std::string bytes = read_file(file);
+    if (fmt::format("{:016x}", checksum(bytes)) != e.at("xxh64").get<std::string>()) {
+      raise<CheckpointError>("checkpoint {}: shard {} does not match its checksum in the manifest",
+                             dir, e.at("file").get<std::string>());
+    }
+    decode_shard(bytes, file, replicas[e.at("dp_rank").get<size_t>()]);
+    ++found;
+  }
+  if (found != dp) {
+    raise<CheckpointError>("checkpoint {}: found {} of {} data-parallel shards of tp {} pp {}", dir,
+                           found, dp, tp_rank, pp_rank);
+  }
+  auto section = [&](size_t replica, const char* name) -> const std::vector<float>& {
+    for (auto& [n, v] : replicas[replica]) {
+      if (n == name) return v;
+    }
+    raise<CheckpointError>("checkpoint {}: a shard has no '{}' section", dir, name);
+  };
+  auto assemble = [&](const char* name, bool partitioned) {
+    std::vector<float> out;
+    for (size_t r = 0; r < (partitioned ? replicas.size() : 1); ++r) {
+      auto& v = section(r, name);
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    if (out.size() < total) {
+      raise<CheckpointError>("checkpoint {}: '{}' of tp {} pp {} has {} elements, the model shard "
+                             "needs {}",
+                             dir, name, tp_rank, pp_rank, out.size(), total);
+    }
+    out.resize(total);
+    return out;
+  };
+  return {assemble("params", zero == 3), assemble("exp_avg", zero > 0),
+          assemble("exp_avg_sq", zero > 0)};
+}
+
 // ---------------------------------------------------------------------------------------------
 // Trainer state <-> checkpoint.
 

@@ -38,4 +38,13 @@ std::string encode_shard(const nlohmann::json& header, const std::vector<ShardSe
 nlohmann::json decode_shard(const std::string& bytes, const std::string& path,
                             std::vector<std::pair<std::string, std::vector<float>>>& sections);
 
+// The full (unpadded) state of model shard (tp_rank, pp_rank) of a checkpoint, whatever its DP
+// size and ZeRO stage: parameters, and Adam's two moments. `total` is that shard's parameter
+// count (ParamLayout::total()). Verifies every shard it reads against the manifest.
+struct ModelShardState {
+  std::vector<float> params, exp_avg, exp_avg_sq;
+};
+ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::json& manifest,
+                                       int tp_rank, int pp_rank, size_t total);
+
 }  // namespace fl::train

@@ -23,13 +23,8 @@ using namespace fl::train;
 
 namespace {
 
-struct Shard {
-  nlohmann::json entry;
-  std::map<std::string, std::vector<float>> sections;
-};
-
-std::vector<Shard> load_all(const std::string& dir, const nlohmann::json& m) {
-  std::vector<Shard> out;
+// Reads every shard once to verify it (size and checksum against the manifest).
+void verify_all(const std::string& dir, const nlohmann::json& m) {
   for (auto& e : m.at("shards")) {
     const std::string file = (fs::path(dir) / e.at("file").get<std::string>()).string();
     if (!fs::exists(file)) raise<CheckpointError>("{}: shard {} is missing", dir, file);
@@ -38,54 +33,13 @@ std::vector<Shard> load_all(const std::string& dir, const nlohmann::json& m) {
       raise<CheckpointError>("{}: shard {} does not match its checksum in the manifest", dir,
                              file);
     }
-    std::vector<std::pair<std::string, std::vector<float>>> secs;
-    decode_shard(bytes, file, secs);
-    Shard s{e, {}};
-    for (auto& [n, v] : secs) s.sections[n] = std::move(v);
-    out.push_back(std::move(s));
   }
-  return out;
 }
 
 model::GptConfig model_of(const nlohmann::json& m) {
   const auto& j = m.at("model");
   return {j.at("vocab").get<int>(),  j.at("d_model").get<int>(), j.at("layers").get<int>(),
           j.at("heads").get<int>(),  j.at("seq_len").get<int>(), j.at("seed").get<uint64_t>()};
-}
-
-// Full (unpadded) params, exp_avg, exp_avg_sq of model shard (tp, pp), from any DP layout.
-struct Full {
-  std::vector<float> params, m, v;
-};
-
-Full reassemble(const std::vector<Shard>& shards, const nlohmann::json& layout, size_t total, int tp,
-                int pp) {
-  const int dp = layout.at("dp"), zero = layout.at("zero");
-  std::vector<const Shard*> replicas(static_cast<size_t>(dp));
-  for (auto& s : shards) {
-    if (s.entry.at("tp_rank") == tp && s.entry.at("pp_rank") == pp) {
-      replicas[s.entry.at("dp_rank").get<size_t>()] = &s;
-    }
-  }
-  auto concat = [&](const char* name) {
-    std::vector<float> out;
-    for (auto* r : replicas) {
-      auto& sec = r->sections.at(name);
-      out.insert(out.end(), sec.begin(), sec.end());
-    }
-    out.resize(total);
-    return out;
-  };
-  auto first = [&](const char* name) {
-    auto out = replicas[0]->sections.at(name);
-    out.resize(total);
-    return out;
-  };
-  Full f;
-  f.params = zero == 3 ? concat("params") : first("params");
-  f.m = zero == 0 ? first("exp_avg") : concat("exp_avg");
-  f.v = zero == 0 ? first("exp_avg_sq") : concat("exp_avg_sq");
-  return f;
 }
 
 int inspect(const std::string& path) {
@@ -98,13 +52,12 @@ int inspect(const std::string& path) {
   std::printf("  layout: world %d = dp %d x tp %d x pp %d, ZeRO %d\n", l.at("world").get<int>(),
               l.at("dp").get<int>(), l.at("tp").get<int>(), l.at("pp").get<int>(),
               l.at("zero").get<int>());
-  auto shards = load_all(dir, m);
-  for (auto& s : shards) {
+  verify_all(dir, m);
+  for (auto& e : m.at("shards")) {
     std::printf("  %-18s rank %2d (dp %d tp %d pp %d) %9zu bytes xxh64 %s  ok\n",
-                s.entry.at("file").get<std::string>().c_str(), s.entry.at("rank").get<int>(),
-                s.entry.at("dp_rank").get<int>(), s.entry.at("tp_rank").get<int>(),
-                s.entry.at("pp_rank").get<int>(), s.entry.at("bytes").get<size_t>(),
-                s.entry.at("xxh64").get<std::string>().c_str());
+                e.at("file").get<std::string>().c_str(), e.at("rank").get<int>(),
+                e.at("dp_rank").get<int>(), e.at("tp_rank").get<int>(), e.at("pp_rank").get<int>(),
+                e.at("bytes").get<size_t>(), e.at("xxh64").get<std::string>().c_str());
   }
   return 0;
 }
@@ -112,17 +65,17 @@ int inspect(const std::string& path) {
 int digest(const std::string& path) {
   const std::string dir = resolve_checkpoint(path);
   auto m = read_manifest(dir);
-  auto shards = load_all(dir, m);
   auto& l = m.at("layout");
   const auto cfg = model_of(m);
   for (int pp = 0; pp < l.at("pp").get<int>(); ++pp) {
     for (int tp = 0; tp < l.at("tp").get<int>(); ++tp) {
       model::ParamLayout pl(cfg, l.at("tp"), tp, l.at("pp"), pp);
-      Full f = reassemble(shards, l, pl.total(), tp, pp);
+      auto f = reassemble_model_shard(dir, m, tp, pp, pl.total());
       std::printf("tp %d pp %d: params %016llx exp_avg %016llx exp_avg_sq %016llx\n", tp, pp,
                   static_cast<unsigned long long>(XXH64(f.params.data(), f.params.size() * 4, 0)),
-                  static_cast<unsigned long long>(XXH64(f.m.data(), f.m.size() * 4, 0)),
-                  static_cast<unsigned long long>(XXH64(f.v.data(), f.v.size() * 4, 0)));
+                  static_cast<unsigned long long>(XXH64(f.exp_avg.data(), f.exp_avg.size() * 4, 0)),
+                  static_cast<unsigned long long>(
+                      XXH64(f.exp_avg_sq.data(), f.exp_avg_sq.size() * 4, 0)));
     }
   }
   return 0;
@@ -136,7 +89,6 @@ int reshard(const std::string& in, const std::string& out, int new_dp) {
                            m.at("format_version").get<int>(), kCheckpointFormatVersion);
   }
   if (new_dp < 1) raise<ConfigError>("--dp {} must be at least 1", new_dp);
-  auto shards = load_all(dir, m);
   const auto& l = m.at("layout");
   const int tp = l.at("tp"), pp = l.at("pp"), zero = l.at("zero");
   if (zero > 0 && new_dp == 1) {
@@ -150,24 +102,25 @@ int reshard(const std::string& in, const std::string& out, int new_dp) {
   manifest["layout"]["world"] = new_dp * tp * pp;
   manifest["shards"] = nlohmann::json::array();
   int max_epoch = 0;
-  for (auto& s : shards) max_epoch = std::max(max_epoch, s.entry.at("data").at("epoch").get<int>());
+  for (auto& e : m.at("shards")) max_epoch = std::max(max_epoch, e.at("data").at("epoch").get<int>());
   for (int p = 0; p < pp; ++p) {
     for (int t = 0; t < tp; ++t) {
       model::ParamLayout pl(cfg, tp, t, pp, p);
       const size_t total = pl.total();
-      Full f = reassemble(shards, l, total, t, p);
+      auto f = reassemble_model_shard(dir, m, t, p, total);
       const size_t part = (total + static_cast<size_t>(new_dp) - 1) / static_cast<size_t>(new_dp);
       const size_t padded = part * static_cast<size_t>(new_dp);
       f.params.resize(padded, 0.0f);
-      f.m.resize(padded, 0.0f);
-      f.v.resize(padded, 0.0f);
+      f.exp_avg.resize(padded, 0.0f);
+      f.exp_avg_sq.resize(padded, 0.0f);
       for (int d = 0; d < new_dp; ++d) {
         const int rank = t + tp * (d + new_dp * p);
         const size_t lo = part * static_cast<size_t>(d);
         auto slice = [&](const std::vector<float>& v) { return ShardSection{"", v.data() + lo, part}; };
         ShardSection ps = zero == 3 ? slice(f.params) : ShardSection{"", f.params.data(), padded};
-        ShardSection ms = zero == 0 ? ShardSection{"", f.m.data(), padded} : slice(f.m);
-        ShardSection vs = zero == 0 ? ShardSection{"", f.v.data(), padded} : slice(f.v);
+        ShardSection ms = zero == 0 ? ShardSection{"", f.exp_avg.data(), padded} : slice(f.exp_avg);
+        ShardSection vs =
+            zero == 0 ? ShardSection{"", f.exp_avg_sq.data(), padded} : slice(f.exp_avg_sq);
         ps.name = "params";
         ms.name = "exp_avg";
         vs.name = "exp_avg_sq";

@@ -1,0 +1,91 @@
+// Sharded inference under mpirun: TP and PP layouts generate exactly the single-rank tokens;
+// seeded top-k is reproducible; a trained checkpoint continues the corpus's chain; a KV cache
+// that does not fit the budget fails with the out-of-memory error naming it; a checkpoint of
+// another partitioning is refused.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "base/exit_codes.hpp"
+#include "tests/support/process.hpp"
+
+namespace fl::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+ProcessResult launch(const char* binary, int ranks, std::vector<std::string> args,
+                     std::map<std::string, std::string> env = {}) {
+  auto argv = mpirun_prefix(ranks);
+  argv.push_back(binary);
+  for (auto& a : args) argv.push_back(a);
+  env["MASTER_PORT"] = std::to_string(free_port());
+  env["FAULTLINE_COMM_TIMEOUT_MS"] = "20000";
+  return run_process(argv, env);
+}
+
+std::string tokens(const ProcessResult& r) {
+  std::string out;
+  std::regex re(R"(request \d+:[^\n]*)");
+  for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    out += it->str() + "\n";
+  }
+  return out;
+}
+
+TEST(Inference, TensorAndPipelineLayoutsGenerateTheSingleRankTokens) {
+  auto ref = launch(FAULTLINE_INFER, 1, {});
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  ASSERT_FALSE(tokens(ref).empty()) << ref.output;
+  for (auto [ranks, args] : std::vector<std::pair<int, std::vector<std::string>>>{
+           {2, {"--tp", "2"}}, {2, {"--pp", "2"}}, {4, {"--tp", "2", "--pp", "2"}}}) {
+    auto r = launch(FAULTLINE_INFER, ranks, args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(tokens(r), tokens(ref)) << args[0] << " " << args[1];
+  }
+}
+
+TEST(Inference, SeededTopKIsReproducibleAndSeedDependent) {
+  auto a = launch(FAULTLINE_INFER, 2, {"--tp", "2", "--top-k", "5", "--seed", "3"});
+  auto b = launch(FAULTLINE_INFER, 2, {"--tp", "2", "--top-k", "5", "--seed", "3"});
+  auto c = launch(FAULTLINE_INFER, 2, {"--tp", "2", "--top-k", "5", "--seed", "4"});
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(tokens(a), tokens(b));
+  EXPECT_NE(tokens(a), tokens(c));
+}
+
+TEST(Inference, TrainedCheckpointFollowsTheCorpusAndWrongPartitioningIsRefused) {
+  fs::path dir = fs::temp_directory_path() / ("faultline-infer-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto t = launch(FAULTLINE_TRAIN, 2, {"--dp", "2", "--zero", "2", "--micro-batch", "4", "--steps",
+                                       "100", "--save-dir", dir.string()});
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  auto r = launch(FAULTLINE_INFER, 1, {"--checkpoint", dir.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(# (\d+) of (\d+) generated tokens follow)")))
+      << r.output;
+  EXPECT_GE(std::stoi(m[1]) * 10, std::stoi(m[2]) * 9) << r.output;  // at least 90%
+  auto wrong = launch(FAULTLINE_INFER, 2, {"--tp", "2", "--checkpoint", dir.string()});
+  EXPECT_EQ(wrong.exit_code, exit_code::kCheckpoint) << wrong.output;
+  EXPECT_NE(wrong.output.find("is partitioned tp 1 x pp 1; this server is tp 2 x pp 1"),
+            std::string::npos)
+      << wrong.output;
+  fs::remove_all(dir);
+}
+
+TEST(Inference, KvCacheBeyondTheBudgetIsAnOutOfMemoryError) {
+  auto ok = launch(FAULTLINE_INFER, 1, {"--requests", "4"}, {{"FAULTLINE_MEMORY_BUDGET_BYTES", "262144"}});
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  auto r = launch(FAULTLINE_INFER, 1, {"--requests", "64"}, {{"FAULTLINE_MEMORY_BUDGET_BYTES", "262144"}});
+  EXPECT_EQ(r.exit_code, exit_code::kOutOfMemory) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(out of memory on cpu: tried to allocate [0-9.]+ KiB for 'kv_cache\.h[01]\.[kv]')")))
+      << r.output;
+}
+
+}  // namespace
+}  // namespace fl::test
