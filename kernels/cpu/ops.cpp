@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace fl::ops {
@@ -39,14 +40,15 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 0.0f,
-              out, OC);
+  // The bias is laid down first and the GEMM accumulates onto it (beta = 1): one pass over the
+  // output instead of a second read-modify-write after the GEMM.
   if (bias) {
     for (int n = 0; n < N; ++n) {
-      float* o = out + static_cast<size_t>(n) * OC;
-      for (int j = 0; j < OC; ++j) o[j] += bias[j];
+      std::memcpy(out + static_cast<size_t>(n) * OC, bias, static_cast<size_t>(OC) * sizeof(float));
     }
   }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
+              bias ? 1.0f : 0.0f, out, OC);
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
