@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The main job: a 4-rank collective check (every op's result checked, throughput against raw MPI)
-# and a short 4-rank data-parallel training smoke. Later issues make this the smoke suite.
+# and short 4-rank training smokes (an MLP over DP, the GPT over DP x TP). Later issues make this
+# the smoke suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if [ ! -x build/bench/fl-bench-collectives ] || [ ! -x build/workloads/train/fl-dp-smoke ]; then
+if [ ! -x build/bench/fl-bench-collectives ] || [ ! -x build/workloads/train/fl-train ]; then
   bash ci/build.sh default
 else
   cmake --build build -j "$(nproc)"
@@ -18,4 +19,6 @@ for op in all_reduce reduce_scatter all_gather broadcast; do
 done
 echo "== training smoke: data-parallel MLP, 4 ranks"
 "${MPIRUN[@]}" build/workloads/train/fl-dp-smoke --steps 100
+echo "== training smoke: GPT tiny, dp 2 x tp 2, 60 steps"
+"${MPIRUN[@]}" build/workloads/train/fl-train --dp 2 --tp 2 --micro-batch 4 --steps 60
 echo "main: PASS"
