@@ -32,7 +32,8 @@ struct TrainRun {
   std::vector<nlohmann::json> steps;
 };
 
-TrainRun train(int ranks, std::vector<std::string> args, int steps = 20) {
+TrainRun train(int ranks, std::vector<std::string> args, int steps = 20,
+               std::map<std::string, std::string> env = {}) {
   static int counter = 0;
   fs::path metrics = fs::temp_directory_path() /
                      ("faultline-train-" + std::to_string(::getpid()) + "-" +
@@ -45,8 +46,10 @@ TrainRun train(int ranks, std::vector<std::string> args, int steps = 20) {
     argv.push_back(a);
   }
   TrainRun r;
-  r.proc = run_process(argv, {{"MASTER_PORT", std::to_string(free_port())},
-                              {"FAULTLINE_COMM_TIMEOUT_MS", "60000"}});
+  env.emplace("MASTER_PORT", std::to_string(free_port()));
+  env.emplace("FAULTLINE_COMM_TIMEOUT_MS", "60000");
+  env.emplace("FAULTLINE_FLIGHT_RECORDER_DIR", fs::temp_directory_path().string());
+  r.proc = run_process(argv, env);
   std::ifstream in(metrics);
   std::string line;
   while (std::getline(in, line)) r.steps.push_back(nlohmann::json::parse(line));
@@ -177,6 +180,34 @@ TEST(TrainPrecision, Bf16Trains) {
   EXPECT_LT(r.steps.back()["loss"].get<double>(), r.steps[0]["loss"].get<double>() - 1.0);
   // bf16 rounding makes it close to, but not the same as, fp32.
   EXPECT_NEAR(r.steps.back()["loss"].get<double>(), reference().steps.back()["loss"].get<double>(), 0.05);
+}
+
+TEST(TrainData, UnevenShardsHangTheRanksWithMoreBatchesAndDropLastFixesIt) {
+  // 66 samples over 4 data-parallel ranks: ranks 0-1 get 17 (5 micro-batches of 4), ranks 2-3
+  // get 16 (4). Run by epochs, ranks 2-3 finish after 4 steps while ranks 0-1 wait in the 5th
+  // step's gradient all-reduce until the deadline (DeepSpeed #2223).
+  std::vector<std::string> args = {"--dp", "4", "--micro-batch", "4", "--samples", "66",
+                                   "--epochs", "1"};
+  auto hang = train(4, args, 1, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
+  EXPECT_EQ(hang.proc.exit_code, exit_code::kCommTimeout) << hang.proc.output;
+  EXPECT_TRUE(std::regex_search(
+      hang.proc.output,
+      std::regex(R"(\[rank [01]\] comm timeout: all_reduce on group 'dp' \(seq 4, count \d+, dtype fp32, reduce avg\))")))
+      << hang.proc.output;
+  args.push_back("--drop-last");
+  auto fixed = train(4, args, 1, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
+  EXPECT_EQ(fixed.proc.exit_code, 0) << fixed.proc.output;
+  EXPECT_EQ(fixed.steps.size(), 4u);
+}
+
+TEST(TrainEval, PeriodicEvalReportsAFallingHeldOutLoss) {
+  auto r = train(2, {"--dp", "2", "--micro-batch", "4", "--eval-every", "10"});
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  ASSERT_TRUE(r.steps[9].contains("eval_loss")) << r.steps[9].dump();
+  ASSERT_TRUE(r.steps[19].contains("eval_loss"));
+  EXPECT_FALSE(r.steps[10].contains("eval_loss"));
+  EXPECT_LT(r.steps[19]["eval_loss"].get<double>(), r.steps[9]["eval_loss"].get<double>());
+  EXPECT_LT(r.steps[19]["eval_loss"].get<double>(), std::log(64.0) - 0.5);
 }
 
 TEST(TrainConfigErrors, ImpossibleLayoutsAreRefusedNamingTheSizes) {

@@ -286,6 +286,10 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
         {"loss_scaler",
          {{"scale", s.scale}, {"good", s.good}, {"skipped", s.skipped},
           {"hysteresis_left", s.hysteresis_left}}},
+        // Every random choice is counter-based (keyed by seed and index), so the seeds are the
+        // whole RNG state.
+        {"rng", {{"kind", "counter-based"}, {"model_seed", cfg_.model.seed},
+                 {"data_seed", cfg_.data_seed}}},
         {"data",
          {{"data_seed", cfg_.data_seed},
           {"num_samples", cfg_.num_samples},
