@@ -18,8 +18,9 @@ struct Shape {
 
 // tiny: C 32, T 16; small: C 128, T 64; both at micro-batch 8.
 const Shape kShapes[] = {
-    {"tiny.qkv", 128, 32, 96},     {"tiny.fc", 128, 32, 128},    {"tiny.fcproj", 128, 128, 32},
-    {"tiny.lm_head", 128, 32, 64}, {"small.qkv", 512, 128, 384}, {"small.fc", 512, 128, 512},
+    {"tiny.qkv", 128, 32, 96},       {"tiny.fc", 128, 32, 128},
+    {"tiny.fcproj", 128, 128, 32},   {"tiny.lm_head", 128, 32, 64},
+    {"small.qkv", 512, 128, 384},    {"small.fc", 512, 128, 512},
     {"small.fcproj", 512, 512, 128}, {"small.lm_head", 512, 128, 256},
 };
 
@@ -32,9 +33,9 @@ std::vector<float> randv(size_t n) {
 }
 
 void set_flops(benchmark::State& state, const Shape& s, double gemms) {
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * s.N * s.C * s.OC * gemms * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * s.N * s.C * s.OC * gemms * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
 void BM_LinearForward(benchmark::State& state, Shape s) {
@@ -76,8 +77,8 @@ void BM_CblasBackward(benchmark::State& state, Shape s) {
        dout = randv(static_cast<size_t>(s.N) * s.OC);
   std::vector<float> din(in.size()), dw(w.size());
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.N, s.C, s.OC, 1.0f, dout.data(),
-                s.OC, w.data(), s.C, 1.0f, din.data(), s.C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.N, s.C, s.OC, 1.0f, dout.data(), s.OC,
+                w.data(), s.C, 1.0f, din.data(), s.C);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.OC, s.C, s.N, 1.0f, dout.data(), s.OC,
                 in.data(), s.C, 1.0f, dw.data(), s.C);
     benchmark::DoNotOptimize(din.data());
@@ -87,9 +88,11 @@ void BM_CblasBackward(benchmark::State& state, Shape s) {
 
 const int kRegistered = [] {
   for (const auto& s : kShapes) {
-    benchmark::RegisterBenchmark((std::string("linear_fwd/") + s.name).c_str(), BM_LinearForward, s);
+    benchmark::RegisterBenchmark((std::string("linear_fwd/") + s.name).c_str(), BM_LinearForward,
+                                 s);
     benchmark::RegisterBenchmark((std::string("cblas_fwd/") + s.name).c_str(), BM_CblasForward, s);
-    benchmark::RegisterBenchmark((std::string("linear_bwd/") + s.name).c_str(), BM_LinearBackward, s);
+    benchmark::RegisterBenchmark((std::string("linear_bwd/") + s.name).c_str(), BM_LinearBackward,
+                                 s);
     benchmark::RegisterBenchmark((std::string("cblas_bwd/") + s.name).c_str(), BM_CblasBackward, s);
   }
   return 0;

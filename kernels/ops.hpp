@@ -10,8 +10,8 @@
 namespace fl::ops {
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int B, int T, int C);
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                         int T, int C);
 
@@ -19,15 +19,15 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC);
 // dinp += dout · W; dweight += doutᵀ · inp; dbias += Σ dout. Any of the outputs may be null.
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC);
 
 // Row-wise layer norm over C with eps 1e-5; mean/rstd [N] are kept for backward.
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int N, int C);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int N, int C);
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C);
 
 // GELU, tanh approximation.
 void gelu_forward(float* out, const float* inp, size_t n);

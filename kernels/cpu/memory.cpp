@@ -24,8 +24,7 @@ MemoryAccountant& MemoryAccountant::cpu() {
 
 void MemoryAccountant::reserve(size_t bytes, std::string_view what) {
   auto verdict = FAULTLINE_FAULT_POINT(
-      "memory.alloc",
-      (fault::SiteContext{-1, "", what, -1, nullptr, bytes, DType::kU8, -1}));
+      "memory.alloc", (fault::SiteContext{-1, "", what, -1, nullptr, bytes, DType::kU8, -1}));
   size_t cur = current_.load(std::memory_order_relaxed);
   for (;;) {
     if (verdict == fault::Verdict::kFail || (budget_ != 0 && cur + bytes > budget_)) {

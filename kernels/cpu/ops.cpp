@@ -11,8 +11,8 @@
 
 namespace fl::ops {
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int B, int T, int C) {
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C) {
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       float* o = out + (static_cast<size_t>(b) * T + t) * C;
@@ -51,8 +51,8 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
               bias ? 1.0f : 0.0f, out, OC);
 }
 
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC) {
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC) {
   if (dinp) {  // [N, OC] · [OC, C]
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
                 1.0f, dinp, C);
@@ -69,8 +69,8 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
   }
 }
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int N, int C) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
   const float eps = 1e-5f;
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<size_t>(n) * C;
@@ -89,8 +89,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int N, int C) {
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C) {
   for (int n = 0; n < N; ++n) {
     const float* d = dout + static_cast<size_t>(n) * C;
     const float* x = inp + static_cast<size_t>(n) * C;
@@ -202,8 +202,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
         for (int s = t + 1; s < T; ++s) drow[s] = 0.0f;
       }
       // dq += dscore · k ; dk += dscoreᵀ · q
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, datt.data(), T, k,
-                  ld, 1.0f, dq, ld);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, datt.data(), T, k, ld,
+                  1.0f, dq, ld);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, datt.data(), T, q, ld,
                   1.0f, dk, ld);
     }

@@ -61,13 +61,15 @@ TEST(Inference, SeededTopKIsReproducibleAndSeedDependent) {
 TEST(Inference, TrainedCheckpointFollowsTheCorpusAndWrongPartitioningIsRefused) {
   fs::path dir = fs::temp_directory_path() / ("faultline-infer-" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  auto t = launch(FAULTLINE_TRAIN, 2, {"--dp", "2", "--zero", "2", "--micro-batch", "4", "--steps",
-                                       "100", "--save-dir", dir.string()});
+  auto t = launch(FAULTLINE_TRAIN, 2,
+                  {"--dp", "2", "--zero", "2", "--micro-batch", "4", "--steps", "100", "--save-dir",
+                   dir.string()});
   ASSERT_EQ(t.exit_code, 0) << t.output;
   auto r = launch(FAULTLINE_INFER, 1, {"--checkpoint", dir.string()});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(# (\d+) of (\d+) generated tokens follow)")))
+  ASSERT_TRUE(
+      std::regex_search(r.output, m, std::regex(R"(# (\d+) of (\d+) generated tokens follow)")))
       << r.output;
   EXPECT_GE(std::stoi(m[1]) * 10, std::stoi(m[2]) * 9) << r.output;  // at least 90%
   auto wrong = launch(FAULTLINE_INFER, 2, {"--tp", "2", "--checkpoint", dir.string()});
@@ -79,11 +81,16 @@ TEST(Inference, TrainedCheckpointFollowsTheCorpusAndWrongPartitioningIsRefused) 
 }
 
 TEST(Inference, KvCacheBeyondTheBudgetIsAnOutOfMemoryError) {
-  auto ok = launch(FAULTLINE_INFER, 1, {"--requests", "4"}, {{"FAULTLINE_MEMORY_BUDGET_BYTES", "262144"}});
+  auto ok = launch(FAULTLINE_INFER, 1, {"--requests", "4"},
+                   {{"FAULTLINE_MEMORY_BUDGET_BYTES", "262144"}});
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
-  auto r = launch(FAULTLINE_INFER, 1, {"--requests", "64"}, {{"FAULTLINE_MEMORY_BUDGET_BYTES", "262144"}});
+  auto r = launch(FAULTLINE_INFER, 1, {"--requests", "64"},
+                  {{"FAULTLINE_MEMORY_BUDGET_BYTES", "262144"}});
   EXPECT_EQ(r.exit_code, exit_code::kOutOfMemory) << r.output;
-  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(out of memory on cpu: tried to allocate [0-9.]+ KiB for 'kv_cache\.h[01]\.[kv]')")))
+  EXPECT_TRUE(std::regex_search(
+      r.output,
+      std::regex(
+          R"(out of memory on cpu: tried to allocate [0-9.]+ KiB for 'kv_cache\.h[01]\.[kv]')")))
       << r.output;
 }
 

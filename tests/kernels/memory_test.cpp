@@ -40,8 +40,12 @@ TEST(MemoryAccountant, BudgetExceededGivesAnOutOfMemoryErrorLikeCuda) {
 }
 
 TEST(LossScaler, OverflowSkipsAndLowersCleanStepsGrow) {
-  LossScaler s({.initial_scale = 1024, .growth_factor = 2, .backoff_factor = 0.5,
-                .growth_interval = 3, .min_scale = 1, .hysteresis = 1});
+  LossScaler s({.initial_scale = 1024,
+                .growth_factor = 2,
+                .backoff_factor = 0.5,
+                .growth_interval = 3,
+                .min_scale = 1,
+                .hysteresis = 1});
   EXPECT_FALSE(s.update(true, 0));
   EXPECT_EQ(s.scale(), 512);
   EXPECT_EQ(s.skipped_steps(), 1);
@@ -53,8 +57,12 @@ TEST(LossScaler, OverflowSkipsAndLowersCleanStepsGrow) {
 }
 
 TEST(LossScaler, HysteresisToleratesOverflowsBeforeLowering) {
-  LossScaler s({.initial_scale = 8, .growth_factor = 2, .backoff_factor = 0.5,
-                .growth_interval = 100, .min_scale = 1, .hysteresis = 2});
+  LossScaler s({.initial_scale = 8,
+                .growth_factor = 2,
+                .backoff_factor = 0.5,
+                .growth_interval = 100,
+                .min_scale = 1,
+                .hysteresis = 2});
   EXPECT_FALSE(s.update(true, 0));
   EXPECT_EQ(s.scale(), 8);
   EXPECT_FALSE(s.update(true, 1));
@@ -62,17 +70,22 @@ TEST(LossScaler, HysteresisToleratesOverflowsBeforeLowering) {
 }
 
 TEST(LossScaler, OverflowAtTheMinimumStopsTraining) {
-  LossScaler s({.initial_scale = 4, .growth_factor = 2, .backoff_factor = 0.5,
-                .growth_interval = 100, .min_scale = 1, .hysteresis = 1});
+  LossScaler s({.initial_scale = 4,
+                .growth_factor = 2,
+                .backoff_factor = 0.5,
+                .growth_interval = 100,
+                .min_scale = 1,
+                .hysteresis = 1});
   EXPECT_FALSE(s.update(true, 10));  // 2
   EXPECT_FALSE(s.update(true, 11));  // 1
   try {
     s.update(true, 12);
     FAIL();
   } catch (const LossScaleError& e) {
-    EXPECT_STREQ(e.what(), "gradient overflow at step 12 with the loss scale already at its "
-                           "minimum (1): it cannot be lowered further, so training stops (3 steps "
-                           "skipped so far)");
+    EXPECT_STREQ(e.what(),
+                 "gradient overflow at step 12 with the loss scale already at its "
+                 "minimum (1): it cannot be lowered further, so training stops (3 steps "
+                 "skipped so far)");
   }
 }
 

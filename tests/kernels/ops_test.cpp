@@ -79,8 +79,8 @@ TEST(LayerNorm, NormalisesRowsAndBackwardMatches) {
   auto inp = randn(N * C, 5, 2.0f), w = randn(C, 6), b = randn(C, 7), wsum = randn(N * C, 8);
   std::vector<float> out(N * C), mean(N), rstd(N);
   std::vector<float> ones(C, 1.0f), zeros(C, 0.0f);
-  layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), ones.data(), zeros.data(),
-                    N, C);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), ones.data(), zeros.data(), N,
+                    C);
   for (int n = 0; n < N; ++n) {
     double m = 0, v = 0;
     for (int c = 0; c < C; ++c) m += out[n * C + c];

@@ -10,7 +10,9 @@
 namespace fl::model {
 namespace {
 
-GptConfig micro() { return GptConfig{11, 8, 2, 2, 5, 99}; }
+GptConfig micro() {
+  return GptConfig{11, 8, 2, 2, 5, 99};
+}
 
 struct Batch {
   std::vector<int32_t> tokens, targets;
@@ -40,9 +42,8 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
   auto acts = stage.forward(params.data(), data.tokens.data(), nullptr, data.targets.data(), B, T);
   stage.backward(*acts, params.data(), grads.data(), 1.0f, nullptr, nullptr);
   auto loss = [&] {
-    return static_cast<double>(stage.forward(params.data(), data.tokens.data(), nullptr,
-                                             data.targets.data(), B, T)
-                                   ->loss);
+    return static_cast<double>(
+        stage.forward(params.data(), data.tokens.data(), nullptr, data.targets.data(), B, T)->loss);
   };
   // Every parameter tensor: its first elements and a middle one.
   int checked = 0;
@@ -132,11 +133,13 @@ TEST(Layout, InvalidLayoutsNameTheSizes) {
     }
   };
   EXPECT_EQ(msg({8, 2, 2, 2, 0}), "ok");
-  EXPECT_EQ(msg({4, 1, 3, 1, 0}), "invalid layout: dp 1 x tp 3 x pp 1 = 3 ranks, but the world has 4");
+  EXPECT_EQ(msg({4, 1, 3, 1, 0}),
+            "invalid layout: dp 1 x tp 3 x pp 1 = 3 ranks, but the world has 4");
   EXPECT_EQ(msg({3, 1, 3, 1, 0}),
             "invalid layout: tensor-parallel size 3 does not divide the number of heads 4");
   EXPECT_EQ(msg({2, 1, 1, 2, 0}), "ok");
-  EXPECT_EQ(msg({4, 1, 1, 4, 0}), "invalid layout: pipeline-parallel size 4 does not divide the 2 layers");
+  EXPECT_EQ(msg({4, 1, 1, 4, 0}),
+            "invalid layout: pipeline-parallel size 4 does not divide the 2 layers");
   EXPECT_EQ(msg({2, 1, 8, 1, 0}),
             "invalid layout: dp 1 x tp 8 x pp 1 = 8 ranks, but the world has 2");
   EXPECT_EQ(msg({1, 1, 1, 1, 2}),

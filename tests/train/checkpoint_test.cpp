@@ -22,9 +22,9 @@ namespace fs = std::filesystem;
 class Checkpoints : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("faultline-ckpt-" + std::to_string(::getpid()) + "-" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ =
+        fs::temp_directory_path() / ("faultline-ckpt-" + std::to_string(::getpid()) + "-" +
+                                     testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -59,8 +59,8 @@ class Checkpoints : public testing::Test {
   fs::path dir_;
 };
 
-const std::vector<std::string> kLayout = {"--dp", "2", "--tp", "2", "--zero", "1",
-                                          "--micro-batch", "4"};
+const std::vector<std::string> kLayout = {"--dp",   "2", "--tp",          "2",
+                                          "--zero", "1", "--micro-batch", "4"};
 
 TEST_F(Checkpoints, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
   save(4, kLayout);
@@ -106,7 +106,8 @@ TEST_F(Checkpoints, MissingShardIsNamed) {
 TEST_F(Checkpoints, CorruptShardFailsItsChecksum) {
   save(4, kLayout);
   {
-    std::fstream f(dir_ / "step_4" / "shard_rank1.bin", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(dir_ / "step_4" / "shard_rank1.bin",
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(200);
     f.put('\x7f');
   }
@@ -114,7 +115,10 @@ TEST_F(Checkpoints, CorruptShardFailsItsChecksum) {
   args.insert(args.end(), {"--steps", "8", "--resume", (dir_ / "step_4").string()});
   auto r = train(4, args);
   EXPECT_EQ(r.exit_code, exit_code::kCheckpoint) << r.output;
-  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(shard shard_rank1.bin of rank 1 is corrupt: \d+ bytes with xxh64 [0-9a-f]{16}, the manifest says \d+ bytes with xxh64 [0-9a-f]{16})")))
+  EXPECT_TRUE(std::regex_search(
+      r.output,
+      std::regex(
+          R"(shard shard_rank1.bin of rank 1 is corrupt: \d+ bytes with xxh64 [0-9a-f]{16}, the manifest says \d+ bytes with xxh64 [0-9a-f]{16})")))
       << r.output;
 }
 
@@ -153,8 +157,8 @@ TEST_F(Checkpoints, ReshardToAnotherDataParallelSizeKeepsTheStateAndResumes) {
   auto r = run_process({FAULTLINE_CKPT, "reshard", "--in", (dir_ / "step_4").string(), "--out",
                         out4.string(), "--dp", "4"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = run_process({FAULTLINE_CKPT, "reshard", "--in", out4.string(), "--out", out2.string(),
-                   "--dp", "2"});
+  r = run_process(
+      {FAULTLINE_CKPT, "reshard", "--in", out4.string(), "--out", out2.string(), "--dp", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Parameters and optimizer state survive both conversions exactly.
   auto d0 = run_process({FAULTLINE_CKPT, "digest", (dir_ / "step_4").string()});

@@ -35,14 +35,13 @@ struct TrainRun {
 TrainRun train(int ranks, std::vector<std::string> args, int steps = 20,
                std::map<std::string, std::string> env = {}) {
   static int counter = 0;
-  fs::path metrics = fs::temp_directory_path() /
-                     ("faultline-train-" + std::to_string(::getpid()) + "-" +
-                      std::to_string(counter++) + ".jsonl");
+  fs::path metrics = fs::temp_directory_path() / ("faultline-train-" + std::to_string(::getpid()) +
+                                                  "-" + std::to_string(counter++) + ".jsonl");
   auto argv = mpirun_prefix(ranks);
   argv.push_back(FAULTLINE_TRAIN);
   for (auto& a : args) argv.push_back(a);
-  for (auto& a : std::vector<std::string>{"--steps", std::to_string(steps), "--metrics",
-                                          metrics.string()}) {
+  for (auto& a :
+       std::vector<std::string>{"--steps", std::to_string(steps), "--metrics", metrics.string()}) {
     argv.push_back(a);
   }
   TrainRun r;
@@ -80,13 +79,18 @@ TEST(TrainLayouts, SingleRankLearnsTheCorpus) {
   EXPECT_LT(ref.steps[19]["loss"].get<double>(), ref.steps[0]["loss"].get<double>() - 1.0);
 }
 
-TEST(TrainLayouts, DataParallel) { expect_same_trajectory(train(2, {"--dp", "2", "--micro-batch", "4"}), "dp2"); }
+TEST(TrainLayouts, DataParallel) {
+  expect_same_trajectory(train(2, {"--dp", "2", "--micro-batch", "4"}), "dp2");
+}
 TEST(TrainLayouts, GradientAccumulation) {
   expect_same_trajectory(train(1, {"--micro-batch", "4", "--grad-accum", "2"}), "accum2");
 }
-TEST(TrainLayouts, TensorParallel) { expect_same_trajectory(train(2, {"--tp", "2", "--micro-batch", "8"}), "tp2"); }
+TEST(TrainLayouts, TensorParallel) {
+  expect_same_trajectory(train(2, {"--tp", "2", "--micro-batch", "8"}), "tp2");
+}
 TEST(TrainLayouts, Pipeline1F1B) {
-  expect_same_trajectory(train(2, {"--pp", "2", "--micro-batch", "2", "--grad-accum", "4"}), "pp2 1f1b");
+  expect_same_trajectory(train(2, {"--pp", "2", "--micro-batch", "2", "--grad-accum", "4"}),
+                         "pp2 1f1b");
 }
 TEST(TrainLayouts, PipelineGPipe) {
   expect_same_trajectory(
@@ -103,10 +107,12 @@ TEST(TrainLayouts, DataAndTensorParallel) {
   expect_same_trajectory(train(4, {"--dp", "2", "--tp", "2", "--micro-batch", "4"}), "dp2 tp2");
 }
 TEST(TrainLayouts, DataAndPipelineParallel) {
-  expect_same_trajectory(train(4, {"--dp", "2", "--pp", "2", "--micro-batch", "2", "--grad-accum", "2"}), "dp2 pp2");
+  expect_same_trajectory(
+      train(4, {"--dp", "2", "--pp", "2", "--micro-batch", "2", "--grad-accum", "2"}), "dp2 pp2");
 }
 TEST(TrainLayouts, TensorAndPipelineParallel) {
-  expect_same_trajectory(train(4, {"--tp", "2", "--pp", "2", "--micro-batch", "4", "--grad-accum", "2"}), "tp2 pp2");
+  expect_same_trajectory(
+      train(4, {"--tp", "2", "--pp", "2", "--micro-batch", "4", "--grad-accum", "2"}), "tp2 pp2");
 }
 TEST(TrainLayouts, DataTensorPipelineParallelOnEightRanks) {
   expect_same_trajectory(
@@ -148,8 +154,8 @@ TEST(TrainDeterminism, SameLayoutAndSeedIsBitwiseIdentical) {
 
 TEST(TrainPrecision, Fp16OverflowSkipsTheStepAndLowersTheScale) {
   // A scale of 2^24 overflows fp16 gradients (max 65504) until it has been halved enough.
-  auto r = train(2, {"--dp", "2", "--micro-batch", "4", "--precision", "fp16", "--loss-scale",
-                     "16777216"});
+  auto r = train(
+      2, {"--dp", "2", "--micro-batch", "4", "--precision", "fp16", "--loss-scale", "16777216"});
   ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
   ASSERT_EQ(r.steps.size(), 20u);
   EXPECT_TRUE(r.steps[0]["skipped"].get<bool>());
@@ -179,20 +185,22 @@ TEST(TrainPrecision, Bf16Trains) {
   ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
   EXPECT_LT(r.steps.back()["loss"].get<double>(), r.steps[0]["loss"].get<double>() - 1.0);
   // bf16 rounding makes it close to, but not the same as, fp32.
-  EXPECT_NEAR(r.steps.back()["loss"].get<double>(), reference().steps.back()["loss"].get<double>(), 0.05);
+  EXPECT_NEAR(r.steps.back()["loss"].get<double>(), reference().steps.back()["loss"].get<double>(),
+              0.05);
 }
 
 TEST(TrainData, UnevenShardsHangTheRanksWithMoreBatchesAndDropLastFixesIt) {
   // 66 samples over 4 data-parallel ranks: ranks 0-1 get 17 (5 micro-batches of 4), ranks 2-3
   // get 16 (4). Run by epochs, ranks 2-3 finish after 4 steps while ranks 0-1 wait in the 5th
   // step's gradient all-reduce until the deadline (DeepSpeed #2223).
-  std::vector<std::string> args = {"--dp", "4", "--micro-batch", "4", "--samples", "66",
-                                   "--epochs", "1"};
+  std::vector<std::string> args = {"--dp",      "4",  "--micro-batch", "4",
+                                   "--samples", "66", "--epochs",      "1"};
   auto hang = train(4, args, 1, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
   EXPECT_EQ(hang.proc.exit_code, exit_code::kCommTimeout) << hang.proc.output;
   EXPECT_TRUE(std::regex_search(
       hang.proc.output,
-      std::regex(R"(\[rank [01]\] comm timeout: all_reduce on group 'dp' \(seq 4, count \d+, dtype fp32, reduce avg\))")))
+      std::regex(
+          R"(\[rank [01]\] comm timeout: all_reduce on group 'dp' \(seq 4, count \d+, dtype fp32, reduce avg\))")))
       << hang.proc.output;
   args.push_back("--drop-last");
   auto fixed = train(4, args, 1, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});

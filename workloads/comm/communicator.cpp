@@ -323,12 +323,12 @@ void Communicator::send_recv(const Buffer& out, int send_peer, Buffer in, int re
   check_usable(dr);
   ds.seq = p2p_send_seq_[send_peer]++;
   dr.seq = p2p_recv_seq_[recv_peer]++;
-  auto vs = FAULTLINE_FAULT_POINT("comm.send_recv.send",
-                                  (fault::SiteContext{ds.seq, group_, "send", send_peer, out.data,
-                                                      out.count, out.dtype, -1}));
-  auto vr = FAULTLINE_FAULT_POINT("comm.send_recv.recv",
-                                  (fault::SiteContext{dr.seq, group_, "recv", recv_peer, in.data,
-                                                      in.count, in.dtype, -1}));
+  auto vs = FAULTLINE_FAULT_POINT(
+      "comm.send_recv.send",
+      (fault::SiteContext{ds.seq, group_, "send", send_peer, out.data, out.count, out.dtype, -1}));
+  auto vr = FAULTLINE_FAULT_POINT(
+      "comm.send_recv.recv",
+      (fault::SiteContext{dr.seq, group_, "recv", recv_peer, in.data, in.count, in.dtype, -1}));
   if (vs == fault::Verdict::kFail || vr == fault::Verdict::kFail) {
     raise<CommError>("[rank {}] send_recv failed: error returned by an armed fault site",
                      world_rank_);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "base/counter_rng.hpp"
 #include "base/ranks.hpp"
 #include "injector/site.hpp"
 #include "kernels/ops.hpp"
@@ -15,12 +16,8 @@ namespace {
 using comm::host_buffer;
 
 double uniform(uint64_t seed, int request, int64_t position) {
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(request) * 0xbf58476d1ce4e5b9ull +
-               static_cast<uint64_t>(position) * 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  x *= 0xd6e8feb86659fd93ull;
-  x ^= x >> 32;
-  return static_cast<double>(x >> 11) / 9007199254740992.0;
+  return rng::to_unit(rng::mix(rng::mix(rng::mix(seed) ^ static_cast<uint64_t>(request)) ^
+                               static_cast<uint64_t>(position)));
 }
 }  // namespace
 
@@ -32,13 +29,15 @@ int32_t sample_token(const float* logits, int V, const GenerateConfig& g, int re
   const int k = std::min(g.top_k, V);
   std::vector<int> idx(static_cast<size_t>(V));
   std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
   std::vector<double> p(static_cast<size_t>(k));
   const double mx = logits[idx[0]];
   double sum = 0;
   for (int i = 0; i < k; ++i) {
-    p[static_cast<size_t>(i)] = std::exp((logits[idx[static_cast<size_t>(i)]] - mx) / g.temperature);
+    p[static_cast<size_t>(i)] =
+        std::exp((logits[idx[static_cast<size_t>(i)]] - mx) / g.temperature);
     sum += p[static_cast<size_t>(i)];
   }
   double u = uniform(g.seed, request, position) * sum;
@@ -71,9 +70,9 @@ std::vector<int32_t> InferenceEngine::step(const std::vector<int32_t>& tokens, i
   const int C = cfg_.d_model, V = cfg_.vocab, T = cfg_.seq_len, B = B_;
   const int tp = topo_.layout.tp, Cl = C / tp, NHl = cfg_.heads / tp, hs = C / cfg_.heads;
   float* P = params_.data();
-  FAULTLINE_FAULT_POINT("infer.forward", (fault::SiteContext{t, "", "infer.forward", -1, nullptr,
-                                                             static_cast<size_t>(B), DType::kI32,
-                                                             -1}));
+  FAULTLINE_FAULT_POINT("infer.forward",
+                        (fault::SiteContext{t, "", "infer.forward", -1, nullptr,
+                                            static_cast<size_t>(B), DType::kI32, -1}));
   std::vector<float> x(static_cast<size_t>(B) * C);
   if (topo_.first_stage()) {
     const float* wte = layout_.find(P, "wte");
@@ -128,7 +127,8 @@ std::vector<int32_t> InferenceEngine::step(const std::vector<int32_t>& tokens, i
     ops::linear_forward(proj.data(), atty.data(), w.proj_w, nullptr, B, Cl, C);
     tp_all_reduce(proj.data(), proj.size());
     for (int b = 0; b < B; ++b) {
-      for (int c = 0; c < C; ++c) x[static_cast<size_t>(b) * C + c] += proj[static_cast<size_t>(b) * C + c] + w.proj_b[c];
+      for (int c = 0; c < C; ++c)
+        x[static_cast<size_t>(b) * C + c] += proj[static_cast<size_t>(b) * C + c] + w.proj_b[c];
     }
     ops::layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), w.ln2_w, w.ln2_b, B, C);
     ops::linear_forward(fch.data(), ln.data(), w.fc_w, w.fc_b, B, C, 4 * Cl);
@@ -136,7 +136,8 @@ std::vector<int32_t> InferenceEngine::step(const std::vector<int32_t>& tokens, i
     ops::linear_forward(proj.data(), gel.data(), w.fcproj_w, nullptr, B, 4 * Cl, C);
     tp_all_reduce(proj.data(), proj.size());
     for (int b = 0; b < B; ++b) {
-      for (int c = 0; c < C; ++c) x[static_cast<size_t>(b) * C + c] += proj[static_cast<size_t>(b) * C + c] + w.fcproj_b[c];
+      for (int c = 0; c < C; ++c)
+        x[static_cast<size_t>(b) * C + c] += proj[static_cast<size_t>(b) * C + c] + w.fcproj_b[c];
     }
   }
   std::vector<int32_t> next(static_cast<size_t>(B), 0);
@@ -149,7 +150,8 @@ std::vector<int32_t> InferenceEngine::step(const std::vector<int32_t>& tokens, i
     ops::linear_forward(logits.data(), ln.data(), layout_.find(P, "lm_head.weight"), nullptr, B, C,
                         V);
     for (int b = 0; b < B; ++b) {
-      next[static_cast<size_t>(b)] = sample_token(logits.data() + static_cast<size_t>(b) * V, V, g, b, draw);
+      next[static_cast<size_t>(b)] =
+          sample_token(logits.data() + static_cast<size_t>(b) * V, V, g, b, draw);
     }
   }
   // The last stage's choice reaches every stage (the first needs it as its next input).
@@ -165,15 +167,16 @@ std::vector<std::vector<int32_t>> InferenceEngine::generate(
   const size_t L = prompts[0].size();
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (prompts[i].size() != L || L == 0) {
-      raise<ConfigError>("request {} has a prompt of {} tokens; every request in a batch needs "
-                         "the same non-zero length ({})",
-                         i, prompts[i].size(), L);
+      raise<ConfigError>(
+          "request {} has a prompt of {} tokens; every request in a batch needs "
+          "the same non-zero length ({})",
+          i, prompts[i].size(), L);
     }
   }
   const int total = static_cast<int>(L) + g.max_new_tokens;
   if (total > cfg_.seq_len) {
-    raise<ConfigError>("prompt of {} tokens + {} new tokens exceeds the model's context of {}",
-                       L, g.max_new_tokens, cfg_.seq_len);
+    raise<ConfigError>("prompt of {} tokens + {} new tokens exceeds the model's context of {}", L,
+                       g.max_new_tokens, cfg_.seq_len);
   }
   B_ = static_cast<int>(prompts.size());
   const int tp = topo_.layout.tp, NHl = cfg_.heads / tp, hs = cfg_.d_model / cfg_.heads;
@@ -187,11 +190,13 @@ std::vector<std::vector<int32_t>> InferenceEngine::generate(
   std::vector<std::vector<int32_t>> out = prompts;
   std::vector<int32_t> cur(static_cast<size_t>(B_));
   for (int t = 0; t < total - 1; ++t) {
-    for (int b = 0; b < B_; ++b) cur[static_cast<size_t>(b)] = out[static_cast<size_t>(b)][static_cast<size_t>(t)];
+    for (int b = 0; b < B_; ++b)
+      cur[static_cast<size_t>(b)] = out[static_cast<size_t>(b)][static_cast<size_t>(t)];
     const bool generating = t + 1 >= static_cast<int>(L);
     auto next = step(cur, t, generating, g, t + 1);
     if (generating) {
-      for (int b = 0; b < B_; ++b) out[static_cast<size_t>(b)].push_back(next[static_cast<size_t>(b)]);
+      for (int b = 0; b < B_; ++b)
+        out[static_cast<size_t>(b)].push_back(next[static_cast<size_t>(b)]);
     }
   }
   kcache_.clear();

@@ -15,7 +15,7 @@ namespace fl::infer {
 
 struct GenerateConfig {
   int max_new_tokens = 16;
-  int top_k = 0;            // 0: greedy
+  int top_k = 0;  // 0: greedy
   float temperature = 1.0f;
   uint64_t seed = 1;
 };
@@ -29,8 +29,8 @@ class OutputMismatchError : public Error {
 class InferenceEngine {
  public:
   // `params` is this rank's shard (ParamLayout of its TP rank and PP stage), copied.
-  InferenceEngine(const model::GptConfig& cfg, parallel::Topology& topo,
-                  std::vector<float> params, MemoryAccountant& acct);
+  InferenceEngine(const model::GptConfig& cfg, parallel::Topology& topo, std::vector<float> params,
+                  MemoryAccountant& acct);
 
   // Every prompt must have the same length; returns prompt + generated tokens per request, on
   // every rank. Throws OutOfMemoryError if the KV cache does not fit the budget.

@@ -49,10 +49,10 @@ int main(int argc, char** argv) {
       auto m = train::read_manifest(dir);
       const auto& l = m.at("layout");
       if (l.at("tp").get<int>() != layout.tp || l.at("pp").get<int>() != layout.pp) {
-        raise<CheckpointError>("checkpoint {} is partitioned tp {} x pp {}; this server is tp {} x "
-                               "pp {}: shards of another partitioning cannot be loaded",
-                               dir, l.at("tp").get<int>(), l.at("pp").get<int>(), layout.tp,
-                               layout.pp);
+        raise<CheckpointError>(
+            "checkpoint {} is partitioned tp {} x pp {}; this server is tp {} x "
+            "pp {}: shards of another partitioning cannot be loaded",
+            dir, l.at("tp").get<int>(), l.at("pp").get<int>(), layout.tp, layout.pp);
       }
       params = train::reassemble_model_shard(dir, m, topo.tp_rank, topo.pp_rank, pl.total()).params;
     }
@@ -80,9 +80,10 @@ int main(int argc, char** argv) {
         }
         std::printf("\n");
       }
-      std::printf("# %d of %d generated tokens follow the most likely transition (%.0f%%); "
-                  "tokens identical across %d tensor-parallel ranks\n",
-                  follows, total, 100.0 * follows / std::max(total, 1), layout.tp);
+      std::printf(
+          "# %d of %d generated tokens follow the most likely transition (%.0f%%); "
+          "tokens identical across %d tensor-parallel ranks\n",
+          follows, total, 100.0 * follows / std::max(total, 1), layout.tp);
     }
     comm::finish_worker(b);
     return 0;

@@ -8,11 +8,11 @@
 namespace fl::model {
 
 struct GptConfig {
-  int vocab = 64;      // V
-  int d_model = 32;    // C
-  int layers = 2;      // L
-  int heads = 4;       // NH
-  int seq_len = 16;    // T (maximum context)
+  int vocab = 64;    // V
+  int d_model = 32;  // C
+  int layers = 2;    // L
+  int heads = 4;     // NH
+  int seq_len = 16;  // T (maximum context)
   uint64_t seed = 1234;
 
   static GptConfig tiny() { return {}; }

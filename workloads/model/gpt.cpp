@@ -13,7 +13,10 @@ const float* StageActs::output() const {
 
 GptStage::GptStage(const GptConfig& cfg, const ParamLayout& layout, comm::Communicator* tp_group,
                    MemoryAccountant& acct)
-    : cfg_(cfg), layout_(layout), tp_(tp_group), tp_size_(tp_group ? tp_group->size() : 1),
+    : cfg_(cfg),
+      layout_(layout),
+      tp_(tp_group),
+      tp_size_(tp_group ? tp_group->size() : 1),
       acct_(acct) {}
 
 Tensor GptStage::alloc(std::vector<int64_t> shape, const std::string& what) {
@@ -56,8 +59,8 @@ std::unique_ptr<StageActs> GptStage::forward(const float* params, const int32_t*
     L.ln1 = alloc({N, C}, n + "ln1");
     L.ln1_mean = alloc({N}, n + "ln1.mean");
     L.ln1_rstd = alloc({N}, n + "ln1.rstd");
-    ops::layernorm_forward(L.ln1.f32(), L.ln1_mean.f32(), L.ln1_rstd.f32(), x, w.ln1_w, w.ln1_b,
-                           N, C);
+    ops::layernorm_forward(L.ln1.f32(), L.ln1_mean.f32(), L.ln1_rstd.f32(), x, w.ln1_w, w.ln1_b, N,
+                           C);
     L.qkv = alloc({N, 3 * Cl}, n + "qkv");
     ops::linear_forward(L.qkv.f32(), L.ln1.f32(), w.qkv_w, w.qkv_b, N, C, 3 * Cl);
     L.att = alloc({B, NHl, T, T}, n + "att");
@@ -98,8 +101,8 @@ std::unique_ptr<StageActs> GptStage::forward(const float* params, const int32_t*
     ops::layernorm_forward(a->lnf.f32(), a->lnf_mean.f32(), a->lnf_rstd.f32(), x,
                            layout_.find(P, "lnf.weight"), layout_.find(P, "lnf.bias"), N, C);
     a->probs = alloc({N, V}, "act.logits");
-    ops::linear_forward(a->probs.f32(), a->lnf.f32(), layout_.find(P, "lm_head.weight"), nullptr,
-                        N, C, V);
+    ops::linear_forward(a->probs.f32(), a->lnf.f32(), layout_.find(P, "lm_head.weight"), nullptr, N,
+                        C, V);
     a->losses = alloc({N}, "act.losses");
     // In place: logits -> probabilities (the logits are not needed again).
     ops::softmax_cross_entropy_forward(a->losses.f32(), a->probs.f32(), a->probs.f32(), targets, N,
@@ -129,13 +132,12 @@ void GptStage::backward(StageActs& a, const float* params, float* grads, float d
     ops::softmax_cross_entropy_backward(dlogits.f32(), a.probs.f32(), a.targets.data(), per_token,
                                         N, V);
     Tensor dlnf = alloc({N, C}, "grad.act.lnf");
-    ops::linear_backward(dlnf.f32(), layout_.find(grads, "lm_head.weight"), nullptr,
-                         dlogits.f32(), a.lnf.f32(), layout_.find(P, "lm_head.weight"), N, C, V);
+    ops::linear_backward(dlnf.f32(), layout_.find(grads, "lm_head.weight"), nullptr, dlogits.f32(),
+                         a.lnf.f32(), layout_.find(P, "lm_head.weight"), N, C, V);
     const float* x_last = a.output();
-    ops::layernorm_backward(dx.f32(), layout_.find(grads, "lnf.weight"),
-                            layout_.find(grads, "lnf.bias"), dlnf.f32(), x_last,
-                            layout_.find(P, "lnf.weight"), a.lnf_mean.f32(), a.lnf_rstd.f32(), N,
-                            C);
+    ops::layernorm_backward(
+        dx.f32(), layout_.find(grads, "lnf.weight"), layout_.find(grads, "lnf.bias"), dlnf.f32(),
+        x_last, layout_.find(P, "lnf.weight"), a.lnf_mean.f32(), a.lnf_rstd.f32(), N, C);
   } else {
     std::memcpy(dx.f32(), dx_out, static_cast<size_t>(N) * C * sizeof(float));
   }
@@ -156,8 +158,7 @@ void GptStage::backward(StageActs& a, const float* params, float* grads, float d
     Tensor dfch = alloc({N, 4 * Cl}, n + "fch");
     ops::gelu_backward(dfch.f32(), L.fch.f32(), dgelu.f32(), static_cast<size_t>(N) * 4 * Cl);
     Tensor dln2 = alloc({N, C}, n + "ln2");
-    ops::linear_backward(dln2.f32(), g.fc_w, g.fc_b, dfch.f32(), L.ln2.f32(), w.fc_w, N, C,
-                         4 * Cl);
+    ops::linear_backward(dln2.f32(), g.fc_w, g.fc_b, dfch.f32(), L.ln2.f32(), w.fc_w, N, C, 4 * Cl);
     tp_all_reduce(dln2.f32(), static_cast<size_t>(N) * C);
     // dres2 = dx (residual) + layernorm backward of dln2
     ops::layernorm_backward(dx.f32(), g.ln2_w, g.ln2_b, dln2.f32(), L.res2.f32(), w.ln2_w,

@@ -29,7 +29,7 @@ struct StageActs {
   Tensor lnf, lnf_mean, lnf_rstd, probs, losses;  // last stage only
   float loss = 0;                                 // mean over valid targets (last stage)
   int valid_targets = 0;
-  const float* output() const;                    // [B, T, C] for the next stage
+  const float* output() const;  // [B, T, C] for the next stage
 };
 
 class GptStage {

@@ -3,30 +3,17 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/counter_rng.hpp"
 #include "base/error.hpp"
 
 namespace fl::model {
 
-namespace {
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-uint64_t hash_name(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-}  // namespace
-
 float counter_normal(uint64_t seed, const std::string& name, int64_t index) {
-  uint64_t base = splitmix64(seed ^ splitmix64(hash_name(name)));
-  uint64_t a = splitmix64(base + 2 * static_cast<uint64_t>(index));
-  uint64_t b = splitmix64(base + 2 * static_cast<uint64_t>(index) + 1);
-  double u1 = (static_cast<double>(a >> 11) + 0.5) / 9007199254740992.0;  // (0, 1)
-  double u2 = static_cast<double>(b >> 11) / 9007199254740992.0;
+  uint64_t base = rng::mix(seed ^ rng::mix(rng::hash_name(name)));
+  uint64_t a = rng::mix(base + 2 * static_cast<uint64_t>(index));
+  uint64_t b = rng::mix(base + 2 * static_cast<uint64_t>(index) + 1);
+  double u1 = (static_cast<double>(a >> 11) + 0.5) / 9007199254740992.0;  // (0, 1): log-safe
+  double u2 = rng::to_unit(b);
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 
@@ -85,9 +72,14 @@ float* ParamLayout::find(float* flat, const std::string& name) const {
 int64_t ParamLayout::full_index(const ParamSpec& s, int64_t r, int64_t c) const {
   int64_t fr = r, fc = c;
   switch (s.split) {
-    case Split::kReplicated: break;
-    case Split::kRows: fr = tp_rank_ * s.local_rows + r; break;
-    case Split::kCols: fc = tp_rank_ * s.local_cols + c; break;
+    case Split::kReplicated:
+      break;
+    case Split::kRows:
+      fr = tp_rank_ * s.local_rows + r;
+      break;
+    case Split::kCols:
+      fc = tp_rank_ * s.local_cols + c;
+      break;
     case Split::kQkvRows: {
       const int64_t part_rows = s.rows / 3;         // C
       const int64_t local_part = s.local_rows / 3;  // C / tp
@@ -119,12 +111,12 @@ void ParamLayout::initialize_range(float* out, size_t lo, size_t hi, uint64_t se
 
 BlockParams ParamLayout::block(float* flat, int l) const {
   const std::string p = "h" + std::to_string(l) + ".";
-  return BlockParams{find(flat, p + "ln1.weight"),      find(flat, p + "ln1.bias"),
-                     find(flat, p + "attn.qkv.weight"), find(flat, p + "attn.qkv.bias"),
+  return BlockParams{find(flat, p + "ln1.weight"),       find(flat, p + "ln1.bias"),
+                     find(flat, p + "attn.qkv.weight"),  find(flat, p + "attn.qkv.bias"),
                      find(flat, p + "attn.proj.weight"), find(flat, p + "attn.proj.bias"),
-                     find(flat, p + "ln2.weight"),      find(flat, p + "ln2.bias"),
-                     find(flat, p + "mlp.fc.weight"),   find(flat, p + "mlp.fc.bias"),
-                     find(flat, p + "mlp.proj.weight"), find(flat, p + "mlp.proj.bias")};
+                     find(flat, p + "ln2.weight"),       find(flat, p + "ln2.bias"),
+                     find(flat, p + "mlp.fc.weight"),    find(flat, p + "mlp.fc.bias"),
+                     find(flat, p + "mlp.proj.weight"),  find(flat, p + "mlp.proj.bias")};
 }
 
 }  // namespace fl::model

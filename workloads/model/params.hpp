@@ -23,15 +23,15 @@ enum class Split : uint8_t {
 enum class Init : uint8_t { kNormal, kZeros, kOnes };
 
 struct ParamSpec {
-  std::string name;       // e.g. "h1.attn.qkv.weight"
-  int64_t rows = 1;       // full shape [rows, cols]
+  std::string name;  // e.g. "h1.attn.qkv.weight"
+  int64_t rows = 1;  // full shape [rows, cols]
   int64_t cols = 1;
   Split split = Split::kReplicated;
   Init init = Init::kNormal;
   float stddev = 0.02f;
   int64_t local_rows = 1;  // this rank's shard
   int64_t local_cols = 1;
-  size_t offset = 0;      // into the flat buffer
+  size_t offset = 0;  // into the flat buffer
   size_t numel() const { return static_cast<size_t>(local_rows * local_cols); }
 };
 

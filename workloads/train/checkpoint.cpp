@@ -20,7 +20,9 @@ namespace fs = std::filesystem;
 namespace {
 constexpr char kShardMagic[8] = {'F', 'L', 'S', 'H', 'A', 'R', 'D', '1'};
 
-std::string hex(uint64_t v) { return fmt::format("{:016x}", v); }
+std::string hex(uint64_t v) {
+  return fmt::format("{:016x}", v);
+}
 
 void fsync_path(const std::string& path, int flags) {
   int fd = ::open(path.c_str(), flags);
@@ -31,13 +33,15 @@ void fsync_path(const std::string& path, int flags) {
 }
 }  // namespace
 
-uint64_t checksum(const std::string& bytes) { return XXH64(bytes.data(), bytes.size(), 0); }
+uint64_t checksum(const std::string& bytes) {
+  return XXH64(bytes.data(), bytes.size(), 0);
+}
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
-  auto v = FAULTLINE_FAULT_POINT("checkpoint.write",
-                                 (fault::SiteContext{-1, "", "checkpoint.write", -1,
-                                                     const_cast<char*>(bytes.data()), bytes.size(),
-                                                     DType::kU8, -1}));
+  auto v = FAULTLINE_FAULT_POINT(
+      "checkpoint.write",
+      (fault::SiteContext{-1, "", "checkpoint.write", -1, const_cast<char*>(bytes.data()),
+                          bytes.size(), DType::kU8, -1}));
   if (v == fault::Verdict::kSkip) return;
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -189,9 +193,10 @@ ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::j
       out.insert(out.end(), v.begin(), v.end());
     }
     if (out.size() < total) {
-      raise<CheckpointError>("checkpoint {}: '{}' of tp {} pp {} has {} elements, the model shard "
-                             "needs {}",
-                             dir, name, tp_rank, pp_rank, out.size(), total);
+      raise<CheckpointError>(
+          "checkpoint {}: '{}' of tp {} pp {} has {} elements, the model shard "
+          "needs {}",
+          dir, name, tp_rank, pp_rank, out.size(), total);
     }
     out.resize(total);
     return out;
@@ -246,10 +251,9 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
                            {"tp_rank", topo_.tp_rank},
                            {"pp_rank", topo_.pp_rank},
                            {"step", step_}};
-  const std::string bytes = encode_shard(
-      header, {{"params", master_.f32(), master_count},
-               {"exp_avg", m_.f32(), m_.numel()},
-               {"exp_avg_sq", v_.f32(), v_.numel()}});
+  const std::string bytes = encode_shard(header, {{"params", master_.f32(), master_count},
+                                                  {"exp_avg", m_.f32(), m_.numel()},
+                                                  {"exp_avg_sq", v_.f32(), v_.numel()}});
   const std::string file = fmt::format("shard_rank{}.bin", rank);
   write_file_atomic((fs::path(dir) / file).string(), bytes);
   nlohmann::json mine = {{"rank", rank},
@@ -266,40 +270,42 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
   auto all = all_gather_strings(*topo_.world, mine.dump());
   if (rank == 0) {
     auto s = scaler_.state();
-    nlohmann::json manifest = {
-        {"format_version", kCheckpointFormatVersion},
-        {"step", step_},
-        {"model",
-         {{"vocab", cfg_.model.vocab},
-          {"d_model", cfg_.model.d_model},
-          {"layers", cfg_.model.layers},
-          {"heads", cfg_.model.heads},
-          {"seq_len", cfg_.model.seq_len},
-          {"seed", cfg_.model.seed}}},
-        {"layout",
-         {{"world", topo_.layout.world},
-          {"dp", topo_.layout.dp},
-          {"tp", topo_.layout.tp},
-          {"pp", topo_.layout.pp},
-          {"zero", topo_.layout.zero}}},
-        {"precision", dtype_name(cfg_.precision)},
-        {"loss_scaler",
-         {{"scale", s.scale}, {"good", s.good}, {"skipped", s.skipped},
-          {"hysteresis_left", s.hysteresis_left}}},
-        // Every random choice is counter-based (keyed by seed and index), so the seeds are the
-        // whole RNG state.
-        {"rng", {{"kind", "counter-based"}, {"model_seed", cfg_.model.seed},
-                 {"data_seed", cfg_.data_seed}}},
-        {"data",
-         {{"data_seed", cfg_.data_seed},
-          {"num_samples", cfg_.num_samples},
-          {"shuffle", cfg_.shuffle},
-          {"drop_last", cfg_.drop_last}}},
-        {"shards", nlohmann::json::array()}};
+    nlohmann::json manifest = {{"format_version", kCheckpointFormatVersion},
+                               {"step", step_},
+                               {"model",
+                                {{"vocab", cfg_.model.vocab},
+                                 {"d_model", cfg_.model.d_model},
+                                 {"layers", cfg_.model.layers},
+                                 {"heads", cfg_.model.heads},
+                                 {"seq_len", cfg_.model.seq_len},
+                                 {"seed", cfg_.model.seed}}},
+                               {"layout",
+                                {{"world", topo_.layout.world},
+                                 {"dp", topo_.layout.dp},
+                                 {"tp", topo_.layout.tp},
+                                 {"pp", topo_.layout.pp},
+                                 {"zero", topo_.layout.zero}}},
+                               {"precision", dtype_name(cfg_.precision)},
+                               {"loss_scaler",
+                                {{"scale", s.scale},
+                                 {"good", s.good},
+                                 {"skipped", s.skipped},
+                                 {"hysteresis_left", s.hysteresis_left}}},
+                               // Every random choice is counter-based (keyed by seed and index), so
+                               // the seeds are the whole RNG state.
+                               {"rng",
+                                {{"kind", "counter-based"},
+                                 {"model_seed", cfg_.model.seed},
+                                 {"data_seed", cfg_.data_seed}}},
+                               {"data",
+                                {{"data_seed", cfg_.data_seed},
+                                 {"num_samples", cfg_.num_samples},
+                                 {"shuffle", cfg_.shuffle},
+                                 {"drop_last", cfg_.drop_last}}},
+                               {"shards", nlohmann::json::array()}};
     for (auto& a : all) manifest["shards"].push_back(nlohmann::json::parse(a));
     write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest.dump(2));
-    write_file_atomic((fs::path(save_dir) / "latest").string(),
-                      fmt::format("step_{}\n", step_));
+    write_file_atomic((fs::path(save_dir) / "latest").string(), fmt::format("step_{}\n", step_));
   }
   topo_.world->barrier();  // nobody resumes from a checkpoint whose manifest is not yet written
   return dir;
@@ -310,8 +316,8 @@ void Trainer::load_checkpoint(const std::string& path) {
   const nlohmann::json m = read_manifest(dir);
   const int version = m.value("format_version", -1);
   if (version != kCheckpointFormatVersion) {
-    raise<CheckpointError>("checkpoint {} has format version {}, this build reads version {}",
-                           dir, version, kCheckpointFormatVersion);
+    raise<CheckpointError>("checkpoint {} has format version {}, this build reads version {}", dir,
+                           version, kCheckpointFormatVersion);
   }
   const auto& ml = m.at("model");
   if (ml.at("vocab").get<int>() != cfg_.model.vocab ||
@@ -326,8 +332,10 @@ void Trainer::load_checkpoint(const std::string& path) {
         cfg_.model.heads);
   }
   const auto& l = m.at("layout");
-  nlohmann::json here = {{"world", topo_.layout.world}, {"dp", topo_.layout.dp},
-                         {"tp", topo_.layout.tp},       {"pp", topo_.layout.pp},
+  nlohmann::json here = {{"world", topo_.layout.world},
+                         {"dp", topo_.layout.dp},
+                         {"tp", topo_.layout.tp},
+                         {"pp", topo_.layout.pp},
                          {"zero", topo_.layout.zero}};
   if (l != here) {
     const bool dp_only = l.at("tp") == here.at("tp") && l.at("pp") == here.at("pp") &&
@@ -336,8 +344,8 @@ void Trainer::load_checkpoint(const std::string& path) {
         "checkpoint {} was saved with layout {} but this run is {}; a sharded checkpoint only "
         "loads into the layout that wrote it{}",
         dir, layout_text(l), layout_text(here),
-        dp_only ? fmt::format(" (convert it first: fl-ckpt reshard --in {} --out DIR --dp {})",
-                              dir, topo_.layout.dp)
+        dp_only ? fmt::format(" (convert it first: fl-ckpt reshard --in {} --out DIR --dp {})", dir,
+                              topo_.layout.dp)
                 : "");
   }
   const int rank = topo_.rank;
@@ -345,7 +353,8 @@ void Trainer::load_checkpoint(const std::string& path) {
   for (auto& s : m.at("shards")) {
     if (s.at("rank").get<int>() == rank) entry = &s;
   }
-  if (!entry) raise<CheckpointError>("checkpoint {}: the manifest lists no shard for rank {}", dir, rank);
+  if (!entry)
+    raise<CheckpointError>("checkpoint {}: the manifest lists no shard for rank {}", dir, rank);
   const std::string file = (fs::path(dir) / entry->at("file").get<std::string>()).string();
   if (!fs::exists(file)) {
     raise<CheckpointError>("checkpoint {}: shard {} for rank {} is missing", dir,
@@ -354,10 +363,11 @@ void Trainer::load_checkpoint(const std::string& path) {
   const std::string bytes = read_file(file);
   const std::string got = hex(checksum(bytes)), want = entry->at("xxh64");
   if (bytes.size() != entry->at("bytes").get<size_t>() || got != want) {
-    raise<CheckpointError>("checkpoint {}: shard {} of rank {} is corrupt: {} bytes with xxh64 {}, "
-                           "the manifest says {} bytes with xxh64 {}",
-                           dir, entry->at("file").get<std::string>(), rank, bytes.size(), got,
-                           entry->at("bytes").get<size_t>(), want);
+    raise<CheckpointError>(
+        "checkpoint {}: shard {} of rank {} is corrupt: {} bytes with xxh64 {}, "
+        "the manifest says {} bytes with xxh64 {}",
+        dir, entry->at("file").get<std::string>(), rank, bytes.size(), got,
+        entry->at("bytes").get<size_t>(), want);
   }
   std::vector<std::pair<std::string, std::vector<float>>> sections;
   decode_shard(bytes, file, sections);
@@ -366,9 +376,10 @@ void Trainer::load_checkpoint(const std::string& path) {
     for (auto& [n, data] : sections) {
       if (n != name) continue;
       if (data.size() != count) {
-        raise<CheckpointError>("checkpoint {}: shard of rank {} has {} elements of '{}', this "
-                               "rank holds {}",
-                               dir, rank, data.size(), name, count);
+        raise<CheckpointError>(
+            "checkpoint {}: shard of rank {} has {} elements of '{}', this "
+            "rank holds {}",
+            dir, rank, data.size(), name, count);
       }
       std::memcpy(into, data.data(), count * sizeof(float));
       return;

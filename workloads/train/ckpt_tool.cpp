@@ -6,8 +6,8 @@
 //                                       TP, PP and ZeRO stage): parameters and optimizer state are
 //                                       reassembled and re-partitioned; the data position restarts
 //                                       at the next epoch, since the sampler's shards change.
-#include <CLI/CLI.hpp>
 #include <xxhash.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -30,16 +30,15 @@ void verify_all(const std::string& dir, const nlohmann::json& m) {
     if (!fs::exists(file)) raise<CheckpointError>("{}: shard {} is missing", dir, file);
     std::string bytes = read_file(file);
     if (fmt::format("{:016x}", checksum(bytes)) != e.at("xxh64").get<std::string>()) {
-      raise<CheckpointError>("{}: shard {} does not match its checksum in the manifest", dir,
-                             file);
+      raise<CheckpointError>("{}: shard {} does not match its checksum in the manifest", dir, file);
     }
   }
 }
 
 model::GptConfig model_of(const nlohmann::json& m) {
   const auto& j = m.at("model");
-  return {j.at("vocab").get<int>(),  j.at("d_model").get<int>(), j.at("layers").get<int>(),
-          j.at("heads").get<int>(),  j.at("seq_len").get<int>(), j.at("seed").get<uint64_t>()};
+  return {j.at("vocab").get<int>(), j.at("d_model").get<int>(), j.at("layers").get<int>(),
+          j.at("heads").get<int>(), j.at("seq_len").get<int>(), j.at("seed").get<uint64_t>()};
 }
 
 int inspect(const std::string& path) {
@@ -71,11 +70,11 @@ int digest(const std::string& path) {
     for (int tp = 0; tp < l.at("tp").get<int>(); ++tp) {
       model::ParamLayout pl(cfg, l.at("tp"), tp, l.at("pp"), pp);
       auto f = reassemble_model_shard(dir, m, tp, pp, pl.total());
-      std::printf("tp %d pp %d: params %016llx exp_avg %016llx exp_avg_sq %016llx\n", tp, pp,
-                  static_cast<unsigned long long>(XXH64(f.params.data(), f.params.size() * 4, 0)),
-                  static_cast<unsigned long long>(XXH64(f.exp_avg.data(), f.exp_avg.size() * 4, 0)),
-                  static_cast<unsigned long long>(
-                      XXH64(f.exp_avg_sq.data(), f.exp_avg_sq.size() * 4, 0)));
+      std::printf(
+          "tp %d pp %d: params %016llx exp_avg %016llx exp_avg_sq %016llx\n", tp, pp,
+          static_cast<unsigned long long>(XXH64(f.params.data(), f.params.size() * 4, 0)),
+          static_cast<unsigned long long>(XXH64(f.exp_avg.data(), f.exp_avg.size() * 4, 0)),
+          static_cast<unsigned long long>(XXH64(f.exp_avg_sq.data(), f.exp_avg_sq.size() * 4, 0)));
     }
   }
   return 0;
@@ -102,7 +101,8 @@ int reshard(const std::string& in, const std::string& out, int new_dp) {
   manifest["layout"]["world"] = new_dp * tp * pp;
   manifest["shards"] = nlohmann::json::array();
   int max_epoch = 0;
-  for (auto& e : m.at("shards")) max_epoch = std::max(max_epoch, e.at("data").at("epoch").get<int>());
+  for (auto& e : m.at("shards"))
+    max_epoch = std::max(max_epoch, e.at("data").at("epoch").get<int>());
   for (int p = 0; p < pp; ++p) {
     for (int t = 0; t < tp; ++t) {
       model::ParamLayout pl(cfg, tp, t, pp, p);
@@ -116,7 +116,9 @@ int reshard(const std::string& in, const std::string& out, int new_dp) {
       for (int d = 0; d < new_dp; ++d) {
         const int rank = t + tp * (d + new_dp * p);
         const size_t lo = part * static_cast<size_t>(d);
-        auto slice = [&](const std::vector<float>& v) { return ShardSection{"", v.data() + lo, part}; };
+        auto slice = [&](const std::vector<float>& v) {
+          return ShardSection{"", v.data() + lo, part};
+        };
         ShardSection ps = zero == 3 ? slice(f.params) : ShardSection{"", f.params.data(), padded};
         ShardSection ms = zero == 0 ? ShardSection{"", f.exp_avg.data(), padded} : slice(f.exp_avg);
         ShardSection vs =
@@ -124,8 +126,8 @@ int reshard(const std::string& in, const std::string& out, int new_dp) {
         ps.name = "params";
         ms.name = "exp_avg";
         vs.name = "exp_avg_sq";
-        nlohmann::json header = {{"rank", rank}, {"dp_rank", d}, {"tp_rank", t}, {"pp_rank", p},
-                                 {"step", m.at("step")}};
+        nlohmann::json header = {
+            {"rank", rank}, {"dp_rank", d}, {"tp_rank", t}, {"pp_rank", p}, {"step", m.at("step")}};
         const std::string bytes = encode_shard(header, {ps, ms, vs});
         const std::string file = fmt::format("shard_rank{}.bin", rank);
         write_file_atomic((fs::path(step_dir) / file).string(), bytes);

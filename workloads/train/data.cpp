@@ -5,21 +5,19 @@
 #include <numeric>
 #include <random>
 
+#include "base/counter_rng.hpp"
 #include "base/error.hpp"
 #include "injector/site.hpp"
 
 namespace fl::train {
 
 namespace {
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using rng::mix;
 // Successor k (0, 1, 2) of token a, with probabilities 0.7, 0.2, 0.1.
 constexpr double kProbs[3] = {0.7, 0.2, 0.1};
-int successor(int a, int k, int vocab) { return (a * 7 + 3 + k * 5) % vocab; }
+int successor(int a, int k, int vocab) {
+  return (a * 7 + 3 + k * 5) % vocab;
+}
 }  // namespace
 
 SyntheticCorpus::SyntheticCorpus(int vocab, int seq_len, int64_t num_samples, uint64_t seed)
@@ -38,7 +36,7 @@ void SyntheticCorpus::sample(int64_t index, int32_t* inputs, int32_t* targets) c
     if (t < seq_len_) inputs[t] = tok;
     if (t > 0) targets[t - 1] = tok;
     state = mix(state);
-    double u = static_cast<double>(state >> 11) / 9007199254740992.0;
+    double u = rng::to_unit(state);
     int k = u < kProbs[0] ? 0 : u < kProbs[0] + kProbs[1] ? 1 : 2;
     tok = successor(tok, k, vocab_);
   }
@@ -52,8 +50,12 @@ double SyntheticCorpus::entropy() const {
 
 DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, int rank,
                                        bool shuffle, bool drop_last, uint64_t seed)
-    : size_(dataset_size), replicas_(num_replicas), rank_(rank), shuffle_(shuffle),
-      drop_last_(drop_last), seed_(seed) {
+    : size_(dataset_size),
+      replicas_(num_replicas),
+      rank_(rank),
+      shuffle_(shuffle),
+      drop_last_(drop_last),
+      seed_(seed) {
   if (num_replicas < 1 || rank < 0 || rank >= num_replicas) {
     raise("sampler: rank {} is out of range for {} replicas", rank, num_replicas);
   }

@@ -34,8 +34,8 @@ class SyntheticCorpus {
 
 class DistributedSampler {
  public:
-  DistributedSampler(int64_t dataset_size, int num_replicas, int rank, bool shuffle,
-                     bool drop_last, uint64_t seed);
+  DistributedSampler(int64_t dataset_size, int num_replicas, int rank, bool shuffle, bool drop_last,
+                     uint64_t seed);
   // This rank's sample indices for `epoch`, in order.
   std::vector<int64_t> indices(int64_t epoch) const;
   // Batches of `batch` samples this rank gets per epoch (the last may be partial unless

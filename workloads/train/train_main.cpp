@@ -2,8 +2,8 @@
 // builds the DP × TP × PP groups, trains the GPT on the synthetic corpus and prints one line per
 // step from rank 0 (loss, grad norm, lr, loss scale, step time, tokens/s, memory). --metrics
 // writes every step as JSON lines; --checksum prints each rank's parameter checksum.
-#include <CLI/CLI.hpp>
 #include <xxhash.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <fstream>
@@ -42,8 +42,9 @@ int main(int argc, char** argv) {
   app.add_option("--min-loss-scale", cfg.loss_scale.min_scale, "Minimum fp16 loss scale");
   app.add_option("--schedule", cfg.schedule, "Pipeline schedule: 1f1b or gpipe");
   app.add_option("--eval-every", cfg.eval_every, "Evaluate every N steps (0: never)");
-  app.add_flag("--no-zero-init", [&](int64_t) { cfg.zero_init = false; },
-               "ZeRO-3: materialise the whole model before partitioning");
+  app.add_flag(
+      "--no-zero-init", [&](int64_t) { cfg.zero_init = false; },
+      "ZeRO-3: materialise the whole model before partitioning");
   app.add_option("--save-dir", cfg.save_dir, "Write sharded checkpoints under this directory");
   app.add_option("--save-every", cfg.save_every, "Checkpoint every N steps (and after the last)");
   app.add_option("--resume", cfg.resume, "Resume from a checkpoint (step dir or save dir)");
@@ -68,12 +69,13 @@ int main(int argc, char** argv) {
     std::ofstream metrics;
     if (printer && !metrics_path.empty()) metrics.open(metrics_path);
     if (printer) {
-      std::printf("# gpt %s: vocab %d, d_model %d, layers %d, heads %d, seq %d | world %d = dp %d "
-                  "x tp %d x pp %d, zero %d, %s, micro-batch %d x %d, schedule %s\n",
-                  model_name.c_str(), cfg.model.vocab, cfg.model.d_model, cfg.model.layers,
-                  cfg.model.heads, cfg.model.seq_len, b.comm->size(), cfg.layout.dp,
-                  cfg.layout.tp, cfg.layout.pp, cfg.layout.zero, precision.c_str(),
-                  cfg.micro_batch, cfg.grad_accum, cfg.schedule.c_str());
+      std::printf(
+          "# gpt %s: vocab %d, d_model %d, layers %d, heads %d, seq %d | world %d = dp %d "
+          "x tp %d x pp %d, zero %d, %s, micro-batch %d x %d, schedule %s\n",
+          model_name.c_str(), cfg.model.vocab, cfg.model.d_model, cfg.model.layers, cfg.model.heads,
+          cfg.model.seq_len, b.comm->size(), cfg.layout.dp, cfg.layout.tp, cfg.layout.pp,
+          cfg.layout.zero, precision.c_str(), cfg.micro_batch, cfg.grad_accum,
+          cfg.schedule.c_str());
       std::printf("# %5s %10s %9s %9s %10s %8s %9s %10s %10s\n", "step", "loss", "gnorm", "lr",
                   "scale", "ms", "tok/s", "mem MiB", "peak MiB");
     }
@@ -86,12 +88,18 @@ int main(int argc, char** argv) {
                   m.eval_loss ? fmt::format("  eval {:.6f}", *m.eval_loss).c_str() : "");
       std::fflush(stdout);
       if (metrics.is_open()) {
-        nlohmann::json j = {{"step", m.step},         {"epoch", m.epoch},
-                            {"loss", m.loss},         {"grad_norm", m.grad_norm},
-                            {"lr", m.lr},             {"loss_scale", m.loss_scale},
-                            {"skipped", m.skipped},   {"skipped_total", m.skipped_total},
-                            {"step_time_s", m.step_time_s}, {"tokens_per_s", m.tokens_per_s},
-                            {"mem_current", m.mem_current}, {"mem_peak", m.mem_peak}};
+        nlohmann::json j = {{"step", m.step},
+                            {"epoch", m.epoch},
+                            {"loss", m.loss},
+                            {"grad_norm", m.grad_norm},
+                            {"lr", m.lr},
+                            {"loss_scale", m.loss_scale},
+                            {"skipped", m.skipped},
+                            {"skipped_total", m.skipped_total},
+                            {"step_time_s", m.step_time_s},
+                            {"tokens_per_s", m.tokens_per_s},
+                            {"mem_current", m.mem_current},
+                            {"mem_peak", m.mem_peak}};
         if (m.eval_loss) j["eval_loss"] = *m.eval_loss;
         metrics << j.dump() << '\n';
         metrics.flush();

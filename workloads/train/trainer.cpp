@@ -30,24 +30,25 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
       layout_(cfg_.model, topo.layout.tp, topo.tp_rank, topo.layout.pp, topo.pp_rank),
       stage_(cfg_.model, layout_, topo.layout.tp > 1 ? topo.tp.get() : nullptr, acct),
       corpus_(cfg_.model.vocab, cfg_.model.seq_len, cfg_.num_samples, cfg_.data_seed),
-      eval_corpus_(cfg_.model.vocab, cfg_.model.seq_len,
-                   std::max<int64_t>(1, int64_t{cfg_.eval_batches} * cfg_.micro_batch *
-                                            topo.layout.dp),
-                   cfg_.data_seed + 1000003),
+      eval_corpus_(
+          cfg_.model.vocab, cfg_.model.seq_len,
+          std::max<int64_t>(1, int64_t{cfg_.eval_batches} * cfg_.micro_batch * topo.layout.dp),
+          cfg_.data_seed + 1000003),
       sampler_(cfg_.num_samples, topo.layout.dp, topo.dp_rank, cfg_.shuffle, cfg_.drop_last,
                cfg_.data_seed),
       scaler_(cfg_.loss_scale) {
   if (cfg_.precision != DType::kF32 && cfg_.precision != DType::kF16 &&
       cfg_.precision != DType::kBF16) {
     raise<ConfigError>("precision {} is not supported for training (allowed: fp32, fp16, bf16)",
-          dtype_name(cfg_.precision));
+                       dtype_name(cfg_.precision));
   }
   if (cfg_.schedule != "1f1b" && cfg_.schedule != "gpipe") {
-    raise<ConfigError>("pipeline schedule '{}' is not supported (allowed: 1f1b, gpipe)", cfg_.schedule);
+    raise<ConfigError>("pipeline schedule '{}' is not supported (allowed: 1f1b, gpipe)",
+                       cfg_.schedule);
   }
   if (cfg_.micro_batch < 1 || cfg_.grad_accum < 1) {
     raise<ConfigError>("micro_batch {} and grad_accum {} must be at least 1", cfg_.micro_batch,
-          cfg_.grad_accum);
+                       cfg_.grad_accum);
   }
   const int dp = topo.layout.dp, zero = topo.layout.zero;
   total_ = layout_.total();
@@ -72,8 +73,8 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
     master_ = Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "params.master", acct_);
     layout_.initialize(master_.f32(), seed);
     if (cfg_.precision != DType::kF32) {
-      compute_ = Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "params.compute",
-                               acct_);
+      compute_ =
+          Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "params.compute", acct_);
       refresh_compute_copy();
     }
   }
@@ -120,8 +121,8 @@ Trainer::MicroBatch Trainer::load(const SyntheticCorpus& corpus, const std::vect
   mb.targets.resize(static_cast<size_t>(count) * T);
   for (int i = 0; i < count; ++i) {
     const int64_t sample = idx[from + static_cast<size_t>(i)];
-    FAULTLINE_FAULT_POINT("data.fetch", (fault::SiteContext{sample, "", "data.fetch", -1,
-                                                            nullptr, 0, DType::kI32, -1}));
+    FAULTLINE_FAULT_POINT("data.fetch", (fault::SiteContext{sample, "", "data.fetch", -1, nullptr,
+                                                            0, DType::kI32, -1}));
     corpus.sample(sample, mb.tokens.data() + static_cast<size_t>(i) * T,
                   mb.targets.data() + static_cast<size_t>(i) * T);
   }
@@ -141,8 +142,8 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
   Tensor gathered;
   if (topo_.layout.zero == 3) {
     // Parameters are gathered for the step and freed right after its backward.
-    gathered = Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "params.gathered",
-                             acct_);
+    gathered =
+        Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "params.gathered", acct_);
     topo_.dp->all_gather(host_buffer(master_.f32(), part_, DType::kF32),
                          host_buffer(gathered.f32(), padded_, DType::kF32));
     round_to(gathered.f32(), padded_, cfg_.precision);
@@ -168,7 +169,9 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
   const int prev = topo_.pp_rank - 1, next = topo_.pp_rank + 1;
   std::vector<std::unique_ptr<model::StageActs>> acts(static_cast<size_t>(M));
   std::vector<Tensor> xin(static_cast<size_t>(M));
-  auto act_count = [&](int k) { return static_cast<size_t>(mbs[static_cast<size_t>(k)].B) * T * C; };
+  auto act_count = [&](int k) {
+    return static_cast<size_t>(mbs[static_cast<size_t>(k)].B) * T * C;
+  };
   auto act_buf = [&](int k, const char* what) {
     return Tensor::zeros({static_cast<int64_t>(act_count(k))}, DType::kF32, what, acct_);
   };
@@ -199,6 +202,17 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
     return dx;
   };
 
+  // Receive dy from the next stage, run the backward, send dx to the previous stage.
+  auto recv_backward_send = [&](int k) {
+    Tensor dy;
+    if (!last) {
+      dy = act_buf(k, "grad.act.pipeline.recv");
+      pp.recv(host_buffer(dy.f32(), act_count(k), DType::kF32), next);
+    }
+    Tensor dx = bwd(k, last ? nullptr : dy.f32());
+    if (!first) pp.send(host_buffer(dx.f32(), act_count(k), DType::kF32), prev);
+  };
+
   if (!backward || cfg_.schedule == "gpipe") {
     for (int k = 0; k < M; ++k) {
       recv_forward(k);
@@ -206,15 +220,7 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
       if (!last) pp.send(out_buf(k), next);
     }
     if (backward) {
-      for (int k = 0; k < M; ++k) {
-        Tensor dy;
-        if (!last) {
-          dy = act_buf(k, "grad.act.pipeline.recv");
-          pp.recv(host_buffer(dy.f32(), act_count(k), DType::kF32), next);
-        }
-        Tensor dx = bwd(k, last ? nullptr : dy.f32());
-        if (!first) pp.send(host_buffer(dx.f32(), act_count(k), DType::kF32), prev);
-      }
+      for (int k = 0; k < M; ++k) recv_backward_send(k);
     }
   } else {  // 1F1B: warm-up forwards, then one forward / one backward, then cool-down backwards
     const int warmup = std::min(topo_.layout.pp - topo_.pp_rank - 1, M);
@@ -240,22 +246,14 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
           pp.send(dxb, prev);
         } else {
           xin[static_cast<size_t>(f + 1)] = act_buf(f + 1, "act.pipeline.recv");
-          pp.send_recv(dxb, prev,
-                       host_buffer(xin[static_cast<size_t>(f + 1)].f32(), act_count(f + 1),
-                                   DType::kF32),
-                       prev);
+          pp.send_recv(
+              dxb, prev,
+              host_buffer(xin[static_cast<size_t>(f + 1)].f32(), act_count(f + 1), DType::kF32),
+              prev);
         }
       }
     }
-    for (int k = steady; k < M; ++k) {
-      Tensor dy;
-      if (!last) {
-        dy = act_buf(k, "grad.act.pipeline.recv");
-        pp.recv(host_buffer(dy.f32(), act_count(k), DType::kF32), next);
-      }
-      Tensor dx = bwd(k, last ? nullptr : dy.f32());
-      if (!first) pp.send(host_buffer(dx.f32(), act_count(k), DType::kF32), prev);
-    }
+    for (int k = steady; k < M; ++k) recv_backward_send(k);
   }
   return last ? static_cast<float>(loss_sum / M) : 0.0f;
 }
@@ -332,8 +330,8 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   }
   topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
   if (zero < 2) sq /= dp;
-  m.grad_norm = overflow ? std::numeric_limits<float>::infinity()
-                         : static_cast<float>(std::sqrt(sq));
+  m.grad_norm =
+      overflow ? std::numeric_limits<float>::infinity() : static_cast<float>(std::sqrt(sq));
   m.lr = learning_rate(step_);
 
   if (!m.skipped) {
@@ -343,8 +341,8 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
     ops::scale(g + rlo, rhi - rlo, clip / scale);
     ops::AdamW hp{m.lr, cfg_.beta1, cfg_.beta2, 1e-8f, cfg_.weight_decay};
     auto verdict = FAULTLINE_FAULT_POINT(
-        "optimizer.step", (fault::SiteContext{step_, "", "optimizer.step", -1, g + rlo, rhi - rlo,
-                                              DType::kF32, -1}));
+        "optimizer.step",
+        (fault::SiteContext{step_, "", "optimizer.step", -1, g + rlo, rhi - rlo, DType::kF32, -1}));
     if (verdict != fault::Verdict::kSkip) {
       if (zero == 0) {
         ops::adamw_update(master_.f32(), g, m_.f32(), v_.f32(), total_, step_ + 1, hp);
@@ -376,8 +374,8 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
 }
 
 std::optional<float> Trainer::evaluate() {
-  DistributedSampler eval_sampler(eval_corpus_.size(), topo_.layout.dp, topo_.dp_rank, false,
-                                  false, 0);
+  DistributedSampler eval_sampler(eval_corpus_.size(), topo_.layout.dp, topo_.dp_rank, false, false,
+                                  0);
   auto idx = eval_sampler.indices(0);
   std::vector<MicroBatch> mbs;
   for (size_t from = 0; from + static_cast<size_t>(cfg_.micro_batch) <= idx.size();
@@ -425,8 +423,8 @@ std::vector<StepMetrics> Trainer::run() {
         idx = sampler_.indices(++epoch_);
         pos_ = 0;
         if (idx.size() < mb) {
-          raise("rank {} has {} samples per epoch, fewer than one micro-batch of {}",
-                topo_.rank, idx.size(), mb);
+          raise("rank {} has {} samples per epoch, fewer than one micro-batch of {}", topo_.rank,
+                idx.size(), mb);
         }
       }
       mbs.push_back(load(corpus_, idx, pos_, cfg_.micro_batch));

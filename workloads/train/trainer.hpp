@@ -21,10 +21,10 @@ namespace fl::train {
 struct TrainConfig {
   model::GptConfig model;
   model::Layout layout;
-  int micro_batch = 4;   // samples per micro-batch on each data-parallel rank
-  int grad_accum = 1;    // micro-batches per step (the pipeline's micro-batches)
-  int64_t steps = 20;    // steps to run when epochs == 0
-  int epochs = 0;        // > 0: run whole epochs of this rank's shard instead of `steps`
+  int micro_batch = 4;  // samples per micro-batch on each data-parallel rank
+  int grad_accum = 1;   // micro-batches per step (the pipeline's micro-batches)
+  int64_t steps = 20;   // steps to run when epochs == 0
+  int epochs = 0;       // > 0: run whole epochs of this rank's shard instead of `steps`
   int64_t num_samples = 4096;
   bool drop_last = false;
   bool shuffle = true;
@@ -115,13 +115,13 @@ class Trainer {
   DistributedSampler sampler_;
   LossScaler scaler_;
   size_t total_ = 0, padded_ = 0, part_ = 0, lo_ = 0, hi_ = 0;
-  Tensor master_;    // fp32 parameters: full (ZeRO 0-2) or the owned partition (ZeRO-3)
-  Tensor compute_;   // parameters as the forward sees them (rounded to the precision)
-  Tensor grads_;     // fp32 gradients, padded to the partition size × dp
-  Tensor m_, v_;     // AdamW moments: full (ZeRO-0) or the owned partition
+  Tensor master_;   // fp32 parameters: full (ZeRO 0-2) or the owned partition (ZeRO-3)
+  Tensor compute_;  // parameters as the forward sees them (rounded to the precision)
+  Tensor grads_;    // fp32 gradients, padded to the partition size × dp
+  Tensor m_, v_;    // AdamW moments: full (ZeRO-0) or the owned partition
   std::vector<uint8_t> replicated_;  // 1 where the element is replicated across TP ranks
   int64_t step_ = 0;
-  int epoch_ = 0;      // data position (steps mode): epoch and offset into this rank's indices
+  int epoch_ = 0;  // data position (steps mode): epoch and offset into this rank's indices
   size_t pos_ = 0;
   MetricsSink sink_;
 };
