@@ -9,15 +9,21 @@
 #include <nlohmann/json.hpp>
 
 #include "base/settings.hpp"
+#include "injector/plan.hpp"
 #include "injector/site.hpp"
 #include "workloads/comm/bootstrap.hpp"
 #include "workloads/comm/mpi_communicator.hpp"
+#include "workloads/infer/engine.hpp"
+#include "workloads/train/trainer.hpp"
 
 namespace {
 
 // Referencing the workloads' entry points links their settings and fault sites into this binary.
 __attribute__((used)) auto* const kLinkBootstrap = &fl::comm::bootstrap_worker;
 __attribute__((used)) auto* const kLinkMpi = &fl::comm::MpiCommunicator::create_world;
+__attribute__((used)) const auto kLinkTrain = &fl::train::Trainer::run;
+__attribute__((used)) const auto kLinkInfer = &fl::infer::InferenceEngine::generate;
+__attribute__((used)) auto* const kLinkPlan = &fl::fault::arm_from_env;
 
 int print_settings(bool json) {
   auto all = fl::SettingsRegistry::instance().all();

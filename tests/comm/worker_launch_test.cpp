@@ -38,7 +38,8 @@ class WorkerLaunch : public testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  ProcessResult launch(int ranks, std::vector<std::string> args) {
+  ProcessResult launch(int ranks, std::vector<std::string> args, std::string plan = "") {
+    if (!plan.empty()) env_["FAULTLINE_FAULTS"] = plan;
     auto argv = mpirun_prefix(ranks);
     argv.push_back(FAULTLINE_COMM_FAULT_WORKER);
     for (auto& a : args) argv.push_back(a);
@@ -71,10 +72,10 @@ TEST_F(WorkerLaunch, CleanRunCompletes) {
 TEST_F(WorkerLaunch, RankThatSkipsAnAllReduceMakesOthersTimeOut) {
   // Rank 2 skips the last all_reduce (seq 3): the others wait in it until their deadline.
   const int timeout_ms = 2000;
-  auto r = launch(4, {"--ops", "4", "--timeout-ms", std::to_string(timeout_ms), "--drop-rank", "2",
-                      "--drop-seq", "3"});
+  auto r = launch(4, {"--ops", "4", "--timeout-ms", std::to_string(timeout_ms)},
+                  "comm.all_reduce[rank=2,seq=3]=drop");
   EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("[rank 2] fault fired: drop all_reduce seq 3"), std::string::npos)
+  EXPECT_NE(r.output.find("[rank 2] all_reduce 3 was dropped by the fault plan"), std::string::npos)
       << r.output;
   // At least one of the ranks that did call seq 3 reports the timeout of exactly that op.
   std::regex re(
@@ -111,8 +112,8 @@ TEST_F(WorkerLaunch, SkippedOpInTheMiddleShiftsEveryLaterOpUntilTheLastHangs) {
   // others' last op (seq 7) finds no partner and times out.
   // Rank 2 finishes its 8 ops and waits at the final barrier longer than the others wait in
   // their last all_reduce, so the first to give up is one of the ranks left hanging.
-  auto r = launch(4, {"--ops", "8", "--timeout-ms", "2000", "--drop-rank", "2", "--drop-seq", "3",
-                      "--finish-timeout-ms", "15000"});
+  auto r = launch(4, {"--ops", "8", "--timeout-ms", "2000", "--finish-timeout-ms", "15000"},
+                  "comm.all_reduce[rank=2,seq=3]=drop");
   EXPECT_EQ(r.exit_code, exit_code::kCommTimeout) << r.output;
   EXPECT_NE(r.output.find("[rank 2] 8 ops ok"), std::string::npos) << r.output;
   EXPECT_TRUE(std::regex_search(
@@ -121,8 +122,8 @@ TEST_F(WorkerLaunch, SkippedOpInTheMiddleShiftsEveryLaterOpUntilTheLastHangs) {
 }
 
 TEST_F(WorkerLaunch, VerifyModeTurnsTheSkippedOpIntoANamedMismatch) {
-  auto r = launch(4, {"--ops", "8", "--timeout-ms", "10000", "--drop-rank", "2", "--drop-seq", "3",
-                      "--verify"});
+  auto r = launch(4, {"--ops", "8", "--timeout-ms", "10000", "--verify"},
+                  "comm.all_reduce[rank=2,seq=3]=drop");
   EXPECT_EQ(r.exit_code, exit_code::kCommMismatch) << r.output;
   EXPECT_NE(r.output.find("collective mismatch on group 'world': rank 2 called all_reduce(count "
                           "1000, dtype fp32, reduce sum) at seq 4; ranks 0-1,3 called "
@@ -148,6 +149,36 @@ TEST_F(WorkerLaunch, DuplicateRankNamesBothProcessesAndTheMissingRank) {
       r.output,
       std::regex(
           R"(rank 1 is claimed by 2 processes \(pid \d+ on host \S+, pid \d+ on host \S+\); no process has rank 3)")))
+      << r.output;
+}
+
+TEST_F(WorkerLaunch, FiredLogRecordsEveryFiringAndTheSameSeedFiresTheSameHits) {
+  auto fired = [&](const std::string& seed) {
+    env_["FAULTLINE_FAULT_SEED"] = seed;
+    env_["FAULTLINE_FIRED_LOG"] = (dir_ / ("fired-" + seed + ".jsonl")).string();
+    fs::remove(env_["FAULTLINE_FIRED_LOG"]);
+    auto r = launch(2, {"--ops", "20"}, "comm.all_reduce=50%sleep(1)");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(env_["FAULTLINE_FIRED_LOG"]);
+    std::vector<std::string> lines;
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    std::sort(lines.begin(), lines.end());
+    return lines;
+  };
+  auto a = fired("11"), b = fired("11"), c = fired("12");
+  EXPECT_GT(a.size(), 5u);
+  EXPECT_LT(a.size(), 35u);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(a[0].find("\"site\":\"comm.all_reduce\""), std::string::npos) << a[0];
+  EXPECT_NE(a[0].find("\"action\":\"sleep(1)\""), std::string::npos) << a[0];
+}
+
+TEST_F(WorkerLaunch, MalformedPlanIsRefusedWithItsPosition) {
+  auto r = launch(2, {}, "comm.all_reduce[rank=2]=slep(5)");
+  EXPECT_EQ(r.exit_code, exit_code::kUsage) << r.output;
+  EXPECT_NE(r.output.find("FAULTLINE_FAULTS: at column 25: expected an action (off, error"),
+            std::string::npos)
       << r.output;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "injector/plan.hpp"
 #include "injector/site.hpp"
 #include "workloads/comm/mpi_communicator.hpp"
 #if defined(FAULTLINE_HAVE_NCCL)
@@ -57,6 +58,7 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
   Bootstrap b;
   b.id = identity_from_env();
   fault::set_rank(b.id.rank);
+  fault::arm_from_env();  // FAULTLINE_FAULTS: standalone fault plans (throws on a bad plan)
   const std::string host_mode = kStoreHost.get();
   if (host_mode != "rank0" && host_mode != "external") {
     raise<SettingError>("FAULTLINE_STORE_HOST='{}' is not allowed (allowed: rank0, external)",

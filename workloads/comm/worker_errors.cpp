@@ -4,6 +4,7 @@
 
 #include "base/exit_codes.hpp"
 #include "base/settings.hpp"
+#include "injector/plan.hpp"
 #include "kernels/loss_scaler.hpp"
 #include "kernels/memory.hpp"
 #include "workloads/comm/errors.hpp"
@@ -42,6 +43,8 @@ int run_worker_main(const std::function<int()>& body) {
     return report("setting", e, exit_code::kUsage);
   } catch (const CheckpointError& e) {
     return report("checkpoint", e, exit_code::kCheckpoint);
+  } catch (const fault::PlanError& e) {
+    return report("fault plan", e, exit_code::kUsage);
   } catch (const ConfigError& e) {
     return report("config", e, exit_code::kUsage);
   } catch (const OutOfMemoryError& e) {

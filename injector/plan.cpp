@@ -1,0 +1,499 @@
+// Parser and executor of fault plans (see plan.hpp for the grammar).
+#include "injector/plan.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "base/counter_rng.hpp"
+#include "base/settings.hpp"
+
+namespace fl::fault {
+
+FAULTLINE_SETTING(kFaults, std::string, "FAULTLINE_FAULTS", "",
+                  "Fault plan armed at start, e.g. comm.all_reduce[rank=2,seq=3]=drop");
+FAULTLINE_SETTING(kFaultSeed, int64_t, "FAULTLINE_FAULT_SEED", 0,
+                  "Seed of every random choice a fault plan makes");
+FAULTLINE_SETTING(kFiredLog, std::string, "FAULTLINE_FIRED_LOG", "",
+                  "File that receives one JSON line per fault firing");
+
+namespace {
+
+constexpr std::pair<Action, std::string_view> kActions[] = {
+    {Action::kOff, "off"},       {Action::kError, "error"},     {Action::kSleep, "sleep"},
+    {Action::kHang, "hang"},     {Action::kPause, "pause"},     {Action::kCrash, "crash"},
+    {Action::kExit, "exit"},     {Action::kOom, "oom"},         {Action::kLeak, "leak"},
+    {Action::kNan, "nan"},       {Action::kInf, "inf"},         {Action::kBitflip, "bitflip"},
+    {Action::kScale, "scale"},   {Action::kCorrupt, "corrupt"}, {Action::kTruncate, "truncate"},
+    {Action::kDrop, "drop"},     {Action::kReorder, "reorder"}, {Action::kResize, "resize"},
+    {Action::kRetype, "retype"}, {Action::kDelay, "delay"},
+};
+
+// Actions whose effect needs the harness or collective plumbing that is not built yet.
+bool needs_harness(Action a) {
+  return a == Action::kPause || a == Action::kTruncate || a == Action::kReorder ||
+         a == Action::kResize || a == Action::kRetype;
+}
+
+std::string allowed_actions() {
+  std::string s;
+  for (auto& [a, n] : kActions) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s;
+}
+
+class Parser {
+ public:
+  Parser(const std::string& text, const std::string& origin) : s_(text), origin_(origin) {}
+
+  Plan plan() {
+    Plan p;
+    skip_ws();
+    while (pos_ < s_.size()) {
+      p.entries.push_back(entry());
+      skip_ws();
+      if (pos_ < s_.size()) expect(';', "';' between entries");
+      skip_ws();
+    }
+    return p;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) {
+    std::string got = pos_ < s_.size() ? "'" + s_.substr(pos_, 12) + "'" : "the end";
+    raise<PlanError>("{}: at column {}: expected {}, got {} (in \"{}\")", origin_, pos_ + 1, what,
+                     got, s_);
+  }
+  void skip_ws() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  bool peek(char c) {
+    skip_ws();
+    return pos_ < s_.size() && s_[pos_] == c;
+  }
+  void expect(char c, const std::string& what) {
+    if (!peek(c)) fail(what);
+    ++pos_;
+  }
+  // An identifier: letters, digits, '_', and whatever `extra` allows ('.' in site names).
+  std::string name(const std::string& what, std::string_view extra = "") {
+    skip_ws();
+    size_t b = pos_;
+    while (pos_ < s_.size() &&
+           (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_' ||
+            extra.find(s_[pos_]) != std::string_view::npos)) {
+      ++pos_;
+    }
+    if (b == pos_) fail(what);
+    return s_.substr(b, pos_ - b);
+  }
+  int64_t integer(const std::string& what) {
+    skip_ws();
+    size_t b = pos_;
+    if (pos_ < s_.size() && s_[pos_] == '-') ++pos_;
+    while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+    if (b == pos_ || (pos_ == b + 1 && s_[b] == '-')) {
+      pos_ = b;
+      fail(what);
+    }
+    return std::stoll(s_.substr(b, pos_ - b));
+  }
+  Range range(const std::string& key) {
+    Range r;
+    r.lo = integer("a number or range A-B for '" + key + "'");
+    r.hi = r.lo;
+    if (peek('-')) {
+      ++pos_;
+      r.hi = integer("the end of the range for '" + key + "'");
+      if (r.hi < r.lo) fail("a range A-B with A <= B for '" + key + "'");
+    }
+    return r;
+  }
+  Entry entry() {
+    Entry e;
+    e.site = name("a fault site name (see `faultline sites`)", ".");
+    if (peek('[')) {
+      ++pos_;
+      for (;;) {
+        size_t at = pos_;
+        std::string key = name("a filter (rank, step, seq, micro_batch, group, skip, every)");
+        expect('=', "'=' after filter '" + key + "'");
+        if (key == "rank")
+          e.rank = range(key);
+        else if (key == "step")
+          e.step = range(key);
+        else if (key == "seq")
+          e.seq = range(key);
+        else if (key == "micro_batch")
+          e.micro_batch = range(key);
+        else if (key == "group")
+          e.group = name("a group name", ".-");
+        else if (key == "skip")
+          e.skip = integer("a count for 'skip'");
+        else if (key == "every")
+          e.every = integer("a count for 'every'");
+        else {
+          pos_ = at;
+          fail("a filter (rank, step, seq, micro_batch, group, skip, every)");
+        }
+        if (e.skip < 0 || e.every < 1) {
+          pos_ = at;
+          fail("skip >= 0 and every >= 1");
+        }
+        if (peek(',')) {
+          ++pos_;
+          continue;
+        }
+        expect(']', "',' or ']' after a filter");
+        break;
+      }
+    }
+    expect('=', "'=' after the site name");
+    e.terms.push_back(term());
+    while (peek('-')) {
+      ++pos_;
+      expect('>', "'->' between terms");
+      e.terms.push_back(term());
+    }
+    return e;
+  }
+  Term term() {
+    Term t;
+    skip_ws();
+    // Optional P% and N* prefixes, each a number followed by its marker.
+    for (int i = 0; i < 2; ++i) {
+      skip_ws();
+      size_t b = pos_;
+      while (pos_ < s_.size() &&
+             (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '.'))
+        ++pos_;
+      if (b == pos_) break;
+      std::string num = s_.substr(b, pos_ - b);
+      skip_ws();
+      if (pos_ < s_.size() && s_[pos_] == '%' && !t.percent) {
+        t.percent = std::stod(num);
+        if (*t.percent < 0 || *t.percent > 100) {
+          pos_ = b;
+          fail("a percentage between 0 and 100");
+        }
+        ++pos_;
+      } else if (pos_ < s_.size() && s_[pos_] == '*' && !t.count) {
+        t.count = std::stoll(num);
+        ++pos_;
+      } else {
+        pos_ = b;
+        fail("'%' or '*' after a number, then an action");
+      }
+    }
+    size_t at = pos_;
+    std::string a = name("an action (" + allowed_actions() + ")");
+    bool found = false;
+    for (auto& [act, n] : kActions) {
+      if (n == a) {
+        t.action = act;
+        found = true;
+      }
+    }
+    if (!found) {
+      pos_ = at;
+      fail("an action (" + allowed_actions() + ")");
+    }
+    if (peek('(')) {
+      ++pos_;
+      size_t b = pos_;
+      while (pos_ < s_.size() && s_[pos_] != ')') ++pos_;
+      if (pos_ >= s_.size()) fail("')' closing the argument of '" + a + "'");
+      t.arg = s_.substr(b, pos_ - b);
+      ++pos_;
+      char* end = nullptr;
+      t.number = std::strtod(t.arg.c_str(), &end);
+      const bool numeric = end != t.arg.c_str() && *end == '\0';
+      const bool wants_number =
+          t.action == Action::kSleep || t.action == Action::kDelay || t.action == Action::kExit ||
+          t.action == Action::kLeak || t.action == Action::kBitflip || t.action == Action::kScale ||
+          t.action == Action::kCorrupt || t.action == Action::kTruncate ||
+          t.action == Action::kResize || t.action == Action::kNan || t.action == Action::kInf;
+      if (wants_number && !numeric) {
+        pos_ = b;
+        fail("a number as the argument of '" + a + "'");
+      }
+    }
+    return t;
+  }
+
+  const std::string& s_;
+  std::string origin_;
+  size_t pos_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Execution.
+
+struct EntryState {
+  Entry entry;
+  uint64_t hits = 0;  // matching evaluations so far
+  size_t term = 0;    // current term
+  int64_t fired_in_term = 0;
+};
+
+struct Armed {
+  std::mutex mu;
+  std::vector<EntryState> entries;
+  uint64_t seed = 0;
+  std::string log_path;
+  std::vector<FiredRecord> fired;
+  std::vector<void*> leaks;
+};
+
+Armed& armed() {
+  static Armed a;
+  return a;
+}
+
+uint64_t key(uint64_t seed, const std::string& site, int rank, uint64_t hit, uint64_t salt) {
+  return rng::mix(rng::mix(rng::mix(seed ^ rng::hash_name(site)) ^ static_cast<uint64_t>(rank)) ^
+                  rng::mix(hit * 0x100 + salt));
+}
+
+template <class F>
+void for_elements(SiteContext& ctx, F&& f) {
+  if (!ctx.data) return;
+  for (size_t i = 0; i < ctx.count; ++i) f(i);
+}
+
+void set_special(SiteContext& ctx, size_t i, float v) {
+  switch (ctx.dtype) {
+    case DType::kF32:
+      static_cast<float*>(ctx.data)[i] = v;
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(ctx.data)[i] = float_to_half(v);
+      break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(ctx.data)[i] = float_to_bf16(v);
+      break;
+    case DType::kF64:
+      static_cast<double*>(ctx.data)[i] = v;
+      break;
+    default:
+      break;
+  }
+}
+
+// Applies `t`; returns the verdict for the site.
+Verdict apply(const Term& t, SiteContext& ctx, uint64_t k) {
+  switch (t.action) {
+    case Action::kOff:
+      return Verdict::kProceed;
+    case Action::kError:
+    case Action::kOom:
+      return Verdict::kFail;
+    case Action::kDrop:
+      return Verdict::kSkip;
+    case Action::kSleep:
+    case Action::kDelay:
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(t.number));
+      return Verdict::kProceed;
+    case Action::kHang:
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    case Action::kCrash: {
+      int sig = t.arg.empty() ? SIGSEGV : static_cast<int>(t.number);
+      if (sig == 0) sig = SIGSEGV;
+      ::kill(::getpid(), sig);
+      return Verdict::kProceed;
+    }
+    case Action::kExit:
+      std::_Exit(static_cast<int>(t.number));
+    case Action::kLeak: {
+      const size_t bytes = static_cast<size_t>(t.number);
+      void* p = std::malloc(bytes);
+      if (p) std::memset(p, 0xA5, bytes);  // touched: the pages are really resident
+      armed().leaks.push_back(p);
+      return Verdict::kProceed;
+    }
+    case Action::kNan:
+    case Action::kInf: {
+      if (!ctx.data || ctx.count == 0) return Verdict::kProceed;
+      const float v = t.action == Action::kNan ? std::numeric_limits<float>::quiet_NaN()
+                                               : std::numeric_limits<float>::infinity();
+      const size_t n = t.arg.empty() ? 1 : std::min(ctx.count, static_cast<size_t>(t.number));
+      for (size_t j = 0; j < n; ++j) set_special(ctx, rng::mix(k + j) % ctx.count, v);
+      return Verdict::kProceed;
+    }
+    case Action::kScale:
+      if (ctx.dtype == DType::kF32) {
+        for_elements(ctx, [&](size_t i) {
+          static_cast<float*>(ctx.data)[i] *= static_cast<float>(t.number);
+        });
+      }
+      return Verdict::kProceed;
+    case Action::kBitflip:
+    case Action::kCorrupt: {
+      const size_t bytes = ctx.count * dtype_size(ctx.dtype);
+      if (!ctx.data || bytes == 0) return Verdict::kProceed;
+      auto* b = static_cast<uint8_t*>(ctx.data);
+      const size_t n = t.arg.empty() ? 1 : static_cast<size_t>(t.number);
+      for (size_t j = 0; j < n; ++j) {
+        uint64_t r = rng::mix(k + j);
+        if (t.action == Action::kBitflip) {
+          b[(r >> 3) % bytes] ^= static_cast<uint8_t>(1u << (r & 7));
+        } else {
+          b[(r >> 8) % bytes] = static_cast<uint8_t>(r & 0xff);
+        }
+      }
+      return Verdict::kProceed;
+    }
+    default:
+      return Verdict::kProceed;
+  }
+}
+
+bool matches(const Entry& e, const Site& site, const SiteContext& ctx) {
+  if (e.site != site.name) return false;
+  if (e.rank && !e.rank->contains(current_rank())) return false;
+  if (e.step && !e.step->contains(current_step())) return false;
+  if (e.seq && !e.seq->contains(ctx.seq)) return false;
+  if (e.micro_batch && !e.micro_batch->contains(ctx.micro_batch)) return false;
+  if (e.group && *e.group != ctx.group) return false;
+  return true;
+}
+
+Verdict handler(Site& site, SiteContext& ctx) {
+  Armed& a = armed();
+  std::unique_lock lock(a.mu);
+  for (auto& st : a.entries) {
+    if (!matches(st.entry, site, ctx)) continue;
+    const uint64_t hit = st.hits++;
+    if (hit < static_cast<uint64_t>(st.entry.skip)) continue;
+    if ((hit - static_cast<uint64_t>(st.entry.skip)) % static_cast<uint64_t>(st.entry.every) != 0)
+      continue;
+    if (st.term >= st.entry.terms.size()) continue;
+    const Term t = st.entry.terms[st.term];
+    const uint64_t k = key(a.seed, st.entry.site, current_rank(), hit, 0);
+    if (t.percent && rng::to_unit(k) * 100.0 >= *t.percent) continue;
+    if (t.action == Action::kOff) continue;
+    if (t.count && ++st.fired_in_term >= *t.count) {
+      ++st.term;
+      st.fired_in_term = 0;
+    }
+    site.fired.fetch_add(1, std::memory_order_relaxed);
+    FiredRecord rec{st.entry.site,
+                    current_rank(),
+                    current_step(),
+                    ctx.seq,
+                    hit,
+                    std::string(action_name(t.action)) + (t.arg.empty() ? "" : "(" + t.arg + ")")};
+    a.fired.push_back(rec);
+    if (!a.log_path.empty()) {
+      std::ofstream out(a.log_path, std::ios::app);
+      out << fmt::format(
+          "{{\"site\":\"{}\",\"rank\":{},\"step\":{},\"seq\":{},\"hit\":{},\"action\":\"{}\","
+          "\"file\":\"{}\",\"line\":{}}}\n",
+          rec.site, rec.rank, rec.step, rec.seq, rec.hit, rec.action, site.file, site.line);
+    }
+    lock.unlock();  // the action may sleep, hang or end the process
+    return apply(t, ctx, key(a.seed, st.entry.site, current_rank(), hit, 1));
+  }
+  return Verdict::kProceed;
+}
+
+}  // namespace
+
+std::string_view action_name(Action a) {
+  for (auto& [act, n] : kActions) {
+    if (act == a) return n;
+  }
+  return "?";
+}
+
+Plan parse_plan(const std::string& text, const std::string& origin) {
+  return Parser(text, origin).plan();
+}
+
+std::string to_string(const Plan& plan) {
+  std::string out;
+  for (auto& e : plan.entries) {
+    if (!out.empty()) out += ";";
+    out += e.site;
+    std::vector<std::string> f;
+    auto r = [](const Range& x) {
+      return x.lo == x.hi ? std::to_string(x.lo) : fmt::format("{}-{}", x.lo, x.hi);
+    };
+    if (e.rank) f.push_back("rank=" + r(*e.rank));
+    if (e.step) f.push_back("step=" + r(*e.step));
+    if (e.seq) f.push_back("seq=" + r(*e.seq));
+    if (e.micro_batch) f.push_back("micro_batch=" + r(*e.micro_batch));
+    if (e.group) f.push_back("group=" + *e.group);
+    if (e.skip) f.push_back("skip=" + std::to_string(e.skip));
+    if (e.every != 1) f.push_back("every=" + std::to_string(e.every));
+    if (!f.empty()) {
+      out += "[";
+      for (size_t i = 0; i < f.size(); ++i) out += (i ? "," : "") + f[i];
+      out += "]";
+    }
+    out += "=";
+    for (size_t i = 0; i < e.terms.size(); ++i) {
+      const Term& t = e.terms[i];
+      if (i) out += "->";
+      if (t.percent) out += fmt::format("{}%", *t.percent);
+      if (t.count) out += fmt::format("{}*", *t.count);
+      out += action_name(t.action);
+      if (!t.arg.empty()) out += "(" + t.arg + ")";
+    }
+  }
+  return out;
+}
+
+void arm(Plan plan, uint64_t seed, const std::string& fired_log_path) {
+  for (auto& e : plan.entries) {
+    for (auto& t : e.terms) {
+      if (needs_harness(t.action)) {
+        raise<PlanError>(
+            "fault plan: action '{}' at site '{}' needs the harness's control plane "
+            "and is not available in standalone use yet",
+            action_name(t.action), e.site);
+      }
+    }
+  }
+  Armed& a = armed();
+  {
+    std::lock_guard lock(a.mu);
+    a.entries.clear();
+    for (auto& e : plan.entries) a.entries.push_back({std::move(e), 0, 0, 0});
+    a.seed = seed;
+    a.log_path = fired_log_path;
+    a.fired.clear();
+  }
+  install_handler(a.entries.empty() ? nullptr : &handler);
+}
+
+void disarm() {
+  remove_handler();
+  Armed& a = armed();
+  std::lock_guard lock(a.mu);
+  a.entries.clear();
+}
+
+bool arm_from_env() {
+  const std::string text = kFaults.get();
+  if (text.empty()) return false;
+  arm(parse_plan(text, "FAULTLINE_FAULTS"), static_cast<uint64_t>(kFaultSeed.get()),
+      kFiredLog.get());
+  return true;
+}
+
+std::vector<FiredRecord> fired_log() {
+  Armed& a = armed();
+  std::lock_guard lock(a.mu);
+  return a.fired;
+}
+
+}  // namespace fl::fault

@@ -1,0 +1,104 @@
+// Fault plans: what armed sites do. A plan is parsed from the fail(9)/fail-rs style grammar
+//
+//   plan    := entry (';' entry)*
+//   entry   := site ('[' filter (',' filter)* ']')? '=' term ('->' term)*
+//   filter  := key '=' value        key: rank, step, seq, micro_batch, group, skip, every
+//                                   value: N, or A-B for rank/step/seq/micro_batch
+//   term    := [P '%'] [N '*'] action ['(' arg ')']
+//
+// e.g. FAULTLINE_FAULTS="comm.all_reduce[rank=2,seq=3]=drop;optimizer.step[step=5-9]=50%nan".
+// A term with N* fires at most N times, then the next term takes over; P% fires with that
+// probability. Every random choice (the P% draw, which element, which bit) comes from a
+// counter-based generator keyed by (seed, site, rank, hit), so the same seed fires the same hits.
+// Every firing is appended to the fired log (site, rank, step, hit, action).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/error.hpp"
+#include "injector/site.hpp"
+
+namespace fl::fault {
+
+class PlanError : public Error {
+ public:
+  using Error::Error;
+};
+
+enum class Action : uint8_t {
+  kOff,
+  kError,
+  kSleep,
+  kHang,
+  kPause,
+  kCrash,
+  kExit,
+  kOom,
+  kLeak,
+  kNan,
+  kInf,
+  kBitflip,
+  kScale,
+  kCorrupt,
+  kTruncate,
+  kDrop,
+  kReorder,
+  kResize,
+  kRetype,
+  kDelay,
+};
+
+std::string_view action_name(Action a);
+
+struct Term {
+  std::optional<double> percent;  // fire probability in %, or always
+  std::optional<int64_t> count;   // at most this many firings, then the next term
+  Action action = Action::kOff;
+  std::string arg;    // raw argument text ("" if none)
+  double number = 0;  // the argument as a number when it is one
+};
+
+struct Range {
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  bool contains(int64_t v) const { return v >= lo && v <= hi; }
+};
+
+struct Entry {
+  std::string site;
+  std::optional<Range> rank, step, seq, micro_batch;
+  std::optional<std::string> group;
+  int64_t skip = 0;
+  int64_t every = 1;
+  std::vector<Term> terms;
+};
+
+struct Plan {
+  std::vector<Entry> entries;
+};
+
+// Parses `text`; errors name `origin` (e.g. "FAULTLINE_FAULTS"), the column and what was expected.
+Plan parse_plan(const std::string& text, const std::string& origin = "fault plan");
+std::string to_string(const Plan& plan);
+
+struct FiredRecord {
+  std::string site;
+  int rank = -1;
+  int64_t step = -1;
+  int64_t seq = -1;
+  uint64_t hit = 0;
+  std::string action;
+};
+
+// Arms `plan` for this process (replacing any other). `fired_log_path` (may be empty) receives
+// one JSON line per firing.
+void arm(Plan plan, uint64_t seed, const std::string& fired_log_path = "");
+void disarm();
+// Arms from FAULTLINE_FAULTS / FAULTLINE_FAULT_SEED / FAULTLINE_FIRED_LOG if set; returns whether
+// a plan was armed. Throws PlanError on a malformed plan.
+bool arm_from_env();
+std::vector<FiredRecord> fired_log();
+
+}  // namespace fl::fault

@@ -1,0 +1,185 @@
+// The fault-plan grammar (accepts and rejects exactly, with positions) and each in-process
+// action's effect at a site, including N* chaining, skip/every, targets and determinism.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "injector/plan.hpp"
+
+namespace fl::fault {
+namespace {
+
+TEST(PlanGrammar, AcceptsAndRoundTrips) {
+  const char* cases[] = {
+      "comm.all_reduce=drop",
+      "comm.all_reduce[rank=2,seq=3]=drop",
+      "optimizer.step[step=5-9]=50%nan",
+      "comm.send[group=pp,skip=2,every=3]=3*sleep(10)->off",
+      "data.fetch=2*delay(5)->error;memory.alloc[rank=1]=oom",
+      "checkpoint.write=25%2*corrupt(8)->bitflip(3)",
+      "comm.all_gather=scale(0.5)",
+      "train.step[micro_batch=1]=crash(6)",
+      "x=exit(3)",
+  };
+  for (const char* c : cases) {
+    Plan p = parse_plan(c);
+    EXPECT_EQ(to_string(p), c);
+  }
+  Plan p = parse_plan(" a [ rank = 1 - 3 ] = 10% 2 * sleep(7) -> drop ; b = hang ");
+  ASSERT_EQ(p.entries.size(), 2u);
+  EXPECT_EQ(p.entries[0].rank->lo, 1);
+  EXPECT_EQ(p.entries[0].rank->hi, 3);
+  EXPECT_EQ(*p.entries[0].terms[0].percent, 10.0);
+  EXPECT_EQ(*p.entries[0].terms[0].count, 2);
+  EXPECT_EQ(p.entries[0].terms[0].number, 7.0);
+  EXPECT_EQ(p.entries[0].terms[1].action, Action::kDrop);
+  EXPECT_EQ(p.entries[1].terms[0].action, Action::kHang);
+}
+
+TEST(PlanGrammar, RejectsWithPositionAndWhatWasExpected) {
+  struct Case {
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {"=drop", "at column 1: expected a fault site name"},
+      {"a", "at column 2: expected '=' after the site name"},
+      {"a=slep", "at column 3: expected an action (off, error, sleep"},
+      {"a=sleep(ten)", "at column 9: expected a number as the argument of 'sleep'"},
+      {"a=sleep(10", "expected ')' closing the argument of 'sleep'"},
+      {"a[rank=x]=drop", "at column 8: expected a number or range A-B for 'rank'"},
+      {"a[rank=3-1]=drop", "expected a range A-B with A <= B for 'rank'"},
+      {"a[color=1]=drop", "at column 3: expected a filter (rank, step, seq, micro_batch, group"},
+      {"a[every=0]=drop", "expected skip >= 0 and every >= 1"},
+      {"a=150%drop", "at column 3: expected a percentage between 0 and 100"},
+      {"a=5drop", "at column 3: expected '%' or '*' after a number"},
+      {"a=drop->", "at column 9: expected an action"},
+      {"a=drop b=drop", "at column 8: expected ';' between entries"},
+  };
+  for (auto& c : cases) {
+    try {
+      parse_plan(c.text, "FAULTLINE_FAULTS");
+      ADD_FAILURE() << "accepted: " << c.text;
+    } catch (const PlanError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos)
+          << c.text << " -> " << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("FAULTLINE_FAULTS: ", 0), 0u) << e.what();
+    }
+  }
+}
+
+// A site as the workloads place them, over a float buffer.
+Verdict op(const char* group, int64_t seq, float* data, size_t n) {
+  return FAULTLINE_FAULT_POINT("test.op",
+                               (SiteContext{seq, group, "op", -1, data, n, DType::kF32, -1}));
+}
+
+class PlanActions : public testing::Test {
+ protected:
+  void SetUp() override {
+    set_rank(1);
+    set_step(0);
+  }
+  void TearDown() override { disarm(); }
+};
+
+TEST_F(PlanActions, DropSkipsOnlyTheTargetedRankAndSeq) {
+  arm(parse_plan("test.op[rank=1,seq=3]=drop"), 0);
+  float x = 0;
+  for (int64_t s = 0; s < 6; ++s) EXPECT_EQ(op("g", s, &x, 1) == Verdict::kSkip, s == 3) << s;
+  set_rank(0);
+  EXPECT_EQ(op("g", 3, &x, 1), Verdict::kProceed);
+  auto log = fired_log();
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].site, "test.op");
+  EXPECT_EQ(log[0].rank, 1);
+  EXPECT_EQ(log[0].seq, 3);
+  EXPECT_EQ(log[0].action, "drop");
+}
+
+TEST_F(PlanActions, CountedTermsChainAndSkipEveryFilterHits) {
+  arm(parse_plan("test.op[skip=1,every=2]=2*error->drop"), 0);
+  float x = 0;
+  std::vector<Verdict> got;
+  for (int i = 0; i < 8; ++i) got.push_back(op("g", i, &x, 1));
+  // hits 0..7: skip hit 0; fire on hits 1, 3, 5, 7: error, error, then drop, drop.
+  std::vector<Verdict> want = {Verdict::kProceed, Verdict::kFail,    Verdict::kProceed,
+                               Verdict::kFail,    Verdict::kProceed, Verdict::kSkip,
+                               Verdict::kProceed, Verdict::kSkip};
+  EXPECT_EQ(got, want);
+}
+
+TEST_F(PlanActions, GroupAndStepTargets) {
+  arm(parse_plan("test.op[group=tp,step=2-3]=error"), 0);
+  float x = 0;
+  EXPECT_EQ(op("dp", 0, &x, 1), Verdict::kProceed);
+  EXPECT_EQ(op("tp", 0, &x, 1), Verdict::kProceed);  // step 0
+  set_step(2);
+  EXPECT_EQ(op("tp", 0, &x, 1), Verdict::kFail);
+  set_step(4);
+  EXPECT_EQ(op("tp", 0, &x, 1), Verdict::kProceed);
+}
+
+TEST_F(PlanActions, NumericCorruptionsChangeTheData) {
+  std::vector<float> v(64, 1.0f);
+  arm(parse_plan("test.op=1*nan->1*inf(3)->1*scale(4)->1*bitflip(1)"), 9);
+  op("g", 0, v.data(), v.size());
+  EXPECT_EQ(std::count_if(v.begin(), v.end(), [](float f) { return std::isnan(f); }), 1);
+  op("g", 1, v.data(), v.size());
+  const auto infs = std::count_if(v.begin(), v.end(), [](float f) { return std::isinf(f); });
+  EXPECT_GE(infs, 1);
+  EXPECT_LE(infs, 3);
+  std::fill(v.begin(), v.end(), 1.0f);
+  op("g", 2, v.data(), v.size());
+  EXPECT_EQ(v[17], 4.0f);
+  std::vector<float> before = v;
+  op("g", 3, v.data(), v.size());
+  int bits = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &v[i], 4);
+    std::memcpy(&b, &before[i], 4);
+    bits += __builtin_popcount(a ^ b);
+  }
+  EXPECT_EQ(bits, 1);
+}
+
+TEST_F(PlanActions, SleepDelaysTheSite) {
+  arm(parse_plan("test.op=sleep(30)"), 0);
+  float x = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(op("g", 0, &x, 1), Verdict::kProceed);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(30));
+}
+
+TEST_F(PlanActions, SameSeedFiresTheSameHitsAndAnotherSeedDoesNot) {
+  auto hits = [](uint64_t seed) {
+    arm(parse_plan("test.op=30%drop"), seed);
+    float x = 0;
+    std::vector<int> out;
+    for (int i = 0; i < 200; ++i) {
+      if (op("g", i, &x, 1) == Verdict::kSkip) out.push_back(i);
+    }
+    return out;
+  };
+  auto a = hits(5), b = hits(5), c = hits(6);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_GT(a.size(), 40u);  // ~60 expected of 200
+  EXPECT_LT(a.size(), 80u);
+}
+
+TEST_F(PlanActions, HarnessOnlyActionsAreRefusedWhenArmedStandalone) {
+  try {
+    arm(parse_plan("test.op=pause"), 0);
+    FAIL();
+  } catch (const PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("action 'pause' at site 'test.op' needs the harness"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fl::fault
