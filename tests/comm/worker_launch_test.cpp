@@ -25,11 +25,7 @@ namespace fs = std::filesystem;
 class WorkerLaunch : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ =
-        fs::temp_directory_path() / ("faultline-launch-" + std::to_string(::getpid()) + "-" +
-                                     testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = fresh_test_dir("launch", testing::UnitTest::GetInstance()->current_test_info()->name());
     env_ = {{"MASTER_ADDR", "127.0.0.1"},
             {"MASTER_PORT", std::to_string(free_port())},
             {"FAULTLINE_FLIGHT_RECORDER_DIR", dir_.string()},

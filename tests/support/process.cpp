@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -86,6 +87,14 @@ ProcessResult run_process(const std::vector<std::string>& argv,
   r.output = ss.str();
   unlink(path);
   return r;
+}
+
+std::string fresh_test_dir(const std::string& what, const std::string& test_name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("faultline-" + what + "-" + std::to_string(::getpid()) + "-" + test_name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
 }
 
 int free_port() {

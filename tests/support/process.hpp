@@ -20,6 +20,9 @@ ProcessResult run_process(const std::vector<std::string>& argv,
                           const std::map<std::string, std::string>& env = {},
                           std::chrono::seconds timeout = std::chrono::seconds(120));
 
+// An empty directory for one test, unique per process and test: /tmp/faultline-<what>-<pid>-<name>.
+std::string fresh_test_dir(const std::string& what, const std::string& test_name);
+
 // A loopback TCP port that was free a moment ago.
 int free_port();
 

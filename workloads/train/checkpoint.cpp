@@ -153,6 +153,24 @@ nlohmann::json decode_shard(const std::string& bytes, const std::string& path,
   return h;
 }
 
+std::string read_verified_shard(const std::string& dir, const nlohmann::json& entry) {
+  const std::string name = entry.at("file").get<std::string>();
+  const int rank = entry.at("rank").get<int>();
+  const std::string file = (fs::path(dir) / name).string();
+  if (!fs::exists(file)) {
+    raise<CheckpointError>("checkpoint {}: shard {} for rank {} is missing", dir, name, rank);
+  }
+  std::string bytes = read_file(file);
+  const std::string got = hex(checksum(bytes)), want = entry.at("xxh64");
+  if (bytes.size() != entry.at("bytes").get<size_t>() || got != want) {
+    raise<CheckpointError>(
+        "checkpoint {}: shard {} of rank {} is corrupt: {} bytes with xxh64 {}, "
+        "the manifest says {} bytes with xxh64 {}",
+        dir, name, rank, bytes.size(), got, entry.at("bytes").get<size_t>(), want);
+  }
+  return bytes;
+}
+
 ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::json& manifest,
                                        int tp_rank, int pp_rank, size_t total) {
   const auto& l = manifest.at("layout");
@@ -162,18 +180,8 @@ ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::j
   int found = 0;
   for (auto& e : manifest.at("shards")) {
     if (e.at("tp_rank") != tp_rank || e.at("pp_rank") != pp_rank) continue;
-    const std::string file = (fs::path(dir) / e.at("file").get<std::string>()).string();
-    if (!fs::exists(file)) {
-      raise<CheckpointError>("checkpoint {}: shard {} (tp {} pp {} dp {}) is missing", dir,
-                             e.at("file").get<std::string>(), tp_rank, pp_rank,
-                             e.at("dp_rank").get<int>());
-    }
-    const std::string bytes = read_file(file);
-    if (fmt::format("{:016x}", checksum(bytes)) != e.at("xxh64").get<std::string>()) {
-      raise<CheckpointError>("checkpoint {}: shard {} does not match its checksum in the manifest",
-                             dir, e.at("file").get<std::string>());
-    }
-    decode_shard(bytes, file, replicas[e.at("dp_rank").get<size_t>()]);
+    const std::string bytes = read_verified_shard(dir, e);
+    decode_shard(bytes, e.at("file").get<std::string>(), replicas[e.at("dp_rank").get<size_t>()]);
     ++found;
   }
   if (found != dp) {
@@ -356,19 +364,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   if (!entry)
     raise<CheckpointError>("checkpoint {}: the manifest lists no shard for rank {}", dir, rank);
   const std::string file = (fs::path(dir) / entry->at("file").get<std::string>()).string();
-  if (!fs::exists(file)) {
-    raise<CheckpointError>("checkpoint {}: shard {} for rank {} is missing", dir,
-                           entry->at("file").get<std::string>(), rank);
-  }
-  const std::string bytes = read_file(file);
-  const std::string got = hex(checksum(bytes)), want = entry->at("xxh64");
-  if (bytes.size() != entry->at("bytes").get<size_t>() || got != want) {
-    raise<CheckpointError>(
-        "checkpoint {}: shard {} of rank {} is corrupt: {} bytes with xxh64 {}, "
-        "the manifest says {} bytes with xxh64 {}",
-        dir, entry->at("file").get<std::string>(), rank, bytes.size(), got,
-        entry->at("bytes").get<size_t>(), want);
-  }
+  const std::string bytes = read_verified_shard(dir, *entry);
   std::vector<std::pair<std::string, std::vector<float>>> sections;
   decode_shard(bytes, file, sections);
   const size_t master_count = topo_.layout.zero == 3 ? part_ : padded_;

@@ -27,6 +27,10 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 std::string read_file(const std::string& path);
 uint64_t checksum(const std::string& bytes);
 
+// Reads the shard a manifest entry names and checks its size and xxh64 against the entry;
+// a missing or corrupt shard is a CheckpointError naming the directory, file and rank.
+std::string read_verified_shard(const std::string& dir, const nlohmann::json& entry);
+
 // Shard encoding: magic, a JSON header, then named float sections in order.
 struct ShardSection {
   std::string name;

@@ -25,14 +25,7 @@ namespace {
 
 // Reads every shard once to verify it (size and checksum against the manifest).
 void verify_all(const std::string& dir, const nlohmann::json& m) {
-  for (auto& e : m.at("shards")) {
-    const std::string file = (fs::path(dir) / e.at("file").get<std::string>()).string();
-    if (!fs::exists(file)) raise<CheckpointError>("{}: shard {} is missing", dir, file);
-    std::string bytes = read_file(file);
-    if (fmt::format("{:016x}", checksum(bytes)) != e.at("xxh64").get<std::string>()) {
-      raise<CheckpointError>("{}: shard {} does not match its checksum in the manifest", dir, file);
-    }
-  }
+  for (auto& e : m.at("shards")) read_verified_shard(dir, e);
 }
 
 model::GptConfig model_of(const nlohmann::json& m) {
