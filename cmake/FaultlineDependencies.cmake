@@ -30,3 +30,17 @@ if(FAULTLINE_BUILD_BENCH)
 endif()
 
 find_program(MPIEXEC_EXECUTABLE_FOUND NAMES mpirun mpiexec REQUIRED)
+
+# The control plane (gRPC + protobuf) and scenarios (yaml-cpp). FAULTLINE_GRPC=OFF builds the
+# workloads without them (the device machine has none of the Debian libraries): workers then keep
+# their telemetry in their local JSONL files only, and the harness is not built.
+option(FAULTLINE_GRPC "Build the gRPC control plane and the harness" ON)
+set(FAULTLINE_HAVE_GRPC OFF)
+if(FAULTLINE_GRPC)
+  find_package(Protobuf REQUIRED)
+  find_package(gRPC CONFIG REQUIRED)
+  find_package(yaml-cpp REQUIRED)
+  find_program(FAULTLINE_PROTOC protoc REQUIRED)
+  find_program(FAULTLINE_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+  set(FAULTLINE_HAVE_GRPC ON)
+endif()

@@ -251,6 +251,7 @@ struct Armed {
   std::string log_path;
   std::vector<FiredRecord> fired;
   std::vector<void*> leaks;
+  std::function<void(const FiredRecord&)> observer;
 };
 
 Armed& armed() {
@@ -399,7 +400,9 @@ Verdict handler(Site& site, SiteContext& ctx) {
           "\"file\":\"{}\",\"line\":{}}}\n",
           rec.site, rec.rank, rec.step, rec.seq, rec.hit, rec.action, site.file, site.line);
     }
+    auto observer = a.observer;
     lock.unlock();  // the action may sleep, hang or end the process
+    if (observer) observer(rec);
     return apply(t, ctx, key(a.seed, st.entry.site, current_rank(), hit, 1));
   }
   return Verdict::kProceed;
@@ -488,6 +491,24 @@ bool arm_from_env() {
   arm(parse_plan(text, "FAULTLINE_FAULTS"), static_cast<uint64_t>(kFaultSeed.get()),
       kFiredLog.get());
   return true;
+}
+
+void set_fired_observer(std::function<void(const FiredRecord&)> observer) {
+  Armed& a = armed();
+  std::lock_guard lock(a.mu);
+  a.observer = std::move(observer);
+}
+
+std::string armed_plan() {
+  Armed& a = armed();
+  std::lock_guard lock(a.mu);
+  Plan p;
+  for (auto& st : a.entries) p.entries.push_back(st.entry);
+  return p.entries.empty() ? std::string() : to_string(p);
+}
+
+void arm_text(const std::string& text, const std::string& origin, uint64_t seed) {
+  arm(parse_plan(text, origin), seed, kFiredLog.get());
 }
 
 std::vector<FiredRecord> fired_log() {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,14 @@ void disarm();
 // Arms from FAULTLINE_FAULTS / FAULTLINE_FAULT_SEED / FAULTLINE_FIRED_LOG if set; returns whether
 // a plan was armed. Throws PlanError on a malformed plan.
 bool arm_from_env();
+// Arms `text` (parsed with `origin` in its errors) with `seed`, logging firings to
+// FAULTLINE_FIRED_LOG like arm_from_env: the harness's live arming goes through this.
+void arm_text(const std::string& text, const std::string& origin, uint64_t seed);
 std::vector<FiredRecord> fired_log();
+// Called after each firing (outside the injector's lock, before the action runs): telemetry
+// reports firings to the harness through this. nullptr removes it.
+void set_fired_observer(std::function<void(const FiredRecord&)> observer);
+// The plan armed now, in the grammar (empty when none).
+std::string armed_plan();
 
 }  // namespace fl::fault

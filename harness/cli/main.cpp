@@ -1,6 +1,11 @@
-// faultline: the command line. `faultline settings` prints every FAULTLINE_ setting (and the
-// launcher variables the workers read) with type, default, current value and description;
-// `faultline sites` lists the fault sites compiled into the workloads.
+// faultline: the command line.
+//   run SCENARIO        launch, supervise, judge; exit 0 pass, 1 fail, 2 harness/input error,
+//                       3 unknown
+//   validate SCENARIO   check a scenario file (and print it resolved with --print)
+//   verdict RUN_DIR     judge a run again from its history
+//   control ADDR ACTION act on a live run over the control plane
+//   keys                every scenario key with its default (docs/scenarios.md)
+//   settings / sites    every FAULTLINE_ setting / every fault site in this build
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -8,7 +13,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <grpcpp/grpcpp.h>
+
 #include "base/settings.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
+#include "harness/run/runner.hpp"
+#include "harness/scenario/scenario.hpp"
 #include "injector/plan.hpp"
 #include "injector/site.hpp"
 #include "workloads/comm/bootstrap.hpp"
@@ -84,6 +94,30 @@ int print_sites(bool json) {
   return 0;
 }
 
+int control(const std::string& addr, const std::string& action, int rank, int sig,
+            const std::string& plan, const std::string& checkpoint) {
+  auto stub = faultline::v1::Controller::NewStub(
+      grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  faultline::v1::ControlRequest req;
+  req.set_action(action);
+  req.set_rank(rank);
+  req.set_signal(sig);
+  req.set_plan(plan);
+  req.set_checkpoint(checkpoint);
+  req.set_requester("faultline control");
+  faultline::v1::ControlReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
+  auto st = stub->Control(&ctx, req, &reply);
+  if (!st.ok()) {
+    std::fprintf(stderr, "faultline control: %s: %s\n", addr.c_str(), st.error_message().c_str());
+    return 2;
+  }
+  std::printf("%s: %s\n", reply.ok() ? "ok" : "refused", reply.message().c_str());
+  for (auto& f : reply.faults()) std::printf("  %s\n", f.c_str());
+  return reply.ok() ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,8 +128,81 @@ int main(int argc, char** argv) {
   settings->add_flag("--json", json, "JSON output");
   auto* sites = app.add_subcommand("sites", "List the fault sites compiled into this build");
   sites->add_flag("--json", json, "JSON output");
+
+  std::string scenario_path, run_dir, addr, action, plan, checkpoint;
+  std::vector<std::string> overrides;
+  fl::harness::RunOptions ro;
+  bool fix = false, print = false;
+  int rank = -1, sig = 9;
+  auto* run = app.add_subcommand("run", "Run a scenario and judge it");
+  run->add_option("scenario", scenario_path, "Scenario YAML file")->required();
+  run->add_flag("--fix", fix, "Apply the scenario's fix overrides (the symptom must clear)");
+  run->add_option("--set", overrides, "Override a key: workload.steps=40 (repeatable)");
+  run->add_option("--results", ro.results_dir, "Where run directories go")
+      ->capture_default_str();
+  run->add_option("--control", ro.control_addr, "Control-plane address (loopback or unix:PATH)")
+      ->capture_default_str();
+  run->add_option("--run-id", ro.run_id, "Run directory name (default: time-name-random)");
+  auto* validate = app.add_subcommand("validate", "Check a scenario file");
+  validate->add_option("scenario", scenario_path, "Scenario YAML file")->required();
+  validate->add_flag("--fix", fix, "Check it with its fix applied");
+  validate->add_option("--set", overrides, "Override a key (repeatable)");
+  validate->add_flag("--print", print, "Print the resolved scenario (every key)");
+  auto* verdict = app.add_subcommand("verdict", "Judge a run again from its history");
+  verdict->add_option("run_dir", run_dir, "results/runs/<id>")->required();
+  verdict->add_flag("--json", json, "JSON output");
+  auto* ctl = app.add_subcommand("control", "Act on a live run through its control plane");
+  ctl->add_option("address", addr, "Control-plane address (printed in the run's history)")
+      ->required();
+  ctl->add_option("action", action,
+                  "kill_rank, restart_rank, restart_job, abort, list_faults, arm_faults, "
+                  "clear_faults")
+      ->required();
+  ctl->add_option("--rank", rank, "Target rank");
+  ctl->add_option("--signal", sig, "kill_rank: signal number");
+  ctl->add_option("--plan", plan, "arm_faults: fault plan");
+  ctl->add_option("--checkpoint", checkpoint, "restart_job: checkpoint directory");
+  auto* keys = app.add_subcommand("keys", "Every scenario key with type, default and meaning");
+
   CLI11_PARSE(app, argc, argv);
   if (settings->parsed()) return print_settings(json);
   if (sites->parsed()) return print_sites(json);
-  return 2;
+  if (keys->parsed()) {
+    std::printf("%s", fl::harness::schema_markdown().c_str());
+    return 0;
+  }
+  if (ctl->parsed()) return control(addr, action, rank, sig, plan, checkpoint);
+  try {
+    if (verdict->parsed()) {
+      auto v = fl::harness::judge_run_dir(run_dir);
+      if (json) {
+        std::printf("%s\n", v.to_json().dump(2).c_str());
+      } else {
+        std::printf("%s (oracle %s): %s\n", v.outcome.c_str(), v.oracle.c_str(),
+                    v.explanation.c_str());
+      }
+      return v.outcome == "pass" ? 0 : v.outcome == "fail" ? 1 : 3;
+    }
+    fl::harness::LoadOptions lo{fix, overrides};
+    auto s = fl::harness::load_scenario(scenario_path, lo);
+    if (validate->parsed()) {
+      if (print) {
+        YAML::Emitter em;
+        em << s.resolved;
+        std::printf("%s\n", em.c_str());
+      } else {
+        std::printf("%s: ok (%s, %d ranks, oracle %s)\n", scenario_path.c_str(), s.name.c_str(),
+                    s.ranks, s.expect.oracle.c_str());
+      }
+      return 0;
+    }
+    ro.fix = fix;
+    return fl::harness::run_scenario(s, ro).exit_code;
+  } catch (const fl::harness::ScenarioError& e) {
+    std::fprintf(stderr, "faultline: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "faultline: error: %s\n", e.what());
+    return 2;
+  }
 }

@@ -1,5 +1,7 @@
 #include "workloads/comm/bootstrap.hpp"
 
+#include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -7,6 +9,7 @@
 
 #include "injector/plan.hpp"
 #include "injector/site.hpp"
+#include "workloads/telemetry/telemetry.hpp"
 #include "workloads/comm/mpi_communicator.hpp"
 #if defined(FAULTLINE_HAVE_NCCL)
 #include "workloads/comm/nccl_communicator.hpp"
@@ -54,10 +57,54 @@ WorkerIdentity identity_from_env() {
   return id;
 }
 
+void start_worker_telemetry(const WorkerIdentity& id, const std::string& backend) {
+  auto opts = telemetry::options_from_env();
+  // The harness arms and clears fault plans over the control plane.
+  opts.on_command = [](const std::string& action, const std::string& plan, uint64_t seed) {
+    try {
+      if (action == "arm_faults") {
+        fault::arm_text(plan, "control plane", seed);
+      } else if (action == "clear_faults") {
+        fault::disarm();
+      } else {
+        raise<SettingError>("unknown control command '{}' (allowed: arm_faults, clear_faults)",
+                            action);
+      }
+      telemetry::emit("faults_armed", fmt::format("{{\"plan\":{}}}",
+                                                  telemetry::quote(fault::armed_plan())));
+    } catch (const std::exception& e) {
+      telemetry::emit("log", fmt::format("{{\"level\":\"error\",\"message\":{}}}",
+                                         telemetry::quote(e.what())));
+    }
+  };
+  telemetry::start(id.rank, std::move(opts));
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  telemetry::emit("hello", fmt::format("{{\"world_size\":{},\"local_rank\":{},\"pid\":{},"
+                                       "\"host\":{},\"backend\":{},\"run_id\":{}}}",
+                                       id.world_size, id.local_rank, ::getpid(),
+                                       telemetry::quote(host), telemetry::quote(backend),
+                                       telemetry::quote(id.run_id)));
+  fault::set_fired_observer([](const fault::FiredRecord& r) {
+    telemetry::emit("fault_fired",
+                    fmt::format("{{\"site\":{},\"seq\":{},\"hit\":{},\"action\":{}}}",
+                                telemetry::quote(r.site), r.seq, r.hit,
+                                telemetry::quote(r.action)),
+                    r.step);
+  });
+}
+
 Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& backend) {
   Bootstrap b;
+  if (kParentDeathSignal.get()) {
+    // Under mpirun: end with the launcher even when it is SIGKILLed (the harness sets this up
+    // itself for the ranks it forks).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() == 1) raise<SettingError>("the launcher died before this rank started");
+  }
   b.id = identity_from_env();
   fault::set_rank(b.id.rank);
+  start_worker_telemetry(b.id, backend);
   fault::arm_from_env();  // FAULTLINE_FAULTS: standalone fault plans (throws on a bad plan)
   const std::string host_mode = kStoreHost.get();
   if (host_mode != "rank0" && host_mode != "external") {
@@ -98,7 +145,7 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
   }
 
   if (backend == "mpi") {
-    b.comm = MpiCommunicator::create_world(b.id.rank, b.id.world_size);
+    b.comm = MpiCommunicator::create_world(b.id.rank, b.id.world_size, {}, b.store.get());
   } else if (backend == "nccl") {
 #if defined(FAULTLINE_HAVE_NCCL)
     b.comm = create_nccl_world(b.id.rank, b.id.world_size, b.id.local_rank, *b.store);
@@ -109,6 +156,15 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
 #endif
   } else {
     raise<SettingError>("FAULTLINE_BACKEND='{}' is not allowed (allowed: mpi, nccl)", backend);
+  }
+  if (telemetry::kCollectiveEvents.get()) {
+    b.comm->recorder().set_listener([](const FlightEntry& e) {
+      telemetry::emit("collective",
+                      fmt::format("{{\"op\":\"{}\",\"group\":{},\"seq\":{},\"count\":{},"
+                                  "\"dtype\":\"{}\",\"peer\":{},\"state\":\"{}\"}}",
+                                  op_name(e.op), telemetry::quote(e.group), e.seq, e.count,
+                                  dtype_name(e.dtype), e.peer, state_name(e.state)));
+    });
   }
   return b;
 }

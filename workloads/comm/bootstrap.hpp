@@ -18,6 +18,8 @@ FAULTLINE_SETTING(kStoreHost, std::string, "FAULTLINE_STORE_HOST", "rank0",
 FAULTLINE_SETTING(kRendezvousTimeoutMs, int64_t, "FAULTLINE_RDZV_TIMEOUT_MS", 30000,
                   "How long a rank waits for the whole world at start");
 FAULTLINE_SETTING(kRunId, std::string, "FAULTLINE_RUN_ID", "local", "Run id every rank must share");
+FAULTLINE_SETTING(kParentDeathSignal, bool, "FAULTLINE_PDEATHSIG", false,
+                  "Die with the parent process (the harness sets it for every rank)");
 FAULTLINE_SETTING(kBackend, std::string, "FAULTLINE_BACKEND", "mpi", "Data plane: mpi or nccl");
 
 struct WorkerIdentity {
@@ -40,6 +42,10 @@ struct Bootstrap {
   rdzv::World world;
   std::unique_ptr<Communicator> comm;
 };
+
+// Starts this rank's telemetry (FAULTLINE_EVENTS_FILE, FAULTLINE_CONTROL_ADDR), says hello, and
+// reports fault firings and control-plane fault commands. bootstrap_worker calls it.
+void start_worker_telemetry(const WorkerIdentity& id, const std::string& backend);
 
 // `config_hash` identifies the workload configuration; ranks with different hashes refuse to run
 // together. `backend` is "mpi" or "nccl".

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "workloads/comm/communicator.hpp"
+#include "workloads/rendezvous/store_client.hpp"
 
 namespace fl::comm {
 
@@ -26,9 +27,11 @@ int mpi_world_rank();
 class MpiCommunicator final : public Communicator {
  public:
   // The world communicator, reordered so that group rank == `rank` (the rank the launcher gave
-  // this process). Fails if MPI's world size differs from `world_size`.
+  // this process). Fails if MPI's world size differs from `world_size`. Ranks started without
+  // mpirun (MPI singletons) join through `store` and an ompi-server (see join_singletons).
   static std::unique_ptr<MpiCommunicator> create_world(int rank, int world_size,
-                                                       CommOptions options = {});
+                                                       CommOptions options = {},
+                                                       rdzv::StoreClient* store = nullptr);
   ~MpiCommunicator() override;
 
   std::string_view backend() const override { return "mpi"; }

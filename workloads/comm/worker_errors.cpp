@@ -12,6 +12,7 @@
 #include "workloads/rendezvous/store_client.hpp"
 #include "workloads/rendezvous/store_server.hpp"
 #include "workloads/rendezvous/world_check.hpp"
+#include "workloads/telemetry/telemetry.hpp"
 
 namespace fl::comm {
 
@@ -19,6 +20,11 @@ int run_worker_main(const std::function<int()>& body) {
   auto report = [](const char* kind, const std::exception& e, int code) {
     std::fprintf(stderr, "faultline worker error (%s): %s\n", kind, e.what());
     std::fflush(stderr);
+    telemetry::emit("error", fmt::format("{{\"class\":{},\"message\":{},\"exit_code\":{}}}",
+                                         telemetry::quote(kind), telemetry::quote(e.what()), code));
+    telemetry::emit("exit", fmt::format("{{\"exit_code\":{},\"dropped\":{}}}", code,
+                                        telemetry::stats().dropped));
+    telemetry::stop(std::chrono::milliseconds(1000));
     // Under mpirun, end the whole job the way MPI programs do on a fatal error. Exiting without
     // MPI_Finalize while a peer is inside it can deadlock Open MPI 4.1's launcher (PMIx server
     // finalize), which would turn a clean failure into a hung job.
@@ -26,7 +32,11 @@ int run_worker_main(const std::function<int()>& body) {
     return code;
   };
   try {
-    return body();
+    const int code = body();
+    telemetry::emit("exit", fmt::format("{{\"exit_code\":{},\"dropped\":{}}}", code,
+                                        telemetry::stats().dropped));
+    telemetry::stop();
+    return code;
   } catch (const CommTimeoutError& e) {
     return report("comm timeout", e, exit_code::kCommTimeout);
   } catch (const CommMismatchError& e) {

@@ -12,6 +12,7 @@
 
 #include "workloads/comm/bootstrap.hpp"
 #include "workloads/comm/worker_errors.hpp"
+#include "workloads/telemetry/telemetry.hpp"
 #include "workloads/train/trainer.hpp"
 
 int main(int argc, char** argv) {
@@ -65,6 +66,12 @@ int main(int argc, char** argv) {
     acct.set_rank(b.comm->rank());
     auto topo = parallel::build_topology(*b.comm, cfg.layout, cfg.model);
     train::Trainer trainer(cfg, topo, acct);
+    telemetry::emit("layout", fmt::format("{{\"dp\":{},\"tp\":{},\"pp\":{},\"zero\":{},"
+                                          "\"dp_rank\":{},\"tp_rank\":{},\"pp_rank\":{},"
+                                          "\"steps\":{},\"precision\":\"{}\"}}",
+                                          cfg.layout.dp, cfg.layout.tp, cfg.layout.pp,
+                                          cfg.layout.zero, topo.dp_rank, topo.tp_rank,
+                                          topo.pp_rank, cfg.steps, precision));
     const bool printer = b.comm->rank() == 0;
     std::ofstream metrics;
     if (printer && !metrics_path.empty()) metrics.open(metrics_path);
@@ -80,6 +87,16 @@ int main(int argc, char** argv) {
                   "scale", "ms", "tok/s", "mem MiB", "peak MiB");
     }
     trainer.set_metrics_sink([&](const train::StepMetrics& m) {
+      telemetry::emit(
+          "step",
+          fmt::format("{{\"loss\":{},\"grad_norm\":{},\"lr\":{},\"loss_scale\":{},"
+                      "\"skipped\":{},\"step_time_s\":{},\"tokens_per_s\":{},"
+                      "\"mem_current\":{},\"mem_peak\":{}{}}}",
+                      nlohmann::json(m.loss).dump(), nlohmann::json(m.grad_norm).dump(), m.lr,
+                      m.loss_scale, m.skipped, m.step_time_s, m.tokens_per_s, m.mem_current,
+                      m.mem_peak,
+                      m.eval_loss ? ",\"eval_loss\":" + nlohmann::json(*m.eval_loss).dump() : ""),
+          m.step);
       if (!printer) return;
       std::printf("  %5lld %10.6f %9.4f %9.2e %10.0f %8.1f %9.0f %10.2f %10.2f%s%s\n",
                   static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr, m.loss_scale,
@@ -111,6 +128,9 @@ int main(int argc, char** argv) {
       auto h = XXH64(p.data(), p.size() * sizeof(float), 0);
       std::printf("checksum rank %d (dp %d tp %d pp %d): %016llx\n", b.comm->rank(), topo.dp_rank,
                   topo.tp_rank, topo.pp_rank, static_cast<unsigned long long>(h));
+      telemetry::emit("output", fmt::format("{{\"what\":\"parameters\",\"digest\":\"{:016x}\","
+                                            "\"group\":\"all\"}}",
+                                            static_cast<unsigned long long>(h)));
       std::fflush(stdout);
     }
     if (printer) std::printf("# done: %zu steps\n", history.size());

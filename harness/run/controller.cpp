@@ -1,0 +1,237 @@
+#include "harness/run/controller.hpp"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
+
+namespace fl::harness {
+
+namespace pb = faultline::v1;
+
+namespace {
+
+pb::Event to_proto(const HistoryEvent& e) {
+  pb::Event p;
+  p.set_rank(e.rank);
+  p.set_seq(e.seq);
+  p.set_time_unix_ns(e.time_unix_ns);
+  p.set_harness_ns(e.t_ns);
+  p.set_kind(e.kind);
+  p.set_step(e.step);
+  p.set_data_json(e.data_json);
+  p.set_source(e.source);
+  return p;
+}
+
+using WorkerStream = grpc::ServerReaderWriter<pb::WorkerCommand, pb::EventBatch>;
+
+}  // namespace
+
+struct Controller::Impl final : public pb::Controller::Service {
+  History& history;
+  std::function<ControlResult(const ControlAction&)> on_control;
+  std::unique_ptr<grpc::Server> server;
+  std::atomic<bool> stopping{false};
+
+  mutable std::mutex mu;
+  std::map<int, std::pair<WorkerStream*, std::shared_ptr<std::mutex>>> workers;
+  std::map<int, std::set<uint64_t>> seqs;
+  std::map<int, uint64_t> drops;
+  std::atomic<uint64_t> ingested{0};
+  std::condition_variable subs_cv;
+
+  Impl(History& h, std::function<ControlResult(const ControlAction&)> c)
+      : history(h), on_control(std::move(c)) {}
+
+  grpc::Status Connect(grpc::ServerContext* ctx, WorkerStream* stream) override {
+    pb::EventBatch batch;
+    int rank = -1;
+    auto write_mu = std::make_shared<std::mutex>();
+    while (!stopping && stream->Read(&batch)) {
+      for (const auto& p : batch.events()) {
+        if (rank < 0 && p.rank() >= 0) {
+          rank = p.rank();
+          std::lock_guard lock(mu);
+          workers[rank] = {stream, write_mu};
+        }
+        HistoryEvent e;
+        e.source = "rank";
+        e.rank = p.rank();
+        e.seq = p.seq();
+        e.time_unix_ns = p.time_unix_ns();
+        e.kind = p.kind();
+        e.step = p.step();
+        e.data_json = p.data_json();
+        history.append(std::move(e));
+        std::lock_guard lock(mu);
+        seqs[p.rank()].insert(p.seq());
+      }
+      ingested += static_cast<uint64_t>(batch.events_size());
+      if (rank >= 0) {
+        std::lock_guard lock(mu);
+        uint64_t& d = drops[rank];
+        if (batch.dropped_total() > d) {
+          d = batch.dropped_total();
+        }
+      }
+    }
+    if (rank >= 0) {
+      std::lock_guard lock(mu);
+      auto it = workers.find(rank);
+      if (it != workers.end() && it->second.first == stream) workers.erase(it);
+    }
+    (void)ctx;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Observe(grpc::ServerContext* ctx, const pb::ObserveRequest* req,
+                       grpc::ServerWriter<pb::Event>* writer) override {
+    std::set<std::string> kinds(req->kinds().begin(), req->kinds().end());
+    std::mutex qmu;
+    std::condition_variable qcv;
+    std::deque<HistoryEvent> q;
+    uint64_t dropped = 0;
+    constexpr size_t kMax = 1 << 16;
+    auto listener = [&](const HistoryEvent& e) {
+      if (!kinds.empty() && !kinds.count(e.kind)) return;
+      std::lock_guard lock(qmu);
+      if (q.size() >= kMax) {
+        ++dropped;
+        return;
+      }
+      q.push_back(e);
+      if (q.size() == 1) qcv.notify_one();
+    };
+    int id = -1;
+    auto past = history.snapshot_and_listen(listener, &id);
+    bool ok = true;
+    if (req->from_start()) {
+      for (const auto& e : past) {
+        if (!kinds.empty() && !kinds.count(e.kind)) continue;
+        if (!(ok = writer->Write(to_proto(e)))) break;
+      }
+    }
+    while (ok && !ctx->IsCancelled()) {
+      std::deque<HistoryEvent> batch;
+      {
+        std::unique_lock lock(qmu);
+        qcv.wait_for(lock, std::chrono::milliseconds(100), [&] { return !q.empty(); });
+        batch.swap(q);
+      }
+      if (batch.empty()) {
+        if (stopping) break;
+        continue;
+      }
+      for (size_t i = 0; i < batch.size() && ok; ++i) {
+        grpc::WriteOptions wo;
+        if (i + 1 < batch.size()) wo.set_buffer_hint();
+        ok = writer->Write(to_proto(batch[i]), wo);
+      }
+    }
+    history.remove_listener(id);
+    if (dropped > 0) {
+      history.harness("observer_dropped", {{"peer", ctx->peer()}, {"dropped", dropped}});
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Report(grpc::ServerContext*, const pb::Diagnosis* d, pb::ReportAck* ack) override {
+    HistoryEvent e;
+    e.source = "detector:" + d->detector();
+    e.kind = "diagnosis";
+    e.step = d->step();
+    e.time_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    nlohmann::json j = {{"detector", d->detector()},
+                        {"symptom", d->symptom()},
+                        {"ranks", std::vector<int>(d->ranks().begin(), d->ranks().end())},
+                        {"confidence", d->confidence()},
+                        {"evidence", d->evidence()}};
+    e.data_json = j.dump();
+    ack->set_seq(history.append(std::move(e)));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Control(grpc::ServerContext* ctx, const pb::ControlRequest* r,
+                       pb::ControlReply* reply) override {
+    ControlAction a{r->action(), r->rank(), r->signal() == 0 ? 9 : r->signal(), r->plan(),
+                    r->checkpoint(), r->requester().empty() ? ctx->peer() : r->requester()};
+    ControlResult res;
+    try {
+      res = on_control(a);
+    } catch (const std::exception& e) {
+      res.ok = false;
+      res.message = e.what();
+    }
+    reply->set_ok(res.ok);
+    reply->set_message(res.message);
+    for (auto& f : res.faults) reply->add_faults(f);
+    return grpc::Status::OK;
+  }
+};
+
+Controller::Controller(History& history,
+                       std::function<ControlResult(const ControlAction&)> on_control)
+    : impl_(std::make_unique<Impl>(history, std::move(on_control))) {}
+
+Controller::~Controller() { shutdown(); }
+
+std::string Controller::start(const std::string& addr) {
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort(addr, grpc::InsecureServerCredentials(), &port);
+  b.RegisterService(impl_.get());
+  b.SetMaxReceiveMessageSize(64 << 20);
+  impl_->server = b.BuildAndStart();
+  if (!impl_->server) raise<Error>("control plane: cannot listen on {}", addr);
+  if (addr.rfind("unix:", 0) == 0) return addr;
+  const auto colon = addr.rfind(':');
+  return fmt::format("{}:{}", addr.substr(0, colon), port);
+}
+
+void Controller::shutdown() {
+  if (!impl_ || !impl_->server) return;
+  impl_->stopping = true;
+  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  impl_->server->Wait();
+  impl_->server.reset();
+}
+
+int Controller::send_command(int rank, const std::string& action, const std::string& plan,
+                             uint64_t seed) {
+  pb::WorkerCommand cmd;
+  cmd.set_action(action);
+  cmd.set_plan(plan);
+  cmd.set_seed(seed);
+  // Under the lock: a stream stays registered (and alive) only while its Connect call runs.
+  std::lock_guard lock(impl_->mu);
+  int n = 0;
+  for (auto& [r, w] : impl_->workers) {
+    if (rank >= 0 && r != rank) continue;
+    std::lock_guard wlock(*w.second);
+    n += w.first->Write(cmd) ? 1 : 0;
+  }
+  return n;
+}
+
+std::map<int, std::set<uint64_t>> Controller::received() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->seqs;
+}
+
+std::map<int, uint64_t> Controller::dropped() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->drops;
+}
+
+uint64_t Controller::events_ingested() const { return impl_->ingested; }
+
+}  // namespace fl::harness

@@ -1,0 +1,62 @@
+// The gRPC control plane of a run: Connect (worker telemetry in, fault commands out), Observe
+// (the merged live stream for detectors), Report (diagnoses into the history) and Control
+// (actions handed to the runner). Binds loopback (or a unix socket) by default.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "harness/run/history.hpp"
+
+namespace grpc {
+class Server;
+}
+
+namespace fl::harness {
+
+struct ControlAction {
+  std::string action;  // kill_rank, restart_rank, restart_job, abort, list_faults, arm_faults,
+                       // clear_faults
+  int rank = -1;
+  int signal = 9;
+  std::string plan;
+  std::string checkpoint;
+  std::string requester;
+};
+
+struct ControlResult {
+  bool ok = false;
+  std::string message;
+  std::vector<std::string> faults;
+};
+
+class Controller {
+ public:
+  // `on_control` runs on a gRPC thread; it must be thread-safe.
+  Controller(History& history, std::function<ControlResult(const ControlAction&)> on_control);
+  ~Controller();
+
+  // Starts serving on `addr` ("127.0.0.1:0" picks a free port); returns the bound address.
+  std::string start(const std::string& addr);
+  // Ends every stream (workers and subscribers) and stops the server.
+  void shutdown();
+
+  // Sends a fault command to `rank` (-1: every connected rank); returns how many got it.
+  int send_command(int rank, const std::string& action, const std::string& plan, uint64_t seed);
+
+  // Per rank: the sequence numbers received (to merge local files later) and drops reported.
+  std::map<int, std::set<uint64_t>> received() const;
+  std::map<int, uint64_t> dropped() const;
+  uint64_t events_ingested() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fl::harness

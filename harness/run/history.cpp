@@ -1,0 +1,128 @@
+#include "harness/run/history.hpp"
+
+#include <chrono>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+
+namespace fl::harness {
+
+namespace {
+int64_t mono_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+std::string to_json_line(const HistoryEvent& e) {
+  return fmt::format(
+      "{{\"i\":{},\"t_ns\":{},\"source\":{},\"rank\":{},\"seq\":{},\"time_unix_ns\":{},"
+      "\"kind\":{},\"step\":{},\"data\":{}{}}}\n",
+      e.index, e.t_ns, nlohmann::json(e.source).dump(), e.rank, e.seq, e.time_unix_ns,
+      nlohmann::json(e.kind).dump(), e.step, e.data_json.empty() ? "{}" : e.data_json,
+      e.late ? ",\"late\":true" : "");
+}
+
+HistoryEvent parse_history_line(const std::string& line) {
+  auto j = nlohmann::json::parse(line);
+  HistoryEvent e;
+  e.index = j.at("i").get<uint64_t>();
+  e.t_ns = j.at("t_ns").get<int64_t>();
+  e.source = j.at("source").get<std::string>();
+  e.rank = j.at("rank").get<int>();
+  e.seq = j.at("seq").get<uint64_t>();
+  e.time_unix_ns = j.at("time_unix_ns").get<int64_t>();
+  e.kind = j.at("kind").get<std::string>();
+  e.step = j.at("step").get<int64_t>();
+  e.data_json = j.at("data").dump();
+  e.late = j.value("late", false);
+  return e;
+}
+
+std::vector<HistoryEvent> read_history(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) raise<Error>("{}: cannot read the run history", path);
+  std::vector<HistoryEvent> out;
+  std::string line;
+  size_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty()) continue;
+    try {
+      out.push_back(parse_history_line(line));
+    } catch (const nlohmann::json::exception& e) {
+      if (in.peek() == EOF) break;  // torn last line of a killed run
+      raise<Error>("{}:{}: malformed history line: {}", path, n, e.what());
+    }
+  }
+  return out;
+}
+
+History::History(const std::string& path) : t0_(mono_ns()) {
+  file_ = std::fopen(path.c_str(), "a");
+  if (file_ == nullptr) raise<Error>("{}: cannot open the run history: {}", path, strerror(errno));
+}
+
+History::~History() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+int64_t History::now_ns() const { return mono_ns() - t0_; }
+
+uint64_t History::append(HistoryEvent e) {
+  std::lock_guard lock(mu_);
+  e.index = events_.size();
+  e.t_ns = now_ns();
+  const std::string line = to_json_line(e);
+  std::fwrite(line.data(), 1, line.size(), file_);
+  for (auto& [id, l] : listeners_) l(e);
+  events_.push_back(std::move(e));
+  return events_.size() - 1;
+}
+
+uint64_t History::harness(const std::string& kind, const nlohmann::json& data, int rank) {
+  HistoryEvent e;
+  e.source = "harness";
+  e.rank = rank;
+  e.kind = kind;
+  e.time_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  e.data_json = data.dump();
+  const uint64_t i = append(std::move(e));
+  flush();
+  return i;
+}
+
+void History::flush() {
+  std::lock_guard lock(mu_);
+  std::fflush(file_);
+}
+
+int History::add_listener(Listener l) {
+  std::lock_guard lock(mu_);
+  listeners_.emplace_back(next_listener_, std::move(l));
+  return next_listener_++;
+}
+
+void History::remove_listener(int id) {
+  std::lock_guard lock(mu_);
+  std::erase_if(listeners_, [&](auto& p) { return p.first == id; });
+}
+
+std::vector<HistoryEvent> History::snapshot_and_listen(Listener l, int* id) {
+  std::lock_guard lock(mu_);
+  listeners_.emplace_back(next_listener_, std::move(l));
+  *id = next_listener_++;
+  return events_;
+}
+
+uint64_t History::size() const {
+  std::lock_guard lock(mu_);
+  return events_.size();
+}
+
+}  // namespace fl::harness

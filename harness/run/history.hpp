@@ -1,0 +1,69 @@
+// The run history: one append-only JSONL file holding every event of a run in the order the
+// harness received it — rank telemetry, worker output, launches, exits, faults, diagnoses and
+// control actions. Oracles and scorers read only this file, so a run can be judged again offline.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fl::harness {
+
+struct HistoryEvent {
+  uint64_t index = 0;    // position in the history
+  int64_t t_ns = 0;      // harness time, ns since the run started
+  std::string source;    // rank, harness, injector, detector:<name>, control
+  int rank = -1;
+  uint64_t seq = 0;      // the source's own counter (rank events)
+  int64_t time_unix_ns = 0;
+  std::string kind;
+  int64_t step = -1;
+  std::string data_json = "{}";
+  bool late = false;     // recovered from a rank's local file after the stream missed it
+};
+
+std::string to_json_line(const HistoryEvent& e);
+// Parses one history line; throws nlohmann::json::exception on a malformed one.
+HistoryEvent parse_history_line(const std::string& line);
+// Every event of a history file; a torn last line (a run killed mid-write) is skipped.
+std::vector<HistoryEvent> read_history(const std::string& path);
+
+class History {
+ public:
+  explicit History(const std::string& path);
+  ~History();
+  History(const History&) = delete;
+  History& operator=(const History&) = delete;
+
+  // Stamps index and harness time, appends, tells listeners. Thread-safe; returns the index.
+  uint64_t append(HistoryEvent e);
+  // A harness event.
+  uint64_t harness(const std::string& kind, const nlohmann::json& data, int rank = -1);
+  void flush();
+
+  using Listener = std::function<void(const HistoryEvent&)>;
+  // Listeners run under the history's lock, in order: keep them short (queue and return).
+  // Returns a handle for remove_listener.
+  int add_listener(Listener l);
+  void remove_listener(int id);
+  // Everything appended so far (Observe's replay), and the listener installed atomically with it.
+  std::vector<HistoryEvent> snapshot_and_listen(Listener l, int* id);
+
+  int64_t now_ns() const;
+  uint64_t size() const;
+
+ private:
+  std::FILE* file_ = nullptr;
+  mutable std::mutex mu_;
+  std::vector<HistoryEvent> events_;
+  std::vector<std::pair<int, Listener>> listeners_;
+  int next_listener_ = 0;
+  int64_t t0_;
+};
+
+}  // namespace fl::harness

@@ -1,0 +1,427 @@
+#include "harness/run/oracles.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/ranks.hpp"
+
+namespace fl::harness {
+
+namespace {
+
+constexpr double kNs = 1e9;
+
+struct Facts {
+  int64_t t_start = -1;  // first launch
+  int64_t t_end = -1;    // run_end
+  int world = 0;
+  bool run_timeout = false;
+  struct Exit {
+    int rank;
+    int64_t t;
+    std::string klass;
+    int code;
+    bool signaled;
+    bool by_harness;
+  };
+  std::vector<Exit> exits;
+  std::map<int, int64_t> launch_t, exit_t;
+  struct Step {
+    int rank;
+    int64_t t, step;
+    std::optional<double> loss;  // nullopt: not finite
+    double step_time;
+  };
+  std::vector<Step> steps;
+  struct Err {
+    int rank;
+    int64_t t, step;
+    std::string klass, message;
+  };
+  std::vector<Err> errors;
+  struct Line {
+    int rank;
+    int64_t t;
+    std::string text;
+  };
+  std::vector<Line> lines;
+  struct Coll {
+    int rank;
+    int64_t t, step;
+    std::string op, group, state;
+    int64_t seq;
+  };
+  std::vector<Coll> timeouts;
+  struct Out {
+    int rank;
+    int64_t t;
+    std::string group, digest;
+  };
+  std::vector<Out> outputs;
+};
+
+Facts gather(const std::vector<HistoryEvent>& h) {
+  Facts f;
+  for (const auto& e : h) {
+    nlohmann::json d = nlohmann::json::parse(e.data_json, nullptr, false);
+    if (d.is_discarded()) d = nlohmann::json::object();
+    if (e.source == "harness") {
+      if (e.kind == "run_start") f.world = d.value("ranks", 0);
+      if (e.kind == "launch") {
+        if (f.t_start < 0) f.t_start = e.t_ns;
+        if (e.rank >= 0) f.launch_t[e.rank] = e.t_ns;
+      }
+      if (e.kind == "run_end") f.t_end = e.t_ns;
+      if (e.kind == "run_timeout") f.run_timeout = true;
+      if (e.kind == "rank_exit" && e.rank >= 0) {
+        f.exits.push_back({e.rank, e.t_ns, d.value("class", ""), d.value("code", 0),
+                           d.value("signaled", false), d.value("by_harness", false)});
+        f.exit_t[e.rank] = e.t_ns;
+      }
+      if (e.kind == "output") f.lines.push_back({e.rank, e.t_ns, d.value("line", "")});
+      continue;
+    }
+    if (e.source != "rank") continue;
+    if (e.kind == "step") {
+      std::optional<double> loss;
+      if (d.contains("loss") && d["loss"].is_number()) {
+        const double l = d["loss"].get<double>();
+        if (std::isfinite(l)) loss = l;
+      }
+      f.steps.push_back({e.rank, e.t_ns, e.step, loss, d.value("step_time_s", 0.0)});
+    } else if (e.kind == "error") {
+      f.errors.push_back({e.rank, e.t_ns, e.step, d.value("class", ""), d.value("message", "")});
+    } else if (e.kind == "collective" && d.value("state", "") == "timed_out") {
+      f.timeouts.push_back({e.rank, e.t_ns, e.step, d.value("op", ""), d.value("group", ""),
+                            d.value("state", ""), d.value("seq", int64_t{-1})});
+    } else if (e.kind == "output") {
+      f.outputs.push_back({e.rank, e.t_ns, d.value("group", "all"), d.value("digest", "")});
+    } else if (e.kind == "exit" && !f.exit_t.count(e.rank)) {
+      // mpirun launcher: the worker's own exit event is the only per-rank end we see.
+      const int code = d.value("exit_code", 0);
+      f.exits.push_back({e.rank, e.t_ns, code == 0 ? "ok" : "error", code, false, false});
+    }
+  }
+  if (f.world == 0) {
+    for (auto& [r, t] : f.launch_t) f.world = std::max(f.world, r + 1);
+  }
+  return f;
+}
+
+struct Hit {
+  int64_t t;
+  int64_t step = -1;
+  std::vector<int> ranks;
+  std::string what;
+};
+
+bool rank_ok(const Expect& x, int rank) {
+  return x.ranks.empty() || std::count(x.ranks.begin(), x.ranks.end(), rank) > 0;
+}
+
+// The hang test: a gap of at least hang_s with no step progress while some rank is alive.
+std::optional<Hit> find_hang(const Expect& x, const Facts& f, int64_t end_ns) {
+  if (f.t_start < 0) return std::nullopt;
+  const int64_t need = static_cast<int64_t>(x.hang_s * kNs);
+  std::vector<int64_t> progress{f.t_start};
+  for (auto& s : f.steps) progress.push_back(s.t);
+  std::sort(progress.begin(), progress.end());
+  progress.push_back(end_ns);
+  for (size_t i = 0; i + 1 < progress.size(); ++i) {
+    if (progress[i + 1] - progress[i] < need) continue;
+    const int64_t at = progress[i] + need;
+    Hit h{at, -1, {}, ""};
+    for (auto& [r, t] : f.launch_t) {
+      const auto ex = f.exit_t.find(r);
+      const bool alive = t <= progress[i] && (ex == f.exit_t.end() || ex->second > at);
+      if (alive && rank_ok(x, r)) h.ranks.push_back(r);
+    }
+    if (h.ranks.empty()) continue;
+    int64_t last = -1;
+    for (auto& s : f.steps) {
+      if (s.t <= progress[i]) last = std::max(last, s.step);
+    }
+    h.step = last;
+    h.what = fmt::format("no step progress for {:.1f} s after step {} while {} stayed alive",
+                         x.hang_s, last, format_ranks(h.ranks));
+    return h;
+  }
+  return std::nullopt;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+const std::vector<std::string>& oracle_names() {
+  static const std::vector<std::string> n = {
+      "completed",      "exit_class",      "error_signature",  "hang",
+      "comm_timeout",   "loss_nonfinite",  "loss_divergence",  "oom",
+      "checkpoint_error", "output_mismatch", "throughput_degradation"};
+  return n;
+}
+
+nlohmann::json Verdict::to_json() const {
+  return {{"outcome", outcome},         {"oracle", oracle},
+          {"symptom", symptom},         {"explanation", explanation},
+          {"manifested_s", manifested_s}, {"step", step},
+          {"ranks", ranks}};
+}
+
+bool hang_observed(const Expect& x, const std::vector<HistoryEvent>& history, int64_t now_ns) {
+  Facts f = gather(history);
+  return find_hang(x, f, now_ns).has_value();
+}
+
+Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
+  Facts f = gather(history);
+  Verdict v;
+  v.oracle = x.oracle;
+  v.symptom = x.symptom;
+  if (f.t_start < 0) {
+    v.outcome = "unknown";
+    v.explanation = "no rank was launched (see the harness error)";
+    return v;
+  }
+  const bool ended = f.t_end >= 0;
+  const int64_t end_ns = ended ? f.t_end : (history.empty() ? f.t_start : history.back().t_ns);
+  std::optional<Hit> hit;
+  std::string absent;  // what was looked for, when not found
+
+  auto first = [&](auto&& items, auto&& pred, auto&& describe) {
+    for (const auto& it : items) {
+      if (rank_ok(x, it.rank) && pred(it)) {
+        Hit h{it.t, -1, {it.rank}, describe(it)};
+        if constexpr (requires { it.step; }) h.step = it.step;
+        // Every rank showing the same thing at all: the localisation.
+        for (const auto& o : items) {
+          if (o.rank != it.rank && rank_ok(x, o.rank) && pred(o) &&
+              !std::count(h.ranks.begin(), h.ranks.end(), o.rank)) {
+            h.ranks.push_back(o.rank);
+          }
+        }
+        std::sort(h.ranks.begin(), h.ranks.end());
+        return std::optional<Hit>(h);
+      }
+    }
+    return std::optional<Hit>();
+  };
+  auto error_of = [&](const std::string& klass, const char* what) {
+    hit = first(f.errors, [&](const Facts::Err& e) { return e.klass == klass; },
+                [&](const Facts::Err& e) { return fmt::format("{}: {}", what, e.message); });
+    absent = fmt::format("no rank reported {}", what);
+  };
+
+  const std::string& o = x.oracle;
+  if (o == "completed") {
+    std::vector<int> bad;
+    std::string why;
+    std::set<int> ended_ok;
+    for (auto& e : f.exits) {
+      if (e.klass == "ok") {
+        ended_ok.insert(e.rank);
+      } else if (!std::count(bad.begin(), bad.end(), e.rank)) {
+        bad.push_back(e.rank);
+        if (why.empty()) {
+          why = fmt::format("rank {} ended with {} {}", e.rank, e.klass,
+                            e.signaled ? fmt::format("(signal {})", e.code)
+                                       : fmt::format("(exit {})", e.code));
+        }
+      }
+    }
+    const int world = f.world > 0 ? f.world : static_cast<int>(f.launch_t.size());
+    if (bad.empty() && !f.run_timeout && static_cast<int>(ended_ok.size()) >= world && world > 0) {
+      v.outcome = "pass";
+      int64_t last = -1;
+      for (auto& s : f.steps) last = std::max(last, s.step);
+      v.step = last;
+      v.explanation = fmt::format("all {} ranks finished cleanly (last step {})", world, last);
+      return v;
+    }
+    if (!ended && bad.empty()) {
+      v.outcome = "unknown";
+      v.explanation = "the history ends before the run did";
+      return v;
+    }
+    v.outcome = "fail";
+    std::sort(bad.begin(), bad.end());
+    v.ranks = bad;
+    v.explanation = f.run_timeout ? "the run hit its timeout" + (why.empty() ? "" : "; " + why)
+                                  : why.empty() ? "not every rank finished" : why;
+    return v;
+  } else if (o == "exit_class") {
+    hit = first(
+        f.exits,
+        [&](const Facts::Exit& e) {
+          if (e.klass == "ok") return false;
+          if (x.exit_code >= 0 && (e.signaled || e.code != x.exit_code)) return false;
+          if (x.exit_class == "any") return !e.by_harness;
+          if (x.exit_class == "timeout") return e.by_harness && f.run_timeout;
+          if (x.exit_class == "oom_kill") return e.klass == "signal" && e.code == 9 && !e.by_harness;
+          return e.klass == x.exit_class && !e.by_harness;
+        },
+        [&](const Facts::Exit& e) {
+          return fmt::format("rank {} ended with {} ({} {})", e.rank, e.klass,
+                             e.signaled ? "signal" : "exit", e.code);
+        });
+    absent = fmt::format("no rank ended with {}", x.exit_class);
+  } else if (o == "error_signature") {
+    std::regex re;
+    try {
+      re = std::regex(x.pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      v.outcome = "unknown";
+      v.explanation = fmt::format("expect.pattern '{}' is not a valid regex: {}", x.pattern,
+                                  e.what());
+      return v;
+    }
+    hit = first(f.lines, [&](const Facts::Line& l) { return std::regex_search(l.text, re); },
+                [&](const Facts::Line& l) { return fmt::format("output matched: {}", l.text); });
+    absent = fmt::format("no rank printed a line matching /{}/", x.pattern);
+  } else if (o == "hang") {
+    hit = find_hang(x, f, end_ns);
+    absent = fmt::format("step progress never stopped for {:.1f} s while ranks lived", x.hang_s);
+  } else if (o == "comm_timeout") {
+    hit = first(f.timeouts, [&](const Facts::Coll& c) { return x.op.empty() || c.op == x.op; },
+                [&](const Facts::Coll& c) {
+                  return fmt::format("{} on group {} (seq {}) timed out", c.op, c.group, c.seq);
+                });
+    if (!hit) {
+      hit = first(f.errors, [&](const Facts::Err& e) { return e.klass == "comm timeout" && x.op.empty(); },
+                  [&](const Facts::Err& e) { return "comm timeout: " + e.message; });
+    }
+    absent = fmt::format("no {} timed out", x.op.empty() ? "collective" : x.op);
+  } else if (o == "loss_nonfinite") {
+    hit = first(f.steps, [&](const Facts::Step& s) { return !s.loss.has_value(); },
+                [&](const Facts::Step& s) { return fmt::format("loss is not finite at step {}", s.step); });
+    if (!hit) error_of("loss scale", "a loss-scale failure");
+    absent = "every loss was finite and no loss-scale failure was reported";
+  } else if (o == "loss_divergence") {
+    std::map<int, double> best;
+    hit = first(
+        f.steps,
+        [&](const Facts::Step& s) {
+          if (!s.loss) return true;
+          auto it = best.find(s.rank);
+          if (it == best.end()) {
+            best[s.rank] = *s.loss;
+            return false;
+          }
+          if (*s.loss > x.factor * it->second) return true;
+          it->second = std::min(it->second, *s.loss);
+          return false;
+        },
+        [&](const Facts::Step& s) {
+          return s.loss ? fmt::format("loss {:.4f} at step {} is over {}x its best so far", *s.loss,
+                                      s.step, x.factor)
+                        : fmt::format("loss is not finite at step {}", s.step);
+        });
+    absent = fmt::format("the loss never rose above {}x its best", x.factor);
+  } else if (o == "oom") {
+    error_of("out of memory", "out of memory");
+    if (!hit) {
+      hit = first(f.exits, [&](const Facts::Exit& e) { return e.signaled && e.code == 9 && !e.by_harness; },
+                  [&](const Facts::Exit& e) { return fmt::format("rank {} was SIGKILLed (OOM killer)", e.rank); });
+    }
+  } else if (o == "checkpoint_error") {
+    error_of("checkpoint", "a checkpoint error");
+  } else if (o == "output_mismatch") {
+    std::map<std::string, std::map<std::string, std::vector<int>>> by_group;
+    int64_t t_last = -1;
+    for (auto& out : f.outputs) {
+      by_group[out.group][out.digest].push_back(out.rank);
+      t_last = std::max(t_last, out.t);
+    }
+    if (f.outputs.empty()) {
+      v.outcome = ended ? "fail" : "unknown";
+      v.explanation = "no rank reported its output";
+    }
+    for (auto& [g, digests] : by_group) {
+      if (digests.size() < 2) continue;
+      Hit h{t_last, -1, {}, ""};
+      std::vector<std::string> parts;
+      size_t majority = 0;
+      for (auto& [d, ranks] : digests) majority = std::max(majority, ranks.size());
+      for (auto& [d, ranks] : digests) {
+        parts.push_back(fmt::format("{} -> {}", format_ranks(ranks), d));
+        if (ranks.size() < majority || digests.size() == 2) {
+          for (int r : ranks) h.ranks.push_back(r);
+        }
+      }
+      std::sort(h.ranks.begin(), h.ranks.end());
+      h.what = fmt::format("ranks disagree on their output in group {}: {}", g,
+                           fmt::join(parts, "; "));
+      hit = h;
+      break;
+    }
+    absent = "every rank reported the same output";
+    if (f.outputs.empty()) return v;
+  } else if (o == "throughput_degradation") {
+    std::map<int64_t, double> per_step;  // slowest rank's time per step
+    for (auto& s : f.steps) per_step[s.step] = std::max(per_step[s.step], s.step_time);
+    if (per_step.size() < 4) {
+      v.outcome = "unknown";
+      v.explanation = fmt::format("only {} steps recorded: too few to compare", per_step.size());
+      return v;
+    }
+    const int64_t first_step = per_step.begin()->first;
+    const int64_t split = x.after_step >= 0
+                              ? x.after_step
+                              : first_step + static_cast<int64_t>(per_step.size()) / 3;
+    std::vector<double> before, after;
+    for (auto& [st, t] : per_step) {
+      // The first step carries warm-up (allocation, first touches): leave it out of the baseline.
+      if (st == first_step) continue;
+      (st < split ? before : after).push_back(t);
+    }
+    const double b = median(before), a = median(after);
+    if (before.empty() || after.empty() || b <= 0) {
+      v.outcome = "unknown";
+      v.explanation = "not enough steps on both sides of the split";
+      return v;
+    }
+    if (a >= x.factor * b) {
+      int64_t t_at = -1;
+      for (auto& s : f.steps) {
+        if (s.step >= split && (t_at < 0 || s.t < t_at)) t_at = s.t;
+      }
+      hit = Hit{t_at, split, {}, fmt::format("median step time {:.1f} ms from step {} vs {:.1f} ms "
+                                             "before ({:.2f}x, threshold {}x)",
+                                             a * 1e3, split, b * 1e3, a / b, x.factor)};
+    } else {
+      absent = fmt::format("median step time {:.1f} ms from step {} vs {:.1f} ms before "
+                           "({:.2f}x < {}x)", a * 1e3, split, b * 1e3, a / b, x.factor);
+    }
+  }
+
+  if (!hit) {
+    v.outcome = ended ? "fail" : "unknown";
+    v.explanation = ended ? absent : absent + " (the history ends before the run did)";
+    return v;
+  }
+  v.manifested_s = static_cast<double>(hit->t - f.t_start) / kNs;
+  v.step = hit->step;
+  v.ranks = hit->ranks;
+  if (x.within_s > 0 && v.manifested_s > x.within_s) {
+    v.outcome = "fail";
+    v.explanation = fmt::format("{} — but after {:.1f} s, later than within_s {:.1f}", hit->what,
+                                v.manifested_s, x.within_s);
+    return v;
+  }
+  v.outcome = "pass";
+  v.explanation = fmt::format("{} (at {:.1f} s)", hit->what, v.manifested_s);
+  return v;
+}
+
+}  // namespace fl::harness

@@ -1,0 +1,736 @@
+#include "harness/run/runner.hpp"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <utility>  // boost 1.74 asio uses std::exchange without including it
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <random>
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/error.hpp"
+#include "base/settings.hpp"
+#include "harness/run/controller.hpp"
+#include "harness/run/history.hpp"
+#include "harness/run/supervisor.hpp"
+#include "injector/plan.hpp"
+
+namespace fl::harness {
+
+namespace fs = std::filesystem;
+
+FAULTLINE_SETTING(kBinDir, std::string, "FAULTLINE_BIN_DIR", "",
+                  "Directory holding fl-train and fl-infer (default: this build's)");
+
+namespace {
+
+extern "C" char** environ;
+
+std::string worker_binary(const std::string& kind) {
+  const std::string dir = kBinDir.get();
+  const std::string name = kind == "infer" ? "fl-infer" : "fl-train";
+  if (!dir.empty()) return dir + "/" + name;
+  return kind == "infer" ? FAULTLINE_INFER_BIN : FAULTLINE_TRAIN_BIN;
+}
+
+std::string make_run_id(const std::string& name) {
+  const auto now = std::chrono::system_clock::now();
+  std::random_device rd;
+  return fmt::format("{:%Y%m%d-%H%M%S}-{}-{:04x}", fmt::localtime(std::chrono::system_clock::to_time_t(now)),
+                     name, rd() & 0xffff);
+}
+
+// A port nobody listens on now (bind to 0, read it back, close).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Port squatting: listen on the rendezvous port before the ranks start.
+int squat_port(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 4) != 0) {
+    ::close(fd);
+    raise<Error>("port_squat: cannot take port {}: {}", port, std::strerror(errno));
+  }
+  return fd;
+}
+
+std::vector<std::string> worker_args(const Scenario& s, const std::string& run_dir,
+                                     const std::string& resume_from) {
+  std::vector<std::string> a{worker_binary(s.kind), "--model", s.model};
+  auto add = [&](const char* k, auto v) {
+    a.push_back(k);
+    a.push_back(fmt::format("{}", v));
+  };
+  add("--dp", s.dp);
+  add("--tp", s.tp);
+  add("--pp", s.pp);
+  if (s.kind == "infer") {
+    add("--requests", s.requests);
+    add("--prompt-len", s.prompt_len);
+    add("--new-tokens", s.new_tokens);
+    add("--seed", s.seed);
+  } else {
+    add("--zero", s.zero);
+    add("--steps", s.steps);
+    add("--precision", s.precision);
+    add("--micro-batch", s.micro_batch);
+    add("--grad-accum", s.grad_accum);
+    add("--lr", s.lr);
+    add("--clip", s.clip);
+    add("--schedule", s.schedule);
+    add("--eval-every", s.eval_every);
+    add("--loss-scale", s.loss_scale);
+    add("--min-loss-scale", s.min_loss_scale);
+    add("--data-seed", s.data_seed);
+    if (s.samples > 0) add("--samples", s.samples);
+    if (s.drop_last) a.push_back("--drop-last");
+    if (s.checkpoint_every > 0) {
+      add("--save-dir", run_dir + "/checkpoints");
+      add("--save-every", s.checkpoint_every);
+    }
+    if (!resume_from.empty()) add("--resume", resume_from);
+    a.push_back("--checksum");
+  }
+  for (auto& x : s.extra_args) a.push_back(x);
+  return a;
+}
+
+struct RankEnv {
+  std::map<std::string, std::string> vars;
+};
+
+std::map<std::string, std::string> base_env() {
+  std::map<std::string, std::string> m;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string k = kv.substr(0, eq);
+    // A run's ranks get their identity and plans from the scenario only.
+    if (k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK" || k == "MASTER_ADDR" ||
+        k == "MASTER_PORT" || k.rfind("FAULTLINE_", 0) == 0 || k.rfind("OMPI_COMM_WORLD", 0) == 0 ||
+        k.rfind("PMIX_", 0) == 0 || k.rfind("OMPI_MCA_", 0) == 0) {
+      if (k != "FAULTLINE_LOG_LEVEL" && k != "FAULTLINE_COMM_SPIN_US") continue;
+    }
+    m[k] = kv.substr(eq + 1);
+  }
+  return m;
+}
+
+class Run {
+ public:
+  Run(const Scenario& s, const RunOptions& o) : s_(s), o_(o) {}
+
+  RunResult go();
+
+ private:
+  void prepare();
+  void launch_all(const std::string& resume_from);
+  std::map<std::string, std::string> rank_env(int rank);
+  void on_line(int rank, const std::string& name, const std::string& stream,
+               const std::string& line);
+  void on_exit(const ExitInfo& x);
+  void tick();
+  ControlResult control(const ControlAction& a);
+  ControlResult control_on_io(const ControlAction& a);
+  void finish_teardown();
+  void merge_local_files();
+  void print_summary(const RunResult& r);
+  pid_t rank_pid(int rank);
+
+  const Scenario& s_;
+  const RunOptions& o_;
+  std::string dir_, id_;
+  std::unique_ptr<History> hist_;
+  std::unique_ptr<Controller> ctl_;
+  std::string ctl_addr_;
+  boost::asio::io_context io_;
+  std::unique_ptr<Supervisor> sup_;
+  std::unique_ptr<boost::asio::steady_timer> timeout_, ticker_;
+  std::unique_ptr<boost::asio::signal_set> stop_signals_;
+  int master_port_ = 0;
+  int squat_fd_ = -1;
+  pid_t ompi_server_ = 0, mpirun_ = 0;
+  std::map<int, pid_t> rank_pids_;  // local launcher
+  std::set<int> running_ranks_;
+  std::map<int, std::ofstream> logs_;
+  bool stopping_ = false;
+  std::string stop_reason_;
+  std::optional<std::string> restart_from_;  // restart_job pending
+  int restarts_ = 0;
+  std::mutex step_mu_;
+  std::map<int, int64_t> max_step_;  // from telemetry
+  std::map<int, pid_t> hello_pid_;
+  std::set<size_t> signals_fired_;
+  std::vector<std::string> live_plans_;
+  std::vector<std::string> injected_;  // one line per injected fault, for the summary
+  int64_t last_hang_check_ = 0;
+};
+
+void Run::prepare() {
+  id_ = o_.run_id.empty() ? make_run_id(s_.name) : o_.run_id;
+  dir_ = fs::absolute(fs::path(o_.results_dir) / id_).lexically_normal().string();
+  if (fs::exists(dir_)) raise<Error>("{}: the run directory already exists", dir_);
+  fs::create_directories(dir_ + "/tmp");
+  for (int r = 0; r < s_.ranks; ++r) fs::create_directories(fmt::format("{}/ranks/rank{}", dir_, r));
+  YAML::Emitter em;
+  em << s_.resolved;
+  write_atomic(dir_ + "/scenario.yaml", std::string(em.c_str()) + "\n");
+  std::string plan;
+  for (auto& p : s_.plans) plan += p + "\n";
+  write_atomic(dir_ + "/fault-plan.txt", plan);
+  write_atomic(dir_ + "/verdict.json",
+               nlohmann::json{{"outcome", "unknown"}, {"state", "running"}}.dump(2) + "\n");
+  hist_ = std::make_unique<History>(dir_ + "/history.jsonl");
+}
+
+std::map<std::string, std::string> Run::rank_env(int rank) {
+  auto env = base_env();
+  const int per_node = s_.ranks / s_.nodes;
+  const std::string rdir = fmt::format("{}/ranks/rank{}", dir_, rank);
+  env["RANK"] = std::to_string(rank);
+  env["WORLD_SIZE"] = std::to_string(s_.ranks);
+  env["LOCAL_RANK"] = std::to_string(rank % per_node);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(per_node);
+  env["NODE_RANK"] = std::to_string(rank / per_node);
+  env["MASTER_ADDR"] = "127.0.0.1";
+  env["MASTER_PORT"] = std::to_string(master_port_);
+  env["FAULTLINE_RUN_ID"] = id_;
+  env["FAULTLINE_BACKEND"] = s_.backend;
+  env["FAULTLINE_COMM_TIMEOUT_MS"] = std::to_string(s_.comm_timeout_ms);
+  env["FAULTLINE_RDZV_TIMEOUT_MS"] = std::to_string(s_.rendezvous_timeout_ms);
+  env["FAULTLINE_EVENTS_FILE"] = rdir + "/events.jsonl";
+  env["FAULTLINE_FIRED_LOG"] = rdir + "/fired.jsonl";
+  env["FAULTLINE_FLIGHT_RECORDER_DIR"] = rdir;
+  env["FAULTLINE_CONTROL_ADDR"] = ctl_addr_;
+  env["FAULTLINE_PDEATHSIG"] = "1";
+  env["TMPDIR"] = dir_ + "/tmp";
+  env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
+  env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+  if (!s_.plans.empty()) {
+    std::string joined;
+    for (auto& p : s_.plans) joined += (joined.empty() ? "" : ";") + p;
+    env["FAULTLINE_FAULTS"] = joined;
+    env["FAULTLINE_FAULT_SEED"] = std::to_string(s_.seed);
+  }
+  if (ompi_server_ != 0) env["OMPI_MCA_pmix_server_uri"] = "file:" + dir_ + "/tmp/ompi-server.uri";
+  for (auto& [k, v] : s_.env) env[k] = v;
+  if (auto it = s_.rank_env.find(rank); it != s_.rank_env.end()) {
+    for (auto& [k, v] : it->second) env[k] = v;
+  }
+  for (auto& f : s_.oop_faults) {
+    if (f.kind != "env" || (f.rank >= 0 && f.rank != rank)) continue;
+    for (auto& [k, v] : f.set) env[k] = v;
+    for (auto& k : f.unset) env.erase(k);
+  }
+  return env;
+}
+
+void Run::launch_all(const std::string& resume_from) {
+  running_ranks_.clear();
+  rank_pids_.clear();
+  {
+    std::lock_guard lock(step_mu_);
+    hello_pid_.clear();
+  }
+  const auto args = worker_args(s_, dir_, resume_from);
+  if (s_.launcher == "local") {
+    for (int r = 0; r < s_.ranks; ++r) {
+      auto env = rank_env(r);
+      ProcessSpec p{fmt::format("rank {}", r), r, args, {}, fmt::format("{}/ranks/rank{}", dir_, r)};
+      for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
+      const pid_t pid = sup_->spawn(p);
+      rank_pids_[r] = pid;
+      running_ranks_.insert(r);
+      hist_->harness("launch", {{"pid", pid}, {"launcher", "local"}, {"argv", args}}, r);
+    }
+    return;
+  }
+  // mpirun: one app-file line per rank, so each keeps its own environment.
+  std::string app;
+  for (int r = 0; r < s_.ranks; ++r) {
+    auto env = rank_env(r);
+    std::string line = "-np 1 --wdir " + fmt::format("{}/ranks/rank{}", dir_, r);
+    for (auto& [k, v] : env) {
+      if (k.rfind("FAULTLINE_", 0) != 0 && k != "RANK" && k != "WORLD_SIZE" && k != "LOCAL_RANK" &&
+          k != "LOCAL_WORLD_SIZE" && k != "NODE_RANK" && k != "MASTER_ADDR" && k != "MASTER_PORT" &&
+          k != "TMPDIR" && !s_.env.count(k) && !(s_.rank_env.count(r) && s_.rank_env.at(r).count(k))) {
+        continue;  // the rest is inherited from mpirun's environment
+      }
+      if (v.find_first_of(" \t\n\"'") != std::string::npos || v.empty()) {
+        raise<Error>("launcher mpirun: rank {} variable {}='{}' has whitespace, quotes or is empty "
+                     "(an app file cannot carry it; use launcher: local)", r, k, v);
+      }
+      line += fmt::format(" -x {}={}", k, v);
+    }
+    for (auto& f : s_.oop_faults) {
+      if (f.kind == "env" && (f.rank < 0 || f.rank == r)) {
+        for (auto& k : f.unset) line += " -x " + k + "=";  // app files cannot unset: empty it
+      }
+    }
+    for (auto& a : args) line += " " + a;
+    app += line + "\n";
+  }
+  write_atomic(dir_ + "/appfile", app);
+  ProcessSpec p{"mpirun", -1,
+                {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                 "--tag-output", "--app", dir_ + "/appfile"},
+                {}, dir_};
+  for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
+  p.env.push_back("TMPDIR=" + dir_ + "/tmp");
+  p.tag_output = true;
+  mpirun_ = sup_->spawn(p);
+  for (int r = 0; r < s_.ranks; ++r) {
+    running_ranks_.insert(r);
+    hist_->harness("launch", {{"pid", mpirun_}, {"launcher", "mpirun"}, {"argv", args}}, r);
+  }
+}
+
+void Run::on_line(int rank, const std::string& name, const std::string& stream,
+                  const std::string& line) {
+  const double t = static_cast<double>(hist_->now_ns()) / 1e9;
+  const std::string file = rank >= 0 ? fmt::format("{}/ranks/rank{}/output.log", dir_, rank)
+                                     : fmt::format("{}/{}.log", dir_, name == "mpirun" ? "mpirun" : "helpers");
+  auto& out = logs_[rank >= 0 ? rank : (name == "mpirun" ? -1 : -2)];
+  if (!out.is_open()) out.open(file, std::ios::app);
+  out << fmt::format("[+{:.3f}s] [{}] {}\n", t, stream == "stdout" ? "out" : "err", line);
+  out.flush();
+  hist_->harness("output", {{"stream", stream}, {"line", line}, {"process", name}}, rank);
+}
+
+void Run::on_exit(const ExitInfo& x) {
+  nlohmann::json d = {{"pid", x.pid},       {"class", x.klass},          {"code", x.code},
+                      {"signaled", x.signaled}, {"by_harness", x.by_harness}};
+  if (x.signaled) d["signal"] = signal_name(x.code);
+  if (x.rank >= 0) {
+    hist_->harness("rank_exit", d, x.rank);
+    running_ranks_.erase(x.rank);
+  } else if (x.pid == mpirun_) {
+    // Per-rank ends come from the workers' exit events; a rank that never sent one ended with
+    // mpirun (or was killed by it).
+    d["process"] = "mpirun";
+    hist_->harness("process_exit", d);
+    std::set<int> reported;
+    for (const auto& e : read_history(dir_ + "/history.jsonl")) {
+      if (e.source == "rank" && e.kind == "exit") reported.insert(e.rank);
+    }
+    for (int r : std::set<int>(running_ranks_)) {
+      if (!reported.count(r)) {
+        hist_->harness("rank_exit",
+                       {{"pid", 0}, {"class", x.klass == "ok" ? "error" : x.klass},
+                        {"code", x.code}, {"signaled", x.signaled}, {"by_harness", x.by_harness},
+                        {"note", "no exit event from the rank; ended with mpirun"}},
+                       r);
+      }
+    }
+    running_ranks_.clear();
+    mpirun_ = 0;
+  } else {
+    d["process"] = x.name;
+    hist_->harness("process_exit", d);
+  }
+  if (running_ranks_.empty()) {
+    if (restart_from_ && !stopping_) {
+      const std::string from = *restart_from_;
+      restart_from_.reset();
+      ++restarts_;
+      hist_->harness("restart", {{"from", from}, {"restart", restarts_}});
+      launch_all(from);
+      return;
+    }
+    io_.stop();
+  }
+}
+
+pid_t Run::rank_pid(int rank) {
+  if (auto it = rank_pids_.find(rank); it != rank_pids_.end()) return it->second;
+  std::lock_guard lock(step_mu_);
+  auto it = hello_pid_.find(rank);
+  return it == hello_pid_.end() ? 0 : it->second;
+}
+
+void Run::tick() {
+  // Signal faults: fire once the rank has reported the step.
+  for (size_t i = 0; i < s_.oop_faults.size(); ++i) {
+    const auto& f = s_.oop_faults[i];
+    if (f.kind != "signal" || signals_fired_.count(i)) continue;
+    int64_t reached = -1;
+    {
+      std::lock_guard lock(step_mu_);
+      if (auto it = max_step_.find(f.rank); it != max_step_.end()) reached = it->second;
+    }
+    if (reached < f.step) continue;
+    const pid_t pid = rank_pid(f.rank);
+    if (pid == 0) continue;
+    signals_fired_.insert(i);
+    const int sig = signal_number(f.signal);
+    const bool ok = rank_pids_.count(f.rank) ? sup_->signal(pid, sig)
+                                              : sup_->signal_descendant(pid, sig);
+    hist_->harness("fault_injected", {{"fault", "signal"}, {"signal", "SIG" + f.signal},
+                                      {"pid", pid}, {"at_step", reached}, {"delivered", ok}},
+                   f.rank);
+    injected_.push_back(fmt::format("SIG{} to rank {} at step {}", f.signal, f.rank, reached));
+  }
+  // A hang expectation ends the run once the hang is established (no need to wait for timeouts).
+  if (s_.expect.oracle == "hang" && !stopping_) {
+    const int64_t now = hist_->now_ns();
+    if (now - last_hang_check_ > 500'000'000) {
+      last_hang_check_ = now;
+      hist_->flush();
+      auto h = read_history(dir_ + "/history.jsonl");
+      if (hang_observed(s_.expect, h, now - 1'000'000'000)) {
+        stopping_ = true;
+        stop_reason_ = "hang established";
+        hist_->harness("watchdog_stop", {{"reason", "hang established"}, {"hang_s", s_.expect.hang_s}});
+        io_.stop();
+        return;
+      }
+    }
+  }
+  ticker_->expires_after(std::chrono::milliseconds(100));
+  ticker_->async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) tick();
+  });
+}
+
+ControlResult Run::control(const ControlAction& a) {
+  std::promise<ControlResult> p;
+  auto fut = p.get_future();
+  boost::asio::post(io_, [&] {
+    try {
+      p.set_value(control_on_io(a));
+    } catch (const std::exception& e) {
+      p.set_value(ControlResult{false, e.what(), {}});
+    }
+  });
+  if (fut.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    return {false, "the run is not accepting control actions (it is ending)", {}};
+  }
+  return fut.get();
+}
+
+ControlResult Run::control_on_io(const ControlAction& a) {
+  nlohmann::json rec = {{"action", a.action}, {"requester", a.requester}};
+  auto done = [&](bool ok, std::string msg, std::vector<std::string> faults = {}) {
+    rec["ok"] = ok;
+    rec["message"] = msg;
+    hist_->harness("control", rec, a.rank);
+    return ControlResult{ok, std::move(msg), std::move(faults)};
+  };
+  if (a.action == "kill_rank") {
+    if (a.rank < 0 || a.rank >= s_.ranks) {
+      return done(false, fmt::format("rank {} does not exist (allowed 0-{})", a.rank, s_.ranks - 1));
+    }
+    const pid_t pid = rank_pid(a.rank);
+    if (pid == 0 || !running_ranks_.count(a.rank)) {
+      return done(false, fmt::format("rank {} is not running", a.rank));
+    }
+    rec["signal"] = signal_name(a.signal);
+    if (rank_pids_.count(a.rank)) sup_->mark_by_harness(pid);
+    const bool ok = rank_pids_.count(a.rank) ? sup_->signal(pid, a.signal)
+                                              : sup_->signal_descendant(pid, a.signal);
+    return done(ok, ok ? fmt::format("sent {} to rank {} (pid {})", signal_name(a.signal), a.rank, pid)
+                       : fmt::format("rank {} (pid {}) is gone", a.rank, pid));
+  }
+  if (a.action == "restart_job") {
+    std::string from = a.checkpoint.empty() ? dir_ + "/checkpoints" : a.checkpoint;
+    if (s_.kind != "train") return done(false, "restart_job needs a training workload");
+    if (!fs::exists(from)) {
+      return done(false, fmt::format("no checkpoint at {} (the scenario writes checkpoints when "
+                                     "workload.checkpoint.every > 0)", from));
+    }
+    restart_from_ = from;
+    rec["from"] = from;
+    if (running_ranks_.empty()) {
+      boost::asio::post(io_, [this] { on_exit(ExitInfo{"restart", -2, 0, false, 0, "ok", true}); });
+    }
+    for (auto& [r, pid] : rank_pids_) {
+      sup_->mark_by_harness(pid);
+      sup_->signal(pid, SIGKILL);
+    }
+    if (mpirun_ != 0) sup_->signal(mpirun_, SIGKILL);
+    return done(true, fmt::format("restarting every rank from {}", from));
+  }
+  if (a.action == "restart_rank") {
+    if (s_.launcher != "local" || a.rank < 0 || a.rank >= s_.ranks) {
+      return done(false, "restart_rank needs the local launcher and a rank 0-" +
+                             std::to_string(s_.ranks - 1));
+    }
+    if (running_ranks_.count(a.rank)) {
+      return done(false, fmt::format("rank {} is running (kill it first)", a.rank));
+    }
+    auto env = rank_env(a.rank);
+    const auto args = worker_args(s_, dir_, "");
+    ProcessSpec p{fmt::format("rank {}", a.rank), a.rank, args, {},
+                  fmt::format("{}/ranks/rank{}", dir_, a.rank)};
+    for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
+    const pid_t pid = sup_->spawn(p);
+    rank_pids_[a.rank] = pid;
+    running_ranks_.insert(a.rank);
+    hist_->harness("launch", {{"pid", pid}, {"launcher", "local"}, {"restart", true}}, a.rank);
+    return done(true, fmt::format("rank {} relaunched (pid {}); it rejoins only a world that "
+                                  "waits for it", a.rank, pid));
+  }
+  if (a.action == "abort") {
+    stopping_ = true;
+    stop_reason_ = "aborted by " + a.requester;
+    io_.stop();
+    return done(true, "aborting the run");
+  }
+  if (a.action == "list_faults") {
+    std::vector<std::string> all = s_.plans;
+    for (auto& p : live_plans_) all.push_back(p);
+    return done(true, fmt::format("{} plan(s)", all.size()), all);
+  }
+  if (a.action == "arm_faults" || a.action == "clear_faults") {
+    if (a.action == "arm_faults") fault::parse_plan(a.plan, "control: plan");  // bad plan: error
+    const int n = ctl_->send_command(a.rank, a.action, a.plan, s_.seed);
+    rec["plan"] = a.plan;
+    rec["ranks_reached"] = n;
+    if (a.action == "arm_faults") {
+      live_plans_.push_back(a.plan);
+      injected_.push_back(fmt::format("live plan '{}' to {} rank(s)", a.plan, n));
+    } else {
+      live_plans_.clear();
+    }
+    return done(n > 0, fmt::format("{} sent to {} connected rank(s)", a.action, n));
+  }
+  return done(false, fmt::format("unknown action '{}' (allowed: kill_rank, restart_rank, "
+                                 "restart_job, abort, list_faults, arm_faults, clear_faults)",
+                                 a.action));
+}
+
+void Run::merge_local_files() {
+  const auto got = ctl_->received();
+  const auto drops = ctl_->dropped();
+  for (int r = 0; r < s_.ranks; ++r) {
+    std::ifstream in(fmt::format("{}/ranks/rank{}/events.jsonl", dir_, r));
+    std::string line;
+    uint64_t late = 0, total = 0;
+    auto it = got.find(r);
+    while (std::getline(in, line)) {
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) continue;  // torn last line of a killed rank
+      ++total;
+      const uint64_t seq = j.value("seq", uint64_t{0});
+      if (it != got.end() && it->second.count(seq)) continue;
+      HistoryEvent e;
+      e.source = "rank";
+      e.rank = j.value("rank", r);
+      e.seq = seq;
+      e.time_unix_ns = j.value("time_unix_ns", int64_t{0});
+      e.kind = j.value("kind", "");
+      e.step = j.value("step", int64_t{-1});
+      e.data_json = j.contains("data") ? j["data"].dump() : "{}";
+      e.late = true;
+      hist_->append(std::move(e));
+      ++late;
+    }
+    const auto d = drops.find(r);
+    hist_->harness("telemetry", {{"events_in_file", total},
+                                 {"streamed", it == got.end() ? 0 : it->second.size()},
+                                 {"recovered_from_file", late},
+                                 {"dropped_by_queue", d == drops.end() ? 0 : d->second}},
+                   r);
+  }
+}
+
+void Run::print_summary(const RunResult& r) {
+  if (!o_.print_summary) return;
+  std::printf("faultline run %s\n", id_.c_str());
+  std::printf("  scenario   %s%s (%s)\n", s_.name.c_str(), o_.fix ? " [fix]" : "", s_.file.c_str());
+  std::printf("  layout     %d ranks = dp %d x tp %d x pp %d, zero %d, %s, %s launcher, %s %s\n",
+              s_.ranks, s_.dp, s_.tp, s_.pp, s_.zero, s_.backend.c_str(), s_.launcher.c_str(),
+              s_.kind.c_str(), s_.model.c_str());
+  int64_t last = -1;
+  {
+    std::lock_guard lock(step_mu_);
+    for (auto& [rank, st] : max_step_) last = std::max(last, st);
+  }
+  std::printf("  steps      %lld of %lld reached\n", static_cast<long long>(last + 1),
+              static_cast<long long>(s_.steps));
+  std::printf("  injected   %s\n",
+              injected_.empty() && s_.plans.empty()
+                  ? "nothing"
+                  : fmt::format("{}", fmt::join(s_.plans, "; ")).c_str());
+  for (auto& i : injected_) std::printf("             %s\n", i.c_str());
+  std::printf("  observed   %s\n", r.verdict.explanation.c_str());
+  std::printf("  verdict    %s (oracle %s%s)\n", r.verdict.outcome.c_str(), r.verdict.oracle.c_str(),
+              r.verdict.symptom.empty() ? "" : (", symptom " + r.verdict.symptom).c_str());
+  if (!r.harness_error.empty()) std::printf("  harness    error: %s\n", r.harness_error.c_str());
+  std::printf("  files      %s\n", dir_.c_str());
+  std::fflush(stdout);
+}
+
+RunResult Run::go() {
+  RunResult res;
+  prepare();
+  res.run_dir = dir_;
+  try {
+    ctl_ = std::make_unique<Controller>(*hist_, [this](const ControlAction& a) { return control(a); });
+    ctl_addr_ = ctl_->start(o_.control_addr);
+    res.control_addr = ctl_addr_;
+    hist_->add_listener([this](const HistoryEvent& e) {
+      if (e.source != "rank") return;
+      if (e.kind == "step" || e.kind == "hello") {
+        std::lock_guard lock(step_mu_);
+        if (e.kind == "step") {
+          auto& m = max_step_[e.rank];
+          m = std::max(m, e.step);
+        } else {
+          auto d = nlohmann::json::parse(e.data_json, nullptr, false);
+          if (!d.is_discarded()) hello_pid_[e.rank] = d.value("pid", 0);
+        }
+      }
+    });
+    hist_->harness("run_start", {{"run_id", id_},
+                                 {"scenario", s_.name},
+                                 {"fix", o_.fix},
+                                 {"ranks", s_.ranks},
+                                 {"nodes", s_.nodes},
+                                 {"layout", {{"dp", s_.dp}, {"tp", s_.tp}, {"pp", s_.pp}, {"zero", s_.zero}}},
+                                 {"launcher", s_.launcher},
+                                 {"backend", s_.backend},
+                                 {"seed", s_.seed},
+                                 {"control", ctl_addr_},
+                                 {"expect", {{"oracle", s_.expect.oracle}, {"symptom", s_.expect.symptom}}}});
+    for (auto& p : s_.plans) hist_->harness("fault_armed", {{"plan", p}, {"via", "scenario"}});
+    if (o_.on_ready) o_.on_ready(ctl_addr_, dir_);
+    sup_ = std::make_unique<Supervisor>(
+        io_,
+        [this](int rank, const std::string& name, const std::string& stream, const std::string& line) {
+          on_line(rank, name, stream, line);
+        },
+        [this](const ExitInfo& x) { on_exit(x); });
+    master_port_ = free_port();
+    for (auto& f : s_.oop_faults) {
+      if (f.kind == "port_squat" && squat_fd_ < 0) {
+        squat_fd_ = squat_port(master_port_);
+        hist_->harness("fault_injected", {{"fault", "port_squat"}, {"port", master_port_}});
+        injected_.push_back(fmt::format("port {} held before launch", master_port_));
+      } else if (f.kind == "env") {
+        hist_->harness("fault_injected", {{"fault", "env"}, {"set", f.set}, {"unset", f.unset}}, f.rank);
+        injected_.push_back(fmt::format("launch environment of {} changed", f.rank < 0 ? "every rank" : "rank " + std::to_string(f.rank)));
+      }
+    }
+    if (s_.launcher == "local" && s_.backend == "mpi" && s_.ranks > 1) {
+      // MPI singletons find each other through an ompi-server (see join_singletons).
+      ProcessSpec p{"ompi-server", -1,
+                    {"ompi-server", "--no-daemonize", "-r", dir_ + "/tmp/ompi-server.uri"}, {}, dir_};
+      for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
+      p.env.push_back("TMPDIR=" + dir_ + "/tmp");
+      p.env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+      p.env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+      ompi_server_ = sup_->spawn(p);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!fs::exists(dir_ + "/tmp/ompi-server.uri") || fs::file_size(dir_ + "/tmp/ompi-server.uri") == 0) {
+        if (std::chrono::steady_clock::now() > until || !sup_->is_running(ompi_server_)) {
+          raise<Error>("ompi-server did not start within 10 s (see {}/helpers.log)", dir_);
+        }
+        io_.poll();
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+    launch_all(s_.resume ? dir_ + "/checkpoints" : "");
+    timeout_ = std::make_unique<boost::asio::steady_timer>(io_);
+    timeout_->expires_after(std::chrono::milliseconds(static_cast<int64_t>(s_.run_timeout_s * 1000)));
+    timeout_->async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      stopping_ = true;
+      stop_reason_ = fmt::format("run timeout ({} s)", s_.run_timeout_s);
+      hist_->harness("run_timeout", {{"after_s", s_.run_timeout_s}});
+      io_.stop();
+    });
+    ticker_ = std::make_unique<boost::asio::steady_timer>(io_);
+    tick();
+    stop_signals_ = std::make_unique<boost::asio::signal_set>(io_, SIGINT, SIGTERM);
+    stop_signals_->async_wait([this](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      stopping_ = true;
+      stop_reason_ = "harness got " + signal_name(sig);
+      hist_->harness("interrupted", {{"signal", signal_name(sig)}});
+      io_.stop();
+    });
+    io_.run();
+  } catch (const std::exception& e) {
+    res.harness_error = e.what();
+    hist_->harness("harness_error", {{"message", e.what()}});
+  }
+  stopping_ = true;
+  if (timeout_) timeout_->cancel();
+  if (ticker_) ticker_->cancel();
+  if (sup_) sup_->teardown(std::chrono::milliseconds(2000));
+  if (squat_fd_ >= 0) {
+    ::close(squat_fd_);
+    hist_->harness("fault_healed", {{"fault", "port_squat"}, {"port", master_port_}});
+  }
+  if (ctl_) ctl_->shutdown();
+  if (ctl_) merge_local_files();
+  hist_->harness("run_end", {{"reason", stop_reason_.empty() ? "all ranks ended" : stop_reason_},
+                             {"restarts", restarts_}});
+  hist_->flush();
+  std::error_code ec;
+  fs::remove_all(dir_ + "/tmp", ec);
+  res.verdict = judge(s_.expect, read_history(dir_ + "/history.jsonl"));
+  nlohmann::json v = res.verdict.to_json();
+  v["state"] = "done";
+  v["run_id"] = id_;
+  v["scenario"] = s_.name;
+  v["fix"] = o_.fix;
+  if (!res.harness_error.empty()) v["harness_error"] = res.harness_error;
+  write_atomic(dir_ + "/verdict.json", v.dump(2) + "\n");
+  res.exit_code = !res.harness_error.empty()        ? 2
+                  : res.verdict.outcome == "pass"   ? 0
+                  : res.verdict.outcome == "fail"   ? 1
+                                                    : 3;
+  print_summary(res);
+  return res;
+}
+
+}  // namespace
+
+void write_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) raise<Error>("{}: cannot write: {}", tmp, std::strerror(errno));
+  }
+  fs::rename(tmp, path);
+}
+
+RunResult run_scenario(const Scenario& scenario, const RunOptions& options) {
+  Run run(scenario, options);
+  return run.go();
+}
+
+Verdict judge_run_dir(const std::string& run_dir) {
+  const std::string scen = run_dir + "/scenario.yaml";
+  Scenario s = load_scenario(scen);
+  return judge(s.expect, read_history(run_dir + "/history.jsonl"));
+}
+
+}  // namespace fl::harness

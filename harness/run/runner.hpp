@@ -1,0 +1,39 @@
+// One run of a scenario, start to verdict: run directory, control plane, launch (local or
+// mpirun), supervision, out-of-process faults, control actions, teardown, the merge of the ranks'
+// local event files, the oracle's verdict and the one-screen summary.
+#pragma once
+
+#include <string>
+
+#include "harness/run/oracles.hpp"
+#include "harness/scenario/scenario.hpp"
+
+namespace fl::harness {
+
+struct RunOptions {
+  std::string results_dir = "results/runs";
+  std::string control_addr = "127.0.0.1:0";
+  std::string run_id;  // empty: <time>-<name>-<random>
+  bool print_summary = true;
+  bool fix = false;  // recorded in the run (the scenario was loaded with its fix applied)
+  // Called once the control plane listens (tests and tools attach here).
+  std::function<void(const std::string& control_addr, const std::string& run_dir)> on_ready;
+};
+
+struct RunResult {
+  std::string run_dir;
+  std::string control_addr;
+  Verdict verdict;
+  std::string harness_error;  // set when the harness itself failed (exit 2)
+  int exit_code = 2;          // 0 pass, 1 fail, 2 harness/input error, 3 unknown
+};
+
+RunResult run_scenario(const Scenario& scenario, const RunOptions& options);
+
+// Re-judges a finished (or killed) run from its history; rewrites nothing.
+Verdict judge_run_dir(const std::string& run_dir);
+
+// Writes `text` to `path` atomically (temp file in the same directory, then rename).
+void write_atomic(const std::string& path, const std::string& text);
+
+}  // namespace fl::harness

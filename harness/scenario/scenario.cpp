@@ -1,0 +1,691 @@
+#include "harness/scenario/scenario.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/settings.hpp"
+#include "injector/plan.hpp"
+
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // the schema table leaves ranges out
+
+namespace fl::harness {
+
+namespace fs = std::filesystem;
+
+FAULTLINE_SETTING(kTaxonomyPath, std::string, "FAULTLINE_TAXONOMY", "",
+                  "Taxonomy file scenarios are checked against (default: scenarios/taxonomy.yaml "
+                  "of the source tree)");
+
+namespace {
+
+using K = KeyType;
+
+const std::vector<std::string> kOracles = {
+    "completed",   "exit_class",     "error_signature", "hang",
+    "comm_timeout", "loss_nonfinite", "loss_divergence", "oom",
+    "checkpoint_error", "output_mismatch", "throughput_degradation"};
+
+}  // namespace
+
+const std::vector<KeySpec>& scenario_schema() {
+  static const std::vector<KeySpec> s = {
+      {"name", K::kString, "", "Scenario name: letters, digits, '-', '_' and '.'", {}, 0, 0, true},
+      {"description", K::kString, "\"\"", "What the scenario reproduces, in a sentence or two"},
+      {"extends", K::kString, "", "Base scenario file (relative to this one); this file's keys "
+                                  "override it, lists replace lists"},
+      {"seed", K::kInt, "7", "Seed of the data, the initialisation and every fault choice", {}, 0,
+       4294967295.0},
+      {"reference", K::kSection, "", "Where the scenario comes from"},
+      {"reference.issue", K::kString, "\"\"", "Reported issue, e.g. deepspeedai/DeepSpeed#2223"},
+      {"reference.url", K::kString, "\"\"", "Link to the issue"},
+      {"reference.symptom", K::kString, "\"\"", "Taxonomy symptom id, e.g. \"4.11\""},
+      {"reference.root_cause", K::kString, "\"\"", "Taxonomy root-cause id, e.g. R4.6"},
+      {"reference.fix_pattern", K::kString, "\"\"", "Fix pattern id F1-F6"},
+      {"topology", K::kSection, "", "Ranks, launcher, backend and parallel layout"},
+      {"topology.ranks", K::kInt, "1", "Number of worker processes", {}, 1, 256},
+      {"topology.nodes", K::kInt, "1", "Simulated nodes (ranks are spread evenly; LOCAL_RANK "
+                                       "counts within a node)", {}, 1, 64},
+      {"topology.backend", K::kEnum, "mpi", "Data plane", {"mpi", "nccl"}},
+      {"topology.launcher", K::kEnum, "local", "local: fork/exec one process per rank; mpirun: an "
+                                               "MPMD app file", {"local", "mpirun"}},
+      {"topology.dp", K::kInt, "0", "Data-parallel size (0: ranks / (tp x pp))", {}, 0, 256},
+      {"topology.tp", K::kInt, "1", "Tensor-parallel size", {}, 1, 64},
+      {"topology.pp", K::kInt, "1", "Pipeline-parallel size", {}, 1, 64},
+      {"topology.zero", K::kInt, "0", "ZeRO stage", {}, 0, 3},
+      {"workload", K::kSection, "", "What every rank runs"},
+      {"workload.kind", K::kEnum, "train", "train (fl-train) or infer (fl-infer)",
+       {"train", "infer"}},
+      {"workload.model", K::kEnum, "tiny", "Model size", {"tiny", "small"}},
+      {"workload.steps", K::kInt, "20", "Training steps", {}, 1, 1000000},
+      {"workload.precision", K::kEnum, "fp32", "Compute precision", {"fp32", "fp16", "bf16"}},
+      {"workload.micro_batch", K::kInt, "4", "Samples per micro-batch per DP rank", {}, 1, 4096},
+      {"workload.grad_accum", K::kInt, "1", "Micro-batches per step", {}, 1, 1024},
+      {"workload.lr", K::kFloat, "0.01", "Peak learning rate", {}, 0, 10},
+      {"workload.clip", K::kFloat, "1.0", "Gradient clipping norm (0: off)", {}, 0, 1e9},
+      {"workload.schedule", K::kEnum, "1f1b", "Pipeline schedule", {"1f1b", "gpipe"}},
+      {"workload.eval_every", K::kInt, "0", "Evaluate every N steps (0: never)", {}, 0, 1000000},
+      {"workload.loss_scale", K::kFloat, "65536", "Initial fp16 loss scale", {}, 0, 1e38},
+      {"workload.min_loss_scale", K::kFloat, "1", "Smallest fp16 loss scale before the run fails",
+       {}, 0, 1e38},
+      {"workload.data", K::kSection, "", "Synthetic corpus and sampler"},
+      {"workload.data.samples", K::kInt, "0", "Dataset size (0: the trainer's default)", {}, 0,
+       1e9},
+      {"workload.data.drop_last", K::kBool, "false", "Drop the uneven tail (real frameworks "
+                                                     "default to false)"},
+      {"workload.data.seed", K::kInt, "0", "Data seed (0: the scenario seed)", {}, 0,
+       4294967295.0},
+      {"workload.checkpoint", K::kSection, "", "Sharded checkpoints in the run directory"},
+      {"workload.checkpoint.every", K::kInt, "0", "Checkpoint every N steps (0: never)", {}, 0,
+       1e9},
+      {"workload.checkpoint.resume", K::kBool, "false", "Resume from the run's latest checkpoint"},
+      {"workload.infer", K::kSection, "", "Inference workload (kind: infer)"},
+      {"workload.infer.requests", K::kInt, "4", "Batched requests", {}, 1, 4096},
+      {"workload.infer.prompt_len", K::kInt, "8", "Prompt tokens per request", {}, 1, 4096},
+      {"workload.infer.new_tokens", K::kInt, "16", "Tokens to generate", {}, 1, 4096},
+      {"workload.args", K::kList, "[]", "Extra worker arguments, appended as given (strings)"},
+      {"faults", K::kList, "[]", "What to break: in-process plans and out-of-process faults"},
+      {"faults[].plan", K::kString, "", "In-process fault plan (docs/injector.md grammar)"},
+      {"faults[].signal", K::kEnum, "", "Send this signal to `rank` once it reports `step`",
+       {"STOP", "CONT", "KILL", "TERM", "SEGV", "ABRT", "INT"}},
+      {"faults[].env", K::kSection, "", "Change the launch environment of `rank` (or every rank)"},
+      {"faults[].env.set", K::kStringMap, "{}", "Variables to set or replace"},
+      {"faults[].env.unset", K::kList, "[]", "Variables to remove"},
+      {"faults[].port_squat", K::kBool, "false", "Hold the rendezvous port before launch"},
+      {"faults[].rank", K::kInt, "-1", "Target rank (-1: every rank)", {}, -1, 255},
+      {"faults[].step", K::kInt, "0", "signal: the step that triggers it", {}, 0, 1e9},
+      {"expect", K::kSection, "", "What should happen: the oracle that judges the run"},
+      {"expect.symptom", K::kString, "\"\"", "Symptom id the scenario reproduces (\"\": none)"},
+      {"expect.oracle", K::kEnum, "completed", "Oracle deciding pass/fail", kOracles},
+      {"expect.within_s", K::kFloat, "0", "The symptom must show within this many seconds of "
+                                          "the start (0: any time)", {}, 0, 1e6},
+      {"expect.ranks", K::kIntList, "[]", "Ranks the symptom must involve (empty: any)"},
+      {"expect.exit_class", K::kEnum, "any", "exit_class: how a rank must end",
+       {"any", "error", "crash", "signal", "oom_kill", "timeout"}},
+      {"expect.exit_code", K::kInt, "-1", "exit_class: the exit status (-1: any)", {}, -1, 255},
+      {"expect.pattern", K::kString, "\"\"", "error_signature: ECMAScript regex on rank output"},
+      {"expect.op", K::kString, "\"\"", "comm_timeout: the collective (all_reduce, ...; \"\": any)"},
+      {"expect.hang_s", K::kFloat, "10", "hang: seconds without step progress while ranks live",
+       {}, 0.1, 1e6},
+      {"expect.factor", K::kFloat, "2", "loss_divergence / throughput_degradation: ratio", {}, 1,
+       1e9},
+      {"expect.after_step", K::kInt, "-1", "throughput_degradation: first degraded step (-1: "
+                                           "the last two thirds)", {}, -1, 1e9},
+      {"fix", K::kSection, "", "Overrides (any keys above) that must clear the symptom; "
+                               "`faultline run --fix` applies them"},
+      {"timeouts", K::kSection, "", "Deadlines"},
+      {"timeouts.run_s", K::kFloat, "120", "Whole run; the harness ends it after this", {}, 1,
+       86400},
+      {"timeouts.comm_ms", K::kInt, "30000", "Every collective's deadline", {}, 100, 1e8},
+      {"timeouts.rendezvous_ms", K::kInt, "20000", "How long a rank waits for the world", {}, 100,
+       1e8},
+      {"env", K::kStringMap, "{}", "Environment for every rank"},
+      {"rank_env", K::kSection, "", "Per-rank environment: {\"2\": {VAR: value}}"},
+  };
+  return s;
+}
+
+namespace {
+
+std::string type_name(const KeySpec& k) {
+  switch (k.type) {
+    case K::kSection: return "map";
+    case K::kString: return "string";
+    case K::kInt: return "integer";
+    case K::kFloat: return "number";
+    case K::kBool: return "true/false";
+    case K::kEnum: return "one of " + fmt::format("{}", fmt::join(k.choices, ", "));
+    case K::kStringMap: return "map of strings";
+    case K::kIntList: return "list of integers";
+    case K::kList: return "list";
+  }
+  return "?";
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+const KeySpec* find_spec(const std::string& path) {
+  for (const auto& k : scenario_schema()) {
+    if (k.path == path) return &k;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> children_of(const std::string& parent) {
+  std::vector<std::string> out;
+  for (const auto& k : scenario_schema()) {
+    const auto dot = k.path.rfind('.');
+    const std::string p = dot == std::string::npos ? "" : k.path.substr(0, dot);
+    const std::string leaf = dot == std::string::npos ? k.path : k.path.substr(dot + 1);
+    if (p == parent) out.push_back(leaf);
+  }
+  return out;
+}
+
+[[noreturn]] void fail_at(const std::string& file, const YAML::Node& node, const std::string& path,
+                          const std::string& what) {
+  const auto m = node.Mark();
+  if (m.line >= 0) {
+    raise<ScenarioError>("{}:{}:{}: {}: {}", file, m.line + 1, m.column + 1, path, what);
+  }
+  raise<ScenarioError>("{}: {}: {}", file, path, what);
+}
+
+// Which file a node came from: nodes keep their marks through merges, but not their file, so
+// each loaded document registers its nodes' identity here.
+struct Origin {
+  std::string file;
+};
+
+// The schema path of `path` with list indices removed: faults[2].plan -> faults[].plan.
+std::string schema_path(const std::string& path) {
+  std::string out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '[') {
+      out += "[]";
+      while (i < path.size() && path[i] != ']') ++i;
+    } else {
+      out += path[i];
+    }
+  }
+  return out;
+}
+
+void check_scalar(const std::string& file, const YAML::Node& n, const std::string& path,
+                  const KeySpec& k) {
+  auto bad = [&](const std::string& got) {
+    fail_at(file, n, path, fmt::format("expected {}, got {}", type_name(k), got));
+  };
+  auto range = [&](double v) {
+    if (k.min < k.max && (v < k.min || v > k.max)) {
+      fail_at(file, n, path,
+              fmt::format("{} is out of range (allowed {}-{})", n.Scalar(), k.min, k.max));
+    }
+  };
+  if (!n.IsScalar()) bad(n.IsMap() ? "a map" : n.IsSequence() ? "a list" : "nothing");
+  const std::string& v = n.Scalar();
+  switch (k.type) {
+    case K::kString: break;
+    case K::kInt: {
+      int64_t x = 0;
+      if (!YAML::convert<int64_t>::decode(n, x)) bad(fmt::format("'{}'", v));
+      range(static_cast<double>(x));
+      break;
+    }
+    case K::kFloat: {
+      double x = 0;
+      if (!YAML::convert<double>::decode(n, x) || !std::isfinite(x)) bad(fmt::format("'{}'", v));
+      range(x);
+      break;
+    }
+    case K::kBool: {
+      bool x = false;
+      if (!YAML::convert<bool>::decode(n, x)) bad(fmt::format("'{}'", v));
+      break;
+    }
+    case K::kEnum:
+      if (std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end()) {
+        fail_at(file, n, path,
+                fmt::format("'{}' is not allowed (allowed: {})", v, fmt::join(k.choices, ", ")));
+      }
+      break;
+    default: break;
+  }
+}
+
+void validate(const std::string& file, const YAML::Node& node, const std::string& path);
+
+void validate_map(const std::string& file, const YAML::Node& node, const std::string& path) {
+  if (!node.IsMap()) {
+    fail_at(file, node, path.empty() ? "(document)" : path,
+            fmt::format("expected a map, got {}", node.IsSequence() ? "a list" : "a scalar"));
+  }
+  std::string parent = schema_path(path);
+  if (parent.rfind("fix.", 0) == 0) parent = parent.substr(4);
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    const std::string child = path.empty() ? key : path + "." + key;
+    const std::string sp = parent.empty() ? key : parent + "." + key;
+    if (parent == "fix") {
+      // Overrides: checked against the top-level keys.
+      if (key == "fix" || key == "name" || key == "extends") {
+        fail_at(file, it->first, child, "cannot be overridden by a fix");
+      }
+      validate(file, it->second, child);
+      continue;
+    }
+    if (parent == "rank_env") {
+      int64_t r = -1;
+      if (!YAML::convert<int64_t>::decode(it->first, r) || r < 0 || r > 255) {
+        fail_at(file, it->first, child, "rank_env keys are ranks (allowed 0-255)");
+      }
+      if (!it->second.IsMap()) fail_at(file, it->second, child, "expected a map of strings");
+      for (auto e = it->second.begin(); e != it->second.end(); ++e) {
+        if (!e->second.IsScalar()) {
+          fail_at(file, e->second, child + "." + e->first.Scalar(), "expected a string");
+        }
+      }
+      continue;
+    }
+    if (find_spec(sp) == nullptr) {
+      auto allowed = children_of(parent);
+      std::string best;
+      size_t best_d = 3;
+      for (auto& a : allowed) {
+        const size_t d = edit_distance(key, a);
+        if (d < best_d) best_d = d, best = a;
+      }
+      fail_at(file, it->first, child,
+              fmt::format("unknown key{} (allowed here: {})",
+                          best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best),
+                          fmt::join(allowed, ", ")));
+    }
+    validate(file, it->second, child);
+  }
+}
+
+void validate(const std::string& file, const YAML::Node& node, const std::string& path) {
+  std::string sp = schema_path(path);
+  if (sp.rfind("fix.", 0) == 0) sp = sp.substr(4);
+  const KeySpec* k = find_spec(sp);
+  if (k == nullptr) fail_at(file, node, path, "unknown key");
+  if (node.IsNull()) fail_at(file, node, path, fmt::format("expected {}, got nothing", type_name(*k)));
+  switch (k->type) {
+    case K::kSection:
+      if (sp == "fix") return validate_map(file, node, "fix");
+      return validate_map(file, node, path);
+    case K::kStringMap:
+      if (!node.IsMap()) fail_at(file, node, path, "expected a map of strings");
+      for (auto it = node.begin(); it != node.end(); ++it) {
+        if (!it->second.IsScalar()) {
+          fail_at(file, it->second, path + "." + it->first.Scalar(), "expected a string");
+        }
+      }
+      return;
+    case K::kIntList:
+      if (!node.IsSequence()) fail_at(file, node, path, "expected a list of integers");
+      for (size_t i = 0; i < node.size(); ++i) {
+        int64_t x = 0;
+        if (!node[i].IsScalar() || !YAML::convert<int64_t>::decode(node[i], x)) {
+          fail_at(file, node[i], fmt::format("{}[{}]", path, i), "expected an integer");
+        }
+      }
+      return;
+    case K::kList:
+      if (!node.IsSequence()) fail_at(file, node, path, "expected a list");
+      for (size_t i = 0; i < node.size(); ++i) {
+        const std::string item = fmt::format("{}[{}]", path, i);
+        if (sp == "faults") {
+          validate_map(file, node[i], item);
+          int kinds = 0;
+          for (const char* kk : {"plan", "signal", "env", "port_squat"}) kinds += node[i][kk] ? 1 : 0;
+          if (kinds != 1) {
+            fail_at(file, node[i], item,
+                    "a fault has exactly one of plan, signal, env, port_squat");
+          }
+          if (node[i]["plan"]) {
+            try {
+              fault::parse_plan(node[i]["plan"].Scalar(), "plan");
+            } catch (const std::exception& e) {
+              fail_at(file, node[i]["plan"], item + ".plan", e.what());
+            }
+          }
+        } else if (!node[i].IsScalar()) {
+          fail_at(file, node[i], item, "expected a string");
+        }
+      }
+      return;
+    default: check_scalar(file, node, path, *k);
+  }
+}
+
+// Deep merge: maps merge key by key, everything else is replaced by `over`.
+YAML::Node merge(const YAML::Node& base, const YAML::Node& over) {
+  if (!base || !base.IsMap() || !over.IsMap()) return YAML::Clone(over);
+  YAML::Node out = YAML::Clone(base);
+  for (auto it = over.begin(); it != over.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    out[key] = merge(out[key], it->second);
+  }
+  return out;
+}
+
+YAML::Node load_file(const std::string& path, std::vector<std::string>& chain) {
+  if (std::find(chain.begin(), chain.end(), fs::weakly_canonical(path).string()) != chain.end()) {
+    raise<ScenarioError>("{}: extends: cycle ({} -> {})", path, fmt::join(chain, " -> "), path);
+  }
+  chain.push_back(fs::weakly_canonical(path).string());
+  if (!fs::exists(path)) raise<ScenarioError>("{}: no such scenario file", path);
+  YAML::Node doc;
+  try {
+    doc = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    raise<ScenarioError>("{}:{}:{}: YAML syntax: {}", path, e.mark.line + 1, e.mark.column + 1,
+                         e.msg);
+  }
+  if (!doc || doc.IsNull()) raise<ScenarioError>("{}: the file is empty", path);
+  validate_map(path, doc, "");
+  if (doc["extends"]) {
+    const fs::path base = fs::path(path).parent_path() / doc["extends"].Scalar();
+    YAML::Node b = load_file(base.string(), chain);
+    b.remove("name");  // a variant names itself
+    YAML::Node self = YAML::Clone(doc);
+    self.remove("extends");
+    doc = merge(b, self);
+  }
+  return doc;
+}
+
+YAML::Node defaults() {
+  YAML::Node d(YAML::NodeType::Map);
+  for (const auto& k : scenario_schema()) {
+    if (k.default_value.empty() || k.type == K::kSection || k.path.find('[') != std::string::npos ||
+        k.path.rfind("fix", 0) == 0) {
+      continue;
+    }
+    YAML::Node cur = d;
+    std::vector<std::string> parts;
+    size_t start = 0;
+    for (size_t dot; (dot = k.path.find('.', start)) != std::string::npos; start = dot + 1) {
+      parts.push_back(k.path.substr(start, dot - start));
+    }
+    const std::string leaf = k.path.substr(start);
+    std::vector<YAML::Node> stack{d};
+    for (auto& p : parts) {
+      YAML::Node next = stack.back()[p];
+      if (!next.IsMap()) {
+        stack.back()[p] = YAML::Node(YAML::NodeType::Map);
+        next = stack.back()[p];
+      }
+      stack.push_back(next);
+    }
+    stack.back()[leaf] = YAML::Load(k.default_value);
+  }
+  return d;
+}
+
+void apply_override(YAML::Node& doc, const std::string& text, const std::string& file) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    raise<ScenarioError>("--set '{}': expected key.path=value", text);
+  }
+  const std::string path = text.substr(0, eq);
+  YAML::Node value = YAML::Load(text.substr(eq + 1));
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1) {
+    parts.push_back(path.substr(start, dot - start));
+  }
+  parts.push_back(path.substr(start));
+  if (find_spec(schema_path(path)) == nullptr) {
+    YAML::Node probe(YAML::NodeType::Map);
+    YAML::Node cur = probe;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      cur = cur[parts[i]];
+    }
+    cur[parts.back()] = value;
+    validate_map("--set " + path, probe, "");  // reports the unknown key with suggestions
+  }
+  std::vector<YAML::Node> stack{doc};
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node next = stack.back()[parts[i]];
+    if (!next.IsMap()) {
+      stack.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next = stack.back()[parts[i]];
+    }
+    stack.push_back(next);
+  }
+  stack.back()[parts.back()] = value;
+  validate(file + " (--set " + path + ")", value, path);
+}
+
+template <class T>
+T get(const YAML::Node& n, const char* a, const char* b = nullptr, const char* c = nullptr) {
+  YAML::Node x = n[a];
+  if (b) x = x[b];
+  if (c) x = x[c];
+  return x.as<T>();
+}
+
+}  // namespace
+
+const Taxonomy::Symptom* Taxonomy::symptom(const std::string& id) const {
+  for (const auto& s : symptoms) {
+    if (s.id == id) return &s;
+  }
+  return nullptr;
+}
+
+const Taxonomy& taxonomy() {
+  static const Taxonomy t = [] {
+    std::string path = kTaxonomyPath.get();
+    if (path.empty()) path = std::string(FAULTLINE_SOURCE_DIR) + "/scenarios/taxonomy.yaml";
+    Taxonomy out;
+    YAML::Node doc;
+    try {
+      doc = YAML::LoadFile(path);
+    } catch (const YAML::Exception& e) {
+      raise<ScenarioError>("{}: cannot load the taxonomy: {}", path, e.what());
+    }
+    for (const auto& st : doc["stages"]) {
+      for (const auto& s : st["symptoms"]) {
+        out.symptoms.push_back({s["id"].as<std::string>(), s["name"].as<std::string>(),
+                                st["id"].as<int>()});
+      }
+      for (const auto& r : st["root_causes"]) out.root_causes.push_back(r["id"].as<std::string>());
+    }
+    for (const auto& f : doc["fix_patterns"]) out.fix_patterns.push_back(f["id"].as<std::string>());
+    return out;
+  }();
+  return t;
+}
+
+Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
+  std::vector<std::string> chain;
+  YAML::Node doc = load_file(path, chain);
+  if (!doc["name"]) {
+    raise<ScenarioError>("{}: name: required key is missing (a scenario names itself)", path);
+  }
+  const bool has_fix = static_cast<bool>(doc["fix"]);
+  if (opts.apply_fix) {
+    if (!has_fix) raise<ScenarioError>("{}: fix: --fix given but the scenario has no fix", path);
+    YAML::Node fix = YAML::Clone(doc["fix"]);
+    doc = merge(doc, fix);
+  }
+  for (const auto& o : opts.overrides) apply_override(doc, o, path);
+  YAML::Node r = merge(defaults(), doc);
+  r.remove("extends");
+
+  Scenario s;
+  s.file = path;
+  s.has_fix = has_fix;
+  s.name = get<std::string>(r, "name");
+  for (char ch : s.name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') {
+      fail_at(path, doc["name"], "name",
+              fmt::format("'{}' has '{}' (allowed: letters, digits, '-', '_', '.')", s.name, ch));
+    }
+  }
+  s.description = get<std::string>(r, "description");
+  s.seed = get<uint64_t>(r, "seed");
+  if (r["reference"]) {
+    auto ref = r["reference"];
+    s.ref_issue = ref["issue"] ? ref["issue"].as<std::string>() : "";
+    s.ref_url = ref["url"] ? ref["url"].as<std::string>() : "";
+    s.ref_symptom = ref["symptom"] ? ref["symptom"].as<std::string>() : "";
+    s.ref_root_cause = ref["root_cause"] ? ref["root_cause"].as<std::string>() : "";
+    s.ref_fix_pattern = ref["fix_pattern"] ? ref["fix_pattern"].as<std::string>() : "";
+  }
+  const Taxonomy& tax = taxonomy();
+  auto check_symptom = [&](const std::string& id, const char* key, const YAML::Node& at) {
+    if (id.empty() || tax.symptom(id)) return;
+    std::vector<std::string> ids;
+    for (auto& x : tax.symptoms) ids.push_back(x.id);
+    fail_at(path, at, key,
+            fmt::format("unknown symptom id '{}' (allowed: {})", id, fmt::join(ids, ", ")));
+  };
+  check_symptom(s.ref_symptom, "reference.symptom", doc["reference"]["symptom"]);
+  if (!s.ref_root_cause.empty() &&
+      std::count(tax.root_causes.begin(), tax.root_causes.end(), s.ref_root_cause) == 0) {
+    fail_at(path, doc["reference"]["root_cause"], "reference.root_cause",
+            fmt::format("unknown root cause '{}' (allowed: {})", s.ref_root_cause,
+                        fmt::join(tax.root_causes, ", ")));
+  }
+  if (!s.ref_fix_pattern.empty() &&
+      std::count(tax.fix_patterns.begin(), tax.fix_patterns.end(), s.ref_fix_pattern) == 0) {
+    fail_at(path, doc["reference"]["fix_pattern"], "reference.fix_pattern",
+            fmt::format("unknown fix pattern '{}' (allowed: {})", s.ref_fix_pattern,
+                        fmt::join(tax.fix_patterns, ", ")));
+  }
+
+  auto t = r["topology"];
+  s.ranks = t["ranks"].as<int>();
+  s.nodes = t["nodes"].as<int>();
+  s.backend = t["backend"].as<std::string>();
+  s.launcher = t["launcher"].as<std::string>();
+  s.tp = t["tp"].as<int>();
+  s.pp = t["pp"].as<int>();
+  s.zero = t["zero"].as<int>();
+  s.dp = t["dp"].as<int>();
+  if (s.dp == 0) s.dp = std::max(1, s.ranks / (s.tp * s.pp));
+  auto w = r["workload"];
+  s.kind = w["kind"].as<std::string>();
+  if (s.ranks % s.nodes != 0) {
+    fail_at(path, doc["topology"]["nodes"] ? doc["topology"]["nodes"] : doc["topology"],
+            "topology.nodes",
+            fmt::format("{} ranks do not spread evenly over {} nodes (allowed: a divisor of {})",
+                        s.ranks, s.nodes, s.ranks));
+  }
+  if (s.dp * s.tp * s.pp != s.ranks) {
+    fail_at(path, doc["topology"] ? doc["topology"] : doc, "topology",
+            fmt::format("dp {} x tp {} x pp {} = {} but ranks is {} (they must be equal)", s.dp,
+                        s.tp, s.pp, s.dp * s.tp * s.pp, s.ranks));
+  }
+  s.model = w["model"].as<std::string>();
+  s.steps = w["steps"].as<int64_t>();
+  s.precision = w["precision"].as<std::string>();
+  s.micro_batch = w["micro_batch"].as<int64_t>();
+  s.grad_accum = w["grad_accum"].as<int64_t>();
+  s.lr = w["lr"].as<double>();
+  s.clip = w["clip"].as<double>();
+  s.schedule = w["schedule"].as<std::string>();
+  s.eval_every = w["eval_every"].as<int64_t>();
+  s.loss_scale = w["loss_scale"].as<double>();
+  s.min_loss_scale = w["min_loss_scale"].as<double>();
+  s.samples = w["data"]["samples"].as<int64_t>();
+  s.drop_last = w["data"]["drop_last"].as<bool>();
+  s.data_seed = w["data"]["seed"].as<int64_t>();
+  if (s.data_seed == 0) s.data_seed = static_cast<int64_t>(s.seed);
+  s.checkpoint_every = w["checkpoint"]["every"].as<int64_t>();
+  s.resume = w["checkpoint"]["resume"].as<bool>();
+  s.requests = w["infer"]["requests"].as<int64_t>();
+  s.prompt_len = w["infer"]["prompt_len"].as<int64_t>();
+  s.new_tokens = w["infer"]["new_tokens"].as<int64_t>();
+  for (const auto& a : w["args"]) s.extra_args.push_back(a.as<std::string>());
+
+  for (const auto& f : r["faults"]) {
+    if (f["plan"]) {
+      s.plans.push_back(f["plan"].as<std::string>());
+      continue;
+    }
+    OutOfProcessFault o;
+    o.rank = f["rank"] ? f["rank"].as<int>() : -1;
+    o.step = f["step"] ? f["step"].as<int64_t>() : 0;
+    if (o.rank >= s.ranks) {
+      fail_at(path, f["rank"], "faults[].rank",
+              fmt::format("rank {} does not exist (allowed -1, 0-{})", o.rank, s.ranks - 1));
+    }
+    if (f["signal"]) {
+      o.kind = "signal";
+      o.signal = f["signal"].as<std::string>();
+      if (o.rank < 0) fail_at(path, f, "faults[].rank", "a signal fault needs a rank (0 or more)");
+    } else if (f["env"]) {
+      o.kind = "env";
+      if (f["env"]["set"]) {
+        for (auto it = f["env"]["set"].begin(); it != f["env"]["set"].end(); ++it) {
+          o.set[it->first.Scalar()] = it->second.Scalar();
+        }
+      }
+      if (f["env"]["unset"]) {
+        for (const auto& u : f["env"]["unset"]) o.unset.push_back(u.as<std::string>());
+      }
+    } else {
+      o.kind = "port_squat";
+      if (!f["port_squat"].as<bool>()) continue;
+    }
+    s.oop_faults.push_back(std::move(o));
+  }
+
+  auto e = r["expect"];
+  s.expect.symptom = e["symptom"].as<std::string>();
+  check_symptom(s.expect.symptom, "expect.symptom", doc["expect"]["symptom"]);
+  s.expect.oracle = e["oracle"].as<std::string>();
+  s.expect.within_s = e["within_s"].as<double>();
+  s.expect.ranks = e["ranks"].as<std::vector<int>>();
+  s.expect.exit_class = e["exit_class"].as<std::string>();
+  s.expect.exit_code = e["exit_code"].as<int>();
+  s.expect.pattern = e["pattern"].as<std::string>();
+  s.expect.op = e["op"].as<std::string>();
+  s.expect.hang_s = e["hang_s"].as<double>();
+  s.expect.factor = e["factor"].as<double>();
+  s.expect.after_step = e["after_step"].as<int64_t>();
+  if (s.expect.oracle == "error_signature" && s.expect.pattern.empty()) {
+    fail_at(path, doc["expect"], "expect.pattern", "the error_signature oracle needs a pattern");
+  }
+
+  s.run_timeout_s = r["timeouts"]["run_s"].as<double>();
+  s.comm_timeout_ms = r["timeouts"]["comm_ms"].as<int64_t>();
+  s.rendezvous_timeout_ms = r["timeouts"]["rendezvous_ms"].as<int64_t>();
+  for (auto it = r["env"].begin(); it != r["env"].end(); ++it) {
+    s.env[it->first.Scalar()] = it->second.Scalar();
+  }
+  if (r["rank_env"]) {
+    for (auto it = r["rank_env"].begin(); it != r["rank_env"].end(); ++it) {
+      const int rank = it->first.as<int>();
+      if (rank >= s.ranks) {
+        fail_at(path, it->first, "rank_env",
+                fmt::format("rank {} does not exist (allowed 0-{})", rank, s.ranks - 1));
+      }
+      for (auto v = it->second.begin(); v != it->second.end(); ++v) {
+        s.rank_env[rank][v->first.Scalar()] = v->second.Scalar();
+      }
+    }
+  }
+  r.remove("fix");
+  if (has_fix && !opts.apply_fix) r["fix"] = YAML::Clone(doc["fix"]);
+  s.resolved = r;
+  return s;
+}
+
+std::string schema_markdown() {
+  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& k : scenario_schema()) {
+    std::string range;
+    if ((k.type == K::kInt || k.type == K::kFloat) && k.min < k.max) {
+      range = fmt::format(" ({}-{})", k.min, k.max);
+    }
+    out += fmt::format("| `{}` | {}{} | {} | {}{} |\n", k.path, type_name(k), range,
+                       k.default_value.empty() ? "" : "`" + k.default_value + "`", k.doc,
+                       k.required ? " (required)" : "");
+  }
+  return out;
+}
+
+}  // namespace fl::harness

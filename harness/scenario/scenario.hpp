@@ -1,0 +1,118 @@
+// Scenarios: YAML files that say what to run, what to break and what should happen. Every key is
+// declared once in a schema table (type, default, allowed values, description); loading checks
+// the file against it strictly and reports the first problem as file:line:col, the key path and
+// what is allowed, suggesting the nearest key for a misspelt one. docs/scenarios.md is generated
+// from the same table (`faultline keys`).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "base/error.hpp"
+
+namespace fl::harness {
+
+class ScenarioError : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
+
+enum class KeyType { kSection, kString, kInt, kFloat, kBool, kEnum, kStringMap, kIntList, kList };
+
+struct KeySpec {
+  std::string path;  // "workload.data.samples"; list items: "faults[].plan"
+  KeyType type;
+  std::string default_value;  // YAML text; empty: no default
+  std::string doc;
+  std::vector<std::string> choices;  // kEnum
+  double min = 0, max = 0;           // kInt / kFloat when min < max
+  bool required = false;
+};
+
+const std::vector<KeySpec>& scenario_schema();
+// Markdown reference of every key (docs/scenarios.md's table).
+std::string schema_markdown();
+
+struct Taxonomy {
+  struct Symptom {
+    std::string id, name;
+    int stage = 0;
+  };
+  std::vector<Symptom> symptoms;
+  std::vector<std::string> root_causes;  // ids
+  std::vector<std::string> fix_patterns;  // ids
+  const Symptom* symptom(const std::string& id) const;
+};
+// scenarios/taxonomy.yaml of the source tree, or FAULTLINE_TAXONOMY.
+const Taxonomy& taxonomy();
+
+struct OutOfProcessFault {
+  std::string kind;  // signal, env, port_squat
+  int rank = -1;     // -1: every rank
+  int64_t step = -1;
+  std::string signal;  // signal
+  std::map<std::string, std::string> set;  // env
+  std::vector<std::string> unset;          // env
+};
+
+struct Expect {
+  std::string symptom;  // empty: none (a clean run)
+  std::string oracle;
+  double within_s = 0;  // 0: anywhere in the run
+  std::vector<int> ranks;
+  std::string exit_class;
+  int exit_code = -1;
+  std::string pattern;
+  std::string op;
+  double hang_s = 10;
+  double factor = 2.0;
+  int64_t after_step = -1;
+};
+
+struct Scenario {
+  std::string file;
+  std::string name, description;
+  std::string ref_issue, ref_url, ref_symptom, ref_root_cause, ref_fix_pattern;
+  // topology
+  int ranks = 1, nodes = 1, dp = 1, tp = 1, pp = 1, zero = 0;
+  std::string backend, launcher;
+  // workload
+  std::string kind, model, precision, schedule;
+  int64_t steps = 0, micro_batch = 0, grad_accum = 0, eval_every = 0;
+  int64_t samples = 0, data_seed = 0;
+  bool drop_last = false;
+  double lr = 0, clip = 0, loss_scale = 0, min_loss_scale = 0;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+  int64_t requests = 0, prompt_len = 0, new_tokens = 0;
+  std::vector<std::string> extra_args;
+  // faults
+  std::vector<std::string> plans;  // in-process, injector grammar
+  std::vector<OutOfProcessFault> oop_faults;
+  // expectation and timeouts
+  Expect expect;
+  double run_timeout_s = 0;
+  int64_t comm_timeout_ms = 0, rendezvous_timeout_ms = 0;
+  uint64_t seed = 0;
+  std::map<std::string, std::string> env;
+  std::map<int, std::map<std::string, std::string>> rank_env;
+  bool has_fix = false;
+
+  YAML::Node resolved;  // every key, defaults filled in (written to the run directory)
+};
+
+struct LoadOptions {
+  bool apply_fix = false;                // merge the scenario's `fix:` overrides
+  std::vector<std::string> overrides;    // "workload.steps=20" (YAML values), applied last
+};
+
+// Loads, merges `extends:` bases, applies the fix and overrides, validates and resolves.
+// Throws ScenarioError ("file:line:col: key: problem (allowed: ...)").
+Scenario load_scenario(const std::string& path, const LoadOptions& opts = {});
+
+}  // namespace fl::harness
