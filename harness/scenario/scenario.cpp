@@ -399,7 +399,6 @@ YAML::Node defaults() {
         k.path.rfind("fix", 0) == 0) {
       continue;
     }
-    YAML::Node cur = d;
     std::vector<std::string> parts;
     size_t start = 0;
     for (size_t dot; (dot = k.path.find('.', start)) != std::string::npos; start = dot + 1) {
@@ -434,13 +433,14 @@ void apply_override(YAML::Node& doc, const std::string& text, const std::string&
   }
   parts.push_back(path.substr(start));
   if (find_spec(schema_path(path)) == nullptr) {
+    // yaml-cpp's Node::operator= writes through, so walk with fresh handles.
     YAML::Node probe(YAML::NodeType::Map);
-    YAML::Node cur = probe;
+    std::vector<YAML::Node> chain{probe};
     for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
-      cur = cur[parts[i]];
+      chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      chain.push_back(chain.back()[parts[i]]);
     }
-    cur[parts.back()] = value;
+    chain.back()[parts.back()] = value;
     validate_map("--set " + path, probe, "");  // reports the unknown key with suggestions
   }
   std::vector<YAML::Node> stack{doc};
@@ -660,7 +660,12 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     for (auto it = r["rank_env"].begin(); it != r["rank_env"].end(); ++it) {
       const int rank = it->first.as<int>();
       if (rank >= s.ranks) {
-        fail_at(path, it->first, "rank_env",
+        // (yaml-cpp's Node::operator= writes through: keep the matching key in a fresh handle.)
+        std::optional<YAML::Node> at;
+        for (auto k = doc["rank_env"].begin(); k != doc["rank_env"].end(); ++k) {
+          if (k->first.Scalar() == it->first.Scalar()) at.emplace(k->first);
+        }
+        fail_at(path, at ? *at : doc["rank_env"], "rank_env",
                 fmt::format("rank {} does not exist (allowed 0-{})", rank, s.ranks - 1));
       }
       for (auto v = it->second.begin(); v != it->second.end(); ++v) {

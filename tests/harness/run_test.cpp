@@ -1,0 +1,315 @@
+// The harness end to end: 8 ranks under both launchers, a hang reproduced and its fix, history
+// replay, signal faults and live arming over the Control API, telemetry drop accounting, and a
+// teardown that leaves nothing behind when the harness itself is SIGKILLed.
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/proto/faultline.grpc.pb.h"
+#include "harness/run/controller.hpp"
+#include "harness/run/runner.hpp"
+#include "tests/support/process.hpp"
+#include "workloads/telemetry/telemetry.hpp"
+
+namespace fl::harness {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kExamples = FAULTLINE_SOURCE_DIR "/scenarios/examples/";
+
+struct CliRun {
+  test::ProcessResult proc;
+  std::string dir;
+  nlohmann::json verdict;
+};
+
+CliRun cli_run(const std::string& results, const std::string& scenario,
+               std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv{FAULTLINE_CLI, "run", scenario, "--results", results};
+  for (auto& e : extra) argv.push_back(e);
+  CliRun r;
+  r.proc = test::run_process(argv, {}, std::chrono::seconds(120));
+  for (auto& e : fs::directory_iterator(results)) {
+    if (!fs::exists(e.path() / "verdict.json")) continue;
+    if (r.dir.empty() || fs::last_write_time(e.path() / "history.jsonl") >
+                             fs::last_write_time(fs::path(r.dir) / "history.jsonl")) {
+      r.dir = e.path().string();
+    }
+  }
+  if (!r.dir.empty()) {
+    std::ifstream in(r.dir + "/verdict.json");
+    r.verdict = nlohmann::json::parse(in);
+  }
+  return r;
+}
+
+std::string results_dir() {
+  return test::fresh_test_dir("harness",
+                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+}
+
+TEST(HarnessRun, EightRanksUnderBothLaunchers) {
+  for (const char* launcher : {"local", "mpirun"}) {
+    const auto results = results_dir() + "-" + launcher;
+    fs::create_directories(results);
+    auto r = cli_run(results, kExamples + "clean-dp2-tp2.yaml",
+                     {"--set", "topology.ranks=8", "--set", "topology.dp=4", "--set",
+                      std::string("topology.launcher=") + launcher, "--set", "workload.steps=4"});
+    ASSERT_EQ(r.proc.exit_code, 0) << launcher << "\n" << r.proc.output;
+    EXPECT_EQ(r.verdict["outcome"], "pass");
+    EXPECT_NE(r.proc.output.find("all 8 ranks finished cleanly (last step 3)"), std::string::npos)
+        << r.proc.output;
+    // Every rank: a hello and its steps streamed, its own log and event file.
+    std::set<int> hello, stepped;
+    for (const auto& e : read_history(r.dir + "/history.jsonl")) {
+      if (e.source == "rank" && e.kind == "hello") hello.insert(e.rank);
+      if (e.source == "rank" && e.kind == "step" && e.step == 3) stepped.insert(e.rank);
+    }
+    EXPECT_EQ(hello.size(), 8u) << launcher;
+    EXPECT_EQ(stepped.size(), 8u) << launcher;
+    for (int rank = 0; rank < 8; ++rank) {
+      EXPECT_TRUE(fs::exists(fmt::format("{}/ranks/rank{}/events.jsonl", r.dir, rank)));
+    }
+    EXPECT_TRUE(fs::file_size(r.dir + "/ranks/rank0/output.log") > 0);
+    EXPECT_FALSE(fs::exists(r.dir + "/tmp"));
+    fs::remove_all(results);
+  }
+}
+
+TEST(HarnessRun, UnevenShardsHangIsReproducedAndTheFixClearsIt) {
+  const auto results = results_dir();
+  fs::create_directories(results);
+  auto hang = cli_run(results, kExamples + "uneven-batches-hang.yaml");
+  ASSERT_EQ(hang.proc.exit_code, 0) << hang.proc.output;
+  EXPECT_EQ(hang.verdict["outcome"], "pass");
+  EXPECT_EQ(hang.verdict["oracle"], "hang");
+  EXPECT_EQ(hang.verdict["step"], 3);
+  EXPECT_LT(hang.verdict["manifested_s"].get<double>(), 30.0);
+  // Re-judging the history offline gives the same verdict.
+  auto again = judge_run_dir(hang.dir);
+  EXPECT_EQ(again.to_json()["outcome"], hang.verdict["outcome"]);
+  EXPECT_EQ(again.explanation, hang.verdict["explanation"]);
+  EXPECT_EQ(again.ranks, hang.verdict["ranks"].get<std::vector<int>>());
+
+  auto fixed = cli_run(results, kExamples + "uneven-batches-hang.yaml", {"--fix"});
+  ASSERT_EQ(fixed.proc.exit_code, 0) << fixed.proc.output;
+  EXPECT_EQ(fixed.verdict["oracle"], "completed");
+  EXPECT_EQ(fixed.verdict["fix"], true);
+  fs::remove_all(results);
+}
+
+TEST(HarnessRun, FailedExpectationExitsOneAndBadInputExitsTwo) {
+  const auto results = results_dir();
+  fs::create_directories(results);
+  // The clean scenario expecting a hang: the oracle does not see one.
+  auto r = cli_run(results, kExamples + "clean-dp2-tp2.yaml",
+                   {"--set", "expect.oracle=hang", "--set", "expect.hang_s=30"});
+  EXPECT_EQ(r.proc.exit_code, 1) << r.proc.output;
+  EXPECT_EQ(r.verdict["outcome"], "fail");
+  auto bad = test::run_process({FAULTLINE_CLI, "run", kExamples + "clean-dp2-tp2.yaml", "--set",
+                                "topology.ranks=0"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("topology.ranks: 0 is out of range (allowed 1-256)"), std::string::npos)
+      << bad.output;
+  fs::remove_all(results);
+}
+
+TEST(HarnessRun, SignalFaultAtAStepAndLiveArmingThroughControl) {
+  const auto results = results_dir();
+  fs::create_directories(results);
+  // SIGKILL to rank 1 once it reports step 2: the rank ends by signal; the others time out.
+  auto s = load_scenario(kExamples + "clean-dp2-tp2.yaml",
+                         {false,
+                          {"workload.steps=400", "expect.oracle=exit_class",
+                           "expect.exit_class=signal", "expect.ranks=[1]",
+                           "faults=[{signal: KILL, rank: 1, step: 2}]", "timeouts.comm_ms=3000"}});
+  RunOptions o;
+  o.results_dir = results;
+  o.print_summary = false;
+  auto r = run_scenario(s, o);
+  EXPECT_EQ(r.verdict.outcome, "pass") << r.verdict.explanation;
+  EXPECT_EQ(r.verdict.ranks, std::vector<int>{1});
+
+  // Live: once rank 2 has stepped, arm a crash on its optimizer step over the Control API.
+  auto live = load_scenario(kExamples + "clean-dp2-tp2.yaml",
+                            {false,
+                             {"workload.steps=400", "expect.oracle=exit_class",
+                              "expect.exit_class=crash", "expect.ranks=[2]",
+                              "timeouts.comm_ms=3000"}});
+  std::thread client;
+  std::string reply_msg, list_msg;
+  bool reply_ok = false;
+  o.on_ready = [&](const std::string& addr, const std::string& dir) {
+    client = std::thread([&, addr, dir] {
+      for (int i = 0; i < 400; ++i) {
+        std::ifstream in(dir + "/history.jsonl");
+        std::string text((std::istreambuf_iterator<char>(in)), {});
+        if (text.find("\"kind\":\"step\",\"step\":2") != std::string::npos) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      }
+      auto stub = faultline::v1::Controller::NewStub(
+          grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+      faultline::v1::ControlRequest req;
+      req.set_action("arm_faults");
+      req.set_rank(2);
+      req.set_plan("optimizer.step=crash(SEGV)");
+      faultline::v1::ControlReply rep;
+      grpc::ClientContext ctx;
+      if (stub->Control(&ctx, req, &rep).ok()) {
+        reply_ok = rep.ok();
+        reply_msg = rep.message();
+      }
+      faultline::v1::ControlRequest list;
+      list.set_action("list_faults");
+      grpc::ClientContext ctx2;
+      if (stub->Control(&ctx2, list, &rep).ok() && rep.faults_size() > 0) list_msg = rep.faults(0);
+    });
+  };
+  auto r2 = run_scenario(live, o);
+  client.join();
+  EXPECT_TRUE(reply_ok) << reply_msg;
+  EXPECT_EQ(list_msg, "optimizer.step=crash(SEGV)");
+  EXPECT_EQ(r2.verdict.outcome, "pass") << r2.verdict.explanation;
+  EXPECT_EQ(r2.verdict.ranks, std::vector<int>{2});
+  bool fired = false;
+  for (const auto& e : read_history(r2.run_dir + "/history.jsonl")) {
+    fired |= e.kind == "fault_fired" && e.rank == 2;
+  }
+  EXPECT_TRUE(fired);
+  fs::remove_all(results);
+}
+
+// Processes whose environment names this run (workers, their helpers).
+std::vector<pid_t> processes_of_run(const std::string& run_id) {
+  std::vector<pid_t> out;
+  const std::string needle = "FAULTLINE_RUN_ID=" + run_id;
+  for (auto& e : fs::directory_iterator("/proc")) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e.path().filename().c_str()));
+    if (pid <= 0) continue;
+    std::ifstream in(e.path() / "environ");
+    std::string env((std::istreambuf_iterator<char>(in)), {});
+    if (env.find(needle) != std::string::npos) out.push_back(pid);
+  }
+  return out;
+}
+
+int zombies_named(const std::set<std::string>& names) {
+  int n = 0;
+  for (auto& e : fs::directory_iterator("/proc")) {
+    if (std::atoi(e.path().filename().c_str()) <= 0) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string stat;
+    std::getline(in, stat);
+    const auto lp = stat.find('('), rp = stat.rfind(')');
+    if (lp == std::string::npos || rp == std::string::npos || rp + 2 >= stat.size()) continue;
+    if (stat[rp + 2] == 'Z' && names.count(stat.substr(lp + 1, rp - lp - 1))) ++n;
+  }
+  return n;
+}
+
+std::set<std::string> tmp_entries() {
+  std::set<std::string> s;
+  for (auto& e : fs::directory_iterator(fs::temp_directory_path())) s.insert(e.path().string());
+  return s;
+}
+
+TEST(HarnessRun, SigkillOfTheHarnessLeavesNoWorkerZombieOrTempFile) {
+  const auto results = results_dir();
+  fs::create_directories(results);
+  for (const char* launcher : {"local", "mpirun"}) {
+    const auto before = tmp_entries();
+    const std::string id = std::string("sigkill-") + launcher;
+    const pid_t harness = ::fork();
+    if (harness == 0) {
+      ::freopen("/dev/null", "r", stdin);
+      ::freopen("/dev/null", "w", stdout);
+      ::execl(FAULTLINE_CLI, FAULTLINE_CLI, "run", (kExamples + "clean-dp2-tp2.yaml").c_str(),
+              "--results", results.c_str(), "--run-id", id.c_str(), "--set", "workload.steps=100000",
+              "--set", (std::string("topology.launcher=") + launcher).c_str(), nullptr);
+      ::_exit(127);
+    }
+    const std::string hist = results + "/" + id + "/history.jsonl";
+    bool stepping = false;
+    for (int i = 0; i < 600 && !stepping; ++i) {
+      std::ifstream in(hist);
+      std::string text((std::istreambuf_iterator<char>(in)), {});
+      stepping = text.find("\"kind\":\"step\",\"step\":3") != std::string::npos;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(stepping) << launcher;
+    ASSERT_FALSE(processes_of_run(id).empty());
+    ::kill(harness, SIGKILL);
+    ::waitpid(harness, nullptr, 0);
+    std::vector<pid_t> left;
+    for (int i = 0; i < 100; ++i) {
+      left = processes_of_run(id);
+      if (left.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(left.empty()) << launcher << ": " << left.size() << " processes of the run remain";
+    // Orphans of the run go to init, or to this process when an earlier test made it a child
+    // subreaper (run_scenario does): reap those, then no zombie of the run may be left anywhere.
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    EXPECT_EQ(zombies_named({"fl-train", "orted", "mpirun", "ompi-server", "faultline"}), 0)
+        << launcher;
+    // Nothing new in the system temp directory.
+    auto after = tmp_entries();
+    std::vector<std::string> added;
+    for (auto& a : after) {
+      if (!before.count(a) && a.find("faultline-harness") == std::string::npos) added.push_back(a);
+    }
+    EXPECT_TRUE(added.empty()) << launcher << ": " << (added.empty() ? "" : added[0]);
+    // The run directory stays readable: the history parses.
+    EXPECT_FALSE(read_history(hist).empty());
+  }
+  fs::remove_all(results);
+}
+
+TEST(Telemetry, BoundedQueueCountsEveryDropAndTheFileKeepsEverything) {
+  const auto dir = results_dir();
+  fs::create_directories(dir);
+  History history(dir + "/history.jsonl");
+  Controller ctl(history, [](const ControlAction&) { return ControlResult{}; });
+  const std::string addr = ctl.start("127.0.0.1:0");
+  telemetry::Options o;
+  o.events_file = dir + "/events.jsonl";
+  o.control_addr = addr;
+  o.queue_size = 8;  // tiny: a burst must overflow it
+  o.heartbeat_ms = 0;
+  telemetry::start(5, std::move(o));
+  constexpr int kEvents = 20000;
+  for (int i = 0; i < kEvents; ++i) telemetry::emit("step", "{}", i);
+  const auto st = telemetry::stats();
+  telemetry::stop();
+  EXPECT_EQ(st.emitted, static_cast<uint64_t>(kEvents));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const uint64_t got = ctl.events_ingested();
+  ctl.shutdown();
+  // Drops happened, were counted, and sent + dropped accounts for every event.
+  std::ifstream in(dir + "/events.jsonl");
+  int lines = 0;
+  for (std::string l; std::getline(in, l);) ++lines;
+  EXPECT_EQ(lines, kEvents);
+  EXPECT_GT(got, 0u);
+  EXPECT_LT(got, static_cast<uint64_t>(kEvents));
+  const auto drops = ctl.dropped();
+  ASSERT_TRUE(drops.count(5));
+  // The last batch carries the drop count as of its sending; drops after it are in the file.
+  EXPECT_GT(drops.at(5), 0u);
+  EXPECT_LE(got + drops.at(5), static_cast<uint64_t>(kEvents));
+  EXPECT_EQ(ctl.received().at(5).size(), got);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fl::harness

@@ -1,0 +1,171 @@
+// Scenario loading: every kind of bad input gets one exact error naming file:line:col, the key
+// path and what is allowed; extends / fix / --set merge as documented.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "harness/scenario/scenario.hpp"
+
+namespace fl::harness {
+namespace {
+
+class ScenarioTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("faultline-scenario-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    const auto p = (dir_ / name).string();
+    std::ofstream(p) << text;
+    return p;
+  }
+  std::string error_of(const std::string& text, LoadOptions o = {}) {
+    const auto p = write("s.yaml", text);
+    try {
+      load_scenario(p, o);
+    } catch (const ScenarioError& e) {
+      std::string m = e.what();
+      const auto at = m.find(p);
+      return at == std::string::npos ? m : "s.yaml" + m.substr(at + p.size());
+    }
+    return "no error";
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ScenarioTest, MinimalScenarioGetsEveryDefault) {
+  auto s = load_scenario(write("s.yaml", "name: a\n"));
+  EXPECT_EQ(s.ranks, 1);
+  EXPECT_EQ(s.launcher, "local");
+  EXPECT_EQ(s.backend, "mpi");
+  EXPECT_EQ(s.steps, 20);
+  EXPECT_EQ(s.expect.oracle, "completed");
+  EXPECT_EQ(s.seed, 7u);
+  EXPECT_EQ(s.resolved["workload"]["data"]["drop_last"].as<bool>(), false);
+}
+
+TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
+  EXPECT_EQ(error_of("name: a\nworkload:\n  stepz: 3\n"),
+            "s.yaml:3:3: workload.stepz: unknown key (did you mean 'steps'?) (allowed here: "
+            "kind, model, steps, precision, micro_batch, grad_accum, lr, clip, schedule, "
+            "eval_every, loss_scale, min_loss_scale, data, checkpoint, infer, args)");
+}
+
+TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {
+  EXPECT_EQ(error_of("name: a\nexpect: {oracle: hang, colour: red}\n"),
+            "s.yaml:2:24: expect.colour: unknown key (allowed here: symptom, oracle, within_s, "
+            "ranks, exit_class, exit_code, pattern, op, hang_s, factor, after_step)");
+}
+
+TEST_F(ScenarioTest, WrongTypeOutOfRangeAndBadEnum) {
+  EXPECT_EQ(error_of("name: a\ntopology:\n  ranks: four\n"),
+            "s.yaml:3:10: topology.ranks: expected integer, got 'four'");
+  EXPECT_EQ(error_of("name: a\ntopology: {ranks: 300}\n"),
+            "s.yaml:2:19: topology.ranks: 300 is out of range (allowed 1-256)");
+  EXPECT_EQ(error_of("name: a\ntopology: {launcher: srun}\n"),
+            "s.yaml:2:22: topology.launcher: 'srun' is not allowed (allowed: local, mpirun)");
+  EXPECT_EQ(error_of("name: a\nworkload: {data: {drop_last: maybe}}\n"),
+            "s.yaml:2:30: workload.data.drop_last: expected true/false, got 'maybe'");
+  EXPECT_EQ(error_of("name: a\nworkload: 3\n"), "s.yaml:2:11: workload: expected a map, got a scalar");
+}
+
+TEST_F(ScenarioTest, UnknownSymptomRootCauseAndFixPattern) {
+  const std::string e = error_of("name: a\nexpect: {symptom: \"4.13\", oracle: hang}\n");
+  EXPECT_EQ(e.substr(0, 62), "s.yaml:2:19: expect.symptom: unknown symptom id '4.13' (allowe");
+  EXPECT_NE(e.find("4.11, 4.12, 5.1"), std::string::npos) << e;
+  EXPECT_EQ(error_of("name: a\nreference: {fix_pattern: F9}\n").substr(0, 70),
+            "s.yaml:2:26: reference.fix_pattern: unknown fix pattern 'F9' (allowed:");
+}
+
+TEST_F(ScenarioTest, LayoutMustMatchTheRanks) {
+  EXPECT_EQ(error_of("name: a\ntopology: {ranks: 4, dp: 1, tp: 2}\n"),
+            "s.yaml:2:11: topology: dp 1 x tp 2 x pp 1 = 2 but ranks is 4 (they must be equal)");
+  auto s = load_scenario(write("ok.yaml", "name: a\ntopology: {ranks: 8, tp: 2, pp: 2}\n"));
+  EXPECT_EQ(s.dp, 2);
+}
+
+TEST_F(ScenarioTest, FaultsAreCheckedIncludingThePlanGrammar) {
+  const std::string e =
+      error_of("name: a\nfaults:\n  - plan: \"comm.all_reduce[rank=1]=50%frob\"\n");
+  EXPECT_EQ(e.substr(0, 37), "s.yaml:3:11: faults[0].plan: plan: at") << e;
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: STOP, plan: x}\n"),
+            "s.yaml:3:5: faults[0]: a fault has exactly one of plan, signal, env, port_squat");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: HUPP, rank: 0}\n"),
+            "s.yaml:3:14: faults[0].signal: 'HUPP' is not allowed (allowed: STOP, CONT, KILL, "
+            "TERM, SEGV, ABRT, INT)");
+}
+
+TEST_F(ScenarioTest, YamlSyntaxErrorsCarryThePosition) {
+  EXPECT_EQ(error_of("name: a\ntopology: {ranks: 2\n"),
+            "s.yaml:3:1: YAML syntax: end of map flow not found");
+}
+
+TEST_F(ScenarioTest, ExtendsMergesMapsAndTheVariantNamesItself) {
+  write("base.yaml",
+        "name: base\ntopology: {ranks: 4, dp: 4}\nworkload: {steps: 9, data: {samples: 66}}\n");
+  auto s = load_scenario(write("v.yaml",
+                               "name: variant\nextends: base.yaml\nworkload: {data: {drop_last: "
+                               "true}}\n"));
+  EXPECT_EQ(s.name, "variant");
+  EXPECT_EQ(s.ranks, 4);
+  EXPECT_EQ(s.steps, 9);
+  EXPECT_EQ(s.samples, 66);
+  EXPECT_TRUE(s.drop_last);
+  write("loop.yaml", "name: l\nextends: loop.yaml\n");
+  EXPECT_THROW(load_scenario((dir_ / "loop.yaml").string()), ScenarioError);
+}
+
+TEST_F(ScenarioTest, FixAndOverridesApplyLast) {
+  const auto p = write("s.yaml",
+                       "name: a\nexpect: {oracle: hang, symptom: \"4.11\"}\nfix: {workload: "
+                       "{data: {drop_last: true}}, expect: {oracle: completed, symptom: \"\"}}\n");
+  auto plain = load_scenario(p);
+  EXPECT_TRUE(plain.has_fix);
+  EXPECT_EQ(plain.expect.oracle, "hang");
+  auto fixed = load_scenario(p, {true, {"workload.steps=3"}});
+  EXPECT_EQ(fixed.expect.oracle, "completed");
+  EXPECT_TRUE(fixed.drop_last);
+  EXPECT_EQ(fixed.steps, 3);
+  try {
+    load_scenario(p, {false, {"workload.stpes=3"}});
+    FAIL();
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("workload.stpes: unknown key (did you mean 'steps'?)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(load_scenario(p, {false, {"workload.steps=many"}}), ScenarioError);
+}
+
+TEST_F(ScenarioTest, FixCannotRenameTheScenarioAndRankEnvNeedsRealRanks) {
+  EXPECT_EQ(error_of("name: a\nfix: {name: b}\n"), "s.yaml:2:7: fix.name: cannot be overridden by a fix");
+  EXPECT_EQ(error_of("name: a\ntopology: {ranks: 2}\nrank_env: {\"5\": {X: \"1\"}}\n"),
+            "s.yaml:3:12: rank_env: rank 5 does not exist (allowed 0-1)");
+}
+
+TEST_F(ScenarioTest, EveryShippedScenarioValidates) {
+  size_t n = 0;
+  for (auto& e : std::filesystem::recursive_directory_iterator(FAULTLINE_SOURCE_DIR "/scenarios")) {
+    if (e.path().extension() != ".yaml" || e.path().filename() == "taxonomy.yaml") continue;
+    if (e.path().parent_path().filename() == "suites") continue;
+    EXPECT_NO_THROW(load_scenario(e.path().string())) << e.path();
+    ++n;
+  }
+  EXPECT_GE(n, 2u);
+}
+
+TEST(Taxonomy, HasTheStudysCounts) {
+  const auto& t = taxonomy();
+  EXPECT_EQ(t.symptoms.size(), 34u);
+  EXPECT_EQ(t.root_causes.size(), 28u);
+  EXPECT_EQ(t.fix_patterns.size(), 6u);
+}
+
+}  // namespace
+}  // namespace fl::harness
