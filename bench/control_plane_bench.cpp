@@ -23,7 +23,8 @@ static int64_t now_ns() {
 }
 
 static void push(const std::string& addr, int rank, int batches, int per_batch, int pause_us) {
-  auto stub = pb::Controller::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  auto stub =
+      pb::Controller::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   auto stream = stub->Connect(&ctx);
   uint64_t seq = 0;
@@ -36,7 +37,8 @@ static void push(const std::string& addr, int rank, int batches, int per_batch, 
       e->set_time_unix_ns(now_ns());
       e->set_kind("collective");
       e->set_step(b);
-      e->set_data_json(R"({"op":"all_reduce","group":"dp","seq":12,"count":4096,"dtype":"fp32","peer":-1,"state":"completed"})");
+      e->set_data_json(
+          R"({"op":"all_reduce","group":"dp","seq":12,"count":4096,"dtype":"fp32","peer":-1,"state":"completed"})");
     }
     stream->Write(batch);
     if (pause_us > 0) std::this_thread::sleep_for(microseconds(pause_us));
@@ -50,9 +52,8 @@ static void phase(const char* name, int writers, int batches, int per_batch, int
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   fl::harness::History history((dir / "history.jsonl").string());
-  fl::harness::Controller ctl(history, [](const fl::harness::ControlAction&) {
-    return fl::harness::ControlResult{};
-  });
+  fl::harness::Controller ctl(
+      history, [](const fl::harness::ControlAction&) { return fl::harness::ControlResult{}; });
   const std::string addr = ctl.start("127.0.0.1:0");
   const uint64_t total = static_cast<uint64_t>(writers) * batches * per_batch;
   std::vector<int64_t> lat;
@@ -61,7 +62,8 @@ static void phase(const char* name, int writers, int batches, int per_batch, int
   std::atomic<size_t> seen{0};
   grpc::ClientContext ctx;
   std::thread sub([&] {
-    auto stub = pb::Controller::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+    auto stub =
+        pb::Controller::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
     pb::ObserveRequest req;
     req.add_kinds("collective");
     auto reader = stub->Observe(&ctx, req);
@@ -85,11 +87,13 @@ static void phase(const char* name, int writers, int batches, int per_batch, int
   sub.join();
   ctl.shutdown();
   std::sort(lat.begin(), lat.end());
-  auto pct = [&](double p) { return lat.empty() ? 0.0 : lat[static_cast<size_t>(p * (lat.size() - 1))] / 1e6; };
-  std::printf("%-8s %d writers x %d x %d events: ingest %.0f events/s; Observe saw %zu, latency "
-              "p50 %.2f ms p99 %.2f ms max %.2f ms\n",
-              name, writers, batches, per_batch, total / secs, lat.size(), pct(0.5), pct(0.99),
-              pct(1.0));
+  auto pct = [&](double p) {
+    return lat.empty() ? 0.0 : lat[static_cast<size_t>(p * (lat.size() - 1))] / 1e6;
+  };
+  std::printf(
+      "%-8s %d writers x %d x %d events: ingest %.0f events/s; Observe saw %zu, latency "
+      "p50 %.2f ms p99 %.2f ms max %.2f ms\n",
+      name, writers, batches, per_batch, total / secs, lat.size(), pct(0.5), pct(0.99), pct(1.0));
   std::filesystem::remove_all(dir);
 }
 

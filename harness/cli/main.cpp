@@ -138,8 +138,7 @@ int main(int argc, char** argv) {
   run->add_option("scenario", scenario_path, "Scenario YAML file")->required();
   run->add_flag("--fix", fix, "Apply the scenario's fix overrides (the symptom must clear)");
   run->add_option("--set", overrides, "Override a key: workload.steps=40 (repeatable)");
-  run->add_option("--results", ro.results_dir, "Where run directories go")
-      ->capture_default_str();
+  run->add_option("--results", ro.results_dir, "Where run directories go")->capture_default_str();
   run->add_option("--control", ro.control_addr, "Control-plane address (loopback or unix:PATH)")
       ->capture_default_str();
   run->add_option("--run-id", ro.run_id, "Run directory name (default: time-name-random)");

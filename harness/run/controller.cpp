@@ -162,8 +162,9 @@ struct Controller::Impl final : public pb::Controller::Service {
 
   grpc::Status Control(grpc::ServerContext* ctx, const pb::ControlRequest* r,
                        pb::ControlReply* reply) override {
-    ControlAction a{r->action(), r->rank(), r->signal() == 0 ? 9 : r->signal(), r->plan(),
-                    r->checkpoint(), r->requester().empty() ? ctx->peer() : r->requester()};
+    ControlAction a{
+        r->action(), r->rank(),       r->signal() == 0 ? 9 : r->signal(),
+        r->plan(),   r->checkpoint(), r->requester().empty() ? ctx->peer() : r->requester()};
     ControlResult res;
     try {
       res = on_control(a);
@@ -182,7 +183,9 @@ Controller::Controller(History& history,
                        std::function<ControlResult(const ControlAction&)> on_control)
     : impl_(std::make_unique<Impl>(history, std::move(on_control))) {}
 
-Controller::~Controller() { shutdown(); }
+Controller::~Controller() {
+  shutdown();
+}
 
 std::string Controller::start(const std::string& addr) {
   grpc::ServerBuilder b;
@@ -232,6 +235,8 @@ std::map<int, uint64_t> Controller::dropped() const {
   return impl_->drops;
 }
 
-uint64_t Controller::events_ingested() const { return impl_->ingested; }
+uint64_t Controller::events_ingested() const {
+  return impl_->ingested;
+}
 
 }  // namespace fl::harness

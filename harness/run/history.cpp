@@ -70,7 +70,9 @@ History::~History() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-int64_t History::now_ns() const { return mono_ns() - t0_; }
+int64_t History::now_ns() const {
+  return mono_ns() - t0_;
+}
 
 uint64_t History::append(HistoryEvent e) {
   std::lock_guard lock(mu_);

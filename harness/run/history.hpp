@@ -15,16 +15,16 @@
 namespace fl::harness {
 
 struct HistoryEvent {
-  uint64_t index = 0;    // position in the history
-  int64_t t_ns = 0;      // harness time, ns since the run started
-  std::string source;    // rank, harness, injector, detector:<name>, control
+  uint64_t index = 0;  // position in the history
+  int64_t t_ns = 0;    // harness time, ns since the run started
+  std::string source;  // rank, harness, injector, detector:<name>, control
   int rank = -1;
-  uint64_t seq = 0;      // the source's own counter (rank events)
+  uint64_t seq = 0;  // the source's own counter (rank events)
   int64_t time_unix_ns = 0;
   std::string kind;
   int64_t step = -1;
   std::string data_json = "{}";
-  bool late = false;     // recovered from a rank's local file after the stream missed it
+  bool late = false;  // recovered from a rank's local file after the stream missed it
 };
 
 std::string to_json_line(const HistoryEvent& e);

@@ -166,16 +166,19 @@ double median(std::vector<double> v) {
 
 const std::vector<std::string>& oracle_names() {
   static const std::vector<std::string> n = {
-      "completed",      "exit_class",      "error_signature",  "hang",
-      "comm_timeout",   "loss_nonfinite",  "loss_divergence",  "oom",
+      "completed",        "exit_class",      "error_signature",       "hang",
+      "comm_timeout",     "loss_nonfinite",  "loss_divergence",       "oom",
       "checkpoint_error", "output_mismatch", "throughput_degradation"};
   return n;
 }
 
 nlohmann::json Verdict::to_json() const {
-  return {{"outcome", outcome},         {"oracle", oracle},
-          {"symptom", symptom},         {"explanation", explanation},
-          {"manifested_s", manifested_s}, {"step", step},
+  return {{"outcome", outcome},
+          {"oracle", oracle},
+          {"symptom", symptom},
+          {"explanation", explanation},
+          {"manifested_s", manifested_s},
+          {"step", step},
           {"ranks", ranks}};
 }
 
@@ -218,8 +221,9 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
     return std::optional<Hit>();
   };
   auto error_of = [&](const std::string& klass, const char* what) {
-    hit = first(f.errors, [&](const Facts::Err& e) { return e.klass == klass; },
-                [&](const Facts::Err& e) { return fmt::format("{}: {}", what, e.message); });
+    hit = first(
+        f.errors, [&](const Facts::Err& e) { return e.klass == klass; },
+        [&](const Facts::Err& e) { return fmt::format("{}: {}", what, e.message); });
     absent = fmt::format("no rank reported {}", what);
   };
 
@@ -234,9 +238,9 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
       } else if (!std::count(bad.begin(), bad.end(), e.rank)) {
         bad.push_back(e.rank);
         if (why.empty()) {
-          why = fmt::format("rank {} ended with {} {}", e.rank, e.klass,
-                            e.signaled ? fmt::format("(signal {})", e.code)
-                                       : fmt::format("(exit {})", e.code));
+          why = fmt::format(
+              "rank {} ended with {} {}", e.rank, e.klass,
+              e.signaled ? fmt::format("(signal {})", e.code) : fmt::format("(exit {})", e.code));
         }
       }
     }
@@ -258,7 +262,8 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
     std::sort(bad.begin(), bad.end());
     v.ranks = bad;
     v.explanation = f.run_timeout ? "the run hit its timeout" + (why.empty() ? "" : "; " + why)
-                                  : why.empty() ? "not every rank finished" : why;
+                    : why.empty() ? "not every rank finished"
+                                  : why;
     return v;
   } else if (o == "exit_class") {
     hit = first(
@@ -268,7 +273,8 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
           if (x.exit_code >= 0 && (e.signaled || e.code != x.exit_code)) return false;
           if (x.exit_class == "any") return !e.by_harness;
           if (x.exit_class == "timeout") return e.by_harness && f.run_timeout;
-          if (x.exit_class == "oom_kill") return e.klass == "signal" && e.code == 9 && !e.by_harness;
+          if (x.exit_class == "oom_kill")
+            return e.klass == "signal" && e.code == 9 && !e.by_harness;
           return e.klass == x.exit_class && !e.by_harness;
         },
         [&](const Facts::Exit& e) {
@@ -282,29 +288,33 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
       re = std::regex(x.pattern, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
       v.outcome = "unknown";
-      v.explanation = fmt::format("expect.pattern '{}' is not a valid regex: {}", x.pattern,
-                                  e.what());
+      v.explanation =
+          fmt::format("expect.pattern '{}' is not a valid regex: {}", x.pattern, e.what());
       return v;
     }
-    hit = first(f.lines, [&](const Facts::Line& l) { return std::regex_search(l.text, re); },
-                [&](const Facts::Line& l) { return fmt::format("output matched: {}", l.text); });
+    hit = first(
+        f.lines, [&](const Facts::Line& l) { return std::regex_search(l.text, re); },
+        [&](const Facts::Line& l) { return fmt::format("output matched: {}", l.text); });
     absent = fmt::format("no rank printed a line matching /{}/", x.pattern);
   } else if (o == "hang") {
     hit = find_hang(x, f, end_ns);
     absent = fmt::format("step progress never stopped for {:.1f} s while ranks lived", x.hang_s);
   } else if (o == "comm_timeout") {
-    hit = first(f.timeouts, [&](const Facts::Coll& c) { return x.op.empty() || c.op == x.op; },
-                [&](const Facts::Coll& c) {
-                  return fmt::format("{} on group {} (seq {}) timed out", c.op, c.group, c.seq);
-                });
+    hit = first(
+        f.timeouts, [&](const Facts::Coll& c) { return x.op.empty() || c.op == x.op; },
+        [&](const Facts::Coll& c) {
+          return fmt::format("{} on group {} (seq {}) timed out", c.op, c.group, c.seq);
+        });
     if (!hit) {
-      hit = first(f.errors, [&](const Facts::Err& e) { return e.klass == "comm timeout" && x.op.empty(); },
-                  [&](const Facts::Err& e) { return "comm timeout: " + e.message; });
+      hit = first(
+          f.errors, [&](const Facts::Err& e) { return e.klass == "comm timeout" && x.op.empty(); },
+          [&](const Facts::Err& e) { return "comm timeout: " + e.message; });
     }
     absent = fmt::format("no {} timed out", x.op.empty() ? "collective" : x.op);
   } else if (o == "loss_nonfinite") {
-    hit = first(f.steps, [&](const Facts::Step& s) { return !s.loss.has_value(); },
-                [&](const Facts::Step& s) { return fmt::format("loss is not finite at step {}", s.step); });
+    hit = first(
+        f.steps, [&](const Facts::Step& s) { return !s.loss.has_value(); },
+        [&](const Facts::Step& s) { return fmt::format("loss is not finite at step {}", s.step); });
     if (!hit) error_of("loss scale", "a loss-scale failure");
     absent = "every loss was finite and no loss-scale failure was reported";
   } else if (o == "loss_divergence") {
@@ -331,8 +341,11 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
   } else if (o == "oom") {
     error_of("out of memory", "out of memory");
     if (!hit) {
-      hit = first(f.exits, [&](const Facts::Exit& e) { return e.signaled && e.code == 9 && !e.by_harness; },
-                  [&](const Facts::Exit& e) { return fmt::format("rank {} was SIGKILLed (OOM killer)", e.rank); });
+      hit = first(
+          f.exits, [&](const Facts::Exit& e) { return e.signaled && e.code == 9 && !e.by_harness; },
+          [&](const Facts::Exit& e) {
+            return fmt::format("rank {} was SIGKILLed (OOM killer)", e.rank);
+          });
     }
   } else if (o == "checkpoint_error") {
     error_of("checkpoint", "a checkpoint error");
@@ -360,8 +373,8 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
         }
       }
       std::sort(h.ranks.begin(), h.ranks.end());
-      h.what = fmt::format("ranks disagree on their output in group {}: {}", g,
-                           fmt::join(parts, "; "));
+      h.what =
+          fmt::format("ranks disagree on their output in group {}: {}", g, fmt::join(parts, "; "));
       hit = h;
       break;
     }
@@ -376,9 +389,8 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
       return v;
     }
     const int64_t first_step = per_step.begin()->first;
-    const int64_t split = x.after_step >= 0
-                              ? x.after_step
-                              : first_step + static_cast<int64_t>(per_step.size()) / 3;
+    const int64_t split =
+        x.after_step >= 0 ? x.after_step : first_step + static_cast<int64_t>(per_step.size()) / 3;
     std::vector<double> before, after;
     for (auto& [st, t] : per_step) {
       // The first step carries warm-up (allocation, first touches): leave it out of the baseline.
@@ -396,12 +408,17 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
       for (auto& s : f.steps) {
         if (s.step >= split && (t_at < 0 || s.t < t_at)) t_at = s.t;
       }
-      hit = Hit{t_at, split, {}, fmt::format("median step time {:.1f} ms from step {} vs {:.1f} ms "
-                                             "before ({:.2f}x, threshold {}x)",
-                                             a * 1e3, split, b * 1e3, a / b, x.factor)};
+      hit = Hit{t_at,
+                split,
+                {},
+                fmt::format("median step time {:.1f} ms from step {} vs {:.1f} ms "
+                            "before ({:.2f}x, threshold {}x)",
+                            a * 1e3, split, b * 1e3, a / b, x.factor)};
     } else {
-      absent = fmt::format("median step time {:.1f} ms from step {} vs {:.1f} ms before "
-                           "({:.2f}x < {}x)", a * 1e3, split, b * 1e3, a / b, x.factor);
+      absent = fmt::format(
+          "median step time {:.1f} ms from step {} vs {:.1f} ms before "
+          "({:.2f}x < {}x)",
+          a * 1e3, split, b * 1e3, a / b, x.factor);
     }
   }
 

@@ -18,7 +18,7 @@ struct Verdict {
   std::string outcome;  // pass, fail, unknown
   std::string oracle;
   std::string symptom;
-  std::string explanation;  // one sentence: what was (not) observed, where and when
+  std::string explanation;   // one sentence: what was (not) observed, where and when
   double manifested_s = -1;  // seconds from the first launch; -1: not observed
   int64_t step = -1;
   std::vector<int> ranks;

@@ -4,8 +4,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <utility>  // boost 1.74 asio uses std::exchange without including it
+// boost 1.74 asio uses std::exchange without including <utility>.
+#include <utility>
+
 #include <boost/asio.hpp>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -45,8 +48,9 @@ std::string worker_binary(const std::string& kind) {
 std::string make_run_id(const std::string& name) {
   const auto now = std::chrono::system_clock::now();
   std::random_device rd;
-  return fmt::format("{:%Y%m%d-%H%M%S}-{}-{:04x}", fmt::localtime(std::chrono::system_clock::to_time_t(now)),
-                     name, rd() & 0xffff);
+  return fmt::format("{:%Y%m%d-%H%M%S}-{}-{:04x}",
+                     fmt::localtime(std::chrono::system_clock::to_time_t(now)), name,
+                     rd() & 0xffff);
 }
 
 // A port nobody listens on now (bind to 0, read it back, close).
@@ -194,7 +198,8 @@ void Run::prepare() {
   dir_ = fs::absolute(fs::path(o_.results_dir) / id_).lexically_normal().string();
   if (fs::exists(dir_)) raise<Error>("{}: the run directory already exists", dir_);
   fs::create_directories(dir_ + "/tmp");
-  for (int r = 0; r < s_.ranks; ++r) fs::create_directories(fmt::format("{}/ranks/rank{}", dir_, r));
+  for (int r = 0; r < s_.ranks; ++r)
+    fs::create_directories(fmt::format("{}/ranks/rank{}", dir_, r));
   YAML::Emitter em;
   em << s_.resolved;
   write_atomic(dir_ + "/scenario.yaml", std::string(em.c_str()) + "\n");
@@ -259,7 +264,8 @@ void Run::launch_all(const std::string& resume_from) {
   if (s_.launcher == "local") {
     for (int r = 0; r < s_.ranks; ++r) {
       auto env = rank_env(r);
-      ProcessSpec p{fmt::format("rank {}", r), r, args, {}, fmt::format("{}/ranks/rank{}", dir_, r)};
+      ProcessSpec p{
+          fmt::format("rank {}", r), r, args, {}, fmt::format("{}/ranks/rank{}", dir_, r)};
       for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
       const pid_t pid = sup_->spawn(p);
       rank_pids_[r] = pid;
@@ -276,12 +282,15 @@ void Run::launch_all(const std::string& resume_from) {
     for (auto& [k, v] : env) {
       if (k.rfind("FAULTLINE_", 0) != 0 && k != "RANK" && k != "WORLD_SIZE" && k != "LOCAL_RANK" &&
           k != "LOCAL_WORLD_SIZE" && k != "NODE_RANK" && k != "MASTER_ADDR" && k != "MASTER_PORT" &&
-          k != "TMPDIR" && !s_.env.count(k) && !(s_.rank_env.count(r) && s_.rank_env.at(r).count(k))) {
+          k != "TMPDIR" && !s_.env.count(k) &&
+          !(s_.rank_env.count(r) && s_.rank_env.at(r).count(k))) {
         continue;  // the rest is inherited from mpirun's environment
       }
       if (v.find_first_of(" \t\n\"'") != std::string::npos || v.empty()) {
-        raise<Error>("launcher mpirun: rank {} variable {}='{}' has whitespace, quotes or is empty "
-                     "(an app file cannot carry it; use launcher: local)", r, k, v);
+        raise<Error>(
+            "launcher mpirun: rank {} variable {}='{}' has whitespace, quotes or is empty "
+            "(an app file cannot carry it; use launcher: local)",
+            r, k, v);
       }
       line += fmt::format(" -x {}={}", k, v);
     }
@@ -294,10 +303,12 @@ void Run::launch_all(const std::string& resume_from) {
     app += line + "\n";
   }
   write_atomic(dir_ + "/appfile", app);
-  ProcessSpec p{"mpirun", -1,
+  ProcessSpec p{"mpirun",
+                -1,
                 {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                  "--tag-output", "--app", dir_ + "/appfile"},
-                {}, dir_};
+                {},
+                dir_};
   for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
   p.env.push_back("TMPDIR=" + dir_ + "/tmp");
   p.tag_output = true;
@@ -311,8 +322,9 @@ void Run::launch_all(const std::string& resume_from) {
 void Run::on_line(int rank, const std::string& name, const std::string& stream,
                   const std::string& line) {
   const double t = static_cast<double>(hist_->now_ns()) / 1e9;
-  const std::string file = rank >= 0 ? fmt::format("{}/ranks/rank{}/output.log", dir_, rank)
-                                     : fmt::format("{}/{}.log", dir_, name == "mpirun" ? "mpirun" : "helpers");
+  const std::string file =
+      rank >= 0 ? fmt::format("{}/ranks/rank{}/output.log", dir_, rank)
+                : fmt::format("{}/{}.log", dir_, name == "mpirun" ? "mpirun" : "helpers");
   auto& out = logs_[rank >= 0 ? rank : (name == "mpirun" ? -1 : -2)];
   if (!out.is_open()) out.open(file, std::ios::app);
   out << fmt::format("[+{:.3f}s] [{}] {}\n", t, stream == "stdout" ? "out" : "err", line);
@@ -321,8 +333,11 @@ void Run::on_line(int rank, const std::string& name, const std::string& stream,
 }
 
 void Run::on_exit(const ExitInfo& x) {
-  nlohmann::json d = {{"pid", x.pid},       {"class", x.klass},          {"code", x.code},
-                      {"signaled", x.signaled}, {"by_harness", x.by_harness}};
+  nlohmann::json d = {{"pid", x.pid},
+                      {"class", x.klass},
+                      {"code", x.code},
+                      {"signaled", x.signaled},
+                      {"by_harness", x.by_harness}};
   if (x.signaled) d["signal"] = signal_name(x.code);
   if (x.rank >= 0) {
     hist_->harness("rank_exit", d, x.rank);
@@ -339,8 +354,11 @@ void Run::on_exit(const ExitInfo& x) {
     for (int r : std::set<int>(running_ranks_)) {
       if (!reported.count(r)) {
         hist_->harness("rank_exit",
-                       {{"pid", 0}, {"class", x.klass == "ok" ? "error" : x.klass},
-                        {"code", x.code}, {"signaled", x.signaled}, {"by_harness", x.by_harness},
+                       {{"pid", 0},
+                        {"class", x.klass == "ok" ? "error" : x.klass},
+                        {"code", x.code},
+                        {"signaled", x.signaled},
+                        {"by_harness", x.by_harness},
                         {"note", "no exit event from the rank; ended with mpirun"}},
                        r);
       }
@@ -386,10 +404,14 @@ void Run::tick() {
     if (pid == 0) continue;
     signals_fired_.insert(i);
     const int sig = signal_number(f.signal);
-    const bool ok = rank_pids_.count(f.rank) ? sup_->signal(pid, sig)
-                                              : sup_->signal_descendant(pid, sig);
-    hist_->harness("fault_injected", {{"fault", "signal"}, {"signal", "SIG" + f.signal},
-                                      {"pid", pid}, {"at_step", reached}, {"delivered", ok}},
+    const bool ok =
+        rank_pids_.count(f.rank) ? sup_->signal(pid, sig) : sup_->signal_descendant(pid, sig);
+    hist_->harness("fault_injected",
+                   {{"fault", "signal"},
+                    {"signal", "SIG" + f.signal},
+                    {"pid", pid},
+                    {"at_step", reached},
+                    {"delivered", ok}},
                    f.rank);
     injected_.push_back(fmt::format("SIG{} to rank {} at step {}", f.signal, f.rank, reached));
   }
@@ -403,7 +425,8 @@ void Run::tick() {
       if (hang_observed(s_.expect, h, now - 1'000'000'000)) {
         stopping_ = true;
         stop_reason_ = "hang established";
-        hist_->harness("watchdog_stop", {{"reason", "hang established"}, {"hang_s", s_.expect.hang_s}});
+        hist_->harness("watchdog_stop",
+                       {{"reason", "hang established"}, {"hang_s", s_.expect.hang_s}});
         io_.stop();
         return;
       }
@@ -441,7 +464,8 @@ ControlResult Run::control_on_io(const ControlAction& a) {
   };
   if (a.action == "kill_rank") {
     if (a.rank < 0 || a.rank >= s_.ranks) {
-      return done(false, fmt::format("rank {} does not exist (allowed 0-{})", a.rank, s_.ranks - 1));
+      return done(false,
+                  fmt::format("rank {} does not exist (allowed 0-{})", a.rank, s_.ranks - 1));
     }
     const pid_t pid = rank_pid(a.rank);
     if (pid == 0 || !running_ranks_.count(a.rank)) {
@@ -450,16 +474,18 @@ ControlResult Run::control_on_io(const ControlAction& a) {
     rec["signal"] = signal_name(a.signal);
     if (rank_pids_.count(a.rank)) sup_->mark_by_harness(pid);
     const bool ok = rank_pids_.count(a.rank) ? sup_->signal(pid, a.signal)
-                                              : sup_->signal_descendant(pid, a.signal);
-    return done(ok, ok ? fmt::format("sent {} to rank {} (pid {})", signal_name(a.signal), a.rank, pid)
-                       : fmt::format("rank {} (pid {}) is gone", a.rank, pid));
+                                             : sup_->signal_descendant(pid, a.signal);
+    return done(ok,
+                ok ? fmt::format("sent {} to rank {} (pid {})", signal_name(a.signal), a.rank, pid)
+                   : fmt::format("rank {} (pid {}) is gone", a.rank, pid));
   }
   if (a.action == "restart_job") {
     std::string from = a.checkpoint.empty() ? dir_ + "/checkpoints" : a.checkpoint;
     if (s_.kind != "train") return done(false, "restart_job needs a training workload");
     if (!fs::exists(from)) {
       return done(false, fmt::format("no checkpoint at {} (the scenario writes checkpoints when "
-                                     "workload.checkpoint.every > 0)", from));
+                                     "workload.checkpoint.every > 0)",
+                                     from));
     }
     restart_from_ = from;
     rec["from"] = from;
@@ -483,7 +509,10 @@ ControlResult Run::control_on_io(const ControlAction& a) {
     }
     auto env = rank_env(a.rank);
     const auto args = worker_args(s_, dir_, "");
-    ProcessSpec p{fmt::format("rank {}", a.rank), a.rank, args, {},
+    ProcessSpec p{fmt::format("rank {}", a.rank),
+                  a.rank,
+                  args,
+                  {},
                   fmt::format("{}/ranks/rank{}", dir_, a.rank)};
     for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
     const pid_t pid = sup_->spawn(p);
@@ -491,7 +520,8 @@ ControlResult Run::control_on_io(const ControlAction& a) {
     running_ranks_.insert(a.rank);
     hist_->harness("launch", {{"pid", pid}, {"launcher", "local"}, {"restart", true}}, a.rank);
     return done(true, fmt::format("rank {} relaunched (pid {}); it rejoins only a world that "
-                                  "waits for it", a.rank, pid));
+                                  "waits for it",
+                                  a.rank, pid));
   }
   if (a.action == "abort") {
     stopping_ = true;
@@ -549,10 +579,11 @@ void Run::merge_local_files() {
       ++late;
     }
     const auto d = drops.find(r);
-    hist_->harness("telemetry", {{"events_in_file", total},
-                                 {"streamed", it == got.end() ? 0 : it->second.size()},
-                                 {"recovered_from_file", late},
-                                 {"dropped_by_queue", d == drops.end() ? 0 : d->second}},
+    hist_->harness("telemetry",
+                   {{"events_in_file", total},
+                    {"streamed", it == got.end() ? 0 : it->second.size()},
+                    {"recovered_from_file", late},
+                    {"dropped_by_queue", d == drops.end() ? 0 : d->second}},
                    r);
   }
 }
@@ -571,13 +602,13 @@ void Run::print_summary(const RunResult& r) {
   }
   std::printf("  steps      %lld of %lld reached\n", static_cast<long long>(last + 1),
               static_cast<long long>(s_.steps));
-  std::printf("  injected   %s\n",
-              injected_.empty() && s_.plans.empty()
-                  ? "nothing"
-                  : fmt::format("{}", fmt::join(s_.plans, "; ")).c_str());
+  std::printf("  injected   %s\n", injected_.empty() && s_.plans.empty()
+                                       ? "nothing"
+                                       : fmt::format("{}", fmt::join(s_.plans, "; ")).c_str());
   for (auto& i : injected_) std::printf("             %s\n", i.c_str());
   std::printf("  observed   %s\n", r.verdict.explanation.c_str());
-  std::printf("  verdict    %s (oracle %s%s)\n", r.verdict.outcome.c_str(), r.verdict.oracle.c_str(),
+  std::printf("  verdict    %s (oracle %s%s)\n", r.verdict.outcome.c_str(),
+              r.verdict.oracle.c_str(),
               r.verdict.symptom.empty() ? "" : (", symptom " + r.verdict.symptom).c_str());
   if (!r.harness_error.empty()) std::printf("  harness    error: %s\n", r.harness_error.c_str());
   std::printf("  files      %s\n", dir_.c_str());
@@ -589,7 +620,8 @@ RunResult Run::go() {
   prepare();
   res.run_dir = dir_;
   try {
-    ctl_ = std::make_unique<Controller>(*hist_, [this](const ControlAction& a) { return control(a); });
+    ctl_ =
+        std::make_unique<Controller>(*hist_, [this](const ControlAction& a) { return control(a); });
     ctl_addr_ = ctl_->start(o_.control_addr);
     res.control_addr = ctl_addr_;
     hist_->add_listener([this](const HistoryEvent& e) {
@@ -605,24 +637,24 @@ RunResult Run::go() {
         }
       }
     });
-    hist_->harness("run_start", {{"run_id", id_},
-                                 {"scenario", s_.name},
-                                 {"fix", o_.fix},
-                                 {"ranks", s_.ranks},
-                                 {"nodes", s_.nodes},
-                                 {"layout", {{"dp", s_.dp}, {"tp", s_.tp}, {"pp", s_.pp}, {"zero", s_.zero}}},
-                                 {"launcher", s_.launcher},
-                                 {"backend", s_.backend},
-                                 {"seed", s_.seed},
-                                 {"control", ctl_addr_},
-                                 {"expect", {{"oracle", s_.expect.oracle}, {"symptom", s_.expect.symptom}}}});
+    hist_->harness("run_start",
+                   {{"run_id", id_},
+                    {"scenario", s_.name},
+                    {"fix", o_.fix},
+                    {"ranks", s_.ranks},
+                    {"nodes", s_.nodes},
+                    {"layout", {{"dp", s_.dp}, {"tp", s_.tp}, {"pp", s_.pp}, {"zero", s_.zero}}},
+                    {"launcher", s_.launcher},
+                    {"backend", s_.backend},
+                    {"seed", s_.seed},
+                    {"control", ctl_addr_},
+                    {"expect", {{"oracle", s_.expect.oracle}, {"symptom", s_.expect.symptom}}}});
     for (auto& p : s_.plans) hist_->harness("fault_armed", {{"plan", p}, {"via", "scenario"}});
     if (o_.on_ready) o_.on_ready(ctl_addr_, dir_);
     sup_ = std::make_unique<Supervisor>(
         io_,
-        [this](int rank, const std::string& name, const std::string& stream, const std::string& line) {
-          on_line(rank, name, stream, line);
-        },
+        [this](int rank, const std::string& name, const std::string& stream,
+               const std::string& line) { on_line(rank, name, stream, line); },
         [this](const ExitInfo& x) { on_exit(x); });
     master_port_ = free_port();
     for (auto& f : s_.oop_faults) {
@@ -631,21 +663,28 @@ RunResult Run::go() {
         hist_->harness("fault_injected", {{"fault", "port_squat"}, {"port", master_port_}});
         injected_.push_back(fmt::format("port {} held before launch", master_port_));
       } else if (f.kind == "env") {
-        hist_->harness("fault_injected", {{"fault", "env"}, {"set", f.set}, {"unset", f.unset}}, f.rank);
-        injected_.push_back(fmt::format("launch environment of {} changed", f.rank < 0 ? "every rank" : "rank " + std::to_string(f.rank)));
+        hist_->harness("fault_injected", {{"fault", "env"}, {"set", f.set}, {"unset", f.unset}},
+                       f.rank);
+        injected_.push_back(
+            fmt::format("launch environment of {} changed",
+                        f.rank < 0 ? "every rank" : "rank " + std::to_string(f.rank)));
       }
     }
     if (s_.launcher == "local" && s_.backend == "mpi" && s_.ranks > 1) {
       // MPI singletons find each other through an ompi-server (see join_singletons).
-      ProcessSpec p{"ompi-server", -1,
-                    {"ompi-server", "--no-daemonize", "-r", dir_ + "/tmp/ompi-server.uri"}, {}, dir_};
+      ProcessSpec p{"ompi-server",
+                    -1,
+                    {"ompi-server", "--no-daemonize", "-r", dir_ + "/tmp/ompi-server.uri"},
+                    {},
+                    dir_};
       for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
       p.env.push_back("TMPDIR=" + dir_ + "/tmp");
       p.env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
       p.env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
       ompi_server_ = sup_->spawn(p);
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!fs::exists(dir_ + "/tmp/ompi-server.uri") || fs::file_size(dir_ + "/tmp/ompi-server.uri") == 0) {
+      while (!fs::exists(dir_ + "/tmp/ompi-server.uri") ||
+             fs::file_size(dir_ + "/tmp/ompi-server.uri") == 0) {
         if (std::chrono::steady_clock::now() > until || !sup_->is_running(ompi_server_)) {
           raise<Error>("ompi-server did not start within 10 s (see {}/helpers.log)", dir_);
         }
@@ -655,7 +694,8 @@ RunResult Run::go() {
     }
     launch_all(s_.resume ? dir_ + "/checkpoints" : "");
     timeout_ = std::make_unique<boost::asio::steady_timer>(io_);
-    timeout_->expires_after(std::chrono::milliseconds(static_cast<int64_t>(s_.run_timeout_s * 1000)));
+    timeout_->expires_after(
+        std::chrono::milliseconds(static_cast<int64_t>(s_.run_timeout_s * 1000)));
     timeout_->async_wait([this](const boost::system::error_code& ec) {
       if (ec) return;
       stopping_ = true;
@@ -701,10 +741,10 @@ RunResult Run::go() {
   v["fix"] = o_.fix;
   if (!res.harness_error.empty()) v["harness_error"] = res.harness_error;
   write_atomic(dir_ + "/verdict.json", v.dump(2) + "\n");
-  res.exit_code = !res.harness_error.empty()        ? 2
-                  : res.verdict.outcome == "pass"   ? 0
-                  : res.verdict.outcome == "fail"   ? 1
-                                                    : 3;
+  res.exit_code = !res.harness_error.empty()      ? 2
+                  : res.verdict.outcome == "pass" ? 0
+                  : res.verdict.outcome == "fail" ? 1
+                                                  : 3;
   print_summary(res);
   return res;
 }

@@ -25,12 +25,11 @@ struct SigName {
   int sig;
   const char* name;
 };
-constexpr SigName kSignals[] = {{SIGHUP, "HUP"},   {SIGINT, "INT"},   {SIGQUIT, "QUIT"},
-                                {SIGILL, "ILL"},   {SIGABRT, "ABRT"}, {SIGBUS, "BUS"},
-                                {SIGFPE, "FPE"},   {SIGKILL, "KILL"}, {SIGSEGV, "SEGV"},
-                                {SIGPIPE, "PIPE"}, {SIGALRM, "ALRM"}, {SIGTERM, "TERM"},
-                                {SIGUSR1, "USR1"}, {SIGUSR2, "USR2"}, {SIGCONT, "CONT"},
-                                {SIGSTOP, "STOP"}};
+constexpr SigName kSignals[] = {
+    {SIGHUP, "HUP"},   {SIGINT, "INT"},   {SIGQUIT, "QUIT"}, {SIGILL, "ILL"},
+    {SIGABRT, "ABRT"}, {SIGBUS, "BUS"},   {SIGFPE, "FPE"},   {SIGKILL, "KILL"},
+    {SIGSEGV, "SEGV"}, {SIGPIPE, "PIPE"}, {SIGALRM, "ALRM"}, {SIGTERM, "TERM"},
+    {SIGUSR1, "USR1"}, {SIGUSR2, "USR2"}, {SIGCONT, "CONT"}, {SIGSTOP, "STOP"}};
 
 std::string resolve_exe(const std::string& name) {
   if (name.find('/') != std::string::npos) return name;
@@ -110,8 +109,10 @@ std::string classify_exit(bool signaled, int code) {
     case SIGBUS:
     case SIGILL:
     case SIGFPE:
-    case SIGABRT: return "crash";
-    default: return "signal";
+    case SIGABRT:
+      return "crash";
+    default:
+      return "signal";
   }
 }
 
@@ -223,8 +224,8 @@ pid_t Supervisor::spawn(const ProcessSpec& spec) {
 
 void Supervisor::read_more(std::shared_ptr<Child> c, int which) {
   c->pipes[which]->async_read_some(
-      boost::asio::buffer(c->buf[which]), [this, c, which](const boost::system::error_code& ec,
-                                                           size_t n) {
+      boost::asio::buffer(c->buf[which]),
+      [this, c, which](const boost::system::error_code& ec, size_t n) {
         auto emit = [&](std::string line) {
           int rank = c->spec.rank;
           std::string stream = which == 0 ? "stdout" : "stderr";

@@ -7,8 +7,11 @@
 
 #include <sys/types.h>
 
-#include <utility>  // boost 1.74 asio uses std::exchange without including it
+// boost 1.74 asio uses std::exchange without including <utility>.
+#include <utility>
+
 #include <boost/asio.hpp>
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,8 +21,8 @@
 namespace fl::harness {
 
 struct ProcessSpec {
-  std::string name;   // "rank 3", "mpirun", "ompi-server"
-  int rank = -1;      // -1: not a rank
+  std::string name;  // "rank 3", "mpirun", "ompi-server"
+  int rank = -1;     // -1: not a rank
   std::vector<std::string> argv;
   std::vector<std::string> env;  // NAME=value, the whole environment
   std::string cwd;
@@ -31,8 +34,8 @@ struct ExitInfo {
   int rank = -1;
   pid_t pid = 0;
   bool signaled = false;
-  int code = 0;    // exit status, or the signal number
-  std::string klass;  // ok, error, crash, signal (set by classify)
+  int code = 0;             // exit status, or the signal number
+  std::string klass;        // ok, error, crash, signal (set by classify)
   bool by_harness = false;  // killed during teardown or by a control action
 };
 

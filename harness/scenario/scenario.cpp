@@ -27,8 +27,8 @@ namespace {
 using K = KeyType;
 
 const std::vector<std::string> kOracles = {
-    "completed",   "exit_class",     "error_signature", "hang",
-    "comm_timeout", "loss_nonfinite", "loss_divergence", "oom",
+    "completed",        "exit_class",      "error_signature",       "hang",
+    "comm_timeout",     "loss_nonfinite",  "loss_divergence",       "oom",
     "checkpoint_error", "output_mismatch", "throughput_degradation"};
 
 }  // namespace
@@ -37,9 +37,15 @@ const std::vector<KeySpec>& scenario_schema() {
   static const std::vector<KeySpec> s = {
       {"name", K::kString, "", "Scenario name: letters, digits, '-', '_' and '.'", {}, 0, 0, true},
       {"description", K::kString, "\"\"", "What the scenario reproduces, in a sentence or two"},
-      {"extends", K::kString, "", "Base scenario file (relative to this one); this file's keys "
-                                  "override it, lists replace lists"},
-      {"seed", K::kInt, "7", "Seed of the data, the initialisation and every fault choice", {}, 0,
+      {"extends", K::kString, "",
+       "Base scenario file (relative to this one); this file's keys "
+       "override it, lists replace lists"},
+      {"seed",
+       K::kInt,
+       "7",
+       "Seed of the data, the initialisation and every fault choice",
+       {},
+       0,
        4294967295.0},
       {"reference", K::kSection, "", "Where the scenario comes from"},
       {"reference.issue", K::kString, "\"\"", "Reported issue, e.g. deepspeedai/DeepSpeed#2223"},
@@ -49,17 +55,30 @@ const std::vector<KeySpec>& scenario_schema() {
       {"reference.fix_pattern", K::kString, "\"\"", "Fix pattern id F1-F6"},
       {"topology", K::kSection, "", "Ranks, launcher, backend and parallel layout"},
       {"topology.ranks", K::kInt, "1", "Number of worker processes", {}, 1, 256},
-      {"topology.nodes", K::kInt, "1", "Simulated nodes (ranks are spread evenly; LOCAL_RANK "
-                                       "counts within a node)", {}, 1, 64},
+      {"topology.nodes",
+       K::kInt,
+       "1",
+       "Simulated nodes (ranks are spread evenly; LOCAL_RANK "
+       "counts within a node)",
+       {},
+       1,
+       64},
       {"topology.backend", K::kEnum, "mpi", "Data plane", {"mpi", "nccl"}},
-      {"topology.launcher", K::kEnum, "local", "local: fork/exec one process per rank; mpirun: an "
-                                               "MPMD app file", {"local", "mpirun"}},
+      {"topology.launcher",
+       K::kEnum,
+       "local",
+       "local: fork/exec one process per rank; mpirun: an "
+       "MPMD app file",
+       {"local", "mpirun"}},
       {"topology.dp", K::kInt, "0", "Data-parallel size (0: ranks / (tp x pp))", {}, 0, 256},
       {"topology.tp", K::kInt, "1", "Tensor-parallel size", {}, 1, 64},
       {"topology.pp", K::kInt, "1", "Pipeline-parallel size", {}, 1, 64},
       {"topology.zero", K::kInt, "0", "ZeRO stage", {}, 0, 3},
       {"workload", K::kSection, "", "What every rank runs"},
-      {"workload.kind", K::kEnum, "train", "train (fl-train) or infer (fl-infer)",
+      {"workload.kind",
+       K::kEnum,
+       "train",
+       "train (fl-train) or infer (fl-infer)",
        {"train", "infer"}},
       {"workload.model", K::kEnum, "tiny", "Model size", {"tiny", "small"}},
       {"workload.steps", K::kInt, "20", "Training steps", {}, 1, 1000000},
@@ -71,17 +90,32 @@ const std::vector<KeySpec>& scenario_schema() {
       {"workload.schedule", K::kEnum, "1f1b", "Pipeline schedule", {"1f1b", "gpipe"}},
       {"workload.eval_every", K::kInt, "0", "Evaluate every N steps (0: never)", {}, 0, 1000000},
       {"workload.loss_scale", K::kFloat, "65536", "Initial fp16 loss scale", {}, 0, 1e38},
-      {"workload.min_loss_scale", K::kFloat, "1", "Smallest fp16 loss scale before the run fails",
-       {}, 0, 1e38},
+      {"workload.min_loss_scale",
+       K::kFloat,
+       "1",
+       "Smallest fp16 loss scale before the run fails",
+       {},
+       0,
+       1e38},
       {"workload.data", K::kSection, "", "Synthetic corpus and sampler"},
-      {"workload.data.samples", K::kInt, "0", "Dataset size (0: the trainer's default)", {}, 0,
+      {"workload.data.samples",
+       K::kInt,
+       "0",
+       "Dataset size (0: the trainer's default)",
+       {},
+       0,
        1e9},
-      {"workload.data.drop_last", K::kBool, "false", "Drop the uneven tail (real frameworks "
-                                                     "default to false)"},
-      {"workload.data.seed", K::kInt, "0", "Data seed (0: the scenario seed)", {}, 0,
-       4294967295.0},
+      {"workload.data.drop_last", K::kBool, "false",
+       "Drop the uneven tail (real frameworks "
+       "default to false)"},
+      {"workload.data.seed", K::kInt, "0", "Data seed (0: the scenario seed)", {}, 0, 4294967295.0},
       {"workload.checkpoint", K::kSection, "", "Sharded checkpoints in the run directory"},
-      {"workload.checkpoint.every", K::kInt, "0", "Checkpoint every N steps (0: never)", {}, 0,
+      {"workload.checkpoint.every",
+       K::kInt,
+       "0",
+       "Checkpoint every N steps (0: never)",
+       {},
+       0,
        1e9},
       {"workload.checkpoint.resume", K::kBool, "false", "Resume from the run's latest checkpoint"},
       {"workload.infer", K::kSection, "", "Inference workload (kind: infer)"},
@@ -91,7 +125,10 @@ const std::vector<KeySpec>& scenario_schema() {
       {"workload.args", K::kList, "[]", "Extra worker arguments, appended as given (strings)"},
       {"faults", K::kList, "[]", "What to break: in-process plans and out-of-process faults"},
       {"faults[].plan", K::kString, "", "In-process fault plan (docs/injector.md grammar)"},
-      {"faults[].signal", K::kEnum, "", "Send this signal to `rank` once it reports `step`",
+      {"faults[].signal",
+       K::kEnum,
+       "",
+       "Send this signal to `rank` once it reports `step`",
        {"STOP", "CONT", "KILL", "TERM", "SEGV", "ABRT", "INT"}},
       {"faults[].env", K::kSection, "", "Change the launch environment of `rank` (or every rank)"},
       {"faults[].env.set", K::kStringMap, "{}", "Variables to set or replace"},
@@ -102,27 +139,64 @@ const std::vector<KeySpec>& scenario_schema() {
       {"expect", K::kSection, "", "What should happen: the oracle that judges the run"},
       {"expect.symptom", K::kString, "\"\"", "Symptom id the scenario reproduces (\"\": none)"},
       {"expect.oracle", K::kEnum, "completed", "Oracle deciding pass/fail", kOracles},
-      {"expect.within_s", K::kFloat, "0", "The symptom must show within this many seconds of "
-                                          "the start (0: any time)", {}, 0, 1e6},
+      {"expect.within_s",
+       K::kFloat,
+       "0",
+       "The symptom must show within this many seconds of "
+       "the start (0: any time)",
+       {},
+       0,
+       1e6},
       {"expect.ranks", K::kIntList, "[]", "Ranks the symptom must involve (empty: any)"},
-      {"expect.exit_class", K::kEnum, "any", "exit_class: how a rank must end",
+      {"expect.exit_class",
+       K::kEnum,
+       "any",
+       "exit_class: how a rank must end",
        {"any", "error", "crash", "signal", "oom_kill", "timeout"}},
       {"expect.exit_code", K::kInt, "-1", "exit_class: the exit status (-1: any)", {}, -1, 255},
       {"expect.pattern", K::kString, "\"\"", "error_signature: ECMAScript regex on rank output"},
-      {"expect.op", K::kString, "\"\"", "comm_timeout: the collective (all_reduce, ...; \"\": any)"},
-      {"expect.hang_s", K::kFloat, "10", "hang: seconds without step progress while ranks live",
-       {}, 0.1, 1e6},
-      {"expect.factor", K::kFloat, "2", "loss_divergence / throughput_degradation: ratio", {}, 1,
+      {"expect.op", K::kString, "\"\"",
+       "comm_timeout: the collective (all_reduce, ...; \"\": any)"},
+      {"expect.hang_s",
+       K::kFloat,
+       "10",
+       "hang: seconds without step progress while ranks live",
+       {},
+       0.1,
+       1e6},
+      {"expect.factor",
+       K::kFloat,
+       "2",
+       "loss_divergence / throughput_degradation: ratio",
+       {},
+       1,
        1e9},
-      {"expect.after_step", K::kInt, "-1", "throughput_degradation: first degraded step (-1: "
-                                           "the last two thirds)", {}, -1, 1e9},
-      {"fix", K::kSection, "", "Overrides (any keys above) that must clear the symptom; "
-                               "`faultline run --fix` applies them"},
+      {"expect.after_step",
+       K::kInt,
+       "-1",
+       "throughput_degradation: first degraded step (-1: "
+       "the last two thirds)",
+       {},
+       -1,
+       1e9},
+      {"fix", K::kSection, "",
+       "Overrides (any keys above) that must clear the symptom; "
+       "`faultline run --fix` applies them"},
       {"timeouts", K::kSection, "", "Deadlines"},
-      {"timeouts.run_s", K::kFloat, "120", "Whole run; the harness ends it after this", {}, 1,
+      {"timeouts.run_s",
+       K::kFloat,
+       "120",
+       "Whole run; the harness ends it after this",
+       {},
+       1,
        86400},
       {"timeouts.comm_ms", K::kInt, "30000", "Every collective's deadline", {}, 100, 1e8},
-      {"timeouts.rendezvous_ms", K::kInt, "20000", "How long a rank waits for the world", {}, 100,
+      {"timeouts.rendezvous_ms",
+       K::kInt,
+       "20000",
+       "How long a rank waits for the world",
+       {},
+       100,
        1e8},
       {"env", K::kStringMap, "{}", "Environment for every rank"},
       {"rank_env", K::kSection, "", "Per-rank environment: {\"2\": {VAR: value}}"},
@@ -134,15 +208,24 @@ namespace {
 
 std::string type_name(const KeySpec& k) {
   switch (k.type) {
-    case K::kSection: return "map";
-    case K::kString: return "string";
-    case K::kInt: return "integer";
-    case K::kFloat: return "number";
-    case K::kBool: return "true/false";
-    case K::kEnum: return "one of " + fmt::format("{}", fmt::join(k.choices, ", "));
-    case K::kStringMap: return "map of strings";
-    case K::kIntList: return "list of integers";
-    case K::kList: return "list";
+    case K::kSection:
+      return "map";
+    case K::kString:
+      return "string";
+    case K::kInt:
+      return "integer";
+    case K::kFloat:
+      return "number";
+    case K::kBool:
+      return "true/false";
+    case K::kEnum:
+      return "one of " + fmt::format("{}", fmt::join(k.choices, ", "));
+    case K::kStringMap:
+      return "map of strings";
+    case K::kIntList:
+      return "list of integers";
+    case K::kList:
+      return "list";
   }
   return "?";
 }
@@ -221,7 +304,8 @@ void check_scalar(const std::string& file, const YAML::Node& n, const std::strin
   if (!n.IsScalar()) bad(n.IsMap() ? "a map" : n.IsSequence() ? "a list" : "nothing");
   const std::string& v = n.Scalar();
   switch (k.type) {
-    case K::kString: break;
+    case K::kString:
+      break;
     case K::kInt: {
       int64_t x = 0;
       if (!YAML::convert<int64_t>::decode(n, x)) bad(fmt::format("'{}'", v));
@@ -245,7 +329,8 @@ void check_scalar(const std::string& file, const YAML::Node& n, const std::strin
                 fmt::format("'{}' is not allowed (allowed: {})", v, fmt::join(k.choices, ", ")));
       }
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -305,7 +390,8 @@ void validate(const std::string& file, const YAML::Node& node, const std::string
   if (sp.rfind("fix.", 0) == 0) sp = sp.substr(4);
   const KeySpec* k = find_spec(sp);
   if (k == nullptr) fail_at(file, node, path, "unknown key");
-  if (node.IsNull()) fail_at(file, node, path, fmt::format("expected {}, got nothing", type_name(*k)));
+  if (node.IsNull())
+    fail_at(file, node, path, fmt::format("expected {}, got nothing", type_name(*k)));
   switch (k->type) {
     case K::kSection:
       if (sp == "fix") return validate_map(file, node, "fix");
@@ -334,7 +420,8 @@ void validate(const std::string& file, const YAML::Node& node, const std::string
         if (sp == "faults") {
           validate_map(file, node[i], item);
           int kinds = 0;
-          for (const char* kk : {"plan", "signal", "env", "port_squat"}) kinds += node[i][kk] ? 1 : 0;
+          for (const char* kk : {"plan", "signal", "env", "port_squat"})
+            kinds += node[i][kk] ? 1 : 0;
           if (kinds != 1) {
             fail_at(file, node[i], item,
                     "a fault has exactly one of plan, signal, env, port_squat");
@@ -351,7 +438,8 @@ void validate(const std::string& file, const YAML::Node& node, const std::string
         }
       }
       return;
-    default: check_scalar(file, node, path, *k);
+    default:
+      check_scalar(file, node, path, *k);
   }
 }
 
@@ -486,8 +574,8 @@ const Taxonomy& taxonomy() {
     }
     for (const auto& st : doc["stages"]) {
       for (const auto& s : st["symptoms"]) {
-        out.symptoms.push_back({s["id"].as<std::string>(), s["name"].as<std::string>(),
-                                st["id"].as<int>()});
+        out.symptoms.push_back(
+            {s["id"].as<std::string>(), s["name"].as<std::string>(), st["id"].as<int>()});
       }
       for (const auto& r : st["root_causes"]) out.root_causes.push_back(r["id"].as<std::string>());
     }

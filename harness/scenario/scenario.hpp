@@ -44,7 +44,7 @@ struct Taxonomy {
     int stage = 0;
   };
   std::vector<Symptom> symptoms;
-  std::vector<std::string> root_causes;  // ids
+  std::vector<std::string> root_causes;   // ids
   std::vector<std::string> fix_patterns;  // ids
   const Symptom* symptom(const std::string& id) const;
 };
@@ -55,7 +55,7 @@ struct OutOfProcessFault {
   std::string kind;  // signal, env, port_squat
   int rank = -1;     // -1: every rank
   int64_t step = -1;
-  std::string signal;  // signal
+  std::string signal;                      // signal
   std::map<std::string, std::string> set;  // env
   std::vector<std::string> unset;          // env
 };
@@ -107,8 +107,8 @@ struct Scenario {
 };
 
 struct LoadOptions {
-  bool apply_fix = false;                // merge the scenario's `fix:` overrides
-  std::vector<std::string> overrides;    // "workload.steps=20" (YAML values), applied last
+  bool apply_fix = false;              // merge the scenario's `fix:` overrides
+  std::vector<std::string> overrides;  // "workload.steps=20" (YAML values), applied last
 };
 
 // Loads, merges `extends:` bases, applies the fix and overrides, validates and resolves.

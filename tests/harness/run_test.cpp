@@ -1,8 +1,8 @@
 // The harness end to end: 8 ranks under both launchers, a hang reproduced and its fix, history
 // replay, signal faults and live arming over the Control API, telemetry drop accounting, and a
 // teardown that leaves nothing behind when the harness itself is SIGKILLed.
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -116,8 +116,8 @@ TEST(HarnessRun, FailedExpectationExitsOneAndBadInputExitsTwo) {
                    {"--set", "expect.oracle=hang", "--set", "expect.hang_s=30"});
   EXPECT_EQ(r.proc.exit_code, 1) << r.proc.output;
   EXPECT_EQ(r.verdict["outcome"], "fail");
-  auto bad = test::run_process({FAULTLINE_CLI, "run", kExamples + "clean-dp2-tp2.yaml", "--set",
-                                "topology.ranks=0"});
+  auto bad = test::run_process(
+      {FAULTLINE_CLI, "run", kExamples + "clean-dp2-tp2.yaml", "--set", "topology.ranks=0"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("topology.ranks: 0 is out of range (allowed 1-256)"), std::string::npos)
       << bad.output;
@@ -128,11 +128,11 @@ TEST(HarnessRun, SignalFaultAtAStepAndLiveArmingThroughControl) {
   const auto results = results_dir();
   fs::create_directories(results);
   // SIGKILL to rank 1 once it reports step 2: the rank ends by signal; the others time out.
-  auto s = load_scenario(kExamples + "clean-dp2-tp2.yaml",
-                         {false,
-                          {"workload.steps=400", "expect.oracle=exit_class",
-                           "expect.exit_class=signal", "expect.ranks=[1]",
-                           "faults=[{signal: KILL, rank: 1, step: 2}]", "timeouts.comm_ms=3000"}});
+  auto s = load_scenario(
+      kExamples + "clean-dp2-tp2.yaml",
+      {false,
+       {"workload.steps=400", "expect.oracle=exit_class", "expect.exit_class=signal",
+        "expect.ranks=[1]", "faults=[{signal: KILL, rank: 1, step: 2}]", "timeouts.comm_ms=3000"}});
   RunOptions o;
   o.results_dir = results;
   o.print_summary = false;
@@ -141,11 +141,11 @@ TEST(HarnessRun, SignalFaultAtAStepAndLiveArmingThroughControl) {
   EXPECT_EQ(r.verdict.ranks, std::vector<int>{1});
 
   // Live: once rank 2 has stepped, arm a crash on its optimizer step over the Control API.
-  auto live = load_scenario(kExamples + "clean-dp2-tp2.yaml",
-                            {false,
-                             {"workload.steps=400", "expect.oracle=exit_class",
-                              "expect.exit_class=crash", "expect.ranks=[2]",
-                              "timeouts.comm_ms=3000"}});
+  auto live =
+      load_scenario(kExamples + "clean-dp2-tp2.yaml",
+                    {false,
+                     {"workload.steps=400", "expect.oracle=exit_class", "expect.exit_class=crash",
+                      "expect.ranks=[2]", "timeouts.comm_ms=3000"}});
   std::thread client;
   std::string reply_msg, list_msg;
   bool reply_ok = false;
@@ -237,8 +237,9 @@ TEST(HarnessRun, SigkillOfTheHarnessLeavesNoWorkerZombieOrTempFile) {
       ::freopen("/dev/null", "r", stdin);
       ::freopen("/dev/null", "w", stdout);
       ::execl(FAULTLINE_CLI, FAULTLINE_CLI, "run", (kExamples + "clean-dp2-tp2.yaml").c_str(),
-              "--results", results.c_str(), "--run-id", id.c_str(), "--set", "workload.steps=100000",
-              "--set", (std::string("topology.launcher=") + launcher).c_str(), nullptr);
+              "--results", results.c_str(), "--run-id", id.c_str(), "--set",
+              "workload.steps=100000", "--set",
+              (std::string("topology.launcher=") + launcher).c_str(), nullptr);
       ::_exit(127);
     }
     const std::string hist = results + "/" + id + "/history.jsonl";

@@ -72,7 +72,8 @@ TEST_F(ScenarioTest, WrongTypeOutOfRangeAndBadEnum) {
             "s.yaml:2:22: topology.launcher: 'srun' is not allowed (allowed: local, mpirun)");
   EXPECT_EQ(error_of("name: a\nworkload: {data: {drop_last: maybe}}\n"),
             "s.yaml:2:30: workload.data.drop_last: expected true/false, got 'maybe'");
-  EXPECT_EQ(error_of("name: a\nworkload: 3\n"), "s.yaml:2:11: workload: expected a map, got a scalar");
+  EXPECT_EQ(error_of("name: a\nworkload: 3\n"),
+            "s.yaml:2:11: workload: expected a map, got a scalar");
 }
 
 TEST_F(ScenarioTest, UnknownSymptomRootCauseAndFixPattern) {
@@ -144,7 +145,8 @@ TEST_F(ScenarioTest, FixAndOverridesApplyLast) {
 }
 
 TEST_F(ScenarioTest, FixCannotRenameTheScenarioAndRankEnvNeedsRealRanks) {
-  EXPECT_EQ(error_of("name: a\nfix: {name: b}\n"), "s.yaml:2:7: fix.name: cannot be overridden by a fix");
+  EXPECT_EQ(error_of("name: a\nfix: {name: b}\n"),
+            "s.yaml:2:7: fix.name: cannot be overridden by a fix");
   EXPECT_EQ(error_of("name: a\ntopology: {ranks: 2}\nrank_env: {\"5\": {X: \"1\"}}\n"),
             "s.yaml:3:12: rank_env: rank 5 does not exist (allowed 0-1)");
 }

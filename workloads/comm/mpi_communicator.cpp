@@ -7,9 +7,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <functional>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "workloads/comm/device_copy.hpp"
@@ -451,11 +451,13 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(int rank, int wor
   mpi_init_once();
   int mpi_size = mpi_world_size();
   MPI_Comm base = MPI_COMM_WORLD;
-  const bool singleton = mpi_size == 1 && world_size > 1 &&
-                         std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr;
+  const bool singleton =
+      mpi_size == 1 && world_size > 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr;
   if (singleton && store == nullptr) {
-    raise<CommError>("[rank {}] MPI started 1 process but the world size is {}, and there is no "
-                     "rendezvous store to join singleton ranks through", rank, world_size);
+    raise<CommError>(
+        "[rank {}] MPI started 1 process but the world size is {}, and there is no "
+        "rendezvous store to join singleton ranks through",
+        rank, world_size);
   }
   if (singleton) {
     if (rank < 0 || rank >= world_size) {

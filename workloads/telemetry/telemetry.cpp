@@ -1,10 +1,10 @@
 #include "workloads/telemetry/telemetry.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <atomic>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -32,7 +32,7 @@ class Emitter {
       file_ = std::fopen(opt_.events_file.c_str(), "a");
       if (file_ == nullptr) {
         spdlog::warn("telemetry: cannot open events file {}: {}", opt_.events_file,
-                  std::strerror(errno));
+                     std::strerror(errno));
       }
     }
     transport_ = std::move(opt_.transport);
@@ -41,7 +41,8 @@ class Emitter {
       transport_ = connect_transport(opt_.control_addr, rank_, opt_.on_command, &why);
       if (!transport_) {
         spdlog::warn("telemetry: rank {} streams nothing to {} ({}); events stay in {}", rank_,
-                  opt_.control_addr, why, opt_.events_file.empty() ? "no file" : opt_.events_file);
+                     opt_.control_addr, why,
+                     opt_.events_file.empty() ? "no file" : opt_.events_file);
       }
     }
     connected_ = transport_ != nullptr;
@@ -188,7 +189,9 @@ std::atomic<Emitter*> g_active{nullptr};
 
 }  // namespace
 
-std::string quote(std::string_view s) { return nlohmann::json(std::string(s)).dump(); }
+std::string quote(std::string_view s) {
+  return nlohmann::json(std::string(s)).dump();
+}
 
 std::string to_json_line(const Event& e) {
   return fmt::format(
@@ -212,7 +215,9 @@ void start(int rank, Options options) {
   g_active.store(g_emitter.get(), std::memory_order_release);
 }
 
-bool started() { return g_active.load(std::memory_order_acquire) != nullptr; }
+bool started() {
+  return g_active.load(std::memory_order_acquire) != nullptr;
+}
 
 void emit(std::string_view kind, std::string data_json, int64_t step) {
   Emitter* e = g_active.load(std::memory_order_acquire);

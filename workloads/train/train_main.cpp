@@ -66,12 +66,12 @@ int main(int argc, char** argv) {
     acct.set_rank(b.comm->rank());
     auto topo = parallel::build_topology(*b.comm, cfg.layout, cfg.model);
     train::Trainer trainer(cfg, topo, acct);
-    telemetry::emit("layout", fmt::format("{{\"dp\":{},\"tp\":{},\"pp\":{},\"zero\":{},"
-                                          "\"dp_rank\":{},\"tp_rank\":{},\"pp_rank\":{},"
-                                          "\"steps\":{},\"precision\":\"{}\"}}",
-                                          cfg.layout.dp, cfg.layout.tp, cfg.layout.pp,
-                                          cfg.layout.zero, topo.dp_rank, topo.tp_rank,
-                                          topo.pp_rank, cfg.steps, precision));
+    telemetry::emit("layout",
+                    fmt::format("{{\"dp\":{},\"tp\":{},\"pp\":{},\"zero\":{},"
+                                "\"dp_rank\":{},\"tp_rank\":{},\"pp_rank\":{},"
+                                "\"steps\":{},\"precision\":\"{}\"}}",
+                                cfg.layout.dp, cfg.layout.tp, cfg.layout.pp, cfg.layout.zero,
+                                topo.dp_rank, topo.tp_rank, topo.pp_rank, cfg.steps, precision));
     const bool printer = b.comm->rank() == 0;
     std::ofstream metrics;
     if (printer && !metrics_path.empty()) metrics.open(metrics_path);
