@@ -14,6 +14,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
+
 #include "base/counter_rng.hpp"
 #include "base/settings.hpp"
 
@@ -37,12 +39,6 @@ constexpr std::pair<Action, std::string_view> kActions[] = {
     {Action::kDrop, "drop"},     {Action::kReorder, "reorder"}, {Action::kResize, "resize"},
     {Action::kRetype, "retype"}, {Action::kDelay, "delay"},
 };
-
-// Actions whose effect needs the harness or collective plumbing that is not built yet.
-bool needs_harness(Action a) {
-  return a == Action::kPause || a == Action::kTruncate || a == Action::kReorder ||
-         a == Action::kResize || a == Action::kRetype;
-}
 
 std::string allowed_actions() {
   std::string s;
@@ -124,12 +120,17 @@ class Parser {
       ++pos_;
       for (;;) {
         size_t at = pos_;
-        std::string key = name("a filter (rank, step, seq, micro_batch, group, skip, every)");
+        std::string key =
+            name("a filter (rank, node, step, seq, micro_batch, eval, group, skip, every)");
         expect('=', "'=' after filter '" + key + "'");
         if (key == "rank")
           e.rank = range(key);
+        else if (key == "node")
+          e.node = range(key);
         else if (key == "step")
           e.step = range(key);
+        else if (key == "eval")
+          e.eval = range(key);
         else if (key == "seq")
           e.seq = range(key);
         else if (key == "micro_batch")
@@ -142,7 +143,7 @@ class Parser {
           e.every = integer("a count for 'every'");
         else {
           pos_ = at;
-          fail("a filter (rank, step, seq, micro_batch, group, skip, every)");
+          fail("a filter (rank, node, step, seq, micro_batch, eval, group, skip, every)");
         }
         if (e.skip < 0 || e.every < 1) {
           pos_ = at;
@@ -225,6 +226,14 @@ class Parser {
         pos_ = b;
         fail("a number as the argument of '" + a + "'");
       }
+      if (t.action == Action::kRetype && !parse_dtype(t.arg)) {
+        pos_ = b;
+        fail("a dtype (fp32, fp16, bf16, fp64, int32, int64, uint8) as the argument of 'retype'");
+      }
+    }
+    if (t.arg.empty() && (t.action == Action::kResize || t.action == Action::kRetype ||
+                          t.action == Action::kTruncate || t.action == Action::kLeak)) {
+      fail("'(' and an argument after '" + a + "'");
     }
     return t;
   }
@@ -252,6 +261,8 @@ struct Armed {
   std::vector<FiredRecord> fired;
   std::vector<void*> leaks;
   std::function<void(const FiredRecord&)> observer;
+  std::unordered_map<std::string_view, uint64_t> evals;  // evaluations per site name
+  std::atomic<uint64_t> generation{0};                   // bumped by every arm and disarm
 };
 
 Armed& armed() {
@@ -305,6 +316,29 @@ Verdict apply(const Term& t, SiteContext& ctx, uint64_t k) {
       return Verdict::kProceed;
     case Action::kHang:
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    case Action::kPause: {
+      // Until the plan is cleared or replaced (Control clear_faults / arm_faults, or disarm()).
+      const uint64_t g = armed().generation.load();
+      while (armed().generation.load() == g)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return Verdict::kProceed;
+    }
+    case Action::kReorder:
+      return Verdict::kDefer;
+    case Action::kResize: {
+      const auto delta = static_cast<int64_t>(t.number);
+      const auto n = static_cast<int64_t>(ctx.count) + delta;
+      ctx.count = n < 0 ? 0 : static_cast<size_t>(n);
+      return Verdict::kAlter;
+    }
+    case Action::kTruncate: {
+      const size_t cut = std::min(ctx.count, static_cast<size_t>(t.number));
+      ctx.count -= cut;
+      return Verdict::kAlter;
+    }
+    case Action::kRetype:
+      ctx.dtype = *parse_dtype(t.arg);
+      return Verdict::kAlter;
     case Action::kCrash: {
       int sig = t.arg.empty() ? SIGSEGV : static_cast<int>(t.number);
       if (sig == 0) sig = SIGSEGV;
@@ -357,9 +391,11 @@ Verdict apply(const Term& t, SiteContext& ctx, uint64_t k) {
   }
 }
 
-bool matches(const Entry& e, const Site& site, const SiteContext& ctx) {
+bool matches(const Entry& e, const Site& site, const SiteContext& ctx, uint64_t eval) {
+  if (e.eval && !e.eval->contains(static_cast<int64_t>(eval))) return false;
   if (e.site != site.name) return false;
   if (e.rank && !e.rank->contains(current_rank())) return false;
+  if (e.node && !e.node->contains(current_node())) return false;
   if (e.step && !e.step->contains(current_step())) return false;
   if (e.seq && !e.seq->contains(ctx.seq)) return false;
   if (e.micro_batch && !e.micro_batch->contains(ctx.micro_batch)) return false;
@@ -370,8 +406,9 @@ bool matches(const Entry& e, const Site& site, const SiteContext& ctx) {
 Verdict handler(Site& site, SiteContext& ctx) {
   Armed& a = armed();
   std::unique_lock lock(a.mu);
+  const uint64_t eval = a.evals[site.name]++;
   for (auto& st : a.entries) {
-    if (!matches(st.entry, site, ctx)) continue;
+    if (!matches(st.entry, site, ctx, eval)) continue;
     const uint64_t hit = st.hits++;
     if (hit < static_cast<uint64_t>(st.entry.skip)) continue;
     if ((hit - static_cast<uint64_t>(st.entry.skip)) % static_cast<uint64_t>(st.entry.every) != 0)
@@ -391,14 +428,16 @@ Verdict handler(Site& site, SiteContext& ctx) {
                     current_step(),
                     ctx.seq,
                     hit,
+                    eval,
                     std::string(action_name(t.action)) + (t.arg.empty() ? "" : "(" + t.arg + ")")};
     a.fired.push_back(rec);
     if (!a.log_path.empty()) {
       std::ofstream out(a.log_path, std::ios::app);
       out << fmt::format(
-          "{{\"site\":\"{}\",\"rank\":{},\"step\":{},\"seq\":{},\"hit\":{},\"action\":\"{}\","
-          "\"file\":\"{}\",\"line\":{}}}\n",
-          rec.site, rec.rank, rec.step, rec.seq, rec.hit, rec.action, site.file, site.line);
+          "{{\"site\":\"{}\",\"rank\":{},\"step\":{},\"seq\":{},\"hit\":{},\"eval\":{},"
+          "\"action\":\"{}\",\"file\":\"{}\",\"line\":{}}}\n",
+          rec.site, rec.rank, rec.step, rec.seq, rec.hit, rec.eval, rec.action, site.file,
+          site.line);
     }
     auto observer = a.observer;
     lock.unlock();  // the action may sleep, hang or end the process
@@ -431,7 +470,9 @@ std::string to_string(const Plan& plan) {
       return x.lo == x.hi ? std::to_string(x.lo) : fmt::format("{}-{}", x.lo, x.hi);
     };
     if (e.rank) f.push_back("rank=" + r(*e.rank));
+    if (e.node) f.push_back("node=" + r(*e.node));
     if (e.step) f.push_back("step=" + r(*e.step));
+    if (e.eval) f.push_back("eval=" + r(*e.eval));
     if (e.seq) f.push_back("seq=" + r(*e.seq));
     if (e.micro_batch) f.push_back("micro_batch=" + r(*e.micro_batch));
     if (e.group) f.push_back("group=" + *e.group);
@@ -456,24 +497,16 @@ std::string to_string(const Plan& plan) {
 }
 
 void arm(Plan plan, uint64_t seed, const std::string& fired_log_path) {
-  for (auto& e : plan.entries) {
-    for (auto& t : e.terms) {
-      if (needs_harness(t.action)) {
-        raise<PlanError>(
-            "fault plan: action '{}' at site '{}' needs the harness's control plane "
-            "and is not available in standalone use yet",
-            action_name(t.action), e.site);
-      }
-    }
-  }
   Armed& a = armed();
   {
     std::lock_guard lock(a.mu);
+    a.evals.clear();
     a.entries.clear();
     for (auto& e : plan.entries) a.entries.push_back({std::move(e), 0, 0, 0});
     a.seed = seed;
     a.log_path = fired_log_path;
     a.fired.clear();
+    a.generation.fetch_add(1);
   }
   install_handler(a.entries.empty() ? nullptr : &handler);
 }
@@ -483,6 +516,7 @@ void disarm() {
   Armed& a = armed();
   std::lock_guard lock(a.mu);
   a.entries.clear();
+  a.generation.fetch_add(1);  // releases paused sites
 }
 
 bool arm_from_env() {
@@ -509,6 +543,44 @@ std::string armed_plan() {
 
 void arm_text(const std::string& text, const std::string& origin, uint64_t seed) {
   arm(parse_plan(text, origin), seed, kFiredLog.get());
+}
+
+std::string replay_plan(const std::vector<FiredRecord>& records) {
+  std::string out;
+  for (const auto& r : records) {
+    if (!out.empty()) out += ";";
+    out += fmt::format("{}[rank={},eval={}]={}", r.site, r.rank, r.eval, r.action);
+  }
+  return out;
+}
+
+std::vector<FiredRecord> read_fired_log(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) raise<Error>("cannot read fired log {}: {}", path, std::strerror(errno));
+  std::vector<FiredRecord> out;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      if (in.peek() == EOF) break;  // torn last line of a killed process
+      raise<Error>("{}:{}: not a fired-log record (one JSON object per line)", path, n);
+    }
+    FiredRecord r;
+    r.site = j.value("site", "");
+    r.rank = j.value("rank", -1);
+    r.step = j.value("step", int64_t{-1});
+    r.seq = j.value("seq", int64_t{-1});
+    r.hit = j.value("hit", uint64_t{0});
+    r.eval = j.value("eval", uint64_t{0});
+    r.action = j.value("action", "");
+    if (r.site.empty() || r.action.empty()) {
+      raise<Error>("{}:{}: fired-log record without 'site' or 'action'", path, n);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 std::vector<FiredRecord> fired_log() {

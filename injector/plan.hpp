@@ -2,15 +2,18 @@
 //
 //   plan    := entry (';' entry)*
 //   entry   := site ('[' filter (',' filter)* ']')? '=' term ('->' term)*
-//   filter  := key '=' value        key: rank, step, seq, micro_batch, group, skip, every
-//                                   value: N, or A-B for rank/step/seq/micro_batch
+//   filter  := key '=' value        key: rank, node, step, seq, micro_batch, eval, group, skip,
+//                                   every; value: N, or A-B for the numeric targets
 //   term    := [P '%'] [N '*'] action ['(' arg ')']
 //
 // e.g. FAULTLINE_FAULTS="comm.all_reduce[rank=2,seq=3]=drop;optimizer.step[step=5-9]=50%nan".
 // A term with N* fires at most N times, then the next term takes over; P% fires with that
 // probability. Every random choice (the P% draw, which element, which bit) comes from a
 // counter-based generator keyed by (seed, site, rank, hit), so the same seed fires the same hits.
-// Every firing is appended to the fired log (site, rank, step, hit, action).
+// Every firing is appended to the fired log (site, rank, step, hit, eval, action). `eval` counts
+// every evaluation of the site name in the process while a plan is armed, whatever the filters,
+// so `site[rank=R,eval=N]=action` fires exactly that evaluation again: replay_plan() turns a fired
+// log into such a plan.
 #pragma once
 
 #include <cstdint>
@@ -69,7 +72,7 @@ struct Range {
 
 struct Entry {
   std::string site;
-  std::optional<Range> rank, step, seq, micro_batch;
+  std::optional<Range> rank, node, step, seq, micro_batch, eval;
   std::optional<std::string> group;
   int64_t skip = 0;
   int64_t every = 1;
@@ -90,8 +93,15 @@ struct FiredRecord {
   int64_t step = -1;
   int64_t seq = -1;
   uint64_t hit = 0;
+  uint64_t eval = 0;
   std::string action;
 };
+
+// A plan that fires exactly the firings in `records` (probabilities and counts removed): the
+// replay of a run's fired log.
+std::string replay_plan(const std::vector<FiredRecord>& records);
+// Reads a fired log written by arm() (one JSON object per line; a torn last line is skipped).
+std::vector<FiredRecord> read_fired_log(const std::string& path);
 
 // Arms `plan` for this process (replacing any other). `fired_log_path` (may be empty) receives
 // one JSON line per firing.

@@ -14,6 +14,8 @@ namespace {
 std::atomic<Handler> g_handler{nullptr};
 std::atomic<int> g_rank{-1};
 std::atomic<int64_t> g_step{-1};
+std::atomic<int> g_node{-1};
+thread_local SiteContext t_altered;
 }  // namespace
 
 void set_rank(int rank) {
@@ -27,6 +29,12 @@ void set_step(int64_t step) {
 }
 int64_t current_step() {
   return g_step.load(std::memory_order_relaxed);
+}
+void set_node(int node) {
+  g_node.store(node, std::memory_order_relaxed);
+}
+int current_node() {
+  return g_node.load(std::memory_order_relaxed);
 }
 
 void install_handler(Handler handler) {
@@ -43,7 +51,13 @@ Verdict evaluate_armed(Site& site, SiteContext& ctx) {
   site.evaluated.fetch_add(1, std::memory_order_relaxed);
   Handler h = g_handler.load(std::memory_order_acquire);
   if (!h) return Verdict::kProceed;
-  return h(site, ctx);  // the handler counts `fired` when it acts
+  const Verdict v = h(site, ctx);  // the handler counts `fired` when it acts
+  if (v == Verdict::kAlter) t_altered = ctx;
+  return v;
+}
+
+const SiteContext& altered_context() {
+  return t_altered;
 }
 
 std::vector<Site*> all_sites() {

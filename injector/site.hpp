@@ -20,6 +20,9 @@ enum class Verdict : uint8_t {
   kProceed = 0,  // carry on (possibly after the handler delayed, corrupted data, ...)
   kSkip = 1,     // skip the guarded operation on this rank (e.g. drop a collective)
   kFail = 2,     // the operation must fail with the handler's error (already thrown or logged)
+  kAlter = 3,    // run the operation with altered_context()'s count / dtype (resize, retype,
+                 // truncate): the site copies through a scratch buffer of the new shape
+  kDefer = 4,    // run the operation after the next one of the same kind of stream (reorder)
 };
 
 // Everything a handler may need to match targets and act on data.
@@ -56,10 +59,15 @@ void set_rank(int rank);
 int current_rank();
 void set_step(int64_t step);
 int64_t current_step();
+void set_node(int node);
+int current_node();
 
 void install_handler(Handler handler);  // also arms
 void remove_handler();                  // disarms
 Verdict evaluate_armed(Site& site, SiteContext& ctx);
+// The context a kAlter verdict asks for (count and dtype changed by the action); per thread,
+// valid until the next site evaluation on this thread.
+const SiteContext& altered_context();
 
 // Every site linked into this binary, in link order.
 std::vector<Site*> all_sites();

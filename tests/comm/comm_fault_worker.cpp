@@ -17,12 +17,15 @@ int main(int argc, char** argv) {
   int64_t timeout_ms = 2000;
   int64_t finish_timeout_ms = -1;
   bool verify = false;
+  bool alternate = false;
   app.add_option("--ops", ops, "Ops to run");
   app.add_option("--count", count, "Elements per op");
   app.add_option("--timeout-ms", timeout_ms, "Comm timeout");
   app.add_option("--finish-timeout-ms", finish_timeout_ms,
                  "Timeout of the final barrier (default: the comm timeout)");
   app.add_flag("--verify", verify, "Verify mode");
+  app.add_flag("--alternate-counts", alternate,
+               "Odd ops use twice --count elements (so a reordered op changes the size called)");
   CLI11_PARSE(app, argc, argv);
 
   return fl::comm::run_worker_main([&] {
@@ -30,8 +33,9 @@ int main(int argc, char** argv) {
     auto& comm = *b.comm;
     comm.set_timeout(std::chrono::milliseconds(timeout_ms));
     comm.set_verify(verify);
-    std::vector<float> buf(count);
+    std::vector<float> even(count), odd(alternate ? 2 * count : count);
     for (int i = 0; i < ops; ++i) {
+      auto& buf = i % 2 ? odd : even;
       std::fill(buf.begin(), buf.end(), 1.0f);
       const size_t fired_before = fl::fault::fired_log().size();
       comm.all_reduce(fl::comm::host_buffer(buf.data(), buf.size(), fl::DType::kF32));

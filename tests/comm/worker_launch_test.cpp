@@ -129,6 +129,43 @@ TEST_F(WorkerLaunch, VerifyModeTurnsTheSkippedOpIntoANamedMismatch) {
   EXPECT_EQ(r.output.find("comm timeout"), std::string::npos) << r.output;
 }
 
+TEST_F(WorkerLaunch, ResizedAndRetypedOpsAreCalledWithTheAlteredShape) {
+  auto r = launch(4, {"--ops", "6", "--timeout-ms", "10000", "--verify"},
+                  "comm.all_reduce[rank=1,seq=2]=resize(-10)");
+  EXPECT_EQ(r.exit_code, exit_code::kCommMismatch) << r.output;
+  EXPECT_NE(r.output.find("rank 1 called all_reduce(count 990, dtype fp32, reduce sum) at seq 2; "
+                          "ranks 0,2-3 called all_reduce(count 1000, dtype fp32, reduce sum) at "
+                          "seq 2"),
+            std::string::npos)
+      << r.output;
+  env_["MASTER_PORT"] = std::to_string(free_port());
+  r = launch(4, {"--ops", "6", "--timeout-ms", "10000", "--verify"},
+             "comm.all_reduce[rank=3,seq=1]=retype(fp16)");
+  EXPECT_EQ(r.exit_code, exit_code::kCommMismatch) << r.output;
+  EXPECT_NE(r.output.find("rank 3 called all_reduce(count 1000, dtype fp16, reduce sum) at seq 1"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(WorkerLaunch, ReorderedOpIsIssuedAfterTheNextOne) {
+  // Rank 1 postpones seq 2 (1000 elements) behind seq 3 (2000 elements): at the same position in
+  // the call order it calls the bigger op while the others call the smaller one.
+  auto r = launch(4, {"--ops", "6", "--timeout-ms", "10000", "--verify", "--alternate-counts"},
+                  "comm.all_reduce[rank=1,seq=2]=reorder");
+  EXPECT_EQ(r.exit_code, exit_code::kCommMismatch) << r.output;
+  EXPECT_NE(r.output.find("rank 1 called all_reduce(count 2000, dtype fp32, reduce sum) at seq 3; "
+                          "ranks 0,2-3 called all_reduce(count 1000, dtype fp32, reduce sum) at "
+                          "seq 2"),
+            std::string::npos)
+      << r.output;
+  // Without verify mode the mismatch is not detected where it happens: the sizes disagree on
+  // the wire and the job fails or hangs later, as with a real order bug.
+  env_["MASTER_PORT"] = std::to_string(free_port());
+  r = launch(4, {"--ops", "6", "--timeout-ms", "3000", "--alternate-counts"},
+             "comm.all_reduce[rank=1,seq=2]=reorder");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+}
+
 TEST_F(WorkerLaunch, WorldSizeDisagreementNamesTheRanks) {
   auto r = launch_with_last_rank_env(4, "WORLD_SIZE=8");
   EXPECT_EQ(r.exit_code, exit_code::kRendezvous) << r.output;

@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "injector/plan.hpp"
 
@@ -22,6 +24,10 @@ TEST(PlanGrammar, AcceptsAndRoundTrips) {
       "comm.all_gather=scale(0.5)",
       "train.step[micro_batch=1]=crash(6)",
       "x=exit(3)",
+      "comm.all_reduce[node=1,eval=4-6]=reorder",
+      "comm.broadcast=resize(-3)->retype(fp16)",
+      "checkpoint.write[rank=0]=truncate(100)",
+      "train.step=pause",
   };
   for (const char* c : cases) {
     Plan p = parse_plan(c);
@@ -50,7 +56,10 @@ TEST(PlanGrammar, RejectsWithPositionAndWhatWasExpected) {
       {"a=sleep(10", "expected ')' closing the argument of 'sleep'"},
       {"a[rank=x]=drop", "at column 8: expected a number or range A-B for 'rank'"},
       {"a[rank=3-1]=drop", "expected a range A-B with A <= B for 'rank'"},
-      {"a[color=1]=drop", "at column 3: expected a filter (rank, step, seq, micro_batch, group"},
+      {"a[color=1]=drop", "at column 3: expected a filter (rank, node, step, seq, micro_batch"},
+      {"a=retype(f8)", "at column 10: expected a dtype (fp32, fp16, bf16"},
+      {"a=resize", "at column 9: expected '(' and an argument after 'resize'"},
+      {"a=truncate", "expected '(' and an argument after 'truncate'"},
       {"a[every=0]=drop", "expected skip >= 0 and every >= 1"},
       {"a=150%drop", "at column 3: expected a percentage between 0 and 100"},
       {"a=5drop", "at column 3: expected '%' or '*' after a number"},
@@ -170,14 +179,75 @@ TEST_F(PlanActions, SameSeedFiresTheSameHitsAndAnotherSeedDoesNot) {
   EXPECT_LT(a.size(), 80u);
 }
 
-TEST_F(PlanActions, HarnessOnlyActionsAreRefusedWhenArmedStandalone) {
-  try {
-    arm(parse_plan("test.op=pause"), 0);
-    FAIL();
-  } catch (const PlanError& e) {
-    EXPECT_NE(std::string(e.what()).find("action 'pause' at site 'test.op' needs the harness"),
-              std::string::npos)
-        << e.what();
+TEST_F(PlanActions, PauseBlocksUntilThePlanIsCleared) {
+  arm(parse_plan("test.op=pause"), 0);
+  float x = 0;
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    op("g", 0, &x, 1);
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(returned.load());
+  disarm();
+  t.join();
+  EXPECT_TRUE(returned.load());
+}
+
+TEST_F(PlanActions, ResizeRetypeTruncateAlterTheContextAndReorderDefers) {
+  arm(parse_plan("test.op=1*resize(-2)->1*resize(5)->1*retype(bf16)->1*truncate(3)->1*reorder"), 0);
+  std::vector<float> v(8, 1.0f);
+  ASSERT_EQ(op("g", 0, v.data(), v.size()), Verdict::kAlter);
+  EXPECT_EQ(altered_context().count, 6u);
+  EXPECT_EQ(altered_context().dtype, DType::kF32);
+  ASSERT_EQ(op("g", 1, v.data(), v.size()), Verdict::kAlter);
+  EXPECT_EQ(altered_context().count, 13u);
+  ASSERT_EQ(op("g", 2, v.data(), v.size()), Verdict::kAlter);
+  EXPECT_EQ(altered_context().count, 8u);
+  EXPECT_EQ(altered_context().dtype, DType::kBF16);
+  ASSERT_EQ(op("g", 3, v.data(), v.size()), Verdict::kAlter);
+  EXPECT_EQ(altered_context().count, 5u);
+  EXPECT_EQ(op("g", 4, v.data(), v.size()), Verdict::kDefer);
+  EXPECT_EQ(op("g", 5, v.data(), v.size()), Verdict::kProceed);
+}
+
+TEST_F(PlanActions, NodeAndEvalTargets) {
+  set_node(1);
+  arm(parse_plan("test.op[node=1,eval=2]=error;test.op[node=0]=drop"), 0);
+  float x = 0;
+  std::vector<Verdict> got;
+  for (int i = 0; i < 4; ++i) got.push_back(op("g", i, &x, 1));
+  EXPECT_EQ(got, (std::vector<Verdict>{Verdict::kProceed, Verdict::kProceed, Verdict::kFail,
+                                       Verdict::kProceed}));
+  set_node(-1);
+}
+
+TEST_F(PlanActions, ReplayPlanFiresExactlyTheLoggedEvaluations) {
+  const std::string log = testing::TempDir() + "/fired-replay.jsonl";
+  std::remove(log.c_str());
+  auto run = [&](const std::string& plan, uint64_t seed, const std::string& path) {
+    arm(parse_plan(plan), seed, path);
+    float x = 0;
+    std::vector<int> skipped;
+    for (int i = 0; i < 300; ++i) {
+      set_step(i / 10);
+      if (op("g", i, &x, 1) != Verdict::kProceed) skipped.push_back(i);
+    }
+    return skipped;
+  };
+  auto original = run("test.op[step=3-20]=20%drop->off;test.op=5%error", 11, log);
+  ASSERT_GT(original.size(), 10u);
+  const auto records = read_fired_log(log);
+  ASSERT_EQ(records.size(), original.size());
+  const std::string replay = replay_plan(records);
+  EXPECT_EQ(replay.find('%'), std::string::npos) << replay;
+  auto again = run(replay, 999, "");  // another seed: the replay has no random choice left
+  EXPECT_EQ(again, original);
+  auto fired = fired_log();
+  ASSERT_EQ(fired.size(), records.size());
+  for (size_t i = 0; i < fired.size(); ++i) {
+    EXPECT_EQ(fired[i].eval, records[i].eval);
+    EXPECT_EQ(fired[i].action, records[i].action);
   }
 }
 

@@ -43,6 +43,7 @@ WorkerIdentity identity_from_env() {
   id.rank = int_env("RANK", "OMPI_COMM_WORLD_RANK", true, -1);
   id.world_size = int_env("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", true, 0);
   id.local_rank = int_env("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", false, 0);
+  id.node_rank = int_env("NODE_RANK", "OMPI_COMM_WORLD_NODE_RANK", false, 0);
   if (id.world_size <= 0) {
     raise<SettingError>("WORLD_SIZE={} is not a valid world size (allowed: 1 or more)",
                         id.world_size);
@@ -103,6 +104,7 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
   }
   b.id = identity_from_env();
   fault::set_rank(b.id.rank);
+  fault::set_node(b.id.node_rank);
   start_worker_telemetry(b.id, backend);
   fault::arm_from_env();  // FAULTLINE_FAULTS: standalone fault plans (throws on a bad plan)
   const std::string host_mode = kStoreHost.get();

@@ -26,6 +26,7 @@ struct WorkerIdentity {
   int rank = -1;
   int world_size = 0;
   int local_rank = 0;
+  int node_rank = 0;  // NODE_RANK (or OMPI_COMM_WORLD_NODE_RANK); targets of node= fault filters
   std::string run_id;
   std::string master_addr;
   int master_port = 0;

@@ -6,6 +6,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "base/ranks.hpp"
@@ -110,6 +111,12 @@ void Communicator::run(FlightEntry d, int verdict, Start&& start) {
     raise<CommError>("[rank {}] {} failed: error returned by an armed fault site", world_rank_,
                      describe(d));
   }
+  if (v == fault::Verdict::kDefer) {
+    // Reorder: this rank issues the op after its next one, as code that walks its buckets or
+    // groups in a different order does. The caller goes on with the buffer not yet reduced.
+    deferred_.push_back([this, d, start]() mutable { run(d, 0, start); });
+    return;
+  }
   uint64_t id = recorder_->record(d);
   std::unique_ptr<PendingOp> pending;
   try {
@@ -124,6 +131,11 @@ void Communicator::run(FlightEntry d, int verdict, Start&& start) {
     recorder_->set_state(id, OpState::kStarted);
     wait(*pending, d, id, "");
     recorder_->set_state(id, OpState::kCompleted);
+    if (!deferred_.empty()) {
+      auto later = std::move(deferred_.front());
+      deferred_.erase(deferred_.begin());
+      later();
+    }
   } catch (const CommTimeoutError&) {
     // The backend may still write into the op's staging memory: keep it alive.
     (void)pending.release();
@@ -133,6 +145,33 @@ void Communicator::run(FlightEntry d, int verdict, Start&& start) {
     broken_reason_ = e.what();
     throw;
   }
+}
+
+Buffer Communicator::altered(const Buffer& b, FlightEntry& d) {
+  const fault::SiteContext& c = fault::altered_context();
+  if (b.device != Device::kCpu) {
+    raise<CommError>("[rank {}] {}: a resize/retype fault needs a host buffer (this one is on {})",
+                     world_rank_, describe(d), b.device == Device::kCuda ? "cuda" : "?");
+  }
+  auto& s = altered_scratch_.emplace_back(
+      std::make_unique<std::vector<uint8_t>>(c.count * dtype_size(c.dtype)));
+  Buffer out{s->data(), c.count, c.dtype, Device::kCpu, 0};
+  std::memcpy(out.data, b.data, std::min(out.bytes(), b.bytes()));
+  d.count = c.count;
+  d.dtype = c.dtype;
+  return out;
+}
+
+Buffer Communicator::altered_output(const Buffer& b, size_t count, DType dtype) {
+  auto& s = altered_scratch_.emplace_back(
+      std::make_unique<std::vector<uint8_t>>(count * dtype_size(dtype)));
+  Buffer out{s->data(), count, dtype, Device::kCpu, 0};
+  std::memcpy(out.data, b.data, std::min(out.bytes(), b.bytes()));
+  return out;
+}
+
+void Communicator::copy_back(const Buffer& from, const Buffer& to) {
+  std::memcpy(to.data, from.data, std::min(from.bytes(), to.bytes()));
 }
 
 void Communicator::wait(PendingOp& op, const FlightEntry& d, uint64_t id, std::string_view phase) {
@@ -249,7 +288,13 @@ void Communicator::all_reduce(Buffer buf, ReduceOp op) {
   auto v = FAULTLINE_FAULT_POINT(
       "comm.all_reduce",
       (fault::SiteContext{d.seq, group_, "all_reduce", -1, buf.data, buf.count, buf.dtype, -1}));
-  run(d, static_cast<int>(v), [&] { return start_all_reduce(buf, op); });
+  if (v == fault::Verdict::kAlter) {
+    const Buffer alt = altered(buf, d);
+    run(d, 0, [=, this] { return start_all_reduce(alt, op); });
+    copy_back(alt, buf);
+    return;
+  }
+  run(d, static_cast<int>(v), [=, this] { return start_all_reduce(buf, op); });
 }
 
 void Communicator::reduce_scatter(const Buffer& in, Buffer out, ReduceOp op) {
@@ -266,7 +311,14 @@ void Communicator::reduce_scatter(const Buffer& in, Buffer out, ReduceOp op) {
   auto v = FAULTLINE_FAULT_POINT(
       "comm.reduce_scatter",
       (fault::SiteContext{d.seq, group_, "reduce_scatter", -1, in.data, in.count, in.dtype, -1}));
-  run(d, static_cast<int>(v), [&] { return start_reduce_scatter(in, out, op); });
+  if (v == fault::Verdict::kAlter) {
+    const Buffer ain = altered(in, d);
+    const Buffer aout = altered_output(out, ain.count / static_cast<size_t>(size_), ain.dtype);
+    run(d, 0, [=, this] { return start_reduce_scatter(ain, aout, op); });
+    copy_back(aout, out);
+    return;
+  }
+  run(d, static_cast<int>(v), [=, this] { return start_reduce_scatter(in, out, op); });
 }
 
 void Communicator::all_gather(const Buffer& in, Buffer out) {
@@ -283,7 +335,14 @@ void Communicator::all_gather(const Buffer& in, Buffer out) {
   auto v = FAULTLINE_FAULT_POINT(
       "comm.all_gather",
       (fault::SiteContext{d.seq, group_, "all_gather", -1, in.data, in.count, in.dtype, -1}));
-  run(d, static_cast<int>(v), [&] { return start_all_gather(in, out); });
+  if (v == fault::Verdict::kAlter) {
+    const Buffer ain = altered(in, d);
+    const Buffer aout = altered_output(out, ain.count * static_cast<size_t>(size_), ain.dtype);
+    run(d, 0, [=, this] { return start_all_gather(ain, aout); });
+    copy_back(aout, out);
+    return;
+  }
+  run(d, static_cast<int>(v), [=, this] { return start_all_gather(in, out); });
 }
 
 void Communicator::broadcast(Buffer buf, int root) {
@@ -293,7 +352,13 @@ void Communicator::broadcast(Buffer buf, int root) {
   auto v = FAULTLINE_FAULT_POINT(
       "comm.broadcast",
       (fault::SiteContext{d.seq, group_, "broadcast", root, buf.data, buf.count, buf.dtype, -1}));
-  run(d, static_cast<int>(v), [&] { return start_broadcast(buf, root); });
+  if (v == fault::Verdict::kAlter) {
+    const Buffer alt = altered(buf, d);
+    run(d, 0, [=, this] { return start_broadcast(alt, root); });
+    copy_back(alt, buf);
+    return;
+  }
+  run(d, static_cast<int>(v), [=, this] { return start_broadcast(buf, root); });
 }
 
 void Communicator::send(const Buffer& buf, int peer) {
@@ -303,7 +368,12 @@ void Communicator::send(const Buffer& buf, int peer) {
   auto v = FAULTLINE_FAULT_POINT(
       "comm.send",
       (fault::SiteContext{d.seq, group_, "send", peer, buf.data, buf.count, buf.dtype, -1}));
-  run(d, static_cast<int>(v), [&] { return start_send(buf, peer, kDataTag); });
+  if (v == fault::Verdict::kAlter) {
+    const Buffer alt = altered(buf, d);
+    run(d, 0, [=, this] { return start_send(alt, peer, kDataTag); });
+    return;
+  }
+  run(d, static_cast<int>(v), [=, this] { return start_send(buf, peer, kDataTag); });
 }
 
 void Communicator::recv(Buffer buf, int peer) {
@@ -313,7 +383,13 @@ void Communicator::recv(Buffer buf, int peer) {
   auto v = FAULTLINE_FAULT_POINT(
       "comm.recv",
       (fault::SiteContext{d.seq, group_, "recv", peer, buf.data, buf.count, buf.dtype, -1}));
-  run(d, static_cast<int>(v), [&] { return start_recv(buf, peer, kDataTag); });
+  if (v == fault::Verdict::kAlter) {
+    const Buffer alt = altered(buf, d);
+    run(d, 0, [=, this] { return start_recv(alt, peer, kDataTag); });
+    copy_back(alt, buf);
+    return;
+  }
+  run(d, static_cast<int>(v), [=, this] { return start_recv(buf, peer, kDataTag); });
 }
 
 void Communicator::send_recv(const Buffer& out, int send_peer, Buffer in, int recv_peer) {
@@ -366,7 +442,7 @@ void Communicator::barrier() {
   d.seq = seq_++;
   auto v = FAULTLINE_FAULT_POINT("comm.barrier", (fault::SiteContext{d.seq, group_, "barrier", -1,
                                                                      nullptr, 0, DType::kU8, -1}));
-  run(d, static_cast<int>(v), [&] { return start_barrier(); });
+  run(d, static_cast<int>(v), [this] { return start_barrier(); });
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -113,6 +114,12 @@ class Communicator {
   void verify_collective(const FlightEntry& desc, uint64_t id);
   void verify_p2p(const FlightEntry& desc, uint64_t id);
   std::string describe(const FlightEntry& desc) const;
+  // A kAlter verdict (resize, retype): `b` re-shaped as the fault asked, on scratch memory that
+  // holds b's leading bytes; `d` is updated so the flight recorder shows what was really called.
+  Buffer altered(const Buffer& b, FlightEntry& d);
+  // The output of a two-buffer op (all_gather, reduce_scatter) shaped to match an altered input.
+  Buffer altered_output(const Buffer& b, size_t count, DType dtype);
+  static void copy_back(const Buffer& from, const Buffer& to);
 
   std::string group_;
   int rank_;
@@ -124,6 +131,11 @@ class Communicator {
   std::map<int, int64_t> p2p_send_seq_;
   std::map<int, int64_t> p2p_recv_seq_;
   std::string broken_reason_;
+  // Ops a reorder fault postponed: each runs right after the next op of this communicator.
+  std::vector<std::function<void()>> deferred_;
+  // Scratch of altered ops; kept for the communicator's life since a timed-out op may still
+  // write into it.
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> altered_scratch_;
 };
 
 }  // namespace fl::comm

@@ -43,21 +43,25 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
       (fault::SiteContext{-1, "", "checkpoint.write", -1, const_cast<char*>(bytes.data()),
                           bytes.size(), DType::kU8, -1}));
   if (v == fault::Verdict::kSkip) return;
+  // truncate(n): the file ends n bytes early, as after a writer that died or was cut off.
+  const size_t len = v == fault::Verdict::kAlter
+                         ? std::min(bytes.size(), fault::altered_context().count)
+                         : bytes.size();
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
     raise<CheckpointError>("cannot write checkpoint file {}: {}", tmp, std::strerror(errno));
   }
   size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  while (done < len) {
+    ssize_t n = ::write(fd, bytes.data() + done, len - done);
     if (n < 0) {
       if (errno == EINTR) continue;
       int err = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
       raise<CheckpointError>("cannot write checkpoint file {} ({} of {} bytes written): {}", tmp,
-                             done, bytes.size(), std::strerror(err));
+                             done, len, std::strerror(err));
     }
     done += static_cast<size_t>(n);
   }
