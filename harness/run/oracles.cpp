@@ -33,6 +33,7 @@ struct Facts {
   };
   std::vector<Exit> exits;
   std::map<int, int64_t> launch_t, exit_t;
+  std::set<int> oom_killed;  // ranks the kernel's OOM killer ended (their memory cgroup says so)
   struct Step {
     int rank;
     int64_t t, step;
@@ -80,6 +81,7 @@ Facts gather(const std::vector<HistoryEvent>& h) {
       }
       if (e.kind == "run_end") f.t_end = e.t_ns;
       if (e.kind == "run_timeout") f.run_timeout = true;
+      if (e.kind == "oom_kill" && e.rank >= 0) f.oom_killed.insert(e.rank);
       if (e.kind == "rank_exit" && e.rank >= 0) {
         f.exits.push_back({e.rank, e.t_ns, d.value("class", ""), d.value("code", 0),
                            d.value("signaled", false), d.value("by_harness", false)});
@@ -273,8 +275,10 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
           if (x.exit_code >= 0 && (e.signaled || e.code != x.exit_code)) return false;
           if (x.exit_class == "any") return !e.by_harness;
           if (x.exit_class == "timeout") return e.by_harness && f.run_timeout;
-          if (x.exit_class == "oom_kill")
-            return e.klass == "signal" && e.code == 9 && !e.by_harness;
+          if (x.exit_class == "oom_kill") {
+            return e.klass == "signal" && e.code == 9 && !e.by_harness &&
+                   f.oom_killed.count(e.rank) > 0;
+          }
           return e.klass == x.exit_class && !e.by_harness;
         },
         [&](const Facts::Exit& e) {
@@ -342,9 +346,13 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
     error_of("out of memory", "out of memory");
     if (!hit) {
       hit = first(
-          f.exits, [&](const Facts::Exit& e) { return e.signaled && e.code == 9 && !e.by_harness; },
+          f.exits,
           [&](const Facts::Exit& e) {
-            return fmt::format("rank {} was SIGKILLed (OOM killer)", e.rank);
+            return e.signaled && e.code == 9 && !e.by_harness && f.oom_killed.count(e.rank) > 0;
+          },
+          [&](const Facts::Exit& e) {
+            return fmt::format("rank {} was killed by the kernel OOM killer (memory cgroup)",
+                               e.rank);
           });
     }
   } else if (o == "checkpoint_error") {

@@ -24,6 +24,7 @@
 #include "base/settings.hpp"
 #include "harness/run/controller.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/oop_faults.hpp"
 #include "harness/run/supervisor.hpp"
 #include "injector/plan.hpp"
 
@@ -64,20 +65,6 @@ int free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return ntohs(a.sin_port);
-}
-
-// Port squatting: listen on the rendezvous port before the ranks start.
-int squat_port(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 4) != 0) {
-    ::close(fd);
-    raise<Error>("port_squat: cannot take port {}: {}", port, std::strerror(errno));
-  }
-  return fd;
 }
 
 std::vector<std::string> worker_args(const Scenario& s, const std::string& run_dir,
@@ -175,7 +162,7 @@ class Run {
   std::unique_ptr<boost::asio::steady_timer> timeout_, ticker_;
   std::unique_ptr<boost::asio::signal_set> stop_signals_;
   int master_port_ = 0;
-  int squat_fd_ = -1;
+  std::unique_ptr<OutOfProcessFaults> faults_;
   pid_t ompi_server_ = 0, mpirun_ = 0;
   std::map<int, pid_t> rank_pids_;  // local launcher
   std::set<int> running_ranks_;
@@ -187,7 +174,6 @@ class Run {
   std::mutex step_mu_;
   std::map<int, int64_t> max_step_;  // from telemetry
   std::map<int, pid_t> hello_pid_;
-  std::set<size_t> signals_fired_;
   std::vector<std::string> live_plans_;
   std::vector<std::string> injected_;  // one line per injected fault, for the summary
   int64_t last_hang_check_ = 0;
@@ -220,7 +206,7 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
   env["LOCAL_RANK"] = std::to_string(rank % per_node);
   env["LOCAL_WORLD_SIZE"] = std::to_string(per_node);
   env["NODE_RANK"] = std::to_string(rank / per_node);
-  env["MASTER_ADDR"] = "127.0.0.1";
+  env["MASTER_ADDR"] = faults_->master_addr();
   env["MASTER_PORT"] = std::to_string(master_port_);
   env["FAULTLINE_RUN_ID"] = id_;
   env["FAULTLINE_BACKEND"] = s_.backend;
@@ -245,11 +231,6 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
   if (auto it = s_.rank_env.find(rank); it != s_.rank_env.end()) {
     for (auto& [k, v] : it->second) env[k] = v;
   }
-  for (auto& f : s_.oop_faults) {
-    if (f.kind != "env" || (f.rank >= 0 && f.rank != rank)) continue;
-    for (auto& [k, v] : f.set) env[k] = v;
-    for (auto& k : f.unset) env.erase(k);
-  }
   return env;
 }
 
@@ -266,6 +247,7 @@ void Run::launch_all(const std::string& resume_from) {
       auto env = rank_env(r);
       ProcessSpec p{
           fmt::format("rank {}", r), r, args, {}, fmt::format("{}/ranks/rank{}", dir_, r)};
+      faults_->adjust_rank(r, p, env);
       for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
       const pid_t pid = sup_->spawn(p);
       rank_pids_[r] = pid;
@@ -276,8 +258,16 @@ void Run::launch_all(const std::string& resume_from) {
   }
   // mpirun: one app-file line per rank, so each keeps its own environment.
   std::string app;
+  ProcessSpec p{"mpirun",
+                -1,
+                {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                 "--tag-output", "--app", dir_ + "/appfile"},
+                {},
+                dir_};
   for (int r = 0; r < s_.ranks; ++r) {
     auto env = rank_env(r);
+    ProcessSpec unused;
+    faults_->adjust_rank(r, unused, env);
     std::string line = "-np 1 --wdir " + fmt::format("{}/ranks/rank{}", dir_, r);
     for (auto& [k, v] : env) {
       if (k.rfind("FAULTLINE_", 0) != 0 && k != "RANK" && k != "WORLD_SIZE" && k != "LOCAL_RANK" &&
@@ -303,13 +293,9 @@ void Run::launch_all(const std::string& resume_from) {
     app += line + "\n";
   }
   write_atomic(dir_ + "/appfile", app);
-  ProcessSpec p{"mpirun",
-                -1,
-                {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                 "--tag-output", "--app", dir_ + "/appfile"},
-                {},
-                dir_};
-  for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
+  auto menv = base_env();
+  faults_->adjust_helper(p, menv);  // mpirun and its ranks share the run's mount namespace
+  for (auto& [k, v] : menv) p.env.push_back(k + "=" + v);
   p.env.push_back("TMPDIR=" + dir_ + "/tmp");
   p.tag_output = true;
   mpirun_ = sup_->spawn(p);
@@ -341,6 +327,7 @@ void Run::on_exit(const ExitInfo& x) {
   if (x.signaled) d["signal"] = signal_name(x.code);
   if (x.rank >= 0) {
     hist_->harness("rank_exit", d, x.rank);
+    faults_->on_rank_exit(x.rank);
     running_ranks_.erase(x.rank);
   } else if (x.pid == mpirun_) {
     // Per-rank ends come from the workers' exit events; a rank that never sent one ended with
@@ -370,6 +357,9 @@ void Run::on_exit(const ExitInfo& x) {
     hist_->harness("process_exit", d);
   }
   if (running_ranks_.empty()) {
+    if (!stopping_ && !restart_from_ && faults_->on_all_exited()) {
+      restart_from_ = dir_ + "/checkpoints";
+    }
     if (restart_from_ && !stopping_) {
       const std::string from = *restart_from_;
       restart_from_.reset();
@@ -390,30 +380,19 @@ pid_t Run::rank_pid(int rank) {
 }
 
 void Run::tick() {
-  // Signal faults: fire once the rank has reported the step.
-  for (size_t i = 0; i < s_.oop_faults.size(); ++i) {
-    const auto& f = s_.oop_faults[i];
-    if (f.kind != "signal" || signals_fired_.count(i)) continue;
-    int64_t reached = -1;
-    {
-      std::lock_guard lock(step_mu_);
-      if (auto it = max_step_.find(f.rank); it != max_step_.end()) reached = it->second;
-    }
-    if (reached < f.step) continue;
-    const pid_t pid = rank_pid(f.rank);
-    if (pid == 0) continue;
-    signals_fired_.insert(i);
-    const int sig = signal_number(f.signal);
-    const bool ok =
-        rank_pids_.count(f.rank) ? sup_->signal(pid, sig) : sup_->signal_descendant(pid, sig);
-    hist_->harness("fault_injected",
-                   {{"fault", "signal"},
-                    {"signal", "SIG" + f.signal},
-                    {"pid", pid},
-                    {"at_step", reached},
-                    {"delivered", ok}},
-                   f.rank);
-    injected_.push_back(fmt::format("SIG{} to rank {} at step {}", f.signal, f.rank, reached));
+  // Step-triggered out-of-process faults (signals, files, network).
+  std::map<int, int64_t> steps;
+  {
+    std::lock_guard lock(step_mu_);
+    steps = max_step_;
+  }
+  if (faults_->on_progress(
+          steps, [this](int r) { return rank_pid(r); },
+          [this](int r) { return rank_pids_.count(r) > 0; })) {
+    ControlAction a;
+    a.action = "restart_job";
+    a.requester = "fault";
+    control_on_io(a);
   }
   // A hang expectation ends the run once the hang is established (no need to wait for timeouts).
   if (s_.expect.oracle == "hang" && !stopping_) {
@@ -602,10 +581,13 @@ void Run::print_summary(const RunResult& r) {
   }
   std::printf("  steps      %lld of %lld reached\n", static_cast<long long>(last + 1),
               static_cast<long long>(s_.steps));
-  std::printf("  injected   %s\n", injected_.empty() && s_.plans.empty()
-                                       ? "nothing"
-                                       : fmt::format("{}", fmt::join(s_.plans, "; ")).c_str());
-  for (auto& i : injected_) std::printf("             %s\n", i.c_str());
+  std::vector<std::string> lines = s_.plans;
+  lines.insert(lines.end(), injected_.begin(), injected_.end());
+  if (faults_) lines.insert(lines.end(), faults_->injected().begin(), faults_->injected().end());
+  if (lines.empty()) lines.push_back("nothing");
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::printf("  %-10s %s\n", i == 0 ? "injected" : "", lines[i].c_str());
+  }
   std::printf("  observed   %s\n", r.verdict.explanation.c_str());
   std::printf("  verdict    %s (oracle %s%s)\n", r.verdict.outcome.c_str(),
               r.verdict.oracle.c_str(),
@@ -622,7 +604,26 @@ RunResult Run::go() {
   try {
     ctl_ =
         std::make_unique<Controller>(*hist_, [this](const ControlAction& a) { return control(a); });
-    ctl_addr_ = ctl_->start(o_.control_addr);
+    std::string addr = o_.control_addr;
+    if (addr.empty() && s_.network == "namespaces") {
+      // Ranks in their own network namespaces cannot reach the host's loopback; a unix socket
+      // lives in the filesystem, which they share, and no data-plane fault can cut it.
+      addr = "unix:" + dir_ + "/control.sock";
+      if (addr.size() - 5 > 107) {
+        raise<Error>(
+            "the control socket path {} is longer than a unix socket allows (107); use "
+            "a shorter --results directory",
+            addr.substr(5));
+      }
+    }
+    if (addr.empty()) addr = "127.0.0.1:0";
+    if (s_.network == "namespaces" && addr.rfind("unix:", 0) != 0) {
+      raise<Error>(
+          "--control {}: ranks in network namespaces reach the control plane only "
+          "through a unix socket (unix:PATH)",
+          addr);
+    }
+    ctl_addr_ = ctl_->start(addr);
     res.control_addr = ctl_addr_;
     hist_->add_listener([this](const HistoryEvent& e) {
       if (e.source != "rank") return;
@@ -657,19 +658,8 @@ RunResult Run::go() {
                const std::string& line) { on_line(rank, name, stream, line); },
         [this](const ExitInfo& x) { on_exit(x); });
     master_port_ = free_port();
-    for (auto& f : s_.oop_faults) {
-      if (f.kind == "port_squat" && squat_fd_ < 0) {
-        squat_fd_ = squat_port(master_port_);
-        hist_->harness("fault_injected", {{"fault", "port_squat"}, {"port", master_port_}});
-        injected_.push_back(fmt::format("port {} held before launch", master_port_));
-      } else if (f.kind == "env") {
-        hist_->harness("fault_injected", {{"fault", "env"}, {"set", f.set}, {"unset", f.unset}},
-                       f.rank);
-        injected_.push_back(
-            fmt::format("launch environment of {} changed",
-                        f.rank < 0 ? "every rank" : "rank " + std::to_string(f.rank)));
-      }
-    }
+    faults_ = std::make_unique<OutOfProcessFaults>(s_, dir_, *hist_, *sup_);
+    faults_->prepare(master_port_);
     if (s_.launcher == "local" && s_.backend == "mpi" && s_.ranks > 1) {
       // MPI singletons find each other through an ompi-server (see join_singletons).
       ProcessSpec p{"ompi-server",
@@ -677,7 +667,9 @@ RunResult Run::go() {
                     {"ompi-server", "--no-daemonize", "-r", dir_ + "/tmp/ompi-server.uri"},
                     {},
                     dir_};
-      for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
+      auto env = base_env();
+      faults_->adjust_helper(p, env);
+      for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
       p.env.push_back("TMPDIR=" + dir_ + "/tmp");
       p.env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
       p.env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
@@ -721,11 +713,9 @@ RunResult Run::go() {
   stopping_ = true;
   if (timeout_) timeout_->cancel();
   if (ticker_) ticker_->cancel();
+  if (faults_) faults_->heal(false);
   if (sup_) sup_->teardown(std::chrono::milliseconds(2000));
-  if (squat_fd_ >= 0) {
-    ::close(squat_fd_);
-    hist_->harness("fault_healed", {{"fault", "port_squat"}, {"port", master_port_}});
-  }
+  if (faults_) faults_->heal(true);
   if (ctl_) ctl_->shutdown();
   if (ctl_) merge_local_files();
   hist_->harness("run_end", {{"reason", stop_reason_.empty() ? "all ranks ended" : stop_reason_},

@@ -12,8 +12,8 @@ namespace fl::harness {
 
 struct RunOptions {
   std::string results_dir = "results/runs";
-  std::string control_addr = "127.0.0.1:0";
-  std::string run_id;  // empty: <time>-<name>-<random>
+  std::string control_addr;  // "": 127.0.0.1:0, or a unix socket in the run dir with namespaces
+  std::string run_id;        // empty: <time>-<name>-<random>
   bool print_summary = true;
   bool fix = false;  // recorded in the run (the scenario was loaded with its fix applied)
   // Called once the control plane listens (tests and tools attach here).

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -169,6 +170,29 @@ pid_t Supervisor::spawn(const ProcessSpec& spec) {
     raise<Error>("{}: pipe: {}", spec.name, std::strerror(errno));
   }
   const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // Opened here, used in the child: after fork only async-signal-safe calls are allowed.
+  std::vector<int> ns_fds;
+  auto close_all = [&] {
+    for (int fd : ns_fds) ::close(fd);
+  };
+  for (auto& n : spec.namespaces) {
+    const int fd = ::open(n.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int e = errno;
+      close_all();
+      raise<Error>("{}: cannot open namespace {}: {}", spec.name, n, std::strerror(e));
+    }
+    ns_fds.push_back(fd);
+  }
+  int cgroup_fd = -1;
+  if (!spec.cgroup_procs.empty()) {
+    cgroup_fd = ::open(spec.cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
+    if (cgroup_fd < 0) {
+      const int e = errno;
+      close_all();
+      raise<Error>("{}: cannot open {}: {}", spec.name, spec.cgroup_procs, std::strerror(e));
+    }
+  }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) raise<Error>("{}: fork: {}", spec.name, std::strerror(errno));
@@ -181,6 +205,21 @@ pid_t Supervisor::spawn(const ProcessSpec& spec) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
+    for (int fd : ns_fds) {
+      if (::setns(fd, 0) != 0) {
+        const int e = errno;
+        (void)!::write(status[1], &e, sizeof(e));
+        ::_exit(127);
+      }
+    }
+    if (cgroup_fd >= 0) {
+      // "0" is the writing process itself (cgroup v1 and v2).
+      if (::write(cgroup_fd, "0\n", 2) != 2) {
+        const int e = errno;
+        (void)!::write(status[1], &e, sizeof(e));
+        ::_exit(127);
+      }
+    }
     ::dup2(devnull, 0);
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
@@ -195,6 +234,8 @@ pid_t Supervisor::spawn(const ProcessSpec& spec) {
     ::_exit(127);
   }
   ::setpgid(pid, pid);
+  close_all();
+  if (cgroup_fd >= 0) ::close(cgroup_fd);
   ::close(devnull);
   ::close(out[1]);
   ::close(err[1]);

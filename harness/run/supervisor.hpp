@@ -27,6 +27,10 @@ struct ProcessSpec {
   std::vector<std::string> env;  // NAME=value, the whole environment
   std::string cwd;
   bool tag_output = false;  // mpirun --tag-output: lines carry "[1,R]<stdout>:" (R = rank)
+  // Namespaces the child enters before exec (/proc/PID/ns/net, /proc/PID/ns/mnt of a holder).
+  std::vector<std::string> namespaces;
+  // A cgroup's cgroup.procs file the child puts itself in before exec ("" : none).
+  std::string cgroup_procs;
 };
 
 struct ExitInfo {

@@ -70,6 +70,12 @@ const std::vector<KeySpec>& scenario_schema() {
        "local: fork/exec one process per rank; mpirun: an "
        "MPMD app file",
        {"local", "mpirun"}},
+      {"topology.network",
+       K::kEnum,
+       "host",
+       "host: every rank on the host's loopback; namespaces: each node in its own network "
+       "namespace behind a bridge (set by any network fault)",
+       {"host", "namespaces"}},
       {"topology.dp", K::kInt, "0", "Data-parallel size (0: ranks / (tp x pp))", {}, 0, 256},
       {"topology.tp", K::kInt, "1", "Tensor-parallel size", {}, 1, 64},
       {"topology.pp", K::kInt, "1", "Pipeline-parallel size", {}, 1, 64},
@@ -134,8 +140,56 @@ const std::vector<KeySpec>& scenario_schema() {
       {"faults[].env.set", K::kStringMap, "{}", "Variables to set or replace"},
       {"faults[].env.unset", K::kList, "[]", "Variables to remove"},
       {"faults[].port_squat", K::kBool, "false", "Hold the rendezvous port before launch"},
+      {"faults[].file", K::kSection, "", "Damage files in the run directory"},
+      {"faults[].file.path", K::kString, "",
+       "Glob relative to the run directory (e.g. checkpoints/step_*/shard_r1*.bin)"},
+      {"faults[].file.action",
+       K::kEnum,
+       "corrupt",
+       "delete, truncate (drop the last `bytes`) or corrupt (`bytes` random bytes)",
+       {"delete", "truncate", "corrupt"}},
+      {"faults[].file.bytes", K::kInt, "64", "Bytes truncated or corrupted", {}, 1, 1e12},
+      {"faults[].restart", K::kBool, "false",
+       "file: then restart every rank from the latest checkpoint"},
+      {"faults[].disk_full", K::kSection, "", "A small filesystem (tmpfs) under a run directory"},
+      {"faults[].disk_full.path", K::kString, "checkpoints",
+       "Directory relative to the run directory"},
+      {"faults[].disk_full.size", K::kString, "64k", "Its size (bytes; k, m, g suffixes)"},
+      {"faults[].memory_limit", K::kString, "",
+       "Memory limit of `rank` (cgroup; k, m, g suffixes): the kernel OOM killer ends it"},
+      {"faults[].network", K::kSection, "", "Data-plane network fault between nodes"},
+      {"faults[].network.action",
+       K::kEnum,
+       "drop",
+       "reject (refused at once), drop (silently lost) or bandwidth (tbf rate limit)",
+       {"reject", "drop", "bandwidth"}},
+      {"faults[].network.node",
+       K::kInt,
+       "0",
+       "The node whose traffic is cut or limited",
+       {},
+       0,
+       63},
+      {"faults[].network.peer", K::kInt, "-1", "The other node (-1: every other node)", {}, -1, 63},
+      {"faults[].network.store", K::kBool, "false",
+       "Cut only `node`'s connections to the rendezvous store"},
+      {"faults[].network.rate", K::kString, "1mbit", "bandwidth: tbf rate (tc syntax)"},
+      {"faults[].hide", K::kString, "",
+       "Hide this library from `rank`: it is left out of the rank's plugin directory"},
+      {"faults[].at",
+       K::kEnum,
+       "step",
+       "When a file or network fault happens: launch (before the ranks start), step (once "
+       "`rank`, or rank 0, reports `step`) or exit (after every rank has ended)",
+       {"launch", "step", "exit"}},
       {"faults[].rank", K::kInt, "-1", "Target rank (-1: every rank)", {}, -1, 255},
-      {"faults[].step", K::kInt, "0", "signal: the step that triggers it", {}, 0, 1e9},
+      {"faults[].step",
+       K::kInt,
+       "0",
+       "signal, file, network: the step that triggers it",
+       {},
+       0,
+       1e9},
       {"expect", K::kSection, "", "What should happen: the oracle that judges the run"},
       {"expect.symptom", K::kString, "\"\"", "Symptom id the scenario reproduces (\"\": none)"},
       {"expect.oracle", K::kEnum, "completed", "Oracle deciding pass/fail", kOracles},
@@ -270,11 +324,39 @@ std::vector<std::string> children_of(const std::string& parent) {
   raise<ScenarioError>("{}: {}: {}", file, path, what);
 }
 
+// Plans may only name sites the workers have. The sites are listed from this binary's
+// fl_fault_sites section (the faultline CLI links the workloads); a binary without any site
+// (a unit test) skips the check.
+void check_sites(const std::string& file, const YAML::Node& n, const std::string& key,
+                 const fault::Plan& plan) {
+  std::set<std::string> known;
+  for (auto* site : fault::all_sites()) known.insert(site->name);
+  if (known.empty()) return;
+  for (const auto& e : plan.entries) {
+    if (known.count(e.site)) continue;
+    std::string best;
+    size_t best_d = 4;
+    for (const auto& k : known) {
+      if (const size_t d = edit_distance(e.site, k); d < best_d) {
+        best_d = d;
+        best = k;
+      }
+    }
+    fail_at(file, n, key,
+            fmt::format("unknown fault site '{}'{} (allowed: {})", e.site,
+                        best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best),
+                        fmt::join(known, ", ")));
+  }
+}
+
 // Which file a node came from: nodes keep their marks through merges, but not their file, so
 // each loaded document registers its nodes' identity here.
 struct Origin {
   std::string file;
 };
+
+constexpr const char* kFaultKinds[] = {"plan",      "signal",       "env",     "port_squat", "file",
+                                       "disk_full", "memory_limit", "network", "hide"};
 
 // The schema path of `path` with list indices removed: faults[2].plan -> faults[].plan.
 std::string schema_path(const std::string& path) {
@@ -420,18 +502,19 @@ void validate(const std::string& file, const YAML::Node& node, const std::string
         if (sp == "faults") {
           validate_map(file, node[i], item);
           int kinds = 0;
-          for (const char* kk : {"plan", "signal", "env", "port_squat"})
-            kinds += node[i][kk] ? 1 : 0;
+          for (const char* kk : kFaultKinds) kinds += node[i][kk] ? 1 : 0;
           if (kinds != 1) {
             fail_at(file, node[i], item,
-                    "a fault has exactly one of plan, signal, env, port_squat");
+                    fmt::format("a fault has exactly one of {}", fmt::join(kFaultKinds, ", ")));
           }
           if (node[i]["plan"]) {
+            fault::Plan plan;
             try {
-              fault::parse_plan(node[i]["plan"].Scalar(), "plan");
+              plan = fault::parse_plan(node[i]["plan"].Scalar(), "plan");
             } catch (const std::exception& e) {
               fail_at(file, node[i]["plan"], item + ".plan", e.what());
             }
+            check_sites(file, node[i]["plan"], item + ".plan", plan);
           }
         } else if (!node[i].IsScalar()) {
           fail_at(file, node[i], item, "expected a string");
@@ -552,6 +635,47 @@ T get(const YAML::Node& n, const char* a, const char* b = nullptr, const char* c
   return x.as<T>();
 }
 
+// A key of a list item (list items get no schema defaults filled in).
+template <class T>
+T opt(const YAML::Node& n, const char* key, T fallback) {
+  return n[key] ? n[key].as<T>() : fallback;
+}
+
+// "64k", "300m", "2g" or plain bytes.
+int64_t parse_size(const std::string& file, const YAML::Node& n, const std::string& key) {
+  const std::string v = n.Scalar();
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = v.substr(used);
+  const double mult = unit.empty()                 ? 1
+                      : unit == "k" || unit == "K" ? 1024.0
+                      : unit == "m" || unit == "M" ? 1024.0 * 1024
+                      : unit == "g" || unit == "G" ? 1024.0 * 1024 * 1024
+                                                   : -1;
+  if (used == 0 || mult < 0 || x <= 0) {
+    fail_at(file, n, key,
+            fmt::format("'{}' is not a size (allowed: a positive number of bytes with an optional "
+                        "k, m or g suffix)",
+                        v));
+  }
+  return static_cast<int64_t>(x * mult);
+}
+
+// File faults touch only the run directory: no absolute paths, no way out with "..".
+void check_relative(const std::string& file, const YAML::Node& n, const std::string& key,
+                    const std::string& p) {
+  if (p.empty() || p[0] == '/' || p.find("..") != std::string::npos) {
+    fail_at(
+        file, n, key,
+        fmt::format("'{}' must be a path inside the run directory (relative, without '..')", p));
+  }
+}
+
 }  // namespace
 
 const Taxonomy::Symptom* Taxonomy::symptom(const std::string& id) const {
@@ -648,6 +772,11 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.nodes = t["nodes"].as<int>();
   s.backend = t["backend"].as<std::string>();
   s.launcher = t["launcher"].as<std::string>();
+  s.network = t["network"].as<std::string>();
+  if (s.network == "namespaces" && s.launcher != "local") {
+    fail_at(path, doc["topology"]["network"], "topology.network",
+            "network namespaces need topology.launcher: local");
+  }
   s.tp = t["tp"].as<int>();
   s.pp = t["pp"].as<int>();
   s.zero = t["zero"].as<int>();
@@ -714,9 +843,64 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
       if (f["env"]["unset"]) {
         for (const auto& u : f["env"]["unset"]) o.unset.push_back(u.as<std::string>());
       }
+    } else if (f["file"]) {
+      o.kind = "file";
+      o.path = opt<std::string>(f["file"], "path", "");
+      o.action = opt<std::string>(f["file"], "action", "corrupt");
+      o.bytes = opt<int64_t>(f["file"], "bytes", 64);
+      check_relative(path, f["file"]["path"], "faults[].file.path", o.path);
+    } else if (f["disk_full"]) {
+      o.kind = "disk_full";
+      o.path = opt<std::string>(f["disk_full"], "path", "checkpoints");
+      check_relative(path, f["disk_full"]["path"], "faults[].disk_full.path", o.path);
+      o.bytes = f["disk_full"]["size"]
+                    ? parse_size(path, f["disk_full"]["size"], "faults[].disk_full.size")
+                    : 64 * 1024;
+    } else if (f["memory_limit"]) {
+      o.kind = "memory_limit";
+      o.bytes = parse_size(path, f["memory_limit"], "faults[].memory_limit");
+      if (o.rank < 0) fail_at(path, f, "faults[].rank", "a memory limit needs a rank (0 or more)");
+    } else if (f["network"]) {
+      o.kind = "network";
+      auto n = f["network"];
+      o.action = opt<std::string>(n, "action", "drop");
+      o.node = opt<int>(n, "node", 0);
+      o.peer = opt<int>(n, "peer", -1);
+      o.store = opt<bool>(n, "store", false);
+      o.rate = opt<std::string>(n, "rate", "1mbit");
+      for (auto [key, v] : {std::pair{"node", o.node}, std::pair{"peer", o.peer}}) {
+        if (v >= s.nodes) {
+          fail_at(path, n[key] ? n[key] : n, std::string("faults[].network.") + key,
+                  fmt::format("node {} does not exist (allowed 0-{}; topology.nodes is {})", v,
+                              s.nodes - 1, s.nodes));
+        }
+      }
+      if (o.peer == o.node) {
+        fail_at(path, n["peer"], "faults[].network.peer", "the peer must be another node");
+      }
+      if (o.action != "bandwidth" && s.nodes < 2 && !o.store) {
+        fail_at(path, n, "faults[].network",
+                "cutting links needs topology.nodes >= 2 (or store: true)");
+      }
+      if (s.launcher != "local") {
+        fail_at(path, n, "faults[].network",
+                "network faults need topology.launcher: local (mpirun starts every rank in one "
+                "network namespace)");
+      }
+      s.network = "namespaces";
+    } else if (f["hide"]) {
+      o.kind = "hide";
+      o.path = f["hide"].as<std::string>();
+      check_relative(path, f["hide"], "faults[].hide", o.path);
     } else {
       o.kind = "port_squat";
       if (!f["port_squat"].as<bool>()) continue;
+    }
+    o.at = f["at"] ? f["at"].as<std::string>() : "step";
+    o.restart = f["restart"] && f["restart"].as<bool>();
+    if (o.kind == "memory_limit" && s.launcher != "local") {
+      fail_at(path, f, "faults[].memory_limit",
+              "a per-rank memory limit needs topology.launcher: local");
     }
     s.oop_faults.push_back(std::move(o));
   }

@@ -52,12 +52,21 @@ struct Taxonomy {
 const Taxonomy& taxonomy();
 
 struct OutOfProcessFault {
-  std::string kind;  // signal, env, port_squat
-  int rank = -1;     // -1: every rank
+  // signal, env, port_squat, file, disk_full, memory_limit, network, hide
+  std::string kind;
+  int rank = -1;  // -1: every rank
   int64_t step = -1;
+  std::string at = "step";                 // launch, step, exit
   std::string signal;                      // signal
   std::map<std::string, std::string> set;  // env
   std::vector<std::string> unset;          // env
+  std::string path;    // file (glob), disk_full (dir), hide (library name): run-dir relative
+  std::string action;  // file: delete/truncate/corrupt; network: reject/drop/bandwidth
+  int64_t bytes = 0;   // file: bytes; disk_full: size; memory_limit: limit
+  bool restart = false;
+  int node = 0, peer = -1;  // network
+  bool store = false;
+  std::string rate;
 };
 
 struct Expect {
@@ -81,6 +90,7 @@ struct Scenario {
   // topology
   int ranks = 1, nodes = 1, dp = 1, tp = 1, pp = 1, zero = 0;
   std::string backend, launcher;
+  std::string network = "host";  // host, namespaces
   // workload
   std::string kind, model, precision, schedule;
   int64_t steps = 0, micro_batch = 0, grad_accum = 0, eval_every = 0;
