@@ -15,5 +15,6 @@ inline constexpr int kStore = 24;         // store unreachable: refused, timeout
 inline constexpr int kOutOfMemory = 25;   // the memory accountant's budget was exceeded
 inline constexpr int kLossScale = 26;     // fp16 overflow with the loss scale at its minimum
 inline constexpr int kCheckpoint = 27;    // checkpoint missing, corrupt, or from another layout
+inline constexpr int kPlugin = 28;        // a kernel plugin could not be loaded
 
 }  // namespace fl::exit_code

@@ -103,6 +103,7 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
     }
     if (!resume_from.empty()) add("--resume", resume_from);
     a.push_back("--checksum");
+    for (auto& p : s.plugins) add("--plugin", p);
   }
   for (auto& x : s.extra_args) a.push_back(x);
   return a;

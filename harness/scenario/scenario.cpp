@@ -128,6 +128,8 @@ const std::vector<KeySpec>& scenario_schema() {
       {"workload.infer.requests", K::kInt, "4", "Batched requests", {}, 1, 4096},
       {"workload.infer.prompt_len", K::kInt, "8", "Prompt tokens per request", {}, 1, 4096},
       {"workload.infer.new_tokens", K::kInt, "16", "Tokens to generate", {}, 1, 4096},
+      {"workload.plugins", K::kList, "[]",
+       "Kernel plugins every rank loads at start (libfl_NAME.so; e.g. fused_adamw)"},
       {"workload.args", K::kList, "[]", "Extra worker arguments, appended as given (strings)"},
       {"faults", K::kList, "[]", "What to break: in-process plans and out-of-process faults"},
       {"faults[].plan", K::kString, "", "In-process fault plan (docs/injector.md grammar)"},
@@ -816,6 +818,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.prompt_len = w["infer"]["prompt_len"].as<int64_t>();
   s.new_tokens = w["infer"]["new_tokens"].as<int64_t>();
   for (const auto& a : w["args"]) s.extra_args.push_back(a.as<std::string>());
+  for (const auto& p : w["plugins"]) s.plugins.push_back(p.as<std::string>());
 
   for (const auto& f : r["faults"]) {
     if (f["plan"]) {

@@ -101,6 +101,7 @@ struct Scenario {
   bool resume = false;
   int64_t requests = 0, prompt_len = 0, new_tokens = 0;
   std::vector<std::string> extra_args;
+  std::vector<std::string> plugins;
   // faults
   std::vector<std::string> plans;  // in-process, injector grammar
   std::vector<OutOfProcessFault> oop_faults;

@@ -1,6 +1,8 @@
 // CPU kernels of the decoder. Each has a straightforward reference form; the tests compare every
 // backward against central finite differences of its forward.
 #include "kernels/ops.hpp"
+#include "kernels/cpu/adamw_impl.hpp"
+#include "kernels/plugin.hpp"
 
 #include <cblas.h>
 
@@ -270,16 +272,8 @@ bool has_non_finite(const float* x, size_t n) {
 
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, int64_t t,
                   const AdamW& hp) {
-  const float c1 = 1.0f - std::pow(hp.beta1, static_cast<float>(t));
-  const float c2 = 1.0f - std::pow(hp.beta2, static_cast<float>(t));
-  for (size_t i = 0; i < n; ++i) {
-    const float g = grad[i];
-    m[i] = hp.beta1 * m[i] + (1.0f - hp.beta1) * g;
-    v[i] = hp.beta2 * v[i] + (1.0f - hp.beta2) * g * g;
-    const float mh = m[i] / c1;
-    const float vh = v[i] / c2;
-    param[i] -= hp.lr * (mh / (std::sqrt(vh) + hp.eps) + hp.weight_decay * param[i]);
-  }
+  const AdamWFn fn = plugin_kernels().adamw ? plugin_kernels().adamw : &impl::adamw;
+  fn(param, grad, m, v, n, t, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay);
 }
 
 }  // namespace fl::ops

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "base/exit_codes.hpp"
+#include "kernels/plugin.hpp"
 #include "base/settings.hpp"
 #include "injector/plan.hpp"
 #include "kernels/loss_scaler.hpp"
@@ -59,6 +60,8 @@ int run_worker_main(const std::function<int()>& body) {
     return report("config", e, exit_code::kUsage);
   } catch (const OutOfMemoryError& e) {
     return report("out of memory", e, exit_code::kOutOfMemory);
+  } catch (const ops::PluginError& e) {
+    return report("plugin", e, exit_code::kPlugin);
   } catch (const LossScaleError& e) {
     return report("loss scale", e, exit_code::kLossScale);
   } catch (const std::exception& e) {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/plugin.hpp"
 #include "workloads/comm/bootstrap.hpp"
 #include "workloads/comm/worker_errors.hpp"
 #include "workloads/telemetry/telemetry.hpp"
@@ -50,6 +51,8 @@ int main(int argc, char** argv) {
   app.add_option("--save-every", cfg.save_every, "Checkpoint every N steps (and after the last)");
   app.add_option("--resume", cfg.resume, "Resume from a checkpoint (step dir or save dir)");
   app.add_option("--metrics", metrics_path, "Write per-step metrics as JSON lines (rank 0)");
+  std::vector<std::string> plugins;
+  app.add_option("--plugin", plugins, "Load kernel plugin libfl_NAME.so (FAULTLINE_PLUGIN_PATH)");
   app.add_flag("--checksum", checksum, "Print every rank's parameter checksum at the end");
   CLI11_PARSE(app, argc, argv);
   const int vocab_override = cfg.model.vocab;
@@ -62,6 +65,9 @@ int main(int argc, char** argv) {
         "gpt:{}:{}:{}:{}:{}:{}:{}:{}:{}", cfg.model.vocab, cfg.model.d_model, cfg.model.layers,
         cfg.layout.dp, cfg.layout.tp, cfg.layout.pp, cfg.layout.zero, precision, cfg.micro_batch);
     auto b = comm::bootstrap_worker(hash, comm::kBackend.get());
+    // Plugins load once the world has formed, when the optimizer is built (as DeepSpeed loads
+    // its fused ops): a rank that cannot load one ends, the others wait for it in a collective.
+    for (auto& p : plugins) ops::load_plugin(p);
     MemoryAccountant& acct = MemoryAccountant::cpu();
     acct.set_rank(b.comm->rank());
     auto topo = parallel::build_topology(*b.comm, cfg.layout, cfg.model);
