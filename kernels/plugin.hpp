@@ -21,9 +21,8 @@ class PluginError : public Error {
 
 inline constexpr int kPluginAbi = 1;
 
-using AdamWFn = void (*)(float* param, const float* grad, float* m, float* v, size_t n,
-                         int64_t t, float lr, float beta1, float beta2, float eps,
-                         float weight_decay);
+using AdamWFn = void (*)(float* param, const float* grad, float* m, float* v, size_t n, int64_t t,
+                         float lr, float beta1, float beta2, float eps, float weight_decay);
 
 struct PluginRegistry {
   AdamWFn adamw = nullptr;

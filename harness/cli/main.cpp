@@ -161,6 +161,11 @@ int main(int argc, char** argv) {
   ctl->add_option("--signal", sig, "kill_rank: signal number");
   ctl->add_option("--plan", plan, "arm_faults: fault plan");
   ctl->add_option("--checkpoint", checkpoint, "restart_job: checkpoint directory");
+  auto* replay = app.add_subcommand(
+      "replay", "Run a finished run again, firing exactly the faults its fired logs recorded");
+  replay->add_option("run_dir", run_dir, "results/runs/<id>")->required();
+  replay->add_option("--results", ro.results_dir, "Where run directories go")
+      ->capture_default_str();
   auto* keys = app.add_subcommand("keys", "Every scenario key with type, default and meaning");
 
   CLI11_PARSE(app, argc, argv);
@@ -181,6 +186,12 @@ int main(int argc, char** argv) {
                     v.explanation.c_str());
       }
       return v.outcome == "pass" ? 0 : v.outcome == "fail" ? 1 : 3;
+    }
+    if (replay->parsed()) {
+      auto s = fl::harness::replay_scenario(run_dir);
+      std::printf("replaying %s with plan: %s\n", run_dir.c_str(),
+                  s.plans.empty() ? "(nothing fired)" : s.plans[0].c_str());
+      return fl::harness::run_scenario(s, ro).exit_code;
     }
     fl::harness::LoadOptions lo{fix, overrides};
     auto s = fl::harness::load_scenario(scenario_path, lo);

@@ -758,6 +758,20 @@ RunResult run_scenario(const Scenario& scenario, const RunOptions& options) {
   return run.go();
 }
 
+Scenario replay_scenario(const std::string& run_dir) {
+  Scenario s = load_scenario(run_dir + "/scenario.yaml");
+  std::vector<fault::FiredRecord> fired;
+  for (int r = 0; r < s.ranks; ++r) {
+    const std::string log = fmt::format("{}/ranks/rank{}/fired.jsonl", run_dir, r);
+    if (!fs::exists(log)) continue;
+    for (auto& rec : fault::read_fired_log(log)) fired.push_back(std::move(rec));
+  }
+  s.plans.clear();
+  if (!fired.empty()) s.plans.push_back(fault::replay_plan(fired));
+  s.name += "-replay";
+  return s;
+}
+
 Verdict judge_run_dir(const std::string& run_dir) {
   const std::string scen = run_dir + "/scenario.yaml";
   Scenario s = load_scenario(scen);

@@ -33,6 +33,11 @@ RunResult run_scenario(const Scenario& scenario, const RunOptions& options);
 // Re-judges a finished (or killed) run from its history; rewrites nothing.
 Verdict judge_run_dir(const std::string& run_dir);
 
+// The scenario of a finished run with its in-process plans replaced by the replay of what fired
+// (every rank's fired.jsonl): running it fires the same sites at the same evaluations, with no
+// random choice left. Out-of-process faults stay as they were.
+Scenario replay_scenario(const std::string& run_dir);
+
 // Writes `text` to `path` atomically (temp file in the same directory, then rename).
 void write_atomic(const std::string& path, const std::string& text);
 

@@ -3,11 +3,11 @@
 #include <cstdio>
 
 #include "base/exit_codes.hpp"
-#include "kernels/plugin.hpp"
 #include "base/settings.hpp"
 #include "injector/plan.hpp"
 #include "kernels/loss_scaler.hpp"
 #include "kernels/memory.hpp"
+#include "kernels/plugin.hpp"
 #include "workloads/comm/errors.hpp"
 #include "workloads/comm/mpi_communicator.hpp"
 #include "workloads/rendezvous/store_client.hpp"
