@@ -820,7 +820,13 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   for (const auto& a : w["args"]) s.extra_args.push_back(a.as<std::string>());
   for (const auto& p : w["plugins"]) s.plugins.push_back(p.as<std::string>());
 
-  for (const auto& f : r["faults"]) {
+  const YAML::Node resolved_faults = r["faults"];
+  const YAML::Node doc_faults = static_cast<const YAML::Node&>(doc)["faults"];
+  for (size_t fi = 0; fi < resolved_faults.size(); ++fi) {
+    // The document's own node where it has one: its marks give errors their line and column.
+    const YAML::Node f = doc_faults && doc_faults.IsSequence() && fi < doc_faults.size()
+                             ? doc_faults[fi]
+                             : resolved_faults[fi];
     if (f["plan"]) {
       s.plans.push_back(f["plan"].as<std::string>());
       continue;

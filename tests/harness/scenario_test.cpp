@@ -54,7 +54,7 @@ TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
   EXPECT_EQ(error_of("name: a\nworkload:\n  stepz: 3\n"),
             "s.yaml:3:3: workload.stepz: unknown key (did you mean 'steps'?) (allowed here: "
             "kind, model, steps, precision, micro_batch, grad_accum, lr, clip, schedule, "
-            "eval_every, loss_scale, min_loss_scale, data, checkpoint, infer, args)");
+            "eval_every, loss_scale, min_loss_scale, data, checkpoint, infer, plugins, args)");
 }
 
 TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {
@@ -96,10 +96,46 @@ TEST_F(ScenarioTest, FaultsAreCheckedIncludingThePlanGrammar) {
       error_of("name: a\nfaults:\n  - plan: \"comm.all_reduce[rank=1]=50%frob\"\n");
   EXPECT_EQ(e.substr(0, 37), "s.yaml:3:11: faults[0].plan: plan: at") << e;
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: STOP, plan: x}\n"),
-            "s.yaml:3:5: faults[0]: a fault has exactly one of plan, signal, env, port_squat");
+            "s.yaml:3:5: faults[0]: a fault has exactly one of plan, signal, env, port_squat, "
+            "file, disk_full, memory_limit, network, hide");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: HUPP, rank: 0}\n"),
             "s.yaml:3:14: faults[0].signal: 'HUPP' is not allowed (allowed: STOP, CONT, KILL, "
             "TERM, SEGV, ABRT, INT)");
+}
+
+TEST_F(ScenarioTest, OutOfProcessFaultKeysAreChecked) {
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - file: {path: /etc/passwd, action: delete}\n"),
+            "s.yaml:3:18: faults[].file.path: '/etc/passwd' must be a path inside the run "
+            "directory (relative, without '..')");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - file: {path: ../x}\n"),
+            "s.yaml:3:18: faults[].file.path: '../x' must be a path inside the run directory "
+            "(relative, without '..')");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - {memory_limit: 12q, rank: 0}\n"),
+            "s.yaml:3:20: faults[].memory_limit: '12q' is not a size (allowed: a positive number "
+            "of bytes with an optional k, m or g suffix)");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - {memory_limit: 1g}\n"),
+            "s.yaml:3:5: faults[].rank: a memory limit needs a rank (0 or more)");
+  EXPECT_EQ(error_of("name: a\ntopology: {ranks: 4, nodes: 2}\nfaults:\n"
+                     "  - network: {node: 2}\n"),
+            "s.yaml:4:21: faults[].network.node: node 2 does not exist (allowed 0-1; "
+            "topology.nodes is 2)");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - network: {action: drop}\n"),
+            "s.yaml:3:14: faults[].network: cutting links needs topology.nodes >= 2 (or store: "
+            "true)");
+  EXPECT_EQ(error_of("name: a\ntopology: {ranks: 2, nodes: 2, launcher: mpirun}\nfaults:\n"
+                     "  - network: {action: reject}\n"),
+            "s.yaml:4:14: faults[].network: network faults need topology.launcher: local "
+            "(mpirun starts every rank in one network namespace)");
+  auto s = load_scenario(write("ok.yaml",
+                               "name: a\ntopology: {ranks: 4, nodes: 2}\nfaults:\n"
+                               "  - network: {action: bandwidth, node: 1, rate: 2mbit}\n"
+                               "    at: launch\n  - disk_full: {size: 1m}\n"));
+  ASSERT_EQ(s.oop_faults.size(), 2u);
+  EXPECT_EQ(s.network, "namespaces");
+  EXPECT_EQ(s.oop_faults[0].rate, "2mbit");
+  EXPECT_EQ(s.oop_faults[0].at, "launch");
+  EXPECT_EQ(s.oop_faults[1].bytes, 1 << 20);
+  EXPECT_EQ(s.oop_faults[1].path, "checkpoints");
 }
 
 TEST_F(ScenarioTest, YamlSyntaxErrorsCarryThePosition) {
