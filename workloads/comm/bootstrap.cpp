@@ -9,6 +9,7 @@
 
 #include "injector/plan.hpp"
 #include "injector/site.hpp"
+#include "workloads/comm/collective_watch.hpp"
 #include "workloads/comm/mpi_communicator.hpp"
 #include "workloads/telemetry/telemetry.hpp"
 #if defined(FAULTLINE_HAVE_NCCL)
@@ -158,15 +159,7 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
   } else {
     raise<SettingError>("FAULTLINE_BACKEND='{}' is not allowed (allowed: mpi, nccl)", backend);
   }
-  if (telemetry::kCollectiveEvents.get()) {
-    b.comm->recorder().set_listener([](const FlightEntry& e) {
-      telemetry::emit("collective",
-                      fmt::format("{{\"op\":\"{}\",\"group\":{},\"seq\":{},\"count\":{},"
-                                  "\"dtype\":\"{}\",\"peer\":{},\"state\":\"{}\"}}",
-                                  op_name(e.op), telemetry::quote(e.group), e.seq, e.count,
-                                  dtype_name(e.dtype), e.peer, state_name(e.state)));
-    });
-  }
+  b.collective_watch = CollectiveWatch::install(b.comm->recorder());
   return b;
 }
 

@@ -42,6 +42,7 @@ struct Bootstrap {
   std::unique_ptr<rdzv::StoreClient> store;
   rdzv::World world;
   std::unique_ptr<Communicator> comm;
+  std::shared_ptr<class CollectiveWatch> collective_watch;  // what leaves the rank about its ops
 };
 
 // Starts this rank's telemetry (FAULTLINE_EVENTS_FILE, FAULTLINE_CONTROL_ADDR), says hello, and

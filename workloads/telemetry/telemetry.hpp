@@ -25,8 +25,6 @@ FAULTLINE_SETTING(kQueueSize, int64_t, "FAULTLINE_TELEMETRY_QUEUE", 16384,
                   "Events the stream queue holds before it drops (the local file keeps all)");
 FAULTLINE_SETTING(kHeartbeatMs, int64_t, "FAULTLINE_HEARTBEAT_MS", 1000,
                   "Interval between heartbeats (0: none)");
-FAULTLINE_SETTING(kCollectiveEvents, bool, "FAULTLINE_TELEMETRY_COLLECTIVES", true,
-                  "Stream every collective's state changes (flight-recorder entries)");
 
 struct Event {
   int rank = -1;
