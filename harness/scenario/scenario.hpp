@@ -37,6 +37,8 @@ struct KeySpec {
 const std::vector<KeySpec>& scenario_schema();
 // Markdown reference of every key (docs/scenarios.md's table).
 std::string schema_markdown();
+// "integer", "one of a, b", ... as errors and docs name a key's type.
+std::string key_type_name(const KeySpec& k);
 
 struct Taxonomy {
   struct Symptom {

@@ -1,0 +1,288 @@
+// The scenario schema: every key once, with its type, default, allowed values and meaning. The
+// loader validates against it; `faultline keys` prints it (docs/scenarios.md).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "harness/scenario/scenario.hpp"
+
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // the schema table leaves ranges out
+
+namespace fl::harness {
+
+namespace {
+
+using K = KeyType;
+
+const std::vector<std::string> kOracles = {
+    "completed",        "exit_class",      "error_signature",       "hang",
+    "comm_timeout",     "loss_nonfinite",  "loss_divergence",       "oom",
+    "checkpoint_error", "output_mismatch", "throughput_degradation"};
+
+}  // namespace
+
+const std::vector<KeySpec>& scenario_schema() {
+  static const std::vector<KeySpec> s = {
+      {"name", K::kString, "", "Scenario name: letters, digits, '-', '_' and '.'", {}, 0, 0, true},
+      {"description", K::kString, "\"\"", "What the scenario reproduces, in a sentence or two"},
+      {"extends", K::kString, "",
+       "Base scenario file (relative to this one); this file's keys "
+       "override it, lists replace lists"},
+      {"seed",
+       K::kInt,
+       "7",
+       "Seed of the data, the initialisation and every fault choice",
+       {},
+       0,
+       4294967295.0},
+      {"reference", K::kSection, "", "Where the scenario comes from"},
+      {"reference.issue", K::kString, "\"\"", "Reported issue, e.g. deepspeedai/DeepSpeed#2223"},
+      {"reference.url", K::kString, "\"\"", "Link to the issue"},
+      {"reference.symptom", K::kString, "\"\"", "Taxonomy symptom id, e.g. \"4.11\""},
+      {"reference.root_cause", K::kString, "\"\"", "Taxonomy root-cause id, e.g. R4.6"},
+      {"reference.fix_pattern", K::kString, "\"\"", "Fix pattern id F1-F6"},
+      {"topology", K::kSection, "", "Ranks, launcher, backend and parallel layout"},
+      {"topology.ranks", K::kInt, "1", "Number of worker processes", {}, 1, 256},
+      {"topology.nodes",
+       K::kInt,
+       "1",
+       "Simulated nodes (ranks are spread evenly; LOCAL_RANK "
+       "counts within a node)",
+       {},
+       1,
+       64},
+      {"topology.backend", K::kEnum, "mpi", "Data plane", {"mpi", "nccl"}},
+      {"topology.launcher",
+       K::kEnum,
+       "local",
+       "local: fork/exec one process per rank; mpirun: an "
+       "MPMD app file",
+       {"local", "mpirun"}},
+      {"topology.network",
+       K::kEnum,
+       "host",
+       "host: every rank on the host's loopback; namespaces: each node in its own network "
+       "namespace behind a bridge (set by any network fault)",
+       {"host", "namespaces"}},
+      {"topology.dp", K::kInt, "0", "Data-parallel size (0: ranks / (tp x pp))", {}, 0, 256},
+      {"topology.tp", K::kInt, "1", "Tensor-parallel size", {}, 1, 64},
+      {"topology.pp", K::kInt, "1", "Pipeline-parallel size", {}, 1, 64},
+      {"topology.zero", K::kInt, "0", "ZeRO stage", {}, 0, 3},
+      {"workload", K::kSection, "", "What every rank runs"},
+      {"workload.kind",
+       K::kEnum,
+       "train",
+       "train (fl-train) or infer (fl-infer)",
+       {"train", "infer"}},
+      {"workload.model", K::kEnum, "tiny", "Model size", {"tiny", "small"}},
+      {"workload.steps", K::kInt, "20", "Training steps", {}, 1, 1000000},
+      {"workload.precision", K::kEnum, "fp32", "Compute precision", {"fp32", "fp16", "bf16"}},
+      {"workload.micro_batch", K::kInt, "4", "Samples per micro-batch per DP rank", {}, 1, 4096},
+      {"workload.grad_accum", K::kInt, "1", "Micro-batches per step", {}, 1, 1024},
+      {"workload.lr", K::kFloat, "0.01", "Peak learning rate", {}, 0, 10},
+      {"workload.clip", K::kFloat, "1.0", "Gradient clipping norm (0: off)", {}, 0, 1e9},
+      {"workload.schedule", K::kEnum, "1f1b", "Pipeline schedule", {"1f1b", "gpipe"}},
+      {"workload.eval_every", K::kInt, "0", "Evaluate every N steps (0: never)", {}, 0, 1000000},
+      {"workload.loss_scale", K::kFloat, "65536", "Initial fp16 loss scale", {}, 0, 1e38},
+      {"workload.min_loss_scale",
+       K::kFloat,
+       "1",
+       "Smallest fp16 loss scale before the run fails",
+       {},
+       0,
+       1e38},
+      {"workload.data", K::kSection, "", "Synthetic corpus and sampler"},
+      {"workload.data.samples",
+       K::kInt,
+       "0",
+       "Dataset size (0: the trainer's default)",
+       {},
+       0,
+       1e9},
+      {"workload.data.drop_last", K::kBool, "false",
+       "Drop the uneven tail (real frameworks "
+       "default to false)"},
+      {"workload.data.seed", K::kInt, "0", "Data seed (0: the scenario seed)", {}, 0, 4294967295.0},
+      {"workload.checkpoint", K::kSection, "", "Sharded checkpoints in the run directory"},
+      {"workload.checkpoint.every",
+       K::kInt,
+       "0",
+       "Checkpoint every N steps (0: never)",
+       {},
+       0,
+       1e9},
+      {"workload.checkpoint.resume", K::kBool, "false", "Resume from the run's latest checkpoint"},
+      {"workload.infer", K::kSection, "", "Inference workload (kind: infer)"},
+      {"workload.infer.requests", K::kInt, "4", "Batched requests", {}, 1, 4096},
+      {"workload.infer.prompt_len", K::kInt, "8", "Prompt tokens per request", {}, 1, 4096},
+      {"workload.infer.new_tokens", K::kInt, "16", "Tokens to generate", {}, 1, 4096},
+      {"workload.plugins", K::kList, "[]",
+       "Kernel plugins every rank loads at start (libfl_NAME.so; e.g. fused_adamw)"},
+      {"workload.args", K::kList, "[]", "Extra worker arguments, appended as given (strings)"},
+      {"faults", K::kList, "[]", "What to break: in-process plans and out-of-process faults"},
+      {"faults[].plan", K::kString, "", "In-process fault plan (docs/injector.md grammar)"},
+      {"faults[].signal",
+       K::kEnum,
+       "",
+       "Send this signal to `rank` once it reports `step`",
+       {"STOP", "CONT", "KILL", "TERM", "SEGV", "ABRT", "INT"}},
+      {"faults[].env", K::kSection, "", "Change the launch environment of `rank` (or every rank)"},
+      {"faults[].env.set", K::kStringMap, "{}", "Variables to set or replace"},
+      {"faults[].env.unset", K::kList, "[]", "Variables to remove"},
+      {"faults[].port_squat", K::kBool, "false", "Hold the rendezvous port before launch"},
+      {"faults[].file", K::kSection, "", "Damage files in the run directory"},
+      {"faults[].file.path", K::kString, "",
+       "Glob relative to the run directory (e.g. checkpoints/step_*/shard_r1*.bin)"},
+      {"faults[].file.action",
+       K::kEnum,
+       "corrupt",
+       "delete, truncate (drop the last `bytes`) or corrupt (`bytes` random bytes)",
+       {"delete", "truncate", "corrupt"}},
+      {"faults[].file.bytes", K::kInt, "64", "Bytes truncated or corrupted", {}, 1, 1e12},
+      {"faults[].restart", K::kBool, "false",
+       "file: then restart every rank from the latest checkpoint"},
+      {"faults[].disk_full", K::kSection, "", "A small filesystem (tmpfs) under a run directory"},
+      {"faults[].disk_full.path", K::kString, "checkpoints",
+       "Directory relative to the run directory"},
+      {"faults[].disk_full.size", K::kString, "64k", "Its size (bytes; k, m, g suffixes)"},
+      {"faults[].memory_limit", K::kString, "",
+       "Memory limit of `rank` (cgroup; k, m, g suffixes): the kernel OOM killer ends it"},
+      {"faults[].network", K::kSection, "", "Data-plane network fault between nodes"},
+      {"faults[].network.action",
+       K::kEnum,
+       "drop",
+       "reject (refused at once), drop (silently lost) or bandwidth (tbf rate limit)",
+       {"reject", "drop", "bandwidth"}},
+      {"faults[].network.node",
+       K::kInt,
+       "0",
+       "The node whose traffic is cut or limited",
+       {},
+       0,
+       63},
+      {"faults[].network.peer", K::kInt, "-1", "The other node (-1: every other node)", {}, -1, 63},
+      {"faults[].network.store", K::kBool, "false",
+       "Cut only `node`'s connections to the rendezvous store"},
+      {"faults[].network.rate", K::kString, "1mbit", "bandwidth: tbf rate (tc syntax)"},
+      {"faults[].hide", K::kString, "",
+       "Hide this library from `rank`: it is left out of the rank's plugin directory"},
+      {"faults[].at",
+       K::kEnum,
+       "step",
+       "When a file or network fault happens: launch (before the ranks start), step (once "
+       "`rank`, or rank 0, reports `step`) or exit (after every rank has ended)",
+       {"launch", "step", "exit"}},
+      {"faults[].rank", K::kInt, "-1", "Target rank (-1: every rank)", {}, -1, 255},
+      {"faults[].step",
+       K::kInt,
+       "0",
+       "signal, file, network: the step that triggers it",
+       {},
+       0,
+       1e9},
+      {"expect", K::kSection, "", "What should happen: the oracle that judges the run"},
+      {"expect.symptom", K::kString, "\"\"", "Symptom id the scenario reproduces (\"\": none)"},
+      {"expect.oracle", K::kEnum, "completed", "Oracle deciding pass/fail", kOracles},
+      {"expect.within_s",
+       K::kFloat,
+       "0",
+       "The symptom must show within this many seconds of "
+       "the start (0: any time)",
+       {},
+       0,
+       1e6},
+      {"expect.ranks", K::kIntList, "[]", "Ranks the symptom must involve (empty: any)"},
+      {"expect.exit_class",
+       K::kEnum,
+       "any",
+       "exit_class: how a rank must end",
+       {"any", "error", "crash", "signal", "oom_kill", "timeout"}},
+      {"expect.exit_code", K::kInt, "-1", "exit_class: the exit status (-1: any)", {}, -1, 255},
+      {"expect.pattern", K::kString, "\"\"", "error_signature: ECMAScript regex on rank output"},
+      {"expect.op", K::kString, "\"\"",
+       "comm_timeout: the collective (all_reduce, ...; \"\": any)"},
+      {"expect.hang_s",
+       K::kFloat,
+       "10",
+       "hang: seconds without step progress while ranks live",
+       {},
+       0.1,
+       1e6},
+      {"expect.factor",
+       K::kFloat,
+       "2",
+       "loss_divergence / throughput_degradation: ratio",
+       {},
+       1,
+       1e9},
+      {"expect.after_step",
+       K::kInt,
+       "-1",
+       "throughput_degradation: first degraded step (-1: "
+       "the last two thirds)",
+       {},
+       -1,
+       1e9},
+      {"fix", K::kSection, "",
+       "Overrides (any keys above) that must clear the symptom; "
+       "`faultline run --fix` applies them"},
+      {"timeouts", K::kSection, "", "Deadlines"},
+      {"timeouts.run_s",
+       K::kFloat,
+       "120",
+       "Whole run; the harness ends it after this",
+       {},
+       1,
+       86400},
+      {"timeouts.comm_ms", K::kInt, "30000", "Every collective's deadline", {}, 100, 1e8},
+      {"timeouts.rendezvous_ms",
+       K::kInt,
+       "20000",
+       "How long a rank waits for the world",
+       {},
+       100,
+       1e8},
+      {"env", K::kStringMap, "{}", "Environment for every rank"},
+      {"rank_env", K::kSection, "", "Per-rank environment: {\"2\": {VAR: value}}"},
+  };
+  return s;
+}
+
+std::string key_type_name(const KeySpec& k) {
+  switch (k.type) {
+    case K::kSection:
+      return "map";
+    case K::kString:
+      return "string";
+    case K::kInt:
+      return "integer";
+    case K::kFloat:
+      return "number";
+    case K::kBool:
+      return "true/false";
+    case K::kEnum:
+      return "one of " + fmt::format("{}", fmt::join(k.choices, ", "));
+    case K::kStringMap:
+      return "map of strings";
+    case K::kIntList:
+      return "list of integers";
+    case K::kList:
+      return "list";
+  }
+  return "?";
+}
+
+std::string schema_markdown() {
+  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& k : scenario_schema()) {
+    std::string range;
+    if ((k.type == K::kInt || k.type == K::kFloat) && k.min < k.max) {
+      range = fmt::format(" ({}-{})", k.min, k.max);
+    }
+    out += fmt::format("| `{}` | {}{} | {} | {}{} |\n", k.path, key_type_name(k), range,
+                       k.default_value.empty() ? "" : "`" + k.default_value + "`", k.doc,
+                       k.required ? " (required)" : "");
+  }
+  return out;
+}
+
+}  // namespace fl::harness
