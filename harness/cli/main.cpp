@@ -16,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "base/settings.hpp"
+#include "harness/catalog/catalog.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/runner.hpp"
 #include "harness/scenario/scenario.hpp"
@@ -118,6 +119,29 @@ int control(const std::string& addr, const std::string& action, int rank, int si
   return reply.ok() ? 0 : 1;
 }
 
+// The faulty variant must reproduce its symptom (verdict pass) and the fix variant must clear it
+// (its own expectation passes).
+int repro_scenario(const std::string& path, fl::harness::RunOptions ro) {
+  auto faulty = fl::harness::load_scenario(path);
+  if (!faulty.has_fix) {
+    std::fprintf(stderr, "faultline repro: %s has no fix: section to verify\n", path.c_str());
+    return 2;
+  }
+  auto fixed = fl::harness::load_scenario(path, {true, {}});
+  auto a = fl::harness::run_scenario(faulty, ro);
+  ro.fix = true;
+  auto b = fl::harness::run_scenario(fixed, ro);
+  const bool reproduced = a.verdict.outcome == "pass";
+  const bool verified = b.verdict.outcome == "pass";
+  std::printf("\n%s  symptom %s: %s\n", reproduced ? "REPRODUCED    " : "NOT REPRODUCED",
+              faulty.expect.symptom.c_str(), a.verdict.explanation.c_str());
+  std::printf("%s  %s\n", verified ? "FIX VERIFIED  " : "FIX NOT VERIFIED",
+              b.verdict.explanation.c_str());
+  std::printf("runs: %s, %s\n", a.run_dir.c_str(), b.run_dir.c_str());
+  if (!a.harness_error.empty() || !b.harness_error.empty()) return 2;
+  return reproduced && verified ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -166,6 +190,26 @@ int main(int argc, char** argv) {
   replay->add_option("run_dir", run_dir, "results/runs/<id>")->required();
   replay->add_option("--results", ro.results_dir, "Where run directories go")
       ->capture_default_str();
+  auto* catalog =
+      app.add_subcommand("catalog", "The 34 symptoms, their causes, fixes and scenarios");
+  catalog->add_flag("--json", json, "JSON output");
+  std::string catalog_file = FAULTLINE_SOURCE_DIR "/scenarios/catalog.yaml";
+  std::string symptoms_dir = FAULTLINE_SOURCE_DIR "/scenarios/symptoms";
+  catalog->add_option("--catalog", catalog_file, "Catalogue file")->capture_default_str();
+  catalog->add_option("--scenarios", symptoms_dir, "Scenario directory")->capture_default_str();
+  fl::harness::SuiteOptions so;
+  std::string suite_path;
+  auto* suite = app.add_subcommand("suite", "Run a suite (file or directory of scenarios)");
+  suite->add_option("suite", suite_path, "Suite YAML or a directory of scenarios")->required();
+  suite->add_option("-j,--jobs", so.jobs, "Runs at the same time")->capture_default_str();
+  suite->add_option("--results", so.results_dir, "Where suite directories go")
+      ->capture_default_str();
+  suite->add_option("--junit", so.junit_path, "JUnit XML file (default: in the suite directory)");
+  suite->add_option("--json", so.json_path, "JSON summary (default: in the suite directory)");
+  auto* repro = app.add_subcommand(
+      "repro", "Run a scenario and its fix: REPRODUCED / FIX VERIFIED, with the evidence");
+  repro->add_option("scenario", scenario_path, "Scenario YAML file")->required();
+  repro->add_option("--results", ro.results_dir, "Where run directories go")->capture_default_str();
   auto* keys = app.add_subcommand("keys", "Every scenario key with type, default and meaning");
 
   CLI11_PARSE(app, argc, argv);
@@ -187,6 +231,21 @@ int main(int argc, char** argv) {
       }
       return v.outcome == "pass" ? 0 : v.outcome == "fail" ? 1 : 3;
     }
+    if (catalog->parsed()) {
+      auto entries = fl::harness::load_catalog(catalog_file, symptoms_dir);
+      if (json) {
+        std::printf("%s\n", fl::harness::catalog_json(entries).dump(2).c_str());
+      } else {
+        std::printf("%s", fl::harness::catalog_table(entries).c_str());
+      }
+      return 0;
+    }
+    if (suite->parsed()) {
+      auto r = fl::harness::run_suite(suite_path, so);
+      std::printf("%s", fl::harness::suite_table(r).c_str());
+      return r.failures() == 0 ? 0 : 1;
+    }
+    if (repro->parsed()) return repro_scenario(scenario_path, ro);
     if (replay->parsed()) {
       auto s = fl::harness::replay_scenario(run_dir);
       std::printf("replaying %s with plan: %s\n", run_dir.c_str(),

@@ -100,7 +100,7 @@ Facts gather(const std::vector<HistoryEvent>& h) {
       f.steps.push_back({e.rank, e.t_ns, e.step, loss, d.value("step_time_s", 0.0)});
     } else if (e.kind == "error") {
       f.errors.push_back({e.rank, e.t_ns, e.step, d.value("class", ""), d.value("message", "")});
-    } else if (e.kind == "collective" && d.value("state", "") == "timed_out") {
+    } else if (e.kind == "collective" && d.value("state", "") == "timed-out") {
       f.timeouts.push_back({e.rank, e.t_ns, e.step, d.value("op", ""), d.value("group", ""),
                             d.value("state", ""), d.value("seq", int64_t{-1})});
     } else if (e.kind == "output") {
@@ -311,7 +311,11 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
         });
     if (!hit) {
       hit = first(
-          f.errors, [&](const Facts::Err& e) { return e.klass == "comm timeout" && x.op.empty(); },
+          f.errors,
+          [&](const Facts::Err& e) {
+            return e.klass == "comm timeout" &&
+                   (x.op.empty() || e.message.find(" " + x.op + " on group") != std::string::npos);
+          },
           [&](const Facts::Err& e) { return "comm timeout: " + e.message; });
     }
     absent = fmt::format("no {} timed out", x.op.empty() ? "collective" : x.op);

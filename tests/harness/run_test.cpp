@@ -26,6 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 const std::string kExamples = FAULTLINE_SOURCE_DIR "/scenarios/examples/";
+const std::string kSymptoms = FAULTLINE_SOURCE_DIR "/scenarios/symptoms/";
 
 struct CliRun {
   test::ProcessResult proc;
@@ -89,7 +90,7 @@ TEST(HarnessRun, EightRanksUnderBothLaunchers) {
 TEST(HarnessRun, UnevenShardsHangIsReproducedAndTheFixClearsIt) {
   const auto results = results_dir();
   fs::create_directories(results);
-  auto hang = cli_run(results, kExamples + "uneven-batches-hang.yaml");
+  auto hang = cli_run(results, kSymptoms + "4.11-uneven-batches-hang.yaml");
   ASSERT_EQ(hang.proc.exit_code, 0) << hang.proc.output;
   EXPECT_EQ(hang.verdict["outcome"], "pass");
   EXPECT_EQ(hang.verdict["oracle"], "hang");
@@ -101,7 +102,7 @@ TEST(HarnessRun, UnevenShardsHangIsReproducedAndTheFixClearsIt) {
   EXPECT_EQ(again.explanation, hang.verdict["explanation"]);
   EXPECT_EQ(again.ranks, hang.verdict["ranks"].get<std::vector<int>>());
 
-  auto fixed = cli_run(results, kExamples + "uneven-batches-hang.yaml", {"--fix"});
+  auto fixed = cli_run(results, kSymptoms + "4.11-uneven-batches-hang.yaml", {"--fix"});
   ASSERT_EQ(fixed.proc.exit_code, 0) << fixed.proc.output;
   EXPECT_EQ(fixed.verdict["oracle"], "completed");
   EXPECT_EQ(fixed.verdict["fix"], true);
