@@ -189,7 +189,8 @@ bool hang_observed(const Expect& x, const std::vector<HistoryEvent>& history, in
   return find_hang(x, f, now_ns).has_value();
 }
 
-Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
+namespace {
+Verdict judge_one(const Expect& x, const std::vector<HistoryEvent>& history) {
   Facts f = gather(history);
   Verdict v;
   v.oracle = x.oracle;
@@ -451,6 +452,30 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
   v.outcome = "pass";
   v.explanation = fmt::format("{} (at {:.1f} s)", hit->what, v.manifested_s);
   return v;
+}
+
+}  // namespace
+
+Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
+  if (!x.absent) return judge_one(x, history);
+  // A fix variant: the oracle must not find its symptom, and the run must complete.
+  Verdict v = judge_one(x, history);
+  if (v.outcome == "unknown") return v;
+  if (v.outcome == "pass") {
+    v.outcome = "fail";
+    v.explanation = "the symptom is still there: " + v.explanation;
+    return v;
+  }
+  Expect c = x;
+  c.oracle = "completed";
+  c.ranks.clear();
+  Verdict done = judge_one(c, history);
+  done.oracle = x.oracle;
+  done.symptom = x.symptom;
+  if (done.outcome == "pass") {
+    done.explanation = fmt::format("not observed ({}); {}", v.explanation, done.explanation);
+  }
+  return done;
 }
 
 }  // namespace fl::harness

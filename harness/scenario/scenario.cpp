@@ -659,6 +659,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   check_symptom(s.expect.symptom, "expect.symptom", doc["expect"]["symptom"]);
   s.expect.oracle = e["oracle"].as<std::string>();
   s.expect.within_s = e["within_s"].as<double>();
+  s.expect.absent = e["absent"].as<bool>();
   s.expect.ranks = e["ranks"].as<std::vector<int>>();
   s.expect.exit_class = e["exit_class"].as<std::string>();
   s.expect.exit_code = e["exit_code"].as<int>();

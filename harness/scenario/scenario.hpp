@@ -83,6 +83,7 @@ struct Expect {
   double hang_s = 10;
   double factor = 2.0;
   int64_t after_step = -1;
+  bool absent = false;  // the oracle must NOT observe its symptom, and the run must complete
 };
 
 struct Scenario {

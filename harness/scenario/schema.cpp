@@ -182,6 +182,9 @@ const std::vector<KeySpec>& scenario_schema() {
       {"expect", K::kSection, "", "What should happen: the oracle that judges the run"},
       {"expect.symptom", K::kString, "\"\"", "Symptom id the scenario reproduces (\"\": none)"},
       {"expect.oracle", K::kEnum, "completed", "Oracle deciding pass/fail", kOracles},
+      {"expect.absent", K::kBool, "false",
+       "Invert the oracle: pass when it does not observe its symptom and every rank finishes "
+       "cleanly (a fix variant's expectation)"},
       {"expect.within_s",
        K::kFloat,
        "0",

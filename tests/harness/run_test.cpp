@@ -104,7 +104,11 @@ TEST(HarnessRun, UnevenShardsHangIsReproducedAndTheFixClearsIt) {
 
   auto fixed = cli_run(results, kSymptoms + "4.11-uneven-batches-hang.yaml", {"--fix"});
   ASSERT_EQ(fixed.proc.exit_code, 0) << fixed.proc.output;
-  EXPECT_EQ(fixed.verdict["oracle"], "completed");
+  // The fix variant: the hang oracle finds nothing and every rank finishes.
+  EXPECT_EQ(fixed.verdict["oracle"], "hang");
+  EXPECT_EQ(fixed.verdict["outcome"], "pass");
+  EXPECT_NE(fixed.verdict["explanation"].get<std::string>().find("not observed"),
+            std::string::npos);
   EXPECT_EQ(fixed.verdict["fix"], true);
   fs::remove_all(results);
 }
