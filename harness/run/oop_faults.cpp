@@ -489,6 +489,10 @@ bool OutOfProcessFaults::apply(size_t i, const std::string& when) {
     } else if (f.kind == "network") {
       inject_network(f);
     }
+    if (f.kind == "restart") {
+      hist_.harness("fault_injected", {{"fault", "restart"}, {"when", when}});
+      injected_.push_back(fmt::format("restart from the latest checkpoint ({})", when));
+    }
   } catch (const Error& e) {
     // A fault that could not be injected is recorded, and the run goes on: the verdict shows it.
     hist_.harness("fault_failed", {{"fault", f.kind}, {"when", when}, {"error", e.what()}}, f.rank);
@@ -505,7 +509,9 @@ bool OutOfProcessFaults::on_progress(const std::map<int, int64_t>& max_step,
   for (size_t i = 0; i < s_.oop_faults.size(); ++i) {
     const auto& f = s_.oop_faults[i];
     if (done_[i] || f.at != "step") continue;
-    if (f.kind != "signal" && f.kind != "file" && f.kind != "network") continue;
+    if (f.kind != "signal" && f.kind != "file" && f.kind != "network" && f.kind != "restart") {
+      continue;
+    }
     const int watch = f.rank >= 0 ? f.rank : 0;
     auto it = max_step.find(watch);
     if (it == max_step.end() || it->second < f.step) continue;
@@ -534,8 +540,9 @@ bool OutOfProcessFaults::on_progress(const std::map<int, int64_t>& max_step,
 bool OutOfProcessFaults::on_all_exited() {
   bool restart = false;
   for (size_t i = 0; i < s_.oop_faults.size(); ++i) {
+    const auto& k = s_.oop_faults[i].kind;
     if (!done_[i] && s_.oop_faults[i].at == "exit" &&
-        (s_.oop_faults[i].kind == "file" || s_.oop_faults[i].kind == "network")) {
+        (k == "file" || k == "network" || k == "restart")) {
       restart |= apply(i, "exit");
     }
   }

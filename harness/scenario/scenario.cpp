@@ -97,8 +97,9 @@ struct Origin {
   std::string file;
 };
 
-constexpr const char* kFaultKinds[] = {"plan",      "signal",       "env",     "port_squat", "file",
-                                       "disk_full", "memory_limit", "network", "hide"};
+constexpr const char* kFaultKinds[] = {"plan", "signal",    "env",          "port_squat",
+                                       "file", "disk_full", "memory_limit", "network",
+                                       "hide", "restart"};
 
 // The schema path of `path` with list indices removed: faults[2].plan -> faults[].plan.
 std::string schema_path(const std::string& path) {
@@ -245,6 +246,7 @@ void validate(const std::string& file, const YAML::Node& node, const std::string
           validate_map(file, node[i], item);
           int kinds = 0;
           for (const char* kk : kFaultKinds) kinds += node[i][kk] ? 1 : 0;
+          if (node[i]["file"] && node[i]["restart"]) --kinds;  // restart after the damage
           if (kinds != 1) {
             fail_at(file, node[i], item,
                     fmt::format("a fault has exactly one of {}", fmt::join(kFaultKinds, ", ")));
@@ -637,6 +639,9 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
                 "network namespace)");
       }
       s.network = "namespaces";
+    } else if (f["restart"] && !f["file"]) {
+      o.kind = "restart";
+      if (!f["restart"].as<bool>()) continue;
     } else if (f["hide"]) {
       o.kind = "hide";
       o.path = f["hide"].as<std::string>();

@@ -139,7 +139,8 @@ const std::vector<KeySpec>& scenario_schema() {
        {"delete", "truncate", "corrupt"}},
       {"faults[].file.bytes", K::kInt, "64", "Bytes truncated or corrupted", {}, 1, 1e12},
       {"faults[].restart", K::kBool, "false",
-       "file: then restart every rank from the latest checkpoint"},
+       "Restart every rank from the latest checkpoint (`at: step` or `exit`); with `file:`, right "
+       "after damaging it"},
       {"faults[].disk_full", K::kSection, "", "A small filesystem (tmpfs) under a run directory"},
       {"faults[].disk_full.path", K::kString, "checkpoints",
        "Directory relative to the run directory"},

@@ -97,7 +97,7 @@ TEST_F(ScenarioTest, FaultsAreCheckedIncludingThePlanGrammar) {
   EXPECT_EQ(e.substr(0, 37), "s.yaml:3:11: faults[0].plan: plan: at") << e;
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: STOP, plan: x}\n"),
             "s.yaml:3:5: faults[0]: a fault has exactly one of plan, signal, env, port_squat, "
-            "file, disk_full, memory_limit, network, hide");
+            "file, disk_full, memory_limit, network, hide, restart");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: HUPP, rank: 0}\n"),
             "s.yaml:3:14: faults[0].signal: 'HUPP' is not allowed (allowed: STOP, CONT, KILL, "
             "TERM, SEGV, ABRT, INT)");
