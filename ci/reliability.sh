@@ -17,10 +17,13 @@ done
 python3 - "$OUT" "$N" <<'PY'
 import collections, glob, json, sys
 rep = collections.defaultdict(lambda: [0, 0])  # name -> [faulty pass, fix pass]
-for f in glob.glob(sys.argv[1] + "/run*.json"):
+files = glob.glob(sys.argv[1] + "/run*.json")
+if len(files) != int(sys.argv[2]):
+    print(f"warning: only {len(files)} of {sys.argv[2]} repetitions produced a summary")
+for f in files:
     for c in json.load(open(f))["cases"]:
         rep[(c["symptom"], c["scenario"])][c["variant"] == "fix"] += c["outcome"] == "pass"
-n = int(sys.argv[2])
+n = len(files)
 print(f"{'symptom':<7} {'scenario':<34} {'reproduced':>11} {'fix clears':>11}")
 for (sym, name), (a, b) in sorted(rep.items()):
     print(f"{sym:<7} {name:<34} {a:>8}/{n} {b:>8}/{n}")

@@ -569,6 +569,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     const YAML::Node f = doc_faults && doc_faults.IsSequence() && fi < doc_faults.size()
                              ? doc_faults[fi]
                              : resolved_faults[fi];
+    const std::string at = fmt::format("faults[{}]", fi);
     if (f["plan"]) {
       s.plans.push_back(f["plan"].as<std::string>());
       continue;
@@ -577,13 +578,13 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     o.rank = f["rank"] ? f["rank"].as<int>() : -1;
     o.step = f["step"] ? f["step"].as<int64_t>() : 0;
     if (o.rank >= s.ranks) {
-      fail_at(path, f["rank"], "faults[].rank",
+      fail_at(path, f["rank"], at + ".rank",
               fmt::format("rank {} does not exist (allowed -1, 0-{})", o.rank, s.ranks - 1));
     }
     if (f["signal"]) {
       o.kind = "signal";
       o.signal = f["signal"].as<std::string>();
-      if (o.rank < 0) fail_at(path, f, "faults[].rank", "a signal fault needs a rank (0 or more)");
+      if (o.rank < 0) fail_at(path, f, at + ".rank", "a signal fault needs a rank (0 or more)");
     } else if (f["env"]) {
       o.kind = "env";
       if (f["env"]["set"]) {
@@ -599,18 +600,18 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
       o.path = opt<std::string>(f["file"], "path", "");
       o.action = opt<std::string>(f["file"], "action", "corrupt");
       o.bytes = opt<int64_t>(f["file"], "bytes", 64);
-      check_relative(path, f["file"]["path"], "faults[].file.path", o.path);
+      check_relative(path, f["file"]["path"], at + ".file.path", o.path);
     } else if (f["disk_full"]) {
       o.kind = "disk_full";
       o.path = opt<std::string>(f["disk_full"], "path", "checkpoints");
-      check_relative(path, f["disk_full"]["path"], "faults[].disk_full.path", o.path);
+      check_relative(path, f["disk_full"]["path"], at + ".disk_full.path", o.path);
       o.bytes = f["disk_full"]["size"]
-                    ? parse_size(path, f["disk_full"]["size"], "faults[].disk_full.size")
+                    ? parse_size(path, f["disk_full"]["size"], at + ".disk_full.size")
                     : 64 * 1024;
     } else if (f["memory_limit"]) {
       o.kind = "memory_limit";
-      o.bytes = parse_size(path, f["memory_limit"], "faults[].memory_limit");
-      if (o.rank < 0) fail_at(path, f, "faults[].rank", "a memory limit needs a rank (0 or more)");
+      o.bytes = parse_size(path, f["memory_limit"], at + ".memory_limit");
+      if (o.rank < 0) fail_at(path, f, at + ".rank", "a memory limit needs a rank (0 or more)");
     } else if (f["network"]) {
       o.kind = "network";
       auto n = f["network"];
@@ -621,20 +622,20 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
       o.rate = opt<std::string>(n, "rate", "1mbit");
       for (auto [key, v] : {std::pair{"node", o.node}, std::pair{"peer", o.peer}}) {
         if (v >= s.nodes) {
-          fail_at(path, n[key] ? n[key] : n, std::string("faults[].network.") + key,
+          fail_at(path, n[key] ? n[key] : n, at + ".network." + key,
                   fmt::format("node {} does not exist (allowed 0-{}; topology.nodes is {})", v,
                               s.nodes - 1, s.nodes));
         }
       }
       if (o.peer == o.node) {
-        fail_at(path, n["peer"], "faults[].network.peer", "the peer must be another node");
+        fail_at(path, n["peer"], at + ".network.peer", "the peer must be another node");
       }
       if (o.action != "bandwidth" && s.nodes < 2 && !o.store) {
-        fail_at(path, n, "faults[].network",
+        fail_at(path, n, at + ".network",
                 "cutting links needs topology.nodes >= 2 (or store: true)");
       }
       if (s.launcher != "local") {
-        fail_at(path, n, "faults[].network",
+        fail_at(path, n, at + ".network",
                 "network faults need topology.launcher: local (mpirun starts every rank in one "
                 "network namespace)");
       }
@@ -645,7 +646,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     } else if (f["hide"]) {
       o.kind = "hide";
       o.path = f["hide"].as<std::string>();
-      check_relative(path, f["hide"], "faults[].hide", o.path);
+      check_relative(path, f["hide"], at + ".hide", o.path);
     } else {
       o.kind = "port_squat";
       if (!f["port_squat"].as<bool>()) continue;
@@ -653,7 +654,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     o.at = f["at"] ? f["at"].as<std::string>() : "step";
     o.restart = f["restart"] && f["restart"].as<bool>();
     if (o.kind == "memory_limit" && s.launcher != "local") {
-      fail_at(path, f, "faults[].memory_limit",
+      fail_at(path, f, at + ".memory_limit",
               "a per-rank memory limit needs topology.launcher: local");
     }
     s.oop_faults.push_back(std::move(o));

@@ -105,26 +105,26 @@ TEST_F(ScenarioTest, FaultsAreCheckedIncludingThePlanGrammar) {
 
 TEST_F(ScenarioTest, OutOfProcessFaultKeysAreChecked) {
   EXPECT_EQ(error_of("name: a\nfaults:\n  - file: {path: /etc/passwd, action: delete}\n"),
-            "s.yaml:3:18: faults[].file.path: '/etc/passwd' must be a path inside the run "
+            "s.yaml:3:18: faults[0].file.path: '/etc/passwd' must be a path inside the run "
             "directory (relative, without '..')");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - file: {path: ../x}\n"),
-            "s.yaml:3:18: faults[].file.path: '../x' must be a path inside the run directory "
+            "s.yaml:3:18: faults[0].file.path: '../x' must be a path inside the run directory "
             "(relative, without '..')");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {memory_limit: 12q, rank: 0}\n"),
-            "s.yaml:3:20: faults[].memory_limit: '12q' is not a size (allowed: a positive number "
+            "s.yaml:3:20: faults[0].memory_limit: '12q' is not a size (allowed: a positive number "
             "of bytes with an optional k, m or g suffix)");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {memory_limit: 1g}\n"),
-            "s.yaml:3:5: faults[].rank: a memory limit needs a rank (0 or more)");
+            "s.yaml:3:5: faults[0].rank: a memory limit needs a rank (0 or more)");
   EXPECT_EQ(error_of("name: a\ntopology: {ranks: 4, nodes: 2}\nfaults:\n"
                      "  - network: {node: 2}\n"),
-            "s.yaml:4:21: faults[].network.node: node 2 does not exist (allowed 0-1; "
+            "s.yaml:4:21: faults[0].network.node: node 2 does not exist (allowed 0-1; "
             "topology.nodes is 2)");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - network: {action: drop}\n"),
-            "s.yaml:3:14: faults[].network: cutting links needs topology.nodes >= 2 (or store: "
+            "s.yaml:3:14: faults[0].network: cutting links needs topology.nodes >= 2 (or store: "
             "true)");
   EXPECT_EQ(error_of("name: a\ntopology: {ranks: 2, nodes: 2, launcher: mpirun}\nfaults:\n"
                      "  - network: {action: reject}\n"),
-            "s.yaml:4:14: faults[].network: network faults need topology.launcher: local "
+            "s.yaml:4:14: faults[0].network: network faults need topology.launcher: local "
             "(mpirun starts every rank in one network namespace)");
   auto s = load_scenario(write("ok.yaml",
                                "name: a\ntopology: {ranks: 4, nodes: 2}\nfaults:\n"
