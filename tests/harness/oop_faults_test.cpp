@@ -120,7 +120,7 @@ expect: {oracle: comm_timeout}
 )y",
                "cut");
   ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
-  EXPECT_NE(r.proc.output.find("all_reduce on group 'dp'"), std::string::npos) << r.proc.output;
+  EXPECT_NE(r.proc.output.find("all_reduce on group dp (seq "), std::string::npos) << r.proc.output;
   auto injected = harness_events(r, "fault_injected");
   ASSERT_EQ(injected.size(), 1u);
   EXPECT_EQ(injected[0]["peers"], nlohmann::json::array({0}));
