@@ -98,24 +98,22 @@ std::vector<CatalogEntry> load_catalog(const std::string& catalog_file,
     c.name = s.name;
     c.stage = s.stage;
     c.about = e["about"] ? e["about"].as<std::string>() : "";
-    for (const auto& x : e["causes"]) {
-      const std::string id = x.as<std::string>();
-      if (std::count(tax.root_causes.begin(), tax.root_causes.end(), id) == 0) {
-        throw ScenarioError(
-            fmt::format("{}: symptoms.{}.causes: unknown root cause '{}' (allowed: {})",
-                        line_of(catalog_file, x), s.id, id, fmt::join(tax.root_causes, ", ")));
+    // Each listed id must exist in the taxonomy.
+    auto ids = [&](const char* key, const char* what, const std::vector<std::string>& allowed) {
+      std::vector<std::string> got;
+      for (const auto& x : e[key]) {
+        const std::string id = x.as<std::string>();
+        if (std::count(allowed.begin(), allowed.end(), id) == 0) {
+          throw ScenarioError(fmt::format("{}: symptoms.{}.{}: unknown {} '{}' (allowed: {})",
+                                          line_of(catalog_file, x), s.id, key, what, id,
+                                          fmt::join(allowed, ", ")));
+        }
+        got.push_back(id);
       }
-      c.causes.push_back(id);
-    }
-    for (const auto& x : e["fixes"]) {
-      const std::string id = x.as<std::string>();
-      if (std::count(tax.fix_patterns.begin(), tax.fix_patterns.end(), id) == 0) {
-        throw ScenarioError(
-            fmt::format("{}: symptoms.{}.fixes: unknown fix pattern '{}' (allowed: {})",
-                        line_of(catalog_file, x), s.id, id, fmt::join(tax.fix_patterns, ", ")));
-      }
-      c.fixes.push_back(id);
-    }
+      return got;
+    };
+    c.causes = ids("causes", "root cause", tax.root_causes);
+    c.fixes = ids("fixes", "fix pattern", tax.fix_patterns);
     out.push_back(std::move(c));
   }
   for (auto it = syms.begin(); it != syms.end(); ++it) {

@@ -31,9 +31,10 @@ void emit(const FlightEntry& e, int64_t in_flight_ms) {
 std::shared_ptr<CollectiveWatch> CollectiveWatch::install(FlightRecorder& recorder) {
   const std::string mode = kCollectiveEvents.get();
   if (mode != "all" && mode != "stalls" && mode != "off") {
-    raise<SettingError>("FAULTLINE_TELEMETRY_COLLECTIVES='{}' is not allowed (allowed: all, "
-                        "stalls, off)",
-                        mode);
+    raise<SettingError>(
+        "FAULTLINE_TELEMETRY_COLLECTIVES='{}' is not allowed (allowed: all, "
+        "stalls, off)",
+        mode);
   }
   if (mode == "off") return nullptr;
   std::shared_ptr<CollectiveWatch> w(new CollectiveWatch(mode == "all", kStallMs.get()));
