@@ -1,8 +1,15 @@
 // Kernel plugins: shared objects (libfl_<name>.so) found on FAULTLINE_PLUGIN_PATH and loaded
 // with dlopen at start, the way frameworks load pre-built or JIT-built fused ops. A plugin
 // exports `int fl_plugin_abi()` (must be kPluginAbi) and `void fl_plugin_register(
-// fl::ops::PluginRegistry*)`, which installs its kernels. A missing or broken plugin is a
-// PluginError carrying the dynamic loader's own message.
+// fl::ops::PluginRegistry*)`, which installs its kernels, and may export `const char*
+// fl_plugin_archs()`: the device capabilities its kernels were compiled for ("8.0;9.0"), checked
+// against the rank's device. A missing or broken plugin is a PluginError carrying the dynamic
+// loader's (or the compiler's) own message.
+//
+// JIT mode builds the plugin from source at start, as DeepSpeed's op builder does: the compiler
+// named by CXX (default c++) compiles FAULTLINE_PLUGIN_SRC/<name>.cpp into FAULTLINE_JIT_DIR
+// under a file lock (one rank builds, the others wait and reuse the result), for the
+// capabilities in FAULTLINE_ARCH_LIST.
 #pragma once
 
 #include <cstddef>
@@ -24,13 +31,23 @@ inline constexpr int kPluginAbi = 1;
 using AdamWFn = void (*)(float* param, const float* grad, float* m, float* v, size_t n, int64_t t,
                          float lr, float beta1, float beta2, float eps, float weight_decay);
 
+using GeluFn = void (*)(float* out, const float* inp, size_t n);
+
 struct PluginRegistry {
   AdamWFn adamw = nullptr;
+  GeluFn gelu_forward = nullptr;
 };
 
-// Loads libfl_<name>.so from the first FAULTLINE_PLUGIN_PATH directory that has it and
-// registers its kernels. Throws PluginError.
-void load_plugin(const std::string& name);
+// Loads libfl_<name>.so from the first FAULTLINE_PLUGIN_PATH directory that has it (or, with
+// `jit`, builds it first) and registers its kernels. Throws PluginError.
+void load_plugin(const std::string& name, bool jit = false);
+// Builds libfl_<name>.so from source (see above) unless an identical build is cached; returns
+// its path. Throws PluginError with the compiler's first errors and the log's path.
+std::string jit_build_plugin(const std::string& name);
+// The capability of this rank's device ("9.0"): FAULTLINE_DEVICE_CAPABILITY on CPU ranks (a
+// simulated device), the real one once a GPU backend sets it.
+std::string device_capability();
+void set_device_capability(const std::string& cap);
 std::vector<std::string> loaded_plugins();
 // The kernels plugins installed (null members: built-in).
 const PluginRegistry& plugin_kernels();

@@ -355,8 +355,14 @@ void OutOfProcessFaults::adjust_rank(int rank, ProcessSpec& spec,
       fs::exists(plugins)
           ? plugins
           : (kPluginDir.get().empty() ? FAULTLINE_PLUGIN_BUILD_DIR : kPluginDir.get());
+  env["FAULTLINE_JIT_DIR"] = dir_ + "/jit";
   for (auto& f : s_.oop_faults) {
-    if (f.kind != "env" || (f.rank >= 0 && f.rank != rank)) continue;
+    if (f.rank >= 0 && f.rank != rank) continue;
+    if (f.kind == "args") {
+      // This rank's launch command differs: its extra arguments come last and win.
+      spec.argv.insert(spec.argv.end(), f.args.begin(), f.args.end());
+    }
+    if (f.kind != "env") continue;
     for (auto& [k, v] : f.set) env[k] = v;
     for (auto& k : f.unset) env.erase(k);
   }

@@ -103,8 +103,9 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
     }
     if (!resume_from.empty()) add("--resume", resume_from);
     a.push_back("--checksum");
-    for (auto& p : s.plugins) add("--plugin", p);
   }
+  for (auto& p : s.plugins) add("--plugin", p);
+  if (s.jit && !s.plugins.empty()) a.push_back("--plugin-jit");
   for (auto& x : s.extra_args) a.push_back(x);
   return a;
 }
@@ -267,8 +268,9 @@ void Run::launch_all(const std::string& resume_from) {
                 dir_};
   for (int r = 0; r < s_.ranks; ++r) {
     auto env = rank_env(r);
-    ProcessSpec unused;
-    faults_->adjust_rank(r, unused, env);
+    ProcessSpec line_spec;
+    line_spec.argv = args;
+    faults_->adjust_rank(r, line_spec, env);
     std::string line = "-np 1 --wdir " + fmt::format("{}/ranks/rank{}", dir_, r);
     for (auto& [k, v] : env) {
       if (k.rfind("FAULTLINE_", 0) != 0 && k != "RANK" && k != "WORLD_SIZE" && k != "LOCAL_RANK" &&
@@ -290,7 +292,7 @@ void Run::launch_all(const std::string& resume_from) {
         for (auto& k : f.unset) line += " -x " + k + "=";  // app files cannot unset: empty it
       }
     }
-    for (auto& a : args) line += " " + a;
+    for (auto& a : line_spec.argv) line += " " + a;
     app += line + "\n";
   }
   write_atomic(dir_ + "/appfile", app);
@@ -580,8 +582,9 @@ void Run::print_summary(const RunResult& r) {
     std::lock_guard lock(step_mu_);
     for (auto& [rank, st] : max_step_) last = std::max(last, st);
   }
-  std::printf("  steps      %lld of %lld reached\n", static_cast<long long>(last + 1),
-              static_cast<long long>(s_.steps));
+  std::printf("  steps      %lld of %lld reached%s\n", static_cast<long long>(last + 1),
+              static_cast<long long>(s_.kind == "infer" ? s_.new_tokens : s_.steps),
+              s_.kind == "infer" ? " (generated positions)" : "");
   std::vector<std::string> lines = s_.plans;
   lines.insert(lines.end(), injected_.begin(), injected_.end());
   if (faults_) lines.insert(lines.end(), faults_->injected().begin(), faults_->injected().end());

@@ -97,9 +97,9 @@ struct Origin {
   std::string file;
 };
 
-constexpr const char* kFaultKinds[] = {"plan", "signal",    "env",          "port_squat",
-                                       "file", "disk_full", "memory_limit", "network",
-                                       "hide", "restart"};
+constexpr const char* kFaultKinds[] = {"plan",      "signal",       "env",     "args",
+                                       "port_squat", "file",         "disk_full", "memory_limit",
+                                       "network",   "hide",         "restart"};
 
 // The schema path of `path` with list indices removed: faults[2].plan -> faults[].plan.
 std::string schema_path(const std::string& path) {
@@ -561,6 +561,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.new_tokens = w["infer"]["new_tokens"].as<int64_t>();
   for (const auto& a : w["args"]) s.extra_args.push_back(a.as<std::string>());
   for (const auto& p : w["plugins"]) s.plugins.push_back(p.as<std::string>());
+  s.jit = w["jit"].as<bool>();
 
   const YAML::Node resolved_faults = r["faults"];
   const YAML::Node doc_faults = static_cast<const YAML::Node&>(doc)["faults"];
@@ -595,6 +596,9 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
       if (f["env"]["unset"]) {
         for (const auto& u : f["env"]["unset"]) o.unset.push_back(u.as<std::string>());
       }
+    } else if (f["args"]) {
+      o.kind = "args";
+      for (const auto& a : f["args"]) o.args.push_back(a.as<std::string>());
     } else if (f["file"]) {
       o.kind = "file";
       o.path = opt<std::string>(f["file"], "path", "");

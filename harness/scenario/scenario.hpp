@@ -54,7 +54,7 @@ struct Taxonomy {
 const Taxonomy& taxonomy();
 
 struct OutOfProcessFault {
-  // signal, env, port_squat, file, disk_full, memory_limit, network, hide
+  // signal, env, args, port_squat, file, disk_full, memory_limit, network, hide
   std::string kind;
   int rank = -1;  // -1: every rank
   int64_t step = -1;
@@ -62,6 +62,7 @@ struct OutOfProcessFault {
   std::string signal;                      // signal
   std::map<std::string, std::string> set;  // env
   std::vector<std::string> unset;          // env
+  std::vector<std::string> args;           // args: appended to the rank's command
   std::string path;    // file (glob), disk_full (dir), hide (library name): run-dir relative
   std::string action;  // file: delete/truncate/corrupt; network: reject/drop/bandwidth
   int64_t bytes = 0;   // file: bytes; disk_full: size; memory_limit: limit
@@ -105,6 +106,7 @@ struct Scenario {
   int64_t requests = 0, prompt_len = 0, new_tokens = 0;
   std::vector<std::string> extra_args;
   std::vector<std::string> plugins;
+  bool jit = false;  // build the plugins from source at start
   // faults
   std::vector<std::string> plans;  // in-process, injector grammar
   std::vector<OutOfProcessFault> oop_faults;

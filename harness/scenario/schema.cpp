@@ -117,6 +117,9 @@ const std::vector<KeySpec>& scenario_schema() {
       {"workload.infer.new_tokens", K::kInt, "16", "Tokens to generate", {}, 1, 4096},
       {"workload.plugins", K::kList, "[]",
        "Kernel plugins every rank loads at start (libfl_NAME.so; e.g. fused_adamw)"},
+      {"workload.jit", K::kBool, "false",
+       "Build the plugins from source at start with the compiler named by CXX (like a JIT op "
+       "builder); one rank builds under a lock, the others reuse it"},
       {"workload.args", K::kList, "[]", "Extra worker arguments, appended as given (strings)"},
       {"faults", K::kList, "[]", "What to break: in-process plans and out-of-process faults"},
       {"faults[].plan", K::kString, "", "In-process fault plan (docs/injector.md grammar)"},
@@ -164,6 +167,9 @@ const std::vector<KeySpec>& scenario_schema() {
       {"faults[].network.store", K::kBool, "false",
        "Cut only `node`'s connections to the rendezvous store"},
       {"faults[].network.rate", K::kString, "1mbit", "bandwidth: tbf rate (tc syntax)"},
+      {"faults[].args", K::kList, "",
+       "Arguments appended to `rank`'s (or every rank's) command: its launch line differs; a "
+       "later option wins"},
       {"faults[].hide", K::kString, "",
        "Hide this library from `rank`: it is left out of the rank's plugin directory"},
       {"faults[].at",

@@ -2,6 +2,7 @@
 // backward against central finite differences of its forward.
 #include "kernels/ops.hpp"
 #include "kernels/cpu/adamw_impl.hpp"
+#include "kernels/cpu/gelu_impl.hpp"
 #include "kernels/plugin.hpp"
 
 #include <cblas.h>
@@ -118,14 +119,12 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 }
 
 namespace {
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluScale = impl::kGeluScale;
 }
 
 void gelu_forward(float* out, const float* inp, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
-  }
+  if (auto f = plugin_kernels().gelu_forward) return f(out, inp, n);
+  impl::gelu_forward(out, inp, n);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {

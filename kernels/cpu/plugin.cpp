@@ -1,9 +1,20 @@
 #include "kernels/plugin.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -13,23 +24,143 @@ namespace fl::ops {
 
 FAULTLINE_SETTING(kPluginPath, std::string, "FAULTLINE_PLUGIN_PATH", "",
                   "Directories (':'-separated) searched for kernel plugins libfl_<name>.so");
+FAULTLINE_SETTING(kPluginSrc, std::string, "FAULTLINE_PLUGIN_SRC",
+                  FAULTLINE_SOURCE_DIR "/kernels/plugins",
+                  "Where JIT builds find plugin sources (<name>.cpp)");
+FAULTLINE_SETTING(kJitDir, std::string, "FAULTLINE_JIT_DIR", "/tmp/faultline-jit",
+                  "Build directory and cache of JIT-built plugins");
+FAULTLINE_SETTING(kArchList, std::string, "FAULTLINE_ARCH_LIST", "8.0;9.0",
+                  "Device capabilities JIT-built plugins are compiled for (';'-separated)");
+FAULTLINE_SETTING(kDeviceCapability, std::string, "FAULTLINE_DEVICE_CAPABILITY", "9.0",
+                  "Capability of a CPU rank's simulated device (plugins must be built for it)");
 
 namespace {
+namespace fs = std::filesystem;
 std::mutex g_mu;
 PluginRegistry g_registry;
 std::vector<std::string> g_loaded;
+std::string g_capability;
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// The compiler's error lines (up to three), or the log's last line when none says "error".
+std::string first_errors(const std::string& log) {
+  std::vector<std::string> errs;
+  std::string last, line;
+  std::stringstream in(log);
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    last = line;
+    if (errs.size() < 3 && (line.find("error") != std::string::npos ||
+                            line.find("not found") != std::string::npos)) {
+      errs.push_back(line);
+    }
+  }
+  if (errs.empty()) return last;
+  return fmt::format("{}", fmt::join(errs, " | "));
+}
+
+// Holds an exclusive flock on a file for its lifetime.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) : fd_(::open(path.c_str(), O_CREAT | O_RDWR, 0644)) {
+    if (fd_ < 0) {
+      raise<PluginError>("cannot open the JIT lock {}: {}", path, std::strerror(errno));
+    }
+    while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  ~FileLock() {
+    ::flock(fd_, LOCK_UN);
+    ::close(fd_);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
 }  // namespace
 
-void load_plugin(const std::string& name) {
+std::string device_capability() {
+  std::lock_guard lock(g_mu);
+  return g_capability.empty() ? kDeviceCapability.get() : g_capability;
+}
+
+void set_device_capability(const std::string& cap) {
+  std::lock_guard lock(g_mu);
+  g_capability = cap;
+}
+
+std::string jit_build_plugin(const std::string& name) {
+  const fs::path src = fs::path(kPluginSrc.get()) / (name + ".cpp");
+  std::ifstream in(src, std::ios::binary);
+  if (!in) {
+    raise<PluginError>("cannot build kernel plugin '{}': no source {} (FAULTLINE_PLUGIN_SRC)",
+                       name, src.string());
+  }
+  const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const char* cxx_env = std::getenv("CXX");
+  const std::string cxx = cxx_env != nullptr && *cxx_env != '\0' ? cxx_env : "c++";
+  const char* flags_env = std::getenv("CXXFLAGS");
+  const std::string flags = flags_env != nullptr ? flags_env : "";
+  const std::string archs = kArchList.get();
+  const fs::path dir = kJitDir.get();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    raise<PluginError>("cannot build kernel plugin '{}': cannot create {}: {}", name, dir.string(),
+                       ec.message());
+  }
+  // The include root is the directory above kernels/plugins.
+  const std::string root = fs::path(kPluginSrc.get()).parent_path().parent_path().string();
+  const std::string key_src = fmt::format("{}\n{}\n{}\n{}", cxx, flags, archs, source);
+  const std::string key = fmt::format("{:016x}", XXH64(key_src.data(), key_src.size(), 0));
+  const fs::path out = dir / fmt::format("libfl_{}-{}.so", name, key);
+  const fs::path log = dir / fmt::format("{}-{}.log", name, key);
+  FileLock lock((dir / (name + ".lock")).string());
+  if (fs::exists(out)) return out.string();
+  const fs::path tmp = dir / fmt::format("libfl_{}-{}.so.tmp.{}", name, key, ::getpid());
+  const std::string cmd = fmt::format(
+      "{} -std=c++20 -O2 -fPIC -shared {} -I'{}' -DFL_PLUGIN_ARCHS='\"{}\"' '{}' -o '{}' >'{}' 2>&1",
+      cxx, flags, root, archs, src.string(), tmp.string(), log.string());
+  const int status = std::system(cmd.c_str());
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (status != 0 || !fs::exists(tmp)) {
+    std::ifstream l(log);
+    const std::string text((std::istreambuf_iterator<char>(l)), std::istreambuf_iterator<char>());
+    fs::remove(tmp, ec);
+    raise<PluginError>(
+        "building kernel plugin '{}' failed (compiler exit status {}): {} [CXX={} CXXFLAGS={}; "
+        "log: {}]",
+        name, code, first_errors(text), cxx, flags, log.string());
+  }
+  fs::rename(tmp, out, ec);
+  if (ec) {
+    raise<PluginError>("cannot install the built plugin {}: {}", out.string(), ec.message());
+  }
+  return out.string();
+}
+
+void load_plugin(const std::string& name, bool jit) {
   const std::string file = "libfl_" + name + ".so";
   const std::string path = kPluginPath.get();
   std::string found;
+  if (jit) found = jit_build_plugin(name);
   size_t start = 0;
   while (start <= path.size() && found.empty()) {
     const size_t end = std::min(path.find(':', start), path.size());
     const std::string dir = path.substr(start, end - start);
-    if (!dir.empty() && std::filesystem::exists(std::filesystem::path(dir) / file)) {
-      found = (std::filesystem::path(dir) / file).string();
+    if (!dir.empty() && fs::exists(fs::path(dir) / file)) {
+      found = (fs::path(dir) / file).string();
     }
     start = end + 1;
   }
@@ -50,6 +181,19 @@ void load_plugin(const std::string& name) {
   if (abi() != kPluginAbi) {
     raise<PluginError>("kernel plugin '{}' ({}) was built for plugin ABI {}, this worker needs {}",
                        name, target, abi(), kPluginAbi);
+  }
+  // Like a CUDA fatbin without an image for the device: the kernels cannot run here.
+  if (auto archs_fn = reinterpret_cast<const char* (*)()>(::dlsym(h, "fl_plugin_archs"))) {
+    const std::string archs = archs_fn();
+    const std::string cap = device_capability();
+    const auto list = split(archs, ';');
+    if (std::find(list.begin(), list.end(), cap) == list.end()) {
+      raise<PluginError>(
+          "kernel plugin '{}': no kernel image is available for execution on the device "
+          "(device capability {}, plugin built for {}; rebuild it with FAULTLINE_ARCH_LIST "
+          "including {})",
+          name, cap, archs, cap);
+    }
   }
   std::lock_guard lock(g_mu);
   reg(&g_registry);

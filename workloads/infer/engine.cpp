@@ -1,6 +1,7 @@
 #include "workloads/infer/engine.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -193,15 +194,26 @@ std::vector<std::vector<int32_t>> InferenceEngine::generate(
     for (int b = 0; b < B_; ++b)
       cur[static_cast<size_t>(b)] = out[static_cast<size_t>(b)][static_cast<size_t>(t)];
     const bool generating = t + 1 >= static_cast<int>(L);
+    const auto t0 = std::chrono::steady_clock::now();
     auto next = step(cur, t, generating, g, t + 1);
     if (generating) {
       for (int b = 0; b < B_; ++b)
         out[static_cast<size_t>(b)].push_back(next[static_cast<size_t>(b)]);
+      if (sink_) {
+        sink_(t + 1 - static_cast<int64_t>(L),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
     }
   }
   kcache_.clear();
   vcache_.clear();
-  // Tensor-parallel ranks must agree token for token.
+  return out;
+}
+
+void InferenceEngine::check_tp_agreement(const std::vector<std::vector<int32_t>>& out) {
+  const int tp = topo_.layout.tp;
+  if (out.empty()) return;
+  const size_t total = out[0].size();
   if (tp > 1) {
     std::vector<int32_t> mine;
     for (auto& o : out) mine.insert(mine.end(), o.begin(), o.end());
@@ -211,7 +223,7 @@ std::vector<std::vector<int32_t>> InferenceEngine::generate(
     for (int r = 1; r < tp; ++r) {
       for (size_t i = 0; i < mine.size(); ++i) {
         if (all[static_cast<size_t>(r) * mine.size() + i] != all[i]) {
-          const size_t req = i / static_cast<size_t>(total), pos = i % static_cast<size_t>(total);
+          const size_t req = i / total, pos = i % total;
           raise<OutputMismatchError>(
               "[rank {}] tensor-parallel outputs diverge: request {} position {}: tp rank 0 "
               "produced token {}, tp rank {} produced token {}",
@@ -220,7 +232,6 @@ std::vector<std::vector<int32_t>> InferenceEngine::generate(
       }
     }
   }
-  return out;
 }
 
 }  // namespace fl::infer

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/tensor.hpp"
@@ -36,6 +37,11 @@ class InferenceEngine {
   // every rank. Throws OutOfMemoryError if the KV cache does not fit the budget.
   std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts,
                                              const GenerateConfig& g);
+  // Tensor-parallel ranks must agree token for token: compares `out` across the TP group and
+  // throws OutputMismatchError naming the first differing request and position.
+  void check_tp_agreement(const std::vector<std::vector<int32_t>>& out);
+  // Called after every generated position with its index (0-based) and wall time.
+  void set_step_sink(std::function<void(int64_t, double)> sink) { sink_ = std::move(sink); }
   const model::ParamLayout& layout() const { return layout_; }
 
  private:
@@ -50,6 +56,7 @@ class InferenceEngine {
   std::vector<float> params_;
   MemoryAccountant& acct_;
   int B_ = 0;
+  std::function<void(int64_t, double)> sink_;
   std::vector<Tensor> kcache_, vcache_;  // per local layer: [B, NH_l, T, hs]
 };
 

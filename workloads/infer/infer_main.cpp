@@ -2,9 +2,13 @@
 // ZeRO stage; its TP/PP must match) or the seeded initial weights, generates for a batch of
 // prompts taken from the synthetic corpus, and reports how often the continuation follows the
 // corpus's most likely transition (a trained model should, an untrained one does not).
+#include <xxhash.h>
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+
+#include "kernels/plugin.hpp"
+#include "workloads/telemetry/telemetry.hpp"
 
 #include "workloads/comm/bootstrap.hpp"
 #include "workloads/comm/worker_errors.hpp"
@@ -15,10 +19,14 @@
 int main(int argc, char** argv) {
   using namespace fl;
   CLI::App app{"faultline sharded inference worker"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   model::Layout layout;
   infer::GenerateConfig g;
   std::string model_name = "tiny", checkpoint;
   int requests = 4, prompt_len = 4;
+  uint64_t prompt_seed = 4242;
+  std::vector<std::string> plugins;
+  bool plugin_jit = false;
   g.max_new_tokens = 12;
   app.add_option("--model", model_name, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
   app.add_option("--tp", layout.tp, "Tensor-parallel size");
@@ -31,12 +39,18 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", g.top_k, "Top-k sampling (0: greedy)");
   app.add_option("--temperature", g.temperature, "Sampling temperature");
   app.add_option("--seed", g.seed, "Sampling seed");
+  app.add_option("--prompt-seed", prompt_seed, "Seed of the corpus the prompts are drawn from");
+  app.add_option("--plugin", plugins, "Load kernel plugin libfl_NAME.so (FAULTLINE_PLUGIN_PATH)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_flag("--plugin-jit", plugin_jit, "Build the plugins from source at start (CXX)");
   CLI11_PARSE(app, argc, argv);
   auto cfg = model_name == "small" ? model::GptConfig::small() : model::GptConfig::tiny();
 
   return comm::run_worker_main([&]() -> int {
     auto b = comm::bootstrap_worker(fmt::format("infer:{}:{}:{}", model_name, layout.tp, layout.pp),
                                     comm::kBackend.get());
+    // Serving kernels load once the world has formed, before the model is built.
+    for (auto& p : plugins) ops::load_plugin(p, plugin_jit);
     MemoryAccountant& acct = MemoryAccountant::cpu();
     acct.set_rank(b.comm->rank());
     auto topo = parallel::build_topology(*b.comm, layout, cfg);
@@ -57,14 +71,31 @@ int main(int argc, char** argv) {
       params = train::reassemble_model_shard(dir, m, topo.tp_rank, topo.pp_rank, pl.total()).params;
     }
     infer::InferenceEngine engine(cfg, topo, std::move(params), acct);
-    train::SyntheticCorpus corpus(cfg.vocab, cfg.seq_len, 1 << 20, 4242);
+    train::SyntheticCorpus corpus(cfg.vocab, cfg.seq_len, 1 << 20, prompt_seed);
     std::vector<std::vector<int32_t>> prompts;
     std::vector<int32_t> in(static_cast<size_t>(cfg.seq_len)), tgt(in.size());
     for (int r = 0; r < requests; ++r) {
       corpus.sample(r, in.data(), tgt.data());
       prompts.emplace_back(in.begin(), in.begin() + prompt_len);
     }
+    engine.set_step_sink([&](int64_t pos, double seconds) {
+      telemetry::emit("step",
+                      fmt::format("{{\"step_time_s\":{},\"tokens_per_s\":{},\"mem_current\":{},"
+                                  "\"mem_peak\":{}}}",
+                                  seconds, seconds > 0 ? requests / seconds : 0.0, acct.current(),
+                                  acct.peak()),
+                      pos);
+    });
     auto out = engine.generate(prompts, g);
+    // Every rank serves the same batch: report what this one produced, then make the tensor-
+    // parallel ranks compare token by token.
+    std::vector<int32_t> flat;
+    for (auto& o : out) flat.insert(flat.end(), o.begin(), o.end());
+    telemetry::emit("output",
+                    fmt::format("{{\"what\":\"tokens\",\"digest\":\"{:016x}\",\"group\":\"all\"}}",
+                                static_cast<unsigned long long>(
+                                    XXH64(flat.data(), flat.size() * sizeof(int32_t), 0))));
+    engine.check_tp_agreement(out);
     int follows = 0, total = 0;
     for (auto& o : out) {
       for (size_t i = static_cast<size_t>(prompt_len); i < o.size(); ++i) {

@@ -19,14 +19,14 @@ void validate(const GptConfig& m, const Layout& l) {
     raise<ConfigError>("invalid layout: dp {}, tp {}, pp {} must all be at least 1", l.dp, l.tp,
                        l.pp);
   }
-  if (l.dp * l.tp * l.pp != l.world) {
-    raise<ConfigError>("invalid layout: dp {} x tp {} x pp {} = {} ranks, but the world has {}",
-                       l.dp, l.tp, l.pp, l.dp * l.tp * l.pp, l.world);
-  }
   if (l.tp > l.world || l.pp > l.world) {
     raise<ConfigError>(
         "invalid layout: model-parallel size (tp {} x pp {}) is larger than the world size {}",
         l.tp, l.pp, l.world);
+  }
+  if (l.dp * l.tp * l.pp != l.world) {
+    raise<ConfigError>("invalid layout: dp {} x tp {} x pp {} = {} ranks, but the world has {}",
+                       l.dp, l.tp, l.pp, l.dp * l.tp * l.pp, l.world);
   }
   if (m.heads % l.tp != 0) {
     raise<ConfigError>(

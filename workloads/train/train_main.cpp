@@ -19,6 +19,9 @@
 int main(int argc, char** argv) {
   using namespace fl;
   CLI::App app{"faultline GPT training worker"};
+  // A later occurrence of an option wins, as with most launchers' argument handling: extra
+  // arguments appended to a command override what came before.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   train::TrainConfig cfg;
   std::string model_name = "tiny", precision = "fp32", metrics_path;
   bool checksum = false;
@@ -35,6 +38,14 @@ int main(int argc, char** argv) {
   app.add_option("--samples", cfg.num_samples, "Dataset size");
   app.add_flag("--drop-last", cfg.drop_last, "Drop the uneven tail of the dataset and batches");
   app.add_option("--data-seed", cfg.data_seed, "Data seed");
+  app.add_option("--data-vocab", cfg.data_vocab,
+                 "Vocabulary of the data pipeline's tokenizer (0: the model's)");
+  app.add_flag("--seed-per-rank", cfg.seed_per_rank,
+               "Initialise each rank's weights with seed + rank");
+  app.add_flag("--broadcast-init", cfg.broadcast_init,
+               "Broadcast data-parallel rank 0's initial weights to its replicas");
+  app.add_option("--check-replicas-every", cfg.check_replicas_every,
+                 "Compare parameter hashes across data-parallel replicas every N steps");
   app.add_option("--lr", cfg.lr, "Peak learning rate");
   app.add_option("--warmup", cfg.warmup_steps, "Warm-up steps");
   app.add_option("--clip", cfg.grad_clip, "Gradient clipping norm (0: off)");
@@ -52,7 +63,10 @@ int main(int argc, char** argv) {
   app.add_option("--resume", cfg.resume, "Resume from a checkpoint (step dir or save dir)");
   app.add_option("--metrics", metrics_path, "Write per-step metrics as JSON lines (rank 0)");
   std::vector<std::string> plugins;
-  app.add_option("--plugin", plugins, "Load kernel plugin libfl_NAME.so (FAULTLINE_PLUGIN_PATH)");
+  bool plugin_jit = false;
+  app.add_option("--plugin", plugins, "Load kernel plugin libfl_NAME.so (FAULTLINE_PLUGIN_PATH)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_flag("--plugin-jit", plugin_jit, "Build the plugins from source at start (CXX)");
   app.add_flag("--checksum", checksum, "Print every rank's parameter checksum at the end");
   CLI11_PARSE(app, argc, argv);
   const int vocab_override = cfg.model.vocab;
@@ -67,7 +81,7 @@ int main(int argc, char** argv) {
     auto b = comm::bootstrap_worker(hash, comm::kBackend.get());
     // Plugins load once the world has formed, when the optimizer is built (as DeepSpeed loads
     // its fused ops): a rank that cannot load one ends, the others wait for it in a collective.
-    for (auto& p : plugins) ops::load_plugin(p);
+    for (auto& p : plugins) ops::load_plugin(p, plugin_jit);
     MemoryAccountant& acct = MemoryAccountant::cpu();
     acct.set_rank(b.comm->rank());
     auto topo = parallel::build_topology(*b.comm, cfg.layout, cfg.model);

@@ -1,5 +1,7 @@
 #include "workloads/train/trainer.hpp"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,9 +31,10 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
       acct_(acct),
       layout_(cfg_.model, topo.layout.tp, topo.tp_rank, topo.layout.pp, topo.pp_rank),
       stage_(cfg_.model, layout_, topo.layout.tp > 1 ? topo.tp.get() : nullptr, acct),
-      corpus_(cfg_.model.vocab, cfg_.model.seq_len, cfg_.num_samples, cfg_.data_seed),
+      corpus_(cfg_.data_vocab > 0 ? cfg_.data_vocab : cfg_.model.vocab, cfg_.model.seq_len,
+              cfg_.num_samples, cfg_.data_seed),
       eval_corpus_(
-          cfg_.model.vocab, cfg_.model.seq_len,
+          cfg_.data_vocab > 0 ? cfg_.data_vocab : cfg_.model.vocab, cfg_.model.seq_len,
           std::max<int64_t>(1, int64_t{cfg_.eval_batches} * cfg_.micro_batch * topo.layout.dp),
           cfg_.data_seed + 1000003),
       sampler_(cfg_.num_samples, topo.layout.dp, topo.dp_rank, cfg_.shuffle, cfg_.drop_last,
@@ -57,7 +60,7 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   lo_ = std::min(total_, part_ * static_cast<size_t>(topo.dp_rank));
   hi_ = std::min(total_, lo_ + part_);
 
-  const uint64_t seed = cfg_.model.seed;
+  const uint64_t seed = cfg_.model.seed + (cfg_.seed_per_rank ? topo.rank : 0);
   if (zero == 3) {
     master_ = Tensor::zeros({static_cast<int64_t>(part_)}, DType::kF32, "params.master", acct_);
     if (cfg_.zero_init) {
@@ -77,6 +80,10 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
           Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "params.compute", acct_);
       refresh_compute_copy();
     }
+  }
+  if (cfg_.broadcast_init && zero < 3 && dp > 1) {
+    topo.dp->broadcast(host_buffer(master_.f32(), padded_, DType::kF32), 0);
+    refresh_compute_copy();
   }
   grads_ = Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "grads", acct_);
   const int64_t state = zero == 0 ? static_cast<int64_t>(padded_) : static_cast<int64_t>(part_);
@@ -392,6 +399,9 @@ std::vector<StepMetrics> Trainer::run() {
   auto finish_step = [&](StepMetrics m, int epoch) {
     m.epoch = epoch;
     if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) m.eval_loss = evaluate();
+    if (cfg_.check_replicas_every > 0 && step_ % cfg_.check_replicas_every == 0) {
+      check_replicas();
+    }
     if (sink_) sink_(m);
     history.push_back(m);
   };
@@ -437,6 +447,33 @@ std::vector<StepMetrics> Trainer::run() {
     }
   }
   return history;
+}
+
+void Trainer::check_replicas() const {
+  const int dp = topo_.layout.dp;
+  if (dp < 2) return;
+  // ZeRO-3 replicas hold different partitions by design: compare the gathered model instead.
+  std::vector<float> gathered;
+  const float* p = master_.f32();
+  if (topo_.layout.zero == 3) {
+    gathered.resize(padded_);
+    topo_.dp->all_gather(host_buffer(const_cast<float*>(master_.f32()), part_, DType::kF32),
+                         host_buffer(gathered.data(), padded_, DType::kF32));
+    p = gathered.data();
+  }
+  int64_t mine = static_cast<int64_t>(XXH64(p, total_ * sizeof(float), 0));
+  std::vector<int64_t> all(static_cast<size_t>(dp));
+  topo_.dp->all_gather(host_buffer(&mine, 1, DType::kI64),
+                       host_buffer(all.data(), all.size(), DType::kI64));
+  for (int r = 1; r < dp; ++r) {
+    if (all[static_cast<size_t>(r)] != all[0]) {
+      raise(
+          "[rank {}] parameters differ across data-parallel replicas at step {}: dp rank 0 has "
+          "xxh64 {:016x}, dp rank {} has {:016x} (replicas must hold identical weights)",
+          topo_.rank, step_, static_cast<uint64_t>(all[0]), r,
+          static_cast<uint64_t>(all[static_cast<size_t>(r)]));
+    }
+  }
 }
 
 std::vector<float> Trainer::full_parameters() {

@@ -45,6 +45,16 @@ struct TrainConfig {
   // ZeRO-3 only: build each rank's parameter partition directly (like deepspeed.zero.Init)
   // instead of materialising the whole model first and then keeping a slice.
   bool zero_init = true;
+  // Token ids the data pipeline produces (its tokenizer's vocabulary); 0: the model's vocab.
+  int data_vocab = 0;
+  // Seed each rank's initial weights with seed + rank, as scripts that seed every process
+  // differently do; broadcast_init copies data-parallel rank 0's weights to its replicas
+  // after initialisation (ZeRO 0-2), which makes that harmless.
+  bool seed_per_rank = false;
+  bool broadcast_init = false;
+  // Every N steps, compare an xxh64 of the parameters across data-parallel replicas and fail
+  // when they differ (like Megatron's weight-hash check); 0: never.
+  int check_replicas_every = 0;
   std::string save_dir;  // checkpoints go to save_dir/step_<N>/ (empty: never saved)
   int save_every = 0;    // save after every N steps (and after the last); 0: only after the last
   std::string resume;    // a step_<N> directory, or a save_dir with a `latest` file, to resume from
@@ -98,6 +108,7 @@ class Trainer {
   StepMetrics train_step(const std::vector<MicroBatch>& mbs);
   float forward_backward(const std::vector<MicroBatch>& mbs, bool backward);
   void sync_gradients();
+  void check_replicas() const;
   float learning_rate(int64_t step) const;
   MicroBatch load(const SyntheticCorpus& corpus, const std::vector<int64_t>& idx, size_t from,
                   int count) const;
