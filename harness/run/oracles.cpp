@@ -223,11 +223,18 @@ Verdict judge_one(const Expect& x, const std::vector<HistoryEvent>& history) {
     }
     return std::optional<Hit>();
   };
+  // An error of this class; with expect.pattern, also one whose message matches it.
   auto error_of = [&](const std::string& klass, const char* what) {
+    std::optional<std::regex> re;
+    if (!x.pattern.empty()) re.emplace(x.pattern, std::regex::ECMAScript);
     hit = first(
-        f.errors, [&](const Facts::Err& e) { return e.klass == klass; },
+        f.errors,
+        [&](const Facts::Err& e) {
+          return e.klass == klass && (!re || std::regex_search(e.message, *re));
+        },
         [&](const Facts::Err& e) { return fmt::format("{}: {}", what, e.message); });
-    absent = fmt::format("no rank reported {}", what);
+    absent = re ? fmt::format("no rank reported {} matching /{}/", what, x.pattern)
+                : fmt::format("no rank reported {}", what);
   };
 
   const std::string& o = x.oracle;

@@ -78,6 +78,7 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
   add("--tp", s.tp);
   add("--pp", s.pp);
   if (s.kind == "infer") {
+    if (!resume_from.empty()) add("--checkpoint", resume_from);
     add("--requests", s.requests);
     add("--prompt-len", s.prompt_len);
     add("--new-tokens", s.new_tokens);
@@ -141,6 +142,7 @@ class Run {
  private:
   void prepare();
   void launch_all(const std::string& resume_from);
+  void run_preparation();
   std::map<std::string, std::string> rank_env(int rank);
   void on_line(int rank, const std::string& name, const std::string& stream,
                const std::string& line);
@@ -234,6 +236,32 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
     for (auto& [k, v] : it->second) env[k] = v;
   }
   return env;
+}
+
+// The scenario's preparation run (no faults, must complete) in RUN_DIR/prepare; its checkpoints
+// are copied into this run's, so damage done here never reaches the preparation's own files.
+void Run::run_preparation() {
+  const std::string file = dir_ + "/prepare.yaml";
+  write_atomic(file, s_.prepare_yaml + "\n");
+  const Scenario p = load_scenario(file);
+  RunOptions po;
+  po.results_dir = dir_;
+  po.run_id = "prepare";
+  po.print_summary = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunResult r = run_scenario(p, po);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  hist_->harness("prepared", {{"run_dir", r.run_dir},
+                              {"outcome", r.verdict.outcome},
+                              {"seconds", secs}});
+  if (r.exit_code != 0) {
+    raise<Error>("the preparation run did not complete ({}: {}); see {}", r.verdict.outcome,
+                 r.harness_error.empty() ? r.verdict.explanation : r.harness_error, r.run_dir);
+  }
+  if (fs::exists(r.run_dir + "/checkpoints")) {
+    fs::copy(r.run_dir + "/checkpoints", dir_ + "/checkpoints", fs::copy_options::recursive);
+  }
 }
 
 void Run::launch_all(const std::string& resume_from) {
@@ -606,6 +634,7 @@ RunResult Run::go() {
   prepare();
   res.run_dir = dir_;
   try {
+    if (!s_.prepare_yaml.empty()) run_preparation();
     ctl_ =
         std::make_unique<Controller>(*hist_, [this](const ControlAction& a) { return control(a); });
     std::string addr = o_.control_addr;

@@ -1,6 +1,7 @@
 #include "harness/scenario/scenario.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -161,21 +162,29 @@ void check_scalar(const std::string& file, const YAML::Node& n, const std::strin
 
 void validate(const std::string& file, const YAML::Node& node, const std::string& path);
 
+// fix.workload.lr and prepare.workload.lr are checked as workload.lr.
+std::string strip_override_section(const std::string& sp) {
+  for (const char* sec : {"fix.", "prepare."}) {
+    if (sp.rfind(sec, 0) == 0) return sp.substr(std::strlen(sec));
+  }
+  return sp;
+}
+
 void validate_map(const std::string& file, const YAML::Node& node, const std::string& path) {
   if (!node.IsMap()) {
     fail_at(file, node, path.empty() ? "(document)" : path,
             fmt::format("expected a map, got {}", node.IsSequence() ? "a list" : "a scalar"));
   }
-  std::string parent = schema_path(path);
-  if (parent.rfind("fix.", 0) == 0) parent = parent.substr(4);
+  std::string parent = strip_override_section(schema_path(path));
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string key = it->first.Scalar();
     const std::string child = path.empty() ? key : path + "." + key;
     const std::string sp = parent.empty() ? key : parent + "." + key;
-    if (parent == "fix") {
+    if (parent == "fix" || parent == "prepare") {
       // Overrides: checked against the top-level keys.
-      if (key == "fix" || key == "name" || key == "extends") {
-        fail_at(file, it->first, child, "cannot be overridden by a fix");
+      if (key == "fix" || key == "name" || key == "extends" ||
+          (key == "prepare" && parent == "prepare")) {
+        fail_at(file, it->first, child, fmt::format("cannot be overridden by {}", parent));
       }
       validate(file, it->second, child);
       continue;
@@ -211,15 +220,14 @@ void validate_map(const std::string& file, const YAML::Node& node, const std::st
 }
 
 void validate(const std::string& file, const YAML::Node& node, const std::string& path) {
-  std::string sp = schema_path(path);
-  if (sp.rfind("fix.", 0) == 0) sp = sp.substr(4);
+  const std::string sp = strip_override_section(schema_path(path));
   const KeySpec* k = find_spec(sp);
   if (k == nullptr) fail_at(file, node, path, "unknown key");
   if (node.IsNull())
     fail_at(file, node, path, fmt::format("expected {}, got nothing", key_type_name(*k)));
   switch (k->type) {
     case K::kSection:
-      if (sp == "fix") return validate_map(file, node, "fix");
+      if (sp == "fix" || sp == "prepare") return validate_map(file, node, sp);
       return validate_map(file, node, path);
     case K::kStringMap:
       if (!node.IsMap()) fail_at(file, node, path, "expected a map of strings");
@@ -311,7 +319,7 @@ YAML::Node defaults() {
   YAML::Node d(YAML::NodeType::Map);
   for (const auto& k : scenario_schema()) {
     if (k.default_value.empty() || k.type == K::kSection || k.path.find('[') != std::string::npos ||
-        k.path.rfind("fix", 0) == 0) {
+        k.path.rfind("fix", 0) == 0 || k.path.rfind("prepare", 0) == 0) {
       continue;
     }
     std::vector<std::string> parts;
@@ -707,6 +715,20 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   }
   r.remove("fix");
   if (has_fix && !opts.apply_fix) r["fix"] = YAML::Clone(doc["fix"]);
+  if (doc["prepare"]) {
+    // The preparation run: this scenario without its faults and expectation, with the prepare
+    // overrides applied; it must complete.
+    YAML::Node base = YAML::Clone(doc);
+    for (const char* k : {"prepare", "fix", "faults", "expect", "rank_env"}) base.remove(k);
+    YAML::Node p = merge(base, YAML::Clone(doc["prepare"]));
+    p["name"] = s.name + "-prepare";
+    YAML::Node e(YAML::NodeType::Map);
+    e["oracle"] = "completed";
+    p["expect"] = e;
+    YAML::Emitter em;
+    em << p;
+    s.prepare_yaml = em.c_str();
+  }
   s.resolved = r;
   return s;
 }

@@ -118,6 +118,9 @@ struct Scenario {
   std::map<std::string, std::string> env;
   std::map<int, std::map<std::string, std::string>> rank_env;
   bool has_fix = false;
+  // The preparation run's scenario (YAML), run to completion in the run directory before this
+  // one starts; its checkpoints become this run's. Empty: none.
+  std::string prepare_yaml;
 
   YAML::Node resolved;  // every key, defaults filled in (written to the run directory)
 };

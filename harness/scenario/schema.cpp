@@ -207,7 +207,7 @@ const std::vector<KeySpec>& scenario_schema() {
        "exit_class: how a rank must end",
        {"any", "error", "crash", "signal", "oom_kill", "timeout"}},
       {"expect.exit_code", K::kInt, "-1", "exit_class: the exit status (-1: any)", {}, -1, 255},
-      {"expect.pattern", K::kString, "\"\"", "error_signature: ECMAScript regex on rank output"},
+      {"expect.pattern", K::kString, "\"\"", "error_signature: ECMAScript regex on rank output; oom, checkpoint_error: regex the error message must also match"},
       {"expect.op", K::kString, "\"\"",
        "comm_timeout: the collective (all_reduce, ...; \"\": any)"},
       {"expect.hang_s",
@@ -232,6 +232,10 @@ const std::vector<KeySpec>& scenario_schema() {
        {},
        -1,
        1e9},
+      {"prepare", K::kSection, "",
+       "Overrides (any keys above) of a preparation run without faults that runs to completion "
+       "first, in this run's directory; its checkpoints become this run's (e.g. a training run "
+       "whose checkpoint the faulty run loads)"},
       {"fix", K::kSection, "",
        "Overrides (any keys above) that must clear the symptom; "
        "`faultline run --fix` applies them"},

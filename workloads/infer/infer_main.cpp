@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   bool plugin_jit = false;
   g.max_new_tokens = 12;
   app.add_option("--model", model_name, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
+  int vocab = 0;
+  app.add_option("--vocab", vocab, "Override the vocabulary size");
   app.add_option("--tp", layout.tp, "Tensor-parallel size");
   app.add_option("--pp", layout.pp, "Pipeline-parallel size");
   app.add_option("--dp", layout.dp, "Replicas (each serves the same batch)");
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
   app.add_flag("--plugin-jit", plugin_jit, "Build the plugins from source at start (CXX)");
   CLI11_PARSE(app, argc, argv);
   auto cfg = model_name == "small" ? model::GptConfig::small() : model::GptConfig::tiny();
+  if (vocab > 0) cfg.vocab = vocab;
 
   return comm::run_worker_main([&]() -> int {
     auto b = comm::bootstrap_worker(fmt::format("infer:{}:{}:{}", model_name, layout.tp, layout.pp),
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
     } else {
       const std::string dir = train::resolve_checkpoint(checkpoint);
       auto m = train::read_manifest(dir);
+      train::check_compatible(dir, m, cfg);
       const auto& l = m.at("layout");
       if (l.at("tp").get<int>() != layout.tp || l.at("pp").get<int>() != layout.pp) {
         raise<CheckpointError>(

@@ -10,12 +10,58 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/settings.hpp"
 #include "injector/site.hpp"
 #include "workloads/train/trainer.hpp"
 
 namespace fl::train {
 
 namespace fs = std::filesystem;
+
+FAULTLINE_SETTING(kWrittenFormat, int64_t, "FAULTLINE_CHECKPOINT_FORMAT", kCheckpointFormatVersion,
+                  "Format version stamped on written checkpoints (another release's format)");
+
+int written_format_version() {
+  return static_cast<int>(kWrittenFormat.get());
+}
+
+void check_compatible(const std::string& dir, const nlohmann::json& m,
+                      const model::GptConfig& cfg) {
+  const int version = m.value("format_version", -1);
+  if (version != kCheckpointFormatVersion) {
+    raise<CheckpointError>(
+        "checkpoint {} has format version {}, this build reads version {} (it was written by "
+        "another release of the trainer; load it with that release or convert it)",
+        dir, version, kCheckpointFormatVersion);
+  }
+  const auto& ml = m.at("model");
+  const int V = ml.at("vocab").get<int>(), C = ml.at("d_model").get<int>(),
+            L = ml.at("layers").get<int>(), H = ml.at("heads").get<int>(),
+            T = ml.at("seq_len").get<int>();
+  std::string tensor;
+  if (C != cfg.d_model) {
+    tensor = fmt::format("wte: [{} x {}] in the checkpoint, [{} x {}] in this model", V, C,
+                         cfg.vocab, cfg.d_model);
+  } else if (V != cfg.vocab) {
+    tensor = fmt::format("wte: [{} x {}] in the checkpoint, [{} x {}] in this model", V, C,
+                         cfg.vocab, cfg.d_model);
+  } else if (T != cfg.seq_len) {
+    tensor = fmt::format("wpe: [{} x {}] in the checkpoint, [{} x {}] in this model", T, C,
+                         cfg.seq_len, cfg.d_model);
+  } else if (L != cfg.layers) {
+    tensor = fmt::format("h.{}: the checkpoint has {} layers, this model {}", std::min(L, cfg.layers),
+                         L, cfg.layers);
+  } else if (H != cfg.heads) {
+    tensor = fmt::format("h.0.attn.qkv: {} heads of {} in the checkpoint, {} heads of {} here", H,
+                         C / H, cfg.heads, cfg.d_model / cfg.heads);
+  }
+  if (!tensor.empty()) {
+    raise<CheckpointError>(
+        "checkpoint {} does not fit this model: size mismatch for {} (checkpoint model: vocab "
+        "{}, d_model {}, layers {}, heads {}, seq_len {})",
+        dir, tensor, V, C, L, H, T);
+  }
+}
 
 namespace {
 constexpr char kShardMagic[8] = {'F', 'L', 'S', 'H', 'A', 'R', 'D', '1'};
@@ -282,7 +328,7 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
   auto all = all_gather_strings(*topo_.world, mine.dump());
   if (rank == 0) {
     auto s = scaler_.state();
-    nlohmann::json manifest = {{"format_version", kCheckpointFormatVersion},
+    nlohmann::json manifest = {{"format_version", written_format_version()},
                                {"step", step_},
                                {"model",
                                 {{"vocab", cfg_.model.vocab},
@@ -326,23 +372,7 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
 void Trainer::load_checkpoint(const std::string& path) {
   const std::string dir = resolve_checkpoint(path);
   const nlohmann::json m = read_manifest(dir);
-  const int version = m.value("format_version", -1);
-  if (version != kCheckpointFormatVersion) {
-    raise<CheckpointError>("checkpoint {} has format version {}, this build reads version {}", dir,
-                           version, kCheckpointFormatVersion);
-  }
-  const auto& ml = m.at("model");
-  if (ml.at("vocab").get<int>() != cfg_.model.vocab ||
-      ml.at("d_model").get<int>() != cfg_.model.d_model ||
-      ml.at("layers").get<int>() != cfg_.model.layers ||
-      ml.at("heads").get<int>() != cfg_.model.heads) {
-    raise<CheckpointError>(
-        "checkpoint {} holds a model with vocab {}, d_model {}, layers {}, heads {}; this run's "
-        "model has vocab {}, d_model {}, layers {}, heads {}",
-        dir, ml.at("vocab").get<int>(), ml.at("d_model").get<int>(), ml.at("layers").get<int>(),
-        ml.at("heads").get<int>(), cfg_.model.vocab, cfg_.model.d_model, cfg_.model.layers,
-        cfg_.model.heads);
-  }
+  check_compatible(dir, m, cfg_.model);
   const auto& l = m.at("layout");
   nlohmann::json here = {{"world", topo_.layout.world},
                          {"dp", topo_.layout.dp},

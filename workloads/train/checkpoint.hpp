@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "workloads/model/config.hpp"
 
 namespace fl::train {
 
@@ -20,6 +21,14 @@ using fl::CheckpointError;
 // named by its `latest` file.
 std::string resolve_checkpoint(const std::string& path);
 nlohmann::json read_manifest(const std::string& dir);
+
+// The format version this process writes: kCheckpointFormatVersion unless
+// FAULTLINE_CHECKPOINT_FORMAT stamps another (what another release of the trainer would write).
+int written_format_version();
+// Throws CheckpointError unless the checkpoint's format version is the one this build reads and
+// its model has this model's shape; a shape difference names the first tensor it affects.
+void check_compatible(const std::string& dir, const nlohmann::json& manifest,
+                      const model::GptConfig& cfg);
 
 // Writes `bytes` to `path` atomically: temporary file in the same directory, fsync, rename,
 // fsync of the directory. Throws CheckpointError naming the file and the errno text.
