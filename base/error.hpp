@@ -32,6 +32,12 @@ class CheckpointError : public Error {
   using Error::Error;
 };
 
+// A rank cannot use the device it was assigned (absent, not visible, lost).
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
 template <class E = Error, class... Args>
 [[noreturn]] void raise(fmt::format_string<Args...> f, Args&&... args) {
   throw E(fmt::format(f, std::forward<Args>(args)...));

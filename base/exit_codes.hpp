@@ -16,5 +16,6 @@ inline constexpr int kOutOfMemory = 25;   // the memory accountant's budget was 
 inline constexpr int kLossScale = 26;     // fp16 overflow with the loss scale at its minimum
 inline constexpr int kCheckpoint = 27;    // checkpoint missing, corrupt, or from another layout
 inline constexpr int kPlugin = 28;        // a kernel plugin could not be loaded
+inline constexpr int kDevice = 29;        // the rank's device is absent, not visible or lost
 
 }  // namespace fl::exit_code

@@ -95,6 +95,44 @@ void start_worker_telemetry(const WorkerIdentity& id, const std::string& backend
   });
 }
 
+FAULTLINE_SETTING(kVisibleDevices, std::string, "FAULTLINE_VISIBLE_DEVICES", "",
+                  "Devices a CPU rank may use, e.g. 0,1 (empty: all of the node's)");
+FAULTLINE_SETTING(kDevicesPerNode, int64_t, "FAULTLINE_DEVICES_PER_NODE", 0,
+                  "Simulated devices per node for CPU ranks (0: LOCAL_WORLD_SIZE)");
+
+int select_device(const WorkerIdentity& id) {
+  int64_t per_node = kDevicesPerNode.get();
+  if (per_node <= 0) per_node = int_env("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", false, 1);
+  std::vector<int64_t> visible;
+  const std::string list = kVisibleDevices.get();
+  if (!kVisibleDevices.is_set_in_env()) {
+    for (int64_t d = 0; d < per_node; ++d) visible.push_back(d);
+  } else {
+    size_t start = 0;
+    while (start < list.size()) {
+      const size_t end = std::min(list.find(',', start), list.size());
+      const std::string item = list.substr(start, end - start);
+      int64_t d = -1;
+      try {
+        d = std::stoll(item);
+      } catch (const std::exception&) {
+        d = -1;
+      }
+      // Like CUDA_VISIBLE_DEVICES: the list ends at the first entry that is not a device.
+      if (d < 0 || d >= per_node) break;
+      visible.push_back(d);
+      start = end + 1;
+    }
+  }
+  if (id.local_rank >= static_cast<int>(visible.size())) {
+    raise<DeviceError>(
+        "[rank {}] invalid device ordinal: LOCAL_RANK {} selects device {}, but {} device(s) "
+        "are visible on node {} (FAULTLINE_VISIBLE_DEVICES='{}', {} on the node)",
+        id.rank, id.local_rank, id.local_rank, visible.size(), id.node_rank, list, per_node);
+  }
+  return static_cast<int>(visible[static_cast<size_t>(id.local_rank)]);
+}
+
 Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& backend) {
   Bootstrap b;
   if (kParentDeathSignal.get()) {
@@ -108,6 +146,9 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
   fault::set_node(b.id.node_rank);
   start_worker_telemetry(b.id, backend);
   fault::arm_from_env();  // FAULTLINE_FAULTS: standalone fault plans (throws on a bad plan)
+  // Each process binds its device before it joins the world (CUDA ranks: the real
+  // CUDA_VISIBLE_DEVICES decides when NCCL binds LOCAL_RANK's GPU).
+  if (backend == "mpi") b.device = select_device(b.id);
   const std::string host_mode = kStoreHost.get();
   if (host_mode != "rank0" && host_mode != "external") {
     raise<SettingError>("FAULTLINE_STORE_HOST='{}' is not allowed (allowed: rank0, external)",

@@ -36,8 +36,16 @@ struct WorkerIdentity {
 // or malformed variable is an error naming it.
 WorkerIdentity identity_from_env();
 
+// The device a rank binds to: the LOCAL_RANK-th of the node's visible devices, as
+// torch.cuda.set_device(local_rank) does. CPU ranks simulate a node's devices:
+// FAULTLINE_DEVICES_PER_NODE of them (default LOCAL_WORLD_SIZE), narrowed by
+// FAULTLINE_VISIBLE_DEVICES ("0,1"; the CUDA_VISIBLE_DEVICES of CPU ranks). A local rank without
+// a device is a DeviceError ("invalid device ordinal").
+int select_device(const WorkerIdentity& id);
+
 struct Bootstrap {
   WorkerIdentity id;
+  int device = 0;
   std::unique_ptr<rdzv::StoreServer> server;  // set on the rank that serves the store
   std::unique_ptr<rdzv::StoreClient> store;
   rdzv::World world;

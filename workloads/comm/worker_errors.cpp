@@ -62,6 +62,8 @@ int run_worker_main(const std::function<int()>& body) {
     return report("out of memory", e, exit_code::kOutOfMemory);
   } catch (const ops::PluginError& e) {
     return report("plugin", e, exit_code::kPlugin);
+  } catch (const DeviceError& e) {
+    return report("device", e, exit_code::kDevice);
   } catch (const LossScaleError& e) {
     return report("loss scale", e, exit_code::kLossScale);
   } catch (const std::exception& e) {

@@ -194,6 +194,8 @@ std::vector<std::vector<int32_t>> InferenceEngine::generate(
     for (int b = 0; b < B_; ++b)
       cur[static_cast<size_t>(b)] = out[static_cast<size_t>(b)][static_cast<size_t>(t)];
     const bool generating = t + 1 >= static_cast<int>(L);
+    // Step filters of fault plans count generated positions (negative while reading the prompt).
+    fault::set_step(t + 1 - static_cast<int64_t>(L));
     const auto t0 = std::chrono::steady_clock::now();
     auto next = step(cur, t, generating, g, t + 1);
     if (generating) {
