@@ -17,5 +17,6 @@ inline constexpr int kLossScale = 26;     // fp16 overflow with the loss scale a
 inline constexpr int kCheckpoint = 27;    // checkpoint missing, corrupt, or from another layout
 inline constexpr int kPlugin = 28;        // a kernel plugin could not be loaded
 inline constexpr int kDevice = 29;        // the rank's device is absent, not visible or lost
+inline constexpr int kArtifact = 30;      // an artifact fetched at start could not be obtained
 
 }  // namespace fl::exit_code

@@ -24,6 +24,7 @@
 #include "base/settings.hpp"
 #include "harness/run/controller.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/artifact_server.hpp"
 #include "harness/run/oop_faults.hpp"
 #include "harness/run/supervisor.hpp"
 #include "injector/plan.hpp"
@@ -106,6 +107,7 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
     a.push_back("--checksum");
   }
   for (auto& p : s.plugins) add("--plugin", p);
+  for (auto& f : s.fetch) add("--fetch", f);
   if (s.jit && !s.plugins.empty()) a.push_back("--plugin-jit");
   for (auto& x : s.extra_args) a.push_back(x);
   return a;
@@ -143,6 +145,9 @@ class Run {
   void prepare();
   void launch_all(const std::string& resume_from);
   void run_preparation();
+  void start_artifact_hub();
+  std::unique_ptr<ArtifactServer> artifacts_;
+  std::string artifact_url_;
   std::map<std::string, std::string> rank_env(int rank);
   void on_line(int rank, const std::string& name, const std::string& stream,
                const std::string& line);
@@ -221,6 +226,10 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
   env["FAULTLINE_FLIGHT_RECORDER_DIR"] = rdir;
   env["FAULTLINE_CONTROL_ADDR"] = ctl_addr_;
   env["FAULTLINE_PDEATHSIG"] = "1";
+  if (artifacts_) {
+    env["FAULTLINE_ARTIFACT_URL"] = artifact_url_;
+    env["FAULTLINE_ARTIFACT_CACHE"] = fmt::format("{}/artifacts/node{}", dir_, rank / per_node);
+  }
   env["TMPDIR"] = dir_ + "/tmp";
   env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
   env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
@@ -262,6 +271,23 @@ void Run::run_preparation() {
   if (fs::exists(r.run_dir + "/checkpoints")) {
     fs::copy(r.run_dir + "/checkpoints", dir_ + "/checkpoints", fs::copy_options::recursive);
   }
+}
+
+// The run's hub serves what the model's data pipeline needs (its tokenizer's vocabulary).
+void Run::start_artifact_hub() {
+  if (s_.network == "namespaces") {
+    raise<Error>(
+        "workload.fetch needs topology.network: host (ranks in network namespaces cannot reach "
+        "the harness's hub on 127.0.0.1)");
+  }
+  const std::string hub = dir_ + "/hub";
+  fs::create_directories(hub);
+  const int vocab = s_.model == "small" ? 256 : 64;
+  write_atomic(hub + "/tokenizer.json",
+               nlohmann::json{{"kind", "synthetic-chain"}, {"vocab", vocab}}.dump(2) + "\n");
+  artifacts_ = std::make_unique<ArtifactServer>(hub);
+  artifact_url_ = artifacts_->start();
+  hist_->harness("artifact_hub", {{"url", artifact_url_}, {"files", {"tokenizer.json"}}});
 }
 
 void Run::launch_all(const std::string& resume_from) {
@@ -635,6 +661,7 @@ RunResult Run::go() {
   res.run_dir = dir_;
   try {
     if (!s_.prepare_yaml.empty()) run_preparation();
+    if (!s_.fetch.empty()) start_artifact_hub();
     ctl_ =
         std::make_unique<Controller>(*hist_, [this](const ControlAction& a) { return control(a); });
     std::string addr = o_.control_addr;

@@ -570,6 +570,14 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   for (const auto& a : w["args"]) s.extra_args.push_back(a.as<std::string>());
   for (const auto& p : w["plugins"]) s.plugins.push_back(p.as<std::string>());
   s.jit = w["jit"].as<bool>();
+  for (const auto& a : w["fetch"]) {
+    const std::string name = a.as<std::string>();
+    if (name != "tokenizer.json") {
+      fail_at(path, a, "workload.fetch",
+              fmt::format("unknown artifact '{}' (the hub serves: tokenizer.json)", name));
+    }
+    s.fetch.push_back(name);
+  }
 
   const YAML::Node resolved_faults = r["faults"];
   const YAML::Node doc_faults = static_cast<const YAML::Node&>(doc)["faults"];

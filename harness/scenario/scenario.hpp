@@ -107,6 +107,7 @@ struct Scenario {
   std::vector<std::string> extra_args;
   std::vector<std::string> plugins;
   bool jit = false;  // build the plugins from source at start
+  std::vector<std::string> fetch;  // artifacts every rank fetches from the run's hub at start
   // faults
   std::vector<std::string> plans;  // in-process, injector grammar
   std::vector<OutOfProcessFault> oop_faults;

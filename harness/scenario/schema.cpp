@@ -120,6 +120,9 @@ const std::vector<KeySpec>& scenario_schema() {
       {"workload.jit", K::kBool, "false",
        "Build the plugins from source at start with the compiler named by CXX (like a JIT op "
        "builder); one rank builds under a lock, the others reuse it"},
+      {"workload.fetch", K::kList, "[]",
+       "Artifacts every rank downloads at start from the run's HTTP hub into its node's cache "
+       "(tokenizer.json: the data pipeline's vocabulary)"},
       {"workload.args", K::kList, "[]", "Extra worker arguments, appended as given (strings)"},
       {"faults", K::kList, "[]", "What to break: in-process plans and out-of-process faults"},
       {"faults[].plan", K::kString, "", "In-process fault plan (docs/injector.md grammar)"},

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "base/exit_codes.hpp"
+#include "workloads/rendezvous/artifacts.hpp"
 #include "base/settings.hpp"
 #include "injector/plan.hpp"
 #include "kernels/loss_scaler.hpp"
@@ -62,6 +63,8 @@ int run_worker_main(const std::function<int()>& body) {
     return report("out of memory", e, exit_code::kOutOfMemory);
   } catch (const ops::PluginError& e) {
     return report("plugin", e, exit_code::kPlugin);
+  } catch (const rdzv::ArtifactError& e) {
+    return report("artifact", e, exit_code::kArtifact);
   } catch (const DeviceError& e) {
     return report("device", e, exit_code::kDevice);
   } catch (const LossScaleError& e) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "kernels/plugin.hpp"
+#include "workloads/rendezvous/artifacts.hpp"
 #include "workloads/telemetry/telemetry.hpp"
 
 #include "workloads/comm/bootstrap.hpp"
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
   app.add_option("--plugin", plugins, "Load kernel plugin libfl_NAME.so (FAULTLINE_PLUGIN_PATH)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_flag("--plugin-jit", plugin_jit, "Build the plugins from source at start (CXX)");
+  std::vector<std::string> fetch;
+  app.add_option("--fetch", fetch, "Fetch an artifact at start (FAULTLINE_ARTIFACT_URL)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   CLI11_PARSE(app, argc, argv);
   auto cfg = model_name == "small" ? model::GptConfig::small() : model::GptConfig::tiny();
   if (vocab > 0) cfg.vocab = vocab;
@@ -54,6 +58,13 @@ int main(int argc, char** argv) {
                                     comm::kBackend.get());
     // Serving kernels load once the world has formed, before the model is built.
     for (auto& p : plugins) ops::load_plugin(p, plugin_jit);
+    for (auto& f : fetch) {
+      const std::string path = rdzv::fetch_artifact(f);
+      if (f == "tokenizer.json" && rdzv::tokenizer_vocab(path) > cfg.vocab) {
+        raise<ConfigError>("tokenizer {} has {} tokens, the model's vocabulary only {}", path,
+                           rdzv::tokenizer_vocab(path), cfg.vocab);
+      }
+    }
     MemoryAccountant& acct = MemoryAccountant::cpu();
     acct.set_rank(b.comm->rank());
     auto topo = parallel::build_topology(*b.comm, layout, cfg);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/plugin.hpp"
+#include "workloads/rendezvous/artifacts.hpp"
 #include "workloads/comm/bootstrap.hpp"
 #include "workloads/comm/worker_errors.hpp"
 #include "workloads/telemetry/telemetry.hpp"
@@ -67,6 +68,11 @@ int main(int argc, char** argv) {
   app.add_option("--plugin", plugins, "Load kernel plugin libfl_NAME.so (FAULTLINE_PLUGIN_PATH)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_flag("--plugin-jit", plugin_jit, "Build the plugins from source at start (CXX)");
+  std::vector<std::string> fetch;
+  app.add_option("--fetch", fetch,
+                 "Fetch an artifact at start (FAULTLINE_ARTIFACT_URL); tokenizer.json sets the "
+                 "data pipeline's vocabulary")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_flag("--checksum", checksum, "Print every rank's parameter checksum at the end");
   CLI11_PARSE(app, argc, argv);
   const int vocab_override = cfg.model.vocab;
@@ -82,6 +88,10 @@ int main(int argc, char** argv) {
     // Plugins load once the world has formed, when the optimizer is built (as DeepSpeed loads
     // its fused ops): a rank that cannot load one ends, the others wait for it in a collective.
     for (auto& p : plugins) ops::load_plugin(p, plugin_jit);
+    for (auto& f : fetch) {
+      const std::string path = rdzv::fetch_artifact(f);
+      if (f == "tokenizer.json") cfg.data_vocab = rdzv::tokenizer_vocab(path);
+    }
     MemoryAccountant& acct = MemoryAccountant::cpu();
     acct.set_rank(b.comm->rank());
     auto topo = parallel::build_topology(*b.comm, cfg.layout, cfg.model);
