@@ -26,7 +26,7 @@ class PluginError : public Error {
   using Error::Error;
 };
 
-inline constexpr int kPluginAbi = 1;
+inline constexpr int kPluginAbi = 2;  // 2: PluginRegistry gained adamw_multiple, gelu_forward
 
 using AdamWFn = void (*)(float* param, const float* grad, float* m, float* v, size_t n, int64_t t,
                          float lr, float beta1, float beta2, float eps, float weight_decay);
@@ -35,7 +35,11 @@ using GeluFn = void (*)(float* out, const float* inp, size_t n);
 
 struct PluginRegistry {
   AdamWFn adamw = nullptr;
+  // The AdamW kernel only handles lengths that are a multiple of this (a vectorised loop without
+  // a remainder); the dispatcher refuses other lengths instead of running past the buffer.
+  size_t adamw_multiple = 1;
   GeluFn gelu_forward = nullptr;
+  std::string adamw_plugin;  // which plugin installed `adamw` (set by the loader)
 };
 
 // Loads libfl_<name>.so from the first FAULTLINE_PLUGIN_PATH directory that has it (or, with

@@ -242,7 +242,12 @@ Verdict judge_one(const Expect& x, const std::vector<HistoryEvent>& history) {
     std::vector<int> bad;
     std::string why;
     std::set<int> ended_ok;
-    for (auto& e : f.exits) {
+    // A restarted rank is judged by how its last incarnation ended (the harness kills the
+    // earlier ones to restart them).
+    std::map<int, const Facts::Exit*> last_exit;
+    for (auto& e : f.exits) last_exit[e.rank] = &e;
+    for (auto& [r, ep] : last_exit) {
+      const Facts::Exit& e = *ep;
       if (e.klass == "ok") {
         ended_ok.insert(e.rank);
       } else if (!std::count(bad.begin(), bad.end(), e.rank)) {

@@ -103,7 +103,11 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
       add("--save-dir", run_dir + "/checkpoints");
       add("--save-every", s.checkpoint_every);
     }
-    if (!resume_from.empty()) add("--resume", resume_from);
+    if (s.auto_resume) {
+      add("--auto-resume", run_dir + "/checkpoints");
+    } else if (!resume_from.empty()) {
+      add("--resume", resume_from);
+    }
     a.push_back("--checksum");
   }
   for (auto& p : s.plugins) add("--plugin", p);

@@ -564,6 +564,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   if (s.data_seed == 0) s.data_seed = static_cast<int64_t>(s.seed);
   s.checkpoint_every = w["checkpoint"]["every"].as<int64_t>();
   s.resume = w["checkpoint"]["resume"].as<bool>();
+  s.auto_resume = w["checkpoint"]["auto_resume"].as<bool>();
   s.requests = w["infer"]["requests"].as<int64_t>();
   s.prompt_len = w["infer"]["prompt_len"].as<int64_t>();
   s.new_tokens = w["infer"]["new_tokens"].as<int64_t>();

@@ -111,6 +111,9 @@ const std::vector<KeySpec>& scenario_schema() {
        0,
        1e9},
       {"workload.checkpoint.resume", K::kBool, "false", "Resume from the run's latest checkpoint"},
+      {"workload.checkpoint.auto_resume", K::kBool, "false",
+       "Every launch (and restart) resumes from the run's `latest` checkpoint when there is one, "
+       "else starts fresh (the common auto-resume pattern)"},
       {"workload.infer", K::kSection, "", "Inference workload (kind: infer)"},
       {"workload.infer.requests", K::kInt, "4", "Batched requests", {}, 1, 4096},
       {"workload.infer.prompt_len", K::kInt, "8", "Prompt tokens per request", {}, 1, 4096},

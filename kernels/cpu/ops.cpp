@@ -271,7 +271,14 @@ bool has_non_finite(const float* x, size_t n) {
 
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, int64_t t,
                   const AdamW& hp) {
-  const AdamWFn fn = plugin_kernels().adamw ? plugin_kernels().adamw : &impl::adamw;
+  const PluginRegistry& k = plugin_kernels();
+  if (k.adamw && k.adamw_multiple > 1 && n % k.adamw_multiple != 0) {
+    raise(
+        "kernel 'adamw' of plugin '{}' cannot run on {} elements: it handles multiples of {} "
+        "only ({} left over)",
+        k.adamw_plugin, n, k.adamw_multiple, n % k.adamw_multiple);
+  }
+  const AdamWFn fn = k.adamw ? k.adamw : &impl::adamw;
   fn(param, grad, m, v, n, t, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay);
 }
 

@@ -196,7 +196,9 @@ void load_plugin(const std::string& name, bool jit) {
     }
   }
   std::lock_guard lock(g_mu);
+  const AdamWFn before = g_registry.adamw;
   reg(&g_registry);
+  if (g_registry.adamw != before) g_registry.adamw_plugin = name;
   g_loaded.push_back(name);
 }
 

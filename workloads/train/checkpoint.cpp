@@ -145,6 +145,40 @@ std::string resolve_checkpoint(const std::string& path) {
                          path);
 }
 
+std::string auto_resume_target(const std::string& dir, bool scan, std::string& note) {
+  if (fs::exists(fs::path(dir) / "latest")) {
+    const std::string target = resolve_checkpoint(dir);
+    note = fmt::format("auto-resume: resuming from {}", target);
+    return target;
+  }
+  int64_t newest = -1;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step_", 0) != 0 || !fs::exists(e.path() / "manifest.json")) continue;
+    try {
+      newest = std::max<int64_t>(newest, std::stoll(n.substr(5)));
+    } catch (const std::exception&) {
+    }
+  }
+  if (newest < 0) {
+    note = fmt::format("auto-resume: no checkpoint in {} yet: starting from step 0", dir);
+    return "";
+  }
+  const std::string found = (fs::path(dir) / fmt::format("step_{}", newest)).string();
+  if (scan) {
+    note = fmt::format("auto-resume: no 'latest' file in {}; resuming from the newest complete "
+                       "checkpoint {}",
+                       dir, found);
+    return found;
+  }
+  note = fmt::format(
+      "auto-resume: no 'latest' file in {} although it holds step_{}: nothing resumed, "
+      "training starts again from step 0",
+      dir, newest);
+  return "";
+}
+
 nlohmann::json read_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / "manifest.json").string();
   if (!fs::exists(path)) {

@@ -22,6 +22,10 @@ using fl::CheckpointError;
 std::string resolve_checkpoint(const std::string& path);
 nlohmann::json read_manifest(const std::string& dir);
 
+// What `--auto-resume DIR` resumes from: DIR's `latest` checkpoint; without a `latest` file,
+// the newest step_<N> directory holding a manifest when `scan` is set (else nothing); "" when
+// there is nothing to resume. `note` gets one line saying what was decided and why.
+std::string auto_resume_target(const std::string& dir, bool scan, std::string& note);
 // The format version this process writes: kCheckpointFormatVersion unless
 // FAULTLINE_CHECKPOINT_FORMAT stamps another (what another release of the trainer would write).
 int written_format_version();

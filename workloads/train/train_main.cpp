@@ -15,6 +15,7 @@
 #include "workloads/comm/bootstrap.hpp"
 #include "workloads/comm/worker_errors.hpp"
 #include "workloads/telemetry/telemetry.hpp"
+#include "workloads/train/checkpoint.hpp"
 #include "workloads/train/trainer.hpp"
 
 int main(int argc, char** argv) {
@@ -62,6 +63,12 @@ int main(int argc, char** argv) {
   app.add_option("--save-dir", cfg.save_dir, "Write sharded checkpoints under this directory");
   app.add_option("--save-every", cfg.save_every, "Checkpoint every N steps (and after the last)");
   app.add_option("--resume", cfg.resume, "Resume from a checkpoint (step dir or save dir)");
+  std::string auto_resume;
+  bool resume_scan = false;
+  app.add_option("--auto-resume", auto_resume,
+                 "Resume from DIR's latest checkpoint when there is one, else start fresh");
+  app.add_flag("--resume-scan", resume_scan,
+               "--auto-resume without a 'latest' file: take the newest complete step_<N>");
   app.add_option("--metrics", metrics_path, "Write per-step metrics as JSON lines (rank 0)");
   std::vector<std::string> plugins;
   bool plugin_jit = false;
@@ -95,6 +102,13 @@ int main(int argc, char** argv) {
     MemoryAccountant& acct = MemoryAccountant::cpu();
     acct.set_rank(b.comm->rank());
     auto topo = parallel::build_topology(*b.comm, cfg.layout, cfg.model);
+    if (!auto_resume.empty() && cfg.resume.empty()) {
+      std::string note;
+      cfg.resume = train::auto_resume_target(auto_resume, resume_scan, note);
+      if (b.comm->rank() == 0) std::printf("# %s\n", note.c_str());
+      telemetry::emit("warning", fmt::format("{{\"what\":\"auto_resume\",\"message\":{}}}",
+                                             nlohmann::json(note).dump()));
+    }
     train::Trainer trainer(cfg, topo, acct);
     telemetry::emit("layout",
                     fmt::format("{{\"dp\":{},\"tp\":{},\"pp\":{},\"zero\":{},"
