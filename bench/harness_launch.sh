@@ -10,7 +10,7 @@ trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for launcher in ${LAUNCHERS:-local mpirun}; do
   for n in $sizes; do
-    "$build/harness/faultline" run scenarios/examples/clean-dp2-tp2.yaml --results "$out" \
+    "$build/harness/faultline" run scenarios/clean/clean-dp2-tp2.yaml --results "$out" \
       --run-id "$launcher-$n" --set topology.ranks=$n --set topology.dp=$((n / 2)) \
       --set topology.launcher=$launcher --set workload.steps=1 --set timeouts.run_s=120 >/dev/null
     python3 - "$out/$launcher-$n/history.jsonl" "$launcher" "$n" <<'PY'

@@ -184,7 +184,8 @@ void validate_map(const std::string& file, const YAML::Node& node, const std::st
       // Overrides: checked against the top-level keys.
       if (key == "fix" || key == "name" || key == "extends" ||
           (key == "prepare" && parent == "prepare")) {
-        fail_at(file, it->first, child, fmt::format("cannot be overridden by {}", parent));
+        fail_at(file, it->first, child,
+                parent == "fix" ? "cannot be overridden by a fix" : "cannot be overridden by prepare");
       }
       validate(file, it->second, child);
       continue;
@@ -571,10 +572,17 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   for (const auto& a : w["args"]) s.extra_args.push_back(a.as<std::string>());
   for (const auto& p : w["plugins"]) s.plugins.push_back(p.as<std::string>());
   s.jit = w["jit"].as<bool>();
-  for (const auto& a : w["fetch"]) {
-    const std::string name = a.as<std::string>();
+  const YAML::Node doc_fetch = static_cast<const YAML::Node&>(doc)["workload"]
+                                  ? static_cast<const YAML::Node&>(doc)["workload"]["fetch"]
+                                  : YAML::Node();
+  for (size_t i = 0; i < w["fetch"].size(); ++i) {
+    const std::string name = w["fetch"][i].as<std::string>();
     if (name != "tokenizer.json") {
-      fail_at(path, a, "workload.fetch",
+      // The document's own node carries the line and column.
+      const YAML::Node at = doc_fetch && doc_fetch.IsSequence() && i < doc_fetch.size()
+                                ? doc_fetch[i]
+                                : w["fetch"][i];
+      fail_at(path, at, "workload.fetch",
               fmt::format("unknown artifact '{}' (the hub serves: tokenizer.json)", name));
     }
     s.fetch.push_back(name);

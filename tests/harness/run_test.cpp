@@ -25,7 +25,7 @@ namespace fl::harness {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kExamples = FAULTLINE_SOURCE_DIR "/scenarios/examples/";
+const std::string kExamples = FAULTLINE_SOURCE_DIR "/scenarios/clean/";
 const std::string kSymptoms = FAULTLINE_SOURCE_DIR "/scenarios/symptoms/";
 
 struct CliRun {

@@ -54,7 +54,8 @@ TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
   EXPECT_EQ(error_of("name: a\nworkload:\n  stepz: 3\n"),
             "s.yaml:3:3: workload.stepz: unknown key (did you mean 'steps'?) (allowed here: "
             "kind, model, steps, precision, micro_batch, grad_accum, lr, clip, schedule, "
-            "eval_every, loss_scale, min_loss_scale, data, checkpoint, infer, plugins, args)");
+            "eval_every, loss_scale, min_loss_scale, data, checkpoint, infer, plugins, jit, fetch, "
+            "args)");
 }
 
 TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {
@@ -96,7 +97,7 @@ TEST_F(ScenarioTest, FaultsAreCheckedIncludingThePlanGrammar) {
       error_of("name: a\nfaults:\n  - plan: \"comm.all_reduce[rank=1]=50%frob\"\n");
   EXPECT_EQ(e.substr(0, 37), "s.yaml:3:11: faults[0].plan: plan: at") << e;
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: STOP, plan: x}\n"),
-            "s.yaml:3:5: faults[0]: a fault has exactly one of plan, signal, env, port_squat, "
+            "s.yaml:3:5: faults[0]: a fault has exactly one of plan, signal, env, args, port_squat, "
             "file, disk_full, memory_limit, network, hide, restart");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: HUPP, rank: 0}\n"),
             "s.yaml:3:14: faults[0].signal: 'HUPP' is not allowed (allowed: STOP, CONT, KILL, "
@@ -206,6 +207,44 @@ TEST(Taxonomy, HasTheStudysCounts) {
   EXPECT_EQ(t.symptoms.size(), 34u);
   EXPECT_EQ(t.root_causes.size(), 28u);
   EXPECT_EQ(t.fix_patterns.size(), 6u);
+}
+
+TEST_F(ScenarioTest, PrepareIsAFaultFreeRunOfTheSameScenarioWithItsOverrides) {
+  auto s = load_scenario(write("s.yaml", R"y(name: srv
+topology: {ranks: 2, tp: 2}
+workload: {kind: infer, checkpoint: {resume: true}}
+faults:
+  - args: ["--requests", "6"]
+    rank: 1
+expect: {symptom: "5.1", oracle: error_signature, pattern: x}
+prepare:
+  topology: {dp: 2, tp: 1}
+  workload: {kind: train, steps: 4, checkpoint: {every: 4, resume: false}}
+)y"));
+  ASSERT_EQ(s.oop_faults.size(), 1u);
+  EXPECT_EQ(s.oop_faults[0].kind, "args");
+  EXPECT_EQ(s.oop_faults[0].args, (std::vector<std::string>{"--requests", "6"}));
+  ASSERT_FALSE(s.prepare_yaml.empty());
+  auto p = load_scenario(write("p.yaml", s.prepare_yaml));
+  EXPECT_EQ(p.name, "srv-prepare");
+  EXPECT_EQ(p.kind, "train");
+  EXPECT_EQ(p.tp, 1);
+  EXPECT_EQ(p.dp, 2);
+  EXPECT_EQ(p.checkpoint_every, 4);
+  EXPECT_FALSE(p.resume);
+  EXPECT_TRUE(p.oop_faults.empty());
+  EXPECT_EQ(p.expect.oracle, "completed");
+  EXPECT_TRUE(p.prepare_yaml.empty());
+}
+
+TEST_F(ScenarioTest, PrepareAndFetchErrorsNameTheKey) {
+  EXPECT_EQ(error_of("name: a\nprepare: {prepare: {}}\n"),
+            "s.yaml:2:11: prepare.prepare: cannot be overridden by prepare");
+  EXPECT_EQ(error_of("name: a\nprepare: {workload: {stepz: 3}}\n").substr(0, 59),
+            "s.yaml:2:22: prepare.workload.stepz: unknown key (did you m");
+  EXPECT_EQ(error_of("name: a\nworkload: {fetch: [weights.bin]}\n"),
+            "s.yaml:2:20: workload.fetch: unknown artifact 'weights.bin' (the hub serves: "
+            "tokenizer.json)");
 }
 
 }  // namespace

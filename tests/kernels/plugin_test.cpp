@@ -1,0 +1,130 @@
+// Kernel plugins: JIT builds (cache, missing compiler, compiler errors), the device capability
+// check, and the dispatcher's refusal of lengths a plugin kernel cannot handle. ctest runs every
+// case in its own process, so each starts with an empty registry and fresh settings.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <vector>
+
+#include "kernels/ops.hpp"
+#include "kernels/plugin.hpp"
+
+namespace fl::ops {
+namespace {
+namespace fs = std::filesystem;
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() /
+                     ("faultline-plugin-test-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const PluginError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PluginJit, BuildsOnceAndReusesTheCachedLibrary) {
+  const std::string dir = fresh_dir("cache");
+  ::setenv("FAULTLINE_JIT_DIR", dir.c_str(), 1);
+  ::unsetenv("CXXFLAGS");
+  ::unsetenv("CXX");
+  const std::string first = jit_build_plugin("inference_kernels");
+  ASSERT_TRUE(fs::exists(first)) << first;
+  const auto built_at = fs::last_write_time(first);
+  EXPECT_EQ(jit_build_plugin("inference_kernels"), first);
+  EXPECT_EQ(fs::last_write_time(first), built_at);  // not rebuilt
+  // The built library loads and takes over GeLU; its numbers are the built-in's.
+  load_plugin("inference_kernels", true);
+  EXPECT_NE(plugin_kernels().gelu_forward, nullptr);
+  std::vector<float> in{-2.f, -0.5f, 0.f, 0.7f, 3.f}, out(in.size());
+  gelu_forward(out.data(), in.data(), in.size());
+  EXPECT_NEAR(out[3], 0.5f * 0.7f * (1.f + std::tanh(0.7978845608f * (0.7f + 0.044715f * 0.343f))),
+              1e-6);
+}
+
+TEST(PluginJit, MissingCompilerFailsWithTheShellsExitStatusAndTheLog) {
+  const std::string dir = fresh_dir("nocxx");
+  ::setenv("FAULTLINE_JIT_DIR", dir.c_str(), 1);
+  ::setenv("CXX", "g++-does-not-exist", 1);
+  const std::string err = error_of([] { load_plugin("fused_adamw", true); });
+  EXPECT_NE(err.find("building kernel plugin 'fused_adamw' failed (compiler exit status 127)"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("g++-does-not-exist"), std::string::npos) << err;
+  EXPECT_NE(err.find("log: " + dir), std::string::npos) << err;
+  EXPECT_TRUE(loaded_plugins().empty());
+}
+
+TEST(PluginJit, OldLanguageStandardFailsWithTheCompilersOwnErrors) {
+  const std::string dir = fresh_dir("cxx11");
+  ::setenv("FAULTLINE_JIT_DIR", dir.c_str(), 1);
+  ::unsetenv("CXX");
+  ::setenv("CXXFLAGS", "-std=c++11", 1);
+  const std::string err = error_of([] { jit_build_plugin("inference_kernels"); });
+  EXPECT_NE(err.find("compiler exit status 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("error"), std::string::npos) << err;
+  EXPECT_NE(err.find("CXXFLAGS=-std=c++11"), std::string::npos) << err;
+}
+
+TEST(PluginCapability, ADeviceTheKernelsWereNotBuiltForIsRefused) {
+  ::setenv("FAULTLINE_PLUGIN_PATH", FAULTLINE_PLUGIN_DIR, 1);
+  set_device_capability("7.0");
+  const std::string err = error_of([] { load_plugin("inference_kernels"); });
+  EXPECT_NE(err.find("no kernel image is available for execution on the device (device "
+                     "capability 7.0, plugin built for 8.0;9.0"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(plugin_kernels().gelu_forward, nullptr);
+  set_device_capability("9.0");
+  load_plugin("inference_kernels");
+  EXPECT_NE(plugin_kernels().gelu_forward, nullptr);
+}
+
+TEST(PluginDispatch, AKernelWithoutATailLoopIsRefusedOtherLengths) {
+  ::setenv("FAULTLINE_PLUGIN_PATH", FAULTLINE_PLUGIN_DIR, 1);
+  load_plugin("fused_adamw_vec16");
+  EXPECT_EQ(plugin_kernels().adamw_multiple, 16u);
+  EXPECT_EQ(plugin_kernels().adamw_plugin, "fused_adamw_vec16");
+  AdamW hp;
+  std::vector<float> p(32, 1.f), g(32, 0.5f), m(32, 0.f), v(32, 0.f);
+  try {
+    adamw_update(p.data(), g.data(), m.data(), v.data(), 17, 1, hp);
+    FAIL() << "17 elements were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot run on 17 elements: it handles multiples of 16 "
+                                         "only (1 left over)"),
+              std::string::npos)
+        << e.what();
+  }
+  // A multiple of 16 runs and updates every element.
+  adamw_update(p.data(), g.data(), m.data(), v.data(), 32, 1, hp);
+  for (float x : p) EXPECT_LT(x, 1.f);
+}
+
+TEST(PluginAbi, AStaleLibraryIsRefusedByItsAbiVersion) {
+  // A plugin library built for ABI 1 (what the loader accepted before the registry grew).
+  const std::string dir = fresh_dir("abi");
+  const std::string src = dir + "/old.cpp";
+  std::ofstream(src) << "extern \"C\" int fl_plugin_abi() { return 1; }\n"
+                        "extern \"C\" void fl_plugin_register(void*) {}\n";
+  ASSERT_EQ(std::system(("c++ -shared -fPIC -o " + dir + "/libfl_old.so " + src).c_str()), 0);
+  ::setenv("FAULTLINE_PLUGIN_PATH", dir.c_str(), 1);
+  const std::string err = error_of([] { load_plugin("old"); });
+  EXPECT_NE(err.find("was built for plugin ABI 1, this worker needs 2"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace fl::ops
