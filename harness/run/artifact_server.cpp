@@ -66,8 +66,7 @@ void ArtifactServer::serve() {
     const bool safe = !target.empty() && target[0] == '/' && target.find("..") == std::string::npos;
     const std::filesystem::path file = std::filesystem::path(root_) / target.substr(1);
     std::ifstream in(file, std::ios::binary);
-    if (req.method() != http::verb::get || !safe || !in ||
-        std::filesystem::is_directory(file)) {
+    if (req.method() != http::verb::get || !safe || !in || std::filesystem::is_directory(file)) {
       res.result(req.method() != http::verb::get ? http::status::method_not_allowed
                                                  : http::status::not_found);
       res.body() = "not found\n";

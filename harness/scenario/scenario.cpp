@@ -1,8 +1,8 @@
 #include "harness/scenario/scenario.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -98,9 +98,9 @@ struct Origin {
   std::string file;
 };
 
-constexpr const char* kFaultKinds[] = {"plan",      "signal",       "env",     "args",
-                                       "port_squat", "file",         "disk_full", "memory_limit",
-                                       "network",   "hide",         "restart"};
+constexpr const char* kFaultKinds[] = {"plan",       "signal", "env",       "args",
+                                       "port_squat", "file",   "disk_full", "memory_limit",
+                                       "network",    "hide",   "restart"};
 
 // The schema path of `path` with list indices removed: faults[2].plan -> faults[].plan.
 std::string schema_path(const std::string& path) {
@@ -184,8 +184,9 @@ void validate_map(const std::string& file, const YAML::Node& node, const std::st
       // Overrides: checked against the top-level keys.
       if (key == "fix" || key == "name" || key == "extends" ||
           (key == "prepare" && parent == "prepare")) {
-        fail_at(file, it->first, child,
-                parent == "fix" ? "cannot be overridden by a fix" : "cannot be overridden by prepare");
+        fail_at(
+            file, it->first, child,
+            parent == "fix" ? "cannot be overridden by a fix" : "cannot be overridden by prepare");
       }
       validate(file, it->second, child);
       continue;
@@ -573,8 +574,8 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   for (const auto& p : w["plugins"]) s.plugins.push_back(p.as<std::string>());
   s.jit = w["jit"].as<bool>();
   const YAML::Node doc_fetch = static_cast<const YAML::Node&>(doc)["workload"]
-                                  ? static_cast<const YAML::Node&>(doc)["workload"]["fetch"]
-                                  : YAML::Node();
+                                   ? static_cast<const YAML::Node&>(doc)["workload"]["fetch"]
+                                   : YAML::Node();
   for (size_t i = 0; i < w["fetch"].size(); ++i) {
     const std::string name = w["fetch"][i].as<std::string>();
     if (name != "tokenizer.json") {

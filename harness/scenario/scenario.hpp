@@ -106,8 +106,8 @@ struct Scenario {
   int64_t requests = 0, prompt_len = 0, new_tokens = 0;
   std::vector<std::string> extra_args;
   std::vector<std::string> plugins;
-  bool jit = false;          // build the plugins from source at start
-  bool auto_resume = false;  // ranks resume from the run's checkpoints when there are any
+  bool jit = false;                // build the plugins from source at start
+  bool auto_resume = false;        // ranks resume from the run's checkpoints when there are any
   std::vector<std::string> fetch;  // artifacts every rank fetches from the run's hub at start
   // faults
   std::vector<std::string> plans;  // in-process, injector grammar

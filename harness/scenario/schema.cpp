@@ -213,7 +213,9 @@ const std::vector<KeySpec>& scenario_schema() {
        "exit_class: how a rank must end",
        {"any", "error", "crash", "signal", "oom_kill", "timeout"}},
       {"expect.exit_code", K::kInt, "-1", "exit_class: the exit status (-1: any)", {}, -1, 255},
-      {"expect.pattern", K::kString, "\"\"", "error_signature: ECMAScript regex on rank output; oom, checkpoint_error: regex the error message must also match"},
+      {"expect.pattern", K::kString, "\"\"",
+       "error_signature: ECMAScript regex on rank output; oom, checkpoint_error: regex the error "
+       "message must also match"},
       {"expect.op", K::kString, "\"\"",
        "comm_timeout: the collective (all_reduce, ...; \"\": any)"},
       {"expect.hang_s",

@@ -8,7 +8,8 @@
 namespace fl::ops::impl {
 
 // sqrt(2 / pi)
-inline constexpr float kGeluScale = static_cast<float>(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
+inline constexpr float kGeluScale =
+    static_cast<float>(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
 
 inline void gelu_forward(float* out, const float* inp, size_t n) {
   for (size_t i = 0; i < n; ++i) {

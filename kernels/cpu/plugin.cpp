@@ -59,8 +59,8 @@ std::string first_errors(const std::string& log) {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     last = line;
-    if (errs.size() < 3 && (line.find("error") != std::string::npos ||
-                            line.find("not found") != std::string::npos)) {
+    if (errs.size() < 3 &&
+        (line.find("error") != std::string::npos || line.find("not found") != std::string::npos)) {
       errs.push_back(line);
     }
   }
@@ -104,8 +104,8 @@ std::string jit_build_plugin(const std::string& name) {
   const fs::path src = fs::path(kPluginSrc.get()) / (name + ".cpp");
   std::ifstream in(src, std::ios::binary);
   if (!in) {
-    raise<PluginError>("cannot build kernel plugin '{}': no source {} (FAULTLINE_PLUGIN_SRC)",
-                       name, src.string());
+    raise<PluginError>("cannot build kernel plugin '{}': no source {} (FAULTLINE_PLUGIN_SRC)", name,
+                       src.string());
   }
   const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const char* cxx_env = std::getenv("CXX");
@@ -130,7 +130,8 @@ std::string jit_build_plugin(const std::string& name) {
   if (fs::exists(out)) return out.string();
   const fs::path tmp = dir / fmt::format("libfl_{}-{}.so.tmp.{}", name, key, ::getpid());
   const std::string cmd = fmt::format(
-      "{} -std=c++20 -O2 -fPIC -shared {} -I'{}' -DFL_PLUGIN_ARCHS='\"{}\"' '{}' -o '{}' >'{}' 2>&1",
+      "{} -std=c++20 -O2 -fPIC -shared {} -I'{}' -DFL_PLUGIN_ARCHS='\"{}\"' '{}' -o '{}' >'{}' "
+      "2>&1",
       cxx, flags, root, archs, src.string(), tmp.string(), log.string());
   const int status = std::system(cmd.c_str());
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -7,8 +7,8 @@
 namespace {
 constexpr size_t kWidth = 16;
 
-void adamw_vec16(float* param, const float* grad, float* m, float* v, size_t n, int64_t t,
-                 float lr, float beta1, float beta2, float eps, float weight_decay) {
+void adamw_vec16(float* param, const float* grad, float* m, float* v, size_t n, int64_t t, float lr,
+                 float beta1, float beta2, float eps, float weight_decay) {
   for (size_t i = 0; i + kWidth <= n; i += kWidth) {
     fl::ops::impl::adamw(param + i, grad + i, m + i, v + i, kWidth, t, lr, beta1, beta2, eps,
                          weight_decay);

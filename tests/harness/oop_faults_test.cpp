@@ -122,8 +122,9 @@ expect: {oracle: comm_timeout}
   ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
   // Only groups that span both nodes can stall: dp (0,2)/(1,3) or world (the loss average), and
   // which one hits the cut first depends on where in the step it lands. Never tp: (0,1)/(2,3).
-  const bool cross_node = r.proc.output.find("all_reduce on group dp (seq ") != std::string::npos ||
-                          r.proc.output.find("all_reduce on group world (seq ") != std::string::npos;
+  const bool cross_node =
+      r.proc.output.find("all_reduce on group dp (seq ") != std::string::npos ||
+      r.proc.output.find("all_reduce on group world (seq ") != std::string::npos;
   EXPECT_TRUE(cross_node) << r.proc.output;
   EXPECT_EQ(r.proc.output.find("on group tp (seq "), std::string::npos) << r.proc.output;
   auto injected = harness_events(r, "fault_injected");

@@ -96,9 +96,10 @@ TEST_F(ScenarioTest, FaultsAreCheckedIncludingThePlanGrammar) {
   const std::string e =
       error_of("name: a\nfaults:\n  - plan: \"comm.all_reduce[rank=1]=50%frob\"\n");
   EXPECT_EQ(e.substr(0, 37), "s.yaml:3:11: faults[0].plan: plan: at") << e;
-  EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: STOP, plan: x}\n"),
-            "s.yaml:3:5: faults[0]: a fault has exactly one of plan, signal, env, args, port_squat, "
-            "file, disk_full, memory_limit, network, hide, restart");
+  EXPECT_EQ(
+      error_of("name: a\nfaults:\n  - {signal: STOP, plan: x}\n"),
+      "s.yaml:3:5: faults[0]: a fault has exactly one of plan, signal, env, args, port_squat, "
+      "file, disk_full, memory_limit, network, hide, restart");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: HUPP, rank: 0}\n"),
             "s.yaml:3:14: faults[0].signal: 'HUPP' is not allowed (allowed: STOP, CONT, KILL, "
             "TERM, SEGV, ABRT, INT)");

@@ -62,11 +62,13 @@ std::string incompatibility(const nlohmann::json& m) {
 
 TEST(CheckpointCompatibility, NamesTheVersionOrTheFirstTensorThatDiffers) {
   EXPECT_EQ(incompatibility(manifest(train::kCheckpointFormatVersion, 64)), "");
-  EXPECT_NE(incompatibility(manifest(2, 64)).find("has format version 2, this build reads version 1"),
-            std::string::npos);
-  EXPECT_NE(incompatibility(manifest(1, 96))
-                .find("size mismatch for wte: [96 x 32] in the checkpoint, [64 x 32] in this model"),
-            std::string::npos);
+  EXPECT_NE(
+      incompatibility(manifest(2, 64)).find("has format version 2, this build reads version 1"),
+      std::string::npos);
+  EXPECT_NE(
+      incompatibility(manifest(1, 96))
+          .find("size mismatch for wte: [96 x 32] in the checkpoint, [64 x 32] in this model"),
+      std::string::npos);
   EXPECT_NE(incompatibility(manifest(1, 64, 64)).find("size mismatch for wte: [64 x 64]"),
             std::string::npos);
 }

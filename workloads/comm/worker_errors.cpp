@@ -3,7 +3,6 @@
 #include <cstdio>
 
 #include "base/exit_codes.hpp"
-#include "workloads/rendezvous/artifacts.hpp"
 #include "base/settings.hpp"
 #include "injector/plan.hpp"
 #include "kernels/loss_scaler.hpp"
@@ -11,6 +10,7 @@
 #include "kernels/plugin.hpp"
 #include "workloads/comm/errors.hpp"
 #include "workloads/comm/mpi_communicator.hpp"
+#include "workloads/rendezvous/artifacts.hpp"
 #include "workloads/rendezvous/store_client.hpp"
 #include "workloads/rendezvous/store_server.hpp"
 #include "workloads/rendezvous/world_check.hpp"

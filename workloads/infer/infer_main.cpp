@@ -94,12 +94,12 @@ int main(int argc, char** argv) {
       prompts.emplace_back(in.begin(), in.begin() + prompt_len);
     }
     engine.set_step_sink([&](int64_t pos, double seconds) {
-      telemetry::emit("step",
-                      fmt::format("{{\"step_time_s\":{},\"tokens_per_s\":{},\"mem_current\":{},"
-                                  "\"mem_peak\":{}}}",
-                                  seconds, seconds > 0 ? requests / seconds : 0.0, acct.current(),
-                                  acct.peak()),
-                      pos);
+      telemetry::emit(
+          "step",
+          fmt::format("{{\"step_time_s\":{},\"tokens_per_s\":{},\"mem_current\":{},"
+                      "\"mem_peak\":{}}}",
+                      seconds, seconds > 0 ? requests / seconds : 0.0, acct.current(), acct.peak()),
+          pos);
     });
     auto out = engine.generate(prompts, g);
     // Every rank serves the same batch: report what this one produced, then make the tensor-

@@ -49,8 +49,8 @@ void check_compatible(const std::string& dir, const nlohmann::json& m,
     tensor = fmt::format("wpe: [{} x {}] in the checkpoint, [{} x {}] in this model", T, C,
                          cfg.seq_len, cfg.d_model);
   } else if (L != cfg.layers) {
-    tensor = fmt::format("h.{}: the checkpoint has {} layers, this model {}", std::min(L, cfg.layers),
-                         L, cfg.layers);
+    tensor = fmt::format("h.{}: the checkpoint has {} layers, this model {}",
+                         std::min(L, cfg.layers), L, cfg.layers);
   } else if (H != cfg.heads) {
     tensor = fmt::format("h.0.attn.qkv: {} heads of {} in the checkpoint, {} heads of {} here", H,
                          C / H, cfg.heads, cfg.d_model / cfg.heads);
@@ -167,9 +167,10 @@ std::string auto_resume_target(const std::string& dir, bool scan, std::string& n
   }
   const std::string found = (fs::path(dir) / fmt::format("step_{}", newest)).string();
   if (scan) {
-    note = fmt::format("auto-resume: no 'latest' file in {}; resuming from the newest complete "
-                       "checkpoint {}",
-                       dir, found);
+    note = fmt::format(
+        "auto-resume: no 'latest' file in {}; resuming from the newest complete "
+        "checkpoint {}",
+        dir, found);
     return found;
   }
   note = fmt::format(

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/plugin.hpp"
-#include "workloads/rendezvous/artifacts.hpp"
 #include "workloads/comm/bootstrap.hpp"
 #include "workloads/comm/worker_errors.hpp"
+#include "workloads/rendezvous/artifacts.hpp"
 #include "workloads/telemetry/telemetry.hpp"
 #include "workloads/train/checkpoint.hpp"
 #include "workloads/train/trainer.hpp"

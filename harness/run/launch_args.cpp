@@ -1,0 +1,117 @@
+#include "harness/run/launch_args.hpp"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include "base/settings.hpp"
+
+extern "C" char** environ;
+
+namespace fl::harness {
+
+FAULTLINE_SETTING(kBinDir, std::string, "FAULTLINE_BIN_DIR", "",
+                  "Directory holding fl-train and fl-infer (default: this build's)");
+
+std::string worker_binary(const std::string& kind) {
+  const std::string dir = kBinDir.get();
+  const std::string name = kind == "infer" ? "fl-infer" : "fl-train";
+  if (!dir.empty()) return dir + "/" + name;
+  return kind == "infer" ? FAULTLINE_INFER_BIN : FAULTLINE_TRAIN_BIN;
+}
+
+std::string make_run_id(const std::string& name) {
+  const auto now = std::chrono::system_clock::now();
+  std::random_device rd;
+  return fmt::format("{:%Y%m%d-%H%M%S}-{}-{:04x}",
+                     fmt::localtime(std::chrono::system_clock::to_time_t(now)), name,
+                     rd() & 0xffff);
+}
+
+// A port nobody listens on now (bind to 0, read it back, close).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::vector<std::string> worker_args(const Scenario& s, const std::string& run_dir,
+                                     const std::string& resume_from) {
+  std::vector<std::string> a{worker_binary(s.kind), "--model", s.model};
+  auto add = [&](const char* k, auto v) {
+    a.push_back(k);
+    a.push_back(fmt::format("{}", v));
+  };
+  add("--dp", s.dp);
+  add("--tp", s.tp);
+  add("--pp", s.pp);
+  if (s.kind == "infer") {
+    if (!resume_from.empty()) add("--checkpoint", resume_from);
+    add("--requests", s.requests);
+    add("--prompt-len", s.prompt_len);
+    add("--new-tokens", s.new_tokens);
+    add("--seed", s.seed);
+  } else {
+    add("--zero", s.zero);
+    add("--steps", s.steps);
+    add("--precision", s.precision);
+    add("--micro-batch", s.micro_batch);
+    add("--grad-accum", s.grad_accum);
+    add("--lr", s.lr);
+    add("--clip", s.clip);
+    add("--schedule", s.schedule);
+    add("--eval-every", s.eval_every);
+    add("--loss-scale", s.loss_scale);
+    add("--min-loss-scale", s.min_loss_scale);
+    add("--data-seed", s.data_seed);
+    if (s.samples > 0) add("--samples", s.samples);
+    if (s.drop_last) a.push_back("--drop-last");
+    if (s.checkpoint_every > 0) {
+      add("--save-dir", run_dir + "/checkpoints");
+      add("--save-every", s.checkpoint_every);
+    }
+    if (s.auto_resume) {
+      add("--auto-resume", run_dir + "/checkpoints");
+    } else if (!resume_from.empty()) {
+      add("--resume", resume_from);
+    }
+    a.push_back("--checksum");
+  }
+  for (auto& p : s.plugins) add("--plugin", p);
+  for (auto& f : s.fetch) add("--fetch", f);
+  if (s.jit && !s.plugins.empty()) a.push_back("--plugin-jit");
+  for (auto& x : s.extra_args) a.push_back(x);
+  return a;
+}
+
+std::map<std::string, std::string> base_env() {
+  std::map<std::string, std::string> m;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string k = kv.substr(0, eq);
+    // A run's ranks get their identity and plans from the scenario only.
+    if (k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK" || k == "MASTER_ADDR" ||
+        k == "MASTER_PORT" || k.rfind("FAULTLINE_", 0) == 0 || k.rfind("OMPI_COMM_WORLD", 0) == 0 ||
+        k.rfind("PMIX_", 0) == 0 || k.rfind("OMPI_MCA_", 0) == 0) {
+      if (k != "FAULTLINE_LOG_LEVEL" && k != "FAULTLINE_COMM_SPIN_US") continue;
+    }
+    m[k] = kv.substr(eq + 1);
+  }
+  return m;
+}
+
+}  // namespace fl::harness

@@ -1,0 +1,26 @@
+// What a rank is launched with: the worker binary, its arguments from the scenario, the part of
+// the harness's environment it inherits, the run id and a free port.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "harness/scenario/scenario.hpp"
+
+namespace fl::harness {
+
+// fl-train or fl-infer: FAULTLINE_BIN_DIR's, else this build's.
+std::string worker_binary(const std::string& kind);
+// <time>-<name>-<random hex>.
+std::string make_run_id(const std::string& name);
+// A port nobody listens on now on 127.0.0.1.
+int free_port();
+// The worker command of every rank (faults may append to one rank's copy).
+std::vector<std::string> worker_args(const Scenario& s, const std::string& run_dir,
+                                     const std::string& resume_from);
+// The harness's environment minus what identifies a rank or arms faults (the scenario sets
+// those), minus launcher-internal variables.
+std::map<std::string, std::string> base_env();
+
+}  // namespace fl::harness
