@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <random>
 
 #include <fmt/chrono.h>
@@ -34,8 +35,41 @@ std::string make_run_id(const std::string& name) {
                      rd() & 0xffff);
 }
 
-// A port nobody listens on now (bind to 0, read it back, close).
+namespace {
+// Can a listener bind 127.0.0.1:port right now?
+bool bindable(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return ok;
+}
+}  // namespace
+
+// The rendezvous port is chosen below the kernel's ephemeral range: ports there are handed to
+// every outgoing connection (MPI, gRPC, other runs' stores), so one that is free now may be a
+// client's source port by the time rank 0 listens (seen once in 20 smoke suites: EADDRINUSE).
+// Below the range only listeners take ports; concurrent harnesses pick at random.
 int free_port() {
+  int low = 32768;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> low;
+  std::random_device rd;
+  std::mt19937 gen(rd());
+  if (low > 12000) {
+    std::uniform_int_distribution<int> pick(10000, low - 1);
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      const int port = pick(gen);
+      if (bindable(port)) return port;
+    }
+  }
+  // No room below the range: let the kernel choose.
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;

@@ -14,7 +14,7 @@ namespace fl::harness {
 std::string worker_binary(const std::string& kind);
 // <time>-<name>-<random hex>.
 std::string make_run_id(const std::string& name);
-// A port nobody listens on now on 127.0.0.1.
+// A port nobody listens on now on 127.0.0.1, below the ephemeral range when there is room.
 int free_port();
 // The worker command of every rank (faults may append to one rank's copy).
 std::vector<std::string> worker_args(const Scenario& s, const std::string& run_dir,
