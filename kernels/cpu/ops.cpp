@@ -1,6 +1,7 @@
 // CPU kernels of the decoder. Each has a straightforward reference form; the tests compare every
 // backward against central finite differences of its forward.
 #include "kernels/ops.hpp"
+#include "injector/site.hpp"
 #include "kernels/cpu/adamw_impl.hpp"
 #include "kernels/cpu/gelu_impl.hpp"
 #include "kernels/plugin.hpp"
@@ -13,6 +14,18 @@
 #include <vector>
 
 namespace fl::ops {
+
+// Each kernel class is a fault site (kernel.gemm, kernel.norm, kernel.attention,
+// kernel.elementwise, kernel.loss): a plan can delay a launch, corrupt its input or make it fail
+// the way a failed launch does.
+#define FL_KERNEL_SITE(site, input, n)                                                            \
+  do {                                                                                            \
+    if (FAULTLINE_FAULT_POINT(                                                                    \
+            site, (fault::SiteContext{-1, "", site, -1, const_cast<float*>(input), (n),           \
+                                      DType::kF32, -1})) == fault::Verdict::kFail) {              \
+      raise("{} launch failed on {} elements (fault injected at this kernel's site)", site, (n)); \
+    }                                                                                             \
+  } while (0)
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C) {
@@ -43,6 +56,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC) {
+  FL_KERNEL_SITE("kernel.gemm", inp, static_cast<size_t>(N) * static_cast<size_t>(C));
   // The bias is laid down first and the GEMM accumulates onto it (beta = 1): one pass over the
   // output instead of a second read-modify-write after the GEMM.
   if (bias) {
@@ -74,6 +88,7 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C) {
+  FL_KERNEL_SITE("kernel.norm", inp, static_cast<size_t>(N) * static_cast<size_t>(C));
   const float eps = 1e-5f;
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<size_t>(n) * C;
@@ -123,6 +138,7 @@ constexpr float kGeluScale = impl::kGeluScale;
 }
 
 void gelu_forward(float* out, const float* inp, size_t n) {
+  FL_KERNEL_SITE("kernel.elementwise", inp, n);
   if (auto f = plugin_kernels().gelu_forward) return f(out, inp, n);
   impl::gelu_forward(out, inp, n);
 }
@@ -139,6 +155,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
 }
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  FL_KERNEL_SITE("kernel.attention", qkv, static_cast<size_t>(B) * T * 3 * C);
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int ld = 3 * C;
@@ -224,6 +241,7 @@ void residual_backward(float* da, float* db, const float* dout, size_t n) {
 
 void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
                                    const int32_t* targets, int N, int V) {
+  FL_KERNEL_SITE("kernel.loss", logits, static_cast<size_t>(N) * static_cast<size_t>(V));
   for (int n = 0; n < N; ++n) {
     const float* l = logits + static_cast<size_t>(n) * V;
     float* p = probs + static_cast<size_t>(n) * V;

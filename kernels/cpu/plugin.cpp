@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "base/settings.hpp"
+#include "injector/site.hpp"
 
 namespace fl::ops {
 
@@ -152,6 +153,12 @@ std::string jit_build_plugin(const std::string& name) {
 }
 
 void load_plugin(const std::string& name, bool jit) {
+  // A plan can slow an import down (delay) or make it fail.
+  if (FAULTLINE_FAULT_POINT("plugin.load",
+                            (fault::SiteContext{-1, "", name, -1, nullptr, 0, DType::kU8, -1})) ==
+      fault::Verdict::kFail) {
+    raise<PluginError>("cannot load kernel plugin '{}': fault injected at plugin.load", name);
+  }
   const std::string file = "libfl_" + name + ".so";
   const std::string path = kPluginPath.get();
   std::string found;

@@ -101,6 +101,13 @@ FAULTLINE_SETTING(kDevicesPerNode, int64_t, "FAULTLINE_DEVICES_PER_NODE", 0,
                   "Simulated devices per node for CPU ranks (0: LOCAL_WORLD_SIZE)");
 
 int select_device(const WorkerIdentity& id) {
+  // The device query: a plan can slow it (a device that takes long to initialise) or fail it.
+  if (FAULTLINE_FAULT_POINT("device.query", (fault::SiteContext{-1, "", "device.query", -1, nullptr,
+                                                                0, DType::kU8, -1})) ==
+      fault::Verdict::kFail) {
+    raise<DeviceError>("[rank {}] device query failed on node {} (fault injected at device.query)",
+                       id.rank, id.node_rank);
+  }
   int64_t per_node = kDevicesPerNode.get();
   if (per_node <= 0) per_node = int_env("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", false, 1);
   std::vector<int64_t> visible;
