@@ -12,6 +12,7 @@
 #include <functional>
 #include <vector>
 
+#include "injector/plan.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/plugin.hpp"
 
@@ -124,6 +125,30 @@ TEST(PluginAbi, AStaleLibraryIsRefusedByItsAbiVersion) {
   ::setenv("FAULTLINE_PLUGIN_PATH", dir.c_str(), 1);
   const std::string err = error_of([] { load_plugin("old"); });
   EXPECT_NE(err.find("was built for plugin ABI 1, this worker needs 2"), std::string::npos) << err;
+}
+
+TEST(KernelSites, AFailedLaunchAndAFailedImportAreReportedAtTheirSites) {
+  fault::arm_text("kernel.gemm=1*error", "test", 1);
+  std::vector<float> in(6, 1.f), w(6, 1.f), out(4, 0.f);
+  try {
+    linear_forward(out.data(), in.data(), w.data(), nullptr, 2, 3, 2);
+    FAIL() << "the injected launch failure was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel.gemm launch failed on 6 elements"),
+              std::string::npos)
+        << e.what();
+  }
+  // 1*: only the first launch fails; the next one computes.
+  linear_forward(out.data(), in.data(), w.data(), nullptr, 2, 3, 2);
+  EXPECT_FLOAT_EQ(out[0], 3.f);
+  fault::arm_text("plugin.load=error", "test", 1);
+  ::setenv("FAULTLINE_PLUGIN_PATH", FAULTLINE_PLUGIN_DIR, 1);
+  EXPECT_NE(error_of([] { load_plugin("fused_adamw"); })
+                .find("cannot load kernel plugin 'fused_adamw': fault injected at plugin.load"),
+            std::string::npos);
+  fault::disarm();
+  load_plugin("fused_adamw");
+  EXPECT_EQ(loaded_plugins(), std::vector<std::string>{"fused_adamw"});
 }
 
 }  // namespace
