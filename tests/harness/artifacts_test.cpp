@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness/run/artifact_server.hpp"
+#include "harness/run/launch_args.hpp"
 #include "workloads/rendezvous/artifacts.hpp"
 
 namespace fl {
@@ -83,6 +84,17 @@ TEST(Artifacts, ACachedFileNeedsNoNetworkAndABadUrlIsNamed) {
   fs::create_directories(hub.cache);
   fs::copy(hub.root / "tokenizer.json", hub.cache / "tokenizer.json");
   EXPECT_EQ(rdzv::fetch_artifact("tokenizer.json"), (hub.cache / "tokenizer.json").string());
+}
+
+TEST(LaunchArgs, TheRendezvousPortIsChosenBelowTheEphemeralRange) {
+  int low = 0;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low;
+  if (low <= 12000) GTEST_SKIP() << "no room below the ephemeral range (" << low << ")";
+  for (int i = 0; i < 20; ++i) {
+    const int port = harness::free_port();
+    EXPECT_GE(port, 10000);
+    EXPECT_LT(port, low);
+  }
 }
 
 }  // namespace
