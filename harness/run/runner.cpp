@@ -87,6 +87,11 @@ class Run {
   std::vector<std::string> live_plans_;
   std::vector<std::string> injected_;  // one line per injected fault, for the summary
   int64_t last_hang_check_ = 0;
+  // Fail-fast: when a rank fails on its own, the survivors get a grace period to report their
+  // own view (a timeout, a missing peer), then the job is torn down, as torchrun's agent does.
+  int64_t first_failure_ns_ = -1;
+  int first_failure_rank_ = -1;
+  void fail_fast(int64_t now);
 };
 
 void Run::prepare() {
@@ -282,6 +287,10 @@ void Run::on_exit(const ExitInfo& x) {
                       {"by_harness", x.by_harness}};
   if (x.signaled) d["signal"] = signal_name(x.code);
   if (x.rank >= 0) {
+    if (x.klass != "ok" && !x.by_harness && first_failure_ns_ < 0) {
+      first_failure_ns_ = hist_->now_ns();
+      first_failure_rank_ = x.rank;
+    }
     hist_->harness("rank_exit", d, x.rank);
     faults_->on_rank_exit(x.rank);
     running_ranks_.erase(x.rank);
@@ -350,6 +359,7 @@ void Run::tick() {
     a.requester = "fault";
     control_on_io(a);
   }
+  fail_fast(hist_->now_ns());
   // A hang expectation ends the run once the hang is established (no need to wait for timeouts).
   if (s_.expect.oracle == "hang" && !stopping_) {
     const int64_t now = hist_->now_ns();
@@ -371,6 +381,27 @@ void Run::tick() {
   ticker_->async_wait([this](const boost::system::error_code& ec) {
     if (!ec) tick();
   });
+}
+
+void Run::fail_fast(int64_t now) {
+  if (first_failure_ns_ < 0 || stopping_ || restart_from_ || running_ranks_.empty() ||
+      s_.launcher != "local") {
+    return;  // (mpirun aborts the job itself when a rank fails)
+  }
+  const double grace_s =
+      std::max({10.0, s_.comm_timeout_ms / 1000.0 + 5.0, s_.rendezvous_timeout_ms / 1000.0 + 5.0});
+  if (now - first_failure_ns_ < static_cast<int64_t>(grace_s * 1e9)) return;
+  std::vector<int> killed;
+  for (int r : running_ranks_) {
+    if (auto it = rank_pids_.find(r); it != rank_pids_.end()) {
+      sup_->mark_by_harness(it->second);
+      sup_->signal(it->second, SIGKILL);
+      killed.push_back(r);
+    }
+  }
+  hist_->harness("teardown_after_failure",
+                 {{"failed_rank", first_failure_rank_}, {"grace_s", grace_s}, {"killed", killed}});
+  first_failure_ns_ = -1;  // once per failure; a restart may start over
 }
 
 ControlResult Run::control(const ControlAction& a) {

@@ -59,6 +59,29 @@ std::string results_dir() {
                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
 }
 
+TEST(HarnessRun, SurvivorsOfAFailedRankAreTornDownAfterTheGrace) {
+  // Rank 0 times out in the first collective; rank 1, 4 s late, then sits in MPI's connect to
+  // the dead peer. The harness tears it down once the grace (10 s here) has passed, instead of
+  // waiting for the 120 s run timeout.
+  const auto results = results_dir();
+  fs::create_directories(results);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = cli_run(results, kSymptoms + "2.2-first-collective-timeout.yaml");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  EXPECT_LT(secs, 60.0);
+  bool torn = false;
+  for (const auto& e : read_history(r.dir + "/history.jsonl")) {
+    if (e.kind != "teardown_after_failure") continue;
+    torn = true;
+    auto d = nlohmann::json::parse(e.data_json);
+    EXPECT_EQ(d["failed_rank"], 0);
+    EXPECT_EQ(d["killed"], nlohmann::json::array({1}));
+    EXPECT_EQ(d["grace_s"], 10.0);
+  }
+  EXPECT_TRUE(torn) << r.proc.output;
+}
+
 TEST(HarnessRun, EightRanksUnderBothLaunchers) {
   for (const char* launcher : {"local", "mpirun"}) {
     const auto results = results_dir() + "-" + launcher;
