@@ -1,8 +1,6 @@
 #include "kernels/plugin.hpp"
 
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -18,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "base/file_lock.hpp"
 #include "base/settings.hpp"
 #include "injector/site.hpp"
 
@@ -69,26 +68,6 @@ std::string first_errors(const std::string& log) {
   return fmt::format("{}", fmt::join(errs, " | "));
 }
 
-// Holds an exclusive flock on a file for its lifetime.
-class FileLock {
- public:
-  explicit FileLock(const std::string& path) : fd_(::open(path.c_str(), O_CREAT | O_RDWR, 0644)) {
-    if (fd_ < 0) {
-      raise<PluginError>("cannot open the JIT lock {}: {}", path, std::strerror(errno));
-    }
-    while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
-    }
-  }
-  ~FileLock() {
-    ::flock(fd_, LOCK_UN);
-    ::close(fd_);
-  }
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  int fd_;
-};
 }  // namespace
 
 std::string device_capability() {
@@ -127,7 +106,7 @@ std::string jit_build_plugin(const std::string& name) {
   const std::string key = fmt::format("{:016x}", XXH64(key_src.data(), key_src.size(), 0));
   const fs::path out = dir / fmt::format("libfl_{}-{}.so", name, key);
   const fs::path log = dir / fmt::format("{}-{}.log", name, key);
-  FileLock lock((dir / (name + ".lock")).string());
+  const auto lock = FileLock::acquire<PluginError>((dir / (name + ".lock")).string());
   if (fs::exists(out)) return out.string();
   const fs::path tmp = dir / fmt::format("libfl_{}-{}.so.tmp.{}", name, key, ::getpid());
   const std::string cmd = fmt::format(

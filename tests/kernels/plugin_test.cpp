@@ -143,8 +143,9 @@ TEST(KernelSites, AFailedLaunchAndAFailedImportAreReportedAtTheirSites) {
   EXPECT_FLOAT_EQ(out[0], 3.f);
   fault::arm_text("plugin.load=error", "test", 1);
   ::setenv("FAULTLINE_PLUGIN_PATH", FAULTLINE_PLUGIN_DIR, 1);
-  EXPECT_NE(error_of([] { load_plugin("fused_adamw"); })
-                .find("cannot load kernel plugin 'fused_adamw': fault injected at plugin.load"),
+  EXPECT_NE(error_of([] {
+              load_plugin("fused_adamw");
+            }).find("cannot load kernel plugin 'fused_adamw': fault injected at plugin.load"),
             std::string::npos);
   fault::disarm();
   load_plugin("fused_adamw");

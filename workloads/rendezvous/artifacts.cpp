@@ -1,7 +1,5 @@
 #include "workloads/rendezvous/artifacts.hpp"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <utility>
@@ -21,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/file_lock.hpp"
 #include "base/settings.hpp"
 
 namespace fl::rdzv {
@@ -92,18 +91,7 @@ std::string fetch_artifact(const std::string& name) {
                          cache.string(), fec.message());
   }
   const fs::path file = cache / name;
-  const std::string lock_path = (cache / (name + ".lock")).string();
-  const int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
-  if (fd < 0) raise<ArtifactError>("cannot open {}: {}", lock_path, std::strerror(errno));
-  while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
-  }
-  struct Unlock {
-    int fd;
-    ~Unlock() {
-      ::flock(fd, LOCK_UN);
-      ::close(fd);
-    }
-  } unlock{fd};
+  const auto lock = FileLock::acquire<ArtifactError>((cache / (name + ".lock")).string());
   if (fs::exists(file)) return file.string();
   const std::string base = kArtifactUrl.get();
   if (base.empty()) {
