@@ -18,6 +18,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include "harness/run/launch_args.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/scenario/scenario.hpp"
 
@@ -240,21 +241,6 @@ SuiteSpec load_suite(const std::string& path) {
   return s;
 }
 
-pid_t spawn_run(const std::vector<std::string>& argv, const std::string& log) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) throw Error(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
-  return pid;
-}
 
 }  // namespace
 
@@ -265,7 +251,7 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   const auto stamp = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char ts[32];
   std::strftime(ts, sizeof(ts), "%Y%m%d-%H%M%S", std::localtime(&stamp));
-  res.dir = fs::absolute(fs::path(o.results_dir) / fmt::format("{}-{}", ts, spec.name)).string();
+  res.dir = fs::absolute(fs::path(o.results_dir) / fmt::format("{}-{}{}", ts, spec.name, o.name_suffix)).string();
   fs::create_directories(res.dir + "/runs");
   // Every scenario is loaded first: a broken file stops the suite before anything runs.
   for (const auto& f : spec.files) {
@@ -321,7 +307,8 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
                                     "--set",
                                     fmt::format("seed={}", c.seed)};
       if (c.fix) argv.push_back("--fix");
-      const pid_t pid = spawn_run(argv, res.dir + "/runs/" + id + ".log");
+      argv.insert(argv.end(), o.run_args.begin(), o.run_args.end());
+      const pid_t pid = spawn_logged(argv, res.dir + "/runs/" + id + ".log");
       running[pid] = next;
       started[pid] = std::chrono::steady_clock::now();
       ++next;

@@ -36,6 +36,8 @@ struct SuiteOptions {
   bool progress = true;
   std::string junit_path, json_path;  // "" : inside the suite's results directory
   std::string faultline_bin;          // the CLI that runs each scenario (default: this one)
+  std::vector<std::string> run_args;  // appended to every `faultline run` (e.g. --detector X)
+  std::string name_suffix;            // appended to the suite directory's name
 };
 
 struct SuiteCase {

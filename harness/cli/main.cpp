@@ -5,6 +5,8 @@
 //   verdict RUN_DIR     judge a run again from its history
 //   control ADDR ACTION act on a live run over the control plane
 //   keys                every scenario key with its default (docs/scenarios.md)
+//   score RUN|SUITE...  detector scores against ground truth (docs/detectors.md)
+//   bench-detectors / bench-recovery SUITE   leaderboards
 //   settings / sites    every FAULTLINE_ setting / every fault site in this build
 #include <CLI/CLI.hpp>
 
@@ -20,6 +22,7 @@
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/runner.hpp"
 #include "harness/scenario/scenario.hpp"
+#include "harness/score/bench.hpp"
 #include "injector/plan.hpp"
 #include "injector/site.hpp"
 #include "workloads/comm/bootstrap.hpp"
@@ -166,6 +169,13 @@ int main(int argc, char** argv) {
   run->add_option("--control", ro.control_addr, "Control-plane address (loopback or unix:PATH)")
       ->capture_default_str();
   run->add_option("--run-id", ro.run_id, "Run directory name (default: time-name-random)");
+  const char* detector_help =
+      "Start a detector beside the run (repeatable): hang, comm, numeric, straggler, memory, "
+      "logs, baseline (all six), or a command line";
+  const char* recovery_help =
+      "Start a recovery tool: restart, shrink, microbatch, skip-batch, reset-scale, or a command";
+  run->add_option("--detector", ro.detectors, detector_help);
+  run->add_option("--recovery", ro.recovery, recovery_help);
   auto* validate = app.add_subcommand("validate", "Check a scenario file");
   validate->add_option("scenario", scenario_path, "Scenario YAML file")->required();
   validate->add_flag("--fix", fix, "Check it with its fix applied");
@@ -206,6 +216,43 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   suite->add_option("--junit", so.junit_path, "JUnit XML file (default: in the suite directory)");
   suite->add_option("--json", so.json_path, "JSON summary (default: in the suite directory)");
+  std::vector<std::string> suite_detectors;
+  std::string suite_recovery;
+  suite->add_option("--detector", suite_detectors, detector_help);
+  suite->add_option("--recovery", suite_recovery, recovery_help);
+
+  std::vector<std::string> score_paths;
+  std::string score_json;
+  bool markdown = false;
+  auto* score = app.add_subcommand(
+      "score", "Score the detectors of finished runs or suites against their ground truth");
+  score->add_option("paths", score_paths, "Run directories or suite directories")->required();
+  score->add_flag("--markdown", markdown, "Markdown table");
+  score->add_option("--json", score_json, "Also write the scores as JSON to this file");
+  fl::harness::BenchDetectorsOptions bd;
+  auto* bench_det = app.add_subcommand(
+      "bench-detectors", "Run a suite with detectors attached and write their leaderboard");
+  bench_det->add_option("suite", bd.suite, "Suite YAML or a directory of scenarios")->required();
+  bench_det->add_option("--detector", bd.detectors, detector_help)->capture_default_str();
+  bench_det->add_option("--sweep", bd.sweep,
+                        "A detector and its knob to sweep, e.g. \"hang --floor-s\"");
+  bench_det->add_option("--values", bd.values, "The knob's values (one detector per value)")
+      ->delimiter(',');
+  bench_det->add_option("-j,--jobs", bd.suite_options.jobs, "Runs at the same time")
+      ->capture_default_str();
+  bench_det->add_option("--results", bd.suite_options.results_dir, "Where suite directories go")
+      ->capture_default_str();
+  fl::harness::BenchRecoveryOptions br;
+  auto* bench_rec = app.add_subcommand(
+      "bench-recovery",
+      "Run a suite's scenarios fault-free and with a recovery tool; score the recovery");
+  bench_rec->add_option("suite", br.suite, "Suite YAML or a directory of scenarios")->required();
+  bench_rec->add_option("--policy", br.policy,
+                        "Recovery policy or command (default: each scenario's recovery key)");
+  bench_rec->add_option("-j,--jobs", br.suite_options.jobs, "Runs at the same time")
+      ->capture_default_str();
+  bench_rec->add_option("--results", br.suite_options.results_dir, "Where suite directories go")
+      ->capture_default_str();
   auto* repro = app.add_subcommand(
       "repro", "Run a scenario and its fix: REPRODUCED / FIX VERIFIED, with the evidence");
   repro->add_option("scenario", scenario_path, "Scenario YAML file")->required();
@@ -240,7 +287,15 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
+    if (score->parsed()) return fl::harness::score_paths(score_paths, markdown, score_json);
+    if (bench_det->parsed()) return fl::harness::bench_detectors(bd);
+    if (bench_rec->parsed()) return fl::harness::bench_recovery(br);
     if (suite->parsed()) {
+      for (auto& d : suite_detectors) {
+        so.run_args.push_back("--detector");
+        so.run_args.push_back(d);
+      }
+      if (!suite_recovery.empty()) so.run_args.insert(so.run_args.end(), {"--recovery", suite_recovery});
       auto r = fl::harness::run_suite(suite_path, so);
       std::printf("%s", fl::harness::suite_table(r).c_str());
       return r.failures() == 0 ? 0 : 1;

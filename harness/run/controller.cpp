@@ -30,6 +30,27 @@ pb::Event to_proto(const HistoryEvent& e) {
   return p;
 }
 
+// What a benchmarked detector must not see: where and when faults were armed, fired, injected or
+// healed, and the scenario's expectation.
+bool is_ground_truth(const std::string& kind) {
+  static const std::set<std::string> k = {"fault_armed",    "fault_fired", "faults_armed",
+                                          "fault_injected", "fault_healed", "fault_failed"};
+  return k.count(kind) > 0;
+}
+
+pb::Event to_observed(const HistoryEvent& e, bool ground_truth) {
+  pb::Event p = to_proto(e);
+  if (!ground_truth && e.kind == "run_start") {
+    auto d = nlohmann::json::parse(e.data_json, nullptr, false);
+    if (!d.is_discarded()) {
+      d.erase("expect");
+      d.erase("scenario");
+      p.set_data_json(d.dump());
+    }
+  }
+  return p;
+}
+
 using WorkerStream = grpc::ServerReaderWriter<pb::WorkerCommand, pb::EventBatch>;
 
 }  // namespace
@@ -94,13 +115,17 @@ struct Controller::Impl final : public pb::Controller::Service {
   grpc::Status Observe(grpc::ServerContext* ctx, const pb::ObserveRequest* req,
                        grpc::ServerWriter<pb::Event>* writer) override {
     std::set<std::string> kinds(req->kinds().begin(), req->kinds().end());
+    const bool truth = req->include_ground_truth();
+    auto wanted = [&](const HistoryEvent& e) {
+      return (kinds.empty() || kinds.count(e.kind)) && (truth || !is_ground_truth(e.kind));
+    };
     std::mutex qmu;
     std::condition_variable qcv;
     std::deque<HistoryEvent> q;
     uint64_t dropped = 0;
     constexpr size_t kMax = 1 << 16;
     auto listener = [&](const HistoryEvent& e) {
-      if (!kinds.empty() && !kinds.count(e.kind)) return;
+      if (!wanted(e)) return;
       std::lock_guard lock(qmu);
       if (q.size() >= kMax) {
         ++dropped;
@@ -114,8 +139,8 @@ struct Controller::Impl final : public pb::Controller::Service {
     bool ok = true;
     if (req->from_start()) {
       for (const auto& e : past) {
-        if (!kinds.empty() && !kinds.count(e.kind)) continue;
-        if (!(ok = writer->Write(to_proto(e)))) break;
+        if (!wanted(e)) continue;
+        if (!(ok = writer->Write(to_observed(e, truth)))) break;
       }
     }
     while (ok && !ctx->IsCancelled()) {
@@ -132,7 +157,7 @@ struct Controller::Impl final : public pb::Controller::Service {
       for (size_t i = 0; i < batch.size() && ok; ++i) {
         grpc::WriteOptions wo;
         if (i + 1 < batch.size()) wo.set_buffer_hint();
-        ok = writer->Write(to_proto(batch[i]), wo);
+        ok = writer->Write(to_observed(batch[i], truth), wo);
       }
     }
     history.remove_listener(id);
@@ -154,7 +179,8 @@ struct Controller::Impl final : public pb::Controller::Service {
                         {"symptom", d->symptom()},
                         {"ranks", std::vector<int>(d->ranks().begin(), d->ranks().end())},
                         {"confidence", d->confidence()},
-                        {"evidence", d->evidence()}};
+                        {"evidence", d->evidence()},
+                        {"stage", d->stage()}};
     e.data_json = j.dump();
     ack->set_seq(history.append(std::move(e)));
     return grpc::Status::OK;
@@ -162,9 +188,14 @@ struct Controller::Impl final : public pb::Controller::Service {
 
   grpc::Status Control(grpc::ServerContext* ctx, const pb::ControlRequest* r,
                        pb::ControlReply* reply) override {
-    ControlAction a{
-        r->action(), r->rank(),       r->signal() == 0 ? 9 : r->signal(),
-        r->plan(),   r->checkpoint(), r->requester().empty() ? ctx->peer() : r->requester()};
+    ControlAction a{r->action(),
+                    r->rank(),
+                    r->signal() == 0 ? 9 : r->signal(),
+                    r->plan(),
+                    r->checkpoint(),
+                    r->requester().empty() ? ctx->peer() : r->requester(),
+                    {r->args().begin(), r->args().end()},
+                    r->dp()};
     ControlResult res;
     try {
       res = on_control(a);

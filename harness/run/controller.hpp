@@ -26,6 +26,8 @@ struct ControlAction {
   std::string plan;
   std::string checkpoint;
   std::string requester;
+  std::vector<std::string> args;  // restart_job: appended to every rank's worker arguments
+  int dp = 0;                     // restart_job: new data-parallel size (0: unchanged)
 };
 
 struct ControlResult {

@@ -1,6 +1,9 @@
 #include "harness/run/launch_args.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,6 +14,7 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include "base/error.hpp"
 #include "base/settings.hpp"
 
 extern "C" char** environ;
@@ -146,6 +150,31 @@ std::map<std::string, std::string> base_env() {
     m[k] = kv.substr(eq + 1);
   }
   return m;
+}
+
+pid_t spawn_logged(const std::vector<std::string>& argv, const std::string& log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) throw Error(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
+  return pid;
+}
+
+int run_logged(const std::vector<std::string>& argv, const std::string& log) {
+  const pid_t pid = spawn_logged(argv, log);
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 }  // namespace fl::harness

@@ -2,6 +2,8 @@
 // the harness's environment it inherits, the run id and a free port.
 #pragma once
 
+#include <sys/types.h>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -22,5 +24,9 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
 // The harness's environment minus what identifies a rank or arms faults (the scenario sets
 // those), minus launcher-internal variables.
 std::map<std::string, std::string> base_env();
+// Starts argv[0] (a path) with stdin from /dev/null and stdout+stderr to `log`; throws Error.
+pid_t spawn_logged(const std::vector<std::string>& argv, const std::string& log);
+// The same, waited for: the exit status, or 128 + the signal.
+int run_logged(const std::vector<std::string>& argv, const std::string& log);
 
 }  // namespace fl::harness

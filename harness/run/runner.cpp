@@ -28,6 +28,7 @@
 #include "harness/run/launch_args.hpp"
 #include "harness/run/oop_faults.hpp"
 #include "harness/run/supervisor.hpp"
+#include "harness/run/tools.hpp"
 #include "injector/plan.hpp"
 
 namespace fl::harness {
@@ -61,8 +62,18 @@ class Run {
   void print_summary(const RunResult& r);
   pid_t rank_pid(int rank);
 
-  const Scenario& s_;
+  void start_tools();
+  void drain_tools();
+  bool reshard_for_restart(int dp, std::string& from, std::string& error);
+
+  Scenario s_;  // a copy: a restart may change the data-parallel size and the worker arguments
   const RunOptions& o_;
+  std::vector<ToolCommand> tools_;
+  std::map<pid_t, std::string> tool_pids_;  // running tools
+  bool has_recovery_ = false;
+  bool awaiting_recovery_ = false;
+  bool incarnation_failed_ = false;
+  std::unique_ptr<boost::asio::steady_timer> recovery_timer_;
   std::string dir_, id_;
   std::unique_ptr<History> hist_;
   std::unique_ptr<Controller> ctl_;
@@ -269,6 +280,12 @@ void Run::launch_all(const std::string& resume_from) {
 void Run::on_line(int rank, const std::string& name, const std::string& stream,
                   const std::string& line) {
   const double t = static_cast<double>(hist_->now_ns()) / 1e9;
+  if (name.rfind("tool:", 0) == 0) {
+    // A tool's output stays out of the history: other detectors must not read each other.
+    std::ofstream(fmt::format("{}/tools/{}.log", dir_, name.substr(5)), std::ios::app)
+        << fmt::format("[+{:.3f}s] [{}] {}\n", t, stream == "stdout" ? "out" : "err", line);
+    return;
+  }
   const std::string file =
       rank >= 0 ? fmt::format("{}/ranks/rank{}/output.log", dir_, rank)
                 : fmt::format("{}/{}.log", dir_, name == "mpirun" ? "mpirun" : "helpers");
@@ -286,6 +303,13 @@ void Run::on_exit(const ExitInfo& x) {
                       {"signaled", x.signaled},
                       {"by_harness", x.by_harness}};
   if (x.signaled) d["signal"] = signal_name(x.code);
+  if (auto it = tool_pids_.find(x.pid); it != tool_pids_.end()) {
+    d["tool"] = it->second;
+    hist_->harness("tool_exit", d);
+    tool_pids_.erase(it);
+    return;
+  }
+  if (x.rank >= 0 && x.klass != "ok" && !x.by_harness) incarnation_failed_ = true;
   if (x.rank >= 0) {
     if (x.klass != "ok" && !x.by_harness && first_failure_ns_ < 0) {
       first_failure_ns_ = hist_->now_ns();
@@ -329,10 +353,32 @@ void Run::on_exit(const ExitInfo& x) {
       const std::string from = *restart_from_;
       restart_from_.reset();
       ++restarts_;
-      hist_->harness("restart", {{"from", from}, {"restart", restarts_}});
+      awaiting_recovery_ = false;
+      incarnation_failed_ = false;
+      if (recovery_timer_) recovery_timer_->cancel();
+      hist_->harness("restart", {{"from", from},
+                                 {"restart", restarts_},
+                                 {"ranks", s_.ranks},
+                                 {"dp", s_.dp},
+                                 {"args", s_.extra_args}});
       launch_all(from);
       return;
     }
+    if (has_recovery_ && incarnation_failed_ && !stopping_ && !awaiting_recovery_) {
+      // A recovery tool is attached: give it time to act on the failure before the run ends.
+      awaiting_recovery_ = true;
+      constexpr int kWaitS = 10;
+      hist_->harness("awaiting_recovery", {{"wait_s", kWaitS}});
+      recovery_timer_ = std::make_unique<boost::asio::steady_timer>(io_);
+      recovery_timer_->expires_after(std::chrono::seconds(kWaitS));
+      recovery_timer_->async_wait([this](const boost::system::error_code& ec) {
+        if (ec || !running_ranks_.empty() || restart_from_) return;
+        hist_->harness("recovery_timeout", {{"reason", "no restart within the wait"}});
+        io_.stop();
+      });
+      return;
+    }
+    if (awaiting_recovery_ && !stopping_) return;  // the timer ends the run
     io_.stop();
   }
 }
@@ -361,7 +407,7 @@ void Run::tick() {
   }
   fail_fast(hist_->now_ns());
   // A hang expectation ends the run once the hang is established (no need to wait for timeouts).
-  if (s_.expect.oracle == "hang" && !stopping_) {
+  if (s_.expect.oracle == "hang" && !stopping_ && !has_recovery_) {
     const int64_t now = hist_->now_ns();
     if (now - last_hang_check_ > 500'000'000) {
       last_hang_check_ = now;
@@ -453,6 +499,15 @@ ControlResult Run::control_on_io(const ControlAction& a) {
                                      "workload.checkpoint.every > 0)",
                                      from));
     }
+    if (a.dp > 0 && a.dp != s_.dp) {
+      std::string error;
+      if (!reshard_for_restart(a.dp, from, error)) return done(false, error);
+      rec["dp"] = a.dp;
+    }
+    if (!a.args.empty()) {
+      s_.extra_args.insert(s_.extra_args.end(), a.args.begin(), a.args.end());
+      rec["args"] = a.args;
+    }
     restart_from_ = from;
     rec["from"] = from;
     if (running_ranks_.empty()) {
@@ -516,6 +571,65 @@ ControlResult Run::control_on_io(const ControlAction& a) {
   return done(false, fmt::format("unknown action '{}' (allowed: kill_rank, restart_rank, "
                                  "restart_job, abort, list_faults, arm_faults, clear_faults)",
                                  a.action));
+}
+
+// A restart into a smaller (or larger) data-parallel world: the latest checkpoint is converted
+// with fl-ckpt reshard, and the next launch starts dp x tp x pp ranks.
+bool Run::reshard_for_restart(int dp, std::string& from, std::string& error) {
+  if (s_.launcher != "local") {
+    error = "restart_job with dp needs the local launcher";
+    return false;
+  }
+  if (s_.dp % dp != 0 && dp % s_.dp != 0) {
+    error = fmt::format("cannot reshard dp {} to dp {} (allowed: a divisor or multiple)", s_.dp, dp);
+    return false;
+  }
+  const std::string out = fmt::format("{}/checkpoints-dp{}-r{}", dir_, dp, restarts_ + 1);
+  // Run to completion here (a few hundred ms): the restart must not start before it ends.
+  const int rc = run_logged(
+      {FAULTLINE_CKPT_BIN, "reshard", "--in", from, "--out", out, "--dp", std::to_string(dp)},
+      dir_ + "/reshard.log");
+  if (rc != 0) {
+    error = fmt::format("fl-ckpt reshard to dp {} failed (exit {}; see {}/reshard.log)", dp, rc,
+                        dir_);
+    return false;
+  }
+  hist_->harness("reshard", {{"from", from}, {"to", out}, {"dp_from", s_.dp}, {"dp", dp}});
+  s_.dp = dp;
+  s_.ranks = dp * s_.tp * s_.pp;
+  s_.nodes = 1;
+  from = out;
+  return true;
+}
+
+void Run::start_tools() {
+  std::vector<std::string> det = s_.detectors;
+  det.insert(det.end(), o_.detectors.begin(), o_.detectors.end());
+  tools_ = resolve_tools(det, o_.recovery.empty() ? s_.recovery : o_.recovery);
+  if (tools_.empty()) return;
+  fs::create_directories(dir_ + "/tools");
+  for (const auto& t : tools_) {
+    ProcessSpec p{"tool:" + t.name, -1, t.argv, {}, dir_ + "/tools"};
+    for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
+    for (auto& kv : tool_env(t, ctl_addr_, dir_)) p.env.push_back(kv);
+    const pid_t pid = sup_->spawn(p);
+    tool_pids_[pid] = t.name;
+    has_recovery_ = has_recovery_ || t.recovery;
+    hist_->harness("tool_start",
+                   {{"tool", t.name}, {"argv", t.argv}, {"pid", pid}, {"recovery", t.recovery}});
+  }
+}
+
+// The run is over: tools hear `run_ending` and get up to 3 s to post what they still have.
+void Run::drain_tools() {
+  if (tool_pids_.empty()) return;
+  hist_->harness("run_ending", {{"tools", tool_pids_.size()}, {"wait_s", 3}});
+  io_.restart();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (!tool_pids_.empty() && std::chrono::steady_clock::now() < until) {
+    io_.run_for(std::chrono::milliseconds(20));
+  }
+  for (auto& [pid, name] : tool_pids_) sup_->mark_by_harness(pid);
 }
 
 void Run::merge_local_files() {
@@ -647,6 +761,7 @@ RunResult Run::go() {
         [this](int rank, const std::string& name, const std::string& stream,
                const std::string& line) { on_line(rank, name, stream, line); },
         [this](const ExitInfo& x) { on_exit(x); });
+    start_tools();
     master_port_ = free_port();
     faults_ = std::make_unique<OutOfProcessFaults>(s_, dir_, *hist_, *sup_);
     faults_->prepare(master_port_);
@@ -703,6 +818,8 @@ RunResult Run::go() {
   stopping_ = true;
   if (timeout_) timeout_->cancel();
   if (ticker_) ticker_->cancel();
+  if (recovery_timer_) recovery_timer_->cancel();
+  if (sup_) drain_tools();
   if (faults_) faults_->heal(false);
   if (sup_) sup_->teardown(std::chrono::milliseconds(2000));
   if (faults_) faults_->heal(true);

@@ -16,6 +16,10 @@ struct RunOptions {
   std::string run_id;        // empty: <time>-<name>-<random>
   bool print_summary = true;
   bool fix = false;  // recorded in the run (the scenario was loaded with its fix applied)
+  // Tools started beside the run, on top of the scenario's `detectors:` and `recovery:`
+  // (docs/detectors.md): baseline names, "baseline", or command lines.
+  std::vector<std::string> detectors;
+  std::string recovery;  // overrides the scenario's when set
   // Called once the control plane listens (tests and tools attach here).
   std::function<void(const std::string& control_addr, const std::string& run_dir)> on_ready;
 };

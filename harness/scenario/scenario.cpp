@@ -571,6 +571,8 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.prompt_len = w["infer"]["prompt_len"].as<int64_t>();
   s.new_tokens = w["infer"]["new_tokens"].as<int64_t>();
   for (const auto& a : w["args"]) s.extra_args.push_back(a.as<std::string>());
+  for (const auto& d : r["detectors"]) s.detectors.push_back(d.as<std::string>());
+  s.recovery = r["recovery"].as<std::string>();
   for (const auto& p : w["plugins"]) s.plugins.push_back(p.as<std::string>());
   s.jit = w["jit"].as<bool>();
   const YAML::Node doc_fetch = static_cast<const YAML::Node&>(doc)["workload"]

@@ -120,6 +120,9 @@ struct Scenario {
   std::map<std::string, std::string> env;
   std::map<int, std::map<std::string, std::string>> rank_env;
   bool has_fix = false;
+  // Tools started beside the run (detectors, a recovery tool): names or command lines.
+  std::vector<std::string> detectors;
+  std::string recovery;
   // The preparation run's scenario (YAML), run to completion in the run directory before this
   // one starts; its checkpoints become this run's. Empty: none.
   std::string prepare_yaml;

@@ -264,6 +264,12 @@ const std::vector<KeySpec>& scenario_schema() {
        100,
        1e8},
       {"env", K::kStringMap, "{}", "Environment for every rank"},
+      {"detectors", K::kList, "[]",
+       "Tools the harness starts beside the run (docs/detectors.md): a baseline detector's name "
+       "(hang, comm, numeric, straggler, memory, logs), `baseline` for all six, or a command line"},
+      {"recovery", K::kString, "\"\"",
+       "Recovery tool started beside the run: a policy of fl-recover (restart, shrink, "
+       "microbatch, skip-batch, reset-scale) or a command line; \"\": none"},
       {"rank_env", K::kSection, "", "Per-rank environment: {\"2\": {VAR: value}}"},
   };
   return s;

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   app.add_option("--min-loss-scale", cfg.loss_scale.min_scale, "Minimum fp16 loss scale");
   app.add_option("--schedule", cfg.schedule, "Pipeline schedule: 1f1b or gpipe");
   app.add_option("--eval-every", cfg.eval_every, "Evaluate every N steps (0: never)");
+  app.add_option("--eval-batches", cfg.eval_batches, "Micro-batches per evaluation");
   app.add_flag(
       "--no-zero-init", [&](int64_t) { cfg.zero_init = false; },
       "ZeRO-3: materialise the whole model before partitioning");
@@ -80,8 +81,14 @@ int main(int argc, char** argv) {
                  "Fetch an artifact at start (FAULTLINE_ARTIFACT_URL); tokenizer.json sets the "
                  "data pipeline's vocabulary")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  std::vector<int64_t> skip_batches;
+  app.add_option("--skip-batches", skip_batches, "Steps whose batches are skipped (recovery)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_flag("--reset-loss-scale", cfg.reset_loss_scale,
+               "Reset the fp16 loss scale to its initial value after resuming (recovery)");
   app.add_flag("--checksum", checksum, "Print every rank's parameter checksum at the end");
   CLI11_PARSE(app, argc, argv);
+  cfg.skip_steps.insert(skip_batches.begin(), skip_batches.end());
   const int vocab_override = cfg.model.vocab;
   cfg.model = model_name == "small" ? model::GptConfig::small() : model::GptConfig::tiny();
   if (app.count("--vocab")) cfg.model.vocab = vocab_override;

@@ -425,6 +425,10 @@ std::vector<StepMetrics> Trainer::run() {
     return history;
   }
   if (!cfg_.resume.empty()) load_checkpoint(cfg_.resume);
+  if (cfg_.reset_loss_scale) {
+    scaler_ = LossScaler(cfg_.loss_scale);
+    if (topo_.rank == 0) std::printf("# loss scale reset to %g\n", scaler_.scale());
+  }
   auto idx = sampler_.indices(epoch_);
   while (step_ < cfg_.steps) {
     std::vector<MicroBatch> mbs;
@@ -440,7 +444,15 @@ std::vector<StepMetrics> Trainer::run() {
       mbs.push_back(load(corpus_, idx, pos_, cfg_.micro_batch));
       pos_ += mb;
     }
-    finish_step(train_step(mbs), epoch_);
+    if (cfg_.skip_steps.count(step_)) {
+      // The batches are consumed (the data position moves on) but nothing is trained on them.
+      if (topo_.rank == 0) {
+        std::printf("# step %lld: skipping its batches\n", static_cast<long long>(step_));
+      }
+      ++step_;
+    } else {
+      finish_step(train_step(mbs), epoch_);
+    }
     if (!cfg_.save_dir.empty() &&
         ((cfg_.save_every > 0 && step_ % cfg_.save_every == 0) || step_ == cfg_.steps)) {
       save_checkpoint(cfg_.save_dir);

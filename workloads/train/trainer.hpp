@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,10 @@ struct TrainConfig {
   std::string save_dir;  // checkpoints go to save_dir/step_<N>/ (empty: never saved)
   int save_every = 0;    // save after every N steps (and after the last); 0: only after the last
   std::string resume;    // a step_<N> directory, or a save_dir with a `latest` file, to resume from
+  // Recovery knobs: steps whose batches are consumed without training on them (a bad batch),
+  // and a loss scale reset to its initial value after resuming (a collapsed fp16 scaler).
+  std::set<int64_t> skip_steps;
+  bool reset_loss_scale = false;
 };
 
 struct StepMetrics {

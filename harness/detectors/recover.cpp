@@ -1,0 +1,107 @@
+// fl-recover: the built-in recovery policies, acting on a run through Control.
+//   restart      a rank failed or progress stopped: restart every rank from the last checkpoint
+//   shrink       a rank failed: restart without it, in a smaller data-parallel world (the harness
+//                reshards the checkpoint)
+//   microbatch   out of memory: restart with half the micro-batch and twice the accumulation
+//                (same global batch)
+//   skip-batch   a non-finite loss at step S: restart and skip the batches of step S
+//   reset-scale  the fp16 loss scaler gave up: restart with the loss scale reset
+// One action per incarnation of the job, at most --max-restarts in all.
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "harness/detectors/tool_main.hpp"
+
+using namespace fl::detect;
+
+namespace {
+
+// The last value of `opt` in a launch command (workers take an option's last occurrence).
+int last_int_arg(const nlohmann::json& argv, const std::string& opt, int fallback) {
+  int v = fallback;
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i].is_string() && argv[i].get<std::string>() == opt) {
+      v = std::stoi(argv[i + 1].get<std::string>());
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fl-recover: restart, shrink, microbatch, skip-batch or reset-scale"};
+  std::string policy = "restart";
+  int max_restarts = 3;
+  double hang_s = 8;
+  app.add_option("--policy", policy, "Recovery policy")
+      ->check(CLI::IsMember({"restart", "shrink", "microbatch", "skip-batch", "reset-scale"}))
+      ->capture_default_str();
+  app.add_option("--max-restarts", max_restarts, "Give up after this many")->capture_default_str();
+  app.add_option("--hang-s", hang_s, "restart: no progress this long while ranks live is a hang")
+      ->capture_default_str();
+  return tool_main(app, argc, argv, "recover", [&](Tool& tool) {
+    int restarts = 0, acted_in = -1;
+    int64_t progress_ns = -1, top_step = -1;
+    nlohmann::json launch_argv;
+    auto act = [&](const std::string& why, std::vector<std::string> args, int dp) {
+      const int inc = tool.view().incarnation;
+      if (acted_in == inc || restarts >= max_restarts) return;
+      acted_in = inc;
+      ++restarts;
+      std::string reply;
+      const bool ok = tool.control("restart_job", -1, args, dp, &reply);
+      std::printf("%s: %s -> restart_job%s%s: %s (%s)\n", tool.name().c_str(), why.c_str(),
+                  args.empty() ? "" : fmt::format(" args [{}]", fmt::join(args, " ")).c_str(),
+                  dp > 0 ? fmt::format(" dp {}", dp).c_str() : "", ok ? "ok" : "refused",
+                  reply.c_str());
+      std::fflush(stdout);
+    };
+    auto on_event = [&](const Event& e) {
+      const RunView& v = tool.view();
+      if (e.kind == "launch" && e.rank == 0 && e.data.contains("argv")) launch_argv = e.data["argv"];
+      if (e.kind == "launch" || e.kind == "restart") {
+        progress_ns = e.t_ns;
+        top_step = -1;
+      }
+      if (e.kind == "step" && e.step > top_step) {
+        top_step = e.step;
+        progress_ns = e.t_ns;
+      }
+      const bool failed = e.source == "harness" && e.kind == "rank_exit" &&
+                          e.data.value("class", "ok") != "ok" && !e.data.value("by_harness", false);
+      const std::string err = e.source == "rank" && e.kind == "error" ? e.data.value("class", "") : "";
+      if (policy == "restart" && failed) {
+        act(fmt::format("rank {} ended ({})", e.rank, e.data.value("class", "")), {}, 0);
+      } else if (policy == "shrink" && failed) {
+        const int dp = last_int_arg(launch_argv, "--dp", 1);
+        if (dp > 1) act(fmt::format("rank {} ended", e.rank), {}, dp / 2);
+      } else if (policy == "microbatch" && err == "out of memory") {
+        const int mb = last_int_arg(launch_argv, "--micro-batch", 1);
+        const int ga = last_int_arg(launch_argv, "--grad-accum", 1);
+        if (mb > 1) {
+          act("out of memory on rank " + std::to_string(e.rank),
+              {"--micro-batch", std::to_string(mb / 2), "--grad-accum", std::to_string(ga * 2)},
+              0);
+        }
+      } else if (policy == "skip-batch" && e.kind == "step" && e.source == "rank" &&
+                 (!e.data.contains("loss") || e.data["loss"].is_null())) {
+        act(fmt::format("non-finite loss at step {}", e.step),
+            {"--skip-batches", std::to_string(e.step)}, 0);
+      } else if (policy == "reset-scale" && err == "loss scale") {
+        act("loss scale collapsed on rank " + std::to_string(e.rank), {"--reset-loss-scale"}, 0);
+      }
+      (void)v;
+    };
+    auto on_tick = [&](int64_t now) {
+      if (policy != "restart" || progress_ns < 0 || tool.view().alive().empty()) return;
+      if ((now - progress_ns) / 1e9 > hang_s) {
+        act(fmt::format("no progress for {:.1f} s at step {}", (now - progress_ns) / 1e9, top_step),
+            {}, 0);
+      }
+    };
+    tool.run(on_event, on_tick);
+  });
+}
