@@ -212,13 +212,14 @@ bool Tool::report(const Finding& f) {
 }
 
 bool Tool::control(const std::string& action, int rank, const std::vector<std::string>& args,
-                   int dp, std::string* reply) {
+                   int dp, std::string* reply, const std::string& checkpoint) {
   pb::ControlRequest r;
   r.set_action(action);
   r.set_rank(rank);
   r.set_requester(name_);
   for (auto& a : args) r.add_args(a);
   r.set_dp(dp);
+  r.set_checkpoint(checkpoint);
   pb::ControlReply rep;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));

@@ -83,7 +83,7 @@ class Tool {
   bool report(const Finding& f);
   // One Control action; `reply` gets the harness's message.
   bool control(const std::string& action, int rank, const std::vector<std::string>& args,
-               int dp, std::string* reply);
+               int dp, std::string* reply, const std::string& checkpoint = "");
 
   const std::string& name() const { return name_; }
   const RunView& view() const { return view_; }

@@ -38,7 +38,7 @@ const std::vector<Signature>& signatures() {
       {"format version", R"(format version [0-9]+, this build reads)", "4.12", "4.12"},
       {"other layout", R"(was saved with layout|partitioned tp [0-9]+ x pp [0-9]+)", "4.10", "5.5"},
       {"size mismatch", R"(size mismatch for)", "4.6", "5.8"},
-      {"lost latest", R"(no 'latest' file)", "4.5", "4.5"},
+      {"lost latest", R"(no 'latest' file .* although it holds)", "4.5", "4.5"},
       {"missing shard", R"(missing shard|shard .* (does not exist|not found)|No such file)", "3.1", "5.5", "3.1"},
       {"corrupt shard", R"(checksum mismatch|truncated|shard .* has [0-9]+ bytes)", "4.10", "5.5"},
       {"disk full", R"(No space left on device|disk full)", "4.2", "5.2"},

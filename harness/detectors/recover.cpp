@@ -8,6 +8,8 @@
 //   reset-scale  the fp16 loss scaler gave up: restart with the loss scale reset
 // One action per incarnation of the job, at most --max-restarts in all.
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -29,6 +31,22 @@ int last_int_arg(const nlohmann::json& argv, const std::string& opt, int fallbac
   return v;
 }
 
+// The newest RUN_DIR/checkpoints/step_N with N <= `step` (step_N resumes at step N), or "".
+std::string checkpoint_at_or_before(int64_t step) {
+  const char* run_dir = std::getenv("FAULTLINE_RUN_DIR");
+  if (!run_dir) return "";
+  const std::filesystem::path dir = std::filesystem::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  int64_t best = -1;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step_", 0) != 0 || !std::filesystem::exists(e.path() / "manifest.json")) continue;
+    const int64_t k = std::stoll(n.substr(5));
+    if (k <= step) best = std::max(best, k);
+  }
+  return best < 0 ? "" : (dir / ("step_" + std::to_string(best))).string();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -46,13 +64,14 @@ int main(int argc, char** argv) {
     int restarts = 0, acted_in = -1;
     int64_t progress_ns = -1, top_step = -1;
     nlohmann::json launch_argv;
-    auto act = [&](const std::string& why, std::vector<std::string> args, int dp) {
+    auto act = [&](const std::string& why, std::vector<std::string> args, int dp,
+                   const std::string& checkpoint = "") {
       const int inc = tool.view().incarnation;
       if (acted_in == inc || restarts >= max_restarts) return;
       acted_in = inc;
       ++restarts;
       std::string reply;
-      const bool ok = tool.control("restart_job", -1, args, dp, &reply);
+      const bool ok = tool.control("restart_job", -1, args, dp, &reply, checkpoint);
       std::printf("%s: %s -> restart_job%s%s: %s (%s)\n", tool.name().c_str(), why.c_str(),
                   args.empty() ? "" : fmt::format(" args [{}]", fmt::join(args, " ")).c_str(),
                   dp > 0 ? fmt::format(" dp {}", dp).c_str() : "", ok ? "ok" : "refused",
@@ -88,8 +107,9 @@ int main(int argc, char** argv) {
         }
       } else if (policy == "skip-batch" && e.kind == "step" && e.source == "rank" &&
                  (!e.data.contains("loss") || e.data["loss"].is_null())) {
+        // Resume from before the bad batch (a later checkpoint may hold its damage).
         act(fmt::format("non-finite loss at step {}", e.step),
-            {"--skip-batches", std::to_string(e.step)}, 0);
+            {"--skip-batches", std::to_string(e.step)}, 0, checkpoint_at_or_before(e.step));
       } else if (policy == "reset-scale" && err == "loss scale") {
         act("loss scale collapsed on rank " + std::to_string(e.rank), {"--reset-loss-scale"}, 0);
       }

@@ -80,6 +80,12 @@ Facts gather(const std::vector<HistoryEvent>& h) {
         if (e.rank >= 0) f.launch_t[e.rank] = e.t_ns;
       }
       if (e.kind == "run_end") f.t_end = e.t_ns;
+      if (e.kind == "restart" && d.value("ranks", 0) > 0 && d.value("ranks", 0) < f.world) {
+        // A restart into a smaller world (recovery by shrinking): the ranks left out are no
+        // longer part of the job.
+        f.world = d.value("ranks", 0);
+        std::erase_if(f.exits, [&](const Facts::Exit& x) { return x.rank >= f.world; });
+      }
       if (e.kind == "run_timeout") f.run_timeout = true;
       if (e.kind == "oom_kill" && e.rank >= 0) f.oom_killed.insert(e.rank);
       if (e.kind == "rank_exit" && e.rank >= 0) {

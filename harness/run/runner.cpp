@@ -494,12 +494,15 @@ ControlResult Run::control_on_io(const ControlAction& a) {
   if (a.action == "restart_job") {
     std::string from = a.checkpoint.empty() ? dir_ + "/checkpoints" : a.checkpoint;
     if (s_.kind != "train") return done(false, "restart_job needs a training workload");
-    if (!fs::exists(from)) {
+    if (a.checkpoint.empty() && !fs::exists(from + "/latest")) {
+      from.clear();  // nothing saved yet: the job starts again from step 0
+    } else if (!fs::exists(from)) {
       return done(false, fmt::format("no checkpoint at {} (the scenario writes checkpoints when "
                                      "workload.checkpoint.every > 0)",
                                      from));
     }
     if (a.dp > 0 && a.dp != s_.dp) {
+      if (from.empty()) return done(false, "restart_job with dp needs a checkpoint to reshard");
       std::string error;
       if (!reshard_for_restart(a.dp, from, error)) return done(false, error);
       rec["dp"] = a.dp;
@@ -518,7 +521,8 @@ ControlResult Run::control_on_io(const ControlAction& a) {
       sup_->signal(pid, SIGKILL);
     }
     if (mpirun_ != 0) sup_->signal(mpirun_, SIGKILL);
-    return done(true, fmt::format("restarting every rank from {}", from));
+    return done(true, from.empty() ? "restarting every rank from step 0 (no checkpoint yet)"
+                                   : fmt::format("restarting every rank from {}", from));
   }
   if (a.action == "restart_rank") {
     if (s_.launcher != "local" || a.rank < 0 || a.rank >= s_.ranks) {

@@ -137,6 +137,9 @@ std::vector<DetectorScore> score_detectors(const std::vector<RunTruth>& runs) {
   }
   std::vector<std::string> order(names.begin(), names.end());
   if (!order.empty()) order.push_back("any");
+  // "any" is the union of the detectors as configured; a sweep's variants ("hang,floor-s=2")
+  // are scored on their own but stay out of it.
+  auto in_any = [](const std::string& d) { return d.find(',') == std::string::npos; };
   std::vector<DetectorScore> out;
   for (const auto& name : order) {
     DetectorScore s;
@@ -148,7 +151,7 @@ std::vector<DetectorScore> score_detectors(const std::vector<RunTruth>& runs) {
       }
       std::vector<const ScoredDiagnosis*> mine;
       for (const auto& d : r.diagnoses) {
-        if (name == "any" || d.detector == name) mine.push_back(&d);
+        if ((name == "any" && in_any(d.detector)) || d.detector == name) mine.push_back(&d);
       }
       std::sort(mine.begin(), mine.end(), [](auto* a, auto* b) { return a->t_ns < b->t_ns; });
       if (r.cls == "negative") {
