@@ -1,0 +1,177 @@
+// Detectors and recovery end to end: tools started beside real runs over the control plane, their
+// diagnoses in the history, the minimal C++ and Python examples, a decoy that shows the hang
+// detector's threshold trade-off, and every recovery policy bringing its run back to completion
+// (bench-recovery), with final parameters bitwise equal to the fault-free run after a restart.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/run/history.hpp"
+#include "harness/score/score.hpp"
+#include "tests/support/process.hpp"
+
+namespace fl::harness {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kSrc = FAULTLINE_SOURCE_DIR;
+
+std::string results_dir() {
+  return test::fresh_test_dir("detectors",
+                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+}
+
+struct Run {
+  test::ProcessResult proc;
+  std::string dir;
+  std::vector<HistoryEvent> history;
+  std::vector<nlohmann::json> diagnoses;
+  int count(const std::string& kind) const {
+    int n = 0;
+    for (auto& e : history) n += e.kind == kind ? 1 : 0;
+    return n;
+  }
+};
+
+Run cli_run(const std::string& scenario, std::vector<std::string> extra) {
+  const auto results = results_dir() + "/" + fs::path(scenario).stem().string();
+  fs::create_directories(results);
+  std::vector<std::string> argv{FAULTLINE_CLI, "run", scenario, "--results", results};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Run r;
+  r.proc = test::run_process(argv, {}, std::chrono::seconds(150));
+  for (auto& e : fs::directory_iterator(results)) r.dir = e.path().string();
+  if (r.dir.empty()) return r;
+  r.history = read_history(r.dir + "/history.jsonl");
+  for (auto& e : r.history) {
+    if (e.kind == "diagnosis") r.diagnoses.push_back(nlohmann::json::parse(e.data_json));
+  }
+  return r;
+}
+
+TEST(Detectors, BaselineFindsAndLocalisesAFrozenRank) {
+  auto r = cli_run(kSrc + "/scenarios/symptoms/4.11-frozen-rank.yaml", {"--detector", "baseline"});
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  EXPECT_EQ(r.count("tool_start"), 6);
+  EXPECT_EQ(r.count("run_ending"), 1);
+  EXPECT_EQ(r.count("tool_exit"), 6);  // every tool left on its own after run_ending
+  bool hang = false;
+  for (auto& d : r.diagnoses) {
+    if (d["detector"] == "hang") {
+      hang = true;
+      EXPECT_EQ(d["symptom"], "4.11");
+      EXPECT_EQ(d["stage"], 4);
+      EXPECT_EQ(d["ranks"], nlohmann::json::array({2})) << d.dump();  // frozen: no heartbeat
+    }
+  }
+  EXPECT_TRUE(hang) << r.proc.output;
+  // A tool's output stays in its own log, out of the history other detectors read.
+  EXPECT_TRUE(fs::exists(r.dir + "/tools/hang.log"));
+  for (auto& e : r.history) {
+    if (e.kind == "output") EXPECT_EQ(e.data_json.find("diagnosis"), std::string::npos);
+  }
+}
+
+TEST(Detectors, LogClassifierAndCommAnalyserNameTheSymptom) {
+  auto r = cli_run(kSrc + "/scenarios/symptoms/4.6-dtype-mismatch-allreduce.yaml",
+                   {"--detector", "logs", "--detector", "comm"});
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  std::set<std::string> seen;
+  for (auto& d : r.diagnoses) {
+    seen.insert(d["detector"].get<std::string>() + ":" + d["symptom"].get<std::string>());
+  }
+  EXPECT_TRUE(seen.count("logs:4.6")) << r.proc.output;
+  EXPECT_TRUE(seen.count("comm:4.6")) << r.proc.output;
+}
+
+TEST(Detectors, MinimalExamplesInCppAndPythonPostDiagnoses) {
+  auto r = cli_run(kSrc + "/scenarios/symptoms/4.6-dtype-mismatch-allreduce.yaml",
+                   {"--detector", FAULTLINE_EXAMPLE_DETECTOR, "--detector",
+                    kSrc + "/harness/detectors/examples/minimal_detector.py"});
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  std::set<std::string> who;
+  for (auto& d : r.diagnoses) who.insert(d["detector"].get<std::string>());
+  EXPECT_TRUE(who.count("example")) << r.proc.output;
+  std::ifstream py(r.dir + "/tools/minimal_detector.py.log");
+  std::string log((std::istreambuf_iterator<char>(py)), {});
+  EXPECT_TRUE(who.count("example-py")) << log;
+}
+
+TEST(Detectors, ADecoyPauseIsAFalseAlarmOnlyForATightTimeout) {
+  // The second checkpoint write takes 2.5 s longer: a 1 s hang timeout fires, a 16 s one not.
+  const auto results = results_dir();
+  auto r = cli_run(kSrc + "/scenarios/clean/decoy-slow-checkpoint.yaml",
+                   {"--detector", "hang --floor-s 1", "--detector", "hang --floor-s 16"});
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  const auto scores = score_detectors({load_run_truth(r.dir)});
+  std::map<std::string, int> alarms;
+  for (auto& s : scores) alarms[s.detector] = s.fp_alarms;
+  EXPECT_GE(alarms["hang,floor-s=1"], 1);
+  EXPECT_EQ(alarms["hang,floor-s=16"], 0);
+  EXPECT_EQ(alarms["any"], 0);  // sweep variants stay out of the ensemble
+}
+
+TEST(Detectors, ScoreCommandReadsRunsAndRejectsOthers) {
+  auto r = cli_run(kSrc + "/scenarios/symptoms/4.6-dtype-mismatch-allreduce.yaml",
+                   {"--detector", "logs"});
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  const std::string json = r.dir + "/../scores.json";
+  auto s = test::run_process({FAULTLINE_CLI, "score", r.dir, "--json", json});
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_NE(s.output.find("logs"), std::string::npos) << s.output;
+  std::ifstream in(json);
+  auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j[0]["detector"], "logs");
+  EXPECT_EQ(j[0]["true_positives"], 1);
+  auto bad = test::run_process({FAULTLINE_CLI, "score", "/nonexistent/run"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("/nonexistent/run: no such run or suite directory"), std::string::npos)
+      << bad.output;
+}
+
+TEST(Recovery, EveryPolicyBringsItsRunBack) {
+  const auto results = results_dir();
+  auto b = test::run_process({FAULTLINE_CLI, "bench-recovery",
+                              kSrc + "/scenarios/suites/recovery.yaml", "-j", "2", "--results",
+                              results},
+                             {}, std::chrono::seconds(300));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  std::string dir;
+  for (auto& e : fs::directory_iterator(results)) {
+    if (fs::exists(e.path() / "recovery.json")) dir = e.path().string();
+  }
+  ASSERT_FALSE(dir.empty()) << b.output;
+  std::ifstream in(dir + "/recovery.json");
+  std::map<std::string, nlohmann::json> by;
+  for (auto& s : nlohmann::json::parse(in)) by[s["scenario"]] = s;
+  ASSERT_EQ(by.size(), 6u) << b.output;
+  for (auto& [name, s] : by) {
+    EXPECT_TRUE(s["recovered"].get<bool>()) << name << ": " << s.dump();
+    EXPECT_EQ(s["restarts"], 1) << name;
+    EXPECT_GE(s["time_to_recover_s"].get<double>(), 0) << name;
+  }
+  // Restarting from a checkpoint replays the same steps: bitwise the fault-free result.
+  EXPECT_TRUE(by["killed-rank-restart"]["final_state_equal"].get<bool>()) << by["killed-rank-restart"];
+  EXPECT_TRUE(by["hung-rank-restart"]["final_state_equal"].get<bool>()) << by["hung-rank-restart"];
+  EXPECT_GT(by["killed-rank-restart"]["steps_lost"].get<int>(), 0);
+  // Shrinking changes the data order: the result differs, and says so.
+  EXPECT_FALSE(by["killed-rank-shrink"]["final_state_equal"].get<bool>());
+  // The shrunk job finished on two ranks, from a resharded checkpoint.
+  const auto shrink_dir = by["killed-rank-shrink"]["run_dir"].get<std::string>();
+  bool resharded = false;
+  for (auto& e : read_history(shrink_dir + "/history.jsonl")) {
+    if (e.kind == "restart") {
+      auto d = nlohmann::json::parse(e.data_json);
+      EXPECT_EQ(d["ranks"], 2);
+      resharded = d["from"].get<std::string>().find("checkpoints-dp2") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(resharded);
+}
+
+}  // namespace
+}  // namespace fl::harness
