@@ -241,7 +241,6 @@ SuiteSpec load_suite(const std::string& path) {
   return s;
 }
 
-
 }  // namespace
 
 SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
@@ -251,7 +250,9 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   const auto stamp = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char ts[32];
   std::strftime(ts, sizeof(ts), "%Y%m%d-%H%M%S", std::localtime(&stamp));
-  res.dir = fs::absolute(fs::path(o.results_dir) / fmt::format("{}-{}{}", ts, spec.name, o.name_suffix)).string();
+  res.dir =
+      fs::absolute(fs::path(o.results_dir) / fmt::format("{}-{}{}", ts, spec.name, o.name_suffix))
+          .string();
   fs::create_directories(res.dir + "/runs");
   // Every scenario is loaded first: a broken file stops the suite before anything runs.
   for (const auto& f : spec.files) {

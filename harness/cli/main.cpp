@@ -295,7 +295,8 @@ int main(int argc, char** argv) {
         so.run_args.push_back("--detector");
         so.run_args.push_back(d);
       }
-      if (!suite_recovery.empty()) so.run_args.insert(so.run_args.end(), {"--recovery", suite_recovery});
+      if (!suite_recovery.empty())
+        so.run_args.insert(so.run_args.end(), {"--recovery", suite_recovery});
       auto r = fl::harness::run_suite(suite_path, so);
       std::printf("%s", fl::harness::suite_table(r).c_str());
       return r.failures() == 0 ? 0 : 1;

@@ -82,8 +82,8 @@ class Tool {
   // Posts a finding once per key; returns false for a repeat or when the post failed.
   bool report(const Finding& f);
   // One Control action; `reply` gets the harness's message.
-  bool control(const std::string& action, int rank, const std::vector<std::string>& args,
-               int dp, std::string* reply, const std::string& checkpoint = "");
+  bool control(const std::string& action, int rank, const std::vector<std::string>& args, int dp,
+               std::string* reply, const std::string& checkpoint = "");
 
   const std::string& name() const { return name_; }
   const RunView& view() const { return view_; }

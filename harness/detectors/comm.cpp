@@ -88,7 +88,8 @@ int main(int argc, char** argv) {
         f.symptom = v.workload == "infer" ? "5.1" : op_differs ? "4.7" : "4.6";
         f.ranks = minority;
         std::vector<std::string> what;
-        for (auto& [r, c] : calls) what.push_back(fmt::format("rank {} {}({}, {})", r, c.op, c.count, c.dtype));
+        for (auto& [r, c] : calls)
+          what.push_back(fmt::format("rank {} {}({}, {})", r, c.op, c.count, c.dtype));
         f.evidence = fmt::format("{} on group {} seq {}: ranks called different collectives: {}",
                                  why, key.first, key.second, fmt::join(what, "; "));
         f.confidence = 0.9;
@@ -98,9 +99,10 @@ int main(int argc, char** argv) {
         if (f.ranks.empty()) {
           for (auto& [r, c] : calls) f.ranks.push_back(r);
         }
-        f.evidence = fmt::format("{} on group {} seq {} ({}): {} of {} members waiting; missing [{}]",
-                                 why, key.first, key.second, std::get<0>(*kinds.begin()),
-                                 calls.size(), group.size(), fmt::join(missing, ","));
+        f.evidence =
+            fmt::format("{} on group {} seq {} ({}): {} of {} members waiting; missing [{}]", why,
+                        key.first, key.second, std::get<0>(*kinds.begin()), calls.size(),
+                        group.size(), fmt::join(missing, ","));
         f.confidence = missing.empty() ? 0.6 : 0.85;
       }
       f.key = fmt::format("{}|{}", key.first, key.second);
@@ -141,14 +143,16 @@ int main(int argc, char** argv) {
           // Who the rank waited for: the flight records of the collective it was in.
           for (auto& [key, calls] : inflight) {
             if (calls.count(e.rank)) {
-              analyse(key, calls, "rank " + std::to_string(e.rank) + " failed (" + cls + ")", e.step);
+              analyse(key, calls, "rank " + std::to_string(e.rank) + " failed (" + cls + ")",
+                      e.step);
               return;
             }
           }
           f.symptom = phase_symptom(e.rank);
         } else if (cls == "comm mismatch") {
-          f.symptom = tool.view().workload == "infer" ? "5.1"
-                      : msg.find("dtype") != std::string::npos ? "4.6" : "4.7";
+          f.symptom = tool.view().workload == "infer"          ? "5.1"
+                      : msg.find("dtype") != std::string::npos ? "4.6"
+                                                               : "4.7";
         } else if (cls == "rendezvous") {
           f.symptom = msg.find("missing") != std::string::npos ? "2.2" : "2.1";
         } else if (cls == "store") {
@@ -164,7 +168,8 @@ int main(int argc, char** argv) {
         int64_t oldest = now;
         for (auto& [r, c] : calls) oldest = std::min(oldest, c.since_ns);
         if ((now - oldest) / 1e9 >= stall_s) {
-          analyse(key, calls, fmt::format("stalled {:.1f} s", (now - oldest) / 1e9), tool.view().max_step());
+          analyse(key, calls, fmt::format("stalled {:.1f} s", (now - oldest) / 1e9),
+                  tool.view().max_step());
         }
       }
     };

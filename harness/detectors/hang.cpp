@@ -47,8 +47,7 @@ int main(int argc, char** argv) {
       if (progress_ns < 0 || v.ending) return;
       const auto alive = v.alive();
       if (alive.empty()) return;
-      const double timeout =
-          top_step < 0 ? startup_s : std::max(floor_s, k * median(intervals));
+      const double timeout = top_step < 0 ? startup_s : std::max(floor_s, k * median(intervals));
       const double idle = (now - progress_ns) / 1e9;
       if (idle < timeout) return;
       std::vector<int> frozen, left, behind, quiet;

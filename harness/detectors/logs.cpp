@@ -23,14 +23,21 @@ struct Signature {
 
 const std::vector<Signature>& signatures() {
   static const std::vector<Signature> s = {
-      {"build failed", R"(building kernel plugin .* failed|error: .* (undeclared|was not declared)|compiler .* not found)", "1.1", "5.6"},
-      {"import failed", R"(cannot load kernel plugin|cannot open shared object file|undefined symbol)", "1.2", "5.11"},
+      {"build failed",
+       R"(building kernel plugin .* failed|error: .* (undeclared|was not declared)|compiler .* not found)",
+       "1.1", "5.6"},
+      {"import failed",
+       R"(cannot load kernel plugin|cannot open shared object file|undefined symbol)", "1.2",
+       "5.11"},
       {"no kernel image", R"(no kernel image is available)", "5.7", "5.7"},
       {"fetch failed", R"(cannot fetch artifact|HTTP [45][0-9][0-9])", "1.3", "1.3"},
       {"address in use", R"(address already in use|cannot listen on)", "2.1", "2.1"},
-      {"world mismatch", R"(world size mismatch|duplicate rank|out of range for world|run id mismatch|config hash mismatch)", "2.1", "2.1"},
+      {"world mismatch",
+       R"(world size mismatch|duplicate rank|out of range for world|run id mismatch|config hash mismatch)",
+       "2.1", "2.1"},
       {"rank missing", R"(missing: rank|ranks? never joined)", "2.2", "2.2"},
-      {"store unreachable", R"(cannot reach the rendezvous store|connection refused|connect timed out)", "2.2", "2.2"},
+      {"store unreachable",
+       R"(cannot reach the rendezvous store|connection refused|connect timed out)", "2.2", "2.2"},
       {"layout too large", R"(model-parallel size .* is larger than)", "2.3", "5.1"},
       {"zero + pp", R"(ZeRO stage [0-9] cannot be combined)", "3.2", "3.2"},
       {"token out of vocab", R"(token id [0-9]+ .*outside)", "3.3", "5.8"},
@@ -39,7 +46,8 @@ const std::vector<Signature>& signatures() {
       {"other layout", R"(was saved with layout|partitioned tp [0-9]+ x pp [0-9]+)", "4.10", "5.5"},
       {"size mismatch", R"(size mismatch for)", "4.6", "5.8"},
       {"lost latest", R"(no 'latest' file .* although it holds)", "4.5", "4.5"},
-      {"missing shard", R"(missing shard|shard .* (does not exist|not found)|No such file)", "3.1", "5.5", "3.1"},
+      {"missing shard", R"(missing shard|shard .* (does not exist|not found)|No such file)", "3.1",
+       "5.5", "3.1"},
       {"corrupt shard", R"(checksum mismatch|truncated|shard .* has [0-9]+ bytes)", "4.10", "5.5"},
       {"disk full", R"(No space left on device|disk full)", "4.2", "5.2"},
       {"oom", R"(out of memory)", "4.2", "5.2", "3.4"},
@@ -70,8 +78,8 @@ int main(int argc, char** argv) {
   }
   std::vector<std::regex> compiled;
   for (auto& s : signatures()) {
-    compiled.emplace_back(s.pattern, std::regex::ECMAScript | std::regex::icase |
-                                         std::regex::optimize);
+    compiled.emplace_back(s.pattern,
+                          std::regex::ECMAScript | std::regex::icase | std::regex::optimize);
   }
   return tool_main(app, argc, argv, "logs", [&](Tool& tool) {
     auto classify = [&](int rank, const std::string& line, int64_t step) {
@@ -81,9 +89,9 @@ int main(int argc, char** argv) {
         const Signature& s = signatures()[i];
         auto it = v.ranks.find(rank);
         const bool started = it != v.ranks.end() && it->second.last_step >= 0;
-        const char* sym = v.workload == "infer" ? s.serve
+        const char* sym = v.workload == "infer"                     ? s.serve
                           : (!started && s.train_before_first_step) ? s.train_before_first_step
-                                                                     : s.train;
+                                                                    : s.train;
         Finding f;
         f.symptom = sym;
         f.ranks = {rank};

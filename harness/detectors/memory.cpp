@@ -24,26 +24,41 @@ int main(int argc, char** argv) {
       const RunView& v = tool.view();
       const bool serving = v.workload == "infer";
       if (e.source == "harness" && e.kind == "oom_kill") {
-        tool.report({"4.8", 0, {e.rank}, v.max_step(), 0.9,
+        tool.report({"4.8",
+                     0,
+                     {e.rank},
+                     v.max_step(),
+                     0.9,
                      fmt::format("kernel OOM killer: {} kill(s) in rank {}'s memory cgroup",
                                  e.data.value("kills", 0), e.rank),
                      ""});
         return;
       }
-      if (e.source == "harness" && e.kind == "rank_exit" && e.data.value("signal", "") == "SIGKILL" &&
-          !e.data.value("by_harness", false)) {
-        tool.report({"4.8", 0, {e.rank}, v.max_step(), 0.6,
-                     fmt::format("rank {} was SIGKILLed by nobody in the run (the OOM killer?)",
-                                 e.rank),
-                     ""});
+      if (e.source == "harness" && e.kind == "rank_exit" &&
+          e.data.value("signal", "") == "SIGKILL" && !e.data.value("by_harness", false)) {
+        tool.report(
+            {"4.8",
+             0,
+             {e.rank},
+             v.max_step(),
+             0.6,
+             fmt::format("rank {} was SIGKILLed by nobody in the run (the OOM killer?)", e.rank),
+             ""});
         return;
       }
       if (e.source != "rank") return;
       if (e.kind == "error" && e.data.value("class", "") == "out of memory") {
         auto it = v.ranks.find(e.rank);
         const bool started = it != v.ranks.end() && it->second.last_step >= 0;
-        tool.report({serving ? "5.2" : started ? "4.2" : "3.4", 0, {e.rank}, e.step, 0.9,
-                     e.data.value("message", ""), ""});
+        tool.report({serving   ? "5.2"
+                     : started ? "4.2"
+                               : "3.4",
+                     0,
+                     {e.rank},
+                     e.step,
+                     0.9,
+                     e.data.value("message", ""),
+                     ""});
         return;
       }
       if (e.kind != "step" || !e.data.contains("mem_current")) return;
@@ -55,10 +70,14 @@ int main(int argc, char** argv) {
       for (size_t i = n - growth_steps; i < n; ++i) rising = rising && m[i] > m[i - 1];
       const double first = m[n - 1 - growth_steps];
       if (rising && first > 0 && m.back() >= growth * first) {
-        tool.report({serving ? "5.2" : "4.2", 0, {e.rank}, e.step, 0.6,
+        tool.report({serving ? "5.2" : "4.2",
+                     0,
+                     {e.rank},
+                     e.step,
+                     0.6,
                      fmt::format("rank {}: allocated memory grew every step for {} steps, "
-                                 "{:.1f} -> {:.1f} MiB", e.rank, growth_steps, first / 1048576.0,
-                                 m.back() / 1048576.0),
+                                 "{:.1f} -> {:.1f} MiB",
+                                 e.rank, growth_steps, first / 1048576.0, m.back() / 1048576.0),
                      fmt::format("leak|{}", e.rank)});
       }
     };

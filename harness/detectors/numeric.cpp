@@ -54,8 +54,13 @@ int main(int argc, char** argv) {
     auto on_event = [&](const Event& e) {
       if (e.source != "rank") return;
       if (e.kind == "error" && e.data.value("class", "") == "loss scale") {
-        tool.report({"4.4", 0, {e.rank}, e.step, 0.9,
-                     "loss scaler gave up: " + e.data.value("message", ""), "scale"});
+        tool.report({"4.4",
+                     0,
+                     {e.rank},
+                     e.step,
+                     0.9,
+                     "loss scaler gave up: " + e.data.value("message", ""),
+                     "scale"});
         return;
       }
       if (e.kind != "step" || tool.view().workload == "infer") return;
@@ -90,9 +95,10 @@ int main(int argc, char** argv) {
         auto b = best.find(e.rank);
         if (b != best.end() && zl > z_max && l > ratio * b->second) {
           f.confidence = 0.7;
-          f.evidence = fmt::format("rank {} step {}: loss {:.4g} is {:.1f} sd above its window "
-                                   "and {:.1f}x the best {:.4g}",
-                                   e.rank, e.step, l, zl, l / b->second, b->second);
+          f.evidence = fmt::format(
+              "rank {} step {}: loss {:.4g} is {:.1f} sd above its window "
+              "and {:.1f}x the best {:.4g}",
+              e.rank, e.step, l, zl, l / b->second, b->second);
           f.key = "divergence";
           tool.report(f);
         }
@@ -101,15 +107,18 @@ int main(int argc, char** argv) {
           const double zg = gnorm[e.rank].z(g);
           if (zg > 2 * z_max && g > 10 * median({gnorm[e.rank].v.begin(), gnorm[e.rank].v.end()})) {
             f.confidence = 0.6;
-            f.evidence = fmt::format("rank {} step {}: gradient norm {:.4g} is {:.1f} sd above "
-                                     "its window", e.rank, e.step, g, zg);
+            f.evidence = fmt::format(
+                "rank {} step {}: gradient norm {:.4g} is {:.1f} sd above "
+                "its window",
+                e.rank, e.step, g, zg);
             f.key = "gnorm";
             tool.report(f);
           }
         }
       }
       loss[e.rank].push(l);
-      if (d.contains("grad_norm") && d["grad_norm"].is_number()) gnorm[e.rank].push(d["grad_norm"].get<double>());
+      if (d.contains("grad_norm") && d["grad_norm"].is_number())
+        gnorm[e.rank].push(d["grad_norm"].get<double>());
       if (!best.count(e.rank) || l < best[e.rank]) best[e.rank] = l;
     };
     tool.run(on_event);

@@ -80,7 +80,8 @@ int main(int argc, char** argv) {
     };
     auto on_event = [&](const Event& e) {
       const RunView& v = tool.view();
-      if (e.kind == "launch" && e.rank == 0 && e.data.contains("argv")) launch_argv = e.data["argv"];
+      if (e.kind == "launch" && e.rank == 0 && e.data.contains("argv"))
+        launch_argv = e.data["argv"];
       if (e.kind == "launch" || e.kind == "restart") {
         progress_ns = e.t_ns;
         top_step = -1;
@@ -91,7 +92,8 @@ int main(int argc, char** argv) {
       }
       const bool failed = e.source == "harness" && e.kind == "rank_exit" &&
                           e.data.value("class", "ok") != "ok" && !e.data.value("by_harness", false);
-      const std::string err = e.source == "rank" && e.kind == "error" ? e.data.value("class", "") : "";
+      const std::string err =
+          e.source == "rank" && e.kind == "error" ? e.data.value("class", "") : "";
       if (policy == "restart" && failed) {
         act(fmt::format("rank {} ended ({})", e.rank, e.data.value("class", "")), {}, 0);
       } else if (policy == "shrink" && failed) {
@@ -102,8 +104,7 @@ int main(int argc, char** argv) {
         const int ga = last_int_arg(launch_argv, "--grad-accum", 1);
         if (mb > 1) {
           act("out of memory on rank " + std::to_string(e.rank),
-              {"--micro-batch", std::to_string(mb / 2), "--grad-accum", std::to_string(ga * 2)},
-              0);
+              {"--micro-batch", std::to_string(mb / 2), "--grad-accum", std::to_string(ga * 2)}, 0);
         }
       } else if (policy == "skip-batch" && e.kind == "step" && e.source == "rank" &&
                  (!e.data.contains("loss") || e.data["loss"].is_null())) {

@@ -15,12 +15,16 @@ using namespace fl::detect;
 int main(int argc, char** argv) {
   CLI::App app{"fl-detect-straggler: step time well above the run's baseline"};
   double factor = 2.5;
+  double min_extra_s = 0.05;
   int baseline_steps = 5, window = 4;
   app.add_option("--factor", factor, "Slowdown that is a finding")->capture_default_str();
+  app.add_option("--min-extra-s", min_extra_s,
+                 "...and at least this much slower, seconds (millisecond steps jitter by 5x "
+                 "under CPU contention)")
+      ->capture_default_str();
   app.add_option("--baseline-steps", baseline_steps, "Steps after the first that set the baseline")
       ->capture_default_str();
-  app.add_option("--window", window, "Recent steps that must all be slow")
-      ->capture_default_str();
+  app.add_option("--window", window, "Recent steps that must all be slow")->capture_default_str();
   return tool_main(app, argc, argv, "straggler", [&](Tool& tool) {
     std::map<int64_t, double> step_time;  // slowest rank per step
     std::map<int, int> stalls;            // stall reports per rank since the baseline
@@ -48,7 +52,10 @@ int main(int argc, char** argv) {
       }
       // Sustained: every recent step is slow, not just a blip that a median would let through.
       const double b = median(base), r = median(recent);
-      if (b <= 0 || *std::min_element(recent.begin(), recent.end()) < factor * b) return;
+      const double fastest_recent = *std::min_element(recent.begin(), recent.end());
+      if (b <= 0 || fastest_recent < factor * b || fastest_recent - b < min_extra_s) {
+        return;
+      }
       const RunView& v = tool.view();
       std::vector<int> ranks;
       if (!stalls.empty()) {
@@ -64,9 +71,10 @@ int main(int argc, char** argv) {
       f.ranks = ranks;
       f.step = e.step;
       f.confidence = ranks.empty() ? 0.5 : 0.7;
-      f.evidence = fmt::format("median step time {:.3f} s over the last {} steps is {:.1f}x the "
-                               "baseline {:.3f} s; ranks waiting least: [{}]",
-                               r, recent.size(), r / b, b, fmt::join(ranks, ","));
+      f.evidence = fmt::format(
+          "median step time {:.3f} s over the last {} steps is {:.1f}x the "
+          "baseline {:.3f} s; ranks waiting least: [{}]",
+          r, recent.size(), r / b, b, fmt::join(ranks, ","));
       f.key = fmt::format("slow|{}", incarnation);
       tool.report(f);
     };

@@ -33,7 +33,7 @@ pb::Event to_proto(const HistoryEvent& e) {
 // What a benchmarked detector must not see: where and when faults were armed, fired, injected or
 // healed, and the scenario's expectation.
 bool is_ground_truth(const std::string& kind) {
-  static const std::set<std::string> k = {"fault_armed",    "fault_fired", "faults_armed",
+  static const std::set<std::string> k = {"fault_armed",    "fault_fired",  "faults_armed",
                                           "fault_injected", "fault_healed", "fault_failed"};
   return k.count(kind) > 0;
 }

@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <spawn.h>
-#include <sys/wait.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>

@@ -71,8 +71,10 @@ std::vector<ToolCommand> resolve_tools(const std::vector<std::string>& detectors
   };
   for (const auto& spec : detectors) {
     auto words = split_words(spec);
-    if (words.empty()) raise<ConfigError>("detector: an empty command (allowed: a baseline "
-                                          "name, baseline, or a command line)");
+    if (words.empty())
+      raise<ConfigError>(
+          "detector: an empty command (allowed: a baseline "
+          "name, baseline, or a command line)");
     if (words.size() == 1 && words[0] == "baseline") {
       for (const auto& d : baseline_detectors()) add(baseline(d));
       continue;
@@ -93,8 +95,8 @@ std::vector<ToolCommand> resolve_tools(const std::vector<std::string>& detectors
     auto words = split_words(recovery);
     if (words.empty()) raise<ConfigError>("recovery: an empty command");
     if (is_one_of(recovery_policies(), words[0])) {
-      std::vector<std::string> argv{fmt::format("{}/fl-recover", FAULTLINE_TOOLS_DIR),
-                                    "--policy", words[0]};
+      std::vector<std::string> argv{fmt::format("{}/fl-recover", FAULTLINE_TOOLS_DIR), "--policy",
+                                    words[0]};
       argv.insert(argv.end(), words.begin() + 1, words.end());
       add({"recover", argv, true});
     } else {

@@ -28,7 +28,8 @@ std::vector<RunTruth> load_truths(const std::vector<std::string>& dirs) {
 
 }  // namespace
 
-int score_paths(const std::vector<std::string>& paths, bool markdown, const std::string& json_path) {
+int score_paths(const std::vector<std::string>& paths, bool markdown,
+                const std::string& json_path) {
   const auto runs = load_truths(collect_run_dirs(paths));
   const auto scores = score_detectors(runs);
   std::printf("%s", scores_table(scores, markdown).c_str());
@@ -65,18 +66,21 @@ int bench_detectors(const BenchDetectorsOptions& o) {
   md += scores_table(scores, true);
   write_atomic(r.dir + "/leaderboard.md", md);
   write_atomic(r.dir + "/leaderboard.json",
-               nlohmann::json{{"suite", r.name}, {"runs", r.cases.size()}, {"detectors", scores_json(scores)}}
+               nlohmann::json{
+                   {"suite", r.name}, {"runs", r.cases.size()}, {"detectors", scores_json(scores)}}
                        .dump(2) +
                    "\n");
-  std::printf("leaderboard: %s/leaderboard.md, %s/leaderboard.json\n", r.dir.c_str(), r.dir.c_str());
+  std::printf("leaderboard: %s/leaderboard.md, %s/leaderboard.json\n", r.dir.c_str(),
+              r.dir.c_str());
   return 0;
 }
 
 int bench_recovery(const BenchRecoveryOptions& o) {
   // The fault-free reference of every scenario and seed, then the faulty run with the tool.
   SuiteOptions ref = o.suite_options;
-  ref.run_args = {"--set", "faults=[]", "--set", "recovery=\"\"", "--set", "expect.oracle=completed",
-                  "--set", "expect.symptom=\"\""};
+  ref.run_args = {
+      "--set", "faults=[]",          "--set", "recovery=\"\"", "--set", "expect.oracle=completed",
+      "--set", "expect.symptom=\"\""};
   ref.name_suffix = "-reference";
   const SuiteResult a = run_suite(o.suite, ref);
   SuiteOptions rec = o.suite_options;
@@ -93,8 +97,9 @@ int bench_recovery(const BenchRecoveryOptions& o) {
     scores.push_back(std::move(s));
   }
   std::printf("\n%s", recovery_table(scores, false).c_str());
-  std::string md = fmt::format("# Recovery: suite {}\n\nCommand: `faultline bench-recovery {}{}`\n\n",
-                               b.name, o.suite, o.policy.empty() ? "" : " --policy " + o.policy);
+  std::string md =
+      fmt::format("# Recovery: suite {}\n\nCommand: `faultline bench-recovery {}{}`\n\n", b.name,
+                  o.suite, o.policy.empty() ? "" : " --policy " + o.policy);
   md += recovery_table(scores, true);
   write_atomic(b.dir + "/recovery.md", md);
   write_atomic(b.dir + "/recovery.json", recovery_json(scores).dump(2) + "\n");

@@ -47,9 +47,9 @@ std::string render(const std::vector<std::vector<std::string>>& rows, bool markd
 std::string scores_table(const std::vector<DetectorScore>& scores, bool markdown) {
   if (scores.empty()) return "no detector ran and no diagnosis was posted\n";
   std::vector<std::vector<std::string>> rows;
-  rows.push_back({"detector", "recall", "precision", "F1", "lat p50 s", "lat p95 s", "vs oracle p50",
-                  "symptom", "stage", "top-1", "jaccard", "FP/clean h", "S1", "S2", "S3", "S4",
-                  "S5"});
+  rows.push_back({"detector", "recall", "precision", "F1", "lat p50 s", "lat p95 s",
+                  "vs oracle p50", "symptom", "stage", "top-1", "jaccard", "FP/clean h", "S1", "S2",
+                  "S3", "S4", "S5"});
   for (const auto& s : scores) {
     std::vector<std::string> r{s.detector,
                                pct(s.recall()),
@@ -65,7 +65,8 @@ std::string scores_table(const std::vector<DetectorScore>& scores, bool markdown
                                fmt::format("{:.0f}", s.fp_per_hour())};
     for (int stage = 1; stage <= 5; ++stage) {
       auto it = s.by_stage.find(stage);
-      r.push_back(it == s.by_stage.end() ? "-" : fmt::format("{}/{}", it->second.hit, it->second.n));
+      r.push_back(it == s.by_stage.end() ? "-"
+                                         : fmt::format("{}/{}", it->second.hit, it->second.n));
     }
     rows.push_back(std::move(r));
   }
@@ -90,7 +91,9 @@ std::string recovery_table(const std::vector<RecoveryScore>& scores, bool markdo
                     s.time_to_recover_s < 0 ? "-" : fmt::format("{:.2f}", s.time_to_recover_s),
                     std::to_string(s.steps_lost), fmt::format("{:.2f}/s", s.goodput),
                     s.reference_goodput > 0 ? pct(s.goodput / s.reference_goodput) : "-",
-                    s.reference_digest.empty() ? "-" : s.final_state_equal ? "bitwise" : "differs"});
+                    s.reference_digest.empty() ? "-"
+                    : s.final_state_equal      ? "bitwise"
+                                               : "differs"});
   }
   return render(rows, markdown);
 }

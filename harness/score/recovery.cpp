@@ -32,7 +32,8 @@ Timeline read_timeline(const std::string& run_dir) {
     t.t_end = std::max(t.t_end, e.t_ns);
     const auto d = nlohmann::json::parse(e.data_json, nullptr, false);
     if (e.kind == "launch" && t.t_launch < 0) t.t_launch = e.t_ns;
-    if ((e.kind == "fault_fired" || e.kind == "fault_injected") && t.t_inject < 0) t.t_inject = e.t_ns;
+    if ((e.kind == "fault_fired" || e.kind == "fault_injected") && t.t_inject < 0)
+      t.t_inject = e.t_ns;
     if (e.kind == "run_timeout") t.timed_out = true;
     if (e.kind == "control" && !d.is_discarded() && d.value("action", "") == "restart_job" &&
         d.value("ok", false) && t.t_act < 0) {
@@ -78,7 +79,8 @@ RecoveryScore score_recovery(const std::string& run_dir, const std::string& refe
                             [](auto& kv) { return kv.second == "ok"; });
   if (t.t_act >= 0) s.time_to_act_s = (t.t_act - t.t_inject) / 1e9;
   if (t.t_first_step_after >= 0) s.time_to_recover_s = (t.t_first_step_after - t.t_inject) / 1e9;
-  if (t.first_step_after >= 0) s.steps_lost = std::max<int64_t>(0, t.max_step_before + 1 - t.first_step_after);
+  if (t.first_step_after >= 0)
+    s.steps_lost = std::max<int64_t>(0, t.max_step_before + 1 - t.first_step_after);
   s.steps_done = static_cast<int64_t>(t.steps.size());
   const double wall = (t.t_end - t.t_launch) / 1e9;
   s.goodput = wall > 0 ? s.steps_done / wall : 0;
@@ -88,7 +90,8 @@ RecoveryScore score_recovery(const std::string& run_dir, const std::string& refe
     const double rwall = (r.t_end - r.t_launch) / 1e9;
     s.reference_goodput = rwall > 0 ? r.steps.size() / rwall : 0;
     if (auto it = r.digest.find(0); it != r.digest.end()) s.reference_digest = it->second;
-    s.final_state_equal = s.recovered && !s.final_digest.empty() && s.final_digest == s.reference_digest;
+    s.final_state_equal =
+        s.recovered && !s.final_digest.empty() && s.final_digest == s.reference_digest;
   }
   if (!s.recovered) {
     s.note = t.timed_out ? "the run timed out" : "a rank of the last incarnation did not finish";

@@ -185,17 +185,18 @@ std::vector<DetectorScore> score_detectors(const std::vector<RunTruth>& runs) {
       ++st.hit;
       ++sy.hit;
       s.latency_inject_s.push_back((first->t_ns - r.t_inject_ns) / 1e9);
-      if (r.t_manifest_ns >= 0) s.latency_manifest_s.push_back((first->t_ns - r.t_manifest_ns) / 1e9);
+      if (r.t_manifest_ns >= 0)
+        s.latency_manifest_s.push_back((first->t_ns - r.t_manifest_ns) / 1e9);
       ++s.symptom.n;
       s.symptom.hit += first->symptom == r.symptom ? 1 : 0;
       ++s.stage.n;
       s.stage.hit += first->stage == r.stage ? 1 : 0;
       if (!r.ranks.empty()) {
         ++s.top1.n;
-        s.top1.hit += !first->ranks.empty() &&
-                              std::count(r.ranks.begin(), r.ranks.end(), first->ranks[0]) > 0
-                          ? 1
-                          : 0;
+        s.top1.hit +=
+            !first->ranks.empty() && std::count(r.ranks.begin(), r.ranks.end(), first->ranks[0]) > 0
+                ? 1
+                : 0;
         s.jaccard_sum += jaccard(first->ranks, r.ranks);
         ++s.jaccard_n;
       }
@@ -210,7 +211,8 @@ nlohmann::json scores_json(const std::vector<DetectorScore>& scores) {
   auto num = [](double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); };
   for (const auto& s : scores) {
     nlohmann::json stages = nlohmann::json::object(), symptoms = nlohmann::json::object();
-    for (auto& [k, r] : s.by_stage) stages[std::to_string(k)] = {{"detected", r.hit}, {"positives", r.n}};
+    for (auto& [k, r] : s.by_stage)
+      stages[std::to_string(k)] = {{"detected", r.hit}, {"positives", r.n}};
     for (auto& [k, r] : s.by_symptom) symptoms[k] = {{"detected", r.hit}, {"positives", r.n}};
     arr.push_back({{"detector", s.detector},
                    {"positives", s.positives},

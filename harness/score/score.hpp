@@ -33,8 +33,8 @@ struct RunTruth {
   bool fix = false;
   int stage = 0;
   int64_t t_launch_ns = 0, t_inject_ns = 0, t_manifest_ns = -1, t_end_ns = 0;
-  std::vector<int> ranks;               // where the oracle localised the symptom
-  std::vector<std::string> detectors;   // detectors that ran (tool_start), recovery tools apart
+  std::vector<int> ranks;              // where the oracle localised the symptom
+  std::vector<std::string> detectors;  // detectors that ran (tool_start), recovery tools apart
   std::vector<ScoredDiagnosis> diagnoses;
   double duration_s() const { return (t_end_ns - t_launch_ns) / 1e9; }
 };
@@ -60,10 +60,12 @@ struct DetectorScore {
   Rate symptom, stage, top1;
   double jaccard_sum = 0;
   int jaccard_n = 0;
-  std::map<int, Rate> by_stage;             // recall per taxonomy stage
-  std::map<std::string, Rate> by_symptom;   // recall per symptom
+  std::map<int, Rate> by_stage;            // recall per taxonomy stage
+  std::map<std::string, Rate> by_symptom;  // recall per symptom
   double recall() const { return positives > 0 ? static_cast<double>(tp) / positives : 0; }
-  double precision() const { return tp + fp_runs > 0 ? static_cast<double>(tp) / (tp + fp_runs) : 0; }
+  double precision() const {
+    return tp + fp_runs > 0 ? static_cast<double>(tp) / (tp + fp_runs) : 0;
+  }
   double f1() const;
   double fp_per_hour() const { return clean_hours > 0 ? fp_alarms / clean_hours : 0; }
   double jaccard() const { return jaccard_n > 0 ? jaccard_sum / jaccard_n : 0; }
@@ -81,14 +83,14 @@ std::string scores_table(const std::vector<DetectorScore>& scores, bool markdown
 
 struct RecoveryScore {
   std::string run_dir, reference_dir, scenario;
-  bool recovered = false;      // the last incarnation finished cleanly on every rank
+  bool recovered = false;  // the last incarnation finished cleanly on every rank
   int restarts = 0;
   double time_to_recover_s = -1;  // injection -> first step after the restart
   double time_to_act_s = -1;      // injection -> the recovery tool's restart_job
-  int64_t steps_lost = 0;          // steps computed again after the restart
-  int64_t steps_done = 0;          // distinct steps finished
-  double goodput = 0;              // steps_done / wall seconds
-  double reference_goodput = 0;    // the fault-free run's
+  int64_t steps_lost = 0;         // steps computed again after the restart
+  int64_t steps_done = 0;         // distinct steps finished
+  double goodput = 0;             // steps_done / wall seconds
+  double reference_goodput = 0;   // the fault-free run's
   std::string final_digest, reference_digest;
   bool final_state_equal = false;  // parameters bitwise equal to the fault-free run's
   std::string note;

@@ -135,10 +135,10 @@ TEST(Detectors, ScoreCommandReadsRunsAndRejectsOthers) {
 
 TEST(Recovery, EveryPolicyBringsItsRunBack) {
   const auto results = results_dir();
-  auto b = test::run_process({FAULTLINE_CLI, "bench-recovery",
-                              kSrc + "/scenarios/suites/recovery.yaml", "-j", "2", "--results",
-                              results},
-                             {}, std::chrono::seconds(300));
+  auto b =
+      test::run_process({FAULTLINE_CLI, "bench-recovery", kSrc + "/scenarios/suites/recovery.yaml",
+                         "-j", "2", "--results", results},
+                        {}, std::chrono::seconds(300));
   ASSERT_EQ(b.exit_code, 0) << b.output;
   std::string dir;
   for (auto& e : fs::directory_iterator(results)) {
@@ -155,7 +155,8 @@ TEST(Recovery, EveryPolicyBringsItsRunBack) {
     EXPECT_GE(s["time_to_recover_s"].get<double>(), 0) << name;
   }
   // Restarting from a checkpoint replays the same steps: bitwise the fault-free result.
-  EXPECT_TRUE(by["killed-rank-restart"]["final_state_equal"].get<bool>()) << by["killed-rank-restart"];
+  EXPECT_TRUE(by["killed-rank-restart"]["final_state_equal"].get<bool>())
+      << by["killed-rank-restart"];
   EXPECT_TRUE(by["hung-rank-restart"]["final_state_equal"].get<bool>()) << by["hung-rank-restart"];
   EXPECT_GT(by["killed-rank-restart"]["steps_lost"].get<int>(), 0);
   // Shrinking changes the data order: the result differs, and says so.

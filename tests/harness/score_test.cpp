@@ -35,16 +35,22 @@ struct FakeRun {
   }
   void ev(double t_s, const std::string& source, int rank, const std::string& kind,
           nlohmann::json data, int64_t step = -1) {
-    nlohmann::json j = {{"i", i++},     {"t_ns", static_cast<int64_t>(t_s * 1e9)},
-                        {"source", source}, {"rank", rank}, {"seq", 0}, {"time_unix_ns", 0},
-                        {"kind", kind}, {"step", step},  {"data", data}, {"late", false}};
+    nlohmann::json j = {{"i", i++},         {"t_ns", static_cast<int64_t>(t_s * 1e9)},
+                        {"source", source}, {"rank", rank},
+                        {"seq", 0},         {"time_unix_ns", 0},
+                        {"kind", kind},     {"step", step},
+                        {"data", data},     {"late", false}};
     hist << j.dump() << "\n";
     hist.flush();
   }
   void diag(double t_s, const std::string& det, const std::string& sym, std::vector<int> ranks) {
     ev(t_s, "detector:" + det, -1, "diagnosis",
-       {{"detector", det}, {"symptom", sym}, {"ranks", ranks}, {"confidence", 0.5},
-        {"evidence", "test"}, {"stage", 0}});
+       {{"detector", det},
+        {"symptom", sym},
+        {"ranks", ranks},
+        {"confidence", 0.5},
+        {"evidence", "test"},
+        {"stage", 0}});
   }
   void launch(double t_s, int ranks) {
     for (int r = 0; r < ranks; ++r) ev(t_s, "harness", r, "launch", {{"argv", {"fl-train"}}});
@@ -148,8 +154,8 @@ TEST(Score, RecallPrecisionLatencyLocalisationAndFalseAlarms) {
   EXPECT_EQ(logs.by_stage.at(4).hit, 2);
   // Localisation: run a's oracle names rank 1 (the output line's rank) ...
   EXPECT_EQ(runs[0].ranks, std::vector<int>{1});
-  EXPECT_DOUBLE_EQ(comm.top1.value(), 1.0);        // comm said [1, 0]: top-1 right
-  EXPECT_NEAR(comm.jaccard(), 0.5, 1e-12);         // {0,1} vs {1}
+  EXPECT_DOUBLE_EQ(comm.top1.value(), 1.0);  // comm said [1, 0]: top-1 right
+  EXPECT_NEAR(comm.jaccard(), 0.5, 1e-12);   // {0,1} vs {1}
   const auto& any = by_name(scores, "any");
   EXPECT_EQ(any.tp, 2);
   EXPECT_NEAR(any.latency_inject_s[0], 1.5, 1e-9);  // the earliest valid diagnosis of run a

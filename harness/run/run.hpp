@@ -1,0 +1,97 @@
+// The state of one run while it goes, shared by runner.cpp (prepare, launch, supervise, judge)
+// and run_control.cpp (Control actions, tools beside the run, restarts). Internal to the harness.
+#pragma once
+
+// boost 1.74 asio uses std::exchange without including <utility>.
+#include <utility>
+
+#include <boost/asio.hpp>
+
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "harness/run/artifact_server.hpp"
+#include "harness/run/controller.hpp"
+#include "harness/run/history.hpp"
+#include "harness/run/oop_faults.hpp"
+#include "harness/run/runner.hpp"
+#include "harness/run/supervisor.hpp"
+#include "harness/run/tools.hpp"
+
+namespace fl::harness::detail {
+
+class Run {
+ public:
+  Run(const Scenario& s, const RunOptions& o) : s_(s), o_(o) {}
+
+  RunResult go();
+
+ private:
+  void prepare();
+  void launch_all(const std::string& resume_from);
+  void run_preparation();
+  void start_artifact_hub();
+  std::unique_ptr<ArtifactServer> artifacts_;
+  std::string artifact_url_;
+  std::map<std::string, std::string> rank_env(int rank);
+  void on_line(int rank, const std::string& name, const std::string& stream,
+               const std::string& line);
+  void on_exit(const ExitInfo& x);
+  void tick();
+  ControlResult control(const ControlAction& a);
+  ControlResult control_on_io(const ControlAction& a);
+  void finish_teardown();
+  void merge_local_files();
+  void print_summary(const RunResult& r);
+  pid_t rank_pid(int rank);
+
+  void start_tools();
+  void drain_tools();
+  bool reshard_for_restart(int dp, std::string& from, std::string& error);
+
+  Scenario s_;  // a copy: a restart may change the data-parallel size and the worker arguments
+  const RunOptions& o_;
+  std::vector<ToolCommand> tools_;
+  std::map<pid_t, std::string> tool_pids_;  // running tools
+  bool has_recovery_ = false;
+  bool awaiting_recovery_ = false;
+  bool incarnation_failed_ = false;
+  std::unique_ptr<boost::asio::steady_timer> recovery_timer_;
+  std::string dir_, id_;
+  std::unique_ptr<History> hist_;
+  std::unique_ptr<Controller> ctl_;
+  std::string ctl_addr_;
+  boost::asio::io_context io_;
+  std::unique_ptr<Supervisor> sup_;
+  std::unique_ptr<boost::asio::steady_timer> timeout_, ticker_;
+  std::unique_ptr<boost::asio::signal_set> stop_signals_;
+  int master_port_ = 0;
+  std::unique_ptr<OutOfProcessFaults> faults_;
+  pid_t ompi_server_ = 0, mpirun_ = 0;
+  std::map<int, pid_t> rank_pids_;  // local launcher
+  std::set<int> running_ranks_;
+  std::map<int, std::ofstream> logs_;
+  bool stopping_ = false;
+  std::string stop_reason_;
+  std::optional<std::string> restart_from_;  // restart_job pending
+  int restarts_ = 0;
+  std::mutex step_mu_;
+  std::map<int, int64_t> max_step_;  // from telemetry
+  std::map<int, pid_t> hello_pid_;
+  std::vector<std::string> live_plans_;
+  std::vector<std::string> injected_;  // one line per injected fault, for the summary
+  int64_t last_hang_check_ = 0;
+  // Fail-fast: when a rank fails on its own, the survivors get a grace period to report their
+  // own view (a timeout, a missing peer), then the job is torn down, as torchrun's agent does.
+  int64_t first_failure_ns_ = -1;
+  int first_failure_rank_ = -1;
+  void fail_fast(int64_t now);
+};
+
+}  // namespace fl::harness::detail
