@@ -87,6 +87,8 @@ class Run {
   std::vector<std::string> live_plans_;
   std::vector<std::string> injected_;  // one line per injected fault, for the summary
   int64_t last_hang_check_ = 0;
+  int64_t hang_first_ns_ = -1;  // when the hang watchdog saw the expected hang
+  static constexpr int64_t kToolHangWindowS = 10;
   // Fail-fast: when a rank fails on its own, the survivors get a grace period to report their
   // own view (a timeout, a missing peer), then the job is torn down, as torchrun's agent does.
   int64_t first_failure_ns_ = -1;

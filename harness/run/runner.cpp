@@ -346,7 +346,16 @@ void Run::tick() {
       last_hang_check_ = now;
       hist_->flush();
       auto h = read_history(dir_ + "/history.jsonl");
-      if (hang_observed(s_.expect, h, now - 1'000'000'000)) {
+      if (hang_first_ns_ < 0 && hang_observed(s_.expect, h, now - 1'000'000'000)) {
+        hang_first_ns_ = now;
+        if (!tool_pids_.empty()) {
+          // Detectors are watching: the hang goes on a while longer, as it would in a real job,
+          // so a detector's own timeout (not the oracle's) decides whether it sees it.
+          hist_->harness("hang_established", {{"tools_window_s", kToolHangWindowS}});
+        }
+      }
+      const int64_t window = tool_pids_.empty() ? 0 : kToolHangWindowS * 1'000'000'000LL;
+      if (hang_first_ns_ >= 0 && now - hang_first_ns_ >= window) {
         stopping_ = true;
         stop_reason_ = "hang established";
         hist_->harness("watchdog_stop",
