@@ -12,6 +12,7 @@ PACKAGES=(
   libopenblas-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libxxhash-dev
   python3 python3-grpcio python3-protobuf
   iproute2 iptables procps
+  chromium fonts-dejavu-core
 )
 
 missing=()

@@ -243,6 +243,28 @@ SuiteSpec load_suite(const std::string& path) {
 
 }  // namespace
 
+// Median of the steps' tokens/s in a run's history (each step counted once, at its slowest
+// rank), 0 without steps.
+double median_tokens_per_s(const std::string& run_dir) {
+  std::map<int64_t, double> per_step;
+  std::ifstream in(run_dir + "/history.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("\"kind\":\"step\"") == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || j.value("source", "") != "rank") continue;
+    const double t = j["data"].value("tokens_per_s", 0.0);
+    if (t <= 0) continue;
+    auto [it, fresh] = per_step.emplace(j.value("step", int64_t{-1}), t);
+    if (!fresh) it->second = std::min(it->second, t);
+  }
+  std::vector<double> v;
+  for (auto& [s, t] : per_step) v.push_back(t);
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   const SuiteSpec spec = load_suite(path);
   SuiteResult res;
@@ -341,6 +363,7 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
       }
       c.manifested_s = v.value("manifested_s", -1.0);
     }
+    c.tokens_per_s = median_tokens_per_s(c.run_dir);
     failed += c.outcome == "pass" ? 0 : 1;
     ++done;
     last_line = fmt::format("{}{} seed {}: {} ({:.1f} s)", c.name, c.fix ? " [fix]" : "", c.seed,
@@ -429,6 +452,7 @@ nlohmann::json suite_json(const SuiteResult& r) {
                      {"explanation", c.explanation},
                      {"manifested_s", c.manifested_s},
                      {"wall_s", c.wall_s},
+                     {"tokens_per_s", c.tokens_per_s},
                      {"run_dir", c.run_dir}});
   }
   return {{"suite", r.name},

@@ -48,6 +48,7 @@ struct SuiteCase {
   std::string explanation;   // the verdict's
   double manifested_s = -1;  // when the symptom showed (faulty variant)
   double wall_s = 0;
+  double tokens_per_s = 0;  // median over the run's steps (slowest rank's view), 0 : none
   std::string run_dir;
 };
 

@@ -7,11 +7,13 @@
 //   keys                every scenario key with its default (docs/scenarios.md)
 //   score RUN|SUITE...  detector scores against ground truth (docs/detectors.md)
 //   bench-detectors / bench-recovery SUITE   leaderboards
+//   report DIR          self-contained HTML of a run or suite;  diff OLD NEW  regressions
 //   settings / sites    every FAULTLINE_ setting / every fault site in this build
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +22,7 @@
 #include "base/settings.hpp"
 #include "harness/catalog/catalog.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
+#include "harness/report/report.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/scenario/scenario.hpp"
 #include "harness/score/bench.hpp"
@@ -229,6 +232,28 @@ int main(int argc, char** argv) {
   score->add_option("paths", score_paths, "Run directories or suite directories")->required();
   score->add_flag("--markdown", markdown, "Markdown table");
   score->add_option("--json", score_json, "Also write the scores as JSON to this file");
+  std::string report_dir, report_out, diff_old, diff_new;
+  bool report_runs = false;
+  auto* report = app.add_subcommand(
+      "report", "Write a self-contained HTML report of a run or a suite (report.html)");
+  report->add_option("dir", report_dir, "Run directory or suite directory")->required();
+  report->add_option("-o,--output", report_out, "HTML file (default: DIR/report.html)");
+  report->add_flag("--runs", report_runs, "Suite: also write every run's report");
+  fl::harness::DiffOptions diff_opts;
+  auto* diff = app.add_subcommand(
+      "diff", "Compare two suite results; exit 1 on a regression (nightly jobs)");
+  diff->add_option("old", diff_old, "Earlier suite directory or summary JSON")->required();
+  diff->add_option("new", diff_new, "Later suite directory or summary JSON")->required();
+  diff->add_option("--time-ratio", diff_opts.time_ratio,
+                   "Time to symptom this many times slower is a regression")
+      ->capture_default_str();
+  diff->add_option("--time-min-s", diff_opts.time_min_s, "...and at least this much slower")
+      ->capture_default_str();
+  diff->add_option("--throughput-ratio", diff_opts.throughput_ratio,
+                   "Clean tokens/s below this share of before is a regression")
+      ->capture_default_str();
+  diff->add_flag("--outcomes-only", diff_opts.outcomes_only,
+                 "Compare outcomes only (no timing or throughput)");
   fl::harness::BenchDetectorsOptions bd;
   auto* bench_det = app.add_subcommand(
       "bench-detectors", "Run a suite with detectors attached and write their leaderboard");
@@ -284,6 +309,28 @@ int main(int argc, char** argv) {
         std::printf("%s\n", fl::harness::catalog_json(entries).dump(2).c_str());
       } else {
         std::printf("%s", fl::harness::catalog_table(entries).c_str());
+      }
+      return 0;
+    }
+    if (report->parsed()) {
+      if (report_runs && std::filesystem::exists(report_dir + "/summary.json")) {
+        const auto summary = fl::harness::load_suite_summary(report_dir);
+        for (const auto& c : summary["cases"]) {
+          const std::string d = c.value("run_dir", "");
+          if (!d.empty() && std::filesystem::exists(d + "/history.jsonl")) {
+            fl::harness::write_report(d);
+          }
+        }
+      }
+      std::printf("%s\n", fl::harness::write_report(report_dir, report_out).c_str());
+      return 0;
+    }
+    if (diff->parsed()) {
+      const auto d = fl::harness::diff_suites(fl::harness::load_suite_summary(diff_old),
+                                              fl::harness::load_suite_summary(diff_new), diff_opts);
+      std::printf("%s", fl::harness::diff_text(d, diff_old, diff_new).c_str());
+      for (const auto& e : d) {
+        if (e.regression) return 1;
       }
       return 0;
     }

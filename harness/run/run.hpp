@@ -7,6 +7,7 @@
 
 #include <boost/asio.hpp>
 
+#include <atomic>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -44,6 +45,8 @@ class Run {
                const std::string& line);
   void on_exit(const ExitInfo& x);
   void tick();
+  void check_progress();
+  std::atomic<bool> progress_check_pending_{false};
   ControlResult control(const ControlAction& a);
   ControlResult control_on_io(const ControlAction& a);
   void finish_teardown();

@@ -323,8 +323,11 @@ pid_t Run::rank_pid(int rank) {
   return it == hello_pid_.end() ? 0 : it->second;
 }
 
-void Run::tick() {
-  // Step-triggered out-of-process faults (signals, files, network).
+// Step-triggered out-of-process faults (signals, files, network). Runs on every tick and as soon
+// as a step event arrives: a token of a fast model takes a few ms, a tick 100.
+void Run::check_progress() {
+  progress_check_pending_ = false;
+  if (stopping_ || !faults_) return;
   std::map<int, int64_t> steps;
   {
     std::lock_guard lock(step_mu_);
@@ -338,6 +341,10 @@ void Run::tick() {
     a.requester = "fault";
     control_on_io(a);
   }
+}
+
+void Run::tick() {
+  check_progress();
   fail_fast(hist_->now_ns());
   // A hang expectation ends the run once the hang is established (no need to wait for timeouts).
   if (s_.expect.oracle == "hang" && !stopping_ && !has_recovery_) {
@@ -496,6 +503,9 @@ RunResult Run::go() {
         if (e.kind == "step") {
           auto& m = max_step_[e.rank];
           m = std::max(m, e.step);
+          if (!progress_check_pending_.exchange(true)) {
+            boost::asio::post(io_, [this] { check_progress(); });
+          }
         } else {
           auto d = nlohmann::json::parse(e.data_json, nullptr, false);
           if (!d.is_discarded()) hello_pid_[e.rank] = d.value("pid", 0);

@@ -78,9 +78,9 @@ int bench_detectors(const BenchDetectorsOptions& o) {
 int bench_recovery(const BenchRecoveryOptions& o) {
   // The fault-free reference of every scenario and seed, then the faulty run with the tool.
   SuiteOptions ref = o.suite_options;
-  ref.run_args = {
-      "--set", "faults=[]",          "--set", "recovery=\"\"", "--set", "expect.oracle=completed",
-      "--set", "expect.symptom=\"\""};
+  ref.run_args = {"--set", "faults=[]",          "--set", "rank_env={}",
+                  "--set", "recovery=\"\"",      "--set", "expect.oracle=completed",
+                  "--set", "expect.symptom=\"\""};
   ref.name_suffix = "-reference";
   const SuiteResult a = run_suite(o.suite, ref);
   SuiteOptions rec = o.suite_options;

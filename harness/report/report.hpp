@@ -1,0 +1,42 @@
+// Reports a person would rather look at: a self-contained HTML page (no network: styles, script
+// and SVG inline) for a run or a suite, and a comparison of two suite results for nightly jobs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fl::harness {
+
+// A run directory (timeline, charts, verdict, evidence, log links) or a suite directory
+// (catalogue grid, runs, leaderboard). Writes `out` (default: report.html inside the directory)
+// and returns its path. Throws Error for a directory that is neither.
+std::string write_report(const std::string& dir, const std::string& out = "");
+
+// HTML-escaped text.
+std::string html_escape(const std::string& s);
+
+struct DiffOptions {
+  double time_ratio = 2.0;        // time to symptom this many times slower is a regression...
+  double time_min_s = 2.0;        // ...when it is also this many seconds slower
+  double throughput_ratio = 0.5;  // tokens/s below this share of before is a regression
+  bool outcomes_only = false;     // ignore timing and throughput (noisy machines)
+};
+
+struct DiffEntry {
+  std::string kind;  // stopped_reproducing, fix_stopped_working, failing, slower_symptom,
+                     // throughput_drop, missing, new, fixed_again, faster_symptom
+  std::string scenario, variant, detail;
+  uint64_t seed = 0;
+  bool regression = false;
+};
+
+// Suite results: a suite directory (its summary.json) or a summary JSON file.
+nlohmann::json load_suite_summary(const std::string& path);
+std::vector<DiffEntry> diff_suites(const nlohmann::json& before, const nlohmann::json& after,
+                                   const DiffOptions& o);
+std::string diff_text(const std::vector<DiffEntry>& d, const std::string& before,
+                      const std::string& after);
+
+}  // namespace fl::harness

@@ -1,0 +1,364 @@
+// The report of one run: what happened on every rank over time (steps, collectives stuck in
+// flight, exits), when faults were active, where detectors spoke up and recovery acted; the
+// per-step curves of loss, loss scale, step time and memory; the verdict and its evidence.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/error.hpp"
+#include "harness/report/html.hpp"
+#include "harness/report/report.hpp"
+#include "harness/run/history.hpp"
+#include "harness/run/runner.hpp"
+
+namespace fl::harness {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct StepPoint {
+  int64_t t, step;
+  double loss, scale, step_time, mem;
+  bool finite;
+};
+struct Span {
+  int rank;  // -1: every lane
+  int64_t t0, t1;
+  std::string label, cls;
+};
+struct Mark {
+  int rank;
+  int64_t t, step;
+  std::string label, cls;
+};
+
+struct Timeline {
+  int64_t t0 = -1, t_end = 0;
+  int world = 0;
+  std::map<int, std::vector<StepPoint>> steps;
+  std::vector<Span> stalls, faults;
+  std::vector<Mark> marks;  // fault fired, diagnosis, action, exit
+  std::vector<std::string> evidence;
+  nlohmann::json start;
+};
+
+int64_t step_at(const Timeline& tl, int rank, int64_t t) {
+  int64_t s = -1;
+  auto it = tl.steps.find(rank);
+  if (it == tl.steps.end()) return s;
+  for (auto& p : it->second) {
+    if (p.t <= t) s = std::max(s, p.step);
+  }
+  return s;
+}
+
+Timeline read_timeline(const std::vector<HistoryEvent>& h) {
+  Timeline tl;
+  std::map<std::tuple<int, std::string, int64_t>, size_t> open_stalls;
+  std::map<std::string, size_t> open_faults;
+  for (const auto& e : h) {
+    tl.t_end = std::max(tl.t_end, e.t_ns);
+    auto d = nlohmann::json::parse(e.data_json, nullptr, false);
+    if (d.is_discarded()) d = nlohmann::json::object();
+    if (e.kind == "run_start") {
+      tl.start = d;
+      tl.world = d.value("ranks", 0);
+    } else if (e.kind == "launch" && e.rank >= 0) {
+      if (tl.t0 < 0) tl.t0 = e.t_ns;
+      tl.world = std::max(tl.world, e.rank + 1);
+    } else if (e.kind == "step" && e.source == "rank") {
+      const bool finite = d.contains("loss") && d["loss"].is_number();
+      tl.steps[e.rank].push_back({e.t_ns, e.step, finite ? d["loss"].get<double>() : 0.0,
+                                  d.value("loss_scale", 0.0), d.value("step_time_s", 0.0),
+                                  d.value("mem_current", 0.0), finite});
+    } else if (e.kind == "collective" && e.source == "rank") {
+      const auto key = std::make_tuple(e.rank, d.value("group", ""), d.value("seq", int64_t{-1}));
+      const std::string state = d.value("state", "");
+      if (d.contains("in_flight_ms")) {
+        const int64_t t0 = e.t_ns - static_cast<int64_t>(d.value("in_flight_ms", 0.0) * 1e6);
+        open_stalls[key] = tl.stalls.size();
+        tl.stalls.push_back({e.rank, t0, -1,
+                             fmt::format("{} on {} seq {} in flight", d.value("op", ""),
+                                         std::get<1>(key), std::get<2>(key)),
+                             "stall"});
+      } else if (auto it = open_stalls.find(key); it != open_stalls.end()) {
+        Span& s = tl.stalls[it->second];
+        s.t1 = e.t_ns;
+        s.cls = "stall " + state;
+        s.label += ", " + state;
+        open_stalls.erase(it);
+      }
+    } else if (e.kind == "fault_injected" &&
+               std::set<std::string>{"signal", "restart", "file", "args", "env"}.count(
+                   d.value("fault", ""))) {
+      // One-shot faults: an instant, not a window.
+      tl.marks.push_back({e.rank, e.t_ns, d.value("at_step", int64_t{-1}), "injected: " + d.dump(),
+                          "fault-fired"});
+    } else if (e.kind == "fault_injected") {
+      const std::string what = d.value("fault", "fault");
+      open_faults[what + std::to_string(e.rank)] = tl.faults.size();
+      tl.faults.push_back({e.rank, e.t_ns, -1, "injected: " + d.dump(), "fault-window"});
+    } else if (e.kind == "fault_healed") {
+      const std::string what = d.value("fault", "fault");
+      for (auto it = open_faults.begin(); it != open_faults.end(); ++it) {
+        if (it->first.rfind(what, 0) == 0) {
+          tl.faults[it->second].t1 = e.t_ns;
+          open_faults.erase(it);
+          break;
+        }
+      }
+    } else if (e.kind == "fault_fired") {
+      tl.marks.push_back(
+          {e.rank, e.t_ns, e.step,
+           fmt::format("fault fired at {}: {}", d.value("site", ""), d.value("action", "")),
+           "fault-fired"});
+    } else if (e.kind == "diagnosis") {
+      std::vector<int> ranks;
+      if (d.contains("ranks") && d["ranks"].is_array()) ranks = d["ranks"].get<std::vector<int>>();
+      if (ranks.empty()) ranks.push_back(-1);
+      for (int r : ranks) {
+        tl.marks.push_back({r, e.t_ns, e.step,
+                            fmt::format("{} diagnosed {}: {}", d.value("detector", "?"),
+                                        d.value("symptom", "?"), d.value("evidence", "")),
+                            "diagnosis"});
+      }
+    } else if (e.kind == "control" || e.kind == "restart" || e.kind == "reshard") {
+      tl.marks.push_back({-1, e.t_ns, -1, e.kind + ": " + d.dump(), "action"});
+    } else if (e.kind == "rank_exit" && e.rank >= 0) {
+      tl.marks.push_back(
+          {e.rank, e.t_ns, -1,
+           fmt::format("rank {} exit: {} (code {}){}", e.rank, d.value("class", ""),
+                       d.value("code", 0), d.value("by_harness", false) ? ", by the harness" : ""),
+           "exit " + d.value("class", std::string())});
+    } else if (e.kind == "error" && e.source == "rank") {
+      tl.evidence.push_back(fmt::format("rank {}: {}", e.rank, d.value("message", "")));
+    }
+  }
+  if (tl.t0 < 0) tl.t0 = 0;
+  for (auto& s : tl.stalls) {
+    if (s.t1 < 0) s.t1 = tl.t_end;
+  }
+  for (auto& f : tl.faults) {
+    if (f.t1 < 0) f.t1 = tl.t_end;
+  }
+  for (auto& m : tl.marks) {
+    if (m.step < 0 && m.rank >= 0) m.step = step_at(tl, m.rank, m.t);
+  }
+  return tl;
+}
+
+constexpr double kLeft = 70, kWidth = 900, kLane = 26;
+
+std::string timeline_svg(const Timeline& tl) {
+  const double span = std::max<double>(1, tl.t_end - tl.t0);
+  auto x = [&](int64_t t) { return kLeft + (static_cast<double>(t - tl.t0) / span) * kWidth; };
+  const int lanes = std::max(1, tl.world);
+  const double top = 24, height = top + lanes * kLane + 28;
+  std::string s =
+      fmt::format("<svg id=\"timeline\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">\n",
+                  kLeft + kWidth + 20, height, kLeft + kWidth + 20, height);
+  auto lane_y = [&](int r) { return top + r * kLane; };
+  for (int r = 0; r < lanes; ++r) {
+    s += fmt::format(
+        "<g class=\"lane-row\" data-rank=\"{}\"><rect class=\"lane{}\" x=\"{}\" y=\"{}\" "
+        "width=\"{}\" height=\"{}\"/><text x=\"6\" y=\"{}\">rank {}</text></g>\n",
+        r, r % 2 ? " alt" : "", kLeft, lane_y(r), kWidth, kLane, html::num(lane_y(r) + 17), r);
+  }
+  // Seconds axis.
+  const double secs = span / 1e9;
+  const double step = secs <= 5 ? 0.5 : secs <= 20 ? 2 : secs <= 60 ? 5 : secs <= 300 ? 30 : 60;
+  const double axis_y = top + lanes * kLane;
+  for (double t = 0; t <= secs + 1e-9; t += step) {
+    const double xx = x(tl.t0 + static_cast<int64_t>(t * 1e9));
+    s += fmt::format(
+        "<line class=\"grid\" x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" y2=\"{2}\"/>"
+        "<text x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4}s</text>\n",
+        html::num(xx), top, axis_y, html::num(axis_y + 14), html::num(t, 1));
+  }
+  for (const auto& f : tl.faults) {
+    const double y0 = f.rank >= 0 && f.rank < lanes ? lane_y(f.rank) : top;
+    const double h = f.rank >= 0 && f.rank < lanes ? kLane : lanes * kLane;
+    s += fmt::format(
+        "<rect class=\"fault-window\" data-rank=\"{}\" data-info=\"{}\" x=\"{}\" y=\"{}\" "
+        "width=\"{}\" height=\"{}\"><title>{}</title></rect>\n",
+        f.rank, html_escape(f.label), html::num(x(f.t0)), y0,
+        html::num(std::max(2.0, x(f.t1) - x(f.t0))), h, html_escape(f.label));
+  }
+  for (const auto& st : tl.stalls) {
+    if (st.rank < 0 || st.rank >= lanes) continue;
+    s += fmt::format(
+        "<rect class=\"{}\" data-rank=\"{}\" data-info=\"rank {}: {}\" x=\"{}\" y=\"{}\" "
+        "width=\"{}\" height=\"8\"><title>rank {}: {}</title></rect>\n",
+        st.cls, st.rank, st.rank, html_escape(st.label), html::num(x(st.t0)),
+        html::num(lane_y(st.rank) + 16), html::num(std::max(1.5, x(st.t1) - x(st.t0))), st.rank,
+        html_escape(st.label));
+  }
+  for (const auto& [r, pts] : tl.steps) {
+    if (r < 0 || r >= lanes) continue;
+    for (const auto& p : pts) {
+      s += fmt::format(
+          "<line class=\"step\" data-rank=\"{0}\" data-step=\"{1}\" x1=\"{2}\" x2=\"{2}\" "
+          "y1=\"{3}\" "
+          "y2=\"{4}\"><title>rank {0} step {1}</title></line>\n",
+          r, p.step, html::num(x(p.t)), html::num(lane_y(r) + 3), html::num(lane_y(r) + 14));
+    }
+  }
+  for (const auto& m : tl.marks) {
+    const double xx = x(m.t);
+    const std::string info = html_escape(m.label);
+    if (m.cls == "action") {
+      s += fmt::format(
+          "<line class=\"action\" data-info=\"{0}\" x1=\"{1}\" x2=\"{1}\" y1=\"{2}\" y2=\"{3}\">"
+          "<title>{0}</title></line>\n",
+          info, html::num(xx), top - 6, axis_y);
+      continue;
+    }
+    const int r = m.rank >= 0 && m.rank < lanes ? m.rank : 0;
+    const double y = lane_y(r);
+    if (m.cls == "diagnosis") {
+      s += fmt::format(
+          "<path class=\"diagnosis\" data-rank=\"{}\" data-step=\"{}\" data-info=\"{}\" "
+          "d=\"M{} {} l6 -10 l-12 0 z\"><title>{}</title></path>\n",
+          m.rank, m.step, info, html::num(xx), html::num(y + 12), info);
+    } else if (m.cls == "fault-fired") {
+      s += fmt::format(
+          "<path class=\"fault-fired\" data-rank=\"{}\" data-step=\"{}\" data-info=\"{}\" "
+          "d=\"M{} {} l5 6 l-5 6 l-5 -6 z\"><title>{}</title></path>\n",
+          m.rank, m.step, info, html::num(xx), html::num(y + 7), info);
+    } else {
+      s += fmt::format(
+          "<path class=\"{}\" data-rank=\"{}\" data-info=\"{}\" d=\"M{} {} l8 8 m0 -8 l-8 8\">"
+          "<title>{}</title></path>\n",
+          m.cls, m.rank, info, html::num(xx - 4), html::num(y + 9), info);
+    }
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+const char* kPalette[] = {"#1565c0", "#c62828", "#2e7d32", "#ef6c00",
+                          "#6a1b9a", "#00838f", "#5d4037", "#ad1457"};
+
+std::string chart_svg(const Timeline& tl, const std::string& metric, const std::string& title) {
+  double lo = INFINITY, hi = -INFINITY;
+  int64_t smax = 0;
+  auto value = [&](const StepPoint& p) -> std::optional<double> {
+    if (metric == "loss") return p.finite ? std::optional<double>(p.loss) : std::nullopt;
+    if (metric == "loss_scale") return p.scale;
+    if (metric == "step_time_s") return p.step_time;
+    return p.mem / 1048576.0;
+  };
+  for (auto& [r, pts] : tl.steps) {
+    for (auto& p : pts) {
+      smax = std::max(smax, p.step);
+      if (auto v = value(p)) {
+        lo = std::min(lo, *v);
+        hi = std::max(hi, *v);
+      }
+    }
+  }
+  const double w = 420, h = 150, l = 50, b = 20;
+  std::string s = fmt::format(
+      "<svg class=\"chart\" data-metric=\"{}\" width=\"{}\" height=\"{}\"><text x=\"{}\" "
+      "y=\"14\">{}</text>\n",
+      metric, w + l + 10, h + b + 20, l, html_escape(title));
+  if (!std::isfinite(lo)) return s + "<text x=\"60\" y=\"60\">no data</text></svg>\n";
+  if (hi - lo < 1e-12) hi = lo + 1;
+  auto X = [&](int64_t st) { return l + (smax > 0 ? static_cast<double>(st) / smax : 0) * w; };
+  auto Y = [&](double v) { return 20 + (1 - (v - lo) / (hi - lo)) * h; };
+  s += fmt::format(
+      "<line class=\"axis\" x1=\"{0}\" x2=\"{0}\" y1=\"20\" y2=\"{1}\"/>"
+      "<line class=\"axis\" x1=\"{0}\" x2=\"{2}\" y1=\"{1}\" y2=\"{1}\"/>"
+      "<text x=\"2\" y=\"26\">{3}</text><text x=\"2\" y=\"{1}\">{4}</text>"
+      "<text x=\"{2}\" y=\"{5}\" text-anchor=\"end\">step {6}</text>\n",
+      l, 20 + h, l + w, html::num(hi, 3), html::num(lo, 3), 20 + h + 16, smax);
+  for (auto& [r, pts] : tl.steps) {
+    // One line per incarnation: a restart goes back to an earlier step.
+    std::vector<std::string> paths(1);
+    int64_t prev = -1;
+    for (auto& p : pts) {
+      if (p.step <= prev && !paths.back().empty()) paths.emplace_back();
+      prev = p.step;
+      if (auto v = value(p)) {
+        paths.back() += fmt::format("{},{} ", html::num(X(p.step)), html::num(Y(*v)));
+      }
+    }
+    for (size_t i = 0; i < paths.size(); ++i) {
+      s += fmt::format(
+          "<polyline class=\"series\" data-rank=\"{}\" stroke=\"{}\"{} points=\"{}\">"
+          "<title>rank {}{}</title></polyline>\n",
+          r, kPalette[r % 8], i > 0 ? " stroke-dasharray=\"4 2\"" : "", paths[i], r,
+          i > 0 ? fmt::format(" after restart {}", i) : "");
+    }
+  }
+  return s + "</svg>\n";
+}
+
+}  // namespace
+
+std::string run_report_html(const std::string& run_dir, const std::string& out_dir) {
+  const auto h = read_history(run_dir + "/history.jsonl");
+  const Timeline tl = read_timeline(h);
+  Verdict v;
+  try {
+    v = judge_run_dir(run_dir);
+  } catch (const std::exception& e) {
+    v.outcome = "unknown";
+    v.explanation = std::string("cannot judge: ") + e.what();
+  }
+  const auto rel = [&](const std::string& p) {
+    return fs::relative(fs::path(p), fs::path(out_dir)).string();
+  };
+  std::string body = fmt::format(
+      "<h1>{} <span class=\"badge {}\">{}</span></h1>\n<div class=\"meta\">run {} &middot; {} "
+      "ranks &middot; oracle {}{} &middot; {:.1f} s</div>\n",
+      html_escape(tl.start.value("scenario", fs::path(run_dir).filename().string())), v.outcome,
+      v.outcome, html_escape(tl.start.value("run_id", "")), tl.world, html_escape(v.oracle),
+      v.symptom.empty() ? "" : ", symptom " + html_escape(v.symptom), (tl.t_end - tl.t0) / 1e9);
+  body += "<h2>Verdict</h2><div class=\"evidence\" id=\"verdict\">" + html_escape(v.explanation) +
+          "</div>\n";
+  if (!tl.evidence.empty()) {
+    body += "<h2>Evidence</h2><div class=\"evidence\" id=\"evidence\">";
+    for (auto& l : tl.evidence) body += html_escape(l) + "\n";
+    body += "</div>\n";
+  }
+  body +=
+      "<h2>Timeline</h2><div class=\"legend\"><span style=\"background:#4a78c2;color:#fff\">"
+      "step</span><span style=\"background:#f0a040\">collective in flight</span>"
+      "<span style=\"background:#fbd3d2\">fault active</span><span style=\"background:#b71c1c;"
+      "color:#fff\">fault fired</span><span style=\"background:#6a1b9a;color:#fff\">"
+      "diagnosis</span><span style=\"border-bottom:2px dashed #00838f\">control / restart"
+      "</span><span>&times; exit</span> <span id=\"status\"></span></div>\n";
+  body += timeline_svg(tl) + "<div id=\"detail\">click a marker for its details</div>\n";
+  body += "<h2>Per step</h2>\n" + chart_svg(tl, "loss", "loss") +
+          chart_svg(tl, "loss_scale", "loss scale") +
+          chart_svg(tl, "step_time_s", "step time (s)") +
+          chart_svg(tl, "mem_current", "memory allocated (MiB)");
+  body +=
+      "<h2>Ranks</h2><table><tr><th>rank</th><th>steps</th><th>last step</th><th>log</th>"
+      "<th>events</th></tr>\n";
+  for (int r = 0; r < tl.world; ++r) {
+    auto it = tl.steps.find(r);
+    const size_t n = it == tl.steps.end() ? 0 : it->second.size();
+    const int64_t last = n ? it->second.back().step : -1;
+    const std::string rd = fmt::format("{}/ranks/rank{}", run_dir, r);
+    body += fmt::format(
+        "<tr><td>{0}</td><td>{1}</td><td>{2}</td><td><a href=\"{3}\">output.log</a></td>"
+        "<td><a href=\"{4}\">events.jsonl</a></td></tr>\n",
+        r, n, last, html_escape(rel(rd + "/output.log")), html_escape(rel(rd + "/events.jsonl")));
+  }
+  body += fmt::format(
+      "</table><p class=\"meta\">Files: <a href=\"{}\">history.jsonl</a>, "
+      "<a href=\"{}\">scenario.yaml</a>, <a href=\"{}\">verdict.json</a></p>\n",
+      html_escape(rel(run_dir + "/history.jsonl")), html_escape(rel(run_dir + "/scenario.yaml")),
+      html_escape(rel(run_dir + "/verdict.json")));
+  return html::page("faultline run " + tl.start.value("run_id", ""), body);
+}
+
+}  // namespace fl::harness

@@ -1,0 +1,170 @@
+// The report of a suite: the catalogue as a grid (stage x symptom) coloured by what the suite
+// saw for each symptom — reproduced and fix verified, reproduced but a fix failed, not
+// reproduced — with the median time to symptom; every run with its outcome; the detector
+// leaderboard when the suite was a benchmark.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "harness/report/html.hpp"
+#include "harness/report/report.hpp"
+#include "harness/run/runner.hpp"
+#include "harness/scenario/scenario.hpp"
+
+namespace fl::harness {
+
+namespace fs = std::filesystem;
+
+std::string run_report_html(const std::string& run_dir, const std::string& out_dir);
+
+namespace {
+
+struct Cell {
+  int faulty = 0, reproduced = 0, fixes = 0, fixed = 0;
+  std::vector<double> t;
+  std::vector<std::string> scenarios;
+};
+
+std::string leaderboard_html(const nlohmann::json& lb) {
+  std::string s =
+      "<h2>Detector leaderboard</h2><table id=\"leaderboard\"><tr><th>detector</th>"
+      "<th>recall</th><th>precision</th><th>F1</th><th>latency p50 s</th><th>symptom</th>"
+      "<th>top-1</th><th>FP / clean h</th></tr>\n";
+  for (const auto& d : lb.value("detectors", nlohmann::json::array())) {
+    auto lat = d["latency_from_injection_s"]["p50"];
+    s += fmt::format(
+        "<tr><td>{}</td><td>{:.0f}%</td><td>{:.0f}%</td><td>{:.2f}</td><td>{}</td>"
+        "<td>{:.0f}%</td><td>{:.0f}%</td><td>{:.0f}</td></tr>\n",
+        html_escape(d.value("detector", "")), 100 * d.value("recall", 0.0),
+        100 * d.value("precision", 0.0), d.value("f1", 0.0),
+        lat.is_number() ? html::num(lat.get<double>(), 2) : "-",
+        100 * d.value("symptom_accuracy", 0.0), 100 * d.value("localisation_top1", 0.0),
+        d.value("false_positives_per_clean_hour", 0.0));
+  }
+  return s + "</table>\n";
+}
+
+}  // namespace
+
+std::string suite_report_html(const std::string& suite_dir, const std::string& out_dir) {
+  const nlohmann::json sum = load_suite_summary(suite_dir);
+  std::map<std::string, Cell> cells;
+  int failed = 0;
+  for (const auto& c : sum["cases"]) {
+    const std::string sym = c.value("symptom", "");
+    if (c.value("outcome", "") != "pass") ++failed;
+    if (sym.empty()) continue;
+    Cell& cell = cells[sym];
+    const bool pass = c.value("outcome", "") == "pass";
+    if (c.value("variant", "") == "fix") {
+      ++cell.fixes;
+      cell.fixed += pass;
+    } else {
+      ++cell.faulty;
+      cell.reproduced += pass;
+      if (pass && c.value("manifested_s", -1.0) >= 0) cell.t.push_back(c["manifested_s"]);
+      const std::string n = c.value("scenario", "");
+      if (std::find(cell.scenarios.begin(), cell.scenarios.end(), n) == cell.scenarios.end()) {
+        cell.scenarios.push_back(n);
+      }
+    }
+  }
+  std::string body = fmt::format(
+      "<h1>suite {} <span class=\"badge {}\">{} of {} runs passed</span></h1>\n"
+      "<div class=\"meta\">{}</div>\n",
+      html_escape(sum.value("suite", "")), failed == 0 ? "pass" : "fail",
+      sum["cases"].size() - failed, sum["cases"].size(), html_escape(suite_dir));
+  body +=
+      "<h2>Catalogue</h2><div class=\"legend\"><span class=\"cell ok\">reproduced, fix "
+      "verified</span><span class=\"cell fixfail\">reproduced, a fix failed</span><span "
+      "class=\"cell norepro\">not reproduced</span><span class=\"cell none\">no scenario in "
+      "this suite</span></div><table id=\"catalog\">\n";
+  const Taxonomy& tax = taxonomy();
+  for (int stage = 1; stage <= 5; ++stage) {
+    body += fmt::format("<tr><th>stage {}</th>", stage);
+    for (const auto& s : tax.symptoms) {
+      if (s.stage != stage) continue;
+      auto it = cells.find(s.id);
+      std::string cls = "none", info;
+      if (it != cells.end() && it->second.faulty > 0) {
+        const Cell& c = it->second;
+        cls = c.reproduced < c.faulty ? "norepro" : c.fixed < c.fixes ? "fixfail" : "ok";
+        std::vector<double> t = c.t;
+        std::sort(t.begin(), t.end());
+        info =
+            fmt::format("{}/{} reproduced, {}/{} fixed{}", c.reproduced, c.faulty, c.fixed, c.fixes,
+                        t.empty() ? "" : fmt::format(", {:.1f} s to symptom", t[t.size() / 2]));
+      }
+      body += fmt::format(
+          "<td class=\"cell {}\" data-symptom=\"{}\" title=\"{}\"><b>{}</b> {}<br>{}</td>", cls,
+          s.id,
+          html_escape(it != cells.end() ? fmt::format("{}", fmt::join(it->second.scenarios, ", "))
+                                        : ""),
+          s.id, html_escape(s.name), html_escape(info));
+    }
+    body += "</tr>\n";
+  }
+  body += "</table>\n";
+  const fs::path lb = fs::path(suite_dir) / "leaderboard.json";
+  if (fs::exists(lb)) {
+    std::ifstream in(lb);
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    if (!j.is_discarded()) body += leaderboard_html(j);
+  }
+  body +=
+      "<h2>Runs</h2><table id=\"runs\"><tr><th>scenario</th><th>variant</th><th>seed</th>"
+      "<th>outcome</th><th>time to symptom</th><th>tokens/s</th><th>explanation</th></tr>\n";
+  for (const auto& c : sum["cases"]) {
+    const std::string dir = c.value("run_dir", "");
+    const std::string link =
+        !dir.empty() && fs::exists(dir + "/report.html")
+            ? fs::relative(fs::path(dir) / "report.html", out_dir).string()
+            : (!dir.empty() && fs::exists(dir) ? fs::relative(dir, out_dir).string() : "");
+    const double m = c.value("manifested_s", -1.0);
+    body += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{:.0f}</td>"
+        "<td>{}</td></tr>\n",
+        link.empty() ? html_escape(c.value("scenario", ""))
+                     : fmt::format("<a href=\"{}\">{}</a>", html_escape(link),
+                                   html_escape(c.value("scenario", ""))),
+        c.value("variant", ""), c.value("seed", 0), c.value("outcome", "") == "pass" ? "" : "fail",
+        html_escape(c.value("outcome", "")), m >= 0 ? html::num(m, 1) + " s" : "-",
+        c.value("tokens_per_s", 0.0), html_escape(c.value("explanation", "")));
+  }
+  body += "</table>\n";
+  return html::page("faultline suite " + sum.value("suite", ""), body);
+}
+
+nlohmann::json load_suite_summary(const std::string& path) {
+  const fs::path p = fs::is_directory(path) ? fs::path(path) / "summary.json" : fs::path(path);
+  std::ifstream in(p);
+  if (!in)
+    raise<Error>("{}: no suite summary (expected a suite directory or its summary.json)", path);
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.contains("cases") || !j["cases"].is_array()) {
+    raise<Error>("{}: not a suite summary (no \"cases\" list)", p.string());
+  }
+  return j;
+}
+
+std::string write_report(const std::string& dir, const std::string& out) {
+  const bool run = fs::exists(fs::path(dir) / "history.jsonl");
+  const bool suite = fs::exists(fs::path(dir) / "summary.json");
+  if (!run && !suite) {
+    raise<Error>(
+        "{}: neither a run directory (history.jsonl) nor a suite directory "
+        "(summary.json)",
+        dir);
+  }
+  const std::string path = out.empty() ? (fs::path(dir) / "report.html").string() : out;
+  const std::string out_dir = fs::absolute(fs::path(path)).parent_path().string();
+  const std::string abs = fs::absolute(dir).lexically_normal().string();
+  write_atomic(path, run ? run_report_html(abs, out_dir) : suite_report_html(abs, out_dir));
+  return path;
+}
+
+}  // namespace fl::harness
