@@ -15,5 +15,9 @@ if [[ $# -eq 0 ]]; then
   # The smoke suite: every symptom scenario must still reproduce and every fix still clear it.
   build/harness/faultline suite scenarios/suites/smoke.yaml -j 2 --results build/suites \
     --junit build/suites/smoke-junit.xml
+  # Its report, and the comparison with the committed baseline (a regression fails CI).
+  smoke=$(ls -d build/suites/*-smoke | tail -n 1)
+  build/harness/faultline report "$smoke"
+  build/harness/faultline diff results/baselines/smoke.json "$smoke" --outcomes-only
 fi
 echo "ci/test.sh: finished in $(( $(date +%s) - start )) s"
