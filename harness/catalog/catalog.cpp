@@ -18,6 +18,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include "harness/report/report.hpp"
 #include "harness/run/launch_args.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/scenario/scenario.hpp"
@@ -45,29 +46,6 @@ std::vector<std::string> yaml_files(const std::string& dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-std::string xml_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        o += "&amp;";
-        break;
-      case '<':
-        o += "&lt;";
-        break;
-      case '>':
-        o += "&gt;";
-        break;
-      case '"':
-        o += "&quot;";
-        break;
-      default:
-        o += static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t' ? ' ' : c;
-    }
-  }
-  return o;
 }
 
 }  // namespace
@@ -425,14 +403,14 @@ std::string suite_junit(const SuiteResult& r) {
   for (auto& c : r.cases) total += c.wall_s;
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   out += fmt::format("<testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" time=\"{:.3f}\">\n",
-                     xml_escape(r.name), r.cases.size(), r.failures(), total);
+                     html_escape(r.name), r.cases.size(), r.failures(), total);
   for (const auto& c : r.cases) {
     out += fmt::format("  <testcase classname=\"{}.{}\" name=\"{}{} seed {}\" time=\"{:.3f}\">\n",
-                       xml_escape(r.name), xml_escape(c.symptom.empty() ? "clean" : c.symptom),
-                       xml_escape(c.name), c.fix ? " [fix]" : "", c.seed, c.wall_s);
+                       html_escape(r.name), html_escape(c.symptom.empty() ? "clean" : c.symptom),
+                       html_escape(c.name), c.fix ? " [fix]" : "", c.seed, c.wall_s);
     if (c.outcome != "pass") {
-      out += fmt::format("    <failure message=\"{}\">{}</failure>\n", xml_escape(c.outcome),
-                         xml_escape(c.explanation + " (" + c.run_dir + ")"));
+      out += fmt::format("    <failure message=\"{}\">{}</failure>\n", html_escape(c.outcome),
+                         html_escape(c.explanation + " (" + c.run_dir + ")"));
     }
     out += "  </testcase>\n";
   }

@@ -26,8 +26,8 @@ std::string html_escape(const std::string& s) {
       case '\'':
         o += "&#39;";
         break;
-      default:
-        o += c;
+      default:  // control characters are not allowed in XML (JUnit files use this too)
+        o += static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t' ? ' ' : c;
     }
   }
   return o;

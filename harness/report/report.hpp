@@ -14,7 +14,7 @@ namespace fl::harness {
 // and returns its path. Throws Error for a directory that is neither.
 std::string write_report(const std::string& dir, const std::string& out = "");
 
-// HTML-escaped text.
+// Text escaped for HTML and XML (JUnit): & < > " ' and control characters.
 std::string html_escape(const std::string& s);
 
 struct DiffOptions {
