@@ -55,7 +55,7 @@ table{border-collapse:collapse;background:#fff}td,th{border:1px solid #ddd;paddi
 text-align:left;font-size:13px}th{background:#f0f2f5}
 .cell{width:118px;height:58px;vertical-align:top;font-size:12px}
 .cell.ok{background:#c8e6c9}.cell.fixfail{background:#ffe0b2}.cell.norepro{background:#ffcdd2}
-.cell.none{background:#eceff1;color:#888}.legend span{display:inline-block;padding:2px 8px;margin-right:6px}
+.cell.none{background:#eceff1;color:#888}.legend .cell{display:inline-block;width:auto;height:auto}.legend span{display:inline-block;padding:2px 8px;margin-right:6px}
 #detail{font-family:ui-monospace,monospace;font-size:12px;min-height:1.4em;margin-top:6px}
 .hl{stroke:#000;stroke-width:2}
 )";

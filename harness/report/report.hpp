@@ -26,7 +26,8 @@ struct DiffOptions {
 
 struct DiffEntry {
   std::string kind;  // stopped_reproducing, fix_stopped_working, failing, slower_symptom,
-                     // throughput_drop, missing, new, fixed_again, faster_symptom
+                     // suite_throughput_drop, throughput_drop (one case: a note), missing,
+                     // new, fixed_again, faster_symptom
   std::string scenario, variant, detail;
   uint64_t seed = 0;
   bool regression = false;

@@ -161,17 +161,28 @@ TEST(Diff, RegressionsAndNotes) {
   EXPECT_TRUE(by.at("stopped_reproducing:a").regression);
   EXPECT_TRUE(by.at("fix_stopped_working:a").regression);
   EXPECT_TRUE(by.at("slower_symptom:b").regression);
-  EXPECT_TRUE(by.at("throughput_drop:clean").regression);
+  EXPECT_FALSE(by.at("throughput_drop:clean").regression);         // one short run: a note
+  EXPECT_TRUE(by.at("suite_throughput_drop:(suite)").regression);  // the only healthy run: 20%
   EXPECT_FALSE(by.at("fixed_again:d").regression);
   EXPECT_FALSE(by.at("missing:gone").regression);
   EXPECT_FALSE(by.at("new:new").regression);
-  EXPECT_EQ(d.size(), 7u);
+  EXPECT_EQ(d.size(), 8u);
   DiffOptions o;
   o.outcomes_only = true;
   for (auto& e : diff_suites(before, after, o)) {
     EXPECT_NE(e.kind, "slower_symptom");
     EXPECT_NE(e.kind, "throughput_drop");
   }
+  // Many healthy runs: one slow run is a note, not a suite regression.
+  std::vector<nlohmann::json> b5, a5;
+  for (int i = 0; i < 5; ++i) {
+    b5.push_back(c("c" + std::to_string(i), "fix", "pass", 1.0, 1000));
+    a5.push_back(c("c" + std::to_string(i), "fix", "pass", 1.0, i == 0 ? 300 : 1000));
+  }
+  auto few = diff_suites(suite_of(b5), suite_of(a5), {});
+  ASSERT_EQ(few.size(), 1u);
+  EXPECT_EQ(few[0].kind, "throughput_drop");
+  EXPECT_FALSE(few[0].regression);
   // Within the thresholds: no entry.
   EXPECT_TRUE(diff_suites(suite_of({c("b", "faulty", "pass", 1.0)}),
                           suite_of({c("b", "faulty", "pass", 2.5)}), {})
