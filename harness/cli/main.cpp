@@ -177,6 +177,8 @@ int main(int argc, char** argv) {
       "logs, baseline (all six), or a command line";
   const char* recovery_help =
       "Start a recovery tool: restart, shrink, microbatch, skip-batch, reset-scale, or a command";
+  bool write_html = false;
+  run->add_flag("--report", write_html, "Also write the run's HTML report (report.html)");
   run->add_option("--detector", ro.detectors, detector_help);
   run->add_option("--recovery", ro.recovery, recovery_help);
   auto* validate = app.add_subcommand("validate", "Check a scenario file");
@@ -369,7 +371,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     ro.fix = fix;
-    return fl::harness::run_scenario(s, ro).exit_code;
+    const auto res = fl::harness::run_scenario(s, ro);
+    if (write_html && !res.run_dir.empty()) {
+      std::printf("  report     %s\n", fl::harness::write_report(res.run_dir).c_str());
+    }
+    return res.exit_code;
   } catch (const fl::harness::ScenarioError& e) {
     std::fprintf(stderr, "faultline: %s\n", e.what());
     return 2;

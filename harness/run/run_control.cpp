@@ -99,11 +99,11 @@ ControlResult Run::control_on_io(const ControlAction& a) {
     }
     auto env = rank_env(a.rank);
     const auto args = worker_args(s_, dir_, "");
-    ProcessSpec p{fmt::format("rank {}", a.rank),
-                  a.rank,
-                  args,
-                  {},
-                  fmt::format("{}/ranks/rank{}", dir_, a.rank)};
+    ProcessSpec p;
+    p.name = fmt::format("rank {}", a.rank);
+    p.rank = a.rank;
+    p.argv = args;
+    p.cwd = fmt::format("{}/ranks/rank{}", dir_, a.rank);
     for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
     const pid_t pid = sup_->spawn(p);
     rank_pids_[a.rank] = pid;
@@ -179,7 +179,10 @@ void Run::start_tools() {
   if (tools_.empty()) return;
   fs::create_directories(dir_ + "/tools");
   for (const auto& t : tools_) {
-    ProcessSpec p{"tool:" + t.name, -1, t.argv, {}, dir_ + "/tools"};
+    ProcessSpec p;
+    p.name = "tool:" + t.name;
+    p.argv = t.argv;
+    p.cwd = dir_ + "/tools";
     for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
     for (auto& kv : tool_env(t, ctl_addr_, dir_)) p.env.push_back(kv);
     const pid_t pid = sup_->spawn(p);

@@ -78,8 +78,9 @@ TEST(Detectors, BaselineFindsAndLocalisesAFrozenRank) {
 
 TEST(Detectors, LogClassifierAndCommAnalyserNameTheSymptom) {
   auto r = cli_run(kSrc + "/scenarios/symptoms/4.6-dtype-mismatch-allreduce.yaml",
-                   {"--detector", "logs", "--detector", "comm"});
+                   {"--detector", "logs", "--detector", "comm", "--report"});
   ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  EXPECT_TRUE(fs::exists(r.dir + "/report.html")) << r.proc.output;  // run --report
   std::set<std::string> seen;
   for (auto& d : r.diagnoses) {
     seen.insert(d["detector"].get<std::string>() + ":" + d["symptom"].get<std::string>());
