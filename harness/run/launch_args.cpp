@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -166,15 +165,6 @@ pid_t spawn_logged(const std::vector<std::string>& argv, const std::string& log)
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) throw Error(fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
   return pid;
-}
-
-int run_logged(const std::vector<std::string>& argv, const std::string& log) {
-  const pid_t pid = spawn_logged(argv, log);
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 }  // namespace fl::harness

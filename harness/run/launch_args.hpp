@@ -26,7 +26,5 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
 std::map<std::string, std::string> base_env();
 // Starts argv[0] (a path) with stdin from /dev/null and stdout+stderr to `log`; throws Error.
 pid_t spawn_logged(const std::vector<std::string>& argv, const std::string& log);
-// The same, waited for: the exit status, or 128 + the signal.
-int run_logged(const std::vector<std::string>& argv, const std::string& log);
 
 }  // namespace fl::harness

@@ -156,12 +156,11 @@ bool Run::reshard_for_restart(int dp, std::string& from, std::string& error) {
   }
   const std::string out = fmt::format("{}/checkpoints-dp{}-r{}", dir_, dp, restarts_ + 1);
   // Run to completion here (a few hundred ms): the restart must not start before it ends.
-  const int rc = run_logged(
-      {FAULTLINE_CKPT_BIN, "reshard", "--in", from, "--out", out, "--dp", std::to_string(dp)},
-      dir_ + "/reshard.log");
-  if (rc != 0) {
-    error =
-        fmt::format("fl-ckpt reshard to dp {} failed (exit {}; see {}/reshard.log)", dp, rc, dir_);
+  try {
+    run_tool(
+        {FAULTLINE_CKPT_BIN, "reshard", "--in", from, "--out", out, "--dp", std::to_string(dp)});
+  } catch (const std::exception& e) {
+    error = fmt::format("resharding to dp {} failed: {}", dp, e.what());
     return false;
   }
   hist_->harness("reshard", {{"from", from}, {"to", out}, {"dp_from", s_.dp}, {"dp", dp}});
