@@ -11,6 +11,7 @@
 
 #include "base/error.hpp"
 #include "base/settings.hpp"
+#include "kernels/device.hpp"
 
 namespace fl {
 
@@ -34,12 +35,18 @@ std::string format_bytes(size_t bytes);
 
 class MemoryAccountant {
  public:
-  // budget 0 = unlimited. `rank` and `device` appear in the error message.
-  explicit MemoryAccountant(size_t budget = 0, int rank = -1, std::string device = "cpu");
+  // budget 0 = unlimited. `rank` and `device` appear in the error message; tensors charged to
+  // this accountant live on `device`.
+  explicit MemoryAccountant(size_t budget = 0, int rank = -1, Device device = Device::cpu());
 
   // Reserves `bytes` for `what`; throws OutOfMemoryError if the budget would be exceeded.
   void reserve(size_t bytes, std::string_view what);
   void release(size_t bytes);
+  // The out-of-memory error of this accountant for a request of `bytes` for `what` (the budget
+  // check and a device that refuses memory raise the same shape); `cause`, when given, is
+  // appended (the device's own reason).
+  [[noreturn]] void raise_out_of_memory(size_t bytes, std::string_view what,
+                                        std::string_view cause = {}) const;
 
   size_t current() const { return current_.load(std::memory_order_relaxed); }
   size_t peak() const { return peak_.load(std::memory_order_relaxed); }
@@ -49,13 +56,19 @@ class MemoryAccountant {
   int rank() const { return rank_; }
   void set_rank(int r) { rank_ = r; }
 
+  Device device() const { return device_; }
+
   // The process-wide accountant of the CPU device.
   static MemoryAccountant& cpu();
+  // The process-wide accountant of CUDA device `index` (same budget setting as the CPU's).
+  static MemoryAccountant& cuda(int index);
+  // The accountant of `d`.
+  static MemoryAccountant& of(Device d) { return d.is_cuda() ? cuda(d.index) : cpu(); }
 
  private:
   size_t budget_;
   int rank_;
-  std::string device_;
+  Device device_;
   std::atomic<size_t> current_{0};
   std::atomic<size_t> peak_{0};
 };

@@ -1,5 +1,7 @@
 // A small tensor: dtype, shape, device and reference-counted storage whose bytes are accounted by
 // a MemoryAccountant for their whole life. Kernels take raw pointers; tensors own and account.
+// A tensor lives on its accountant's device: host memory, or a block of that GPU's caching
+// allocator.
 #pragma once
 
 #include <cstdint>
@@ -7,12 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/device.hpp"
 #include "kernels/dtype.hpp"
 #include "kernels/memory.hpp"
 
 namespace fl {
-
-enum class DeviceKind : uint8_t { kCpu = 0, kCuda = 1 };
 
 class Storage {
  public:
@@ -22,6 +23,7 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  Device device() const { return acct_->device(); }
 
  private:
   void* data_ = nullptr;
@@ -42,7 +44,7 @@ class Tensor {
   int64_t dim(size_t i) const { return shape_.at(i); }
   size_t numel() const;
   size_t bytes() const { return numel() * dtype_size(dtype_); }
-  DeviceKind device() const { return DeviceKind::kCpu; }
+  Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
   void* raw() const { return storage_ ? storage_->data() : nullptr; }
   template <class T>
   T* data() const {

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <memory>
+#include <mutex>
+
 #include "injector/site.hpp"
 
 namespace fl {
@@ -14,12 +18,40 @@ std::string format_bytes(size_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
-MemoryAccountant::MemoryAccountant(size_t budget, int rank, std::string device)
-    : budget_(budget), rank_(rank), device_(std::move(device)) {}
+MemoryAccountant::MemoryAccountant(size_t budget, int rank, Device device)
+    : budget_(budget), rank_(rank), device_(device) {}
+
+namespace {
+size_t budget_setting() {
+  return static_cast<size_t>(std::max<int64_t>(0, kMemoryBudgetBytes.get()));
+}
+}  // namespace
 
 MemoryAccountant& MemoryAccountant::cpu() {
-  static MemoryAccountant acct(static_cast<size_t>(std::max<int64_t>(0, kMemoryBudgetBytes.get())));
+  static MemoryAccountant acct(budget_setting());
   return acct;
+}
+
+MemoryAccountant& MemoryAccountant::cuda(int index) {
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<MemoryAccountant>> accts;
+  std::lock_guard lock(mu);
+  auto& a = accts[index];
+  if (!a) a = std::make_unique<MemoryAccountant>(budget_setting(), cpu().rank(), Device::cuda(index));
+  return *a;
+}
+
+void MemoryAccountant::raise_out_of_memory(size_t bytes, std::string_view what,
+                                           std::string_view cause) const {
+  const size_t cur = current();
+  throw OutOfMemoryError(
+      fmt::format("[rank {}] out of memory on {}: tried to allocate {} for '{}'; {} already "
+                  "allocated, budget {} ({} free), peak {}{}{}",
+                  rank_ >= 0 ? rank_ : fault::current_rank(), device_.str(), format_bytes(bytes),
+                  what, format_bytes(cur), budget_ ? format_bytes(budget_) : "unlimited",
+                  format_bytes(budget_ > cur ? budget_ - cur : 0), format_bytes(peak()),
+                  cause.empty() ? "" : "; ", cause),
+      bytes, cur, budget_);
 }
 
 void MemoryAccountant::reserve(size_t bytes, std::string_view what) {
@@ -28,13 +60,7 @@ void MemoryAccountant::reserve(size_t bytes, std::string_view what) {
   size_t cur = current_.load(std::memory_order_relaxed);
   for (;;) {
     if (verdict == fault::Verdict::kFail || (budget_ != 0 && cur + bytes > budget_)) {
-      throw OutOfMemoryError(
-          fmt::format("[rank {}] out of memory on {}: tried to allocate {} for '{}'; {} already "
-                      "allocated, budget {} ({} free), peak {}",
-                      rank_ >= 0 ? rank_ : fault::current_rank(), device_, format_bytes(bytes),
-                      what, format_bytes(cur), budget_ ? format_bytes(budget_) : "unlimited",
-                      format_bytes(budget_ > cur ? budget_ - cur : 0), format_bytes(peak())),
-          bytes, cur, budget_);
+      raise_out_of_memory(bytes, what);
     }
     if (current_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed)) break;
   }

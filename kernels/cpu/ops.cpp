@@ -1,7 +1,6 @@
 // CPU kernels of the decoder. Each has a straightforward reference form; the tests compare every
-// backward against central finite differences of its forward.
-#include "kernels/ops.hpp"
-#include "injector/site.hpp"
+// backward against central finite differences of its forward, and the CUDA kernels against these.
+#include "kernels/cpu/ops_cpu.hpp"
 #include "kernels/cpu/adamw_impl.hpp"
 #include "kernels/cpu/gelu_impl.hpp"
 #include "kernels/plugin.hpp"
@@ -13,19 +12,8 @@
 #include <cstring>
 #include <vector>
 
-namespace fl::ops {
+namespace fl::ops::cpu {
 
-// Each kernel class is a fault site (kernel.gemm, kernel.norm, kernel.attention,
-// kernel.elementwise, kernel.loss): a plan can delay a launch, corrupt its input or make it fail
-// the way a failed launch does.
-#define FL_KERNEL_SITE(site, input, n)                                                            \
-  do {                                                                                            \
-    if (FAULTLINE_FAULT_POINT(                                                                    \
-            site, (fault::SiteContext{-1, "", site, -1, const_cast<float*>(input), (n),           \
-                                      DType::kF32, -1})) == fault::Verdict::kFail) {              \
-      raise("{} launch failed on {} elements (fault injected at this kernel's site)", site, (n)); \
-    }                                                                                             \
-  } while (0)
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C) {
@@ -56,7 +44,6 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC) {
-  FL_KERNEL_SITE("kernel.gemm", inp, static_cast<size_t>(N) * static_cast<size_t>(C));
   // The bias is laid down first and the GEMM accumulates onto it (beta = 1): one pass over the
   // output instead of a second read-modify-write after the GEMM.
   if (bias) {
@@ -88,7 +75,6 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C) {
-  FL_KERNEL_SITE("kernel.norm", inp, static_cast<size_t>(N) * static_cast<size_t>(C));
   const float eps = 1e-5f;
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<size_t>(n) * C;
@@ -138,7 +124,6 @@ constexpr float kGeluScale = impl::kGeluScale;
 }
 
 void gelu_forward(float* out, const float* inp, size_t n) {
-  FL_KERNEL_SITE("kernel.elementwise", inp, n);
   if (auto f = plugin_kernels().gelu_forward) return f(out, inp, n);
   impl::gelu_forward(out, inp, n);
 }
@@ -155,7 +140,6 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
 }
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-  FL_KERNEL_SITE("kernel.attention", qkv, static_cast<size_t>(B) * T * 3 * C);
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int ld = 3 * C;
@@ -241,7 +225,6 @@ void residual_backward(float* da, float* db, const float* dout, size_t n) {
 
 void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
                                    const int32_t* targets, int N, int V) {
-  FL_KERNEL_SITE("kernel.loss", logits, static_cast<size_t>(N) * static_cast<size_t>(V));
   for (int n = 0; n < N; ++n) {
     const float* l = logits + static_cast<size_t>(n) * V;
     float* p = probs + static_cast<size_t>(n) * V;
@@ -276,6 +259,79 @@ double sum_of_squares(const float* x, size_t n) {
   return s;
 }
 
+double masked_sum_of_squares(const float* x, const uint8_t* skip, size_t n, double divisor) {
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (skip && skip[i]) continue;
+    const double v = static_cast<double>(x[i]) / divisor;
+    s += v * v;
+  }
+  return s;
+}
+
+void add_bias(float* out, const float* bias, int N, int C) {
+  for (int i = 0; i < N; ++i) {
+    for (int c = 0; c < C; ++c) out[static_cast<size_t>(i) * C + c] += bias[c];
+  }
+}
+
+void bias_backward(float* dbias, const float* dout, int N, int C) {
+  for (int i = 0; i < N; ++i) {
+    for (int c = 0; c < C; ++c) dbias[c] += dout[static_cast<size_t>(i) * C + c];
+  }
+}
+
+double loss_sum(const float* losses, const int32_t* targets, int N, int* valid) {
+  double sum = 0;
+  int count = 0;
+  for (int i = 0; i < N; ++i) {
+    if (targets[i] >= 0) {
+      sum += losses[i];
+      ++count;
+    }
+  }
+  *valid = count;
+  return sum;
+}
+
+void copy(float* dst, const float* src, size_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
+void zero(void* dst, size_t bytes) {
+  std::memset(dst, 0, bytes);
+}
+
+void round_to_precision(float* x, size_t n, DType t) {
+  if (t == DType::kF16) {
+    for (size_t i = 0; i < n; ++i) x[i] = half_to_float(float_to_half(x[i]));
+  } else if (t == DType::kBF16) {
+    for (size_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
+  }
+}
+
+void encode(const float* src, void* dst, DType t, size_t n) {
+  convert_from_f32(src, dst, t, n);
+}
+
+void decode(const void* src, DType t, float* dst, size_t n) {
+  convert_to_f32(src, t, dst, n);
+}
+
+void to_host(void* host, const void* src, size_t bytes) {
+  std::memcpy(host, src, bytes);
+}
+
+void from_host(void* dst, const void* host, size_t bytes) {
+  std::memcpy(dst, host, bytes);
+}
+
+void synchronize() {}
+
 void scale(float* x, size_t n, float by) {
   for (size_t i = 0; i < n; ++i) x[i] *= by;
 }
@@ -300,4 +356,4 @@ void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
   fn(param, grad, m, v, n, t, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay);
 }
 
-}  // namespace fl::ops
+}  // namespace fl::ops::cpu

@@ -1,13 +1,32 @@
 #include "kernels/tensor.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+
+#if defined(FAULTLINE_HAVE_CUDA)
+#include "kernels/cuda/runtime.hpp"
+#endif
 
 namespace fl {
 
 Storage::Storage(size_t bytes, MemoryAccountant& acct, std::string_view what)
     : bytes_(bytes), acct_(&acct) {
+  if (acct.device().is_cuda()) {
+#if defined(FAULTLINE_HAVE_CUDA)
+    const int d = acct.device().index;
+    data_ = cuda::device_allocate(d, bytes, what, acct);  // charges acct, raises its OOM error
+    const cudaError_t e = cudaMemsetAsync(data_, 0, std::max<size_t>(bytes, 1));
+    if (e != cudaSuccess) {
+      cuda::device_free(d, data_, acct);
+      cuda::raise_error(e, fmt::format("zeroing '{}'", what));
+    }
+    return;
+#else
+    raise<DeviceError>("tensor '{}' on {} but this build has no CUDA", what, acct.device().str());
+#endif
+  }
   acct.reserve(bytes, what);
   // 64-byte alignment for vectorised kernels; at least one byte so the pointer is unique.
   size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
@@ -20,6 +39,12 @@ Storage::Storage(size_t bytes, MemoryAccountant& acct, std::string_view what)
 }
 
 Storage::~Storage() {
+#if defined(FAULTLINE_HAVE_CUDA)
+  if (acct_->device().is_cuda()) {
+    cuda::device_free(acct_->device().index, data_, *acct_);
+    return;
+  }
+#endif
   std::free(data_);
   acct_->release(bytes_);
 }

@@ -26,11 +26,6 @@ void check(cudaError_t e, const char* what) {
 }
 }  // namespace
 
-int device_count() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-
 void fill_affine(float* dst, size_t n, float base, float scale) {
   unsigned blocks = static_cast<unsigned>((n + 255) / 256);
   fill_affine_kernel<<<blocks, 256>>>(dst, n, base, scale);

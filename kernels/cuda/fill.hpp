@@ -5,7 +5,6 @@
 
 namespace fl::cuda {
 
-int device_count();  // 0 when no driver or no device
 // dst[i] = base + scale * i, on the current device.
 void fill_affine(float* dst, size_t n, float base, float scale);
 // Number of i where |src[i] - (base + scale*i)| > tol.

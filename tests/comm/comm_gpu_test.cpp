@@ -5,13 +5,14 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/fill.hpp"
+#include "kernels/device.hpp"
 #include "workloads/comm/mpi_communicator.hpp"
 
 namespace fl::comm {
 namespace {
 
 TEST(DeviceBuffers, MpiAllReduceStagesThroughHost) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  if (fl::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
   auto world = MpiCommunicator::create_world(mpi_world_rank(), mpi_world_size());
   const size_t n = 1 << 20;
   float* d = nullptr;

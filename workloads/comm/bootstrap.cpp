@@ -140,7 +140,19 @@ int select_device(const WorkerIdentity& id) {
   return static_cast<int>(visible[static_cast<size_t>(id.local_rank)]);
 }
 
-Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& backend) {
+int gpu_for_rank(const WorkerIdentity& id, const std::string& backend) {
+  std::string map = kGpuMap.get();
+  if (map.empty()) map = backend == "nccl" ? "exclusive" : "shared";
+  if (map == "exclusive") return id.local_rank;
+  if (map == "shared") {
+    const int n = cuda_device_count();
+    return n > 0 ? id.local_rank % n : 0;
+  }
+  raise<SettingError>("FAULTLINE_GPU_MAP='{}' is not allowed (allowed: exclusive, shared)", map);
+}
+
+Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& backend,
+                           const std::string& compute) {
   Bootstrap b;
   if (kParentDeathSignal.get()) {
     // Under mpirun: end with the launcher even when it is SIGKILLed (the harness sets this up
@@ -155,7 +167,19 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
   fault::arm_from_env();  // FAULTLINE_FAULTS: standalone fault plans (throws on a bad plan)
   // Each process binds its device before it joins the world (CUDA ranks: the real
   // CUDA_VISIBLE_DEVICES decides when NCCL binds LOCAL_RANK's GPU).
-  if (backend == "mpi") b.device = select_device(b.id);
+  const std::string kind = compute.empty() ? kComputeDevice.get() : compute;
+  if (kind != "cpu" && kind != "cuda") {
+    raise<SettingError>("FAULTLINE_DEVICE='{}' is not allowed (allowed: cpu, cuda)", kind);
+  }
+  if (kind == "cuda" || backend == "nccl") {
+    b.device = gpu_for_rank(b.id, backend);
+    if (kind == "cuda") {
+      b.compute = fl::Device::cuda(b.device);
+      set_current_device(b.compute);  // DeviceError when the GPU is absent or out of range
+    }
+  } else if (backend == "mpi") {
+    b.device = select_device(b.id);
+  }
   const std::string host_mode = kStoreHost.get();
   if (host_mode != "rank0" && host_mode != "external") {
     raise<SettingError>("FAULTLINE_STORE_HOST='{}' is not allowed (allowed: rank0, external)",
@@ -198,7 +222,7 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
     b.comm = MpiCommunicator::create_world(b.id.rank, b.id.world_size, {}, b.store.get());
   } else if (backend == "nccl") {
 #if defined(FAULTLINE_HAVE_NCCL)
-    b.comm = create_nccl_world(b.id.rank, b.id.world_size, b.id.local_rank, *b.store);
+    b.comm = create_nccl_world(b.id.rank, b.id.world_size, b.device, *b.store);
 #else
     raise<SettingError>(
         "backend 'nccl' requested but this build has no NCCL (configure with "

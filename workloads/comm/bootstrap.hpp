@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/device.hpp"
 #include "workloads/comm/communicator.hpp"
 #include "workloads/rendezvous/store_client.hpp"
 #include "workloads/rendezvous/store_server.hpp"
@@ -21,6 +22,9 @@ FAULTLINE_SETTING(kRunId, std::string, "FAULTLINE_RUN_ID", "local", "Run id ever
 FAULTLINE_SETTING(kParentDeathSignal, bool, "FAULTLINE_PDEATHSIG", false,
                   "Die with the parent process (the harness sets it for every rank)");
 FAULTLINE_SETTING(kBackend, std::string, "FAULTLINE_BACKEND", "mpi", "Data plane: mpi or nccl");
+FAULTLINE_SETTING(kGpuMap, std::string, "FAULTLINE_GPU_MAP", "",
+                  "Which GPU a rank binds: exclusive (GPU = LOCAL_RANK, the default with nccl) or "
+                  "shared (LOCAL_RANK modulo the visible GPUs, the default with mpi)");
 
 struct WorkerIdentity {
   int rank = -1;
@@ -43,9 +47,16 @@ WorkerIdentity identity_from_env();
 // a device is a DeviceError ("invalid device ordinal").
 int select_device(const WorkerIdentity& id);
 
+// The GPU a rank binds (see FAULTLINE_GPU_MAP). With exclusive mapping a LOCAL_RANK beyond the
+// visible GPUs is an invalid device ordinal when the rank binds it; with shared mapping several
+// ranks use one GPU, which the MPI backend supports (device buffers are staged through the host)
+// and NCCL refuses ("Duplicate GPU detected").
+int gpu_for_rank(const WorkerIdentity& id, const std::string& backend);
+
 struct Bootstrap {
   WorkerIdentity id;
   int device = 0;
+  fl::Device compute;  // where the rank computes (its thread's current device)
   std::unique_ptr<rdzv::StoreServer> server;  // set on the rank that serves the store
   std::unique_ptr<rdzv::StoreClient> store;
   rdzv::World world;
@@ -58,8 +69,10 @@ struct Bootstrap {
 void start_worker_telemetry(const WorkerIdentity& id, const std::string& backend);
 
 // `config_hash` identifies the workload configuration; ranks with different hashes refuse to run
-// together. `backend` is "mpi" or "nccl".
-Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& backend);
+// together. `backend` is "mpi" or "nccl". `compute` is "cpu" or "cuda" (empty: FAULTLINE_DEVICE);
+// a CUDA rank binds its GPU before it joins the world.
+Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& backend,
+                           const std::string& compute = "");
 
 // The end of a worker that finished its work: a barrier on the world (with the comm deadline) so
 // that no rank tears MPI down while a peer still needs it. Throws CommTimeoutError if a peer

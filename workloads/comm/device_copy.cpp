@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kernels/device.hpp"
 #include "workloads/comm/errors.hpp"
 
 #if defined(FAULTLINE_HAVE_CUDA)
@@ -9,6 +10,11 @@
 #endif
 
 namespace fl::comm {
+
+Buffer device_buffer(void* data, size_t count, DType dtype) {
+  const fl::Device d = current_device();
+  return Buffer{data, count, dtype, d.is_cuda() ? Device::kCuda : Device::kCpu, d.index};
+}
 
 #if defined(FAULTLINE_HAVE_CUDA)
 namespace {

@@ -131,8 +131,10 @@ class NcclCommunicator final : public Communicator {
         comm_(comm),
         device_(device) {
     cuda_check(cudaSetDevice(device_), "cudaSetDevice", world_rank, device_);
-    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate",
-               world_rank, device_);
+    // A blocking stream: it is ordered after the kernels the rank queued on the legacy default
+    // stream (its compute stream), so a collective on device buffers reads finished gradients,
+    // and later compute waits for the collective.
+    cuda_check(cudaStreamCreate(&stream_), "cudaStreamCreate", world_rank, device_);
   }
   ~NcclCommunicator() override {
     if (!aborted_) ncclCommFinalize(comm_), ncclCommDestroy(comm_);

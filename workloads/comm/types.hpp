@@ -40,6 +40,10 @@ Buffer host_buffer(T* data, size_t count, DType dtype) {
   return Buffer{static_cast<void*>(data), count, dtype, Device::kCpu, 0};
 }
 
+// A buffer on the calling thread's current compute device (host memory on CPU ranks), for data
+// the model and trainer keep on their device.
+Buffer device_buffer(void* data, size_t count, DType dtype);
+
 constexpr std::string_view op_name(OpKind k) {
   switch (k) {
     case OpKind::kAllReduce:

@@ -54,8 +54,14 @@ int main(int argc, char** argv) {
   if (vocab > 0) cfg.vocab = vocab;
 
   return comm::run_worker_main([&]() -> int {
+    if (kComputeDevice.get() != "cpu") {
+      raise<ConfigError>(
+          "FAULTLINE_DEVICE='{}': fl-infer serves on the CPU only (its KV-cache decode kernels "
+          "have no CUDA version yet; training runs on GPUs with fl-train --device cuda)",
+          kComputeDevice.get());
+    }
     auto b = comm::bootstrap_worker(fmt::format("infer:{}:{}:{}", model_name, layout.tp, layout.pp),
-                                    comm::kBackend.get());
+                                    comm::kBackend.get(), "cpu");
     // Serving kernels load once the world has formed, before the model is built.
     for (auto& p : plugins) ops::load_plugin(p, plugin_jit);
     for (auto& f : fetch) {

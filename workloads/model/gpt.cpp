@@ -1,7 +1,5 @@
 #include "workloads/model/gpt.hpp"
 
-#include <cstring>
-
 #include "injector/site.hpp"
 #include "kernels/ops.hpp"
 
@@ -23,8 +21,14 @@ Tensor GptStage::alloc(std::vector<int64_t> shape, const std::string& what) {
   return Tensor::zeros(std::move(shape), DType::kF32, what, acct_);
 }
 
+Tensor GptStage::upload(const int32_t* host, int n, const std::string& what) {
+  Tensor t = Tensor::zeros({n}, DType::kI32, what, acct_);
+  ops::from_host(t.raw(), host, static_cast<size_t>(n) * sizeof(int32_t));
+  return t;
+}
+
 void GptStage::tp_all_reduce(float* data, size_t n) {
-  if (tp_ && tp_size_ > 1) tp_->all_reduce(comm::host_buffer(data, n, DType::kF32));
+  if (tp_ && tp_size_ > 1) tp_->all_reduce(comm::device_buffer(data, n, DType::kF32));
 }
 
 std::unique_ptr<StageActs> GptStage::forward(const float* params, const int32_t* tokens,
@@ -45,10 +49,11 @@ std::unique_ptr<StageActs> GptStage::forward(const float* params, const int32_t*
         raise("token id {} at position {} is outside the vocabulary (size {})", tokens[i], i, V);
       }
     }
-    ops::embedding_forward(a->input.f32(), tokens, layout_.find(P, "wte"), layout_.find(P, "wpe"),
-                           B, T, C);
+    a->tokens_dev = upload(tokens, N, "act.tokens");
+    ops::embedding_forward(a->input.f32(), a->tokens_dev.data<int32_t>(), layout_.find(P, "wte"),
+                           layout_.find(P, "wpe"), B, T, C);
   } else {
-    std::memcpy(a->input.f32(), x_in, static_cast<size_t>(N) * C * sizeof(float));
+    ops::copy(a->input.f32(), x_in, static_cast<size_t>(N) * C);
   }
   const float* x = a->input.f32();
   for (int li = 0; li < layout_.num_layers(); ++li) {
@@ -69,9 +74,7 @@ std::unique_ptr<StageActs> GptStage::forward(const float* params, const int32_t*
     L.attproj = alloc({N, C}, n + "attproj");
     ops::linear_forward(L.attproj.f32(), L.atty.f32(), w.proj_w, nullptr, N, Cl, C);
     tp_all_reduce(L.attproj.f32(), static_cast<size_t>(N) * C);
-    for (int i = 0; i < N; ++i) {
-      for (int c = 0; c < C; ++c) L.attproj.f32()[i * C + c] += w.proj_b[c];
-    }
+    ops::add_bias(L.attproj.f32(), w.proj_b, N, C);
     L.res2 = alloc({N, C}, n + "res2");
     ops::residual_forward(L.res2.f32(), x, L.attproj.f32(), static_cast<size_t>(N) * C);
     L.ln2 = alloc({N, C}, n + "ln2");
@@ -86,15 +89,14 @@ std::unique_ptr<StageActs> GptStage::forward(const float* params, const int32_t*
     L.fcproj = alloc({N, C}, n + "fcproj");
     ops::linear_forward(L.fcproj.f32(), L.fch_gelu.f32(), w.fcproj_w, nullptr, N, 4 * Cl, C);
     tp_all_reduce(L.fcproj.f32(), static_cast<size_t>(N) * C);
-    for (int i = 0; i < N; ++i) {
-      for (int c = 0; c < C; ++c) L.fcproj.f32()[i * C + c] += w.fcproj_b[c];
-    }
+    ops::add_bias(L.fcproj.f32(), w.fcproj_b, N, C);
     L.res3 = alloc({N, C}, n + "res3");
     ops::residual_forward(L.res3.f32(), L.res2.f32(), L.fcproj.f32(), static_cast<size_t>(N) * C);
     x = L.res3.f32();
   }
   if (layout_.has_head()) {
     a->targets.assign(targets, targets + N);
+    a->targets_dev = upload(targets, N, "act.targets");
     a->lnf = alloc({N, C}, "act.lnf");
     a->lnf_mean = alloc({N}, "act.lnf.mean");
     a->lnf_rstd = alloc({N}, "act.lnf.rstd");
@@ -105,15 +107,10 @@ std::unique_ptr<StageActs> GptStage::forward(const float* params, const int32_t*
                         C, V);
     a->losses = alloc({N}, "act.losses");
     // In place: logits -> probabilities (the logits are not needed again).
-    ops::softmax_cross_entropy_forward(a->losses.f32(), a->probs.f32(), a->probs.f32(), targets, N,
-                                       V);
-    double sum = 0;
-    for (int i = 0; i < N; ++i) {
-      if (targets[i] >= 0) {
-        sum += a->losses.f32()[i];
-        ++a->valid_targets;
-      }
-    }
+    ops::softmax_cross_entropy_forward(a->losses.f32(), a->probs.f32(), a->probs.f32(),
+                                       a->targets_dev.data<int32_t>(), N, V);
+    const double sum =
+        ops::loss_sum(a->losses.f32(), a->targets_dev.data<int32_t>(), N, &a->valid_targets);
     a->loss = a->valid_targets ? static_cast<float>(sum / a->valid_targets) : 0.0f;
   }
   return a;
@@ -129,8 +126,8 @@ void GptStage::backward(StageActs& a, const float* params, float* grads, float d
   if (layout_.has_head()) {
     Tensor dlogits = alloc({N, V}, "grad.act.logits");
     const float per_token = a.valid_targets ? dloss / static_cast<float>(a.valid_targets) : 0.0f;
-    ops::softmax_cross_entropy_backward(dlogits.f32(), a.probs.f32(), a.targets.data(), per_token,
-                                        N, V);
+    ops::softmax_cross_entropy_backward(dlogits.f32(), a.probs.f32(),
+                                        a.targets_dev.data<int32_t>(), per_token, N, V);
     Tensor dlnf = alloc({N, C}, "grad.act.lnf");
     ops::linear_backward(dlnf.f32(), layout_.find(grads, "lm_head.weight"), nullptr, dlogits.f32(),
                          a.lnf.f32(), layout_.find(P, "lm_head.weight"), N, C, V);
@@ -139,7 +136,7 @@ void GptStage::backward(StageActs& a, const float* params, float* grads, float d
         dx.f32(), layout_.find(grads, "lnf.weight"), layout_.find(grads, "lnf.bias"), dlnf.f32(),
         x_last, layout_.find(P, "lnf.weight"), a.lnf_mean.f32(), a.lnf_rstd.f32(), N, C);
   } else {
-    std::memcpy(dx.f32(), dx_out, static_cast<size_t>(N) * C * sizeof(float));
+    ops::copy(dx.f32(), dx_out, static_cast<size_t>(N) * C);
   }
   for (int li = layout_.num_layers() - 1; li >= 0; --li) {
     const int l = layout_.first_layer() + li;
@@ -149,9 +146,7 @@ void GptStage::backward(StageActs& a, const float* params, float* grads, float d
     const float* x = li == 0 ? a.input.f32() : a.layers[static_cast<size_t>(li) - 1].res3.f32();
     const std::string n = "grad.act.h" + std::to_string(l) + ".";
     // res3 = res2 + fcproj: dx flows to both.
-    for (int i = 0; i < N; ++i) {
-      for (int c = 0; c < C; ++c) g.fcproj_b[c] += dx.f32()[i * C + c];
-    }
+    ops::bias_backward(g.fcproj_b, dx.f32(), N, C);
     Tensor dgelu = alloc({N, 4 * Cl}, n + "fch.gelu");
     ops::linear_backward(dgelu.f32(), g.fcproj_w, nullptr, dx.f32(), L.fch_gelu.f32(), w.fcproj_w,
                          N, 4 * Cl, C);
@@ -164,9 +159,7 @@ void GptStage::backward(StageActs& a, const float* params, float* grads, float d
     ops::layernorm_backward(dx.f32(), g.ln2_w, g.ln2_b, dln2.f32(), L.res2.f32(), w.ln2_w,
                             L.ln2_mean.f32(), L.ln2_rstd.f32(), N, C);
     // res2 = x + attproj
-    for (int i = 0; i < N; ++i) {
-      for (int c = 0; c < C; ++c) g.proj_b[c] += dx.f32()[i * C + c];
-    }
+    ops::bias_backward(g.proj_b, dx.f32(), N, C);
     Tensor datty = alloc({N, Cl}, n + "atty");
     ops::linear_backward(datty.f32(), g.proj_w, nullptr, dx.f32(), L.atty.f32(), w.proj_w, N, Cl,
                          C);
@@ -181,9 +174,9 @@ void GptStage::backward(StageActs& a, const float* params, float* grads, float d
   }
   if (layout_.has_embedding()) {
     ops::embedding_backward(layout_.find(grads, "wte"), layout_.find(grads, "wpe"), dx.f32(),
-                            a.tokens.data(), B, T, C);
+                            a.tokens_dev.data<int32_t>(), B, T, C);
   }
-  if (dx_in) std::memcpy(dx_in, dx.f32(), static_cast<size_t>(N) * C * sizeof(float));
+  if (dx_in) ops::copy(dx_in, dx.f32(), static_cast<size_t>(N) * C);
 }
 
 }  // namespace fl::model

@@ -23,7 +23,8 @@ struct LayerActs {
 // Everything one micro-batch leaves behind for its backward pass.
 struct StageActs {
   int B = 0, T = 0;
-  std::vector<int32_t> tokens, targets;
+  std::vector<int32_t> tokens, targets;  // host copies (checks, embedding backward indices)
+  Tensor tokens_dev, targets_dev;         // [B*T] int32 on the stage's device
   Tensor input;  // [B, T, C]: the embedding output (first stage) or the received activation
   std::vector<LayerActs> layers;
   Tensor lnf, lnf_mean, lnf_rstd, probs, losses;  // last stage only
@@ -52,6 +53,8 @@ class GptStage {
 
  private:
   Tensor alloc(std::vector<int64_t> shape, const std::string& what);
+  // An int32 tensor on the stage's device holding `n` host values.
+  Tensor upload(const int32_t* host, int n, const std::string& what);
   void tp_all_reduce(float* data, size_t n);
 
   GptConfig cfg_;

@@ -1,5 +1,7 @@
 #include "workloads/train/checkpoint.hpp"
 
+#include "kernels/ops.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -344,9 +346,12 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
                            {"tp_rank", topo_.tp_rank},
                            {"pp_rank", topo_.pp_rank},
                            {"step", step_}};
-  const std::string bytes = encode_shard(header, {{"params", master_.f32(), master_count},
-                                                  {"exp_avg", m_.f32(), m_.numel()},
-                                                  {"exp_avg_sq", v_.f32(), v_.numel()}});
+  // Host views of the state (copies when it lives on a GPU).
+  ops::HostStage params(master_.f32(), master_count, false), exp_avg(m_.f32(), m_.numel(), false),
+      exp_avg_sq(v_.f32(), v_.numel(), false);
+  const std::string bytes = encode_shard(header, {{"params", params.host(), master_count},
+                                                  {"exp_avg", exp_avg.host(), m_.numel()},
+                                                  {"exp_avg_sq", exp_avg_sq.host(), v_.numel()}});
   const std::string file = fmt::format("shard_rank{}.bin", rank);
   write_file_atomic((fs::path(dir) / file).string(), bytes);
   nlohmann::json mine = {{"rank", rank},
@@ -446,7 +451,7 @@ void Trainer::load_checkpoint(const std::string& path) {
             "rank holds {}",
             dir, rank, data.size(), name, count);
       }
-      std::memcpy(into, data.data(), count * sizeof(float));
+      ops::from_host(into, data.data(), count * sizeof(float));
       return;
     }
     raise<CheckpointError>("checkpoint {}: shard of rank {} has no '{}' section", dir, rank, name);

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
 
   return fl::comm::run_worker_main([&]() -> int {
     auto b = fl::comm::bootstrap_worker(fmt::format("dp-smoke:{}:{}:{}", steps, global_batch, seed),
-                                        fl::comm::kBackend.get());
+                                        fl::comm::kBackend.get(), "cpu");
     auto& comm = *b.comm;
     const int rank = comm.rank(), world = comm.size();
     if (global_batch % world != 0) {

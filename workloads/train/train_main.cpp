@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
   app.add_flag("--reset-loss-scale", cfg.reset_loss_scale,
                "Reset the fp16 loss scale to its initial value after resuming (recovery)");
   app.add_flag("--checksum", checksum, "Print every rank's parameter checksum at the end");
+  std::string device = kComputeDevice.get();
+  app.add_option("--device", device, "Where to compute: cpu or cuda (default FAULTLINE_DEVICE)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
   cfg.skip_steps.insert(skip_batches.begin(), skip_batches.end());
   const int vocab_override = cfg.model.vocab;
@@ -98,7 +101,7 @@ int main(int argc, char** argv) {
     const std::string hash = fmt::format(
         "gpt:{}:{}:{}:{}:{}:{}:{}:{}:{}", cfg.model.vocab, cfg.model.d_model, cfg.model.layers,
         cfg.layout.dp, cfg.layout.tp, cfg.layout.pp, cfg.layout.zero, precision, cfg.micro_batch);
-    auto b = comm::bootstrap_worker(hash, comm::kBackend.get());
+    auto b = comm::bootstrap_worker(hash, comm::kBackend.get(), device);
     // Plugins load once the world has formed, when the optimizer is built (as DeepSpeed loads
     // its fused ops): a rank that cannot load one ends, the others wait for it in a collective.
     for (auto& p : plugins) ops::load_plugin(p, plugin_jit);
@@ -106,7 +109,8 @@ int main(int argc, char** argv) {
       const std::string path = rdzv::fetch_artifact(f);
       if (f == "tokenizer.json") cfg.data_vocab = rdzv::tokenizer_vocab(path);
     }
-    MemoryAccountant& acct = MemoryAccountant::cpu();
+    MemoryAccountant::cpu().set_rank(b.comm->rank());
+    MemoryAccountant& acct = MemoryAccountant::of(b.compute);
     acct.set_rank(b.comm->rank());
     auto topo = parallel::build_topology(*b.comm, cfg.layout, cfg.model);
     if (!auto_resume.empty() && cfg.resume.empty()) {
@@ -129,11 +133,11 @@ int main(int argc, char** argv) {
     if (printer) {
       std::printf(
           "# gpt %s: vocab %d, d_model %d, layers %d, heads %d, seq %d | world %d = dp %d "
-          "x tp %d x pp %d, zero %d, %s, micro-batch %d x %d, schedule %s\n",
+          "x tp %d x pp %d, zero %d, %s, micro-batch %d x %d, schedule %s, %s, %s backend\n",
           model_name.c_str(), cfg.model.vocab, cfg.model.d_model, cfg.model.layers, cfg.model.heads,
           cfg.model.seq_len, b.comm->size(), cfg.layout.dp, cfg.layout.tp, cfg.layout.pp,
           cfg.layout.zero, precision.c_str(), cfg.micro_batch, cfg.grad_accum,
-          cfg.schedule.c_str());
+          cfg.schedule.c_str(), b.compute.str().c_str(), b.comm->backend().data());
       std::printf("# %5s %10s %9s %9s %10s %8s %9s %10s %10s\n", "step", "loss", "gnorm", "lr",
                   "scale", "ms", "tok/s", "mem MiB", "peak MiB");
     }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "injector/site.hpp"
 #include "kernels/ops.hpp"
@@ -14,15 +15,8 @@
 namespace fl::train {
 
 namespace {
+using comm::device_buffer;
 using comm::host_buffer;
-
-void round_to(float* x, size_t n, DType t) {
-  if (t == DType::kF16) {
-    for (size_t i = 0; i < n; ++i) x[i] = half_to_float(float_to_half(x[i]));
-  } else if (t == DType::kBF16) {
-    for (size_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
-  }
-}
 }  // namespace
 
 Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& acct)
@@ -39,7 +33,8 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
           cfg_.data_seed + 1000003),
       sampler_(cfg_.num_samples, topo.layout.dp, topo.dp_rank, cfg_.shuffle, cfg_.drop_last,
                cfg_.data_seed),
-      scaler_(cfg_.loss_scale) {
+      scaler_(cfg_.loss_scale),
+      staging_(0, topo.rank, acct.device()) {
   if (cfg_.precision != DType::kF32 && cfg_.precision != DType::kF16 &&
       cfg_.precision != DType::kBF16) {
     raise<ConfigError>("precision {} is not supported for training (allowed: fp32, fp16, bf16)",
@@ -64,17 +59,17 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   if (zero == 3) {
     master_ = Tensor::zeros({static_cast<int64_t>(part_)}, DType::kF32, "params.master", acct_);
     if (cfg_.zero_init) {
-      layout_.initialize_range(master_.f32(), lo_, hi_, seed);
+      fill_from_host(master_, [&](float* p) { layout_.initialize_range(p, lo_, hi_, seed); });
     } else {
       // The whole model exists on every rank before it is partitioned.
       Tensor full = Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32,
                                   "params.init.full_model", acct_);
-      layout_.initialize(full.f32(), seed);
-      std::memcpy(master_.f32(), full.f32() + lo_, (hi_ - lo_) * sizeof(float));
+      fill_from_host(full, [&](float* p) { layout_.initialize(p, seed); });
+      ops::copy(master_.f32(), full.f32() + lo_, hi_ - lo_);
     }
   } else {
     master_ = Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "params.master", acct_);
-    layout_.initialize(master_.f32(), seed);
+    fill_from_host(master_, [&](float* p) { layout_.initialize(p, seed); });
     if (cfg_.precision != DType::kF32) {
       compute_ =
           Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "params.compute", acct_);
@@ -82,25 +77,42 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
     }
   }
   if (cfg_.broadcast_init && zero < 3 && dp > 1) {
-    topo.dp->broadcast(host_buffer(master_.f32(), padded_, DType::kF32), 0);
+    topo.dp->broadcast(device_buffer(master_.f32(), padded_, DType::kF32), 0);
     refresh_compute_copy();
   }
   grads_ = Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "grads", acct_);
   const int64_t state = zero == 0 ? static_cast<int64_t>(padded_) : static_cast<int64_t>(part_);
   m_ = Tensor::zeros({state}, DType::kF32, "optimizer.exp_avg", acct_);
   v_ = Tensor::zeros({state}, DType::kF32, "optimizer.exp_avg_sq", acct_);
-  replicated_.assign(total_, 0);
+  std::vector<uint8_t> replicated(total_, 0);
   for (auto& s : layout_.specs()) {
     if (s.split == model::Split::kReplicated) {
-      std::fill_n(replicated_.begin() + static_cast<long>(s.offset), s.numel(), 1);
+      std::fill_n(replicated.begin() + static_cast<long>(s.offset), s.numel(), 1);
     }
   }
+  replicated_ = Tensor::zeros({static_cast<int64_t>(total_)}, DType::kU8, "trainer.replicated_mask",
+                              staging_);
+  ops::from_host(replicated_.raw(), replicated.data(), total_);
+}
+
+void Trainer::fill_from_host(Tensor& t, const std::function<void(float*)>& fill) {
+  if (t.device().is_cuda()) {
+    std::vector<float> host(t.numel());
+    fill(host.data());
+    ops::from_host(t.f32(), host.data(), host.size() * sizeof(float));
+  } else {
+    fill(t.f32());
+  }
+}
+
+Tensor Trainer::staging(size_t count, DType dtype, const char* what) const {
+  return Tensor::zeros({static_cast<int64_t>(count)}, dtype, what, staging_);
 }
 
 void Trainer::refresh_compute_copy() {
   if (!compute_.defined()) return;
-  std::memcpy(compute_.f32(), master_.f32(), padded_ * sizeof(float));
-  round_to(compute_.f32(), padded_, cfg_.precision);
+  ops::copy(compute_.f32(), master_.f32(), padded_);
+  ops::round_to_precision(compute_.f32(), padded_, cfg_.precision);
 }
 
 float* Trainer::compute_params() {
@@ -151,9 +163,9 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
     // Parameters are gathered for the step and freed right after its backward.
     gathered =
         Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "params.gathered", acct_);
-    topo_.dp->all_gather(host_buffer(master_.f32(), part_, DType::kF32),
-                         host_buffer(gathered.f32(), padded_, DType::kF32));
-    round_to(gathered.f32(), padded_, cfg_.precision);
+    topo_.dp->all_gather(device_buffer(master_.f32(), part_, DType::kF32),
+                         device_buffer(gathered.f32(), padded_, DType::kF32));
+    ops::round_to_precision(gathered.f32(), padded_, cfg_.precision);
     params = gathered.f32();
   }
   const float scale = cfg_.precision == DType::kF16 ? scaler_.scale() : 1.0f;
@@ -185,7 +197,7 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
   auto recv_forward = [&](int k) {
     if (first) return;
     xin[static_cast<size_t>(k)] = act_buf(k, "act.pipeline.recv");
-    pp.recv(host_buffer(xin[static_cast<size_t>(k)].f32(), act_count(k), DType::kF32), prev);
+    pp.recv(device_buffer(xin[static_cast<size_t>(k)].f32(), act_count(k), DType::kF32), prev);
   };
   auto fwd = [&](int k) {
     const auto& mb = mbs[static_cast<size_t>(k)];
@@ -195,8 +207,8 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
     if (last) loss_sum += acts[static_cast<size_t>(k)]->loss;
   };
   auto out_buf = [&](int k) {
-    return host_buffer(const_cast<float*>(acts[static_cast<size_t>(k)]->output()), act_count(k),
-                       DType::kF32);
+    return device_buffer(const_cast<float*>(acts[static_cast<size_t>(k)]->output()), act_count(k),
+                         DType::kF32);
   };
   // Backward of micro-batch k given dy (null on the last stage); returns dx (empty on the first).
   auto bwd = [&](int k, const float* dy) {
@@ -214,10 +226,10 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
     Tensor dy;
     if (!last) {
       dy = act_buf(k, "grad.act.pipeline.recv");
-      pp.recv(host_buffer(dy.f32(), act_count(k), DType::kF32), next);
+      pp.recv(device_buffer(dy.f32(), act_count(k), DType::kF32), next);
     }
     Tensor dx = bwd(k, last ? nullptr : dy.f32());
-    if (!first) pp.send(host_buffer(dx.f32(), act_count(k), DType::kF32), prev);
+    if (!first) pp.send(device_buffer(dx.f32(), act_count(k), DType::kF32), prev);
   };
 
   if (!backward || cfg_.schedule == "gpipe") {
@@ -244,18 +256,18 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
       Tensor dy;
       if (!last) {
         dy = act_buf(i, "grad.act.pipeline.recv");
-        pp.send_recv(out_buf(f), next, host_buffer(dy.f32(), act_count(i), DType::kF32), next);
+        pp.send_recv(out_buf(f), next, device_buffer(dy.f32(), act_count(i), DType::kF32), next);
       }
       Tensor dx = bwd(i, last ? nullptr : dy.f32());
       if (!first) {
-        auto dxb = host_buffer(dx.f32(), act_count(i), DType::kF32);
+        auto dxb = device_buffer(dx.f32(), act_count(i), DType::kF32);
         if (i == steady - 1) {
           pp.send(dxb, prev);
         } else {
           xin[static_cast<size_t>(f + 1)] = act_buf(f + 1, "act.pipeline.recv");
           pp.send_recv(
               dxb, prev,
-              host_buffer(xin[static_cast<size_t>(f + 1)].f32(), act_count(f + 1), DType::kF32),
+              device_buffer(xin[static_cast<size_t>(f + 1)].f32(), act_count(f + 1), DType::kF32),
               prev);
         }
       }
@@ -271,37 +283,37 @@ void Trainer::sync_gradients() {
   comm::Communicator& g = *topo_.dp;
   float* grads = grads_.f32();
   const bool half = cfg_.precision != DType::kF32;
-  std::vector<uint16_t> tmp16;
   if (topo_.layout.zero <= 1) {
     // Bucketed all-reduce (average) over the data-parallel group, in the training precision.
     const size_t bucket = std::max<size_t>(1, cfg_.bucket_bytes / sizeof(float));
+    Tensor tmp16;
+    if (half) tmp16 = staging(std::min(bucket, padded_), cfg_.precision, "grads.bucket16");
     for (size_t off = 0; off < padded_; off += bucket) {
       const size_t n = std::min(bucket, padded_ - off);
       if (!half) {
-        g.all_reduce(host_buffer(grads + off, n, DType::kF32), comm::ReduceOp::kAvg);
+        g.all_reduce(device_buffer(grads + off, n, DType::kF32), comm::ReduceOp::kAvg);
       } else {
-        tmp16.resize(n);
-        convert_from_f32(grads + off, tmp16.data(), cfg_.precision, n);
-        g.all_reduce(host_buffer(tmp16.data(), n, cfg_.precision), comm::ReduceOp::kAvg);
-        convert_to_f32(tmp16.data(), cfg_.precision, grads + off, n);
+        ops::encode(grads + off, tmp16.raw(), cfg_.precision, n);
+        g.all_reduce(device_buffer(tmp16.raw(), n, cfg_.precision), comm::ReduceOp::kAvg);
+        ops::decode(tmp16.raw(), cfg_.precision, grads + off, n);
       }
     }
     return;
   }
   // ZeRO-2/3: each rank keeps the average of its own partition only.
-  std::vector<float> mine(part_);
+  Tensor mine = staging(part_, DType::kF32, "grads.partition");
   if (!half) {
-    g.reduce_scatter(host_buffer(grads, padded_, DType::kF32),
-                     host_buffer(mine.data(), part_, DType::kF32), comm::ReduceOp::kAvg);
+    g.reduce_scatter(device_buffer(grads, padded_, DType::kF32),
+                     device_buffer(mine.f32(), part_, DType::kF32), comm::ReduceOp::kAvg);
   } else {
-    std::vector<uint16_t> in(padded_), out(part_);
-    convert_from_f32(grads, in.data(), cfg_.precision, padded_);
-    g.reduce_scatter(host_buffer(in.data(), padded_, cfg_.precision),
-                     host_buffer(out.data(), part_, cfg_.precision), comm::ReduceOp::kAvg);
-    convert_to_f32(out.data(), cfg_.precision, mine.data(), part_);
+    Tensor in = staging(padded_, cfg_.precision, "grads.all16");
+    Tensor out = staging(part_, cfg_.precision, "grads.partition16");
+    ops::encode(grads, in.raw(), cfg_.precision, padded_);
+    g.reduce_scatter(device_buffer(in.raw(), padded_, cfg_.precision),
+                     device_buffer(out.raw(), part_, cfg_.precision), comm::ReduceOp::kAvg);
+    ops::decode(out.raw(), cfg_.precision, mine.f32(), part_);
   }
-  std::memcpy(grads + part_ * static_cast<size_t>(topo_.dp_rank), mine.data(),
-              part_ * sizeof(float));
+  ops::copy(grads + part_ * static_cast<size_t>(topo_.dp_rank), mine.f32(), part_);
 }
 
 StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
@@ -309,7 +321,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   fault::set_step(step_);
   acct_.reset_peak();
   const int zero = topo_.layout.zero, dp = topo_.layout.dp;
-  std::memset(grads_.f32(), 0, padded_ * sizeof(float));
+  ops::zero(grads_.f32(), padded_ * sizeof(float));
 
   const float local_loss = forward_backward(mbs, true);
   sync_gradients();
@@ -329,12 +341,8 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   }
   // Global gradient norm (unscaled). Elements replicated across TP ranks count once; below
   // ZeRO-2 every data-parallel replica holds the same averaged gradients, so they count once too.
-  double sq = 0;
-  for (size_t i = rlo; i < rhi; ++i) {
-    if (topo_.tp_rank != 0 && replicated_[i]) continue;
-    const double v = static_cast<double>(g[i]) / scale;
-    sq += v * v;
-  }
+  const uint8_t* skip = topo_.tp_rank != 0 ? replicated_.data<uint8_t>() + rlo : nullptr;
+  double sq = ops::masked_sum_of_squares(g + rlo, skip, rhi - rlo, scale);
   topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
   if (zero < 2) sq /= dp;
   m.grad_norm =
@@ -347,9 +355,12 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
                            : 1.0f;
     ops::scale(g + rlo, rhi - rlo, clip / scale);
     ops::AdamW hp{m.lr, cfg_.beta1, cfg_.beta2, 1e-8f, cfg_.weight_decay};
+    std::optional<ops::HostStage> staged;  // a plan that corrupts the gradients acts on host data
     auto verdict = FAULTLINE_FAULT_POINT(
-        "optimizer.step",
-        (fault::SiteContext{step_, "", "optimizer.step", -1, g + rlo, rhi - rlo, DType::kF32, -1}));
+        "optimizer.step", (fault::SiteContext{step_, "", "optimizer.step", -1,
+                                              staged.emplace(g + rlo, rhi - rlo).host(), rhi - rlo,
+                                              DType::kF32, -1}));
+    staged.reset();
     if (verdict != fault::Verdict::kSkip) {
       if (zero == 0) {
         ops::adamw_update(master_.f32(), g, m_.f32(), v_.f32(), total_, step_ + 1, hp);
@@ -362,9 +373,10 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
     }
     if (zero == 1 || zero == 2) {
       // Each rank updated its partition: gather the whole parameter vector back.
-      std::vector<float> mine(master_.f32() + lo_, master_.f32() + lo_ + part_);
-      topo_.dp->all_gather(host_buffer(mine.data(), part_, DType::kF32),
-                           host_buffer(master_.f32(), padded_, DType::kF32));
+      Tensor mine = staging(part_, DType::kF32, "params.partition");
+      ops::copy(mine.f32(), master_.f32() + lo_, part_);
+      topo_.dp->all_gather(device_buffer(mine.f32(), part_, DType::kF32),
+                           device_buffer(master_.f32(), padded_, DType::kF32));
     }
     refresh_compute_copy();
   }
@@ -465,15 +477,16 @@ void Trainer::check_replicas() const {
   const int dp = topo_.layout.dp;
   if (dp < 2) return;
   // ZeRO-3 replicas hold different partitions by design: compare the gathered model instead.
-  std::vector<float> gathered;
-  const float* p = master_.f32();
+  std::vector<float> p(total_);
   if (topo_.layout.zero == 3) {
-    gathered.resize(padded_);
-    topo_.dp->all_gather(host_buffer(const_cast<float*>(master_.f32()), part_, DType::kF32),
-                         host_buffer(gathered.data(), padded_, DType::kF32));
-    p = gathered.data();
+    Tensor gathered = staging(padded_, DType::kF32, "params.check_replicas");
+    topo_.dp->all_gather(device_buffer(master_.f32(), part_, DType::kF32),
+                         device_buffer(gathered.f32(), padded_, DType::kF32));
+    ops::to_host(p.data(), gathered.f32(), total_ * sizeof(float));
+  } else {
+    ops::to_host(p.data(), master_.f32(), total_ * sizeof(float));
   }
-  int64_t mine = static_cast<int64_t>(XXH64(p, total_ * sizeof(float), 0));
+  int64_t mine = static_cast<int64_t>(XXH64(p.data(), total_ * sizeof(float), 0));
   std::vector<int64_t> all(static_cast<size_t>(dp));
   topo_.dp->all_gather(host_buffer(&mine, 1, DType::kI64),
                        host_buffer(all.data(), all.size(), DType::kI64));
@@ -489,14 +502,16 @@ void Trainer::check_replicas() const {
 }
 
 std::vector<float> Trainer::full_parameters() {
+  std::vector<float> full(total_);
   if (topo_.layout.zero == 3) {
-    std::vector<float> full(padded_);
-    topo_.dp->all_gather(host_buffer(master_.f32(), part_, DType::kF32),
-                         host_buffer(full.data(), padded_, DType::kF32));
-    full.resize(total_);
-    return full;
+    Tensor gathered = staging(padded_, DType::kF32, "params.full");
+    topo_.dp->all_gather(device_buffer(master_.f32(), part_, DType::kF32),
+                         device_buffer(gathered.f32(), padded_, DType::kF32));
+    ops::to_host(full.data(), gathered.f32(), total_ * sizeof(float));
+  } else {
+    ops::to_host(full.data(), master_.f32(), total_ * sizeof(float));
   }
-  return std::vector<float>(master_.f32(), master_.f32() + total_);
+  return full;
 }
 
 }  // namespace fl::train

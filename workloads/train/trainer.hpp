@@ -119,6 +119,9 @@ class Trainer {
                   int count) const;
   float* compute_params();
   void refresh_compute_copy();
+  // Fills `t` (on the rank's device) through a host buffer when the device is not the CPU.
+  void fill_from_host(Tensor& t, const std::function<void(float*)>& fill);
+  Tensor staging(size_t count, DType dtype, const char* what) const;
   float global_loss(float local_mean) const;
   std::optional<float> evaluate();
 
@@ -135,7 +138,10 @@ class Trainer {
   Tensor compute_;  // parameters as the forward sees them (rounded to the precision)
   Tensor grads_;    // fp32 gradients, padded to the partition size × dp
   Tensor m_, v_;    // AdamW moments: full (ZeRO-0) or the owned partition
-  std::vector<uint8_t> replicated_;  // 1 where the element is replicated across TP ranks
+  Tensor replicated_;  // uint8, 1 where the element is replicated across TP ranks
+  // Communication staging buffers (16-bit gradients, a ZeRO partition in flight) live on the
+  // rank's device but outside its memory budget, as the host vectors they replace on CPU did.
+  mutable MemoryAccountant staging_;
   int64_t step_ = 0;
   int epoch_ = 0;  // data position (steps mode): epoch and offset into this rank's indices
   size_t pos_ = 0;

@@ -1,0 +1,472 @@
+// CUDA kernels of the decoder: the same math as kernels/cpu/ops.cpp (fp32, the same formulas and
+// layouts), written for the GPU. Row-wise ops use one warp per row; column reductions (bias and
+// layer-norm parameter gradients) use one thread per column walking the rows, which keeps them
+// deterministic; element-wise ops use grid-stride loops. The GEMMs live in ops_cuda.cpp (cuBLAS).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/launch.hpp"
+
+namespace fl::cuda::launch {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / 32;
+
+unsigned blocks_for(size_t n) {
+  return static_cast<unsigned>(std::min<size_t>((n + kThreads - 1) / kThreads, 1u << 16));
+}
+unsigned blocks_for_rows(int rows) {
+  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Sum over the block (kThreads threads); every thread gets the result.
+__device__ double block_sum(double v) {
+  __shared__ double part[kWarpsPerBlock];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_sum(v);
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  double total = 0;
+  for (int w = 0; w < kWarpsPerBlock; ++w) total += part[w];
+  __syncthreads();
+  return total;
+}
+
+#define FL_GRID_STRIDE(i, n)                                                         \
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+
+// The row this warp handles, or -1.
+__device__ __forceinline__ int warp_row(int rows) {
+  const int r = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  return r < rows ? r : -1;
+}
+
+__global__ void embedding_forward_k(float* out, const int32_t* tokens, const float* wte,
+                                    const float* wpe, int T, int C, size_t n) {
+  FL_GRID_STRIDE(i, n) {
+    const size_t bt = i / C;
+    const int c = static_cast<int>(i % C), t = static_cast<int>(bt % T);
+    out[i] = wte[static_cast<size_t>(tokens[bt]) * C + c] + wpe[static_cast<size_t>(t) * C + c];
+  }
+}
+
+__global__ void embedding_backward_wte_k(float* dwte, const float* dout, const int32_t* tokens,
+                                         int C, size_t n) {
+  FL_GRID_STRIDE(i, n) {
+    const size_t bt = i / C;
+    atomicAdd(&dwte[static_cast<size_t>(tokens[bt]) * C + i % C], dout[i]);
+  }
+}
+
+// dwpe[t, c] += Σ_b dout[b, t, c], one thread per (t, c): no atomics, fixed order.
+__global__ void embedding_backward_wpe_k(float* dwpe, const float* dout, int B, int T, int C) {
+  const size_t n = static_cast<size_t>(T) * C;
+  FL_GRID_STRIDE(i, n) {
+    float s = 0;
+    for (int b = 0; b < B; ++b) s += dout[static_cast<size_t>(b) * n + i];
+    dwpe[i] += s;
+  }
+}
+
+__global__ void add_bias_k(float* out, const float* bias, int C, size_t n) {
+  FL_GRID_STRIDE(i, n) out[i] += bias[i % C];
+}
+
+__global__ void bias_backward_k(float* dbias, const float* dout, int N, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = 0;
+  for (int r = 0; r < N; ++r) s += dout[static_cast<size_t>(r) * C + c];
+  dbias[c] += s;
+}
+
+__global__ void layernorm_forward_k(float* out, float* mean, float* rstd, const float* inp,
+                                    const float* weight, const float* bias, int N, int C) {
+  const int r = warp_row(N);
+  if (r < 0) return;
+  const int lane = threadIdx.x % 32;
+  const float* x = inp + static_cast<size_t>(r) * C;
+  float s = 0;
+  for (int c = lane; c < C; c += 32) s += x[c];
+  const float m = warp_sum(s) / static_cast<float>(C);
+  float v = 0;
+  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+  const float var = warp_sum(v) / static_cast<float>(C);
+  const float rs = 1.0f / sqrtf(var + 1e-5f);
+  float* o = out + static_cast<size_t>(r) * C;
+  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * rs * weight[c] + bias[c];
+  if (lane == 0) {
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+}
+
+__global__ void layernorm_backward_input_k(float* dinp, const float* dout, const float* inp,
+                                           const float* weight, const float* mean,
+                                           const float* rstd, int N, int C) {
+  const int r = warp_row(N);
+  if (r < 0) return;
+  const int lane = threadIdx.x % 32;
+  const size_t base = static_cast<size_t>(r) * C;
+  const float m = mean[r], s = rstd[r];
+  float a = 0, b = 0;
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (inp[base + c] - m) * s;
+    const float dnorm = weight[c] * dout[base + c];
+    a += dnorm;
+    b += dnorm * norm;
+  }
+  const float mean_dnorm = warp_sum(a) / static_cast<float>(C);
+  const float mean_dnorm_norm = warp_sum(b) / static_cast<float>(C);
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (inp[base + c] - m) * s;
+    const float dnorm = weight[c] * dout[base + c];
+    dinp[base + c] += s * (dnorm - mean_dnorm - norm * mean_dnorm_norm);
+  }
+}
+
+__global__ void layernorm_backward_params_k(float* dweight, float* dbias, const float* dout,
+                                            const float* inp, const float* mean,
+                                            const float* rstd, int N, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float dw = 0, db = 0;
+  for (int r = 0; r < N; ++r) {
+    const size_t i = static_cast<size_t>(r) * C + c;
+    db += dout[i];
+    dw += (inp[i] - mean[r]) * rstd[r] * dout[i];
+  }
+  dweight[c] += dw;
+  dbias[c] += db;
+}
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+
+__global__ void gelu_forward_k(float* out, const float* inp, size_t n) {
+  FL_GRID_STRIDE(i, n) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+  }
+}
+
+__global__ void gelu_backward_k(float* dinp, const float* inp, const float* dout, size_t n) {
+  FL_GRID_STRIDE(i, n) {
+    const float x = inp[i];
+    const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
+    const float sech2 = 1.0f - th * th;
+    const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += (0.5f * (1.0f + th) + 0.5f * x * sech2 * du) * dout[i];
+  }
+}
+
+__global__ void causal_softmax_forward_k(float* att, int rows, int T) {
+  const int r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % 32, t = r % T;
+  float* row = att + static_cast<size_t>(r) * T;
+  float mx = -INFINITY;
+  for (int s = lane; s <= t; s += 32) mx = fmaxf(mx, row[s]);
+  mx = warp_max(mx);
+  float sum = 0;
+  for (int s = lane; s <= t; s += 32) {
+    const float e = expf(row[s] - mx);
+    row[s] = e;
+    sum += e;
+  }
+  const float inv = 1.0f / warp_sum(sum);
+  for (int s = lane; s < T; s += 32) row[s] = s <= t ? row[s] * inv : 0.0f;
+}
+
+__global__ void causal_softmax_backward_k(float* datt, const float* att, int rows, int T,
+                                          float scale) {
+  const int r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % 32, t = r % T;
+  const float* a = att + static_cast<size_t>(r) * T;
+  float* d = datt + static_cast<size_t>(r) * T;
+  float dot = 0;
+  for (int s = lane; s <= t; s += 32) dot += a[s] * d[s];
+  dot = warp_sum(dot);
+  for (int s = lane; s < T; s += 32) d[s] = s <= t ? a[s] * (d[s] - dot) * scale : 0.0f;
+}
+
+__global__ void residual_forward_k(float* out, const float* a, const float* b, size_t n) {
+  FL_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+__global__ void residual_backward_k(float* da, float* db, const float* dout, size_t n) {
+  FL_GRID_STRIDE(i, n) {
+    da[i] += dout[i];
+    db[i] += dout[i];
+  }
+}
+
+__global__ void softmax_xent_forward_k(float* losses, float* probs, const float* logits,
+                                       const int32_t* targets, int N, int V) {
+  const int r = warp_row(N);
+  if (r < 0) return;
+  const int lane = threadIdx.x % 32;
+  const float* l = logits + static_cast<size_t>(r) * V;
+  float* p = probs + static_cast<size_t>(r) * V;
+  float mx = -INFINITY;
+  for (int i = lane; i < V; i += 32) mx = fmaxf(mx, l[i]);
+  mx = warp_max(mx);
+  double sum = 0;  // in double, as the CPU kernel sums
+  for (int i = lane; i < V; i += 32) {
+    const float e = expf(l[i] - mx);
+    p[i] = e;
+    sum += e;
+  }
+  const float inv = static_cast<float>(1.0 / warp_sum(sum));
+  for (int i = lane; i < V; i += 32) p[i] *= inv;
+  __syncwarp();
+  if (lane == 0) {
+    const int32_t tgt = targets[r];
+    losses[r] = tgt < 0 ? 0.0f : -logf(fmaxf(p[tgt], 1e-30f));
+  }
+}
+
+__global__ void softmax_xent_backward_k(float* dlogits, const float* probs, const int32_t* targets,
+                                        float dloss, int V, size_t n) {
+  FL_GRID_STRIDE(i, n) {
+    const size_t r = i / V;
+    const int32_t tgt = targets[r];
+    if (tgt < 0) continue;
+    const int c = static_cast<int>(i % V);
+    dlogits[i] += (probs[i] - (c == tgt ? 1.0f : 0.0f)) * dloss;
+  }
+}
+
+__global__ void loss_sum_k(const float* losses, const int32_t* targets, int N, double* sum,
+                           int* count) {
+  double s = 0, k = 0;
+  for (int i = threadIdx.x; i < N; i += blockDim.x) {
+    if (targets[i] >= 0) {
+      s += losses[i];
+      k += 1;
+    }
+  }
+  s = block_sum(s);
+  k = block_sum(k);
+  if (threadIdx.x == 0) {
+    *sum = s;
+    *count = static_cast<int>(k);
+  }
+}
+
+__global__ void sum_of_squares_k(const float* x, const uint8_t* skip, size_t n, double divisor,
+                                 double* out) {
+  double s = 0;
+  FL_GRID_STRIDE(i, n) {
+    if (skip != nullptr && skip[i] != 0) continue;
+    const double v = static_cast<double>(x[i]) / divisor;
+    s += v * v;
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) atomicAdd(out, s);
+}
+
+__global__ void scale_k(float* x, size_t n, float by) {
+  FL_GRID_STRIDE(i, n) x[i] *= by;
+}
+
+__global__ void has_non_finite_k(const float* x, size_t n, int* flag) {
+  FL_GRID_STRIDE(i, n) {
+    if (!isfinite(x[i])) *flag = 1;
+  }
+}
+
+__device__ __forceinline__ float round_f16(float x) {
+  return __half2float(__float2half_rn(x));
+}
+__device__ __forceinline__ float round_bf16(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+__global__ void round_to_k(float* x, size_t n, int dtype) {
+  FL_GRID_STRIDE(i, n) x[i] = dtype == kF16 ? round_f16(x[i]) : round_bf16(x[i]);
+}
+
+__global__ void encode_k(const float* src, void* dst, int dtype, size_t n) {
+  FL_GRID_STRIDE(i, n) {
+    if (dtype == kF16) {
+      static_cast<__half*>(dst)[i] = __float2half_rn(src[i]);
+    } else {
+      static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(src[i]);
+    }
+  }
+}
+
+__global__ void decode_k(const void* src, int dtype, float* dst, size_t n) {
+  FL_GRID_STRIDE(i, n) {
+    dst[i] = dtype == kF16 ? __half2float(static_cast<const __half*>(src)[i])
+                           : __bfloat162float(static_cast<const __nv_bfloat16*>(src)[i]);
+  }
+}
+
+__global__ void adamw_k(float* param, const float* grad, float* m, float* v, size_t n, float lr,
+                        float beta1, float beta2, float eps, float weight_decay, float c1,
+                        float c2) {
+  FL_GRID_STRIDE(i, n) {
+    const float g = grad[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float mh = mi / c1;
+    const float vh = vi / c2;
+    param[i] -= lr * (mh / (sqrtf(vh) + eps) + weight_decay * param[i]);
+  }
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C) {
+  const size_t n = static_cast<size_t>(B) * T * C;
+  embedding_forward_k<<<blocks_for(n), kThreads>>>(out, tokens, wte, wpe, T, C, n);
+  check_launch("embedding_forward");
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C) {
+  const size_t n = static_cast<size_t>(B) * T * C;
+  embedding_backward_wte_k<<<blocks_for(n), kThreads>>>(dwte, dout, tokens, C, n);
+  check_launch("embedding_backward(wte)");
+  embedding_backward_wpe_k<<<blocks_for(static_cast<size_t>(T) * C), kThreads>>>(dwpe, dout, B, T,
+                                                                                  C);
+  check_launch("embedding_backward(wpe)");
+}
+
+void add_bias(float* out, const float* bias, int N, int C) {
+  const size_t n = static_cast<size_t>(N) * C;
+  add_bias_k<<<blocks_for(n), kThreads>>>(out, bias, C, n);
+  check_launch("add_bias");
+}
+
+void bias_backward(float* dbias, const float* dout, int N, int C) {
+  bias_backward_k<<<blocks_for(static_cast<size_t>(C)), kThreads>>>(dbias, dout, N, C);
+  check_launch("bias_backward");
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+  layernorm_forward_k<<<blocks_for_rows(N), kThreads>>>(out, mean, rstd, inp, weight, bias, N, C);
+  check_launch("layernorm_forward");
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C) {
+  layernorm_backward_input_k<<<blocks_for_rows(N), kThreads>>>(dinp, dout, inp, weight, mean, rstd,
+                                                               N, C);
+  check_launch("layernorm_backward(input)");
+  layernorm_backward_params_k<<<blocks_for(static_cast<size_t>(C)), kThreads>>>(
+      dweight, dbias, dout, inp, mean, rstd, N, C);
+  check_launch("layernorm_backward(weight, bias)");
+}
+
+void gelu_forward(float* out, const float* inp, size_t n) {
+  gelu_forward_k<<<blocks_for(n), kThreads>>>(out, inp, n);
+  check_launch("gelu_forward");
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+  gelu_backward_k<<<blocks_for(n), kThreads>>>(dinp, inp, dout, n);
+  check_launch("gelu_backward");
+}
+
+void causal_softmax_forward(float* att, int rows, int T) {
+  causal_softmax_forward_k<<<blocks_for_rows(rows), kThreads>>>(att, rows, T);
+  check_launch("attention softmax");
+}
+
+void causal_softmax_backward(float* datt, const float* att, int rows, int T, float scale) {
+  causal_softmax_backward_k<<<blocks_for_rows(rows), kThreads>>>(datt, att, rows, T, scale);
+  check_launch("attention softmax backward");
+}
+
+void residual_forward(float* out, const float* a, const float* b, size_t n) {
+  residual_forward_k<<<blocks_for(n), kThreads>>>(out, a, b, n);
+  check_launch("residual_forward");
+}
+
+void residual_backward(float* da, float* db, const float* dout, size_t n) {
+  residual_backward_k<<<blocks_for(n), kThreads>>>(da, db, dout, n);
+  check_launch("residual_backward");
+}
+
+void softmax_xent_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
+                          int N, int V) {
+  softmax_xent_forward_k<<<blocks_for_rows(N), kThreads>>>(losses, probs, logits, targets, N, V);
+  check_launch("softmax_cross_entropy_forward");
+}
+
+void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
+                           int N, int V) {
+  const size_t n = static_cast<size_t>(N) * V;
+  softmax_xent_backward_k<<<blocks_for(n), kThreads>>>(dlogits, probs, targets, dloss, V, n);
+  check_launch("softmax_cross_entropy_backward");
+}
+
+void loss_sum(const float* losses, const int32_t* targets, int N, double* sum, int* count) {
+  loss_sum_k<<<1, kThreads>>>(losses, targets, N, sum, count);
+  check_launch("loss_sum");
+}
+
+void sum_of_squares(const float* x, const uint8_t* skip, size_t n, double divisor, double* out) {
+  sum_of_squares_k<<<std::min(blocks_for(n), 1024u), kThreads>>>(x, skip, n, divisor, out);
+  check_launch("sum_of_squares");
+}
+
+void scale(float* x, size_t n, float by) {
+  scale_k<<<blocks_for(n), kThreads>>>(x, n, by);
+  check_launch("scale");
+}
+
+void has_non_finite(const float* x, size_t n, int* flag) {
+  has_non_finite_k<<<blocks_for(n), kThreads>>>(x, n, flag);
+  check_launch("has_non_finite");
+}
+
+void round_to(float* x, size_t n, int dtype) {
+  round_to_k<<<blocks_for(n), kThreads>>>(x, n, dtype);
+  check_launch("round_to_precision");
+}
+
+void encode(const float* src, void* dst, int dtype, size_t n) {
+  encode_k<<<blocks_for(n), kThreads>>>(src, dst, dtype, n);
+  check_launch("encode");
+}
+
+void decode(const void* src, int dtype, float* dst, size_t n) {
+  decode_k<<<blocks_for(n), kThreads>>>(src, dtype, dst, n);
+  check_launch("decode");
+}
+
+void adamw(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, float c1, float c2) {
+  adamw_k<<<blocks_for(n), kThreads>>>(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
+                                        c1, c2);
+  check_launch("adamw_update");
+}
+
+}  // namespace fl::cuda::launch

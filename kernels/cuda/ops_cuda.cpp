@@ -1,0 +1,271 @@
+// fl::ops on a GPU: GEMMs through cuBLAS (row-major operands passed as their column-major
+// transposes), everything else through the kernels of kernels.cu. Reductions that the trainer
+// needs on the host (a loss, a norm, an overflow flag) copy back one scalar.
+#include "kernels/cuda/ops_cuda.hpp"
+
+#include <cmath>
+#include <map>
+
+#include "kernels/cuda/launch.hpp"
+#include "kernels/cuda/runtime.hpp"
+
+namespace fl::ops::cuda {
+
+using fl::cuda::check;
+using fl::cuda::check_blas;
+namespace launch = fl::cuda::launch;
+
+namespace {
+
+// Row-major C[M, N] = alpha · op(A) · op(B) + beta · C with op(A) [M, K], op(B) [K, N]; lda/ldb/ldc
+// are the row strides of A, B, C as stored. cuBLAS is column-major, so it computes Cᵀ = op(B)ᵀ ·
+// op(A)ᵀ on the same memory.
+void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc, const char* what) {
+  check_blas(cublasSgemm(fl::cuda::blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                         ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda, &beta, C,
+                         ldc),
+             what);
+}
+
+// The same over `batch` matrices spaced by the given strides (elements).
+void gemm_batched(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                  long long sa, const float* B, int ldb, long long sb, float beta, float* C,
+                  int ldc, long long sc, int batch, const char* what) {
+  check_blas(cublasSgemmStridedBatched(fl::cuda::blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                       ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, sb,
+                                       A, lda, sa, &beta, C, ldc, sc, batch),
+             what);
+}
+
+// A few bytes of device memory for reduction results, one block per device and thread.
+template <class T>
+T* result_slot() {
+  thread_local std::map<int, void*> slots;
+  void*& p = slots[fl::cuda::current_index()];
+  if (p == nullptr) check(cudaMalloc(&p, 64), "cudaMalloc(result slot)");
+  return static_cast<T*>(p);
+}
+
+template <class T>
+T read_back(const T* dev, const char* what) {
+  T v{};
+  check(cudaMemcpy(&v, dev, sizeof(T), cudaMemcpyDeviceToHost), what);
+  return v;
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C) {
+  launch::embedding_forward(out, tokens, wte, wpe, B, T, C);
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C) {
+  launch::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+}
+
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC) {
+  gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, "linear_forward (sgemm)");
+  if (bias) launch::add_bias(out, bias, N, OC);
+}
+
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC) {
+  if (dinp) {
+    gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C,
+         "linear_backward dinp (sgemm)");
+  }
+  if (dweight) {
+    gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C,
+         "linear_backward dweight (sgemm)");
+  }
+  if (dbias) launch::bias_backward(dbias, dout, N, OC);
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+  launch::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C) {
+  launch::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+void gelu_forward(float* out, const float* inp, size_t n) {
+  launch::gelu_forward(out, inp, n);
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+  launch::gelu_backward(dinp, inp, dout, n);
+}
+
+// Per sequence b, the NH heads form one strided batch: head h of q/k/v starts h·hs columns into
+// the [T, 3C] rows, and its T×T score block h·T·T into att.
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH, ld = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const long long tt = static_cast<long long>(T) * T;
+  for (int b = 0; b < B; ++b) {
+    const float* q = qkv + static_cast<size_t>(b) * T * ld;
+    float* a = att + static_cast<size_t>(b) * NH * tt;
+    gemm_batched(false, true, T, T, hs, scale, q, ld, hs, q + C, ld, hs, 0.0f, a, T, tt, NH,
+                 "attention scores (sgemm)");
+  }
+  launch::causal_softmax_forward(att, B * NH * T, T);
+  for (int b = 0; b < B; ++b) {
+    const float* v = qkv + static_cast<size_t>(b) * T * ld + 2 * C;
+    const float* a = att + static_cast<size_t>(b) * NH * tt;
+    float* o = out + static_cast<size_t>(b) * T * C;
+    gemm_batched(false, false, T, hs, T, 1.0f, a, T, tt, v, ld, hs, 0.0f, o, C, hs, NH,
+                 "attention values (sgemm)");
+  }
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int C, int NH) {
+  const int hs = C / NH, ld = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const long long tt = static_cast<long long>(T) * T;
+  fl::cuda::Scratch datt(static_cast<size_t>(NH) * tt * sizeof(float), "scratch.attention.datt");
+  float* d = datt.as<float>();
+  for (int b = 0; b < B; ++b) {
+    const size_t base = static_cast<size_t>(b) * T * ld;
+    const float* q = qkv + base;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* dq = dqkv + base;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* a = att + static_cast<size_t>(b) * NH * tt;
+    const float* dy = dout + static_cast<size_t>(b) * T * C;
+    // datt = dout · vᵀ ; dv += attᵀ · dout
+    gemm_batched(false, true, T, T, hs, 1.0f, dy, C, hs, v, ld, hs, 0.0f, d, T, tt, NH,
+                 "attention backward datt (sgemm)");
+    gemm_batched(true, false, T, hs, T, 1.0f, a, T, tt, dy, C, hs, 1.0f, dv, ld, hs, NH,
+                 "attention backward dv (sgemm)");
+    launch::causal_softmax_backward(d, a, NH * T, T, scale);
+    // dq += dscore · k ; dk += dscoreᵀ · q
+    gemm_batched(false, false, T, hs, T, 1.0f, d, T, tt, k, ld, hs, 1.0f, dq, ld, hs, NH,
+                 "attention backward dq (sgemm)");
+    gemm_batched(true, false, T, hs, T, 1.0f, d, T, tt, q, ld, hs, 1.0f, dk, ld, hs, NH,
+                 "attention backward dk (sgemm)");
+  }
+}
+
+void residual_forward(float* out, const float* a, const float* b, size_t n) {
+  launch::residual_forward(out, a, b, n);
+}
+
+void residual_backward(float* da, float* db, const float* dout, size_t n) {
+  launch::residual_backward(da, db, dout, n);
+}
+
+void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
+                                   const int32_t* targets, int N, int V) {
+  launch::softmax_xent_forward(losses, probs, logits, targets, N, V);
+}
+
+void softmax_cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets,
+                                    float dloss, int N, int V) {
+  launch::softmax_xent_backward(dlogits, probs, targets, dloss, N, V);
+}
+
+void add_bias(float* out, const float* bias, int N, int C) {
+  launch::add_bias(out, bias, N, C);
+}
+
+void bias_backward(float* dbias, const float* dout, int N, int C) {
+  launch::bias_backward(dbias, dout, N, C);
+}
+
+double loss_sum(const float* losses, const int32_t* targets, int N, int* valid) {
+  auto* slot = result_slot<double>();
+  launch::loss_sum(losses, targets, N, slot, reinterpret_cast<int*>(slot + 1));
+  const double sum = read_back(slot, "loss_sum (read back)");
+  *valid = read_back(reinterpret_cast<const int*>(slot + 1), "loss_sum (read back)");
+  return sum;
+}
+
+double masked_sum_of_squares(const float* x, const uint8_t* skip, size_t n, double divisor) {
+  auto* slot = result_slot<double>();
+  check(cudaMemsetAsync(slot, 0, sizeof(double)), "sum_of_squares (clear)");
+  if (n > 0) launch::sum_of_squares(x, skip, n, divisor, slot);
+  return read_back(slot, "sum_of_squares (read back)");
+}
+
+double sum_of_squares(const float* x, size_t n) {
+  return masked_sum_of_squares(x, nullptr, n, 1.0);
+}
+
+void scale(float* x, size_t n, float by) {
+  if (n > 0) launch::scale(x, n, by);
+}
+
+bool has_non_finite(const float* x, size_t n) {
+  auto* flag = result_slot<int>();
+  check(cudaMemsetAsync(flag, 0, sizeof(int)), "has_non_finite (clear)");
+  if (n > 0) launch::has_non_finite(x, n, flag);
+  return read_back(flag, "has_non_finite (read back)") != 0;
+}
+
+void copy(float* dst, const float* src, size_t n) {
+  copy_bytes(dst, src, n * sizeof(float));
+}
+
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice), "device copy");
+}
+
+void zero(void* dst, size_t bytes) {
+  if (bytes > 0) check(cudaMemsetAsync(dst, 0, bytes), "cudaMemsetAsync");
+}
+
+void round_to_precision(float* x, size_t n, DType t) {
+  if ((t == DType::kF16 || t == DType::kBF16) && n > 0) {
+    launch::round_to(x, n, static_cast<int>(t));
+  }
+}
+
+void encode(const float* src, void* dst, DType t, size_t n) {
+  if (t != DType::kF16 && t != DType::kBF16) {
+    raise("encode: {} is not a 16-bit floating-point storage format", dtype_name(t));
+  }
+  if (n > 0) launch::encode(src, dst, static_cast<int>(t), n);
+}
+
+void decode(const void* src, DType t, float* dst, size_t n) {
+  if (t != DType::kF16 && t != DType::kBF16) {
+    raise("decode: {} is not a 16-bit floating-point storage format", dtype_name(t));
+  }
+  if (n > 0) launch::decode(src, static_cast<int>(t), dst, n);
+}
+
+void to_host(void* host, const void* src, size_t bytes) {
+  if (bytes > 0) check(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost), "copy device->host");
+}
+
+void from_host(void* dst, const void* host, size_t bytes) {
+  if (bytes > 0) check(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice), "copy host->device");
+}
+
+void synchronize() {
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, int64_t t,
+                  const AdamW& hp) {
+  // The bias corrections exactly as the CPU kernel computes them (fp32 pow on the host).
+  const float c1 = 1.0f - std::pow(hp.beta1, static_cast<float>(t));
+  const float c2 = 1.0f - std::pow(hp.beta2, static_cast<float>(t));
+  if (n > 0) {
+    launch::adamw(param, grad, m, v, n, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, c1,
+                  c2);
+  }
+}
+
+}  // namespace fl::ops::cuda
