@@ -19,6 +19,10 @@ __global__ void mismatch_kernel(const float* src, size_t n, float base, float sc
   if (i < n && fabsf(src[i] - (base + scale * static_cast<float>(i))) > tol) atomicAdd(out, 1ull);
 }
 
+__global__ void store_kernel(float* p) {
+  *p = 1.0f;
+}
+
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
     throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
@@ -43,6 +47,11 @@ size_t count_mismatches(const float* src, size_t n, float base, float scale, flo
   check(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost), "cudaMemcpy");
   cudaFree(d);
   return static_cast<size_t>(h);
+}
+
+void store_through(float* p) {
+  store_kernel<<<1, 1>>>(p);
+  check(cudaGetLastError(), "store_through launch");
 }
 
 }  // namespace fl::cuda

@@ -9,5 +9,8 @@ namespace fl::cuda {
 void fill_affine(float* dst, size_t n, float base, float scale);
 // Number of i where |src[i] - (base + scale*i)| > tol.
 size_t count_mismatches(const float* src, size_t n, float base, float scale, float tol);
+// Queues a kernel that stores through `p` (tests pass an invalid address to raise a sticky
+// cudaErrorIllegalAddress); returns without waiting.
+void store_through(float* p);
 
 }  // namespace fl::cuda

@@ -20,40 +20,17 @@
 #include <nlohmann/json.hpp>
 
 #include "base/exit_codes.hpp"
-#include "tests/support/process.hpp"
+#include "kernels/device.hpp"
+#include "tests/support/train_run.hpp"
 
 namespace fl::test {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TrainRun {
-  ProcessResult proc;
-  std::vector<nlohmann::json> steps;
-};
-
 TrainRun train(int ranks, std::vector<std::string> args, int steps = 20,
                std::map<std::string, std::string> env = {}) {
-  static int counter = 0;
-  fs::path metrics = fs::temp_directory_path() / ("faultline-train-" + std::to_string(::getpid()) +
-                                                  "-" + std::to_string(counter++) + ".jsonl");
-  auto argv = mpirun_prefix(ranks);
-  argv.push_back(FAULTLINE_TRAIN);
-  for (auto& a : args) argv.push_back(a);
-  for (auto& a :
-       std::vector<std::string>{"--steps", std::to_string(steps), "--metrics", metrics.string()}) {
-    argv.push_back(a);
-  }
-  TrainRun r;
-  env.emplace("MASTER_PORT", std::to_string(free_port()));
-  env.emplace("FAULTLINE_COMM_TIMEOUT_MS", "60000");
-  env.emplace("FAULTLINE_FLIGHT_RECORDER_DIR", fs::temp_directory_path().string());
-  r.proc = run_process(argv, env);
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) r.steps.push_back(nlohmann::json::parse(line));
-  fs::remove(metrics);
-  return r;
+  return run_train(FAULTLINE_TRAIN, ranks, std::move(args), steps, std::move(env));
 }
 
 const TrainRun& reference() {
@@ -230,6 +207,21 @@ TEST(TrainConfigErrors, ImpossibleLayoutsAreRefusedNamingTheSizes) {
                                "ranks, but dp is 1"),
             std::string::npos)
       << r.proc.output;
+}
+
+// Where no GPU is visible, asking for one ends every rank with the device error, naming the rank
+// and what CUDA said, before any rank joins the world (on a GPU machine gpu_train_test runs).
+TEST(TrainDevice, CudaWithoutAGpuEndsEveryRankWithADeviceError) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "this machine has a CUDA device";
+  TrainRun r = train(2, {"--device", "cuda"}, 2);
+  EXPECT_EQ(r.proc.exit_code, exit_code::kDevice) << r.proc.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(r.proc.output.find("faultline worker error (device): [rank " + std::to_string(rank) +
+                                 "] cuda:0 requested but"),
+              std::string::npos)
+        << r.proc.output;
+  }
+  EXPECT_TRUE(r.steps.empty());
 }
 
 }  // namespace
