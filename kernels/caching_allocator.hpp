@@ -31,8 +31,8 @@ class RawDeviceMemory {
 };
 
 struct CachingAllocatorStats {
-  size_t in_use = 0;       // bytes of live blocks (rounded sizes)
-  size_t reserved = 0;     // bytes held from the device: live + cached
+  size_t in_use = 0;    // bytes of live blocks (rounded sizes)
+  size_t reserved = 0;  // bytes held from the device: live + cached
   size_t device_allocs = 0;
   size_t device_frees = 0;
   size_t cache_hits = 0;
@@ -64,7 +64,7 @@ class CachingAllocator {
 
   RawDeviceMemory& raw_;
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> cached_;           // size class -> free block
+  std::multimap<size_t, void*> cached_;  // size class -> free block
   struct Live {
     size_t size;     // size class held from the device
     size_t charged;  // bytes charged to the accountant

@@ -25,17 +25,17 @@ bool on_cuda() {
 // kernel.elementwise, kernel.loss): a plan can delay a launch, corrupt its input or make it fail
 // the way a failed launch does. On a GPU the input is staged through host memory while the site
 // is evaluated, which only happens while a plan is armed.
-#define FL_KERNEL_SITE(site, input, n)                                                          \
-  do {                                                                                          \
-    if (fault::g_armed.load(std::memory_order_relaxed) != 0) {                                  \
-      HostStage fl_stage_(const_cast<float*>(input), (n));                                      \
-      if (FAULTLINE_FAULT_POINT(site, (fault::SiteContext{-1, "", site, -1, fl_stage_.host(),   \
-                                                          (n), DType::kF32, -1})) ==            \
-          fault::Verdict::kFail) {                                                              \
-        raise("{} launch failed on {} elements on {} (fault injected at this kernel's site)",   \
-              site, (n), current_device().str());                                               \
-      }                                                                                         \
-    }                                                                                           \
+#define FL_KERNEL_SITE(site, input, n)                                                             \
+  do {                                                                                             \
+    if (fault::g_armed.load(std::memory_order_relaxed) != 0) {                                     \
+      HostStage fl_stage_(const_cast<float*>(input), (n));                                         \
+      if (FAULTLINE_FAULT_POINT(site, (fault::SiteContext{-1, "", site, -1, fl_stage_.host(), (n), \
+                                                          DType::kF32, -1})) ==                    \
+          fault::Verdict::kFail) {                                                                 \
+        raise("{} launch failed on {} elements on {} (fault injected at this kernel's site)",      \
+              site, (n), current_device().str());                                                  \
+      }                                                                                            \
+    }                                                                                              \
   } while (0)
 
 HostStage::HostStage(float* data, size_t n, bool write_back)

@@ -37,7 +37,8 @@ MemoryAccountant& MemoryAccountant::cuda(int index) {
   static std::map<int, std::unique_ptr<MemoryAccountant>> accts;
   std::lock_guard lock(mu);
   auto& a = accts[index];
-  if (!a) a = std::make_unique<MemoryAccountant>(budget_setting(), cpu().rank(), Device::cuda(index));
+  if (!a)
+    a = std::make_unique<MemoryAccountant>(budget_setting(), cpu().rank(), Device::cuda(index));
   return *a;
 }
 

@@ -1,8 +1,8 @@
 // CPU kernels of the decoder. Each has a straightforward reference form; the tests compare every
 // backward against central finite differences of its forward, and the CUDA kernels against these.
-#include "kernels/cpu/ops_cpu.hpp"
 #include "kernels/cpu/adamw_impl.hpp"
 #include "kernels/cpu/gelu_impl.hpp"
+#include "kernels/cpu/ops_cpu.hpp"
 #include "kernels/plugin.hpp"
 
 #include <cblas.h>
@@ -13,7 +13,6 @@
 #include <vector>
 
 namespace fl::ops::cpu {
-
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C) {

@@ -49,7 +49,7 @@ __device__ double block_sum(double v) {
   return total;
 }
 
-#define FL_GRID_STRIDE(i, n)                                                         \
+#define FL_GRID_STRIDE(i, n)                                                           \
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
 
@@ -144,8 +144,8 @@ __global__ void layernorm_backward_input_k(float* dinp, const float* dout, const
 }
 
 __global__ void layernorm_backward_params_k(float* dweight, float* dbias, const float* dout,
-                                            const float* inp, const float* mean,
-                                            const float* rstd, int N, int C) {
+                                            const float* inp, const float* mean, const float* rstd,
+                                            int N, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float dw = 0, db = 0;
@@ -352,7 +352,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   embedding_backward_wte_k<<<blocks_for(n), kThreads>>>(dwte, dout, tokens, C, n);
   check_launch("embedding_backward(wte)");
   embedding_backward_wpe_k<<<blocks_for(static_cast<size_t>(T) * C), kThreads>>>(dwpe, dout, B, T,
-                                                                                  C);
+                                                                                 C);
   check_launch("embedding_backward(wpe)");
 }
 
@@ -465,7 +465,7 @@ void decode(const void* src, int dtype, float* dst, size_t n) {
 void adamw(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1,
            float beta2, float eps, float weight_decay, float c1, float c2) {
   adamw_k<<<blocks_for(n), kThreads>>>(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
-                                        c1, c2);
+                                       c1, c2);
   check_launch("adamw_update");
 }
 

@@ -22,10 +22,10 @@ namespace {
 // op(A)ᵀ on the same memory.
 void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc, const char* what) {
-  check_blas(cublasSgemm(fl::cuda::blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                         ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda, &beta, C,
-                         ldc),
-             what);
+  check_blas(
+      cublasSgemm(fl::cuda::blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                  N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc),
+      what);
 }
 
 // The same over `batch` matrices spaced by the given strides (elements).
@@ -263,8 +263,7 @@ void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
   const float c1 = 1.0f - std::pow(hp.beta1, static_cast<float>(t));
   const float c2 = 1.0f - std::pow(hp.beta2, static_cast<float>(t));
   if (n > 0) {
-    launch::adamw(param, grad, m, v, n, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, c1,
-                  c2);
+    launch::adamw(param, grad, m, v, n, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, c1, c2);
   }
 }
 

@@ -51,10 +51,10 @@ void check_blas(cublasStatus_t s, std::string_view op) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
   int device = -1;
   cudaGetDevice(&device);
-  throw CudaError(fmt::format("[rank {}] cuBLAS error on cuda:{} in {}: {} ({})",
-                              fault::current_rank(), device, op, cublasGetStatusName(s),
-                              cublasGetStatusString(s)),
-                  static_cast<int>(s), false);
+  throw CudaError(
+      fmt::format("[rank {}] cuBLAS error on cuda:{} in {}: {} ({})", fault::current_rank(), device,
+                  op, cublasGetStatusName(s), cublasGetStatusString(s)),
+      static_cast<int>(s), false);
 }
 
 void check_launch(const char* kernel) {

@@ -109,10 +109,10 @@ TEST(CachingAllocator, DeviceRefusalReleasesTheCacheAndRetries) {
   FakeDevice dev(6 * kMiB);
   MemoryAccountant acct(0, 0, Device::cuda(0));
   CachingAllocator alloc(dev);
-  void* a = alloc.allocate(3 * kMiB, "a", acct);  // 4 MiB class
-  alloc.free(a, acct);                            // cached, still held from the device
+  void* a = alloc.allocate(3 * kMiB, "a", acct);    // 4 MiB class
+  alloc.free(a, acct);                              // cached, still held from the device
   void* b = alloc.allocate(512 * 1024, "b", acct);  // 512 KiB class: device has 2 MiB free, fine
-  void* c = alloc.allocate(2 * kMiB, "c", acct);  // 2 MiB class: refused, cache flushed, retried
+  void* c = alloc.allocate(2 * kMiB, "c", acct);    // 2 MiB class: refused, cache flushed, retried
   EXPECT_NE(c, nullptr);
   EXPECT_EQ(alloc.stats().cache_flushes, 1u);
   alloc.free(b, acct);

@@ -81,9 +81,9 @@ TEST_F(CudaOps, Embedding) {
   std::vector<float> out(N * C), dwte(V * C, 0.5f), dwpe(T * C, -0.5f);
   ops::embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
   ops::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
-  Tensor gt = up(tok, DType::kI32), gwte = up(wte), gwpe = up(wpe), gout = up(std::vector<float>(N * C)),
-         gdout = up(dout), gdwte = up(std::vector<float>(V * C, 0.5f)),
-         gdwpe = up(std::vector<float>(T * C, -0.5f));
+  Tensor gt = up(tok, DType::kI32), gwte = up(wte), gwpe = up(wpe),
+         gout = up(std::vector<float>(N * C)), gdout = up(dout),
+         gdwte = up(std::vector<float>(V * C, 0.5f)), gdwpe = up(std::vector<float>(T * C, -0.5f));
   {
     DeviceGuard g(kGpu);
     ops::embedding_forward(gout.f32(), gt.data<int32_t>(), gwte.f32(), gwpe.f32(), B, T, C);
@@ -101,14 +101,14 @@ TEST_F(CudaOps, Linear) {
   ops::linear_forward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
   ops::linear_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C,
                        OC);
-  Tensor ginp = up(inp), gw = up(w), gb = up(b), gdout = up(dout), gout = up(std::vector<float>(N * OC)),
-         gdinp = up(std::vector<float>(N * C, 0.25f)), gdw = up(std::vector<float>(OC * C)),
-         gdb = up(std::vector<float>(OC, 1.0f));
+  Tensor ginp = up(inp), gw = up(w), gb = up(b), gdout = up(dout),
+         gout = up(std::vector<float>(N * OC)), gdinp = up(std::vector<float>(N * C, 0.25f)),
+         gdw = up(std::vector<float>(OC * C)), gdb = up(std::vector<float>(OC, 1.0f));
   {
     DeviceGuard g(kGpu);
     ops::linear_forward(gout.f32(), ginp.f32(), gw.f32(), gb.f32(), N, C, OC);
-    ops::linear_backward(gdinp.f32(), gdw.f32(), gdb.f32(), gdout.f32(), ginp.f32(), gw.f32(), N,
-                         C, OC);
+    ops::linear_backward(gdinp.f32(), gdw.f32(), gdb.f32(), gdout.f32(), ginp.f32(), gw.f32(), N, C,
+                         OC);
   }
   expect_close(down(gout), out, 1e-5, "linear_forward", true);
   expect_close(down(gdinp), dinp, 1e-5, "linear_backward dinp", true);
@@ -123,10 +123,10 @@ TEST_F(CudaOps, LayerNorm) {
                          C);
   ops::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
                           mean.data(), rstd.data(), N, C);
-  Tensor ginp = up(inp), gw = up(w), gb = up(b), gdout = up(dout), gout = up(std::vector<float>(N * C)),
-         gmean = up(std::vector<float>(N)), grstd = up(std::vector<float>(N)),
-         gdinp = up(std::vector<float>(N * C, 0.1f)), gdw = up(std::vector<float>(C)),
-         gdb = up(std::vector<float>(C));
+  Tensor ginp = up(inp), gw = up(w), gb = up(b), gdout = up(dout),
+         gout = up(std::vector<float>(N * C)), gmean = up(std::vector<float>(N)),
+         grstd = up(std::vector<float>(N)), gdinp = up(std::vector<float>(N * C, 0.1f)),
+         gdw = up(std::vector<float>(C)), gdb = up(std::vector<float>(C));
   {
     DeviceGuard g(kGpu);
     ops::layernorm_forward(gout.f32(), gmean.f32(), grstd.f32(), ginp.f32(), gw.f32(), gb.f32(), N,
@@ -305,7 +305,8 @@ TEST_F(CudaOps, AllocatorBudgetAndDeviceRefusalGiveTheAccountantsError) {
     FAIL() << "a 1 PiB allocation succeeded";
   } catch (const OutOfMemoryError& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("out of memory on cuda:0: tried to allocate 1048576.00 GiB"), std::string::npos)
+    EXPECT_NE(msg.find("out of memory on cuda:0: tried to allocate 1048576.00 GiB"),
+              std::string::npos)
         << msg;
     EXPECT_NE(msg.find("cudaMalloc of"), std::string::npos) << msg;
     EXPECT_NE(msg.find("cudaErrorMemoryAllocation"), std::string::npos) << msg;

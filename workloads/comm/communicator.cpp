@@ -2,6 +2,7 @@
 // flight recorder, and waiting with a deadline and back-off (no 100% busy spin, so an
 // oversubscribed machine keeps making progress while a rank waits for a peer that never comes).
 #include "workloads/comm/communicator.hpp"
+#include "workloads/comm/device_copy.hpp"
 
 #include <sched.h>
 
@@ -13,6 +14,35 @@
 #include "injector/site.hpp"
 
 namespace fl::comm {
+
+namespace {
+// The bytes of a buffer in host memory (a copy for device buffers).
+std::vector<uint8_t> host_bytes(const Buffer& b) {
+  std::vector<uint8_t> h(b.bytes());
+  copy_to_host(h.data(), b);
+  return h;
+}
+
+// Fault sites act on host memory: while a plan is armed, a device buffer is staged through a host
+// copy for the site's evaluation and written back before the op runs (a corrupted gradient
+// bucket reaches NCCL the same way it reaches MPI).
+class SiteData {
+ public:
+  void* of(const Buffer& b) {
+    if (b.device == Device::kCpu || b.data == nullptr) return b.data;
+    buf_ = b;
+    copy_ = host_bytes(b);
+    return copy_.data();
+  }
+  ~SiteData() {
+    if (!copy_.empty()) copy_from_host(buf_, copy_.data());
+  }
+
+ private:
+  Buffer buf_;
+  std::vector<uint8_t> copy_;
+};
+}  // namespace
 
 namespace {
 
@@ -149,14 +179,11 @@ void Communicator::run(FlightEntry d, int verdict, Start&& start) {
 
 Buffer Communicator::altered(const Buffer& b, FlightEntry& d) {
   const fault::SiteContext& c = fault::altered_context();
-  if (b.device != Device::kCpu) {
-    raise<CommError>("[rank {}] {}: a resize/retype fault needs a host buffer (this one is on {})",
-                     world_rank_, describe(d), b.device == Device::kCuda ? "cuda" : "?");
-  }
   auto& s = altered_scratch_.emplace_back(
       std::make_unique<std::vector<uint8_t>>(c.count * dtype_size(c.dtype)));
   Buffer out{s->data(), c.count, c.dtype, Device::kCpu, 0};
-  std::memcpy(out.data, b.data, std::min(out.bytes(), b.bytes()));
+  const auto src = host_bytes(b);  // the altered op runs on host scratch, whatever b's device
+  std::memcpy(out.data, src.data(), std::min(out.bytes(), src.size()));
   d.count = c.count;
   d.dtype = c.dtype;
   return out;
@@ -166,12 +193,19 @@ Buffer Communicator::altered_output(const Buffer& b, size_t count, DType dtype) 
   auto& s = altered_scratch_.emplace_back(
       std::make_unique<std::vector<uint8_t>>(count * dtype_size(dtype)));
   Buffer out{s->data(), count, dtype, Device::kCpu, 0};
-  std::memcpy(out.data, b.data, std::min(out.bytes(), b.bytes()));
+  const auto src = host_bytes(b);
+  std::memcpy(out.data, src.data(), std::min(out.bytes(), src.size()));
   return out;
 }
 
 void Communicator::copy_back(const Buffer& from, const Buffer& to) {
-  std::memcpy(to.data, from.data, std::min(from.bytes(), to.bytes()));
+  if (to.device == Device::kCpu) {
+    std::memcpy(to.data, from.data, std::min(from.bytes(), to.bytes()));
+    return;
+  }
+  auto bytes = host_bytes(to);
+  std::memcpy(bytes.data(), from.data, std::min(from.bytes(), bytes.size()));
+  copy_from_host(to, bytes.data());
 }
 
 void Communicator::wait(PendingOp& op, const FlightEntry& d, uint64_t id, std::string_view phase) {
@@ -285,9 +319,13 @@ void Communicator::all_reduce(Buffer buf, ReduceOp op) {
   FlightEntry d = entry(OpKind::kAllReduce, group_, buf.count, buf.dtype, op, -1);
   check_usable(d);
   d.seq = seq_++;
-  auto v = FAULTLINE_FAULT_POINT(
-      "comm.all_reduce",
-      (fault::SiteContext{d.seq, group_, "all_reduce", -1, buf.data, buf.count, buf.dtype, -1}));
+  fault::Verdict v;
+  {
+    SiteData site;
+    v = FAULTLINE_FAULT_POINT("comm.all_reduce",
+                              (fault::SiteContext{d.seq, group_, "all_reduce", -1, site.of(buf),
+                                                  buf.count, buf.dtype, -1}));
+  }
   if (v == fault::Verdict::kAlter) {
     const Buffer alt = altered(buf, d);
     run(d, 0, [=, this] { return start_all_reduce(alt, op); });
@@ -308,9 +346,13 @@ void Communicator::reduce_scatter(const Buffer& in, Buffer out, ReduceOp op) {
         out.count, size_);
   }
   d.seq = seq_++;
-  auto v = FAULTLINE_FAULT_POINT(
-      "comm.reduce_scatter",
-      (fault::SiteContext{d.seq, group_, "reduce_scatter", -1, in.data, in.count, in.dtype, -1}));
+  fault::Verdict v;
+  {
+    SiteData site;
+    v = FAULTLINE_FAULT_POINT("comm.reduce_scatter",
+                              (fault::SiteContext{d.seq, group_, "reduce_scatter", -1, site.of(in),
+                                                  in.count, in.dtype, -1}));
+  }
   if (v == fault::Verdict::kAlter) {
     const Buffer ain = altered(in, d);
     const Buffer aout = altered_output(out, ain.count / static_cast<size_t>(size_), ain.dtype);
@@ -332,9 +374,13 @@ void Communicator::all_gather(const Buffer& in, Buffer out) {
         in.count, size_);
   }
   d.seq = seq_++;
-  auto v = FAULTLINE_FAULT_POINT(
-      "comm.all_gather",
-      (fault::SiteContext{d.seq, group_, "all_gather", -1, in.data, in.count, in.dtype, -1}));
+  fault::Verdict v;
+  {
+    SiteData site;
+    v = FAULTLINE_FAULT_POINT(
+        "comm.all_gather",
+        (fault::SiteContext{d.seq, group_, "all_gather", -1, site.of(in), in.count, in.dtype, -1}));
+  }
   if (v == fault::Verdict::kAlter) {
     const Buffer ain = altered(in, d);
     const Buffer aout = altered_output(out, ain.count * static_cast<size_t>(size_), ain.dtype);
@@ -349,9 +395,13 @@ void Communicator::broadcast(Buffer buf, int root) {
   FlightEntry d = entry(OpKind::kBroadcast, group_, buf.count, buf.dtype, ReduceOp::kSum, root);
   check_usable(d);
   d.seq = seq_++;
-  auto v = FAULTLINE_FAULT_POINT(
-      "comm.broadcast",
-      (fault::SiteContext{d.seq, group_, "broadcast", root, buf.data, buf.count, buf.dtype, -1}));
+  fault::Verdict v;
+  {
+    SiteData site;
+    v = FAULTLINE_FAULT_POINT("comm.broadcast",
+                              (fault::SiteContext{d.seq, group_, "broadcast", root, site.of(buf),
+                                                  buf.count, buf.dtype, -1}));
+  }
   if (v == fault::Verdict::kAlter) {
     const Buffer alt = altered(buf, d);
     run(d, 0, [=, this] { return start_broadcast(alt, root); });
@@ -365,9 +415,13 @@ void Communicator::send(const Buffer& buf, int peer) {
   FlightEntry d = entry(OpKind::kSend, group_, buf.count, buf.dtype, ReduceOp::kSum, peer);
   check_usable(d);
   d.seq = p2p_send_seq_[peer]++;
-  auto v = FAULTLINE_FAULT_POINT(
-      "comm.send",
-      (fault::SiteContext{d.seq, group_, "send", peer, buf.data, buf.count, buf.dtype, -1}));
+  fault::Verdict v;
+  {
+    SiteData site;
+    v = FAULTLINE_FAULT_POINT(
+        "comm.send",
+        (fault::SiteContext{d.seq, group_, "send", peer, site.of(buf), buf.count, buf.dtype, -1}));
+  }
   if (v == fault::Verdict::kAlter) {
     const Buffer alt = altered(buf, d);
     run(d, 0, [=, this] { return start_send(alt, peer, kDataTag); });
@@ -380,9 +434,13 @@ void Communicator::recv(Buffer buf, int peer) {
   FlightEntry d = entry(OpKind::kRecv, group_, buf.count, buf.dtype, ReduceOp::kSum, peer);
   check_usable(d);
   d.seq = p2p_recv_seq_[peer]++;
-  auto v = FAULTLINE_FAULT_POINT(
-      "comm.recv",
-      (fault::SiteContext{d.seq, group_, "recv", peer, buf.data, buf.count, buf.dtype, -1}));
+  fault::Verdict v;
+  {
+    SiteData site;
+    v = FAULTLINE_FAULT_POINT(
+        "comm.recv",
+        (fault::SiteContext{d.seq, group_, "recv", peer, site.of(buf), buf.count, buf.dtype, -1}));
+  }
   if (v == fault::Verdict::kAlter) {
     const Buffer alt = altered(buf, d);
     run(d, 0, [=, this] { return start_recv(alt, peer, kDataTag); });
@@ -399,12 +457,20 @@ void Communicator::send_recv(const Buffer& out, int send_peer, Buffer in, int re
   check_usable(dr);
   ds.seq = p2p_send_seq_[send_peer]++;
   dr.seq = p2p_recv_seq_[recv_peer]++;
-  auto vs = FAULTLINE_FAULT_POINT(
-      "comm.send_recv.send",
-      (fault::SiteContext{ds.seq, group_, "send", send_peer, out.data, out.count, out.dtype, -1}));
-  auto vr = FAULTLINE_FAULT_POINT(
-      "comm.send_recv.recv",
-      (fault::SiteContext{dr.seq, group_, "recv", recv_peer, in.data, in.count, in.dtype, -1}));
+  fault::Verdict vs;
+  {
+    SiteData site;
+    vs = FAULTLINE_FAULT_POINT("comm.send_recv.send",
+                               (fault::SiteContext{ds.seq, group_, "send", send_peer, site.of(out),
+                                                   out.count, out.dtype, -1}));
+  }
+  fault::Verdict vr;
+  {
+    SiteData site;
+    vr = FAULTLINE_FAULT_POINT("comm.send_recv.recv",
+                               (fault::SiteContext{dr.seq, group_, "recv", recv_peer, site.of(in),
+                                                   in.count, in.dtype, -1}));
+  }
   if (vs == fault::Verdict::kFail || vr == fault::Verdict::kFail) {
     raise<CommError>("[rank {}] send_recv failed: error returned by an armed fault site",
                      world_rank_);

@@ -126,8 +126,8 @@ void GptStage::backward(StageActs& a, const float* params, float* grads, float d
   if (layout_.has_head()) {
     Tensor dlogits = alloc({N, V}, "grad.act.logits");
     const float per_token = a.valid_targets ? dloss / static_cast<float>(a.valid_targets) : 0.0f;
-    ops::softmax_cross_entropy_backward(dlogits.f32(), a.probs.f32(),
-                                        a.targets_dev.data<int32_t>(), per_token, N, V);
+    ops::softmax_cross_entropy_backward(dlogits.f32(), a.probs.f32(), a.targets_dev.data<int32_t>(),
+                                        per_token, N, V);
     Tensor dlnf = alloc({N, C}, "grad.act.lnf");
     ops::linear_backward(dlnf.f32(), layout_.find(grads, "lm_head.weight"), nullptr, dlogits.f32(),
                          a.lnf.f32(), layout_.find(P, "lm_head.weight"), N, C, V);

@@ -29,6 +29,13 @@ int main(int argc, char** argv) {
   bool checksum = false;
   app.add_option("--model", model_name, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
   app.add_option("--vocab", cfg.model.vocab, "Override the vocabulary size");
+  // Shape overrides of the chosen model (benchmarks run GPT-2-sized shapes with them).
+  int d_model = 0, layers = 0, heads = 0, seq_len = 0;
+  app.add_option("--d-model", d_model, "Override the model width")->check(CLI::PositiveNumber);
+  app.add_option("--layers", layers, "Override the number of layers")->check(CLI::PositiveNumber);
+  app.add_option("--heads", heads, "Override the number of attention heads")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seq-len", seq_len, "Override the context length")->check(CLI::PositiveNumber);
   app.add_option("--dp", cfg.layout.dp, "Data-parallel size");
   app.add_option("--tp", cfg.layout.tp, "Tensor-parallel size");
   app.add_option("--pp", cfg.layout.pp, "Pipeline-parallel size");
@@ -95,11 +102,16 @@ int main(int argc, char** argv) {
   const int vocab_override = cfg.model.vocab;
   cfg.model = model_name == "small" ? model::GptConfig::small() : model::GptConfig::tiny();
   if (app.count("--vocab")) cfg.model.vocab = vocab_override;
+  if (d_model > 0) cfg.model.d_model = d_model;
+  if (layers > 0) cfg.model.layers = layers;
+  if (heads > 0) cfg.model.heads = heads;
+  if (seq_len > 0) cfg.model.seq_len = seq_len;
   cfg.precision = *parse_dtype(precision);
 
   return comm::run_worker_main([&]() -> int {
     const std::string hash = fmt::format(
-        "gpt:{}:{}:{}:{}:{}:{}:{}:{}:{}", cfg.model.vocab, cfg.model.d_model, cfg.model.layers,
+        "gpt:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}", cfg.model.vocab, cfg.model.d_model,
+        cfg.model.layers, cfg.model.heads, cfg.model.seq_len,
         cfg.layout.dp, cfg.layout.tp, cfg.layout.pp, cfg.layout.zero, precision, cfg.micro_batch);
     auto b = comm::bootstrap_worker(hash, comm::kBackend.get(), device);
     // Plugins load once the world has formed, when the optimizer is built (as DeepSpeed loads
@@ -136,8 +148,8 @@ int main(int argc, char** argv) {
           "x tp %d x pp %d, zero %d, %s, micro-batch %d x %d, schedule %s, %s, %s backend\n",
           model_name.c_str(), cfg.model.vocab, cfg.model.d_model, cfg.model.layers, cfg.model.heads,
           cfg.model.seq_len, b.comm->size(), cfg.layout.dp, cfg.layout.tp, cfg.layout.pp,
-          cfg.layout.zero, precision.c_str(), cfg.micro_batch, cfg.grad_accum,
-          cfg.schedule.c_str(), b.compute.str().c_str(), b.comm->backend().data());
+          cfg.layout.zero, precision.c_str(), cfg.micro_batch, cfg.grad_accum, cfg.schedule.c_str(),
+          b.compute.str().c_str(), b.comm->backend().data());
       std::printf("# %5s %10s %9s %9s %10s %8s %9s %10s %10s\n", "step", "loss", "gnorm", "lr",
                   "scale", "ms", "tok/s", "mem MiB", "peak MiB");
     }

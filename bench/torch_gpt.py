@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""The faultline GPT and its training step written in PyTorch eager, as the reference for
+fl-train --device cuda (bench/gpu_vs_pytorch.sh runs both on the same GPU and config).
+
+Same model as workloads/model/gpt.cpp: learned token and position embeddings; pre-LN blocks of
+causal multi-head attention (fused qkv linear, explicit softmax(q kᵀ / sqrt(hs)) v with the causal
+mask, output projection) and an MLP (4x, tanh GELU); final layer norm; untied LM head without
+bias; mean cross-entropy. Same step: AdamW (betas 0.9/0.95, eps 1e-8, no weight decay), global
+gradient-norm clipping at 1.0, fp32 with TF32 off (as fl-train's cuBLAS calls). Synthetic tokens.
+Prints one JSON line: {"tokens_per_s": median over the timed steps, ...}.
+"""
+import argparse
+import json
+import math
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH):
+        super().__init__()
+        self.nh = NH
+        self.ln1 = nn.LayerNorm(C, eps=1e-5)
+        self.qkv = nn.Linear(C, 3 * C)
+        self.proj = nn.Linear(C, C)
+        self.ln2 = nn.LayerNorm(C, eps=1e-5)
+        self.fc = nn.Linear(C, 4 * C)
+        self.fcproj = nn.Linear(4 * C, C)
+
+    def attention(self, x, mask):
+        B, T, C = x.shape
+        hs = C // self.nh
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q = q.view(B, T, self.nh, hs).transpose(1, 2)
+        k = k.view(B, T, self.nh, hs).transpose(1, 2)
+        v = v.view(B, T, self.nh, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(mask[:T, :T] == 0, float("-inf")).softmax(dim=-1)
+        return (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+
+    def forward(self, x, mask):
+        x = x + self.proj(self.attention(self.ln1(x), mask))
+        return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, V, C, L, NH, T):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.wpe = nn.Embedding(T, C)
+        self.blocks = nn.ModuleList(Block(C, NH) for _ in range(L))
+        self.lnf = nn.LayerNorm(C, eps=1e-5)
+        self.head = nn.Linear(C, V, bias=False)
+        self.register_buffer("mask", torch.tril(torch.ones(T, T)))
+        for p in self.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        for b in self.blocks:
+            x = b(x, self.mask)
+        logits = self.head(self.lnf(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--d-model", type=int, default=768)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--micro-batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    a = ap.parse_args()
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(1234)
+    dev = torch.device("cuda")
+    model = GPT(a.vocab, a.d_model, a.layers, a.heads, a.seq_len).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8,
+                            weight_decay=0.0, foreach=True)
+    gen = torch.Generator(device=dev).manual_seed(7)
+    times, losses = [], []
+    for step in range(a.warmup + a.steps):
+        idx = torch.randint(0, a.vocab, (a.micro_batch, a.seq_len + 1), device=dev, generator=gen)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = model(idx[:, :-1], idx[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())  # one host sync per step, as fl-train reads its loss
+        torch.cuda.synchronize()
+        if step >= a.warmup:
+            times.append(time.perf_counter() - t0)
+    tokens = a.micro_batch * a.seq_len
+    print(json.dumps({
+        "impl": "pytorch-eager",
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0),
+        "tokens_per_s": tokens / statistics.median(times),
+        "step_ms_median": 1e3 * statistics.median(times),
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+        "params": sum(p.numel() for p in model.parameters()),
+    }))
+
+
+if __name__ == "__main__":
+    main()
