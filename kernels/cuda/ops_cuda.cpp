@@ -1,11 +1,12 @@
-// fl::ops on a GPU: GEMMs through cuBLAS (row-major operands passed as their column-major
-// transposes), everything else through the kernels of kernels.cu. Reductions that the trainer
-// needs on the host (a loss, a norm, an overflow flag) copy back one scalar.
+// fl::ops on a GPU: GEMMs through cuBLAS as gemm_plan.hpp lays them out, everything else through
+// the kernels of kernels.cu. Reductions that the trainer needs on the host (a loss, a norm, an
+// overflow flag) copy back one scalar.
 #include "kernels/cuda/ops_cuda.hpp"
 
 #include <cmath>
 #include <map>
 
+#include "kernels/cuda/gemm_plan.hpp"
 #include "kernels/cuda/launch.hpp"
 #include "kernels/cuda/runtime.hpp"
 
@@ -14,29 +15,44 @@ namespace fl::ops::cuda {
 using fl::cuda::check;
 using fl::cuda::check_blas;
 namespace launch = fl::cuda::launch;
+namespace plan = fl::cuda::plan;
 
 namespace {
 
-// Row-major C[M, N] = alpha · op(A) · op(B) + beta · C with op(A) [M, K], op(B) [K, N]; lda/ldb/ldc
-// are the row strides of A, B, C as stored. cuBLAS is column-major, so it computes Cᵀ = op(B)ᵀ ·
-// op(A)ᵀ on the same memory.
-void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-          const float* B, int ldb, float beta, float* C, int ldc, const char* what) {
-  check_blas(
-      cublasSgemm(fl::cuda::blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                  N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc),
-      what);
-}
-
-// The same over `batch` matrices spaced by the given strides (elements).
-void gemm_batched(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-                  long long sa, const float* B, int ldb, long long sb, float beta, float* C,
-                  int ldc, long long sc, int batch, const char* what) {
-  check_blas(cublasSgemmStridedBatched(fl::cuda::blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, sb,
-                                       A, lda, sa, &beta, C, ldc, sc, batch),
-             what);
-}
+// The executor of gemm_plan.hpp on a GPU: cuBLAS and the kernels of kernels.cu.
+struct CudaExec {
+  void gemm(const plan::ColGemm& g, const char* what) {
+    const cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (g.batch == 1) {
+      check_blas(cublasSgemm(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, g.A, g.lda, g.B,
+                             g.ldb, &g.beta, g.C, g.ldc),
+                 what);
+    } else {
+      check_blas(
+          cublasSgemmStridedBatched(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, g.A, g.lda,
+                                    g.sa, g.B, g.ldb, g.sb, &g.beta, g.C, g.ldc, g.sc, g.batch),
+          what);
+    }
+  }
+  void causal_softmax_forward(float* att, int rows, int T) {
+    launch::causal_softmax_forward(att, rows, T);
+  }
+  void causal_softmax_backward(float* d, const float* a, int rows, int T, float scale) {
+    launch::causal_softmax_backward(d, a, rows, T, scale);
+  }
+  void add_bias(float* out, const float* bias, int N, int C) { launch::add_bias(out, bias, N, C); }
+  void bias_backward(float* dbias, const float* dout, int N, int C) {
+    launch::bias_backward(dbias, dout, N, C);
+  }
+  struct Scratch {
+    fl::cuda::Scratch s;
+    float* data() { return s.as<float>(); }
+  };
+  Scratch scratch(size_t floats, const char* what) {
+    return Scratch{{floats * sizeof(float), what}};
+  }
+};
 
 // A few bytes of device memory for reduction results, one block per device and thread.
 template <class T>
@@ -68,21 +84,14 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC) {
-  gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, "linear_forward (sgemm)");
-  if (bias) launch::add_bias(out, bias, N, OC);
+  CudaExec x;
+  plan::linear_forward(x, out, inp, weight, bias, N, C, OC);
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC) {
-  if (dinp) {
-    gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C,
-         "linear_backward dinp (sgemm)");
-  }
-  if (dweight) {
-    gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C,
-         "linear_backward dweight (sgemm)");
-  }
-  if (dbias) launch::bias_backward(dbias, dout, N, OC);
+  CudaExec x;
+  plan::linear_backward(x, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -104,57 +113,15 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
   launch::gelu_backward(dinp, inp, dout, n);
 }
 
-// Per sequence b, the NH heads form one strided batch: head h of q/k/v starts h·hs columns into
-// the [T, 3C] rows, and its T×T score block h·T·T into att.
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH, ld = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const long long tt = static_cast<long long>(T) * T;
-  for (int b = 0; b < B; ++b) {
-    const float* q = qkv + static_cast<size_t>(b) * T * ld;
-    float* a = att + static_cast<size_t>(b) * NH * tt;
-    gemm_batched(false, true, T, T, hs, scale, q, ld, hs, q + C, ld, hs, 0.0f, a, T, tt, NH,
-                 "attention scores (sgemm)");
-  }
-  launch::causal_softmax_forward(att, B * NH * T, T);
-  for (int b = 0; b < B; ++b) {
-    const float* v = qkv + static_cast<size_t>(b) * T * ld + 2 * C;
-    const float* a = att + static_cast<size_t>(b) * NH * tt;
-    float* o = out + static_cast<size_t>(b) * T * C;
-    gemm_batched(false, false, T, hs, T, 1.0f, a, T, tt, v, ld, hs, 0.0f, o, C, hs, NH,
-                 "attention values (sgemm)");
-  }
+  CudaExec x;
+  plan::attention_forward(x, out, att, qkv, B, T, C, NH);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                         int T, int C, int NH) {
-  const int hs = C / NH, ld = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const long long tt = static_cast<long long>(T) * T;
-  fl::cuda::Scratch datt(static_cast<size_t>(NH) * tt * sizeof(float), "scratch.attention.datt");
-  float* d = datt.as<float>();
-  for (int b = 0; b < B; ++b) {
-    const size_t base = static_cast<size_t>(b) * T * ld;
-    const float* q = qkv + base;
-    const float* k = q + C;
-    const float* v = q + 2 * C;
-    float* dq = dqkv + base;
-    float* dk = dq + C;
-    float* dv = dq + 2 * C;
-    const float* a = att + static_cast<size_t>(b) * NH * tt;
-    const float* dy = dout + static_cast<size_t>(b) * T * C;
-    // datt = dout · vᵀ ; dv += attᵀ · dout
-    gemm_batched(false, true, T, T, hs, 1.0f, dy, C, hs, v, ld, hs, 0.0f, d, T, tt, NH,
-                 "attention backward datt (sgemm)");
-    gemm_batched(true, false, T, hs, T, 1.0f, a, T, tt, dy, C, hs, 1.0f, dv, ld, hs, NH,
-                 "attention backward dv (sgemm)");
-    launch::causal_softmax_backward(d, a, NH * T, T, scale);
-    // dq += dscore · k ; dk += dscoreᵀ · q
-    gemm_batched(false, false, T, hs, T, 1.0f, d, T, tt, k, ld, hs, 1.0f, dq, ld, hs, NH,
-                 "attention backward dq (sgemm)");
-    gemm_batched(true, false, T, hs, T, 1.0f, d, T, tt, q, ld, hs, 1.0f, dk, ld, hs, NH,
-                 "attention backward dk (sgemm)");
-  }
+  CudaExec x;
+  plan::attention_backward(x, dqkv, dout, qkv, att, B, T, C, NH);
 }
 
 void residual_forward(float* out, const float* a, const float* b, size_t n) {
