@@ -108,6 +108,11 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   FL_DISPATCH(attention_backward, dqkv, dout, qkv, att, B, T, C, NH);
 }
 
+void kv_decode_attention(float* out, float* kcache, float* vcache, const float* qkv, int B, int NH,
+                         int T, int hs, int t) {
+  FL_DISPATCH(kv_decode_attention, out, kcache, vcache, qkv, B, NH, T, hs, t);
+}
+
 void residual_forward(float* out, const float* a, const float* b, size_t n) {
   FL_DISPATCH(residual_forward, out, a, b, n);
 }

@@ -208,6 +208,51 @@ __global__ void causal_softmax_backward_k(float* datt, const float* att, int row
   for (int s = lane; s < T; s += 32) d[s] = s <= t ? a[s] * (d[s] - dot) * scale : 0.0f;
 }
 
+// One block per (sequence, head): the block's threads copy k and v into the caches, score the
+// positions 0..t (one warp per position, lanes over the head dimension), take the softmax over
+// them in shared memory and accumulate the weighted values (threads over the head dimension).
+__global__ void kv_decode_attention_k(float* out, float* kcache, float* vcache, const float* qkv,
+                                      int NH, int T, int hs, int t) {
+  extern __shared__ float scores[];  // t + 1 floats
+  const int b = blockIdx.x / NH, h = blockIdx.x % NH, Cl = NH * hs;
+  const float* q = qkv + static_cast<size_t>(b) * 3 * Cl + h * hs;
+  const size_t base = (static_cast<size_t>(b) * NH + h) * T * hs;
+  float* K = kcache + base;
+  float* V = vcache + base;
+  for (int i = threadIdx.x; i < hs; i += blockDim.x) {
+    K[static_cast<size_t>(t) * hs + i] = q[Cl + i];
+    V[static_cast<size_t>(t) * hs + i] = q[2 * Cl + i];
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const float scale = 1.0f / sqrtf(static_cast<float>(hs));
+  for (int s = warp; s <= t; s += warps) {
+    float d = 0;
+    for (int i = lane; i < hs; i += 32) d += q[i] * K[static_cast<size_t>(s) * hs + i];
+    d = warp_sum(d);
+    if (lane == 0) scores[s] = d * scale;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    float mx = -INFINITY;
+    for (int s = lane; s <= t; s += 32) mx = fmaxf(mx, scores[s]);
+    mx = warp_max(mx);
+    float sum = 0;
+    for (int s = lane; s <= t; s += 32) {
+      scores[s] = expf(scores[s] - mx);
+      sum += scores[s];
+    }
+    sum = warp_sum(sum);
+    for (int s = lane; s <= t; s += 32) scores[s] /= sum;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < hs; i += blockDim.x) {
+    float y = 0;
+    for (int s = 0; s <= t; ++s) y += scores[s] * V[static_cast<size_t>(s) * hs + i];
+    out[static_cast<size_t>(b) * Cl + h * hs + i] = y;
+  }
+}
+
 __global__ void residual_forward_k(float* out, const float* a, const float* b, size_t n) {
   FL_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
 }
@@ -402,6 +447,13 @@ void causal_softmax_forward(float* att, int rows, int T) {
 void causal_softmax_backward(float* datt, const float* att, int rows, int T, float scale) {
   causal_softmax_backward_k<<<blocks_for_rows(rows), kThreads>>>(datt, att, rows, T, scale);
   check_launch("attention softmax backward");
+}
+
+void kv_decode_attention(float* out, float* kcache, float* vcache, const float* qkv, int B, int NH,
+                         int T, int hs, int t) {
+  kv_decode_attention_k<<<B * NH, 128, (t + 1) * sizeof(float)>>>(out, kcache, vcache, qkv, NH, T,
+                                                                   hs, t);
+  check_launch("kv_decode_attention");
 }
 
 void residual_forward(float* out, const float* a, const float* b, size_t n) {

@@ -198,6 +198,24 @@ TEST_F(CudaOps, Attention) {
   expect_close(down(gdqkv), dqkv, 1e-5, "attention_backward", true);
 }
 
+TEST_F(CudaOps, KvDecodeAttention) {
+  const int H = 4, hs = 16, Tc = 12, Cl = H * hs;
+  auto kc = randn(B * H * Tc * hs, 30), vc = randn(B * H * Tc * hs, 31);
+  for (int t : {0, 5, Tc - 1}) {
+    auto qkv = randn(B * 3 * Cl, 32 + t);
+    std::vector<float> out(B * Cl), k = kc, v = vc;
+    ops::kv_decode_attention(out.data(), k.data(), v.data(), qkv.data(), B, H, Tc, hs, t);
+    Tensor gq = up(qkv), gk = up(kc), gv = up(vc), gout = up(std::vector<float>(B * Cl));
+    {
+      DeviceGuard g(kGpu);
+      ops::kv_decode_attention(gout.f32(), gk.f32(), gv.f32(), gq.f32(), B, H, Tc, hs, t);
+    }
+    expect_close(down(gout), out, 1e-5, "kv_decode_attention out", true);
+    expect_close(down(gk), k, 0, "kv_decode_attention k cache");
+    expect_close(down(gv), v, 0, "kv_decode_attention v cache");
+  }
+}
+
 TEST_F(CudaOps, SoftmaxCrossEntropyAndLossSum) {
   auto logits = randn(N * V, 20, 2.0f);
   std::vector<int32_t> tgt(N);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 
 #include "base/exit_codes.hpp"
 #include "kernels/device.hpp"
@@ -91,6 +92,31 @@ TEST_F(GpuTrain, DeviceMemoryBudgetFailsWithTheAccountantsError) {
   EXPECT_NE(r.proc.output.find("[rank 0] out of memory on cuda:0: tried to allocate"),
             std::string::npos)
       << r.proc.output;
+}
+
+// Serving on a GPU: greedy decoding with the KV cache produces the CPU's tokens, on one rank and
+// with the model split over two tensor-parallel ranks sharing the GPU.
+TEST_F(GpuTrain, InferenceGeneratesTheCpusTokens) {
+  auto serve = [](int ranks, const std::string& device, std::vector<std::string> extra) {
+    auto argv = mpirun_prefix(ranks);
+    for (auto a : {FAULTLINE_INFER, "--model", "small", "--new-tokens", "16", "--device"}) {
+      argv.push_back(a);
+    }
+    argv.push_back(device);
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ProcessResult r = run_process(argv, {{"MASTER_PORT", std::to_string(free_port())}});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::string tokens;  // the "request N: ..." lines rank 0 prints
+    std::istringstream in(r.output);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("request ", 0) == 0) tokens += line + "\n";
+    }
+    EXPECT_FALSE(tokens.empty()) << r.output;
+    return tokens;
+  };
+  const std::string cpu = serve(1, "cpu", {});
+  EXPECT_EQ(serve(1, "cuda", {}), cpu);
+  EXPECT_EQ(serve(2, "cuda", {"--tp", "2"}), cpu);
 }
 
 }  // namespace

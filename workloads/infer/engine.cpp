@@ -14,6 +14,7 @@
 namespace fl::infer {
 
 namespace {
+using comm::device_buffer;
 using comm::host_buffer;
 
 double uniform(uint64_t seed, int request, int64_t position) {
@@ -54,102 +55,82 @@ InferenceEngine::InferenceEngine(const model::GptConfig& cfg, parallel::Topology
     : cfg_(cfg),
       topo_(topo),
       layout_(cfg, topo.layout.tp, topo.tp_rank, topo.layout.pp, topo.pp_rank),
-      params_(std::move(params)),
-      acct_(acct) {
-  if (params_.size() < layout_.total()) {
-    raise<ConfigError>("inference shard has {} parameters, the layout needs {}", params_.size(),
+      acct_(acct),
+      staging_(0, acct.rank(), acct.device()) {
+  if (params.size() < layout_.total()) {
+    raise<ConfigError>("inference shard has {} parameters, the layout needs {}", params.size(),
                        layout_.total());
   }
+  params_ =
+      Tensor::zeros({static_cast<int64_t>(params.size())}, DType::kF32, "infer.params", staging_);
+  ops::from_host(params_.raw(), params.data(), params.size() * sizeof(float));
 }
 
 void InferenceEngine::tp_all_reduce(float* x, size_t n) {
-  if (topo_.layout.tp > 1) topo_.tp->all_reduce(host_buffer(x, n, DType::kF32));
+  if (topo_.layout.tp > 1) topo_.tp->all_reduce(device_buffer(x, n, DType::kF32));
 }
 
 std::vector<int32_t> InferenceEngine::step(const std::vector<int32_t>& tokens, int t, bool sample,
                                            const GenerateConfig& g, int64_t draw) {
   const int C = cfg_.d_model, V = cfg_.vocab, T = cfg_.seq_len, B = B_;
   const int tp = topo_.layout.tp, Cl = C / tp, NHl = cfg_.heads / tp, hs = C / cfg_.heads;
-  float* P = params_.data();
+  float* P = params_.f32();
   FAULTLINE_FAULT_POINT("infer.forward",
                         (fault::SiteContext{t, "", "infer.forward", -1, nullptr,
                                             static_cast<size_t>(B), DType::kI32, -1}));
-  std::vector<float> x(static_cast<size_t>(B) * C);
+  auto buf = [&](size_t n, const char* what) {
+    return Tensor::zeros({static_cast<int64_t>(n)}, DType::kF32, what, staging_);
+  };
+  Tensor x = buf(static_cast<size_t>(B) * C, "infer.x");
   if (topo_.first_stage()) {
-    const float* wte = layout_.find(P, "wte");
-    const float* wpe = layout_.find(P, "wpe");
-    for (int b = 0; b < B; ++b) {
-      for (int c = 0; c < C; ++c) {
-        x[static_cast<size_t>(b) * C + c] =
-            wte[static_cast<size_t>(tokens[static_cast<size_t>(b)]) * C + c] +
-            wpe[static_cast<size_t>(t) * C + c];
-      }
-    }
+    Tensor tok = Tensor::zeros({B}, DType::kI32, "infer.tokens", staging_);
+    ops::from_host(tok.raw(), tokens.data(), static_cast<size_t>(B) * sizeof(int32_t));
+    // Position t of every sequence: the embedding of a length-1 sequence whose positions start
+    // at row t of wpe.
+    ops::embedding_forward(x.f32(), tok.data<int32_t>(), layout_.find(P, "wte"),
+                           layout_.find(P, "wpe") + static_cast<size_t>(t) * C, B, 1, C);
   } else {
-    topo_.pp->recv(host_buffer(x.data(), x.size(), DType::kF32), topo_.pp_rank - 1);
+    topo_.pp->recv(device_buffer(x.f32(), x.numel(), DType::kF32), topo_.pp_rank - 1);
   }
-  std::vector<float> ln(x.size()), mean(static_cast<size_t>(B)), rstd(static_cast<size_t>(B));
-  std::vector<float> qkv(static_cast<size_t>(B) * 3 * Cl), atty(static_cast<size_t>(B) * Cl);
-  std::vector<float> proj(x.size()), fch(static_cast<size_t>(B) * 4 * Cl), gel(fch.size());
-  std::vector<float> scores(static_cast<size_t>(T));
+  Tensor ln = buf(x.numel(), "infer.ln"), mean = buf(static_cast<size_t>(B), "infer.ln.mean"),
+         rstd = buf(static_cast<size_t>(B), "infer.ln.rstd");
+  Tensor qkv = buf(static_cast<size_t>(B) * 3 * Cl, "infer.qkv"),
+         atty = buf(static_cast<size_t>(B) * Cl, "infer.atty");
+  Tensor proj = buf(x.numel(), "infer.proj"),
+         fch = buf(static_cast<size_t>(B) * 4 * Cl, "infer.fch"),
+         gel = buf(static_cast<size_t>(B) * 4 * Cl, "infer.gelu");
+  const size_t n = x.numel();
   for (int li = 0; li < layout_.num_layers(); ++li) {
     auto w = layout_.block(P, layout_.first_layer() + li);
-    ops::layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), w.ln1_w, w.ln1_b, B, C);
-    ops::linear_forward(qkv.data(), ln.data(), w.qkv_w, w.qkv_b, B, C, 3 * Cl);
-    float* K = kcache_[static_cast<size_t>(li)].f32();
-    float* Vc = vcache_[static_cast<size_t>(li)].f32();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    for (int b = 0; b < B; ++b) {
-      for (int h = 0; h < NHl; ++h) {
-        const float* q = qkv.data() + static_cast<size_t>(b) * 3 * Cl + h * hs;
-        const size_t base = (static_cast<size_t>(b) * NHl + h) * T * hs;
-        std::memcpy(K + base + static_cast<size_t>(t) * hs, q + Cl, hs * sizeof(float));
-        std::memcpy(Vc + base + static_cast<size_t>(t) * hs, q + 2 * Cl, hs * sizeof(float));
-        float mx = -INFINITY;
-        for (int s = 0; s <= t; ++s) {
-          float d = 0;
-          for (int i = 0; i < hs; ++i) d += q[i] * K[base + static_cast<size_t>(s) * hs + i];
-          scores[static_cast<size_t>(s)] = d * scale;
-          mx = std::max(mx, scores[static_cast<size_t>(s)]);
-        }
-        float sum = 0;
-        for (int s = 0; s <= t; ++s) {
-          scores[static_cast<size_t>(s)] = std::exp(scores[static_cast<size_t>(s)] - mx);
-          sum += scores[static_cast<size_t>(s)];
-        }
-        float* y = atty.data() + static_cast<size_t>(b) * Cl + h * hs;
-        std::fill(y, y + hs, 0.0f);
-        for (int s = 0; s <= t; ++s) {
-          const float a = scores[static_cast<size_t>(s)] / sum;
-          for (int i = 0; i < hs; ++i) y[i] += a * Vc[base + static_cast<size_t>(s) * hs + i];
-        }
-      }
-    }
-    ops::linear_forward(proj.data(), atty.data(), w.proj_w, nullptr, B, Cl, C);
-    tp_all_reduce(proj.data(), proj.size());
-    for (int b = 0; b < B; ++b) {
-      for (int c = 0; c < C; ++c)
-        x[static_cast<size_t>(b) * C + c] += proj[static_cast<size_t>(b) * C + c] + w.proj_b[c];
-    }
-    ops::layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), w.ln2_w, w.ln2_b, B, C);
-    ops::linear_forward(fch.data(), ln.data(), w.fc_w, w.fc_b, B, C, 4 * Cl);
-    ops::gelu_forward(gel.data(), fch.data(), gel.size());
-    ops::linear_forward(proj.data(), gel.data(), w.fcproj_w, nullptr, B, 4 * Cl, C);
-    tp_all_reduce(proj.data(), proj.size());
-    for (int b = 0; b < B; ++b) {
-      for (int c = 0; c < C; ++c)
-        x[static_cast<size_t>(b) * C + c] += proj[static_cast<size_t>(b) * C + c] + w.fcproj_b[c];
-    }
+    ops::layernorm_forward(ln.f32(), mean.f32(), rstd.f32(), x.f32(), w.ln1_w, w.ln1_b, B, C);
+    ops::linear_forward(qkv.f32(), ln.f32(), w.qkv_w, w.qkv_b, B, C, 3 * Cl);
+    ops::kv_decode_attention(atty.f32(), kcache_[static_cast<size_t>(li)].f32(),
+                             vcache_[static_cast<size_t>(li)].f32(), qkv.f32(), B, NHl, T, hs, t);
+    ops::linear_forward(proj.f32(), atty.f32(), w.proj_w, nullptr, B, Cl, C);
+    tp_all_reduce(proj.f32(), n);
+    // x += proj + bias, in that order of additions
+    ops::add_bias(proj.f32(), w.proj_b, B, C);
+    ops::residual_forward(x.f32(), x.f32(), proj.f32(), n);
+    ops::layernorm_forward(ln.f32(), mean.f32(), rstd.f32(), x.f32(), w.ln2_w, w.ln2_b, B, C);
+    ops::linear_forward(fch.f32(), ln.f32(), w.fc_w, w.fc_b, B, C, 4 * Cl);
+    ops::gelu_forward(gel.f32(), fch.f32(), gel.numel());
+    ops::linear_forward(proj.f32(), gel.f32(), w.fcproj_w, nullptr, B, 4 * Cl, C);
+    tp_all_reduce(proj.f32(), n);
+    ops::add_bias(proj.f32(), w.fcproj_b, B, C);
+    ops::residual_forward(x.f32(), x.f32(), proj.f32(), n);
   }
   std::vector<int32_t> next(static_cast<size_t>(B), 0);
   if (!topo_.last_stage()) {
-    topo_.pp->send(host_buffer(x.data(), x.size(), DType::kF32), topo_.pp_rank + 1);
+    topo_.pp->send(device_buffer(x.f32(), x.numel(), DType::kF32), topo_.pp_rank + 1);
   } else if (sample) {
-    ops::layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(),
-                           layout_.find(P, "lnf.weight"), layout_.find(P, "lnf.bias"), B, C);
-    std::vector<float> logits(static_cast<size_t>(B) * V);
-    ops::linear_forward(logits.data(), ln.data(), layout_.find(P, "lm_head.weight"), nullptr, B, C,
+    ops::layernorm_forward(ln.f32(), mean.f32(), rstd.f32(), x.f32(), layout_.find(P, "lnf.weight"),
+                           layout_.find(P, "lnf.bias"), B, C);
+    Tensor dlogits = buf(static_cast<size_t>(B) * V, "infer.logits");
+    ops::linear_forward(dlogits.f32(), ln.f32(), layout_.find(P, "lm_head.weight"), nullptr, B, C,
                         V);
+    // Sampling runs on the host: one copy of the batch's logits per position.
+    std::vector<float> logits(dlogits.numel());
+    ops::to_host(logits.data(), dlogits.f32(), logits.size() * sizeof(float));
     for (int b = 0; b < B; ++b) {
       next[static_cast<size_t>(b)] =
           sample_token(logits.data() + static_cast<size_t>(b) * V, V, g, b, draw);

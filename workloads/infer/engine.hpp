@@ -29,7 +29,8 @@ class OutputMismatchError : public Error {
 
 class InferenceEngine {
  public:
-  // `params` is this rank's shard (ParamLayout of its TP rank and PP stage), copied.
+  // `params` is this rank's shard (ParamLayout of its TP rank and PP stage), copied to the device
+  // of `acct`.
   InferenceEngine(const model::GptConfig& cfg, parallel::Topology& topo, std::vector<float> params,
                   MemoryAccountant& acct);
 
@@ -53,8 +54,11 @@ class InferenceEngine {
   model::GptConfig cfg_;
   parallel::Topology& topo_;
   model::ParamLayout layout_;
-  std::vector<float> params_;
   MemoryAccountant& acct_;
+  // Weights and per-step activations live on the rank's device outside its budget (as the host
+  // vectors they are on CPU ranks); the KV cache is charged to the budget.
+  MemoryAccountant staging_;
+  Tensor params_;
   int B_ = 0;
   std::function<void(int64_t, double)> sink_;
   std::vector<Tensor> kcache_, vcache_;  // per local layer: [B, NH_l, T, hs]

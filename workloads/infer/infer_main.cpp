@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
   app.add_option("--plugin", plugins, "Load kernel plugin libfl_NAME.so (FAULTLINE_PLUGIN_PATH)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_flag("--plugin-jit", plugin_jit, "Build the plugins from source at start (CXX)");
+  std::string device = kComputeDevice.get();
+  app.add_option("--device", device, "Where to compute: cpu or cuda (default FAULTLINE_DEVICE)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   std::vector<std::string> fetch;
   app.add_option("--fetch", fetch, "Fetch an artifact at start (FAULTLINE_ARTIFACT_URL)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -54,14 +57,8 @@ int main(int argc, char** argv) {
   if (vocab > 0) cfg.vocab = vocab;
 
   return comm::run_worker_main([&]() -> int {
-    if (kComputeDevice.get() != "cpu") {
-      raise<ConfigError>(
-          "FAULTLINE_DEVICE='{}': fl-infer serves on the CPU only (its KV-cache decode kernels "
-          "have no CUDA version yet; training runs on GPUs with fl-train --device cuda)",
-          kComputeDevice.get());
-    }
     auto b = comm::bootstrap_worker(fmt::format("infer:{}:{}:{}", model_name, layout.tp, layout.pp),
-                                    comm::kBackend.get(), "cpu");
+                                    comm::kBackend.get(), device);
     // Serving kernels load once the world has formed, before the model is built.
     for (auto& p : plugins) ops::load_plugin(p, plugin_jit);
     for (auto& f : fetch) {
@@ -71,7 +68,8 @@ int main(int argc, char** argv) {
                            rdzv::tokenizer_vocab(path), cfg.vocab);
       }
     }
-    MemoryAccountant& acct = MemoryAccountant::cpu();
+    MemoryAccountant::cpu().set_rank(b.comm->rank());
+    MemoryAccountant& acct = MemoryAccountant::of(b.compute);
     acct.set_rank(b.comm->rank());
     auto topo = parallel::build_topology(*b.comm, layout, cfg);
     model::ParamLayout pl(cfg, layout.tp, topo.tp_rank, layout.pp, topo.pp_rank);
