@@ -20,6 +20,7 @@
 #include "kernels/device.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/tensor.hpp"
+#include "tests/support/random.hpp"
 
 namespace fl {
 namespace {
@@ -33,13 +34,7 @@ class CudaOps : public ::testing::Test {
   }
 };
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(gen);
-  return v;
-}
+using test::randn;
 
 // A device copy of host data, and back.
 template <class T>

@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/gemm_plan.hpp"
 #include "kernels/ops.hpp"
+#include "tests/support/random.hpp"
 
 namespace fl {
 namespace {
@@ -75,13 +76,7 @@ struct CublasReference {
   Scratch scratch(size_t floats, const char*) { return Scratch{std::vector<float>(floats, 7.0f)}; }
 };
 
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(gen);
-  return v;
-}
+using test::randn;
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
   ASSERT_EQ(got.size(), want.size());

@@ -8,17 +8,12 @@
 #include <vector>
 
 #include "kernels/ops.hpp"
+#include "tests/support/random.hpp"
 
 namespace fl::ops {
 namespace {
 
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using test::randn;
 
 // f(x) = Σ w · forward(x); checks d f / d x[i] for every i of `x` (tiny sizes) against
 // central differences computed in float with step eps.

@@ -477,15 +477,7 @@ void Trainer::check_replicas() const {
   const int dp = topo_.layout.dp;
   if (dp < 2) return;
   // ZeRO-3 replicas hold different partitions by design: compare the gathered model instead.
-  std::vector<float> p(total_);
-  if (topo_.layout.zero == 3) {
-    Tensor gathered = staging(padded_, DType::kF32, "params.check_replicas");
-    topo_.dp->all_gather(device_buffer(master_.f32(), part_, DType::kF32),
-                         device_buffer(gathered.f32(), padded_, DType::kF32));
-    ops::to_host(p.data(), gathered.f32(), total_ * sizeof(float));
-  } else {
-    ops::to_host(p.data(), master_.f32(), total_ * sizeof(float));
-  }
+  const std::vector<float> p = full_parameters();
   int64_t mine = static_cast<int64_t>(XXH64(p.data(), total_ * sizeof(float), 0));
   std::vector<int64_t> all(static_cast<size_t>(dp));
   topo_.dp->all_gather(host_buffer(&mine, 1, DType::kI64),
@@ -501,7 +493,7 @@ void Trainer::check_replicas() const {
   }
 }
 
-std::vector<float> Trainer::full_parameters() {
+std::vector<float> Trainer::full_parameters() const {
   std::vector<float> full(total_);
   if (topo_.layout.zero == 3) {
     Tensor gathered = staging(padded_, DType::kF32, "params.full");

@@ -93,7 +93,7 @@ class Trainer {
 
   // This rank's full fp32 parameters (its TP shard of its stage); under ZeRO-3 they are
   // gathered across the data-parallel group first (collective).
-  std::vector<float> full_parameters();
+  std::vector<float> full_parameters() const;
   const model::ParamLayout& layout() const { return layout_; }
 
   // Sharded checkpoint of the current state (collective): every rank writes its shard
