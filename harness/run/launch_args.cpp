@@ -94,6 +94,7 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
   add("--dp", s.dp);
   add("--tp", s.tp);
   add("--pp", s.pp);
+  add("--device", s.device);
   if (s.kind == "infer") {
     if (!resume_from.empty()) add("--checkpoint", resume_from);
     add("--requests", s.requests);

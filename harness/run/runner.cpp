@@ -1,5 +1,7 @@
 #include "harness/run/runner.hpp"
+
 #include "harness/run/run.hpp"
+#include "kernels/device.hpp"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -149,8 +151,11 @@ void Run::launch_all(const std::string& resume_from) {
   if (s_.launcher == "local") {
     for (int r = 0; r < s_.ranks; ++r) {
       auto env = rank_env(r);
-      ProcessSpec p{
-          fmt::format("rank {}", r), r, args, {}, fmt::format("{}/ranks/rank{}", dir_, r)};
+      ProcessSpec p;
+      p.name = fmt::format("rank {}", r);
+      p.rank = r;
+      p.argv = args;
+      p.cwd = fmt::format("{}/ranks/rank{}", dir_, r);
       faults_->adjust_rank(r, p, env);
       for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
       const pid_t pid = sup_->spawn(p);
@@ -162,12 +167,11 @@ void Run::launch_all(const std::string& resume_from) {
   }
   // mpirun: one app-file line per rank, so each keeps its own environment.
   std::string app;
-  ProcessSpec p{"mpirun",
-                -1,
-                {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                 "--tag-output", "--app", dir_ + "/appfile"},
-                {},
-                dir_};
+  ProcessSpec p;
+  p.name = "mpirun";
+  p.argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to",
+            "none",   "--tag-output",        "--app",           dir_ + "/appfile"};
+  p.cwd = dir_;
   for (int r = 0; r < s_.ranks; ++r) {
     auto env = rank_env(r);
     ProcessSpec line_spec;
@@ -537,11 +541,10 @@ RunResult Run::go() {
     faults_->prepare(master_port_);
     if (s_.launcher == "local" && s_.backend == "mpi" && s_.ranks > 1) {
       // MPI singletons find each other through an ompi-server (see join_singletons).
-      ProcessSpec p{"ompi-server",
-                    -1,
-                    {"ompi-server", "--no-daemonize", "-r", dir_ + "/tmp/ompi-server.uri"},
-                    {},
-                    dir_};
+      ProcessSpec p;
+      p.name = "ompi-server";
+      p.argv = {"ompi-server", "--no-daemonize", "-r", dir_ + "/tmp/ompi-server.uri"};
+      p.cwd = dir_;
       auto env = base_env();
       faults_->adjust_helper(p, env);
       for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
@@ -630,6 +633,12 @@ void write_atomic(const std::string& path, const std::string& text) {
 }
 
 RunResult run_scenario(const Scenario& scenario, const RunOptions& options) {
+  if (scenario.device == "cuda" && cuda_device_count() == 0) {
+    throw ScenarioError(fmt::format(
+        "{}: workload.device is cuda but no CUDA device is visible on this machine{}; run it on a "
+        "GPU machine, or on CPU ranks with --set workload.device=cpu",
+        scenario.file, built_with_cuda() ? "" : " (and this build has no CUDA)"));
+  }
   detail::Run run(scenario, options);
   return run.go();
 }

@@ -550,6 +550,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
                         s.tp, s.pp, s.dp * s.tp * s.pp, s.ranks));
   }
   s.model = w["model"].as<std::string>();
+  s.device = w["device"].as<std::string>();
   s.steps = w["steps"].as<int64_t>();
   s.precision = w["precision"].as<std::string>();
   s.micro_batch = w["micro_batch"].as<int64_t>();
@@ -742,9 +743,9 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     for (const char* k : {"prepare", "fix", "faults", "expect", "rank_env"}) base.remove(k);
     YAML::Node p = merge(base, YAML::Clone(doc["prepare"]));
     p["name"] = s.name + "-prepare";
-    YAML::Node e(YAML::NodeType::Map);
-    e["oracle"] = "completed";
-    p["expect"] = e;
+    YAML::Node completed(YAML::NodeType::Map);
+    completed["oracle"] = "completed";
+    p["expect"] = completed;
     YAML::Emitter em;
     em << p;
     s.prepare_yaml = em.c_str();

@@ -74,6 +74,12 @@ const std::vector<KeySpec>& scenario_schema() {
        "train (fl-train) or infer (fl-infer)",
        {"train", "infer"}},
       {"workload.model", K::kEnum, "tiny", "Model size", {"tiny", "small"}},
+      {"workload.device",
+       K::kEnum,
+       "cpu",
+       "Where ranks compute: cpu, or cuda (each rank's GPU, chosen by FAULTLINE_GPU_MAP in env; "
+       "a run refuses to start where no CUDA device is visible)",
+       {"cpu", "cuda"}},
       {"workload.steps", K::kInt, "20", "Training steps", {}, 1, 1000000},
       {"workload.precision", K::kEnum, "fp32", "Compute precision", {"fp32", "fp16", "bf16"}},
       {"workload.micro_batch", K::kInt, "4", "Samples per micro-batch per DP rank", {}, 1, 4096},

@@ -72,7 +72,9 @@ TEST(Detectors, BaselineFindsAndLocalisesAFrozenRank) {
   // A tool's output stays in its own log, out of the history other detectors read.
   EXPECT_TRUE(fs::exists(r.dir + "/tools/hang.log"));
   for (auto& e : r.history) {
-    if (e.kind == "output") EXPECT_EQ(e.data_json.find("diagnosis"), std::string::npos);
+    if (e.kind == "output") {
+      EXPECT_EQ(e.data_json.find("diagnosis"), std::string::npos);
+    }
   }
 }
 

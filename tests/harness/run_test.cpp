@@ -18,6 +18,7 @@
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/controller.hpp"
 #include "harness/run/runner.hpp"
+#include "kernels/device.hpp"
 #include "tests/support/process.hpp"
 #include "workloads/telemetry/telemetry.hpp"
 
@@ -149,6 +150,32 @@ TEST(HarnessRun, FailedExpectationExitsOneAndBadInputExitsTwo) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("topology.ranks: 0 is out of range (allowed 1-256)"), std::string::npos)
       << bad.output;
+  fs::remove_all(results);
+}
+
+// A GPU scenario where no GPU is visible is an input error naming the file and the device, not a
+// run that "reproduces" a device error; with workload.device=cpu the same file runs on CPU ranks
+// and its ranks are launched with --device cpu.
+TEST(HarnessRun, GpuScenarioWithoutAGpuIsAnInputError) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "this machine has a CUDA device";
+  const std::string file = FAULTLINE_SOURCE_DIR "/scenarios/gpu/4.2-device-memory-oom.yaml";
+  auto refused = test::run_process({FAULTLINE_CLI, "run", file});
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find(file + ": workload.device is cuda but no CUDA device is visible "
+                                       "on this machine"),
+            std::string::npos)
+      << refused.output;
+  const auto results = results_dir();
+  fs::create_directories(results);
+  auto cpu =
+      cli_run(results, file,
+              {"--set", "workload.device=cpu", "--set", "expect.pattern=out of memory on cpu"});
+  EXPECT_EQ(cpu.proc.exit_code, 0) << cpu.proc.output;  // the same OOM, on a CPU rank
+  EXPECT_EQ(cpu.verdict["outcome"], "pass");
+  std::ifstream hist(cpu.dir + "/history.jsonl");
+  const std::string h((std::istreambuf_iterator<char>(hist)), std::istreambuf_iterator<char>());
+  EXPECT_NE(h.find("\"--device\",\"cpu\""), std::string::npos);
+  EXPECT_NE(h.find("out of memory on cpu"), std::string::npos);
   fs::remove_all(results);
 }
 
