@@ -17,8 +17,9 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
 
-unsigned blocks_for(size_t n) {
-  return static_cast<unsigned>(std::min<size_t>((n + kThreads - 1) / kThreads, 1u << 16));
+unsigned blocks_for(size_t n) {  // at least one block: an empty launch is a launch error
+  return static_cast<unsigned>(
+      std::max<size_t>(1, std::min<size_t>((n + kThreads - 1) / kThreads, 1u << 16)));
 }
 unsigned blocks_for_rows(int rows) {
   return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -90,12 +91,23 @@ __global__ void add_bias_k(float* out, const float* bias, int C, size_t n) {
   FL_GRID_STRIDE(i, n) out[i] += bias[i % C];
 }
 
-__global__ void bias_backward_k(float* dbias, const float* dout, int N, int C) {
+// partial[chunk, c] = Σ over the chunk's rows of x[r, c] (grid: column blocks × chunks).
+__global__ void column_partials_k(float* partial, const float* x, int N, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int r0 = blockIdx.y * kRowChunk, r1 = min(N, r0 + kRowChunk);
+  float s = 0;
+  for (int r = r0; r < r1; ++r) s += x[static_cast<size_t>(r) * C + c];
+  partial[static_cast<size_t>(blockIdx.y) * C + c] = s;
+}
+
+// out[c] += Σ_chunk partial[chunk, c], chunks in order.
+__global__ void column_finish_k(float* out, const float* partial, int chunks, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float s = 0;
-  for (int r = 0; r < N; ++r) s += dout[static_cast<size_t>(r) * C + c];
-  dbias[c] += s;
+  for (int k = 0; k < chunks; ++k) s += partial[static_cast<size_t>(k) * C + c];
+  out[c] += s;
 }
 
 __global__ void layernorm_forward_k(float* out, float* mean, float* rstd, const float* inp,
@@ -143,19 +155,21 @@ __global__ void layernorm_backward_input_k(float* dinp, const float* dout, const
   }
 }
 
-__global__ void layernorm_backward_params_k(float* dweight, float* dbias, const float* dout,
+// Chunk partials of dweight (Σ norm·dout) and dbias (Σ dout), as column_partials_k.
+__global__ void layernorm_params_partials_k(float* pw, float* pb, const float* dout,
                                             const float* inp, const float* mean, const float* rstd,
                                             int N, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
+  const int r0 = blockIdx.y * kRowChunk, r1 = min(N, r0 + kRowChunk);
   float dw = 0, db = 0;
-  for (int r = 0; r < N; ++r) {
+  for (int r = r0; r < r1; ++r) {
     const size_t i = static_cast<size_t>(r) * C + c;
     db += dout[i];
     dw += (inp[i] - mean[r]) * rstd[r] * dout[i];
   }
-  dweight[c] += dw;
-  dbias[c] += db;
+  pw[static_cast<size_t>(blockIdx.y) * C + c] = dw;
+  pb[static_cast<size_t>(blockIdx.y) * C + c] = db;
 }
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -407,8 +421,12 @@ void add_bias(float* out, const float* bias, int N, int C) {
   check_launch("add_bias");
 }
 
-void bias_backward(float* dbias, const float* dout, int N, int C) {
-  bias_backward_k<<<blocks_for(static_cast<size_t>(C)), kThreads>>>(dbias, dout, N, C);
+void bias_backward(float* dbias, const float* dout, int N, int C, float* scratch) {
+  const int chunks = (N + kRowChunk - 1) / kRowChunk;
+  const dim3 grid(blocks_for(static_cast<size_t>(C)), static_cast<unsigned>(std::max(chunks, 1)));
+  column_partials_k<<<grid, kThreads>>>(scratch, dout, N, C);
+  check_launch("bias_backward (partials)");
+  column_finish_k<<<blocks_for(static_cast<size_t>(C)), kThreads>>>(dbias, scratch, chunks, C);
   check_launch("bias_backward");
 }
 
@@ -420,13 +438,20 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int N, int C) {
+                        int N, int C, float* scratch) {
   layernorm_backward_input_k<<<blocks_for_rows(N), kThreads>>>(dinp, dout, inp, weight, mean, rstd,
                                                                N, C);
   check_launch("layernorm_backward(input)");
-  layernorm_backward_params_k<<<blocks_for(static_cast<size_t>(C)), kThreads>>>(
-      dweight, dbias, dout, inp, mean, rstd, N, C);
-  check_launch("layernorm_backward(weight, bias)");
+  const int chunks = (N + kRowChunk - 1) / kRowChunk;
+  float* pw = scratch;
+  float* pb = scratch + column_scratch(N, C);
+  const dim3 grid(blocks_for(static_cast<size_t>(C)), static_cast<unsigned>(std::max(chunks, 1)));
+  layernorm_params_partials_k<<<grid, kThreads>>>(pw, pb, dout, inp, mean, rstd, N, C);
+  check_launch("layernorm_backward(weight, bias partials)");
+  column_finish_k<<<blocks_for(static_cast<size_t>(C)), kThreads>>>(dweight, pw, chunks, C);
+  check_launch("layernorm_backward(weight)");
+  column_finish_k<<<blocks_for(static_cast<size_t>(C)), kThreads>>>(dbias, pb, chunks, C);
+  check_launch("layernorm_backward(bias)");
 }
 
 void gelu_forward(float* out, const float* inp, size_t n) {
@@ -452,7 +477,7 @@ void causal_softmax_backward(float* datt, const float* att, int rows, int T, flo
 void kv_decode_attention(float* out, float* kcache, float* vcache, const float* qkv, int B, int NH,
                          int T, int hs, int t) {
   kv_decode_attention_k<<<B * NH, 128, (t + 1) * sizeof(float)>>>(out, kcache, vcache, qkv, NH, T,
-                                                                   hs, t);
+                                                                  hs, t);
   check_launch("kv_decode_attention");
 }
 

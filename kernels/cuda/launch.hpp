@@ -21,13 +21,22 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
                        int T, int C);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                         int T, int C);
+// Column reductions over N rows (bias and layer-norm parameter gradients) run in two passes:
+// partial sums over chunks of kRowChunk rows (one thread per column and chunk), then one thread per
+// column adds its chunks in order — parallel over rows yet deterministic. `scratch` holds
+// column_scratch(N, C) floats per reduced quantity.
+constexpr int kRowChunk = 32;
+inline size_t column_scratch(int N, int C) {
+  return static_cast<size_t>((N + kRowChunk - 1) / kRowChunk) * static_cast<size_t>(C);
+}
 void add_bias(float* out, const float* bias, int N, int C);
-void bias_backward(float* dbias, const float* dout, int N, int C);
+void bias_backward(float* dbias, const float* dout, int N, int C, float* scratch);
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C);
+// `scratch`: 2 × column_scratch(N, C) floats.
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int N, int C);
+                        int N, int C, float* scratch);
 void gelu_forward(float* out, const float* inp, size_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 // Rows of T scores each (row r is query position r % T): causal softmax in place.

@@ -43,7 +43,7 @@ struct CudaExec {
   }
   void add_bias(float* out, const float* bias, int N, int C) { launch::add_bias(out, bias, N, C); }
   void bias_backward(float* dbias, const float* dout, int N, int C) {
-    launch::bias_backward(dbias, dout, N, C);
+    ops::cuda::bias_backward(dbias, dout, N, C);
   }
   struct Scratch {
     fl::cuda::Scratch s;
@@ -102,7 +102,10 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C) {
-  launch::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  fl::cuda::Scratch partials(2 * launch::column_scratch(N, C) * sizeof(float),
+                             "scratch.layernorm.partials");
+  launch::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                             partials.as<float>());
 }
 
 void gelu_forward(float* out, const float* inp, size_t n) {
@@ -152,7 +155,8 @@ void add_bias(float* out, const float* bias, int N, int C) {
 }
 
 void bias_backward(float* dbias, const float* dout, int N, int C) {
-  launch::bias_backward(dbias, dout, N, C);
+  fl::cuda::Scratch partials(launch::column_scratch(N, C) * sizeof(float), "scratch.bias.partials");
+  launch::bias_backward(dbias, dout, N, C, partials.as<float>());
 }
 
 double loss_sum(const float* losses, const int32_t* targets, int N, int* valid) {
