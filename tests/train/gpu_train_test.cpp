@@ -96,7 +96,7 @@ TEST_F(GpuTrain, DeviceMemoryBudgetFailsWithTheAccountantsError) {
 
 // Serving on a GPU: greedy decoding with the KV cache produces the CPU's tokens, on one rank and
 // with the model split over two tensor-parallel ranks sharing the GPU. Logits agree to ~1e-6, so
-// an argmax could only flip on a near-tie of the two largest logits (gaps here are ~1e-2).
+// an argmax could only flip where the two largest logits lie within about that of each other.
 TEST_F(GpuTrain, InferenceGeneratesTheCpusTokens) {
   auto serve = [](int ranks, const std::string& device, std::vector<std::string> extra) {
     auto argv = mpirun_prefix(ranks);
