@@ -45,20 +45,4 @@ Device parse_device(std::string_view text, int default_index) {
   raise<DeviceError>("device '{}' is not allowed (allowed: cpu, cuda, cuda:N)", text);
 }
 
-int cuda_device_count() {
-#if defined(FAULTLINE_HAVE_CUDA)
-  return cuda::device_count();
-#else
-  return 0;
-#endif
-}
-
-bool built_with_cuda() {
-#if defined(FAULTLINE_HAVE_CUDA)
-  return true;
-#else
-  return false;
-#endif
-}
-
 }  // namespace fl

@@ -62,12 +62,7 @@ void check_launch(const char* kernel) {
 }
 
 int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
+  return cuda_device_count();
 }
 
 namespace {

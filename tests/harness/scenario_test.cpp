@@ -53,7 +53,7 @@ TEST_F(ScenarioTest, MinimalScenarioGetsEveryDefault) {
 TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
   EXPECT_EQ(error_of("name: a\nworkload:\n  stepz: 3\n"),
             "s.yaml:3:3: workload.stepz: unknown key (did you mean 'steps'?) (allowed here: "
-            "kind, model, steps, precision, micro_batch, grad_accum, lr, clip, schedule, "
+            "kind, model, device, steps, precision, micro_batch, grad_accum, lr, clip, schedule, "
             "eval_every, loss_scale, min_loss_scale, data, checkpoint, infer, plugins, jit, fetch, "
             "args)");
 }
