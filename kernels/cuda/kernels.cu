@@ -2,9 +2,17 @@
 // layouts), written for the GPU. Row-wise ops use one warp per row; column reductions (bias and
 // layer-norm parameter gradients) use one thread per column walking the rows, which keeps them
 // deterministic; element-wise ops use grid-stride loops. The GEMMs live in ops_cuda.cpp (cuBLAS).
+#if !defined(FL_CUDA_EMULATION)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+// A kernel launch: FL_LAUNCH(kernel, grid, block, shared bytes)(arguments). The CPU emulation of
+// tests/kernels/cuda_emulation.hpp (which compiles this file as C++ to check the kernels' logic
+// against the CPU ops on machines without a GPU) defines its own, and its own dynamic shared
+// memory.
+#define FL_LAUNCH(kernel, grid, block, shared) kernel<<<(grid), (block), (shared)>>>
+#define FL_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
 
 #include <algorithm>
 
@@ -227,7 +235,7 @@ __global__ void causal_softmax_backward_k(float* datt, const float* att, int row
 // them in shared memory and accumulate the weighted values (threads over the head dimension).
 __global__ void kv_decode_attention_k(float* out, float* kcache, float* vcache, const float* qkv,
                                       int NH, int T, int hs, int t) {
-  extern __shared__ float scores[];  // t + 1 floats
+  FL_DYNAMIC_SHARED(float, scores);  // t + 1 floats
   const int b = blockIdx.x / NH, h = blockIdx.x % NH, Cl = NH * hs;
   const float* q = qkv + static_cast<size_t>(b) * 3 * Cl + h * hs;
   const size_t base = (static_cast<size_t>(b) * NH + h) * T * hs;
@@ -401,148 +409,155 @@ __global__ void adamw_k(float* param, const float* grad, float* m, float* v, siz
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C) {
   const size_t n = static_cast<size_t>(B) * T * C;
-  embedding_forward_k<<<blocks_for(n), kThreads>>>(out, tokens, wte, wpe, T, C, n);
+  FL_LAUNCH(embedding_forward_k, blocks_for(n), kThreads, 0)(out, tokens, wte, wpe, T, C, n);
   check_launch("embedding_forward");
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                         int T, int C) {
   const size_t n = static_cast<size_t>(B) * T * C;
-  embedding_backward_wte_k<<<blocks_for(n), kThreads>>>(dwte, dout, tokens, C, n);
+  FL_LAUNCH(embedding_backward_wte_k, blocks_for(n), kThreads, 0)(dwte, dout, tokens, C, n);
   check_launch("embedding_backward(wte)");
-  embedding_backward_wpe_k<<<blocks_for(static_cast<size_t>(T) * C), kThreads>>>(dwpe, dout, B, T,
-                                                                                 C);
+  FL_LAUNCH(embedding_backward_wpe_k, blocks_for(static_cast<size_t>(T) * C), kThreads, 0)
+  (dwpe, dout, B, T, C);
   check_launch("embedding_backward(wpe)");
 }
 
 void add_bias(float* out, const float* bias, int N, int C) {
   const size_t n = static_cast<size_t>(N) * C;
-  add_bias_k<<<blocks_for(n), kThreads>>>(out, bias, C, n);
+  FL_LAUNCH(add_bias_k, blocks_for(n), kThreads, 0)(out, bias, C, n);
   check_launch("add_bias");
 }
 
 void bias_backward(float* dbias, const float* dout, int N, int C, float* scratch) {
   const int chunks = (N + kRowChunk - 1) / kRowChunk;
   const dim3 grid(blocks_for(static_cast<size_t>(C)), static_cast<unsigned>(std::max(chunks, 1)));
-  column_partials_k<<<grid, kThreads>>>(scratch, dout, N, C);
+  FL_LAUNCH(column_partials_k, grid, kThreads, 0)(scratch, dout, N, C);
   check_launch("bias_backward (partials)");
-  column_finish_k<<<blocks_for(static_cast<size_t>(C)), kThreads>>>(dbias, scratch, chunks, C);
+  FL_LAUNCH(column_finish_k, blocks_for(static_cast<size_t>(C)), kThreads, 0)
+  (dbias, scratch, chunks, C);
   check_launch("bias_backward");
 }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C) {
-  layernorm_forward_k<<<blocks_for_rows(N), kThreads>>>(out, mean, rstd, inp, weight, bias, N, C);
+  FL_LAUNCH(layernorm_forward_k, blocks_for_rows(N), kThreads, 0)
+  (out, mean, rstd, inp, weight, bias, N, C);
   check_launch("layernorm_forward");
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C, float* scratch) {
-  layernorm_backward_input_k<<<blocks_for_rows(N), kThreads>>>(dinp, dout, inp, weight, mean, rstd,
-                                                               N, C);
+  FL_LAUNCH(layernorm_backward_input_k, blocks_for_rows(N), kThreads, 0)
+  (dinp, dout, inp, weight, mean, rstd, N, C);
   check_launch("layernorm_backward(input)");
   const int chunks = (N + kRowChunk - 1) / kRowChunk;
   float* pw = scratch;
   float* pb = scratch + column_scratch(N, C);
   const dim3 grid(blocks_for(static_cast<size_t>(C)), static_cast<unsigned>(std::max(chunks, 1)));
-  layernorm_params_partials_k<<<grid, kThreads>>>(pw, pb, dout, inp, mean, rstd, N, C);
+  FL_LAUNCH(layernorm_params_partials_k, grid, kThreads, 0)(pw, pb, dout, inp, mean, rstd, N, C);
   check_launch("layernorm_backward(weight, bias partials)");
-  column_finish_k<<<blocks_for(static_cast<size_t>(C)), kThreads>>>(dweight, pw, chunks, C);
+  FL_LAUNCH(column_finish_k, blocks_for(static_cast<size_t>(C)), kThreads, 0)
+  (dweight, pw, chunks, C);
   check_launch("layernorm_backward(weight)");
-  column_finish_k<<<blocks_for(static_cast<size_t>(C)), kThreads>>>(dbias, pb, chunks, C);
+  FL_LAUNCH(column_finish_k, blocks_for(static_cast<size_t>(C)), kThreads, 0)(dbias, pb, chunks, C);
   check_launch("layernorm_backward(bias)");
 }
 
 void gelu_forward(float* out, const float* inp, size_t n) {
-  gelu_forward_k<<<blocks_for(n), kThreads>>>(out, inp, n);
+  FL_LAUNCH(gelu_forward_k, blocks_for(n), kThreads, 0)(out, inp, n);
   check_launch("gelu_forward");
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-  gelu_backward_k<<<blocks_for(n), kThreads>>>(dinp, inp, dout, n);
+  FL_LAUNCH(gelu_backward_k, blocks_for(n), kThreads, 0)(dinp, inp, dout, n);
   check_launch("gelu_backward");
 }
 
 void causal_softmax_forward(float* att, int rows, int T) {
-  causal_softmax_forward_k<<<blocks_for_rows(rows), kThreads>>>(att, rows, T);
+  FL_LAUNCH(causal_softmax_forward_k, blocks_for_rows(rows), kThreads, 0)(att, rows, T);
   check_launch("attention softmax");
 }
 
 void causal_softmax_backward(float* datt, const float* att, int rows, int T, float scale) {
-  causal_softmax_backward_k<<<blocks_for_rows(rows), kThreads>>>(datt, att, rows, T, scale);
+  FL_LAUNCH(causal_softmax_backward_k, blocks_for_rows(rows), kThreads, 0)
+  (datt, att, rows, T, scale);
   check_launch("attention softmax backward");
 }
 
 void kv_decode_attention(float* out, float* kcache, float* vcache, const float* qkv, int B, int NH,
                          int T, int hs, int t) {
-  kv_decode_attention_k<<<B * NH, 128, (t + 1) * sizeof(float)>>>(out, kcache, vcache, qkv, NH, T,
-                                                                  hs, t);
+  FL_LAUNCH(kv_decode_attention_k, B * NH, 128, (t + 1) * sizeof(float))
+  (out, kcache, vcache, qkv, NH, T, hs, t);
   check_launch("kv_decode_attention");
 }
 
 void residual_forward(float* out, const float* a, const float* b, size_t n) {
-  residual_forward_k<<<blocks_for(n), kThreads>>>(out, a, b, n);
+  FL_LAUNCH(residual_forward_k, blocks_for(n), kThreads, 0)(out, a, b, n);
   check_launch("residual_forward");
 }
 
 void residual_backward(float* da, float* db, const float* dout, size_t n) {
-  residual_backward_k<<<blocks_for(n), kThreads>>>(da, db, dout, n);
+  FL_LAUNCH(residual_backward_k, blocks_for(n), kThreads, 0)(da, db, dout, n);
   check_launch("residual_backward");
 }
 
 void softmax_xent_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
                           int N, int V) {
-  softmax_xent_forward_k<<<blocks_for_rows(N), kThreads>>>(losses, probs, logits, targets, N, V);
+  FL_LAUNCH(softmax_xent_forward_k, blocks_for_rows(N), kThreads, 0)
+  (losses, probs, logits, targets, N, V);
   check_launch("softmax_cross_entropy_forward");
 }
 
 void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
                            int N, int V) {
   const size_t n = static_cast<size_t>(N) * V;
-  softmax_xent_backward_k<<<blocks_for(n), kThreads>>>(dlogits, probs, targets, dloss, V, n);
+  FL_LAUNCH(softmax_xent_backward_k, blocks_for(n), kThreads, 0)
+  (dlogits, probs, targets, dloss, V, n);
   check_launch("softmax_cross_entropy_backward");
 }
 
 void loss_sum(const float* losses, const int32_t* targets, int N, double* sum, int* count) {
-  loss_sum_k<<<1, kThreads>>>(losses, targets, N, sum, count);
+  FL_LAUNCH(loss_sum_k, 1, kThreads, 0)(losses, targets, N, sum, count);
   check_launch("loss_sum");
 }
 
 void sum_of_squares(const float* x, const uint8_t* skip, size_t n, double divisor, double* out) {
-  sum_of_squares_k<<<std::min(blocks_for(n), 1024u), kThreads>>>(x, skip, n, divisor, out);
+  FL_LAUNCH(sum_of_squares_k, std::min(blocks_for(n), 1024u), kThreads, 0)
+  (x, skip, n, divisor, out);
   check_launch("sum_of_squares");
 }
 
 void scale(float* x, size_t n, float by) {
-  scale_k<<<blocks_for(n), kThreads>>>(x, n, by);
+  FL_LAUNCH(scale_k, blocks_for(n), kThreads, 0)(x, n, by);
   check_launch("scale");
 }
 
 void has_non_finite(const float* x, size_t n, int* flag) {
-  has_non_finite_k<<<blocks_for(n), kThreads>>>(x, n, flag);
+  FL_LAUNCH(has_non_finite_k, blocks_for(n), kThreads, 0)(x, n, flag);
   check_launch("has_non_finite");
 }
 
 void round_to(float* x, size_t n, int dtype) {
-  round_to_k<<<blocks_for(n), kThreads>>>(x, n, dtype);
+  FL_LAUNCH(round_to_k, blocks_for(n), kThreads, 0)(x, n, dtype);
   check_launch("round_to_precision");
 }
 
 void encode(const float* src, void* dst, int dtype, size_t n) {
-  encode_k<<<blocks_for(n), kThreads>>>(src, dst, dtype, n);
+  FL_LAUNCH(encode_k, blocks_for(n), kThreads, 0)(src, dst, dtype, n);
   check_launch("encode");
 }
 
 void decode(const void* src, int dtype, float* dst, size_t n) {
-  decode_k<<<blocks_for(n), kThreads>>>(src, dtype, dst, n);
+  FL_LAUNCH(decode_k, blocks_for(n), kThreads, 0)(src, dtype, dst, n);
   check_launch("decode");
 }
 
 void adamw(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1,
            float beta2, float eps, float weight_decay, float c1, float c2) {
-  adamw_k<<<blocks_for(n), kThreads>>>(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
-                                       c1, c2);
+  FL_LAUNCH(adamw_k, blocks_for(n), kThreads, 0)
+  (param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2);
   check_launch("adamw_update");
 }
 

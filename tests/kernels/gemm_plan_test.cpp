@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/gemm_plan.hpp"
 #include "kernels/ops.hpp"
+#include "tests/kernels/cublas_reference.hpp"
 #include "tests/support/random.hpp"
 
 namespace fl {
@@ -18,31 +19,12 @@ namespace {
 
 using cuda::plan::ColGemm;
 
-// cublasSgemmStridedBatched, by the book: column-major, op(X) = X or Xᵀ, element (i, j) of a
-// column-major matrix with leading dimension ld at i + j·ld.
+// cuBLAS by the book (tests/kernels/cublas_reference.hpp); the softmax steps as documented.
 struct CublasReference {
   int gemms = 0;
   void gemm(const ColGemm& g, const char*) {
     ++gemms;
-    for (int bi = 0; bi < g.batch; ++bi) {
-      const float* A = g.A + bi * g.sa;
-      const float* B = g.B + bi * g.sb;
-      float* C = g.C + bi * g.sc;
-      for (int i = 0; i < g.m; ++i) {
-        for (int j = 0; j < g.n; ++j) {
-          double s = 0;
-          for (int p = 0; p < g.k; ++p) {
-            const float a = g.ta ? A[p + static_cast<size_t>(i) * g.lda]
-                                 : A[i + static_cast<size_t>(p) * g.lda];
-            const float b = g.tb ? B[j + static_cast<size_t>(p) * g.ldb]
-                                 : B[p + static_cast<size_t>(j) * g.ldb];
-            s += static_cast<double>(a) * b;
-          }
-          float& c = C[i + static_cast<size_t>(j) * g.ldc];
-          c = static_cast<float>(g.alpha * s + (g.beta == 0.0f ? 0.0 : g.beta * c));
-        }
-      }
-    }
+    test::reference_gemm(g);
   }
   void causal_softmax_forward(float* att, int rows, int T) {
     for (int r = 0; r < rows; ++r) {
