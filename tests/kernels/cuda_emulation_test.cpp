@@ -21,6 +21,7 @@ namespace emulated {
 #include "kernels/cuda/gemm_plan.hpp"
 #include "kernels/ops.hpp"
 #include "tests/kernels/cublas_reference.hpp"
+#include "tests/support/close.hpp"
 #include "tests/support/random.hpp"
 
 namespace emulated::fl::cuda {
@@ -35,19 +36,7 @@ using test::randn;
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
                   const char* what, bool relative_to_max = false) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double maxabs = 0;
-  for (float w : want) maxabs = std::max(maxabs, static_cast<double>(std::fabs(w)));
-  size_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]))) continue;  // incl. inf
-    const double scale = relative_to_max ? maxabs : std::fabs(want[i]);
-    if (!(std::fabs(got[i] - want[i]) <= rel * scale + 1e-7)) {
-      if (bad++ < 5)
-        ADD_FAILURE() << what << "[" << i << "]: emulated " << got[i] << " cpu " << want[i];
-    }
-  }
-  EXPECT_EQ(bad, 0u) << what;
+  test::expect_all_close(got, want, rel, what, relative_to_max, "emulated");
 }
 
 // Rows not a multiple of a block's 8 warps, widths and causal rows longer than a warp and not a

@@ -20,6 +20,7 @@
 #include "kernels/device.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/tensor.hpp"
+#include "tests/support/close.hpp"
 #include "tests/support/random.hpp"
 
 namespace fl {
@@ -54,17 +55,7 @@ std::vector<T> down(const Tensor& d) {
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
                   const char* what, bool relative_to_max = false) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double maxabs = 0;
-  for (float w : want) maxabs = std::max(maxabs, static_cast<double>(std::fabs(w)));
-  size_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double scale = relative_to_max ? maxabs : std::fabs(want[i]);
-    if (std::fabs(got[i] - want[i]) > rel * scale + 1e-7) {
-      if (bad++ < 5) ADD_FAILURE() << what << "[" << i << "]: gpu " << got[i] << " cpu " << want[i];
-    }
-  }
-  EXPECT_EQ(bad, 0u) << what;
+  test::expect_all_close(got, want, rel, what, relative_to_max, "gpu");
 }
 
 constexpr int B = 2, T = 16, C = 64, NH = 4, V = 96, N = B * T;
