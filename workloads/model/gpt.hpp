@@ -24,7 +24,7 @@ struct LayerActs {
 struct StageActs {
   int B = 0, T = 0;
   std::vector<int32_t> tokens, targets;  // host copies (checks, embedding backward indices)
-  Tensor tokens_dev, targets_dev;         // [B*T] int32 on the stage's device
+  Tensor tokens_dev, targets_dev;        // [B*T] int32 on the stage's device
   Tensor input;  // [B, T, C]: the embedding output (first stage) or the received activation
   std::vector<LayerActs> layers;
   Tensor lnf, lnf_mean, lnf_rstd, probs, losses;  // last stage only

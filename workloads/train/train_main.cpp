@@ -109,10 +109,10 @@ int main(int argc, char** argv) {
   cfg.precision = *parse_dtype(precision);
 
   return comm::run_worker_main([&]() -> int {
-    const std::string hash = fmt::format(
-        "gpt:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}", cfg.model.vocab, cfg.model.d_model,
-        cfg.model.layers, cfg.model.heads, cfg.model.seq_len,
-        cfg.layout.dp, cfg.layout.tp, cfg.layout.pp, cfg.layout.zero, precision, cfg.micro_batch);
+    const std::string hash =
+        fmt::format("gpt:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}", cfg.model.vocab, cfg.model.d_model,
+                    cfg.model.layers, cfg.model.heads, cfg.model.seq_len, cfg.layout.dp,
+                    cfg.layout.tp, cfg.layout.pp, cfg.layout.zero, precision, cfg.micro_batch);
     auto b = comm::bootstrap_worker(hash, comm::kBackend.get(), device);
     // Plugins load once the world has formed, when the optimizer is built (as DeepSpeed loads
     // its fused ops): a rank that cannot load one ends, the others wait for it in a collective.

@@ -134,10 +134,10 @@ class Trainer {
   DistributedSampler sampler_;
   LossScaler scaler_;
   size_t total_ = 0, padded_ = 0, part_ = 0, lo_ = 0, hi_ = 0;
-  Tensor master_;   // fp32 parameters: full (ZeRO 0-2) or the owned partition (ZeRO-3)
-  Tensor compute_;  // parameters as the forward sees them (rounded to the precision)
-  Tensor grads_;    // fp32 gradients, padded to the partition size × dp
-  Tensor m_, v_;    // AdamW moments: full (ZeRO-0) or the owned partition
+  Tensor master_;      // fp32 parameters: full (ZeRO 0-2) or the owned partition (ZeRO-3)
+  Tensor compute_;     // parameters as the forward sees them (rounded to the precision)
+  Tensor grads_;       // fp32 gradients, padded to the partition size × dp
+  Tensor m_, v_;       // AdamW moments: full (ZeRO-0) or the owned partition
   Tensor replicated_;  // uint8, 1 where the element is replicated across TP ranks
   // Communication staging buffers (16-bit gradients, a ZeRO partition in flight) live on the
   // rank's device but outside its memory budget, as the host vectors they replace on CPU did.
