@@ -23,12 +23,39 @@ std::map<Key, nlohmann::json> by_case(const nlohmann::json& s) {
   return m;
 }
 
+// The machine's speed while a suite ran: the median of the reference GEMM's GFLOP/s sampled
+// through the suite's window (provenance.calibration.gflops); 0 when the summary has none.
+double calibration_of(const nlohmann::json& s) {
+  const auto p = s.find("provenance");
+  if (p == s.end() || !p->is_object()) return 0;
+  const auto c = p->find("calibration");
+  if (c == p->end() || !c->is_object()) return 0;
+  const double g = c->value("gflops", 0.0);
+  return std::isfinite(g) && g > 0 ? g : 0;
+}
+
 }  // namespace
+
+double speed_ratio(const nlohmann::json& before, const nlohmann::json& after) {
+  const double c0 = calibration_of(before), c1 = calibration_of(after);
+  return c0 > 0 && c1 > 0 ? c1 / c0 : 1.0;
+}
 
 std::vector<DiffEntry> diff_suites(const nlohmann::json& before, const nlohmann::json& after,
                                    const DiffOptions& o) {
   const auto a = by_case(before), b = by_case(after);
+  // Timings of two nights are compared after taking out how fast the machine was in each (its
+  // reference GEMM measured in the same window as the runs): a busy or slower machine is not a
+  // regression, code that got slower on the same machine is.
+  const double speed = speed_ratio(before, after);
   std::vector<DiffEntry> out;
+  if (speed != 1.0) {
+    out.push_back({"machine_speed", "(suite)", "all",
+                   fmt::format("reference GEMM {:.2f} -> {:.2f} GFLOP/s ({:.0f}%): timings and "
+                               "throughput are compared at equal machine speed",
+                               calibration_of(before), calibration_of(after), 100 * speed),
+                   0, false});
+  }
   double log_ratio_sum = 0;
   int ratios = 0;
   for (const auto& [k, now] : b) {
@@ -60,17 +87,26 @@ std::vector<DiffEntry> diff_suites(const nlohmann::json& before, const nlohmann:
       continue;
     }
     if (!pass || o.outcomes_only) continue;
-    const double t0 = old.value("manifested_s", -1.0), t1 = now.value("manifested_s", -1.0);
+    // Time to symptom now, as it would be on the earlier night's machine speed.
+    const double t0 = old.value("manifested_s", -1.0);
+    const double t1_raw = now.value("manifested_s", -1.0);
+    const double t1 = t1_raw >= 0 ? t1_raw * speed : t1_raw;
     if (t0 >= 0 && t1 >= 0) {
       if (t1 > t0 * o.time_ratio && t1 - t0 > o.time_min_s) {
         out.push_back({"slower_symptom", name, variant,
-                       fmt::format("time to symptom {:.1f} s -> {:.1f} s", t0, t1), seed, true});
+                       fmt::format("time to symptom {:.1f} s -> {:.1f} s{}", t0, t1_raw,
+                                   speed != 1.0 ? fmt::format(" ({:.1f} s at equal speed)", t1)
+                                                : std::string()),
+                       seed, true});
       } else if (t0 > t1 * o.time_ratio && t0 - t1 > o.time_min_s) {
         out.push_back({"faster_symptom", name, variant,
-                       fmt::format("time to symptom {:.1f} s -> {:.1f} s", t0, t1), seed, false});
+                       fmt::format("time to symptom {:.1f} s -> {:.1f} s{}", t0, t1_raw,
+                                   speed != 1.0 ? fmt::format(" ({:.1f} s at equal speed)", t1)
+                                                : std::string()),
+                       seed, false});
       }
     }
-    const double p0 = old.value("tokens_per_s", 0.0), p1 = now.value("tokens_per_s", 0.0);
+    const double p0 = old.value("tokens_per_s", 0.0), p1 = now.value("tokens_per_s", 0.0) / speed;
     // Throughput matters where nothing is meant to be slow: clean runs and fix variants. One
     // short run's tokens/s moves by 3x with the load of the machine (millisecond steps), so a
     // single case is a note; the suite's geometric mean below the ratio is the regression.

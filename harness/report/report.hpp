@@ -35,6 +35,9 @@ struct DiffEntry {
 
 // Suite results: a suite directory (its summary.json) or a summary JSON file.
 nlohmann::json load_suite_summary(const std::string& path);
+// How fast the machine was during `after` relative to `before` (their reference GEMM's GFLOP/s,
+// provenance.calibration.gflops); 1 when either summary lacks it.
+double speed_ratio(const nlohmann::json& before, const nlohmann::json& after);
 std::vector<DiffEntry> diff_suites(const nlohmann::json& before, const nlohmann::json& after,
                                    const DiffOptions& o);
 std::string diff_text(const std::vector<DiffEntry>& d, const std::string& before,

@@ -39,6 +39,9 @@ struct Facts {
     int64_t t, step;
     std::optional<double> loss;  // nullopt: not finite
     double step_time;
+    double interval;  // since the rank's previous step ended (older histories: step_time)
+    double comm;      // the part of it spent inside collectives (older histories: 0)
+    double compute() const { return std::max(0.0, interval - comm); }
   };
   std::vector<Step> steps;
   struct Err {
@@ -103,7 +106,9 @@ Facts gather(const std::vector<HistoryEvent>& h) {
         const double l = d["loss"].get<double>();
         if (std::isfinite(l)) loss = l;
       }
-      f.steps.push_back({e.rank, e.t_ns, e.step, loss, d.value("step_time_s", 0.0)});
+      const double st = d.value("step_time_s", 0.0);
+      f.steps.push_back({e.rank, e.t_ns, e.step, loss, st, d.value("interval_s", st),
+                         d.value("comm_s", 0.0)});
     } else if (e.kind == "error") {
       f.errors.push_back({e.rank, e.t_ns, e.step, d.value("class", ""), d.value("message", "")});
     } else if (e.kind == "collective" && d.value("state", "") == "timed-out") {
@@ -134,15 +139,51 @@ bool rank_ok(const Expect& x, int rank) {
   return x.ranks.empty() || std::count(x.ranks.begin(), x.ranks.end(), rank) > 0;
 }
 
-// The hang test: a gap of at least hang_s with no step progress while some rank is alive.
+// Medians: the upper one (v[n/2]) and the lower one (v[(n-1)/2]; for two values, the smaller).
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+double lower_median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[(v.size() - 1) / 2];
+}
+
+// How many ordinary step intervals a gap must span to be a hang, at least (besides hang_s): a
+// job whose steps all take longer on a busy host needs a longer gap before it counts as stuck.
+constexpr double kHangIntervals = 10;
+
+// The hang test: a gap of at least hang_s, and of kHangIntervals times the job's median step
+// interval so far, with no step progress while some rank is alive. The clock starts at the
+// job's first step: before it the ranks are still starting (a job stuck there is a setup
+// failure, judged by comm_timeout or exit oracles), and how long starting takes depends on the
+// host's load.
 std::optional<Hit> find_hang(const Expect& x, const Facts& f, int64_t end_ns) {
-  if (f.t_start < 0) return std::nullopt;
-  const int64_t need = static_cast<int64_t>(x.hang_s * kNs);
-  std::vector<int64_t> progress{f.t_start};
+  if (f.t_start < 0 || f.steps.empty()) return std::nullopt;
+  std::vector<int64_t> progress;
   for (auto& s : f.steps) progress.push_back(s.t);
   std::sort(progress.begin(), progress.end());
+  // The job's pace: when each step number was first reported, in order.
+  std::map<int64_t, int64_t> first_t;
+  for (auto& s : f.steps) {
+    auto [it, fresh] = first_t.emplace(s.step, s.t);
+    if (!fresh) it->second = std::min(it->second, s.t);
+  }
   progress.push_back(end_ns);
+  const auto floor_need = static_cast<int64_t>(x.hang_s * kNs);
   for (size_t i = 0; i + 1 < progress.size(); ++i) {
+    if (progress[i + 1] - progress[i] < floor_need) continue;
+    std::vector<double> intervals;
+    int64_t prev = -1;
+    for (auto& [st, t] : first_t) {
+      if (t > progress[i]) break;
+      if (prev >= 0) intervals.push_back(static_cast<double>(t - prev));
+      prev = t;
+    }
+    const int64_t need =
+        std::max(floor_need, static_cast<int64_t>(kHangIntervals * median(intervals)));
     if (progress[i + 1] - progress[i] < need) continue;
     const int64_t at = progress[i] + need;
     Hit h{at, -1, {}, ""};
@@ -158,16 +199,123 @@ std::optional<Hit> find_hang(const Expect& x, const Facts& f, int64_t end_ns) {
     }
     h.step = last;
     h.what = fmt::format("no step progress for {:.1f} s after step {} while {} stayed alive",
-                         x.hang_s, last, format_ranks(h.ranks));
+                         static_cast<double>(need) / kNs, last, format_ranks(h.ranks));
     return h;
   }
   return std::nullopt;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+// Throughput: two comparisons that a busy host cancels out of, because each sets a time against
+// a reference measured in the same steps of the same run.
+//  - a slow rank: a rank's compute time (interval minus time in collectives) against its peers'
+//    in the same steps from `split` on, relative to the same ratio before `split`;
+//  - slow collectives: the job's time in collectives from `split` on against before, divided by
+//    how much its compute time grew over the same windows (a host that got busier at the split
+//    stretches both).
+struct ThroughputEvidence {
+  std::optional<Hit> hit;
+  std::string absent;
+  bool judgeable = true;
+};
+
+ThroughputEvidence throughput_evidence(const Expect& x, const Facts& f) {
+  ThroughputEvidence ev;
+  std::map<int64_t, std::map<int, const Facts::Step*>> by_step;
+  for (auto& s : f.steps) by_step[s.step][s.rank] = &s;
+  std::set<int> ranks;
+  for (auto& s : f.steps) ranks.insert(s.rank);
+  if (by_step.size() < 4 || ranks.size() < 2) {
+    ev.judgeable = false;
+    ev.absent = fmt::format("{} steps on {} ranks recorded: too few to compare", by_step.size(),
+                            ranks.size());
+    return ev;
+  }
+  const int64_t first_step = by_step.begin()->first;
+  const int64_t split =
+      x.after_step >= 0 ? x.after_step : first_step + static_cast<int64_t>(by_step.size()) / 3;
+  // Per rank and window: compute times. Per window and step: the job's time in collectives and
+  // its typical rank's compute, both as lower medians over the ranks: the rank that waited least
+  // in collectives paid their own cost, not a wait for a peer that computed (or was preempted)
+  // longer; with two ranks the lower compute is the one that is not slow. The first step carries warm-up (allocation, first touches): left out.
+  std::map<int, std::vector<double>> before_c, after_c;
+  std::vector<double> before_comm, after_comm, before_n, after_n;
+  constexpr double kFloor = 50e-6;  // below 50 us is timer noise, not a reference
+  for (auto& [st, per_rank] : by_step) {
+    if (st == first_step) continue;
+    const bool after = st >= split;
+    std::vector<double> cm, cp;
+    for (auto& [r, s] : per_rank) {
+      (after ? after_c : before_c)[r].push_back(s->compute());
+      cm.push_back(s->comm);
+      cp.push_back(s->compute());
+    }
+    (after ? after_comm : before_comm).push_back(lower_median(cm));
+    (after ? after_n : before_n).push_back(lower_median(cp));
+  }
+  if (before_n.empty() || after_n.empty()) {
+    ev.judgeable = false;
+    ev.absent = fmt::format("not enough steps on both sides of step {}", split);
+    return ev;
+  }
+  int64_t t_at = -1;
+  for (auto& s : f.steps) {
+    if (s.step >= split && (t_at < 0 || s.t < t_at)) t_at = s.t;
+  }
+  // A slow rank.
+  auto peer_ratio = [&](std::map<int, std::vector<double>>& c, int r) {
+    std::vector<double> peers;
+    for (auto& [q, v] : c) {
+      if (q != r && !v.empty()) peers.push_back(median(v));
+    }
+    if (peers.empty() || !c.count(r) || c[r].empty()) return 0.0;
+    return median(c[r]) / std::max(kFloor, median(peers));
+  };
+  int slow = -1;
+  double best = 0, best_after = 0, best_before = 1;
+  for (int r : ranks) {
+    if (!rank_ok(x, r)) continue;
+    const double a = peer_ratio(after_c, r);
+    // A rank that always computed more (a pipeline's last stage, say) is judged against that.
+    const double b = std::max(1.0, before_c.count(r) ? peer_ratio(before_c, r) : 1.0);
+    if (a / b > best) {
+      best = a / b;
+      best_after = a;
+      best_before = b;
+      slow = r;
+    }
+  }
+  // Slow collectives (or a slow rank that every peer waits for).
+  const double comm_ratio =
+      std::max(kFloor, median(after_comm)) / std::max(kFloor, median(before_comm));
+  const double compute_ratio =
+      std::max(kFloor, median(after_n)) / std::max(kFloor, median(before_n));
+  const double job = comm_ratio / std::max(1.0, compute_ratio);
+  const std::string rank_text =
+      slow >= 0 ? fmt::format(
+                      "rank {} computed {:.1f}x as long as its peers from step {} ({:.1f}x "
+                      "before)",
+                      slow, best_after, split, best_before)
+                : std::string("no rank to compare");
+  const std::string job_text = fmt::format(
+      "time in collectives {:.1f} ms per step from step {} vs {:.1f} ms before ({:.1f}x) while "
+      "compute changed {:.1f}x",
+      median(after_comm) * 1e3, split, median(before_comm) * 1e3, comm_ratio, compute_ratio);
+  if (slow >= 0 && best >= x.factor) {
+    ev.hit = Hit{t_at, split, {slow}, fmt::format("{}, its peers waiting in collectives; {} "
+                                                  "(threshold {}x)",
+                                                  rank_text, job_text, x.factor)};
+  } else if (job >= x.factor) {
+    std::vector<int> all;
+    for (int r : ranks) {
+      if (rank_ok(x, r)) all.push_back(r);
+    }
+    ev.hit = Hit{t_at, split, all,
+                 fmt::format("collectives slowed on every rank: {}; {} (threshold {}x)",
+                             job_text, rank_text, x.factor)};
+  } else {
+    ev.absent = fmt::format("{}; {} (threshold {}x)", rank_text, job_text, x.factor);
+  }
+  return ev;
 }
 
 }  // namespace
@@ -412,45 +560,14 @@ Verdict judge_one(const Expect& x, const std::vector<HistoryEvent>& history) {
     absent = "every rank reported the same output";
     if (f.outputs.empty()) return v;
   } else if (o == "throughput_degradation") {
-    std::map<int64_t, double> per_step;  // slowest rank's time per step
-    for (auto& s : f.steps) per_step[s.step] = std::max(per_step[s.step], s.step_time);
-    if (per_step.size() < 4) {
+    auto ev = throughput_evidence(x, f);
+    if (!ev.judgeable) {
       v.outcome = "unknown";
-      v.explanation = fmt::format("only {} steps recorded: too few to compare", per_step.size());
+      v.explanation = ev.absent;
       return v;
     }
-    const int64_t first_step = per_step.begin()->first;
-    const int64_t split =
-        x.after_step >= 0 ? x.after_step : first_step + static_cast<int64_t>(per_step.size()) / 3;
-    std::vector<double> before, after;
-    for (auto& [st, t] : per_step) {
-      // The first step carries warm-up (allocation, first touches): leave it out of the baseline.
-      if (st == first_step) continue;
-      (st < split ? before : after).push_back(t);
-    }
-    const double b = median(before), a = median(after);
-    if (before.empty() || after.empty() || b <= 0) {
-      v.outcome = "unknown";
-      v.explanation = "not enough steps on both sides of the split";
-      return v;
-    }
-    if (a >= x.factor * b) {
-      int64_t t_at = -1;
-      for (auto& s : f.steps) {
-        if (s.step >= split && (t_at < 0 || s.t < t_at)) t_at = s.t;
-      }
-      hit = Hit{t_at,
-                split,
-                {},
-                fmt::format("median step time {:.1f} ms from step {} vs {:.1f} ms "
-                            "before ({:.2f}x, threshold {}x)",
-                            a * 1e3, split, b * 1e3, a / b, x.factor)};
-    } else {
-      absent = fmt::format(
-          "median step time {:.1f} ms from step {} vs {:.1f} ms before "
-          "({:.2f}x < {}x)",
-          a * 1e3, split, b * 1e3, a / b, x.factor);
-    }
+    hit = ev.hit;
+    absent = ev.absent;
   }
 
   if (!hit) {
@@ -461,10 +578,18 @@ Verdict judge_one(const Expect& x, const std::vector<HistoryEvent>& history) {
   v.manifested_s = static_cast<double>(hit->t - f.t_start) / kNs;
   v.step = hit->step;
   v.ranks = hit->ranks;
-  if (x.within_s > 0 && v.manifested_s > x.within_s) {
+  // within_s counts from the job's first step when it had one: how long ranks take to start
+  // depends on the host's load, not on the fault.
+  int64_t t_ref = f.t_start;
+  for (auto& s : f.steps) {
+    if (s.t <= hit->t && (t_ref == f.t_start || s.t < t_ref)) t_ref = s.t;
+  }
+  const double since = static_cast<double>(hit->t - t_ref) / kNs;
+  if (x.within_s > 0 && since > x.within_s) {
     v.outcome = "fail";
-    v.explanation = fmt::format("{} — but after {:.1f} s, later than within_s {:.1f}", hit->what,
-                                v.manifested_s, x.within_s);
+    v.explanation =
+        fmt::format("{} — but {:.1f} s after {}, later than within_s {:.1f}", hit->what, since,
+                    t_ref == f.t_start ? "the first launch" : "the first step", x.within_s);
     return v;
   }
   v.outcome = "pass";

@@ -207,8 +207,8 @@ const std::vector<KeySpec>& scenario_schema() {
       {"expect.within_s",
        K::kFloat,
        "0",
-       "The symptom must show within this many seconds of "
-       "the start (0: any time)",
+       "The symptom must show within this many seconds of the job's first step (of the first "
+       "launch when no step was made; 0: any time)",
        {},
        0,
        1e6},
@@ -227,14 +227,16 @@ const std::vector<KeySpec>& scenario_schema() {
       {"expect.hang_s",
        K::kFloat,
        "10",
-       "hang: seconds without step progress while ranks live",
+       "hang: seconds without step progress while ranks live (and at least 10 of the job's median "
+       "step intervals; counted from its first step)",
        {},
        0.1,
        1e6},
       {"expect.factor",
        K::kFloat,
        "2",
-       "loss_divergence / throughput_degradation: ratio",
+       "loss_divergence / throughput_degradation: ratio (throughput: a rank's compute time "
+       "against its peers', or time in collectives against compute, after vs before)",
        {},
        1,
        1e9},

@@ -7,6 +7,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -42,7 +43,33 @@ class SiteData {
   Buffer buf_;
   std::vector<uint8_t> copy_;
 };
+
+// Wall time inside communicator operations, every group of the process together. Only the
+// outermost operation of a thread counts (a deferred op runs inside the next one).
+std::atomic<int64_t> g_comm_ns{0};
+thread_local int t_comm_depth = 0;
+
+class CommClock {
+ public:
+  CommClock() : outer_(t_comm_depth++ == 0), t0_(std::chrono::steady_clock::now()) {}
+  ~CommClock() {
+    --t_comm_depth;
+    if (!outer_) return;
+    g_comm_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now() - t0_)
+                            .count(),
+                        std::memory_order_relaxed);
+  }
+  CommClock(const CommClock&) = delete;
+  CommClock& operator=(const CommClock&) = delete;
+
+ private:
+  bool outer_;
+  std::chrono::steady_clock::time_point t0_;
+};
 }  // namespace
+
+int64_t time_in_comm_ns() { return g_comm_ns.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -147,6 +174,7 @@ void Communicator::run(FlightEntry d, int verdict, Start&& start) {
     deferred_.push_back([this, d, start]() mutable { run(d, 0, start); });
     return;
   }
+  CommClock clock;
   uint64_t id = recorder_->record(d);
   std::unique_ptr<PendingOp> pending;
   try {
@@ -476,6 +504,7 @@ void Communicator::send_recv(const Buffer& out, int send_peer, Buffer in, int re
                      world_rank_);
   }
   const bool do_send = vs != fault::Verdict::kSkip, do_recv = vr != fault::Verdict::kSkip;
+  CommClock clock;
   uint64_t ids = do_send ? recorder_->record(ds) : 0;
   uint64_t idr = do_recv ? recorder_->record(dr) : 0;
   std::unique_ptr<PendingOp> ps, pr;

@@ -16,6 +16,11 @@
 
 namespace fl::comm {
 
+// Wall time this process has spent inside communicator operations (issuing, waiting, verify
+// exchanges), all groups together, in nanoseconds since start. Workers report its growth per
+// step: a rank that computes slowly makes its peers' time here grow, a slow link everyone's.
+int64_t time_in_comm_ns();
+
 FAULTLINE_SETTING(kCommTimeoutMs, int64_t, "FAULTLINE_COMM_TIMEOUT_MS", 120000,
                   "Deadline of every collective and send/recv, in milliseconds");
 FAULTLINE_SETTING(kCommVerify, bool, "FAULTLINE_COMM_VERIFY", false,

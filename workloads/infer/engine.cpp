@@ -1,4 +1,5 @@
 #include "workloads/infer/engine.hpp"
+#include "workloads/comm/communicator.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -178,13 +179,15 @@ std::vector<std::vector<int32_t>> InferenceEngine::generate(
     // Step filters of fault plans count generated positions (negative while reading the prompt).
     fault::set_step(t + 1 - static_cast<int64_t>(L));
     const auto t0 = std::chrono::steady_clock::now();
+    const int64_t comm0 = comm::time_in_comm_ns();
     auto next = step(cur, t, generating, g, t + 1);
     if (generating) {
       for (int b = 0; b < B_; ++b)
         out[static_cast<size_t>(b)].push_back(next[static_cast<size_t>(b)]);
       if (sink_) {
         sink_(t + 1 - static_cast<int64_t>(L),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+              static_cast<double>(comm::time_in_comm_ns() - comm0) * 1e-9);
       }
     }
   }

@@ -42,7 +42,9 @@ class InferenceEngine {
   // throws OutputMismatchError naming the first differing request and position.
   void check_tp_agreement(const std::vector<std::vector<int32_t>>& out);
   // Called after every generated position with its index (0-based) and wall time.
-  void set_step_sink(std::function<void(int64_t, double)> sink) { sink_ = std::move(sink); }
+  // Called per generated position with its wall time and the part spent in collectives.
+  using StepSink = std::function<void(int64_t pos, double seconds, double comm_seconds)>;
+  void set_step_sink(StepSink sink) { sink_ = std::move(sink); }
   const model::ParamLayout& layout() const { return layout_; }
 
  private:
@@ -60,7 +62,7 @@ class InferenceEngine {
   MemoryAccountant staging_;
   Tensor params_;
   int B_ = 0;
-  std::function<void(int64_t, double)> sink_;
+  StepSink sink_;
   std::vector<Tensor> kcache_, vcache_;  // per local layer: [B, NH_l, T, hs]
 };
 

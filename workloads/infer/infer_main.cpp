@@ -97,12 +97,13 @@ int main(int argc, char** argv) {
       corpus.sample(r, in.data(), tgt.data());
       prompts.emplace_back(in.begin(), in.begin() + prompt_len);
     }
-    engine.set_step_sink([&](int64_t pos, double seconds) {
+    engine.set_step_sink([&](int64_t pos, double seconds, double comm_seconds) {
       telemetry::emit(
           "step",
-          fmt::format("{{\"step_time_s\":{},\"tokens_per_s\":{},\"mem_current\":{},"
-                      "\"mem_peak\":{}}}",
-                      seconds, seconds > 0 ? requests / seconds : 0.0, acct.current(), acct.peak()),
+          fmt::format("{{\"step_time_s\":{},\"interval_s\":{},\"comm_s\":{},"
+                      "\"tokens_per_s\":{},\"mem_current\":{},\"mem_peak\":{}}}",
+                      seconds, seconds, comm_seconds, seconds > 0 ? requests / seconds : 0.0,
+                      acct.current(), acct.peak()),
           pos);
     });
     auto out = engine.generate(prompts, g);

@@ -157,10 +157,11 @@ int main(int argc, char** argv) {
       telemetry::emit(
           "step",
           fmt::format("{{\"loss\":{},\"grad_norm\":{},\"lr\":{},\"loss_scale\":{},"
-                      "\"skipped\":{},\"step_time_s\":{},\"tokens_per_s\":{},"
-                      "\"mem_current\":{},\"mem_peak\":{}{}}}",
+                      "\"skipped\":{},\"step_time_s\":{},\"interval_s\":{},\"comm_s\":{},"
+                      "\"tokens_per_s\":{},\"mem_current\":{},\"mem_peak\":{}{}}}",
                       nlohmann::json(m.loss).dump(), nlohmann::json(m.grad_norm).dump(), m.lr,
-                      m.loss_scale, m.skipped, m.step_time_s, m.tokens_per_s, m.mem_current,
+                      m.loss_scale, m.skipped, m.step_time_s, m.interval_s, m.comm_s,
+                      m.tokens_per_s, m.mem_current,
                       m.mem_peak,
                       m.eval_loss ? ",\"eval_loss\":" + nlohmann::json(*m.eval_loss).dump() : ""),
           m.step);

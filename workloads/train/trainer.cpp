@@ -11,6 +11,7 @@
 
 #include "injector/site.hpp"
 #include "kernels/ops.hpp"
+#include "workloads/comm/communicator.hpp"
 
 namespace fl::train {
 
@@ -408,12 +409,20 @@ std::optional<float> Trainer::evaluate() {
 
 std::vector<StepMetrics> Trainer::run() {
   std::vector<StepMetrics> history;
+  auto mark = std::chrono::steady_clock::now();
+  int64_t comm_mark = comm::time_in_comm_ns();
   auto finish_step = [&](StepMetrics m, int epoch) {
     m.epoch = epoch;
     if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) m.eval_loss = evaluate();
     if (cfg_.check_replicas_every > 0 && step_ % cfg_.check_replicas_every == 0) {
       check_replicas();
     }
+    const auto now = std::chrono::steady_clock::now();
+    const int64_t comm_now = comm::time_in_comm_ns();
+    m.interval_s = std::chrono::duration<double>(now - mark).count();
+    m.comm_s = static_cast<double>(comm_now - comm_mark) * 1e-9;
+    mark = now;
+    comm_mark = comm_now;
     if (sink_) sink_(m);
     history.push_back(m);
   };

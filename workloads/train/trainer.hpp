@@ -76,6 +76,10 @@ struct StepMetrics {
   bool skipped = false;
   int64_t skipped_total = 0;
   double step_time_s = 0;
+  // Since the previous step ended (data loading, evaluation and checkpoints included), and the
+  // part of it spent inside collectives: interval_s - comm_s is the time the rank computed.
+  double interval_s = 0;
+  double comm_s = 0;
   double tokens_per_s = 0;
   size_t mem_current = 0;
   size_t mem_peak = 0;

@@ -1,0 +1,200 @@
+// Timing oracles on synthetic histories: a busy host must not fake a symptom, and a real one must
+// still show under load. Each history is written as the workers and the harness write it (launch,
+// step events with interval_s / comm_s, rank exits, run_end).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include <fmt/format.h>
+
+#include "harness/run/oracles.hpp"
+
+namespace fl::harness {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+
+class HistoryBuilder {
+ public:
+  explicit HistoryBuilder(int ranks) : ranks_(ranks) {
+    add("harness", -1, "run_start", -1, fmt::format("{{\"ranks\":{}}}", ranks), 0);
+    for (int r = 0; r < ranks; ++r) add("harness", r, "launch", -1, "{}", 0);
+  }
+  // One synchronous step: every rank ends it at the same moment, after `interval` seconds, of
+  // which comm[r] were spent in collectives.
+  void step(int64_t n, double interval, const std::vector<double>& comm) {
+    t_ += static_cast<int64_t>(interval * 1e9);
+    for (int r = 0; r < ranks_; ++r) {
+      add("rank", r, "step", n,
+          fmt::format("{{\"loss\":2.0,\"step_time_s\":{},\"interval_s\":{},\"comm_s\":{}}}",
+                      interval, interval, comm[static_cast<size_t>(r)]),
+          t_ + r);
+    }
+  }
+  void pause(double seconds) { t_ += static_cast<int64_t>(seconds * 1e9); }
+  std::vector<HistoryEvent> finish() {
+    t_ += 10 * kMs;
+    for (int r = 0; r < ranks_; ++r) {
+      add("harness", r, "rank_exit", -1, "{\"class\":\"ok\",\"code\":0}", t_);
+    }
+    add("harness", -1, "run_end", -1, "{}", t_ + 1);
+    return events_;
+  }
+  int64_t now() const { return t_; }
+  const std::vector<HistoryEvent>& events() const { return events_; }
+
+ private:
+  void add(const std::string& source, int rank, const std::string& kind, int64_t step,
+           const std::string& data, int64_t t) {
+    HistoryEvent e;
+    e.index = events_.size();
+    e.t_ns = t;
+    e.source = source;
+    e.rank = rank;
+    e.kind = kind;
+    e.step = step;
+    e.data_json = data;
+    events_.push_back(e);
+  }
+  int ranks_;
+  int64_t t_ = 500 * kMs;  // starting took half a second
+  std::vector<HistoryEvent> events_;
+};
+
+Expect throughput(int64_t after_step, double factor, bool absent = false) {
+  Expect x;
+  x.oracle = "throughput_degradation";
+  x.symptom = "5.4";
+  x.after_step = after_step;
+  x.factor = factor;
+  x.absent = absent;
+  return x;
+}
+
+// Per-step jitter of a busy machine: each rank's compute is stretched by 1x-2.5x at random.
+struct Load {
+  std::mt19937 rng{7};
+  double operator()() { return std::uniform_real_distribution<double>(1.0, 2.5)(rng); }
+};
+
+TEST(ThroughputOracle, HostBusyFromTheSplitOnIsNotASlowdown) {
+  // No fault: two tensor-parallel ranks compute 4 ms per token. From step 4 a CPU hog makes
+  // every rank 6x slower (the old before/after comparison saw a 6x "slowdown" here).
+  HistoryBuilder h(2);
+  Load load;
+  for (int64_t s = 0; s < 12; ++s) {
+    const double busy = s >= 4 ? 6.0 : 1.0;
+    const double c0 = 0.004 * busy * load(), c1 = 0.004 * busy * load();
+    const double interval = std::max(c0, c1) + 0.0005 * busy;
+    h.step(s, interval, {interval - c0, interval - c1});
+  }
+  const auto v = judge(throughput(4, 5, true), h.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_NE(v.explanation.find("not observed"), std::string::npos) << v.explanation;
+}
+
+TEST(ThroughputOracle, SlowTensorParallelRankIsFoundOnABusyHost) {
+  // Rank 1 computes 100 ms longer per token from step 4; rank 0 waits for it in the all-reduce.
+  // The host is busy throughout (every compute stretched at random).
+  HistoryBuilder h(2);
+  Load load;
+  for (int64_t s = 0; s < 12; ++s) {
+    const double c0 = 0.004 * 3 * load();
+    const double c1 = 0.004 * 3 * load() + (s >= 4 ? 0.1 : 0.0);
+    const double interval = std::max(c0, c1) + 0.001;
+    h.step(s, interval, {interval - c0, interval - c1});
+  }
+  const auto v = judge(throughput(4, 5), h.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_EQ(v.ranks, std::vector<int>{1});
+  EXPECT_EQ(v.step, 4);
+  EXPECT_NE(v.explanation.find("rank 1 computed"), std::string::npos) << v.explanation;
+}
+
+TEST(ThroughputOracle, StragglerAmongFourRanksIsLocalised) {
+  HistoryBuilder h(4);
+  for (int64_t s = 0; s < 16; ++s) {
+    std::vector<double> compute{0.010, 0.011, 0.009, s >= 8 ? 0.6 : 0.010};
+    const double interval = *std::max_element(compute.begin(), compute.end()) + 0.002;
+    std::vector<double> comm;
+    for (double c : compute) comm.push_back(interval - c);
+    h.step(s, interval, comm);
+  }
+  const auto v = judge(throughput(8, 4), h.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_EQ(v.ranks, std::vector<int>{3});
+}
+
+TEST(ThroughputOracle, SlowLinkShowsAsTimeInCollectivesOnEveryRank) {
+  // From step 8 every all-reduce crosses an 8 Mbit/s link: no rank computes longer, every rank
+  // waits longer.
+  HistoryBuilder h(2);
+  Load load;
+  for (int64_t s = 0; s < 40; ++s) {
+    const double c0 = 0.003 * load(), c1 = 0.003 * load();
+    const double comm = s >= 8 ? 0.5 : 0.002;
+    const double interval = std::max(c0, c1) + comm;
+    h.step(s, interval, {interval - c0, interval - c1});
+  }
+  const auto v = judge(throughput(8, 5), h.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_EQ(v.ranks, (std::vector<int>{0, 1}));
+  EXPECT_NE(v.explanation.find("collectives slowed"), std::string::npos) << v.explanation;
+}
+
+TEST(ThroughputOracle, TooFewStepsOrOneRankIsUnknown) {
+  HistoryBuilder h(1);
+  for (int64_t s = 0; s < 10; ++s) h.step(s, 0.01, {0.0});
+  EXPECT_EQ(judge(throughput(4, 5), h.finish()).outcome, "unknown");
+  HistoryBuilder h2(2);
+  for (int64_t s = 0; s < 3; ++s) h2.step(s, 0.01, {0.001, 0.001});
+  EXPECT_EQ(judge(throughput(1, 5), h2.finish()).outcome, "unknown");
+}
+
+Expect hang(double hang_s, bool absent = false) {
+  Expect x;
+  x.oracle = "hang";
+  x.symptom = "4.11";
+  x.hang_s = hang_s;
+  x.absent = absent;
+  return x;
+}
+
+TEST(HangOracle, SlowStartOnABusyHostIsNotAHang) {
+  // Ranks take 8 s to reach their first step (a loaded machine joining the world), then train.
+  HistoryBuilder h(4);
+  h.pause(8.0);
+  for (int64_t s = 0; s < 10; ++s) h.step(s, 0.05, {0.01, 0.01, 0.01, 0.01});
+  const auto v = judge(hang(4, true), h.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  // While still starting, the runner must not end the run as hung either.
+  HistoryBuilder starting(4);
+  starting.pause(8.0);
+  EXPECT_FALSE(hang_observed(hang(4), starting.events(), starting.now()));
+}
+
+TEST(HangOracle, GapIsJudgedAgainstTheJobsOwnPace) {
+  // Steps of a busy host take 1 s each; one takes 6 s. Over hang_s (4 s) but not 10 intervals.
+  HistoryBuilder h(2);
+  for (int64_t s = 0; s < 6; ++s) h.step(s, 1.0, {0.1, 0.1});
+  h.step(6, 6.0, {5.0, 0.1});
+  for (int64_t s = 7; s < 10; ++s) h.step(s, 1.0, {0.1, 0.1});
+  const auto v = judge(hang(4, true), h.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+}
+
+TEST(HangOracle, StalledStepsAreAHangOnAnyHost) {
+  HistoryBuilder h(4);
+  for (int64_t s = 0; s < 4; ++s) h.step(s, 0.02, {0.005, 0.005, 0.005, 0.005});
+  const int64_t stalled_at = h.now();
+  h.pause(20.0);
+  EXPECT_TRUE(hang_observed(hang(4), h.events(), h.now()));
+  const auto v = judge(hang(4), h.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_EQ(v.step, 3);
+  EXPECT_EQ(v.ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_NEAR(v.manifested_s, static_cast<double>(stalled_at + 4'000 * kMs) / 1e9, 0.01);
+}
+
+}  // namespace
+}  // namespace fl::harness
