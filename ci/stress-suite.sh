@@ -51,10 +51,10 @@ printf "round\tsuite\truns\twrong\tseconds\tload1\tsuite_dir\n" > "$log"
 one_suite() {  # name, suite file, extra args...
   local name="$1" file="$2"; shift 2
   local t0=$SECONDS before dir n wrong
-  before=$(ls -d "$results"/*/ 2>/dev/null | wc -l)
+  before=$( (ls -d "$results"/*/ 2>/dev/null || true) | wc -l)
   "$faultline" suite "$file" -j "$jobs" --results "$results" "$@" > "$results/last.txt" 2>&1 || true
   dir=$(ls -td "$results"/*/ | head -n 1 | sed 's#/$##')
-  if [[ $(ls -d "$results"/*/ | wc -l) -le $before || ! -f "$dir/summary.json" ]]; then
+  if [[ $( (ls -d "$results"/*/ 2>/dev/null || true) | wc -l) -le $before || ! -f "$dir/summary.json" ]]; then
     echo "stress-suite: $name produced no summary (see $results/last.txt)" >&2
     tail -n 20 "$results/last.txt" >&2
     exit 2

@@ -1,7 +1,9 @@
-// fl-detect-straggler: step time against the run's own baseline. In synchronous training every
-// rank's step takes as long as the slowest, so the slowdown shows on all of them; the straggler is
-// the rank that waits least: it reports fewest collectives stalled in flight, since the others
-// wait for it there.
+// fl-detect-straggler: a rank that computes longer than its peers in the same steps, or
+// collectives that got slower while nobody computes longer. Workers report per step the interval
+// since their previous step and the part of it spent inside collectives; the difference is the
+// time a rank computed. Judging a rank against its peers in the same steps (and the job's
+// collectives against its own compute) leaves out how busy the host is: a CPU hog stretches every
+// rank alike, a straggler computes longer while its peers wait for it.
 #include <algorithm>
 #include <map>
 
@@ -12,69 +14,111 @@
 
 using namespace fl::detect;
 
+namespace {
+struct Sample {
+  double compute = 0, comm = 0;
+};
+double lower_median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[(v.size() - 1) / 2];
+}
+}  // namespace
+
 int main(int argc, char** argv) {
-  CLI::App app{"fl-detect-straggler: step time well above the run's baseline"};
+  CLI::App app{"fl-detect-straggler: a rank computing longer than its peers, or slow collectives"};
   double factor = 2.5;
   double min_extra_s = 0.05;
   int baseline_steps = 5, window = 4;
-  app.add_option("--factor", factor, "Slowdown that is a finding")->capture_default_str();
-  app.add_option("--min-extra-s", min_extra_s,
-                 "...and at least this much slower, seconds (millisecond steps jitter by 5x "
-                 "under CPU contention)")
+  app.add_option("--factor", factor,
+                 "A rank's compute over its peers' (or collectives' growth) that is a finding")
+      ->capture_default_str();
+  app.add_option("--min-extra-s", min_extra_s, "...and at least this much longer per step, seconds")
       ->capture_default_str();
   app.add_option("--baseline-steps", baseline_steps, "Steps after the first that set the baseline")
       ->capture_default_str();
-  app.add_option("--window", window, "Recent steps that must all be slow")->capture_default_str();
+  app.add_option("--window", window, "Recent complete steps whose median is judged")
+      ->capture_default_str();
   return tool_main(app, argc, argv, "straggler", [&](Tool& tool) {
-    std::map<int64_t, double> step_time;  // slowest rank per step
-    std::map<int, int> stalls;            // stall reports per rank since the baseline
+    std::map<int64_t, std::map<int, Sample>> steps;
     int incarnation = 0;
     auto on_event = [&](const Event& e) {
       if (tool.view().incarnation != incarnation) {
         incarnation = tool.view().incarnation;
-        step_time.clear();
-        stalls.clear();
+        steps.clear();
       }
-      if (e.source != "rank") return;
-      if (e.kind == "collective" && e.data.contains("in_flight_ms")) ++stalls[e.rank];
-      if (e.kind != "step" || e.step < 1) return;
-      double& t = step_time[e.step];
-      t = std::max(t, e.data.value("step_time_s", 0.0));
-      if (static_cast<int>(step_time.size()) < baseline_steps + window) return;
-      std::vector<double> base, recent;
-      for (auto& [s, v] : step_time) {
-        if (static_cast<int>(base.size()) < baseline_steps) base.push_back(v);
-      }
-      auto it = step_time.rbegin();
-      // The newest step may still be incomplete (other ranks not reported): skip it.
-      for (++it; it != step_time.rend() && static_cast<int>(recent.size()) < window; ++it) {
-        recent.push_back(it->second);
-      }
-      // Sustained: every recent step is slow, not just a blip that a median would let through.
-      const double b = median(base), r = median(recent);
-      const double fastest_recent = *std::min_element(recent.begin(), recent.end());
-      if (b <= 0 || fastest_recent < factor * b || fastest_recent - b < min_extra_s) {
-        return;
-      }
+      if (e.source != "rank" || e.kind != "step" || e.step < 1) return;
+      const double interval = e.data.value("interval_s", e.data.value("step_time_s", 0.0));
+      const double comm = e.data.value("comm_s", 0.0);
+      steps[e.step][e.rank] = {std::max(0.0, interval - comm), comm};
       const RunView& v = tool.view();
-      std::vector<int> ranks;
-      if (!stalls.empty()) {
-        int fewest = 1 << 30;
-        for (auto& [rk, st] : v.ranks) fewest = std::min(fewest, stalls.count(rk) ? stalls[rk] : 0);
-        for (auto& [rk, st] : v.ranks) {
-          if ((stalls.count(rk) ? stalls[rk] : 0) == fewest) ranks.push_back(rk);
-        }
-        if (ranks.size() == v.ranks.size()) ranks.clear();
+      const size_t world = std::max<size_t>(v.ranks.size(), 2);
+      // Complete steps only (every rank reported), oldest first.
+      std::vector<const std::map<int, Sample>*> done;
+      for (auto& [st, per_rank] : steps) {
+        if (per_rank.size() >= world) done.push_back(&per_rank);
       }
+      if (static_cast<int>(done.size()) < baseline_steps + window) return;
+      const auto base = std::vector(done.begin(), done.begin() + baseline_steps);
+      const auto recent = std::vector(done.end() - window, done.end());
+      auto compute_of = [](const std::vector<const std::map<int, Sample>*>& w, int r) {
+        std::vector<double> c;
+        for (auto* m : w) {
+          if (auto it = m->find(r); it != m->end()) c.push_back(it->second.compute);
+        }
+        return median(c);
+      };
+      auto peers_of = [&](const std::vector<const std::map<int, Sample>*>& w, int r) {
+        std::vector<double> c;
+        for (auto& [q, s] : *w.front()) {
+          if (q != r) c.push_back(compute_of(w, q));
+        }
+        return median(c);
+      };
+      // A slow rank: every recent step it computed `factor` times its peers (relative to how it
+      // compared in the baseline), and by at least min_extra_s.
+      int slow = -1;
+      double ratio = 0;
+      for (auto& [r, s] : *recent.back()) {
+        const double mine = compute_of(recent, r), peers = peers_of(recent, r);
+        const double before =
+            std::max(1.0, compute_of(base, r) / std::max(1e-5, peers_of(base, r)));
+        const double x = mine / std::max(1e-5, peers) / before;
+        if (x >= factor && mine - peers >= min_extra_s && x > ratio) {
+          ratio = x;
+          slow = r;
+        }
+      }
+      // Slow collectives: the least-waiting rank's time in collectives grew `factor` times more
+      // than the job's compute did.
+      auto job = [](const std::vector<const std::map<int, Sample>*>& w, bool in_comm) {
+        std::vector<double> per_step;
+        for (auto* m : w) {
+          std::vector<double> x;
+          for (auto& [r, s] : *m) x.push_back(in_comm ? s.comm : s.compute);
+          per_step.push_back(lower_median(x));
+        }
+        return median(per_step);
+      };
+      const double comm0 = std::max(1e-4, job(base, true)), comm1 = job(recent, true);
+      const double growth = std::max(1.0, job(recent, false) / std::max(1e-4, job(base, false)));
+      const bool slow_comm = comm1 / comm0 / growth >= factor && comm1 - comm0 >= min_extra_s;
+      if (slow < 0 && !slow_comm) return;
       Finding f;
-      f.symptom = v.workload == "infer" ? "5.4" : "4.1";
-      f.ranks = ranks;
+      f.symptom = v.workload == "infer" ? (slow >= 0 ? "5.4" : "5.10") : "4.1";
+      if (slow >= 0) f.ranks = {slow};
       f.step = e.step;
-      f.confidence = ranks.empty() ? 0.5 : 0.7;
-      f.evidence = fmt::format(
-          "median step time {:.3f} s over the last {} steps is {:.1f}x the "
-          "baseline {:.3f} s; ranks waiting least: [{}]",
-          r, recent.size(), r / b, b, fmt::join(ranks, ","));
+      f.confidence = slow >= 0 ? 0.7 : 0.5;
+      f.evidence =
+          slow >= 0 ? fmt::format(
+                          "rank {} computed {:.1f}x as long as its peers over the last {} steps "
+                          "(median {:.3f} s vs {:.3f} s) while they waited in collectives",
+                          slow, compute_of(recent, slow) / std::max(1e-5, peers_of(recent, slow)),
+                          window, compute_of(recent, slow), peers_of(recent, slow))
+                    : fmt::format(
+                          "time in collectives {:.3f} s per step over the last {} steps vs "
+                          "{:.3f} s in the baseline, compute {:.1f}x",
+                          comm1, window, comm0, growth);
       f.key = fmt::format("slow|{}", incarnation);
       tool.report(f);
     };

@@ -107,8 +107,8 @@ Facts gather(const std::vector<HistoryEvent>& h) {
         if (std::isfinite(l)) loss = l;
       }
       const double st = d.value("step_time_s", 0.0);
-      f.steps.push_back({e.rank, e.t_ns, e.step, loss, st, d.value("interval_s", st),
-                         d.value("comm_s", 0.0)});
+      f.steps.push_back(
+          {e.rank, e.t_ns, e.step, loss, st, d.value("interval_s", st), d.value("comm_s", 0.0)});
     } else if (e.kind == "error") {
       f.errors.push_back({e.rank, e.t_ns, e.step, d.value("class", ""), d.value("message", "")});
     } else if (e.kind == "collective" && d.value("state", "") == "timed-out") {
@@ -236,7 +236,8 @@ ThroughputEvidence throughput_evidence(const Expect& x, const Facts& f) {
   // Per rank and window: compute times. Per window and step: the job's time in collectives and
   // its typical rank's compute, both as lower medians over the ranks: the rank that waited least
   // in collectives paid their own cost, not a wait for a peer that computed (or was preempted)
-  // longer; with two ranks the lower compute is the one that is not slow. The first step carries warm-up (allocation, first touches): left out.
+  // longer; with two ranks the lower compute is the one that is not slow. The first step carries
+  // warm-up (allocation, first touches): left out.
   std::map<int, std::vector<double>> before_c, after_c;
   std::vector<double> before_comm, after_comm, before_n, after_n;
   constexpr double kFloor = 50e-6;  // below 50 us is timer noise, not a reference
@@ -301,17 +302,20 @@ ThroughputEvidence throughput_evidence(const Expect& x, const Facts& f) {
       "compute changed {:.1f}x",
       median(after_comm) * 1e3, split, median(before_comm) * 1e3, comm_ratio, compute_ratio);
   if (slow >= 0 && best >= x.factor) {
-    ev.hit = Hit{t_at, split, {slow}, fmt::format("{}, its peers waiting in collectives; {} "
-                                                  "(threshold {}x)",
-                                                  rank_text, job_text, x.factor)};
+    ev.hit = Hit{t_at,
+                 split,
+                 {slow},
+                 fmt::format("{}, its peers waiting in collectives; {} "
+                             "(threshold {}x)",
+                             rank_text, job_text, x.factor)};
   } else if (job >= x.factor) {
     std::vector<int> all;
     for (int r : ranks) {
       if (rank_ok(x, r)) all.push_back(r);
     }
     ev.hit = Hit{t_at, split, all,
-                 fmt::format("collectives slowed on every rank: {}; {} (threshold {}x)",
-                             job_text, rank_text, x.factor)};
+                 fmt::format("collectives slowed on every rank: {}; {} (threshold {}x)", job_text,
+                             rank_text, x.factor)};
   } else {
     ev.absent = fmt::format("{}; {} (threshold {}x)", rank_text, job_text, x.factor);
   }

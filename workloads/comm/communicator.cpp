@@ -55,10 +55,10 @@ class CommClock {
   ~CommClock() {
     --t_comm_depth;
     if (!outer_) return;
-    g_comm_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::steady_clock::now() - t0_)
-                            .count(),
-                        std::memory_order_relaxed);
+    g_comm_ns.fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_)
+            .count(),
+        std::memory_order_relaxed);
   }
   CommClock(const CommClock&) = delete;
   CommClock& operator=(const CommClock&) = delete;
@@ -69,7 +69,9 @@ class CommClock {
 };
 }  // namespace
 
-int64_t time_in_comm_ns() { return g_comm_ns.load(std::memory_order_relaxed); }
+int64_t time_in_comm_ns() {
+  return g_comm_ns.load(std::memory_order_relaxed);
+}
 
 namespace {
 
