@@ -58,11 +58,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"restart", "shrink", "microbatch", "skip-batch", "reset-scale"}))
       ->capture_default_str();
   app.add_option("--max-restarts", max_restarts, "Give up after this many")->capture_default_str();
-  app.add_option("--hang-s", hang_s, "restart: no progress this long while ranks live is a hang")
+  app.add_option("--hang-s", hang_s,
+                 "restart: no progress this long (after the first step of a launch or restart, and "
+                 "5 median step intervals) while ranks live is a hang")
       ->capture_default_str();
   return tool_main(app, argc, argv, "recover", [&](Tool& tool) {
     int restarts = 0, acted_in = -1;
     int64_t progress_ns = -1, top_step = -1;
+    std::vector<double> intervals;  // ns between new top steps of this incarnation
     nlohmann::json launch_argv;
     auto act = [&](const std::string& why, std::vector<std::string> args, int dp,
                    const std::string& checkpoint = "") {
@@ -82,12 +85,16 @@ int main(int argc, char** argv) {
       const RunView& v = tool.view();
       if (e.kind == "launch" && e.rank == 0 && e.data.contains("argv"))
         launch_argv = e.data["argv"];
+      // The hang clock starts at the first step of each incarnation: how long ranks take to
+      // start (and a restart to load its checkpoint) depends on the host's load, not on a hang.
       if (e.kind == "launch" || e.kind == "restart") {
-        progress_ns = e.t_ns;
+        progress_ns = -1;
         top_step = -1;
+        intervals.clear();
       }
       if (e.kind == "step" && e.step > top_step) {
         top_step = e.step;
+        if (progress_ns >= 0) intervals.push_back(static_cast<double>(e.t_ns - progress_ns));
         progress_ns = e.t_ns;
       }
       const bool failed = e.source == "harness" && e.kind == "rank_exit" &&
@@ -118,7 +125,10 @@ int main(int argc, char** argv) {
     };
     auto on_tick = [&](int64_t now) {
       if (policy != "restart" || progress_ns < 0 || tool.view().alive().empty()) return;
-      if ((now - progress_ns) / 1e9 > hang_s) {
+      // ...and a gap must also span 5 of the incarnation's median step intervals (slow steps
+      // of a busy host are no hang).
+      const double need_ns = std::max(hang_s * 1e9, 5 * median(intervals));
+      if (static_cast<double>(now - progress_ns) > need_ns) {
         act(fmt::format("no progress for {:.1f} s at step {}", (now - progress_ns) / 1e9, top_step),
             {}, 0);
       }

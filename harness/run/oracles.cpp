@@ -153,7 +153,7 @@ double lower_median(std::vector<double> v) {
 
 // How many ordinary step intervals a gap must span to be a hang, at least (besides hang_s): a
 // job whose steps all take longer on a busy host needs a longer gap before it counts as stuck.
-constexpr double kHangIntervals = 10;
+constexpr double kHangIntervals = 5;
 
 // The hang test: a gap of at least hang_s, and of kHangIntervals times the job's median step
 // interval so far, with no step progress while some rank is alive. The clock starts at the

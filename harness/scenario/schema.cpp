@@ -227,7 +227,7 @@ const std::vector<KeySpec>& scenario_schema() {
       {"expect.hang_s",
        K::kFloat,
        "10",
-       "hang: seconds without step progress while ranks live (and at least 10 of the job's median "
+       "hang: seconds without step progress while ranks live (and at least 5 of the job's median "
        "step intervals; counted from its first step)",
        {},
        0.1,

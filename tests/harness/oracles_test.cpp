@@ -174,10 +174,10 @@ TEST(HangOracle, SlowStartOnABusyHostIsNotAHang) {
 }
 
 TEST(HangOracle, GapIsJudgedAgainstTheJobsOwnPace) {
-  // Steps of a busy host take 1 s each; one takes 6 s. Over hang_s (4 s) but not 10 intervals.
+  // Steps of a busy host take 1 s each; one takes 4.5 s. Over hang_s (4 s) but not 5 intervals.
   HistoryBuilder h(2);
   for (int64_t s = 0; s < 6; ++s) h.step(s, 1.0, {0.1, 0.1});
-  h.step(6, 6.0, {5.0, 0.1});
+  h.step(6, 4.5, {3.5, 0.1});
   for (int64_t s = 7; s < 10; ++s) h.step(s, 1.0, {0.1, 0.1});
   const auto v = judge(hang(4, true), h.finish());
   EXPECT_EQ(v.outcome, "pass") << v.explanation;
