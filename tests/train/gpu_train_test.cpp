@@ -63,24 +63,36 @@ TEST_F(GpuTrain, NcclBackendOnOneRank) {
   expect_same_losses(gpu, train(1, with(kSmall, {"--device", "cpu"})), 1e-4, "nccl, 1 rank");
 }
 
+// Data parallel; tensor x pipeline parallel; ZeRO-2 (gradients reduce-scattered and parameters
+// all-gathered on device buffers) with tensor parallelism. ZeRO-2 cannot go with pipelines (the
+// layout check refuses it), so the partitioned case pairs it with tp.
 TEST_F(GpuTrain, FourRanksShareOneGpuOverMpi) {
   for (const auto& layout : std::vector<std::vector<std::string>>{
-           {"--dp", "4"}, {"--tp", "2", "--pp", "2"}, {"--dp", "2", "--pp", "2", "--zero", "2"}}) {
+           {"--dp", "4"}, {"--tp", "2", "--pp", "2"}, {"--dp", "2", "--tp", "2", "--zero", "2"}}) {
     const auto args = with(kSmall, layout);
+    std::string what = "4 ranks on one GPU:";
+    for (const auto& a : layout) what += " " + a;
     TrainRun gpu = train(4, with(args, {"--device", "cuda"}));
     EXPECT_NE(gpu.proc.output.find("cuda:0, mpi backend"), std::string::npos) << gpu.proc.output;
-    expect_same_losses(gpu, train(4, with(args, {"--device", "cpu"})), 1e-4,
-                       ("4 ranks on one GPU: " + layout[0] + " " + layout[1]).c_str());
+    expect_same_losses(gpu, train(4, with(args, {"--device", "cpu"})), 1e-4, what.c_str());
   }
 }
 
 // NCCL refuses two ranks on one device during communicator initialisation; the error comes back
-// through the normal path: a comm error naming the rank, NCCL's own words, exit code 22.
+// through the normal path: a comm error naming the rank, exit code 22, and what NCCL says: the
+// result (ncclInvalidUsage, "invalid usage") and its reason, which NCCL itself prints only with
+// NCCL_DEBUG=WARN ("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60" on the
+// H100 with NCCL 2.28) and the message carries from ncclGetLastError.
 TEST_F(GpuTrain, TwoNcclRanksOnOneGpuFailAsNcclDoes) {
   TrainRun r = train(2, with(kSmall, {"--device", "cuda"}), 2,
                      {{"FAULTLINE_BACKEND", "nccl"}, {"FAULTLINE_GPU_MAP", "shared"}});
   EXPECT_EQ(r.proc.exit_code, exit_code::kCommError) << r.proc.output;
-  EXPECT_NE(r.proc.output.find("Duplicate GPU detected"), std::string::npos) << r.proc.output;
+  EXPECT_NE(r.proc.output.find("ncclCommInitRankConfig failed: ncclInvalidUsage: invalid usage"),
+            std::string::npos)
+      << r.proc.output;
+  EXPECT_NE(r.proc.output.find("last NCCL error: Duplicate GPU detected : rank "),
+            std::string::npos)
+      << r.proc.output;
   EXPECT_NE(r.proc.output.find("faultline worker error (comm): [rank "), std::string::npos)
       << r.proc.output;
 }
