@@ -201,7 +201,15 @@ TEST(CudaEmulation, KvDecodeAttention) {
 // The CUDA path's linear and attention end to end: gemm_plan's layout, the reference GEMM, and the
 // emulated softmax, bias and bias-gradient kernels.
 struct EmulatedExec {
+  cuda::plan::Operands format = cuda::plan::Operands::kF32;
+  cuda::plan::Operands operands() const { return format; }
   void gemm(const cuda::plan::ColGemm& g, const char*) { test::reference_gemm(g); }
+  test::ReferenceExec::Scratch16 scratch16(size_t n, const char*) {
+    return {std::vector<uint16_t>(n, 0x7e00)};
+  }
+  void to16(const float* src, uint16_t* dst, size_t n, cuda::plan::Operands f) {
+    launch::encode(src, dst, static_cast<int>(f), n);  // the conversion kernel, emulated
+  }
   void causal_softmax_forward(float* att, int rows, int t) {
     launch::causal_softmax_forward(att, rows, t);
   }
@@ -247,6 +255,42 @@ TEST(CudaEmulation, LinearAndAttentionThroughTheCudaPath) {
   expect_close(eatt, att, 1e-5, "attention probabilities", true);
   expect_close(eaout, aout, 1e-5, "attention_forward", true);
   expect_close(edqkv, dqkv, 1e-5, "attention_backward", true);
+}
+
+// The 16-bit path: operands converted by the emulated conversion kernel, then the same GEMMs as the
+// reference executor with bf16 operands (kernels/cuda/gemm_plan.hpp's layout is checked bitwise in
+// gemm_plan_test); only the emulated softmax kernels' summation order differs. Small shapes: every
+// emulated block is 256 OS threads.
+TEST(CudaEmulation, LinearAndAttentionInBf16ThroughTheCudaPath) {
+  constexpr int b = 1, t = 9, c = 16, nh = 2, n = b * t, oc = 8;
+  auto inp = randn(n * c, 23), w = randn(oc * c, 24), bias = randn(oc, 25),
+       dout = randn(n * oc, 26);
+  auto qkv = randn(n * 3 * c, 27), dy = randn(n * c, 28);
+  EmulatedExec x;
+  x.format = cuda::plan::Operands::kBF16;
+  test::ReferenceExec r;
+  r.format = cuda::plan::Operands::kBF16;
+  std::vector<float> out(n * oc), dinp(n * c, 0.5f), dw(oc * c), aout(n * c), att(b * nh * t * t),
+      dqkv(n * 3 * c, 0.125f);
+  auto eout = out, edinp = dinp, edw = dw, eaout = aout, eatt = att, edqkv = dqkv;
+  cuda::plan::linear_forward(r, out.data(), inp.data(), w.data(), bias.data(), n, c, oc);
+  cuda::plan::linear_backward(r, dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(),
+                              n, c, oc);
+  cuda::plan::attention_forward(r, aout.data(), att.data(), qkv.data(), b, t, c, nh);
+  cuda::plan::attention_backward(r, dqkv.data(), dy.data(), qkv.data(), att.data(), b, t, c, nh);
+  cuda::plan::linear_forward(x, eout.data(), inp.data(), w.data(), bias.data(), n, c, oc);
+  cuda::plan::linear_backward(x, edinp.data(), edw.data(), nullptr, dout.data(), inp.data(),
+                              w.data(), n, c, oc);
+  cuda::plan::attention_forward(x, eaout.data(), eatt.data(), qkv.data(), b, t, c, nh);
+  cuda::plan::attention_backward(x, edqkv.data(), dy.data(), qkv.data(), eatt.data(), b, t, c, nh);
+  expect_close(eout, out, 0, "bf16 linear_forward");
+  expect_close(edinp, dinp, 0, "bf16 linear_backward dinp");
+  expect_close(edw, dw, 0, "bf16 linear_backward dweight");
+  expect_close(eatt, att, 1e-5, "bf16 attention probabilities", true);
+  // A probability one fp32 ulp apart can round to the neighbouring bf16 value (2^-8 relative):
+  // Δout ≤ 2^-8·max|v| (docs/gpu.md), so 2·2^-8 of the largest magnitude.
+  expect_close(eaout, aout, 2.0 / 256, "bf16 attention_forward", true);
+  expect_close(edqkv, dqkv, 2.0 / 256, "bf16 attention_backward", true);
 }
 
 }  // namespace
