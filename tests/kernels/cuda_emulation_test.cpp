@@ -16,7 +16,9 @@ namespace emulated {
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <limits>
+#include <string>
 
 #include "kernels/cuda/gemm_plan.hpp"
 #include "kernels/ops.hpp"
@@ -184,18 +186,94 @@ TEST(CudaEmulation, BiasAndSixteenBitFormats) {
   }
 }
 
+// Short caches and head sizes that are not a multiple of a warp, and the shape of the sanitizer
+// run on the H100 (GPT-2 heads of 64, position 255 of 256: exactly 1024 bytes of scores): every
+// shared-memory access is bounds-checked by the emulation.
 TEST(CudaEmulation, KvDecodeAttention) {
-  const int H = 3, hs = 20, Tc = 9, Cl = H * hs;
-  auto kc = randn(B * H * Tc * hs, 20), vc = randn(B * H * Tc * hs, 21);
-  for (int t : {0, 4, Tc - 1}) {
-    auto qkv = randn(B * 3 * Cl, 22 + t);
-    std::vector<float> out(B * Cl), k = kc, v = vc, eout(B * Cl), ek = kc, ev = vc;
-    ops::kv_decode_attention(out.data(), k.data(), v.data(), qkv.data(), B, H, Tc, hs, t);
-    launch::kv_decode_attention(eout.data(), ek.data(), ev.data(), qkv.data(), B, H, Tc, hs, t);
-    expect_close(eout, out, 1e-5, "kv_decode_attention", true);
-    expect_close(ek, k, 0, "k cache");
-    expect_close(ev, v, 0, "v cache");
+  struct Shape {
+    int H, hs, Tc;
+    std::vector<int> positions;
+  };
+  for (const Shape& sh : {Shape{3, 20, 9, {0, 4, 8}}, Shape{2, 64, 256, {31, 32, 255}}}) {
+    const int Cl = sh.H * sh.hs;
+    auto kc = randn(B * sh.H * sh.Tc * sh.hs, 20), vc = randn(B * sh.H * sh.Tc * sh.hs, 21);
+    for (int t : sh.positions) {
+      auto qkv = randn(B * 3 * Cl, 22 + t);
+      std::vector<float> out(B * Cl), k = kc, v = vc, eout(B * Cl), ek = kc, ev = vc;
+      ops::kv_decode_attention(out.data(), k.data(), v.data(), qkv.data(), B, sh.H, sh.Tc, sh.hs,
+                               t);
+      launch::kv_decode_attention(eout.data(), ek.data(), ev.data(), qkv.data(), B, sh.H, sh.Tc,
+                                  sh.hs, t);
+      expect_close(eout, out, 1e-5, "kv_decode_attention", true);
+      expect_close(ek, k, 0, "k cache");
+      expect_close(ev, v, 0, "v cache");
+    }
   }
+}
+
+}  // namespace
+}  // namespace fl
+
+// Kernels broken on purpose: the emulation must catch their shared-memory accesses.
+namespace broken {
+// Threads 0 and 1 read one and two elements past the end of the dynamic shared memory.
+__global__ void reads_past_dynamic_shared_k(float* out, int n) {
+  FL_DYNAMIC_SHARED(float, buf);  // n floats
+  for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = static_cast<float>(i);
+  __syncthreads();
+  if (threadIdx.x < 2) out[threadIdx.x] = buf[n + threadIdx.x];
+}
+// Warp 8 of a 9-warp block writes past a per-warp array sized for 8 warps.
+__global__ void writes_past_static_shared_k(double* out) {
+  FL_SHARED_ARRAY(double, part, 8);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = 1.0;
+  __syncthreads();
+  if (threadIdx.x == 0) *out = part[0];
+}
+}  // namespace broken
+
+namespace fl {
+namespace {
+
+std::string shared_error(const std::function<void()>& launch) {
+  try {
+    launch();
+  } catch (const emu::SharedMemoryError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CudaEmulation, OutOfBoundsSharedMemoryFailsNamingKernelBlockAndThread) {
+  std::vector<float> out(2);
+  const std::string read = shared_error([&] {
+    FL_LAUNCH(broken::reads_past_dynamic_shared_k, 2, 64, 256 * sizeof(float))(out.data(), 256);
+  });
+  EXPECT_NE(read.find("4 out-of-bounds shared-memory access(es) in "
+                      "broken::reads_past_dynamic_shared_k"),
+            std::string::npos)
+      << read;
+  for (const char* want :
+       {"broken::reads_past_dynamic_shared_k: block (0,0,0) thread (0,0,0) reads buf[256], out of "
+        "bounds of its 256 elements (1024 bytes of dynamic shared memory)",
+        "block (0,0,0) thread (1,0,0) reads buf[257]",
+        "block (1,0,0) thread (1,0,0) reads buf[257]"}) {
+    EXPECT_NE(read.find(want), std::string::npos) << read;
+  }
+  double d = 0;
+  const std::string write =
+      shared_error([&] { FL_LAUNCH(broken::writes_past_static_shared_k, 1, 9 * 32, 0)
+                         (&d); });
+  EXPECT_NE(
+      write.find("broken::writes_past_static_shared_k: block (0,0,0) thread (256,0,0) writes "
+                 "part[8], out of bounds of its 8 elements (64 bytes of static shared memory)"),
+      std::string::npos)
+      << write;
+  // In bounds, the same launch shape passes.
+  EXPECT_EQ(shared_error([&] { FL_LAUNCH(broken::writes_past_static_shared_k, 1, 8 * 32, 0)
+                               (&d); }),
+            "");
+  EXPECT_EQ(d, 1.0);
 }
 
 // The CUDA path's linear and attention end to end: gemm_plan's layout, the reference GEMM, and the
