@@ -3,8 +3,12 @@
 #   1. GEMM TFLOP/s of the training step's linear layers (fl-bench-gpu-gemm) against the card's
 #      cuBLAS fp32 peak on an 8192^3 SGEMM, measured in the same process;
 #   2. train-step tokens/s of fl-train --device cuda against the same model and step written in
-#      PyTorch eager (bench/torch_gpt.py), same config, fp32 without TF32 in both.
-# Prints a Markdown table and writes the raw numbers as JSON to $OUT_DIR (default .).
+#      PyTorch (bench/torch_gpt.py), same config, in two precisions:
+#        fp32: fl-train fp32 (cuBLAS SGEMM) vs PyTorch eager fp32, TF32 off in both;
+#        bf16: fl-train --precision bf16 (bf16 tensor-core GEMMs, fp32 accumulation) vs PyTorch
+#              eager under torch.autocast(device_type="cuda", dtype=torch.bfloat16).
+# Prints a Markdown table and writes the raw numbers and the ratios as JSON to $OUT_DIR/summary.json
+# (default .). Goals (docs/gpu.md): fp32 >= 1.0x eager, bf16 >= 0.9x autocast.
 #   bench/gpu_vs_pytorch.sh [build-dir]
 # Config (environment): VOCAB D_MODEL LAYERS HEADS SEQ MB STEPS; default GPT-2-small shapes with
 # an 8192-token vocabulary, micro-batch 8, 30 timed steps after 5 warm-up steps.
@@ -21,36 +25,47 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
   > "$OUT_DIR/gemm.json"
 
 shape=(--model small --vocab "$VOCAB" --d-model "$D_MODEL" --layers "$LAYERS" --heads "$HEADS"
-       --seq-len "$SEQ" --micro-batch "$MB")
+  --seq-len "$SEQ" --micro-batch "$MB")
 launch=()
 if command -v mpirun > /dev/null; then launch=(mpirun -np 1); else export RANK=0 WORLD_SIZE=1; fi
-MASTER_PORT=$((20000 + RANDOM % 20000)) "${launch[@]}" "$BUILD/workloads/train/fl-train" \
-  "${shape[@]}" --device cuda --steps $((STEPS + WARMUP)) --lr 1e-3 \
-  --metrics "$OUT_DIR/fl_train.jsonl" > "$OUT_DIR/fl_train.log"
-
-python3 "$(dirname "$0")/torch_gpt.py" --vocab "$VOCAB" --d-model "$D_MODEL" --layers "$LAYERS" \
-  --heads "$HEADS" --seq-len "$SEQ" --micro-batch "$MB" --steps "$STEPS" --warmup "$WARMUP" \
-  > "$OUT_DIR/torch.json"
+for p in fp32 bf16; do
+  MASTER_PORT=$((20000 + RANDOM % 20000)) "${launch[@]}" "$BUILD/workloads/train/fl-train" \
+    "${shape[@]}" --device cuda --precision "$p" --steps $((STEPS + WARMUP)) --lr 1e-3 \
+    --metrics "$OUT_DIR/fl_train_$p.jsonl" > "$OUT_DIR/fl_train_$p.log"
+  python3 "$(dirname "$0")/torch_gpt.py" --vocab "$VOCAB" --d-model "$D_MODEL" \
+    --layers "$LAYERS" --heads "$HEADS" --seq-len "$SEQ" --micro-batch "$MB" --steps "$STEPS" \
+    --warmup "$WARMUP" --precision "$p" > "$OUT_DIR/torch_$p.json"
+done
 
 python3 - "$OUT_DIR" "$WARMUP" <<'PY'
 import json, statistics, sys
 out, warmup = sys.argv[1], int(sys.argv[2])
+goals = {"fp32": 1.0, "bf16": 0.9}
+reference = {"fp32": "PyTorch eager fp32 (TF32 off)", "bf16": "PyTorch autocast bf16"}
 gemm = json.load(open(f"{out}/gemm.json"))["benchmarks"]
 peak = next(b["TFLOP/s"] for b in gemm if b["name"].startswith("BM_CublasSquarePeak"))
-rows = [json.loads(l) for l in open(f"{out}/fl_train.jsonl")][warmup:]
-ours = statistics.median(r["tokens_per_s"] for r in rows)
-torch = json.load(open(f"{out}/torch.json"))
 gpu = open(f"{out}/gpu.txt").read().strip()
-print(f"\n{gpu}\n\n| GEMM (fwd + bwd of one linear) | TFLOP/s | of cuBLAS peak |\n|---|---|---|")
+print(f"\n{gpu}\n\n| GEMM (fwd + bwd of one linear) | TFLOP/s | of cuBLAS fp32 peak |\n|---|---|---|")
 print(f"| cuBLAS SGEMM 8192^3 (peak) | {peak:.1f} | 100% |")
 for b in gemm:
     if b["name"].startswith("BM_StepLinear"):
         name = b["name"].split("/")[1]
         print(f"| {name} | {b['TFLOP/s']:.1f} | {100 * b['TFLOP/s'] / peak:.0f}% |")
-print(f"\n| train step | tokens/s | vs PyTorch eager |\n|---|---|---|")
-print(f"| PyTorch {torch['torch']} eager | {torch['tokens_per_s']:.0f} | 1.00 |")
-print(f"| fl-train --device cuda | {ours:.0f} | {ours / torch['tokens_per_s']:.2f} |")
-json.dump({"gpu": gpu, "cublas_peak_tflops": peak, "fl_train_tokens_per_s": ours,
-           "torch_tokens_per_s": torch["tokens_per_s"], "gemm": gemm},
-          open(f"{out}/summary.json", "w"), indent=1)
+summary = {"gpu": gpu, "cublas_peak_tflops": peak, "gemm": gemm, "precisions": {}}
+print("\n| precision | fl-train tokens/s | reference | reference tokens/s | ratio | goal |")
+print("|---|---|---|---|---|---|")
+for p in ("fp32", "bf16"):
+    rows = [json.loads(l) for l in open(f"{out}/fl_train_{p}.jsonl")][warmup:]
+    ours = statistics.median(r["tokens_per_s"] for r in rows)
+    torch = json.load(open(f"{out}/torch_{p}.json"))
+    ratio = ours / torch["tokens_per_s"]
+    met = "met" if ratio >= goals[p] else "not met"
+    print(f"| {p} | {ours:.0f} | {reference[p]} ({torch['torch']}) | {torch['tokens_per_s']:.0f} "
+          f"| {ratio:.2f}x | >= {goals[p]}x: {met} |")
+    summary["precisions"][p] = {
+        "fl_train_tokens_per_s": ours, "reference": reference[p],
+        "reference_tokens_per_s": torch["tokens_per_s"], "ratio": ratio, "goal": goals[p],
+        "goal_met": ratio >= goals[p], "fl_train_last_loss": rows[-1]["loss"] if rows else None,
+        "reference_last_loss": torch["last_loss"]}
+json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)
 PY

@@ -6,9 +6,13 @@ Same model as workloads/model/gpt.cpp: learned token and position embeddings; pr
 causal multi-head attention (fused qkv linear, explicit softmax(q kᵀ / sqrt(hs)) v with the causal
 mask, output projection) and an MLP (4x, tanh GELU); final layer norm; untied LM head without
 bias; mean cross-entropy. Same step: AdamW (betas 0.9/0.95, eps 1e-8, no weight decay), global
-gradient-norm clipping at 1.0, fp32 with TF32 off (as fl-train's cuBLAS calls). Synthetic tokens.
+gradient-norm clipping at 1.0. --precision fp32: fp32 with TF32 off (as fl-train's cuBLAS SGEMMs);
+--precision bf16: the forward under torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+(bf16 tensor-core matmuls with fp32 accumulation, fp32 master weights and optimizer; as
+fl-train --precision bf16 on a GPU). Synthetic tokens.
 Prints one JSON line: {"tokens_per_s": median over the timed steps, ...}.
 """
+import contextlib
 import argparse
 import json
 import math
@@ -66,7 +70,8 @@ class GPT(nn.Module):
         for b in self.blocks:
             x = b(x, self.mask)
         logits = self.head(self.lnf(x))
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        # targets is a slice of the sampled tokens (idx[:, 1:]), not contiguous: reshape, not view.
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def main():
@@ -80,35 +85,46 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a smoke test)")
     a = ap.parse_args()
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(1234)
-    dev = torch.device("cuda")
+    dev = torch.device(a.device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     model = GPT(a.vocab, a.d_model, a.layers, a.heads, a.seq_len).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8,
                             weight_decay=0.0, foreach=True)
     gen = torch.Generator(device=dev).manual_seed(7)
+
+    def autocast():
+        if a.precision == "bf16":
+            return torch.autocast(device_type=dev.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     times, losses = [], []
     for step in range(a.warmup + a.steps):
         idx = torch.randint(0, a.vocab, (a.micro_batch, a.seq_len + 1), device=dev, generator=gen)
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
-        loss = model(idx[:, :-1], idx[:, 1:])
+        with autocast():
+            loss = model(idx[:, :-1], idx[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())  # one host sync per step, as fl-train reads its loss
-        torch.cuda.synchronize()
+        sync()
         if step >= a.warmup:
             times.append(time.perf_counter() - t0)
     tokens = a.micro_batch * a.seq_len
     print(json.dumps({
-        "impl": "pytorch-eager",
+        "impl": "pytorch-eager" if a.precision == "fp32" else "pytorch-autocast-bf16",
+        "precision": a.precision,
         "torch": torch.__version__,
-        "device": torch.cuda.get_device_name(0),
+        "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
         "tokens_per_s": tokens / statistics.median(times),
         "step_ms_median": 1e3 * statistics.median(times),
         "first_loss": losses[0],

@@ -65,6 +65,8 @@ Device parse_device(std::string_view text, int default_index);
 
 // CUDA devices visible to this process (0 without CUDA, a driver or a device).
 int cuda_device_count();
+// 10 · major + minor of a CUDA device (90 for an H100); 0 without CUDA or that device.
+int cuda_compute_capability(int device);
 bool built_with_cuda();
 
 }  // namespace fl

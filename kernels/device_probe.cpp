@@ -22,6 +22,21 @@ int cuda_device_count() {
 #endif
 }
 
+int cuda_compute_capability(int device) {
+#if defined(FAULTLINE_HAVE_CUDA)
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return 10 * major + minor;
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
 bool built_with_cuda() {
 #if defined(FAULTLINE_HAVE_CUDA)
   return true;

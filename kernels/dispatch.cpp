@@ -13,7 +13,31 @@ namespace {
 bool on_cuda() {
   return current_device().is_cuda();
 }
+
+thread_local DType t_gemm_precision = DType::kF32;
+
+// The CPU runs fp32 GEMMs only (it is the reference the GPU's 16-bit GEMMs are checked against).
+void require_fp32_gemms_on_cpu(const char* op) {
+  if (t_gemm_precision != DType::kF32 && !on_cuda()) {
+    raise<ConfigError>(
+        "{}: {} GEMMs (tensor cores) are not supported on the cpu device (allowed there: fp32); "
+        "16-bit GEMMs need a cuda device",
+        op, dtype_name(t_gemm_precision));
+  }
+}
 }  // namespace
+
+void set_gemm_precision(DType t) {
+  if (t != DType::kF32 && t != DType::kF16 && t != DType::kBF16) {
+    raise<ConfigError>("GEMM precision {} is not supported (allowed: fp32, fp16, bf16)",
+                       dtype_name(t));
+  }
+  t_gemm_precision = t;
+}
+
+DType gemm_precision() {
+  return t_gemm_precision;
+}
 
 #if defined(FAULTLINE_HAVE_CUDA)
 #define FL_DISPATCH(fn, ...) return on_cuda() ? cuda::fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__)
@@ -69,11 +93,13 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC) {
   FL_KERNEL_SITE("kernel.gemm", inp, static_cast<size_t>(N) * static_cast<size_t>(C));
+  require_fp32_gemms_on_cpu("linear_forward");
   FL_DISPATCH(linear_forward, out, inp, weight, bias, N, C, OC);
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC) {
+  require_fp32_gemms_on_cpu("linear_backward");
   FL_DISPATCH(linear_backward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
@@ -100,11 +126,13 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   FL_KERNEL_SITE("kernel.attention", qkv, static_cast<size_t>(B) * T * 3 * C);
+  require_fp32_gemms_on_cpu("attention_forward");
   FL_DISPATCH(attention_forward, out, att, qkv, B, T, C, NH);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                         int T, int C, int NH) {
+  require_fp32_gemms_on_cpu("attention_backward");
   FL_DISPATCH(attention_backward, dqkv, dout, qkv, att, B, T, C, NH);
 }
 

@@ -27,6 +27,25 @@ struct AdamW {
 
 #include "kernels/ops_list.inc"
 
+// The operand format of the GEMMs of linear and attention on the calling thread (like its current
+// device): fp32 (the default: SGEMM, no TF32), or fp16/bf16 operands with fp32 accumulation and
+// fp32 output (tensor cores; each GEMM input is converted to the 16-bit format first). Only CUDA
+// has 16-bit GEMMs: a GEMM op on the CPU under fp16/bf16 raises ConfigError, so the CPU stays the
+// fp32 reference. The trainer sets it from --precision on a CUDA rank (FAULTLINE_GEMM_PRECISION).
+void set_gemm_precision(DType t);  // kF32, kF16 or kBF16; ConfigError naming what is allowed
+DType gemm_precision();
+
+class GemmPrecisionGuard {
+ public:
+  explicit GemmPrecisionGuard(DType t) : prev_(gemm_precision()) { set_gemm_precision(t); }
+  ~GemmPrecisionGuard() { set_gemm_precision(prev_); }
+  GemmPrecisionGuard(const GemmPrecisionGuard&) = delete;
+  GemmPrecisionGuard& operator=(const GemmPrecisionGuard&) = delete;
+
+ private:
+  DType prev_;
+};
+
 // A host copy of device data for as long as the object lives, written back when it dies: fault
 // sites act on host memory, so a plan that corrupts a kernel's input or the gradients works the
 // same on a GPU. On CPU it is the data itself. `write_back` false: a read-only view.

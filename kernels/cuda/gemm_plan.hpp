@@ -4,8 +4,19 @@
 // transpositions, leading dimensions and batch strides are where a GPU port goes wrong, and this
 // way they are checked on every machine. Plain C++ (no CUDA headers).
 //
+// Two operand formats: fp32 (cublasSgemm / cublasSgemmStridedBatched, no TF32), or 16-bit
+// (fp16 or bf16 operands, fp32 accumulation and fp32 output: cublasGemmEx /
+// cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F, tensor cores). In the 16-bit format each
+// GEMM input is first converted into a 16-bit copy in the executor's scratch (one conversion per
+// operand and op: qkv and the attention probabilities once for all sequences), and the GEMM reads
+// the copy with the same layout, so one plan serves both formats.
+//
 // An executor provides:
 //   void gemm(const ColGemm&, const char* what);
+//   Operands operands();                          // the format of this executor's GEMM inputs
+//   S16 scratch16(size_t n, const char* what);    // n 16-bit elements: S16 has uint16_t* data(),
+//                                                 // is default-constructible and movable
+//   void to16(const float* src, uint16_t* dst, size_t n, Operands format);
 //   void causal_softmax_forward(float* att, int rows, int T);
 //   void causal_softmax_backward(float* datt, const float* att, int rows, int T, float scale);
 //   void add_bias(float* out, const float* bias, int N, int C);
@@ -15,19 +26,32 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <utility>
 
 namespace fl::cuda::plan {
 
+// The format of a GEMM's A and B operands (C is fp32 in both), numbered as fl::DType's fp32, fp16
+// and bf16 (and launch::kF16 / kBF16).
+enum class Operands : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+inline size_t operand_bytes(Operands f) {
+  return f == Operands::kF32 ? 4 : 2;
+}
+inline const char* operands_name(Operands f) {
+  return f == Operands::kF32 ? "sgemm" : f == Operands::kF16 ? "gemmex fp16" : "gemmex bf16";
+}
+
 // One (strided-batched) GEMM in cuBLAS's terms: column-major C[m, n] = alpha · op(A) · op(B) +
-// beta · C, op(A) [m, k], op(B) [k, n]; matrix i of a batch starts i·stride elements in.
+// beta · C, op(A) [m, k], op(B) [k, n]; matrix i of a batch starts i·stride elements in. A and B
+// hold `operands` elements (fp32 or 16-bit), C fp32.
 struct ColGemm {
   bool ta, tb;
   int m, n, k;
   float alpha;
-  const float* A;
+  const void* A;
   int lda;
   long long sa;
-  const float* B;
+  const void* B;
   int ldb;
   long long sb;
   float beta;
@@ -35,27 +59,60 @@ struct ColGemm {
   int ldc;
   long long sc;
   int batch;
+  Operands operands;
 };
 
 // Row-major C[M, N] = alpha · op(A) · op(B) + beta · C, with lda/ldb/ldc the row strides of A, B
 // and C as stored. A row-major matrix read column-major is its transpose, so cuBLAS computes
 // Cᵀ = op(B)ᵀ · op(A)ᵀ on the same memory: swap the operands and the sizes M and N.
+inline ColGemm row_major(bool ta, bool tb, int M, int N, int K, float alpha, const void* A, int lda,
+                         long long sa, const void* B, int ldb, long long sb, float beta, float* C,
+                         int ldc, long long sc, int batch, Operands operands) {
+  return {tb, ta, N, M, K, alpha, B, ldb, sb, A, lda, sa, beta, C, ldc, sc, batch, operands};
+}
 inline ColGemm row_major(bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
                          int lda, long long sa, const float* B, int ldb, long long sb, float beta,
                          float* C, int ldc, long long sc, int batch) {
-  return {tb, ta, N, M, K, alpha, B, ldb, sb, A, lda, sa, beta, C, ldc, sc, batch};
+  return row_major(ta, tb, M, N, K, alpha, static_cast<const void*>(A), lda, sa,
+                   static_cast<const void*>(B), ldb, sb, beta, C, ldc, sc, batch, Operands::kF32);
 }
 inline ColGemm row_major(bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
                          int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   return row_major(ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
+// A GEMM input as the executor's GEMMs read it: the fp32 data itself, or its 16-bit copy (kept
+// alive by `copy`). at(i) is element i of the same row-major layout.
+template <class S16>
+struct Operand {
+  const void* data;
+  Operands format;
+  S16 copy;
+  const void* at(size_t i) const {
+    return static_cast<const char*>(data) + i * operand_bytes(format);
+  }
+};
+
+template <class X>
+auto operand(X& x, const float* src, size_t n, const char* what) {
+  using S16 = decltype(x.scratch16(n, what));
+  const Operands f = x.operands();
+  if (f == Operands::kF32) return Operand<S16>{src, f, S16{}};
+  S16 s = x.scratch16(n, what);
+  x.to16(src, s.data(), n, f);
+  const void* p = s.data();
+  return Operand<S16>{p, f, std::move(s)};
+}
+
 // out = inp · Wᵀ (+ bias): inp [N, C], weight [OC, C], out [N, OC].
 template <class X>
 void linear_forward(X& x, float* out, const float* inp, const float* weight, const float* bias,
                     int N, int C, int OC) {
-  x.gemm(row_major(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC),
-         "linear_forward (sgemm)");
+  const auto a = operand(x, inp, static_cast<size_t>(N) * C, "scratch.gemm16.input");
+  const auto w = operand(x, weight, static_cast<size_t>(OC) * C, "scratch.gemm16.weight");
+  x.gemm(row_major(false, true, N, OC, C, 1.0f, a.at(0), C, 0, w.at(0), C, 0, 0.0f, out, OC, 0, 1,
+                   a.format),
+         "linear_forward");
   if (bias) x.add_bias(out, bias, N, OC);
 }
 
@@ -63,13 +120,20 @@ void linear_forward(X& x, float* out, const float* inp, const float* weight, con
 template <class X>
 void linear_backward(X& x, float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC) {
-  if (dinp) {
-    x.gemm(row_major(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C),
-           "linear_backward dinp (sgemm)");
-  }
-  if (dweight) {
-    x.gemm(row_major(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C),
-           "linear_backward dweight (sgemm)");
+  if (dinp || dweight) {
+    const auto d = operand(x, dout, static_cast<size_t>(N) * OC, "scratch.gemm16.dout");
+    if (dinp) {
+      const auto w = operand(x, weight, static_cast<size_t>(OC) * C, "scratch.gemm16.weight");
+      x.gemm(row_major(false, false, N, C, OC, 1.0f, d.at(0), OC, 0, w.at(0), C, 0, 1.0f, dinp, C,
+                       0, 1, d.format),
+             "linear_backward dinp");
+    }
+    if (dweight) {
+      const auto a = operand(x, inp, static_cast<size_t>(N) * C, "scratch.gemm16.input");
+      x.gemm(row_major(true, false, OC, C, N, 1.0f, d.at(0), OC, 0, a.at(0), C, 0, 1.0f, dweight, C,
+                       0, 1, d.format),
+             "linear_backward dweight");
+    }
   }
   if (dbias) x.bias_backward(dbias, dout, N, OC);
 }
@@ -82,19 +146,23 @@ void attention_forward(X& x, float* out, float* att, const float* qkv, int B, in
   const int hs = C / NH, ld = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const long long tt = static_cast<long long>(T) * T;
+  const size_t seq = static_cast<size_t>(T) * ld;
+  const auto in = operand(x, qkv, static_cast<size_t>(B) * seq, "scratch.gemm16.qkv");
   for (int b = 0; b < B; ++b) {
-    const float* q = qkv + static_cast<size_t>(b) * T * ld;
+    const size_t q = b * seq;
     float* a = att + static_cast<size_t>(b) * NH * tt;
-    x.gemm(row_major(false, true, T, T, hs, scale, q, ld, hs, q + C, ld, hs, 0.0f, a, T, tt, NH),
-           "attention scores (sgemm)");
+    x.gemm(row_major(false, true, T, T, hs, scale, in.at(q), ld, hs, in.at(q + C), ld, hs, 0.0f, a,
+                     T, tt, NH, in.format),
+           "attention scores");
   }
   x.causal_softmax_forward(att, B * NH * T, T);
+  const auto p = operand(x, att, static_cast<size_t>(B) * NH * tt, "scratch.gemm16.att");
   for (int b = 0; b < B; ++b) {
-    const float* v = qkv + static_cast<size_t>(b) * T * ld + 2 * C;
-    const float* a = att + static_cast<size_t>(b) * NH * tt;
+    const size_t v = b * seq + 2 * C;
     float* o = out + static_cast<size_t>(b) * T * C;
-    x.gemm(row_major(false, false, T, hs, T, 1.0f, a, T, tt, v, ld, hs, 0.0f, o, C, hs, NH),
-           "attention values (sgemm)");
+    x.gemm(row_major(false, false, T, hs, T, 1.0f, p.at(static_cast<size_t>(b) * NH * tt), T, tt,
+                     in.at(v), ld, hs, 0.0f, o, C, hs, NH, in.format),
+           "attention values");
   }
 }
 
@@ -104,30 +172,35 @@ void attention_backward(X& x, float* dqkv, const float* dout, const float* qkv, 
   const int hs = C / NH, ld = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const long long tt = static_cast<long long>(T) * T;
+  const size_t seq = static_cast<size_t>(T) * ld;
   auto datt =
       x.scratch(static_cast<size_t>(NH) * static_cast<size_t>(tt), "scratch.attention.datt");
   float* d = datt.data();
+  const auto in = operand(x, qkv, static_cast<size_t>(B) * seq, "scratch.gemm16.qkv");
+  const auto p = operand(x, att, static_cast<size_t>(B) * NH * tt, "scratch.gemm16.att");
+  const auto dy = operand(x, dout, static_cast<size_t>(B) * T * C, "scratch.gemm16.dout");
   for (int b = 0; b < B; ++b) {
-    const size_t base = static_cast<size_t>(b) * T * ld;
-    const float* q = qkv + base;
-    const float* k = q + C;
-    const float* v = q + 2 * C;
+    const size_t base = b * seq, q = base, k = base + C, v = base + 2 * C;
     float* dq = dqkv + base;
     float* dk = dq + C;
     float* dv = dq + 2 * C;
-    const float* a = att + static_cast<size_t>(b) * NH * tt;
-    const float* dy = dout + static_cast<size_t>(b) * T * C;
+    const size_t a = static_cast<size_t>(b) * NH * tt, y = static_cast<size_t>(b) * T * C;
     // datt = dout · vᵀ ; dv += attᵀ · dout
-    x.gemm(row_major(false, true, T, T, hs, 1.0f, dy, C, hs, v, ld, hs, 0.0f, d, T, tt, NH),
-           "attention backward datt (sgemm)");
-    x.gemm(row_major(true, false, T, hs, T, 1.0f, a, T, tt, dy, C, hs, 1.0f, dv, ld, hs, NH),
-           "attention backward dv (sgemm)");
-    x.causal_softmax_backward(d, a, NH * T, T, scale);
+    x.gemm(row_major(false, true, T, T, hs, 1.0f, dy.at(y), C, hs, in.at(v), ld, hs, 0.0f, d, T, tt,
+                     NH, in.format),
+           "attention backward datt");
+    x.gemm(row_major(true, false, T, hs, T, 1.0f, p.at(a), T, tt, dy.at(y), C, hs, 1.0f, dv, ld, hs,
+                     NH, in.format),
+           "attention backward dv");
+    x.causal_softmax_backward(d, att + a, NH * T, T, scale);
     // dq += dscore · k ; dk += dscoreᵀ · q
-    x.gemm(row_major(false, false, T, hs, T, 1.0f, d, T, tt, k, ld, hs, 1.0f, dq, ld, hs, NH),
-           "attention backward dq (sgemm)");
-    x.gemm(row_major(true, false, T, hs, T, 1.0f, d, T, tt, q, ld, hs, 1.0f, dk, ld, hs, NH),
-           "attention backward dk (sgemm)");
+    const auto ds = operand(x, d, static_cast<size_t>(NH) * tt, "scratch.gemm16.datt");
+    x.gemm(row_major(false, false, T, hs, T, 1.0f, ds.at(0), T, tt, in.at(k), ld, hs, 1.0f, dq, ld,
+                     hs, NH, in.format),
+           "attention backward dq");
+    x.gemm(row_major(true, false, T, hs, T, 1.0f, ds.at(0), T, tt, in.at(q), ld, hs, 1.0f, dk, ld,
+                     hs, NH, in.format),
+           "attention backward dk");
   }
 }
 

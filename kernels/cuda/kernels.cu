@@ -10,7 +10,10 @@
 // tests/kernels/cuda_emulation.hpp (which compiles this file as C++ to check the kernels' logic
 // against the CPU ops on machines without a GPU) defines its own, and its own dynamic shared
 // memory.
+// Shared memory is declared through FL_SHARED_ARRAY and FL_DYNAMIC_SHARED, which the emulation
+// turns into bounds-checked arrays (an out-of-bounds access fails the CPU test, as memcheck does).
 #define FL_LAUNCH(kernel, grid, block, shared) kernel<<<(grid), (block), (shared)>>>
+#define FL_SHARED_ARRAY(type, name, count) __shared__ type name[count]
 #define FL_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #endif
 
@@ -47,7 +50,7 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 // Sum over the block (kThreads threads); every thread gets the result.
 __device__ double block_sum(double v) {
-  __shared__ double part[kWarpsPerBlock];
+  FL_SHARED_ARRAY(double, part, kWarpsPerBlock);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   v = warp_sum(v);
   if (lane == 0) part[warp] = v;

@@ -3,8 +3,12 @@
 // overflow flag) copy back one scalar.
 #include "kernels/cuda/ops_cuda.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <map>
+#include <memory>
+#include <string>
 
 #include "kernels/cuda/gemm_plan.hpp"
 #include "kernels/cuda/launch.hpp"
@@ -19,21 +23,64 @@ namespace plan = fl::cuda::plan;
 
 namespace {
 
-// The executor of gemm_plan.hpp on a GPU: cuBLAS and the kernels of kernels.cu.
+// The GEMM precision (a DType) converts to the plan's operand format by number.
+static_assert(static_cast<int>(plan::Operands::kF16) == static_cast<int>(DType::kF16) &&
+              static_cast<int>(plan::Operands::kBF16) == static_cast<int>(DType::kBF16) &&
+              static_cast<int>(plan::Operands::kF32) == static_cast<int>(DType::kF32) &&
+              static_cast<int>(plan::Operands::kBF16) == launch::kBF16 &&
+              static_cast<int>(plan::Operands::kF16) == launch::kF16);
+
+// The executor of gemm_plan.hpp on a GPU: cuBLAS and the kernels of kernels.cu. The operand format
+// is the thread's GEMM precision: fp32 SGEMMs, or 16-bit operands (converted by launch::encode into
+// scratch from the caching allocator, charged to the device's accountant) with fp32 accumulation.
 struct CudaExec {
+  plan::Operands format = static_cast<plan::Operands>(ops::gemm_precision());
+
+  plan::Operands operands() const { return format; }
   void gemm(const plan::ColGemm& g, const char* what) {
+    // The op's name in the error: "linear_forward (sgemm)", "attention scores (gemmex bf16)".
+    auto check = [&](cublasStatus_t s) {
+      if (s != CUBLAS_STATUS_SUCCESS) {
+        check_blas(s, fmt::format("{} ({})", what, plan::operands_name(g.operands)));
+      }
+    };
     const cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (g.batch == 1) {
-      check_blas(cublasSgemm(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, g.A, g.lda, g.B,
-                             g.ldb, &g.beta, g.C, g.ldc),
-                 what);
-    } else {
-      check_blas(
-          cublasSgemmStridedBatched(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, g.A, g.lda,
-                                    g.sa, g.B, g.ldb, g.sb, &g.beta, g.C, g.ldc, g.sc, g.batch),
-          what);
+    if (g.operands == plan::Operands::kF32) {
+      const auto* A = static_cast<const float*>(g.A);
+      const auto* B = static_cast<const float*>(g.B);
+      if (g.batch == 1) {
+        check(cublasSgemm(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, A, g.lda, B, g.ldb,
+                          &g.beta, g.C, g.ldc));
+      } else {
+        check(cublasSgemmStridedBatched(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, A, g.lda,
+                                        g.sa, B, g.ldb, g.sb, &g.beta, g.C, g.ldc, g.sc, g.batch));
+      }
+      return;
     }
+    // 16-bit A and B, fp32 C, fp32 accumulation (CUBLAS_COMPUTE_32F: tensor cores, no 16-bit
+    // reductions).
+    const cudaDataType_t t = g.operands == plan::Operands::kF16 ? CUDA_R_16F : CUDA_R_16BF;
+    if (g.batch == 1) {
+      check(cublasGemmEx(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, g.A, t, g.lda, g.B, t,
+                         g.ldb, &g.beta, g.C, CUDA_R_32F, g.ldc, CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT));
+    } else {
+      check(cublasGemmStridedBatchedEx(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, g.A, t,
+                                       g.lda, g.sa, g.B, t, g.ldb, g.sb, &g.beta, g.C, CUDA_R_32F,
+                                       g.ldc, g.sc, g.batch, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+    }
+  }
+  struct Scratch16 {
+    std::unique_ptr<fl::cuda::Scratch> s;
+    uint16_t* data() { return s->as<uint16_t>(); }
+  };
+  Scratch16 scratch16(size_t n, const char* what) {
+    return {std::make_unique<fl::cuda::Scratch>(n * sizeof(uint16_t), what)};
+  }
+  void to16(const float* src, uint16_t* dst, size_t n, plan::Operands f) {
+    if (n > 0) launch::encode(src, dst, static_cast<int>(f), n);
   }
   void causal_softmax_forward(float* att, int rows, int T) {
     launch::causal_softmax_forward(att, rows, T);

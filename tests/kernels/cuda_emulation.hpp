@@ -1,10 +1,14 @@
 // A CPU emulation of the CUDA execution model, just enough to compile kernels/cuda/kernels.cu as
 // C++ and run its kernels on host memory: every thread of a block is an OS thread; __syncthreads
 // is a barrier of the block, warp shuffles and __syncwarp a barrier of the warp (threads that
-// return early drop out of both); blocks run one after another, so static (__shared__) storage is
-// the block's shared memory. fp16/bf16 conversions use the project's round-to-nearest-even ones.
-// It checks the kernels' indexing, reductions and synchronisation — not timing, not the hardware's
-// intrinsics.
+// return early drop out of both); blocks run one after another, so static storage is the block's
+// shared memory. Shared memory is bounds-checked as compute-sanitizer's memcheck does on a GPU:
+// kernels declare it with FL_SHARED_ARRAY / FL_DYNAMIC_SHARED (a bare __shared__ does not compile
+// here), every element access goes through a checked reference, and a launch in which any thread
+// read or wrote outside its array throws emu::SharedMemoryError naming the kernel, block, thread,
+// array, index and size (the test fails). fp16/bf16 conversions use the project's
+// round-to-nearest-even ones. It checks the kernels' indexing, reductions, synchronisation and
+// shared-memory bounds — not timing, not the hardware's intrinsics.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +18,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -49,6 +56,78 @@ inline unsigned linear_thread() {
   return t_thread.x + t_block_dim.x * (t_thread.y + t_block_dim.y * t_thread.z);
 }
 
+// An out-of-bounds shared-memory access in a launch (thrown once the grid has finished).
+class SharedMemoryError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The out-of-bounds accesses of the running launch: how many, and the first few in words.
+struct SharedViolations {
+  std::mutex mu;
+  const char* kernel = "";
+  size_t count = 0;
+  std::string first;
+};
+inline SharedViolations g_violations;
+
+inline void report_out_of_bounds(const char* array, long long index, size_t count, size_t elem,
+                                 const char* what, bool write) {
+  const std::string msg =
+      std::string(g_violations.kernel) + ": block (" + std::to_string(t_block.x) + "," +
+      std::to_string(t_block.y) + "," + std::to_string(t_block.z) + ") thread (" +
+      std::to_string(t_thread.x) + "," + std::to_string(t_thread.y) + "," +
+      std::to_string(t_thread.z) + ") " + (write ? "writes " : "reads ") + array + "[" +
+      std::to_string(index) + "], out of bounds of its " + std::to_string(count) + " elements (" +
+      std::to_string(count * elem) + " bytes of " + what + " shared memory)";
+  std::lock_guard<std::mutex> lock(g_violations.mu);
+  if (g_violations.count++ < 4) g_violations.first += "\n  " + msg;
+}
+
+// One element of a shared array, checked when it is read or written.
+template <class T>
+class SharedRef {
+ public:
+  SharedRef(T* base, long long index, size_t count, const char* array, const char* what)
+      : base_(base), index_(index), count_(count), array_(array), what_(what) {}
+  operator T() const {  // NOLINT(google-explicit-constructor): reads as the element
+    return in_bounds(false) ? base_[index_] : T{};
+  }
+  SharedRef& operator=(T v) {
+    if (in_bounds(true)) base_[index_] = v;
+    return *this;
+  }
+  SharedRef& operator=(const SharedRef& o) { return *this = static_cast<T>(o); }
+  SharedRef& operator+=(T v) { return *this = static_cast<T>(*this) + v; }
+  SharedRef& operator-=(T v) { return *this = static_cast<T>(*this) - v; }
+  SharedRef& operator*=(T v) { return *this = static_cast<T>(*this) * v; }
+  SharedRef& operator/=(T v) { return *this = static_cast<T>(*this) / v; }
+
+ private:
+  bool in_bounds(bool write) const {
+    if (index_ >= 0 && static_cast<size_t>(index_) < count_) return true;
+    report_out_of_bounds(array_, index_, count_, sizeof(T), what_, write);
+    return false;
+  }
+  T* base_;
+  long long index_;
+  size_t count_;
+  const char* array_;
+  const char* what_;
+};
+
+// A statically sized shared array (FL_SHARED_ARRAY), static storage: the block's shared memory.
+template <class T, size_t N>
+class SharedArray {
+ public:
+  explicit SharedArray(const char* name) : name_(name) {}
+  SharedRef<T> operator[](long long i) { return {data_, i, N, name_, "static"}; }
+
+ private:
+  T data_[N] = {};
+  const char* name_;
+};
+
 template <class T>
 T shuffle_xor(T v, int offset) {
   Block& b = *t_current;
@@ -60,9 +139,29 @@ T shuffle_xor(T v, int offset) {
   return r;
 }
 
+// The launch's dynamic shared memory (FL_DYNAMIC_SHARED), as many elements as its bytes hold.
+template <class T>
+class DynamicShared {
+ public:
+  explicit DynamicShared(const char* name)
+      : data_(reinterpret_cast<T*>(g_dynamic_shared.data())),
+        count_(g_dynamic_shared.size() / sizeof(T)),
+        name_(name) {}
+  SharedRef<T> operator[](long long i) const { return {data_, i, count_, name_, "dynamic"}; }
+
+ private:
+  T* data_;
+  size_t count_;
+  const char* name_;
+};
+
 template <class... P, class... A>
-void run_grid(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared, A... args) {
+void run_grid(const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t shared,
+              A... args) {
   g_dynamic_shared.assign(shared, 0);
+  g_violations.kernel = name;
+  g_violations.count = 0;
+  g_violations.first.clear();
   const unsigned threads = block.x * block.y * block.z;
   for (unsigned bz = 0; bz < grid.z; ++bz) {
     for (unsigned by = 0; by < grid.y; ++by) {
@@ -87,16 +186,22 @@ void run_grid(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared, A... a
       }
     }
   }
+  if (g_violations.count > 0) {
+    throw SharedMemoryError(std::to_string(g_violations.count) +
+                            " out-of-bounds shared-memory access(es) in " + name + ":" +
+                            g_violations.first);
+  }
 }
 
 template <class K>
 struct Launch {
   K kernel;
+  const char* name;
   dim3 grid, block;
   size_t shared;
   template <class... A>
   void operator()(A... args) const {
-    run_grid(kernel, grid, block, shared, args...);
+    run_grid(name, kernel, grid, block, shared, args...);
   }
 };
 
@@ -112,15 +217,17 @@ struct BFloat16 {
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __shared__ static
+// Shared memory only through the checked declarations below.
+#define __shared__ use_FL_SHARED_ARRAY_or_FL_DYNAMIC_SHARED_so_that_the_emulation_checks_bounds
 #define threadIdx (::emu::t_thread)
 #define blockIdx (::emu::t_block)
 #define blockDim (::emu::t_block_dim)
 #define gridDim (::emu::t_grid_dim)
-#define FL_LAUNCH(kernel, grid, block, shared) \
-  (::emu::Launch<decltype(&kernel)>{&kernel, dim3(grid), dim3(block), static_cast<size_t>(shared)})
-#define FL_DYNAMIC_SHARED(type, name) \
-  type* name = reinterpret_cast<type*>(::emu::g_dynamic_shared.data())
+#define FL_LAUNCH(kernel, grid, block, shared)                                 \
+  (::emu::Launch<decltype(&kernel)>{&kernel, #kernel, dim3(grid), dim3(block), \
+                                    static_cast<size_t>(shared)})
+#define FL_SHARED_ARRAY(type, name, count) static ::emu::SharedArray<type, (count)> name(#name)
+#define FL_DYNAMIC_SHARED(type, name) const ::emu::DynamicShared<type> name(#name)
 
 inline void __syncthreads() {
   emu::t_current->sync.arrive_and_wait();

@@ -16,7 +16,9 @@ namespace emulated {
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <limits>
+#include <string>
 
 #include "kernels/cuda/gemm_plan.hpp"
 #include "kernels/ops.hpp"
@@ -184,24 +186,108 @@ TEST(CudaEmulation, BiasAndSixteenBitFormats) {
   }
 }
 
+// Short caches and head sizes that are not a multiple of a warp, and the shape of the sanitizer
+// run on the H100 (GPT-2 heads of 64, position 255 of 256: exactly 1024 bytes of scores): every
+// shared-memory access is bounds-checked by the emulation.
 TEST(CudaEmulation, KvDecodeAttention) {
-  const int H = 3, hs = 20, Tc = 9, Cl = H * hs;
-  auto kc = randn(B * H * Tc * hs, 20), vc = randn(B * H * Tc * hs, 21);
-  for (int t : {0, 4, Tc - 1}) {
-    auto qkv = randn(B * 3 * Cl, 22 + t);
-    std::vector<float> out(B * Cl), k = kc, v = vc, eout(B * Cl), ek = kc, ev = vc;
-    ops::kv_decode_attention(out.data(), k.data(), v.data(), qkv.data(), B, H, Tc, hs, t);
-    launch::kv_decode_attention(eout.data(), ek.data(), ev.data(), qkv.data(), B, H, Tc, hs, t);
-    expect_close(eout, out, 1e-5, "kv_decode_attention", true);
-    expect_close(ek, k, 0, "k cache");
-    expect_close(ev, v, 0, "v cache");
+  struct Shape {
+    int H, hs, Tc;
+    std::vector<int> positions;
+  };
+  for (const Shape& sh : {Shape{3, 20, 9, {0, 4, 8}}, Shape{2, 64, 256, {31, 32, 255}}}) {
+    const int Cl = sh.H * sh.hs;
+    auto kc = randn(B * sh.H * sh.Tc * sh.hs, 20), vc = randn(B * sh.H * sh.Tc * sh.hs, 21);
+    for (int t : sh.positions) {
+      auto qkv = randn(B * 3 * Cl, 22 + t);
+      std::vector<float> out(B * Cl), k = kc, v = vc, eout(B * Cl), ek = kc, ev = vc;
+      ops::kv_decode_attention(out.data(), k.data(), v.data(), qkv.data(), B, sh.H, sh.Tc, sh.hs,
+                               t);
+      launch::kv_decode_attention(eout.data(), ek.data(), ev.data(), qkv.data(), B, sh.H, sh.Tc,
+                                  sh.hs, t);
+      expect_close(eout, out, 1e-5, "kv_decode_attention", true);
+      expect_close(ek, k, 0, "k cache");
+      expect_close(ev, v, 0, "v cache");
+    }
   }
+}
+
+}  // namespace
+}  // namespace fl
+
+// Kernels broken on purpose: the emulation must catch their shared-memory accesses.
+namespace broken {
+// Threads 0 and 1 read one and two elements past the end of the dynamic shared memory.
+__global__ void reads_past_dynamic_shared_k(float* out, int n) {
+  FL_DYNAMIC_SHARED(float, buf);  // n floats
+  for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = static_cast<float>(i);
+  __syncthreads();
+  if (threadIdx.x < 2) out[threadIdx.x] = buf[n + threadIdx.x];
+}
+// Warp 8 of a 9-warp block writes past a per-warp array sized for 8 warps.
+__global__ void writes_past_static_shared_k(double* out) {
+  FL_SHARED_ARRAY(double, part, 8);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = 1.0;
+  __syncthreads();
+  if (threadIdx.x == 0) *out = part[0];
+}
+}  // namespace broken
+
+namespace fl {
+namespace {
+
+std::string shared_error(const std::function<void()>& launch) {
+  try {
+    launch();
+  } catch (const emu::SharedMemoryError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CudaEmulation, OutOfBoundsSharedMemoryFailsNamingKernelBlockAndThread) {
+  std::vector<float> out(2);
+  const std::string read = shared_error([&] {
+    FL_LAUNCH(broken::reads_past_dynamic_shared_k, 2, 64, 256 * sizeof(float))(out.data(), 256);
+  });
+  EXPECT_NE(read.find("4 out-of-bounds shared-memory access(es) in "
+                      "broken::reads_past_dynamic_shared_k"),
+            std::string::npos)
+      << read;
+  for (const char* want :
+       {"broken::reads_past_dynamic_shared_k: block (0,0,0) thread (0,0,0) reads buf[256], out of "
+        "bounds of its 256 elements (1024 bytes of dynamic shared memory)",
+        "block (0,0,0) thread (1,0,0) reads buf[257]",
+        "block (1,0,0) thread (1,0,0) reads buf[257]"}) {
+    EXPECT_NE(read.find(want), std::string::npos) << read;
+  }
+  double d = 0;
+  const std::string write =
+      shared_error([&] { FL_LAUNCH(broken::writes_past_static_shared_k, 1, 9 * 32, 0)
+                         (&d); });
+  EXPECT_NE(
+      write.find("broken::writes_past_static_shared_k: block (0,0,0) thread (256,0,0) writes "
+                 "part[8], out of bounds of its 8 elements (64 bytes of static shared memory)"),
+      std::string::npos)
+      << write;
+  // In bounds, the same launch shape passes.
+  EXPECT_EQ(shared_error([&] { FL_LAUNCH(broken::writes_past_static_shared_k, 1, 8 * 32, 0)
+                               (&d); }),
+            "");
+  EXPECT_EQ(d, 1.0);
 }
 
 // The CUDA path's linear and attention end to end: gemm_plan's layout, the reference GEMM, and the
 // emulated softmax, bias and bias-gradient kernels.
 struct EmulatedExec {
+  cuda::plan::Operands format = cuda::plan::Operands::kF32;
+  cuda::plan::Operands operands() const { return format; }
   void gemm(const cuda::plan::ColGemm& g, const char*) { test::reference_gemm(g); }
+  test::ReferenceExec::Scratch16 scratch16(size_t n, const char*) {
+    return {std::vector<uint16_t>(n, 0x7e00)};
+  }
+  void to16(const float* src, uint16_t* dst, size_t n, cuda::plan::Operands f) {
+    launch::encode(src, dst, static_cast<int>(f), n);  // the conversion kernel, emulated
+  }
   void causal_softmax_forward(float* att, int rows, int t) {
     launch::causal_softmax_forward(att, rows, t);
   }
@@ -247,6 +333,42 @@ TEST(CudaEmulation, LinearAndAttentionThroughTheCudaPath) {
   expect_close(eatt, att, 1e-5, "attention probabilities", true);
   expect_close(eaout, aout, 1e-5, "attention_forward", true);
   expect_close(edqkv, dqkv, 1e-5, "attention_backward", true);
+}
+
+// The 16-bit path: operands converted by the emulated conversion kernel, then the same GEMMs as the
+// reference executor with bf16 operands (kernels/cuda/gemm_plan.hpp's layout is checked bitwise in
+// gemm_plan_test); only the emulated softmax kernels' summation order differs. Small shapes: every
+// emulated block is 256 OS threads.
+TEST(CudaEmulation, LinearAndAttentionInBf16ThroughTheCudaPath) {
+  constexpr int b = 1, t = 9, c = 16, nh = 2, n = b * t, oc = 8;
+  auto inp = randn(n * c, 23), w = randn(oc * c, 24), bias = randn(oc, 25),
+       dout = randn(n * oc, 26);
+  auto qkv = randn(n * 3 * c, 27), dy = randn(n * c, 28);
+  EmulatedExec x;
+  x.format = cuda::plan::Operands::kBF16;
+  test::ReferenceExec r;
+  r.format = cuda::plan::Operands::kBF16;
+  std::vector<float> out(n * oc), dinp(n * c, 0.5f), dw(oc * c), aout(n * c), att(b * nh * t * t),
+      dqkv(n * 3 * c, 0.125f);
+  auto eout = out, edinp = dinp, edw = dw, eaout = aout, eatt = att, edqkv = dqkv;
+  cuda::plan::linear_forward(r, out.data(), inp.data(), w.data(), bias.data(), n, c, oc);
+  cuda::plan::linear_backward(r, dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(),
+                              n, c, oc);
+  cuda::plan::attention_forward(r, aout.data(), att.data(), qkv.data(), b, t, c, nh);
+  cuda::plan::attention_backward(r, dqkv.data(), dy.data(), qkv.data(), att.data(), b, t, c, nh);
+  cuda::plan::linear_forward(x, eout.data(), inp.data(), w.data(), bias.data(), n, c, oc);
+  cuda::plan::linear_backward(x, edinp.data(), edw.data(), nullptr, dout.data(), inp.data(),
+                              w.data(), n, c, oc);
+  cuda::plan::attention_forward(x, eaout.data(), eatt.data(), qkv.data(), b, t, c, nh);
+  cuda::plan::attention_backward(x, edqkv.data(), dy.data(), qkv.data(), eatt.data(), b, t, c, nh);
+  expect_close(eout, out, 0, "bf16 linear_forward");
+  expect_close(edinp, dinp, 0, "bf16 linear_backward dinp");
+  expect_close(edw, dw, 0, "bf16 linear_backward dweight");
+  expect_close(eatt, att, 1e-5, "bf16 attention probabilities", true);
+  // A probability one fp32 ulp apart can round to the neighbouring bf16 value (2^-8 relative):
+  // Δout ≤ 2^-8·max|v| (docs/gpu.md), so 2·2^-8 of the largest magnitude.
+  expect_close(eaout, aout, 2.0 / 256, "bf16 attention_forward", true);
+  expect_close(edqkv, dqkv, 2.0 / 256, "bf16 attention_backward", true);
 }
 
 }  // namespace

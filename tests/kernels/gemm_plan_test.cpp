@@ -1,8 +1,10 @@
 // The CUDA path's GEMM layout (kernels/cuda/gemm_plan.hpp) executed on the CPU against a
-// reference of cuBLAS's column-major SGEMM semantics, compared with the CPU ops: if a
-// transposition, a leading dimension or a batch stride were wrong, linear and attention would
-// differ here, on every machine, without a GPU. The softmax steps run the semantics documented for
-// the CUDA kernels (kernels/cuda/launch.hpp) in plain loops.
+// reference of cuBLAS's column-major semantics (tests/kernels/cublas_reference.hpp), compared with
+// the CPU ops: if a transposition, a leading dimension or a batch stride were wrong, linear and
+// attention would differ here, on every machine, without a GPU. The softmax steps run the
+// semantics documented for the CUDA kernels (kernels/cuda/launch.hpp) in plain loops. The 16-bit
+// path (cublasGemmEx) is checked the same way: with fp16/bf16 operands it must read exactly the
+// elements the fp32 path reads, rounded to the format.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,44 +21,8 @@ namespace {
 
 using cuda::plan::ColGemm;
 
-// cuBLAS by the book (tests/kernels/cublas_reference.hpp); the softmax steps as documented.
-struct CublasReference {
-  int gemms = 0;
-  void gemm(const ColGemm& g, const char*) {
-    ++gemms;
-    test::reference_gemm(g);
-  }
-  void causal_softmax_forward(float* att, int rows, int T) {
-    for (int r = 0; r < rows; ++r) {
-      float* row = att + static_cast<size_t>(r) * T;
-      const int t = r % T;
-      float mx = row[0];
-      for (int s = 1; s <= t; ++s) mx = std::max(mx, row[s]);
-      float sum = 0;
-      for (int s = 0; s <= t; ++s) sum += (row[s] = std::exp(row[s] - mx));
-      for (int s = 0; s < T; ++s) row[s] = s <= t ? row[s] / sum : 0.0f;
-    }
-  }
-  void causal_softmax_backward(float* d, const float* a, int rows, int T, float scale) {
-    for (int r = 0; r < rows; ++r) {
-      float* dr = d + static_cast<size_t>(r) * T;
-      const float* ar = a + static_cast<size_t>(r) * T;
-      const int t = r % T;
-      float dot = 0;
-      for (int s = 0; s <= t; ++s) dot += ar[s] * dr[s];
-      for (int s = 0; s < T; ++s) dr[s] = s <= t ? ar[s] * (dr[s] - dot) * scale : 0.0f;
-    }
-  }
-  void add_bias(float* out, const float* bias, int N, int C) { ops::add_bias(out, bias, N, C); }
-  void bias_backward(float* dbias, const float* dout, int N, int C) {
-    ops::bias_backward(dbias, dout, N, C);
-  }
-  struct Scratch {
-    std::vector<float> v;
-    float* data() { return v.data(); }
-  };
-  Scratch scratch(size_t floats, const char*) { return Scratch{std::vector<float>(floats, 7.0f)}; }
-};
+using CublasReference = test::ReferenceExec;  // cuBLAS by the book, softmax as documented
+using cuda::plan::Operands;
 
 using test::randn;
 
@@ -106,6 +72,74 @@ TEST(GemmPlan, AttentionMatchesTheCpuOps) {
   expect_close(gdqkv, dqkv, "attention_backward dq/dk/dv");
 }
 
+// Linear and attention, forward and backward, through the plan with executor `x`.
+struct PlanOutputs {
+  std::vector<float> out, dinp, dw, db, att, aout, dqkv;
+};
+PlanOutputs run_plan(CublasReference& x) {
+  auto inp = randn(N * C, 1), w = randn(OC * C, 2), b = randn(OC, 3), dout = randn(N * OC, 4);
+  auto qkv = randn(N * 3 * C, 5), dy = randn(N * C, 6);
+  PlanOutputs o{std::vector<float>(N * OC, 123.0f),   std::vector<float>(N * C, 0.5f),
+                std::vector<float>(OC * C, -0.25f),   std::vector<float>(OC, 1.0f),
+                std::vector<float>(B * NH * T * T),   std::vector<float>(N * C),
+                std::vector<float>(N * 3 * C, 0.125f)};
+  cuda::plan::linear_forward(x, o.out.data(), inp.data(), w.data(), b.data(), N, C, OC);
+  cuda::plan::linear_backward(x, o.dinp.data(), o.dw.data(), o.db.data(), dout.data(), inp.data(),
+                              w.data(), N, C, OC);
+  cuda::plan::attention_forward(x, o.aout.data(), o.att.data(), qkv.data(), B, T, C, NH);
+  cuda::plan::attention_backward(x, o.dqkv.data(), dy.data(), qkv.data(), o.att.data(), B, T, C,
+                                 NH);
+  return o;
+}
+
+// The 16-bit plan (operands converted once per op, element offsets in 16-bit units) computes
+// exactly what the fp32 plan computes when every value its GEMMs read is rounded to the format:
+// the same values summed in the same order. A wrong offset, stride or forgotten conversion differs.
+TEST(GemmPlan, SixteenBitOperandsReadTheSameElementsAsFp32) {
+  for (Operands f : {Operands::kF16, Operands::kBF16}) {
+    CublasReference sixteen;
+    sixteen.format = f;
+    CublasReference rounded;
+    rounded.round_to = f;
+    const PlanOutputs got = run_plan(sixteen), want = run_plan(rounded);
+    const char* name = f == Operands::kF16 ? "fp16" : "bf16";
+    EXPECT_EQ(got.out, want.out) << name << " linear_forward";
+    EXPECT_EQ(got.dinp, want.dinp) << name << " linear_backward dinp";
+    EXPECT_EQ(got.dw, want.dw) << name << " linear_backward dweight";
+    EXPECT_EQ(got.db, want.db) << name << " linear_backward dbias";
+    EXPECT_EQ(got.att, want.att) << name << " attention probabilities";
+    EXPECT_EQ(got.aout, want.aout) << name << " attention_forward";
+    EXPECT_EQ(got.dqkv, want.dqkv) << name << " attention_backward";
+    EXPECT_EQ(sixteen.gemms, rounded.gemms);
+    // linear: input and weight; dout, weight, input. attention: qkv and probabilities; qkv,
+    // probabilities, dout, and the score gradient of each sequence.
+    EXPECT_EQ(sixteen.conversions, 2 + 3 + 2 + 3 + B) << name;
+    EXPECT_EQ(rounded.conversions, 0);
+  }
+}
+
+// What the gpu tests assert for 16-bit linear: with inputs that are exact in the format, a 16-bit
+// GEMM with fp32 accumulation differs from the CPU's fp32 op only by summation order.
+TEST(GemmPlan, SixteenBitLinearOnExactInputsMatchesTheCpuOp) {
+  for (Operands f : {Operands::kF16, Operands::kBF16}) {
+    auto inp = randn(N * C, 11), w = randn(OC * C, 12), dout = randn(N * OC, 13);
+    for (auto* v : {&inp, &w, &dout}) ops::round_to_precision(v->data(), v->size(), DType(f));
+    std::vector<float> out(N * OC), dinp(N * C, 0.5f), dw(OC * C, -0.25f);
+    ops::linear_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
+    ops::linear_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C,
+                         OC);
+    CublasReference x;
+    x.format = f;
+    std::vector<float> gout(N * OC), gdinp(N * C, 0.5f), gdw(OC * C, -0.25f);
+    cuda::plan::linear_forward(x, gout.data(), inp.data(), w.data(), nullptr, N, C, OC);
+    cuda::plan::linear_backward(x, gdinp.data(), gdw.data(), nullptr, dout.data(), inp.data(),
+                                w.data(), N, C, OC);
+    expect_close(gout, out, "16-bit linear_forward");
+    expect_close(gdinp, dinp, "16-bit linear_backward dinp");
+    expect_close(gdw, dw, "16-bit linear_backward dweight");
+  }
+}
+
 TEST(GemmPlan, RowMajorSwapsOperandsAndSizes) {
   float a = 0, b = 0, c = 0;
   const ColGemm g = cuda::plan::row_major(true, false, 5, 6, 7, 2.0f, &a, 11, 13, &b, 17, 19, 1.0f,
@@ -124,6 +158,7 @@ TEST(GemmPlan, RowMajorSwapsOperandsAndSizes) {
   EXPECT_EQ(g.ldc, 23);
   EXPECT_EQ(g.sc, 29);
   EXPECT_EQ(g.batch, 31);
+  EXPECT_EQ(g.operands, Operands::kF32);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "workloads/comm/nccl_error.hpp"
 #include "workloads/rendezvous/store_client.hpp"
 
 namespace fl::comm {
@@ -22,13 +23,13 @@ void cuda_check(cudaError_t e, const char* what, int rank, int device) {
   }
 }
 
+// nccl_result_name numbers the codes as nccl.h does.
+static_assert(ncclSuccess == 0 && ncclUnhandledCudaError == 1 && ncclSystemError == 2 &&
+              ncclInternalError == 3 && ncclInvalidArgument == 4 && ncclInvalidUsage == 5 &&
+              ncclRemoteError == 6 && ncclInProgress == 7);
+
 std::string nccl_text(ncclComm_t comm, ncclResult_t r) {
-  std::string s = ncclGetErrorString(r);
-  if (comm != nullptr) {
-    const char* last = ncclGetLastError(comm);
-    if (last != nullptr && *last != '\0') s += fmt::format(" ({})", last);
-  }
-  return s;
+  return nccl_error_text(static_cast<int>(r), comm);
 }
 
 ncclDataType_t nccl_type(DType t) {
@@ -78,8 +79,10 @@ void wait_ready(ncclComm_t comm, std::chrono::milliseconds timeout, const char* 
     if (r != ncclSuccess) raise<CommError>("[rank {}] {}: {}", rank, what, nccl_text(comm, r));
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) {
+      // The text first: the abort frees the communicator and may record warnings of its own.
+      std::string text = nccl_text(comm, state);
       ncclCommAbort(comm);
-      raise<CommError>("[rank {}] {} failed: {}", rank, what, nccl_text(comm, state));
+      raise<CommError>("[rank {}] {} failed: {}", rank, what, text);
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       ncclCommAbort(comm);
@@ -272,6 +275,18 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
+std::string nccl_error_text(int result, void* comm) {
+  int version = 0;
+  std::string v;
+  if (ncclGetVersion(&version) == ncclSuccess) {
+    v = fmt::format("{}.{}.{}", version / 10000, version / 100 % 100, version % 100);
+  }
+  // ncclGetLastError: the text of NCCL's last WARN in this process (comm may be null).
+  const char* last = ncclGetLastError(static_cast<ncclComm_t>(comm));
+  return format_nccl_error(result, ncclGetErrorString(static_cast<ncclResult_t>(result)),
+                           last != nullptr ? last : "", v);
+}
+
 std::unique_ptr<Communicator> create_nccl_world(int rank, int world_size, int device,
                                                 rdzv::StoreClient& store, CommOptions options) {
   cuda_check(cudaSetDevice(device), "cudaSetDevice", rank, device);
@@ -279,7 +294,7 @@ std::unique_ptr<Communicator> create_nccl_world(int rank, int world_size, int de
   const std::string key = "nccl/world/unique_id";
   if (rank == 0) {
     ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess) raise<CommError>("[rank 0] ncclGetUniqueId: {}", ncclGetErrorString(r));
+    if (r != ncclSuccess) raise<CommError>("[rank 0] ncclGetUniqueId: {}", nccl_text(nullptr, r));
     store.set(key, std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
   } else {
     std::string v = store.get(key);

@@ -142,14 +142,19 @@ int main(int argc, char** argv) {
     const bool printer = b.comm->rank() == 0;
     std::ofstream metrics;
     if (printer && !metrics_path.empty()) metrics.open(metrics_path);
+    // "bf16 (bf16 GEMMs)" where the rank's GEMMs run on tensor cores.
+    const std::string precision_note =
+        trainer.gemm_precision() == DType::kF32
+            ? precision
+            : fmt::format("{} ({} GEMMs)", precision, dtype_name(trainer.gemm_precision()));
     if (printer) {
       std::printf(
           "# gpt %s: vocab %d, d_model %d, layers %d, heads %d, seq %d | world %d = dp %d "
           "x tp %d x pp %d, zero %d, %s, micro-batch %d x %d, schedule %s, %s, %s backend\n",
           model_name.c_str(), cfg.model.vocab, cfg.model.d_model, cfg.model.layers, cfg.model.heads,
           cfg.model.seq_len, b.comm->size(), cfg.layout.dp, cfg.layout.tp, cfg.layout.pp,
-          cfg.layout.zero, precision.c_str(), cfg.micro_batch, cfg.grad_accum, cfg.schedule.c_str(),
-          b.compute.str().c_str(), b.comm->backend().data());
+          cfg.layout.zero, precision_note.c_str(), cfg.micro_batch, cfg.grad_accum,
+          cfg.schedule.c_str(), b.compute.str().c_str(), b.comm->backend().data());
       std::printf("# %5s %10s %9s %9s %10s %8s %9s %10s %10s\n", "step", "loss", "gnorm", "lr",
                   "scale", "ms", "tok/s", "mem MiB", "peak MiB");
     }

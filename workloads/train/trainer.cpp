@@ -20,6 +20,24 @@ using comm::device_buffer;
 using comm::host_buffer;
 }  // namespace
 
+DType gemm_precision_for(DType precision, Device device, const std::string& setting) {
+  if (setting != "auto" && setting != "fp32") {
+    raise<ConfigError>("{}={} is not allowed (allowed: auto, fp32)", kGemmPrecision.env(), setting);
+  }
+  if (setting == "fp32" || !device.is_cuda() ||
+      (precision != DType::kF16 && precision != DType::kBF16)) {
+    return DType::kF32;
+  }
+  const int cc = cuda_compute_capability(device.index);
+  if (precision == DType::kBF16 && cc > 0 && cc < 80) {
+    raise<ConfigError>(
+        "--precision bf16 on {} (compute capability {}.{}) needs bf16 tensor-core GEMMs, which "
+        "need compute capability 8.0 or newer; use --precision fp16, or {}=fp32 for fp32 GEMMs",
+        device.str(), cc / 10, cc % 10, kGemmPrecision.env());
+  }
+  return precision;
+}
+
 Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& acct)
     : cfg_(std::move(cfg)),
       topo_(topo),
@@ -41,6 +59,7 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
     raise<ConfigError>("precision {} is not supported for training (allowed: fp32, fp16, bf16)",
                        dtype_name(cfg_.precision));
   }
+  gemm_precision_ = gemm_precision_for(cfg_.precision, acct.device(), kGemmPrecision.get());
   if (cfg_.schedule != "1f1b" && cfg_.schedule != "gpipe") {
     raise<ConfigError>("pipeline schedule '{}' is not supported (allowed: 1f1b, gpipe)",
                        cfg_.schedule);
@@ -156,6 +175,7 @@ float Trainer::global_loss(float local_mean) const {
 }
 
 float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backward) {
+  ops::GemmPrecisionGuard gemms(gemm_precision_);
   const int T = cfg_.model.seq_len, C = cfg_.model.d_model;
   const int M = static_cast<int>(mbs.size());
   float* params = compute_params();

@@ -19,6 +19,17 @@
 
 namespace fl::train {
 
+FAULTLINE_SETTING(kGemmPrecision, std::string, "FAULTLINE_GEMM_PRECISION", "auto",
+                  "GEMMs of a CUDA rank: auto (with --precision fp16|bf16, 16-bit tensor-core "
+                  "GEMMs with fp32 accumulation; fp32 otherwise) or fp32 (fp32 SGEMMs always). "
+                  "CPU ranks compute fp32 GEMMs");
+
+// The operand format of a rank's GEMMs (fl::ops::set_gemm_precision) for a training precision, a
+// device and a FAULTLINE_GEMM_PRECISION value: 16-bit on a CUDA device under fp16/bf16 with
+// "auto", fp32 otherwise. ConfigError for a value other than auto/fp32, and for bf16 GEMMs on a
+// GPU older than compute capability 8.0 (naming the options that work there).
+DType gemm_precision_for(DType precision, Device device, const std::string& setting);
+
 struct TrainConfig {
   model::GptConfig model;
   model::Layout layout;
@@ -108,6 +119,9 @@ class Trainer {
   void load_checkpoint(const std::string& dir);
   const TrainConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
+  // The format of this rank's GEMM operands (gemm_precision_for), set around every forward and
+  // backward.
+  DType gemm_precision() const { return gemm_precision_; }
 
  private:
   struct MicroBatch {
@@ -146,6 +160,7 @@ class Trainer {
   // Communication staging buffers (16-bit gradients, a ZeRO partition in flight) live on the
   // rank's device but outside its memory budget, as the host vectors they replace on CPU did.
   mutable MemoryAccountant staging_;
+  DType gemm_precision_ = DType::kF32;
   int64_t step_ = 0;
   int epoch_ = 0;  // data position (steps mode): epoch and offset into this rank's indices
   size_t pos_ = 0;
