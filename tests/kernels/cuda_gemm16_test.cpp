@@ -130,7 +130,6 @@ std::string format_name(const ::testing::TestParamInfo<DType>& p) {
 }
 INSTANTIATE_TEST_SUITE_P(Formats, CudaGemm16, ::testing::Values(DType::kF16, DType::kBF16),
                          format_name);
-});
 
 }  // namespace
 }  // namespace fl
