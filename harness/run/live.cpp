@@ -19,7 +19,7 @@ std::string who(const HistoryEvent& e) {
 }
 
 std::string stamp(const HistoryEvent& e) {
-  return fmt::format("  +{:7.3f}s  ", static_cast<double>(e.t_ns) / 1e9);
+  return fmt::format("  {:>9}  ", fmt::format("+{:.3f}s", static_cast<double>(e.t_ns) / 1e9));
 }
 
 }  // namespace
@@ -35,6 +35,11 @@ std::string rank_list(const std::vector<int>& ranks) {
   std::string out;
   for (size_t i = 0; i < r.size(); ++i) out += (i ? "," : "") + std::to_string(r[i]);
   return out;
+}
+
+std::string ranks_phrase(const std::vector<int>& ranks) {
+  const std::string list = rank_list(ranks);
+  return (list.find_first_of("-,") == std::string::npos ? "rank " : "ranks ") + list;
 }
 
 std::optional<std::string> live_line(const HistoryEvent& e, LiveState& state) {
@@ -99,19 +104,37 @@ std::vector<std::string> detector_conclusions(const std::vector<HistoryEvent>& h
       if (first_fault < 0 || e.t_ns < first_fault) first_fault = e.t_ns;
     }
   }
-  std::vector<std::string> out;
+  // One line per detector and symptom: the ranks it named, its first diagnosis, how many.
+  struct Conclusion {
+    std::string detector, symptom;
+    std::vector<int> ranks;
+    int64_t first_ns = -1;
+    int count = 0;
+  };
+  std::vector<Conclusion> all;
   for (const auto& e : history) {
     if (e.kind != "diagnosis" || e.source.rfind("detector:", 0) != 0) continue;
     const auto d = nlohmann::json::parse(e.data_json, nullptr, false);
     if (d.is_discarded()) continue;
-    const double t = static_cast<double>(e.t_ns) / 1e9;
-    out.push_back(fmt::format(
-        "{:<10} symptom {:<7} ranks {:<6} at {:.1f} s{}", d.value("detector", e.source.substr(9)),
-        d.value("symptom", "unknown"), rank_list(d.value("ranks", std::vector<int>{})), t,
-        first_fault >= 0 && e.t_ns >= first_fault
-            ? fmt::format(", {:.2f} s after the first fault",
-                          static_cast<double>(e.t_ns - first_fault) / 1e9)
-            : std::string()));
+    const std::string det = d.value("detector", e.source.substr(9));
+    const std::string sym = d.value("symptom", "unknown");
+    auto it = std::find_if(all.begin(), all.end(),
+                           [&](auto& c) { return c.detector == det && c.symptom == sym; });
+    if (it == all.end()) it = all.insert(all.end(), {det, sym, {}, e.t_ns, 0});
+    for (int r : d.value("ranks", std::vector<int>{})) it->ranks.push_back(r);
+    ++it->count;
+  }
+  std::vector<std::string> out;
+  for (const auto& c : all) {
+    out.push_back(
+        fmt::format("{:<10} symptom {:<7} {:<12} at {:.1f} s{}{}", c.detector, c.symptom,
+                    c.ranks.empty() ? std::string("no rank named") : ranks_phrase(c.ranks),
+                    static_cast<double>(c.first_ns) / 1e9,
+                    first_fault >= 0 && c.first_ns >= first_fault
+                        ? fmt::format(", {:.2f} s after the first fault",
+                                      static_cast<double>(c.first_ns - first_fault) / 1e9)
+                        : std::string(),
+                    c.count > 1 ? fmt::format(" ({} diagnoses)", c.count) : std::string()));
   }
   return out;
 }

@@ -22,11 +22,13 @@ struct LiveState {
 // nothing when the event is not one a person follows (steps, heartbeats, output, late events).
 std::optional<std::string> live_line(const HistoryEvent& e, LiveState& state);
 
-// One line per diagnosis a detector posted: detector, symptom, ranks, when, and the latency
-// from the first fault (injected or fired) when there was one.
+// One line per detector and symptom it diagnosed: the ranks it named, its first diagnosis and the
+// latency from the first fault (injected or fired) when there was one, and how many it posted.
 std::vector<std::string> detector_conclusions(const std::vector<HistoryEvent>& history);
 
 // "0-3", "1,3", "2"
 std::string rank_list(const std::vector<int>& ranks);
+// "rank 2", "ranks 0-3"
+std::string ranks_phrase(const std::vector<int>& ranks);
 
 }  // namespace fl::harness

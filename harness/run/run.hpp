@@ -52,7 +52,7 @@ class Run {
   ControlResult control_on_io(const ControlAction& a);
   void finish_teardown();
   void merge_local_files();
-  void print_header();
+  void print_header(bool with_files = true);
   void print_summary(const RunResult& r, const std::vector<HistoryEvent>& history);
   std::string steps_line(const std::vector<HistoryEvent>& history);
   std::string verdict_line(const RunResult& r);

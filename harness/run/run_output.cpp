@@ -13,13 +13,13 @@
 
 namespace fl::harness::detail {
 
-void Run::print_header() {
+void Run::print_header(bool with_files) {
   std::printf("faultline run %s\n", id_.c_str());
   std::printf("  scenario   %s%s (%s)\n", s_.name.c_str(), o_.fix ? " [fix]" : "", s_.file.c_str());
   std::printf("  layout     %d ranks = dp %d x tp %d x pp %d, zero %d, %s, %s launcher, %s %s\n",
               s_.ranks, s_.dp, s_.tp, s_.pp, s_.zero, s_.backend.c_str(), s_.launcher.c_str(),
               s_.kind.c_str(), s_.model.c_str());
-  std::printf("  files      %s\n", dir_.c_str());
+  if (with_files) std::printf("  files      %s\n", dir_.c_str());
   std::fflush(stdout);
 }
 
@@ -31,7 +31,7 @@ std::string Run::steps_line(const std::vector<HistoryEvent>& history) {
   }
   const bool infer = s_.kind == "infer";
   const int64_t total = infer ? s_.new_tokens : s_.steps;
-  const char* unit = infer ? "positions" : "steps";
+  const char* unit = infer ? " positions" : "";  // the label says steps
   // Each rank's last exit decides (a restarted job's earlier ends do not count).
   std::map<int, std::pair<std::string, bool>> exits;  // rank -> class, by the harness
   for (const auto& e : history) {
@@ -45,19 +45,13 @@ std::string Run::steps_line(const std::vector<HistoryEvent>& history) {
     if (x.first != "ok") all_ok = false;
     if (x.first != "ok" && !x.second) failed.push_back(rank);
   }
-  const std::string n = fmt::format("{} of {}", last + 1, total);
-  if (all_ok) {
-    return last + 1 >= total ? fmt::format("{} {}", unit, n)
-                             : fmt::format("{} {} (every rank finished)", unit, n);
-  }
+  const std::string n = fmt::format("{} of {}{}", last + 1, total, unit);
+  if (all_ok) return last + 1 >= total ? n : n + " (every rank finished)";
   if (!stop_reason_.empty()) {
-    return fmt::format("{} {}, then the harness stopped the run: {}", unit, n, stop_reason_);
+    return fmt::format("{}, then the harness stopped the run: {}", n, stop_reason_);
   }
-  if (!failed.empty()) {
-    return fmt::format("{} {}, then rank{} {} failed", unit, n, failed.size() == 1 ? "" : "s",
-                       rank_list(failed));
-  }
-  return fmt::format("{} {}", unit, n);
+  if (!failed.empty()) return fmt::format("{}, then {} failed", n, ranks_phrase(failed));
+  return n;
 }
 
 std::string Run::verdict_line(const RunResult& r) {
@@ -90,7 +84,7 @@ void Run::print_summary(const RunResult& r, const std::vector<HistoryEvent>& his
   if (o_.print_events) {
     std::printf("\n");
   } else {
-    print_header();
+    print_header(false);  // the files line ends the summary
   }
   std::printf("  %-10s %s\n", "steps", steps_line(history).c_str());
   std::vector<std::string> lines = s_.plans;
