@@ -44,8 +44,10 @@ void SuiteProgress::finished(const std::string& line, double wall_s, bool failed
   }
   if (!enabled_) return;
   if (!tty_) {
-    std::fprintf(out_, "%s %s%s\n", counters().c_str(), line.c_str(),
-                 is_retry ? " (will retry)" : "");
+    const std::string c = counters();  // "[3/86] 1 failed, ETA 1m20s"
+    const size_t sp = c.find(' ');
+    std::fprintf(out_, "%s %s%s; %s\n", c.substr(0, sp).c_str(), line.c_str(),
+                 is_retry ? " (will retry)" : "", c.substr(sp + 1).c_str());
     std::fflush(out_);
     return;
   }
