@@ -43,7 +43,12 @@ std::string ranks_phrase(const std::vector<int>& ranks) {
 }
 
 std::optional<std::string> live_line(const HistoryEvent& e, LiveState& state) {
-  if (e.late) return std::nullopt;
+  // Called for every event under the history's lock: the kind decides before any parsing.
+  static const std::set<std::string> kNotable = {
+      "fault_fired", "fault_injected",         "error",         "rank_exit",   "diagnosis",
+      "restart",     "teardown_after_failure", "watchdog_stop", "run_timeout", "harness_error"};
+  if (e.late || kNotable.count(e.kind) == 0) return std::nullopt;
+  if (e.kind == "error" && (e.source != "rank" || state.errored.count(e.rank))) return std::nullopt;
   const auto d = nlohmann::json::parse(e.data_json, nullptr, false);
   if (d.is_discarded() || !d.is_object()) return std::nullopt;
   const std::string head = stamp(e) + who(e) + "  ";

@@ -91,8 +91,18 @@ std::string previous_results(const std::string& results_dir, const std::string& 
   std::error_code ec;
   for (auto it = fs::directory_iterator(results_dir, ec); !ec && it != fs::directory_iterator();
        it.increment(ec)) {
-    const std::string dn = it->path().filename().string();
-    if (!it->is_directory() || dn.find("-" + name + suffix) == std::string::npos) continue;
+    // <time>-<name><suffix>, or with -2, -3 ... when suites started in the same second.
+    std::string dn = it->path().filename().string();
+    if (const auto dash = dn.rfind('-');
+        dash != std::string::npos && dash + 1 < dn.size() &&
+        dn.find_first_not_of("0123456789", dash + 1) == std::string::npos) {
+      dn.resize(dash);
+    }
+    const std::string tail = "-" + name + suffix;
+    if (!it->is_directory() || dn.size() < tail.size() ||
+        dn.compare(dn.size() - tail.size(), tail.size(), tail) != 0) {
+      continue;
+    }
     std::ifstream in(it->path() / "summary.json");
     if (!in) continue;
     auto j = nlohmann::json::parse(in, nullptr, false);

@@ -301,8 +301,14 @@ TEST(SuiteLastFailed, NeedsEarlierResultsAndRerunsOnlyWhatDidNotPass) {
   summary("20260102-000000-s", {"pass", "unknown", "flaky", "error"});
   const SuitePlan p = plan_suite(dir + "/s", o);
   EXPECT_EQ(ids(p.cases), (std::set<std::string>{"one-fix-s7", "two-fix-s7"}));
-  summary("20260103-000000-s", {"pass", "pass", "pass", "pass"});
-  EXPECT_THROW(plan_suite(dir + "/s", o), UsageError);
+  // A later bench-detectors run of the same suite (its own directory suffix) is another series.
+  summary("20260103-000000-s-detectors", {"fail", "fail", "fail", "fail"});
+  EXPECT_EQ(ids(plan_suite(dir + "/s", o).cases),
+            (std::set<std::string>{"one-fix-s7", "two-fix-s7"}));
+  // Suites started in the same second: -2 is the later one.
+  summary("20260104-000000-s", {"fail", "fail", "fail", "fail"});
+  summary("20260104-000000-s-2", {"pass", "pass", "pass", "pass"});
+  EXPECT_THROW(plan_suite(dir + "/s", o), UsageError) << "nothing failed in the newest results";
 }
 
 TEST(SuiteSkip, ACudaCaseWithoutADeviceIsSkippedNotFailed) {
@@ -475,6 +481,13 @@ TEST(SuiteProvenance, SummaryRecordsBuildMachineAndCalibration) {
   for (const auto& s : samples) v.push_back(s["gflops"]);
   std::sort(v.begin(), v.end());
   EXPECT_DOUBLE_EQ(p["calibration"]["median_gflops"].get<double>(), (v[1] + v[2]) / 2);
+  // The paragraph leaderboards carry.
+  const std::string md = provenance_markdown(p);
+  EXPECT_NE(md.find("Provenance: faultline " + p["faultline_version"].get<std::string>() + " (" +
+                    p["commit"].get<std::string>()),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("GFLOP/s (median of 4 samples)"), std::string::npos) << md;
 }
 
 TEST(Calibration, MeasuresAPositiveRateWithinItsBudget) {
