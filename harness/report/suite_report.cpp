@@ -63,7 +63,7 @@ std::string provenance_html(const nlohmann::json& p) {
   s += row("load (1 min)",
            fmt::format("{} at start, {} at end", load("load1_start"), load("load1_end")));
   s += row("calibration",
-           fmt::format("{} GFLOP/s median ({}: {})", html::num(cal.value("median_gflops", 0.0), 2),
+           fmt::format("{} GFLOP/s median ({}: {})", html::num(cal.value("gflops", 0.0), 2),
                        cal.value("method", "?"), samples));
   return s + "</table>\n";
 }

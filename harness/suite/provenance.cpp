@@ -124,7 +124,7 @@ nlohmann::json Provenance::to_json() const {
            {{"method", "single-thread 128x128 float GEMM, 150 ms"},
             {"unit", "GFLOP/s"},
             {"samples", samples},
-            {"median_gflops", calibration_median()}}}};
+            {"gflops", calibration_median()}}}};
 }
 
 std::string provenance_markdown(const nlohmann::json& p) {
@@ -142,7 +142,7 @@ std::string provenance_markdown(const nlohmann::json& p) {
       p.value("compiler", "?"), p.value("mpi", "?"),
       p.contains("nccl") && p["nccl"].is_string() ? ", NCCL " + p["nccl"].get<std::string>() : "",
       p.value("hostname", "?"), p.value("cores", 0), p.value("started", "?"), num("load1_start"),
-      num("load1_end"), cal.value("median_gflops", 0.0),
+      num("load1_end"), cal.value("gflops", 0.0),
       cal.value("samples", nlohmann::json::array()).size());
 }
 
