@@ -1,24 +1,38 @@
 #!/usr/bin/env bash
-# The main job: a 4-rank collective check (every op's result checked, throughput against raw MPI)
-# and short 4-rank training smokes (an MLP over DP, the GPT over DP x TP). Later issues make this
-# the smoke suite.
+# The main job: build (installing the Debian packages first, configuring when there is no build
+# yet, incrementally otherwise), run the smoke suite — every symptom scenario must reproduce and
+# every fix clear it — write its HTML report and say where everything is. Exit 0 when every run
+# passed, 1 when one did not, 2 for bad input. ci/test.sh runs the tests (ctest) as well.
+#   ci/main.sh                  # the smoke suite
+#   ci/main.sh --symptom 4.11   # extra arguments go to `faultline suite` (selection, retries, ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$(date +%s)
 bash ci/install-deps.sh
+# mpirun refuses to run as root unless told that it is intended (CI and containers run as root).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if [ ! -x build/bench/fl-bench-collectives ] || [ ! -x build/workloads/train/fl-train ]; then
+if [[ ! -x build/harness/faultline ]]; then
   bash ci/build.sh default
 else
-  cmake --build build -j "$(nproc)"
+  cmake --build --preset default -j "$(nproc)"
 fi
-MPIRUN=(mpirun --oversubscribe --bind-to none -np 4)
-mkdir -p results
-for op in all_reduce reduce_scatter all_gather broadcast; do
-  echo "== collective check: $op, 4 ranks"
-  "${MPIRUN[@]}" build/bench/fl-bench-collectives -o "$op" -b 1K -e 4M -J "results/collectives-$op.json"
-done
-echo "== training smoke: data-parallel MLP, 4 ranks"
-"${MPIRUN[@]}" build/workloads/train/fl-dp-smoke --steps 100
-echo "== training smoke: GPT tiny, dp 2 x tp 2, 60 steps"
-"${MPIRUN[@]}" build/workloads/train/fl-train --dp 2 --tp 2 --micro-batch 4 --steps 60
-echo "main: PASS"
+mkdir -p build/suites
+summary=build/suites/smoke-summary.json
+rm -f "$summary"
+status=0
+build/harness/faultline suite scenarios/suites/smoke.yaml -j 2 --results build/suites \
+  --junit build/suites/smoke-junit.xml --json "$summary" "$@" || status=$?
+if [[ ! -f $summary ]]; then
+  echo "ci/main.sh: the smoke suite did not run (exit status $status)" >&2
+  exit "$status"
+fi
+# The suite's own directory, as the summary records it (unique even when suites run together).
+suite_dir=$(sed -n 's/^  "dir": "\(.*\)",$/\1/p' "$summary")
+report=$(build/harness/faultline report "$suite_dir")
+echo
+echo "ci/main.sh: smoke suite $([[ $status -eq 0 ]] && echo passed || echo FAILED)" \
+  "in $(($(date +%s) - start)) s"
+echo "  results  $suite_dir"
+echo "  report   $report"
+echo "  junit    build/suites/smoke-junit.xml"
+exit "$status"

@@ -63,7 +63,7 @@ one_suite() {  # name, suite file, extra args...
 import json, sys
 s = json.load(open(sys.argv[1]))
 cases = s["cases"]
-print(len(cases), sum(1 for c in cases if c["outcome"] not in ("pass", "flaky")))' "$dir/summary.json")
+print(len(cases), sum(1 for c in cases if c["outcome"] in ("fail", "error", "unknown")))' "$dir/summary.json")
   total_wrong=$((total_wrong + wrong)) total_runs=$((total_runs + n))
   printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$name" "$file" "$n" "$wrong" $((SECONDS - t0)) \
     "$(cut -d' ' -f1 /proc/loadavg)" "$dir" >> "$log"
@@ -72,7 +72,7 @@ print(len(cases), sum(1 for c in cases if c["outcome"] not in ("pass", "flaky"))
     python3 -c '
 import json, sys
 for c in json.load(open(sys.argv[1]))["cases"]:
-    if c["outcome"] not in ("pass", "flaky"):
+    if c["outcome"] in ("fail", "error", "unknown"):
         print("  WRONG", c["scenario"], c["variant"], "seed", c["seed"], "-", c["outcome"] + ":", c["explanation"])' \
       "$dir/summary.json"
   fi

@@ -1,6 +1,7 @@
 // faultline: the command line.
-//   run SCENARIO        launch, supervise, judge; exit 0 pass, 1 fail, 2 harness/input error,
-//                       3 unknown
+//   run SCENARIO        launch, supervise, judge; exit 0 pass, 1 fail, 2 harness/input error
+//                       (usage errors too), 3 unknown
+//   suite SUITE         many runs like a test runner: selection, retries, shards, JUnit
 //   validate SCENARIO   check a scenario file (and print it resolved with --print)
 //   verdict RUN_DIR     judge a run again from its history
 //   control ADDR ACTION act on a live run over the control plane
@@ -11,10 +12,13 @@
 //   settings / sites    every FAULTLINE_ setting / every fault site in this build
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <grpcpp/grpcpp.h>
@@ -26,6 +30,8 @@
 #include "harness/run/runner.hpp"
 #include "harness/scenario/scenario.hpp"
 #include "harness/score/bench.hpp"
+#include "harness/suite/build_info.hpp"
+#include "harness/suite/suite.hpp"
 #include "injector/plan.hpp"
 #include "injector/site.hpp"
 #include "workloads/comm/bootstrap.hpp"
@@ -127,16 +133,20 @@ int control(const std::string& addr, const std::string& action, int rank, int si
 
 // The faulty variant must reproduce its symptom (verdict pass) and the fix variant must clear it
 // (its own expectation passes).
-int repro_scenario(const std::string& path, fl::harness::RunOptions ro) {
-  auto faulty = fl::harness::load_scenario(path);
+int repro_scenario(const std::string& path, fl::harness::RunOptions ro,
+                   const std::vector<std::string>& overrides, bool write_html) {
+  auto faulty = fl::harness::load_scenario(path, {false, overrides});
   if (!faulty.has_fix) {
     std::fprintf(stderr, "faultline repro: %s has no fix: section to verify\n", path.c_str());
     return 2;
   }
-  auto fixed = fl::harness::load_scenario(path, {true, {}});
+  auto fixed = fl::harness::load_scenario(path, {true, overrides});
   auto a = fl::harness::run_scenario(faulty, ro);
+  if (write_html) std::printf("  report     %s\n", fl::harness::write_report(a.run_dir).c_str());
+  std::printf("\n");
   ro.fix = true;
   auto b = fl::harness::run_scenario(fixed, ro);
+  if (write_html) std::printf("  report     %s\n", fl::harness::write_report(b.run_dir).c_str());
   const bool reproduced = a.verdict.outcome == "pass";
   const bool verified = b.verdict.outcome == "pass";
   std::printf("\n%s  symptom %s: %s\n", reproduced ? "REPRODUCED    " : "NOT REPRODUCED",
@@ -153,6 +163,11 @@ int repro_scenario(const std::string& path, fl::harness::RunOptions ro) {
 int main(int argc, char** argv) {
   CLI::App app{"faultline: reproduce distributed deep-learning failures on purpose"};
   app.require_subcommand(1);
+  {
+    std::string v = fl::harness::version_text();
+    v.pop_back();  // CLI11 ends the line itself
+    app.set_version_flag("--version", v, "Print version, commit, build type, compiler, options");
+  }
   bool json = false;
   auto* settings = app.add_subcommand("settings", "Print every setting with its current value");
   settings->add_flag("--json", json, "JSON output");
@@ -177,10 +192,11 @@ int main(int argc, char** argv) {
       "logs, baseline (all six), or a command line";
   const char* recovery_help =
       "Start a recovery tool: restart, shrink, microbatch, skip-batch, reset-scale, or a command";
-  bool write_html = false;
+  bool write_html = false, quiet = false;
   run->add_flag("--report", write_html, "Also write the run's HTML report (report.html)");
   run->add_option("--detector", ro.detectors, detector_help);
   run->add_option("--recovery", ro.recovery, recovery_help);
+  run->add_flag("-q,--quiet", quiet, "Print only the final summary (no header, no live events)");
   auto* validate = app.add_subcommand("validate", "Check a scenario file");
   validate->add_option("scenario", scenario_path, "Scenario YAML file")->required();
   validate->add_flag("--fix", fix, "Check it with its fix applied");
@@ -216,11 +232,33 @@ int main(int argc, char** argv) {
   std::string suite_path;
   auto* suite = app.add_subcommand("suite", "Run a suite (file or directory of scenarios)");
   suite->add_option("suite", suite_path, "Suite YAML or a directory of scenarios")->required();
-  suite->add_option("-j,--jobs", so.jobs, "Runs at the same time")->capture_default_str();
+  suite->add_option("-j,--jobs", so.jobs, "Runs at the same time")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   suite->add_option("--results", so.results_dir, "Where suite directories go")
       ->capture_default_str();
   suite->add_option("--junit", so.junit_path, "JUnit XML file (default: in the suite directory)");
   suite->add_option("--json", so.json_path, "JSON summary (default: in the suite directory)");
+  std::string shard, seeds;
+  bool list_only = false;
+  suite->add_option("--only", so.select.only,
+                    "Only scenarios whose name matches this glob "
+                    "(repeatable)");
+  suite->add_option("--symptom", so.select.symptoms,
+                    "Only scenarios of this symptom, e.g. 4.11 "
+                    "(repeatable)");
+  suite->add_option("--stage", so.select.stages, "Only symptoms of this stage, 1-5 (repeatable)")
+      ->check(CLI::Range(1, 5));
+  suite->add_option("--seeds", seeds,
+                    "Seeds for every scenario, e.g. 1,2,3 (replaces the suite's)");
+  suite->add_option("--shard", shard, "Run shard I of N (I/N, from 1): a stable split by case id");
+  suite->add_flag("--last-failed", so.select.last_failed,
+                  "Only the cases that did not pass in the previous results of this suite");
+  suite->add_flag("--fail-fast", so.fail_fast,
+                  "Start nothing new after the first failure (the rest is reported skipped)");
+  suite->add_option("--retries", so.retries, "More tries for a failed case (passing on one: flaky)")
+      ->check(CLI::Range(0, 100));
+  suite->add_flag("--list", list_only, "Print the selected cases and their count; run nothing");
   std::vector<std::string> suite_detectors;
   std::string suite_recovery;
   suite->add_option("--detector", suite_detectors, detector_help);
@@ -284,9 +322,35 @@ int main(int argc, char** argv) {
       "repro", "Run a scenario and its fix: REPRODUCED / FIX VERIFIED, with the evidence");
   repro->add_option("scenario", scenario_path, "Scenario YAML file")->required();
   repro->add_option("--results", ro.results_dir, "Where run directories go")->capture_default_str();
+  repro->add_option("--set", overrides, "Override a key in both runs (repeatable)");
+  repro->add_option("--detector", ro.detectors, detector_help);
+  repro->add_flag("--report", write_html, "Also write both runs' HTML reports");
+  repro->add_flag("-q,--quiet", quiet, "Print only the final summaries");
   auto* keys = app.add_subcommand("keys", "Every scenario key with type, default and meaning");
 
-  CLI11_PARSE(app, argc, argv);
+  // Usage errors exit 2 as every input error does (CLI11_PARSE would return CLI11's own codes).
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // A mistyped command reads better named than as "a subcommand is required".
+    std::vector<std::string> names;
+    for (const auto* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    if (argc > 1 && argv[1][0] != '-' &&
+        std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      std::fprintf(stderr, "faultline: '%s' is not a command (allowed: %s)\n", argv[1],
+                   fmt::format("{}", fmt::join(names, ", ")).c_str());
+      return 2;
+    }
+    std::fprintf(stderr, "faultline: %s (faultline --help, or COMMAND --help)\n", e.what());
+    return 2;
+  }
+  ro.print_events = !quiet;
   if (settings->parsed()) return print_settings(json);
   if (sites->parsed()) return print_sites(json);
   if (keys->parsed()) {
@@ -340,6 +404,14 @@ int main(int argc, char** argv) {
     if (bench_det->parsed()) return fl::harness::bench_detectors(bd);
     if (bench_rec->parsed()) return fl::harness::bench_recovery(br);
     if (suite->parsed()) {
+      if (!shard.empty()) {
+        fl::harness::parse_shard(shard, so.select.shard_index, so.select.shard_count);
+      }
+      if (!seeds.empty()) so.select.seeds = fl::harness::parse_seeds(seeds);
+      if (list_only) {
+        std::printf("%s", fl::harness::suite_list(fl::harness::plan_suite(suite_path, so)).c_str());
+        return 0;
+      }
       for (auto& d : suite_detectors) {
         so.run_args.push_back("--detector");
         so.run_args.push_back(d);
@@ -350,7 +422,7 @@ int main(int argc, char** argv) {
       std::printf("%s", fl::harness::suite_table(r).c_str());
       return r.failures() == 0 ? 0 : 1;
     }
-    if (repro->parsed()) return repro_scenario(scenario_path, ro);
+    if (repro->parsed()) return repro_scenario(scenario_path, ro, overrides, write_html);
     if (replay->parsed()) {
       auto s = fl::harness::replay_scenario(run_dir);
       std::printf("replaying %s with plan: %s\n", run_dir.c_str(),
@@ -377,6 +449,9 @@ int main(int argc, char** argv) {
     }
     return res.exit_code;
   } catch (const fl::harness::ScenarioError& e) {
+    std::fprintf(stderr, "faultline: %s\n", e.what());
+    return 2;
+  } catch (const fl::harness::UsageError& e) {
     std::fprintf(stderr, "faultline: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {

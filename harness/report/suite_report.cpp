@@ -29,6 +29,45 @@ struct Cell {
   std::vector<std::string> scenarios;
 };
 
+// A flaky case passed on a retry; skipped cases did not run and count for nothing.
+bool passed(const nlohmann::json& c) {
+  const std::string o = c.value("outcome", "");
+  return o == "pass" || o == "flaky";
+}
+
+// Which binary on which machine in which state: the suite's provenance (docs/catalog.md).
+std::string provenance_html(const nlohmann::json& p) {
+  if (!p.is_object()) return "";
+  auto row = [](const std::string& k, const std::string& v) {
+    return fmt::format("<tr><th>{}</th><td>{}</td></tr>", html_escape(k), html_escape(v));
+  };
+  auto load = [&](const char* k) {
+    return p.contains(k) && p[k].is_number() && p[k].get<double>() >= 0
+               ? html::num(p[k].get<double>(), 2)
+               : std::string("?");
+  };
+  const auto cal = p.value("calibration", nlohmann::json::object());
+  std::string samples;
+  for (const auto& x : cal.value("samples", nlohmann::json::array())) {
+    samples += (samples.empty() ? "" : ", ") + html::num(x.value("gflops", 0.0), 2);
+  }
+  std::string s = "<h2>Provenance</h2><table id=\"provenance\">";
+  s += row("faultline", fmt::format("{} ({}, {})", p.value("faultline_version", "?"),
+                                    p.value("commit", "?"), p.value("build_type", "?")));
+  s += row("compiler", p.value("compiler", "?"));
+  s += row("MPI", p.value("mpi", "?"));
+  s += row("NCCL", p.contains("nccl") && p["nccl"].is_string() ? p["nccl"].get<std::string>()
+                                                               : "not built");
+  s += row("machine", fmt::format("{}, {} cores", p.value("hostname", "?"), p.value("cores", 0)));
+  s += row("started", p.value("started", "?"));
+  s += row("load (1 min)",
+           fmt::format("{} at start, {} at end", load("load1_start"), load("load1_end")));
+  s += row("calibration",
+           fmt::format("{} GFLOP/s median ({}: {})", html::num(cal.value("gflops", 0.0), 2),
+                       cal.value("method", "?"), samples));
+  return s + "</table>\n";
+}
+
 std::string leaderboard_html(const nlohmann::json& lb) {
   std::string s =
       "<h2>Detector leaderboard</h2><table id=\"leaderboard\"><tr><th>detector</th>"
@@ -54,12 +93,19 @@ std::string suite_report_html(const std::string& suite_dir, const std::string& o
   const nlohmann::json sum = load_suite_summary(suite_dir);
   std::map<std::string, Cell> cells;
   int failed = 0;
+  int skipped = 0, flaky = 0;
   for (const auto& c : sum["cases"]) {
     const std::string sym = c.value("symptom", "");
-    if (c.value("outcome", "") != "pass") ++failed;
+    const std::string outcome = c.value("outcome", "");
+    if (outcome == "skipped") {
+      ++skipped;
+      continue;
+    }
+    flaky += outcome == "flaky" ? 1 : 0;
+    if (!passed(c)) ++failed;
     if (sym.empty()) continue;
     Cell& cell = cells[sym];
-    const bool pass = c.value("outcome", "") == "pass";
+    const bool pass = passed(c);
     if (c.value("variant", "") == "fix") {
       ++cell.fixes;
       cell.fixed += pass;
@@ -73,11 +119,13 @@ std::string suite_report_html(const std::string& suite_dir, const std::string& o
       }
     }
   }
+  const size_t ran = sum["cases"].size() - skipped;
   std::string body = fmt::format(
       "<h1>suite {} <span class=\"badge {}\">{} of {} runs passed</span></h1>\n"
-      "<div class=\"meta\">{}</div>\n",
-      html_escape(sum.value("suite", "")), failed == 0 ? "pass" : "fail",
-      sum["cases"].size() - failed, sum["cases"].size(), html_escape(suite_dir));
+      "<div class=\"meta\">{}{}{}</div>\n",
+      html_escape(sum.value("suite", "")), failed == 0 ? "pass" : "fail", ran - failed, ran,
+      flaky > 0 ? fmt::format("{} flaky (passed on a retry); ", flaky) : "",
+      skipped > 0 ? fmt::format("{} skipped; ", skipped) : "", html_escape(suite_dir));
   body +=
       "<h2>Catalogue</h2><div class=\"legend\"><span class=\"cell ok\">reproduced, fix "
       "verified</span><span class=\"cell fixfail\">reproduced, a fix failed</span><span "
@@ -131,11 +179,13 @@ std::string suite_report_html(const std::string& suite_dir, const std::string& o
         link.empty() ? html_escape(c.value("scenario", ""))
                      : fmt::format("<a href=\"{}\">{}</a>", html_escape(link),
                                    html_escape(c.value("scenario", ""))),
-        c.value("variant", ""), c.value("seed", 0), c.value("outcome", "") == "pass" ? "" : "fail",
+        c.value("variant", ""), c.value("seed", 0),
+        passed(c) || c.value("outcome", "") == "skipped" ? "" : "fail",
         html_escape(c.value("outcome", "")), m >= 0 ? html::num(m, 1) + " s" : "-",
         c.value("tokens_per_s", 0.0), html_escape(c.value("explanation", "")));
   }
   body += "</table>\n";
+  body += provenance_html(sum.value("provenance", nlohmann::json()));
   return html::page("faultline suite " + sum.value("suite", ""), body);
 }
 

@@ -20,6 +20,7 @@
 #include "harness/run/artifact_server.hpp"
 #include "harness/run/controller.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/live.hpp"
 #include "harness/run/oop_faults.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/run/supervisor.hpp"
@@ -51,7 +52,10 @@ class Run {
   ControlResult control_on_io(const ControlAction& a);
   void finish_teardown();
   void merge_local_files();
-  void print_summary(const RunResult& r);
+  void print_header(bool with_files = true);
+  void print_summary(const RunResult& r, const std::vector<HistoryEvent>& history);
+  std::string steps_line(const std::vector<HistoryEvent>& history);
+  std::string verdict_line(const RunResult& r);
   pid_t rank_pid(int rank);
 
   void start_tools();
@@ -80,6 +84,7 @@ class Run {
   std::map<int, pid_t> rank_pids_;  // local launcher
   std::set<int> running_ranks_;
   std::map<int, std::ofstream> logs_;
+  LiveState live_;
   bool stopping_ = false;
   std::string stop_reason_;
   std::optional<std::string> restart_from_;  // restart_job pending

@@ -40,106 +40,6 @@ namespace fs = std::filesystem;
 
 namespace detail {
 
-void Run::prepare() {
-  id_ = o_.run_id.empty() ? make_run_id(s_.name) : o_.run_id;
-  dir_ = fs::absolute(fs::path(o_.results_dir) / id_).lexically_normal().string();
-  if (fs::exists(dir_)) raise<Error>("{}: the run directory already exists", dir_);
-  fs::create_directories(dir_ + "/tmp");
-  for (int r = 0; r < s_.ranks; ++r)
-    fs::create_directories(fmt::format("{}/ranks/rank{}", dir_, r));
-  YAML::Emitter em;
-  em << s_.resolved;
-  write_atomic(dir_ + "/scenario.yaml", std::string(em.c_str()) + "\n");
-  std::string plan;
-  for (auto& p : s_.plans) plan += p + "\n";
-  write_atomic(dir_ + "/fault-plan.txt", plan);
-  write_atomic(dir_ + "/verdict.json",
-               nlohmann::json{{"outcome", "unknown"}, {"state", "running"}}.dump(2) + "\n");
-  hist_ = std::make_unique<History>(dir_ + "/history.jsonl");
-}
-
-std::map<std::string, std::string> Run::rank_env(int rank) {
-  auto env = base_env();
-  const int per_node = s_.ranks / s_.nodes;
-  const std::string rdir = fmt::format("{}/ranks/rank{}", dir_, rank);
-  env["RANK"] = std::to_string(rank);
-  env["WORLD_SIZE"] = std::to_string(s_.ranks);
-  env["LOCAL_RANK"] = std::to_string(rank % per_node);
-  env["LOCAL_WORLD_SIZE"] = std::to_string(per_node);
-  env["NODE_RANK"] = std::to_string(rank / per_node);
-  env["MASTER_ADDR"] = faults_->master_addr();
-  env["MASTER_PORT"] = std::to_string(master_port_);
-  env["FAULTLINE_RUN_ID"] = id_;
-  env["FAULTLINE_BACKEND"] = s_.backend;
-  env["FAULTLINE_COMM_TIMEOUT_MS"] = std::to_string(s_.comm_timeout_ms);
-  env["FAULTLINE_RDZV_TIMEOUT_MS"] = std::to_string(s_.rendezvous_timeout_ms);
-  env["FAULTLINE_EVENTS_FILE"] = rdir + "/events.jsonl";
-  env["FAULTLINE_FIRED_LOG"] = rdir + "/fired.jsonl";
-  env["FAULTLINE_FLIGHT_RECORDER_DIR"] = rdir;
-  env["FAULTLINE_CONTROL_ADDR"] = ctl_addr_;
-  env["FAULTLINE_PDEATHSIG"] = "1";
-  if (artifacts_) {
-    env["FAULTLINE_ARTIFACT_URL"] = artifact_url_;
-    env["FAULTLINE_ARTIFACT_CACHE"] = fmt::format("{}/artifacts/node{}", dir_, rank / per_node);
-  }
-  env["TMPDIR"] = dir_ + "/tmp";
-  env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
-  env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
-  if (!s_.plans.empty()) {
-    std::string joined;
-    for (auto& p : s_.plans) joined += (joined.empty() ? "" : ";") + p;
-    env["FAULTLINE_FAULTS"] = joined;
-    env["FAULTLINE_FAULT_SEED"] = std::to_string(s_.seed);
-  }
-  if (ompi_server_ != 0) env["OMPI_MCA_pmix_server_uri"] = "file:" + dir_ + "/tmp/ompi-server.uri";
-  for (auto& [k, v] : s_.env) env[k] = v;
-  if (auto it = s_.rank_env.find(rank); it != s_.rank_env.end()) {
-    for (auto& [k, v] : it->second) env[k] = v;
-  }
-  return env;
-}
-
-// The scenario's preparation run (no faults, must complete) in RUN_DIR/prepare; its checkpoints
-// are copied into this run's, so damage done here never reaches the preparation's own files.
-void Run::run_preparation() {
-  const std::string file = dir_ + "/prepare.yaml";
-  write_atomic(file, s_.prepare_yaml + "\n");
-  const Scenario p = load_scenario(file);
-  RunOptions po;
-  po.results_dir = dir_;
-  po.run_id = "prepare";
-  po.print_summary = false;
-  const auto t0 = std::chrono::steady_clock::now();
-  const RunResult r = run_scenario(p, po);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  hist_->harness("prepared",
-                 {{"run_dir", r.run_dir}, {"outcome", r.verdict.outcome}, {"seconds", secs}});
-  if (r.exit_code != 0) {
-    raise<Error>("the preparation run did not complete ({}: {}); see {}", r.verdict.outcome,
-                 r.harness_error.empty() ? r.verdict.explanation : r.harness_error, r.run_dir);
-  }
-  if (fs::exists(r.run_dir + "/checkpoints")) {
-    fs::copy(r.run_dir + "/checkpoints", dir_ + "/checkpoints", fs::copy_options::recursive);
-  }
-}
-
-// The run's hub serves what the model's data pipeline needs (its tokenizer's vocabulary).
-void Run::start_artifact_hub() {
-  if (s_.network == "namespaces") {
-    raise<Error>(
-        "workload.fetch needs topology.network: host (ranks in network namespaces cannot reach "
-        "the harness's hub on 127.0.0.1)");
-  }
-  const std::string hub = dir_ + "/hub";
-  fs::create_directories(hub);
-  const int vocab = s_.model == "small" ? 256 : 64;
-  write_atomic(hub + "/tokenizer.json",
-               nlohmann::json{{"kind", "synthetic-chain"}, {"vocab", vocab}}.dump(2) + "\n");
-  artifacts_ = std::make_unique<ArtifactServer>(hub);
-  artifact_url_ = artifacts_->start();
-  hist_->harness("artifact_hub", {{"url", artifact_url_}, {"files", {"tokenizer.json"}}});
-}
-
 void Run::launch_all(const std::string& resume_from) {
   running_ranks_.clear();
   rank_pids_.clear();
@@ -439,41 +339,21 @@ void Run::merge_local_files() {
   }
 }
 
-void Run::print_summary(const RunResult& r) {
-  if (!o_.print_summary) return;
-  std::printf("faultline run %s\n", id_.c_str());
-  std::printf("  scenario   %s%s (%s)\n", s_.name.c_str(), o_.fix ? " [fix]" : "", s_.file.c_str());
-  std::printf("  layout     %d ranks = dp %d x tp %d x pp %d, zero %d, %s, %s launcher, %s %s\n",
-              s_.ranks, s_.dp, s_.tp, s_.pp, s_.zero, s_.backend.c_str(), s_.launcher.c_str(),
-              s_.kind.c_str(), s_.model.c_str());
-  int64_t last = -1;
-  {
-    std::lock_guard lock(step_mu_);
-    for (auto& [rank, st] : max_step_) last = std::max(last, st);
-  }
-  std::printf("  steps      %lld of %lld reached%s\n", static_cast<long long>(last + 1),
-              static_cast<long long>(s_.kind == "infer" ? s_.new_tokens : s_.steps),
-              s_.kind == "infer" ? " (generated positions)" : "");
-  std::vector<std::string> lines = s_.plans;
-  lines.insert(lines.end(), injected_.begin(), injected_.end());
-  if (faults_) lines.insert(lines.end(), faults_->injected().begin(), faults_->injected().end());
-  if (lines.empty()) lines.push_back("nothing");
-  for (size_t i = 0; i < lines.size(); ++i) {
-    std::printf("  %-10s %s\n", i == 0 ? "injected" : "", lines[i].c_str());
-  }
-  std::printf("  observed   %s\n", r.verdict.explanation.c_str());
-  std::printf("  verdict    %s (oracle %s%s)\n", r.verdict.outcome.c_str(),
-              r.verdict.oracle.c_str(),
-              r.verdict.symptom.empty() ? "" : (", symptom " + r.verdict.symptom).c_str());
-  if (!r.harness_error.empty()) std::printf("  harness    error: %s\n", r.harness_error.c_str());
-  std::printf("  files      %s\n", dir_.c_str());
-  std::fflush(stdout);
-}
-
 RunResult Run::go() {
   RunResult res;
   prepare();
   res.run_dir = dir_;
+  const bool live = o_.print_events && o_.print_summary;
+  if (live) {
+    print_header();
+    // Printed under the history's lock as events arrive: one short line each.
+    hist_->add_listener([this](const HistoryEvent& e) {
+      if (auto line = live_line(e, live_)) {
+        std::printf("%s\n", line->c_str());
+        std::fflush(stdout);
+      }
+    });
+  }
   try {
     if (!s_.prepare_yaml.empty()) run_preparation();
     if (!s_.fetch.empty()) start_artifact_hub();
@@ -500,6 +380,10 @@ RunResult Run::go() {
     }
     ctl_addr_ = ctl_->start(addr);
     res.control_addr = ctl_addr_;
+    if (live) {
+      std::printf("  control    %s\n", ctl_addr_.c_str());
+      std::fflush(stdout);
+    }
     hist_->add_listener([this](const HistoryEvent& e) {
       if (e.source != "rank") return;
       if (e.kind == "step" || e.kind == "hello") {
@@ -603,7 +487,8 @@ RunResult Run::go() {
   hist_->flush();
   std::error_code ec;
   fs::remove_all(dir_ + "/tmp", ec);
-  res.verdict = judge(s_.expect, read_history(dir_ + "/history.jsonl"));
+  const auto history = read_history(dir_ + "/history.jsonl");
+  res.verdict = judge(s_.expect, history);
   nlohmann::json v = res.verdict.to_json();
   v["state"] = "done";
   v["run_id"] = id_;
@@ -615,7 +500,7 @@ RunResult Run::go() {
                   : res.verdict.outcome == "pass" ? 0
                   : res.verdict.outcome == "fail" ? 1
                                                   : 3;
-  print_summary(res);
+  print_summary(res, history);
   return res;
 }
 

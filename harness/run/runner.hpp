@@ -15,6 +15,9 @@ struct RunOptions {
   std::string control_addr;  // "": 127.0.0.1:0, or a unix socket in the run dir with namespaces
   std::string run_id;        // empty: <time>-<name>-<random>
   bool print_summary = true;
+  // Print the header at once and then each notable event as it happens (faultline run without
+  // -q); the summary then leaves out the header's lines.
+  bool print_events = false;
   bool fix = false;  // recorded in the run (the scenario was loaded with its fix applied)
   // Tools started beside the run, on top of the scenario's `detectors:` and `recovery:`
   // (docs/detectors.md): baseline names, "baseline", or command lines.

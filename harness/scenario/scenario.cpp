@@ -1,3 +1,6 @@
+// Loading a scenario: the file validated against the schema (validate.cpp), `extends:` merged,
+// the fix and --set overrides applied, defaults filled in, then the checks across keys (layout,
+// ranks named by faults, symptom ids of the taxonomy) and the typed Scenario.
 #include "harness/scenario/scenario.hpp"
 
 #include <algorithm>
@@ -11,7 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "base/settings.hpp"
-#include "injector/plan.hpp"
+#include "harness/scenario/loader.hpp"
 
 namespace fl::harness {
 
@@ -21,365 +24,14 @@ FAULTLINE_SETTING(kTaxonomyPath, std::string, "FAULTLINE_TAXONOMY", "",
                   "Taxonomy file scenarios are checked against (default: scenarios/taxonomy.yaml "
                   "of the source tree)");
 
-namespace {
-using K = KeyType;
-}  // namespace
+using loader::apply_override;
+using loader::defaults;
+using loader::ErrorCollector;
+using loader::fail_at;
+using loader::load_file;
+using loader::merge;
 
 namespace {
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-const KeySpec* find_spec(const std::string& path) {
-  for (const auto& k : scenario_schema()) {
-    if (k.path == path) return &k;
-  }
-  return nullptr;
-}
-
-std::vector<std::string> children_of(const std::string& parent) {
-  std::vector<std::string> out;
-  for (const auto& k : scenario_schema()) {
-    const auto dot = k.path.rfind('.');
-    const std::string p = dot == std::string::npos ? "" : k.path.substr(0, dot);
-    const std::string leaf = dot == std::string::npos ? k.path : k.path.substr(dot + 1);
-    if (p == parent) out.push_back(leaf);
-  }
-  return out;
-}
-
-[[noreturn]] void fail_at(const std::string& file, const YAML::Node& node, const std::string& path,
-                          const std::string& what) {
-  const auto m = node.Mark();
-  if (m.line >= 0) {
-    raise<ScenarioError>("{}:{}:{}: {}: {}", file, m.line + 1, m.column + 1, path, what);
-  }
-  raise<ScenarioError>("{}: {}: {}", file, path, what);
-}
-
-// Plans may only name sites the workers have. The sites are listed from this binary's
-// fl_fault_sites section (the faultline CLI links the workloads); a binary without any site
-// (a unit test) skips the check.
-void check_sites(const std::string& file, const YAML::Node& n, const std::string& key,
-                 const fault::Plan& plan) {
-  std::set<std::string> known;
-  for (auto* site : fault::all_sites()) known.insert(site->name);
-  if (known.empty()) return;
-  for (const auto& e : plan.entries) {
-    if (known.count(e.site)) continue;
-    std::string best;
-    size_t best_d = 4;
-    for (const auto& k : known) {
-      if (const size_t d = edit_distance(e.site, k); d < best_d) {
-        best_d = d;
-        best = k;
-      }
-    }
-    fail_at(file, n, key,
-            fmt::format("unknown fault site '{}'{} (allowed: {})", e.site,
-                        best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best),
-                        fmt::join(known, ", ")));
-  }
-}
-
-// Which file a node came from: nodes keep their marks through merges, but not their file, so
-// each loaded document registers its nodes' identity here.
-struct Origin {
-  std::string file;
-};
-
-constexpr const char* kFaultKinds[] = {"plan",       "signal", "env",       "args",
-                                       "port_squat", "file",   "disk_full", "memory_limit",
-                                       "network",    "hide",   "restart"};
-
-// The schema path of `path` with list indices removed: faults[2].plan -> faults[].plan.
-std::string schema_path(const std::string& path) {
-  std::string out;
-  for (size_t i = 0; i < path.size(); ++i) {
-    if (path[i] == '[') {
-      out += "[]";
-      while (i < path.size() && path[i] != ']') ++i;
-    } else {
-      out += path[i];
-    }
-  }
-  return out;
-}
-
-void check_scalar(const std::string& file, const YAML::Node& n, const std::string& path,
-                  const KeySpec& k) {
-  auto bad = [&](const std::string& got) {
-    fail_at(file, n, path, fmt::format("expected {}, got {}", key_type_name(k), got));
-  };
-  auto range = [&](double v) {
-    if (k.min < k.max && (v < k.min || v > k.max)) {
-      fail_at(file, n, path,
-              fmt::format("{} is out of range (allowed {}-{})", n.Scalar(), k.min, k.max));
-    }
-  };
-  if (!n.IsScalar()) bad(n.IsMap() ? "a map" : n.IsSequence() ? "a list" : "nothing");
-  const std::string& v = n.Scalar();
-  switch (k.type) {
-    case K::kString:
-      break;
-    case K::kInt: {
-      int64_t x = 0;
-      if (!YAML::convert<int64_t>::decode(n, x)) bad(fmt::format("'{}'", v));
-      range(static_cast<double>(x));
-      break;
-    }
-    case K::kFloat: {
-      double x = 0;
-      if (!YAML::convert<double>::decode(n, x) || !std::isfinite(x)) bad(fmt::format("'{}'", v));
-      range(x);
-      break;
-    }
-    case K::kBool: {
-      bool x = false;
-      if (!YAML::convert<bool>::decode(n, x)) bad(fmt::format("'{}'", v));
-      break;
-    }
-    case K::kEnum:
-      if (std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end()) {
-        fail_at(file, n, path,
-                fmt::format("'{}' is not allowed (allowed: {})", v, fmt::join(k.choices, ", ")));
-      }
-      break;
-    default:
-      break;
-  }
-}
-
-void validate(const std::string& file, const YAML::Node& node, const std::string& path);
-
-// fix.workload.lr and prepare.workload.lr are checked as workload.lr.
-std::string strip_override_section(const std::string& sp) {
-  for (const char* sec : {"fix.", "prepare."}) {
-    if (sp.rfind(sec, 0) == 0) return sp.substr(std::strlen(sec));
-  }
-  return sp;
-}
-
-void validate_map(const std::string& file, const YAML::Node& node, const std::string& path) {
-  if (!node.IsMap()) {
-    fail_at(file, node, path.empty() ? "(document)" : path,
-            fmt::format("expected a map, got {}", node.IsSequence() ? "a list" : "a scalar"));
-  }
-  std::string parent = strip_override_section(schema_path(path));
-  for (auto it = node.begin(); it != node.end(); ++it) {
-    const std::string key = it->first.Scalar();
-    const std::string child = path.empty() ? key : path + "." + key;
-    const std::string sp = parent.empty() ? key : parent + "." + key;
-    if (parent == "fix" || parent == "prepare") {
-      // Overrides: checked against the top-level keys.
-      if (key == "fix" || key == "name" || key == "extends" ||
-          (key == "prepare" && parent == "prepare")) {
-        fail_at(
-            file, it->first, child,
-            parent == "fix" ? "cannot be overridden by a fix" : "cannot be overridden by prepare");
-      }
-      validate(file, it->second, child);
-      continue;
-    }
-    if (parent == "rank_env") {
-      int64_t r = -1;
-      if (!YAML::convert<int64_t>::decode(it->first, r) || r < 0 || r > 255) {
-        fail_at(file, it->first, child, "rank_env keys are ranks (allowed 0-255)");
-      }
-      if (!it->second.IsMap()) fail_at(file, it->second, child, "expected a map of strings");
-      for (auto e = it->second.begin(); e != it->second.end(); ++e) {
-        if (!e->second.IsScalar()) {
-          fail_at(file, e->second, child + "." + e->first.Scalar(), "expected a string");
-        }
-      }
-      continue;
-    }
-    if (find_spec(sp) == nullptr) {
-      auto allowed = children_of(parent);
-      std::string best;
-      size_t best_d = 3;
-      for (auto& a : allowed) {
-        const size_t d = edit_distance(key, a);
-        if (d < best_d) best_d = d, best = a;
-      }
-      fail_at(file, it->first, child,
-              fmt::format("unknown key{} (allowed here: {})",
-                          best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best),
-                          fmt::join(allowed, ", ")));
-    }
-    validate(file, it->second, child);
-  }
-}
-
-void validate(const std::string& file, const YAML::Node& node, const std::string& path) {
-  const std::string sp = strip_override_section(schema_path(path));
-  const KeySpec* k = find_spec(sp);
-  if (k == nullptr) fail_at(file, node, path, "unknown key");
-  if (node.IsNull())
-    fail_at(file, node, path, fmt::format("expected {}, got nothing", key_type_name(*k)));
-  switch (k->type) {
-    case K::kSection:
-      if (sp == "fix" || sp == "prepare") return validate_map(file, node, sp);
-      return validate_map(file, node, path);
-    case K::kStringMap:
-      if (!node.IsMap()) fail_at(file, node, path, "expected a map of strings");
-      for (auto it = node.begin(); it != node.end(); ++it) {
-        if (!it->second.IsScalar()) {
-          fail_at(file, it->second, path + "." + it->first.Scalar(), "expected a string");
-        }
-      }
-      return;
-    case K::kIntList:
-      if (!node.IsSequence()) fail_at(file, node, path, "expected a list of integers");
-      for (size_t i = 0; i < node.size(); ++i) {
-        int64_t x = 0;
-        if (!node[i].IsScalar() || !YAML::convert<int64_t>::decode(node[i], x)) {
-          fail_at(file, node[i], fmt::format("{}[{}]", path, i), "expected an integer");
-        }
-      }
-      return;
-    case K::kList:
-      if (!node.IsSequence()) fail_at(file, node, path, "expected a list");
-      for (size_t i = 0; i < node.size(); ++i) {
-        const std::string item = fmt::format("{}[{}]", path, i);
-        if (sp == "faults") {
-          validate_map(file, node[i], item);
-          int kinds = 0;
-          for (const char* kk : kFaultKinds) kinds += node[i][kk] ? 1 : 0;
-          if (node[i]["file"] && node[i]["restart"]) --kinds;  // restart after the damage
-          if (kinds != 1) {
-            fail_at(file, node[i], item,
-                    fmt::format("a fault has exactly one of {}", fmt::join(kFaultKinds, ", ")));
-          }
-          if (node[i]["plan"]) {
-            fault::Plan plan;
-            try {
-              plan = fault::parse_plan(node[i]["plan"].Scalar(), "plan");
-            } catch (const std::exception& e) {
-              fail_at(file, node[i]["plan"], item + ".plan", e.what());
-            }
-            check_sites(file, node[i]["plan"], item + ".plan", plan);
-          }
-        } else if (!node[i].IsScalar()) {
-          fail_at(file, node[i], item, "expected a string");
-        }
-      }
-      return;
-    default:
-      check_scalar(file, node, path, *k);
-  }
-}
-
-// Deep merge: maps merge key by key, everything else is replaced by `over`.
-YAML::Node merge(const YAML::Node& base, const YAML::Node& over) {
-  if (!base || !base.IsMap() || !over.IsMap()) return YAML::Clone(over);
-  YAML::Node out = YAML::Clone(base);
-  for (auto it = over.begin(); it != over.end(); ++it) {
-    const std::string key = it->first.Scalar();
-    out[key] = merge(out[key], it->second);
-  }
-  return out;
-}
-
-YAML::Node load_file(const std::string& path, std::vector<std::string>& chain) {
-  if (std::find(chain.begin(), chain.end(), fs::weakly_canonical(path).string()) != chain.end()) {
-    raise<ScenarioError>("{}: extends: cycle ({} -> {})", path, fmt::join(chain, " -> "), path);
-  }
-  chain.push_back(fs::weakly_canonical(path).string());
-  if (!fs::exists(path)) raise<ScenarioError>("{}: no such scenario file", path);
-  YAML::Node doc;
-  try {
-    doc = YAML::LoadFile(path);
-  } catch (const YAML::Exception& e) {
-    raise<ScenarioError>("{}:{}:{}: YAML syntax: {}", path, e.mark.line + 1, e.mark.column + 1,
-                         e.msg);
-  }
-  if (!doc || doc.IsNull()) raise<ScenarioError>("{}: the file is empty", path);
-  validate_map(path, doc, "");
-  if (doc["extends"]) {
-    const fs::path base = fs::path(path).parent_path() / doc["extends"].Scalar();
-    YAML::Node b = load_file(base.string(), chain);
-    b.remove("name");  // a variant names itself
-    YAML::Node self = YAML::Clone(doc);
-    self.remove("extends");
-    doc = merge(b, self);
-  }
-  return doc;
-}
-
-YAML::Node defaults() {
-  YAML::Node d(YAML::NodeType::Map);
-  for (const auto& k : scenario_schema()) {
-    if (k.default_value.empty() || k.type == K::kSection || k.path.find('[') != std::string::npos ||
-        k.path.rfind("fix", 0) == 0 || k.path.rfind("prepare", 0) == 0) {
-      continue;
-    }
-    std::vector<std::string> parts;
-    size_t start = 0;
-    for (size_t dot; (dot = k.path.find('.', start)) != std::string::npos; start = dot + 1) {
-      parts.push_back(k.path.substr(start, dot - start));
-    }
-    const std::string leaf = k.path.substr(start);
-    std::vector<YAML::Node> stack{d};
-    for (auto& p : parts) {
-      YAML::Node next = stack.back()[p];
-      if (!next.IsMap()) {
-        stack.back()[p] = YAML::Node(YAML::NodeType::Map);
-        next = stack.back()[p];
-      }
-      stack.push_back(next);
-    }
-    stack.back()[leaf] = YAML::Load(k.default_value);
-  }
-  return d;
-}
-
-void apply_override(YAML::Node& doc, const std::string& text, const std::string& file) {
-  const auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    raise<ScenarioError>("--set '{}': expected key.path=value", text);
-  }
-  const std::string path = text.substr(0, eq);
-  YAML::Node value = YAML::Load(text.substr(eq + 1));
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1) {
-    parts.push_back(path.substr(start, dot - start));
-  }
-  parts.push_back(path.substr(start));
-  if (find_spec(schema_path(path)) == nullptr) {
-    // yaml-cpp's Node::operator= writes through, so walk with fresh handles.
-    YAML::Node probe(YAML::NodeType::Map);
-    std::vector<YAML::Node> chain{probe};
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
-      chain.push_back(chain.back()[parts[i]]);
-    }
-    chain.back()[parts.back()] = value;
-    validate_map("--set " + path, probe, "");  // reports the unknown key with suggestions
-  }
-  std::vector<YAML::Node> stack{doc};
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    YAML::Node next = stack.back()[parts[i]];
-    if (!next.IsMap()) {
-      stack.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
-      next = stack.back()[parts[i]];
-    }
-    stack.push_back(next);
-  }
-  stack.back()[parts.back()] = value;
-  validate(file + " (--set " + path + ")", value, path);
-}
 
 template <class T>
 T get(const YAML::Node& n, const char* a, const char* b = nullptr, const char* c = nullptr) {
@@ -463,7 +115,21 @@ const Taxonomy& taxonomy() {
   return t;
 }
 
+std::vector<std::string> scenario_files_under(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    if (it->is_regular_file() && it->path().extension() == ".yaml") out.push_back(it->path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
+  // The checks below that do not depend on each other report together (ErrorCollector).
+  ErrorCollector errors;
   std::vector<std::string> chain;
   YAML::Node doc = load_file(path, chain);
   if (!doc["name"]) {
@@ -475,7 +141,10 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     YAML::Node fix = YAML::Clone(doc["fix"]);
     doc = merge(doc, fix);
   }
-  for (const auto& o : opts.overrides) apply_override(doc, o, path);
+  for (const auto& o : opts.overrides) {
+    ErrorCollector::check([&] { apply_override(doc, o, path); });
+  }
+  ErrorCollector::throw_if_any(path);
   YAML::Node r = merge(defaults(), doc);
   r.remove("extends");
 
@@ -483,12 +152,14 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.file = path;
   s.has_fix = has_fix;
   s.name = get<std::string>(r, "name");
-  for (char ch : s.name) {
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') {
-      fail_at(path, doc["name"], "name",
-              fmt::format("'{}' has '{}' (allowed: letters, digits, '-', '_', '.')", s.name, ch));
+  ErrorCollector::check([&] {
+    for (char ch : s.name) {
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') {
+        fail_at(path, doc["name"], "name",
+                fmt::format("'{}' has '{}' (allowed: letters, digits, '-', '_', '.')", s.name, ch));
+      }
     }
-  }
+  });
   s.description = get<std::string>(r, "description");
   s.seed = get<uint64_t>(r, "seed");
   if (r["reference"]) {
@@ -504,22 +175,28 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     if (id.empty() || tax.symptom(id)) return;
     std::vector<std::string> ids;
     for (auto& x : tax.symptoms) ids.push_back(x.id);
-    fail_at(path, at, key,
-            fmt::format("unknown symptom id '{}' (allowed: {})", id, fmt::join(ids, ", ")));
+    ErrorCollector::check([&] {
+      fail_at(path, at, key,
+              fmt::format("unknown symptom id '{}' (allowed: {})", id, fmt::join(ids, ", ")));
+    });
   };
   check_symptom(s.ref_symptom, "reference.symptom", doc["reference"]["symptom"]);
-  if (!s.ref_root_cause.empty() &&
-      std::count(tax.root_causes.begin(), tax.root_causes.end(), s.ref_root_cause) == 0) {
-    fail_at(path, doc["reference"]["root_cause"], "reference.root_cause",
-            fmt::format("unknown root cause '{}' (allowed: {})", s.ref_root_cause,
-                        fmt::join(tax.root_causes, ", ")));
-  }
-  if (!s.ref_fix_pattern.empty() &&
-      std::count(tax.fix_patterns.begin(), tax.fix_patterns.end(), s.ref_fix_pattern) == 0) {
-    fail_at(path, doc["reference"]["fix_pattern"], "reference.fix_pattern",
-            fmt::format("unknown fix pattern '{}' (allowed: {})", s.ref_fix_pattern,
-                        fmt::join(tax.fix_patterns, ", ")));
-  }
+  ErrorCollector::check([&] {
+    if (!s.ref_root_cause.empty() &&
+        std::count(tax.root_causes.begin(), tax.root_causes.end(), s.ref_root_cause) == 0) {
+      fail_at(path, doc["reference"]["root_cause"], "reference.root_cause",
+              fmt::format("unknown root cause '{}' (allowed: {})", s.ref_root_cause,
+                          fmt::join(tax.root_causes, ", ")));
+    }
+  });
+  ErrorCollector::check([&] {
+    if (!s.ref_fix_pattern.empty() &&
+        std::count(tax.fix_patterns.begin(), tax.fix_patterns.end(), s.ref_fix_pattern) == 0) {
+      fail_at(path, doc["reference"]["fix_pattern"], "reference.fix_pattern",
+              fmt::format("unknown fix pattern '{}' (allowed: {})", s.ref_fix_pattern,
+                          fmt::join(tax.fix_patterns, ", ")));
+    }
+  });
 
   auto t = r["topology"];
   s.ranks = t["ranks"].as<int>();
@@ -527,10 +204,12 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.backend = t["backend"].as<std::string>();
   s.launcher = t["launcher"].as<std::string>();
   s.network = t["network"].as<std::string>();
-  if (s.network == "namespaces" && s.launcher != "local") {
-    fail_at(path, doc["topology"]["network"], "topology.network",
-            "network namespaces need topology.launcher: local");
-  }
+  ErrorCollector::check([&] {
+    if (s.network == "namespaces" && s.launcher != "local") {
+      fail_at(path, doc["topology"]["network"], "topology.network",
+              "network namespaces need topology.launcher: local");
+    }
+  });
   s.tp = t["tp"].as<int>();
   s.pp = t["pp"].as<int>();
   s.zero = t["zero"].as<int>();
@@ -538,17 +217,21 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   if (s.dp == 0) s.dp = std::max(1, s.ranks / (s.tp * s.pp));
   auto w = r["workload"];
   s.kind = w["kind"].as<std::string>();
-  if (s.ranks % s.nodes != 0) {
-    fail_at(path, doc["topology"]["nodes"] ? doc["topology"]["nodes"] : doc["topology"],
-            "topology.nodes",
-            fmt::format("{} ranks do not spread evenly over {} nodes (allowed: a divisor of {})",
-                        s.ranks, s.nodes, s.ranks));
-  }
-  if (s.dp * s.tp * s.pp != s.ranks) {
-    fail_at(path, doc["topology"] ? doc["topology"] : doc, "topology",
-            fmt::format("dp {} x tp {} x pp {} = {} but ranks is {} (they must be equal)", s.dp,
-                        s.tp, s.pp, s.dp * s.tp * s.pp, s.ranks));
-  }
+  ErrorCollector::check([&] {
+    if (s.ranks % s.nodes != 0) {
+      fail_at(path, doc["topology"]["nodes"] ? doc["topology"]["nodes"] : doc["topology"],
+              "topology.nodes",
+              fmt::format("{} ranks do not spread evenly over {} nodes (allowed: a divisor of {})",
+                          s.ranks, s.nodes, s.ranks));
+    }
+  });
+  ErrorCollector::check([&] {
+    if (s.dp * s.tp * s.pp != s.ranks) {
+      fail_at(path, doc["topology"] ? doc["topology"] : doc, "topology",
+              fmt::format("dp {} x tp {} x pp {} = {} but ranks is {} (they must be equal)", s.dp,
+                          s.tp, s.pp, s.dp * s.tp * s.pp, s.ranks));
+    }
+  });
   s.model = w["model"].as<std::string>();
   s.device = w["device"].as<std::string>();
   s.steps = w["steps"].as<int64_t>();
@@ -586,8 +269,10 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
       const YAML::Node at = doc_fetch && doc_fetch.IsSequence() && i < doc_fetch.size()
                                 ? doc_fetch[i]
                                 : w["fetch"][i];
-      fail_at(path, at, "workload.fetch",
-              fmt::format("unknown artifact '{}' (the hub serves: tokenizer.json)", name));
+      ErrorCollector::check([&] {
+        fail_at(path, at, "workload.fetch",
+                fmt::format("unknown artifact '{}' (the hub serves: tokenizer.json)", name));
+      });
     }
     s.fetch.push_back(name);
   }
@@ -595,102 +280,105 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   const YAML::Node resolved_faults = r["faults"];
   const YAML::Node doc_faults = static_cast<const YAML::Node&>(doc)["faults"];
   for (size_t fi = 0; fi < resolved_faults.size(); ++fi) {
-    // The document's own node where it has one: its marks give errors their line and column.
-    const YAML::Node f = doc_faults && doc_faults.IsSequence() && fi < doc_faults.size()
-                             ? doc_faults[fi]
-                             : resolved_faults[fi];
-    const std::string at = fmt::format("faults[{}]", fi);
-    if (f["plan"]) {
-      s.plans.push_back(f["plan"].as<std::string>());
-      continue;
-    }
-    OutOfProcessFault o;
-    o.rank = f["rank"] ? f["rank"].as<int>() : -1;
-    o.step = f["step"] ? f["step"].as<int64_t>() : 0;
-    if (o.rank >= s.ranks) {
-      fail_at(path, f["rank"], at + ".rank",
-              fmt::format("rank {} does not exist (allowed -1, 0-{})", o.rank, s.ranks - 1));
-    }
-    if (f["signal"]) {
-      o.kind = "signal";
-      o.signal = f["signal"].as<std::string>();
-      if (o.rank < 0) fail_at(path, f, at + ".rank", "a signal fault needs a rank (0 or more)");
-    } else if (f["env"]) {
-      o.kind = "env";
-      if (f["env"]["set"]) {
-        for (auto it = f["env"]["set"].begin(); it != f["env"]["set"].end(); ++it) {
-          o.set[it->first.Scalar()] = it->second.Scalar();
+    // Each fault is checked on its own.
+    ErrorCollector::check([&] {
+      // The document's own node where it has one: its marks give errors their line and column.
+      const YAML::Node f = doc_faults && doc_faults.IsSequence() && fi < doc_faults.size()
+                               ? doc_faults[fi]
+                               : resolved_faults[fi];
+      const std::string at = fmt::format("faults[{}]", fi);
+      if (f["plan"]) {
+        s.plans.push_back(f["plan"].as<std::string>());
+        return;
+      }
+      OutOfProcessFault o;
+      o.rank = f["rank"] ? f["rank"].as<int>() : -1;
+      o.step = f["step"] ? f["step"].as<int64_t>() : 0;
+      if (o.rank >= s.ranks) {
+        fail_at(path, f["rank"], at + ".rank",
+                fmt::format("rank {} does not exist (allowed -1, 0-{})", o.rank, s.ranks - 1));
+      }
+      if (f["signal"]) {
+        o.kind = "signal";
+        o.signal = f["signal"].as<std::string>();
+        if (o.rank < 0) fail_at(path, f, at + ".rank", "a signal fault needs a rank (0 or more)");
+      } else if (f["env"]) {
+        o.kind = "env";
+        if (f["env"]["set"]) {
+          for (auto it = f["env"]["set"].begin(); it != f["env"]["set"].end(); ++it) {
+            o.set[it->first.Scalar()] = it->second.Scalar();
+          }
         }
-      }
-      if (f["env"]["unset"]) {
-        for (const auto& u : f["env"]["unset"]) o.unset.push_back(u.as<std::string>());
-      }
-    } else if (f["args"]) {
-      o.kind = "args";
-      for (const auto& a : f["args"]) o.args.push_back(a.as<std::string>());
-    } else if (f["file"]) {
-      o.kind = "file";
-      o.path = opt<std::string>(f["file"], "path", "");
-      o.action = opt<std::string>(f["file"], "action", "corrupt");
-      o.bytes = opt<int64_t>(f["file"], "bytes", 64);
-      check_relative(path, f["file"]["path"], at + ".file.path", o.path);
-    } else if (f["disk_full"]) {
-      o.kind = "disk_full";
-      o.path = opt<std::string>(f["disk_full"], "path", "checkpoints");
-      check_relative(path, f["disk_full"]["path"], at + ".disk_full.path", o.path);
-      o.bytes = f["disk_full"]["size"]
-                    ? parse_size(path, f["disk_full"]["size"], at + ".disk_full.size")
-                    : 64 * 1024;
-    } else if (f["memory_limit"]) {
-      o.kind = "memory_limit";
-      o.bytes = parse_size(path, f["memory_limit"], at + ".memory_limit");
-      if (o.rank < 0) fail_at(path, f, at + ".rank", "a memory limit needs a rank (0 or more)");
-    } else if (f["network"]) {
-      o.kind = "network";
-      auto n = f["network"];
-      o.action = opt<std::string>(n, "action", "drop");
-      o.node = opt<int>(n, "node", 0);
-      o.peer = opt<int>(n, "peer", -1);
-      o.store = opt<bool>(n, "store", false);
-      o.rate = opt<std::string>(n, "rate", "1mbit");
-      for (auto [key, v] : {std::pair{"node", o.node}, std::pair{"peer", o.peer}}) {
-        if (v >= s.nodes) {
-          fail_at(path, n[key] ? n[key] : n, at + ".network." + key,
-                  fmt::format("node {} does not exist (allowed 0-{}; topology.nodes is {})", v,
-                              s.nodes - 1, s.nodes));
+        if (f["env"]["unset"]) {
+          for (const auto& u : f["env"]["unset"]) o.unset.push_back(u.as<std::string>());
         }
+      } else if (f["args"]) {
+        o.kind = "args";
+        for (const auto& a : f["args"]) o.args.push_back(a.as<std::string>());
+      } else if (f["file"]) {
+        o.kind = "file";
+        o.path = opt<std::string>(f["file"], "path", "");
+        o.action = opt<std::string>(f["file"], "action", "corrupt");
+        o.bytes = opt<int64_t>(f["file"], "bytes", 64);
+        check_relative(path, f["file"]["path"], at + ".file.path", o.path);
+      } else if (f["disk_full"]) {
+        o.kind = "disk_full";
+        o.path = opt<std::string>(f["disk_full"], "path", "checkpoints");
+        check_relative(path, f["disk_full"]["path"], at + ".disk_full.path", o.path);
+        o.bytes = f["disk_full"]["size"]
+                      ? parse_size(path, f["disk_full"]["size"], at + ".disk_full.size")
+                      : 64 * 1024;
+      } else if (f["memory_limit"]) {
+        o.kind = "memory_limit";
+        o.bytes = parse_size(path, f["memory_limit"], at + ".memory_limit");
+        if (o.rank < 0) fail_at(path, f, at + ".rank", "a memory limit needs a rank (0 or more)");
+      } else if (f["network"]) {
+        o.kind = "network";
+        auto n = f["network"];
+        o.action = opt<std::string>(n, "action", "drop");
+        o.node = opt<int>(n, "node", 0);
+        o.peer = opt<int>(n, "peer", -1);
+        o.store = opt<bool>(n, "store", false);
+        o.rate = opt<std::string>(n, "rate", "1mbit");
+        for (auto [key, v] : {std::pair{"node", o.node}, std::pair{"peer", o.peer}}) {
+          if (v >= s.nodes) {
+            fail_at(path, n[key] ? n[key] : n, at + ".network." + key,
+                    fmt::format("node {} does not exist (allowed 0-{}; topology.nodes is {})", v,
+                                s.nodes - 1, s.nodes));
+          }
+        }
+        if (o.peer == o.node) {
+          fail_at(path, n["peer"], at + ".network.peer", "the peer must be another node");
+        }
+        if (o.action != "bandwidth" && s.nodes < 2 && !o.store) {
+          fail_at(path, n, at + ".network",
+                  "cutting links needs topology.nodes >= 2 (or store: true)");
+        }
+        if (s.launcher != "local") {
+          fail_at(path, n, at + ".network",
+                  "network faults need topology.launcher: local (mpirun starts every rank in one "
+                  "network namespace)");
+        }
+        s.network = "namespaces";
+      } else if (f["restart"] && !f["file"]) {
+        o.kind = "restart";
+        if (!f["restart"].as<bool>()) return;
+      } else if (f["hide"]) {
+        o.kind = "hide";
+        o.path = f["hide"].as<std::string>();
+        check_relative(path, f["hide"], at + ".hide", o.path);
+      } else {
+        o.kind = "port_squat";
+        if (!f["port_squat"].as<bool>()) return;
       }
-      if (o.peer == o.node) {
-        fail_at(path, n["peer"], at + ".network.peer", "the peer must be another node");
+      o.at = f["at"] ? f["at"].as<std::string>() : "step";
+      o.restart = f["restart"] && f["restart"].as<bool>();
+      if (o.kind == "memory_limit" && s.launcher != "local") {
+        fail_at(path, f, at + ".memory_limit",
+                "a per-rank memory limit needs topology.launcher: local");
       }
-      if (o.action != "bandwidth" && s.nodes < 2 && !o.store) {
-        fail_at(path, n, at + ".network",
-                "cutting links needs topology.nodes >= 2 (or store: true)");
-      }
-      if (s.launcher != "local") {
-        fail_at(path, n, at + ".network",
-                "network faults need topology.launcher: local (mpirun starts every rank in one "
-                "network namespace)");
-      }
-      s.network = "namespaces";
-    } else if (f["restart"] && !f["file"]) {
-      o.kind = "restart";
-      if (!f["restart"].as<bool>()) continue;
-    } else if (f["hide"]) {
-      o.kind = "hide";
-      o.path = f["hide"].as<std::string>();
-      check_relative(path, f["hide"], at + ".hide", o.path);
-    } else {
-      o.kind = "port_squat";
-      if (!f["port_squat"].as<bool>()) continue;
-    }
-    o.at = f["at"] ? f["at"].as<std::string>() : "step";
-    o.restart = f["restart"] && f["restart"].as<bool>();
-    if (o.kind == "memory_limit" && s.launcher != "local") {
-      fail_at(path, f, at + ".memory_limit",
-              "a per-rank memory limit needs topology.launcher: local");
-    }
-    s.oop_faults.push_back(std::move(o));
+      s.oop_faults.push_back(std::move(o));
+    });
   }
 
   auto e = r["expect"];
@@ -707,9 +395,11 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.expect.hang_s = e["hang_s"].as<double>();
   s.expect.factor = e["factor"].as<double>();
   s.expect.after_step = e["after_step"].as<int64_t>();
-  if (s.expect.oracle == "error_signature" && s.expect.pattern.empty()) {
-    fail_at(path, doc["expect"], "expect.pattern", "the error_signature oracle needs a pattern");
-  }
+  ErrorCollector::check([&] {
+    if (s.expect.oracle == "error_signature" && s.expect.pattern.empty()) {
+      fail_at(path, doc["expect"], "expect.pattern", "the error_signature oracle needs a pattern");
+    }
+  });
 
   s.run_timeout_s = r["timeouts"]["run_s"].as<double>();
   s.comm_timeout_ms = r["timeouts"]["comm_ms"].as<int64_t>();
@@ -726,8 +416,11 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
         for (auto k = doc["rank_env"].begin(); k != doc["rank_env"].end(); ++k) {
           if (k->first.Scalar() == it->first.Scalar()) at.emplace(k->first);
         }
-        fail_at(path, at ? *at : doc["rank_env"], "rank_env",
-                fmt::format("rank {} does not exist (allowed 0-{})", rank, s.ranks - 1));
+        ErrorCollector::check([&] {
+          fail_at(path, at ? *at : doc["rank_env"], "rank_env",
+                  fmt::format("rank {} does not exist (allowed 0-{})", rank, s.ranks - 1));
+        });
+        continue;
       }
       for (auto v = it->second.begin(); v != it->second.end(); ++v) {
         s.rank_env[rank][v->first.Scalar()] = v->second.Scalar();
@@ -750,6 +443,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     em << p;
     s.prepare_yaml = em.c_str();
   }
+  ErrorCollector::throw_if_any(path);
   s.resolved = r;
   return s;
 }

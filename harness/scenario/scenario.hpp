@@ -1,6 +1,6 @@
 // Scenarios: YAML files that say what to run, what to break and what should happen. Every key is
 // declared once in a schema table (type, default, allowed values, description); loading checks
-// the file against it strictly and reports the first problem as file:line:col, the key path and
+// the file against it strictly and reports every problem as file:line:col, the key path and
 // what is allowed, suggesting the nearest key for a misspelt one. docs/scenarios.md is generated
 // from the same table (`faultline keys`).
 #pragma once
@@ -137,7 +137,11 @@ struct LoadOptions {
 };
 
 // Loads, merges `extends:` bases, applies the fix and overrides, validates and resolves.
-// Throws ScenarioError ("file:line:col: key: problem (allowed: ...)").
+// Throws ScenarioError ("file:line:col: key: problem (allowed: ...)"); a file with several
+// problems gets one error listing all of them ("FILE: 3 errors:" then one per line).
 Scenario load_scenario(const std::string& path, const LoadOptions& opts = {});
+
+// Scenario files (*.yaml) under `dir`, recursively, sorted.
+std::vector<std::string> scenario_files_under(const std::string& dir);
 
 }  // namespace fl::harness

@@ -63,13 +63,16 @@ int bench_detectors(const BenchDetectorsOptions& o) {
     for (auto& v : o.values) md += " " + v;
   }
   md += fmt::format("`, {} runs.\n\n", r.cases.size());
+  const nlohmann::json provenance = r.provenance.to_json();
+  md += provenance_markdown(provenance) + "\n";
   md += scores_table(scores, true);
   write_atomic(r.dir + "/leaderboard.md", md);
-  write_atomic(r.dir + "/leaderboard.json",
-               nlohmann::json{
-                   {"suite", r.name}, {"runs", r.cases.size()}, {"detectors", scores_json(scores)}}
-                       .dump(2) +
-                   "\n");
+  write_atomic(r.dir + "/leaderboard.json", nlohmann::json{{"suite", r.name},
+                                                           {"runs", r.cases.size()},
+                                                           {"provenance", provenance},
+                                                           {"detectors", scores_json(scores)}}
+                                                    .dump(2) +
+                                                "\n");
   std::printf("leaderboard: %s/leaderboard.md, %s/leaderboard.json\n", r.dir.c_str(),
               r.dir.c_str());
   return 0;
@@ -100,6 +103,7 @@ int bench_recovery(const BenchRecoveryOptions& o) {
   std::string md =
       fmt::format("# Recovery: suite {}\n\nCommand: `faultline bench-recovery {}{}`\n\n", b.name,
                   o.suite, o.policy.empty() ? "" : " --policy " + o.policy);
+  md += provenance_markdown(b.provenance.to_json()) + "\n";
   md += recovery_table(scores, true);
   write_atomic(b.dir + "/recovery.md", md);
   write_atomic(b.dir + "/recovery.json", recovery_json(scores).dump(2) + "\n");

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/catalog/catalog.hpp"
+#include "harness/suite/suite.hpp"
 
 namespace fl::harness {
 

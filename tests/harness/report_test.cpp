@@ -132,6 +132,13 @@ TEST(Report, SuiteReportShowsTheCatalogueGrid) {
   EXPECT_NE(html.find("class=\"cell ok\" data-symptom=\"4.6\""), std::string::npos);
   EXPECT_EQ(count(html, "class=\"cell none\" data-symptom"), 33);  // no scenario for the others
   EXPECT_NE(html.find("report.html\">dtype-mismatch-allreduce</a>"), std::string::npos);
+  // Which build on which machine, and its speed while the suite ran.
+  const auto prov = html.find("<table id=\"provenance\">");
+  ASSERT_NE(prov, std::string::npos);
+  EXPECT_NE(html.find("<tr><th>MPI</th><td>Open MPI", prov), std::string::npos);
+  EXPECT_NE(html.find("<tr><th>calibration</th><td>", prov), std::string::npos);
+  EXPECT_NE(html.find(" GFLOP/s median (single-thread 128x128 float GEMM", prov),
+            std::string::npos);
   auto bad = test::run_process({FAULTLINE_CLI, "report", dir});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("neither a run directory"), std::string::npos) << bad.output;

@@ -1,0 +1,119 @@
+// What `faultline run` prints: the header as soon as the run directory and the control plane
+// exist, then (harness/run/live.cpp) one line per notable event, and the summary at the end —
+// steps in words that match the verdict, what was injected and observed, what each detector
+// concluded, the verdict, and where the files are (docs/harness.md#run-output).
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "harness/run/run.hpp"
+
+namespace fl::harness::detail {
+
+void Run::print_header(bool with_files) {
+  std::printf("faultline run %s\n", id_.c_str());
+  std::printf("  scenario   %s%s (%s)\n", s_.name.c_str(), o_.fix ? " [fix]" : "", s_.file.c_str());
+  std::printf("  layout     %d ranks = dp %d x tp %d x pp %d, zero %d, %s, %s launcher, %s %s\n",
+              s_.ranks, s_.dp, s_.tp, s_.pp, s_.zero, s_.backend.c_str(), s_.launcher.c_str(),
+              s_.kind.c_str(), s_.model.c_str());
+  if (with_files) std::printf("  files      %s\n", dir_.c_str());
+  std::fflush(stdout);
+}
+
+std::string Run::steps_line(const std::vector<HistoryEvent>& history) {
+  int64_t last = -1;
+  {
+    std::lock_guard lock(step_mu_);
+    for (auto& [rank, st] : max_step_) last = std::max(last, st);
+  }
+  const bool infer = s_.kind == "infer";
+  const int64_t total = infer ? s_.new_tokens : s_.steps;
+  const char* unit = infer ? " positions" : "";  // the label says steps
+  // Each rank's last exit decides (a restarted job's earlier ends do not count).
+  std::map<int, std::pair<std::string, bool>> exits;  // rank -> class, by the harness
+  for (const auto& e : history) {
+    if (e.source != "harness" || e.kind != "rank_exit" || e.rank < 0) continue;
+    auto d = nlohmann::json::parse(e.data_json, nullptr, false);
+    if (!d.is_discarded()) exits[e.rank] = {d.value("class", ""), d.value("by_harness", false)};
+  }
+  std::vector<int> failed;
+  bool all_ok = static_cast<int>(exits.size()) >= s_.ranks;
+  for (auto& [rank, x] : exits) {
+    if (x.first != "ok") all_ok = false;
+    if (x.first != "ok" && !x.second) failed.push_back(rank);
+  }
+  const std::string n = fmt::format("{} of {}{}", last + 1, total, unit);
+  if (all_ok) return last + 1 >= total ? n : n + " (every rank finished)";
+  if (!stop_reason_.empty()) {
+    return fmt::format("{}, then the harness stopped the run: {}", n, stop_reason_);
+  }
+  if (!failed.empty()) return fmt::format("{}, then {} failed", n, ranks_phrase(failed));
+  return n;
+}
+
+std::string Run::verdict_line(const RunResult& r) {
+  const Verdict& v = r.verdict;
+  const std::string oracle = fmt::format("oracle {}", v.oracle);
+  const std::string sym = v.symptom.empty() ? "the symptom" : "symptom " + v.symptom;
+  if (s_.expect.absent) {  // a fix variant: the symptom must stay away and the run complete
+    if (v.outcome == "pass") {
+      return fmt::format("pass: {} absent; all {} ranks finished ({}{})", sym, s_.ranks, oracle,
+                         o_.fix ? ", fix variant" : "");
+    }
+    if (v.outcome == "fail") {
+      return v.explanation.rfind("the symptom is still there", 0) == 0
+                 ? fmt::format("fail: {} is still there ({})", sym, oracle)
+                 : fmt::format("fail: {} absent, but the run did not finish cleanly ({})", sym,
+                               oracle);
+    }
+    return fmt::format("unknown: the history cannot decide ({})", oracle);
+  }
+  if (v.symptom.empty()) {  // a clean run, or an expectation without a symptom id
+    return fmt::format("{} ({})", v.outcome, oracle);
+  }
+  if (v.outcome == "pass") return fmt::format("pass: {} reproduced ({})", sym, oracle);
+  if (v.outcome == "fail") return fmt::format("fail: {} not reproduced ({})", sym, oracle);
+  return fmt::format("unknown: the history cannot decide ({}, {})", oracle, sym);
+}
+
+void Run::print_summary(const RunResult& r, const std::vector<HistoryEvent>& history) {
+  if (!o_.print_summary) return;
+  if (o_.print_events) {
+    std::printf("\n");
+  } else {
+    print_header(false);  // the files line ends the summary
+  }
+  std::printf("  %-10s %s\n", "steps", steps_line(history).c_str());
+  std::vector<std::string> lines = s_.plans;
+  lines.insert(lines.end(), injected_.begin(), injected_.end());
+  if (faults_) lines.insert(lines.end(), faults_->injected().begin(), faults_->injected().end());
+  if (lines.empty()) lines.push_back("nothing");
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::printf("  %-10s %s\n", i == 0 ? "injected" : "", lines[i].c_str());
+  }
+  std::printf("  observed   %s\n", r.verdict.explanation.c_str());
+  std::vector<std::string> concluded = detector_conclusions(history);
+  std::vector<std::string> silent;
+  for (const auto& t : tools_) {
+    if (t.recovery) continue;
+    const bool posted = std::any_of(history.begin(), history.end(), [&](const HistoryEvent& e) {
+      return e.kind == "diagnosis" && e.source == "detector:" + t.name;
+    });
+    if (!posted) silent.push_back(t.name);
+  }
+  if (!silent.empty()) {
+    concluded.push_back(fmt::format("no diagnosis from {}", fmt::join(silent, ", ")));
+  }
+  for (size_t i = 0; i < concluded.size(); ++i) {
+    std::printf("  %-10s %s\n", i == 0 ? "detectors" : "", concluded[i].c_str());
+  }
+  std::printf("  verdict    %s\n", verdict_line(r).c_str());
+  if (!r.harness_error.empty()) std::printf("  harness    error: %s\n", r.harness_error.c_str());
+  std::printf("  files      %s\n", dir_.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace fl::harness::detail

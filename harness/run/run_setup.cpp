@@ -1,0 +1,130 @@
+// Before any rank starts: the run directory (created exclusively), the resolved scenario and plan
+// files, each rank's environment, the scenario's preparation run and the artifact hub.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "harness/run/launch_args.hpp"
+#include "harness/run/run.hpp"
+
+namespace fl::harness::detail {
+
+namespace fs = std::filesystem;
+
+void Run::prepare() {
+  // mkdir fails when the directory exists, so two runs started at once never share one: a
+  // generated id is drawn again, a given one (--run-id) is an error.
+  fs::create_directories(o_.results_dir);
+  for (int tries = 0;; ++tries) {
+    id_ = o_.run_id.empty() ? make_run_id(s_.name) : o_.run_id;
+    dir_ = fs::absolute(fs::path(o_.results_dir) / id_).lexically_normal().string();
+    if (::mkdir(dir_.c_str(), 0755) == 0) break;
+    if (errno != EEXIST)
+      raise<Error>("{}: cannot create the run directory: {}", dir_, strerror(errno));
+    if (!o_.run_id.empty() || tries >= 20) {
+      raise<Error>("{}: the run directory already exists", dir_);
+    }
+  }
+  fs::create_directories(dir_ + "/tmp");
+  for (int r = 0; r < s_.ranks; ++r)
+    fs::create_directories(fmt::format("{}/ranks/rank{}", dir_, r));
+  YAML::Emitter em;
+  em << s_.resolved;
+  write_atomic(dir_ + "/scenario.yaml", std::string(em.c_str()) + "\n");
+  std::string plan;
+  for (auto& p : s_.plans) plan += p + "\n";
+  write_atomic(dir_ + "/fault-plan.txt", plan);
+  write_atomic(dir_ + "/verdict.json",
+               nlohmann::json{{"outcome", "unknown"}, {"state", "running"}}.dump(2) + "\n");
+  hist_ = std::make_unique<History>(dir_ + "/history.jsonl");
+}
+
+std::map<std::string, std::string> Run::rank_env(int rank) {
+  auto env = base_env();
+  const int per_node = s_.ranks / s_.nodes;
+  const std::string rdir = fmt::format("{}/ranks/rank{}", dir_, rank);
+  env["RANK"] = std::to_string(rank);
+  env["WORLD_SIZE"] = std::to_string(s_.ranks);
+  env["LOCAL_RANK"] = std::to_string(rank % per_node);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(per_node);
+  env["NODE_RANK"] = std::to_string(rank / per_node);
+  env["MASTER_ADDR"] = faults_->master_addr();
+  env["MASTER_PORT"] = std::to_string(master_port_);
+  env["FAULTLINE_RUN_ID"] = id_;
+  env["FAULTLINE_BACKEND"] = s_.backend;
+  env["FAULTLINE_COMM_TIMEOUT_MS"] = std::to_string(s_.comm_timeout_ms);
+  env["FAULTLINE_RDZV_TIMEOUT_MS"] = std::to_string(s_.rendezvous_timeout_ms);
+  env["FAULTLINE_EVENTS_FILE"] = rdir + "/events.jsonl";
+  env["FAULTLINE_FIRED_LOG"] = rdir + "/fired.jsonl";
+  env["FAULTLINE_FLIGHT_RECORDER_DIR"] = rdir;
+  env["FAULTLINE_CONTROL_ADDR"] = ctl_addr_;
+  env["FAULTLINE_PDEATHSIG"] = "1";
+  if (artifacts_) {
+    env["FAULTLINE_ARTIFACT_URL"] = artifact_url_;
+    env["FAULTLINE_ARTIFACT_CACHE"] = fmt::format("{}/artifacts/node{}", dir_, rank / per_node);
+  }
+  env["TMPDIR"] = dir_ + "/tmp";
+  env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
+  env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+  if (!s_.plans.empty()) {
+    std::string joined;
+    for (auto& p : s_.plans) joined += (joined.empty() ? "" : ";") + p;
+    env["FAULTLINE_FAULTS"] = joined;
+    env["FAULTLINE_FAULT_SEED"] = std::to_string(s_.seed);
+  }
+  if (ompi_server_ != 0) env["OMPI_MCA_pmix_server_uri"] = "file:" + dir_ + "/tmp/ompi-server.uri";
+  for (auto& [k, v] : s_.env) env[k] = v;
+  if (auto it = s_.rank_env.find(rank); it != s_.rank_env.end()) {
+    for (auto& [k, v] : it->second) env[k] = v;
+  }
+  return env;
+}
+
+// The scenario's preparation run (no faults, must complete) in RUN_DIR/prepare; its checkpoints
+// are copied into this run's, so damage done here never reaches the preparation's own files.
+void Run::run_preparation() {
+  const std::string file = dir_ + "/prepare.yaml";
+  write_atomic(file, s_.prepare_yaml + "\n");
+  const Scenario p = load_scenario(file);
+  RunOptions po;
+  po.results_dir = dir_;
+  po.run_id = "prepare";
+  po.print_summary = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunResult r = run_scenario(p, po);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  hist_->harness("prepared",
+                 {{"run_dir", r.run_dir}, {"outcome", r.verdict.outcome}, {"seconds", secs}});
+  if (r.exit_code != 0) {
+    raise<Error>("the preparation run did not complete ({}: {}); see {}", r.verdict.outcome,
+                 r.harness_error.empty() ? r.verdict.explanation : r.harness_error, r.run_dir);
+  }
+  if (fs::exists(r.run_dir + "/checkpoints")) {
+    fs::copy(r.run_dir + "/checkpoints", dir_ + "/checkpoints", fs::copy_options::recursive);
+  }
+}
+
+// The run's hub serves what the model's data pipeline needs (its tokenizer's vocabulary).
+void Run::start_artifact_hub() {
+  if (s_.network == "namespaces") {
+    raise<Error>(
+        "workload.fetch needs topology.network: host (ranks in network namespaces cannot reach "
+        "the harness's hub on 127.0.0.1)");
+  }
+  const std::string hub = dir_ + "/hub";
+  fs::create_directories(hub);
+  const int vocab = s_.model == "small" ? 256 : 64;
+  write_atomic(hub + "/tokenizer.json",
+               nlohmann::json{{"kind", "synthetic-chain"}, {"vocab", vocab}}.dump(2) + "\n");
+  artifacts_ = std::make_unique<ArtifactServer>(hub);
+  artifact_url_ = artifacts_->start();
+  hist_->harness("artifact_hub", {{"url", artifact_url_}, {"files", {"tokenizer.json"}}});
+}
+
+}  // namespace fl::harness::detail

@@ -1,0 +1,58 @@
+// Internal to harness/scenario: the pieces load_scenario (scenario.cpp) builds on — schema
+// validation with error collection, the deep merge, `extends:` and --set (validate.cpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "harness/scenario/scenario.hpp"
+
+namespace fl::harness::loader {
+
+// Collects the problems of one load instead of stopping at the first: the outermost collector on
+// a thread is active until it goes out of scope; fail_at's errors caught at a key boundary go
+// into it. throw_if_any() throws one ScenarioError with all of them ("FILE: 3 errors:" and one
+// "file:line:col: key: problem" per line; a single problem reads as before).
+class ErrorCollector {
+ public:
+  ErrorCollector();
+  ~ErrorCollector();
+  ErrorCollector(const ErrorCollector&) = delete;
+  ErrorCollector& operator=(const ErrorCollector&) = delete;
+
+  // Records `e` in the active collector; false when none is active (the caller rethrows).
+  static bool collect(const ScenarioError& e);
+  static bool any();
+  static size_t count();  // collected so far
+  static void throw_if_any(const std::string& file);
+  // Runs `f`; a ScenarioError it throws is collected (or rethrown without a collector).
+  template <class F>
+  static void check(F&& f) {
+    try {
+      f();
+    } catch (const ScenarioError& e) {
+      if (!collect(e)) throw;
+    }
+  }
+
+ private:
+  bool owner_;
+  std::vector<std::string> errors_;
+};
+
+// Throws ScenarioError "file:line:col: path: what" (the node's mark; without one, "file: path").
+[[noreturn]] void fail_at(const std::string& file, const YAML::Node& node, const std::string& path,
+                          const std::string& what);
+
+// Deep merge: maps merge key by key, everything else is replaced by `over`.
+YAML::Node merge(const YAML::Node& base, const YAML::Node& over);
+// Loads and validates a file and the files it `extends:` (cycles are errors).
+YAML::Node load_file(const std::string& path, std::vector<std::string>& chain);
+// Every key with a default, as a document.
+YAML::Node defaults();
+// Applies "key.path=value" (--set) to `doc`, validating the key and the value.
+void apply_override(YAML::Node& doc, const std::string& text, const std::string& file);
+
+}  // namespace fl::harness::loader

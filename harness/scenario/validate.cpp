@@ -1,0 +1,435 @@
+// Scenario files checked against the schema (scenario_schema()): strict, key by key, with
+// file:line:col, the key path, what is allowed and the nearest key for a misspelt one; every
+// problem of a file is collected and reported together. Also the deep merge, `extends:` and --set.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "harness/scenario/loader.hpp"
+#include "injector/plan.hpp"
+
+namespace fl::harness::loader {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using K = KeyType;
+thread_local ErrorCollector* g_collector = nullptr;
+
+}  // namespace
+
+ErrorCollector::ErrorCollector() : owner_(g_collector == nullptr) {
+  if (owner_) g_collector = this;
+}
+
+ErrorCollector::~ErrorCollector() {
+  if (owner_) g_collector = nullptr;
+}
+
+bool ErrorCollector::collect(const ScenarioError& e) {
+  if (g_collector == nullptr) return false;
+  const std::string m = e.what();
+  auto& v = g_collector->errors_;
+  if (std::find(v.begin(), v.end(), m) == v.end()) v.push_back(m);
+  return true;
+}
+
+bool ErrorCollector::any() {
+  return count() > 0;
+}
+
+size_t ErrorCollector::count() {
+  return g_collector == nullptr ? 0 : g_collector->errors_.size();
+}
+
+void ErrorCollector::throw_if_any(const std::string& file) {
+  if (!any()) return;
+  const auto& v = g_collector->errors_;
+  if (v.size() == 1) throw ScenarioError(v.front());
+  throw ScenarioError(fmt::format("{}: {} errors:\n  {}", file, v.size(), fmt::join(v, "\n  ")));
+}
+
+void fail_at(const std::string& file, const YAML::Node& node, const std::string& path,
+             const std::string& what) {
+  const auto m = node.Mark();
+  if (m.line >= 0) {
+    raise<ScenarioError>("{}:{}:{}: {}: {}", file, m.line + 1, m.column + 1, path, what);
+  }
+  raise<ScenarioError>("{}: {}: {}", file, path, what);
+}
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+const KeySpec* find_spec(const std::string& path) {
+  for (const auto& k : scenario_schema()) {
+    if (k.path == path) return &k;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> children_of(const std::string& parent) {
+  std::vector<std::string> out;
+  for (const auto& k : scenario_schema()) {
+    const auto dot = k.path.rfind('.');
+    const std::string p = dot == std::string::npos ? "" : k.path.substr(0, dot);
+    const std::string leaf = dot == std::string::npos ? k.path : k.path.substr(dot + 1);
+    if (p == parent) out.push_back(leaf);
+  }
+  return out;
+}
+
+// Plans may only name sites the workers have. The sites are listed from this binary's
+// fl_fault_sites section (the faultline CLI links the workloads); a binary without any site
+// (a unit test) skips the check.
+void check_sites(const std::string& file, const YAML::Node& n, const std::string& key,
+                 const fault::Plan& plan) {
+  std::set<std::string> known;
+  for (auto* site : fault::all_sites()) known.insert(site->name);
+  if (known.empty()) return;
+  for (const auto& e : plan.entries) {
+    if (known.count(e.site)) continue;
+    std::string best;
+    size_t best_d = 4;
+    for (const auto& k : known) {
+      if (const size_t d = edit_distance(e.site, k); d < best_d) {
+        best_d = d;
+        best = k;
+      }
+    }
+    fail_at(file, n, key,
+            fmt::format("unknown fault site '{}'{} (allowed: {})", e.site,
+                        best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best),
+                        fmt::join(known, ", ")));
+  }
+}
+
+constexpr const char* kFaultKinds[] = {"plan",       "signal", "env",       "args",
+                                       "port_squat", "file",   "disk_full", "memory_limit",
+                                       "network",    "hide",   "restart"};
+
+// The schema path of `path` with list indices removed: faults[2].plan -> faults[].plan.
+std::string schema_path(const std::string& path) {
+  std::string out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '[') {
+      out += "[]";
+      while (i < path.size() && path[i] != ']') ++i;
+    } else {
+      out += path[i];
+    }
+  }
+  return out;
+}
+
+void check_scalar(const std::string& file, const YAML::Node& n, const std::string& path,
+                  const KeySpec& k) {
+  auto bad = [&](const std::string& got) {
+    fail_at(file, n, path, fmt::format("expected {}, got {}", key_type_name(k), got));
+  };
+  auto range = [&](double v) {
+    if (k.min < k.max && (v < k.min || v > k.max)) {
+      fail_at(file, n, path,
+              fmt::format("{} is out of range (allowed {}-{})", n.Scalar(), k.min, k.max));
+    }
+  };
+  if (!n.IsScalar()) bad(n.IsMap() ? "a map" : n.IsSequence() ? "a list" : "nothing");
+  const std::string& v = n.Scalar();
+  switch (k.type) {
+    case K::kString:
+      break;
+    case K::kInt: {
+      int64_t x = 0;
+      if (!YAML::convert<int64_t>::decode(n, x)) bad(fmt::format("'{}'", v));
+      range(static_cast<double>(x));
+      break;
+    }
+    case K::kFloat: {
+      double x = 0;
+      if (!YAML::convert<double>::decode(n, x) || !std::isfinite(x)) bad(fmt::format("'{}'", v));
+      range(x);
+      break;
+    }
+    case K::kBool: {
+      bool x = false;
+      if (!YAML::convert<bool>::decode(n, x)) bad(fmt::format("'{}'", v));
+      break;
+    }
+    case K::kEnum:
+      if (std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end()) {
+        fail_at(file, n, path,
+                fmt::format("'{}' is not allowed (allowed: {})", v, fmt::join(k.choices, ", ")));
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+void validate(const std::string& file, const YAML::Node& node, const std::string& path);
+void validate_key(const std::string& file, const YAML::const_iterator& it, const std::string& path,
+                  const std::string& parent);
+void validate_fault(const std::string& file, const YAML::Node& fault, const std::string& item);
+
+// fix.workload.lr and prepare.workload.lr are checked as workload.lr.
+std::string strip_override_section(const std::string& sp) {
+  for (const char* sec : {"fix.", "prepare."}) {
+    if (sp.rfind(sec, 0) == 0) return sp.substr(std::strlen(sec));
+  }
+  return sp;
+}
+
+void validate_map(const std::string& file, const YAML::Node& node, const std::string& path) {
+  if (!node.IsMap()) {
+    fail_at(file, node, path.empty() ? "(document)" : path,
+            fmt::format("expected a map, got {}", node.IsSequence() ? "a list" : "a scalar"));
+  }
+  std::string parent = strip_override_section(schema_path(path));
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    // Each key is checked on its own: with a collector active, one bad key does not hide the next.
+    ErrorCollector::check([&] { validate_key(file, it, path, parent); });
+  }
+}
+
+void validate_key(const std::string& file, const YAML::const_iterator& it, const std::string& path,
+                  const std::string& parent) {
+  const std::string key = it->first.Scalar();
+  const std::string child = path.empty() ? key : path + "." + key;
+  const std::string sp = parent.empty() ? key : parent + "." + key;
+  if (parent == "fix" || parent == "prepare") {
+    // Overrides: checked against the top-level keys.
+    if (key == "fix" || key == "name" || key == "extends" ||
+        (key == "prepare" && parent == "prepare")) {
+      fail_at(
+          file, it->first, child,
+          parent == "fix" ? "cannot be overridden by a fix" : "cannot be overridden by prepare");
+    }
+    validate(file, it->second, child);
+    return;
+  }
+  if (parent == "rank_env") {
+    int64_t r = -1;
+    if (!YAML::convert<int64_t>::decode(it->first, r) || r < 0 || r > 255) {
+      fail_at(file, it->first, child, "rank_env keys are ranks (allowed 0-255)");
+    }
+    if (!it->second.IsMap()) fail_at(file, it->second, child, "expected a map of strings");
+    for (auto e = it->second.begin(); e != it->second.end(); ++e) {
+      if (!e->second.IsScalar()) {
+        fail_at(file, e->second, child + "." + e->first.Scalar(), "expected a string");
+      }
+    }
+    return;
+  }
+  if (find_spec(sp) == nullptr) {
+    auto allowed = children_of(parent);
+    std::string best;
+    size_t best_d = 3;
+    for (auto& a : allowed) {
+      const size_t d = edit_distance(key, a);
+      if (d < best_d) best_d = d, best = a;
+    }
+    fail_at(file, it->first, child,
+            fmt::format("unknown key{} (allowed here: {})",
+                        best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best),
+                        fmt::join(allowed, ", ")));
+  }
+  validate(file, it->second, child);
+}
+
+void validate(const std::string& file, const YAML::Node& node, const std::string& path) {
+  const std::string sp = strip_override_section(schema_path(path));
+  const KeySpec* k = find_spec(sp);
+  if (k == nullptr) fail_at(file, node, path, "unknown key");
+  if (node.IsNull())
+    fail_at(file, node, path, fmt::format("expected {}, got nothing", key_type_name(*k)));
+  switch (k->type) {
+    case K::kSection:
+      if (sp == "fix" || sp == "prepare") return validate_map(file, node, sp);
+      return validate_map(file, node, path);
+    case K::kStringMap:
+      if (!node.IsMap()) fail_at(file, node, path, "expected a map of strings");
+      for (auto it = node.begin(); it != node.end(); ++it) {
+        if (!it->second.IsScalar()) {
+          fail_at(file, it->second, path + "." + it->first.Scalar(), "expected a string");
+        }
+      }
+      return;
+    case K::kIntList:
+      if (!node.IsSequence()) fail_at(file, node, path, "expected a list of integers");
+      for (size_t i = 0; i < node.size(); ++i) {
+        int64_t x = 0;
+        if (!node[i].IsScalar() || !YAML::convert<int64_t>::decode(node[i], x)) {
+          fail_at(file, node[i], fmt::format("{}[{}]", path, i), "expected an integer");
+        }
+      }
+      return;
+    case K::kList:
+      if (!node.IsSequence()) fail_at(file, node, path, "expected a list");
+      for (size_t i = 0; i < node.size(); ++i) {
+        const std::string item = fmt::format("{}[{}]", path, i);
+        if (sp == "faults") {
+          ErrorCollector::check([&] { validate_fault(file, node[i], item); });
+        } else if (!node[i].IsScalar()) {
+          fail_at(file, node[i], item, "expected a string");
+        }
+      }
+      return;
+    default:
+      check_scalar(file, node, path, *k);
+  }
+}
+
+void validate_fault(const std::string& file, const YAML::Node& fault, const std::string& item) {
+  const size_t before = ErrorCollector::count();
+  validate_map(file, fault, item);
+  if (ErrorCollector::count() > before) return;  // the kind count would only repeat a bad key
+  int kinds = 0;
+  for (const char* kk : kFaultKinds) kinds += fault[kk] ? 1 : 0;
+  if (fault["file"] && fault["restart"]) --kinds;  // restart after the damage
+  if (kinds != 1) {
+    fail_at(file, fault, item,
+            fmt::format("a fault has exactly one of {}", fmt::join(kFaultKinds, ", ")));
+  }
+  if (fault["plan"]) {
+    fault::Plan plan;
+    try {
+      plan = fault::parse_plan(fault["plan"].Scalar(), "plan");
+    } catch (const std::exception& e) {
+      fail_at(file, fault["plan"], item + ".plan", e.what());
+    }
+    check_sites(file, fault["plan"], item + ".plan", plan);
+  }
+}
+
+}  // namespace
+
+// Deep merge: maps merge key by key, everything else is replaced by `over`.
+YAML::Node merge(const YAML::Node& base, const YAML::Node& over) {
+  if (!base || !base.IsMap() || !over.IsMap()) return YAML::Clone(over);
+  YAML::Node out = YAML::Clone(base);
+  for (auto it = over.begin(); it != over.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    out[key] = merge(out[key], it->second);
+  }
+  return out;
+}
+
+YAML::Node load_file(const std::string& path, std::vector<std::string>& chain) {
+  if (std::find(chain.begin(), chain.end(), fs::weakly_canonical(path).string()) != chain.end()) {
+    raise<ScenarioError>("{}: extends: cycle ({} -> {})", path, fmt::join(chain, " -> "), path);
+  }
+  chain.push_back(fs::weakly_canonical(path).string());
+  if (!fs::exists(path)) raise<ScenarioError>("{}: no such scenario file", path);
+  if (fs::is_directory(path)) raise<ScenarioError>("{}: not a scenario file (a directory)", path);
+  if (!fs::is_regular_file(path)) {
+    raise<ScenarioError>("{}: not a scenario file (not a regular file)", path);
+  }
+  YAML::Node doc;
+  try {
+    doc = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    raise<ScenarioError>("{}:{}:{}: YAML syntax: {}", path, e.mark.line + 1, e.mark.column + 1,
+                         e.msg);
+  }
+  if (!doc || doc.IsNull()) raise<ScenarioError>("{}: the file is empty", path);
+  if (!doc.IsMap()) {
+    raise<ScenarioError>("{}: not a scenario file (expected a YAML map of keys, found {})", path,
+                         doc.IsSequence() ? "a list" : "plain text");
+  }
+  ErrorCollector errors;
+  validate_map(path, doc, "");
+  ErrorCollector::throw_if_any(path);
+  if (doc["extends"]) {
+    const fs::path base = fs::path(path).parent_path() / doc["extends"].Scalar();
+    YAML::Node b = load_file(base.string(), chain);
+    b.remove("name");  // a variant names itself
+    YAML::Node self = YAML::Clone(doc);
+    self.remove("extends");
+    doc = merge(b, self);
+  }
+  return doc;
+}
+
+YAML::Node defaults() {
+  YAML::Node d(YAML::NodeType::Map);
+  for (const auto& k : scenario_schema()) {
+    if (k.default_value.empty() || k.type == K::kSection || k.path.find('[') != std::string::npos ||
+        k.path.rfind("fix", 0) == 0 || k.path.rfind("prepare", 0) == 0) {
+      continue;
+    }
+    std::vector<std::string> parts;
+    size_t start = 0;
+    for (size_t dot; (dot = k.path.find('.', start)) != std::string::npos; start = dot + 1) {
+      parts.push_back(k.path.substr(start, dot - start));
+    }
+    const std::string leaf = k.path.substr(start);
+    std::vector<YAML::Node> stack{d};
+    for (auto& p : parts) {
+      YAML::Node next = stack.back()[p];
+      if (!next.IsMap()) {
+        stack.back()[p] = YAML::Node(YAML::NodeType::Map);
+        next = stack.back()[p];
+      }
+      stack.push_back(next);
+    }
+    stack.back()[leaf] = YAML::Load(k.default_value);
+  }
+  return d;
+}
+
+void apply_override(YAML::Node& doc, const std::string& text, const std::string& file) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    raise<ScenarioError>("--set '{}': expected key.path=value", text);
+  }
+  const std::string path = text.substr(0, eq);
+  YAML::Node value = YAML::Load(text.substr(eq + 1));
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t dot; (dot = path.find('.', start)) != std::string::npos; start = dot + 1) {
+    parts.push_back(path.substr(start, dot - start));
+  }
+  parts.push_back(path.substr(start));
+  if (find_spec(schema_path(path)) == nullptr) {
+    // yaml-cpp's Node::operator= writes through, so walk with fresh handles.
+    YAML::Node probe(YAML::NodeType::Map);
+    std::vector<YAML::Node> chain{probe};
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      chain.push_back(chain.back()[parts[i]]);
+    }
+    chain.back()[parts.back()] = value;
+    validate_map("--set " + path, probe, "");  // reports the unknown key with suggestions
+  }
+  std::vector<YAML::Node> stack{doc};
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node next = stack.back()[parts[i]];
+    if (!next.IsMap()) {
+      stack.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next = stack.back()[parts[i]];
+    }
+    stack.push_back(next);
+  }
+  stack.back()[parts.back()] = value;
+  validate(file + " (--set " + path + ")", value, path);
+}
+
+}  // namespace fl::harness::loader

@@ -1,0 +1,173 @@
+// JUnit XML as CI servers (Jenkins, GitLab, GitHub test reporters) read it: a <testsuites> root
+// with totals, one <testsuite> with tests / failures / errors / skipped, timestamp, hostname and
+// the suite's wall clock, and per run a <testcase> with <properties>, <system-out> and a
+// <failure>, <error> or <skipped> element. A flaky case passed: it carries a <flakyFailure> per
+// failed try, as Maven Surefire writes reruns.
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "harness/suite/suite.hpp"
+
+namespace fl::harness {
+
+namespace {
+
+// Escapes for XML 1.0 text and attributes: markup characters as entities, characters XML forbids
+// (C0 controls other than tab, newline, carriage return) and bytes that are not UTF-8 as U+FFFD.
+// Attribute values keep tabs and newlines as references (attribute normalisation would turn them
+// into spaces); element text keeps them as they are.
+std::string xml_escape(const std::string& s, bool attribute = true) {
+  std::string o;
+  o.reserve(s.size());
+  const char* kReplacement = "\xEF\xBF\xBD";
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      switch (c) {
+        case '&':
+          o += "&amp;";
+          break;
+        case '<':
+          o += "&lt;";
+          break;
+        case '>':
+          o += "&gt;";
+          break;
+        case '"':
+          o += "&quot;";
+          break;
+        case '\'':
+          o += "&apos;";
+          break;
+        case '\t':
+          o += attribute ? "&#9;" : "\t";
+          break;
+        case '\n':
+          o += attribute ? "&#10;" : "\n";
+          break;
+        case '\r':
+          o += "&#13;";
+          break;
+        default:
+          o += c < 0x20 ? std::string(kReplacement) : std::string(1, static_cast<char>(c));
+      }
+      ++i;
+      continue;
+    }
+    // A well-formed UTF-8 sequence passes through whole.
+    const int len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    bool ok = len > 0 && i + len <= s.size() && !(c == 0xC0 || c == 0xC1 || c > 0xF4);
+    for (int k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (ok) {
+      o.append(s, i, len);
+      i += len;
+    } else {
+      o += kReplacement;
+      ++i;
+    }
+  }
+  return o;
+}
+
+// Jenkins and GitLab split a classname at its dots into packages, so ids keep none:
+// "smoke/stage4/4_11", "smoke/clean".
+std::string undotted(std::string s) {
+  for (auto& ch : s) {
+    if (ch == '.') ch = '_';
+  }
+  return s;
+}
+
+std::string classname(const std::string& suite, const SuiteCase& c) {
+  if (c.symptom.empty()) return undotted(suite) + "/clean";
+  return fmt::format("{}/stage{}/{}", undotted(suite), c.stage, undotted(c.symptom));
+}
+
+// pytest's form: local time, no offset (the Ant JUnit schema has none).
+std::string junit_timestamp(const std::string& iso) {
+  const auto plus = iso.find_first_of("+-", 19);
+  return plus == std::string::npos ? iso : iso.substr(0, plus);
+}
+
+std::string property(const std::string& name, const std::string& value) {
+  return fmt::format("        <property name=\"{}\" value=\"{}\"/>\n", xml_escape(name),
+                     xml_escape(value));
+}
+
+}  // namespace
+
+std::string suite_junit(const SuiteResult& r) {
+  const int failures = r.count("fail");
+  const int errors = r.count("error") + r.count("unknown");
+  const int skipped = r.count("skipped");
+  const std::string commit = r.provenance.commit.empty() ? "unknown" : r.provenance.commit;
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  out += fmt::format(
+      "<testsuites name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
+      "time=\"{:.3f}\" timestamp=\"{}\">\n",
+      xml_escape(r.name), r.cases.size(), failures, errors, skipped, r.wall_s,
+      xml_escape(junit_timestamp(r.provenance.started)));
+  out += fmt::format(
+      "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
+      "time=\"{:.3f}\" timestamp=\"{}\" hostname=\"{}\">\n",
+      xml_escape(r.name), r.cases.size(), failures, errors, skipped, r.wall_s,
+      xml_escape(junit_timestamp(r.provenance.started)), xml_escape(r.provenance.hostname));
+  out += "    <properties>\n";
+  out += property("faultline.version", r.provenance.version);
+  out += property("commit", commit);
+  out += property("flaky", std::to_string(r.count("flaky")));
+  out += property("results", r.dir);
+  out += property("calibration_gflops", fmt::format("{:.3f}", r.provenance.calibration_median()));
+  out += "    </properties>\n";
+  for (const auto& c : r.cases) {
+    out += fmt::format(
+        "    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n",
+        xml_escape(classname(r.name, c)),
+        xml_escape(fmt::format("{}{} seed {}", c.name, c.fix ? " [fix]" : "", c.seed)), c.wall_s);
+    out += "      <properties>\n";
+    out += property("seed", std::to_string(c.seed));
+    out += property("symptom", c.symptom.empty() ? "clean" : c.symptom);
+    out += property("variant", c.variant());
+    out += property("commit", commit);
+    out += property("scenario_file", c.scenario_file);
+    out += property("attempts", std::to_string(c.attempts.size()));
+    if (c.outcome == "flaky") out += property("flaky", "true");
+    out += "      </properties>\n";
+    const std::string message = c.outcome + (c.explanation.empty() ? "" : ": " + c.explanation);
+    if (c.outcome == "fail") {
+      out += fmt::format("      <failure type=\"fail\" message=\"{}\">{}</failure>\n",
+                         xml_escape(message), xml_escape(c.explanation, false));
+    } else if (c.outcome == "error" || c.outcome == "unknown") {
+      out +=
+          fmt::format("      <error type=\"{}\" message=\"{}\">{}</error>\n", xml_escape(c.outcome),
+                      xml_escape(message), xml_escape(c.explanation, false));
+    } else if (c.outcome == "skipped") {
+      out += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(c.explanation));
+    } else if (c.outcome == "flaky") {
+      for (size_t i = 0; i + 1 < c.attempts.size(); ++i) {
+        const auto& a = c.attempts[i];
+        out += fmt::format(
+            "      <flakyFailure type=\"{}\" message=\"{}\">try {} of {}: {}</flakyFailure>\n",
+            xml_escape(a.outcome), xml_escape(a.outcome + ": " + a.explanation), i + 1,
+            c.attempts.size(), xml_escape(a.run_dir, false));
+      }
+    }
+    if (!c.run_dir.empty()) {
+      const std::string report = c.run_dir + "/report.html";
+      std::string text = fmt::format(
+          "run directory: {}\nlog: {}.log\nreport: {}{}\n", c.run_dir, c.run_dir, report,
+          std::filesystem::exists(report) ? "" : " (not written yet: faultline report RUN_DIR)");
+      for (size_t i = 0; i + 1 < c.attempts.size(); ++i) {
+        text +=
+            fmt::format("try {}: {} ({})\n", i + 1, c.attempts[i].outcome, c.attempts[i].run_dir);
+      }
+      out += fmt::format("      <system-out>{}</system-out>\n", xml_escape(text, false));
+    }
+    out += "    </testcase>\n";
+  }
+  out += "  </testsuite>\n</testsuites>\n";
+  return out;
+}
+
+}  // namespace fl::harness

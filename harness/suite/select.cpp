@@ -1,0 +1,321 @@
+// Which cases a suite runs: the suite file (or directory) expanded into scenario x seed x
+// variant, then narrowed by --only, --symptom, --stage, --last-failed and --shard, in that order.
+// A filter that leaves nothing is an input error naming it. Also --list and the option parsers.
+#include <fnmatch.h>
+#include <glob.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include "harness/scenario/scenario.hpp"
+#include "harness/suite/suite.hpp"
+
+namespace fl::harness {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct SuiteSpec {
+  std::string name;
+  std::vector<std::string> files;
+  std::vector<uint64_t> seeds;  // empty: each scenario's own
+  bool fix = true;
+};
+
+std::string line_of(const std::string& file, const YAML::Node& n) {
+  return fmt::format("{}:{}:{}", file, n.Mark().line + 1, n.Mark().column + 1);
+}
+
+SuiteSpec load_suite(const std::string& path) {
+  SuiteSpec s;
+  if (!fs::exists(path))
+    throw ScenarioError(fmt::format("{}: no such suite file or directory", path));
+  if (fs::is_directory(path)) {
+    s.name = fs::path(path).filename().string();
+    s.files = scenario_files_under(path);
+  } else {
+    YAML::Node doc;
+    try {
+      doc = YAML::LoadFile(path);
+    } catch (const YAML::Exception& e) {
+      throw ScenarioError(fmt::format("{}: {}", path, e.what()));
+    }
+    if (!doc.IsMap())
+      throw ScenarioError(fmt::format("{}: not a suite file (expected a map)", path));
+    for (auto it = doc.begin(); it != doc.end(); ++it) {
+      const std::string k = it->first.as<std::string>();
+      if (k != "name" && k != "scenarios" && k != "seeds" && k != "fix" && k != "description") {
+        throw ScenarioError(
+            fmt::format("{}: {}: unknown key (allowed: name, description, "
+                        "scenarios, seeds, fix)",
+                        line_of(path, it->first), k));
+      }
+    }
+    s.name = doc["name"] ? doc["name"].as<std::string>() : fs::path(path).stem().string();
+    s.fix = doc["fix"] ? doc["fix"].as<bool>() : true;
+    if (doc["seeds"]) s.seeds = doc["seeds"].as<std::vector<uint64_t>>();
+    const auto base = fs::path(path).parent_path();
+    if (!doc["scenarios"] || !doc["scenarios"].IsSequence()) {
+      throw ScenarioError(fmt::format("{}: scenarios: expected a list of files or globs", path));
+    }
+    for (const auto& g : doc["scenarios"]) {
+      const std::string pattern = (base / g.as<std::string>()).string();
+      glob_t gl{};
+      const int rc = ::glob(pattern.c_str(), 0, nullptr, &gl);
+      if (rc != 0) {
+        globfree(&gl);
+        throw ScenarioError(fmt::format("{}: scenarios: '{}' matches no file", line_of(path, g),
+                                        g.as<std::string>()));
+      }
+      for (size_t i = 0; i < gl.gl_pathc; ++i) s.files.push_back(gl.gl_pathv[i]);
+      globfree(&gl);
+    }
+  }
+  if (s.files.empty()) throw ScenarioError(fmt::format("{}: the suite has no scenario", path));
+  return s;
+}
+
+// The newest earlier results of suite `name` under `results_dir`: a directory whose summary.json
+// names the suite (directory names start with the time, so the last in name order is the newest).
+std::string previous_results(const std::string& results_dir, const std::string& name,
+                             const std::string& suffix) {
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(results_dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    // <time>-<name><suffix>, or with -2, -3 ... when suites started in the same second.
+    std::string dn = it->path().filename().string();
+    if (const auto dash = dn.rfind('-');
+        dash != std::string::npos && dash + 1 < dn.size() &&
+        dn.find_first_not_of("0123456789", dash + 1) == std::string::npos) {
+      dn.resize(dash);
+    }
+    const std::string tail = "-" + name + suffix;
+    if (!it->is_directory() || dn.size() < tail.size() ||
+        dn.compare(dn.size() - tail.size(), tail.size(), tail) != 0) {
+      continue;
+    }
+    std::ifstream in(it->path() / "summary.json");
+    if (!in) continue;
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || j.value("suite", "") != name || !j.contains("cases")) continue;
+    dirs.push_back(it->path().string());
+  }
+  if (dirs.empty()) return "";
+  std::sort(dirs.begin(), dirs.end());
+  return dirs.back();
+}
+
+// The ids of the cases that did not pass in a summary: failures, errors, unknown verdicts and
+// cases --fail-fast never started (skipped for want of a device stay out: they would again).
+std::set<std::string> not_passed(const nlohmann::json& summary) {
+  std::set<std::string> ids;
+  for (const auto& c : summary["cases"]) {
+    const std::string o = c.value("outcome", "");
+    const bool never_started =
+        o == "skipped" && c.value("explanation", "").rfind("not started", 0) == 0;
+    if (o != "fail" && o != "unknown" && o != "error" && !never_started) continue;
+    if (c.contains("id")) {
+      ids.insert(c["id"].get<std::string>());
+    } else {  // summaries written before case ids
+      ids.insert(fmt::format("{}{}-s{}", c.value("scenario", ""),
+                             c.value("variant", "") == "fix" ? "-fix" : "", c.value("seed", 0)));
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+bool SuiteSelection::empty() const {
+  return only.empty() && symptoms.empty() && stages.empty() && seeds.empty() && !last_failed &&
+         shard_count == 0;
+}
+
+int shard_of(const std::string& case_id, int count) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, 64 bit
+  for (unsigned char ch : case_id) {
+    h ^= ch;
+    h *= 0x100000001b3ULL;
+  }
+  return count <= 0 ? 0 : static_cast<int>(h % static_cast<uint64_t>(count));
+}
+
+void parse_shard(const std::string& text, int& index, int& count) {
+  const auto slash = text.find('/');
+  auto num = [](const std::string& s, int& out) {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+  };
+  int i = 0, n = 0;
+  if (slash == std::string::npos || !num(text.substr(0, slash), i) ||
+      !num(text.substr(slash + 1), n)) {
+    throw UsageError(
+        fmt::format("--shard '{}': expected I/N, e.g. 1/4 (shard I of N, from 1)", text));
+  }
+  if (n < 1 || i < 1 || i > n) {
+    throw UsageError(fmt::format("--shard '{}': the shard must be 1 to {} (I/N with 1 <= I <= N)",
+                                 text, std::max(n, 1)));
+  }
+  index = i;
+  count = n;
+}
+
+std::vector<uint64_t> parse_seeds(const std::string& text) {
+  std::vector<uint64_t> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string part = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    uint64_t v = 0;
+    auto [p, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (part.empty() || ec != std::errc() || p != part.data() + part.size()) {
+      throw UsageError(fmt::format(
+          "--seeds '{}': expected non-negative integers separated by commas, e.g. 1,2,3", text));
+    }
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string SuiteCase::id() const {
+  return fmt::format("{}{}-s{}", name, fix ? "-fix" : "", seed);
+}
+
+SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
+  const SuiteSelection& sel = o.select;
+  for (int st : sel.stages) {
+    if (st < 1 || st > 5) throw UsageError(fmt::format("--stage {}: stages are 1 to 5", st));
+  }
+  const Taxonomy& tax = taxonomy();
+  for (const auto& id : sel.symptoms) {
+    if (tax.symptom(id) == nullptr) {
+      std::vector<std::string> ids;
+      for (const auto& s : tax.symptoms) ids.push_back(s.id);
+      throw UsageError(fmt::format("--symptom '{}': not a symptom of the taxonomy (allowed: {})",
+                                   id, fmt::join(ids, ", ")));
+    }
+  }
+  if (sel.shard_count > 0 && (sel.shard_index < 1 || sel.shard_index > sel.shard_count)) {
+    throw UsageError(fmt::format("--shard {}/{}: the shard must be 1 to {}", sel.shard_index,
+                                 sel.shard_count, sel.shard_count));
+  }
+  const SuiteSpec spec = load_suite(path);
+  SuitePlan plan;
+  plan.name = spec.name;
+  // Every scenario is loaded first: a broken file stops the suite before anything runs.
+  for (const auto& f : spec.files) {
+    Scenario s = load_scenario(f);
+    const std::vector<uint64_t> seeds = !sel.seeds.empty()    ? sel.seeds
+                                        : !spec.seeds.empty() ? spec.seeds
+                                                              : std::vector<uint64_t>{s.seed};
+    for (uint64_t seed : seeds) {
+      for (bool fix : {false, true}) {
+        if (fix && (!spec.fix || !s.has_fix)) continue;
+        SuiteCase c;
+        c.scenario_file = f;
+        c.name = s.name;
+        c.symptom = !s.ref_symptom.empty() ? s.ref_symptom : s.expect.symptom;
+        const auto* sym = tax.symptom(c.symptom);
+        c.stage = sym ? sym->stage : 0;
+        c.seed = seed;
+        c.fix = fix;
+        c.device = s.device;
+        plan.cases.push_back(c);
+      }
+    }
+  }
+  const size_t total = plan.cases.size();
+  std::vector<std::string> applied;
+  auto narrow = [&](const std::string& filter, auto keep) {
+    std::vector<SuiteCase> left;
+    for (auto& c : plan.cases) {
+      if (keep(c)) left.push_back(std::move(c));
+    }
+    applied.push_back(filter);
+    if (left.empty()) {
+      throw UsageError(fmt::format("no case of suite '{}' ({} cases) matches {}", plan.name, total,
+                                   fmt::join(applied, " with ")));
+    }
+    plan.cases = std::move(left);
+  };
+  auto quoted = [](const std::vector<std::string>& v, const char* opt) {
+    std::vector<std::string> q;
+    for (const auto& x : v) q.push_back(fmt::format("{} '{}'", opt, x));
+    return fmt::format("{}", fmt::join(q, " or "));
+  };
+  if (!sel.only.empty()) {
+    narrow(quoted(sel.only, "--only"), [&](const SuiteCase& c) {
+      return std::any_of(sel.only.begin(), sel.only.end(),
+                         [&](auto& g) { return ::fnmatch(g.c_str(), c.name.c_str(), 0) == 0; });
+    });
+  }
+  if (!sel.symptoms.empty()) {
+    narrow(quoted(sel.symptoms, "--symptom"), [&](const SuiteCase& c) {
+      return std::count(sel.symptoms.begin(), sel.symptoms.end(), c.symptom) > 0;
+    });
+  }
+  if (!sel.stages.empty()) {
+    std::vector<std::string> s;
+    for (int st : sel.stages) s.push_back(std::to_string(st));
+    narrow(fmt::format("--stage {}", fmt::join(s, " or --stage ")), [&](const SuiteCase& c) {
+      return std::count(sel.stages.begin(), sel.stages.end(), c.stage) > 0;
+    });
+  }
+  if (sel.last_failed) {
+    plan.previous_dir = previous_results(o.results_dir, plan.name, o.name_suffix);
+    if (plan.previous_dir.empty()) {
+      throw UsageError(fmt::format(
+          "--last-failed: no earlier results of suite '{}' under {} (a directory with its "
+          "summary.json)",
+          plan.name, o.results_dir));
+    }
+    std::ifstream in(plan.previous_dir + "/summary.json");
+    const auto ids = not_passed(nlohmann::json::parse(in, nullptr, false));
+    narrow(fmt::format("--last-failed (cases that did not pass in {})", plan.previous_dir),
+           [&](const SuiteCase& c) { return ids.count(c.id()) > 0; });
+  }
+  if (sel.shard_count > 0) {
+    narrow(fmt::format("--shard {}/{}", sel.shard_index, sel.shard_count), [&](const SuiteCase& c) {
+      return shard_of(c.id(), sel.shard_count) == sel.shard_index - 1;
+    });
+  }
+  plan.selection = {{"only", sel.only},
+                    {"symptom", sel.symptoms},
+                    {"stage", sel.stages},
+                    {"seeds", sel.seeds},
+                    {"last_failed",
+                     sel.last_failed ? nlohmann::json(plan.previous_dir) : nlohmann::json(nullptr)},
+                    {"shard", sel.shard_count > 0 ? nlohmann::json(fmt::format(
+                                                        "{}/{}", sel.shard_index, sel.shard_count))
+                                                  : nlohmann::json(nullptr)},
+                    {"retries", o.retries},
+                    {"fail_fast", o.fail_fast},
+                    {"cases_in_suite", total}};
+  return plan;
+}
+
+std::string suite_list(const SuitePlan& plan) {
+  std::string out;
+  std::set<std::string> scenarios;
+  for (const auto& c : plan.cases) {
+    out += fmt::format("{:<40} {:<6} seed {:<6} symptom {}\n", c.name, c.variant(), c.seed,
+                       c.symptom.empty() ? "clean" : c.symptom);
+    scenarios.insert(c.name);
+  }
+  out += fmt::format("# {} cases ({} scenarios) of suite {}\n", plan.cases.size(), scenarios.size(),
+                     plan.name);
+  return out;
+}
+
+}  // namespace fl::harness

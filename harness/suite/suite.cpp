@@ -1,0 +1,279 @@
+// Running a suite: every selected case as its own `faultline run` process, `jobs` at a time, in a
+// results directory of its own; retries, --fail-fast, GPU cases skipped without a device,
+// progress, calibration samples through the window, and the summary files at the end.
+#include "harness/suite/suite.hpp"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "base/settings.hpp"
+#include "harness/run/launch_args.hpp"
+#include "harness/run/runner.hpp"
+#include "harness/scenario/scenario.hpp"
+#include "harness/suite/progress.hpp"
+#include "kernels/device.hpp"
+
+namespace fl::harness {
+
+namespace fs = std::filesystem;
+
+FAULTLINE_SETTING(kSuiteStamp, std::string, "FAULTLINE_SUITE_STAMP", "",
+                  "Time stamp in suite directory names, e.g. 20260101-120000 (default: the start "
+                  "time; tests fix it to start suites in the same second)");
+
+namespace {
+
+// How a case without a device is refused by `faultline run` (runner.cpp), and how the suite
+// recognises it in a run's log when the device went away after the suite checked.
+constexpr const char* kNoDevice = "no CUDA device is visible";
+constexpr const char* kNotStarted = "not started: --fail-fast stopped the suite after";
+
+bool is_failure(const std::string& outcome) {
+  return outcome == "fail" || outcome == "unknown" || outcome == "error";
+}
+
+SuiteAttempt read_attempt(const std::string& run_dir, int status) {
+  SuiteAttempt a;
+  a.run_dir = run_dir;
+  std::ifstream in(run_dir + "/verdict.json");
+  auto v = nlohmann::json::parse(in, nullptr, false);
+  if (v.is_discarded() || !v.is_object()) {
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::ifstream log(run_dir + ".log");
+    const std::string text((std::istreambuf_iterator<char>(log)), {});
+    if (code == 2 && text.find(kNoDevice) != std::string::npos) {
+      a.outcome = "skipped";
+      a.explanation = fmt::format("{} (the run refused to start)", kNoDevice);
+      return a;
+    }
+    a.outcome = "error";
+    a.explanation = fmt::format("no verdict (exit status {}; see {}.log)", code, run_dir);
+    return a;
+  }
+  a.outcome = v.value("outcome", "unknown");
+  a.explanation = v.value("explanation", "");
+  if (v.contains("harness_error")) {
+    a.outcome = "error";
+    a.explanation = v["harness_error"].get<std::string>();
+  }
+  return a;
+}
+
+std::string case_label(const SuiteCase& c) {
+  return fmt::format("{}{} seed {}", c.name, c.fix ? " [fix]" : "", c.seed);
+}
+
+}  // namespace
+
+bool SuiteCase::failed() const {
+  return is_failure(outcome);
+}
+
+int SuiteResult::failures() const {
+  return static_cast<int>(
+      std::count_if(cases.begin(), cases.end(), [](auto& c) { return c.failed(); }));
+}
+
+int SuiteResult::count(const std::string& outcome) const {
+  return static_cast<int>(
+      std::count_if(cases.begin(), cases.end(), [&](auto& c) { return c.outcome == outcome; }));
+}
+
+std::string make_unique_dir(const std::string& parent, const std::string& base) {
+  fs::create_directories(parent);
+  const fs::path p = fs::absolute(parent);
+  for (int n = 1; n < 10000; ++n) {
+    const fs::path dir = p / (n == 1 ? base : fmt::format("{}-{}", base, n));
+    if (::mkdir(dir.c_str(), 0755) == 0) return dir.lexically_normal().string();
+    if (errno != EEXIST) {
+      throw Error(
+          fmt::format("{}: cannot create the directory: {}", dir.string(), std::strerror(errno)));
+    }
+  }
+  throw Error(fmt::format("{}/{}: no free name", p.string(), base));
+}
+
+// Median of the steps' tokens/s in a run's history (each step counted once, at its slowest
+// rank), 0 without steps.
+double median_tokens_per_s(const std::string& run_dir) {
+  std::map<int64_t, double> per_step;
+  std::ifstream in(run_dir + "/history.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("\"kind\":\"step\"") == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || j.value("source", "") != "rank") continue;
+    const double t = j["data"].value("tokens_per_s", 0.0);
+    if (t <= 0) continue;
+    auto [it, fresh] = per_step.emplace(j.value("step", int64_t{-1}), t);
+    if (!fresh) it->second = std::min(it->second, t);
+  }
+  std::vector<double> v;
+  for (auto& [s, t] : per_step) v.push_back(t);
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
+  SuitePlan plan = plan_suite(path, o);
+  SuiteResult res;
+  res.name = plan.name;
+  res.cases = std::move(plan.cases);
+  res.selection = plan.selection;
+  res.provenance = collect_provenance();
+  const auto t_start = std::chrono::steady_clock::now();
+  std::string ts = kSuiteStamp.get();
+  if (ts.empty()) {
+    const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
+    ts = buf;
+  }
+  res.dir = make_unique_dir(o.results_dir, fmt::format("{}-{}{}", ts, plan.name, o.name_suffix));
+  fs::create_directories(res.dir + "/runs");
+  const std::string bin =
+      o.faultline_bin.empty() ? fs::read_symlink("/proc/self/exe").string() : o.faultline_bin;
+  const int jobs = std::max(1, o.jobs);
+  SuiteProgress progress(stderr, o.progress, ::isatty(2) != 0, res.cases.size(), jobs);
+  res.provenance.calibrate(0);
+
+  // Cases a machine without a device cannot run are skipped without starting them.
+  std::deque<std::pair<size_t, int>> queue;  // (case, try from 0)
+  for (size_t i = 0; i < res.cases.size(); ++i) {
+    SuiteCase& c = res.cases[i];
+    if (c.device == "cuda" && cuda_device_count() == 0) {
+      c.outcome = "skipped";
+      c.explanation = fmt::format("workload.device is cuda but {} on this machine", kNoDevice);
+      progress.skipped();
+      continue;
+    }
+    queue.emplace_back(i, 0);
+  }
+  struct Running {
+    size_t index;
+    int attempt;
+    std::string run_dir;
+    std::chrono::steady_clock::time_point started;
+  };
+  std::map<pid_t, Running> running;
+  bool stop_launching = false;
+  std::string first_failure;
+  int finished_runs = 0;
+  int idle_ticks = 0;
+  auto names_in_flight = [&] {
+    std::vector<std::string> n;
+    for (auto& [pid, r] : running) n.push_back(case_label(res.cases[r.index]));
+    return n;
+  };
+  while (!running.empty() || (!queue.empty() && !stop_launching)) {
+    bool launched = false;
+    while (static_cast<int>(running.size()) < jobs && !queue.empty() && !stop_launching) {
+      auto [index, attempt] = queue.front();
+      queue.pop_front();
+      SuiteCase& c = res.cases[index];
+      const std::string id = attempt == 0 ? c.id() : fmt::format("{}-try{}", c.id(), attempt + 1);
+      std::vector<std::string> argv{bin,
+                                    "run",
+                                    c.scenario_file,
+                                    "--results",
+                                    res.dir + "/runs",
+                                    "--run-id",
+                                    id,
+                                    "--set",
+                                    fmt::format("seed={}", c.seed)};
+      if (c.fix) argv.push_back("--fix");
+      argv.insert(argv.end(), o.run_args.begin(), o.run_args.end());
+      const pid_t pid = spawn_logged(argv, res.dir + "/runs/" + id + ".log");
+      running[pid] = {index, attempt, res.dir + "/runs/" + id, std::chrono::steady_clock::now()};
+      launched = true;
+    }
+    if (launched) progress.running(names_in_flight());
+    if (running.empty()) break;
+    int st = 0;
+    const pid_t pid = ::waitpid(-1, &st, WNOHANG);
+    if (pid == 0) {  // nothing ended yet: keep the ETA moving
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (++idle_ticks % 10 == 0) progress.redraw();
+      continue;
+    }
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    auto it = running.find(pid);
+    if (it == running.end()) continue;
+    const Running r = it->second;
+    running.erase(it);
+    SuiteCase& c = res.cases[r.index];
+    SuiteAttempt a = read_attempt(r.run_dir, st);
+    a.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.started).count();
+    c.attempts.push_back(a);
+    c.wall_s += a.wall_s;
+    ++finished_runs;
+    // A failed expectation gets another try; a harness error or a refusal does not.
+    const bool retry =
+        (a.outcome == "fail" || a.outcome == "unknown") && r.attempt < o.retries && !stop_launching;
+    if (retry) {
+      queue.emplace_front(r.index, r.attempt + 1);
+    } else {
+      c.outcome = a.outcome;
+      c.explanation = a.explanation;
+      if (a.outcome == "pass" && c.attempts.size() > 1) c.outcome = "flaky";
+      c.run_dir = a.run_dir;
+      std::ifstream in(a.run_dir + "/verdict.json");
+      auto v = nlohmann::json::parse(in, nullptr, false);
+      if (!v.is_discarded() && v.is_object()) c.manifested_s = v.value("manifested_s", -1.0);
+      c.tokens_per_s = median_tokens_per_s(a.run_dir);
+      if (c.failed() && o.fail_fast && !stop_launching) {
+        stop_launching = true;
+        first_failure = case_label(c);
+      }
+    }
+    progress.finished(
+        fmt::format("{}: {}{} ({:.1f} s)", case_label(c), a.outcome,
+                    c.outcome == "flaky" ? " on try " + std::to_string(r.attempt + 1) : "",
+                    a.wall_s),
+        a.wall_s, is_failure(a.outcome), retry);
+    progress.running(names_in_flight());
+    if (o.calibrate_every > 0 && finished_runs % o.calibrate_every == 0) {
+      res.provenance.calibrate(finished_runs);
+    }
+  }
+  for (auto& [index, attempt] : queue) {
+    SuiteCase& c = res.cases[index];
+    c.outcome = "skipped";
+    c.explanation = fmt::format("{} {} failed", kNotStarted, first_failure);
+    progress.skipped();
+  }
+  progress.close();
+  res.provenance.calibrate(finished_runs);
+  res.provenance.load1_end = load_average_1m();
+  res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  // The suite directory always holds both files (--last-failed reads summary.json there); --junit
+  // and --json write a copy where CI wants it.
+  const std::string junit = suite_junit(res);
+  const std::string json = suite_json(res).dump(2) + "\n";
+  write_atomic(res.dir + "/junit.xml", junit);
+  write_atomic(res.dir + "/summary.json", json);
+  if (!o.junit_path.empty()) write_atomic(o.junit_path, junit);
+  if (!o.json_path.empty()) write_atomic(o.json_path, json);
+  return res;
+}
+
+}  // namespace fl::harness

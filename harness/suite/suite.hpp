@@ -1,0 +1,125 @@
+// Suites: many scenarios, their fix variants and seeds, run as separate `faultline run` processes
+// a few at a time, like a test runner runs tests — selected by name, symptom, stage, last failures
+// or shard, retried, stopped at the first failure on request — and summarised as a table, JUnit
+// XML and a JSON summary with the run's provenance (docs/catalog.md#running-them).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+#include "harness/suite/provenance.hpp"
+
+namespace fl::harness {
+
+// Bad input to a suite option or a selection that matches nothing (exit 2).
+class UsageError : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
+
+struct SuiteSelection {
+  std::vector<std::string> only;      // globs on the scenario name (any may match)
+  std::vector<std::string> symptoms;  // symptom ids, "4.11" (any may match)
+  std::vector<int> stages;            // 1-5 (any may match); clean runs have no stage
+  std::vector<uint64_t> seeds;        // replaces the suite's seeds when not empty
+  bool last_failed = false;           // only the cases that did not pass last time
+  int shard_index = 0;                // 1-based; 0 with shard_count 0: no sharding
+  int shard_count = 0;
+  bool empty() const;
+};
+
+struct SuiteOptions {
+  std::string results_dir = "results/suites";
+  int jobs = 2;
+  bool progress = true;
+  std::string junit_path, json_path;  // "" : inside the suite's results directory
+  std::string faultline_bin;          // the CLI that runs each scenario (default: this one)
+  std::vector<std::string> run_args;  // appended to every `faultline run` (e.g. --detector X)
+  std::string name_suffix;            // appended to the suite directory's name
+  SuiteSelection select;
+  int retries = 0;           // more tries for a case that failed (not for harness errors)
+  bool fail_fast = false;    // start nothing new after the first failure
+  int calibrate_every = 10;  // finished runs between calibration samples (0: start and end only)
+};
+
+// One try of a case.
+struct SuiteAttempt {
+  std::string outcome, explanation, run_dir;
+  double wall_s = 0;
+};
+
+struct SuiteCase {
+  std::string scenario_file, name, symptom;
+  int stage = 0;  // the symptom's stage (taxonomy); 0 for a clean run
+  uint64_t seed = 0;
+  bool fix = false;            // the fix variant
+  std::string device = "cpu";  // workload.device: a cuda case is skipped without a device
+  // pass; fail, unknown (the expectation did not hold / could not be decided); error (harness
+  // or input error); flaky (failed, then passed on a retry); skipped (not run: no device, or
+  // left over by --fail-fast).
+  std::string outcome;
+  std::string explanation;   // the verdict's (of the last try), or why it was skipped
+  double manifested_s = -1;  // when the symptom showed (faulty variant)
+  double wall_s = 0;         // every try together
+  double tokens_per_s = 0;   // median over the run's steps (slowest rank's view), 0 : none
+  std::string run_dir;       // the last try's
+  std::vector<SuiteAttempt> attempts;
+
+  // "name[-fix]-s<seed>": the run id of the first try, the shard key, the --last-failed key.
+  std::string id() const;
+  std::string variant() const { return fix ? "fix" : "faulty"; }
+  // Counts against the suite: fail, unknown, error.
+  bool failed() const;
+};
+
+struct SuiteResult {
+  std::string name, dir;
+  std::vector<SuiteCase> cases;
+  double wall_s = 0;  // the suite's wall clock
+  Provenance provenance;
+  nlohmann::json selection = nlohmann::json::object();  // the options that chose the cases
+  int failures() const;  // cases that make the suite fail (fail, unknown, error)
+  int count(const std::string& outcome) const;
+};
+
+// What a suite would run: its name and the selected cases (every scenario loaded and checked).
+struct SuitePlan {
+  std::string name;
+  std::vector<SuiteCase> cases;
+  std::string previous_dir;  // --last-failed: the results it read
+  nlohmann::json selection = nlohmann::json::object();
+};
+
+// `path`: a suite YAML (name, scenarios: globs relative to it, seeds, fix) or a directory of
+// scenarios. Every scenario runs as it is (it must reproduce its symptom: verdict pass) and, with
+// fix, with its fix applied (verdict pass = the fix clears it), each seed once. Throws
+// ScenarioError for a broken suite or scenario, UsageError for a selection that matches nothing.
+SuitePlan plan_suite(const std::string& path, const SuiteOptions& options);
+SuiteResult run_suite(const std::string& path, const SuiteOptions& options);
+
+// --list: one line per case (scenario, variant, seed, symptom) and the count.
+std::string suite_list(const SuitePlan& plan);
+std::string suite_table(const SuiteResult& r);
+std::string suite_junit(const SuiteResult& r);
+nlohmann::json suite_json(const SuiteResult& r);
+
+// Which shard (0-based, of `count`) a case id belongs to: FNV-1a of the id, modulo count. The
+// same id lands in the same shard on every machine and run.
+int shard_of(const std::string& case_id, int count);
+// "I/N" with 1 <= I <= N; throws UsageError naming the option otherwise.
+void parse_shard(const std::string& text, int& index, int& count);
+// "1,2,3"; throws UsageError for anything but non-negative integers.
+std::vector<uint64_t> parse_seeds(const std::string& text);
+
+// Creates `parent/base`, or `parent/base-2`, `-3`, ... when that exists (mkdir fails with EEXIST:
+// two suites started in the same second never share a directory). Returns the absolute path.
+std::string make_unique_dir(const std::string& parent, const std::string& base);
+
+// Median tokens/s of a run's steps (each step at its slowest rank), 0 without steps.
+double median_tokens_per_s(const std::string& run_dir);
+
+}  // namespace fl::harness

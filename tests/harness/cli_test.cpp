@@ -1,0 +1,160 @@
+// The command line as a person meets it, without launching ranks: --version, usage errors that
+// exit 2 with one line and write nothing, `run` on something that is not a scenario file,
+// `validate` reporting every problem of a file at once, and `suite --list`.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/support/process.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kSource = FAULTLINE_SOURCE_DIR;
+const std::string kCli = FAULTLINE_CLI;
+const std::string kSmoke = kSource + "/scenarios/suites/smoke.yaml";
+
+std::string test_dir() {
+  return fl::test::fresh_test_dir("cli",
+                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+}
+
+size_t lines(const std::string& s) {
+  return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
+}
+
+TEST(Cli, VersionNamesCommitBuildCompilerAndOptions) {
+  auto r = fl::test::run_process({kCli, "--version"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("faultline 0.", 0), 0u) << r.output;
+  for (const char* k : {"\ncommit     ", "\nbuild      ", "\ncompiler   ", "\noptions    CUDA "}) {
+    EXPECT_NE(r.output.find(k), std::string::npos) << k << " in\n" << r.output;
+  }
+  EXPECT_EQ(r.output.find("commit     unknown"), std::string::npos)
+      << "built from a git checkout, the commit is known: " << r.output;
+}
+
+TEST(Cli, HelpExitsZeroAndUsageErrorsExitTwoWithOneLine) {
+  EXPECT_EQ(fl::test::run_process({kCli, "--help"}).exit_code, 0);
+  EXPECT_EQ(fl::test::run_process({kCli, "suite", "--help"}).exit_code, 0);
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{}, "A subcommand is required"},
+      {{"frobnicate"}, "'frobnicate' is not a command (allowed: settings, sites, run, "},
+      {{"run"}, "scenario is required"},
+      {{"run", "x.yaml", "--no-such-flag"}, "--no-such-flag"},
+      {{"suite", kSmoke, "-j", "0"}, "--jobs"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv{kCli};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    auto r = fl::test::run_process(argv);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(r.output.rfind("faultline: ", 0), 0u) << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
+    EXPECT_EQ(lines(r.output), 1u) << r.output;
+  }
+}
+
+TEST(Cli, BadSuiteOptionsExitTwoNamingTheOptionAndWriteNothing) {
+  const auto dir = test_dir();
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--shard", "3/2"}, "faultline: --shard '3/2': the shard must be 1 to 2"},
+      {{"--shard", "x"}, "faultline: --shard 'x': expected I/N"},
+      {{"--retries", "-1"}, "--retries"},
+      {{"--stage", "9"}, "--stage"},
+      {{"--seeds", "a"}, "faultline: --seeds 'a': expected non-negative integers"},
+      {{"--symptom", "9.9"}, "faultline: --symptom '9.9': not a symptom of the taxonomy"},
+      {{"--only", "nothing-like-this"},
+       "faultline: no case of suite 'smoke' (86 cases) matches --only 'nothing-like-this'"},
+      {{"--last-failed"}, "faultline: --last-failed: no earlier results of suite 'smoke'"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> argv{kCli, "suite", kSmoke, "--results", dir + "/out"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = fl::test::run_process(argv);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << ": " << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_EQ(lines(r.output), 1u) << r.output;
+    EXPECT_FALSE(fs::exists(dir + "/out") && !fs::is_empty(dir + "/out"))
+        << args[0] << " wrote into the results directory";
+  }
+}
+
+TEST(Cli, SuiteListPrintsTheSelectionAndRunsNothing) {
+  const auto dir = test_dir();
+  auto r = fl::test::run_process({kCli, "suite", kSmoke, "--list", "--symptom", "4.11", "--stage",
+                                  "4", "--seeds", "1,2", "--results", dir + "/out"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(
+      r.output.find("frozen-rank                              fix    seed 2      symptom 4.11"),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("# 8 cases (2 scenarios) of suite smoke"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/out"));
+  // Shards of the listing add up to the whole.
+  size_t total = 0;
+  for (const char* s : {"1/3", "2/3", "3/3"}) {
+    auto part = fl::test::run_process({kCli, "suite", kSmoke, "--list", "--shard", s});
+    ASSERT_EQ(part.exit_code, 0) << part.output;
+    total += lines(part.output) - 1;
+  }
+  EXPECT_EQ(total, 86u);
+}
+
+TEST(Cli, RunOfADirectoryOrPlainTextSaysItIsNotAScenarioFile) {
+  const auto dir = test_dir();
+  auto r = fl::test::run_process({kCli, "run", dir, "--results", dir + "/out"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "faultline: " + dir + ": not a scenario file (a directory)\n");
+  std::ofstream(dir + "/notes.txt") << "just some words\n";
+  r = fl::test::run_process({kCli, "run", dir + "/notes.txt"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("notes.txt: not a scenario file (expected a YAML map of keys, found "
+                          "plain text)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/out"));
+}
+
+TEST(Cli, ValidateReportsEveryErrorOfAFileInOnePass) {
+  const auto dir = test_dir();
+  const std::string f = dir + "/three.yaml";
+  std::ofstream(f) << "name: three-errors\n"
+                      "topology:\n"
+                      "  ranks: 2\n"
+                      "  launcher: slurm\n"
+                      "workload:\n"
+                      "  steps: many\n"
+                      "  stepz: 3\n"
+                      "expect: {oracle: completed}\n";
+  auto r = fl::test::run_process({kCli, "validate", f});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("faultline: " + f + ": 3 errors:\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\n  " + f +
+                          ":4:13: topology.launcher: 'slurm' is not allowed "
+                          "(allowed: local, mpirun)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("\n  " + f + ":6:10: workload.steps: expected integer, got 'many'"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("\n  " + f + ":7:3: workload.stepz: unknown key (did you mean 'steps'?)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(lines(r.output), 4u) << r.output;
+  // One problem reads as it always did.
+  std::ofstream(dir + "/one.yaml") << "name: one\nworkload: {stepz: 3}\n";
+  r = fl::test::run_process({kCli, "validate", dir + "/one.yaml"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output.rfind("faultline: " + dir + "/one.yaml:2:12: workload.stepz: unknown key", 0),
+            0u)
+      << r.output;
+}
+
+}  // namespace
