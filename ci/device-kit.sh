@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
-# Builds and runs faultline's GPU tests and benchmark on a machine that has CUDA, NCCL, a C++
-# compiler, CMake and ninja but none of the project's Debian libraries (the lent GPU machine).
+# Builds and runs faultline's GPU tests, sanitizer checks, GPU scenarios and benchmark on a machine
+# that has CUDA, NCCL, a C++ compiler, CMake and ninja but none of the project's Debian libraries
+# (the lent GPU machine).
 #
-#   ci/device-kit.sh fetch          here: download the libraries' .debs into .devkit/debs
+#   ci/device-kit.sh fetch          here: download the libraries' .debs into .devkit/debs and check
+#                                   that they and the repository fit the device tool's 64 MiB
 #   ci/device-kit.sh build          there: unpack them into .devkit/root (not /), configure the
-#                                   CUDA build without the gRPC control plane, build the workers,
-#                                   gpu tests and benchmarks into build-gpu/
-#   ci/device-kit.sh test [OUT]     there: ctest -L gpu, then bench/gpu_vs_pytorch.sh; logs to OUT
+#                                   CUDA build with the gRPC control plane, build everything (the
+#                                   workers, the faultline CLI, tests, benchmarks) into build-gpu/
+#   ci/device-kit.sh test [OUT]     there: gpu-tests, sanitize, suite and bench below, in order
+#   ci/device-kit.sh gpu-tests [OUT]   ctest -L gpu
+#   ci/device-kit.sh sanitize [OUT]    compute-sanitizer memcheck, racecheck and synccheck over the
+#                                      CUDA op tests and a short training; error counts summarised
+#   ci/device-kit.sh suite [OUT]       faultline suite scenarios/suites/gpu.yaml
+#   ci/device-kit.sh bench [OUT]       bench/gpu_vs_pytorch.sh (fp32 and bf16 against PyTorch)
 #   ci/device-kit.sh selftest       here (root): hide this machine's copies of those libraries in a
-#                                   private mount namespace, then build and train on 2 CPU ranks
-#                                   with the kit alone
+#                                   private mount namespace, build from the kit alone (JOBS=2 and
+#                                   the targets it runs, unless JOBS/TARGETS say otherwise), train
+#                                   on 2 CPU ranks and run a CPU scenario through the kit's faultline
 #
-# .devkit is ignored by git (.git/info/exclude); name it in the device tool's `carry`.
+# OUT defaults to build-gpu/gpu-results; every step logs there. .devkit is ignored by git
+# (.git/info/exclude); name it in the device tool's `carry`: [".devkit/debs"].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KIT=.devkit
 ROOT="$PWD/$KIT/root"
 ARCH=x86_64-linux-gnu
+LIMIT_MIB=64    # what the device tool carries: the working tree and the carried paths together
+HEADROOM_MIB=4  # left for the repository growing and untracked files
 
 # The libraries the workers, tests and benchmarks link and the headers they compile against, with
 # Open MPI's runtime (mpirun, its plugins, their libraries). Toolchain packages are left out.
@@ -27,7 +38,16 @@ PACKAGES=(
   libboost1.74-dev libboost-system1.74-dev libboost-system1.74.0
   nlohmann-json3-dev libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 libxxhash-dev libxxhash0
   libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libgfortran5
-  libcli11-dev libgtest-dev libbenchmark-dev libbenchmark1debian pkgconf pkgconf-bin libpkgconf3
+  libquadmath0 libcli11-dev libgtest-dev libbenchmark-dev libbenchmark1debian pkgconf pkgconf-bin
+  libpkgconf3
+)
+# The control plane and the harness: gRPC, protobuf (with protoc and grpc_cpp_plugin, run at build
+# time), yaml-cpp, and what gRPC's CMake package links (abseil, re2, c-ares, OpenSSL, zlib).
+GRPC_PACKAGES=(
+  libgrpc++-dev libgrpc-dev libgrpc++1.51 libgrpc29 libprotobuf-dev libprotobuf32
+  libprotobuf-lite32 libprotoc32 protobuf-compiler protobuf-compiler-grpc libabsl-dev
+  libabsl20220623 libre2-dev libre2-9 libc-ares-dev libc-ares2 libssl-dev libssl3 zlib1g-dev
+  libyaml-cpp-dev libyaml-cpp0.7
 )
 
 env_for_root() {
@@ -41,14 +61,89 @@ env_for_root() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 }
 
+out_dir() {
+  OUT_DIR="${1:-build-gpu/gpu-results}"
+  mkdir -p "$OUT_DIR"
+  OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+}
+
+mib() { echo $((($1 + 1048575) / 1048576)); }
+
+# The kit and the tree that travels with it must fit the device tool's limit.
+check_size() {
+  local debs tree
+  debs=$(du -sb "$KIT/debs" | cut -f1)
+  tree=$( (git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2> /dev/null ||
+    true) | awk '/\ttotal$/ {s += $1} END {print s + 0}')
+  echo "device-kit: $(ls "$KIT/debs" | wc -l) packages, $(mib "$debs") MiB in $KIT/debs; the" \
+    "working tree $(mib "$tree") MiB; together $(mib $((debs + tree))) MiB of the $LIMIT_MIB MiB" \
+    "the device tool carries"
+  if ((debs + tree > (LIMIT_MIB - HEADROOM_MIB) * 1048576)); then
+    echo "device-kit: over $((LIMIT_MIB - HEADROOM_MIB)) MiB (the limit less $HEADROOM_MIB MiB" \
+      "headroom): drop packages" >&2
+    exit 1
+  fi
+}
+
+# "ERROR SUMMARY: N errors" of a compute-sanitizer log, or "-" when the run did not get there.
+sanitizer_errors() {
+  local n
+  n=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$1" 2> /dev/null | tail -1 | grep -Eo "[0-9]+" || true)
+  echo "${n:--}"
+}
+
+step_gpu_tests() {
+  (cd build-gpu && ctest -L gpu --output-on-failure 2>&1) | tee "$OUT_DIR/ctest-gpu.log" || true
+}
+
+# compute-sanitizer over the CUDA op tests (minus the test that makes a kernel fault on purpose)
+# and a few steps of fl-train on one GPU, one log per tool and target, and a summary.
+step_sanitize() {
+  local cs
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [ ! -x "$cs" ]; then
+    echo "device-kit: compute-sanitizer not found (PATH, /usr/local/cuda/bin)" |
+      tee "$OUT_DIR/sanitizer-summary.txt"
+    return 0
+  fi
+  local summary="$OUT_DIR/sanitizer-summary.txt" tool target log
+  printf "%-10s %-12s %s\n" tool target errors > "$summary"
+  for tool in memcheck racecheck synccheck; do
+    for target in cuda_ops fl-train; do
+      log="$OUT_DIR/sanitizer-$tool-$target.log"
+      if [ "$target" = cuda_ops ]; then
+        timeout 240 "$cs" --tool "$tool" --log-file "$log" \
+          build-gpu/tests/cuda_ops_test --gtest_filter=-*StickyError* > "$log.out" 2>&1 || true
+      else
+        RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_PORT=$((20000 + RANDOM % 20000)) \
+          timeout 240 "$cs" --tool "$tool" --log-file "$log" \
+          build-gpu/workloads/train/fl-train --model small --device cuda --steps 3 \
+          --micro-batch 2 > "$log.out" 2>&1 || true
+      fi
+      printf "%-10s %-12s %s\n" "$tool" "$target" "$(sanitizer_errors "$log")" >> "$summary"
+    done
+  done
+  cat "$summary"
+}
+
+step_suite() {
+  build-gpu/harness/faultline suite scenarios/suites/gpu.yaml --results "$OUT_DIR/suites" 2>&1 |
+    tee "$OUT_DIR/suite-gpu.log" || true
+}
+
+step_bench() {
+  OUT_DIR="$OUT_DIR" bench/gpu_vs_pytorch.sh build-gpu 2>&1 | tee "$OUT_DIR/bench.log"
+}
+
 case "${1:-}" in
   fetch)
     mkdir -p "$KIT/debs"
     exclude="$(git rev-parse --git-path info/exclude)"
     mkdir -p "$(dirname "$exclude")"
     grep -qx "/$KIT/" "$exclude" 2> /dev/null || echo "/$KIT/" >> "$exclude"
-    (cd "$KIT/debs" && apt-get download "${PACKAGES[@]}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
-    echo "device-kit: $(ls "$KIT/debs" | wc -l) packages, $(du -sh "$KIT/debs" | cut -f1) in $KIT/debs"
+    (cd "$KIT/debs" && apt-get download "${PACKAGES[@]}" "${GRPC_PACKAGES[@]}" 2>&1 |
+      grep -v "^W: Download is performed unsandboxed" || true)
+    check_size
     ;;
   build)
     mkdir -p "$ROOT"
@@ -60,39 +155,95 @@ case "${1:-}" in
     done
     env_for_root
     cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFAULTLINE_CUDA=ON \
-      -DFAULTLINE_GRPC=OFF -DCMAKE_PREFIX_PATH="$ROOT/usr;$ROOT/usr/lib/$ARCH/cmake" \
+      -DFAULTLINE_GRPC=ON -DCMAKE_PREFIX_PATH="$ROOT/usr;$ROOT/usr/lib/$ARCH/cmake" \
       -DMPI_C_COMPILER="$ROOT/usr/bin/mpicc" -DMPIEXEC_EXECUTABLE="$ROOT/usr/bin/mpirun" \
       -DOPENBLAS_INCLUDE_DIR="$ROOT/usr/include/$ARCH/openblas-pthread" \
       -DCLI11_INCLUDE_DIR="$ROOT/usr/include" \
+      -DOPENSSL_ROOT_DIR="$ROOT/usr" -DZLIB_ROOT="$ROOT/usr" \
+      -DProtobuf_PROTOC_EXECUTABLE="$ROOT/usr/bin/protoc" \
+      -DFAULTLINE_PROTOC="$ROOT/usr/bin/protoc" \
+      -DFAULTLINE_GRPC_CPP_PLUGIN="$ROOT/usr/bin/grpc_cpp_plugin" \
       -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}"
-    cmake --build build-gpu --target fl-train fl-infer cuda_ops_test gpu_train_test \
-      kernels_test comm_gpu_test fl-bench-gpu-gemm
+    # Everything by default; JOBS and TARGETS (space-separated) narrow it (the selftest does).
+    # shellcheck disable=SC2086
+    cmake --build build-gpu -j "${JOBS:-$(nproc)}" ${TARGETS:+--target $TARGETS}
     ;;
-  test)
-    OUT_DIR="${2:-build-gpu/gpu-results}"
-    mkdir -p "$OUT_DIR"
+  test | gpu-tests | sanitize | suite | bench)
+    out_dir "${2:-}"
     env_for_root
-    nvidia-smi | tee "$OUT_DIR/nvidia-smi.txt" || true
-    (cd build-gpu && ctest -L gpu --output-on-failure 2>&1) | tee "$OUT_DIR/ctest-gpu.log" || true
-    OUT_DIR="$OUT_DIR" bench/gpu_vs_pytorch.sh build-gpu 2>&1 | tee "$OUT_DIR/bench.log"
+    nvidia-smi > "$OUT_DIR/nvidia-smi.txt" 2>&1 || true
+    case "$1" in
+      test) step_gpu_tests && step_sanitize && step_suite && step_bench ;;
+      gpu-tests) step_gpu_tests ;;
+      sanitize) step_sanitize ;;
+      suite) step_suite ;;
+      bench) step_bench ;;
+    esac
     ;;
   selftest)
-    [ "$(id -u)" -eq 0 ] || { echo "selftest needs root (mount namespace)"; exit 2; }
-    unshare -m --propagation private bash -euo pipefail -c '
-      hide() { for p in "$@"; do
-        if [ -d "$p" ]; then mount -t tmpfs none "$p"; elif [ -e "$p" ]; then mount --bind /dev/null "$p"; fi
-      done; }
-      L=/usr/lib/'"$ARCH"'
-      hide /usr/include/boost /usr/include/fmt /usr/include/spdlog /usr/include/nlohmann         /usr/include/CLI /usr/include/gtest /usr/include/gmock /usr/include/benchmark         /usr/include/xxhash.h /usr/include/'"$ARCH"'/openblas-pthread /usr/include/'"$ARCH"'/openmpi         $L/openmpi $L/openblas-pthread $L/pmix2 $L/cmake /usr/share/cmake /usr/share/openmpi         /usr/bin/mpicc /usr/bin/mpirun /usr/bin/orterun /usr/bin/orted /usr/bin/opal_wrapper         $L/libmpi.so $L/libmpi.so.40 $L/libopen-pal.so.40 $L/libopen-rte.so.40 $L/libfmt.so.9         $L/libspdlog.so.1.10 $L/libxxhash.so.0 $L/libopenblas.so.0 $L/libbenchmark.so.1debian         $L/libboost_system.so.1.74.0 $L/libpmix.so.2 $L/libhwloc.so.15
-      rm -rf build-gpu
-      ci/device-kit.sh build
-      ldd build-gpu/workloads/train/fl-train | grep -E "libmpi|libfmt|libopenblas|libxxhash|libspdlog"
-      . <(sed -n "/^env_for_root()/,/^}/p" ci/device-kit.sh); ROOT='"$ROOT"' ARCH='"$ARCH"' env_for_root
-      MASTER_PORT=29611 mpirun --oversubscribe -np 2 build-gpu/workloads/train/fl-train --dp 2 --steps 3
-    '
+    [ "$(id -u)" -eq 0 ] || {
+      echo "selftest needs root (mount namespace)"
+      exit 2
+    }
+    [ -d "$KIT/debs" ] || {
+      echo "selftest: run ci/device-kit.sh fetch first"
+      exit 2
+    }
+    check_size
+    exec unshare -m --propagation private "$0" selftest-inside
+    ;;
+  selftest-inside)
+    # This machine's copies of what the kit carries, hidden: tmpfs over their directories,
+    # /dev/null over their files (a bind mount over a symlink covers its target). Runtime
+    # libraries the toolchain itself needs stay (libssl3, zlib1g: cmake and dpkg link them), and
+    # so do their .so development links, which point at them; the build finds the kit's first
+    # (OPENSSL_ROOT_DIR, ZLIB_ROOT, CMAKE_PREFIX_PATH). Their headers and static libraries are
+    # hidden.
+    hide() {
+      local p
+      for p in "$@"; do
+        if [ -d "$p" ]; then
+          mount -t tmpfs none "$p"
+        elif [ -e "$p" ]; then mount --bind /dev/null "$p"; fi
+      done
+    }
+    L=/usr/lib/$ARCH
+    shopt -s nullglob
+    hide /usr/include/boost /usr/include/fmt /usr/include/spdlog /usr/include/nlohmann \
+      /usr/include/CLI /usr/include/gtest /usr/include/gmock /usr/include/benchmark \
+      /usr/include/xxhash.h /usr/include/$ARCH/openblas-pthread /usr/include/$ARCH/openmpi \
+      $L/openmpi $L/openblas-pthread $L/pmix2 $L/cmake /usr/share/cmake /usr/share/openmpi \
+      /usr/bin/mpicc /usr/bin/mpirun /usr/bin/orterun /usr/bin/orted /usr/bin/opal_wrapper \
+      $L/libmpi.so $L/libmpi.so.40 $L/libopen-pal.so.40 $L/libopen-rte.so.40 $L/libfmt.so.9 \
+      $L/libspdlog.so.1.10 $L/libxxhash.so.0 $L/libopenblas.so.0 $L/libbenchmark.so.1debian \
+      $L/libboost_system.so.1.74.0 $L/libpmix.so.2 $L/libhwloc.so.15
+    hide /usr/include/grpc /usr/include/grpc++ /usr/include/grpcpp /usr/include/google/protobuf \
+      /usr/include/absl /usr/include/re2 /usr/include/yaml-cpp /usr/include/openssl \
+      /usr/include/$ARCH/openssl /usr/include/ares*.h /usr/include/zlib.h /usr/include/zconf.h \
+      /usr/bin/protoc /usr/bin/grpc_cpp_plugin /usr/bin/grpc_python_plugin \
+      $L/libgrpc* $L/libgpr.* $L/libupb.* $L/libaddress_sorting.* $L/libprotobuf* $L/libprotoc.* \
+      $L/libabsl_* $L/libre2.* $L/libcares.* $L/libyaml-cpp.* $L/libssl.a $L/libcrypto.a $L/libz.a
+    rm -rf build-gpu
+    # What the checks below run, and the gpu tests (they must compile from the kit too).
+    JOBS="${JOBS:-2}" TARGETS="${TARGETS:-fl-train fl-infer faultline cuda_ops_test gpu_train_test}" \
+      "$0" build
+    env_for_root
+    echo "selftest: libraries the kit-built binaries resolve:"
+    for b in build-gpu/workloads/train/fl-train build-gpu/harness/faultline; do
+      ldd "$b" | grep -E "libmpi|libfmt|libopenblas|libxxhash|libspdlog|libgrpc|libprotobuf|libyaml|libabsl_base|libre2|libcares"
+      if ldd "$b" | grep -q "not found"; then
+        ldd "$b" | grep "not found"
+        exit 1
+      fi
+    done
+    MASTER_PORT=29611 mpirun --oversubscribe -np 2 build-gpu/workloads/train/fl-train --dp 2 --steps 3
+    # One CPU scenario end to end through the kit-built harness (2 ranks, judged by its oracle).
+    build-gpu/harness/faultline run scenarios/clean/clean-dp2-tp2.yaml --set topology.ranks=2 \
+      --set topology.tp=1 --results build-gpu/selftest-runs
+    echo "selftest: PASS"
     ;;
   *)
-    sed -n 2,15p "$0"
+    sed -n 2,25p "$0"
     exit 2
     ;;
 esac
