@@ -230,6 +230,25 @@ __global__ void writes_past_static_shared_k(double* out) {
   __syncthreads();
   if (threadIdx.x == 0) *out = part[0];
 }
+// Lane 0 waits for the whole block while its warp's other lanes wait for the warp: neither barrier
+// can open (on a GPU: a hang). The second warp gets through its __syncwarp and returns.
+__global__ void mixed_barriers_k(int* reached) {
+  if (threadIdx.x == 0) {
+    __syncthreads();
+  } else {
+    __syncwarp();
+  }
+  atomicAdd(reached, 1);
+}
+// Each lane of warp 1 meets its warp before the block: warps may pass their own barriers at
+// different times, and threads that return drop out of the block's barrier.
+__global__ void warp_then_block_k(int* out) {
+  if (threadIdx.x < 32) return;
+  out[threadIdx.x] = static_cast<int>(threadIdx.x);
+  __syncwarp();
+  __syncthreads();
+  out[64 + threadIdx.x] = out[32 + (threadIdx.x + 1) % 32];
+}
 }  // namespace broken
 
 namespace fl {
@@ -274,6 +293,25 @@ TEST(CudaEmulation, OutOfBoundsSharedMemoryFailsNamingKernelBlockAndThread) {
                                (&d); }),
             "");
   EXPECT_EQ(d, 1.0);
+}
+
+TEST(CudaEmulation, BarriersThatCannotOpenFailTheLaunchInsteadOfHanging) {
+  int reached = 0;
+  std::string what;
+  try {
+    FL_LAUNCH(broken::mixed_barriers_k, 1, 64, 0)(&reached);
+  } catch (const emu::DeadlockError& e) {
+    what = e.what();
+  }
+  EXPECT_EQ(what,
+            "broken::mixed_barriers_k: block (0,0,0) never finishes: 1 thread(s) wait at "
+            "__syncthreads, 31 at a warp barrier whose other lanes wait elsewhere, 32 returned");
+  EXPECT_EQ(reached, 32);  // the second warp only
+  std::vector<int> out(128, -1);
+  FL_LAUNCH(broken::warp_then_block_k, 1, 64, 0)(out.data());
+  for (int i = 32; i < 64; ++i) EXPECT_EQ(out[64 + i], 32 + (i + 1) % 32) << i;
+  EXPECT_EQ(out[0], -1);
+  EXPECT_EQ(out[64], -1);
 }
 
 // The CUDA path's linear and attention end to end: gemm_plan's layout, the reference GEMM, and the
