@@ -23,13 +23,6 @@ int stage_of(const std::string& symptom) {
   return symptom[0] - '0';
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 void RunView::update(const Event& e) {
   if (e.source == "harness") {
     if (e.kind == "run_start") {

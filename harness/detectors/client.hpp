@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/stats.hpp"
+
 namespace fl::detect {
 
 struct Event {
@@ -102,6 +104,6 @@ class Tool {
 };
 
 // Median of `v` (0 for an empty one).
-double median(std::vector<double> v);
+using fl::stats::median;
 
 }  // namespace fl::detect

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/stats.hpp"
 #include "harness/detectors/tool_main.hpp"
 
 using namespace fl::detect;
@@ -18,11 +19,6 @@ namespace {
 struct Sample {
   double compute = 0, comm = 0;
 };
-double lower_median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[(v.size() - 1) / 2];
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,7 +92,7 @@ int main(int argc, char** argv) {
         for (auto* m : w) {
           std::vector<double> x;
           for (auto& [r, s] : *m) x.push_back(in_comm ? s.comm : s.compute);
-          per_step.push_back(lower_median(x));
+          per_step.push_back(fl::stats::lower_median(x));
         }
         return median(per_step);
       };

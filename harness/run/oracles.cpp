@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "base/ranks.hpp"
+#include "base/stats.hpp"
 
 namespace fl::harness {
 
@@ -139,18 +140,6 @@ bool rank_ok(const Expect& x, int rank) {
   return x.ranks.empty() || std::count(x.ranks.begin(), x.ranks.end(), rank) > 0;
 }
 
-// Medians: the upper one (v[n/2]) and the lower one (v[(n-1)/2]; for two values, the smaller).
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-double lower_median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[(v.size() - 1) / 2];
-}
-
 // How many ordinary step intervals a gap must span to be a hang, at least (besides hang_s): a
 // job whose steps all take longer on a busy host needs a longer gap before it counts as stuck.
 constexpr double kHangIntervals = 5;
@@ -183,7 +172,7 @@ std::optional<Hit> find_hang(const Expect& x, const Facts& f, int64_t end_ns) {
       prev = t;
     }
     const int64_t need =
-        std::max(floor_need, static_cast<int64_t>(kHangIntervals * median(intervals)));
+        std::max(floor_need, static_cast<int64_t>(kHangIntervals * stats::upper_median(intervals)));
     if (progress[i + 1] - progress[i] < need) continue;
     const int64_t at = progress[i] + need;
     Hit h{at, -1, {}, ""};
@@ -250,8 +239,8 @@ ThroughputEvidence throughput_evidence(const Expect& x, const Facts& f) {
       cm.push_back(s->comm);
       cp.push_back(s->compute());
     }
-    (after ? after_comm : before_comm).push_back(lower_median(cm));
-    (after ? after_n : before_n).push_back(lower_median(cp));
+    (after ? after_comm : before_comm).push_back(stats::lower_median(cm));
+    (after ? after_n : before_n).push_back(stats::lower_median(cp));
   }
   if (before_n.empty() || after_n.empty()) {
     ev.judgeable = false;
@@ -266,10 +255,10 @@ ThroughputEvidence throughput_evidence(const Expect& x, const Facts& f) {
   auto peer_ratio = [&](std::map<int, std::vector<double>>& c, int r) {
     std::vector<double> peers;
     for (auto& [q, v] : c) {
-      if (q != r && !v.empty()) peers.push_back(median(v));
+      if (q != r && !v.empty()) peers.push_back(stats::upper_median(v));
     }
     if (peers.empty() || !c.count(r) || c[r].empty()) return 0.0;
-    return median(c[r]) / std::max(kFloor, median(peers));
+    return stats::upper_median(c[r]) / std::max(kFloor, stats::upper_median(peers));
   };
   int slow = -1;
   double best = 0, best_after = 0, best_before = 1;
@@ -286,10 +275,10 @@ ThroughputEvidence throughput_evidence(const Expect& x, const Facts& f) {
     }
   }
   // Slow collectives (or a slow rank that every peer waits for).
-  const double comm_ratio =
-      std::max(kFloor, median(after_comm)) / std::max(kFloor, median(before_comm));
-  const double compute_ratio =
-      std::max(kFloor, median(after_n)) / std::max(kFloor, median(before_n));
+  const double comm_ratio = std::max(kFloor, stats::upper_median(after_comm)) /
+                            std::max(kFloor, stats::upper_median(before_comm));
+  const double compute_ratio = std::max(kFloor, stats::upper_median(after_n)) /
+                               std::max(kFloor, stats::upper_median(before_n));
   const double job = comm_ratio / std::max(1.0, compute_ratio);
   const std::string rank_text =
       slow >= 0 ? fmt::format(
@@ -300,15 +289,17 @@ ThroughputEvidence throughput_evidence(const Expect& x, const Facts& f) {
   const std::string job_text = fmt::format(
       "time in collectives {:.1f} ms per step from step {} vs {:.1f} ms before ({:.1f}x) while "
       "compute changed {:.1f}x",
-      median(after_comm) * 1e3, split, median(before_comm) * 1e3, comm_ratio, compute_ratio);
-  if (slow >= 0 && best >= x.factor) {
+      stats::upper_median(after_comm) * 1e3, split, stats::upper_median(before_comm) * 1e3,
+      comm_ratio, compute_ratio);
+  const bool by_rank = x.slowed != "collectives", by_comm = x.slowed != "rank";
+  if (by_rank && slow >= 0 && best >= x.factor) {
     ev.hit = Hit{t_at,
                  split,
                  {slow},
                  fmt::format("{}, its peers waiting in collectives; {} "
                              "(threshold {}x)",
                              rank_text, job_text, x.factor)};
-  } else if (job >= x.factor) {
+  } else if (by_comm && job >= x.factor) {
     std::vector<int> all;
     for (int r : ranks) {
       if (rank_ok(x, r)) all.push_back(r);
@@ -317,7 +308,12 @@ ThroughputEvidence throughput_evidence(const Expect& x, const Facts& f) {
                  fmt::format("collectives slowed on every rank: {}; {} (threshold {}x)", job_text,
                              rank_text, x.factor)};
   } else {
-    ev.absent = fmt::format("{}; {} (threshold {}x)", rank_text, job_text, x.factor);
+    ev.absent = fmt::format("{}; {} (threshold {}x{})", rank_text, job_text, x.factor,
+                            x.slowed == "any"
+                                ? ""
+                                : fmt::format("; expect.slowed {}: only {} counts", x.slowed,
+                                              x.slowed == "rank" ? "a rank slower than its peers"
+                                                                 : "time in collectives"));
   }
   return ev;
 }

@@ -395,6 +395,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.expect.hang_s = e["hang_s"].as<double>();
   s.expect.factor = e["factor"].as<double>();
   s.expect.after_step = e["after_step"].as<int64_t>();
+  s.expect.slowed = e["slowed"].as<std::string>();
   ErrorCollector::check([&] {
     if (s.expect.oracle == "error_signature" && s.expect.pattern.empty()) {
       fail_at(path, doc["expect"], "expect.pattern", "the error_signature oracle needs a pattern");

@@ -84,6 +84,9 @@ struct Expect {
   double hang_s = 10;
   double factor = 2.0;
   int64_t after_step = -1;
+  // throughput_degradation: what must be slow: "rank" (a rank computing longer than its peers),
+  // "collectives" (time in collectives against compute) or "any".
+  std::string slowed = "any";
   bool absent = false;  // the oracle must NOT observe its symptom, and the run must complete
 };
 

@@ -248,6 +248,15 @@ const std::vector<KeySpec>& scenario_schema() {
        {},
        -1,
        1e9},
+      {"expect.slowed",
+       K::kEnum,
+       "any",
+       "throughput_degradation: what must be slow: rank (one rank computes longer than its "
+       "peers in the same steps, which load on the host cancels out of), collectives (time in "
+       "collectives after vs before, against compute: a slow link; a busy host alone slowed "
+       "latency-bound collectives up to 8x, so give such a scenario a factor far above that) or "
+       "any",
+       {"rank", "collectives", "any"}},
       {"prepare", K::kSection, "",
        "Overrides (any keys above) of a preparation run without faults that runs to completion "
        "first, in this run's directory; its checkpoints become this run's (e.g. a training run "

@@ -115,15 +115,6 @@ std::vector<std::string> collect_run_dirs(const std::vector<std::string>& paths)
   return out;
 }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const double pos = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
 double DetectorScore::f1() const {
   const double p = precision(), r = recall();
   return p + r > 0 ? 2 * p * r / (p + r) : 0;

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/stats.hpp"
+
 namespace fl::harness {
 
 struct ScoredDiagnosis {
@@ -75,7 +77,7 @@ struct DetectorScore {
 std::vector<DetectorScore> score_detectors(const std::vector<RunTruth>& runs);
 
 // p-th percentile (0-100) by linear interpolation; NaN for an empty list.
-double percentile(std::vector<double> v, double p);
+using fl::stats::percentile;
 
 nlohmann::json scores_json(const std::vector<DetectorScore>& scores);
 // A fixed-width table (terminal) or a markdown table, one row per detector, a column per stage.

@@ -16,6 +16,7 @@
 #include <nccl.h>
 #endif
 
+#include "base/stats.hpp"
 #include "harness/suite/build_info.hpp"
 #include "harness/suite/calibrate.hpp"
 
@@ -99,9 +100,7 @@ double Provenance::calibration_median() const {
   if (calibration.empty()) return 0;
   std::vector<double> v;
   for (const auto& s : calibration) v.push_back(s.gflops);
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  return stats::median(std::move(v));
 }
 
 nlohmann::json Provenance::to_json() const {

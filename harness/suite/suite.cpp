@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "base/settings.hpp"
+#include "base/stats.hpp"
 #include "harness/run/launch_args.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/scenario/scenario.hpp"
@@ -123,9 +124,7 @@ double median_tokens_per_s(const std::string& run_dir) {
   }
   std::vector<double> v;
   for (auto& [s, t] : per_step) v.push_back(t);
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return stats::upper_median(std::move(v));
 }
 
 SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {

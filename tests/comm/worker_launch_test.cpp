@@ -166,6 +166,56 @@ TEST_F(WorkerLaunch, ReorderedOpIsIssuedAfterTheNextOne) {
   EXPECT_NE(r.exit_code, 0) << r.output;
 }
 
+// send_recv's halves are ops of their own for the fault plan: re-shaped, the receiving rank
+// gets a message of another size or type; postponed, the send goes out after the rank's next op,
+// so the receiver takes the later message first (MPI matches by order between two ranks).
+TEST_F(WorkerLaunch, SendRecvHalvesAreResizedRetypedAndReordered) {
+  const std::vector<std::string> ring = {"--op",    "send_recv", "--ops",        "4",
+                                         "--count", "100",       "--timeout-ms", "10000"};
+  auto r = launch(4, ring, "comm.send_recv.send[rank=1,seq=2]=resize(-10)");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 2] send_recv 2: element 90 from rank 1 is -1, not 2002 (what it "
+                          "sent in op 2)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("[rank 2] send_recv 1:"), std::string::npos) << r.output;
+
+  env_["MASTER_PORT"] = std::to_string(free_port());
+  r = launch(4, ring, "comm.send_recv.send[rank=1,seq=2]=retype(fp16)");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex(R"(\[rank 2\] send_recv 2: element \d+ from rank 1 is \S+, not 2002)")))
+      << r.output;
+
+  env_["MASTER_PORT"] = std::to_string(free_port());
+  r = launch(4, ring, "comm.send_recv.send[rank=1,seq=1]=reorder");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 2] send_recv 1: element 0 from rank 1 is 2002, not 1002"),
+            std::string::npos)
+      << r.output;
+  // The postponed send reads the caller's buffer when it goes out, after op 2: by then it holds
+  // op 2's data, so op 2 receives what it expects.
+  EXPECT_EQ(r.output.find("[rank 2] send_recv 2:"), std::string::npos) << r.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(r.output.find("[rank " + std::to_string(rank) + "] 4 ops done"), std::string::npos)
+        << r.output;
+  }
+}
+
+// A split postponed by a reorder fault: the rank gets no group, its next op on the world meets
+// the others' split (a named mismatch in verify mode), and the postponed exchange owns its memory.
+TEST_F(WorkerLaunch, ReorderedSplitLeavesTheRankWithoutAGroup) {
+  auto r = launch(
+      4, {"--op", "split", "--ops", "3", "--count", "100", "--timeout-ms", "10000", "--verify"},
+      "comm.split[rank=1]=reorder");
+  EXPECT_EQ(r.exit_code, exit_code::kCommMismatch) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] split gave no group"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("collective mismatch on group 'world': rank 1 called all_reduce(count "
+                          "100, dtype fp32, reduce sum) at seq 1; ranks 0,2-3 called split("),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(WorkerLaunch, WorldSizeDisagreementNamesTheRanks) {
   auto r = launch_with_last_rank_env(4, "WORLD_SIZE=8");
   EXPECT_EQ(r.exit_code, exit_code::kRendezvous) << r.output;

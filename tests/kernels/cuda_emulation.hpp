@@ -6,13 +6,14 @@
 // arrived, and threads waiting at barriers that can never open (a __syncthreads some threads skip)
 // fail the launch with emu::DeadlockError instead of hanging. Blocks run one after another, so
 // static storage is the block's shared memory. (One OS thread per CUDA thread worked too, but
-// 256 threads meeting at barriers on a 2-core machine made the tests take minutes.) Shared memory is bounds-checked as compute-sanitizer's memcheck does on a GPU:
-// kernels declare it with FL_SHARED_ARRAY / FL_DYNAMIC_SHARED (a bare __shared__ does not compile
-// here), every element access goes through a checked reference, and a launch in which any thread
-// read or wrote outside its array throws emu::SharedMemoryError naming the kernel, block, thread,
-// array, index and size (the test fails). fp16/bf16 conversions use the project's
-// round-to-nearest-even ones. It checks the kernels' indexing, reductions, synchronisation and
-// shared-memory bounds — not timing, not the hardware's intrinsics.
+// 256 threads meeting at barriers on a 2-core machine made the tests take minutes.) Shared memory
+// is bounds-checked as compute-sanitizer's memcheck does on a GPU: kernels declare it with
+// FL_SHARED_ARRAY / FL_DYNAMIC_SHARED (a bare __shared__ does not compile here), every element
+// access goes through a checked reference, and a launch in which any thread read or wrote outside
+// its array throws emu::SharedMemoryError naming the kernel, block, thread, array, index and size
+// (the test fails). fp16/bf16 conversions use the project's round-to-nearest-even ones. It checks
+// the kernels' indexing, reductions, synchronisation and shared-memory bounds — not timing, not the
+// hardware's intrinsics.
 #pragma once
 
 #include <ucontext.h>
@@ -67,7 +68,7 @@ struct Block {
   std::vector<double> slots;  // one shuffle slot per thread
   ucontext_t scheduler{};
   unsigned current = 0;
-  std::function<void()> body;  // the kernel with its arguments
+  std::function<void()> body;             // the kernel with its arguments
   const void* scheduler_stack = nullptr;  // for AddressSanitizer's fiber annotations
   size_t scheduler_stack_size = 0;
 };
@@ -83,9 +84,7 @@ constexpr size_t kFiberStack = 128 * 1024;
 struct Stacks {
   std::unique_ptr<char[]> memory;
   size_t count = 0;
-  char* of(unsigned i) {
-    return memory.get() + static_cast<size_t>(i) * kFiberStack;
-  }
+  char* of(unsigned i) { return memory.get() + static_cast<size_t>(i) * kFiberStack; }
   void reserve(unsigned n) {
     if (n <= count) return;
     memory.reset(new char[static_cast<size_t>(n) * kFiberStack]);

@@ -280,17 +280,20 @@ TEST(CudaEmulation, OutOfBoundsSharedMemoryFailsNamingKernelBlockAndThread) {
     EXPECT_NE(read.find(want), std::string::npos) << read;
   }
   double d = 0;
-  const std::string write =
-      shared_error([&] { FL_LAUNCH(broken::writes_past_static_shared_k, 1, 9 * 32, 0)
-                         (&d); });
+  const std::string write = shared_error([&] {
+    FL_LAUNCH(broken::writes_past_static_shared_k, 1, 9 * 32, 0)
+    (&d);
+  });
   EXPECT_NE(
       write.find("broken::writes_past_static_shared_k: block (0,0,0) thread (256,0,0) writes "
                  "part[8], out of bounds of its 8 elements (64 bytes of static shared memory)"),
       std::string::npos)
       << write;
   // In bounds, the same launch shape passes.
-  EXPECT_EQ(shared_error([&] { FL_LAUNCH(broken::writes_past_static_shared_k, 1, 8 * 32, 0)
-                               (&d); }),
+  EXPECT_EQ(shared_error([&] {
+              FL_LAUNCH(broken::writes_past_static_shared_k, 1, 8 * 32, 0)
+              (&d);
+            }),
             "");
   EXPECT_EQ(d, 1.0);
 }

@@ -7,6 +7,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -160,22 +161,53 @@ void Communicator::check_usable(const FlightEntry& d) const {
   }
 }
 
-template <class Start>
-void Communicator::run(FlightEntry d, int verdict, Start&& start) {
-  auto v = static_cast<fault::Verdict>(verdict);
+void Communicator::fail_at_site(const FlightEntry& d) const {
+  raise<CommError>("[rank {}] {} failed: error returned by an armed fault site", world_rank_,
+                   describe(d));
+}
+
+Communicator::Shaped Communicator::shaped(Op& op, fault::Verdict v) {
+  // Barrier and split carry no data a resize or retype could change.
+  if (v != fault::Verdict::kAlter || (op.in.data == nullptr && op.out.data == nullptr)) {
+    return {op.in, op.out};
+  }
+  Shaped r;
+  r.in = altered(op.in, op.d);
+  if (op.out.data == nullptr) {
+    r.out = op.out;
+  } else if (op.out.data == op.in.data) {
+    r.out = r.in;  // in place: the op writes the scratch it read
+  } else {
+    r.out = altered_output(op.out, r.in.count * op.out_num / op.out_den, r.in.dtype);
+  }
+  return r;
+}
+
+void Communicator::collective(Op op, fault::Verdict v) {
   // A dropped op never happens on this rank: nothing is recorded, as with a real missed call.
   // The injector's fired log is the ground truth.
   if (v == fault::Verdict::kSkip) return;
-  if (v == fault::Verdict::kFail) {
-    raise<CommError>("[rank {}] {} failed: error returned by an armed fault site", world_rank_,
-                     describe(d));
-  }
+  if (v == fault::Verdict::kFail) fail_at_site(op.d);
   if (v == fault::Verdict::kDefer) {
     // Reorder: this rank issues the op after its next one, as code that walks its buckets or
     // groups in a different order does. The caller goes on with the buffer not yet reduced.
-    deferred_.push_back([this, d, start]() mutable { run(d, 0, start); });
+    deferred_.push_back(std::move(op));
     return;
   }
+  const Shaped b = shaped(op, v);
+  issue(op.d, [&] { return op.start(b.in, b.out); });
+  if (b.out.data != nullptr && b.out.data != op.out.data) copy_back(b.out, op.out);
+}
+
+void Communicator::run_one_deferred() {
+  if (deferred_.empty()) return;
+  Op later = std::move(deferred_.front());
+  deferred_.erase(deferred_.begin());
+  collective(std::move(later), fault::Verdict::kProceed);
+}
+
+void Communicator::issue(const FlightEntry& d,
+                         const std::function<std::unique_ptr<PendingOp>()>& start) {
   CommClock clock;
   uint64_t id = recorder_->record(d);
   std::unique_ptr<PendingOp> pending;
@@ -191,11 +223,6 @@ void Communicator::run(FlightEntry d, int verdict, Start&& start) {
     recorder_->set_state(id, OpState::kStarted);
     wait(*pending, d, id, "");
     recorder_->set_state(id, OpState::kCompleted);
-    if (!deferred_.empty()) {
-      auto later = std::move(deferred_.front());
-      deferred_.erase(deferred_.begin());
-      later();
-    }
   } catch (const CommTimeoutError&) {
     // The backend may still write into the op's staging memory: keep it alive.
     (void)pending.release();
@@ -205,6 +232,7 @@ void Communicator::run(FlightEntry d, int verdict, Start&& start) {
     broken_reason_ = e.what();
     throw;
   }
+  run_one_deferred();
 }
 
 Buffer Communicator::altered(const Buffer& b, FlightEntry& d) {
@@ -356,13 +384,9 @@ void Communicator::all_reduce(Buffer buf, ReduceOp op) {
                               (fault::SiteContext{d.seq, group_, "all_reduce", -1, site.of(buf),
                                                   buf.count, buf.dtype, -1}));
   }
-  if (v == fault::Verdict::kAlter) {
-    const Buffer alt = altered(buf, d);
-    run(d, 0, [=, this] { return start_all_reduce(alt, op); });
-    copy_back(alt, buf);
-    return;
-  }
-  run(d, static_cast<int>(v), [=, this] { return start_all_reduce(buf, op); });
+  collective({d, buf, buf, 1, 1,
+              [this, op](const Buffer& in, const Buffer&) { return start_all_reduce(in, op); }},
+             v);
 }
 
 void Communicator::reduce_scatter(const Buffer& in, Buffer out, ReduceOp op) {
@@ -383,14 +407,10 @@ void Communicator::reduce_scatter(const Buffer& in, Buffer out, ReduceOp op) {
                               (fault::SiteContext{d.seq, group_, "reduce_scatter", -1, site.of(in),
                                                   in.count, in.dtype, -1}));
   }
-  if (v == fault::Verdict::kAlter) {
-    const Buffer ain = altered(in, d);
-    const Buffer aout = altered_output(out, ain.count / static_cast<size_t>(size_), ain.dtype);
-    run(d, 0, [=, this] { return start_reduce_scatter(ain, aout, op); });
-    copy_back(aout, out);
-    return;
-  }
-  run(d, static_cast<int>(v), [=, this] { return start_reduce_scatter(in, out, op); });
+  collective(
+      {d, in, out, 1, static_cast<size_t>(size_),
+       [this, op](const Buffer& i, const Buffer& o) { return start_reduce_scatter(i, o, op); }},
+      v);
 }
 
 void Communicator::all_gather(const Buffer& in, Buffer out) {
@@ -411,14 +431,9 @@ void Communicator::all_gather(const Buffer& in, Buffer out) {
         "comm.all_gather",
         (fault::SiteContext{d.seq, group_, "all_gather", -1, site.of(in), in.count, in.dtype, -1}));
   }
-  if (v == fault::Verdict::kAlter) {
-    const Buffer ain = altered(in, d);
-    const Buffer aout = altered_output(out, ain.count * static_cast<size_t>(size_), ain.dtype);
-    run(d, 0, [=, this] { return start_all_gather(ain, aout); });
-    copy_back(aout, out);
-    return;
-  }
-  run(d, static_cast<int>(v), [=, this] { return start_all_gather(in, out); });
+  collective({d, in, out, static_cast<size_t>(size_), 1,
+              [this](const Buffer& i, const Buffer& o) { return start_all_gather(i, o); }},
+             v);
 }
 
 void Communicator::broadcast(Buffer buf, int root) {
@@ -432,13 +447,9 @@ void Communicator::broadcast(Buffer buf, int root) {
                               (fault::SiteContext{d.seq, group_, "broadcast", root, site.of(buf),
                                                   buf.count, buf.dtype, -1}));
   }
-  if (v == fault::Verdict::kAlter) {
-    const Buffer alt = altered(buf, d);
-    run(d, 0, [=, this] { return start_broadcast(alt, root); });
-    copy_back(alt, buf);
-    return;
-  }
-  run(d, static_cast<int>(v), [=, this] { return start_broadcast(buf, root); });
+  collective({d, buf, buf, 1, 1,
+              [this, root](const Buffer& b, const Buffer&) { return start_broadcast(b, root); }},
+             v);
 }
 
 void Communicator::send(const Buffer& buf, int peer) {
@@ -452,12 +463,10 @@ void Communicator::send(const Buffer& buf, int peer) {
         "comm.send",
         (fault::SiteContext{d.seq, group_, "send", peer, site.of(buf), buf.count, buf.dtype, -1}));
   }
-  if (v == fault::Verdict::kAlter) {
-    const Buffer alt = altered(buf, d);
-    run(d, 0, [=, this] { return start_send(alt, peer, kDataTag); });
-    return;
-  }
-  run(d, static_cast<int>(v), [=, this] { return start_send(buf, peer, kDataTag); });
+  collective(
+      {d, buf, Buffer{}, 1, 1,
+       [this, peer](const Buffer& b, const Buffer&) { return start_send(b, peer, kDataTag); }},
+      v);
 }
 
 void Communicator::recv(Buffer buf, int peer) {
@@ -471,13 +480,10 @@ void Communicator::recv(Buffer buf, int peer) {
         "comm.recv",
         (fault::SiteContext{d.seq, group_, "recv", peer, site.of(buf), buf.count, buf.dtype, -1}));
   }
-  if (v == fault::Verdict::kAlter) {
-    const Buffer alt = altered(buf, d);
-    run(d, 0, [=, this] { return start_recv(alt, peer, kDataTag); });
-    copy_back(alt, buf);
-    return;
-  }
-  run(d, static_cast<int>(v), [=, this] { return start_recv(buf, peer, kDataTag); });
+  collective(
+      {d, buf, buf, 1, 1,
+       [this, peer](const Buffer&, const Buffer& b) { return start_recv(b, peer, kDataTag); }},
+      v);
 }
 
 void Communicator::send_recv(const Buffer& out, int send_peer, Buffer in, int recv_peer) {
@@ -501,36 +507,54 @@ void Communicator::send_recv(const Buffer& out, int send_peer, Buffer in, int re
                                (fault::SiteContext{dr.seq, group_, "recv", recv_peer, site.of(in),
                                                    in.count, in.dtype, -1}));
   }
-  if (vs == fault::Verdict::kFail || vr == fault::Verdict::kFail) {
-    raise<CommError>("[rank {}] send_recv failed: error returned by an armed fault site",
-                     world_rank_);
-  }
-  const bool do_send = vs != fault::Verdict::kSkip, do_recv = vr != fault::Verdict::kSkip;
-  CommClock clock;
-  uint64_t ids = do_send ? recorder_->record(ds) : 0;
-  uint64_t idr = do_recv ? recorder_->record(dr) : 0;
-  std::unique_ptr<PendingOp> ps, pr;
-  try {
-    if (do_recv) pr = start_recv(in, recv_peer, kDataTag);
-    if (do_send) ps = start_send(out, send_peer, kDataTag);
-    if (do_recv) recorder_->set_state(idr, OpState::kStarted);
-    if (do_send) recorder_->set_state(ids, OpState::kStarted);
-    if (do_send) {
-      wait(*ps, ds, ids, "");
-      recorder_->set_state(ids, OpState::kCompleted);
+  // Each half is an op of its own for the fault: it can fail, be dropped, be re-shaped, or be
+  // postponed after this rank's next op (the other half still runs now).
+  Op s{ds, out, Buffer{}, 1, 1, [this, send_peer](const Buffer& b, const Buffer&) {
+         return start_send(b, send_peer, kDataTag);
+       }};
+  Op r{dr, in, in, 1, 1, [this, recv_peer](const Buffer&, const Buffer& b) {
+         return start_recv(b, recv_peer, kDataTag);
+       }};
+  if (vs == fault::Verdict::kFail) fail_at_site(s.d);
+  if (vr == fault::Verdict::kFail) fail_at_site(r.d);
+  const bool do_send = vs != fault::Verdict::kSkip && vs != fault::Verdict::kDefer;
+  const bool do_recv = vr != fault::Verdict::kSkip && vr != fault::Verdict::kDefer;
+  const Shaped bs = shaped(s, vs), br = shaped(r, vr);
+  {
+    CommClock clock;
+    const uint64_t ids = do_send ? recorder_->record(s.d) : 0;
+    const uint64_t idr = do_recv ? recorder_->record(r.d) : 0;
+    std::unique_ptr<PendingOp> ps, pr;
+    try {
+      // Both started before either is waited for.
+      if (do_recv) pr = r.start(br.in, br.out);
+      if (do_send) ps = s.start(bs.in, bs.out);
+      if (do_recv) recorder_->set_state(idr, OpState::kStarted);
+      if (do_send) recorder_->set_state(ids, OpState::kStarted);
+      if (do_send) {
+        wait(*ps, s.d, ids, "");
+        recorder_->set_state(ids, OpState::kCompleted);
+      }
+      if (do_recv) {
+        wait(*pr, r.d, idr, "");
+        recorder_->set_state(idr, OpState::kCompleted);
+      }
+    } catch (const CommTimeoutError&) {
+      (void)ps.release();
+      (void)pr.release();
+      throw;
+    } catch (const CommError& e) {
+      if (do_send) recorder_->set_state(ids, OpState::kFailed);
+      if (do_recv) recorder_->set_state(idr, OpState::kFailed);
+      broken_reason_ = e.what();
+      throw;
     }
-    if (do_recv) {
-      wait(*pr, dr, idr, "");
-      recorder_->set_state(idr, OpState::kCompleted);
-    }
-  } catch (const CommTimeoutError&) {
-    (void)ps.release();
-    (void)pr.release();
-    throw;
-  } catch (const CommError& e) {
-    broken_reason_ = e.what();
-    throw;
+    if (do_recv && br.out.data != in.data) copy_back(br.out, in);
   }
+  // An op postponed earlier runs after this one; a half postponed here, after the next one.
+  if (do_send || do_recv) run_one_deferred();
+  if (vs == fault::Verdict::kDefer) deferred_.push_back(std::move(s));
+  if (vr == fault::Verdict::kDefer) deferred_.push_back(std::move(r));
 }
 
 void Communicator::barrier() {
@@ -539,7 +563,9 @@ void Communicator::barrier() {
   d.seq = seq_++;
   auto v = FAULTLINE_FAULT_POINT("comm.barrier", (fault::SiteContext{d.seq, group_, "barrier", -1,
                                                                      nullptr, 0, DType::kU8, -1}));
-  run(d, static_cast<int>(v), [this] { return start_barrier(); });
+  collective({d, Buffer{}, Buffer{}, 1, 1,
+              [this](const Buffer&, const Buffer&) { return start_barrier(); }},
+             v);
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
@@ -548,23 +574,25 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   d.seq = seq_++;
   auto v = FAULTLINE_FAULT_POINT(
       "comm.split", (fault::SiteContext{d.seq, group_, "split", -1, nullptr, 0, DType::kI32, -1}));
-  std::unique_ptr<Communicator> child;
   // Exchanging (color, key) first gives the split a deadline: MPI_Comm_split itself cannot time
   // out, but once every member has answered here it only waits on ranks known to be present.
-  int32_t mine[2] = {color, key};
-  std::vector<int32_t> all(2 * static_cast<size_t>(size_));
-  run(d, static_cast<int>(v), [&] {
-    return start_all_gather(host_buffer(mine, 2, DType::kI32),
-                            host_buffer(all.data(), all.size(), DType::kI32));
-  });
-  if (v == fault::Verdict::kSkip) return nullptr;
+  // The exchange owns its memory: a reorder fault runs it after this call has returned.
+  auto mine = std::make_shared<std::array<int32_t, 2>>(std::array<int32_t, 2>{color, key});
+  auto all = std::make_shared<std::vector<int32_t>>(2 * static_cast<size_t>(size_));
+  collective({d, Buffer{}, Buffer{}, 1, 1,
+              [this, mine, all](const Buffer&, const Buffer&) {
+                return start_all_gather(host_buffer(mine->data(), 2, DType::kI32),
+                                        host_buffer(all->data(), all->size(), DType::kI32));
+              }},
+             v == fault::Verdict::kAlter ? fault::Verdict::kProceed : v);
+  // Dropped, or postponed after this rank's next op: the rank gets no group now.
+  if (v == fault::Verdict::kSkip || v == fault::Verdict::kDefer) return nullptr;
   try {
-    child = do_split(color < 0 ? -1 : color, key, name);
+    return do_split(color < 0 ? -1 : color, key, name);
   } catch (const CommError& e) {
     broken_reason_ = e.what();
     throw;
   }
-  return child;
 }
 
 }  // namespace fl::comm

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "base/settings.hpp"
+#include "injector/site.hpp"
 #include "workloads/comm/errors.hpp"
 #include "workloads/comm/flight_recorder.hpp"
 #include "workloads/comm/types.hpp"
@@ -111,9 +112,31 @@ class Communicator {
   static constexpr int kVerifyTag = 1;
 
  private:
-  // Honours the fault verdict, records, verifies, starts and waits.
-  template <class Start>
-  void run(FlightEntry desc, int verdict, Start&& start);
+  // One op as a public call made it, after its fault site: the entry the flight recorder and
+  // verify mode see, the buffer it reads, the buffer it writes (the same one for in-place ops,
+  // none for send and barrier; out elements = in elements * out_num / out_den), and how a backend
+  // starts it on (possibly re-shaped) buffers. Owns what a postponed run needs.
+  struct Op {
+    FlightEntry d;
+    Buffer in;
+    Buffer out;
+    size_t out_num = 1, out_den = 1;
+    std::function<std::unique_ptr<PendingOp>(const Buffer& in, const Buffer& out)> start;
+  };
+  // The path every op takes after its fault site (as c10d's collective()): honours the verdict
+  // (drop, fail, reorder, resize/retype onto scratch), then issue(); results written into scratch
+  // are copied back.
+  void collective(Op op, fault::Verdict v);
+  // `op` on the buffers a resize/retype verdict asks for (scratch holding the caller's leading
+  // bytes); `op.d` then shows what was really called. Ops without data stay as they are.
+  struct Shaped {
+    Buffer in, out;
+  };
+  Shaped shaped(Op& op, fault::Verdict v);
+  // Records, verifies, starts and waits for one op, then runs the oldest postponed op.
+  void issue(const FlightEntry& d, const std::function<std::unique_ptr<PendingOp>()>& start);
+  void run_one_deferred();
+  [[noreturn]] void fail_at_site(const FlightEntry& d) const;
   void wait(PendingOp& op, const FlightEntry& desc, uint64_t id, std::string_view phase);
   void check_usable(const FlightEntry& desc) const;
   void verify_collective(const FlightEntry& desc, uint64_t id);
@@ -137,7 +160,7 @@ class Communicator {
   std::map<int, int64_t> p2p_recv_seq_;
   std::string broken_reason_;
   // Ops a reorder fault postponed: each runs right after the next op of this communicator.
-  std::vector<std::function<void()>> deferred_;
+  std::vector<Op> deferred_;
   // Scratch of altered ops; kept for the communicator's life since a timed-out op may still
   // write into it.
   std::vector<std::unique_ptr<std::vector<uint8_t>>> altered_scratch_;
