@@ -209,8 +209,8 @@ TEST(Diff, AMachineBusyWithOtherWorkIsNotARegression) {
     before.push_back(c("c" + std::to_string(i), "fix", "pass", 2.0, 3000));
     after.push_back(c("c" + std::to_string(i), "fix", "pass", 6.0, 1000));
   }
-  const auto busy = diff_suites(with_speed(suite_of(before), 9.0), with_speed(suite_of(after), 3.0),
-                                {});
+  const auto busy =
+      diff_suites(with_speed(suite_of(before), 9.0), with_speed(suite_of(after), 3.0), {});
   ASSERT_EQ(busy.size(), 1u);
   EXPECT_EQ(busy[0].kind, "machine_speed");
   EXPECT_FALSE(busy[0].regression);
@@ -220,8 +220,8 @@ TEST(Diff, AMachineBusyWithOtherWorkIsNotARegression) {
   EXPECT_TRUE(regressed);
   // Code that got 3x slower on a machine of the same speed still is one.
   regressed = false;
-  for (auto& e : diff_suites(with_speed(suite_of(before), 9.0), with_speed(suite_of(after), 9.0),
-                             {})) {
+  for (auto& e :
+       diff_suites(with_speed(suite_of(before), 9.0), with_speed(suite_of(after), 9.0), {})) {
     regressed |= e.regression;
   }
   EXPECT_TRUE(regressed);
