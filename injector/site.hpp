@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/dtype.hpp"
+#include "base/dtype.hpp"
 
 namespace fl::fault {
 

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/dtype.hpp"
+#include "base/dtype.hpp"
 
 namespace fl::ops {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "base/dtype.hpp"
 #include "kernels/device.hpp"
-#include "kernels/dtype.hpp"
 #include "kernels/memory.hpp"
 
 namespace fl {

@@ -28,56 +28,39 @@
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/report/report.hpp"
 #include "harness/run/runner.hpp"
+#include "harness/run/worker_catalog.hpp"
 #include "harness/scenario/scenario.hpp"
 #include "harness/score/bench.hpp"
 #include "harness/suite/build_info.hpp"
 #include "harness/suite/suite.hpp"
 #include "injector/plan.hpp"
-#include "injector/site.hpp"
-#include "workloads/comm/bootstrap.hpp"
-#include "workloads/comm/mpi_communicator.hpp"
-#include "workloads/infer/engine.hpp"
-#include "workloads/train/trainer.hpp"
 
 namespace {
 
-// Referencing the workloads' entry points links their settings and fault sites into this binary.
-__attribute__((used)) auto* const kLinkBootstrap = &fl::comm::bootstrap_worker;
-__attribute__((used)) auto* const kLinkMpi = &fl::comm::MpiCommunicator::create_world;
-__attribute__((used)) const auto kLinkTrain = &fl::train::Trainer::run;
-__attribute__((used)) const auto kLinkInfer = &fl::infer::InferenceEngine::generate;
-__attribute__((used)) auto* const kLinkPlan = &fl::fault::arm_from_env;
-
+// Every setting and site of this build, the workers' included (they answer --describe).
 int print_settings(bool json) {
-  auto all = fl::SettingsRegistry::instance().all();
+  const auto& c = fl::harness::worker_catalog();
+  for (auto& e : c.errors) std::fprintf(stderr, "faultline: %s\n", e.c_str());
   if (json) {
     auto arr = nlohmann::json::array();
-    for (auto& s : all) {
-      std::string cur;
-      try {
-        cur = s.current();
-      } catch (const std::exception& e) {
-        cur = std::string("error: ") + e.what();
-      }
+    for (auto& s : c.settings) {
       arr.push_back({{"env", s.env},
                      {"type", s.type},
                      {"default", s.default_value},
-                     {"current", cur},
+                     {"current", s.current},
                      {"description", s.description}});
     }
     std::printf("%s\n", arr.dump(2).c_str());
-    return 0;
+    return c.errors.empty() ? 0 : 1;
   }
   std::printf("%-32s %-7s %-12s %-12s %s\n", "variable", "type", "default", "current",
               "description");
-  int status = 0;
-  for (auto& s : all) {
-    std::string cur;
-    try {
-      cur = s.current();
-    } catch (const std::exception& e) {
+  int status = c.errors.empty() ? 0 : 1;
+  for (auto& s : c.settings) {
+    std::string cur = s.current;
+    if (cur.rfind("error: ", 0) == 0) {
+      std::fprintf(stderr, "faultline: %s\n", cur.c_str() + 7);
       cur = "INVALID";
-      std::fprintf(stderr, "faultline: %s\n", e.what());
       status = 2;
     }
     std::printf("%-32s %-7s %-12s %-12s %s\n", s.env.c_str(), s.type.c_str(),
@@ -88,23 +71,20 @@ int print_settings(bool json) {
 }
 
 int print_sites(bool json) {
-  auto sites = fl::fault::all_sites();
+  const auto& c = fl::harness::worker_catalog();
+  for (auto& e : c.errors) std::fprintf(stderr, "faultline: %s\n", e.c_str());
+  const int status = c.errors.empty() ? 0 : 1;
   if (json) {
     auto arr = nlohmann::json::array();
-    for (auto* s : sites) arr.push_back({{"name", s->name}, {"file", s->file}, {"line", s->line}});
+    for (auto& s : c.sites) arr.push_back({{"name", s.name}, {"file", s.file}, {"line", s.line}});
     std::printf("%s\n", arr.dump(2).c_str());
-    return 0;
+    return status;
   }
   std::printf("%-24s %s\n", "site", "location");
-  for (auto* s : sites) std::printf("%-24s %s:%d\n", s->name, s->file, s->line);
-  std::printf("# %zu fault sites%s\n", sites.size(),
-#if defined(FAULTLINE_NO_FAULT_SITES)
-              " (this build compiled them out)"
-#else
-              ""
-#endif
-  );
-  return 0;
+  for (auto& s : c.sites) std::printf("%-24s %s:%d\n", s.name.c_str(), s.file.c_str(), s.line);
+  std::printf("# %zu fault sites%s\n", c.sites.size(),
+              c.sites_compiled ? "" : " (this build compiled them out)");
+  return status;
 }
 
 int control(const std::string& addr, const std::string& action, int rank, int sig,

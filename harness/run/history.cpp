@@ -122,6 +122,11 @@ std::vector<HistoryEvent> History::snapshot_and_listen(Listener l, int* id) {
   return events_;
 }
 
+std::vector<HistoryEvent> History::events() const {
+  std::lock_guard lock(mu_);
+  return events_;
+}
+
 uint64_t History::size() const {
   std::lock_guard lock(mu_);
   return events_.size();

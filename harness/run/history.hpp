@@ -54,6 +54,8 @@ class History {
   // Everything appended so far (Observe's replay), and the listener installed atomically with it.
   std::vector<HistoryEvent> snapshot_and_listen(Listener l, int* id);
 
+  // Everything appended so far (the file's content, without reading it back).
+  std::vector<HistoryEvent> events() const;
   int64_t now_ns() const;
   uint64_t size() const;
 

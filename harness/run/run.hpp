@@ -71,6 +71,11 @@ class Run {
   bool incarnation_failed_ = false;
   std::unique_ptr<boost::asio::steady_timer> recovery_timer_;
   std::string dir_, id_;
+  // What the hang watchdog judges: the history's summary, kept up to date by a listener on the
+  // history (declared before it: the history, and what appends to it while it is destroyed,
+  // must not outlive the summary).
+  std::mutex summary_mu_;
+  RunSummary summary_;
   std::unique_ptr<History> hist_;
   std::unique_ptr<Controller> ctl_;
   std::string ctl_addr_;

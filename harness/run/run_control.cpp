@@ -7,6 +7,7 @@
 #include <future>
 
 #include "base/error.hpp"
+#include "base/subprocess.hpp"
 #include "harness/run/launch_args.hpp"
 #include "harness/run/run.hpp"
 #include "injector/plan.hpp"

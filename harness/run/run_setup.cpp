@@ -43,6 +43,10 @@ void Run::prepare() {
   write_atomic(dir_ + "/verdict.json",
                nlohmann::json{{"outcome", "unknown"}, {"state", "running"}}.dump(2) + "\n");
   hist_ = std::make_unique<History>(dir_ + "/history.jsonl");
+  hist_->add_listener([this](const HistoryEvent& e) {
+    std::lock_guard lock(summary_mu_);
+    add_event(summary_, e);
+  });
 }
 
 std::map<std::string, std::string> Run::rank_env(int rank) {

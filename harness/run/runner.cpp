@@ -76,7 +76,8 @@ void Run::launch_all(const std::string& resume_from) {
     auto env = rank_env(r);
     ProcessSpec line_spec;
     line_spec.argv = args;
-    faults_->adjust_rank(r, line_spec, env);
+    std::vector<std::string> unset;
+    faults_->adjust_rank(r, line_spec, env, &unset);
     std::string line = "-np 1 --wdir " + fmt::format("{}/ranks/rank{}", dir_, r);
     for (auto& [k, v] : env) {
       if (k.rfind("FAULTLINE_", 0) != 0 && k != "RANK" && k != "WORLD_SIZE" && k != "LOCAL_RANK" &&
@@ -93,11 +94,7 @@ void Run::launch_all(const std::string& resume_from) {
       }
       line += fmt::format(" -x {}={}", k, v);
     }
-    for (auto& f : s_.oop_faults) {
-      if (f.kind == "env" && (f.rank < 0 || f.rank == r)) {
-        for (auto& k : f.unset) line += " -x " + k + "=";  // app files cannot unset: empty it
-      }
-    }
+    for (auto& k : unset) line += " -x " + k + "=";  // app files cannot unset: empty it
     for (auto& a : line_spec.argv) line += " " + a;
     app += line + "\n";
   }
@@ -161,7 +158,7 @@ void Run::on_exit(const ExitInfo& x) {
     d["process"] = "mpirun";
     hist_->harness("process_exit", d);
     std::set<int> reported;
-    for (const auto& e : read_history(dir_ + "/history.jsonl")) {
+    for (const auto& e : hist_->events()) {
       if (e.source == "rank" && e.kind == "exit") reported.insert(e.rank);
     }
     for (int r : std::set<int>(running_ranks_)) {
@@ -255,9 +252,13 @@ void Run::tick() {
     const int64_t now = hist_->now_ns();
     if (now - last_hang_check_ > 500'000'000) {
       last_hang_check_ = now;
-      hist_->flush();
-      auto h = read_history(dir_ + "/history.jsonl");
-      if (hang_first_ns_ < 0 && hang_observed(s_.expect, h, now - 1'000'000'000)) {
+      RunSummary seen;
+      {
+        std::lock_guard lock(summary_mu_);
+        seen = summary_;
+      }
+      finish_summary(seen);
+      if (hang_first_ns_ < 0 && oracles::find_hang(s_.expect, seen, now - 1'000'000'000)) {
         hang_first_ns_ = now;
         if (!tool_pids_.empty()) {
           // Detectors are watching: the hang goes on a while longer, as it would in a real job,
@@ -487,7 +488,7 @@ RunResult Run::go() {
   hist_->flush();
   std::error_code ec;
   fs::remove_all(dir_ + "/tmp", ec);
-  const auto history = read_history(dir_ + "/history.jsonl");
+  const auto history = hist_->events();
   res.verdict = judge(s_.expect, history);
   nlohmann::json v = res.verdict.to_json();
   v["state"] = "done";

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "harness/run/oracles.hpp"
+#include "harness/oracles/oracle.hpp"
 #include "harness/scenario/scenario.hpp"
 
 namespace fl::harness {

@@ -184,14 +184,19 @@ pid_t Supervisor::spawn(const ProcessSpec& spec) {
     }
     ns_fds.push_back(fd);
   }
-  int cgroup_fd = -1;
-  if (!spec.cgroup_procs.empty()) {
-    cgroup_fd = ::open(spec.cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
-    if (cgroup_fd < 0) {
+  std::vector<int> cgroup_fds;
+  auto close_cgroups = [&] {
+    for (int fd : cgroup_fds) ::close(fd);
+  };
+  for (const auto& procs : spec.cgroup_procs) {
+    const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
       const int e = errno;
       close_all();
-      raise<Error>("{}: cannot open {}: {}", spec.name, spec.cgroup_procs, std::strerror(e));
+      close_cgroups();
+      raise<Error>("{}: cannot open {}: {}", spec.name, procs, std::strerror(e));
     }
+    cgroup_fds.push_back(fd);
   }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
@@ -212,9 +217,9 @@ pid_t Supervisor::spawn(const ProcessSpec& spec) {
         ::_exit(127);
       }
     }
-    if (cgroup_fd >= 0) {
+    for (int fd : cgroup_fds) {
       // "0" is the writing process itself (cgroup v1 and v2).
-      if (::write(cgroup_fd, "0\n", 2) != 2) {
+      if (::write(fd, "0\n", 2) != 2) {
         const int e = errno;
         (void)!::write(status[1], &e, sizeof(e));
         ::_exit(127);
@@ -235,7 +240,7 @@ pid_t Supervisor::spawn(const ProcessSpec& spec) {
   }
   ::setpgid(pid, pid);
   close_all();
-  if (cgroup_fd >= 0) ::close(cgroup_fd);
+  close_cgroups();
   ::close(devnull);
   ::close(out[1]);
   ::close(err[1]);

@@ -29,8 +29,9 @@ struct ProcessSpec {
   bool tag_output = false;  // mpirun --tag-output: lines carry "[1,R]<stdout>:" (R = rank)
   // Namespaces the child enters before exec (/proc/PID/ns/net, /proc/PID/ns/mnt of a holder).
   std::vector<std::string> namespaces;
-  // A cgroup's cgroup.procs file the child puts itself in before exec ("" : none).
-  std::string cgroup_procs;
+  // cgroup.procs files of the cgroups the child puts itself in before exec (one per controller
+  // hierarchy: memory, cpu, ...).
+  std::vector<std::string> cgroup_procs;
 };
 
 struct ExitInfo {

@@ -17,8 +17,13 @@ namespace fl::harness {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& baseline_detectors() {
-  static const std::vector<std::string> d = {"hang",      "comm",   "numeric",
-                                             "straggler", "memory", "logs"};
+  // harness/detectors/CMakeLists.txt's FAULTLINE_DETECTORS, comma-separated.
+  static const std::vector<std::string> d = [] {
+    std::vector<std::string> names;
+    std::istringstream in(FAULTLINE_DETECTORS);
+    for (std::string n; std::getline(in, n, ',');) names.push_back(n);
+    return names;
+  }();
   return d;
 }
 

@@ -2,6 +2,7 @@
 // validation with error collection, the deep merge, `extends:` and --set (validate.cpp).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,18 @@ class ErrorCollector {
 // Throws ScenarioError "file:line:col: path: what" (the node's mark; without one, "file: path").
 [[noreturn]] void fail_at(const std::string& file, const YAML::Node& node, const std::string& path,
                           const std::string& what);
+
+// A key of a list item (list items get no schema defaults filled in).
+template <class T>
+T opt(const YAML::Node& n, const char* key, T fallback) {
+  return n[key] ? n[key].as<T>() : fallback;
+}
+
+// "64k", "300m", "2g" or plain bytes; fail_at otherwise.
+int64_t parse_size(const std::string& file, const YAML::Node& n, const std::string& key);
+// Faults touch only the run directory: no absolute paths, no way out with "..".
+void check_relative(const std::string& file, const YAML::Node& n, const std::string& key,
+                    const std::string& p);
 
 // Deep merge: maps merge key by key, everything else is replaced by `over`.
 YAML::Node merge(const YAML::Node& base, const YAML::Node& over);

@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "base/settings.hpp"
+#include "harness/faults/fault.hpp"
 #include "harness/scenario/loader.hpp"
 
 namespace fl::harness {
@@ -42,46 +43,6 @@ T get(const YAML::Node& n, const char* a, const char* b = nullptr, const char* c
 }
 
 // A key of a list item (list items get no schema defaults filled in).
-template <class T>
-T opt(const YAML::Node& n, const char* key, T fallback) {
-  return n[key] ? n[key].as<T>() : fallback;
-}
-
-// "64k", "300m", "2g" or plain bytes.
-int64_t parse_size(const std::string& file, const YAML::Node& n, const std::string& key) {
-  const std::string v = n.Scalar();
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  const std::string unit = v.substr(used);
-  const double mult = unit.empty()                 ? 1
-                      : unit == "k" || unit == "K" ? 1024.0
-                      : unit == "m" || unit == "M" ? 1024.0 * 1024
-                      : unit == "g" || unit == "G" ? 1024.0 * 1024 * 1024
-                                                   : -1;
-  if (used == 0 || mult < 0 || x <= 0) {
-    fail_at(file, n, key,
-            fmt::format("'{}' is not a size (allowed: a positive number of bytes with an optional "
-                        "k, m or g suffix)",
-                        v));
-  }
-  return static_cast<int64_t>(x * mult);
-}
-
-// File faults touch only the run directory: no absolute paths, no way out with "..".
-void check_relative(const std::string& file, const YAML::Node& n, const std::string& key,
-                    const std::string& p) {
-  if (p.empty() || p[0] == '/' || p.find("..") != std::string::npos) {
-    fail_at(
-        file, n, key,
-        fmt::format("'{}' must be a path inside the run directory (relative, without '..')", p));
-  }
-}
-
 }  // namespace
 
 const Taxonomy::Symptom* Taxonomy::symptom(const std::string& id) const {
@@ -291,93 +252,8 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
         s.plans.push_back(f["plan"].as<std::string>());
         return;
       }
-      OutOfProcessFault o;
-      o.rank = f["rank"] ? f["rank"].as<int>() : -1;
-      o.step = f["step"] ? f["step"].as<int64_t>() : 0;
-      if (o.rank >= s.ranks) {
-        fail_at(path, f["rank"], at + ".rank",
-                fmt::format("rank {} does not exist (allowed -1, 0-{})", o.rank, s.ranks - 1));
-      }
-      if (f["signal"]) {
-        o.kind = "signal";
-        o.signal = f["signal"].as<std::string>();
-        if (o.rank < 0) fail_at(path, f, at + ".rank", "a signal fault needs a rank (0 or more)");
-      } else if (f["env"]) {
-        o.kind = "env";
-        if (f["env"]["set"]) {
-          for (auto it = f["env"]["set"].begin(); it != f["env"]["set"].end(); ++it) {
-            o.set[it->first.Scalar()] = it->second.Scalar();
-          }
-        }
-        if (f["env"]["unset"]) {
-          for (const auto& u : f["env"]["unset"]) o.unset.push_back(u.as<std::string>());
-        }
-      } else if (f["args"]) {
-        o.kind = "args";
-        for (const auto& a : f["args"]) o.args.push_back(a.as<std::string>());
-      } else if (f["file"]) {
-        o.kind = "file";
-        o.path = opt<std::string>(f["file"], "path", "");
-        o.action = opt<std::string>(f["file"], "action", "corrupt");
-        o.bytes = opt<int64_t>(f["file"], "bytes", 64);
-        check_relative(path, f["file"]["path"], at + ".file.path", o.path);
-      } else if (f["disk_full"]) {
-        o.kind = "disk_full";
-        o.path = opt<std::string>(f["disk_full"], "path", "checkpoints");
-        check_relative(path, f["disk_full"]["path"], at + ".disk_full.path", o.path);
-        o.bytes = f["disk_full"]["size"]
-                      ? parse_size(path, f["disk_full"]["size"], at + ".disk_full.size")
-                      : 64 * 1024;
-      } else if (f["memory_limit"]) {
-        o.kind = "memory_limit";
-        o.bytes = parse_size(path, f["memory_limit"], at + ".memory_limit");
-        if (o.rank < 0) fail_at(path, f, at + ".rank", "a memory limit needs a rank (0 or more)");
-      } else if (f["network"]) {
-        o.kind = "network";
-        auto n = f["network"];
-        o.action = opt<std::string>(n, "action", "drop");
-        o.node = opt<int>(n, "node", 0);
-        o.peer = opt<int>(n, "peer", -1);
-        o.store = opt<bool>(n, "store", false);
-        o.rate = opt<std::string>(n, "rate", "1mbit");
-        for (auto [key, v] : {std::pair{"node", o.node}, std::pair{"peer", o.peer}}) {
-          if (v >= s.nodes) {
-            fail_at(path, n[key] ? n[key] : n, at + ".network." + key,
-                    fmt::format("node {} does not exist (allowed 0-{}; topology.nodes is {})", v,
-                                s.nodes - 1, s.nodes));
-          }
-        }
-        if (o.peer == o.node) {
-          fail_at(path, n["peer"], at + ".network.peer", "the peer must be another node");
-        }
-        if (o.action != "bandwidth" && s.nodes < 2 && !o.store) {
-          fail_at(path, n, at + ".network",
-                  "cutting links needs topology.nodes >= 2 (or store: true)");
-        }
-        if (s.launcher != "local") {
-          fail_at(path, n, at + ".network",
-                  "network faults need topology.launcher: local (mpirun starts every rank in one "
-                  "network namespace)");
-        }
-        s.network = "namespaces";
-      } else if (f["restart"] && !f["file"]) {
-        o.kind = "restart";
-        if (!f["restart"].as<bool>()) return;
-      } else if (f["hide"]) {
-        o.kind = "hide";
-        o.path = f["hide"].as<std::string>();
-        check_relative(path, f["hide"], at + ".hide", o.path);
-      } else {
-        o.kind = "port_squat";
-        if (!f["port_squat"].as<bool>()) return;
-      }
-      o.at = f["at"] ? f["at"].as<std::string>() : "step";
-      o.restart = f["restart"] && f["restart"].as<bool>();
-      if (o.kind == "memory_limit" && s.launcher != "local") {
-        fail_at(path, f, at + ".memory_limit",
-                "a per-rank memory limit needs topology.launcher: local");
-      }
-      s.oop_faults.push_back(std::move(o));
+      if (auto fault = faults::parse_fault({path, at, s}, f))
+        s.oop_faults.push_back(std::move(fault));
     });
   }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,24 +54,9 @@ struct Taxonomy {
 // scenarios/taxonomy.yaml of the source tree, or FAULTLINE_TAXONOMY.
 const Taxonomy& taxonomy();
 
-struct OutOfProcessFault {
-  // signal, env, args, port_squat, file, disk_full, memory_limit, network, hide
-  std::string kind;
-  int rank = -1;  // -1: every rank
-  int64_t step = -1;
-  std::string at = "step";                 // launch, step, exit
-  std::string signal;                      // signal
-  std::map<std::string, std::string> set;  // env
-  std::vector<std::string> unset;          // env
-  std::vector<std::string> args;           // args: appended to the rank's command
-  std::string path;    // file (glob), disk_full (dir), hide (library name): run-dir relative
-  std::string action;  // file: delete/truncate/corrupt; network: reject/drop/bandwidth
-  int64_t bytes = 0;   // file: bytes; disk_full: size; memory_limit: limit
-  bool restart = false;
-  int node = 0, peer = -1;  // network
-  bool store = false;
-  std::string rate;
-};
+namespace faults {
+class Fault;  // an out-of-process fault (harness/faults/fault.hpp)
+}
 
 struct Expect {
   std::string symptom;  // empty: none (a clean run)
@@ -115,7 +101,8 @@ struct Scenario {
   std::vector<std::string> fetch;  // artifacts every rank fetches from the run's hub at start
   // faults
   std::vector<std::string> plans;  // in-process, injector grammar
-  std::vector<OutOfProcessFault> oop_faults;
+  // Out-of-process faults, parsed by their kinds (harness/faults/); each run drives a copy.
+  std::vector<std::shared_ptr<const faults::Fault>> oop_faults;
   // expectation and timeouts
   Expect expect;
   double run_timeout_s = 0;

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "harness/faults/fault.hpp"
+#include "harness/run/worker_catalog.hpp"
 #include "harness/scenario/loader.hpp"
 #include "injector/plan.hpp"
 
@@ -97,13 +99,12 @@ std::vector<std::string> children_of(const std::string& parent) {
   return out;
 }
 
-// Plans may only name sites the workers have. The sites are listed from this binary's
-// fl_fault_sites section (the faultline CLI links the workloads); a binary without any site
-// (a unit test) skips the check.
+// Plans may only name sites the workers have (asked from the worker binaries; a build whose
+// workers cannot be asked, or have no sites compiled in, skips the check).
 void check_sites(const std::string& file, const YAML::Node& n, const std::string& key,
                  const fault::Plan& plan) {
   std::set<std::string> known;
-  for (auto* site : fault::all_sites()) known.insert(site->name);
+  for (const auto& site : worker_catalog().sites) known.insert(site.name);
   if (known.empty()) return;
   for (const auto& e : plan.entries) {
     if (known.count(e.site)) continue;
@@ -121,10 +122,6 @@ void check_sites(const std::string& file, const YAML::Node& n, const std::string
                         fmt::join(known, ", ")));
   }
 }
-
-constexpr const char* kFaultKinds[] = {"plan",       "signal", "env",       "args",
-                                       "port_squat", "file",   "disk_full", "memory_limit",
-                                       "network",    "hide",   "restart"};
 
 // The schema path of `path` with list indices removed: faults[2].plan -> faults[].plan.
 std::string schema_path(const std::string& path) {
@@ -301,12 +298,21 @@ void validate_fault(const std::string& file, const YAML::Node& fault, const std:
   const size_t before = ErrorCollector::count();
   validate_map(file, fault, item);
   if (ErrorCollector::count() > before) return;  // the kind count would only repeat a bad key
-  int kinds = 0;
-  for (const char* kk : kFaultKinds) kinds += fault[kk] ? 1 : 0;
-  if (fault["file"] && fault["restart"]) --kinds;  // restart after the damage
-  if (kinds != 1) {
+  // One kind per item: a plan or one registered fault kind (harness/faults/); `restart: true`
+  // beside a kind is its modifier.
+  std::vector<std::string> names = {"plan"}, found;
+  if (fault["plan"]) found.push_back("plan");
+  for (const auto* k : faults::fault_kinds()) {
+    names.push_back(k->key());
+    if (fault[k->key()] && k->key() != "restart") found.push_back(k->key());
+  }
+  if (found.empty() && !fault["restart"]) {
+    fail_at(file, fault, item, fmt::format("names no fault (one of: {})", fmt::join(names, ", ")));
+  }
+  if (found.size() > 1) {
     fail_at(file, fault, item,
-            fmt::format("a fault has exactly one of {}", fmt::join(kFaultKinds, ", ")));
+            fmt::format("names two faults, {} and {} (one per item; add another item)", found[0],
+                        found[1]));
   }
   if (fault["plan"]) {
     fault::Plan plan;
@@ -430,6 +436,41 @@ void apply_override(YAML::Node& doc, const std::string& text, const std::string&
   }
   stack.back()[parts.back()] = value;
   validate(file + " (--set " + path + ")", value, path);
+}
+
+// "64k", "300m", "2g" or plain bytes.
+int64_t parse_size(const std::string& file, const YAML::Node& n, const std::string& key) {
+  const std::string v = n.Scalar();
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = v.substr(used);
+  const double mult = unit.empty()                 ? 1
+                      : unit == "k" || unit == "K" ? 1024.0
+                      : unit == "m" || unit == "M" ? 1024.0 * 1024
+                      : unit == "g" || unit == "G" ? 1024.0 * 1024 * 1024
+                                                   : -1;
+  if (used == 0 || mult < 0 || x <= 0) {
+    fail_at(file, n, key,
+            fmt::format("'{}' is not a size (allowed: a positive number of bytes with an optional "
+                        "k, m or g suffix)",
+                        v));
+  }
+  return static_cast<int64_t>(x * mult);
+}
+
+// File faults touch only the run directory: no absolute paths, no way out with "..".
+void check_relative(const std::string& file, const YAML::Node& n, const std::string& key,
+                    const std::string& p) {
+  if (p.empty() || p[0] == '/' || p.find("..") != std::string::npos) {
+    fail_at(
+        file, n, key,
+        fmt::format("'{}' must be a path inside the run directory (relative, without '..')", p));
+  }
 }
 
 }  // namespace fl::harness::loader

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <limits>
 
+#include "base/dtype.hpp"
 #include "base/error.hpp"
 #include "base/ranks.hpp"
 #include "base/settings.hpp"
-#include "kernels/dtype.hpp"
 
 namespace fl {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "harness/run/oracles.hpp"
+#include "harness/oracles/oracle.hpp"
 
 namespace fl::harness {
 namespace {
@@ -28,6 +28,17 @@ class HistoryBuilder {
       add("rank", r, "step", n,
           fmt::format("{{\"loss\":2.0,\"step_time_s\":{},\"interval_s\":{},\"comm_s\":{}}}",
                       interval, interval, comm[static_cast<size_t>(r)]),
+          t_ + r);
+    }
+  }
+  // A step whose end finds mem[r] bytes in use on rank r (the workers' mem_current).
+  void step_mem(int64_t n, const std::vector<int64_t>& mem) {
+    t_ += 20 * kMs;
+    for (int r = 0; r < ranks_; ++r) {
+      add("rank", r, "step", n,
+          fmt::format("{{\"loss\":2.0,\"step_time_s\":0.02,\"interval_s\":0.02,\"comm_s\":0.005,"
+                      "\"mem_current\":{}}}",
+                      mem[static_cast<size_t>(r)]),
           t_ + r);
     }
   }
@@ -194,6 +205,55 @@ TEST(HangOracle, StalledStepsAreAHangOnAnyHost) {
   EXPECT_EQ(v.step, 3);
   EXPECT_EQ(v.ranks, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_NEAR(v.manifested_s, static_cast<double>(stalled_at + 4'000 * kMs) / 1e9, 0.01);
+}
+
+Expect memory_growth(double factor, bool absent = false) {
+  Expect x;
+  x.oracle = "memory_growth";
+  x.symptom = "4.2";
+  x.factor = factor;
+  x.absent = absent;
+  return x;
+}
+
+constexpr int64_t kMiB = 1 << 20;
+
+TEST(MemoryGrowthOracle, ALeakingRankIsFoundAndLocalised) {
+  // Rank 1 keeps 4 MiB more after every step (activations held across steps); rank 0 is steady
+  // after its first step, which allocates the optimizer state.
+  HistoryBuilder b(2);
+  b.step_mem(1, {40 * kMiB, 40 * kMiB});
+  for (int64_t s = 2; s <= 12; ++s) b.step_mem(s, {60 * kMiB, 60 * kMiB + (s - 2) * 4 * kMiB});
+  const auto v = judge(memory_growth(1.5), b.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_EQ(v.ranks, std::vector<int>{1});
+  // The reference is the lower median of steps 2-4 (60, 64, 68 MiB: 64); 1.5x that, 96 MiB, is
+  // first reached at step 11 (60 + 9 * 4).
+  EXPECT_EQ(v.step, 11) << v.explanation;
+  EXPECT_NE(v.explanation.find("rank 1"), std::string::npos) << v.explanation;
+  const auto fix = judge(memory_growth(1.5, true), b.finish());
+  EXPECT_EQ(fix.outcome, "fail") << fix.explanation;
+}
+
+TEST(MemoryGrowthOracle, SteadyMemoryAfterTheFirstStepIsNoGrowth) {
+  // The first step grows memory 3x (optimizer state), then it stays within a few percent.
+  HistoryBuilder b(2);
+  b.step_mem(1, {20 * kMiB, 20 * kMiB});
+  for (int64_t s = 2; s <= 12; ++s) {
+    b.step_mem(s, {60 * kMiB + (s % 3) * kMiB, 61 * kMiB - (s % 2) * kMiB});
+  }
+  const auto v = judge(memory_growth(1.5), b.finish());
+  EXPECT_EQ(v.outcome, "fail") << v.explanation;
+  const auto fix = judge(memory_growth(1.5, true), b.finish());
+  EXPECT_EQ(fix.outcome, "pass") << fix.explanation;
+  EXPECT_NE(fix.explanation.find("largest"), std::string::npos) << fix.explanation;
+}
+
+TEST(MemoryGrowthOracle, WithoutMemoryReportsItIsUnknown) {
+  HistoryBuilder b(2);
+  for (int64_t s = 1; s <= 8; ++s) b.step(s, 0.02, {0.005, 0.005});
+  const auto v = judge(memory_growth(1.5), b.finish());
+  EXPECT_EQ(v.outcome, "unknown") << v.explanation;
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
+#include "harness/faults/fault.hpp"
 #include "harness/scenario/scenario.hpp"
 
 namespace fl::harness {
@@ -97,10 +99,12 @@ TEST_F(ScenarioTest, FaultsAreCheckedIncludingThePlanGrammar) {
   const std::string e =
       error_of("name: a\nfaults:\n  - plan: \"comm.all_reduce[rank=1]=50%frob\"\n");
   EXPECT_EQ(e.substr(0, 37), "s.yaml:3:11: faults[0].plan: plan: at") << e;
-  EXPECT_EQ(
-      error_of("name: a\nfaults:\n  - {signal: STOP, plan: x}\n"),
-      "s.yaml:3:5: faults[0]: a fault has exactly one of plan, signal, env, args, port_squat, "
-      "file, disk_full, memory_limit, network, hide, restart");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: STOP, plan: x}\n"),
+            "s.yaml:3:5: faults[0]: names two faults, plan and signal (one per item; add another "
+            "item)");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - {rank: 0}\n"),
+            "s.yaml:3:5: faults[0]: names no fault (one of: plan, signal, env, port_squat, file, "
+            "restart, disk_full, memory_limit, cpu_quota, network, args, hide)");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: HUPP, rank: 0}\n"),
             "s.yaml:3:14: faults[0].signal: 'HUPP' is not allowed (allowed: STOP, CONT, KILL, "
             "TERM, SEGV, ABRT, INT)");
@@ -135,10 +139,47 @@ TEST_F(ScenarioTest, OutOfProcessFaultKeysAreChecked) {
                                "    at: launch\n  - disk_full: {size: 1m}\n"));
   ASSERT_EQ(s.oop_faults.size(), 2u);
   EXPECT_EQ(s.network, "namespaces");
-  EXPECT_EQ(s.oop_faults[0].rate, "2mbit");
-  EXPECT_EQ(s.oop_faults[0].at, "launch");
-  EXPECT_EQ(s.oop_faults[1].bytes, 1 << 20);
-  EXPECT_EQ(s.oop_faults[1].path, "checkpoints");
+  EXPECT_EQ(s.oop_faults[0]->kind, "network");
+  EXPECT_EQ(s.oop_faults[0]->params()["rate"], "2mbit");
+  EXPECT_EQ(s.oop_faults[0]->at, faults::When::kLaunch);
+  EXPECT_EQ(s.oop_faults[1]->kind, "disk_full");
+  EXPECT_EQ(s.oop_faults[1]->params()["size_bytes"], 1 << 20);
+  EXPECT_EQ(s.oop_faults[1]->params()["path"], "checkpoints");
+}
+
+TEST_F(ScenarioTest, AFaultItemNamesOneKindAndATimeItCanHappenAt) {
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: KILL, hide: libx.so, rank: 0}\n"),
+            "s.yaml:3:5: faults[0]: names two faults, signal and hide (one per item; add another "
+            "item)");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: KILL, rank: 0, at: exit}\n"),
+            "s.yaml:3:33: faults[0].at: signal faults cannot happen at 'exit' (allowed: step)");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - {env: {set: {A: b}}, at: step}\n"),
+            "s.yaml:3:30: faults[0].at: env faults are in place from launch (allowed: launch, or "
+            "leave `at` out)");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - {hide: libx.so, restart: true}\n"),
+            "s.yaml:3:30: faults[0].restart: hide faults are in place from launch; `restart` goes "
+            "with a timed fault (signal, file, network, restart)");
+  // A file fault with restart: true restarts after the damage; restart alone is its own kind.
+  auto s = load_scenario(write("ok.yaml",
+                               "name: a\nfaults:\n  - {file: {path: x}, restart: true, at: exit}\n"
+                               "  - {restart: true, step: 3}\n  - {port_squat: false}\n"));
+  ASSERT_EQ(s.oop_faults.size(), 2u);
+  EXPECT_EQ(s.oop_faults[0]->kind, "file");
+  EXPECT_TRUE(s.oop_faults[0]->restart);
+  EXPECT_EQ(s.oop_faults[0]->at, faults::When::kExit);
+  EXPECT_EQ(s.oop_faults[1]->kind, "restart");
+  EXPECT_EQ(s.oop_faults[1]->step, 3);
+  EXPECT_EQ(s.oop_faults[1]->at, faults::When::kStep);
+}
+
+TEST_F(ScenarioTest, EveryFaultKindsKeysAreInTheSchema) {
+  std::set<std::string> paths;
+  for (const auto& k : scenario_schema()) paths.insert(k.path);
+  for (const auto* kind : faults::fault_kinds()) {
+    EXPECT_TRUE(paths.count("faults[]." + kind->key())) << kind->key();
+    for (const auto& k : kind->keys()) EXPECT_TRUE(paths.count(k.path)) << k.path;
+  }
+  EXPECT_TRUE(paths.count("faults[].at"));
 }
 
 TEST_F(ScenarioTest, YamlSyntaxErrorsCarryThePosition) {
@@ -224,8 +265,8 @@ prepare:
   workload: {kind: train, steps: 4, checkpoint: {every: 4, resume: false}}
 )y"));
   ASSERT_EQ(s.oop_faults.size(), 1u);
-  EXPECT_EQ(s.oop_faults[0].kind, "args");
-  EXPECT_EQ(s.oop_faults[0].args, (std::vector<std::string>{"--requests", "6"}));
+  EXPECT_EQ(s.oop_faults[0]->kind, "args");
+  EXPECT_EQ(s.oop_faults[0]->params()["args"], (std::vector<std::string>{"--requests", "6"}));
   ASSERT_FALSE(s.prepare_yaml.empty());
   auto p = load_scenario(write("p.yaml", s.prepare_yaml));
   EXPECT_EQ(p.name, "srv-prepare");

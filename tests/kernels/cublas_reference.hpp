@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/dtype.hpp"
 #include "kernels/cuda/gemm_plan.hpp"
-#include "kernels/dtype.hpp"
 #include "kernels/ops.hpp"
 
 namespace fl::test {

@@ -41,7 +41,7 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-#include "kernels/dtype.hpp"
+#include "base/dtype.hpp"
 
 #define FL_CUDA_EMULATION 1
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "kernels/dtype.hpp"
+#include "base/dtype.hpp"
 
 namespace fl::comm {
 

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 
+#include "injector/describe.hpp"
 #include "kernels/plugin.hpp"
 #include "workloads/rendezvous/artifacts.hpp"
 #include "workloads/telemetry/telemetry.hpp"
@@ -19,6 +20,8 @@
 
 int main(int argc, char** argv) {
   using namespace fl;
+  // The harness asks for this worker's settings and fault sites (`faultline settings/sites`).
+  if (fault::describe_if_asked(argc, argv)) return 0;
   CLI::App app{"faultline sharded inference worker"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   model::Layout layout;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "injector/describe.hpp"
 #include "kernels/plugin.hpp"
 #include "workloads/comm/bootstrap.hpp"
 #include "workloads/comm/worker_errors.hpp"
@@ -20,6 +21,8 @@
 
 int main(int argc, char** argv) {
   using namespace fl;
+  // The harness asks for this worker's settings and fault sites (`faultline settings/sites`).
+  if (fault::describe_if_asked(argc, argv)) return 0;
   CLI::App app{"faultline GPT training worker"};
   // A later occurrence of an option wins, as with most launchers' argument handling: extra
   // arguments appended to a command override what came before.
@@ -166,8 +169,7 @@ int main(int argc, char** argv) {
                       "\"tokens_per_s\":{},\"mem_current\":{},\"mem_peak\":{}{}}}",
                       nlohmann::json(m.loss).dump(), nlohmann::json(m.grad_norm).dump(), m.lr,
                       m.loss_scale, m.skipped, m.step_time_s, m.interval_s, m.comm_s,
-                      m.tokens_per_s, m.mem_current,
-                      m.mem_peak,
+                      m.tokens_per_s, m.mem_current, m.mem_peak,
                       m.eval_loss ? ",\"eval_loss\":" + nlohmann::json(*m.eval_loss).dump() : ""),
           m.step);
       if (!printer) return;

@@ -1,5 +1,5 @@
 // Bulk conversions between fp32 and the 16-bit storage formats.
-#include "kernels/dtype.hpp"
+#include "base/dtype.hpp"
 
 #include <cstring>
 

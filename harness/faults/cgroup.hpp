@@ -1,0 +1,32 @@
+// cgroup v1 groups for one rank: created under a controller's hierarchy (memory, cpu), named
+// after the harness pid so that a later run can remove the groups of a harness that is gone
+// (cgroups outlive their processes).
+#pragma once
+
+#include <string>
+
+namespace fl::harness::faults {
+
+class Cgroup {
+ public:
+  // Creates ROOT/faultline.<harness pid>.<run>.rank<R>; Error (naming `what`, the root, and the
+  // setting that moves it) when the hierarchy is not writable.
+  Cgroup(const std::string& root, const std::string& setting, const std::string& run_dir, int rank,
+         const std::string& what);
+  const std::string& path() const { return path_; }
+  std::string procs() const { return path_ + "/cgroup.procs"; }
+  void write(const std::string& file, const std::string& value) const;
+  std::string read(const std::string& file) const;  // "" when unreadable
+  // Waits briefly for the group to empty, removes it; true when it is gone.
+  bool remove();
+  bool removed() const { return removed_; }
+
+ private:
+  std::string path_;
+  bool removed_ = false;
+};
+
+// Removes the groups under `root` left by harnesses that are gone; returns how many.
+int sweep_stale_cgroups(const std::string& root);
+
+}  // namespace fl::harness::faults

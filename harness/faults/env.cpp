@@ -1,0 +1,62 @@
+// env: a rank's (or every rank's) launch environment differs: variables set, replaced or removed.
+#include <fmt/format.h>
+
+#include "harness/faults/fault.hpp"
+
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
+
+namespace fl::harness::faults {
+namespace {
+
+class EnvFault : public FaultOf<EnvFault> {
+ public:
+  std::map<std::string, std::string> set;
+  std::vector<std::string> unset;
+  nlohmann::json params() const override { return {{"set", set}, {"unset", unset}}; }
+  void setup(Host& h) override {
+    h.record("env", {{"set", set}, {"unset", unset}}, rank,
+             fmt::format("launch environment of {} changed",
+                         rank < 0 ? "every rank" : "rank " + std::to_string(rank)));
+  }
+  void adjust_rank(const Host&, int r, Launch& l) const override {
+    if (rank >= 0 && rank != r) return;
+    for (auto& [k, v] : set) l.env[k] = v;
+    for (auto& k : unset) {
+      l.env.erase(k);
+      l.unset.push_back(k);
+    }
+  }
+};
+
+class EnvKind : public FaultKind {
+ public:
+  std::string key() const override { return "env"; }
+  std::vector<KeySpec> keys() const override {
+    return {{"faults[].env", KeyType::kSection, "",
+             "Change the launch environment of `rank` (or every rank)"},
+            {"faults[].env.set", KeyType::kStringMap, "{}", "Variables to set or replace"},
+            {"faults[].env.unset", KeyType::kList, "[]", "Variables to remove"}};
+  }
+  std::unique_ptr<Fault> parse(const ParseContext&, const YAML::Node& item) const override {
+    auto f = std::make_unique<EnvFault>();
+    const auto e = item["env"];
+    if (e["set"]) {
+      for (auto it = e["set"].begin(); it != e["set"].end(); ++it) {
+        f->set[it->first.Scalar()] = it->second.Scalar();
+      }
+    }
+    if (e["unset"]) {
+      for (const auto& u : e["unset"]) f->unset.push_back(u.as<std::string>());
+    }
+    return f;
+  }
+};
+
+}  // namespace
+
+const FaultKind& env_kind() {
+  static const EnvKind k;
+  return k;
+}
+
+}  // namespace fl::harness::faults

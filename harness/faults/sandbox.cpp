@@ -1,0 +1,160 @@
+#include "harness/faults/sandbox.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/error.hpp"
+#include "base/subprocess.hpp"
+#include "harness/run/history.hpp"
+#include "harness/run/supervisor.hpp"
+#include "harness/scenario/scenario.hpp"
+
+extern "C" char** environ;
+
+namespace fl::harness::faults {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSubnet = "10.200.0";  // each run has its own isolated hub: no clash
+
+// /proc/PID/ns/KIND differs from ours once the holder has unshared it.
+void wait_for_namespace(pid_t pid, const char* kind) {
+  const std::string mine = fs::read_symlink(fmt::format("/proc/self/ns/{}", kind)).string();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    std::error_code ec;
+    const auto theirs = fs::read_symlink(fmt::format("/proc/{}/ns/{}", pid, kind), ec);
+    if (!ec && theirs.string() != mine) return;
+    if (std::chrono::steady_clock::now() > until) {
+      raise<Error>(
+          "namespace holder {} did not create a {} namespace within 10 s (creating namespaces "
+          "needs root or CAP_SYS_ADMIN; see helpers.log in the run directory)",
+          pid, kind);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void join_network(std::map<std::string, std::string>& env) {
+  const std::string net = fmt::format("{}.0/24", kSubnet);
+  env["OMPI_MCA_btl_tcp_if_include"] = net;
+  env["OMPI_MCA_oob_tcp_if_include"] = net;
+}
+
+}  // namespace
+
+Sandbox::Sandbox(const Scenario& s, std::string run_dir, History& hist, Supervisor& sup)
+    : s_(s), dir_(std::move(run_dir)), hist_(hist), sup_(sup) {}
+
+std::string Sandbox::node_ip(int node) {
+  return fmt::format("{}.{}", kSubnet, node + 1);
+}
+
+pid_t Sandbox::spawn_holder(const std::string& name, const std::vector<std::string>& unshare_args) {
+  ProcessSpec p;
+  p.name = name;
+  p.argv = {"unshare"};
+  for (auto& a : unshare_args) p.argv.push_back(a);
+  p.argv.push_back("sleep");
+  p.argv.push_back("infinity");
+  p.cwd = dir_;
+  for (char** e = environ; *e != nullptr; ++e) p.env.push_back(*e);
+  return sup_.spawn(p);
+}
+
+std::vector<std::string> Sandbox::in_net(int node, std::vector<std::string> argv) const {
+  const pid_t holder = node < 0 ? hub_ : node_holders_.at(static_cast<size_t>(node));
+  argv.insert(argv.begin(), {"nsenter", fmt::format("--net=/proc/{}/ns/net", holder)});
+  return argv;
+}
+
+std::vector<std::string> Sandbox::in_mount(std::vector<std::string> argv) {
+  if (mount_holder_ == 0) {
+    mount_holder_ = spawn_holder("mount namespace", {"--mount", "--propagation", "private"});
+    wait_for_namespace(mount_holder_, "mnt");
+  }
+  argv.insert(argv.begin(), {"nsenter", fmt::format("--mount=/proc/{}/ns/mnt", mount_holder_)});
+  return argv;
+}
+
+void Sandbox::setup_network() {
+  const auto t0 = std::chrono::steady_clock::now();
+  hub_ = spawn_holder("netns hub", {"--net"});
+  wait_for_namespace(hub_, "net");
+  run_tool(in_net(-1, {"ip", "link", "set", "lo", "up"}));
+  run_tool(in_net(-1, {"ip", "link", "add", "br0", "type", "bridge"}));
+  run_tool(in_net(-1, {"ip", "addr", "add", fmt::format("{}.254/24", kSubnet), "dev", "br0"}));
+  run_tool(in_net(-1, {"ip", "link", "set", "br0", "up"}));
+  for (int k = 0; k < s_.nodes; ++k) {
+    const pid_t h = spawn_holder(fmt::format("netns node{}", k), {"--net"});
+    node_holders_.push_back(h);
+    wait_for_namespace(h, "net");
+    const std::string veth = fmt::format("fl{}", k);
+    run_tool(in_net(-1, {"ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns",
+                         std::to_string(h)}));
+    run_tool(in_net(-1, {"ip", "link", "set", veth, "master", "br0", "up"}));
+    run_tool(in_net(k, {"ip", "link", "set", "lo", "up"}));
+    run_tool(in_net(k, {"ip", "addr", "add", node_ip(k) + "/24", "dev", "eth0"}));
+    run_tool(in_net(k, {"ip", "link", "set", "eth0", "up"}));
+    // One chain per node holds every rule a fault adds: healing flushes it.
+    run_tool(in_net(k, {"iptables", "-N", "FAULTLINE"}));
+    run_tool(in_net(k, {"iptables", "-I", "INPUT", "-j", "FAULTLINE"}));
+    run_tool(in_net(k, {"iptables", "-I", "OUTPUT", "-j", "FAULTLINE"}));
+  }
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<std::string> ips;
+  for (int k = 0; k < s_.nodes; ++k) ips.push_back(node_ip(k));
+  hist_.harness("network_setup", {{"nodes", s_.nodes},
+                                  {"addresses", ips},
+                                  {"bridge", fmt::format("{}.254", kSubnet)},
+                                  {"setup_ms", ms}});
+}
+
+std::string Sandbox::master_addr() const {
+  return has_network() ? node_ip(0) : "127.0.0.1";
+}
+
+void Sandbox::adjust_rank(int rank, ProcessSpec& spec,
+                          std::map<std::string, std::string>& env) const {
+  if (has_network()) {
+    const int per_node = s_.ranks / s_.nodes;
+    spec.namespaces.push_back(
+        fmt::format("/proc/{}/ns/net", node_holders_.at(static_cast<size_t>(rank / per_node))));
+    join_network(env);
+  }
+  if (mount_holder_ != 0) spec.namespaces.push_back(fmt::format("/proc/{}/ns/mnt", mount_holder_));
+}
+
+void Sandbox::adjust_helper(ProcessSpec& spec, std::map<std::string, std::string>& env) const {
+  if (has_network()) {
+    spec.namespaces.push_back(fmt::format("/proc/{}/ns/net", hub_));
+    join_network(env);
+  }
+  if (mount_holder_ != 0) spec.namespaces.push_back(fmt::format("/proc/{}/ns/mnt", mount_holder_));
+}
+
+void Sandbox::check_gone() {
+  // Namespaces end with their holders (killed with the run's processes).
+  std::vector<pid_t> holders = node_holders_;
+  if (hub_) holders.push_back(hub_);
+  if (mount_holder_) holders.push_back(mount_holder_);
+  if (holders.empty()) return;
+  int alive = 0;
+  for (pid_t p : holders) alive += fs::exists(fmt::format("/proc/{}/ns", p)) ? 1 : 0;
+  try {
+    hist_.harness("fault_healed", {{"fault", "namespaces"}, {"holders_left", alive}});
+  } catch (...) {
+  }
+  node_holders_.clear();
+  hub_ = mount_holder_ = 0;
+}
+
+}  // namespace fl::harness::faults

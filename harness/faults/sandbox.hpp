@@ -1,0 +1,60 @@
+// The namespaces a run's faults need, owned by the run: an isolated network (a bridge in a hub
+// namespace, one namespace per simulated node with its own address and an iptables chain that
+// network faults fill) and a mount namespace every rank shares (small filesystems).
+//
+// Namespaces are held by `unshare ... sleep` processes that the supervisor starts with a
+// parent-death signal, so even a SIGKILLed harness leaves no namespace, rule or mount behind.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/subprocess.hpp"
+
+namespace fl::harness {
+class History;
+class Supervisor;
+struct ProcessSpec;
+struct Scenario;
+}  // namespace fl::harness
+
+namespace fl::harness::faults {
+
+class Sandbox {
+ public:
+  Sandbox(const Scenario& s, std::string run_dir, History& hist, Supervisor& sup);
+
+  // The hub and one namespace per node (topology.network: namespaces).
+  void setup_network();
+  bool has_network() const { return !node_holders_.empty(); }
+  static std::string node_ip(int node);
+  // argv run inside `node`'s network namespace (-1: the hub's).
+  std::vector<std::string> in_net(int node, std::vector<std::string> argv) const;
+  // The shared mount namespace, created on first use; argv run inside it.
+  std::vector<std::string> in_mount(std::vector<std::string> argv);
+  bool has_mounts() const { return mount_holder_ != 0; }
+
+  // Where ranks reach the store: 127.0.0.1, or node 0's address inside the namespaces.
+  std::string master_addr() const;
+  // A rank's process enters its node's network namespace and the mount namespace.
+  void adjust_rank(int rank, ProcessSpec& spec, std::map<std::string, std::string>& env) const;
+  // A helper the ranks must reach over the data-plane network (mpirun, ompi-server).
+  void adjust_helper(ProcessSpec& spec, std::map<std::string, std::string>& env) const;
+  // After teardown: records whether the namespaces died with their holders.
+  void check_gone();
+
+ private:
+  pid_t spawn_holder(const std::string& name, const std::vector<std::string>& unshare_args);
+
+  const Scenario& s_;
+  std::string dir_;
+  History& hist_;
+  Supervisor& sup_;
+  pid_t hub_ = 0, mount_holder_ = 0;
+  std::vector<pid_t> node_holders_;
+};
+
+}  // namespace fl::harness::faults

@@ -1,0 +1,60 @@
+// signal: send a signal to a rank once it reports a step (a crash, a stop, a kill from outside).
+#include <fmt/format.h>
+
+#include "harness/faults/fault.hpp"
+#include "harness/run/supervisor.hpp"
+#include "harness/scenario/loader.hpp"
+
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
+
+namespace fl::harness::faults {
+namespace {
+
+class SignalFault : public FaultOf<SignalFault> {
+ public:
+  std::string signal;  // STOP, KILL, ...
+  nlohmann::json params() const override { return {{"signal", signal}}; }
+  bool timed() const override { return true; }
+  bool inject(Host& h, const Progress* p, When) override {
+    const pid_t pid = p ? p->pid_of(rank) : 0;
+    if (pid == 0) return false;  // not started (or not said hello) yet
+    const int sig = signal_number(signal);
+    const bool ok =
+        p->is_local_child(rank) ? h.sup.signal(pid, sig) : h.sup.signal_descendant(pid, sig);
+    const int64_t at_step = p->max_step.count(rank) ? p->max_step.at(rank) : step;
+    h.record("signal",
+             {{"signal", "SIG" + signal}, {"pid", pid}, {"at_step", at_step}, {"delivered", ok}},
+             rank, fmt::format("SIG{} to rank {} at step {}", signal, rank, at_step));
+    return true;
+  }
+};
+
+class SignalKind : public FaultKind {
+ public:
+  std::string key() const override { return "signal"; }
+  std::vector<KeySpec> keys() const override {
+    return {{"faults[].signal",
+             KeyType::kEnum,
+             "",
+             "Send this signal to `rank` once it reports `step`",
+             {"STOP", "CONT", "KILL", "TERM", "SEGV", "ABRT", "INT"}}};
+  }
+  std::vector<When> allowed_at() const override { return {When::kStep}; }
+  std::unique_ptr<Fault> parse(const ParseContext& c, const YAML::Node& item) const override {
+    auto f = std::make_unique<SignalFault>();
+    f->signal = item["signal"].as<std::string>();
+    if (!item["rank"] || item["rank"].as<int>() < 0) {
+      loader::fail_at(c.file, item, c.at + ".rank", "a signal fault needs a rank (0 or more)");
+    }
+    return f;
+  }
+};
+
+}  // namespace
+
+const FaultKind& signal_kind() {
+  static const SignalKind k;
+  return k;
+}
+
+}  // namespace fl::harness::faults

@@ -1,0 +1,63 @@
+// completed: every rank finished cleanly (a clean run, and the second half of a fix variant).
+#include <fmt/format.h>
+
+#include "harness/oracles/oracle.hpp"
+
+namespace fl::harness::oracles {
+namespace {
+
+class Completed : public Oracle {
+ public:
+  std::string name() const override { return "completed"; }
+  Finding check(const Expect&, const RunSummary& f) const override {
+    Verdict v;
+    std::vector<int> bad;
+    std::string why;
+    std::set<int> ended_ok;
+    // A restarted rank is judged by how its last incarnation ended (the harness kills the
+    // earlier ones to restart them).
+    std::map<int, const RunSummary::Exit*> last_exit;
+    for (auto& e : f.exits) last_exit[e.rank] = &e;
+    for (auto& [r, ep] : last_exit) {
+      const RunSummary::Exit& e = *ep;
+      if (e.klass == "ok") {
+        ended_ok.insert(e.rank);
+      } else if (!std::count(bad.begin(), bad.end(), e.rank)) {
+        bad.push_back(e.rank);
+        if (why.empty()) {
+          why = fmt::format(
+              "rank {} ended with {} {}", e.rank, e.klass,
+              e.signaled ? fmt::format("(signal {})", e.code) : fmt::format("(exit {})", e.code));
+        }
+      }
+    }
+    const int world = f.world > 0 ? f.world : static_cast<int>(f.launch_t.size());
+    if (bad.empty() && !f.run_timeout && static_cast<int>(ended_ok.size()) >= world && world > 0) {
+      v.outcome = "pass";
+      int64_t last = -1;
+      for (auto& s : f.steps) last = std::max(last, s.step);
+      v.step = last;
+      v.explanation = fmt::format("all {} ranks finished cleanly (last step {})", world, last);
+    } else if (!f.ended() && bad.empty()) {
+      v.outcome = "unknown";
+      v.explanation = "the history ends before the run did";
+    } else {
+      v.outcome = "fail";
+      std::sort(bad.begin(), bad.end());
+      v.ranks = bad;
+      v.explanation = f.run_timeout ? "the run hit its timeout" + (why.empty() ? "" : "; " + why)
+                      : why.empty() ? "not every rank finished"
+                                    : why;
+    }
+    return {std::nullopt, "", v};
+  }
+};
+
+}  // namespace
+
+const Oracle& completed_oracle() {
+  static const Completed o;
+  return o;
+}
+
+}  // namespace fl::harness::oracles

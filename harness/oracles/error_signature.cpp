@@ -1,0 +1,43 @@
+// error_signature: a rank printed a line matching expect.pattern (the error text a user would
+// search an issue tracker for).
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "harness/oracles/oracle.hpp"
+
+namespace fl::harness::oracles {
+namespace {
+
+class ErrorSignature : public Oracle {
+ public:
+  std::string name() const override { return "error_signature"; }
+  Finding check(const Expect& x, const RunSummary& f) const override {
+    Finding out;
+    std::regex re;
+    try {
+      re = std::regex(x.pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      Verdict v;
+      v.outcome = "unknown";
+      v.explanation =
+          fmt::format("expect.pattern '{}' is not a valid regex: {}", x.pattern, e.what());
+      out.verdict = v;
+      return out;
+    }
+    out.hit = first(
+        x, f.lines, [&](const RunSummary::Line& l) { return std::regex_search(l.text, re); },
+        [&](const RunSummary::Line& l) { return fmt::format("output matched: {}", l.text); });
+    out.absent = fmt::format("no rank printed a line matching /{}/", x.pattern);
+    return out;
+  }
+};
+
+}  // namespace
+
+const Oracle& error_signature_oracle() {
+  static const ErrorSignature o;
+  return o;
+}
+
+}  // namespace fl::harness::oracles

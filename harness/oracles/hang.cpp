@@ -1,0 +1,88 @@
+// hang: no step progress for expect.hang_s (and for several of the job's own step intervals)
+// while ranks live. The runner asks the same test during a run to end a hung run early.
+#include <fmt/format.h>
+
+#include "base/ranks.hpp"
+#include "base/stats.hpp"
+#include "harness/oracles/oracle.hpp"
+
+namespace fl::harness::oracles {
+
+namespace {
+constexpr double kNs = 1e9;
+}  // namespace
+
+// How many ordinary step intervals a gap must span to be a hang, at least (besides hang_s): a
+// job whose steps all take longer on a busy host needs a longer gap before it counts as stuck.
+constexpr double kHangIntervals = 5;
+
+// The hang test: a gap of at least hang_s, and of kHangIntervals times the job's median step
+// interval so far, with no step progress while some rank is alive. The clock starts at the
+// job's first step: before it the ranks are still starting (a job stuck there is a setup
+// failure, judged by comm_timeout or exit oracles), and how long starting takes depends on the
+// host's load.
+std::optional<Hit> find_hang(const Expect& x, const RunSummary& f, int64_t end_ns) {
+  if (f.t_start < 0 || f.steps.empty()) return std::nullopt;
+  std::vector<int64_t> progress;
+  for (auto& s : f.steps) progress.push_back(s.t);
+  std::sort(progress.begin(), progress.end());
+  // The job's pace: when each step number was first reported, in order.
+  std::map<int64_t, int64_t> first_t;
+  for (auto& s : f.steps) {
+    auto [it, fresh] = first_t.emplace(s.step, s.t);
+    if (!fresh) it->second = std::min(it->second, s.t);
+  }
+  progress.push_back(end_ns);
+  const auto floor_need = static_cast<int64_t>(x.hang_s * kNs);
+  for (size_t i = 0; i + 1 < progress.size(); ++i) {
+    if (progress[i + 1] - progress[i] < floor_need) continue;
+    std::vector<double> intervals;
+    int64_t prev = -1;
+    for (auto& [st, t] : first_t) {
+      if (t > progress[i]) break;
+      if (prev >= 0) intervals.push_back(static_cast<double>(t - prev));
+      prev = t;
+    }
+    const int64_t need =
+        std::max(floor_need, static_cast<int64_t>(kHangIntervals * stats::upper_median(intervals)));
+    if (progress[i + 1] - progress[i] < need) continue;
+    const int64_t at = progress[i] + need;
+    Hit h{at, -1, {}, ""};
+    for (auto& [r, t] : f.launch_t) {
+      const auto ex = f.exit_t.find(r);
+      const bool alive = t <= progress[i] && (ex == f.exit_t.end() || ex->second > at);
+      if (alive && rank_ok(x, r)) h.ranks.push_back(r);
+    }
+    if (h.ranks.empty()) continue;
+    int64_t last = -1;
+    for (auto& s : f.steps) {
+      if (s.t <= progress[i]) last = std::max(last, s.step);
+    }
+    h.step = last;
+    h.what = fmt::format("no step progress for {:.1f} s after step {} while {} stayed alive",
+                         static_cast<double>(need) / kNs, last, format_ranks(h.ranks));
+    return h;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+class Hang : public Oracle {
+ public:
+  std::string name() const override { return "hang"; }
+  Finding check(const Expect& x, const RunSummary& f) const override {
+    return {find_hang(x, f, f.end_ns()),
+            fmt::format("step progress never stopped for {:.1f} s while ranks lived", x.hang_s),
+            std::nullopt};
+  }
+};
+
+}  // namespace
+
+const Oracle& hang_oracle() {
+  static const Hang o;
+  return o;
+}
+
+}  // namespace fl::harness::oracles

@@ -1,0 +1,171 @@
+// Oracles: checkers over one run summary that say whether the expected behaviour happened. The
+// summary is built once from a run's history (summary.cpp); each oracle is one file in this
+// folder and one word in registry.cpp's list (in the spirit of Jepsen's checkers). The same
+// history always gives the same verdict, so `faultline verdict <run dir>` re-judges a run
+// offline. "pass" means the expectation held: for a fault scenario, that the symptom showed (in
+// time, on the expected ranks); for `completed`, that every rank finished cleanly.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/run/history.hpp"
+#include "harness/scenario/scenario.hpp"
+
+namespace fl::harness {
+
+struct Verdict {
+  std::string outcome;  // pass, fail, unknown
+  std::string oracle;
+  std::string symptom;
+  std::string explanation;   // one sentence: what was (not) observed, where and when
+  double manifested_s = -1;  // seconds from the first launch; -1: not observed
+  int64_t step = -1;
+  std::vector<int> ranks;
+  nlohmann::json to_json() const;
+};
+
+// What a run's history says, parsed once.
+struct RunSummary {
+  int64_t t_start = -1;  // first launch
+  int64_t t_end = -1;    // run_end
+  int64_t t_last = -1;   // the last event
+  int world = 0;
+  bool run_timeout = false;
+  struct Exit {
+    int rank;
+    int64_t t;
+    std::string klass;
+    int code;
+    bool signaled;
+    bool by_harness;
+  };
+  std::vector<Exit> exits;
+  std::map<int, int64_t> launch_t, exit_t;
+  std::set<int> oom_killed;  // ranks the kernel's OOM killer ended (their memory cgroup says so)
+  struct Step {
+    int rank;
+    int64_t t, step;
+    std::optional<double> loss;  // nullopt: not finite
+    double step_time;
+    double interval;      // since the rank's previous step ended (older histories: step_time)
+    double comm;          // the part of it spent inside collectives (older histories: 0)
+    int64_t mem_current;  // bytes the rank's allocator held at the step's end (-1: not reported)
+    double compute() const { return std::max(0.0, interval - comm); }
+  };
+  std::vector<Step> steps;
+  struct Err {
+    int rank;
+    int64_t t, step;
+    std::string klass, message;
+  };
+  std::vector<Err> errors;
+  struct Line {
+    int rank;
+    int64_t t;
+    std::string text;
+  };
+  std::vector<Line> lines;
+  struct Coll {
+    int rank;
+    int64_t t, step;
+    std::string op, group, state;
+    int64_t seq;
+  };
+  std::vector<Coll> timeouts;
+  struct Out {
+    int rank;
+    int64_t t;
+    std::string group, digest;
+  };
+  std::vector<Out> outputs;
+
+  bool ended() const { return t_end >= 0; }
+  int64_t end_ns() const { return ended() ? t_end : (t_last >= 0 ? t_last : t_start); }
+};
+
+RunSummary summarize(const std::vector<HistoryEvent>& history);
+// The same, one event at a time (in history order), for a summary kept while a run goes on;
+// finish_summary before judging it.
+void add_event(RunSummary& summary, const HistoryEvent& e);
+void finish_summary(RunSummary& summary);
+
+namespace oracles {
+
+// Where and when a symptom showed.
+struct Hit {
+  int64_t t;
+  int64_t step = -1;
+  std::vector<int> ranks;
+  std::string what;
+};
+
+// What an oracle found: a hit, or what it looked for (`absent`); or a verdict decided outright
+// (an oracle that judges the whole run, or one that cannot judge it: outcome unknown).
+struct Finding {
+  std::optional<Hit> hit;
+  std::string absent;
+  std::optional<Verdict> verdict;
+};
+
+class Oracle {
+ public:
+  virtual ~Oracle() = default;
+  virtual std::string name() const = 0;
+  virtual Finding check(const Expect& x, const RunSummary& run) const = 0;
+};
+
+const std::vector<const Oracle*>& all();
+const Oracle* find(const std::string& name);
+
+// Helpers the checkers share.
+inline bool rank_ok(const Expect& x, int rank) {
+  return x.ranks.empty() || std::count(x.ranks.begin(), x.ranks.end(), rank) > 0;
+}
+
+// The first item on an expected rank that `pred` accepts, with every expected rank showing the
+// same thing at all (the localisation).
+template <class Items, class Pred, class Describe>
+std::optional<Hit> first(const Expect& x, const Items& items, Pred&& pred, Describe&& describe) {
+  for (const auto& it : items) {
+    if (!rank_ok(x, it.rank) || !pred(it)) continue;
+    Hit h{it.t, -1, {it.rank}, describe(it)};
+    if constexpr (requires { it.step; }) h.step = it.step;
+    for (const auto& o : items) {
+      if (o.rank != it.rank && rank_ok(x, o.rank) && pred(o) &&
+          !std::count(h.ranks.begin(), h.ranks.end(), o.rank)) {
+        h.ranks.push_back(o.rank);
+      }
+    }
+    std::sort(h.ranks.begin(), h.ranks.end());
+    return h;
+  }
+  return std::nullopt;
+}
+
+// A reported error of this class; with expect.pattern, one whose message also matches it.
+Finding error_of(const Expect& x, const RunSummary& run, const std::string& klass,
+                 const char* what);
+
+// The hang test (hang.cpp), also used by the runner to end a hung run early.
+std::optional<Hit> find_hang(const Expect& x, const RunSummary& run, int64_t end_ns);
+
+}  // namespace oracles
+
+Verdict judge(const Expect& expect, const std::vector<HistoryEvent>& history);
+Verdict judge(const Expect& expect, const RunSummary& run);
+
+// Names of every oracle (the scenario schema's expect.oracle takes the same list).
+std::vector<std::string> oracle_names();
+
+// True once `history` shows a hang per `expect` (the runner ends such runs early).
+bool hang_observed(const Expect& expect, const std::vector<HistoryEvent>& history, int64_t now_ns);
+
+}  // namespace fl::harness

@@ -1,0 +1,167 @@
+// The oracles, and the verdict: an oracle's finding, then the checks every oracle shares (in
+// time, on the expected ranks; a fix variant's inversion).
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "harness/oracles/oracle.hpp"
+
+// One word per oracle (its file defines NAME_oracle()); the order is docs/scenarios.md's.
+#define FAULTLINE_ORACLES(X) \
+  X(completed)               \
+  X(exit_class)              \
+  X(error_signature)         \
+  X(hang)                    \
+  X(comm_timeout)            \
+  X(loss_nonfinite)          \
+  X(loss_divergence)         \
+  X(oom)                     \
+  X(checkpoint_error)        \
+  X(output_mismatch)         \
+  X(throughput_degradation)  \
+  X(memory_growth)
+
+namespace fl::harness {
+
+namespace oracles {
+
+#define FAULTLINE_DECLARE_ORACLE(name) const Oracle& name##_oracle();
+FAULTLINE_ORACLES(FAULTLINE_DECLARE_ORACLE)
+#undef FAULTLINE_DECLARE_ORACLE
+
+const std::vector<const Oracle*>& all() {
+#define FAULTLINE_LIST_ORACLE(name) &name##_oracle(),
+  static const std::vector<const Oracle*> list = {FAULTLINE_ORACLES(FAULTLINE_LIST_ORACLE)};
+#undef FAULTLINE_LIST_ORACLE
+  return list;
+}
+
+const Oracle* find(const std::string& name) {
+  for (const auto* o : all()) {
+    if (o->name() == name) return o;
+  }
+  return nullptr;
+}
+
+Finding error_of(const Expect& x, const RunSummary& run, const std::string& klass,
+                 const char* what) {
+  std::optional<std::regex> re;
+  if (!x.pattern.empty()) re.emplace(x.pattern, std::regex::ECMAScript);
+  Finding f;
+  f.hit = first(
+      x, run.errors,
+      [&](const RunSummary::Err& e) {
+        return e.klass == klass && (!re || std::regex_search(e.message, *re));
+      },
+      [&](const RunSummary::Err& e) { return fmt::format("{}: {}", what, e.message); });
+  f.absent = re ? fmt::format("no rank reported {} matching /{}/", what, x.pattern)
+                : fmt::format("no rank reported {}", what);
+  return f;
+}
+
+}  // namespace oracles
+
+namespace {
+
+constexpr double kNs = 1e9;
+
+Verdict judge_one(const Expect& x, const RunSummary& run) {
+  Verdict v;
+  v.oracle = x.oracle;
+  v.symptom = x.symptom;
+  if (run.t_start < 0) {
+    v.outcome = "unknown";
+    v.explanation = "no rank was launched (see the harness error)";
+    return v;
+  }
+  const auto* oracle = oracles::find(x.oracle);
+  if (!oracle) {
+    v.outcome = "unknown";
+    v.explanation = fmt::format("no oracle named '{}'", x.oracle);
+    return v;
+  }
+  oracles::Finding found = oracle->check(x, run);
+  if (found.verdict) {
+    Verdict d = *found.verdict;
+    d.oracle = x.oracle;
+    d.symptom = x.symptom;
+    return d;
+  }
+  if (!found.hit) {
+    v.outcome = run.ended() ? "fail" : "unknown";
+    v.explanation =
+        run.ended() ? found.absent : found.absent + " (the history ends before the run did)";
+    return v;
+  }
+  const oracles::Hit& hit = *found.hit;
+  v.manifested_s = static_cast<double>(hit.t - run.t_start) / kNs;
+  v.step = hit.step;
+  v.ranks = hit.ranks;
+  // within_s counts from the job's first step when it had one: how long ranks take to start
+  // depends on the host's load, not on the fault.
+  int64_t t_ref = run.t_start;
+  for (auto& s : run.steps) {
+    if (s.t <= hit.t && (t_ref == run.t_start || s.t < t_ref)) t_ref = s.t;
+  }
+  const double since = static_cast<double>(hit.t - t_ref) / kNs;
+  if (x.within_s > 0 && since > x.within_s) {
+    v.outcome = "fail";
+    v.explanation =
+        fmt::format("{} — but {:.1f} s after {}, later than within_s {:.1f}", hit.what, since,
+                    t_ref == run.t_start ? "the first launch" : "the first step", x.within_s);
+    return v;
+  }
+  v.outcome = "pass";
+  v.explanation = fmt::format("{} (at {:.1f} s)", hit.what, v.manifested_s);
+  return v;
+}
+
+}  // namespace
+
+nlohmann::json Verdict::to_json() const {
+  return {{"outcome", outcome},
+          {"oracle", oracle},
+          {"symptom", symptom},
+          {"explanation", explanation},
+          {"manifested_s", manifested_s},
+          {"step", step},
+          {"ranks", ranks}};
+}
+
+std::vector<std::string> oracle_names() {
+  std::vector<std::string> n;
+  for (const auto* o : oracles::all()) n.push_back(o->name());
+  return n;
+}
+
+bool hang_observed(const Expect& x, const std::vector<HistoryEvent>& history, int64_t now_ns) {
+  return oracles::find_hang(x, summarize(history), now_ns).has_value();
+}
+
+Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
+  return judge(x, summarize(history));
+}
+
+Verdict judge(const Expect& x, const RunSummary& run) {
+  if (!x.absent) return judge_one(x, run);
+  // A fix variant: the oracle must not find its symptom, and the run must complete.
+  Verdict v = judge_one(x, run);
+  if (v.outcome == "unknown") return v;
+  if (v.outcome == "pass") {
+    v.outcome = "fail";
+    v.explanation = "the symptom is still there: " + v.explanation;
+    return v;
+  }
+  Expect c = x;
+  c.oracle = "completed";
+  c.ranks.clear();
+  Verdict done = judge_one(c, run);
+  done.oracle = x.oracle;
+  done.symptom = x.symptom;
+  if (done.outcome == "pass") {
+    done.explanation = fmt::format("not observed ({}); {}", v.explanation, done.explanation);
+  }
+  return done;
+}
+
+}  // namespace fl::harness

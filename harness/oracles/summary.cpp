@@ -1,0 +1,72 @@
+// The run summary the oracles judge: a history parsed once.
+#include <cmath>
+
+#include "harness/oracles/oracle.hpp"
+
+namespace fl::harness {
+
+void add_event(RunSummary& f, const HistoryEvent& e) {
+  f.t_last = e.t_ns;
+  nlohmann::json d = nlohmann::json::parse(e.data_json, nullptr, false);
+  if (d.is_discarded()) d = nlohmann::json::object();
+  if (e.source == "harness") {
+    if (e.kind == "run_start") f.world = d.value("ranks", 0);
+    if (e.kind == "launch") {
+      if (f.t_start < 0) f.t_start = e.t_ns;
+      if (e.rank >= 0) f.launch_t[e.rank] = e.t_ns;
+    }
+    if (e.kind == "run_end") f.t_end = e.t_ns;
+    if (e.kind == "restart" && d.value("ranks", 0) > 0 && d.value("ranks", 0) < f.world) {
+      // A restart into a smaller world (recovery by shrinking): the ranks left out are no
+      // longer part of the job.
+      f.world = d.value("ranks", 0);
+      std::erase_if(f.exits, [&](const RunSummary::Exit& x) { return x.rank >= f.world; });
+    }
+    if (e.kind == "run_timeout") f.run_timeout = true;
+    if (e.kind == "oom_kill" && e.rank >= 0) f.oom_killed.insert(e.rank);
+    if (e.kind == "rank_exit" && e.rank >= 0) {
+      f.exits.push_back({e.rank, e.t_ns, d.value("class", ""), d.value("code", 0),
+                         d.value("signaled", false), d.value("by_harness", false)});
+      f.exit_t[e.rank] = e.t_ns;
+    }
+    if (e.kind == "output") f.lines.push_back({e.rank, e.t_ns, d.value("line", "")});
+    return;
+  }
+  if (e.source != "rank") return;
+  if (e.kind == "step") {
+    std::optional<double> loss;
+    if (d.contains("loss") && d["loss"].is_number()) {
+      const double l = d["loss"].get<double>();
+      if (std::isfinite(l)) loss = l;
+    }
+    const double st = d.value("step_time_s", 0.0);
+    f.steps.push_back({e.rank, e.t_ns, e.step, loss, st, d.value("interval_s", st),
+                       d.value("comm_s", 0.0), d.value("mem_current", int64_t{-1})});
+  } else if (e.kind == "error") {
+    f.errors.push_back({e.rank, e.t_ns, e.step, d.value("class", ""), d.value("message", "")});
+  } else if (e.kind == "collective" && d.value("state", "") == "timed-out") {
+    f.timeouts.push_back({e.rank, e.t_ns, e.step, d.value("op", ""), d.value("group", ""),
+                          d.value("state", ""), d.value("seq", int64_t{-1})});
+  } else if (e.kind == "output") {
+    f.outputs.push_back({e.rank, e.t_ns, d.value("group", "all"), d.value("digest", "")});
+  } else if (e.kind == "exit" && !f.exit_t.count(e.rank)) {
+    // mpirun launcher: the worker's own exit event is the only per-rank end we see.
+    const int code = d.value("exit_code", 0);
+    f.exits.push_back({e.rank, e.t_ns, code == 0 ? "ok" : "error", code, false, false});
+  }
+}
+
+void finish_summary(RunSummary& f) {
+  if (f.world == 0) {
+    for (auto& [r, t] : f.launch_t) f.world = std::max(f.world, r + 1);
+  }
+}
+
+RunSummary summarize(const std::vector<HistoryEvent>& h) {
+  RunSummary f;
+  for (const auto& e : h) add_event(f, e);
+  finish_summary(f);
+  return f;
+}
+
+}  // namespace fl::harness

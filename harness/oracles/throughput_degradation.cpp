@@ -1,0 +1,157 @@
+// throughput_degradation: the job got slower after a point — a rank slower than its peers, or
+// collectives slower on every rank — judged so that a busy host cancels out.
+#include <fmt/format.h>
+
+#include "base/stats.hpp"
+#include "harness/oracles/oracle.hpp"
+
+namespace fl::harness::oracles {
+namespace {
+
+// Throughput: two comparisons that a busy host cancels out of, because each sets a time against
+// a reference measured in the same steps of the same run.
+//  - a slow rank: a rank's compute time (interval minus time in collectives) against its peers'
+//    in the same steps from `split` on, relative to the same ratio before `split`;
+//  - slow collectives: the job's time in collectives from `split` on against before, divided by
+//    how much its compute time grew over the same windows (a host that got busier at the split
+//    stretches both).
+struct ThroughputEvidence {
+  std::optional<Hit> hit;
+  std::string absent;
+  bool judgeable = true;
+};
+
+ThroughputEvidence throughput_evidence(const Expect& x, const RunSummary& f) {
+  ThroughputEvidence ev;
+  std::map<int64_t, std::map<int, const RunSummary::Step*>> by_step;
+  for (auto& s : f.steps) by_step[s.step][s.rank] = &s;
+  std::set<int> ranks;
+  for (auto& s : f.steps) ranks.insert(s.rank);
+  if (by_step.size() < 4 || ranks.size() < 2) {
+    ev.judgeable = false;
+    ev.absent = fmt::format("{} steps on {} ranks recorded: too few to compare", by_step.size(),
+                            ranks.size());
+    return ev;
+  }
+  const int64_t first_step = by_step.begin()->first;
+  const int64_t split =
+      x.after_step >= 0 ? x.after_step : first_step + static_cast<int64_t>(by_step.size()) / 3;
+  // Per rank and window: compute times. Per window and step: the job's time in collectives and
+  // its typical rank's compute, both as lower medians over the ranks: the rank that waited least
+  // in collectives paid their own cost, not a wait for a peer that computed (or was preempted)
+  // longer; with two ranks the lower compute is the one that is not slow. The first step carries
+  // warm-up (allocation, first touches): left out.
+  std::map<int, std::vector<double>> before_c, after_c;
+  std::vector<double> before_comm, after_comm, before_n, after_n;
+  constexpr double kFloor = 50e-6;  // below 50 us is timer noise, not a reference
+  for (auto& [st, per_rank] : by_step) {
+    if (st == first_step) continue;
+    const bool after = st >= split;
+    std::vector<double> cm, cp;
+    for (auto& [r, s] : per_rank) {
+      (after ? after_c : before_c)[r].push_back(s->compute());
+      cm.push_back(s->comm);
+      cp.push_back(s->compute());
+    }
+    (after ? after_comm : before_comm).push_back(stats::lower_median(cm));
+    (after ? after_n : before_n).push_back(stats::lower_median(cp));
+  }
+  if (before_n.empty() || after_n.empty()) {
+    ev.judgeable = false;
+    ev.absent = fmt::format("not enough steps on both sides of step {}", split);
+    return ev;
+  }
+  int64_t t_at = -1;
+  for (auto& s : f.steps) {
+    if (s.step >= split && (t_at < 0 || s.t < t_at)) t_at = s.t;
+  }
+  // A slow rank.
+  auto peer_ratio = [&](std::map<int, std::vector<double>>& c, int r) {
+    std::vector<double> peers;
+    for (auto& [q, v] : c) {
+      if (q != r && !v.empty()) peers.push_back(stats::upper_median(v));
+    }
+    if (peers.empty() || !c.count(r) || c[r].empty()) return 0.0;
+    return stats::upper_median(c[r]) / std::max(kFloor, stats::upper_median(peers));
+  };
+  int slow = -1;
+  double best = 0, best_after = 0, best_before = 1;
+  for (int r : ranks) {
+    if (!rank_ok(x, r)) continue;
+    const double a = peer_ratio(after_c, r);
+    // A rank that always computed more (a pipeline's last stage, say) is judged against that.
+    const double b = std::max(1.0, before_c.count(r) ? peer_ratio(before_c, r) : 1.0);
+    if (a / b > best) {
+      best = a / b;
+      best_after = a;
+      best_before = b;
+      slow = r;
+    }
+  }
+  // Slow collectives (or a slow rank that every peer waits for).
+  const double comm_ratio = std::max(kFloor, stats::upper_median(after_comm)) /
+                            std::max(kFloor, stats::upper_median(before_comm));
+  const double compute_ratio = std::max(kFloor, stats::upper_median(after_n)) /
+                               std::max(kFloor, stats::upper_median(before_n));
+  const double job = comm_ratio / std::max(1.0, compute_ratio);
+  const std::string rank_text =
+      slow >= 0 ? fmt::format(
+                      "rank {} computed {:.1f}x as long as its peers from step {} ({:.1f}x "
+                      "before)",
+                      slow, best_after, split, best_before)
+                : std::string("no rank to compare");
+  const std::string job_text = fmt::format(
+      "time in collectives {:.1f} ms per step from step {} vs {:.1f} ms before ({:.1f}x) while "
+      "compute changed {:.1f}x",
+      stats::upper_median(after_comm) * 1e3, split, stats::upper_median(before_comm) * 1e3,
+      comm_ratio, compute_ratio);
+  const bool by_rank = x.slowed != "collectives", by_comm = x.slowed != "rank";
+  if (by_rank && slow >= 0 && best >= x.factor) {
+    ev.hit = Hit{t_at,
+                 split,
+                 {slow},
+                 fmt::format("{}, its peers waiting in collectives; {} "
+                             "(threshold {}x)",
+                             rank_text, job_text, x.factor)};
+  } else if (by_comm && job >= x.factor) {
+    std::vector<int> all;
+    for (int r : ranks) {
+      if (rank_ok(x, r)) all.push_back(r);
+    }
+    ev.hit = Hit{t_at, split, all,
+                 fmt::format("collectives slowed on every rank: {}; {} (threshold {}x)", job_text,
+                             rank_text, x.factor)};
+  } else {
+    ev.absent = fmt::format("{}; {} (threshold {}x{})", rank_text, job_text, x.factor,
+                            x.slowed == "any"
+                                ? ""
+                                : fmt::format("; expect.slowed {}: only {} counts", x.slowed,
+                                              x.slowed == "rank" ? "a rank slower than its peers"
+                                                                 : "time in collectives"));
+  }
+  return ev;
+}
+
+class ThroughputDegradation : public Oracle {
+ public:
+  std::string name() const override { return "throughput_degradation"; }
+  Finding check(const Expect& x, const RunSummary& f) const override {
+    auto ev = throughput_evidence(x, f);
+    if (!ev.judgeable) {
+      Verdict v;
+      v.outcome = "unknown";
+      v.explanation = ev.absent;
+      return {std::nullopt, "", v};
+    }
+    return {ev.hit, ev.absent, std::nullopt};
+  }
+};
+
+}  // namespace
+
+const Oracle& throughput_degradation_oracle() {
+  static const ThroughputDegradation o;
+  return o;
+}
+
+}  // namespace fl::harness::oracles

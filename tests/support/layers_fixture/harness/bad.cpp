@@ -1,0 +1,3 @@
+// A fixture for Layers.AnIncludeAgainstTheLayeringIsReported: the harness must not include the
+// workloads.
+#include "workloads/train/trainer.hpp"

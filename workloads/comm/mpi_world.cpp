@@ -1,0 +1,149 @@
+// The MPI backend's world: MPI's start and end in a process, and the world communicator — from
+// mpirun, or joined by ranks started one by one (MPI singletons).
+#include <cstdlib>
+
+#include "workloads/comm/mpi_communicator.hpp"
+#include "workloads/comm/mpi_detail.hpp"
+
+namespace fl::comm {
+
+void mpi_init_once() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return;
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  std::atexit([] {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    // A timed-out op is still pending somewhere: MPI_Finalize would wait for it forever.
+    if (!finalized && !mpi::g_dirty.load()) MPI_Finalize();
+  });
+}
+
+void mpi_abort_if_running(int code) {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+int mpi_world_size() {
+  mpi_init_once();
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int mpi_world_rank() {
+  mpi_init_once();
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+namespace {
+
+// Ranks started one by one (the harness's local launcher: no mpirun) are MPI singletons. They
+// join into one communicator through MPI's connect/accept: rank 0 opens a port and publishes it
+// in the rendezvous store, the other ranks connect one after another in rank order, and the group
+// grows by one collective accept per newcomer. Singletons need
+// an ompi-server to find each other (OMPI_MCA_pmix_server_uri); the local launcher runs one.
+MPI_Comm join_singletons(int rank, int world_size, rdzv::StoreClient& store) {
+  if (std::getenv("OMPI_MCA_pmix_server_uri") == nullptr) {
+    raise<CommError>(
+        "[rank {}] this rank was started without mpirun (MPI world size 1, WORLD_SIZE={}): the "
+        "MPI backend then joins ranks through an ompi-server, but OMPI_MCA_pmix_server_uri is "
+        "not set (the harness's local launcher sets it; or start the ranks with mpirun)",
+        rank, world_size);
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+  const std::string key = "mpi/singleton_port";
+  std::string port(MPI_MAX_PORT_NAME, '\0');
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (rank == 0) {
+    mpi::check(MPI_Open_port(MPI_INFO_NULL, port.data()), "MPI_Open_port", "world", rank);
+    port.resize(std::strlen(port.c_str()));
+    store.set(key, port);
+    mpi::check(MPI_Comm_dup(MPI_COMM_SELF, &comm), "MPI_Comm_dup", "world", rank);
+    store.set("mpi/joined_0", "1");
+  } else {
+    port = store.get(key);
+    // One newcomer at a time: Open MPI 4.1 can deadlock (in the TCP BTL's PMIx lookups during
+    // the merge) when several singletons connect to one port at once.
+    store.wait({fmt::format("mpi/joined_{}", rank - 1)});
+    MPI_Comm inter = MPI_COMM_NULL;
+    mpi::check(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter),
+               "MPI_Comm_connect", "world", rank);
+    mpi::check(MPI_Intercomm_merge(inter, 1, &comm), "MPI_Intercomm_merge", "world", rank);
+    MPI_Comm_free(&inter);
+  }
+  // Ranks join in rank order, so the merged communicator is already ordered by rank.
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  while (size < world_size) {
+    MPI_Comm inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    mpi::check(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, comm, &inter), "MPI_Comm_accept",
+               "world", rank);
+    mpi::check(MPI_Intercomm_merge(inter, 0, &merged), "MPI_Intercomm_merge", "world", rank);
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&comm);
+    comm = merged;
+    MPI_Comm_size(comm, &size);
+    if (rank == 0) store.set(fmt::format("mpi/joined_{}", size - 1), "1");
+  }
+  if (rank == 0) MPI_Close_port(port.c_str());
+  return comm;
+}
+
+}  // namespace
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(int rank, int world_size,
+                                                               CommOptions options,
+                                                               rdzv::StoreClient* store) {
+  mpi_init_once();
+  int mpi_size = mpi_world_size();
+  MPI_Comm base = MPI_COMM_WORLD;
+  const bool singleton =
+      mpi_size == 1 && world_size > 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr;
+  if (singleton && store == nullptr) {
+    raise<CommError>(
+        "[rank {}] MPI started 1 process but the world size is {}, and there is no "
+        "rendezvous store to join singleton ranks through",
+        rank, world_size);
+  }
+  if (singleton) {
+    if (rank < 0 || rank >= world_size) {
+      raise<CommError>("[rank {}] rank is out of range for world size {} (allowed 0-{})", rank,
+                       world_size, world_size - 1);
+    }
+    base = join_singletons(rank, world_size, *store);
+  } else if (mpi_size != world_size) {
+    raise<CommError>(
+        "[rank {}] MPI started {} processes but the world size is {}: the launcher's "
+        "process count and WORLD_SIZE disagree",
+        rank, mpi_size, world_size);
+  }
+  if (rank < 0 || rank >= world_size) {
+    raise<CommError>("[rank {}] rank is out of range for world size {} (allowed 0-{})", rank,
+                     world_size, world_size - 1);
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+  mpi::check(MPI_Comm_split(base, 0, rank, &comm), "MPI_Comm_split", "world", rank);
+  if (base != MPI_COMM_WORLD) MPI_Comm_free(&base);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  int got = -1;
+  MPI_Comm_rank(comm, &got);
+  if (got != rank) {
+    raise<CommError>("[rank {}] two processes claim rank {} (MPI placed this one at {})", rank,
+                     rank, got);
+  }
+  auto recorder = std::make_shared<FlightRecorder>(static_cast<size_t>(kFlightRecorderSize.get()));
+  return std::unique_ptr<MpiCommunicator>(
+      new MpiCommunicator(comm, "world", rank, std::move(recorder), std::move(options)));
+}
+
+}  // namespace fl::comm
