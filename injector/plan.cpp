@@ -433,11 +433,11 @@ Verdict handler(Site& site, SiteContext& ctx) {
     a.fired.push_back(rec);
     if (!a.log_path.empty()) {
       std::ofstream out(a.log_path, std::ios::app);
-      out << fmt::format(
-          "{{\"site\":\"{}\",\"rank\":{},\"step\":{},\"seq\":{},\"hit\":{},\"eval\":{},"
-          "\"action\":\"{}\",\"file\":\"{}\",\"line\":{}}}\n",
-          rec.site, rec.rank, rec.step, rec.seq, rec.hit, rec.eval, rec.action, site.file,
-          site.line);
+      const nlohmann::json line = {
+          {"site", rec.site},     {"rank", rec.rank},  {"step", rec.step},
+          {"seq", rec.seq},       {"hit", rec.hit},    {"eval", rec.eval},
+          {"action", rec.action}, {"file", site.file}, {"line", site.line}};
+      out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     }
     auto observer = a.observer;
     lock.unlock();  // the action may sleep, hang or end the process

@@ -17,6 +17,8 @@ int64_t mono_ns() {
 }
 }  // namespace
 
+// The event's data is JSON text already (built with nlohmann by whoever emitted it): it is
+// spliced in as is, not parsed again for every line.
 std::string to_json_line(const HistoryEvent& e) {
   return fmt::format(
       "{{\"i\":{},\"t_ns\":{},\"source\":{},\"rank\":{},\"seq\":{},\"time_unix_ns\":{},"

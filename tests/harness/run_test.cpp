@@ -357,7 +357,7 @@ TEST(Telemetry, BoundedQueueCountsEveryDropAndTheFileKeepsEverything) {
   o.heartbeat_ms = 0;
   telemetry::start(5, std::move(o));
   constexpr int kEvents = 20000;
-  for (int i = 0; i < kEvents; ++i) telemetry::emit("step", "{}", i);
+  for (int i = 0; i < kEvents; ++i) telemetry::emit("step", nlohmann::json::object(), i);
   const auto st = telemetry::stats();
   telemetry::stop();
   EXPECT_EQ(st.emitted, static_cast<uint64_t>(kEvents));

@@ -72,25 +72,23 @@ void start_worker_telemetry(const WorkerIdentity& id, const std::string& backend
         raise<SettingError>("unknown control command '{}' (allowed: arm_faults, clear_faults)",
                             action);
       }
-      telemetry::emit("faults_armed",
-                      fmt::format("{{\"plan\":{}}}", telemetry::quote(fault::armed_plan())));
+      telemetry::emit("faults_armed", {{"plan", fault::armed_plan()}});
     } catch (const std::exception& e) {
-      telemetry::emit(
-          "log", fmt::format("{{\"level\":\"error\",\"message\":{}}}", telemetry::quote(e.what())));
+      telemetry::emit("log", {{"level", "error"}, {"message", e.what()}});
     }
   };
   telemetry::start(id.rank, std::move(opts));
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
-  telemetry::emit("hello",
-                  fmt::format("{{\"world_size\":{},\"local_rank\":{},\"pid\":{},"
-                              "\"host\":{},\"backend\":{},\"run_id\":{}}}",
-                              id.world_size, id.local_rank, ::getpid(), telemetry::quote(host),
-                              telemetry::quote(backend), telemetry::quote(id.run_id)));
+  telemetry::emit("hello", {{"world_size", id.world_size},
+                            {"local_rank", id.local_rank},
+                            {"pid", ::getpid()},
+                            {"host", host},
+                            {"backend", backend},
+                            {"run_id", id.run_id}});
   fault::set_fired_observer([](const fault::FiredRecord& r) {
     telemetry::emit("fault_fired",
-                    fmt::format("{{\"site\":{},\"seq\":{},\"hit\":{},\"action\":{}}}",
-                                telemetry::quote(r.site), r.seq, r.hit, telemetry::quote(r.action)),
+                    {{"site", r.site}, {"seq", r.seq}, {"hit", r.hit}, {"action", r.action}},
                     r.step);
   });
 }

@@ -18,12 +18,15 @@ int64_t now_us() {
 }
 
 void emit(const FlightEntry& e, int64_t in_flight_ms) {
-  std::string extra = in_flight_ms >= 0 ? fmt::format(",\"in_flight_ms\":{}", in_flight_ms) : "";
-  telemetry::emit("collective",
-                  fmt::format("{{\"op\":\"{}\",\"group\":{},\"seq\":{},\"count\":{},"
-                              "\"dtype\":\"{}\",\"peer\":{},\"state\":\"{}\"{}}}",
-                              op_name(e.op), telemetry::quote(e.group), e.seq, e.count,
-                              dtype_name(e.dtype), e.peer, state_name(e.state), extra));
+  nlohmann::json d = {{"op", op_name(e.op)},
+                      {"group", e.group},
+                      {"seq", e.seq},
+                      {"count", e.count},
+                      {"dtype", dtype_name(e.dtype)},
+                      {"peer", e.peer},
+                      {"state", state_name(e.state)}};
+  if (in_flight_ms >= 0) d["in_flight_ms"] = in_flight_ms;
+  telemetry::emit("collective", d);
 }
 
 }  // namespace

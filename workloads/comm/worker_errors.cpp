@@ -22,10 +22,8 @@ int run_worker_main(const std::function<int()>& body) {
   auto report = [](const char* kind, const std::exception& e, int code) {
     std::fprintf(stderr, "faultline worker error (%s): %s\n", kind, e.what());
     std::fflush(stderr);
-    telemetry::emit("error", fmt::format("{{\"class\":{},\"message\":{},\"exit_code\":{}}}",
-                                         telemetry::quote(kind), telemetry::quote(e.what()), code));
-    telemetry::emit("exit", fmt::format("{{\"exit_code\":{},\"dropped\":{}}}", code,
-                                        telemetry::stats().dropped));
+    telemetry::emit("error", {{"class", kind}, {"message", e.what()}, {"exit_code", code}});
+    telemetry::emit("exit", {{"exit_code", code}, {"dropped", telemetry::stats().dropped}});
     telemetry::stop(std::chrono::milliseconds(1000));
     // Under mpirun, end the whole job the way MPI programs do on a fatal error. Exiting without
     // MPI_Finalize while a peer is inside it can deadlock Open MPI 4.1's launcher (PMIx server
@@ -35,8 +33,7 @@ int run_worker_main(const std::function<int()>& body) {
   };
   try {
     const int code = body();
-    telemetry::emit("exit", fmt::format("{{\"exit_code\":{},\"dropped\":{}}}", code,
-                                        telemetry::stats().dropped));
+    telemetry::emit("exit", {{"exit_code", code}, {"dropped", telemetry::stats().dropped}});
     telemetry::stop();
     return code;
   } catch (const CommTimeoutError& e) {

@@ -101,23 +101,25 @@ int main(int argc, char** argv) {
       prompts.emplace_back(in.begin(), in.begin() + prompt_len);
     }
     engine.set_step_sink([&](int64_t pos, double seconds, double comm_seconds) {
-      telemetry::emit(
-          "step",
-          fmt::format("{{\"step_time_s\":{},\"interval_s\":{},\"comm_s\":{},"
-                      "\"tokens_per_s\":{},\"mem_current\":{},\"mem_peak\":{}}}",
-                      seconds, seconds, comm_seconds, seconds > 0 ? requests / seconds : 0.0,
-                      acct.current(), acct.peak()),
-          pos);
+      telemetry::emit("step",
+                      {{"step_time_s", seconds},
+                       {"interval_s", seconds},
+                       {"comm_s", comm_seconds},
+                       {"tokens_per_s", seconds > 0 ? requests / seconds : 0.0},
+                       {"mem_current", acct.current()},
+                       {"mem_peak", acct.peak()}},
+                      pos);
     });
     auto out = engine.generate(prompts, g);
     // Every rank serves the same batch: report what this one produced, then make the tensor-
     // parallel ranks compare token by token.
     std::vector<int32_t> flat;
     for (auto& o : out) flat.insert(flat.end(), o.begin(), o.end());
+    const auto digest = XXH64(flat.data(), flat.size() * sizeof(int32_t), 0);
     telemetry::emit("output",
-                    fmt::format("{{\"what\":\"tokens\",\"digest\":\"{:016x}\",\"group\":\"all\"}}",
-                                static_cast<unsigned long long>(
-                                    XXH64(flat.data(), flat.size() * sizeof(int32_t), 0))));
+                    {{"what", "tokens"},
+                     {"digest", fmt::format("{:016x}", static_cast<unsigned long long>(digest))},
+                     {"group", "all"}});
     engine.check_tp_agreement(out);
     int follows = 0, total = 0;
     for (auto& o : out) {

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/settings.hpp"
 
 namespace fl::telemetry {
@@ -77,13 +79,12 @@ Options options_from_env();
 // Starts this process's telemetry for `rank`. Without start(), emit() does nothing.
 void start(int rank, Options options);
 bool started();
-// Thread-safe; never blocks on the network. `step` < 0 takes the injector's current step.
-void emit(std::string_view kind, std::string data_json = "{}", int64_t step = -1);
+// Thread-safe; never blocks on the network. `step` < 0 takes the injector's current step. Numbers
+// that are not finite become null; text that is not UTF-8 is replaced, never an error.
+void emit(std::string_view kind, const nlohmann::json& data = nlohmann::json::object(),
+          int64_t step = -1);
 // Flushes the file, drains the queue (bounded wait) and stops the threads. Idempotent.
 void stop(std::chrono::milliseconds drain = std::chrono::milliseconds(2000));
 Stats stats();
-
-// JSON string literal of `s` (quotes included), for building data_json.
-std::string quote(std::string_view s);
 
 }  // namespace fl::telemetry

@@ -132,16 +132,18 @@ int main(int argc, char** argv) {
       std::string note;
       cfg.resume = train::auto_resume_target(auto_resume, resume_scan, note);
       if (b.comm->rank() == 0) std::printf("# %s\n", note.c_str());
-      telemetry::emit("warning", fmt::format("{{\"what\":\"auto_resume\",\"message\":{}}}",
-                                             nlohmann::json(note).dump()));
+      telemetry::emit("warning", {{"what", "auto_resume"}, {"message", note}});
     }
     train::Trainer trainer(cfg, topo, acct);
-    telemetry::emit("layout",
-                    fmt::format("{{\"dp\":{},\"tp\":{},\"pp\":{},\"zero\":{},"
-                                "\"dp_rank\":{},\"tp_rank\":{},\"pp_rank\":{},"
-                                "\"steps\":{},\"precision\":\"{}\"}}",
-                                cfg.layout.dp, cfg.layout.tp, cfg.layout.pp, cfg.layout.zero,
-                                topo.dp_rank, topo.tp_rank, topo.pp_rank, cfg.steps, precision));
+    telemetry::emit("layout", {{"dp", cfg.layout.dp},
+                               {"tp", cfg.layout.tp},
+                               {"pp", cfg.layout.pp},
+                               {"zero", cfg.layout.zero},
+                               {"dp_rank", topo.dp_rank},
+                               {"tp_rank", topo.tp_rank},
+                               {"pp_rank", topo.pp_rank},
+                               {"steps", cfg.steps},
+                               {"precision", precision}});
     const bool printer = b.comm->rank() == 0;
     std::ofstream metrics;
     if (printer && !metrics_path.empty()) metrics.open(metrics_path);
@@ -162,16 +164,19 @@ int main(int argc, char** argv) {
                   "scale", "ms", "tok/s", "mem MiB", "peak MiB");
     }
     trainer.set_metrics_sink([&](const train::StepMetrics& m) {
-      telemetry::emit(
-          "step",
-          fmt::format("{{\"loss\":{},\"grad_norm\":{},\"lr\":{},\"loss_scale\":{},"
-                      "\"skipped\":{},\"step_time_s\":{},\"interval_s\":{},\"comm_s\":{},"
-                      "\"tokens_per_s\":{},\"mem_current\":{},\"mem_peak\":{}{}}}",
-                      nlohmann::json(m.loss).dump(), nlohmann::json(m.grad_norm).dump(), m.lr,
-                      m.loss_scale, m.skipped, m.step_time_s, m.interval_s, m.comm_s,
-                      m.tokens_per_s, m.mem_current, m.mem_peak,
-                      m.eval_loss ? ",\"eval_loss\":" + nlohmann::json(*m.eval_loss).dump() : ""),
-          m.step);
+      nlohmann::json d = {{"loss", m.loss},
+                          {"grad_norm", m.grad_norm},
+                          {"lr", m.lr},
+                          {"loss_scale", m.loss_scale},
+                          {"skipped", m.skipped},
+                          {"step_time_s", m.step_time_s},
+                          {"interval_s", m.interval_s},
+                          {"comm_s", m.comm_s},
+                          {"tokens_per_s", m.tokens_per_s},
+                          {"mem_current", m.mem_current},
+                          {"mem_peak", m.mem_peak}};
+      if (m.eval_loss) d["eval_loss"] = *m.eval_loss;
+      telemetry::emit("step", d, m.step);
       if (!printer) return;
       std::printf("  %5lld %10.6f %9.4f %9.2e %10.0f %8.1f %9.0f %10.2f %10.2f%s%s\n",
                   static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr, m.loss_scale,
@@ -203,9 +208,10 @@ int main(int argc, char** argv) {
       auto h = XXH64(p.data(), p.size() * sizeof(float), 0);
       std::printf("checksum rank %d (dp %d tp %d pp %d): %016llx\n", b.comm->rank(), topo.dp_rank,
                   topo.tp_rank, topo.pp_rank, static_cast<unsigned long long>(h));
-      telemetry::emit("output", fmt::format("{{\"what\":\"parameters\",\"digest\":\"{:016x}\","
-                                            "\"group\":\"all\"}}",
-                                            static_cast<unsigned long long>(h)));
+      telemetry::emit("output",
+                      {{"what", "parameters"},
+                       {"digest", fmt::format("{:016x}", static_cast<unsigned long long>(h))},
+                       {"group", "all"}});
       std::fflush(stdout);
     }
     if (printer) std::printf("# done: %zu steps\n", history.size());
