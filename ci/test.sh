@@ -20,7 +20,9 @@ bash ci/build.sh default
 phase_done build
 ctest_log=build/ctest-output.log
 set +e
-ctest --preset default --timeout 600 "$@" 2>&1 | tee "$ctest_log"
+# Two tests at a time on two cores: most tests wait on processes and timeouts; tests that look at
+# the whole machine run alone (RUN_SERIAL, tests/CMakeLists.txt).
+ctest --preset default --timeout 600 -j "$(nproc)" "$@" 2>&1 | tee "$ctest_log"
 status=${PIPESTATUS[0]}
 set -e
 phase_done ctest
