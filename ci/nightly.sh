@@ -19,6 +19,8 @@ previous=$(ls -d "$results"/*/ 2>/dev/null | sed 's#/$##' | tail -n 1 || true)
 build/harness/faultline bench-detectors "$suite" -j 2 --results "$results"
 tonight=$(ls -d "$results"/*/ | sed 's#/$##' | tail -n 1)
 build/harness/faultline report "$tonight" --runs
+# The night's figures for Prometheus (textfile collector or Pushgateway: docs/reports.md).
+build/harness/faultline metrics "$tonight" -o "$tonight/metrics.prom"
 status=${nightly_tests_failed:-0}
 failed=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["failed"])' \
   "$tonight/summary.json")
@@ -31,5 +33,5 @@ if [[ -n "$previous" && "$previous" != "$tonight" ]]; then
 else
   echo "nightly: no previous night in $results to compare with"
 fi
-echo "nightly: report $tonight/report.html, leaderboard $tonight/leaderboard.md"
+echo "nightly: report $tonight/report.html, leaderboard $tonight/leaderboard.md, metrics $tonight/metrics.prom"
 exit "$status"

@@ -9,11 +9,13 @@
 //   score RUN|SUITE...  detector scores against ground truth (docs/detectors.md)
 //   bench-detectors / bench-recovery SUITE   leaderboards
 //   report DIR          self-contained HTML of a run or suite;  diff OLD NEW  regressions
+//   trace RUN_DIR       the run's timeline for ui.perfetto.dev;  metrics SUITE...  Prometheus
 //   settings / sites    every FAULTLINE_ setting / every fault site in this build
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
@@ -259,6 +261,18 @@ int main(int argc, char** argv) {
   report->add_option("dir", report_dir, "Run directory or suite directory")->required();
   report->add_option("-o,--output", report_out, "HTML file (default: DIR/report.html)");
   report->add_flag("--runs", report_runs, "Suite: also write every run's report");
+  std::string trace_dir, trace_out, metrics_out;
+  std::vector<std::string> metrics_dirs;
+  auto* trace = app.add_subcommand(
+      "trace", "Write a run's timeline as a trace for ui.perfetto.dev / chrome://tracing");
+  trace->add_option("dir", trace_dir, "Run directory")->required();
+  trace->add_option("-o,--output", trace_out, "Trace file (default: DIR/trace.json)");
+  auto* metrics = app.add_subcommand(
+      "metrics", "Suite results as Prometheus metrics (text exposition format)");
+  metrics->add_option("dirs", metrics_dirs, "Suite directories")->required();
+  metrics->add_option("-o,--output", metrics_out,
+                      "File to write (e.g. for node_exporter's textfile collector; default: "
+                      "standard output)");
   fl::harness::DiffOptions diff_opts;
   auto* diff = app.add_subcommand(
       "diff", "Compare two suite results; exit 1 on a regression (nightly jobs)");
@@ -369,6 +383,29 @@ int main(int argc, char** argv) {
         }
       }
       std::printf("%s\n", fl::harness::write_report(report_dir, report_out).c_str());
+      return 0;
+    }
+    if (trace->parsed()) {
+      std::printf("%s\n", fl::harness::write_trace(trace_dir, trace_out).c_str());
+      return 0;
+    }
+    if (metrics->parsed()) {
+      const std::string text = fl::harness::prometheus_metrics(metrics_dirs);
+      if (metrics_out.empty()) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+      } else {
+        // Written whole and renamed: a textfile collector never reads half a file.
+        const std::string tmp = metrics_out + ".tmp";
+        std::FILE* f = std::fopen(tmp.c_str(), "w");
+        if (f == nullptr || std::fwrite(text.data(), 1, text.size(), f) != text.size() ||
+            std::fclose(f) != 0) {
+          std::fprintf(stderr, "faultline: cannot write %s: %s\n", tmp.c_str(),
+                       std::strerror(errno));
+          return 2;
+        }
+        std::filesystem::rename(tmp, metrics_out);
+        std::printf("%s\n", metrics_out.c_str());
+      }
       return 0;
     }
     if (diff->parsed()) {

@@ -43,4 +43,16 @@ std::vector<DiffEntry> diff_suites(const nlohmann::json& before, const nlohmann:
 std::string diff_text(const std::vector<DiffEntry>& d, const std::string& before,
                       const std::string& after);
 
+// A run's timeline in the Trace Event Format that ui.perfetto.dev and chrome://tracing open: a
+// process per rank (steps, collectives in flight, counters for loss, loss scale and memory) and
+// one for the harness (faults, diagnoses, control actions). Throws Error without a history.
+nlohmann::json run_trace(const std::string& run_dir);
+// Writes run_trace to `out` (default: DIR/trace.json) atomically; returns the path.
+std::string write_trace(const std::string& run_dir, const std::string& out = "");
+
+// Suite results in Prometheus' text exposition format (node_exporter textfile collector,
+// Pushgateway): runs by outcome, reproduction and fix rates per symptom, time to symptom, and
+// each detector's recall, precision, F1, latency and false alarms per clean hour.
+std::string prometheus_metrics(const std::vector<std::string>& suite_dirs);
+
 }  // namespace fl::harness

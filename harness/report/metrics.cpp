@@ -1,0 +1,232 @@
+// Suite results as Prometheus metrics in the text exposition format (version 0.0.4): what a
+// node_exporter textfile collector, a Pushgateway or promtool reads. Per suite: runs by outcome,
+// reproduction and fix rates per symptom, time to symptom, and, when detectors ran, each
+// detector's recall, precision, latency and false alarms per clean hour.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "base/stats.hpp"
+#include "harness/report/report.hpp"
+#include "harness/score/score.hpp"
+
+namespace fl::harness {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+std::string escape_label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", v);
+}
+
+// Families keep the order they were first declared in; their samples stay together, as the
+// format requires.
+class Exposition {
+ public:
+  void declare(const std::string& name, const std::string& type, const std::string& help) {
+    if (index_.count(name)) return;
+    index_[name] = families_.size();
+    families_.push_back({name, type, help, {}});
+  }
+  void sample(const std::string& family, const std::string& name, const Labels& labels,
+              double value) {
+    auto it = index_.find(family);
+    if (it == index_.end()) raise("metric {} sampled before it was declared", family);
+    std::string line = name;
+    if (!labels.empty()) {
+      line += "{";
+      for (size_t i = 0; i < labels.size(); ++i) {
+        line += fmt::format("{}{}=\"{}\"", i ? "," : "", labels[i].first,
+                            escape_label(labels[i].second));
+      }
+      line += "}";
+    }
+    families_[it->second].samples.push_back(line + " " + number(value));
+  }
+  void sample(const std::string& name, const Labels& labels, double value) {
+    sample(name, name, labels, value);
+  }
+  std::string text() const {
+    std::string out;
+    for (const auto& f : families_) {
+      if (f.samples.empty()) continue;
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name, f.help, f.name, f.type);
+      for (const auto& s : f.samples) out += s + "\n";
+    }
+    return out;
+  }
+
+ private:
+  struct Family {
+    std::string name, type, help;
+    std::vector<std::string> samples;
+  };
+  std::vector<Family> families_;
+  std::map<std::string, size_t> index_;
+};
+
+void declare_all(Exposition& x) {
+  x.declare("faultline_suite_info", "gauge", "A suite result (value 1), labelled with its build.");
+  x.declare("faultline_suite_runs", "gauge", "Runs of the suite by outcome.");
+  x.declare("faultline_suite_wall_seconds", "gauge", "Wall time of the whole suite.");
+  x.declare("faultline_symptom_runs", "gauge",
+            "Runs per symptom and variant (faulty: the cause injected; fix: its fix applied).");
+  x.declare("faultline_reproduction_ratio", "gauge",
+            "Share of faulty runs of a symptom whose symptom was reproduced (0-1).");
+  x.declare("faultline_fix_verified_ratio", "gauge",
+            "Share of fix-variant runs of a symptom that came out clean (0-1).");
+  x.declare("faultline_time_to_symptom_seconds", "summary",
+            "From launch until the oracle saw the symptom, over the reproduced runs.");
+  x.declare("faultline_detector_recall", "gauge", "Detected positives / positives (0-1).");
+  x.declare("faultline_detector_precision", "gauge",
+            "True positives / (true positives + runs with a false alarm) (0-1).");
+  x.declare("faultline_detector_f1", "gauge", "Harmonic mean of recall and precision.");
+  x.declare("faultline_detector_latency_seconds", "summary",
+            "From the injection of the cause until the detector's first matching diagnosis.");
+  x.declare("faultline_detector_false_alarms_per_clean_hour", "gauge",
+            "Diagnoses on clean runs per hour of clean running.");
+  x.declare("faultline_detector_runs", "gauge", "Runs a detector was scored on, by class.");
+}
+
+void suite_metrics(Exposition& x, const std::string& dir) {
+  const auto s = load_suite_summary(dir);
+  const std::string suite = s.value("suite", fs::path(dir).filename().string());
+  const auto prov = s.value("provenance", nlohmann::json::object());
+  x.sample("faultline_suite_info",
+           {{"suite", suite},
+            {"commit", prov.value("commit", std::string())},
+            {"host", prov.value("hostname", std::string())},
+            {"started", prov.value("started", std::string())}},
+           1);
+  const auto counts = s.value("counts", nlohmann::json::object());
+  for (auto& [outcome, n] : counts.items()) {
+    if (n.is_number()) {
+      x.sample("faultline_suite_runs", {{"suite", suite}, {"outcome", outcome}}, n.get<double>());
+    }
+  }
+  x.sample("faultline_suite_wall_seconds", {{"suite", suite}}, s.value("wall_s", 0.0));
+
+  struct Tally {
+    int faulty = 0, reproduced = 0, fix = 0, fix_clean = 0;
+    std::vector<double> t_symptom;
+  };
+  std::map<std::string, Tally> by_symptom;
+  const auto cases = s.value("cases", nlohmann::json::array());
+  for (const auto& c : cases) {
+    const std::string symptom = c.value("symptom", std::string());
+    if (symptom.empty()) continue;  // clean runs have no symptom to reproduce
+    const std::string outcome = c.value("outcome", std::string());
+    const bool passed = outcome == "pass" || outcome == "flaky";
+    Tally& t = by_symptom[symptom];
+    if (c.value("variant", std::string()) == "fix") {
+      ++t.fix;
+      t.fix_clean += passed ? 1 : 0;
+    } else {
+      ++t.faulty;
+      if (passed) {
+        ++t.reproduced;
+        const double m = c.value("manifested_s", -1.0);
+        if (m >= 0) t.t_symptom.push_back(m);
+      }
+    }
+  }
+  for (auto& [symptom, t] : by_symptom) {
+    const Labels l{{"suite", suite}, {"symptom", symptom}};
+    x.sample("faultline_symptom_runs", {{"suite", suite}, {"symptom", symptom}, {"variant", "faulty"}},
+             t.faulty);
+    x.sample("faultline_symptom_runs", {{"suite", suite}, {"symptom", symptom}, {"variant", "fix"}},
+             t.fix);
+    if (t.faulty > 0) {
+      x.sample("faultline_reproduction_ratio", l, static_cast<double>(t.reproduced) / t.faulty);
+    }
+    if (t.fix > 0) {
+      x.sample("faultline_fix_verified_ratio", l, static_cast<double>(t.fix_clean) / t.fix);
+    }
+    if (!t.t_symptom.empty()) {
+      const std::string f = "faultline_time_to_symptom_seconds";
+      for (double q : {0.5, 0.95}) {
+        Labels lq = l;
+        lq.emplace_back("quantile", number(q));
+        x.sample(f, f, lq, stats::percentile(t.t_symptom, q * 100));
+      }
+      double sum = 0;
+      for (double v : t.t_symptom) sum += v;
+      x.sample(f, f + "_sum", l, sum);
+      x.sample(f, f + "_count", l, static_cast<double>(t.t_symptom.size()));
+    }
+  }
+
+  // Detector scores, when the suite ran detectors.
+  std::vector<RunTruth> truths;
+  for (const auto& run : collect_run_dirs({dir})) {
+    try {
+      truths.push_back(load_run_truth(run));
+    } catch (const std::exception&) {
+      // A run directory without a history (a harness error before launch): nothing to score.
+    }
+  }
+  for (const auto& d : score_detectors(truths)) {
+    const Labels l{{"suite", suite}, {"detector", d.detector}};
+    if (d.positives > 0) x.sample("faultline_detector_recall", l, d.recall());
+    if (d.tp + d.fp_runs > 0) x.sample("faultline_detector_precision", l, d.precision());
+    if (d.positives > 0) x.sample("faultline_detector_f1", l, d.f1());
+    if (!d.latency_inject_s.empty()) {
+      const std::string f = "faultline_detector_latency_seconds";
+      for (double q : {0.5, 0.95}) {
+        Labels lq = l;
+        lq.emplace_back("quantile", number(q));
+        x.sample(f, f, lq, stats::percentile(d.latency_inject_s, q * 100));
+      }
+      double sum = 0;
+      for (double v : d.latency_inject_s) sum += v;
+      x.sample(f, f + "_sum", l, sum);
+      x.sample(f, f + "_count", l, static_cast<double>(d.latency_inject_s.size()));
+    }
+    if (d.clean_hours > 0) {
+      x.sample("faultline_detector_false_alarms_per_clean_hour", l, d.fp_per_hour());
+    }
+    for (auto [cls, n] : {std::pair{"positive", d.positives}, std::pair{"negative", d.negatives},
+                          std::pair{"excluded", d.excluded}}) {
+      Labels lc = l;
+      lc.emplace_back("class", cls);
+      x.sample("faultline_detector_runs", lc, n);
+    }
+  }
+}
+
+}  // namespace
+
+std::string prometheus_metrics(const std::vector<std::string>& suite_dirs) {
+  Exposition x;
+  declare_all(x);
+  for (const auto& d : suite_dirs) suite_metrics(x, d);
+  return x.text();
+}
+
+}  // namespace fl::harness

@@ -1,0 +1,201 @@
+// A run's timeline in the Trace Event Format (the JSON that chrome://tracing and ui.perfetto.dev
+// open): one process per rank plus one for the harness, steps and collectives in flight as
+// slices, loss / loss scale / memory as counters, faults, diagnoses, control actions and exits
+// as instants. Time is the harness clock of the history (microseconds since the run started).
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "harness/report/report.hpp"
+#include "harness/run/history.hpp"
+
+namespace fl::harness {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kHarnessPid = 0;  // ranks are pid rank + 1 (pid 0 would be the swapper)
+constexpr int kMainTid = 0, kCommTid = 1, kEventTid = 2;
+
+double us(int64_t t_ns) { return static_cast<double>(t_ns) / 1e3; }
+
+int pid_of(int rank) { return rank >= 0 ? rank + 1 : kHarnessPid; }
+
+nlohmann::json data_of(const HistoryEvent& e) {
+  auto d = nlohmann::json::parse(e.data_json, nullptr, false);
+  return d.is_object() ? d : nlohmann::json::object();
+}
+
+// Only the members of `d` that a trace viewer shows usefully (numbers, strings, booleans).
+nlohmann::json args_of(const nlohmann::json& d) {
+  nlohmann::json a = nlohmann::json::object();
+  for (auto it = d.begin(); it != d.end(); ++it) {
+    if (it->is_primitive() && !it->is_null()) a[it.key()] = *it;
+  }
+  return a;
+}
+
+class TraceBuilder {
+ public:
+  void metadata(int pid, const std::string& name, int sort_index) {
+    add({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", kMainTid},
+         {"args", {{"name", name}}}});
+    add({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", kMainTid},
+         {"args", {{"sort_index", sort_index}}}});
+    for (auto [tid, tname] : {std::pair{kMainTid, "steps"}, std::pair{kCommTid, "collectives"},
+                              std::pair{kEventTid, "events"}}) {
+      add({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
+           {"args", {{"name", tname}}}});
+    }
+  }
+  void slice(int pid, int tid, const std::string& name, const std::string& cat, int64_t t0_ns,
+             int64_t t1_ns, nlohmann::json args) {
+    add({{"name", name}, {"cat", cat}, {"ph", "X"}, {"pid", pid}, {"tid", tid},
+         {"ts", us(t0_ns)}, {"dur", us(std::max<int64_t>(0, t1_ns - t0_ns))},
+         {"args", std::move(args)}});
+  }
+  // scope: "t" (thread), "p" (process) or "g" (the whole trace).
+  void instant(int pid, int tid, const std::string& name, const std::string& cat, int64_t t_ns,
+               const char* scope, nlohmann::json args) {
+    add({{"name", name}, {"cat", cat}, {"ph", "i"}, {"s", scope}, {"pid", pid}, {"tid", tid},
+         {"ts", us(t_ns)}, {"args", std::move(args)}});
+  }
+  void counter(int pid, const std::string& name, int64_t t_ns, double value) {
+    add({{"name", name}, {"ph", "C"}, {"pid", pid}, {"tid", kMainTid}, {"ts", us(t_ns)},
+         {"args", {{"value", value}}}});
+  }
+  nlohmann::json take() { return std::move(events_); }
+
+ private:
+  void add(nlohmann::json e) { events_.push_back(std::move(e)); }
+  nlohmann::json events_ = nlohmann::json::array();
+};
+
+std::string describe_fault(const nlohmann::json& d) {
+  std::string what = d.value("fault", d.value("site", std::string("fault")));
+  if (d.contains("signal")) what += " " + d["signal"].get<std::string>();
+  if (d.contains("action") && d["action"].is_string()) what += " " + d["action"].get<std::string>();
+  return what;
+}
+
+}  // namespace
+
+nlohmann::json run_trace(const std::string& run_dir) {
+  const std::string path = (fs::path(run_dir) / "history.jsonl").string();
+  if (!fs::exists(path)) {
+    raise("{} is not a run directory: it has no history.jsonl", run_dir);
+  }
+  const auto events = read_history(path);
+  TraceBuilder tb;
+  std::set<int> ranks;
+  int world = 0;
+  nlohmann::json start = nlohmann::json::object();
+  int64_t t_end = 0;
+  for (const auto& e : events) {
+    t_end = std::max(t_end, e.t_ns);
+    if (e.rank >= 0) ranks.insert(e.rank);
+    if (e.kind == "run_start") {
+      start = data_of(e);
+      world = start.value("ranks", 0);
+    }
+  }
+  for (int r = 0; r < world; ++r) ranks.insert(r);
+
+  tb.metadata(kHarnessPid, "harness", 0);
+  for (int r : ranks) tb.metadata(pid_of(r), fmt::format("rank {}", r), r + 1);
+
+  using CollKey = std::tuple<int, std::string, int64_t>;  // rank, group, seq
+  std::map<CollKey, std::pair<int64_t, nlohmann::json>> in_flight;
+  int64_t run_t0 = -1;
+  for (const auto& e : events) {
+    const auto d = data_of(e);
+    const int pid = pid_of(e.rank);
+    if (e.kind == "run_start") {
+      run_t0 = e.t_ns;
+    } else if (e.kind == "run_end") {
+      tb.slice(kHarnessPid, kMainTid, start.value("scenario", std::string("run")), "run",
+               std::max<int64_t>(0, run_t0), e.t_ns, args_of(d));
+    } else if (e.kind == "step" && e.source == "rank") {
+      const double dur_s = d.value("step_time_s", 0.0);
+      const int64_t t0 = e.t_ns - static_cast<int64_t>(dur_s * 1e9);
+      tb.slice(pid, kMainTid, fmt::format("step {}", e.step), "step", t0, e.t_ns, args_of(d));
+      if (d.contains("loss") && d["loss"].is_number()) {
+        tb.counter(pid, "loss", e.t_ns, d["loss"].get<double>());
+      }
+      if (d.contains("loss_scale") && d["loss_scale"].is_number()) {
+        tb.counter(pid, "loss scale", e.t_ns, d["loss_scale"].get<double>());
+      }
+      if (d.contains("mem_current") && d["mem_current"].is_number()) {
+        tb.counter(pid, "memory MiB", e.t_ns, d["mem_current"].get<double>() / (1 << 20));
+      }
+    } else if (e.kind == "collective" && e.source == "rank") {
+      const CollKey key{e.rank, d.value("group", ""), d.value("seq", int64_t{-1})};
+      const std::string name = fmt::format("{} {} #{}", d.value("op", std::string("op")),
+                                           std::get<1>(key), std::get<2>(key));
+      if (d.contains("in_flight_ms") && d["in_flight_ms"].is_number() &&
+          d["in_flight_ms"].get<double>() >= 0) {
+        const int64_t t0 = e.t_ns - static_cast<int64_t>(d["in_flight_ms"].get<double>() * 1e6);
+        in_flight.try_emplace(key, t0, args_of(d));
+      } else {
+        auto it = in_flight.find(key);
+        const int64_t t0 = it != in_flight.end() ? it->second.first : e.t_ns;
+        if (it != in_flight.end()) in_flight.erase(it);
+        tb.slice(pid, kCommTid, name, "collective", t0, e.t_ns, args_of(d));
+      }
+    } else if (e.kind == "fault_injected" || e.kind == "fault_fired" ||
+               e.kind == "fault_healed") {
+      tb.instant(pid, kEventTid, fmt::format("{}: {}", e.kind, describe_fault(d)), "fault", e.t_ns,
+                 e.rank >= 0 ? "p" : "g", args_of(d));
+    } else if (e.kind == "diagnosis") {
+      tb.instant(kHarnessPid, kEventTid,
+                 fmt::format("{} diagnosis {}", e.source, d.value("symptom", std::string("?"))),
+                 "diagnosis", e.t_ns, "g", args_of(d));
+    } else if (e.kind == "control" || e.kind == "restart" || e.kind == "watchdog_stop" ||
+               e.kind == "run_timeout") {
+      tb.instant(kHarnessPid, kEventTid, e.kind, "harness", e.t_ns, "g", args_of(d));
+    } else if (e.kind == "rank_exit" || e.kind == "exit" || e.kind == "error" ||
+               e.kind == "oom_kill") {
+      tb.instant(pid, kEventTid, e.kind, "exit", e.t_ns, "p", args_of(d));
+    } else if (e.kind == "launch" && e.rank >= 0) {
+      tb.instant(pid, kEventTid, "launch", "harness", e.t_ns, "p",
+                 {{"pid", d.value("pid", 0)}, {"launcher", d.value("launcher", std::string())}});
+    }
+  }
+  // Collectives still in flight when the history ends: open until its last event.
+  for (auto& [key, v] : in_flight) {
+    tb.slice(pid_of(std::get<0>(key)), kCommTid,
+             fmt::format("{} {} #{} (never completed)", v.second.value("op", std::string("op")),
+                         std::get<1>(key), std::get<2>(key)),
+             "collective", v.first, t_end, v.second);
+  }
+  nlohmann::json trace;
+  trace["traceEvents"] = tb.take();
+  trace["displayTimeUnit"] = "ms";
+  trace["otherData"] = {{"run_id", start.value("run_id", std::string())},
+                        {"scenario", start.value("scenario", std::string())},
+                        {"clock", "harness time since the run started"}};
+  return trace;
+}
+
+std::string write_trace(const std::string& run_dir, const std::string& out) {
+  const std::string path = out.empty() ? (fs::path(run_dir) / "trace.json").string() : out;
+  const auto trace = run_trace(run_dir);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) raise("cannot write {}", tmp);
+    f << trace.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (!f) raise("cannot write {}", tmp);
+  }
+  fs::rename(tmp, path);
+  return path;
+}
+
+}  // namespace fl::harness
