@@ -38,6 +38,46 @@ std::string make_run_id(const std::string& name) {
                      rd() & 0xffff);
 }
 
+void check_path_component(const std::string& what, const std::string& value) {
+  bool ok = !value.empty() && value.size() <= 200 && value[0] != '.' && value[0] != '-';
+  for (char c : value) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '.' || c == '_' || c == '-' || c == '+');
+  }
+  if (!ok) {
+    std::string shown;
+    for (char c : value.substr(0, 80)) {
+      shown += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+                   ? fmt::format("\\x{:02x}", static_cast<unsigned char>(c))
+                   : std::string(1, c);
+    }
+    throw ConfigError(fmt::format(
+        "{} '{}': must be one path component under the results directory: 1 to 200 letters, "
+        "digits, '.', '_', '-' or '+', not starting with '.' or '-'",
+        what, shown));
+  }
+}
+
+void check_env_key(int rank, const std::string& key) {
+  bool ok = !key.empty() && !(key[0] >= '0' && key[0] <= '9');
+  for (char c : key) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '_');
+  }
+  if (!ok) {
+    std::string shown;
+    for (char c : key.substr(0, 80)) {
+      shown += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+                   ? fmt::format("\\x{:02x}", static_cast<unsigned char>(c))
+                   : std::string(1, c);
+    }
+    throw ConfigError(fmt::format(
+        "rank {}: environment variable name '{}' is not allowed (names are letters, digits and "
+        "'_', not starting with a digit)",
+        rank, shown));
+  }
+}
+
 namespace {
 // Can a listener bind 127.0.0.1:port right now?
 bool bindable(int port) {

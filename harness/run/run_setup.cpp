@@ -20,9 +20,13 @@ namespace fs = std::filesystem;
 void Run::prepare() {
   // mkdir fails when the directory exists, so two runs started at once never share one: a
   // generated id is drawn again, a given one (--run-id) is an error.
+  // A run id is one path component: `--run-id ../x`, an absolute path or a scenario name with a
+  // slash would put the run outside the results directory.
+  if (!o_.run_id.empty()) check_path_component("--run-id", o_.run_id);
   fs::create_directories(o_.results_dir);
   for (int tries = 0;; ++tries) {
     id_ = o_.run_id.empty() ? make_run_id(s_.name) : o_.run_id;
+    if (o_.run_id.empty()) check_path_component("the run id made from the scenario's name", id_);
     dir_ = fs::absolute(fs::path(o_.results_dir) / id_).lexically_normal().string();
     if (::mkdir(dir_.c_str(), 0755) == 0) break;
     if (errno != EEXIST)
