@@ -340,12 +340,21 @@ int main(int argc, char** argv) {
   if (ctl->parsed()) return control(addr, action, rank, sig, plan, checkpoint);
   try {
     if (verdict->parsed()) {
-      auto v = fl::harness::judge_run_dir(run_dir);
+      fl::harness::RecoveredHistory seen;
+      auto v = fl::harness::judge_run_dir(run_dir, &seen);
       if (json) {
-        std::printf("%s\n", v.to_json().dump(2).c_str());
+        auto j = v.to_json();
+        j["rank_events"] = seen.rank_events;
+        j["recovered_from_rank_files"] = seen.recovered;
+        std::printf("%s\n", j.dump(2).c_str());
       } else {
         std::printf("%s (oracle %s): %s\n", v.outcome.c_str(), v.oracle.c_str(),
                     v.explanation.c_str());
+        if (seen.recovered > 0) {
+          std::printf("(judged with %d rank events from ranks/*/events.jsonl that the history "
+                      "lacks)\n",
+                      seen.recovered);
+        }
       }
       return fl::harness::outcome_exit_code(v.outcome);
     }

@@ -6,7 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -36,6 +41,26 @@ std::string make_run_id(const std::string& name) {
   return fmt::format("{:%Y%m%d-%H%M%S}-{}-{:04x}",
                      fmt::localtime(std::chrono::system_clock::to_time_t(now)), name,
                      rd() & 0xffff);
+}
+
+std::pair<std::string, std::string> create_run_dir(const std::string& results_dir,
+                                                   const std::string& run_id,
+                                                   const std::string& scenario_name) {
+  // A run id is one path component: `--run-id ../x`, an absolute path or a scenario name with a
+  // slash would put the run outside the results directory.
+  if (!run_id.empty()) check_path_component("--run-id", run_id);
+  std::filesystem::create_directories(results_dir);
+  for (int tries = 0;; ++tries) {
+    const std::string id = run_id.empty() ? make_run_id(scenario_name) : run_id;
+    if (run_id.empty()) check_path_component("the run id made from the scenario's name", id);
+    const std::string dir =
+        std::filesystem::absolute(std::filesystem::path(results_dir) / id).lexically_normal();
+    if (::mkdir(dir.c_str(), 0755) == 0) return {id, dir};
+    if (errno != EEXIST) {
+      raise<Error>("{}: cannot create the run directory: {}", dir, std::strerror(errno));
+    }
+    if (!run_id.empty() || tries >= 20) raise<Error>("{}: the run directory already exists", dir);
+  }
 }
 
 void check_path_component(const std::string& what, const std::string& value) {

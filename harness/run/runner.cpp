@@ -109,6 +109,7 @@ void Run::launch_all(const std::string& resume_from) {
   faults_->adjust_helper(p, menv);  // mpirun and its ranks share the run's mount namespace
   for (auto& [k, v] : menv) p.env.push_back(k + "=" + v);
   p.env.push_back("TMPDIR=" + dir_ + "/tmp");
+  p.env.push_back("OMPI_MCA_btl_vader_backing_directory=" + dir_ + "/tmp");
   p.tag_output = true;
   mpirun_ = sup_->spawn(p);
   for (int r = 0; r < s_.ranks; ++r) {
@@ -450,6 +451,7 @@ RunResult Run::go() {
       faults_->adjust_helper(p, env);
       for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
       p.env.push_back("TMPDIR=" + dir_ + "/tmp");
+      p.env.push_back("OMPI_MCA_btl_vader_backing_directory=" + dir_ + "/tmp");
       p.env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
       p.env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
       ompi_server_ = sup_->spawn(p);
@@ -555,10 +557,13 @@ int outcome_exit_code(const std::string& outcome) {
                                     : 3;
 }
 
-Verdict judge_run_dir(const std::string& run_dir) {
+Verdict judge_run_dir(const std::string& run_dir, RecoveredHistory* seen) {
   const std::string scen = run_dir + "/scenario.yaml";
   Scenario s = load_scenario(scen);
-  return judge(s.expect, read_history(run_dir + "/history.jsonl"));
+  RecoveredHistory h = history_with_rank_files(run_dir);
+  Verdict v = judge(s.expect, h.events);
+  if (seen) *seen = std::move(h);
+  return v;
 }
 
 }  // namespace fl::harness
