@@ -250,6 +250,7 @@ TEST_F(Checkpoints, MalformedManifestsAndPathsOutsideTheSaveDirectoryAreNamedErr
   // `latest` naming something outside, directly or through a symbolic link.
   const fs::path save = dir_ / "save", outside = dir_ / "elsewhere";
   fs::create_directories(save);
+  fs::create_directories(outside);
   fs::copy(good, outside / "step_4", fs::copy_options::recursive);
   std::ofstream(save / "latest") << "../elsewhere/step_4\n";
   auto r = run_process({FAULTLINE_CKPT, "inspect", save.string()});

@@ -62,8 +62,8 @@ TEST(AutoResume, NeverFollowsAStepDirectoryOrLatestOutOfTheSaveDirectory) {
         << e.what();
   }
   // `latest` with a path, an absolute path or a parent: refused before anything is read.
-  for (const std::string bad : {"../escape-outside/step_100", (outside / "step_100").string(),
-                                std::string("..")}) {
+  for (const std::string& bad : std::vector<std::string>{
+           "../escape-outside/step_100", (outside / "step_100").string(), ".."}) {
     std::ofstream(d / "latest", std::ios::trunc) << bad << "\n";
     try {
       train::auto_resume_target(d.string(), false, note);
