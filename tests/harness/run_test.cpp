@@ -411,6 +411,7 @@ TEST(HarnessRun, SigkillOfTheHarnessLeavesNoWorkerZombieOrTempFile) {
     EXPECT_EQ(j["recovered_from_rank_files"].get<size_t>(), missing) << launcher;
     std::printf("%s: %zu rank events in the history, %zu in the ranks' files, %zu only there\n",
                 launcher, in_history.size(), in_files.size(), missing);
+    std::fflush(stdout);  // (the next fork would print it again)
   }
   fs::remove_all(results);
 }

@@ -71,6 +71,21 @@ TEST(Names, EnvironmentVariableNamesCannotCarryAppFileOptions) {
   }
 }
 
+// A variable name with whitespace in an mpirun app-file line would become options of its own
+// (`-x A -np 9 /bin/sh=1`): the run is refused before the app file is written.
+TEST(Names, AnEnvironmentNameWithWhitespaceNeverReachesTheAppFile) {
+  const auto dir = test_dir();
+  const std::string scen = dir + "/env.yaml";
+  std::ofstream(scen) << "name: env-inject\ntopology: {ranks: 1, launcher: mpirun}\n"
+                         "workload: {steps: 1}\nenv: {\"A -np 9 /bin/true -x B\": \"1\"}\n"
+                         "expect: {oracle: completed}\n";
+  auto r = test::run_process({FAULTLINE_CLI, "run", scen, "--results", dir + "/runs", "--run-id",
+                              "env", "-q"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("A -np 9 /bin/true -x B"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/runs/env/appfile")) << read(dir + "/runs/env/appfile");
+}
+
 TEST(Names, ARunIdOrSuiteNameOutsideTheResultsDirectoryIsRefusedBeforeAnythingIsWritten) {
   const auto dir = test_dir();
   const std::string results = dir + "/results/runs";
