@@ -1,6 +1,6 @@
 // faultline: the command line.
 //   run SCENARIO        launch, supervise, judge; exit 0 pass, 1 fail, 2 harness/input error
-//                       (usage errors too), 3 unknown
+//                       (usage errors too), 3 unknown, 4 interrupted (SIGINT/SIGTERM)
 //   suite SUITE         many runs like a test runner: selection, retries, shards, JUnit
 //   validate SCENARIO   check a scenario file (and print it resolved with --print)
 //   verdict RUN_DIR     judge a run again from its history
@@ -354,14 +354,23 @@ int main(int argc, char** argv) {
   if (ctl->parsed()) return control(addr, action, rank, sig, plan, checkpoint);
   try {
     if (verdict->parsed()) {
-      auto v = fl::harness::judge_run_dir(run_dir);
+      fl::harness::RecoveredHistory seen;
+      auto v = fl::harness::judge_run_dir(run_dir, &seen);
       if (json) {
-        std::printf("%s\n", v.to_json().dump(2).c_str());
+        auto j = v.to_json();
+        j["rank_events"] = seen.rank_events;
+        j["recovered_from_rank_files"] = seen.recovered;
+        std::printf("%s\n", j.dump(2).c_str());
       } else {
         std::printf("%s (oracle %s): %s\n", v.outcome.c_str(), v.oracle.c_str(),
                     v.explanation.c_str());
+        if (seen.recovered > 0) {
+          std::printf("(judged with %d rank events from ranks/*/events.jsonl that the history "
+                      "lacks)\n",
+                      seen.recovered);
+        }
       }
-      return v.outcome == "pass" ? 0 : v.outcome == "fail" ? 1 : 3;
+      return fl::harness::outcome_exit_code(v.outcome);
     }
     if (catalog->parsed()) {
       auto entries = fl::harness::load_catalog(catalog_file, symptoms_dir);
@@ -437,7 +446,7 @@ int main(int argc, char** argv) {
         so.run_args.insert(so.run_args.end(), {"--recovery", suite_recovery});
       auto r = fl::harness::run_suite(suite_path, so);
       std::printf("%s", fl::harness::suite_table(r).c_str());
-      return r.failures() == 0 ? 0 : 1;
+      return r.exit_code();
     }
     if (repro->parsed()) return repro_scenario(scenario_path, ro, overrides, write_html);
     if (replay->parsed()) {

@@ -22,7 +22,9 @@
 namespace fl::harness {
 
 struct Verdict {
-  std::string outcome;  // pass, fail, unknown
+  // pass, fail, unknown; interrupted when the harness was told to stop (SIGINT/SIGTERM) before
+  // the run ended by itself: what it saw is in the explanation, never a pass or a fail.
+  std::string outcome;
   std::string oracle;
   std::string symptom;
   std::string explanation;   // one sentence: what was (not) observed, where and when
@@ -39,6 +41,8 @@ struct RunSummary {
   int64_t t_last = -1;   // the last event
   int world = 0;
   bool run_timeout = false;
+  std::string interrupted;    // the signal that stopped the harness ("" when none)
+  int64_t t_interrupted = -1;
   struct Exit {
     int rank;
     int64_t t;
@@ -161,6 +165,8 @@ std::optional<Hit> find_hang(const Expect& x, const RunSummary& run, int64_t end
 
 Verdict judge(const Expect& expect, const std::vector<HistoryEvent>& history);
 Verdict judge(const Expect& expect, const RunSummary& run);
+// What the expectation alone says (judge without the interruption rule).
+Verdict judge_expectation(const Expect& expect, const RunSummary& run);
 
 // Names of every oracle (the scenario schema's expect.oracle takes the same list).
 std::vector<std::string> oracle_names();

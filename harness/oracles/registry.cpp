@@ -143,6 +143,23 @@ Verdict judge(const Expect& x, const std::vector<HistoryEvent>& history) {
 }
 
 Verdict judge(const Expect& x, const RunSummary& run) {
+  Verdict v = judge_expectation(x, run);
+  if (run.interrupted.empty()) return v;
+  // The run was cut short from outside: whatever the oracle saw until then decides nothing.
+  Verdict i;
+  i.outcome = "interrupted";
+  i.oracle = x.oracle;
+  i.symptom = x.symptom;
+  const double at =
+      run.t_start >= 0 ? static_cast<double>(run.t_interrupted - run.t_start) / kNs : 0.0;
+  i.explanation = fmt::format(
+      "the harness got {} at {:.1f} s and stopped the run before it ended (until then the "
+      "oracle would have said {}: {})",
+      run.interrupted, std::max(0.0, at), v.outcome, v.explanation);
+  return i;
+}
+
+Verdict judge_expectation(const Expect& x, const RunSummary& run) {
   if (!x.absent) return judge_one(x, run);
   // A fix variant: the oracle must not find its symptom, and the run must complete.
   Verdict v = judge_one(x, run);

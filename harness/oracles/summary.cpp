@@ -23,6 +23,10 @@ void add_event(RunSummary& f, const HistoryEvent& e) {
       std::erase_if(f.exits, [&](const RunSummary::Exit& x) { return x.rank >= f.world; });
     }
     if (e.kind == "run_timeout") f.run_timeout = true;
+    if (e.kind == "interrupted" && f.interrupted.empty()) {
+      f.interrupted = d.value("signal", "a signal");
+      f.t_interrupted = e.t_ns;
+    }
     if (e.kind == "oom_kill" && e.rank >= 0) f.oom_killed.insert(e.rank);
     if (e.kind == "rank_exit" && e.rank >= 0) {
       f.exits.push_back({e.rank, e.t_ns, d.value("class", ""), d.value("code", 0),

@@ -6,7 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -36,6 +41,66 @@ std::string make_run_id(const std::string& name) {
   return fmt::format("{:%Y%m%d-%H%M%S}-{}-{:04x}",
                      fmt::localtime(std::chrono::system_clock::to_time_t(now)), name,
                      rd() & 0xffff);
+}
+
+std::pair<std::string, std::string> create_run_dir(const std::string& results_dir,
+                                                   const std::string& run_id,
+                                                   const std::string& scenario_name) {
+  // A run id is one path component: `--run-id ../x`, an absolute path or a scenario name with a
+  // slash would put the run outside the results directory.
+  if (!run_id.empty()) check_path_component("--run-id", run_id);
+  std::filesystem::create_directories(results_dir);
+  for (int tries = 0;; ++tries) {
+    const std::string id = run_id.empty() ? make_run_id(scenario_name) : run_id;
+    if (run_id.empty()) check_path_component("the run id made from the scenario's name", id);
+    const std::string dir =
+        std::filesystem::absolute(std::filesystem::path(results_dir) / id).lexically_normal();
+    if (::mkdir(dir.c_str(), 0755) == 0) return {id, dir};
+    if (errno != EEXIST) {
+      raise<Error>("{}: cannot create the run directory: {}", dir, std::strerror(errno));
+    }
+    if (!run_id.empty() || tries >= 20) raise<Error>("{}: the run directory already exists", dir);
+  }
+}
+
+void check_path_component(const std::string& what, const std::string& value) {
+  bool ok = !value.empty() && value.size() <= 200 && value[0] != '.' && value[0] != '-';
+  for (char c : value) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '.' || c == '_' || c == '-' || c == '+');
+  }
+  if (!ok) {
+    std::string shown;
+    for (char c : value.substr(0, 80)) {
+      shown += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+                   ? fmt::format("\\x{:02x}", static_cast<unsigned char>(c))
+                   : std::string(1, c);
+    }
+    throw ConfigError(fmt::format(
+        "{} '{}': must be one path component under the results directory: 1 to 200 letters, "
+        "digits, '.', '_', '-' or '+', not starting with '.' or '-'",
+        what, shown));
+  }
+}
+
+void check_env_key(int rank, const std::string& key) {
+  bool ok = !key.empty() && !(key[0] >= '0' && key[0] <= '9');
+  for (char c : key) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '_');
+  }
+  if (!ok) {
+    std::string shown;
+    for (char c : key.substr(0, 80)) {
+      shown += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+                   ? fmt::format("\\x{:02x}", static_cast<unsigned char>(c))
+                   : std::string(1, c);
+    }
+    throw ConfigError(fmt::format(
+        "rank {}: environment variable name '{}' is not allowed (names are letters, digits and "
+        "'_', not starting with a digit)",
+        rank, shown));
+  }
 }
 
 namespace {

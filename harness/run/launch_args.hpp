@@ -16,6 +16,19 @@ namespace fl::harness {
 std::string worker_binary(const std::string& kind);
 // <time>-<name>-<random hex>.
 std::string make_run_id(const std::string& name);
+// Creates the run directory RESULTS/ID exclusively (mkdir fails on an existing name): `run_id`
+// when given (checked with check_path_component; an existing directory is an error), else a
+// generated id, drawn again on a clash. Returns {id, absolute directory}.
+std::pair<std::string, std::string> create_run_dir(const std::string& results_dir,
+                                                   const std::string& run_id,
+                                                   const std::string& scenario_name);
+// Throws ConfigError unless `value` is a safe single path component (a run id, a suite name):
+// 1-200 of letters, digits and . _ - +, not starting with . or -. `what` names it in the message
+// ("--run-id", "suite.yaml:2: name").
+void check_path_component(const std::string& what, const std::string& value);
+// Throws ConfigError unless `key` is an environment variable name, [A-Za-z_][A-Za-z0-9_]* (a
+// key with whitespace, '=' or a newline would inject options into an mpirun app file).
+void check_env_key(int rank, const std::string& key);
 // A port nobody listens on now on 127.0.0.1, below the ephemeral range when there is room.
 int free_port();
 // The worker command of every rank (faults may append to one rank's copy).

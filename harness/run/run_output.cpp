@@ -58,6 +58,10 @@ std::string Run::verdict_line(const RunResult& r) {
   const Verdict& v = r.verdict;
   const std::string oracle = fmt::format("oracle {}", v.oracle);
   const std::string sym = v.symptom.empty() ? "the symptom" : "symptom " + v.symptom;
+  if (v.outcome == "interrupted") {
+    return fmt::format("interrupted: the {} before the run ended; no verdict ({})",
+                       stop_reason_.empty() ? "harness was stopped" : stop_reason_, oracle);
+  }
   if (s_.expect.absent) {  // a fix variant: the symptom must stay away and the run complete
     if (v.outcome == "pass") {
       return fmt::format("pass: {} absent; all {} ranks finished ({}{})", sym, s_.ranks, oracle,

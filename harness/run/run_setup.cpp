@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -18,19 +19,9 @@ namespace fl::harness::detail {
 namespace fs = std::filesystem;
 
 void Run::prepare() {
-  // mkdir fails when the directory exists, so two runs started at once never share one: a
-  // generated id is drawn again, a given one (--run-id) is an error.
-  fs::create_directories(o_.results_dir);
-  for (int tries = 0;; ++tries) {
-    id_ = o_.run_id.empty() ? make_run_id(s_.name) : o_.run_id;
-    dir_ = fs::absolute(fs::path(o_.results_dir) / id_).lexically_normal().string();
-    if (::mkdir(dir_.c_str(), 0755) == 0) break;
-    if (errno != EEXIST)
-      raise<Error>("{}: cannot create the run directory: {}", dir_, strerror(errno));
-    if (!o_.run_id.empty() || tries >= 20) {
-      raise<Error>("{}: the run directory already exists", dir_);
-    }
-  }
+  // Created exclusively, so two runs started at once never share one: a generated id is drawn
+  // again, a given one (--run-id) is an error; either is one path component under --results.
+  std::tie(id_, dir_) = create_run_dir(o_.results_dir, o_.run_id, s_.name);
   fs::create_directories(dir_ + "/tmp");
   for (int r = 0; r < s_.ranks; ++r)
     fs::create_directories(fmt::format("{}/ranks/rank{}", dir_, r));
@@ -74,6 +65,9 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
     env["FAULTLINE_ARTIFACT_CACHE"] = fmt::format("{}/artifacts/node{}", dir_, rank / per_node);
   }
   env["TMPDIR"] = dir_ + "/tmp";
+  // Open MPI's shared-memory segments go into the run's tmp (not /dev/shm), so a harness killed
+  // with its ranks leaves none behind outside the run directory (docs/harness.md).
+  env["OMPI_MCA_btl_vader_backing_directory"] = dir_ + "/tmp";
   env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
   env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
   if (!s_.plans.empty()) {

@@ -49,6 +49,7 @@ void Run::launch_all(const std::string& resume_from) {
   }
   const auto args = worker_args(s_, dir_, resume_from);
   if (s_.launcher == "local") {
+    const auto inherited = base_env();
     for (int r = 0; r < s_.ranks; ++r) {
       auto env = rank_env(r);
       ProcessSpec p;
@@ -57,7 +58,10 @@ void Run::launch_all(const std::string& resume_from) {
       p.argv = args;
       p.cwd = fmt::format("{}/ranks/rank{}", dir_, r);
       faults_->adjust_rank(r, p, env);
-      for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
+      for (auto& [k, v] : env) {
+        if (!inherited.count(k)) check_env_key(r, k);  // the scenario's and its faults' keys
+        p.env.push_back(k + "=" + v);
+      }
       const pid_t pid = sup_->spawn(p);
       rank_pids_[r] = pid;
       running_ranks_.insert(r);
@@ -79,6 +83,7 @@ void Run::launch_all(const std::string& resume_from) {
     std::vector<std::string> unset;
     faults_->adjust_rank(r, line_spec, env, &unset);
     std::string line = "-np 1 --wdir " + fmt::format("{}/ranks/rank{}", dir_, r);
+    for (auto& k : unset) check_env_key(r, k);
     for (auto& [k, v] : env) {
       if (k.rfind("FAULTLINE_", 0) != 0 && k != "RANK" && k != "WORLD_SIZE" && k != "LOCAL_RANK" &&
           k != "LOCAL_WORLD_SIZE" && k != "NODE_RANK" && k != "MASTER_ADDR" && k != "MASTER_PORT" &&
@@ -86,6 +91,7 @@ void Run::launch_all(const std::string& resume_from) {
           !(s_.rank_env.count(r) && s_.rank_env.at(r).count(k))) {
         continue;  // the rest is inherited from mpirun's environment
       }
+      check_env_key(r, k);  // a name with whitespace or '=' would add app-file options
       if (v.find_first_of(" \t\n\"'") != std::string::npos || v.empty()) {
         raise<Error>(
             "launcher mpirun: rank {} variable {}='{}' has whitespace, quotes or is empty "
@@ -103,6 +109,7 @@ void Run::launch_all(const std::string& resume_from) {
   faults_->adjust_helper(p, menv);  // mpirun and its ranks share the run's mount namespace
   for (auto& [k, v] : menv) p.env.push_back(k + "=" + v);
   p.env.push_back("TMPDIR=" + dir_ + "/tmp");
+  p.env.push_back("OMPI_MCA_btl_vader_backing_directory=" + dir_ + "/tmp");
   p.tag_output = true;
   mpirun_ = sup_->spawn(p);
   for (int r = 0; r < s_.ranks; ++r) {
@@ -356,6 +363,16 @@ RunResult Run::go() {
     });
   }
   try {
+    // From here on SIGINT/SIGTERM end the run the orderly way (teardown, verdict `interrupted`);
+    // a signal that comes before the I/O loop runs is handled as soon as it does.
+    stop_signals_ = std::make_unique<boost::asio::signal_set>(io_, SIGINT, SIGTERM);
+    stop_signals_->async_wait([this](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      stopping_ = true;
+      stop_reason_ = "harness got " + signal_name(sig);
+      hist_->harness("interrupted", {{"signal", signal_name(sig)}});
+      io_.stop();
+    });
     if (!s_.prepare_yaml.empty()) run_preparation();
     if (!s_.fetch.empty()) start_artifact_hub();
     ctl_ =
@@ -434,6 +451,7 @@ RunResult Run::go() {
       faults_->adjust_helper(p, env);
       for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
       p.env.push_back("TMPDIR=" + dir_ + "/tmp");
+      p.env.push_back("OMPI_MCA_btl_vader_backing_directory=" + dir_ + "/tmp");
       p.env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
       p.env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
       ompi_server_ = sup_->spawn(p);
@@ -447,7 +465,7 @@ RunResult Run::go() {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     }
-    launch_all(s_.resume ? dir_ + "/checkpoints" : "");
+    if (!stopping_) launch_all(s_.resume ? dir_ + "/checkpoints" : "");
     timeout_ = std::make_unique<boost::asio::steady_timer>(io_);
     timeout_->expires_after(
         std::chrono::milliseconds(static_cast<int64_t>(s_.run_timeout_s * 1000)));
@@ -460,14 +478,6 @@ RunResult Run::go() {
     });
     ticker_ = std::make_unique<boost::asio::steady_timer>(io_);
     tick();
-    stop_signals_ = std::make_unique<boost::asio::signal_set>(io_, SIGINT, SIGTERM);
-    stop_signals_->async_wait([this](const boost::system::error_code& ec, int sig) {
-      if (ec) return;
-      stopping_ = true;
-      stop_reason_ = "harness got " + signal_name(sig);
-      hist_->harness("interrupted", {{"signal", signal_name(sig)}});
-      io_.stop();
-    });
     io_.run();
   } catch (const std::exception& e) {
     res.harness_error = e.what();
@@ -497,10 +507,7 @@ RunResult Run::go() {
   v["fix"] = o_.fix;
   if (!res.harness_error.empty()) v["harness_error"] = res.harness_error;
   write_atomic(dir_ + "/verdict.json", v.dump(2) + "\n");
-  res.exit_code = !res.harness_error.empty()      ? 2
-                  : res.verdict.outcome == "pass" ? 0
-                  : res.verdict.outcome == "fail" ? 1
-                                                  : 3;
+  res.exit_code = !res.harness_error.empty() ? 2 : outcome_exit_code(res.verdict.outcome);
   print_summary(res, history);
   return res;
 }
@@ -543,10 +550,20 @@ Scenario replay_scenario(const std::string& run_dir) {
   return s;
 }
 
-Verdict judge_run_dir(const std::string& run_dir) {
+int outcome_exit_code(const std::string& outcome) {
+  return outcome == "pass"          ? 0
+         : outcome == "fail"        ? 1
+         : outcome == "interrupted" ? 4
+                                    : 3;
+}
+
+Verdict judge_run_dir(const std::string& run_dir, RecoveredHistory* seen) {
   const std::string scen = run_dir + "/scenario.yaml";
   Scenario s = load_scenario(scen);
-  return judge(s.expect, read_history(run_dir + "/history.jsonl"));
+  RecoveredHistory h = history_with_rank_files(run_dir);
+  Verdict v = judge(s.expect, h.events);
+  if (seen) *seen = std::move(h);
+  return v;
 }
 
 }  // namespace fl::harness

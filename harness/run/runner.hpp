@@ -32,13 +32,29 @@ struct RunResult {
   std::string control_addr;
   Verdict verdict;
   std::string harness_error;  // set when the harness itself failed (exit 2)
-  int exit_code = 2;          // 0 pass, 1 fail, 2 harness/input error, 3 unknown
+  int exit_code = 2;  // 0 pass, 1 fail, 2 harness/input error, 3 unknown, 4 interrupted
 };
+
+// The exit status of a verdict's outcome: 0 pass, 1 fail, 3 unknown, 4 interrupted (the harness
+// got SIGINT/SIGTERM before the run ended).
+int outcome_exit_code(const std::string& outcome);
 
 RunResult run_scenario(const Scenario& scenario, const RunOptions& options);
 
-// Re-judges a finished (or killed) run from its history; rewrites nothing.
-Verdict judge_run_dir(const std::string& run_dir);
+// A run's history with the rank events that only its ranks' own files hold (ranks/rankN/
+// events.jsonl): what a harness killed before its final merge never wrote. Recovered events are
+// marked late and placed at the time the rank stamped them; `recovered` counts them and
+// `rank_events` counts every distinct rank event of the result.
+struct RecoveredHistory {
+  std::vector<HistoryEvent> events;
+  int recovered = 0;
+  int rank_events = 0;
+};
+RecoveredHistory history_with_rank_files(const std::string& run_dir);
+
+// Re-judges a finished (or killed) run from its history and its ranks' event files (see
+// history_with_rank_files); rewrites nothing. `seen` (optional) gets what was judged.
+Verdict judge_run_dir(const std::string& run_dir, RecoveredHistory* seen = nullptr);
 
 // The scenario of a finished run with its in-process plans replaced by the replay of what fired
 // (every rank's fired.jsonl): running it fires the same sites at the same evaluations, with no

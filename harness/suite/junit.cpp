@@ -99,7 +99,7 @@ std::string property(const std::string& name, const std::string& value) {
 
 std::string suite_junit(const SuiteResult& r) {
   const int failures = r.count("fail");
-  const int errors = r.count("error") + r.count("unknown");
+  const int errors = r.count("error") + r.count("unknown") + r.count("interrupted");
   const int skipped = r.count("skipped");
   const std::string commit = r.provenance.commit.empty() ? "unknown" : r.provenance.commit;
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
@@ -138,7 +138,7 @@ std::string suite_junit(const SuiteResult& r) {
     if (c.outcome == "fail") {
       out += fmt::format("      <failure type=\"fail\" message=\"{}\">{}</failure>\n",
                          xml_escape(message), xml_escape(c.explanation, false));
-    } else if (c.outcome == "error" || c.outcome == "unknown") {
+    } else if (c.outcome == "error" || c.outcome == "unknown" || c.outcome == "interrupted") {
       out +=
           fmt::format("      <error type=\"{}\" message=\"{}\">{}</error>\n", xml_escape(c.outcome),
                       xml_escape(message), xml_escape(c.explanation, false));

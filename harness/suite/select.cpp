@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include "harness/run/launch_args.hpp"
 #include "harness/scenario/scenario.hpp"
 #include "harness/suite/suite.hpp"
 
@@ -39,7 +40,9 @@ SuiteSpec load_suite(const std::string& path) {
   if (!fs::exists(path))
     throw ScenarioError(fmt::format("{}: no such suite file or directory", path));
   if (fs::is_directory(path)) {
-    s.name = fs::path(path).filename().string();
+    const fs::path p = fs::path(path).lexically_normal();
+    s.name = (p.has_filename() ? p : p.parent_path()).filename().string();
+    check_path_component(path + ": suite name (the directory's)", s.name);
     s.files = scenario_files_under(path);
   } else {
     YAML::Node doc;
@@ -60,6 +63,9 @@ SuiteSpec load_suite(const std::string& path) {
       }
     }
     s.name = doc["name"] ? doc["name"].as<std::string>() : fs::path(path).stem().string();
+    // The name becomes the suite directory's: one path component, never `../..`.
+    check_path_component(
+        doc["name"] ? line_of(path, doc["name"]) + ": name" : path + ": suite name", s.name);
     s.fix = doc["fix"] ? doc["fix"].as<bool>() : true;
     if (doc["seeds"]) s.seeds = doc["seeds"].as<std::vector<uint64_t>>();
     const auto base = fs::path(path).parent_path();
@@ -114,15 +120,16 @@ std::string previous_results(const std::string& results_dir, const std::string& 
   return dirs.back();
 }
 
-// The ids of the cases that did not pass in a summary: failures, errors, unknown verdicts and
-// cases --fail-fast never started (skipped for want of a device stay out: they would again).
+// The ids of the cases that did not pass in a summary: failures, errors, unknown verdicts,
+// interrupted cases and cases --fail-fast never started (skipped for want of a device stay out: they would again).
 std::set<std::string> not_passed(const nlohmann::json& summary) {
   std::set<std::string> ids;
   for (const auto& c : summary["cases"]) {
     const std::string o = c.value("outcome", "");
     const bool never_started =
         o == "skipped" && c.value("explanation", "").rfind("not started", 0) == 0;
-    if (o != "fail" && o != "unknown" && o != "error" && !never_started) continue;
+    if (o != "fail" && o != "unknown" && o != "error" && o != "interrupted" && !never_started)
+      continue;
     if (c.contains("id")) {
       ids.insert(c["id"].get<std::string>());
     } else {  // summaries written before case ids
@@ -231,6 +238,7 @@ SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
         c.seed = seed;
         c.fix = fix;
         c.device = s.device;
+        check_path_component(f + ": name (the run id " + c.id() + ")", c.id());
         plan.cases.push_back(c);
       }
     }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include "base/stats.hpp"
 #include "harness/run/launch_args.hpp"
 #include "harness/run/runner.hpp"
+#include "harness/run/supervisor.hpp"
 #include "harness/scenario/scenario.hpp"
 #include "harness/suite/progress.hpp"
 #include "kernels/device.hpp"
@@ -43,8 +45,38 @@ constexpr const char* kNoDevice = "no CUDA device is visible";
 constexpr const char* kNotStarted = "not started: --fail-fast stopped the suite after";
 
 bool is_failure(const std::string& outcome) {
-  return outcome == "fail" || outcome == "unknown" || outcome == "error";
+  return outcome == "fail" || outcome == "unknown" || outcome == "error" ||
+         outcome == "interrupted";
 }
+
+// SIGINT/SIGTERM to the suite: the handler only records it; the loop stops starting runs,
+// passes the signal on to the runs in flight (each ends as `interrupted`) and writes the summary.
+volatile std::sig_atomic_t g_suite_signal = 0;
+extern "C" void on_suite_signal(int sig) {
+  g_suite_signal = sig;
+}
+
+// Installs the handler for the suite's lifetime and restores what was there before.
+class SuiteSignals {
+ public:
+  SuiteSignals() {
+    g_suite_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_suite_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SuiteSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  SuiteSignals(const SuiteSignals&) = delete;
+  SuiteSignals& operator=(const SuiteSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
 
 SuiteAttempt read_attempt(const std::string& run_dir, int status) {
   SuiteAttempt a;
@@ -66,6 +98,17 @@ SuiteAttempt read_attempt(const std::string& run_dir, int status) {
   }
   a.outcome = v.value("outcome", "unknown");
   a.explanation = v.value("explanation", "");
+  if (v.value("state", "") == "running") {
+    // The run ended before it wrote its verdict (killed before its own signal handling began).
+    const bool signaled = WIFSIGNALED(status);
+    a.outcome = signaled ? "interrupted" : "error";
+    a.explanation = fmt::format(
+        "the run ended by {} before its verdict (see {}.log)",
+        signaled ? signal_name(WTERMSIG(status))
+                 : fmt::format("exit status {}", WIFEXITED(status) ? WEXITSTATUS(status) : -1),
+        run_dir);
+    return a;
+  }
   if (v.contains("harness_error")) {
     a.outcome = "error";
     a.explanation = v["harness_error"].get<std::string>();
@@ -86,6 +129,11 @@ bool SuiteCase::failed() const {
 int SuiteResult::failures() const {
   return static_cast<int>(
       std::count_if(cases.begin(), cases.end(), [](auto& c) { return c.failed(); }));
+}
+
+int SuiteResult::exit_code() const {
+  if (!interrupted.empty() || count("interrupted") > 0) return 4;
+  return failures() == 0 ? 0 : 1;
 }
 
 int SuiteResult::count(const std::string& outcome) const {
@@ -172,6 +220,8 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   };
   std::map<pid_t, Running> running;
   bool stop_launching = false;
+  SuiteSignals signals;
+  bool forwarded = false;
   std::string first_failure;
   int finished_runs = 0;
   int idle_ticks = 0;
@@ -181,6 +231,12 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
     return n;
   };
   while (!running.empty() || (!queue.empty() && !stop_launching)) {
+    if (g_suite_signal != 0 && !forwarded) {
+      forwarded = true;
+      stop_launching = true;
+      res.interrupted = signal_name(g_suite_signal);
+      for (auto& [pid, r] : running) ::kill(pid, g_suite_signal);
+    }
     bool launched = false;
     while (static_cast<int>(running.size()) < jobs && !queue.empty() && !stop_launching) {
       auto [index, attempt] = queue.front();
@@ -254,10 +310,16 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
       res.provenance.calibrate(finished_runs);
     }
   }
+  if (g_suite_signal != 0 && res.interrupted.empty()) res.interrupted = signal_name(g_suite_signal);
   for (auto& [index, attempt] : queue) {
     SuiteCase& c = res.cases[index];
-    c.outcome = "skipped";
-    c.explanation = fmt::format("{} {} failed", kNotStarted, first_failure);
+    if (!res.interrupted.empty()) {
+      c.outcome = "interrupted";
+      c.explanation = fmt::format("not started: the suite got {}", res.interrupted);
+    } else {
+      c.outcome = "skipped";
+      c.explanation = fmt::format("{} {} failed", kNotStarted, first_failure);
+    }
     progress.skipped();
   }
   progress.close();

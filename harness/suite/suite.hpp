@@ -60,7 +60,8 @@ struct SuiteCase {
   std::string device = "cpu";  // workload.device: a cuda case is skipped without a device
   // pass; fail, unknown (the expectation did not hold / could not be decided); error (harness
   // or input error); flaky (failed, then passed on a retry); skipped (not run: no device, or
-  // left over by --fail-fast).
+  // left over by --fail-fast); interrupted (the run, or the suite, got SIGINT/SIGTERM before the
+  // run ended, or the case was not started because of it).
   std::string outcome;
   std::string explanation;   // the verdict's (of the last try), or why it was skipped
   double manifested_s = -1;  // when the symptom showed (faulty variant)
@@ -72,7 +73,7 @@ struct SuiteCase {
   // "name[-fix]-s<seed>": the run id of the first try, the shard key, the --last-failed key.
   std::string id() const;
   std::string variant() const { return fix ? "fix" : "faulty"; }
-  // Counts against the suite: fail, unknown, error.
+  // Counts against the suite: fail, unknown, error, interrupted.
   bool failed() const;
 };
 
@@ -82,8 +83,12 @@ struct SuiteResult {
   double wall_s = 0;  // the suite's wall clock
   Provenance provenance;
   nlohmann::json selection = nlohmann::json::object();  // the options that chose the cases
-  int failures() const;  // cases that make the suite fail (fail, unknown, error)
+  std::string interrupted;  // the signal the suite itself got ("" when none)
+  int failures() const;     // cases that make the suite fail (fail, unknown, error, interrupted)
   int count(const std::string& outcome) const;
+  // faultline suite's exit status: 4 when the suite or a case was interrupted, else 1 when a
+  // case failed, else 0.
+  int exit_code() const;
 };
 
 // What a suite would run: its name and the selected cases (every scenario loaded and checked).

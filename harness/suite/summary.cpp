@@ -45,10 +45,18 @@ std::string suite_table(const SuiteResult& r) {
                            : std::string("-"));
   }
   const int errors = r.count("error") + r.count("unknown");
+  const int interrupted = r.count("interrupted");
   out += fmt::format(
-      "{} runs: {} passed, {} failed, {} errors, {} flaky, {} skipped in {:.1f} s; results in {}\n",
+      "{} runs: {} passed, {} failed, {} errors, {} flaky, {} skipped{} in {:.1f} s; results in "
+      "{}\n",
       r.cases.size(), r.count("pass"), r.count("fail"), errors, r.count("flaky"),
-      r.count("skipped"), r.wall_s, r.dir);
+      r.count("skipped"), interrupted ? fmt::format(", {} interrupted", interrupted) : "",
+      r.wall_s, r.dir);
+  if (!r.interrupted.empty()) {
+    out += fmt::format("  INTERRUPTED the suite got {}: runs in flight were stopped, the rest not "
+                       "started\n",
+                       r.interrupted);
+  }
   std::map<std::string, int> skipped;  // explanation -> cases (fail-fast leaves many alike)
   for (const auto& c : r.cases) {
     if (c.outcome == "skipped") {
@@ -59,9 +67,10 @@ std::string suite_table(const SuiteResult& r) {
                          c.name, c.fix ? " [fix]" : "", c.seed, c.attempts.size(),
                          c.attempts.size(), first.outcome, first.explanation, first.run_dir);
     } else if (c.outcome != "pass") {
-      const char* label = c.outcome == "fail"    ? "FAILED"
-                          : c.outcome == "error" ? "ERROR"
-                                                 : "UNKNOWN";
+      const char* label = c.outcome == "fail"          ? "FAILED"
+                          : c.outcome == "error"       ? "ERROR"
+                          : c.outcome == "interrupted" ? "INTERRUPTED"
+                                                       : "UNKNOWN";
       out += fmt::format("  {} {}{} seed {}: {}{} ({})\n", label, c.name, c.fix ? " [fix]" : "",
                          c.seed, c.explanation,
                          c.attempts.size() > 1 ? fmt::format(" [{} tries]", c.attempts.size()) : "",
@@ -103,11 +112,13 @@ nlohmann::json suite_json(const SuiteResult& r) {
           {"dir", r.dir},
           {"runs", r.cases.size()},
           {"failed", r.failures()},
+          {"interrupted", r.interrupted},
           {"counts",
            {{"pass", r.count("pass")},
             {"fail", r.count("fail")},
             {"error", r.count("error")},
             {"unknown", r.count("unknown")},
+            {"interrupted", r.count("interrupted")},
             {"flaky", r.count("flaky")},
             {"skipped", r.count("skipped")}}},
           {"wall_s", r.wall_s},

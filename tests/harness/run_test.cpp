@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -278,6 +279,43 @@ std::set<std::string> tmp_entries() {
   return s;
 }
 
+// Files of `dir` mapped into the memory of the run's processes (their shared-memory segments).
+std::set<std::string> mapped_under(const std::string& run_id, const std::string& dir) {
+  std::set<std::string> out;
+  for (pid_t pid : processes_of_run(run_id)) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+    for (std::string line; std::getline(in, line);) {
+      const auto at = line.find(dir);
+      if (at != std::string::npos) out.insert(line.substr(at));
+    }
+  }
+  return out;
+}
+
+// Every distinct rank event (rank, seq, the rank's time stamp, kind) of a history file and of
+// the ranks' own event files.
+using RankEvent = std::tuple<int, uint64_t, int64_t, std::string>;
+std::set<RankEvent> rank_events_in_history(const std::string& run_dir) {
+  std::set<RankEvent> out;
+  for (const auto& e : read_history(run_dir + "/history.jsonl")) {
+    if (e.source == "rank") out.insert({e.rank, e.seq, e.time_unix_ns, e.kind});
+  }
+  return out;
+}
+std::set<RankEvent> rank_events_in_files(const std::string& run_dir) {
+  std::set<RankEvent> out;
+  for (int r = 0; fs::exists(run_dir + "/ranks/rank" + std::to_string(r)); ++r) {
+    std::ifstream in(run_dir + "/ranks/rank" + std::to_string(r) + "/events.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) continue;
+      out.insert({r, j.value("seq", uint64_t{0}), j.value("time_unix_ns", int64_t{0}),
+                  j.value("kind", "")});
+    }
+  }
+  return out;
+}
+
 TEST(HarnessRun, SigkillOfTheHarnessLeavesNoWorkerZombieOrTempFile) {
   const auto results = results_dir();
   fs::create_directories(results);
@@ -307,6 +345,20 @@ TEST(HarnessRun, SigkillOfTheHarnessLeavesNoWorkerZombieOrTempFile) {
     }
     ASSERT_TRUE(stepping) << launcher;
     ASSERT_FALSE(processes_of_run(id).empty());
+    // No shared memory of the run in /dev/shm (Open MPI's vader segments would be there by
+    // default, and nobody unlinks them after a SIGKILL): under mpirun they are in the run's tmp.
+    const std::string run_tmp = results + "/" + id + "/tmp/";
+    std::set<std::string> in_shm, in_run;
+    for (int i = 0; i < 100; ++i) {
+      in_shm = mapped_under(id, "/dev/shm/");
+      in_run = mapped_under(id, run_tmp);
+      if (!in_shm.empty() || !in_run.empty() || std::string(launcher) == "local") break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(in_shm.empty()) << launcher << ": " << *in_shm.begin();
+    if (std::string(launcher) == "mpirun") {
+      EXPECT_FALSE(in_run.empty()) << "no shared-memory segment of the run in " << run_tmp;
+    }
     ::kill(harness, SIGKILL);
     ::waitpid(harness, nullptr, 0);
     std::vector<pid_t> left;
@@ -340,7 +392,76 @@ TEST(HarnessRun, SigkillOfTheHarnessLeavesNoWorkerZombieOrTempFile) {
     EXPECT_TRUE(added.empty()) << launcher << ": " << (added.empty() ? "" : added[0]);
     // The run directory stays readable: the history parses.
     EXPECT_FALSE(read_history(hist).empty());
+    for (const auto& f : in_shm) EXPECT_FALSE(fs::exists(f)) << launcher << ": " << f << " left";
+    // `faultline verdict` judges the history with the ranks' own files merged in: every rank
+    // event on disk, each once.
+    const std::string run_dir = results + "/" + id;
+    const auto in_history = rank_events_in_history(run_dir);
+    const auto in_files = rank_events_in_files(run_dir);
+    std::set<RankEvent> all = in_history;
+    all.insert(in_files.begin(), in_files.end());
+    size_t missing = 0;
+    for (const auto& e : in_files) missing += in_history.count(e) ? 0 : 1;
+    auto v = test::run_process({FAULTLINE_CLI, "verdict", "--json", run_dir});
+    const auto brace = v.output.find('{');
+    ASSERT_NE(brace, std::string::npos) << v.output;
+    const auto j = nlohmann::json::parse(v.output.substr(brace), nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << v.output;
+    EXPECT_EQ(j["rank_events"].get<size_t>(), all.size()) << launcher;
+    EXPECT_EQ(j["recovered_from_rank_files"].get<size_t>(), missing) << launcher;
+    std::printf("%s: %zu rank events in the history, %zu in the ranks' files, %zu only there\n",
+                launcher, in_history.size(), in_files.size(), missing);
+    std::fflush(stdout);  // (the next fork would print it again)
   }
+  fs::remove_all(results);
+}
+
+// A SIGTERM to the harness mid-run: torn down as usual, but the outcome is `interrupted`
+// everywhere (verdict.json, the summary, the exit status, `faultline verdict`).
+TEST(HarnessRun, SigtermMidRunGivesTheOutcomeInterrupted) {
+  const auto results = results_dir();
+  fs::create_directories(results);
+  const std::string id = "sigterm", out = results + "/harness.out";
+  const pid_t harness = ::fork();
+  if (harness == 0) {
+    ::freopen("/dev/null", "r", stdin);
+    ::freopen(out.c_str(), "w", stdout);
+    ::execl(FAULTLINE_CLI, FAULTLINE_CLI, "run", (kExamples + "clean-dp2-tp2.yaml").c_str(),
+            "--results", results.c_str(), "--run-id", id.c_str(), "--set", "workload.steps=100000",
+            "--set", "topology.launcher=mpirun", nullptr);
+    ::_exit(127);
+  }
+  const std::string dir = results + "/" + id;
+  bool stepping = false;
+  for (int i = 0; i < 1500 && !stepping; ++i) {
+    std::ifstream in(dir + "/history.jsonl");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    stepping = text.find("\"kind\":\"step\"") != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(stepping);
+  ::kill(harness, SIGTERM);
+  int st = 0;
+  ::waitpid(harness, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st)) << "the harness died of the signal instead of handling it";
+  EXPECT_EQ(WEXITSTATUS(st), 4);
+  std::ifstream vin(dir + "/verdict.json");
+  const auto v = nlohmann::json::parse(vin);
+  EXPECT_EQ(v["outcome"], "interrupted");
+  EXPECT_EQ(v["state"], "done");
+  EXPECT_NE(v["explanation"].get<std::string>().find("the harness got SIGTERM at"),
+            std::string::npos)
+      << v.dump();
+  std::ifstream oin(out);
+  const std::string printed((std::istreambuf_iterator<char>(oin)), {});
+  EXPECT_NE(printed.find("  verdict    interrupted: the harness got SIGTERM before the run "
+                         "ended; no verdict (oracle completed)"),
+            std::string::npos)
+      << printed;
+  auto again = test::run_process({FAULTLINE_CLI, "verdict", dir});
+  EXPECT_EQ(again.exit_code, 4) << again.output;
+  EXPECT_EQ(again.output.rfind("interrupted (oracle completed): the harness got SIGTERM", 0), 0u)
+      << again.output;
   fs::remove_all(results);
 }
 

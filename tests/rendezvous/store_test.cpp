@@ -11,6 +11,9 @@
 #include <set>
 #include <thread>
 
+#include <cstring>
+
+#include "workloads/rendezvous/protocol.hpp"
 #include "workloads/rendezvous/store_client.hpp"
 #include "workloads/rendezvous/store_server.hpp"
 
@@ -137,6 +140,146 @@ TEST_F(Store, ServerStopIsSeenAsConnectionLost) {
   } catch (const StoreError& e) {
     EXPECT_EQ(e.kind(), StoreErrorKind::kConnectionLost) << e.what();
   }
+}
+
+// A raw connection to the store, speaking the wire format by hand (what a hostile or broken peer
+// sends: a header and nothing, or a header announcing more than the limit).
+int raw_connect(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void send_all(int fd, const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    ASSERT_GT(n, 0);
+    done += static_cast<size_t>(n);
+  }
+}
+
+std::string header(uint32_t n) {
+  return std::string(reinterpret_cast<const char*>(&n), 4);
+}
+
+// Everything the server sends until it closes the connection (bounded by a receive timeout).
+std::string read_until_closed(int fd) {
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return got;
+}
+
+// Waits until the server's usage satisfies `pred` (no timing asserted: 20 s is only a bound).
+template <class Pred>
+StoreUsage wait_usage(const StoreServer& s, Pred pred) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  StoreUsage u = s.usage();
+  while (!pred(u) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(milliseconds(5));
+    u = s.usage();
+  }
+  return u;
+}
+
+TEST(StoreLimits, AnOversizedHeaderIsRefusedWithAnErrorAndNothingIsAllocated) {
+  StoreServer server("127.0.0.1", 0, StoreLimits{1 << 20, 1000, 1 << 20});
+  server.start();
+  // 24 connections each announcing 64 MiB (what once cost 678 MiB before any data came).
+  std::vector<int> fds;
+  for (int i = 0; i < 24; ++i) {
+    const int fd = raw_connect(server.port());
+    ASSERT_GE(fd, 0);
+    send_all(fd, header(64u << 20));
+    fds.push_back(fd);
+  }
+  for (int fd : fds) {
+    const std::string reply = read_until_closed(fd);  // ends: the server closed the connection
+    ::close(fd);
+    ASSERT_GE(reply.size(), 5u);
+    uint32_t n;
+    std::memcpy(&n, reply.data(), 4);
+    ASSERT_EQ(reply.size(), 4u + n);
+    EXPECT_EQ(static_cast<Status>(reply[4]), Status::kError);
+    EXPECT_NE(reply.find("request of 67108864 bytes is above the store's limit of 1048576 bytes "
+                         "(FAULTLINE_STORE_MAX_MESSAGE)"),
+              std::string::npos)
+        << reply.substr(5);
+  }
+  const StoreUsage u = server.usage();
+  EXPECT_EQ(u.refused, 24);
+  EXPECT_EQ(u.buffered_bytes, 0);
+  EXPECT_EQ(u.keys, 0);
+}
+
+TEST(StoreLimits, ABodyIsBufferedAsItArrivesNotAsAnnounced) {
+  StoreServer server("127.0.0.1", 0, StoreLimits{1 << 20, 1000, 1 << 20});
+  server.start();
+  // 24 connections announce the largest allowed request, then send 10 bytes of it.
+  std::vector<int> fds;
+  for (int i = 0; i < 24; ++i) {
+    const int fd = raw_connect(server.port());
+    ASSERT_GE(fd, 0);
+    send_all(fd, header(1u << 20) + std::string(10, 'x'));
+    fds.push_back(fd);
+  }
+  const StoreUsage u =
+      wait_usage(server, [](const StoreUsage& now) { return now.buffered_bytes >= 240; });
+  EXPECT_EQ(u.buffered_bytes, 240) << "the server holds what arrived, not the announced 24 MiB";
+  for (int fd : fds) ::close(fd);
+  // Closed connections give their buffers back.
+  EXPECT_EQ(wait_usage(server, [](const StoreUsage& now) { return now.buffered_bytes == 0; })
+                .buffered_bytes,
+            0);
+  // The store still serves.
+  StoreClient c("127.0.0.1", server.port(), milliseconds(5000), milliseconds(5000));
+  c.set("k", "v");
+  EXPECT_EQ(c.get("k"), "v");
+}
+
+TEST(StoreLimits, KeyCountAndTotalBytesAreBounded) {
+  StoreServer server("127.0.0.1", 0, StoreLimits{1 << 20, 3, 100});
+  server.start();
+  StoreClient c("127.0.0.1", server.port(), milliseconds(5000), milliseconds(5000));
+  c.set("a", "1");
+  c.set("b", "2");
+  EXPECT_EQ(c.add("n", 7), 7);
+  auto refused = [&](auto call, const char* setting) {
+    try {
+      call();
+      ADD_FAILURE() << "not refused: " << setting;
+    } catch (const StoreError& e) {
+      EXPECT_EQ(e.kind(), StoreErrorKind::kServer) << e.what();
+      EXPECT_NE(std::string(e.what()).find(setting), std::string::npos) << e.what();
+    }
+  };
+  refused([&] { c.set("d", "4"); }, "the store holds 3 keys, its limit (FAULTLINE_STORE_MAX_KEYS)");
+  refused([&] { c.compare_set("e", "", "5"); }, "FAULTLINE_STORE_MAX_KEYS");
+  c.set("a", "one");  // replacing a value adds no key
+  EXPECT_TRUE(c.remove("b"));
+  c.set("d", "4");
+  refused([&] { c.set("d", std::string(200, 'v')); }, "FAULTLINE_STORE_MAX_BYTES");
+  refused([&] { c.set("a", std::string(98, 'v')); }, "above its limit of 100");
+  EXPECT_EQ(c.get("a"), "one");  // a refused replacement keeps the old value
+  const StoreUsage u = server.usage();
+  EXPECT_EQ(u.keys, 3);
+  EXPECT_EQ(u.stored_bytes, 4 + 2 + 2);  // a=one, n=7, d=4
+  EXPECT_EQ(u.refused, 4);
+  EXPECT_EQ(c.num_keys(), 3);
 }
 
 TEST(StoreSockets, AddressInUse) {

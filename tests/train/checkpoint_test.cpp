@@ -9,6 +9,7 @@
 #include <fstream>
 #include <regex>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "base/exit_codes.hpp"
@@ -172,6 +173,107 @@ TEST_F(Checkpoints, ReshardToAnotherDataParallelSizeKeepsTheStateAndResumes) {
                      out4.string()});
   EXPECT_EQ(t.exit_code, 0) << t.output;
   EXPECT_NE(t.output.find("# done: 2 steps"), std::string::npos) << t.output;
+}
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+void write_json(const fs::path& p, const nlohmann::json& j) {
+  std::ofstream(p, std::ios::trunc) << j.dump(2);
+}
+
+// A shard swap the manifest agrees with (files exchanged, their sizes and checksums exchanged
+// in the manifest too) passes every checksum; only the shard's own header can tell.
+TEST_F(Checkpoints, AConsistentlyRelabelledShardSwapIsRefusedByTheShardsOwnIdentity) {
+  save(2, {"--dp", "2", "--zero", "1", "--micro-batch", "4"});
+  const fs::path step = dir_ / "step_4";
+  fs::rename(step / "shard_rank0.bin", step / "tmp.bin");
+  fs::rename(step / "shard_rank1.bin", step / "shard_rank0.bin");
+  fs::rename(step / "tmp.bin", step / "shard_rank1.bin");
+  auto m = read_json(step / "manifest.json");
+  for (const char* k : {"bytes", "xxh64"}) std::swap(m["shards"][0][k], m["shards"][1][k]);
+  write_json(step / "manifest.json", m);
+  auto r = train(2, {"--dp", "2", "--zero", "1", "--micro-batch", "4", "--steps", "8", "--resume",
+                     step.string()});
+  EXPECT_EQ(r.exit_code, exit_code::kCheckpoint) << r.output;
+  EXPECT_NE(r.output.find("shard shard_rank0.bin holds the state of rank 1 (dp 1 tp 0 pp 0, ZeRO "
+                          "1, elements "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("but is loaded as rank 0 (dp 0 tp 0 pp 0, ZeRO 1"), std::string::npos)
+      << r.output;
+  // The offline tools reassemble from the same shards and refuse them too.
+  auto d = run_process({FAULTLINE_CKPT, "digest", step.string()});
+  EXPECT_EQ(d.exit_code, exit_code::kCheckpoint) << d.output;
+  EXPECT_NE(d.output.find("shards were swapped or relabelled"), std::string::npos) << d.output;
+}
+
+// Each malformed manifest is exit 27 with the key named; `latest` and step directories never
+// lead outside the save directory; fl-ckpt honours the format version.
+TEST_F(Checkpoints, MalformedManifestsAndPathsOutsideTheSaveDirectoryAreNamedErrors) {
+  save(2, {"--dp", "2", "--micro-batch", "4"});
+  const fs::path good = dir_ / "step_4";
+  ASSERT_EQ(run_process({FAULTLINE_CKPT, "inspect", good.string()}).exit_code, 0);
+  int n = 0;
+  // A copy of the checkpoint with its manifest changed by `edit`; fl-ckpt `cmd` on it must exit
+  // 27 saying `want`.
+  auto refused = [&](const char* cmd, auto edit, const std::string& want) {
+    const fs::path copy = dir_ / fmt::format("case{}", ++n) / "step_4";
+    fs::create_directories(copy.parent_path());
+    fs::copy(good, copy, fs::copy_options::recursive);
+    auto m = read_json(copy / "manifest.json");
+    edit(m);
+    write_json(copy / "manifest.json", m);
+    auto r = run_process({FAULTLINE_CKPT, cmd, copy.string()});
+    EXPECT_EQ(r.exit_code, exit_code::kCheckpoint) << cmd << ": " << r.output;
+    EXPECT_NE(r.output.find(want), std::string::npos) << cmd << ": " << r.output;
+  };
+  refused("inspect", [](auto& m) { m["layout"].erase("dp"); }, "manifest.json: layout.dp is missing");
+  refused("digest", [](auto& m) { m["shards"][1].erase("xxh64"); }, "shards[1].xxh64 is missing");
+  refused("inspect", [](auto& m) { m["step"] = "four"; },
+          "manifest.json: step must be an integer, not \"four\"");
+  // Once a segfault (an out-of-range index into the replicas).
+  refused("digest", [](auto& m) { m["shards"][1]["dp_rank"] = 7; },
+          "shards[1].dp_rank is 7, allowed 0 to 1");
+  refused("digest", [](auto& m) { m["shards"][1]["dp_rank"] = 0; },
+          "shards[1] repeats the coordinates dp 0 tp 0 pp 0 of another shard");
+  refused("inspect", [](auto& m) { m["format_version"] = 2; },
+          "has format version 2, this build reads version 1");
+  refused("digest", [](auto& m) { m["format_version"] = 2; },
+          "has format version 2, this build reads version 1");
+  refused("inspect", [](auto& m) { m["shards"][0]["file"] = "../../shard_rank0.bin"; },
+          "the shard of rank 0 names '../../shard_rank0.bin', which is not a directory name "
+          "inside it");
+
+  // `latest` naming something outside, directly or through a symbolic link.
+  const fs::path save = dir_ / "save", outside = dir_ / "elsewhere";
+  fs::create_directories(save);
+  fs::create_directories(outside);
+  fs::copy(good, outside / "step_4", fs::copy_options::recursive);
+  std::ofstream(save / "latest") << "../elsewhere/step_4\n";
+  auto r = run_process({FAULTLINE_CKPT, "inspect", save.string()});
+  EXPECT_EQ(r.exit_code, exit_code::kCheckpoint) << r.output;
+  EXPECT_NE(r.output.find("its 'latest' file names '../elsewhere/step_4', which is not a "
+                          "directory name inside it"),
+            std::string::npos)
+      << r.output;
+  fs::create_directory_symlink(outside / "step_4", save / "step_9");
+  std::ofstream(save / "latest", std::ios::trunc) << "step_9\n";
+  r = run_process({FAULTLINE_CKPT, "inspect", save.string()});
+  EXPECT_EQ(r.exit_code, exit_code::kCheckpoint) << r.output;
+  EXPECT_NE(r.output.find("its 'latest' file leads to " + (outside / "step_4").string() +
+                          ", outside the save directory"),
+            std::string::npos)
+      << r.output;
+  // A step directory inside the save directory, reached through a link that stays inside, is
+  // fine.
+  fs::create_directory_symlink("step_9_real", save / "step_10");
+  fs::copy(good, save / "step_9_real", fs::copy_options::recursive);
+  std::ofstream(save / "latest", std::ios::trunc) << "step_10\n";
+  r = run_process({FAULTLINE_CKPT, "inspect", save.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 }  // namespace

@@ -45,6 +45,41 @@ TEST(AutoResume, FollowsLatestOrStartsFreshOrScans) {
   EXPECT_EQ(train::auto_resume_target(d.string(), true, note), (d / "step_8").string());
 }
 
+TEST(AutoResume, NeverFollowsAStepDirectoryOrLatestOutOfTheSaveDirectory) {
+  const fs::path d = fresh("escape"), outside = fresh("escape-outside");
+  fake_step(outside, 100);
+  fake_step(d, 4);
+  // The newest step directory is a link out of the save directory: the scan refuses it.
+  fs::create_directory_symlink(outside / "step_100", d / "step_100");
+  std::string note;
+  try {
+    train::auto_resume_target(d.string(), true, note);
+    ADD_FAILURE() << "followed " << note;
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("step_100 leads to " + (outside / "step_100").string() +
+                                         ", outside the save directory"),
+              std::string::npos)
+        << e.what();
+  }
+  // `latest` with a path, an absolute path or a parent: refused before anything is read.
+  for (const std::string& bad : std::vector<std::string>{
+           "../escape-outside/step_100", (outside / "step_100").string(), ".."}) {
+    std::ofstream(d / "latest", std::ios::trunc) << bad << "\n";
+    try {
+      train::auto_resume_target(d.string(), false, note);
+      ADD_FAILURE() << "followed latest " << bad;
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a directory name inside it"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  std::ofstream(d / "latest", std::ios::trunc) << "step_4\n";
+  EXPECT_EQ(train::auto_resume_target(d.string(), false, note), (d / "step_4").string());
+  fs::remove_all(d);
+  fs::remove_all(outside);
+}
+
 nlohmann::json manifest(int version, int vocab, int d_model = 32) {
   return {{"format_version", version},
           {"model",

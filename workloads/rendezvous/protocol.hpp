@@ -25,7 +25,8 @@ enum class Command : uint8_t {
 
 enum class Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
 
-constexpr uint32_t kMaxFrame = 64u << 20;  // 64 MiB: far above any legitimate value
+// The largest reply a client accepts (the server bounds requests by FAULTLINE_STORE_MAX_MESSAGE).
+constexpr uint32_t kMaxFrame = 64u << 20;
 
 class ProtocolError : public Error {
  public:

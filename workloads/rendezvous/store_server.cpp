@@ -4,11 +4,14 @@
 
 #include <boost/asio.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <list>
 #include <map>
 #include <set>
+
+#include <spdlog/spdlog.h>
 
 #include "workloads/rendezvous/protocol.hpp"
 
@@ -34,13 +37,56 @@ struct Waiter {
 using store_detail::Session;
 using store_detail::Waiter;
 
+// A request refused for one of the store's limits (answered with an error, logged with its peer).
+class LimitError : public Error {
+ public:
+  using Error::Error;
+};
+
 struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
+  explicit State(StoreLimits l) : limits(l) {}
   asio::io_context io;
   tcp::acceptor acceptor{io};
+  const StoreLimits limits;
   std::map<std::string, std::string> data;
   std::list<std::shared_ptr<Waiter>> waiters;
   std::set<std::shared_ptr<Session>> sessions;
   bool stopped = false;
+  // Written on the I/O thread, read by usage() from any thread.
+  std::atomic<int64_t> stored_bytes{0}, buffered_bytes{0}, key_count{0}, refused{0};
+
+  // Every change of `data` goes through put/erase, which keep the limits and the counters.
+  void put(const std::string& k, std::string v) {
+    auto it = data.find(k);
+    const int64_t before = it == data.end() ? 0 : static_cast<int64_t>(k.size() + it->second.size());
+    const int64_t after = static_cast<int64_t>(k.size() + v.size());
+    if (it == data.end() && static_cast<int64_t>(data.size()) >= limits.max_keys) {
+      throw LimitError(fmt::format(
+          "the store holds {} keys, its limit (FAULTLINE_STORE_MAX_KEYS); key '{}' refused",
+          data.size(), k.substr(0, 64)));
+    }
+    if (stored_bytes - before + after > limits.max_bytes) {
+      throw LimitError(fmt::format(
+          "storing key '{}' ({} bytes) would make the store hold {} bytes, above its limit of {} "
+          "(FAULTLINE_STORE_MAX_BYTES)",
+          k.substr(0, 64), after, stored_bytes - before + after, limits.max_bytes));
+    }
+    if (it == data.end()) {
+      data.emplace(k, std::move(v));
+    } else {
+      it->second = std::move(v);
+    }
+    stored_bytes += after - before;
+    key_count = static_cast<int64_t>(data.size());
+  }
+  size_t erase(const std::string& k) {
+    auto it = data.find(k);
+    if (it == data.end()) return 0;
+    stored_bytes -= static_cast<int64_t>(k.size() + it->second.size());
+    data.erase(it);
+    key_count = static_cast<int64_t>(data.size());
+    return 1;
+  }
 
   bool has_all(const std::vector<std::string>& keys) const {
     for (auto& k : keys) {
@@ -89,7 +135,12 @@ namespace store_detail {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, StoreServer::State* state)
-      : socket_(std::move(socket)), state_(state) {}
+      : socket_(std::move(socket)), state_(state) {
+    boost::system::error_code ec;
+    const auto ep = socket_.remote_endpoint(ec);
+    peer_ = ec ? std::string("an unknown peer")
+               : fmt::format("{}:{}", ep.address().to_string(), ep.port());
+  }
 
   void start() { read_header(); }
   void close() {
@@ -106,22 +157,54 @@ class Session : public std::enable_shared_from_this<Session> {
                        if (ec) return drop();
                        uint32_t n;
                        std::memcpy(&n, header_, 4);
-                       if (n == 0 || n > kMaxFrame) return drop();
-                       body_.resize(n);
+                       if (n == 0) return drop();
+                       if (static_cast<int64_t>(n) > state_->limits.max_message) {
+                         return refuse(fmt::format(
+                             "a request of {} bytes is above the store's limit of {} bytes "
+                             "(FAULTLINE_STORE_MAX_MESSAGE); closing the connection",
+                             n, state_->limits.max_message));
+                       }
+                       expected_ = n;
                        read_body();
                      });
   }
+  // The body grows with what arrives, never with what the header announced.
   void read_body() {
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(body_.data(), body_.size()),
-                     [this, self](const boost::system::error_code& ec, size_t) {
-                       if (ec) return drop();
-                       try {
-                         handle();
-                       } catch (const std::exception& e) {
-                         reply(Writer(static_cast<uint8_t>(Status::kError)).str(e.what()).finish());
-                       }
-                     });
+    const size_t want = std::min(sizeof(chunk_), expected_ - body_.size());
+    socket_.async_read_some(
+        asio::buffer(chunk_, want), [this, self](const boost::system::error_code& ec, size_t got) {
+          if (ec) return drop();
+          body_.append(chunk_, got);
+          state_->buffered_bytes += static_cast<int64_t>(got);
+          if (body_.size() < expected_) return read_body();
+          try {
+            handle();
+          } catch (const LimitError& e) {
+            ++state_->refused;
+            spdlog::warn("rendezvous store: refused a request from {}: {}", peer_, e.what());
+            reply(Writer(static_cast<uint8_t>(Status::kError)).str(e.what()).finish());
+          } catch (const std::exception& e) {
+            reply(Writer(static_cast<uint8_t>(Status::kError)).str(e.what()).finish());
+          }
+          release_body();
+        });
+  }
+  void release_body() {
+    state_->buffered_bytes -= static_cast<int64_t>(body_.size());
+    body_.clear();
+    if (body_.capacity() > sizeof(chunk_)) body_.shrink_to_fit();
+    expected_ = 0;
+  }
+  // Answers with an error, logs it with the peer, and closes the connection once it is sent.
+  void refuse(const std::string& why) {
+    ++state_->refused;
+    spdlog::warn("rendezvous store: refused a request from {}: {}", peer_, why);
+    auto self = shared_from_this();
+    auto out =
+        std::make_shared<std::string>(Writer(static_cast<uint8_t>(Status::kError)).str(why).finish());
+    asio::async_write(socket_, asio::buffer(*out),
+                      [this, self, out](const boost::system::error_code&, size_t) { drop(); });
   }
   void handle() {
     Reader r(body_);
@@ -131,7 +214,7 @@ class Session : public std::enable_shared_from_this<Session> {
     switch (cmd) {
       case Command::kSet: {
         std::string k = r.str();
-        data[k] = r.str();
+        state_->put(k, r.str());
         state_->wake();
         return reply(ok().finish());
       }
@@ -143,7 +226,10 @@ class Session : public std::enable_shared_from_this<Session> {
           if (!satisfied) {
             return reply(Writer(static_cast<uint8_t>(Status::kTimeout)).str(k).finish());
           }
-          reply(Writer(static_cast<uint8_t>(Status::kOk)).str(state_->data[k]).finish());
+          auto it = state_->data.find(k);
+          reply(Writer(static_cast<uint8_t>(Status::kOk))
+                    .str(it == state_->data.end() ? std::string() : it->second)
+                    .finish());
         });
       }
       case Command::kWait: {
@@ -176,7 +262,7 @@ class Session : public std::enable_shared_from_this<Session> {
           }
         }
         v += delta;
-        data[k] = std::to_string(v);
+        state_->put(k, std::to_string(v));
         state_->wake();
         return reply(ok().i64(v).finish());
       }
@@ -185,10 +271,8 @@ class Session : public std::enable_shared_from_this<Session> {
         std::string expected = r.str();
         std::string desired = r.str();
         auto it = data.find(k);
-        if (it == data.end()) {
-          if (expected.empty()) data[k] = desired;
-        } else if (it->second == expected) {
-          it->second = desired;
+        if (it == data.end() ? expected.empty() : it->second == expected) {
+          state_->put(k, std::move(desired));
         }
         state_->wake();
         auto now = data.find(k);
@@ -202,7 +286,7 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       case Command::kDelete: {
         std::string k = r.str();
-        return reply(ok().i64(static_cast<int64_t>(data.erase(k))).finish());
+        return reply(ok().i64(static_cast<int64_t>(state_->erase(k))).finish());
       }
       case Command::kNumKeys:
         return reply(ok().i64(static_cast<int64_t>(data.size())).finish());
@@ -220,13 +304,17 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   void drop() {
     close();
+    release_body();
     state_->sessions.erase(shared_from_this());
   }
 
   tcp::socket socket_;
   StoreServer::State* state_;
+  std::string peer_;
   char header_[4];
-  std::string body_;
+  size_t expected_ = 0;  // the body's announced size
+  std::string body_;     // what has arrived of it
+  char chunk_[16384];
 };
 
 }  // namespace store_detail
@@ -245,8 +333,8 @@ void StoreServer::State::accept() {
   });
 }
 
-StoreServer::StoreServer(const std::string& host, uint16_t port)
-    : host_(host), state_(std::make_shared<State>()) {
+StoreServer::StoreServer(const std::string& host, uint16_t port, StoreLimits limits)
+    : host_(host), state_(std::make_shared<State>(limits)) {
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(host, ec);
   if (ec) {
@@ -274,6 +362,11 @@ uint16_t StoreServer::port() const {
   boost::system::error_code ec;
   auto ep = state_->acceptor.local_endpoint(ec);
   return ec ? 0 : ep.port();
+}
+
+StoreUsage StoreServer::usage() const {
+  return {state_->key_count.load(), state_->stored_bytes.load(), state_->buffered_bytes.load(),
+          state_->refused.load()};
 }
 
 void StoreServer::start() {

@@ -9,8 +9,34 @@
 #include <thread>
 
 #include "base/error.hpp"
+#include "base/settings.hpp"
 
 namespace fl::rdzv {
+
+// What one store keeps and accepts (read when a server is constructed). A request is read as its
+// bytes arrive, so an announced size costs nothing until the data is there.
+FAULTLINE_SETTING(kStoreMaxMessage, int64_t, "FAULTLINE_STORE_MAX_MESSAGE", 1 << 20,
+                  "Largest rendezvous store request in bytes (a larger announced size is "
+                  "refused with an error and the connection closed)");
+FAULTLINE_SETTING(kStoreMaxKeys, int64_t, "FAULTLINE_STORE_MAX_KEYS", 65536,
+                  "Most keys the rendezvous store keeps (a set creating one more is refused)");
+FAULTLINE_SETTING(kStoreMaxBytes, int64_t, "FAULTLINE_STORE_MAX_BYTES", 64 << 20,
+                  "Most bytes of keys and values the rendezvous store keeps in all");
+
+// The store's limits; defaults from the settings above.
+struct StoreLimits {
+  int64_t max_message = kStoreMaxMessage.get();
+  int64_t max_keys = kStoreMaxKeys.get();
+  int64_t max_bytes = kStoreMaxBytes.get();
+};
+
+// What the store holds now (read from any thread).
+struct StoreUsage {
+  int64_t keys = 0;
+  int64_t stored_bytes = 0;    // keys and values kept
+  int64_t buffered_bytes = 0;  // request bytes received and not yet handled, all connections
+  int64_t refused = 0;         // requests refused for a limit
+};
 
 // Binding failed: address in use, permission, bad address. Carries the errno-style reason.
 class BindError : public Error {
@@ -22,7 +48,7 @@ class StoreServer {
  public:
   // Binds and listens at once (so "address in use" surfaces here); serves after start().
   // port 0 picks a free port (see port()).
-  StoreServer(const std::string& host, uint16_t port);
+  StoreServer(const std::string& host, uint16_t port, StoreLimits limits = {});
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -31,6 +57,7 @@ class StoreServer {
   void stop();   // closes every connection and joins; idempotent
   uint16_t port() const;
   const std::string& host() const { return host_; }
+  StoreUsage usage() const;
 
   struct State;  // defined in store_server.cpp
 

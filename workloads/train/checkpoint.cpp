@@ -141,7 +141,7 @@ std::string resolve_checkpoint(const std::string& path) {
   if (fs::exists(fs::path(path) / "latest")) {
     std::string name = read_file((fs::path(path) / "latest").string());
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    return (fs::path(path) / name).string();
+    return inside_save_dir(path, name, "its 'latest' file");
   }
   raise<CheckpointError>("no checkpoint at {}: it has neither manifest.json nor a latest file",
                          path);
@@ -167,7 +167,8 @@ std::string auto_resume_target(const std::string& dir, bool scan, std::string& n
     note = fmt::format("auto-resume: no checkpoint in {} yet: starting from step 0", dir);
     return "";
   }
-  const std::string found = (fs::path(dir) / fmt::format("step_{}", newest)).string();
+  const std::string found =
+      inside_save_dir(dir, fmt::format("step_{}", newest), fmt::format("step_{}", newest));
   if (scan) {
     note = fmt::format(
         "auto-resume: no 'latest' file in {}; resuming from the newest complete "
@@ -188,11 +189,14 @@ nlohmann::json read_manifest(const std::string& dir) {
     raise<CheckpointError>("checkpoint {} has no manifest.json (incomplete or interrupted save)",
                            dir);
   }
+  nlohmann::json m;
   try {
-    return nlohmann::json::parse(read_file(path));
+    m = nlohmann::json::parse(read_file(path));
   } catch (const nlohmann::json::exception& e) {
     raise<CheckpointError>("checkpoint manifest {} is not valid JSON: {}", path, e.what());
   }
+  check_manifest(dir, m);
+  return m;
 }
 
 std::string encode_shard(const nlohmann::json& header, const std::vector<ShardSection>& sections) {
@@ -243,7 +247,7 @@ nlohmann::json decode_shard(const std::string& bytes, const std::string& path,
 std::string read_verified_shard(const std::string& dir, const nlohmann::json& entry) {
   const std::string name = entry.at("file").get<std::string>();
   const int rank = entry.at("rank").get<int>();
-  const std::string file = (fs::path(dir) / name).string();
+  const std::string file = inside_save_dir(dir, name, fmt::format("the shard of rank {}", rank));
   if (!fs::exists(file)) {
     raise<CheckpointError>("checkpoint {}: shard {} for rank {} is missing", dir, name, rank);
   }
@@ -265,10 +269,22 @@ ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::j
   std::vector<std::vector<std::pair<std::string, std::vector<float>>>> replicas(
       static_cast<size_t>(dp));
   int found = 0;
+  std::vector<bool> have(static_cast<size_t>(dp), false);
   for (auto& e : manifest.at("shards")) {
     if (e.at("tp_rank") != tp_rank || e.at("pp_rank") != pp_rank) continue;
+    const int d = e.at("dp_rank").get<int>();
+    if (d < 0 || d >= dp || have[static_cast<size_t>(d)]) {
+      raise<CheckpointError>(
+          "checkpoint {}: shard {} of rank {} claims dp_rank {} of tp {} pp {}, but the layout "
+          "has dp ranks 0-{}{}",
+          dir, e.at("file").get<std::string>(), e.at("rank").get<int>(), d, tp_rank, pp_rank,
+          dp - 1, d >= 0 && d < dp ? " and another shard claims it too" : "");
+    }
+    have[static_cast<size_t>(d)] = true;
     const std::string bytes = read_verified_shard(dir, e);
-    decode_shard(bytes, e.at("file").get<std::string>(), replicas[e.at("dp_rank").get<size_t>()]);
+    const auto header =
+        decode_shard(bytes, e.at("file").get<std::string>(), replicas[static_cast<size_t>(d)]);
+    check_shard_identity(dir, e, header, {e.at("rank").get<int>(), d, tp_rank, pp_rank, zero});
     ++found;
   }
   if (found != dp) {
@@ -341,10 +357,15 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
   fs::create_directories(dir, ec);
   if (ec) raise<CheckpointError>("cannot create checkpoint directory {}: {}", dir, ec.message());
   const size_t master_count = topo_.layout.zero == 3 ? part_ : padded_;
+  // The shard says whose it is (layout coordinates, ZeRO stage, which slice of the model
+  // shard it holds), so a shard put in another's place is caught even when the manifest agrees.
   nlohmann::json header = {{"rank", rank},
                            {"dp_rank", topo_.dp_rank},
                            {"tp_rank", topo_.tp_rank},
                            {"pp_rank", topo_.pp_rank},
+                           {"zero", topo_.layout.zero},
+                           {"offset", part_ * static_cast<size_t>(topo_.dp_rank)},
+                           {"part", part_},
                            {"step", step_}};
   // Host views of the state (copies when it lives on a GPU).
   ops::HostStage params(master_.f32(), master_count, false), exp_avg(m_.f32(), m_.numel(), false),
@@ -440,7 +461,11 @@ void Trainer::load_checkpoint(const std::string& path) {
   const std::string file = (fs::path(dir) / entry->at("file").get<std::string>()).string();
   const std::string bytes = read_verified_shard(dir, *entry);
   std::vector<std::pair<std::string, std::vector<float>>> sections;
-  decode_shard(bytes, file, sections);
+  const auto header = decode_shard(bytes, file, sections);
+  check_shard_identity(dir, *entry, header,
+                       {rank, topo_.dp_rank, topo_.tp_rank, topo_.pp_rank, topo_.layout.zero,
+                        static_cast<int64_t>(part_ * static_cast<size_t>(topo_.dp_rank)),
+                        static_cast<int64_t>(part_)});
   const size_t master_count = topo_.layout.zero == 3 ? part_ : padded_;
   auto restore = [&](const char* name, float* into, size_t count) {
     for (auto& [n, data] : sections) {

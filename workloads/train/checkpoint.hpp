@@ -20,7 +20,26 @@ using fl::CheckpointError;
 // Resolves `path` to a checkpoint directory: itself if it holds manifest.json, else the directory
 // named by its `latest` file.
 std::string resolve_checkpoint(const std::string& path);
+// Reads DIR/manifest.json and checks it (check_manifest): CheckpointError otherwise.
 nlohmann::json read_manifest(const std::string& dir);
+// Every key a loader or fl-ckpt reads is there with its type and in range (coordinates inside
+// the layout, each rank and each coordinate once), and the format version is the one this build
+// reads; a CheckpointError names the manifest file and the key otherwise.
+void check_manifest(const std::string& dir, const nlohmann::json& manifest);
+// DIR/NAME when NAME is one path component and what it resolves to (symbolic links followed)
+// stays inside DIR; a CheckpointError saying `via` (what named it) otherwise.
+std::string inside_save_dir(const std::string& dir, const std::string& name,
+                            const std::string& via);
+
+// What a shard must say about itself where it is loaded: its rank, layout coordinates, ZeRO
+// stage and (offset >= 0) which slice of the model shard it holds (element offset and size).
+struct ShardIdentity {
+  int rank, dp_rank, tp_rank, pp_rank, zero;
+  int64_t offset = -1, part = -1;
+};
+// A CheckpointError naming the file when a shard's own header disagrees with `want`.
+void check_shard_identity(const std::string& dir, const nlohmann::json& entry,
+                          const nlohmann::json& header, const ShardIdentity& want);
 
 // What `--auto-resume DIR` resumes from: DIR's `latest` checkpoint; without a `latest` file,
 // the newest step_<N> directory holding a manifest when `scan` is set (else nothing); "" when

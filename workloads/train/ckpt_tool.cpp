@@ -119,8 +119,9 @@ int reshard(const std::string& in, const std::string& out, int new_dp) {
         ps.name = "params";
         ms.name = "exp_avg";
         vs.name = "exp_avg_sq";
-        nlohmann::json header = {
-            {"rank", rank}, {"dp_rank", d}, {"tp_rank", t}, {"pp_rank", p}, {"step", m.at("step")}};
+        nlohmann::json header = {{"rank", rank},       {"dp_rank", d},    {"tp_rank", t},
+                                 {"pp_rank", p},       {"zero", zero},    {"offset", part * static_cast<size_t>(d)},
+                                 {"part", part},       {"step", m.at("step")}};
         const std::string bytes = encode_shard(header, {ps, ms, vs});
         const std::string file = fmt::format("shard_rank{}.bin", rank);
         write_file_atomic((fs::path(step_dir) / file).string(), bytes);
