@@ -340,18 +340,19 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) raise<CheckpointError>("cannot create checkpoint directory {}: {}", dir, ec.message());
-  const size_t master_count = topo_.layout.zero == 3 ? part_ : padded_;
+  const size_t master_count = zero_->params_master_count();
+  Tensor &master = zero_->params_master(), &m = zero_->exp_avg(), &v = zero_->exp_avg_sq();
   nlohmann::json header = {{"rank", rank},
                            {"dp_rank", topo_.dp_rank},
                            {"tp_rank", topo_.tp_rank},
                            {"pp_rank", topo_.pp_rank},
                            {"step", step_}};
   // Host views of the state (copies when it lives on a GPU).
-  ops::HostStage params(master_.f32(), master_count, false), exp_avg(m_.f32(), m_.numel(), false),
-      exp_avg_sq(v_.f32(), v_.numel(), false);
+  ops::HostStage params(master.f32(), master_count, false), exp_avg(m.f32(), m.numel(), false),
+      exp_avg_sq(v.f32(), v.numel(), false);
   const std::string bytes = encode_shard(header, {{"params", params.host(), master_count},
-                                                  {"exp_avg", exp_avg.host(), m_.numel()},
-                                                  {"exp_avg_sq", exp_avg_sq.host(), v_.numel()}});
+                                                  {"exp_avg", exp_avg.host(), m.numel()},
+                                                  {"exp_avg_sq", exp_avg_sq.host(), v.numel()}});
   const std::string file = fmt::format("shard_rank{}.bin", rank);
   write_file_atomic((fs::path(dir) / file).string(), bytes);
   nlohmann::json mine = {{"rank", rank},
@@ -362,7 +363,7 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
                          {"tp_rank", topo_.tp_rank},
                          {"pp_rank", topo_.pp_rank},
                          {"params", master_count},
-                         {"optimizer", m_.numel()},
+                         {"optimizer", m.numel()},
                          {"data", {{"epoch", epoch_}, {"position", pos_}}}};
   // Every shard is on disk before the manifest that vouches for it.
   auto all = all_gather_strings(*topo_.world, mine.dump());
@@ -441,7 +442,9 @@ void Trainer::load_checkpoint(const std::string& path) {
   const std::string bytes = read_verified_shard(dir, *entry);
   std::vector<std::pair<std::string, std::vector<float>>> sections;
   decode_shard(bytes, file, sections);
-  const size_t master_count = topo_.layout.zero == 3 ? part_ : padded_;
+  const size_t master_count = zero_->params_master_count();
+  Tensor &master = zero_->params_master(), &exp_avg = zero_->exp_avg(),
+         &exp_avg_sq = zero_->exp_avg_sq();
   auto restore = [&](const char* name, float* into, size_t count) {
     for (auto& [n, data] : sections) {
       if (n != name) continue;
@@ -456,16 +459,16 @@ void Trainer::load_checkpoint(const std::string& path) {
     }
     raise<CheckpointError>("checkpoint {}: shard of rank {} has no '{}' section", dir, rank, name);
   };
-  restore("params", master_.f32(), master_count);
-  restore("exp_avg", m_.f32(), m_.numel());
-  restore("exp_avg_sq", v_.f32(), v_.numel());
+  restore("params", master.f32(), master_count);
+  restore("exp_avg", exp_avg.f32(), exp_avg.numel());
+  restore("exp_avg_sq", exp_avg_sq.f32(), exp_avg_sq.numel());
   const auto& s = m.at("loss_scaler");
   scaler_.restore({s.at("scale").get<float>(), s.at("good").get<int64_t>(),
                    s.at("skipped").get<int64_t>(), s.at("hysteresis_left").get<int>()});
   step_ = m.at("step").get<int64_t>();
   epoch_ = entry->at("data").at("epoch").get<int>();
   pos_ = entry->at("data").at("position").get<size_t>();
-  refresh_compute_copy();
+  zero_->restored();
 }
 
 }  // namespace fl::train
