@@ -92,13 +92,21 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
       ops::copy(master_.f32(), full.f32() + lo_, hi_ - lo_);
     }
   } else {
-    master_ = alloc(padded_, master_name, dev_);
-    fill(master_, 0, total_);
-    if (mixed_) compute_ = alloc(padded_, "params.compute", dev_);
+    // The weights the forward reads: fp32 (they are the master weights) or rounded to the
+    // precision, built whole; under fp16/bf16 with stage 1-2 the fp32 master weights are then
+    // only the rank's partition.
+    Tensor& full = mixed_ ? compute_ : master_;
+    full = alloc(padded_, mixed_ ? "params.compute" : master_name, dev_);
+    fill(full, 0, total_);
     if (cfg_.broadcast_init && dp_ > 1) {
-      topo_.dp->broadcast(device_buffer(master_.f32(), padded_, DType::kF32), 0);
+      topo_.dp->broadcast(device_buffer(full.f32(), padded_, DType::kF32), 0);
     }
-    refresh_compute_copy();
+    if (mixed_) {
+      master_ = alloc(partitioned_master() ? part_ : padded_, master_name, dev_);
+      ops::copy(master_.f32(), full.f32() + (partitioned_master() ? part_ * udp_rank() : 0),
+                master_.numel());
+      ops::round_to_precision(compute_.f32(), padded_, cfg_.precision);
+    }
   }
   grads_ = cfg_.stage >= 2 ? alloc(part_, "grads.partition", dev_)
                            : alloc(padded_, "grads.full", dev_);
@@ -135,13 +143,35 @@ Tensor ZeroEngine::alloc(size_t n, const char* what, MemoryAccountant& where) co
 
 void ZeroEngine::refresh_compute_copy() {
   if (!compute_.defined()) return;
-  ops::copy(compute_.f32(), master_.f32(), padded_);
+  if (partitioned_master()) {
+    all_gather_partitions(master_.f32(), compute_.f32());
+  } else {
+    ops::copy(compute_.f32(), master_.f32(), padded_);
+  }
   ops::round_to_precision(compute_.f32(), padded_, cfg_.precision);
+}
+
+void ZeroEngine::all_gather_partitions(const float* mine, float* full) {
+  // allgather_bucket_bytes per round: every rank contributes a piece of its partition, the
+  // pieces land rank by rank in a staging buffer and are then copied into place.
+  const auto udp = static_cast<size_t>(dp_);
+  const size_t k = std::max<size_t>(1, cfg_.allgather_bucket_bytes / sizeof(float) / udp);
+  Tensor out = alloc(std::min(k, part_) * udp, "buffer.allgather", dev_);
+  for (size_t off = 0; off < part_; off += k) {
+    const size_t kc = std::min(k, part_ - off);
+    topo_.dp->all_gather(device_buffer(const_cast<float*>(mine) + off, kc, DType::kF32),
+                         device_buffer(out.f32(), kc * udp, DType::kF32));
+    for (size_t r = 0; r < udp; ++r) {
+      float* dst = full + r * part_ + off;
+      if (dst == mine + off) continue;  // already in place
+      ops::copy(dst, out.f32() + r * kc, kc);
+    }
+  }
 }
 
 void ZeroEngine::restored() {
   if (cfg_.offload_optimizer) {
-    const float* mine = master_.f32() + (cfg_.stage == 3 ? 0 : lo_);
+    const float* mine = master_.f32() + (partitioned_master() ? 0 : lo_);
     ops::to_host(host_master_.f32(), mine, (hi_ - lo_) * sizeof(float));
   }
   refresh_compute_copy();
@@ -273,7 +303,7 @@ FlatSpan ZeroEngine::owned_grads() {
 ZeroEngine::Update ZeroEngine::begin_update() {
   const size_t n = cfg_.stage == 0 ? total_ : hi_ - lo_;
   float* g = cfg_.stage == 0 ? grads_.f32() : cfg_.stage == 1 ? grads_.f32() + lo_ : grads_.f32();
-  float* p = cfg_.stage == 0 || cfg_.stage == 3 ? master_.f32() : master_.f32() + lo_;
+  float* p = cfg_.stage == 0 || partitioned_master() ? master_.f32() : master_.f32() + lo_;
   if (cfg_.offload_optimizer) {
     ops::to_host(host_grads_.f32(), g, n * sizeof(float));
     return {host_master_.f32(), host_grads_.f32(), m_.f32(), v_.f32(), n, Device::cpu()};
@@ -284,33 +314,20 @@ ZeroEngine::Update ZeroEngine::begin_update() {
 void ZeroEngine::finish_update() {
   const size_t n = cfg_.stage == 0 ? total_ : hi_ - lo_;
   if (cfg_.offload_optimizer) {
-    float* p = cfg_.stage == 3 ? master_.f32() : master_.f32() + lo_;
+    float* p = partitioned_master() ? master_.f32() : master_.f32() + lo_;
     ops::from_host(p, host_master_.f32(), n * sizeof(float));
   }
-  if ((cfg_.stage == 1 || cfg_.stage == 2) && dp_ > 1) {
-    // Each rank updated its partition: all-gather them back, allgather_bucket_bytes per rank at
-    // a time (the output lands rank by rank in a staging buffer, then in place).
-    const auto udp = static_cast<size_t>(dp_);
-    const size_t k = std::max<size_t>(1, cfg_.allgather_bucket_bytes / sizeof(float) / udp);
-    Tensor out = alloc(std::min(k, part_) * udp, "buffer.allgather", dev_);
-    for (size_t off = 0; off < part_; off += k) {
-      const size_t kc = std::min(k, part_ - off);
-      const size_t mine = part_ * static_cast<size_t>(dp_rank_) + off;
-      topo_.dp->all_gather(device_buffer(master_.f32() + mine, kc, DType::kF32),
-                           device_buffer(out.f32(), kc * udp, DType::kF32));
-      for (size_t r = 0; r < udp; ++r) {
-        if (static_cast<int>(r) == dp_rank_) continue;
-        ops::copy(master_.f32() + r * part_ + off, out.f32() + r * kc, kc);
-      }
-    }
+  if ((cfg_.stage == 1 || cfg_.stage == 2) && !partitioned_master() && dp_ > 1) {
+    // fp32: each rank updated its slice of the weights; gather the others' back.
+    all_gather_partitions(master_.f32() + part_ * udp_rank(), master_.f32());
   }
-  refresh_compute_copy();
+  refresh_compute_copy();  // fp16/bf16 stages 1-2: gathers the master partitions into it
   drop_gathered();
 }
 
 std::vector<float> ZeroEngine::full_parameters() const {
   std::vector<float> full(total_);
-  if (cfg_.stage == 3) {
+  if (partitioned_master()) {
     Tensor gathered = Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "buffer.full",
                                     staging_);
     topo_.dp->all_gather(device_buffer(master_.f32(), part_, DType::kF32),

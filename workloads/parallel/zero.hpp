@@ -102,7 +102,10 @@ class ZeroEngine final : public model::ParamAccess {
   std::vector<float> full_parameters() const;
   // Checkpointed state: parameters (full, or the partition under stage 3) and moments.
   Tensor& params_master() { return master_; }
-  size_t params_master_count() const { return cfg_.stage == 3 ? part_ : padded_; }
+  size_t params_master_count() const { return partitioned_master() ? part_ : padded_; }
+  // The fp32 master weights are the rank's partition: stage 3, and stages 1-2 under fp16/bf16
+  // (where the forward reads a rounded copy and ZeRO-1 partitions the master weights).
+  bool partitioned_master() const { return cfg_.stage == 3 || (mixed_ && cfg_.stage >= 1); }
   Tensor& exp_avg() { return m_; }
   Tensor& exp_avg_sq() { return v_; }
   // After a checkpoint restored params_master() and the moments.
@@ -122,6 +125,9 @@ class ZeroEngine final : public model::ParamAccess {
   void prefetch_after(int g, bool backward);
   void reduce_bucket(const Bucket& b, float* data);
   void refresh_compute_copy();
+  // Every rank's partition (`mine`, part elements) into `full` (padded elements), collective.
+  void all_gather_partitions(const float* mine, float* full);
+  size_t udp_rank() const { return static_cast<size_t>(dp_rank_); }
   void all_reduce_avg(float* data, size_t n);
   Tensor alloc(size_t n, const char* what, MemoryAccountant& where) const;
   size_t gathered_bytes() const;
@@ -133,8 +139,8 @@ class ZeroEngine final : public model::ParamAccess {
   size_t total_ = 0, part_ = 0, padded_ = 0, lo_ = 0, hi_ = 0;
   int dp_ = 1, dp_rank_ = 0;
   bool mixed_ = false;
-  Tensor master_;   // fp32 parameters: full (stages 0-2) or the partition (stage 3), on the device
-  Tensor compute_;  // stages 0-2 in fp16/bf16: the parameters rounded to the precision
+  Tensor master_;   // fp32 weights: full, or the partition (partitioned_master()), on the device
+  Tensor compute_;  // stages 0-2 in fp16/bf16: the whole parameters rounded to the precision
   Tensor grads_;    // full (stages 0-1) or the partition (stages 2-3)
   Tensor m_, v_;    // moments: full (stage 0) or the partition; on the host with offload
   Tensor host_master_, host_grads_;  // offload: the partition's fp32 master weights, gradients

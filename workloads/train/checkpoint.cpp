@@ -258,6 +258,11 @@ std::string read_verified_shard(const std::string& dir, const nlohmann::json& en
   return bytes;
 }
 
+bool params_partitioned(const nlohmann::json& manifest) {
+  const int zero = manifest.at("layout").at("zero");
+  return zero == 3 || (zero >= 1 && manifest.value("precision", std::string("fp32")) != "fp32");
+}
+
 ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::json& manifest,
                                        int tp_rank, int pp_rank, size_t total) {
   const auto& l = manifest.at("layout");
@@ -296,7 +301,7 @@ ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::j
     out.resize(total);
     return out;
   };
-  return {assemble("params", zero == 3), assemble("exp_avg", zero > 0),
+  return {assemble("params", params_partitioned(manifest)), assemble("exp_avg", zero > 0),
           assemble("exp_avg_sq", zero > 0)};
 }
 

@@ -135,7 +135,7 @@ float Trainer::global_loss(float local_mean) const {
 
 float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backward) {
   ops::GemmPrecisionGuard gemms(gemm_precision_);
-  const int T = cfg_.model.seq_len, C = cfg_.model.d_model;
+  const int T = cfg_.model.seq_len;
   const int M = static_cast<int>(mbs.size());
   const float scale = cfg_.precision == DType::kF16 ? scaler_.scale() : 1.0f;
   const float dloss = scale / static_cast<float>(M);
