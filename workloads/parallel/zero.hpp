@@ -2,8 +2,9 @@
 // the parameters, gradients and optimizer state, and the collectives that move them.
 //
 //   stage 0: every data-parallel rank holds everything; gradients are all-reduced bucket by bucket.
-//   stage 1: the optimizer state (Adam moments) is partitioned; each rank updates its partition
-//            and the updated parameters are all-gathered back in allgather buckets.
+//   stage 1: the optimizer state (Adam moments, and the fp32 master weights under fp16/bf16) is
+//            partitioned; each rank updates its partition and the updated parameters are
+//            all-gathered back in allgather buckets.
 //   stage 2: gradients too: as the backward produces a bucket of gradients it is reduced and the
 //            rank keeps only the slice in its partition; no full-size gradient buffer exists.
 //   stage 3: parameters too: each group (embedding, block, head) is gathered just before its
