@@ -68,6 +68,7 @@ class CachingAllocator {
   struct Live {
     size_t size;     // size class held from the device
     size_t charged;  // bytes charged to the accountant
+    MemCategory category;
   };
   std::unordered_map<void*, Live> live_;
   CachingAllocatorStats stats_;

@@ -29,6 +29,7 @@ class Storage {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   MemoryAccountant* acct_;
+  MemCategory category_ = MemCategory::kBuffers;
 };
 
 class Tensor {

@@ -181,6 +181,13 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
     add("--data-seed", s.data_seed);
     if (s.samples > 0) add("--samples", s.samples);
     if (s.drop_last) a.push_back("--drop-last");
+    if (!s.zero_init) a.push_back("--no-zero-init");
+    if (s.offload_optimizer) a.push_back("--offload-optimizer");
+    if (s.activation_checkpointing) a.push_back("--activation-checkpointing");
+    if (s.reduce_bucket_size > 0) add("--reduce-bucket-size", s.reduce_bucket_size);
+    if (s.allgather_bucket_size > 0) add("--allgather-bucket-size", s.allgather_bucket_size);
+    if (s.zero3_prefetch_bytes >= 0) add("--zero3-prefetch-bytes", s.zero3_prefetch_bytes);
+    if (s.zero3_max_live_bytes >= 0) add("--zero3-max-live-bytes", s.zero3_max_live_bytes);
     if (s.checkpoint_every > 0) {
       add("--save-dir", run_dir + "/checkpoints");
       add("--save-every", s.checkpoint_every);

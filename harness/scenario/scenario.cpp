@@ -209,6 +209,13 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.drop_last = w["data"]["drop_last"].as<bool>();
   s.data_seed = w["data"]["seed"].as<int64_t>();
   if (s.data_seed == 0) s.data_seed = static_cast<int64_t>(s.seed);
+  s.activation_checkpointing = w["activation_checkpointing"].as<bool>();
+  s.zero_init = w["zero"]["init"].as<bool>();
+  s.offload_optimizer = w["zero"]["offload_optimizer"].as<bool>();
+  s.reduce_bucket_size = w["zero"]["reduce_bucket_size"].as<int64_t>();
+  s.allgather_bucket_size = w["zero"]["allgather_bucket_size"].as<int64_t>();
+  s.zero3_prefetch_bytes = w["zero"]["prefetch_bytes"].as<int64_t>();
+  s.zero3_max_live_bytes = w["zero"]["max_live_bytes"].as<int64_t>();
   s.checkpoint_every = w["checkpoint"]["every"].as<int64_t>();
   s.resume = w["checkpoint"]["resume"].as<bool>();
   s.auto_resume = w["checkpoint"]["auto_resume"].as<bool>();

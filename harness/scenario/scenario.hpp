@@ -91,6 +91,10 @@ struct Scenario {
   int64_t samples = 0, data_seed = 0;
   bool drop_last = false;
   double lr = 0, clip = 0, loss_scale = 0, min_loss_scale = 0;
+  // ZeRO knobs (workload.zero.*) and activation checkpointing.
+  bool zero_init = true, offload_optimizer = false, activation_checkpointing = false;
+  int64_t reduce_bucket_size = 0, allgather_bucket_size = 0;
+  int64_t zero3_prefetch_bytes = -1, zero3_max_live_bytes = -1;
   int64_t checkpoint_every = 0;
   bool resume = false;
   int64_t requests = 0, prompt_len = 0, new_tokens = 0;

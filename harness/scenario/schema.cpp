@@ -117,6 +117,25 @@ const std::vector<KeySpec>& scenario_schema() {
          {},
          0,
          4294967295.0},
+        {"workload.activation_checkpointing", K::kBool, "false",
+         "Recompute each block's forward during the backward instead of keeping its activations"},
+        {"workload.zero", K::kSection, "", "ZeRO knobs (topology.zero picks the stage)"},
+        {"workload.zero.init", K::kBool, "true",
+         "Stage 3: build each rank's partition directly (deepspeed.zero.Init); false "
+         "materialises the whole model on every rank first"},
+        {"workload.zero.offload_optimizer", K::kBool, "false",
+         "Master weights and Adam moments of the rank's partition on the host, charged to the "
+         "host budget (FAULTLINE_HOST_MEMORY_BUDGET_BYTES); stage 1-3 only"},
+        {"workload.zero.reduce_bucket_size", K::kInt, "0",
+         "Gradient bucket in bytes (0: 1 MiB or the model if smaller)", {}, 0, 1e12},
+        {"workload.zero.allgather_bucket_size", K::kInt, "0",
+         "Stages 1-2: bytes all-gathered per round of the updated parameters (0: 1 MiB or the "
+         "model)", {}, 0, 1e12},
+        {"workload.zero.prefetch_bytes", K::kInt, "-1",
+         "Stage 3: gather groups this many bytes ahead (-1: 1 MiB; 0: off)", {}, -1, 1e12},
+        {"workload.zero.max_live_bytes", K::kInt, "-1",
+         "Stage 3: keep gathered groups resident while they total at most this (-1 or 0: free "
+         "each after use)", {}, -1, 1e12},
         {"workload.checkpoint", K::kSection, "", "Sharded checkpoints in the run directory"},
         {"workload.checkpoint.every",
          K::kInt,

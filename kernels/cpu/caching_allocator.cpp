@@ -17,14 +17,15 @@ CachingAllocator::~CachingAllocator() {
 }
 
 void* CachingAllocator::allocate(size_t bytes, std::string_view what, MemoryAccountant& acct) {
-  acct.reserve(bytes, what);  // budget first: the same error as on CPU, before any device call
+  // Budget first: the same error as on CPU, before any device call.
+  const MemCategory cat = acct.reserve(bytes, what);
   const size_t size = round_size(bytes);
   std::lock_guard lock(mu_);
   // A cached block of this size class, or of a larger one that wastes at most a quarter of it.
   auto it = cached_.lower_bound(size);
   if (it != cached_.end() && it->first <= size + size / 4) {
     void* p = it->second;
-    live_[p] = {it->first, bytes};
+    live_[p] = {it->first, bytes, cat};
     stats_.in_use += it->first;
     ++stats_.cache_hits;
     cached_.erase(it);
@@ -40,13 +41,13 @@ void* CachingAllocator::allocate(size_t bytes, std::string_view what, MemoryAcco
     p = raw_.allocate(size, error);
   }
   if (p == nullptr) {
-    acct.release(bytes);
+    acct.release(bytes, cat);
     acct.raise_out_of_memory(bytes, what, error);
   }
   ++stats_.device_allocs;
   stats_.reserved += size;
   stats_.in_use += size;
-  live_[p] = {size, bytes};
+  live_[p] = {size, bytes, cat};
   return p;
 }
 
@@ -56,7 +57,7 @@ void CachingAllocator::free(void* p, MemoryAccountant& acct) {
   auto it = live_.find(p);
   if (it == live_.end()) return;  // not ours (already released by empty_cache at exit)
   const size_t size = it->second.size;
-  acct.release(it->second.charged);
+  acct.release(it->second.charged, it->second.category);
   live_.erase(it);
   stats_.in_use -= size;
   cached_.emplace(size, p);

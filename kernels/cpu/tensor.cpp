@@ -27,12 +27,12 @@ Storage::Storage(size_t bytes, MemoryAccountant& acct, std::string_view what)
     raise<DeviceError>("tensor '{}' on {} but this build has no CUDA", what, acct.device().str());
 #endif
   }
-  acct.reserve(bytes, what);
+  category_ = acct.reserve(bytes, what);
   // 64-byte alignment for vectorised kernels; at least one byte so the pointer is unique.
   size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
   data_ = std::aligned_alloc(64, rounded);
   if (!data_) {
-    acct.release(bytes);
+    acct.release(bytes, category_);
     throw std::bad_alloc();
   }
   std::memset(data_, 0, rounded);
@@ -46,7 +46,7 @@ Storage::~Storage() {
   }
 #endif
   std::free(data_);
-  acct_->release(bytes_);
+  acct_->release(bytes_, category_);
 }
 
 Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype, std::string_view what,

@@ -2,11 +2,13 @@
 // path and what is allowed; extends / fix / --set merge as documented.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
 
 #include "harness/faults/fault.hpp"
+#include "harness/run/launch_args.hpp"
 #include "harness/scenario/scenario.hpp"
 
 namespace fl::harness {
@@ -52,12 +54,37 @@ TEST_F(ScenarioTest, MinimalScenarioGetsEveryDefault) {
   EXPECT_EQ(s.resolved["workload"]["data"]["drop_last"].as<bool>(), false);
 }
 
+TEST_F(ScenarioTest, ZeroKnobsReachTheWorkerArguments) {
+  auto plain = worker_args(load_scenario(write("p.yaml", "name: a\n")), "/run", "");
+  for (const char* flag : {"--no-zero-init", "--offload-optimizer", "--activation-checkpointing",
+                           "--reduce-bucket-size", "--zero3-prefetch-bytes"}) {
+    EXPECT_EQ(std::count(plain.begin(), plain.end(), flag), 0) << flag;
+  }
+  auto s = load_scenario(write(
+      "z.yaml",
+      "name: a\ntopology: {ranks: 2, dp: 2, zero: 3}\nworkload:\n  activation_checkpointing: "
+      "true\n  zero: {init: false, offload_optimizer: true, reduce_bucket_size: 4096,\n"
+      "         allgather_bucket_size: 8192, prefetch_bytes: 0, max_live_bytes: 100000}\n"));
+  auto a = worker_args(s, "/run", "");
+  auto after = [&](const std::string& flag) {
+    auto it = std::find(a.begin(), a.end(), flag);
+    return it == a.end() || it + 1 == a.end() ? std::string("<absent>") : *(it + 1);
+  };
+  EXPECT_NE(std::find(a.begin(), a.end(), "--no-zero-init"), a.end());
+  EXPECT_NE(std::find(a.begin(), a.end(), "--offload-optimizer"), a.end());
+  EXPECT_NE(std::find(a.begin(), a.end(), "--activation-checkpointing"), a.end());
+  EXPECT_EQ(after("--reduce-bucket-size"), "4096");
+  EXPECT_EQ(after("--allgather-bucket-size"), "8192");
+  EXPECT_EQ(after("--zero3-prefetch-bytes"), "0");
+  EXPECT_EQ(after("--zero3-max-live-bytes"), "100000");
+}
+
 TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
   EXPECT_EQ(error_of("name: a\nworkload:\n  stepz: 3\n"),
             "s.yaml:3:3: workload.stepz: unknown key (did you mean 'steps'?) (allowed here: "
             "kind, model, device, steps, precision, micro_batch, grad_accum, lr, clip, schedule, "
-            "eval_every, loss_scale, min_loss_scale, data, checkpoint, infer, plugins, jit, fetch, "
-            "args)");
+            "eval_every, loss_scale, min_loss_scale, data, activation_checkpointing, zero, "
+            "checkpoint, infer, plugins, jit, fetch, args)");
 }
 
 TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {

@@ -23,6 +23,38 @@ TEST(MemoryAccountant, TracksCurrentAndPeakThroughTensors) {
   EXPECT_EQ(acct.peak(), 4096u + 200);
 }
 
+TEST(MemoryAccountant, CategoriesFromTheNameKeepTheirOwnPeaks) {
+  EXPECT_EQ(memory_category("params.weights"), MemCategory::kParams);
+  EXPECT_EQ(memory_category("optimizer.master"), MemCategory::kOptimizer);
+  EXPECT_EQ(memory_category("grads.partition"), MemCategory::kGrads);
+  EXPECT_EQ(memory_category("act.h0.qkv"), MemCategory::kActivations);
+  EXPECT_EQ(memory_category("grad.act.residual"), MemCategory::kActivations);
+  EXPECT_EQ(memory_category("gather.params"), MemCategory::kGathers);
+  EXPECT_EQ(memory_category("buffer.grad_bucket"), MemCategory::kBuffers);
+  EXPECT_EQ(memory_category("paramsX"), MemCategory::kBuffers);
+  MemoryAccountant acct(0, 0);
+  {
+    auto p = Tensor::zeros({100}, DType::kF32, "params.weights", acct);
+    auto g = Tensor::zeros({50}, DType::kF32, "grads.full", acct);
+    { auto a = Tensor::zeros({1000}, DType::kF32, "act.h0.ln1", acct); }
+    EXPECT_EQ(acct.current(MemCategory::kActivations), 0u);
+    auto o = Tensor::zeros({25}, DType::kF32, "optimizer.exp_avg", acct);
+    g.release();
+    EXPECT_EQ(acct.current(MemCategory::kGrads), 0u);
+    EXPECT_EQ(acct.current(MemCategory::kParams), 400u);
+  }
+  EXPECT_EQ(acct.peak(MemCategory::kActivations), 4000u);
+  EXPECT_EQ(acct.peak(MemCategory::kGrads), 200u);
+  EXPECT_EQ(acct.peak(MemCategory::kOptimizer), 100u);
+  // params + grads + optimizer held at once: the optimizer came while the gradients were alive.
+  EXPECT_EQ(acct.model_state_peak(), 700u);
+  EXPECT_EQ(acct.run_peak(), 4600u);
+  acct.reset_peak();
+  EXPECT_EQ(acct.peak(), 0u);
+  EXPECT_EQ(acct.run_peak(), 4600u);  // the run's peak survives reset_peak
+  EXPECT_EQ(acct.current(), 0u);
+}
+
 TEST(MemoryAccountant, BudgetExceededGivesAnOutOfMemoryErrorLikeCuda) {
   MemoryAccountant acct(10 * 1024 * 1024, 3);
   auto a = Tensor::zeros({2 * 1024 * 1024}, DType::kF32, "activations", acct);  // 8 MiB

@@ -9,6 +9,12 @@ const float* StageActs::output() const {
   return layers.empty() ? input.f32() : layers.back().res3.f32();
 }
 
+const float* FlatParams::acquire(int g, bool) {
+  return params_ + layout_.groups()[static_cast<size_t>(g)].lo;
+}
+
+float* FlatParams::grads(int g) { return grads_ + layout_.groups()[static_cast<size_t>(g)].lo; }
+
 GptStage::GptStage(const GptConfig& cfg, const ParamLayout& layout, comm::Communicator* tp_group,
                    MemoryAccountant& acct)
     : cfg_(cfg),
@@ -34,10 +40,54 @@ void GptStage::tp_all_reduce(float* data, size_t n) {
 std::unique_ptr<StageActs> GptStage::forward(const float* params, const int32_t* tokens,
                                              const float* x_in, const int32_t* targets, int B,
                                              int T) {
-  if (T > cfg_.seq_len) raise("sequence length {} exceeds the model's context {}", T, cfg_.seq_len);
-  const int C = cfg_.d_model, V = cfg_.vocab;
+  FlatParams flat(layout_, params, nullptr);
+  return forward(flat, tokens, x_in, targets, B, T);
+}
+
+void GptStage::block_forward(LayerActs& L, const float* x, const BlockParams& w, int l, int B,
+                             int T) {
+  const int C = cfg_.d_model;
   const int Cl = C / tp_size_, NHl = cfg_.heads / tp_size_, N = B * T;
-  auto* P = const_cast<float*>(params);
+  const std::string n = "act.h" + std::to_string(l) + ".";
+  L.ln1 = alloc({N, C}, n + "ln1");
+  L.ln1_mean = alloc({N}, n + "ln1.mean");
+  L.ln1_rstd = alloc({N}, n + "ln1.rstd");
+  ops::layernorm_forward(L.ln1.f32(), L.ln1_mean.f32(), L.ln1_rstd.f32(), x, w.ln1_w, w.ln1_b, N,
+                         C);
+  L.qkv = alloc({N, 3 * Cl}, n + "qkv");
+  ops::linear_forward(L.qkv.f32(), L.ln1.f32(), w.qkv_w, w.qkv_b, N, C, 3 * Cl);
+  L.att = alloc({B, NHl, T, T}, n + "att");
+  L.atty = alloc({N, Cl}, n + "atty");
+  ops::attention_forward(L.atty.f32(), L.att.f32(), L.qkv.f32(), B, T, Cl, NHl);
+  L.attproj = alloc({N, C}, n + "attproj");
+  ops::linear_forward(L.attproj.f32(), L.atty.f32(), w.proj_w, nullptr, N, Cl, C);
+  tp_all_reduce(L.attproj.f32(), static_cast<size_t>(N) * C);
+  ops::add_bias(L.attproj.f32(), w.proj_b, N, C);
+  L.res2 = alloc({N, C}, n + "res2");
+  ops::residual_forward(L.res2.f32(), x, L.attproj.f32(), static_cast<size_t>(N) * C);
+  L.ln2 = alloc({N, C}, n + "ln2");
+  L.ln2_mean = alloc({N}, n + "ln2.mean");
+  L.ln2_rstd = alloc({N}, n + "ln2.rstd");
+  ops::layernorm_forward(L.ln2.f32(), L.ln2_mean.f32(), L.ln2_rstd.f32(), L.res2.f32(), w.ln2_w,
+                         w.ln2_b, N, C);
+  L.fch = alloc({N, 4 * Cl}, n + "fch");
+  ops::linear_forward(L.fch.f32(), L.ln2.f32(), w.fc_w, w.fc_b, N, C, 4 * Cl);
+  L.fch_gelu = alloc({N, 4 * Cl}, n + "fch.gelu");
+  ops::gelu_forward(L.fch_gelu.f32(), L.fch.f32(), static_cast<size_t>(N) * 4 * Cl);
+  L.fcproj = alloc({N, C}, n + "fcproj");
+  ops::linear_forward(L.fcproj.f32(), L.fch_gelu.f32(), w.fcproj_w, nullptr, N, 4 * Cl, C);
+  tp_all_reduce(L.fcproj.f32(), static_cast<size_t>(N) * C);
+  ops::add_bias(L.fcproj.f32(), w.fcproj_b, N, C);
+  L.res3 = alloc({N, C}, n + "res3");
+  ops::residual_forward(L.res3.f32(), L.res2.f32(), L.fcproj.f32(), static_cast<size_t>(N) * C);
+}
+
+std::unique_ptr<StageActs> GptStage::forward(ParamAccess& pa, const int32_t* tokens,
+                                             const float* x_in, const int32_t* targets, int B,
+                                             int T) {
+  if (T > cfg_.seq_len) raise("sequence length {} exceeds the model's context {}", T, cfg_.seq_len);
+  const int C = cfg_.d_model, V = cfg_.vocab, N = B * T;
+  const auto& groups = layout_.groups();
   auto a = std::make_unique<StageActs>();
   a->B = B;
   a->T = T;
@@ -50,48 +100,27 @@ std::unique_ptr<StageActs> GptStage::forward(const float* params, const int32_t*
       }
     }
     a->tokens_dev = upload(tokens, N, "act.tokens");
-    ops::embedding_forward(a->input.f32(), a->tokens_dev.data<int32_t>(), layout_.find(P, "wte"),
-                           layout_.find(P, "wpe"), B, T, C);
+    auto* P = const_cast<float*>(pa.acquire(0, false));
+    ops::embedding_forward(a->input.f32(), a->tokens_dev.data<int32_t>(), layout_.find(P, "wte", 0),
+                           layout_.find(P, "wpe", 0), B, T, C);
+    pa.release(0, false);
   } else {
     ops::copy(a->input.f32(), x_in, static_cast<size_t>(N) * C);
   }
   const float* x = a->input.f32();
   for (int li = 0; li < layout_.num_layers(); ++li) {
-    const int l = layout_.first_layer() + li;
-    const std::string n = "act.h" + std::to_string(l) + ".";
-    BlockParams w = layout_.block(P, l);
+    const int l = layout_.first_layer() + li, g = block_group(li);
+    const size_t base = groups[static_cast<size_t>(g)].lo;
+    BlockParams w = layout_.block(const_cast<float*>(pa.acquire(g, false)), l, base);
     LayerActs& L = a->layers.emplace_back();
-    L.ln1 = alloc({N, C}, n + "ln1");
-    L.ln1_mean = alloc({N}, n + "ln1.mean");
-    L.ln1_rstd = alloc({N}, n + "ln1.rstd");
-    ops::layernorm_forward(L.ln1.f32(), L.ln1_mean.f32(), L.ln1_rstd.f32(), x, w.ln1_w, w.ln1_b, N,
-                           C);
-    L.qkv = alloc({N, 3 * Cl}, n + "qkv");
-    ops::linear_forward(L.qkv.f32(), L.ln1.f32(), w.qkv_w, w.qkv_b, N, C, 3 * Cl);
-    L.att = alloc({B, NHl, T, T}, n + "att");
-    L.atty = alloc({N, Cl}, n + "atty");
-    ops::attention_forward(L.atty.f32(), L.att.f32(), L.qkv.f32(), B, T, Cl, NHl);
-    L.attproj = alloc({N, C}, n + "attproj");
-    ops::linear_forward(L.attproj.f32(), L.atty.f32(), w.proj_w, nullptr, N, Cl, C);
-    tp_all_reduce(L.attproj.f32(), static_cast<size_t>(N) * C);
-    ops::add_bias(L.attproj.f32(), w.proj_b, N, C);
-    L.res2 = alloc({N, C}, n + "res2");
-    ops::residual_forward(L.res2.f32(), x, L.attproj.f32(), static_cast<size_t>(N) * C);
-    L.ln2 = alloc({N, C}, n + "ln2");
-    L.ln2_mean = alloc({N}, n + "ln2.mean");
-    L.ln2_rstd = alloc({N}, n + "ln2.rstd");
-    ops::layernorm_forward(L.ln2.f32(), L.ln2_mean.f32(), L.ln2_rstd.f32(), L.res2.f32(), w.ln2_w,
-                           w.ln2_b, N, C);
-    L.fch = alloc({N, 4 * Cl}, n + "fch");
-    ops::linear_forward(L.fch.f32(), L.ln2.f32(), w.fc_w, w.fc_b, N, C, 4 * Cl);
-    L.fch_gelu = alloc({N, 4 * Cl}, n + "fch.gelu");
-    ops::gelu_forward(L.fch_gelu.f32(), L.fch.f32(), static_cast<size_t>(N) * 4 * Cl);
-    L.fcproj = alloc({N, C}, n + "fcproj");
-    ops::linear_forward(L.fcproj.f32(), L.fch_gelu.f32(), w.fcproj_w, nullptr, N, 4 * Cl, C);
-    tp_all_reduce(L.fcproj.f32(), static_cast<size_t>(N) * C);
-    ops::add_bias(L.fcproj.f32(), w.fcproj_b, N, C);
-    L.res3 = alloc({N, C}, n + "res3");
-    ops::residual_forward(L.res3.f32(), L.res2.f32(), L.fcproj.f32(), static_cast<size_t>(N) * C);
+    block_forward(L, x, w, l, B, T);
+    pa.release(g, false);
+    if (checkpointing_) {
+      // Keep the block's output (the next block's input and this one's recomputation anchor).
+      Tensor out = std::move(L.res3);
+      L = LayerActs{};
+      L.res3 = std::move(out);
+    }
     x = L.res3.f32();
   }
   if (layout_.has_head()) {
@@ -100,11 +129,15 @@ std::unique_ptr<StageActs> GptStage::forward(const float* params, const int32_t*
     a->lnf = alloc({N, C}, "act.lnf");
     a->lnf_mean = alloc({N}, "act.lnf.mean");
     a->lnf_rstd = alloc({N}, "act.lnf.rstd");
+    const size_t base = groups[static_cast<size_t>(head_group())].lo;
+    auto* P = const_cast<float*>(pa.acquire(head_group(), false));
     ops::layernorm_forward(a->lnf.f32(), a->lnf_mean.f32(), a->lnf_rstd.f32(), x,
-                           layout_.find(P, "lnf.weight"), layout_.find(P, "lnf.bias"), N, C);
+                           layout_.find(P, "lnf.weight", base), layout_.find(P, "lnf.bias", base),
+                           N, C);
     a->probs = alloc({N, V}, "act.logits");
-    ops::linear_forward(a->probs.f32(), a->lnf.f32(), layout_.find(P, "lm_head.weight"), nullptr, N,
-                        C, V);
+    ops::linear_forward(a->probs.f32(), a->lnf.f32(), layout_.find(P, "lm_head.weight", base),
+                        nullptr, N, C, V);
+    pa.release(head_group(), false);
     a->losses = alloc({N}, "act.losses");
     // In place: logits -> probabilities (the logits are not needed again).
     ops::softmax_cross_entropy_forward(a->losses.f32(), a->probs.f32(), a->probs.f32(),
@@ -118,32 +151,47 @@ std::unique_ptr<StageActs> GptStage::forward(const float* params, const int32_t*
 
 void GptStage::backward(StageActs& a, const float* params, float* grads, float dloss,
                         const float* dx_out, float* dx_in) {
+  FlatParams flat(layout_, params, grads);
+  backward(a, flat, dloss, dx_out, dx_in);
+}
+
+void GptStage::backward(StageActs& a, ParamAccess& pa, float dloss, const float* dx_out,
+                        float* dx_in) {
   const int C = cfg_.d_model, V = cfg_.vocab, B = a.B, T = a.T;
   const int Cl = C / tp_size_, NHl = cfg_.heads / tp_size_, N = B * T;
-  auto* P = const_cast<float*>(params);
+  const auto& groups = layout_.groups();
   // dx: gradient flowing backwards through the residual stream.
   Tensor dx = alloc({N, C}, "grad.act.residual");
   if (layout_.has_head()) {
+    const int hg = head_group();
+    const size_t base = groups[static_cast<size_t>(hg)].lo;
+    auto* P = const_cast<float*>(pa.acquire(hg, true));
+    float* grads = pa.grads(hg);
     Tensor dlogits = alloc({N, V}, "grad.act.logits");
     const float per_token = a.valid_targets ? dloss / static_cast<float>(a.valid_targets) : 0.0f;
     ops::softmax_cross_entropy_backward(dlogits.f32(), a.probs.f32(), a.targets_dev.data<int32_t>(),
                                         per_token, N, V);
     Tensor dlnf = alloc({N, C}, "grad.act.lnf");
-    ops::linear_backward(dlnf.f32(), layout_.find(grads, "lm_head.weight"), nullptr, dlogits.f32(),
-                         a.lnf.f32(), layout_.find(P, "lm_head.weight"), N, C, V);
+    ops::linear_backward(dlnf.f32(), layout_.find(grads, "lm_head.weight", base), nullptr, dlogits.f32(),
+                         a.lnf.f32(), layout_.find(P, "lm_head.weight", base), N, C, V);
     const float* x_last = a.output();
     ops::layernorm_backward(
-        dx.f32(), layout_.find(grads, "lnf.weight"), layout_.find(grads, "lnf.bias"), dlnf.f32(),
-        x_last, layout_.find(P, "lnf.weight"), a.lnf_mean.f32(), a.lnf_rstd.f32(), N, C);
+        dx.f32(), layout_.find(grads, "lnf.weight", base), layout_.find(grads, "lnf.bias", base), dlnf.f32(),
+        x_last, layout_.find(P, "lnf.weight", base), a.lnf_mean.f32(), a.lnf_rstd.f32(), N, C);
+    pa.release(hg, true);
+    pa.grads_done(hg);
   } else {
     ops::copy(dx.f32(), dx_out, static_cast<size_t>(N) * C);
   }
   for (int li = layout_.num_layers() - 1; li >= 0; --li) {
-    const int l = layout_.first_layer() + li;
-    BlockParams w = layout_.block(P, l);
-    BlockParams g = layout_.block(grads, l);
+    const int l = layout_.first_layer() + li, gi = block_group(li);
+    const size_t base = groups[static_cast<size_t>(gi)].lo;
+    BlockParams w = layout_.block(const_cast<float*>(pa.acquire(gi, true)), l, base);
+    BlockParams g = layout_.block(pa.grads(gi), l, base);
     LayerActs& L = a.layers[static_cast<size_t>(li)];
     const float* x = li == 0 ? a.input.f32() : a.layers[static_cast<size_t>(li) - 1].res3.f32();
+    const bool recomputed = !L.ln1.defined();
+    if (recomputed) block_forward(L, x, w, l, B, T);  // activation checkpointing
     const std::string n = "grad.act.h" + std::to_string(l) + ".";
     // res3 = res2 + fcproj: dx flows to both.
     ops::bias_backward(g.fcproj_b, dx.f32(), N, C);
@@ -171,10 +219,15 @@ void GptStage::backward(StageActs& a, const float* params, float* grads, float d
     tp_all_reduce(dln1.f32(), static_cast<size_t>(N) * C);
     ops::layernorm_backward(dx.f32(), g.ln1_w, g.ln1_b, dln1.f32(), x, w.ln1_w, L.ln1_mean.f32(),
                             L.ln1_rstd.f32(), N, C);
+    pa.release(gi, true);
+    pa.grads_done(gi);
+    if (recomputed) L = LayerActs{};
   }
   if (layout_.has_embedding()) {
-    ops::embedding_backward(layout_.find(grads, "wte"), layout_.find(grads, "wpe"), dx.f32(),
+    float* grads = pa.grads(0);
+    ops::embedding_backward(layout_.find(grads, "wte", 0), layout_.find(grads, "wpe", 0), dx.f32(),
                             a.tokens_dev.data<int32_t>(), B, T, C);
+    pa.grads_done(0);
   }
   if (dx_in) ops::copy(dx_in, dx.f32(), static_cast<size_t>(N) * C);
 }

@@ -33,6 +33,40 @@ struct StageActs {
   const float* output() const;  // [B, T, C] for the next stage
 };
 
+// Where a stage reads each parameter group's values and writes its gradients (groups as in
+// ParamLayout::groups(): embedding, one per block, head). The default is one flat buffer for each;
+// the ZeRO engine (workloads/parallel/zero.hpp) gathers a ZeRO-3 group just before it is used and
+// frees it after, and reduces a group's gradients as soon as its backward has written them.
+class ParamAccess {
+ public:
+  virtual ~ParamAccess() = default;
+  // The values of group g: element [groups()[g].lo] of the flat layout first; valid until
+  // release(g, same backward flag).
+  virtual const float* acquire(int g, bool backward) = 0;
+  virtual void release(int g, bool backward) {
+    (void)g;
+    (void)backward;
+  }
+  // Where group g's gradients accumulate (laid out like acquire's values).
+  virtual float* grads(int g) = 0;
+  // Group g's backward of this micro-batch has finished writing grads(g).
+  virtual void grads_done(int g) { (void)g; }
+};
+
+// Values and gradients in one flat buffer each.
+class FlatParams final : public ParamAccess {
+ public:
+  FlatParams(const ParamLayout& layout, const float* params, float* grads)
+      : layout_(layout), params_(params), grads_(grads) {}
+  const float* acquire(int g, bool) override;
+  float* grads(int g) override;
+
+ private:
+  const ParamLayout& layout_;
+  const float* params_;
+  float* grads_;
+};
+
 class GptStage {
  public:
   GptStage(const GptConfig& cfg, const ParamLayout& layout, comm::Communicator* tp_group,
@@ -40,13 +74,21 @@ class GptStage {
 
   // Forward of this stage. First stage: `tokens` [B*T]; others: `x_in` [B*T*C]. Last stage:
   // `targets` [B*T] (negative = ignored) and the returned acts carry the loss.
+  std::unique_ptr<StageActs> forward(ParamAccess& params, const int32_t* tokens, const float* x_in,
+                                     const int32_t* targets, int B, int T);
   std::unique_ptr<StageActs> forward(const float* params, const int32_t* tokens, const float* x_in,
                                      const int32_t* targets, int B, int T);
   // Backward, accumulating into `grads`. Last stage: `dloss` is d(objective)/d(mean loss).
   // Other stages: `dx_out` is the gradient of this stage's output. Writes `dx_in` (if non-null)
   // with the gradient of this stage's input for the previous stage.
+  void backward(StageActs& acts, ParamAccess& params, float dloss, const float* dx_out,
+                float* dx_in);
   void backward(StageActs& acts, const float* params, float* grads, float dloss,
                 const float* dx_out, float* dx_in);
+
+  // Activation checkpointing: the forward keeps only each block's output; the backward recomputes
+  // a block's activations from its input just before its backward and frees them after.
+  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
 
   const ParamLayout& layout() const { return layout_; }
   const GptConfig& config() const { return cfg_; }
@@ -56,12 +98,17 @@ class GptStage {
   // An int32 tensor on the stage's device holding `n` host values.
   Tensor upload(const int32_t* host, int n, const std::string& what);
   void tp_all_reduce(float* data, size_t n);
+  // One block's forward from input x, filling L.
+  void block_forward(LayerActs& L, const float* x, const BlockParams& w, int l, int B, int T);
+  int block_group(int li) const { return (layout_.has_embedding() ? 1 : 0) + li; }
+  int head_group() const { return static_cast<int>(layout_.groups().size()) - 1; }
 
   GptConfig cfg_;
   const ParamLayout& layout_;
   comm::Communicator* tp_;
   int tp_size_;
   MemoryAccountant& acct_;
+  bool checkpointing_ = false;
 };
 
 }  // namespace fl::model

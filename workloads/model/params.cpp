@@ -26,8 +26,10 @@ ParamLayout::ParamLayout(const GptConfig& cfg, int tp, int tp_rank, int pp, int 
   if (has_embedding()) {
     add("wte", V, C, Split::kReplicated, Init::kNormal, 0.02f);
     add("wpe", T, C, Split::kReplicated, Init::kNormal, 0.01f);
+    groups_.push_back({0, total_, -1});
   }
   for (int l = first_layer_; l < first_layer_ + num_layers_; ++l) {
+    const size_t group_lo = total_;
     const std::string p = "h" + std::to_string(l) + ".";
     add(p + "ln1.weight", 1, C, Split::kReplicated, Init::kOnes, 0);
     add(p + "ln1.bias", 1, C, Split::kReplicated, Init::kZeros, 0);
@@ -41,11 +43,14 @@ ParamLayout::ParamLayout(const GptConfig& cfg, int tp, int tp_rank, int pp, int 
     add(p + "mlp.fc.bias", 4 * C, 1, Split::kRows, Init::kZeros, 0);
     add(p + "mlp.proj.weight", C, 4 * C, Split::kCols, Init::kNormal, proj_std);
     add(p + "mlp.proj.bias", 1, C, Split::kReplicated, Init::kZeros, 0);
+    groups_.push_back({group_lo, total_, l});
   }
   if (has_head()) {
+    const size_t group_lo = total_;
     add("lnf.weight", 1, C, Split::kReplicated, Init::kOnes, 0);
     add("lnf.bias", 1, C, Split::kReplicated, Init::kZeros, 0);
     add("lm_head.weight", V, C, Split::kReplicated, Init::kNormal, 0.02f);
+    groups_.push_back({group_lo, total_, -2});
   }
 }
 
@@ -67,6 +72,12 @@ const ParamSpec& ParamLayout::spec(const std::string& name) const {
 
 float* ParamLayout::find(float* flat, const std::string& name) const {
   return flat + spec(name).offset;
+}
+
+float* ParamLayout::find(float* data, const std::string& name, size_t base) const {
+  const ParamSpec& s = spec(name);
+  if (s.offset < base) raise("parameter '{}' lies before element {} of the buffer", name, base);
+  return data + (s.offset - base);
 }
 
 int64_t ParamLayout::full_index(const ParamSpec& s, int64_t r, int64_t c) const {
@@ -109,14 +120,16 @@ void ParamLayout::initialize_range(float* out, size_t lo, size_t hi, uint64_t se
   }
 }
 
-BlockParams ParamLayout::block(float* flat, int l) const {
+BlockParams ParamLayout::block(float* flat, int l) const { return block(flat, l, 0); }
+
+BlockParams ParamLayout::block(float* d, int l, size_t b) const {
   const std::string p = "h" + std::to_string(l) + ".";
-  return BlockParams{find(flat, p + "ln1.weight"),       find(flat, p + "ln1.bias"),
-                     find(flat, p + "attn.qkv.weight"),  find(flat, p + "attn.qkv.bias"),
-                     find(flat, p + "attn.proj.weight"), find(flat, p + "attn.proj.bias"),
-                     find(flat, p + "ln2.weight"),       find(flat, p + "ln2.bias"),
-                     find(flat, p + "mlp.fc.weight"),    find(flat, p + "mlp.fc.bias"),
-                     find(flat, p + "mlp.proj.weight"),  find(flat, p + "mlp.proj.bias")};
+  return BlockParams{find(d, p + "ln1.weight", b),       find(d, p + "ln1.bias", b),
+                     find(d, p + "attn.qkv.weight", b),  find(d, p + "attn.qkv.bias", b),
+                     find(d, p + "attn.proj.weight", b), find(d, p + "attn.proj.bias", b),
+                     find(d, p + "ln2.weight", b),       find(d, p + "ln2.bias", b),
+                     find(d, p + "mlp.fc.weight", b),    find(d, p + "mlp.fc.bias", b),
+                     find(d, p + "mlp.proj.weight", b),  find(d, p + "mlp.proj.bias", b)};
 }
 
 }  // namespace fl::model

@@ -41,6 +41,15 @@ struct BlockParams {
   float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
 };
 
+// A range of the flat buffer used together: the embedding (wte, wpe), one transformer block, or
+// the head (final layer norm and LM head). ZeRO-3 gathers a group before its forward and backward;
+// gradient buckets are filled group by group as the backward produces them.
+struct ParamGroup {
+  size_t lo = 0, hi = 0;  // [lo, hi) of the flat buffer
+  int layer = -1;         // the block's global layer index; -1 embedding, -2 head
+  size_t numel() const { return hi - lo; }
+};
+
 class ParamLayout {
  public:
   // The parameters of pipeline stage `stage` (of `pp`), TP shard `tp_rank` of `tp`.
@@ -62,6 +71,12 @@ class ParamLayout {
   // Pointer views into a flat buffer (params or grads) for layer `l` (global index).
   BlockParams block(float* flat, int l) const;
   float* find(float* flat, const std::string& name) const;
+  // The same views into a buffer that holds only elements [base, ...) of the flat layout (one
+  // group's values or gradients): `data` is element `base`.
+  BlockParams block(float* data, int l, size_t base) const;
+  float* find(float* data, const std::string& name, size_t base) const;
+  // The groups in flat order (embedding first on the first stage, head last on the last).
+  const std::vector<ParamGroup>& groups() const { return groups_; }
 
   // Maps element (r, c) of this shard to its index in the full tensor.
   int64_t full_index(const ParamSpec& s, int64_t r, int64_t c) const;
@@ -72,6 +87,7 @@ class ParamLayout {
   int tp_, tp_rank_, pp_, stage_;
   int first_layer_ = 0, num_layers_ = 0;
   std::vector<ParamSpec> specs_;
+  std::vector<ParamGroup> groups_;
   size_t total_ = 0;
 };
 

@@ -262,6 +262,11 @@ std::string read_verified_shard(const std::string& dir, const nlohmann::json& en
   return bytes;
 }
 
+bool params_partitioned(const nlohmann::json& manifest) {
+  const int zero = manifest.at("layout").at("zero");
+  return zero == 3 || (zero >= 1 && manifest.value("precision", std::string("fp32")) != "fp32");
+}
+
 ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::json& manifest,
                                        int tp_rank, int pp_rank, size_t total) {
   const auto& l = manifest.at("layout");
@@ -312,7 +317,7 @@ ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::j
     out.resize(total);
     return out;
   };
-  return {assemble("params", zero == 3), assemble("exp_avg", zero > 0),
+  return {assemble("params", params_partitioned(manifest)), assemble("exp_avg", zero > 0),
           assemble("exp_avg_sq", zero > 0)};
 }
 
@@ -356,7 +361,8 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) raise<CheckpointError>("cannot create checkpoint directory {}: {}", dir, ec.message());
-  const size_t master_count = topo_.layout.zero == 3 ? part_ : padded_;
+  const size_t master_count = zero_->params_master_count();
+  Tensor &master = zero_->params_master(), &m = zero_->exp_avg(), &v = zero_->exp_avg_sq();
   // The shard says whose it is (layout coordinates, ZeRO stage, which slice of the model
   // shard it holds), so a shard put in another's place is caught even when the manifest agrees.
   nlohmann::json header = {{"rank", rank},
@@ -364,15 +370,15 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
                            {"tp_rank", topo_.tp_rank},
                            {"pp_rank", topo_.pp_rank},
                            {"zero", topo_.layout.zero},
-                           {"offset", part_ * static_cast<size_t>(topo_.dp_rank)},
-                           {"part", part_},
+                           {"offset", zero_->part() * static_cast<size_t>(topo_.dp_rank)},
+                           {"part", zero_->part()},
                            {"step", step_}};
   // Host views of the state (copies when it lives on a GPU).
-  ops::HostStage params(master_.f32(), master_count, false), exp_avg(m_.f32(), m_.numel(), false),
-      exp_avg_sq(v_.f32(), v_.numel(), false);
+  ops::HostStage params(master.f32(), master_count, false), exp_avg(m.f32(), m.numel(), false),
+      exp_avg_sq(v.f32(), v.numel(), false);
   const std::string bytes = encode_shard(header, {{"params", params.host(), master_count},
-                                                  {"exp_avg", exp_avg.host(), m_.numel()},
-                                                  {"exp_avg_sq", exp_avg_sq.host(), v_.numel()}});
+                                                  {"exp_avg", exp_avg.host(), m.numel()},
+                                                  {"exp_avg_sq", exp_avg_sq.host(), v.numel()}});
   const std::string file = fmt::format("shard_rank{}.bin", rank);
   write_file_atomic((fs::path(dir) / file).string(), bytes);
   nlohmann::json mine = {{"rank", rank},
@@ -383,7 +389,7 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
                          {"tp_rank", topo_.tp_rank},
                          {"pp_rank", topo_.pp_rank},
                          {"params", master_count},
-                         {"optimizer", m_.numel()},
+                         {"optimizer", m.numel()},
                          {"data", {{"epoch", epoch_}, {"position", pos_}}}};
   // Every shard is on disk before the manifest that vouches for it.
   auto all = all_gather_strings(*topo_.world, mine.dump());
@@ -464,9 +470,11 @@ void Trainer::load_checkpoint(const std::string& path) {
   const auto header = decode_shard(bytes, file, sections);
   check_shard_identity(dir, *entry, header,
                        {rank, topo_.dp_rank, topo_.tp_rank, topo_.pp_rank, topo_.layout.zero,
-                        static_cast<int64_t>(part_ * static_cast<size_t>(topo_.dp_rank)),
-                        static_cast<int64_t>(part_)});
-  const size_t master_count = topo_.layout.zero == 3 ? part_ : padded_;
+                        static_cast<int64_t>(zero_->part() * static_cast<size_t>(topo_.dp_rank)),
+                        static_cast<int64_t>(zero_->part())});
+  const size_t master_count = zero_->params_master_count();
+  Tensor &master = zero_->params_master(), &exp_avg = zero_->exp_avg(),
+         &exp_avg_sq = zero_->exp_avg_sq();
   auto restore = [&](const char* name, float* into, size_t count) {
     for (auto& [n, data] : sections) {
       if (n != name) continue;
@@ -481,16 +489,16 @@ void Trainer::load_checkpoint(const std::string& path) {
     }
     raise<CheckpointError>("checkpoint {}: shard of rank {} has no '{}' section", dir, rank, name);
   };
-  restore("params", master_.f32(), master_count);
-  restore("exp_avg", m_.f32(), m_.numel());
-  restore("exp_avg_sq", v_.f32(), v_.numel());
+  restore("params", master.f32(), master_count);
+  restore("exp_avg", exp_avg.f32(), exp_avg.numel());
+  restore("exp_avg_sq", exp_avg_sq.f32(), exp_avg_sq.numel());
   const auto& s = m.at("loss_scaler");
   scaler_.restore({s.at("scale").get<float>(), s.at("good").get<int64_t>(),
                    s.at("skipped").get<int64_t>(), s.at("hysteresis_left").get<int>()});
   step_ = m.at("step").get<int64_t>();
   epoch_ = entry->at("data").at("epoch").get<int>();
   pos_ = entry->at("data").at("position").get<size_t>();
-  refresh_compute_copy();
+  zero_->restored();
 }
 
 }  // namespace fl::train

@@ -77,6 +77,10 @@ nlohmann::json decode_shard(const std::string& bytes, const std::string& path,
 // The full (unpadded) state of model shard (tp_rank, pp_rank) of a checkpoint, whatever its DP
 // size and ZeRO stage: parameters, and Adam's two moments. `total` is that shard's parameter
 // count (ParamLayout::total()). Verifies every shard it reads against the manifest.
+// Whether the shards of a checkpoint hold the "params" section partitioned across data-parallel
+// ranks (the fp32 master weights of ZeRO-3, and of ZeRO-1/2 under fp16/bf16) or whole.
+bool params_partitioned(const nlohmann::json& manifest);
+
 struct ModelShardState {
   std::vector<float> params, exp_avg, exp_avg_sq;
 };

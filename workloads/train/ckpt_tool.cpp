@@ -112,7 +112,8 @@ int reshard(const std::string& in, const std::string& out, int new_dp) {
         auto slice = [&](const std::vector<float>& v) {
           return ShardSection{"", v.data() + lo, part};
         };
-        ShardSection ps = zero == 3 ? slice(f.params) : ShardSection{"", f.params.data(), padded};
+        ShardSection ps = params_partitioned(m) ? slice(f.params)
+                                                : ShardSection{"", f.params.data(), padded};
         ShardSection ms = zero == 0 ? ShardSection{"", f.exp_avg.data(), padded} : slice(f.exp_avg);
         ShardSection vs =
             zero == 0 ? ShardSection{"", f.exp_avg_sq.data(), padded} : slice(f.exp_avg_sq);

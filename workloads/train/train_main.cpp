@@ -17,6 +17,7 @@
 #include "workloads/rendezvous/artifacts.hpp"
 #include "workloads/telemetry/telemetry.hpp"
 #include "workloads/train/checkpoint.hpp"
+#include "workloads/train/memory_report.hpp"
 #include "workloads/train/trainer.hpp"
 
 int main(int argc, char** argv) {
@@ -71,6 +72,28 @@ int main(int argc, char** argv) {
   app.add_flag(
       "--no-zero-init", [&](int64_t) { cfg.zero_init = false; },
       "ZeRO-3: materialise the whole model before partitioning");
+  app.add_option("--reduce-bucket-size", cfg.bucket_bytes,
+                 "Gradient bucket in bytes: all-reduced (ZeRO 0-1) or reduced into the partition "
+                 "as the backward fills it (ZeRO 2-3)");
+  app.add_option("--allgather-bucket-size", cfg.allgather_bucket_bytes,
+                 "ZeRO 1-2: bytes per rank of each all-gather of the updated parameters");
+  app.add_option("--zero3-prefetch-bytes", cfg.zero3_prefetch_bytes,
+                 "ZeRO-3: gather parameter groups this many bytes ahead of their use (0: off)");
+  app.add_option("--zero3-max-live-bytes", cfg.zero3_max_live_bytes,
+                 "ZeRO-3: keep gathered groups resident while they total at most this (0: free "
+                 "each after use)");
+  app.add_flag("--offload-optimizer", cfg.offload_optimizer,
+               "Keep the partition's fp32 master weights and Adam moments on the host (ZeRO >= 1)");
+  int64_t host_budget = -1;
+  app.add_option("--host-memory-budget", host_budget,
+                 "Host memory budget in bytes for offloaded state (default "
+                 "FAULTLINE_HOST_MEMORY_BUDGET_BYTES; 0: unlimited)");
+  app.add_flag("--activation-checkpointing", cfg.activation_checkpointing,
+               "Recompute each block's forward during the backward instead of keeping it");
+  bool memory_report = false;
+  app.add_flag("--memory-report", memory_report,
+               "Print every rank's peak memory per category (params, grads, optimizer, "
+               "activations, buffers, gathers) at the end");
   app.add_option("--save-dir", cfg.save_dir, "Write sharded checkpoints under this directory");
   app.add_option("--save-every", cfg.save_every, "Checkpoint every N steps (and after the last)");
   app.add_option("--resume", cfg.resume, "Resume from a checkpoint (step dir or save dir)");
@@ -125,6 +148,8 @@ int main(int argc, char** argv) {
       if (f == "tokenizer.json") cfg.data_vocab = rdzv::tokenizer_vocab(path);
     }
     MemoryAccountant::cpu().set_rank(b.comm->rank());
+    MemoryAccountant::host().set_rank(b.comm->rank());
+    if (host_budget >= 0) MemoryAccountant::host().set_budget(static_cast<size_t>(host_budget));
     MemoryAccountant& acct = MemoryAccountant::of(b.compute);
     acct.set_rank(b.comm->rank());
     auto topo = parallel::build_topology(*b.comm, cfg.layout, cfg.model);
@@ -214,6 +239,7 @@ int main(int argc, char** argv) {
                        {"group", "all"}});
       std::fflush(stdout);
     }
+    if (memory_report) train::print_memory_report(*b.comm, acct, MemoryAccountant::host());
     if (printer) std::printf("# done: %zu steps\n", history.size());
     comm::finish_worker(b);
     return 0;

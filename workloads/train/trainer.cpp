@@ -12,6 +12,7 @@
 #include "injector/site.hpp"
 #include "kernels/ops.hpp"
 #include "workloads/comm/communicator.hpp"
+#include "workloads/parallel/pipeline.hpp"
 
 namespace fl::train {
 
@@ -68,42 +69,20 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
     raise<ConfigError>("micro_batch {} and grad_accum {} must be at least 1", cfg_.micro_batch,
                        cfg_.grad_accum);
   }
-  const int dp = topo.layout.dp, zero = topo.layout.zero;
-  total_ = layout_.total();
-  part_ = (total_ + static_cast<size_t>(dp) - 1) / static_cast<size_t>(dp);
-  padded_ = part_ * static_cast<size_t>(dp);
-  lo_ = std::min(total_, part_ * static_cast<size_t>(topo.dp_rank));
-  hi_ = std::min(total_, lo_ + part_);
-
-  const uint64_t seed = cfg_.model.seed + (cfg_.seed_per_rank ? topo.rank : 0);
-  if (zero == 3) {
-    master_ = Tensor::zeros({static_cast<int64_t>(part_)}, DType::kF32, "params.master", acct_);
-    if (cfg_.zero_init) {
-      fill_from_host(master_, [&](float* p) { layout_.initialize_range(p, lo_, hi_, seed); });
-    } else {
-      // The whole model exists on every rank before it is partitioned.
-      Tensor full = Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32,
-                                  "params.init.full_model", acct_);
-      fill_from_host(full, [&](float* p) { layout_.initialize(p, seed); });
-      ops::copy(master_.f32(), full.f32() + lo_, hi_ - lo_);
-    }
-  } else {
-    master_ = Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "params.master", acct_);
-    fill_from_host(master_, [&](float* p) { layout_.initialize(p, seed); });
-    if (cfg_.precision != DType::kF32) {
-      compute_ =
-          Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "params.compute", acct_);
-      refresh_compute_copy();
-    }
-  }
-  if (cfg_.broadcast_init && zero < 3 && dp > 1) {
-    topo.dp->broadcast(device_buffer(master_.f32(), padded_, DType::kF32), 0);
-    refresh_compute_copy();
-  }
-  grads_ = Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "grads", acct_);
-  const int64_t state = zero == 0 ? static_cast<int64_t>(padded_) : static_cast<int64_t>(part_);
-  m_ = Tensor::zeros({state}, DType::kF32, "optimizer.exp_avg", acct_);
-  v_ = Tensor::zeros({state}, DType::kF32, "optimizer.exp_avg_sq", acct_);
+  parallel::ZeroConfig z;
+  z.stage = topo.layout.zero;
+  z.precision = cfg_.precision;
+  z.reduce_bucket_bytes = cfg_.bucket_bytes;
+  z.allgather_bucket_bytes = cfg_.allgather_bucket_bytes;
+  z.prefetch_bytes = cfg_.zero3_prefetch_bytes;
+  z.max_live_bytes = cfg_.zero3_max_live_bytes;
+  z.zero_init = cfg_.zero_init;
+  z.offload_optimizer = cfg_.offload_optimizer;
+  z.seed = cfg_.model.seed + (cfg_.seed_per_rank ? topo.rank : 0);
+  z.broadcast_init = cfg_.broadcast_init && z.stage < 3;
+  stage_.set_activation_checkpointing(cfg_.activation_checkpointing);
+  zero_.emplace(z, layout_, topo, acct_, MemoryAccountant::host(), staging_);
+  total_ = zero_->total();
   std::vector<uint8_t> replicated(total_, 0);
   for (auto& s : layout_.specs()) {
     if (s.split == model::Split::kReplicated) {
@@ -115,28 +94,8 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   ops::from_host(replicated_.raw(), replicated.data(), total_);
 }
 
-void Trainer::fill_from_host(Tensor& t, const std::function<void(float*)>& fill) {
-  if (t.device().is_cuda()) {
-    std::vector<float> host(t.numel());
-    fill(host.data());
-    ops::from_host(t.f32(), host.data(), host.size() * sizeof(float));
-  } else {
-    fill(t.f32());
-  }
-}
-
 Tensor Trainer::staging(size_t count, DType dtype, const char* what) const {
   return Tensor::zeros({static_cast<int64_t>(count)}, dtype, what, staging_);
-}
-
-void Trainer::refresh_compute_copy() {
-  if (!compute_.defined()) return;
-  ops::copy(compute_.f32(), master_.f32(), padded_);
-  ops::round_to_precision(compute_.f32(), padded_, cfg_.precision);
-}
-
-float* Trainer::compute_params() {
-  return compute_.defined() ? compute_.f32() : master_.f32();
 }
 
 float Trainer::learning_rate(int64_t step) const {
@@ -176,165 +135,25 @@ float Trainer::global_loss(float local_mean) const {
 
 float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backward) {
   ops::GemmPrecisionGuard gemms(gemm_precision_);
-  const int T = cfg_.model.seq_len, C = cfg_.model.d_model;
+  const int T = cfg_.model.seq_len;
   const int M = static_cast<int>(mbs.size());
-  float* params = compute_params();
-  Tensor gathered;
-  if (topo_.layout.zero == 3) {
-    // Parameters are gathered for the step and freed right after its backward.
-    gathered =
-        Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "params.gathered", acct_);
-    topo_.dp->all_gather(device_buffer(master_.f32(), part_, DType::kF32),
-                         device_buffer(gathered.f32(), padded_, DType::kF32));
-    ops::round_to_precision(gathered.f32(), padded_, cfg_.precision);
-    params = gathered.f32();
-  }
   const float scale = cfg_.precision == DType::kF16 ? scaler_.scale() : 1.0f;
   const float dloss = scale / static_cast<float>(M);
-  float* grads = grads_.f32();
   double loss_sum = 0;
-
   if (topo_.layout.pp == 1) {
     for (const auto& mb : mbs) {
-      auto a = stage_.forward(params, mb.tokens.data(), nullptr, mb.targets.data(), mb.B, T);
+      auto a = stage_.forward(*zero_, mb.tokens.data(), nullptr, mb.targets.data(), mb.B, T);
       loss_sum += a->loss;
-      if (backward) stage_.backward(*a, params, grads, dloss, nullptr, nullptr);
+      if (backward) stage_.backward(*a, *zero_, dloss, nullptr, nullptr);
     }
-    return static_cast<float>(loss_sum / M);
-  }
-
-  // Pipeline: activations travel forward to pp_rank+1, gradients backward to pp_rank-1.
-  comm::Communicator& pp = *topo_.pp;
-  const bool first = topo_.first_stage(), last = topo_.last_stage();
-  const int prev = topo_.pp_rank - 1, next = topo_.pp_rank + 1;
-  std::vector<std::unique_ptr<model::StageActs>> acts(static_cast<size_t>(M));
-  std::vector<Tensor> xin(static_cast<size_t>(M));
-  auto act_count = [&](int k) {
-    return static_cast<size_t>(mbs[static_cast<size_t>(k)].B) * T * C;
-  };
-  auto act_buf = [&](int k, const char* what) {
-    return Tensor::zeros({static_cast<int64_t>(act_count(k))}, DType::kF32, what, acct_);
-  };
-  auto recv_forward = [&](int k) {
-    if (first) return;
-    xin[static_cast<size_t>(k)] = act_buf(k, "act.pipeline.recv");
-    pp.recv(device_buffer(xin[static_cast<size_t>(k)].f32(), act_count(k), DType::kF32), prev);
-  };
-  auto fwd = [&](int k) {
-    const auto& mb = mbs[static_cast<size_t>(k)];
-    acts[static_cast<size_t>(k)] = stage_.forward(
-        params, first ? mb.tokens.data() : nullptr,
-        first ? nullptr : xin[static_cast<size_t>(k)].f32(), mb.targets.data(), mb.B, T);
-    if (last) loss_sum += acts[static_cast<size_t>(k)]->loss;
-  };
-  auto out_buf = [&](int k) {
-    return device_buffer(const_cast<float*>(acts[static_cast<size_t>(k)]->output()), act_count(k),
-                         DType::kF32);
-  };
-  // Backward of micro-batch k given dy (null on the last stage); returns dx (empty on the first).
-  auto bwd = [&](int k, const float* dy) {
-    Tensor dx;
-    if (!first) dx = act_buf(k, "grad.act.pipeline.send");
-    stage_.backward(*acts[static_cast<size_t>(k)], params, grads, dloss, dy,
-                    first ? nullptr : dx.f32());
-    acts[static_cast<size_t>(k)].reset();
-    xin[static_cast<size_t>(k)].release();
-    return dx;
-  };
-
-  // Receive dy from the next stage, run the backward, send dx to the previous stage.
-  auto recv_backward_send = [&](int k) {
-    Tensor dy;
-    if (!last) {
-      dy = act_buf(k, "grad.act.pipeline.recv");
-      pp.recv(device_buffer(dy.f32(), act_count(k), DType::kF32), next);
-    }
-    Tensor dx = bwd(k, last ? nullptr : dy.f32());
-    if (!first) pp.send(device_buffer(dx.f32(), act_count(k), DType::kF32), prev);
-  };
-
-  if (!backward || cfg_.schedule == "gpipe") {
-    for (int k = 0; k < M; ++k) {
-      recv_forward(k);
-      fwd(k);
-      if (!last) pp.send(out_buf(k), next);
-    }
-    if (backward) {
-      for (int k = 0; k < M; ++k) recv_backward_send(k);
-    }
-  } else {  // 1F1B: warm-up forwards, then one forward / one backward, then cool-down backwards
-    const int warmup = std::min(topo_.layout.pp - topo_.pp_rank - 1, M);
-    const int steady = M - warmup;
-    for (int k = 0; k < warmup; ++k) {
-      recv_forward(k);
-      fwd(k);
-      if (!last) pp.send(out_buf(k), next);
-    }
-    if (steady > 0) recv_forward(warmup);
-    for (int i = 0; i < steady; ++i) {
-      const int f = warmup + i;
-      fwd(f);
-      Tensor dy;
-      if (!last) {
-        dy = act_buf(i, "grad.act.pipeline.recv");
-        pp.send_recv(out_buf(f), next, device_buffer(dy.f32(), act_count(i), DType::kF32), next);
-      }
-      Tensor dx = bwd(i, last ? nullptr : dy.f32());
-      if (!first) {
-        auto dxb = device_buffer(dx.f32(), act_count(i), DType::kF32);
-        if (i == steady - 1) {
-          pp.send(dxb, prev);
-        } else {
-          xin[static_cast<size_t>(f + 1)] = act_buf(f + 1, "act.pipeline.recv");
-          pp.send_recv(
-              dxb, prev,
-              device_buffer(xin[static_cast<size_t>(f + 1)].f32(), act_count(f + 1), DType::kF32),
-              prev);
-        }
-      }
-    }
-    for (int k = steady; k < M; ++k) recv_backward_send(k);
-  }
-  return last ? static_cast<float>(loss_sum / M) : 0.0f;
-}
-
-void Trainer::sync_gradients() {
-  const int dp = topo_.layout.dp;
-  if (dp == 1) return;
-  comm::Communicator& g = *topo_.dp;
-  float* grads = grads_.f32();
-  const bool half = cfg_.precision != DType::kF32;
-  if (topo_.layout.zero <= 1) {
-    // Bucketed all-reduce (average) over the data-parallel group, in the training precision.
-    const size_t bucket = std::max<size_t>(1, cfg_.bucket_bytes / sizeof(float));
-    Tensor tmp16;
-    if (half) tmp16 = staging(std::min(bucket, padded_), cfg_.precision, "grads.bucket16");
-    for (size_t off = 0; off < padded_; off += bucket) {
-      const size_t n = std::min(bucket, padded_ - off);
-      if (!half) {
-        g.all_reduce(device_buffer(grads + off, n, DType::kF32), comm::ReduceOp::kAvg);
-      } else {
-        ops::encode(grads + off, tmp16.raw(), cfg_.precision, n);
-        g.all_reduce(device_buffer(tmp16.raw(), n, cfg_.precision), comm::ReduceOp::kAvg);
-        ops::decode(tmp16.raw(), cfg_.precision, grads + off, n);
-      }
-    }
-    return;
-  }
-  // ZeRO-2/3: each rank keeps the average of its own partition only.
-  Tensor mine = staging(part_, DType::kF32, "grads.partition");
-  if (!half) {
-    g.reduce_scatter(device_buffer(grads, padded_, DType::kF32),
-                     device_buffer(mine.f32(), part_, DType::kF32), comm::ReduceOp::kAvg);
   } else {
-    Tensor in = staging(padded_, cfg_.precision, "grads.all16");
-    Tensor out = staging(part_, cfg_.precision, "grads.partition16");
-    ops::encode(grads, in.raw(), cfg_.precision, padded_);
-    g.reduce_scatter(device_buffer(in.raw(), padded_, cfg_.precision),
-                     device_buffer(out.raw(), part_, cfg_.precision), comm::ReduceOp::kAvg);
-    ops::decode(out.raw(), cfg_.precision, mine.f32(), part_);
+    std::vector<parallel::PipelineMicroBatch> pmbs;
+    for (const auto& mb : mbs) pmbs.push_back({mb.tokens.data(), mb.targets.data(), mb.B});
+    loss_sum = parallel::run_pipeline(stage_, *zero_, topo_, pmbs, T, dloss, backward,
+                                      cfg_.schedule, acct_);
+    if (!topo_.last_stage()) return 0.0f;
   }
-  ops::copy(grads + part_ * static_cast<size_t>(topo_.dp_rank), mine.f32(), part_);
+  return static_cast<float>(loss_sum / M);
 }
 
 StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
@@ -342,15 +161,18 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   fault::set_step(step_);
   acct_.reset_peak();
   const int zero = topo_.layout.zero, dp = topo_.layout.dp;
-  ops::zero(grads_.f32(), padded_ * sizeof(float));
+  zero_->begin_step();
 
   const float local_loss = forward_backward(mbs, true);
-  sync_gradients();
+  zero_->finish_gradients();
+  zero_->drop_gathered();
 
-  // The gradients this rank is responsible for: all of them, or its ZeRO partition.
-  const size_t rlo = zero >= 2 ? lo_ : 0, rhi = zero >= 2 ? hi_ : total_;
-  float* g = grads_.f32();
-  int32_t overflow = ops::has_non_finite(g + rlo, rhi - rlo) ? 1 : 0;
+  // The gradients this rank is responsible for: all of them, or its ZeRO partition
+  // (owned.data is element rlo).
+  const parallel::FlatSpan owned = zero_->owned_grads();
+  const size_t rlo = owned.lo, rhi = owned.hi;
+  float* g = owned.data;
+  int32_t overflow = ops::has_non_finite(g, rhi - rlo) ? 1 : 0;
   topo_.world->all_reduce(host_buffer(&overflow, 1, DType::kI32), comm::ReduceOp::kMax);
 
   StepMetrics m;
@@ -363,7 +185,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   // Global gradient norm (unscaled). Elements replicated across TP ranks count once; below
   // ZeRO-2 every data-parallel replica holds the same averaged gradients, so they count once too.
   const uint8_t* skip = topo_.tp_rank != 0 ? replicated_.data<uint8_t>() + rlo : nullptr;
-  double sq = ops::masked_sum_of_squares(g + rlo, skip, rhi - rlo, scale);
+  double sq = ops::masked_sum_of_squares(g, skip, rhi - rlo, scale);
   topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
   if (zero < 2) sq /= dp;
   m.grad_norm =
@@ -374,32 +196,21 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
     const float clip = (cfg_.grad_clip > 0 && m.grad_norm > cfg_.grad_clip)
                            ? cfg_.grad_clip / (m.grad_norm + 1e-6f)
                            : 1.0f;
-    ops::scale(g + rlo, rhi - rlo, clip / scale);
+    ops::scale(g, rhi - rlo, clip / scale);
     ops::AdamW hp{m.lr, cfg_.beta1, cfg_.beta2, 1e-8f, cfg_.weight_decay};
     std::optional<ops::HostStage> staged;  // a plan that corrupts the gradients acts on host data
     auto verdict = FAULTLINE_FAULT_POINT(
         "optimizer.step", (fault::SiteContext{step_, "", "optimizer.step", -1,
-                                              staged.emplace(g + rlo, rhi - rlo).host(), rhi - rlo,
+                                              staged.emplace(g, rhi - rlo).host(), rhi - rlo,
                                               DType::kF32, -1}));
     staged.reset();
     if (verdict != fault::Verdict::kSkip) {
-      if (zero == 0) {
-        ops::adamw_update(master_.f32(), g, m_.f32(), v_.f32(), total_, step_ + 1, hp);
-      } else if (zero == 3) {
-        ops::adamw_update(master_.f32(), g + lo_, m_.f32(), v_.f32(), hi_ - lo_, step_ + 1, hp);
-      } else {
-        ops::adamw_update(master_.f32() + lo_, g + lo_, m_.f32(), v_.f32(), hi_ - lo_, step_ + 1,
-                          hp);
-      }
+      // This rank's elements: all of them (ZeRO-0) or its partition, on the host under offload.
+      const auto u = zero_->begin_update();
+      DeviceGuard on(u.device);
+      ops::adamw_update(u.params, u.grads, u.m, u.v, u.n, step_ + 1, hp);
     }
-    if (zero == 1 || zero == 2) {
-      // Each rank updated its partition: gather the whole parameter vector back.
-      Tensor mine = staging(part_, DType::kF32, "params.partition");
-      ops::copy(mine.f32(), master_.f32() + lo_, part_);
-      topo_.dp->all_gather(device_buffer(mine.f32(), part_, DType::kF32),
-                           device_buffer(master_.f32(), padded_, DType::kF32));
-    }
-    refresh_compute_copy();
+    zero_->finish_update();
   }
   m.skipped_total = cfg_.precision == DType::kF16 ? scaler_.skipped_steps() : 0;
   m.loss = global_loss(local_loss);
@@ -522,17 +333,6 @@ void Trainer::check_replicas() const {
   }
 }
 
-std::vector<float> Trainer::full_parameters() const {
-  std::vector<float> full(total_);
-  if (topo_.layout.zero == 3) {
-    Tensor gathered = staging(padded_, DType::kF32, "params.full");
-    topo_.dp->all_gather(device_buffer(master_.f32(), part_, DType::kF32),
-                         device_buffer(gathered.f32(), padded_, DType::kF32));
-    ops::to_host(full.data(), gathered.f32(), total_ * sizeof(float));
-  } else {
-    ops::to_host(full.data(), master_.f32(), total_ * sizeof(float));
-  }
-  return full;
-}
+std::vector<float> Trainer::full_parameters() const { return zero_->full_parameters(); }
 
 }  // namespace fl::train

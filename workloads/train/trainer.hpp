@@ -15,6 +15,7 @@
 #include "kernels/tensor.hpp"
 #include "workloads/model/gpt.hpp"
 #include "workloads/parallel/topology.hpp"
+#include "workloads/parallel/zero.hpp"
 #include "workloads/train/data.hpp"
 
 namespace fl::train {
@@ -53,10 +54,18 @@ struct TrainConfig {
   int eval_every = 0;
   int eval_batches = 2;
   std::string schedule = "1f1b";  // or "gpipe"
-  size_t bucket_bytes = 1 << 20;  // data-parallel all-reduce bucket
+  size_t bucket_bytes = 0;  // gradient bucket (reduce_bucket_size); 0: 1 MiB or the model
+  // ZeRO knobs (workloads/parallel/zero.hpp): the all-gather piece of stages 1-2, stage 3's
+  // prefetch and resident-gather cap, partitioned construction, optimizer offload.
+  size_t allgather_bucket_bytes = 0;
+  int64_t zero3_prefetch_bytes = -1;  // -1: unset (see parallel::ZeroConfig)
+  int64_t zero3_max_live_bytes = -1;
   // ZeRO-3 only: build each rank's parameter partition directly (like deepspeed.zero.Init)
   // instead of materialising the whole model first and then keeping a slice.
   bool zero_init = true;
+  bool offload_optimizer = false;
+  // Recompute each block's forward during the backward instead of keeping its activations.
+  bool activation_checkpointing = false;
   // Token ids the data pipeline produces (its tokenizer's vocabulary); 0: the model's vocab.
   int data_vocab = 0;
   // Seed each rank's initial weights with seed + rank, as scripts that seed every process
@@ -130,15 +139,10 @@ class Trainer {
   };
   StepMetrics train_step(const std::vector<MicroBatch>& mbs);
   float forward_backward(const std::vector<MicroBatch>& mbs, bool backward);
-  void sync_gradients();
   void check_replicas() const;
   float learning_rate(int64_t step) const;
   MicroBatch load(const SyntheticCorpus& corpus, const std::vector<int64_t>& idx, size_t from,
                   int count) const;
-  float* compute_params();
-  void refresh_compute_copy();
-  // Fills `t` (on the rank's device) through a host buffer when the device is not the CPU.
-  void fill_from_host(Tensor& t, const std::function<void(float*)>& fill);
   Tensor staging(size_t count, DType dtype, const char* what) const;
   float global_loss(float local_mean) const;
   std::optional<float> evaluate();
@@ -151,11 +155,9 @@ class Trainer {
   SyntheticCorpus corpus_, eval_corpus_;
   DistributedSampler sampler_;
   LossScaler scaler_;
-  size_t total_ = 0, padded_ = 0, part_ = 0, lo_ = 0, hi_ = 0;
-  Tensor master_;      // fp32 parameters: full (ZeRO 0-2) or the owned partition (ZeRO-3)
-  Tensor compute_;     // parameters as the forward sees them (rounded to the precision)
-  Tensor grads_;       // fp32 gradients, padded to the partition size × dp
-  Tensor m_, v_;       // AdamW moments: full (ZeRO-0) or the owned partition
+  size_t total_ = 0;
+  // Parameters, gradients and optimizer state, partitioned by ZeRO stage.
+  std::optional<parallel::ZeroEngine> zero_;
   Tensor replicated_;  // uint8, 1 where the element is replicated across TP ranks
   // Communication staging buffers (16-bit gradients, a ZeRO partition in flight) live on the
   // rank's device but outside its memory budget, as the host vectors they replace on CPU did.

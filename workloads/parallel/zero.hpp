@@ -1,0 +1,154 @@
+// ZeRO (Rajbhandari et al., as DeepSpeed implements it) for the trainer: who holds which part of
+// the parameters, gradients and optimizer state, and the collectives that move them.
+//
+//   stage 0: every data-parallel rank holds everything; gradients are all-reduced bucket by bucket.
+//   stage 1: the optimizer state (Adam moments, and the fp32 master weights under fp16/bf16) is
+//            partitioned; each rank updates its partition and the updated parameters are
+//            all-gathered back in allgather buckets.
+//   stage 2: gradients too: as the backward produces a bucket of gradients it is reduced and the
+//            rank keeps only the slice in its partition; no full-size gradient buffer exists.
+//   stage 3: parameters too: each group (embedding, block, head) is gathered just before its
+//            forward and again before its backward, and freed after (with prefetch of the next
+//            group and a cap on the gathered bytes kept resident).
+//
+// Partitions are contiguous ranges of the flat parameter vector: rank r owns
+// [r·part, (r+1)·part), part = ceil(total / dp). Optimizer offload keeps the fp32 master weights
+// and the moments of the partition on the host, charged to the host accountant.
+//
+// Allocation names carry the memory categories (kernels/memory.hpp): params.*, grads.*,
+// optimizer.*, gather.* and buffer.*.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "kernels/tensor.hpp"
+#include "workloads/model/gpt.hpp"
+#include "workloads/parallel/topology.hpp"
+
+namespace fl::parallel {
+
+struct ZeroConfig {
+  int stage = 0;
+  DType precision = DType::kF32;
+  // Gradient bucket in bytes: whole groups, a new bucket when the next group would not fit
+  // (a group larger than the bucket is a bucket of its own). 0: 1 MiB or the model if smaller.
+  size_t reduce_bucket_bytes = 0;
+  // Stages 1-2: bytes all-gathered per round when the updated partitions are put back together
+  // (dp pieces of allgather_bucket_bytes / dp). 0: 1 MiB or the model if smaller.
+  size_t allgather_bucket_bytes = 0;
+  // Stage 3: groups gathered ahead of their use, up to this many bytes (0: no prefetch);
+  // -1: unset (1 MiB).
+  int64_t prefetch_bytes = -1;
+  // Stage 3: gathered groups stay resident after their use while the gathered total is at most
+  // this (0: every group is freed right after its forward or backward); -1: unset (0).
+  int64_t max_live_bytes = -1;
+  // Stage 3: build each rank's partition directly (deepspeed.zero.Init); false materialises the
+  // whole model on every rank first.
+  bool zero_init = true;
+  // Master weights and moments of the rank's partition live on the host (stage >= 1).
+  bool offload_optimizer = false;
+  uint64_t seed = 0;
+  bool broadcast_init = false;
+};
+
+// Checks a configuration against the model size; ConfigError naming the option and what is
+// allowed.
+void validate(const ZeroConfig& z, size_t total_params, int dp);
+
+// Elements [lo, hi) of the flat vector and where element lo lives.
+struct FlatSpan {
+  float* data = nullptr;
+  size_t lo = 0, hi = 0;
+  size_t size() const { return hi - lo; }
+};
+
+class ZeroEngine final : public model::ParamAccess {
+ public:
+  // `staging`: accountant of communication staging outside the budget (as the trainer's).
+  ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topology& topo,
+             MemoryAccountant& device, MemoryAccountant& host, MemoryAccountant& staging);
+
+  // ParamAccess: what the model's forward and backward read and write.
+  const float* acquire(int g, bool backward) override;
+  void release(int g, bool backward) override;
+  float* grads(int g) override;
+  void grads_done(int g) override;
+
+  // Before a step's first micro-batch: gradients to zero. `last` marks the step's last backward.
+  void begin_step();
+  // After every micro-batch's backward: stage 0/1 all-reduce the full gradients bucket by bucket
+  // (stage 2/3 reduced them during the backward).
+  void finish_gradients();
+  // After a step: ZeRO-3 drops every gathered group (the parameters changed).
+  void drop_gathered();
+
+  // The gradients this rank judges (overflow, norm): all of them below stage 2, else its partition.
+  FlatSpan owned_grads();
+  // The optimizer's view: parameters, gradients and moments of the elements this rank updates.
+  struct Update {
+    float *params, *grads, *m, *v;
+    size_t n;
+    Device device;  // where the update runs (the host under offload)
+  };
+  // Prepares the update (offload: gradients copied to the host). Call finish_update after it.
+  Update begin_update();
+  // Publishes the updated parameters: offload copies them to the device, stages 1-2 all-gather
+  // them, and the compute copy is refreshed.
+  void finish_update();
+
+  // The rank's fp32 parameter vector (collective under stage 3).
+  std::vector<float> full_parameters() const;
+  // Checkpointed state: parameters (full, or the partition under stage 3) and moments.
+  Tensor& params_master() { return master_; }
+  size_t params_master_count() const { return partitioned_master() ? part_ : padded_; }
+  // The fp32 master weights are the rank's partition: stage 3, and stages 1-2 under fp16/bf16
+  // (where the forward reads a rounded copy and ZeRO-1 partitions the master weights).
+  bool partitioned_master() const { return cfg_.stage == 3 || (mixed_ && cfg_.stage >= 1); }
+  Tensor& exp_avg() { return m_; }
+  Tensor& exp_avg_sq() { return v_; }
+  // After a checkpoint restored params_master() and the moments.
+  void restored();
+
+  size_t total() const { return total_; }
+  size_t part() const { return part_; }
+  size_t lo() const { return lo_; }
+  size_t hi() const { return hi_; }
+
+ private:
+  struct Bucket {
+    int first = 0, last = 0;  // group indices, first > last (backward order), flat [lo, hi)
+    size_t lo = 0, hi = 0;
+  };
+  void gather(int g);
+  void prefetch_after(int g, bool backward);
+  void reduce_bucket(const Bucket& b, float* data);
+  void refresh_compute_copy();
+  // Every rank's partition (`mine`, part elements) into `full` (padded elements), collective.
+  void all_gather_partitions(const float* mine, float* full);
+  size_t udp_rank() const { return static_cast<size_t>(dp_rank_); }
+  void all_reduce_avg(float* data, size_t n);
+  Tensor alloc(size_t n, const char* what, MemoryAccountant& where) const;
+  size_t gathered_bytes() const;
+
+  ZeroConfig cfg_;
+  const model::ParamLayout& layout_;
+  Topology& topo_;
+  MemoryAccountant &dev_, &host_, &staging_;
+  size_t total_ = 0, part_ = 0, padded_ = 0, lo_ = 0, hi_ = 0;
+  int dp_ = 1, dp_rank_ = 0;
+  bool mixed_ = false;
+  Tensor master_;   // fp32 weights: full, or the partition (partitioned_master()), on the device
+  Tensor compute_;  // stages 0-2 in fp16/bf16: the whole parameters rounded to the precision
+  Tensor grads_;    // full (stages 0-1) or the partition (stages 2-3)
+  Tensor m_, v_;    // moments: full (stage 0) or the partition; on the host with offload
+  Tensor host_master_, host_grads_;  // offload: the partition's fp32 master weights, gradients
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;   // group -> bucket
+  std::map<int, Tensor> live_;   // stage 3: gathered groups
+  std::map<int, Tensor> pending_;  // stage 2/3: bucket index -> gradients being produced
+};
+
+}  // namespace fl::parallel
