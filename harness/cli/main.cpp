@@ -342,7 +342,9 @@ int main(int argc, char** argv) {
     if (verdict->parsed()) {
       auto v = fl::harness::judge_run_dir(run_dir);
       if (json) {
-        std::printf("%s\n", v.to_json().dump(2).c_str());
+        std::printf(
+            "%s\n",
+            v.to_json().dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
       } else {
         std::printf("%s (oracle %s): %s\n", v.outcome.c_str(), v.oracle.c_str(),
                     v.explanation.c_str());
