@@ -16,6 +16,7 @@ using json = nlohmann::json;
 
 constexpr size_t kMaxData = 1 << 20;  // bytes of one event's data
 constexpr int kMaxWorld = 1 << 16;
+constexpr int kUnknownWorld = 4096;  // the ranks a history without run_start may name
 
 enum class T { kString, kInt, kNumber, kNumberOrNull, kBool, kIntList };
 
@@ -153,6 +154,7 @@ bool known_source(const std::string& s) {
 }  // namespace
 
 std::optional<std::string> check_event(HistoryEvent& e, EventContext& ctx) {
+  const int world = ctx.world > 0 ? ctx.world : ctx.live ? 0 : kUnknownWorld;
   e.source = valid_utf8(e.source);
   if (!known_source(e.source)) {
     return fmt::format(
@@ -177,7 +179,7 @@ std::optional<std::string> check_event(HistoryEvent& e, EventContext& ctx) {
 
   if (e.source == "harness" || e.source == "injector" || e.source == "control") {
     // The harness's own events: a rank of the world or -1.
-    if (e.rank < -1 || (ctx.world > 0 && e.rank >= ctx.world)) {
+    if (e.rank < -1 || (world > 0 && e.rank >= world)) {
       return fmt::format("{} {}: rank {} is not -1 or a rank of the world", e.source, e.kind,
                          e.rank);
     }
@@ -198,16 +200,16 @@ std::optional<std::string> check_event(HistoryEvent& e, EventContext& ctx) {
     if (auto why = check_fields(kDiagnosis, d)) return why;
     for (const auto& r : d["ranks"]) {
       const int64_t x = r.get<int64_t>();
-      if (x < 0 || x >= ctx.world) {
-        return fmt::format("diagnosis: data.ranks has {} (allowed 0-{})", x, ctx.world - 1);
+      if (x < 0 || x >= world) {
+        return fmt::format("diagnosis: data.ranks has {} (allowed 0-{})", x, world - 1);
       }
     }
     return std::nullopt;
   }
-  if (ctx.world <= 0) return fmt::format("{}: a rank event before run_start", e.kind);
-  if (e.rank < 0 || e.rank >= ctx.world) {
+  if (world <= 0) return fmt::format("{}: a rank event before run_start", e.kind);
+  if (e.rank < 0 || e.rank >= world) {
     return fmt::format("{}: rank {} is not a rank of the world (allowed 0-{})", e.kind, e.rank,
-                       ctx.world - 1);
+                       world - 1);
   }
   for (const auto& spec : kRankKinds) {
     if (e.kind != spec.kind) continue;

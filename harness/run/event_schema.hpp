@@ -14,9 +14,12 @@
 namespace fl::harness {
 
 // The world the ranks of a history live in: learnt from the harness's `run_start` (its `ranks`).
-// Until then (world 0) no rank event is accepted: ranks are launched after run_start.
+// Until then (world 0) a live history accepts no rank event (ranks are launched after
+// run_start); a history read back without a run_start (written by something else) accepts ranks
+// 0-4095.
 struct EventContext {
   int world = 0;
+  bool live = false;  // History::append: events arriving now
 };
 
 // Checks `e` (and normalises it in place: valid UTF-8, compact data). Returns why it is rejected,

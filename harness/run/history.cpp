@@ -91,7 +91,7 @@ int64_t History::now_ns() const {
 
 uint64_t History::append(HistoryEvent e) {
   std::lock_guard lock(mu_);
-  EventContext ctx{world_};
+  EventContext ctx{world_, true};
   if (auto why = check_event(e, ctx)) {
     if (++rejected_ <= 5) rejected_reasons_.push_back(*why);
     return kRejected;

@@ -53,8 +53,14 @@ TEST(Utf8, InvalidBytesBecomeReplacementCharacters) {
 
 TEST(EventSchema, RankEventsAreCheckedAgainstTheWorldAndTheirKind) {
   EventContext ctx;
+  ctx.live = true;
   auto e = rank_event(0, "step", 1, R"({"loss": 1.0})");
   EXPECT_EQ(check_event(e, ctx).value_or(""), "step: a rank event before run_start");
+  EventContext offline;  // a history read back without a run_start: ranks 0-4095
+  EXPECT_FALSE(check_event(e, offline));
+  auto far = rank_event(4096, "step", 1, "{}");
+  EXPECT_EQ(check_event(far, offline).value_or(""),
+            "step: rank 4096 is not a rank of the world (allowed 0-4095)");
   HistoryEvent start;
   start.source = "harness";
   start.kind = "run_start";

@@ -137,7 +137,7 @@ TEST_F(CorruptManifest, BytesThatAreNotUtf8ExitWith27) {
 }
 
 TEST_F(CorruptManifest, AValueOfAnotherTypeExitsWith27) {
-  corrupt("\"step\": 2", "\"step\": \"two\"");
+  corrupt("\"tp\": 1", "\"tp\": \"one\"");
   expect_exit_27();
 }
 
