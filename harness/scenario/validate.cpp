@@ -477,8 +477,8 @@ YAML::Node list_item(YAML::Node parent, const PathStep& st, const std::string& t
 }  // namespace
 
 // Applies "key.path=value"; list items are addressed as key[index] (faults[0].plan=...; the
-// index one past the last adds an item). The value is checked like the file's own text, and then
-// the whole top-level key it changed is validated again, so an override cannot leave a scenario
+// index one past the last adds an item). The value is checked like the file's own text, and a
+// changed list item makes its whole list validated again, so an override cannot leave a scenario
 // the loader would refuse from a file (a resolved scenario that verdict and replay cannot load).
 void apply_override(YAML::Node& doc, const std::string& text, const std::string& file) {
   const auto eq = text.find('=');
@@ -510,7 +510,9 @@ void apply_override(YAML::Node& doc, const std::string& text, const std::string&
       chain.push_back(chain.back()[steps[i].key]);
     }
     chain.back()[steps.back().key] = value;
-    validate_map("--set " + path, probe, "");  // reports the unknown key with suggestions
+    const size_t errors = ErrorCollector::count();
+    validate_map("--set " + path, probe, "");  // reports an unknown key with suggestions
+    if (ErrorCollector::count() > errors) return;
   }
   std::vector<YAML::Node> stack{doc};
   for (size_t i = 0; i + 1 < steps.size(); ++i) {
@@ -531,7 +533,21 @@ void apply_override(YAML::Node& doc, const std::string& text, const std::string&
   } else {
     stack.back()[steps.back().key] = value;
   }
-  validate(where, doc[steps.front().key], steps.front().key);
+  if (path.find('[') == std::string::npos) {
+    // A key of a map of free keys (env.FOO, rank_env.1.VAR) has no spec of its own: the nearest
+    // map that has one is validated.
+    size_t k = steps.size();
+    std::string prefix = path;
+    while (k > 1 && find_spec(strip_override_section(schema_path(prefix))) == nullptr) {
+      prefix.resize(prefix.rfind('.'));
+      --k;
+    }
+    validate(where, k == steps.size() ? value : stack[k], prefix);
+  } else {
+    // A list item changed: the list is validated again as a whole (one kind per fault item,
+    // the plan's grammar and sites).
+    validate(where, doc[steps.front().key], steps.front().key);
+  }
 }
 
 // "64k", "300m", "2g" or plain bytes.
