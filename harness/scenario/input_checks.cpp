@@ -115,8 +115,17 @@ YAML::Node read_scenario_file(const std::string& path) {
   return parse_scenario_text(path, ss.str());
 }
 
-void check_duplicate_keys(const std::string& file, const YAML::Node& node,
-                          const std::string& path) {
+namespace {
+
+// Aliases let a small file name a huge tree (each level repeating the one before: a billion
+// nodes from ten lines), so the walk has a budget of nodes, as many as the file may have bytes.
+void check_duplicates(const std::string& file, const YAML::Node& node, const std::string& path,
+                      int64_t& budget) {
+  if (--budget < 0) {
+    raise<ScenarioError>("{}: the document expands to more than {} nodes (aliases repeating "
+                         "nodes; allowed: as many as FAULTLINE_SCENARIO_MAX_BYTES)",
+                         file, kScenarioMaxBytes.get());
+  }
   if (node.IsMap()) {
     std::unordered_map<std::string, YAML::Mark> seen;
     seen.reserve(node.size());
@@ -140,14 +149,22 @@ void check_duplicate_keys(const std::string& file, const YAML::Node& node,
                       : std::string("duplicate key"));
         });
       }
-      check_duplicate_keys(file, it->second, child);
+      check_duplicates(file, it->second, child, budget);
     }
   } else if (node.IsSequence()) {
     size_t i = 0;
     for (auto it = node.begin(); it != node.end(); ++it, ++i) {
-      check_duplicate_keys(file, *it, fmt::format("{}[{}]", path, i));
+      check_duplicates(file, *it, fmt::format("{}[{}]", path, i), budget);
     }
   }
+}
+
+}  // namespace
+
+void check_duplicate_keys(const std::string& file, const YAML::Node& node,
+                          const std::string& path) {
+  int64_t budget = kScenarioMaxBytes.get();
+  check_duplicates(file, node, path, budget);
 }
 
 void check_identifier(const std::string& file, const YAML::Node& n, const std::string& key) {

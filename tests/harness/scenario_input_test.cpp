@@ -151,6 +151,21 @@ TEST_F(ScenarioInput, ASecondDocumentIsRefused) {
             "s.yaml:2:1: a second YAML document (a scenario file holds one; split it into files)");
 }
 
+// Ten lines whose aliases name a billion nodes: refused after a walk bounded by the size limit.
+TEST_F(ScenarioInput, AliasesThatExpandWithoutBoundAreRefused) {
+  std::string text = "name: a\nx0: &a0 [q, q, q, q, q, q, q, q, q, q]\n";
+  for (int i = 1; i < 9; ++i) {
+    text += "x" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) text += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    text += "]\n";
+  }
+  EXPECT_EQ(error_of(text),
+            "s.yaml: the document expands to more than " +
+                std::to_string(loader::scenario_max_bytes()) +
+                " nodes (aliases repeating nodes; allowed: as many as "
+                "FAULTLINE_SCENARIO_MAX_BYTES)");
+}
+
 TEST_F(ScenarioInput, NonUtf8TextIsRefusedWithItsPlace) {
   EXPECT_EQ(error_of("name: a\ndescription: \"bad \xff byte\"\n"),
             "s.yaml:2:19: the file is not UTF-8 text (byte 0xff)");
