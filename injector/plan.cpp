@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -91,6 +92,13 @@ class Parser {
     if (b == pos_) fail(what);
     return s_.substr(b, pos_ - b);
   }
+  template <class T>  // all of `num` (read at b) as a T in range, or fail
+  T number(const std::string& num, size_t b, const std::string& what) {
+    T v{};
+    const auto r = std::from_chars(num.data(), num.data() + num.size(), v);
+    if (r.ec != std::errc() || r.ptr != num.data() + num.size()) pos_ = b, fail(what);
+    return v;
+  }
   int64_t integer(const std::string& what) {
     skip_ws();
     size_t b = pos_;
@@ -100,7 +108,7 @@ class Parser {
       pos_ = b;
       fail(what);
     }
-    return std::stoll(s_.substr(b, pos_ - b));
+    return number<int64_t>(s_.substr(b, pos_ - b), b, what + " (a 64-bit integer)");
   }
   Range range(const std::string& key) {
     Range r;
@@ -180,14 +188,14 @@ class Parser {
       std::string num = s_.substr(b, pos_ - b);
       skip_ws();
       if (pos_ < s_.size() && s_[pos_] == '%' && !t.percent) {
-        t.percent = std::stod(num);
+        t.percent = number<double>(num, b, "a percentage between 0 and 100");
         if (*t.percent < 0 || *t.percent > 100) {
           pos_ = b;
           fail("a percentage between 0 and 100");
         }
         ++pos_;
       } else if (pos_ < s_.size() && s_[pos_] == '*' && !t.count) {
-        t.count = std::stoll(num);
+        t.count = number<int64_t>(num, b, "a whole number of firings before '*'");
         ++pos_;
       } else {
         pos_ = b;

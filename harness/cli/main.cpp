@@ -360,7 +360,7 @@ int main(int argc, char** argv) {
         auto j = v.to_json();
         j["rank_events"] = seen.rank_events;
         j["recovered_from_rank_files"] = seen.recovered;
-        std::printf("%s\n", j.dump(2).c_str());
+        std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
       } else {
         std::printf("%s (oracle %s): %s\n", v.outcome.c_str(), v.oracle.c_str(),
                     v.explanation.c_str());

@@ -101,6 +101,9 @@ class FaultOf : public Fault {
 // What a kind's parser may use: the scenario file (for errors), the item's key path
 // ("faults[2]") and the scenario loaded so far (ranks, nodes, launcher; a kind may require
 // network namespaces).
+// Where the workers' plugins are: FAULTLINE_PLUGIN_DIR, or this build's (run/oop_faults.cpp).
+std::string plugin_dir();
+
 struct ParseContext {
   const std::string& file;
   const std::string& at;

@@ -141,6 +141,7 @@ class NetworkKind : public FaultKind {
     f->peer = loader::opt<int>(n, "peer", -1);
     f->store = loader::opt<bool>(n, "store", false);
     f->rate = loader::opt<std::string>(n, "rate", "1mbit");
+    if (n["rate"]) loader::check_tc_rate(c.file, n["rate"], c.at + ".network.rate");
     for (auto [key, v] : {std::pair{"node", f->node}, std::pair{"peer", f->peer}}) {
       if (v >= c.s.nodes) {
         loader::fail_at(c.file, n[key] ? n[key] : n, c.at + ".network." + key,

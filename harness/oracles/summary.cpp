@@ -5,10 +5,9 @@
 
 namespace fl::harness {
 
-void add_event(RunSummary& f, const HistoryEvent& e) {
-  f.t_last = e.t_ns;
-  nlohmann::json d = nlohmann::json::parse(e.data_json, nullptr, false);
-  if (d.is_discarded()) d = nlohmann::json::object();
+namespace {
+
+void add_checked(RunSummary& f, const HistoryEvent& e, const nlohmann::json& d) {
   if (e.source == "harness") {
     if (e.kind == "run_start") f.world = d.value("ranks", 0);
     if (e.kind == "launch") {
@@ -57,6 +56,21 @@ void add_event(RunSummary& f, const HistoryEvent& e) {
     // mpirun launcher: the worker's own exit event is the only per-rank end we see.
     const int code = d.value("exit_code", 0);
     f.exits.push_back({e.rank, e.t_ns, code == 0 ? "ok" : "error", code, false, false});
+  }
+}
+
+}  // namespace
+
+void add_event(RunSummary& f, const HistoryEvent& e) {
+  f.t_last = e.t_ns;
+  // A history read back passed the schema check (harness/run/event_schema.hpp); one built in
+  // memory may not have: an event with a field of another type, or no rank, is left out.
+  if (e.rank < -1) return;
+  nlohmann::json d = nlohmann::json::parse(e.data_json, nullptr, false);
+  if (d.is_discarded() || !d.is_object()) d = nlohmann::json::object();
+  try {
+    add_checked(f, e, d);
+  } catch (const nlohmann::json::exception&) {
   }
 }
 

@@ -22,6 +22,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The most rank lanes a report draws (a world larger than any run here).
+constexpr int kMaxLanes = 4096;
+
 struct StepPoint {
   int64_t t, step;
   double loss, scale, step_time, mem;
@@ -63,81 +66,90 @@ Timeline read_timeline(const std::vector<HistoryEvent>& h) {
   std::map<std::tuple<int, std::string, int64_t>, size_t> open_stalls;
   std::map<std::string, size_t> open_faults;
   for (const auto& e : h) {
+    // Ranks index lanes and colours: one that is not -1 or a plausible rank is left out (the
+    // history's schema check refuses them; a history from elsewhere may not have been checked).
+    if (e.rank < -1 || e.rank >= kMaxLanes) continue;
     tl.t_end = std::max(tl.t_end, e.t_ns);
     auto d = nlohmann::json::parse(e.data_json, nullptr, false);
-    if (d.is_discarded()) d = nlohmann::json::object();
-    if (e.kind == "run_start") {
-      tl.start = d;
-      tl.world = d.value("ranks", 0);
-    } else if (e.kind == "launch" && e.rank >= 0) {
-      if (tl.t0 < 0) tl.t0 = e.t_ns;
-      tl.world = std::max(tl.world, e.rank + 1);
-    } else if (e.kind == "step" && e.source == "rank") {
-      const bool finite = d.contains("loss") && d["loss"].is_number();
-      tl.steps[e.rank].push_back({e.t_ns, e.step, finite ? d["loss"].get<double>() : 0.0,
-                                  d.value("loss_scale", 0.0), d.value("step_time_s", 0.0),
-                                  d.value("mem_current", 0.0), finite});
-    } else if (e.kind == "collective" && e.source == "rank") {
-      const auto key = std::make_tuple(e.rank, d.value("group", ""), d.value("seq", int64_t{-1}));
-      const std::string state = d.value("state", "");
-      if (d.contains("in_flight_ms")) {
-        const int64_t t0 = e.t_ns - static_cast<int64_t>(d.value("in_flight_ms", 0.0) * 1e6);
-        open_stalls[key] = tl.stalls.size();
-        tl.stalls.push_back({e.rank, t0, -1,
-                             fmt::format("{} on {} seq {} in flight", d.value("op", ""),
-                                         std::get<1>(key), std::get<2>(key)),
-                             "stall"});
-      } else if (auto it = open_stalls.find(key); it != open_stalls.end()) {
-        Span& s = tl.stalls[it->second];
-        s.t1 = e.t_ns;
-        s.cls = "stall " + state;
-        s.label += ", " + state;
-        open_stalls.erase(it);
-      }
-    } else if (e.kind == "fault_injected" &&
-               std::set<std::string>{"signal", "restart", "file", "args", "env"}.count(
-                   d.value("fault", ""))) {
-      // One-shot faults: an instant, not a window.
-      tl.marks.push_back({e.rank, e.t_ns, d.value("at_step", int64_t{-1}), "injected: " + d.dump(),
-                          "fault-fired"});
-    } else if (e.kind == "fault_injected") {
-      const std::string what = d.value("fault", "fault");
-      open_faults[what + std::to_string(e.rank)] = tl.faults.size();
-      tl.faults.push_back({e.rank, e.t_ns, -1, "injected: " + d.dump(), "fault-window"});
-    } else if (e.kind == "fault_healed") {
-      const std::string what = d.value("fault", "fault");
-      for (auto it = open_faults.begin(); it != open_faults.end(); ++it) {
-        if (it->first.rfind(what, 0) == 0) {
-          tl.faults[it->second].t1 = e.t_ns;
-          open_faults.erase(it);
-          break;
+    if (d.is_discarded() || !d.is_object()) d = nlohmann::json::object();
+    try {
+      if (e.kind == "run_start") {
+        tl.start = d;
+        tl.world = std::clamp(d.value("ranks", 0), 0, kMaxLanes);
+      } else if (e.kind == "launch" && e.rank >= 0) {
+        if (tl.t0 < 0) tl.t0 = e.t_ns;
+        tl.world = std::max(tl.world, e.rank + 1);
+      } else if (e.kind == "step" && e.source == "rank" && e.rank >= 0) {
+        const bool finite = d.contains("loss") && d["loss"].is_number();
+        tl.steps[e.rank].push_back({e.t_ns, e.step, finite ? d["loss"].get<double>() : 0.0,
+                                    d.value("loss_scale", 0.0), d.value("step_time_s", 0.0),
+                                    d.value("mem_current", 0.0), finite});
+      } else if (e.kind == "collective" && e.source == "rank") {
+        const auto key = std::make_tuple(e.rank, d.value("group", ""), d.value("seq", int64_t{-1}));
+        const std::string state = d.value("state", "");
+        if (d.contains("in_flight_ms")) {
+          const int64_t t0 = e.t_ns - static_cast<int64_t>(d.value("in_flight_ms", 0.0) * 1e6);
+          open_stalls[key] = tl.stalls.size();
+          tl.stalls.push_back({e.rank, t0, -1,
+                               fmt::format("{} on {} seq {} in flight", d.value("op", ""),
+                                           std::get<1>(key), std::get<2>(key)),
+                               "stall"});
+        } else if (auto it = open_stalls.find(key); it != open_stalls.end()) {
+          Span& s = tl.stalls[it->second];
+          s.t1 = e.t_ns;
+          s.cls = "stall " + state;
+          s.label += ", " + state;
+          open_stalls.erase(it);
         }
+      } else if (e.kind == "fault_injected" &&
+                 std::set<std::string>{"signal", "restart", "file", "args", "env"}.count(
+                     d.value("fault", ""))) {
+        // One-shot faults: an instant, not a window.
+        tl.marks.push_back({e.rank, e.t_ns, d.value("at_step", int64_t{-1}),
+                            "injected: " + d.dump(), "fault-fired"});
+      } else if (e.kind == "fault_injected") {
+        const std::string what = d.value("fault", "fault");
+        open_faults[what + std::to_string(e.rank)] = tl.faults.size();
+        tl.faults.push_back({e.rank, e.t_ns, -1, "injected: " + d.dump(), "fault-window"});
+      } else if (e.kind == "fault_healed") {
+        const std::string what = d.value("fault", "fault");
+        for (auto it = open_faults.begin(); it != open_faults.end(); ++it) {
+          if (it->first.rfind(what, 0) == 0) {
+            tl.faults[it->second].t1 = e.t_ns;
+            open_faults.erase(it);
+            break;
+          }
+        }
+      } else if (e.kind == "fault_fired") {
+        tl.marks.push_back(
+            {e.rank, e.t_ns, e.step,
+             fmt::format("fault fired at {}: {}", d.value("site", ""), d.value("action", "")),
+             "fault-fired"});
+      } else if (e.kind == "diagnosis") {
+        std::vector<int> ranks;
+        if (d.contains("ranks") && d["ranks"].is_array())
+          ranks = d["ranks"].get<std::vector<int>>();
+        if (ranks.empty()) ranks.push_back(-1);
+        for (int r : ranks) {
+          if (r < -1 || r >= kMaxLanes) continue;
+          tl.marks.push_back({r, e.t_ns, e.step,
+                              fmt::format("{} diagnosed {}: {}", d.value("detector", "?"),
+                                          d.value("symptom", "?"), d.value("evidence", "")),
+                              "diagnosis"});
+        }
+      } else if (e.kind == "control" || e.kind == "restart" || e.kind == "reshard") {
+        tl.marks.push_back({-1, e.t_ns, -1, e.kind + ": " + d.dump(), "action"});
+      } else if (e.kind == "rank_exit" && e.rank >= 0) {
+        tl.marks.push_back({e.rank, e.t_ns, -1,
+                            fmt::format("rank {} exit: {} (code {}){}", e.rank,
+                                        d.value("class", ""), d.value("code", 0),
+                                        d.value("by_harness", false) ? ", by the harness" : ""),
+                            "exit " + d.value("class", std::string())});
+      } else if (e.kind == "error" && e.source == "rank") {
+        tl.evidence.push_back(fmt::format("rank {}: {}", e.rank, d.value("message", "")));
       }
-    } else if (e.kind == "fault_fired") {
-      tl.marks.push_back(
-          {e.rank, e.t_ns, e.step,
-           fmt::format("fault fired at {}: {}", d.value("site", ""), d.value("action", "")),
-           "fault-fired"});
-    } else if (e.kind == "diagnosis") {
-      std::vector<int> ranks;
-      if (d.contains("ranks") && d["ranks"].is_array()) ranks = d["ranks"].get<std::vector<int>>();
-      if (ranks.empty()) ranks.push_back(-1);
-      for (int r : ranks) {
-        tl.marks.push_back({r, e.t_ns, e.step,
-                            fmt::format("{} diagnosed {}: {}", d.value("detector", "?"),
-                                        d.value("symptom", "?"), d.value("evidence", "")),
-                            "diagnosis"});
-      }
-    } else if (e.kind == "control" || e.kind == "restart" || e.kind == "reshard") {
-      tl.marks.push_back({-1, e.t_ns, -1, e.kind + ": " + d.dump(), "action"});
-    } else if (e.kind == "rank_exit" && e.rank >= 0) {
-      tl.marks.push_back(
-          {e.rank, e.t_ns, -1,
-           fmt::format("rank {} exit: {} (code {}){}", e.rank, d.value("class", ""),
-                       d.value("code", 0), d.value("by_harness", false) ? ", by the harness" : ""),
-           "exit " + d.value("class", std::string())});
-    } else if (e.kind == "error" && e.source == "rank") {
-      tl.evidence.push_back(fmt::format("rank {}: {}", e.rank, d.value("message", "")));
+    } catch (const nlohmann::json::exception&) {
+      // A field of another type than the harness writes: the event is left out.
     }
   }
   if (tl.t0 < 0) tl.t0 = 0;
@@ -195,7 +207,7 @@ std::string timeline_svg(const Timeline& tl) {
     s += fmt::format(
         "<rect class=\"{}\" data-rank=\"{}\" data-info=\"rank {}: {}\" x=\"{}\" y=\"{}\" "
         "width=\"{}\" height=\"8\"><title>rank {}: {}</title></rect>\n",
-        st.cls, st.rank, st.rank, html_escape(st.label), html::num(x(st.t0)),
+        html_escape(st.cls), st.rank, st.rank, html_escape(st.label), html::num(x(st.t0)),
         html::num(lane_y(st.rank) + 16), html::num(std::max(1.5, x(st.t1) - x(st.t0))), st.rank,
         html_escape(st.label));
   }
@@ -235,7 +247,7 @@ std::string timeline_svg(const Timeline& tl) {
       s += fmt::format(
           "<path class=\"{}\" data-rank=\"{}\" data-info=\"{}\" d=\"M{} {} l8 8 m0 -8 l-8 8\">"
           "<title>{}</title></path>\n",
-          m.cls, m.rank, info, html::num(xx - 4), html::num(y + 9), info);
+          html_escape(m.cls), m.rank, info, html::num(xx - 4), html::num(y + 9), info);
     }
   }
   s += "</svg>\n";
@@ -244,6 +256,11 @@ std::string timeline_svg(const Timeline& tl) {
 
 const char* kPalette[] = {"#1565c0", "#c62828", "#2e7d32", "#ef6c00",
                           "#6a1b9a", "#00838f", "#5d4037", "#ad1457"};
+
+// A rank's colour; anything but a rank (never drawn: read_timeline keeps ranks >= 0) is grey.
+const char* palette(int rank) {
+  return rank >= 0 ? kPalette[rank % 8] : "#757575";
+}
 
 std::string chart_svg(const Timeline& tl, const std::string& metric, const std::string& title) {
   double lo = INFINITY, hi = -INFINITY;
@@ -293,7 +310,7 @@ std::string chart_svg(const Timeline& tl, const std::string& metric, const std::
       s += fmt::format(
           "<polyline class=\"series\" data-rank=\"{}\" stroke=\"{}\"{} points=\"{}\">"
           "<title>rank {}{}</title></polyline>\n",
-          r, kPalette[r % 8], i > 0 ? " stroke-dasharray=\"4 2\"" : "", paths[i], r,
+          r, palette(r), i > 0 ? " stroke-dasharray=\"4 2\"" : "", paths[i], r,
           i > 0 ? fmt::format(" after restart {}", i) : "");
     }
   }

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/utf8.hpp"
+#include "harness/run/event_schema.hpp"
 
 namespace fl::harness {
 
@@ -17,15 +19,15 @@ int64_t mono_ns() {
 }
 }  // namespace
 
-// The event's data is JSON text already (built with nlohmann by whoever emitted it): it is
-// spliced in as is, not parsed again for every line.
+// The event's data is JSON text already, checked and re-serialised on one line by append's
+// schema check: it is spliced in as is, not parsed again for every line.
 std::string to_json_line(const HistoryEvent& e) {
   return fmt::format(
       "{{\"i\":{},\"t_ns\":{},\"source\":{},\"rank\":{},\"seq\":{},\"time_unix_ns\":{},"
       "\"kind\":{},\"step\":{},\"data\":{}{}}}\n",
-      e.index, e.t_ns, nlohmann::json(e.source).dump(), e.rank, e.seq, e.time_unix_ns,
-      nlohmann::json(e.kind).dump(), e.step, e.data_json.empty() ? "{}" : e.data_json,
-      e.late ? ",\"late\":true" : "");
+      e.index, e.t_ns, nlohmann::json(valid_utf8(e.source)).dump(), e.rank, e.seq,
+      e.time_unix_ns, nlohmann::json(valid_utf8(e.kind)).dump(), e.step,
+      e.data_json.empty() ? "{}" : e.data_json, e.late ? ",\"late\":true" : "");
 }
 
 HistoryEvent parse_history_line(const std::string& line) {
@@ -44,21 +46,32 @@ HistoryEvent parse_history_line(const std::string& line) {
   return e;
 }
 
-std::vector<HistoryEvent> read_history(const std::string& path) {
+std::vector<HistoryEvent> read_history(const std::string& path, size_t* rejected) {
   std::ifstream in(path);
   if (!in) raise<Error>("{}: cannot read the run history", path);
   std::vector<HistoryEvent> out;
   std::string line;
   size_t n = 0;
+  EventContext ctx;
+  if (rejected != nullptr) *rejected = 0;
   while (std::getline(in, line)) {
     ++n;
     if (line.empty()) continue;
+    HistoryEvent e;
     try {
-      out.push_back(parse_history_line(line));
-    } catch (const nlohmann::json::exception& e) {
+      e = parse_history_line(line);
+    } catch (const nlohmann::json::exception& x) {
       if (in.peek() == EOF) break;  // torn last line of a killed run
-      raise<Error>("{}:{}: malformed history line: {}", path, n, e.what());
+      raise<Error>("{}:{}: malformed history line: {}", path, n,
+                   valid_utf8(std::string(x.what()).substr(0, 300)));
     }
+    // A history written by this harness holds only checked events; one edited or written by
+    // something else is held to the same rules.
+    if (check_event(e, ctx)) {
+      if (rejected != nullptr) ++*rejected;
+      continue;
+    }
+    out.push_back(std::move(e));
   }
   return out;
 }
@@ -78,6 +91,12 @@ int64_t History::now_ns() const {
 
 uint64_t History::append(HistoryEvent e) {
   std::lock_guard lock(mu_);
+  EventContext ctx{world_, true};
+  if (auto why = check_event(e, ctx)) {
+    if (++rejected_ <= 5) rejected_reasons_.push_back(*why);
+    return kRejected;
+  }
+  world_ = ctx.world;
   e.index = events_.size();
   e.t_ns = now_ns();
   const std::string line = to_json_line(e);
@@ -95,7 +114,7 @@ uint64_t History::harness(const std::string& kind, const nlohmann::json& data, i
   e.time_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
-  e.data_json = data.dump();
+  e.data_json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const uint64_t i = append(std::move(e));
   flush();
   return i;
@@ -127,6 +146,16 @@ std::vector<HistoryEvent> History::snapshot_and_listen(Listener l, int* id) {
 std::vector<HistoryEvent> History::events() const {
   std::lock_guard lock(mu_);
   return events_;
+}
+
+uint64_t History::rejected() const {
+  std::lock_guard lock(mu_);
+  return rejected_;
+}
+
+std::vector<std::string> History::rejected_reasons() const {
+  std::lock_guard lock(mu_);
+  return rejected_reasons_;
 }
 
 uint64_t History::size() const {

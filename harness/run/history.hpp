@@ -30,8 +30,9 @@ struct HistoryEvent {
 std::string to_json_line(const HistoryEvent& e);
 // Parses one history line; throws nlohmann::json::exception on a malformed one.
 HistoryEvent parse_history_line(const std::string& line);
-// Every event of a history file; a torn last line (a run killed mid-write) is skipped.
-std::vector<HistoryEvent> read_history(const std::string& path);
+// Every event of a history file; a torn last line (a run killed mid-write) is skipped, and so is
+// (counted in *rejected when given) every event the schema check (event_schema.hpp) refuses.
+std::vector<HistoryEvent> read_history(const std::string& path, size_t* rejected = nullptr);
 
 class History {
  public:
@@ -40,7 +41,10 @@ class History {
   History(const History&) = delete;
   History& operator=(const History&) = delete;
 
-  // Stamps index and harness time, appends, tells listeners. Thread-safe; returns the index.
+  // Checks the event (event_schema.hpp), stamps index and harness time, appends, tells
+  // listeners. Thread-safe; returns the index, or kRejected for an event the check refused (it
+  // is counted, never written).
+  static constexpr uint64_t kRejected = UINT64_MAX;
   uint64_t append(HistoryEvent e);
   // A harness event.
   uint64_t harness(const std::string& kind, const nlohmann::json& data, int rank = -1);
@@ -58,6 +62,9 @@ class History {
   std::vector<HistoryEvent> events() const;
   int64_t now_ns() const;
   uint64_t size() const;
+  // Events refused so far, and the reasons of the first few.
+  uint64_t rejected() const;
+  std::vector<std::string> rejected_reasons() const;
 
  private:
   std::FILE* file_ = nullptr;
@@ -66,6 +73,9 @@ class History {
   std::vector<std::pair<int, Listener>> listeners_;
   int next_listener_ = 0;
   int64_t t0_;
+  int world_ = 0;  // from run_start: the ranks rank events may carry
+  uint64_t rejected_ = 0;
+  std::vector<std::string> rejected_reasons_;
 };
 
 }  // namespace fl::harness

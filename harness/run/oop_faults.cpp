@@ -16,6 +16,10 @@ namespace fs = std::filesystem;
 FAULTLINE_SETTING(kPluginDir, std::string, "FAULTLINE_PLUGIN_DIR", "",
                   "Directory of the worker plugins (default: this build's)");
 
+std::string faults::plugin_dir() {
+  return kPluginDir.get().empty() ? FAULTLINE_PLUGIN_BUILD_DIR : kPluginDir.get();
+}
+
 OutOfProcessFaults::OutOfProcessFaults(const Scenario& s, std::string run_dir, History& hist,
                                        Supervisor& sup)
     : s_(s),
@@ -28,7 +32,7 @@ OutOfProcessFaults::OutOfProcessFaults(const Scenario& s, std::string run_dir, H
             sup,
             box_,
             0,
-            kPluginDir.get().empty() ? FAULTLINE_PLUGIN_BUILD_DIR : kPluginDir.get(),
+            faults::plugin_dir(),
             injected_} {
   for (const auto& f : s.oop_faults) faults_.push_back(f->clone());
   done_.assign(faults_.size(), false);

@@ -116,6 +116,10 @@ void Run::print_summary(const RunResult& r, const std::vector<HistoryEvent>& his
   }
   std::printf("  verdict    %s\n", verdict_line(r).c_str());
   if (!r.harness_error.empty()) std::printf("  harness    error: %s\n", r.harness_error.c_str());
+  if (const uint64_t n = hist_->rejected(); n > 0) {
+    std::printf("  rejected   %llu malformed event(s), not in the history (first: %s)\n",
+                static_cast<unsigned long long>(n), hist_->rejected_reasons().front().c_str());
+  }
   std::printf("  files      %s\n", dir_.c_str());
   std::fflush(stdout);
 }

@@ -493,6 +493,9 @@ RunResult Run::go() {
   if (faults_) faults_->heal(true);
   if (ctl_) ctl_->shutdown();
   if (ctl_) merge_local_files();
+  if (const uint64_t n = hist_->rejected(); n > 0) {
+    hist_->harness("events_rejected", {{"count", n}, {"first", hist_->rejected_reasons()}});
+  }
   hist_->harness("run_end", {{"reason", stop_reason_.empty() ? "all ranks ended" : stop_reason_},
                              {"restarts", restarts_}});
   hist_->flush();
@@ -506,7 +509,9 @@ RunResult Run::go() {
   v["scenario"] = s_.name;
   v["fix"] = o_.fix;
   if (!res.harness_error.empty()) v["harness_error"] = res.harness_error;
-  write_atomic(dir_ + "/verdict.json", v.dump(2) + "\n");
+  v["rejected_events"] = hist_->rejected();
+  write_atomic(dir_ + "/verdict.json",
+               v.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   res.exit_code = !res.harness_error.empty() ? 2 : outcome_exit_code(res.verdict.outcome);
   print_summary(res, history);
   return res;

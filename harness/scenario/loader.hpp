@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -41,6 +42,7 @@ class ErrorCollector {
  private:
   bool owner_;
   std::vector<std::string> errors_;
+  std::unordered_set<std::string> seen_;  // errors_ as a set: collecting stays linear
 };
 
 // Throws ScenarioError "file:line:col: path: what" (the node's mark; without one, "file: path").
@@ -58,6 +60,21 @@ int64_t parse_size(const std::string& file, const YAML::Node& n, const std::stri
 // Faults touch only the run directory: no absolute paths, no way out with "..".
 void check_relative(const std::string& file, const YAML::Node& n, const std::string& key,
                     const std::string& p);
+
+// input_checks.cpp. The file read whole (at most FAULTLINE_SCENARIO_MAX_BYTES; UTF-8; one YAML
+// document): ScenarioError otherwise, with the line and column.
+YAML::Node read_scenario_file(const std::string& path);
+YAML::Node parse_scenario_text(const std::string& file, const std::string& text);
+int64_t scenario_max_bytes();
+// Keys given twice in one map, anywhere under `node` (collected; linear).
+void check_duplicate_keys(const std::string& file, const YAML::Node& node,
+                          const std::string& path);
+// workload.plugins names: identifiers ([A-Za-z_][A-Za-z0-9_]*), as they become libfl_NAME.so.
+void check_identifier(const std::string& file, const YAML::Node& n, const std::string& key);
+// A regex the oracles compile (std::regex, ECMAScript).
+void check_regex(const std::string& file, const YAML::Node& n, const std::string& key);
+// A tc rate ("1mbit", "500kbps"): a positive number with one of tc's units.
+void check_tc_rate(const std::string& file, const YAML::Node& n, const std::string& key);
 
 // Deep merge: maps merge key by key, everything else is replaced by `over`.
 YAML::Node merge(const YAML::Node& base, const YAML::Node& over);

@@ -245,6 +245,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     s.fetch.push_back(name);
   }
 
+  std::vector<std::pair<std::string, YAML::Node>> squats;  // port_squat items: key path, node
   const YAML::Node resolved_faults = r["faults"];
   const YAML::Node doc_faults = static_cast<const YAML::Node&>(doc)["faults"];
   for (size_t fi = 0; fi < resolved_faults.size(); ++fi) {
@@ -259,9 +260,31 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
         s.plans.push_back(f["plan"].as<std::string>());
         return;
       }
-      if (auto fault = faults::parse_fault({path, at, s}, f))
+      if (auto fault = faults::parse_fault({path, at, s}, f)) {
+        if (fault->kind == "port_squat") squats.emplace_back(at, f["port_squat"]);
         s.oop_faults.push_back(std::move(fault));
+      }
     });
+  }
+  // What the run cannot do with its ranks in network namespaces (a network fault or
+  // topology.network: namespaces put them there): known now, not when the run reaches it.
+  if (s.network == "namespaces") {
+    if (!s.fetch.empty()) {
+      ErrorCollector::check([&] {
+        fail_at(path, doc_fetch ? doc_fetch : doc, "workload.fetch",
+                "cannot fetch with network namespaces (the ranks cannot reach the run's artifact "
+                "hub on 127.0.0.1; a network fault or topology.network: namespaces puts them "
+                "there; allowed: fetch with topology.network: host and no network fault)");
+      });
+    }
+    for (const auto& [at, node] : squats) {
+      ErrorCollector::check([&] {
+        fail_at(path, node, at + ".port_squat",
+                "port_squat with network namespaces is not supported (the port is held on the "
+                "host, the ranks' store listens in their own namespace; allowed: port_squat with "
+                "topology.network: host and no network fault)");
+      });
+    }
   }
 
   auto e = r["expect"];

@@ -329,7 +329,8 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   // The suite directory always holds both files (--last-failed reads summary.json there); --junit
   // and --json write a copy where CI wants it.
   const std::string junit = suite_junit(res);
-  const std::string json = suite_json(res).dump(2) + "\n";
+  const std::string json =
+      suite_json(res).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   write_atomic(res.dir + "/junit.xml", junit);
   write_atomic(res.dir + "/summary.json", json);
   if (!o.junit_path.empty()) write_atomic(o.junit_path, junit);

@@ -146,7 +146,7 @@ TEST_F(ScenarioTest, OutOfProcessFaultKeysAreChecked) {
             "(relative, without '..')");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {memory_limit: 12q, rank: 0}\n"),
             "s.yaml:3:20: faults[0].memory_limit: '12q' is not a size (allowed: a positive number "
-            "of bytes with an optional k, m or g suffix)");
+            "of bytes with an optional k, m or g suffix, from 1 byte to 1 PiB)");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {memory_limit: 1g}\n"),
             "s.yaml:3:5: faults[0].rank: a memory limit needs a rank (0 or more)");
   EXPECT_EQ(error_of("name: a\ntopology: {ranks: 4, nodes: 2}\nfaults:\n"
@@ -183,8 +183,8 @@ TEST_F(ScenarioTest, AFaultItemNamesOneKindAndATimeItCanHappenAt) {
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {env: {set: {A: b}}, at: step}\n"),
             "s.yaml:3:30: faults[0].at: env faults are in place from launch (allowed: launch, or "
             "leave `at` out)");
-  EXPECT_EQ(error_of("name: a\nfaults:\n  - {hide: libx.so, restart: true}\n"),
-            "s.yaml:3:30: faults[0].restart: hide faults are in place from launch; `restart` goes "
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - {hide: libfl_fused_adamw.so, restart: true}\n"),
+            "s.yaml:3:43: faults[0].restart: hide faults are in place from launch; `restart` goes "
             "with a timed fault (signal, file, network, restart)");
   // A file fault with restart: true restarts after the damage; restart alone is its own kind.
   auto s = load_scenario(write("ok.yaml",

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "base/settings.hpp"
+#include "base/utf8.hpp"
 #include "injector/site.hpp"
 #include "workloads/train/trainer.hpp"
 
@@ -193,7 +194,8 @@ nlohmann::json read_manifest(const std::string& dir) {
   try {
     m = nlohmann::json::parse(read_file(path));
   } catch (const nlohmann::json::exception& e) {
-    raise<CheckpointError>("checkpoint manifest {} is not valid JSON: {}", path, e.what());
+    raise<CheckpointError>("checkpoint manifest {} is not valid JSON: {}", path,
+                           valid_utf8(e.what()));
   }
   check_manifest(dir, m);
   return m;
@@ -436,7 +438,7 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
   return dir;
 }
 
-void Trainer::load_checkpoint(const std::string& path) {
+void Trainer::load_checkpoint(const std::string& path) try {
   const std::string dir = resolve_checkpoint(path);
   const nlohmann::json m = read_manifest(dir);
   check_compatible(dir, m, cfg_.model);
@@ -499,6 +501,9 @@ void Trainer::load_checkpoint(const std::string& path) {
   epoch_ = entry->at("data").at("epoch").get<int>();
   pos_ = entry->at("data").at("position").get<size_t>();
   zero_->restored();
+} catch (const nlohmann::json::exception& e) {  // a key missing or of another type
+  raise<CheckpointError>("checkpoint manifest of {} does not hold what a checkpoint needs: {}",
+                         path, valid_utf8(e.what()));
 }
 
 }  // namespace fl::train

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 
+#include "base/utf8.hpp"
 #include "workloads/comm/worker_errors.hpp"
 #include "workloads/model/params.hpp"
 #include "workloads/train/checkpoint.hpp"
@@ -166,8 +167,13 @@ int main(int argc, char** argv) {
   rs->add_option("--dp", dp)->required();
   CLI11_PARSE(app, argc, argv);
   return comm::run_worker_main([&]() -> int {
-    if (ins->parsed()) return inspect(path);
-    if (dig->parsed()) return digest(path);
-    return reshard(in, out, dp);
+    try {
+      if (ins->parsed()) return inspect(path);
+      if (dig->parsed()) return digest(path);
+      return reshard(in, out, dp);
+    } catch (const nlohmann::json::exception& e) {  // a manifest key missing or of another type
+      raise<CheckpointError>("checkpoint manifest of {} does not hold what a checkpoint needs: {}",
+                             ins->parsed() || dig->parsed() ? path : in, valid_utf8(e.what()));
+    }
   });
 }

@@ -1,0 +1,221 @@
+// Checks of scenario input that the schema walk alone does not make: the file's size and its
+// single YAML document, keys given twice (yaml-cpp keeps the last one silently), plugin names,
+// regexes and tc rates. Each is linear in the input and reports file:line:col.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string_view>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "base/settings.hpp"
+#include "base/utf8.hpp"
+#include "harness/scenario/loader.hpp"
+
+namespace fl::harness::loader {
+
+namespace fs = std::filesystem;
+
+FAULTLINE_SETTING(kScenarioMaxBytes, int64_t, "FAULTLINE_SCENARIO_MAX_BYTES", 4 << 20,
+                  "Largest scenario file `faultline` loads, in bytes (a larger one is an error)");
+
+namespace {
+
+// 1-based line and column of byte `pos` of `text`.
+std::pair<size_t, size_t> line_col(std::string_view text, size_t pos) {
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i < pos && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return {line, col};
+}
+
+// Where the second document starts: the second "---" line, or the first one after content.
+size_t second_document(std::string_view text) {
+  bool content = false;
+  for (size_t i = 0; i < text.size();) {
+    size_t end = text.find('\n', i);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(i, end - i);
+    const bool marker = line.rfind("---", 0) == 0 &&
+                        (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
+    if (marker && content) return i;
+    if (line.rfind("...", 0) == 0 && content) return i;
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (marker) {
+      content = content || line.find_first_not_of(" \t\r", 3) != std::string_view::npos;
+    } else if (first != std::string_view::npos && line[first] != '#' && line[0] != '%') {
+      content = true;
+    }
+    i = end + 1;
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+int64_t scenario_max_bytes() {
+  return kScenarioMaxBytes.get();
+}
+
+YAML::Node parse_scenario_text(const std::string& file, const std::string& text) {
+  if (!is_valid_utf8(text)) {
+    size_t pos = 0;
+    for (; pos < text.size(); pos += utf8_sequence_length(text, pos)) {
+      if (utf8_sequence_length(text, pos) == 0) break;
+    }
+    const auto [l, c] = line_col(text, pos);
+    raise<ScenarioError>("{}:{}:{}: the file is not UTF-8 text (byte 0x{:02x})", file, l, c,
+                         static_cast<unsigned char>(text[pos]));
+  }
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::Exception& e) {
+    raise<ScenarioError>("{}:{}:{}: YAML syntax: {}", file, e.mark.line + 1, e.mark.column + 1,
+                         e.msg);
+  }
+  if (docs.size() > 1) {
+    const auto m = docs[1].Mark();
+    size_t l = static_cast<size_t>(m.line + 1), c = static_cast<size_t>(m.column + 1);
+    if (m.line < 0 || docs[1].IsNull()) {
+      const size_t at = second_document(text);
+      std::tie(l, c) = at == std::string::npos ? std::pair<size_t, size_t>{1, 1}
+                                               : line_col(text, at);
+    }
+    raise<ScenarioError>(
+        "{}:{}:{}: a second YAML document (a scenario file holds one; split it into files)", file,
+        l, c);
+  }
+  return docs.empty() ? YAML::Node() : docs[0];
+}
+
+YAML::Node read_scenario_file(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) raise<ScenarioError>("{}: cannot read the scenario file: {}", path, ec.message());
+  const int64_t max = kScenarioMaxBytes.get();
+  if (static_cast<int64_t>(size) > max) {
+    raise<ScenarioError>(
+        "{}: the file is {} bytes (allowed: up to {}; FAULTLINE_SCENARIO_MAX_BYTES sets the limit)",
+        path, size, max);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) raise<ScenarioError>("{}: cannot read the scenario file", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_scenario_text(path, ss.str());
+}
+
+namespace {
+
+// Aliases let a small file name a huge tree (each level repeating the one before: a billion
+// nodes from ten lines), so the walk has a budget of nodes, as many as the file may have bytes.
+void check_duplicates(const std::string& file, const YAML::Node& node, const std::string& path,
+                      int64_t& budget) {
+  if (--budget < 0) {
+    raise<ScenarioError>("{}: the document expands to more than {} nodes (aliases repeating "
+                         "nodes; allowed: as many as FAULTLINE_SCENARIO_MAX_BYTES)",
+                         file, kScenarioMaxBytes.get());
+  }
+  if (node.IsMap()) {
+    std::unordered_map<std::string, YAML::Mark> seen;
+    seen.reserve(node.size());
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const std::string key = it->first.IsScalar() ? it->first.Scalar() : std::string();
+      const std::string child = path.empty() ? key : path + "." + key;
+      if (!it->first.IsScalar()) {
+        ErrorCollector::check([&] {
+          fail_at(file, it->first, path.empty() ? "(document)" : path,
+                  "a key must be a plain word, not a list or a map");
+        });
+        continue;
+      }
+      auto [at, fresh] = seen.emplace(key, it->first.Mark());
+      if (!fresh) {
+        ErrorCollector::check([&] {
+          fail_at(file, it->first, child,
+                  at->second.line >= 0
+                      ? fmt::format("duplicate key (first at line {}, column {})",
+                                    at->second.line + 1, at->second.column + 1)
+                      : std::string("duplicate key"));
+        });
+      }
+      check_duplicates(file, it->second, child, budget);
+    }
+  } else if (node.IsSequence()) {
+    size_t i = 0;
+    for (auto it = node.begin(); it != node.end(); ++it, ++i) {
+      check_duplicates(file, *it, fmt::format("{}[{}]", path, i), budget);
+    }
+  }
+}
+
+}  // namespace
+
+void check_duplicate_keys(const std::string& file, const YAML::Node& node,
+                          const std::string& path) {
+  int64_t budget = kScenarioMaxBytes.get();
+  check_duplicates(file, node, path, budget);
+}
+
+void check_identifier(const std::string& file, const YAML::Node& n, const std::string& key) {
+  const std::string& v = n.Scalar();
+  bool ok = !v.empty() && v.size() <= 64 && !std::isdigit(static_cast<unsigned char>(v[0]));
+  for (char c : v) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+  if (!ok) {
+    fail_at(file, n, key,
+            fmt::format("'{}' is not a plugin name (allowed: a letter or '_', then letters, "
+                        "digits or '_', up to 64; the library is libfl_NAME.so)",
+                        valid_utf8(v)));
+  }
+}
+
+void check_regex(const std::string& file, const YAML::Node& n, const std::string& key) {
+  try {
+    std::regex re(n.Scalar(), std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    fail_at(file, n, key, fmt::format("'{}' is not a valid regex (ECMAScript): {}", n.Scalar(),
+                                      e.what()));
+  }
+}
+
+void check_tc_rate(const std::string& file, const YAML::Node& n, const std::string& key) {
+  const std::string v = n.Scalar();
+  size_t i = 0;
+  while (i < v.size() && (std::isdigit(static_cast<unsigned char>(v[i])) || v[i] == '.')) ++i;
+  std::string unit = v.substr(i);
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // tc(8) units: bits or bytes per second, with SI or IEC prefixes.
+  static const std::pair<const char*, double> kUnits[] = {
+      {"bit", 1},        {"kbit", 1e3},          {"mbit", 1e6},          {"gbit", 1e9},
+      {"tbit", 1e12},    {"kibit", 1024.0},      {"mibit", 1048576.0},   {"gibit", 1073741824.0},
+      {"bps", 8},        {"kbps", 8e3},          {"mbps", 8e6},          {"gbps", 8e9},
+      {"kibps", 8192.0}, {"mibps", 8388608.0},   {"gibps", 8589934592.0}};
+  double mult = -1;
+  for (const auto& [u, m] : kUnits) {
+    if (unit == u) mult = m;
+  }
+  double x = -1;
+  if (i > 0 && std::count(v.begin(), v.begin() + static_cast<long>(i), '.') <= 1 && v[0] != '.') {
+    x = std::strtod(v.substr(0, i).c_str(), nullptr);
+  }
+  const double bits = x * mult;
+  if (mult < 0 || !(x > 0) || !std::isfinite(bits) || bits < 8 || bits > 1e13) {
+    fail_at(file, n, key,
+            fmt::format("'{}' is not a tc rate (allowed: a positive number and a unit: bit, kbit, "
+                        "mbit, gbit, tbit, bps, kbps, mbps, gbps or the IEC kibit, mibit, ...; "
+                        "from 8bit to 10tbit)",
+                        valid_utf8(v)));
+  }
+}
+
+}  // namespace fl::harness::loader

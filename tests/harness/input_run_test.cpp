@@ -1,0 +1,144 @@
+// Runs that get a verdict whatever their ranks print or write (issue 16, items 4 and 5), and
+// checkpoint tools that exit 27 on a manifest that is not UTF-8 JSON (item 4).
+//
+// The run uses a stand-in worker (FAULTLINE_BIN_DIR): a script that prints bytes that are not
+// UTF-8 and writes a malformed event and a step of rank -3 into its local event file, which the
+// harness merges into the history when the run ends.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "base/exit_codes.hpp"
+#include "tests/support/process.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string test_dir() {
+  return fl::test::fresh_test_dir("input",
+                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+TEST(InputRun, ARankPrintingInvalidUtf8AndPoisonedEventsStillGetsAVerdict) {
+  const auto dir = test_dir();
+  fs::create_directories(dir + "/bin");
+  {
+    std::ofstream w(dir + "/bin/fl-train");
+    w << "#!/bin/sh\n"
+         "if [ \"$1\" = --describe ]; then exec '"
+      << FAULTLINE_TRAIN
+      << "' --describe; fi\n"
+         "printf 'poison \\377\\376 byte\\n'\n"
+         "printf 'half a sequence \\303\\n' >&2\n"
+         "e=\"$FAULTLINE_EVENTS_FILE\"\n"
+         "printf '%s\\n' '{\"rank\":-3,\"seq\":0,\"time_unix_ns\":1,\"kind\":\"step\","
+         "\"step\":1,\"data\":{\"loss\":1.0}}' >> \"$e\"\n"
+         "printf '%s\\n' '{\"rank\":0,\"seq\":1,\"time_unix_ns\":1,\"kind\":\"step\","
+         "\"step\":1,\"data\":\"not an object\"}' >> \"$e\"\n"
+         "printf '%s\\n' '{\"rank\":0,\"seq\":2,\"time_unix_ns\":1,\"kind\":\"step\","
+         "\"step\":0,\"data\":{\"loss\":0.5}}' >> \"$e\"\n"
+         "exit 0\n";
+  }
+  ::chmod((dir + "/bin/fl-train").c_str(), 0755);
+  std::ofstream(dir + "/s.yaml") << "name: poison\ntopology: {ranks: 1}\n"
+                                    "expect: {oracle: error_signature, pattern: poison}\n";
+  auto r = fl::test::run_process(
+      {FAULTLINE_CLI, "run", dir + "/s.yaml", "--results", dir + "/runs", "--run-id", "p",
+       "--report"},
+      {{"FAULTLINE_BIN_DIR", dir + "/bin"}}, std::chrono::seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string run = dir + "/runs/p";
+  const auto v = nlohmann::json::parse(read_text(run + "/verdict.json"));
+  EXPECT_EQ(v.value("state", ""), "done");
+  EXPECT_EQ(v.value("outcome", ""), "pass");
+  EXPECT_NE(v.value("explanation", "").find("poison \xEF\xBF\xBD\xEF\xBF\xBD byte"),
+            std::string::npos)
+      << v.dump();
+  EXPECT_EQ(v.value("rejected_events", -1), 2) << v.dump();
+  EXPECT_NE(r.output.find("rejected   2 malformed event(s)"), std::string::npos) << r.output;
+  // Every history line is JSON; the rejected events are counted in it, not written.
+  std::ifstream h(run + "/history.jsonl");
+  int steps = 0, rejected = 0;
+  for (std::string l; std::getline(h, l);) {
+    auto j = nlohmann::json::parse(l, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << l;
+    if (j["kind"] == "step") {
+      ++steps;
+      EXPECT_EQ(j["rank"], 0);
+    }
+    if (j["kind"] == "events_rejected") rejected = j["data"]["count"];
+  }
+  EXPECT_EQ(steps, 1);
+  EXPECT_EQ(rejected, 2);
+  EXPECT_TRUE(fs::exists(run + "/report.html"));
+  // The run judges again from its history.
+  auto again = fl::test::run_process({FAULTLINE_CLI, "verdict", run});
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  fs::remove_all(dir);
+}
+
+class CorruptManifest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test_dir();
+    auto argv = fl::test::mpirun_prefix(1);
+    for (std::string a : {std::string(FAULTLINE_TRAIN), std::string("--steps"),
+                          std::string("2"), std::string("--save-every"), std::string("2"),
+                          std::string("--save-dir"), dir_ + "/ckpt"}) {
+      argv.push_back(a);
+    }
+    auto r = fl::test::run_process(argv, {{"MASTER_PORT", std::to_string(fl::test::free_port())}});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    manifest_ = dir_ + "/ckpt/step_2/manifest.json";
+    ASSERT_TRUE(fs::exists(manifest_));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // Replaces the first occurrence of `what` in the manifest.
+  void corrupt(const std::string& what, const std::string& with) {
+    std::string m = read_text(manifest_);
+    const auto at = m.find(what);
+    ASSERT_NE(at, std::string::npos) << m;
+    m.replace(at, what.size(), with);
+    std::ofstream(manifest_, std::ios::binary | std::ios::trunc) << m;
+  }
+  // fl-train resuming from it, fl-ckpt inspect and digest: each exits 27 naming the manifest.
+  void expect_exit_27() {
+    auto argv = fl::test::mpirun_prefix(1);
+    argv.insert(argv.end(), {FAULTLINE_TRAIN, "--steps", "4", "--resume", dir_ + "/ckpt/step_2"});
+    const std::vector<std::vector<std::string>> runs = {
+        argv,
+        {FAULTLINE_CKPT, "inspect", dir_ + "/ckpt"},
+        {FAULTLINE_CKPT, "digest", dir_ + "/ckpt"}};
+    for (const auto& a : runs) {
+      auto r = fl::test::run_process(a, {{"MASTER_PORT", std::to_string(fl::test::free_port())}});
+      EXPECT_EQ(r.exit_code, fl::exit_code::kCheckpoint) << a.back() << "\n" << r.output;
+      EXPECT_NE(r.output.find("faultline worker error (checkpoint): checkpoint manifest "),
+                std::string::npos)
+          << r.output;
+    }
+  }
+  std::string dir_, manifest_;
+};
+
+TEST_F(CorruptManifest, BytesThatAreNotUtf8ExitWith27) {
+  corrupt("\"precision\"", "\"prec\xff\xfeion\"");
+  expect_exit_27();
+}
+
+TEST_F(CorruptManifest, AValueOfAnotherTypeExitsWith27) {
+  corrupt("\"tp\": 1", "\"tp\": \"one\"");
+  expect_exit_27();
+}
+
+}  // namespace
