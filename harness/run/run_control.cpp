@@ -67,6 +67,16 @@ ControlResult Run::control_on_io(const ControlAction& a) {
                                      "workload.checkpoint.every > 0)",
                                      from));
     }
+    // Checked before anything changes: a refused request leaves the run as it was.
+    if (!a.checkpoint.empty()) {
+      if (auto why = check_restart_args({"--resume", a.checkpoint}, dir_); !why.empty()) {
+        return done(false, why);
+      }
+    }
+    if (auto why = check_restart_args(a.args, dir_); !why.empty()) {
+      rec["args"] = a.args;
+      return done(false, why);
+    }
     if (a.dp > 0 && a.dp != s_.dp) {
       if (from.empty()) return done(false, "restart_job with dp needs a checkpoint to reshard");
       std::string error;
@@ -184,7 +194,7 @@ void Run::start_tools() {
     p.argv = t.argv;
     p.cwd = dir_ + "/tools";
     for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
-    for (auto& kv : tool_env(t, ctl_addr_, dir_)) p.env.push_back(kv);
+    for (auto& kv : tool_env(t, ctl_addr_, secret_, dir_)) p.env.push_back(kv);
     const pid_t pid = sup_->spawn(p);
     tool_pids_[pid] = t.name;
     has_recovery_ = has_recovery_ || t.recovery;
