@@ -131,27 +131,28 @@ TEST(ArtifactHub, ServesOnlyDeclaredNamesAndNoPathEverLeavesThem) {
   const std::string ok = raw_request(url, "GET /tokenizer.json HTTP/1.1");
   EXPECT_EQ(ok.rfind("HTTP/1.1 200 OK", 0), 0u) << ok;
   EXPECT_NE(ok.find("synthetic-chain"), std::string::npos) << ok;
-  for (const std::string target : {"//etc/shadow",
-                                   "//etc/passwd",
-                                   "/etc/passwd",
-                                   "/../outside.txt",
-                                   "/..//outside.txt",
-                                   "/%2e%2e/outside.txt",
-                                   "/..%2foutside.txt",
-                                   "/%2E%2E%2Foutside.txt",
-                                   "/undeclared.txt",
-                                   "/./tokenizer.json",
-                                   "//tokenizer.json",
-                                   "/tokenizer.json/",
-                                   "/tokenizer.json?x=..",
-                                   "/%74okenizer.json",
-                                   "/tokenizer.json%00",
-                                   "/",
-                                   "",
-                                   "tokenizer.json",
-                                   "http://127.0.0.1/tokenizer.json",
-                                   "/..\\outside.txt",
-                                   "/" + hub.root.string() + "/undeclared.txt"}) {
+  const std::vector<std::string> targets = {"//etc/shadow",
+                                            "//etc/passwd",
+                                            "/etc/passwd",
+                                            "/../outside.txt",
+                                            "/..//outside.txt",
+                                            "/%2e%2e/outside.txt",
+                                            "/..%2foutside.txt",
+                                            "/%2E%2E%2Foutside.txt",
+                                            "/undeclared.txt",
+                                            "/./tokenizer.json",
+                                            "//tokenizer.json",
+                                            "/tokenizer.json/",
+                                            "/tokenizer.json?x=..",
+                                            "/%74okenizer.json",
+                                            "/tokenizer.json%00",
+                                            "/",
+                                            "",
+                                            "tokenizer.json",
+                                            "http://127.0.0.1/tokenizer.json",
+                                            "/..\\outside.txt",
+                                            "/" + hub.root.string() + "/undeclared.txt"};
+  for (const std::string& target : targets) {
     const std::string r = raw_request(url, "GET " + target + " HTTP/1.1");
     const bool refused = r.rfind("HTTP/1.1 404", 0) == 0 || r.rfind("HTTP/1.1 400", 0) == 0;
     EXPECT_TRUE(refused) << "[" << target << "] " << r;

@@ -257,7 +257,7 @@ TEST(ControlPlaneRun, TheRunsControlPlaneAnswersOnlyItsOwnRanksAndTools) {
       std::ifstream(dir + "/control.secret") >> secret;
       // A rank's pid, from its hello, and its sockets once it trains.
       std::string pid;
-      for (int i = 0; i < 1200 && pid.empty(); ++i) {
+      for (int i = 0; i < 4800 && pid.empty(); ++i) {  // up to 2 min: a loaded host
         std::string hello;
         bool training = false;
         for (const auto& e : read_history(dir + "/history.jsonl")) {
