@@ -60,14 +60,8 @@ ControlResult Run::control_on_io(const ControlAction& a) {
   if (a.action == "restart_job") {
     std::string from = a.checkpoint.empty() ? dir_ + "/checkpoints" : a.checkpoint;
     if (s_.kind != "train") return done(false, "restart_job needs a training workload");
-    if (a.checkpoint.empty() && !fs::exists(from + "/latest")) {
-      from.clear();  // nothing saved yet: the job starts again from step 0
-    } else if (!fs::exists(from)) {
-      return done(false, fmt::format("no checkpoint at {} (the scenario writes checkpoints when "
-                                     "workload.checkpoint.every > 0)",
-                                     from));
-    }
-    // Checked before anything changes: a refused request leaves the run as it was.
+    // Checked before anything is looked at or changed: a refused request leaves the run as it
+    // was and says nothing about files outside the run directory.
     if (!a.checkpoint.empty()) {
       if (auto why = check_restart_args({"--resume", a.checkpoint}, dir_); !why.empty()) {
         return done(false, why);
@@ -76,6 +70,13 @@ ControlResult Run::control_on_io(const ControlAction& a) {
     if (auto why = check_restart_args(a.args, dir_); !why.empty()) {
       rec["args"] = a.args;
       return done(false, why);
+    }
+    if (a.checkpoint.empty() && !fs::exists(from + "/latest")) {
+      from.clear();  // nothing saved yet: the job starts again from step 0
+    } else if (!fs::exists(from)) {
+      return done(false, fmt::format("no checkpoint at {} (the scenario writes checkpoints when "
+                                     "workload.checkpoint.every > 0)",
+                                     from));
     }
     if (a.dp > 0 && a.dp != s_.dp) {
       if (from.empty()) return done(false, "restart_job with dp needs a checkpoint to reshard");
