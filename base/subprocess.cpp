@@ -16,7 +16,8 @@ extern "C" char** environ;
 
 namespace fl {
 
-std::string run_tool(const std::vector<std::string>& argv) {
+ToolOutcome run_tool_status(const std::vector<std::string>& argv) {
+  if (argv.empty()) raise<Error>("run_tool: an empty command");
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) raise<Error>("pipe: {}", std::strerror(errno));
   posix_spawn_file_actions_t fa;
@@ -46,14 +47,19 @@ std::string run_tool(const std::vector<std::string>& argv) {
   int st = 0;
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    while (!text.empty() && text.back() == '\n') text.pop_back();
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), std::move(text)};
+}
+
+std::string run_tool(const std::vector<std::string>& argv) {
+  ToolOutcome r = run_tool_status(argv);
+  if (r.status != 0) {
+    while (!r.output.empty() && r.output.back() == '\n') r.output.pop_back();
     raise<Error>("`{}` failed ({}): {}", fmt::join(argv, " "),
-                 WIFEXITED(st) ? fmt::format("exit {}", WEXITSTATUS(st))
-                               : fmt::format("signal {}", WTERMSIG(st)),
-                 text);
+                 r.status < 128 ? fmt::format("exit {}", r.status)
+                                : fmt::format("signal {}", r.status - 128),
+                 r.output);
   }
-  return text;
+  return std::move(r.output);
 }
 
 }  // namespace fl

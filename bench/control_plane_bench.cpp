@@ -18,6 +18,8 @@
 namespace pb = faultline::v1;
 using namespace std::chrono;
 
+static const std::string kBenchSecret = "bench-secret";
+
 static int64_t now_ns() {
   return duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count();
 }
@@ -26,6 +28,7 @@ static void push(const std::string& addr, int rank, int batches, int per_batch, 
   auto stub =
       pb::Controller::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
+  ctx.AddMetadata("faultline-secret", kBenchSecret);
   auto stream = stub->Connect(&ctx);
   uint64_t seq = 0;
   for (int b = 0; b < batches; ++b) {
@@ -53,7 +56,8 @@ static void phase(const char* name, int writers, int batches, int per_batch, int
   std::filesystem::create_directories(dir);
   fl::harness::History history((dir / "history.jsonl").string());
   fl::harness::Controller ctl(
-      history, [](const fl::harness::ControlAction&) { return fl::harness::ControlResult{}; });
+      history, [](const fl::harness::ControlAction&) { return fl::harness::ControlResult{}; },
+      kBenchSecret);
   const std::string addr = ctl.start("127.0.0.1:0");
   const uint64_t total = static_cast<uint64_t>(writers) * batches * per_batch;
   std::vector<int64_t> lat;
@@ -61,6 +65,7 @@ static void phase(const char* name, int writers, int batches, int per_batch, int
   std::atomic<bool> subscribed{false};
   std::atomic<size_t> seen{0};
   grpc::ClientContext ctx;
+  ctx.AddMetadata("faultline-secret", kBenchSecret);
   std::thread sub([&] {
     auto stub =
         pb::Controller::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));

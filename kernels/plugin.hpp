@@ -43,10 +43,14 @@ struct PluginRegistry {
 };
 
 // Loads libfl_<name>.so from the first FAULTLINE_PLUGIN_PATH directory that has it (or, with
-// `jit`, builds it first) and registers its kernels. Throws PluginError.
+// `jit`, builds it first) and registers its kernels. Throws PluginError, also for a name that is
+// not an identifier ([A-Za-z_][A-Za-z0-9_]*): a name never becomes a path outside the plugin
+// directories or reaches a shell.
+void check_plugin_name(const std::string& name);
 void load_plugin(const std::string& name, bool jit = false);
 // Builds libfl_<name>.so from source (see above) unless an identical build is cached; returns
-// its path. Throws PluginError with the compiler's first errors and the log's path.
+// its path. Throws PluginError with the compiler's first errors and the log's path. The compiler
+// ($CXX, default c++) runs from an argv, without a shell.
 std::string jit_build_plugin(const std::string& name);
 // The capability of this rank's device ("9.0"): FAULTLINE_DEVICE_CAPABILITY on CPU ranks (a
 // simulated device), the real one once a GPU backend sets it.

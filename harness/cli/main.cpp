@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -25,6 +26,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "base/control_auth.hpp"
 #include "base/settings.hpp"
 #include "harness/catalog/catalog.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
@@ -90,7 +92,19 @@ int print_sites(bool json) {
 }
 
 int control(const std::string& addr, const std::string& action, int rank, int sig,
-            const std::string& plan, const std::string& checkpoint) {
+            const std::string& plan, const std::string& checkpoint,
+            const std::string& secret_file) {
+  std::string secret;
+  if (!secret_file.empty()) {
+    std::ifstream in(secret_file);
+    if (!(in >> secret)) {
+      std::fprintf(stderr, "faultline control: cannot read the secret from %s\n",
+                   secret_file.c_str());
+      return 2;
+    }
+  } else {
+    secret = fl::control_secret_for(addr);
+  }
   auto stub = faultline::v1::Controller::NewStub(
       grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
   faultline::v1::ControlRequest req;
@@ -102,6 +116,7 @@ int control(const std::string& addr, const std::string& action, int rank, int si
   req.set_requester("faultline control");
   faultline::v1::ControlReply reply;
   grpc::ClientContext ctx;
+  if (!secret.empty()) ctx.AddMetadata(fl::kControlSecretHeader, secret);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
   auto st = stub->Control(&ctx, req, &reply);
   if (!st.ok()) {
@@ -166,8 +181,10 @@ int main(int argc, char** argv) {
   run->add_flag("--fix", fix, "Apply the scenario's fix overrides (the symptom must clear)");
   run->add_option("--set", overrides, "Override a key: workload.steps=40 (repeatable)");
   run->add_option("--results", ro.results_dir, "Where run directories go")->capture_default_str();
-  run->add_option("--control", ro.control_addr, "Control-plane address (loopback or unix:PATH)")
-      ->capture_default_str();
+  run->add_option("--control", ro.control_addr,
+                  "Control-plane address: HOST:PORT for TCP (default: unix:RUN_DIR/control.sock)");
+  run->add_flag("--shared-run-dir", ro.shared_run_dir,
+                "Make the run directory 0755 (default 0700; the secret and socket stay 0600)");
   run->add_option("--run-id", ro.run_id, "Run directory name (default: time-name-random)");
   const char* detector_help =
       "Start a detector beside the run (repeatable): hang, comm, numeric, straggler, memory, "
@@ -198,6 +215,10 @@ int main(int argc, char** argv) {
   ctl->add_option("--signal", sig, "kill_rank: signal number");
   ctl->add_option("--plan", plan, "arm_faults: fault plan");
   ctl->add_option("--checkpoint", checkpoint, "restart_job: checkpoint directory");
+  std::string secret_file;
+  ctl->add_option("--secret-file", secret_file,
+                  "The run's control.secret (default: FAULTLINE_CONTROL_SECRET, or the "
+                  "control.secret beside a unix:RUN_DIR/control.sock address)");
   auto* replay = app.add_subcommand(
       "replay", "Run a finished run again, firing exactly the faults its fired logs recorded");
   replay->add_option("run_dir", run_dir, "results/runs/<id>")->required();
@@ -351,7 +372,7 @@ int main(int argc, char** argv) {
     std::printf("%s", fl::harness::schema_markdown().c_str());
     return 0;
   }
-  if (ctl->parsed()) return control(addr, action, rank, sig, plan, checkpoint);
+  if (ctl->parsed()) return control(addr, action, rank, sig, plan, checkpoint, secret_file);
   try {
     if (verdict->parsed()) {
       fl::harness::RecoveredHistory seen;

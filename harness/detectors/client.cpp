@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "base/control_auth.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 
 namespace fl::detect {
@@ -92,6 +93,10 @@ std::vector<int> RunView::alive() const {
 struct Tool::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<pb::Controller::Stub> stub;
+  std::string secret;  // presented on every call
+  void sign(grpc::ClientContext& ctx) const {
+    if (!secret.empty()) ctx.AddMetadata(kControlSecretHeader, secret);
+  }
 };
 
 Tool::Tool(const std::string& default_name, const std::string& addr) : impl_(new Impl) {
@@ -104,6 +109,7 @@ Tool::Tool(const std::string& default_name, const std::string& addr) : impl_(new
         "no control-plane address: set FAULTLINE_CONTROL_ADDR (the harness does when it starts "
         "the tool) or pass --control");
   }
+  impl_->secret = control_secret_for(target);
   impl_->channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
   impl_->stub = pb::Controller::NewStub(impl_->channel);
   last_event_at_ = std::chrono::steady_clock::now();
@@ -120,6 +126,7 @@ int64_t Tool::now_ns() const {
 void Tool::run(const std::function<void(const Event&)>& on_event,
                const std::function<void(int64_t)>& on_tick, std::chrono::milliseconds tick) {
   grpc::ClientContext ctx;
+  impl_->sign(ctx);
   pb::ObserveRequest req;
   req.set_from_start(true);
   auto reader = impl_->stub->Observe(&ctx, req);
@@ -172,6 +179,10 @@ void Tool::run(const std::function<void(const Event&)>& on_event,
   }
   ctx.TryCancel();
   t.join();
+  const grpc::Status st = reader->Finish();
+  if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+    throw std::runtime_error("the control plane refused this tool: " + st.error_message());
+  }
 }
 
 bool Tool::report(const Finding& f) {
@@ -190,6 +201,7 @@ bool Tool::report(const Finding& f) {
   d.set_evidence(f.evidence);
   pb::ReportAck ack;
   grpc::ClientContext ctx;
+  impl_->sign(ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   const auto st = impl_->stub->Report(&ctx, d, &ack);
   if (!st.ok()) {
@@ -215,6 +227,7 @@ bool Tool::control(const std::string& action, int rank, const std::vector<std::s
   r.set_checkpoint(checkpoint);
   pb::ControlReply rep;
   grpc::ClientContext ctx;
+  impl_->sign(ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
   const auto st = impl_->stub->Control(&ctx, r, &rep);
   if (reply) *reply = st.ok() ? rep.message() : st.error_message();

@@ -70,7 +70,9 @@ struct RunView {
 class Tool {
  public:
   // The tool's name comes from FAULTLINE_TOOL_NAME (else `default_name`), the control plane's
-  // address from FAULTLINE_CONTROL_ADDR (else `addr`). Throws std::runtime_error without one.
+  // address from `addr` (else FAULTLINE_CONTROL_ADDR); throws std::runtime_error without one.
+  // Every call presents the run's secret: FAULTLINE_CONTROL_SECRET, else the control.secret
+  // beside a unix:RUN_DIR/control.sock address (base/control_auth.hpp).
   explicit Tool(const std::string& default_name, const std::string& addr = "");
   ~Tool();
 

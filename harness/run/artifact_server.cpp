@@ -1,83 +1,156 @@
 #include "harness/run/artifact_server.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
-#include <utility>
-
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-
-#include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "base/error.hpp"
+
 namespace fl::harness {
 
-namespace http = boost::beast::http;
-using boost::asio::ip::tcp;
+namespace {
 
-struct ArtifactServer::Impl {
-  boost::asio::io_context io;
-  tcp::acceptor acceptor{io};
-};
+std::string response(int code, const char* reason, const std::string& body) {
+  return fmt::format(
+      "HTTP/1.1 {} {}\r\nServer: faultline-artifacts\r\nContent-Length: {}\r\n"
+      "Connection: close\r\n\r\n{}",
+      code, reason, body.size(), body);
+}
 
-ArtifactServer::ArtifactServer(std::string root)
-    : root_(std::move(root)), impl_(std::make_unique<Impl>()) {}
+}  // namespace
+
+ArtifactServer::ArtifactServer(std::string root, std::vector<std::string> names)
+    : root_(std::move(root)) {
+  for (auto& n : names) {
+    if (n.empty() || n == "." || n == ".." || n.find('/') != std::string::npos ||
+        n.find('\0') != std::string::npos) {
+      raise<Error>("artifact hub: '{}' is not a plain file name", n);
+    }
+    names_.insert(n);
+  }
+}
 
 ArtifactServer::~ArtifactServer() {
   stopping_ = true;
-  boost::system::error_code ec;
   // A blocking accept() is not woken by close(); shutdown() of the listening socket is.
-  if (impl_->acceptor.is_open()) ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
-  impl_->acceptor.close(ec);
-  impl_->io.stop();
-  if (thread_.joinable()) thread_.join();
+  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
+  if (acceptor_.joinable()) acceptor_.join();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  std::unique_lock lock(mu_);
+  for (int fd : open_) ::shutdown(fd, SHUT_RDWR);
+  cv_.wait(lock, [&] { return open_.empty(); });
 }
 
 std::string ArtifactServer::start() {
-  tcp::endpoint ep(boost::asio::ip::make_address("127.0.0.1"), 0);
-  impl_->acceptor.open(ep.protocol());
-  impl_->acceptor.set_option(tcp::acceptor::reuse_address(true));
-  impl_->acceptor.bind(ep);
-  impl_->acceptor.listen();
-  const int port = impl_->acceptor.local_endpoint().port();
-  thread_ = std::thread([this] { serve(); });
-  return fmt::format("http://127.0.0.1:{}", port);
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) raise<Error>("artifact hub: socket: {}", std::strerror(errno));
+  const int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::listen(listen_fd_, 64) != 0 ||
+      ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    raise<Error>("artifact hub: cannot listen on 127.0.0.1: {}", std::strerror(errno));
+  }
+  acceptor_ = std::thread([this] { accept_loop(); });
+  return fmt::format("http://127.0.0.1:{}", ntohs(a.sin_port));
 }
 
-void ArtifactServer::serve() {
-  for (;;) {
-    boost::system::error_code ec;
-    tcp::socket sock(impl_->io);
-    impl_->acceptor.accept(sock, ec);
-    if (ec || stopping_) return;  // shut down: the run is over
-    boost::beast::flat_buffer buf;
-    http::request<http::empty_body> req;
-    http::read(sock, buf, req, ec);
-    if (ec) continue;
-    ++requests_;
-    http::response<http::string_body> res;
-    res.version(req.version());
-    res.set(http::field::server, "faultline-artifacts");
-    res.keep_alive(false);
-    std::string target(req.target());
-    const bool safe = !target.empty() && target[0] == '/' && target.find("..") == std::string::npos;
-    const std::filesystem::path file = std::filesystem::path(root_) / target.substr(1);
-    std::ifstream in(file, std::ios::binary);
-    if (req.method() != http::verb::get || !safe || !in || std::filesystem::is_directory(file)) {
-      res.result(req.method() != http::verb::get ? http::status::method_not_allowed
-                                                 : http::status::not_found);
-      res.body() = "not found\n";
-    } else {
-      res.result(http::status::ok);
-      res.body().assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+void ArtifactServer::accept_loop() {
+  while (!stopping_) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // shut down: the run is over
     }
-    res.prepare_payload();
-    http::write(sock, res, ec);
-    sock.shutdown(tcp::socket::shutdown_both, ec);
+    std::lock_guard lock(mu_);
+    if (stopping_ || open_.size() >= kMaxConnections) {
+      ::close(fd);  // too many at once: the client retries
+      continue;
+    }
+    open_.insert(fd);
+    std::thread([this, fd] { serve(fd); }).detach();
   }
+}
+
+bool ArtifactServer::send_all(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout_.count())) <= 0) return false;
+    const ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void ArtifactServer::serve(int fd) {
+  // The request head, read within one deadline (a client that sends nothing, or a byte at a
+  // time, is dropped) and at most 8 KiB.
+  std::string head;
+  const auto until = std::chrono::steady_clock::now() + timeout_;
+  bool complete = false;
+  while (!complete && head.size() < 8192 && !stopping_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    char buf[2048];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) break;
+    head.append(buf, static_cast<size_t>(n));
+    complete = head.find("\r\n\r\n") != std::string::npos;
+  }
+  if (complete) {
+    ++requests_;
+    // Request line: METHOD SP TARGET SP VERSION. The target is compared, never joined.
+    const std::string line = head.substr(0, head.find("\r\n"));
+    const auto sp1 = line.find(' ');
+    const auto sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
+    std::string reply;
+    if (sp2 == std::string::npos || line.compare(sp2 + 1, 5, "HTTP/") != 0) {
+      reply = response(400, "Bad Request", "bad request\n");
+    } else if (line.substr(0, sp1) != "GET") {
+      reply = response(405, "Method Not Allowed", "only GET\n");
+    } else {
+      const std::string target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+      const std::string name = target.empty() ? "" : target.substr(1);
+      std::string body;
+      bool found = false;
+      if (target.size() > 1 && target[0] == '/' && names_.count(name)) {
+        std::ifstream in(root_ + "/" + name, std::ios::binary);
+        if (in) {
+          body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+          found = true;
+        }
+      }
+      reply = found ? response(200, "OK", body) : response(404, "Not Found", "not found\n");
+    }
+    send_all(fd, reply);
+  }
+  ::shutdown(fd, SHUT_RDWR);
+  std::lock_guard lock(mu_);
+  ::close(fd);
+  open_.erase(fd);
+  cv_.notify_all();
 }
 
 }  // namespace fl::harness

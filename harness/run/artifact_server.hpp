@@ -1,35 +1,57 @@
-// The run's artifact hub: a small HTTP/1.1 server on 127.0.0.1 that serves the files of one
-// directory (GET /<name>), the way a model hub or mirror serves a tokenizer. Ranks fetch from it
+// The run's artifact hub: a small HTTP/1.1 server on 127.0.0.1 that serves the files a scenario
+// declares (GET /<name>), the way a model hub or mirror serves a tokenizer. Ranks fetch from it
 // at start when the scenario lists workload.fetch.
+//
+// Only the declared names are served, matched exactly: a request path is never joined to the
+// directory, so `..`, absolute paths, `//`, percent-encoding and the like are all 404. Each
+// connection has its own thread and a read/write deadline, so one idle or slow client never holds
+// up another. Every socket it opens is close-on-exec: ranks started while it listens do not
+// inherit it.
 #pragma once
 
 #include <atomic>
-#include <memory>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace fl::harness {
 
 class ArtifactServer {
  public:
-  explicit ArtifactServer(std::string root);
+  // Serves root/<name> for each of `names` (plain file names: no '/', not "." or "..").
+  ArtifactServer(std::string root, std::vector<std::string> names);
   ~ArtifactServer();
   ArtifactServer(const ArtifactServer&) = delete;
   ArtifactServer& operator=(const ArtifactServer&) = delete;
 
+  // How long a connection may take to send its request, and each write of the answer.
+  void set_io_timeout(std::chrono::milliseconds t) { timeout_ = t; }
   // Listens on 127.0.0.1 (an ephemeral port) and serves until destroyed; returns the base URL.
   std::string start();
   int requests() const { return requests_.load(); }
+  int listen_fd() const { return listen_fd_; }
+
+  static constexpr int kMaxConnections = 64;
 
  private:
-  void serve();
+  void accept_loop();
+  void serve(int fd);
+  bool send_all(int fd, const std::string& data);
 
   std::string root_;
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-  std::thread thread_;
+  std::set<std::string> names_;
+  std::chrono::milliseconds timeout_{5000};
+  int listen_fd_ = -1;
+  std::thread acceptor_;
   std::atomic<int> requests_{0};
   std::atomic<bool> stopping_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<int> open_;  // connections being served (each by its own detached thread)
 };
 
 }  // namespace fl::harness

@@ -1,13 +1,17 @@
 #include "harness/run/controller.hpp"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 
 #include <fmt/format.h>
 
+#include "base/control_auth.hpp"
 #include "base/error.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 
@@ -58,6 +62,8 @@ using WorkerStream = grpc::ServerReaderWriter<pb::WorkerCommand, pb::EventBatch>
 struct Controller::Impl final : public pb::Controller::Service {
   History& history;
   std::function<ControlResult(const ControlAction&)> on_control;
+  const std::string secret;
+  std::atomic<uint64_t> rejected{0};
   std::unique_ptr<grpc::Server> server;
   std::atomic<bool> stopping{false};
 
@@ -68,10 +74,25 @@ struct Controller::Impl final : public pb::Controller::Service {
   std::atomic<uint64_t> ingested{0};
   std::condition_variable subs_cv;
 
-  Impl(History& h, std::function<ControlResult(const ControlAction&)> c)
-      : history(h), on_control(std::move(c)) {}
+  Impl(History& h, std::function<ControlResult(const ControlAction&)> c, std::string s)
+      : history(h), on_control(std::move(c)), secret(std::move(s)) {}
+
+  // The caller's secret, compared in constant time; a refusal is counted and says what is
+  // missing without echoing anything back.
+  grpc::Status authorize(const grpc::ServerContext* ctx) {
+    const auto& md = ctx->client_metadata();
+    const auto it = md.find(kControlSecretHeader);
+    if (it != md.end() && secrets_equal(std::string(it->second.data(), it->second.size()), secret))
+      return grpc::Status::OK;
+    ++rejected;
+    return {grpc::StatusCode::UNAUTHENTICATED,
+            it == md.end() ? "the control plane needs the run's secret (metadata faultline-secret; "
+                             "FAULTLINE_CONTROL_SECRET or RUN_DIR/control.secret)"
+                           : "wrong control-plane secret"};
+  }
 
   grpc::Status Connect(grpc::ServerContext* ctx, WorkerStream* stream) override {
+    if (auto st = authorize(ctx); !st.ok()) return st;
     pb::EventBatch batch;
     int rank = -1;
     auto write_mu = std::make_shared<std::mutex>();
@@ -114,6 +135,7 @@ struct Controller::Impl final : public pb::Controller::Service {
 
   grpc::Status Observe(grpc::ServerContext* ctx, const pb::ObserveRequest* req,
                        grpc::ServerWriter<pb::Event>* writer) override {
+    if (auto st = authorize(ctx); !st.ok()) return st;
     std::set<std::string> kinds(req->kinds().begin(), req->kinds().end());
     const bool truth = req->include_ground_truth();
     auto wanted = [&](const HistoryEvent& e) {
@@ -167,7 +189,9 @@ struct Controller::Impl final : public pb::Controller::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Report(grpc::ServerContext*, const pb::Diagnosis* d, pb::ReportAck* ack) override {
+  grpc::Status Report(grpc::ServerContext* ctx, const pb::Diagnosis* d,
+                      pb::ReportAck* ack) override {
+    if (auto st = authorize(ctx); !st.ok()) return st;
     HistoryEvent e;
     e.source = "detector:" + d->detector();
     e.kind = "diagnosis";
@@ -188,6 +212,7 @@ struct Controller::Impl final : public pb::Controller::Service {
 
   grpc::Status Control(grpc::ServerContext* ctx, const pb::ControlRequest* r,
                        pb::ControlReply* reply) override {
+    if (auto st = authorize(ctx); !st.ok()) return st;
     ControlAction a{r->action(),
                     r->rank(),
                     r->signal() == 0 ? 9 : r->signal(),
@@ -211,8 +236,11 @@ struct Controller::Impl final : public pb::Controller::Service {
 };
 
 Controller::Controller(History& history,
-                       std::function<ControlResult(const ControlAction&)> on_control)
-    : impl_(std::make_unique<Impl>(history, std::move(on_control))) {}
+                       std::function<ControlResult(const ControlAction&)> on_control,
+                       std::string secret)
+    : impl_(std::make_unique<Impl>(history, std::move(on_control), std::move(secret))) {
+  if (impl_->secret.empty()) raise<Error>("control plane: an empty secret");
+}
 
 Controller::~Controller() {
   shutdown();
@@ -226,7 +254,13 @@ std::string Controller::start(const std::string& addr) {
   b.SetMaxReceiveMessageSize(64 << 20);
   impl_->server = b.BuildAndStart();
   if (!impl_->server) raise<Error>("control plane: cannot listen on {}", addr);
-  if (addr.rfind("unix:", 0) == 0) return addr;
+  if (addr.rfind("unix:", 0) == 0) {
+    // Only the harness's user may connect (the run directory is 0700 as well).
+    if (::chmod(addr.substr(5).c_str(), 0600) != 0) {
+      raise<Error>("control plane: cannot make {} 0600: {}", addr.substr(5), strerror(errno));
+    }
+    return addr;
+  }
   const auto colon = addr.rfind(':');
   return fmt::format("{}:{}", addr.substr(0, colon), port);
 }
@@ -268,6 +302,10 @@ std::map<int, uint64_t> Controller::dropped() const {
 
 uint64_t Controller::events_ingested() const {
   return impl_->ingested;
+}
+
+uint64_t Controller::rejected() const {
+  return impl_->rejected;
 }
 
 }  // namespace fl::harness

@@ -1,6 +1,8 @@
 // The gRPC control plane of a run: Connect (worker telemetry in, fault commands out), Observe
 // (the merged live stream for detectors), Report (diagnoses into the history) and Control
-// (actions handed to the runner). Binds loopback (or a unix socket) by default.
+// (actions handed to the runner). Listens on a unix socket in the run directory by default (or
+// loopback TCP when asked); every RPC must carry the run's secret (base/control_auth.hpp) as
+// metadata, else it is answered UNAUTHENTICATED and counted.
 #pragma once
 
 #include <functional>
@@ -38,11 +40,14 @@ struct ControlResult {
 
 class Controller {
  public:
-  // `on_control` runs on a gRPC thread; it must be thread-safe.
-  Controller(History& history, std::function<ControlResult(const ControlAction&)> on_control);
+  // `on_control` runs on a gRPC thread; it must be thread-safe. `secret` is what every caller
+  // must present (metadata kControlSecretHeader); it must not be empty.
+  Controller(History& history, std::function<ControlResult(const ControlAction&)> on_control,
+             std::string secret);
   ~Controller();
 
-  // Starts serving on `addr` ("127.0.0.1:0" picks a free port); returns the bound address.
+  // Starts serving on `addr` ("127.0.0.1:0" picks a free port; "unix:PATH" makes the socket
+  // 0600); returns the bound address.
   std::string start(const std::string& addr);
   // Ends every stream (workers and subscribers) and stops the server.
   void shutdown();
@@ -54,6 +59,8 @@ class Controller {
   std::map<int, std::set<uint64_t>> received() const;
   std::map<int, uint64_t> dropped() const;
   uint64_t events_ingested() const;
+  // Calls refused for a missing or wrong secret.
+  uint64_t rejected() const;
 
   struct Impl;
 

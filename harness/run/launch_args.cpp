@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
@@ -24,6 +25,8 @@
 extern "C" char** environ;
 
 namespace fl::harness {
+
+namespace fs = std::filesystem;
 
 FAULTLINE_SETTING(kBinDir, std::string, "FAULTLINE_BIN_DIR", "",
                   "Directory holding fl-train and fl-infer (default: this build's)");
@@ -55,7 +58,7 @@ std::pair<std::string, std::string> create_run_dir(const std::string& results_di
     if (run_id.empty()) check_path_component("the run id made from the scenario's name", id);
     const std::string dir =
         std::filesystem::absolute(std::filesystem::path(results_dir) / id).lexically_normal();
-    if (::mkdir(dir.c_str(), 0755) == 0) return {id, dir};
+    if (::mkdir(dir.c_str(), 0700) == 0) return {id, dir};
     if (errno != EEXIST) {
       raise<Error>("{}: cannot create the run directory: {}", dir, std::strerror(errno));
     }
@@ -106,7 +109,7 @@ void check_env_key(int rank, const std::string& key) {
 namespace {
 // Can a listener bind 127.0.0.1:port right now?
 bool bindable(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   const int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -138,7 +141,7 @@ int free_port() {
     }
   }
   // No room below the range: let the kernel choose.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -222,6 +225,55 @@ std::map<std::string, std::string> base_env() {
     m[k] = kv.substr(eq + 1);
   }
   return m;
+}
+
+std::string check_restart_args(const std::vector<std::string>& args, const std::string& run_dir) {
+  enum class V { kNone, kNumber, kWord, kPath };
+  static const std::map<std::string, V> allowed = {
+      {"--micro-batch", V::kNumber}, {"--grad-accum", V::kNumber},
+      {"--steps", V::kNumber},       {"--epochs", V::kNumber},
+      {"--samples", V::kNumber},     {"--lr", V::kNumber},
+      {"--warmup", V::kNumber},      {"--clip", V::kNumber},
+      {"--loss-scale", V::kNumber},  {"--min-loss-scale", V::kNumber},
+      {"--eval-every", V::kNumber},  {"--eval-batches", V::kNumber},
+      {"--save-every", V::kNumber},  {"--skip-batches", V::kNumber},
+      {"--data-seed", V::kNumber},   {"--check-replicas-every", V::kNumber},
+      {"--precision", V::kWord},     {"--schedule", V::kWord},
+      {"--metrics", V::kPath},       {"--save-dir", V::kPath},
+      {"--resume", V::kPath},        {"--reset-loss-scale", V::kNone},
+      {"--drop-last", V::kNone}};
+  static const std::regex number(R"(^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$)");
+  static const std::regex word(R"(^[A-Za-z0-9_.-]+$)");
+  std::string names;
+  for (auto& [k, v] : allowed) names += (names.empty() ? "" : ", ") + k;
+  const fs::path root = fs::weakly_canonical(run_dir);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const auto it = allowed.find(a);
+    if (it == allowed.end()) {
+      return fmt::format("restart_job: argument '{}' is not allowed (allowed: {})", a, names);
+    }
+    if (it->second == V::kNone) continue;
+    if (i + 1 >= args.size()) return fmt::format("restart_job: '{}' needs a value", a);
+    const std::string& v = args[++i];
+    if (it->second == V::kNumber && !std::regex_match(v, number)) {
+      return fmt::format("restart_job: {} '{}' is not a number", a, v);
+    }
+    if (it->second == V::kWord && !std::regex_match(v, word)) {
+      return fmt::format("restart_job: {} '{}' is not a plain word ([A-Za-z0-9_.-])", a, v);
+    }
+    if (it->second == V::kPath) {
+      // Resolved as the worker will see it (symlinks followed), relative to its rank directory.
+      const fs::path p = fs::weakly_canonical(
+          fs::path(v).is_absolute() ? fs::path(v) : root / "ranks" / "rank0" / v);
+      const auto rel = p.lexically_relative(root);
+      if (v.empty() || rel.empty() || *rel.begin() == "..") {
+        return fmt::format("restart_job: {} '{}' is outside the run directory {}", a, v,
+                           root.string());
+      }
+    }
+  }
+  return "";
 }
 
 pid_t spawn_logged(const std::vector<std::string>& argv, const std::string& log) {

@@ -37,6 +37,11 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
 // The harness's environment minus what identifies a rank or arms faults (the scenario sets
 // those), minus launcher-internal variables.
 std::map<std::string, std::string> base_env();
+
+// The worker arguments a restart_job request may append (fl-train): only options that make
+// sense to change on a restart, each with a value of its kind; path values must stay inside
+// `run_dir`. Returns "" when every argument is allowed, else an error naming the argument.
+std::string check_restart_args(const std::vector<std::string>& args, const std::string& run_dir);
 // Starts argv[0] (a path) with stdin from /dev/null and stdout+stderr to `log`; throws Error.
 pid_t spawn_logged(const std::vector<std::string>& argv, const std::string& log);
 

@@ -79,6 +79,8 @@ class Run {
   std::unique_ptr<History> hist_;
   std::unique_ptr<Controller> ctl_;
   std::string ctl_addr_;
+  std::string secret_;  // the control plane's credential (RUN_DIR/control.secret)
+  void start_control_plane();
   boost::asio::io_context io_;
   std::unique_ptr<Supervisor> sup_;
   std::unique_ptr<boost::asio::steady_timer> timeout_, ticker_;

@@ -60,6 +60,17 @@ ControlResult Run::control_on_io(const ControlAction& a) {
   if (a.action == "restart_job") {
     std::string from = a.checkpoint.empty() ? dir_ + "/checkpoints" : a.checkpoint;
     if (s_.kind != "train") return done(false, "restart_job needs a training workload");
+    // Checked before anything is looked at or changed: a refused request leaves the run as it
+    // was and says nothing about files outside the run directory.
+    if (!a.checkpoint.empty()) {
+      if (auto why = check_restart_args({"--resume", a.checkpoint}, dir_); !why.empty()) {
+        return done(false, why);
+      }
+    }
+    if (auto why = check_restart_args(a.args, dir_); !why.empty()) {
+      rec["args"] = a.args;
+      return done(false, why);
+    }
     if (a.checkpoint.empty() && !fs::exists(from + "/latest")) {
       from.clear();  // nothing saved yet: the job starts again from step 0
     } else if (!fs::exists(from)) {
@@ -184,7 +195,7 @@ void Run::start_tools() {
     p.argv = t.argv;
     p.cwd = dir_ + "/tools";
     for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
-    for (auto& kv : tool_env(t, ctl_addr_, dir_)) p.env.push_back(kv);
+    for (auto& kv : tool_env(t, ctl_addr_, secret_, dir_)) p.env.push_back(kv);
     const pid_t pid = sup_->spawn(p);
     tool_pids_[pid] = t.name;
     has_recovery_ = has_recovery_ || t.recovery;

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "base/control_auth.hpp"
 #include "base/error.hpp"
 #include "harness/run/launch_args.hpp"
 #include "harness/run/run.hpp"
@@ -22,6 +23,11 @@ void Run::prepare() {
   // Created exclusively, so two runs started at once never share one: a generated id is drawn
   // again, a given one (--run-id) is an error; either is one path component under --results.
   std::tie(id_, dir_) = create_run_dir(o_.results_dir, o_.run_id, s_.name);
+  // Only the harness's user enters the run directory (it holds the control socket and secret)
+  // unless the user shares it; the secret and the socket stay 0600 either way.
+  if (::chmod(dir_.c_str(), o_.shared_run_dir ? 0755 : 0700) != 0) {
+    raise<Error>("{}: cannot set the run directory's mode: {}", dir_, strerror(errno));
+  }
   fs::create_directories(dir_ + "/tmp");
   for (int r = 0; r < s_.ranks; ++r)
     fs::create_directories(fmt::format("{}/ranks/rank{}", dir_, r));
@@ -59,6 +65,7 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
   env["FAULTLINE_FIRED_LOG"] = rdir + "/fired.jsonl";
   env["FAULTLINE_FLIGHT_RECORDER_DIR"] = rdir;
   env["FAULTLINE_CONTROL_ADDR"] = ctl_addr_;
+  env[kControlSecretEnv] = secret_;
   env["FAULTLINE_PDEATHSIG"] = "1";
   if (artifacts_) {
     env["FAULTLINE_ARTIFACT_URL"] = artifact_url_;
@@ -108,6 +115,35 @@ void Run::run_preparation() {
   }
 }
 
+// The control plane: a fresh secret in RUN_DIR/control.secret (0600) and, unless --control
+// names another address, a unix socket RUN_DIR/control.sock (0600); loopback TCP only when the
+// socket path is too long for a unix socket or the user asks for it.
+void Run::start_control_plane() {
+  secret_ = make_control_secret();
+  write_secret_file(dir_ + "/" + kControlSecretFile, secret_);
+  ctl_ = std::make_unique<Controller>(
+      *hist_, [this](const ControlAction& a) { return control(a); }, secret_);
+  std::string addr = o_.control_addr;
+  const std::string sock = dir_ + "/control.sock";
+  if (addr.empty() && sock.size() <= 107) addr = "unix:" + sock;
+  if (addr.empty() && s_.network == "namespaces") {
+    // Ranks in their own network namespaces cannot reach the host's loopback; a unix socket
+    // lives in the filesystem, which they share, and no data-plane fault can cut it.
+    raise<Error>(
+        "the control socket path {} is longer than a unix socket allows (107); use a shorter "
+        "--results directory",
+        sock);
+  }
+  if (addr.empty()) addr = "127.0.0.1:0";
+  if (s_.network == "namespaces" && addr.rfind("unix:", 0) != 0) {
+    raise<Error>(
+        "--control {}: ranks in network namespaces reach the control plane only through a unix "
+        "socket (unix:PATH)",
+        addr);
+  }
+  ctl_addr_ = ctl_->start(addr);
+}
+
 // The run's hub serves what the model's data pipeline needs (its tokenizer's vocabulary).
 void Run::start_artifact_hub() {
   if (s_.network == "namespaces") {
@@ -120,7 +156,7 @@ void Run::start_artifact_hub() {
   const int vocab = s_.model == "small" ? 256 : 64;
   write_atomic(hub + "/tokenizer.json",
                nlohmann::json{{"kind", "synthetic-chain"}, {"vocab", vocab}}.dump(2) + "\n");
-  artifacts_ = std::make_unique<ArtifactServer>(hub);
+  artifacts_ = std::make_unique<ArtifactServer>(hub, std::vector<std::string>{"tokenizer.json"});
   artifact_url_ = artifacts_->start();
   hist_->harness("artifact_hub", {{"url", artifact_url_}, {"files", {"tokenizer.json"}}});
 }

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/control_auth.hpp"
 #include "base/error.hpp"
 #include "base/settings.hpp"
 #include "harness/run/artifact_server.hpp"
@@ -85,6 +86,7 @@ void Run::launch_all(const std::string& resume_from) {
     std::string line = "-np 1 --wdir " + fmt::format("{}/ranks/rank{}", dir_, r);
     for (auto& k : unset) check_env_key(r, k);
     for (auto& [k, v] : env) {
+      if (k == kControlSecretEnv) continue;  // in mpirun's own environment, never in a file
       if (k.rfind("FAULTLINE_", 0) != 0 && k != "RANK" && k != "WORLD_SIZE" && k != "LOCAL_RANK" &&
           k != "LOCAL_WORLD_SIZE" && k != "NODE_RANK" && k != "MASTER_ADDR" && k != "MASTER_PORT" &&
           k != "TMPDIR" && !s_.env.count(k) &&
@@ -110,6 +112,7 @@ void Run::launch_all(const std::string& resume_from) {
   for (auto& [k, v] : menv) p.env.push_back(k + "=" + v);
   p.env.push_back("TMPDIR=" + dir_ + "/tmp");
   p.env.push_back("OMPI_MCA_btl_vader_backing_directory=" + dir_ + "/tmp");
+  p.env.push_back(std::string(kControlSecretEnv) + "=" + secret_);
   p.tag_output = true;
   mpirun_ = sup_->spawn(p);
   for (int r = 0; r < s_.ranks; ++r) {
@@ -375,28 +378,7 @@ RunResult Run::go() {
     });
     if (!s_.prepare_yaml.empty()) run_preparation();
     if (!s_.fetch.empty()) start_artifact_hub();
-    ctl_ =
-        std::make_unique<Controller>(*hist_, [this](const ControlAction& a) { return control(a); });
-    std::string addr = o_.control_addr;
-    if (addr.empty() && s_.network == "namespaces") {
-      // Ranks in their own network namespaces cannot reach the host's loopback; a unix socket
-      // lives in the filesystem, which they share, and no data-plane fault can cut it.
-      addr = "unix:" + dir_ + "/control.sock";
-      if (addr.size() - 5 > 107) {
-        raise<Error>(
-            "the control socket path {} is longer than a unix socket allows (107); use "
-            "a shorter --results directory",
-            addr.substr(5));
-      }
-    }
-    if (addr.empty()) addr = "127.0.0.1:0";
-    if (s_.network == "namespaces" && addr.rfind("unix:", 0) != 0) {
-      raise<Error>(
-          "--control {}: ranks in network namespaces reach the control plane only "
-          "through a unix socket (unix:PATH)",
-          addr);
-    }
-    ctl_addr_ = ctl_->start(addr);
+    start_control_plane();
     res.control_addr = ctl_addr_;
     if (live) {
       std::printf("  control    %s\n", ctl_addr_.c_str());
@@ -495,6 +477,10 @@ RunResult Run::go() {
   if (ctl_) merge_local_files();
   if (const uint64_t n = hist_->rejected(); n > 0) {
     hist_->harness("events_rejected", {{"count", n}, {"first", hist_->rejected_reasons()}});
+  }
+  if (ctl_ && ctl_->rejected() > 0) {
+    hist_->harness("control_rejected",
+                   {{"calls", ctl_->rejected()}, {"why", "no or wrong secret"}});
   }
   hist_->harness("run_end", {{"reason", stop_reason_.empty() ? "all ranks ended" : stop_reason_},
                              {"restarts", restarts_}});

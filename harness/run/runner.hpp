@@ -12,8 +12,11 @@ namespace fl::harness {
 
 struct RunOptions {
   std::string results_dir = "results/runs";
-  std::string control_addr;  // "": 127.0.0.1:0, or a unix socket in the run dir with namespaces
-  std::string run_id;        // empty: <time>-<name>-<random>
+  // "": the unix socket RUN_DIR/control.sock (127.0.0.1:0 when its path is too long);
+  // HOST:PORT for TCP (still with the secret).
+  std::string control_addr;
+  bool shared_run_dir = false;  // run directory 0755 instead of 0700 (secret and socket stay 0600)
+  std::string run_id;           // empty: <time>-<name>-<random>
   bool print_summary = true;
   // Print the header at once and then each notable event as it happens (faultline run without
   // -q); the summary then leaves out the header's lines.

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/control_auth.hpp"
 #include "base/error.hpp"
 
 namespace fl::harness {
@@ -112,9 +113,9 @@ std::vector<ToolCommand> resolve_tools(const std::vector<std::string>& detectors
 }
 
 std::vector<std::string> tool_env(const ToolCommand& t, const std::string& control_addr,
-                                  const std::string& run_dir) {
-  return {"FAULTLINE_CONTROL_ADDR=" + control_addr, "FAULTLINE_TOOL_NAME=" + t.name,
-          "FAULTLINE_RUN_DIR=" + run_dir,
+                                  const std::string& secret, const std::string& run_dir) {
+  return {"FAULTLINE_CONTROL_ADDR=" + control_addr, std::string(kControlSecretEnv) + "=" + secret,
+          "FAULTLINE_TOOL_NAME=" + t.name, "FAULTLINE_RUN_DIR=" + run_dir,
           std::string("FAULTLINE_PYTHON_PROTO=") + FAULTLINE_PYTHON_PROTO_DIR};
 }
 

@@ -25,8 +25,9 @@ const std::vector<std::string>& recovery_policies();
 std::vector<ToolCommand> resolve_tools(const std::vector<std::string>& detectors,
                                        const std::string& recovery);
 
-// The environment a tool gets on top of the harness's own.
+// The environment a tool gets on top of the harness's own: the control plane's address and
+// secret (FAULTLINE_CONTROL_ADDR, FAULTLINE_CONTROL_SECRET), its name and the run directory.
 std::vector<std::string> tool_env(const ToolCommand& t, const std::string& control_addr,
-                                  const std::string& run_dir);
+                                  const std::string& secret, const std::string& run_dir);
 
 }  // namespace fl::harness

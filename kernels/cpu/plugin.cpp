@@ -1,7 +1,6 @@
 #include "kernels/plugin.hpp"
 
 #include <dlfcn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -12,12 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <regex>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "base/file_lock.hpp"
 #include "base/settings.hpp"
+#include "base/subprocess.hpp"
 #include "injector/site.hpp"
 
 namespace fl::ops {
@@ -51,6 +52,13 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+std::vector<std::string> split_words(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
 // The compiler's error lines (up to three), or the log's last line when none says "error".
 std::string first_errors(const std::string& log) {
   std::vector<std::string> errs;
@@ -80,7 +88,18 @@ void set_device_capability(const std::string& cap) {
   g_capability = cap;
 }
 
+void check_plugin_name(const std::string& name) {
+  static const std::regex identifier("[A-Za-z_][A-Za-z0-9_]*");
+  if (!std::regex_match(name, identifier)) {
+    raise<PluginError>(
+        "kernel plugin name '{}' is not an identifier (allowed: [A-Za-z_][A-Za-z0-9_]*; a plugin "
+        "is named, not given as a path)",
+        name);
+  }
+}
+
 std::string jit_build_plugin(const std::string& name) {
+  check_plugin_name(name);
   const fs::path src = fs::path(kPluginSrc.get()) / (name + ".cpp");
   std::ifstream in(src, std::ios::binary);
   if (!in) {
@@ -109,20 +128,30 @@ std::string jit_build_plugin(const std::string& name) {
   const auto lock = FileLock::acquire<PluginError>((dir / (name + ".lock")).string());
   if (fs::exists(out)) return out.string();
   const fs::path tmp = dir / fmt::format("libfl_{}-{}.so.tmp.{}", name, key, ::getpid());
-  const std::string cmd = fmt::format(
-      "{} -std=c++20 -O2 -fPIC -shared {} -I'{}' -DFL_PLUGIN_ARCHS='\"{}\"' '{}' -o '{}' >'{}' "
-      "2>&1",
-      cxx, flags, root, archs, src.string(), tmp.string(), log.string());
-  const int status = std::system(cmd.c_str());
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (status != 0 || !fs::exists(tmp)) {
-    std::ifstream l(log);
-    const std::string text((std::istreambuf_iterator<char>(l)), std::istreambuf_iterator<char>());
+  // The compiler runs from an argv, never through a shell: CXX and CXXFLAGS are split on
+  // whitespace, and no name or path is ever parsed as shell text.
+  std::vector<std::string> argv = split_words(cxx);
+  if (argv.empty()) raise<PluginError>("cannot build kernel plugin '{}': CXX is blank", name);
+  for (const char* f : {"-std=c++20", "-O2", "-fPIC", "-shared"}) argv.emplace_back(f);
+  for (auto& f : split_words(flags)) argv.push_back(f);
+  argv.push_back("-I" + root);
+  argv.push_back(fmt::format("-DFL_PLUGIN_ARCHS=\"{}\"", archs));
+  argv.push_back(src.string());
+  argv.push_back("-o");
+  argv.push_back(tmp.string());
+  ToolOutcome built;
+  try {
+    built = run_tool_status(argv);
+  } catch (const std::exception& e) {
+    built = {127, e.what()};  // no such compiler: what a shell would have said, without one
+  }
+  std::ofstream(log, std::ios::binary | std::ios::trunc) << built.output;
+  if (built.status != 0 || !fs::exists(tmp)) {
     fs::remove(tmp, ec);
     raise<PluginError>(
         "building kernel plugin '{}' failed (compiler exit status {}): {} [CXX={} CXXFLAGS={}; "
         "log: {}]",
-        name, code, first_errors(text), cxx, flags, log.string());
+        name, built.status, first_errors(built.output), cxx, flags, log.string());
   }
   fs::rename(tmp, out, ec);
   if (ec) {
@@ -132,6 +161,7 @@ std::string jit_build_plugin(const std::string& name) {
 }
 
 void load_plugin(const std::string& name, bool jit) {
+  check_plugin_name(name);
   // A plan can slow an import down (delay) or make it fail.
   if (FAULTLINE_FAULT_POINT("plugin.load",
                             (fault::SiteContext{-1, "", name, -1, nullptr, 0, DType::kU8, -1})) ==

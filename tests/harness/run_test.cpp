@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/control_auth.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/controller.hpp"
 #include "harness/run/runner.hpp"
@@ -220,7 +221,10 @@ TEST(HarnessRun, SignalFaultAtAStepAndLiveArmingThroughControl) {
       req.set_rank(2);
       req.set_plan("optimizer.step=crash(SEGV)");
       faultline::v1::ControlReply rep;
+      std::string secret;
+      std::ifstream(dir + "/control.secret") >> secret;
       grpc::ClientContext ctx;
+      ctx.AddMetadata(kControlSecretHeader, secret);
       if (stub->Control(&ctx, req, &rep).ok()) {
         reply_ok = rep.ok();
         reply_msg = rep.message();
@@ -228,6 +232,7 @@ TEST(HarnessRun, SignalFaultAtAStepAndLiveArmingThroughControl) {
       faultline::v1::ControlRequest list;
       list.set_action("list_faults");
       grpc::ClientContext ctx2;
+      ctx2.AddMetadata(kControlSecretHeader, secret);
       if (stub->Control(&ctx2, list, &rep).ok() && rep.faults_size() > 0) list_msg = rep.faults(0);
     });
   };
@@ -469,8 +474,10 @@ TEST(Telemetry, BoundedQueueCountsEveryDropAndTheFileKeepsEverything) {
   const auto dir = results_dir();
   fs::create_directories(dir);
   History history(dir + "/history.jsonl");
-  Controller ctl(history, [](const ControlAction&) { return ControlResult{}; });
+  Controller ctl(
+      history, [](const ControlAction&) { return ControlResult{}; }, "telemetry-test");
   const std::string addr = ctl.start("127.0.0.1:0");
+  ::setenv(kControlSecretEnv, "telemetry-test", 1);  // what the harness gives its ranks
   telemetry::Options o;
   o.events_file = dir + "/events.jsonl";
   o.control_addr = addr;
@@ -481,6 +488,7 @@ TEST(Telemetry, BoundedQueueCountsEveryDropAndTheFileKeepsEverything) {
   for (int i = 0; i < kEvents; ++i) telemetry::emit("step", nlohmann::json::object(), i);
   const auto st = telemetry::stats();
   telemetry::stop();
+  ::unsetenv(kControlSecretEnv);
   EXPECT_EQ(st.emitted, static_cast<uint64_t>(kEvents));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const uint64_t got = ctl.events_ingested();

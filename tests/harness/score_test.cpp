@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/control_auth.hpp"
 #include "base/error.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/controller.hpp"
@@ -222,7 +223,8 @@ TEST(Tools, BaselineExpandsAndVariantsGetTheirOwnNames) {
 TEST(ControlPlane, GroundTruthIsWithheldUnlessAskedFor) {
   const auto dir = root();
   History h(dir + "/history.jsonl");
-  Controller c(h, [](const ControlAction&) { return ControlResult{}; });
+  Controller c(
+      h, [](const ControlAction&) { return ControlResult{}; }, "score-test");
   const auto addr = c.start("127.0.0.1:0");
   h.harness("run_start", {{"ranks", 2}, {"expect", {{"symptom", "4.11"}}}});
   h.harness("fault_injected", {{"fault", "signal"}});
@@ -231,6 +233,7 @@ TEST(ControlPlane, GroundTruthIsWithheldUnlessAskedFor) {
     auto stub = faultline::v1::Controller::NewStub(
         grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
+    ctx.AddMetadata(kControlSecretHeader, "score-test");
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     faultline::v1::ObserveRequest req;
     req.set_from_start(true);

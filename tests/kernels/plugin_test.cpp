@@ -12,6 +12,7 @@
 #include <functional>
 #include <vector>
 
+#include "base/subprocess.hpp"
 #include "injector/plan.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/plugin.hpp"
@@ -56,7 +57,7 @@ TEST(PluginJit, BuildsOnceAndReusesTheCachedLibrary) {
               1e-6);
 }
 
-TEST(PluginJit, MissingCompilerFailsWithTheShellsExitStatusAndTheLog) {
+TEST(PluginJit, MissingCompilerFailsWithStatus127AndTheLog) {
   const std::string dir = fresh_dir("nocxx");
   ::setenv("FAULTLINE_JIT_DIR", dir.c_str(), 1);
   ::setenv("CXX", "g++-does-not-exist", 1);
@@ -78,6 +79,55 @@ TEST(PluginJit, OldLanguageStandardFailsWithTheCompilersOwnErrors) {
   EXPECT_NE(err.find("compiler exit status 1"), std::string::npos) << err;
   EXPECT_NE(err.find("error"), std::string::npos) << err;
   EXPECT_NE(err.find("CXXFLAGS=-std=c++11"), std::string::npos) << err;
+}
+
+// Nothing about a plugin is ever shell text: names that would inject a command are refused
+// before any file is touched, and odd characters in the source and build directories reach the
+// compiler as plain arguments. Each payload would create a marker file in the working directory
+// if a shell ran it.
+TEST(PluginJit, ShellPayloadsInNamesAndPathsRunNothing) {
+  const fs::path dir = fresh_dir("inject");
+  ASSERT_EQ(::chdir(dir.c_str()), 0);
+  const fs::path src = dir / "s'$(id>m_srcdir)'`id>m_srcdir2`";
+  const fs::path jit = dir / "j;id>m_jit $(id>m_jit2)";
+  fs::create_directories(src);
+  ::setenv("FAULTLINE_PLUGIN_SRC", src.c_str(), 1);
+  ::setenv("FAULTLINE_JIT_DIR", jit.c_str(), 1);
+  ::setenv("FAULTLINE_PLUGIN_PATH", (dir / "nowhere").c_str(), 1);
+  ::unsetenv("CXX");
+  ::unsetenv("CXXFLAGS");
+  const std::vector<std::string> names = {
+      "p'$(id>m1)'q", "a;id>m2",        "$(id>m3)",      "`id>m4`", "a b",    "../../etc/passwd",
+      "x|id>m5",      "p\"$(id>m6)\"q", "plugin\nid>m7", "",        "9lives", "a-b",
+      "a.b"};
+  for (const auto& n : names) {
+    if (n.find('/') == std::string::npos && !n.empty()) {
+      std::ofstream(src / (n + ".cpp")) << "extern \"C\" int fl_plugin_abi() { return 2; }\n";
+    }
+    for (bool jit_build : {false, true}) {
+      const std::string err = error_of([&] {
+        if (jit_build) {
+          jit_build_plugin(n);
+        } else {
+          load_plugin(n, true);
+        }
+      });
+      EXPECT_NE(err.find("kernel plugin name '" + n + "' is not an identifier"), std::string::npos)
+          << "name [" << n << "]: " << err;
+    }
+  }
+  EXPECT_TRUE(loaded_plugins().empty());
+  EXPECT_FALSE(fs::exists(jit)) << "a refused name still started a build";
+  // A valid name in those odd directories builds, with the directories taken literally.
+  std::ofstream(src / "plain_plugin.cpp") << "extern \"C\" int fl_plugin_abi() { return 2; }\n"
+                                             "extern \"C\" void fl_plugin_register(void*) {}\n";
+  const std::string built = jit_build_plugin("plain_plugin");
+  EXPECT_TRUE(fs::exists(built)) << built;
+  EXPECT_EQ(fs::path(built).parent_path(), jit);
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    EXPECT_NE(e.path().filename().string().rfind("m", 0), 0u)
+        << "a payload ran: " << e.path().string();
+  }
 }
 
 TEST(PluginCapability, ADeviceTheKernelsWereNotBuiltForIsRefused) {
@@ -121,7 +171,7 @@ TEST(PluginAbi, AStaleLibraryIsRefusedByItsAbiVersion) {
   const std::string src = dir + "/old.cpp";
   std::ofstream(src) << "extern \"C\" int fl_plugin_abi() { return 1; }\n"
                         "extern \"C\" void fl_plugin_register(void*) {}\n";
-  ASSERT_EQ(std::system(("c++ -shared -fPIC -o " + dir + "/libfl_old.so " + src).c_str()), 0);
+  run_tool({"c++", "-shared", "-fPIC", "-o", dir + "/libfl_old.so", src});
   ::setenv("FAULTLINE_PLUGIN_PATH", dir.c_str(), 1);
   const std::string err = error_of([] { load_plugin("old"); });
   EXPECT_NE(err.find("was built for plugin ABI 1, this worker needs 2"), std::string::npos) << err;

@@ -1,5 +1,7 @@
 #include "workloads/rendezvous/store_server.hpp"
 
+#include <fcntl.h>
+
 #include <utility>  // boost 1.74 asio uses std::exchange without including it
 
 #include <boost/asio.hpp>
@@ -343,6 +345,9 @@ StoreServer::StoreServer(const std::string& host, uint16_t port, StoreLimits lim
   tcp::endpoint ep(addr, port);
   auto& acc = state_->acceptor;
   acc.open(ep.protocol(), ec);
+  // Asio opens sockets without SOCK_CLOEXEC: what this rank starts (a JIT compiler) must not
+  // inherit the store's listening socket.
+  if (!ec) ::fcntl(acc.native_handle(), F_SETFD, FD_CLOEXEC);
   if (!ec) acc.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acc.bind(ep, ec);
   if (!ec) acc.listen(asio::socket_base::max_listen_connections, ec);

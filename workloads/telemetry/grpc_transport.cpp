@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/control_auth.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 #include "workloads/telemetry/telemetry.hpp"
 
@@ -16,8 +17,10 @@ namespace {
 
 class GrpcTransport final : public Transport {
  public:
-  GrpcTransport(std::shared_ptr<grpc::Channel> channel, CommandHandler on_command)
+  GrpcTransport(std::shared_ptr<grpc::Channel> channel, CommandHandler on_command,
+                const std::string& secret)
       : stub_(faultline::v1::Controller::NewStub(channel)), on_command_(std::move(on_command)) {
+    if (!secret.empty()) ctx_.AddMetadata(kControlSecretHeader, secret);
     stream_ = stub_->Connect(&ctx_);
     reader_ = std::thread([this] {
       faultline::v1::WorkerCommand cmd;
@@ -89,7 +92,10 @@ std::unique_ptr<Transport> connect_transport(const std::string& addr, int /*rank
     *why = "no control plane answered within 5 s";
     return nullptr;
   }
-  return std::make_unique<GrpcTransport>(std::move(channel), std::move(on_command));
+  // The run's secret (FAULTLINE_CONTROL_SECRET, set by the harness): without it the harness
+  // ends the stream at once and the events stay in the local file only.
+  return std::make_unique<GrpcTransport>(std::move(channel), std::move(on_command),
+                                         control_secret_for(addr));
 }
 
 }  // namespace fl::telemetry

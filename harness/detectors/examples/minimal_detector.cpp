@@ -19,9 +19,13 @@ int main() {
     std::fprintf(stderr, "FAULTLINE_CONTROL_ADDR is not set\n");
     return 2;
   }
+  // Every call presents the run's secret (also set by the harness) as metadata.
+  const char* secret = std::getenv("FAULTLINE_CONTROL_SECRET");
+  const std::string auth = secret ? secret : "";
   auto stub = faultline::v1::Controller::NewStub(
       grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
+  ctx.AddMetadata("faultline-secret", auth);
   faultline::v1::ObserveRequest req;
   req.set_from_start(true);  // everything so far, then live
   auto stream = stub->Observe(&ctx, req);
@@ -40,6 +44,7 @@ int main() {
     d.set_evidence(data.value("message", ""));
     faultline::v1::ReportAck ack;
     grpc::ClientContext rctx;
+    rctx.AddMetadata("faultline-secret", auth);
     if (stub->Report(&rctx, d, &ack).ok()) ++posted;
   }
   ctx.TryCancel();

@@ -2,8 +2,9 @@
 """The smallest useful detector in Python (Debian's python3-grpcio and python3-protobuf).
 
 It follows the run's events and reports every rank that fails, with the rank's own error message
-as evidence. The harness sets FAULTLINE_CONTROL_ADDR and FAULTLINE_PYTHON_PROTO (where the build
-put faultline_pb2*.py). Run it beside a scenario:
+as evidence. The harness sets FAULTLINE_CONTROL_ADDR, FAULTLINE_CONTROL_SECRET (every call must
+present it as the metadata `faultline-secret`) and FAULTLINE_PYTHON_PROTO (where the build put
+faultline_pb2*.py). Run it beside a scenario:
 
     faultline run scenarios/symptoms/4.6-dtype-mismatch-allreduce.yaml \\
         --detector harness/detectors/examples/minimal_detector.py
@@ -24,8 +25,9 @@ def main() -> int:
     if not addr:
         print("FAULTLINE_CONTROL_ADDR is not set", file=sys.stderr)
         return 2
+    auth = [("faultline-secret", os.environ.get("FAULTLINE_CONTROL_SECRET", ""))]
     stub = faultline_pb2_grpc.ControllerStub(grpc.insecure_channel(addr))
-    stream = stub.Observe(faultline_pb2.ObserveRequest(from_start=True))
+    stream = stub.Observe(faultline_pb2.ObserveRequest(from_start=True), metadata=auth)
     posted = 0
     for event in stream:
         if event.kind == "run_ending":  # the harness is about to stop us
@@ -35,7 +37,7 @@ def main() -> int:
         data = json.loads(event.data_json)
         stub.Report(faultline_pb2.Diagnosis(
             detector="example-py", symptom="unknown", ranks=[event.rank], step=event.step,
-            confidence=0.5, evidence=data.get("message", "")))
+            confidence=0.5, evidence=data.get("message", "")), metadata=auth)
         posted += 1
     stream.cancel()
     print(f"example-py: {posted} diagnosis(es) posted")
