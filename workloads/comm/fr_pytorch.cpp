@@ -138,7 +138,8 @@ std::string ranks_string(const std::vector<int>& ranks) {
 std::string write_atomic(const std::filesystem::path& dir, const std::string& name,
                          const std::string& bytes) {
   const auto path = dir / name;
-  const auto tmp = dir / fmt::format(".{}.{}", name, ::getpid());
+  // The temp name holds no dump name: fr_trace would try to load a leftover one.
+  const auto tmp = dir / fmt::format(".fr_dump.{}.{}.tmp", ::getpid(), ::gettid());
   {
     std::ofstream out(tmp, std::ios::binary);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
