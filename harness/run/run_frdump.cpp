@@ -2,7 +2,7 @@
 // takes SIGUSR2 (the file fr_dump_on_signal in its rank directory, holding its pid) gets the
 // signal and writes its dumps, as PyTorch's dump-on-signal does; the harness waits a bounded
 // time for them before it tears the run down. A stopped (SIGSTOPped) rank cannot dump: it is
-// signalled but not waited for, and its peers' dumps show what it never started.
+// left alone, and its peers' dumps show what it never started.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -71,15 +71,17 @@ void Run::request_fr_dumps() {
     if (!(in >> pid) || pid <= 1 || !is_my_descendant(pid)) continue;
     const char state = proc_state(pid).first;
     if (state == '?' || state == 'Z' || state == 'X') continue;
+    if (state == 'T' || state == 't') {
+      // A frozen rank cannot dump now; signalled, it would dump at the teardown's SIGCONT,
+      // showing a later state than the hang's.
+      frozen.push_back(r);
+      continue;
+    }
     const std::string path = fmt::format("{}/nccl_trace_rank_{}", rdir, r);
     const auto before = file_id(path);
     if (::kill(pid, SIGUSR2) != 0) continue;
     signalled.push_back(r);
-    if (state == 'T' || state == 't') {
-      frozen.push_back(r);  // the signal stays pending; a frozen rank writes nothing
-    } else {
-      waiting.push_back({r, path, before});
-    }
+    waiting.push_back({r, path, before});
   }
   // Bounded: a rank busy in a kernel still dumps from its watcher thread within milliseconds.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
