@@ -96,7 +96,8 @@ class FlightRecorder {
 
   // From now on SIGUSR2 makes this process write this recorder's dumps (reason "on demand"),
   // from a watcher thread; the handler only writes to a pipe. Writes
-  // <dir>/fr_dump_on_signal (this pid) so the harness knows the rank takes the signal.
+  // <dir>/fr_dump_on_signal (this pid) so the harness knows the rank takes the signal (only
+  // when FAULTLINE_RUN_ID is set, i.e. under the harness).
   // Idempotent; the latest recorder armed is the one dumped.
   static void enable_dump_on_signal(std::shared_ptr<FlightRecorder> recorder, std::string dir,
                                     int rank);

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -259,9 +260,10 @@ void FlightRecorder::enable_dump_on_signal(std::shared_ptr<FlightRecorder> recor
     sa.sa_flags = SA_RESTART;
     ok = ::sigaction(SIGUSR2, &sa, nullptr) == 0;
   });
-  if (!ok) return;
   // The harness signals only ranks that announced they take the signal (its default action
-  // would end a process that does not).
+  // would end a process that does not). Only under the harness (which sets FAULTLINE_RUN_ID for
+  // every rank): a worker started by hand leaves no file behind.
+  if (!ok || std::getenv("FAULTLINE_RUN_ID") == nullptr) return;
   std::error_code ec;
   std::filesystem::create_directories(d, ec);
   write_atomic(d, "fr_dump_on_signal", std::to_string(::getpid()) + "\n");
