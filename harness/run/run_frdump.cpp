@@ -98,10 +98,9 @@ void Run::request_fr_dumps() {
   }
   std::vector<int> missing;
   for (const auto& p : waiting) missing.push_back(p.rank);
-  hist_->harness("flight_recorder_dump", {{"signalled", signalled},
-                                          {"dumped", dumped},
-                                          {"frozen", frozen},
-                                          {"missing", missing}});
+  hist_->harness(
+      "flight_recorder_dump",
+      {{"signalled", signalled}, {"dumped", dumped}, {"frozen", frozen}, {"missing", missing}});
 }
 
 }  // namespace fl::harness::detail

@@ -47,8 +47,8 @@ TEST(Pickle, ContainersAndTuplesByKey) {
   const json d = {{"t", {1}}, {"l", {1}}};
   // nlohmann orders keys: "l" then "t"; only "t" becomes a tuple.
   EXPECT_EQ(to_pickle(d, {"t"}),
-            bytes({0x80, 2, '}', '(', 'X', 1, 0, 0, 0, 'l', ']', '(', 'K', 1, 'e', 'X', 1, 0, 0, 0,
-                   't', '(', 'K', 1, 't', 'u', '.'}));
+            bytes({0x80, 2,   '}', '(', 'X', 1, 0,   0,   0,   'l', ']', '(', 'K', 1,
+                   'e',  'X', 1,   0,   0,   0, 't', '(', 'K', 1,   't', 'u', '.'}));
 }
 
 class FrDump : public testing::Test {
@@ -60,7 +60,8 @@ class FrDump : public testing::Test {
   std::filesystem::path dir_;
 };
 
-comm::FlightEntry op(comm::OpKind k, int pg, int group_rank, int size, size_t count, int peer = -1) {
+comm::FlightEntry op(comm::OpKind k, int pg, int group_rank, int size, size_t count,
+                     int peer = -1) {
   comm::FlightEntry e;
   e.op = k;
   e.group = pg == 0 ? "world" : "tp";
@@ -144,9 +145,9 @@ TEST_F(FrDump, HoldsGroupsCountersAndStatesInPytorchsSchema) {
 
 TEST_F(FrDump, LargeAndNegativeIntegersRoundTripThroughPython) {
   if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
-  const json v = {{"v", json::array({0, 255, 256, 65535, 65536, -1, -129, 2147483647,
-                                     -2147483648LL, 2147483648LL, INT64_MAX, INT64_MIN,
-                                     UINT64_MAX, 1.25, -0.0, "é", nullptr, true})}};
+  const json v = {{"v", json::array({0, 255, 256, 65535, 65536, -1, -129, 2147483647, -2147483648LL,
+                                     2147483648LL, INT64_MAX, INT64_MIN, UINT64_MAX, 1.25, -0.0,
+                                     "é", nullptr, true})}};
   {
     std::ofstream(dir_ / "p", std::ios::binary) << to_pickle(v);
     std::ofstream(dir_ / "j") << v.dump();

@@ -68,7 +68,8 @@ inline void expect_pytorch_fr_schema(const nlohmann::json& t, const std::string&
     for (const char* k : {"time_discovered_started_ns", "time_discovered_completed_ns"}) {
       EXPECT_TRUE(e.contains(k) && (e[k].is_null() || e[k].is_number_integer())) << k;
     }
-    EXPECT_TRUE(e.contains("duration_ms") && (e["duration_ms"].is_null() || e["duration_ms"].is_number()));
+    EXPECT_TRUE(e.contains("duration_ms") &&
+                (e["duration_ms"].is_null() || e["duration_ms"].is_number()));
     EXPECT_TRUE(e.contains("retired") && e["retired"].is_boolean());
     ASSERT_TRUE(e.contains("is_p2p") && e["is_p2p"].is_boolean());
     EXPECT_EQ(e["is_p2p"].get<bool>(),

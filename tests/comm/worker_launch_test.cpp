@@ -120,9 +120,8 @@ TEST_F(WorkerLaunch, TimeoutDumpsInPytorchsSchemaMatchAcrossRanks) {
     ASSERT_TRUE(in.good()) << "no PyTorch-schema dump at " << json_path;
     dumps[rank] = nlohmann::json::parse(in);
     expect_pytorch_fr_schema(dumps[rank], json_path.string());
-    const std::string rt =
-        python_pickle_roundtrip((dir_ / fmt::format("nccl_trace_rank_{}", rank)).string(),
-                                json_path.string());
+    const std::string rt = python_pickle_roundtrip(
+        (dir_ / fmt::format("nccl_trace_rank_{}", rank)).string(), json_path.string());
     if (rt != "skip") EXPECT_EQ(rt, "") << "rank " << rank;
   }
   ASSERT_FALSE(dumps.empty()) << r.output;

@@ -36,8 +36,8 @@ struct FlightEntry {
   int64_t t_started_us = 0;
   int64_t t_completed_us = 0;  // completion, timeout or failure time
   // Filled by the communicator for the PyTorch-schema dump.
-  int pg_id = -1;        // process-group id of `group` (see FlightRecorder::register_group)
-  int group_rank = -1;   // this rank in `group`
+  int pg_id = -1;       // process-group id of `group` (see FlightRecorder::register_group)
+  int group_rank = -1;  // this rank in `group`
   int group_size = 0;
   int64_t timeout_ms = 0;
   // Filled by record(): c10d's per-group counters on this rank. collective_seq_id counts the

@@ -116,10 +116,10 @@ nlohmann::json entry_json(const FlightEntry& e, const std::map<int, ProcessGroup
       started ? nlohmann::json(e.t_started_us * 1000) : nlohmann::json(nullptr);
   j["time_discovered_completed_ns"] =
       completed ? nlohmann::json(e.t_completed_us * 1000) : nlohmann::json(nullptr);
-  j["duration_ms"] = completed && started
-                         ? nlohmann::json(static_cast<double>(e.t_completed_us - e.t_started_us) /
-                                          1000.0)
-                         : nlohmann::json(nullptr);
+  j["duration_ms"] =
+      completed && started
+          ? nlohmann::json(static_cast<double>(e.t_completed_us - e.t_started_us) / 1000.0)
+          : nlohmann::json(nullptr);
   j["retired"] = retired;
   j["timeout_ms"] = e.timeout_ms;
   j["is_p2p"] = e.op == OpKind::kSend || e.op == OpKind::kRecv;
@@ -180,8 +180,8 @@ std::string FlightRecorder::write_pytorch_dump(const std::string& dir, int rank)
   // name holds the prefix and takes the rest of the name as the rank.
   std::string err = write_atomic(dir, fmt::format("fr_trace_rank_{}.json", rank), t.dump(2) + "\n");
   if (err.empty()) {
-    err = write_atomic(dir, fmt::format("nccl_trace_rank_{}", rank),
-                       to_pickle(t, {"process_group"}));
+    err =
+        write_atomic(dir, fmt::format("nccl_trace_rank_{}", rank), to_pickle(t, {"process_group"}));
   }
   return err;
 }
@@ -234,7 +234,8 @@ void dump_watcher() {
 void FlightRecorder::enable_dump_on_signal(std::shared_ptr<FlightRecorder> recorder,
                                            std::string dir, int rank) {
   OnDemand& o = on_demand();
-  std::filesystem::path d = dir.empty() ? std::filesystem::current_path() : std::filesystem::path(dir);
+  std::filesystem::path d =
+      dir.empty() ? std::filesystem::current_path() : std::filesystem::path(dir);
   {
     std::lock_guard lock(o.mu);
     if (o.recorder.lock() == recorder && o.dir == d.string() && o.rank == rank) return;
