@@ -109,6 +109,9 @@ class Run {
   int64_t first_failure_ns_ = -1;
   int first_failure_rank_ = -1;
   void fail_fast(int64_t now);
+  // Asks every live rank for a flight-recorder dump (SIGUSR2) and waits up to 2 s for them
+  // (run_frdump.cpp); called when the hang watchdog stops the run.
+  void request_fr_dumps();
 };
 
 }  // namespace fl::harness::detail

@@ -282,6 +282,7 @@ void Run::tick() {
         stop_reason_ = "hang established";
         hist_->harness("watchdog_stop",
                        {{"reason", "hang established"}, {"hang_s", s_.expect.hang_s}});
+        request_fr_dumps();
         io_.stop();
         return;
       }

@@ -12,9 +12,11 @@
 #include <fstream>
 #include <regex>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "base/exit_codes.hpp"
+#include "tests/comm/fr_schema.hpp"
 #include "tests/support/process.hpp"
 
 namespace fl::test {
@@ -100,6 +102,54 @@ TEST_F(WorkerLaunch, RankThatSkipsAnAllReduceMakesOthersTimeOut) {
   EXPECT_EQ(entries[3]["op"], "all_reduce");
   EXPECT_EQ(entries[3]["state"], "timed-out");
   EXPECT_EQ(entries[3]["count"], 1000);
+}
+
+TEST_F(WorkerLaunch, TimeoutDumpsInPytorchsSchemaMatchAcrossRanks) {
+  // A split into {0,2} and {1,3}, an all_reduce on each half, then world all_reduces of which
+  // rank 2 drops the last (world seq 3): the ranks left waiting dump on their timeout.
+  auto r = launch(4, {"--op", "split", "--ops", "4", "--timeout-ms", "2000"},
+                  "comm.all_reduce[rank=2,seq=3]=drop");
+  EXPECT_EQ(r.exit_code, exit_code::kCommTimeout) << r.output;
+  std::map<int, nlohmann::json> dumps;
+  const std::regex re(R"(\[rank ([013])\] comm timeout: all_reduce on group 'world' \(seq 3,)");
+  for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    const int rank = std::stoi((*it)[1]);
+    const auto json_path = dir_ / fmt::format("fr_trace_rank_{}.json", rank);
+    std::ifstream in(json_path);
+    ASSERT_TRUE(in.good()) << "no PyTorch-schema dump at " << json_path;
+    dumps[rank] = nlohmann::json::parse(in);
+    expect_pytorch_fr_schema(dumps[rank], json_path.string());
+    const std::string rt = python_pickle_roundtrip(
+        (dir_ / fmt::format("nccl_trace_rank_{}", rank)).string(), json_path.string());
+    if (rt != "skip") EXPECT_EQ(rt, "") << "rank " << rank;
+  }
+  ASSERT_FALSE(dumps.empty()) << r.output;
+  for (const auto& [rank, t] : dumps) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    // The world is pg 0 on every rank, the half pg 1 with this rank's half as its members.
+    EXPECT_EQ(t["pg_config"]["0"]["ranks"], "[0, 1, 2, 3]");
+    EXPECT_EQ(t["pg_config"]["0"]["desc"], "default_pg");
+    EXPECT_EQ(t["pg_config"]["1"]["desc"], "half");
+    EXPECT_EQ(t["pg_config"]["1"]["ranks"], rank % 2 ? "[1, 3]" : "[0, 2]");
+    const auto& e = t["entries"];
+    ASSERT_EQ(e.size(), 5u);  // split, half all_reduce, world all_reduce x 3
+    EXPECT_EQ(e[0]["profiling_name"], "nccl:split");
+    EXPECT_EQ(e[1]["pg_id"], 1);
+    EXPECT_EQ(e[1]["collective_seq_id"], 1);
+    EXPECT_EQ(e[1]["state"], "completed");
+    // The op rank 2 never called: same pg and seq on every waiting rank, started, not completed.
+    const auto& last = e[4];
+    EXPECT_EQ(last["pg_id"], 0);
+    EXPECT_EQ(last["process_group"], nlohmann::json::array({"0", "default_pg"}));
+    EXPECT_EQ(last["collective_seq_id"], 4);
+    EXPECT_EQ(last["profiling_name"], "nccl:all_reduce");
+    EXPECT_EQ(last["state"], "started");
+    EXPECT_TRUE(last["retired"].get<bool>());
+    EXPECT_EQ(last["timeout_ms"], 2000);
+    EXPECT_EQ(t["pg_status"]["0"]["last_enqueued_collective"], 4);
+    EXPECT_EQ(t["pg_status"]["0"]["last_completed_collective"], 3);
+  }
 }
 
 TEST_F(WorkerLaunch, SkippedOpInTheMiddleShiftsEveryLaterOpUntilTheLastHangs) {

@@ -13,6 +13,7 @@
 #include "harness/run/history.hpp"
 #include "harness/run/tools.hpp"
 #include "harness/score/score.hpp"
+#include "tests/comm/fr_schema.hpp"
 #include "tests/support/process.hpp"
 
 namespace fl::harness {
@@ -71,6 +72,32 @@ TEST(Detectors, BaselineFindsAndLocalisesAFrozenRank) {
     }
   }
   EXPECT_TRUE(hang) << r.proc.output;
+  // The hang watchdog asked every live rank for a flight-recorder dump before the teardown: the
+  // frozen rank cannot write one, the others' PyTorch-schema dumps agree on the all-reduce the
+  // frozen rank never joined.
+  nlohmann::json asked;
+  for (auto& e : r.history) {
+    if (e.kind == "flight_recorder_dump") asked = nlohmann::json::parse(e.data_json);
+  }
+  ASSERT_TRUE(asked.is_object()) << "no flight_recorder_dump event";
+  EXPECT_EQ(asked["frozen"], nlohmann::json::array({2}));
+  EXPECT_EQ(asked["signalled"], nlohmann::json::array({0, 1, 3}));
+  ASSERT_FALSE(asked["dumped"].empty()) << asked.dump();
+  EXPECT_FALSE(fs::exists(r.dir + "/ranks/rank2/nccl_trace_rank_2"));
+  std::set<std::pair<int64_t, int64_t>> last_open;  // (pg_id, collective_seq_id)
+  for (int rank : asked["dumped"]) {
+    std::ifstream in(r.dir + "/ranks/rank" + std::to_string(rank) + "/fr_trace_rank_" +
+                     std::to_string(rank) + ".json");
+    ASSERT_TRUE(in.good()) << rank;
+    const auto t = nlohmann::json::parse(in);
+    test::expect_pytorch_fr_schema(t, "rank " + std::to_string(rank));
+    ASSERT_FALSE(t["entries"].empty());
+    const auto& last = t["entries"].back();
+    EXPECT_EQ(last["state"], "started");
+    EXPECT_EQ(last["profiling_name"], "nccl:all_reduce");
+    last_open.insert({last["pg_id"].get<int64_t>(), last["collective_seq_id"].get<int64_t>()});
+  }
+  EXPECT_EQ(last_open.size(), 1u) << "the waiting ranks' open all-reduces differ";
   // A tool's output stays in its own log, out of the history other detectors read.
   EXPECT_TRUE(fs::exists(r.dir + "/tools/hang.log"));
   for (auto& e : r.history) {

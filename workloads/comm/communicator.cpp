@@ -209,7 +209,7 @@ void Communicator::run_one_deferred() {
 void Communicator::issue(const FlightEntry& d,
                          const std::function<std::unique_ptr<PendingOp>()>& start) {
   CommClock clock;
-  uint64_t id = recorder_->record(d);
+  uint64_t id = recorder_->record(stamped(d));
   std::unique_ptr<PendingOp> pending;
   try {
     if (options_.verify) {
@@ -522,8 +522,8 @@ void Communicator::send_recv(const Buffer& out, int send_peer, Buffer in, int re
   const Shaped bs = shaped(s, vs), br = shaped(r, vr);
   {
     CommClock clock;
-    const uint64_t ids = do_send ? recorder_->record(s.d) : 0;
-    const uint64_t idr = do_recv ? recorder_->record(r.d) : 0;
+    const uint64_t ids = do_send ? recorder_->record(stamped(s.d)) : 0;
+    const uint64_t idr = do_recv ? recorder_->record(stamped(r.d)) : 0;
     std::unique_ptr<PendingOp> ps, pr;
     try {
       // Both started before either is waited for.
@@ -571,6 +571,7 @@ void Communicator::barrier() {
 std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
   FlightEntry d = entry(OpKind::kSplit, group_, 2, DType::kI32, ReduceOp::kSum, -1);
   check_usable(d);
+  const int child_pg = reserve_child_pg();  // joining or not: ids agree across ranks
   d.seq = seq_++;
   auto v = FAULTLINE_FAULT_POINT(
       "comm.split", (fault::SiteContext{d.seq, group_, "split", -1, nullptr, 0, DType::kI32, -1}));
@@ -588,7 +589,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   // Dropped, or postponed after this rank's next op: the rank gets no group now.
   if (v == fault::Verdict::kSkip || v == fault::Verdict::kDefer) return nullptr;
   try {
-    return do_split(color < 0 ? -1 : color, key, name);
+    return adopt(do_split(color < 0 ? -1 : color, key, name), child_pg, *all, color);
   } catch (const CommError& e) {
     broken_reason_ = e.what();
     throw;

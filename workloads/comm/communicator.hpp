@@ -148,8 +148,22 @@ class Communicator {
   // The output of a two-buffer op (all_gather, reduce_scatter) shaped to match an altered input.
   Buffer altered_output(const Buffer& b, size_t count, DType dtype);
   static void copy_back(const Buffer& from, const Buffer& to);
+  // Registers this group with the flight recorder on first use (a communicator not made by a
+  // split is the world: its group ranks are world ranks) and arms the on-demand dump.
+  void ensure_registered();
+  // `d` with what the PyTorch-schema dump needs: process-group id, group rank and size, timeout.
+  FlightEntry stamped(FlightEntry d);
+  // The process-group id of a group split from this one (registers this group first).
+  int reserve_child_pg();
+  // Makes `child` (this group's split, or null) know its process-group id and its members' world
+  // ranks from the (color, key) every member of this group sent; returns it.
+  std::unique_ptr<Communicator> adopt(std::unique_ptr<Communicator> child, int pg_id,
+                                      const std::vector<int32_t>& colors_keys, int color);
 
   std::string group_;
+  std::vector<int> members_;  // world rank of each group rank
+  int pg_id_ = -1;
+  bool pg_registered_ = false;
   int rank_;
   int size_;
   int world_rank_;

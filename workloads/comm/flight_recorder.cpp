@@ -1,5 +1,6 @@
 #include "workloads/comm/flight_recorder.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -57,12 +58,57 @@ int64_t FlightRecorder::now_us() {
   return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
 }
 
+namespace {
+bool is_p2p(OpKind k) {
+  return k == OpKind::kSend || k == OpKind::kRecv;
+}
+int this_thread_id() {
+  thread_local const int tid = static_cast<int>(::gettid());
+  return tid;
+}
+}  // namespace
+
+int FlightRecorder::reserve_pg_id() {
+  std::lock_guard lock(mu_);
+  return next_pg_id_++;
+}
+
+void FlightRecorder::register_group(int id, const std::string& desc, std::vector<int> world_ranks) {
+  std::lock_guard lock(mu_);
+  ProcessGroupInfo& g = groups_[id];
+  g.id = id;
+  g.name = std::to_string(id);
+  g.desc = desc;
+  g.ranks = std::move(world_ranks);
+  if (id >= next_pg_id_) next_pg_id_ = id + 1;
+}
+
+std::vector<ProcessGroupInfo> FlightRecorder::groups() const {
+  std::lock_guard lock(mu_);
+  std::vector<ProcessGroupInfo> out;
+  for (const auto& [id, g] : groups_) out.push_back(g);
+  return out;
+}
+
 uint64_t FlightRecorder::record(FlightEntry entry) {
   std::function<void(const FlightEntry&)> listener;
   {
     std::lock_guard lock(mu_);
     entry.id = next_id_++;
     if (entry.t_scheduled_us == 0) entry.t_scheduled_us = now_us();
+    entry.thread_id = this_thread_id();
+    if (auto it = groups_.find(entry.pg_id); it != groups_.end()) {
+      ProcessGroupInfo& g = it->second;
+      entry.op_id = ++g.op_seq;
+      if (is_p2p(entry.op)) {
+        entry.p2p_seq_id = ++g.p2p_seq;
+        entry.collective_seq_id = g.collective_seq;
+      } else {
+        entry.collective_seq_id = ++g.collective_seq;
+        entry.p2p_seq_id = g.p2p_seq;
+        g.last_enqueued = entry.collective_seq_id;
+      }
+    }
     if (ring_.size() < capacity_) {
       ring_.push_back(entry);
     } else {
@@ -88,6 +134,13 @@ void FlightRecorder::set_state(uint64_t id, OpState state) {
       e.t_started_us = t;
     } else if (state != OpState::kScheduled) {
       e.t_completed_us = t;
+    }
+    if (auto it = groups_.find(e.pg_id); it != groups_.end() && !is_p2p(e.op)) {
+      if (state == OpState::kStarted) {
+        it->second.last_started = std::max(it->second.last_started, e.collective_seq_id);
+      } else if (state == OpState::kCompleted) {
+        it->second.last_completed = std::max(it->second.last_completed, e.collective_seq_id);
+      }
     }
     copy = e;
     listener = listener_;
@@ -135,6 +188,10 @@ std::string FlightRecorder::dump(const std::string& dir, int rank,
   }
   std::filesystem::rename(tmp, path, ec);
   if (ec) return "(flight recorder dump failed: " + ec.message() + ")";
+  // The same ring in PyTorch's schema, for fr_trace and other tools that read c10d's dumps.
+  if (std::string err = write_pytorch_dump(d.string(), rank); !err.empty()) {
+    return std::filesystem::absolute(path).string() + " (" + err + ")";
+  }
   return std::filesystem::absolute(path).string();
 }
 
