@@ -91,6 +91,10 @@ struct Scenario {
   int64_t samples = 0, data_seed = 0;
   bool drop_last = false;
   double lr = 0, clip = 0, loss_scale = 0, min_loss_scale = 0;
+  int64_t loss_scale_window = 1000, hysteresis = 1, warmup_steps = 5;
+  bool raise_error_at_min_scale = true;
+  std::string optimizer = "adamw", lr_scaling = "none", warmup_style = "linear";
+  double momentum = 0;
   int64_t checkpoint_every = 0;
   bool resume = false;
   int64_t requests = 0, prompt_len = 0, new_tokens = 0;

@@ -50,18 +50,30 @@ class GptStage {
 
   const ParamLayout& layout() const { return layout_; }
   const GptConfig& config() const { return cfg_; }
+  // The format activations are stored in, as a framework's half-precision model keeps them:
+  // under fp16/bf16 every op output (embeddings, GEMMs, attention, GELU, residual adds, layer-norm
+  // outputs, logits) and every activation and parameter gradient of the backward is rounded to it
+  // as the op writes it, so fp16 overflows to inf above 65504; softmax, layer-norm statistics,
+  // the loss and the sums inside each op stay fp32. fp32 (the default) rounds nothing.
+  void set_activation_precision(DType t) { act_ = t; }
+  DType activation_precision() const { return act_; }
 
  private:
   Tensor alloc(std::vector<int64_t> shape, const std::string& what);
   // An int32 tensor on the stage's device holding `n` host values.
   Tensor upload(const int32_t* host, int n, const std::string& what);
   void tp_all_reduce(float* data, size_t n);
+  // Rounds an op's output to the activation precision (nothing under fp32).
+  void rnd(Tensor& t);
+  // Rounds the gradients of the parameters whose names start with `prefix` (e.g. "h3.").
+  void round_grads(float* grads, const std::string& prefix);
 
   GptConfig cfg_;
   const ParamLayout& layout_;
   comm::Communicator* tp_;
   int tp_size_;
   MemoryAccountant& acct_;
+  DType act_ = DType::kF32;
 };
 
 }  // namespace fl::model

@@ -38,6 +38,73 @@ DType gemm_precision_for(DType precision, Device device, const std::string& sett
   return precision;
 }
 
+int optimizer_state_bytes(const TrainConfig& cfg) {
+  if (cfg.optimizer == "sgd") return cfg.momentum > 0.0f ? 4 : 0;
+  return 8;
+}
+
+void validate_numerics(const TrainConfig& cfg) {
+  if (cfg.optimizer != "adamw" && cfg.optimizer != "sgd") {
+    raise<ConfigError>("--optimizer '{}' is not supported (allowed: adamw, sgd)", cfg.optimizer);
+  }
+  if (cfg.momentum != 0.0f && cfg.optimizer != "sgd") {
+    raise<ConfigError>(
+        "--momentum {} applies to --optimizer sgd only (this run uses {}, whose moments are "
+        "set by its betas)",
+        cfg.momentum, cfg.optimizer);
+  }
+  if (!(cfg.momentum >= 0.0f && cfg.momentum < 1.0f)) {
+    raise<ConfigError>("--momentum {} is out of range (allowed: 0 <= momentum < 1)", cfg.momentum);
+  }
+  if (cfg.lr_scaling != "none" && cfg.lr_scaling != "linear" && cfg.lr_scaling != "sqrt") {
+    raise<ConfigError>("--lr-scaling '{}' is not supported (allowed: none, linear, sqrt)",
+                       cfg.lr_scaling);
+  }
+  if (cfg.warmup_style != "linear" && cfg.warmup_style != "constant" &&
+      cfg.warmup_style != "none") {
+    raise<ConfigError>("--warmup-style '{}' is not supported (allowed: linear, constant, none)",
+                       cfg.warmup_style);
+  }
+  if (cfg.warmup_steps < 0) {
+    raise<ConfigError>("--warmup-steps {} is negative (allowed: 0 or more)", cfg.warmup_steps);
+  }
+  const LossScalerConfig& s = cfg.loss_scale;
+  if (s.hysteresis < 1) {
+    raise<ConfigError>(
+        "--hysteresis {} is not allowed (allowed: 1 or more overflows tolerated before the loss "
+        "scale is lowered)",
+        s.hysteresis);
+  }
+  if (s.growth_interval < 1) {
+    raise<ConfigError>("--loss-scale-window {} is not allowed (allowed: 1 or more clean steps)",
+                       s.growth_interval);
+  }
+  if (!(s.min_scale > 0.0f) || s.initial_scale < s.min_scale) {
+    raise<ConfigError>(
+        "--loss-scale {} and --min-loss-scale {} are not allowed (allowed: 0 < min-loss-scale "
+        "<= loss-scale)",
+        s.initial_scale, s.min_scale);
+  }
+}
+
+float scheduled_lr(const TrainConfig& cfg, int dp, int64_t step) {
+  const float k = cfg.lr_scaling == "linear" ? static_cast<float>(dp)
+                  : cfg.lr_scaling == "sqrt" ? std::sqrt(static_cast<float>(dp))
+                                             : 1.0f;
+  const float peak = cfg.lr * k, floor = cfg.min_lr * k;
+  const int warmup = cfg.warmup_style == "none" ? 0 : cfg.warmup_steps;
+  if (step < warmup) {
+    if (cfg.warmup_style == "constant") return cfg.lr;
+    return peak * static_cast<float>(step + 1) / static_cast<float>(warmup);
+  }
+  const int64_t decay = cfg.decay_steps > 0 ? cfg.decay_steps : std::max<int64_t>(cfg.steps, 1);
+  const double progress =
+      std::min(1.0, static_cast<double>(step - warmup) /
+                        static_cast<double>(std::max<int64_t>(1, decay - warmup)));
+  return floor + 0.5f * (peak - floor) *
+                     static_cast<float>(1.0 + std::cos(3.141592653589793 * progress));
+}
+
 Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& acct)
     : cfg_(std::move(cfg)),
       topo_(topo),
@@ -52,8 +119,9 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
           cfg_.data_seed + 1000003),
       sampler_(cfg_.num_samples, topo.layout.dp, topo.dp_rank, cfg_.shuffle, cfg_.drop_last,
                cfg_.data_seed),
-      scaler_(cfg_.loss_scale),
+      scaler_((validate_numerics(cfg_), cfg_.loss_scale)),
       staging_(0, topo.rank, acct.device()) {
+  stage_.set_activation_precision(cfg_.precision);
   if (cfg_.precision != DType::kF32 && cfg_.precision != DType::kF16 &&
       cfg_.precision != DType::kBF16) {
     raise<ConfigError>("precision {} is not supported for training (allowed: fp32, fp16, bf16)",
@@ -102,8 +170,11 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   }
   grads_ = Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "grads", acct_);
   const int64_t state = zero == 0 ? static_cast<int64_t>(padded_) : static_cast<int64_t>(part_);
-  m_ = Tensor::zeros({state}, DType::kF32, "optimizer.exp_avg", acct_);
-  v_ = Tensor::zeros({state}, DType::kF32, "optimizer.exp_avg_sq", acct_);
+  const int k = optimizer_state_bytes(cfg_);  // 8: two fp32 tensors, 4: one, 0: none
+  m_ = Tensor::zeros({k >= 4 ? state : 0}, DType::kF32,
+                     cfg_.optimizer == "sgd" ? "optimizer.momentum_buffer" : "optimizer.exp_avg",
+                     acct_);
+  v_ = Tensor::zeros({k >= 8 ? state : 0}, DType::kF32, "optimizer.exp_avg_sq", acct_);
   std::vector<uint8_t> replicated(total_, 0);
   for (auto& s : layout_.specs()) {
     if (s.split == model::Split::kReplicated) {
@@ -140,15 +211,7 @@ float* Trainer::compute_params() {
 }
 
 float Trainer::learning_rate(int64_t step) const {
-  if (step < cfg_.warmup_steps) {
-    return cfg_.lr * static_cast<float>(step + 1) / static_cast<float>(cfg_.warmup_steps);
-  }
-  const int64_t decay = cfg_.decay_steps > 0 ? cfg_.decay_steps : std::max<int64_t>(cfg_.steps, 1);
-  const double progress =
-      std::min(1.0, static_cast<double>(step - cfg_.warmup_steps) /
-                        static_cast<double>(std::max<int64_t>(1, decay - cfg_.warmup_steps)));
-  return cfg_.min_lr + 0.5f * (cfg_.lr - cfg_.min_lr) *
-                           static_cast<float>(1.0 + std::cos(3.141592653589793 * progress));
+  return scheduled_lr(cfg_, topo_.layout.dp, step);
 }
 
 Trainer::MicroBatch Trainer::load(const SyntheticCorpus& corpus, const std::vector<int64_t>& idx,
@@ -376,6 +439,15 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
                            : 1.0f;
     ops::scale(g + rlo, rhi - rlo, clip / scale);
     ops::AdamW hp{m.lr, cfg_.beta1, cfg_.beta2, 1e-8f, cfg_.weight_decay};
+    ops::Sgd sgd{m.lr, cfg_.momentum, cfg_.weight_decay};
+    // One optimizer step over n parameters; the state (if any) is this rank's m_/v_.
+    auto update = [&](float* p, const float* grad, size_t n) {
+      if (cfg_.optimizer == "sgd") {
+        ops::sgd_update(p, grad, m_.f32(), n, sgd);
+      } else {
+        ops::adamw_update(p, grad, m_.f32(), v_.f32(), n, step_ + 1, hp);
+      }
+    };
     std::optional<ops::HostStage> staged;  // a plan that corrupts the gradients acts on host data
     auto verdict = FAULTLINE_FAULT_POINT(
         "optimizer.step", (fault::SiteContext{step_, "", "optimizer.step", -1,
@@ -384,12 +456,11 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
     staged.reset();
     if (verdict != fault::Verdict::kSkip) {
       if (zero == 0) {
-        ops::adamw_update(master_.f32(), g, m_.f32(), v_.f32(), total_, step_ + 1, hp);
+        update(master_.f32(), g, total_);
       } else if (zero == 3) {
-        ops::adamw_update(master_.f32(), g + lo_, m_.f32(), v_.f32(), hi_ - lo_, step_ + 1, hp);
+        update(master_.f32(), g + lo_, hi_ - lo_);
       } else {
-        ops::adamw_update(master_.f32() + lo_, g + lo_, m_.f32(), v_.f32(), hi_ - lo_, step_ + 1,
-                          hp);
+        update(master_.f32() + lo_, g + lo_, hi_ - lo_);
       }
     }
     if (zero == 1 || zero == 2) {
