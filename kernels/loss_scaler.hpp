@@ -27,7 +27,7 @@ struct LossScalerConfig {
   int growth_interval = 1000;
   float min_scale = 1.0f;
   int hysteresis = 1;  // overflows tolerated before the scale is lowered (DeepSpeed's knob)
-  bool consecutive_hysteresis = false;  // restore the hysteresis after every clean step
+  bool consecutive_hysteresis = false;   // restore the hysteresis after every clean step
   bool raise_error_at_min_scale = true;  // false: keep skipping at the minimum scale
 };
 

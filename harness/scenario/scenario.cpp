@@ -216,7 +216,8 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   ErrorCollector::check([&] {
     if (s.momentum != 0 && s.optimizer != "sgd") {
       const YAML::Node d = static_cast<const YAML::Node&>(doc)["workload"];
-      fail_at(path, d && d["momentum"] ? d["momentum"] : static_cast<const YAML::Node&>(doc), "workload.momentum",
+      fail_at(path, d && d["momentum"] ? d["momentum"] : static_cast<const YAML::Node&>(doc),
+              "workload.momentum",
               fmt::format("momentum {} applies to optimizer: sgd only (this workload uses {}; "
                           "allowed: 0, or optimizer: sgd)",
                           s.momentum, s.optimizer));
@@ -225,8 +226,9 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   ErrorCollector::check([&] {
     if (s.min_loss_scale > s.loss_scale) {
       const YAML::Node d = static_cast<const YAML::Node&>(doc)["workload"];
-      fail_at(path, d && d["min_loss_scale"] ? d["min_loss_scale"]
-                                         : static_cast<const YAML::Node&>(doc), "workload.min_loss_scale",
+      fail_at(path,
+              d && d["min_loss_scale"] ? d["min_loss_scale"] : static_cast<const YAML::Node&>(doc),
+              "workload.min_loss_scale",
               fmt::format("{} is above loss_scale {} (allowed: at most loss_scale)",
                           s.min_loss_scale, s.loss_scale));
     }

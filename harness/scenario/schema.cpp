@@ -117,7 +117,12 @@ const std::vector<KeySpec>& scenario_schema() {
          "An overflow at the minimum loss scale stops the run with DeepSpeed's error; false: the "
          "step is skipped and training goes on at the minimum scale"},
         {"workload.optimizer", K::kEnum, "adamw", "Optimizer", {"adamw", "sgd"}},
-        {"workload.momentum", K::kFloat, "0", "SGD momentum (optimizer: sgd; 0: plain SGD)", {}, 0,
+        {"workload.momentum",
+         K::kFloat,
+         "0",
+         "SGD momentum (optimizer: sgd; 0: plain SGD)",
+         {},
+         0,
          0.9999},
         {"workload.lr_scaling",
          K::kEnum,

@@ -185,7 +185,7 @@ PrecisionRun run_at(DType precision, float emb_scale) {
   auto in_format = [&](const Tensor& t) {
     for (size_t i = 0; i < t.numel(); ++i) {
       const float v = t.f32()[i];
-      const float back = precision == DType::kF16   ? half_to_float(float_to_half(v))
+      const float back = precision == DType::kF16    ? half_to_float(float_to_half(v))
                          : precision == DType::kBF16 ? bf16_to_float(float_to_bf16(v))
                                                      : v;
       if (std::isfinite(v) && back != v) return false;

@@ -27,10 +27,9 @@ bool finite_loss(const nlohmann::json& step) {
 // with the default seeds): the forward overflows, the loss is NaN and the step is skipped. The
 // same run in bf16 has fp32's range, so its loss stays finite and no step is skipped.
 TEST(TrainPrecision, Fp16ActivationsOverflowWhereBf16DoesNot) {
-  const std::vector<std::string> base = {"--dp",   "2",   "--micro-batch",
-                                         "4",      "--lr", "0.7",
-                                         "--clip", "0",    "--raise-error-at-min-scale",
-                                         "false"};
+  const std::vector<std::string> base = {
+      "--dp", "2", "--micro-batch", "4", "--lr", "0.7", "--clip", "0", "--raise-error-at-min-scale",
+      "false"};
   auto with = [&](const char* precision) {
     auto args = base;
     args.insert(args.end(), {"--precision", precision});
@@ -62,8 +61,8 @@ TEST(TrainPrecision, Fp16ActivationsOverflowWhereBf16DoesNot) {
 }
 
 TEST(TrainOptimizer, SgdWithMomentumTrainsAndZeroPartitionsItsBuffer) {
-  const std::vector<std::string> sgd = {"--dp", "2",          "--micro-batch", "4", "--optimizer",
-                                        "sgd",  "--momentum", "0.9",           "--lr", "0.5"};
+  const std::vector<std::string> sgd = {
+      "--dp", "2", "--micro-batch", "4", "--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.5"};
   auto z0 = sgd, z1 = sgd;
   z1.insert(z1.end(), {"--zero", "1"});
   const TrainRun a = train(2, z0, 20), b = train(2, z1, 20);
@@ -85,8 +84,8 @@ TEST(TrainOptimizer, SgdWithMomentumTrainsAndZeroPartitionsItsBuffer) {
 }
 
 TEST(TrainOptimizer, LinearLrScalingMultipliesTheScheduleByDp) {
-  const TrainRun r = train(
-      2, {"--dp", "2", "--lr", "0.01", "--lr-scaling", "linear", "--warmup-steps", "0"}, 2);
+  const TrainRun r =
+      train(2, {"--dp", "2", "--lr", "0.01", "--lr-scaling", "linear", "--warmup-steps", "0"}, 2);
   ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
   EXPECT_NEAR(r.steps[0]["lr"].get<double>(), 0.02, 1e-7);
 }
@@ -99,8 +98,7 @@ TEST(TrainOptimizer, BadOptionsAreRefusedNamingTheOption) {
       << r.proc.output;
   r = train(1, {"--momentum", "0.9"}, 1);
   EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
-  EXPECT_NE(r.proc.output.find("--momentum 0.9 applies to --optimizer sgd only"),
-            std::string::npos)
+  EXPECT_NE(r.proc.output.find("--momentum 0.9 applies to --optimizer sgd only"), std::string::npos)
       << r.proc.output;
   r = train(1, {"--hysteresis", "-1"}, 1);
   EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;

@@ -70,8 +70,8 @@ float scheduled_lr(const TrainConfig& cfg, int dp, int64_t step) {
   const double progress =
       std::min(1.0, static_cast<double>(step - warmup) /
                         static_cast<double>(std::max<int64_t>(1, decay - warmup)));
-  return floor + 0.5f * (peak - floor) *
-                     static_cast<float>(1.0 + std::cos(3.141592653589793 * progress));
+  return floor +
+         0.5f * (peak - floor) * static_cast<float>(1.0 + std::cos(3.141592653589793 * progress));
 }
 
 }  // namespace fl::train

@@ -176,9 +176,7 @@ class Trainer {
   Tensor master_;      // fp32 parameters: full (ZeRO 0-2) or the owned partition (ZeRO-3)
   Tensor compute_;     // parameters as the forward sees them (rounded to the precision)
   Tensor grads_;       // fp32 gradients, padded to the partition size × dp
-  // Optimizer state, full (ZeRO-0) or the owned partition: AdamW's moments, or SGD's momentum
-  // buffer in m_ (v_ then empty; both empty for plain SGD).
-  Tensor m_, v_;
+  Tensor m_, v_;       // optimizer state, full (ZeRO-0) or partition: AdamW m/v; SGD m only
   Tensor replicated_;  // uint8, 1 where the element is replicated across TP ranks
   // Communication staging buffers (16-bit gradients, a ZeRO partition in flight) live on the
   // rank's device but outside its memory budget, as the host vectors they replace on CPU did.
