@@ -229,4 +229,8 @@ void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
   FL_DISPATCH(adamw_update, param, grad, m, v, n, t, hp);
 }
 
+void sgd_update(float* param, const float* grad, float* momentum_buf, size_t n, const Sgd& hp) {
+  FL_DISPATCH(sgd_update, param, grad, momentum_buf, n, hp);
+}
+
 }  // namespace fl::ops

@@ -25,6 +25,14 @@ struct AdamW {
   float weight_decay = 0.0f;
 };
 
+// SGD as torch.optim.SGD does it (no dampening, not Nesterov): d = g + weight_decay · p; with
+// momentum > 0, buf = momentum · buf + d and d = buf; then p -= lr · d.
+struct Sgd {
+  float lr = 1e-2f;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+};
+
 #include "kernels/ops_list.inc"
 
 // The operand format of the GEMMs of linear and attention on the calling thread (like its current

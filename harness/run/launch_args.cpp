@@ -181,6 +181,16 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
     add("--eval-every", s.eval_every);
     add("--loss-scale", s.loss_scale);
     add("--min-loss-scale", s.min_loss_scale);
+    // The numeric knobs go on the command line only where a scenario sets them, so the launch
+    // of every scenario that does not stays as it was.
+    if (s.loss_scale_window != 1000) add("--loss-scale-window", s.loss_scale_window);
+    if (s.hysteresis != 1) add("--hysteresis", s.hysteresis);
+    if (!s.raise_error_at_min_scale) add("--raise-error-at-min-scale", "false");
+    if (s.optimizer != "adamw") add("--optimizer", s.optimizer);
+    if (s.momentum != 0) add("--momentum", s.momentum);
+    if (s.lr_scaling != "none") add("--lr-scaling", s.lr_scaling);
+    if (s.warmup_steps != 5) add("--warmup-steps", s.warmup_steps);
+    if (s.warmup_style != "linear") add("--warmup-style", s.warmup_style);
     add("--data-seed", s.data_seed);
     if (s.samples > 0) add("--samples", s.samples);
     if (s.drop_last) a.push_back("--drop-last");

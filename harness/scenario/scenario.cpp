@@ -205,6 +205,34 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.eval_every = w["eval_every"].as<int64_t>();
   s.loss_scale = w["loss_scale"].as<double>();
   s.min_loss_scale = w["min_loss_scale"].as<double>();
+  s.loss_scale_window = w["loss_scale_window"].as<int64_t>();
+  s.hysteresis = w["hysteresis"].as<int64_t>();
+  s.raise_error_at_min_scale = w["raise_error_at_min_scale"].as<bool>();
+  s.optimizer = w["optimizer"].as<std::string>();
+  s.momentum = w["momentum"].as<double>();
+  s.lr_scaling = w["lr_scaling"].as<std::string>();
+  s.warmup_steps = w["warmup_steps"].as<int64_t>();
+  s.warmup_style = w["warmup_style"].as<std::string>();
+  ErrorCollector::check([&] {
+    if (s.momentum != 0 && s.optimizer != "sgd") {
+      const YAML::Node d = static_cast<const YAML::Node&>(doc)["workload"];
+      fail_at(path, d && d["momentum"] ? d["momentum"] : static_cast<const YAML::Node&>(doc),
+              "workload.momentum",
+              fmt::format("momentum {} applies to optimizer: sgd only (this workload uses {}; "
+                          "allowed: 0, or optimizer: sgd)",
+                          s.momentum, s.optimizer));
+    }
+  });
+  ErrorCollector::check([&] {
+    if (s.min_loss_scale > s.loss_scale) {
+      const YAML::Node d = static_cast<const YAML::Node&>(doc)["workload"];
+      fail_at(path,
+              d && d["min_loss_scale"] ? d["min_loss_scale"] : static_cast<const YAML::Node&>(doc),
+              "workload.min_loss_scale",
+              fmt::format("{} is above loss_scale {} (allowed: at most loss_scale)",
+                          s.min_loss_scale, s.loss_scale));
+    }
+  });
   s.samples = w["data"]["samples"].as<int64_t>();
   s.drop_last = w["data"]["drop_last"].as<bool>();
   s.data_seed = w["data"]["seed"].as<int64_t>();

@@ -95,6 +95,10 @@ struct Scenario {
   bool zero_init = true, offload_optimizer = false, activation_checkpointing = false;
   int64_t reduce_bucket_size = 0, allgather_bucket_size = 0;
   int64_t zero3_prefetch_bytes = -1, zero3_max_live_bytes = -1;
+  int64_t loss_scale_window = 1000, hysteresis = 1, warmup_steps = 5;
+  bool raise_error_at_min_scale = true;
+  std::string optimizer = "adamw", lr_scaling = "none", warmup_style = "linear";
+  double momentum = 0;
   int64_t checkpoint_every = 0;
   bool resume = false;
   int64_t requests = 0, prompt_len = 0, new_tokens = 0;

@@ -390,4 +390,16 @@ void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
   fn(param, grad, m, v, n, t, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay);
 }
 
+void sgd_update(float* param, const float* grad, float* momentum_buf, size_t n, const Sgd& hp) {
+  const bool with_momentum = hp.momentum > 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    float d = grad[i] + hp.weight_decay * param[i];
+    if (with_momentum) {
+      d = hp.momentum * momentum_buf[i] + d;
+      momentum_buf[i] = d;
+    }
+    param[i] -= hp.lr * d;
+  }
+}
+
 }  // namespace fl::ops::cpu

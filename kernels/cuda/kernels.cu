@@ -407,6 +407,18 @@ __global__ void adamw_k(float* param, const float* grad, float* m, float* v, siz
   }
 }
 
+__global__ void sgd_k(float* param, const float* grad, float* buf, size_t n, float lr,
+                      float momentum, float weight_decay) {
+  FL_GRID_STRIDE(i, n) {
+    float d = grad[i] + weight_decay * param[i];
+    if (momentum > 0.0f) {
+      d = momentum * buf[i] + d;
+      buf[i] = d;
+    }
+    param[i] -= lr * d;
+  }
+}
+
 }  // namespace
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
@@ -562,6 +574,12 @@ void adamw(float* param, const float* grad, float* m, float* v, size_t n, float 
   FL_LAUNCH(adamw_k, blocks_for(n), kThreads, 0)
   (param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2);
   check_launch("adamw_update");
+}
+
+void sgd(float* param, const float* grad, float* buf, size_t n, float lr, float momentum,
+         float weight_decay) {
+  FL_LAUNCH(sgd_k, blocks_for(n), kThreads, 0)(param, grad, buf, n, lr, momentum, weight_decay);
+  check_launch("sgd_update");
 }
 
 }  // namespace fl::cuda::launch

@@ -63,6 +63,8 @@ void encode(const float* src, void* dst, int dtype, size_t n);
 void decode(const void* src, int dtype, float* dst, size_t n);
 void adamw(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1,
            float beta2, float eps, float weight_decay, float c1, float c2);
+void sgd(float* param, const float* grad, float* buf, size_t n, float lr, float momentum,
+         float weight_decay);
 
 }  // namespace launch
 }  // namespace fl::cuda

@@ -290,4 +290,8 @@ void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
   }
 }
 
+void sgd_update(float* param, const float* grad, float* momentum_buf, size_t n, const Sgd& hp) {
+  if (n > 0) launch::sgd(param, grad, momentum_buf, n, hp.lr, hp.momentum, hp.weight_decay);
+}
+
 }  // namespace fl::ops::cuda

@@ -83,8 +83,10 @@ TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
   EXPECT_EQ(error_of("name: a\nworkload:\n  stepz: 3\n"),
             "s.yaml:3:3: workload.stepz: unknown key (did you mean 'steps'?) (allowed here: "
             "kind, model, device, steps, precision, micro_batch, grad_accum, lr, clip, schedule, "
-            "eval_every, loss_scale, min_loss_scale, data, activation_checkpointing, zero, "
-            "checkpoint, infer, plugins, jit, fetch, args)");
+            "eval_every, loss_scale, min_loss_scale, loss_scale_window, hysteresis, "
+            "raise_error_at_min_scale, optimizer, momentum, lr_scaling, warmup_steps, "
+            "warmup_style, data, activation_checkpointing, zero, checkpoint, infer, plugins, jit, "
+            "fetch, args)");
 }
 
 TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {
@@ -92,6 +94,25 @@ TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {
             "s.yaml:2:24: expect.colour: unknown key (allowed here: symptom, oracle, absent, "
             "within_s, ranks, exit_class, exit_code, pattern, op, hang_s, factor, after_step, "
             "slowed)");
+}
+
+TEST_F(ScenarioTest, NumericKeysThatContradictEachOtherAreRefused) {
+  EXPECT_EQ(error_of("name: a\nworkload:\n  momentum: 0.9\n"),
+            "s.yaml:3:13: workload.momentum: momentum 0.9 applies to optimizer: sgd only (this "
+            "workload uses adamw; allowed: 0, or optimizer: sgd)");
+  EXPECT_EQ(error_of("name: a\nworkload: {loss_scale: 4, min_loss_scale: 8}\n"),
+            "s.yaml:2:43: workload.min_loss_scale: 8 is above loss_scale 4 (allowed: at most "
+            "loss_scale)");
+  EXPECT_EQ(error_of("name: a\nworkload: {hysteresis: -1}\n"),
+            "s.yaml:2:24: workload.hysteresis: -1 is out of range (allowed 1-1000000)");
+  auto s = load_scenario(write("s.yaml",
+                               "name: a\nworkload: {optimizer: sgd, momentum: 0.9, lr_scaling: "
+                               "sqrt, warmup_steps: 0, raise_error_at_min_scale: false}\n"));
+  EXPECT_EQ(s.optimizer, "sgd");
+  EXPECT_EQ(s.momentum, 0.9);
+  EXPECT_EQ(s.lr_scaling, "sqrt");
+  EXPECT_EQ(s.warmup_steps, 0);
+  EXPECT_FALSE(s.raise_error_at_min_scale);
 }
 
 TEST_F(ScenarioTest, WrongTypeOutOfRangeAndBadEnum) {

@@ -120,6 +120,19 @@ TEST(CudaEmulation, AdamW) {
   expect_close(v, vc, 0, "adamw exp_avg_sq");
 }
 
+TEST(CudaEmulation, Sgd) {
+  const size_t n = 700;
+  for (float momentum : {0.0f, 0.9f}) {
+    auto p = randn(n, 21), grad = randn(n, 22), buf = randn(n, 23, 0.01f);
+    auto pc = p, bufc = buf;
+    ops::Sgd hp{0.05f, momentum, 0.01f};
+    ops::sgd_update(pc.data(), grad.data(), bufc.data(), n, hp);
+    launch::sgd(p.data(), grad.data(), buf.data(), n, hp.lr, hp.momentum, hp.weight_decay);
+    expect_close(p, pc, 0, "sgd param");
+    expect_close(buf, bufc, 0, "sgd momentum buffer");
+  }
+}
+
 TEST(CudaEmulation, SoftmaxCrossEntropyAndReductions) {
   auto logits = randn(N * V, 15, 2.0f);
   std::vector<int32_t> tgt(N);

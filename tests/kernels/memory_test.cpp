@@ -99,6 +99,44 @@ TEST(LossScaler, HysteresisToleratesOverflowsBeforeLowering) {
   EXPECT_EQ(s.scale(), 8);
   EXPECT_FALSE(s.update(true, 1));
   EXPECT_EQ(s.scale(), 4);
+  // As in DeepSpeed, the budget is not restored by a clean step, only when the scale grows:
+  // after a clean step the next overflow lowers the scale at once.
+  EXPECT_TRUE(s.update(false, 2));
+  EXPECT_FALSE(s.update(true, 3));
+  EXPECT_EQ(s.scale(), 2);
+}
+
+TEST(LossScaler, ConsecutiveHysteresisIsRestoredByEveryCleanStep) {
+  LossScaler s({.initial_scale = 8,
+                .growth_interval = 100,
+                .min_scale = 1,
+                .hysteresis = 2,
+                .consecutive_hysteresis = true});
+  EXPECT_FALSE(s.update(true, 0));
+  EXPECT_EQ(s.hysteresis_left(), 1);
+  EXPECT_TRUE(s.update(false, 1));
+  EXPECT_EQ(s.hysteresis_left(), 2);
+  EXPECT_FALSE(s.update(true, 2));  // tolerated again
+  EXPECT_EQ(s.scale(), 8);
+  EXPECT_FALSE(s.update(true, 3));
+  EXPECT_EQ(s.scale(), 4);
+}
+
+TEST(LossScaler, GrowthRestoresTheHysteresisAndCountsCleanStepsSinceTheLastOverflow) {
+  LossScaler s({.initial_scale = 8, .growth_interval = 2, .min_scale = 1, .hysteresis = 2});
+  EXPECT_FALSE(s.update(true, 0));  // tolerated
+  EXPECT_FALSE(s.update(true, 1));  // 4
+  EXPECT_EQ(s.scale(), 4);
+  EXPECT_EQ(s.hysteresis_left(), 1);
+  EXPECT_TRUE(s.update(false, 2));
+  EXPECT_EQ(s.scale(), 4);
+  EXPECT_TRUE(s.update(false, 3));  // two clean steps since the overflow: x2
+  EXPECT_EQ(s.scale(), 8);
+  EXPECT_EQ(s.hysteresis_left(), 2);
+  EXPECT_FALSE(s.update(true, 4));  // tolerated again
+  EXPECT_EQ(s.scale(), 8);
+  EXPECT_TRUE(s.update(false, 5));  // the overflow reset the window: no growth yet
+  EXPECT_EQ(s.scale(), 8);
 }
 
 TEST(LossScaler, OverflowAtTheMinimumStopsTraining) {
@@ -115,15 +153,39 @@ TEST(LossScaler, OverflowAtTheMinimumStopsTraining) {
     FAIL();
   } catch (const LossScaleError& e) {
     EXPECT_STREQ(e.what(),
-                 "gradient overflow at step 12 with the loss scale already at its "
-                 "minimum (1): it cannot be lowered further, so training stops (3 steps "
-                 "skipped so far)");
+                 "Current loss scale already at minimum - cannot decrease scale anymore. Exiting "
+                 "run. (gradient overflow at step 12 with the loss scale already at its minimum "
+                 "1; 3 steps skipped so far)");
   }
+}
+
+TEST(LossScaler, HysteresisAppliesAtTheMinimumToo) {
+  LossScaler s({.initial_scale = 1, .growth_interval = 100, .min_scale = 1, .hysteresis = 2});
+  EXPECT_FALSE(s.update(true, 0));  // tolerated: no error yet
+  EXPECT_THROW(s.update(true, 1), LossScaleError);
+}
+
+TEST(LossScaler, WithoutRaiseErrorAtMinScaleEveryOverflowIsSkippedAtTheMinimum) {
+  LossScaler s({.initial_scale = 4,
+                .growth_interval = 100,
+                .min_scale = 1,
+                .hysteresis = 1,
+                .raise_error_at_min_scale = false});
+  EXPECT_FALSE(s.update(true, 0));  // 2
+  EXPECT_FALSE(s.update(true, 1));  // 1
+  for (int64_t step = 2; step < 12; ++step) {
+    EXPECT_FALSE(s.update(true, step));
+    EXPECT_EQ(s.scale(), 1);
+  }
+  EXPECT_EQ(s.skipped_steps(), 12);
+  EXPECT_TRUE(s.update(false, 12));  // a clean step still trains
+  EXPECT_EQ(s.scale(), 1);
 }
 
 TEST(LossScaler, InvalidConfigurationIsRejected) {
   EXPECT_THROW(LossScaler({.initial_scale = 0.5f, .min_scale = 1}), Error);
   EXPECT_THROW(LossScaler({.backoff_factor = 1.5f}), Error);
+  EXPECT_THROW(LossScaler({.hysteresis = 0}), ConfigError);
 }
 
 }  // namespace

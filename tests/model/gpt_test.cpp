@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "base/dtype.hpp"
 #include "workloads/model/gpt.hpp"
 
 namespace fl::model {
@@ -225,6 +226,87 @@ TEST(Gpt, ParameterGroupsAreUsedInOrderAndCheckpointingRecomputesTheSameGradient
   EXPECT_EQ(rec.log, want);
   EXPECT_EQ(rec.flat_grads(), grads);  // recomputation is bit for bit
   EXPECT_LT(acct2.peak(), plain_peak);
+}
+
+// Runs one forward and backward of the micro model at `precision` with the embeddings scaled by
+// `emb_scale`; returns the loss, and whether every gradient is finite.
+struct PrecisionRun {
+  float loss = 0;
+  bool grads_finite = true;
+  bool input_finite = true;
+  bool stored_in_precision = true;  // every kept activation is a value of the format
+};
+
+PrecisionRun run_at(DType precision, float emb_scale) {
+  auto cfg = micro();
+  ParamLayout layout(cfg, 1, 0, 1, 0);
+  std::vector<float> params(layout.total()), grads(layout.total(), 0.0f);
+  layout.initialize(params.data(), cfg.seed);
+  for (const char* name : {"wte", "wpe"}) {
+    const auto& s = layout.spec(name);
+    for (size_t i = 0; i < s.numel(); ++i) params[s.offset + i] *= emb_scale;
+  }
+  MemoryAccountant acct;
+  GptStage stage(cfg, layout, nullptr, acct);
+  stage.set_activation_precision(precision);
+  const int B = 2, T = 4;
+  auto data = batch(cfg, B, T);
+  auto acts = stage.forward(params.data(), data.tokens.data(), nullptr, data.targets.data(), B, T);
+  stage.backward(*acts, params.data(), grads.data(), 1024.0f, nullptr, nullptr);
+  PrecisionRun r;
+  r.loss = acts->loss;
+  for (float g : grads) r.grads_finite = r.grads_finite && std::isfinite(g);
+  auto in_format = [&](const Tensor& t) {
+    for (size_t i = 0; i < t.numel(); ++i) {
+      const float v = t.f32()[i];
+      const float back = precision == DType::kF16    ? half_to_float(float_to_half(v))
+                         : precision == DType::kBF16 ? bf16_to_float(float_to_bf16(v))
+                                                     : v;
+      if (std::isfinite(v) && back != v) return false;
+    }
+    return true;
+  };
+  for (size_t i = 0; i < acts->input.numel(); ++i) {
+    r.input_finite = r.input_finite && std::isfinite(acts->input.f32()[i]);
+  }
+  r.stored_in_precision = in_format(acts->input) && in_format(acts->lnf);
+  for (const auto& L : acts->layers) {
+    for (const Tensor* t : {&L.ln1, &L.qkv, &L.att, &L.atty, &L.attproj, &L.res2, &L.ln2, &L.fch,
+                            &L.fch_gelu, &L.fcproj, &L.res3}) {
+      r.stored_in_precision = r.stored_in_precision && in_format(*t);
+    }
+  }
+  return r;
+}
+
+TEST(GptPrecision, ActivationsAreComputedAndStoredInTheTrainingFormat) {
+  const auto f32 = run_at(DType::kF32, 1.0f), f16 = run_at(DType::kF16, 1.0f),
+             b16 = run_at(DType::kBF16, 1.0f);
+  for (const auto* r : {&f32, &f16, &b16}) {
+    EXPECT_TRUE(r->grads_finite);
+    EXPECT_TRUE(r->stored_in_precision);
+  }
+  // Rounding every op output moves the loss a little, bf16 (8 mantissa bits) more than fp16.
+  EXPECT_NE(f16.loss, f32.loss);
+  EXPECT_NE(b16.loss, f32.loss);
+  EXPECT_NEAR(f16.loss, f32.loss, 1e-3);
+  EXPECT_NEAR(b16.loss, f32.loss, 2e-2);
+}
+
+TEST(GptPrecision, Fp16ActivationsOverflowWhereBf16KeepsTheRange) {
+  // Embeddings scaled so some exceed fp16's largest value (65504): the forward overflows to inf
+  // in fp16, layer norm turns it into NaN and so does the loss; bf16 and fp32 have the range.
+  const float scale = 4e6f;  // init std 0.02 -> |values| well past 65504
+  const auto f16 = run_at(DType::kF16, scale), b16 = run_at(DType::kBF16, scale),
+             f32 = run_at(DType::kF32, scale);
+  EXPECT_FALSE(f16.input_finite);
+  EXPECT_TRUE(std::isnan(f16.loss)) << f16.loss;
+  EXPECT_FALSE(f16.grads_finite);
+  EXPECT_TRUE(b16.input_finite);
+  EXPECT_TRUE(std::isfinite(b16.loss)) << b16.loss;
+  EXPECT_TRUE(b16.grads_finite);
+  EXPECT_TRUE(std::isfinite(f32.loss));
+  EXPECT_TRUE(f32.grads_finite);
 }
 
 }  // namespace

@@ -151,8 +151,9 @@ TEST(TrainPrecision, LossScaleCollapseStopsTraining) {
   auto r = train(2, {"--dp", "2", "--micro-batch", "4", "--precision", "fp16", "--loss-scale",
                      "16777216", "--min-loss-scale", "4194304"});
   EXPECT_EQ(r.proc.exit_code, exit_code::kLossScale) << r.proc.output;
-  EXPECT_NE(r.proc.output.find("gradient overflow at step 2 with the loss scale already at its "
-                               "minimum (4194304): it cannot be lowered further"),
+  EXPECT_NE(r.proc.output.find("Current loss scale already at minimum - cannot decrease scale "
+                               "anymore. Exiting run. (gradient overflow at step 2 with the loss "
+                               "scale already at its minimum 4194304"),
             std::string::npos)
       << r.proc.output;
 }

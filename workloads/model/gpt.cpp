@@ -37,6 +37,19 @@ void GptStage::tp_all_reduce(float* data, size_t n) {
   if (tp_ && tp_size_ > 1) tp_->all_reduce(comm::device_buffer(data, n, DType::kF32));
 }
 
+void GptStage::rnd(Tensor& t) {
+  if (act_ != DType::kF32) ops::round_to_precision(t.f32(), t.numel(), act_);
+}
+
+void GptStage::round_grads(float* grads, const std::string& prefix, size_t base) {
+  if (act_ == DType::kF32) return;
+  for (const auto& s : layout_.specs()) {
+    if (s.name.rfind(prefix, 0) == 0) {
+      ops::round_to_precision(grads + (s.offset - base), s.numel(), act_);
+    }
+  }
+}
+
 std::unique_ptr<StageActs> GptStage::forward(const float* params, const int32_t* tokens,
                                              const float* x_in, const int32_t* targets, int B,
                                              int T) {
@@ -54,32 +67,43 @@ void GptStage::block_forward(LayerActs& L, const float* x, const BlockParams& w,
   L.ln1_rstd = alloc({N}, n + "ln1.rstd");
   ops::layernorm_forward(L.ln1.f32(), L.ln1_mean.f32(), L.ln1_rstd.f32(), x, w.ln1_w, w.ln1_b, N,
                          C);
+  rnd(L.ln1);
   L.qkv = alloc({N, 3 * Cl}, n + "qkv");
   ops::linear_forward(L.qkv.f32(), L.ln1.f32(), w.qkv_w, w.qkv_b, N, C, 3 * Cl);
+  rnd(L.qkv);
   L.att = alloc({B, NHl, T, T}, n + "att");
   L.atty = alloc({N, Cl}, n + "atty");
   ops::attention_forward(L.atty.f32(), L.att.f32(), L.qkv.f32(), B, T, Cl, NHl);
+  rnd(L.att);
+  rnd(L.atty);
   L.attproj = alloc({N, C}, n + "attproj");
   ops::linear_forward(L.attproj.f32(), L.atty.f32(), w.proj_w, nullptr, N, Cl, C);
   tp_all_reduce(L.attproj.f32(), static_cast<size_t>(N) * C);
   ops::add_bias(L.attproj.f32(), w.proj_b, N, C);
+  rnd(L.attproj);
   L.res2 = alloc({N, C}, n + "res2");
   ops::residual_forward(L.res2.f32(), x, L.attproj.f32(), static_cast<size_t>(N) * C);
+  rnd(L.res2);
   L.ln2 = alloc({N, C}, n + "ln2");
   L.ln2_mean = alloc({N}, n + "ln2.mean");
   L.ln2_rstd = alloc({N}, n + "ln2.rstd");
   ops::layernorm_forward(L.ln2.f32(), L.ln2_mean.f32(), L.ln2_rstd.f32(), L.res2.f32(), w.ln2_w,
                          w.ln2_b, N, C);
+  rnd(L.ln2);
   L.fch = alloc({N, 4 * Cl}, n + "fch");
   ops::linear_forward(L.fch.f32(), L.ln2.f32(), w.fc_w, w.fc_b, N, C, 4 * Cl);
+  rnd(L.fch);
   L.fch_gelu = alloc({N, 4 * Cl}, n + "fch.gelu");
   ops::gelu_forward(L.fch_gelu.f32(), L.fch.f32(), static_cast<size_t>(N) * 4 * Cl);
+  rnd(L.fch_gelu);
   L.fcproj = alloc({N, C}, n + "fcproj");
   ops::linear_forward(L.fcproj.f32(), L.fch_gelu.f32(), w.fcproj_w, nullptr, N, 4 * Cl, C);
   tp_all_reduce(L.fcproj.f32(), static_cast<size_t>(N) * C);
   ops::add_bias(L.fcproj.f32(), w.fcproj_b, N, C);
+  rnd(L.fcproj);
   L.res3 = alloc({N, C}, n + "res3");
   ops::residual_forward(L.res3.f32(), L.res2.f32(), L.fcproj.f32(), static_cast<size_t>(N) * C);
+  rnd(L.res3);
 }
 
 std::unique_ptr<StageActs> GptStage::forward(ParamAccess& pa, const int32_t* tokens,
@@ -103,6 +127,7 @@ std::unique_ptr<StageActs> GptStage::forward(ParamAccess& pa, const int32_t* tok
     auto* P = const_cast<float*>(pa.acquire(0, false));
     ops::embedding_forward(a->input.f32(), a->tokens_dev.data<int32_t>(), layout_.find(P, "wte", 0),
                            layout_.find(P, "wpe", 0), B, T, C);
+    rnd(a->input);
     pa.release(0, false);
   } else {
     ops::copy(a->input.f32(), x_in, static_cast<size_t>(N) * C);
@@ -134,9 +159,11 @@ std::unique_ptr<StageActs> GptStage::forward(ParamAccess& pa, const int32_t* tok
     ops::layernorm_forward(a->lnf.f32(), a->lnf_mean.f32(), a->lnf_rstd.f32(), x,
                            layout_.find(P, "lnf.weight", base), layout_.find(P, "lnf.bias", base),
                            N, C);
+    rnd(a->lnf);
     a->probs = alloc({N, V}, "act.logits");
     ops::linear_forward(a->probs.f32(), a->lnf.f32(), layout_.find(P, "lm_head.weight", base),
                         nullptr, N, C, V);
+    rnd(a->probs);  // the logits, in the activation format; softmax and loss run in fp32
     pa.release(head_group(), false);
     a->losses = alloc({N}, "act.losses");
     // In place: logits -> probabilities (the logits are not needed again).
@@ -171,13 +198,18 @@ void GptStage::backward(StageActs& a, ParamAccess& pa, float dloss, const float*
     const float per_token = a.valid_targets ? dloss / static_cast<float>(a.valid_targets) : 0.0f;
     ops::softmax_cross_entropy_backward(dlogits.f32(), a.probs.f32(), a.targets_dev.data<int32_t>(),
                                         per_token, N, V);
+    rnd(dlogits);
     Tensor dlnf = alloc({N, C}, "grad.act.lnf");
     ops::linear_backward(dlnf.f32(), layout_.find(grads, "lm_head.weight", base), nullptr, dlogits.f32(),
                          a.lnf.f32(), layout_.find(P, "lm_head.weight", base), N, C, V);
+    rnd(dlnf);
     const float* x_last = a.output();
     ops::layernorm_backward(
         dx.f32(), layout_.find(grads, "lnf.weight", base), layout_.find(grads, "lnf.bias", base), dlnf.f32(),
         x_last, layout_.find(P, "lnf.weight", base), a.lnf_mean.f32(), a.lnf_rstd.f32(), N, C);
+    rnd(dx);
+    round_grads(grads, "lm_head.", base);
+    round_grads(grads, "lnf.", base);
     pa.release(hg, true);
     pa.grads_done(hg);
   } else {
@@ -198,27 +230,36 @@ void GptStage::backward(StageActs& a, ParamAccess& pa, float dloss, const float*
     Tensor dgelu = alloc({N, 4 * Cl}, n + "fch.gelu");
     ops::linear_backward(dgelu.f32(), g.fcproj_w, nullptr, dx.f32(), L.fch_gelu.f32(), w.fcproj_w,
                          N, 4 * Cl, C);
+    rnd(dgelu);
     Tensor dfch = alloc({N, 4 * Cl}, n + "fch");
     ops::gelu_backward(dfch.f32(), L.fch.f32(), dgelu.f32(), static_cast<size_t>(N) * 4 * Cl);
+    rnd(dfch);
     Tensor dln2 = alloc({N, C}, n + "ln2");
     ops::linear_backward(dln2.f32(), g.fc_w, g.fc_b, dfch.f32(), L.ln2.f32(), w.fc_w, N, C, 4 * Cl);
     tp_all_reduce(dln2.f32(), static_cast<size_t>(N) * C);
+    rnd(dln2);
     // dres2 = dx (residual) + layernorm backward of dln2
     ops::layernorm_backward(dx.f32(), g.ln2_w, g.ln2_b, dln2.f32(), L.res2.f32(), w.ln2_w,
                             L.ln2_mean.f32(), L.ln2_rstd.f32(), N, C);
+    rnd(dx);
     // res2 = x + attproj
     ops::bias_backward(g.proj_b, dx.f32(), N, C);
     Tensor datty = alloc({N, Cl}, n + "atty");
     ops::linear_backward(datty.f32(), g.proj_w, nullptr, dx.f32(), L.atty.f32(), w.proj_w, N, Cl,
                          C);
+    rnd(datty);
     Tensor dqkv = alloc({N, 3 * Cl}, n + "qkv");
     ops::attention_backward(dqkv.f32(), datty.f32(), L.qkv.f32(), L.att.f32(), B, T, Cl, NHl);
+    rnd(dqkv);
     Tensor dln1 = alloc({N, C}, n + "ln1");
     ops::linear_backward(dln1.f32(), g.qkv_w, g.qkv_b, dqkv.f32(), L.ln1.f32(), w.qkv_w, N, C,
                          3 * Cl);
     tp_all_reduce(dln1.f32(), static_cast<size_t>(N) * C);
+    rnd(dln1);
     ops::layernorm_backward(dx.f32(), g.ln1_w, g.ln1_b, dln1.f32(), x, w.ln1_w, L.ln1_mean.f32(),
                             L.ln1_rstd.f32(), N, C);
+    rnd(dx);
+    round_grads(pa.grads(gi), "h" + std::to_string(l) + ".", base);
     pa.release(gi, true);
     pa.grads_done(gi);
     if (recomputed) L = LayerActs{};
@@ -227,6 +268,8 @@ void GptStage::backward(StageActs& a, ParamAccess& pa, float dloss, const float*
     float* grads = pa.grads(0);
     ops::embedding_backward(layout_.find(grads, "wte", 0), layout_.find(grads, "wpe", 0), dx.f32(),
                             a.tokens_dev.data<int32_t>(), B, T, C);
+    round_grads(grads, "wte", 0);
+    round_grads(grads, "wpe", 0);
     pa.grads_done(0);
   }
   if (dx_in) ops::copy(dx_in, dx.f32(), static_cast<size_t>(N) * C);

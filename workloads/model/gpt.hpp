@@ -92,6 +92,13 @@ class GptStage {
 
   const ParamLayout& layout() const { return layout_; }
   const GptConfig& config() const { return cfg_; }
+  // The format activations are stored in, as a framework's half-precision model keeps them:
+  // under fp16/bf16 every op output (embeddings, GEMMs, attention, GELU, residual adds, layer-norm
+  // outputs, logits) and every activation and parameter gradient of the backward is rounded to it
+  // as the op writes it, so fp16 overflows to inf above 65504; softmax, layer-norm statistics,
+  // the loss and the sums inside each op stay fp32. fp32 (the default) rounds nothing.
+  void set_activation_precision(DType t) { act_ = t; }
+  DType activation_precision() const { return act_; }
 
  private:
   Tensor alloc(std::vector<int64_t> shape, const std::string& what);
@@ -102,6 +109,11 @@ class GptStage {
   void block_forward(LayerActs& L, const float* x, const BlockParams& w, int l, int B, int T);
   int block_group(int li) const { return (layout_.has_embedding() ? 1 : 0) + li; }
   int head_group() const { return static_cast<int>(layout_.groups().size()) - 1; }
+  // Rounds an op's output to the activation precision (nothing under fp32).
+  void rnd(Tensor& t);
+  // Rounds the gradients of the parameters whose names start with `prefix` (e.g. "h3."); `grads`
+  // holds the parameter group that starts at element `base` of the stage.
+  void round_grads(float* grads, const std::string& prefix, size_t base);
 
   GptConfig cfg_;
   const ParamLayout& layout_;
@@ -109,6 +121,7 @@ class GptStage {
   int tp_size_;
   MemoryAccountant& acct_;
   bool checkpointing_ = false;
+  DType act_ = DType::kF32;
 };
 
 }  // namespace fl::model

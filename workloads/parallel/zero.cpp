@@ -112,8 +112,8 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
                            : alloc(padded_, "grads.full", dev_);
   MemoryAccountant& state = cfg_.offload_optimizer ? host_ : dev_;
   const size_t moments = cfg_.stage == 0 ? padded_ : part_;
-  m_ = alloc(moments, "optimizer.exp_avg", state);
-  v_ = alloc(moments, "optimizer.exp_avg_sq", state);
+  m_ = alloc(cfg_.optimizer_state_bytes >= 4 ? moments : 0, cfg_.state_name.c_str(), state);
+  v_ = alloc(cfg_.optimizer_state_bytes >= 8 ? moments : 0, "optimizer.exp_avg_sq", state);
   if (cfg_.offload_optimizer) {
     host_master_ = alloc(part_, "optimizer.master.offload", host_);
     host_grads_ = alloc(part_, "grads.offload", host_);

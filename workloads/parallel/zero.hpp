@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "kernels/tensor.hpp"
@@ -50,6 +51,10 @@ struct ZeroConfig {
   bool zero_init = true;
   // Master weights and moments of the rank's partition live on the host (stage >= 1).
   bool offload_optimizer = false;
+  // Optimizer state per parameter (K in ZeRO's formulas): 8 = two fp32 tensors (AdamW's m and
+  // v), 4 = one (SGD's momentum buffer, named `state_name`), 0 = none (plain SGD).
+  int optimizer_state_bytes = 8;
+  std::string state_name = "optimizer.exp_avg";
   uint64_t seed = 0;
   bool broadcast_init = false;
 };

@@ -60,12 +60,27 @@ int main(int argc, char** argv) {
   app.add_option("--check-replicas-every", cfg.check_replicas_every,
                  "Compare parameter hashes across data-parallel replicas every N steps");
   app.add_option("--lr", cfg.lr, "Peak learning rate");
-  app.add_option("--warmup", cfg.warmup_steps, "Warm-up steps");
+  app.add_option("--warmup,--warmup-steps", cfg.warmup_steps, "Warm-up steps");
+  app.add_option("--warmup-style", cfg.warmup_style,
+                 "Warm-up: linear (ramp to the peak), constant (the unscaled lr) or none");
+  app.add_option("--lr-scaling", cfg.lr_scaling,
+                 "Scale the lr schedule with the data-parallel size: none, linear (x dp) or sqrt");
+  app.add_option("--optimizer", cfg.optimizer, "adamw or sgd");
+  app.add_option("--momentum", cfg.momentum, "SGD momentum (0: plain SGD)");
   app.add_option("--clip", cfg.grad_clip, "Gradient clipping norm (0: off)");
   app.add_option("--precision", precision, "fp32, fp16 or bf16")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--loss-scale", cfg.loss_scale.initial_scale, "Initial fp16 loss scale");
   app.add_option("--min-loss-scale", cfg.loss_scale.min_scale, "Minimum fp16 loss scale");
+  app.add_option("--loss-scale-window", cfg.loss_scale.growth_interval,
+                 "Clean steps before the fp16 loss scale doubles");
+  app.add_option("--hysteresis", cfg.loss_scale.hysteresis,
+                 "fp16 overflows tolerated before the loss scale is lowered");
+  app.add_flag("--consecutive-hysteresis", cfg.loss_scale.consecutive_hysteresis,
+               "Restore the hysteresis after every clean step (not only when the scale grows)");
+  app.add_option("--raise-error-at-min-scale", cfg.loss_scale.raise_error_at_min_scale,
+                 "true: an overflow at the minimum loss scale stops the run (DeepSpeed's "
+                 "default); false: the step is skipped and training goes on");
   app.add_option("--schedule", cfg.schedule, "Pipeline schedule: 1f1b or gpipe");
   app.add_option("--eval-every", cfg.eval_every, "Evaluate every N steps (0: never)");
   app.add_option("--eval-batches", cfg.eval_batches, "Micro-batches per evaluation");

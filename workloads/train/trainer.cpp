@@ -53,8 +53,9 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
           cfg_.data_seed + 1000003),
       sampler_(cfg_.num_samples, topo.layout.dp, topo.dp_rank, cfg_.shuffle, cfg_.drop_last,
                cfg_.data_seed),
-      scaler_(cfg_.loss_scale),
+      scaler_((validate_numerics(cfg_), cfg_.loss_scale)),
       staging_(0, topo.rank, acct.device()) {
+  stage_.set_activation_precision(cfg_.precision);
   if (cfg_.precision != DType::kF32 && cfg_.precision != DType::kF16 &&
       cfg_.precision != DType::kBF16) {
     raise<ConfigError>("precision {} is not supported for training (allowed: fp32, fp16, bf16)",
@@ -80,6 +81,8 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   z.offload_optimizer = cfg_.offload_optimizer;
   z.seed = cfg_.model.seed + (cfg_.seed_per_rank ? topo.rank : 0);
   z.broadcast_init = cfg_.broadcast_init && z.stage < 3;
+  z.optimizer_state_bytes = optimizer_state_bytes(cfg_);  // 8: AdamW m, v; 4: SGD momentum; 0
+  z.state_name = cfg_.optimizer == "sgd" ? "optimizer.momentum_buffer" : "optimizer.exp_avg";
   stage_.set_activation_checkpointing(cfg_.activation_checkpointing);
   zero_.emplace(z, layout_, topo, acct_, MemoryAccountant::host(), staging_);
   total_ = zero_->total();
@@ -99,15 +102,7 @@ Tensor Trainer::staging(size_t count, DType dtype, const char* what) const {
 }
 
 float Trainer::learning_rate(int64_t step) const {
-  if (step < cfg_.warmup_steps) {
-    return cfg_.lr * static_cast<float>(step + 1) / static_cast<float>(cfg_.warmup_steps);
-  }
-  const int64_t decay = cfg_.decay_steps > 0 ? cfg_.decay_steps : std::max<int64_t>(cfg_.steps, 1);
-  const double progress =
-      std::min(1.0, static_cast<double>(step - cfg_.warmup_steps) /
-                        static_cast<double>(std::max<int64_t>(1, decay - cfg_.warmup_steps)));
-  return cfg_.min_lr + 0.5f * (cfg_.lr - cfg_.min_lr) *
-                           static_cast<float>(1.0 + std::cos(3.141592653589793 * progress));
+  return scheduled_lr(cfg_, topo_.layout.dp, step);
 }
 
 Trainer::MicroBatch Trainer::load(const SyntheticCorpus& corpus, const std::vector<int64_t>& idx,
@@ -198,6 +193,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
                            : 1.0f;
     ops::scale(g, rhi - rlo, clip / scale);
     ops::AdamW hp{m.lr, cfg_.beta1, cfg_.beta2, 1e-8f, cfg_.weight_decay};
+    ops::Sgd sgd{m.lr, cfg_.momentum, cfg_.weight_decay};
     std::optional<ops::HostStage> staged;  // a plan that corrupts the gradients acts on host data
     auto verdict = FAULTLINE_FAULT_POINT(
         "optimizer.step", (fault::SiteContext{step_, "", "optimizer.step", -1,
@@ -208,7 +204,11 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
       // This rank's elements: all of them (ZeRO-0) or its partition, on the host under offload.
       const auto u = zero_->begin_update();
       DeviceGuard on(u.device);
-      ops::adamw_update(u.params, u.grads, u.m, u.v, u.n, step_ + 1, hp);
+      if (cfg_.optimizer == "sgd") {
+        ops::sgd_update(u.params, u.grads, u.m, u.n, sgd);
+      } else {
+        ops::adamw_update(u.params, u.grads, u.m, u.v, u.n, step_ + 1, hp);
+      }
     }
     zero_->finish_update();
   }

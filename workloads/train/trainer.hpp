@@ -49,6 +49,16 @@ struct TrainConfig {
   float grad_clip = 1.0f;   // 0 = off
   float weight_decay = 0.0f;
   float beta1 = 0.9f, beta2 = 0.95f;
+  // The optimizer: "adamw", or "sgd" (torch.optim.SGD: with momentum > 0 a momentum buffer, none
+  // without). Its state is partitioned by ZeRO like AdamW's moments (optimizer_state_bytes).
+  std::string optimizer = "adamw";
+  float momentum = 0.0f;  // sgd only
+  // The learning-rate schedule scaled with the data-parallel size (the global batch): "none",
+  // "linear" (lr and min_lr × dp, Goyal et al.'s linear scaling rule) or "sqrt" (× sqrt(dp)).
+  std::string lr_scaling = "none";
+  // How the first warmup_steps run: "linear" (ramp up to the peak), "constant" (the unscaled lr,
+  // Goyal et al.'s constant warm-up) or "none" (the peak from the first step).
+  std::string warmup_style = "linear";
   DType precision = DType::kF32;  // fp32, fp16 (with loss scaling) or bf16
   LossScalerConfig loss_scale;
   int eval_every = 0;
@@ -84,6 +94,17 @@ struct TrainConfig {
   std::set<int64_t> skip_steps;
   bool reset_loss_scale = false;
 };
+
+// The optimizer state bytes per parameter (ZeRO's K): 8 for AdamW (two fp32 moments), 4 for
+// SGD with momentum (one fp32 buffer), 0 for plain SGD.
+int optimizer_state_bytes(const TrainConfig& cfg);
+// ConfigError naming the option and what is allowed for an unknown optimizer, lr scaling rule or
+// warm-up style, a momentum without --optimizer sgd or outside [0, 1), a negative warm-up, or a
+// loss-scaler setting out of range.
+void validate_numerics(const TrainConfig& cfg);
+// The learning rate of `step` (0-based) for a data-parallel size `dp`: warm-up, then cosine decay
+// from the (scaled) peak to the (scaled) min_lr.
+float scheduled_lr(const TrainConfig& cfg, int dp, int64_t step);
 
 struct StepMetrics {
   int64_t step = 0;

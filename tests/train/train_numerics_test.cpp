@@ -1,0 +1,110 @@
+// Mixed precision, loss scaling and the optimizers under the real launcher: fp16 activations that
+// outgrow 65504 overflow (NaN loss, skipped steps) where bf16 of the same run does not; with
+// --raise-error-at-min-scale false the scaler keeps skipping at its minimum; SGD with momentum
+// trains and ZeRO-1 partitions its buffer without changing the trajectory; the lr scaling rule
+// multiplies the schedule by dp; bad optimizer options are refused naming the option.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "base/exit_codes.hpp"
+#include "tests/support/train_run.hpp"
+
+namespace fl::test {
+namespace {
+
+TrainRun train(int ranks, std::vector<std::string> args, int steps) {
+  return run_train(FAULTLINE_TRAIN, ranks, std::move(args), steps);
+}
+
+bool finite_loss(const nlohmann::json& step) {
+  return step["loss"].is_number() && std::isfinite(step["loss"].get<double>());
+}
+
+// lr 0.7 without clipping blows the weights up until the MLP outputs pass fp16's 65504 (step 17
+// with the default seeds): the forward overflows, the loss is NaN and the step is skipped. The
+// same run in bf16 has fp32's range, so its loss stays finite and no step is skipped.
+TEST(TrainPrecision, Fp16ActivationsOverflowWhereBf16DoesNot) {
+  const std::vector<std::string> base = {
+      "--dp", "2", "--micro-batch", "4", "--lr", "0.7", "--clip", "0", "--raise-error-at-min-scale",
+      "false"};
+  auto with = [&](const char* precision) {
+    auto args = base;
+    args.insert(args.end(), {"--precision", precision});
+    return train(2, args, 34);
+  };
+  const TrainRun f16 = with("fp16"), b16 = with("bf16");
+  ASSERT_EQ(f16.proc.exit_code, 0) << f16.proc.output;
+  ASSERT_EQ(b16.proc.exit_code, 0) << b16.proc.output;
+  ASSERT_EQ(f16.steps.size(), 34u);
+  ASSERT_EQ(b16.steps.size(), 34u);
+  int nonfinite = 0, skipped = 0;
+  for (const auto& s : f16.steps) {
+    nonfinite += !finite_loss(s);
+    skipped += s["skipped"].get<bool>();
+    if (!finite_loss(s)) {
+      EXPECT_TRUE(s["skipped"].get<bool>()) << s.dump();
+    }
+  }
+  EXPECT_GE(nonfinite, 5);
+  // The scale fell to its minimum and, with raise_error_at_min_scale off, the run went on
+  // skipping there instead of stopping.
+  EXPECT_EQ(f16.steps.back()["loss_scale"].get<double>(), 1.0);
+  EXPECT_TRUE(f16.steps.back()["skipped"].get<bool>());
+  EXPECT_EQ(f16.steps.back()["skipped_total"].get<int>(), skipped);
+  for (const auto& s : b16.steps) {
+    EXPECT_TRUE(finite_loss(s)) << s.dump();
+    EXPECT_FALSE(s["skipped"].get<bool>());
+  }
+}
+
+TEST(TrainOptimizer, SgdWithMomentumTrainsAndZeroPartitionsItsBuffer) {
+  const std::vector<std::string> sgd = {
+      "--dp", "2", "--micro-batch", "4", "--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.5"};
+  auto z0 = sgd, z1 = sgd;
+  z1.insert(z1.end(), {"--zero", "1"});
+  const TrainRun a = train(2, z0, 20), b = train(2, z1, 20);
+  ASSERT_EQ(a.proc.exit_code, 0) << a.proc.output;
+  ASSERT_EQ(b.proc.exit_code, 0) << b.proc.output;
+  ASSERT_EQ(a.steps.size(), 20u);
+  EXPECT_LT(a.steps.back()["loss"].get<double>(), a.steps[0]["loss"].get<double>() - 0.5);
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    const double want = a.steps[i]["loss"], got = b.steps[i]["loss"];
+    EXPECT_NEAR(got, want, 1e-5 * std::fabs(want)) << "step " << i;
+  }
+  // Plain SGD (no state) moves the parameters differently from SGD with momentum.
+  auto plain = sgd;
+  plain.insert(plain.end(), {"--momentum", "0"});
+  const TrainRun c = train(2, plain, 20);
+  ASSERT_EQ(c.proc.exit_code, 0) << c.proc.output;
+  EXPECT_NE(c.steps.back()["loss"].get<double>(), a.steps.back()["loss"].get<double>());
+  EXPECT_LT(c.steps.back()["loss"].get<double>(), c.steps[0]["loss"].get<double>());
+}
+
+TEST(TrainOptimizer, LinearLrScalingMultipliesTheScheduleByDp) {
+  const TrainRun r =
+      train(2, {"--dp", "2", "--lr", "0.01", "--lr-scaling", "linear", "--warmup-steps", "0"}, 2);
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  EXPECT_NEAR(r.steps[0]["lr"].get<double>(), 0.02, 1e-7);
+}
+
+TEST(TrainOptimizer, BadOptionsAreRefusedNamingTheOption) {
+  TrainRun r = train(1, {"--optimizer", "lamb"}, 1);
+  EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
+  EXPECT_NE(r.proc.output.find("--optimizer 'lamb' is not supported (allowed: adamw, sgd)"),
+            std::string::npos)
+      << r.proc.output;
+  r = train(1, {"--momentum", "0.9"}, 1);
+  EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
+  EXPECT_NE(r.proc.output.find("--momentum 0.9 applies to --optimizer sgd only"), std::string::npos)
+      << r.proc.output;
+  r = train(1, {"--hysteresis", "-1"}, 1);
+  EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
+  EXPECT_NE(r.proc.output.find("--hysteresis -1 is not allowed"), std::string::npos)
+      << r.proc.output;
+}
+
+}  // namespace
+}  // namespace fl::test
