@@ -174,7 +174,10 @@ TEST(VerdictAfterAKill, TheRanksOwnEventFilesAreMergedWithoutDuplicates) {
                        const std::string& kind, int step) {
     return nlohmann::json{{"i", i},       {"t_ns", t},           {"source", source},
                           {"rank", rank}, {"seq", seq},          {"time_unix_ns", t0 + t},
-                          {"kind", kind}, {"step", step},        {"data", nlohmann::json::object()}}
+                          {"kind", kind}, {"step", step},
+                          // run_start says the world (the history's schema needs it)
+                          {"data", kind == "run_start" ? nlohmann::json{{"ranks", 2}}
+                                                       : nlohmann::json::object()}}
                .dump() +
            "\n";
   };
