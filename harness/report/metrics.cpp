@@ -114,6 +114,22 @@ void declare_all(Exposition& x) {
   x.declare("faultline_detector_runs", "gauge", "Runs a detector was scored on, by class.");
 }
 
+// A summary family's samples: the median and 95th percentile, the sum and the count (nothing for
+// no values).
+void summary(Exposition& x, const std::string& family, const Labels& labels,
+             const std::vector<double>& values) {
+  if (values.empty()) return;
+  for (double q : {0.5, 0.95}) {
+    Labels lq = labels;
+    lq.emplace_back("quantile", number(q));
+    x.sample(family, family, lq, stats::percentile(values, q * 100));
+  }
+  double sum = 0;
+  for (double v : values) sum += v;
+  x.sample(family, family + "_sum", labels, sum);
+  x.sample(family, family + "_count", labels, static_cast<double>(values.size()));
+}
+
 void suite_metrics(Exposition& x, const std::string& dir) {
   const auto s = load_suite_summary(dir);
   const std::string suite = s.value("suite", fs::path(dir).filename().string());
@@ -168,18 +184,7 @@ void suite_metrics(Exposition& x, const std::string& dir) {
     if (t.fix > 0) {
       x.sample("faultline_fix_verified_ratio", l, static_cast<double>(t.fix_clean) / t.fix);
     }
-    if (!t.t_symptom.empty()) {
-      const std::string f = "faultline_time_to_symptom_seconds";
-      for (double q : {0.5, 0.95}) {
-        Labels lq = l;
-        lq.emplace_back("quantile", number(q));
-        x.sample(f, f, lq, stats::percentile(t.t_symptom, q * 100));
-      }
-      double sum = 0;
-      for (double v : t.t_symptom) sum += v;
-      x.sample(f, f + "_sum", l, sum);
-      x.sample(f, f + "_count", l, static_cast<double>(t.t_symptom.size()));
-    }
+    summary(x, "faultline_time_to_symptom_seconds", l, t.t_symptom);
   }
 
   // Detector scores, when the suite ran detectors.
@@ -196,18 +201,7 @@ void suite_metrics(Exposition& x, const std::string& dir) {
     if (d.positives > 0) x.sample("faultline_detector_recall", l, d.recall());
     if (d.tp + d.fp_runs > 0) x.sample("faultline_detector_precision", l, d.precision());
     if (d.positives > 0) x.sample("faultline_detector_f1", l, d.f1());
-    if (!d.latency_inject_s.empty()) {
-      const std::string f = "faultline_detector_latency_seconds";
-      for (double q : {0.5, 0.95}) {
-        Labels lq = l;
-        lq.emplace_back("quantile", number(q));
-        x.sample(f, f, lq, stats::percentile(d.latency_inject_s, q * 100));
-      }
-      double sum = 0;
-      for (double v : d.latency_inject_s) sum += v;
-      x.sample(f, f + "_sum", l, sum);
-      x.sample(f, f + "_count", l, static_cast<double>(d.latency_inject_s.size()));
-    }
+    summary(x, "faultline_detector_latency_seconds", l, d.latency_inject_s);
     if (d.clean_hours > 0) {
       x.sample("faultline_detector_false_alarms_per_clean_hour", l, d.fp_per_hour());
     }

@@ -14,6 +14,7 @@
 
 #include "base/error.hpp"
 #include "harness/report/report.hpp"
+#include "tests/support/fake_run.hpp"
 #include "tests/support/process.hpp"
 
 namespace fl::harness {
@@ -26,26 +27,7 @@ std::string root() {
                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
 }
 
-struct FakeRun {
-  std::string dir;
-  std::ofstream hist;
-  uint64_t i = 0;
-  FakeRun(const std::string& d, const std::string& scenario_yaml) : dir(d) {
-    fs::create_directories(dir);
-    std::ofstream(dir + "/scenario.yaml") << scenario_yaml;
-    hist.open(dir + "/history.jsonl");
-  }
-  void ev(double t_s, const std::string& source, int rank, const std::string& kind,
-          nlohmann::json data, int64_t step = -1) {
-    nlohmann::json j = {{"i", i++},         {"t_ns", static_cast<int64_t>(t_s * 1e9)},
-                        {"source", source}, {"rank", rank},
-                        {"seq", 0},         {"time_unix_ns", 0},
-                        {"kind", kind},     {"step", step},
-                        {"data", data},     {"late", false}};
-    hist << j.dump() << "\n";
-    hist.flush();
-  }
-};
+using test::FakeRun;
 
 const char* kHang = R"(name: hang
 topology: {ranks: 2}
