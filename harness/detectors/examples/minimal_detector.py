@@ -1,46 +1,51 @@
-#!/usr/bin/python3
-"""The smallest useful detector in Python (Debian's python3-grpcio and python3-protobuf).
+#!/usr/bin/env python3
+"""A small detector on the faultline_client package (python/; docs/detectors.md, "Python").
 
-It follows the run's events and reports every rank that fails, with the rank's own error message
-as evidence. The harness sets FAULTLINE_CONTROL_ADDR, FAULTLINE_CONTROL_SECRET (every call must
-present it as the metadata `faultline-secret`) and FAULTLINE_PYTHON_PROTO (where the build put
-faultline_pb2*.py). Run it beside a scenario:
+It follows the run's events and reports
+  - every rank that fails, with the rank's own error message as evidence (symptom "unknown");
+  - a frozen rank (symptom 4.11): once training has begun, a live rank that has sent nothing for
+    STALE_S seconds while its peers still beat.
+Install the package, then run it beside a scenario with a python3 that has it:
 
-    faultline run scenarios/symptoms/4.6-dtype-mismatch-allreduce.yaml \\
-        --detector harness/detectors/examples/minimal_detector.py
+    python3 -m venv --system-site-packages .venv
+    .venv/bin/pip install --no-deps --no-build-isolation ./python
+    faultline run scenarios/symptoms/4.11-frozen-rank.yaml \\
+        --detector ".venv/bin/python harness/detectors/examples/minimal_detector.py"
 """
-import json
-import os
 import sys
 
-sys.path.insert(0, os.environ.get("FAULTLINE_PYTHON_PROTO", "."))
+try:
+    from faultline_client import Client, RunView
+except ImportError as err:  # grpc, protobuf or the package itself is missing
+    sys.exit(f"minimal_detector.py: {err}; install the client: pip install ./python "
+             "(docs/detectors.md, \"Python\")")
 
-import grpc  # noqa: E402
-
-from harness.proto import faultline_pb2, faultline_pb2_grpc  # noqa: E402
+STALE_S = 3.0
 
 
 def main() -> int:
-    addr = os.environ.get("FAULTLINE_CONTROL_ADDR")
-    if not addr:
-        print("FAULTLINE_CONTROL_ADDR is not set", file=sys.stderr)
-        return 2
-    auth = [("faultline-secret", os.environ.get("FAULTLINE_CONTROL_SECRET", ""))]
-    stub = faultline_pb2_grpc.ControllerStub(grpc.insecure_channel(addr))
-    stream = stub.Observe(faultline_pb2.ObserveRequest(from_start=True), metadata=auth)
-    posted = 0
-    for event in stream:
-        if event.kind == "run_ending":  # the harness is about to stop us
-            break
-        if event.kind != "error":
-            continue
-        data = json.loads(event.data_json)
-        stub.Report(faultline_pb2.Diagnosis(
-            detector="example-py", symptom="unknown", ranks=[event.rank], step=event.step,
-            confidence=0.5, evidence=data.get("message", "")), metadata=auth)
-        posted += 1
-    stream.cancel()
-    print(f"example-py: {posted} diagnosis(es) posted")
+    with Client("example-py") as client:
+        view = RunView()
+        for event in client.events(tick=0.2):
+            if event is not None:
+                view.update(event)
+                if event["kind"] == "error" and event["rank"] >= 0:
+                    client.report("unknown", [event["rank"]], step=event["step"],
+                                  evidence=event["data"].get("message", ""))
+                continue
+            if view.ending or view.max_step() < 0:
+                continue
+            now = client.now_ns()
+            silent = {r: (now - st["last_beat_ns"]) / 1e9 for r, st in view.ranks.items()
+                      if not st["exited"]}
+            frozen = sorted(r for r, s in silent.items() if s > STALE_S)
+            if frozen and len(frozen) < len(silent):
+                client.report("4.11", frozen, step=view.max_step(), confidence=0.8,
+                              key=f"frozen|{view.incarnation}|{frozen}",
+                              evidence=f"ranks {frozen} silent for "
+                                       f"{max(silent[r] for r in frozen):.1f} s while ranks "
+                                       f"{sorted(set(silent) - set(frozen))} still beat")
+        print(f"example-py: {client.reports} diagnosis(es) posted")
     return 0
 
 

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# ctest python.frozen_rank_detector: installs python/ (faultline_client) the way a Python user on
+# Debian does, offline (a venv over the system's python3-grpcio / python3-protobuf, pip with
+# --no-deps --no-build-isolation --no-index), runs the frozen-rank scenario with the example
+# detector on it and checks the history holds its diagnosis: symptom 4.11, ranks [2]. The fix
+# variant (the rank is resumed) must draw no such diagnosis. Exit 77 (skipped) when the python3
+# lacks grpc, protobuf, venv or setuptools.
+#   tests/harness/python_client_test.sh FAULTLINE_BIN SOURCE_DIR [PYTHON]
+set -euo pipefail
+faultline=$1
+src=$2
+py=${3:-/usr/bin/python3}
+if ! "$py" -c 'import grpc, google.protobuf, venv, ensurepip, setuptools' 2>/dev/null; then
+  echo "SKIP: $py lacks grpc, protobuf, venv or setuptools (Debian: python3-grpcio" \
+    "python3-protobuf python3-venv python3-setuptools)"
+  exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# pip builds in the source tree; build from a copy so the checkout stays clean.
+mkdir "$tmp/pkg"
+cp -r "$src/python/pyproject.toml" "$src/python/README.md" "$src/python/faultline_client" "$tmp/pkg/"
+"$py" -m venv --system-site-packages "$tmp/venv"
+"$tmp/venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation --no-index "$tmp/pkg"
+# The package is imported from the venv, not from the checkout.
+(cd "$tmp" && "$tmp/venv/bin/python" -c 'import faultline_client, sys; \
+  sys.exit(0 if faultline_client.__file__.startswith(sys.argv[1]) else \
+  "faultline_client imported from " + faultline_client.__file__)' "$tmp/venv")
+
+detector="$tmp/venv/bin/python $src/harness/detectors/examples/minimal_detector.py"
+scenario=$src/scenarios/symptoms/4.11-frozen-rank.yaml
+"$faultline" run "$scenario" --results "$tmp/runs" --run-id frozen -q --detector "$detector"
+"$faultline" run "$scenario" --fix --results "$tmp/runs" --run-id fixed -q --detector "$detector"
+cat "$tmp/runs/frozen/tools/"*.log
+
+"$tmp/venv/bin/python" - "$tmp/runs" <<'PY'
+import json, sys
+
+def diagnoses(run):
+    with open(f"{sys.argv[1]}/{run}/history.jsonl", encoding="utf-8") as f:
+        events = [json.loads(line) for line in f if line.strip()]
+    return [e["data"] for e in events
+            if e["kind"] == "diagnosis" and e["data"].get("detector") == "example-py"]
+
+frozen = diagnoses("frozen")
+hits = [d for d in frozen if d["symptom"] == "4.11" and d["ranks"] == [2]]
+if not hits:
+    sys.exit(f"FAIL: no example-py diagnosis of 4.11 on rank 2 in the frozen run: {frozen}")
+print("frozen run:", hits[0]["evidence"])
+fixed = [d for d in diagnoses("fixed") if d["symptom"] == "4.11"]
+if fixed:
+    sys.exit(f"FAIL: example-py diagnosed 4.11 in the fix variant (rank resumed): {fixed}")
+print("fix variant: no 4.11 diagnosis")
+PY
