@@ -10,7 +10,7 @@ PACKAGES=(
   libyaml-cpp-dev libboost-dev libboost-system-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libxxhash-dev
-  python3 python3-grpcio python3-protobuf
+  python3 python3-grpcio python3-protobuf python3-venv python3-pip python3-setuptools python3-wheel
   iproute2 iptables procps
   chromium fonts-dejavu-core
 )

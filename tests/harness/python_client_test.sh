@@ -3,7 +3,8 @@
 # Debian does, offline (a venv over the system's python3-grpcio / python3-protobuf, pip with
 # --no-deps --no-build-isolation --no-index), runs the frozen-rank scenario with the example
 # detector on it and checks the history holds its diagnosis: symptom 4.11, ranks [2]. The fix
-# variant (the rank is resumed) must draw no such diagnosis. Exit 77 (skipped) when the python3
+# variant (the rank is resumed) must draw no such diagnosis, and in a run whose ranks fail (4.6)
+# it reports their errors. Exit 77 (skipped) when the python3
 # lacks grpc, protobuf, venv or setuptools.
 #   tests/harness/python_client_test.sh FAULTLINE_BIN SOURCE_DIR [PYTHON]
 set -euo pipefail
@@ -31,6 +32,8 @@ detector="$tmp/venv/bin/python $src/harness/detectors/examples/minimal_detector.
 scenario=$src/scenarios/symptoms/4.11-frozen-rank.yaml
 "$faultline" run "$scenario" --results "$tmp/runs" --run-id frozen -q --detector "$detector"
 "$faultline" run "$scenario" --fix --results "$tmp/runs" --run-id fixed -q --detector "$detector"
+"$faultline" run "$src/scenarios/symptoms/4.6-dtype-mismatch-allreduce.yaml" --results "$tmp/runs" \
+  --run-id errors -q --detector "$detector"
 cat "$tmp/runs/frozen/tools/"*.log
 
 "$tmp/venv/bin/python" - "$tmp/runs" <<'PY'
@@ -51,4 +54,8 @@ fixed = [d for d in diagnoses("fixed") if d["symptom"] == "4.11"]
 if fixed:
     sys.exit(f"FAIL: example-py diagnosed 4.11 in the fix variant (rank resumed): {fixed}")
 print("fix variant: no 4.11 diagnosis")
+errors = [d for d in diagnoses("errors") if d["symptom"] == "unknown" and d["evidence"]]
+if not errors:
+    sys.exit("FAIL: example-py posted no rank error (with its message) in the 4.6 run")
+print("4.6 run: rank errors reported:", len(errors))
 PY
