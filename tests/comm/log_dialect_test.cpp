@@ -64,7 +64,7 @@ const char* kOom =
     R"(^torch\.OutOfMemoryError: CUDA out of memory\. Tried to allocate ([0-9.]+ [KMG]iB|[0-9]+ bytes)\. )"
     R"(GPU ([0-9]+) has a total capacity of ([0-9.]+ [KMG]iB|[0-9]+ bytes) of which )"
     R"(([0-9.]+ [KMG]iB|[0-9]+ bytes) is free\. Including non-PyTorch memory, this process has )"
-    R"([0-9.]+ [KMG]iB|[0-9]+ bytes) memory in use\. Of the allocated memory )"
+    R"((?:[0-9.]+ [KMG]iB|[0-9]+ bytes) memory in use\. Of the allocated memory )"
     R"(([0-9.]+ [KMG]iB|[0-9]+ bytes) is allocated by PyTorch, and ([0-9.]+ [KMG]iB|[0-9]+ bytes) )"
     R"(is reserved by PyTorch but unallocated\.)";
 

@@ -19,9 +19,7 @@ bool pytorch_dialect() {
   if (v == "pytorch") return true;
   if (v == "faultline" || v.empty()) return false;
   raise<SettingError>(
-      fmt::format("FAULTLINE_LOG_FIDELITY: '{}' is not a log fidelity (allowed: faultline, "
-                  "pytorch)",
-                  v));
+      "FAULTLINE_LOG_FIDELITY: '{}' is not a log fidelity (allowed: faultline, pytorch)", v);
 }
 
 const char* pytorch_op_type(int op_kind) {
