@@ -1,6 +1,9 @@
 // fl-detect-logs: a log classifier. Every line a rank prints, and every error a rank reports, is
 // matched against known signatures (the first that matches wins), each mapped to a taxonomy
-// symptom for training and for serving. It localises to the rank that printed the line.
+// symptom for training and for serving. It localises to the rank that printed the line. The
+// table (logs_signatures.hpp) was written against real error texts from public issues and
+// matches both log dialects (workload.fidelity); --lines-only ignores the reported error
+// messages, which carry faultline's own sentence in both dialects.
 #include <fmt/format.h>
 
 #include "harness/detectors/logs_signatures.hpp"
