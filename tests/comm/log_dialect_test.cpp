@@ -136,6 +136,20 @@ TEST(LogDialect, TimeoutErrorCarriesItsOpAndPrintsTwoWatchdogLines) {
                                 R"(work: 6\.$)"));
 }
 
+// OpenRLHF/OpenRLHF#1040: "torch.distributed.DistStoreError: Timed out after 1801 seconds
+// waiting for clients. 1/3 clients joined."
+TEST(LogDialect, RanksThatNeverJoinGiveTheStoresTimeout) {
+  const std::runtime_error e(
+      "rendezvous timed out after 3000 ms (timeout 3000 ms) at store 10.200.0.1:24038: 2 of 4 "
+      "ranks arrived (ranks 0-1); missing: ranks 2-3");
+  auto lines = pytorch_lines(e, "rendezvous", 0);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_TRUE(matches(lines[0],
+                      R"(^torch\.distributed\.DistStoreError: Timed out after [0-9]+ seconds )"
+                      R"(waiting for clients\. 2/4 clients joined\.$)"))
+      << lines[0];
+}
+
 TEST(LogDialect, EventsWithoutARealCounterpartKeepFaultlinesLine) {
   const std::runtime_error e("tensor-parallel outputs diverge: request 3 position 2");
   EXPECT_TRUE(pytorch_lines(e, "error", 0).empty());

@@ -156,6 +156,17 @@ std::vector<std::string> pytorch_lines(const std::exception& e, std::string_view
         waited, host, port));
     return out;
   }
+  static const std::regex rdzv(
+      R"(rendezvous timed out after ([0-9]+) ms .*: ([0-9]+) of ([0-9]+) ranks arrived)");
+  std::smatch r;
+  if (kind == "rendezvous" && std::regex_search(msg, r, rdzv)) {
+    // c10d's TCPStore server when clients do not join (PyTorch >= 2.2).
+    out.push_back(fmt::format(
+        "torch.distributed.DistStoreError: Timed out after {} seconds waiting for clients. {}/{} "
+        "clients joined.",
+        std::stoll(r[1]) / 1000 + 1, r[2].str(), r[3].str()));
+    return out;
+  }
   if (kind == "loss scale") {
     out.push_back(
         "Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
