@@ -10,6 +10,7 @@
 #include "kernels/memory.hpp"
 #include "workloads/comm/errors.hpp"
 #include "workloads/comm/log_dialect.hpp"
+#include "workloads/comm/worker_errors.hpp"
 #include "workloads/rendezvous/store_client.hpp"
 
 namespace fl::comm {
@@ -167,6 +168,36 @@ TEST(LogDialect, FidelitySettingDefaultsToFaultlineAndRejectsOthers) {
   EXPECT_THROW(pytorch_dialect(), SettingError);
   ::unsetenv("FAULTLINE_LOG_FIDELITY");
   kLogFidelity.reset();
+}
+
+// What a failing worker prints: faultline's sentence by default (the oracles' patterns match it),
+// the real lines instead under pytorch.
+std::string stderr_of_failing_worker() {
+  testing::internal::CaptureStderr();
+  run_worker_main([]() -> int {
+    throw CommTimeoutError("[rank 0] comm timeout: all_reduce seq 4 did not complete", "/tmp/d",
+                           {4, "ALLREDUCE", 16, 16, 100, 101});
+  });
+  return testing::internal::GetCapturedStderr();
+}
+
+TEST(LogDialect, DefaultDialectPrintsFaultlinesSentenceUnchanged) {
+  ::unsetenv("FAULTLINE_LOG_FIDELITY");
+  kLogFidelity.reset();
+  const std::string err = stderr_of_failing_worker();
+  EXPECT_NE(err.find("faultline worker error (comm timeout): [rank 0] comm timeout: all_reduce "
+                     "seq 4 did not complete\n"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("Watchdog"), std::string::npos) << err;
+}
+
+TEST(LogDialect, PytorchDialectPrintsTheRealLinesInstead) {
+  kLogFidelity.set("pytorch");
+  const std::string err = stderr_of_failing_worker();
+  kLogFidelity.reset();
+  EXPECT_TRUE(std::regex_search(err, std::regex(kWatchdog, std::regex::multiline))) << err;
+  EXPECT_EQ(err.find("faultline worker error"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -101,7 +101,8 @@ std::string dims_to_torch(std::string dims) {  // "96 x 32" -> "96, 32"
 
 std::vector<std::string> pytorch_lines(const std::exception& e, std::string_view kind, int rank) {
   const std::string msg = e.what();
-  const int dev = rank < 0 ? 0 : rank;
+  if (rank < 0) rank = 0;  // a process that never learned its rank (single-process runs)
+  const int dev = rank;
   std::vector<std::string> out;
   if (auto* t = dynamic_cast<const CommTimeoutError*>(&e); t && t->info().seq >= 0) {
     const TimeoutInfo& i = t->info();
