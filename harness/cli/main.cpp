@@ -265,6 +265,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> suite_detectors;
   std::string suite_recovery;
   suite->add_option("--detector", suite_detectors, detector_help);
+  std::vector<std::string> suite_sets;
+  suite->add_option("--set", suite_sets,
+                    "Override a key in every run, e.g. workload.fidelity=pytorch (repeatable)");
   suite->add_option("--recovery", suite_recovery, recovery_help);
 
   std::vector<std::string> score_paths;
@@ -465,6 +468,7 @@ int main(int argc, char** argv) {
       }
       if (!suite_recovery.empty())
         so.run_args.insert(so.run_args.end(), {"--recovery", suite_recovery});
+      for (auto& kv : suite_sets) so.run_args.insert(so.run_args.end(), {"--set", kv});
       auto r = fl::harness::run_suite(suite_path, so);
       std::printf("%s", fl::harness::suite_table(r).c_str());
       return r.exit_code();

@@ -1,5 +1,5 @@
 // error_signature: a rank printed a line matching expect.pattern (the error text a user would
-// search an issue tracker for).
+// search an issue tracker for), or, when none did, reported an error whose message matches it.
 #include <regex>
 
 #include <fmt/format.h>
@@ -28,6 +28,14 @@ class ErrorSignature : public Oracle {
     out.hit = first(
         x, f.lines, [&](const RunSummary::Line& l) { return std::regex_search(l.text, re); },
         [&](const RunSummary::Line& l) { return fmt::format("output matched: {}", l.text); });
+    // Under workload.fidelity: pytorch a rank prints the real job's lines instead of faultline's
+    // sentence; the error it reports still carries the sentence, so the oracle falls back to it
+    // (never reached in the default dialect, where the sentence is printed).
+    if (!out.hit) {
+      out.hit = first(
+          x, f.errors, [&](const RunSummary::Err& e) { return std::regex_search(e.message, re); },
+          [&](const RunSummary::Err& e) { return fmt::format("error matched: {}", e.message); });
+    }
     out.absent = fmt::format("no rank printed a line matching /{}/", x.pattern);
     return out;
   }

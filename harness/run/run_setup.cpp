@@ -59,6 +59,7 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
   env["MASTER_PORT"] = std::to_string(master_port_);
   env["FAULTLINE_RUN_ID"] = id_;
   env["FAULTLINE_BACKEND"] = s_.backend;
+  env["FAULTLINE_LOG_FIDELITY"] = s_.fidelity;
   env["FAULTLINE_COMM_TIMEOUT_MS"] = std::to_string(s_.comm_timeout_ms);
   env["FAULTLINE_RDZV_TIMEOUT_MS"] = std::to_string(s_.rendezvous_timeout_ms);
   env["FAULTLINE_EVENTS_FILE"] = rdir + "/events.jsonl";

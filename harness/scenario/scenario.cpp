@@ -195,6 +195,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   });
   s.model = w["model"].as<std::string>();
   s.device = w["device"].as<std::string>();
+  s.fidelity = w["fidelity"].as<std::string>();
   s.steps = w["steps"].as<int64_t>();
   s.precision = w["precision"].as<std::string>();
   s.micro_batch = w["micro_batch"].as<int64_t>();

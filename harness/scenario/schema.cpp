@@ -77,6 +77,12 @@ const std::vector<KeySpec>& scenario_schema() {
          "train (fl-train) or infer (fl-infer)",
          {"train", "infer"}},
         {"workload.model", K::kEnum, "tiny", "Model size", {"tiny", "small"}},
+        {"workload.fidelity",
+         K::kEnum,
+         "faultline",
+         "Error lines a failing rank prints: faultline (its own sentences, which oracles match) or "
+         "pytorch (the lines real PyTorch/NCCL/DeepSpeed jobs print for the same event)",
+         {"faultline", "pytorch"}},
         {"workload.device",
          K::kEnum,
          "cpu",

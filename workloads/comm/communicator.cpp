@@ -284,7 +284,7 @@ void Communicator::wait(PendingOp& op, const FlightEntry& d, uint64_t id, std::s
       broken_reason_ = "timeout of " + describe(d);
       throw CommTimeoutError(fmt::format("[rank {}] comm timeout: {}; flight recorder dumped to {}",
                                          world_rank_, what, path),
-                             path);
+                             path, timeout_info(d, size_, elapsed, options_.timeout.count()));
     }
     if (now < spin_end) {
       sched_yield();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/error.hpp"
+#include "workloads/comm/log_dialect.hpp"
 
 namespace fl::comm {
 
@@ -16,12 +17,15 @@ class CommError : public fl::Error {
 // An op did not complete before its deadline. The flight recorder has been dumped.
 class CommTimeoutError : public CommError {
  public:
-  CommTimeoutError(std::string msg, std::string dump_path)
-      : CommError(std::move(msg)), dump_path_(std::move(dump_path)) {}
+  CommTimeoutError(std::string msg, std::string dump_path, TimeoutInfo info = {})
+      : CommError(std::move(msg)), dump_path_(std::move(dump_path)), info_(std::move(info)) {}
   const std::string& dump_path() const { return dump_path_; }
+  // The op that timed out (seq, PyTorch op type, element counts, timeout, elapsed).
+  const TimeoutInfo& info() const { return info_; }
 
  private:
   std::string dump_path_;
+  TimeoutInfo info_;
 };
 
 // Verify mode found ranks calling different ops (or the same op with different shapes) at the

@@ -5,10 +5,12 @@
 #include "base/exit_codes.hpp"
 #include "base/settings.hpp"
 #include "injector/plan.hpp"
+#include "injector/site.hpp"
 #include "kernels/loss_scaler.hpp"
 #include "kernels/memory.hpp"
 #include "kernels/plugin.hpp"
 #include "workloads/comm/errors.hpp"
+#include "workloads/comm/log_dialect.hpp"
 #include "workloads/comm/mpi_communicator.hpp"
 #include "workloads/rendezvous/artifacts.hpp"
 #include "workloads/rendezvous/store_client.hpp"
@@ -20,7 +22,16 @@ namespace fl::comm {
 
 int run_worker_main(const std::function<int()>& body) {
   auto report = [](const char* kind, const std::exception& e, int code) {
-    std::fprintf(stderr, "faultline worker error (%s): %s\n", kind, e.what());
+    // Under FAULTLINE_LOG_FIDELITY=pytorch the lines a real job prints replace faultline's own
+    // where a real job has a counterpart; the error event keeps faultline's message.
+    std::vector<std::string> lines;
+    try {
+      if (pytorch_dialect()) lines = pytorch_lines(e, kind, fault::current_rank());
+    } catch (const std::exception& bad) {
+      std::fprintf(stderr, "faultline worker error (setting): %s\n", bad.what());
+    }
+    for (auto& l : lines) std::fprintf(stderr, "%s\n", l.c_str());
+    if (lines.empty()) std::fprintf(stderr, "faultline worker error (%s): %s\n", kind, e.what());
     std::fflush(stderr);
     telemetry::emit("error", {{"class", kind}, {"message", e.what()}, {"exit_code", code}});
     telemetry::emit("exit", {{"exit_code", code}, {"dropped", telemetry::stats().dropped}});
