@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 
@@ -97,18 +99,45 @@ std::string fresh_test_dir(const std::string& what, const std::string& test_name
   return dir.string();
 }
 
-int free_port() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+// The kernel's range for ephemeral ports (outgoing connections and bind to port 0).
+std::pair<int, int> ephemeral_range() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 32768, hi = 60999;
+  if (in >> lo >> hi && lo > 1024 && hi >= lo) return {lo, hi};
+  return {32768, 60999};
+}
+
+bool can_bind(int port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return false;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  int port = ntohs(a.sin_port);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
   close(s);
-  return port;
+  return ok;
+}
+
+}  // namespace
+
+// A port below the ephemeral range: a port the kernel handed out for bind(0) returns to the
+// ephemeral pool when the probe closes, and any outgoing connection of another test (ctest runs
+// two at a time) may take it before the worker binds it (EADDRINUSE, seen in CI). Below the
+// range only explicit binds compete; each process walks its own pid-seeded sequence.
+int free_port() {
+  static int calls = 0;
+  const int lo = 10000, hi = std::max(lo + 1000, ephemeral_range().first);
+  const int span = hi - lo;
+  // Successive calls of one process step 997 ports apart from a pid-seeded start.
+  const long start = (static_cast<long>(getpid()) * 7919L + static_cast<long>(calls++) * 997L);
+  for (int i = 0; i < span; ++i) {
+    const int port = lo + static_cast<int>((start + i) % span);
+    if (can_bind(port)) return port;
+  }
+  throw std::runtime_error("free_port: no free loopback port below the ephemeral range");
 }
 
 std::vector<std::string> mpirun_prefix(int ranks) {
