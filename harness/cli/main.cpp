@@ -14,8 +14,8 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -291,8 +291,8 @@ int main(int argc, char** argv) {
       "trace", "Write a run's timeline as a trace for ui.perfetto.dev / chrome://tracing");
   trace->add_option("dir", trace_dir, "Run directory")->required();
   trace->add_option("-o,--output", trace_out, "Trace file (default: DIR/trace.json)");
-  auto* metrics = app.add_subcommand(
-      "metrics", "Suite results as Prometheus metrics (text exposition format)");
+  auto* metrics =
+      app.add_subcommand("metrics", "Suite results as Prometheus metrics (text exposition format)");
   metrics->add_option("dirs", metrics_dirs, "Suite directories")->required();
   metrics->add_option("-o,--output", metrics_out,
                       "File to write (e.g. for node_exporter's textfile collector; default: "
@@ -384,14 +384,16 @@ int main(int argc, char** argv) {
         auto j = v.to_json();
         j["rank_events"] = seen.rank_events;
         j["recovered_from_rank_files"] = seen.recovered;
-        std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        std::printf("%s\n",
+                    j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
       } else {
         std::printf("%s (oracle %s): %s\n", v.outcome.c_str(), v.oracle.c_str(),
                     v.explanation.c_str());
         if (seen.recovered > 0) {
-          std::printf("(judged with %d rank events from ranks/*/events.jsonl that the history "
-                      "lacks)\n",
-                      seen.recovered);
+          std::printf(
+              "(judged with %d rank events from ranks/*/events.jsonl that the history "
+              "lacks)\n",
+              seen.recovered);
         }
       }
       return fl::harness::outcome_exit_code(v.outcome);

@@ -41,7 +41,7 @@ struct RunSummary {
   int64_t t_last = -1;   // the last event
   int world = 0;
   bool run_timeout = false;
-  std::string interrupted;    // the signal that stopped the harness ("" when none)
+  std::string interrupted;  // the signal that stopped the harness ("" when none)
   int64_t t_interrupted = -1;
   struct Exit {
     int rank;

@@ -174,8 +174,8 @@ void suite_metrics(Exposition& x, const std::string& dir) {
   }
   for (auto& [symptom, t] : by_symptom) {
     const Labels l{{"suite", suite}, {"symptom", symptom}};
-    x.sample("faultline_symptom_runs", {{"suite", suite}, {"symptom", symptom}, {"variant", "faulty"}},
-             t.faulty);
+    x.sample("faultline_symptom_runs",
+             {{"suite", suite}, {"symptom", symptom}, {"variant", "faulty"}}, t.faulty);
     x.sample("faultline_symptom_runs", {{"suite", suite}, {"symptom", symptom}, {"variant", "fix"}},
              t.fix);
     if (t.faulty > 0) {

@@ -24,9 +24,13 @@ namespace {
 constexpr int kHarnessPid = 0;  // ranks are pid rank + 1 (pid 0 would be the swapper)
 constexpr int kMainTid = 0, kCommTid = 1, kEventTid = 2;
 
-double us(int64_t t_ns) { return static_cast<double>(t_ns) / 1e3; }
+double us(int64_t t_ns) {
+  return static_cast<double>(t_ns) / 1e3;
+}
 
-int pid_of(int rank) { return rank >= 0 ? rank + 1 : kHarnessPid; }
+int pid_of(int rank) {
+  return rank >= 0 ? rank + 1 : kHarnessPid;
+}
 
 nlohmann::json data_of(const HistoryEvent& e) {
   auto d = nlohmann::json::parse(e.data_json, nullptr, false);
@@ -45,30 +49,54 @@ nlohmann::json args_of(const nlohmann::json& d) {
 class TraceBuilder {
  public:
   void metadata(int pid, const std::string& name, int sort_index) {
-    add({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", kMainTid},
+    add({{"name", "process_name"},
+         {"ph", "M"},
+         {"pid", pid},
+         {"tid", kMainTid},
          {"args", {{"name", name}}}});
-    add({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", kMainTid},
+    add({{"name", "process_sort_index"},
+         {"ph", "M"},
+         {"pid", pid},
+         {"tid", kMainTid},
          {"args", {{"sort_index", sort_index}}}});
     for (auto [tid, tname] : {std::pair{kMainTid, "steps"}, std::pair{kCommTid, "collectives"},
                               std::pair{kEventTid, "events"}}) {
-      add({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
+      add({{"name", "thread_name"},
+           {"ph", "M"},
+           {"pid", pid},
+           {"tid", tid},
            {"args", {{"name", tname}}}});
     }
   }
   void slice(int pid, int tid, const std::string& name, const std::string& cat, int64_t t0_ns,
              int64_t t1_ns, nlohmann::json args) {
-    add({{"name", name}, {"cat", cat}, {"ph", "X"}, {"pid", pid}, {"tid", tid},
-         {"ts", us(t0_ns)}, {"dur", us(std::max<int64_t>(0, t1_ns - t0_ns))},
+    add({{"name", name},
+         {"cat", cat},
+         {"ph", "X"},
+         {"pid", pid},
+         {"tid", tid},
+         {"ts", us(t0_ns)},
+         {"dur", us(std::max<int64_t>(0, t1_ns - t0_ns))},
          {"args", std::move(args)}});
   }
   // scope: "t" (thread), "p" (process) or "g" (the whole trace).
   void instant(int pid, int tid, const std::string& name, const std::string& cat, int64_t t_ns,
                const char* scope, nlohmann::json args) {
-    add({{"name", name}, {"cat", cat}, {"ph", "i"}, {"s", scope}, {"pid", pid}, {"tid", tid},
-         {"ts", us(t_ns)}, {"args", std::move(args)}});
+    add({{"name", name},
+         {"cat", cat},
+         {"ph", "i"},
+         {"s", scope},
+         {"pid", pid},
+         {"tid", tid},
+         {"ts", us(t_ns)},
+         {"args", std::move(args)}});
   }
   void counter(int pid, const std::string& name, int64_t t_ns, double value) {
-    add({{"name", name}, {"ph", "C"}, {"pid", pid}, {"tid", kMainTid}, {"ts", us(t_ns)},
+    add({{"name", name},
+         {"ph", "C"},
+         {"pid", pid},
+         {"tid", kMainTid},
+         {"ts", us(t_ns)},
          {"args", {{"value", value}}}});
   }
   nlohmann::json take() { return std::move(events_); }
@@ -149,8 +177,7 @@ nlohmann::json run_trace(const std::string& run_dir) {
         if (it != in_flight.end()) in_flight.erase(it);
         tb.slice(pid, kCommTid, name, "collective", t0, e.t_ns, args_of(d));
       }
-    } else if (e.kind == "fault_injected" || e.kind == "fault_fired" ||
-               e.kind == "fault_healed") {
+    } else if (e.kind == "fault_injected" || e.kind == "fault_fired" || e.kind == "fault_healed") {
       tb.instant(pid, kEventTid, fmt::format("{}: {}", e.kind, describe_fault(d)), "fault", e.t_ns,
                  e.rank >= 0 ? "p" : "g", args_of(d));
     } else if (e.kind == "diagnosis") {

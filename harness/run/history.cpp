@@ -25,9 +25,9 @@ std::string to_json_line(const HistoryEvent& e) {
   return fmt::format(
       "{{\"i\":{},\"t_ns\":{},\"source\":{},\"rank\":{},\"seq\":{},\"time_unix_ns\":{},"
       "\"kind\":{},\"step\":{},\"data\":{}{}}}\n",
-      e.index, e.t_ns, nlohmann::json(valid_utf8(e.source)).dump(), e.rank, e.seq,
-      e.time_unix_ns, nlohmann::json(valid_utf8(e.kind)).dump(), e.step,
-      e.data_json.empty() ? "{}" : e.data_json, e.late ? ",\"late\":true" : "");
+      e.index, e.t_ns, nlohmann::json(valid_utf8(e.source)).dump(), e.rank, e.seq, e.time_unix_ns,
+      nlohmann::json(valid_utf8(e.kind)).dump(), e.step, e.data_json.empty() ? "{}" : e.data_json,
+      e.late ? ",\"late\":true" : "");
 }
 
 HistoryEvent parse_history_line(const std::string& line) {

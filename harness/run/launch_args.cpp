@@ -89,8 +89,8 @@ void check_path_component(const std::string& what, const std::string& value) {
 void check_env_key(int rank, const std::string& key) {
   bool ok = !key.empty() && !(key[0] >= '0' && key[0] <= '9');
   for (char c : key) {
-    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                c == '_');
+    ok = ok &&
+         ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_');
   }
   if (!ok) {
     std::string shown;

@@ -26,14 +26,7 @@ OutOfProcessFaults::OutOfProcessFaults(const Scenario& s, std::string run_dir, H
       dir_(std::move(run_dir)),
       hist_(hist),
       box_(s, dir_, hist, sup),
-      host_{s_,
-            dir_,
-            hist,
-            sup,
-            box_,
-            0,
-            faults::plugin_dir(),
-            injected_} {
+      host_{s_, dir_, hist, sup, box_, 0, faults::plugin_dir(), injected_} {
   for (const auto& f : s.oop_faults) faults_.push_back(f->clone());
   done_.assign(faults_.size(), false);
 }

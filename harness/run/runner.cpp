@@ -543,10 +543,7 @@ Scenario replay_scenario(const std::string& run_dir) {
 }
 
 int outcome_exit_code(const std::string& outcome) {
-  return outcome == "pass"          ? 0
-         : outcome == "fail"        ? 1
-         : outcome == "interrupted" ? 4
-                                    : 3;
+  return outcome == "pass" ? 0 : outcome == "fail" ? 1 : outcome == "interrupted" ? 4 : 3;
 }
 
 Verdict judge_run_dir(const std::string& run_dir, RecoveredHistory* seen) {

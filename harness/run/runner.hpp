@@ -35,7 +35,7 @@ struct RunResult {
   std::string control_addr;
   Verdict verdict;
   std::string harness_error;  // set when the harness itself failed (exit 2)
-  int exit_code = 2;  // 0 pass, 1 fail, 2 harness/input error, 3 unknown, 4 interrupted
+  int exit_code = 2;          // 0 pass, 1 fail, 2 harness/input error, 3 unknown, 4 interrupted
 };
 
 // The exit status of a verdict's outcome: 0 pass, 1 fail, 3 unknown, 4 interrupted (the harness

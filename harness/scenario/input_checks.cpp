@@ -88,8 +88,8 @@ YAML::Node parse_scenario_text(const std::string& file, const std::string& text)
     size_t l = static_cast<size_t>(m.line + 1), c = static_cast<size_t>(m.column + 1);
     if (m.line < 0 || docs[1].IsNull()) {
       const size_t at = second_document(text);
-      std::tie(l, c) = at == std::string::npos ? std::pair<size_t, size_t>{1, 1}
-                                               : line_col(text, at);
+      std::tie(l, c) =
+          at == std::string::npos ? std::pair<size_t, size_t>{1, 1} : line_col(text, at);
     }
     raise<ScenarioError>(
         "{}:{}:{}: a second YAML document (a scenario file holds one; split it into files)", file,
@@ -122,9 +122,10 @@ namespace {
 void check_duplicates(const std::string& file, const YAML::Node& node, const std::string& path,
                       int64_t& budget) {
   if (--budget < 0) {
-    raise<ScenarioError>("{}: the document expands to more than {} nodes (aliases repeating "
-                         "nodes; allowed: as many as FAULTLINE_SCENARIO_MAX_BYTES)",
-                         file, kScenarioMaxBytes.get());
+    raise<ScenarioError>(
+        "{}: the document expands to more than {} nodes (aliases repeating "
+        "nodes; allowed: as many as FAULTLINE_SCENARIO_MAX_BYTES)",
+        file, kScenarioMaxBytes.get());
   }
   if (node.IsMap()) {
     std::unordered_map<std::string, YAML::Mark> seen;
@@ -143,10 +144,9 @@ void check_duplicates(const std::string& file, const YAML::Node& node, const std
       if (!fresh) {
         ErrorCollector::check([&] {
           fail_at(file, it->first, child,
-                  at->second.line >= 0
-                      ? fmt::format("duplicate key (first at line {}, column {})",
-                                    at->second.line + 1, at->second.column + 1)
-                      : std::string("duplicate key"));
+                  at->second.line >= 0 ? fmt::format("duplicate key (first at line {}, column {})",
+                                                     at->second.line + 1, at->second.column + 1)
+                                       : std::string("duplicate key"));
         });
       }
       check_duplicates(file, it->second, child, budget);
@@ -183,8 +183,8 @@ void check_regex(const std::string& file, const YAML::Node& n, const std::string
   try {
     std::regex re(n.Scalar(), std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
-    fail_at(file, n, key, fmt::format("'{}' is not a valid regex (ECMAScript): {}", n.Scalar(),
-                                      e.what()));
+    fail_at(file, n, key,
+            fmt::format("'{}' is not a valid regex (ECMAScript): {}", n.Scalar(), e.what()));
   }
 }
 
@@ -196,10 +196,10 @@ void check_tc_rate(const std::string& file, const YAML::Node& n, const std::stri
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   // tc(8) units: bits or bytes per second, with SI or IEC prefixes.
   static const std::pair<const char*, double> kUnits[] = {
-      {"bit", 1},        {"kbit", 1e3},          {"mbit", 1e6},          {"gbit", 1e9},
-      {"tbit", 1e12},    {"kibit", 1024.0},      {"mibit", 1048576.0},   {"gibit", 1073741824.0},
-      {"bps", 8},        {"kbps", 8e3},          {"mbps", 8e6},          {"gbps", 8e9},
-      {"kibps", 8192.0}, {"mibps", 8388608.0},   {"gibps", 8589934592.0}};
+      {"bit", 1},        {"kbit", 1e3},        {"mbit", 1e6},          {"gbit", 1e9},
+      {"tbit", 1e12},    {"kibit", 1024.0},    {"mibit", 1048576.0},   {"gibit", 1073741824.0},
+      {"bps", 8},        {"kbps", 8e3},        {"mbps", 8e6},          {"gbps", 8e9},
+      {"kibps", 8192.0}, {"mibps", 8388608.0}, {"gibps", 8589934592.0}};
   double mult = -1;
   for (const auto& [u, m] : kUnits) {
     if (unit == u) mult = m;

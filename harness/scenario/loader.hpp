@@ -67,8 +67,7 @@ YAML::Node read_scenario_file(const std::string& path);
 YAML::Node parse_scenario_text(const std::string& file, const std::string& text);
 int64_t scenario_max_bytes();
 // Keys given twice in one map, anywhere under `node` (collected; linear).
-void check_duplicate_keys(const std::string& file, const YAML::Node& node,
-                          const std::string& path);
+void check_duplicate_keys(const std::string& file, const YAML::Node& node, const std::string& path);
 // workload.plugins names: identifiers ([A-Za-z_][A-Za-z0-9_]*), as they become libfl_NAME.so.
 void check_identifier(const std::string& file, const YAML::Node& n, const std::string& key);
 // A regex the oracles compile (std::regex, ECMAScript).

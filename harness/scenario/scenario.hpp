@@ -86,7 +86,7 @@ struct Scenario {
   std::string network = "host";  // host, namespaces
   // workload
   std::string kind, model, precision, schedule;
-  std::string device = "cpu";  // cpu or cuda
+  std::string device = "cpu";          // cpu or cuda
   std::string fidelity = "faultline";  // error-line dialect: faultline or pytorch
   int64_t steps = 0, micro_batch = 0, grad_accum = 0, eval_every = 0;
   int64_t samples = 0, data_seed = 0;

@@ -348,8 +348,8 @@ YAML::Node merge(const YAML::Node& base, const YAML::Node& over) {
     const std::string key = it->first.Scalar();
     if (!placed.insert(key).second) continue;
     const auto o = over_by_key.find(key);
-    out.force_insert(key, o == over_by_key.end() ? YAML::Clone(it->second)
-                                                 : merge(it->second, o->second));
+    out.force_insert(
+        key, o == over_by_key.end() ? YAML::Clone(it->second) : merge(it->second, o->second));
   }
   for (auto it = over.begin(); it != over.end(); ++it) {
     const std::string key = it->first.Scalar();
@@ -462,9 +462,8 @@ YAML::Node list_item(YAML::Node parent, const PathStep& st, const std::string& t
   }
   const auto n = static_cast<int64_t>(list.size());
   if (st.index > n) {
-    raise<ScenarioError>(
-        "--set '{}': {} has {} item(s) (allowed index 0-{}; index {} adds one)", text, st.key, n,
-        std::max<int64_t>(0, n - 1), n);
+    raise<ScenarioError>("--set '{}': {} has {} item(s) (allowed index 0-{}; index {} adds one)",
+                         text, st.key, n, std::max<int64_t>(0, n - 1), n);
   }
   if (st.index == n) {
     list.push_back(value != nullptr ? *value : YAML::Node(YAML::NodeType::Map));

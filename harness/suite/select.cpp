@@ -121,7 +121,8 @@ std::string previous_results(const std::string& results_dir, const std::string& 
 }
 
 // The ids of the cases that did not pass in a summary: failures, errors, unknown verdicts,
-// interrupted cases and cases --fail-fast never started (skipped for want of a device stay out: they would again).
+// interrupted cases and cases --fail-fast never started (skipped for want of a device stay out:
+// they would again).
 std::set<std::string> not_passed(const nlohmann::json& summary) {
   std::set<std::string> ids;
   for (const auto& c : summary["cases"]) {

@@ -75,7 +75,8 @@ class SuiteSignals {
   SuiteSignals& operator=(const SuiteSignals&) = delete;
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {
+  }, old_term_{};
 };
 
 SuiteAttempt read_attempt(const std::string& run_dir, int status) {

@@ -50,12 +50,13 @@ std::string suite_table(const SuiteResult& r) {
       "{} runs: {} passed, {} failed, {} errors, {} flaky, {} skipped{} in {:.1f} s; results in "
       "{}\n",
       r.cases.size(), r.count("pass"), r.count("fail"), errors, r.count("flaky"),
-      r.count("skipped"), interrupted ? fmt::format(", {} interrupted", interrupted) : "",
-      r.wall_s, r.dir);
+      r.count("skipped"), interrupted ? fmt::format(", {} interrupted", interrupted) : "", r.wall_s,
+      r.dir);
   if (!r.interrupted.empty()) {
-    out += fmt::format("  INTERRUPTED the suite got {}: runs in flight were stopped, the rest not "
-                       "started\n",
-                       r.interrupted);
+    out += fmt::format(
+        "  INTERRUPTED the suite got {}: runs in flight were stopped, the rest not "
+        "started\n",
+        r.interrupted);
   }
   std::map<std::string, int> skipped;  // explanation -> cases (fail-fast leaves many alike)
   for (const auto& c : r.cases) {

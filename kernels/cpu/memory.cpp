@@ -81,8 +81,8 @@ void MemoryAccountant::raise_out_of_memory(size_t bytes, std::string_view what,
       fmt::format("[rank {}] out of memory on {}: tried to allocate {} for '{}'; {} already "
                   "allocated, budget {} ({} free), peak {}{}{}",
                   rank_ >= 0 ? rank_ : fault::current_rank(),
-                  label_.empty() ? device_.str() : label_, format_bytes(bytes),
-                  what, format_bytes(cur), budget_ ? format_bytes(budget_) : "unlimited",
+                  label_.empty() ? device_.str() : label_, format_bytes(bytes), what,
+                  format_bytes(cur), budget_ ? format_bytes(budget_) : "unlimited",
                   format_bytes(budget_ > cur ? budget_ - cur : 0), format_bytes(peak()),
                   cause.empty() ? "" : "; ", cause),
       bytes, cur, budget_);

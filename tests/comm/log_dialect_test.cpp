@@ -106,9 +106,10 @@ TEST(LogDialect, RefusedStoreGivesNcclWarnAndDistNetworkError) {
   EXPECT_EQ(lines[1],
             "torch.distributed.DistNetworkError: The client socket has timed out after 3000ms "
             "while trying to connect to (127.0.0.1, 29517).");
-  EXPECT_TRUE(matches("node5:240:240 [6] misc/socket.cc:533 NCCL WARN socketPollConnect: Connect "
-                      "to 10.0.0.4<56849> returned 113(No route to host)",
-                      kNcclWarn));
+  EXPECT_TRUE(
+      matches("node5:240:240 [6] misc/socket.cc:533 NCCL WARN socketPollConnect: Connect "
+              "to 10.0.0.4<56849> returned 113(No route to host)",
+              kNcclWarn));
 }
 
 // showlab/Tune-A-Video#90: "RuntimeError: The server socket has failed to listen on any local
@@ -126,7 +127,8 @@ TEST(LogDialect, TakenPortGivesTheServerSocketLine) {
 }
 
 TEST(LogDialect, TimeoutErrorCarriesItsOpAndPrintsTwoWatchdogLines) {
-  const CommTimeoutError e("[rank 1] comm timeout: ...", "/tmp/x", {7, "ALLREDUCE", 8, 8, 500, 512});
+  const CommTimeoutError e("[rank 1] comm timeout: ...", "/tmp/x",
+                           {7, "ALLREDUCE", 8, 8, 500, 512});
   auto lines = pytorch_lines(e, "comm timeout", 1);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_TRUE(matches(lines[0], kWatchdog)) << lines[0];

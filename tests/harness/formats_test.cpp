@@ -41,33 +41,46 @@ expect: {oracle: completed}
 // Two ranks, two steps each; rank 1's all_reduce #3 completes after 200 ms in flight, rank 0's
 // #4 never completes; a signal fault on rank 1 and a detector's diagnosis.
 void write_timeline(FakeRun& r) {
-  r.ev(0.0, "harness", -1, "run_start",
-       {{"ranks", 2}, {"scenario", "hang"}, {"run_id", "rid-1"}});
+  r.ev(0.0, "harness", -1, "run_start", {{"ranks", 2}, {"scenario", "hang"}, {"run_id", "rid-1"}});
   for (int rank = 0; rank < 2; ++rank) {
     r.ev(0.1, "harness", rank, "launch", {{"pid", 100 + rank}, {"launcher", "local"}});
   }
   for (int step = 0; step < 2; ++step) {
     for (int rank = 0; rank < 2; ++rank) {
       r.ev(1.0 + step, "rank", rank, "step",
-           {{"step_time_s", 0.25}, {"loss", 5.0 - step}, {"loss_scale", 1.0},
+           {{"step_time_s", 0.25},
+            {"loss", 5.0 - step},
+            {"loss_scale", 1.0},
             {"mem_current", 2 << 20}},
            step);
     }
   }
   r.ev(2.5, "rank", 1, "collective",
-       {{"op", "all_reduce"}, {"group", "dp"}, {"seq", 3}, {"in_flight_ms", 200}, {"state", "started"}},
+       {{"op", "all_reduce"},
+        {"group", "dp"},
+        {"seq", 3},
+        {"in_flight_ms", 200},
+        {"state", "started"}},
        2);
   r.ev(2.7, "rank", 1, "collective",
        {{"op", "all_reduce"}, {"group", "dp"}, {"seq", 3}, {"state", "completed"}}, 2);
   r.ev(2.8, "rank", 0, "collective",
-       {{"op", "all_reduce"}, {"group", "dp"}, {"seq", 4}, {"in_flight_ms", 300}, {"state", "started"}},
+       {{"op", "all_reduce"},
+        {"group", "dp"},
+        {"seq", 4},
+        {"in_flight_ms", 300},
+        {"state", "started"}},
        2);
   r.ev(0.2, "harness", -1, "tool_start", {{"tool", "hang"}, {"name", "hang"}});
   r.ev(2.9, "harness", 1, "fault_injected", {{"fault", "signal"}, {"signal", "SIGSTOP"}});
   r.ev(3.2, "harness", 1, "output", {{"line", "rank 1 is stuck"}, {"stream", "stderr"}});
   r.ev(3.5, "detector:hang", -1, "diagnosis",
-       {{"detector", "hang"}, {"symptom", "4.11"}, {"ranks", {1}}, {"confidence", 0.9},
-        {"evidence", "stuck"}, {"stage", 4}});
+       {{"detector", "hang"},
+        {"symptom", "4.11"},
+        {"ranks", {1}},
+        {"confidence", 0.9},
+        {"evidence", "stuck"},
+        {"stage", 4}});
   r.ev(4.0, "harness", -1, "run_end", {{"reason", "hang established"}});
 }
 
@@ -247,10 +260,16 @@ TEST(Metrics, SuiteResultsInTheTextExpositionFormat) {
       {"counts", {{"pass", 2}, {"fail", 1}, {"error", 0}}},
       {"provenance", {{"commit", "abc123"}, {"hostname", "vm"}, {"started", "t"}}},
       {"cases",
-       {{{"symptom", "4.11"}, {"variant", "faulty"}, {"outcome", "pass"}, {"manifested_s", 4.0},
+       {{{"symptom", "4.11"},
+         {"variant", "faulty"},
+         {"outcome", "pass"},
+         {"manifested_s", 4.0},
          {"run_dir", suite + "/runs/hang-s1"}},
         {{"symptom", "4.11"}, {"variant", "faulty"}, {"outcome", "fail"}, {"manifested_s", -1.0}},
-        {{"symptom", "4.11"}, {"variant", "fix"}, {"outcome", "pass"}, {"manifested_s", -1.0},
+        {{"symptom", "4.11"},
+         {"variant", "fix"},
+         {"outcome", "pass"},
+         {"manifested_s", -1.0},
          {"run_dir", suite + "/runs/hang-fix-s1"}}}}};
   std::ofstream(suite + "/summary.json") << summary.dump();
 

@@ -21,9 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string fresh_dir() {
-  const auto d = fs::temp_directory_path() /
-                 ("faultline-hist-" + std::to_string(::getpid()) + "-" +
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const auto d =
+      fs::temp_directory_path() / ("faultline-hist-" + std::to_string(::getpid()) + "-" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();
@@ -42,11 +42,14 @@ HistoryEvent rank_event(int rank, const std::string& kind, int64_t step, std::st
 TEST(Utf8, InvalidBytesBecomeReplacementCharacters) {
   EXPECT_TRUE(is_valid_utf8("plain \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"));
   EXPECT_EQ(valid_utf8("ok"), "ok");
-  EXPECT_EQ(valid_utf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
-  EXPECT_EQ(valid_utf8("\xC3"), "\xEF\xBF\xBD");                       // truncated
-  EXPECT_EQ(valid_utf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");       // overlong
+  EXPECT_EQ(valid_utf8("a\xFF"
+                       "b"),
+            "a\xEF\xBF\xBD"
+            "b");
+  EXPECT_EQ(valid_utf8("\xC3"), "\xEF\xBF\xBD");                                  // truncated
+  EXPECT_EQ(valid_utf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong
   EXPECT_EQ(valid_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
-  EXPECT_EQ(valid_utf8("\xF4\x90\x80\x80").size(), 12u);               // past U+10FFFF
+  EXPECT_EQ(valid_utf8("\xF4\x90\x80\x80").size(), 12u);                          // past U+10FFFF
   // Whatever comes out, nlohmann dumps it.
   EXPECT_NO_THROW(nlohmann::json(valid_utf8("x\xFE\xFF\x80y")).dump());
 }
@@ -116,8 +119,7 @@ TEST(History, MalformedEventsAreCountedAndDroppedNeverWritten) {
     h.harness("launch", {{"pid", 2}}, 1);
     EXPECT_EQ(h.append(rank_event(0, "step", 0, R"({"loss": 2.0, "step_time_s": 0.1})")), 3u);
     EXPECT_EQ(h.append(rank_event(-3, "step", 1, R"({"loss": 1.0})")), History::kRejected);
-    EXPECT_EQ(h.append(rank_event(1, "step", 1, "{\"loss\": 1.0}\n{\"i\":0}")),
-              History::kRejected);
+    EXPECT_EQ(h.append(rank_event(1, "step", 1, "{\"loss\": 1.0}\n{\"i\":0}")), History::kRejected);
     EXPECT_EQ(h.append(rank_event(7, "error", -1, R"({"class":"x","message":"y"})")),
               History::kRejected);
     // Output that is not UTF-8 (a corrupt file a rank printed) goes in replaced.
@@ -159,17 +161,12 @@ TEST(History, AHandWrittenHistoryWithNegativeRanksIsReadAndReportedSafely) {
   const auto dir = fresh_dir();
   std::ofstream h(dir + "/history.jsonl");
   // The data is spliced in as text, as the harness writes it.
-  auto line = [&](int i, const std::string& source, int rank, const std::string& kind,
-                  int64_t step, const std::string& data) {
-    std::string head = nlohmann::json{{"i", i},
-                                      {"t_ns", i * 1000000},
-                                      {"source", source},
-                                      {"rank", rank},
-                                      {"seq", i},
-                                      {"time_unix_ns", 0},
-                                      {"kind", kind},
-                                      {"step", step}}
-                           .dump();
+  auto line = [&](int i, const std::string& source, int rank, const std::string& kind, int64_t step,
+                  const std::string& data) {
+    std::string head =
+        nlohmann::json{{"i", i},   {"t_ns", i * 1000000}, {"source", source}, {"rank", rank},
+                       {"seq", i}, {"time_unix_ns", 0},   {"kind", kind},     {"step", step}}
+            .dump();
     head.pop_back();
     h << head << ",\"data\":" << data << "}\n";
   };

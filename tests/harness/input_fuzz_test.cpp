@@ -39,10 +39,10 @@ std::string read_text(const std::string& path) {
 class Mutator {
  public:
   Mutator(uint64_t seed, std::vector<std::string> tokens) : rng_(seed), tokens_(std::move(tokens)) {
-    for (const char* t : {"99999999999999999999999999", "1e308", "-1e400", "1e300g", "-1",
-                          "-2147483649", "nan", "inf", "0x7fffffffffffffff", "\xff",
-                          "\xc3", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xc0\xaf", "\x00", "\t",
-                          "\r\n", "\\u0000", "\\ud800"}) {
+    for (const char* t :
+         {"99999999999999999999999999", "1e308", "-1e400", "1e300g", "-1", "-2147483649", "nan",
+          "inf", "0x7fffffffffffffff", "\xff", "\xc3", "\xed\xa0\x80", "\xf4\x90\x80\x80",
+          "\xc0\xaf", "\x00", "\t", "\r\n", "\\u0000", "\\ud800"}) {
       tokens_.emplace_back(t, t[0] == 0 ? 1 : std::strlen(t));
     }
   }
@@ -105,8 +105,8 @@ void one(Tally& t, const std::string& what, const std::string& input, F&& f) {
 
 void report(const char* what, const Tally& t) {
   // Recorded for the docs and CI logs; not asserted (a verdict never depends on machine load).
-  std::printf("%s: %d inputs, %d accepted, %d refused with a project error, slowest %.3f s\n",
-              what, t.inputs, t.accepted, t.refused, t.slowest_s);
+  std::printf("%s: %d inputs, %d accepted, %d refused with a project error, slowest %.3f s\n", what,
+              t.inputs, t.accepted, t.refused, t.slowest_s);
 }
 
 TEST(InputFuzz, ScenarioLoader) {
@@ -124,10 +124,35 @@ TEST(InputFuzz, ScenarioLoader) {
   const auto dir = fs::temp_directory_path() / ("faultline-fuzz-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string file = (dir / "s.yaml").string();
-  Mutator m(16001, {":", ": ", "- ", "{", "}", "[", "]", ",", "\n", "\n  ", "---\n", "...\n",
-                    "&a ", "*a", "<<: *a\n", "!!binary ", "!!map ", "? ", "|\n", ">-\n", "'",
-                    "\"", "#", "%YAML 1.2\n", "extends: s.yaml\n", "faults[0]",
-                    "plan: \"x[rank=-1]=drop\"", "rank: -1\n", "env: {A: b, A: c}\n",
+  Mutator m(16001, {":",
+                    ": ",
+                    "- ",
+                    "{",
+                    "}",
+                    "[",
+                    "]",
+                    ",",
+                    "\n",
+                    "\n  ",
+                    "---\n",
+                    "...\n",
+                    "&a ",
+                    "*a",
+                    "<<: *a\n",
+                    "!!binary ",
+                    "!!map ",
+                    "? ",
+                    "|\n",
+                    ">-\n",
+                    "'",
+                    "\"",
+                    "#",
+                    "%YAML 1.2\n",
+                    "extends: s.yaml\n",
+                    "faults[0]",
+                    "plan: \"x[rank=-1]=drop\"",
+                    "rank: -1\n",
+                    "env: {A: b, A: c}\n",
                     "memory_limit: 1e300g"});
   Tally t;
   const int n = iterations();
@@ -148,8 +173,9 @@ TEST(InputFuzz, PlanGrammar) {
       "optimizer.step[rank=1]=leak(20000000)",
       "infer.forward[rank=1,step=4-100]=delay(100);plugin.load[rank=1]=delay(4000)",
       "comm.all_reduce[rank=0-3,every=2,skip=1]=drop"};
-  Mutator m(16002, {"[", "]", "(", ")", "=", ",", ";", "-", ".", "rank=", "step=", "seq=",
-                    "every=", "skip=", "p=", "0.5", "delay(", "drop", "x", " ", "@", "%"});
+  Mutator m(16002, {"[",      "]",     "(",     ")",    "=",      ",",     ";",  "-",
+                    ".",      "rank=", "step=", "seq=", "every=", "skip=", "p=", "0.5",
+                    "delay(", "drop",  "x",     " ",    "@",      "%"});
   Tally t;
   const int n = iterations();
   for (int i = 0; i < n; ++i) {
@@ -180,9 +206,27 @@ TEST(InputFuzz, HistoryReader) {
   const auto dir = fs::temp_directory_path() / ("faultline-fuzzh-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string file = (dir / "history.jsonl").string();
-  Mutator m(16003, {"{", "}", "[", "]", ",", ":", "\"", "\n", "null", "true", "-1", "-3",
-                    "\"rank\":-7,", "\"ranks\":\"x\",", "\"step\":-5,", "\"data\":[],",
-                    "\"loss\":\"x\",", "1.5", "\"i\":", "\\", "\\u00ff"});
+  Mutator m(16003, {"{",
+                    "}",
+                    "[",
+                    "]",
+                    ",",
+                    ":",
+                    "\"",
+                    "\n",
+                    "null",
+                    "true",
+                    "-1",
+                    "-3",
+                    "\"rank\":-7,",
+                    "\"ranks\":\"x\",",
+                    "\"step\":-5,",
+                    "\"data\":[],",
+                    "\"loss\":\"x\",",
+                    "1.5",
+                    "\"i\":",
+                    "\\",
+                    "\\u00ff"});
   std::vector<Expect> expects(4);
   expects[0].oracle = "completed";
   expects[1].oracle = "error_signature";

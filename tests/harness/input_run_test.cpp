@@ -53,10 +53,9 @@ TEST(InputRun, ARankPrintingInvalidUtf8AndPoisonedEventsStillGetsAVerdict) {
   ::chmod((dir + "/bin/fl-train").c_str(), 0755);
   std::ofstream(dir + "/s.yaml") << "name: poison\ntopology: {ranks: 1}\n"
                                     "expect: {oracle: error_signature, pattern: poison}\n";
-  auto r = fl::test::run_process(
-      {FAULTLINE_CLI, "run", dir + "/s.yaml", "--results", dir + "/runs", "--run-id", "p",
-       "--report"},
-      {{"FAULTLINE_BIN_DIR", dir + "/bin"}}, std::chrono::seconds(120));
+  auto r = fl::test::run_process({FAULTLINE_CLI, "run", dir + "/s.yaml", "--results", dir + "/runs",
+                                  "--run-id", "p", "--report"},
+                                 {{"FAULTLINE_BIN_DIR", dir + "/bin"}}, std::chrono::seconds(120));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string run = dir + "/runs/p";
   const auto v = nlohmann::json::parse(read_text(run + "/verdict.json"));
@@ -93,9 +92,9 @@ class CorruptManifest : public ::testing::Test {
   void SetUp() override {
     dir_ = test_dir();
     auto argv = fl::test::mpirun_prefix(1);
-    for (std::string a : {std::string(FAULTLINE_TRAIN), std::string("--steps"),
-                          std::string("2"), std::string("--save-every"), std::string("2"),
-                          std::string("--save-dir"), dir_ + "/ckpt"}) {
+    for (std::string a : {std::string(FAULTLINE_TRAIN), std::string("--steps"), std::string("2"),
+                          std::string("--save-every"), std::string("2"), std::string("--save-dir"),
+                          dir_ + "/ckpt"}) {
       argv.push_back(a);
     }
     auto r = fl::test::run_process(argv, {{"MASTER_PORT", std::to_string(fl::test::free_port())}});
@@ -116,10 +115,9 @@ class CorruptManifest : public ::testing::Test {
   void expect_exit_27() {
     auto argv = fl::test::mpirun_prefix(1);
     argv.insert(argv.end(), {FAULTLINE_TRAIN, "--steps", "4", "--resume", dir_ + "/ckpt/step_2"});
-    const std::vector<std::vector<std::string>> runs = {
-        argv,
-        {FAULTLINE_CKPT, "inspect", dir_ + "/ckpt"},
-        {FAULTLINE_CKPT, "digest", dir_ + "/ckpt"}};
+    const std::vector<std::vector<std::string>> runs = {argv,
+                                                        {FAULTLINE_CKPT, "inspect", dir_ + "/ckpt"},
+                                                        {FAULTLINE_CKPT, "digest", dir_ + "/ckpt"}};
     for (const auto& a : runs) {
       auto r = fl::test::run_process(a, {{"MASTER_PORT", std::to_string(fl::test::free_port())}});
       EXPECT_EQ(r.exit_code, fl::exit_code::kCheckpoint) << a.back() << "\n" << r.output;

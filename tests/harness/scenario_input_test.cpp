@@ -85,8 +85,9 @@ TEST_F(ScenarioInput, SizesThatOverflowOrAreNegativeAreRefused) {
 }
 
 TEST_F(ScenarioInput, UnknownHiddenLibraryIsRefused) {
-  const std::string e = error_of("name: a\nfaults:\n  - {hide: libfl_nothing.so, rank: 1}\n"
-                                 "topology: {ranks: 2}\n");
+  const std::string e = error_of(
+      "name: a\nfaults:\n  - {hide: libfl_nothing.so, rank: 1}\n"
+      "topology: {ranks: 2}\n");
   if (e == "no error") GTEST_SKIP() << "this build has no plugin directory";
   EXPECT_EQ(e.rfind("s.yaml:3:12: faults[0].hide: no library 'libfl_nothing.so' in the plugin "
                     "directory ",
@@ -119,8 +120,7 @@ TEST_F(ScenarioInput, BadTcRatesAreRefused) {
   for (const std::string bad : {"fast", "0mbit", "-1mbit", "1.2.3mbit", "1e400bit", "5 mbit"}) {
     const std::string e = error_of("name: a\nfaults:\n  - {network: {action: bandwidth, rate: \"" +
                                    bad + "\"}, at: launch}\n");
-    EXPECT_EQ(e.rfind("s.yaml:3:41: faults[0].network.rate: '" + bad + "' is not a tc rate", 0),
-              0u)
+    EXPECT_EQ(e.rfind("s.yaml:3:41: faults[0].network.rate: '" + bad + "' is not a tc rate", 0), 0u)
         << e;
   }
   for (const std::string good : {"1mbit", "500kbit", "2.5mbps", "100kibit", "8bit"}) {
@@ -159,11 +159,10 @@ TEST_F(ScenarioInput, AliasesThatExpandWithoutBoundAreRefused) {
     for (int k = 0; k < 10; ++k) text += (k ? ", *a" : "*a") + std::to_string(i - 1);
     text += "]\n";
   }
-  EXPECT_EQ(error_of(text),
-            "s.yaml: the document expands to more than " +
-                std::to_string(loader::scenario_max_bytes()) +
-                " nodes (aliases repeating nodes; allowed: as many as "
-                "FAULTLINE_SCENARIO_MAX_BYTES)");
+  EXPECT_EQ(error_of(text), "s.yaml: the document expands to more than " +
+                                std::to_string(loader::scenario_max_bytes()) +
+                                " nodes (aliases repeating nodes; allowed: as many as "
+                                "FAULTLINE_SCENARIO_MAX_BYTES)");
 }
 
 TEST_F(ScenarioInput, NonUtf8TextIsRefusedWithItsPlace) {
@@ -172,8 +171,9 @@ TEST_F(ScenarioInput, NonUtf8TextIsRefusedWithItsPlace) {
 }
 
 TEST_F(ScenarioInput, SetWithAListIndexAppliesOrIsRefused) {
-  const std::string text = "name: a\ntopology: {ranks: 2}\nfaults:\n  - {signal: KILL, "
-                           "rank: 1, at: step, step: 2}\n";
+  const std::string text =
+      "name: a\ntopology: {ranks: 2}\nfaults:\n  - {signal: KILL, "
+      "rank: 1, at: step, step: 2}\n";
   // An index that is there changes that item; the item is validated again as a whole.
   LoadOptions o;
   o.overrides = {"faults[0].rank=0"};
@@ -183,8 +183,10 @@ TEST_F(ScenarioInput, SetWithAListIndexAppliesOrIsRefused) {
   EXPECT_FALSE(s.resolved["faults[0]"]) << "no stray top-level key";
   // A plan beside a signal: two kinds in one item.
   o.overrides = {"faults[0].plan=comm.all_reduce[rank=0]=drop"};
-  EXPECT_EQ(error_of(text, o).rfind("s.yaml (--set faults[0].plan):4:5: faults[0]: names two faults, plan and signal", 0),
-            0u)
+  EXPECT_EQ(
+      error_of(text, o).rfind(
+          "s.yaml (--set faults[0].plan):4:5: faults[0]: names two faults, plan and signal", 0),
+      0u)
       << error_of(text, o);
   // One past the last adds an item; further is refused.
   o.overrides = {"faults[1]={plan: \"comm.all_reduce[rank=0]=drop\"}"};
@@ -211,15 +213,15 @@ TEST_F(ScenarioInput, AFileOverTheSizeLimitIsRefusedBeforeParsing) {
   big += "\"\n";
   const std::string e = error_of(big);
   EXPECT_EQ(e, "s.yaml: the file is " + std::to_string(big.size()) + " bytes (allowed: up to " +
-                   std::to_string(max) +
-                   "; FAULTLINE_SCENARIO_MAX_BYTES sets the limit)");
+                   std::to_string(max) + "; FAULTLINE_SCENARIO_MAX_BYTES sets the limit)");
 }
 
 // 40k keys: every step of the load is linear (the old merge looked up each key by scanning the
 // map: 104 s). Timing is not asserted; the note in docs/scenarios.md has the measurement.
 TEST_F(ScenarioInput, ForthyThousandEnvKeysLoadAndKeepTheirValues) {
   std::string text = "name: a\nenv:\n";
-  for (int i = 0; i < 40000; ++i) text += "  K" + std::to_string(i) + ": v" + std::to_string(i) + "\n";
+  for (int i = 0; i < 40000; ++i)
+    text += "  K" + std::to_string(i) + ": v" + std::to_string(i) + "\n";
   LoadOptions o;
   o.overrides = {"env.K39999=last"};
   auto s = load_scenario(write("big.yaml", text), o);

@@ -60,11 +60,11 @@ TEST_F(ScenarioTest, ZeroKnobsReachTheWorkerArguments) {
                            "--reduce-bucket-size", "--zero3-prefetch-bytes"}) {
     EXPECT_EQ(std::count(plain.begin(), plain.end(), flag), 0) << flag;
   }
-  auto s = load_scenario(write(
-      "z.yaml",
-      "name: a\ntopology: {ranks: 2, dp: 2, zero: 3}\nworkload:\n  activation_checkpointing: "
-      "true\n  zero: {init: false, offload_optimizer: true, reduce_bucket_size: 4096,\n"
-      "         allgather_bucket_size: 8192, prefetch_bytes: 0, max_live_bytes: 100000}\n"));
+  auto s = load_scenario(
+      write("z.yaml",
+            "name: a\ntopology: {ranks: 2, dp: 2, zero: 3}\nworkload:\n  activation_checkpointing: "
+            "true\n  zero: {init: false, offload_optimizer: true, reduce_bucket_size: 4096,\n"
+            "         allgather_bucket_size: 8192, prefetch_bytes: 0, max_live_bytes: 100000}\n"));
   auto a = worker_args(s, "/run", "");
   auto after = [&](const std::string& flag) {
     auto it = std::find(a.begin(), a.end(), flag);

@@ -48,12 +48,11 @@ TEST(Names, RunIdsAndSuiteNamesAreSinglePathComponents) {
   for (const std::string ok : {"run-1", "20260101-120000-smoke-ab12", "a.b_c+d", "x"}) {
     EXPECT_EQ(refusal([&] { check_path_component("--run-id", ok); }), "") << ok;
   }
-  for (const std::string& bad : std::vector<std::string>{"../x", "/tmp/x", "..", ".", "", "a/b",
-                                                         ".hidden", "-rf", "a b", "a\nb",
-                                                         std::string(201, 'a')}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"../x", "/tmp/x", "..", ".", "", "a/b", ".hidden", "-rf", "a b",
+                                "a\nb", std::string(201, 'a')}) {
     const std::string e = refusal([&] { check_path_component("--run-id", bad); });
-    EXPECT_NE(e.find("must be one path component under the results directory"),
-              std::string::npos)
+    EXPECT_NE(e.find("must be one path component under the results directory"), std::string::npos)
         << "'" << bad << "': " << e;
   }
   EXPECT_NE(refusal([] { check_path_component("--run-id", "a\nb"); }).find("'a\\x0ab'"),
@@ -79,8 +78,8 @@ TEST(Names, AnEnvironmentNameWithWhitespaceNeverReachesTheAppFile) {
   std::ofstream(scen) << "name: env-inject\ntopology: {ranks: 1, launcher: mpirun}\n"
                          "workload: {steps: 1}\nenv: {\"A -np 9 /bin/true -x B\": \"1\"}\n"
                          "expect: {oracle: completed}\n";
-  auto r = test::run_process({FAULTLINE_CLI, "run", scen, "--results", dir + "/runs", "--run-id",
-                              "env", "-q"});
+  auto r = test::run_process(
+      {FAULTLINE_CLI, "run", scen, "--results", dir + "/runs", "--run-id", "env", "-q"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("A -np 9 /bin/true -x B"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir + "/runs/env/appfile")) << read(dir + "/runs/env/appfile");
@@ -159,8 +158,9 @@ TEST(RunDirectories, ConcurrentAllocationsNeverShareADirectory) {
   }
   // A given id is never shared either: the second allocation is refused.
   create_run_dir(dir + "/given", "mine", "tiny");
-  EXPECT_NE(refusal([&] { create_run_dir(dir + "/given", "mine", "tiny"); })
-                .find("the run directory already exists"),
+  EXPECT_NE(refusal([&] {
+              create_run_dir(dir + "/given", "mine", "tiny");
+            }).find("the run directory already exists"),
             std::string::npos);
 }
 
@@ -172,9 +172,14 @@ TEST(VerdictAfterAKill, TheRanksOwnEventFilesAreMergedWithoutDuplicates) {
   const int64_t t0 = 1'700'000'000'000'000'000;
   auto hist_line = [&](int i, const std::string& source, int rank, int seq, int64_t t,
                        const std::string& kind, int step) {
-    return nlohmann::json{{"i", i},       {"t_ns", t},           {"source", source},
-                          {"rank", rank}, {"seq", seq},          {"time_unix_ns", t0 + t},
-                          {"kind", kind}, {"step", step},
+    return nlohmann::json{{"i", i},
+                          {"t_ns", t},
+                          {"source", source},
+                          {"rank", rank},
+                          {"seq", seq},
+                          {"time_unix_ns", t0 + t},
+                          {"kind", kind},
+                          {"step", step},
                           // run_start says the world (the history's schema needs it)
                           {"data", kind == "run_start" ? nlohmann::json{{"ranks", 2}}
                                                        : nlohmann::json::object()}}
@@ -182,9 +187,8 @@ TEST(VerdictAfterAKill, TheRanksOwnEventFilesAreMergedWithoutDuplicates) {
            "\n";
   };
   auto rank_line = [&](int rank, int seq, int64_t t, const std::string& kind, int step) {
-    return nlohmann::json{{"rank", rank},       {"seq", seq},
-                          {"time_unix_ns", t0 + t}, {"kind", kind},
-                          {"step", step},       {"data", {{"loss", 1.0}}}}
+    return nlohmann::json{{"rank", rank}, {"seq", seq},   {"time_unix_ns", t0 + t},
+                          {"kind", kind}, {"step", step}, {"data", {{"loss", 1.0}}}}
                .dump() +
            "\n";
   };
@@ -224,7 +228,8 @@ name=$(basename "$file" .yaml)
 mkdir -p "$results/$id"
 v="$results/$id/verdict.json"
 echo '{"outcome": "unknown", "state": "running"}' > "$v"
-echo "$id" >> ")" << dir << R"(/launched"
+echo "$id" >> ")" << dir
+                      << R"(/launched"
 case $name in
   *-interrupted-*) echo '{"outcome": "interrupted", "explanation": "the harness got SIGINT", "state": "done"}' > "$v"; exit 4 ;;
   *-killed) kill -KILL $$ ;;

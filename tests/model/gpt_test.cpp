@@ -214,9 +214,9 @@ TEST(Gpt, ParameterGroupsAreUsedInOrderAndCheckpointingRecomputesTheSameGradient
   ckpt.set_activation_checkpointing(true);
   RecordingParams rec(layout, params);
   auto a2 = ckpt.forward(rec, data.tokens.data(), nullptr, data.targets.data(), 2, 4);
-  EXPECT_EQ(a2->loss, stage.forward(params.data(), data.tokens.data(), nullptr,
-                                    data.targets.data(), 2, 4)
-                          ->loss);
+  EXPECT_EQ(
+      a2->loss,
+      stage.forward(params.data(), data.tokens.data(), nullptr, data.targets.data(), 2, 4)->loss);
   ckpt.backward(*a2, rec, 1.0f, nullptr, nullptr);
   EXPECT_FALSE(rec.any_live());
   // Forward in flat order, backward in reverse; each group's gradients done right after its

@@ -230,22 +230,30 @@ TEST_F(Checkpoints, MalformedManifestsAndPathsOutsideTheSaveDirectoryAreNamedErr
     EXPECT_EQ(r.exit_code, exit_code::kCheckpoint) << cmd << ": " << r.output;
     EXPECT_NE(r.output.find(want), std::string::npos) << cmd << ": " << r.output;
   };
-  refused("inspect", [](auto& m) { m["layout"].erase("dp"); }, "manifest.json: layout.dp is missing");
-  refused("digest", [](auto& m) { m["shards"][1].erase("xxh64"); }, "shards[1].xxh64 is missing");
-  refused("inspect", [](auto& m) { m["step"] = "four"; },
-          "manifest.json: step must be an integer, not \"four\"");
+  refused(
+      "inspect", [](auto& m) { m["layout"].erase("dp"); }, "manifest.json: layout.dp is missing");
+  refused(
+      "digest", [](auto& m) { m["shards"][1].erase("xxh64"); }, "shards[1].xxh64 is missing");
+  refused(
+      "inspect", [](auto& m) { m["step"] = "four"; },
+      "manifest.json: step must be an integer, not \"four\"");
   // Once a segfault (an out-of-range index into the replicas).
-  refused("digest", [](auto& m) { m["shards"][1]["dp_rank"] = 7; },
-          "shards[1].dp_rank is 7, allowed 0 to 1");
-  refused("digest", [](auto& m) { m["shards"][1]["dp_rank"] = 0; },
-          "shards[1] repeats the coordinates dp 0 tp 0 pp 0 of another shard");
-  refused("inspect", [](auto& m) { m["format_version"] = 2; },
-          "has format version 2, this build reads version 1");
-  refused("digest", [](auto& m) { m["format_version"] = 2; },
-          "has format version 2, this build reads version 1");
-  refused("inspect", [](auto& m) { m["shards"][0]["file"] = "../../shard_rank0.bin"; },
-          "the shard of rank 0 names '../../shard_rank0.bin', which is not a directory name "
-          "inside it");
+  refused(
+      "digest", [](auto& m) { m["shards"][1]["dp_rank"] = 7; },
+      "shards[1].dp_rank is 7, allowed 0 to 1");
+  refused(
+      "digest", [](auto& m) { m["shards"][1]["dp_rank"] = 0; },
+      "shards[1] repeats the coordinates dp 0 tp 0 pp 0 of another shard");
+  refused(
+      "inspect", [](auto& m) { m["format_version"] = 2; },
+      "has format version 2, this build reads version 1");
+  refused(
+      "digest", [](auto& m) { m["format_version"] = 2; },
+      "has format version 2, this build reads version 1");
+  refused(
+      "inspect", [](auto& m) { m["shards"][0]["file"] = "../../shard_rank0.bin"; },
+      "the shard of rank 0 names '../../shard_rank0.bin', which is not a directory name "
+      "inside it");
 
   // `latest` naming something outside, directly or through a symbolic link.
   const fs::path save = dir_ / "save", outside = dir_ / "elsewhere";

@@ -62,15 +62,14 @@ TEST(AutoResume, NeverFollowsAStepDirectoryOrLatestOutOfTheSaveDirectory) {
         << e.what();
   }
   // `latest` with a path, an absolute path or a parent: refused before anything is read.
-  for (const std::string& bad : std::vector<std::string>{
-           "../escape-outside/step_100", (outside / "step_100").string(), ".."}) {
+  for (const std::string& bad : std::vector<std::string>{"../escape-outside/step_100",
+                                                         (outside / "step_100").string(), ".."}) {
     std::ofstream(d / "latest", std::ios::trunc) << bad << "\n";
     try {
       train::auto_resume_target(d.string(), false, note);
       ADD_FAILURE() << "followed latest " << bad;
     } catch (const CheckpointError& e) {
-      EXPECT_NE(std::string(e.what()).find("is not a directory name inside it"),
-                std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("is not a directory name inside it"), std::string::npos)
           << e.what();
     }
   }

@@ -36,8 +36,8 @@ std::map<std::string, double> memory_of(const std::string& out, int rank) {
   if (!std::regex_search(out, m, line)) return fields;
   const std::string rest = m[1];
   const std::regex pair(R"(([a-z_]+) (\d+))");
-  for (auto it = std::sregex_iterator(rest.begin(), rest.end(), pair);
-       it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(rest.begin(), rest.end(), pair); it != std::sregex_iterator();
+       ++it) {
     fields[(*it)[1]] = std::stod((*it)[2]);
   }
   return fields;
@@ -46,21 +46,29 @@ std::map<std::string, double> memory_of(const std::string& out, int rank) {
 // The fp32 formula for Ψ parameters on Nd data-parallel ranks.
 double formula(int stage, double psi, int nd) {
   switch (stage) {
-    case 0: return 16 * psi;
-    case 1: return 8 * psi + 8 * psi / nd;
-    case 2: return 4 * psi + 12 * psi / nd;
-    default: return 16 * psi / nd;
+    case 0:
+      return 16 * psi;
+    case 1:
+      return 8 * psi + 8 * psi / nd;
+    case 2:
+      return 4 * psi + 12 * psi / nd;
+    default:
+      return 16 * psi / nd;
   }
 }
 
 // Ψ of the small model with --seq-len 16: embedding (V·C + T·C), 4 blocks of 12C² + 13C, the head
 // (2C + V·C); V 256, C 128.
-constexpr double kPsi = 256.0 * 128 + 16.0 * 128 + 4 * (12.0 * 128 * 128 + 13 * 128) +
-                        (2.0 * 128 + 256.0 * 128);
+constexpr double kPsi =
+    256.0 * 128 + 16.0 * 128 + 4 * (12.0 * 128 * 128 + 13 * 128) + (2.0 * 128 + 256.0 * 128);
 
 std::vector<std::string> small(int dp, int stage) {
-  return {"--model", "small", "--seq-len", "16", "--micro-batch", "1", "--dp",
-          std::to_string(dp), "--zero", std::to_string(stage), "--memory-report"};
+  return {"--model",        "small",
+          "--seq-len",      "16",
+          "--micro-batch",  "1",
+          "--dp",           std::to_string(dp),
+          "--zero",         std::to_string(stage),
+          "--memory-report"};
 }
 
 void expect_formula(int dp) {
@@ -77,7 +85,9 @@ void expect_formula(int dp) {
   }
 }
 
-TEST(ZeroMemory, ModelStatesFollowTheFormulasOnFourRanks) { expect_formula(4); }
+TEST(ZeroMemory, ModelStatesFollowTheFormulasOnFourRanks) {
+  expect_formula(4);
+}
 // The whole grid (dp 1, 2, 8) runs 9 more launches: labelled slow (tests/CMakeLists.txt).
 TEST(ZeroMemorySlow, ModelStatesFollowTheFormulasOnOneTwoAndEightRanks) {
   for (int dp : {1, 2, 8}) expect_formula(dp);
@@ -89,8 +99,7 @@ TEST(ZeroMemorySlow, ModelStatesFollowTheFormulasOnOneTwoAndEightRanks) {
 // gather rounds the fp32 master partition), so 16Ψ/Nd.
 TEST(ZeroMemory, MixedPrecisionModelStatesFollowTheFormulasOnFourRanks) {
   const double psi = kPsi;
-  const double want[4] = {20 * psi, 8 * psi + 12 * psi / 4, 4 * psi + 16 * psi / 4,
-                          16 * psi / 4};
+  const double want[4] = {20 * psi, 8 * psi + 12 * psi / 4, 4 * psi + 16 * psi / 4, 16 * psi / 4};
   for (int stage = 0; stage <= 3; ++stage) {
     auto args = small(4, stage);
     args.insert(args.end(), {"--precision", "bf16"});
@@ -231,14 +240,14 @@ class ZeroCheckpoints : public testing::Test {
 void resume_bit_for_bit(const fs::path& dir, const std::vector<std::string>& layout);
 
 TEST_F(ZeroCheckpoints, Zero3WithOffloadResumesBitForBit) {
-  resume_bit_for_bit(dir_, {"--dp", "2", "--zero", "3", "--offload-optimizer", "--micro-batch",
-                            "4", "--checksum"});
+  resume_bit_for_bit(dir_, {"--dp", "2", "--zero", "3", "--offload-optimizer", "--micro-batch", "4",
+                            "--checksum"});
 }
 
 // bf16 ZeRO-1/2 keep only the master partition: saved and restored as a partition.
 TEST_F(ZeroCheckpoints, Bf16Zero2WithPartitionedMasterWeightsResumesBitForBit) {
-  resume_bit_for_bit(dir_, {"--dp", "2", "--zero", "2", "--precision", "bf16", "--micro-batch",
-                            "4", "--checksum"});
+  resume_bit_for_bit(dir_, {"--dp", "2", "--zero", "2", "--precision", "bf16", "--micro-batch", "4",
+                            "--checksum"});
 }
 
 void resume_bit_for_bit(const fs::path& dir_, const std::vector<std::string>& layout) {

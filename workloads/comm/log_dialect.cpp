@@ -24,9 +24,14 @@ bool pytorch_dialect() {
 
 const char* pytorch_op_type(int op_kind) {
   // The names ProcessGroupNCCL's WorkNCCL prints (c10d OpType).
-  static const char* const names[] = {"ALLREDUCE", "_REDUCE_SCATTER_BASE", "_ALLGATHER_BASE",
-                                      "BROADCAST", "SEND",                 "RECV",
-                                      "BARRIER",   "UNKNOWN"};
+  static const char* const names[] = {"ALLREDUCE",
+                                      "_REDUCE_SCATTER_BASE",
+                                      "_ALLGATHER_BASE",
+                                      "BROADCAST",
+                                      "SEND",
+                                      "RECV",
+                                      "BARRIER",
+                                      "UNKNOWN"};
   return op_kind >= 0 && op_kind < 8 ? names[op_kind] : "UNKNOWN";
 }
 
@@ -125,8 +130,8 @@ std::vector<std::string> pytorch_lines(const std::exception& e, std::string_view
     }
     const size_t total = o->budget() ? o->budget() : o->allocated() + o->requested();
     const size_t free_bytes = total > o->allocated() ? total - o->allocated() : 0;
-    out.push_back(cuda_oom_line(0, o->requested(), total, free_bytes, o->allocated(),
-                                o->allocated(), 0));
+    out.push_back(
+        cuda_oom_line(0, o->requested(), total, free_bytes, o->allocated(), o->allocated(), 0));
     return out;
   }
   std::string host, port;

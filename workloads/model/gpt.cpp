@@ -13,7 +13,9 @@ const float* FlatParams::acquire(int g, bool) {
   return params_ + layout_.groups()[static_cast<size_t>(g)].lo;
 }
 
-float* FlatParams::grads(int g) { return grads_ + layout_.groups()[static_cast<size_t>(g)].lo; }
+float* FlatParams::grads(int g) {
+  return grads_ + layout_.groups()[static_cast<size_t>(g)].lo;
+}
 
 GptStage::GptStage(const GptConfig& cfg, const ParamLayout& layout, comm::Communicator* tp_group,
                    MemoryAccountant& acct)
@@ -200,13 +202,15 @@ void GptStage::backward(StageActs& a, ParamAccess& pa, float dloss, const float*
                                         per_token, N, V);
     rnd(dlogits);
     Tensor dlnf = alloc({N, C}, "grad.act.lnf");
-    ops::linear_backward(dlnf.f32(), layout_.find(grads, "lm_head.weight", base), nullptr, dlogits.f32(),
-                         a.lnf.f32(), layout_.find(P, "lm_head.weight", base), N, C, V);
+    ops::linear_backward(dlnf.f32(), layout_.find(grads, "lm_head.weight", base), nullptr,
+                         dlogits.f32(), a.lnf.f32(), layout_.find(P, "lm_head.weight", base), N, C,
+                         V);
     rnd(dlnf);
     const float* x_last = a.output();
-    ops::layernorm_backward(
-        dx.f32(), layout_.find(grads, "lnf.weight", base), layout_.find(grads, "lnf.bias", base), dlnf.f32(),
-        x_last, layout_.find(P, "lnf.weight", base), a.lnf_mean.f32(), a.lnf_rstd.f32(), N, C);
+    ops::layernorm_backward(dx.f32(), layout_.find(grads, "lnf.weight", base),
+                            layout_.find(grads, "lnf.bias", base), dlnf.f32(), x_last,
+                            layout_.find(P, "lnf.weight", base), a.lnf_mean.f32(), a.lnf_rstd.f32(),
+                            N, C);
     rnd(dx);
     round_grads(grads, "lm_head.", base);
     round_grads(grads, "lnf.", base);

@@ -120,7 +120,9 @@ void ParamLayout::initialize_range(float* out, size_t lo, size_t hi, uint64_t se
   }
 }
 
-BlockParams ParamLayout::block(float* flat, int l) const { return block(flat, l, 0); }
+BlockParams ParamLayout::block(float* flat, int l) const {
+  return block(flat, l, 0);
+}
 
 BlockParams ParamLayout::block(float* d, int l, size_t b) const {
   const std::string p = "h" + std::to_string(l) + ".";

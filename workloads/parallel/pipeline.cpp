@@ -33,9 +33,9 @@ double run_pipeline(model::GptStage& stage, model::ParamAccess& params, Topology
   };
   auto fwd = [&](int k) {
     const auto& mb = mbs[static_cast<size_t>(k)];
-    acts[static_cast<size_t>(k)] = stage.forward(
-        params, first ? mb.tokens : nullptr, first ? nullptr : xin[static_cast<size_t>(k)].f32(),
-        mb.targets, mb.B, T);
+    acts[static_cast<size_t>(k)] =
+        stage.forward(params, first ? mb.tokens : nullptr,
+                      first ? nullptr : xin[static_cast<size_t>(k)].f32(), mb.targets, mb.B, T);
     if (last) loss_sum += acts[static_cast<size_t>(k)]->loss;
   };
   auto out_buf = [&](int k) {

@@ -108,8 +108,8 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
       ops::round_to_precision(compute_.f32(), padded_, cfg_.precision);
     }
   }
-  grads_ = cfg_.stage >= 2 ? alloc(part_, "grads.partition", dev_)
-                           : alloc(padded_, "grads.full", dev_);
+  grads_ =
+      cfg_.stage >= 2 ? alloc(part_, "grads.partition", dev_) : alloc(padded_, "grads.full", dev_);
   MemoryAccountant& state = cfg_.offload_optimizer ? host_ : dev_;
   const size_t moments = cfg_.stage == 0 ? padded_ : part_;
   m_ = alloc(cfg_.optimizer_state_bytes >= 4 ? moments : 0, cfg_.state_name.c_str(), state);
@@ -127,8 +127,8 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
   for (int g = static_cast<int>(groups.size()) - 1; g >= 0; --g) {
     const size_t n = groups[static_cast<size_t>(g)].numel();
     if (buckets_.empty() || buckets_.back().hi - buckets_.back().lo + n > bucket_elems) {
-      buckets_.push_back({g, g, groups[static_cast<size_t>(g)].lo,
-                          groups[static_cast<size_t>(g)].hi});
+      buckets_.push_back(
+          {g, g, groups[static_cast<size_t>(g)].lo, groups[static_cast<size_t>(g)].hi});
     }
     Bucket& b = buckets_.back();
     b.last = g;
@@ -232,7 +232,9 @@ void ZeroEngine::release(int g, bool) {
   live_.erase(g);
 }
 
-void ZeroEngine::drop_gathered() { live_.clear(); }
+void ZeroEngine::drop_gathered() {
+  live_.clear();
+}
 
 float* ZeroEngine::grads(int g) {
   const model::ParamGroup& grp = layout_.groups()[static_cast<size_t>(g)];
@@ -264,7 +266,8 @@ void ZeroEngine::all_reduce_avg(float* data, size_t n) {
     return;
   }
   // Gradients travel in the training precision.
-  Tensor tmp16 = Tensor::zeros({static_cast<int64_t>(n)}, cfg_.precision, "buffer.grad16", staging_);
+  Tensor tmp16 =
+      Tensor::zeros({static_cast<int64_t>(n)}, cfg_.precision, "buffer.grad16", staging_);
   ops::encode(data, tmp16.raw(), cfg_.precision, n);
   c.all_reduce(device_buffer(tmp16.raw(), n, cfg_.precision), comm::ReduceOp::kAvg);
   ops::decode(tmp16.raw(), cfg_.precision, data, n);
@@ -328,8 +331,8 @@ void ZeroEngine::finish_update() {
 std::vector<float> ZeroEngine::full_parameters() const {
   std::vector<float> full(total_);
   if (partitioned_master()) {
-    Tensor gathered = Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "buffer.full",
-                                    staging_);
+    Tensor gathered =
+        Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "buffer.full", staging_);
     topo_.dp->all_gather(device_buffer(master_.f32(), part_, DType::kF32),
                          device_buffer(gathered.f32(), padded_, DType::kF32));
     ops::to_host(full.data(), gathered.f32(), total_ * sizeof(float));

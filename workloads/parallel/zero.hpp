@@ -151,8 +151,8 @@ class ZeroEngine final : public model::ParamAccess {
   Tensor m_, v_;    // moments: full (stage 0) or the partition; on the host with offload
   Tensor host_master_, host_grads_;  // offload: the partition's fp32 master weights, gradients
   std::vector<Bucket> buckets_;
-  std::vector<int> bucket_of_;   // group -> bucket
-  std::map<int, Tensor> live_;   // stage 3: gathered groups
+  std::vector<int> bucket_of_;     // group -> bucket
+  std::map<int, Tensor> live_;     // stage 3: gathered groups
   std::map<int, Tensor> pending_;  // stage 2/3: bucket index -> gradients being produced
 };
 

@@ -60,7 +60,8 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
   // Every change of `data` goes through put/erase, which keep the limits and the counters.
   void put(const std::string& k, std::string v) {
     auto it = data.find(k);
-    const int64_t before = it == data.end() ? 0 : static_cast<int64_t>(k.size() + it->second.size());
+    const int64_t before =
+        it == data.end() ? 0 : static_cast<int64_t>(k.size() + it->second.size());
     const int64_t after = static_cast<int64_t>(k.size() + v.size());
     if (it == data.end() && static_cast<int64_t>(data.size()) >= limits.max_keys) {
       throw LimitError(fmt::format(
@@ -203,8 +204,8 @@ class Session : public std::enable_shared_from_this<Session> {
     ++state_->refused;
     spdlog::warn("rendezvous store: refused a request from {}: {}", peer_, why);
     auto self = shared_from_this();
-    auto out =
-        std::make_shared<std::string>(Writer(static_cast<uint8_t>(Status::kError)).str(why).finish());
+    auto out = std::make_shared<std::string>(
+        Writer(static_cast<uint8_t>(Status::kError)).str(why).finish());
     asio::async_write(socket_, asio::buffer(*out),
                       [this, self, out](const boost::system::error_code&, size_t) { drop(); });
   }

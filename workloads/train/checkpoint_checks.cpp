@@ -97,8 +97,8 @@ void check_manifest(const std::string& dir, const nlohmann::json& m) {
   integer(l, "zero", "layout.zero", 0, 3);
   const int64_t world = integer(l, "world", "layout.world", 1, 1 << 20);
   if (world != dp * tp * pp) {
-    fail("layout.world", fmt::format("is {}, but dp {} x tp {} x pp {} is {}", world, dp, tp, pp,
-                                     dp * tp * pp));
+    fail("layout.world",
+         fmt::format("is {}, but dp {} x tp {} x pp {} is {}", world, dp, tp, pp, dp * tp * pp));
   }
   text(m, "precision", "precision");
   const auto& ls = object(m, "loss_scaler", "loss_scaler");

@@ -113,17 +113,18 @@ int reshard(const std::string& in, const std::string& out, int new_dp) {
         auto slice = [&](const std::vector<float>& v) {
           return ShardSection{"", v.data() + lo, part};
         };
-        ShardSection ps = params_partitioned(m) ? slice(f.params)
-                                                : ShardSection{"", f.params.data(), padded};
+        ShardSection ps =
+            params_partitioned(m) ? slice(f.params) : ShardSection{"", f.params.data(), padded};
         ShardSection ms = zero == 0 ? ShardSection{"", f.exp_avg.data(), padded} : slice(f.exp_avg);
         ShardSection vs =
             zero == 0 ? ShardSection{"", f.exp_avg_sq.data(), padded} : slice(f.exp_avg_sq);
         ps.name = "params";
         ms.name = "exp_avg";
         vs.name = "exp_avg_sq";
-        nlohmann::json header = {{"rank", rank},       {"dp_rank", d},    {"tp_rank", t},
-                                 {"pp_rank", p},       {"zero", zero},    {"offset", part * static_cast<size_t>(d)},
-                                 {"part", part},       {"step", m.at("step")}};
+        nlohmann::json header = {{"rank", rank}, {"dp_rank", d},
+                                 {"tp_rank", t}, {"pp_rank", p},
+                                 {"zero", zero}, {"offset", part * static_cast<size_t>(d)},
+                                 {"part", part}, {"step", m.at("step")}};
         const std::string bytes = encode_shard(header, {ps, ms, vs});
         const std::string file = fmt::format("shard_rank{}.bin", rank);
         write_file_atomic((fs::path(step_dir) / file).string(), bytes);

@@ -19,8 +19,9 @@ void print_memory_report(comm::Communicator& world, const MemoryAccountant& devi
   world.all_gather(comm::host_buffer(mine.data(), mine.size(), DType::kI64),
                    comm::host_buffer(all.data(), all.size(), DType::kI64));
   if (world.rank() != 0) return;
-  std::printf("# memory report: peak bytes per category since the start (model_states: params + "
-              "grads + optimizer held at once)\n");
+  std::printf(
+      "# memory report: peak bytes per category since the start (model_states: params + "
+      "grads + optimizer held at once)\n");
   for (int r = 0; r < world.size(); ++r) {
     const int64_t* f = all.data() + static_cast<size_t>(r) * kFields;
     std::printf("memory rank %d:", r);

@@ -196,9 +196,9 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
     ops::Sgd sgd{m.lr, cfg_.momentum, cfg_.weight_decay};
     std::optional<ops::HostStage> staged;  // a plan that corrupts the gradients acts on host data
     auto verdict = FAULTLINE_FAULT_POINT(
-        "optimizer.step", (fault::SiteContext{step_, "", "optimizer.step", -1,
-                                              staged.emplace(g, rhi - rlo).host(), rhi - rlo,
-                                              DType::kF32, -1}));
+        "optimizer.step",
+        (fault::SiteContext{step_, "", "optimizer.step", -1, staged.emplace(g, rhi - rlo).host(),
+                            rhi - rlo, DType::kF32, -1}));
     staged.reset();
     if (verdict != fault::Verdict::kSkip) {
       // This rank's elements: all of them (ZeRO-0) or its partition, on the host under offload.
@@ -333,6 +333,8 @@ void Trainer::check_replicas() const {
   }
 }
 
-std::vector<float> Trainer::full_parameters() const { return zero_->full_parameters(); }
+std::vector<float> Trainer::full_parameters() const {
+  return zero_->full_parameters();
+}
 
 }  // namespace fl::train

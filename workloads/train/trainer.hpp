@@ -64,7 +64,7 @@ struct TrainConfig {
   int eval_every = 0;
   int eval_batches = 2;
   std::string schedule = "1f1b";  // or "gpipe"
-  size_t bucket_bytes = 0;  // gradient bucket (reduce_bucket_size); 0: 1 MiB or the model
+  size_t bucket_bytes = 0;        // gradient bucket (reduce_bucket_size); 0: 1 MiB or the model
   // ZeRO knobs (workloads/parallel/zero.hpp): the all-gather piece of stages 1-2, stage 3's
   // prefetch and resident-gather cap, partitioned construction, optimizer offload.
   size_t allgather_bucket_bytes = 0;
