@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/stats.hpp"
 #include "harness/report/html.hpp"
 #include "harness/report/report.hpp"
 #include "harness/run/runner.hpp"
@@ -141,11 +142,9 @@ std::string suite_report_html(const std::string& suite_dir, const std::string& o
       if (it != cells.end() && it->second.faulty > 0) {
         const Cell& c = it->second;
         cls = c.reproduced < c.faulty ? "norepro" : c.fixed < c.fixes ? "fixfail" : "ok";
-        std::vector<double> t = c.t;
-        std::sort(t.begin(), t.end());
-        info =
-            fmt::format("{}/{} reproduced, {}/{} fixed{}", c.reproduced, c.faulty, c.fixed, c.fixes,
-                        t.empty() ? "" : fmt::format(", {:.1f} s to symptom", t[t.size() / 2]));
+        info = fmt::format(
+            "{}/{} reproduced, {}/{} fixed{}", c.reproduced, c.faulty, c.fixed, c.fixes,
+            c.t.empty() ? "" : fmt::format(", {:.1f} s to symptom", stats::upper_median(c.t)));
       }
       body += fmt::format(
           "<td class=\"cell {}\" data-symptom=\"{}\" title=\"{}\"><b>{}</b> {}<br>{}</td>", cls,

@@ -23,6 +23,7 @@
 #include "harness/run/launcher.hpp"
 #include "harness/run/live.hpp"
 #include "harness/run/oop_faults.hpp"
+#include "harness/run/restart_policy.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/run/supervisor.hpp"
 #include "harness/run/tools.hpp"
@@ -56,6 +57,17 @@ class Run {
   std::atomic<bool> progress_check_pending_{false};
   ControlResult control(const ControlAction& a);
   ControlResult control_on_io(const ControlAction& a);
+  // One handler per control action, dispatched by name from a table (run_control.cpp).
+  struct ControlReply;
+  struct ControlEntry;
+  static const std::vector<ControlEntry>& control_actions();
+  ControlResult kill_rank(const ControlAction& a, ControlReply& r);
+  ControlResult restart_rank(const ControlAction& a, ControlReply& r);
+  ControlResult restart_job(const ControlAction& a, ControlReply& r);
+  ControlResult abort_run(const ControlAction& a, ControlReply& r);
+  ControlResult list_faults(const ControlAction& a, ControlReply& r);
+  ControlResult send_faults(const ControlAction& a, ControlReply& r);
+  void all_ranks_ended();
   void finish_teardown();
   void merge_local_files();
   void print_header(bool with_files = true);
@@ -72,9 +84,7 @@ class Run {
   const RunOptions& o_;
   std::vector<ToolCommand> tools_;
   std::map<pid_t, std::string> tool_pids_;  // running tools
-  bool has_recovery_ = false;
-  bool awaiting_recovery_ = false;
-  bool incarnation_failed_ = false;
+  RestartPolicy restart_;  // what happens once every rank has ended (restart_policy.hpp)
   std::unique_ptr<boost::asio::steady_timer> recovery_timer_;
   std::string dir_, id_;
   // What the hang watchdog judges: the history's summary, kept up to date by a listener on the
@@ -101,8 +111,6 @@ class Run {
   LiveState live_;
   bool stopping_ = false;
   std::string stop_reason_;
-  std::optional<std::string> restart_from_;  // restart_job pending
-  int restarts_ = 0;
   std::mutex step_mu_;
   std::map<int, int64_t> max_step_;  // from telemetry
   std::map<int, pid_t> hello_pid_;

@@ -1,5 +1,6 @@
-// Control actions on a live run (kill, restart, reshard, abort, live faults) and the tools the
-// harness starts beside it (detectors, recovery tools): start, and drain at the end.
+// Control actions on a live run (kill, restart, reshard, abort, live faults), one handler each in
+// a table keyed by the action's name, and the tools the harness starts beside it (detectors,
+// recovery tools): start, and drain at the end.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -32,112 +33,147 @@ ControlResult Run::control(const ControlAction& a) {
   return fut.get();
 }
 
-ControlResult Run::control_on_io(const ControlAction& a) {
-  nlohmann::json rec = {{"action", a.action}, {"requester", a.requester}};
-  auto done = [&](bool ok, std::string msg, std::vector<std::string> faults = {}) {
+// What every handler answers with: the `control` history event (action, requester, what the
+// handler adds) and the reply.
+struct Run::ControlReply {
+  History& hist;
+  int rank;
+  nlohmann::json rec;
+  ControlResult done(bool ok, std::string msg, std::vector<std::string> faults = {}) {
     rec["ok"] = ok;
     rec["message"] = msg;
-    hist_->harness("control", rec, a.rank);
+    hist.harness("control", rec, rank);
     return ControlResult{ok, std::move(msg), std::move(faults)};
-  };
-  if (a.action == "kill_rank") {
-    if (a.rank < 0 || a.rank >= s_.ranks) {
-      return done(false,
+  }
+};
+
+struct Run::ControlEntry {
+  std::string name;  // ControlAction::action
+  ControlResult (Run::*handle)(const ControlAction&, ControlReply&);
+};
+
+// The actions in the order the unknown-action error lists them.
+const std::vector<Run::ControlEntry>& Run::control_actions() {
+  static const std::vector<ControlEntry> table = {
+      {"kill_rank", &Run::kill_rank},     {"restart_rank", &Run::restart_rank},
+      {"restart_job", &Run::restart_job}, {"abort", &Run::abort_run},
+      {"list_faults", &Run::list_faults}, {"arm_faults", &Run::send_faults},
+      {"clear_faults", &Run::send_faults}};
+  return table;
+}
+
+ControlResult Run::control_on_io(const ControlAction& a) {
+  ControlReply reply{*hist_, a.rank, {{"action", a.action}, {"requester", a.requester}}};
+  std::vector<std::string> names;
+  for (const auto& e : control_actions()) {
+    if (e.name == a.action) return (this->*e.handle)(a, reply);
+    names.push_back(e.name);
+  }
+  return reply.done(
+      false, fmt::format("unknown action '{}' (allowed: {})", a.action, fmt::join(names, ", ")));
+}
+
+ControlResult Run::kill_rank(const ControlAction& a, ControlReply& r) {
+  if (a.rank < 0 || a.rank >= s_.ranks) {
+    return r.done(false,
                   fmt::format("rank {} does not exist (allowed 0-{})", a.rank, s_.ranks - 1));
-    }
-    const pid_t pid = rank_pid(a.rank);
-    if (pid == 0 || !running_ranks_.count(a.rank)) {
-      return done(false, fmt::format("rank {} is not running", a.rank));
-    }
-    rec["signal"] = signal_name(a.signal);
-    const bool own = launcher_->rank_pid(a.rank) != 0;  // else a descendant (under mpirun)
-    if (own) sup_->mark_by_harness(pid);
-    const bool ok = own ? sup_->signal(pid, a.signal) : sup_->signal_descendant(pid, a.signal);
-    return done(ok,
+  }
+  const pid_t pid = rank_pid(a.rank);
+  if (pid == 0 || !running_ranks_.count(a.rank)) {
+    return r.done(false, fmt::format("rank {} is not running", a.rank));
+  }
+  r.rec["signal"] = signal_name(a.signal);
+  const bool own = launcher_->rank_pid(a.rank) != 0;  // else a descendant (under mpirun)
+  if (own) sup_->mark_by_harness(pid);
+  const bool ok = own ? sup_->signal(pid, a.signal) : sup_->signal_descendant(pid, a.signal);
+  return r.done(ok,
                 ok ? fmt::format("sent {} to rank {} (pid {})", signal_name(a.signal), a.rank, pid)
                    : fmt::format("rank {} (pid {}) is gone", a.rank, pid));
+}
+
+ControlResult Run::restart_job(const ControlAction& a, ControlReply& r) {
+  std::string from = a.checkpoint.empty() ? dir_ + "/checkpoints" : a.checkpoint;
+  if (s_.kind != "train") return r.done(false, "restart_job needs a training workload");
+  // Checked before anything is looked at or changed: a refused request leaves the run as it
+  // was and says nothing about files outside the run directory.
+  if (!a.checkpoint.empty()) {
+    if (auto why = check_restart_args({"--resume", a.checkpoint}, dir_); !why.empty()) {
+      return r.done(false, why);
+    }
   }
-  if (a.action == "restart_job") {
-    std::string from = a.checkpoint.empty() ? dir_ + "/checkpoints" : a.checkpoint;
-    if (s_.kind != "train") return done(false, "restart_job needs a training workload");
-    // Checked before anything is looked at or changed: a refused request leaves the run as it
-    // was and says nothing about files outside the run directory.
-    if (!a.checkpoint.empty()) {
-      if (auto why = check_restart_args({"--resume", a.checkpoint}, dir_); !why.empty()) {
-        return done(false, why);
-      }
-    }
-    if (auto why = check_restart_args(a.args, dir_); !why.empty()) {
-      rec["args"] = a.args;
-      return done(false, why);
-    }
-    if (a.checkpoint.empty() && !fs::exists(from + "/latest")) {
-      from.clear();  // nothing saved yet: the job starts again from step 0
-    } else if (!fs::exists(from)) {
-      return done(false, fmt::format("no checkpoint at {} (the scenario writes checkpoints when "
+  if (auto why = check_restart_args(a.args, dir_); !why.empty()) {
+    r.rec["args"] = a.args;
+    return r.done(false, why);
+  }
+  if (a.checkpoint.empty() && !fs::exists(from + "/latest")) {
+    from.clear();  // nothing saved yet: the job starts again from step 0
+  } else if (!fs::exists(from)) {
+    return r.done(false, fmt::format("no checkpoint at {} (the scenario writes checkpoints when "
                                      "workload.checkpoint.every > 0)",
                                      from));
-    }
-    if (a.dp > 0 && a.dp != s_.dp) {
-      if (from.empty()) return done(false, "restart_job with dp needs a checkpoint to reshard");
-      std::string error;
-      if (!reshard_for_restart(a.dp, from, error)) return done(false, error);
-      rec["dp"] = a.dp;
-    }
-    if (!a.args.empty()) {
-      s_.extra_args.insert(s_.extra_args.end(), a.args.begin(), a.args.end());
-      rec["args"] = a.args;
-    }
-    restart_from_ = from;
-    rec["from"] = from;
-    if (running_ranks_.empty()) {
-      boost::asio::post(io_, [this] { on_exit(ExitInfo{"restart", -2, 0, false, 0, "ok", true}); });
-    }
-    launcher_->stop(*sup_);
-    return done(true, from.empty() ? "restarting every rank from step 0 (no checkpoint yet)"
-                                   : fmt::format("restarting every rank from {}", from));
   }
-  if (a.action == "restart_rank") {
-    if (!launcher_traits().rank_processes || a.rank < 0 || a.rank >= s_.ranks) {
-      return done(false, fmt::format("restart_rank needs the {} launcher and a rank 0-{}",
+  if (a.dp > 0 && a.dp != s_.dp) {
+    if (from.empty()) return r.done(false, "restart_job with dp needs a checkpoint to reshard");
+    std::string error;
+    if (!reshard_for_restart(a.dp, from, error)) return r.done(false, error);
+    r.rec["dp"] = a.dp;
+  }
+  if (!a.args.empty()) {
+    s_.extra_args.insert(s_.extra_args.end(), a.args.begin(), a.args.end());
+    r.rec["args"] = a.args;
+  }
+  restart_.request(from);
+  r.rec["from"] = from;
+  if (running_ranks_.empty()) {
+    boost::asio::post(io_, [this] { on_exit(ExitInfo{"restart", -2, 0, false, 0, "ok", true}); });
+  }
+  launcher_->stop(*sup_);
+  return r.done(true, from.empty() ? "restarting every rank from step 0 (no checkpoint yet)"
+                                   : fmt::format("restarting every rank from {}", from));
+}
+
+ControlResult Run::restart_rank(const ControlAction& a, ControlReply& r) {
+  if (!launcher_traits().rank_processes || a.rank < 0 || a.rank >= s_.ranks) {
+    return r.done(false, fmt::format("restart_rank needs the {} launcher and a rank 0-{}",
                                      rank_process_launchers(), s_.ranks - 1));
-    }
-    if (running_ranks_.count(a.rank)) {
-      return done(false, fmt::format("rank {} is running (kill it first)", a.rank));
-    }
-    auto host = launch_host();
-    const pid_t pid = launcher_->start_rank(host, a.rank, worker_args(s_, dir_, ""));
-    return done(true, fmt::format("rank {} relaunched (pid {}); it rejoins only a world that "
+  }
+  if (running_ranks_.count(a.rank)) {
+    return r.done(false, fmt::format("rank {} is running (kill it first)", a.rank));
+  }
+  auto host = launch_host();
+  const pid_t pid = launcher_->start_rank(host, a.rank, worker_args(s_, dir_, ""));
+  return r.done(true, fmt::format("rank {} relaunched (pid {}); it rejoins only a world that "
                                   "waits for it",
                                   a.rank, pid));
+}
+
+ControlResult Run::abort_run(const ControlAction& a, ControlReply& r) {
+  stopping_ = true;
+  stop_reason_ = "aborted by " + a.requester;
+  io_.stop();
+  return r.done(true, "aborting the run");
+}
+
+ControlResult Run::list_faults(const ControlAction&, ControlReply& r) {
+  std::vector<std::string> all = s_.plans;
+  for (auto& p : live_plans_) all.push_back(p);
+  return r.done(true, fmt::format("{} plan(s)", all.size()), all);
+}
+
+// arm_faults and clear_faults: the command goes to every connected rank (or one).
+ControlResult Run::send_faults(const ControlAction& a, ControlReply& r) {
+  const bool arm = a.action == "arm_faults";
+  if (arm) fault::parse_plan(a.plan, "control: plan");  // a bad plan is an error
+  const int n = ctl_->send_command(a.rank, a.action, a.plan, s_.seed);
+  r.rec["plan"] = a.plan;
+  r.rec["ranks_reached"] = n;
+  if (arm) {
+    live_plans_.push_back(a.plan);
+    injected_.push_back(fmt::format("live plan '{}' to {} rank(s)", a.plan, n));
+  } else {
+    live_plans_.clear();
   }
-  if (a.action == "abort") {
-    stopping_ = true;
-    stop_reason_ = "aborted by " + a.requester;
-    io_.stop();
-    return done(true, "aborting the run");
-  }
-  if (a.action == "list_faults") {
-    std::vector<std::string> all = s_.plans;
-    for (auto& p : live_plans_) all.push_back(p);
-    return done(true, fmt::format("{} plan(s)", all.size()), all);
-  }
-  if (a.action == "arm_faults" || a.action == "clear_faults") {
-    if (a.action == "arm_faults") fault::parse_plan(a.plan, "control: plan");  // bad plan: error
-    const int n = ctl_->send_command(a.rank, a.action, a.plan, s_.seed);
-    rec["plan"] = a.plan;
-    rec["ranks_reached"] = n;
-    if (a.action == "arm_faults") {
-      live_plans_.push_back(a.plan);
-      injected_.push_back(fmt::format("live plan '{}' to {} rank(s)", a.plan, n));
-    } else {
-      live_plans_.clear();
-    }
-    return done(n > 0, fmt::format("{} sent to {} connected rank(s)", a.action, n));
-  }
-  return done(false, fmt::format("unknown action '{}' (allowed: kill_rank, restart_rank, "
-                                 "restart_job, abort, list_faults, arm_faults, clear_faults)",
-                                 a.action));
+  return r.done(n > 0, fmt::format("{} sent to {} connected rank(s)", a.action, n));
 }
 
 // A restart into a smaller (or larger) data-parallel world: the latest checkpoint is converted
@@ -152,7 +188,7 @@ bool Run::reshard_for_restart(int dp, std::string& from, std::string& error) {
         fmt::format("cannot reshard dp {} to dp {} (allowed: a divisor or multiple)", s_.dp, dp);
     return false;
   }
-  const std::string out = fmt::format("{}/checkpoints-dp{}-r{}", dir_, dp, restarts_ + 1);
+  const std::string out = fmt::format("{}/checkpoints-dp{}-r{}", dir_, dp, restart_.restarts() + 1);
   // Run to completion here (a few hundred ms): the restart must not start before it ends.
   try {
     run_tool(
@@ -184,7 +220,7 @@ void Run::start_tools() {
     for (auto& kv : tool_env(t, ctl_addr_, secret_, dir_)) p.env.push_back(kv);
     const pid_t pid = sup_->spawn(p);
     tool_pids_[pid] = t.name;
-    has_recovery_ = has_recovery_ || t.recovery;
+    if (t.recovery) restart_.attach_recovery();
     hist_->harness("tool_start",
                    {{"tool", t.name}, {"argv", t.argv}, {"pid", pid}, {"recovery", t.recovery}});
   }

@@ -98,7 +98,7 @@ void Run::on_exit(const ExitInfo& x) {
     tool_pids_.erase(it);
     return;
   }
-  if (x.rank >= 0 && x.klass != "ok" && !x.by_harness) incarnation_failed_ = true;
+  if (x.rank >= 0 && x.klass != "ok" && !x.by_harness) restart_.rank_failed();
   if (x.rank >= 0) {
     if (x.klass != "ok" && !x.by_harness && first_failure_ns_ < 0) {
       first_failure_ns_ = hist_->now_ns();
@@ -134,41 +134,40 @@ void Run::on_exit(const ExitInfo& x) {
     d["process"] = x.name;
     hist_->harness("process_exit", d);
   }
-  if (running_ranks_.empty()) {
-    if (!stopping_ && !restart_from_ && faults_->on_all_exited()) {
-      restart_from_ = dir_ + "/checkpoints";
-    }
-    if (restart_from_ && !stopping_) {
-      const std::string from = *restart_from_;
-      restart_from_.reset();
-      ++restarts_;
-      awaiting_recovery_ = false;
-      incarnation_failed_ = false;
+  if (running_ranks_.empty()) all_ranks_ended();
+}
+
+void Run::all_ranks_ended() {
+  const auto d = restart_.all_ranks_ended(
+      stopping_, [this] { return faults_->on_all_exited(); }, dir_ + "/checkpoints");
+  switch (d.next) {
+    case RestartPolicy::Next::kRestart:
       if (recovery_timer_) recovery_timer_->cancel();
-      hist_->harness("restart", {{"from", from},
-                                 {"restart", restarts_},
+      hist_->harness("restart", {{"from", d.from},
+                                 {"restart", restart_.restarts()},
                                  {"ranks", s_.ranks},
                                  {"dp", s_.dp},
                                  {"args", s_.extra_args}});
-      launch_all(from);
+      launch_all(d.from);
       return;
-    }
-    if (has_recovery_ && incarnation_failed_ && !stopping_ && !awaiting_recovery_) {
+    case RestartPolicy::Next::kAwaitRecovery: {
       // A recovery tool is attached: give it time to act on the failure before the run ends.
-      awaiting_recovery_ = true;
       constexpr int kWaitS = 10;
       hist_->harness("awaiting_recovery", {{"wait_s", kWaitS}});
       recovery_timer_ = std::make_unique<boost::asio::steady_timer>(io_);
       recovery_timer_->expires_after(std::chrono::seconds(kWaitS));
       recovery_timer_->async_wait([this](const boost::system::error_code& ec) {
-        if (ec || !running_ranks_.empty() || restart_from_) return;
+        if (ec || !running_ranks_.empty() || restart_.pending()) return;
         hist_->harness("recovery_timeout", {{"reason", "no restart within the wait"}});
         io_.stop();
       });
       return;
     }
-    if (awaiting_recovery_ && !stopping_) return;  // the timer ends the run
-    io_.stop();
+    case RestartPolicy::Next::kWait:
+      return;  // the recovery window's timer ends the run
+    case RestartPolicy::Next::kEnd:
+      io_.stop();
+      return;
   }
 }
 
@@ -203,7 +202,7 @@ void Run::tick() {
   check_progress();
   fail_fast(hist_->now_ns());
   // A hang expectation ends the run once the hang is established (no need to wait for timeouts).
-  if (s_.expect.oracle == "hang" && !stopping_ && !has_recovery_) {
+  if (s_.expect.oracle == "hang" && !stopping_ && !restart_.recovery_attached()) {
     const int64_t now = hist_->now_ns();
     if (now - last_hang_check_ > 500'000'000) {
       last_hang_check_ = now;
@@ -240,7 +239,7 @@ void Run::tick() {
 }
 
 void Run::fail_fast(int64_t now) {
-  if (first_failure_ns_ < 0 || stopping_ || restart_from_ || running_ranks_.empty() ||
+  if (first_failure_ns_ < 0 || stopping_ || restart_.pending() || running_ranks_.empty() ||
       launcher_traits().aborts_on_rank_failure) {
     return;
   }
@@ -402,7 +401,7 @@ RunResult Run::go() {
                    {{"calls", ctl_->rejected()}, {"why", "no or wrong secret"}});
   }
   hist_->harness("run_end", {{"reason", stop_reason_.empty() ? "all ranks ended" : stop_reason_},
-                             {"restarts", restarts_}});
+                             {"restarts", restart_.restarts()}});
   hist_->flush();
   std::error_code ec;
   fs::remove_all(dir_ + "/tmp", ec);
