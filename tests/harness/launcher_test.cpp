@@ -1,0 +1,78 @@
+// The launcher registry (harness/run/launcher.hpp): names, kinds and traits agree with each other
+// and with the scenario schema, and an unknown name is refused with what is allowed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "harness/run/launcher.hpp"
+#include "harness/scenario/scenario.hpp"
+
+namespace fl::harness {
+namespace {
+
+TEST(Launchers, EveryNameParsesBackToItsKindAndMakesALauncherOfThatKind) {
+  std::set<std::string> names;
+  for (const auto* l : launchers()) {
+    EXPECT_TRUE(names.insert(l->name).second) << "duplicate launcher name " << l->name;
+    EXPECT_EQ(launcher_kind(l->name), l->kind) << l->name;
+    EXPECT_EQ(&launcher_info(l->kind), l) << l->name;
+    ASSERT_TRUE(l->make) << l->name;
+    const auto made = l->make();
+    ASSERT_NE(made, nullptr) << l->name;
+    EXPECT_EQ(made->kind(), l->kind) << l->name;
+    EXPECT_FALSE(l->summary.empty()) << l->name;
+  }
+  EXPECT_TRUE(names.count("local"));
+  EXPECT_TRUE(names.count("mpirun"));
+}
+
+TEST(Launchers, TraitsOfLocalAndMpirun) {
+  const auto& local = launcher_info(LauncherKind::kLocal);
+  EXPECT_TRUE(local.rank_processes);
+  EXPECT_FALSE(local.aborts_on_rank_failure);  // the runner's fail-fast tears the job down
+  const auto& mpirun = launcher_info(LauncherKind::kMpirun);
+  EXPECT_FALSE(mpirun.rank_processes);
+  EXPECT_TRUE(mpirun.aborts_on_rank_failure);
+  EXPECT_TRUE(launcher_has_rank_processes("local"));
+  EXPECT_FALSE(launcher_has_rank_processes("mpirun"));
+  const std::string allowed = rank_process_launchers();
+  EXPECT_NE(allowed.find("local"), std::string::npos);
+  EXPECT_EQ(allowed.find("mpirun"), std::string::npos);
+}
+
+TEST(Launchers, UnknownNameIsRefusedWithTheAllowedOnes) {
+  try {
+    launcher_kind("pbs");
+    FAIL() << "no error for an unknown launcher";
+  } catch (const ScenarioError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'pbs'"), std::string::npos) << msg;
+    for (const auto& n : launcher_names()) EXPECT_NE(msg.find(n), std::string::npos) << msg;
+  }
+}
+
+TEST(Launchers, SchemaAllowsExactlyTheRegisteredLaunchers) {
+  const auto& schema = scenario_schema();
+  auto it = std::find_if(schema.begin(), schema.end(),
+                         [](const KeySpec& k) { return k.path == "topology.launcher"; });
+  ASSERT_NE(it, schema.end());
+  EXPECT_EQ(it->choices, launcher_names());
+  for (const auto& n : launcher_names()) EXPECT_NE(it->doc.find(n + ": "), std::string::npos);
+}
+
+// Exit attribution before anything started: mpirun owns a job process (whose end ends the ranks
+// that did not report theirs) but no pid yet; the local launcher has none, and no rank pid yet.
+TEST(Launchers, JobProcessAttributionBeforeAStart) {
+  auto mpirun = launcher_info(LauncherKind::kMpirun).make();
+  EXPECT_EQ(mpirun->job_process_name(), "mpirun");
+  EXPECT_FALSE(mpirun->is_job_process(0));  // a synthetic exit with pid 0 is not mpirun's
+  EXPECT_EQ(mpirun->rank_pid(0), 0);
+  auto local = launcher_info(LauncherKind::kLocal).make();
+  EXPECT_EQ(local->job_process_name(), "");
+  EXPECT_FALSE(local->is_job_process(0));
+  EXPECT_EQ(local->rank_pid(0), 0);
+}
+
+}  // namespace
+}  // namespace fl::harness
