@@ -15,8 +15,6 @@
 
 namespace fl {
 
-class DeviceArena;  // kernels/device_arena.hpp
-
 class Storage {
  public:
   Storage(size_t bytes, MemoryAccountant& acct, std::string_view what);
@@ -32,7 +30,6 @@ class Storage {
   size_t bytes_ = 0;
   MemoryAccountant* acct_;
   MemCategory category_ = MemCategory::kBuffers;
-  DeviceArena* arena_ = nullptr;  // where data_ came from, if not the heap
 };
 
 class Tensor {

@@ -66,8 +66,8 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
   // /dev/shm/<group name>.arena, its pages allocated by the harness (charged to its cgroup).
   void make_arena(Host& h) {
     sweep_stale_arenas();
-    arena = kArenaDir.get() + "/" + std::filesystem::path(group->path()).filename().string() +
-            ".arena";
+    arena =
+        kArenaDir.get() + "/" + std::filesystem::path(group->path()).filename().string() + ".arena";
     const int fd = ::open(arena.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
       const std::string why = std::strerror(errno);

@@ -45,7 +45,6 @@ Storage::Storage(size_t bytes, MemoryAccountant& acct, std::string_view what)
                                fmt::format("the device arena ({}) has no free block that large",
                                            format_bytes(arena->size())));
     }
-    arena_ = arena;
     std::memset(data_, 0, rounded);
     return;
   }
@@ -64,8 +63,8 @@ Storage::~Storage() {
     return;
   }
 #endif
-  if (arena_) {
-    arena_->free(data_);
+  if (DeviceArena* arena = DeviceArena::instance(); arena && arena->owns(data_)) {
+    arena->free(data_);
   } else {
     std::free(data_);
   }

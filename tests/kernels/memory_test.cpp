@@ -200,9 +200,9 @@ TEST(LossScaler, InvalidConfigurationIsRejected) {
 // The device arena hands out 64-byte aligned blocks of its file first fit, merges freed
 // neighbours back and says no (null) when no free range is large enough.
 TEST(DeviceArena, AllocatesFirstFitMergesFreedBlocksAndRefusesWhatDoesNotFit) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("fl_arena_test_" + std::to_string(::getpid())))
-                               .string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("fl_arena_test_" + std::to_string(::getpid())))
+          .string();
   std::ofstream(path).close();
   std::filesystem::resize_file(path, 64 * 100);
   {

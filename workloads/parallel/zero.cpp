@@ -452,8 +452,7 @@ std::vector<float> ZeroEngine::full_parameters() const {
     Tensor staged;  // the host's master partition (fp16/bf16 with offload), on the device
     const float* mine = master_.defined() ? master_.f32() : nullptr;
     if (!mine) {
-      staged = Tensor::zeros({static_cast<int64_t>(part_)}, DType::kF32, "buffer.master",
-                             staging_);
+      staged = Tensor::zeros({static_cast<int64_t>(part_)}, DType::kF32, "buffer.master", staging_);
       ops::from_host(staged.f32(), host_master_.f32(), part_ * sizeof(float));
       mine = staged.f32();
     }

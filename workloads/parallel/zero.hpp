@@ -156,8 +156,7 @@ class ZeroEngine final : public model::ParamAccess {
   const float* decoded(int g, const void* src16);
   size_t udp_rank() const { return static_cast<size_t>(dp_rank_); }
   void all_reduce_avg(float* data, size_t n);
-  Tensor alloc(size_t n, const char* what, MemoryAccountant& where,
-               DType t = DType::kF32) const;
+  Tensor alloc(size_t n, const char* what, MemoryAccountant& where, DType t = DType::kF32) const;
   // Element type of the stored parameters and gradients: fp32, or the 16-bit precision.
   DType store() const { return mixed_ ? cfg_.precision : DType::kF32; }
   size_t store_bytes() const { return dtype_size(store()); }
@@ -177,8 +176,8 @@ class ZeroEngine final : public model::ParamAccess {
   Tensor grads_;    // full (stages 0-1) or the partition (stages 2-3); 16-bit in fp16/bf16
   Tensor grads32_;  // fp16/bf16: fp32 copy of the owned gradients for the step
   Tensor m_, v_;    // moments: full (stage 0) or the partition; on the host with offload
-  Tensor host_master_, host_grads_;  // offload: the partition's fp32 master weights, gradients
-  std::map<int, Tensor> params32_;   // fp16/bf16: decoded values of the acquired groups
+  Tensor host_master_, host_grads_;   // offload: the partition's fp32 master weights, gradients
+  std::map<int, Tensor> params32_;    // fp16/bf16: decoded values of the acquired groups
   std::map<int, Tensor> grads32_of_;  // fp16/bf16 stages 0-1: fp32 gradients of a group
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;     // group -> bucket
