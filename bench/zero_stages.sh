@@ -3,10 +3,12 @@
 # stage's peak memory per category on rank 0 (fl-train --memory-report). The stages run
 # interleaved, ROUNDS times, so load on the machine falls on all of them alike; the ratio is the
 # median step time of a stage over the median of stage 0 (steps after the first two of each run).
-#   bench/zero_stages.sh [build-dir] [rounds]
+# Further arguments go to every fl-train run (e.g. --precision bf16).
+#   bench/zero_stages.sh [build-dir] [rounds] [fl-train args...]
 set -euo pipefail
 BUILD="${1:-build}"
 ROUNDS="${2:-3}"
+EXTRA=("${@:3}")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -14,7 +16,7 @@ ARGS=(--model small --dp 4 --micro-batch 1 --seq-len 16 --steps 12 --memory-repo
 for round in $(seq 1 "$ROUNDS"); do
   for zero in 0 1 2 3; do
     MASTER_PORT=$((20000 + RANDOM % 20000)) mpirun --oversubscribe --bind-to none -np 4 \
-      "$BUILD/workloads/train/fl-train" "${ARGS[@]}" --zero "$zero" \
+      "$BUILD/workloads/train/fl-train" "${ARGS[@]}" "${EXTRA[@]}" --zero "$zero" \
       --metrics "$TMP/z$zero.r$round.jsonl" > "$TMP/z$zero.r$round.out"
   done
 done

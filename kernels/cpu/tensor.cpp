@@ -1,9 +1,13 @@
 #include "kernels/tensor.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+
+#include "kernels/device_arena.hpp"
 
 #if defined(FAULTLINE_HAVE_CUDA)
 #include "kernels/cuda/runtime.hpp"
@@ -30,6 +34,20 @@ Storage::Storage(size_t bytes, MemoryAccountant& acct, std::string_view what)
   category_ = acct.reserve(bytes, what);
   // 64-byte alignment for vectorised kernels; at least one byte so the pointer is unique.
   size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  // The device's tensors come from the device arena when there is one (never the host
+  // accountant's: offloaded state is the rank's own memory).
+  DeviceArena* arena = &acct == &MemoryAccountant::host() ? nullptr : DeviceArena::instance();
+  if (arena) {
+    data_ = arena->allocate(rounded);
+    if (!data_) {
+      acct.release(bytes, category_);
+      acct.raise_out_of_memory(bytes, what,
+                               fmt::format("the device arena ({}) has no free block that large",
+                                           format_bytes(arena->size())));
+    }
+    std::memset(data_, 0, rounded);
+    return;
+  }
   data_ = std::aligned_alloc(64, rounded);
   if (!data_) {
     acct.release(bytes, category_);
@@ -45,7 +63,11 @@ Storage::~Storage() {
     return;
   }
 #endif
-  std::free(data_);
+  if (DeviceArena* arena = DeviceArena::instance(); arena && arena->owns(data_)) {
+    arena->free(data_);
+  } else {
+    std::free(data_);
+  }
   acct_->release(bytes_, category_);
 }
 

@@ -244,6 +244,54 @@ expect: {oracle: exit_class, exit_class: oom_kill}
   EXPECT_EQ(k.outcome, "fail") << k.proc.output;
 }
 
+// With a device arena the limit counts only the rank's host memory: its device tensors live in a
+// tmpfs file the harness allocated (charged to the harness). The same 300 MB limit then passes
+// without offload (the rank's own memory peaks near 245 MB, the end-of-run checksum's host copy of
+// the weights included; its ~320 MB of device tensors would not fit besides) and OOM-kills the
+// rank when ZeRO-Offload moves ~230 MB of optimizer state (fp32 master weights, moments, gradients
+// of its partition) to the host.
+TEST(OutOfProcessFaults, DeviceArenaLeavesOnlyHostMemoryUnderTheLimitSoOffloadCrossesIt) {
+  if (::access("/sys/fs/cgroup/memory/cgroup.procs", W_OK) != 0) {
+    GTEST_SKIP() << "no writable cgroup v1 memory hierarchy at /sys/fs/cgroup/memory";
+  }
+  auto scenario = [](bool offload) {
+    return std::string(R"y(name: offload-host-oom
+topology: {ranks: 2, dp: 2, zero: 2}
+workload:
+  steps: 3
+  model: small
+  micro_batch: 1
+  args: ["--seq-len", "16", "--d-model", "768"]
+  zero: {offload_optimizer: )y") +
+           (offload ? "true" : "false") + R"y(}
+faults:
+  - {memory_limit: 300m, device_arena: 512m, rank: 1}
+timeouts: {comm_ms: 3000}
+expect: {oracle: exit_class, exit_class: oom_kill, ranks: [1], absent: )y" +
+           (offload ? "false" : "true") + "}\n";
+  };
+  auto kept = run(results_dir() + "-device", scenario(false), "device");
+  EXPECT_EQ(kept.proc.exit_code, 0) << kept.proc.output;
+  EXPECT_TRUE(harness_events(kept, "oom_kill").empty()) << kept.proc.output;
+  std::vector<nlohmann::json> arena;
+  for (auto& e : harness_events(kept, "fault_injected")) {
+    if (e["fault"] == "device_arena") arena.push_back(e);
+  }
+  ASSERT_EQ(arena.size(), 1u) << kept.proc.output;
+  EXPECT_EQ(arena[0]["_rank"], 1);
+  EXPECT_FALSE(fs::exists(arena[0]["file"].get<std::string>())) << "arena file left behind";
+  // The rank's cgroup never held its device memory (~320 MB in the arena).
+  auto usage = harness_events(kept, "cgroup_memory");
+  ASSERT_EQ(usage.size(), 1u) << kept.proc.output;
+  EXPECT_LT(usage[0]["max_usage"].get<int64_t>(), 300 << 20);
+
+  auto offloaded = run(results_dir() + "-host", scenario(true), "host");
+  EXPECT_EQ(offloaded.proc.exit_code, 0) << offloaded.proc.output;
+  auto kills = harness_events(offloaded, "oom_kill");
+  ASSERT_EQ(kills.size(), 1u) << offloaded.proc.output;
+  EXPECT_EQ(kills[0]["_rank"], 1);
+}
+
 TEST(OutOfProcessFaults, TruncatedShardFailsTheResumeAndIsRestoredAfterwards) {
   auto r = run(results_dir(), R"y(name: truncated-shard
 topology: {ranks: 2}

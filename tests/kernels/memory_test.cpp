@@ -1,6 +1,15 @@
 // The memory accountant and tensors; the dynamic loss scaler.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "kernels/device_arena.hpp"
 #include "kernels/loss_scaler.hpp"
 #include "kernels/tensor.hpp"
 
@@ -186,6 +195,44 @@ TEST(LossScaler, InvalidConfigurationIsRejected) {
   EXPECT_THROW(LossScaler({.initial_scale = 0.5f, .min_scale = 1}), Error);
   EXPECT_THROW(LossScaler({.backoff_factor = 1.5f}), Error);
   EXPECT_THROW(LossScaler({.hysteresis = 0}), ConfigError);
+}
+
+// The device arena hands out 64-byte aligned blocks of its file first fit, merges freed
+// neighbours back and says no (null) when no free range is large enough.
+TEST(DeviceArena, AllocatesFirstFitMergesFreedBlocksAndRefusesWhatDoesNotFit) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("fl_arena_test_" + std::to_string(::getpid())))
+          .string();
+  std::ofstream(path).close();
+  std::filesystem::resize_file(path, 64 * 100);
+  {
+    DeviceArena arena(path);
+    EXPECT_EQ(arena.size(), 6400u);
+    void* a = arena.allocate(100);  // 128 bytes
+    void* b = arena.allocate(64);
+    void* c = arena.allocate(1);
+    ASSERT_TRUE(a && b && c);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+    EXPECT_EQ(static_cast<char*>(b) - static_cast<char*>(a), 128);
+    EXPECT_EQ(arena.in_use(), 256u);
+    EXPECT_EQ(arena.allocate(6400), nullptr);  // only 6144 bytes are left
+    arena.free(b);
+    EXPECT_EQ(arena.allocate(64), b);  // first fit: the hole b left
+    arena.free(a);
+    arena.free(b);
+    arena.free(c);
+    EXPECT_EQ(arena.in_use(), 0u);
+    void* all = arena.allocate(6400);  // the freed blocks merged back into one range
+    EXPECT_EQ(all, a);
+    static_cast<char*>(all)[6399] = 'x';  // the file's pages: the data is in the file
+    EXPECT_TRUE(arena.owns(static_cast<char*>(all) + 6399));
+    EXPECT_THROW(arena.free(static_cast<char*>(all) + 64), Error);
+  }
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(6399);
+  EXPECT_EQ(in.get(), 'x');
+  std::filesystem::remove(path);
+  EXPECT_THROW(DeviceArena{path}, ConfigError);  // names FAULTLINE_DEVICE_ARENA
 }
 
 }  // namespace

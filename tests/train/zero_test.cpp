@@ -93,21 +93,55 @@ TEST(ZeroMemorySlow, ModelStatesFollowTheFormulasOnOneTwoAndEightRanks) {
   for (int dp : {1, 2, 8}) expect_formula(dp);
 }
 
-// bf16: the weights the forward reads and the gradients are fp32 values rounded to bf16 (our CPU
-// kernels read fp32: 4 bytes each where ZeRO counts 2), K = 12 (fp32 master weights + moments):
-// stage 0 20Ψ, stage 1 8Ψ + 12Ψ/Nd, stage 2 4Ψ + 16Ψ/Nd; stage 3 keeps no rounded copy (each
-// gather rounds the fp32 master partition), so 16Ψ/Nd.
-TEST(ZeroMemory, MixedPrecisionModelStatesFollowTheFormulasOnFourRanks) {
-  const double psi = kPsi;
-  const double want[4] = {20 * psi, 8 * psi + 12 * psi / 4, 4 * psi + 16 * psi / 4, 16 * psi / 4};
-  for (int stage = 0; stage <= 3; ++stage) {
-    auto args = small(4, stage);
-    args.insert(args.end(), {"--precision", "bf16"});
-    auto r = train(4, args, 2);
-    ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
-    EXPECT_NEAR(memory_of(r.proc.output, 0)["model_states"], want[stage], 0.10 * want[stage])
-        << "bf16 stage " << stage;
+// Mixed precision: parameters and gradients are stored in 16 bits (2 bytes each) and the
+// optimizer holds the fp32 master weights besides its state, so K = 12 for AdamW (master, m, v),
+// 8 for SGD with momentum and 4 for plain SGD: stage 0 (2+2+K)Ψ, stage 1 (2+2)Ψ + KΨ/Nd,
+// stage 2 2Ψ + (2+K)Ψ/Nd, stage 3 (2+2+K)Ψ/Nd.
+double mixed_formula(int stage, double psi, int nd, double k) {
+  switch (stage) {
+    case 0:
+      return (4 + k) * psi;
+    case 1:
+      return 4 * psi + k * psi / nd;
+    case 2:
+      return 2 * psi + (2 + k) * psi / nd;
+    default:
+      return (4 + k) * psi / nd;
   }
+}
+
+void expect_mixed_formula(int dp, const std::vector<int>& stages,
+                          const std::vector<std::string>& extra, double k) {
+  for (int stage : stages) {
+    auto args = small(dp, stage);
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = train(dp, args, 2);
+    ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+    const double want = mixed_formula(stage, kPsi, dp, k);
+    for (int rank = 0; rank < dp; ++rank) {
+      auto mem = memory_of(r.proc.output, rank);
+      ASSERT_TRUE(mem.count("model_states")) << r.proc.output;
+      EXPECT_NEAR(mem["model_states"], want, 0.10 * want)
+          << "dp " << dp << " stage " << stage << " rank " << rank << " K " << k;
+      // The 16-bit parameters: the whole model below stage 3, the partition in stage 3.
+      const double params = stage < 3 ? 2 * kPsi : 2 * kPsi / dp;
+      EXPECT_NEAR(mem["params"], params, 0.02 * params) << "dp " << dp << " stage " << stage;
+    }
+  }
+}
+
+TEST(ZeroMemory, MixedPrecisionModelStatesFollowTheFormulasOnFourRanks) {
+  expect_mixed_formula(4, {0, 1, 2, 3}, {"--precision", "bf16"}, 12);
+  // K for SGD: the fp32 master weights and the momentum buffer, or the master weights alone.
+  expect_mixed_formula(4, {2}, {"--precision", "fp16", "--optimizer", "sgd", "--momentum", "0.9"},
+                       8);
+  expect_mixed_formula(4, {3}, {"--precision", "fp16", "--optimizer", "sgd"}, 4);
+}
+// dp 1 (stage 0: ZeRO needs dp > 1), 2 and 8 (9 more launches): labelled slow
+// (tests/CMakeLists.txt).
+TEST(ZeroMemorySlow, MixedPrecisionModelStatesFollowTheFormulasOnOneTwoAndEightRanks) {
+  expect_mixed_formula(1, {0}, {"--precision", "bf16"}, 12);
+  for (int dp : {2, 8}) expect_mixed_formula(dp, {0, 1, 2, 3}, {"--precision", "bf16"}, 12);
 }
 
 TEST(ZeroMemory, EachStageLowersThePeakAndNoFullGradientOutlivesItsBucket) {
@@ -196,6 +230,22 @@ TEST(ZeroKnobs, OffloadMovesTheOptimizerToTheHostAndItsBudgetIsItsOwn) {
   EXPECT_EQ(tight.proc.exit_code, exit_code::kOutOfMemory) << tight.proc.output;
   EXPECT_NE(tight.proc.output.find("out of memory on host"), std::string::npos)
       << tight.proc.output;
+}
+
+// fp16 with offload: the master weights go to the host with the moments; the device keeps only
+// the 16-bit parameters and its gradient partition (2Ψ + 2Ψ/Nd in stage 2).
+TEST(ZeroKnobs, Fp16OffloadKeepsNoMasterWeightsOnTheDevice) {
+  auto args = small(2, 2);
+  args.insert(args.end(), {"--precision", "fp16", "--offload-optimizer"});
+  auto r = train(2, args, 2);
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto mem = memory_of(r.proc.output, rank);
+    EXPECT_EQ(mem["optimizer"], 0) << r.proc.output;
+    EXPECT_NEAR(mem["model_states"], 2 * kPsi + 2 * kPsi / 2, 0.02 * kPsi) << r.proc.output;
+    // Host: master weights and both moments of the partition (12Ψ/Nd) and its fp32 gradients.
+    EXPECT_GE(mem["host"], 16 * kPsi / 2 * 0.98) << r.proc.output;
+  }
 }
 
 TEST(ZeroInit, MaterialisingTheModelFirstPeaksHigherThanPartitionedConstruction) {

@@ -69,8 +69,14 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
   padded_ = part_ * udp;
   lo_ = std::min(total_, part_ * static_cast<size_t>(dp_rank_));
   hi_ = std::min(total_, lo_ + part_);
-  // In fp16/bf16 the fp32 weights are the optimizer's master copy (ZeRO's K counts them).
-  const char* master_name = mixed_ ? "optimizer.master" : "params.weights";
+  // In fp16/bf16 the fp32 weights are the optimizer's master copy (ZeRO's K counts them); with
+  // offload they are born on the host and never held by the device.
+  const bool host_master = mixed_ && cfg_.offload_optimizer;
+  Tensor& master = host_master ? host_master_ : master_;
+  MemoryAccountant& master_acct = host_master ? host_ : dev_;
+  const char* master_name = host_master ? "optimizer.master.offload"
+                            : mixed_    ? "optimizer.master"
+                                        : "params.weights";
   auto fill = [&](Tensor& t, size_t lo, size_t hi) {
     if (t.device().is_cuda()) {
       std::vector<float> h(hi - lo);
@@ -80,44 +86,64 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
       layout_.initialize_range(t.f32(), lo, hi, cfg_.seed);
     }
   };
+  // Copies n fp32 values from the device into the master weights (wherever they live).
+  auto to_master = [&](const float* src, size_t n) {
+    if (host_master) {
+      ops::to_host(master.f32(), src, n * sizeof(float));
+    } else {
+      ops::copy(master.f32(), src, n);
+    }
+  };
   if (cfg_.stage == 3) {
     if (cfg_.zero_init) {
-      master_ = alloc(part_, master_name, dev_);
-      fill(master_, lo_, hi_);
+      master = alloc(part_, master_name, master_acct);
+      fill(master, lo_, hi_);
     } else {
       // The whole model exists on every rank before it is partitioned.
       Tensor full = alloc(padded_, "params.init.full_model", dev_);
       fill(full, 0, total_);
-      master_ = alloc(part_, master_name, dev_);
-      ops::copy(master_.f32(), full.f32() + lo_, hi_ - lo_);
+      master = alloc(part_, master_name, master_acct);
+      to_master(full.f32() + lo_, hi_ - lo_);
     }
+    if (mixed_) part16_ = alloc(part_, "params.partition", dev_, cfg_.precision);
+  } else if (!mixed_ || cfg_.stage == 0) {
+    // The weights the forward reads are built whole: fp32 (they are the master weights), or
+    // under fp16/bf16 stage 0 the full fp32 master copy, encoded into the 16-bit weights below.
+    master_ = alloc(padded_, master_name, dev_);
+    fill(master_, 0, total_);
+    if (cfg_.broadcast_init && dp_ > 1) {
+      topo_.dp->broadcast(device_buffer(master_.f32(), padded_, DType::kF32), 0);
+    }
+    if (mixed_) compute_ = alloc(padded_, "params.compute", dev_, cfg_.precision);
   } else {
-    // The weights the forward reads: fp32 (they are the master weights) or rounded to the
-    // precision, built whole; under fp16/bf16 with stage 1-2 the fp32 master weights are then
-    // only the rank's partition.
-    Tensor& full = mixed_ ? compute_ : master_;
-    full = alloc(padded_, mixed_ ? "params.compute" : master_name, dev_);
+    // fp16/bf16 stages 1-2: the initial fp32 weights are staged whole (a buffer, freed at the end
+    // of construction); the master weights keep the rank's partition of them.
+    Tensor full = alloc(padded_, "buffer.init_weights", dev_);
     fill(full, 0, total_);
     if (cfg_.broadcast_init && dp_ > 1) {
       topo_.dp->broadcast(device_buffer(full.f32(), padded_, DType::kF32), 0);
     }
-    if (mixed_) {
-      master_ = alloc(partitioned_master() ? part_ : padded_, master_name, dev_);
-      ops::copy(master_.f32(), full.f32() + (partitioned_master() ? part_ * udp_rank() : 0),
-                master_.numel());
-      ops::round_to_precision(compute_.f32(), padded_, cfg_.precision);
-    }
+    master = alloc(part_, master_name, master_acct);
+    to_master(full.f32() + part_ * udp_rank(), part_);
+    compute_ = alloc(padded_, "params.compute", dev_, cfg_.precision);
+    ops::encode(full.f32(), compute_.raw(), cfg_.precision, padded_);
   }
-  grads_ =
-      cfg_.stage >= 2 ? alloc(part_, "grads.partition", dev_) : alloc(padded_, "grads.full", dev_);
+  // The 16-bit weights from the master copy (stages 1-2 were encoded whole above: no gather).
+  if (mixed_ && (cfg_.stage == 0 || cfg_.stage == 3)) publish_master();
+  grads_ = cfg_.stage >= 2 ? alloc(part_, "grads.partition", dev_, store())
+                           : alloc(padded_, "grads.full", dev_, store());
   MemoryAccountant& state = cfg_.offload_optimizer ? host_ : dev_;
   const size_t moments = cfg_.stage == 0 ? padded_ : part_;
   m_ = alloc(cfg_.optimizer_state_bytes >= 4 ? moments : 0, cfg_.state_name.c_str(), state);
   v_ = alloc(cfg_.optimizer_state_bytes >= 8 ? moments : 0, "optimizer.exp_avg_sq", state);
   if (cfg_.offload_optimizer) {
-    host_master_ = alloc(part_, "optimizer.master.offload", host_);
+    if (!host_master) {
+      // fp32: the device keeps the weights (they are the parameters); the host updates a copy.
+      host_master_ = alloc(part_, "optimizer.master.offload", host_);
+      const float* mine = master_.f32() + (partitioned_master() ? 0 : lo_);
+      ops::to_host(host_master_.f32(), mine, (hi_ - lo_) * sizeof(float));
+    }
     host_grads_ = alloc(part_, "grads.offload", host_);
-    restored();
   }
   // Gradient buckets for stages 2-3: whole groups in backward order (last group first); a group
   // that would overflow the bucket starts the next one.
@@ -137,44 +163,62 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
   }
 }
 
-Tensor ZeroEngine::alloc(size_t n, const char* what, MemoryAccountant& where) const {
-  return Tensor::zeros({static_cast<int64_t>(n)}, DType::kF32, what, where);
+Tensor ZeroEngine::alloc(size_t n, const char* what, MemoryAccountant& where, DType t) const {
+  return Tensor::zeros({static_cast<int64_t>(n)}, t, what, where);
 }
 
-void ZeroEngine::refresh_compute_copy() {
-  if (!compute_.defined()) return;
-  if (partitioned_master()) {
-    all_gather_partitions(master_.f32(), compute_.f32());
+void ZeroEngine::publish_master() {
+  if (!mixed_) return;
+  const size_t es = store_bytes();
+  const size_t n = master_.defined() ? master_.numel() : host_master_.numel();
+  void* dst = cfg_.stage == 3 ? part16_.raw()
+                              : static_cast<char*>(compute_.raw()) +
+                                    (partitioned_master() ? part_ * udp_rank() * es : 0);
+  if (master_.defined()) {
+    ops::encode(master_.f32(), dst, cfg_.precision, n);
   } else {
-    ops::copy(compute_.f32(), master_.f32(), padded_);
+    // The master weights live on the host: encoded there, the 16-bit values copied over.
+    Tensor h = alloc(n, "buffer.offload16", host_, cfg_.precision);
+    {
+      DeviceGuard on_host(Device::cpu());
+      ops::encode(host_master_.f32(), h.raw(), cfg_.precision, n);
+    }
+    ops::from_host(dst, h.raw(), n * es);
   }
-  ops::round_to_precision(compute_.f32(), padded_, cfg_.precision);
+  if ((cfg_.stage == 1 || cfg_.stage == 2) && dp_ > 1) {
+    all_gather_partitions(dst, compute_.raw(), cfg_.precision);
+  }
 }
 
-void ZeroEngine::all_gather_partitions(const float* mine, float* full) {
+void ZeroEngine::all_gather_partitions(const void* mine, void* full, DType t) {
   // allgather_bucket_bytes per round: every rank contributes a piece of its partition, the
   // pieces land rank by rank in a staging buffer and are then copied into place.
   const auto udp = static_cast<size_t>(dp_);
-  const size_t k = std::max<size_t>(1, cfg_.allgather_bucket_bytes / sizeof(float) / udp);
-  Tensor out = alloc(std::min(k, part_) * udp, "buffer.allgather", dev_);
+  const size_t es = dtype_size(t);
+  const size_t k = std::max<size_t>(1, cfg_.allgather_bucket_bytes / es / udp);
+  Tensor out = alloc(std::min(k, part_) * udp, "buffer.allgather", dev_, t);
+  const auto* src = static_cast<const char*>(mine);
+  auto* dst_base = static_cast<char*>(full);
+  auto* staged = static_cast<char*>(out.raw());
   for (size_t off = 0; off < part_; off += k) {
     const size_t kc = std::min(k, part_ - off);
-    topo_.dp->all_gather(device_buffer(const_cast<float*>(mine) + off, kc, DType::kF32),
-                         device_buffer(out.f32(), kc * udp, DType::kF32));
+    topo_.dp->all_gather(device_buffer(const_cast<char*>(src) + off * es, kc, t),
+                         device_buffer(staged, kc * udp, t));
     for (size_t r = 0; r < udp; ++r) {
-      float* dst = full + r * part_ + off;
-      if (dst == mine + off) continue;  // already in place
-      ops::copy(dst, out.f32() + r * kc, kc);
+      char* dst = dst_base + (r * part_ + off) * es;
+      if (dst == src + off * es) continue;  // already in place
+      ops::copy_bytes(dst, staged + r * kc * es, kc * es);
     }
   }
 }
 
 void ZeroEngine::restored() {
-  if (cfg_.offload_optimizer) {
+  if (cfg_.offload_optimizer && master_.defined()) {
+    // fp32: the host's copy of the partition follows the restored weights.
     const float* mine = master_.f32() + (partitioned_master() ? 0 : lo_);
     ops::to_host(host_master_.f32(), mine, (hi_ - lo_) * sizeof(float));
   }
-  refresh_compute_copy();
+  publish_master();
   drop_gathered();
 }
 
@@ -186,17 +230,22 @@ size_t ZeroEngine::gathered_bytes() const {
 
 void ZeroEngine::gather(int g) {
   const model::ParamGroup& grp = layout_.groups()[static_cast<size_t>(g)];
-  Tensor t = alloc(grp.numel(), "gather.params", dev_);
+  const size_t es = store_bytes();
+  // In the stored format: 16-bit under fp16/bf16 (the partition is already rounded).
+  Tensor t = alloc(grp.numel(), "gather.params", dev_, store());
   // Each owner broadcasts its slice of the group (contiguous partitions: one or a few owners).
   for (int r = 0; r < dp_; ++r) {
     const size_t rlo = std::max(grp.lo, part_ * static_cast<size_t>(r));
     const size_t rhi = std::min({grp.hi, part_ * static_cast<size_t>(r + 1), total_});
     if (rlo >= rhi) continue;
-    float* dst = t.f32() + (rlo - grp.lo);
-    if (r == dp_rank_) ops::copy(dst, master_.f32() + (rlo - lo_), rhi - rlo);
-    if (dp_ > 1) topo_.dp->broadcast(device_buffer(dst, rhi - rlo, DType::kF32), r);
+    char* dst = static_cast<char*>(t.raw()) + (rlo - grp.lo) * es;
+    if (r == dp_rank_) {
+      const Tensor& mine = mixed_ ? part16_ : master_;
+      ops::copy_bytes(dst, static_cast<const char*>(mine.raw()) + (rlo - lo_) * es,
+                      (rhi - rlo) * es);
+    }
+    if (dp_ > 1) topo_.dp->broadcast(device_buffer(dst, rhi - rlo, store()), r);
   }
-  ops::round_to_precision(t.f32(), grp.numel(), cfg_.precision);
   live_[g] = std::move(t);
 }
 
@@ -206,7 +255,7 @@ void ZeroEngine::prefetch_after(int g, bool backward) {
   // The embedding's backward reads no weights: the backward never prefetches it.
   const int stop = backward ? (layout_.has_embedding() ? 1 : 0) : n - 1;
   for (int h = backward ? g - 1 : g + 1; backward ? h >= stop : h <= stop; h += backward ? -1 : 1) {
-    const size_t bytes = layout_.groups()[static_cast<size_t>(h)].numel() * sizeof(float);
+    const size_t bytes = layout_.groups()[static_cast<size_t>(h)].numel() * store_bytes();
     if (live_.count(h)) continue;
     if (bytes > budget) break;
     gather(h);
@@ -214,17 +263,30 @@ void ZeroEngine::prefetch_after(int g, bool backward) {
   }
 }
 
+const float* ZeroEngine::decoded(int g, const void* src16) {
+  auto it = params32_.find(g);
+  if (it == params32_.end()) {
+    const size_t n = layout_.groups()[static_cast<size_t>(g)].numel();
+    Tensor t = alloc(n, "buffer.params_f32", dev_);
+    ops::decode(src16, cfg_.precision, t.f32(), n);
+    it = params32_.emplace(g, std::move(t)).first;
+  }
+  return it->second.f32();
+}
+
 const float* ZeroEngine::acquire(int g, bool backward) {
+  const model::ParamGroup& grp = layout_.groups()[static_cast<size_t>(g)];
   if (cfg_.stage < 3) {
-    const float* p = compute_.defined() ? compute_.f32() : master_.f32();
-    return p + layout_.groups()[static_cast<size_t>(g)].lo;
+    if (!mixed_) return master_.f32() + grp.lo;
+    return decoded(g, static_cast<const char*>(compute_.raw()) + grp.lo * store_bytes());
   }
   if (!live_.count(g)) gather(g);
   if (cfg_.prefetch_bytes > 0) prefetch_after(g, backward);
-  return live_.at(g).f32();
+  return mixed_ ? decoded(g, live_.at(g).raw()) : live_.at(g).f32();
 }
 
 void ZeroEngine::release(int g, bool) {
+  params32_.erase(g);
   if (cfg_.stage < 3) return;
   if (cfg_.max_live_bytes > 0 && gathered_bytes() <= static_cast<size_t>(cfg_.max_live_bytes)) {
     return;
@@ -234,11 +296,23 @@ void ZeroEngine::release(int g, bool) {
 
 void ZeroEngine::drop_gathered() {
   live_.clear();
+  params32_.clear();
 }
 
 float* ZeroEngine::grads(int g) {
   const model::ParamGroup& grp = layout_.groups()[static_cast<size_t>(g)];
-  if (cfg_.stage < 2) return grads_.f32() + grp.lo;
+  if (cfg_.stage < 2) {
+    if (!mixed_) return grads_.f32() + grp.lo;
+    // The group's 16-bit gradients decoded for the backward to accumulate into.
+    auto it = grads32_of_.find(g);
+    if (it == grads32_of_.end()) {
+      Tensor t = alloc(grp.numel(), "buffer.grads_f32", dev_);
+      ops::decode(static_cast<const char*>(grads_.raw()) + grp.lo * store_bytes(), cfg_.precision,
+                  t.f32(), grp.numel());
+      it = grads32_of_.emplace(g, std::move(t)).first;
+    }
+    return it->second.f32();
+  }
   const int b = bucket_of_[static_cast<size_t>(g)];
   auto it = pending_.find(b);
   if (it == pending_.end()) {
@@ -249,7 +323,16 @@ float* ZeroEngine::grads(int g) {
 }
 
 void ZeroEngine::grads_done(int g) {
-  if (cfg_.stage < 2) return;
+  if (cfg_.stage < 2) {
+    auto it = grads32_of_.find(g);
+    if (it == grads32_of_.end()) return;
+    // The backward rounded them to the precision: storing them in 16 bits loses nothing.
+    const model::ParamGroup& grp = layout_.groups()[static_cast<size_t>(g)];
+    ops::encode(it->second.f32(), static_cast<char*>(grads_.raw()) + grp.lo * store_bytes(),
+                cfg_.precision, grp.numel());
+    grads32_of_.erase(it);
+    return;
+  }
   const int b = bucket_of_[static_cast<size_t>(g)];
   const Bucket& bk = buckets_[static_cast<size_t>(b)];
   if (g != bk.last) return;
@@ -279,53 +362,86 @@ void ZeroEngine::reduce_bucket(const Bucket& b, float* data) {
   if (dp_ > 1) all_reduce_avg(data, b.hi - b.lo);
   const size_t from = std::max(b.lo, lo_), to = std::min(b.hi, hi_);
   if (from >= to) return;
-  float* mine = grads_.f32() + (from - lo_);
-  ops::residual_forward(mine, mine, data + (from - b.lo), to - from);
+  if (!mixed_) {
+    float* mine = grads_.f32() + (from - lo_);
+    ops::residual_forward(mine, mine, data + (from - b.lo), to - from);
+    return;
+  }
+  // The 16-bit partition: the sum is rounded as it is stored (with one micro-batch per step it
+  // is the reduced bucket itself, already in the precision).
+  const size_t k = to - from;
+  void* mine = static_cast<char*>(grads_.raw()) + (from - lo_) * store_bytes();
+  Tensor acc = alloc(k, "buffer.grad_accum", dev_);
+  ops::decode(mine, cfg_.precision, acc.f32(), k);
+  ops::residual_forward(acc.f32(), acc.f32(), data + (from - b.lo), k);
+  ops::encode(acc.f32(), mine, cfg_.precision, k);
 }
 
 void ZeroEngine::begin_step() {
-  ops::zero(grads_.f32(), grads_.numel() * sizeof(float));
+  ops::zero(grads_.raw(), grads_.bytes());
   pending_.clear();
+  grads32_of_.clear();
+  grads32_.release();
 }
 
 void ZeroEngine::finish_gradients() {
   if (!pending_.empty()) raise("ZeRO: {} gradient bucket(s) never completed", pending_.size());
   if (cfg_.stage >= 2 || dp_ == 1) return;
-  // Stages 0-1: bucketed all-reduce (average) of the full gradients.
+  // Stages 0-1: bucketed all-reduce (average) of the full gradients, in the stored format.
   const size_t bucket = std::max<size_t>(1, cfg_.reduce_bucket_bytes / sizeof(float));
   for (size_t off = 0; off < padded_; off += bucket) {
-    all_reduce_avg(grads_.f32() + off, std::min(bucket, padded_ - off));
+    const size_t n = std::min(bucket, padded_ - off);
+    if (!mixed_) {
+      all_reduce_avg(grads_.f32() + off, n);
+    } else {
+      topo_.dp->all_reduce(
+          device_buffer(static_cast<char*>(grads_.raw()) + off * store_bytes(), n, store()),
+          comm::ReduceOp::kAvg);
+    }
   }
 }
 
 FlatSpan ZeroEngine::owned_grads() {
-  if (cfg_.stage < 2) return {grads_.f32(), 0, total_};
-  return {grads_.f32(), lo_, hi_};
+  const size_t lo = cfg_.stage < 2 ? 0 : lo_, hi = cfg_.stage < 2 ? total_ : hi_;
+  if (!mixed_) return {grads_.f32(), lo, hi};
+  // The optimizer works in fp32: a copy of the 16-bit gradients for this step.
+  grads32_ = alloc(hi - lo, "buffer.grads_f32", dev_);
+  ops::decode(grads_.raw(), cfg_.precision, grads32_.f32(), hi - lo);
+  return {grads32_.f32(), lo, hi};
 }
 
 ZeroEngine::Update ZeroEngine::begin_update() {
   const size_t n = cfg_.stage == 0 ? total_ : hi_ - lo_;
-  float* g = cfg_.stage == 0 ? grads_.f32() : cfg_.stage == 1 ? grads_.f32() + lo_ : grads_.f32();
-  float* p = cfg_.stage == 0 || partitioned_master() ? master_.f32() : master_.f32() + lo_;
+  if (mixed_ && !grads32_.defined()) raise("ZeRO: begin_update before owned_grads");
+  float* all = mixed_ ? grads32_.f32() : grads_.f32();
+  float* g = cfg_.stage == 1 ? all + lo_ : all;
   if (cfg_.offload_optimizer) {
     ops::to_host(host_grads_.f32(), g, n * sizeof(float));
+    grads32_.release();  // the device's fp32 copy is no longer needed
     return {host_master_.f32(), host_grads_.f32(), m_.f32(), v_.f32(), n, Device::cpu()};
   }
+  float* p = cfg_.stage == 0 || partitioned_master() ? master_.f32() : master_.f32() + lo_;
   return {p, g, m_.f32(), v_.f32(), n, dev_.device()};
 }
 
 void ZeroEngine::finish_update() {
   const size_t n = cfg_.stage == 0 ? total_ : hi_ - lo_;
-  if (cfg_.offload_optimizer) {
+  if (cfg_.offload_optimizer && master_.defined()) {
+    // fp32: the device's weights take the host's update.
     float* p = partitioned_master() ? master_.f32() : master_.f32() + lo_;
     ops::from_host(p, host_master_.f32(), n * sizeof(float));
   }
   if ((cfg_.stage == 1 || cfg_.stage == 2) && !partitioned_master() && dp_ > 1) {
     // fp32: each rank updated its slice of the weights; gather the others' back.
-    all_gather_partitions(master_.f32() + part_ * udp_rank(), master_.f32());
+    all_gather_partitions(master_.f32() + part_ * udp_rank(), master_.f32(), DType::kF32);
   }
-  refresh_compute_copy();  // fp16/bf16 stages 1-2: gathers the master partitions into it
+  end_step();
+  publish_master();  // fp16/bf16: the 16-bit weights (stages 1-2 all-gathered)
   drop_gathered();
+}
+
+void ZeroEngine::end_step() {
+  grads32_.release();
 }
 
 std::vector<float> ZeroEngine::full_parameters() const {
@@ -333,7 +449,14 @@ std::vector<float> ZeroEngine::full_parameters() const {
   if (partitioned_master()) {
     Tensor gathered =
         Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "buffer.full", staging_);
-    topo_.dp->all_gather(device_buffer(master_.f32(), part_, DType::kF32),
+    Tensor staged;  // the host's master partition (fp16/bf16 with offload), on the device
+    const float* mine = master_.defined() ? master_.f32() : nullptr;
+    if (!mine) {
+      staged = Tensor::zeros({static_cast<int64_t>(part_)}, DType::kF32, "buffer.master", staging_);
+      ops::from_host(staged.f32(), host_master_.f32(), part_ * sizeof(float));
+      mine = staged.f32();
+    }
+    topo_.dp->all_gather(device_buffer(const_cast<float*>(mine), part_, DType::kF32),
                          device_buffer(gathered.f32(), padded_, DType::kF32));
     ops::to_host(full.data(), gathered.f32(), total_ * sizeof(float));
   } else {

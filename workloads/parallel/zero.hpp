@@ -15,6 +15,16 @@
 // [r·part, (r+1)·part), part = ceil(total / dp). Optimizer offload keeps the fp32 master weights
 // and the moments of the partition on the host, charged to the host accountant.
 //
+// Under fp16/bf16 the parameters and gradients are stored in that format (2 bytes each; the fp32
+// master weights belong to the optimizer state), so the model states follow ZeRO's
+// mixed-precision formulas (2+2+K)Ψ, (2+2)Ψ + KΨ/Nd, 2Ψ + (2+K)Ψ/Nd and (2+2+K)Ψ/Nd. The CPU
+// kernels read and accumulate fp32: a group's values are decoded into an fp32 scratch buffer
+// (buffer.params_f32) from acquire() to release(), its gradients (stages 0-1) into another
+// (buffer.grads_f32) from grads() to grads_done(), and the optimizer reads an fp32 copy of the
+// rank's gradients (buffer.grads_f32) for the step only. These are transient buffers, not model
+// states; the values are the 16-bit ones, so the arithmetic is that of fp32 math on rounded
+// operands. With offload the fp32 master weights exist only on the host.
+//
 // Allocation names carry the memory categories (kernels/memory.hpp): params.*, grads.*,
 // optimizer.*, gather.* and buffer.*.
 #pragma once
@@ -91,6 +101,8 @@ class ZeroEngine final : public model::ParamAccess {
   void drop_gathered();
 
   // The gradients this rank judges (overflow, norm): all of them below stage 2, else its partition.
+  // fp32; under fp16/bf16 a copy of the 16-bit gradients that lives until begin_update() (with
+  // offload) or end_step().
   FlatSpan owned_grads();
   // The optimizer's view: parameters, gradients and moments of the elements this rank updates.
   struct Update {
@@ -103,11 +115,14 @@ class ZeroEngine final : public model::ParamAccess {
   // Publishes the updated parameters: offload copies them to the device, stages 1-2 all-gather
   // them, and the compute copy is refreshed.
   void finish_update();
+  // After a step, applied or skipped: frees the fp32 copy of the gradients (fp16/bf16).
+  void end_step();
 
   // The rank's fp32 parameter vector (collective under stage 3).
   std::vector<float> full_parameters() const;
   // Checkpointed state: parameters (full, or the partition under stage 3) and moments.
-  Tensor& params_master() { return master_; }
+  // With offload under fp16/bf16 they live on the host only.
+  Tensor& params_master() { return master_.defined() ? master_ : host_master_; }
   size_t params_master_count() const { return partitioned_master() ? part_ : padded_; }
   // The fp32 master weights are the rank's partition: stage 3, and stages 1-2 under fp16/bf16
   // (where the forward reads a rounded copy and ZeRO-1 partitions the master weights).
@@ -130,12 +145,21 @@ class ZeroEngine final : public model::ParamAccess {
   void gather(int g);
   void prefetch_after(int g, bool backward);
   void reduce_bucket(const Bucket& b, float* data);
-  void refresh_compute_copy();
-  // Every rank's partition (`mine`, part elements) into `full` (padded elements), collective.
-  void all_gather_partitions(const float* mine, float* full);
+  // fp16/bf16: the fp32 master weights (device, or host under offload) encoded into the 16-bit
+  // parameters the forward reads (stages 1-2: the rank's slice, then all-gathered).
+  void publish_master();
+  // Every rank's partition (`mine`, part elements of type t) into `full` (padded elements),
+  // collective.
+  void all_gather_partitions(const void* mine, void* full, DType t);
+  // The fp32 values of group g's 16-bit parameters (stages 0-2: from the compute copy; stage 3:
+  // from its gather), valid until release(g).
+  const float* decoded(int g, const void* src16);
   size_t udp_rank() const { return static_cast<size_t>(dp_rank_); }
   void all_reduce_avg(float* data, size_t n);
-  Tensor alloc(size_t n, const char* what, MemoryAccountant& where) const;
+  Tensor alloc(size_t n, const char* what, MemoryAccountant& where, DType t = DType::kF32) const;
+  // Element type of the stored parameters and gradients: fp32, or the 16-bit precision.
+  DType store() const { return mixed_ ? cfg_.precision : DType::kF32; }
+  size_t store_bytes() const { return dtype_size(store()); }
   size_t gathered_bytes() const;
 
   ZeroConfig cfg_;
@@ -146,10 +170,15 @@ class ZeroEngine final : public model::ParamAccess {
   int dp_ = 1, dp_rank_ = 0;
   bool mixed_ = false;
   Tensor master_;   // fp32 weights: full, or the partition (partitioned_master()), on the device
-  Tensor compute_;  // stages 0-2 in fp16/bf16: the whole parameters rounded to the precision
-  Tensor grads_;    // full (stages 0-1) or the partition (stages 2-3)
+                    // (none under fp16/bf16 with offload: host_master_ is the master)
+  Tensor compute_;  // stages 0-2 in fp16/bf16: the whole parameters, 16-bit
+  Tensor part16_;   // stage 3 in fp16/bf16: the rank's partition, 16-bit
+  Tensor grads_;    // full (stages 0-1) or the partition (stages 2-3); 16-bit in fp16/bf16
+  Tensor grads32_;  // fp16/bf16: fp32 copy of the owned gradients for the step
   Tensor m_, v_;    // moments: full (stage 0) or the partition; on the host with offload
-  Tensor host_master_, host_grads_;  // offload: the partition's fp32 master weights, gradients
+  Tensor host_master_, host_grads_;   // offload: the partition's fp32 master weights, gradients
+  std::map<int, Tensor> params32_;    // fp16/bf16: decoded values of the acquired groups
+  std::map<int, Tensor> grads32_of_;  // fp16/bf16 stages 0-1: fp32 gradients of a group
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;     // group -> bucket
   std::map<int, Tensor> live_;     // stage 3: gathered groups

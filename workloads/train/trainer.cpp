@@ -212,6 +212,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
     }
     zero_->finish_update();
   }
+  zero_->end_step();
   m.skipped_total = cfg_.precision == DType::kF16 ? scaler_.skipped_steps() : 0;
   m.loss = global_loss(local_loss);
   ++step_;
