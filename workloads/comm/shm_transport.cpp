@@ -160,16 +160,24 @@ std::unique_ptr<ShmTransport> ShmTransport::create(MPI_Comm comm, int rank, int 
   if (const char* off = std::getenv("NCCL_SHM_DISABLE"); off != nullptr && std::atoi(off) != 0) {
     return nullptr;
   }
-  // Only when every member shares this node's memory.
-  MPI_Comm local = MPI_COMM_NULL;
-  mpi::check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
-             "MPI_Comm_split_type", group, world_rank);
-  int local_size = 0;
-  MPI_Comm_size(local, &local_size);
-  MPI_Comm_free(&local);
-  int all_local = local_size == size ? 1 : 0;
-  mpi::check(MPI_Allreduce(MPI_IN_PLACE, &all_local, 1, MPI_INT, MPI_MIN, comm),
-             "MPI_Allreduce(shm locality)", group, world_rank);
+  // Only when every member is on this node: compare host names, as NCCL compares host hashes
+  // (MPI's own locality query does not know about singletons joined by connect/accept).
+  constexpr int kHost = 256;
+  std::vector<char> hosts(static_cast<size_t>(kHost) * static_cast<size_t>(size), '\0');
+  // The host and the simulated node (NODE_RANK): simulated nodes share a host but not memory.
+  char mine[kHost] = {0};
+  ::gethostname(mine, kHost / 2);
+  if (const char* node = std::getenv("NODE_RANK")) {
+    std::snprintf(mine + std::strlen(mine), kHost / 2 - 1, "/node%s", node);
+  }
+  mpi::check(MPI_Allgather(mine, kHost, MPI_CHAR, hosts.data(), kHost, MPI_CHAR, comm),
+             "MPI_Allgather(shm hosts)", group, world_rank);
+  int all_local = 1;
+  for (int r = 0; r < size; ++r) {
+    if (std::strncmp(hosts.data() + static_cast<size_t>(r) * kHost, mine, kHost) != 0) {
+      all_local = 0;
+    }
+  }
   if (all_local == 0) return nullptr;
 
   std::unique_ptr<ShmTransport> t(new ShmTransport());
