@@ -156,13 +156,13 @@ TEST_F(ScenarioTest, FaultsAreCheckedIncludingThePlanGrammar) {
             "restart, disk_full, memory_limit, cpu_quota, network, args, hide, launcher, shm)");
   // The launch layer's kinds: their values are checked where they are written.
   EXPECT_EQ(error_of("name: a\nfaults:\n  - launcher: {starts: twice}\n"),
-            "s.yaml:3:25: faults[0].launcher.starts: 'twice' is not allowed (allowed: one, node)");
+            "s.yaml:3:24: faults[0].launcher.starts: 'twice' is not allowed (allowed: one, node)");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - launcher: {devices: uuid}\n"),
-            "s.yaml:3:26: faults[0].launcher.devices: 'uuid' is not allowed (allowed: int, cuda)");
+            "s.yaml:3:25: faults[0].launcher.devices: 'uuid' is not allowed (allowed: int, cuda)");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - shm: {size: 100}\n"),
-            "s.yaml:3:18: faults[0].shm.size: 100 bytes is below one page (allowed: 4k or more)");
+            "s.yaml:3:17: faults[0].shm.size: 100 bytes is below one page (allowed: 4k or more)");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - shm: {size: lots}\n").substr(0, 30),
-            "s.yaml:3:18: faults[0].shm.siz");
+            "s.yaml:3:17: faults[0].shm.siz");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - shm: {size: 64m}\n    at: step\n"),
             "s.yaml:4:9: faults[0].at: shm faults are in place from launch (allowed: launch, or "
             "leave `at` out)");
