@@ -40,9 +40,14 @@ class LauncherFault : public FaultOf<LauncherFault> {
   void adjust_rank(const Host&, int r, Launch& l) const override {
     if (rank >= 0 && rank != r) return;
     const int base = starts == "node" ? (r / per_node) * per_node : r;
-    std::vector<std::string> argv = {FAULTLINE_LAUNCH_BIN, "--nproc",   std::to_string(nproc()),
-                                     "--rank-base",        std::to_string(base), "--devices",
-                                     devices,              "--"};
+    std::vector<std::string> argv = {FAULTLINE_LAUNCH_BIN,
+                                     "--nproc",
+                                     std::to_string(nproc()),
+                                     "--rank-base",
+                                     std::to_string(base),
+                                     "--devices",
+                                     devices,
+                                     "--"};
     argv.insert(argv.end(), l.spec.argv.begin(), l.spec.argv.end());
     l.spec.argv = std::move(argv);
   }
@@ -74,6 +79,12 @@ class LauncherKind : public FaultKind {
     f->starts = loader::opt<std::string>(n, "starts", "one");
     f->devices = loader::opt<std::string>(n, "devices", "cuda");
     f->per_node = c.s.ranks / std::max(1, c.s.nodes);
+    if (f->starts == "node" && c.s.launcher != "local") {
+      // Under mpirun every child would take the MPI identity of the process that started it.
+      loader::fail_at(c.file, n["starts"], c.at + ".launcher.starts",
+                      "starts: node needs topology.launcher: local (under mpirun the extra "
+                      "processes would share their launcher's MPI rank)");
+    }
     return f;
   }
 };

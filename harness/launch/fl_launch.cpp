@@ -161,8 +161,8 @@ int main(int argc, char** argv) {
         // A process the harness did not start under this rank: its telemetry files go beside
         // the wrapping rank's, not over them.
         const std::string dir = env_or("FAULTLINE_FLIGHT_RECORDER_DIR", ".");
-        const std::string tag = "/launched-rank" + std::to_string(rank) + "-" +
-                                std::to_string(::getpid());
+        const std::string tag =
+            "/launched-rank" + std::to_string(rank) + "-" + std::to_string(::getpid());
         ::setenv("FAULTLINE_EVENTS_FILE", (dir + tag + ".events.jsonl").c_str(), 1);
         ::setenv("FAULTLINE_FIRED_LOG", (dir + tag + ".fired.jsonl").c_str(), 1);
       }

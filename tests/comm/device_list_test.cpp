@@ -37,7 +37,7 @@ TEST(DeviceList, IndicesUuidsPrefixesAndMigIdsNameDevices) {
 TEST(DeviceList, TheListEndsAtTheFirstEntryThatNamesNoDevice) {
   EXPECT_EQ(parse_visible_devices("0,7,1", 0, 4), (V{0}));  // out of range
   EXPECT_EQ(parse_visible_devices("1,1,2", 0, 4), (V{1}));  // named twice
-  EXPECT_EQ(parse_visible_devices("GPU-,0", 0, 4), V{});   // a prefix of every device
+  EXPECT_EQ(parse_visible_devices("GPU-,0", 0, 4), V{});    // a prefix of every device
   EXPECT_EQ(parse_visible_devices("1," + simulated_gpu_uuid(1, 0), 0, 4), (V{1}));  // node 1's
   EXPECT_EQ(parse_visible_devices("-1,0", 0, 4), V{});
   EXPECT_EQ(parse_visible_devices("", 0, 4), V{});

@@ -85,12 +85,12 @@ std::set<std::string> shm_files() {
 }
 
 TEST(FlLaunch, StartsRanksFromItsBaseAndPassesTheFirstFailureOn) {
-  auto r = test::run_process({FAULTLINE_LAUNCH, "--nproc", "3", "--rank-base", "4", "--",
-                              "/usr/bin/env"},
-                             {{"RANK", "4"}});
+  auto r = test::run_process(
+      {FAULTLINE_LAUNCH, "--nproc", "3", "--rank-base", "4", "--", "/usr/bin/env"},
+      {{"RANK", "4"}});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* want : {"RANK=4\n", "RANK=5\n", "RANK=6\n", "LOCAL_RANK=2\n",
-                           "LOCAL_WORLD_SIZE=3\n"}) {
+  for (const char* want :
+       {"RANK=4\n", "RANK=5\n", "RANK=6\n", "LOCAL_RANK=2\n", "LOCAL_WORLD_SIZE=3\n"}) {
     EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
   }
   auto f = test::run_process({FAULTLINE_LAUNCH, "--nproc", "2", "--", "/bin/false"});
@@ -110,9 +110,9 @@ TEST(FlLaunch, ReadingDevicesWithIntFailsOnAUuidAsPythonsIntDoes) {
                               {{"CUDA_VISIBLE_DEVICES", " 0, +1,1_0"}})
                 .exit_code,
             0);
-  EXPECT_EQ(test::run_process({FAULTLINE_LAUNCH, "--devices", "cuda", "--", "/bin/true"}, uuid)
-                .exit_code,
-            0);
+  EXPECT_EQ(
+      test::run_process({FAULTLINE_LAUNCH, "--devices", "cuda", "--", "/bin/true"}, uuid).exit_code,
+      0);
 }
 
 // torchrun inside every srun task: several rank 0s on MASTER_PORT, every rank claimed twice.
@@ -150,8 +150,8 @@ TEST(LauncherScenarios, AnAvx512KernelOnACpuWithoutItDiesOfSigill) {
     ill |= x.value("class", "") == "crash" && x.value("code", 0) == 4;  // SIGILL
   }
   EXPECT_TRUE(ill) << r.proc.output;
-  auto fixed = run_file(catalogue("cpu-adam-built-for-avx512-illegal-instruction"), "native",
-                        {"--fix"});
+  auto fixed =
+      run_file(catalogue("cpu-adam-built-for-avx512-illegal-instruction"), "native", {"--fix"});
   EXPECT_EQ(fixed.proc.exit_code, 0) << fixed.proc.output;
 }
 

@@ -159,6 +159,10 @@ TEST_F(ScenarioTest, FaultsAreCheckedIncludingThePlanGrammar) {
             "s.yaml:3:24: faults[0].launcher.starts: 'twice' is not allowed (allowed: one, node)");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - launcher: {devices: uuid}\n"),
             "s.yaml:3:25: faults[0].launcher.devices: 'uuid' is not allowed (allowed: int, cuda)");
+  EXPECT_EQ(
+      error_of("name: a\ntopology: {launcher: mpirun}\nfaults:\n  - launcher: {starts: node}\n"),
+      "s.yaml:4:24: faults[0].launcher.starts: starts: node needs topology.launcher: local "
+      "(under mpirun the extra processes would share their launcher's MPI rank)");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - shm: {size: 100}\n"),
             "s.yaml:3:17: faults[0].shm.size: 100 bytes is below one page (allowed: 4k or more)");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - shm: {size: lots}\n").substr(0, 30),

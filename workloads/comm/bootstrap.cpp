@@ -118,8 +118,8 @@ int select_device(const WorkerIdentity& id) {
   const std::string source =
       kVisibleDevices.is_set_in_env() ? "FAULTLINE_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES";
   const std::string list = kVisibleDevices.is_set_in_env() ? kVisibleDevices.get()
-                           : cuda_list != nullptr            ? std::string(cuda_list)
-                                                             : std::string();
+                           : cuda_list != nullptr          ? std::string(cuda_list)
+                                                           : std::string();
   std::vector<int64_t> visible;
   if (!narrowed) {
     for (int64_t d = 0; d < per_node; ++d) visible.push_back(d);

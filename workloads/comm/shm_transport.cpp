@@ -195,8 +195,7 @@ std::unique_ptr<ShmTransport> ShmTransport::create(MPI_Comm comm, int rank, int 
   // One name per communicator instance, drawn by member 0.
   uint64_t nonce = 0;
   if (rank == 0) nonce = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
-  mpi::check(MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, comm), "MPI_Bcast(shm name)", group,
-             world_rank);
+  mpi::check(MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, comm), "MPI_Bcast(shm name)", group, world_rank);
   for (int r = 0; r < size; ++r) {
     t->names_.push_back(fmt::format("/faultline-shm-{:016x}-{}", nonce, r));
   }

@@ -54,9 +54,9 @@ class ShmTransport {
   int rank_ = 0, size_ = 0, world_rank_ = 0;
   std::string group_;
   size_t bytes_ = 0;
-  size_t head_ = 0;                  // FIFO write position, the same on every member
-  std::vector<char*> segs_;          // every member's segment, mapped here
-  std::vector<std::string> names_;   // /dev/shm names, for messages
+  size_t head_ = 0;                 // FIFO write position, the same on every member
+  std::vector<char*> segs_;         // every member's segment, mapped here
+  std::vector<std::string> names_;  // /dev/shm names, for messages
 };
 
 }  // namespace fl::comm
