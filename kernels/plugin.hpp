@@ -57,6 +57,16 @@ std::string jit_build_plugin(const std::string& name);
 std::string device_capability();
 void set_device_capability(const std::string& cap);
 std::vector<std::string> loaded_plugins();
+
+// The simulated CPU (cpu_isa.cpp). A plugin may export `const char* fl_plugin_isa()`: the
+// instruction set its kernels use (JIT builds: FAULTLINE_JIT_ISA, default the building rank's
+// best). Nothing checks it at load, as nothing does for a real extension; the first call into
+// one of its kernels on a CPU without that set (FAULTLINE_CPU_FLAGS) traps with SIGILL.
+const std::vector<std::string>& known_isas();
+bool cpu_has(const std::string& isa);
+std::string jit_target_isa();
+void note_plugin_isa(const std::string& plugin, const std::string& isa);
+void before_plugin_kernel(const std::string& plugin);
 // The kernels plugins installed (null members: built-in).
 const PluginRegistry& plugin_kernels();
 

@@ -21,7 +21,9 @@
   X(cpu_quota)                   \
   X(network)                     \
   X(args)                        \
-  X(hide)
+  X(hide)                        \
+  X(launcher)                    \
+  X(shm)
 
 namespace fl::harness::faults {
 

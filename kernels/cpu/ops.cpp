@@ -386,6 +386,7 @@ void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
         "only ({} left over)",
         k.adamw_plugin, n, k.adamw_multiple, n % k.adamw_multiple);
   }
+  if (k.adamw) before_plugin_kernel(k.adamw_plugin);
   const AdamWFn fn = k.adamw ? k.adamw : &impl::adamw;
   fn(param, grad, m, v, n, t, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay);
 }

@@ -37,6 +37,11 @@ FAULTLINE_SETTING(kDeviceCapability, std::string, "FAULTLINE_DEVICE_CAPABILITY",
 
 namespace {
 namespace fs = std::filesystem;
+// FAULTLINE_JIT_ISA as written ("native" stays "native" whatever the CPU).
+std::string kJitIsaKey() {
+  const char* v = std::getenv("FAULTLINE_JIT_ISA");
+  return v != nullptr ? v : "native";
+}
 std::mutex g_mu;
 PluginRegistry g_registry;
 std::vector<std::string> g_loaded;
@@ -121,7 +126,12 @@ std::string jit_build_plugin(const std::string& name) {
   }
   // The include root is the directory above kernels/plugins.
   const std::string root = fs::path(kPluginSrc.get()).parent_path().parent_path().string();
-  const std::string key_src = fmt::format("{}\n{}\n{}\n{}", cxx, flags, archs, source);
+  // Like DeepSpeed's op builder, the instruction set comes from the building CPU unless set; it
+  // becomes a compiler flag, so it is part of the cache key (the setting's value, not the CPU:
+  // a `native` build is reused by a CPU that differs, as a shared extensions cache is).
+  const std::string isa = jit_target_isa();
+  const std::string key_src =
+      fmt::format("{}\n{}\n{}\n{}\n{}", cxx, flags, archs, kJitIsaKey(), source);
   const std::string key = fmt::format("{:016x}", XXH64(key_src.data(), key_src.size(), 0));
   const fs::path out = dir / fmt::format("libfl_{}-{}.so", name, key);
   const fs::path log = dir / fmt::format("{}-{}.log", name, key);
@@ -136,6 +146,7 @@ std::string jit_build_plugin(const std::string& name) {
   for (auto& f : split_words(flags)) argv.push_back(f);
   argv.push_back("-I" + root);
   argv.push_back(fmt::format("-DFL_PLUGIN_ARCHS=\"{}\"", archs));
+  argv.push_back(fmt::format("-DFL_PLUGIN_ISA=\"{}\"", isa));
   argv.push_back(src.string());
   argv.push_back("-o");
   argv.push_back(tmp.string());
@@ -211,6 +222,9 @@ void load_plugin(const std::string& name, bool jit) {
           "including {})",
           name, cap, archs, cap);
     }
+  }
+  if (auto isa_fn = reinterpret_cast<const char* (*)()>(::dlsym(h, "fl_plugin_isa"))) {
+    note_plugin_isa(name, isa_fn());
   }
   std::lock_guard lock(g_mu);
   const AdamWFn before = g_registry.adamw;

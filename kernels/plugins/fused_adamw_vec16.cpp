@@ -16,6 +16,14 @@ void adamw_vec16(float* param, const float* grad, float* m, float* v, size_t n, 
 }
 }  // namespace
 
+// The instruction set the kernels were built for (JIT builds pass the op builder's choice).
+#ifndef FL_PLUGIN_ISA
+#define FL_PLUGIN_ISA "sse2"
+#endif
+extern "C" const char* fl_plugin_isa() {
+  return FL_PLUGIN_ISA;
+}
+
 extern "C" int fl_plugin_abi() {
   return fl::ops::kPluginAbi;
 }

@@ -153,7 +153,23 @@ TEST_F(ScenarioTest, FaultsAreCheckedIncludingThePlanGrammar) {
             "item)");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {rank: 0}\n"),
             "s.yaml:3:5: faults[0]: names no fault (one of: plan, signal, env, port_squat, file, "
-            "restart, disk_full, memory_limit, cpu_quota, network, args, hide)");
+            "restart, disk_full, memory_limit, cpu_quota, network, args, hide, launcher, shm)");
+  // The launch layer's kinds: their values are checked where they are written.
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - launcher: {starts: twice}\n"),
+            "s.yaml:3:24: faults[0].launcher.starts: 'twice' is not allowed (allowed: one, node)");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - launcher: {devices: uuid}\n"),
+            "s.yaml:3:25: faults[0].launcher.devices: 'uuid' is not allowed (allowed: int, cuda)");
+  EXPECT_EQ(
+      error_of("name: a\ntopology: {launcher: mpirun}\nfaults:\n  - launcher: {starts: node}\n"),
+      "s.yaml:4:24: faults[0].launcher.starts: starts: node needs topology.launcher: local "
+      "(under mpirun the extra processes would share their launcher's MPI rank)");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - shm: {size: 100}\n"),
+            "s.yaml:3:17: faults[0].shm.size: 100 bytes is below one page (allowed: 4k or more)");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - shm: {size: lots}\n").substr(0, 30),
+            "s.yaml:3:17: faults[0].shm.siz");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - shm: {size: 64m}\n    at: step\n"),
+            "s.yaml:4:9: faults[0].at: shm faults are in place from launch (allowed: launch, or "
+            "leave `at` out)");
   EXPECT_EQ(error_of("name: a\nfaults:\n  - {signal: HUPP, rank: 0}\n"),
             "s.yaml:3:14: faults[0].signal: 'HUPP' is not allowed (allowed: STOP, CONT, KILL, "
             "TERM, SEGV, ABRT, INT)");

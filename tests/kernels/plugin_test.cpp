@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -200,6 +201,65 @@ TEST(KernelSites, AFailedLaunchAndAFailedImportAreReportedAtTheirSites) {
   fault::disarm();
   load_plugin("fused_adamw");
   EXPECT_EQ(loaded_plugins(), std::vector<std::string>{"fused_adamw"});
+}
+
+}  // namespace
+}  // namespace fl::ops
+
+namespace fl::ops {
+namespace {
+
+// The simulated CPU: a JIT build targets the building CPU's best instruction set unless
+// FAULTLINE_JIT_ISA names one; a kernel built for a set this CPU lacks loads, then traps with a
+// real SIGILL on its first call, whatever the host has.
+TEST(PluginIsa, NativeBuildsTargetTheBestSetTheCpuHas) {
+  ::setenv("FAULTLINE_CPU_FLAGS", "fpu sse sse2 sse4_2 avx avx2", 1);
+  ::unsetenv("FAULTLINE_JIT_ISA");
+  EXPECT_EQ(jit_target_isa(), "avx2");
+  EXPECT_TRUE(cpu_has("avx2"));
+  EXPECT_FALSE(cpu_has("avx512f"));
+  EXPECT_TRUE(cpu_has("sse2"));  // x86-64's baseline, listed or not
+}
+
+TEST(PluginIsa, AnUnknownTargetIsRefusedNamingTheChoices) {
+  ::setenv("FAULTLINE_JIT_ISA", "avx1024", 1);
+  EXPECT_EQ(error_of([] { jit_target_isa(); }),
+            "FAULTLINE_JIT_ISA='avx1024' is not allowed (allowed: native, avx512f, avx2, avx, "
+            "sse4_2, sse2)");
+}
+
+TEST(PluginIsa, AKernelBuiltForAvx512TrapsWithSigillOnACpuWithoutIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string dir = fresh_dir("isa");
+  ::setenv("FAULTLINE_JIT_DIR", dir.c_str(), 1);
+  ::unsetenv("CXXFLAGS");
+  ::unsetenv("CXX");
+  ::setenv("FAULTLINE_CPU_FLAGS", "sse sse2 sse4_2 avx avx2 fma", 1);
+  ::setenv("FAULTLINE_JIT_ISA", "avx512f", 1);
+  std::vector<float> p(8, 1.f), g(8, 0.5f), m(8, 0.f), v(8, 0.f);
+  AdamW hp;
+  // Loading works (nothing checks the instruction set at load) ...
+  load_plugin("fused_adamw", true);
+  EXPECT_EQ(plugin_kernels().adamw_plugin, "fused_adamw");
+  // ... the first kernel call does not.
+  EXPECT_EXIT(adamw_update(p.data(), g.data(), m.data(), v.data(), p.size(), 1, hp),
+              ::testing::KilledBySignal(SIGILL),
+              "trap invalid opcode in libfl_fused_adamw.so: an avx512f instruction, which this "
+              "CPU does not have");
+}
+
+TEST(PluginIsa, ABuildForTheCpuItRunsOnRuns) {
+  const std::string dir = fresh_dir("isa-native");
+  ::setenv("FAULTLINE_JIT_DIR", dir.c_str(), 1);
+  ::unsetenv("CXXFLAGS");
+  ::unsetenv("CXX");
+  ::setenv("FAULTLINE_CPU_FLAGS", "sse sse2 sse4_2 avx avx2 fma", 1);
+  ::setenv("FAULTLINE_JIT_ISA", "native", 1);
+  std::vector<float> p(8, 1.f), g(8, 0.5f), m(8, 0.f), v(8, 0.f);
+  AdamW hp;
+  load_plugin("fused_adamw", true);
+  adamw_update(p.data(), g.data(), m.data(), v.data(), p.size(), 1, hp);
+  EXPECT_LT(p[0], 1.f);  // the step ran
 }
 
 }  // namespace

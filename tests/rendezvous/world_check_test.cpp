@@ -99,6 +99,34 @@ TEST(WorldCheck, DuplicateRank) {
   }
 }
 
+// A launcher started twice: the world forms from the first arrivals, and a later process with a
+// rank a member already holds is told so (not let through to join a world it is not part of).
+TEST(WorldCheck, AProcessBeyondTheWorldIsAClaimedTwiceError) {
+  StoreServer server("127.0.0.1", 0);
+  server.start();
+  auto check = [&](const MemberInfo& m) {
+    StoreClient c("127.0.0.1", server.port(), milliseconds(10000), milliseconds(5000));
+    return check_world(c, m, milliseconds(5000));
+  };
+  std::thread first([&] { check(member(0, 2)); });
+  std::thread second([&] { check(member(1, 2)); });
+  first.join();
+  second.join();
+  MemberInfo extra = member(1, 2);
+  extra.pid = 2001;
+  try {
+    check(extra);
+    FAIL() << "a third process in a world of 2 passed the check";
+  } catch (const WorldCheckError& e) {
+    EXPECT_EQ(e.failure(), WorldCheckFailure::kDuplicateRank);
+    EXPECT_NE(std::string(e.what()).find("rank 1 is claimed by 2 processes (pid 1001 on host "
+                                         "node0, pid 2001 on host node0): this process arrived "
+                                         "as number 3 in a world of 2"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(WorldCheck, MissingRankTimesOutListingWhoIsMissing) {
   auto t0 = std::chrono::steady_clock::now();
   auto out = run_world({member(0, 4), member(1, 4), member(3, 4)}, milliseconds(800));

@@ -10,6 +10,7 @@
 #include "injector/plan.hpp"
 #include "injector/site.hpp"
 #include "workloads/comm/collective_watch.hpp"
+#include "workloads/comm/device_list.hpp"
 #include "workloads/comm/mpi_communicator.hpp"
 #include "workloads/telemetry/telemetry.hpp"
 #if defined(FAULTLINE_HAVE_NCCL)
@@ -108,32 +109,29 @@ int select_device(const WorkerIdentity& id) {
   }
   int64_t per_node = kDevicesPerNode.get();
   if (per_node <= 0) per_node = int_env("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", false, 1);
+  // FAULTLINE_VISIBLE_DEVICES, else the CUDA_VISIBLE_DEVICES a launcher or scheduler gave the
+  // rank (indices, GPU-/MIG- UUIDs of the simulated devices: workloads/comm/device_list.hpp).
+  // On a host with real GPUs the variable is the CUDA runtime's, not the simulation's.
+  const char* cuda_list = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (cuda_list != nullptr && cuda_device_count() > 0) cuda_list = nullptr;
+  const bool narrowed = kVisibleDevices.is_set_in_env() || cuda_list != nullptr;
+  const std::string source =
+      kVisibleDevices.is_set_in_env() ? "FAULTLINE_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES";
+  const std::string list = kVisibleDevices.is_set_in_env() ? kVisibleDevices.get()
+                           : cuda_list != nullptr          ? std::string(cuda_list)
+                                                           : std::string();
   std::vector<int64_t> visible;
-  const std::string list = kVisibleDevices.get();
-  if (!kVisibleDevices.is_set_in_env()) {
+  if (!narrowed) {
     for (int64_t d = 0; d < per_node; ++d) visible.push_back(d);
   } else {
-    size_t start = 0;
-    while (start < list.size()) {
-      const size_t end = std::min(list.find(',', start), list.size());
-      const std::string item = list.substr(start, end - start);
-      int64_t d = -1;
-      try {
-        d = std::stoll(item);
-      } catch (const std::exception&) {
-        d = -1;
-      }
-      // Like CUDA_VISIBLE_DEVICES: the list ends at the first entry that is not a device.
-      if (d < 0 || d >= per_node) break;
-      visible.push_back(d);
-      start = end + 1;
-    }
+    visible = parse_visible_devices(list, id.node_rank, per_node);
   }
   if (id.local_rank >= static_cast<int>(visible.size())) {
     raise<DeviceError>(
         "[rank {}] invalid device ordinal: LOCAL_RANK {} selects device {}, but {} device(s) "
-        "are visible on node {} (FAULTLINE_VISIBLE_DEVICES='{}', {} on the node)",
-        id.rank, id.local_rank, id.local_rank, visible.size(), id.node_rank, list, per_node);
+        "are visible on node {} ({}='{}', {} on the node)",
+        id.rank, id.local_rank, id.local_rank, visible.size(), id.node_rank, source, list,
+        per_node);
   }
   return static_cast<int>(visible[static_cast<size_t>(id.local_rank)]);
 }

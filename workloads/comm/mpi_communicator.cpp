@@ -7,7 +7,10 @@
 #include <cstring>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "workloads/comm/mpi_detail.hpp"
+#include "workloads/comm/shm_transport.hpp"
 
 namespace fl::comm {
 
@@ -54,6 +57,16 @@ std::unique_ptr<PendingOp> MpiCommunicator::start_all_reduce(Buffer buf, ReduceO
     v->store_back();
   };
   int n = checked_count(buf.count, "all_reduce");
+  if (!shm_checked_) {  // the first all-reduce of every member sets the transport up
+    shm_checked_ = true;
+    shm_ = ShmTransport::create(comm_, rank(), size, group(), world_rank());
+  }
+  if (shm_) {
+    return shm_->all_reduce(
+        host, buf.count, buf.dtype, op,
+        fmt::format("all_reduce (count {}, dtype {})", buf.count, dtype_name(buf.dtype)),
+        [finish, keep = std::shared_ptr<HostView>(std::move(view))] { finish(); });
+  }
   const auto ring_min = static_cast<size_t>(std::max<int64_t>(0, kRingMinBytes.get()));
   const auto group_size = static_cast<size_t>(size);
   if (size > 1 && buf.bytes() >= ring_min && buf.count >= group_size &&

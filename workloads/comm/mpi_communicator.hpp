@@ -12,6 +12,8 @@
 
 namespace fl::comm {
 
+class ShmTransport;
+
 FAULTLINE_SETTING(kRingMinBytes, int64_t, "FAULTLINE_MPI_RING_MIN_BYTES", 262144,
                   "MPI backend: all-reduces of at least this many bytes use the ring algorithm "
                   "(smaller ones use MPI_Iallreduce)");
@@ -54,6 +56,8 @@ class MpiCommunicator final : public Communicator {
                   std::shared_ptr<FlightRecorder> recorder, CommOptions options);
   MPI_Comm comm_;
   std::vector<char> ring_scratch_;
+  std::unique_ptr<ShmTransport> shm_;  // intra-node shared memory (shm_transport.hpp), if on
+  bool shm_checked_ = false;
   bool leaked_ = false;  // a timed-out op may still reference the comm: never free it
 };
 

@@ -77,6 +77,9 @@ class MpiPending final : public PendingOp {
   std::function<void()> finish_;
 };
 
+// dst = dst (op) src over n elements of type t (the ring's and the shm transport's reduction).
+void accumulate_any(void* dst, const void* src, size_t n, DType t, ReduceOp op);
+
 // The ring all-reduce over `data` (see mpi_ring.cpp); `on_finish` runs once it completes.
 std::unique_ptr<PendingOp> ring_all_reduce(MPI_Comm comm, int rank, int size, void* data,
                                            size_t count, DType t, ReduceOp op, std::string group,

@@ -20,6 +20,8 @@ void accumulate(T* __restrict dst, const T* __restrict src, size_t n, ReduceOp o
   }
 }
 
+}  // namespace
+
 void accumulate_any(void* dst, const void* src, size_t n, DType t, ReduceOp op) {
   switch (t) {
     case DType::kF32:
@@ -41,6 +43,8 @@ void accumulate_any(void* dst, const void* src, size_t n, DType t, ReduceOp op) 
     }
   }
 }
+
+namespace {
 
 class RingAllReduce final : public PendingOp {
  public:

@@ -186,6 +186,23 @@ World check_world(StoreClient& store, const MemberInfo& me, std::chrono::millise
     }
   }
   validate_world(members, target());
+  if (index >= static_cast<int64_t>(members.size())) {
+    // More processes than the world: the world formed without this one, which holds a rank a
+    // member already has (two launchers started the same ranks).
+    const MemberInfo* holder = nullptr;
+    for (auto& m : members) {
+      if (m.rank == me.rank) holder = &m;
+    }
+    throw WorldCheckError(
+        WorldCheckFailure::kDuplicateRank,
+        fmt::format("rendezvous failed: rank {} is claimed by 2 processes ({}, pid {} on host {}): "
+                    "this process arrived as number {} in a world of {} (more processes than the "
+                    "world; was the job launched twice?)",
+                    me.rank,
+                    holder != nullptr ? fmt::format("pid {} on host {}", holder->pid, holder->host)
+                                      : std::string("a member"),
+                    me.pid, me.host, index + 1, members.size()));
+  }
   World w;
   w.members.resize(members.size());
   for (auto& m : members) w.members[static_cast<size_t>(m.rank)] = m;

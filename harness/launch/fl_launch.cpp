@@ -1,0 +1,215 @@
+// fl-launch: a per-node launcher in the style of DeepSpeed's and torchrun's. It starts `--nproc`
+// copies of a worker command with RANK = --rank-base + i (LOCAL_RANK i, or the caller's
+// LOCAL_RANK when it starts one process), waits for them, and when one fails it stops the others
+// and exits with that one's status, as torchrun's agent does.
+//
+// Before it starts anything it reads CUDA_VISIBLE_DEVICES the way it was told to:
+//   --devices int   every entry through Python's int() (DeepSpeed's runner did
+//                   `[int(x) for x in slots.split(",")]`): a GPU-<uuid> or MIG-<uuid> entry fails
+//                   with int()'s own ValueError text and exit status 1;
+//   --devices cuda  any entry the CUDA runtime accepts (indices, GPU-<uuid>, MIG-<uuid>) is
+//                   passed on for the worker to resolve.
+//
+// The harness runs it when a scenario's `launcher:` fault wraps the ranks (harness/faults/
+// launcher.cpp): started once per rank with --nproc 1 it is a correct wrapper; started once per
+// rank with --nproc = the node's ranks it is a launcher run inside another launcher, and every
+// copy starts the whole node again.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern "C" char** environ;
+
+namespace {
+
+volatile sig_atomic_t g_stop = 0;
+void on_signal(int sig) {
+  g_stop = sig;
+}
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "fl-launch: %s\nusage: fl-launch [--nproc N] [--rank-base B] [--devices int|cuda] "
+               "-- PROGRAM [ARGS...]\n",
+               why);
+  std::exit(2);
+}
+
+// Python's int(x, 10) on a str: surrounding whitespace, an optional sign, digits (single
+// underscores between digits allowed).
+bool python_int(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  if (b < e && (s[b] == '+' || s[b] == '-')) ++b;
+  if (b == e) return false;
+  bool prev_digit = false;
+  for (size_t i = b; i < e; ++i) {
+    if (std::isdigit(static_cast<unsigned char>(s[i]))) {
+      prev_digit = true;
+    } else if (s[i] == '_' && prev_digit && i + 1 < e &&
+               std::isdigit(static_cast<unsigned char>(s[i + 1]))) {
+      prev_digit = false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t end = s.find(',', start);
+    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) return out;
+    start = end + 1;
+  }
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::string(v) : fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int nproc = 1;
+  long rank_base = -1;
+  std::string devices = "cuda";
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (i + 1 >= argc) usage(("option " + a + " needs a value").c_str());
+    const std::string v = argv[++i];
+    char* end = nullptr;
+    if (a == "--nproc") {
+      nproc = static_cast<int>(std::strtol(v.c_str(), &end, 10));
+      if (*end != '\0' || nproc < 1 || nproc > 256) usage("--nproc must be 1-256");
+    } else if (a == "--rank-base") {
+      rank_base = std::strtol(v.c_str(), &end, 10);
+      if (*end != '\0' || rank_base < 0) usage("--rank-base must be a rank (0 or more)");
+    } else if (a == "--devices") {
+      if (v != "int" && v != "cuda") usage("--devices must be int or cuda");
+      devices = v;
+    } else {
+      usage(("unknown option " + a).c_str());
+    }
+  }
+  if (i >= argc) usage("no program to launch (give it after --)");
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // end with whoever started this launcher
+
+  if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES"); cvd != nullptr && devices == "int") {
+    for (const auto& slot : split_commas(cvd)) {
+      if (!python_int(slot)) {
+        std::fprintf(stderr,
+                     "fl-launch: cannot read CUDA_VISIBLE_DEVICES='%s'\nTraceback (most recent "
+                     "call last):\n  File \"fl-launch\", in parse_resource_filter\n    slots = "
+                     "[int(x) for x in slots.split(\",\")]\nValueError: invalid literal for int() "
+                     "with base 10: '%s'\n",
+                     cvd, slot.c_str());
+        return 1;
+      }
+    }
+  }
+  const std::string outer_rank = env_or("RANK", "0");
+  const std::string outer_local = env_or("LOCAL_RANK", "0");
+  if (rank_base < 0) rank_base = std::strtol(outer_rank.c_str(), nullptr, 10);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+
+  std::vector<pid_t> kids;
+  std::vector<bool> reaped;
+  auto stop_all = [&](int sig) {
+    for (size_t k = 0; k < kids.size(); ++k) {
+      if (!reaped[k]) ::kill(kids[k], sig);
+    }
+  };
+  for (int k = 0; k < nproc; ++k) {
+    const long rank = rank_base + k;
+    const std::string local = nproc == 1 ? outer_local : std::to_string(k);
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      std::perror("fl-launch: fork");
+      stop_all(SIGTERM);
+      return 1;
+    }
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::setenv("RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("LOCAL_RANK", local.c_str(), 1);
+      if (nproc > 1) ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      if (std::to_string(rank) != outer_rank) {
+        // A process the harness did not start under this rank: its telemetry files go beside
+        // the wrapping rank's, not over them.
+        const std::string dir = env_or("FAULTLINE_FLIGHT_RECORDER_DIR", ".");
+        const std::string tag =
+            "/launched-rank" + std::to_string(rank) + "-" + std::to_string(::getpid());
+        ::setenv("FAULTLINE_EVENTS_FILE", (dir + tag + ".events.jsonl").c_str(), 1);
+        ::setenv("FAULTLINE_FIRED_LOG", (dir + tag + ".fired.jsonl").c_str(), 1);
+      }
+      ::execvp(argv[i], argv + i);
+      std::fprintf(stderr, "fl-launch: cannot run %s: %s\n", argv[i], std::strerror(errno));
+      std::_Exit(127);
+    }
+    kids.push_back(pid);
+    reaped.push_back(false);
+  }
+
+  int result = 0;
+  size_t alive = kids.size();
+  bool stopping = false;
+  while (alive > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) {
+        if (g_stop != 0 && !stopping) {
+          stopping = true;
+          stop_all(g_stop);
+        }
+        continue;
+      }
+      break;
+    }
+    size_t idx = 0;
+    while (idx < kids.size() && kids[idx] != pid) ++idx;
+    if (idx == kids.size()) continue;
+    reaped[idx] = true;
+    --alive;
+    int code = 0;
+    if (WIFEXITED(status)) code = WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) code = 128 + WTERMSIG(status);
+    if (code != 0 && result == 0) {
+      result = code;
+      std::fprintf(stderr, "fl-launch: process %zu of %zu (RANK %ld, pid %d) failed: %s %d%s\n",
+                   idx, kids.size(), rank_base + static_cast<long>(idx), pid,
+                   WIFSIGNALED(status) ? "signal" : "exit status",
+                   WIFSIGNALED(status) ? WTERMSIG(status) : code,
+                   alive > 0 ? "; stopping the others" : "");
+      if (!stopping) {
+        stopping = true;
+        stop_all(SIGTERM);
+      }
+    }
+  }
+  return result;
+}
