@@ -51,22 +51,26 @@ std::optional<float> Trainer::evaluate() {
   DistributedSampler sampler(eval_corpus_.size(), topo_.layout.dp, topo_.dp_rank, false,
                              cfg_.eval_drop_last, 0);
   const auto idx = sampler.indices(0);
-  // One forward per batch and its loss averaged across ranks at once, as evaluation loops that
-  // reduce every iteration do: ranks with more batches make all-reduces the others never make.
+  // One forward per batch and its loss summed over the data-parallel group at once, as
+  // evaluation loops that reduce every iteration do: ranks with more batches make all-reduces
+  // the others never make. Then the total goes to every stage and tensor rank.
   const bool reports = topo_.last_stage() && topo_.tp_rank == 0;
-  double sum = 0, samples = 0;
+  float total[2] = {0.0f, 0.0f};  // loss x samples, samples
   for (size_t from = 0; from < idx.size(); from += static_cast<size_t>(mb)) {
-    const int count = static_cast<int>(std::min<int64_t>(mb, static_cast<int64_t>(idx.size() - from)));
+    const int count =
+        static_cast<int>(std::min<int64_t>(mb, static_cast<int64_t>(idx.size() - from)));
     if (cfg_.eval_drop_last && count < mb) break;
     const float local = forward_backward({load(eval_corpus_, idx, from, count)}, false);
     float part[2] = {reports ? local * static_cast<float>(count) : 0.0f,
                      reports ? static_cast<float>(count) : 0.0f};
-    topo_.world->all_reduce(comm::host_buffer(part, 2, DType::kF32));
-    sum += part[0];
-    samples += part[1];
+    topo_.dp->all_reduce(comm::host_buffer(part, 2, DType::kF32));
+    total[0] += part[0];
+    total[1] += part[1];
   }
-  if (samples <= 0) return std::nullopt;
-  return static_cast<float>(sum / samples);
+  if (topo_.dp_rank != 0) total[0] = total[1] = 0.0f;  // each group's sum counted once
+  topo_.world->all_reduce(comm::host_buffer(total, 2, DType::kF32));
+  if (total[1] <= 0) return std::nullopt;
+  return total[0] / total[1];
 }
 
 int64_t Trainer::planned_steps() const {
