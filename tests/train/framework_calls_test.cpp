@@ -81,13 +81,17 @@ TEST(FrameworkCalls, SchedulerOrOptimizerSkippedOnOneRankDriftsTheReplicas) {
 TEST(FrameworkCalls, CheckpointSaveOnRankZeroOnlyWaitsForTheOthers) {
   const fs::path dir = fs::temp_directory_path() / ("fl-save-" + std::to_string(::getpid()));
   fs::remove_all(dir);
+  // A save after every step that rank 1 does not make: rank 0 waits in the save's all-gather,
+  // rank 1 in the next step's gradient all-reduce.
   const std::vector<std::string> args = {"--dp", "2", "--micro-batch", "4", "--save-dir",
-                                         dir.string()};
-  auto hang = train(2, args, 2, plan("checkpoint.save[rank=1]=skip", "3000"));
+                                         dir.string(), "--save-every", "1"};
+  auto hang = train(2, args, 3, plan("checkpoint.save[rank=1]=skip", "3000"));
   EXPECT_EQ(hang.proc.exit_code, exit_code::kCommTimeout) << hang.proc.output;
-  EXPECT_TRUE(has(hang.proc.output, R"(\[rank 0\] comm timeout: all_gather)")) << hang.proc.output;
+  EXPECT_TRUE(has(hang.proc.output, R"(\[rank 0\] comm timeout: all_gather on group 'world')") ||
+              has(hang.proc.output, R"(\[rank 1\] comm timeout: all_reduce on group 'dp')"))
+      << hang.proc.output;
   EXPECT_FALSE(fs::exists(dir / "latest"));
-  auto ok = train(2, args, 2, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
+  auto ok = train(2, args, 3, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
   EXPECT_EQ(ok.proc.exit_code, 0) << ok.proc.output;
   EXPECT_TRUE(fs::exists(dir / "latest"));
   fs::remove_all(dir);
@@ -103,7 +107,10 @@ TEST(FrameworkCalls, DataLoaderFaultsChangeWhatOneRankSees) {
   EXPECT_EQ(even.steps.size(), 2u);
   auto dup = train(2, args, 1, plan("data.loader[rank=1,seq=0]=duplicate", "3000"));
   EXPECT_EQ(dup.proc.exit_code, exit_code::kCommTimeout) << dup.proc.output;
-  EXPECT_TRUE(has(dup.proc.output, R"(\[rank 1\] comm timeout: all_reduce)")) << dup.proc.output;
+  // Rank 1 waits in the extra step's all-reduce, rank 0 in the barrier that ends the run.
+  EXPECT_TRUE(has(dup.proc.output, R"(\[rank 1\] comm timeout: all_reduce on group 'dp')") ||
+              has(dup.proc.output, R"(\[rank 0\] comm timeout: barrier)"))
+      << dup.proc.output;
   // A skipped sample shortens rank 0's last batch (same steps, other data); a reordered one
   // moves a sample into another batch.
   auto skip = train(2, args, 1, plan("data.loader[rank=0,seq=7]=skip", "3000"));
@@ -124,7 +131,10 @@ TEST(FrameworkCalls, UnevenEvaluationBatchesHangWithoutDropLast) {
                                    "2",             "--eval-samples", "5"};
   auto hang = train(2, args, 2, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
   EXPECT_EQ(hang.proc.exit_code, exit_code::kCommTimeout) << hang.proc.output;
-  EXPECT_TRUE(has(hang.proc.output, R"(\[rank 0\] comm timeout: all_reduce)")) << hang.proc.output;
+  // Rank 0 waits in its second per-batch all-reduce (group dp), rank 1 in the all-reduce that
+  // ends the evaluation (world); whichever deadline passes first ends the job.
+  EXPECT_TRUE(has(hang.proc.output, R"(\[rank [01]\] comm timeout: all_reduce)"))
+      << hang.proc.output;
   args.push_back("--eval-drop-last");
   auto fixed = train(2, args, 2, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
   ASSERT_EQ(fixed.proc.exit_code, 0) << fixed.proc.output;
