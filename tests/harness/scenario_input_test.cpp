@@ -249,7 +249,7 @@ TEST_F(ScenarioInput, InferencePromptsMustFitTheContext) {
             "s.yaml:4:23: workload.infer.prompt_len: a prompt of 20 tokens is longer than the "
             "context of 16 tokens (model tiny) (allowed: 1-16)");
   EXPECT_EQ(error_of("name: a\nworkload:\n  kind: infer\n  infer: {prompt_len: 8, new_tokens: 9}\n"),
-            "s.yaml:4:46: workload.infer.new_tokens: 9 new tokens after a prompt of 8 do not fit in "
+            "s.yaml:4:38: workload.infer.new_tokens: 9 new tokens after a prompt of 8 do not fit in "
             "the context of 16 tokens (model tiny) (allowed: 1-8)");
   EXPECT_EQ(error_of("name: a\nworkload:\n  kind: infer\n  shape: {seq_len: 32}\n"
                      "  infer: {prompt_len: 20, new_tokens: 12}\n"),
