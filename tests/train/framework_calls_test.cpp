@@ -78,7 +78,7 @@ TEST(FrameworkCalls, SchedulerOrOptimizerSkippedOnOneRankDriftsTheReplicas) {
       << opt.proc.output;
 }
 
-TEST(FrameworkCalls, CheckpointSaveOnRankZeroOnlyWaitsForTheOthers) {
+TEST(FrameworkCalls, CheckpointSaveOrLoadSkippedOnOneRank) {
   const fs::path dir = fs::temp_directory_path() / ("fl-save-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   // A save after every step that rank 1 does not make: rank 0 waits in the save's all-gather,
@@ -94,6 +94,18 @@ TEST(FrameworkCalls, CheckpointSaveOnRankZeroOnlyWaitsForTheOthers) {
   auto ok = train(2, args, 3, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
   EXPECT_EQ(ok.proc.exit_code, 0) << ok.proc.output;
   EXPECT_TRUE(fs::exists(dir / "latest"));
+  // The resume's load call skipped on rank 1: it starts from its initial weights at step 0 while
+  // rank 0 continues from step 3, and the replica check finds them apart at once.
+  auto resumed = train(2, {"--dp", "2", "--micro-batch", "4", "--resume", dir.string(),
+                           "--check-replicas-every", "1"},
+                       5, plan("checkpoint.load[rank=1]=skip", "3000"));
+  EXPECT_NE(resumed.proc.exit_code, 0) << resumed.proc.output;
+  EXPECT_TRUE(has(resumed.proc.output, "parameters differ across data-parallel replicas"))
+      << resumed.proc.output;
+  auto both = train(2, {"--dp", "2", "--micro-batch", "4", "--resume", dir.string(),
+                        "--check-replicas-every", "1"},
+                    5, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
+  EXPECT_EQ(both.proc.exit_code, 0) << both.proc.output;
   fs::remove_all(dir);
 }
 
