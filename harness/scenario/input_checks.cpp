@@ -226,9 +226,8 @@ int64_t model_context(const std::string& model, int64_t seq_len_override) {
 void check_infer_context(const std::string& file, const YAML::Node& doc, const Scenario& s) {
   if (s.kind != "infer") return;
   const int64_t context = model_context(s.model, s.shape_seq_len);
-  const std::string where = s.shape_seq_len > 0
-                                ? fmt::format("workload.shape.seq_len {}", context)
-                                : fmt::format("model {}", s.model);
+  const std::string where = s.shape_seq_len > 0 ? fmt::format("workload.shape.seq_len {}", context)
+                                                : fmt::format("model {}", s.model);
   // The document's own node (its marks give the line and column), else the workload map.
   auto node = [&](const char* key) {
     const YAML::Node w = doc["workload"];

@@ -245,12 +245,14 @@ TEST(ScenarioMerge, MapsMergeKeyByKeyInOrder) {
 TEST_F(ScenarioInput, InferencePromptsMustFitTheContext) {
   // tiny's context is 16 tokens: a longer prompt, or a prompt and its new tokens that do not fit,
   // fail at their key; workload.shape.seq_len widens the context.
-  EXPECT_EQ(error_of("name: a\nworkload:\n  kind: infer\n  infer: {prompt_len: 20, new_tokens: 4}\n"),
-            "s.yaml:4:23: workload.infer.prompt_len: a prompt of 20 tokens is longer than the "
-            "context of 16 tokens (model tiny) (allowed: 1-16)");
-  EXPECT_EQ(error_of("name: a\nworkload:\n  kind: infer\n  infer: {prompt_len: 8, new_tokens: 9}\n"),
-            "s.yaml:4:38: workload.infer.new_tokens: 9 new tokens after a prompt of 8 do not fit in "
-            "the context of 16 tokens (model tiny) (allowed: 1-8)");
+  EXPECT_EQ(
+      error_of("name: a\nworkload:\n  kind: infer\n  infer: {prompt_len: 20, new_tokens: 4}\n"),
+      "s.yaml:4:23: workload.infer.prompt_len: a prompt of 20 tokens is longer than the "
+      "context of 16 tokens (model tiny) (allowed: 1-16)");
+  EXPECT_EQ(
+      error_of("name: a\nworkload:\n  kind: infer\n  infer: {prompt_len: 8, new_tokens: 9}\n"),
+      "s.yaml:4:38: workload.infer.new_tokens: 9 new tokens after a prompt of 8 do not fit in "
+      "the context of 16 tokens (model tiny) (allowed: 1-8)");
   EXPECT_EQ(error_of("name: a\nworkload:\n  kind: infer\n  shape: {seq_len: 32}\n"
                      "  infer: {prompt_len: 20, new_tokens: 12}\n"),
             "no error");
@@ -272,8 +274,9 @@ TEST_F(ScenarioInput, FrameworkCallKeysAreCheckedWithTheirPlace) {
             std::string::npos);
   EXPECT_NE(error_of("name: a\nworkload:\n  eval_data: {drop_last: maybe}\n").find("s.yaml:3:26: "),
             std::string::npos);
-  EXPECT_EQ(error_of("name: a\nworkload: {eval_every: 2, eval_data: {samples: 18, drop_last: true}}\n"),
-            "no error");
+  EXPECT_EQ(
+      error_of("name: a\nworkload: {eval_every: 2, eval_data: {samples: 18, drop_last: true}}\n"),
+      "no error");
   const auto p = write("ok.yaml",
                        "name: a\nworkload: {eval_every: 2, eval_data: {samples: 18, drop_last: "
                        "true}, shape: {d_model: 64}}\n");

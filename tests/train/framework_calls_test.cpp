@@ -63,8 +63,8 @@ TEST(FrameworkCalls, SkippedForwardLeavesAMicroBatchOut) {
 }
 
 TEST(FrameworkCalls, SchedulerOrOptimizerSkippedOnOneRankDriftsTheReplicas) {
-  const std::vector<std::string> args = {"--dp", "2", "--micro-batch", "4",
-                                         "--check-replicas-every", "1"};
+  const std::vector<std::string> args = {
+      "--dp", "2", "--micro-batch", "4", "--check-replicas-every", "1"};
   auto clean = train(2, args, 6);
   ASSERT_EQ(clean.proc.exit_code, 0) << clean.proc.output;
   // The scheduler skipped after step 2 on rank 1: step 3 runs at another lr there.
@@ -83,8 +83,8 @@ TEST(FrameworkCalls, CheckpointSaveOrLoadSkippedOnOneRank) {
   fs::remove_all(dir);
   // A save after every step that rank 1 does not make: rank 0 waits in the save's all-gather,
   // rank 1 in the next step's gradient all-reduce.
-  const std::vector<std::string> args = {"--dp", "2", "--micro-batch", "4", "--save-dir",
-                                         dir.string(), "--save-every", "1"};
+  const std::vector<std::string> args = {"--dp",       "2",          "--micro-batch", "4",
+                                         "--save-dir", dir.string(), "--save-every",  "1"};
   auto hang = train(2, args, 3, plan("checkpoint.save[rank=1]=skip", "3000"));
   EXPECT_EQ(hang.proc.exit_code, exit_code::kCommTimeout) << hang.proc.output;
   EXPECT_TRUE(has(hang.proc.output, R"(\[rank 0\] comm timeout: all_gather on group 'world')") ||
@@ -96,15 +96,17 @@ TEST(FrameworkCalls, CheckpointSaveOrLoadSkippedOnOneRank) {
   EXPECT_TRUE(fs::exists(dir / "latest"));
   // The resume's load call skipped on rank 1: it starts from its initial weights at step 0 while
   // rank 0 continues from step 3, and the replica check finds them apart at once.
-  auto resumed = train(2, {"--dp", "2", "--micro-batch", "4", "--resume", dir.string(),
-                           "--check-replicas-every", "1"},
-                       5, plan("checkpoint.load[rank=1]=skip", "3000"));
+  auto resumed = train(
+      2,
+      {"--dp", "2", "--micro-batch", "4", "--resume", dir.string(), "--check-replicas-every", "1"},
+      5, plan("checkpoint.load[rank=1]=skip", "3000"));
   EXPECT_NE(resumed.proc.exit_code, 0) << resumed.proc.output;
   EXPECT_TRUE(has(resumed.proc.output, "parameters differ across data-parallel replicas"))
       << resumed.proc.output;
-  auto both = train(2, {"--dp", "2", "--micro-batch", "4", "--resume", dir.string(),
-                        "--check-replicas-every", "1"},
-                    5, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
+  auto both = train(
+      2,
+      {"--dp", "2", "--micro-batch", "4", "--resume", dir.string(), "--check-replicas-every", "1"},
+      5, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
   EXPECT_EQ(both.proc.exit_code, 0) << both.proc.output;
   fs::remove_all(dir);
 }
@@ -112,8 +114,8 @@ TEST(FrameworkCalls, CheckpointSaveOrLoadSkippedOnOneRank) {
 TEST(FrameworkCalls, DataLoaderFaultsChangeWhatOneRankSees) {
   // 16 samples over dp 2, micro-batch 4, one epoch: two steps each. A duplicated sample gives
   // rank 1 a third step whose all-reduce rank 0 never joins.
-  const std::vector<std::string> args = {"--dp", "2", "--micro-batch", "4", "--samples", "16",
-                                         "--epochs", "1"};
+  const std::vector<std::string> args = {"--dp",      "2",  "--micro-batch", "4",
+                                         "--samples", "16", "--epochs",      "1"};
   auto even = train(2, args, 1, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
   ASSERT_EQ(even.proc.exit_code, 0) << even.proc.output;
   EXPECT_EQ(even.steps.size(), 2u);
@@ -139,8 +141,8 @@ TEST(FrameworkCalls, UnevenEvaluationBatchesHangWithoutDropLast) {
   // 5 evaluation samples over dp 2 with micro-batch 2: rank 0 gets 3 (two batches, the last
   // partial), rank 1 gets 2 (one). Each batch's loss is all-reduced, so rank 0's second
   // all-reduce has no partner once rank 1 has finished.
-  std::vector<std::string> args = {"--dp",          "2", "--micro-batch", "2", "--eval-every",
-                                   "2",             "--eval-samples", "5"};
+  std::vector<std::string> args = {"--dp",         "2", "--micro-batch",  "2",
+                                   "--eval-every", "2", "--eval-samples", "5"};
   auto hang = train(2, args, 2, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
   EXPECT_EQ(hang.proc.exit_code, exit_code::kCommTimeout) << hang.proc.output;
   // Rank 0 waits in its second per-batch all-reduce (group dp), rank 1 in the all-reduce that
@@ -152,9 +154,9 @@ TEST(FrameworkCalls, UnevenEvaluationBatchesHangWithoutDropLast) {
   ASSERT_EQ(fixed.proc.exit_code, 0) << fixed.proc.output;
   ASSERT_TRUE(fixed.steps[1].contains("eval_loss")) << fixed.steps[1].dump();
   // 6 samples: a partial last batch on both ranks, the same number of batches: no hang.
-  auto partial = train(2, {"--dp", "2", "--micro-batch", "2", "--eval-every", "2",
-                           "--eval-samples", "6"},
-                       2, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
+  auto partial =
+      train(2, {"--dp", "2", "--micro-batch", "2", "--eval-every", "2", "--eval-samples", "6"}, 2,
+            {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
   ASSERT_EQ(partial.proc.exit_code, 0) << partial.proc.output;
   EXPECT_TRUE(std::isfinite(partial.steps[1]["eval_loss"].get<double>()));
   // The evaluation loop skipped on one rank: the others' all-reduce has no partner.
@@ -167,8 +169,8 @@ ProcessResult launch(const char* binary, int ranks, std::vector<std::string> arg
   auto argv = mpirun_prefix(ranks);
   argv.push_back(binary);
   for (auto& a : args) argv.push_back(a);
-  return run_process(argv, {{"MASTER_PORT", std::to_string(free_port())},
-                            {"FAULTLINE_COMM_TIMEOUT_MS", "20000"}});
+  return run_process(
+      argv, {{"MASTER_PORT", std::to_string(free_port())}, {"FAULTLINE_COMM_TIMEOUT_MS", "20000"}});
 }
 
 std::string tokens(const ProcessResult& r) {
@@ -195,16 +197,17 @@ TEST(InferenceLoading, FullCheckpointOnEveryRankExceedsTheHostBudgetShardedFits)
   }
   ASSERT_GT(total, 0u);
   const std::string budget = std::to_string(total - 1);
-  const std::vector<std::string> common = {"--tp", "2", "--checkpoint", dir.string(),
-                                           "--host-memory-budget", budget};
-  auto unlimited = launch(FAULTLINE_INFER, 2, {"--tp", "2", "--checkpoint", dir.string(),
-                                               "--load", "full"});
+  const std::vector<std::string> common = {
+      "--tp", "2", "--checkpoint", dir.string(), "--host-memory-budget", budget};
+  auto unlimited =
+      launch(FAULTLINE_INFER, 2, {"--tp", "2", "--checkpoint", dir.string(), "--load", "full"});
   ASSERT_EQ(unlimited.exit_code, 0) << unlimited.output;
   auto full = common;
   full.insert(full.end(), {"--load", "full"});
   auto oom = launch(FAULTLINE_INFER, 2, full);
   EXPECT_EQ(oom.exit_code, exit_code::kOutOfMemory) << oom.output;
-  EXPECT_TRUE(has(oom.output, R"(out of memory on host: tried to allocate .* for 'load\.shard_rank1\.bin')"))
+  EXPECT_TRUE(has(oom.output,
+                  R"(out of memory on host: tried to allocate .* for 'load\.shard_rank1\.bin')"))
       << oom.output;
   auto sharded = launch(FAULTLINE_INFER, 2, common);
   ASSERT_EQ(sharded.exit_code, 0) << sharded.output;

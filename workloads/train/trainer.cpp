@@ -48,10 +48,10 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
       corpus_(cfg_.data_vocab > 0 ? cfg_.data_vocab : cfg_.model.vocab, cfg_.model.seq_len,
               cfg_.num_samples, cfg_.data_seed),
       eval_corpus_(cfg_.data_vocab > 0 ? cfg_.data_vocab : cfg_.model.vocab, cfg_.model.seq_len,
-                   cfg_.eval_samples > 0 ? cfg_.eval_samples
-                                         : std::max<int64_t>(1, int64_t{cfg_.eval_batches} *
-                                                                    cfg_.micro_batch *
-                                                                    topo.layout.dp),
+                   cfg_.eval_samples > 0
+                       ? cfg_.eval_samples
+                       : std::max<int64_t>(
+                             1, int64_t{cfg_.eval_batches} * cfg_.micro_batch * topo.layout.dp),
                    cfg_.data_seed + 1000003),
       sampler_(cfg_.num_samples, topo.layout.dp, topo.dp_rank, cfg_.shuffle, cfg_.drop_last,
                cfg_.data_seed),
@@ -143,8 +143,8 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
       // The script's `loss = model(batch)`: skipped (no loss, no gradients, none of the
       // forward's collectives) or made twice, the first call's activations still held.
       const auto v = FAULTLINE_FAULT_POINT(
-          "model.forward", (fault::SiteContext{-1, "", "model.forward", -1, nullptr, 0,
-                                               DType::kF32, static_cast<int64_t>(i)}));
+          "model.forward", (fault::SiteContext{-1, "", "model.forward", -1, nullptr, 0, DType::kF32,
+                                               static_cast<int64_t>(i)}));
       if (v == fault::Verdict::kSkip) continue;
       std::unique_ptr<model::StageActs> first;
       if (v == fault::Verdict::kRepeat) {
