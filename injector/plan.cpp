@@ -32,13 +32,29 @@ FAULTLINE_SETTING(kFiredLog, std::string, "FAULTLINE_FIRED_LOG", "",
 namespace {
 
 constexpr std::pair<Action, std::string_view> kActions[] = {
-    {Action::kOff, "off"},       {Action::kError, "error"},     {Action::kSleep, "sleep"},
-    {Action::kHang, "hang"},     {Action::kPause, "pause"},     {Action::kCrash, "crash"},
-    {Action::kExit, "exit"},     {Action::kOom, "oom"},         {Action::kLeak, "leak"},
-    {Action::kNan, "nan"},       {Action::kInf, "inf"},         {Action::kBitflip, "bitflip"},
-    {Action::kScale, "scale"},   {Action::kCorrupt, "corrupt"}, {Action::kTruncate, "truncate"},
-    {Action::kDrop, "drop"},     {Action::kReorder, "reorder"}, {Action::kResize, "resize"},
-    {Action::kRetype, "retype"}, {Action::kDelay, "delay"},
+    {Action::kOff, "off"},
+    {Action::kError, "error"},
+    {Action::kSleep, "sleep"},
+    {Action::kHang, "hang"},
+    {Action::kPause, "pause"},
+    {Action::kCrash, "crash"},
+    {Action::kExit, "exit"},
+    {Action::kOom, "oom"},
+    {Action::kLeak, "leak"},
+    {Action::kNan, "nan"},
+    {Action::kInf, "inf"},
+    {Action::kBitflip, "bitflip"},
+    {Action::kScale, "scale"},
+    {Action::kCorrupt, "corrupt"},
+    {Action::kTruncate, "truncate"},
+    {Action::kDrop, "drop"},
+    {Action::kReorder, "reorder"},
+    {Action::kResize, "resize"},
+    {Action::kRetype, "retype"},
+    {Action::kDelay, "delay"},
+    {Action::kSkip, "skip"},
+    {Action::kRepeat, "repeat"},
+    {Action::kDuplicate, "duplicate"},
 };
 
 std::string allowed_actions() {
@@ -317,7 +333,11 @@ Verdict apply(const Term& t, SiteContext& ctx, uint64_t k) {
     case Action::kOom:
       return Verdict::kFail;
     case Action::kDrop:
+    case Action::kSkip:
       return Verdict::kSkip;
+    case Action::kRepeat:
+    case Action::kDuplicate:
+      return Verdict::kRepeat;
     case Action::kSleep:
     case Action::kDelay:
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(t.number));
@@ -551,44 +571,6 @@ std::string armed_plan() {
 
 void arm_text(const std::string& text, const std::string& origin, uint64_t seed) {
   arm(parse_plan(text, origin), seed, kFiredLog.get());
-}
-
-std::string replay_plan(const std::vector<FiredRecord>& records) {
-  std::string out;
-  for (const auto& r : records) {
-    if (!out.empty()) out += ";";
-    out += fmt::format("{}[rank={},eval={}]={}", r.site, r.rank, r.eval, r.action);
-  }
-  return out;
-}
-
-std::vector<FiredRecord> read_fired_log(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) raise<Error>("cannot read fired log {}: {}", path, std::strerror(errno));
-  std::vector<FiredRecord> out;
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      if (in.peek() == EOF) break;  // torn last line of a killed process
-      raise<Error>("{}:{}: not a fired-log record (one JSON object per line)", path, n);
-    }
-    FiredRecord r;
-    r.site = j.value("site", "");
-    r.rank = j.value("rank", -1);
-    r.step = j.value("step", int64_t{-1});
-    r.seq = j.value("seq", int64_t{-1});
-    r.hit = j.value("hit", uint64_t{0});
-    r.eval = j.value("eval", uint64_t{0});
-    r.action = j.value("action", "");
-    if (r.site.empty() || r.action.empty()) {
-      raise<Error>("{}:{}: fired-log record without 'site' or 'action'", path, n);
-    }
-    out.push_back(std::move(r));
-  }
-  return out;
 }
 
 std::vector<FiredRecord> fired_log() {

@@ -53,6 +53,9 @@ enum class Action : uint8_t {
   kResize,
   kRetype,
   kDelay,
+  kSkip,       // a framework call is not made on this rank (same verdict as drop)
+  kRepeat,     // a framework call is made twice (model forward, evaluation)
+  kDuplicate,  // a data-loader sample is yielded twice
 };
 
 std::string_view action_name(Action a);

@@ -23,6 +23,7 @@ enum class Verdict : uint8_t {
   kAlter = 3,    // run the operation with altered_context()'s count / dtype (resize, retype,
                  // truncate): the site copies through a scratch buffer of the new shape
   kDefer = 4,    // run the operation after the next one of the same kind of stream (reorder)
+  kRepeat = 5,   // run the operation twice (repeat, duplicate); sites that cannot ignore it
 };
 
 // Everything a handler may need to match targets and act on data.

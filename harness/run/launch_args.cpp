@@ -163,8 +163,13 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
   add("--tp", s.tp);
   add("--pp", s.pp);
   add("--device", s.device);
+  if (s.shape_d_model > 0) add("--d-model", s.shape_d_model);
+  if (s.shape_layers > 0) add("--layers", s.shape_layers);
+  if (s.shape_heads > 0) add("--heads", s.shape_heads);
+  if (s.shape_seq_len > 0) add("--seq-len", s.shape_seq_len);
   if (s.kind == "infer") {
     if (!resume_from.empty()) add("--checkpoint", resume_from);
+    if (s.infer_load != "sharded") add("--load", s.infer_load);
     add("--requests", s.requests);
     add("--prompt-len", s.prompt_len);
     add("--new-tokens", s.new_tokens);
@@ -179,6 +184,8 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
     add("--clip", s.clip);
     add("--schedule", s.schedule);
     add("--eval-every", s.eval_every);
+    if (s.eval_samples > 0) add("--eval-samples", s.eval_samples);
+    if (s.eval_drop_last) a.push_back("--eval-drop-last");
     add("--loss-scale", s.loss_scale);
     add("--min-loss-scale", s.min_loss_scale);
     // The numeric knobs go on the command line only where a scenario sets them, so the launch

@@ -30,7 +30,17 @@ std::string Run::steps_line(const std::vector<HistoryEvent>& history) {
     for (auto& [rank, st] : max_step_) last = std::max(last, st);
   }
   const bool infer = s_.kind == "infer";
-  const int64_t total = infer ? s_.new_tokens : s_.steps;
+  int64_t total = infer ? s_.new_tokens : s_.steps;
+  // What the ranks said they would run (their layout events): with --epochs the steps come from
+  // the data, and ranks with more batches run more; the most any rank planned is the total.
+  int64_t planned = -1;
+  for (const auto& e : history) {
+    if (e.source != "rank" || e.kind != "layout") continue;
+    auto d = nlohmann::json::parse(e.data_json, nullptr, false);
+    if (!d.is_discarded() && d.is_object() && d.contains("steps") && d["steps"].is_number_integer())
+      planned = std::max(planned, d["steps"].get<int64_t>());
+  }
+  if (!infer && planned > 0) total = planned;
   const char* unit = infer ? " positions" : "";  // the label says steps
   // Each rank's last exit decides (a restarted job's earlier ends do not count).
   std::map<int, std::pair<std::string, bool>> exits;  // rank -> class, by the harness

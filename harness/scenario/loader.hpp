@@ -74,6 +74,12 @@ void check_identifier(const std::string& file, const YAML::Node& n, const std::s
 void check_regex(const std::string& file, const YAML::Node& n, const std::string& key);
 // A tc rate ("1mbit", "500kbps"): a positive number with one of tc's units.
 void check_tc_rate(const std::string& file, const YAML::Node& n, const std::string& key);
+// The context length of `model` (tiny 16, small 64, as workloads/model/config.cpp) unless
+// workload.shape.seq_len overrides it.
+int64_t model_context(const std::string& model, int64_t seq_len_override);
+// kind: infer: a prompt longer than the model's context, or a prompt and its new tokens that do
+// not fit in it, fail at workload.infer.prompt_len / new_tokens (file:line:col).
+void check_infer_context(const std::string& file, const YAML::Node& doc, const Scenario& s);
 
 // Deep merge: maps merge key by key, everything else is replaced by `over`.
 YAML::Node merge(const YAML::Node& base, const YAML::Node& over);

@@ -252,6 +252,15 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.requests = w["infer"]["requests"].as<int64_t>();
   s.prompt_len = w["infer"]["prompt_len"].as<int64_t>();
   s.new_tokens = w["infer"]["new_tokens"].as<int64_t>();
+  s.infer_load = w["infer"]["load"].as<std::string>();
+  s.shape_d_model = w["shape"]["d_model"].as<int64_t>();
+  s.shape_layers = w["shape"]["layers"].as<int64_t>();
+  s.shape_heads = w["shape"]["heads"].as<int64_t>();
+  s.shape_seq_len = w["shape"]["seq_len"].as<int64_t>();
+  s.eval_samples = w["eval_data"]["samples"].as<int64_t>();
+  s.eval_drop_last = w["eval_data"]["drop_last"].as<bool>();
+  ErrorCollector::check(
+      [&] { loader::check_infer_context(path, static_cast<const YAML::Node&>(doc), s); });
   for (const auto& a : w["args"]) s.extra_args.push_back(a.as<std::string>());
   for (const auto& d : r["detectors"]) s.detectors.push_back(d.as<std::string>());
   s.recovery = r["recovery"].as<std::string>();

@@ -103,6 +103,11 @@ struct Scenario {
   int64_t checkpoint_every = 0;
   bool resume = false;
   int64_t requests = 0, prompt_len = 0, new_tokens = 0;
+  std::string infer_load = "sharded";  // workload.infer.load: sharded or full
+  // workload.shape (0: the model's own) and the evaluation set (workload.eval_data).
+  int64_t shape_d_model = 0, shape_layers = 0, shape_heads = 0, shape_seq_len = 0;
+  int64_t eval_samples = 0;
+  bool eval_drop_last = false;
   std::vector<std::string> extra_args;
   std::vector<std::string> plugins;
   bool jit = false;                // build the plugins from source at start

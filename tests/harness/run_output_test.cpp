@@ -91,6 +91,20 @@ TEST(RunOutput, FaultyAndFixVariantsSayWhatHappenedInWords) {
   EXPECT_EQ(fixed.output.find("stopped"), std::string::npos) << fixed.output;
 }
 
+TEST(RunOutput, StepsCountWhatTheRanksPlannedWithEpochs) {
+  // With --epochs the steps come from the data (16 samples over dp 2, micro-batch 4: two steps
+  // each), not from workload.steps: the ranks' layout events say how many they will run.
+  const auto dir = test_dir();
+  std::ofstream(dir + "/epochs.yaml")
+      << "name: epochs\ntopology: {ranks: 2, dp: 2}\n"
+         "workload: {steps: 20, micro_batch: 4, data: {samples: 16}, args: [--epochs, \"1\"]}\n"
+         "expect: {oracle: completed}\n";
+  auto r = fl::test::run_process({kCli, "run", dir + "/epochs.yaml", "--results", dir + "/runs"},
+                                 {}, std::chrono::seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  at(r.output, "\n  steps      2 of 2\n");
+}
+
 TEST(SuiteDirectories, ThreeSuitesStartedInTheSameSecondDoNotShareADirectory) {
   const auto dir = test_dir();
   fs::create_directories(dir + "/s");

@@ -242,5 +242,50 @@ TEST(ScenarioMerge, MapsMergeKeyByKeyInOrder) {
   EXPECT_EQ(base["b"]["y"].as<int>(), 2) << "the inputs are left as they were";
 }
 
+TEST_F(ScenarioInput, InferencePromptsMustFitTheContext) {
+  // tiny's context is 16 tokens: a longer prompt, or a prompt and its new tokens that do not fit,
+  // fail at their key; workload.shape.seq_len widens the context.
+  EXPECT_EQ(
+      error_of("name: a\nworkload:\n  kind: infer\n  infer: {prompt_len: 20, new_tokens: 4}\n"),
+      "s.yaml:4:23: workload.infer.prompt_len: a prompt of 20 tokens is longer than the "
+      "context of 16 tokens (model tiny) (allowed: 1-16)");
+  EXPECT_EQ(
+      error_of("name: a\nworkload:\n  kind: infer\n  infer: {prompt_len: 8, new_tokens: 9}\n"),
+      "s.yaml:4:38: workload.infer.new_tokens: 9 new tokens after a prompt of 8 do not fit in "
+      "the context of 16 tokens (model tiny) (allowed: 1-8)");
+  EXPECT_EQ(error_of("name: a\nworkload:\n  kind: infer\n  shape: {seq_len: 32}\n"
+                     "  infer: {prompt_len: 20, new_tokens: 12}\n"),
+            "no error");
+  EXPECT_NE(error_of("name: a\nworkload:\n  kind: infer\n  shape: {seq_len: 32}\n"
+                     "  infer: {prompt_len: 33, new_tokens: 1}\n")
+                .find("(workload.shape.seq_len 32) (allowed: 1-32)"),
+            std::string::npos);
+  // small's context is 64; training scenarios are not checked.
+  EXPECT_EQ(error_of("name: a\nworkload: {kind: infer, model: small, infer: {prompt_len: 40, "
+                     "new_tokens: 24}}\n"),
+            "no error");
+  EXPECT_EQ(error_of("name: a\nworkload: {infer: {prompt_len: 40}}\n"), "no error");
+}
+
+TEST_F(ScenarioInput, FrameworkCallKeysAreCheckedWithTheirPlace) {
+  EXPECT_EQ(error_of("name: a\nworkload:\n  infer: {load: all}\n"),
+            "s.yaml:3:17: workload.infer.load: 'all' is not allowed (allowed: sharded, full)");
+  EXPECT_NE(error_of("name: a\nworkload:\n  eval_data: {samples: -1}\n").find("s.yaml:3:24: "),
+            std::string::npos);
+  EXPECT_NE(error_of("name: a\nworkload:\n  eval_data: {drop_last: maybe}\n").find("s.yaml:3:26: "),
+            std::string::npos);
+  EXPECT_EQ(
+      error_of("name: a\nworkload: {eval_every: 2, eval_data: {samples: 18, drop_last: true}}\n"),
+      "no error");
+  const auto p = write("ok.yaml",
+                       "name: a\nworkload: {eval_every: 2, eval_data: {samples: 18, drop_last: "
+                       "true}, shape: {d_model: 64}}\n");
+  const Scenario s = load_scenario(p);
+  EXPECT_EQ(s.eval_samples, 18);
+  EXPECT_TRUE(s.eval_drop_last);
+  EXPECT_EQ(s.shape_d_model, 64);
+  EXPECT_EQ(s.infer_load, "sharded");
+}
+
 }  // namespace
 }  // namespace fl::harness

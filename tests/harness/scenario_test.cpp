@@ -86,8 +86,8 @@ TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
             "schedule, "
             "eval_every, loss_scale, min_loss_scale, loss_scale_window, hysteresis, "
             "raise_error_at_min_scale, optimizer, momentum, lr_scaling, warmup_steps, "
-            "warmup_style, data, activation_checkpointing, zero, checkpoint, infer, plugins, jit, "
-            "fetch, args)");
+            "warmup_style, data, activation_checkpointing, zero, checkpoint, infer, shape, "
+            "eval_data, plugins, jit, fetch, args)");
 }
 
 TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {

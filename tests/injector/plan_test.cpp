@@ -107,6 +107,31 @@ TEST_F(PlanActions, DropSkipsOnlyTheTargetedRankAndSeq) {
   EXPECT_EQ(log[0].action, "drop");
 }
 
+TEST_F(PlanActions, FrameworkCallActionsSkipRepeatAndDuplicate) {
+  // skip: the call is not made (the verdict drop gives); repeat and duplicate: it is made twice;
+  // each fires only on its rank and step and is logged under its own name.
+  arm(parse_plan("test.op[rank=1,step=2]=skip;test.op[rank=0]=repeat;test.op[rank=2]=1*duplicate"),
+      0);
+  float x = 0;
+  set_step(1);
+  EXPECT_EQ(op("g", 0, &x, 1), Verdict::kProceed);
+  set_step(2);
+  EXPECT_EQ(op("g", 0, &x, 1), Verdict::kSkip);
+  set_rank(0);
+  EXPECT_EQ(op("g", 0, &x, 1), Verdict::kRepeat);
+  set_rank(2);
+  EXPECT_EQ(op("g", 0, &x, 1), Verdict::kRepeat);
+  EXPECT_EQ(op("g", 1, &x, 1), Verdict::kProceed);  // 1*: once
+  auto log = fired_log();
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[0].action, "skip");
+  EXPECT_EQ(log[0].step, 2);
+  EXPECT_EQ(log[1].action, "repeat");
+  EXPECT_EQ(log[2].action, "duplicate");
+  EXPECT_EQ(to_string(parse_plan("model.forward[rank=1]=repeat;data.loader=duplicate")),
+            "model.forward[rank=1]=repeat;data.loader=duplicate");
+}
+
 TEST_F(PlanActions, CountedTermsChainAndSkipEveryFilterHits) {
   arm(parse_plan("test.op[skip=1,every=2]=2*error->drop"), 0);
   float x = 0;

@@ -15,6 +15,7 @@
 #include "workloads/comm/bootstrap.hpp"
 #include "workloads/comm/worker_errors.hpp"
 #include "workloads/infer/engine.hpp"
+#include "workloads/infer/load.hpp"
 #include "workloads/train/checkpoint.hpp"
 #include "workloads/train/data.hpp"
 
@@ -39,6 +40,20 @@ int main(int argc, char** argv) {
   app.add_option("--pp", layout.pp, "Pipeline-parallel size");
   app.add_option("--dp", layout.dp, "Replicas (each serves the same batch)");
   app.add_option("--checkpoint", checkpoint, "Load weights from this checkpoint");
+  std::string load_mode = "sharded";
+  app.add_option("--load", load_mode,
+                 "How a rank loads the checkpoint: sharded (only its own shard files) or full "
+                 "(the whole checkpoint into host memory, then its shard kept)");
+  int64_t host_budget = -1;
+  app.add_option("--host-memory-budget", host_budget,
+                 "Host memory budget in bytes (default FAULTLINE_HOST_MEMORY_BUDGET_BYTES; 0: "
+                 "unlimited)");
+  int d_model = 0, layers = 0, heads = 0, seq_len = 0;
+  app.add_option("--d-model", d_model, "Override the model width")->check(CLI::PositiveNumber);
+  app.add_option("--layers", layers, "Override the number of layers")->check(CLI::PositiveNumber);
+  app.add_option("--heads", heads, "Override the number of attention heads")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seq-len", seq_len, "Override the context length")->check(CLI::PositiveNumber);
   app.add_option("--requests", requests, "Batched requests");
   app.add_option("--prompt-len", prompt_len, "Prompt tokens per request");
   app.add_option("--new-tokens", g.max_new_tokens, "Tokens to generate");
@@ -58,6 +73,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   auto cfg = model_name == "small" ? model::GptConfig::small() : model::GptConfig::tiny();
   if (vocab > 0) cfg.vocab = vocab;
+  if (d_model > 0) cfg.d_model = d_model;
+  if (layers > 0) cfg.layers = layers;
+  if (heads > 0) cfg.heads = heads;
+  if (seq_len > 0) cfg.seq_len = seq_len;
 
   return comm::run_worker_main([&]() -> int {
     auto b = comm::bootstrap_worker(fmt::format("infer:{}:{}:{}", model_name, layout.tp, layout.pp),
@@ -72,6 +91,9 @@ int main(int argc, char** argv) {
       }
     }
     MemoryAccountant::cpu().set_rank(b.comm->rank());
+    MemoryAccountant::host().set_rank(b.comm->rank());
+    if (host_budget >= 0) MemoryAccountant::host().set_budget(static_cast<size_t>(host_budget));
+    infer::check_load_mode(load_mode);
     MemoryAccountant& acct = MemoryAccountant::of(b.compute);
     acct.set_rank(b.comm->rank());
     auto topo = parallel::build_topology(*b.comm, layout, cfg);
@@ -90,7 +112,8 @@ int main(int argc, char** argv) {
             "pp {}: shards of another partitioning cannot be loaded",
             dir, l.at("tp").get<int>(), l.at("pp").get<int>(), layout.tp, layout.pp);
       }
-      params = train::reassemble_model_shard(dir, m, topo.tp_rank, topo.pp_rank, pl.total()).params;
+      params = infer::load_inference_weights(dir, m, topo.tp_rank, topo.pp_rank, pl.total(),
+                                             load_mode, MemoryAccountant::host());
     }
     infer::InferenceEngine engine(cfg, topo, std::move(params), acct);
     train::SyntheticCorpus corpus(cfg.vocab, cfg.seq_len, 1 << 20, prompt_seed);

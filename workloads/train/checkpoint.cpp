@@ -270,7 +270,8 @@ bool params_partitioned(const nlohmann::json& manifest) {
 }
 
 ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::json& manifest,
-                                       int tp_rank, int pp_rank, size_t total) {
+                                       int tp_rank, int pp_rank, size_t total,
+                                       const ShardReader& read) {
   const auto& l = manifest.at("layout");
   const int dp = l.at("dp"), zero = l.at("zero");
   std::vector<std::vector<std::pair<std::string, std::vector<float>>>> replicas(
@@ -288,7 +289,7 @@ ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::j
           dp - 1, d >= 0 && d < dp ? " and another shard claims it too" : "");
     }
     have[static_cast<size_t>(d)] = true;
-    const std::string bytes = read_verified_shard(dir, e);
+    const std::string bytes = read ? read(e) : read_verified_shard(dir, e);
     const auto header =
         decode_shard(bytes, e.at("file").get<std::string>(), replicas[static_cast<size_t>(d)]);
     check_shard_identity(dir, e, header, {e.at("rank").get<int>(), d, tp_rank, pp_rank, zero});

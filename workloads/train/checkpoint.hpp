@@ -4,6 +4,7 @@
 // reports each problem as its own error naming file and rank.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -84,7 +85,11 @@ bool params_partitioned(const nlohmann::json& manifest);
 struct ModelShardState {
   std::vector<float> params, exp_avg, exp_avg_sq;
 };
+// `read` returns a manifest entry's verified shard bytes (default: read_verified_shard from
+// disk); a loader that already holds the files in memory hands them over through it.
+using ShardReader = std::function<std::string(const nlohmann::json& entry)>;
 ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::json& manifest,
-                                       int tp_rank, int pp_rank, size_t total);
+                                       int tp_rank, int pp_rank, size_t total,
+                                       const ShardReader& read = {});
 
 }  // namespace fl::train

@@ -84,6 +84,11 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", cfg.schedule, "Pipeline schedule: 1f1b or gpipe");
   app.add_option("--eval-every", cfg.eval_every, "Evaluate every N steps (0: never)");
   app.add_option("--eval-batches", cfg.eval_batches, "Micro-batches per evaluation");
+  app.add_option("--eval-samples", cfg.eval_samples,
+                 "Evaluation set size (0: --eval-batches micro-batches per data-parallel rank)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--eval-drop-last", cfg.eval_drop_last,
+               "Drop the evaluation set's uneven tail and partial last batch");
   app.add_flag(
       "--no-zero-init", [&](int64_t) { cfg.zero_init = false; },
       "ZeRO-3: materialise the whole model before partitioning");
@@ -182,7 +187,7 @@ int main(int argc, char** argv) {
                                {"dp_rank", topo.dp_rank},
                                {"tp_rank", topo.tp_rank},
                                {"pp_rank", topo.pp_rank},
-                               {"steps", cfg.steps},
+                               {"steps", trainer.planned_steps()},
                                {"precision", precision}});
     const bool printer = b.comm->rank() == 0;
     std::ofstream metrics;

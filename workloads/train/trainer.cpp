@@ -47,10 +47,12 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
       stage_(cfg_.model, layout_, topo.layout.tp > 1 ? topo.tp.get() : nullptr, acct),
       corpus_(cfg_.data_vocab > 0 ? cfg_.data_vocab : cfg_.model.vocab, cfg_.model.seq_len,
               cfg_.num_samples, cfg_.data_seed),
-      eval_corpus_(
-          cfg_.data_vocab > 0 ? cfg_.data_vocab : cfg_.model.vocab, cfg_.model.seq_len,
-          std::max<int64_t>(1, int64_t{cfg_.eval_batches} * cfg_.micro_batch * topo.layout.dp),
-          cfg_.data_seed + 1000003),
+      eval_corpus_(cfg_.data_vocab > 0 ? cfg_.data_vocab : cfg_.model.vocab, cfg_.model.seq_len,
+                   cfg_.eval_samples > 0
+                       ? cfg_.eval_samples
+                       : std::max<int64_t>(
+                             1, int64_t{cfg_.eval_batches} * cfg_.micro_batch * topo.layout.dp),
+                   cfg_.data_seed + 1000003),
       sampler_(cfg_.num_samples, topo.layout.dp, topo.dp_rank, cfg_.shuffle, cfg_.drop_last,
                cfg_.data_seed),
       scaler_((validate_numerics(cfg_), cfg_.loss_scale)),
@@ -136,7 +138,18 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
   const float dloss = scale / static_cast<float>(M);
   double loss_sum = 0;
   if (topo_.layout.pp == 1) {
-    for (const auto& mb : mbs) {
+    for (size_t i = 0; i < mbs.size(); ++i) {
+      const auto& mb = mbs[i];
+      // The script's `loss = model(batch)`: skipped (no loss, no gradients, none of the
+      // forward's collectives) or made twice, the first call's activations still held.
+      const auto v = FAULTLINE_FAULT_POINT(
+          "model.forward", (fault::SiteContext{-1, "", "model.forward", -1, nullptr, 0, DType::kF32,
+                                               static_cast<int64_t>(i)}));
+      if (v == fault::Verdict::kSkip) continue;
+      std::unique_ptr<model::StageActs> first;
+      if (v == fault::Verdict::kRepeat) {
+        first = stage_.forward(*zero_, mb.tokens.data(), nullptr, mb.targets.data(), mb.B, T);
+      }
       auto a = stage_.forward(*zero_, mb.tokens.data(), nullptr, mb.targets.data(), mb.B, T);
       loss_sum += a->loss;
       if (backward) stage_.backward(*a, *zero_, dloss, nullptr, nullptr);
@@ -185,7 +198,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   if (zero < 2) sq /= dp;
   m.grad_norm =
       overflow ? std::numeric_limits<float>::infinity() : static_cast<float>(std::sqrt(sq));
-  m.lr = learning_rate(step_);
+  m.lr = learning_rate(std::max<int64_t>(0, step_ + lr_offset_));
 
   if (!m.skipped) {
     const float clip = (cfg_.grad_clip > 0 && m.grad_norm > cfg_.grad_clip)
@@ -213,6 +226,13 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
     zero_->finish_update();
   }
   zero_->end_step();
+  // The script's `scheduler.step()`: a rank that skips it (or calls it twice) reads the
+  // schedule at another position from now on, and its updates differ from its replicas'.
+  const auto lr_call = FAULTLINE_FAULT_POINT(
+      "lr_scheduler.step",
+      (fault::SiteContext{step_, "", "lr_scheduler.step", -1, nullptr, 0, DType::kF32, -1}));
+  if (lr_call == fault::Verdict::kSkip) --lr_offset_;
+  if (lr_call == fault::Verdict::kRepeat) ++lr_offset_;
   m.skipped_total = cfg_.precision == DType::kF16 ? scaler_.skipped_steps() : 0;
   m.loss = global_loss(local_loss);
   ++step_;
@@ -225,27 +245,13 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   return m;
 }
 
-std::optional<float> Trainer::evaluate() {
-  DistributedSampler eval_sampler(eval_corpus_.size(), topo_.layout.dp, topo_.dp_rank, false, false,
-                                  0);
-  auto idx = eval_sampler.indices(0);
-  std::vector<MicroBatch> mbs;
-  for (size_t from = 0; from + static_cast<size_t>(cfg_.micro_batch) <= idx.size();
-       from += static_cast<size_t>(cfg_.micro_batch)) {
-    mbs.push_back(load(eval_corpus_, idx, from, cfg_.micro_batch));
-  }
-  if (mbs.empty()) return std::nullopt;
-  const float local = forward_backward(mbs, false);
-  return global_loss(local);
-}
-
 std::vector<StepMetrics> Trainer::run() {
   std::vector<StepMetrics> history;
   auto mark = std::chrono::steady_clock::now();
   int64_t comm_mark = comm::time_in_comm_ns();
   auto finish_step = [&](StepMetrics m, int epoch) {
     m.epoch = epoch;
-    if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) m.eval_loss = evaluate();
+    if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) m.eval_loss = eval_call();
     if (cfg_.check_replicas_every > 0 && step_ % cfg_.check_replicas_every == 0) {
       check_replicas();
     }
@@ -262,7 +268,8 @@ std::vector<StepMetrics> Trainer::run() {
   if (cfg_.epochs > 0) {
     // Whole epochs of this rank's shard: a rank with fewer samples runs fewer steps.
     for (int epoch = 0; epoch < cfg_.epochs; ++epoch) {
-      auto idx = sampler_.indices(epoch);
+      fault::set_step(step_);
+      auto idx = loader(sampler_.indices(epoch));
       size_t usable = cfg_.drop_last ? idx.size() / mb * mb : idx.size();
       size_t pos = 0;
       while (pos < usable) {
@@ -277,17 +284,27 @@ std::vector<StepMetrics> Trainer::run() {
     }
     return history;
   }
-  if (!cfg_.resume.empty()) load_checkpoint(cfg_.resume);
+  if (!cfg_.resume.empty()) {
+    // The script's load call: a rank that skips it starts from its initial weights.
+    fault::set_step(step_);
+    const auto v = FAULTLINE_FAULT_POINT(
+        "checkpoint.load",
+        (fault::SiteContext{-1, "", "checkpoint.load", -1, nullptr, 0, DType::kU8, -1}));
+    if (v != fault::Verdict::kSkip) load_checkpoint(cfg_.resume);
+    if (v == fault::Verdict::kRepeat) load_checkpoint(cfg_.resume);
+  }
   if (cfg_.reset_loss_scale) {
     scaler_ = LossScaler(cfg_.loss_scale);
     if (topo_.rank == 0) std::printf("# loss scale reset to %g\n", scaler_.scale());
   }
-  auto idx = sampler_.indices(epoch_);
+  fault::set_step(step_);
+  auto idx = loader(sampler_.indices(epoch_));
   while (step_ < cfg_.steps) {
     std::vector<MicroBatch> mbs;
     for (int k = 0; k < cfg_.grad_accum; ++k) {
       if (pos_ + mb > idx.size()) {
-        idx = sampler_.indices(++epoch_);
+        fault::set_step(step_);
+        idx = loader(sampler_.indices(++epoch_));
         pos_ = 0;
         if (idx.size() < mb) {
           raise("rank {} has {} samples per epoch, fewer than one micro-batch of {}", topo_.rank,
@@ -308,7 +325,7 @@ std::vector<StepMetrics> Trainer::run() {
     }
     if (!cfg_.save_dir.empty() &&
         ((cfg_.save_every > 0 && step_ % cfg_.save_every == 0) || step_ == cfg_.steps)) {
-      save_checkpoint(cfg_.save_dir);
+      save_call();
     }
   }
   return history;

@@ -63,6 +63,11 @@ struct TrainConfig {
   LossScalerConfig loss_scale;
   int eval_every = 0;
   int eval_batches = 2;
+  // The evaluation set: its own size (0: eval_batches full micro-batches per data-parallel rank)
+  // and drop_last. Without drop_last a size that does not divide leaves ranks with different
+  // numbers of evaluation batches (the last one partial), and each batch's loss is all-reduced.
+  int64_t eval_samples = 0;
+  bool eval_drop_last = false;
   std::string schedule = "1f1b";  // or "gpipe"
   size_t bucket_bytes = 0;        // gradient bucket (reduce_bucket_size); 0: 1 MiB or the model
   // ZeRO knobs (workloads/parallel/zero.hpp): the all-gather piece of stages 1-2, stage 3's
@@ -149,6 +154,12 @@ class Trainer {
   void load_checkpoint(const std::string& dir);
   const TrainConfig& config() const { return cfg_; }
   int64_t step() const { return step_; }
+  // Steps this rank will run: `steps`, or with epochs the batches its shard gives (before any
+  // data-loader fault changes the shard).
+  int64_t planned_steps() const;
+  // The loss of one evaluation (collective: one all-reduce per evaluation batch); nullopt when
+  // the evaluation set gives this rank no batch.
+  std::optional<float> evaluate();
   // The format of this rank's GEMM operands (gemm_precision_for), set around every forward and
   // backward.
   DType gemm_precision() const { return gemm_precision_; }
@@ -166,7 +177,11 @@ class Trainer {
                   int count) const;
   Tensor staging(size_t count, DType dtype, const char* what) const;
   float global_loss(float local_mean) const;
-  std::optional<float> evaluate();
+  // This epoch's sample order after the `data.loader` site (skip, duplicate, reorder a sample).
+  std::vector<int64_t> loader(std::vector<int64_t> idx) const;
+  // The script-level calls, each behind its site: checkpoint.save, checkpoint.load, eval.loop.
+  void save_call();
+  std::optional<float> eval_call();
 
   TrainConfig cfg_;
   parallel::Topology& topo_;
@@ -185,6 +200,9 @@ class Trainer {
   mutable MemoryAccountant staging_;
   DType gemm_precision_ = DType::kF32;
   int64_t step_ = 0;
+  // lr_scheduler.step calls missed (negative) or made twice (positive) on this rank: the
+  // schedule is read at step_ + lr_offset_.
+  int64_t lr_offset_ = 0;
   int epoch_ = 0;  // data position (steps mode): epoch and offset into this rank's indices
   size_t pos_ = 0;
   MetricsSink sink_;
