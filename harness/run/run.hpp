@@ -22,6 +22,7 @@
 #include "harness/run/history.hpp"
 #include "harness/run/live.hpp"
 #include "harness/run/oop_faults.hpp"
+#include "harness/run/probe_ingest.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/run/supervisor.hpp"
 #include "harness/run/tools.hpp"
@@ -112,6 +113,20 @@ class Run {
   // Asks every live rank for a flight-recorder dump (SIGUSR2) and waits up to 2 s for them
   // (run_frdump.cpp); called when the hang watchdog stops the run.
   void request_fr_dumps();
+
+  // workload.kind: command (command_launch.cpp): the ranks' commands, the probe's files read as
+  // they grow, which ranks have sent an event since the launch.
+  void launch_command();
+  std::vector<std::string> command_argv(int rank, const std::string& master_addr);
+  void command_env(std::map<std::string, std::string>& env);
+  bool rank_reported(int rank);
+  void check_command_exit(const ExitInfo& x);
+  void poll_command();
+  std::unique_ptr<ProbeIngest> probe_;
+  std::set<int> reported_;  // under step_mu_
+  std::map<int, std::vector<std::string>> command_argv_;  // -1: the launch: once launcher
+  std::map<int, std::string> last_line_;                  // each rank's last output line
+  int64_t launched_ns_ = 0;
 };
 
 }  // namespace fl::harness::detail

@@ -48,6 +48,10 @@ void Run::launch_all(const std::string& resume_from) {
     std::lock_guard lock(step_mu_);
     hello_pid_.clear();
   }
+  if (s_.kind == "command") {
+    launch_command();
+    return;
+  }
   const auto args = worker_args(s_, dir_, resume_from);
   if (s_.launcher == "local") {
     const auto inherited = base_env();
@@ -133,6 +137,7 @@ void Run::on_line(int rank, const std::string& name, const std::string& stream,
   const std::string file =
       rank >= 0 ? fmt::format("{}/ranks/rank{}/output.log", dir_, rank)
                 : fmt::format("{}/{}.log", dir_, name == "mpirun" ? "mpirun" : "helpers");
+  if (s_.kind == "command" && (rank >= 0 || name == "launcher")) last_line_[rank] = line;
   auto& out = logs_[rank >= 0 ? rank : (name == "mpirun" ? -1 : -2)];
   if (!out.is_open()) out.open(file, std::ios::app);
   out << fmt::format("[+{:.3f}s] [{}] {}\n", t, stream == "stdout" ? "out" : "err", line);
@@ -153,6 +158,7 @@ void Run::on_exit(const ExitInfo& x) {
     tool_pids_.erase(it);
     return;
   }
+  check_command_exit(x);  // a command that ended before it reported anything: harness error
   if (x.rank >= 0 && x.klass != "ok" && !x.by_harness) incarnation_failed_ = true;
   if (x.rank >= 0) {
     if (x.klass != "ok" && !x.by_harness && first_failure_ns_ < 0) {
@@ -165,7 +171,7 @@ void Run::on_exit(const ExitInfo& x) {
   } else if (x.pid == mpirun_) {
     // Per-rank ends come from the workers' exit events; a rank that never sent one ended with
     // mpirun (or was killed by it).
-    d["process"] = "mpirun";
+    d["process"] = x.name;  // mpirun, or a command's launcher (launch: once)
     hist_->harness("process_exit", d);
     std::set<int> reported;
     for (const auto& e : hist_->events()) {
@@ -179,7 +185,7 @@ void Run::on_exit(const ExitInfo& x) {
                         {"code", x.code},
                         {"signaled", x.signaled},
                         {"by_harness", x.by_harness},
-                        {"note", "no exit event from the rank; ended with mpirun"}},
+                        {"note", "no exit event from the rank; ended with " + x.name}},
                        r);
       }
     }
@@ -228,6 +234,10 @@ void Run::on_exit(const ExitInfo& x) {
 }
 
 pid_t Run::rank_pid(int rank) {
+  if (s_.kind == "command") {  // the process that said hello is the job's (not a torchrun agent)
+    std::lock_guard lock(step_mu_);
+    if (auto it = hello_pid_.find(rank); it != hello_pid_.end() && it->second > 0) return it->second;
+  }
   if (auto it = rank_pids_.find(rank); it != rank_pids_.end()) return it->second;
   std::lock_guard lock(step_mu_);
   auto it = hello_pid_.find(rank);
@@ -255,6 +265,7 @@ void Run::check_progress() {
 }
 
 void Run::tick() {
+  poll_command();
   check_progress();
   fail_fast(hist_->now_ns());
   // A hang expectation ends the run once the hang is established (no need to wait for timeouts).
@@ -475,6 +486,7 @@ RunResult Run::go() {
   if (sup_) sup_->teardown(std::chrono::milliseconds(2000));
   if (faults_) faults_->heal(true);
   if (ctl_) ctl_->shutdown();
+  if (probe_) probe_->poll(*hist_);  // what the probe wrote until the end
   if (ctl_) merge_local_files();
   if (const uint64_t n = hist_->rejected(); n > 0) {
     hist_->harness("events_rejected", {{"count", n}, {"first", hist_->rejected_reasons()}});

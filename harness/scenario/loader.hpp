@@ -75,6 +75,10 @@ void check_regex(const std::string& file, const YAML::Node& n, const std::string
 // A tc rate ("1mbit", "500kbps"): a positive number with one of tc's units.
 void check_tc_rate(const std::string& file, const YAML::Node& n, const std::string& key);
 
+// command_checks.cpp: workload.command only with kind command, and then a program, known
+// placeholders, the local launcher, no in-process plans.
+void check_command_workload(const std::string& file, const YAML::Node& doc, const Scenario& s);
+
 // Deep merge: maps merge key by key, everything else is replaced by `over`.
 YAML::Node merge(const YAML::Node& base, const YAML::Node& over);
 // Loads and validates a file and the files it `extends:` (cycles are errors).

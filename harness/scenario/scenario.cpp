@@ -252,6 +252,10 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.prompt_len = w["infer"]["prompt_len"].as<int64_t>();
   s.new_tokens = w["infer"]["new_tokens"].as<int64_t>();
   for (const auto& a : w["args"]) s.extra_args.push_back(a.as<std::string>());
+  for (const auto& a : w["command"]) s.command.push_back(a.as<std::string>());
+  s.launch = w["launch"].as<std::string>();
+  s.probe = w["probe"].as<bool>();
+  s.report_timeout_s = w["report_timeout_s"].as<double>();
   for (const auto& d : r["detectors"]) s.detectors.push_back(d.as<std::string>());
   s.recovery = r["recovery"].as<std::string>();
   for (const auto& p : w["plugins"]) s.plugins.push_back(p.as<std::string>());
@@ -315,6 +319,8 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
       });
     }
   }
+
+  loader::check_command_workload(path, static_cast<const YAML::Node&>(doc), s);
 
   auto e = r["expect"];
   s.expect.symptom = e["symptom"].as<std::string>();

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Overhead of the harness + probe on a real PyTorch job (issue 21): the DDP job of
+# workloads/torch/ddp_train.py on 2 CPU ranks (gloo), alone (plain processes with the env://
+# contract, --no-probe) and under `faultline run` as a command workload reporting every step,
+# section and collective through the probe, alternated ROUNDS times in the same run. Each run
+# prints its ranks' median step time (between consecutive step ends, first step left out); the
+# ratio harness/alone of the medians over rounds is the overhead (the target: within 2%).
+# Usage: bench/torch_probe_overhead.sh [build dir] [rounds] [steps]
+set -euo pipefail
+build=${1:-build}
+rounds=${2:-5}
+steps=${3:-200}
+py=/usr/bin/python3
+"$py" -c "import torch" 2>/dev/null || { echo "torch_probe_overhead: $py has no torch"; exit 77; }
+src=$(cd "$(dirname "$0")/.." && pwd)
+out=$(mktemp -d /tmp/faultline-bench-XXXX)
+trap 'rm -rf "$out"' EXIT
+job=(--steps "$steps" --batch 64 --hidden 512 --print-every 0)
+cat > "$out/bench.yaml" <<YAML
+name: torch-overhead
+topology: {ranks: 2, dp: 2}
+workload:
+  kind: command
+  command: ["$py", "{source_dir}/workloads/torch/ddp_train.py", "--steps", "$steps", "--batch", "64",
+            "--hidden", "512", "--print-every", "0"]
+timeouts: {comm_ms: 60000, run_s: 900}
+expect: {oracle: completed}
+YAML
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+: > "$out/alone.txt"; : > "$out/harness.txt"
+for i in $(seq 1 "$rounds"); do
+  port=$((20000 + RANDOM % 10000))
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$py" "$src/workloads/torch/ddp_train.py" "${job[@]}" --no-probe > "$out/alone-$i-$r.log" 2>&1 &
+  done
+  wait
+  cat "$out"/alone-"$i"-*.log | sed -n 's/.*median step \([0-9.]*\) s/\1/p' | median >> "$out/alone.txt"
+  "$build/harness/faultline" run "$out/bench.yaml" --results "$out/runs" --run-id "h$i" -q > /dev/null
+  cat "$out"/runs/h"$i"/ranks/rank*/output.log | sed -n 's/.*median step \([0-9.]*\) s/\1/p' |
+    median >> "$out/harness.txt"
+  events=$(grep -c '"source":"rank"' "$out/runs/h$i/history.jsonl")
+  printf 'round %d: alone %.5f s/step, harness+probe %.5f s/step (%d rank events)\n' "$i" \
+    "$(tail -1 "$out/alone.txt")" "$(tail -1 "$out/harness.txt")" "$events"
+done
+a=$(median < "$out/alone.txt"); h=$(median < "$out/harness.txt")
+awk -v a="$a" -v h="$h" 'BEGIN {printf "median step: alone %.5f s, harness+probe %.5f s, ratio %.4f\n", a, h, h / a}'
