@@ -20,6 +20,7 @@
 #include "harness/run/artifact_server.hpp"
 #include "harness/run/controller.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/launcher.hpp"
 #include "harness/run/live.hpp"
 #include "harness/run/oop_faults.hpp"
 #include "harness/run/probe_ingest.hpp"
@@ -31,13 +32,18 @@ namespace fl::harness::detail {
 
 class Run {
  public:
-  Run(const Scenario& s, const RunOptions& o) : s_(s), o_(o) {}
+  Run(const Scenario& s, const RunOptions& o)
+      : s_(s),
+        o_(o),
+        launcher_kind_(launcher_kind(s.launcher)),
+        launcher_(launcher_info(launcher_kind_).make()) {}
 
   RunResult go();
 
  private:
   void prepare();
   void launch_all(const std::string& resume_from);
+  LaunchHost launch_host();  // what the launcher may use (after the supervisor and faults exist)
   void run_preparation();
   void start_artifact_hub();
   std::unique_ptr<ArtifactServer> artifacts_;
@@ -88,8 +94,9 @@ class Run {
   std::unique_ptr<boost::asio::signal_set> stop_signals_;
   int master_port_ = 0;
   std::unique_ptr<OutOfProcessFaults> faults_;
-  pid_t ompi_server_ = 0, mpirun_ = 0;
-  std::map<int, pid_t> rank_pids_;  // local launcher
+  LauncherKind launcher_kind_;
+  std::unique_ptr<Launcher> launcher_;  // starts the ranks (launch_local.cpp, launch_mpirun.cpp)
+  const LauncherInfo& launcher_traits() const { return launcher_info(launcher_kind_); }
   std::set<int> running_ranks_;
   std::map<int, std::ofstream> logs_;
   LiveState live_;
@@ -114,18 +121,16 @@ class Run {
   // (run_frdump.cpp); called when the hang watchdog stops the run.
   void request_fr_dumps();
 
-  // workload.kind: command (command_launch.cpp): the ranks' commands, the probe's files read as
-  // they grow, which ranks have sent an event since the launch.
-  void launch_command();
-  std::vector<std::string> command_argv(int rank, const std::string& master_addr);
-  void command_env(std::map<std::string, std::string>& env);
+  // workload.kind: command (run_command.cpp; the ranks start in launch_command.cpp): the
+  // probe's files read as they grow, which ranks have sent an event since the launch.
+  void begin_command_launch();
   bool rank_reported(int rank);
+  std::string command_shown(int rank);  // the command a rank was launched with (its launch event)
   void check_command_exit(const ExitInfo& x);
   void poll_command();
   std::unique_ptr<ProbeIngest> probe_;
-  std::set<int> reported_;  // under step_mu_
-  std::map<int, std::vector<std::string>> command_argv_;  // -1: the launch: once launcher
-  std::map<int, std::string> last_line_;                  // each rank's last output line
+  std::set<int> reported_;                 // under step_mu_
+  std::map<int, std::string> last_line_;   // each rank's last output line (-1: the launcher)
   int64_t launched_ns_ = 0;
 };
 

@@ -48,10 +48,19 @@ std::string expand_command_arg(const std::string& arg,
 
 namespace loader {
 
-void check_command_workload(const std::string& file, const YAML::Node& doc, const Scenario& s) {
+void check_command_workload(const std::string& file, const YAML::Node& doc, Scenario& s) {
   const YAML::Node w = doc["workload"];
   const YAML::Node at = w && w["command"] ? w["command"] : w ? w : doc;
   if (s.kind != "command") {
+    if (s.launcher == "command") {
+      ErrorCollector::check([&] {
+        const YAML::Node t = doc["topology"];
+        fail_at(file, t && t["launcher"] ? t["launcher"] : doc, "topology.launcher",
+                fmt::format("launcher command runs workload.kind: command (this workload is {}; "
+                            "allowed: local, mpirun)",
+                            s.kind));
+      });
+    }
     if (!s.command.empty()) {
       ErrorCollector::check([&] {
         fail_at(file, at, "workload.command",
@@ -81,15 +90,27 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, cons
     });
   }
   ErrorCollector::check([&] {
-    if (s.launcher != "local") {
+    if (s.launcher != "local" && s.launcher != "command") {
       const YAML::Node t = doc["topology"];
       fail_at(file, t && t["launcher"] ? t["launcher"] : at, "topology.launcher",
-              fmt::format("workload.kind: command runs under launcher local (got {}); a launcher "
-                          "of the job's own (torchrun, mpirun) goes in workload.command with "
-                          "workload.launch: once",
+              fmt::format("workload.kind: command starts its ranks itself (got launcher {}; "
+                          "allowed: local or command); a launcher of the job's own (torchrun, "
+                          "mpirun) goes in workload.command with workload.launch: once",
                           s.launcher));
     }
   });
+  if (s.launch == "once") {
+    // One process starts every rank: faults on one rank's process have none to act on.
+    for (const auto& f : s.oop_faults) {
+      if (f->kind != "memory_limit" && f->kind != "cpu_quota" && f->kind != "restart") continue;
+      ErrorCollector::check([&] {
+        fail_at(file, doc["faults"] ? doc["faults"] : at, "faults[]." + f->kind,
+                fmt::format("{} acts on one rank's process, and workload.launch: once starts "
+                            "the ranks from one launcher process (allowed: launch: per_rank)",
+                            f->kind));
+      });
+    }
+  }
   ErrorCollector::check([&] {
     if (!s.plans.empty()) {
       fail_at(file, doc["faults"] ? doc["faults"] : at, "faults[].plan",
@@ -105,6 +126,7 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, cons
               "network namespaces of their own (allowed: per_rank)");
     }
   });
+  s.launcher = "command";  // the command launcher (harness/run/launch_command.cpp) starts them
 }
 
 }  // namespace loader

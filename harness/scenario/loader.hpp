@@ -76,8 +76,8 @@ void check_regex(const std::string& file, const YAML::Node& n, const std::string
 void check_tc_rate(const std::string& file, const YAML::Node& n, const std::string& key);
 
 // command_checks.cpp: workload.command only with kind command, and then a program, known
-// placeholders, the local launcher, no in-process plans.
-void check_command_workload(const std::string& file, const YAML::Node& doc, const Scenario& s);
+// placeholders, the local launcher, no in-process plans; sets s.launcher to command.
+void check_command_workload(const std::string& file, const YAML::Node& doc, Scenario& s);
 
 // Deep merge: maps merge key by key, everything else is replaced by `over`.
 YAML::Node merge(const YAML::Node& base, const YAML::Node& over);

@@ -167,7 +167,7 @@ TEST(CommandWorkload, BadCommandScenariosAreRefusedNamingTheKey) {
   check("name: a\nworkload: {command: [\"x\"]}\n",
         "a command is for workload.kind: command (this workload is train)");
   check("name: a\ntopology: {launcher: mpirun}\nworkload: {kind: command, command: [\"x\"]}\n",
-        "topology.launcher: workload.kind: command runs under launcher local");
+        "topology.launcher: workload.kind: command starts its ranks itself");
   check("name: a\nworkload: {kind: command, command: [\"x\", \"{rnak}\"]}\n",
         "workload.command[1]: '{rnak}': unknown placeholder '{rnak}'");
   check("name: a\nworkload: {kind: command, command: [\"x\"]}\nfaults:\n  - plan: "
