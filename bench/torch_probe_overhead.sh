@@ -4,7 +4,9 @@
 # contract, --no-probe) and under `faultline run` as a command workload reporting every step,
 # section and collective through the probe, alternated ROUNDS times in the same run. Each run
 # prints its ranks' median step time (between consecutive step ends, first step left out); the
-# ratio harness/alone of the medians over rounds is the overhead (the target: within 2%).
+# ratio harness/alone of the medians over rounds is the overhead (the target: within 2%). Wall
+# time on a shared machine follows its load; the ranks' CPU time per step (all threads of the
+# process, the probe's heartbeat thread included) is printed beside it as the steadier figure.
 # Usage: bench/torch_probe_overhead.sh [build dir] [rounds] [steps]
 set -euo pipefail
 build=${1:-build}
@@ -27,7 +29,7 @@ timeouts: {comm_ms: 60000, run_s: 900}
 expect: {oracle: completed}
 YAML
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-: > "$out/alone.txt"; : > "$out/harness.txt"
+: > "$out/alone.txt"; : > "$out/harness.txt"; : > "$out/alone-cpu.txt"; : > "$out/harness-cpu.txt"
 for i in $(seq 1 "$rounds"); do
   port=$((20000 + RANDOM % 10000))
   for r in 0 1; do
@@ -35,13 +37,19 @@ for i in $(seq 1 "$rounds"); do
       "$py" "$src/workloads/torch/ddp_train.py" "${job[@]}" --no-probe > "$out/alone-$i-$r.log" 2>&1 &
   done
   wait
-  cat "$out"/alone-"$i"-*.log | sed -n 's/.*median step \([0-9.]*\) s/\1/p' | median >> "$out/alone.txt"
+  cat "$out"/alone-"$i"-*.log | sed -n 's/.*median step \([0-9.]*\) s.*/\1/p' | median >> "$out/alone.txt"
+  cat "$out"/alone-"$i"-*.log | sed -n 's/.*, cpu \([0-9.]*\) s/\1/p' | median >> "$out/alone-cpu.txt"
   "$build/harness/faultline" run "$out/bench.yaml" --results "$out/runs" --run-id "h$i" -q > /dev/null
-  cat "$out"/runs/h"$i"/ranks/rank*/output.log | sed -n 's/.*median step \([0-9.]*\) s/\1/p' |
+  cat "$out"/runs/h"$i"/ranks/rank*/output.log | sed -n 's/.*median step \([0-9.]*\) s.*/\1/p' |
     median >> "$out/harness.txt"
+  cat "$out"/runs/h"$i"/ranks/rank*/output.log | sed -n 's/.*, cpu \([0-9.]*\) s/\1/p' |
+    median >> "$out/harness-cpu.txt"
   events=$(grep -c '"source":"rank"' "$out/runs/h$i/history.jsonl")
-  printf 'round %d: alone %.5f s/step, harness+probe %.5f s/step (%d rank events)\n' "$i" \
-    "$(tail -1 "$out/alone.txt")" "$(tail -1 "$out/harness.txt")" "$events"
+  printf 'round %d: alone %.5f s/step (cpu %.5f), harness+probe %.5f s/step (cpu %.5f; %d rank events)\n' \
+    "$i" "$(tail -1 "$out/alone.txt")" "$(tail -1 "$out/alone-cpu.txt")" \
+    "$(tail -1 "$out/harness.txt")" "$(tail -1 "$out/harness-cpu.txt")" "$events"
 done
 a=$(median < "$out/alone.txt"); h=$(median < "$out/harness.txt")
-awk -v a="$a" -v h="$h" 'BEGIN {printf "median step: alone %.5f s, harness+probe %.5f s, ratio %.4f\n", a, h, h / a}'
+ac=$(median < "$out/alone-cpu.txt"); hc=$(median < "$out/harness-cpu.txt")
+awk -v a="$a" -v h="$h" 'BEGIN {printf "median step wall: alone %.5f s, harness+probe %.5f s, ratio %.4f\n", a, h, h / a}'
+awk -v a="$ac" -v h="$hc" 'BEGIN {printf "median step cpu:  alone %.5f s, harness+probe %.5f s, ratio %.4f\n", a, h, h / a}'

@@ -2,6 +2,7 @@
 // the placeholders the harness replaces in its arguments (one argv, never a shell).
 #include <fmt/format.h>
 
+#include "harness/faults/fault.hpp"
 #include "harness/scenario/loader.hpp"
 
 namespace fl::harness {

@@ -107,11 +107,13 @@ def main():
         batches = [list(range((s * world + rank) * args.batch, (s * world + rank + 1) * args.batch))
                    for s in range(args.steps)]
 
-    step_ends = []  # for the overhead bench: the time between consecutive step ends
+    step_ends = []  # for the overhead bench: wall and CPU time between consecutive step ends
+    cpu_ends = []
 
     def train():
         history = 0.0
         step_ends.append(time.perf_counter())
+        cpu_ends.append(time.process_time())
         for step, ids in enumerate(batches):
             with probe.section("step"):
                 xs, ys = zip(*(sample(i) for i in ids))
@@ -134,6 +136,7 @@ def main():
                     dist.all_reduce(m)  # only rank 0 issues it
                 probe.step(step, loss=loss.item(), step_time_s=time.perf_counter() - t0)
             step_ends.append(time.perf_counter())
+            cpu_ends.append(time.process_time())  # every thread of the rank, the probe's too
             if args.print_every and step % args.print_every == 0:
                 print("rank %d step %d loss %.4f" % (rank, step, loss.item()), flush=True)
         return len(batches)
@@ -148,9 +151,12 @@ def main():
         dist.barrier()
         if rank == 0 and args.checkpoint:
             torch.save(model.module.state_dict(), args.checkpoint)
-    gaps = sorted(b - a for a, b in zip(step_ends[1:], step_ends[2:]))  # first step: warm-up
-    median = gaps[len(gaps) // 2] if gaps else 0.0
-    print("rank %d done: %d steps, median step %.6f s" % (rank, n, median), flush=True)
+    def median(ends):  # the first step is warm-up
+        gaps = sorted(b - a for a, b in zip(ends[1:], ends[2:]))
+        return gaps[len(gaps) // 2] if gaps else 0.0
+
+    print("rank %d done: %d steps, median step %.6f s, cpu %.6f s" %
+          (rank, n, median(step_ends), median(cpu_ends)), flush=True)
     dist.destroy_process_group()
     return 0
 
