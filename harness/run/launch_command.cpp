@@ -81,8 +81,7 @@ class CommandLauncher : public Launcher {
       for (int r = 0; r < h.s.ranks; ++r) {
         h.started(r);
         h.hist.harness("launch",
-                       {{"pid", launcher_pid_}, {"launcher", "command-once"}, {"argv", p.argv}},
-                       r);
+                       {{"pid", launcher_pid_}, {"launcher", "command-once"}, {"argv", p.argv}}, r);
       }
       ++starts_;
       return;

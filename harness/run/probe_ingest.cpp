@@ -39,7 +39,8 @@ size_t ProbeIngest::poll(History& h) {
     std::string buf;
     char chunk[65536];
     for (;;) {
-      const ssize_t got = ::pread(f, chunk, sizeof chunk, static_cast<off_t>(offsets_[r] + buf.size()));
+      const ssize_t got =
+          ::pread(f, chunk, sizeof chunk, static_cast<off_t>(offsets_[r] + buf.size()));
       if (got <= 0) break;
       buf.append(chunk, static_cast<size_t>(got));
     }

@@ -9,8 +9,8 @@ namespace fl::harness {
 
 const std::vector<std::string>& command_placeholders() {
   static const std::vector<std::string> names = {
-      "rank",      "ranks",  "local_rank", "local_ranks", "node_rank", "nodes",
-      "master_addr", "master_port", "run_id", "run_dir",  "rank_dir",  "source_dir"};
+      "rank",        "ranks",       "local_rank", "local_ranks", "node_rank", "nodes",
+      "master_addr", "master_port", "run_id",     "run_dir",     "rank_dir",  "source_dir"};
   return names;
 }
 
@@ -33,11 +33,12 @@ std::string expand_command_arg(const std::string& arg,
     const auto it = values.find(name);
     if (it == values.end()) {
       std::string allowed;
-      for (const auto& n : command_placeholders()) allowed += (allowed.empty() ? "{" : ", {") + n + "}";
+      for (const auto& n : command_placeholders())
+        allowed += (allowed.empty() ? "{" : ", {") + n + "}";
       if (error) {
-        *error = fmt::format("'{}': unknown placeholder '{}' (allowed: {}; '{{{{' for a brace)",
-                             arg, arg.substr(i, close == std::string::npos ? 1 : close - i + 1),
-                             allowed);
+        *error =
+            fmt::format("'{}': unknown placeholder '{}' (allowed: {}; '{{{{' for a brace)", arg,
+                        arg.substr(i, close == std::string::npos ? 1 : close - i + 1), allowed);
       }
       return "";
     }
@@ -64,9 +65,9 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, Scen
     }
     if (!s.command.empty()) {
       ErrorCollector::check([&] {
-        fail_at(file, at, "workload.command",
-                fmt::format("a command is for workload.kind: command (this workload is {})",
-                            s.kind));
+        fail_at(
+            file, at, "workload.command",
+            fmt::format("a command is for workload.kind: command (this workload is {})", s.kind));
       });
     }
     return;

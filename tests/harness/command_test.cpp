@@ -48,10 +48,13 @@ std::string read(const std::string& path) {
 }
 
 TEST(CommandWorkload, GetsTheContractAndItsProbeEventsAndExitCodeAreJudged) {
-  auto r = run_yaml("name: contract\ntopology: {ranks: 2}\n"
-                    "workload: {kind: command, command: " + job(", \"4\", \"20\", \"3\"") + "}\n"
-                    "expect: {symptom: \"4.8\", oracle: exit_class, exit_class: error, "
-                    "exit_code: 3, ranks: [1]}\ntimeouts: {run_s: 60}\n");
+  auto r = run_yaml(
+      "name: contract\ntopology: {ranks: 2}\n"
+      "workload: {kind: command, command: " +
+      job(", \"4\", \"20\", \"3\"") +
+      "}\n"
+      "expect: {symptom: \"4.8\", oracle: exit_class, exit_class: error, "
+      "exit_code: 3, ranks: [1]}\ntimeouts: {run_s: 60}\n");
   ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
   const auto history = read_history(r.dir + "/history.jsonl");
   std::string run_id, port;
@@ -64,10 +67,11 @@ TEST(CommandWorkload, GetsTheContractAndItsProbeEventsAndExitCodeAreJudged) {
     std::smatch m;
     ASSERT_TRUE(std::regex_search(
         log, m,
-        std::regex("contract RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" +
-                   std::to_string(rank) +
-                   " LOCAL_WORLD_SIZE=2 NODE_RANK=0 MASTER_ADDR=127\\.0\\.0\\.1 MASTER_PORT=([0-9]+) "
-                   "TORCHELASTIC_RUN_ID=r TORCHELASTIC_RESTART_COUNT=0 probe=1")))
+        std::regex(
+            "contract RANK=" + std::to_string(rank) +
+            " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
+            " LOCAL_WORLD_SIZE=2 NODE_RANK=0 MASTER_ADDR=127\\.0\\.0\\.1 MASTER_PORT=([0-9]+) "
+            "TORCHELASTIC_RUN_ID=r TORCHELASTIC_RESTART_COUNT=0 probe=1")))
         << log;
     if (port.empty()) port = m[1];
     EXPECT_EQ(m[1].str(), port);  // one master port for the job
@@ -90,11 +94,14 @@ TEST(CommandWorkload, GetsTheContractAndItsProbeEventsAndExitCodeAreJudged) {
 }
 
 TEST(CommandWorkload, ASignalAtAStepReachesTheJob) {
-  auto r = run_yaml("name: killed\ntopology: {ranks: 2}\n"
-                    "workload: {kind: command, command: " + job(", \"120\", \"50\"") + "}\n"
-                    "faults:\n  - {signal: KILL, rank: 1, step: 3}\n"
-                    "expect: {symptom: \"4.8\", oracle: exit_class, exit_class: signal, "
-                    "ranks: [1]}\ntimeouts: {run_s: 60}\n");
+  auto r = run_yaml(
+      "name: killed\ntopology: {ranks: 2}\n"
+      "workload: {kind: command, command: " +
+      job(", \"120\", \"50\"") +
+      "}\n"
+      "faults:\n  - {signal: KILL, rank: 1, step: 3}\n"
+      "expect: {symptom: \"4.8\", oracle: exit_class, exit_class: signal, "
+      "ranks: [1]}\ntimeouts: {run_s: 60}\n");
   EXPECT_EQ(r.proc.exit_code, 0) << r.proc.output;
   int last_step = -1;
   for (const auto& e : read_history(r.dir + "/history.jsonl")) {
@@ -115,9 +122,10 @@ TEST(CommandWorkload, ALogOracleJudgesAJobWithoutTheProbe) {
 }
 
 TEST(CommandWorkload, AMissingCommandIsAHarnessErrorNamingTheRankAndCommand) {
-  auto r = run_yaml("name: missing\ntopology: {ranks: 2}\n"
-                    "workload: {kind: command, command: [\"/nonexistent/train\", \"--x\"]}\n"
-                    "expect: {oracle: completed}\n");
+  auto r = run_yaml(
+      "name: missing\ntopology: {ranks: 2}\n"
+      "workload: {kind: command, command: [\"/nonexistent/train\", \"--x\"]}\n"
+      "expect: {oracle: completed}\n");
   EXPECT_EQ(r.proc.exit_code, 2) << r.proc.output;
   EXPECT_NE(r.proc.output.find("rank 0: workload.command '/nonexistent/train' is not an "
                                "executable file"),
@@ -127,10 +135,11 @@ TEST(CommandWorkload, AMissingCommandIsAHarnessErrorNamingTheRankAndCommand) {
 }
 
 TEST(CommandWorkload, ACommandThatEndsBeforeReportingIsAHarnessError) {
-  auto r = run_yaml("name: atonce\ntopology: {ranks: 2}\n"
-                    "workload: {kind: command, command: [\"/bin/sh\", \"-c\", "
-                    "\"echo no such module; exit 1\"]}\n"
-                    "expect: {oracle: completed}\ntimeouts: {run_s: 60}\n");
+  auto r = run_yaml(
+      "name: atonce\ntopology: {ranks: 2}\n"
+      "workload: {kind: command, command: [\"/bin/sh\", \"-c\", "
+      "\"echo no such module; exit 1\"]}\n"
+      "expect: {oracle: completed}\ntimeouts: {run_s: 60}\n");
   EXPECT_EQ(r.proc.exit_code, 2) << r.proc.output;
   EXPECT_TRUE(std::regex_search(
       r.proc.output, std::regex("rank [01]: workload.command exited with status 1 [0-9.]+ s after "
@@ -142,9 +151,10 @@ TEST(CommandWorkload, ACommandThatEndsBeforeReportingIsAHarnessError) {
 }
 
 TEST(CommandWorkload, ACommandThatNeverReportsIsAHarnessError) {
-  auto r = run_yaml("name: silent\ntopology: {ranks: 2}\n"
-                    "workload: {kind: command, report_timeout_s: 2, command: [\"/bin/sleep\", "
-                    "\"60\"]}\nexpect: {oracle: completed}\ntimeouts: {run_s: 60}\n");
+  auto r = run_yaml(
+      "name: silent\ntopology: {ranks: 2}\n"
+      "workload: {kind: command, report_timeout_s: 2, command: [\"/bin/sleep\", "
+      "\"60\"]}\nexpect: {oracle: completed}\ntimeouts: {run_s: 60}\n");
   EXPECT_EQ(r.proc.exit_code, 2) << r.proc.output;
   EXPECT_NE(r.proc.output.find("ranks 0, 1: workload.command is running but reported nothing "
                                "through the probe within workload.report_timeout_s (2 s"),
@@ -170,9 +180,10 @@ TEST(CommandWorkload, BadCommandScenariosAreRefusedNamingTheKey) {
         "topology.launcher: workload.kind: command starts its ranks itself");
   check("name: a\nworkload: {kind: command, command: [\"x\", \"{rnak}\"]}\n",
         "workload.command[1]: '{rnak}': unknown placeholder '{rnak}'");
-  check("name: a\nworkload: {kind: command, command: [\"x\"]}\nfaults:\n  - plan: "
-        "\"optimizer.step[rank=1]=error\"\n",
-        "in-process fault plans need faultline's own workers");
+  check(
+      "name: a\nworkload: {kind: command, command: [\"x\"]}\nfaults:\n  - plan: "
+      "\"optimizer.step[rank=1]=error\"\n",
+      "in-process fault plans need faultline's own workers");
 }
 
 }  // namespace

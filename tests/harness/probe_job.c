@@ -21,12 +21,13 @@ int main(int argc, char** argv) {
   snprintf(hello, sizeof hello, "{\"world_size\":%d,\"local_rank\":%d,\"pid\":%d}",
            atoi(env("WORLD_SIZE")), atoi(env("LOCAL_RANK")), (int)getpid());
   if (fl_probe_event("hello", -1, hello) != 0) return 90;
-  printf("contract RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s NODE_RANK=%s "
-         "MASTER_ADDR=%s MASTER_PORT=%s TORCHELASTIC_RUN_ID=%s TORCHELASTIC_RESTART_COUNT=%s "
-         "probe=%d\n",
-         env("RANK"), env("WORLD_SIZE"), env("LOCAL_RANK"), env("LOCAL_WORLD_SIZE"),
-         env("NODE_RANK"), env("MASTER_ADDR"), env("MASTER_PORT"), env("TORCHELASTIC_RUN_ID"),
-         env("TORCHELASTIC_RESTART_COUNT"), fl_probe_enabled());
+  printf(
+      "contract RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s NODE_RANK=%s "
+      "MASTER_ADDR=%s MASTER_PORT=%s TORCHELASTIC_RUN_ID=%s TORCHELASTIC_RESTART_COUNT=%s "
+      "probe=%d\n",
+      env("RANK"), env("WORLD_SIZE"), env("LOCAL_RANK"), env("LOCAL_WORLD_SIZE"), env("NODE_RANK"),
+      env("MASTER_ADDR"), env("MASTER_PORT"), env("TORCHELASTIC_RUN_ID"),
+      env("TORCHELASTIC_RESTART_COUNT"), fl_probe_enabled());
   fflush(stdout);
   fl_probe_start_heartbeat(100);
   fl_probe_section("setup", 1);

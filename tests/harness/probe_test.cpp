@@ -96,19 +96,22 @@ TEST(Probe, OffWithoutAFileAndHalfWrittenLinesWait) {
   ProbeIngest ingest(dir, 1);
   {
     std::ofstream out(probe_file(dir, 0));
-    out << R"({"seq":0,"time_unix_ns":1,"kind":"step","step":0,"data":{"loss":1.0}})" << "\n"
+    out << R"({"seq":0,"time_unix_ns":1,"kind":"step","step":0,"data":{"loss":1.0}})"
+        << "\n"
         << R"({"seq":1,"time_unix_ns":2,"kind":"st)";  // a writer half-way through a line
   }
   EXPECT_EQ(ingest.poll(h), 1u);
   {
     std::ofstream out(probe_file(dir, 0), std::ios::app);
-    out << R"(ep","step":1,"data":{"loss":0.5}})" << "\n"
+    out << R"(ep","step":1,"data":{"loss":0.5}})"
+        << "\n"
         << "not json\n"
-        << R"({"seq":2,"time_unix_ns":3,"kind":"step","step":-1,"data":{}})" << "\n";
+        << R"({"seq":2,"time_unix_ns":3,"kind":"step","step":-1,"data":{}})"
+        << "\n";
   }
-  EXPECT_EQ(ingest.poll(h), 2u);   // the completed line, and the step event the history refuses
+  EXPECT_EQ(ingest.poll(h), 2u);  // the completed line, and the step event the history refuses
   EXPECT_EQ(ingest.unparsable(), 1u);
-  EXPECT_EQ(h.rejected(), 1u);     // a step event needs a step >= 0
+  EXPECT_EQ(h.rejected(), 1u);  // a step event needs a step >= 0
   int steps = 0;
   for (const auto& e : h.events()) steps += e.kind == "step";
   EXPECT_EQ(steps, 2);

@@ -76,10 +76,10 @@ int emit(const char* kind, int64_t step, const std::string& data) {
   const int f = fd();
   if (f < 0) return 0;
   const auto now = std::chrono::system_clock::now().time_since_epoch();
-  std::string line = "{\"seq\":" + std::to_string(g_seq.fetch_add(1)) +
-                     ",\"time_unix_ns\":" +
-                     std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()) +
-                     ",\"kind\":";
+  std::string line =
+      "{\"seq\":" + std::to_string(g_seq.fetch_add(1)) + ",\"time_unix_ns\":" +
+      std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()) +
+      ",\"kind\":";
   escape(line, kind);
   line += ",\"step\":" + std::to_string(step) + ",\"data\":" + data + "}\n";
   const ssize_t n = ::write(f, line.data(), line.size());
@@ -90,7 +90,9 @@ int emit(const char* kind, int64_t step, const std::string& data) {
 
 extern "C" {
 
-int fl_probe_enabled(void) { return fd() >= 0 ? 1 : 0; }
+int fl_probe_enabled(void) {
+  return fd() >= 0 ? 1 : 0;
+}
 
 int fl_probe_step(int64_t step, double loss, double step_time_s, double comm_s) {
   if (step < 0) {
@@ -113,7 +115,9 @@ int fl_probe_step(int64_t step, double loss, double step_time_s, double comm_s) 
   return emit("step", step, d);
 }
 
-int fl_probe_heartbeat(void) { return emit("heartbeat", -1, "{}"); }
+int fl_probe_heartbeat(void) {
+  return emit("heartbeat", -1, "{}");
+}
 
 int fl_probe_start_heartbeat(int interval_ms) {
   if (fd() < 0) return 0;

@@ -43,8 +43,8 @@ FL_PROBE_API int fl_probe_section(const char* name, int begin);
 
 /* A collective changed state: op (all_reduce, broadcast, barrier, ...), state (started,
  * completed, failed, timed-out), its sequence number in `group`, elements, dtype. */
-FL_PROBE_API int fl_probe_collective(const char* op, const char* state, const char* group, int64_t seq,
-                        int64_t count, const char* dtype);
+FL_PROBE_API int fl_probe_collective(const char* op, const char* state, const char* group,
+                                     int64_t seq, int64_t count, const char* dtype);
 
 /* The rank failed: a class (comm, oom, rendezvous, data, checkpoint, ...), the message, and the
  * exit code it is about to end with (-1: unknown). */
