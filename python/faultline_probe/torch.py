@@ -104,13 +104,11 @@ class _Done:
         return fut
 
 
-def run(op, group_name, fn, args, kwargs, count=None, dtype=None):
-    """Runs one collective `fn(*args, **kwargs)` under the probe: events, faults, timing."""
+def _begin(op, group_name, count, dtype):
+    """Counts the call, acts on a fault point, reports it started. Returns (seq, dropped)."""
     key = (op, group_name)
     seq = _seq.get(key, 0)
     _seq[key] = seq + 1
-    if count is None:
-        count, dtype = _size(args)
     fault = _fault_for(op, group_name, seq)
     if fault is not None:
         probe.event("fault_fired", {"site": "torch." + op, "seq": seq, "action": fault["action"],
@@ -118,22 +116,36 @@ def run(op, group_name, fn, args, kwargs, count=None, dtype=None):
         if fault["action"] == "delay":
             time.sleep(fault["delay"])
         elif fault["action"] == "drop":
-            return _Done() if kwargs.get("async_op") else None
+            return seq, True
     probe.collective(op, "started", group_name, seq, count, dtype)
     if fault is not None and fault["action"] == "hang":
         while True:  # the process lives on, its peers wait for it
             time.sleep(3600)
+    return seq, False
+
+
+def _failed(op, group_name, seq, count, dtype, t0, e):
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    state = "timed-out" if "timed out" in text.lower() or "timeout" in text.lower() else "failed"
+    probe.collective(op, state, group_name, seq, count, dtype,
+                     in_flight_ms=int((time.monotonic() - t0) * 1000), error=text[:500])
+    probe.error(probe.classify(e), "%s: %s" % (type(e).__name__, text))
+
+
+def run(op, group_name, fn, args, kwargs, count=None, dtype=None):
+    """Runs one collective `fn(*args, **kwargs)` under the probe: events, faults, timing."""
+    if count is None:
+        count, dtype = _size(args)
+    seq, dropped = _begin(op, group_name, count, dtype)
+    if dropped:
+        return _Done() if kwargs.get("async_op") else None
     t0 = time.monotonic()
     try:
         out = fn(*args, **kwargs)
         if kwargs.get("async_op") and out is not None:
             out.wait()
     except Exception as e:  # noqa: BLE001 - reported, then raised again
-        text = str(e).splitlines()[0] if str(e) else type(e).__name__
-        state = "timed-out" if "timed out" in text.lower() or "timeout" in text.lower() else "failed"
-        probe.collective(op, state, group_name, seq, count, dtype,
-                         in_flight_ms=int((time.monotonic() - t0) * 1000), error=text[:500])
-        probe.error(probe.classify(e), "%s: %s" % (type(e).__name__, text))
+        _failed(op, group_name, seq, count, dtype, t0, e)
         raise
     finally:
         probe.add_comm_time(time.monotonic() - t0)
@@ -166,14 +178,33 @@ def wrap():
 
 
 def allreduce_hook(state, bucket):
-    """A DDP communication hook: the gradient bucket's all-reduce (averaged, as DDP's default)
-    under the probe, in group `ddp`. Register with ddp.register_comm_hook(None, allreduce_hook)."""
+    """A DDP communication hook: the gradient bucket's all-reduce (averaged, as DDP's default
+    hook does) under the probe, in group `ddp`, asynchronous like DDP's own (the backward goes on
+    while it runs). Register with ddp.register_comm_hook(None, allreduce_hook)."""
     tensor = bucket.buffer()
     world = dist.get_world_size()
+    count, dtype = tensor.numel(), str(tensor.dtype).replace("torch.", "")
+    seq, dropped = _begin("all_reduce", "ddp", count, dtype)
+    if dropped:
+        fut = torch.futures.Future()
+        fut.set_result(tensor.div_(world))
+        return fut
+    t0 = time.monotonic()
     fn = _originals.get("all_reduce", dist.all_reduce)
-    out = run("all_reduce", "ddp", fn, (tensor,), {}, tensor.numel(),
-              str(tensor.dtype).replace("torch.", ""))
-    del out
-    fut = torch.futures.Future()
-    fut.set_result(tensor.div_(world))
-    return fut
+    try:
+        work = fn(tensor, async_op=True)
+    except Exception as e:  # noqa: BLE001 - reported, then raised again
+        _failed("all_reduce", "ddp", seq, count, dtype, t0, e)
+        raise
+
+    def done(f):
+        try:
+            out = f.value()[0]
+        except Exception as e:  # noqa: BLE001 - reported; DDP raises it in the backward
+            _failed("all_reduce", "ddp", seq, count, dtype, t0, e)
+            raise
+        probe.add_comm_time(time.monotonic() - t0)
+        probe.collective("all_reduce", "completed", "ddp", seq, count, dtype)
+        return out.div_(world)
+
+    return work.get_future().then(done)

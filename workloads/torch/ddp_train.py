@@ -73,7 +73,19 @@ def main():
 
         torch.set_num_threads(args.threads)
         timeout = args.timeout_s or float(os.environ.get("FAULTLINE_COMM_TIMEOUT_MS", "0")) / 1000
-        dist.init_process_group("gloo", timeout=timedelta(seconds=timeout or 60))
+        timeout = timedelta(seconds=timeout or 60)
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # torchrun's store
+            dist.init_process_group("gloo", timeout=timeout)
+        else:
+            # env:// by hand, so that reaching the store gets the rendezvous deadline
+            # (FAULTLINE_RDZV_TIMEOUT_MS) and only collectives the collective one: on a busy
+            # host rank 0 may take longer to import torch than a collective may take.
+            rdzv = float(os.environ.get("FAULTLINE_RDZV_TIMEOUT_MS", "0")) / 1000
+            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                                  rank == 0, timedelta(seconds=rdzv or 60))
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                                    timeout=timeout)
         rank, world = dist.get_rank(), dist.get_world_size()
         if not args.no_probe:
             import faultline_probe.torch as fpt
