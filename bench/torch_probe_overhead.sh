@@ -53,3 +53,19 @@ a=$(median < "$out/alone.txt"); h=$(median < "$out/harness.txt")
 ac=$(median < "$out/alone-cpu.txt"); hc=$(median < "$out/harness-cpu.txt")
 awk -v a="$a" -v h="$h" 'BEGIN {printf "median step wall: alone %.5f s, harness+probe %.5f s, ratio %.4f\n", a, h, h / a}'
 awk -v a="$ac" -v h="$hc" 'BEGIN {printf "median step cpu:  alone %.5f s, harness+probe %.5f s, ratio %.4f\n", a, h, h / a}'
+# The probe's own cost, measured in-process (CPU time, steadier than either run on a busy host):
+# one Python event, and the events a step of this job sends (step, two sections, two collective).
+FAULTLINE_PROBE_FILE="$out/cost.jsonl" PYTHONPATH="$src/python" "$py" - "$(grep -c '"kind":"step"' "$out/runs/h$rounds/history.jsonl")" \
+  "$(grep -c '"source":"rank"' "$out/runs/h$rounds/history.jsonl")" <<'PY'
+import sys, time
+import faultline_probe as p
+p.event("hello", {"world_size": 1})
+n = 20000
+t = time.process_time()
+for i in range(n):
+    p.collective("all_reduce", "started", "ddp", i, 82689, "float32")
+per = (time.process_time() - t) / n
+steps, events = int(sys.argv[1]), int(sys.argv[2])
+print("probe event: %.1f us CPU (Python); the harness run sent %.1f events per step: %.0f us per step"
+      % (per * 1e6, events / max(steps, 1), per * 1e6 * events / max(steps, 1)))
+PY
