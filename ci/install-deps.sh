@@ -13,6 +13,10 @@ PACKAGES=(
   python3 python3-grpcio python3-protobuf python3-venv python3-pip python3-setuptools python3-wheel
   iproute2 iptables procps
   chromium fonts-dejavu-core
+  # Real PyTorch on CPU ranks (gloo) for the torch suite and its two ctest runs (issue 21):
+  # torch 1.13, torchrun included; about 48 MB to download, 630 MB installed with its
+  # dependencies (161 packages, 85 s on the 2-core machine, --no-install-recommends).
+  python3-torch
 )
 
 missing=()

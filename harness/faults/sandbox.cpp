@@ -46,6 +46,9 @@ void join_network(std::map<std::string, std::string>& env) {
   const std::string net = fmt::format("{}.0/24", kSubnet);
   env["OMPI_MCA_btl_tcp_if_include"] = net;
   env["OMPI_MCA_oob_tcp_if_include"] = net;
+  // PyTorch's gloo binds the address its host name resolves to (loopback inside a namespace)
+  // unless told the interface: each node's link is eth0 (a command workload's torch ranks).
+  env["GLOO_SOCKET_IFNAME"] = "eth0";
 }
 
 }  // namespace

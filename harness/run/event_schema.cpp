@@ -82,6 +82,8 @@ const KindSpec kRankKinds[] = {
       {"pp", T::kInt, true},
       {"zero", T::kInt, false}}},
     {"heartbeat", false, {}},
+    // The probe's sections (NVRx's names: setup, step, checkpoint, eval): begin or end.
+    {"section", false, {{"name", T::kString, true}, {"state", T::kString, true}}},
     {"step",
      true,
      {{"loss", T::kNumberOrNull, false},

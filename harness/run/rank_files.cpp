@@ -1,5 +1,5 @@
 // `faultline verdict` on a run whose harness died before it merged the ranks' own event files
-// (SIGKILL): the events a rank wrote to ranks/rankN/events.jsonl that the history lacks are put
+// (SIGKILL): the events a rank wrote to ranks/rankN/events.jsonl (or probe.jsonl) that the history lacks are put
 // back, at the time the rank stamped them, before the run is judged.
 #include <algorithm>
 #include <filesystem>
@@ -46,7 +46,9 @@ RecoveredHistory history_with_rank_files(const std::string& run_dir) {
     } catch (const std::exception&) {
       continue;
     }
-    std::ifstream in(d.path() / "events.jsonl");
+    // The worker's own file, and the probe's (a command workload's job, docs/workloads.md).
+    for (const char* file : {"events.jsonl", "probe.jsonl"}) {
+    std::ifstream in(d.path() / file);
     std::string line;
     while (std::getline(in, line)) {
       const auto j = nlohmann::json::parse(line, nullptr, false);
@@ -68,6 +70,7 @@ RecoveredHistory history_with_rank_files(const std::string& run_dir) {
       e.t_ns = have_offset ? e.time_unix_ns - offset : 0;
       e.late = true;
       recovered.push_back(std::move(e));
+    }
     }
   }
   out.recovered = static_cast<int>(recovered.size());

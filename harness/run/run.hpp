@@ -23,6 +23,7 @@
 #include "harness/run/launcher.hpp"
 #include "harness/run/live.hpp"
 #include "harness/run/oop_faults.hpp"
+#include "harness/run/probe_ingest.hpp"
 #include "harness/run/restart_policy.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/run/supervisor.hpp"
@@ -127,6 +128,18 @@ class Run {
   // Asks every live rank for a flight-recorder dump (SIGUSR2) and waits up to 2 s for them
   // (run_frdump.cpp); called when the hang watchdog stops the run.
   void request_fr_dumps();
+
+  // workload.kind: command (run_command.cpp; the ranks start in launch_command.cpp): the
+  // probe's files read as they grow, which ranks have sent an event since the launch.
+  void begin_command_launch();
+  bool rank_reported(int rank);
+  std::string command_shown(int rank);  // the command a rank was launched with (its launch event)
+  void check_command_exit(const ExitInfo& x);
+  void poll_command();
+  std::unique_ptr<ProbeIngest> probe_;
+  std::set<int> reported_;                 // under step_mu_
+  std::map<int, std::string> last_line_;   // each rank's last output line (-1: the launcher)
+  int64_t launched_ns_ = 0;
 };
 
 }  // namespace fl::harness::detail

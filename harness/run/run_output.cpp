@@ -16,9 +16,14 @@ namespace fl::harness::detail {
 void Run::print_header(bool with_files) {
   std::printf("faultline run %s\n", id_.c_str());
   std::printf("  scenario   %s%s (%s)\n", s_.name.c_str(), o_.fix ? " [fix]" : "", s_.file.c_str());
-  std::printf("  layout     %d ranks = dp %d x tp %d x pp %d, zero %d, %s, %s launcher, %s %s\n",
-              s_.ranks, s_.dp, s_.tp, s_.pp, s_.zero, s_.backend.c_str(), s_.launcher.c_str(),
-              s_.kind.c_str(), s_.model.c_str());
+  if (s_.kind == "command") {  // the job's own layout is its business
+    std::printf("  layout     %d ranks over %d node(s), command (launch %s): %s\n", s_.ranks,
+                s_.nodes, s_.launch.c_str(), s_.command.empty() ? "" : s_.command[0].c_str());
+  } else {
+    std::printf("  layout     %d ranks = dp %d x tp %d x pp %d, zero %d, %s, %s launcher, %s %s\n",
+                s_.ranks, s_.dp, s_.tp, s_.pp, s_.zero, s_.backend.c_str(), s_.launcher.c_str(),
+                s_.kind.c_str(), s_.model.c_str());
+  }
   if (with_files) std::printf("  files      %s\n", dir_.c_str());
   std::fflush(stdout);
 }
@@ -55,8 +60,11 @@ std::string Run::steps_line(const std::vector<HistoryEvent>& history) {
     if (x.first != "ok") all_ok = false;
     if (x.first != "ok" && !x.second) failed.push_back(rank);
   }
-  const std::string n = fmt::format("{} of {}{}", last + 1, total, unit);
-  if (all_ok) return last + 1 >= total ? n : n + " (every rank finished)";
+  // A command's step count is its own: the steps its ranks reported.
+  const bool command = s_.kind == "command";
+  const std::string n = command ? fmt::format("{}", last + 1)
+                                : fmt::format("{} of {}{}", last + 1, total, unit);
+  if (all_ok) return last + 1 >= total || command ? n : n + " (every rank finished)";
   if (!stop_reason_.empty()) {
     return fmt::format("{}, then the harness stopped the run: {}", n, stop_reason_);
   }

@@ -47,6 +47,7 @@ void Run::launch_all(const std::string& resume_from) {
     std::lock_guard lock(step_mu_);
     hello_pid_.clear();
   }
+  if (s_.kind == "command") begin_command_launch();  // the probe's files, reports (command_launch.cpp)
   auto host = launch_host();
   launcher_->start(host, worker_args(s_, dir_, resume_from));
 }
@@ -79,6 +80,7 @@ void Run::on_line(int rank, const std::string& name, const std::string& stream,
   const std::string file = rank >= 0 ? fmt::format("{}/ranks/rank{}/output.log", dir_, rank)
                                      : fmt::format("{}/{}.log", dir_, is_job ? job : "helpers");
   auto& out = logs_[rank >= 0 ? rank : (is_job ? -1 : -2)];
+  if (s_.kind == "command" && (rank >= 0 || is_job)) last_line_[rank] = line;
   if (!out.is_open()) out.open(file, std::ios::app);
   out << fmt::format("[+{:.3f}s] [{}] {}\n", t, stream == "stdout" ? "out" : "err", line);
   out.flush();
@@ -98,6 +100,7 @@ void Run::on_exit(const ExitInfo& x) {
     tool_pids_.erase(it);
     return;
   }
+  check_command_exit(x);  // a command that ended before it reported anything: harness error
   if (x.rank >= 0 && x.klass != "ok" && !x.by_harness) restart_.rank_failed();
   if (x.rank >= 0) {
     if (x.klass != "ok" && !x.by_harness && first_failure_ns_ < 0) {
@@ -120,7 +123,7 @@ void Run::on_exit(const ExitInfo& x) {
       if (!reported.count(r)) {
         hist_->harness("rank_exit",
                        {{"pid", 0},
-                        {"class", x.klass == "ok" ? "error" : x.klass},
+                        {"class", x.klass == "ok" && s_.kind != "command" ? "error" : x.klass},
                         {"code", x.code},
                         {"signaled", x.signaled},
                         {"by_harness", x.by_harness},
@@ -172,6 +175,10 @@ void Run::all_ranks_ended() {
 }
 
 pid_t Run::rank_pid(int rank) {
+  if (s_.kind == "command") {  // the process that said hello is the job's (not a torchrun agent)
+    std::lock_guard lock(step_mu_);
+    if (auto it = hello_pid_.find(rank); it != hello_pid_.end() && it->second > 0) return it->second;
+  }
   if (const pid_t pid = launcher_->rank_pid(rank); pid != 0) return pid;
   std::lock_guard lock(step_mu_);
   auto it = hello_pid_.find(rank);
@@ -199,6 +206,7 @@ void Run::check_progress() {
 }
 
 void Run::tick() {
+  poll_command();
   check_progress();
   fail_fast(hist_->now_ns());
   // A hang expectation ends the run once the hang is established (no need to wait for timeouts).
@@ -392,6 +400,7 @@ RunResult Run::go() {
   if (sup_) sup_->teardown(std::chrono::milliseconds(2000));
   if (faults_) faults_->heal(true);
   if (ctl_) ctl_->shutdown();
+  if (probe_) probe_->poll(*hist_);  // what the probe wrote until the end
   if (ctl_) merge_local_files();
   if (const uint64_t n = hist_->rejected(); n > 0) {
     hist_->harness("events_rejected", {{"count", n}, {"first", hist_->rejected_reasons()}});

@@ -81,6 +81,10 @@ int64_t model_context(const std::string& model, int64_t seq_len_override);
 // not fit in it, fail at workload.infer.prompt_len / new_tokens (file:line:col).
 void check_infer_context(const std::string& file, const YAML::Node& doc, const Scenario& s);
 
+// command_checks.cpp: workload.command only with kind command, and then a program, known
+// placeholders, the local launcher, no in-process plans; sets s.launcher to command.
+void check_command_workload(const std::string& file, const YAML::Node& doc, Scenario& s);
+
 // Deep merge: maps merge key by key, everything else is replaced by `over`.
 YAML::Node merge(const YAML::Node& base, const YAML::Node& over);
 // Loads and validates a file and the files it `extends:` (cycles are errors).

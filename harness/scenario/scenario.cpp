@@ -262,6 +262,10 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   ErrorCollector::check(
       [&] { loader::check_infer_context(path, static_cast<const YAML::Node&>(doc), s); });
   for (const auto& a : w["args"]) s.extra_args.push_back(a.as<std::string>());
+  for (const auto& a : w["command"]) s.command.push_back(a.as<std::string>());
+  s.launch = w["launch"].as<std::string>();
+  s.probe = w["probe"].as<bool>();
+  s.report_timeout_s = w["report_timeout_s"].as<double>();
   for (const auto& d : r["detectors"]) s.detectors.push_back(d.as<std::string>());
   s.recovery = r["recovery"].as<std::string>();
   for (const auto& p : w["plugins"]) s.plugins.push_back(p.as<std::string>());
@@ -325,6 +329,8 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
       });
     }
   }
+
+  loader::check_command_workload(path, static_cast<const YAML::Node&>(doc), s);
 
   auto e = r["expect"];
   s.expect.symptom = e["symptom"].as<std::string>();

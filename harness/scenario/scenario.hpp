@@ -109,6 +109,11 @@ struct Scenario {
   int64_t eval_samples = 0;
   bool eval_drop_last = false;
   std::vector<std::string> extra_args;
+  // kind: command (harness/run/command_launch.cpp)
+  std::vector<std::string> command;
+  std::string launch = "per_rank";  // per_rank or once
+  bool probe = true;
+  double report_timeout_s = 120;
   std::vector<std::string> plugins;
   bool jit = false;                // build the plugins from source at start
   bool auto_resume = false;        // ranks resume from the run's checkpoints when there are any
@@ -147,5 +152,12 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts = {});
 
 // Scenario files (*.yaml) under `dir`, recursively, sorted.
 std::vector<std::string> scenario_files_under(const std::string& dir);
+
+// workload.command's placeholders ({rank}, {master_port}, ...), and one argument with them
+// replaced by `values`; "{{" is a literal brace. An unknown name: "" and *error says which.
+const std::vector<std::string>& command_placeholders();
+std::string expand_command_arg(const std::string& arg,
+                               const std::map<std::string, std::string>& values,
+                               std::string* error);
 
 }  // namespace fl::harness

@@ -79,8 +79,8 @@ const std::vector<KeySpec>& scenario_schema() {
         {"workload.kind",
          K::kEnum,
          "train",
-         "train (fl-train) or infer (fl-infer)",
-         {"train", "infer"}},
+         "train (fl-train), infer (fl-infer) or command (any program: workload.command)",
+         {"train", "infer", "command"}},
         {"workload.model", K::kEnum, "tiny", "Model size", {"tiny", "small"}},
         {"workload.fidelity",
          K::kEnum,
@@ -264,6 +264,23 @@ const std::vector<KeySpec>& scenario_schema() {
          "Artifacts every rank downloads at start from the run's HTTP hub into its node's cache "
          "(tokenizer.json: the data pipeline's vocabulary)"},
         {"workload.args", K::kList, "[]", "Extra worker arguments, appended as given (strings)"},
+        {"workload.command", K::kList, "[]",
+         "kind: command: the program and its arguments (strings; {rank}, {ranks}, {local_rank}, "
+         "{local_ranks}, {node_rank}, {nodes}, {master_addr}, {master_port}, {run_id}, "
+         "{run_dir}, {rank_dir}, {source_dir} are replaced; no shell)"},
+        {"workload.launch",
+         K::kEnum,
+         "per_rank",
+         "kind: command: per_rank (the harness starts the command once per rank) or once (one "
+         "launcher command, e.g. torchrun --nproc-per-node, starts every rank)",
+         {"per_rank", "once"}},
+        {"workload.probe", K::kBool, "true",
+         "kind: command: the job reports through the probe (FAULTLINE_PROBE_FILE); a rank that "
+         "sends nothing within report_timeout_s, or exits before its first event, is a harness "
+         "error"},
+        {"workload.report_timeout_s", K::kFloat, "120",
+         "kind: command with probe: seconds a rank may take to send its first event", {}, 1,
+         3600},
         {"faults", K::kList, "[]", "What to break: in-process plans and out-of-process faults"},
         {"faults[].plan", K::kString, "", "In-process fault plan (docs/injector.md grammar)"},
         {"faults[].at",

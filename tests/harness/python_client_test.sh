@@ -20,7 +20,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # pip builds in the source tree; build from a copy so the checkout stays clean.
 mkdir "$tmp/pkg"
-cp -r "$src/python/pyproject.toml" "$src/python/README.md" "$src/python/faultline_client" "$tmp/pkg/"
+cp -r "$src/python/pyproject.toml" "$src/python/README.md" "$src/python/faultline_client" \
+  "$src/python/faultline_probe" "$tmp/pkg/"
 "$py" -m venv --system-site-packages "$tmp/venv"
 "$tmp/venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation --no-index "$tmp/pkg"
 # The package is imported from the venv, not from the checkout.

@@ -87,7 +87,7 @@ TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
             "eval_every, loss_scale, min_loss_scale, loss_scale_window, hysteresis, "
             "raise_error_at_min_scale, optimizer, momentum, lr_scaling, warmup_steps, "
             "warmup_style, data, activation_checkpointing, zero, checkpoint, infer, shape, "
-            "eval_data, plugins, jit, fetch, args)");
+            "eval_data, plugins, jit, fetch, args, command, launch, probe, report_timeout_s)");
 }
 
 TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {
@@ -122,7 +122,7 @@ TEST_F(ScenarioTest, WrongTypeOutOfRangeAndBadEnum) {
   EXPECT_EQ(error_of("name: a\ntopology: {ranks: 300}\n"),
             "s.yaml:2:19: topology.ranks: 300 is out of range (allowed 1-256)");
   EXPECT_EQ(error_of("name: a\ntopology: {launcher: srun}\n"),
-            "s.yaml:2:22: topology.launcher: 'srun' is not allowed (allowed: local, mpirun)");
+            "s.yaml:2:22: topology.launcher: 'srun' is not allowed (allowed: local, mpirun, command)");
   EXPECT_EQ(error_of("name: a\nworkload: {data: {drop_last: maybe}}\n"),
             "s.yaml:2:30: workload.data.drop_last: expected true/false, got 'maybe'");
   EXPECT_EQ(error_of("name: a\nworkload: 3\n"),
@@ -196,8 +196,8 @@ TEST_F(ScenarioTest, OutOfProcessFaultKeysAreChecked) {
             "true)");
   EXPECT_EQ(error_of("name: a\ntopology: {ranks: 2, nodes: 2, launcher: mpirun}\nfaults:\n"
                      "  - network: {action: reject}\n"),
-            "s.yaml:4:14: faults[0].network: network faults need topology.launcher: local "
-            "(mpirun starts every rank in one network namespace)");
+            "s.yaml:4:14: faults[0].network: network faults need topology.launcher: local or "
+            "command (mpirun starts every rank in one network namespace)");
   auto s = load_scenario(write("ok.yaml",
                                "name: a\ntopology: {ranks: 4, nodes: 2}\nfaults:\n"
                                "  - network: {action: bandwidth, node: 1, rate: 2mbit}\n"

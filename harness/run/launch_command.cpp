@@ -1,0 +1,202 @@
+// The command launcher (workload.kind: command, issue 21): any program as the ranks. Per rank
+// (launch: per_rank, the harness starts the command once per rank, as the local launcher does a
+// worker) or once (launch: once: one launcher command, e.g. torchrun, starts every rank and is the
+// job's process, as mpirun is). The ranks get the local launcher's contract (RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR/PORT), torchrun's names for it and the
+// probe's file; out-of-process faults adjust each rank's process as they do a worker's. The
+// runner reads the probe's files and turns a command that never reports into a harness error
+// (run_command.cpp).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "harness/run/history.hpp"
+#include "harness/run/launch_args.hpp"
+#include "harness/run/launcher.hpp"
+#include "harness/run/oop_faults.hpp"
+#include "harness/run/probe_ingest.hpp"
+#include "harness/run/supervisor.hpp"
+
+namespace fl::harness {
+
+namespace {
+
+// argv[0] as exec will find it with the rank's PATH; "" when it is not an executable file.
+std::string find_program(const std::string& name, const std::string& path_env) {
+  auto ok = [](const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) return ok(name) ? name : "";
+  const std::string p = path_env.empty() ? "/usr/bin:/bin" : path_env;
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find(':', start);
+    if (end == std::string::npos) end = p.size();
+    const std::string cand = (end > start ? p.substr(start, end - start) : ".") + "/" + name;
+    if (ok(cand)) return cand;
+    start = end + 1;
+  }
+  return "";
+}
+
+class CommandLauncher : public Launcher {
+ public:
+  LauncherKind kind() const override { return LauncherKind::kCommand; }
+
+  void start(LaunchHost& h, const std::vector<std::string>&) override {
+    rank_pids_.clear();
+    launcher_pid_ = 0;
+    const auto inherited = base_env();
+    if (h.s.launch == "once") {
+      // One launcher process with the job's world, master address and port but no RANK: a
+      // launcher such as torchrun sets RANK for each rank it starts, and the probe finds the
+      // rank's file from FAULTLINE_PROBE_DIR and RANK.
+      auto env = h.rank_env(0);
+      for (const char* k : {"RANK", "LOCAL_RANK", "NODE_RANK", "FAULTLINE_EVENTS_FILE",
+                            "FAULTLINE_FIRED_LOG", "FAULTLINE_FLIGHT_RECORDER_DIR"}) {
+        env.erase(k);
+      }
+      add_command_env(h, env);
+      ProcessSpec p;
+      p.name = "launcher";
+      p.argv = argv(h, 0, env);
+      p.cwd = h.dir;
+      if (find_program(p.argv[0], env["PATH"]).empty()) {
+        raise<Error>(
+            "ranks 0-{} (workload.launch: once): workload.command '{}' is not an executable "
+            "file (PATH {}); command: {}",
+            h.s.ranks - 1, p.argv[0], env["PATH"], shown(p.argv));
+      }
+      h.faults.adjust_helper(p, env);
+      for (auto& [k, v] : env) {
+        if (!inherited.count(k)) check_env_key(0, k);
+        p.env.push_back(k + "=" + v);
+      }
+      launcher_pid_ = h.sup.spawn(p);
+      for (int r = 0; r < h.s.ranks; ++r) {
+        h.started(r);
+        h.hist.harness("launch",
+                       {{"pid", launcher_pid_}, {"launcher", "command-once"}, {"argv", p.argv}}, r);
+      }
+      ++starts_;
+      return;
+    }
+    for (int r = 0; r < h.s.ranks; ++r) {
+      auto env = h.rank_env(r);
+      add_command_env(h, env);
+      env["GROUP_RANK"] = env["NODE_RANK"];
+      env["ROLE_RANK"] = env["RANK"];
+      env["ROLE_WORLD_SIZE"] = env["WORLD_SIZE"];
+      env["FAULTLINE_PROBE_FILE"] = probe_file(h.dir, r);
+      ProcessSpec p;
+      p.name = fmt::format("rank {}", r);
+      p.rank = r;
+      p.argv = argv(h, r, env);
+      p.cwd = fmt::format("{}/ranks/rank{}", h.dir, r);
+      h.faults.adjust_rank(r, p, env);
+      if (find_program(p.argv[0], env["PATH"]).empty()) {
+        raise<Error>(
+            "rank {}: workload.command '{}' is not an executable file (PATH {}); command: {}", r,
+            p.argv[0], env["PATH"], shown(p.argv));
+      }
+      for (auto& [k, v] : env) {
+        if (!inherited.count(k)) check_env_key(r, k);
+        p.env.push_back(k + "=" + v);
+      }
+      const pid_t pid = h.sup.spawn(p);
+      rank_pids_[r] = pid;
+      h.started(r);
+      h.hist.harness("launch", {{"pid", pid}, {"launcher", "command"}, {"argv", p.argv}}, r);
+    }
+    ++starts_;
+  }
+
+  pid_t rank_pid(int rank) const override {
+    auto it = rank_pids_.find(rank);
+    return it == rank_pids_.end() ? 0 : it->second;
+  }
+  std::string job_process_name() const override { return launcher_pid_ ? "launcher" : ""; }
+  bool is_job_process(pid_t pid) const override { return launcher_pid_ && pid == launcher_pid_; }
+  void job_process_ended() override { launcher_pid_ = 0; }
+
+  void stop(Supervisor& sup) override {
+    for (auto& [r, pid] : rank_pids_) {
+      sup.mark_by_harness(pid);
+      sup.signal(pid, SIGKILL);
+    }
+    if (launcher_pid_) {
+      sup.mark_by_harness(launcher_pid_);
+      sup.signal(launcher_pid_, SIGKILL);
+    }
+  }
+
+ private:
+  // What every process of a command workload gets beyond a worker's environment.
+  void add_command_env(const LaunchHost& h, std::map<std::string, std::string>& env) const {
+    env["TORCHELASTIC_RUN_ID"] = env["FAULTLINE_RUN_ID"];
+    env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(starts_);
+    env["TORCHELASTIC_MAX_RESTARTS"] = "0";
+    env["FAULTLINE_PROBE_DIR"] = h.dir + "/ranks";
+    env["FAULTLINE_PROBE_LIB"] = FAULTLINE_PROBE_LIB;
+    // The probe's Python module (python/faultline_probe) without an install.
+    const std::string py = std::string(FAULTLINE_SOURCE_DIR) + "/python";
+    auto it = env.find("PYTHONPATH");
+    env["PYTHONPATH"] = it == env.end() || it->second.empty() ? py : py + ":" + it->second;
+  }
+
+  static std::vector<std::string> argv(const LaunchHost& h, int rank,
+                                       std::map<std::string, std::string>& env) {
+    const int per_node = h.s.ranks / h.s.nodes;
+    const std::map<std::string, std::string> values = {
+        {"rank", std::to_string(rank)},
+        {"ranks", std::to_string(h.s.ranks)},
+        {"local_rank", std::to_string(rank % per_node)},
+        {"local_ranks", std::to_string(per_node)},
+        {"node_rank", std::to_string(rank / per_node)},
+        {"nodes", std::to_string(h.s.nodes)},
+        {"master_addr", env["MASTER_ADDR"]},
+        {"master_port", env["MASTER_PORT"]},
+        {"run_id", env["FAULTLINE_RUN_ID"]},
+        {"run_dir", h.dir},
+        {"rank_dir", fmt::format("{}/ranks/rank{}", h.dir, rank)},
+        {"source_dir", FAULTLINE_SOURCE_DIR}};
+    std::vector<std::string> out;
+    for (const auto& a : h.s.command) {
+      std::string why;
+      out.push_back(expand_command_arg(a, values, &why));
+      if (!why.empty()) raise<Error>("workload.command: {}", why);
+    }
+    if (out.empty()) raise<Error>("workload.command is empty");
+    return out;
+  }
+
+  static std::string shown(const std::vector<std::string>& argv) {
+    std::string s;
+    for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+    return s.size() > 300 ? s.substr(0, 300) + "..." : s;
+  }
+
+  std::map<int, pid_t> rank_pids_;
+  pid_t launcher_pid_ = 0;
+  int starts_ = 0;  // incarnations started: TORCHELASTIC_RESTART_COUNT
+};
+
+}  // namespace
+
+const LauncherInfo& command_launcher() {
+  static const LauncherInfo info{
+      LauncherKind::kCommand,
+      "command",
+      "workload.kind: command's (set by it: each rank's command, or one launcher command)",
+      /*rank_processes=*/true,
+      /*aborts_on_rank_failure=*/false,
+      [] { return std::make_unique<CommandLauncher>(); }};
+  return info;
+}
+
+}  // namespace fl::harness

@@ -1,0 +1,135 @@
+// workload.kind: command (issue 21): what the loader checks of the command a scenario runs, and
+// the placeholders the harness replaces in its arguments (one argv, never a shell).
+#include <fmt/format.h>
+
+#include "harness/faults/fault.hpp"
+#include "harness/scenario/loader.hpp"
+
+namespace fl::harness {
+
+const std::vector<std::string>& command_placeholders() {
+  static const std::vector<std::string> names = {
+      "rank",        "ranks",       "local_rank", "local_ranks", "node_rank", "nodes",
+      "master_addr", "master_port", "run_id",     "run_dir",     "rank_dir",  "source_dir"};
+  return names;
+}
+
+std::string expand_command_arg(const std::string& arg,
+                               const std::map<std::string, std::string>& values,
+                               std::string* error) {
+  std::string out;
+  for (size_t i = 0; i < arg.size(); ++i) {
+    if (arg[i] != '{') {
+      out += arg[i];
+      continue;
+    }
+    if (i + 1 < arg.size() && arg[i + 1] == '{') {  // "{{" is a literal brace
+      out += '{';
+      ++i;
+      continue;
+    }
+    const size_t close = arg.find('}', i);
+    const std::string name = close == std::string::npos ? "" : arg.substr(i + 1, close - i - 1);
+    const auto it = values.find(name);
+    if (it == values.end()) {
+      std::string allowed;
+      for (const auto& n : command_placeholders())
+        allowed += (allowed.empty() ? "{" : ", {") + n + "}";
+      if (error) {
+        *error =
+            fmt::format("'{}': unknown placeholder '{}' (allowed: {}; '{{{{' for a brace)", arg,
+                        arg.substr(i, close == std::string::npos ? 1 : close - i + 1), allowed);
+      }
+      return "";
+    }
+    out += it->second;
+    i = close;
+  }
+  return out;
+}
+
+namespace loader {
+
+void check_command_workload(const std::string& file, const YAML::Node& doc, Scenario& s) {
+  const YAML::Node w = doc["workload"];
+  const YAML::Node at = w && w["command"] ? w["command"] : w ? w : doc;
+  if (s.kind != "command") {
+    if (s.launcher == "command") {
+      ErrorCollector::check([&] {
+        const YAML::Node t = doc["topology"];
+        fail_at(file, t && t["launcher"] ? t["launcher"] : doc, "topology.launcher",
+                fmt::format("launcher command runs workload.kind: command (this workload is {}; "
+                            "allowed: local, mpirun)",
+                            s.kind));
+      });
+    }
+    if (!s.command.empty()) {
+      ErrorCollector::check([&] {
+        fail_at(
+            file, at, "workload.command",
+            fmt::format("a command is for workload.kind: command (this workload is {})", s.kind));
+      });
+    }
+    return;
+  }
+  ErrorCollector::check([&] {
+    if (s.command.empty() || s.command[0].empty()) {
+      fail_at(file, at, "workload.command",
+              "workload.kind: command needs the program and its arguments, e.g. "
+              "[\"/usr/bin/python3\", \"train.py\", \"--steps\", \"10\"]");
+    }
+  });
+  std::map<std::string, std::string> dummy;
+  for (const auto& n : command_placeholders()) dummy[n] = "x";
+  for (size_t i = 0; i < s.command.size(); ++i) {
+    ErrorCollector::check([&] {
+      std::string why;
+      expand_command_arg(s.command[i], dummy, &why);
+      if (!why.empty()) {
+        fail_at(file, at.IsSequence() && i < at.size() ? at[i] : at,
+                fmt::format("workload.command[{}]", i), why);
+      }
+    });
+  }
+  ErrorCollector::check([&] {
+    if (s.launcher != "local" && s.launcher != "command") {
+      const YAML::Node t = doc["topology"];
+      fail_at(file, t && t["launcher"] ? t["launcher"] : at, "topology.launcher",
+              fmt::format("workload.kind: command starts its ranks itself (got launcher {}; "
+                          "allowed: local or command); a launcher of the job's own (torchrun, "
+                          "mpirun) goes in workload.command with workload.launch: once",
+                          s.launcher));
+    }
+  });
+  if (s.launch == "once") {
+    // One process starts every rank: faults on one rank's process have none to act on.
+    for (const auto& f : s.oop_faults) {
+      if (f->kind != "memory_limit" && f->kind != "cpu_quota" && f->kind != "restart") continue;
+      ErrorCollector::check([&] {
+        fail_at(file, doc["faults"] ? doc["faults"] : at, "faults[]." + f->kind,
+                fmt::format("{} acts on one rank's process, and workload.launch: once starts "
+                            "the ranks from one launcher process (allowed: launch: per_rank)",
+                            f->kind));
+      });
+    }
+  }
+  ErrorCollector::check([&] {
+    if (!s.plans.empty()) {
+      fail_at(file, doc["faults"] ? doc["faults"] : at, "faults[].plan",
+              "in-process fault plans need faultline's own workers (kind train or infer); a "
+              "command's job takes out-of-process faults, and the probe's collective faults "
+              "through env (FAULTLINE_PROBE_FAULTS, docs/workloads.md)");
+    }
+  });
+  ErrorCollector::check([&] {
+    if (s.launch == "once" && s.network == "namespaces") {
+      fail_at(file, w && w["launch"] ? w["launch"] : at, "workload.launch",
+              "launch: once starts every rank from one process, which cannot put ranks in "
+              "network namespaces of their own (allowed: per_rank)");
+    }
+  });
+  s.launcher = "command";  // the command launcher (harness/run/launch_command.cpp) starts them
+}
+
+}  // namespace loader
+}  // namespace fl::harness

@@ -1,0 +1,214 @@
+"""faultline probe for Python jobs: events to the harness with no gRPC inside the job.
+
+The harness gives each rank FAULTLINE_PROBE_FILE (ranks/rankN/probe.jsonl of the run), or, when
+one launcher process starts every rank (torchrun), FAULTLINE_PROBE_DIR and the rank's RANK. Each
+event is one JSON line appended with one write(2) on an O_APPEND descriptor -- the format of the C
+library (workloads/probe/probe.h) -- which the harness reads as the file grows and puts into the
+run's history as an event of that rank (docs/harness.md lists the kinds). Outside the harness
+every call does nothing.
+
+    import faultline_probe as probe
+    probe.init()                      # hello + a heartbeat thread
+    with probe.section("setup"): ...  # NVRx's section names: setup, step, checkpoint, eval
+    probe.step(i, loss=loss.item())   # interval and time in collectives filled in
+    probe.error("comm", str(e))
+
+For torch.distributed, faultline_probe.torch wraps the collectives (events and fault points).
+"""
+
+import json
+import math
+import os
+import socket
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+__all__ = [
+    "init", "enabled", "event", "step", "heartbeat", "section", "collective", "error",
+    "add_comm_time", "close",
+]
+
+_lock = threading.Lock()
+_fd = None  # None: not opened yet; -1: probe off
+_seq = 0
+_last_step_end = None
+_comm_s = 0.0  # seconds inside collectives since the last step event
+_beat = None
+_beat_stop = threading.Event()
+
+
+def _path():
+    p = os.environ.get("FAULTLINE_PROBE_FILE")
+    if p:
+        return p
+    d, r = os.environ.get("FAULTLINE_PROBE_DIR"), os.environ.get("RANK")
+    if d and r is not None and r.isdigit():
+        return os.path.join(d, "rank" + r, "probe.jsonl")
+    return None
+
+
+def _open():
+    global _fd
+    if _fd is None:
+        p = _path()
+        try:
+            _fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600) if p else -1
+        except OSError:
+            _fd = -1
+    return _fd
+
+
+def enabled():
+    """True when the job runs under the harness (a probe file to write)."""
+    with _lock:
+        return _open() >= 0
+
+
+def _finite(x):
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
+
+
+def event(kind, data=None, step=-1):
+    """Appends one event of `kind` (a word of a-z, 0-9, _) with `data` (a dict)."""
+    global _seq
+    with _lock:
+        fd = _open()
+        if fd < 0:
+            return False
+        line = json.dumps({"seq": _seq, "time_unix_ns": time.time_ns(), "kind": kind,
+                           "step": int(step), "data": data or {}},
+                          separators=(",", ":"), allow_nan=False) + "\n"
+        _seq += 1
+        try:
+            os.write(fd, line.encode("utf-8", "replace"))
+        except OSError:
+            return False
+        return True
+
+
+def init(backend="gloo", heartbeat_ms=None):
+    """Says hello (pid, world size, local rank, host) and starts a heartbeat thread."""
+    global _last_step_end, _beat
+    _last_step_end = time.monotonic()
+    ok = event("hello", {
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+        "pid": os.getpid(), "host": socket.gethostname(), "backend": backend,
+        "run_id": os.environ.get("FAULTLINE_RUN_ID", ""), "via": "probe",
+    })
+    if ok and _beat is None:
+        ms = heartbeat_ms or int(os.environ.get("FAULTLINE_HEARTBEAT_MS", "1000") or 1000)
+        _beat = threading.Thread(target=_heartbeats, args=(ms / 1000.0,), daemon=True,
+                                 name="faultline-probe-heartbeat")
+        _beat.start()
+    if ok:
+        _install_excepthook()
+    return ok
+
+
+def _heartbeats(interval_s):
+    while not _beat_stop.wait(interval_s):
+        heartbeat()
+
+
+def heartbeat():
+    return event("heartbeat")
+
+
+def add_comm_time(seconds):
+    """Counts `seconds` spent in a collective towards the next step's comm_s."""
+    global _comm_s
+    with _lock:
+        _comm_s += seconds
+
+
+def step(n, loss=None, step_time_s=None, **extra):
+    """Step `n` (0-based) ended: interval since the previous one, time in collectives."""
+    global _last_step_end, _comm_s
+    now = time.monotonic()
+    with _lock:
+        interval = now - _last_step_end if _last_step_end is not None else 0.0
+        _last_step_end = now
+        comm, _comm_s = _comm_s, 0.0
+    data = {"loss": _finite(None if loss is None else float(loss)),
+            "step_time_s": float(step_time_s if step_time_s is not None else interval),
+            "interval_s": float(interval), "comm_s": float(comm)}
+    data.update(extra)
+    return event("step", data, step=n)
+
+
+@contextmanager
+def section(name):
+    """A section of the job (NVRx's names: setup, step, checkpoint, eval)."""
+    event("section", {"name": name, "state": "begin"})
+    try:
+        yield
+    finally:
+        event("section", {"name": name, "state": "end"})
+        if name == "setup":  # the first step's interval starts when setup ends
+            global _last_step_end
+            _last_step_end = time.monotonic()
+
+
+def collective(op, state, group="world", seq=0, count=0, dtype="", **extra):
+    data = {"op": op, "state": state, "group": group, "seq": int(seq), "count": int(count)}
+    if dtype:
+        data["dtype"] = dtype
+    data.update(extra)
+    return event("collective", data)
+
+
+def error(klass, message, exit_code=None):
+    data = {"class": klass, "message": str(message)[:4000]}
+    if exit_code is not None:
+        data["exit_code"] = int(exit_code)
+    return event("error", data)
+
+
+def classify(exc):
+    """The harness's error class for an exception a job raised."""
+    text = "%s: %s" % (type(exc).__name__, exc)
+    low = text.lower()
+    if isinstance(exc, MemoryError) or "out of memory" in low:
+        return "oom"
+    if ("address already in use" in low or "diststoreerror" in low or "store based barrier" in low
+            or "rendezvous" in low):
+        return "rendezvous"
+    if "timed out" in low or "timeout" in low:
+        return "comm timeout"  # the class faultline's workers give a collective's timeout
+    if "connection closed" in low or "connection reset" in low or "gloo" in low or "nccl" in low:
+        return "comm"
+    return "error"
+
+
+_hooked = False
+
+
+def _install_excepthook():
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
+    previous = sys.excepthook
+
+    def hook(tp, value, tb):
+        try:
+            error(classify(value), "%s: %s" % (tp.__name__, value), 1)
+        finally:
+            previous(tp, value, tb)
+
+    sys.excepthook = hook
+
+
+def close():
+    global _fd, _beat
+    _beat_stop.set()
+    if _beat is not None:
+        _beat.join(timeout=2)
+        _beat = None
+    with _lock:
+        if _fd is not None and _fd >= 0:
+            os.close(_fd)
+        _fd = None

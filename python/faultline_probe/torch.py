@@ -1,0 +1,210 @@
+"""torch.distributed under the faultline probe: collective events and collective fault points.
+
+    import faultline_probe as probe, faultline_probe.torch as fpt
+    probe.init()
+    fpt.wrap()                                        # dist.all_reduce & co. report and obey faults
+    ddp.register_comm_hook(None, fpt.allreduce_hook)  # DDP's gradient buckets too
+
+Every wrapped call emits `collective` events (started, then completed / timed-out / failed; with
+op, group, seq, count, dtype) and adds its time to the next step's comm_s. A call that raises is
+reported with the error's class before the exception goes on.
+
+Fault points come from FAULTLINE_PROBE_FAULTS (a scenario's env or rank_env), items separated by
+';':  OP[rank=R,seq=N,group=G]=ACTION  with OP a collective (all_reduce, broadcast, all_gather,
+reduce_scatter, barrier, ...; `any` for every one), every condition optional (seq counts the
+rank's calls of that op in that group from 0), and ACTION one of
+  hang        the rank never returns from the call (its peers wait in theirs)
+  drop        the rank skips the call and goes on (its peers wait for it)
+  delay(S)    the rank sleeps S seconds before the call
+e.g.  all_reduce[rank=1,seq=5,group=ddp]=hang.  A malformed item stops the job at wrap() with a
+message naming it.
+"""
+
+import os
+import re
+import time
+
+import torch
+import torch.distributed as dist
+
+import faultline_probe as probe
+
+_OPS = ["all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "gather", "scatter",
+        "all_to_all", "barrier", "send", "recv", "all_gather_object", "broadcast_object_list"]
+_ITEM = re.compile(r"^([a-z_]+)(?:\[([^\]]*)\])?=(hang|drop|delay\(([0-9.]+)\))$")
+_faults = []
+_seq = {}
+_originals = {}
+
+
+def parse_faults(text):
+    out = []
+    for item in [x.strip() for x in (text or "").split(";") if x.strip()]:
+        m = _ITEM.match(item)
+        if not m or (m.group(1) not in _OPS and m.group(1) != "any"):
+            raise ValueError(
+                "FAULTLINE_PROBE_FAULTS: '%s' is not OP[rank=R,seq=N,group=G]=hang|drop|delay(S) "
+                "(OP: any, %s)" % (item, ", ".join(_OPS)))
+        cond = {}
+        for kv in [x.strip() for x in (m.group(2) or "").split(",") if x.strip()]:
+            k, _, v = kv.partition("=")
+            if k not in ("rank", "seq", "group") or not v or (k != "group" and not v.isdigit()):
+                raise ValueError("FAULTLINE_PROBE_FAULTS: '%s': condition '%s' (allowed: rank=N, "
+                                 "seq=N, group=NAME)" % (item, kv))
+            cond[k] = v if k == "group" else int(v)
+        action = m.group(3) if not m.group(4) else "delay"
+        out.append({"op": m.group(1), "cond": cond, "action": action,
+                    "delay": float(m.group(4) or 0), "text": item})
+    return out
+
+
+def _rank():
+    try:
+        return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+    except Exception:  # noqa: BLE001 - a job that never joined
+        return int(os.environ.get("RANK", "0"))
+
+
+def _fault_for(op, group, seq):
+    for f in _faults:
+        c = f["cond"]
+        if f["op"] not in (op, "any"):
+            continue
+        if "rank" in c and c["rank"] != _rank():
+            continue
+        if "seq" in c and c["seq"] != seq:
+            continue
+        if "group" in c and c["group"] != group:
+            continue
+        return f
+    return None
+
+
+def _size(args):
+    t = args[0] if args else None
+    if isinstance(t, torch.Tensor):
+        return t.numel(), str(t.dtype).replace("torch.", "")
+    if isinstance(t, (list, tuple)) and t and isinstance(t[0], torch.Tensor):
+        return sum(x.numel() for x in t), str(t[0].dtype).replace("torch.", "")
+    return 0, ""
+
+
+class _Done:
+    """What a dropped async collective returns: already complete."""
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        fut.set_result(None)
+        return fut
+
+
+def _begin(op, group_name, count, dtype):
+    """Counts the call, acts on a fault point, reports it started. Returns (seq, dropped)."""
+    key = (op, group_name)
+    seq = _seq.get(key, 0)
+    _seq[key] = seq + 1
+    fault = _fault_for(op, group_name, seq)
+    if fault is not None:
+        probe.event("fault_fired", {"site": "torch." + op, "seq": seq, "action": fault["action"],
+                                    "plan": fault["text"]})
+        if fault["action"] == "delay":
+            time.sleep(fault["delay"])
+        elif fault["action"] == "drop":
+            return seq, True
+    probe.collective(op, "started", group_name, seq, count, dtype)
+    if fault is not None and fault["action"] == "hang":
+        while True:  # the process lives on, its peers wait for it
+            time.sleep(3600)
+    return seq, False
+
+
+def _failed(op, group_name, seq, count, dtype, t0, e):
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    state = "timed-out" if "timed out" in text.lower() or "timeout" in text.lower() else "failed"
+    probe.collective(op, state, group_name, seq, count, dtype,
+                     in_flight_ms=int((time.monotonic() - t0) * 1000), error=text[:500])
+    probe.error(probe.classify(e), "%s: %s" % (type(e).__name__, text))
+
+
+def run(op, group_name, fn, args, kwargs, count=None, dtype=None):
+    """Runs one collective `fn(*args, **kwargs)` under the probe: events, faults, timing."""
+    if count is None:
+        count, dtype = _size(args)
+    seq, dropped = _begin(op, group_name, count, dtype)
+    if dropped:
+        return _Done() if kwargs.get("async_op") else None
+    t0 = time.monotonic()
+    try:
+        out = fn(*args, **kwargs)
+        if kwargs.get("async_op") and out is not None:
+            out.wait()
+    except Exception as e:  # noqa: BLE001 - reported, then raised again
+        _failed(op, group_name, seq, count, dtype, t0, e)
+        raise
+    finally:
+        probe.add_comm_time(time.monotonic() - t0)
+    probe.collective(op, "completed", group_name, seq, count, dtype)
+    return out
+
+
+def _wrapper(op, fn):
+    def wrapped(*args, **kwargs):
+        g = kwargs.get("group")
+        name = "world" if g is None or g is dist.group.WORLD else "group%d" % id(g)
+        return run(op, name, fn, args, kwargs)
+
+    wrapped.__wrapped__ = fn
+    wrapped.__name__ = fn.__name__
+    return wrapped
+
+
+def wrap():
+    """Replaces torch.distributed's collectives by reporting ones (idempotent)."""
+    global _faults
+    _faults = parse_faults(os.environ.get("FAULTLINE_PROBE_FAULTS", ""))
+    for op in _OPS:
+        fn = getattr(dist, op, None)
+        if fn is None or op in _originals:
+            continue
+        _originals[op] = fn
+        setattr(dist, op, _wrapper(op, fn))
+    return _faults
+
+
+def allreduce_hook(state, bucket):
+    """A DDP communication hook: the gradient bucket's all-reduce (averaged, as DDP's default
+    hook does) under the probe, in group `ddp`, asynchronous like DDP's own (the backward goes on
+    while it runs). Register with ddp.register_comm_hook(None, allreduce_hook)."""
+    tensor = bucket.buffer()
+    world = dist.get_world_size()
+    count, dtype = tensor.numel(), str(tensor.dtype).replace("torch.", "")
+    seq, dropped = _begin("all_reduce", "ddp", count, dtype)
+    if dropped:
+        fut = torch.futures.Future()
+        fut.set_result(tensor.div_(world))
+        return fut
+    t0 = time.monotonic()
+    fn = _originals.get("all_reduce", dist.all_reduce)
+    try:
+        work = fn(tensor, async_op=True)
+    except Exception as e:  # noqa: BLE001 - reported, then raised again
+        _failed("all_reduce", "ddp", seq, count, dtype, t0, e)
+        raise
+
+    def done(f):
+        try:
+            out = f.value()[0]
+        except Exception as e:  # noqa: BLE001 - reported; DDP raises it in the backward
+            _failed("all_reduce", "ddp", seq, count, dtype, t0, e)
+            raise
+        probe.add_comm_time(time.monotonic() - t0)
+        probe.collective("all_reduce", "completed", "ddp", seq, count, dtype)
+        return out.div_(world)
+
+    return work.get_future().then(done)
