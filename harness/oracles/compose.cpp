@@ -20,6 +20,12 @@ Judged judge_items(const Expect& x, const RunSummary& run) {
   Judged j;
   for (size_t i = 0; i < x.of.size(); ++i) {
     Verdict v = judge_expectation(x.of[i], run);
+    // A pass says when in its own words; the combined verdict says it once.
+    if (const auto at = v.explanation.rfind(" (at "); v.outcome == "pass" &&
+                                                        at != std::string::npos &&
+                                                        v.explanation.back() == ')') {
+      v.explanation.resize(at);
+    }
     j.text.push_back(fmt::format("[{}] {}{}: {}: {}", i, x.of[i].oracle,
                                  x.of[i].absent ? " absent" : "", v.outcome, v.explanation));
     j.v.push_back(std::move(v));
