@@ -18,7 +18,7 @@ constexpr double kFloor = 50e-6;  // below 50 us is timer noise, not a reference
 struct Measured {
   double value = 0;
   size_t steps = 0;
-  int64_t first = -1;   // first step measured
+  int64_t first = -1;    // first step measured
   int64_t t_first = -1;  // when it was reported
   std::string unit;
 };
@@ -98,8 +98,8 @@ class Baseline : public Oracle {
     }
     if (ref.outcome != "pass") {
       return unknown(fmt::format("the reference run did not complete ({}: {}; see {})",
-                                 ref.outcome.empty() ? "no verdict" : ref.outcome,
-                                 ref.explanation, ref.run_dir));
+                                 ref.outcome.empty() ? "no verdict" : ref.outcome, ref.explanation,
+                                 ref.run_dir));
     }
     const char* what = x.measure == "throughput"    ? "time per step"
                        : x.measure == "collectives" ? "time in collectives per step"
@@ -120,13 +120,12 @@ class Baseline : public Oracle {
       const double floor = x.measure == "memory" ? 1.0 : kFloor;
       ratio = std::max(floor, run->value) / std::max(floor, base->value);
     }
-    const std::string from =
-        x.measure == "loss" ? fmt::format(" at step {}", run->first)
-        : x.measure == "memory" ? std::string()
-                                : fmt::format(" from step {}", run->first);
+    const std::string from = x.measure == "loss"     ? fmt::format(" at step {}", run->first)
+                             : x.measure == "memory" ? std::string()
+                                                     : fmt::format(" from step {}", run->first);
     const std::string text =
-        fmt::format("{} {}{} vs {} in the reference run ({:.1f}x; threshold {}x)", what,
-                    show(*run), from, show(*base), ratio, x.factor);
+        fmt::format("{} {}{} vs {} in the reference run ({:.1f}x; threshold {}x)", what, show(*run),
+                    from, show(*base), ratio, x.factor);
     Finding out;
     if (ratio >= x.factor) {
       std::vector<int> ranks;

@@ -21,9 +21,8 @@ Judged judge_items(const Expect& x, const RunSummary& run) {
   for (size_t i = 0; i < x.of.size(); ++i) {
     Verdict v = judge_expectation(x.of[i], run);
     // A pass says when in its own words; the combined verdict says it once.
-    if (const auto at = v.explanation.rfind(" (at "); v.outcome == "pass" &&
-                                                        at != std::string::npos &&
-                                                        v.explanation.back() == ')') {
+    if (const auto at = v.explanation.rfind(" (at ");
+        v.outcome == "pass" && at != std::string::npos && v.explanation.back() == ')') {
       v.explanation.resize(at);
     }
     j.text.push_back(fmt::format("[{}] {}{}: {}: {}", i, x.of[i].oracle,
@@ -56,9 +55,9 @@ class Any : public Oracle {
     int best = -1;
     for (size_t i = 0; i < j.v.size(); ++i) {
       if (j.v[i].outcome != "pass") continue;
-      if (best < 0 || (j.v[i].manifested_s >= 0 &&
-                       (j.v[best].manifested_s < 0 ||
-                        j.v[i].manifested_s < j.v[best].manifested_s))) {
+      if (best < 0 ||
+          (j.v[i].manifested_s >= 0 &&
+           (j.v[best].manifested_s < 0 || j.v[i].manifested_s < j.v[best].manifested_s))) {
         best = static_cast<int>(i);
       }
     }
@@ -69,8 +68,8 @@ class Any : public Oracle {
     const bool undecided = std::any_of(j.v.begin(), j.v.end(),
                                        [](const Verdict& v) { return v.outcome == "unknown"; });
     if (undecided) {
-      return unknown(fmt::format("none passed and some cannot be decided: {}",
-                                 fmt::join(j.text, "; ")));
+      return unknown(
+          fmt::format("none passed and some cannot be decided: {}", fmt::join(j.text, "; ")));
     }
     return {std::nullopt, fmt::format("none of {} passed: {}", j.v.size(), fmt::join(j.text, "; ")),
             std::nullopt};
@@ -102,14 +101,13 @@ class All : public Oracle {
               std::nullopt};
     }
     if (!undecided.empty()) {
-      return unknown(
-          fmt::format("{} of {} cannot be decided: {}", undecided.size(), j.v.size(),
-                      fmt::join(j.text, "; ")));
+      return unknown(fmt::format("{} of {} cannot be decided: {}", undecided.size(), j.v.size(),
+                                 fmt::join(j.text, "; ")));
     }
     // All passed: the symptom is complete when the last of them showed.
     std::sort(ranks.begin(), ranks.end());
-    Hit h = hit_of(run, j.v[last], fmt::format("all {} passed: {}", j.v.size(),
-                                                fmt::join(j.text, "; ")));
+    Hit h = hit_of(run, j.v[last],
+                   fmt::format("all {} passed: {}", j.v.size(), fmt::join(j.text, "; ")));
     h.ranks = ranks;
     return {h, "", std::nullopt};
   }

@@ -32,7 +32,9 @@ class SkippedSteps : public Oracle {
         if (run++ == 0) first = s->step;
         longest = std::max(longest, run);
         if (run == x.skipped && (!best || s->t < best->t)) {
-          best = Hit{s->t, first, {rank},
+          best = Hit{s->t,
+                     first,
+                     {rank},
                      fmt::format("rank {} skipped its update on {} steps in a row (steps {}-{}; "
                                  "threshold {})",
                                  rank, run, first, s->step, x.skipped)};

@@ -120,8 +120,9 @@ void Run::finish_baseline() {
   const std::string rdir = dir_ + "/baseline";
   nlohmann::json d = {{"run_dir", rdir}, {"outcome", "unknown"}};
   if (!baseline_exited_) {
-    d["explanation"] = interrupted ? "this run was interrupted"
-                                   : fmt::format("it did not end within {:.0f} s", baseline_wait_s_);
+    d["explanation"] = interrupted
+                           ? "this run was interrupted"
+                           : fmt::format("it did not end within {:.0f} s", baseline_wait_s_);
     sup_->mark_by_harness(baseline_pid_);
     hist_->harness("baseline", d);
     return;
@@ -143,10 +144,10 @@ void Run::finish_baseline() {
       if (s.is_discarded() || !s.is_object()) continue;
       try {  // a field of another type leaves the step out
         const double st = s.value("step_time_s", 0.0);
-        rows.push_back({e.rank, e.step, s.value("interval_s", st), s.value("comm_s", 0.0),
-                        s.contains("loss") ? s["loss"] : nlohmann::json(),
-                        std::max(s.value("mem_current", int64_t{-1}),
-                                 s.value("mem_peak", int64_t{-1}))});
+        rows.push_back(
+            {e.rank, e.step, s.value("interval_s", st), s.value("comm_s", 0.0),
+             s.contains("loss") ? s["loss"] : nlohmann::json(),
+             std::max(s.value("mem_current", int64_t{-1}), s.value("mem_peak", int64_t{-1}))});
         ranks = std::max(ranks, e.rank + 1);
       } catch (const nlohmann::json::exception&) {
       }

@@ -45,8 +45,8 @@ PlanReport plan_report(const std::vector<std::string>& plans,
     }
     std::vector<std::string> where;
     for (auto& [site, ranks] : ranks_by_site) {
-      where.push_back(
-          fmt::format("{} on {}", site, ranks_phrase(std::vector<int>(ranks.begin(), ranks.end()))));
+      where.push_back(fmt::format("{} on {}", site,
+                                  ranks_phrase(std::vector<int>(ranks.begin(), ranks.end()))));
     }
     out.lines.push_back(fmt::format("plan '{}': fired {} time{} ({})", text, fired,
                                     fired == 1 ? "" : "s", fmt::join(where, "; ")));
@@ -63,8 +63,8 @@ std::optional<std::string> reported_layout(const std::vector<HistoryEvent>& hist
     auto num = [&](const char* k) {
       return d.contains(k) && d[k].is_number_integer() ? d[k].get<int64_t>() : int64_t{-1};
     };
-    by_rank[e.rank] = fmt::format("dp {} x tp {} x pp {}, zero {}", num("dp"), num("tp"),
-                                  num("pp"), std::max<int64_t>(0, num("zero")));
+    by_rank[e.rank] = fmt::format("dp {} x tp {} x pp {}, zero {}", num("dp"), num("tp"), num("pp"),
+                                  std::max<int64_t>(0, num("zero")));
   }
   if (by_rank.empty()) return std::nullopt;
   std::map<std::string, std::vector<int>> ranks_by_layout;

@@ -136,7 +136,8 @@ void parse_side_runs(const std::string& file, const YAML::Node& doc, Scenario& s
   // The reference run: this scenario without its faults, tools and expectation (it must
   // complete), with the baseline overrides applied.
   YAML::Node base = YAML::Clone(doc);
-  for (const char* k : {"baseline", "fix", "faults", "expect", "rank_env", "detectors", "recovery"}) {
+  for (const char* k :
+       {"baseline", "fix", "faults", "expect", "rank_env", "detectors", "recovery"}) {
     base.remove(k);
   }
   YAML::Node ref = doc["baseline"] ? merge(base, YAML::Clone(doc["baseline"])) : base;

@@ -192,10 +192,7 @@ void validate_fault(const std::string& file, const YAML::Node& fault, const std:
 std::string strip_override_section(const std::string& sp) {
   std::string out = sp;
   for (const char* sec : {"fix.", "prepare.", "baseline."}) {
-    if (out.rfind(sec, 0) == 0) {
-      out = out.substr(std::strlen(sec));
-      break;
-    }
+    if (out.rfind(sec, 0) == 0) out = out.substr(std::strlen(sec));
   }
   static const std::string item = "expect.of[]";
   while (out.rfind(item, 0) == 0) out = "expect" + out.substr(item.size());

@@ -99,8 +99,7 @@ TEST(SkippedSteps, ConsecutiveSkipsOnARankShowTheSymptom) {
   EXPECT_EQ(v.outcome, "pass") << v.explanation;
   EXPECT_EQ(v.step, 6);  // where the run of skips began
   EXPECT_EQ(v.ranks, (std::vector<int>{0, 1}));
-  EXPECT_NE(v.explanation.find("8 steps in a row (steps 6-13"), std::string::npos)
-      << v.explanation;
+  EXPECT_NE(v.explanation.find("8 steps in a row (steps 6-13"), std::string::npos) << v.explanation;
 }
 
 TEST(SkippedSteps, AFewSkipsWhileTheScaleSettlesAreNoSymptom) {
@@ -218,11 +217,13 @@ TEST(Compose, AnyPassesWhenOnePassesAllWhenEveryOnePasses) {
 
 TEST(SummaryLines, APlanThatNeverFiredIsArmedNotInjected) {
   Hist h(2);
-  h.event("rank", 1, "fault_fired", R"({"site":"comm.allreduce","seq":1,"hit":1,"action":"delay"})");
-  h.event("rank", 1, "fault_fired", R"({"site":"comm.allreduce","seq":2,"hit":2,"action":"delay"})");
+  h.event("rank", 1, "fault_fired",
+          R"({"site":"comm.allreduce","seq":1,"hit":1,"action":"delay"})");
+  h.event("rank", 1, "fault_fired",
+          R"({"site":"comm.allreduce","seq":2,"hit":2,"action":"delay"})");
   const auto history = h.finish();
-  const auto r = plan_report({"comm.allreduce[rank=1]=delay(5)", "ckpt.save[step=99]=error"},
-                             history);
+  const auto r =
+      plan_report({"comm.allreduce[rank=1]=delay(5)", "ckpt.save[step=99]=error"}, history);
   ASSERT_EQ(r.lines.size(), 2u);
   EXPECT_EQ(r.lines[0],
             "plan 'comm.allreduce[rank=1]=delay(5)': fired 2 times (comm.allreduce on rank 1)");
@@ -282,8 +283,8 @@ TEST_F(SideKeys, ExpectOfItemsAreExpectMaps) {
   ASSERT_EQ(s.expect.of.size(), 2u);
   EXPECT_EQ(s.expect.of[1].oracle, "skipped_steps");
   EXPECT_EQ(s.expect.of[1].skipped, 6);
-  EXPECT_EQ(s.expect.of[0].skipped, 3);         // the schema's default
-  EXPECT_EQ(s.expect.of[0].symptom, "4.4");     // inherited
+  EXPECT_EQ(s.expect.of[0].skipped, 3);      // the schema's default
+  EXPECT_EQ(s.expect.of[0].symptom, "4.4");  // inherited
   EXPECT_EQ(error_of("name: a\nexpect:\n  oracle: all\n  of:\n    - {oracle: hang, skiped: 2}\n"),
             "s.yaml:5:22: expect.of[0].skiped: unknown key (did you mean 'skipped'?) (allowed "
             "here: symptom, oracle, absent, within_s, ranks, exit_class, exit_code, pattern, op, "
@@ -331,11 +332,11 @@ TEST_F(SideKeys, AfterPrepareRunsOnlyTheProjectsToolsInsideTheRun) {
 }
 
 TEST_F(SideKeys, TheReferenceRunIsTheScenarioWithoutFaultsAndWithItsOverrides) {
-  const auto s = load_scenario(
-      write("name: a\ntopology: {ranks: 4, dp: 2, tp: 2}\n"
-            "faults: [{plan: \"comm.all_reduce=delay(50)\"}]\n"
-            "expect: {oracle: baseline, factor: 1.5}\n"
-            "baseline: {topology: {dp: 4, tp: 1}}\n"));
+  const auto s =
+      load_scenario(write("name: a\ntopology: {ranks: 4, dp: 2, tp: 2}\n"
+                          "faults: [{plan: \"comm.all_reduce=delay(50)\"}]\n"
+                          "expect: {oracle: baseline, factor: 1.5}\n"
+                          "baseline: {topology: {dp: 4, tp: 1}}\n"));
   ASSERT_FALSE(s.baseline_yaml.empty());
   const auto ref = YAML::Load(s.baseline_yaml);
   EXPECT_EQ(ref["name"].as<std::string>(), "a-baseline");

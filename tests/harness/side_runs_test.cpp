@@ -41,7 +41,8 @@ class SideRuns : public ::testing::Test {
   static std::vector<nlohmann::json> events(const std::string& run_dir, const std::string& kind) {
     std::vector<nlohmann::json> out;
     for (const auto& e : read_history(run_dir + "/history.jsonl")) {
-      if (e.source == "harness" && e.kind == kind) out.push_back(nlohmann::json::parse(e.data_json));
+      if (e.source == "harness" && e.kind == kind)
+        out.push_back(nlohmann::json::parse(e.data_json));
     }
     return out;
   }
@@ -112,7 +113,7 @@ timeouts: {run_s: 120}
   const auto v = nlohmann::json::parse(vin);
   ASSERT_EQ(v["warnings"].size(), 1u);
   EXPECT_NE(v["warnings"][0].get<std::string>().find("'checkpoint.write=error' was armed but "
-                                                      "never fired"),
+                                                     "never fired"),
             std::string::npos);
 }
 
