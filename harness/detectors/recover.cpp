@@ -1,7 +1,7 @@
 // fl-recover: the built-in recovery policies, acting on a run through Control.
 //   restart      a rank failed or progress stopped: restart every rank from the last checkpoint
-//   shrink       a rank failed: restart without it, in a smaller data-parallel world (the harness
-//                reshards the checkpoint)
+//   shrink       a rank failed: restart without it, in a smaller data-parallel world (--dp N, any
+//                size below the current one; default half), the harness resharding the checkpoint
 //   microbatch   out of memory: restart with half the micro-batch and twice the accumulation
 //                (same global batch)
 //   skip-batch   a non-finite loss at step S: restart and skip the batches of step S
@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   std::string policy = "restart";
   int max_restarts = 3;
   double hang_s = 8;
+  int shrink_dp = 0;
   app.add_option("--policy", policy, "Recovery policy")
       ->check(CLI::IsMember({"restart", "shrink", "microbatch", "skip-batch", "reset-scale"}))
       ->capture_default_str();
@@ -61,6 +62,11 @@ int main(int argc, char** argv) {
   app.add_option("--hang-s", hang_s,
                  "restart: no progress this long (after the first step of a launch or restart, and "
                  "5 median step intervals) while ranks live is a hang")
+      ->capture_default_str();
+  app.add_option("--dp", shrink_dp,
+                 "shrink: the data-parallel size to restart at (any size from 1 to the current "
+                 "one - 1; 0: half the current one)")
+      ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   return tool_main(app, argc, argv, "recover", [&](Tool& tool) {
     int restarts = 0, acted_in = -1;
@@ -105,7 +111,8 @@ int main(int argc, char** argv) {
         act(fmt::format("rank {} ended ({})", e.rank, e.data.value("class", "")), {}, 0);
       } else if (policy == "shrink" && failed) {
         const int dp = last_int_arg(launch_argv, "--dp", 1);
-        if (dp > 1) act(fmt::format("rank {} ended", e.rank), {}, dp / 2);
+        const int to = shrink_dp > 0 ? shrink_dp : dp / 2;
+        if (dp > 1 && to >= 1 && to < dp) act(fmt::format("rank {} ended", e.rank), {}, to);
       } else if (policy == "microbatch" && err == "out of memory") {
         const int mb = last_int_arg(launch_argv, "--micro-batch", 1);
         const int ga = last_int_arg(launch_argv, "--grad-accum", 1);

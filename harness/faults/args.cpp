@@ -1,4 +1,6 @@
 // args: a rank's (or every rank's) launch command differs: extra arguments come last and win.
+#include <fmt/format.h>
+
 #include "harness/faults/fault.hpp"
 #include "harness/run/supervisor.hpp"
 
@@ -11,6 +13,13 @@ class ArgsFault : public FaultOf<ArgsFault> {
  public:
   std::vector<std::string> args;
   nlohmann::json params() const override { return {{"args", args}}; }
+  void setup(Host& h) override {
+    std::string shown;
+    for (const auto& a : args) shown += (shown.empty() ? "" : " ") + a;
+    h.record("args", {{"args", args}}, rank,
+             fmt::format("launch command of {} changed: {} appended (a later option wins)",
+                         rank < 0 ? "every rank" : "rank " + std::to_string(rank), shown));
+  }
   void adjust_rank(const Host&, int r, Launch& l) const override {
     if (rank >= 0 && rank != r) return;
     l.spec.argv.insert(l.spec.argv.end(), args.begin(), args.end());

@@ -14,9 +14,15 @@ class EnvFault : public FaultOf<EnvFault> {
   std::vector<std::string> unset;
   nlohmann::json params() const override { return {{"set", set}, {"unset", unset}}; }
   void setup(Host& h) override {
+    std::vector<std::string> what;
+    for (auto& [k, v] : set) what.push_back(k + "=" + v);
+    for (auto& k : unset) what.push_back("unset " + k);
+    std::string shown;
+    for (const auto& w : what) shown += (shown.empty() ? "" : ", ") + w;
     h.record("env", {{"set", set}, {"unset", unset}}, rank,
-             fmt::format("launch environment of {} changed",
-                         rank < 0 ? "every rank" : "rank " + std::to_string(rank)));
+             fmt::format("launch environment of {} changed: {}",
+                         rank < 0 ? "every rank" : "rank " + std::to_string(rank),
+                         shown.empty() ? "nothing" : shown));
   }
   void adjust_rank(const Host&, int r, Launch& l) const override {
     if (rank >= 0 && rank != r) return;

@@ -62,6 +62,8 @@ struct RunSummary {
     double interval;      // since the rank's previous step ended (older histories: step_time)
     double comm;          // the part of it spent inside collectives (older histories: 0)
     int64_t mem_current;  // bytes the rank's allocator held at the step's end (-1: not reported)
+    bool skipped = false;  // the update was skipped (the fp16 loss scaler saw an overflow)
+    int64_t mem_peak = -1;  // the rank's peak memory in use so far (-1: not reported)
     double compute() const { return std::max(0.0, interval - comm); }
   };
   std::vector<Step> steps;
@@ -90,6 +92,15 @@ struct RunSummary {
     std::string group, digest;
   };
   std::vector<Out> outputs;
+
+  // The baseline oracle's reference run (a `baseline` harness event): how it ended and its steps.
+  struct Reference {
+    bool present = false;
+    std::string outcome, explanation, run_dir;
+    int ranks = 0;
+    std::vector<Step> steps;
+  };
+  Reference reference;
 
   bool ended() const { return t_end >= 0; }
   int64_t end_ns() const { return ended() ? t_end : (t_last >= 0 ? t_last : t_start); }

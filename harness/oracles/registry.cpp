@@ -19,7 +19,11 @@
   X(checkpoint_error)        \
   X(output_mismatch)         \
   X(throughput_degradation)  \
-  X(memory_growth)
+  X(memory_growth)           \
+  X(skipped_steps)           \
+  X(baseline)                \
+  X(any)                     \
+  X(all)
 
 namespace fl::harness {
 

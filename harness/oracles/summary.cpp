@@ -7,6 +7,33 @@ namespace fl::harness {
 
 namespace {
 
+// The reference run of the baseline oracle, as the harness recorded it: its outcome and one row
+// per rank and step [rank, step, interval_s, comm_s, loss or null, mem_current]. Rows of another
+// shape are left out.
+void add_reference(RunSummary& f, const nlohmann::json& d) {
+  auto& r = f.reference;
+  r = {};
+  r.present = true;
+  r.outcome = d.value("outcome", "");
+  r.explanation = d.value("explanation", "");
+  r.run_dir = d.value("run_dir", "");
+  r.ranks = d.value("ranks", 0);
+  if (!d.contains("steps") || !d["steps"].is_array()) return;
+  for (const auto& row : d["steps"]) {
+    if (!row.is_array() || row.size() != 6 || !row[0].is_number_integer() ||
+        !row[1].is_number_integer() || !row[2].is_number() || !row[3].is_number() ||
+        !row[5].is_number_integer()) {
+      continue;
+    }
+    std::optional<double> loss;
+    if (row[4].is_number() && std::isfinite(row[4].get<double>())) loss = row[4].get<double>();
+    const double interval = row[2].get<double>();
+    r.steps.push_back({row[0].get<int>(), 0, row[1].get<int64_t>(), loss, interval, interval,
+                       row[3].get<double>(), row[5].get<int64_t>(), false,
+                       row[5].get<int64_t>()});
+  }
+}
+
 void add_checked(RunSummary& f, const HistoryEvent& e, const nlohmann::json& d) {
   if (e.source == "harness") {
     if (e.kind == "run_start") f.world = d.value("ranks", 0);
@@ -33,6 +60,7 @@ void add_checked(RunSummary& f, const HistoryEvent& e, const nlohmann::json& d) 
       f.exit_t[e.rank] = e.t_ns;
     }
     if (e.kind == "output") f.lines.push_back({e.rank, e.t_ns, d.value("line", "")});
+    if (e.kind == "baseline") add_reference(f, d);
     return;
   }
   if (e.source != "rank") return;
@@ -44,7 +72,10 @@ void add_checked(RunSummary& f, const HistoryEvent& e, const nlohmann::json& d) 
     }
     const double st = d.value("step_time_s", 0.0);
     f.steps.push_back({e.rank, e.t_ns, e.step, loss, st, d.value("interval_s", st),
-                       d.value("comm_s", 0.0), d.value("mem_current", int64_t{-1})});
+                       d.value("comm_s", 0.0), d.value("mem_current", int64_t{-1}),
+                       d.contains("skipped") && d["skipped"].is_boolean() &&
+                           d["skipped"].get<bool>(),
+                       d.value("mem_peak", int64_t{-1})});
   } else if (e.kind == "error") {
     f.errors.push_back({e.rank, e.t_ns, e.step, d.value("class", ""), d.value("message", "")});
   } else if (e.kind == "collective" && d.value("state", "") == "timed-out") {

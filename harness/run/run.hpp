@@ -47,6 +47,14 @@ class Run {
   LaunchHost launch_host();  // what the launcher may use (after the supervisor and faults exist)
   void run_preparation();
   void start_artifact_hub();
+  // run_side.cpp: the after_prepare command and the baseline oracle's reference run.
+  void run_after_prepare();
+  void start_baseline();
+  void on_baseline_exit(const ExitInfo& x);
+  void finish_baseline();
+  pid_t baseline_pid_ = 0;
+  bool baseline_exited_ = false;
+  double baseline_wait_s_ = 0;
   std::unique_ptr<ArtifactServer> artifacts_;
   std::string artifact_url_;
   std::map<std::string, std::string> rank_env(int rank);

@@ -183,11 +183,7 @@ bool Run::reshard_for_restart(int dp, std::string& from, std::string& error) {
     error = fmt::format("restart_job with dp needs the {} launcher", rank_process_launchers());
     return false;
   }
-  if (s_.dp % dp != 0 && dp % s_.dp != 0) {
-    error =
-        fmt::format("cannot reshard dp {} to dp {} (allowed: a divisor or multiple)", s_.dp, dp);
-    return false;
-  }
+  // Any size: fl-ckpt reshard pads each partition as the trainer's ZeRO does (ceil(total / dp)).
   const std::string out = fmt::format("{}/checkpoints-dp{}-r{}", dir_, dp, restart_.restarts() + 1);
   // Run to completion here (a few hundred ms): the restart must not start before it ends.
   try {

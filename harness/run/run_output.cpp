@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "harness/run/run.hpp"
+#include "harness/run/summary_lines.hpp"
 
 namespace fl::harness::detail {
 
@@ -108,14 +109,23 @@ void Run::print_summary(const RunResult& r, const std::vector<HistoryEvent>& his
   } else {
     print_header(false);  // the files line ends the summary
   }
+  // What the ranks ran (their layout events), which a fault may have made differ from the plan.
+  if (const auto ran = reported_layout(history)) {
+    const std::string planned = fmt::format("{} ranks = dp {} x tp {} x pp {}, zero {}", s_.ranks,
+                                            s_.dp, s_.tp, s_.pp, s_.zero);
+    std::printf("  %-10s %s (as the ranks reported%s)\n", "ran", ran->c_str(),
+                *ran == planned ? "" : fmt::format("; the scenario says {}", planned).c_str());
+  }
   std::printf("  %-10s %s\n", "steps", steps_line(history).c_str());
-  std::vector<std::string> lines = s_.plans;
+  const PlanReport plans = plan_report(s_.plans, history);
+  std::vector<std::string> lines = plans.lines;
   lines.insert(lines.end(), injected_.begin(), injected_.end());
   if (faults_) lines.insert(lines.end(), faults_->injected().begin(), faults_->injected().end());
   if (lines.empty()) lines.push_back("nothing");
   for (size_t i = 0; i < lines.size(); ++i) {
     std::printf("  %-10s %s\n", i == 0 ? "injected" : "", lines[i].c_str());
   }
+  for (const auto& w : plans.warnings) std::printf("  %-10s %s\n", "warning", w.c_str());
   std::printf("  observed   %s\n", r.verdict.explanation.c_str());
   std::vector<std::string> concluded = detector_conclusions(history);
   std::vector<std::string> silent;

@@ -111,7 +111,8 @@ void Run::run_preparation() {
     raise<Error>("the preparation run did not complete ({}: {}); see {}", r.verdict.outcome,
                  r.harness_error.empty() ? r.verdict.explanation : r.harness_error, r.run_dir);
   }
-  if (fs::exists(r.run_dir + "/checkpoints")) {
+  run_after_prepare();  // e.g. fl-ckpt reshard from prepare/checkpoints into checkpoints
+  if (fs::exists(r.run_dir + "/checkpoints") && !fs::exists(dir_ + "/checkpoints")) {
     fs::copy(r.run_dir + "/checkpoints", dir_ + "/checkpoints", fs::copy_options::recursive);
   }
 }

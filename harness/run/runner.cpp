@@ -1,6 +1,7 @@
 #include "harness/run/runner.hpp"
 
 #include "harness/run/run.hpp"
+#include "harness/run/summary_lines.hpp"
 #include "kernels/device.hpp"
 
 #include <netinet/in.h>
@@ -94,6 +95,7 @@ void Run::on_exit(const ExitInfo& x) {
                       {"signaled", x.signaled},
                       {"by_harness", x.by_harness}};
   if (x.signaled) d["signal"] = signal_name(x.code);
+  if (baseline_pid_ != 0 && x.pid == baseline_pid_) return on_baseline_exit(x);
   if (auto it = tool_pids_.find(x.pid); it != tool_pids_.end()) {
     d["tool"] = it->second;
     hist_->harness("tool_exit", d);
@@ -366,6 +368,7 @@ RunResult Run::go() {
                const std::string& line) { on_line(rank, name, stream, line); },
         [this](const ExitInfo& x) { on_exit(x); });
     start_tools();
+    start_baseline();
     master_port_ = free_port();
     faults_ = std::make_unique<OutOfProcessFaults>(s_, dir_, *hist_, *sup_);
     faults_->prepare(master_port_);
@@ -395,6 +398,7 @@ RunResult Run::go() {
   if (timeout_) timeout_->cancel();
   if (ticker_) ticker_->cancel();
   if (recovery_timer_) recovery_timer_->cancel();
+  if (sup_) finish_baseline();
   if (sup_) drain_tools();
   if (faults_) faults_->heal(false);
   if (sup_) sup_->teardown(std::chrono::milliseconds(2000));
@@ -423,6 +427,7 @@ RunResult Run::go() {
   v["fix"] = o_.fix;
   if (!res.harness_error.empty()) v["harness_error"] = res.harness_error;
   v["rejected_events"] = hist_->rejected();
+  v["warnings"] = plan_report(s_.plans, history).warnings;  // plans armed that never fired
   write_atomic(dir_ + "/verdict.json",
                v.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   res.exit_code = !res.harness_error.empty() ? 2 : outcome_exit_code(res.verdict.outcome);

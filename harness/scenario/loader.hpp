@@ -94,4 +94,11 @@ YAML::Node defaults();
 // Applies "key.path=value" (--set) to `doc`, validating the key and the value.
 void apply_override(YAML::Node& doc, const std::string& text, const std::string& file);
 
+// expect.cpp: an expectation (recursively for any / all), and the runs beside the run: the
+// after_prepare command and the baseline oracle's reference scenario (Scenario::baseline_yaml).
+Expect parse_expect(const std::string& file, const YAML::Node& resolved, const YAML::Node& doc_node,
+                    const std::string& path);
+void parse_side_runs(const std::string& file, const YAML::Node& doc, Scenario& s);
+const std::vector<std::string>& after_prepare_tools();
+
 }  // namespace fl::harness::loader

@@ -332,26 +332,9 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
 
   loader::check_command_workload(path, static_cast<const YAML::Node&>(doc), s);
 
-  auto e = r["expect"];
-  s.expect.symptom = e["symptom"].as<std::string>();
+  s.expect = loader::parse_expect(path, r["expect"], doc["expect"], "expect");
   check_symptom(s.expect.symptom, "expect.symptom", doc["expect"]["symptom"]);
-  s.expect.oracle = e["oracle"].as<std::string>();
-  s.expect.within_s = e["within_s"].as<double>();
-  s.expect.absent = e["absent"].as<bool>();
-  s.expect.ranks = e["ranks"].as<std::vector<int>>();
-  s.expect.exit_class = e["exit_class"].as<std::string>();
-  s.expect.exit_code = e["exit_code"].as<int>();
-  s.expect.pattern = e["pattern"].as<std::string>();
-  s.expect.op = e["op"].as<std::string>();
-  s.expect.hang_s = e["hang_s"].as<double>();
-  s.expect.factor = e["factor"].as<double>();
-  s.expect.after_step = e["after_step"].as<int64_t>();
-  s.expect.slowed = e["slowed"].as<std::string>();
-  ErrorCollector::check([&] {
-    if (s.expect.oracle == "error_signature" && s.expect.pattern.empty()) {
-      fail_at(path, doc["expect"], "expect.pattern", "the error_signature oracle needs a pattern");
-    }
-  });
+  loader::parse_side_runs(path, doc, s);
 
   s.run_timeout_s = r["timeouts"]["run_s"].as<double>();
   s.comm_timeout_ms = r["timeouts"]["comm_ms"].as<int64_t>();
@@ -385,7 +368,10 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     // The preparation run: this scenario without its faults and expectation, with the prepare
     // overrides applied; it must complete.
     YAML::Node base = YAML::Clone(doc);
-    for (const char* k : {"prepare", "fix", "faults", "expect", "rank_env"}) base.remove(k);
+    for (const char* k : {"prepare", "fix", "faults", "expect", "rank_env", "after_prepare",
+                          "baseline"}) {
+      base.remove(k);
+    }
     YAML::Node p = merge(base, YAML::Clone(doc["prepare"]));
     p["name"] = s.name + "-prepare";
     YAML::Node completed(YAML::NodeType::Map);

@@ -74,6 +74,12 @@ struct Expect {
   // "collectives" (time in collectives against compute) or "any".
   std::string slowed = "any";
   bool absent = false;  // the oracle must NOT observe its symptom, and the run must complete
+  // skipped_steps: consecutive steps of one rank whose update was skipped.
+  int64_t skipped = 3;
+  // baseline: what is compared with the reference run (throughput, collectives, loss, memory).
+  std::string measure = "throughput";
+  // any / all: the expectations combined (each judged on its own, absent included).
+  std::vector<Expect> of;
 };
 
 struct Scenario {
@@ -136,6 +142,12 @@ struct Scenario {
   // The preparation run's scenario (YAML), run to completion in the run directory before this
   // one starts; its checkpoints become this run's. Empty: none.
   std::string prepare_yaml;
+  // A command run between the preparation run and this one (argv; a project tool, paths inside
+  // the run directory), e.g. fl-ckpt reshard. Empty: none.
+  std::vector<std::string> after_prepare;
+  // The reference run's scenario (YAML) for the baseline oracle: this one without its faults,
+  // with the `baseline:` overrides; run beside this one, in RUN_DIR/baseline. Empty: none.
+  std::string baseline_yaml;
 
   YAML::Node resolved;  // every key, defaults filled in (written to the run directory)
 };

@@ -357,10 +357,37 @@ const std::vector<KeySpec>& scenario_schema() {
          "latency-bound collectives up to 8x, so give such a scenario a factor far above that) or "
          "any",
          {"rank", "collectives", "any"}},
+        {"expect.skipped",
+         K::kInt,
+         "3",
+         "skipped_steps: updates skipped on this many steps in a row on one rank (a healthy fp16 "
+         "run skips a few while its loss scale comes down)",
+         {},
+         1,
+         1e9},
+        {"expect.measure",
+         K::kEnum,
+         "throughput",
+         "baseline: what is compared with the reference run: throughput (time per step), "
+         "collectives (time in collectives per step), loss (final loss) or memory (peak memory "
+         "in use); the symptom shows when the run's is `factor` x the reference's",
+         {"throughput", "collectives", "loss", "memory"}},
+        {"expect.of", K::kList, "[]",
+         "any / all: the expectations combined, each a map of expect keys (oracle and its "
+         "parameters; absent inverts one); any passes when one passes, all when every one does"},
         {"prepare", K::kSection, "",
          "Overrides (any keys above) of a preparation run without faults that runs to completion "
          "first, in this run's directory; its checkpoints become this run's (e.g. a training run "
          "whose checkpoint the faulty run loads)"},
+        {"after_prepare", K::kList, "[]",
+         "A command run after the preparation run and before this one, in the run directory, "
+         "as an argument list (no shell): a project tool (fl-ckpt) and paths inside the run "
+         "directory, e.g. [fl-ckpt, reshard, --in, prepare/checkpoints, --out, checkpoints, --dp, "
+         "'2']; when it leaves no checkpoints/ the preparation's are copied as without it"},
+        {"baseline", K::kSection, "",
+         "Overrides (any keys above) of the reference run the baseline oracle compares with: this "
+         "scenario without its faults, run to completion beside it in RUN_DIR/baseline (e.g. "
+         "another topology)"},
         {"fix", K::kSection, "",
          "Overrides (any keys above) that must clear the symptom; "
          "`faultline run --fix` applies them"},

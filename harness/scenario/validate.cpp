@@ -187,12 +187,16 @@ void validate_key(const std::string& file, const YAML::const_iterator& it, const
                   const std::string& parent);
 void validate_fault(const std::string& file, const YAML::Node& fault, const std::string& item);
 
-// fix.workload.lr and prepare.workload.lr are checked as workload.lr.
+// fix.workload.lr, prepare.workload.lr and baseline.workload.lr are checked as workload.lr; an
+// item of expect.of (any / all) as expect itself: expect.of[].oracle as expect.oracle.
 std::string strip_override_section(const std::string& sp) {
-  for (const char* sec : {"fix.", "prepare."}) {
-    if (sp.rfind(sec, 0) == 0) return sp.substr(std::strlen(sec));
+  std::string out = sp;
+  for (const char* sec : {"fix.", "prepare.", "baseline."}) {
+    if (out.rfind(sec, 0) == 0) out = out.substr(std::strlen(sec));
   }
-  return sp;
+  static const std::string item = "expect.of[]";
+  while (out.rfind(item, 0) == 0) out = "expect" + out.substr(item.size());
+  return out;
 }
 
 void validate_map(const std::string& file, const YAML::Node& node, const std::string& path) {
@@ -212,13 +216,13 @@ void validate_key(const std::string& file, const YAML::const_iterator& it, const
   const std::string key = it->first.Scalar();
   const std::string child = path.empty() ? key : path + "." + key;
   const std::string sp = parent.empty() ? key : parent + "." + key;
-  if (parent == "fix" || parent == "prepare") {
+  if (parent == "fix" || parent == "prepare" || parent == "baseline") {
     // Overrides: checked against the top-level keys.
     if (key == "fix" || key == "name" || key == "extends" ||
-        (key == "prepare" && parent == "prepare")) {
-      fail_at(
-          file, it->first, child,
-          parent == "fix" ? "cannot be overridden by a fix" : "cannot be overridden by prepare");
+        ((key == "prepare" || key == "baseline") && parent != "fix")) {
+      fail_at(file, it->first, child,
+              parent == "fix" ? "cannot be overridden by a fix"
+                              : fmt::format("cannot be overridden by {}", parent));
     }
     validate(file, it->second, child);
     return;
@@ -260,7 +264,9 @@ void validate(const std::string& file, const YAML::Node& node, const std::string
     fail_at(file, node, path, fmt::format("expected {}, got nothing", key_type_name(*k)));
   switch (k->type) {
     case K::kSection:
-      if (sp == "fix" || sp == "prepare") return validate_map(file, node, sp);
+      if (sp == "fix" || sp == "prepare" || sp == "baseline") {
+        return validate_map(file, node, sp);
+      }
       return validate_map(file, node, path);
     case K::kStringMap:
       if (!node.IsMap()) fail_at(file, node, path, "expected a map of strings");
@@ -285,6 +291,8 @@ void validate(const std::string& file, const YAML::Node& node, const std::string
         const std::string item = fmt::format("{}[{}]", path, i);
         if (sp == "faults") {
           ErrorCollector::check([&] { validate_fault(file, node[i], item); });
+        } else if (sp == "expect.of") {
+          ErrorCollector::check([&] { validate_map(file, node[i], item); });
         } else if (!node[i].IsScalar()) {
           fail_at(file, node[i], item, "expected a string");
         } else if (sp == "workload.plugins") {
@@ -393,7 +401,8 @@ YAML::Node defaults() {
   YAML::Node d(YAML::NodeType::Map);
   for (const auto& k : scenario_schema()) {
     if (k.default_value.empty() || k.type == K::kSection || k.path.find('[') != std::string::npos ||
-        k.path.rfind("fix", 0) == 0 || k.path.rfind("prepare", 0) == 0) {
+        k.path.rfind("fix", 0) == 0 || k.path.rfind("prepare", 0) == 0 ||
+        k.path.rfind("baseline", 0) == 0) {
       continue;
     }
     std::vector<std::string> parts;

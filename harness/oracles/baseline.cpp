@@ -1,0 +1,153 @@
+// baseline: the run against a fault-free reference run of the same scenario (or of another
+// topology), run beside it in the same invocation (harness/run/run_baseline.cpp): time per step,
+// time in collectives, final loss or memory, as a ratio to the reference's. The reference runs
+// in the same window, on the same host, so load on the host slows both alike.
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "base/stats.hpp"
+#include "harness/oracles/oracle.hpp"
+
+namespace fl::harness::oracles {
+namespace {
+
+constexpr double kFloor = 50e-6;  // below 50 us is timer noise, not a reference
+
+struct Measured {
+  double value = 0;
+  size_t steps = 0;
+  int64_t first = -1;    // first step measured
+  int64_t t_first = -1;  // when it was reported
+  std::string unit;
+};
+
+// One number per run. Time per step and time in collectives: per step the lower median over the
+// ranks (the rank that waited least paid the step's own cost), then the median over the steps
+// from `after_step` on (the first step, warm-up, left out). Final loss: the mean over the ranks
+// of the last step's loss (infinite when one is not finite). Memory: the highest memory in use
+// (mem_peak, else mem_current) of any rank.
+std::optional<Measured> measure(const Expect& x, const std::vector<RunSummary::Step>& steps) {
+  std::map<int64_t, std::vector<const RunSummary::Step*>> by_step;
+  for (const auto& s : steps) by_step[s.step].push_back(&s);
+  if (by_step.empty()) return std::nullopt;
+  Measured m;
+  if (x.measure == "loss") {
+    const auto& last = by_step.rbegin()->second;
+    double sum = 0;
+    for (const auto* s : last) sum += s->loss ? *s->loss : std::numeric_limits<double>::infinity();
+    m.value = sum / static_cast<double>(last.size());
+    m.steps = 1;
+    m.first = by_step.rbegin()->first;
+    m.t_first = last.front()->t;
+    m.unit = "loss";
+    return m;
+  }
+  if (x.measure == "memory") {
+    int64_t peak = -1;
+    for (const auto& s : steps) peak = std::max({peak, s.mem_current, s.mem_peak});
+    if (peak < 0) return std::nullopt;
+    m.value = static_cast<double>(peak);
+    m.steps = by_step.size();
+    m.first = by_step.begin()->first;
+    m.t_first = by_step.begin()->second.front()->t;
+    m.unit = "bytes";
+    return m;
+  }
+  const int64_t start = x.after_step >= 0 ? x.after_step : by_step.begin()->first + 1;
+  std::vector<double> per_step;
+  for (auto& [st, v] : by_step) {
+    if (st < start) continue;
+    std::vector<double> t;
+    for (const auto* s : v) t.push_back(x.measure == "collectives" ? s->comm : s->interval);
+    per_step.push_back(stats::lower_median(t));
+    if (m.first < 0) {
+      m.first = st;
+      m.t_first = v.front()->t;
+      for (const auto* s : v) m.t_first = std::min(m.t_first, s->t);
+    }
+  }
+  if (per_step.size() < 2) return std::nullopt;
+  m.value = stats::upper_median(per_step);
+  m.steps = per_step.size();
+  m.unit = "s";
+  return m;
+}
+
+std::string show(const Measured& m) {
+  if (m.unit == "s") return fmt::format("{:.1f} ms", m.value * 1e3);
+  if (m.unit == "bytes") return fmt::format("{:.1f} MiB", m.value / 1048576.0);
+  return fmt::format("{:.4g}", m.value);
+}
+
+Finding unknown(std::string why) {
+  Verdict v;
+  v.outcome = "unknown";
+  v.explanation = std::move(why);
+  return {std::nullopt, "", v};
+}
+
+class Baseline : public Oracle {
+ public:
+  std::string name() const override { return "baseline"; }
+  Finding check(const Expect& x, const RunSummary& f) const override {
+    const auto& ref = f.reference;
+    if (!ref.present) {
+      return unknown("no reference run in the history (the baseline oracle needs one)");
+    }
+    if (ref.outcome != "pass") {
+      return unknown(fmt::format("the reference run did not complete ({}: {}; see {})",
+                                 ref.outcome.empty() ? "no verdict" : ref.outcome, ref.explanation,
+                                 ref.run_dir));
+    }
+    const char* what = x.measure == "throughput"    ? "time per step"
+                       : x.measure == "collectives" ? "time in collectives per step"
+                       : x.measure == "loss"        ? "final loss"
+                                                    : "peak memory in use";
+    const auto run = measure(x, f.steps);
+    const auto base = measure(x, ref.steps);
+    if (!run || !base) {
+      return unknown(fmt::format("too few steps to compare {} (run: {}, reference: {})", what,
+                                 run ? run->steps : 0, base ? base->steps : 0));
+    }
+    double ratio = 0;
+    if (x.measure == "loss") {
+      ratio = !std::isfinite(run->value)    ? std::numeric_limits<double>::infinity()
+              : !std::isfinite(base->value) ? 0.0
+                                            : run->value / std::max(1e-12, std::abs(base->value));
+    } else {
+      const double floor = x.measure == "memory" ? 1.0 : kFloor;
+      ratio = std::max(floor, run->value) / std::max(floor, base->value);
+    }
+    const std::string from = x.measure == "loss"     ? fmt::format(" at step {}", run->first)
+                             : x.measure == "memory" ? std::string()
+                                                     : fmt::format(" from step {}", run->first);
+    const std::string text =
+        fmt::format("{} {}{} vs {} in the reference run ({:.1f}x; threshold {}x)", what, show(*run),
+                    from, show(*base), ratio, x.factor);
+    Finding out;
+    if (ratio >= x.factor) {
+      std::vector<int> ranks;
+      for (const auto& s : f.steps) {
+        if (rank_ok(x, s.rank) && !std::count(ranks.begin(), ranks.end(), s.rank)) {
+          ranks.push_back(s.rank);
+        }
+      }
+      std::sort(ranks.begin(), ranks.end());
+      out.hit = Hit{run->t_first, run->first, ranks, text};
+    } else {
+      out.absent = text;
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+const Oracle& baseline_oracle() {
+  static const Baseline o;
+  return o;
+}
+
+}  // namespace fl::harness::oracles

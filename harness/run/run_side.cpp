@@ -1,0 +1,174 @@
+// Runs beside the run: the scenario's after_prepare command (between the preparation run and the
+// run: a project tool with its arguments, in the run directory, no shell) and the baseline
+// oracle's reference run (a fault-free `faultline run` of the reference scenario, started with
+// the ranks and judged with them, so both see the same load on the host).
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/error.hpp"
+#include "harness/run/launch_args.hpp"
+#include "harness/run/run.hpp"
+
+extern char** environ;
+
+namespace fl::harness::detail {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The project tool an after_prepare command names (scenario validation allows no other).
+std::string tool_path(const std::string& name) {
+  if (name == "fl-ckpt") return FAULTLINE_CKPT_BIN;
+  raise<Error>("after_prepare: '{}' is not a tool it may run (allowed: fl-ckpt)", name);
+}
+
+// This harness's own program, for the reference run.
+std::string harness_program() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && self.filename() == "faultline") return self.string();
+  return FAULTLINE_HARNESS_BIN;
+}
+
+}  // namespace
+
+// Runs the command with the run directory as its working directory, its output in
+// RUN_DIR/after_prepare.log; a command that fails ends the run before any rank starts.
+void Run::run_after_prepare() {
+  if (s_.after_prepare.empty()) return;
+  std::vector<std::string> argv = s_.after_prepare;
+  argv[0] = tool_path(argv[0]);
+  const std::string log = dir_ + "/after_prepare.log";
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addchdir_np(&fa, dir_.c_str());
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  const auto t0 = std::chrono::steady_clock::now();
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) raise<Error>("after_prepare: cannot start {}: {}", argv[0], std::strerror(rc));
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  hist_->harness("after_prepare",
+                 {{"argv", s_.after_prepare}, {"status", code}, {"seconds", secs}, {"log", log}});
+  if (!ok) {
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.size() > 2000) text = "..." + text.substr(text.size() - 2000);
+    raise<Error>("after_prepare [{}] failed with status {} (see {}): {}",
+                 fmt::join(s_.after_prepare, " "), code, log, text);
+  }
+}
+
+void Run::start_baseline() {
+  if (s_.baseline_yaml.empty()) return;
+  const std::string file = dir_ + "/baseline.yaml";
+  write_atomic(file, s_.baseline_yaml + "\n");
+  const Scenario ref = load_scenario(file);  // a reference that cannot load stops the run here
+  baseline_wait_s_ = 2 * ref.run_timeout_s + 30;
+  ProcessSpec p;
+  p.name = "baseline";
+  p.argv = {harness_program(), "run", file, "--results", dir_, "--run-id", "baseline", "-q"};
+  p.cwd = dir_;
+  for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
+  baseline_pid_ = sup_->spawn(p);
+  hist_->harness("baseline_start",
+                 {{"pid", baseline_pid_}, {"scenario", file}, {"run_dir", dir_ + "/baseline"}});
+  // This run's ranks start when the reference's do (its first `launch` event), so the two share
+  // the same window: a reference that ran later, after this run's ranks had left the host, saw
+  // less load (measured: 2.3 ms against 234 ms in collectives per step on a host at load 47).
+  const std::string ref_history = dir_ + "/baseline/history.jsonl";
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!baseline_exited_ && !stopping_ && std::chrono::steady_clock::now() < until) {
+    std::ifstream in(ref_history);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.find("\"kind\":\"launch\"") != std::string::npos) break;
+    io_.poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void Run::on_baseline_exit(const ExitInfo& x) {
+  baseline_exited_ = true;
+  hist_->harness("process_exit",
+                 {{"process", "baseline"}, {"pid", x.pid}, {"class", x.klass}, {"code", x.code}});
+}
+
+// Waits for the reference run (unless this run was interrupted) and records what the baseline
+// oracle compares: its outcome and one row per rank and step.
+void Run::finish_baseline() {
+  if (baseline_pid_ == 0) return;
+  const bool interrupted = stop_reason_.rfind("harness got", 0) == 0;
+  if (!baseline_exited_ && !interrupted) {
+    io_.restart();
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(baseline_wait_s_ * 1000));
+    while (!baseline_exited_ && std::chrono::steady_clock::now() < until) {
+      io_.run_for(std::chrono::milliseconds(50));
+    }
+  }
+  const std::string rdir = dir_ + "/baseline";
+  nlohmann::json d = {{"run_dir", rdir}, {"outcome", "unknown"}};
+  if (!baseline_exited_) {
+    d["explanation"] = interrupted
+                           ? "this run was interrupted"
+                           : fmt::format("it did not end within {:.0f} s", baseline_wait_s_);
+    sup_->mark_by_harness(baseline_pid_);
+    hist_->harness("baseline", d);
+    return;
+  }
+  std::ifstream vin(rdir + "/verdict.json");
+  const auto v = nlohmann::json::parse(vin, nullptr, false);
+  if (!v.is_discarded() && v.is_object()) {
+    d["outcome"] = v.value("outcome", "unknown");
+    d["explanation"] = v.value("harness_error", v.value("explanation", ""));
+  } else {
+    d["explanation"] = "it wrote no verdict (see helpers.log)";
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  int ranks = 0;
+  if (fs::exists(rdir + "/history.jsonl")) {
+    for (const auto& e : history_with_rank_files(rdir).events) {
+      if (e.source != "rank" || e.kind != "step" || rows.size() >= 20000) continue;
+      const auto s = nlohmann::json::parse(e.data_json, nullptr, false);
+      if (s.is_discarded() || !s.is_object()) continue;
+      try {  // a field of another type leaves the step out
+        const double st = s.value("step_time_s", 0.0);
+        rows.push_back(
+            {e.rank, e.step, s.value("interval_s", st), s.value("comm_s", 0.0),
+             s.contains("loss") ? s["loss"] : nlohmann::json(),
+             std::max(s.value("mem_current", int64_t{-1}), s.value("mem_peak", int64_t{-1}))});
+        ranks = std::max(ranks, e.rank + 1);
+      } catch (const nlohmann::json::exception&) {
+      }
+    }
+  }
+  d["ranks"] = ranks;
+  d["steps"] = std::move(rows);
+  hist_->harness("baseline", d);
+}
+
+}  // namespace fl::harness::detail
