@@ -29,6 +29,7 @@
 #include "harness/run/artifact_server.hpp"
 #include "harness/run/controller.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/hosts.hpp"
 #include "harness/run/launch_args.hpp"
 #include "harness/run/oop_faults.hpp"
 #include "harness/run/supervisor.hpp"
@@ -76,6 +77,8 @@ void Run::launch_all(const std::string& resume_from) {
   p.name = "mpirun";
   p.argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to",
             "none",   "--tag-output",        "--app",           dir_ + "/appfile"};
+  const auto host_opts = mpirun_host_options(s_);  // topology.hosts (harness/run/hosts.cpp)
+  p.argv.insert(p.argv.end() - 2, host_opts.begin(), host_opts.end());
   p.cwd = dir_;
   for (int r = 0; r < s_.ranks; ++r) {
     auto env = rank_env(r);
@@ -83,7 +86,8 @@ void Run::launch_all(const std::string& resume_from) {
     line_spec.argv = args;
     std::vector<std::string> unset;
     faults_->adjust_rank(r, line_spec, env, &unset);
-    std::string line = "-np 1 --wdir " + fmt::format("{}/ranks/rank{}", dir_, r);
+    std::string line = "-np 1" + appfile_host_option(s_, r) +
+                       fmt::format(" --wdir {}/ranks/rank{}", dir_, r);
     for (auto& k : unset) check_env_key(r, k);
     for (auto& [k, v] : env) {
       if (k == kControlSecretEnv) continue;  // in mpirun's own environment, never in a file
@@ -377,6 +381,7 @@ RunResult Run::go() {
       hist_->harness("interrupted", {{"signal", signal_name(sig)}});
       io_.stop();
     });
+    if (!s_.hosts.empty()) check_hosts(s_);  // every host answers, or nothing is launched
     if (!s_.prepare_yaml.empty()) run_preparation();
     if (!s_.fetch.empty()) start_artifact_hub();
     start_control_plane();

@@ -84,4 +84,8 @@ YAML::Node defaults();
 // Applies "key.path=value" (--set) to `doc`, validating the key and the value.
 void apply_override(YAML::Node& doc, const std::string& text, const std::string& file);
 
+// hosts.cpp: topology.hosts and topology.rsh_agent into `s` (nodes become the hosts).
+void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Node& topology,
+                 Scenario& s);
+
 }  // namespace fl::harness::loader
