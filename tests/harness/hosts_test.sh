@@ -2,7 +2,7 @@
 # ctest hosts.*: ranks across hosts that are network namespaces on this machine
 # (harness/hosts/netns-hosts.sh), reached by mpirun and the harness through netns-rsh.
 #   tests/harness/hosts_test.sh FAULTLINE_BIN SOURCE_DIR CASE
-# CASE: spread  4 ranks over 2 hosts finish; each host's tp pair on it (history, placement)
+# CASE: spread  4 ranks over 2 hosts finish; ranks 0-1 report host 0's name, 2-3 host 1's
 #       cut     host 1 cut off at step 3: the cross-host all-reduce times out, tp never; the
 #               run's iptables chain is gone from both hosts afterwards
 #       unreachable  a host that does not exist: exit 2 naming it, before any launch, nothing
@@ -16,9 +16,9 @@ if [[ $EUID -ne 0 ]] || ! ip netns list >/dev/null 2>&1; then
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 hosts=$src/harness/hosts
-prefix=$(tr -dc 'a-z0-9' </dev/urandom | head -c 5)
+prefix=$(printf 'h%04x' $((RANDOM)))
 tmp=$(mktemp -d /tmp/flh.XXXXXX)
-cleanup() { bash "$hosts/netns-hosts.sh" down "$prefix" || true; rm -rf "$tmp"; }
+cleanup() { [[ -n ${KEEP:-} ]] && return; bash "$hosts/netns-hosts.sh" down "$prefix" || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 mapfile -t lines < <(bash "$hosts/netns-hosts.sh" up "$prefix" 2)
 read -r h0 a0 <<<"${lines[0]}"
@@ -48,9 +48,10 @@ want = [h0, h0, h1, h1]
 for r, line in enumerate(app):
     assert f"--host {want[r]} " in line, (r, line)
     assert f"MASTER_ADDR={a0}" in line, line
-# Rank 0 serves the store on MASTER_ADDR: a rank 0 outside host 0's namespace would listen where
-# nobody connects (the others reach that address only inside h0), so the steps above say it ran
-# there; the cut case shows ranks 2-3 on the other host.
+# Each rank ran on its host: the rsh agent gives a host its name, and every rank reports the
+# host name it sees in its hello.
+seen = {e["rank"]: e["data"]["host"] for e in ev if e["source"] == "rank" and e["kind"] == "hello"}
+assert seen == dict(enumerate(want)), seen
 print("spread ok")
 PY
   ;;
