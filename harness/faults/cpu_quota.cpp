@@ -11,6 +11,7 @@
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/launcher.hpp"
 #include "harness/run/supervisor.hpp"
 #include "harness/scenario/loader.hpp"
 
@@ -118,9 +119,9 @@ class CpuQuotaKind : public FaultKind {
     if (!item["rank"] || item["rank"].as<int>() < 0) {
       loader::fail_at(c.file, item, c.at + ".rank", "a CPU quota needs a rank (0 or more)");
     }
-    if (c.s.launcher != "local") {
+    if (!launcher_has_rank_processes(c.s.launcher)) {
       loader::fail_at(c.file, item, c.at + ".cpu_quota",
-                      "a per-rank CPU quota needs topology.launcher: local");
+                      "a per-rank CPU quota needs topology.launcher: " + rank_process_launchers());
     }
     return f;
   }

@@ -10,6 +10,7 @@
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/launcher.hpp"
 #include "harness/run/supervisor.hpp"
 #include "harness/scenario/loader.hpp"
 
@@ -90,9 +91,10 @@ class MemoryLimitKind : public FaultKind {
     if (!item["rank"] || item["rank"].as<int>() < 0) {
       loader::fail_at(c.file, item, c.at + ".rank", "a memory limit needs a rank (0 or more)");
     }
-    if (c.s.launcher != "local") {
-      loader::fail_at(c.file, item, c.at + ".memory_limit",
-                      "a per-rank memory limit needs topology.launcher: local");
+    if (!launcher_has_rank_processes(c.s.launcher)) {
+      loader::fail_at(
+          c.file, item, c.at + ".memory_limit",
+          "a per-rank memory limit needs topology.launcher: " + rank_process_launchers());
     }
     return f;
   }

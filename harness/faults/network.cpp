@@ -10,6 +10,7 @@
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/launcher.hpp"
 #include "harness/scenario/loader.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
@@ -168,10 +169,11 @@ class NetworkKind : public FaultKind {
       }
       return f;
     }
-    if (c.s.launcher != "local") {
+    if (!launcher_has_rank_processes(c.s.launcher)) {
       loader::fail_at(c.file, n, c.at + ".network",
-                      "network faults need topology.launcher: local (mpirun starts every rank in "
-                      "one network namespace), or topology.hosts");
+                      fmt::format("network faults need topology.launcher: {} ({} starts every rank "
+                                  "in one network namespace), or topology.hosts",
+                                  rank_process_launchers(), c.s.launcher));
     }
     c.s.network = "namespaces";
     return f;

@@ -20,6 +20,7 @@
 #include "harness/run/artifact_server.hpp"
 #include "harness/run/controller.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/launcher.hpp"
 #include "harness/run/live.hpp"
 #include "harness/run/oop_faults.hpp"
 #include "harness/run/runner.hpp"
@@ -30,13 +31,18 @@ namespace fl::harness::detail {
 
 class Run {
  public:
-  Run(const Scenario& s, const RunOptions& o) : s_(s), o_(o) {}
+  Run(const Scenario& s, const RunOptions& o)
+      : s_(s),
+        o_(o),
+        launcher_kind_(launcher_kind(s.launcher)),
+        launcher_(launcher_info(launcher_kind_).make()) {}
 
   RunResult go();
 
  private:
   void prepare();
   void launch_all(const std::string& resume_from);
+  LaunchHost launch_host();  // what the launcher may use (after the supervisor and faults exist)
   void run_preparation();
   void start_artifact_hub();
   std::unique_ptr<ArtifactServer> artifacts_;
@@ -87,8 +93,9 @@ class Run {
   std::unique_ptr<boost::asio::signal_set> stop_signals_;
   int master_port_ = 0;
   std::unique_ptr<OutOfProcessFaults> faults_;
-  pid_t ompi_server_ = 0, mpirun_ = 0;
-  std::map<int, pid_t> rank_pids_;  // local launcher
+  LauncherKind launcher_kind_;
+  std::unique_ptr<Launcher> launcher_;  // starts the ranks (launch_local.cpp, launch_mpirun.cpp)
+  const LauncherInfo& launcher_traits() const { return launcher_info(launcher_kind_); }
   std::set<int> running_ranks_;
   std::map<int, std::ofstream> logs_;
   LiveState live_;

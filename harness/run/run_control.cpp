@@ -50,9 +50,9 @@ ControlResult Run::control_on_io(const ControlAction& a) {
       return done(false, fmt::format("rank {} is not running", a.rank));
     }
     rec["signal"] = signal_name(a.signal);
-    if (rank_pids_.count(a.rank)) sup_->mark_by_harness(pid);
-    const bool ok = rank_pids_.count(a.rank) ? sup_->signal(pid, a.signal)
-                                             : sup_->signal_descendant(pid, a.signal);
+    const bool own = launcher_->rank_pid(a.rank) != 0;  // else a descendant (under mpirun)
+    if (own) sup_->mark_by_harness(pid);
+    const bool ok = own ? sup_->signal(pid, a.signal) : sup_->signal_descendant(pid, a.signal);
     return done(ok,
                 ok ? fmt::format("sent {} to rank {} (pid {})", signal_name(a.signal), a.rank, pid)
                    : fmt::format("rank {} (pid {}) is gone", a.rank, pid));
@@ -93,34 +93,20 @@ ControlResult Run::control_on_io(const ControlAction& a) {
     if (running_ranks_.empty()) {
       boost::asio::post(io_, [this] { on_exit(ExitInfo{"restart", -2, 0, false, 0, "ok", true}); });
     }
-    for (auto& [r, pid] : rank_pids_) {
-      sup_->mark_by_harness(pid);
-      sup_->signal(pid, SIGKILL);
-    }
-    if (mpirun_ != 0) sup_->signal(mpirun_, SIGKILL);
+    launcher_->stop(*sup_);
     return done(true, from.empty() ? "restarting every rank from step 0 (no checkpoint yet)"
                                    : fmt::format("restarting every rank from {}", from));
   }
   if (a.action == "restart_rank") {
-    if (s_.launcher != "local" || a.rank < 0 || a.rank >= s_.ranks) {
-      return done(false, "restart_rank needs the local launcher and a rank 0-" +
-                             std::to_string(s_.ranks - 1));
+    if (!launcher_traits().rank_processes || a.rank < 0 || a.rank >= s_.ranks) {
+      return done(false, fmt::format("restart_rank needs the {} launcher and a rank 0-{}",
+                                     rank_process_launchers(), s_.ranks - 1));
     }
     if (running_ranks_.count(a.rank)) {
       return done(false, fmt::format("rank {} is running (kill it first)", a.rank));
     }
-    auto env = rank_env(a.rank);
-    const auto args = worker_args(s_, dir_, "");
-    ProcessSpec p;
-    p.name = fmt::format("rank {}", a.rank);
-    p.rank = a.rank;
-    p.argv = args;
-    p.cwd = fmt::format("{}/ranks/rank{}", dir_, a.rank);
-    for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
-    const pid_t pid = sup_->spawn(p);
-    rank_pids_[a.rank] = pid;
-    running_ranks_.insert(a.rank);
-    hist_->harness("launch", {{"pid", pid}, {"launcher", "local"}, {"restart", true}}, a.rank);
+    auto host = launch_host();
+    const pid_t pid = launcher_->start_rank(host, a.rank, worker_args(s_, dir_, ""));
     return done(true, fmt::format("rank {} relaunched (pid {}); it rejoins only a world that "
                                   "waits for it",
                                   a.rank, pid));
@@ -157,8 +143,8 @@ ControlResult Run::control_on_io(const ControlAction& a) {
 // A restart into a smaller (or larger) data-parallel world: the latest checkpoint is converted
 // with fl-ckpt reshard, and the next launch starts dp x tp x pp ranks.
 bool Run::reshard_for_restart(int dp, std::string& from, std::string& error) {
-  if (s_.launcher != "local") {
-    error = "restart_job with dp needs the local launcher";
+  if (!launcher_traits().rank_processes) {
+    error = fmt::format("restart_job with dp needs the {} launcher", rank_process_launchers());
     return false;
   }
   if (s_.dp % dp != 0 && dp % s_.dp != 0) {

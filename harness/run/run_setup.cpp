@@ -84,7 +84,7 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
     env["FAULTLINE_FAULTS"] = joined;
     env["FAULTLINE_FAULT_SEED"] = std::to_string(s_.seed);
   }
-  if (ompi_server_ != 0) env["OMPI_MCA_pmix_server_uri"] = "file:" + dir_ + "/tmp/ompi-server.uri";
+  launcher_->add_env(rank, env);
   for (auto& [k, v] : s_.env) env[k] = v;
   if (auto it = s_.rank_env.find(rank); it != s_.rank_env.end()) {
     for (auto& [k, v] : it->second) env[k] = v;

@@ -44,85 +44,24 @@ namespace detail {
 
 void Run::launch_all(const std::string& resume_from) {
   running_ranks_.clear();
-  rank_pids_.clear();
   {
     std::lock_guard lock(step_mu_);
     hello_pid_.clear();
   }
-  const auto args = worker_args(s_, dir_, resume_from);
-  if (s_.launcher == "local") {
-    const auto inherited = base_env();
-    for (int r = 0; r < s_.ranks; ++r) {
-      auto env = rank_env(r);
-      ProcessSpec p;
-      p.name = fmt::format("rank {}", r);
-      p.rank = r;
-      p.argv = args;
-      p.cwd = fmt::format("{}/ranks/rank{}", dir_, r);
-      faults_->adjust_rank(r, p, env);
-      for (auto& [k, v] : env) {
-        if (!inherited.count(k)) check_env_key(r, k);  // the scenario's and its faults' keys
-        p.env.push_back(k + "=" + v);
-      }
-      const pid_t pid = sup_->spawn(p);
-      rank_pids_[r] = pid;
-      running_ranks_.insert(r);
-      hist_->harness("launch", {{"pid", pid}, {"launcher", "local"}, {"argv", args}}, r);
-    }
-    return;
-  }
-  // mpirun: one app-file line per rank, so each keeps its own environment.
-  std::string app;
-  ProcessSpec p;
-  p.name = "mpirun";
-  p.argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to",
-            "none",   "--tag-output",        "--app",           dir_ + "/appfile"};
-  const auto host_opts = mpirun_host_options(s_);  // topology.hosts (harness/run/hosts.cpp)
-  p.argv.insert(p.argv.end() - 2, host_opts.begin(), host_opts.end());
-  p.cwd = dir_;
-  for (int r = 0; r < s_.ranks; ++r) {
-    auto env = rank_env(r);
-    ProcessSpec line_spec;
-    line_spec.argv = args;
-    std::vector<std::string> unset;
-    faults_->adjust_rank(r, line_spec, env, &unset);
-    std::string line = "-np 1" + appfile_host_option(s_, r) +
-                       fmt::format(" --wdir {}/ranks/rank{}", dir_, r);
-    for (auto& k : unset) check_env_key(r, k);
-    for (auto& [k, v] : env) {
-      if (k == kControlSecretEnv) continue;  // in mpirun's own environment, never in a file
-      if (k.rfind("FAULTLINE_", 0) != 0 && k != "RANK" && k != "WORLD_SIZE" && k != "LOCAL_RANK" &&
-          k != "LOCAL_WORLD_SIZE" && k != "NODE_RANK" && k != "MASTER_ADDR" && k != "MASTER_PORT" &&
-          k != "TMPDIR" && !s_.env.count(k) &&
-          !(s_.rank_env.count(r) && s_.rank_env.at(r).count(k))) {
-        continue;  // the rest is inherited from mpirun's environment
-      }
-      check_env_key(r, k);  // a name with whitespace or '=' would add app-file options
-      if (v.find_first_of(" \t\n\"'") != std::string::npos || v.empty()) {
-        raise<Error>(
-            "launcher mpirun: rank {} variable {}='{}' has whitespace, quotes or is empty "
-            "(an app file cannot carry it; use launcher: local)",
-            r, k, v);
-      }
-      line += fmt::format(" -x {}={}", k, v);
-    }
-    for (auto& k : unset) line += " -x " + k + "=";  // app files cannot unset: empty it
-    for (auto& a : line_spec.argv) line += " " + a;
-    app += line + "\n";
-  }
-  write_atomic(dir_ + "/appfile", app);
-  auto menv = base_env();
-  faults_->adjust_helper(p, menv);  // mpirun and its ranks share the run's mount namespace
-  for (auto& [k, v] : menv) p.env.push_back(k + "=" + v);
-  p.env.push_back("TMPDIR=" + dir_ + "/tmp");
-  p.env.push_back("OMPI_MCA_btl_vader_backing_directory=" + dir_ + "/tmp");
-  p.env.push_back(std::string(kControlSecretEnv) + "=" + secret_);
-  p.tag_output = true;
-  mpirun_ = sup_->spawn(p);
-  for (int r = 0; r < s_.ranks; ++r) {
-    running_ranks_.insert(r);
-    hist_->harness("launch", {{"pid", mpirun_}, {"launcher", "mpirun"}, {"argv", args}}, r);
-  }
+  auto host = launch_host();
+  launcher_->start(host, worker_args(s_, dir_, resume_from));
+}
+
+LaunchHost Run::launch_host() {
+  return LaunchHost{s_,
+                    dir_,
+                    secret_,
+                    *hist_,
+                    *sup_,
+                    *faults_,
+                    [this](int r) { return rank_env(r); },
+                    [this](int r) { running_ranks_.insert(r); },
+                    [this] { io_.poll(); }};
 }
 
 void Run::on_line(int rank, const std::string& name, const std::string& stream,
@@ -134,10 +73,13 @@ void Run::on_line(int rank, const std::string& name, const std::string& stream,
         << fmt::format("[+{:.3f}s] [{}] {}\n", t, stream == "stdout" ? "out" : "err", line);
     return;
   }
-  const std::string file =
-      rank >= 0 ? fmt::format("{}/ranks/rank{}/output.log", dir_, rank)
-                : fmt::format("{}/{}.log", dir_, name == "mpirun" ? "mpirun" : "helpers");
-  auto& out = logs_[rank >= 0 ? rank : (name == "mpirun" ? -1 : -2)];
+  // A rank's output goes to its log; the launcher's job process (mpirun) has a log of its own;
+  // helpers (ompi-server, fault holders) share one.
+  const std::string job = launcher_->job_process_name();
+  const bool is_job = !job.empty() && name == job;
+  const std::string file = rank >= 0 ? fmt::format("{}/ranks/rank{}/output.log", dir_, rank)
+                                     : fmt::format("{}/{}.log", dir_, is_job ? job : "helpers");
+  auto& out = logs_[rank >= 0 ? rank : (is_job ? -1 : -2)];
   if (!out.is_open()) out.open(file, std::ios::app);
   out << fmt::format("[+{:.3f}s] [{}] {}\n", t, stream == "stdout" ? "out" : "err", line);
   out.flush();
@@ -166,10 +108,10 @@ void Run::on_exit(const ExitInfo& x) {
     hist_->harness("rank_exit", d, x.rank);
     faults_->on_rank_exit(x.rank);
     running_ranks_.erase(x.rank);
-  } else if (x.pid == mpirun_) {
+  } else if (launcher_->is_job_process(x.pid)) {
     // Per-rank ends come from the workers' exit events; a rank that never sent one ended with
-    // mpirun (or was killed by it).
-    d["process"] = "mpirun";
+    // the launcher's job process (or was killed by it).
+    d["process"] = x.name;
     hist_->harness("process_exit", d);
     std::set<int> reported;
     for (const auto& e : hist_->events()) {
@@ -183,12 +125,12 @@ void Run::on_exit(const ExitInfo& x) {
                         {"code", x.code},
                         {"signaled", x.signaled},
                         {"by_harness", x.by_harness},
-                        {"note", "no exit event from the rank; ended with mpirun"}},
+                        {"note", "no exit event from the rank; ended with " + x.name}},
                        r);
       }
     }
     running_ranks_.clear();
-    mpirun_ = 0;
+    launcher_->job_process_ended();
   } else {
     d["process"] = x.name;
     hist_->harness("process_exit", d);
@@ -232,7 +174,7 @@ void Run::on_exit(const ExitInfo& x) {
 }
 
 pid_t Run::rank_pid(int rank) {
-  if (auto it = rank_pids_.find(rank); it != rank_pids_.end()) return it->second;
+  if (const pid_t pid = launcher_->rank_pid(rank); pid != 0) return pid;
   std::lock_guard lock(step_mu_);
   auto it = hello_pid_.find(rank);
   return it == hello_pid_.end() ? 0 : it->second;
@@ -250,7 +192,7 @@ void Run::check_progress() {
   }
   if (faults_->on_progress(
           steps, [this](int r) { return rank_pid(r); },
-          [this](int r) { return rank_pids_.count(r) > 0; })) {
+          [this](int r) { return launcher_->rank_pid(r) != 0; })) {
     ControlAction a;
     a.action = "restart_job";
     a.requester = "fault";
@@ -300,20 +242,13 @@ void Run::tick() {
 
 void Run::fail_fast(int64_t now) {
   if (first_failure_ns_ < 0 || stopping_ || restart_from_ || running_ranks_.empty() ||
-      s_.launcher != "local") {
-    return;  // (mpirun aborts the job itself when a rank fails)
+      launcher_traits().aborts_on_rank_failure) {
+    return;
   }
   const double grace_s =
       std::max({10.0, s_.comm_timeout_ms / 1000.0 + 5.0, s_.rendezvous_timeout_ms / 1000.0 + 5.0});
   if (now - first_failure_ns_ < static_cast<int64_t>(grace_s * 1e9)) return;
-  std::vector<int> killed;
-  for (int r : running_ranks_) {
-    if (auto it = rank_pids_.find(r); it != rank_pids_.end()) {
-      sup_->mark_by_harness(it->second);
-      sup_->signal(it->second, SIGKILL);
-      killed.push_back(r);
-    }
-  }
+  const std::vector<int> killed = launcher_->kill_ranks(*sup_, running_ranks_);
   hist_->harness("teardown_after_failure",
                  {{"failed_rank", first_failure_rank_}, {"grace_s", grace_s}, {"killed", killed}});
   first_failure_ns_ = -1;  // once per failure; a restart may start over
@@ -429,29 +364,9 @@ RunResult Run::go() {
     master_port_ = free_port();
     faults_ = std::make_unique<OutOfProcessFaults>(s_, dir_, *hist_, *sup_);
     faults_->prepare(master_port_);
-    if (s_.launcher == "local" && s_.backend == "mpi" && s_.ranks > 1) {
-      // MPI singletons find each other through an ompi-server (see join_singletons).
-      ProcessSpec p;
-      p.name = "ompi-server";
-      p.argv = {"ompi-server", "--no-daemonize", "-r", dir_ + "/tmp/ompi-server.uri"};
-      p.cwd = dir_;
-      auto env = base_env();
-      faults_->adjust_helper(p, env);
-      for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
-      p.env.push_back("TMPDIR=" + dir_ + "/tmp");
-      p.env.push_back("OMPI_MCA_btl_vader_backing_directory=" + dir_ + "/tmp");
-      p.env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
-      p.env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
-      ompi_server_ = sup_->spawn(p);
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!fs::exists(dir_ + "/tmp/ompi-server.uri") ||
-             fs::file_size(dir_ + "/tmp/ompi-server.uri") == 0) {
-        if (std::chrono::steady_clock::now() > until || !sup_->is_running(ompi_server_)) {
-          raise<Error>("ompi-server did not start within 10 s (see {}/helpers.log)", dir_);
-        }
-        io_.poll();
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
+    {
+      auto host = launch_host();
+      launcher_->prepare(host);
     }
     if (!stopping_) launch_all(s_.resume ? dir_ + "/checkpoints" : "");
     timeout_ = std::make_unique<boost::asio::steady_timer>(io_);

@@ -15,6 +15,7 @@
 
 #include "base/settings.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/run/launcher.hpp"
 #include "harness/scenario/loader.hpp"
 
 namespace fl::harness {
@@ -167,9 +168,9 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.launcher = t["launcher"].as<std::string>();
   s.network = t["network"].as<std::string>();
   ErrorCollector::check([&] {
-    if (s.network == "namespaces" && s.launcher != "local") {
+    if (s.network == "namespaces" && !launcher_has_rank_processes(s.launcher)) {
       fail_at(path, doc["topology"]["network"], "topology.network",
-              "network namespaces need topology.launcher: local");
+              "network namespaces need topology.launcher: " + rank_process_launchers());
     }
   });
   parse_hosts(path, doc, t, s);  // hosts.cpp

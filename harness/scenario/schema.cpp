@@ -7,6 +7,7 @@
 
 #include "harness/faults/fault.hpp"
 #include "harness/oracles/oracle.hpp"
+#include "harness/run/launcher.hpp"
 #include "harness/scenario/scenario.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // the schema table leaves ranges out
@@ -14,6 +15,15 @@
 namespace fl::harness {
 
 using K = KeyType;
+
+namespace {
+// "local: fork/exec one process per rank; mpirun: ..." from the launcher registry.
+std::string launcher_help() {
+  std::string h;
+  for (const auto* l : launchers()) h += (h.empty() ? "" : "; ") + l->name + ": " + l->summary;
+  return h;
+}
+}  // namespace
 
 const std::vector<KeySpec>& scenario_schema() {
   static const std::vector<KeySpec> s = [] {
@@ -54,12 +64,7 @@ const std::vector<KeySpec>& scenario_schema() {
          1,
          64},
         {"topology.backend", K::kEnum, "mpi", "Data plane", {"mpi", "nccl"}},
-        {"topology.launcher",
-         K::kEnum,
-         "local",
-         "local: fork/exec one process per rank; mpirun: an "
-         "MPMD app file",
-         {"local", "mpirun"}},
+        {"topology.launcher", K::kEnum, "local", launcher_help(), launcher_names()},
         {"topology.network",
          K::kEnum,
          "host",

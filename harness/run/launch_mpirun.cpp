@@ -1,0 +1,115 @@
+// The mpirun launcher: one `mpirun` process starts every rank from an MPMD app file (one line per
+// rank, so each keeps its own environment). mpirun aborts the whole job when a rank fails; a
+// rank's own end is known from its exit event, and ranks that never sent one ended with mpirun.
+#include <csignal>
+
+#include <fmt/format.h>
+
+#include "base/control_auth.hpp"
+#include "base/error.hpp"
+#include "harness/run/history.hpp"
+#include "harness/run/hosts.hpp"
+#include "harness/run/launch_args.hpp"
+#include "harness/run/launcher.hpp"
+#include "harness/run/oop_faults.hpp"
+#include "harness/run/runner.hpp"
+#include "harness/run/supervisor.hpp"
+
+namespace fl::harness {
+
+namespace {
+
+// Rank-identity variables every app-file line carries; the rest of a rank's environment is
+// inherited from mpirun's own unless the scenario sets it.
+bool rank_specific(const Scenario& s, int rank, const std::string& k) {
+  static const char* const kIdentity[] = {
+      "RANK",      "WORLD_SIZE",  "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
+      "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "TMPDIR"};
+  if (k.rfind("FAULTLINE_", 0) == 0 || s.env.count(k)) return true;
+  for (const char* id : kIdentity) {
+    if (k == id) return true;
+  }
+  auto it = s.rank_env.find(rank);
+  return it != s.rank_env.end() && it->second.count(k);
+}
+
+class MpirunLauncher : public Launcher {
+ public:
+  LauncherKind kind() const override { return LauncherKind::kMpirun; }
+
+  void start(LaunchHost& h, const std::vector<std::string>& args) override {
+    std::string app;
+    for (int r = 0; r < h.s.ranks; ++r) app += app_line(h, r, args) + "\n";
+    write_atomic(h.dir + "/appfile", app);
+    ProcessSpec p;
+    p.name = "mpirun";
+    p.argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to",
+              "none",   "--tag-output",        "--app",           h.dir + "/appfile"};
+    const auto host_opts = mpirun_host_options(h.s);  // topology.hosts (harness/run/hosts.cpp)
+    p.argv.insert(p.argv.end() - 2, host_opts.begin(), host_opts.end());
+    p.cwd = h.dir;
+    auto menv = base_env();
+    h.faults.adjust_helper(p, menv);  // mpirun and its ranks share the run's mount namespace
+    for (auto& [k, v] : menv) p.env.push_back(k + "=" + v);
+    p.env.push_back("TMPDIR=" + h.dir + "/tmp");
+    p.env.push_back("OMPI_MCA_btl_vader_backing_directory=" + h.dir + "/tmp");
+    p.env.push_back(fmt::format("{}={}", kControlSecretEnv, h.secret));
+    p.tag_output = true;
+    mpirun_ = h.sup.spawn(p);
+    for (int r = 0; r < h.s.ranks; ++r) {
+      h.started(r);
+      h.hist.harness("launch", {{"pid", mpirun_}, {"launcher", "mpirun"}, {"argv", args}}, r);
+    }
+  }
+
+  std::string job_process_name() const override { return "mpirun"; }
+  bool is_job_process(pid_t pid) const override { return pid != 0 && pid == mpirun_; }
+  void job_process_ended() override { mpirun_ = 0; }
+
+  void stop(Supervisor& sup) override {
+    if (mpirun_ != 0) sup.signal(mpirun_, SIGKILL);
+  }
+
+ private:
+  static std::string app_line(LaunchHost& h, int r, const std::vector<std::string>& args) {
+    auto env = h.rank_env(r);
+    ProcessSpec line_spec;
+    line_spec.argv = args;
+    std::vector<std::string> unset;
+    h.faults.adjust_rank(r, line_spec, env, &unset);
+    std::string line = "-np 1" + appfile_host_option(h.s, r) +
+                       fmt::format(" --wdir {}/ranks/rank{}", h.dir, r);
+    for (auto& k : unset) check_env_key(r, k);
+    for (auto& [k, v] : env) {
+      if (k == kControlSecretEnv) continue;     // in mpirun's own environment, never in a file
+      if (!rank_specific(h.s, r, k)) continue;  // inherited from mpirun's environment
+      check_env_key(r, k);  // a name with whitespace or '=' would add app-file options
+      if (v.find_first_of(" \t\n\"'") != std::string::npos || v.empty()) {
+        raise<Error>(
+            "launcher mpirun: rank {} variable {}='{}' has whitespace, quotes or is empty "
+            "(an app file cannot carry it; use launcher: local)",
+            r, k, v);
+      }
+      line += fmt::format(" -x {}={}", k, v);
+    }
+    for (auto& k : unset) line += " -x " + k + "=";  // app files cannot unset: empty it
+    for (auto& a : line_spec.argv) line += " " + a;
+    return line;
+  }
+
+  pid_t mpirun_ = 0;
+};
+
+}  // namespace
+
+const LauncherInfo& mpirun_launcher() {
+  static const LauncherInfo info{LauncherKind::kMpirun,
+                                 "mpirun",
+                                 "an MPMD app file",
+                                 /*rank_processes=*/false,
+                                 /*aborts_on_rank_failure=*/true,
+                                 [] { return std::make_unique<MpirunLauncher>(); }};
+  return info;
+}
+
+}  // namespace fl::harness
