@@ -7,9 +7,37 @@
 #               run's iptables chain is gone from both hosts afterwards
 #       unreachable  a host that does not exist: exit 2 naming it, before any launch, nothing
 #               left running
-# Exit 77 (skipped) without root or without `ip netns`.
+#       input   mistakes in topology.hosts / rsh_agent refused by `faultline validate` (no root)
+# Exit 77 (skipped) without root or without `ip netns` (all but input).
 set -euo pipefail
 faultline=$1 src=$2 case=$3
+fail() { echo "FAIL: $*" >&2; exit 1; }
+if [[ $case == input ]]; then
+  # What the file alone tells (no root, no hosts): each mistake refused naming its key.
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  refuse() {  # YAML, then a text the error must contain
+    printf '%s\n' "name: bad" "$1" "expect: {oracle: completed}" >"$tmp/bad.yaml"
+    local out
+    if out=$("$faultline" validate "$tmp/bad.yaml" 2>&1); then fail "accepted: $1"; fi
+    grep -qF -- "$2" <<<"$out" || fail "for '$1' want '$2', got: $out"
+  }
+  refuse 'topology: {ranks: 2, hosts: [a, b]}' 'topology.launcher: topology.hosts needs launcher mpirun'
+  refuse 'topology: {ranks: 3, launcher: mpirun, hosts: [a, b]}' '3 ranks do not spread evenly over 2 hosts'
+  refuse 'topology: {ranks: 2, launcher: mpirun, hosts: [a, a]}' 'topology.hosts[1]: host a is listed twice'
+  refuse 'topology: {ranks: 2, launcher: mpirun, hosts: [a, "b;reboot"]}' "'b;reboot' is not a host name"
+  refuse 'topology: {ranks: 2, launcher: mpirun, hosts: [a=10.0.0.1, b=10.0.0.x]}' "'10.0.0.x' is not an IP address"
+  refuse 'topology: {ranks: 4, nodes: 4, launcher: mpirun, hosts: [a, b]}' 'topology.nodes is 4 but topology.hosts lists 2 hosts'
+  refuse 'topology: {ranks: 2, rsh_agent: ssh}' 'an rsh agent needs topology.hosts'
+  refuse 'topology: {ranks: 2, launcher: mpirun, hosts: [a, b], rsh_agent: "ssh -p 22"}' "'ssh -p 22' is not a program"
+  refuse $'topology: {ranks: 2, launcher: mpirun, hosts: [a=10.0.0.1, b]}\nfaults: [{network: {node: 1}}]' \
+    "network faults between hosts need every host's address (topology.hosts[1] is b"
+  printf '%s\n' "name: ok" "topology: {ranks: 4, launcher: mpirun, hosts: [a=10.0.0.1, b]}" \
+    "expect: {oracle: completed}" >"$tmp/ok.yaml"
+  "$faultline" validate "$tmp/ok.yaml" >/dev/null || fail "a good hosts list was refused"
+  echo "input ok"
+  exit 0
+fi
 if [[ $EUID -ne 0 ]] || ! ip netns list >/dev/null 2>&1; then
   echo "SKIP: hosts as network namespaces need root and ip netns"
   exit 77
@@ -24,7 +52,6 @@ mapfile -t lines < <(bash "$hosts/netns-hosts.sh" up "$prefix" 2)
 read -r h0 a0 <<<"${lines[0]}"
 read -r h1 a1 <<<"${lines[1]}"
 agent=$hosts/netns-rsh
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
 case $case in
 spread)
