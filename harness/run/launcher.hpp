@@ -27,7 +27,8 @@ class OutOfProcessFaults;
 // X(enum value, topology.launcher name), in the order docs/scenarios.md lists them.
 #define FAULTLINE_LAUNCHERS(X) \
   X(kLocal, local)             \
-  X(kMpirun, mpirun)
+  X(kMpirun, mpirun)           \
+  X(kSrun, srun)
 
 enum class LauncherKind {
 #define FAULTLINE_LAUNCHER_ENUM(e, name) e,
