@@ -36,8 +36,8 @@ class NetworkFault : public FaultOf<NetworkFault> {
     nlohmann::json d = {{"action", action}, {"node", node}};
     std::string line;
     if (action == "bandwidth") {
-      run_tool(h.box.in_net(node, {"tc", "qdisc", "replace", "dev", h.box.device(node), "root", "tbf",
-                                   "rate", rate, "burst", "32kbit", "latency", "400ms"}));
+      run_tool(h.box.in_net(node, {"tc", "qdisc", "replace", "dev", h.box.device(node), "root",
+                                   "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"}));
       shaped = true;
       d["rate"] = rate;
       line = fmt::format("node {} limited to {}", node, rate);

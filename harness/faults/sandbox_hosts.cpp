@@ -19,7 +19,7 @@ namespace fl::harness::faults {
 void Sandbox::setup_hosts() {
   const auto t0 = std::chrono::steady_clock::now();
   // One chain per run (28 characters at most): two runs on the same hosts never share rules.
-  chain_ = fmt::format("FL-{:012x}", std::hash<std::string>{}(dir_) & 0xffffffffffffULL);
+  chain_ = fmt::format("FL-{:012x}", std::hash<std::string>{}(dir_)&0xffffffffffffULL);
   for (size_t k = 0; k < s_.hosts.size(); ++k) {
     const int node = static_cast<int>(k);
     // The device that carries the host's address is where a rate limit goes.
@@ -28,9 +28,10 @@ void Sandbox::setup_hosts() {
     std::string index, dev;
     words >> index >> dev;
     if (dev.empty()) {
-      raise<Error>("host {} has no interface with address {} (topology.hosts: give the address "
-                   "the hosts reach each other on)",
-                   s_.hosts[k], ip(node));
+      raise<Error>(
+          "host {} has no interface with address {} (topology.hosts: give the address "
+          "the hosts reach each other on)",
+          s_.hosts[k], ip(node));
     }
     if (auto at = dev.find('@'); at != std::string::npos) dev.resize(at);  // eth0@if12
     run_tool(in_net(node, {"iptables", "-N", chain_}));
@@ -55,11 +56,11 @@ void Sandbox::remove_host_chains() {
   for (size_t k = 0; k < host_devs_.size(); ++k) {
     const int node = static_cast<int>(k);
     // Each step on its own: a jump already gone must not keep the chain.
-    for (const auto& argv : std::vector<std::vector<std::string>>{
-             {"iptables", "-D", "INPUT", "-j", chain_},
-             {"iptables", "-D", "OUTPUT", "-j", chain_},
-             {"iptables", "-F", chain_},
-             {"iptables", "-X", chain_}}) {
+    for (const auto& argv :
+         std::vector<std::vector<std::string>>{{"iptables", "-D", "INPUT", "-j", chain_},
+                                               {"iptables", "-D", "OUTPUT", "-j", chain_},
+                                               {"iptables", "-F", chain_},
+                                               {"iptables", "-X", chain_}}) {
       try {
         run_tool(in_net(node, argv));
         if (argv[1] == "-X") ++removed;

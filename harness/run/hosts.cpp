@@ -57,11 +57,11 @@ void check_hosts(const Scenario& s) {
   if (!bad.empty()) {
     std::string list;
     for (auto& b : bad) list += (list.empty() ? "" : "; ") + b;
-    raise<Error>("topology.hosts: {} of {} host(s) cannot be reached through {}: {}; nothing was "
-                 "launched",
-                 bad.size(), s.hosts.size(),
-                 s.rsh_agent.empty() ? std::string("ssh (topology.rsh_agent)") : s.rsh_agent,
-                 list);
+    raise<Error>(
+        "topology.hosts: {} of {} host(s) cannot be reached through {}: {}; nothing was "
+        "launched",
+        bad.size(), s.hosts.size(),
+        s.rsh_agent.empty() ? std::string("ssh (topology.rsh_agent)") : s.rsh_agent, list);
   }
 }
 

@@ -77,8 +77,8 @@ class MpirunLauncher : public Launcher {
     line_spec.argv = args;
     std::vector<std::string> unset;
     h.faults.adjust_rank(r, line_spec, env, &unset);
-    std::string line = "-np 1" + appfile_host_option(h.s, r) +
-                       fmt::format(" --wdir {}/ranks/rank{}", h.dir, r);
+    std::string line =
+        "-np 1" + appfile_host_option(h.s, r) + fmt::format(" --wdir {}/ranks/rank{}", h.dir, r);
     for (auto& k : unset) check_env_key(r, k);
     for (auto& [k, v] : env) {
       if (k == kControlSecretEnv) continue;     // in mpirun's own environment, never in a file

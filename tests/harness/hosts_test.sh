@@ -38,8 +38,8 @@ if [[ $case == input ]]; then
   echo "input ok"
   exit 0
 fi
-if [[ $EUID -ne 0 ]] || ! ip netns list >/dev/null 2>&1; then
-  echo "SKIP: hosts as network namespaces need root and ip netns"
+if [[ $EUID -ne 0 ]] || ! unshare --net --uts true 2>/dev/null || ! ip netns list >/dev/null 2>&1; then
+  echo "SKIP: hosts as network namespaces need root (creating namespaces) and ip netns"
   exit 77
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -133,13 +133,13 @@ MPI_Comm join_singletons_tree(int rank, int world_size, rdzv::StoreClient& store
         port.resize(std::strlen(port.c_str()));
         store.set(key, port);
       }
-      mpi::check(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, comm, &inter),
-                 "MPI_Comm_accept", "world", rank);
+      mpi::check(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, comm, &inter), "MPI_Comm_accept",
+                 "world", rank);
       if (leader) MPI_Close_port(port.c_str());
     } else {
       if (leader) port = store.get(key);
-      mpi::check(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, comm, &inter),
-                 "MPI_Comm_connect", "world", rank);
+      mpi::check(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, comm, &inter), "MPI_Comm_connect",
+                 "world", rank);
     }
     mpi::check(MPI_Intercomm_merge(inter, accepting ? 0 : 1, &merged), "MPI_Intercomm_merge",
                "world", rank);
