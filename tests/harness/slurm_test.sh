@@ -43,6 +43,7 @@ fi
 
 cleanup() { bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm" || true; rm -rf "$tmp"; }
 trap cleanup EXIT
+trap 'exit 1' TERM INT
 set +e
 conf=$(bash "$src/harness/slurm/local-slurm.sh" up "$tmp/slurm")
 status=$?
@@ -66,7 +67,10 @@ exec "$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id "job\$SLURM_JOB_
 J
 chmod +x "$tmp/job.sh"
 set +e
-out=$(sbatch --wait --parsable -N1 -n "$tasks" -o "$tmp/job-%j.out" "$tmp/job.sh")
+# --overcommit: more tasks than the node's CPUs (CI-sized machines); the time limit and the
+# timeout end a stuck job inside ctest's own limit, so the trap still stops the daemons.
+out=$(timeout 150 sbatch --wait --parsable --overcommit --time=2 -N1 -n "$tasks" \
+  -o "$tmp/job-%j.out" "$tmp/job.sh")
 status=$?
 set -e
 job=${out%%;*}
