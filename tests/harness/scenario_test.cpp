@@ -182,7 +182,7 @@ TEST_F(ScenarioTest, OutOfProcessFaultKeysAreChecked) {
   EXPECT_EQ(error_of("name: a\ntopology: {ranks: 2, nodes: 2, launcher: mpirun}\nfaults:\n"
                      "  - network: {action: reject}\n"),
             "s.yaml:4:14: faults[0].network: network faults need topology.launcher: local "
-            "(mpirun starts every rank in one network namespace)");
+            "(mpirun starts every rank in one network namespace), or topology.hosts");
   auto s = load_scenario(write("ok.yaml",
                                "name: a\ntopology: {ranks: 4, nodes: 2}\nfaults:\n"
                                "  - network: {action: bandwidth, node: 1, rate: 2mbit}\n"
