@@ -17,9 +17,9 @@ for spec in ${LAUNCHERS:-local local-tree mpirun}; do
   join=chain
   [[ $spec == *-tree ]] && join=tree
   for n in $sizes; do
-    FAULTLINE_MPI_JOIN=$join "$build/harness/faultline" run scenarios/clean/clean-dp2-tp2.yaml --results "$out" \
+    "$build/harness/faultline" run scenarios/clean/clean-dp2-tp2.yaml --results "$out" \
       --run-id "$spec-$n" --set topology.ranks=$n --set topology.dp=$((n / 2)) \
-      --set topology.launcher=$launcher --set workload.steps=1 --set timeouts.run_s=120 >/dev/null
+      --set topology.launcher=$launcher --set env.FAULTLINE_MPI_JOIN=$join --set workload.steps=1 --set timeouts.run_s=120 >/dev/null
     python3 - "$out/$spec-$n/history.jsonl" "$spec" "$n" <<'PY'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]

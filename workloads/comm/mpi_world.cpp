@@ -173,6 +173,9 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(int rank, int wor
     }
     if (std::getenv("OMPI_MCA_pmix_server_uri") == nullptr) {
       base = join_singletons(rank, world_size, *store);  // (raises its error)
+    } else if (kMpiJoin.get() != "chain" && kMpiJoin.get() != "tree") {
+      raise<CommError>("[rank {}] FAULTLINE_MPI_JOIN is '{}' (allowed: chain, tree)", rank,
+                       kMpiJoin.get());
     } else if (kMpiJoin.get() == "tree") {
       base = join_singletons_tree(rank, world_size, *store);
     } else {
