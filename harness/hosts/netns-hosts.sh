@@ -46,6 +46,9 @@ up)
   mkdir -p "$state"
   ip link add "$bridge" type bridge
   ip addr add "10.201.$x.254/24" dev "$bridge"
+  # Traffic between the hosts is bridged; keep it out of this machine's own iptables (a FORWARD
+  # policy of DROP there would cut every host off). Older kernels lack the option: ignored.
+  ip link set "$bridge" type bridge nf_call_iptables 0 2>/dev/null || true
   ip link set "$bridge" up
   flock -u 9
   for ((k = 0; k < n; k++)); do

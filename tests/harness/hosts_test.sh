@@ -3,7 +3,9 @@
 # (harness/hosts/netns-hosts.sh), reached by mpirun and the harness through netns-rsh.
 #   tests/harness/hosts_test.sh FAULTLINE_BIN SOURCE_DIR CASE
 # CASE: spread  4 ranks over 2 hosts finish; ranks 0-1 report host 0's name, 2-3 host 1's
-#       cut     host 1 cut off at step 3: the cross-host all-reduce times out, tp never; the
+#       cut     host 1 cut off at step 3 (the harness acts on rank 0's step event; the tiny model
+#               steps in milliseconds, so the run has many steps left when the cut lands): the
+#               cross-host all-reduce times out, tp never; the
 #               run's iptables chain is gone from both hosts afterwards
 #       unreachable  a host that does not exist: exit 2 naming it, before any launch, nothing
 #               left running
@@ -86,7 +88,7 @@ cut)
   cat >"$tmp/s.yaml" <<Y
 name: hosts-cut
 topology: {ranks: 4, tp: 2, launcher: mpirun, hosts: [$h0=$a0, $h1=$a1], rsh_agent: $agent}
-workload: {steps: 40}
+workload: {steps: 2000}
 faults:
   - network: {action: drop, node: 1}
     step: 3
