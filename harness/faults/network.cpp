@@ -36,15 +36,15 @@ class NetworkFault : public FaultOf<NetworkFault> {
     nlohmann::json d = {{"action", action}, {"node", node}};
     std::string line;
     if (action == "bandwidth") {
-      run_tool(h.box.in_net(node, {"tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate",
-                                   rate, "burst", "32kbit", "latency", "400ms"}));
+      run_tool(h.box.in_net(node, {"tc", "qdisc", "replace", "dev", h.box.device(node), "root",
+                                   "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"}));
       shaped = true;
       d["rate"] = rate;
       line = fmt::format("node {} limited to {}", node, rate);
     } else if (store) {
       rules = true;
       const std::string port = std::to_string(h.master_port);
-      const std::string ip0 = Sandbox::node_ip(0);
+      const std::string ip0 = h.box.ip(0);
       rule(h, {"-d", ip0, "-p", "tcp", "--dport", port});
       if (node == 0) rule(h, {"-s", ip0, "-p", "tcp", "--sport", port, "!", "-d", ip0});
       d["store"] = fmt::format("{}:{}", ip0, port);
@@ -54,8 +54,8 @@ class NetworkFault : public FaultOf<NetworkFault> {
       std::vector<int> peers;
       for (int k = 0; k < h.s.nodes; ++k) {
         if (k == node || (peer >= 0 && k != peer)) continue;
-        rule(h, {"-d", Sandbox::node_ip(k)});
-        rule(h, {"-s", Sandbox::node_ip(k)});
+        rule(h, {"-d", h.box.ip(k)});
+        rule(h, {"-s", h.box.ip(k)});
         peers.push_back(k);
       }
       d["peers"] = peers;
@@ -77,8 +77,8 @@ class NetworkFault : public FaultOf<NetworkFault> {
         }
       }
     };
-    if (rules) quietly("network", {"iptables", "-F", "FAULTLINE"});
-    if (shaped) quietly("bandwidth", {"tc", "qdisc", "del", "dev", "eth0", "root"});
+    if (rules) quietly("network", {"iptables", "-F", h.box.chain()});
+    if (shaped) quietly("bandwidth", {"tc", "qdisc", "del", "dev", h.box.device(node), "root"});
     rules = shaped = false;
   }
 
@@ -86,7 +86,7 @@ class NetworkFault : public FaultOf<NetworkFault> {
   // reject: TCP gets a reset, anything else an ICMP error; drop: packets vanish.
   void rule(Host& h, const std::vector<std::string>& match) const {
     const bool tcp_only = std::find(match.begin(), match.end(), "-p") != match.end();
-    std::vector<std::string> r = {"iptables", "-A", "FAULTLINE"};
+    std::vector<std::string> r = {"iptables", "-A", h.box.chain()};
     r.insert(r.end(), match.begin(), match.end());
     if (action == "reject") {
       auto t = r;
@@ -157,10 +157,22 @@ class NetworkKind : public FaultKind {
       loader::fail_at(c.file, n, c.at + ".network",
                       "cutting links needs topology.nodes >= 2 (or store: true)");
     }
+    if (!c.s.hosts.empty()) {
+      // Between hosts (topology.hosts): the rules go on the hosts themselves.
+      for (size_t k = 0; k < c.s.hosts.size(); ++k) {
+        if (c.s.host_addrs[k].empty()) {
+          loader::fail_at(c.file, n, c.at + ".network",
+                          fmt::format("network faults between hosts need every host's address "
+                                      "(topology.hosts[{}] is {}; allowed: NAME=ADDRESS)",
+                                      k, c.s.hosts[k]));
+        }
+      }
+      return f;
+    }
     if (!launcher_has_rank_processes(c.s.launcher)) {
       loader::fail_at(c.file, n, c.at + ".network",
                       fmt::format("network faults need topology.launcher: {} ({} starts every rank "
-                                  "in one network namespace)",
+                                  "in one network namespace), or topology.hosts",
                                   rank_process_launchers(), c.s.launcher));
     }
     c.s.network = "namespaces";

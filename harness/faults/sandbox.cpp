@@ -11,6 +11,7 @@
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/hosts.hpp"
 #include "harness/run/supervisor.hpp"
 #include "harness/scenario/scenario.hpp"
 
@@ -73,6 +74,7 @@ pid_t Sandbox::spawn_holder(const std::string& name, const std::vector<std::stri
 }
 
 std::vector<std::string> Sandbox::in_net(int node, std::vector<std::string> argv) const {
+  if (!s_.hosts.empty()) return on_host(s_, s_.hosts.at(static_cast<size_t>(node)), argv);
   const pid_t holder = node < 0 ? hub_ : node_holders_.at(static_cast<size_t>(node));
   argv.insert(argv.begin(), {"nsenter", fmt::format("--net=/proc/{}/ns/net", holder)});
   return argv;
@@ -88,6 +90,7 @@ std::vector<std::string> Sandbox::in_mount(std::vector<std::string> argv) {
 }
 
 void Sandbox::setup_network() {
+  if (!s_.hosts.empty()) return setup_hosts();
   const auto t0 = std::chrono::steady_clock::now();
   hub_ = spawn_holder("netns hub", {"--net"});
   wait_for_namespace(hub_, "net");
@@ -122,12 +125,22 @@ void Sandbox::setup_network() {
 }
 
 std::string Sandbox::master_addr() const {
+  if (!s_.hosts.empty()) return s_.host_addrs[0].empty() ? s_.hosts[0] : s_.host_addrs[0];
   return has_network() ? node_ip(0) : "127.0.0.1";
+}
+
+std::string Sandbox::ip(int node) const {
+  if (!s_.hosts.empty()) return s_.host_addrs.at(static_cast<size_t>(node));
+  return node_ip(node);
+}
+
+std::string Sandbox::device(int node) const {
+  return host_devs_.empty() ? "eth0" : host_devs_.at(static_cast<size_t>(node));
 }
 
 void Sandbox::adjust_rank(int rank, ProcessSpec& spec,
                           std::map<std::string, std::string>& env) const {
-  if (has_network()) {
+  if (!node_holders_.empty()) {
     const int per_node = s_.ranks / s_.nodes;
     spec.namespaces.push_back(
         fmt::format("/proc/{}/ns/net", node_holders_.at(static_cast<size_t>(rank / per_node))));
@@ -137,7 +150,7 @@ void Sandbox::adjust_rank(int rank, ProcessSpec& spec,
 }
 
 void Sandbox::adjust_helper(ProcessSpec& spec, std::map<std::string, std::string>& env) const {
-  if (has_network()) {
+  if (!node_holders_.empty()) {
     spec.namespaces.push_back(fmt::format("/proc/{}/ns/net", hub_));
     join_network(env);
   }
@@ -145,6 +158,7 @@ void Sandbox::adjust_helper(ProcessSpec& spec, std::map<std::string, std::string
 }
 
 void Sandbox::check_gone() {
+  remove_host_chains();  // hosts outlive the run: their chains go explicitly
   // Namespaces end with their holders (killed with the run's processes).
   std::vector<pid_t> holders = node_holders_;
   if (hub_) holders.push_back(hub_);

@@ -27,11 +27,18 @@ class Sandbox {
  public:
   Sandbox(const Scenario& s, std::string run_dir, History& hist, Supervisor& sup);
 
-  // The hub and one namespace per node (topology.network: namespaces).
+  // The hub and one namespace per node (topology.network: namespaces); with topology.hosts, a
+  // chain of the run's own on each host instead (the hosts are the nodes).
   void setup_network();
-  bool has_network() const { return !node_holders_.empty(); }
+  bool has_network() const { return !node_holders_.empty() || !host_devs_.empty(); }
   static std::string node_ip(int node);
-  // argv run inside `node`'s network namespace (-1: the hub's).
+  // `node`'s address on the data-plane network (a namespace's, or the host's NAME=ADDRESS).
+  std::string ip(int node) const;
+  // The iptables chain network faults fill on every node, and a node's data-plane device.
+  const std::string& chain() const { return chain_; }
+  std::string device(int node) const;
+  // argv run inside `node`'s network namespace (-1: the hub's), or on host `node` through the
+  // scenario's rsh agent.
   std::vector<std::string> in_net(int node, std::vector<std::string> argv) const;
   // The shared mount namespace, created on first use; argv run inside it.
   std::vector<std::string> in_mount(std::vector<std::string> argv);
@@ -48,6 +55,11 @@ class Sandbox {
 
  private:
   pid_t spawn_holder(const std::string& name, const std::vector<std::string>& unshare_args);
+  void setup_hosts();  // sandbox_hosts.cpp
+  void remove_host_chains();
+
+  std::string chain_ = "FAULTLINE";
+  std::vector<std::string> host_devs_;  // with hosts: each host's device, once set up
 
   const Scenario& s_;
   std::string dir_;

@@ -8,6 +8,7 @@
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/hosts.hpp"
 #include "harness/run/launch_args.hpp"
 #include "harness/run/launcher.hpp"
 #include "harness/run/oop_faults.hpp"
@@ -44,6 +45,8 @@ class MpirunLauncher : public Launcher {
     p.name = "mpirun";
     p.argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to",
               "none",   "--tag-output",        "--app",           h.dir + "/appfile"};
+    const auto host_opts = mpirun_host_options(h.s);  // topology.hosts (harness/run/hosts.cpp)
+    p.argv.insert(p.argv.end() - 2, host_opts.begin(), host_opts.end());
     p.cwd = h.dir;
     auto menv = base_env();
     h.faults.adjust_helper(p, menv);  // mpirun and its ranks share the run's mount namespace
@@ -74,7 +77,8 @@ class MpirunLauncher : public Launcher {
     line_spec.argv = args;
     std::vector<std::string> unset;
     h.faults.adjust_rank(r, line_spec, env, &unset);
-    std::string line = "-np 1 --wdir " + fmt::format("{}/ranks/rank{}", h.dir, r);
+    std::string line =
+        "-np 1" + appfile_host_option(h.s, r) + fmt::format(" --wdir {}/ranks/rank{}", h.dir, r);
     for (auto& k : unset) check_env_key(r, k);
     for (auto& [k, v] : env) {
       if (k == kControlSecretEnv) continue;     // in mpirun's own environment, never in a file

@@ -28,7 +28,8 @@ class OutOfProcessFaults;
 #define FAULTLINE_LAUNCHERS(X) \
   X(kLocal, local)             \
   X(kMpirun, mpirun)           \
-  X(kCommand, command)
+  X(kCommand, command)         \
+  X(kSrun, srun)
 
 enum class LauncherKind {
 #define FAULTLINE_LAUNCHER_ENUM(e, name) e,

@@ -37,7 +37,9 @@ OutOfProcessFaults::~OutOfProcessFaults() {
 
 void OutOfProcessFaults::prepare(int master_port) {
   host_.master_port = master_port;
-  if (s_.network == "namespaces") box_.setup_network();
+  bool between_hosts = false;  // a network fault with topology.hosts: the hosts get a chain
+  for (auto& f : faults_) between_hosts |= !s_.hosts.empty() && f->kind == "network";
+  if (s_.network == "namespaces" || between_hosts) box_.setup_network();
   for (auto& f : faults_) f->setup(host_);
   for (size_t i = 0; i < faults_.size(); ++i) {
     if (!faults_[i]->timed()) {

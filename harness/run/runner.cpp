@@ -30,6 +30,7 @@
 #include "harness/run/artifact_server.hpp"
 #include "harness/run/controller.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/hosts.hpp"
 #include "harness/run/launch_args.hpp"
 #include "harness/run/oop_faults.hpp"
 #include "harness/run/supervisor.hpp"
@@ -324,6 +325,7 @@ RunResult Run::go() {
       hist_->harness("interrupted", {{"signal", signal_name(sig)}});
       io_.stop();
     });
+    if (!s_.hosts.empty()) check_hosts(s_);  // every host answers, or nothing is launched
     if (!s_.prepare_yaml.empty()) run_preparation();
     if (!s_.fetch.empty()) start_artifact_hub();
     start_control_plane();

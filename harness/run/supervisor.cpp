@@ -288,6 +288,16 @@ void Supervisor::read_more(std::shared_ptr<Child> c, int which) {
               line = line.substr(gt + 2);
             }
           }
+          if (c->spec.label_output) {
+            // srun --label: "R: text", R right-aligned
+            size_t i = line.find_first_not_of(' ');
+            size_t j = i == std::string::npos ? i : line.find_first_not_of("0123456789", i);
+            if (i != std::string::npos && j != std::string::npos && j > i && j < line.size() &&
+                line.compare(j, 2, ": ") == 0) {
+              rank = std::atoi(line.c_str() + i);
+              line = line.substr(j + 2);
+            }
+          }
           if (on_line_) on_line_(rank, c->spec.name, stream, line);
         };
         if (n > 0) {

@@ -32,6 +32,7 @@ using loader::ErrorCollector;
 using loader::fail_at;
 using loader::load_file;
 using loader::merge;
+using loader::parse_hosts;
 
 namespace {
 
@@ -172,6 +173,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
               "network namespaces need topology.launcher: " + rank_process_launchers());
     }
   });
+  parse_hosts(path, doc, t, s);  // hosts.cpp
   s.tp = t["tp"].as<int>();
   s.pp = t["pp"].as<int>();
   s.zero = t["zero"].as<int>();

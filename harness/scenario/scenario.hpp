@@ -90,6 +90,10 @@ struct Scenario {
   int ranks = 1, nodes = 1, dp = 1, tp = 1, pp = 1, zero = 0;
   std::string backend, launcher;
   std::string network = "host";  // host, namespaces
+  // Hosts mpirun spreads the ranks over (topology.hosts; empty: this machine only), each one's
+  // address when given as NAME=ADDRESS ("" otherwise), and the rsh agent that reaches them.
+  std::vector<std::string> hosts, host_addrs;
+  std::string rsh_agent;
   // workload
   std::string kind, model, precision, schedule;
   std::string device = "cpu";          // cpu or cuda

@@ -71,6 +71,12 @@ const std::vector<KeySpec>& scenario_schema() {
          "host: every rank on the host's loopback; namespaces: each node in its own network "
          "namespace behind a bridge (set by any network fault)",
          {"host", "namespaces"}},
+        {"topology.hosts", K::kList, "[]",
+         "Hosts mpirun spreads the ranks over, evenly and in order (NAME or NAME=ADDRESS; "
+         "needs launcher mpirun; topology.nodes follows; docs/cluster.md)"},
+        {"topology.rsh_agent", K::kString, "\"\"",
+         "How mpirun and the harness reach the hosts (Open MPI's plm_rsh_agent; empty: ssh; "
+         "harness/hosts/netns-rsh for namespace hosts)"},
         {"topology.dp", K::kInt, "0", "Data-parallel size (0: ranks / (tp x pp))", {}, 0, 256},
         {"topology.tp", K::kInt, "1", "Tensor-parallel size", {}, 1, 64},
         {"topology.pp", K::kInt, "1", "Pipeline-parallel size", {}, 1, 64},

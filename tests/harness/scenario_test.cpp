@@ -121,8 +121,9 @@ TEST_F(ScenarioTest, WrongTypeOutOfRangeAndBadEnum) {
             "s.yaml:3:10: topology.ranks: expected integer, got 'four'");
   EXPECT_EQ(error_of("name: a\ntopology: {ranks: 300}\n"),
             "s.yaml:2:19: topology.ranks: 300 is out of range (allowed 1-256)");
-  EXPECT_EQ(error_of("name: a\ntopology: {launcher: srun}\n"),
-            "s.yaml:2:22: topology.launcher: 'srun' is not allowed (allowed: local, mpirun, command)");
+  EXPECT_EQ(error_of("name: a\ntopology: {launcher: torchrun}\n"),
+            "s.yaml:2:22: topology.launcher: 'torchrun' is not allowed (allowed: local, mpirun, "
+            "command, srun)");
   EXPECT_EQ(error_of("name: a\nworkload: {data: {drop_last: maybe}}\n"),
             "s.yaml:2:30: workload.data.drop_last: expected true/false, got 'maybe'");
   EXPECT_EQ(error_of("name: a\nworkload: 3\n"),
@@ -197,7 +198,7 @@ TEST_F(ScenarioTest, OutOfProcessFaultKeysAreChecked) {
   EXPECT_EQ(error_of("name: a\ntopology: {ranks: 2, nodes: 2, launcher: mpirun}\nfaults:\n"
                      "  - network: {action: reject}\n"),
             "s.yaml:4:14: faults[0].network: network faults need topology.launcher: local or "
-            "command (mpirun starts every rank in one network namespace)");
+            "command (mpirun starts every rank in one network namespace), or topology.hosts");
   auto s = load_scenario(write("ok.yaml",
                                "name: a\ntopology: {ranks: 4, nodes: 2}\nfaults:\n"
                                "  - network: {action: bandwidth, node: 1, rate: 2mbit}\n"

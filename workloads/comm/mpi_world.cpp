@@ -1,6 +1,11 @@
 // The MPI backend's world: MPI's start and end in a process, and the world communicator — from
 // mpirun, or joined by ranks started one by one (MPI singletons).
 #include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "base/settings.hpp"
 
 #include "workloads/comm/mpi_communicator.hpp"
 #include "workloads/comm/mpi_detail.hpp"
@@ -45,6 +50,10 @@ int mpi_world_rank() {
 }
 
 namespace {
+
+FAULTLINE_SETTING(kMpiJoin, std::string, "FAULTLINE_MPI_JOIN", "chain",
+                  "How MPI singletons (local launcher) join one world: chain (one newcomer at a "
+                  "time) or tree (pairs of blocks side by side, log2(ranks) rounds)");
 
 // Ranks started one by one (the harness's local launcher: no mpirun) are MPI singletons. They
 // join into one communicator through MPI's connect/accept: rank 0 opens a port and publishes it
@@ -99,6 +108,48 @@ MPI_Comm join_singletons(int rank, int world_size, rdzv::StoreClient& store) {
   return comm;
 }
 
+// The same join in log2(world) rounds instead of one newcomer at a time: in the round of block
+// size b, the ranks are blocks of b consecutive ranks (each already one communicator), and each
+// even block accepts the odd block after it through a port its first rank opens and publishes
+// in the store (`mpi/tree/<b>/<block>`). Every port takes one connect, never several at once (the
+// chain's reason to serialize), and the pairs of a round join side by side. Merging the
+// accepting block low keeps the communicator in rank order.
+MPI_Comm join_singletons_tree(int rank, int world_size, rdzv::StoreClient& store) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  mpi::check(MPI_Comm_dup(MPI_COMM_SELF, &comm), "MPI_Comm_dup", "world", rank);
+  for (int b = 1; b < world_size; b *= 2) {
+    const int block = rank / b;
+    const bool accepting = block % 2 == 0;
+    if (accepting && (block + 1) * b >= world_size) continue;  // no partner this round
+    const bool leader = rank % b == 0;
+    const int pair = accepting ? block : block - 1;
+    const std::string key = fmt::format("mpi/tree/{}/{}", b, pair);
+    std::string port(MPI_MAX_PORT_NAME, '\0');
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    MPI_Comm inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
+    if (accepting) {
+      if (leader) {
+        mpi::check(MPI_Open_port(MPI_INFO_NULL, port.data()), "MPI_Open_port", "world", rank);
+        port.resize(std::strlen(port.c_str()));
+        store.set(key, port);
+      }
+      mpi::check(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, comm, &inter), "MPI_Comm_accept",
+                 "world", rank);
+      if (leader) MPI_Close_port(port.c_str());
+    } else {
+      if (leader) port = store.get(key);
+      mpi::check(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, comm, &inter), "MPI_Comm_connect",
+                 "world", rank);
+    }
+    mpi::check(MPI_Intercomm_merge(inter, accepting ? 0 : 1, &merged), "MPI_Intercomm_merge",
+               "world", rank);
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&comm);
+    comm = merged;
+  }
+  return comm;
+}
+
 }  // namespace
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(int rank, int world_size,
@@ -120,7 +171,16 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(int rank, int wor
       raise<CommError>("[rank {}] rank is out of range for world size {} (allowed 0-{})", rank,
                        world_size, world_size - 1);
     }
-    base = join_singletons(rank, world_size, *store);
+    if (std::getenv("OMPI_MCA_pmix_server_uri") == nullptr) {
+      base = join_singletons(rank, world_size, *store);  // (raises its error)
+    } else if (kMpiJoin.get() != "chain" && kMpiJoin.get() != "tree") {
+      raise<CommError>("[rank {}] FAULTLINE_MPI_JOIN is '{}' (allowed: chain, tree)", rank,
+                       kMpiJoin.get());
+    } else if (kMpiJoin.get() == "tree") {
+      base = join_singletons_tree(rank, world_size, *store);
+    } else {
+      base = join_singletons(rank, world_size, *store);
+    }
   } else if (mpi_size != world_size) {
     raise<CommError>(
         "[rank {}] MPI started {} processes but the world size is {}: the launcher's "

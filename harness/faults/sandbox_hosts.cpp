@@ -1,0 +1,83 @@
+// The sandbox's network on real hosts (topology.hosts): no namespaces of the run's own, but one
+// iptables chain per run on every host, reached through the rsh agent; network faults fill it,
+// healing flushes it, and the end of the run removes it (a host outlives the run).
+#include <chrono>
+#include <functional>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "base/subprocess.hpp"
+#include "harness/faults/sandbox.hpp"
+#include "harness/run/history.hpp"
+#include "harness/run/hosts.hpp"
+#include "harness/scenario/scenario.hpp"
+
+namespace fl::harness::faults {
+
+void Sandbox::setup_hosts() {
+  const auto t0 = std::chrono::steady_clock::now();
+  // One chain per run (28 characters at most): two runs on the same hosts never share rules.
+  chain_ = fmt::format("FL-{:012x}", std::hash<std::string>{}(dir_)&0xffffffffffffULL);
+  for (size_t k = 0; k < s_.hosts.size(); ++k) {
+    const int node = static_cast<int>(k);
+    // The device that carries the host's address is where a rate limit goes.
+    const std::string out = run_tool(in_net(node, {"ip", "-o", "addr", "show", "to", ip(node)}));
+    std::istringstream words(out);
+    std::string index, dev;
+    words >> index >> dev;
+    if (dev.empty()) {
+      raise<Error>(
+          "host {} has no interface with address {} (topology.hosts: give the address "
+          "the hosts reach each other on)",
+          s_.hosts[k], ip(node));
+    }
+    if (auto at = dev.find('@'); at != std::string::npos) dev.resize(at);  // eth0@if12
+    run_tool(in_net(node, {"iptables", "-N", chain_}));
+    host_devs_.push_back(dev);  // from here on the chain is the run's to remove
+    run_tool(in_net(node, {"iptables", "-I", "INPUT", "-j", chain_}));
+    run_tool(in_net(node, {"iptables", "-I", "OUTPUT", "-j", chain_}));
+  }
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  hist_.harness("network_setup", {{"nodes", s_.nodes},
+                                  {"hosts", s_.hosts},
+                                  {"addresses", s_.host_addrs},
+                                  {"devices", host_devs_},
+                                  {"chain", chain_},
+                                  {"setup_ms", ms}});
+}
+
+void Sandbox::remove_host_chains() {
+  if (host_devs_.empty()) return;
+  int removed = 0;
+  std::vector<std::string> errors;
+  for (size_t k = 0; k < host_devs_.size(); ++k) {
+    const int node = static_cast<int>(k);
+    // Each step on its own: a jump already gone must not keep the chain.
+    for (const auto& argv :
+         std::vector<std::vector<std::string>>{{"iptables", "-D", "INPUT", "-j", chain_},
+                                               {"iptables", "-D", "OUTPUT", "-j", chain_},
+                                               {"iptables", "-F", chain_},
+                                               {"iptables", "-X", chain_}}) {
+      try {
+        run_tool(in_net(node, argv));
+        if (argv[1] == "-X") ++removed;
+      } catch (const std::exception& e) {
+        errors.push_back(fmt::format("{}: {}", s_.hosts[k], e.what()));
+      }
+    }
+  }
+  try {
+    hist_.harness("fault_healed", {{"fault", "host_chains"},
+                                   {"chain", chain_},
+                                   {"removed", removed},
+                                   {"hosts", host_devs_.size()},
+                                   {"errors", errors}});
+  } catch (...) {
+  }
+  host_devs_.clear();
+}
+
+}  // namespace fl::harness::faults

@@ -1,0 +1,84 @@
+#include "harness/run/hosts.hpp"
+
+#include <future>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "base/subprocess.hpp"
+#include "harness/scenario/scenario.hpp"
+
+namespace fl::harness {
+
+namespace {
+constexpr int kReachS = 10;
+}
+
+std::vector<std::string> on_host(const Scenario& s, const std::string& host,
+                                 std::vector<std::string> argv) {
+  std::vector<std::string> out;
+  if (s.rsh_agent.empty()) {
+    // Never ask for a password, never hang on a host that does not answer.
+    out = {"ssh", "-o", "BatchMode=yes", "-o", fmt::format("ConnectTimeout={}", kReachS)};
+  } else {
+    out = {s.rsh_agent};
+  }
+  out.push_back(host);
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+void check_hosts(const Scenario& s) {
+  std::vector<std::future<ToolOutcome>> probes;
+  for (const auto& h : s.hosts) {
+    auto argv = on_host(s, h, {"true"});
+    argv.insert(argv.begin(), {"timeout", "-k", "2", std::to_string(kReachS)});
+    probes.push_back(std::async(std::launch::async, [argv] {
+      try {
+        return run_tool_status(argv);
+      } catch (const std::exception& e) {
+        return ToolOutcome{127, e.what()};
+      }
+    }));
+  }
+  std::vector<std::string> bad;
+  for (size_t i = 0; i < probes.size(); ++i) {
+    ToolOutcome o = probes[i].get();
+    if (o.status == 0) continue;
+    while (!o.output.empty() && (o.output.back() == '\n' || o.output.back() == '\r')) {
+      o.output.pop_back();
+    }
+    const std::string why =
+        o.status == 124 ? fmt::format("no answer within {} s", kReachS)
+                        : fmt::format("status {}{}", o.status,
+                                      o.output.empty() ? "" : ": " + o.output.substr(0, 300));
+    bad.push_back(fmt::format("{} ({})", s.hosts[i], why));
+  }
+  if (!bad.empty()) {
+    std::string list;
+    for (auto& b : bad) list += (list.empty() ? "" : "; ") + b;
+    raise<Error>(
+        "topology.hosts: {} of {} host(s) cannot be reached through {}: {}; nothing was "
+        "launched",
+        bad.size(), s.hosts.size(),
+        s.rsh_agent.empty() ? std::string("ssh (topology.rsh_agent)") : s.rsh_agent, list);
+  }
+}
+
+std::vector<std::string> mpirun_host_options(const Scenario& s) {
+  if (s.hosts.empty()) return {};
+  const int per = s.ranks / static_cast<int>(s.hosts.size());
+  std::string list;
+  for (const auto& h : s.hosts) list += fmt::format("{}{}:{}", list.empty() ? "" : ",", h, per);
+  std::vector<std::string> out = {"--host", list};
+  if (!s.rsh_agent.empty()) out.insert(out.end(), {"--mca", "plm_rsh_agent", s.rsh_agent});
+  return out;
+}
+
+std::string appfile_host_option(const Scenario& s, int rank) {
+  if (s.hosts.empty()) return "";
+  const int per = s.ranks / static_cast<int>(s.hosts.size());
+  return " --host " + s.hosts.at(static_cast<size_t>(rank / per));
+}
+
+}  // namespace fl::harness

@@ -1,0 +1,153 @@
+// The srun launcher: inside a Slurm allocation, one `srun` job step starts every rank from a
+// multi-program file (one line per rank: `env -C RANK_DIR VAR=value ... worker args`, so each
+// keeps its own environment and directory, as mpirun's app file does). MPI worlds come from
+// Slurm's PMIx (`--mpi=pmix`); `--kill-on-bad-exit` ends the step when a rank fails, as mpirun
+// does. `--label` prefixes every output line with its task, which is the rank.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "base/control_auth.hpp"
+#include "base/error.hpp"
+#include "harness/run/history.hpp"
+#include "harness/run/launch_args.hpp"
+#include "harness/run/launcher.hpp"
+#include "harness/run/oop_faults.hpp"
+#include "harness/run/runner.hpp"
+#include "harness/run/supervisor.hpp"
+
+namespace fl::harness {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+bool on_path(const std::string& prog) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string d = dirs.substr(start, end - start);
+    if (!d.empty() && ::access((d + "/" + prog).c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+class SrunLauncher : public Launcher {
+ public:
+  LauncherKind kind() const override { return LauncherKind::kSrun; }
+
+  // Before any rank starts: a Slurm to run in, and an allocation the ranks fit.
+  void prepare(LaunchHost& h) override {
+    if (!on_path("srun")) {
+      raise<Error>(
+          "launcher srun: no srun on PATH (Slurm is not installed here; allowed: run faultline "
+          "inside a Slurm allocation, or topology.launcher: mpirun)");
+    }
+    if (std::getenv("SLURM_JOB_ID") == nullptr) {
+      raise<Error>(
+          "launcher srun: not inside a Slurm allocation (SLURM_JOB_ID is not set; run faultline "
+          "in sbatch or salloc, docs/cluster.md)");
+    }
+    if (const char* n = std::getenv("SLURM_NTASKS")) {
+      const int tasks = std::atoi(n);
+      if (tasks < h.s.ranks) {
+        raise<Error>(
+            "launcher srun: the allocation has {} task(s) (SLURM_NTASKS) but topology.ranks is "
+            "{} (allowed: an allocation of at least {} tasks, e.g. sbatch -n {})",
+            tasks, h.s.ranks, h.s.ranks, h.s.ranks);
+      }
+    }
+  }
+
+  void start(LaunchHost& h, const std::vector<std::string>& args) override {
+    std::string prog;
+    for (int r = 0; r < h.s.ranks; ++r) prog += line(h, r, args) + "\n";
+    write_atomic(h.dir + "/multiprog", prog);
+    ProcessSpec p;
+    p.name = "srun";
+    p.argv = {"srun",
+              "--ntasks=" + std::to_string(h.s.ranks),
+              "--mpi=pmix",
+              "--kill-on-bad-exit=1",
+              "--label",
+              "--overcommit",
+              "--job-name=faultline-ranks",
+              "--multi-prog",
+              h.dir + "/multiprog"};
+    p.cwd = h.dir;
+    auto env = base_env();
+    for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
+    p.env.push_back("TMPDIR=" + h.dir + "/tmp");
+    p.env.push_back("OMPI_MCA_btl_vader_backing_directory=" + h.dir + "/tmp");
+    p.env.push_back(fmt::format("{}={}", kControlSecretEnv, h.secret));  // never in the file
+    p.label_output = true;
+    srun_ = h.sup.spawn(p);
+    for (int r = 0; r < h.s.ranks; ++r) {
+      h.started(r);
+      h.hist.harness("launch", {{"pid", srun_}, {"launcher", "srun"}, {"argv", args}}, r);
+    }
+  }
+
+  std::string job_process_name() const override { return "srun"; }
+  bool is_job_process(pid_t pid) const override { return pid != 0 && pid == srun_; }
+  void job_process_ended() override { srun_ = 0; }
+
+  void stop(Supervisor& sup) override {
+    // srun passes SIGTERM on to the step's tasks and cancels it; SIGKILL would leave the step.
+    if (srun_ != 0) sup.signal(srun_, SIGTERM);
+  }
+
+ private:
+  // `R env -C DIR VAR=value ... worker args`: srun reads the file itself (no shell), so values
+  // are checked as for mpirun's app file.
+  static std::string line(LaunchHost& h, int r, const std::vector<std::string>& args) {
+    auto env = h.rank_env(r);
+    ProcessSpec spec;
+    spec.argv = args;
+    std::vector<std::string> unset;
+    h.faults.adjust_rank(r, spec, env, &unset);
+    std::string out = fmt::format("{} env -C {}/ranks/rank{}", r, h.dir, r);
+    for (auto& k : unset) {
+      check_env_key(r, k);
+      out += " -u " + k;
+    }
+    const auto inherited = base_env();
+    for (auto& [k, v] : env) {
+      if (k == kControlSecretEnv) continue;
+      if (auto it = inherited.find(k); it != inherited.end() && it->second == v) continue;
+      check_env_key(r, k);
+      if (v.find_first_of(" \t\n\"'\\") != std::string::npos || v.empty()) {
+        raise<Error>(
+            "launcher srun: rank {} variable {}='{}' has whitespace, quotes or is empty (a "
+            "multi-program file cannot carry it; use launcher: local)",
+            r, k, v);
+      }
+      out += fmt::format(" {}={}", k, v);
+    }
+    for (auto& a : spec.argv) out += " " + a;
+    return out;
+  }
+
+  pid_t srun_ = 0;
+};
+
+}  // namespace
+
+const LauncherInfo& srun_launcher() {
+  static const LauncherInfo info{LauncherKind::kSrun,
+                                 "srun",
+                                 "a Slurm job step inside the allocation",
+                                 /*rank_processes=*/false,
+                                 /*aborts_on_rank_failure=*/true,
+                                 [] { return std::make_unique<SrunLauncher>(); }};
+  return info;
+}
+
+}  // namespace fl::harness

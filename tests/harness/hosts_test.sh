@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# ctest hosts.*: ranks across hosts that are network namespaces on this machine
+# (harness/hosts/netns-hosts.sh), reached by mpirun and the harness through netns-rsh.
+#   tests/harness/hosts_test.sh FAULTLINE_BIN SOURCE_DIR CASE
+# CASE: spread  4 ranks over 2 hosts finish; ranks 0-1 report host 0's name, 2-3 host 1's
+#       cut     host 1 cut off at step 3 (the harness acts on rank 0's step event; the tiny model
+#               steps in milliseconds, so the run has many steps left when the cut lands): the
+#               cross-host all-reduce times out, tp never; the
+#               run's iptables chain is gone from both hosts afterwards
+#       unreachable  a host that does not exist: exit 2 naming it, before any launch, nothing
+#               left running
+#       input   mistakes in topology.hosts / rsh_agent refused by `faultline validate` (no root)
+# Exit 77 (skipped) without root or without `ip netns` (all but input).
+set -euo pipefail
+faultline=$1 src=$2 case=$3
+fail() { echo "FAIL: $*" >&2; exit 1; }
+if [[ $case == input ]]; then
+  # What the file alone tells (no root, no hosts): each mistake refused naming its key.
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  refuse() {  # YAML, then a text the error must contain
+    printf '%s\n' "name: bad" "$1" "expect: {oracle: completed}" >"$tmp/bad.yaml"
+    local out
+    if out=$("$faultline" validate "$tmp/bad.yaml" 2>&1); then fail "accepted: $1"; fi
+    grep -qF -- "$2" <<<"$out" || fail "for '$1' want '$2', got: $out"
+  }
+  refuse 'topology: {ranks: 2, hosts: [a, b]}' 'topology.launcher: topology.hosts needs launcher mpirun'
+  refuse 'topology: {ranks: 3, launcher: mpirun, hosts: [a, b]}' '3 ranks do not spread evenly over 2 hosts'
+  refuse 'topology: {ranks: 2, launcher: mpirun, hosts: [a, a]}' 'topology.hosts[1]: host a is listed twice'
+  refuse 'topology: {ranks: 2, launcher: mpirun, hosts: [a, "b;reboot"]}' "'b;reboot' is not a host name"
+  refuse 'topology: {ranks: 2, launcher: mpirun, hosts: [a=10.0.0.1, b=10.0.0.x]}' "'10.0.0.x' is not an IP address"
+  refuse 'topology: {ranks: 4, nodes: 4, launcher: mpirun, hosts: [a, b]}' 'topology.nodes is 4 but topology.hosts lists 2 hosts'
+  refuse 'topology: {ranks: 2, rsh_agent: ssh}' 'an rsh agent needs topology.hosts'
+  refuse 'topology: {ranks: 2, launcher: mpirun, hosts: [a, b], rsh_agent: "ssh -p 22"}' "'ssh -p 22' is not a program"
+  refuse $'topology: {ranks: 2, launcher: mpirun, hosts: [a=10.0.0.1, b]}\nfaults: [{network: {node: 1}}]' \
+    "network faults between hosts need every host's address (topology.hosts[1] is b"
+  printf '%s\n' "name: ok" "topology: {ranks: 4, launcher: mpirun, hosts: [a=10.0.0.1, b]}" \
+    "expect: {oracle: completed}" >"$tmp/ok.yaml"
+  "$faultline" validate "$tmp/ok.yaml" >/dev/null || fail "a good hosts list was refused"
+  echo "input ok"
+  exit 0
+fi
+if [[ $EUID -ne 0 ]] || ! unshare --net --uts true 2>/dev/null || ! ip netns list >/dev/null 2>&1; then
+  echo "SKIP: hosts as network namespaces need root (creating namespaces) and ip netns"
+  exit 77
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+hosts=$src/harness/hosts
+prefix=$(printf 'h%04x' $((RANDOM)))
+tmp=$(mktemp -d /tmp/flh.XXXXXX)
+cleanup() { [[ -n ${KEEP:-} ]] && return; bash "$hosts/netns-hosts.sh" down "$prefix" || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+mapfile -t lines < <(bash "$hosts/netns-hosts.sh" up "$prefix" 2)
+read -r h0 a0 <<<"${lines[0]}"
+read -r h1 a1 <<<"${lines[1]}"
+agent=$hosts/netns-rsh
+
+case $case in
+spread)
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-spread
+topology: {ranks: 4, tp: 2, launcher: mpirun, hosts: [$h0=$a0, $h1=$a1], rsh_agent: $agent}
+workload: {steps: 3}
+expect: {oracle: completed}
+Y
+  "$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id spread -q || fail "run failed"
+  python3 - "$tmp/r/spread" "$h0" "$h1" "$a0" <<'PY'
+import json, sys
+d, h0, h1, a0 = sys.argv[1:]
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+start = next(e for e in ev if e["kind"] == "run_start")
+assert start["data"]["nodes"] == 2, start
+steps = {e["rank"] for e in ev if e["source"] == "rank" and e["kind"] == "step"}
+assert steps == {0, 1, 2, 3}, steps
+app = open(d + "/appfile").read().splitlines()
+want = [h0, h0, h1, h1]
+for r, line in enumerate(app):
+    assert f"--host {want[r]} " in line, (r, line)
+    assert f"MASTER_ADDR={a0}" in line, line
+# Each rank ran on its host: the rsh agent gives a host its name, and every rank reports the
+# host name it sees in its hello.
+seen = {e["rank"]: e["data"]["host"] for e in ev if e["source"] == "rank" and e["kind"] == "hello"}
+assert seen == dict(enumerate(want)), seen
+print("spread ok")
+PY
+  ;;
+cut)
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-cut
+topology: {ranks: 4, tp: 2, launcher: mpirun, hosts: [$h0=$a0, $h1=$a1], rsh_agent: $agent}
+workload: {steps: 2000}
+faults:
+  - network: {action: drop, node: 1}
+    step: 3
+timeouts: {comm_ms: 3000}
+expect: {oracle: comm_timeout}
+Y
+  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id cut 2>&1) || {
+    echo "$out"
+    fail "the cut was not judged a comm timeout"
+  }
+  echo "$out"
+  grep -Eq "all_reduce on group (dp|world) \(seq " <<<"$out" || fail "no cross-host all_reduce timed out"
+  ! grep -q "on group tp (seq " <<<"$out" || fail "a tp group (inside one host) was hit"
+  python3 - "$tmp/r/cut" <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1] + "/history.jsonl")]
+inj = [e for e in ev if e["kind"] == "fault_injected"]
+assert len(inj) == 1 and inj[0]["data"]["peers"] == [0], inj
+setup = next(e for e in ev if e["kind"] == "network_setup")
+assert setup["data"]["devices"] == ["eth0", "eth0"], setup
+healed = {e["data"]["fault"]: e["data"] for e in ev if e["kind"] == "fault_healed"}
+assert "network" in healed, healed
+assert healed["host_chains"]["removed"] == 2 and not healed["host_chains"]["errors"], healed
+print("cut ok:", setup["data"]["chain"])
+PY
+  for h in "$h0" "$h1"; do
+    if ip netns exec "$h" iptables -S | grep -q 'FL-'; then
+      ip netns exec "$h" iptables -S
+      fail "a chain of the run is left on $h"
+    fi
+  done
+  ;;
+unreachable)
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-unreachable
+topology: {ranks: 2, launcher: mpirun, hosts: [$h0=$a0, $prefix-nohost], rsh_agent: $agent}
+workload: {steps: 3}
+expect: {oracle: completed}
+Y
+  set +e
+  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id unreach -q 2>&1)
+  status=$?
+  set -e
+  echo "$out"
+  [[ $status -eq 2 ]] || fail "exit $status, want 2"
+  grep -q "$prefix-nohost" <<<"$out" || fail "the message does not name the host"
+  grep -q "cannot be reached" <<<"$out" || fail "the message does not say why"
+  ! grep -q '"kind":"launch"' "$tmp/r/unreach/history.jsonl" || fail "something was launched"
+  if pgrep -f "$tmp/r/unreach" >/dev/null; then fail "processes of the run are left"; fi
+  ;;
+*) fail "unknown case $case" ;;
+esac

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# ctest slurm.*: a real single-node Slurm (harness/slurm/local-slurm.sh: munged, slurmctld and
+# slurmd with a generated configuration, loopback only), started for the case and stopped after
+# it (no daemon may be left).
+#   tests/harness/slurm_test.sh FAULTLINE_BIN SOURCE_DIR CASE
+# CASE: sbatch_run     the harness as a batch job (docs/cluster.md's template): 4 ranks under
+#                      mpirun inside the allocation; the run, named after the job, passes
+#       srun_launcher  the same job with topology.launcher: srun: one job step, every rank's
+#                      output attributed to it, the run passes
+#       small_allocation  an allocation of 2 tasks for 4 ranks: exit 2 naming both, no launch
+#       no_allocation  launcher srun outside any allocation: exit 2 before any launch (needs no
+#                      Slurm at all)
+# Exit 77 (skipped) without root, slurm-wlm or munge.
+set -euo pipefail
+faultline=$1 src=$2 case=$3
+tmp=$(mktemp -d /tmp/flslurm.XXXXXX)
+fail() { echo "FAIL: $*" >&2; exit 1; }
+scenario() {  # launcher
+  cat >"$tmp/s.yaml" <<Y
+name: slurm-$1
+topology: {ranks: 4, launcher: $1}
+workload: {steps: 3}
+expect: {oracle: completed}
+Y
+}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+if [[ $case == no_allocation ]]; then
+  trap 'rm -rf "$tmp"' EXIT
+  scenario srun
+  set +e
+  out=$(env -u SLURM_JOB_ID -u SLURM_NTASKS "$faultline" run "$tmp/s.yaml" --results "$tmp/r" \
+    --run-id none -q 2>&1)
+  status=$?
+  set -e
+  echo "$out"
+  [[ $status -eq 2 ]] || fail "exit $status, want 2"
+  grep -Eq "launcher srun: (not inside a Slurm allocation|no srun on PATH)" <<<"$out" ||
+    fail "no clear error"
+  ! grep -q '"kind":"launch"' "$tmp/r/none/history.jsonl" || fail "something was launched"
+  exit 0
+fi
+
+cleanup() { bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm" || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+trap 'exit 1' TERM INT
+set +e
+conf=$(bash "$src/harness/slurm/local-slurm.sh" up "$tmp/slurm")
+status=$?
+set -e
+[[ $status -eq 77 ]] && exit 77
+[[ $status -eq 0 ]] || { cat "$tmp"/slurm/*.log >&2 || true; exit 1; }
+eval "$conf"
+
+launcher=mpirun tasks=4 want=0
+case $case in
+sbatch_run) ;;
+srun_launcher) launcher=srun ;;
+small_allocation) launcher=srun tasks=2 want=2 ;;
+*) fail "unknown case $case" ;;
+esac
+scenario "$launcher"
+cat >"$tmp/job.sh" <<J
+#!/bin/bash
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+exec "$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id "job\$SLURM_JOB_ID" -q
+J
+chmod +x "$tmp/job.sh"
+set +e
+# --overcommit: more tasks than the node's CPUs (CI-sized machines); the time limit and the
+# timeout end a stuck job inside ctest's own limit, so the trap still stops the daemons.
+out=$(timeout 150 sbatch --wait --parsable --overcommit --time=2 -N1 -n "$tasks" \
+  -o "$tmp/job-%j.out" "$tmp/job.sh")
+status=$?
+set -e
+job=${out%%;*}
+cat "$tmp"/job-*.out || true
+run=$tmp/r/job$job
+[[ -f $run/verdict.json ]] || fail "no run directory job$job"
+if [[ $want -ne 0 ]]; then
+  [[ $status -ne 0 ]] || fail "the job succeeded"
+  grep -q "the allocation has 2 task(s) (SLURM_NTASKS) but topology.ranks is 4" "$tmp/job-$job.out" ||
+    fail "no clear error"
+  ! grep -q '"kind":"launch"' "$run/history.jsonl" || fail "something was launched"
+else
+  [[ $status -eq 0 ]] || fail "the batch job failed"
+  python3 - "$run" "$launcher" <<'PY'
+import json, os, sys
+d, launcher = sys.argv[1:]
+v = json.load(open(d + "/verdict.json"))
+assert v["outcome"] == "pass", v
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+steps = {e["rank"] for e in ev if e["source"] == "rank" and e["kind"] == "step"}
+assert steps == {0, 1, 2, 3}, steps
+launch = {e["data"]["launcher"] for e in ev if e["kind"] == "launch"}
+assert launch == {launcher}, launch
+# Every rank's own output reached its log (srun --label / mpirun --tag-output split back).
+for r in range(4):
+    assert os.path.getsize(f"{d}/ranks/rank{r}/output.log") > 0, r
+print(launcher, "run ok")
+PY
+fi
+bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm"
+for f in "$tmp"/slurm/*.pid; do [[ -e $f ]] && fail "a daemon is left: $f"; done
+true
