@@ -109,6 +109,8 @@ def init(backend="gloo", heartbeat_ms=None):
 
 
 def _heartbeats(interval_s):
+    # One at once, so a job shorter than the interval still shows its monitor is alive.
+    heartbeat()
     while not _beat_stop.wait(interval_s):
         heartbeat()
 
