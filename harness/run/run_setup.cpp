@@ -78,6 +78,13 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
   env["OMPI_MCA_btl_vader_backing_directory"] = dir_ + "/tmp";
   env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
   env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+  // On one machine MPI's TCP paths stay on loopback: another run's bridge or link (a hosts test's
+  // 10.201.X.254, a namespace hub) that comes and goes must never be one of this run's addresses.
+  // Network namespaces set their own subnet over this (Sandbox::adjust_rank).
+  if (s_.hosts.empty() && launcher_->kind() != LauncherKind::kSrun) {
+    env["OMPI_MCA_btl_tcp_if_include"] = "lo";
+    env["OMPI_MCA_oob_tcp_if_include"] = "lo";
+  }
   if (!s_.plans.empty()) {
     std::string joined;
     for (auto& p : s_.plans) joined += (joined.empty() ? "" : ";") + p;
