@@ -59,10 +59,10 @@ struct RunSummary {
     int64_t t, step;
     std::optional<double> loss;  // nullopt: not finite
     double step_time;
-    double interval;      // since the rank's previous step ended (older histories: step_time)
-    double comm;          // the part of it spent inside collectives (older histories: 0)
-    int64_t mem_current;  // bytes the rank's allocator held at the step's end (-1: not reported)
-    bool skipped = false;  // the update was skipped (the fp16 loss scaler saw an overflow)
+    double interval;        // since the rank's previous step ended (older histories: step_time)
+    double comm;            // the part of it spent inside collectives (older histories: 0)
+    int64_t mem_current;    // bytes the rank's allocator held at the step's end (-1: not reported)
+    bool skipped = false;   // the update was skipped (the fp16 loss scaler saw an overflow)
     int64_t mem_peak = -1;  // the rank's peak memory in use so far (-1: not reported)
     double compute() const { return std::max(0.0, interval - comm); }
   };

@@ -29,8 +29,7 @@ void add_reference(RunSummary& f, const nlohmann::json& d) {
     if (row[4].is_number() && std::isfinite(row[4].get<double>())) loss = row[4].get<double>();
     const double interval = row[2].get<double>();
     r.steps.push_back({row[0].get<int>(), 0, row[1].get<int64_t>(), loss, interval, interval,
-                       row[3].get<double>(), row[5].get<int64_t>(), false,
-                       row[5].get<int64_t>()});
+                       row[3].get<double>(), row[5].get<int64_t>(), false, row[5].get<int64_t>()});
   }
 }
 
@@ -71,11 +70,11 @@ void add_checked(RunSummary& f, const HistoryEvent& e, const nlohmann::json& d) 
       if (std::isfinite(l)) loss = l;
     }
     const double st = d.value("step_time_s", 0.0);
-    f.steps.push_back({e.rank, e.t_ns, e.step, loss, st, d.value("interval_s", st),
-                       d.value("comm_s", 0.0), d.value("mem_current", int64_t{-1}),
-                       d.contains("skipped") && d["skipped"].is_boolean() &&
-                           d["skipped"].get<bool>(),
-                       d.value("mem_peak", int64_t{-1})});
+    f.steps.push_back(
+        {e.rank, e.t_ns, e.step, loss, st, d.value("interval_s", st), d.value("comm_s", 0.0),
+         d.value("mem_current", int64_t{-1}),
+         d.contains("skipped") && d["skipped"].is_boolean() && d["skipped"].get<bool>(),
+         d.value("mem_peak", int64_t{-1})});
   } else if (e.kind == "error") {
     f.errors.push_back({e.rank, e.t_ns, e.step, d.value("class", ""), d.value("message", "")});
   } else if (e.kind == "collective" && d.value("state", "") == "timed-out") {

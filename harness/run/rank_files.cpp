@@ -1,6 +1,6 @@
 // `faultline verdict` on a run whose harness died before it merged the ranks' own event files
-// (SIGKILL): the events a rank wrote to ranks/rankN/events.jsonl (or probe.jsonl) that the history lacks are put
-// back, at the time the rank stamped them, before the run is judged.
+// (SIGKILL): the events a rank wrote to ranks/rankN/events.jsonl (or probe.jsonl) that the history
+// lacks are put back, at the time the rank stamped them, before the run is judged.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -48,29 +48,29 @@ RecoveredHistory history_with_rank_files(const std::string& run_dir) {
     }
     // The worker's own file, and the probe's (a command workload's job, docs/workloads.md).
     for (const char* file : {"events.jsonl", "probe.jsonl"}) {
-    std::ifstream in(d.path() / file);
-    std::string line;
-    while (std::getline(in, line)) {
-      const auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) continue;  // a torn last line of a killed rank
-      HistoryEvent e;
-      e.source = "rank";
-      e.rank = rank;  // the file is this rank's, whatever a line claims
-      try {
-        e.seq = j.value("seq", uint64_t{0});
-        e.time_unix_ns = j.value("time_unix_ns", int64_t{0});
-        e.kind = j.value("kind", "");
-        e.step = j.value("step", int64_t{-1});
-      } catch (const nlohmann::json::exception&) {
-        continue;  // a field of the wrong type: not an event
+      std::ifstream in(d.path() / file);
+      std::string line;
+      while (std::getline(in, line)) {
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_discarded() || !j.is_object()) continue;  // a torn last line of a killed rank
+        HistoryEvent e;
+        e.source = "rank";
+        e.rank = rank;  // the file is this rank's, whatever a line claims
+        try {
+          e.seq = j.value("seq", uint64_t{0});
+          e.time_unix_ns = j.value("time_unix_ns", int64_t{0});
+          e.kind = j.value("kind", "");
+          e.step = j.value("step", int64_t{-1});
+        } catch (const nlohmann::json::exception&) {
+          continue;  // a field of the wrong type: not an event
+        }
+        if (e.kind.empty()) continue;
+        if (!seen.insert({e.rank, e.seq, e.time_unix_ns, e.kind}).second) continue;
+        e.data_json = j.contains("data") && j["data"].is_object() ? j["data"].dump() : "{}";
+        e.t_ns = have_offset ? e.time_unix_ns - offset : 0;
+        e.late = true;
+        recovered.push_back(std::move(e));
       }
-      if (e.kind.empty()) continue;
-      if (!seen.insert({e.rank, e.seq, e.time_unix_ns, e.kind}).second) continue;
-      e.data_json = j.contains("data") && j["data"].is_object() ? j["data"].dump() : "{}";
-      e.t_ns = have_offset ? e.time_unix_ns - offset : 0;
-      e.late = true;
-      recovered.push_back(std::move(e));
-    }
     }
   }
   out.recovered = static_cast<int>(recovered.size());

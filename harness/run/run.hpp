@@ -145,8 +145,8 @@ class Run {
   void check_command_exit(const ExitInfo& x);
   void poll_command();
   std::unique_ptr<ProbeIngest> probe_;
-  std::set<int> reported_;                 // under step_mu_
-  std::map<int, std::string> last_line_;   // each rank's last output line (-1: the launcher)
+  std::set<int> reported_;                // under step_mu_
+  std::map<int, std::string> last_line_;  // each rank's last output line (-1: the launcher)
   int64_t launched_ns_ = 0;
 };
 

@@ -63,8 +63,8 @@ std::string Run::steps_line(const std::vector<HistoryEvent>& history) {
   }
   // A command's step count is its own: the steps its ranks reported.
   const bool command = s_.kind == "command";
-  const std::string n = command ? fmt::format("{}", last + 1)
-                                : fmt::format("{} of {}{}", last + 1, total, unit);
+  const std::string n =
+      command ? fmt::format("{}", last + 1) : fmt::format("{} of {}{}", last + 1, total, unit);
   if (all_ok) return last + 1 >= total || command ? n : n + " (every rank finished)";
   if (!stop_reason_.empty()) {
     return fmt::format("{}, then the harness stopped the run: {}", n, stop_reason_);

@@ -49,7 +49,8 @@ void Run::launch_all(const std::string& resume_from) {
     std::lock_guard lock(step_mu_);
     hello_pid_.clear();
   }
-  if (s_.kind == "command") begin_command_launch();  // the probe's files, reports (command_launch.cpp)
+  if (s_.kind == "command")
+    begin_command_launch();  // the probe's files, reports (command_launch.cpp)
   auto host = launch_host();
   launcher_->start(host, worker_args(s_, dir_, resume_from));
 }
@@ -180,7 +181,8 @@ void Run::all_ranks_ended() {
 pid_t Run::rank_pid(int rank) {
   if (s_.kind == "command") {  // the process that said hello is the job's (not a torchrun agent)
     std::lock_guard lock(step_mu_);
-    if (auto it = hello_pid_.find(rank); it != hello_pid_.end() && it->second > 0) return it->second;
+    if (auto it = hello_pid_.find(rank); it != hello_pid_.end() && it->second > 0)
+      return it->second;
   }
   if (const pid_t pid = launcher_->rank_pid(rank); pid != 0) return pid;
   std::lock_guard lock(step_mu_);

@@ -26,7 +26,7 @@ struct ProcessSpec {
   std::vector<std::string> argv;
   std::vector<std::string> env;  // NAME=value, the whole environment
   std::string cwd;
-  bool tag_output = false;  // mpirun --tag-output: lines carry "[1,R]<stdout>:" (R = rank)
+  bool tag_output = false;    // mpirun --tag-output: lines carry "[1,R]<stdout>:" (R = rank)
   bool label_output = false;  // srun --label: lines carry "R: " (R = task = rank)
   // Namespaces the child enters before exec (/proc/PID/ns/net, /proc/PID/ns/mnt of a holder).
   std::vector<std::string> namespaces;

@@ -370,8 +370,8 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     // The preparation run: this scenario without its faults and expectation, with the prepare
     // overrides applied; it must complete.
     YAML::Node base = YAML::Clone(doc);
-    for (const char* k : {"prepare", "fix", "faults", "expect", "rank_env", "after_prepare",
-                          "baseline"}) {
+    for (const char* k :
+         {"prepare", "fix", "faults", "expect", "rank_env", "after_prepare", "baseline"}) {
       base.remove(k);
     }
     YAML::Node p = merge(base, YAML::Clone(doc["prepare"]));

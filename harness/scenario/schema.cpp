@@ -284,8 +284,12 @@ const std::vector<KeySpec>& scenario_schema() {
          "kind: command: the job reports through the probe (FAULTLINE_PROBE_FILE); a rank that "
          "sends nothing within report_timeout_s, or exits before its first event, is a harness "
          "error"},
-        {"workload.report_timeout_s", K::kFloat, "120",
-         "kind: command with probe: seconds a rank may take to send its first event", {}, 1,
+        {"workload.report_timeout_s",
+         K::kFloat,
+         "120",
+         "kind: command with probe: seconds a rank may take to send its first event",
+         {},
+         1,
          3600},
         {"faults", K::kList, "[]", "What to break: in-process plans and out-of-process faults"},
         {"faults[].plan", K::kString, "", "In-process fault plan (docs/injector.md grammar)"},

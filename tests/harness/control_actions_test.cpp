@@ -143,7 +143,8 @@ TEST(ControlActions, RestartRankIsRefusedUnderMpirun) {
   const Seen seen = drive("mpirun");
   ASSERT_TRUE(seen.running.called);
   EXPECT_FALSE(seen.running.ok);
-  EXPECT_EQ(seen.running.message, "restart_rank needs the local or command launcher and a rank 0-3");
+  EXPECT_EQ(seen.running.message,
+            "restart_rank needs the local or command launcher and a rank 0-3");
 }
 
 }  // namespace
