@@ -12,7 +12,7 @@ std::string probe_file(const std::string& run_dir, int rank) {
   return fmt::format("{}/ranks/rank{}/probe.jsonl", run_dir, rank);
 }
 
-bool parse_probe_line(const std::string& line, int rank, HistoryEvent& e) {
+bool parse_rank_line(const std::string& line, int rank, HistoryEvent& e) {
   const auto j = nlohmann::json::parse(line, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return false;
   e = HistoryEvent{};
@@ -27,7 +27,7 @@ bool parse_probe_line(const std::string& line, int rank, HistoryEvent& e) {
     return false;  // a field of the wrong type
   }
   if (e.kind.empty()) return false;
-  e.data_json = j.contains("data") ? j["data"].dump() : "{}";
+  e.data_json = j.contains("data") && j["data"].is_object() ? j["data"].dump() : "{}";
   return true;
 }
 
@@ -52,7 +52,7 @@ size_t ProbeIngest::poll(History& h) {
       start = nl + 1;
       if (line.empty()) continue;
       HistoryEvent e;
-      if (!parse_probe_line(line, static_cast<int>(r), e)) {
+      if (!parse_rank_line(line, static_cast<int>(r), e)) {
         ++unparsable_;
         continue;
       }

@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 
+#include "harness/run/probe_ingest.hpp"
 #include "harness/run/runner.hpp"
 
 namespace fl::harness {
@@ -51,22 +52,9 @@ RecoveredHistory history_with_rank_files(const std::string& run_dir) {
       std::ifstream in(d.path() / file);
       std::string line;
       while (std::getline(in, line)) {
-        const auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.is_object()) continue;  // a torn last line of a killed rank
         HistoryEvent e;
-        e.source = "rank";
-        e.rank = rank;  // the file is this rank's, whatever a line claims
-        try {
-          e.seq = j.value("seq", uint64_t{0});
-          e.time_unix_ns = j.value("time_unix_ns", int64_t{0});
-          e.kind = j.value("kind", "");
-          e.step = j.value("step", int64_t{-1});
-        } catch (const nlohmann::json::exception&) {
-          continue;  // a field of the wrong type: not an event
-        }
-        if (e.kind.empty()) continue;
+        if (!parse_rank_line(line, rank, e)) continue;
         if (!seen.insert({e.rank, e.seq, e.time_unix_ns, e.kind}).second) continue;
-        e.data_json = j.contains("data") && j["data"].is_object() ? j["data"].dump() : "{}";
         e.t_ns = have_offset ? e.time_unix_ns - offset : 0;
         e.late = true;
         recovered.push_back(std::move(e));
