@@ -20,6 +20,7 @@
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/controller.hpp"
 #include "harness/run/runner.hpp"
+#include "injector/site.hpp"
 #include "kernels/device.hpp"
 #include "tests/support/process.hpp"
 #include "workloads/telemetry/telemetry.hpp"
@@ -509,5 +510,34 @@ TEST(Telemetry, BoundedQueueCountsEveryDropAndTheFileKeepsEverything) {
   fs::remove_all(dir);
 }
 
+// An inference's fault-plan steps are negative while it reads the prompt; its events (a fault
+// that fired there, a collective) must still be events the history takes: step -1, none.
+TEST(Telemetry, EventsWhileTheInjectorStepIsNegativeCarryStepMinusOne) {
+  const auto dir = results_dir();
+  fs::create_directories(dir);
+  History history(dir + "/history.jsonl");
+  Controller ctl(
+      history, [](const ControlAction&) { return ControlResult{}; }, "telemetry-test");
+  const std::string addr = ctl.start("127.0.0.1:0");
+  ::setenv(kControlSecretEnv, "telemetry-test", 1);
+  telemetry::Options o;
+  o.events_file = dir + "/events.jsonl";
+  o.control_addr = addr;
+  o.heartbeat_ms = 0;
+  telemetry::start(2, std::move(o));
+  fault::set_step(-5);
+  telemetry::emit("fault_fired", {{"site", "infer.forward"}, {"plan_step", -5}});
+  fault::set_step(3);
+  telemetry::emit("fault_fired", {{"site", "infer.forward"}});
+  fault::set_step(0);
+  telemetry::stop();
+  ::unsetenv(kControlSecretEnv);
+  ctl.shutdown();
+  std::ifstream in(dir + "/events.jsonl");
+  std::vector<int64_t> steps;
+  for (std::string l; std::getline(in, l);) steps.push_back(nlohmann::json::parse(l)["step"]);
+  EXPECT_EQ(steps, (std::vector<int64_t>{-1, 3}));
+  fs::remove_all(dir);
+}
 }  // namespace
 }  // namespace fl::harness

@@ -88,9 +88,12 @@ void start_worker_telemetry(const WorkerIdentity& id, const std::string& backend
                             {"backend", backend},
                             {"run_id", id.run_id}});
   fault::set_fired_observer([](const fault::FiredRecord& r) {
-    telemetry::emit("fault_fired",
-                    {{"site", r.site}, {"seq", r.seq}, {"hit", r.hit}, {"action", r.action}},
-                    r.step);
+    // An inference counts its fault-plan steps from the first generated token, so a site that
+    // fires while the prompt is read has a negative step; the event carries -1 (none) and the
+    // plan's own counter as data.plan_step.
+    nlohmann::json data = {{"site", r.site}, {"seq", r.seq}, {"hit", r.hit}, {"action", r.action}};
+    if (r.step < -1) data["plan_step"] = r.step;
+    telemetry::emit("fault_fired", data, r.step);
   });
 }
 

@@ -58,6 +58,9 @@ class Emitter {
     e.time_unix_ns = now_unix_ns();
     e.kind = kind;
     e.step = step >= 0 ? step : fault::current_step();
+    // The injector's step is negative while an inference reads its prompt (plans count from the
+    // first generated token); an event's step is -1 (none) or more.
+    if (e.step < -1) e.step = -1;
     e.data_json = std::move(data);
     {
       std::lock_guard lock(file_mu_);
