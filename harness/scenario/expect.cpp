@@ -135,19 +135,23 @@ void parse_side_runs(const std::string& file, const YAML::Node& doc, Scenario& s
   }
   // The reference run: this scenario without its faults, tools and expectation (it must
   // complete), with the baseline overrides applied.
-  YAML::Node base = YAML::Clone(doc);
-  for (const char* k :
-       {"baseline", "fix", "faults", "expect", "rank_env", "detectors", "recovery"}) {
-    base.remove(k);
-  }
-  YAML::Node ref = doc["baseline"] ? merge(base, YAML::Clone(doc["baseline"])) : base;
-  ref["name"] = s.name + "-baseline";
+  s.baseline_yaml =
+      side_run_yaml(doc, {"baseline", "fix", "faults", "expect", "rank_env", "detectors", "recovery"},
+                    doc["baseline"], s.name + "-baseline");
+}
+
+std::string side_run_yaml(const YAML::Node& doc, std::initializer_list<const char*> drop,
+                          const YAML::Node& overrides, const std::string& name) {
+  YAML::Node run = YAML::Clone(doc);
+  for (const char* k : drop) run.remove(k);
+  if (overrides) run = merge(run, YAML::Clone(overrides));
+  run["name"] = name;
   YAML::Node completed(YAML::NodeType::Map);
   completed["oracle"] = "completed";
-  ref["expect"] = completed;
+  run["expect"] = completed;
   YAML::Emitter em;
-  em << ref;
-  s.baseline_yaml = em.c_str();
+  em << run;
+  return em.c_str();
 }
 
 }  // namespace fl::harness::loader

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -99,6 +100,11 @@ void apply_override(YAML::Node& doc, const std::string& text, const std::string&
 Expect parse_expect(const std::string& file, const YAML::Node& resolved, const YAML::Node& doc_node,
                     const std::string& path);
 void parse_side_runs(const std::string& file, const YAML::Node& doc, Scenario& s);
+// A run beside the scenario's own (the preparation run, the baseline's reference run), as YAML:
+// `doc` without the keys in `drop`, with `overrides` merged in (when given), named `name`, and
+// expected to complete.
+std::string side_run_yaml(const YAML::Node& doc, std::initializer_list<const char*> drop,
+                          const YAML::Node& overrides, const std::string& name);
 const std::vector<std::string>& after_prepare_tools();
 
 // hosts.cpp: topology.hosts and topology.rsh_agent into `s` (nodes become the hosts).

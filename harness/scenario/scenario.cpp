@@ -369,19 +369,9 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   if (doc["prepare"]) {
     // The preparation run: this scenario without its faults and expectation, with the prepare
     // overrides applied; it must complete.
-    YAML::Node base = YAML::Clone(doc);
-    for (const char* k :
-         {"prepare", "fix", "faults", "expect", "rank_env", "after_prepare", "baseline"}) {
-      base.remove(k);
-    }
-    YAML::Node p = merge(base, YAML::Clone(doc["prepare"]));
-    p["name"] = s.name + "-prepare";
-    YAML::Node completed(YAML::NodeType::Map);
-    completed["oracle"] = "completed";
-    p["expect"] = completed;
-    YAML::Emitter em;
-    em << p;
-    s.prepare_yaml = em.c_str();
+    s.prepare_yaml = loader::side_run_yaml(
+        doc, {"prepare", "fix", "faults", "expect", "rank_env", "after_prepare", "baseline"},
+        doc["prepare"], s.name + "-prepare");
   }
   ErrorCollector::throw_if_any(path);
   s.resolved = r;
