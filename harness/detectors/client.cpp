@@ -13,11 +13,24 @@
 #include <fmt/format.h>
 
 #include "base/control_auth.hpp"
+#include "harness/proto/event_proto.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 
 namespace fl::detect {
 
 namespace pb = faultline::v1;
+
+Event view_of(const fl::Event& e) {
+  Event v;
+  v.rank = e.rank;
+  v.source = e.source;
+  v.kind = e.kind;
+  v.step = e.step;
+  v.t_ns = e.t_ns;
+  v.data = nlohmann::json::parse(e.data_json, nullptr, false);
+  if (v.data.is_discarded()) v.data = nlohmann::json::object();
+  return v;
+}
 
 int stage_of(const std::string& symptom) {
   if (symptom.empty() || symptom[0] < '1' || symptom[0] > '5') return 0;
@@ -157,14 +170,7 @@ void Tool::run(const std::function<void(const Event&)>& on_event,
       finished = done && batch.empty();
     }
     for (const auto& p : batch) {
-      Event e;
-      e.rank = p.rank();
-      e.source = p.source();
-      e.kind = p.kind();
-      e.step = p.step();
-      e.t_ns = p.harness_ns();
-      e.data = nlohmann::json::parse(p.data_json(), nullptr, false);
-      if (e.data.is_discarded()) e.data = nlohmann::json::object();
+      const Event e = view_of(from_proto(p));
       last_event_ns_ = std::max(last_event_ns_, e.t_ns);
       last_event_at_ = std::chrono::steady_clock::now();
       view_.update(e);

@@ -16,10 +16,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/event.hpp"
 #include "base/stats.hpp"
 
 namespace fl::detect {
 
+// A tool's view of one run event: the envelope of the run's event (base/event.hpp, fl::Event)
+// with its data parsed, built from it by view_of alone.
 struct Event {
   int rank = -1;
   std::string source;  // rank, harness, detector:<name>, control
@@ -28,6 +31,9 @@ struct Event {
   int64_t t_ns = 0;  // harness time (ns since the run started)
   nlohmann::json data;
 };
+
+// The view of `e`: its data parsed (data that is not JSON becomes {}).
+Event view_of(const fl::Event& e);
 
 struct Finding {
   std::string symptom;  // taxonomy id, or "unknown"

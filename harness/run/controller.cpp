@@ -13,6 +13,7 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "harness/proto/event_proto.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 
 namespace fl::harness {
@@ -20,19 +21,6 @@ namespace fl::harness {
 namespace pb = faultline::v1;
 
 namespace {
-
-pb::Event to_proto(const HistoryEvent& e) {
-  pb::Event p;
-  p.set_rank(e.rank);
-  p.set_seq(e.seq);
-  p.set_time_unix_ns(e.time_unix_ns);
-  p.set_harness_ns(e.t_ns);
-  p.set_kind(e.kind);
-  p.set_step(e.step);
-  p.set_data_json(e.data_json);
-  p.set_source(e.source);
-  return p;
-}
 
 // What a benchmarked detector must not see: where and when faults were armed, fired, injected or
 // healed, and the scenario's expectation.
@@ -103,14 +91,11 @@ struct Controller::Impl final : public pb::Controller::Service {
           std::lock_guard lock(mu);
           workers[rank] = {stream, write_mu};
         }
-        HistoryEvent e;
+        HistoryEvent e = from_proto(p);
+        // A worker speaks for its rank only: the source and the harness's stamps are not its to
+        // set (append stamps index and time).
         e.source = "rank";
-        e.rank = p.rank();
-        e.seq = p.seq();
-        e.time_unix_ns = p.time_unix_ns();
-        e.kind = p.kind();
-        e.step = p.step();
-        e.data_json = p.data_json();
+        e.t_ns = 0;
         history.append(std::move(e));
         std::lock_guard lock(mu);
         seqs[p.rank()].insert(p.seq());

@@ -3,8 +3,6 @@
 #include <chrono>
 #include <fstream>
 
-#include <fmt/format.h>
-
 #include "base/error.hpp"
 #include "base/utf8.hpp"
 #include "harness/run/event_schema.hpp"
@@ -19,33 +17,6 @@ int64_t mono_ns() {
 }
 }  // namespace
 
-// The event's data is JSON text already, checked and re-serialised on one line by append's
-// schema check: it is spliced in as is, not parsed again for every line.
-std::string to_json_line(const HistoryEvent& e) {
-  return fmt::format(
-      "{{\"i\":{},\"t_ns\":{},\"source\":{},\"rank\":{},\"seq\":{},\"time_unix_ns\":{},"
-      "\"kind\":{},\"step\":{},\"data\":{}{}}}\n",
-      e.index, e.t_ns, nlohmann::json(valid_utf8(e.source)).dump(), e.rank, e.seq, e.time_unix_ns,
-      nlohmann::json(valid_utf8(e.kind)).dump(), e.step, e.data_json.empty() ? "{}" : e.data_json,
-      e.late ? ",\"late\":true" : "");
-}
-
-HistoryEvent parse_history_line(const std::string& line) {
-  auto j = nlohmann::json::parse(line);
-  HistoryEvent e;
-  e.index = j.at("i").get<uint64_t>();
-  e.t_ns = j.at("t_ns").get<int64_t>();
-  e.source = j.at("source").get<std::string>();
-  e.rank = j.at("rank").get<int>();
-  e.seq = j.at("seq").get<uint64_t>();
-  e.time_unix_ns = j.at("time_unix_ns").get<int64_t>();
-  e.kind = j.at("kind").get<std::string>();
-  e.step = j.at("step").get<int64_t>();
-  e.data_json = j.at("data").dump();
-  e.late = j.value("late", false);
-  return e;
-}
-
 std::vector<HistoryEvent> read_history(const std::string& path, size_t* rejected) {
   std::ifstream in(path);
   if (!in) raise<Error>("{}: cannot read the run history", path);
@@ -59,7 +30,7 @@ std::vector<HistoryEvent> read_history(const std::string& path, size_t* rejected
     if (line.empty()) continue;
     HistoryEvent e;
     try {
-      e = parse_history_line(line);
+      e = parse_json_line(line, EventLine::kHistory);
     } catch (const nlohmann::json::exception& x) {
       if (in.peek() == EOF) break;  // torn last line of a killed run
       raise<Error>("{}:{}: malformed history line: {}", path, n,
@@ -99,7 +70,8 @@ uint64_t History::append(HistoryEvent e) {
   world_ = ctx.world;
   e.index = events_.size();
   e.t_ns = now_ns();
-  const std::string line = to_json_line(e);
+  // The data was re-serialised on one line by the check: the line splices it in as is.
+  const std::string line = to_json_line(e, EventLine::kHistory);
   std::fwrite(line.data(), 1, line.size(), file_);
   for (auto& [id, l] : listeners_) l(e);
   events_.push_back(std::move(e));

@@ -12,24 +12,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/event.hpp"
+
 namespace fl::harness {
 
-struct HistoryEvent {
-  uint64_t index = 0;  // position in the history
-  int64_t t_ns = 0;    // harness time, ns since the run started
-  std::string source;  // rank, harness, injector, detector:<name>, control
-  int rank = -1;
-  uint64_t seq = 0;  // the source's own counter (rank events)
-  int64_t time_unix_ns = 0;
-  std::string kind;
-  int64_t step = -1;
-  std::string data_json = "{}";
-  bool late = false;  // recovered from a rank's local file after the stream missed it
-};
+// The history's events are the run's one event type (base/event.hpp): the same value a rank
+// emits, with the history's index, time and late flag, written as EventLine::kHistory lines.
+using HistoryEvent = fl::Event;
 
-std::string to_json_line(const HistoryEvent& e);
-// Parses one history line; throws nlohmann::json::exception on a malformed one.
-HistoryEvent parse_history_line(const std::string& line);
 // Every event of a history file; a torn last line (a run killed mid-write) is skipped, and so is
 // (counted in *rejected when given) every event the schema check (event_schema.hpp) refuses.
 std::vector<HistoryEvent> read_history(const std::string& path, size_t* rejected = nullptr);

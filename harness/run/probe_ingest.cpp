@@ -13,22 +13,14 @@ std::string probe_file(const std::string& run_dir, int rank) {
 }
 
 bool parse_rank_line(const std::string& line, int rank, HistoryEvent& e) {
-  const auto j = nlohmann::json::parse(line, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return false;
-  e = HistoryEvent{};
+  try {
+    e = parse_json_line(line, EventLine::kRank);
+  } catch (const nlohmann::json::exception&) {
+    return false;  // not JSON (a torn last line), not an object, a field of the wrong type
+  }
   e.source = "rank";
   e.rank = rank;
-  try {
-    e.seq = j.value("seq", uint64_t{0});
-    e.time_unix_ns = j.value("time_unix_ns", int64_t{0});
-    e.kind = j.value("kind", "");
-    e.step = j.value("step", int64_t{-1});
-  } catch (const nlohmann::json::exception&) {
-    return false;  // a field of the wrong type
-  }
-  if (e.kind.empty()) return false;
-  e.data_json = j.contains("data") && j["data"].is_object() ? j["data"].dump() : "{}";
-  return true;
+  return !e.kind.empty();
 }
 
 size_t ProbeIngest::poll(History& h) {

@@ -274,19 +274,10 @@ void Run::merge_local_files() {
     uint64_t late = 0, total = 0;
     auto it = got.find(r);
     while (std::getline(in, line)) {
-      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded()) continue;  // torn last line of a killed rank
-      ++total;
-      const uint64_t seq = j.value("seq", uint64_t{0});
-      if (it != got.end() && it->second.count(seq)) continue;
       HistoryEvent e;
-      e.source = "rank";
-      e.rank = j.value("rank", r);
-      e.seq = seq;
-      e.time_unix_ns = j.value("time_unix_ns", int64_t{0});
-      e.kind = j.value("kind", "");
-      e.step = j.value("step", int64_t{-1});
-      e.data_json = j.contains("data") ? j["data"].dump() : "{}";
+      if (!parse_rank_line(line, r, e)) continue;  // torn last line of a killed rank
+      ++total;
+      if (it != got.end() && it->second.count(e.seq)) continue;
       e.late = true;
       hist_->append(std::move(e));
       ++late;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "base/control_auth.hpp"
+#include "harness/proto/event_proto.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 #include "workloads/telemetry/telemetry.hpp"
 
@@ -39,16 +40,7 @@ class GrpcTransport final : public Transport {
     if (broken_) return false;
     faultline::v1::EventBatch msg;
     msg.set_dropped_total(dropped_total);
-    for (const Event& e : batch) {
-      auto* p = msg.add_events();
-      p->set_rank(e.rank);
-      p->set_seq(e.seq);
-      p->set_time_unix_ns(e.time_unix_ns);
-      p->set_kind(e.kind);
-      p->set_step(e.step);
-      p->set_data_json(e.data_json);
-      p->set_source("rank");
-    }
+    for (const Event& e : batch) to_proto(e, msg.add_events());
     if (!stream_->Write(msg)) broken_ = true;
     return !broken_;
   }

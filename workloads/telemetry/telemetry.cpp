@@ -9,7 +9,6 @@
 #include <mutex>
 #include <thread>
 
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <spdlog/spdlog.h>
@@ -54,6 +53,7 @@ class Emitter {
 
   void emit(std::string_view kind, std::string data, int64_t step) {
     Event e;
+    e.source = "rank";
     e.rank = rank_;
     e.time_unix_ns = now_unix_ns();
     e.kind = kind;
@@ -66,7 +66,7 @@ class Emitter {
       std::lock_guard lock(file_mu_);
       e.seq = next_seq_++;
       if (file_ != nullptr) {
-        const std::string line = to_json_line(e);
+        const std::string line = to_json_line(e, EventLine::kRank);
         std::fwrite(line.data(), 1, line.size(), file_);
         // Step boundaries, errors and exits reach the disk at once; the rest within a heartbeat.
         if (kind != "collective") std::fflush(file_);
@@ -191,14 +191,6 @@ std::unique_ptr<Emitter> g_emitter;
 std::atomic<Emitter*> g_active{nullptr};
 
 }  // namespace
-
-// The event's data is JSON text already (built with nlohmann by whoever emitted it): it is
-// spliced in as is, not parsed again for every line.
-std::string to_json_line(const Event& e) {
-  return fmt::format(
-      "{{\"rank\":{},\"seq\":{},\"time_unix_ns\":{},\"kind\":\"{}\",\"step\":{},\"data\":{}}}\n",
-      e.rank, e.seq, e.time_unix_ns, e.kind, e.step, e.data_json.empty() ? "{}" : e.data_json);
-}
 
 Options options_from_env() {
   Options o;

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/event.hpp"
 #include "base/settings.hpp"
 
 namespace fl::telemetry {
@@ -28,17 +29,8 @@ FAULTLINE_SETTING(kQueueSize, int64_t, "FAULTLINE_TELEMETRY_QUEUE", 16384,
 FAULTLINE_SETTING(kHeartbeatMs, int64_t, "FAULTLINE_HEARTBEAT_MS", 1000,
                   "Interval between heartbeats (0: none)");
 
-struct Event {
-  int rank = -1;
-  uint64_t seq = 0;
-  int64_t time_unix_ns = 0;
-  std::string kind;
-  int64_t step = -1;
-  std::string data_json = "{}";
-};
-
-// One JSON line for `e` (the local file's format; the harness writes the same fields).
-std::string to_json_line(const Event& e);
+// An event is the run's one event type (base/event.hpp, `fl::Event`): the emitter fills the
+// source's fields (source "rank") and appends it to the local file as an EventLine::kRank line.
 
 // Where queued events go. send() returns false once the transport is broken; the sender then
 // stops using it (the local file still has everything).
