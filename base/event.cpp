@@ -88,7 +88,7 @@ Event parse_json_line(std::string_view line, EventLine format) {
   e.kind = j.value("kind", "");
   e.step = j.value("step", int64_t{-1});
   const auto d = j.find("data");
-  e.data_json = d != j.end() && d->is_object() ? d->dump() : "{}";
+  if (d != j.end()) e.data_json = d->dump();
   return e;
 }
 

@@ -46,9 +46,9 @@ enum class EventLine {
 std::string to_json_line(const Event& e, EventLine format);
 
 // The event on one line in `format`, parsed with nlohmann. kHistory needs every envelope field
-// ("late" is optional); kRank takes what it finds (rank -1, seq 0, time 0, kind "", step -1 when
-// missing; data that is not an object becomes {}), so the caller decides what a line without a
-// kind or rank means. Throws nlohmann::json::exception on a malformed line (a torn last line
+// ("late" is optional); kRank takes what it finds (rank -1, seq 0, time 0, kind "", step -1, data
+// {} when missing), so the caller decides what a line without a kind or rank, or with data that
+// is not an object, means. Throws nlohmann::json::exception on a malformed line (a torn last line
 // included) or a field of the wrong type.
 Event parse_json_line(std::string_view line, EventLine format);
 

@@ -20,6 +20,7 @@ bool parse_rank_line(const std::string& line, int rank, HistoryEvent& e) {
   }
   e.source = "rank";
   e.rank = rank;
+  if (e.data_json.empty() || e.data_json[0] != '{') e.data_json = "{}";  // data not an object
   return !e.kind.empty();
 }
 

@@ -17,8 +17,9 @@ namespace fl::harness {
 std::string probe_file(const std::string& run_dir, int rank);
 
 // Parses one line of a rank's event file (events.jsonl, probe.jsonl) into a rank event of `rank`
-// (the file's rank, whatever the line says); false when the line is not a JSON object with a kind
-// (a torn last line of a killed rank, a field of the wrong type).
+// (the file's rank, whatever the line says; data that is not an object dropped); false when the
+// line is not a JSON object with a kind (a torn last line of a killed rank, a field of the wrong
+// type).
 bool parse_rank_line(const std::string& line, int rank, HistoryEvent& e);
 
 class ProbeIngest {

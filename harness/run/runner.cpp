@@ -275,9 +275,17 @@ void Run::merge_local_files() {
     auto it = got.find(r);
     while (std::getline(in, line)) {
       HistoryEvent e;
-      if (!parse_rank_line(line, r, e)) continue;  // torn last line of a killed rank
+      try {
+        e = parse_json_line(line, EventLine::kRank);
+      } catch (const nlohmann::json::exception&) {
+        continue;  // torn last line of a killed rank, a field of the wrong type
+      }
       ++total;
       if (it != got.end() && it->second.count(e.seq)) continue;
+      // As the rank wrote it (the history's check refuses a foreign rank or data that is not an
+      // object); a line without a rank is this file's rank's.
+      e.source = "rank";
+      if (e.rank == -1) e.rank = r;
       e.late = true;
       hist_->append(std::move(e));
       ++late;

@@ -130,22 +130,26 @@ TEST(EventLine, TornOrMalformedLinesThrow) {
 }
 
 TEST(EventLine, RankLinesTakeWhatTheyFind) {
-  // The probe's line: no rank; data that is not an object is dropped.
-  Event e = parse_json_line(R"({"seq":4,"time_unix_ns":9,"kind":"heartbeat","step":-1,"data":[1]})",
-                            EventLine::kRank);
+  // The probe's line: no rank; data as written (the history's check refuses what is not an
+  // object).
+  const std::string probe = R"({"seq":4,"time_unix_ns":9,"kind":"heartbeat","step":-1,"data":[1]})";
+  Event e = parse_json_line(probe, EventLine::kRank);
   EXPECT_EQ(e.rank, -1);
   EXPECT_EQ(e.seq, 4u);
   EXPECT_EQ(e.time_unix_ns, 9);
   EXPECT_EQ(e.kind, "heartbeat");
-  EXPECT_EQ(e.data_json, "{}");
+  EXPECT_EQ(e.data_json, "[1]");
   e = parse_json_line(R"({"kind":"step"})", EventLine::kRank);
   EXPECT_EQ(e.step, -1);
   EXPECT_EQ(e.seq, 0u);
+  EXPECT_EQ(e.data_json, "{}");
   // The harness's reading of a rank file: the file's rank, a kind required, a torn line refused.
   harness::HistoryEvent h;
   ASSERT_TRUE(harness::parse_rank_line(R"({"rank":7,"seq":2,"kind":"step","step":1})", 1, h));
   EXPECT_EQ(h.rank, 1);
   EXPECT_EQ(h.source, "rank");
+  ASSERT_TRUE(harness::parse_rank_line(probe, 1, h));
+  EXPECT_EQ(h.data_json, "{}");  // the probe's reader drops data that is not an object
   EXPECT_FALSE(harness::parse_rank_line(R"({"rank":1,"seq":2,"step":1})", 1, h));
   EXPECT_FALSE(harness::parse_rank_line(R"({"rank":1,"seq":2,"ki)", 1, h));
   EXPECT_FALSE(harness::parse_rank_line(R"({"rank":1,"step":"two","kind":"step"})", 1, h));
