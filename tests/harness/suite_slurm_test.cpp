@@ -54,12 +54,14 @@ class ScopedPath {
 std::string fake_slurm(const std::string& dir, bool controller_up = true) {
   const std::string bin = dir + "/bin";
   fs::create_directories(bin + "/../jobs");
-  write_exec(bin + "/scontrol", R"(#!/bin/bash
+  write_exec(bin + "/scontrol",
+             R"(#!/bin/bash
 jobs=$(dirname "$0")/../jobs
 case "$1 $2" in
-  "ping ") )" + std::string(controller_up ? "echo 'Slurmctld(primary) at fake is UP'"
-                                          : "echo 'Slurmctld(primary) at fake is DOWN'; exit 1") +
-                                        R"( ;;
+  "ping ") )" +
+                 std::string(controller_up ? "echo 'Slurmctld(primary) at fake is UP'"
+                                           : "echo 'Slurmctld(primary) at fake is DOWN'; exit 1") +
+                 R"( ;;
   "show partition")
     echo "PartitionName=local AllowGroups=ALL Default=YES MaxNodes=UNLIMITED MaxTime=01:00:00 Nodes=fake1 State=UP TotalCPUs=2 TotalNodes=1"
     echo "PartitionName=big AllowGroups=ALL Default=NO MaxNodes=UNLIMITED MaxTime=UNLIMITED Nodes=fake[2-3] State=UP TotalCPUs=16 TotalNodes=2"
@@ -107,7 +109,8 @@ for k in $(seq 0 "$last"); do
 done
 echo "$job"
 )");
-  write_exec(bin + "/scancel", "#!/bin/bash\necho \"$@\" >> \"$(dirname \"$0\")/../jobs/scancel.calls\"\n");
+  write_exec(bin + "/scancel",
+             "#!/bin/bash\necho \"$@\" >> \"$(dirname \"$0\")/../jobs/scancel.calls\"\n");
   write_exec(bin + "/sacct", "#!/bin/bash\nexit 1\n");
   return bin;
 }
@@ -132,9 +135,9 @@ printf '{"outcome": "%s", "explanation": "fake %s", "manifested_s": 1.5}\n' "$ou
 
 void write_scenario(const std::string& dir, const std::string& name, const std::string& topology) {
   fs::create_directories(dir);
-  std::ofstream(dir + "/" + name + ".yaml") << "name: " << name << "\ntopology: " << topology
-                                            << "\nworkload: {steps: 1}\n"
-                                            << "expect: {oracle: completed}\n";
+  std::ofstream(dir + "/" + name + ".yaml")
+      << "name: " << name << "\ntopology: " << topology << "\nworkload: {steps: 1}\n"
+      << "expect: {oracle: completed}\n";
 }
 
 SuiteOptions slurm_options(const std::string& dir) {
@@ -202,7 +205,8 @@ TEST(SuiteSlurmInput, APartitionSmallerThanATopologyIsRefused) {
   ScopedPath path(fake_slurm(dir) + ":/usr/bin:/bin");
   SuiteOptions o = slurm_options(dir);
   std::string e = refusal(dir, o);
-  EXPECT_NE(e.find("scenario 'four' (" + dir + "/s/four.yaml: topology.ranks 4 on 1 node) needs 4 "
+  EXPECT_NE(e.find("scenario 'four' (" + dir +
+                   "/s/four.yaml: topology.ranks 4 on 1 node) needs 4 "
                    "CPUs on a node (one a rank), but the largest node of partition 'local' has 2"),
             std::string::npos)
       << e;
@@ -273,7 +277,7 @@ TEST(SuiteSlurmRun, EveryTaskIsGatheredAndSlurmsKillsAreErrorsNamingTheTask) {
   for (const auto& c : r.cases) by[c.name] = &c;
   ASSERT_EQ(by.size(), 4u);
   EXPECT_EQ(by["pass-a"]->outcome, "pass");
-  EXPECT_EQ(by["pass-a"]->attempts.at(0).job, "4242_0 COMPLETED");
+  EXPECT_EQ(by["pass-a"]->attempts.at(0).job, "4242_2 COMPLETED");  // cases in file order
   EXPECT_TRUE(fs::exists(r.dir + "/runs/pass-a-s7/verdict.json"));
   EXPECT_TRUE(fs::exists(r.dir + "/runs/pass-a-s7.log")) << "the task's output moves beside it";
   // A failed expectation is retried in a second array of its own.
@@ -285,13 +289,13 @@ TEST(SuiteSlurmRun, EveryTaskIsGatheredAndSlurmsKillsAreErrorsNamingTheTask) {
   EXPECT_EQ(by["timeout-c"]->outcome, "error");
   EXPECT_EQ(by["timeout-c"]->attempts.size(), 1u);
   EXPECT_NE(by["timeout-c"]->explanation.find(
-                "Slurm array task 4242_2 (timeout-c seed 7) ended TIMEOUT on fake1; the run "
+                "Slurm array task 4242_3 (timeout-c seed 7) ended TIMEOUT on fake1; the run "
                 "said: "),
             std::string::npos)
       << by["timeout-c"]->explanation;
   EXPECT_EQ(by["never-d"]->outcome, "error");
   EXPECT_EQ(by["never-d"]->explanation,
-            "Slurm array task 4242_3 (never-d seed 7) ended CANCELLED on fake1; the run never "
+            "Slurm array task 4242_1 (never-d seed 7) ended CANCELLED on fake1; the run never "
             "started");
   // One sbatch per round, each one array with the request and the time limit.
   std::ifstream calls(dir + "/jobs/sbatch.calls");
@@ -309,7 +313,8 @@ TEST(SuiteSlurmRun, EveryTaskIsGatheredAndSlurmsKillsAreErrorsNamingTheTask) {
   EXPECT_EQ(j["slurm"]["jobs"].size(), 2u);
   EXPECT_EQ(j["counts"]["pass"], 1);
   EXPECT_EQ(j["counts"]["error"], 2);
-  EXPECT_EQ(j["cases"][0]["attempts"][0]["slurm_task"], "4242_0 COMPLETED");
+  EXPECT_EQ(j["cases"][0]["attempts"][0]["slurm_task"], "4242_0 FAILED");
+  EXPECT_EQ(j["cases"][0]["attempts"][1]["slurm_task"], "4243_0 FAILED");
   EXPECT_EQ(r.exit_code(), 1);
 }
 
