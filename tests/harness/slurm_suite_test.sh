@@ -106,3 +106,30 @@ assert re.search(r"^Slurm array task %s_0 \(long seed \d+\) ended CANCELLED" % j
                  c["explanation"]), c["explanation"]
 print("cancelled:", c["explanation"])
 PY
+
+# SIGTERM to the suite itself: it cancels its array, the running case ends interrupted, the
+# summary is written (exit 4) and no job of it is left.
+"$faultline" suite "$tmp/s" --executor slurm --only long --results "$tmp/t" >"$tmp/term.out" 2>&1 &
+pid=$!
+for _ in $(seq 120); do
+  [[ -n $(squeue -h -t RUNNING -o '%i') ]] && break
+  sleep 0.5
+done
+sleep 1
+kill -TERM "$pid"
+set +e
+wait "$pid"
+status=$?
+set -e
+cat "$tmp/term.out"
+[[ $status -eq 4 ]] || fail "SIGTERM to the suite: exit $status, want 4"
+[[ -z $(squeue -h) ]] || fail "a task of the interrupted suite is left"
+python3 - "$(ls -d "$tmp"/t/*-s)" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert s["interrupted"] == "SIGTERM", s["interrupted"]
+c = s["cases"][0]
+assert c["outcome"] == "interrupted", c
+assert "the suite got SIGTERM; Slurm array task" in c["explanation"], c["explanation"]
+print("interrupted:", c["explanation"])
+PY

@@ -15,7 +15,8 @@
 #                      `faultline diff` finds no change; --partition nope and a stopped
 #                      controller: exit 2, nothing submitted
 #       suite_cancel   a task of the array cancelled by Slurm (scancel) is an error naming the
-#                      array task, the case and CANCELLED; the other case passes
+#                      array task, the case and CANCELLED; the other case passes; SIGTERM to the
+#                      suite cancels its array: the case is interrupted, exit 4, no job left
 # Exit 77 (skipped) without root, slurm-wlm or munge.
 set -euo pipefail
 faultline=$1 src=$2 case=$3
