@@ -3,7 +3,8 @@
 // submitted, a missing sbatch, a controller that does not answer, an unknown partition, a
 // partition too small for a scenario's topology and a bad --time-limit; a suite through the fake
 // array gathers every task, and a task Slurm ended (TIMEOUT) or that never ran (CANCELLED) is an
-// error naming its array task, its case and the state. The real single-node Slurm: slurm.suite
+// error naming its array task, its case and the state; --fail-fast cancels the array's pending
+// tasks and skips their cases. The real single-node Slurm: slurm.suite
 // (tests/harness/slurm_test.sh).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -24,6 +25,9 @@ namespace fl::harness {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Polls every 100 ms instead of 2 s (read once, before the first suite).
+const bool kFastPoll = ::setenv("FAULTLINE_SLURM_POLL_MS", "100", 1) == 0;
 
 std::string test_dir() {
   return test::fresh_test_dir("suite_slurm",
@@ -100,6 +104,7 @@ for k in $(seq 0 "$last"); do
   id=$(tr '\0' '\n' < "$round/task-$k.argv" | sed -n 7p)
   case $(basename "$file") in
     never-*) echo "CANCELLED 0:0" > "$jobs/$job/state-$k" ;;
+    pending-*) echo "PENDING 0:0" > "$jobs/$job/state-$k" ;;
     timeout-*) mkdir -p "$results/$id"; echo "slurmstepd: *** JOB CANCELLED DUE TO TIME LIMIT ***" > "$chdir/task-$k.out"
                echo "TIMEOUT 0:15" > "$jobs/$job/state-$k" ;;
     *) (cd "$chdir" && SLURM_ARRAY_TASK_ID=$k "$script" "$round" "$cwd" > "task-$k.out" 2>&1)
@@ -109,8 +114,14 @@ for k in $(seq 0 "$last"); do
 done
 echo "$job"
 )");
-  write_exec(bin + "/scancel",
-             "#!/bin/bash\necho \"$@\" >> \"$(dirname \"$0\")/../jobs/scancel.calls\"\n");
+  write_exec(bin + "/scancel", R"(#!/bin/bash
+jobs=$(dirname "$0")/../jobs
+echo "$@" >> "$jobs/scancel.calls"
+if [[ $1 == --state=PENDING ]]; then
+  for f in "$jobs/$2"/state-*; do grep -q PENDING "$f" && echo "CANCELLED 0:0" > "$f"; done
+fi
+true
+)");
   write_exec(bin + "/sacct", "#!/bin/bash\nexit 1\n");
   return bin;
 }
@@ -315,6 +326,30 @@ TEST(SuiteSlurmRun, EveryTaskIsGatheredAndSlurmsKillsAreErrorsNamingTheTask) {
   EXPECT_EQ(j["counts"]["error"], 2);
   EXPECT_EQ(j["cases"][0]["attempts"][0]["slurm_task"], "4242_0 FAILED");
   EXPECT_EQ(j["cases"][0]["attempts"][1]["slurm_task"], "4243_0 FAILED");
+  EXPECT_EQ(r.exit_code(), 1);
+}
+
+TEST(SuiteSlurmRun, FailFastCancelsThePendingTasksAndSkipsTheirCases) {
+  ASSERT_TRUE(kFastPoll);
+  const auto dir = test_dir();
+  for (const char* n : {"fail-a", "pending-b", "pending-c"})
+    write_scenario(dir + "/s", n, "{ranks: 1}");
+  ScopedPath path(fake_slurm(dir) + ":/usr/bin:/bin");
+  SuiteOptions o = slurm_options(dir);
+  o.fail_fast = true;
+  const SuiteResult r = run_suite(dir + "/s", o);
+  ASSERT_EQ(r.cases.size(), 3u);
+  EXPECT_EQ(r.cases[0].outcome, "fail");
+  for (int i : {1, 2}) {
+    EXPECT_EQ(r.cases[i].outcome, "skipped") << r.cases[i].name;
+    EXPECT_EQ(r.cases[i].explanation,
+              "not started: --fail-fast stopped the suite after fail-a seed 7 failed");
+    EXPECT_TRUE(r.cases[i].attempts.empty());
+  }
+  std::ifstream calls(dir + "/jobs/scancel.calls");
+  std::string line;
+  ASSERT_TRUE(std::getline(calls, line));
+  EXPECT_EQ(line, "--state=PENDING 4242");
   EXPECT_EQ(r.exit_code(), 1);
 }
 
