@@ -269,6 +269,20 @@ int main(int argc, char** argv) {
   suite->add_option("--set", suite_sets,
                     "Override a key in every run, e.g. workload.fidelity=pytorch (repeatable)");
   suite->add_option("--recovery", suite_recovery, recovery_help);
+  // docs/cluster.md#suites-as-a-slurm-job-array
+  suite
+      ->add_option("--executor", so.executor,
+                   "Where the runs execute: local, or slurm (one job array)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"local", "slurm"}));
+  suite->add_option("--partition", so.slurm.partition,
+                    "slurm: the partition (default: the cluster's)");
+  suite->add_option("--time-limit", so.slurm.time_limit,
+                    "slurm: each array task's time limit (sbatch --time)");
+  suite->add_flag("--overcommit", so.slurm.overcommit,
+                  "slurm: ranks share CPUs (sbatch --overcommit)");
+  suite->add_option("--sbatch-arg", so.slurm.sbatch_args,
+                    "slurm: one more sbatch argument, e.g. --sbatch-arg=--qos=low (repeatable)");
 
   std::vector<std::string> score_paths;
   std::string score_json;
@@ -471,6 +485,7 @@ int main(int argc, char** argv) {
       if (!suite_recovery.empty())
         so.run_args.insert(so.run_args.end(), {"--recovery", suite_recovery});
       for (auto& kv : suite_sets) so.run_args.insert(so.run_args.end(), {"--set", kv});
+      if (suite->count("--jobs") > 0) so.slurm.max_running = so.jobs;  // slurm: --array=...%N
       auto r = fl::harness::run_suite(suite_path, so);
       std::printf("%s", fl::harness::suite_table(r).c_str());
       return r.exit_code();

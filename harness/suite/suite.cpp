@@ -3,6 +3,8 @@
 // progress, calibration samples through the window, and the summary files at the end.
 #include "harness/suite/suite.hpp"
 
+#include "harness/suite/executor.hpp"
+
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -44,11 +46,6 @@ namespace {
 constexpr const char* kNoDevice = "no CUDA device is visible";
 constexpr const char* kNotStarted = "not started: --fail-fast stopped the suite after";
 
-bool is_failure(const std::string& outcome) {
-  return outcome == "fail" || outcome == "unknown" || outcome == "error" ||
-         outcome == "interrupted";
-}
-
 // SIGINT/SIGTERM to the suite: the handler only records it; the loop stops starting runs,
 // passes the signal on to the runs in flight (each ends as `interrupted`) and writes the summary.
 volatile std::sig_atomic_t g_suite_signal = 0;
@@ -56,28 +53,38 @@ extern "C" void on_suite_signal(int sig) {
   g_suite_signal = sig;
 }
 
-// Installs the handler for the suite's lifetime and restores what was there before.
-class SuiteSignals {
- public:
-  SuiteSignals() {
-    g_suite_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_suite_signal;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, &old_int_);
-    ::sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~SuiteSignals() {
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  SuiteSignals(const SuiteSignals&) = delete;
-  SuiteSignals& operator=(const SuiteSignals&) = delete;
+}  // namespace
 
- private:
-  struct sigaction old_int_ {
-  }, old_term_{};
+const char* const kNotStartedFailFast = kNotStarted;
+
+bool is_failure(const std::string& outcome) {
+  return outcome == "fail" || outcome == "unknown" || outcome == "error" ||
+         outcome == "interrupted";
+}
+
+int suite_signal() {
+  return g_suite_signal;
+}
+
+// Installs the handler for the suite's lifetime and restores what was there before.
+struct SuiteSignals::Saved {
+  struct sigaction old_int {
+  }, old_term{};
 };
+
+SuiteSignals::SuiteSignals() : saved_(std::make_unique<Saved>()) {
+  g_suite_signal = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_suite_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &saved_->old_int);
+  ::sigaction(SIGTERM, &sa, &saved_->old_term);
+}
+
+SuiteSignals::~SuiteSignals() {
+  ::sigaction(SIGINT, &saved_->old_int, nullptr);
+  ::sigaction(SIGTERM, &saved_->old_term, nullptr);
+}
 
 SuiteAttempt read_attempt(const std::string& run_dir, int status) {
   SuiteAttempt a;
@@ -121,7 +128,36 @@ std::string case_label(const SuiteCase& c) {
   return fmt::format("{}{} seed {}", c.name, c.fix ? " [fix]" : "", c.seed);
 }
 
-}  // namespace
+std::string attempt_id(const SuiteCase& c, int attempt) {
+  return attempt == 0 ? c.id() : fmt::format("{}-try{}", c.id(), attempt + 1);
+}
+
+std::vector<std::string> run_argv(const std::string& bin, const SuiteCase& c, int attempt,
+                                  const std::string& runs_dir, const SuiteOptions& o) {
+  std::vector<std::string> argv{bin,
+                                "run",
+                                c.scenario_file,
+                                "--results",
+                                runs_dir,
+                                "--run-id",
+                                attempt_id(c, attempt),
+                                "--set",
+                                fmt::format("seed={}", c.seed)};
+  if (c.fix) argv.push_back("--fix");
+  argv.insert(argv.end(), o.run_args.begin(), o.run_args.end());
+  return argv;
+}
+
+void settle_case(SuiteCase& c, const SuiteAttempt& a) {
+  c.outcome = a.outcome;
+  c.explanation = a.explanation;
+  if (a.outcome == "pass" && c.attempts.size() > 1) c.outcome = "flaky";
+  c.run_dir = a.run_dir;
+  std::ifstream in(a.run_dir + "/verdict.json");
+  auto v = nlohmann::json::parse(in, nullptr, false);
+  if (!v.is_discarded() && v.is_object()) c.manifested_s = v.value("manifested_s", -1.0);
+  c.tokens_per_s = median_tokens_per_s(a.run_dir);
+}
 
 bool SuiteCase::failed() const {
   return is_failure(outcome);
@@ -176,8 +212,39 @@ double median_tokens_per_s(const std::string& run_dir) {
   return stats::upper_median(std::move(v));
 }
 
+namespace {
+
+// The default: every try a `faultline run` process on this machine, `jobs` at a time.
+class LocalExecutor : public SuiteExecutor {
+ public:
+  void check(const std::vector<SuiteCase>&, const SuiteOptions& o) override {
+    if (!o.slurm.partition.empty() || !o.slurm.time_limit.empty() || o.slurm.overcommit ||
+        !o.slurm.sbatch_args.empty()) {
+      throw UsageError(
+          "--partition, --time-limit, --overcommit and --sbatch-arg need --executor slurm");
+    }
+  }
+  void execute(SuiteResult& res, const SuiteOptions& o, const std::string& bin) override;
+};
+
+}  // namespace
+
+std::unique_ptr<SuiteExecutor> make_local_executor() {
+  return std::make_unique<LocalExecutor>();
+}
+
 SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   SuitePlan plan = plan_suite(path, o);
+  std::unique_ptr<SuiteExecutor> executor;
+  if (o.executor == "local") {
+    executor = make_local_executor();
+  } else if (o.executor == "slurm") {
+    executor = make_slurm_executor();
+  } else {
+    throw UsageError(
+        fmt::format("--executor '{}': not an executor (allowed: local, slurm)", o.executor));
+  }
+  executor->check(plan.cases, o);
   SuiteResult res;
   res.name = plan.name;
   res.cases = std::move(plan.cases);
@@ -197,9 +264,26 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   fs::create_directories(res.dir + "/runs");
   const std::string bin =
       o.faultline_bin.empty() ? fs::read_symlink("/proc/self/exe").string() : o.faultline_bin;
+  res.provenance.calibrate(0);
+  res.selection["executor"] = o.executor;
+  executor->execute(res, o, bin);
+  res.provenance.load1_end = load_average_1m();
+  res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  // The suite directory always holds both files (--last-failed reads summary.json there); --junit
+  // and --json write a copy where CI wants it.
+  const std::string junit = suite_junit(res);
+  const std::string json =
+      suite_json(res).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  write_atomic(res.dir + "/junit.xml", junit);
+  write_atomic(res.dir + "/summary.json", json);
+  if (!o.junit_path.empty()) write_atomic(o.junit_path, junit);
+  if (!o.json_path.empty()) write_atomic(o.json_path, json);
+  return res;
+}
+
+void LocalExecutor::execute(SuiteResult& res, const SuiteOptions& o, const std::string& bin) {
   const int jobs = std::max(1, o.jobs);
   SuiteProgress progress(stderr, o.progress, ::isatty(2) != 0, res.cases.size(), jobs);
-  res.provenance.calibrate(0);
 
   // Cases a machine without a device cannot run are skipped without starting them.
   std::deque<std::pair<size_t, int>> queue;  // (case, try from 0)
@@ -243,18 +327,8 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
       auto [index, attempt] = queue.front();
       queue.pop_front();
       SuiteCase& c = res.cases[index];
-      const std::string id = attempt == 0 ? c.id() : fmt::format("{}-try{}", c.id(), attempt + 1);
-      std::vector<std::string> argv{bin,
-                                    "run",
-                                    c.scenario_file,
-                                    "--results",
-                                    res.dir + "/runs",
-                                    "--run-id",
-                                    id,
-                                    "--set",
-                                    fmt::format("seed={}", c.seed)};
-      if (c.fix) argv.push_back("--fix");
-      argv.insert(argv.end(), o.run_args.begin(), o.run_args.end());
+      const std::string id = attempt_id(c, attempt);
+      const auto argv = run_argv(bin, c, attempt, res.dir + "/runs", o);
       const pid_t pid = spawn_logged(argv, res.dir + "/runs/" + id + ".log");
       running[pid] = {index, attempt, res.dir + "/runs/" + id, std::chrono::steady_clock::now()};
       launched = true;
@@ -288,14 +362,7 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
     if (retry) {
       queue.emplace_front(r.index, r.attempt + 1);
     } else {
-      c.outcome = a.outcome;
-      c.explanation = a.explanation;
-      if (a.outcome == "pass" && c.attempts.size() > 1) c.outcome = "flaky";
-      c.run_dir = a.run_dir;
-      std::ifstream in(a.run_dir + "/verdict.json");
-      auto v = nlohmann::json::parse(in, nullptr, false);
-      if (!v.is_discarded() && v.is_object()) c.manifested_s = v.value("manifested_s", -1.0);
-      c.tokens_per_s = median_tokens_per_s(a.run_dir);
+      settle_case(c, a);
       if (c.failed() && o.fail_fast && !stop_launching) {
         stop_launching = true;
         first_failure = case_label(c);
@@ -325,18 +392,6 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   }
   progress.close();
   res.provenance.calibrate(finished_runs);
-  res.provenance.load1_end = load_average_1m();
-  res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  // The suite directory always holds both files (--last-failed reads summary.json there); --junit
-  // and --json write a copy where CI wants it.
-  const std::string junit = suite_junit(res);
-  const std::string json =
-      suite_json(res).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  write_atomic(res.dir + "/junit.xml", junit);
-  write_atomic(res.dir + "/summary.json", json);
-  if (!o.junit_path.empty()) write_atomic(o.junit_path, junit);
-  if (!o.json_path.empty()) write_atomic(o.json_path, json);
-  return res;
 }
 
 }  // namespace fl::harness

@@ -44,12 +44,23 @@ struct SuiteOptions {
   int retries = 0;           // more tries for a case that failed (not for harness errors)
   bool fail_fast = false;    // start nothing new after the first failure
   int calibrate_every = 10;  // finished runs between calibration samples (0: start and end only)
+  // Where the runs execute: "local" (this machine, `jobs` at a time) or "slurm" (one sbatch job
+  // array; docs/cluster.md#suites-as-a-slurm-job-array).
+  std::string executor = "local";
+  struct Slurm {
+    std::string partition;                 // "" : the cluster's default partition
+    std::string time_limit;                // each array task's --time ("" : the partition's)
+    bool overcommit = false;               // ranks share CPUs (sbatch --overcommit)
+    int max_running = 0;                   // array tasks at once (--array=...%N); 0: no limit
+    std::vector<std::string> sbatch_args;  // passed to sbatch as they are
+  } slurm;
 };
 
 // One try of a case.
 struct SuiteAttempt {
   std::string outcome, explanation, run_dir;
   double wall_s = 0;
+  std::string job;  // slurm: "JOB_INDEX STATE" of the array task that ran it ("" : local)
 };
 
 struct SuiteCase {
@@ -84,6 +95,7 @@ struct SuiteResult {
   Provenance provenance;
   nlohmann::json selection = nlohmann::json::object();  // the options that chose the cases
   std::string interrupted;  // the signal the suite itself got ("" when none)
+  nlohmann::json slurm;     // slurm executor: its jobs, partition, request (null : local)
   int failures() const;     // cases that make the suite fail (fail, unknown, error, interrupted)
   int count(const std::string& outcome) const;
   // faultline suite's exit status: 4 when the suite or a case was interrupted, else 1 when a

@@ -93,6 +93,7 @@ nlohmann::json suite_json(const SuiteResult& r) {
                           {"explanation", a.explanation},
                           {"run_dir", a.run_dir},
                           {"wall_s", a.wall_s}});
+      if (!a.job.empty()) attempts.back()["slurm_task"] = a.job;
     }
     cases.push_back({{"id", c.id()},
                      {"scenario", c.name},
@@ -109,23 +110,25 @@ nlohmann::json suite_json(const SuiteResult& r) {
                      {"run_dir", c.run_dir},
                      {"attempts", attempts}});
   }
-  return {{"suite", r.name},
-          {"dir", r.dir},
-          {"runs", r.cases.size()},
-          {"failed", r.failures()},
-          {"interrupted", r.interrupted},
-          {"counts",
-           {{"pass", r.count("pass")},
-            {"fail", r.count("fail")},
-            {"error", r.count("error")},
-            {"unknown", r.count("unknown")},
-            {"interrupted", r.count("interrupted")},
-            {"flaky", r.count("flaky")},
-            {"skipped", r.count("skipped")}}},
-          {"wall_s", r.wall_s},
-          {"selection", r.selection},
-          {"provenance", r.provenance.to_json()},
-          {"cases", cases}};
+  nlohmann::json out = {{"suite", r.name},
+                        {"dir", r.dir},
+                        {"runs", r.cases.size()},
+                        {"failed", r.failures()},
+                        {"interrupted", r.interrupted},
+                        {"counts",
+                         {{"pass", r.count("pass")},
+                          {"fail", r.count("fail")},
+                          {"error", r.count("error")},
+                          {"unknown", r.count("unknown")},
+                          {"interrupted", r.count("interrupted")},
+                          {"flaky", r.count("flaky")},
+                          {"skipped", r.count("skipped")}}},
+                        {"wall_s", r.wall_s},
+                        {"selection", r.selection},
+                        {"provenance", r.provenance.to_json()},
+                        {"cases", cases}};
+  if (!r.slurm.is_null()) out["slurm"] = r.slurm;
+  return out;
 }
 
 }  // namespace fl::harness

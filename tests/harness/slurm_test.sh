@@ -10,6 +10,13 @@
 #       small_allocation  an allocation of 2 tasks for 4 ranks: exit 2 naming both, no launch
 #       no_allocation  launcher srun outside any allocation: exit 2 before any launch (needs no
 #                      Slurm at all)
+#       suite          faultline suite --executor slurm: a small suite (two scenarios and their
+#                      fixes) as one job array gathers the same outcomes as the local executor,
+#                      `faultline diff` finds no change; --partition nope and a stopped
+#                      controller: exit 2, nothing submitted
+#       suite_cancel   a task of the array cancelled by Slurm (scancel) is an error naming the
+#                      array task, the case and CANCELLED; the other case passes; SIGTERM to the
+#                      suite cancels its array: the case is interrupted, exit 4, no job left
 # Exit 77 (skipped) without root, slurm-wlm or munge.
 set -euo pipefail
 faultline=$1 src=$2 case=$3
@@ -51,6 +58,24 @@ set -e
 [[ $status -eq 77 ]] && exit 77
 [[ $status -eq 0 ]] || { cat "$tmp"/slurm/*.log >&2 || true; exit 1; }
 eval "$conf"
+
+if [[ $case == suite || $case == suite_cancel ]]; then
+  bash "$src/tests/harness/slurm_suite_test.sh" "$faultline" "$src" "$case" "$tmp"
+  bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm"
+  for f in "$tmp"/slurm/*.pid; do [[ -e $f ]] && fail "a daemon is left: $f"; done
+  if [[ $case == suite ]]; then
+    # The controller is gone now (SLURM_CONF still names it): refused before anything.
+    set +e
+    out=$("$faultline" suite "$tmp/suite.yaml" --executor slurm --results "$tmp/gone" 2>&1)
+    status=$?
+    set -e
+    echo "$out"
+    [[ $status -eq 2 ]] || fail "a suite without a controller: exit $status, want 2"
+    grep -q "the Slurm controller does not answer (scontrol ping" <<<"$out" || fail "no clear error"
+    [[ ! -e $tmp/gone ]] || fail "a suite directory without a controller"
+  fi
+  exit 0
+fi
 
 launcher=mpirun tasks=4 want=0
 case $case in

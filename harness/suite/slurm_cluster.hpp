@@ -1,0 +1,60 @@
+// What the Slurm executor asks Slurm, and how it reads the answers: the client tools on PATH, the
+// controller (`scontrol ping`), partitions and nodes (`scontrol show partition|node -o`), the
+// cluster's MaxArraySize, and the states of an array job's tasks (`scontrol show job -o`, or
+// `sacct` once the controller forgot the job). Every command runs without a shell.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/suite/suite.hpp"
+
+namespace fl::harness::slurm {
+
+// `scontrol ... -o` prints one record a line as KEY=VALUE words; a value may hold spaces only
+// when it is the line's last key (Reason=..., Comment=...), which these readers never need.
+std::vector<std::map<std::string, std::string>> parse_records(const std::string& text);
+
+// "2-5", "0,3,7-9", "1-9%2", "4" -> the indices; throws Error for anything else.
+std::vector<int> parse_index_set(const std::string& text);
+
+// Slurm's time formats ("minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
+// "days-hours:minutes", "days-hours:minutes:seconds") in seconds; UNLIMITED and INFINITE: -1.
+// std::nullopt for anything else.
+std::optional<long> parse_duration(const std::string& text);
+
+// The resources every array task asks for (one sbatch request serves every case): enough nodes
+// and tasks per node for the largest topology among the cases.
+struct Request {
+  std::string partition;
+  int nodes = 1;           // topology.hosts' count (1 without hosts)
+  int tasks_per_node = 1;  // ranks / nodes, rounded up
+  long time_limit_s = -1;  // -1: the partition's default
+  int max_array_size = 1001;
+};
+
+// The preflight: sbatch and scontrol on PATH, the controller answering, the partition (or the
+// default one) existing and UP, and every case fitting it (nodes, CPUs per node unless
+// --overcommit, --time-limit within MaxTime), the cases fitting one array (MaxArraySize). Each
+// scenario is loaded as its runs will load it (fix, --set). Throws UsageError naming what is
+// missing or too small and saying that nothing was submitted.
+Request check_cluster(const std::vector<SuiteCase>& cases, const SuiteOptions& o);
+
+// How an array task stands.
+struct TaskState {
+  std::string state;      // PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED, ...
+  std::string exit_code;  // "1:0" (status:signal)
+  std::string reason, node;
+  double run_s = 0;
+};
+bool is_terminal(const std::string& state);
+// The array job's tasks by index (pending ones from the job's combined record). nullopt when
+// neither scontrol nor sacct knows the job.
+std::optional<std::map<int, TaskState>> query_array(const std::string& job_id);
+
+// A wait status (as waitpid gives it) for a task's ExitCode "status:signal".
+int wait_status(const std::string& exit_code);
+
+}  // namespace fl::harness::slurm
