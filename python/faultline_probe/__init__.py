@@ -227,7 +227,8 @@ def collective(op, state, group="world", seq=0, count=0, dtype="", **extra):
         data.update(extra)
         return event("collective", data)
     return _emit("collective", '{"op":%s,"state":%s,"group":%s,"seq":%d,"count":%d%s}' % (
-        _q(op), _q(state), _q(group), seq, count, ',"dtype":' + _q(dtype) if dtype else ""))
+        _q(op), _q(state), _q(group), int(seq), int(count),
+        ',"dtype":' + _q(dtype) if dtype else ""))
 
 
 def error(klass, message, exit_code=None):
