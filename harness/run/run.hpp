@@ -136,6 +136,10 @@ class Run {
   // Asks every live rank for a flight-recorder dump (SIGUSR2) and waits up to 2 s for them
   // (run_frdump.cpp); called when the hang watchdog stops the run.
   void request_fr_dumps();
+  // Threads of every live rank (threads.txt) and the Python stacks of ranks whose probe takes
+  // SIGUSR1 (stacks.txt), at most 2 s (run_stacks.cpp); when the hang watchdog or the run
+  // timeout gives up on the job.
+  void request_stack_dumps(const std::string& why);
 
   // workload.kind: command (run_command.cpp; the ranks start in launch_command.cpp): the
   // probe's files read as they grow, which ranks have sent an event since the launch.

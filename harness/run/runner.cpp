@@ -240,6 +240,7 @@ void Run::tick() {
         hist_->harness("watchdog_stop",
                        {{"reason", "hang established"}, {"hang_s", s_.expect.hang_s}});
         request_fr_dumps();
+        request_stack_dumps("hang established");
         io_.stop();
         return;
       }
@@ -324,6 +325,7 @@ RunResult Run::go() {
       stopping_ = true;
       stop_reason_ = "harness got " + signal_name(sig);
       hist_->harness("interrupted", {{"signal", signal_name(sig)}});
+      request_stack_dumps(stop_reason_);  // an outer timeout's kill leaves evidence too
       io_.stop();
     });
     if (!s_.hosts.empty()) check_hosts(s_);  // every host answers, or nothing is launched
@@ -388,6 +390,7 @@ RunResult Run::go() {
       stopping_ = true;
       stop_reason_ = fmt::format("run timeout ({} s)", s_.run_timeout_s);
       hist_->harness("run_timeout", {{"after_s", s_.run_timeout_s}});
+      request_stack_dumps(stop_reason_);
       io_.stop();
     });
     ticker_ = std::make_unique<boost::asio::steady_timer>(io_);

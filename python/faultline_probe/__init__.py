@@ -70,22 +70,41 @@ def _finite(x):
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
 
-def event(kind, data=None, step=-1):
-    """Appends one event of `kind` (a word of a-z, 0-9, _) with `data` (a dict)."""
+_quoted = {}  # JSON text of the few strings the hot events repeat (ops, states, groups)
+
+
+def _q(text):
+    out = _quoted.get(text)
+    if out is None:
+        out = json.dumps(str(text))
+        if len(_quoted) < 4096:
+            _quoted[text] = out
+    return out
+
+
+def _emit(kind, data_text, step=-1):
+    """Appends one event whose data is the JSON object text `data_text`: the line is put
+    together by formatting, and one write(2) appends it."""
     global _seq
     with _lock:
         fd = _open()
         if fd < 0:
             return False
-        line = json.dumps({"seq": _seq, "time_unix_ns": time.time_ns(), "kind": kind,
-                           "step": int(step), "data": data or {}},
-                          separators=(",", ":"), allow_nan=False) + "\n"
+        line = '{"seq":%d,"time_unix_ns":%d,"kind":%s,"step":%d,"data":%s}\n' % (
+            _seq, time.time_ns(), _q(kind), step, data_text)
         _seq += 1
         try:
             os.write(fd, line.encode("utf-8", "replace"))
         except OSError:
             return False
         return True
+
+
+def event(kind, data=None, step=-1):
+    """Appends one event of `kind` (a word of a-z, 0-9, _) with `data` (a dict)."""
+    if _fd == -1:
+        return False
+    return _emit(kind, json.dumps(data or {}, separators=(",", ":"), allow_nan=False), int(step))
 
 
 def init(backend="gloo", heartbeat_ms=None):
@@ -105,7 +124,41 @@ def init(backend="gloo", heartbeat_ms=None):
         _beat.start()
     if ok:
         _install_excepthook()
+        _install_stack_dump()
     return ok
+
+
+_stacks_file = None
+
+
+def _install_stack_dump():
+    """Python stacks of every thread on SIGUSR1, into stacks.txt beside the probe's file.
+
+    Announced in stacks_on_signal (the pid) so that the harness, when it declares a hang or its
+    run timeout, knows it may send the signal (a process without the handler would die of it).
+    Left out when the job has a SIGUSR1 handler of its own or FAULTLINE_PROBE_STACKS=0."""
+    global _stacks_file
+    if _stacks_file is not None or os.environ.get("FAULTLINE_PROBE_STACKS", "1") == "0":
+        return
+    import faulthandler
+    import signal
+    try:
+        if signal.getsignal(signal.SIGUSR1) not in (signal.SIG_DFL, None):
+            return
+    except ValueError:
+        return
+    d = os.path.dirname(_path() or "")
+    if not d:
+        return
+    try:
+        _stacks_file = open(os.path.join(d, "stacks.txt"), "a")
+        faulthandler.register(signal.SIGUSR1, file=_stacks_file, all_threads=True, chain=False)
+        tmp = os.path.join(d, "stacks_on_signal.tmp")
+        with open(tmp, "w") as f:
+            f.write("%d\n" % os.getpid())
+        os.replace(tmp, os.path.join(d, "stacks_on_signal"))
+    except (OSError, RuntimeError, ValueError):
+        pass
 
 
 def _heartbeats(interval_s):
@@ -134,32 +187,48 @@ def step(n, loss=None, step_time_s=None, **extra):
         interval = now - _last_step_end if _last_step_end is not None else 0.0
         _last_step_end = now
         comm, _comm_s = _comm_s, 0.0
-    data = {"loss": _finite(None if loss is None else float(loss)),
-            "step_time_s": float(step_time_s if step_time_s is not None else interval),
-            "interval_s": float(interval), "comm_s": float(comm)}
-    data.update(extra)
-    return event("step", data, step=n)
+    if _fd == -1:
+        return False
+    loss = _finite(None if loss is None else float(loss))
+    st = float(step_time_s if step_time_s is not None else interval)
+    if extra or not (math.isfinite(st) and math.isfinite(interval) and math.isfinite(comm)):
+        data = {"loss": loss, "step_time_s": st, "interval_s": float(interval),
+                "comm_s": float(comm)}
+        data.update(extra)
+        return event("step", data, step=n)
+    return _emit("step", '{"loss":%s,"step_time_s":%r,"interval_s":%r,"comm_s":%r}' % (
+        "null" if loss is None else repr(loss), st, float(interval), float(comm)), int(n))
 
 
 @contextmanager
 def section(name):
     """A section of the job (NVRx's names: setup, step, checkpoint, eval)."""
-    event("section", {"name": name, "state": "begin"})
+    if _fd == -1:  # off: nothing to time either
+        yield
+        return
+    q = _q(name)
+    _emit("section", '{"name":%s,"state":"begin"}' % q)
     try:
         yield
     finally:
-        event("section", {"name": name, "state": "end"})
+        _emit("section", '{"name":%s,"state":"end"}' % q)
         if name == "setup":  # the first step's interval starts when setup ends
             global _last_step_end
             _last_step_end = time.monotonic()
 
 
 def collective(op, state, group="world", seq=0, count=0, dtype="", **extra):
-    data = {"op": op, "state": state, "group": group, "seq": int(seq), "count": int(count)}
-    if dtype:
-        data["dtype"] = dtype
-    data.update(extra)
-    return event("collective", data)
+    if _fd == -1:
+        return False
+    if extra:
+        data = {"op": op, "state": state, "group": group, "seq": int(seq), "count": int(count)}
+        if dtype:
+            data["dtype"] = dtype
+        data.update(extra)
+        return event("collective", data)
+    return _emit("collective", '{"op":%s,"state":%s,"group":%s,"seq":%d,"count":%d%s}' % (
+        _q(op), _q(state), _q(group), int(seq), int(count),
+        ',"dtype":' + _q(dtype) if dtype else ""))
 
 
 def error(klass, message, exit_code=None):

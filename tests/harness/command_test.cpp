@@ -164,6 +164,40 @@ TEST(CommandWorkload, ACommandThatNeverReportsIsAHarnessError) {
   EXPECT_LT(r.proc.seconds, 30);
 }
 
+// A job that hangs where the scenario expects it to complete is ended by the run timeout with a
+// verdict (fail, exit 1), not left running; before the teardown the harness records where each
+// rank was: its threads (threads.txt) and, through the Python probe's SIGUSR1 handler, every
+// thread's Python stack (stacks.txt).
+TEST(CommandWorkload, AHungJobEndsAtTheRunTimeoutWithItsStacks) {
+  auto r = run_yaml(
+      "name: stuck\ntopology: {ranks: 2}\n"
+      "workload: {kind: command, command: [\"/usr/bin/python3\", \"-c\", \"import "
+      "faultline_probe as p, time\\ndef stuck_in_collective():\\n    while True:\\n        "
+      "time.sleep(0.2)\\np.init()\\nstuck_in_collective()\\n\"]}\n"
+      "expect: {oracle: completed}\ntimeouts: {run_s: 4}\n");
+  EXPECT_EQ(r.proc.exit_code, 1) << r.proc.output;
+  const auto history = read_history(r.dir + "/history.jsonl");
+  nlohmann::json dump;
+  std::string end;
+  for (const auto& e : history) {
+    if (e.kind == "stack_dump") dump = nlohmann::json::parse(e.data_json);
+    if (e.kind == "run_end") end = nlohmann::json::parse(e.data_json).value("reason", "");
+  }
+  EXPECT_EQ(end, "run timeout (4 s)");
+  ASSERT_FALSE(dump.is_null()) << r.proc.output;
+  EXPECT_EQ(dump["reason"], "run timeout (4 s)");
+  EXPECT_EQ(dump["dumped"], nlohmann::json::array({0, 1})) << dump;
+  EXPECT_EQ(dump["threads"], nlohmann::json::array({0, 1})) << dump;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string rdir = r.dir + "/ranks/rank" + std::to_string(rank);
+    const auto stacks = read(rdir + "/stacks.txt");
+    EXPECT_NE(stacks.find("== run timeout (4 s)"), std::string::npos) << stacks;
+    EXPECT_NE(stacks.find("in stuck_in_collective"), std::string::npos) << stacks;
+    EXPECT_NE(stacks.find("in _heartbeats"), std::string::npos) << stacks;  // every thread
+    EXPECT_NE(read(rdir + "/threads.txt").find(" state "), std::string::npos);
+  }
+}
+
 TEST(CommandWorkload, BadCommandScenariosAreRefusedNamingTheKey) {
   const auto dir = test::fresh_test_dir("command", "validate");
   fs::create_directories(dir);

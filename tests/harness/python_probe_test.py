@@ -6,9 +6,11 @@ nothing at all without FAULTLINE_PROBE_FILE. The torch wrapper's fault grammar i
 torch is there.  Usage: python_probe_test.py SOURCE_DIR"""
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 src = os.path.abspath(sys.argv[1])
 env = dict(os.environ, PYTHONPATH=os.path.join(src, "python"), WORLD_SIZE="2", LOCAL_RANK="1")
@@ -49,7 +51,52 @@ with tempfile.TemporaryDirectory() as d:
                         "assert not p.init(); assert not p.step(0, loss=1.0)"],
                        env=env, capture_output=True, text=True, cwd=d)
     assert r.returncode == 0, r.stderr
-    assert os.listdir(d) == ["probe.jsonl"], os.listdir(d)
+    assert sorted(os.listdir(d)) == ["probe.jsonl", "stacks.txt", "stacks_on_signal"], os.listdir(d)
+    # SIGUSR1 (announced in stacks_on_signal) writes every thread's Python stack and the job
+    # goes on; FAULTLINE_PROBE_STACKS=0 leaves the signal alone.
+    path2 = os.path.join(d, "sub", "probe.jsonl")
+    os.mkdir(os.path.dirname(path2))
+    waiter = ("import faultline_probe as p, sys, time\np.init(heartbeat_ms=50)\n"
+              "def parked_in_job():\n    sys.stdin.readline()\nparked_in_job()\n")
+    proc = subprocess.Popen([sys.executable, "-c", waiter], env=dict(env, FAULTLINE_PROBE_FILE=path2),
+                            stdin=subprocess.PIPE, text=True)
+    ann = os.path.join(d, "sub", "stacks_on_signal")
+    for _ in range(500):
+        if os.path.exists(ann):
+            break
+        time.sleep(0.02)
+    assert int(open(ann).read()) == proc.pid
+    os.kill(proc.pid, signal.SIGUSR1)
+    stacks = os.path.join(d, "sub", "stacks.txt")
+    for _ in range(500):
+        if "parked_in_job" in open(stacks).read():
+            break
+        time.sleep(0.02)
+    text = open(stacks).read()
+    assert "parked_in_job" in text and "_heartbeats" in text, text
+    proc.communicate("go\n", timeout=30)
+    assert proc.returncode == 0, proc.returncode
+    # Odd strings in the hot events' formatted lines stay valid JSON.
+    path4 = os.path.join(d, "odd", "probe.jsonl")
+    os.mkdir(os.path.dirname(path4))
+    odd = 'g"1\\\n\u00e9'
+    r = subprocess.run([sys.executable, "-c", "import faultline_probe as p, sys\n"
+                        "p.collective('all_reduce', 'started', sys.argv[1], 2, 5, sys.argv[1])\n"
+                        "with p.section(sys.argv[1]): pass\n"
+                        "p.step(3, loss=1e-300, step_time_s=0.5)\n", odd],
+                       env=dict(env, FAULTLINE_PROBE_FILE=path4))
+    got = [json.loads(l) for l in open(path4)]
+    assert r.returncode == 0 and len(got) == 4, (r.returncode, got)
+    assert got[0]["data"] == {"op": "all_reduce", "state": "started", "group": odd, "seq": 2,
+                              "count": 5, "dtype": odd}, got[0]
+    assert [g["data"] for g in got[1:3]] == [{"name": odd, "state": "begin"},
+                                             {"name": odd, "state": "end"}], got
+    assert got[3]["step"] == 3 and got[3]["data"]["loss"] == 1e-300, got[3]
+    path3 = os.path.join(d, "off", "probe.jsonl")
+    os.mkdir(os.path.dirname(path3))
+    r = subprocess.run([sys.executable, "-c", "import faultline_probe as p; assert p.init()"],
+                       env=dict(env, FAULTLINE_PROBE_FILE=path3, FAULTLINE_PROBE_STACKS="0"))
+    assert r.returncode == 0 and os.listdir(os.path.dirname(path3)) == ["probe.jsonl"]
 try:
     import torch  # noqa: F401
 except ImportError:
