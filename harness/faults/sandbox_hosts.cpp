@@ -23,7 +23,7 @@ void Sandbox::setup_hosts() {
   for (size_t k = 0; k < s_.hosts.size(); ++k) {
     const int node = static_cast<int>(k);
     // The device that carries the host's address is where a rate limit goes.
-    const std::string out = run_on(node, {"ip", "-o", "addr", "show", "to", ip(node)}));
+    const std::string out = run_on(node, {"ip", "-o", "addr", "show", "to", ip(node)});
     std::istringstream words(out);
     std::string index, dev;
     words >> index >> dev;
@@ -84,7 +84,7 @@ void Sandbox::remove_host_chains() {
                                                {"iptables", "-F", chain_},
                                                {"iptables", "-X", chain_}}) {
       try {
-        run_on(node, argv));
+        run_on(node, argv);
         if (argv[1] == "-X") ++removed;
       } catch (const std::exception& e) {
         errors.push_back(fmt::format("{}: {}", s_.hosts[k], e.what()));
