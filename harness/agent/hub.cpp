@@ -201,7 +201,7 @@ std::vector<std::string> agent_command(const Scenario& s, int node, const std::s
 }
 
 void AgentHub::start(Supervisor& sup, const std::string& exe, const std::string& control_addr,
-                     const std::function<void()>& poll,
+                     const std::function<bool()>& poll,
                      std::function<void(const std::string&)> on_lost) {
   impl_->on_lost = std::move(on_lost);
   const auto t0 = std::chrono::steady_clock::now();
@@ -217,7 +217,8 @@ void AgentHub::start(Supervisor& sup, const std::string& exe, const std::string&
   const auto until = t0 + std::chrono::seconds(kAttachS);
   std::vector<std::string> missing;
   for (;;) {
-    poll();  // the agents' output reaches helpers.log; their exits are reaped
+    // The agents' output reaches helpers.log, their exits are reaped.
+    if (!poll()) raise<Error>("agent: the run was stopped before every host's agent attached");
     missing.clear();
     bool waiting = false;
     {

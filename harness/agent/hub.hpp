@@ -32,10 +32,11 @@ class AgentHub : public faults::HostAgents {
   // Registered on the control plane's server before it starts.
   grpc::Service* service();
   // Starts `exe agent ...` on every host through the rsh agent and waits (calling `poll` between
-  // looks) until each attached; Error naming every host whose agent did not within the limit.
+  // looks; false: the run is stopping) until each attached; Error naming every host whose agent
+  // did not within the limit.
   // `on_lost` runs (on a gRPC thread) when an agent goes away before stop().
   void start(Supervisor& sup, const std::string& exe, const std::string& control_addr,
-             const std::function<void()>& poll, std::function<void(const std::string&)> on_lost);
+             const std::function<bool()>& poll, std::function<void(const std::string&)> on_lost);
   // Asks every agent to stop and waits (bounded) for each to go; records agent_stopped.
   void stop();
   // What went wrong with the agents ("" while all is well): a loss, in words.

@@ -10,7 +10,15 @@ void Run::start_agents() {
   if (!agents_) return;
   const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
   agents_->start(
-      *sup_, exe, ctl_addr_, [this] { io_.poll(); },
+      *sup_, exe, ctl_addr_,
+      [this] {
+        if (stopping_) return false;  // interrupted while the agents start
+        // An agent that ended before the ranks exist looks like the last rank's end to on_exit,
+        // which stops the loop: the others must still be heard.
+        io_.restart();
+        io_.poll();
+        return true;
+      },
       [this](const std::string& why) {
         // On a gRPC thread: the run ends on its own thread; go() reports the loss as its error.
         boost::asio::post(io_, [this, why] {

@@ -64,7 +64,11 @@ class AgentTest : public ::testing::Test {
     ctl->add_service(hub->service());
     addr = ctl->start("unix:" + dir + "/c.sock");
     hub->start(
-        *sup, FAULTLINE_CLI, addr, [this] { io.poll(); },
+        *sup, FAULTLINE_CLI, addr,
+        [this] {
+          io.poll();
+          return true;
+        },
         [this](const std::string& why) { lost = why; });
   }
   void TearDown() override {

@@ -15,6 +15,8 @@
 #       agent_lost  the agent of host 1 is killed mid-run (a rate limit of the run on that host):
 #               exit 2 naming the host, agent_lost in the history, and the run's chain and qdisc
 #               removed from both hosts all the same
+#       agent_unreachable  the control plane on 127.0.0.1, which the namespace hosts cannot reach:
+#               no agent attaches, exit 2 naming both hosts, no rank launched, nothing left
 #       input   mistakes in topology.hosts / rsh_agent refused by `faultline validate` (no root)
 # Exit 77 (skipped) without root or without `ip netns` (all but input).
 set -euo pipefail
@@ -257,6 +259,24 @@ Y
   grep -q "cannot be reached" <<<"$out" || fail "the message does not say why"
   ! grep -q '"kind":"launch"' "$tmp/r/unreach/history.jsonl" || fail "something was launched"
   if pgrep -f "$tmp/r/unreach" >/dev/null; then fail "processes of the run are left"; fi
+  ;;
+agent_unreachable)
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-agent-unreachable
+topology: {ranks: 2, launcher: mpirun, hosts: [$h0=$a0, $h1=$a1], rsh_agent: $agent}
+workload: {steps: 3}
+expect: {oracle: completed}
+Y
+  set +e
+  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id noagent -q --control 127.0.0.1:0 2>&1)
+  status=$?
+  set -e
+  echo "$out"
+  [[ $status -eq 2 ]] || fail "exit $status, want 2"
+  grep -q "agent: 2 of 2 host(s) have no agent attached" <<<"$out" || fail "no agent error"
+  grep -q "$h0 (" <<<"$out" && grep -q "$h1 (" <<<"$out" || fail "the message does not name both hosts"
+  ! grep -q '"kind":"launch"' "$tmp/r/noagent/history.jsonl" || fail "a rank was launched"
+  nothing_left "$tmp/r/noagent"
   ;;
 *) fail "unknown case $case" ;;
 esac
