@@ -1,6 +1,8 @@
 #include "harness/agent/agent.hpp"
 
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -93,6 +96,32 @@ bool allowed_tool(const google::protobuf::RepeatedPtrField<std::string>& argv, s
   return true;
 }
 
+// Binds TCP `port` on every address of this host and listens (what a stale job holding the
+// rendezvous port does); the descriptor, or -1 with `why`.
+int hold_port(const std::string& word, std::string& why) {
+  int port = 0;
+  try {
+    port = std::stoi(word);
+  } catch (const std::exception&) {
+  }
+  if (port < 1 || port > 65535) {
+    why = fmt::format("'{}' is not a port", word);
+    return -1;
+  }
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::listen(fd, 4) != 0) {
+    why = fmt::format("cannot take port {}: {}", port, std::strerror(errno));
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
 
 int run_agent(const AgentOptions& o) {
@@ -135,6 +164,7 @@ int run_agent(const AgentOptions& o) {
   say(o, fmt::format("attached to {} (pid {})", o.control, ::getpid()));
 
   std::vector<std::vector<std::string>> on_loss;
+  std::map<std::string, int> held;  // squatted ports (closed when the agent ends)
   bool stopped = false;
   pb::AgentCommand cmd;
   while (!stopped && stream->Read(&cmd)) {
@@ -178,12 +208,26 @@ int run_agent(const AgentOptions& o) {
       } else {
         r.set_output(why);
       }
+    } else if (cmd.action() == "squat" && cmd.argv_size() == 1) {
+      const int fd = held.count(cmd.argv(0)) ? held[cmd.argv(0)] : hold_port(cmd.argv(0), why);
+      if (fd >= 0) held[cmd.argv(0)] = fd;
+      r.set_ok(fd >= 0);
+      r.set_output(fd >= 0 ? fmt::format("holding port {}", cmd.argv(0)) : why);
+      say(o, r.output());
+    } else if (cmd.action() == "release" && cmd.argv_size() == 1) {
+      if (auto it = held.find(cmd.argv(0)); it != held.end()) {
+        ::close(it->second);
+        held.erase(it);
+      }
+      r.set_ok(true);
+      say(o, "released port " + cmd.argv(0));
     } else if (cmd.action() == "stop") {
       r.set_ok(true);
       stopped = true;
     } else {
       r.set_output(
-          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, stop)", cmd.action()));
+          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, squat, release, stop)",
+                      cmd.action()));
     }
     if (!stream->Write(r)) break;
   }

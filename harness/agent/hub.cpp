@@ -323,4 +323,13 @@ void AgentHub::on_loss(int node, const std::vector<std::string>& argv) {
     raise<Error>("agent on host {}: {}", impl_->s.hosts.at(static_cast<size_t>(node)), r.output);
 }
 
+void AgentHub::squat(int node, int port, bool hold) {
+  pb::AgentCommand cmd;
+  cmd.set_action(hold ? "squat" : "release");
+  cmd.add_argv(std::to_string(port));
+  const auto r = impl_->call(node, cmd);
+  if (!r.ok)
+    raise<Error>("agent on host {}: {}", impl_->s.hosts.at(static_cast<size_t>(node)), r.output);
+}
+
 }  // namespace fl::harness

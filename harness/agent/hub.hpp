@@ -46,6 +46,7 @@ class AgentHub : public faults::HostAgents {
   std::string run(int node, const std::vector<std::string>& argv) override;
   bool signal(int node, int rank, pid_t pid, int sig, std::string& why) override;
   void on_loss(int node, const std::vector<std::string>& argv) override;
+  void squat(int node, int port, bool hold) override;
 
   struct Impl;
 

@@ -7,6 +7,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -197,6 +199,30 @@ TEST_F(AgentTest, LosingTheHarnessRunsTheCleanupsAndExits) {
   for (const auto& l : lines) cleaned |= l.find("cleaning up (1 command(s))") != std::string::npos;
   EXPECT_TRUE(cleaned) << "no clean-up line in the agent's output";
   EXPECT_TRUE(fs::exists(dir));
+}
+
+// Whether this process can bind TCP `port` on loopback now.
+bool can_bind(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+TEST_F(AgentTest, SquatsAPortUntilReleased) {
+  int port = 0;
+  for (int p = 23000 + static_cast<int>(::getpid() % 20000); port == 0; ++p) {
+    if (can_bind(p)) port = p;
+  }
+  hub->squat(0, port, true);
+  EXPECT_FALSE(can_bind(port)) << "the agent does not hold " << port;
+  hub->squat(0, port, false);
+  EXPECT_TRUE(can_bind(port)) << "the agent still holds " << port;
+  EXPECT_THROW(hub->squat(0, 0, true), Error);
 }
 
 TEST_F(AgentTest, AttachWithoutTheSecretIsRefused) {

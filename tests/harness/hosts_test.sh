@@ -17,6 +17,8 @@
 #               removed from both hosts all the same
 #       agent_unreachable  the control plane on 127.0.0.1, which the namespace hosts cannot reach:
 #               no agent attaches, exit 2 naming both hosts, no rank launched, nothing left
+#       agent_squat  port_squat: host 0's agent holds the rendezvous port before launch; rank 0's
+#               store cannot listen (the symptom), and the port is let go at the end
 #       input   mistakes in topology.hosts / rsh_agent refused by `faultline validate` (no root)
 # Exit 77 (skipped) without root or without `ip netns` (all but input).
 set -euo pipefail
@@ -277,6 +279,33 @@ Y
   grep -q "$h0 (" <<<"$out" && grep -q "$h1 (" <<<"$out" || fail "the message does not name both hosts"
   ! grep -q '"kind":"launch"' "$tmp/r/noagent/history.jsonl" || fail "a rank was launched"
   nothing_left "$tmp/r/noagent"
+  ;;
+agent_squat)
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-agent-squat
+topology: {ranks: 4, tp: 2, launcher: mpirun, hosts: [$h0=$a0, $h1=$a1], rsh_agent: $agent}
+workload: {steps: 4}
+faults: [{port_squat: true}]
+timeouts: {rendezvous_ms: 8000, comm_ms: 8000, run_s: 60}
+expect: {oracle: error_signature, pattern: "cannot listen on .*address already in use", ranks: [0]}
+Y
+  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id squat 2>&1) || {
+    echo "$out"
+    fail "rank 0's store did not fail to listen"
+  }
+  echo "$out"
+  python3 - "$tmp/r/squat" "$h0" <<'PY'
+import json, sys
+d, h0 = sys.argv[1:]
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+inj = [e["data"] for e in ev if e["kind"] == "fault_injected"]
+assert len(inj) == 1 and inj[0]["fault"] == "port_squat", inj
+assert inj[0]["host"] == h0 and inj[0]["via"] == "agent", inj
+healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "port_squat"]
+assert len(healed) == 1 and healed[0]["via"] == "agent", healed
+print("agent_squat ok")
+PY
+  nothing_left "$tmp/r/squat"
   ;;
 *) fail "unknown case $case" ;;
 esac
