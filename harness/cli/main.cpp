@@ -5,6 +5,7 @@
 //   validate SCENARIO   check a scenario file (and print it resolved with --print)
 //   verdict RUN_DIR     judge a run again from its history
 //   control ADDR ACTION act on a live run over the control plane
+//   agent               a multi-host run's per-host agent (started by the harness)
 //   keys                every scenario key with its default (docs/scenarios.md)
 //   score RUN|SUITE...  detector scores against ground truth (docs/detectors.md)
 //   bench-detectors / bench-recovery SUITE   leaderboards
@@ -28,6 +29,7 @@
 
 #include "base/control_auth.hpp"
 #include "base/settings.hpp"
+#include "harness/agent/agent.hpp"
 #include "harness/catalog/catalog.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/report/report.hpp"
@@ -219,6 +221,12 @@ int main(int argc, char** argv) {
   ctl->add_option("--secret-file", secret_file,
                   "The run's control.secret (default: FAULTLINE_CONTROL_SECRET, or the "
                   "control.secret beside a unix:RUN_DIR/control.sock address)");
+  fl::harness::AgentOptions agent_opts;
+  auto* agent = app.add_subcommand(
+      "agent", "A multi-host run's per-host agent (the harness starts it; docs/cluster.md)");
+  agent->add_option("--control", agent_opts.control, "The run's control-plane address")->required();
+  agent->add_option("--host", agent_opts.host, "This host's name in topology.hosts")->required();
+  agent->add_option("--run-dir", agent_opts.run_dir, "The run directory")->required();
   auto* replay = app.add_subcommand(
       "replay", "Run a finished run again, firing exactly the faults its fired logs recorded");
   replay->add_option("run_dir", run_dir, "results/runs/<id>")->required();
@@ -389,6 +397,7 @@ int main(int argc, char** argv) {
     std::printf("%s", fl::harness::schema_markdown().c_str());
     return 0;
   }
+  if (agent->parsed()) return fl::harness::run_agent(agent_opts);
   if (ctl->parsed()) return control(addr, action, rank, sig, plan, checkpoint, secret_file);
   try {
     if (verdict->parsed()) {

@@ -36,8 +36,8 @@ class NetworkFault : public FaultOf<NetworkFault> {
     nlohmann::json d = {{"action", action}, {"node", node}};
     std::string line;
     if (action == "bandwidth") {
-      run_tool(h.box.in_net(node, {"tc", "qdisc", "replace", "dev", h.box.device(node), "root",
-                                   "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"}));
+      h.box.run_on(node, {"tc", "qdisc", "replace", "dev", h.box.device(node), "root", "tbf",
+                          "rate", rate, "burst", "32kbit", "latency", "400ms"});
       shaped = true;
       d["rate"] = rate;
       line = fmt::format("node {} limited to {}", node, rate);
@@ -61,6 +61,10 @@ class NetworkFault : public FaultOf<NetworkFault> {
       d["peers"] = peers;
       line = fmt::format("node {} cut from node(s) {} ({})", node, fmt::join(peers, ","), action);
     }
+    if (!h.s.hosts.empty()) {
+      d["host"] = h.s.hosts.at(static_cast<size_t>(node));
+      d["via"] = h.box.via(node);  // the host's agent, or the rsh agent
+    }
     h.record("network", d, -1, line);
     return true;
   }
@@ -68,8 +72,8 @@ class NetworkFault : public FaultOf<NetworkFault> {
   void heal(Host& h, bool) override {
     auto quietly = [&](const char* what, const std::vector<std::string>& argv) {
       try {
-        run_tool(h.box.in_net(node, argv));
-        h.hist.harness("fault_healed", {{"fault", what}, {"node", node}});
+        h.box.run_on(node, argv);
+        h.hist.harness("fault_healed", {{"fault", what}, {"node", node}, {"via", h.box.via(node)}});
       } catch (const std::exception& e) {
         try {
           h.hist.harness("heal_error", {{"fault", what}, {"error", e.what()}});
@@ -92,13 +96,13 @@ class NetworkFault : public FaultOf<NetworkFault> {
       auto t = r;
       if (!tcp_only) t.insert(t.end(), {"-p", "tcp"});
       t.insert(t.end(), {"-j", "REJECT", "--reject-with", "tcp-reset"});
-      run_tool(h.box.in_net(node, t));
+      h.box.run_on(node, t);
       if (tcp_only) return;
       r.insert(r.end(), {"-j", "REJECT"});
     } else {
       r.insert(r.end(), {"-j", "DROP"});
     }
-    run_tool(h.box.in_net(node, r));
+    h.box.run_on(node, r);
   }
 };
 

@@ -21,8 +21,18 @@ namespace {
 class PortSquatFault : public FaultOf<PortSquatFault> {
  public:
   int fd = -1;
+  bool on_host0 = false;  // topology.hosts: held by host 0's agent, where rank 0's store binds
   nlohmann::json params() const override { return nlohmann::json::object(); }
   void setup(Host& h) override {
+    if (!h.s.hosts.empty()) {
+      if (!h.box.agents() || !h.box.agents()->up(0))
+        raise<Error>("port_squat with topology.hosts needs host 0's agent (it is not up)");
+      h.box.agents()->squat(0, h.master_port, true);
+      on_host0 = true;
+      h.record("port_squat", {{"port", h.master_port}, {"host", h.s.hosts[0]}, {"via", "agent"}},
+               -1, fmt::format("port {} held on {} before launch", h.master_port, h.s.hosts[0]));
+      return;
+    }
     if (h.box.has_network()) {
       raise<Error>("port_squat with network namespaces is not supported (squat on the host)");
     }
@@ -41,6 +51,18 @@ class PortSquatFault : public FaultOf<PortSquatFault> {
              fmt::format("port {} held before launch", h.master_port));
   }
   void heal(Host& h, bool) override {
+    if (on_host0) {
+      on_host0 = false;
+      try {
+        // A stopped or lost agent let the port go when it ended.
+        if (h.box.agents() && h.box.agents()->up(0)) h.box.agents()->squat(0, h.master_port, false);
+        h.hist.harness("fault_healed", {{"fault", "port_squat"},
+                                        {"port", h.master_port},
+                                        {"host", h.s.hosts[0]},
+                                        {"via", "agent"}});
+      } catch (...) {
+      }
+    }
     if (fd < 0) return;
     ::close(fd);
     fd = -1;

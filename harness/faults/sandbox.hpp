@@ -23,6 +23,22 @@ struct Scenario;
 
 namespace fl::harness::faults {
 
+// The per-host agents (harness/agent/hub.hpp) as faults use them: a tool run on a host, a signal
+// to a rank's pid there. Without agents (or once one is lost) the rsh agent runs the tools.
+class HostAgents {
+ public:
+  virtual ~HostAgents() = default;
+  virtual bool up(int node) const = 0;
+  // Runs argv on host `node` through its agent: the output, or Error as run_tool throws it.
+  virtual std::string run(int node, const std::vector<std::string>& argv) = 0;
+  // Signals `pid` on host `node` once its agent found it is `rank` of this run; false with `why`.
+  virtual bool signal(int node, int rank, pid_t pid, int sig, std::string& why) = 0;
+  // Holds TCP `port` on every address of host `node` (a squatter), or lets it go; Error if not.
+  virtual void squat(int node, int port, bool hold) = 0;
+  // argv the agent on `node` runs should it lose the harness (removing the run's chain).
+  virtual void on_loss(int node, const std::vector<std::string>& argv) = 0;
+};
+
 class Sandbox {
  public:
   Sandbox(const Scenario& s, std::string run_dir, History& hist, Supervisor& sup);
@@ -40,6 +56,14 @@ class Sandbox {
   // argv run inside `node`'s network namespace (-1: the hub's), or on host `node` through the
   // scenario's rsh agent.
   std::vector<std::string> in_net(int node, std::vector<std::string> argv) const;
+  // Runs argv on `node` (run_tool's output or Error): through the host's agent when one is up,
+  // else as in_net says. `via` names which ("agent", "rsh" or "netns").
+  std::string run_on(int node, const std::vector<std::string>& argv) const;
+  std::string via(int node) const;
+  void set_agents(HostAgents* a) { agents_ = a; }
+  HostAgents* agents() const { return agents_; }
+  // With hosts: removes the run's chain from every host (idempotent; records fault_healed).
+  void remove_host_chains();
   // The shared mount namespace, created on first use; argv run inside it.
   std::vector<std::string> in_mount(std::vector<std::string> argv);
   bool has_mounts() const { return mount_holder_ != 0; }
@@ -56,7 +80,7 @@ class Sandbox {
  private:
   pid_t spawn_holder(const std::string& name, const std::vector<std::string>& unshare_args);
   void setup_hosts();  // sandbox_hosts.cpp
-  void remove_host_chains();
+  HostAgents* agents_ = nullptr;
 
   std::string chain_ = "FAULTLINE";
   std::vector<std::string> host_devs_;  // with hosts: each host's device, once set up

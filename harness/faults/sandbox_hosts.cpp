@@ -23,7 +23,7 @@ void Sandbox::setup_hosts() {
   for (size_t k = 0; k < s_.hosts.size(); ++k) {
     const int node = static_cast<int>(k);
     // The device that carries the host's address is where a rate limit goes.
-    const std::string out = run_tool(in_net(node, {"ip", "-o", "addr", "show", "to", ip(node)}));
+    const std::string out = run_on(node, {"ip", "-o", "addr", "show", "to", ip(node)});
     std::istringstream words(out);
     std::string index, dev;
     words >> index >> dev;
@@ -34,14 +34,24 @@ void Sandbox::setup_hosts() {
           s_.hosts[k], ip(node));
     }
     if (auto at = dev.find('@'); at != std::string::npos) dev.resize(at);  // eth0@if12
-    run_tool(in_net(node, {"iptables", "-N", chain_}));
+    run_on(node, {"iptables", "-N", chain_});
     host_devs_.push_back(dev);  // from here on the chain is the run's to remove
-    run_tool(in_net(node, {"iptables", "-I", "INPUT", "-j", chain_}));
-    run_tool(in_net(node, {"iptables", "-I", "OUTPUT", "-j", chain_}));
+    if (agents_ && agents_->up(node)) {
+      // Should the agent lose the harness (killed, its host cut off), it removes the chain.
+      for (const char* hook : {"INPUT", "OUTPUT"})
+        agents_->on_loss(node, {"iptables", "-D", hook, "-j", chain_});
+      agents_->on_loss(node, {"iptables", "-F", chain_});
+      agents_->on_loss(node, {"iptables", "-X", chain_});
+    }
+    run_on(node, {"iptables", "-I", "INPUT", "-j", chain_});
+    run_on(node, {"iptables", "-I", "OUTPUT", "-j", chain_});
   }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<std::string> vias;
+  for (size_t k = 0; k < s_.hosts.size(); ++k) vias.push_back(via(static_cast<int>(k)));
   hist_.harness("network_setup", {{"nodes", s_.nodes},
+                                  {"via", vias},
                                   {"hosts", s_.hosts},
                                   {"addresses", s_.host_addrs},
                                   {"devices", host_devs_},
@@ -49,8 +59,20 @@ void Sandbox::setup_hosts() {
                                   {"setup_ms", ms}});
 }
 
+std::string Sandbox::run_on(int node, const std::vector<std::string>& argv) const {
+  if (agents_ && node >= 0 && agents_->up(node)) return agents_->run(node, argv);
+  return run_tool(in_net(node, argv));
+}
+
+std::string Sandbox::via(int node) const {
+  if (s_.hosts.empty()) return "netns";
+  return agents_ && agents_->up(node) ? "agent" : "rsh";
+}
+
 void Sandbox::remove_host_chains() {
   if (host_devs_.empty()) return;
+  std::vector<std::string> vias;
+  for (size_t k = 0; k < host_devs_.size(); ++k) vias.push_back(via(static_cast<int>(k)));
   int removed = 0;
   std::vector<std::string> errors;
   for (size_t k = 0; k < host_devs_.size(); ++k) {
@@ -62,7 +84,7 @@ void Sandbox::remove_host_chains() {
                                                {"iptables", "-F", chain_},
                                                {"iptables", "-X", chain_}}) {
       try {
-        run_tool(in_net(node, argv));
+        run_on(node, argv);
         if (argv[1] == "-X") ++removed;
       } catch (const std::exception& e) {
         errors.push_back(fmt::format("{}: {}", s_.hosts[k], e.what()));
@@ -74,6 +96,7 @@ void Sandbox::remove_host_chains() {
                                    {"chain", chain_},
                                    {"removed", removed},
                                    {"hosts", host_devs_.size()},
+                                   {"via", vias},
                                    {"errors", errors}});
   } catch (...) {
   }

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "harness/faults/fault.hpp"
+#include "harness/faults/sandbox.hpp"
 #include "harness/run/supervisor.hpp"
 #include "harness/scenario/loader.hpp"
 
@@ -19,12 +20,23 @@ class SignalFault : public FaultOf<SignalFault> {
     const pid_t pid = p ? p->pid_of(rank) : 0;
     if (pid == 0) return false;  // not started (or not said hello) yet
     const int sig = signal_number(signal);
-    const bool ok =
-        p->is_local_child(rank) ? h.sup.signal(pid, sig) : h.sup.signal_descendant(pid, sig);
     const int64_t at_step = p->max_step.count(rank) ? p->max_step.at(rank) : step;
-    h.record("signal",
-             {{"signal", "SIG" + signal}, {"pid", pid}, {"at_step", at_step}, {"delivered", ok}},
-             rank, fmt::format("SIG{} to rank {} at step {}", signal, rank, at_step));
+    nlohmann::json d = {{"signal", "SIG" + signal}, {"pid", pid}, {"at_step", at_step}};
+    bool ok = false;
+    // With hosts the rank's pid is one on its host: that host's agent sends the signal.
+    const int per_host = h.s.hosts.empty() ? 0 : h.s.ranks / static_cast<int>(h.s.hosts.size());
+    const int node = per_host > 0 ? rank / per_host : -1;
+    if (node >= 0 && h.box.agents() && h.box.agents()->up(node)) {
+      std::string why;
+      ok = h.box.agents()->signal(node, rank, pid, sig, why);
+      d["via"] = "agent";
+      d["host"] = h.s.hosts.at(static_cast<size_t>(node));
+      if (!ok) d["why"] = why;
+    } else {
+      ok = p->is_local_child(rank) ? h.sup.signal(pid, sig) : h.sup.signal_descendant(pid, sig);
+    }
+    d["delivered"] = ok;
+    h.record("signal", d, rank, fmt::format("SIG{} to rank {} at step {}", signal, rank, at_step));
     return true;
   }
 };

@@ -236,6 +236,7 @@ std::string Controller::start(const std::string& addr) {
   int port = 0;
   b.AddListeningPort(addr, grpc::InsecureServerCredentials(), &port);
   b.RegisterService(impl_.get());
+  for (auto* s : extra_) b.RegisterService(s);
   b.SetMaxReceiveMessageSize(64 << 20);
   impl_->server = b.BuildAndStart();
   if (!impl_->server) raise<Error>("control plane: cannot listen on {}", addr);

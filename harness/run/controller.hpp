@@ -11,11 +11,13 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "harness/run/history.hpp"
 
 namespace grpc {
 class Server;
+class Service;
 }
 
 namespace fl::harness {
@@ -46,6 +48,9 @@ class Controller {
              std::string secret);
   ~Controller();
 
+  // Another service on the same server (the per-host agents'); before start(). It checks the
+  // secret itself.
+  void add_service(grpc::Service* s) { extra_.push_back(s); }
   // Starts serving on `addr` ("127.0.0.1:0" picks a free port; "unix:PATH" makes the socket
   // 0600); returns the bound address.
   std::string start(const std::string& addr);
@@ -66,6 +71,7 @@ class Controller {
 
  private:
   std::unique_ptr<Impl> impl_;
+  std::vector<grpc::Service*> extra_;
 };
 
 }  // namespace fl::harness

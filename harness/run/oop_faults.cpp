@@ -122,6 +122,8 @@ void OutOfProcessFaults::heal(bool processes_gone) {
     std::error_code ec;
     fs::remove_all(dir_ + "/.faultline", ec);
   }
+  // The hosts' chains go while their agents are still up (they stop before teardown).
+  if (!processes_gone && box_.agents()) box_.remove_host_chains();
   if (processes_gone) box_.check_gone();
 }
 

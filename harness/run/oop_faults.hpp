@@ -29,6 +29,8 @@ class OutOfProcessFaults {
 
   // Before launch: namespaces, then every fault's set-up, then the faults `at: launch`.
   void prepare(int master_port);
+  // With topology.hosts: the hosts' agents run the faults' tools and signals there.
+  void use_agents(faults::HostAgents* a) { box_.set_agents(a); }
   bool uses_namespaces() const { return box_.has_network(); }
   std::string master_addr() const { return box_.master_addr(); }
   // A rank's process: namespaces, plugin path, and every fault's change to its launch. `unset`

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/agent/hub.hpp"
 #include "harness/run/artifact_server.hpp"
 #include "harness/run/controller.hpp"
 #include "harness/run/history.hpp"
@@ -102,6 +103,10 @@ class Run {
   std::mutex summary_mu_;
   RunSummary summary_;
   std::unique_ptr<History> hist_;
+  // topology.hosts: the per-host agents (run_agents.cpp); a service of ctl_'s server, which
+  // must go first.
+  std::unique_ptr<AgentHub> agents_;
+  void start_agents();
   std::unique_ptr<Controller> ctl_;
   std::string ctl_addr_;
   std::string secret_;  // the control plane's credential (RUN_DIR/control.secret)

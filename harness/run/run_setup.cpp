@@ -144,6 +144,11 @@ void Run::start_control_plane() {
         sock);
   }
   if (addr.empty()) addr = "127.0.0.1:0";
+  check_control_reach(s_, addr);  // beyond loopback only for hosts (run_agents.cpp)
+  if (!s_.hosts.empty()) {
+    agents_ = std::make_unique<AgentHub>(s_, dir_, *hist_, secret_);
+    ctl_->add_service(agents_->service());
+  }
   if (s_.network == "namespaces" && addr.rfind("unix:", 0) != 0) {
     raise<Error>(
         "--control {}: ranks in network namespaces reach the control plane only through a unix "

@@ -376,6 +376,7 @@ RunResult Run::go() {
     start_baseline();
     master_port_ = free_port();
     faults_ = std::make_unique<OutOfProcessFaults>(s_, dir_, *hist_, *sup_);
+    start_agents();  // topology.hosts: one agent per host, before any fault or rank
     faults_->prepare(master_port_);
     {
       auto host = launch_host();
@@ -396,6 +397,7 @@ RunResult Run::go() {
     ticker_ = std::make_unique<boost::asio::steady_timer>(io_);
     tick();
     io_.run();
+    if (agents_ && !agents_->lost().empty()) raise<Error>("{}", agents_->lost());
   } catch (const std::exception& e) {
     res.harness_error = e.what();
     hist_->harness("harness_error", {{"message", e.what()}});
@@ -407,6 +409,7 @@ RunResult Run::go() {
   if (sup_) finish_baseline();
   if (sup_) drain_tools();
   if (faults_) faults_->heal(false);
+  if (agents_) agents_->stop();  // healed through them; nothing of theirs outlives the run
   if (sup_) sup_->teardown(std::chrono::milliseconds(2000));
   if (faults_) faults_->heal(true);
   if (ctl_) ctl_->shutdown();

@@ -9,6 +9,16 @@
 #               run's iptables chain is gone from both hosts afterwards
 #       unreachable  a host that does not exist: exit 2 naming it, before any launch, nothing
 #               left running
+#       agent_kill  the agent on host 1 SIGKILLs rank 2 (on host 1) at step 3: the rank's end is the
+#               symptom; the history has both agents' agent_up/agent_stopped and the signal sent
+#               through the agent of host 1
+#       agent_lost  the agent of host 1 is killed mid-run (a rate limit of the run on that host):
+#               exit 2 naming the host, agent_lost in the history, and the run's chain and qdisc
+#               removed from both hosts all the same
+#       agent_unreachable  the control plane on 127.0.0.1, which the namespace hosts cannot reach:
+#               no agent attaches, exit 2 naming both hosts, no rank launched, nothing left
+#       agent_squat  port_squat: host 0's agent holds the rendezvous port before launch; rank 0's
+#               store cannot listen (the symptom), and the port is let go at the end
 #       input   mistakes in topology.hosts / rsh_agent refused by `faultline validate` (no root)
 # Exit 77 (skipped) without root or without `ip netns` (all but input).
 set -euo pipefail
@@ -37,6 +47,15 @@ if [[ $case == input ]]; then
   printf '%s\n' "name: ok" "topology: {ranks: 4, launcher: mpirun, hosts: [a=10.0.0.1, b]}" \
     "expect: {oracle: completed}" >"$tmp/ok.yaml"
   "$faultline" validate "$tmp/ok.yaml" >/dev/null || fail "a good hosts list was refused"
+  # The control plane listens beyond loopback only for a run over hosts: refused before anything.
+  printf '%s\n' "name: nohosts" "topology: {ranks: 2}" "expect: {oracle: completed}" >"$tmp/nh.yaml"
+  set +e
+  out=$("$faultline" run "$tmp/nh.yaml" --results "$tmp/r" --run-id nh -q --control 10.9.8.7:0 2>&1)
+  status=$?
+  set -e
+  [[ $status -eq 2 ]] || fail "--control beyond loopback without hosts: exit $status, want 2: $out"
+  grep -qF "listens beyond loopback only for a run over topology.hosts" <<<"$out" || fail "$out"
+  ! grep -qs '"kind":"launch"' "$tmp/r/nh/history.jsonl" || fail "launched with a refused --control"
   echo "input ok"
   exit 0
 fi
@@ -54,6 +73,18 @@ mapfile -t lines < <(bash "$hosts/netns-hosts.sh" up "$prefix" 2)
 read -r h0 a0 <<<"${lines[0]}"
 read -r h1 a1 <<<"${lines[1]}"
 agent=$hosts/netns-rsh
+# After a run (passed or failed): no agent or other process of the run on any host, no chain of
+# the run in any host's iptables.
+nothing_left() {
+  if pgrep -f -- "$1" >/dev/null; then pgrep -af -- "$1"; fail "processes of the run are left"; fi
+  if pgrep -f -- "faultline agent .*--run-dir $1" >/dev/null; then fail "an agent is left"; fi
+  for h in "$h0" "$h1"; do
+    if ip netns exec "$h" iptables -S | grep -q 'FL-'; then
+      ip netns exec "$h" iptables -S
+      fail "a chain of the run is left on $h"
+    fi
+  done
+}
 
 case $case in
 spread)
@@ -112,13 +143,105 @@ assert setup["data"]["devices"] == ["eth0", "eth0"], setup
 healed = {e["data"]["fault"]: e["data"] for e in ev if e["kind"] == "fault_healed"}
 assert "network" in healed, healed
 assert healed["host_chains"]["removed"] == 2 and not healed["host_chains"]["errors"], healed
+# Applied and healed by the hosts' agents, not one rsh command at a time.
+up = {e["data"]["host"] for e in ev if e["kind"] == "agent_up"}
+assert len(up) == 2, up
+assert setup["data"]["via"] == ["agent", "agent"], setup
+assert inj[0]["data"]["via"] == "agent", inj
+assert healed["network"]["via"] == "agent", healed
+assert healed["host_chains"]["via"] == ["agent", "agent"], healed
+stopped = {e["data"]["host"] for e in ev if e["kind"] == "agent_stopped"}
+assert stopped == up and not [e for e in ev if e["kind"] == "agent_lost"], stopped
 print("cut ok:", setup["data"]["chain"])
 PY
-  for h in "$h0" "$h1"; do
-    if ip netns exec "$h" iptables -S | grep -q 'FL-'; then
-      ip netns exec "$h" iptables -S
-      fail "a chain of the run is left on $h"
+  nothing_left "$tmp/r/cut"
+  ;;
+agent_kill)
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-agent-kill
+topology: {ranks: 4, tp: 2, launcher: mpirun, hosts: [$h0=$a0, $h1=$a1], rsh_agent: $agent}
+workload: {steps: 2000}
+faults:
+  - {signal: KILL, rank: 2, step: 3}
+timeouts: {comm_ms: 5000}
+expect: {oracle: exit_class, ranks: [2]}
+Y
+  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id kill 2>&1) || {
+    echo "$out"
+    fail "rank 2's end was not judged"
+  }
+  echo "$out"
+  python3 - "$tmp/r/kill" "$h0" "$h1" <<'PY'
+import json, sys
+d, h0, h1 = sys.argv[1:]
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+up = {e["data"]["host"]: e for e in ev if e["kind"] == "agent_up"}
+assert set(up) == {h0, h1}, up
+assert all("signal" in e["data"]["can"] for e in up.values()), up
+first_launch = min(e["t_ns"] for e in ev if e["kind"] == "launch")
+assert all(e["t_ns"] < first_launch for e in up.values()), "an agent came after the ranks"
+inj = [e for e in ev if e["kind"] == "fault_injected"]
+assert len(inj) == 1, inj
+sig = inj[0]["data"]
+assert sig["fault"] == "signal" and sig["via"] == "agent" and sig["host"] == h1, sig
+assert sig["delivered"] is True and inj[0]["rank"] == 2, sig
+hello = {e["rank"]: e["data"]["pid"] for e in ev if e["source"] == "rank" and e["kind"] == "hello"}
+assert sig["pid"] == hello[2], (sig, hello)
+stopped = {e["data"]["host"] for e in ev if e["kind"] == "agent_stopped"}
+assert stopped == {h0, h1}, stopped
+assert not [e for e in ev if e["kind"] == "agent_lost"]
+print("agent_kill ok")
+PY
+  nothing_left "$tmp/r/kill"
+  ;;
+agent_lost)
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-agent-lost
+topology: {ranks: 4, tp: 2, launcher: mpirun, hosts: [$h0=$a0, $h1=$a1], rsh_agent: $agent}
+workload: {steps: 100000}
+faults:
+  - network: {action: bandwidth, node: 1, rate: 200mbit}
+    at: launch
+timeouts: {run_s: 60}
+expect: {oracle: completed}
+Y
+  "$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id lost -q >"$tmp/out" 2>&1 &
+  run=$!
+  # Once rank 0 stepped, kill host 1's agent (the process whose command line names it).
+  pid=""
+  for _ in $(seq 1 600); do
+    if grep -qs '"kind":"step"' "$tmp/r/lost/ranks/rank0/events.jsonl"; then
+      # The agent itself (not the rsh agent's shells, whose command lines hold the same words).
+      pid=$(pgrep -f -- "^[^ ]*/faultline agent --control unix:$tmp/r/lost/control.sock --host $h1 " || true)
+      [[ -n $pid ]] && break
     fi
+    sleep 0.1
+  done
+  [[ -n $pid ]] || { kill "$run"; cat "$tmp/out"; fail "no step or no agent on $h1"; }
+  kill -KILL "$pid"
+  set +e
+  wait "$run"
+  status=$?
+  set -e
+  cat "$tmp/out"
+  [[ $status -eq 2 ]] || fail "exit $status after losing an agent, want 2"
+  grep -q "agent on host $h1 .* was lost" "$tmp/out" || fail "the error does not name the host"
+  python3 - "$tmp/r/lost" "$h1" <<'PY'
+import json, sys
+d, h1 = sys.argv[1:]
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+lost = [e for e in ev if e["kind"] == "agent_lost"]
+assert len(lost) == 1 and lost[0]["data"]["host"] == h1, lost
+healed = {e["data"]["fault"]: e["data"] for e in ev if e["kind"] == "fault_healed"}
+# Host 1's rate limit and chain went through the rsh agent once its agent was gone.
+assert healed["bandwidth"]["via"] == "rsh", healed
+assert healed["host_chains"]["removed"] == 2 and not healed["host_chains"]["errors"], healed
+assert healed["host_chains"]["via"] == ["agent", "rsh"], healed
+print("agent_lost ok")
+PY
+  nothing_left "$tmp/r/lost"
+  for h in "$h0" "$h1"; do
+    ! ip netns exec "$h" tc qdisc show dev eth0 | grep -q tbf || fail "a rate limit is left on $h"
   done
   ;;
 unreachable)
@@ -138,6 +261,51 @@ Y
   grep -q "cannot be reached" <<<"$out" || fail "the message does not say why"
   ! grep -q '"kind":"launch"' "$tmp/r/unreach/history.jsonl" || fail "something was launched"
   if pgrep -f "$tmp/r/unreach" >/dev/null; then fail "processes of the run are left"; fi
+  ;;
+agent_unreachable)
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-agent-unreachable
+topology: {ranks: 2, launcher: mpirun, hosts: [$h0=$a0, $h1=$a1], rsh_agent: $agent}
+workload: {steps: 3}
+expect: {oracle: completed}
+Y
+  set +e
+  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id noagent -q --control 127.0.0.1:0 2>&1)
+  status=$?
+  set -e
+  echo "$out"
+  [[ $status -eq 2 ]] || fail "exit $status, want 2"
+  grep -q "agent: 2 of 2 host(s) have no agent attached" <<<"$out" || fail "no agent error"
+  grep -q "$h0 (" <<<"$out" && grep -q "$h1 (" <<<"$out" || fail "the message does not name both hosts"
+  ! grep -q '"kind":"launch"' "$tmp/r/noagent/history.jsonl" || fail "a rank was launched"
+  nothing_left "$tmp/r/noagent"
+  ;;
+agent_squat)
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-agent-squat
+topology: {ranks: 4, tp: 2, launcher: mpirun, hosts: [$h0=$a0, $h1=$a1], rsh_agent: $agent}
+workload: {steps: 4}
+faults: [{port_squat: true}]
+timeouts: {rendezvous_ms: 8000, comm_ms: 8000, run_s: 60}
+expect: {oracle: error_signature, pattern: "cannot listen on .*address already in use", ranks: [0]}
+Y
+  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id squat 2>&1) || {
+    echo "$out"
+    fail "rank 0's store did not fail to listen"
+  }
+  echo "$out"
+  python3 - "$tmp/r/squat" "$h0" <<'PY'
+import json, sys
+d, h0 = sys.argv[1:]
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+inj = [e["data"] for e in ev if e["kind"] == "fault_injected"]
+assert len(inj) == 1 and inj[0]["fault"] == "port_squat", inj
+assert inj[0]["host"] == h0 and inj[0]["via"] == "agent", inj
+healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "port_squat"]
+assert len(healed) == 1 and healed[0]["via"] == "agent", healed
+print("agent_squat ok")
+PY
+  nothing_left "$tmp/r/squat"
   ;;
 *) fail "unknown case $case" ;;
 esac

@@ -1,0 +1,254 @@
+#include "harness/agent/agent.hpp"
+
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/control_auth.hpp"
+#include "base/subprocess.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
+
+namespace fl::harness {
+
+namespace pb = faultline::v1;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kConnectS = 20;
+constexpr const char* kToolLimitS = "20";  // no tool the harness asks for runs longer
+// The programs the agent runs for the harness (argv[0]); anything else is refused.
+const std::vector<std::string> kTools = {"iptables", "tc", "ip"};
+
+void say(const AgentOptions& o, const std::string& line) {
+  std::fprintf(stderr, "faultline agent %s: %s\n", o.host.c_str(), line.c_str());
+  std::fflush(stderr);
+}
+
+bool on_path(const std::string& prog) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
+  for (std::string d; std::getline(dirs, d, ':');) {
+    if (!d.empty() && ::access((d + "/" + prog).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+std::string read_secret(const AgentOptions& o) {
+  if (const char* s = std::getenv(kControlSecretEnv); s && *s) return s;
+  std::ifstream in(o.run_dir + "/" + kControlSecretFile);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+// Is `pid` rank `rank` of this run? Its environment carries the run's secret (and RANK), or its
+// working directory is the rank's own (mpirun --wdir RUN_DIR/ranks/rankN).
+bool is_rank_of_run(const AgentOptions& o, const std::string& secret, int pid, int rank,
+                    std::string& why) {
+  std::ifstream env(fmt::format("/proc/{}/environ", pid), std::ios::binary);
+  if (!env) {
+    why = fmt::format("no process {} on host {}", pid, o.host);
+    return false;
+  }
+  bool has_secret = false;
+  std::string rank_var;
+  for (std::string kv; std::getline(env, kv, '\0');) {
+    if (kv == fmt::format("{}={}", kControlSecretEnv, secret)) has_secret = true;
+    if (kv.rfind("RANK=", 0) == 0) rank_var = kv.substr(5);
+  }
+  if (has_secret && (rank_var.empty() || rank_var == std::to_string(rank))) return true;
+  std::error_code ec;
+  const auto cwd = fs::read_symlink(fmt::format("/proc/{}/cwd", pid), ec);
+  const auto want = fs::weakly_canonical(fmt::format("{}/ranks/rank{}", o.run_dir, rank), ec);
+  if (!cwd.empty() && cwd == want) return true;
+  why = fmt::format(
+      "process {} on host {} is not rank {} of this run (its environment has {} and it works in "
+      "{}); not signalled",
+      pid, o.host, rank, has_secret ? "RANK=" + rank_var : "not the run's secret",
+      cwd.empty() ? std::string("?") : cwd.string());
+  return false;
+}
+
+bool allowed_tool(const google::protobuf::RepeatedPtrField<std::string>& argv, std::string& why) {
+  if (argv.empty() || std::find(kTools.begin(), kTools.end(), argv[0]) == kTools.end()) {
+    why = fmt::format("the agent runs only {} (asked: '{}')", fmt::join(kTools, ", "),
+                      argv.empty() ? std::string() : argv[0]);
+    return false;
+  }
+  return true;
+}
+
+// Binds TCP `port` on every address of this host and listens (what a stale job holding the
+// rendezvous port does); the descriptor, or -1 with `why`.
+int hold_port(const std::string& word, std::string& why) {
+  int port = 0;
+  try {
+    port = std::stoi(word);
+  } catch (const std::exception&) {
+  }
+  if (port < 1 || port > 65535) {
+    why = fmt::format("'{}' is not a port", word);
+    return -1;
+  }
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::listen(fd, 4) != 0) {
+    why = fmt::format("cannot take port {}: {}", port, std::strerror(errno));
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+int run_agent(const AgentOptions& o) {
+  const std::string secret = read_secret(o);
+  if (secret.empty()) {
+    say(o, fmt::format("no secret: neither {} nor {}/{} (the run directory must be on a shared "
+                       "filesystem)",
+                       kControlSecretEnv, o.run_dir, kControlSecretFile));
+    return 2;
+  }
+  grpc::ChannelArguments args;
+  // A harness whose machine vanished is noticed without traffic of our own.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  auto channel = grpc::CreateCustomChannel(o.control, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                 std::chrono::seconds(kConnectS))) {
+    say(o, fmt::format("cannot reach the control plane {} within {} s", o.control, kConnectS));
+    return 2;
+  }
+  auto stub = pb::Agents::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.AddMetadata(kControlSecretHeader, secret);
+  auto stream = stub->Attach(&ctx);
+
+  pb::AgentReport reg;
+  reg.set_host(o.host);
+  reg.set_pid(static_cast<int>(::getpid()));
+  reg.add_can("signal");
+  for (const auto& t : kTools) {
+    if (on_path(t)) reg.add_can(t);
+  }
+  if (!stream->Write(reg)) {
+    const auto st = stream->Finish();
+    say(o,
+        fmt::format("the control plane {} refused the agent: {}", o.control, st.error_message()));
+    return 2;
+  }
+  say(o, fmt::format("attached to {} (pid {})", o.control, ::getpid()));
+
+  std::vector<std::vector<std::string>> on_loss;
+  std::map<std::string, int> held;  // squatted ports (closed when the agent ends)
+  bool stopped = false;
+  pb::AgentCommand cmd;
+  while (!stopped && stream->Read(&cmd)) {
+    pb::AgentReport r;
+    r.set_id(cmd.id());
+    std::string why;
+    if (cmd.action() == "run") {
+      if (allowed_tool(cmd.argv(), why)) {
+        std::vector<std::string> argv = {"timeout", "-k", "2", kToolLimitS};
+        argv.insert(argv.end(), cmd.argv().begin(), cmd.argv().end());
+        try {
+          const ToolOutcome out = run_tool_status(argv);
+          r.set_ok(out.status == 0);
+          r.set_status(out.status);
+          r.set_output(out.output);
+        } catch (const std::exception& e) {
+          r.set_status(127);
+          r.set_output(e.what());
+        }
+        say(o, fmt::format("{} -> {}", fmt::join(cmd.argv(), " "), r.status()));
+      } else {
+        r.set_output(why);
+      }
+    } else if (cmd.action() == "signal") {
+      if (cmd.pid() <= 1) {
+        r.set_output(fmt::format("pid {} is not a rank's", cmd.pid()));
+      } else if (is_rank_of_run(o, secret, cmd.pid(), cmd.rank(), why)) {
+        const bool ok = ::kill(cmd.pid(), cmd.signal()) == 0;
+        r.set_ok(ok);
+        r.set_output(
+            ok ? fmt::format("signal {} to pid {} (rank {})", cmd.signal(), cmd.pid(), cmd.rank())
+               : fmt::format("kill({}, {}): {}", cmd.pid(), cmd.signal(), std::strerror(errno)));
+      } else {
+        r.set_output(why);
+      }
+      say(o, r.output());
+    } else if (cmd.action() == "on_loss") {
+      if (allowed_tool(cmd.argv(), why)) {
+        on_loss.emplace_back(cmd.argv().begin(), cmd.argv().end());
+        r.set_ok(true);
+      } else {
+        r.set_output(why);
+      }
+    } else if (cmd.action() == "squat" && cmd.argv_size() == 1) {
+      const int fd = held.count(cmd.argv(0)) ? held[cmd.argv(0)] : hold_port(cmd.argv(0), why);
+      if (fd >= 0) held[cmd.argv(0)] = fd;
+      r.set_ok(fd >= 0);
+      r.set_output(fd >= 0 ? fmt::format("holding port {}", cmd.argv(0)) : why);
+      say(o, r.output());
+    } else if (cmd.action() == "release" && cmd.argv_size() == 1) {
+      if (auto it = held.find(cmd.argv(0)); it != held.end()) {
+        ::close(it->second);
+        held.erase(it);
+      }
+      r.set_ok(true);
+      say(o, "released port " + cmd.argv(0));
+    } else if (cmd.action() == "stop") {
+      r.set_ok(true);
+      stopped = true;
+    } else {
+      r.set_output(
+          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, squat, release, stop)",
+                      cmd.action()));
+    }
+    if (!stream->Write(r)) break;
+  }
+  if (stopped) {
+    stream->WritesDone();
+    say(o, "stopped by the harness");
+    return 0;
+  }
+  ctx.TryCancel();
+  say(o, fmt::format("lost the control plane {}; cleaning up ({} command(s))", o.control,
+                     on_loss.size()));
+  for (auto it = on_loss.begin(); it != on_loss.end(); ++it) {  // in the order given
+    std::vector<std::string> argv = {"timeout", "-k", "2", kToolLimitS};
+    argv.insert(argv.end(), it->begin(), it->end());
+    try {
+      say(o, fmt::format("{} -> {}", fmt::join(*it, " "), run_tool_status(argv).status));
+    } catch (const std::exception& e) {
+      say(o, e.what());
+    }
+  }
+  return 3;
+}
+
+}  // namespace fl::harness

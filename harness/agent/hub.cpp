@@ -1,0 +1,335 @@
+#include "harness/agent/hub.hpp"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <regex>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/control_auth.hpp"
+#include "base/error.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
+#include "harness/run/history.hpp"
+#include "harness/run/hosts.hpp"
+#include "harness/run/supervisor.hpp"
+#include "harness/scenario/scenario.hpp"
+
+extern "C" char** environ;
+
+namespace fl::harness {
+
+namespace pb = faultline::v1;
+
+namespace {
+constexpr int kAttachS = 30;  // an agent attaches within this (an ssh login, a process start)
+constexpr int kCallS = 30;    // and answers a command within this (the tools it runs: 20 s)
+constexpr int kStopS = 5;
+using AgentStream = grpc::ServerReaderWriter<pb::AgentCommand, pb::AgentReport>;
+}  // namespace
+
+struct AgentHub::Impl final : public pb::Agents::Service {
+  struct Conn {
+    std::mutex wmu;                 // guards `stream` and writes to it
+    AgentStream* stream = nullptr;  // set while its Attach call runs
+    bool attached = false, gone = false;
+    int pid = 0;
+  };
+  struct Result {
+    bool ok = false;
+    int status = 0;
+    std::string output;
+  };
+
+  const Scenario& s;
+  std::string dir;
+  History& hist;
+  const std::string secret;
+  std::vector<std::unique_ptr<Conn>> conns;
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, Result> results;
+  std::atomic<uint64_t> next_id{1};
+  bool stopping = false;
+  std::string lost;
+  std::function<void(const std::string&)> on_lost;
+
+  Impl(const Scenario& sc, std::string d, History& h, std::string sec)
+      : s(sc), dir(std::move(d)), hist(h), secret(std::move(sec)) {
+    for (size_t k = 0; k < s.hosts.size(); ++k) conns.push_back(std::make_unique<Conn>());
+  }
+
+  grpc::Status Attach(grpc::ServerContext* ctx, AgentStream* stream) override {
+    const auto& md = ctx->client_metadata();
+    const auto it = md.find(kControlSecretHeader);
+    if (it == md.end() ||
+        !secrets_equal(std::string(it->second.data(), it->second.size()), secret)) {
+      return {grpc::StatusCode::UNAUTHENTICATED, "an agent needs the run's secret"};
+    }
+    pb::AgentReport reg;
+    if (!stream->Read(&reg)) return grpc::Status::OK;
+    int node = -1;
+    for (size_t k = 0; k < s.hosts.size(); ++k) {
+      if (s.hosts[k] == reg.host()) node = static_cast<int>(k);
+    }
+    if (node < 0) {
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              fmt::format("host '{}' is not in topology.hosts", reg.host())};
+    }
+    Conn& c = *conns[static_cast<size_t>(node)];
+    {
+      std::scoped_lock lock(mu, c.wmu);
+      if (c.attached) {
+        return {grpc::StatusCode::ALREADY_EXISTS,
+                fmt::format("host {} has an agent already", reg.host())};
+      }
+      c.stream = stream;
+      c.attached = true;
+      c.pid = reg.pid();
+    }
+    hist.harness("agent_up", {{"host", reg.host()},
+                              {"node", node},
+                              {"pid", reg.pid()},
+                              {"can", std::vector<std::string>(reg.can().begin(), reg.can().end())},
+                              {"peer", ctx->peer()}});
+    cv.notify_all();
+    pb::AgentReport r;
+    while (stream->Read(&r)) {
+      if (r.id() == 0) continue;
+      std::lock_guard lock(mu);
+      results[r.id()] = Result{r.ok(), r.status(), r.output()};
+      cv.notify_all();
+    }
+    {
+      std::lock_guard wlock(c.wmu);
+      c.stream = nullptr;
+    }
+    bool expected = false;
+    std::string msg;
+    {
+      std::lock_guard lock(mu);
+      c.gone = true;
+      expected = stopping;
+      if (!expected) {
+        msg = fmt::format(
+            "the agent on host {} (node {}, pid {}) was lost during the run: its connection to "
+            "the control plane ended",
+            reg.host(), node, c.pid);
+        if (lost.empty()) lost = msg;
+      }
+    }
+    cv.notify_all();
+    if (expected) {
+      hist.harness("agent_stopped", {{"host", reg.host()}, {"node", node}, {"pid", c.pid}});
+    } else {
+      hist.harness("agent_lost", {{"host", reg.host()},
+                                  {"node", node},
+                                  {"pid", c.pid},
+                                  {"reason", "connection to the control plane ended"}});
+      if (on_lost) on_lost(msg);
+    }
+    return grpc::Status::OK;
+  }
+
+  // Sends `cmd` to host `node`'s agent and waits for its answer: never longer than kCallS, and
+  // no longer than the agent lives.
+  Result call(int node, pb::AgentCommand cmd) {
+    const std::string& host = s.hosts.at(static_cast<size_t>(node));
+    Conn& c = *conns.at(static_cast<size_t>(node));
+    const uint64_t id = next_id++;
+    cmd.set_id(id);
+    {
+      std::lock_guard wlock(c.wmu);
+      if (!c.stream || !c.stream->Write(cmd))
+        raise<Error>("agent on host {}: not attached (cannot {})", host, cmd.action());
+    }
+    std::unique_lock lock(mu);
+    const bool answered = cv.wait_for(lock, std::chrono::seconds(kCallS),
+                                      [&] { return results.count(id) > 0 || c.gone; });
+    if (results.count(id)) {
+      Result r = std::move(results[id]);
+      results.erase(id);
+      return r;
+    }
+    if (!answered)
+      raise<Error>("agent on host {}: no answer to {} within {} s", host, cmd.action(), kCallS);
+    raise<Error>("agent on host {}: lost before it answered {}", host, cmd.action());
+  }
+};
+
+AgentHub::AgentHub(const Scenario& s, std::string run_dir, History& hist, std::string secret)
+    : impl_(std::make_unique<Impl>(s, std::move(run_dir), hist, std::move(secret))) {}
+
+AgentHub::~AgentHub() = default;
+
+grpc::Service* AgentHub::service() {
+  return impl_.get();
+}
+
+void check_control_reach(const Scenario& s, const std::string& addr) {
+  if (addr.rfind("unix:", 0) == 0 || !s.hosts.empty()) return;
+  std::string host = addr.substr(0, addr.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost") return;
+  raise<Error>(
+      "--control {}: the control plane listens beyond loopback only for a run over "
+      "topology.hosts (and then only with the run's secret); use 127.0.0.1:PORT or the default "
+      "unix socket",
+      addr);
+}
+
+std::vector<std::string> agent_command(const Scenario& s, int node, const std::string& exe,
+                                       const std::string& control_addr, const std::string& dir) {
+  // The rsh agent joins the words for a shell on the host: only plain paths and addresses.
+  static const std::regex plain(R"([A-Za-z0-9/._:=,+@%-]+)");
+  for (const auto& w : {exe, control_addr, dir}) {
+    if (!std::regex_match(w, plain)) {
+      raise<Error>(
+          "agent: '{}' has characters a shell on the host would read (allowed: letters, digits, "
+          "/._:=,+@%-); use a plain --results path and build directory",
+          w);
+    }
+  }
+  const std::string& host = s.hosts.at(static_cast<size_t>(node));
+  return on_host(s, host,
+                 {exe, "agent", "--control", control_addr, "--host", host, "--run-dir", dir});
+}
+
+void AgentHub::start(Supervisor& sup, const std::string& exe, const std::string& control_addr,
+                     const std::function<bool()>& poll,
+                     std::function<void(const std::string&)> on_lost) {
+  impl_->on_lost = std::move(on_lost);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<pid_t> pids;
+  for (size_t k = 0; k < impl_->s.hosts.size(); ++k) {
+    ProcessSpec p;
+    p.name = "agent " + impl_->s.hosts[k];
+    p.argv = agent_command(impl_->s, static_cast<int>(k), exe, control_addr, impl_->dir);
+    p.cwd = impl_->dir;
+    for (char** e = environ; *e != nullptr; ++e) p.env.push_back(*e);
+    pids.push_back(sup.spawn(p));
+  }
+  const auto until = t0 + std::chrono::seconds(kAttachS);
+  std::vector<std::string> missing;
+  for (;;) {
+    // The agents' output reaches helpers.log, their exits are reaped.
+    if (!poll()) raise<Error>("agent: the run was stopped before every host's agent attached");
+    missing.clear();
+    bool waiting = false;
+    {
+      std::unique_lock lock(impl_->mu);
+      impl_->cv.wait_for(lock, std::chrono::milliseconds(50));
+      for (size_t k = 0; k < pids.size(); ++k) {
+        const auto& c = *impl_->conns[k];
+        if (c.attached && !c.gone) continue;
+        if (c.gone || !sup.is_running(pids[k])) {
+          missing.push_back(
+              fmt::format("{} (the agent ended before it attached)", impl_->s.hosts[k]));
+        } else {
+          waiting = true;
+          missing.push_back(
+              fmt::format("{} (not attached within {} s)", impl_->s.hosts[k], kAttachS));
+        }
+      }
+    }
+    if (missing.empty()) break;
+    if (!waiting || std::chrono::steady_clock::now() > until) {
+      raise<Error>(
+          "agent: {} of {} host(s) have no agent attached to the control plane {}: {} (its "
+          "output is in helpers.log; every host needs this build at the same path and must reach "
+          "the control-plane address)",
+          missing.size(), pids.size(), control_addr, fmt::join(missing, "; "));
+    }
+  }
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  impl_->hist.harness("agents_ready", {{"hosts", impl_->s.hosts}, {"ms", ms}});
+}
+
+void AgentHub::stop() {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->stopping) return;
+    impl_->stopping = true;
+  }
+  pb::AgentCommand bye;
+  bye.set_action("stop");
+  for (auto& c : impl_->conns) {
+    std::lock_guard wlock(c->wmu);
+    if (c->stream) c->stream->Write(bye);
+  }
+  std::unique_lock lock(impl_->mu);
+  impl_->cv.wait_for(lock, std::chrono::seconds(kStopS), [&] {
+    for (auto& c : impl_->conns) {
+      if (c->attached && !c->gone) return false;
+    }
+    return true;
+  });
+}
+
+std::string AgentHub::lost() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->lost;
+}
+
+bool AgentHub::up(int node) const {
+  if (node < 0 || static_cast<size_t>(node) >= impl_->conns.size()) return false;
+  std::lock_guard lock(impl_->mu);
+  const auto& c = *impl_->conns[static_cast<size_t>(node)];
+  return c.attached && !c.gone && !impl_->stopping;
+}
+
+std::string AgentHub::run(int node, const std::vector<std::string>& argv) {
+  pb::AgentCommand cmd;
+  cmd.set_action("run");
+  for (const auto& a : argv) cmd.add_argv(a);
+  const auto r = impl_->call(node, cmd);
+  if (!r.ok) {
+    raise<Error>("`{}` failed on host {} (agent; {}): {}", fmt::join(argv, " "),
+                 impl_->s.hosts.at(static_cast<size_t>(node)),
+                 r.status == 0 ? std::string("refused") : fmt::format("exit {}", r.status),
+                 r.output);
+  }
+  return r.output;
+}
+
+bool AgentHub::signal(int node, int rank, pid_t pid, int sig, std::string& why) {
+  pb::AgentCommand cmd;
+  cmd.set_action("signal");
+  cmd.set_pid(pid);
+  cmd.set_signal(sig);
+  cmd.set_rank(rank);
+  try {
+    const auto r = impl_->call(node, cmd);
+    why = r.output;
+    return r.ok;
+  } catch (const Error& e) {
+    why = e.what();
+    return false;
+  }
+}
+
+void AgentHub::on_loss(int node, const std::vector<std::string>& argv) {
+  pb::AgentCommand cmd;
+  cmd.set_action("on_loss");
+  for (const auto& a : argv) cmd.add_argv(a);
+  const auto r = impl_->call(node, cmd);
+  if (!r.ok)
+    raise<Error>("agent on host {}: {}", impl_->s.hosts.at(static_cast<size_t>(node)), r.output);
+}
+
+void AgentHub::squat(int node, int port, bool hold) {
+  pb::AgentCommand cmd;
+  cmd.set_action(hold ? "squat" : "release");
+  cmd.add_argv(std::to_string(port));
+  const auto r = impl_->call(node, cmd);
+  if (!r.ok)
+    raise<Error>("agent on host {}: {}", impl_->s.hosts.at(static_cast<size_t>(node)), r.output);
+}
+
+}  // namespace fl::harness

@@ -1,0 +1,244 @@
+// The per-host agent (`faultline agent`, harness/agent/) against a real control plane, without
+// root: a "host" reached by an rsh agent that runs the command here. It attaches with the run's
+// secret and registers; it runs only the network tools, signals only a process that is the asked
+// rank of this run; losing it is an agent_lost event and the callback, never a hang; stop ends it
+// with status 0; losing the harness makes it run its clean-ups and exit 3; a caller without the
+// secret is refused.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "base/control_auth.hpp"
+#include "base/error.hpp"
+#include "harness/agent/hub.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
+#include "harness/run/controller.hpp"
+#include "harness/run/history.hpp"
+#include "harness/run/supervisor.hpp"
+#include "harness/scenario/scenario.hpp"
+#include "tests/support/process.hpp"
+
+extern "C" char** environ;
+
+namespace fl::harness {
+namespace {
+
+namespace fs = std::filesystem;
+namespace pb = faultline::v1;
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = test::fresh_test_dir("agent",
+                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    secret = make_control_secret();
+    write_secret_file(dir + "/" + kControlSecretFile, secret);
+    // The rsh agent of a host that is this machine: drop the host, run the words in a shell.
+    const std::string rsh = dir + "/local-rsh";
+    std::ofstream(rsh) << "#!/bin/sh\nshift\nexec /bin/sh -c \"$*\"\n";
+    fs::permissions(rsh, fs::perms::owner_all);
+    s.hosts = {"hosta"};
+    s.host_addrs = {""};
+    s.rsh_agent = rsh;
+    hist = std::make_unique<History>(dir + "/history.jsonl");
+    sup = std::make_unique<Supervisor>(
+        io,
+        [this](int, const std::string& name, const std::string&, const std::string& line) {
+          lines.push_back(name + ": " + line);
+        },
+        [this](const ExitInfo& x) { exits[x.pid] = x; });
+    ctl = std::make_unique<Controller>(
+        *hist, [](const ControlAction&) { return ControlResult{}; }, secret);
+    hub = std::make_unique<AgentHub>(s, dir, *hist, secret);
+    ctl->add_service(hub->service());
+    addr = ctl->start("unix:" + dir + "/c.sock");
+    hub->start(
+        *sup, FAULTLINE_CLI, addr,
+        [this] {
+          io.poll();
+          return true;
+        },
+        [this](const std::string& why) { lost = why; });
+  }
+  void TearDown() override {
+    hub->stop();
+    ctl->shutdown();
+    sup->teardown(std::chrono::milliseconds(2000));
+  }
+
+  std::vector<nlohmann::json> events(const std::string& kind) const {
+    std::vector<nlohmann::json> out;
+    for (const auto& e : hist->events()) {
+      if (e.kind == kind) out.push_back(nlohmann::json::parse(e.data_json));
+    }
+    return out;
+  }
+  // Pumps the supervisor until `done` or 20 s.
+  template <class F>
+  bool pump_until(F done) {
+    for (int i = 0; i < 400 && !done(); ++i) {
+      io.restart();
+      io.run_for(std::chrono::milliseconds(50));
+    }
+    return done();
+  }
+  pid_t spawn_sleep(bool of_run) {
+    ProcessSpec p;
+    p.name = of_run ? "rank-like" : "stranger";
+    p.argv = {"sleep", "30"};
+    p.cwd = dir;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::string(*e).rfind(std::string(kControlSecretEnv) + "=", 0) != 0) p.env.push_back(*e);
+    }
+    if (of_run) {
+      p.env.push_back(std::string(kControlSecretEnv) + "=" + secret);
+      p.env.push_back("RANK=0");
+    }
+    return sup->spawn(p);
+  }
+
+  std::string dir, secret, addr, lost;
+  Scenario s;
+  boost::asio::io_context io;
+  std::unique_ptr<History> hist;
+  std::unique_ptr<Supervisor> sup;
+  std::unique_ptr<Controller> ctl;
+  std::unique_ptr<AgentHub> hub;
+  std::vector<std::string> lines;
+  std::map<pid_t, ExitInfo> exits;
+};
+
+TEST_F(AgentTest, RegistersAndRunsOnlyTheNetworkTools) {
+  ASSERT_TRUE(hub->up(0));
+  const auto up = events("agent_up");
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0]["host"], "hosta");
+  EXPECT_EQ(up[0]["node"], 0);
+  EXPECT_GT(up[0]["pid"].get<int>(), 1);
+  EXPECT_NE(std::find(up[0]["can"].begin(), up[0]["can"].end(), "signal"), up[0]["can"].end());
+  ASSERT_EQ(events("agents_ready").size(), 1u);
+  // A program outside iptables/tc/ip is refused, whatever the harness asks.
+  try {
+    hub->run(0, {"sh", "-c", "touch " + dir + "/pwned"});
+    FAIL() << "the agent ran sh";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the agent runs only iptables, tc, ip"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir + "/pwned"));
+  // An allowed tool runs (as exec, with its output back); a failing one is an Error with it.
+  if (std::find(up[0]["can"].begin(), up[0]["can"].end(), "ip") != up[0]["can"].end()) {
+    EXPECT_NE(hub->run(0, {"ip", "-o", "addr", "show", "to", "127.0.0.1"}).find("127.0.0.1"),
+              std::string::npos);
+    EXPECT_THROW(hub->run(0, {"ip", "no-such-object"}), Error);
+  }
+}
+
+TEST_F(AgentTest, SignalsOnlyTheRankOfThisRun) {
+  const pid_t stranger = spawn_sleep(false);
+  const pid_t rank0 = spawn_sleep(true);
+  std::string why;
+  EXPECT_FALSE(hub->signal(0, 0, stranger, SIGKILL, why));
+  EXPECT_NE(why.find("is not rank 0 of this run"), std::string::npos) << why;
+  EXPECT_FALSE(hub->signal(0, 1, rank0, SIGKILL, why)) << "RANK=0 is not rank 1";
+  EXPECT_TRUE(hub->signal(0, 0, rank0, SIGKILL, why)) << why;
+  ASSERT_TRUE(pump_until([&] { return exits.count(rank0) > 0; }));
+  EXPECT_TRUE(exits[rank0].signaled);
+  EXPECT_EQ(exits[rank0].code, SIGKILL);
+  EXPECT_EQ(exits.count(stranger), 0u) << "the stranger was signalled";
+  EXPECT_TRUE(sup->is_running(stranger));
+}
+
+TEST_F(AgentTest, ALostAgentIsAnEventAndNeverAHang) {
+  const int pid = events("agent_up").at(0)["pid"].get<int>();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  for (int i = 0; i < 200 && hub->up(0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(hub->up(0));
+  EXPECT_NE(lost.find("the agent on host hosta (node 0"), std::string::npos) << lost;
+  EXPECT_EQ(hub->lost(), lost);
+  const auto gone = events("agent_lost");
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0]["host"], "hosta");
+  EXPECT_THROW(hub->run(0, {"ip", "link"}), Error);  // at once: nobody to wait for
+}
+
+TEST_F(AgentTest, StopEndsTheAgentCleanly) {
+  const pid_t child = sup->pids().at(0);
+  hub->stop();
+  EXPECT_FALSE(hub->up(0));
+  ASSERT_TRUE(pump_until([&] { return exits.count(child) > 0; }));
+  EXPECT_FALSE(exits[child].signaled);
+  EXPECT_EQ(exits[child].code, 0);
+  EXPECT_EQ(events("agent_stopped").size(), 1u);
+  EXPECT_TRUE(events("agent_lost").empty());
+  EXPECT_TRUE(lost.empty());
+}
+
+TEST_F(AgentTest, LosingTheHarnessRunsTheCleanupsAndExits) {
+  const pid_t child = sup->pids().at(0);
+  hub->on_loss(0, {"ip", "-o", "link", "show", "lo"});
+  EXPECT_THROW(hub->on_loss(0, {"rm", "-rf", dir}), Error);  // clean-ups are tools too
+  ctl->shutdown();  // the harness's end, as the agent sees it
+  ASSERT_TRUE(pump_until([&] { return exits.count(child) > 0; }));
+  EXPECT_EQ(exits[child].code, 3);
+  bool cleaned = false;
+  for (const auto& l : lines) cleaned |= l.find("cleaning up (1 command(s))") != std::string::npos;
+  EXPECT_TRUE(cleaned) << "no clean-up line in the agent's output";
+  EXPECT_TRUE(fs::exists(dir));
+}
+
+// Whether this process can bind TCP `port` on loopback now.
+bool can_bind(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+TEST_F(AgentTest, SquatsAPortUntilReleased) {
+  int port = 0;
+  for (int p = 23000 + static_cast<int>(::getpid() % 20000); port == 0; ++p) {
+    if (can_bind(p)) port = p;
+  }
+  hub->squat(0, port, true);
+  EXPECT_FALSE(can_bind(port)) << "the agent does not hold " << port;
+  hub->squat(0, port, false);
+  EXPECT_TRUE(can_bind(port)) << "the agent still holds " << port;
+  EXPECT_THROW(hub->squat(0, 0, true), Error);
+}
+
+TEST_F(AgentTest, AttachWithoutTheSecretIsRefused) {
+  auto stub = pb::Agents::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  for (const std::string key : {"", "0123"}) {
+    grpc::ClientContext ctx;
+    if (!key.empty()) ctx.AddMetadata(kControlSecretHeader, key);
+    auto stream = stub->Attach(&ctx);
+    pb::AgentReport reg;
+    reg.set_host("hosta");
+    stream->Write(reg);
+    stream->WritesDone();
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED) << key;
+  }
+  EXPECT_EQ(events("agent_up").size(), 1u);  // only the real one
+}
+
+}  // namespace
+}  // namespace fl::harness
