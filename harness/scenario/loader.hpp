@@ -101,7 +101,8 @@ Expect parse_expect(const std::string& file, const YAML::Node& resolved, const Y
 void parse_side_runs(const std::string& file, const YAML::Node& doc, Scenario& s);
 const std::vector<std::string>& after_prepare_tools();
 
-// hosts.cpp: topology.hosts and topology.rsh_agent into `s` (nodes become the hosts).
+// hosts.cpp: topology.hosts or topology.hostfile (hostfile.hpp) and topology.rsh_agent into `s`
+// (nodes become the hosts).
 void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Node& topology,
                  Scenario& s);
 
