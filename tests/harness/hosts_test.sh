@@ -106,7 +106,8 @@ topology: {ranks: 4, tp: 2, launcher: mpirun, hostfile: hosts.txt, rsh_agent: $a
 workload: {steps: 3}
 expect: {oracle: completed}
 Y
-  (cd / && "$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id hostfile -q) || fail "run failed"
+  fl=$(realpath "$faultline")  # run from / so that only the scenario's directory can resolve it
+  (cd / && "$fl" run "$tmp/s.yaml" --results "$tmp/r" --run-id hostfile -q) || fail "run failed"
   python3 - "$tmp/r/hostfile" "$h0" "$h1" "$tmp/hosts.txt" <<'PY'
 import json, sys
 d, h0, h1, hf = sys.argv[1:]
