@@ -82,11 +82,12 @@ std::vector<HostfileEntry> parse_hostfile_text(const std::string& path, const st
       const auto k_eq = kv.find('=');
       const std::string key = kv.substr(0, k_eq);
       const std::string value = k_eq == std::string::npos ? "" : kv.substr(k_eq + 1);
-      int* slot = key == "slots"                           ? &e.slots
+      int* slot = key == "slots"                             ? &e.slots
                   : key == "max_slots" || key == "max-slots" ? &e.max_slots
                                                              : nullptr;
       if (slot == nullptr || k_eq == std::string::npos) {
-        fail(path, line, fmt::format("'{}' after host {} is not slots=N or max_slots=N", kv, e.name));
+        fail(path, line,
+             fmt::format("'{}' after host {} is not slots=N or max_slots=N", kv, e.name));
       }
       if (*slot != 0) fail(path, line, fmt::format("{} is given twice for host {}", key, e.name));
       *slot = count_value(path, line, key, value);

@@ -141,8 +141,7 @@ TEST_F(HostfileScenario, ErrorsNameTheScenarioKeyAndTheHostfileLine) {
 
   const std::string few = write("few", "a slots=4\nb slots=1\n");
   const std::string slots = error_of("{ranks: 4, launcher: mpirun, hostfile: few}");
-  EXPECT_NE(slots.find(few + ":2: host b has slots=1 but gets 2 of the 4 ranks"),
-            std::string::npos)
+  EXPECT_NE(slots.find(few + ":2: host b has slots=1 but gets 2 of the 4 ranks"), std::string::npos)
       << slots;
 }
 
