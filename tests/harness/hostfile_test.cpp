@@ -110,6 +110,14 @@ TEST_F(HostfileScenario, LoadsRelativeToTheScenarioFile) {
   // mpirun places the ranks as with topology.hosts.
   EXPECT_EQ(mpirun_host_options(s), (std::vector<std::string>{"--host", "h0:2,h1:2"}));
   EXPECT_EQ(appfile_host_option(s, 3), " --host h1");
+
+  // The preparation run is loaded from the run directory: it gets the absolute path too.
+  const Scenario p =
+      load_scenario(write("p.yaml",
+                          "name: p\ntopology: {ranks: 2, launcher: mpirun, hostfile: hosts/two}\n"
+                          "prepare: {workload: {steps: 1}}\n"));
+  EXPECT_NE(p.prepare_yaml.find("hostfile: " + (dir_ / "hosts/two").string()), std::string::npos)
+      << p.prepare_yaml;
 }
 
 TEST_F(HostfileScenario, RefusesWhatTopologyHostsRefuses) {
