@@ -55,11 +55,16 @@ void check_hosts(const Scenario& s) {
     bad.push_back(fmt::format("{} ({})", s.hosts[i], why));
   }
   if (!bad.empty()) {
+    // The loader wrote the hostfile's absolute path into the resolved scenario.
+    const YAML::Node t = s.resolved["topology"];
+    const std::string hostfile =
+        t && t["hostfile"] ? t["hostfile"].as<std::string>() : std::string();
     std::string list;
     for (auto& b : bad) list += (list.empty() ? "" : "; ") + b;
     raise<Error>(
-        "topology.hosts: {} of {} host(s) cannot be reached through {}: {}; nothing was "
+        "{}: {} of {} host(s) cannot be reached through {}: {}; nothing was "
         "launched",
+        hostfile.empty() ? std::string("topology.hosts") : "topology.hostfile " + hostfile,
         bad.size(), s.hosts.size(),
         s.rsh_agent.empty() ? std::string("ssh (topology.rsh_agent)") : s.rsh_agent, list);
   }

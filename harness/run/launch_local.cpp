@@ -12,6 +12,7 @@
 #include "harness/run/history.hpp"
 #include "harness/run/launch_args.hpp"
 #include "harness/run/launcher.hpp"
+#include "harness/run/mpi_tuning.hpp"
 #include "harness/run/oop_faults.hpp"
 #include "harness/run/supervisor.hpp"
 
@@ -26,6 +27,7 @@ class LocalLauncher : public Launcher {
   LauncherKind kind() const override { return LauncherKind::kLocal; }
 
   void prepare(LaunchHost& h) override {
+    mca_ = local_mpi_params(h.s);  // no fabric probing in each rank's MPI_Init
     if (h.s.backend != "mpi" || h.s.ranks <= 1) return;
     // MPI singletons find each other through an ompi-server (see join_singletons).
     const std::string uri = h.dir + "/tmp/ompi-server.uri";
@@ -54,6 +56,7 @@ class LocalLauncher : public Launcher {
 
   void add_env(int, std::map<std::string, std::string>& env) const override {
     if (ompi_server_ != 0) env["OMPI_MCA_pmix_server_uri"] = "file:" + uri_;
+    for (const auto& [name, value] : mca_) env["OMPI_MCA_" + name] = value;
   }
 
   void start(LaunchHost& h, const std::vector<std::string>& args) override {
@@ -110,6 +113,7 @@ class LocalLauncher : public Launcher {
   }
 
   std::map<int, pid_t> rank_pids_;
+  std::vector<std::pair<std::string, std::string>> mca_;
   pid_t ompi_server_ = 0;
   std::string uri_;
 };

@@ -11,6 +11,7 @@
 #include "harness/run/hosts.hpp"
 #include "harness/run/launch_args.hpp"
 #include "harness/run/launcher.hpp"
+#include "harness/run/mpi_tuning.hpp"
 #include "harness/run/oop_faults.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/run/supervisor.hpp"
@@ -47,6 +48,9 @@ class MpirunLauncher : public Launcher {
               "none",   "--tag-output",        "--app",           h.dir + "/appfile"};
     const auto host_opts = mpirun_host_options(h.s);  // topology.hosts (harness/run/hosts.cpp)
     p.argv.insert(p.argv.end() - 2, host_opts.begin(), host_opts.end());
+    for (const auto& [name, value] : local_mpi_params(h.s)) {  // one machine: no fabric probing
+      p.argv.insert(p.argv.end() - 2, {"--mca", name, value});
+    }
     p.cwd = h.dir;
     auto menv = base_env();
     h.faults.adjust_helper(p, menv);  // mpirun and its ranks share the run's mount namespace

@@ -1,32 +1,17 @@
-// topology.hosts and topology.rsh_agent: the hosts mpirun spreads the ranks over (docs/cluster.md).
+// topology.hosts / topology.hostfile and topology.rsh_agent: the hosts mpirun spreads the ranks
+// over (docs/cluster.md).
 // Checked here for what the file alone can tell; whether a host answers is checked before launch
 // (harness/run/hosts.cpp).
-#include <arpa/inet.h>
-
+#include <filesystem>
 #include <regex>
 #include <set>
 
 #include <fmt/format.h>
 
+#include "harness/scenario/hostfile.hpp"
 #include "harness/scenario/loader.hpp"
 
 namespace fl::harness::loader {
-
-namespace {
-
-// A host name as a resolver or `ip netns` takes it; it also travels through an rsh agent's
-// command line, so nothing a shell would read.
-bool host_name_ok(const std::string& n) {
-  static const std::regex re("[A-Za-z0-9][A-Za-z0-9._-]{0,252}");
-  return std::regex_match(n, re);
-}
-
-bool address_ok(const std::string& a) {
-  unsigned char buf[16];
-  return inet_pton(AF_INET, a.c_str(), buf) == 1 || inet_pton(AF_INET6, a.c_str(), buf) == 1;
-}
-
-}  // namespace
 
 void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Node& t, Scenario& s) {
   const YAML::Node raw = doc["topology"] ? doc["topology"] : YAML::Node();
@@ -41,56 +26,96 @@ void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Nod
     }
   });
   const YAML::Node hosts = t["hosts"];
-  if (!hosts || hosts.size() == 0) {
+  const std::string hostfile = t["hostfile"] ? t["hostfile"].as<std::string>() : "";
+  const bool listed = hosts && hosts.size() > 0;
+  if (listed && !hostfile.empty()) {
+    ErrorCollector::check([&] {
+      fail_at(file, raw["hostfile"], "topology.hostfile",
+              "topology.hosts and topology.hostfile are both set (allowed: exactly one of them)");
+    });
+    return;
+  }
+  if (!listed && hostfile.empty()) {
     ErrorCollector::check([&] {
       if (!s.rsh_agent.empty()) {
         fail_at(file, raw["rsh_agent"], "topology.rsh_agent",
-                "an rsh agent needs topology.hosts (the hosts it reaches)");
+                "an rsh agent needs topology.hosts or topology.hostfile (the hosts it reaches)");
       }
     });
     return;
   }
-  std::set<std::string> seen;
-  for (size_t i = 0; i < hosts.size(); ++i) {
-    const std::string at = fmt::format("topology.hosts[{}]", i);
-    const std::string item = hosts[i].as<std::string>();
-    const auto eq = item.find('=');
-    const std::string name = item.substr(0, eq);
-    const std::string addr = eq == std::string::npos ? "" : item.substr(eq + 1);
-    const YAML::Node where = raw["hosts"] ? raw["hosts"][i] : raw;
+  std::string label = "topology.hosts", resolved_hostfile;
+  std::vector<HostfileEntry> from_file;
+  if (!hostfile.empty()) {
+    // Relative to the scenario file; the resolved scenario (RUN_DIR/scenario.yaml, the
+    // preparation and reference runs) carries the absolute path.
+    namespace fs = std::filesystem;
+    const fs::path hp(hostfile);
+    const std::string abs =
+        (hp.is_absolute() ? hp : fs::absolute(fs::path(file).parent_path() / hp))
+            .lexically_normal()
+            .string();
+    label = "topology.hostfile";
+    bool read = false;
     ErrorCollector::check([&] {
-      if (!host_name_ok(name)) {
-        fail_at(file, where, at,
-                fmt::format("'{}' is not a host name (allowed: NAME or NAME=ADDRESS, the name of "
-                            "letters, digits, '.', '_' and '-', not starting with a punctuation)",
-                            name));
-      }
-      if (eq != std::string::npos && !address_ok(addr)) {
-        fail_at(file, where, at,
-                fmt::format("'{}' is not an IP address (allowed: NAME=ADDRESS with an IPv4 or "
-                            "IPv6 address, or NAME alone to have it resolved)",
-                            addr));
-      }
-      if (!seen.insert(name).second) {
-        fail_at(file, where, at, fmt::format("host {} is listed twice (each host once)", name));
+      try {
+        from_file = parse_hostfile(abs);
+        read = true;
+      } catch (const ScenarioError& e) {
+        fail_at(file, raw["hostfile"], "topology.hostfile", e.what());
       }
     });
-    s.hosts.push_back(name);
-    s.host_addrs.push_back(addr);
+    if (!read) return;
+    resolved_hostfile = abs;
+    for (auto& e : from_file) {
+      s.hosts.push_back(e.name);
+      s.host_addrs.push_back(e.address);
+    }
+  } else {
+    std::set<std::string> seen;
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      const std::string at = fmt::format("topology.hosts[{}]", i);
+      const std::string item = hosts[i].as<std::string>();
+      const auto eq = item.find('=');
+      const std::string name = item.substr(0, eq);
+      const std::string addr = eq == std::string::npos ? "" : item.substr(eq + 1);
+      const YAML::Node where = raw["hosts"] ? raw["hosts"][i] : raw;
+      ErrorCollector::check([&] {
+        if (!host_name_ok(name)) {
+          fail_at(file, where, at,
+                  fmt::format("'{}' is not a host name (allowed: NAME or NAME=ADDRESS, the name "
+                              "of letters, digits, '.', '_' and '-', not starting with a "
+                              "punctuation)",
+                              name));
+        }
+        if (eq != std::string::npos && !host_address_ok(addr)) {
+          fail_at(file, where, at,
+                  fmt::format("'{}' is not an IP address (allowed: NAME=ADDRESS with an IPv4 or "
+                              "IPv6 address, or NAME alone to have it resolved)",
+                              addr));
+        }
+        if (!seen.insert(name).second) {
+          fail_at(file, where, at, fmt::format("host {} is listed twice (each host once)", name));
+        }
+      });
+      s.hosts.push_back(name);
+      s.host_addrs.push_back(addr);
+    }
   }
   const int n = static_cast<int>(s.hosts.size());
+  const YAML::Node list_at = resolved_hostfile.empty() ? raw["hosts"] : raw["hostfile"];
   ErrorCollector::check([&] {
     if (s.launcher != "mpirun") {
-      fail_at(file, raw["launcher"] ? raw["launcher"] : raw["hosts"], "topology.launcher",
-              fmt::format("topology.hosts needs launcher mpirun (got {}; the local launcher "
+      fail_at(file, raw["launcher"] ? raw["launcher"] : list_at, "topology.launcher",
+              fmt::format("{} needs launcher mpirun (got {}; the local launcher "
                           "starts every rank on this machine)",
-                          s.launcher));
+                          label, s.launcher));
     }
     if (raw["nodes"] && s.nodes != n && s.nodes != 1) {
       fail_at(file, raw["nodes"], "topology.nodes",
-              fmt::format("topology.nodes is {} but topology.hosts lists {} hosts (leave nodes "
+              fmt::format("topology.nodes is {} but {} lists {} hosts (leave nodes "
                           "out: each host is a node)",
-                          s.nodes, n));
+                          s.nodes, label, n));
     }
     if (s.ranks % n != 0) {
       fail_at(file, raw["ranks"] ? raw["ranks"] : raw, "topology.ranks",
@@ -98,7 +123,30 @@ void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Nod
                           s.ranks, n, n));
     }
   });
+  // A hostfile's slots bound what a host takes: the ranks spread evenly, ranks / hosts each.
+  for (const auto& e : from_file) {
+    if (s.ranks % n != 0) break;
+    const int per = s.ranks / n;
+    const int cap = e.max_slots != 0 ? e.max_slots : e.slots;
+    ErrorCollector::check([&] {
+      if (cap != 0 && cap < per) {
+        fail_at(file, list_at, "topology.hostfile",
+                fmt::format("{}:{}: host {} has {}={} but gets {} of the {} ranks (they spread "
+                            "evenly over the {} hosts; allowed: {} or more, or leave it out)",
+                            resolved_hostfile, e.line, e.name,
+                            e.max_slots != 0 ? "max_slots" : "slots", cap, per, s.ranks, n, per));
+      }
+    });
+  }
   s.nodes = n;
+  if (!resolved_hostfile.empty()) {
+    // The resolved scenario (RUN_DIR/scenario.yaml) and the preparation and reference runs,
+    // loaded from the run directory, name the file absolutely.
+    YAML::Node topo = t;
+    topo["hostfile"] = resolved_hostfile;
+    YAML::Node d = doc;
+    if (d["topology"] && d["topology"]["hostfile"]) d["topology"]["hostfile"] = resolved_hostfile;
+  }
 }
 
 }  // namespace fl::harness::loader

@@ -107,7 +107,8 @@ std::string side_run_yaml(const YAML::Node& doc, std::initializer_list<const cha
                           const YAML::Node& overrides, const std::string& name);
 const std::vector<std::string>& after_prepare_tools();
 
-// hosts.cpp: topology.hosts and topology.rsh_agent into `s` (nodes become the hosts).
+// hosts.cpp: topology.hosts or topology.hostfile (hostfile.hpp) and topology.rsh_agent into `s`
+// (nodes become the hosts).
 void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Node& topology,
                  Scenario& s);
 

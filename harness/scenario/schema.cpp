@@ -74,6 +74,9 @@ const std::vector<KeySpec>& scenario_schema() {
         {"topology.hosts", K::kList, "[]",
          "Hosts mpirun spreads the ranks over, evenly and in order (NAME or NAME=ADDRESS; "
          "needs launcher mpirun; topology.nodes follows; docs/cluster.md)"},
+        {"topology.hostfile", K::kString, "\"\"",
+         "An Open MPI hostfile instead of topology.hosts (NAME or NAME=ADDRESS, slots=N, "
+         "max_slots=N per line; relative to the scenario file; docs/cluster.md)"},
         {"topology.rsh_agent", K::kString, "\"\"",
          "How mpirun and the harness reach the hosts (Open MPI's plm_rsh_agent; empty: ssh; "
          "harness/hosts/netns-rsh for namespace hosts)"},

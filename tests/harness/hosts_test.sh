@@ -19,7 +19,8 @@
 #               no agent attaches, exit 2 naming both hosts, no rank launched, nothing left
 #       agent_squat  port_squat: host 0's agent holds the rendezvous port before launch; rank 0's
 #               store cannot listen (the symptom), and the port is let go at the end
-#       input   mistakes in topology.hosts / rsh_agent refused by `faultline validate` (no root)
+#       hostfile  the spread case with the hosts in a hostfile (relative to the scenario)
+#       input   mistakes in topology.hosts / hostfile / rsh_agent refused by `faultline validate` (no root)
 # Exit 77 (skipped) without root or without `ip netns` (all but input).
 set -euo pipefail
 faultline=$1 src=$2 case=$3
@@ -44,6 +45,18 @@ if [[ $case == input ]]; then
   refuse 'topology: {ranks: 2, launcher: mpirun, hosts: [a, b], rsh_agent: "ssh -p 22"}' "'ssh -p 22' is not a program"
   refuse $'topology: {ranks: 2, launcher: mpirun, hosts: [a=10.0.0.1, b]}\nfaults: [{network: {node: 1}}]' \
     "network faults between hosts need every host's address (topology.hosts[1] is b"
+  # topology.hostfile: the same checks, and the hostfile's own line named.
+  printf '%s\n' "# two hosts" "a=10.0.0.1 slots=2" "" "b slots=2" >"$tmp/hf"
+  printf '%s\n' "a slots=2" "b slots=two" >"$tmp/badhf"
+  refuse 'topology: {ranks: 2, launcher: mpirun, hosts: [a, b], hostfile: hf}' 'allowed: exactly one of them'
+  refuse 'topology: {ranks: 2, hostfile: hf}' 'topology.hostfile needs launcher mpirun'
+  refuse 'topology: {ranks: 3, launcher: mpirun, hostfile: hf}' '3 ranks do not spread evenly over 2 hosts'
+  refuse 'topology: {ranks: 6, launcher: mpirun, hostfile: hf}' "$tmp/hf:4: host b has slots=2 but gets 3 of the 6 ranks"
+  refuse 'topology: {ranks: 2, launcher: mpirun, hostfile: badhf}' "$tmp/badhf:2: slots='two' is not a positive whole number"
+  refuse 'topology: {ranks: 2, launcher: mpirun, hostfile: nohf}' "$tmp/nohf: cannot read the hostfile"
+  printf '%s\n' "name: okf" "topology: {ranks: 4, launcher: mpirun, hostfile: hf}" \
+    "expect: {oracle: completed}" >"$tmp/okf.yaml"
+  "$faultline" validate "$tmp/okf.yaml" >/dev/null || fail "a good hostfile was refused"
   printf '%s\n' "name: ok" "topology: {ranks: 4, launcher: mpirun, hosts: [a=10.0.0.1, b]}" \
     "expect: {oracle: completed}" >"$tmp/ok.yaml"
   "$faultline" validate "$tmp/ok.yaml" >/dev/null || fail "a good hosts list was refused"
@@ -113,6 +126,27 @@ for r, line in enumerate(app):
 seen = {e["rank"]: e["data"]["host"] for e in ev if e["source"] == "rank" and e["kind"] == "hello"}
 assert seen == dict(enumerate(want)), seen
 print("spread ok")
+PY
+  ;;
+hostfile)
+  # The spread case with the hosts in a hostfile next to the scenario (a relative path).
+  printf '%s\n' "# namespace hosts" "$h0=$a0 slots=2" "$h1=$a1 slots=2" >"$tmp/hosts.txt"
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-hostfile
+topology: {ranks: 4, tp: 2, launcher: mpirun, hostfile: hosts.txt, rsh_agent: $agent}
+workload: {steps: 3}
+expect: {oracle: completed}
+Y
+  fl=$(realpath "$faultline")  # run from / so that only the scenario's directory can resolve it
+  (cd / && "$fl" run "$tmp/s.yaml" --results "$tmp/r" --run-id hostfile -q) || fail "run failed"
+  python3 - "$tmp/r/hostfile" "$h0" "$h1" "$tmp/hosts.txt" <<'PY'
+import json, sys
+d, h0, h1, hf = sys.argv[1:]
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+seen = {e["rank"]: e["data"]["host"] for e in ev if e["source"] == "rank" and e["kind"] == "hello"}
+assert seen == {0: h0, 1: h0, 2: h1, 3: h1}, seen
+assert f"hostfile: {hf}" in open(d + "/scenario.yaml").read(), "the resolved scenario names the file"
+print("hostfile ok")
 PY
   ;;
 cut)

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "harness/run/launcher.hpp"
+#include "harness/run/mpi_tuning.hpp"
 #include "harness/scenario/scenario.hpp"
 
 namespace fl::harness {
@@ -72,6 +73,25 @@ TEST(Launchers, JobProcessAttributionBeforeAStart) {
   EXPECT_EQ(local->job_process_name(), "");
   EXPECT_FALSE(local->is_job_process(0));
   EXPECT_EQ(local->rank_pid(0), 0);
+}
+
+// The MCA parameters that spare each MPI process the fabric probing (harness/run/mpi_tuning.hpp):
+// MPI-backend runs on this machine only, and never over what the scenario sets itself.
+TEST(Launchers, LocalMpiParamsOnlyForOneMachineAndNeverOverTheScenario) {
+  using Params = std::vector<std::pair<std::string, std::string>>;
+  Scenario s;
+  s.backend = "mpi";
+  EXPECT_EQ(local_mpi_params(s), (Params{{"pml", "ob1"}, {"osc", "^ucx"}, {"btl", "^openib,ofi"}}));
+  s.env["OMPI_MCA_pml"] = "ucx";
+  s.rank_env[3]["OMPI_MCA_btl"] = "self,tcp";
+  EXPECT_EQ(local_mpi_params(s), (Params{{"osc", "^ucx"}}));
+  Scenario across = Scenario();
+  across.backend = "mpi";
+  across.hosts = {"node1", "node2"};
+  EXPECT_TRUE(local_mpi_params(across).empty());  // a cluster's fabric is the cluster's choice
+  Scenario nccl;
+  nccl.backend = "nccl";
+  EXPECT_TRUE(local_mpi_params(nccl).empty());
 }
 
 }  // namespace
