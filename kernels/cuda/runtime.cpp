@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "injector/site.hpp"
+#include "kernels/cuda/cublas_lazy.hpp"
 #include "kernels/cuda/launch.hpp"
 
 namespace fl::cuda {
@@ -53,7 +54,7 @@ void check_blas(cublasStatus_t s, std::string_view op) {
   cudaGetDevice(&device);
   throw CudaError(
       fmt::format("[rank {}] cuBLAS error on cuda:{} in {}: {} ({})", fault::current_rank(), device,
-                  op, cublasGetStatusName(s), cublasGetStatusString(s)),
+                  op, blas_api().status_name(s), blas_api().status_string(s)),
       static_cast<int>(s), false);
 }
 
@@ -136,9 +137,9 @@ cublasHandle_t blas() {
   DeviceState& s = state(t_device);
   std::lock_guard lock(g_mu);
   if (s.handle == nullptr) {
-    check_blas(cublasCreate(&s.handle), "cublasCreate");
+    check_blas(blas_api().create(&s.handle), "cublasCreate");
     // fp32 GEMMs in fp32 (no TF32), as the CPU path computes them.
-    check_blas(cublasSetMathMode(s.handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    check_blas(blas_api().set_math_mode(s.handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   }
   return s.handle;
 }

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "kernels/caching_allocator.hpp"
+#include "kernels/cuda/cublas_lazy.hpp"
 #include "kernels/device.hpp"
 
 namespace fl::cuda {
