@@ -8,6 +8,17 @@
 
 namespace fl::cuda {
 
+// The C entry points of the 16-bit GEMMs (in C++ the header also declares inline overloads
+// taking cudaDataType as the compute type, so decltype cannot name them).
+using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                    int, const void*, const void*, cudaDataType, int, const void*,
+                                    cudaDataType, int, const void*, void*, cudaDataType, int,
+                                    cublasComputeType_t, cublasGemmAlgo_t);
+using GemmStridedBatchedExFn = cublasStatus_t (*)(
+    cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*,
+    cudaDataType, int, long long, const void*, cudaDataType, int, long long, const void*, void*,
+    cudaDataType, int, long long, int, cublasComputeType_t, cublasGemmAlgo_t);
+
 // The cuBLAS entry points the kernels use (the _v2 names cublas_v2.h maps to).
 struct BlasApi {
   decltype(&cublasCreate) create = nullptr;
@@ -16,8 +27,8 @@ struct BlasApi {
   decltype(&cublasGetStatusString) status_string = nullptr;
   decltype(&cublasSgemm) sgemm = nullptr;
   decltype(&cublasSgemmStridedBatched) sgemm_strided_batched = nullptr;
-  decltype(&cublasGemmEx) gemm_ex = nullptr;
-  decltype(&cublasGemmStridedBatchedEx) gemm_strided_batched_ex = nullptr;
+  GemmExFn gemm_ex = nullptr;
+  GemmStridedBatchedExFn gemm_strided_batched_ex = nullptr;
 };
 
 // Loads cuBLAS once (thread-safe): the library this build was linked against
