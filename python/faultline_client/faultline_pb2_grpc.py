@@ -163,3 +163,67 @@ class Controller(object):
             faultline__client_dot_faultline__pb2.ControlReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+
+class AgentsStub(object):
+    """Per-host agents attach here (same server, same secret as Controller).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Attach = channel.stream_stream(
+                '/faultline.v1.Agents/Attach',
+                request_serializer=faultline__client_dot_faultline__pb2.AgentReport.SerializeToString,
+                response_deserializer=faultline__client_dot_faultline__pb2.AgentCommand.FromString,
+                )
+
+
+class AgentsServicer(object):
+    """Per-host agents attach here (same server, same secret as Controller).
+    """
+
+    def Attach(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_AgentsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Attach': grpc.stream_stream_rpc_method_handler(
+                    servicer.Attach,
+                    request_deserializer=faultline__client_dot_faultline__pb2.AgentReport.FromString,
+                    response_serializer=faultline__client_dot_faultline__pb2.AgentCommand.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'faultline.v1.Agents', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Agents(object):
+    """Per-host agents attach here (same server, same secret as Controller).
+    """
+
+    @staticmethod
+    def Attach(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(request_iterator, target, '/faultline.v1.Agents/Attach',
+            faultline__client_dot_faultline__pb2.AgentReport.SerializeToString,
+            faultline__client_dot_faultline__pb2.AgentCommand.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
