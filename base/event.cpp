@@ -21,9 +21,8 @@ void put_number(std::string& out, T v) {
 // A JSON string. Kinds and sources are plain words: they are copied between the quotes; anything
 // else is escaped by nlohmann, bytes that are not UTF-8 replaced first.
 void put_string(std::string& out, std::string_view s) {
-  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
-    return c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
-  });
+  const bool plain = std::all_of(
+      s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; });
   if (!plain) {
     out += nlohmann::json(valid_utf8(s)).dump();
     return;

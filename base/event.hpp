@@ -16,9 +16,9 @@ struct Event {
   uint64_t index = 0;  // position in the history
   int64_t t_ns = 0;    // harness time, ns since the run started
   // Stamped by the source.
-  std::string source;  // rank, harness, injector, detector:<name>, control
-  int rank = -1;       // -1 for events of the harness, the injector or a detector
-  uint64_t seq = 0;    // the source's own counter (rank events), from 0
+  std::string source;        // rank, harness, injector, detector:<name>, control
+  int rank = -1;             // -1 for events of the harness, the injector or a detector
+  uint64_t seq = 0;          // the source's own counter (rank events), from 0
   int64_t time_unix_ns = 0;  // when the source emitted it (its wall clock)
   std::string kind;          // hello, heartbeat, step, collective, error, exit, fault_fired, ...
   int64_t step = -1;         // training step when known, else -1

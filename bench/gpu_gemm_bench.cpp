@@ -85,8 +85,8 @@ void BM_CublasSquarePeak(benchmark::State& state) {
          c = device_randn(size_t(n) * n, 3);
   const float one = 1.0f, zero = 0.0f;
   timed(state, 2.0 * n * n * n, [&] {
-    fl::cuda::blas_api().sgemm(fl::cuda::blas(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.f32(), n, b.f32(), n,
-                &zero, c.f32(), n);
+    fl::cuda::blas_api().sgemm(fl::cuda::blas(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.f32(),
+                               n, b.f32(), n, &zero, c.f32(), n);
   });
 }
 BENCHMARK(BM_CublasSquarePeak)->Arg(8192)->UseManualTime()->Unit(benchmark::kMillisecond);

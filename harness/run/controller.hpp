@@ -18,7 +18,7 @@
 namespace grpc {
 class Server;
 class Service;
-}
+}  // namespace grpc
 
 namespace fl::harness {
 

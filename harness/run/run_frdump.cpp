@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/run/dump_wait.hpp"
 #include "harness/run/history.hpp"
 #include "harness/run/run.hpp"
 
@@ -84,20 +85,10 @@ void Run::request_fr_dumps() {
     waiting.push_back({r, path, before});
   }
   // Bounded: a rank busy in a kernel still dumps from its watcher thread within milliseconds.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (!waiting.empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    for (auto it = waiting.begin(); it != waiting.end();) {
-      if (file_id(it->path) != it->before && file_id(it->path).first != 0) {
-        dumped.push_back(it->rank);
-        it = waiting.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  std::vector<int> missing;
-  for (const auto& p : waiting) missing.push_back(p.rank);
+  const std::vector<int> missing =
+      wait_for_dumps(waiting, dumped, [](const std::string& path, const auto& before) {
+        return file_id(path) != before && file_id(path).first != 0;
+      });
   hist_->harness(
       "flight_recorder_dump",
       {{"signalled", signalled}, {"dumped", dumped}, {"frozen", frozen}, {"missing", missing}});

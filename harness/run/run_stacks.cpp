@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/run/dump_wait.hpp"
 #include "harness/run/history.hpp"
 #include "harness/run/run.hpp"
 
@@ -109,20 +110,9 @@ void Run::request_stack_dumps(const std::string& why) {
   }
   // The handler writes from the signal itself (faulthandler): a rank blocked in C++ still dumps
   // at once; only a process that cannot run (stopped, in uninterruptible sleep) misses it.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (!waiting.empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    for (auto it = waiting.begin(); it != waiting.end();) {
-      if (file_size(it->path) > it->before) {
-        dumped.push_back(it->rank);
-        it = waiting.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  std::vector<int> missing;
-  for (const auto& p : waiting) missing.push_back(p.rank);
+  const std::vector<int> missing = wait_for_dumps(
+      waiting, dumped,
+      [](const std::string& path, const auto& before) { return file_size(path) > before; });
   if (threads.empty() && signalled.empty()) return;
   hist_->harness("stack_dump", {{"reason", why},
                                 {"threads", threads},

@@ -135,9 +135,9 @@ void parse_side_runs(const std::string& file, const YAML::Node& doc, Scenario& s
   }
   // The reference run: this scenario without its faults, tools and expectation (it must
   // complete), with the baseline overrides applied.
-  s.baseline_yaml =
-      side_run_yaml(doc, {"baseline", "fix", "faults", "expect", "rank_env", "detectors", "recovery"},
-                    doc["baseline"], s.name + "-baseline");
+  s.baseline_yaml = side_run_yaml(
+      doc, {"baseline", "fix", "faults", "expect", "rank_env", "detectors", "recovery"},
+      doc["baseline"], s.name + "-baseline");
 }
 
 std::string side_run_yaml(const YAML::Node& doc, std::initializer_list<const char*> drop,

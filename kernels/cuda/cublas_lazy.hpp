@@ -14,10 +14,12 @@ using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOpe
                                     int, const void*, const void*, cudaDataType, int, const void*,
                                     cudaDataType, int, const void*, void*, cudaDataType, int,
                                     cublasComputeType_t, cublasGemmAlgo_t);
-using GemmStridedBatchedExFn = cublasStatus_t (*)(
-    cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*,
-    cudaDataType, int, long long, const void*, cudaDataType, int, long long, const void*, void*,
-    cudaDataType, int, long long, int, cublasComputeType_t, cublasGemmAlgo_t);
+using GemmStridedBatchedExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t,
+                                                  cublasOperation_t, int, int, int, const void*,
+                                                  const void*, cudaDataType, int, long long,
+                                                  const void*, cudaDataType, int, long long,
+                                                  const void*, void*, cudaDataType, int, long long,
+                                                  int, cublasComputeType_t, cublasGemmAlgo_t);
 
 // The cuBLAS entry points the kernels use (the _v2 names cublas_v2.h maps to).
 struct BlasApi {

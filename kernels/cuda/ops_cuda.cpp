@@ -16,8 +16,8 @@
 
 namespace fl::ops::cuda {
 
-using fl::cuda::check;
 using fl::cuda::blas_api;
+using fl::cuda::check;
 using fl::cuda::check_blas;
 namespace launch = fl::cuda::launch;
 namespace plan = fl::cuda::plan;
@@ -52,10 +52,11 @@ struct CudaExec {
       const auto* B = static_cast<const float*>(g.B);
       if (g.batch == 1) {
         check(blas_api().sgemm(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, A, g.lda, B,
-                              g.ldb, &g.beta, g.C, g.ldc));
+                               g.ldb, &g.beta, g.C, g.ldc));
       } else {
-        check(blas_api().sgemm_strided_batched(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, A, g.lda,
-                                        g.sa, B, g.ldb, g.sb, &g.beta, g.C, g.ldc, g.sc, g.batch));
+        check(blas_api().sgemm_strided_batched(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, A,
+                                               g.lda, g.sa, B, g.ldb, g.sb, &g.beta, g.C, g.ldc,
+                                               g.sc, g.batch));
       }
       return;
     }
@@ -63,14 +64,14 @@ struct CudaExec {
     // reductions).
     const cudaDataType_t t = g.operands == plan::Operands::kF16 ? CUDA_R_16F : CUDA_R_16BF;
     if (g.batch == 1) {
-      check(blas_api().gemm_ex(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, g.A, t, g.lda, g.B, t,
-                         g.ldb, &g.beta, g.C, CUDA_R_32F, g.ldc, CUBLAS_COMPUTE_32F,
-                         CUBLAS_GEMM_DEFAULT));
+      check(blas_api().gemm_ex(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, g.A, t, g.lda,
+                               g.B, t, g.ldb, &g.beta, g.C, CUDA_R_32F, g.ldc, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
     } else {
-      check(blas_api().gemm_strided_batched_ex(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha, g.A, t,
-                                       g.lda, g.sa, g.B, t, g.ldb, g.sb, &g.beta, g.C, CUDA_R_32F,
-                                       g.ldc, g.sc, g.batch, CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT));
+      check(blas_api().gemm_strided_batched_ex(fl::cuda::blas(), ta, tb, g.m, g.n, g.k, &g.alpha,
+                                               g.A, t, g.lda, g.sa, g.B, t, g.ldb, g.sb, &g.beta,
+                                               g.C, CUDA_R_32F, g.ldc, g.sc, g.batch,
+                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
   }
   struct Scratch16 {

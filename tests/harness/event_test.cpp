@@ -67,9 +67,10 @@ void expect_same(const Event& a, const Event& b, bool history_fields) {
 TEST(EventLine, RankLineIsTheWorkersFormatAndParsesBack) {
   const Event e = sample();
   const std::string line = to_json_line(e, EventLine::kRank);
-  EXPECT_EQ(line,
-            "{\"rank\":3,\"seq\":17,\"time_unix_ns\":1764037000123456789,\"kind\":\"collective\","
-            "\"step\":5,\"data\":{\"count\":4096,\"op\":\"all_reduce\",\"state\":\"completed\"}}\n");
+  EXPECT_EQ(
+      line,
+      "{\"rank\":3,\"seq\":17,\"time_unix_ns\":1764037000123456789,\"kind\":\"collective\","
+      "\"step\":5,\"data\":{\"count\":4096,\"op\":\"all_reduce\",\"state\":\"completed\"}}\n");
   Event back = parse_json_line(line, EventLine::kRank);
   // The rank format has no source or history stamps: they come back as the defaults.
   EXPECT_EQ(back.source, "");
