@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <vector>
 
@@ -23,6 +24,7 @@
 
 #include "base/control_auth.hpp"
 #include "base/subprocess.hpp"
+#include "harness/agent/relay.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 
 namespace fl::harness {
@@ -147,6 +149,15 @@ int run_agent(const AgentOptions& o) {
   grpc::ClientContext ctx;
   ctx.AddMetadata(kControlSecretHeader, secret);
   auto stream = stub->Attach(&ctx);
+  // The stream has several writers (answers, the relay's batches, the heartbeat): one at a time,
+  // and none once it is closed.
+  std::mutex wmu;
+  bool open = true;
+  const AgentWrite write = [&](const pb::AgentReport& r) {
+    std::lock_guard lock(wmu);
+    return open && stream->Write(r);
+  };
+  TelemetryRelay relay(o.run_dir, o.host, secret, write);
 
   pb::AgentReport reg;
   reg.set_host(o.host);
@@ -155,13 +166,19 @@ int run_agent(const AgentOptions& o) {
   for (const auto& t : kTools) {
     if (on_path(t)) reg.add_can(t);
   }
+  std::string no_relay;
+  reg.set_relay_addr(relay.start(no_relay));
+  if (reg.relay_addr().empty()) say(o, "no telemetry relay: " + no_relay);
+  reg.set_heartbeat_ms(static_cast<int>(kAgentHeartbeatMs.get()));
   if (!stream->Write(reg)) {
     const auto st = stream->Finish();
     say(o,
         fmt::format("the control plane {} refused the agent: {}", o.control, st.error_message()));
     return 2;
   }
-  say(o, fmt::format("attached to {} (pid {})", o.control, ::getpid()));
+  say(o, fmt::format("attached to {} (pid {}; relay {})", o.control, ::getpid(),
+                     reg.relay_addr().empty() ? std::string("none") : reg.relay_addr()));
+  Heartbeat heartbeat(write, std::chrono::milliseconds(std::max(reg.heartbeat_ms(), 50)));
 
   std::vector<std::vector<std::string>> on_loss;
   std::map<std::string, int> held;  // squatted ports (closed when the agent ends)
@@ -221,15 +238,28 @@ int run_agent(const AgentOptions& o) {
       }
       r.set_ok(true);
       say(o, "released port " + cmd.argv(0));
+    } else if (cmd.action() == "worker") {
+      const int n = relay.deliver(cmd.rank(), cmd.worker());
+      r.set_ok(n > 0);
+      r.set_status(n);
     } else if (cmd.action() == "stop") {
+      relay.stop();  // the ranks are gone: what they sent is forwarded, the counts are final
+      r.set_relayed_batches(relay.batches());
+      r.set_relayed_events(relay.events());
       r.set_ok(true);
       stopped = true;
     } else {
       r.set_output(
-          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, squat, release, stop)",
+          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, squat, release, stop, worker)",
                       cmd.action()));
     }
-    if (!stream->Write(r)) break;
+    if (!write(r)) break;
+  }
+  heartbeat.stop();
+  relay.stop();
+  {
+    std::lock_guard lock(wmu);
+    open = false;
   }
   if (stopped) {
     stream->WritesDone();

@@ -8,13 +8,17 @@
 #include <map>
 #include <mutex>
 #include <regex>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "harness/agent/relay.hpp"
+#include "harness/agent/silence.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
+#include "harness/run/controller.hpp"
 #include "harness/run/history.hpp"
 #include "harness/run/hosts.hpp"
 #include "harness/run/supervisor.hpp"
@@ -39,6 +43,13 @@ struct AgentHub::Impl final : public pb::Agents::Service {
     AgentStream* stream = nullptr;  // set while its Attach call runs
     bool attached = false, gone = false;
     int pid = 0;
+    // The relay and the heartbeat (relay.hpp, silence.hpp).
+    std::string relay_addr;
+    grpc::ServerContext* ctx = nullptr;  // to cut a silent agent's call
+    bool judged = false;                 // lost by silence; its call ends without another event
+    int64_t last_ns = 0;                 // its last report (steady clock)
+    uint64_t batches = 0, events = 0;    // relayed telemetry ingested from it
+    uint64_t agent_batches = 0, agent_events = 0;  // what it said it forwarded (stop's answer)
   };
   struct Result {
     bool ok = false;
@@ -58,10 +69,70 @@ struct AgentHub::Impl final : public pb::Agents::Service {
   bool stopping = false;
   std::string lost;
   std::function<void(const std::string&)> on_lost;
+  std::function<void(const pb::EventBatch&)> ingest;  // relayed telemetry into the controller
+  SilenceJudge judge{0};
+  std::thread watch;
+  std::condition_variable watch_cv;
+
+  ~Impl() override {
+    {
+      std::lock_guard lock(mu);
+      stopping = true;
+    }
+    watch_cv.notify_all();
+    if (watch.joinable()) watch.join();
+  }
+
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // Judges the agents' silence until stop(): a silent one is lost like one whose connection ended.
+  void watch_loop() {
+    std::unique_lock lock(mu);
+    while (!stopping) {
+      watch_cv.wait_for(lock, std::chrono::milliseconds(200));
+      if (stopping) break;
+      const auto v = judge.judge(now_ns());
+      if (!v) continue;
+      Conn& c = *conns[v->node];
+      judge.forget(v->node);
+      c.judged = c.gone = true;
+      const std::string reason = silence_reason(*v, s.hosts);
+      const std::string msg = fmt::format(
+          "the agent on host {} (node {}, pid {}) was lost during the run: {}", s.hosts[v->node],
+          v->node, c.pid, reason);
+      if (lost.empty()) lost = msg;
+      cv.notify_all();
+      lock.unlock();
+      {
+        std::lock_guard wlock(c.wmu);
+        if (c.ctx) c.ctx->TryCancel();
+      }
+      hist.harness("agent_lost", {{"host", s.hosts[v->node]},
+                                  {"node", v->node},
+                                  {"pid", c.pid},
+                                  {"reason", reason}});
+      if (on_lost) on_lost(msg);
+      lock.lock();
+    }
+  }
 
   Impl(const Scenario& sc, std::string d, History& h, std::string sec)
       : s(sc), dir(std::move(d)), hist(h), secret(std::move(sec)) {
     for (size_t k = 0; k < s.hosts.size(); ++k) conns.push_back(std::make_unique<Conn>());
+    judge = SilenceJudge(s.hosts.size());
+  }
+
+  // Why a connection that ended, ended (under mu).
+  std::string keepalive_reason(int node, const std::string& otherwise) const {
+    const double quiet_s = static_cast<double>(now_ns() - conns[static_cast<size_t>(node)]->last_ns) / 1e9;
+    if (quiet_s * 1000 < kControlKeepaliveTimeMs) return otherwise;
+    return fmt::format(
+        "no keepalive answer: nothing heard from it for {:.1f} s before its connection was closed",
+        quiet_s);
   }
 
   grpc::Status Attach(grpc::ServerContext* ctx, AgentStream* stream) override {
@@ -89,48 +160,88 @@ struct AgentHub::Impl final : public pb::Agents::Service {
                 fmt::format("host {} has an agent already", reg.host())};
       }
       c.stream = stream;
+      c.ctx = ctx;
       c.attached = true;
       c.pid = reg.pid();
+      c.relay_addr = reg.relay_addr();
+      c.last_ns = now_ns();
+      judge.attach(static_cast<size_t>(node), reg.heartbeat_ms() > 0 ? reg.heartbeat_ms() : 1000,
+                   now_ns());
     }
     hist.harness("agent_up", {{"host", reg.host()},
                               {"node", node},
                               {"pid", reg.pid()},
                               {"can", std::vector<std::string>(reg.can().begin(), reg.can().end())},
-                              {"peer", ctx->peer()}});
+                              {"peer", ctx->peer()},
+                              {"relay", reg.relay_addr()},
+                              {"heartbeat_ms", reg.heartbeat_ms()}});
     cv.notify_all();
     pb::AgentReport r;
     while (stream->Read(&r)) {
+      {
+        std::lock_guard lock(mu);
+        if (c.judged) break;
+        c.last_ns = now_ns();
+        judge.heard(static_cast<size_t>(node), c.last_ns);
+      }
+      if (r.has_relay()) {
+        // In the order the agent read them, so each rank's order holds; ingested as if direct.
+        if (ingest) ingest(r.relay());
+        std::lock_guard lock(mu);
+        ++c.batches;
+        c.events += static_cast<uint64_t>(r.relay().events_size());
+        continue;
+      }
       if (r.id() == 0) continue;
       std::lock_guard lock(mu);
+      if (r.relayed_batches() > 0 || r.relayed_events() > 0) {
+        c.agent_batches = r.relayed_batches();
+        c.agent_events = r.relayed_events();
+      }
       results[r.id()] = Result{r.ok(), r.status(), r.output()};
       cv.notify_all();
     }
     {
       std::lock_guard wlock(c.wmu);
       c.stream = nullptr;
+      c.ctx = nullptr;
     }
     bool expected = false;
     std::string msg;
+    std::string reason = "connection to the control plane ended";
+    nlohmann::json relayed;
     {
       std::lock_guard lock(mu);
+      const bool judged = c.judged;
       c.gone = true;
+      judge.forget(static_cast<size_t>(node));
       expected = stopping;
+      relayed = {{"batches", c.batches},
+                 {"events", c.events},
+                 {"agent_batches", c.agent_batches},
+                 {"agent_events", c.agent_events}};
+      if (judged) {
+        cv.notify_all();
+        return grpc::Status::CANCELLED;  // lost by silence: recorded by watch_loop
+      }
       if (!expected) {
-        msg = fmt::format(
-            "the agent on host {} (node {}, pid {}) was lost during the run: its connection to "
-            "the control plane ended",
-            reg.host(), node, c.pid);
+        // A connection that ended after a long silence ended by the keepalive (controller.cpp).
+        reason = keepalive_reason(node, reason);
+        msg = fmt::format("the agent on host {} (node {}, pid {}) was lost during the run: {}",
+                          reg.host(), node, c.pid, reason);
         if (lost.empty()) lost = msg;
       }
     }
     cv.notify_all();
     if (expected) {
-      hist.harness("agent_stopped", {{"host", reg.host()}, {"node", node}, {"pid", c.pid}});
+      hist.harness("agent_stopped",
+                   {{"host", reg.host()}, {"node", node}, {"pid", c.pid}, {"relayed", relayed}});
     } else {
       hist.harness("agent_lost", {{"host", reg.host()},
                                   {"node", node},
                                   {"pid", c.pid},
-                                  {"reason", "connection to the control plane ended"}});
+                                  {"reason", reason},
+                                  {"relayed", relayed}});
       if (on_lost) on_lost(msg);
     }
     return grpc::Status::OK;
@@ -249,6 +360,7 @@ void AgentHub::start(Supervisor& sup, const std::string& exe, const std::string&
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   impl_->hist.harness("agents_ready", {{"hosts", impl_->s.hosts}, {"ms", ms}});
+  impl_->watch = std::thread([this] { impl_->watch_loop(); });
 }
 
 void AgentHub::stop() {
@@ -257,6 +369,8 @@ void AgentHub::stop() {
     if (impl_->stopping) return;
     impl_->stopping = true;
   }
+  impl_->watch_cv.notify_all();
+  if (impl_->watch.joinable()) impl_->watch.join();
   pb::AgentCommand bye;
   bye.set_action("stop");
   for (auto& c : impl_->conns) {
@@ -282,6 +396,36 @@ bool AgentHub::up(int node) const {
   std::lock_guard lock(impl_->mu);
   const auto& c = *impl_->conns[static_cast<size_t>(node)];
   return c.attached && !c.gone && !impl_->stopping;
+}
+
+void AgentHub::relay_to(std::function<void(const faultline::v1::EventBatch&)> ingest) {
+  impl_->ingest = std::move(ingest);
+}
+
+std::string AgentHub::relay_addr(int node) const {
+  if (!kAgentRelay.get() || node < 0 || static_cast<size_t>(node) >= impl_->conns.size()) return "";
+  std::lock_guard lock(impl_->mu);
+  return impl_->conns[static_cast<size_t>(node)]->relay_addr;
+}
+
+int AgentHub::command_ranks(int rank, const faultline::v1::WorkerCommand& worker) {
+  const int nodes = static_cast<int>(impl_->conns.size());
+  const int per_node = nodes > 0 ? std::max(1, impl_->s.ranks / nodes) : 1;
+  int n = 0;
+  for (int k = 0; k < nodes; ++k) {
+    if (rank >= 0 && rank / per_node != k) continue;
+    if (!up(k)) continue;
+    pb::AgentCommand cmd;
+    cmd.set_action("worker");
+    cmd.set_rank(rank);
+    *cmd.mutable_worker() = worker;
+    try {
+      n += impl_->call(k, cmd).status;
+    } catch (const Error&) {
+      // lost meanwhile: that host's ranks did not get it (the caller is told how many did)
+    }
+  }
+  return n;
 }
 
 std::string AgentHub::run(int node, const std::vector<std::string>& argv) {

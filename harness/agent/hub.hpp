@@ -17,6 +17,10 @@
 namespace grpc {
 class Service;
 }
+namespace faultline::v1 {
+class EventBatch;
+class WorkerCommand;
+}  // namespace faultline::v1
 
 namespace fl::harness {
 
@@ -47,6 +51,15 @@ class AgentHub : public faults::HostAgents {
   bool signal(int node, int rank, pid_t pid, int sig, std::string& why) override;
   void on_loss(int node, const std::vector<std::string>& argv) override;
   void squat(int node, int port, bool hold) override;
+
+  // The telemetry relay (relay.hpp): relayed batches go to `ingest` (set before start()), on the
+  // agent's gRPC thread, in the order the agent read them.
+  void relay_to(std::function<void(const faultline::v1::EventBatch&)> ingest);
+  // Where host `node`'s ranks send their telemetry: its agent's relay address, or "" (relay off
+  // by FAULTLINE_AGENT_RELAY, or the agent has none): the control plane then.
+  std::string relay_addr(int node) const;
+  // A command for rank `rank` (-1: every rank) on its relayed stream; how many ranks took it.
+  int command_ranks(int rank, const faultline::v1::WorkerCommand& worker);
 
   struct Impl;
 

@@ -85,29 +85,13 @@ struct Controller::Impl final : public pb::Controller::Service {
     int rank = -1;
     auto write_mu = std::make_shared<std::mutex>();
     while (!stopping && stream->Read(&batch)) {
-      for (const auto& p : batch.events()) {
-        if (rank < 0 && p.rank() >= 0) {
-          rank = p.rank();
-          std::lock_guard lock(mu);
-          workers[rank] = {stream, write_mu};
-        }
-        HistoryEvent e = from_proto(p);
-        // A worker speaks for its rank only: the source and the harness's stamps are not its to
-        // set (append stamps index and time).
-        e.source = "rank";
-        e.t_ns = 0;
-        history.append(std::move(e));
+      for (int i = 0; rank < 0 && i < batch.events_size(); ++i) {
+        if (batch.events(i).rank() < 0) continue;
+        rank = batch.events(i).rank();
         std::lock_guard lock(mu);
-        seqs[p.rank()].insert(p.seq());
+        workers[rank] = {stream, write_mu};
       }
-      ingested += static_cast<uint64_t>(batch.events_size());
-      if (rank >= 0) {
-        std::lock_guard lock(mu);
-        uint64_t& d = drops[rank];
-        if (batch.dropped_total() > d) {
-          d = batch.dropped_total();
-        }
-      }
+      ingest(batch);
     }
     if (rank >= 0) {
       std::lock_guard lock(mu);
@@ -116,6 +100,28 @@ struct Controller::Impl final : public pb::Controller::Service {
     }
     (void)ctx;
     return grpc::Status::OK;
+  }
+
+  // One batch of one rank, from its Connect stream or relayed by its host's agent.
+  void ingest(const pb::EventBatch& batch) {
+    int rank = -1;
+    for (const auto& p : batch.events()) {
+      if (rank < 0 && p.rank() >= 0) rank = p.rank();
+      HistoryEvent e = from_proto(p);
+      // A worker speaks for its rank only: the source and the harness's stamps are not its to
+      // set (append stamps index and time).
+      e.source = "rank";
+      e.t_ns = 0;
+      history.append(std::move(e));
+      std::lock_guard lock(mu);
+      seqs[p.rank()].insert(p.seq());
+    }
+    ingested += static_cast<uint64_t>(batch.events_size());
+    if (rank >= 0) {
+      std::lock_guard lock(mu);
+      uint64_t& d = drops[rank];
+      if (batch.dropped_total() > d) d = batch.dropped_total();
+    }
   }
 
   grpc::Status Observe(grpc::ServerContext* ctx, const pb::ObserveRequest* req,
@@ -238,6 +244,10 @@ std::string Controller::start(const std::string& addr) {
   b.RegisterService(impl_.get());
   for (auto* s : extra_) b.RegisterService(s);
   b.SetMaxReceiveMessageSize(64 << 20);
+  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kControlKeepaliveTimeMs);
+  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kControlKeepaliveTimeoutMs);
+  // The agents ping every 10 s (agent.cpp) even when quiet: never a strike against them.
+  b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   impl_->server = b.BuildAndStart();
   if (!impl_->server) raise<Error>("control plane: cannot listen on {}", addr);
   if (addr.rfind("unix:", 0) == 0) {
@@ -265,14 +275,20 @@ int Controller::send_command(int rank, const std::string& action, const std::str
   cmd.set_action(action);
   cmd.set_plan(plan);
   cmd.set_seed(seed);
-  // Under the lock: a stream stays registered (and alive) only while its Connect call runs.
-  std::lock_guard lock(impl_->mu);
   int n = 0;
-  for (auto& [r, w] : impl_->workers) {
-    if (rank >= 0 && r != rank) continue;
-    std::lock_guard wlock(*w.second);
-    n += w.first->Write(cmd) ? 1 : 0;
+  bool direct = false;
+  {
+    // Under the lock: a stream stays registered (and alive) only while its Connect call runs.
+    std::lock_guard lock(impl_->mu);
+    for (auto& [r, w] : impl_->workers) {
+      if (rank >= 0 && r != rank) continue;
+      direct = true;
+      std::lock_guard wlock(*w.second);
+      n += w.first->Write(cmd) ? 1 : 0;
+    }
   }
+  // Ranks that stream through their host's agent (one rank: only when not connected here).
+  if (relay_commands_ && (rank < 0 || !direct)) n += relay_commands_(rank, cmd);
   return n;
 }
 
@@ -284,6 +300,10 @@ std::map<int, std::set<uint64_t>> Controller::received() const {
 std::map<int, uint64_t> Controller::dropped() const {
   std::lock_guard lock(impl_->mu);
   return impl_->drops;
+}
+
+void Controller::ingest(const pb::EventBatch& batch) {
+  impl_->ingest(batch);
 }
 
 uint64_t Controller::events_ingested() const {

@@ -19,8 +19,19 @@ namespace grpc {
 class Server;
 class Service;
 }  // namespace grpc
+namespace faultline::v1 {
+class EventBatch;
+class WorkerCommand;
+}  // namespace faultline::v1
 
 namespace fl::harness {
+
+// The server pings every connection that said nothing for this long and closes one that does not
+// answer within the timeout: a peer whose machine vanished is noticed without traffic of its own.
+// Generous on purpose (a loaded machine answers late, not never); the agents' silence relative to
+// their peers (agent/silence.hpp) is the quicker judge.
+inline constexpr int kControlKeepaliveTimeMs = 10000;
+inline constexpr int kControlKeepaliveTimeoutMs = 20000;
 
 struct ControlAction {
   std::string action;  // kill_rank, restart_rank, restart_job, abort, list_faults, arm_faults,
@@ -57,6 +68,15 @@ class Controller {
   // Ends every stream (workers and subscribers) and stops the server.
   void shutdown();
 
+  // A batch of a rank's telemetry that came another way (the per-host agents' relay): ingested
+  // exactly as Connect ingests one (history, received, dropped). Thread-safe.
+  void ingest(const faultline::v1::EventBatch& batch);
+  // Where commands for ranks that are not connected here go (the relay); it returns how many
+  // ranks took the command. Before start().
+  void relay_commands(std::function<int(int rank, const faultline::v1::WorkerCommand&)> f) {
+    relay_commands_ = std::move(f);
+  }
+
   // Sends a fault command to `rank` (-1: every connected rank); returns how many got it.
   int send_command(int rank, const std::string& action, const std::string& plan, uint64_t seed);
 
@@ -72,6 +92,7 @@ class Controller {
  private:
   std::unique_ptr<Impl> impl_;
   std::vector<grpc::Service*> extra_;
+  std::function<int(int, const faultline::v1::WorkerCommand&)> relay_commands_;
 };
 
 }  // namespace fl::harness

@@ -59,6 +59,9 @@ class Run {
   std::unique_ptr<ArtifactServer> artifacts_;
   std::string artifact_url_;
   std::map<std::string, std::string> rank_env(int rank);
+  // The telemetry relay through the per-host agents (run_agents.cpp).
+  void relay_through_agents();
+  std::string rank_control_addr(int node) const;
   void on_line(int rank, const std::string& name, const std::string& stream,
                const std::string& line);
   void on_exit(const ExitInfo& x);

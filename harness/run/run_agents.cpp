@@ -1,7 +1,9 @@
 // The per-host agents of a run over topology.hosts (harness/agent/hub.hpp): started once the
 // supervisor exists and before any fault is set up or rank launched; a lost agent ends the run.
+// Each host's ranks stream their telemetry to their agent, which relays it (agent/relay.hpp).
 #include <filesystem>
 
+#include "harness/agent/relay.hpp"
 #include "harness/run/run.hpp"
 
 namespace fl::harness::detail {
@@ -29,6 +31,27 @@ void Run::start_agents() {
         });
       });
   faults_->use_agents(agents_.get());
+  nlohmann::json via = nlohmann::json::object();
+  for (size_t k = 0; k < s_.hosts.size(); ++k) {
+    const std::string a = agents_->relay_addr(static_cast<int>(k));
+    via[s_.hosts[k]] = a.empty() ? ctl_addr_ : a;
+  }
+  hist_->harness("telemetry_relay", {{"on", kAgentRelay.get()}, {"ranks_send_to", via}});
+}
+
+// Relayed batches are ingested as the control plane ingests a rank's own; commands for ranks that
+// stream through an agent go back through it.
+void Run::relay_through_agents() {
+  agents_->relay_to([this](const faultline::v1::EventBatch& b) { ctl_->ingest(b); });
+  ctl_->relay_commands([this](int rank, const faultline::v1::WorkerCommand& c) {
+    return agents_->command_ranks(rank, c);
+  });
+}
+
+std::string Run::rank_control_addr(int node) const {
+  if (!agents_) return ctl_addr_;
+  const std::string a = agents_->relay_addr(node);
+  return a.empty() ? ctl_addr_ : a;
 }
 
 }  // namespace fl::harness::detail

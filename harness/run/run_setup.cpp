@@ -65,7 +65,7 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
   env["FAULTLINE_EVENTS_FILE"] = rdir + "/events.jsonl";
   env["FAULTLINE_FIRED_LOG"] = rdir + "/fired.jsonl";
   env["FAULTLINE_FLIGHT_RECORDER_DIR"] = rdir;
-  env["FAULTLINE_CONTROL_ADDR"] = ctl_addr_;
+  env["FAULTLINE_CONTROL_ADDR"] = rank_control_addr(rank / per_node);  // the agent's relay, or ctl_addr_
   env[kControlSecretEnv] = secret_;
   env["FAULTLINE_PDEATHSIG"] = "1";
   if (artifacts_) {
@@ -148,6 +148,7 @@ void Run::start_control_plane() {
   if (!s_.hosts.empty()) {
     agents_ = std::make_unique<AgentHub>(s_, dir_, *hist_, secret_);
     ctl_->add_service(agents_->service());
+    relay_through_agents();  // run_agents.cpp
   }
   if (s_.network == "namespaces" && addr.rfind("unix:", 0) != 0) {
     raise<Error>(
