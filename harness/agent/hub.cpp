@@ -192,12 +192,12 @@ struct AgentHub::Impl final : public pb::Agents::Service {
         c.events += static_cast<uint64_t>(r.relay().events_size());
         continue;
       }
-      if (r.id() == 0) continue;
       std::lock_guard lock(mu);
-      if (r.relayed_batches() > 0 || r.relayed_events() > 0) {
+      if (r.relayed_batches() > 0 || r.relayed_events() > 0) {  // stop's answer (id 0)
         c.agent_batches = r.relayed_batches();
         c.agent_events = r.relayed_events();
       }
+      if (r.id() == 0) continue;
       results[r.id()] = Result{r.ok(), r.status(), r.output()};
       cv.notify_all();
     }
@@ -213,7 +213,6 @@ struct AgentHub::Impl final : public pb::Agents::Service {
     {
       std::lock_guard lock(mu);
       const bool judged = c.judged;
-      c.gone = true;
       judge.forget(static_cast<size_t>(node));
       expected = stopping;
       relayed = {{"batches", c.batches},
@@ -221,6 +220,7 @@ struct AgentHub::Impl final : public pb::Agents::Service {
                  {"agent_batches", c.agent_batches},
                  {"agent_events", c.agent_events}};
       if (judged) {
+        c.gone = true;
         cv.notify_all();
         return grpc::Status::CANCELLED;  // lost by silence: recorded by watch_loop
       }
@@ -232,11 +232,20 @@ struct AgentHub::Impl final : public pb::Agents::Service {
         if (lost.empty()) lost = msg;
       }
     }
-    cv.notify_all();
+    // Gone once its event is in the history: stop() returns with every agent_stopped recorded.
+    auto gone = [&] {
+      {
+        std::lock_guard lock(mu);
+        c.gone = true;
+      }
+      cv.notify_all();
+    };
     if (expected) {
       hist.harness("agent_stopped",
                    {{"host", reg.host()}, {"node", node}, {"pid", c.pid}, {"relayed", relayed}});
+      gone();
     } else {
+      gone();
       hist.harness("agent_lost", {{"host", reg.host()},
                                   {"node", node},
                                   {"pid", c.pid},
