@@ -8,7 +8,8 @@
 #       relay_only  the control plane on 127.0.0.1 of this machine, which the hosts cannot reach;
 #                   the agents run in this machine's namespace (a wrapper rsh agent), the ranks in
 #                   the hosts: the events still arrive live, through the agents. The same run with
-#                   FAULTLINE_AGENT_RELAY=0 streams nothing and has them only from the ranks' files.
+#                   FAULTLINE_AGENT_RELAY=0 streams nothing and has them only from the ranks' files
+#                   (merged at the end: that run is judged without its live events).
 #       vanish      the control plane on the bridge; host 1's link goes down mid-run (inside its
 #                   namespace): the harness reports host 1 lost (heartbeat overdue), exit 2, and
 #                   no agent, chain or rate limit is left on any host
@@ -116,9 +117,15 @@ Y
     fail "run failed"
   check_history "$tmp/r/only" relay
   nothing_left "$tmp/r/only"
-  # Without the relay the ranks cannot reach 127.0.0.1 of this machine: nothing arrives live.
+  # Without the relay the ranks cannot reach 127.0.0.1 of this machine: nothing arrives live, the
+  # events come from the ranks' files at the end (and the run may be misjudged for want of them:
+  # exit 0 or 1 both do here, a harness error does not).
+  set +e
   FAULTLINE_AGENT_RELAY=0 "$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id direct -q \
-    --control 127.0.0.1:0 || fail "run without relay failed"
+    --control 127.0.0.1:0
+  status=$?
+  set -e
+  [[ $status -le 1 ]] || fail "run without relay: exit $status"
   check_history "$tmp/r/direct" direct
   nothing_left "$tmp/r/direct"
   ;;
