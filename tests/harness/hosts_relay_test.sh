@@ -11,8 +11,9 @@
 #                   FAULTLINE_AGENT_RELAY=0 streams nothing and has them only from the ranks' files
 #                   (merged at the end: that run is judged without its live events).
 #       vanish      the control plane on the bridge; host 1's link goes down mid-run (inside its
-#                   namespace): the harness reports host 1 lost (heartbeat overdue), exit 2, and
-#                   no agent, chain or rate limit is left on any host
+#                   namespace): the harness reports host 1 lost (heartbeat overdue), exit 2, every
+#                   rank's events are in the history (host 1's last ones merged from its files),
+#                   and no agent, chain or rate limit is left on any host
 # Exit 77 (skipped) without root or without `ip netns`.
 set -euo pipefail
 faultline=$1 src=$2 case=$3
@@ -177,7 +178,21 @@ healed = {e["data"]["fault"]: e["data"] for e in ev if e["kind"] == "fault_heale
 assert healed["bandwidth"]["via"] == "rsh", healed
 assert healed["host_chains"]["removed"] == 2 and not healed["host_chains"]["errors"], healed
 assert healed["host_chains"]["via"] == ["agent", "rsh"], healed
-print("vanish ok:", lost[0]["reason"])
+# Nothing of the ranks is lost with the host's agent: every event a rank wrote is in the history,
+# live or merged from its file at the end; what host 1's ranks said after the link went down
+# could only come from their files.
+late = {r: 0 for r in range(4)}
+for r in range(4):
+    have = {e["seq"] for e in ev if e["source"] == "rank" and e["rank"] == r}
+    late[r] = sum(1 for e in ev if e["source"] == "rank" and e["rank"] == r and e.get("late"))
+    for line in open(f"{d}/ranks/rank{r}/events.jsonl"):
+        try:
+            seq = json.loads(line)["seq"]
+        except (ValueError, KeyError):
+            continue  # a torn last line of a killed rank
+        assert seq in have, (r, seq)
+assert late[2] + late[3] > 0, late
+print("vanish ok:", lost[0]["reason"], "late:", late)
 PY
   nothing_left "$tmp/r/vanish"
   ;;
