@@ -2,6 +2,7 @@
 // SilenceJudge is pure logic over a clock the test gives. The relay and the heartbeat run for real:
 // two "hosts" that are this machine (an rsh agent that execs the words here), two agents attached
 // to a real control plane, a fake rank speaking Controller.Connect to its host's agent. No root.
+// The keepalive case waits for the control plane's keepalive (up to 30 s).
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -315,6 +316,25 @@ TEST_F(RelayTest, AnAgentThatFallsSilentIsLostWhileItsPeerIsHeard) {
   EXPECT_EQ(gone[0]["host"], "hostb");
   EXPECT_NE(gone[0]["reason"].get<std::string>().find("heartbeat overdue"), std::string::npos);
   EXPECT_EQ(hub->command_ranks(2, pb::WorkerCommand()), 0) << "no call to a lost agent";
+}
+
+TEST_F(RelayTest, AgentsSilentTogetherAreLeftToTheKeepalive) {
+  // Both agents stop at once: no peer is heard, so silence proves nothing; the control plane's
+  // keepalive (a ping unanswered for kControlKeepaliveTimeoutMs) closes their connections.
+  const auto pids = pids_of("agent_up");
+  ASSERT_EQ(pids.size(), 2u);
+  for (auto& [pid, _] : pids) ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  const int limit_ms = 3 * (kControlKeepaliveTimeMs + kControlKeepaliveTimeoutMs);
+  for (int i = 0; i < limit_ms / 50 && events("agent_lost").size() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto gone = events("agent_lost");
+  ASSERT_EQ(gone.size(), 2u);
+  for (const auto& g : gone) {
+    EXPECT_NE(g["reason"].get<std::string>().find("no keepalive answer: nothing heard from it for"),
+              std::string::npos)
+        << g;
+  }
+  EXPECT_NE(lost_now().find("no keepalive answer"), std::string::npos) << lost_now();
 }
 
 }  // namespace
