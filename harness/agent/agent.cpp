@@ -249,9 +249,9 @@ int run_agent(const AgentOptions& o) {
       r.set_ok(true);
       stopped = true;
     } else {
-      r.set_output(
-          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, squat, release, stop, worker)",
-                      cmd.action()));
+      r.set_output(fmt::format(
+          "unknown action '{}' (allowed: run, signal, on_loss, squat, release, stop, worker)",
+          cmd.action()));
     }
     if (!write(r)) break;
   }

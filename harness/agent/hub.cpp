@@ -101,9 +101,9 @@ struct AgentHub::Impl final : public pb::Agents::Service {
       judge.forget(v->node);
       c.judged = c.gone = true;
       const std::string reason = silence_reason(*v, s.hosts);
-      const std::string msg = fmt::format(
-          "the agent on host {} (node {}, pid {}) was lost during the run: {}", s.hosts[v->node],
-          v->node, c.pid, reason);
+      const std::string msg =
+          fmt::format("the agent on host {} (node {}, pid {}) was lost during the run: {}",
+                      s.hosts[v->node], v->node, c.pid, reason);
       if (lost.empty()) lost = msg;
       cv.notify_all();
       lock.unlock();
@@ -111,10 +111,9 @@ struct AgentHub::Impl final : public pb::Agents::Service {
         std::lock_guard wlock(c.wmu);
         if (c.ctx) c.ctx->TryCancel();
       }
-      hist.harness("agent_lost", {{"host", s.hosts[v->node]},
-                                  {"node", v->node},
-                                  {"pid", c.pid},
-                                  {"reason", reason}});
+      hist.harness(
+          "agent_lost",
+          {{"host", s.hosts[v->node]}, {"node", v->node}, {"pid", c.pid}, {"reason", reason}});
       if (on_lost) on_lost(msg);
       lock.lock();
     }
@@ -128,7 +127,8 @@ struct AgentHub::Impl final : public pb::Agents::Service {
 
   // Why a connection that ended, ended (under mu).
   std::string keepalive_reason(int node, const std::string& otherwise) const {
-    const double quiet_s = static_cast<double>(now_ns() - conns[static_cast<size_t>(node)]->last_ns) / 1e9;
+    const double quiet_s =
+        static_cast<double>(now_ns() - conns[static_cast<size_t>(node)]->last_ns) / 1e9;
     if (quiet_s * 1000 < kControlKeepaliveTimeMs) return otherwise;
     return fmt::format(
         "no keepalive answer: nothing heard from it for {:.1f} s before its connection was closed",

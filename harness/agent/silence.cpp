@@ -61,9 +61,10 @@ std::optional<SilenceJudge::Verdict> SilenceJudge::judge(int64_t now_ns) {
 }
 
 std::string silence_reason(const SilenceJudge::Verdict& v, const std::vector<std::string>& hosts) {
-  return fmt::format("heartbeat overdue: nothing heard from host {} for {:.1f} s while host {} was "
-                     "heard {} times",
-                     hosts.at(v.node), v.silent_s, hosts.at(v.peer), v.peer_reports);
+  return fmt::format(
+      "heartbeat overdue: nothing heard from host {} for {:.1f} s while host {} was "
+      "heard {} times",
+      hosts.at(v.node), v.silent_s, hosts.at(v.peer), v.peer_reports);
 }
 
 }  // namespace fl::harness

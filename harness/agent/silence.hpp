@@ -2,8 +2,8 @@
 // interval (a beat when it has nothing else to say). A fixed deadline on one agent's silence would
 // make the verdict depend on how loaded the machines are, so an agent is judged silent only
 // relative to its peers: it said nothing for `kBeats` intervals while another agent of the same run
-// was heard at least `kBeats` times since its last word, and that stays so for a confirmation of two
-// more intervals (a harness that stalled reads every agent's queued reports within that). A run
+// was heard at least `kBeats` times since its last word, and that stays so for a confirmation of
+// two more intervals (a harness that stalled reads every agent's queued reports within that). A run
 // with one host, or one where every agent went quiet together, has no peer to compare with: there
 // the connection's keepalive (generous, controller.cpp) is the judge. Pure logic: the caller gives
 // the clock, so unit tests need no time to pass.
@@ -19,7 +19,7 @@ namespace fl::harness {
 
 class SilenceJudge {
  public:
-  static constexpr uint64_t kBeats = 5;      // intervals of silence, and peer reports heard meanwhile
+  static constexpr uint64_t kBeats = 5;  // intervals of silence, and peer reports heard meanwhile
   static constexpr int64_t kConfirmBeats = 2;  // the verdict holds this many intervals more
 
   struct Verdict {

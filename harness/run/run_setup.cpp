@@ -65,7 +65,8 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
   env["FAULTLINE_EVENTS_FILE"] = rdir + "/events.jsonl";
   env["FAULTLINE_FIRED_LOG"] = rdir + "/fired.jsonl";
   env["FAULTLINE_FLIGHT_RECORDER_DIR"] = rdir;
-  env["FAULTLINE_CONTROL_ADDR"] = rank_control_addr(rank / per_node);  // the agent's relay, or ctl_addr_
+  // The control plane, or with topology.hosts the rank's host's agent, which relays (relay.hpp).
+  env["FAULTLINE_CONTROL_ADDR"] = rank_control_addr(rank / per_node);
   env[kControlSecretEnv] = secret_;
   env["FAULTLINE_PDEATHSIG"] = "1";
   if (artifacts_) {

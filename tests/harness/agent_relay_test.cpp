@@ -272,9 +272,9 @@ TEST_F(RelayTest, ARanksBatchesComeThroughItsHostsAgentInOrderAndCommandsGoBack)
   std::map<std::string, nlohmann::json> relayed;
   for (const auto& d : events("agent_stopped")) relayed[d["host"]] = d["relayed"];
   ASSERT_EQ(relayed.size(), 2u);
-  EXPECT_EQ(relayed["hostb"],
-            (nlohmann::json{{"batches", 3}, {"events", 10}, {"agent_batches", 3},
-                            {"agent_events", 10}}));
+  EXPECT_EQ(
+      relayed["hostb"],
+      (nlohmann::json{{"batches", 3}, {"events", 10}, {"agent_batches", 3}, {"agent_events", 10}}));
   EXPECT_EQ(relayed["hosta"]["events"], 0);
   EXPECT_TRUE(events("agent_lost").empty());
 }
