@@ -23,6 +23,7 @@
 
 #include "base/control_auth.hpp"
 #include "base/subprocess.hpp"
+#include "harness/agent/agent_faults.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 
 namespace fl::harness {
@@ -152,6 +153,7 @@ int run_agent(const AgentOptions& o) {
   reg.set_host(o.host);
   reg.set_pid(static_cast<int>(::getpid()));
   reg.add_can("signal");
+  for (const char* f : {"memory_limit", "disk_full", "file"}) reg.add_can(f);  // agent_faults.cpp
   for (const auto& t : kTools) {
     if (on_path(t)) reg.add_can(t);
   }
@@ -165,6 +167,7 @@ int run_agent(const AgentOptions& o) {
 
   std::vector<std::vector<std::string>> on_loss;
   std::map<std::string, int> held;  // squatted ports (closed when the agent ends)
+  AgentFaults host_faults(o.run_dir, o.host, secret);  // cgroups, mounts, damaged files
   bool stopped = false;
   pb::AgentCommand cmd;
   while (!stopped && stream->Read(&cmd)) {
@@ -221,16 +224,26 @@ int run_agent(const AgentOptions& o) {
       }
       r.set_ok(true);
       say(o, "released port " + cmd.argv(0));
+    } else if (cmd.action() == "fault" && cmd.has_fault()) {
+      try {
+        r.set_output(host_faults.apply(cmd.fault()).dump());
+        r.set_ok(true);
+      } catch (const std::exception& e) {
+        r.set_output(e.what());
+      }
+      say(o, fmt::format("fault {} -> {}", cmd.fault().ShortDebugString(), r.output()));
     } else if (cmd.action() == "stop") {
       r.set_ok(true);
       stopped = true;
     } else {
       r.set_output(
-          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, squat, release, stop)",
+          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, squat, release, fault, stop)",
                       cmd.action()));
     }
     if (!stream->Write(r)) break;
   }
+  // What the harness did not heal (it failed, or never got to it) is undone here.
+  for (const auto& line : host_faults.cleanup()) say(o, "cleanup: " + line);
   if (stopped) {
     stream->WritesDone();
     say(o, "stopped by the harness");
