@@ -32,15 +32,6 @@ namespace pb = faultline::v1;
 
 namespace {
 
-std::string slurp(const std::string& path, char stop = '\0') {
-  std::ifstream in(path, std::ios::binary);
-  std::string s(std::istreambuf_iterator<char>(in), {});
-  if (stop != '\0') {
-    if (auto at = s.find(stop); at != std::string::npos) s.resize(at);
-  }
-  return s;
-}
-
 int64_t number_after(const std::string& text, const std::string& key) {
   const auto at = text.find(key + " ");
   return at == std::string::npos ? 0 : std::atoll(text.c_str() + at + key.size() + 1);
@@ -76,17 +67,18 @@ struct AgentFaults::Group {
   std::thread watcher;
 
   // Is `pid` a process of rank `rank` of this run? It works in the rank's directory (mpirun
-  // --wdir) and its environment has the run's secret and RANK=rank.
+  // --wdir), its environment has RANK=rank, and the run's secret if it has one at all.
   bool is_rank(pid_t pid) const {
     std::error_code ec;
     if (fs::read_symlink(fmt::format("/proc/{}/cwd", pid), ec).string() != rank_dir) return false;
     std::ifstream env(fmt::format("/proc/{}/environ", pid), std::ios::binary);
-    bool has_secret = false, has_rank = false;
+    bool other_secret = false, has_rank = false;
+    const std::string var = std::string(kControlSecretEnv) + "=";
     for (std::string kv; std::getline(env, kv, '\0');) {
-      has_secret |= kv == fmt::format("{}={}", kControlSecretEnv, secret);
+      other_secret |= kv.rfind(var, 0) == 0 && kv != var + secret;
       has_rank |= kv == fmt::format("RANK={}", rank);
     }
-    return has_secret && has_rank;
+    return has_rank && !other_secret;
   }
 
   bool adopt_new() {

@@ -181,8 +181,12 @@ TEST_F(AgentFaultsTest, FileDamageStaysInTheRunDirectory) {
   d->set_glob(base_.string() + "/outside/secret.bin");
   EXPECT_NE(refusal(a, f).find("is absolute"), std::string::npos);
   fs::create_directory_symlink(base_ / "outside", dir_ + "/escape");
-  d->set_glob("escape/*");  // a link's files are not the run's
-  EXPECT_EQ(refusal(a, f), "no file in the run directory matches 'escape/*' (on host h1)");
+  d->set_glob("escape/*");  // through a link out of the run directory
+  EXPECT_EQ(refusal(a, f), "file_damage: 'escape/*' resolves to " +
+                               (base_ / "outside").string() +
+                               "/*, outside the run directory " + dir_ + "; refused");
+  d->set_glob("nothing/*");
+  EXPECT_EQ(refusal(a, f), "no file in the run directory matches 'nothing/*' (on host h1)");
   EXPECT_EQ(read((base_ / "outside" / "secret.bin").string()), "keep");
   d->set_glob("checkpoints/*/*");
   d->set_tag("../x");
@@ -193,18 +197,23 @@ TEST_F(AgentFaultsTest, FileDamageStaysInTheRunDirectory) {
 }
 
 TEST(HostFaultRequest, EachOpIsItsOwnTypedMessage) {
-  faults::HostFaultOp op{"memory_limit", 3, 150 << 20};
+  faults::HostFaultOp op;
+  op.op = "memory_limit";
+  op.rank = 3;
+  op.bytes = 150 << 20;
   const auto m = host_fault_request(op);
   ASSERT_EQ(m.op_case(), pb::HostFault::kMemoryLimit);
   EXPECT_EQ(m.memory_limit().rank(), 3);
   EXPECT_EQ(m.memory_limit().bytes(), 150 << 20);
-  faults::HostFaultOp disk{"disk_full"};
+  faults::HostFaultOp disk;
+  disk.op = "disk_full";
   disk.path = "checkpoints";
   disk.bytes = 16384;
   const auto dm = host_fault_request(disk);
   ASSERT_EQ(dm.op_case(), pb::HostFault::kDiskFull);
   EXPECT_EQ(dm.disk_full().path(), "checkpoints");
-  faults::HostFaultOp bad{"run"};
+  faults::HostFaultOp bad;
+  bad.op = "run";
   EXPECT_THROW(host_fault_request(bad), Error);
 }
 
