@@ -236,9 +236,9 @@ int run_agent(const AgentOptions& o) {
       r.set_ok(true);
       stopped = true;
     } else {
-      r.set_output(
-          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, squat, release, fault, stop)",
-                      cmd.action()));
+      r.set_output(fmt::format(
+          "unknown action '{}' (allowed: run, signal, on_loss, squat, release, fault, stop)",
+          cmd.action()));
     }
     if (!stream->Write(r)) break;
   }

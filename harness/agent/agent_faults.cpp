@@ -18,8 +18,8 @@
 
 #include <fmt/format.h>
 
-#include "base/error.hpp"
 #include "base/control_auth.hpp"
+#include "base/error.hpp"
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/file_ops.hpp"
 #include "harness/faults/sandbox.hpp"
@@ -155,8 +155,8 @@ struct AgentFaults::Group {
       // A child of a rank came with it: back to where the rank was.
       const auto it = from.find(pid);
       const std::string rel = it != from.end() ? it->second
-                              : from.empty()  ? std::string()
-                                              : from.begin()->second;
+                              : from.empty()   ? std::string()
+                                               : from.begin()->second;
       if (!rel.empty() && rel != "/" && fs::exists(root + rel + "/cgroup.procs")) back += rel;
       std::ofstream out(back + "/cgroup.procs");
       out << pid;
@@ -215,8 +215,8 @@ std::string AgentFaults::run_path(const std::string& run_dir, const std::string&
   if (rel.empty()) raise<Error>("{}: an empty path (give one relative to the run directory)", what);
   const fs::path p(rel);
   if (p.is_absolute()) {
-    raise<Error>("{}: '{}' is absolute; the agent acts only inside the run directory {}", what,
-                 rel, run_dir);
+    raise<Error>("{}: '{}' is absolute; the agent acts only inside the run directory {}", what, rel,
+                 run_dir);
   }
   for (const auto& part : p) {
     if (part == "..") {
@@ -255,8 +255,8 @@ nlohmann::json AgentFaults::apply(const pb::HostFault& f) {
     case pb::HostFault::kDiskFree:
       return disk_free(f.disk_free().path());
     case pb::HostFault::kFileDamage:
-      return file_damage(f.file_damage().glob(), f.file_damage().action(),
-                         f.file_damage().bytes(), f.file_damage().seed(), f.file_damage().tag());
+      return file_damage(f.file_damage().glob(), f.file_damage().action(), f.file_damage().bytes(),
+                         f.file_damage().seed(), f.file_damage().tag());
     case pb::HostFault::kFileRestore:
       return file_restore(f.file_restore().tag());
     case pb::HostFault::OP_NOT_SET:
@@ -272,7 +272,8 @@ nlohmann::json AgentFaults::memory_limit(int rank, int64_t bytes) {
   if (bytes < (1 << 20)) {
     raise<Error>("memory_limit: {} bytes is below 1 MiB (a process cannot start in it)", bytes);
   }
-  if (groups_.count(rank)) raise<Error>("memory_limit: rank {} has a limit on {} already", rank, host_);
+  if (groups_.count(rank))
+    raise<Error>("memory_limit: rank {} has a limit on {} already", rank, host_);
   const std::string root = faults::memory_cgroup_root();
   faults::sweep_stale_cgroups(root);
   auto g = std::make_unique<Group>();
@@ -310,9 +311,10 @@ nlohmann::json AgentFaults::memory_limit(int rank, int64_t bytes) {
 AgentFaults::Group& AgentFaults::group(int rank, const std::string& what) {
   auto it = groups_.find(rank);
   if (it == groups_.end()) {
-    raise<Error>("{}: rank {} has no memory cgroup of this agent on {} (refused: the agent touches "
-                 "only the groups it made)",
-                 what, rank, host_);
+    raise<Error>(
+        "{}: rank {} has no memory cgroup of this agent on {} (refused: the agent touches "
+        "only the groups it made)",
+        what, rank, host_);
   }
   return *it->second;
 }
@@ -333,8 +335,8 @@ nlohmann::json AgentFaults::disk_full(const std::string& rel, int64_t bytes) {
   if (mounts_.count(rel)) raise<Error>("disk_full: {} is mounted by this agent already", where);
   fs::create_directories(where);
   const std::string opts = fmt::format("size={},mode=0755", bytes);
-  if (::mount("faultline-disk-full", where.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
-              opts.c_str()) != 0) {
+  if (::mount("faultline-disk-full", where.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) !=
+      0) {
     raise<Error>("disk_full: cannot mount a tmpfs ({}) on {}: {}", opts, where,
                  std::strerror(errno));
   }

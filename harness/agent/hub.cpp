@@ -341,7 +341,8 @@ nlohmann::json AgentHub::host_fault(int node, const faults::HostFaultOp& op) {
   const std::string& host = impl_->s.hosts.at(static_cast<size_t>(node));
   if (!r.ok) raise<Error>("{} on host {} (agent): {}", op.op, host, r.output);
   auto report = nlohmann::json::parse(r.output, nullptr, false);
-  if (report.is_discarded()) raise<Error>("{} on host {}: the agent's report is not JSON", op.op, host);
+  if (report.is_discarded())
+    raise<Error>("{} on host {}: the agent's report is not JSON", op.op, host);
   return report;
 }
 

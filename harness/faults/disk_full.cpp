@@ -55,10 +55,10 @@ class DiskFullFault : public FaultOf<DiskFullFault> {
       op.bytes = bytes;
       const auto r = a->host_fault(node, op);
       nodes.push_back(node);
-      h.record("disk_full",
-               {{"path", path}, {"size_bytes", bytes}, {"via", "agent"}, {"host", host},
-                {"agent", r}},
-               rank, fmt::format("{} is a {}-byte filesystem on {}", path, bytes, host));
+      h.record(
+          "disk_full",
+          {{"path", path}, {"size_bytes", bytes}, {"via", "agent"}, {"host", host}, {"agent", r}},
+          rank, fmt::format("{} is a {}-byte filesystem on {}", path, bytes, host));
     }
   }
 

@@ -95,9 +95,9 @@ class FileFault : public FaultOf<FileFault> {
     for (auto& [file, backup] : backups) {
       try {
         fs::copy_file(backup, file, fs::copy_options::overwrite_existing);
-        h.hist.harness("fault_healed", {{"fault", "file"},
-                                        {"path", fs::relative(file, h.dir).string()},
-                                        {"via", "local"}});
+        h.hist.harness(
+            "fault_healed",
+            {{"fault", "file"}, {"path", fs::relative(file, h.dir).string()}, {"via", "local"}});
       } catch (const std::exception& e) {
         try {
           h.hist.harness("heal_error", {{"fault", "file"}, {"error", e.what()}});

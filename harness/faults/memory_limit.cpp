@@ -172,11 +172,11 @@ void MemoryLimitFault::setup_on_host(Host& h) {
   }
   const auto r = a->host_fault(node, {"memory_limit", rank, bytes});
   host_group = r.value("cgroup", "");
-  h.record("memory_limit",
-           {{"bytes", bytes}, {"cgroup", host_group}, {"via", "agent"}, {"host", host},
-            {"agent", r}},
-           rank, fmt::format("rank {} limited to {} bytes (cgroup on {}, by its agent)", rank,
-                             bytes, host));
+  h.record(
+      "memory_limit",
+      {{"bytes", bytes}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}, {"agent", r}},
+      rank,
+      fmt::format("rank {} limited to {} bytes (cgroup on {}, by its agent)", rank, bytes, host));
 }
 
 void MemoryLimitFault::explain_exit(Host& h, int r, nlohmann::json& exit) {
@@ -232,8 +232,8 @@ void MemoryLimitFault::heal_on_host(Host& h) {
   try {
     const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
     auto* a = h.box.agents();
-    nlohmann::json d = {{"fault", "memory_limit"}, {"cgroup", host_group}, {"via", "agent"},
-                        {"host", host}};
+    nlohmann::json d = {
+        {"fault", "memory_limit"}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}};
     if (a && a->up(node)) {
       const auto r = a->host_fault(node, {"memory_release", rank});
       d["removed"] = r.value("removed", false);
@@ -282,10 +282,11 @@ class MemoryLimitKind : public FaultKind {
                       "hold it on its own machine); leave device_arena out");
     }
     if (!launcher_has_rank_processes(c.s.launcher) && c.s.hosts.empty()) {
-      loader::fail_at(c.file, item, c.at + ".memory_limit",
-                      "a per-rank memory limit needs topology.launcher: " +
-                          rank_process_launchers() + ", or topology.hosts (the rank's host agent "
-                          "applies it)");
+      loader::fail_at(
+          c.file, item, c.at + ".memory_limit",
+          "a per-rank memory limit needs topology.launcher: " + rank_process_launchers() +
+              ", or topology.hosts (the rank's host agent "
+              "applies it)");
     }
     return f;
   }

@@ -182,8 +182,7 @@ TEST_F(AgentFaultsTest, FileDamageStaysInTheRunDirectory) {
   EXPECT_NE(refusal(a, f).find("is absolute"), std::string::npos);
   fs::create_directory_symlink(base_ / "outside", dir_ + "/escape");
   d->set_glob("escape/*");  // through a link out of the run directory
-  EXPECT_EQ(refusal(a, f), "file_damage: 'escape/*' resolves to " +
-                               (base_ / "outside").string() +
+  EXPECT_EQ(refusal(a, f), "file_damage: 'escape/*' resolves to " + (base_ / "outside").string() +
                                "/*, outside the run directory " + dir_ + "; refused");
   d->set_glob("nothing/*");
   EXPECT_EQ(refusal(a, f), "no file in the run directory matches 'nothing/*' (on host h1)");

@@ -11,6 +11,7 @@
 #       files   a file fault on rank 2 deletes its checkpoint shard through host 1's agent once
 #               the run ended; the restart from that checkpoint fails on the missing shard, and
 #               the shard is back in place when the run is over
+#       input   a memory limit over hosts validates, with a device arena it is refused (no root)
 # Each checks `via: agent` in the history and that nothing is left on any host: no process or
 # agent of the run, no cgroup of it, no mount of it, no chain. Exit 77 (skipped) without root,
 # ip netns, or a writable cgroup v1 memory hierarchy (memory).
@@ -18,6 +19,30 @@ set -euo pipefail
 faultline=$1 src=$2 case=$3
 fail() { echo "FAIL: $*" >&2; exit 1; }
 cgroot=${FAULTLINE_CGROUP_ROOT:-/sys/fs/cgroup/memory}
+if [[ $case == input ]]; then
+  # What the file alone tells (no root, no hosts): a memory limit needs rank processes or hosts.
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  check() {  # YAML, then "ok" or a text the error must contain
+    printf '%s\n' "name: t" "$1" "expect: {oracle: completed}" >"$tmp/s.yaml"
+    local out
+    if out=$("$faultline" validate "$tmp/s.yaml" 2>&1); then
+      [[ $2 == ok ]] || fail "accepted: $1"
+    else
+      [[ $2 != ok ]] || fail "refused: $1: $out"
+      grep -qF -- "$2" <<<"$out" || fail "for '$1' want '$2', got: $out"
+    fi
+  }
+  hosts='topology: {ranks: 2, launcher: mpirun, hosts: [a, b]}'
+  check "$hosts"$'\nfaults: [{memory_limit: 300m, rank: 1}]' ok
+  check "$hosts"$'\nfaults: [{disk_full: {path: checkpoints, size: 16k}, rank: 1}]' ok
+  check "$hosts"$'\nfaults: [{memory_limit: 300m, device_arena: 512m, rank: 1}]' \
+    'faults[0].device_arena: a device arena is not supported with topology.hosts'
+  check $'topology: {ranks: 2, launcher: mpirun}\nfaults: [{memory_limit: 300m, rank: 1}]' \
+    'or topology.hosts (the rank'"'"'s host agent applies it)'
+  echo "input ok"
+  exit 0
+fi
 if [[ $EUID -ne 0 ]] || ! unshare --net --mount true 2>/dev/null || ! ip netns list >/dev/null 2>&1; then
   echo "SKIP: hosts as namespaces need root (creating namespaces) and ip netns"
   exit 77
