@@ -51,6 +51,22 @@ std::string memory_cgroup_of(pid_t pid) {
   return "";
 }
 
+// How long ago `pid` started (ms; -1 when unknown): /proc/PID/stat's start time against uptime.
+double age_ms(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  for (int i = 3; i < 22 && rest >> field;) ++i;  // fields 3..21, then 22 is the start time
+  double start_ticks = 0, uptime_s = 0;
+  if (!(rest >> start_ticks)) return -1;
+  std::ifstream("/proc/uptime") >> uptime_s;
+  return (uptime_s - start_ticks / static_cast<double>(::sysconf(_SC_CLK_TCK))) * 1000.0;
+}
+
 }  // namespace
 
 // One rank's memory cgroup on this host, and the watcher that moves the rank's processes into it
@@ -62,6 +78,7 @@ struct AgentFaults::Group {
   std::optional<faults::Cgroup> cg;
   std::mutex mu;
   std::map<pid_t, std::string> adopted;  // pid -> the memory cgroup it came from
+  std::vector<double> adopted_ms;        // how long after its start each was moved in
   std::vector<std::string> errors;
   std::atomic<bool> stop{false};
   std::thread watcher;
@@ -97,6 +114,7 @@ struct AgentFaults::Group {
         cg->write("cgroup.procs", std::to_string(pid));
         std::lock_guard lock(mu);
         adopted[pid] = from;
+        adopted_ms.push_back(age_ms(pid));
       } catch (const std::exception& x) {
         std::lock_guard lock(mu);
         if (errors.size() < 8) errors.push_back(x.what());
@@ -134,6 +152,7 @@ struct AgentFaults::Group {
             {"oom_kills", number_after(oom, "oom_kill")},
             {"under_oom", number_after(oom, "under_oom")},
             {"pids", pids},
+            {"adopted_after_ms", adopted_ms},
             {"alive", alive},
             {"errors", errors}};
   }

@@ -214,6 +214,7 @@ void MemoryLimitFault::report_on_host(Host& h) {
                   {"max_usage", status.value("max_usage", int64_t{0})},
                   {"failcnt", status.value("failcnt", int64_t{0})},
                   {"oom_kills", kills},
+                  {"adopted_after_ms", status.value("adopted_after_ms", nlohmann::json::array())},
                   {"via", "agent"},
                   {"host", host}},
                  rank);

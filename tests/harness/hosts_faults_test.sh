@@ -121,7 +121,9 @@ assert mem and mem[0]["oom_kills"] >= 1 and 0 < mem[0]["max_usage"] <= 250 << 20
 healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "memory_limit"]
 assert len(healed) == 1 and healed[0]["via"] == "agent" and healed[0]["removed"] is True, healed
 assert not [e for e in ev if e["kind"] in ("agent_lost", "heal_error")]
-print("memory ok:", lim["cgroup"], "kills", oom[0]["data"]["kills"], "max_usage", mem[0]["max_usage"])
+assert len(mem[0]["adopted_after_ms"]) >= 1, mem
+print("memory ok:", lim["cgroup"], "kills", oom[0]["data"]["kills"], "max_usage", mem[0]["max_usage"],
+      "moved in after (ms)", mem[0]["adopted_after_ms"])
 PY
   nothing_left "$tmp/r/mem"
   ;;
