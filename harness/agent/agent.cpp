@@ -164,6 +164,7 @@ int run_agent(const AgentOptions& o) {
     return 2;
   }
   say(o, fmt::format("attached to {} (pid {})", o.control, ::getpid()));
+  for (const auto& line : AgentFaults::sweep_stale()) say(o, "stale: " + line);
 
   std::vector<std::vector<std::string>> on_loss;
   std::map<std::string, int> held;  // squatted ports (closed when the agent ends)

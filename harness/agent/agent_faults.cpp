@@ -1,5 +1,6 @@
 #include "harness/agent/agent_faults.hpp"
 
+#include <signal.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -31,6 +32,8 @@ namespace fs = std::filesystem;
 namespace pb = faultline::v1;
 
 namespace {
+
+constexpr const char* kDiskSource = "faultline-disk-full.";  // + the agent's pid
 
 int64_t number_after(const std::string& text, const std::string& key) {
   const auto at = text.find(key + " ");
@@ -354,8 +357,9 @@ nlohmann::json AgentFaults::disk_full(const std::string& rel, int64_t bytes) {
   if (mounts_.count(rel)) raise<Error>("disk_full: {} is mounted by this agent already", where);
   fs::create_directories(where);
   const std::string opts = fmt::format("size={},mode=0755", bytes);
-  if (::mount("faultline-disk-full", where.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) !=
-      0) {
+  // The source names this agent: the next agent on the host removes it should this one die.
+  const std::string source = fmt::format("{}{}", kDiskSource, ::getpid());
+  if (::mount(source.c_str(), where.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) != 0) {
     raise<Error>("disk_full: cannot mount a tmpfs ({}) on {}: {}", opts, where,
                  std::strerror(errno));
   }
@@ -421,6 +425,37 @@ nlohmann::json AgentFaults::file_restore(const std::string& tag) {
   }
   backups_.erase(it);
   return {{"restored", restored}, {"errors", errors}, {"host", host_}};
+}
+
+std::vector<std::string> AgentFaults::sweep_stale() {
+  std::vector<std::string> lines;
+  const std::string root = faults::memory_cgroup_root();
+  if (const int n = faults::sweep_stale_cgroups(root); n > 0) {
+    lines.push_back(fmt::format("removed {} cgroup(s) of agents or harnesses that are gone", n));
+  }
+  // /proc/self/mountinfo: "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS... - FSTYPE SOURCE SUPEROPTS".
+  std::ifstream info("/proc/self/mountinfo");
+  std::vector<std::string> stale;
+  for (std::string line; std::getline(info, line);) {
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream head(line.substr(0, dash)), tail(line.substr(dash + 3));
+    std::string f, point, fstype, source;
+    for (int i = 0; i < 5 && head >> f; ++i) point = f;
+    tail >> fstype >> source;
+    if (fstype != "tmpfs" || source.rfind(kDiskSource, 0) != 0) continue;
+    const std::string owner_s = source.substr(std::strlen(kDiskSource));
+    if (owner_s.empty() || owner_s.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t owner = std::atoi(owner_s.c_str());
+    if (owner <= 0 || owner == ::getpid() || ::kill(owner, 0) == 0 || errno == EPERM) continue;
+    stale.push_back(point);
+  }
+  for (const auto& point : stale) {
+    const bool ok = ::umount2(point.c_str(), MNT_DETACH) == 0;
+    lines.push_back(ok ? fmt::format("unmounted {} (its agent is gone)", point)
+                       : fmt::format("cannot unmount {}: {}", point, std::strerror(errno)));
+  }
+  return lines;
 }
 
 std::vector<std::string> AgentFaults::cleanup() {

@@ -41,6 +41,9 @@ class AgentFaults {
   // Undoes everything still in place, newest first: restores files, unmounts, releases cgroups.
   // One line per thing undone (or that could not be); never throws.
   std::vector<std::string> cleanup();
+  // What agents (or harnesses) that died left on this host: memory cgroups named after a pid
+  // that is gone, tmpfs mounts of a disk_full whose agent is gone. One line per thing removed.
+  static std::vector<std::string> sweep_stale();
 
   // RUN_DIR/REL as an absolute path, or Error when REL is empty, absolute, has a `..` component,
   // or resolves (through links) outside the run directory; `what` names the request.

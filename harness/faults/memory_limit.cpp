@@ -226,7 +226,7 @@ void MemoryLimitFault::report_on_host(Host& h) {
 }
 
 // Before teardown, while the agent is up: it moves what is left back and removes the group. A
-// lost agent cannot; its group stays until a later run's sweep of stale groups on that host.
+// lost agent cannot; its group stays until the next agent on that host sweeps it.
 void MemoryLimitFault::heal_on_host(Host& h) {
   if (released || host_group.empty()) return;
   released = true;
@@ -243,7 +243,7 @@ void MemoryLimitFault::heal_on_host(Host& h) {
       d["max_usage"] = r.value("max_usage", 0);
       h.hist.harness("fault_healed", d, rank);
     } else {
-      d["error"] = "the host's agent is gone: its group waits for a later run's sweep";
+      d["error"] = "the host's agent is gone: the next agent on the host removes its group";
       h.hist.harness("heal_error", d, rank);
     }
   } catch (const std::exception& e) {

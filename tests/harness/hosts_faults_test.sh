@@ -11,6 +11,8 @@
 #       files   a file fault on rank 2 deletes its checkpoint shard through host 1's agent once
 #               the run ended; the restart from that checkpoint fails on the missing shard, and
 #               the shard is back in place when the run is over
+#       killed  host 1's agent is killed with its tmpfs mounted (exit 2, heal_error); the next
+#               run's agent on host 1 removes the mount (its source names the dead agent's pid)
 #       input   a memory limit over hosts validates, with a device arena it is refused (no root)
 # Each checks `via: agent` in the history and that nothing is left on any host: no process or
 # agent of the run, no cgroup of it, no mount of it, no chain. Exit 77 (skipped) without root,
@@ -63,6 +65,12 @@ read -r h1 a1 <<<"${lines[1]}"
 agent=$hosts/netns-rsh
 topo="topology: {ranks: 4, tp: 2, launcher: mpirun, hosts: [$h0=$a0, $h1=$a1], rsh_agent: $agent}"
 
+# The disk_full mounts in host $1's mount namespace: "TARGET SOURCE" lines.
+mounts_on() {
+  nsenter --mount="/run/faultline-hosts/$prefix/$1.mnt" findmnt -rn -t tmpfs -o TARGET,SOURCE |
+    grep faultline-disk-full || true
+}
+
 # After a run (passed or failed): nothing of it on any host.
 nothing_left() {  # RUN_DIR
   local d=$1 id
@@ -74,12 +82,11 @@ nothing_left() {  # RUN_DIR
     fail "a cgroup of the run is left"
   fi
   for h in "$h0" "$h1"; do
-    if nsenter --mount="/run/faultline-hosts/$prefix/$h.mnt" findmnt -rn -S faultline-disk-full | grep -qF "$d"; then
-      fail "a mount of the run is left on $h"
-    fi
+    if mounts_on "$h" | grep -qF "$d/"; then fail "a mount of the run is left on $h"; fi
     if ip netns exec "$h" iptables -S | grep -q 'FL-'; then fail "a chain of the run is left on $h"; fi
   done
-  ! findmnt -rn -S faultline-disk-full | grep -qF "$d" || fail "a mount of the run is left here"
+  ! findmnt -rn -t tmpfs -o TARGET,SOURCE | grep faultline-disk-full | grep -qF "$d/" ||
+    fail "a mount of the run is left here"
 }
 
 case $case in
@@ -197,6 +204,53 @@ assert not os.path.exists(os.path.join(d, ".faultline")), "backups left"
 print("files ok:", paths)
 PY
   nothing_left "$tmp/r/files"
+  ;;
+killed)
+  # Host 1's agent is killed mid-run with its tmpfs mounted: it cannot unmount it, the run ends
+  # with exit 2 and a heal_error naming the host; the next run's agent on host 1 removes it.
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-agent-killed
+$topo
+workload: {steps: 100000}
+faults:
+  - disk_full: {path: checkpoints, size: 64m}
+    rank: 2
+timeouts: {run_s: 60}
+expect: {oracle: completed}
+Y
+  "$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id killed -q >"$tmp/out" 2>&1 &
+  run=$!
+  pid=""
+  for _ in $(seq 1 600); do
+    if grep -qs '"kind":"step"' "$tmp/r/killed/ranks/rank0/events.jsonl"; then
+      pid=$(pgrep -f -- "^[^ ]*/faultline agent --control unix:$tmp/r/killed/control.sock --host $h1 " || true)
+      [[ -n $pid ]] && break
+    fi
+    sleep 0.1
+  done
+  [[ -n $pid ]] || { kill "$run"; cat "$tmp/out"; fail "no step or no agent on $h1"; }
+  kill -KILL "$pid"
+  set +e
+  wait "$run"
+  status=$?
+  set -e
+  cat "$tmp/out"
+  [[ $status -eq 2 ]] || fail "exit $status after losing an agent, want 2"
+  grep -q '"kind":"heal_error".*"disk_full".*'"$h1" "$tmp/r/killed/history.jsonl" ||
+    fail "no heal_error naming $h1"
+  mounts_on "$h1" | grep -qF "$tmp/r/killed/checkpoints" || fail "the killed agent's mount is not there"
+  cat >"$tmp/n.yaml" <<Y
+name: hosts-next
+$topo
+workload: {steps: 2}
+expect: {oracle: completed}
+Y
+  "$faultline" run "$tmp/n.yaml" --results "$tmp/r" --run-id next -q || fail "the next run failed"
+  grep -q "stale: unmounted $tmp/r/killed/checkpoints (its agent is gone)" "$tmp/r/next/helpers.log" ||
+    { cat "$tmp/r/next/helpers.log"; fail "the next agent on $h1 did not remove the stale mount"; }
+  nothing_left "$tmp/r/killed"
+  nothing_left "$tmp/r/next"
+  echo "agent_killed ok"
   ;;
 *) fail "unknown case $case" ;;
 esac
