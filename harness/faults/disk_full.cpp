@@ -68,8 +68,7 @@ class DiskFullFault : public FaultOf<DiskFullFault> {
       try {
         auto* a = h.box.agents();
         if (!a || !a->up(node))
-          raise<Error>("the agent of host {} is gone (it unmounts what it mounted when it ends)",
-                       host);
+          raise<Error>("the agent of host {} is gone (the next agent there unmounts it)", host);
         HostFaultOp op{"disk_free"};
         op.path = path;
         const auto r = a->host_fault(node, op);

@@ -74,9 +74,11 @@ class FileFault : public FaultOf<FileFault> {
       const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
       try {
         auto* a = h.box.agents();
-        if (!a || !a->up(node))
-          raise<Error>("the agent of host {} is gone (it restores what it damaged when it ends)",
-                       host);
+        if (!a || !a->up(node)) {
+          restore_from_agent_copies(h, host);
+          tag.clear();
+          return heal_local(h);
+        }
         HostFaultOp op{"file_restore"};
         op.tag = tag;
         const auto r = a->host_fault(node, op);
@@ -92,6 +94,33 @@ class FileFault : public FaultOf<FileFault> {
       }
       tag.clear();
     }
+    heal_local(h);
+  }
+
+  // The agent is gone: its copies are in the shared run directory (agent_faults.cpp keeps them
+  // under .faultline/agent-HOST/TAG/), so the harness puts the files back itself.
+  void restore_from_agent_copies(Host& h, const std::string& host) {
+    const fs::path root = fs::path(h.dir) / ".faultline" / ("agent-" + host) / tag;
+    std::error_code ec;
+    if (!fs::is_directory(root, ec)) {
+      raise<Error>("the agent of host {} is gone and its copies are not in {} (not shared)", host,
+                   root.string());
+    }
+    for (auto it = fs::recursive_directory_iterator(root, ec);
+         it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (ec) break;
+      if (!it->is_regular_file() || it->is_symlink()) continue;
+      const std::string rel = fs::relative(it->path(), root).string();
+      fs::copy_file(it->path(), h.dir + "/" + rel, fs::copy_options::overwrite_existing);
+      h.hist.harness("fault_healed", {{"fault", "file"},
+                                      {"path", rel},
+                                      {"via", "harness"},
+                                      {"host", host},
+                                      {"note", "the agent is gone: from its copies"}});
+    }
+  }
+
+  void heal_local(Host& h) {
     for (auto& [file, backup] : backups) {
       try {
         fs::copy_file(backup, file, fs::copy_options::overwrite_existing);

@@ -11,8 +11,9 @@
 #       files   a file fault on rank 2 deletes its checkpoint shard through host 1's agent once
 #               the run ended; the restart from that checkpoint fails on the missing shard, and
 #               the shard is back in place when the run is over
-#       killed  host 1's agent is killed with its tmpfs mounted (exit 2, heal_error); the next
-#               run's agent on host 1 removes the mount (its source names the dead agent's pid)
+#       killed  host 1's agent is killed with its tmpfs mounted and a file truncated (exit 2,
+#               heal_error): the harness puts the file back from the agent's copies on the shared
+#               run directory, and the next run's agent on host 1 removes the mount
 #       input   a memory limit over hosts validates, with a device arena it is refused (no root)
 # Each checks `via: agent` in the history and that nothing is left on any host: no process or
 # agent of the run, no cgroup of it, no mount of it, no chain. Exit 77 (skipped) without root,
@@ -215,6 +216,9 @@ workload: {steps: 100000}
 faults:
   - disk_full: {path: checkpoints, size: 64m}
     rank: 2
+  - file: {path: scenario.yaml, action: truncate, bytes: 5}
+    rank: 2
+    at: launch
 timeouts: {run_s: 60}
 expect: {oracle: completed}
 Y
@@ -239,6 +243,17 @@ Y
   grep -q '"kind":"heal_error".*"disk_full".*'"$h1" "$tmp/r/killed/history.jsonl" ||
     fail "no heal_error naming $h1"
   mounts_on "$h1" | grep -qF "$tmp/r/killed/checkpoints" || fail "the killed agent's mount is not there"
+  # The file its agent truncated was put back by the harness from the agent's copies.
+  python3 - "$tmp/r/killed" "$h1" <<'PY'
+import json, os, sys
+d, h1 = sys.argv[1:]
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+cut = [e["data"] for e in ev if e["kind"] == "fault_injected" and e["data"]["fault"] == "file"]
+assert len(cut) == 1 and cut[0]["via"] == "agent" and cut[0]["host"] == h1, cut
+healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "file"]
+assert len(healed) == 1 and healed[0]["via"] == "harness" and healed[0]["path"] == "scenario.yaml", healed
+assert os.path.getsize(d + "/scenario.yaml") == cut[0]["size"], "scenario.yaml not restored"
+PY
   cat >"$tmp/n.yaml" <<Y
 name: hosts-next
 $topo
