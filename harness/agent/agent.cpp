@@ -25,6 +25,7 @@
 #include "base/control_auth.hpp"
 #include "base/subprocess.hpp"
 #include "harness/agent/relay.hpp"
+#include "harness/agent/agent_faults.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 
 namespace fl::harness {
@@ -163,6 +164,7 @@ int run_agent(const AgentOptions& o) {
   reg.set_host(o.host);
   reg.set_pid(static_cast<int>(::getpid()));
   reg.add_can("signal");
+  for (const char* f : {"memory_limit", "disk_full", "file"}) reg.add_can(f);  // agent_faults.cpp
   for (const auto& t : kTools) {
     if (on_path(t)) reg.add_can(t);
   }
@@ -179,9 +181,11 @@ int run_agent(const AgentOptions& o) {
   say(o, fmt::format("attached to {} (pid {}; relay {})", o.control, ::getpid(),
                      reg.relay_addr().empty() ? std::string("none") : reg.relay_addr()));
   Heartbeat heartbeat(write, std::chrono::milliseconds(std::max(reg.heartbeat_ms(), 50)));
+  for (const auto& line : AgentFaults::sweep_stale()) say(o, "stale: " + line);
 
   std::vector<std::vector<std::string>> on_loss;
   std::map<std::string, int> held;  // squatted ports (closed when the agent ends)
+  AgentFaults host_faults(o.run_dir, o.host, secret);  // cgroups, mounts, damaged files
   bool stopped = false;
   pb::AgentCommand cmd;
   while (!stopped && stream->Read(&cmd)) {
@@ -242,6 +246,14 @@ int run_agent(const AgentOptions& o) {
       const int n = relay.deliver(cmd.rank(), cmd.worker());
       r.set_ok(n > 0);
       r.set_status(n);
+    } else if (cmd.action() == "fault" && cmd.has_fault()) {
+      try {
+        r.set_output(host_faults.apply(cmd.fault()).dump());
+        r.set_ok(true);
+      } catch (const std::exception& e) {
+        r.set_output(e.what());
+      }
+      say(o, fmt::format("fault {} -> {}", cmd.fault().ShortDebugString(), r.output()));
     } else if (cmd.action() == "stop") {
       relay.stop();  // the ranks are gone: what they sent is forwarded, the counts are final
       r.set_relayed_batches(relay.batches());
@@ -250,7 +262,7 @@ int run_agent(const AgentOptions& o) {
       stopped = true;
     } else {
       r.set_output(fmt::format(
-          "unknown action '{}' (allowed: run, signal, on_loss, squat, release, stop, worker)",
+          "unknown action '{}' (allowed: run, signal, on_loss, squat, release, fault, stop, worker)",
           cmd.action()));
     }
     if (!write(r)) break;
@@ -261,6 +273,8 @@ int run_agent(const AgentOptions& o) {
     std::lock_guard lock(wmu);
     open = false;
   }
+  // What the harness did not heal (it failed, or never got to it) is undone here.
+  for (const auto& line : host_faults.cleanup()) say(o, "cleanup: " + line);
   if (stopped) {
     stream->WritesDone();
     say(o, "stopped by the harness");

@@ -17,6 +17,7 @@
 #include "base/error.hpp"
 #include "harness/agent/relay.hpp"
 #include "harness/agent/silence.hpp"
+#include "harness/agent/agent_faults.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/controller.hpp"
 #include "harness/run/history.hpp"
@@ -483,6 +484,19 @@ void AgentHub::squat(int node, int port, bool hold) {
   const auto r = impl_->call(node, cmd);
   if (!r.ok)
     raise<Error>("agent on host {}: {}", impl_->s.hosts.at(static_cast<size_t>(node)), r.output);
+}
+
+nlohmann::json AgentHub::host_fault(int node, const faults::HostFaultOp& op) {
+  pb::AgentCommand cmd;
+  cmd.set_action("fault");
+  *cmd.mutable_fault() = host_fault_request(op);
+  const auto r = impl_->call(node, cmd);
+  const std::string& host = impl_->s.hosts.at(static_cast<size_t>(node));
+  if (!r.ok) raise<Error>("{} on host {} (agent): {}", op.op, host, r.output);
+  auto report = nlohmann::json::parse(r.output, nullptr, false);
+  if (report.is_discarded())
+    raise<Error>("{} on host {}: the agent's report is not JSON", op.op, host);
+  return report;
 }
 
 }  // namespace fl::harness

@@ -26,6 +26,9 @@ class Cgroup {
   bool removed_ = false;
 };
 
+// The cgroup v1 memory hierarchy memory_limit uses (FAULTLINE_CGROUP_ROOT; memory_limit.cpp).
+std::string memory_cgroup_root();
+
 // Removes the groups under `root` left by harnesses that are gone; returns how many.
 int sweep_stale_cgroups(const std::string& root);
 

@@ -1,9 +1,11 @@
 // disk_full: a directory of the run is a small filesystem (a tmpfs in the run's mount namespace):
-// writes fail with ENOSPC once it fills (a checkpoint to a full disk).
+// writes fail with ENOSPC once it fills (a checkpoint to a full disk). With topology.hosts the
+// hosts' agents mount it on their own host instead.
 #include <filesystem>
 
 #include <fmt/format.h>
 
+#include "base/error.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/run/history.hpp"
@@ -21,22 +23,74 @@ class DiskFullFault : public FaultOf<DiskFullFault> {
   bool mounted = false;
 
   nlohmann::json params() const override { return {{"path", path}, {"size_bytes", bytes}}; }
+  std::vector<int> nodes;  // topology.hosts: the hosts whose agents mounted it
+
   void setup(Host& h) override {
+    if (!h.s.hosts.empty()) return setup_on_hosts(h);
     const std::string where = h.dir + "/" + path;
     std::filesystem::create_directories(where);
     run_tool(h.box.in_mount({"mount", "-t", "tmpfs", "-o", fmt::format("size={},mode=0755", bytes),
                              "faultline-disk-full", where}));
     mounted = true;
-    h.record("disk_full", {{"path", path}, {"size_bytes", bytes}}, -1,
+    h.record("disk_full", {{"path", path}, {"size_bytes", bytes}, {"via", "local"}}, -1,
              fmt::format("{} is a {}-byte filesystem", path, bytes));
   }
+
+  // topology.hosts: the agent of `rank`'s host (of every host without a rank) mounts the tmpfs
+  // there, where that host's ranks see it (harness/agent/agent_faults.cpp).
+  void setup_on_hosts(Host& h) {
+    std::vector<int> want;
+    if (rank >= 0) {
+      want.push_back(host_of_rank(h.s, rank));
+    } else {
+      for (size_t k = 0; k < h.s.hosts.size(); ++k) want.push_back(static_cast<int>(k));
+    }
+    for (int node : want) {
+      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+      auto* a = h.box.agents();
+      if (!a || !a->up(node))
+        raise<Error>("disk_full on host {} needs its agent (it is not up)", host);
+      HostFaultOp op{"disk_full"};
+      op.path = path;
+      op.bytes = bytes;
+      const auto r = a->host_fault(node, op);
+      nodes.push_back(node);
+      h.record(
+          "disk_full",
+          {{"path", path}, {"size_bytes", bytes}, {"via", "agent"}, {"host", host}, {"agent", r}},
+          rank, fmt::format("{} is a {}-byte filesystem on {}", path, bytes, host));
+    }
+  }
+
   void heal(Host& h, bool) override {
+    for (int node : nodes) {
+      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+      try {
+        auto* a = h.box.agents();
+        if (!a || !a->up(node))
+          raise<Error>("the agent of host {} is gone (the next agent there unmounts it)", host);
+        HostFaultOp op{"disk_free"};
+        op.path = path;
+        const auto r = a->host_fault(node, op);
+        h.hist.harness("fault_healed", {{"fault", "disk_full"},
+                                        {"path", r.value("unmounted", path)},
+                                        {"via", "agent"},
+                                        {"host", host}});
+      } catch (const std::exception& e) {
+        try {
+          h.hist.harness("heal_error",
+                         {{"fault", "disk_full"}, {"host", host}, {"error", e.what()}});
+        } catch (...) {
+        }
+      }
+    }
+    nodes.clear();
     if (!mounted) return;
     mounted = false;
     const std::string where = h.dir + "/" + path;
     try {
       run_tool(h.box.in_mount({"umount", "-l", where}));
-      h.hist.harness("fault_healed", {{"fault", "disk_full"}, {"path", where}});
+      h.hist.harness("fault_healed", {{"fault", "disk_full"}, {"path", where}, {"via", "local"}});
     } catch (const std::exception& e) {
       try {
         h.hist.harness("heal_error", {{"fault", "disk_full"}, {"error", e.what()}});

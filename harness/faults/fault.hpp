@@ -85,6 +85,9 @@ class Fault {
   // the next progress. Throwing Error records `fault_failed` and the run goes on.
   virtual bool inject(Host&, const Progress*, When) { return true; }
   virtual void on_rank_exit(Host&, int /*rank*/) {}
+  // A rank whose end the harness saw only through its launcher (mpirun over hosts): a fault that
+  // knows more (a host's agent saw the kernel's OOM killer end it) fills in the rank_exit data.
+  virtual void explain_exit(Host&, int /*rank*/, nlohmann::json& /*exit*/) {}
   // Before teardown (processes_gone false) and after it (true); idempotent, never throws.
   virtual void heal(Host&, bool /*processes_gone*/) {}
 };

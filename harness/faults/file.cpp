@@ -1,17 +1,17 @@
 // file: damage files of the run directory (a checkpoint shard, a data file): delete, truncate,
 // or flip bytes chosen from the scenario's seed. Every damaged file is restored when the run
-// heals, so the run directory is left as the job wrote it.
-#include <fnmatch.h>
-
+// heals, so the run directory is left as the job wrote it. With topology.hosts the agent of the
+// rank's host does it (file_ops.cpp holds what both do).
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 
-#include "base/counter_rng.hpp"
 #include "base/error.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/faults/file_ops.hpp"
+#include "harness/faults/sandbox.hpp"
 #include "harness/run/history.hpp"
 #include "harness/scenario/loader.hpp"
 
@@ -34,32 +34,99 @@ class FileFault : public FaultOf<FileFault> {
   }
   bool timed() const override { return true; }
 
+  int node = -1;    // topology.hosts: the host whose agent damaged the files
+  std::string tag;  // names this damage to that agent
+
   bool inject(Host& h, const Progress*, When) override {
-    const std::string& dir = h.dir;
-    std::vector<std::string> hits;
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(dir, ec);
-         it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (ec) break;
-      const std::string rel = fs::relative(it->path(), dir).string();
-      if (rel.rfind("tmp", 0) == 0 || rel.rfind(".faultline", 0) == 0) continue;
-      if (it->is_regular_file() && !it->is_symlink() &&
-          ::fnmatch(path.c_str(), rel.c_str(), FNM_PATHNAME) == 0) {
-        hits.push_back(rel);
-      }
-    }
-    std::sort(hits.begin(), hits.end());
+    if (!h.s.hosts.empty()) return inject_on_host(h);
+    const auto hits = match_run_files(h.dir, path);
     if (hits.empty()) raise<Error>("no file in the run directory matches '{}'", path);
     for (const auto& hit : hits) damage(h, hit);
     return true;
   }
 
+  // topology.hosts: the agent of `rank`'s host (host 0 without a rank) damages the files as that
+  // host sees them, keeps the copies, and puts them back when healed (agent_faults.cpp).
+  bool inject_on_host(Host& h) {
+    node = std::max(0, host_of_rank(h.s, rank));
+    const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+    auto* a = h.box.agents();
+    if (!a || !a->up(node)) raise<Error>("file on host {} needs its agent (it is not up)", host);
+    HostFaultOp op{"file_damage"};
+    op.path = path;
+    op.action = action;
+    op.bytes = bytes;
+    op.seed = h.s.seed;
+    op.tag = fmt::format("f{:x}", reinterpret_cast<uintptr_t>(this));
+    const auto r = a->host_fault(node, op);
+    tag = op.tag;
+    for (auto d : r.value("files", nlohmann::json::array())) {
+      const std::string rel = d.value("path", "");
+      d["via"] = "agent";
+      d["host"] = host;
+      h.record("file", d, rank, fmt::format("{} {} on {}", action, rel, host));
+    }
+    return true;
+  }
+
   void heal(Host& h, bool) override {
+    if (!tag.empty()) {
+      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+      try {
+        auto* a = h.box.agents();
+        if (!a || !a->up(node)) {
+          restore_from_agent_copies(h, host);
+          tag.clear();
+          return heal_local(h);
+        }
+        HostFaultOp op{"file_restore"};
+        op.tag = tag;
+        const auto r = a->host_fault(node, op);
+        for (const auto& rel : r.value("restored", std::vector<std::string>{})) {
+          h.hist.harness("fault_healed",
+                         {{"fault", "file"}, {"path", rel}, {"via", "agent"}, {"host", host}});
+        }
+      } catch (const std::exception& e) {
+        try {
+          h.hist.harness("heal_error", {{"fault", "file"}, {"host", host}, {"error", e.what()}});
+        } catch (...) {
+        }
+      }
+      tag.clear();
+    }
+    heal_local(h);
+  }
+
+  // The agent is gone: its copies are in the shared run directory (agent_faults.cpp keeps them
+  // under .faultline/agent-HOST/TAG/), so the harness puts the files back itself.
+  void restore_from_agent_copies(Host& h, const std::string& host) {
+    const fs::path root = fs::path(h.dir) / ".faultline" / ("agent-" + host) / tag;
+    std::error_code ec;
+    if (!fs::is_directory(root, ec)) {
+      raise<Error>("the agent of host {} is gone and its copies are not in {} (not shared)", host,
+                   root.string());
+    }
+    for (auto it = fs::recursive_directory_iterator(root, ec);
+         it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (ec) break;
+      if (!it->is_regular_file() || it->is_symlink()) continue;
+      const std::string rel = fs::relative(it->path(), root).string();
+      fs::copy_file(it->path(), h.dir + "/" + rel, fs::copy_options::overwrite_existing);
+      h.hist.harness("fault_healed", {{"fault", "file"},
+                                      {"path", rel},
+                                      {"via", "harness"},
+                                      {"host", host},
+                                      {"note", "the agent is gone: from its copies"}});
+    }
+  }
+
+  void heal_local(Host& h) {
     for (auto& [file, backup] : backups) {
       try {
         fs::copy_file(backup, file, fs::copy_options::overwrite_existing);
-        h.hist.harness("fault_healed",
-                       {{"fault", "file"}, {"path", fs::relative(file, h.dir).string()}});
+        h.hist.harness(
+            "fault_healed",
+            {{"fault", "file"}, {"path", fs::relative(file, h.dir).string()}, {"via", "local"}});
       } catch (const std::exception& e) {
         try {
           h.hist.harness("heal_error", {{"fault", "file"}, {"error", e.what()}});
@@ -84,33 +151,8 @@ class FileFault : public FaultOf<FileFault> {
       fs::copy_file(file, backup, fs::copy_options::overwrite_existing);
       backups[file] = backup;
     }
-    const auto size = static_cast<int64_t>(fs::file_size(file));
-    nlohmann::json d = {{"action", action}, {"path", rel}, {"size", size}};
-    if (action == "delete") {
-      fs::remove(file);
-    } else if (action == "truncate") {
-      const int64_t keep = std::max<int64_t>(0, size - bytes);
-      fs::resize_file(file, static_cast<uintmax_t>(keep));
-      d["new_size"] = keep;
-    } else {
-      // Deterministic in the scenario seed: the same bytes change in every run.
-      std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
-      std::vector<int64_t> offsets;
-      for (int64_t b = 0; b < std::min(bytes, size); ++b) {
-        const uint64_t r = rng::mix(h.s.seed ^ rng::hash_name(rel) ^ rng::mix(b));
-        const auto off = static_cast<int64_t>(r % static_cast<uint64_t>(size));
-        io.seekg(off);
-        char c = 0;
-        io.read(&c, 1);
-        c = static_cast<char>(c ^ static_cast<char>(1 + (r >> 32) % 255));  // always changes
-        io.seekp(off);
-        io.write(&c, 1);
-        if (offsets.size() < 16) offsets.push_back(off);
-      }
-      io.flush();
-      d["bytes"] = std::min(bytes, size);
-      d["first_offsets"] = offsets;
-    }
+    auto d = damage_file(h.dir, rel, action, bytes, h.s.seed);
+    d["via"] = "local";
     h.record("file", d, rank, fmt::format("{} {}", action, rel));
   }
 };

@@ -19,9 +19,11 @@
 
 #include <fmt/format.h>
 
+#include "base/error.hpp"
 #include "base/settings.hpp"
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/faults/sandbox.hpp"
 #include "harness/run/history.hpp"
 #include "harness/run/launcher.hpp"
 #include "harness/run/supervisor.hpp"
@@ -37,6 +39,10 @@ FAULTLINE_SETTING(kCgroupRoot, std::string, "FAULTLINE_CGROUP_ROOT", "/sys/fs/cg
 FAULTLINE_SETTING(kArenaDir, std::string, "FAULTLINE_ARENA_DIR", "/dev/shm",
                   "tmpfs directory where memory_limit faults with device_arena create the file "
                   "backing the rank's device memory");
+
+std::string memory_cgroup_root() {
+  return kCgroupRoot.get();
+}
 
 namespace {
 
@@ -59,6 +65,11 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
   int64_t arena_bytes = 0;  // device_arena: 0 = none
   std::optional<Cgroup> group;
   std::string arena;  // the tmpfs file backing the rank's device memory
+  // topology.hosts: the rank's host, whose agent holds its cgroup (the *_on_host methods)
+  int node = -1;
+  std::string host_group;  // the cgroup there
+  nlohmann::json status;   // its counters, as the agent last reported them
+  bool released = false;
 
   nlohmann::json params() const override {
     return {{"bytes", bytes}, {"device_arena", arena_bytes}};
@@ -88,6 +99,8 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
   }
 
   void setup(Host& h) override {
+    node = host_of_rank(h.s, rank);
+    if (node >= 0) return setup_on_host(h);
     if (const int n = sweep_stale_cgroups(kCgroupRoot.get()); n > 0) {
       h.hist.harness("cleanup", {{"stale_cgroups_removed", n}});
     }
@@ -99,7 +112,7 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
     }
     group->write("memory.swappiness", "0");
     if (arena_bytes > 0) make_arena(h);
-    h.record("memory_limit", {{"bytes", bytes}, {"cgroup", group->path()}}, rank,
+    h.record("memory_limit", {{"bytes", bytes}, {"cgroup", group->path()}, {"via", "local"}}, rank,
              fmt::format("rank {} limited to {} bytes (cgroup)", rank, bytes));
   }
 
@@ -110,6 +123,7 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
 
   // What the kernel says about the rank: its peak, failures to charge, OOM kills.
   void on_rank_exit(Host& h, int r) override {
+    if (r == rank && node >= 0) return report_on_host(h);
     if (r != rank || !group) return;
     const std::string oom = group->read("memory.oom_control");
     int64_t kills = 0;
@@ -125,7 +139,13 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
     if (kills > 0) h.hist.harness("oom_kill", {{"kills", kills}, {"cgroup", group->path()}}, rank);
   }
 
+  void explain_exit(Host& h, int r, nlohmann::json& exit) override;
+  void setup_on_host(Host& h);
+  void report_on_host(Host& h);
+  void heal_on_host(Host& h);
+
   void heal(Host& h, bool processes_gone) override {
+    if (node >= 0) return heal_on_host(h);
     if (!arena.empty() && processes_gone) {
       ::unlink(arena.c_str());  // the rank's mapping, if any, keeps its pages until it exits
       arena.clear();
@@ -140,6 +160,99 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
     }
   }
 };
+
+// topology.hosts: the rank's host's agent creates the cgroup, moves the rank's processes into it
+// as they appear, reports its counters, and removes it (harness/agent/agent_faults.cpp).
+void MemoryLimitFault::setup_on_host(Host& h) {
+  const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+  auto* a = h.box.agents();
+  if (!a || !a->up(node)) {
+    raise<Error>("memory_limit on rank {} needs the agent of its host {} (it is not up)", rank,
+                 host);
+  }
+  const auto r = a->host_fault(node, {"memory_limit", rank, bytes});
+  host_group = r.value("cgroup", "");
+  h.record(
+      "memory_limit",
+      {{"bytes", bytes}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}, {"agent", r}},
+      rank,
+      fmt::format("rank {} limited to {} bytes (cgroup on {}, by its agent)", rank, bytes, host));
+}
+
+void MemoryLimitFault::explain_exit(Host& h, int r, nlohmann::json& exit) {
+  if (r != rank || node < 0 || released) return;
+  auto* a = h.box.agents();
+  if (!a || !a->up(node)) return;
+  status = a->host_fault(node, {"memory_status", rank});
+  const auto pids = status.value("pids", std::vector<int>{});
+  // The kernel's OOM killer ended the rank: its group counted a kill, and none of the processes
+  // the agent moved in is alive. The killer's signal is always SIGKILL.
+  if (status.value("oom_kills", 0) > 0 && !pids.empty() && status["alive"].empty()) {
+    exit["class"] = "signal";
+    exit["code"] = 9;
+    exit["signaled"] = true;
+    exit["signal"] = "SIGKILL";
+    exit["by_harness"] = false;
+    exit["pid"] = pids.back();
+    exit["note"] = fmt::format(
+        "killed by the kernel OOM killer in its memory cgroup on {} (the agent counted {} kill(s) "
+        "there and the rank's process gone)",
+        h.s.hosts.at(static_cast<size_t>(node)), status.value("oom_kills", 0));
+  }
+}
+
+void MemoryLimitFault::report_on_host(Host& h) {
+  auto* a = h.box.agents();
+  if (status.empty() && !released && a && a->up(node)) {
+    status = a->host_fault(node, {"memory_status", rank});
+  }
+  if (status.empty()) return;
+  const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+  const int64_t kills = status.value("oom_kills", int64_t{0});
+  h.hist.harness("cgroup_memory",
+                 {{"limit", bytes},
+                  {"max_usage", status.value("max_usage", int64_t{0})},
+                  {"failcnt", status.value("failcnt", int64_t{0})},
+                  {"oom_kills", kills},
+                  {"adopted_after_ms", status.value("adopted_after_ms", nlohmann::json::array())},
+                  {"via", "agent"},
+                  {"host", host}},
+                 rank);
+  if (kills > 0) {
+    h.hist.harness("oom_kill",
+                   {{"kills", kills}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}},
+                   rank);
+  }
+}
+
+// Before teardown, while the agent is up: it moves what is left back and removes the group. A
+// lost agent cannot; its group stays until the next agent on that host sweeps it.
+void MemoryLimitFault::heal_on_host(Host& h) {
+  if (released || host_group.empty()) return;
+  released = true;
+  try {
+    const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+    auto* a = h.box.agents();
+    nlohmann::json d = {
+        {"fault", "memory_limit"}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}};
+    if (a && a->up(node)) {
+      const auto r = a->host_fault(node, {"memory_release", rank});
+      d["removed"] = r.value("removed", false);
+      d["moved_back"] = r.value("moved_back", 0);
+      d["oom_kills"] = r.value("oom_kills", 0);
+      d["max_usage"] = r.value("max_usage", 0);
+      h.hist.harness("fault_healed", d, rank);
+    } else {
+      d["error"] = "the host's agent is gone: the next agent on the host removes its group";
+      h.hist.harness("heal_error", d, rank);
+    }
+  } catch (const std::exception& e) {
+    try {
+      h.hist.harness("heal_error", {{"fault", "memory_limit"}, {"error", e.what()}}, rank);
+    } catch (...) {
+    }
+  }
+}
 
 class MemoryLimitKind : public FaultKind {
  public:
@@ -164,10 +277,17 @@ class MemoryLimitKind : public FaultKind {
     if (!item["rank"] || item["rank"].as<int>() < 0) {
       loader::fail_at(c.file, item, c.at + ".rank", "a memory limit needs a rank (0 or more)");
     }
-    if (!launcher_has_rank_processes(c.s.launcher)) {
+    if (!c.s.hosts.empty() && f->arena_bytes > 0) {
+      loader::fail_at(c.file, item["device_arena"], c.at + ".device_arena",
+                      "a device arena is not supported with topology.hosts (the harness would "
+                      "hold it on its own machine); leave device_arena out");
+    }
+    if (!launcher_has_rank_processes(c.s.launcher) && c.s.hosts.empty()) {
       loader::fail_at(
           c.file, item, c.at + ".memory_limit",
-          "a per-rank memory limit needs topology.launcher: " + rank_process_launchers());
+          "a per-rank memory limit needs topology.launcher: " + rank_process_launchers() +
+              ", or topology.hosts (the rank's host agent "
+              "applies it)");
     }
     return f;
   }

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/subprocess.hpp"
 
 namespace fl::harness {
@@ -22,6 +24,18 @@ struct Scenario;
 }  // namespace fl::harness
 
 namespace fl::harness::faults {
+
+// A fault the host's agent applies itself (HostFault in faultline.proto; agent_faults.hpp).
+struct HostFaultOp {
+  // memory_limit, memory_status, memory_release, disk_full, disk_free, file_damage, file_restore
+  std::string op;
+  int rank = -1;       // memory_*
+  int64_t bytes = 0;   // memory_limit: the limit; disk_full: the size; file_damage: bytes hit
+  std::string path;    // disk_full, disk_free: run-directory relative; file_damage: the glob
+  std::string action;  // file_damage: delete, truncate, corrupt
+  uint64_t seed = 0;   // file_damage
+  std::string tag;     // file_damage, file_restore: names one damage (letters and digits)
+};
 
 // The per-host agents (harness/agent/hub.hpp) as faults use them: a tool run on a host, a signal
 // to a rank's pid there. Without agents (or once one is lost) the rsh agent runs the tools.
@@ -37,7 +51,13 @@ class HostAgents {
   virtual void squat(int node, int port, bool hold) = 0;
   // argv the agent on `node` runs should it lose the harness (removing the run's chain).
   virtual void on_loss(int node, const std::vector<std::string>& argv) = 0;
+  // Has host `node`'s agent apply `op`: its report of what it did, or Error with its reason.
+  virtual nlohmann::json host_fault(int node, const HostFaultOp& op);
 };
+
+// With topology.hosts: the host (node) that holds `rank`, ranks spread evenly in order; -1
+// without hosts or for rank -1.
+int host_of_rank(const Scenario& s, int rank);
 
 class Sandbox {
  public:

@@ -1,6 +1,7 @@
 // The sandbox's network on real hosts (topology.hosts): no namespaces of the run's own, but one
 // iptables chain per run on every host, reached through the rsh agent; network faults fill it,
 // healing flushes it, and the end of the run removes it (a host outlives the run).
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <sstream>
@@ -15,6 +16,16 @@
 #include "harness/scenario/scenario.hpp"
 
 namespace fl::harness::faults {
+
+nlohmann::json HostAgents::host_fault(int node, const HostFaultOp& op) {
+  raise<Error>("host {}: its agent cannot apply {}", node, op.op);
+}
+
+int host_of_rank(const Scenario& s, int rank) {
+  if (s.hosts.empty() || rank < 0) return -1;
+  const int per_host = std::max(1, s.ranks / static_cast<int>(s.hosts.size()));
+  return std::min(rank / per_host, static_cast<int>(s.hosts.size()) - 1);
+}
 
 void Sandbox::setup_hosts() {
   const auto t0 = std::chrono::steady_clock::now();

@@ -6,7 +6,7 @@
 #   netns-hosts.sh down PREFIX     remove everything `up` created for PREFIX (idempotent)
 #
 # Each host is a named network namespace (`ip netns`, so `ip netns exec NAME` enters it; see
-# netns-rsh, Open MPI's rsh agent for them) with loopback and one veth on a bridge in the
+# netns-rsh, Open MPI's rsh agent for them) and a mount namespace of its own with loopback and one veth on a bridge in the
 # machine's own namespace; the bridge has the subnet's .254, so programs on the machine (mpirun,
 # the harness's control plane) reach every host and the hosts reach each other. The subnet is
 # 10.201.X.0/24 with the first X no other bridge uses (chosen under a lock). PREFIX is 1-6
@@ -22,7 +22,10 @@ state="/run/faultline-hosts/$prefix"
 down() {
   # Only what `up` recorded for this prefix: its namespaces and its bridge.
   if [[ -f $state/hosts ]]; then
-    while read -r name _; do ip netns del "$name" 2>/dev/null || true; done <"$state/hosts"
+    while read -r name _; do
+      ip netns del "$name" 2>/dev/null || true
+      umount "$state/$name.mnt" 2>/dev/null || true
+    done <"$state/hosts"
   fi
   ip link del "$bridge" 2>/dev/null || true
   rm -rf "$state"
@@ -60,6 +63,17 @@ up)
     ip -n "$name" link set lo up
     ip -n "$name" addr add "$addr/24" dev eth0
     ip -n "$name" link set eth0 up
+    # Its own mount namespace, kept by a bind mount of $state/NAME.mnt (netns-rsh enters it): a
+    # host's mounts (a disk_full tmpfs its agent makes) are seen by that host's processes only.
+    # The file's directory must not be a shared mount: if it is, make /run/faultline-hosts a
+    # private mount of its own first (as ip netns does for /run/netns).
+    touch "$state/$name.mnt"
+    if ! unshare --mount="$state/$name.mnt" --propagation private true 2>/dev/null; then
+      mountpoint -q /run/faultline-hosts ||
+        mount --bind /run/faultline-hosts /run/faultline-hosts
+      mount --make-private /run/faultline-hosts
+      unshare --mount="$state/$name.mnt" --propagation private true
+    fi
   done
   cat "$state/hosts"
   echo "bridge 10.201.$x.254 10.201.$x.0/24"

@@ -108,6 +108,16 @@ void OutOfProcessFaults::on_rank_exit(int rank) {
   for (auto& f : faults_) f->on_rank_exit(host_, rank);
 }
 
+void OutOfProcessFaults::explain_exit(int rank, nlohmann::json& exit) {
+  for (auto& f : faults_) {
+    try {
+      f->explain_exit(host_, rank, exit);
+    } catch (const std::exception& e) {  // the launcher's account stands
+      hist_.harness("fault_failed", {{"fault", f->kind}, {"explain_exit", e.what()}}, rank);
+    }
+  }
+}
+
 void OutOfProcessFaults::heal(bool processes_gone) {
   if (!healed_ || processes_gone) {
     for (auto it = faults_.rbegin(); it != faults_.rend(); ++it) {

@@ -48,6 +48,8 @@ class OutOfProcessFaults {
   // Faults `at: exit`, once every rank has ended; true: restart requested.
   bool on_all_exited();
   void on_rank_exit(int rank);
+  // Before a rank_exit the harness made up from the launcher's end: what faults know of it.
+  void explain_exit(int rank, nlohmann::json& exit);
   // Heals everything still injected (idempotent, never throws), in reverse order. Before
   // teardown: rules, rate limits, mounts, the port, files; after it (`processes_gone`): cgroups,
   // and a check that the namespaces died with their holders.

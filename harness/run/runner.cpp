@@ -125,14 +125,15 @@ void Run::on_exit(const ExitInfo& x) {
     }
     for (int r : std::set<int>(running_ranks_)) {
       if (!reported.count(r)) {
-        hist_->harness("rank_exit",
-                       {{"pid", 0},
-                        {"class", x.klass == "ok" && s_.kind != "command" ? "error" : x.klass},
-                        {"code", x.code},
-                        {"signaled", x.signaled},
-                        {"by_harness", x.by_harness},
-                        {"note", "no exit event from the rank; ended with " + x.name}},
-                       r);
+        nlohmann::json ex = {{"pid", 0},
+                             {"class", x.klass == "ok" && s_.kind != "command" ? "error" : x.klass},
+                             {"code", x.code},
+                             {"signaled", x.signaled},
+                             {"by_harness", x.by_harness},
+                             {"note", "no exit event from the rank; ended with " + x.name}};
+        faults_->explain_exit(r, ex);  // a host's agent may have seen how it ended
+        hist_->harness("rank_exit", ex, r);
+        faults_->on_rank_exit(r);
       }
     }
     running_ranks_.clear();

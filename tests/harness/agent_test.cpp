@@ -241,5 +241,45 @@ TEST_F(AgentTest, AttachWithoutTheSecretIsRefused) {
   EXPECT_EQ(events("agent_up").size(), 1u);  // only the real one
 }
 
+// Host faults through the hub and a real agent (agent_faults.cpp): a path outside the run
+// directory comes back as the agent's refusal; a damage is applied, and put back by the agent
+// itself when it loses the harness without having been told to restore it.
+TEST_F(AgentTest, HostFaultsAreCheckedAndUndoneWhenTheHarnessIsLost) {
+  const std::string shard = dir + "/checkpoints/step_2/shard_rank0.bin";
+  fs::create_directories(fs::path(shard).parent_path());
+  std::ofstream(shard) << std::string(100, 'x');
+  faults::HostFaultOp bad;
+  bad.op = "disk_full";
+  bad.path = "/etc";
+  bad.bytes = 4096;
+  try {
+    hub->host_fault(0, bad);
+    FAIL() << "the agent mounted on /etc";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("disk_full on host hosta (agent): disk_full: '/etc' is "
+                                         "absolute; the agent acts only inside the run directory"),
+              std::string::npos)
+        << e.what();
+  }
+  faults::HostFaultOp cut;
+  cut.op = "file_damage";
+  cut.path = "checkpoints/*/shard_rank0.bin";
+  cut.action = "truncate";
+  cut.bytes = 40;
+  cut.tag = "t1";
+  const auto r = hub->host_fault(0, cut);
+  ASSERT_EQ(r["files"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["files"][0]["new_size"], 60);
+  EXPECT_EQ(fs::file_size(shard), 60u);
+  const pid_t child = sup->pids().at(0);
+  ctl->shutdown();  // the harness's end, as the agent sees it
+  ASSERT_TRUE(pump_until([&] { return exits.count(child) > 0; }));
+  EXPECT_EQ(exits[child].code, 3);
+  EXPECT_EQ(fs::file_size(shard), 100u) << "the agent did not put the shard back";
+  bool restored = false;
+  for (const auto& l : lines) restored |= l.find("cleanup: file_restore") != std::string::npos;
+  EXPECT_TRUE(restored) << "no restore line in the agent's output";
+}
+
 }  // namespace
 }  // namespace fl::harness

@@ -1,0 +1,220 @@
+// The host faults a per-host agent applies itself (harness/agent/agent_faults.cpp), without root:
+// every path must stay inside the run directory (absolute paths, `..` and links out are refused
+// with the reason), the agent touches only the cgroups, mounts and backups it made, and damaged
+// files are put back by file_restore and by cleanup() when the harness never asked.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "base/error.hpp"
+#include "harness/agent/agent_faults.hpp"
+#include "harness/faults/sandbox.hpp"
+#include "harness/proto/faultline.pb.h"
+
+namespace fl::harness {
+namespace {
+
+namespace fs = std::filesystem;
+namespace pb = faultline::v1;
+
+class AgentFaultsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = fs::temp_directory_path() /
+            ("fl-agent-faults-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(base_);
+    dir_ = (base_ / "run").string();
+    fs::create_directories(dir_ + "/checkpoints/step_4");
+    write(dir_ + "/checkpoints/step_4/shard_r0.bin", std::string(256, 'a'));
+    write(dir_ + "/checkpoints/step_4/shard_r1.bin", std::string(256, 'b'));
+    fs::create_directories(base_ / "outside");
+    write((base_ / "outside" / "secret.bin").string(), "keep");
+  }
+  void TearDown() override { fs::remove_all(base_); }
+
+  static void write(const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary) << text;
+  }
+  static std::string read(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  // The error text of applying `f`, "" when it was applied.
+  static std::string refusal(AgentFaults& a, const pb::HostFault& f) {
+    try {
+      a.apply(f);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  fs::path base_;
+  std::string dir_;
+};
+
+TEST_F(AgentFaultsTest, PathsOutsideTheRunDirectoryAreRefusedWithTheReason) {
+  EXPECT_EQ(AgentFaults::run_path(dir_, "checkpoints", "disk_full"),
+            fs::weakly_canonical(dir_).string() + "/checkpoints");
+  EXPECT_EQ(AgentFaults::run_path(dir_, "not/yet/there", "disk_full"),
+            fs::weakly_canonical(dir_).string() + "/not/yet/there");
+  auto why = [&](const std::string& rel) {
+    try {
+      AgentFaults::run_path(dir_, rel, "disk_full");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(why("/etc"),
+            "disk_full: '/etc' is absolute; the agent acts only inside the run directory " + dir_);
+  EXPECT_EQ(why("checkpoints/../../outside"),
+            "disk_full: 'checkpoints/../../outside' leaves the run directory " + dir_ +
+                " ('..'); refused");
+  EXPECT_EQ(why(""), "disk_full: an empty path (give one relative to the run directory)");
+  EXPECT_NE(why(".").find("outside the run directory"), std::string::npos) << why(".");
+  // A link in the run directory that points out of it.
+  fs::create_directory_symlink(base_ / "outside", dir_ + "/escape");
+  EXPECT_EQ(why("escape/secret.bin"), "disk_full: 'escape/secret.bin' resolves to " +
+                                          (base_ / "outside" / "secret.bin").string() +
+                                          ", outside the run directory " + dir_ + "; refused");
+}
+
+TEST_F(AgentFaultsTest, MountsAndCgroupsOnlyOfItsOwn) {
+  AgentFaults a(dir_, "h1", "s3cret");
+  pb::HostFault f;
+  f.mutable_disk_full()->set_path("/tmp");
+  f.mutable_disk_full()->set_bytes(4096);
+  EXPECT_EQ(refusal(a, f),
+            "disk_full: '/tmp' is absolute; the agent acts only inside the run directory " + dir_);
+  f.mutable_disk_full()->set_path("../outside");
+  EXPECT_NE(refusal(a, f).find("leaves the run directory"), std::string::npos);
+  f.mutable_disk_full()->set_path("checkpoints");
+  f.mutable_disk_full()->set_bytes(0);
+  EXPECT_EQ(refusal(a, f), "disk_full: size 0 is not above 0");
+
+  pb::HostFault free;
+  free.mutable_disk_free()->set_path("checkpoints");
+  EXPECT_EQ(refusal(a, free),
+            "disk_free: 'checkpoints' is not a mount this agent made on h1; refused");
+
+  pb::HostFault st;
+  st.mutable_memory_status()->set_rank(2);
+  EXPECT_EQ(refusal(a, st),
+            "memory_status: rank 2 has no memory cgroup of this agent on h1 (refused: the agent "
+            "touches only the groups it made)");
+  pb::HostFault rel;
+  rel.mutable_memory_release()->set_rank(0);
+  EXPECT_NE(refusal(a, rel).find("memory_release: rank 0 has no memory cgroup"), std::string::npos);
+  pb::HostFault lim;
+  lim.mutable_memory_limit()->set_rank(1);
+  lim.mutable_memory_limit()->set_bytes(4096);
+  EXPECT_EQ(refusal(a, lim),
+            "memory_limit: 4096 bytes is below 1 MiB (a process cannot start in it)");
+  lim.mutable_memory_limit()->set_rank(-1);
+  EXPECT_EQ(refusal(a, lim), "memory_limit: rank -1 is not a rank (0 or more)");
+  EXPECT_NE(refusal(a, pb::HostFault()).find("a host fault without an operation"),
+            std::string::npos);
+  EXPECT_TRUE(a.cleanup().empty());  // nothing was made, nothing to undo
+}
+
+TEST_F(AgentFaultsTest, DamagesTheRunsFilesAndPutsThemBack) {
+  const std::string r0 = dir_ + "/checkpoints/step_4/shard_r0.bin";
+  const std::string r1 = dir_ + "/checkpoints/step_4/shard_r1.bin";
+  AgentFaults a(dir_, "h1", "s3cret");
+  pb::HostFault f;
+  auto* d = f.mutable_file_damage();
+  d->set_glob("checkpoints/step_*/shard_r1*.bin");
+  d->set_action("corrupt");
+  d->set_bytes(16);
+  d->set_seed(7);
+  d->set_tag("f1");
+  const auto report = a.apply(f);
+  ASSERT_EQ(report["files"].size(), 1u) << report.dump();
+  EXPECT_EQ(report["files"][0]["path"], "checkpoints/step_4/shard_r1.bin");
+  EXPECT_EQ(report["host"], "h1");
+  EXPECT_NE(read(r1), std::string(256, 'b'));
+  EXPECT_EQ(read(r0), std::string(256, 'a'));  // not matched, not touched
+
+  // The same damage on another agent's copy of the run directory changes the same bytes.
+  const std::string damaged = read(r1);
+  write(r1, std::string(256, 'b'));
+  AgentFaults again(dir_, "h2", "s3cret");
+  d->set_tag("f2");
+  again.apply(f);
+  EXPECT_EQ(read(r1), damaged);
+  again.cleanup();
+  EXPECT_EQ(read(r1), std::string(256, 'b'));
+  write(r1, damaged);
+
+  pb::HostFault restore;
+  restore.mutable_file_restore()->set_tag("f1");
+  const auto back = a.apply(restore);
+  EXPECT_EQ(back["restored"], nlohmann::json({"checkpoints/step_4/shard_r1.bin"}));
+  EXPECT_EQ(read(r1), std::string(256, 'b'));
+  EXPECT_EQ(refusal(a, restore), "file_restore: no damage 'f1' by this agent on h1; refused");
+
+  // Deleted and never restored by the harness: the agent's clean-up puts it back.
+  d->set_glob("checkpoints/step_4/shard_r0.bin");
+  d->set_action("delete");
+  d->set_tag("f3");
+  a.apply(f);
+  EXPECT_FALSE(fs::exists(r0));
+  const auto lines = a.cleanup();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("file_restore"), std::string::npos) << lines[0];
+  EXPECT_EQ(read(r0), std::string(256, 'a'));
+}
+
+TEST_F(AgentFaultsTest, FileDamageStaysInTheRunDirectory) {
+  AgentFaults a(dir_, "h1", "s3cret");
+  pb::HostFault f;
+  auto* d = f.mutable_file_damage();
+  d->set_action("delete");
+  d->set_bytes(1);
+  d->set_tag("t1");
+  d->set_glob("../outside/*");
+  EXPECT_NE(refusal(a, f).find("leaves the run directory"), std::string::npos);
+  d->set_glob(base_.string() + "/outside/secret.bin");
+  EXPECT_NE(refusal(a, f).find("is absolute"), std::string::npos);
+  fs::create_directory_symlink(base_ / "outside", dir_ + "/escape");
+  d->set_glob("escape/*");  // through a link out of the run directory
+  EXPECT_EQ(refusal(a, f), "file_damage: 'escape/*' resolves to " + (base_ / "outside").string() +
+                               "/*, outside the run directory " + dir_ + "; refused");
+  d->set_glob("nothing/*");
+  EXPECT_EQ(refusal(a, f), "no file in the run directory matches 'nothing/*' (on host h1)");
+  EXPECT_EQ(read((base_ / "outside" / "secret.bin").string()), "keep");
+  d->set_glob("checkpoints/*/*");
+  d->set_tag("../x");
+  EXPECT_EQ(refusal(a, f), "file_damage: tag '../x' is not 1-32 letters or digits");
+  d->set_tag("t1");
+  d->set_action("shred");
+  EXPECT_EQ(refusal(a, f), "file_damage: action 'shred' (allowed: delete, truncate, corrupt)");
+}
+
+TEST(HostFaultRequest, EachOpIsItsOwnTypedMessage) {
+  faults::HostFaultOp op;
+  op.op = "memory_limit";
+  op.rank = 3;
+  op.bytes = 150 << 20;
+  const auto m = host_fault_request(op);
+  ASSERT_EQ(m.op_case(), pb::HostFault::kMemoryLimit);
+  EXPECT_EQ(m.memory_limit().rank(), 3);
+  EXPECT_EQ(m.memory_limit().bytes(), 150 << 20);
+  faults::HostFaultOp disk;
+  disk.op = "disk_full";
+  disk.path = "checkpoints";
+  disk.bytes = 16384;
+  const auto dm = host_fault_request(disk);
+  ASSERT_EQ(dm.op_case(), pb::HostFault::kDiskFull);
+  EXPECT_EQ(dm.disk_full().path(), "checkpoints");
+  faults::HostFaultOp bad;
+  bad.op = "run";
+  EXPECT_THROW(host_fault_request(bad), Error);
+}
+
+}  // namespace
+}  // namespace fl::harness
