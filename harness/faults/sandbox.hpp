@@ -37,6 +37,13 @@ class HostAgents {
   virtual void squat(int node, int port, bool hold) = 0;
   // argv the agent on `node` runs should it lose the harness (removing the run's chain).
   virtual void on_loss(int node, const std::vector<std::string>& argv) = 0;
+  // Ranks Slurm placed itself (launcher srun, no hosts): the agent on whichever node holds `rank`
+  // signals it; `host` names that node. False with `why` when none did.
+  virtual bool signal_anywhere(int /*rank*/, pid_t /*pid*/, int /*sig*/, std::string& /*host*/,
+                               std::string& why) {
+    why = "no agent can place the rank";
+    return false;
+  }
 };
 
 class Sandbox {

@@ -329,6 +329,57 @@ TEST(SuiteSlurmRun, EveryTaskIsGatheredAndSlurmsKillsAreErrorsNamingTheTask) {
   EXPECT_EQ(r.exit_code(), 1);
 }
 
+TEST(SuiteSlurmRun, OneArrayPerResourceShapeGatheredIntoOneSuite) {
+  const auto dir = test_dir();
+  write_scenario(dir + "/s", "pass-a", "{ranks: 1}");
+  write_scenario(dir + "/s", "pass-b", "{ranks: 2, launcher: mpirun, hosts: [x, y]}");
+  write_scenario(dir + "/s", "pass-c", "{ranks: 1}");
+  write_scenario(dir + "/s", "pass-d", "{ranks: 4}");
+  ScopedPath path(fake_slurm(dir) + ":/usr/bin:/bin");
+  SuiteOptions o = slurm_options(dir);
+  o.slurm.partition = "big";
+  const SuiteResult r = run_suite(dir + "/s", o);
+  std::map<std::string, const SuiteCase*> by;
+  for (const auto& c : r.cases) by[c.name] = &c;
+  ASSERT_EQ(by.size(), 4u);
+  for (auto& [name, c] : by) EXPECT_EQ(c->outcome, "pass") << name << ": " << c->explanation;
+  // Three shapes, three arrays in the order the shapes first appear (cases in file order).
+  std::ifstream calls(dir + "/jobs/sbatch.calls");
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(calls, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_NE(lines[0].find("--array=0-1 --job-name=faultline-s --partition=big --nodes=1 "
+                          "--ntasks-per-node=1 "),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[1].find("--array=0-0 --job-name=faultline-s --partition=big --nodes=2 "
+                          "--ntasks-per-node=1 "),
+            std::string::npos)
+      << lines[1];
+  EXPECT_NE(lines[2].find("--array=0-0 --job-name=faultline-s --partition=big --nodes=1 "
+                          "--ntasks-per-node=4 "),
+            std::string::npos)
+      << lines[2];
+  EXPECT_EQ(by["pass-a"]->attempts.at(0).job, "4242_0 COMPLETED");
+  EXPECT_EQ(by["pass-c"]->attempts.at(0).job, "4242_1 COMPLETED");
+  EXPECT_EQ(by["pass-b"]->attempts.at(0).job, "4243_0 COMPLETED");
+  EXPECT_EQ(by["pass-d"]->attempts.at(0).job, "4244_0 COMPLETED");
+  // Every run and its task's output in the one suite directory; each group's argv files apart.
+  for (const char* id : {"pass-a-s7", "pass-b-s7", "pass-c-s7", "pass-d-s7"}) {
+    EXPECT_TRUE(fs::exists(r.dir + "/runs/" + id + "/verdict.json")) << id;
+    EXPECT_TRUE(fs::exists(r.dir + "/runs/" + id + ".log")) << id;
+  }
+  EXPECT_TRUE(fs::exists(r.dir + "/slurm/round1/group2/task-0.argv"));
+  const auto j = nlohmann::json::parse(std::ifstream(r.dir + "/summary.json"));
+  ASSERT_EQ(j["slurm"]["jobs"].size(), 3u);
+  EXPECT_EQ(j["slurm"]["jobs"][1]["nodes"], 2);
+  EXPECT_EQ(j["slurm"]["jobs"][2]["tasks_per_node"], 4);
+  EXPECT_EQ(j["slurm"]["nodes"], 2);  // the largest request
+  EXPECT_EQ(j["slurm"]["tasks_per_node"], 4);
+  EXPECT_EQ(j["counts"]["pass"], 4);
+  EXPECT_EQ(r.exit_code(), 0);
+}
+
 TEST(SuiteSlurmRun, FailFastCancelsThePendingTasksAndSkipsTheirCases) {
   ASSERT_TRUE(kFastPoll);
   const auto dir = test_dir();
