@@ -37,7 +37,9 @@ class SrunLauncher : public Launcher {
   // started: slurm_alloc.hpp).
   void prepare(LaunchHost& h) override {
     alloc_ = check_srun_allocation(h.s);
-    if (!h.s.hosts.empty() && h.s.host_addrs[0].empty()) master_ = alloc_.host_nodes[0];
+    if (!h.s.hosts.empty() && h.s.host_addrs[0].empty()) {
+      master_ = node_address(alloc_.host_nodes[0]);
+    }
   }
 
   // With logical hosts, rank 0's store is on host 0's node.

@@ -1,5 +1,7 @@
 #include "harness/run/slurm_alloc.hpp"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -77,6 +79,24 @@ std::vector<std::string> map_hosts_to_nodes(const std::vector<std::string>& host
         hosts.size(), nodes.size(), fmt::join(nodes, ","), hosts.size(), hosts.size());
   }
   return {nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(hosts.size())};
+}
+
+std::string node_address(const std::string& node) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(node.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    raise<Error>(
+        "launcher srun: node {} (host 0's) does not resolve to an IPv4 address ({}); give "
+        "topology.hosts as NAME=ADDRESS",
+        node, rc != 0 ? ::gai_strerror(rc) : "no address");
+  }
+  char buf[INET_ADDRSTRLEN] = {0};
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
+  ::freeaddrinfo(res);
+  return buf;
 }
 
 SlurmAllocation check_srun_allocation(const Scenario& s) {

@@ -34,6 +34,10 @@ std::vector<std::string> expand_nodelist(const std::string& list);
 std::vector<std::string> map_hosts_to_nodes(const std::vector<std::string>& hosts,
                                             const std::vector<std::string>& nodes);
 
+// A node's IPv4 address as this machine resolves its name (where rank 0's store listens when
+// topology.hosts name no address); Error naming the node when it does not resolve.
+std::string node_address(const std::string& node);
+
 // The allocation this process runs in, checked for the scenario: srun and scontrol on PATH,
 // SLURM_JOB_ID and a node list set, enough tasks (SLURM_NTASKS) for the ranks and enough nodes
 // for topology.hosts. Error (the run's exit 2) naming what is missing; nothing is started.
