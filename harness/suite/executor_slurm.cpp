@@ -1,6 +1,7 @@
-// `faultline suite --executor slurm`: the suite's tries as one sbatch job array a round (the first
-// tries, then each round of retries), every array task one `faultline run` into the suite's own
-// runs/ directory on the shared filesystem; the executor polls the array's tasks and reads each
+// `faultline suite --executor slurm`: the suite's tries as sbatch job arrays a round (the first
+// tries, then each round of retries), one array per resource shape (nodes, tasks per node), every
+// array task one `faultline run` into the suite's own runs/ directory on the shared filesystem;
+// the executor polls the arrays' tasks together and reads each
 // finished run as the local executor does. A task Slurm ended before its run could (time limit,
 // node failure, cancel) or that never ran becomes an error naming the array task, the case and
 // Slurm's state (docs/cluster.md#suites-as-a-slurm-job-array).

@@ -274,6 +274,37 @@ TEST(SuiteSlurmParse, TimesIndexSetsAndRecords) {
   EXPECT_EQ(WTERMSIG(slurm::wait_status("0:9")), 9);
 }
 
+// The controller forgot the job (MinJobAge): the states come from sacct's parsable lines, in
+// the forms Slurm's accounting prints them (not tried against a real slurmdbd: docs/cluster.md).
+TEST(SuiteSlurmParse, SacctAnswersOnceTheControllerForgotTheJob) {
+  const auto dir = test_dir();
+  const std::string bin = dir + "/bin";
+  fs::create_directories(bin);
+  write_exec(bin + "/scontrol",
+             "#!/bin/bash\necho 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1\n");
+  write_exec(bin + "/sacct", R"(#!/bin/bash
+[[ "$*" == "-n -P -X -j 4242 -o JobID,State,ExitCode,ElapsedRaw,NodeList" ]] || exit 1
+echo "4242_0|COMPLETED|0:0|12|n1"
+echo "4242_1|CANCELLED by 0|0:15|3|n2"
+echo "4242_[2-3%1]|PENDING|0:0|0|None assigned"
+echo "4243_0|FAILED|1:0|1|n1"
+)");
+  ScopedPath path(bin + ":/usr/bin:/bin");
+  const auto q = slurm::query_array("4242");
+  ASSERT_TRUE(q.has_value());
+  ASSERT_EQ(q->size(), 4u);
+  EXPECT_EQ(q->at(0).state, "COMPLETED");
+  EXPECT_EQ(q->at(0).node, "n1");
+  EXPECT_EQ(q->at(0).run_s, 12);
+  EXPECT_EQ(q->at(1).state, "CANCELLED");
+  EXPECT_EQ(q->at(1).exit_code, "0:15");
+  EXPECT_TRUE(WIFSIGNALED(slurm::wait_status(q->at(1).exit_code)));
+  EXPECT_EQ(q->at(3).state, "PENDING");
+  EXPECT_EQ(q->at(3).node, "");
+  // Neither knows the job: nothing, so the executor counts it as not listed.
+  EXPECT_FALSE(slurm::query_array("999").has_value());
+}
+
 TEST(SuiteSlurmRun, EveryTaskIsGatheredAndSlurmsKillsAreErrorsNamingTheTask) {
   const auto dir = test_dir();
   for (const char* n : {"pass-a", "fail-b", "timeout-c", "never-d"}) {
