@@ -334,8 +334,7 @@ bool AgentHub::signal(int node, int rank, pid_t pid, int sig, std::string& why) 
   }
 }
 
-bool AgentHub::signal_anywhere(int rank, pid_t pid, int sig, std::string& host,
-                               std::string& why) {
+bool AgentHub::signal_anywhere(int rank, pid_t pid, int sig, std::string& host, std::string& why) {
   // Slurm placed the rank: every up agent checks whether the pid is that rank on its node (the
   // run's secret and RANK in its environment); only that one signals it.
   std::vector<std::string> nots;

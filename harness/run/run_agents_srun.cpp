@@ -49,10 +49,8 @@ void Run::start_srun_agents(const std::string& exe) {
   for (char** e = environ; *e != nullptr; ++e) p.env.push_back(*e);  // no secret in it
   p.env.push_back("SLURM_HOSTFILE=" + dir_ + "/agents.hosts");
   const pid_t step = sup_->spawn(p);
-  hist_->harness("agents_step", {{"pid", step},
-                                 {"argv", p.argv},
-                                 {"hosts", names},
-                                 {"nodes", nodes}});
+  hist_->harness("agents_step",
+                 {{"pid", step}, {"argv", p.argv}, {"hosts", names}, {"nodes", nodes}});
   agents_->wait_attached([this, step](size_t) { return sup_->is_running(step); }, ctl_addr_,
                          agent_poll(), agent_lost_handler(), t0);
 }

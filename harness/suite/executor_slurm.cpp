@@ -298,8 +298,8 @@ void SlurmExecutor::run_round(SuiteResult& res, const SuiteOptions& o, const std
         a.missing[k] = 0;
         a.last[k] = it->second;
         if (slurm::is_terminal(it->second.state)) {
-          settle(res, o, a.job, k, a.tries[k], it->second,
-                 fmt::format("{}/task-{}.out", a.dir, k), retry);
+          settle(res, o, a.job, k, a.tries[k], it->second, fmt::format("{}/task-{}.out", a.dir, k),
+                 retry);
           a.settled.insert(k);
         } else if (it->second.state == "RUNNING") {
           running.push_back(case_label(res.cases[a.tries[k].index]));
