@@ -59,6 +59,7 @@ struct AgentHub::Impl final : public pb::Agents::Service {
   };
 
   const Scenario& s;
+  const std::vector<std::string> hosts;  // the names the agents register as (node k: hosts[k])
   std::string dir;
   History& hist;
   const std::string secret;
@@ -101,10 +102,10 @@ struct AgentHub::Impl final : public pb::Agents::Service {
       Conn& c = *conns[v->node];
       judge.forget(v->node);
       c.judged = c.gone = true;
-      const std::string reason = silence_reason(*v, s.hosts);
+      const std::string reason = silence_reason(*v, hosts);
       const std::string msg =
           fmt::format("the agent on host {} (node {}, pid {}) was lost during the run: {}",
-                      s.hosts[v->node], v->node, c.pid, reason);
+                      hosts[v->node], v->node, c.pid, reason);
       if (lost.empty()) lost = msg;
       cv.notify_all();
       lock.unlock();
@@ -114,16 +115,17 @@ struct AgentHub::Impl final : public pb::Agents::Service {
       }
       hist.harness(
           "agent_lost",
-          {{"host", s.hosts[v->node]}, {"node", v->node}, {"pid", c.pid}, {"reason", reason}});
+          {{"host", hosts[v->node]}, {"node", v->node}, {"pid", c.pid}, {"reason", reason}});
       if (on_lost) on_lost(msg);
       lock.lock();
     }
   }
 
-  Impl(const Scenario& sc, std::string d, History& h, std::string sec)
-      : s(sc), dir(std::move(d)), hist(h), secret(std::move(sec)) {
-    for (size_t k = 0; k < s.hosts.size(); ++k) conns.push_back(std::make_unique<Conn>());
-    judge = SilenceJudge(s.hosts.size());
+  Impl(const Scenario& sc, std::vector<std::string> names, std::string d, History& h,
+       std::string sec)
+      : s(sc), hosts(std::move(names)), dir(std::move(d)), hist(h), secret(std::move(sec)) {
+    for (size_t k = 0; k < hosts.size(); ++k) conns.push_back(std::make_unique<Conn>());
+    judge = SilenceJudge(hosts.size());
   }
 
   // Why a connection that ended, ended (under mu).
@@ -146,12 +148,12 @@ struct AgentHub::Impl final : public pb::Agents::Service {
     pb::AgentReport reg;
     if (!stream->Read(&reg)) return grpc::Status::OK;
     int node = -1;
-    for (size_t k = 0; k < s.hosts.size(); ++k) {
-      if (s.hosts[k] == reg.host()) node = static_cast<int>(k);
+    for (size_t k = 0; k < hosts.size(); ++k) {
+      if (hosts[k] == reg.host()) node = static_cast<int>(k);
     }
     if (node < 0) {
       return {grpc::StatusCode::INVALID_ARGUMENT,
-              fmt::format("host '{}' is not in topology.hosts", reg.host())};
+              fmt::format("host '{}' is not one of the run's hosts", reg.host())};
     }
     Conn& c = *conns[static_cast<size_t>(node)];
     {
@@ -260,7 +262,7 @@ struct AgentHub::Impl final : public pb::Agents::Service {
   // Sends `cmd` to host `node`'s agent and waits for its answer: never longer than kCallS, and
   // no longer than the agent lives.
   Result call(int node, pb::AgentCommand cmd) {
-    const std::string& host = s.hosts.at(static_cast<size_t>(node));
+    const std::string& host = hosts.at(static_cast<size_t>(node));
     Conn& c = *conns.at(static_cast<size_t>(node));
     const uint64_t id = next_id++;
     cmd.set_id(id);
@@ -284,7 +286,12 @@ struct AgentHub::Impl final : public pb::Agents::Service {
 };
 
 AgentHub::AgentHub(const Scenario& s, std::string run_dir, History& hist, std::string secret)
-    : impl_(std::make_unique<Impl>(s, std::move(run_dir), hist, std::move(secret))) {}
+    : AgentHub(s, s.hosts, std::move(run_dir), hist, std::move(secret)) {}
+
+AgentHub::AgentHub(const Scenario& s, std::vector<std::string> hosts, std::string run_dir,
+                   History& hist, std::string secret)
+    : impl_(std::make_unique<Impl>(s, std::move(hosts), std::move(run_dir), hist,
+                                   std::move(secret))) {}
 
 AgentHub::~AgentHub() = default;
 
@@ -293,22 +300,23 @@ grpc::Service* AgentHub::service() {
 }
 
 void check_control_reach(const Scenario& s, const std::string& addr) {
-  if (addr.rfind("unix:", 0) == 0 || !s.hosts.empty()) return;
+  if (addr.rfind("unix:", 0) == 0 || !s.hosts.empty() || s.launcher == "srun") return;
   std::string host = addr.substr(0, addr.rfind(':'));
   if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   if (host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost") return;
   raise<Error>(
       "--control {}: the control plane listens beyond loopback only for a run over "
-      "topology.hosts (and then only with the run's secret); use 127.0.0.1:PORT or the default "
-      "unix socket",
+      "topology.hosts or with launcher srun (and then only with the run's secret); use "
+      "127.0.0.1:PORT or the default unix socket",
       addr);
 }
 
-std::vector<std::string> agent_command(const Scenario& s, int node, const std::string& exe,
-                                       const std::string& control_addr, const std::string& dir) {
-  // The rsh agent joins the words for a shell on the host: only plain paths and addresses.
+std::vector<std::string> agent_words(const std::string& host, const std::string& exe,
+                                     const std::string& control_addr, const std::string& dir) {
+  // The rsh agent joins the words for a shell on the host (srun reads a multi-program file's
+  // words itself): only plain paths, names and addresses.
   static const std::regex plain(R"([A-Za-z0-9/._:=,+@%-]+)");
-  for (const auto& w : {exe, control_addr, dir}) {
+  for (const auto& w : {exe, control_addr, dir, host}) {
     if (!std::regex_match(w, plain)) {
       raise<Error>(
           "agent: '{}' has characters a shell on the host would read (allowed: letters, digits, "
@@ -316,25 +324,37 @@ std::vector<std::string> agent_command(const Scenario& s, int node, const std::s
           w);
     }
   }
+  return {exe, "agent", "--control", control_addr, "--host", host, "--run-dir", dir};
+}
+
+std::vector<std::string> agent_command(const Scenario& s, int node, const std::string& exe,
+                                       const std::string& control_addr, const std::string& dir) {
   const std::string& host = s.hosts.at(static_cast<size_t>(node));
-  return on_host(s, host,
-                 {exe, "agent", "--control", control_addr, "--host", host, "--run-dir", dir});
+  return on_host(s, host, agent_words(host, exe, control_addr, dir));
 }
 
 void AgentHub::start(Supervisor& sup, const std::string& exe, const std::string& control_addr,
                      const std::function<bool()>& poll,
                      std::function<void(const std::string&)> on_lost) {
-  impl_->on_lost = std::move(on_lost);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<pid_t> pids;
-  for (size_t k = 0; k < impl_->s.hosts.size(); ++k) {
+  for (size_t k = 0; k < impl_->hosts.size(); ++k) {
     ProcessSpec p;
-    p.name = "agent " + impl_->s.hosts[k];
+    p.name = "agent " + impl_->hosts[k];
     p.argv = agent_command(impl_->s, static_cast<int>(k), exe, control_addr, impl_->dir);
     p.cwd = impl_->dir;
     for (char** e = environ; *e != nullptr; ++e) p.env.push_back(*e);
     pids.push_back(sup.spawn(p));
   }
+  wait_attached([&](size_t k) { return sup.is_running(pids[k]); }, control_addr, poll,
+                std::move(on_lost), t0);
+}
+
+void AgentHub::wait_attached(const std::function<bool(size_t)>& alive,
+                             const std::string& control_addr, const std::function<bool()>& poll,
+                             std::function<void(const std::string&)> on_lost,
+                             std::chrono::steady_clock::time_point t0) {
+  impl_->on_lost = std::move(on_lost);
   const auto until = t0 + std::chrono::seconds(kAttachS);
   std::vector<std::string> missing;
   for (;;) {
@@ -345,16 +365,16 @@ void AgentHub::start(Supervisor& sup, const std::string& exe, const std::string&
     {
       std::unique_lock lock(impl_->mu);
       impl_->cv.wait_for(lock, std::chrono::milliseconds(50));
-      for (size_t k = 0; k < pids.size(); ++k) {
+      for (size_t k = 0; k < impl_->hosts.size(); ++k) {
         const auto& c = *impl_->conns[k];
         if (c.attached && !c.gone) continue;
-        if (c.gone || !sup.is_running(pids[k])) {
+        if (c.gone || !alive(k)) {
           missing.push_back(
-              fmt::format("{} (the agent ended before it attached)", impl_->s.hosts[k]));
+              fmt::format("{} (the agent ended before it attached)", impl_->hosts[k]));
         } else {
           waiting = true;
           missing.push_back(
-              fmt::format("{} (not attached within {} s)", impl_->s.hosts[k], kAttachS));
+              fmt::format("{} (not attached within {} s)", impl_->hosts[k], kAttachS));
         }
       }
     }
@@ -364,12 +384,12 @@ void AgentHub::start(Supervisor& sup, const std::string& exe, const std::string&
           "agent: {} of {} host(s) have no agent attached to the control plane {}: {} (its "
           "output is in helpers.log; every host needs this build at the same path and must reach "
           "the control-plane address)",
-          missing.size(), pids.size(), control_addr, fmt::join(missing, "; "));
+          missing.size(), impl_->hosts.size(), control_addr, fmt::join(missing, "; "));
     }
   }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  impl_->hist.harness("agents_ready", {{"hosts", impl_->s.hosts}, {"ms", ms}});
+  impl_->hist.harness("agents_ready", {{"hosts", impl_->hosts}, {"ms", ms}});
   impl_->watch = std::thread([this] { impl_->watch_loop(); });
 }
 
@@ -445,7 +465,7 @@ std::string AgentHub::run(int node, const std::vector<std::string>& argv) {
   const auto r = impl_->call(node, cmd);
   if (!r.ok) {
     raise<Error>("`{}` failed on host {} (agent; {}): {}", fmt::join(argv, " "),
-                 impl_->s.hosts.at(static_cast<size_t>(node)),
+                 impl_->hosts.at(static_cast<size_t>(node)),
                  r.status == 0 ? std::string("refused") : fmt::format("exit {}", r.status),
                  r.output);
   }
@@ -468,13 +488,31 @@ bool AgentHub::signal(int node, int rank, pid_t pid, int sig, std::string& why) 
   }
 }
 
+bool AgentHub::signal_anywhere(int rank, pid_t pid, int sig, std::string& host, std::string& why) {
+  // Slurm placed the rank: every up agent checks whether the pid is that rank on its node (the
+  // run's secret and RANK in its environment); only that one signals it.
+  std::vector<std::string> nots;
+  for (size_t k = 0; k < impl_->hosts.size(); ++k) {
+    if (!up(static_cast<int>(k))) continue;
+    std::string w;
+    if (signal(static_cast<int>(k), rank, pid, sig, w)) {
+      host = impl_->hosts[k];
+      why = w;
+      return true;
+    }
+    nots.push_back(w);
+  }
+  why = nots.empty() ? std::string("no agent is up") : fmt::format("{}", fmt::join(nots, "; "));
+  return false;
+}
+
 void AgentHub::on_loss(int node, const std::vector<std::string>& argv) {
   pb::AgentCommand cmd;
   cmd.set_action("on_loss");
   for (const auto& a : argv) cmd.add_argv(a);
   const auto r = impl_->call(node, cmd);
   if (!r.ok)
-    raise<Error>("agent on host {}: {}", impl_->s.hosts.at(static_cast<size_t>(node)), r.output);
+    raise<Error>("agent on host {}: {}", impl_->hosts.at(static_cast<size_t>(node)), r.output);
 }
 
 void AgentHub::squat(int node, int port, bool hold) {
@@ -483,7 +521,7 @@ void AgentHub::squat(int node, int port, bool hold) {
   cmd.add_argv(std::to_string(port));
   const auto r = impl_->call(node, cmd);
   if (!r.ok)
-    raise<Error>("agent on host {}: {}", impl_->s.hosts.at(static_cast<size_t>(node)), r.output);
+    raise<Error>("agent on host {}: {}", impl_->hosts.at(static_cast<size_t>(node)), r.output);
 }
 
 nlohmann::json AgentHub::host_fault(int node, const faults::HostFaultOp& op) {
@@ -491,7 +529,7 @@ nlohmann::json AgentHub::host_fault(int node, const faults::HostFaultOp& op) {
   cmd.set_action("fault");
   *cmd.mutable_fault() = host_fault_request(op);
   const auto r = impl_->call(node, cmd);
-  const std::string& host = impl_->s.hosts.at(static_cast<size_t>(node));
+  const std::string& host = impl_->hosts.at(static_cast<size_t>(node));
   if (!r.ok) raise<Error>("{} on host {} (agent): {}", op.op, host, r.output);
   auto report = nlohmann::json::parse(r.output, nullptr, false);
   if (report.is_discarded())

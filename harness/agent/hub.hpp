@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +32,10 @@ struct Scenario;
 class AgentHub : public faults::HostAgents {
  public:
   AgentHub(const Scenario& s, std::string run_dir, History& hist, std::string secret);
+  // Agents that register as `hosts` (node k: hosts[k]) instead of topology.hosts: with launcher
+  // srun and no hosts, the allocation's nodes (harness/run/run_agents_srun.cpp).
+  AgentHub(const Scenario& s, std::vector<std::string> hosts, std::string run_dir, History& hist,
+           std::string secret);
   ~AgentHub() override;
 
   // Registered on the control plane's server before it starts.
@@ -41,6 +46,12 @@ class AgentHub : public faults::HostAgents {
   // `on_lost` runs (on a gRPC thread) when an agent goes away before stop().
   void start(Supervisor& sup, const std::string& exe, const std::string& control_addr,
              const std::function<bool()>& poll, std::function<void(const std::string&)> on_lost);
+  // For agents the caller started (one srun step for all): waits until each host's agent
+  // attached, while `alive(node)` says what started it still runs; Error as start() says.
+  void wait_attached(const std::function<bool(size_t)>& alive, const std::string& control_addr,
+                     const std::function<bool()>& poll,
+                     std::function<void(const std::string&)> on_lost,
+                     std::chrono::steady_clock::time_point t0);
   // Asks every agent to stop and waits (bounded) for each to go; records agent_stopped.
   void stop();
   // What went wrong with the agents ("" while all is well): a loss, in words.
@@ -61,6 +72,7 @@ class AgentHub : public faults::HostAgents {
   std::string relay_addr(int node) const;
   // A command for rank `rank` (-1: every rank) on its relayed stream; how many ranks took it.
   int command_ranks(int rank, const faultline::v1::WorkerCommand& worker);
+  bool signal_anywhere(int rank, pid_t pid, int sig, std::string& host, std::string& why) override;
 
   struct Impl;
 
@@ -76,5 +88,10 @@ void check_control_reach(const Scenario& s, const std::string& addr);
 // host reads them).
 std::vector<std::string> agent_command(const Scenario& s, int node, const std::string& exe,
                                        const std::string& control_addr, const std::string& dir);
+
+// `exe agent --control ADDR --host HOST --run-dir DIR`, every word checked to be plain (Error
+// otherwise): what agent_command runs through the rsh agent, and srun's agents' step.
+std::vector<std::string> agent_words(const std::string& host, const std::string& exe,
+                                     const std::string& control_addr, const std::string& dir);
 
 }  // namespace fl::harness

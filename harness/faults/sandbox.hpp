@@ -53,6 +53,13 @@ class HostAgents {
   virtual void on_loss(int node, const std::vector<std::string>& argv) = 0;
   // Has host `node`'s agent apply `op`: its report of what it did, or Error with its reason.
   virtual nlohmann::json host_fault(int node, const HostFaultOp& op);
+  // Ranks Slurm placed itself (launcher srun, no hosts): the agent on whichever node holds `rank`
+  // signals it; `host` names that node. False with `why` when none did.
+  virtual bool signal_anywhere(int /*rank*/, pid_t /*pid*/, int /*sig*/, std::string& /*host*/,
+                               std::string& why) {
+    why = "no agent can place the rank";
+    return false;
+  }
 };
 
 // With topology.hosts: the host (node) that holds `rank`, ranks spread evenly in order; -1

@@ -71,7 +71,9 @@ void Sandbox::setup_hosts() {
 }
 
 std::string Sandbox::run_on(int node, const std::vector<std::string>& argv) const {
-  if (agents_ && node >= 0 && agents_->up(node)) return agents_->run(node, argv);
+  // Only hosts' tools go through agents (srun's agents without hosts sit on Slurm's nodes).
+  if (agents_ && !s_.hosts.empty() && node >= 0 && agents_->up(node))
+    return agents_->run(node, argv);
   return run_tool(in_net(node, argv));
 }
 

@@ -32,6 +32,13 @@ class SignalFault : public FaultOf<SignalFault> {
       d["via"] = "agent";
       d["host"] = h.s.hosts.at(static_cast<size_t>(node));
       if (!ok) d["why"] = why;
+    } else if (node < 0 && h.box.agents() && h.box.agents()->up(0)) {
+      // launcher srun without hosts: Slurm placed the rank; the agent on its node signals it.
+      std::string host, why;
+      ok = h.box.agents()->signal_anywhere(rank, pid, sig, host, why);
+      d["via"] = "agent";
+      d["host"] = host;
+      if (!ok) d["why"] = why;
     } else {
       ok = p->is_local_child(rank) ? h.sup.signal(pid, sig) : h.sup.signal_descendant(pid, sig);
     }

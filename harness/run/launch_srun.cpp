@@ -18,7 +18,9 @@
 #include "harness/run/launcher.hpp"
 #include "harness/run/oop_faults.hpp"
 #include "harness/run/runner.hpp"
+#include "harness/run/slurm_alloc.hpp"
 #include "harness/run/supervisor.hpp"
+#include "harness/scenario/scenario.hpp"
 
 namespace fl::harness {
 
@@ -26,44 +28,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool on_path(const std::string& prog) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    const size_t end = std::min(dirs.find(':', start), dirs.size());
-    const std::string d = dirs.substr(start, end - start);
-    if (!d.empty() && ::access((d + "/" + prog).c_str(), X_OK) == 0) return true;
-    start = end + 1;
-  }
-  return false;
-}
-
 class SrunLauncher : public Launcher {
  public:
   LauncherKind kind() const override { return LauncherKind::kSrun; }
 
-  // Before any rank starts: a Slurm to run in, and an allocation the ranks fit.
+  // Before any rank starts: a Slurm to run in, and an allocation the ranks (and
+  // topology.hosts) fit; the node of each host (the runner checked the same before anything
+  // started: slurm_alloc.hpp).
   void prepare(LaunchHost& h) override {
-    if (!on_path("srun")) {
-      raise<Error>(
-          "launcher srun: no srun on PATH (Slurm is not installed here; allowed: run faultline "
-          "inside a Slurm allocation, or topology.launcher: mpirun)");
+    alloc_ = check_srun_allocation(h.s);
+    if (!h.s.hosts.empty() && h.s.host_addrs[0].empty()) {
+      master_ = node_address(alloc_.host_nodes[0]);
     }
-    if (std::getenv("SLURM_JOB_ID") == nullptr) {
-      raise<Error>(
-          "launcher srun: not inside a Slurm allocation (SLURM_JOB_ID is not set; run faultline "
-          "in sbatch or salloc, docs/cluster.md)");
-    }
-    if (const char* n = std::getenv("SLURM_NTASKS")) {
-      const int tasks = std::atoi(n);
-      if (tasks < h.s.ranks) {
-        raise<Error>(
-            "launcher srun: the allocation has {} task(s) (SLURM_NTASKS) but topology.ranks is "
-            "{} (allowed: an allocation of at least {} tasks, e.g. sbatch -n {})",
-            tasks, h.s.ranks, h.s.ranks, h.s.ranks);
-      }
-    }
+  }
+
+  // With logical hosts, rank 0's store is on host 0's node.
+  void add_env(int, std::map<std::string, std::string>& env) const override {
+    if (!master_.empty()) env["MASTER_ADDR"] = master_;
   }
 
   void start(LaunchHost& h, const std::vector<std::string>& args) override {
@@ -84,6 +65,16 @@ class SrunLauncher : public Launcher {
     p.cwd = h.dir;
     auto env = base_env();
     for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
+    if (!h.s.hosts.empty()) {
+      // topology.hosts: rank r on its host's node (ranks fill the hosts in order), through
+      // srun's arbitrary distribution, which reads one node a task from SLURM_HOSTFILE.
+      const int per = h.s.ranks / static_cast<int>(h.s.hosts.size());
+      std::string placed;
+      for (int r = 0; r < h.s.ranks; ++r) placed += alloc_.host_nodes.at(r / per) + "\n";
+      write_atomic(h.dir + "/ranks.hosts", placed);
+      p.argv.insert(p.argv.begin() + 1, "--distribution=arbitrary");
+      p.env.push_back("SLURM_HOSTFILE=" + h.dir + "/ranks.hosts");
+    }
     p.env.push_back("TMPDIR=" + h.dir + "/tmp");
     p.env.push_back("OMPI_MCA_btl_vader_backing_directory=" + h.dir + "/tmp");
     p.env.push_back(fmt::format("{}={}", kControlSecretEnv, h.secret));  // never in the file
@@ -136,6 +127,8 @@ class SrunLauncher : public Launcher {
   }
 
   pid_t srun_ = 0;
+  SlurmAllocation alloc_;
+  std::string master_;
 };
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "harness/run/oop_faults.hpp"
 #include "harness/run/probe_ingest.hpp"
 #include "harness/run/restart_policy.hpp"
+#include "harness/run/slurm_alloc.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/run/supervisor.hpp"
 #include "harness/run/tools.hpp"
@@ -110,6 +111,13 @@ class Run {
   // must go first.
   std::unique_ptr<AgentHub> agents_;
   void start_agents();
+  std::function<bool()> agent_poll();
+  std::function<void(const std::string&)> agent_lost_handler();
+  // launcher srun: the allocation, checked before anything starts; its agents' step
+  // (run_agents_srun.cpp).
+  std::optional<SlurmAllocation> slurm_;
+  void check_allocation();
+  void start_srun_agents(const std::string& exe);
   std::unique_ptr<Controller> ctl_;
   std::string ctl_addr_;
   std::string secret_;  // the control plane's credential (RUN_DIR/control.secret)

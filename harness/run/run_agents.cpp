@@ -1,5 +1,6 @@
-// The per-host agents of a run over topology.hosts (harness/agent/hub.hpp): started once the
-// supervisor exists and before any fault is set up or rank launched; a lost agent ends the run.
+// The per-host agents of a run over topology.hosts (harness/agent/hub.hpp), or of a run with
+// launcher srun (one per node, run_agents_srun.cpp): started once the supervisor exists and
+// before any fault is set up or rank launched; a lost agent ends the run.
 // Each host's ranks stream their telemetry to their agent, which relays it (agent/relay.hpp).
 #include <filesystem>
 
@@ -8,28 +9,37 @@
 
 namespace fl::harness::detail {
 
+std::function<bool()> Run::agent_poll() {
+  return [this] {
+    if (stopping_) return false;  // interrupted while the agents start
+    // An agent that ended before the ranks exist looks like the last rank's end to on_exit,
+    // which stops the loop: the others must still be heard.
+    io_.restart();
+    io_.poll();
+    return true;
+  };
+}
+
+std::function<void(const std::string&)> Run::agent_lost_handler() {
+  return [this](const std::string& why) {
+    // On a gRPC thread: the run ends on its own thread; go() reports the loss as its error.
+    boost::asio::post(io_, [this, why] {
+      if (stopping_) return;
+      stopping_ = true;
+      stop_reason_ = why;
+      io_.stop();
+    });
+  };
+}
+
 void Run::start_agents() {
   if (!agents_) return;
   const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
-  agents_->start(
-      *sup_, exe, ctl_addr_,
-      [this] {
-        if (stopping_) return false;  // interrupted while the agents start
-        // An agent that ended before the ranks exist looks like the last rank's end to on_exit,
-        // which stops the loop: the others must still be heard.
-        io_.restart();
-        io_.poll();
-        return true;
-      },
-      [this](const std::string& why) {
-        // On a gRPC thread: the run ends on its own thread; go() reports the loss as its error.
-        boost::asio::post(io_, [this, why] {
-          if (stopping_) return;
-          stopping_ = true;
-          stop_reason_ = why;
-          io_.stop();
-        });
-      });
+  if (slurm_) {
+    start_srun_agents(exe);
+  } else {
+    agents_->start(*sup_, exe, ctl_addr_, agent_poll(), agent_lost_handler());
+  }
   faults_->use_agents(agents_.get());
   nlohmann::json via = nlohmann::json::object();
   for (size_t k = 0; k < s_.hosts.size(); ++k) {

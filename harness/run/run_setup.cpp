@@ -146,7 +146,10 @@ void Run::start_control_plane() {
   }
   if (addr.empty()) addr = "127.0.0.1:0";
   check_control_reach(s_, addr);  // beyond loopback only for hosts (run_agents.cpp)
-  if (!s_.hosts.empty()) {
+  if (slurm_) {  // launcher srun: an agent on every node the run uses (run_agents_srun.cpp)
+    agents_ = std::make_unique<AgentHub>(s_, slurm_->agent_names(), dir_, *hist_, secret_);
+    ctl_->add_service(agents_->service());
+  } else if (!s_.hosts.empty()) {
     agents_ = std::make_unique<AgentHub>(s_, dir_, *hist_, secret_);
     ctl_->add_service(agents_->service());
     relay_through_agents();  // run_agents.cpp

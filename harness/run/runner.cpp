@@ -329,7 +329,11 @@ RunResult Run::go() {
       request_stack_dumps(stop_reason_);  // an outer timeout's kill leaves evidence too
       io_.stop();
     });
-    if (!s_.hosts.empty()) check_hosts(s_);  // every host answers, or nothing is launched
+    if (launcher_kind_ == LauncherKind::kSrun) {
+      check_allocation();  // Slurm there, the allocation fits the topology (run_agents_srun.cpp)
+    } else if (!s_.hosts.empty()) {
+      check_hosts(s_);  // every host answers, or nothing is launched
+    }
     if (!s_.prepare_yaml.empty()) run_preparation();
     if (!s_.fetch.empty()) start_artifact_hub();
     start_control_plane();

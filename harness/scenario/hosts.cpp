@@ -105,10 +105,10 @@ void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Nod
   const int n = static_cast<int>(s.hosts.size());
   const YAML::Node list_at = resolved_hostfile.empty() ? raw["hosts"] : raw["hostfile"];
   ErrorCollector::check([&] {
-    if (s.launcher != "mpirun") {
+    if (s.launcher != "mpirun" && s.launcher != "srun") {
       fail_at(file, raw["launcher"] ? raw["launcher"] : list_at, "topology.launcher",
-              fmt::format("{} needs launcher mpirun (got {}; the local launcher "
-                          "starts every rank on this machine)",
+              fmt::format("{} needs launcher mpirun (got {}; srun too, inside a Slurm "
+                          "allocation; the local launcher starts every rank on this machine)",
                           label, s.launcher));
     }
     if (raw["nodes"] && s.nodes != n && s.nodes != 1) {

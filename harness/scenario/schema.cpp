@@ -73,7 +73,8 @@ const std::vector<KeySpec>& scenario_schema() {
          {"host", "namespaces"}},
         {"topology.hosts", K::kList, "[]",
          "Hosts mpirun spreads the ranks over, evenly and in order (NAME or NAME=ADDRESS; "
-         "needs launcher mpirun; topology.nodes follows; docs/cluster.md)"},
+         "needs launcher mpirun, or srun, which maps them onto the allocation's nodes; "
+         "topology.nodes follows; docs/cluster.md)"},
         {"topology.hostfile", K::kString, "\"\"",
          "An Open MPI hostfile instead of topology.hosts (NAME or NAME=ADDRESS, slots=N, "
          "max_slots=N per line; relative to the scenario file; docs/cluster.md)"},

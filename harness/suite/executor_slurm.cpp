@@ -1,11 +1,13 @@
-// `faultline suite --executor slurm`: the suite's tries as one sbatch job array a round (the first
-// tries, then each round of retries), every array task one `faultline run` into the suite's own
-// runs/ directory on the shared filesystem; the executor polls the array's tasks and reads each
+// `faultline suite --executor slurm`: the suite's tries as sbatch job arrays a round (the first
+// tries, then each round of retries), one array per resource shape (nodes, tasks per node), every
+// array task one `faultline run` into the suite's own runs/ directory on the shared filesystem;
+// the executor polls the arrays' tasks together and reads each
 // finished run as the local executor does. A task Slurm ended before its run could (time limit,
 // node failure, cancel) or that never ran becomes an error naming the array task, the case and
 // Slurm's state (docs/cluster.md#suites-as-a-slurm-job-array).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -80,7 +82,7 @@ class SlurmExecutor : public SuiteExecutor {
   void run_round(SuiteResult& res, const SuiteOptions& o, const std::string& bin,
                  const std::vector<Try>& tries, std::vector<Try>& retry);
   std::string submit(SuiteResult& res, const SuiteOptions& o, const std::string& round_dir,
-                     size_t tasks);
+                     size_t tasks, const slurm::Shape& shape);
   // A task ended (terminal state `t`): the try's attempt, and the case's outcome when final.
   void settle(SuiteResult& res, const SuiteOptions& o, const std::string& job, int task,
               const Try& tr, const slurm::TaskState& t, const std::string& log,
@@ -94,18 +96,20 @@ class SlurmExecutor : public SuiteExecutor {
   bool cancelled_pending_ = false;  // ... and the array's pending tasks were cancelled
   bool cancelled_all_ = false;      // the suite got a signal and cancelled the array
   std::string first_failure_;
+  std::vector<std::string> round_jobs_;  // the arrays of the round under way (one per shape)
 };
 
 std::string SlurmExecutor::submit(SuiteResult& res, const SuiteOptions& o,
-                                  const std::string& round_dir, size_t tasks) {
+                                  const std::string& round_dir, size_t tasks,
+                                  const slurm::Shape& shape) {
   std::vector<std::string> argv{"sbatch", "--parsable"};
   std::string array = fmt::format("--array=0-{}", tasks - 1);
   if (o.slurm.max_running > 0) array += fmt::format("%{}", o.slurm.max_running);
   argv.push_back(array);
   argv.push_back("--job-name=faultline-" + res.name);
   argv.push_back("--partition=" + req_.partition);
-  argv.push_back(fmt::format("--nodes={}", req_.nodes));
-  argv.push_back(fmt::format("--ntasks-per-node={}", req_.tasks_per_node));
+  argv.push_back(fmt::format("--nodes={}", shape.nodes));
+  argv.push_back(fmt::format("--ntasks-per-node={}", shape.tasks_per_node));
   if (o.slurm.overcommit) argv.push_back("--overcommit");
   if (!o.slurm.time_limit.empty()) argv.push_back("--time=" + o.slurm.time_limit);
   // Relative to --chdir: the round's directory, whatever characters the suite's path holds.
@@ -124,8 +128,13 @@ std::string SlurmExecutor::submit(SuiteResult& res, const SuiteOptions& o,
     throw Error(fmt::format("sbatch did not take the array (exit status {}): {}", out.status,
                             tail_line(out.output)));
   }
-  res.slurm["jobs"].push_back(
-      {{"id", job}, {"round", round_}, {"tasks", tasks}, {"dir", round_dir}, {"sbatch", argv}});
+  res.slurm["jobs"].push_back({{"id", job},
+                               {"round", round_},
+                               {"tasks", tasks},
+                               {"nodes", shape.nodes},
+                               {"tasks_per_node", shape.tasks_per_node},
+                               {"dir", round_dir},
+                               {"sbatch", argv}});
   return job;
 }
 
@@ -184,8 +193,8 @@ void SlurmExecutor::settle(SuiteResult& res, const SuiteOptions& o, const std::s
     if (c.failed() && o.fail_fast && !stop_) {
       stop_ = true;
       first_failure_ = case_label(c);
-      // Start nothing new: the array's pending tasks go, the running ones finish.
-      run_tool_status({"scancel", "--state=PENDING", job});
+      // Start nothing new: the round's arrays' pending tasks go, the running ones finish.
+      for (const auto& j : round_jobs_) run_tool_status({"scancel", "--state=PENDING", j});
       cancelled_pending_ = true;
     }
   }
@@ -202,75 +211,109 @@ void SlurmExecutor::settle(SuiteResult& res, const SuiteOptions& o, const std::s
 void SlurmExecutor::run_round(SuiteResult& res, const SuiteOptions& o, const std::string& bin,
                               const std::vector<Try>& tries, std::vector<Try>& retry) {
   ++round_;
-  const std::string dir = fmt::format("{}/slurm/round{}", suite_dir_, round_);
-  fs::create_directories(dir);
-  for (size_t k = 0; k < tries.size(); ++k) {
-    std::string text;
-    for (const auto& w :
-         run_argv(bin, res.cases[tries[k].index], tries[k].attempt, suite_dir_ + "/runs", o)) {
-      text += w;
-      text.push_back('\0');
-    }
-    write_atomic(fmt::format("{}/task-{}.argv", dir, k), text);
+  const std::string round_dir = fmt::format("{}/slurm/round{}", suite_dir_, round_);
+  // One array per resource shape (nodes, tasks per node), in the order the shapes first appear.
+  std::vector<std::pair<slurm::Shape, std::vector<Try>>> groups;
+  for (const auto& tr : tries) {
+    const slurm::Shape& sh = req_.case_shapes.at(tr.index);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == sh; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {sh, {}});
+    it->second.push_back(tr);
   }
-  std::string job;
-  try {
-    job = submit(res, o, dir, tries.size());
-  } catch (const Error& e) {
-    for (const auto& tr : tries) {  // a refused submission is every try's error, never lost
-      SuiteCase& c = res.cases[tr.index];
-      SuiteAttempt a{"error", e.what(), suite_dir_ + "/runs/" + attempt_id(c, tr.attempt), 0, ""};
-      c.attempts.push_back(a);
-      settle_case(c, a);
-      progress_->finished(case_label(c) + ": error (" + e.what() + ")", 0, true, false);
+  struct Array {
+    std::string job, dir;
+    std::vector<Try> tries;
+    std::map<int, slurm::TaskState> last;
+    std::map<int, int> missing;  // polls in a row that did not list a task
+    std::set<int> settled;
+  };
+  std::vector<Array> arrays;
+  round_jobs_.clear();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    Array a;
+    a.dir = groups.size() == 1 ? round_dir : fmt::format("{}/group{}", round_dir, g);
+    a.tries = groups[g].second;
+    fs::create_directories(a.dir);
+    for (size_t k = 0; k < a.tries.size(); ++k) {
+      std::string text;
+      for (const auto& w : run_argv(bin, res.cases[a.tries[k].index], a.tries[k].attempt,
+                                    suite_dir_ + "/runs", o)) {
+        text += w;
+        text.push_back('\0');
+      }
+      write_atomic(fmt::format("{}/task-{}.argv", a.dir, k), text);
     }
-    return;
+    try {
+      a.job = submit(res, o, a.dir, a.tries.size(), groups[g].first);
+    } catch (const Error& e) {
+      for (const auto& tr : a.tries) {  // a refused submission is every try's error, never lost
+        SuiteCase& c = res.cases[tr.index];
+        SuiteAttempt at{"error", e.what(), suite_dir_ + "/runs/" + attempt_id(c, tr.attempt), 0,
+                        ""};
+        c.attempts.push_back(at);
+        settle_case(c, at);
+        progress_->finished(case_label(c) + ": error (" + e.what() + ")", 0, true, false);
+      }
+      continue;
+    }
+    round_jobs_.push_back(a.job);
+    arrays.push_back(std::move(a));
   }
-  std::map<int, slurm::TaskState> last;
-  std::map<int, int> missing;  // polls in a row that did not list a task
-  std::set<int> settled;
   Clock::time_point cancelled_at;
-  const int n = static_cast<int>(tries.size());
-  auto settle_lost = [&](int k, const std::string& why) {
-    slurm::TaskState t = last.count(k) ? last[k] : slurm::TaskState{};
+  auto settle_lost = [&](Array& a, int k, const std::string& why) {
+    slurm::TaskState t = a.last.count(k) ? a.last[k] : slurm::TaskState{};
     const std::string seen = t.state.empty() ? "never listed" : "last seen " + t.state;
     t.state = fmt::format("LOST ({}; {})", why, seen);
     t.reason.clear();
-    settle(res, o, job, k, tries[k], t, fmt::format("{}/task-{}.out", dir, k), retry);
-    settled.insert(k);
+    settle(res, o, a.job, k, a.tries[k], t, fmt::format("{}/task-{}.out", a.dir, k), retry);
+    a.settled.insert(k);
   };
-  while (static_cast<int>(settled.size()) < n) {
+  auto all_settled = [&] {
+    for (const auto& a : arrays) {
+      if (a.settled.size() < a.tries.size()) return false;
+    }
+    return true;
+  };
+  while (!all_settled()) {
     if (suite_signal() != 0 && !cancelled_all_) {
       res.interrupted = signal_name(suite_signal());
       cancelled_all_ = true;
       cancelled_at = Clock::now();
-      run_tool_status({"scancel", job});  // running tasks get SIGTERM, pending ones never start
+      // Running tasks get SIGTERM, pending ones never start.
+      for (const auto& a : arrays) run_tool_status({"scancel", a.job});
     }
-    const auto q = slurm::query_array(job);
     std::vector<std::string> running;
-    for (int k = 0; k < n; ++k) {
-      if (settled.count(k)) continue;
-      const auto it = q ? q->find(k) : std::map<int, slurm::TaskState>::const_iterator{};
-      if (!q || it == q->end()) {
-        // Slurm no longer lists it (purged, or the controller restarted without its state).
-        if (++missing[k] >= 3) settle_lost(k, "Slurm no longer lists it");
-        continue;
-      }
-      missing[k] = 0;
-      last[k] = it->second;
-      if (slurm::is_terminal(it->second.state)) {
-        settle(res, o, job, k, tries[k], it->second, fmt::format("{}/task-{}.out", dir, k), retry);
-        settled.insert(k);
-      } else if (it->second.state == "RUNNING") {
-        running.push_back(case_label(res.cases[tries[k].index]));
+    for (auto& a : arrays) {
+      const int n = static_cast<int>(a.tries.size());
+      if (static_cast<int>(a.settled.size()) == n) continue;
+      const auto q = slurm::query_array(a.job);
+      for (int k = 0; k < n; ++k) {
+        if (a.settled.count(k)) continue;
+        const auto it = q ? q->find(k) : std::map<int, slurm::TaskState>::const_iterator{};
+        if (!q || it == q->end()) {
+          // Slurm no longer lists it (purged, or the controller restarted without its state).
+          if (++a.missing[k] >= 3) settle_lost(a, k, "Slurm no longer lists it");
+          continue;
+        }
+        a.missing[k] = 0;
+        a.last[k] = it->second;
+        if (slurm::is_terminal(it->second.state)) {
+          settle(res, o, a.job, k, a.tries[k], it->second, fmt::format("{}/task-{}.out", a.dir, k),
+                 retry);
+          a.settled.insert(k);
+        } else if (it->second.state == "RUNNING") {
+          running.push_back(case_label(res.cases[a.tries[k].index]));
+        }
       }
     }
     progress_->running(running);
-    if (static_cast<int>(settled.size()) == n) break;
+    if (all_settled()) break;
     if (cancelled_all_ &&
         Clock::now() - cancelled_at > std::chrono::seconds(kSlurmCancelWaitS.get())) {
-      for (int k = 0; k < n; ++k) {
-        if (!settled.count(k)) settle_lost(k, "not ended after scancel");
+      for (auto& a : arrays) {
+        for (int k = 0; k < static_cast<int>(a.tries.size()); ++k) {
+          if (!a.settled.count(k)) settle_lost(a, k, "not ended after scancel");
+        }
       }
       break;
     }

@@ -202,9 +202,12 @@ Request check_cluster(const std::vector<SuiteCase>& cases, const SuiteOptions& o
   }
   // Every case as its runs will load it.
   const auto overrides = set_overrides(o.run_args);
-  std::set<std::pair<std::string, bool>> seen;
+  std::map<std::pair<std::string, bool>, Shape> seen;
   for (const auto& c : cases) {
-    if (!seen.insert({c.scenario_file, c.fix}).second) continue;
+    if (auto it = seen.find({c.scenario_file, c.fix}); it != seen.end()) {
+      req.case_shapes.push_back(it->second);
+      continue;
+    }
     const Scenario s = load_scenario(c.scenario_file, LoadOptions{c.fix, overrides});
     const int nodes = s.hosts.empty() ? 1 : static_cast<int>(s.hosts.size());
     const int per_node = (s.ranks + nodes - 1) / nodes;
@@ -224,6 +227,8 @@ Request check_cluster(const std::vector<SuiteCase>& cases, const SuiteOptions& o
     }
     req.nodes = std::max(req.nodes, nodes);
     req.tasks_per_node = std::max(req.tasks_per_node, per_node);
+    seen[{c.scenario_file, c.fix}] = Shape{nodes, per_node};
+    req.case_shapes.push_back(Shape{nodes, per_node});
   }
   const auto config = run_tool_status({"scontrol", "show", "config"});
   std::smatch m;

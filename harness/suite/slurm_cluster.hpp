@@ -25,14 +25,23 @@ std::vector<int> parse_index_set(const std::string& text);
 // std::nullopt for anything else.
 std::optional<long> parse_duration(const std::string& text);
 
-// The resources every array task asks for (one sbatch request serves every case): enough nodes
-// and tasks per node for the largest topology among the cases.
-struct Request {
-  std::string partition;
+// What one case's array task asks for: one sbatch array per distinct shape (with the suite's
+// partition and time limit), so a 1-node case never waits for the largest case's nodes.
+struct Shape {
   int nodes = 1;           // topology.hosts' count (1 without hosts)
   int tasks_per_node = 1;  // ranks / nodes, rounded up
+  auto operator<=>(const Shape&) const = default;
+};
+
+// The resources the suite asks for: the partition, the time limit, every case's shape, and the
+// largest (summary.json's nodes and tasks_per_node).
+struct Request {
+  std::string partition;
+  int nodes = 1;           // the most nodes any case needs
+  int tasks_per_node = 1;  // the most tasks per node any case needs
   long time_limit_s = -1;  // -1: the partition's default
   int max_array_size = 1001;
+  std::vector<Shape> case_shapes;  // one per case, in the cases' order
 };
 
 // The preflight: sbatch and scontrol on PATH, the controller answering, the partition (or the

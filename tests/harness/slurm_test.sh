@@ -10,6 +10,12 @@
 #       small_allocation  an allocation of 2 tasks for 4 ranks: exit 2 naming both, no launch
 #       no_allocation  launcher srun outside any allocation: exit 2 before any launch (needs no
 #                      Slurm at all)
+#       srun_agents    launcher srun: the run's agent comes up as a job step of its own on the
+#                      node (agent_up before any launch) and SIGKILLs rank 1 at step 3 (via: agent);
+#                      no step of the run is left once it ends
+#       srun_hosts     launcher srun with logical topology.hosts [a]: a lands on the allocation's
+#                      node (slurm_allocation records it), its agent signals the rank; hosts [a, b]
+#                      on a 1-node allocation: exit 2 naming both counts, nothing started
 #       suite          faultline suite --executor slurm: a small suite (two scenarios and their
 #                      fixes) as one job array gathers the same outcomes as the local executor,
 #                      `faultline diff` finds no change; --partition nope and a stopped
@@ -74,6 +80,74 @@ if [[ $case == suite || $case == suite_cancel ]]; then
     grep -q "the Slurm controller does not answer (scontrol ping" <<<"$out" || fail "no clear error"
     [[ ! -e $tmp/gone ]] || fail "a suite directory without a controller"
   fi
+  exit 0
+fi
+
+if [[ $case == srun_agents || $case == srun_hosts ]]; then
+  # One batch job per scenario; the job lists its own steps once the run has ended.
+  submit() {  # YAML file, run id -> the run's exit status in $tmp/ID.rc
+    cat >"$tmp/$2.sh" <<J
+#!/bin/bash
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+"$faultline" run "$1" --results "$tmp/r" --run-id "$2"
+echo \$? > "$tmp/$2.rc"
+squeue -h -s -j "\$SLURM_JOB_ID" -o "%i %j" | grep -v -e '\.batch' -e '\.extern' > "$tmp/$2.steps" || true
+J
+    chmod +x "$tmp/$2.sh"
+    timeout 200 sbatch --wait --overcommit --time=3 -N1 -n 2 -o "$tmp/$2.out" "$tmp/$2.sh" >/dev/null || true
+    cat "$tmp/$2.out" || true
+    [[ -f $tmp/$2.rc ]] || fail "the job of $2 did not run"
+    [[ ! -s $tmp/$2.steps ]] || fail "steps left after $2: $(cat "$tmp/$2.steps")"
+  }
+  node=$(hostname -s)
+  hosts=""
+  [[ $case == srun_hosts ]] && hosts=", hosts: [a]"
+  cat >"$tmp/kill.yaml" <<Y
+name: slurm-srun-agent-kill
+topology: {ranks: 2, launcher: srun$hosts}
+workload: {steps: 2000}
+faults:
+  - {signal: KILL, rank: 1, step: 3}
+timeouts: {comm_ms: 5000}
+expect: {oracle: exit_class, ranks: [1]}
+Y
+  submit "$tmp/kill.yaml" kill
+  [[ $(cat "$tmp/kill.rc") == 0 ]] || fail "the run of kill: exit $(cat "$tmp/kill.rc")"
+  python3 - "$tmp/r/kill" "$node" "$case" <<'PY'
+import json, sys
+d, node, case = sys.argv[1:]
+v = json.load(open(d + "/verdict.json"))
+assert v["outcome"] == "pass", v
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+kinds = [e["kind"] for e in ev]
+host = "a" if case == "srun_hosts" else node
+alloc = [e["data"] for e in ev if e["kind"] == "slurm_allocation"]
+assert alloc and alloc[0]["nodes"] == [node], alloc
+if case == "srun_hosts":
+    assert alloc[0]["hosts"] == {"a": node}, alloc
+up = [e["data"] for e in ev if e["kind"] == "agent_up"]
+assert [u["host"] for u in up] == [host], up
+assert kinds.index("agents_ready") < kinds.index("launch"), "agents after the launch"
+sig = [e["data"] for e in ev if e["kind"] == "fault_injected" and e["data"].get("fault") == "signal"]
+assert sig and sig[0]["via"] == "agent" and sig[0]["host"] == host and sig[0]["delivered"], sig
+assert [e["data"]["host"] for e in ev if e["kind"] == "agent_stopped"] == [host]
+print(case, "ok: agent", up[0], "signal", sig[0])
+PY
+  if [[ $case == srun_hosts ]]; then
+    cat >"$tmp/two.yaml" <<Y
+name: slurm-srun-two-hosts
+topology: {ranks: 2, launcher: srun, hosts: [a, b]}
+workload: {steps: 3}
+expect: {oracle: completed}
+Y
+    submit "$tmp/two.yaml" two
+    [[ $(cat "$tmp/two.rc") == 2 ]] || fail "two hosts on one node: exit $(cat "$tmp/two.rc"), want 2"
+    grep -q "topology.hosts lists 2 host(s) but the allocation has 1 node(s) ($node)" "$tmp/two.out" ||
+      fail "no clear error"
+    ! grep -Eq '"kind":"(launch|agents_step)"' "$tmp/r/two/history.jsonl" || fail "something was started"
+  fi
+  bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm"
+  for f in "$tmp"/slurm/*.pid; do [[ -e $f ]] && fail "a daemon is left: $f"; done
   exit 0
 fi
 

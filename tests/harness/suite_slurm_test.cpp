@@ -274,6 +274,37 @@ TEST(SuiteSlurmParse, TimesIndexSetsAndRecords) {
   EXPECT_EQ(WTERMSIG(slurm::wait_status("0:9")), 9);
 }
 
+// The controller forgot the job (MinJobAge): the states come from sacct's parsable lines, in
+// the forms Slurm's accounting prints them (not tried against a real slurmdbd: docs/cluster.md).
+TEST(SuiteSlurmParse, SacctAnswersOnceTheControllerForgotTheJob) {
+  const auto dir = test_dir();
+  const std::string bin = dir + "/bin";
+  fs::create_directories(bin);
+  write_exec(bin + "/scontrol",
+             "#!/bin/bash\necho 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1\n");
+  write_exec(bin + "/sacct", R"(#!/bin/bash
+[[ "$*" == "-n -P -X -j 4242 -o JobID,State,ExitCode,ElapsedRaw,NodeList" ]] || exit 1
+echo "4242_0|COMPLETED|0:0|12|n1"
+echo "4242_1|CANCELLED by 0|0:15|3|n2"
+echo "4242_[2-3%1]|PENDING|0:0|0|None assigned"
+echo "4243_0|FAILED|1:0|1|n1"
+)");
+  ScopedPath path(bin + ":/usr/bin:/bin");
+  const auto q = slurm::query_array("4242");
+  ASSERT_TRUE(q.has_value());
+  ASSERT_EQ(q->size(), 4u);
+  EXPECT_EQ(q->at(0).state, "COMPLETED");
+  EXPECT_EQ(q->at(0).node, "n1");
+  EXPECT_EQ(q->at(0).run_s, 12);
+  EXPECT_EQ(q->at(1).state, "CANCELLED");
+  EXPECT_EQ(q->at(1).exit_code, "0:15");
+  EXPECT_TRUE(WIFSIGNALED(slurm::wait_status(q->at(1).exit_code)));
+  EXPECT_EQ(q->at(3).state, "PENDING");
+  EXPECT_EQ(q->at(3).node, "");
+  // Neither knows the job: nothing, so the executor counts it as not listed.
+  EXPECT_FALSE(slurm::query_array("999").has_value());
+}
+
 TEST(SuiteSlurmRun, EveryTaskIsGatheredAndSlurmsKillsAreErrorsNamingTheTask) {
   const auto dir = test_dir();
   for (const char* n : {"pass-a", "fail-b", "timeout-c", "never-d"}) {
@@ -327,6 +358,57 @@ TEST(SuiteSlurmRun, EveryTaskIsGatheredAndSlurmsKillsAreErrorsNamingTheTask) {
   EXPECT_EQ(j["cases"][0]["attempts"][0]["slurm_task"], "4242_0 FAILED");
   EXPECT_EQ(j["cases"][0]["attempts"][1]["slurm_task"], "4243_0 FAILED");
   EXPECT_EQ(r.exit_code(), 1);
+}
+
+TEST(SuiteSlurmRun, OneArrayPerResourceShapeGatheredIntoOneSuite) {
+  const auto dir = test_dir();
+  write_scenario(dir + "/s", "pass-a", "{ranks: 1}");
+  write_scenario(dir + "/s", "pass-b", "{ranks: 2, launcher: mpirun, hosts: [x, y]}");
+  write_scenario(dir + "/s", "pass-c", "{ranks: 1}");
+  write_scenario(dir + "/s", "pass-d", "{ranks: 4}");
+  ScopedPath path(fake_slurm(dir) + ":/usr/bin:/bin");
+  SuiteOptions o = slurm_options(dir);
+  o.slurm.partition = "big";
+  const SuiteResult r = run_suite(dir + "/s", o);
+  std::map<std::string, const SuiteCase*> by;
+  for (const auto& c : r.cases) by[c.name] = &c;
+  ASSERT_EQ(by.size(), 4u);
+  for (auto& [name, c] : by) EXPECT_EQ(c->outcome, "pass") << name << ": " << c->explanation;
+  // Three shapes, three arrays in the order the shapes first appear (cases in file order).
+  std::ifstream calls(dir + "/jobs/sbatch.calls");
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(calls, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_NE(lines[0].find("--array=0-1 --job-name=faultline-s --partition=big --nodes=1 "
+                          "--ntasks-per-node=1 "),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[1].find("--array=0-0 --job-name=faultline-s --partition=big --nodes=2 "
+                          "--ntasks-per-node=1 "),
+            std::string::npos)
+      << lines[1];
+  EXPECT_NE(lines[2].find("--array=0-0 --job-name=faultline-s --partition=big --nodes=1 "
+                          "--ntasks-per-node=4 "),
+            std::string::npos)
+      << lines[2];
+  EXPECT_EQ(by["pass-a"]->attempts.at(0).job, "4242_0 COMPLETED");
+  EXPECT_EQ(by["pass-c"]->attempts.at(0).job, "4242_1 COMPLETED");
+  EXPECT_EQ(by["pass-b"]->attempts.at(0).job, "4243_0 COMPLETED");
+  EXPECT_EQ(by["pass-d"]->attempts.at(0).job, "4244_0 COMPLETED");
+  // Every run and its task's output in the one suite directory; each group's argv files apart.
+  for (const char* id : {"pass-a-s7", "pass-b-s7", "pass-c-s7", "pass-d-s7"}) {
+    EXPECT_TRUE(fs::exists(r.dir + "/runs/" + id + "/verdict.json")) << id;
+    EXPECT_TRUE(fs::exists(r.dir + "/runs/" + id + ".log")) << id;
+  }
+  EXPECT_TRUE(fs::exists(r.dir + "/slurm/round1/group2/task-0.argv"));
+  const auto j = nlohmann::json::parse(std::ifstream(r.dir + "/summary.json"));
+  ASSERT_EQ(j["slurm"]["jobs"].size(), 3u);
+  EXPECT_EQ(j["slurm"]["jobs"][1]["nodes"], 2);
+  EXPECT_EQ(j["slurm"]["jobs"][2]["tasks_per_node"], 4);
+  EXPECT_EQ(j["slurm"]["nodes"], 2);  // the largest request
+  EXPECT_EQ(j["slurm"]["tasks_per_node"], 4);
+  EXPECT_EQ(j["counts"]["pass"], 4);
+  EXPECT_EQ(r.exit_code(), 0);
 }
 
 TEST(SuiteSlurmRun, FailFastCancelsThePendingTasksAndSkipsTheirCases) {

@@ -1,0 +1,143 @@
+#include "harness/run/slurm_alloc.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/error.hpp"
+#include "base/subprocess.hpp"
+#include "harness/scenario/scenario.hpp"
+
+namespace fl::harness {
+
+namespace {
+
+bool on_path(const std::string& prog) {
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string d = dirs.substr(start, end - start);
+    if (!d.empty() && ::access((d + "/" + prog).c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+std::string env_or(const char* name, const std::string& fallback = "") {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+}  // namespace
+
+std::vector<std::string> SlurmAllocation::agent_names() const {
+  return hosts.empty() ? nodes : hosts;
+}
+
+std::vector<std::string> SlurmAllocation::agent_nodes() const {
+  return host_nodes.empty() ? nodes : host_nodes;
+}
+
+std::map<std::string, std::string> SlurmAllocation::mapping() const {
+  std::map<std::string, std::string> m;
+  for (size_t k = 0; k < hosts.size() && k < host_nodes.size(); ++k) m[hosts[k]] = host_nodes[k];
+  return m;
+}
+
+std::vector<std::string> expand_nodelist(const std::string& list) {
+  const ToolOutcome out = run_tool_status({"scontrol", "show", "hostnames", list});
+  std::vector<std::string> nodes;
+  std::istringstream in(out.output);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) nodes.push_back(line);
+  }
+  if (out.status != 0 || nodes.empty()) {
+    raise<Error>(
+        "launcher srun: `scontrol show hostnames {}` did not name the allocation's nodes (exit "
+        "status {}: {})",
+        list, out.status, out.output.substr(0, 300));
+  }
+  return nodes;
+}
+
+std::vector<std::string> map_hosts_to_nodes(const std::vector<std::string>& hosts,
+                                            const std::vector<std::string>& nodes) {
+  if (nodes.size() < hosts.size()) {
+    raise<Error>(
+        "launcher srun: topology.hosts lists {} host(s) but the allocation has {} node(s) ({}); "
+        "each host needs a node of its own (allowed: an allocation of at least {} nodes, e.g. "
+        "sbatch -N {}); nothing was launched",
+        hosts.size(), nodes.size(), fmt::join(nodes, ","), hosts.size(), hosts.size());
+  }
+  return {nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(hosts.size())};
+}
+
+std::string node_address(const std::string& node) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(node.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    raise<Error>(
+        "launcher srun: node {} (host 0's) does not resolve to an IPv4 address ({}); give "
+        "topology.hosts as NAME=ADDRESS",
+        node, rc != 0 ? ::gai_strerror(rc) : "no address");
+  }
+  char buf[INET_ADDRSTRLEN] = {0};
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
+  ::freeaddrinfo(res);
+  return buf;
+}
+
+SlurmAllocation check_srun_allocation(const Scenario& s) {
+  for (const char* prog : {"srun", "scontrol"}) {
+    if (!on_path(prog)) {
+      raise<Error>(
+          "launcher srun: no {} on PATH (Slurm is not installed here; allowed: run faultline "
+          "inside a Slurm allocation, or topology.launcher: mpirun); nothing was launched",
+          prog);
+    }
+  }
+  SlurmAllocation a;
+  a.job = env_or("SLURM_JOB_ID");
+  if (a.job.empty()) {
+    raise<Error>(
+        "launcher srun: not inside a Slurm allocation (SLURM_JOB_ID is not set; run faultline "
+        "in sbatch or salloc, docs/cluster.md); nothing was launched");
+  }
+  const std::string list = env_or("SLURM_JOB_NODELIST", env_or("SLURM_NODELIST"));
+  if (list.empty()) {
+    raise<Error>(
+        "launcher srun: job {} has no node list (SLURM_JOB_NODELIST is not set); nothing was "
+        "launched",
+        a.job);
+  }
+  if (const std::string n = env_or("SLURM_NTASKS"); !n.empty()) {
+    const int tasks = std::atoi(n.c_str());
+    if (tasks < s.ranks) {
+      raise<Error>(
+          "launcher srun: the allocation has {} task(s) (SLURM_NTASKS) but topology.ranks is "
+          "{} (allowed: an allocation of at least {} tasks, e.g. sbatch -n {}); nothing was "
+          "launched",
+          tasks, s.ranks, s.ranks, s.ranks);
+    }
+  }
+  a.nodes = expand_nodelist(list);
+  if (!s.hosts.empty()) {
+    a.hosts = s.hosts;
+    a.host_nodes = map_hosts_to_nodes(s.hosts, a.nodes);
+  }
+  return a;
+}
+
+}  // namespace fl::harness

@@ -1,0 +1,46 @@
+// The Slurm allocation a run with `launcher: srun` runs in (docs/cluster.md): its nodes, in the
+// order Slurm lists them (SLURM_JOB_NODELIST expanded by `scontrol show hostnames`), and where a
+// scenario's logical topology.hosts land on them. Checked before anything is started.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace fl::harness {
+
+struct Scenario;
+
+struct SlurmAllocation {
+  std::string job;                 // SLURM_JOB_ID
+  std::vector<std::string> nodes;  // the allocation's nodes, in Slurm's order
+  // With topology.hosts: the hosts and host k's node (nodes[k]); both empty without hosts.
+  std::vector<std::string> hosts, host_nodes;
+  // The names the run's agents register as, one per node they run on: the logical hosts, or
+  // (without hosts) every node of the allocation.
+  std::vector<std::string> agent_names() const;
+  // The node each agent runs on (agent_names()[k] runs on agent_nodes()[k]).
+  std::vector<std::string> agent_nodes() const;
+  // host -> node, for the history.
+  std::map<std::string, std::string> mapping() const;
+};
+
+// Node names from a hostlist expression (SLURM_JOB_NODELIST's form, "n[1-3,7],gpu2"), expanded by
+// `scontrol show hostnames` (exec, no shell); Error when scontrol fails or prints nothing.
+std::vector<std::string> expand_nodelist(const std::string& list);
+
+// Host k of `hosts` on node k of `nodes`, in order; Error naming both counts when the allocation
+// has fewer nodes than the topology has hosts.
+std::vector<std::string> map_hosts_to_nodes(const std::vector<std::string>& hosts,
+                                            const std::vector<std::string>& nodes);
+
+// A node's IPv4 address as this machine resolves its name (where rank 0's store listens when
+// topology.hosts name no address); Error naming the node when it does not resolve.
+std::string node_address(const std::string& node);
+
+// The allocation this process runs in, checked for the scenario: srun and scontrol on PATH,
+// SLURM_JOB_ID and a node list set, enough tasks (SLURM_NTASKS) for the ranks and enough nodes
+// for topology.hosts. Error (the run's exit 2) naming what is missing; nothing is started.
+SlurmAllocation check_srun_allocation(const Scenario& s);
+
+}  // namespace fl::harness

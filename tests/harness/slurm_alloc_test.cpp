@@ -1,0 +1,178 @@
+// launcher srun's allocation check (harness/run/slurm_alloc.hpp) without a cluster: a fake
+// `scontrol show hostnames` expands the node list, topology.hosts land on the nodes in order,
+// and an allocation with too few nodes or tasks, no node list or no Slurm at all is refused
+// naming both counts (the real single-node Slurm: slurm.srun_hosts, slurm.srun_agents).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "base/error.hpp"
+#include "harness/run/slurm_alloc.hpp"
+#include "harness/scenario/scenario.hpp"
+#include "tests/support/process.hpp"
+
+namespace fl::harness {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string test_dir() {
+  return test::fresh_test_dir("slurm_alloc",
+                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+}
+
+void write_exec(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  fs::permissions(path, fs::perms::owner_all);
+}
+
+// Sets (or unsets, with nullptr) variables for the test's lifetime.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (auto& [k, v] : vars) {
+      const char* old = std::getenv(k);
+      saved_.push_back({k, old ? std::optional<std::string>(old) : std::nullopt});
+      if (v) {
+        ::setenv(k, v, 1);
+      } else {
+        ::unsetenv(k);
+      }
+    }
+  }
+  ~ScopedEnv() {
+    for (auto& [k, v] : saved_) {
+      if (v) {
+        ::setenv(k.c_str(), v->c_str(), 1);
+      } else {
+        ::unsetenv(k.c_str());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+// DIR/bin with a fake srun and a scontrol that expands "n[1-3]"-style lists the way Slurm does
+// (one name a line) and fails for anything with "bad" in it.
+std::string fake_bin(const std::string& dir) {
+  const std::string bin = dir + "/bin";
+  fs::create_directories(bin);
+  write_exec(bin + "/srun", "#!/bin/bash\nexit 0\n");
+  write_exec(bin + "/scontrol", R"(#!/bin/bash
+[[ "$1 $2" == "show hostnames" ]] || { echo "fake scontrol: $*" >&2; exit 1; }
+[[ $3 == *bad* ]] && { echo "scontrol: error: Invalid hostlist: $3" >&2; exit 1; }
+python3 - "$3" <<'PY'
+import re, sys
+for part in re.findall(r'[^,\[]+(?:\[[^\]]*\])?', sys.argv[1]):
+    m = re.match(r'(.*)\[(.*)\]$', part)
+    if not m:
+        print(part); continue
+    for r in m.group(2).split(','):
+        a, _, b = r.partition('-')
+        for i in range(int(a), int(b or a) + 1):
+            print(f"{m.group(1)}{i:0{len(a)}d}")
+PY
+)");
+  return bin;
+}
+
+Scenario topology(int ranks, std::vector<std::string> hosts) {
+  Scenario s;
+  s.ranks = ranks;
+  s.launcher = "srun";
+  s.hosts = std::move(hosts);
+  s.host_addrs.assign(s.hosts.size(), "");
+  return s;
+}
+
+std::string refusal(const Scenario& s) {
+  try {
+    check_srun_allocation(s);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "not refused";
+  return "";
+}
+
+TEST(SlurmAlloc, TheNodeListIsExpandedByScontrolInOrder) {
+  const auto dir = test_dir();
+  ScopedEnv env({{"PATH", (fake_bin(dir) + ":/usr/bin:/bin").c_str()}});
+  EXPECT_EQ(expand_nodelist("gpu[07-09],cpu2"),
+            (std::vector<std::string>{"gpu07", "gpu08", "gpu09", "cpu2"}));
+  try {
+    expand_nodelist("bad[");
+    ADD_FAILURE() << "a bad list was expanded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("`scontrol show hostnames bad[` did not name"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SlurmAlloc, LogicalHostsLandOnTheAllocationsNodesInOrder) {
+  const auto dir = test_dir();
+  ScopedEnv env({{"PATH", (fake_bin(dir) + ":/usr/bin:/bin").c_str()},
+                 {"SLURM_JOB_ID", "77"},
+                 {"SLURM_JOB_NODELIST", "n[1-3]"},
+                 {"SLURM_NODELIST", nullptr},
+                 {"SLURM_NTASKS", "4"}});
+  const auto a = check_srun_allocation(topology(4, {"a", "b"}));
+  EXPECT_EQ(a.job, "77");
+  EXPECT_EQ(a.nodes, (std::vector<std::string>{"n1", "n2", "n3"}));
+  EXPECT_EQ(a.host_nodes, (std::vector<std::string>{"n1", "n2"}));
+  EXPECT_EQ(a.mapping(), (std::map<std::string, std::string>{{"a", "n1"}, {"b", "n2"}}));
+  // The agents: one per host, named as the host, on its node.
+  EXPECT_EQ(a.agent_names(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(a.agent_nodes(), (std::vector<std::string>{"n1", "n2"}));
+  // Without hosts: one agent on every node of the allocation, named as the node.
+  const auto b = check_srun_allocation(topology(2, {}));
+  EXPECT_TRUE(b.mapping().empty());
+  EXPECT_EQ(b.agent_names(), b.nodes);
+  EXPECT_EQ(b.agent_nodes(), b.nodes);
+}
+
+TEST(SlurmAlloc, TooFewNodesOrTasksAreRefusedNamingBothCounts) {
+  const auto dir = test_dir();
+  ScopedEnv env({{"PATH", (fake_bin(dir) + ":/usr/bin:/bin").c_str()},
+                 {"SLURM_JOB_ID", "77"},
+                 {"SLURM_JOB_NODELIST", "n[1-2]"},
+                 {"SLURM_NTASKS", "3"}});
+  const std::string nodes = refusal(topology(3, {"a", "b", "c"}));
+  EXPECT_NE(nodes.find("topology.hosts lists 3 host(s) but the allocation has 2 node(s) (n1,n2)"),
+            std::string::npos)
+      << nodes;
+  EXPECT_NE(nodes.find("nothing was launched"), std::string::npos) << nodes;
+  const std::string tasks = refusal(topology(4, {"a", "b"}));
+  EXPECT_NE(tasks.find("the allocation has 3 task(s) (SLURM_NTASKS) but topology.ranks is 4"),
+            std::string::npos)
+      << tasks;
+}
+
+TEST(SlurmAlloc, NoSlurmNoAllocationOrNoNodeListIsRefused) {
+  const auto dir = test_dir();
+  const std::string bin = fake_bin(dir);
+  {
+    ScopedEnv env({{"PATH", "/nonexistent"}, {"SLURM_JOB_ID", "77"}});
+    EXPECT_NE(refusal(topology(1, {})).find("launcher srun: no srun on PATH"), std::string::npos);
+  }
+  {
+    ScopedEnv env({{"PATH", bin.c_str()}, {"SLURM_JOB_ID", nullptr}});
+    EXPECT_NE(refusal(topology(1, {})).find("not inside a Slurm allocation (SLURM_JOB_ID"),
+              std::string::npos);
+  }
+  {
+    ScopedEnv env({{"PATH", bin.c_str()},
+                   {"SLURM_JOB_ID", "77"},
+                   {"SLURM_JOB_NODELIST", nullptr},
+                   {"SLURM_NODELIST", nullptr}});
+    EXPECT_NE(refusal(topology(1, {})).find("job 77 has no node list"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace fl::harness
