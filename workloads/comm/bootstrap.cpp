@@ -38,40 +38,6 @@ int int_env(const char* name, const char* fallback, bool required, int default_v
   return static_cast<int>(parse_setting<int64_t>(used, v));
 }
 
-FAULTLINE_SETTING(kMpiStartSlackUs, int64_t, "FAULTLINE_MPI_START_SLACK_US", 5000,
-                  "Timer slack (microseconds) of the rank's main thread while it joins the MPI "
-                  "world; 0 leaves it as it is");
-
-// While MPI_Init waits for the other ranks it polls: Open MPI 4.1 sleeps 100 us between polls
-// (OMPI_LAZY_WAIT_FOR_COMPLETION). With 64 ranks per core those wake-ups take the CPU that the
-// ranks still starting need. A coarser timer slack lets the kernel batch them; the old slack is
-// back once the world exists, and only the threads MPI starts meanwhile keep the coarse one
-// (their timers may fire up to that much late).
-class StartSlack {
- public:
-  StartSlack() {
-    const int64_t us = kMpiStartSlackUs.get();
-    if (us < 0 || us > 1000000) {
-      raise<SettingError>("FAULTLINE_MPI_START_SLACK_US={} is out of range (allowed 0-1000000)",
-                          us);
-    }
-    if (us == 0) return;
-    const int old = ::prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-    if (old <= 0) return;
-    if (::prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(us) * 1000UL, 0, 0, 0) == 0) {
-      old_ns_ = old;
-    }
-  }
-  ~StartSlack() {
-    if (old_ns_ > 0) ::prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(old_ns_), 0, 0, 0);
-  }
-  StartSlack(const StartSlack&) = delete;
-  StartSlack& operator=(const StartSlack&) = delete;
-
- private:
-  int old_ns_ = 0;
-};
-
 }  // namespace
 
 WorkerIdentity identity_from_env() {
@@ -252,7 +218,6 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
   }
 
   if (backend == "mpi") {
-    StartSlack slack;
     b.comm = MpiCommunicator::create_world(b.id.rank, b.id.world_size, {}, b.store.get());
   } else if (backend == "nccl") {
 #if defined(FAULTLINE_HAVE_NCCL)
