@@ -164,11 +164,11 @@ std::unique_ptr<PendingOp> MpiCommunicator::start_barrier() {
 // MPI_Comm_split would gather every member's color again and agree on the context id across the
 // whole parent (at 128 ranks on two cores, each such world-wide agreement costs seconds). Same
 // members, same order as MPI_Comm_split: by key, ties by parent rank.
-std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key,
-                                                        const std::string& name,
+std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key, const std::string& name,
                                                         const std::vector<int32_t>& colors_keys) {
   (void)key;  // already in colors_keys, at this rank's place
-  const int tag = kSplitTagBase + (splits_++ % kSplitTags);  // every member splits in the same order
+  const int tag =
+      kSplitTagBase + (splits_++ % kSplitTags);  // every member splits in the same order
   if (color < 0) return nullptr;
   std::vector<std::pair<int32_t, int>> order;  // (key, parent rank)
   for (int i = 0; i < size(); ++i) {
