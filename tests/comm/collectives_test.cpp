@@ -2,6 +2,8 @@
 // for every dtype and for odd and even counts, groups from split, verify-mode mismatches, and the
 // flight recorder's record of what ran.
 #include <gtest/gtest.h>
+#include <mpi.h>
+#include <sys/prctl.h>
 
 #include <numeric>
 #include <vector>
@@ -243,6 +245,49 @@ TEST_F(Collectives, SplitIntoTensorAndDataParallelGroups) {
   if (none) {
     EXPECT_EQ(none->size(), n - 1);
   }
+}
+
+// A split creates its group from the exchanged colors and keys (MPI_Comm_create_group): the
+// same members in the same order as MPI_Comm_split, ties in the key broken by parent rank.
+TEST_F(Collectives, SplitGivesMpiCommSplitsMembersAndOrder) {
+  const int n = size();
+  const int color = rank() % 3;
+  const int key = (n - rank()) / 2;  // descending, pairs of ranks tie
+  auto ours = world().split(color, key, "thirds");
+  ASSERT_NE(ours, nullptr);
+  MPI_Comm theirs = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split(static_cast<MpiCommunicator&>(world()).raw(), color, key, &theirs),
+            MPI_SUCCESS);
+  int their_rank = -1;
+  int their_size = -1;
+  MPI_Comm_rank(theirs, &their_rank);
+  MPI_Comm_size(theirs, &their_size);
+  EXPECT_EQ(ours->rank(), their_rank);
+  EXPECT_EQ(ours->size(), their_size);
+  int same = MPI_UNEQUAL;
+  MPI_Comm_compare(static_cast<MpiCommunicator&>(*ours).raw(), theirs, &same);
+  EXPECT_EQ(same, MPI_CONGRUENT);  // same members, same order
+  MPI_Comm_free(&theirs);
+  // The group works, and a second split of the same parent gets a communicator of its own.
+  int32_t v = 1;
+  ours->all_reduce(host_buffer(&v, 1, DType::kI32));
+  EXPECT_EQ(v, their_size);
+  auto again = world().split(color, key, "thirds-again");
+  ASSERT_NE(again, nullptr);
+  MPI_Comm_compare(static_cast<MpiCommunicator&>(*ours).raw(),
+                   static_cast<MpiCommunicator&>(*again).raw(), &same);
+  EXPECT_EQ(same, MPI_CONGRUENT);
+}
+
+// Joining the world raises the main thread's timer slack (FAULTLINE_MPI_START_SLACK_US) and puts
+// the old value back once the world exists.
+TEST_F(Collectives, WorldCreationLeavesTheTimerSlackAsItWas) {
+  const int before = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+  ASSERT_EQ(prctl(PR_SET_TIMERSLACK, 123000UL, 0, 0, 0), 0);
+  auto w = MpiCommunicator::create_world(mpi_world_rank(), mpi_world_size());
+  EXPECT_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), 123000);
+  w->barrier();
+  prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(before), 0, 0, 0);
 }
 
 TEST_F(Collectives, VerifyModeNamesTheRankCallingADifferentOp) {

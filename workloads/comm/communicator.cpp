@@ -589,7 +589,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   // Dropped, or postponed after this rank's next op: the rank gets no group now.
   if (v == fault::Verdict::kSkip || v == fault::Verdict::kDefer) return nullptr;
   try {
-    return adopt(do_split(color < 0 ? -1 : color, key, name), child_pg, *all, color);
+    return adopt(do_split(color < 0 ? -1 : color, key, name, *all), child_pg, *all, color);
   } catch (const CommError& e) {
     broken_reason_ = e.what();
     throw;

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/settings.hpp"
 #include "injector/site.hpp"
@@ -103,7 +105,9 @@ class Communicator {
   virtual std::unique_ptr<PendingOp> start_recv(Buffer buf, int peer, int tag) = 0;
   virtual std::unique_ptr<PendingOp> start_barrier() = 0;
   // Called once every member is known to be present (colors/keys exchanged with a deadline).
-  virtual std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) = 0;
+  // `colors_keys` holds every member's (color, key), in group-rank order.
+  virtual std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name,
+                                                 const std::vector<int32_t>& colors_keys) = 0;
   // Called after a timeout, before the error is raised (NCCL aborts its communicator here).
   virtual void on_timeout() {}
 

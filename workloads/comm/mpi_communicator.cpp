@@ -159,11 +159,37 @@ std::unique_ptr<PendingOp> MpiCommunicator::start_barrier() {
   return p;
 }
 
-std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key,
-                                                        const std::string& name) {
+// The group is known from the exchanged (color, key) of every member, so it is built locally and
+// only its own members agree on it: MPI_Comm_create_group is collective over the group, where
+// MPI_Comm_split would gather every member's color again and agree on the context id across the
+// whole parent (at 128 ranks on two cores, each such world-wide agreement costs seconds). Same
+// members, same order as MPI_Comm_split: by key, ties by parent rank.
+std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key, const std::string& name,
+                                                        const std::vector<int32_t>& colors_keys) {
+  (void)key;  // already in colors_keys, at this rank's place
+  const int tag =
+      kSplitTagBase + (splits_++ % kSplitTags);  // every member splits in the same order
+  if (color < 0) return nullptr;
+  std::vector<std::pair<int32_t, int>> order;  // (key, parent rank)
+  for (int i = 0; i < size(); ++i) {
+    if (colors_keys[2 * static_cast<size_t>(i)] == color) {
+      order.emplace_back(colors_keys[2 * static_cast<size_t>(i) + 1], i);
+    }
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<int> ranks;
+  ranks.reserve(order.size());
+  for (const auto& [k, i] : order) ranks.push_back(i);
+  MPI_Group parent = MPI_GROUP_NULL;
+  MPI_Group sub = MPI_GROUP_NULL;
+  mpi::check(MPI_Comm_group(comm_, &parent), "MPI_Comm_group", group(), world_rank());
+  const int rc = MPI_Group_incl(parent, static_cast<int>(ranks.size()), ranks.data(), &sub);
+  MPI_Group_free(&parent);
+  mpi::check(rc, "MPI_Group_incl", group(), world_rank());
   MPI_Comm child = MPI_COMM_NULL;
-  mpi::check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child),
-             "MPI_Comm_split", group(), world_rank());
+  const int rc2 = MPI_Comm_create_group(comm_, sub, tag, &child);
+  MPI_Group_free(&sub);
+  mpi::check(rc2, "MPI_Comm_create_group", group(), world_rank());
   if (child == MPI_COMM_NULL) return nullptr;
   MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN);
   return std::unique_ptr<Communicator>(

@@ -48,7 +48,8 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<PendingOp> start_send(const Buffer& buf, int peer, int tag) override;
   std::unique_ptr<PendingOp> start_recv(Buffer buf, int peer, int tag) override;
   std::unique_ptr<PendingOp> start_barrier() override;
-  std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) override;
+  std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name,
+                                         const std::vector<int32_t>& colors_keys) override;
   void on_timeout() override;
 
  private:
@@ -59,6 +60,11 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<ShmTransport> shm_;  // intra-node shared memory (shm_transport.hpp), if on
   bool shm_checked_ = false;
   bool leaked_ = false;  // a timed-out op may still reference the comm: never free it
+  // MPI_Comm_create_group's tag for this communicator's next split (kDataTag and kVerifyTag are
+  // the collective layer's point-to-point tags; the splits' stay clear of them).
+  static constexpr int kSplitTagBase = 1000;
+  static constexpr int kSplitTags = 1000;
+  int splits_ = 0;
 };
 
 }  // namespace fl::comm

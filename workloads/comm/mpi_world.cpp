@@ -1,5 +1,7 @@
 // The MPI backend's world: MPI's start and end in a process, and the world communicator — from
 // mpirun, or joined by ranks started one by one (MPI singletons).
+#include <sys/prctl.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -50,6 +52,40 @@ int mpi_world_rank() {
 }
 
 namespace {
+
+FAULTLINE_SETTING(kMpiStartSlackUs, int64_t, "FAULTLINE_MPI_START_SLACK_US", 5000,
+                  "Timer slack (microseconds) of the rank's main thread while it joins the MPI "
+                  "world; 0 leaves it as it is");
+
+// While MPI_Init waits for the other ranks it polls: Open MPI 4.1 sleeps 100 us between polls
+// (OMPI_LAZY_WAIT_FOR_COMPLETION). With 64 ranks per core those wake-ups take the CPU that the
+// ranks still starting need. A coarser timer slack lets the kernel batch them; the old slack is
+// back once the world exists, and only the threads MPI starts meanwhile keep the coarse one
+// (their timers may fire up to that much late).
+class StartSlack {
+ public:
+  StartSlack() {
+    const int64_t us = kMpiStartSlackUs.get();
+    if (us < 0 || us > 1000000) {
+      raise<SettingError>("FAULTLINE_MPI_START_SLACK_US={} is out of range (allowed 0-1000000)",
+                          us);
+    }
+    if (us == 0) return;
+    const int old = ::prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    if (old <= 0) return;
+    if (::prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(us) * 1000UL, 0, 0, 0) == 0) {
+      old_ns_ = old;
+    }
+  }
+  ~StartSlack() {
+    if (old_ns_ > 0) ::prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(old_ns_), 0, 0, 0);
+  }
+  StartSlack(const StartSlack&) = delete;
+  StartSlack& operator=(const StartSlack&) = delete;
+
+ private:
+  int old_ns_ = 0;
+};
 
 FAULTLINE_SETTING(kMpiJoin, std::string, "FAULTLINE_MPI_JOIN", "chain",
                   "How MPI singletons (local launcher) join one world: chain (one newcomer at a "
@@ -155,6 +191,7 @@ MPI_Comm join_singletons_tree(int rank, int world_size, rdzv::StoreClient& store
 std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(int rank, int world_size,
                                                                CommOptions options,
                                                                rdzv::StoreClient* store) {
+  StartSlack slack;  // until the world exists
   mpi_init_once();
   int mpi_size = mpi_world_size();
   MPI_Comm base = MPI_COMM_WORLD;

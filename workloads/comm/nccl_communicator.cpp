@@ -198,7 +198,8 @@ class NcclCommunicator final : public Communicator {
           "ncclAllReduce(barrier)");
     return finish(Buffer{}, Staged{});
   }
-  std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name) override {
+  std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name,
+                                         const std::vector<int32_t>& /*colors_keys*/) override {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t child = nullptr;
