@@ -41,6 +41,7 @@ void Run::start_agents() {
     agents_->start(*sup_, exe, ctl_addr_, agent_poll(), agent_lost_handler());
   }
   faults_->use_agents(agents_.get());
+  if (slurm_) return;  // no relay with launcher srun (rank_control_addr)
   nlohmann::json via = nlohmann::json::object();
   for (size_t k = 0; k < s_.hosts.size(); ++k) {
     const std::string a = agents_->relay_addr(static_cast<int>(k));
@@ -59,7 +60,8 @@ void Run::relay_through_agents() {
 }
 
 std::string Run::rank_control_addr(int node) const {
-  if (!agents_) return ctl_addr_;
+  // launcher srun's agents (run_agents_srun.cpp) do not relay: Slurm places the ranks itself.
+  if (!agents_ || slurm_) return ctl_addr_;
   const std::string a = agents_->relay_addr(node);
   return a.empty() ? ctl_addr_ : a;
 }
