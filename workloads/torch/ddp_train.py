@@ -98,7 +98,7 @@ def main():
         layers.append(torch.nn.Linear(width, 1))
         model = DDP(torch.nn.Sequential(*layers))
         if not args.no_probe:
-            model.register_comm_hook(None, fpt.allreduce_hook)
+            fpt.attach(model)  # light (DDP's C++ all-reduce) unless a fault point needs the hook
         opt = torch.optim.SGD(model.parameters(), lr=args.lr)
         w_true = torch.randn(args.features, 1, generator=torch.Generator().manual_seed(1))
 
