@@ -66,6 +66,8 @@ if os.environ.get("RANK") is None:  # the launcher: two ranks, then the summary
               "(mean %.1f), hook median %.1f us (mean %.1f)"
               % (r, b["spent_us_per_step"]["light"], b["spent_mean_us_per_step"]["light"],
                  b["spent_us_per_step"]["hook"], b["spent_mean_us_per_step"]["hook"]))
+        print("    where (mean per step): " + ", ".join(
+            "%s %.1f us" % kv for kv in sorted(b["parts_us_per_step"].items())))
     base = statistics.median(plain_cpu)
     print("  plain step CPU per rank: median %.0f us (IQR %.0f-%.0f, min %.0f)" %
           (base, q(plain_cpu, .25), q(plain_cpu, .75), min(plain_cpu)))
@@ -105,18 +107,23 @@ before = dict(spent)
 per_step = {"light": [], "hook": []}
 
 
-def timed(arm, fn):
+parts = {}  # where it goes: seconds per part over the measured rounds
+
+
+def timed(arm, fn, part):
     def wrapper(*a, **k):
         t = time.thread_time()
         try:
             return fn(*a, **k)
         finally:
-            spent[arm] += time.thread_time() - t
+            d = time.thread_time() - t
+            spent[arm] += d
+            parts[part] = parts.get(part, 0.0) + d
     return wrapper
 
 
 for name in ("forward", "backward"):  # settle() runs inside forward() or probe.step()
-    setattr(fpt._Light, name, timed("light", getattr(fpt._Light, name)))
+    setattr(fpt._Light, name, timed("light", getattr(fpt._Light, name), "light " + name + " hook"))
 
 
 def make():  # ddp_train.py's model in the overhead bench: 64 features, 2 x 512 hidden
@@ -128,7 +135,7 @@ def make():  # ddp_train.py's model in the overhead bench: 64 features, 2 x 512 
 
 models = {"plain": make(), "light": make(), "hook": make()}
 fpt._Light(models["light"])
-_hook = timed("hook", fpt.allreduce_hook)
+_hook = timed("hook", fpt.allreduce_hook, "hook comm hook call")
 models["hook"].register_comm_hook(None, lambda state, bucket: _hook(state, bucket))
 opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in models.items()}
 g = torch.Generator().manual_seed(rank)
@@ -159,7 +166,10 @@ def run(arm, count):
             t2 = time.thread_time()
             probe.step(n[0], loss=lv, step_time_s=0.001)
             sec.__exit__(None, None, None)
-            spent[arm] += (t1 - t0) + (time.thread_time() - t2)
+            t3 = time.thread_time()
+            spent[arm] += (t1 - t0) + (t3 - t2)
+            key = arm + " section+step events"
+            parts[key] = parts.get(key, 0.0) + (t1 - t0) + (t3 - t2)
             per_step[arm].append(spent[arm] - before[arm])
             before[arm] = spent[arm]
         n[0] += 1
@@ -169,6 +179,7 @@ def run(arm, count):
 for arm in models:  # warm-up (and DDP's bucket rebuild)
     run(arm, 5)
 spent.update(light=0.0, hook=0.0)
+parts.clear()
 before = dict(spent)
 per_step = {"light": [], "hook": []}
 out = {k: [] for k in models}
@@ -182,6 +193,7 @@ dist.barrier()
 # time to the hypervisor inside the probe's code, counts more than it cost; the median does not
 # follow those), and the mean.
 out["spent_us_per_step"] = {k: statistics.median(v) * 1e6 for k, v in per_step.items()}
+out["parts_us_per_step"] = {k: v / (rounds * block) * 1e6 for k, v in parts.items()}
 out["spent_mean_us_per_step"] = {k: v / (rounds * block) * 1e6 for k, v in spent.items()}
 print(json.dumps(out), flush=True)
 dist.destroy_process_group()
