@@ -100,6 +100,8 @@ const KindSpec kRankKinds[] = {
       {"group", T::kString, false},
       {"seq", T::kInt, false},
       {"in_flight_ms", T::kInt, false}}},
+    // The Python probe's DDP mode on this rank (light or hook; docs/workloads.md).
+    {"probe_mode", false, {{"ddp_comm", T::kString, true}}},
     {"fault_fired", false, {{"site", T::kString, true}}},
     {"faults_armed", false, {{"plan", T::kString, true}}},
     {"output",

@@ -37,6 +37,10 @@ _last_step_end = None
 _comm_s = 0.0  # seconds inside collectives since the last step event
 _beat = None
 _beat_stop = threading.Event()
+# Callables the torch module adds: run at every step() before its event (derived collectives
+# complete at the step boundary), and with the exception when the job dies of one.
+_step_hooks = []
+_fatal_hooks = []
 
 
 def _path():
@@ -182,6 +186,8 @@ def add_comm_time(seconds):
 def step(n, loss=None, step_time_s=None, **extra):
     """Step `n` (0-based) ended: interval since the previous one, time in collectives."""
     global _last_step_end, _comm_s
+    for h in _step_hooks:
+        h()
     now = time.monotonic()
     with _lock:
         interval = now - _last_step_end if _last_step_end is not None else 0.0
@@ -266,6 +272,11 @@ def _install_excepthook():
 
     def hook(tp, value, tb):
         try:
+            for h in _fatal_hooks:
+                try:
+                    h(value)
+                except Exception:  # noqa: BLE001 - the error event goes out regardless
+                    pass
             error(classify(value), "%s: %s" % (tp.__name__, value), 1)
         finally:
             previous(tp, value, tb)

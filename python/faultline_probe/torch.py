@@ -3,7 +3,9 @@
     import faultline_probe as probe, faultline_probe.torch as fpt
     probe.init()
     fpt.wrap()                                        # dist.all_reduce & co. report and obey faults
-    ddp.register_comm_hook(None, fpt.allreduce_hook)  # DDP's gradient buckets too
+    fpt.attach(ddp_model)     # DDP's gradient buckets: DDP's own C++ all-reduce with events
+                              # derived on the main thread, or allreduce_hook when a fault
+                              # point targets them (see attach)
 
 Every wrapped call emits `collective` events (started, then completed / timed-out / failed; with
 op, group, seq, count, dtype) and adds its time to the next step's comm_s. A call that raises is
@@ -234,3 +236,142 @@ def allreduce_hook(state, bucket):
         return out.mul_(1.0 / world)
 
     return work.get_future().then(done)
+
+
+# ---- DDP: the probe's comm hook only where a fault point needs it --------------------------------
+
+_MODES = ("auto", "hook", "light")
+
+
+def ddp_mode(rank=None):
+    """How attach() reports this rank's DDP bucket all-reduces: ('hook' | 'light', why).
+
+    FAULTLINE_PROBE_DDP=hook|light forces a mode; auto (the default) takes `hook` only when a
+    fault point of FAULTLINE_PROBE_FAULTS can fire on them (op all_reduce or any, group ddp or
+    none given, rank this one or none given), else `light`."""
+    want = os.environ.get("FAULTLINE_PROBE_DDP", "") or "auto"
+    if want not in _MODES:
+        raise ValueError("FAULTLINE_PROBE_DDP: '%s' (allowed: %s)" % (want, ", ".join(_MODES)))
+    if want != "auto":
+        return want, "FAULTLINE_PROBE_DDP=" + want
+    r = _rank() if rank is None else rank
+    faults = _faults if _originals else parse_faults(os.environ.get("FAULTLINE_PROBE_FAULTS", ""))
+    for f in faults:
+        c = f["cond"]
+        if f["op"] in ("all_reduce", "any") and c.get("group", "ddp") == "ddp" and \
+                c.get("rank", r) == r:
+            return "hook", "fault point " + f["text"]
+    return "light", "no fault point on this rank's DDP all-reduces"
+
+
+def attach(model):
+    """Reports a DistributedDataParallel model's gradient-bucket all-reduces (group `ddp`).
+
+    `hook` mode registers allreduce_hook (the all-reduce runs through Python: fault points work,
+    comm_s counts it). `light` mode keeps DDP's built-in C++ all-reduce and derives the events
+    on the main thread from DDP's own state, with no Python code on gloo's threads: the bucket
+    layout from the reducer (again after DDP rebuilds its buckets), `started` for every bucket
+    when the backward reaches the model's output (before any bucket can be ready), `completed`
+    at the next probe.step() or forward (DDP's backward returns only when every bucket's
+    all-reduce is done), `failed`/`timed-out` when the job dies of an exception in between.
+    Events carry "derived": true. Returns the mode and emits it as a `probe_mode` event."""
+    mode, why = ddp_mode()
+    if mode == "light" and not probe.enabled():
+        return "off"  # outside the harness with no fault point: nothing to report
+    if mode == "hook":
+        model.register_comm_hook(None, allreduce_hook)
+    else:
+        _Light(model)
+    probe.event("probe_mode", {"ddp_comm": mode, "why": why})
+    return mode
+
+
+def _derived(state, seq, count, dtype, tail=""):
+    probe._emit("collective", '{"op":"all_reduce","state":%s,"group":"ddp","seq":%d,"count":%d,'
+                '"dtype":%s,"derived":true%s}' % (probe._q(state), seq, count, probe._q(dtype),
+                                                  tail))
+
+
+def _output_tensors(out, limit=8):
+    todo, found = [out], []
+    while todo and len(found) < limit:
+        x = todo.pop()
+        if isinstance(x, torch.Tensor):
+            if x.requires_grad:
+                found.append(x)
+        elif isinstance(x, (list, tuple)):
+            todo.extend(reversed(x))
+        elif isinstance(x, dict):
+            todo.extend(x.values())
+    return found
+
+
+class _Light:
+    """Light mode's bookkeeping for one DDP model (see attach)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.iters = model.num_iterations
+        self.layout_of = None  # DDP's _has_rebuilt_buckets when the layout was read
+        self.buckets = []      # [(count, dtype)] in DDP's bucket order (the order they reduce)
+        self.param = next((p for p in model.module.parameters() if p.requires_grad), None)
+        self.armed = False     # a forward that will sync gradients ran; its backward may come
+        self.started = []      # [(seq, count, dtype)] reported started, not yet ended
+        self.mark = None
+        model.register_forward_hook(self.forward)
+        probe._step_hooks.append(self.settle)
+        probe._fatal_hooks.append(self.fail)
+
+    def _grad_mark(self):
+        g = self.param.grad if self.param is not None else None
+        return None if g is None else (id(g), g._version)
+
+    def forward(self, module, inputs, output):
+        m = self.model
+        if m.num_iterations == self.iters:  # no_grad, or no_sync(): no all-reduce follows
+            return None
+        self.iters = m.num_iterations
+        self.settle()
+        if self.layout_of is not m._has_rebuilt_buckets:  # the first forward; after a rebuild
+            self.layout_of = m._has_rebuilt_buckets
+            self.buckets = [(b.buffer().numel(), _dtype(b.buffer()))
+                            for b in sorted(m.reducer._get_zeros_like_grad_buckets(),
+                                            key=lambda b: b.index())]
+        self.armed, self.mark = True, self._grad_mark()
+        for t in _output_tensors(output):
+            t.register_hook(self.backward)
+        return None
+
+    def _start(self):
+        key = ("all_reduce", "ddp")
+        for count, dtype in self.buckets:
+            seq = _seq.get(key, 0)
+            _seq[key] = seq + 1
+            _derived("started", seq, count, dtype)
+            self.started.append((seq, count, dtype))
+
+    def backward(self, grad):
+        if self.armed and not self.started:  # the first output the backward reaches
+            self._start()
+        return None
+
+    def settle(self):
+        if not self.armed:
+            return
+        self.armed = False
+        if not self.started and self._grad_mark() != self.mark:
+            self._start()  # a backward that did not pass the hooked outputs
+        for seq, count, dtype in self.started:
+            _derived("completed", seq, count, dtype)
+        self.started = []
+
+    def fail(self, exc):
+        if not self.armed or not self.started:
+            return
+        self.armed = False
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        state = "timed-out" if "timed out" in text.lower() or "timeout" in text.lower() else "failed"
+        import json
+        for seq, count, dtype in self.started:
+            _derived(state, seq, count, dtype, ',"error":%s' % json.dumps(text[:500]))
+        self.started = []

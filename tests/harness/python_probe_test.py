@@ -3,7 +3,10 @@
 ProbeIngest reads): one JSON object per line with seq, time_unix_ns, kind, step, data; a step's
 interval and comm_s filled in; sections; an uncaught exception reported as an error event; and
 nothing at all without FAULTLINE_PROBE_FILE. The torch wrapper's fault grammar is checked when
-torch is there.  Usage: python_probe_test.py SOURCE_DIR"""
+torch is there, and so is DDP's light mode (a world of one): the bucket all-reduces derived from
+DDP's state, with the seq, counts and dtypes the comm hook reports, none for a forward under
+no_grad or no_sync, the layout read again after DDP rebuilds its buckets, a failure reported on
+the all-reduces in flight; and which mode a fault plan selects.  Usage: python_probe_test.py SOURCE_DIR"""
 import json
 import os
 import signal
@@ -114,4 +117,100 @@ for bad in ["allreduce=hang", "all_reduce[rank=x]=hang", "all_reduce=explode", "
         raise AssertionError("accepted: " + bad)
     except ValueError as e:
         assert bad.split("=")[0].split("[")[0] in str(e) or "condition" in str(e), e
+
+# Which mode: the hook only where a fault point can fire on this rank's DDP all-reduces.
+def mode(faults, rank, forced=""):
+    os.environ["FAULTLINE_PROBE_FAULTS"], os.environ["FAULTLINE_PROBE_DDP"] = faults, forced
+    return fpt.ddp_mode(rank)[0]
+
+
+assert mode("", 0) == "light"
+assert mode("all_reduce[seq=5,group=ddp]=hang", 1) == "hook"
+assert mode("all_reduce[rank=1,seq=5]=hang", 1) == "hook"
+assert mode("all_reduce[rank=1,seq=5]=hang", 0) == "light"
+assert mode("any[group=ddp]=delay(1)", 0) == "hook"
+assert mode("all_reduce[group=world]=drop; barrier=hang", 0) == "light"
+assert mode("all_reduce[rank=1]=drop", 0, "hook") == "hook"
+assert mode("any=hang", 0, "light") == "light"
+try:
+    mode("", 0, "fast")
+    raise AssertionError("accepted FAULTLINE_PROBE_DDP=fast")
+except ValueError as e:
+    assert "FAULTLINE_PROBE_DDP" in str(e) and "light" in str(e), e
+os.environ.pop("FAULTLINE_PROBE_FAULTS")
+os.environ.pop("FAULTLINE_PROBE_DDP")
+
+# Light mode in a world of one: a model of two dtypes (so two buckets from the start) whose
+# buckets DDP rebuilds after the first step (a 1 MB cap splits the float64 part).
+light_job = """
+import os, sys, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import faultline_probe as probe, faultline_probe.torch as fpt
+probe.init()
+dist.init_process_group("gloo")
+fpt.wrap()
+class M(torch.nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.a, s.b, s.c = torch.nn.Linear(8, 64), torch.nn.Linear(64, 512).double(), torch.nn.Linear(512, 512).double()
+    def forward(s, x):
+        return s.c(torch.relu(s.b(torch.relu(s.a(x)).double()))).sum()
+m = DDP(M(), bucket_cap_mb=1)
+assert fpt.attach(m) == "light"
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+for i in range(3):
+    opt.zero_grad()
+    m(torch.randn(4, 8)).backward()
+    opt.step()
+    probe.step(i)
+    with torch.no_grad():
+        m(torch.randn(4, 8))              # no all-reduce follows: nothing reported
+    with m.no_sync():
+        m(torch.randn(4, 8)).backward()   # gradient accumulation: no all-reduce either
+    probe.step(100 + i)
+print("BUCKETS", [(b.buffer().numel(), str(b.buffer().dtype)) for b in
+                  sorted(m.reducer._get_zeros_like_grad_buckets(), key=lambda b: b.index())])
+out = m(torch.randn(4, 8))
+def die(grad):  # after the probe's own hook: the backward has begun, then gloo gives up
+    raise RuntimeError("[gloo] Timed out waiting 5000ms for recv operation to complete")
+out.register_hook(die)
+out.backward()
+"""
+with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, "probe.jsonl")
+    r = subprocess.run([sys.executable, "-c", light_job], capture_output=True, text=True,
+                       env=dict(env, FAULTLINE_PROBE_FILE=path, FAULTLINE_PROBE_STACKS="0",
+                                RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                                MASTER_PORT=str(20000 + os.getpid() % 10000)))
+    assert r.returncode == 1 and "Timed out" in r.stderr, (r.returncode, r.stderr[-2000:])
+    final = eval(r.stdout.split("BUCKETS", 1)[1].strip())  # noqa: S307 - our own print
+    ev = [json.loads(l) for l in open(path)]
+    modes = [e["data"] for e in ev if e["kind"] == "probe_mode"]
+    assert modes and modes[0]["ddp_comm"] == "light", modes
+    colls = [(e["data"], e["step"]) for e in ev if e["kind"] in ("collective", "step")]
+    ddp = [c for c, _ in colls if c.get("group") == "ddp"]
+    assert all(c["derived"] is True and c["op"] == "all_reduce" for c in ddp), ddp
+    # Per step: every bucket started (seq in order), then every one completed, then the step.
+    seq, order = 0, [(c.get("state"), c.get("seq"), s) for c, s in colls]
+    steps = [s for st, _, s in order if st is None]
+    assert steps == [0, 100, 1, 101, 2, 102], steps
+    assert len({c["count"] for c in ddp if c["seq"] < 2}) == 2, ddp[:4]  # two dtypes: 2 buckets
+    last = [(c["count"], "torch." + c["dtype"]) for c in ddp
+            if c["state"] == "timed-out"]
+    assert last == final and len(final) > 2, (last, final)  # rebuilt: the 1 MB cap splits it
+    for c in ddp[-len(final):]:
+        assert c["state"] == "timed-out" and "Timed out" in c["error"], c
+    started = [c["seq"] for c in ddp if c["state"] == "started"]
+    assert started == list(range(len(started))), started
+    done = [c["seq"] for c in ddp if c["state"] == "completed"]
+    assert done == started[:len(done)] and len(started) - len(done) == len(final), (started, done)
+    i = 0
+    for st, sq, s in order:  # between step events, no completion precedes a start of its step
+        if st == "started":
+            assert sq not in done[:i], (sq, i)
+        elif st == "completed":
+            i += 1
+    errors = [e for e in ev if e["kind"] == "error"]
+    assert errors and errors[0]["data"]["class"] == "comm timeout", errors
+    assert ev.index(errors[0]) > max(ev.index(e) for e in ev if e["kind"] == "collective")
 print("python.probe: passed")

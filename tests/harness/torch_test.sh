@@ -2,7 +2,10 @@
 # ctest torch.*: a real PyTorch DDP job (Debian's python3-torch, gloo) under the harness as a
 # command workload, reporting through the probe. Runs one scenario of scenarios/torch/ and checks
 # the verdict (exit 0) and what the probe delivered into the history: every rank's hello and
-# steps, the DDP bucket all-reduces as collective events, setup/step sections. Exit 77 (skipped)
+# steps, the DDP bucket all-reduces as collective events, setup/step sections; which DDP mode each
+# rank took (the comm hook where the scenario's fault point targets the rank's DDP all-reduces,
+# else light, whose events are derived) and, when the run hung, every rank's DDP all-reduce seq
+# numbers and the one it never finished. Exit 77 (skipped)
 # when the python3 has no torch.
 #   tests/harness/torch_test.sh FAULTLINE_BIN SOURCE_DIR SCENARIO [--fix] [PYTHON]
 set -euo pipefail
@@ -24,9 +27,10 @@ if [ "$rc" -ne 0 ]; then
   tail -n 30 "$tmp"/t/ranks/rank*/output.log || true
   exit 1
 fi
-"$py" - "$tmp/t/history.jsonl" <<'PY'
+"$py" - "$tmp/t/history.jsonl" "$scenario" "$fix" <<'PY'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
+hung = sys.argv[2] == "hung-allreduce" and sys.argv[3] != "--fix"
 rank = [e for e in ev if e["source"] == "rank"]
 for r in (0, 1):
     mine = [e for e in rank if e["rank"] == r]
@@ -37,6 +41,16 @@ for r in (0, 1):
     assert any(c["op"] == "all_reduce" and c["group"] == "ddp" for c in colls), colls[:3]
     hello = [e["data"] for e in mine if e["kind"] == "hello"][0]
     assert hello["world_size"] == 2 and hello["via"] == "probe", hello
+    mode = [e["data"]["ddp_comm"] for e in mine if e["kind"] == "probe_mode"]
+    want = "hook" if hung and r == 1 else "light"  # the fault point is on rank 1's env
+    assert mode == [want], f"rank {r}: DDP mode {mode}, expected {want}"
+    ddp = [c for c in colls if c["group"] == "ddp"]
+    assert all(c.get("derived", False) == (want == "light") for c in ddp), ddp[:3]
+    started = [c["seq"] for c in ddp if c["state"] == "started"]
+    done = [c["seq"] for c in ddp if c["state"] == "completed"]
+    assert started == list(range(len(started))) and done == started[:len(done)], (r, started, done)
+    if hung:  # rank 1 hangs in its 6th all-reduce (seq 5); rank 0 waits in the same one
+        assert started[-1] == 5 and done[-1] == 4, (r, started[-5:], done[-5:])
 rej = [e for e in ev if e["kind"] == "events_rejected"]
 assert not rej, rej
 print("probe events:", len(rank))

@@ -1,0 +1,200 @@
+#!/usr/bin/python3
+"""The probe's CPU cost inside the ranks of the real 2-rank DDP job, with no other process's load
+in the measure: one job, three identical DDP models in each rank, stepped in turns of BLOCK steps
+(the order rotating every round, both ranks alike, so the host's load drifts over all three):
+  plain  DDP's built-in C++ all-reduce, no probe call at all (the job alone);
+  light  the probe's light mode (faultline_probe.torch._Light: DDP's all-reduce, the bucket
+         events derived on the main thread) plus the step's section and step events;
+  hook   the probe's Python comm hook (allreduce_hook) plus the same events.
+Per block: the process's CPU time (every thread: gloo's, the probe's heartbeat) and wall time.
+The probe's file is real (events written with write(2), as under the harness). Prints, per rank
+and pooled, the median over rounds of light/plain and hook/plain (CPU and wall) with the IQR, and
+the extra CPU per step in microseconds.
+Usage: bench/torch_probe_cpu.py SOURCE_DIR [rounds] [block]   (launches its 2 ranks itself)"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+src = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
+rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+block = int(sys.argv[3]) if len(sys.argv) > 3 else 30
+
+
+def q(v, p):
+    v = sorted(v)
+    k = (len(v) - 1) * p
+    f = int(k)
+    return v[f] + (v[min(f + 1, len(v) - 1)] - v[f]) * (k - f)
+
+
+if os.environ.get("RANK") is None:  # the launcher: two ranks, then the summary
+    tmp = tempfile.mkdtemp(prefix="faultline-probe-cpu-")
+    port = str(20000 + os.getpid() % 10000)
+    load0 = open("/proc/loadavg").read().split()[:3]
+    procs = []
+    for r in (0, 1):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port, FAULTLINE_PROBE_STACKS="0",
+                   FAULTLINE_PROBE_FILE=os.path.join(tmp, "rank%d.jsonl" % r),
+                   PYTHONPATH=os.path.join(src, "python"))
+        procs.append(subprocess.Popen([sys.executable, __file__, src, str(rounds), str(block)],
+                                      env=env, stdout=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=1200)[0] for p in procs]
+    load1 = open("/proc/loadavg").read().split()[:3]
+    if any(p.returncode for p in procs):
+        sys.exit("torch_probe_cpu: a rank failed: %s" % [p.returncode for p in procs])
+    blocks = [json.loads(o.strip().splitlines()[-1]) for o in outs]
+    print("torch_probe_cpu: %d rounds of %d-step blocks per arm, 2 ranks; load %s -> %s"
+          % (rounds, block, " ".join(load0), " ".join(load1)))
+    pooled = {"light": {"cpu": [], "wall": []}, "hook": {"cpu": [], "wall": []}}
+    extra = {"light": [], "hook": []}
+    plain_cpu = []
+    for r, b in enumerate(blocks):
+        for arm in ("light", "hook"):
+            for kind, k in (("cpu", 0), ("wall", 1)):
+                ratios = [x[k] / y[k] for x, y in zip(b[arm], b["plain"])]
+                pooled[arm][kind] += ratios
+                print("  rank %d %-5s/plain %-4s median %.4f IQR %.4f-%.4f" %
+                      (r, arm, kind, statistics.median(ratios), q(ratios, .25), q(ratios, .75)))
+            extra[arm] += [(x[0] - y[0]) / block * 1e6 for x, y in zip(b[arm], b["plain"])]
+        plain_cpu += [y[0] / block * 1e6 for y in b["plain"]]
+        print("  rank %d probe code's own CPU per step (thread_time): light median %.1f us "
+              "(mean %.1f), hook median %.1f us (mean %.1f)"
+              % (r, b["spent_us_per_step"]["light"], b["spent_mean_us_per_step"]["light"],
+                 b["spent_us_per_step"]["hook"], b["spent_mean_us_per_step"]["hook"]))
+        print("    where (mean per step): " + ", ".join(
+            "%s %.1f us" % kv for kv in sorted(b["parts_us_per_step"].items())))
+    base = statistics.median(plain_cpu)
+    print("  plain step CPU per rank: median %.0f us (IQR %.0f-%.0f, min %.0f)" %
+          (base, q(plain_cpu, .25), q(plain_cpu, .75), min(plain_cpu)))
+    for arm in ("light", "hook"):
+        own = statistics.mean(b["spent_us_per_step"][arm] for b in blocks)
+        print("  %s: probe code's own CPU / plain step CPU = %.2f%% (against the min: %.2f%%)"
+              % (arm, own / base * 100, own / min(plain_cpu) * 100))
+    for arm in ("light", "hook"):
+        for kind in ("cpu", "wall"):
+            v = pooled[arm][kind]
+            print("  both ranks %-5s/plain %-4s median %.4f IQR %.4f-%.4f" %
+                  (arm, kind, statistics.median(v), q(v, .25), q(v, .75)))
+        print("  %s: extra CPU per step per rank median %.1f us (IQR %.1f-%.1f)" %
+              (arm, statistics.median(extra[arm]), q(extra[arm], .25), q(extra[arm], .75)))
+    sys.exit(0)
+
+sys.path.insert(0, os.path.join(src, "python"))
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+import faultline_probe as probe  # noqa: E402
+import faultline_probe.torch as fpt  # noqa: E402
+
+torch.set_num_threads(1)
+probe.init()
+dist.init_process_group("gloo")
+fpt.wrap()
+rank = dist.get_rank()
+
+# The probe's own CPU, counted by the thread that runs it (time.thread_time: time other processes
+# take from this one is not counted, so the host's load does not enter): the light mode's three
+# hooks, and the hook mode's comm hook (on gloo's thread; its completion callback and the copy DDP
+# adds for any comm hook are not in it: the A/B ratio above shows those).
+spent = {"light": 0.0, "hook": 0.0}
+before = dict(spent)
+per_step = {"light": [], "hook": []}
+
+
+parts = {}  # where it goes: seconds per part over the measured rounds
+
+
+def timed(arm, fn, part):
+    def wrapper(*a, **k):
+        t = time.thread_time()
+        try:
+            return fn(*a, **k)
+        finally:
+            d = time.thread_time() - t
+            spent[arm] += d
+            parts[part] = parts.get(part, 0.0) + d
+    return wrapper
+
+
+for name in ("forward", "backward"):  # settle() runs inside forward() or probe.step()
+    setattr(fpt._Light, name, timed("light", getattr(fpt._Light, name), "light " + name + " hook"))
+
+
+def make():  # ddp_train.py's model in the overhead bench: 64 features, 2 x 512 hidden
+    torch.manual_seed(7)
+    return DDP(torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(),
+                                   torch.nn.Linear(512, 512), torch.nn.ReLU(),
+                                   torch.nn.Linear(512, 1)))
+
+
+models = {"plain": make(), "light": make(), "hook": make()}
+fpt._Light(models["light"])
+_hook = timed("hook", fpt.allreduce_hook, "hook comm hook call")
+models["hook"].register_comm_hook(None, lambda state, bucket: _hook(state, bucket))
+opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in models.items()}
+g = torch.Generator().manual_seed(rank)
+x, y = torch.randn(64, 64, generator=g), torch.randn(64, 1, generator=g)
+n = [0]
+
+
+def run(arm, count):
+    m, opt = models[arm], opts[arm]
+    t, w = time.process_time(), time.perf_counter()
+    for _ in range(count):
+        if arm == "plain":
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(m(x), y)
+            loss.backward()
+            opt.step()
+            loss.item()
+        else:  # the step's section and step events, timed like the hooks
+            t0 = time.thread_time()
+            sec = probe.section("step")
+            sec.__enter__()
+            t1 = time.thread_time()
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(m(x), y)
+            loss.backward()
+            opt.step()
+            lv = loss.item()
+            t2 = time.thread_time()
+            probe.step(n[0], loss=lv, step_time_s=0.001)
+            sec.__exit__(None, None, None)
+            t3 = time.thread_time()
+            spent[arm] += (t1 - t0) + (t3 - t2)
+            key = arm + " section+step events"
+            parts[key] = parts.get(key, 0.0) + (t1 - t0) + (t3 - t2)
+            per_step[arm].append(spent[arm] - before[arm])
+            before[arm] = spent[arm]
+        n[0] += 1
+    return time.process_time() - t, time.perf_counter() - w
+
+
+for arm in models:  # warm-up (and DDP's bucket rebuild)
+    run(arm, 5)
+spent.update(light=0.0, hook=0.0)
+parts.clear()
+before = dict(spent)
+per_step = {"light": [], "hook": []}
+out = {k: [] for k in models}
+arms = list(models)
+for r in range(rounds):
+    order = arms[r % 3:] + arms[:r % 3]
+    for arm in order:
+        out[arm].append(run(arm, block))
+dist.barrier()
+# A step's probe CPU: the median over steps (a step whose thread was preempted, or on a VM lost
+# time to the hypervisor inside the probe's code, counts more than it cost; the median does not
+# follow those), and the mean.
+out["spent_us_per_step"] = {k: statistics.median(v) * 1e6 for k, v in per_step.items()}
+out["parts_us_per_step"] = {k: v / (rounds * block) * 1e6 for k, v in parts.items()}
+out["spent_mean_us_per_step"] = {k: v / (rounds * block) * 1e6 for k, v in spent.items()}
+print(json.dumps(out), flush=True)
+dist.destroy_process_group()
+os._exit(0)  # see ddp_train.py: torch 1.13's teardown with a Python comm hook can deadlock
