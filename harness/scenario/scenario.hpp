@@ -89,6 +89,8 @@ struct Scenario {
   // topology
   int ranks = 1, nodes = 1, dp = 1, tp = 1, pp = 1, zero = 0;
   std::string backend, launcher;
+  // topology.launcher: auto (the default): why `launcher` was chosen; "" when the scenario names it.
+  std::string launcher_reason;
   std::string network = "host";  // host, namespaces
   // Hosts mpirun spreads the ranks over (topology.hosts; empty: this machine only), each one's
   // address when given as NAME=ADDRESS ("" otherwise), and the rsh agent that reaches them.
