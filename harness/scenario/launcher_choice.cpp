@@ -73,6 +73,8 @@ std::string fault_reason(const std::string& file, const YAML::Node& faults, cons
   return "";
 }
 
+}  // namespace
+
 // Why the recovery tool keeps the local launcher: shrink reshards into a smaller world, and a
 // tool of the scenario's own may restart ranks one by one (restart_rank); both need rank
 // processes of the harness's own.
@@ -91,8 +93,6 @@ std::string recovery_reason(const std::string& recovery) {
          "or a resharding restart (they need the " +
          rank_process_launchers() + " launcher)";
 }
-
-}  // namespace
 
 LauncherChoice choose_launcher(const std::string& file, const YAML::Node& resolved,
                                const Scenario& s) {
@@ -129,3 +129,17 @@ void pin_side_run_launcher(std::string& yaml, const std::string& launcher) {
 }
 
 }  // namespace fl::harness::loader
+
+namespace fl::harness {
+
+Scenario with_recovery_launcher(Scenario s, const std::string& recovery) {
+  if (s.launcher_reason.empty() || s.launcher != "mpirun") return s;  // named, or already local
+  if (auto why = loader::recovery_reason(recovery); !why.empty()) {
+    s.launcher = "local";
+    s.launcher_reason =
+        fmt::format("{} ranks > {}, but --{}", s.ranks, loader::kAutoMpirunAbove, why);
+  }
+  return s;
+}
+
+}  // namespace fl::harness

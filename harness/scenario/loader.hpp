@@ -97,6 +97,9 @@ struct LauncherChoice {
 };
 LauncherChoice choose_launcher(const std::string& file, const YAML::Node& resolved,
                                const Scenario& s);
+// Why recovery tool `recovery` (a policy or a command line) needs rank processes of the
+// harness's own; "" when it does not (or there is none).
+std::string recovery_reason(const std::string& recovery);
 // A side run (the preparation run, the baseline's reference run) of a scenario whose launcher was
 // chosen runs under the same one, even where it drops what kept that one local (its faults):
 // `launcher` goes into its YAML unless that names one other than auto.

@@ -110,6 +110,21 @@ TEST_F(LauncherChoice, TheReferenceRunKeepsTheRunsLauncher) {
   EXPECT_FALSE(ref["faults"]) << s.baseline_yaml;
 }
 
+// `--recovery` is given beside the scenario: a tool that needs rank processes takes a chosen
+// mpirun back to local; a named launcher and a tool that restarts the whole job change nothing.
+TEST_F(LauncherChoice, ARecoveryToolGivenAtRunTimeIsHeard) {
+  const auto big = load("name: a\ntopology: {ranks: 16}\n");
+  ASSERT_EQ(big.launcher, "mpirun");
+  const auto shrunk = with_recovery_launcher(big, "shrink");
+  EXPECT_EQ(shrunk.launcher, "local");
+  EXPECT_TRUE(has(shrunk.launcher_reason, "16 ranks > 8, but --recovery shrink"))
+      << shrunk.launcher_reason;
+  EXPECT_EQ(with_recovery_launcher(big, "restart").launcher, "mpirun");
+  EXPECT_EQ(with_recovery_launcher(big, "").launcher, "mpirun");
+  const auto named = load("name: a\ntopology: {ranks: 16, launcher: mpirun}\n");
+  EXPECT_EQ(with_recovery_launcher(named, "shrink").launcher, "mpirun");
+}
+
 TEST_F(LauncherChoice, ANamedLauncherIsHonoured) {
   auto s = load("name: a\ntopology: {ranks: 32, launcher: local}\n");
   EXPECT_EQ(s.launcher, "local");
