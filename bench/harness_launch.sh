@@ -18,7 +18,8 @@
 # Nothing is asserted.
 # LAUNCHERS (default "mpirun local-tree"): local-tree is the local launcher with
 # FAULTLINE_MPI_JOIN=tree (MPI singletons join pairwise in log2(ranks) rounds); plain "local" joins
-# one by one. FAULTLINE_BIN overrides the harness binary (to compare two builds).
+# one by one; "auto" is the harness's own choice (topology.launcher: auto: mpirun above 8 ranks for
+# this clean scenario). FAULTLINE_BIN overrides the harness binary (to compare two builds).
 set -euo pipefail
 build=${1:-build}; shift || true
 sizes=${*:-8 32 128}

@@ -36,9 +36,9 @@ namespace fl::harness::detail {
 class Run {
  public:
   Run(const Scenario& s, const RunOptions& o)
-      : s_(s),
+      : s_(with_recovery_launcher(s, o.recovery)),
         o_(o),
-        launcher_kind_(launcher_kind(s.launcher)),
+        launcher_kind_(launcher_kind(s_.launcher)),
         launcher_(launcher_info(launcher_kind_).make()) {}
 
   RunResult go();

@@ -25,6 +25,9 @@ void Run::print_header(bool with_files) {
                 s_.ranks, s_.dp, s_.tp, s_.pp, s_.zero, s_.backend.c_str(), s_.launcher.c_str(),
                 s_.kind.c_str(), s_.model.c_str());
   }
+  if (!s_.launcher_reason.empty()) {  // topology.launcher: auto
+    std::printf("  launcher   %s, chosen: %s\n", s_.launcher.c_str(), s_.launcher_reason.c_str());
+  }
   if (with_files) std::printf("  files      %s\n", dir_.c_str());
   std::fflush(stdout);
 }

@@ -370,6 +370,10 @@ RunResult Run::go() {
                     {"seed", s_.seed},
                     {"control", ctl_addr_},
                     {"expect", {{"oracle", s_.expect.oracle}, {"symptom", s_.expect.symptom}}}});
+    if (!s_.launcher_reason.empty()) {  // topology.launcher: auto chose it
+      hist_->harness("launcher_choice",
+                     {{"launcher", s_.launcher}, {"reason", s_.launcher_reason}});
+    }
     for (auto& p : s_.plans) hist_->harness("fault_armed", {{"plan", p}, {"via", "scenario"}});
     if (o_.on_ready) o_.on_ready(ctl_addr_, dir_);
     sup_ = std::make_unique<Supervisor>(

@@ -86,6 +86,25 @@ void check_infer_context(const std::string& file, const YAML::Node& doc, const S
 // placeholders, the local launcher, no in-process plans; sets s.launcher to command.
 void check_command_workload(const std::string& file, const YAML::Node& doc, Scenario& s);
 
+// launcher_choice.cpp: topology.launcher: auto (the default). A CPU MPI world of more than
+// kAutoMpirunAbove ranks gets mpirun unless something in it needs the local launcher's own
+// process per rank (network namespaces, an out-of-process fault, a recovery tool that restarts
+// ranks, an environment mpirun's app file cannot carry); everything else gets local. `resolved`:
+// the scenario with its defaults; `s`: loaded up to its faults.
+inline constexpr int kAutoMpirunAbove = 8;
+struct LauncherChoice {
+  std::string launcher, reason;
+};
+LauncherChoice choose_launcher(const std::string& file, const YAML::Node& resolved,
+                               const Scenario& s);
+// Why recovery tool `recovery` (a policy or a command line) needs rank processes of the
+// harness's own; "" when it does not (or there is none).
+std::string recovery_reason(const std::string& recovery);
+// A side run (the preparation run, the baseline's reference run) of a scenario whose launcher was
+// chosen runs under the same one, even where it drops what kept that one local (its faults):
+// `launcher` goes into its YAML unless that names one other than auto.
+void pin_side_run_launcher(std::string& yaml, const std::string& launcher);
+
 // Deep merge: maps merge key by key, everything else is replaced by `over`.
 YAML::Node merge(const YAML::Node& base, const YAML::Node& over);
 // Loads and validates a file and the files it `extends:` (cycles are errors).

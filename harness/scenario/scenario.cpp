@@ -166,6 +166,8 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.nodes = t["nodes"].as<int>();
   s.backend = t["backend"].as<std::string>();
   s.launcher = t["launcher"].as<std::string>();
+  const bool auto_launcher = s.launcher == "auto";  // chosen below, once the world is known
+  if (auto_launcher) s.launcher = "local";          // what the checks until then see
   s.network = t["network"].as<std::string>();
   ErrorCollector::check([&] {
     if (s.network == "namespaces" && !launcher_has_rank_processes(s.launcher)) {
@@ -290,6 +292,12 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     s.fetch.push_back(name);
   }
 
+  std::string chosen;  // topology.launcher: auto: the launcher chosen (before kind: command's)
+  if (auto_launcher) {
+    auto choice = loader::choose_launcher(path, r, s);  // launcher_choice.cpp
+    s.launcher = chosen = std::move(choice.launcher);
+    s.launcher_reason = std::move(choice.reason);
+  }
   std::vector<std::pair<std::string, YAML::Node>> squats;  // port_squat items: key path, node
   const YAML::Node resolved_faults = r["faults"];
   const YAML::Node doc_faults = static_cast<const YAML::Node&>(doc)["faults"];
@@ -372,6 +380,10 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     s.prepare_yaml = loader::side_run_yaml(
         doc, {"prepare", "fix", "faults", "expect", "rank_env", "after_prepare", "baseline"},
         doc["prepare"], s.name + "-prepare");
+  }
+  if (auto_launcher) {  // the side runs run under the launcher the run was given
+    loader::pin_side_run_launcher(s.prepare_yaml, chosen);
+    loader::pin_side_run_launcher(s.baseline_yaml, chosen);
   }
   ErrorCollector::throw_if_any(path);
   s.resolved = r;

@@ -89,6 +89,8 @@ struct Scenario {
   // topology
   int ranks = 1, nodes = 1, dp = 1, tp = 1, pp = 1, zero = 0;
   std::string backend, launcher;
+  // topology.launcher: auto (the default): why `launcher` was chosen ("" when named).
+  std::string launcher_reason;
   std::string network = "host";  // host, namespaces
   // Hosts mpirun spreads the ranks over (topology.hosts; empty: this machine only), each one's
   // address when given as NAME=ADDRESS ("" otherwise), and the rsh agent that reaches them.
@@ -165,6 +167,11 @@ struct LoadOptions {
 // Throws ScenarioError ("file:line:col: key: problem (allowed: ...)"); a file with several
 // problems gets one error listing all of them ("FILE: 3 errors:" then one per line).
 Scenario load_scenario(const std::string& path, const LoadOptions& opts = {});
+
+// A recovery tool given beside the scenario (`--recovery`): when topology.launcher: auto chose
+// mpirun and that tool needs rank processes of the harness's own (shrink, a command of its own),
+// the run gets the local launcher instead, and the reason says so. Else `s` unchanged.
+Scenario with_recovery_launcher(Scenario s, const std::string& recovery);
 
 // Scenario files (*.yaml) under `dir`, recursively, sorted.
 std::vector<std::string> scenario_files_under(const std::string& dir);

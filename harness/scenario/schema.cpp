@@ -8,6 +8,7 @@
 #include "harness/faults/fault.hpp"
 #include "harness/oracles/oracle.hpp"
 #include "harness/run/launcher.hpp"
+#include "harness/scenario/loader.hpp"
 #include "harness/scenario/scenario.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // the schema table leaves ranges out
@@ -64,7 +65,17 @@ const std::vector<KeySpec>& scenario_schema() {
          1,
          64},
         {"topology.backend", K::kEnum, "mpi", "Data plane", {"mpi", "nccl"}},
-        {"topology.launcher", K::kEnum, "local", launcher_help(), launcher_names()},
+        {"topology.launcher", K::kEnum, "auto",
+         "auto: mpirun for a CPU MPI world of more than " +
+             std::to_string(loader::kAutoMpirunAbove) +
+             " ranks that needs no rank process of its own (docs/harness.md#launchers), else "
+             "local; " +
+             launcher_help(),
+         [] {
+           std::vector<std::string> names = {"auto"};
+           for (auto& n : launcher_names()) names.push_back(n);
+           return names;
+         }()},
         {"topology.network",
          K::kEnum,
          "host",

@@ -1,0 +1,145 @@
+// topology.launcher: auto (the default): which launcher a scenario that names none gets. A CPU MPI
+// world above kAutoMpirunAbove ranks starts through mpirun (its ranks join one world at once; the
+// local launcher's MPI singletons join through connect/accept, which takes seconds per rank),
+// unless something in the scenario needs the local launcher's own process per rank. Everything else
+// keeps the local launcher, as before there was a choice.
+#include <fmt/format.h>
+
+#include "harness/faults/fault.hpp"
+#include "harness/run/launcher.hpp"
+#include "harness/run/tools.hpp"
+#include "harness/scenario/loader.hpp"
+
+namespace fl::harness::loader {
+
+namespace {
+
+// A value mpirun's app file cannot carry (launch_mpirun.cpp refuses it when it writes the file).
+bool app_file_cannot_carry(const std::string& v) {
+  return v.empty() || v.find_first_of(" \t\n\"'") != std::string::npos;
+}
+
+// Why the scenario's environment cannot go through mpirun's app file ("" when it can).
+std::string env_reason(const YAML::Node& r) {
+  for (auto it = r["env"].begin(); it != r["env"].end(); ++it) {
+    if (app_file_cannot_carry(it->second.Scalar())) {
+      return fmt::format(
+          "env.{} is empty or has whitespace or quotes (mpirun's app file cannot "
+          "carry it)",
+          it->first.Scalar());
+    }
+  }
+  for (auto it = r["rank_env"].begin(); it != r["rank_env"].end(); ++it) {
+    for (auto v = it->second.begin(); v != it->second.end(); ++v) {
+      if (app_file_cannot_carry(v->second.Scalar())) {
+        return fmt::format(
+            "rank_env.{}.{} is empty or has whitespace or quotes (mpirun's app "
+            "file cannot carry it)",
+            it->first.Scalar(), v->first.Scalar());
+      }
+    }
+  }
+  return "";
+}
+
+// Why an out-of-process fault keeps the local launcher. The kinds' own parsers know what mpirun
+// cannot do (network, cgroups, a launcher started per node): asked again with launcher mpirun,
+// the first refusal is the reason. A fault they accept still acts on one rank's process or launch
+// (a signal, its environment, a restart), and under mpirun a rank that ends takes the whole job
+// with it: the fault's outcome would be mpirun's teardown, not what the other ranks do.
+std::string fault_reason(const std::string& file, const YAML::Node& faults, const Scenario& s) {
+  for (size_t i = 0; i < faults.size(); ++i) {
+    const YAML::Node item = faults[i];
+    if (!item.IsMap() || item["plan"]) continue;  // in-process plans work under either launcher
+    const std::string at = fmt::format("faults[{}]", i);
+    Scenario under_mpirun = s;
+    under_mpirun.launcher = "mpirun";
+    std::string kind = "?";
+    try {
+      const auto f = faults::parse_fault({file, at, under_mpirun}, item);
+      if (!f) continue;  // switched off
+      kind = f->kind;
+    } catch (const ScenarioError& e) {
+      // Its own message names what it needs ("... needs topology.launcher: local").
+      std::string m = e.what();
+      if (const auto p = m.find(at); p != std::string::npos) m = m.substr(p);
+      return m;
+    }
+    return fmt::format(
+        "{} ({}) acts on a rank's own process or launch (under mpirun a rank's end "
+        "ends the whole job)",
+        at, kind);
+  }
+  return "";
+}
+
+}  // namespace
+
+// Why the recovery tool keeps the local launcher: shrink reshards into a smaller world, and a
+// tool of the scenario's own may restart ranks one by one (restart_rank); both need rank
+// processes of the harness's own.
+std::string recovery_reason(const std::string& recovery) {
+  if (recovery.empty()) return "";
+  const std::string first = recovery.substr(0, recovery.find(' '));
+  if (first == "shrink") {
+    return "recovery shrink restarts into a smaller world (a resharding restart needs the " +
+           rank_process_launchers() + " launcher)";
+  }
+  for (const auto& p : recovery_policies()) {
+    if (first == p) return "";
+  }
+  return "recovery '" + recovery +
+         "' is a tool of the scenario's own, which may use restart_rank "
+         "or a resharding restart (they need the " +
+         rank_process_launchers() + " launcher)";
+}
+
+LauncherChoice choose_launcher(const std::string& file, const YAML::Node& resolved,
+                               const Scenario& s) {
+  const auto local = [](std::string why) { return LauncherChoice{"local", std::move(why)}; };
+  if (s.kind == "command") return local("workload.kind: command starts its ranks itself");
+  if (s.backend != "mpi") return local("backend " + s.backend + " is not an MPI world");
+  if (s.device != "cpu") return local("workload.device " + s.device + " is not a CPU world");
+  if (s.ranks <= kAutoMpirunAbove) {
+    return local(fmt::format("{} ranks <= {}", s.ranks, kAutoMpirunAbove));
+  }
+  if (!s.hosts.empty()) return local("topology.hosts needs topology.launcher: mpirun named");
+  const auto big = [&](const std::string& why) {
+    return local(fmt::format("{} ranks > {}, but {}", s.ranks, kAutoMpirunAbove, why));
+  };
+  if (s.network != "host") return big("topology.network: " + s.network + " needs rank processes");
+  if (auto why = fault_reason(file, resolved["faults"], s); !why.empty()) return big(why);
+  if (auto why = recovery_reason(resolved["recovery"].as<std::string>("")); !why.empty()) {
+    return big(why);
+  }
+  if (auto why = env_reason(resolved); !why.empty()) return big(why);
+  return {"mpirun", fmt::format("{} ranks > {}, nothing needs separate rank processes", s.ranks,
+                                kAutoMpirunAbove)};
+}
+
+void pin_side_run_launcher(std::string& yaml, const std::string& launcher) {
+  if (yaml.empty()) return;
+  YAML::Node run = YAML::Load(yaml);
+  const YAML::Node named = run["topology"] ? run["topology"]["launcher"] : YAML::Node();
+  if (named && named.Scalar() != "auto") return;  // its overrides name one: theirs
+  run["topology"]["launcher"] = launcher;
+  YAML::Emitter em;
+  em << run;
+  yaml = em.c_str();
+}
+
+}  // namespace fl::harness::loader
+
+namespace fl::harness {
+
+Scenario with_recovery_launcher(Scenario s, const std::string& recovery) {
+  if (s.launcher_reason.empty() || s.launcher != "mpirun") return s;  // named, or already local
+  if (auto why = loader::recovery_reason(recovery); !why.empty()) {
+    s.launcher = "local";
+    s.launcher_reason =
+        fmt::format("{} ranks > {}, but --{}", s.ranks, loader::kAutoMpirunAbove, why);
+  }
+  return s;
+}
+
+}  // namespace fl::harness
