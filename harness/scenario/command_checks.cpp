@@ -59,7 +59,7 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, Scen
         const YAML::Node t = doc["topology"];
         fail_at(file, t && t["launcher"] ? t["launcher"] : doc, "topology.launcher",
                 fmt::format("launcher command runs workload.kind: command (this workload is {}; "
-                            "allowed: local, mpirun)",
+                            "allowed: auto, local, mpirun, srun)",
                             s.kind));
       });
     }
