@@ -24,8 +24,8 @@
 
 #include "base/control_auth.hpp"
 #include "base/subprocess.hpp"
-#include "harness/agent/relay.hpp"
 #include "harness/agent/agent_faults.hpp"
+#include "harness/agent/relay.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 
 namespace fl::harness {
@@ -261,9 +261,10 @@ int run_agent(const AgentOptions& o) {
       r.set_ok(true);
       stopped = true;
     } else {
-      r.set_output(fmt::format(
-          "unknown action '{}' (allowed: run, signal, on_loss, squat, release, fault, stop, worker)",
-          cmd.action()));
+      r.set_output(
+          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, squat, release, fault, "
+                      "stop, worker)",
+                      cmd.action()));
     }
     if (!write(r)) break;
   }

@@ -15,9 +15,9 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "harness/agent/agent_faults.hpp"
 #include "harness/agent/relay.hpp"
 #include "harness/agent/silence.hpp"
-#include "harness/agent/agent_faults.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/controller.hpp"
 #include "harness/run/history.hpp"

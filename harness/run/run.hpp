@@ -26,8 +26,8 @@
 #include "harness/run/oop_faults.hpp"
 #include "harness/run/probe_ingest.hpp"
 #include "harness/run/restart_policy.hpp"
-#include "harness/run/slurm_alloc.hpp"
 #include "harness/run/runner.hpp"
+#include "harness/run/slurm_alloc.hpp"
 #include "harness/run/supervisor.hpp"
 #include "harness/run/tools.hpp"
 

@@ -1,13 +1,13 @@
 // The harness end to end: 8 ranks under both launchers, a hang reproduced and its fix, history
 // replay, signal faults and live arming over the Control API, telemetry drop accounting, and a
 // teardown that leaves nothing behind when the harness itself is SIGKILLed.
-#include <sstream>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <sstream>
 
 #include <filesystem>
 #include <fstream>
