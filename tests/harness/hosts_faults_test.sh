@@ -46,24 +46,12 @@ if [[ $case == input ]]; then
   echo "input ok"
   exit 0
 fi
-if [[ $EUID -ne 0 ]] || ! unshare --net --mount true 2>/dev/null || ! ip netns list >/dev/null 2>&1; then
-  echo "SKIP: hosts as namespaces need root (creating namespaces) and ip netns"
-  exit 77
-fi
 if [[ $case == memory && ! -w $cgroot/cgroup.procs ]]; then
   echo "SKIP: no writable cgroup v1 memory hierarchy at $cgroot"
   exit 77
 fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-hosts=$src/harness/hosts
-prefix=$(printf 'f%04x' $((RANDOM)))
-tmp=$(mktemp -d /tmp/flf.XXXXXX)
-cleanup() { [[ -n ${KEEP:-} ]] && return; bash "$hosts/netns-hosts.sh" down "$prefix" || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-mapfile -t lines < <(bash "$hosts/netns-hosts.sh" up "$prefix" 2)
-read -r h0 a0 <<<"${lines[0]}"
-read -r h1 a1 <<<"${lines[1]}"
-agent=$hosts/netns-rsh
+. "$src/tests/harness/hosts_lib.sh"
+hosts_up f
 topo="topology: {ranks: 4, tp: 2, launcher: mpirun, hosts: [$h0=$a0, $h1=$a1], rsh_agent: $agent}"
 
 # The disk_full mounts in host $1's mount namespace: "TARGET SOURCE" lines.
@@ -224,20 +212,7 @@ expect: {oracle: completed}
 Y
   "$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id killed -q >"$tmp/out" 2>&1 &
   run=$!
-  pid=""
-  for _ in $(seq 1 600); do
-    if grep -qs '"kind":"step"' "$tmp/r/killed/ranks/rank0/events.jsonl"; then
-      pid=$(pgrep -f -- "^[^ ]*/faultline agent --control unix:$tmp/r/killed/control.sock --host $h1 " || true)
-      [[ -n $pid ]] && break
-    fi
-    sleep 0.1
-  done
-  [[ -n $pid ]] || { kill "$run"; cat "$tmp/out"; fail "no step or no agent on $h1"; }
-  kill -KILL "$pid"
-  set +e
-  wait "$run"
-  status=$?
-  set -e
+  kill_agent_once_stepping killed "$h1" "$run"
   cat "$tmp/out"
   [[ $status -eq 2 ]] || fail "exit $status after losing an agent, want 2"
   grep -q '"kind":"heal_error".*"disk_full".*'"$h1" "$tmp/r/killed/history.jsonl" ||

@@ -18,21 +18,9 @@
 set -euo pipefail
 faultline=$1 src=$2 case=$3
 fail() { echo "FAIL: $*" >&2; exit 1; }
-if [[ $EUID -ne 0 ]] || ! unshare --net --uts true 2>/dev/null || ! ip netns list >/dev/null 2>&1; then
-  echo "SKIP: hosts as network namespaces need root (creating namespaces) and ip netns"
-  exit 77
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-hosts=$src/harness/hosts
-prefix=$(printf 'r%04x' $((RANDOM)))
-tmp=$(mktemp -d /tmp/flr.XXXXXX)
-cleanup() { [[ -n ${KEEP:-} ]] && return; bash "$hosts/netns-hosts.sh" down "$prefix" || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-mapfile -t lines < <(bash "$hosts/netns-hosts.sh" up "$prefix" 2)
-read -r h0 a0 <<<"${lines[0]}"
-read -r h1 a1 <<<"${lines[1]}"
+. "$src/tests/harness/hosts_lib.sh"
+hosts_up r
 read -r _ bridge _ <<<"${lines[2]}"
-agent=$hosts/netns-rsh
 nothing_left() {
   if pgrep -f -- "$1" >/dev/null; then pgrep -af -- "$1"; fail "processes of the run are left"; fi
   for h in "$h0" "$h1"; do

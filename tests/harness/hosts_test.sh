@@ -72,20 +72,8 @@ if [[ $case == input ]]; then
   echo "input ok"
   exit 0
 fi
-if [[ $EUID -ne 0 ]] || ! unshare --net --uts true 2>/dev/null || ! ip netns list >/dev/null 2>&1; then
-  echo "SKIP: hosts as network namespaces need root (creating namespaces) and ip netns"
-  exit 77
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-hosts=$src/harness/hosts
-prefix=$(printf 'h%04x' $((RANDOM)))
-tmp=$(mktemp -d /tmp/flh.XXXXXX)
-cleanup() { [[ -n ${KEEP:-} ]] && return; bash "$hosts/netns-hosts.sh" down "$prefix" || true; rm -rf "$tmp"; }
-trap cleanup EXIT
-mapfile -t lines < <(bash "$hosts/netns-hosts.sh" up "$prefix" 2)
-read -r h0 a0 <<<"${lines[0]}"
-read -r h1 a1 <<<"${lines[1]}"
-agent=$hosts/netns-rsh
+. "$src/tests/harness/hosts_lib.sh"
+hosts_up h
 # After a run (passed or failed): no agent or other process of the run on any host, no chain of
 # the run in any host's iptables.
 nothing_left() {
@@ -242,21 +230,7 @@ Y
   "$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id lost -q >"$tmp/out" 2>&1 &
   run=$!
   # Once rank 0 stepped, kill host 1's agent (the process whose command line names it).
-  pid=""
-  for _ in $(seq 1 600); do
-    if grep -qs '"kind":"step"' "$tmp/r/lost/ranks/rank0/events.jsonl"; then
-      # The agent itself (not the rsh agent's shells, whose command lines hold the same words).
-      pid=$(pgrep -f -- "^[^ ]*/faultline agent --control unix:$tmp/r/lost/control.sock --host $h1 " || true)
-      [[ -n $pid ]] && break
-    fi
-    sleep 0.1
-  done
-  [[ -n $pid ]] || { kill "$run"; cat "$tmp/out"; fail "no step or no agent on $h1"; }
-  kill -KILL "$pid"
-  set +e
-  wait "$run"
-  status=$?
-  set -e
+  kill_agent_once_stepping lost "$h1" "$run"
   cat "$tmp/out"
   [[ $status -eq 2 ]] || fail "exit $status after losing an agent, want 2"
   grep -q "agent on host $h1 .* was lost" "$tmp/out" || fail "the error does not name the host"

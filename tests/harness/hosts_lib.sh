@@ -1,0 +1,46 @@
+# Sourced by the hosts_*_test.sh scripts: two hosts as network namespaces (harness/hosts/), and
+# what several of those tests do with them. Needs $src (the source tree) and fail().
+
+# hosts_up LETTER: skips (exit 77) without root or `ip netns`; otherwise brings up two hosts,
+# sets h0 a0 h1 a1 (name and address), lines (netns-hosts.sh's output), tmp (a fresh directory),
+# agent (the rsh agent), and tears all of it down when the script exits (KEEP=1 keeps it).
+hosts_up() {
+  if [[ $EUID -ne 0 ]] || ! unshare --net --mount true 2>/dev/null || ! ip netns list >/dev/null 2>&1; then
+    echo "SKIP: hosts as network namespaces need root (creating namespaces) and ip netns"
+    exit 77
+  fi
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  hosts=$src/harness/hosts
+  prefix=$(printf '%s%04x' "$1" $((RANDOM)))
+  tmp=$(mktemp -d "/tmp/fl$1.XXXXXX")
+  trap hosts_down EXIT
+  mapfile -t lines < <(bash "$hosts/netns-hosts.sh" up "$prefix" 2)
+  read -r h0 a0 <<<"${lines[0]}"
+  read -r h1 a1 <<<"${lines[1]}"
+  agent=$hosts/netns-rsh
+}
+hosts_down() {
+  [[ -n ${KEEP:-} ]] && return
+  bash "$hosts/netns-hosts.sh" down "$prefix" || true
+  rm -rf "$tmp"
+}
+
+# kill_agent_once_stepping RUN_ID HOST PID: once rank 0 of the run started in the background as
+# PID stepped, SIGKILLs HOST's agent, waits for the run and sets `status` to its exit status.
+kill_agent_once_stepping() {
+  local id=$1 host=$2 run=$3 pid=""
+  for _ in $(seq 1 600); do
+    if grep -qs '"kind":"step"' "$tmp/r/$id/ranks/rank0/events.jsonl"; then
+      # The agent itself (not the rsh agent's shells, whose command lines hold the same words).
+      pid=$(pgrep -f -- "^[^ ]*/faultline agent --control unix:$tmp/r/$id/control.sock --host $host " || true)
+      [[ -n $pid ]] && break
+    fi
+    sleep 0.1
+  done
+  [[ -n $pid ]] || { kill "$run"; cat "$tmp/out"; fail "no step or no agent on $host"; }
+  kill -KILL "$pid"
+  set +e
+  wait "$run"
+  status=$?
+  set -e
+}
