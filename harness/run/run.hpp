@@ -135,6 +135,7 @@ class Run {
   std::map<int, std::ofstream> logs_;
   LiveState live_;
   bool stopping_ = false;
+  bool relaying_ = false;  // ranks stream to their host's agent (relay_through_agents)
   std::string stop_reason_;
   std::mutex step_mu_;
   std::map<int, int64_t> max_step_;  // from telemetry

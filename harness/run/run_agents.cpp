@@ -41,7 +41,7 @@ void Run::start_agents() {
     agents_->start(*sup_, exe, ctl_addr_, agent_poll(), agent_lost_handler());
   }
   faults_->use_agents(agents_.get());
-  if (slurm_) return;  // no relay with launcher srun (rank_control_addr)
+  if (!relaying_) return;  // launcher srun's agents do not relay (rank_control_addr)
   nlohmann::json via = nlohmann::json::object();
   for (size_t k = 0; k < s_.hosts.size(); ++k) {
     const std::string a = agents_->relay_addr(static_cast<int>(k));
@@ -53,6 +53,7 @@ void Run::start_agents() {
 // Relayed batches are ingested as the control plane ingests a rank's own; commands for ranks that
 // stream through an agent go back through it.
 void Run::relay_through_agents() {
+  relaying_ = true;
   agents_->relay_to([this](const faultline::v1::EventBatch& b) { ctl_->ingest(b); });
   ctl_->relay_commands([this](int rank, const faultline::v1::WorkerCommand& c) {
     return agents_->command_ranks(rank, c);
@@ -60,8 +61,8 @@ void Run::relay_through_agents() {
 }
 
 std::string Run::rank_control_addr(int node) const {
-  // launcher srun's agents (run_agents_srun.cpp) do not relay: Slurm places the ranks itself.
-  if (!agents_ || slurm_) return ctl_addr_;
+  // Only where the relay is wired (topology.hosts; launcher srun's agents do not relay).
+  if (!relaying_) return ctl_addr_;
   const std::string a = agents_->relay_addr(node);
   return a.empty() ? ctl_addr_ : a;
 }
