@@ -283,23 +283,43 @@ std::optional<std::map<int, TaskState>> query_array(const std::string& job_id) {
   const auto sa = run_tool_status(
       {"sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,ExitCode,ElapsedRaw,NodeList"});
   if (sa.status != 0) return std::nullopt;
-  std::stringstream lines(sa.output);
+  out = parse_sacct(job_id, sa.output);
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
+std::map<int, TaskState> parse_sacct(const std::string& job_id, const std::string& text) {
+  std::map<int, TaskState> ranged, own;  // from combined records, from the tasks' own lines
+  std::stringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     std::vector<std::string> f;
     std::stringstream ss(line);
     for (std::string x; std::getline(ss, x, '|');) f.push_back(x);
     if (f.size() < 5 || f[0].rfind(job_id + "_", 0) != 0) continue;
     std::string ids = f[0].substr(job_id.size() + 1);
-    if (!ids.empty() && ids.front() == '[') ids = ids.substr(1, ids.find(']') - 1);
+    const bool range = !ids.empty() && ids.front() == '[';
+    if (range) {
+      if (ids.back() != ']') continue;
+      ids = ids.substr(1, ids.size() - 2);
+    } else if (ids.empty() || ids.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
     TaskState t;
     t.state = f[1].substr(0, f[1].find(' '));  // "CANCELLED by 0"
+    while (!t.state.empty() && t.state.back() == '+') t.state.pop_back();
     t.exit_code = f[2];
     t.run_s = to_int(f[3], 0);
     t.node = f[4] == "None assigned" ? "" : f[4];
-    for (int i : parse_index_set(ids)) out[i] = t;
+    std::vector<int> idx;
+    try {
+      idx = parse_index_set(ids);
+    } catch (const Error&) {
+      continue;
+    }
+    for (int i : idx) (range ? ranged : own)[i] = t;
   }
-  if (out.empty()) return std::nullopt;
-  return out;
+  for (auto& [i, t] : own) ranged[i] = std::move(t);
+  return ranged;
 }
 
 }  // namespace fl::harness::slurm

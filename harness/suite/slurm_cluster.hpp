@@ -63,6 +63,15 @@ bool is_terminal(const std::string& state);
 // neither scontrol nor sacct knows the job.
 std::optional<std::map<int, TaskState>> query_array(const std::string& job_id);
 
+// The tasks of array job `job_id` in `sacct -n -P -X -o JobID,State,ExitCode,ElapsedRaw,NodeList`
+// lines. A task's own line ("4242_1") wins over the array's combined record ("4242_[0-3%1]"),
+// whatever their order: the accounting database keeps the range the combined record had when it
+// was last written, which can still name tasks that ran since (a real slurmdbd 22.05 prints
+// "4242_0|COMPLETED" and "4242_[0-3%1]|CANCELLED by 0" after the array was cancelled with three
+// tasks pending). States lose what follows them ("CANCELLED by 0", a "+" of a cut column).
+// Lines of other jobs, and malformed ones, are skipped.
+std::map<int, TaskState> parse_sacct(const std::string& job_id, const std::string& text);
+
 // A wait status (as waitpid gives it) for a task's ExitCode "status:signal".
 int wait_status(const std::string& exit_code);
 

@@ -23,7 +23,10 @@
 #       suite_cancel   a task of the array cancelled by Slurm (scancel) is an error naming the
 #                      array task, the case and CANCELLED; the other case passes; SIGTERM to the
 #                      suite cancels its array: the case is interrupted, exit 4, no job left
-# Exit 77 (skipped) without root, slurm-wlm or munge.
+#       sacct          the same Slurm with accounting (a private MariaDB and slurmdbd, started
+#                      and stopped here): array tasks the controller has purged are resolved
+#                      through the real sacct (tests/harness/slurm_sacct_test.sh)
+# Exit 77 (skipped) without root, slurm-wlm or munge (sacct: also slurmdbd and mariadb-server).
 set -euo pipefail
 faultline=$1 src=$2 case=$3
 tmp=$(mktemp -d /tmp/flslurm.XXXXXX)
@@ -57,16 +60,22 @@ fi
 cleanup() { bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm" || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 trap 'exit 1' TERM INT
+up=(up "$tmp/slurm")
+[[ $case == sacct ]] && up+=(accounting)
 set +e
-conf=$(bash "$src/harness/slurm/local-slurm.sh" up "$tmp/slurm")
+conf=$(bash "$src/harness/slurm/local-slurm.sh" "${up[@]}")
 status=$?
 set -e
 [[ $status -eq 77 ]] && exit 77
 [[ $status -eq 0 ]] || { cat "$tmp"/slurm/*.log >&2 || true; exit 1; }
 eval "$conf"
 
-if [[ $case == suite || $case == suite_cancel ]]; then
-  bash "$src/tests/harness/slurm_suite_test.sh" "$faultline" "$src" "$case" "$tmp"
+if [[ $case == suite || $case == suite_cancel || $case == sacct ]]; then
+  if [[ $case == sacct ]]; then
+    bash "$src/tests/harness/slurm_sacct_test.sh" "$faultline" "$src" "$tmp"
+  else
+    bash "$src/tests/harness/slurm_suite_test.sh" "$faultline" "$src" "$case" "$tmp"
+  fi
   bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm"
   for f in "$tmp"/slurm/*.pid; do [[ -e $f ]] && fail "a daemon is left: $f"; done
   if [[ $case == suite ]]; then

@@ -274,8 +274,10 @@ TEST(SuiteSlurmParse, TimesIndexSetsAndRecords) {
   EXPECT_EQ(WTERMSIG(slurm::wait_status("0:9")), 9);
 }
 
-// The controller forgot the job (MinJobAge): the states come from sacct's parsable lines, in
-// the forms Slurm's accounting prints them (not tried against a real slurmdbd: docs/cluster.md).
+// The controller forgot the job (MinJobAge): the states come from sacct's parsable lines. The
+// fake prints what a real slurmdbd 22.05 printed for an array of 4 run one at a time (%1), whose
+// task 1 was cancelled while it ran and whose tasks 2-3 were cancelled pending: the combined
+// record keeps its first range, [0-3%1], after tasks 0 and 1 ran (slurm.sacct runs the real one).
 TEST(SuiteSlurmParse, SacctAnswersOnceTheControllerForgotTheJob) {
   const auto dir = test_dir();
   const std::string bin = dir + "/bin";
@@ -285,24 +287,53 @@ TEST(SuiteSlurmParse, SacctAnswersOnceTheControllerForgotTheJob) {
   write_exec(bin + "/sacct", R"(#!/bin/bash
 [[ "$*" == "-n -P -X -j 4242 -o JobID,State,ExitCode,ElapsedRaw,NodeList" ]] || exit 1
 echo "4242_0|COMPLETED|0:0|12|n1"
-echo "4242_1|CANCELLED by 0|0:15|3|n2"
-echo "4242_[2-3%1]|PENDING|0:0|0|None assigned"
+echo "4242_1|CANCELLED by 0|0:0|3|n2"
+echo "4242_[0-3%1]|CANCELLED by 0|0:0|0|None assigned"
 echo "4243_0|FAILED|1:0|1|n1"
 )");
   ScopedPath path(bin + ":/usr/bin:/bin");
   const auto q = slurm::query_array("4242");
   ASSERT_TRUE(q.has_value());
   ASSERT_EQ(q->size(), 4u);
-  EXPECT_EQ(q->at(0).state, "COMPLETED");
+  EXPECT_EQ(q->at(0).state, "COMPLETED") << "the task's own line, not the stale range";
   EXPECT_EQ(q->at(0).node, "n1");
   EXPECT_EQ(q->at(0).run_s, 12);
   EXPECT_EQ(q->at(1).state, "CANCELLED");
-  EXPECT_EQ(q->at(1).exit_code, "0:15");
-  EXPECT_TRUE(WIFSIGNALED(slurm::wait_status(q->at(1).exit_code)));
-  EXPECT_EQ(q->at(3).state, "PENDING");
-  EXPECT_EQ(q->at(3).node, "");
+  EXPECT_EQ(q->at(1).exit_code, "0:0");
+  EXPECT_EQ(q->at(1).node, "n2");
+  EXPECT_EQ(q->at(3).state, "CANCELLED");
+  EXPECT_EQ(q->at(3).node, "") << "None assigned: it never ran";
   // Neither knows the job: nothing, so the executor counts it as not listed.
   EXPECT_FALSE(slurm::query_array("999").has_value());
+}
+
+// Lines as a real sacct prints them, in both orders the database returned them in: a task's own
+// line wins over the combined record's range; FAILED by a signal keeps its "0:9".
+TEST(SuiteSlurmParse, SacctTaskLinesWinOverTheArraysStaleRangeInEitherOrder) {
+  const std::string range = "7_[0-3%1]|PENDING|0:0|0|None assigned\n";
+  const std::string tasks =
+      "7_0|COMPLETED|0:0|2|vm\n7_1|FAILED|0:9|1|vm\n7_2|OUT_OF_MEMORY|0:125|4|vm\n";
+  for (const auto& text : {range + tasks, tasks + range}) {
+    const auto q = slurm::parse_sacct("7", text);
+    ASSERT_EQ(q.size(), 4u) << text;
+    EXPECT_EQ(q.at(0).state, "COMPLETED") << text;
+    EXPECT_EQ(q.at(1).state, "FAILED") << text;
+    EXPECT_TRUE(WIFSIGNALED(slurm::wait_status(q.at(1).exit_code)));
+    EXPECT_EQ(WTERMSIG(slurm::wait_status(q.at(1).exit_code)), 9);
+    EXPECT_EQ(q.at(2).state, "OUT_OF_MEMORY") << text;
+    EXPECT_TRUE(slurm::is_terminal(q.at(2).state));
+    EXPECT_EQ(q.at(3).state, "PENDING") << text;
+    EXPECT_FALSE(slurm::is_terminal(q.at(3).state));
+  }
+  // Another job whose id starts the same, a job step, a cut state column ("CANCELLED+", as
+  // sacct prints without -P), short and malformed lines: only 7_5 counts.
+  const auto q = slurm::parse_sacct(
+      "7",
+      "77_1|COMPLETED|0:0|1|vm\n7_4.batch|COMPLETED|0:0|1|vm\n7_5|CANCELLED+|0:15|1|vm\n"
+      "7_6|COMPLETED\n7_x|COMPLETED|0:0|1|vm\n7_[1-|PENDING|0:0|0|None assigned\n\n");
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_EQ(q.at(5).state, "CANCELLED");
+  EXPECT_TRUE(slurm::parse_sacct("7", "").empty());
 }
 
 TEST(SuiteSlurmRun, EveryTaskIsGatheredAndSlurmsKillsAreErrorsNamingTheTask) {
