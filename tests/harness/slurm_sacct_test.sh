@@ -66,6 +66,9 @@ echo "array job $job submitted held; the suite is stopped"
 scontrol release "$job"
 task_running() { squeue -h -t RUNNING -o %i | grep -qx "${job}_2"; }
 wait_for 180 "c-long (task ${job}_2) running" task_running
+# ... and its run launched its rank, so that the run itself has something to say when cancelled.
+launched() { grep -qs '"kind":"launch"' "$tmp"/r/*-s/runs/c-long-s*/history.jsonl; }
+wait_for 120 "c-long's rank launched" launched
 scancel "$job"
 gone_from_queue() { [[ -z $(squeue -h -j "$job" 2>/dev/null) ]]; }
 wait_for 120 "the array leaving the queue" gone_from_queue
