@@ -63,8 +63,9 @@ start_accounting() {
   done
   [[ -n $ok ]] || { echo "$0: MariaDB did not answer within 30 s (see $dir/mariadbd.log)" >&2; return 1; }
   pass=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
-  mariadb --no-defaults -S "$db/mysqld.sock" -u root -e \
-    "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" ||
+  # On stdin, so that the password never shows in a command line.
+  mariadb --no-defaults -S "$db/mysqld.sock" -u root <<<"CREATE USER 'slurm'@'127.0.0.1' \
+IDENTIFIED BY '$pass'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" ||
     { echo "$0: could not create slurmdbd's database user" >&2; return 1; }
   dbdport=$(free_port)
   (umask 077 && cat >"$dir/slurmdbd.conf" <<C
@@ -150,7 +151,7 @@ PartitionName=local Nodes=ALL Default=YES MaxTime=INFINITE OverSubscribe=FORCE:6
 C
   export SLURM_CONF=$dir/slurm.conf
   if [[ -n $accounting ]]; then
-    slurmdbd
+    slurmdbd || { echo "$0: slurmdbd did not start (see $dir/slurmdbd.log)" >&2; stop; exit 1; }
     # The cluster's row in the database, once slurmdbd answers (it creates its tables first).
     ok=
     for _ in $(seq 150); do
