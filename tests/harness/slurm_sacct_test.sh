@@ -2,11 +2,12 @@
 # slurm.sacct (called by slurm_test.sh with a local Slurm up WITH accounting: a private MariaDB,
 # slurmdbd, the cluster registered, MinJobAge=2; SLURM_CONF exported; it stops everything after):
 #   slurm_sacct_test.sh FAULTLINE_BIN SOURCE_DIR TMP
-# The Slurm executor's `sacct` fallback against a real accounting database. A suite of four cases
-# goes out as one array run one task at a time (--jobs 1), held (--sbatch-arg=--hold). The suite
-# is then stopped (SIGSTOP) so that it cannot see its tasks end: the array is released, a-pass
-# passes, b-fail fails its expectation (exit 1), c-long is cancelled while it runs and d-never is
-# cancelled pending (scancel of the whole array). Only once slurmctld has purged the finished
+# The Slurm executor's `sacct` fallback against a real accounting database. A suite of five cases
+# goes out as one array run one task at a time (--jobs 1), held (--sbatch-arg=--hold), with a
+# time limit of one minute. The suite is then stopped (SIGSTOP) so that it cannot see its tasks
+# end: the array is released, a-pass passes, b-fail fails its expectation (exit 1), c-timeout
+# runs into the time limit, d-long is cancelled while it runs and e-never is cancelled pending
+# (scancel of the whole array). Only once slurmctld has purged the finished
 # array (scontrol show job: invalid job id) does the suite go on (SIGCONT): every state it learns
 # now comes from sacct, and each case must be resolved with the right state, exit and node,
 # none of them lost.
@@ -41,7 +42,7 @@ topology: {ranks: 1}
 workload: {kind: command, command: ["false"], probe: false}
 expect: {oracle: completed}
 Y
-for n in c-long d-never; do
+for n in c-timeout d-long e-never; do
   cat >"$tmp/s/$n.yaml" <<Y
 name: $n
 topology: {ranks: 1}
@@ -50,7 +51,7 @@ expect: {oracle: completed}
 Y
 done
 
-"$faultline" suite "$tmp/s" --executor slurm --jobs 1 --sbatch-arg=--hold --results "$tmp/r" \
+"$faultline" suite "$tmp/s" --executor slurm --jobs 1 --time-limit 1 --sbatch-arg=--hold --results "$tmp/r" \
   >"$tmp/suite.out" 2>&1 &
 pid=$!
 stopped=
@@ -64,11 +65,12 @@ stopped=1
 echo "array job $job submitted held; the suite is stopped"
 
 scontrol release "$job"
-task_running() { squeue -h -t RUNNING -o %i | grep -qx "${job}_2"; }
-wait_for 180 "c-long (task ${job}_2) running" task_running
+# c-timeout runs until Slurm ends it at its time limit (a minute, checked every 30 s or so).
+task_running() { squeue -h -t RUNNING -o %i | grep -qx "${job}_3"; }
+wait_for 300 "d-long (task ${job}_3) running" task_running
 # ... and its run launched its rank, so that the run itself has something to say when cancelled.
-launched() { grep -qs '"kind":"launch"' "$tmp"/r/*-s/runs/c-long-s*/history.jsonl; }
-wait_for 120 "c-long's rank launched" launched
+launched() { grep -qs '"kind":"launch"' "$tmp"/r/*-s/runs/d-long-s*/history.jsonl; }
+wait_for 120 "d-long's rank launched" launched
 scancel "$job"
 gone_from_queue() { [[ -z $(squeue -h -j "$job" 2>/dev/null) ]]; }
 wait_for 120 "the array leaving the queue" gone_from_queue
@@ -102,20 +104,25 @@ b = by["b-fail"]
 assert b["outcome"] == "fail", b
 assert task(b) == f"{job}_1 FAILED", task(b)
 assert json.load(open(b["run_dir"] + "/verdict.json"))["outcome"] == "fail"
-c = by["c-long"]
+t = by["c-timeout"]
+assert t["outcome"] == "error", t
+assert re.match(r"Slurm array task %s_2 \(c-timeout seed \d+\) ended TIMEOUT on %s; the run said: "
+                % (job, node), t["explanation"]), t["explanation"]
+assert task(t) == f"{job}_2 TIMEOUT", task(t)
+c = by["d-long"]
 assert c["outcome"] == "error", c
-assert re.match(r"Slurm array task %s_2 \(c-long seed \d+\) ended CANCELLED on %s;" % (job, node),
-                c["explanation"]), c["explanation"]
-assert task(c) == f"{job}_2 CANCELLED", task(c)
-n = by["d-never"]
+assert re.match(r"Slurm array task %s_3 \(d-long seed \d+\) ended CANCELLED on %s; the run said: "
+                % (job, node), c["explanation"]), c["explanation"]
+assert task(c) == f"{job}_3 CANCELLED", task(c)
+n = by["e-never"]
 assert n["outcome"] == "error", n
-assert re.fullmatch(r"Slurm array task %s_3 \(d-never seed \d+\) ended CANCELLED; the run never "
+assert re.fullmatch(r"Slurm array task %s_4 \(e-never seed \d+\) ended CANCELLED; the run never "
                     r"started" % job, n["explanation"]), n["explanation"]
-assert s["slurm"]["jobs"][0]["id"] == job and s["slurm"]["jobs"][0]["tasks"] == 4, s["slurm"]
-assert s["counts"]["pass"] == 1 and s["counts"]["fail"] == 1 and s["counts"]["error"] == 2, s["counts"]
-assert s["failed"] == 3 and s["interrupted"] == "", s
+assert s["slurm"]["jobs"][0]["id"] == job and s["slurm"]["jobs"][0]["tasks"] == 5, s["slurm"]
+assert s["counts"]["pass"] == 1 and s["counts"]["fail"] == 1 and s["counts"]["error"] == 3, s["counts"]
+assert s["failed"] == 4 and s["interrupted"] == "", s
 for name in sorted(by):
     print(name, by[name]["outcome"], task(by[name]), by[name].get("explanation", ""))
 PY
-grep -q 'tests="4"' "$(ls -d "$tmp"/r/*-s)/junit.xml" || fail "junit.xml"
+grep -q 'tests="5"' "$(ls -d "$tmp"/r/*-s)/junit.xml" || fail "junit.xml"
 exit 0
