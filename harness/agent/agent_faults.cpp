@@ -38,7 +38,6 @@ constexpr const char* kDiskSource = "faultline-disk-full.";  // + the agent's pi
 
 }  // namespace
 
-
 pb::HostFault host_fault_request(const faults::HostFaultOp& op) {
   pb::HostFault f;
   if (op.op == "memory_limit") {
@@ -299,8 +298,8 @@ std::vector<std::string> AgentFaults::sweep_stale() {
   std::vector<std::string> lines;
   for (const auto& root : {faults::memory_cgroup_root(), faults::cpu_cgroup_root()}) {
     if (const int n = faults::sweep_stale_cgroups(root); n > 0) {
-      lines.push_back(
-          fmt::format("removed {} cgroup(s) of agents or harnesses that are gone from {}", n, root));
+      lines.push_back(fmt::format(
+          "removed {} cgroup(s) of agents or harnesses that are gone from {}", n, root));
     }
   }
   // /proc/self/mountinfo: "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS... - FSTYPE SOURCE SUPEROPTS".

@@ -79,11 +79,11 @@ class AgentFaults {
   nlohmann::json unhide_plugin(int rank, const std::string& library);
 
   std::string dir_, host_, secret_;
-  std::map<int, std::unique_ptr<RankCgroup>> groups_;                  // memory, by rank
-  std::map<int, std::unique_ptr<RankCgroup>> cpu_groups_;              // by rank
-  pid_t shm_holder_ = 0;                                               // shm's mount namespace
+  std::map<int, std::unique_ptr<RankCgroup>> groups_;          // memory, by rank
+  std::map<int, std::unique_ptr<RankCgroup>> cpu_groups_;      // by rank
+  pid_t shm_holder_ = 0;                                       // shm's mount namespace
   std::map<std::pair<int, std::string>, std::string> hidden_;  // (rank, library) -> its links
-  std::map<std::string, std::string> mounts_;                          // rel -> absolute
+  std::map<std::string, std::string> mounts_;                  // rel -> absolute
   std::map<std::string, std::map<std::string, std::string>> backups_;  // tag -> file -> copy
 };
 

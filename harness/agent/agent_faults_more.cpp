@@ -43,7 +43,7 @@ pid_t hold_mount_namespace() {
       ::dup2(null, 0);
       ::dup2(null, 1);
     }
-    const char* argv[] = {"unshare", "--mount", "--propagation", "private",
+    const char* argv[] = {"unshare", "--mount",  "--propagation", "private",
                           "sleep",   "infinity", nullptr};
     ::execvp(argv[0], const_cast<char* const*>(argv));
     ::_exit(127);

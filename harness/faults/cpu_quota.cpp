@@ -81,8 +81,8 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
 
   bool inject(Host& h, const Progress* p, When now) override {
     const auto quota = static_cast<int64_t>(cpus * kPeriodUs);
-    nlohmann::json d = {{"cpus", cpus},       {"quota_us", quota}, {"period_us", kPeriodUs},
-                        {"cgroup", group_path}, {"at_step", -1},   {"when", when_name(now)}};
+    nlohmann::json d = {{"cpus", cpus},         {"quota_us", quota}, {"period_us", kPeriodUs},
+                        {"cgroup", group_path}, {"at_step", -1},     {"when", when_name(now)}};
     std::string where = "cgroup";
     if (node >= 0) {
       const auto r = on_host(h, quota);
@@ -96,9 +96,9 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
     limited = applied = true;
     const int64_t at_step = p && p->max_step.count(rank) ? p->max_step.at(rank) : -1;
     d["at_step"] = at_step;
-    h.record("cpu_quota", d, rank,
-             fmt::format("rank {} limited to {:.2f} CPU from step {} ({})", rank, cpus, at_step,
-                         where));
+    h.record(
+        "cpu_quota", d, rank,
+        fmt::format("rank {} limited to {:.2f} CPU from step {} ({})", rank, cpus, at_step, where));
     return true;
   }
 
@@ -119,8 +119,7 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
         set_cpu_quota(*group, -1, kPeriodUs);
         limited = false;
         h.hist.harness("fault_healed",
-                       {{"fault", "cpu_quota"}, {"cgroup", group->path()}, {"via", "local"}},
-                       rank);
+                       {{"fault", "cpu_quota"}, {"cgroup", group->path()}, {"via", "local"}}, rank);
       }
       if (processes_gone && !group->removed()) {
         const bool gone = group->remove();

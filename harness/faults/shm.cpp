@@ -13,6 +13,7 @@
 #include "harness/faults/sandbox.hpp"
 #include "harness/faults/shm_mount.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/supervisor.hpp"
 #include "harness/scenario/loader.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
@@ -63,8 +64,8 @@ class ShmFault : public FaultOf<ShmFault> {
                 {"via", "agent"},
                 {"host", host},
                 {"agent", r}},
-               rank, fmt::format("/dev/shm is a {}-byte tmpfs for the run's ranks on {}", bytes,
-                                 host));
+               rank,
+               fmt::format("/dev/shm is a {}-byte tmpfs for the run's ranks on {}", bytes, host));
     }
   }
 
@@ -90,8 +91,7 @@ class ShmFault : public FaultOf<ShmFault> {
               host);
         }
         const auto r = a->host_fault(node, {"shm_release"});
-        nlohmann::json d = {
-            {"fault", "shm"}, {"path", kShmPath}, {"via", "agent"}, {"host", host}};
+        nlohmann::json d = {{"fault", "shm"}, {"path", kShmPath}, {"via", "agent"}, {"host", host}};
         if (!r.value("unmounted", false)) d["error"] = r.value("error", "");
         h.hist.harness(r.value("unmounted", false) ? "fault_healed" : "heal_error", d);
       } catch (const std::exception& e) {

@@ -17,7 +17,7 @@ inline constexpr const char* kShmPath = "/dev/shm";
 inline constexpr const char* kShmSource = "faultline-shm";
 
 inline std::vector<std::string> shm_mount_argv(int64_t bytes) {
-  return {"mount", "-t",       "tmpfs", "-o", fmt::format("size={},mode=1777,nosuid,nodev", bytes),
+  return {"mount",    "-t",    "tmpfs", "-o", fmt::format("size={},mode=1777,nosuid,nodev", bytes),
           kShmSource, kShmPath};
 }
 inline std::vector<std::string> shm_umount_argv() {

@@ -266,8 +266,9 @@ TEST_F(AgentFaultsTest, HidesALibraryFromOneRankAndPutsItBack) {
     pb::HostFault hide;
     hide.mutable_hide_plugin()->set_rank(1);
     hide.mutable_hide_plugin()->set_library("libfl_nothing.so");
-    EXPECT_EQ(refusal(a, hide), "hide on h1: no library 'libfl_nothing.so' in the plugin directory " +
-                                    plugins + " (there: libfl_a.so, libfl_b.so)");
+    EXPECT_EQ(refusal(a, hide),
+              "hide on h1: no library 'libfl_nothing.so' in the plugin directory " + plugins +
+                  " (there: libfl_a.so, libfl_b.so)");
     EXPECT_FALSE(fs::exists(links));
     hide.mutable_hide_plugin()->set_library("libfl_a.so");
     const auto r = a.apply(hide);
