@@ -332,7 +332,7 @@ assert len(inj) == 1 and inj[0]["via"] == "agent" and inj[0]["host"] == h1, inj
 a = inj[0]["agent"]
 assert a["path"] == "/dev/shm" and a["size_bytes"] == 256 << 10 and a["namespace_pid"] > 0, a
 # Only host 1's ranks (2, 3) ran out of /dev/shm: a bus error in the shared-memory transport.
-bus = {e["rank"] for e in ev if e["source"] == "rank" and "bus error (SIGBUS)" in json.dumps(e["data"])}
+bus = {e["rank"] for e in ev if e["kind"] == "output" and "bus error (SIGBUS)" in e["data"].get("line", "")}
 assert bus and bus <= {2, 3}, bus
 healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "shm"]
 assert len(healed) == 1 and healed[0]["via"] == "agent" and healed[0]["host"] == h1, healed
