@@ -4,22 +4,16 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cctype>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
-#include <optional>
 #include <sstream>
-#include <thread>
 
 #include <fmt/format.h>
 
-#include "base/control_auth.hpp"
 #include "base/error.hpp"
 #include "harness/agent/rank_cgroup.hpp"
 #include "harness/faults/cgroup.hpp"
