@@ -4,23 +4,18 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cctype>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
-#include <optional>
 #include <sstream>
-#include <thread>
 
 #include <fmt/format.h>
 
-#include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "harness/agent/rank_cgroup.hpp"
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/file_ops.hpp"
 #include "harness/faults/sandbox.hpp"
@@ -35,166 +30,7 @@ namespace {
 
 constexpr const char* kDiskSource = "faultline-disk-full.";  // + the agent's pid
 
-int64_t number_after(const std::string& text, const std::string& key) {
-  const auto at = text.find(key + " ");
-  return at == std::string::npos ? 0 : std::atoll(text.c_str() + at + key.size() + 1);
-}
-
-// The memory cgroup `pid` is in, relative to the hierarchy's root ("" when unknown).
-std::string memory_cgroup_of(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/cgroup", pid));
-  for (std::string line; std::getline(in, line);) {
-    const auto a = line.find(':');
-    const auto b = line.find(':', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
-    const std::string ctl = line.substr(a + 1, b - a - 1);
-    if (ctl == "memory" || ctl.find("memory,") == 0 || ctl.find(",memory") != std::string::npos)
-      return line.substr(b + 1);
-  }
-  return "";
-}
-
-// How long ago `pid` started (ms; -1 when unknown): /proc/PID/stat's start time against uptime.
-double age_ms(pid_t pid) {
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string line;
-  std::getline(stat, line);
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  for (int i = 3; i < 22 && rest >> field;) ++i;  // fields 3..21, then 22 is the start time
-  double start_ticks = 0, uptime_s = 0;
-  if (!(rest >> start_ticks)) return -1;
-  std::ifstream("/proc/uptime") >> uptime_s;
-  return (uptime_s - start_ticks / static_cast<double>(::sysconf(_SC_CLK_TCK))) * 1000.0;
-}
-
 }  // namespace
-
-// One rank's memory cgroup on this host, and the watcher that moves the rank's processes into it
-// as soon as they exist (the rank starts after the limit is set, through mpirun's daemon).
-struct AgentFaults::Group {
-  int rank = 0;
-  int64_t bytes = 0;
-  std::string root, rank_dir, secret;
-  std::optional<faults::Cgroup> cg;
-  std::mutex mu;
-  std::map<pid_t, std::string> adopted;  // pid -> the memory cgroup it came from
-  std::vector<double> adopted_ms;        // how long after its start each was moved in
-  std::vector<std::string> errors;
-  std::atomic<bool> stop{false};
-  std::thread watcher;
-
-  // Is `pid` a process of rank `rank` of this run? It works in the rank's directory (mpirun
-  // --wdir), its environment has RANK=rank, and the run's secret if it has one at all.
-  bool is_rank(pid_t pid) const {
-    std::error_code ec;
-    if (fs::read_symlink(fmt::format("/proc/{}/cwd", pid), ec).string() != rank_dir) return false;
-    std::ifstream env(fmt::format("/proc/{}/environ", pid), std::ios::binary);
-    bool other_secret = false, has_rank = false;
-    const std::string var = std::string(kControlSecretEnv) + "=";
-    for (std::string kv; std::getline(env, kv, '\0');) {
-      other_secret |= kv.rfind(var, 0) == 0 && kv != var + secret;
-      has_rank |= kv == fmt::format("RANK={}", rank);
-    }
-    return has_rank && !other_secret;
-  }
-
-  bool adopt_new() {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator("/proc", ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-      const pid_t pid = std::atoi(name.c_str());
-      {
-        std::lock_guard lock(mu);
-        if (adopted.count(pid)) continue;
-      }
-      if (!is_rank(pid)) continue;
-      const std::string from = memory_cgroup_of(pid);
-      try {
-        cg->write("cgroup.procs", std::to_string(pid));
-        std::lock_guard lock(mu);
-        adopted[pid] = from;
-        adopted_ms.push_back(age_ms(pid));
-      } catch (const std::exception& x) {
-        std::lock_guard lock(mu);
-        if (errors.size() < 8) errors.push_back(x.what());
-      }
-    }
-    std::lock_guard lock(mu);
-    return !adopted.empty();
-  }
-
-  void watch() {
-    while (!stop) {
-      const bool any = adopt_new();
-      // Quickly until the rank appears (it allocates from its first instructions on), then
-      // seldom (a restarted rank is a new process).
-      for (int i = 0; i < (any ? 10 : 1) && !stop; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-
-  nlohmann::json counters() {
-    const std::string oom = cg->read("memory.oom_control");
-    std::vector<pid_t> pids, alive;
-    {
-      std::lock_guard lock(mu);
-      for (const auto& [pid, from] : adopted) {
-        pids.push_back(pid);
-        if (fs::exists(fmt::format("/proc/{}", pid)) && is_rank(pid)) alive.push_back(pid);
-      }
-    }
-    return {{"cgroup", cg->path()},
-            {"limit", bytes},
-            {"usage", std::atoll(cg->read("memory.usage_in_bytes").c_str())},
-            {"max_usage", std::atoll(cg->read("memory.max_usage_in_bytes").c_str())},
-            {"failcnt", std::atoll(cg->read("memory.failcnt").c_str())},
-            {"oom_kills", number_after(oom, "oom_kill")},
-            {"under_oom", number_after(oom, "under_oom")},
-            {"pids", pids},
-            {"adopted_after_ms", adopted_ms},
-            {"alive", alive},
-            {"errors", errors}};
-  }
-
-  // Stops watching, moves what is left back where it came from, removes the group.
-  nlohmann::json release() {
-    stop = true;
-    if (watcher.joinable()) watcher.join();
-    nlohmann::json r = counters();
-    int moved = 0;
-    std::map<pid_t, std::string> from;
-    {
-      std::lock_guard lock(mu);
-      from = adopted;
-    }
-    std::istringstream left(cg->read("cgroup.procs"));
-    for (pid_t pid = 0; left >> pid;) {
-      std::string back = root;
-      // A child of a rank came with it: back to where the rank was.
-      const auto it = from.find(pid);
-      const std::string rel = it != from.end() ? it->second
-                              : from.empty()   ? std::string()
-                                               : from.begin()->second;
-      if (!rel.empty() && rel != "/" && fs::exists(root + rel + "/cgroup.procs")) back += rel;
-      std::ofstream out(back + "/cgroup.procs");
-      out << pid;
-      out.flush();
-      if (out) ++moved;
-    }
-    r["moved_back"] = moved;
-    r["removed"] = cg->remove();
-    return r;
-  }
-
-  ~Group() {
-    stop = true;
-    if (watcher.joinable()) watcher.join();
-  }
-};
 
 pb::HostFault host_fault_request(const faults::HostFaultOp& op) {
   pb::HostFault f;
@@ -219,6 +55,22 @@ pb::HostFault host_fault_request(const faults::HostFaultOp& op) {
     d->set_tag(op.tag);
   } else if (op.op == "file_restore") {
     f.mutable_file_restore()->set_tag(op.tag);
+  } else if (op.op == "cpu_quota") {
+    f.mutable_cpu_quota()->set_rank(op.rank);
+    f.mutable_cpu_quota()->set_quota_us(op.quota_us);
+    f.mutable_cpu_quota()->set_period_us(op.period_us);
+  } else if (op.op == "cpu_release") {
+    f.mutable_cpu_release()->set_rank(op.rank);
+  } else if (op.op == "shm_mount") {
+    f.mutable_shm_mount()->set_bytes(op.bytes);
+  } else if (op.op == "shm_release") {
+    f.mutable_shm_release();
+  } else if (op.op == "hide_plugin") {
+    f.mutable_hide_plugin()->set_rank(op.rank);
+    f.mutable_hide_plugin()->set_library(op.library);
+  } else if (op.op == "unhide_plugin") {
+    f.mutable_unhide_plugin()->set_rank(op.rank);
+    f.mutable_unhide_plugin()->set_library(op.library);
   } else {
     raise<Error>("host fault '{}' is not one the agent knows", op.op);
   }
@@ -281,12 +133,25 @@ nlohmann::json AgentFaults::apply(const pb::HostFault& f) {
                          f.file_damage().seed(), f.file_damage().tag());
     case pb::HostFault::kFileRestore:
       return file_restore(f.file_restore().tag());
+    case pb::HostFault::kCpuQuota:
+      return cpu_quota(f.cpu_quota().rank(), f.cpu_quota().quota_us(), f.cpu_quota().period_us());
+    case pb::HostFault::kCpuRelease:
+      return cpu_release(f.cpu_release().rank());
+    case pb::HostFault::kShmMount:
+      return shm_mount(f.shm_mount().bytes());
+    case pb::HostFault::kShmRelease:
+      return shm_release();
+    case pb::HostFault::kHidePlugin:
+      return hide_plugin(f.hide_plugin().rank(), f.hide_plugin().library());
+    case pb::HostFault::kUnhidePlugin:
+      return unhide_plugin(f.unhide_plugin().rank(), f.unhide_plugin().library());
     case pb::HostFault::OP_NOT_SET:
       break;
   }
   raise<Error>(
       "a host fault without an operation (allowed: memory_limit, memory_status, memory_release, "
-      "disk_full, disk_free, file_damage, file_restore)");
+      "disk_full, disk_free, file_damage, file_restore, cpu_quota, cpu_release, shm_mount, "
+      "shm_release, hide_plugin, unhide_plugin)");
 }
 
 nlohmann::json AgentFaults::memory_limit(int rank, int64_t bytes) {
@@ -298,7 +163,8 @@ nlohmann::json AgentFaults::memory_limit(int rank, int64_t bytes) {
     raise<Error>("memory_limit: rank {} has a limit on {} already", rank, host_);
   const std::string root = faults::memory_cgroup_root();
   faults::sweep_stale_cgroups(root);
-  auto g = std::make_unique<Group>();
+  auto g = std::make_unique<RankCgroup>();
+  g->controller = "memory";
   g->rank = rank;
   g->bytes = bytes;
   g->root = root;
@@ -307,11 +173,7 @@ nlohmann::json AgentFaults::memory_limit(int rank, int64_t bytes) {
   g->rank_dir = fs::weakly_canonical(fmt::format("{}/ranks/rank{}", dir_, rank), ec).string();
   g->cg.emplace(root, "FAULTLINE_CGROUP_ROOT", dir_, rank, "memory_limit on " + host_);
   try {
-    g->cg->write("memory.limit_in_bytes", std::to_string(bytes));
-    // Without swap accounting the rank would swap instead of being killed.
-    if (fs::exists(g->cg->path() + "/memory.memsw.limit_in_bytes"))
-      g->cg->write("memory.memsw.limit_in_bytes", std::to_string(bytes));
-    g->cg->write("memory.swappiness", "0");
+    faults::limit_memory(*g->cg, bytes);
   } catch (...) {
     g->cg->remove();
     throw;
@@ -323,14 +185,13 @@ nlohmann::json AgentFaults::memory_limit(int rank, int64_t bytes) {
     moves_charge = true;
   } catch (const std::exception&) {
   }
-  Group* raw = g.get();
-  g->watcher = std::thread([raw] { raw->watch(); });
+  g->start();
   const std::string path = g->cg->path();
   groups_[rank] = std::move(g);
   return {{"cgroup", path}, {"limit", bytes}, {"moves_charge", moves_charge}, {"host", host_}};
 }
 
-AgentFaults::Group& AgentFaults::group(int rank, const std::string& what) {
+RankCgroup& AgentFaults::group(int rank, const std::string& what) {
   auto it = groups_.find(rank);
   if (it == groups_.end()) {
     raise<Error>(
@@ -429,9 +290,11 @@ nlohmann::json AgentFaults::file_restore(const std::string& tag) {
 
 std::vector<std::string> AgentFaults::sweep_stale() {
   std::vector<std::string> lines;
-  const std::string root = faults::memory_cgroup_root();
-  if (const int n = faults::sweep_stale_cgroups(root); n > 0) {
-    lines.push_back(fmt::format("removed {} cgroup(s) of agents or harnesses that are gone", n));
+  for (const auto& root : {faults::memory_cgroup_root(), faults::cpu_cgroup_root()}) {
+    if (const int n = faults::sweep_stale_cgroups(root); n > 0) {
+      lines.push_back(fmt::format(
+          "removed {} cgroup(s) of agents or harnesses that are gone from {}", n, root));
+    }
   }
   // /proc/self/mountinfo: "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS... - FSTYPE SOURCE SUPEROPTS".
   std::ifstream info("/proc/self/mountinfo");
@@ -475,6 +338,25 @@ std::vector<std::string> AgentFaults::cleanup() {
       lines.push_back("disk_free " + disk_free(rel).dump());
     } catch (const std::exception& e) {
       mounts_.erase(rel);
+      lines.push_back(e.what());
+    }
+  }
+  while (!hidden_.empty()) {
+    const auto key = hidden_.begin()->first;
+    try {
+      lines.push_back("unhide_plugin " + unhide_plugin(key.first, key.second).dump());
+    } catch (const std::exception& e) {
+      hidden_.erase(key);
+      lines.push_back(e.what());
+    }
+  }
+  if (shm_holder_ != 0) lines.push_back("shm_release " + shm_release().dump());
+  while (!cpu_groups_.empty()) {
+    const int rank = cpu_groups_.begin()->first;
+    try {
+      lines.push_back("cpu_release " + cpu_release(rank).dump());
+    } catch (const std::exception& e) {
+      cpu_groups_.erase(rank);
       lines.push_back(e.what());
     }
   }

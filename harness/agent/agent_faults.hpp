@@ -4,6 +4,9 @@
 // the run and unmounts), and damaged files of the run directory (kept and put back). Each request
 // is typed (HostFault in faultline.proto), never a command line; every path is derived from the
 // run directory, and the agent acts only on the cgroups, mounts and backups it made itself.
+// It also puts a rank in a cpu cgroup with a CFS quota (cpu_quota), gives the ranks of its host a
+// /dev/shm of a set size in a mount namespace it holds (shm), and leaves a library out of a rank's
+// plugin directory (hide): agent_faults_more.cpp.
 // Whatever is still in place when the agent stops or loses the harness is undone by cleanup().
 #pragma once
 
@@ -12,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +29,7 @@ namespace fl::harness {
 namespace faults {
 struct HostFaultOp;
 }
+struct RankCgroup;
 
 // The typed request for `op` (what the hub sends); Error for an op that is not one of them.
 faultline::v1::HostFault host_fault_request(const faults::HostFaultOp& op);
@@ -52,7 +57,8 @@ class AgentFaults {
   // A file_damage tag: 1-32 letters or digits (it names a directory of backups); Error otherwise.
   static void check_tag(const std::string& tag);
 
-  struct Group;
+  // With an shm_mount in place: the pid holding the mount namespace its ranks must enter.
+  pid_t shm_holder() const { return shm_holder_; }
 
  private:
   nlohmann::json memory_limit(int rank, int64_t bytes);
@@ -63,11 +69,21 @@ class AgentFaults {
   nlohmann::json file_damage(const std::string& glob, const std::string& action, int64_t bytes,
                              uint64_t seed, const std::string& tag);
   nlohmann::json file_restore(const std::string& tag);
-  Group& group(int rank, const std::string& what);
+  RankCgroup& group(int rank, const std::string& what);
+  // agent_faults_more.cpp
+  nlohmann::json cpu_quota(int rank, int64_t quota_us, int64_t period_us);
+  nlohmann::json cpu_release(int rank);
+  nlohmann::json shm_mount(int64_t bytes);
+  nlohmann::json shm_release();
+  nlohmann::json hide_plugin(int rank, const std::string& library);
+  nlohmann::json unhide_plugin(int rank, const std::string& library);
 
   std::string dir_, host_, secret_;
-  std::map<int, std::unique_ptr<Group>> groups_;                       // by rank
-  std::map<std::string, std::string> mounts_;                          // rel -> absolute
+  std::map<int, std::unique_ptr<RankCgroup>> groups_;          // memory, by rank
+  std::map<int, std::unique_ptr<RankCgroup>> cpu_groups_;      // by rank
+  pid_t shm_holder_ = 0;                                       // shm's mount namespace
+  std::map<std::pair<int, std::string>, std::string> hidden_;  // (rank, library) -> its links
+  std::map<std::string, std::string> mounts_;                  // rel -> absolute
   std::map<std::string, std::map<std::string, std::string>> backups_;  // tag -> file -> copy
 };
 

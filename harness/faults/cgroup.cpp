@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -69,6 +70,31 @@ int sweep_stale_cgroups(const std::string& root) {
     if (::rmdir(e.path().c_str()) == 0) ++removed;
   }
   return removed;
+}
+
+void limit_memory(const Cgroup& g, int64_t bytes) {
+  g.write("memory.limit_in_bytes", std::to_string(bytes));
+  // Without swap accounting the rank would swap instead of being killed.
+  if (fs::exists(g.path() + "/memory.memsw.limit_in_bytes")) {
+    g.write("memory.memsw.limit_in_bytes", std::to_string(bytes));
+  }
+  g.write("memory.swappiness", "0");
+}
+
+void set_cpu_quota(const Cgroup& g, int64_t quota_us, int64_t period_us) {
+  g.write("cpu.cfs_period_us", std::to_string(period_us));
+  g.write("cpu.cfs_quota_us", std::to_string(quota_us));
+}
+
+nlohmann::json cpu_stat(const Cgroup& g) {
+  const std::string stat = g.read("cpu.stat");
+  auto field = [&](const char* name) -> int64_t {
+    const auto p = stat.find(std::string(name) + " ");
+    return p == std::string::npos ? -1 : std::atoll(stat.c_str() + p + std::strlen(name) + 1);
+  };
+  return {{"nr_periods", field("nr_periods")},
+          {"nr_throttled", field("nr_throttled")},
+          {"throttled_ns", field("throttled_time")}};
 }
 
 }  // namespace fl::harness::faults

@@ -3,7 +3,10 @@
 // (cgroups outlive their processes).
 #pragma once
 
+#include <cstdint>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace fl::harness::faults {
 
@@ -28,6 +31,17 @@ class Cgroup {
 
 // The cgroup v1 memory hierarchy memory_limit uses (FAULTLINE_CGROUP_ROOT; memory_limit.cpp).
 std::string memory_cgroup_root();
+
+// The cgroup v1 cpu hierarchy cpu_quota uses (FAULTLINE_CPU_CGROUP_ROOT; cpu_quota.cpp).
+std::string cpu_cgroup_root();
+
+// What a fault does to its group, the same on the harness's machine and in a host's agent:
+// a hard memory limit without swap (memory_limit), a CFS quota of `quota_us` per `period_us`
+// (cpu_quota; quota -1 lifts it), and the kernel's account of the throttling (cpu.stat:
+// nr_periods, nr_throttled, throttled_ns; -1 for a field it lacks).
+void limit_memory(const Cgroup& g, int64_t bytes);
+void set_cpu_quota(const Cgroup& g, int64_t quota_us, int64_t period_us);
+nlohmann::json cpu_stat(const Cgroup& g);
 
 // Removes the groups under `root` left by harnesses that are gone; returns how many.
 int sweep_stale_cgroups(const std::string& root);

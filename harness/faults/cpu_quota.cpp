@@ -1,15 +1,18 @@
 // cpu_quota: from a step on, a rank gets only a fraction of one CPU (cgroup v1 CFS bandwidth:
 // cpu.cfs_quota_us over cpu.cfs_period_us), as on a node shared with a noisy neighbour or a
 // container with a small CPU limit. The kernel throttles the rank; its peers wait for it in the
-// next collective: a straggler made by the scheduler, not by the code.
+// next collective: a straggler made by the scheduler, not by the code. With topology.hosts the
+// agent of the rank's host makes the group there, moves the rank in, sets and lifts the quota.
 #include <cstring>
 #include <optional>
 
 #include <fmt/format.h>
 
+#include "base/error.hpp"
 #include "base/settings.hpp"
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/faults/sandbox.hpp"
 #include "harness/run/history.hpp"
 #include "harness/run/launcher.hpp"
 #include "harness/run/supervisor.hpp"
@@ -22,6 +25,10 @@ namespace fl::harness::faults {
 FAULTLINE_SETTING(kCpuCgroupRoot, std::string, "FAULTLINE_CPU_CGROUP_ROOT", "/sys/fs/cgroup/cpu",
                   "cgroup v1 cpu hierarchy where cpu_quota faults create their groups");
 
+std::string cpu_cgroup_root() {
+  return kCpuCgroupRoot.get();
+}
+
 namespace {
 
 constexpr int64_t kPeriodUs = 100'000;  // the kernel's default CFS period
@@ -32,17 +39,40 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
   std::optional<Cgroup> group;
   bool limited = false;
 
+  // topology.hosts: the rank's host, whose agent holds the group (the *_on_host methods)
+  int node = -1;
+  bool released = false;
+  bool applied = false;  // the quota was set once
+
   nlohmann::json params() const override { return {{"cpus", cpus}}; }
   bool timed() const override { return true; }
 
   // The group exists from launch, unlimited, so that the rank is in it when the limit comes.
   void setup(Host& h) override {
+    node = host_of_rank(h.s, rank);
+    if (node >= 0) {
+      group_path = on_host(h, -1).value("cgroup", "");
+      return;
+    }
     if (const int n = sweep_stale_cgroups(kCpuCgroupRoot.get()); n > 0) {
       h.hist.harness("cleanup", {{"stale_cgroups_removed", n}});
     }
     group.emplace(kCpuCgroupRoot.get(), "FAULTLINE_CPU_CGROUP_ROOT", h.dir, rank, "cpu_quota");
-    group->write("cpu.cfs_period_us", std::to_string(kPeriodUs));
-    group->write("cpu.cfs_quota_us", "-1");
+    set_cpu_quota(*group, -1, kPeriodUs);
+    group_path = group->path();
+  }
+
+  // The quota (-1: none) set by the agent of the rank's host: its report.
+  nlohmann::json on_host(Host& h, int64_t quota) {
+    auto* a = h.box.agents();
+    if (!a || !a->up(node)) {
+      raise<Error>("cpu_quota on rank {} needs the agent of its host {} (it is not up)", rank,
+                   h.s.hosts.at(static_cast<size_t>(node)));
+    }
+    HostFaultOp op{"cpu_quota", rank};
+    op.quota_us = quota;
+    op.period_us = kPeriodUs;
+    return a->host_fault(node, op);
   }
 
   void adjust_rank(const Host&, int r, Launch& l) const override {
@@ -51,52 +81,100 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
 
   bool inject(Host& h, const Progress* p, When now) override {
     const auto quota = static_cast<int64_t>(cpus * kPeriodUs);
-    group->write("cpu.cfs_quota_us", std::to_string(quota));
-    limited = true;
+    nlohmann::json d = {{"cpus", cpus},         {"quota_us", quota}, {"period_us", kPeriodUs},
+                        {"cgroup", group_path}, {"at_step", -1},     {"when", when_name(now)}};
+    std::string where = "cgroup";
+    if (node >= 0) {
+      const auto r = on_host(h, quota);
+      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+      d.update({{"via", "agent"}, {"host", host}, {"agent", r}});
+      where = "cgroup on " + host + ", by its agent";
+    } else {
+      set_cpu_quota(*group, quota, kPeriodUs);
+      d["via"] = "local";
+    }
+    limited = applied = true;
     const int64_t at_step = p && p->max_step.count(rank) ? p->max_step.at(rank) : -1;
-    h.record("cpu_quota",
-             {{"cpus", cpus},
-              {"quota_us", quota},
-              {"period_us", kPeriodUs},
-              {"cgroup", group->path()},
-              {"at_step", at_step},
-              {"when", when_name(now)}},
-             rank, fmt::format("rank {} limited to {:.2f} CPU from step {}", rank, cpus, at_step));
+    d["at_step"] = at_step;
+    h.record(
+        "cpu_quota", d, rank,
+        fmt::format("rank {} limited to {:.2f} CPU from step {} ({})", rank, cpus, at_step, where));
     return true;
   }
 
-  // How much the kernel throttled the rank (cpu.stat), then the group goes.
+  // How much the kernel throttled the rank (cpu.stat), then the group goes. On a host the agent
+  // reports it when it removes the group.
   void on_rank_exit(Host& h, int r) override {
     if (r != rank || !group || !limited) return;
-    const std::string stat = group->read("cpu.stat");
-    auto field = [&](const char* name) -> int64_t {
-      const auto p = stat.find(std::string(name) + " ");
-      return p == std::string::npos ? -1 : std::atoll(stat.c_str() + p + std::strlen(name) + 1);
-    };
-    h.hist.harness("cgroup_cpu",
-                   {{"nr_periods", field("nr_periods")},
-                    {"nr_throttled", field("nr_throttled")},
-                    {"throttled_ns", field("throttled_time")}},
-                   rank);
+    auto stat = cpu_stat(*group);
+    stat["via"] = "local";
+    h.hist.harness("cgroup_cpu", stat, rank);
   }
 
   void heal(Host& h, bool processes_gone) override {
+    if (node >= 0) return heal_on_host(h);
     if (!group) return;
     try {
       if (limited && !processes_gone) {
-        group->write("cpu.cfs_quota_us", "-1");
+        set_cpu_quota(*group, -1, kPeriodUs);
         limited = false;
-        h.hist.harness("fault_healed", {{"fault", "cpu_quota"}, {"cgroup", group->path()}}, rank);
+        h.hist.harness("fault_healed",
+                       {{"fault", "cpu_quota"}, {"cgroup", group->path()}, {"via", "local"}}, rank);
       }
       if (processes_gone && !group->removed()) {
         const bool gone = group->remove();
         h.hist.harness("fault_healed",
-                       {{"fault", "cpu_quota"}, {"cgroup", group->path()}, {"removed", gone}},
+                       {{"fault", "cpu_quota"},
+                        {"cgroup", group->path()},
+                        {"removed", gone},
+                        {"via", "local"}},
                        rank);
       }
     } catch (...) {
     }
   }
+
+  // While the agent is up (the harness heals before it stops the agents): it reports cpu.stat,
+  // moves what is left of the rank back and removes the group. A lost agent cannot; the next one
+  // on that host sweeps the group.
+  void heal_on_host(Host& h) {
+    if (released || group_path.empty()) return;
+    released = true;
+    const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+    nlohmann::json d = {
+        {"fault", "cpu_quota"}, {"cgroup", group_path}, {"via", "agent"}, {"host", host}};
+    try {
+      auto* a = h.box.agents();
+      if (!a || !a->up(node)) {
+        d["error"] = "the host's agent is gone: the next agent on the host removes its group";
+        h.hist.harness("heal_error", d, rank);
+        return;
+      }
+      const auto r = a->host_fault(node, {"cpu_release", rank});
+      if (applied) {
+        h.hist.harness("cgroup_cpu",
+                       {{"nr_periods", r.value("nr_periods", int64_t{-1})},
+                        {"nr_throttled", r.value("nr_throttled", int64_t{-1})},
+                        {"throttled_ns", r.value("throttled_ns", int64_t{-1})},
+                        {"pids", r.value("pids", nlohmann::json::array())},
+                        {"via", "agent"},
+                        {"host", host}},
+                       rank);
+      }
+      d["removed"] = r.value("removed", false);
+      d["moved_back"] = r.value("moved_back", 0);
+      h.hist.harness("fault_healed", d, rank);
+    } catch (const std::exception& e) {
+      try {
+        d["error"] = e.what();
+        h.hist.harness("heal_error", d, rank);
+      } catch (...) {
+      }
+    }
+  }
+
+ private:
+  std::string group_path;
 };
 
 class CpuQuotaKind : public FaultKind {
@@ -119,9 +197,10 @@ class CpuQuotaKind : public FaultKind {
     if (!item["rank"] || item["rank"].as<int>() < 0) {
       loader::fail_at(c.file, item, c.at + ".rank", "a CPU quota needs a rank (0 or more)");
     }
-    if (!launcher_has_rank_processes(c.s.launcher)) {
+    if (!launcher_has_rank_processes(c.s.launcher) && c.s.hosts.empty()) {
       loader::fail_at(c.file, item, c.at + ".cpu_quota",
-                      "a per-rank CPU quota needs topology.launcher: " + rank_process_launchers());
+                      "a per-rank CPU quota needs topology.launcher: " + rank_process_launchers() +
+                          ", or topology.hosts (the rank's host agent applies it)");
     }
     return f;
   }

@@ -1,13 +1,18 @@
 // hide: a library is missing on one rank (a node without the package): each rank loads plugins
 // from its own directory of links to the plugin directory, and a hidden library has no link.
+// With topology.hosts the agent of the rank's host makes the directory from that host's plugins.
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "base/error.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/faults/plugin_links.hpp"
+#include "harness/faults/sandbox.hpp"
+#include "harness/run/history.hpp"
 #include "harness/scenario/loader.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
@@ -20,31 +25,88 @@ namespace fs = std::filesystem;
 class HideFault : public FaultOf<HideFault> {
  public:
   std::string library;
+  // the ranks it was hidden from, and (topology.hosts) the host whose agent did it (-1: here)
+  std::map<int, int> hidden;
+
   nlohmann::json params() const override { return {{"library", library}}; }
+  std::string links(const Host& h, int r) const {
+    return fmt::format("{}/ranks/rank{}/plugins", h.dir, r);
+  }
+
   void setup(Host& h) override {
-    std::vector<std::string> have;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(h.plugin_dir, ec)) {
-      if (e.is_regular_file()) have.push_back(e.path().filename().string());
-    }
-    std::sort(have.begin(), have.end());
-    if (std::find(have.begin(), have.end(), library) == have.end()) {
-      raise<Error>("hide: no library '{}' in the plugin directory {} (there: {})", library,
-                   h.plugin_dir,
-                   have.empty() ? "nothing" : fmt::format("{}", fmt::join(have, ", ")));
-    }
+    if (!h.s.hosts.empty()) return setup_on_hosts(h);
     for (int r = 0; r < h.s.ranks; ++r) {
-      const fs::path d = fmt::format("{}/ranks/rank{}/plugins", h.dir, r);
-      if (!fs::exists(d)) {  // the first hide fault links every library
-        fs::create_directories(d);
-        for (auto& name : have) {
-          fs::create_symlink(fs::absolute(fs::path(h.plugin_dir) / name), d / name);
+      // The first hide fault links every library for every rank.
+      if (rank >= 0 && rank != r) {
+        link_plugins(h.plugin_dir, links(h, r));
+        continue;
+      }
+      const auto d = hide_plugin(h.plugin_dir, links(h, r), library, "this machine");
+      hidden[r] = -1;
+      h.record("hide", {{"library", library}, {"dir", d["dir"]}, {"via", "local"}}, r,
+               fmt::format("{} hidden from rank {}", library, r));
+    }
+  }
+
+  // topology.hosts: the agent of each target rank's host links the rank's plugin directory to the
+  // plugin directory as that host has it, less the library (a node without the package).
+  void setup_on_hosts(Host& h) {
+    for (int r = 0; r < h.s.ranks; ++r) {
+      if (rank >= 0 && rank != r) continue;
+      const int node = host_of_rank(h.s, r);
+      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+      auto* a = h.box.agents();
+      if (!a || !a->up(node)) {
+        raise<Error>("hide on rank {} needs the agent of its host {} (it is not up)", r, host);
+      }
+      HostFaultOp op{"hide_plugin", r};
+      op.library = library;
+      const auto d = a->host_fault(node, op);
+      hidden[r] = node;
+      h.record("hide",
+               {{"library", library},
+                {"dir", d.value("dir", "")},
+                {"via", "agent"},
+                {"host", host},
+                {"agent", d}},
+               r, fmt::format("{} hidden from rank {} on {}", library, r, host));
+    }
+  }
+
+  // The link is back once the ranks are gone; on a host, while its agent is still up (the harness
+  // heals before it stops the agents).
+  void heal(Host& h, bool processes_gone) override {
+    for (auto it = hidden.begin(); it != hidden.end();) {
+      const auto [r, node] = *it;
+      if (node < 0 && !processes_gone) {
+        ++it;
+        continue;
+      }
+      it = hidden.erase(it);
+      nlohmann::json d = {{"fault", "hide"}, {"library", library}, {"dir", links(h, r)}};
+      try {
+        if (node < 0) {
+          unhide_plugin(h.plugin_dir, links(h, r), library);
+          d["via"] = "local";
+        } else {
+          const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+          d.update({{"via", "agent"}, {"host", host}});
+          auto* a = h.box.agents();
+          if (!a || !a->up(node)) {
+            raise<Error>("the agent of host {} is gone (the link stays out)", host);
+          }
+          HostFaultOp op{"unhide_plugin", r};
+          op.library = library;
+          a->host_fault(node, op);
+        }
+        h.hist.harness("fault_healed", d, r);
+      } catch (const std::exception& e) {
+        try {
+          d["error"] = e.what();
+          h.hist.harness("heal_error", d, r);
+        } catch (...) {
         }
       }
-      if (rank >= 0 && rank != r) continue;
-      fs::remove(d / library);
-      h.record("hide", {{"library", library}, {"dir", d.string()}}, r,
-               fmt::format("{} hidden from rank {}", library, r));
     }
   }
 };

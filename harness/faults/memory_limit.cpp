@@ -105,12 +105,7 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
       h.hist.harness("cleanup", {{"stale_cgroups_removed", n}});
     }
     group.emplace(kCgroupRoot.get(), "FAULTLINE_CGROUP_ROOT", h.dir, rank, "memory_limit");
-    group->write("memory.limit_in_bytes", std::to_string(bytes));
-    // Without swap accounting the rank would swap instead of being killed.
-    if (std::filesystem::exists(group->path() + "/memory.memsw.limit_in_bytes")) {
-      group->write("memory.memsw.limit_in_bytes", std::to_string(bytes));
-    }
-    group->write("memory.swappiness", "0");
+    limit_memory(*group, bytes);
     if (arena_bytes > 0) make_arena(h);
     h.record("memory_limit", {{"bytes", bytes}, {"cgroup", group->path()}, {"via", "local"}}, rank,
              fmt::format("rank {} limited to {} bytes (cgroup)", rank, bytes));

@@ -27,7 +27,8 @@ namespace fl::harness::faults {
 
 // A fault the host's agent applies itself (HostFault in faultline.proto; agent_faults.hpp).
 struct HostFaultOp {
-  // memory_limit, memory_status, memory_release, disk_full, disk_free, file_damage, file_restore
+  // memory_limit, memory_status, memory_release, disk_full, disk_free, file_damage, file_restore,
+  // cpu_quota, cpu_release, shm_mount, shm_release, hide_plugin, unhide_plugin
   std::string op;
   int rank = -1;       // memory_*
   int64_t bytes = 0;   // memory_limit: the limit; disk_full: the size; file_damage: bytes hit
@@ -35,6 +36,10 @@ struct HostFaultOp {
   std::string action;  // file_damage: delete, truncate, corrupt
   uint64_t seed = 0;   // file_damage
   std::string tag;     // file_damage, file_restore: names one damage (letters and digits)
+  // cpu_quota (rank; -1: no limit), cpu_release (rank), shm_mount (bytes), shm_release,
+  // hide_plugin / unhide_plugin (rank, library)
+  int64_t quota_us = -1, period_us = 0;
+  std::string library;
 };
 
 // The per-host agents (harness/agent/hub.hpp) as faults use them: a tool run on a host, a signal

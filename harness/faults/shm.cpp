@@ -2,11 +2,18 @@
 // namespace, as a container's (Docker gives 64 MiB unless --shm-size says otherwise). What maps
 // segments there and touches more than fits gets SIGBUS on the page that does not fit — the
 // shared-memory transport's collectives (docs/comm.md) — rather than an error at creation.
+// With topology.hosts each host's agent holds such a namespace on its host, and that host's ranks
+// start inside it.
+#include <map>
+
 #include <fmt/format.h>
 
+#include "base/error.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
+#include "harness/faults/shm_mount.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/supervisor.hpp"
 #include "harness/scenario/loader.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
@@ -14,30 +21,92 @@
 namespace fl::harness::faults {
 namespace {
 
-constexpr const char* kShm = "/dev/shm";
-
 class ShmFault : public FaultOf<ShmFault> {
  public:
   int64_t bytes = 64 << 20;
   bool mounted = false;
+  // topology.hosts: the hosts whose agents hold a mount namespace with the small /dev/shm, and
+  // the pid holding each (what their ranks enter)
+  std::map<int, pid_t> holders;
 
   nlohmann::json params() const override { return {{"size_bytes", bytes}}; }
   void setup(Host& h) override {
+    if (!h.s.hosts.empty()) return setup_on_hosts(h);
     // A fresh tmpfs over /dev/shm inside the run's private mount namespace: the host's /dev/shm
     // and everything in it stay as they were.
-    run_tool(h.box.in_mount({"mount", "-t", "tmpfs", "-o",
-                             fmt::format("size={},mode=1777,nosuid,nodev", bytes), "faultline-shm",
-                             kShm}));
+    run_tool(h.box.in_mount(shm_mount_argv(bytes)));
     mounted = true;
-    h.record("shm", {{"path", kShm}, {"size_bytes", bytes}}, -1,
+    h.record("shm", {{"path", kShmPath}, {"size_bytes", bytes}, {"via", "local"}}, -1,
              fmt::format("/dev/shm is a {}-byte tmpfs for the run", bytes));
   }
+
+  // topology.hosts: the agent of `rank`'s host (of every host without a rank) makes a mount
+  // namespace there with /dev/shm a tmpfs of `bytes`; that host's ranks start inside it (their
+  // app-file line runs nsenter), the host's own /dev/shm stays as it is.
+  void setup_on_hosts(Host& h) {
+    std::vector<int> want;
+    if (rank >= 0) {
+      want.push_back(host_of_rank(h.s, rank));
+    } else {
+      for (size_t k = 0; k < h.s.hosts.size(); ++k) want.push_back(static_cast<int>(k));
+    }
+    for (int node : want) {
+      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+      auto* a = h.box.agents();
+      if (!a || !a->up(node)) raise<Error>("shm on host {} needs its agent (it is not up)", host);
+      HostFaultOp op{"shm_mount"};
+      op.bytes = bytes;
+      const auto r = a->host_fault(node, op);
+      holders[node] = r.value("namespace_pid", 0);
+      h.record("shm",
+               {{"path", kShmPath},
+                {"size_bytes", bytes},
+                {"via", "agent"},
+                {"host", host},
+                {"agent", r}},
+               rank,
+               fmt::format("/dev/shm is a {}-byte tmpfs for the run's ranks on {}", bytes, host));
+    }
+  }
+
+  void adjust_rank(const Host& h, int r, Launch& l) const override {
+    auto it = holders.find(host_of_rank(h.s, r));
+    if (it == holders.end() || it->second <= 0) return;
+    // Entering a mount namespace starts at its root: back to the rank's directory. nsenter's
+    // options end at the first word that is not one (the worker's path).
+    std::vector<std::string> pre = in_mount_of(it->second, {});
+    pre.push_back(fmt::format("--wd={}/ranks/rank{}", h.dir, r));
+    l.spec.argv.insert(l.spec.argv.begin(), pre.begin(), pre.end());
+  }
+
   void heal(Host& h, bool) override {
+    for (const auto& [node, pid] : holders) {
+      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+      try {
+        auto* a = h.box.agents();
+        if (!a || !a->up(node)) {
+          raise<Error>(
+              "the agent of host {} is gone (its namespace went with it; the ranks' mount ends "
+              "with them)",
+              host);
+        }
+        const auto r = a->host_fault(node, {"shm_release"});
+        nlohmann::json d = {{"fault", "shm"}, {"path", kShmPath}, {"via", "agent"}, {"host", host}};
+        if (!r.value("unmounted", false)) d["error"] = r.value("error", "");
+        h.hist.harness(r.value("unmounted", false) ? "fault_healed" : "heal_error", d);
+      } catch (const std::exception& e) {
+        try {
+          h.hist.harness("heal_error", {{"fault", "shm"}, {"host", host}, {"error", e.what()}});
+        } catch (...) {
+        }
+      }
+    }
+    holders.clear();
     if (!mounted) return;
     mounted = false;
     try {
-      run_tool(h.box.in_mount({"umount", "-l", kShm}));
-      h.hist.harness("fault_healed", {{"fault", "shm"}, {"path", kShm}});
+      run_tool(h.box.in_mount(shm_umount_argv()));
+      h.hist.harness("fault_healed", {{"fault", "shm"}, {"path", kShmPath}, {"via", "local"}});
     } catch (const std::exception& e) {
       try {
         h.hist.harness("heal_error", {{"fault", "shm"}, {"error", e.what()}});

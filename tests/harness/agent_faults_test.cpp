@@ -3,10 +3,14 @@
 // with the reason), the agent touches only the cgroups, mounts and backups it made, and damaged
 // files are put back by file_restore and by cleanup() when the harness never asked.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+
+#include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
 #include "harness/agent/agent_faults.hpp"
@@ -18,6 +22,15 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace pb = faultline::v1;
+
+// The agents' plugin directory in this process (FAULTLINE_PLUGIN_DIR is read once, so it is set
+// before any test runs).
+const std::string kPlugins = [] {
+  const std::string d =
+      (fs::temp_directory_path() / ("fl-agent-plugins-" + std::to_string(::getpid()))).string();
+  ::setenv("FAULTLINE_PLUGIN_DIR", d.c_str(), 1);
+  return d;
+}();
 
 class AgentFaultsTest : public ::testing::Test {
  protected:
@@ -195,6 +208,91 @@ TEST_F(AgentFaultsTest, FileDamageStaysInTheRunDirectory) {
   EXPECT_EQ(refusal(a, f), "file_damage: action 'shred' (allowed: delete, truncate, corrupt)");
 }
 
+TEST_F(AgentFaultsTest, CpuShmAndHideRequestsAreCheckedWithTheKeyAndHost) {
+  AgentFaults a(dir_, "h1", "s3cret");
+  pb::HostFault cpu;
+  auto* q = cpu.mutable_cpu_quota();
+  q->set_rank(-1);
+  q->set_quota_us(10000);
+  q->set_period_us(100000);
+  EXPECT_EQ(refusal(a, cpu), "cpu_quota: rank -1 is not a rank (0 or more)");
+  q->set_rank(1);
+  q->set_period_us(10);
+  EXPECT_EQ(refusal(a, cpu),
+            "cpu_quota: period 10 us is not within 1000-1000000 (the kernel's range)");
+  q->set_period_us(100000);
+  q->set_quota_us(5);
+  EXPECT_EQ(refusal(a, cpu),
+            "cpu_quota: quota 5 us is below 1000 (the kernel's least; -1: no limit)");
+  pb::HostFault cpu_rel;
+  cpu_rel.mutable_cpu_release()->set_rank(2);
+  EXPECT_EQ(refusal(a, cpu_rel),
+            "cpu_release: rank 2 has no cpu cgroup of this agent on h1 (refused: the agent "
+            "touches only the groups it made)");
+
+  pb::HostFault shm;
+  shm.mutable_shm_mount()->set_bytes(100);
+  EXPECT_EQ(refusal(a, shm), "shm_mount: 100 bytes is below one page (4096 or more)");
+  pb::HostFault shm_rel;
+  shm_rel.mutable_shm_release();
+  EXPECT_EQ(refusal(a, shm_rel), "shm_release: no /dev/shm of this agent on h1; refused");
+
+  pb::HostFault hide;
+  hide.mutable_hide_plugin()->set_rank(-2);
+  hide.mutable_hide_plugin()->set_library("libfl_a.so");
+  EXPECT_EQ(refusal(a, hide), "hide_plugin: rank -2 is not a rank (0 or more)");
+  hide.mutable_hide_plugin()->set_rank(1);
+  hide.mutable_hide_plugin()->set_library("../../outside/secret.bin");
+  EXPECT_EQ(refusal(a, hide),
+            "hide on h1: library '../../outside/secret.bin' is not a file name of the plugin "
+            "directory");
+  pb::HostFault unhide;
+  unhide.mutable_unhide_plugin()->set_rank(1);
+  unhide.mutable_unhide_plugin()->set_library("libfl_a.so");
+  EXPECT_EQ(refusal(a, unhide),
+            "unhide_plugin: 'libfl_a.so' was not hidden from rank 1 by this agent on h1; refused");
+  EXPECT_TRUE(a.cleanup().empty());
+}
+
+// hide through an agent: the rank's plugin directory links the host's plugins less the library,
+// the link comes back when healed, and cleanup() puts back what the harness never healed.
+TEST_F(AgentFaultsTest, HidesALibraryFromOneRankAndPutsItBack) {
+  const std::string plugins = kPlugins;
+  fs::create_directories(plugins);
+  for (const char* lib : {"libfl_a.so", "libfl_b.so"}) write(plugins + "/" + lib, "elf");
+  const std::string links = fs::weakly_canonical(dir_).string() + "/ranks/rank1/plugins";
+  {
+    AgentFaults a(dir_, "h1", "s3cret");
+    pb::HostFault hide;
+    hide.mutable_hide_plugin()->set_rank(1);
+    hide.mutable_hide_plugin()->set_library("libfl_nothing.so");
+    EXPECT_EQ(refusal(a, hide),
+              "hide on h1: no library 'libfl_nothing.so' in the plugin directory " + plugins +
+                  " (there: libfl_a.so, libfl_b.so)");
+    EXPECT_FALSE(fs::exists(links));
+    hide.mutable_hide_plugin()->set_library("libfl_a.so");
+    const auto r = a.apply(hide);
+    EXPECT_EQ(r["dir"], links);
+    EXPECT_EQ(r["host"], "h1");
+    EXPECT_EQ(r["libraries"], nlohmann::json::array({"libfl_a.so", "libfl_b.so"}));
+    EXPECT_FALSE(fs::exists(links + "/libfl_a.so"));
+    EXPECT_EQ(fs::read_symlink(links + "/libfl_b.so"), fs::path(plugins) / "libfl_b.so");
+    EXPECT_FALSE(fs::exists(dir_ + "/ranks/rank0/plugins"));  // only the rank it was hidden from
+
+    pb::HostFault unhide;
+    unhide.mutable_unhide_plugin()->set_rank(1);
+    unhide.mutable_unhide_plugin()->set_library("libfl_a.so");
+    EXPECT_EQ(a.apply(unhide)["restored"], true);
+    EXPECT_EQ(fs::read_symlink(links + "/libfl_a.so"), fs::path(plugins) / "libfl_a.so");
+    EXPECT_NE(refusal(a, unhide).find("was not hidden from rank 1"), std::string::npos);
+
+    a.apply(hide);  // hidden again, never healed by the harness: the agent's cleanup does it
+    EXPECT_FALSE(fs::exists(links + "/libfl_a.so"));
+  }
+  EXPECT_TRUE(fs::is_symlink(links + "/libfl_a.so"));
+  fs::remove_all(plugins);
+}
+
 TEST(HostFaultRequest, EachOpIsItsOwnTypedMessage) {
   faults::HostFaultOp op;
   op.op = "memory_limit";
@@ -211,6 +309,35 @@ TEST(HostFaultRequest, EachOpIsItsOwnTypedMessage) {
   const auto dm = host_fault_request(disk);
   ASSERT_EQ(dm.op_case(), pb::HostFault::kDiskFull);
   EXPECT_EQ(dm.disk_full().path(), "checkpoints");
+  faults::HostFaultOp cpu;
+  cpu.op = "cpu_quota";
+  cpu.rank = 2;
+  cpu.quota_us = 10000;
+  cpu.period_us = 100000;
+  const auto cm = host_fault_request(cpu);
+  ASSERT_EQ(cm.op_case(), pb::HostFault::kCpuQuota);
+  EXPECT_EQ(cm.cpu_quota().rank(), 2);
+  EXPECT_EQ(cm.cpu_quota().quota_us(), 10000);
+  EXPECT_EQ(cm.cpu_quota().period_us(), 100000);
+  cpu.op = "cpu_release";
+  EXPECT_EQ(host_fault_request(cpu).cpu_release().rank(), 2);
+  faults::HostFaultOp shm;
+  shm.op = "shm_mount";
+  shm.bytes = 1 << 20;
+  ASSERT_EQ(host_fault_request(shm).op_case(), pb::HostFault::kShmMount);
+  EXPECT_EQ(host_fault_request(shm).shm_mount().bytes(), 1 << 20);
+  shm.op = "shm_release";
+  EXPECT_EQ(host_fault_request(shm).op_case(), pb::HostFault::kShmRelease);
+  faults::HostFaultOp hide;
+  hide.op = "hide_plugin";
+  hide.rank = 1;
+  hide.library = "libfl_fused_adamw.so";
+  const auto hm = host_fault_request(hide);
+  ASSERT_EQ(hm.op_case(), pb::HostFault::kHidePlugin);
+  EXPECT_EQ(hm.hide_plugin().rank(), 1);
+  EXPECT_EQ(hm.hide_plugin().library(), "libfl_fused_adamw.so");
+  hide.op = "unhide_plugin";
+  EXPECT_EQ(host_fault_request(hide).unhide_plugin().library(), "libfl_fused_adamw.so");
   faults::HostFaultOp bad;
   bad.op = "run";
   EXPECT_THROW(host_fault_request(bad), Error);

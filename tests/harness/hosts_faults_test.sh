@@ -14,14 +14,23 @@
 #       killed  host 1's agent is killed with its tmpfs mounted and a file truncated (exit 2,
 #               heal_error): the harness puts the file back from the agent's copies on the shared
 #               run directory, and the next run's agent on host 1 removes the mount
+#       cpu     a CPU quota on rank 2 from step 2: host 1's agent makes the cpu cgroup, moves rank
+#               2's process (and no other) in, sets the quota, and reports the kernel's throttling
+#       shm     /dev/shm of 256 KiB for rank 2's host: host 1's agent holds a mount namespace with
+#               the small tmpfs, its ranks start inside it and die of SIGBUS in the shared-memory
+#               transport; host 0's ranks, this machine and host 1's own /dev/shm are untouched
+#       hide    a library hidden from rank 2: host 1's agent links rank 2's plugin directory to
+#               host 1's own plugin directory (which has a library this machine's has not), less
+#               the hidden one; rank 2 cannot load it, and the link is back afterwards
 #       input   a memory limit over hosts validates, with a device arena it is refused (no root)
 # Each checks `via: agent` in the history and that nothing is left on any host: no process or
 # agent of the run, no cgroup of it, no mount of it, no chain. Exit 77 (skipped) without root,
-# ip netns, or a writable cgroup v1 memory hierarchy (memory).
+# ip netns, or a writable cgroup v1 memory hierarchy (memory) or cpu hierarchy (cpu).
 set -euo pipefail
 faultline=$1 src=$2 case=$3
 fail() { echo "FAIL: $*" >&2; exit 1; }
 cgroot=${FAULTLINE_CGROUP_ROOT:-/sys/fs/cgroup/memory}
+cpuroot=${FAULTLINE_CPU_CGROUP_ROOT:-/sys/fs/cgroup/cpu}
 if [[ $case == input ]]; then
   # What the file alone tells (no root, no hosts): a memory limit needs rank processes or hosts.
   tmp=$(mktemp -d)
@@ -39,6 +48,9 @@ if [[ $case == input ]]; then
   hosts='topology: {ranks: 2, launcher: mpirun, hosts: [a, b]}'
   check "$hosts"$'\nfaults: [{memory_limit: 300m, rank: 1}]' ok
   check "$hosts"$'\nfaults: [{disk_full: {path: checkpoints, size: 16k}, rank: 1}]' ok
+  check "$hosts"$'\nfaults: [{cpu_quota: 0.1, rank: 1, step: 2}]' ok
+  check $'topology: {ranks: 2, launcher: mpirun}\nfaults: [{cpu_quota: 0.1, rank: 1}]' \
+    'or topology.hosts (the rank'"'"'s host agent applies it)'
   check "$hosts"$'\nfaults: [{memory_limit: 300m, device_arena: 512m, rank: 1}]' \
     'faults[0].device_arena: a device arena is not supported with topology.hosts'
   check $'topology: {ranks: 2, launcher: mpirun}\nfaults: [{memory_limit: 300m, rank: 1}]' \
@@ -48,6 +60,10 @@ if [[ $case == input ]]; then
 fi
 if [[ $case == memory && ! -w $cgroot/cgroup.procs ]]; then
   echo "SKIP: no writable cgroup v1 memory hierarchy at $cgroot"
+  exit 77
+fi
+if [[ $case == cpu && ! -w $cpuroot/cgroup.procs ]]; then
+  echo "SKIP: no writable cgroup v1 cpu hierarchy at $cpuroot"
   exit 77
 fi
 . "$src/tests/harness/hosts_lib.sh"
@@ -66,8 +82,8 @@ nothing_left() {  # RUN_DIR
   id=$(basename "$d")
   if pgrep -f -- "$d" >/dev/null; then pgrep -af -- "$d"; fail "processes of the run are left"; fi
   if pgrep -f -- "faultline agent .*--run-dir $d" >/dev/null; then fail "an agent is left"; fi
-  if compgen -G "$cgroot/faultline.*.$id.rank*" >/dev/null; then
-    ls -d "$cgroot"/faultline.*."$id".rank*
+  if compgen -G "$cgroot/faultline.*.$id.rank*" >/dev/null || compgen -G "$cpuroot/faultline.*.$id.rank*" >/dev/null; then
+    ls -d "$cgroot"/faultline.*."$id".rank* "$cpuroot"/faultline.*."$id".rank* 2>/dev/null || true
     fail "a cgroup of the run is left"
   fi
   for h in "$h0" "$h1"; do
@@ -241,6 +257,147 @@ Y
   nothing_left "$tmp/r/killed"
   nothing_left "$tmp/r/next"
   echo "agent_killed ok"
+  ;;
+cpu)
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-cpu
+$topo
+workload: {steps: 8}
+faults:
+  - {cpu_quota: 0.02, rank: 2, step: 2}
+timeouts: {comm_ms: 120000, run_s: 170}
+expect: {oracle: completed}
+Y
+  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id cpu 2>&1) || {
+    echo "$out"
+    fail "the run under a CPU quota did not complete"
+  }
+  echo "$out"
+  python3 - "$tmp/r/cpu" "$h1" "$cpuroot" <<'PY'
+import json, sys
+d, h1, root = sys.argv[1:]
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+agent_pid = {e["data"]["host"]: e["data"]["pid"] for e in ev if e["kind"] == "agent_up"}
+hello = {e["rank"]: e["data"]["pid"] for e in ev if e["source"] == "rank" and e["kind"] == "hello"}
+inj = [e for e in ev if e["kind"] == "fault_injected" and e["data"]["fault"] == "cpu_quota"]
+assert len(inj) == 1 and inj[0]["rank"] == 2, inj
+q = inj[0]["data"]
+assert q["via"] == "agent" and q["host"] == h1 and q["at_step"] >= 2, q
+# The group is the agent's (named after its pid), in the cpu hierarchy of rank 2's host.
+assert q["cgroup"].startswith("%s/faultline.%d." % (root, agent_pid[h1])), (q, agent_pid)
+assert q["cgroup"].endswith(".cpu.rank2") and q["agent"]["quota_us"] == 2000, q
+cpu = [e for e in ev if e["kind"] == "cgroup_cpu"]
+assert len(cpu) == 1 and cpu[0]["rank"] == 2, cpu
+c = cpu[0]["data"]
+assert c["via"] == "agent" and c["host"] == h1, c
+# Rank 2's process, and no other rank's, was in the group, and the kernel throttled it.
+assert hello[2] in c["pids"], (hello, c)
+assert not set(c["pids"]) & {hello[r] for r in (0, 1, 3)}, (hello, c)
+assert c["nr_periods"] > 0 and c["nr_throttled"] > 0, c
+healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "cpu_quota"]
+assert len(healed) == 1 and healed[0]["via"] == "agent" and healed[0]["host"] == h1, healed
+assert healed[0]["removed"] is True and healed[0]["cgroup"] == q["cgroup"], healed
+assert not [e for e in ev if e["kind"] in ("agent_lost", "heal_error", "fault_failed")]
+print("cpu ok:", q["cgroup"], "throttled", c["nr_throttled"], "of", c["nr_periods"], "periods")
+PY
+  nothing_left "$tmp/r/cpu"
+  ;;
+shm)
+  # Rank 2's host gets a /dev/shm too small for its two ranks' transport segments.
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-shm
+$topo
+workload: {model: small, steps: 12, args: ["--seq-len", "16"]}
+env: {FAULTLINE_SHM_TRANSPORT: "1", FAULTLINE_SHM_BUFFER_BYTES: "25165824"}
+faults:
+  - shm: {size: 256k}
+    rank: 2
+timeouts: {run_s: 150, comm_ms: 20000}
+expect: {oracle: error_signature,
+         pattern: "bus error \\\\(SIGBUS\\\\) in .* the filesystem behind /dev/shm could not back the page"}
+Y
+  before=$(findmnt -rn -o SOURCE /dev/shm)
+  h1_before=$(nsenter --mount="/run/faultline-hosts/$prefix/$h1.mnt" findmnt -rn -o SOURCE /dev/shm)
+  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id shm 2>&1) || {
+    echo "$out"
+    fail "the small /dev/shm on $h1 was not judged a bus error in the shm transport"
+  }
+  echo "$out"
+  ns=$(python3 - "$tmp/r/shm" "$h1" <<'PY'
+import json, sys
+d, h1 = sys.argv[1:]
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+inj = [e["data"] for e in ev if e["kind"] == "fault_injected" and e["data"]["fault"] == "shm"]
+assert len(inj) == 1 and inj[0]["via"] == "agent" and inj[0]["host"] == h1, inj
+a = inj[0]["agent"]
+assert a["path"] == "/dev/shm" and a["size_bytes"] == 256 << 10 and a["namespace_pid"] > 0, a
+# Only host 1's ranks (2, 3) ran out of /dev/shm: a bus error in the shared-memory transport.
+bus = {e["rank"] for e in ev if e["kind"] == "output" and "bus error (SIGBUS)" in e["data"].get("line", "")}
+assert bus and bus <= {2, 3}, bus
+healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "shm"]
+assert len(healed) == 1 and healed[0]["via"] == "agent" and healed[0]["host"] == h1, healed
+assert not [e for e in ev if e["kind"] in ("agent_lost", "heal_error")]
+print(a["namespace"])
+PY
+) || fail "shm history"
+  echo "shm: the ranks' mount namespace was $ns"
+  [[ $(findmnt -rn -o SOURCE /dev/shm) == "$before" ]] || fail "this machine's /dev/shm changed"
+  [[ $(nsenter --mount="/run/faultline-hosts/$prefix/$h1.mnt" findmnt -rn -o SOURCE /dev/shm) == "$h1_before" ]] ||
+    fail "$h1's own /dev/shm changed"
+  [[ $ns != "$(readlink /proc/self/ns/mnt)" ]] || fail "the ranks' namespace is this machine's"
+  for p in /proc/[0-9]*; do
+    [[ $(readlink "$p/ns/mnt" 2>/dev/null) != "$ns" ]] || fail "${p#/proc/} still holds the ranks' namespace"
+  done
+  nothing_left "$tmp/r/shm"
+  echo "shm ok"
+  ;;
+hide)
+  # Host 1's plugin directory is its own (bind-mounted over the build's in host 1's mount
+  # namespace): the build's libraries and one this machine has not.
+  plugins=$(cd "$(dirname "$faultline")/../plugins" && pwd)
+  mkdir "$tmp/h1plugins"
+  cp "$plugins"/*.so "$tmp/h1plugins/"
+  cp "$plugins/libfl_fused_adamw.so" "$tmp/h1plugins/libfl_hostonly.so"
+  nsenter --mount="/run/faultline-hosts/$prefix/$h1.mnt" mount --bind "$tmp/h1plugins" "$plugins"
+  [[ ! -e $plugins/libfl_hostonly.so ]] || fail "host 1's plugin directory shows here"
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-hide
+$topo
+workload: {steps: 3, plugins: [fused_adamw]}
+faults:
+  - {hide: libfl_fused_adamw.so, rank: 2}
+timeouts: {comm_ms: 5000, run_s: 120}
+expect: {oracle: error_signature, ranks: [2],
+         pattern: "cannot load kernel plugin 'fused_adamw': .*cannot open shared object file"}
+Y
+  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id hide 2>&1) || {
+    echo "$out"
+    fail "the hidden library was not judged rank 2's load error"
+  }
+  echo "$out"
+  python3 - "$tmp/r/hide" "$h1" "$plugins" <<'PY'
+import json, os, sys
+d, h1, plugins = sys.argv[1:]
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+inj = [e for e in ev if e["kind"] == "fault_injected" and e["data"]["fault"] == "hide"]
+assert len(inj) == 1 and inj[0]["rank"] == 2, inj
+h = inj[0]["data"]
+links = d + "/ranks/rank2/plugins"
+assert h["via"] == "agent" and h["host"] == h1 and h["dir"] == links, h
+# The agent listed host 1's plugin directory, not this machine's.
+assert "libfl_hostonly.so" in h["agent"]["libraries"], h
+assert "libfl_hostonly.so" not in os.listdir(plugins)
+assert os.path.islink(links + "/libfl_hostonly.so"), os.listdir(links)
+for r in (0, 1, 3):
+    assert not os.path.exists(d + "/ranks/rank%d/plugins" % r), r
+healed = [e for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "hide"]
+assert len(healed) == 1 and healed[0]["rank"] == 2, healed
+assert healed[0]["data"]["via"] == "agent" and healed[0]["data"]["host"] == h1, healed
+assert os.path.islink(links + "/libfl_fused_adamw.so"), "the link is not back"
+assert not [e for e in ev if e["kind"] in ("agent_lost", "heal_error", "fault_failed")]
+print("hide ok:", sorted(os.listdir(links)))
+PY
+  nothing_left "$tmp/r/hide"
   ;;
 *) fail "unknown case $case" ;;
 esac

@@ -1,0 +1,171 @@
+#include "harness/agent/rank_cgroup.hpp"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "base/control_auth.hpp"
+
+namespace fl::harness {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int64_t number_after(const std::string& text, const std::string& key) {
+  const auto at = text.find(key + " ");
+  return at == std::string::npos ? 0 : std::atoll(text.c_str() + at + key.size() + 1);
+}
+
+// The cgroup of `controller` that `pid` is in, relative to the hierarchy's root ("" when unknown).
+std::string cgroup_of(pid_t pid, const std::string& controller) {
+  std::ifstream in(fmt::format("/proc/{}/cgroup", pid));
+  for (std::string line; std::getline(in, line);) {
+    const auto a = line.find(':');
+    const auto b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string ctl = "," + line.substr(a + 1, b - a - 1) + ",";
+    if (ctl.find("," + controller + ",") != std::string::npos) return line.substr(b + 1);
+  }
+  return "";
+}
+
+// How long ago `pid` started (ms; -1 when unknown): /proc/PID/stat's start time against uptime.
+double age_ms(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  for (int i = 3; i < 22 && rest >> field;) ++i;  // fields 3..21, then 22 is the start time
+  double start_ticks = 0, uptime_s = 0;
+  if (!(rest >> start_ticks)) return -1;
+  std::ifstream("/proc/uptime") >> uptime_s;
+  return (uptime_s - start_ticks / static_cast<double>(::sysconf(_SC_CLK_TCK))) * 1000.0;
+}
+
+}  // namespace
+
+bool RankCgroup::is_rank(pid_t pid) const {
+  std::error_code ec;
+  if (fs::read_symlink(fmt::format("/proc/{}/cwd", pid), ec).string() != rank_dir) return false;
+  std::ifstream env(fmt::format("/proc/{}/environ", pid), std::ios::binary);
+  bool other_secret = false, has_rank = false;
+  const std::string var = std::string(kControlSecretEnv) + "=";
+  for (std::string kv; std::getline(env, kv, '\0');) {
+    other_secret |= kv.rfind(var, 0) == 0 && kv != var + secret;
+    has_rank |= kv == fmt::format("RANK={}", rank);
+  }
+  return has_rank && !other_secret;
+}
+
+bool RankCgroup::adopt_new() {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    const pid_t pid = std::atoi(name.c_str());
+    {
+      std::lock_guard lock(mu);
+      if (adopted.count(pid)) continue;
+    }
+    if (!is_rank(pid)) continue;
+    const std::string from = cgroup_of(pid, controller);
+    try {
+      cg->write("cgroup.procs", std::to_string(pid));
+      std::lock_guard lock(mu);
+      adopted[pid] = from;
+      adopted_ms.push_back(age_ms(pid));
+    } catch (const std::exception& x) {
+      std::lock_guard lock(mu);
+      if (errors.size() < 8) errors.push_back(x.what());
+    }
+  }
+  std::lock_guard lock(mu);
+  return !adopted.empty();
+}
+
+void RankCgroup::start() {
+  watcher = std::thread([this] {
+    while (!stop) {
+      const bool any = adopt_new();
+      // Quickly until the rank appears (it allocates from its first instructions on), then
+      // seldom (a restarted rank is a new process).
+      for (int i = 0; i < (any ? 10 : 1) && !stop; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+}
+
+nlohmann::json RankCgroup::counters() {
+  std::vector<pid_t> pids, alive;
+  {
+    std::lock_guard lock(mu);
+    for (const auto& [pid, from] : adopted) {
+      pids.push_back(pid);
+      if (fs::exists(fmt::format("/proc/{}", pid)) && is_rank(pid)) alive.push_back(pid);
+    }
+  }
+  nlohmann::json r = {{"cgroup", cg->path()},
+                      {"pids", pids},
+                      {"adopted_after_ms", adopted_ms},
+                      {"alive", alive},
+                      {"errors", errors}};
+  if (controller == "cpu") {
+    r.update(faults::cpu_stat(*cg));
+    return r;
+  }
+  const std::string oom = cg->read("memory.oom_control");
+  r.update({{"limit", bytes},
+            {"usage", std::atoll(cg->read("memory.usage_in_bytes").c_str())},
+            {"max_usage", std::atoll(cg->read("memory.max_usage_in_bytes").c_str())},
+            {"failcnt", std::atoll(cg->read("memory.failcnt").c_str())},
+            {"oom_kills", number_after(oom, "oom_kill")},
+            {"under_oom", number_after(oom, "under_oom")}});
+  return r;
+}
+
+nlohmann::json RankCgroup::release() {
+  stop = true;
+  if (watcher.joinable()) watcher.join();
+  nlohmann::json r = counters();
+  int moved = 0;
+  std::map<pid_t, std::string> from;
+  {
+    std::lock_guard lock(mu);
+    from = adopted;
+  }
+  std::istringstream left(cg->read("cgroup.procs"));
+  for (pid_t pid = 0; left >> pid;) {
+    std::string back = root;
+    // A child of a rank came with it: back to where the rank was.
+    const auto it = from.find(pid);
+    const std::string rel = it != from.end() ? it->second
+                            : from.empty()   ? std::string()
+                                             : from.begin()->second;
+    if (!rel.empty() && rel != "/" && fs::exists(root + rel + "/cgroup.procs")) back += rel;
+    std::ofstream out(back + "/cgroup.procs");
+    out << pid;
+    out.flush();
+    if (out) ++moved;
+  }
+  r["moved_back"] = moved;
+  r["removed"] = cg->remove();
+  return r;
+}
+
+RankCgroup::~RankCgroup() {
+  stop = true;
+  if (watcher.joinable()) watcher.join();
+}
+
+}  // namespace fl::harness
