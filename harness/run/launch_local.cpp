@@ -27,7 +27,7 @@ class LocalLauncher : public Launcher {
   LauncherKind kind() const override { return LauncherKind::kLocal; }
 
   void prepare(LaunchHost& h) override {
-    mca_ = local_mpi_params(h.s);  // no fabric probing in each rank's MPI_Init
+    mca_ = local_mpi_params(h.s);   // no fabric probing in each rank's MPI_Init
     mpi_env_ = local_mpi_env(h.s);  // nor hwloc's I/O discovery
     if (h.s.backend != "mpi" || h.s.ranks <= 1) return;
     // MPI singletons find each other through an ompi-server (see join_singletons).

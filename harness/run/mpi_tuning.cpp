@@ -14,7 +14,9 @@ bool set_by_scenario(const Scenario& s, const std::string& var) {
   return false;
 }
 
-bool one_machine_mpi(const Scenario& s) { return s.backend == "mpi" && s.hosts.empty(); }
+bool one_machine_mpi(const Scenario& s) {
+  return s.backend == "mpi" && s.hosts.empty();
+}
 
 }  // namespace
 
