@@ -17,7 +17,10 @@
 # A third reference, "tuned", is the same bare program with everything the harness gives its
 # mpirun on one machine: the 5 ms slack, the MCA parameters and the hwloc environment of
 # harness/run/mpi_tuning.cpp (keep the two lists below in step with it). ready / tuned is then
-# what the harness and fl-train add above the cheapest bare start this mpirun offers.
+# what the harness and fl-train add above the cheapest bare start this mpirun offers. The
+# references' wall time also holds MPI_Finalize and mpirun's end (about 1 s more than their ranks'
+# own ready time at 128 ranks here), which "ready" does not, so the ratios flatter the harness.
+# Each line ends with the ranks' mean CPU (their hello/layout cpu_ms and world_cpu_ms fields).
 # SETS adds `--set key=value` words to each run (e.g. SETS="--set env.FAULTLINE_MPI_START_SLACK_US=0").
 # Nothing is asserted.
 # LAUNCHERS (default "mpirun local-tree"): local-tree is the local launcher with
