@@ -14,6 +14,13 @@
 # the seconds do not. (`mpirun -np 32 true` hung in 2 of 2 tries here, so it is not a reference.)
 # A second reference runs the same under a 5 ms timer slack (what fl-train's ranks use while they
 # join the world, FAULTLINE_MPI_START_SLACK_US; set here on mpirun, which its ranks inherit).
+# A third reference, "tuned", is the same bare program with everything the harness gives its
+# mpirun on one machine: the 5 ms slack, the MCA parameters and the hwloc environment of
+# harness/run/mpi_tuning.cpp (keep the two lists below in step with it). ready / tuned is then
+# what the harness and fl-train add above the cheapest bare start this mpirun offers. The
+# references' wall time also holds MPI_Finalize and mpirun's end (about 1 s more than their ranks'
+# own ready time at 128 ranks here), which "ready" does not, so the ratios flatter the harness.
+# Each line ends with the ranks' mean CPU (their hello/layout cpu_ms and world_cpu_ms fields).
 # SETS adds `--set key=value` words to each run (e.g. SETS="--set env.FAULTLINE_MPI_START_SLACK_US=0").
 # Nothing is asserted.
 # LAUNCHERS (default "mpirun local-tree"): local-tree is the local launcher with
@@ -35,6 +42,12 @@ secs() {  # wall seconds of a command (a reference that hangs counts as its 60 s
   t1=$(date +%s%N)
   echo "scale=3; ($t1 - $t0) / 1000000000" | bc
 }
+slack=(python3 -c 'import ctypes, os, sys
+ctypes.CDLL(None).prctl(29, ctypes.c_ulong(5000000), 0, 0, 0)
+os.execvp(sys.argv[1], sys.argv[1:])')
+mca=(--mca pml ob1 --mca osc ^ucx --mca btl ^openib,ofi)
+hwloc=(HWLOC_PLUGINS_BLACKLIST=hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_xml_libxml
+       HWLOC_COMPONENTS=-linuxio)
 runs=0
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for spec in ${LAUNCHERS:-mpirun local-tree}; do
@@ -43,21 +56,30 @@ for spec in ${LAUNCHERS:-mpirun local-tree}; do
   [[ $spec == *-tree ]] && join=tree
   for n in $sizes; do
     ref_mpi=$(secs mpirun --oversubscribe --bind-to none -np "$n" "$out/mpi_hello")
-    ref_slack=$(secs python3 -c 'import ctypes, os, sys
-ctypes.CDLL(None).prctl(29, ctypes.c_ulong(5000000), 0, 0, 0)
-os.execvp(sys.argv[1], sys.argv[1:])' mpirun --oversubscribe --bind-to none -np "$n" "$out/mpi_hello")
+    ref_slack=$(secs "${slack[@]}" mpirun --oversubscribe --bind-to none -np "$n" "$out/mpi_hello")
+    ref_tuned=$(secs env "${hwloc[@]}" "${slack[@]}" mpirun --oversubscribe --bind-to none \
+      "${mca[@]}" -np "$n" "$out/mpi_hello")
     "$faultline" run scenarios/clean/clean-dp2-tp2.yaml --results "$out" \
       --run-id "$spec-$n-$((++runs))" --set topology.ranks=$n --set topology.dp=$((n / 2)) \
       --set topology.launcher=$launcher --set env.FAULTLINE_MPI_JOIN=$join --set workload.steps=1 \
       --set timeouts.run_s=300 --set timeouts.rendezvous_ms=240000 ${SETS:-} >/dev/null || true
-    python3 - "$out/$spec-$n-$runs/history.jsonl" "$spec" "$n" "$ref_mpi" "$ref_slack" <<'PY'
+    python3 - "$out/$spec-$n-$runs/history.jsonl" "$spec" "$n" "$ref_mpi" "$ref_slack" "$ref_tuned" <<'PY'
 import json, sys
 path, spec, n, ref = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-ref_slack = float(sys.argv[5])
+ref_slack, ref_tuned = float(sys.argv[5]), float(sys.argv[6])
 ev = [json.loads(l) for l in open(path)]
 t0 = min(e["time_unix_ns"] for e in ev if e["kind"] == "launch")
 ready = [e["time_unix_ns"] for e in ev if e["source"] == "rank" and e["kind"] == "layout"]
 hello = [e["time_unix_ns"] for e in ev if e["source"] == "rank" and e["kind"] == "hello"]
+# CPU per rank (the ranks' own getrusage, carried by hello and layout): up to hello (exec,
+# libraries, telemetry), in forming the world (MPI_Init, the world communicator), and in all up to
+# layout (also the store's world check, the groups and building the model).
+def mean_of(kind, key):
+    v = [e["data"][key] for e in ev
+         if e["source"] == "rank" and e["kind"] == kind and key in e["data"]]
+    return sum(v) / len(v) if v else float("nan")
+cpu = (f"; cpu per rank: to hello {mean_of('hello', 'cpu_ms'):.0f} ms, world "
+       f"{mean_of('layout', 'world_cpu_ms'):.0f} ms, to ready {mean_of('layout', 'cpu_ms'):.0f} ms")
 # Ranks whose events all reached the harness live (the rest came from their events.jsonl).
 streamed = sum(1 for e in ev if e["kind"] == "telemetry" and e["data"].get("recovered_from_file") == 0)
 if len(ready) < n:
@@ -69,7 +91,8 @@ target = 3.0 if n <= 32 else 5.0 if spec == "mpirun" else None
 vs = f", {ready_s / target:4.2f} x the {target:.0f} s target" if target else ""
 print(f"{spec:10s} {n:3d} ranks: all hello {(max(hello) - t0) / 1e9:6.2f} s, ready {ready_s:6.2f} s"
       f"{vs}; reference {ref:.2f} s; ready / reference {ready_s / ref:.2f}; reference with 5 ms "
-      f"slack {ref_slack:.2f} s; ready / that {ready_s / ref_slack:.2f}; streamed {streamed}")
+      f"slack {ref_slack:.2f} s; ready / that {ready_s / ref_slack:.2f}; reference tuned "
+      f"{ref_tuned:.2f} s; ready / tuned {ready_s / ref_tuned:.2f}; streamed {streamed}{cpu}")
 PY
   done
 done

@@ -58,6 +58,8 @@ class MpirunLauncher : public Launcher {
     p.env.push_back("TMPDIR=" + h.dir + "/tmp");
     p.env.push_back("OMPI_MCA_btl_vader_backing_directory=" + h.dir + "/tmp");
     p.env.push_back(fmt::format("{}={}", kControlSecretEnv, h.secret));
+    // Inherited by the ranks (an app-file line carries only what the scenario sets itself).
+    for (const auto& [k, v] : local_mpi_env(h.s)) p.env.push_back(k + "=" + v);
     p.tag_output = true;
     mpirun_ = h.sup.spawn(p);
     for (int r = 0; r < h.s.ranks; ++r) {

@@ -4,23 +4,48 @@
 
 namespace fl::harness {
 
+namespace {
+
+bool set_by_scenario(const Scenario& s, const std::string& var) {
+  if (s.env.count(var)) return true;
+  for (const auto& [rank, env] : s.rank_env) {
+    if (env.count(var)) return true;
+  }
+  return false;
+}
+
+bool one_machine_mpi(const Scenario& s) {
+  return s.backend == "mpi" && s.hosts.empty();
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, std::string>> local_mpi_params(const Scenario& s) {
-  if (s.backend != "mpi" || !s.hosts.empty()) return {};
+  if (!one_machine_mpi(s)) return {};
   static const std::pair<const char*, const char*> kParams[] = {
       {"pml", "ob1"},          // not cm (OFI/PSM MTLs) or ucx, each probed at MPI_Init
       {"osc", "^ucx"},         // one-sided: sm, pt2pt, rdma over the BTLs below
       {"btl", "^openib,ofi"},  // self, vader (shared memory) and tcp (network namespaces)
   };
-  auto set_by_scenario = [&](const std::string& var) {
-    if (s.env.count(var)) return true;
-    for (const auto& [rank, env] : s.rank_env) {
-      if (env.count(var)) return true;
-    }
-    return false;
-  };
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [name, value] : kParams) {
-    if (!set_by_scenario(std::string("OMPI_MCA_") + name)) out.emplace_back(name, value);
+    if (!set_by_scenario(s, std::string("OMPI_MCA_") + name)) out.emplace_back(name, value);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> local_mpi_env(const Scenario& s) {
+  if (!one_machine_mpi(s)) return {};
+  static const std::pair<const char*, const char*> kEnv[] = {
+      // hwloc 2.x: plugins not loaded at all (hwloc_pci pulls libpciaccess, hwloc_opencl
+      // libOpenCL, hwloc_gl X11; the built-in XML reader serves without libxml2) ...
+      {"HWLOC_PLUGINS_BLACKLIST", "hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_xml_libxml"},
+      // ... and the Linux backend's I/O phases (block, network, DAX devices in sysfs) skipped.
+      {"HWLOC_COMPONENTS", "-linuxio"},
+  };
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, value] : kEnv) {
+    if (!set_by_scenario(s, name)) out.emplace_back(name, value);
   }
   return out;
 }

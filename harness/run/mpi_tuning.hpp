@@ -18,4 +18,14 @@ struct Scenario;
 // backend; a parameter the scenario's env or rank_env sets as OMPI_MCA_NAME is left to it.
 std::vector<std::pair<std::string, std::string>> local_mpi_params(const Scenario& s);
 
+// Environment variables (name, value) for the same runs, for mpirun and every MPI process: hwloc's
+// topology discovery without its I/O part. Each MPI process (and mpirun) discovers the machine at
+// start; by default hwloc also dlopens its PCI, OpenCL, GL and libxml2 plugins (with their
+// libraries) and reads every PCI device's config space — on this machine about half of a bare
+// MPI_Init's CPU (28 -> 13 ms per process). Open MPI on one machine uses the cores, caches and NUMA
+// nodes (binding, locality), which stay; PCI devices only matter for the NIC and GPU transports
+// that local_mpi_params already turns off. Same conditions as local_mpi_params; a variable the
+// scenario's env or rank_env sets is left to it.
+std::vector<std::pair<std::string, std::string>> local_mpi_env(const Scenario& s);
+
 }  // namespace fl::harness

@@ -98,5 +98,31 @@ TEST(Launchers, LocalMpiParamsOnlyForOneMachineAndNeverOverTheScenario) {
   EXPECT_TRUE(local_mpi_params(nccl).empty());
 }
 
+// hwloc without its I/O discovery and plugins (mpi_tuning.hpp), under the same conditions: one
+// machine, the MPI backend, and a variable the scenario sets itself (env or any rank's) wins.
+TEST(Launchers, LocalMpiEnvSkipsHwlocIoDiscoveryOnlyForOneMachineAndNeverOverTheScenario) {
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  Scenario s;
+  s.backend = "mpi";
+  const Env all = local_mpi_env(s);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].first, "HWLOC_PLUGINS_BLACKLIST");
+  for (const char* plugin : {"hwloc_pci", "hwloc_opencl", "hwloc_gl"}) {
+    EXPECT_NE(all[0].second.find(plugin), std::string::npos) << plugin;
+  }
+  EXPECT_EQ(all[1], (std::pair<std::string, std::string>{"HWLOC_COMPONENTS", "-linuxio"}));
+  s.rank_env[5]["HWLOC_COMPONENTS"] = "linux,x86";
+  EXPECT_EQ(local_mpi_env(s), (Env{all[0]}));
+  s.env["HWLOC_PLUGINS_BLACKLIST"] = "";
+  EXPECT_TRUE(local_mpi_env(s).empty());
+  Scenario across;
+  across.backend = "mpi";
+  across.hosts = {"node1", "node2"};
+  EXPECT_TRUE(local_mpi_env(across).empty());  // each node's topology is its own business
+  Scenario nccl;
+  nccl.backend = "nccl";
+  EXPECT_TRUE(local_mpi_env(nccl).empty());  // NCCL needs the GPUs' and NICs' PCI places
+}
+
 }  // namespace
 }  // namespace fl::harness

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -60,6 +61,13 @@ WorkerIdentity identity_from_env() {
   return id;
 }
 
+double process_cpu_ms() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  const auto ms = [](const timeval& t) { return t.tv_sec * 1e3 + t.tv_usec / 1e3; };
+  return ms(u.ru_utime) + ms(u.ru_stime);
+}
+
 void start_worker_telemetry(const WorkerIdentity& id, const std::string& backend) {
   auto opts = telemetry::options_from_env();
   // The harness arms and clears fault plans over the control plane.
@@ -86,7 +94,8 @@ void start_worker_telemetry(const WorkerIdentity& id, const std::string& backend
                             {"pid", ::getpid()},
                             {"host", host},
                             {"backend", backend},
-                            {"run_id", id.run_id}});
+                            {"run_id", id.run_id},
+                            {"cpu_ms", process_cpu_ms()}});
   fault::set_fired_observer([](const fault::FiredRecord& r) {
     // An inference counts its fault-plan steps from the first generated token, so a site that
     // fires while the prompt is read has a negative step; the event carries -1 (none) and the
@@ -217,6 +226,7 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
     throw;
   }
 
+  const double cpu_before_world = process_cpu_ms();
   if (backend == "mpi") {
     b.comm = MpiCommunicator::create_world(b.id.rank, b.id.world_size, {}, b.store.get());
   } else if (backend == "nccl") {
@@ -230,6 +240,7 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
   } else {
     raise<SettingError>("FAULTLINE_BACKEND='{}' is not allowed (allowed: mpi, nccl)", backend);
   }
+  b.world_cpu_ms = process_cpu_ms() - cpu_before_world;
   b.collective_watch = CollectiveWatch::install(b.comm->recorder());
   return b;
 }

@@ -62,7 +62,13 @@ struct Bootstrap {
   rdzv::World world;
   std::unique_ptr<Communicator> comm;
   std::shared_ptr<class CollectiveWatch> collective_watch;  // what leaves the rank about its ops
+  double world_cpu_ms = 0;  // this process's CPU time in forming the world (MPI or NCCL)
 };
+
+// This process's CPU time so far (user + system, all threads), in milliseconds. The `hello` and
+// `layout` events carry it, so a launch's cost per rank can be read from the history
+// (bench/harness_launch.sh).
+double process_cpu_ms();
 
 // Starts this rank's telemetry (FAULTLINE_EVENTS_FILE, FAULTLINE_CONTROL_ADDR), says hello, and
 // reports fault firings and control-plane fault commands. bootstrap_worker calls it.

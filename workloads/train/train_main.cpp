@@ -188,7 +188,9 @@ int main(int argc, char** argv) {
                                {"tp_rank", topo.tp_rank},
                                {"pp_rank", topo.pp_rank},
                                {"steps", trainer.planned_steps()},
-                               {"precision", precision}});
+                               {"precision", precision},
+                               {"cpu_ms", comm::process_cpu_ms()},
+                               {"world_cpu_ms", b.world_cpu_ms}});
     const bool printer = b.comm->rank() == 0;
     std::ofstream metrics;
     if (printer && !metrics_path.empty()) metrics.open(metrics_path);
