@@ -69,6 +69,12 @@ with tempfile.TemporaryDirectory() as d:
             break
         time.sleep(0.02)
     assert int(open(ann).read()) == proc.pid
+    # The heartbeat thread is started before the announcement but may not have reached
+    # _heartbeats yet on a loaded machine; its first beat (sent at once) says it has.
+    for _ in range(500):
+        if '"kind":"heartbeat"' in open(path2).read():
+            break
+        time.sleep(0.02)
     os.kill(proc.pid, signal.SIGUSR1)
     stacks = os.path.join(d, "sub", "stacks.txt")
     for _ in range(500):
