@@ -72,13 +72,15 @@ TEST_F(Store, AddOnANonIntegerIsAServerError) {
 
 TEST_F(Store, GetWaitsForALaterSet) {
   auto waiter = client();
+  // t0 before the setter starts: the set comes at least 200 ms after it, whatever the load (taken
+  // after the thread's start, a preempted main thread could read it late).
+  const auto t0 = std::chrono::steady_clock::now();
   std::thread setter([&] {
     std::this_thread::sleep_for(milliseconds(200));
     client()->set("late", "here");
   });
-  auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(waiter->get("late", milliseconds(5000)), "here");
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, milliseconds(150));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, milliseconds(200));
   setter.join();
 }
 

@@ -173,12 +173,17 @@ TEST(TrainData, UnevenShardsHangTheRanksWithMoreBatchesAndDropLastFixesIt) {
   // step's gradient all-reduce until the deadline (DeepSpeed #2223).
   std::vector<std::string> args = {"--dp",      "4",  "--micro-batch", "4",
                                    "--samples", "66", "--epochs",      "1"};
+  // Ranks 2-3 wait in the final barrier meanwhile, with the same timeout: whichever side gives
+  // up first aborts the job, and mpirun may kill the other side before it prints. Either report
+  // names the hang: ranks 0-1 in the 5th step's all-reduce, or ranks 2-3 in the barrier after
+  // their last step.
   auto hang = train(4, args, 1, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
   EXPECT_EQ(hang.proc.exit_code, exit_code::kCommTimeout) << hang.proc.output;
   EXPECT_TRUE(std::regex_search(
       hang.proc.output,
       std::regex(
-          R"(\[rank [01]\] comm timeout: all_reduce on group 'dp' \(seq 4, count \d+, dtype fp32, reduce avg\))")))
+          R"(\[rank [01]\] comm timeout: all_reduce on group 'dp' \(seq 4, count \d+, dtype fp32, reduce avg\))"
+          R"(|\[rank [23]\] comm timeout: barrier on group 'world')")))
       << hang.proc.output;
   args.push_back("--drop-last");
   auto fixed = train(4, args, 1, {{"FAULTLINE_COMM_TIMEOUT_MS", "3000"}});
@@ -216,12 +221,17 @@ TEST(TrainDevice, CudaWithoutAGpuEndsEveryRankWithADeviceError) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "this machine has a CUDA device";
   TrainRun r = train(2, {"--device", "cuda"}, 2);
   EXPECT_EQ(r.proc.exit_code, exit_code::kDevice) << r.proc.output;
-  for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_NE(r.proc.output.find("faultline worker error (device): [rank " + std::to_string(rank) +
-                                 "] cuda:0 requested but"),
-              std::string::npos)
-        << r.proc.output;
+  // Every rank fails the same way at about the same time; the first to exit makes mpirun kill
+  // the other, perhaps before it prints: at least one such error, each naming a rank of the job.
+  const std::regex device_error(
+      R"(faultline worker error \(device\): \[rank ([0-9]+)\] cuda:0 requested but)");
+  int reported = 0;
+  for (auto it = std::sregex_iterator(r.proc.output.begin(), r.proc.output.end(), device_error);
+       it != std::sregex_iterator(); ++it) {
+    EXPECT_LT(std::stoi((*it)[1]), 2) << r.proc.output;
+    ++reported;
   }
+  EXPECT_GE(reported, 1) << r.proc.output;
   EXPECT_TRUE(r.steps.empty());
 }
 
