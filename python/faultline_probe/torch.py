@@ -321,7 +321,8 @@ class _Light:
     persistent gradient hook on a parameter of DDP's first bucket (a bucket's all-reduce starts
     only when all its parameters' gradients are in, and DDP starts the buckets in order, so the
     hook runs before any of the backward's all-reduces) says a synced backward began; DDP's
-    num_iterations (counting the forwards that sync) tells it from a no_sync() one."""
+    num_iterations (counting the forwards that sync) tells it from a no_sync() one. A healthy
+    step costs the hook's call and a few assignments; events are formatted only when written."""
 
     def __init__(self, model):
         self.model = model
@@ -330,11 +331,13 @@ class _Light:
         self.buckets = []      # [(count, dtype)] in DDP's bucket order (the order they reduce)
         self.hooked = set()    # ids of the parameters with the hook
         self.first = None      # a parameter of the first bucket (of the layout last read)
+        self.param = next((p for p in model.module.parameters() if p.requires_grad), None)
         self.every = ddp_events() == "every"
         self.quiet_s = probe._env_ms("FAULTLINE_PROBE_DDP_QUIET_MS", 250) / 1000.0
         self.lock = threading.Lock()  # the backward under way, against the heartbeat thread
-        self.started = []      # [(seq, count, dtype)] of the backward under way (seqs taken)
-        self.t_ns, self.t_mono = 0, 0.0  # when it began
+        self.began = False     # a synced backward under way (its seqs taken)
+        self.seq0 = 0          # the seq of its first bucket
+        self.t_mono = 0.0      # when it began
         self.shown = False     # its `started` events are written (or waiting to be)
         self.full = False      # the buckets were read anew: this step's events are written
         self._layout()
@@ -363,18 +366,17 @@ class _Light:
             p.register_hook(self.grad_hook)
 
     def _grad_mark(self):
-        g = self.first.grad if self.first is not None else None
+        g = self.param.grad if self.param is not None else None
         return None if g is None else (id(g), g._version)
 
     def grad_hook(self, grad):
-        m = self.model
-        if m.num_iterations != self.iters:  # the first hooked gradient of a synced backward
-            self.iters = m.num_iterations
+        if self.model.num_iterations != self.iters:  # the first hooked gradient of a synced
+            self.iters = self.model.num_iterations   # backward
             self._begin()
         return None
 
     def _begin(self):
-        if self.started:  # the previous backward, with no probe.step() since
+        if self.began:  # the previous backward, with no probe.step() since
             self._complete()
         if self.model._has_rebuilt_buckets is not self.layout_of:
             self._layout()
@@ -382,48 +384,50 @@ class _Light:
         seq = _seq.get(key, 0)
         _seq[key] = seq + len(self.buckets)
         with self.lock:
-            self.started = [(seq + i, c, d) for i, (c, d) in enumerate(self.buckets)]
-            self.t_ns, self.t_mono = time.time_ns(), time.monotonic()
+            self.seq0, self.t_mono, self.began = seq, time.monotonic(), True
             if self.every or self.full:
                 self._show()
 
+    def _each(self):
+        return [(self.seq0 + i, c, d) for i, (c, d) in enumerate(self.buckets)]
+
     def _show(self):  # holds self.lock
-        for seq, count, dtype in self.started:
-            _derived("started", seq, count, dtype, t_ns=self.t_ns)
+        t_ns = time.time_ns() - int((time.monotonic() - self.t_mono) * 1e9)  # when it began
+        for seq, count, dtype in self._each():
+            _derived("started", seq, count, dtype, t_ns=t_ns)
         self.shown = True
 
     def _complete(self):
         with self.lock:
             if self.shown:
-                for seq, count, dtype in self.started:
+                for seq, count, dtype in self._each():
                     _derived("completed", seq, count, dtype)
-            self.started, self.shown, self.full = [], False, False
+            self.began, self.shown, self.full = False, False, False
 
     def idle(self):
         """The heartbeat thread's tick: a backward under way for quiet_s has its buckets
         written as started (with the time it began), so that a hang shows them in flight."""
-        if not self.started or self.shown:
+        if not self.began or self.shown:
             return
         with self.lock:
-            if self.started and not self.shown and \
-                    time.monotonic() - self.t_mono >= self.quiet_s:
+            if self.began and not self.shown and time.monotonic() - self.t_mono >= self.quiet_s:
                 self._show()
                 probe.flush()
 
     def settle(self):
         """At probe.step(): the backward before it is done (DDP's backward returns only when
         every bucket's all-reduce is)."""
-        m = self.model
-        if m.num_iterations != self.iters and self._grad_mark() != self.mark:
-            self.iters = m.num_iterations  # a synced backward the hooked parameter missed
-            self._begin()
-        if self.started:
+        if self.model.num_iterations != self.iters and self._grad_mark() != self.mark:
+            self.iters = self.model.num_iterations  # a synced backward the hook missed (its
+            self._begin()                           # parameter unused), gradients changed
+        if self.began:
             self._complete()
-        self._hook_first()
+        if self.first is not None and id(self.first) not in self.hooked:
+            self._hook_first()
         self.mark = self._grad_mark()
 
     def fail(self, exc):
-        if not self.started:
+        if not self.began:
             return
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         state = "timed-out" if "timed out" in text.lower() or "timeout" in text.lower() else "failed"
@@ -431,7 +435,7 @@ class _Light:
         with self.lock:
             if not self.shown:
                 self._show()
-            for seq, count, dtype in self.started:
+            for seq, count, dtype in self._each():
                 _derived(state, seq, count, dtype, ',"error":%s' % json.dumps(text[:500]))
-            self.started, self.shown = [], False
+            self.began, self.shown = False, False
         probe.flush()
