@@ -85,7 +85,16 @@ def _open():
         if _fd >= 0:
             import atexit
             atexit.register(flush)  # what still waits in memory (see _put)
+            os.register_at_fork(after_in_child=_forked)
     return _fd
+
+
+def _forked():
+    """A forked child (a data loader's worker) writes its own events only: what its parent had
+    waiting stays the parent's, and a lock another thread held at the fork is not held here."""
+    global _lock
+    _lock = threading.Lock()
+    _pending.clear()
 
 
 def enabled():
