@@ -7,7 +7,7 @@ library (workloads/probe/probe.h) -- which the harness reads as the file grows a
 run's history as an event of that rank (docs/harness.md lists the kinds). The events a step
 repeats (its section, collective starts and completions) wait in memory and go out with the step
 event: they are written together, with one write(2), once the oldest has waited
-FAULTLINE_PROBE_FLUSH_MS (default 50; the harness reads the files every 100 ms) -- by the next
+FAULTLINE_PROBE_FLUSH_MS (default 100, the period at which the harness reads the files) -- by the next
 event or by the heartbeat thread --, and so is everything at every other event, probe.flush() and a normal exit (a job that ends
 with os._exit calls probe.flush() first). Outside the harness every call does nothing.
 
@@ -61,7 +61,7 @@ def _env_ms(name, default):
     return v
 
 
-_FLUSH_S = _env_ms("FAULTLINE_PROBE_FLUSH_MS", 50) / 1000.0
+_FLUSH_S = _env_ms("FAULTLINE_PROBE_FLUSH_MS", 100) / 1000.0
 
 
 def _path():
@@ -147,7 +147,7 @@ def _put(kind, step, text, args=None, hot=False, t_ns=None):
     """Appends one event: `kind` as JSON text, its data the JSON object text `text` (or
     `text % args`, formatted when written). A `hot` event (the ones a step repeats: its section,
     the step, collective starts and completions) waits in memory until the oldest waiting event
-    is FAULTLINE_PROBE_FLUSH_MS (default 50) old: the next event then writes them all with one
+    is FAULTLINE_PROBE_FLUSH_MS (default 100) old: the next event then writes them all with one
     write(2), or the heartbeat thread does if none comes. Any other event is written at once,
     after what waits. Lines and their seq numbers keep the order of the calls."""
     global _pending_t
