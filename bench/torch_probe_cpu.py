@@ -7,6 +7,8 @@ in the measure: one job, three identical DDP models in each rank, stepped in tur
          events derived on the main thread) plus the step's section and step events;
   hook   the probe's Python comm hook (allreduce_hook) plus the same events.
 Per block: the process's CPU time (every thread: gloo's, the probe's heartbeat) and wall time.
+The probe's heartbeat thread (which also writes the events that waited FAULTLINE_PROBE_FLUSH_MS)
+is accounted apart: its CPU per second of the process's life, charged to a step by its wall time.
 The probe's file is real (events written with write(2), as under the harness). Prints, per rank
 and pooled, the median over rounds of light/plain and hook/plain (CPU and wall) with the IQR, and
 the extra CPU per step in microseconds.
@@ -68,13 +70,22 @@ if os.environ.get("RANK") is None:  # the launcher: two ranks, then the summary
                  b["spent_us_per_step"]["hook"], b["spent_mean_us_per_step"]["hook"]))
         print("    where (mean per step): " + ", ".join(
             "%s %.1f us" % kv for kv in sorted(b["parts_us_per_step"].items())))
+    beat = statistics.mean(b["beat_cpu_us_per_s"] for b in blocks)
+    print("  heartbeat thread (heartbeats + flush wakes): %.1f us of CPU per second of wall"
+          % beat)
     base = statistics.median(plain_cpu)
     print("  plain step CPU per rank: median %.0f us (IQR %.0f-%.0f, min %.0f)" %
           (base, q(plain_cpu, .25), q(plain_cpu, .75), min(plain_cpu)))
+    plain_wall = statistics.median(y[1] / block * 1e6 for b in blocks for y in b["plain"])
+    print("  plain step wall per rank: median %.0f us; the heartbeat thread's share of it: %.1f us"
+          % (plain_wall, beat * plain_wall / 1e6))
     for arm in ("light", "hook"):
         own = statistics.mean(b["spent_us_per_step"][arm] for b in blocks)
         print("  %s: probe code's own CPU / plain step CPU = %.2f%% (against the min: %.2f%%)"
               % (arm, own / base * 100, own / min(plain_cpu) * 100))
+        own += beat * plain_wall / 1e6
+        print("  %s: with the heartbeat thread's share: %.1f us per step = %.2f%% (against the "
+              "min: %.2f%%)" % (arm, own, own / base * 100, own / min(plain_cpu) * 100))
     for arm in ("light", "hook"):
         for kind in ("cpu", "wall"):
             v = pooled[arm][kind]
@@ -93,14 +104,15 @@ import faultline_probe as probe  # noqa: E402
 import faultline_probe.torch as fpt  # noqa: E402
 
 torch.set_num_threads(1)
+t_start = time.monotonic()
 probe.init()
 dist.init_process_group("gloo")
 fpt.wrap()
 rank = dist.get_rank()
 
 # The probe's own CPU, counted by the thread that runs it (time.thread_time: time other processes
-# take from this one is not counted, so the host's load does not enter): the light mode's three
-# hooks, and the hook mode's comm hook (on gloo's thread; its completion callback and the copy DDP
+# take from this one is not counted, so the host's load does not enter): the light mode's
+# gradient hook and the step's events (with its settle()), and the hook mode's comm hook (on gloo's thread; its completion callback and the copy DDP
 # adds for any comm hook are not in it: the A/B ratio above shows those).
 spent = {"light": 0.0, "hook": 0.0}
 before = dict(spent)
@@ -122,8 +134,8 @@ def timed(arm, fn, part):
     return wrapper
 
 
-for name in ("forward", "backward"):  # settle() runs inside forward() or probe.step()
-    setattr(fpt._Light, name, timed("light", getattr(fpt._Light, name), "light " + name + " hook"))
+# light mode's one gradient hook (its settle() runs inside probe.step(), timed with the events)
+fpt._Light.grad_hook = timed("light", fpt._Light.grad_hook, "light gradient hook")
 
 
 def make():  # ddp_train.py's model in the overhead bench: 64 features, 2 x 512 hidden
@@ -189,6 +201,11 @@ for r in range(rounds):
     for arm in order:
         out[arm].append(run(arm, block))
 dist.barrier()
+# The probe's heartbeat thread (heartbeats, and between them a wake every FAULTLINE_PROBE_FLUSH_MS
+# to write what waits): its CPU over the whole process's life, per second of wall time (it runs
+# whatever the arm, so it is not in the arms' A/B; a step pays it for the step's wall time).
+beat_cpu = time.clock_gettime(time.pthread_getcpuclockid(probe._beat.ident))
+out["beat_cpu_us_per_s"] = beat_cpu / (time.monotonic() - t_start) * 1e6
 # A step's probe CPU: the median over steps (a step whose thread was preempted, or on a VM lost
 # time to the hypervisor inside the probe's code, counts more than it cost; the median does not
 # follow those), and the mean.

@@ -29,6 +29,9 @@
 # the run / the job's own CPU (both ranks) in the round's alone run: extra work, which the host's
 # load does not hide the way it hides 2% of a step's wall time. bench/torch_probe_cpu.py then
 # gives the probe's share inside the ranks (thread CPU of the probe's code, and in-process A/B).
+# Since the probe's lazy DDP events, the light arm's job writes a bucket all-reduce only for the
+# first two steps (their layouts) and for a held-up or failing backward; its steps and sections
+# go out in batched writes (docs/workloads.md, FAULTLINE_PROBE_FLUSH_MS).
 # Usage: bench/torch_probe_overhead.sh [build dir] [pairs] [steps]   (defaults: build 16 100)
 set -euo pipefail
 build=${1:-build}

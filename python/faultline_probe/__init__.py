@@ -4,8 +4,12 @@ The harness gives each rank FAULTLINE_PROBE_FILE (ranks/rankN/probe.jsonl of the
 one launcher process starts every rank (torchrun), FAULTLINE_PROBE_DIR and the rank's RANK. Each
 event is one JSON line appended with one write(2) on an O_APPEND descriptor -- the format of the C
 library (workloads/probe/probe.h) -- which the harness reads as the file grows and puts into the
-run's history as an event of that rank (docs/harness.md lists the kinds). Outside the harness
-every call does nothing.
+run's history as an event of that rank (docs/harness.md lists the kinds). The events a step
+repeats (its section, collective starts and completions) wait in memory and go out with the step
+event: they are written together, with one write(2), once the oldest has waited
+FAULTLINE_PROBE_FLUSH_MS (default 100, the period at which the harness reads the files) -- by the next
+event or by the heartbeat thread --, and so is everything at every other event, probe.flush() and a normal exit (a job that ends
+with os._exit calls probe.flush() first). Outside the harness every call does nothing.
 
     import faultline_probe as probe
     probe.init()                      # hello + a heartbeat thread
@@ -23,11 +27,10 @@ import socket
 import sys
 import threading
 import time
-from contextlib import contextmanager
 
 __all__ = [
     "init", "enabled", "event", "step", "heartbeat", "section", "collective", "error",
-    "add_comm_time", "close",
+    "add_comm_time", "flush", "close",
 ]
 
 _lock = threading.Lock()
@@ -41,6 +44,24 @@ _beat_stop = threading.Event()
 # complete at the step boundary), and with the exception when the job dies of one.
 _step_hooks = []
 _fatal_hooks = []
+# Callables the heartbeat thread runs at every tick (light DDP mode: publishing the buckets of a
+# backward that takes long).
+_idle_hooks = []
+_pending = []     # events not written yet: (time_unix_ns, kind, step, text, args); see _put
+_pending_t = 0.0  # time.monotonic() of the oldest of them
+
+
+def _env_ms(name, default):
+    try:
+        v = float(os.environ.get(name, "") or default)
+    except ValueError:
+        raise ValueError("%s: '%s' is not a number of milliseconds" % (name, os.environ[name]))
+    if not v > 0 or not math.isfinite(v):
+        raise ValueError("%s: '%s' (allowed: more than 0)" % (name, os.environ[name]))
+    return v
+
+
+_FLUSH_S = _env_ms("FAULTLINE_PROBE_FLUSH_MS", 100) / 1000.0
 
 
 def _path():
@@ -61,7 +82,19 @@ def _open():
             _fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600) if p else -1
         except OSError:
             _fd = -1
+        if _fd >= 0:
+            import atexit
+            atexit.register(flush)  # what still waits in memory (see _put)
+            os.register_at_fork(after_in_child=_forked)
     return _fd
+
+
+def _forked():
+    """A forked child (a data loader's worker) writes its own events only: what its parent had
+    waiting stays the parent's, and a lock another thread held at the fork is not held here."""
+    global _lock
+    _lock = threading.Lock()
+    _pending.clear()
 
 
 def enabled():
@@ -86,22 +119,62 @@ def _q(text):
     return out
 
 
-def _emit(kind, data_text, step=-1):
-    """Appends one event whose data is the JSON object text `data_text`: the line is put
-    together by formatting, and one write(2) appends it."""
+_HEAD = '{"seq":%d,"time_unix_ns":%d,"kind":%s,"step":%d,"data":'
+
+
+def _write(fd):
+    """Puts the waiting events' lines together and writes them with one write(2); the caller
+    holds _lock. A short write (a full disk) goes on from where it stopped."""
     global _seq
+    seq, parts = _seq, []
+    for t_ns, kind, step, text, args in _pending:
+        parts.append(_HEAD % (seq, t_ns, kind, step))
+        parts.append(text if args is None else text % args)
+        parts.append("}\n")
+        seq += 1
+    _seq = seq
+    _pending.clear()
+    data = "".join(parts).encode("utf-8", "replace")
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        return False
+    return True
+
+
+def _put(kind, step, text, args=None, hot=False, t_ns=None):
+    """Appends one event: `kind` as JSON text, its data the JSON object text `text` (or
+    `text % args`, formatted when written). A `hot` event (the ones a step repeats: its section,
+    the step, collective starts and completions) waits in memory until the oldest waiting event
+    is FAULTLINE_PROBE_FLUSH_MS (default 100) old: the next event then writes them all with one
+    write(2), or the heartbeat thread does if none comes. Any other event is written at once,
+    after what waits. Lines and their seq numbers keep the order of the calls."""
+    global _pending_t
     with _lock:
-        fd = _open()
+        fd = _fd if _fd is not None else _open()
         if fd < 0:
             return False
-        line = '{"seq":%d,"time_unix_ns":%d,"kind":%s,"step":%d,"data":%s}\n' % (
-            _seq, time.time_ns(), _q(kind), step, data_text)
-        _seq += 1
-        try:
-            os.write(fd, line.encode("utf-8", "replace"))
-        except OSError:
-            return False
-        return True
+        now = time.monotonic()
+        if not _pending:
+            _pending_t = now
+        _pending.append((time.time_ns() if t_ns is None else t_ns, kind, step, text, args))
+        if hot and now - _pending_t < _FLUSH_S:
+            return True
+        return _write(fd)
+
+
+def _emit(kind, data_text, step=-1, hot=False, t_ns=None):
+    """Appends one event of `kind` whose data is the JSON object text `data_text` (see _put)."""
+    return _put(_q(kind), step, data_text, None, hot, t_ns)
+
+
+def flush():
+    """Writes the events still waiting in memory (done by every non-hot event, the heartbeat
+    thread, and at exit; a job that leaves with os._exit calls it first)."""
+    with _lock:
+        if _pending and _fd is not None and _fd >= 0:
+            _write(_fd)
 
 
 def event(kind, data=None, step=-1):
@@ -166,10 +239,24 @@ def _install_stack_dump():
 
 
 def _heartbeats(interval_s):
-    # One at once, so a job shorter than the interval still shows its monitor is alive.
+    # One at once, so a job shorter than the interval still shows its monitor is alive. Between
+    # heartbeats the thread wakes every FAULTLINE_PROBE_FLUSH_MS: it runs the idle hooks and
+    # writes the events that waited that long (a job stuck in a collective, its GIL released).
     heartbeat()
-    while not _beat_stop.wait(interval_s):
-        heartbeat()
+    next_beat = time.monotonic() + interval_s
+    tick = min(interval_s, _FLUSH_S)
+    while not _beat_stop.wait(tick):
+        for h in _idle_hooks:
+            try:
+                h()
+            except Exception:  # noqa: BLE001 - the heartbeats go on
+                pass
+        now = time.monotonic()
+        if now >= next_beat:
+            heartbeat()  # writes what waits, too
+            next_beat = now + interval_s
+        elif _pending and now - _pending_t >= _FLUSH_S:
+            flush()
 
 
 def heartbeat():
@@ -201,26 +288,38 @@ def step(n, loss=None, step_time_s=None, **extra):
         data = {"loss": loss, "step_time_s": st, "interval_s": float(interval),
                 "comm_s": float(comm)}
         data.update(extra)
-        return event("step", data, step=n)
-    return _emit("step", '{"loss":%s,"step_time_s":%r,"interval_s":%r,"comm_s":%r}' % (
-        "null" if loss is None else repr(loss), st, float(interval), float(comm)), int(n))
+        return _emit("step", json.dumps(data, separators=(",", ":"), allow_nan=False), int(n),
+                     hot=True)
+    return _put('"step"', int(n), '{"loss":%s,"step_time_s":%r,"interval_s":%r,"comm_s":%r}',
+                ("null" if loss is None else repr(loss), st, float(interval), float(comm)), True)
 
 
-@contextmanager
+class _Section:
+    """with section(name): its begin and end events (a class: cheaper than a generator)."""
+
+    __slots__ = ("name", "q", "hot")
+
+    def __init__(self, name):
+        self.name, self.q = name, _q(name)
+        self.hot = name == "step"  # once a step: written with the step's other events
+
+    def __enter__(self):
+        if _fd != -1:
+            _put('"section"', -1, '{"name":%s,"state":"begin"}', (self.q,), self.hot)
+        return self
+
+    def __exit__(self, *exc):
+        if _fd != -1:  # off: nothing to time either
+            _put('"section"', -1, '{"name":%s,"state":"end"}', (self.q,), self.hot)
+            if self.name == "setup":  # the first step's interval starts when setup ends
+                global _last_step_end
+                _last_step_end = time.monotonic()
+        return False
+
+
 def section(name):
-    """A section of the job (NVRx's names: setup, step, checkpoint, eval)."""
-    if _fd == -1:  # off: nothing to time either
-        yield
-        return
-    q = _q(name)
-    _emit("section", '{"name":%s,"state":"begin"}' % q)
-    try:
-        yield
-    finally:
-        _emit("section", '{"name":%s,"state":"end"}' % q)
-        if name == "setup":  # the first step's interval starts when setup ends
-            global _last_step_end
-            _last_step_end = time.monotonic()
+    """A section of the job (NVRx's names: setup, step, checkpoint, eval), as `with`."""
+    return _Section(name)
 
 
 def collective(op, state, group="world", seq=0, count=0, dtype="", **extra):
@@ -232,9 +331,9 @@ def collective(op, state, group="world", seq=0, count=0, dtype="", **extra):
             data["dtype"] = dtype
         data.update(extra)
         return event("collective", data)
-    return _emit("collective", '{"op":%s,"state":%s,"group":%s,"seq":%d,"count":%d%s}' % (
-        _q(op), _q(state), _q(group), int(seq), int(count),
-        ',"dtype":' + _q(dtype) if dtype else ""))
+    return _put('"collective"', -1, '{"op":%s,"state":%s,"group":%s,"seq":%d,"count":%d%s}',
+                (_q(op), _q(state), _q(group), int(seq), int(count),
+                 ',"dtype":' + _q(dtype) if dtype else ""), True)
 
 
 def error(klass, message, exit_code=None):
@@ -290,6 +389,7 @@ def close():
     if _beat is not None:
         _beat.join(timeout=2)
         _beat = None
+    flush()
     with _lock:
         if _fd is not None and _fd >= 0:
             os.close(_fd)

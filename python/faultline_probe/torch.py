@@ -4,8 +4,8 @@
     probe.init()
     fpt.wrap()                                        # dist.all_reduce & co. report and obey faults
     fpt.attach(ddp_model)     # DDP's gradient buckets: DDP's own C++ all-reduce with events
-                              # derived on the main thread, or allreduce_hook when a fault
-                              # point targets them (see attach)
+                              # derived on the main thread (written when a step needs them),
+                              # or allreduce_hook when a fault point targets them (see attach)
 
 Every wrapped call emits `collective` events (started, then completed / timed-out / failed; with
 op, group, seq, count, dtype) and adds its time to the next step's comm_s. A call that raises is
@@ -24,6 +24,7 @@ message naming it.
 
 import os
 import re
+import threading
 import time
 
 import torch
@@ -133,6 +134,7 @@ def _begin(op, group_name, count, dtype):
             return seq, True
     probe.collective(op, "started", group_name, seq, count, dtype)
     if fault is not None and fault["action"] == "hang":
+        probe.flush()
         while True:  # the process lives on, its peers wait for it
             time.sleep(3600)
     return seq, False
@@ -271,107 +273,169 @@ def attach(model):
     comm_s counts it). `light` mode keeps DDP's built-in C++ all-reduce and derives the events
     on the main thread from DDP's own state, with no Python code on gloo's threads: the bucket
     layout from the reducer (again after DDP rebuilds its buckets), `started` for every bucket
-    when the backward reaches the model's output (before any bucket can be ready), `completed`
-    at the next probe.step() or forward (DDP's backward returns only when every bucket's
-    all-reduce is done), `failed`/`timed-out` when the job dies of an exception in between.
-    Events carry "derived": true. Returns the mode and emits it as a `probe_mode` event."""
+    when a gradient hook on a parameter of the first bucket runs (before any bucket can be
+    ready), `completed` at the next probe.step() or synced backward (DDP's backward returns only
+    when every bucket's all-reduce is done), `failed`/`timed-out` when the job dies of an
+    exception in between.
+    Events carry "derived": true. By default (ddp_events: lazy) they are written only for the
+    steps that need them: a step whose bucket layout was read (the first, after a rebuild), a
+    backward still under way after FAULTLINE_PROBE_DDP_QUIET_MS (written by the heartbeat
+    thread with the time it began: a hang shows its buckets in flight), and one that dies; a
+    healthy step's buckets take their seq numbers all the same, so the seqs agree with a hook-
+    mode peer's. Returns the mode and emits it, with the events policy, as a `probe_mode` event."""
     mode, why = ddp_mode()
     if mode == "light" and not probe.enabled():
         return "off"  # outside the harness with no fault point: nothing to report
+    info = {"ddp_comm": mode, "why": why}
     if mode == "hook":
         model.register_comm_hook(None, allreduce_hook)
     else:
-        _Light(model)
-    probe.event("probe_mode", {"ddp_comm": mode, "why": why})
+        info["ddp_events"] = "every" if _Light(model).every else "lazy"
+    probe.event("probe_mode", info)
     return mode
 
 
-def _derived(state, seq, count, dtype, tail=""):
-    probe._emit("collective", '{"op":"all_reduce","state":%s,"group":"ddp","seq":%d,"count":%d,'
-                '"dtype":%s,"derived":true%s}' % (probe._q(state), seq, count, probe._q(dtype),
-                                                  tail))
+_EVENTS = ("lazy", "every")
 
 
-def _output_tensors(out, limit=8):
-    todo, found = [out], []
-    while todo and len(found) < limit:
-        x = todo.pop()
-        if isinstance(x, torch.Tensor):
-            if x.requires_grad:
-                found.append(x)
-        elif isinstance(x, (list, tuple)):
-            todo.extend(reversed(x))
-        elif isinstance(x, dict):
-            todo.extend(x.values())
-    return found
+def ddp_events():
+    """Which steps light mode writes its derived bucket events for: FAULTLINE_PROBE_DDP_EVENTS=
+    lazy (the default: a step whose buckets are read anew -- the first, and after DDP rebuilds
+    them --, and a step whose backward is still under way after FAULTLINE_PROBE_DDP_QUIET_MS,
+    default 250, or dies; a healthy step's buckets are counted in the seqs but not written) or
+    every (every bucket of every step)."""
+    v = os.environ.get("FAULTLINE_PROBE_DDP_EVENTS", "") or "lazy"
+    if v not in _EVENTS:
+        raise ValueError("FAULTLINE_PROBE_DDP_EVENTS: '%s' (allowed: %s)" % (v, ", ".join(_EVENTS)))
+    return v
+
+
+def _derived(state, seq, count, dtype, tail="", t_ns=None):
+    probe._put('"collective"', -1, '{"op":"all_reduce","state":%s,"group":"ddp","seq":%d,'
+               '"count":%d,"dtype":%s,"derived":true%s}',
+               (probe._q(state), seq, count, probe._q(dtype), tail), True, t_ns)
 
 
 class _Light:
-    """Light mode's bookkeeping for one DDP model (see attach)."""
+    """Light mode's bookkeeping for one DDP model (see attach). No hook per forward: one
+    persistent gradient hook on a parameter of DDP's first bucket (a bucket's all-reduce starts
+    only when all its parameters' gradients are in, and DDP starts the buckets in order, so the
+    hook runs before any of the backward's all-reduces) says a synced backward began; DDP's
+    num_iterations (counting the forwards that sync) tells it from a no_sync() one. A healthy
+    step costs the hook's call and a few assignments; events are formatted only when written."""
 
     def __init__(self, model):
         self.model = model
-        self.iters = model.num_iterations
+        self.iters = model.num_iterations  # DDP's count at the last backward taken
         self.layout_of = None  # DDP's _has_rebuilt_buckets when the layout was read
         self.buckets = []      # [(count, dtype)] in DDP's bucket order (the order they reduce)
+        self.hooked = set()    # ids of the parameters with the hook
+        self.first = None      # a parameter of the first bucket (of the layout last read)
         self.param = next((p for p in model.module.parameters() if p.requires_grad), None)
-        self.armed = False     # a forward that will sync gradients ran; its backward may come
-        self.started = []      # [(seq, count, dtype)] reported started, not yet ended
-        self.mark = None
-        model.register_forward_hook(self.forward)
+        self.every = ddp_events() == "every"
+        self.quiet_s = probe._env_ms("FAULTLINE_PROBE_DDP_QUIET_MS", 250) / 1000.0
+        self.lock = threading.Lock()  # the backward under way, against the heartbeat thread
+        self.began = False     # a synced backward under way (its seqs taken)
+        self.seq0 = 0          # the seq of its first bucket
+        self.t_mono = 0.0      # when it began
+        self.shown = False     # its `started` events are written (or waiting to be)
+        self.full = False      # the buckets were read anew: this step's events are written
+        self._layout()
+        self._hook_first()
+        self.mark = self._grad_mark()
         probe._step_hooks.append(self.settle)
         probe._fatal_hooks.append(self.fail)
+        if not self.every:
+            probe._idle_hooks.append(self.idle)
+
+    def _layout(self):
+        m = self.model
+        self.layout_of = m._has_rebuilt_buckets
+        order = sorted(m.reducer._get_zeros_like_grad_buckets(), key=lambda b: b.index())
+        self.buckets = [(b.buffer().numel(), _dtype(b.buffer())) for b in order]
+        first = order[0].parameters() if order else []
+        self.first = first[0] if first else None
+        self.full = True
+
+    def _hook_first(self):
+        # Outside a backward only (at attach and at a step): a layout read during the backward
+        # gets its hook at the next step; the old first bucket's hook serves until then.
+        p = self.first
+        if p is not None and id(p) not in self.hooked:
+            self.hooked.add(id(p))
+            p.register_hook(self.grad_hook)
 
     def _grad_mark(self):
         g = self.param.grad if self.param is not None else None
         return None if g is None else (id(g), g._version)
 
-    def forward(self, module, inputs, output):
-        m = self.model
-        if m.num_iterations == self.iters:  # no_grad, or no_sync(): no all-reduce follows
-            return None
-        self.iters = m.num_iterations
-        self.settle()
-        if self.layout_of is not m._has_rebuilt_buckets:  # the first forward; after a rebuild
-            self.layout_of = m._has_rebuilt_buckets
-            self.buckets = [(b.buffer().numel(), _dtype(b.buffer()))
-                            for b in sorted(m.reducer._get_zeros_like_grad_buckets(),
-                                            key=lambda b: b.index())]
-        self.armed, self.mark = True, self._grad_mark()
-        for t in _output_tensors(output):
-            t.register_hook(self.backward)
+    def grad_hook(self, grad):
+        if self.model.num_iterations != self.iters:  # the first hooked gradient of a synced
+            self.iters = self.model.num_iterations   # backward
+            self._begin()
         return None
 
-    def _start(self):
+    def _begin(self):
+        if self.began:  # the previous backward, with no probe.step() since
+            self._complete()
+        if self.model._has_rebuilt_buckets is not self.layout_of:
+            self._layout()
         key = ("all_reduce", "ddp")
-        for count, dtype in self.buckets:
-            seq = _seq.get(key, 0)
-            _seq[key] = seq + 1
-            _derived("started", seq, count, dtype)
-            self.started.append((seq, count, dtype))
+        seq = _seq.get(key, 0)
+        _seq[key] = seq + len(self.buckets)
+        with self.lock:
+            self.seq0, self.t_mono, self.began = seq, time.monotonic(), True
+            if self.every or self.full:
+                self._show()
 
-    def backward(self, grad):
-        if self.armed and not self.started:  # the first output the backward reaches
-            self._start()
-        return None
+    def _each(self):
+        return [(self.seq0 + i, c, d) for i, (c, d) in enumerate(self.buckets)]
+
+    def _show(self):  # holds self.lock
+        t_ns = time.time_ns() - int((time.monotonic() - self.t_mono) * 1e9)  # when it began
+        for seq, count, dtype in self._each():
+            _derived("started", seq, count, dtype, t_ns=t_ns)
+        self.shown = True
+
+    def _complete(self):
+        with self.lock:
+            if self.shown:
+                for seq, count, dtype in self._each():
+                    _derived("completed", seq, count, dtype)
+            self.began, self.shown, self.full = False, False, False
+
+    def idle(self):
+        """The heartbeat thread's tick: a backward under way for quiet_s has its buckets
+        written as started (with the time it began), so that a hang shows them in flight."""
+        if not self.began or self.shown:
+            return
+        with self.lock:
+            if self.began and not self.shown and time.monotonic() - self.t_mono >= self.quiet_s:
+                self._show()
+                probe.flush()
 
     def settle(self):
-        if not self.armed:
-            return
-        self.armed = False
-        if not self.started and self._grad_mark() != self.mark:
-            self._start()  # a backward that did not pass the hooked outputs
-        for seq, count, dtype in self.started:
-            _derived("completed", seq, count, dtype)
-        self.started = []
+        """At probe.step(): the backward before it is done (DDP's backward returns only when
+        every bucket's all-reduce is)."""
+        if self.model.num_iterations != self.iters and self._grad_mark() != self.mark:
+            self.iters = self.model.num_iterations  # a synced backward the hook missed (its
+            self._begin()                           # parameter unused), gradients changed
+        if self.began:
+            self._complete()
+        if self.first is not None and id(self.first) not in self.hooked:
+            self._hook_first()
+        self.mark = self._grad_mark()
 
     def fail(self, exc):
-        if not self.armed or not self.started:
+        if not self.began:
             return
-        self.armed = False
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         state = "timed-out" if "timed out" in text.lower() or "timeout" in text.lower() else "failed"
         import json
-        for seq, count, dtype in self.started:
-            _derived(state, seq, count, dtype, ',"error":%s' % json.dumps(text[:500]))
-        self.started = []
+        with self.lock:
+            if not self.shown:
+                self._show()
+            for seq, count, dtype in self._each():
+                _derived(state, seq, count, dtype, ',"error":%s' % json.dumps(text[:500]))
+            self.began, self.shown = False, False
+        probe.flush()

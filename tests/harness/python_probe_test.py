@@ -6,7 +6,10 @@ nothing at all without FAULTLINE_PROBE_FILE. The torch wrapper's fault grammar i
 torch is there, and so is DDP's light mode (a world of one): the bucket all-reduces derived from
 DDP's state, with the seq, counts and dtypes the comm hook reports, none for a forward under
 no_grad or no_sync, the layout read again after DDP rebuilds its buckets, a failure reported on
-the all-reduces in flight; and which mode a fault plan selects.  Usage: python_probe_test.py SOURCE_DIR"""
+the all-reduces in flight; with the default lazy events, only the steps that need them
+written (a new layout, a backward held up -- written by the heartbeat thread while it waits --,
+one that dies) and the seqs counting the others; and which mode a fault plan selects.
+Usage: python_probe_test.py SOURCE_DIR"""
 import json
 import os
 import signal
@@ -181,22 +184,24 @@ for i in range(3):
 print("BUCKETS", [(b.buffer().numel(), str(b.buffer().dtype)) for b in
                   sorted(m.reducer._get_zeros_like_grad_buckets(), key=lambda b: b.index())])
 out = m(torch.randn(4, 8))
-def die(grad):  # after the probe's own hook: the backward has begun, then gloo gives up
+def die(grad):  # the first layer's gradient comes last: the backward (and the probe's hook on
+    # the first bucket) has begun, then gloo gives up
     raise RuntimeError("[gloo] Timed out waiting 5000ms for recv operation to complete")
-out.register_hook(die)
+m.module.a.weight.register_hook(die)
 out.backward()
 """
 with tempfile.TemporaryDirectory() as d:
     path = os.path.join(d, "probe.jsonl")
     r = subprocess.run([sys.executable, "-c", light_job], capture_output=True, text=True,
                        env=dict(env, FAULTLINE_PROBE_FILE=path, FAULTLINE_PROBE_STACKS="0",
+                                FAULTLINE_PROBE_DDP_EVENTS="every",
                                 RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                                 MASTER_PORT=str(20000 + os.getpid() % 10000)))
     assert r.returncode == 1 and "Timed out" in r.stderr, (r.returncode, r.stderr[-2000:])
     final = eval(r.stdout.split("BUCKETS", 1)[1].strip())  # noqa: S307 - our own print
     ev = [json.loads(l) for l in open(path)]
     modes = [e["data"] for e in ev if e["kind"] == "probe_mode"]
-    assert modes and modes[0]["ddp_comm"] == "light", modes
+    assert modes and modes[0]["ddp_comm"] == "light" and modes[0]["ddp_events"] == "every", modes
     colls = [(e["data"], e["step"]) for e in ev if e["kind"] in ("collective", "step")]
     ddp = [c for c, _ in colls if c.get("group") == "ddp"]
     assert all(c["derived"] is True and c["op"] == "all_reduce" for c in ddp), ddp
@@ -223,4 +228,66 @@ with tempfile.TemporaryDirectory() as d:
     errors = [e for e in ev if e["kind"] == "error"]
     assert errors and errors[0]["data"]["class"] == "comm timeout", errors
     assert ev.index(errors[0]) > max(ev.index(e) for e in ev if e["kind"] == "collective")
+
+# The same model with the default events policy (lazy): the steps whose bucket layout is read
+# (the first, and the one after DDP's rebuild) are written in full; healthy steps after them
+# only take their seq numbers; a backward held up (here by a gradient hook that waits for it)
+# has its buckets written as started by the heartbeat thread while it waits, completed at the
+# step; the backward that dies has them started and timed-out.
+lazy_job = light_job.split("out = m(torch.randn(4, 8))")[0].replace(
+    "for i in range(3):", "for i in range(5):") + """
+stuck = [True]
+def wait_for_started(grad):  # the last gradient of step 6: the probe's hook has run
+    if stuck[0]:
+        stuck[0] = False
+        first = fpt._seq[("all_reduce", "ddp")] - len(m.reducer._get_zeros_like_grad_buckets())
+        line = '"state":"started","group":"ddp","seq":%d,' % first
+        for _ in range(3000):  # the heartbeat thread writes it while this backward waits
+            if line in open(os.environ["FAULTLINE_PROBE_FILE"]).read():
+                print("HELD UP: started seen", first, flush=True)
+                break
+            time.sleep(0.02)
+m.module.a.weight.register_hook(wait_for_started)
+opt.zero_grad()
+m(torch.randn(4, 8)).backward()
+probe.step(6)
+out = m(torch.randn(4, 8))
+def die(grad):
+    raise RuntimeError("[gloo] Timed out waiting 5000ms for recv operation to complete")
+m.module.b.weight.register_hook(die)
+out.backward()
+"""
+with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, "probe.jsonl")
+    r = subprocess.run([sys.executable, "-c", "import time\n" + lazy_job], capture_output=True,
+                       text=True, env=dict(env, FAULTLINE_PROBE_FILE=path, FAULTLINE_PROBE_STACKS="0",
+                                           RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                                           MASTER_PORT=str(20001 + os.getpid() % 10000)))
+    assert r.returncode == 1 and "Timed out" in r.stderr, (r.returncode, r.stderr[-2000:])
+    assert "HELD UP: started seen" in r.stdout, r.stdout[-2000:]
+    final = eval(r.stdout.split("BUCKETS", 1)[1].split("HELD UP")[0].strip())  # noqa: S307
+    ev = [json.loads(l) for l in open(path)]
+    modes = [e["data"] for e in ev if e["kind"] == "probe_mode"]
+    assert modes and modes[0]["ddp_events"] == "lazy", modes
+    order = [(e["data"].get("state"), e["data"].get("seq"), e["step"]) for e in ev
+             if e["kind"] == "step" or (e["kind"] == "collective" and e["data"]["group"] == "ddp")]
+    steps = [s for st, _, s in order if st is None]
+    assert steps == [0, 100, 1, 101, 2, 102, 3, 103, 4, 104, 6], steps
+    nb, n0 = len(final), sum(1 for st, _, s in order if st == "started") - 3 * len(final)
+    # step 0: the first layout (n0 buckets); step 1: the rebuilt one (nb); 2-4: not written;
+    # step 6: held up; then the dying backward: the seqs count the steps not written
+    want = [("started", q, None) for q in range(n0)] + [("completed", q, None) for q in range(n0)]
+    want += [("step", None, 0), ("step", None, 100)]
+    want += [("started", n0 + q, None) for q in range(nb)] + \
+        [("completed", n0 + q, None) for q in range(nb)] + [("step", None, s) for s in (1, 101)]
+    want += [("step", None, s) for s in (2, 102, 3, 103, 4, 104)]
+    six = n0 + 4 * nb  # steps 1-4 took nb seqs each
+    want += [("started", six + q, None) for q in range(nb)] + \
+        [("completed", six + q, None) for q in range(nb)] + [("step", None, 6)]
+    want += [("started", six + nb + q, None) for q in range(nb)] + \
+        [("timed-out", six + nb + q, None) for q in range(nb)]
+    got = [(st or "step", sq, s if st is None else None) for st, sq, s in order]
+    assert n0 >= 1 and got == want, (n0, nb, got)
+    errors = [e for e in ev if e["kind"] == "error"]
+    assert errors and errors[0]["data"]["class"] == "comm timeout", errors
 print("python.probe: passed")

@@ -175,6 +175,7 @@ def main():
     ru = resource.getrusage(resource.RUSAGE_SELF)
     print("rank %d process cpu %.6f s" % (rank, ru.ru_utime + ru.ru_stime), flush=True)
     dist.destroy_process_group()
+    probe.flush()  # what the probe still holds in memory: os._exit below skips atexit
     # The model holds the last references to the process group (DDP's reducer) and, on rank 0,
     # the store's server: were they freed when main() returns, ProcessGroupGloo's destructor
     # would run there, in this thread, holding the GIL (see the end of the file). Kept alive
