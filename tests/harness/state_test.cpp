@@ -257,6 +257,7 @@ TEST(SuiteInterruption, InterruptedRunsAndASigtermToTheSuiteAreReportedAsInterru
   o.faultline_bin = fake_faultline(dir);
   o.results_dir = dir + "/out";
   o.retries = 1;  // an interrupted case is not retried
+  o.jobs = 1;     // one at a time: with two, e-later runs beside d-slow and may finish first
   // Once the slow case runs, the suite gets SIGTERM (its handler is installed while it runs).
   std::thread killer([&] {
     for (int i = 0; i < 6000; ++i) {
