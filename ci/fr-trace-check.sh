@@ -66,7 +66,7 @@ if [[ -z "$given_root" ]]; then
 fi
 echo "torch in the root: $(chroot "$root" dpkg-query -W -f '${Version}' python3-torch 2>/dev/null)"
 chroot "$root" python3 -c 'import torch.distributed.flight_recorder.fr_trace' 2>/dev/null ||
-  fail "the root's python3-torch has no torch.distributed.flight_recorder.fr_trace (PyTorch >= 2.7)"
+  fail "the root's python3-torch has no torch.distributed.flight_recorder.fr_trace (newer than 2.6)"
 
 # The dumps, from the built harness and workers.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
