@@ -11,7 +11,7 @@
 #   order-mismatch      scenarios/symptoms/4.7-collective-order-mismatch: rank 1 postpones one
 #                       gradient all-reduce behind a collective of another group
 # and asserts that it loaded every rank's dump and named the rank(s) that never joined the dp
-# group's all-reduce. Everything it created (the root, its /proc mount, the runs) is removed at
+# group's all-reduce, and that -j lines up the ranks' entries (rank 2 one op ahead). Everything it created (the root, its /proc mount, the runs) is removed at
 # exit; a root passed in is reused and kept.
 #   ci/fr-trace-check.sh FAULTLINE_BIN SOURCE_DIR [ROOT]
 #   FR_TRACE_SUITE=sid (the Debian suite of the root) FR_TRACE_MIRROR=http://deb.debian.org/debian
@@ -57,8 +57,8 @@ if [[ -z "$given_root" ]]; then
   # A mirror snapshot may serve a sid Release past its Valid-Until; the root is thrown away.
   chroot "$root" env DEBIAN_FRONTEND=noninteractive sh -c \
     'apt-get -q -o Acquire::Check-Valid-Until=false update &&
-     apt-get install -y -q --no-install-recommends python3-torch' >"$work/apt.log" 2>&1 ||
-    { tail -n 20 "$work/apt.log"; fail "installing python3-torch into the $suite root failed"; }
+     apt-get install -y -q --no-install-recommends python3-torch python3-tabulate' >"$work/apt.log" 2>&1 ||
+    { tail -n 20 "$work/apt.log"; fail "installing python3-torch and python3-tabulate into the $suite root failed"; }
   umount "$root/proc" && proc_mounted=
   t2=$(date +%s)
   echo "root: debootstrap $suite $((t1 - t0)) s, python3-torch $((t2 - t1)) s," \
@@ -128,5 +128,26 @@ for p in problems:
 sys.exit(1 if problems else 0)
 PY
 done
+# -j (the raw entries side by side, one column per rank, on stderr; needs python3-tabulate): in the run where
+# rank 2 dropped a gradient all-reduce, the last row holds rank 2 in the next world all-reduce
+# (one element) and the others in the gradient all-reduce.
+chroot "$root" python3 -m torch.distributed.flight_recorder.fr_trace \
+  "/$(basename "$dumps")/skipped-allreduce/ranks" -p nccl_trace_rank_ -j \
+  >"$work/entries.txt" 2>&1 || { cat "$work/entries.txt"; status=1; }
+echo "== skipped-allreduce, -j: the last row"
+python3 - "$work/entries.txt" <<'PY' || status=1
+import re, sys
+noise = ("UCX", "cpuinfo", "tabulate")  # the root's complaints, not the analyzer's findings
+lines = [l.rstrip() for l in open(sys.argv[1]) if l.strip() and not any(n in l for n in noise)]
+header = next((l for l in lines if l.startswith("Rank 0")), None)
+if header is None or re.split(r"\s{2,}", header) != ["Rank 0", "Rank 1", "Rank 2", "Rank 3"]:
+    sys.exit(f"FAIL: no header of ranks 0-3 in -j's output: {header!r}")
+last = re.split(r"\s{2,}", lines[-1])
+print(" | ".join(last))
+want = ["all_reduce(input_sizes=[[30080]], state=started)"] * 4
+want[2] = "all_reduce(input_sizes=[[1]], state=started)"
+if last != want:
+    sys.exit(f"FAIL: last row {last}, expected {want}")
+PY
 [[ $status -eq 0 ]] || { echo "FAIL: fr_trace did not name every culprit (output above)"; exit 1; }
 echo "fr_trace read every dump and named every culprit"
