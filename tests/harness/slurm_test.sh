@@ -16,6 +16,10 @@
 #       srun_hosts     launcher srun with logical topology.hosts [a]: a lands on the allocation's
 #                      node (slurm_allocation records it), its agent signals the rank; hosts [a, b]
 #                      on a 1-node allocation: exit 2 naming both counts, nothing started
+#       srun_faults    launcher srun, without hosts and with hosts [a]: a memory limit on rank 1
+#                      and a CPU quota on rank 0 from step 2 go through the node's agent (its
+#                      cgroups take the rank's pid, the quota throttles it, both healed through
+#                      it); shm without hosts is refused at load (exit 2, nothing started)
 #       suite          faultline suite --executor slurm: a small suite (two scenarios and their
 #                      fixes) as one job array gathers the same outcomes as the local executor,
 #                      `faultline diff` finds no change; --partition nope and a stopped
@@ -92,7 +96,7 @@ if [[ $case == suite || $case == suite_cancel || $case == sacct ]]; then
   exit 0
 fi
 
-if [[ $case == srun_agents || $case == srun_hosts ]]; then
+if [[ $case == srun_agents || $case == srun_hosts || $case == srun_faults ]]; then
   # One batch job per scenario; the job lists its own steps once the run has ended.
   submit() {  # YAML file, run id -> the run's exit status in $tmp/ID.rc
     cat >"$tmp/$2.sh" <<J
@@ -109,6 +113,71 @@ J
     [[ ! -s $tmp/$2.steps ]] || fail "steps left after $2: $(cat "$tmp/$2.steps")"
   }
   node=$(hostname -s)
+  if [[ $case == srun_faults ]]; then
+    for hosts in "" ", hosts: [a]"; do
+      id=nohosts host=$node
+      [[ -n $hosts ]] && id=hosts host=a
+      cat >"$tmp/$id.yaml" <<Y
+name: slurm-srun-faults-$id
+topology: {ranks: 2, launcher: srun$hosts}
+workload: {steps: 6}
+faults:
+  - {memory_limit: 1g, rank: 1}
+  - {cpu_quota: 0.05, rank: 0, step: 2}
+timeouts: {comm_ms: 60000, run_s: 100}
+expect: {oracle: completed}
+Y
+      submit "$tmp/$id.yaml" "$id"
+      [[ $(cat "$tmp/$id.rc") == 0 ]] || fail "the run of $id: exit $(cat "$tmp/$id.rc")"
+      python3 - "$tmp/r/$id" "$host" <<'PY'
+import json, sys
+d, host = sys.argv[1:]
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+kinds = [e["kind"] for e in ev]
+hello = {e["rank"]: e["data"]["pid"] for e in ev if e["source"] == "rank" and e["kind"] == "hello"}
+inj = {e["data"]["fault"]: e for e in ev if e["kind"] == "fault_injected"}
+lim = inj["memory_limit"]["data"]
+assert lim["via"] == "agent" and lim["host"] == host and lim["agent"]["limit"] == 1 << 30, lim
+assert ev.index(inj["memory_limit"]) < kinds.index("launch"), "the limit came after the launch"
+mem = [e["data"] for e in ev if e["kind"] == "cgroup_memory" and e["rank"] == 1]
+assert mem and mem[0]["via"] == "agent" and mem[0]["host"] == host, mem
+# The node's agent moved rank 1's process, and no other rank's, into its group.
+assert hello[1] in mem[0]["pids"] and hello[0] not in mem[0]["pids"], (hello, mem)
+assert mem[0]["max_usage"] > 0, mem
+q = inj["cpu_quota"]["data"]
+assert q["via"] == "agent" and q["host"] == host and q["at_step"] >= 2, q
+cpu = [e["data"] for e in ev if e["kind"] == "cgroup_cpu" and e["rank"] == 0]
+assert cpu and cpu[0]["via"] == "agent" and hello[0] in cpu[0]["pids"], (hello, cpu)
+assert hello[1] not in cpu[0]["pids"] and cpu[0]["nr_throttled"] > 0, cpu
+healed = {e["data"]["fault"]: e["data"] for e in ev if e["kind"] == "fault_healed"}
+for f in ("memory_limit", "cpu_quota"):
+    assert healed[f]["via"] == "agent" and healed[f]["host"] == host, healed
+    assert healed[f]["removed"] is True, healed
+assert not [e for e in ev if e["kind"] in ("heal_error", "fault_failed", "agent_lost")]
+assert json.load(open(d + "/verdict.json"))["outcome"] == "pass"
+print(host, "ok: memory", mem[0]["cgroup"] if "cgroup" in mem[0] else lim["cgroup"],
+      "pids", mem[0]["pids"], "cpu throttled", cpu[0]["nr_throttled"], "of", cpu[0]["nr_periods"])
+PY
+    done
+    # Without hosts Slurm picks the rank's node at launch: shm cannot start the rank inside its
+    # node's agent's mount namespace, so it is refused before anything starts.
+    cat >"$tmp/shm.yaml" <<Y
+name: slurm-srun-shm
+topology: {ranks: 2, launcher: srun}
+workload: {steps: 3}
+faults:
+  - shm: {size: 1m}
+Y
+    submit "$tmp/shm.yaml" shm
+    [[ $(cat "$tmp/shm.rc") == 2 ]] || fail "shm under srun: exit $(cat "$tmp/shm.rc"), want 2"
+    grep -q "faults\[0\].shm: shm cannot go through the agents with topology.launcher: srun and no topology.hosts" \
+      "$tmp/shm.out" || fail "no clear error for shm"
+    [[ ! -e $tmp/r/shm/history.jsonl ]] || ! grep -Eq '"kind":"(launch|agents_step)"' "$tmp/r/shm/history.jsonl" ||
+      fail "something was started for shm"
+    bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm"
+    for f in "$tmp"/slurm/*.pid; do [[ -e $f ]] && fail "a daemon is left: $f"; done
+    exit 0
+  fi
   hosts=""
   [[ $case == srun_hosts ]] && hosts=", hosts: [a]"
   cat >"$tmp/kill.yaml" <<Y
