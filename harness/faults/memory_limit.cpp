@@ -262,6 +262,7 @@ void MemoryLimitFault::heal_on(Host& h, int n) {
       d["moved_back"] = r.value("moved_back", 0);
       d["oom_kills"] = r.value("oom_kills", 0);
       d["max_usage"] = r.value("max_usage", 0);
+      d["pids"] = r.value("pids", nlohmann::json::array());  // the rank's processes it held
       h.hist.harness("fault_healed", d, rank);
     } else {
       d["error"] = "the host's agent is gone: the next agent on the host removes its group";
