@@ -20,6 +20,10 @@
 #                      and a CPU quota on rank 0 from step 2 go through the node's agent (its
 #                      cgroups take the rank's pid, the quota throttles it, both healed through
 #                      it); shm without hosts is refused at load (exit 2, nothing started)
+#       srun_shm       launcher srun: shm with hosts [a] (the ranks' multi-program lines enter
+#                      a's agent's mount namespace: bus errors in the shm transport) and
+#                      disk_full without hosts (every node's agent mounts it: ENOSPC on the
+#                      checkpoint), both through the agents and healed there
 #       suite          faultline suite --executor slurm: a small suite (two scenarios and their
 #                      fixes) as one job array gathers the same outcomes as the local executor,
 #                      `faultline diff` finds no change; --partition nope and a stopped
@@ -96,7 +100,7 @@ if [[ $case == suite || $case == suite_cancel || $case == sacct ]]; then
   exit 0
 fi
 
-if [[ $case == srun_agents || $case == srun_hosts || $case == srun_faults ]]; then
+if [[ $case == srun_agents || $case == srun_hosts || $case == srun_faults || $case == srun_shm ]]; then
   # One batch job per scenario; the job lists its own steps once the run has ended.
   submit() {  # YAML file, run id -> the run's exit status in $tmp/ID.rc
     cat >"$tmp/$2.sh" <<J
@@ -113,6 +117,82 @@ J
     [[ ! -s $tmp/$2.steps ]] || fail "steps left after $2: $(cat "$tmp/$2.steps")"
   }
   node=$(hostname -s)
+  if [[ $case == srun_shm ]]; then
+    cat >"$tmp/shm.yaml" <<Y
+name: slurm-srun-shm-hosts
+topology: {ranks: 2, launcher: srun, hosts: [a]}
+workload: {model: small, steps: 12, args: ["--seq-len", "16"]}
+env: {FAULTLINE_SHM_TRANSPORT: "1", FAULTLINE_SHM_BUFFER_BYTES: "25165824"}
+faults:
+  - shm: {size: 256k}
+timeouts: {run_s: 100, comm_ms: 20000}
+expect: {oracle: error_signature,
+         pattern: "bus error \\\\(SIGBUS\\\\) in .* the filesystem behind /dev/shm could not back the page"}
+Y
+    cat >"$tmp/disk.yaml" <<Y
+name: slurm-srun-disk
+topology: {ranks: 2, launcher: srun}
+workload: {steps: 4, checkpoint: {every: 2}}
+faults:
+  - disk_full: {path: checkpoints, size: 16k}
+timeouts: {comm_ms: 5000, run_s: 100}
+expect: {oracle: checkpoint_error}
+Y
+    cat >"$tmp/more.sh" <<J
+#!/bin/bash
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for id in shm disk; do
+  "$faultline" run "$tmp/\$id.yaml" --results "$tmp/r" --run-id "\$id" > "$tmp/\$id.out" 2>&1
+  echo \$? > "$tmp/\$id.rc"
+done
+squeue -h -s -j "\$SLURM_JOB_ID" -o "%i %j" | grep -v -e '\.batch' -e '\.extern' > "$tmp/more.steps" || true
+J
+    chmod +x "$tmp/more.sh"
+    before=$(findmnt -rn -o SOURCE /dev/shm)
+    timeout 200 sbatch --wait --overcommit --time=3 -N1 -n 2 -o "$tmp/more.out" "$tmp/more.sh" >/dev/null || true
+    cat "$tmp/more.out" "$tmp"/{shm,disk}.out || true
+    [[ ! -s $tmp/more.steps ]] || fail "steps left: $(cat "$tmp/more.steps")"
+    for id in shm disk; do
+      [[ $(cat "$tmp/$id.rc") == 0 ]] || fail "the run of $id: exit $(cat "$tmp/$id.rc")"
+    done
+    python3 - "$tmp/r" "$node" <<'PY'
+import json, sys
+r, node = sys.argv[1:]
+def events(run):
+    return [json.loads(l) for l in open(f"{r}/{run}/history.jsonl")]
+ev = events("shm")
+kinds = [e["kind"] for e in ev]
+inj = [e for e in ev if e["kind"] == "fault_injected" and e["data"]["fault"] == "shm"]
+assert len(inj) == 1 and inj[0]["data"]["via"] == "agent" and inj[0]["data"]["host"] == "a", inj
+assert ev.index(inj[0]) < kinds.index("launch"), "the namespace came after the launch"
+a = inj[0]["data"]["agent"]
+assert a["size_bytes"] == 256 << 10 and a["namespace_pid"] > 0, a
+# The ranks started inside the agent's namespace: srun's multi-program lines ran nsenter.
+prog = open(f"{r}/shm/multiprog").read().splitlines()
+assert len(prog) == 2 and all(f"nsenter --mount=/proc/{a['namespace_pid']}/ns/mnt" in l for l in prog), prog
+bus = {e["rank"] for e in ev if e["kind"] == "output" and "bus error (SIGBUS)" in e["data"].get("line", "")}
+assert bus, "no bus error in the shm transport"
+healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "shm"]
+assert len(healed) == 1 and healed[0]["via"] == "agent" and healed[0]["host"] == "a", healed
+ev = events("disk")
+inj = [e["data"] for e in ev if e["kind"] == "fault_injected" and e["data"]["fault"] == "disk_full"]
+assert len(inj) == 1 and inj[0]["via"] == "agent" and inj[0]["host"] == node, inj
+assert inj[0]["agent"]["mount"] == f"{r}/disk/checkpoints" and inj[0]["agent"]["fs"] == "tmpfs", inj
+err = {e["rank"] for e in ev if e["source"] == "rank" and e["kind"] == "error"
+       and "No space left on device" in json.dumps(e["data"])}
+assert err, "no ENOSPC"
+healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "disk_full"]
+assert len(healed) == 1 and healed[0]["via"] == "agent" and healed[0]["host"] == node, healed
+for run in ("shm", "disk"):
+    assert not [e for e in events(run) if e["kind"] in ("heal_error", "fault_failed", "agent_lost")]
+print("srun_shm ok: bus errors on ranks", sorted(bus), "ENOSPC on ranks", sorted(err))
+PY
+    [[ $(findmnt -rn -o SOURCE /dev/shm) == "$before" ]] || fail "this machine's /dev/shm changed"
+    ! findmnt -rn "$tmp/r/disk/checkpoints" >/dev/null || fail "the disk_full mount is left"
+    bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm"
+    for f in "$tmp"/slurm/*.pid; do [[ -e $f ]] && fail "a daemon is left: $f"; done
+    exit 0
+  fi
   if [[ $case == srun_faults ]]; then
     # One batch job runs the three scenarios in turn (each sbatch --wait costs seconds of polls).
     for id in nohosts hosts; do
