@@ -123,8 +123,9 @@ class HideKind : public FaultKind {
     auto f = std::make_unique<HideFault>();
     if (slurm_places_ranks(c.s)) {
       loader::fail_at(c.file, item["hide"], c.at + ".hide",
-                      needs_rank_node("hide", "the rank's plugin directory is made by its node's "
-                                              "agent before the rank starts"));
+                      needs_rank_node("hide",
+                                      "the rank's plugin directory is made by its node's "
+                                      "agent before the rank starts"));
     }
     f->library = item["hide"].as<std::string>();
     loader::check_relative(c.file, item["hide"], c.at + ".hide", f->library);

@@ -178,9 +178,9 @@ void MemoryLimitFault::setup_on_host(Host& h) {
     nlohmann::json d = {
         {"bytes", bytes}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}, {"agent", r}};
     if (node < 0) d["placed_by"] = "slurm";  // this agent adopts the rank only if it lands here
-    h.record("memory_limit", d, rank,
-             fmt::format("rank {} limited to {} bytes (cgroup on {}, by its agent)", rank, bytes,
-                         host));
+    h.record(
+        "memory_limit", d, rank,
+        fmt::format("rank {} limited to {} bytes (cgroup on {}, by its agent)", rank, bytes, host));
   }
 }
 

@@ -131,9 +131,10 @@ class ShmKind : public FaultKind {
     const auto n = item["shm"];
     if (slurm_places_ranks(c.s)) {
       loader::fail_at(c.file, n, c.at + ".shm",
-                      needs_rank_node("shm", "each rank's command must enter the mount namespace "
-                                             "its node's agent holds (nsenter with that "
-                                             "agent's pid) before it starts"));
+                      needs_rank_node("shm",
+                                      "each rank's command must enter the mount namespace "
+                                      "its node's agent holds (nsenter with that "
+                                      "agent's pid) before it starts"));
     }
     if (n["size"]) f->bytes = loader::parse_size(c.file, n["size"], c.at + ".shm.size");
     if (f->bytes < 4096) {

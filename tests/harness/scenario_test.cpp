@@ -370,19 +370,23 @@ TEST_F(ScenarioTest, SrunWithoutHostsRefusesWhatNeedsTheRanksNodeBeforeLaunch) {
   EXPECT_EQ(error_of(srun + "  - shm: {size: 1m}\n"),
             "s.yaml:4:10: faults[0].shm: shm " + why +
                 "each rank's command must enter the mount namespace its node's agent holds "
-                "(nsenter with that agent's pid) before it starts" + allowed);
+                "(nsenter with that agent's pid) before it starts" +
+                allowed);
   EXPECT_EQ(error_of(srun + "  - {hide: libfl_kernels_cpu.so, rank: 1}\n"),
             "s.yaml:4:12: faults[0].hide: hide " + why +
                 "the rank's plugin directory is made by its node's agent before the rank "
-                "starts" + allowed);
+                "starts" +
+                allowed);
   EXPECT_EQ(error_of(srun + "  - {disk_full: {size: 1m}, rank: 1}\n"),
             "s.yaml:4:35: faults[0].rank: disk_full on one rank " + why +
                 "a filesystem mounted on every node would fill the other ranks' disks too (leave "
-                "rank out for every node)" + allowed);
+                "rank out for every node)" +
+                allowed);
   EXPECT_EQ(error_of(srun + "  - {file: {path: x}, rank: 1, at: exit}\n"),
             "s.yaml:4:36: faults[0].at: file on one rank at exit " + why +
                 "its node's agent is found through the running rank (allowed: at: step, or leave "
-                "rank out)" + allowed);
+                "rank out)" +
+                allowed);
   EXPECT_EQ(error_of(srun + "  - {memory_limit: 1g, rank: 0, device_arena: 64m}\n"),
             "s.yaml:4:47: faults[0].device_arena: a device arena is not supported with "
             "topology.hosts or launcher srun (the harness would hold it on its own machine); "
