@@ -19,7 +19,8 @@
 #       srun_faults    launcher srun, without hosts and with hosts [a]: a memory limit on rank 1
 #                      and a CPU quota on rank 0 from step 2 go through the node's agent (its
 #                      cgroups take the rank's pid, the quota throttles it, both healed through
-#                      it); shm without hosts is refused at load (exit 2, nothing started)
+#                      it; a file fault on rank 1 at step 5 goes to the agent running it and is
+#                      put back); shm without hosts is refused at load (exit 2, nothing started)
 #       srun_shm       launcher srun: shm with hosts [a] (the ranks' multi-program lines enter
 #                      a's agent's mount namespace: bus errors in the shm transport) and
 #                      disk_full without hosts (every node's agent mounts it: ENOSPC on the
@@ -201,10 +202,11 @@ PY
       cat >"$tmp/$id.yaml" <<Y
 name: slurm-srun-faults-$id
 topology: {ranks: 2, launcher: srun$hosts}
-workload: {steps: 12}
+workload: {steps: 12, checkpoint: {every: 2}}
 faults:
   - {memory_limit: 1g, rank: 1}
   - {cpu_quota: 0.02, rank: 0, step: 2}
+  - {file: {path: checkpoints/step_2/shard_rank1.bin, action: corrupt}, rank: 1, step: 5}
 timeouts: {comm_ms: 60000, run_s: 100}
 expect: {oracle: completed}
 Y
@@ -259,6 +261,11 @@ assert hello[1] not in cpu[0]["pids"] and cpu[0]["nr_throttled"] > 0, cpu
 for f in ("memory_limit", "cpu_quota"):
     assert healed[f]["via"] == "agent" and healed[f]["host"] == host, healed
     assert healed[f]["removed"] is True, healed
+# The file fault on rank 1 went to the agent of the node running it (without hosts: found by
+# its pid), which kept a copy and put it back.
+fi = inj["file"]["data"]
+assert fi["via"] == "agent" and fi["host"] == host and fi["path"] == "checkpoints/step_2/shard_rank1.bin", fi
+assert healed["file"]["via"] == "agent" and healed["file"]["path"] == fi["path"], healed
 assert not [e for e in ev if e["kind"] in ("heal_error", "fault_failed", "agent_lost")]
 assert json.load(open(d + "/verdict.json"))["outcome"] == "pass"
 print(host, "ok: memory", mem["cgroup"], "pids", mem["pids"], "max_usage", mem["max_usage"],
