@@ -506,6 +506,14 @@ bool AgentHub::signal_anywhere(int rank, pid_t pid, int sig, std::string& host, 
   return false;
 }
 
+int AgentHub::count() const {
+  return static_cast<int>(impl_->hosts.size());
+}
+
+std::string AgentHub::name(int node) const {
+  return impl_->hosts.at(static_cast<size_t>(node));
+}
+
 void AgentHub::on_loss(int node, const std::vector<std::string>& argv) {
   pb::AgentCommand cmd;
   cmd.set_action("on_loss");

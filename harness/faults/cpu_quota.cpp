@@ -7,9 +7,11 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/error.hpp"
 #include "base/settings.hpp"
+#include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
@@ -39,8 +41,9 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
   std::optional<Cgroup> group;
   bool limited = false;
 
-  // topology.hosts: the rank's host, whose agent holds the group (the *_on_host methods)
-  int node = -1;
+  // Through agents (agent_nodes.hpp; the *_on_host methods): those holding a group (the rank's
+  // host; with launcher srun and no hosts every node's, and only the rank's node's has the rank)
+  std::vector<int> nodes;
   bool released = false;
   bool applied = false;  // the quota was set once
 
@@ -49,8 +52,8 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
 
   // The group exists from launch, unlimited, so that the rank is in it when the limit comes.
   void setup(Host& h) override {
-    node = host_of_rank(h.s, rank);
-    if (node >= 0) {
+    nodes = fault_nodes(h, rank);
+    if (!nodes.empty()) {
       group_path = on_host(h, -1).value("cgroup", "");
       return;
     }
@@ -62,17 +65,27 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
     group_path = group->path();
   }
 
-  // The quota (-1: none) set by the agent of the rank's host: its report.
+  // The quota (-1: none) set by each agent holding a group: the last one's report.
   nlohmann::json on_host(Host& h, int64_t quota) {
     auto* a = h.box.agents();
-    if (!a || !a->up(node)) {
-      raise<Error>("cpu_quota on rank {} needs the agent of its host {} (it is not up)", rank,
-                   h.s.hosts.at(static_cast<size_t>(node)));
+    nlohmann::json r;
+    for (const int n : nodes) {
+      if (!a || !a->up(n)) {
+        raise<Error>("cpu_quota on rank {} needs the agent of {} (it is not up)", rank,
+                     node_name(h, n));
+      }
+      HostFaultOp op{"cpu_quota", rank};
+      op.quota_us = quota;
+      op.period_us = kPeriodUs;
+      r = a->host_fault(n, op);
     }
-    HostFaultOp op{"cpu_quota", rank};
-    op.quota_us = quota;
-    op.period_us = kPeriodUs;
-    return a->host_fault(node, op);
+    return r;
+  }
+  // Where the group is, in events: the rank's host or node (every node Slurm could pick).
+  std::string hosts_text(const Host& h) const {
+    std::vector<std::string> names;
+    for (const int n : nodes) names.push_back(node_name(h, n));
+    return fmt::format("{}", fmt::join(names, ","));
   }
 
   void adjust_rank(const Host&, int r, Launch& l) const override {
@@ -84,9 +97,9 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
     nlohmann::json d = {{"cpus", cpus},         {"quota_us", quota}, {"period_us", kPeriodUs},
                         {"cgroup", group_path}, {"at_step", -1},     {"when", when_name(now)}};
     std::string where = "cgroup";
-    if (node >= 0) {
+    if (!nodes.empty()) {
       const auto r = on_host(h, quota);
-      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+      const std::string host = hosts_text(h);
       d.update({{"via", "agent"}, {"host", host}, {"agent", r}});
       where = "cgroup on " + host + ", by its agent";
     } else {
@@ -112,7 +125,7 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
   }
 
   void heal(Host& h, bool processes_gone) override {
-    if (node >= 0) return heal_on_host(h);
+    if (!nodes.empty()) return heal_on_host(h);
     if (!group) return;
     try {
       if (limited && !processes_gone) {
@@ -140,7 +153,11 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
   void heal_on_host(Host& h) {
     if (released || group_path.empty()) return;
     released = true;
-    const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+    for (const int n : nodes) heal_on(h, n);
+  }
+
+  void heal_on(Host& h, int node) {
+    const std::string host = node_name(h, node);
     nlohmann::json d = {
         {"fault", "cpu_quota"}, {"cgroup", group_path}, {"via", "agent"}, {"host", host}};
     try {
@@ -151,7 +168,8 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
         return;
       }
       const auto r = a->host_fault(node, {"cpu_release", rank});
-      if (applied) {
+      // With Slurm's placement only the rank's node's group held the rank.
+      if (applied && (nodes.size() == 1 || !r.value("pids", nlohmann::json::array()).empty())) {
         h.hist.harness("cgroup_cpu",
                        {{"nr_periods", r.value("nr_periods", int64_t{-1})},
                         {"nr_throttled", r.value("nr_throttled", int64_t{-1})},
@@ -197,10 +215,12 @@ class CpuQuotaKind : public FaultKind {
     if (!item["rank"] || item["rank"].as<int>() < 0) {
       loader::fail_at(c.file, item, c.at + ".rank", "a CPU quota needs a rank (0 or more)");
     }
-    if (!launcher_has_rank_processes(c.s.launcher) && c.s.hosts.empty()) {
+    if (!launcher_has_rank_processes(c.s.launcher) && c.s.hosts.empty() &&
+        !slurm_places_ranks(c.s)) {
       loader::fail_at(c.file, item, c.at + ".cpu_quota",
                       "a per-rank CPU quota needs topology.launcher: " + rank_process_launchers() +
-                          ", or topology.hosts (the rank's host agent applies it)");
+                          ", topology.hosts or launcher srun (the agent of the rank's host or "
+                          "node applies it)");
     }
     return f;
   }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/run/history.hpp"
@@ -23,10 +24,10 @@ class DiskFullFault : public FaultOf<DiskFullFault> {
   bool mounted = false;
 
   nlohmann::json params() const override { return {{"path", path}, {"size_bytes", bytes}}; }
-  std::vector<int> nodes;  // topology.hosts: the hosts whose agents mounted it
+  std::vector<int> nodes;  // the hosts (launcher srun: the nodes) whose agents mounted it
 
   void setup(Host& h) override {
-    if (!h.s.hosts.empty()) return setup_on_hosts(h);
+    if (!fault_nodes(h, rank).empty()) return setup_on_hosts(h);
     const std::string where = h.dir + "/" + path;
     std::filesystem::create_directories(where);
     run_tool(h.box.in_mount({"mount", "-t", "tmpfs", "-o", fmt::format("size={},mode=0755", bytes),
@@ -36,17 +37,12 @@ class DiskFullFault : public FaultOf<DiskFullFault> {
              fmt::format("{} is a {}-byte filesystem", path, bytes));
   }
 
-  // topology.hosts: the agent of `rank`'s host (of every host without a rank) mounts the tmpfs
-  // there, where that host's ranks see it (harness/agent/agent_faults.cpp).
+  // Through agents (agent_nodes.hpp): the agent of `rank`'s host (of every host, or with launcher
+  // srun every node, without a rank) mounts the tmpfs there, where that host's ranks see it
+  // (harness/agent/agent_faults.cpp).
   void setup_on_hosts(Host& h) {
-    std::vector<int> want;
-    if (rank >= 0) {
-      want.push_back(host_of_rank(h.s, rank));
-    } else {
-      for (size_t k = 0; k < h.s.hosts.size(); ++k) want.push_back(static_cast<int>(k));
-    }
-    for (int node : want) {
-      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+    for (int node : fault_nodes(h, rank)) {
+      const std::string host = node_name(h, node);
       auto* a = h.box.agents();
       if (!a || !a->up(node))
         raise<Error>("disk_full on host {} needs its agent (it is not up)", host);
@@ -64,7 +60,7 @@ class DiskFullFault : public FaultOf<DiskFullFault> {
 
   void heal(Host& h, bool) override {
     for (int node : nodes) {
-      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+      const std::string host = node_name(h, node);
       try {
         auto* a = h.box.agents();
         if (!a || !a->up(node))
@@ -117,6 +113,12 @@ class DiskFullKind : public FaultKind {
     f->path = loader::opt<std::string>(n, "path", "checkpoints");
     loader::check_relative(c.file, n["path"], c.at + ".disk_full.path", f->path);
     if (n["size"]) f->bytes = loader::parse_size(c.file, n["size"], c.at + ".disk_full.size");
+    if (slurm_places_ranks(c.s) && item["rank"] && item["rank"].as<int>() >= 0) {
+      loader::fail_at(c.file, item["rank"], c.at + ".rank",
+                      needs_rank_node("disk_full on one rank",
+                                      "a filesystem mounted on every node would fill the other "
+                                      "ranks' disks too (leave rank out for every node)"));
+    }
     return f;
   }
 };

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/file_ops.hpp"
 #include "harness/faults/sandbox.hpp"
@@ -34,11 +35,22 @@ class FileFault : public FaultOf<FileFault> {
   }
   bool timed() const override { return true; }
 
-  int node = -1;    // topology.hosts: the host whose agent damaged the files
+  int node = -1;    // the host (launcher srun: the node) whose agent damaged the files
   std::string tag;  // names this damage to that agent
 
-  bool inject(Host& h, const Progress*, When) override {
-    if (!h.s.hosts.empty()) return inject_on_host(h);
+  bool inject(Host& h, const Progress* p, When) override {
+    if (!h.s.hosts.empty()) return inject_on_host(h, std::max(0, host_of_rank(h.s, rank)));
+    if (slurm_places_ranks(h.s) && h.box.agents()) {
+      // Slurm placed the ranks: the agent of the node where the rank runs (the first node's
+      // without a rank), found as signal faults find it.
+      if (rank < 0) return inject_on_host(h, 0);
+      const pid_t pid = p ? p->pid_of(rank) : 0;
+      if (pid == 0) return false;  // not said hello yet
+      std::string why;
+      const int n = locate_rank(h, rank, pid, why);
+      if (n < 0) raise<Error>("file on rank {}: no agent runs it (pid {}): {}", rank, pid, why);
+      return inject_on_host(h, n);
+    }
     const auto hits = match_run_files(h.dir, path);
     if (hits.empty()) raise<Error>("no file in the run directory matches '{}'", path);
     for (const auto& hit : hits) damage(h, hit);
@@ -47,9 +59,9 @@ class FileFault : public FaultOf<FileFault> {
 
   // topology.hosts: the agent of `rank`'s host (host 0 without a rank) damages the files as that
   // host sees them, keeps the copies, and puts them back when healed (agent_faults.cpp).
-  bool inject_on_host(Host& h) {
-    node = std::max(0, host_of_rank(h.s, rank));
-    const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+  bool inject_on_host(Host& h, int n) {
+    node = n;
+    const std::string host = node_name(h, node);
     auto* a = h.box.agents();
     if (!a || !a->up(node)) raise<Error>("file on host {} needs its agent (it is not up)", host);
     HostFaultOp op{"file_damage"};
@@ -71,7 +83,7 @@ class FileFault : public FaultOf<FileFault> {
 
   void heal(Host& h, bool) override {
     if (!tag.empty()) {
-      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+      const std::string host = node_name(h, node);
       try {
         auto* a = h.box.agents();
         if (!a || !a->up(node)) {
@@ -182,6 +194,13 @@ class FileKind : public FaultKind {
     f->action = loader::opt<std::string>(n, "action", "corrupt");
     f->bytes = loader::opt<int64_t>(n, "bytes", 64);
     loader::check_relative(c.file, n["path"], c.at + ".file.path", f->path);
+    if (slurm_places_ranks(c.s) && item["rank"] && item["rank"].as<int>() >= 0 && item["at"] &&
+        item["at"].as<std::string>() != "step") {
+      loader::fail_at(c.file, item["at"], c.at + ".at",
+                      needs_rank_node("file on one rank at " + item["at"].as<std::string>(),
+                                      "its node's agent is found through the running rank "
+                                      "(allowed: at: step, or leave rank out)"));
+    }
     return f;
   }
 };

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "base/error.hpp"
+#include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/plugin_links.hpp"
 #include "harness/faults/sandbox.hpp"
@@ -120,6 +121,12 @@ class HideKind : public FaultKind {
   }
   std::unique_ptr<Fault> parse(const ParseContext& c, const YAML::Node& item) const override {
     auto f = std::make_unique<HideFault>();
+    if (slurm_places_ranks(c.s)) {
+      loader::fail_at(c.file, item["hide"], c.at + ".hide",
+                      needs_rank_node("hide",
+                                      "the rank's plugin directory is made by its node's "
+                                      "agent before the rank starts"));
+    }
     f->library = item["hide"].as<std::string>();
     loader::check_relative(c.file, item["hide"], c.at + ".hide", f->library);
     // The library must be one the workers have: in the plugin directory, or one this build

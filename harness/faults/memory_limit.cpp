@@ -21,6 +21,7 @@
 
 #include "base/error.hpp"
 #include "base/settings.hpp"
+#include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
@@ -65,7 +66,10 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
   int64_t arena_bytes = 0;  // device_arena: 0 = none
   std::optional<Cgroup> group;
   std::string arena;  // the tmpfs file backing the rank's device memory
-  // topology.hosts: the rank's host, whose agent holds its cgroup (the *_on_host methods)
+  // Through agents (agent_nodes.hpp; the *_on_host methods): those that made the group (the
+  // rank's host; with launcher srun and no hosts every node's), and the one holding the rank
+  // (-1: not known yet, Slurm placed it).
+  std::vector<int> nodes;
   int node = -1;
   std::string host_group;  // the cgroup there
   nlohmann::json status;   // its counters, as the agent last reported them
@@ -99,8 +103,8 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
   }
 
   void setup(Host& h) override {
-    node = host_of_rank(h.s, rank);
-    if (node >= 0) return setup_on_host(h);
+    nodes = fault_nodes(h, rank);
+    if (!nodes.empty()) return setup_on_host(h);
     if (const int n = sweep_stale_cgroups(kCgroupRoot.get()); n > 0) {
       h.hist.harness("cleanup", {{"stale_cgroups_removed", n}});
     }
@@ -118,7 +122,7 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
 
   // What the kernel says about the rank: its peak, failures to charge, OOM kills.
   void on_rank_exit(Host& h, int r) override {
-    if (r == rank && node >= 0) return report_on_host(h);
+    if (r == rank && !nodes.empty()) return report_on_host(h);
     if (r != rank || !group) return;
     const std::string oom = group->read("memory.oom_control");
     int64_t kills = 0;
@@ -136,11 +140,13 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
 
   void explain_exit(Host& h, int r, nlohmann::json& exit) override;
   void setup_on_host(Host& h);
+  nlohmann::json status_from_agents(Host& h);
   void report_on_host(Host& h);
   void heal_on_host(Host& h);
+  void heal_on(Host& h, int n);
 
   void heal(Host& h, bool processes_gone) override {
-    if (node >= 0) return heal_on_host(h);
+    if (!nodes.empty()) return heal_on_host(h);
     if (!arena.empty() && processes_gone) {
       ::unlink(arena.c_str());  // the rank's mapping, if any, keeps its pages until it exits
       arena.clear();
@@ -156,29 +162,47 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
   }
 };
 
-// topology.hosts: the rank's host's agent creates the cgroup, moves the rank's processes into it
-// as they appear, reports its counters, and removes it (harness/agent/agent_faults.cpp).
+// Through agents: each creates the cgroup, moves the rank's processes into it as they appear on
+// its host (only the rank's host has any), reports its counters, and removes it
+// (harness/agent/agent_faults.cpp).
 void MemoryLimitFault::setup_on_host(Host& h) {
-  const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
-  auto* a = h.box.agents();
-  if (!a || !a->up(node)) {
-    raise<Error>("memory_limit on rank {} needs the agent of its host {} (it is not up)", rank,
-                 host);
+  if (nodes.size() == 1) node = nodes[0];
+  for (const int n : nodes) {
+    const std::string host = node_name(h, n);
+    auto* a = h.box.agents();
+    if (!a || !a->up(n)) {
+      raise<Error>("memory_limit on rank {} needs the agent of {} (it is not up)", rank, host);
+    }
+    const auto r = a->host_fault(n, {"memory_limit", rank, bytes});
+    host_group = r.value("cgroup", "");
+    nlohmann::json d = {
+        {"bytes", bytes}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}, {"agent", r}};
+    if (node < 0) d["placed_by"] = "slurm";  // this agent adopts the rank only if it lands here
+    h.record(
+        "memory_limit", d, rank,
+        fmt::format("rank {} limited to {} bytes (cgroup on {}, by its agent)", rank, bytes, host));
   }
-  const auto r = a->host_fault(node, {"memory_limit", rank, bytes});
-  host_group = r.value("cgroup", "");
-  h.record(
-      "memory_limit",
-      {{"bytes", bytes}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}, {"agent", r}},
-      rank,
-      fmt::format("rank {} limited to {} bytes (cgroup on {}, by its agent)", rank, bytes, host));
+}
+
+// The counters of the agent holding the rank: with Slurm's placement, the first whose group
+// took a process of the rank (that agent is the rank's from then on).
+nlohmann::json MemoryLimitFault::status_from_agents(Host& h) {
+  auto* a = h.box.agents();
+  for (const int n : node >= 0 ? std::vector<int>{node} : nodes) {
+    if (!a || !a->up(n)) continue;
+    auto st = a->host_fault(n, {"memory_status", rank});
+    if (node >= 0 || !st.value("pids", nlohmann::json::array()).empty()) {
+      node = n;
+      return st;
+    }
+  }
+  return {};
 }
 
 void MemoryLimitFault::explain_exit(Host& h, int r, nlohmann::json& exit) {
-  if (r != rank || node < 0 || released) return;
-  auto* a = h.box.agents();
-  if (!a || !a->up(node)) return;
-  status = a->host_fault(node, {"memory_status", rank});
+  if (r != rank || nodes.empty() || released) return;
+  status = status_from_agents(h);
+  if (status.empty()) return;
   const auto pids = status.value("pids", std::vector<int>{});
   // The kernel's OOM killer ended the rank: its group counted a kill, and none of the processes
   // the agent moved in is alive. The killer's signal is always SIGKILL.
@@ -192,17 +216,14 @@ void MemoryLimitFault::explain_exit(Host& h, int r, nlohmann::json& exit) {
     exit["note"] = fmt::format(
         "killed by the kernel OOM killer in its memory cgroup on {} (the agent counted {} kill(s) "
         "there and the rank's process gone)",
-        h.s.hosts.at(static_cast<size_t>(node)), status.value("oom_kills", 0));
+        node_name(h, node), status.value("oom_kills", 0));
   }
 }
 
 void MemoryLimitFault::report_on_host(Host& h) {
-  auto* a = h.box.agents();
-  if (status.empty() && !released && a && a->up(node)) {
-    status = a->host_fault(node, {"memory_status", rank});
-  }
+  if (status.empty() && !released) status = status_from_agents(h);
   if (status.empty()) return;
-  const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+  const std::string host = node_name(h, node);
   const int64_t kills = status.value("oom_kills", int64_t{0});
   h.hist.harness("cgroup_memory",
                  {{"limit", bytes},
@@ -210,6 +231,7 @@ void MemoryLimitFault::report_on_host(Host& h) {
                   {"failcnt", status.value("failcnt", int64_t{0})},
                   {"oom_kills", kills},
                   {"adopted_after_ms", status.value("adopted_after_ms", nlohmann::json::array())},
+                  {"pids", status.value("pids", nlohmann::json::array())},
                   {"via", "agent"},
                   {"host", host}},
                  rank);
@@ -220,22 +242,27 @@ void MemoryLimitFault::report_on_host(Host& h) {
   }
 }
 
-// Before teardown, while the agent is up: it moves what is left back and removes the group. A
-// lost agent cannot; its group stays until the next agent on that host sweeps it.
+// Before teardown, while the agents are up: each moves what is left back and removes its group.
+// A lost agent cannot; its group stays until the next agent on that host sweeps it.
 void MemoryLimitFault::heal_on_host(Host& h) {
   if (released || host_group.empty()) return;
   released = true;
+  for (const int n : nodes) heal_on(h, n);
+}
+
+void MemoryLimitFault::heal_on(Host& h, int n) {
   try {
-    const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+    const std::string host = node_name(h, n);
     auto* a = h.box.agents();
     nlohmann::json d = {
         {"fault", "memory_limit"}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}};
-    if (a && a->up(node)) {
-      const auto r = a->host_fault(node, {"memory_release", rank});
+    if (a && a->up(n)) {
+      const auto r = a->host_fault(n, {"memory_release", rank});
       d["removed"] = r.value("removed", false);
       d["moved_back"] = r.value("moved_back", 0);
       d["oom_kills"] = r.value("oom_kills", 0);
       d["max_usage"] = r.value("max_usage", 0);
+      d["pids"] = r.value("pids", nlohmann::json::array());  // the rank's processes it held
       h.hist.harness("fault_healed", d, rank);
     } else {
       d["error"] = "the host's agent is gone: the next agent on the host removes its group";
@@ -272,17 +299,18 @@ class MemoryLimitKind : public FaultKind {
     if (!item["rank"] || item["rank"].as<int>() < 0) {
       loader::fail_at(c.file, item, c.at + ".rank", "a memory limit needs a rank (0 or more)");
     }
-    if (!c.s.hosts.empty() && f->arena_bytes > 0) {
+    if ((!c.s.hosts.empty() || c.s.launcher == "srun") && f->arena_bytes > 0) {
       loader::fail_at(c.file, item["device_arena"], c.at + ".device_arena",
-                      "a device arena is not supported with topology.hosts (the harness would "
-                      "hold it on its own machine); leave device_arena out");
+                      "a device arena is not supported with topology.hosts or launcher srun (the "
+                      "harness would hold it on its own machine); leave device_arena out");
     }
-    if (!launcher_has_rank_processes(c.s.launcher) && c.s.hosts.empty()) {
+    if (!launcher_has_rank_processes(c.s.launcher) && c.s.hosts.empty() &&
+        !slurm_places_ranks(c.s)) {
       loader::fail_at(
           c.file, item, c.at + ".memory_limit",
           "a per-rank memory limit needs topology.launcher: " + rank_process_launchers() +
-              ", or topology.hosts (the rank's host agent "
-              "applies it)");
+              ", topology.hosts or launcher srun (the agent of the rank's host or node applies "
+              "it)");
     }
     return f;
   }

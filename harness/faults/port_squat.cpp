@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/run/history.hpp"
@@ -21,16 +22,21 @@ namespace {
 class PortSquatFault : public FaultOf<PortSquatFault> {
  public:
   int fd = -1;
-  bool on_host0 = false;  // topology.hosts: held by host 0's agent, where rank 0's store binds
+  // Through agents: held by host 0's agent, where rank 0's store binds; with launcher srun and no
+  // hosts by every node's (rank 0's node is Slurm's choice).
+  std::vector<int> held;
   nlohmann::json params() const override { return nlohmann::json::object(); }
   void setup(Host& h) override {
-    if (!h.s.hosts.empty()) {
-      if (!h.box.agents() || !h.box.agents()->up(0))
-        raise<Error>("port_squat with topology.hosts needs host 0's agent (it is not up)");
-      h.box.agents()->squat(0, h.master_port, true);
-      on_host0 = true;
-      h.record("port_squat", {{"port", h.master_port}, {"host", h.s.hosts[0]}, {"via", "agent"}},
-               -1, fmt::format("port {} held on {} before launch", h.master_port, h.s.hosts[0]));
+    if (const auto nodes = fault_nodes(h, 0); !nodes.empty()) {
+      for (const int n : nodes) {
+        const std::string host = node_name(h, n);
+        if (!h.box.agents() || !h.box.agents()->up(n))
+          raise<Error>("port_squat needs the agent of {} (it is not up)", host);
+        h.box.agents()->squat(n, h.master_port, true);
+        held.push_back(n);
+        h.record("port_squat", {{"port", h.master_port}, {"host", host}, {"via", "agent"}}, -1,
+                 fmt::format("port {} held on {} before launch", h.master_port, host));
+      }
       return;
     }
     if (h.box.has_network()) {
@@ -51,18 +57,18 @@ class PortSquatFault : public FaultOf<PortSquatFault> {
              fmt::format("port {} held before launch", h.master_port));
   }
   void heal(Host& h, bool) override {
-    if (on_host0) {
-      on_host0 = false;
+    for (const int n : held) {
       try {
         // A stopped or lost agent let the port go when it ended.
-        if (h.box.agents() && h.box.agents()->up(0)) h.box.agents()->squat(0, h.master_port, false);
+        if (h.box.agents() && h.box.agents()->up(n)) h.box.agents()->squat(n, h.master_port, false);
         h.hist.harness("fault_healed", {{"fault", "port_squat"},
                                         {"port", h.master_port},
-                                        {"host", h.s.hosts[0]},
+                                        {"host", node_name(h, n)},
                                         {"via", "agent"}});
       } catch (...) {
       }
     }
+    held.clear();
     if (fd < 0) return;
     ::close(fd);
     fd = -1;

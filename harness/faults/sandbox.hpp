@@ -65,6 +65,10 @@ class HostAgents {
     why = "no agent can place the rank";
     return false;
   }
+  // How many agents there are (one per host, or with launcher srun one per node), and agent
+  // `node`'s name (its host, or its node).
+  virtual int count() const { return 0; }
+  virtual std::string name(int node) const { return std::to_string(node); }
 };
 
 // With topology.hosts: the host (node) that holds `rank`, ranks spread evenly in order; -1

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/faults/shm_mount.hpp"
@@ -128,6 +129,13 @@ class ShmKind : public FaultKind {
   std::unique_ptr<Fault> parse(const ParseContext& c, const YAML::Node& item) const override {
     auto f = std::make_unique<ShmFault>();
     const auto n = item["shm"];
+    if (slurm_places_ranks(c.s)) {
+      loader::fail_at(c.file, n, c.at + ".shm",
+                      needs_rank_node("shm",
+                                      "each rank's command must enter the mount namespace "
+                                      "its node's agent holds (nsenter with that "
+                                      "agent's pid) before it starts"));
+    }
     if (n["size"]) f->bytes = loader::parse_size(c.file, n["size"], c.at + ".shm.size");
     if (f->bytes < 4096) {
       loader::fail_at(c.file, n["size"], c.at + ".shm.size",

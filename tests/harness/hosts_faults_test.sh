@@ -32,7 +32,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 cgroot=${FAULTLINE_CGROUP_ROOT:-/sys/fs/cgroup/memory}
 cpuroot=${FAULTLINE_CPU_CGROUP_ROOT:-/sys/fs/cgroup/cpu}
 if [[ $case == input ]]; then
-  # What the file alone tells (no root, no hosts): a memory limit needs rank processes or hosts.
+  # What the file alone tells (no root, no hosts): a memory limit needs rank processes, hosts or srun.
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   check() {  # YAML, then "ok" or a text the error must contain
@@ -50,11 +50,19 @@ if [[ $case == input ]]; then
   check "$hosts"$'\nfaults: [{disk_full: {path: checkpoints, size: 16k}, rank: 1}]' ok
   check "$hosts"$'\nfaults: [{cpu_quota: 0.1, rank: 1, step: 2}]' ok
   check $'topology: {ranks: 2, launcher: mpirun}\nfaults: [{cpu_quota: 0.1, rank: 1}]' \
-    'or topology.hosts (the rank'"'"'s host agent applies it)'
+    'topology.hosts or launcher srun (the agent of the rank'"'"'s host or node applies it)'
   check "$hosts"$'\nfaults: [{memory_limit: 300m, device_arena: 512m, rank: 1}]' \
     'faults[0].device_arena: a device arena is not supported with topology.hosts'
   check $'topology: {ranks: 2, launcher: mpirun}\nfaults: [{memory_limit: 300m, rank: 1}]' \
-    'or topology.hosts (the rank'"'"'s host agent applies it)'
+    'topology.hosts or launcher srun (the agent of the rank'"'"'s host or node applies it)'
+  # launcher srun without hosts: every node's agent prepares a cgroup, the rank's node's acts; what
+  # needs the rank's node before launch is refused naming the fault and the launcher.
+  srun='topology: {ranks: 2, launcher: srun}'
+  check "$srun"$'\nfaults: [{memory_limit: 300m, rank: 1}, {cpu_quota: 0.1, rank: 0, step: 2}]' ok
+  check "$srun"$'\nfaults: [{shm: {size: 1m}}]' \
+    'faults[0].shm: shm cannot go through the agents with topology.launcher: srun and no topology.hosts'
+  check "$srun"$'\nfaults: [{disk_full: {size: 16k}, rank: 1}]' \
+    'faults[0].rank: disk_full on one rank cannot go through the agents with topology.launcher: srun'
   echo "input ok"
   exit 0
 fi

@@ -356,5 +356,55 @@ TEST_F(ScenarioTest, PrepareAndFetchErrorsNameTheKey) {
             "tokenizer.json)");
 }
 
+// launcher srun without topology.hosts: Slurm picks each rank's node at launch. Faults the node's
+// agent can apply anyway load (every node's agent prepares, the rank's node's acts); those that
+// need the rank's node before launch are refused naming the fault and the launcher.
+TEST_F(ScenarioTest, SrunWithoutHostsRefusesWhatNeedsTheRanksNodeBeforeLaunch) {
+  const std::string srun = "name: a\ntopology: {ranks: 2, launcher: srun}\nfaults:\n";
+  const std::string why =
+      "cannot go through the agents with topology.launcher: srun and no topology.hosts: Slurm "
+      "picks the rank's node only at launch, and ";
+  const std::string allowed =
+      " (allowed: add topology.hosts, whose hosts land on the allocation's nodes, or use launcher "
+      "local or mpirun)";
+  EXPECT_EQ(error_of(srun + "  - shm: {size: 1m}\n"),
+            "s.yaml:4:10: faults[0].shm: shm " + why +
+                "each rank's command must enter the mount namespace its node's agent holds "
+                "(nsenter with that agent's pid) before it starts" +
+                allowed);
+  EXPECT_EQ(error_of(srun + "  - {hide: libfl_kernels_cpu.so, rank: 1}\n"),
+            "s.yaml:4:12: faults[0].hide: hide " + why +
+                "the rank's plugin directory is made by its node's agent before the rank "
+                "starts" +
+                allowed);
+  EXPECT_EQ(error_of(srun + "  - {disk_full: {size: 1m}, rank: 1}\n"),
+            "s.yaml:4:35: faults[0].rank: disk_full on one rank " + why +
+                "a filesystem mounted on every node would fill the other ranks' disks too (leave "
+                "rank out for every node)" +
+                allowed);
+  EXPECT_EQ(error_of(srun + "  - {file: {path: x}, rank: 1, at: exit}\n"),
+            "s.yaml:4:36: faults[0].at: file on one rank at exit " + why +
+                "its node's agent is found through the running rank (allowed: at: step, or leave "
+                "rank out)" +
+                allowed);
+  EXPECT_EQ(error_of(srun + "  - {memory_limit: 1g, rank: 0, device_arena: 64m}\n"),
+            "s.yaml:4:47: faults[0].device_arena: a device arena is not supported with "
+            "topology.hosts or launcher srun (the harness would hold it on its own machine); "
+            "leave device_arena out");
+  // What the node's agent applies loads: cgroups (every node's agent makes one, the rank's node's
+  // takes the rank), a disk_full on every node, a file found through the running rank.
+  const auto s = load_scenario(write(
+      "ok.yaml", srun + "  - {memory_limit: 1g, rank: 1}\n  - {cpu_quota: 0.5, rank: 0, step: 2}\n"
+                        "  - disk_full: {size: 1m}\n  - {file: {path: x}, rank: 1, step: 2}\n"
+                        "  - {signal: KILL, rank: 1, step: 3}\n"));
+  EXPECT_EQ(s.oop_faults.size(), 5u);
+  // With hosts the rank's node is known before launch: shm and hide load under srun.
+  EXPECT_EQ(load_scenario(write("hosts.yaml",
+                                "name: a\ntopology: {ranks: 2, launcher: srun, hosts: [a]}\n"
+                                "faults:\n  - shm: {size: 1m}\n  - {disk_full: {}, rank: 1}\n"))
+                .oop_faults.size(),
+            2u);
+}
+
 }  // namespace
 }  // namespace fl::harness

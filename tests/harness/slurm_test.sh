@@ -16,6 +16,15 @@
 #       srun_hosts     launcher srun with logical topology.hosts [a]: a lands on the allocation's
 #                      node (slurm_allocation records it), its agent signals the rank; hosts [a, b]
 #                      on a 1-node allocation: exit 2 naming both counts, nothing started
+#       srun_faults    launcher srun, without hosts and with hosts [a]: a memory limit on rank 1
+#                      and a CPU quota on rank 0 from step 2 go through the node's agent (its
+#                      cgroups take the rank's pid, the quota throttles it, both healed through
+#                      it; a file fault on rank 1 at step 5 goes to the agent running it and is
+#                      put back); shm without hosts is refused at load (exit 2, nothing started)
+#       srun_shm       launcher srun: shm with hosts [a] (the ranks' multi-program lines enter
+#                      a's agent's mount namespace: bus errors in the shm transport) and
+#                      disk_full without hosts (every node's agent mounts it: ENOSPC on the
+#                      checkpoint), both through the agents and healed there
 #       suite          faultline suite --executor slurm: a small suite (two scenarios and their
 #                      fixes) as one job array gathers the same outcomes as the local executor,
 #                      `faultline diff` finds no change; --partition nope and a stopped
@@ -92,7 +101,7 @@ if [[ $case == suite || $case == suite_cancel || $case == sacct ]]; then
   exit 0
 fi
 
-if [[ $case == srun_agents || $case == srun_hosts ]]; then
+if [[ $case == srun_agents || $case == srun_hosts || $case == srun_faults || $case == srun_shm ]]; then
   # One batch job per scenario; the job lists its own steps once the run has ended.
   submit() {  # YAML file, run id -> the run's exit status in $tmp/ID.rc
     cat >"$tmp/$2.sh" <<J
@@ -109,6 +118,169 @@ J
     [[ ! -s $tmp/$2.steps ]] || fail "steps left after $2: $(cat "$tmp/$2.steps")"
   }
   node=$(hostname -s)
+  if [[ $case == srun_shm ]]; then
+    cat >"$tmp/shm.yaml" <<Y
+name: slurm-srun-shm-hosts
+topology: {ranks: 2, launcher: srun, hosts: [a]}
+workload: {model: small, steps: 12, args: ["--seq-len", "16"]}
+env: {FAULTLINE_SHM_TRANSPORT: "1", FAULTLINE_SHM_BUFFER_BYTES: "25165824"}
+faults:
+  - shm: {size: 256k}
+timeouts: {run_s: 100, comm_ms: 20000}
+expect: {oracle: error_signature,
+         pattern: "bus error \\\\(SIGBUS\\\\) in .* the filesystem behind /dev/shm could not back the page"}
+Y
+    cat >"$tmp/disk.yaml" <<Y
+name: slurm-srun-disk
+topology: {ranks: 2, launcher: srun}
+workload: {steps: 4, checkpoint: {every: 2}}
+faults:
+  - disk_full: {path: checkpoints, size: 16k}
+timeouts: {comm_ms: 5000, run_s: 100}
+expect: {oracle: checkpoint_error}
+Y
+    cat >"$tmp/more.sh" <<J
+#!/bin/bash
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for id in shm disk; do
+  "$faultline" run "$tmp/\$id.yaml" --results "$tmp/r" --run-id "\$id" > "$tmp/\$id.out" 2>&1
+  echo \$? > "$tmp/\$id.rc"
+done
+squeue -h -s -j "\$SLURM_JOB_ID" -o "%i %j" | grep -v -e '\.batch' -e '\.extern' > "$tmp/more.steps" || true
+J
+    chmod +x "$tmp/more.sh"
+    before=$(findmnt -rn -o SOURCE /dev/shm)
+    timeout 200 sbatch --wait --overcommit --time=3 -N1 -n 2 -o "$tmp/more.out" "$tmp/more.sh" >/dev/null || true
+    cat "$tmp/more.out" "$tmp"/{shm,disk}.out || true
+    [[ ! -s $tmp/more.steps ]] || fail "steps left: $(cat "$tmp/more.steps")"
+    for id in shm disk; do
+      [[ $(cat "$tmp/$id.rc") == 0 ]] || fail "the run of $id: exit $(cat "$tmp/$id.rc")"
+    done
+    python3 - "$tmp/r" "$node" <<'PY'
+import json, sys
+r, node = sys.argv[1:]
+def events(run):
+    return [json.loads(l) for l in open(f"{r}/{run}/history.jsonl")]
+ev = events("shm")
+kinds = [e["kind"] for e in ev]
+inj = [e for e in ev if e["kind"] == "fault_injected" and e["data"]["fault"] == "shm"]
+assert len(inj) == 1 and inj[0]["data"]["via"] == "agent" and inj[0]["data"]["host"] == "a", inj
+assert ev.index(inj[0]) < kinds.index("launch"), "the namespace came after the launch"
+a = inj[0]["data"]["agent"]
+assert a["size_bytes"] == 256 << 10 and a["namespace_pid"] > 0, a
+# The ranks started inside the agent's namespace: srun's multi-program lines ran nsenter.
+prog = open(f"{r}/shm/multiprog").read().splitlines()
+assert len(prog) == 2 and all(f"nsenter --mount=/proc/{a['namespace_pid']}/ns/mnt" in l for l in prog), prog
+bus = {e["rank"] for e in ev if e["kind"] == "output" and "bus error (SIGBUS)" in e["data"].get("line", "")}
+assert bus, "no bus error in the shm transport"
+healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "shm"]
+assert len(healed) == 1 and healed[0]["via"] == "agent" and healed[0]["host"] == "a", healed
+ev = events("disk")
+inj = [e["data"] for e in ev if e["kind"] == "fault_injected" and e["data"]["fault"] == "disk_full"]
+assert len(inj) == 1 and inj[0]["via"] == "agent" and inj[0]["host"] == node, inj
+assert inj[0]["agent"]["mount"] == f"{r}/disk/checkpoints" and inj[0]["agent"]["fs"] == "tmpfs", inj
+err = {e["rank"] for e in ev if e["source"] == "rank" and e["kind"] == "error"
+       and "No space left on device" in json.dumps(e["data"])}
+assert err, "no ENOSPC"
+healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "disk_full"]
+assert len(healed) == 1 and healed[0]["via"] == "agent" and healed[0]["host"] == node, healed
+for run in ("shm", "disk"):
+    assert not [e for e in events(run) if e["kind"] in ("heal_error", "fault_failed", "agent_lost")]
+print("srun_shm ok: bus errors on ranks", sorted(bus), "ENOSPC on ranks", sorted(err))
+PY
+    [[ $(findmnt -rn -o SOURCE /dev/shm) == "$before" ]] || fail "this machine's /dev/shm changed"
+    ! findmnt -rn "$tmp/r/disk/checkpoints" >/dev/null || fail "the disk_full mount is left"
+    bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm"
+    for f in "$tmp"/slurm/*.pid; do [[ -e $f ]] && fail "a daemon is left: $f"; done
+    exit 0
+  fi
+  if [[ $case == srun_faults ]]; then
+    # One batch job runs the three scenarios in turn (each sbatch --wait costs seconds of polls).
+    for id in nohosts hosts; do
+      hosts=""
+      [[ $id == hosts ]] && hosts=", hosts: [a]"
+      cat >"$tmp/$id.yaml" <<Y
+name: slurm-srun-faults-$id
+topology: {ranks: 2, launcher: srun$hosts}
+workload: {steps: 12, checkpoint: {every: 2}}
+faults:
+  - {memory_limit: 1g, rank: 1}
+  - {cpu_quota: 0.02, rank: 0, step: 2}
+  - {file: {path: checkpoints/step_2/shard_rank1.bin, action: corrupt}, rank: 1, step: 5}
+timeouts: {comm_ms: 60000, run_s: 100}
+expect: {oracle: completed}
+Y
+    done
+    # Without hosts Slurm picks the rank's node at launch: shm cannot start the rank inside its
+    # node's agent's mount namespace, so it is refused before anything starts.
+    cat >"$tmp/shm.yaml" <<Y
+name: slurm-srun-shm
+topology: {ranks: 2, launcher: srun}
+workload: {steps: 3}
+faults:
+  - shm: {size: 1m}
+Y
+    cat >"$tmp/faults.sh" <<J
+#!/bin/bash
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for id in nohosts hosts shm; do
+  "$faultline" run "$tmp/\$id.yaml" --results "$tmp/r" --run-id "\$id" > "$tmp/\$id.out" 2>&1
+  echo \$? > "$tmp/\$id.rc"
+done
+squeue -h -s -j "\$SLURM_JOB_ID" -o "%i %j" | grep -v -e '\.batch' -e '\.extern' > "$tmp/faults.steps" || true
+J
+    chmod +x "$tmp/faults.sh"
+    timeout 200 sbatch --wait --overcommit --time=3 -N1 -n 2 -o "$tmp/faults.out" "$tmp/faults.sh" >/dev/null || true
+    cat "$tmp/faults.out" "$tmp"/{nohosts,hosts,shm}.out || true
+    [[ ! -s $tmp/faults.steps ]] || fail "steps left: $(cat "$tmp/faults.steps")"
+    for id in nohosts hosts; do
+      host=$node
+      [[ $id == hosts ]] && host=a
+      [[ $(cat "$tmp/$id.rc") == 0 ]] || fail "the run of $id: exit $(cat "$tmp/$id.rc")"
+      python3 - "$tmp/r/$id" "$host" <<'PY'
+import json, sys
+d, host = sys.argv[1:]
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+kinds = [e["kind"] for e in ev]
+hello = {e["rank"]: e["data"]["pid"] for e in ev if e["source"] == "rank" and e["kind"] == "hello"}
+inj = {e["data"]["fault"]: e for e in ev if e["kind"] == "fault_injected"}
+lim = inj["memory_limit"]["data"]
+assert lim["via"] == "agent" and lim["host"] == host and lim["agent"]["limit"] == 1 << 30, lim
+assert ev.index(inj["memory_limit"]) < kinds.index("launch"), "the limit came after the launch"
+healed = {e["data"]["fault"]: e["data"] for e in ev if e["kind"] == "fault_healed"}
+mem = healed["memory_limit"]
+# The node's agent moved rank 1's process, and no other rank's, into its group, which the kernel
+# charged (its peak, reported when the agent removed the group).
+assert hello[1] in mem["pids"] and hello[0] not in mem["pids"], (hello, mem)
+assert mem["max_usage"] > 0 and mem["oom_kills"] == 0, mem
+q = inj["cpu_quota"]["data"]
+assert q["via"] == "agent" and q["host"] == host and q["at_step"] >= 2, q
+cpu = [e["data"] for e in ev if e["kind"] == "cgroup_cpu" and e["rank"] == 0]
+assert cpu and cpu[0]["via"] == "agent" and hello[0] in cpu[0]["pids"], (hello, cpu)
+assert hello[1] not in cpu[0]["pids"] and cpu[0]["nr_throttled"] > 0, cpu
+for f in ("memory_limit", "cpu_quota"):
+    assert healed[f]["via"] == "agent" and healed[f]["host"] == host, healed
+    assert healed[f]["removed"] is True, healed
+# The file fault on rank 1 went to the agent of the node running it (without hosts: found by
+# its pid), which kept a copy and put it back.
+fi = inj["file"]["data"]
+assert fi["via"] == "agent" and fi["host"] == host and fi["path"] == "checkpoints/step_2/shard_rank1.bin", fi
+assert healed["file"]["via"] == "agent" and healed["file"]["path"] == fi["path"], healed
+assert not [e for e in ev if e["kind"] in ("heal_error", "fault_failed", "agent_lost")]
+assert json.load(open(d + "/verdict.json"))["outcome"] == "pass"
+print(host, "ok: memory", mem["cgroup"], "pids", mem["pids"], "max_usage", mem["max_usage"],
+      "cpu throttled", cpu[0]["nr_throttled"], "of", cpu[0]["nr_periods"])
+PY
+    done
+    [[ $(cat "$tmp/shm.rc") == 2 ]] || fail "shm under srun: exit $(cat "$tmp/shm.rc"), want 2"
+    grep -q "faults\\[0\\].shm: shm cannot go through the agents with topology.launcher: srun and no topology.hosts" \
+      "$tmp/shm.out" || fail "no clear error for shm"
+    [[ ! -e $tmp/r/shm/history.jsonl ]] || ! grep -Eq '"kind":"(launch|agents_step)"' "$tmp/r/shm/history.jsonl" ||
+      fail "something was started for shm"
+    bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm"
+    for f in "$tmp"/slurm/*.pid; do [[ -e $f ]] && fail "a daemon is left: $f"; done
+    exit 0
+  fi
   hosts=""
   [[ $case == srun_hosts ]] && hosts=", hosts: [a]"
   cat >"$tmp/kill.yaml" <<Y

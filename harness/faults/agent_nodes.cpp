@@ -1,0 +1,59 @@
+#include "harness/faults/agent_nodes.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "harness/faults/fault.hpp"
+#include "harness/faults/sandbox.hpp"
+
+namespace fl::harness::faults {
+
+bool slurm_places_ranks(const Scenario& s) {
+  return s.launcher == "srun" && s.hosts.empty();
+}
+
+std::vector<int> fault_nodes(const Host& h, int rank) {
+  std::vector<int> nodes;
+  if (!h.s.hosts.empty()) {
+    if (rank >= 0) return {host_of_rank(h.s, rank)};
+    for (size_t k = 0; k < h.s.hosts.size(); ++k) nodes.push_back(static_cast<int>(k));
+  } else if (slurm_places_ranks(h.s) && h.box.agents()) {
+    for (int k = 0; k < h.box.agents()->count(); ++k) nodes.push_back(k);
+  }
+  return nodes;
+}
+
+std::string node_name(const Host& h, int node) {
+  if (!h.s.hosts.empty()) return h.s.hosts.at(static_cast<size_t>(node));
+  return h.box.agents() ? h.box.agents()->name(node) : std::to_string(node);
+}
+
+int locate_rank(Host& h, int rank, pid_t pid, std::string& why) {
+  auto* a = h.box.agents();
+  if (!a) {
+    why = "no agents";
+    return -1;
+  }
+  std::vector<std::string> nots;
+  for (int k = 0; k < a->count(); ++k) {
+    if (!a->up(k)) {
+      nots.push_back(a->name(k) + ": its agent is not up");
+      continue;
+    }
+    std::string w;
+    if (a->signal(k, rank, pid, 0, w)) return k;
+    nots.push_back(a->name(k) + ": " + w);
+  }
+  why = nots.empty() ? std::string("no agent is up") : fmt::format("{}", fmt::join(nots, "; "));
+  return -1;
+}
+
+std::string needs_rank_node(const std::string& kind, const std::string& why) {
+  return fmt::format(
+      "{} cannot go through the agents with topology.launcher: srun and no topology.hosts: Slurm "
+      "picks the rank's node only at launch, and {} (allowed: add topology.hosts, whose hosts "
+      "land on the allocation's nodes, or use launcher local or mpirun)",
+      kind, why);
+}
+
+}  // namespace fl::harness::faults

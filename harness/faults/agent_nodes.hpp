@@ -1,0 +1,39 @@
+// Which agents do a fault's work on the ranks' machines. With topology.hosts, the agent of the
+// rank's host (every host's for a fault on every rank). With launcher srun and no hosts, Slurm
+// picks each rank's node only at launch, so a fault set up before launch goes to every node's
+// agent and only the one on the rank's node finds the rank (the same check signal faults use:
+// the run's secret and RANK in the process's environment). Otherwise none: the harness acts on
+// its own machine.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace fl::harness {
+struct Scenario;
+}
+
+namespace fl::harness::faults {
+
+struct Host;
+
+// launcher srun without topology.hosts: the ranks' nodes are Slurm's choice, made at launch.
+bool slurm_places_ranks(const Scenario& s);
+
+// The agents a fault on `rank` (-1: every rank) goes through, as above; empty: none (local).
+std::vector<int> fault_nodes(const Host& h, int rank);
+
+// Agent `node`'s name in events: its host, or (launcher srun without hosts) its node.
+std::string node_name(const Host& h, int node);
+
+// The agent whose node runs `pid` as `rank` of this run (asked in turn, signal 0: nothing is
+// sent), or -1 with `why` naming each agent's answer.
+int locate_rank(Host& h, int rank, pid_t pid, std::string& why);
+
+// The load-time refusal for a fault that needs the rank's node before launch (shm, hide, a
+// disk_full on one rank): the text loader::fail_at shows, naming the fault and the launcher.
+std::string needs_rank_node(const std::string& kind, const std::string& why);
+
+}  // namespace fl::harness::faults
