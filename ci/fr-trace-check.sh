@@ -95,7 +95,7 @@ for name in skipped-allreduce uneven-batches-hang order-mismatch; do
   "$faultline" run "${scenario[$name]}" --results "$work/runs" --run-id "$name" -q \
     >"$work/$name.run.log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || { cat "$work/$name.run.log"; fail "$name: faultline run exited $rc"; }
-  n=$(ls "$work/runs/$name"/ranks/rank*/nccl_trace_rank_* 2>/dev/null | wc -l)
+  n=$(compgen -G "$work/runs/$name/ranks/rank*/nccl_trace_rank_*" | wc -l || true)
   [[ $n -eq ${world[$name]} ]] || fail "$name: $n of ${world[$name]} ranks wrote nccl_trace_rank_<R>"
   mkdir -p "$dumps/$name"
   cp -r "$work/runs/$name/ranks" "$dumps/$name/"

@@ -108,18 +108,23 @@ void RankCgroup::start() {
 
 nlohmann::json RankCgroup::counters() {
   std::vector<pid_t> pids, alive;
+  std::vector<double> after_ms;
+  std::vector<std::string> errs;
   {
+    // The watcher appends to these under the lock while it adopts a rank.
     std::lock_guard lock(mu);
     for (const auto& [pid, from] : adopted) {
       pids.push_back(pid);
       if (fs::exists(fmt::format("/proc/{}", pid)) && is_rank(pid)) alive.push_back(pid);
     }
+    after_ms = adopted_ms;
+    errs = errors;
   }
   nlohmann::json r = {{"cgroup", cg->path()},
                       {"pids", pids},
-                      {"adopted_after_ms", adopted_ms},
+                      {"adopted_after_ms", after_ms},
                       {"alive", alive},
-                      {"errors", errors}};
+                      {"errors", errs}};
   if (controller == "cpu") {
     r.update(faults::cpu_stat(*cg));
     return r;
@@ -137,7 +142,14 @@ nlohmann::json RankCgroup::counters() {
 nlohmann::json RankCgroup::release() {
   stop = true;
   if (watcher.joinable()) watcher.join();
-  nlohmann::json r = counters();
+  // Counters that cannot be read are reported, but never keep the group (and the rank's
+  // processes) in place: the moves back and the removal below always run.
+  nlohmann::json r;
+  try {
+    r = counters();
+  } catch (const std::exception& x) {
+    r = {{"cgroup", cg->path()}, {"error", fmt::format("cannot read its counters: {}", x.what())}};
+  }
   int moved = 0;
   std::map<pid_t, std::string> from;
   {

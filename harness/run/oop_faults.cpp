@@ -105,7 +105,13 @@ bool OutOfProcessFaults::on_all_exited() {
 }
 
 void OutOfProcessFaults::on_rank_exit(int rank) {
-  for (auto& f : faults_) f->on_rank_exit(host_, rank);
+  for (auto& f : faults_) {
+    try {
+      f->on_rank_exit(host_, rank);
+    } catch (const std::exception& e) {  // an agent that cannot report must not fail the run
+      hist_.harness("fault_failed", {{"fault", f->kind}, {"on_rank_exit", e.what()}}, rank);
+    }
+  }
 }
 
 void OutOfProcessFaults::explain_exit(int rank, nlohmann::json& exit) {

@@ -21,7 +21,7 @@ cmd=$1 dir=$2 accounting=${3:-}
 
 stop() {
   if [[ -f $dir/slurm.conf ]]; then SLURM_CONF=$dir/slurm.conf scancel --full --quiet -u root 2>/dev/null || true; fi
-  for d in slurmd slurmctld slurmdbd mariadbd munged; do
+  for d in slurmd slurmctld slurmdbd mariadbd mariadbd-spawn munged; do
     local f=$dir/$d.pid
     [[ -s $f ]] || continue
     local pid
@@ -46,7 +46,8 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # $SLURM_CONF. Prints the slurm.conf lines that point slurmctld at it.
 start_accounting() {
   local db=$dir/db dbport dbdport pass
-  mkdir -p "$db"
+  # Called as $(start_accounting) || ...: errexit is off in here, so every step checks itself.
+  mkdir -p "$db" || return 1
   mariadb-install-db --no-defaults --datadir="$db/data" --user=root --skip-test-db \
     --auth-root-authentication-method=socket --skip-name-resolve \
     --innodb-log-file-size=8M >"$dir/mariadb-install.log" 2>&1 ||
@@ -56,6 +57,8 @@ start_accounting() {
     --bind-address=127.0.0.1 --skip-name-resolve --pid-file="$dir/mariadbd.pid" \
     --log-error="$dir/mariadbd.log" --user=root --innodb-log-file-size=8M \
     --innodb-buffer-pool-size=32M --skip-log-bin </dev/null >/dev/null 2>&1 &
+  # Its own pid file comes only once it is up; this one lets `down` stop one that never was.
+  echo $! >"$dir/mariadbd-spawn.pid"
   local ok=
   for _ in $(seq 150); do
     mariadb --no-defaults -S "$db/mysqld.sock" -u root -e 'SELECT 1' >/dev/null 2>&1 && ok=1 && break
@@ -84,8 +87,8 @@ StorageUser=slurm
 StoragePass=$pass
 StorageLoc=slurm_acct_db
 C
-  )
-  chmod 0600 "$dir/slurmdbd.conf"
+  ) || return 1
+  chmod 0600 "$dir/slurmdbd.conf" || return 1
   # AccountingStoragePass: the munge socket for slurmdbd connections (sacctmgr, sacct, slurmctld).
   cat <<C
 AccountingStorageType=accounting_storage/slurmdbd

@@ -78,30 +78,6 @@ fi
 hosts_up f
 topo="topology: {ranks: 4, tp: 2, launcher: mpirun, hosts: [$h0=$a0, $h1=$a1], rsh_agent: $agent}"
 
-# The disk_full mounts in host $1's mount namespace: "TARGET SOURCE" lines.
-mounts_on() {
-  nsenter --mount="/run/faultline-hosts/$prefix/$1.mnt" findmnt -rn -t tmpfs -o TARGET,SOURCE |
-    grep faultline-disk-full || true
-}
-
-# After a run (passed or failed): nothing of it on any host.
-nothing_left() {  # RUN_DIR
-  local d=$1 id
-  id=$(basename "$d")
-  if pgrep -f -- "$d" >/dev/null; then pgrep -af -- "$d"; fail "processes of the run are left"; fi
-  if pgrep -f -- "faultline agent .*--run-dir $d" >/dev/null; then fail "an agent is left"; fi
-  if compgen -G "$cgroot/faultline.*.$id.rank*" >/dev/null || compgen -G "$cpuroot/faultline.*.$id.rank*" >/dev/null; then
-    ls -d "$cgroot"/faultline.*."$id".rank* "$cpuroot"/faultline.*."$id".rank* 2>/dev/null || true
-    fail "a cgroup of the run is left"
-  fi
-  for h in "$h0" "$h1"; do
-    if mounts_on "$h" | grep -qF "$d/"; then fail "a mount of the run is left on $h"; fi
-    if ip netns exec "$h" iptables -S | grep -q 'FL-'; then fail "a chain of the run is left on $h"; fi
-  done
-  ! findmnt -rn -t tmpfs -o TARGET,SOURCE | grep faultline-disk-full | grep -qF "$d/" ||
-    fail "a mount of the run is left here"
-}
-
 case $case in
 memory)
   cat >"$tmp/s.yaml" <<Y

@@ -44,3 +44,34 @@ kill_agent_once_stepping() {
   status=$?
   set -e
 }
+
+# The disk_full mounts in host $1's mount namespace: "TARGET SOURCE" lines.
+mounts_on() {
+  nsenter --mount="/run/faultline-hosts/$prefix/$1.mnt" findmnt -rn -t tmpfs -o TARGET,SOURCE |
+    grep faultline-disk-full || true
+}
+
+# nothing_left RUN_DIR: after a run (passed or failed) nothing of it is left on this machine or
+# either host: no process or agent, cgroup, mount, iptables chain or rate limit.
+nothing_left() {
+  local d=$1 id h
+  local cgroot=${FAULTLINE_CGROUP_ROOT:-/sys/fs/cgroup/memory}
+  local cpuroot=${FAULTLINE_CPU_CGROUP_ROOT:-/sys/fs/cgroup/cpu}
+  id=$(basename "$d")
+  if pgrep -f -- "$d" >/dev/null; then pgrep -af -- "$d"; fail "processes of the run are left"; fi
+  if pgrep -f -- "faultline agent .*--run-dir $d" >/dev/null; then fail "an agent is left"; fi
+  if compgen -G "$cgroot/faultline.*.$id.rank*" >/dev/null || compgen -G "$cpuroot/faultline.*.$id.rank*" >/dev/null; then
+    ls -d "$cgroot"/faultline.*."$id".rank* "$cpuroot"/faultline.*."$id".rank* 2>/dev/null || true
+    fail "a cgroup of the run is left"
+  fi
+  for h in "$h0" "$h1"; do
+    if mounts_on "$h" | grep -qF "$d/"; then fail "a mount of the run is left on $h"; fi
+    if ip netns exec "$h" iptables -S | grep -q 'FL-'; then
+      ip netns exec "$h" iptables -S
+      fail "a chain of the run is left on $h"
+    fi
+    ! ip netns exec "$h" tc qdisc show dev eth0 | grep -q tbf || fail "a rate limit is left on $h"
+  done
+  ! findmnt -rn -t tmpfs -o TARGET,SOURCE | grep faultline-disk-full | grep -qF "$d/" ||
+    fail "a mount of the run is left here"
+}

@@ -21,16 +21,6 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 . "$src/tests/harness/hosts_lib.sh"
 hosts_up r
 read -r _ bridge _ <<<"${lines[2]}"
-nothing_left() {
-  if pgrep -f -- "$1" >/dev/null; then pgrep -af -- "$1"; fail "processes of the run are left"; fi
-  for h in "$h0" "$h1"; do
-    if ip netns exec "$h" iptables -S | grep -q 'FL-'; then
-      ip netns exec "$h" iptables -S
-      fail "a chain of the run is left on $h"
-    fi
-    ! ip netns exec "$h" tc qdisc show dev eth0 | grep -q tbf || fail "a rate limit is left on $h"
-  done
-}
 # Every rank's events: in its file, and in the history live (streamed) or merged from the file
 # (late). Prints per host the relay counts; $2: "relay" (each host's counts must equal its ranks'
 # streamed events) or "direct" (nothing relayed, nothing streamed).

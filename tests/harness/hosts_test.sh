@@ -74,18 +74,6 @@ if [[ $case == input ]]; then
 fi
 . "$src/tests/harness/hosts_lib.sh"
 hosts_up h
-# After a run (passed or failed): no agent or other process of the run on any host, no chain of
-# the run in any host's iptables.
-nothing_left() {
-  if pgrep -f -- "$1" >/dev/null; then pgrep -af -- "$1"; fail "processes of the run are left"; fi
-  if pgrep -f -- "faultline agent .*--run-dir $1" >/dev/null; then fail "an agent is left"; fi
-  for h in "$h0" "$h1"; do
-    if ip netns exec "$h" iptables -S | grep -q 'FL-'; then
-      ip netns exec "$h" iptables -S
-      fail "a chain of the run is left on $h"
-    fi
-  done
-}
 
 case $case in
 spread)

@@ -134,7 +134,6 @@ TEST(HarnessRun, UnevenShardsHangIsReproducedAndTheFixClearsIt) {
   EXPECT_EQ(hang.verdict["step"], 3);
   // The hang watchdog stopped the run once the hang was established, not its 60 s run timeout
   // (how many seconds that took depends on the machine's load).
-  EXPECT_GE(hang.verdict["manifested_s"].get<double>(), 0.0);
   std::string stopped_by;
   for (const auto& e : read_history(hang.dir + "/history.jsonl")) {
     if (e.kind == "watchdog_stop")
