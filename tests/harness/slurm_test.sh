@@ -78,6 +78,12 @@ set -e
 [[ $status -eq 77 ]] && exit 77
 [[ $status -eq 0 ]] || { cat "$tmp"/slurm/*.log >&2 || true; exit 1; }
 eval "$conf"
+# The cluster down, no daemon of it left, and the case passed.
+finish() {
+  bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm"
+  for f in "$tmp"/slurm/*.pid; do [[ -e $f ]] && fail "a daemon is left: $f"; done
+  exit 0
+}
 
 if [[ $case == suite || $case == suite_cancel || $case == sacct ]]; then
   if [[ $case == sacct ]]; then
@@ -102,20 +108,28 @@ if [[ $case == suite || $case == suite_cancel || $case == sacct ]]; then
 fi
 
 if [[ $case == srun_agents || $case == srun_hosts || $case == srun_faults || $case == srun_shm ]]; then
-  # One batch job per scenario; the job lists its own steps once the run has ended.
-  submit() {  # YAML file, run id -> the run's exit status in $tmp/ID.rc
-    cat >"$tmp/$2.sh" <<J
+  # submit ID...: one batch job runs $tmp/ID.yaml for each ID in turn (each sbatch --wait costs
+  # seconds of polls) -> each run's exit status in $tmp/ID.rc, its output in $tmp/ID.out; the
+  # job lists its own steps once the runs have ended, and none may be left.
+  submit() {
+    local job=$1-job
+    cat >"$tmp/$job.sh" <<J
 #!/bin/bash
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-"$faultline" run "$1" --results "$tmp/r" --run-id "$2"
-echo \$? > "$tmp/$2.rc"
-squeue -h -s -j "\$SLURM_JOB_ID" -o "%i %j" | grep -v -e '\.batch' -e '\.extern' > "$tmp/$2.steps" || true
+for id in $*; do
+  "$faultline" run "$tmp/\$id.yaml" --results "$tmp/r" --run-id "\$id" > "$tmp/\$id.out" 2>&1
+  echo \$? > "$tmp/\$id.rc"
+done
+squeue -h -s -j "\$SLURM_JOB_ID" -o "%i %j" | grep -v -e '\.batch' -e '\.extern' > "$tmp/$job.steps" || true
 J
-    chmod +x "$tmp/$2.sh"
-    timeout 200 sbatch --wait --overcommit --time=3 -N1 -n 2 -o "$tmp/$2.out" "$tmp/$2.sh" >/dev/null || true
-    cat "$tmp/$2.out" || true
-    [[ -f $tmp/$2.rc ]] || fail "the job of $2 did not run"
-    [[ ! -s $tmp/$2.steps ]] || fail "steps left after $2: $(cat "$tmp/$2.steps")"
+    chmod +x "$tmp/$job.sh"
+    timeout 200 sbatch --wait --overcommit --time=3 -N1 -n 2 -o "$tmp/$job.out" "$tmp/$job.sh" >/dev/null || true
+    cat "$tmp/$job.out" || true
+    for id; do
+      cat "$tmp/$id.out" || true
+      [[ -f $tmp/$id.rc ]] || fail "the job did not run $id"
+    done
+    [[ ! -s $tmp/$job.steps ]] || fail "steps left after $*: $(cat "$tmp/$job.steps")"
   }
   node=$(hostname -s)
   if [[ $case == srun_shm ]]; then
@@ -139,20 +153,8 @@ faults:
 timeouts: {comm_ms: 5000, run_s: 100}
 expect: {oracle: checkpoint_error}
 Y
-    cat >"$tmp/more.sh" <<J
-#!/bin/bash
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-for id in shm disk; do
-  "$faultline" run "$tmp/\$id.yaml" --results "$tmp/r" --run-id "\$id" > "$tmp/\$id.out" 2>&1
-  echo \$? > "$tmp/\$id.rc"
-done
-squeue -h -s -j "\$SLURM_JOB_ID" -o "%i %j" | grep -v -e '\.batch' -e '\.extern' > "$tmp/more.steps" || true
-J
-    chmod +x "$tmp/more.sh"
     before=$(findmnt -rn -o SOURCE /dev/shm)
-    timeout 200 sbatch --wait --overcommit --time=3 -N1 -n 2 -o "$tmp/more.out" "$tmp/more.sh" >/dev/null || true
-    cat "$tmp/more.out" "$tmp"/{shm,disk}.out || true
-    [[ ! -s $tmp/more.steps ]] || fail "steps left: $(cat "$tmp/more.steps")"
+    submit shm disk
     for id in shm disk; do
       [[ $(cat "$tmp/$id.rc") == 0 ]] || fail "the run of $id: exit $(cat "$tmp/$id.rc")"
     done
@@ -190,9 +192,7 @@ print("srun_shm ok: bus errors on ranks", sorted(bus), "ENOSPC on ranks", sorted
 PY
     [[ $(findmnt -rn -o SOURCE /dev/shm) == "$before" ]] || fail "this machine's /dev/shm changed"
     ! findmnt -rn "$tmp/r/disk/checkpoints" >/dev/null || fail "the disk_full mount is left"
-    bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm"
-    for f in "$tmp"/slurm/*.pid; do [[ -e $f ]] && fail "a daemon is left: $f"; done
-    exit 0
+    finish
   fi
   if [[ $case == srun_faults ]]; then
     # One batch job runs the three scenarios in turn (each sbatch --wait costs seconds of polls).
@@ -220,19 +220,7 @@ workload: {steps: 3}
 faults:
   - shm: {size: 1m}
 Y
-    cat >"$tmp/faults.sh" <<J
-#!/bin/bash
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-for id in nohosts hosts shm; do
-  "$faultline" run "$tmp/\$id.yaml" --results "$tmp/r" --run-id "\$id" > "$tmp/\$id.out" 2>&1
-  echo \$? > "$tmp/\$id.rc"
-done
-squeue -h -s -j "\$SLURM_JOB_ID" -o "%i %j" | grep -v -e '\.batch' -e '\.extern' > "$tmp/faults.steps" || true
-J
-    chmod +x "$tmp/faults.sh"
-    timeout 200 sbatch --wait --overcommit --time=3 -N1 -n 2 -o "$tmp/faults.out" "$tmp/faults.sh" >/dev/null || true
-    cat "$tmp/faults.out" "$tmp"/{nohosts,hosts,shm}.out || true
-    [[ ! -s $tmp/faults.steps ]] || fail "steps left: $(cat "$tmp/faults.steps")"
+    submit nohosts hosts shm
     for id in nohosts hosts; do
       host=$node
       [[ $id == hosts ]] && host=a
@@ -277,9 +265,7 @@ PY
       "$tmp/shm.out" || fail "no clear error for shm"
     [[ ! -e $tmp/r/shm/history.jsonl ]] || ! grep -Eq '"kind":"(launch|agents_step)"' "$tmp/r/shm/history.jsonl" ||
       fail "something was started for shm"
-    bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm"
-    for f in "$tmp"/slurm/*.pid; do [[ -e $f ]] && fail "a daemon is left: $f"; done
-    exit 0
+    finish
   fi
   hosts=""
   [[ $case == srun_hosts ]] && hosts=", hosts: [a]"
@@ -292,7 +278,7 @@ faults:
 timeouts: {comm_ms: 5000}
 expect: {oracle: exit_class, ranks: [1]}
 Y
-  submit "$tmp/kill.yaml" kill
+  submit kill
   [[ $(cat "$tmp/kill.rc") == 0 ]] || fail "the run of kill: exit $(cat "$tmp/kill.rc")"
   python3 - "$tmp/r/kill" "$node" "$case" <<'PY'
 import json, sys
@@ -321,15 +307,13 @@ topology: {ranks: 2, launcher: srun, hosts: [a, b]}
 workload: {steps: 3}
 expect: {oracle: completed}
 Y
-    submit "$tmp/two.yaml" two
+    submit two
     [[ $(cat "$tmp/two.rc") == 2 ]] || fail "two hosts on one node: exit $(cat "$tmp/two.rc"), want 2"
     grep -q "topology.hosts lists 2 host(s) but the allocation has 1 node(s) ($node)" "$tmp/two.out" ||
       fail "no clear error"
     ! grep -Eq '"kind":"(launch|agents_step)"' "$tmp/r/two/history.jsonl" || fail "something was started"
   fi
-  bash "$src/harness/slurm/local-slurm.sh" down "$tmp/slurm"
-  for f in "$tmp"/slurm/*.pid; do [[ -e $f ]] && fail "a daemon is left: $f"; done
-  exit 0
+  finish
 fi
 
 launcher=mpirun tasks=4 want=0
