@@ -52,9 +52,13 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
 
   // The group exists from launch, unlimited, so that the rank is in it when the limit comes.
   void setup(Host& h) override {
-    nodes = fault_nodes(h, rank);
-    if (!nodes.empty()) {
-      group_path = on_host(h, -1).value("cgroup", "");
+    if (const auto want = fault_nodes(h, rank); !want.empty()) {
+      // Each node counts once its agent made the group: a later agent's failure leaves the
+      // groups made so far for heal to remove.
+      for (const int n : want) {
+        group_path = on_node(h, n, -1).value("cgroup", "");
+        nodes.push_back(n);
+      }
       return;
     }
     if (const int n = sweep_stale_cgroups(kCpuCgroupRoot.get()); n > 0) {
@@ -65,20 +69,22 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
     group_path = group->path();
   }
 
-  // The quota (-1: none) set by each agent holding a group: the last one's report.
-  nlohmann::json on_host(Host& h, int64_t quota) {
+  // The quota (-1: none) set by agent `n` (it makes the group first time): its report.
+  nlohmann::json on_node(Host& h, int n, int64_t quota) {
     auto* a = h.box.agents();
-    nlohmann::json r;
-    for (const int n : nodes) {
-      if (!a || !a->up(n)) {
-        raise<Error>("cpu_quota on rank {} needs the agent of {} (it is not up)", rank,
-                     node_name(h, n));
-      }
-      HostFaultOp op{"cpu_quota", rank};
-      op.quota_us = quota;
-      op.period_us = kPeriodUs;
-      r = a->host_fault(n, op);
+    if (!a || !a->up(n)) {
+      raise<Error>("cpu_quota on rank {} needs the agent of {} (it is not up)", rank,
+                   node_name(h, n));
     }
+    HostFaultOp op{"cpu_quota", rank};
+    op.quota_us = quota;
+    op.period_us = kPeriodUs;
+    return a->host_fault(n, op);
+  }
+  // The quota set by each agent holding a group: the last one's report.
+  nlohmann::json on_host(Host& h, int64_t quota) {
+    nlohmann::json r;
+    for (const int n : nodes) r = on_node(h, n, quota);
     return r;
   }
   // Where the group is, in events: the rank's host or node (every node Slurm could pick).
@@ -151,7 +157,7 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
   // moves what is left of the rank back and removes the group. A lost agent cannot; the next one
   // on that host sweeps the group.
   void heal_on_host(Host& h) {
-    if (released || group_path.empty()) return;
+    if (released || nodes.empty()) return;
     released = true;
     for (const int n : nodes) heal_on(h, n);
   }

@@ -103,8 +103,7 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
   }
 
   void setup(Host& h) override {
-    nodes = fault_nodes(h, rank);
-    if (!nodes.empty()) return setup_on_host(h);
+    if (auto want = fault_nodes(h, rank); !want.empty()) return setup_on_host(h, want);
     if (const int n = sweep_stale_cgroups(kCgroupRoot.get()); n > 0) {
       h.hist.harness("cleanup", {{"stale_cgroups_removed", n}});
     }
@@ -139,7 +138,7 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
   }
 
   void explain_exit(Host& h, int r, nlohmann::json& exit) override;
-  void setup_on_host(Host& h);
+  void setup_on_host(Host& h, const std::vector<int>& want);
   nlohmann::json status_from_agents(Host& h);
   void report_on_host(Host& h);
   void heal_on_host(Host& h);
@@ -164,10 +163,10 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
 
 // Through agents: each creates the cgroup, moves the rank's processes into it as they appear on
 // its host (only the rank's host has any), reports its counters, and removes it
-// (harness/agent/agent_faults.cpp).
-void MemoryLimitFault::setup_on_host(Host& h) {
-  if (nodes.size() == 1) node = nodes[0];
-  for (const int n : nodes) {
+// (harness/agent/agent_faults.cpp). Each node counts once its agent made the group: a later
+// agent's failure leaves the groups made so far, and only those, for heal to remove.
+void MemoryLimitFault::setup_on_host(Host& h, const std::vector<int>& want) {
+  for (const int n : want) {
     const std::string host = node_name(h, n);
     auto* a = h.box.agents();
     if (!a || !a->up(n)) {
@@ -177,7 +176,9 @@ void MemoryLimitFault::setup_on_host(Host& h) {
     host_group = r.value("cgroup", "");
     nlohmann::json d = {
         {"bytes", bytes}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}, {"agent", r}};
-    if (node < 0) d["placed_by"] = "slurm";  // this agent adopts the rank only if it lands here
+    if (want.size() > 1) d["placed_by"] = "slurm";  // this agent adopts the rank if it lands here
+    nodes.push_back(n);
+    if (want.size() == 1) node = n;
     h.record(
         "memory_limit", d, rank,
         fmt::format("rank {} limited to {} bytes (cgroup on {}, by its agent)", rank, bytes, host));
@@ -245,7 +246,7 @@ void MemoryLimitFault::report_on_host(Host& h) {
 // Before teardown, while the agents are up: each moves what is left back and removes its group.
 // A lost agent cannot; its group stays until the next agent on that host sweeps it.
 void MemoryLimitFault::heal_on_host(Host& h) {
-  if (released || host_group.empty()) return;
+  if (released || nodes.empty()) return;
   released = true;
   for (const int n : nodes) heal_on(h, n);
 }
