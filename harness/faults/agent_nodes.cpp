@@ -5,6 +5,7 @@
 
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
+#include "harness/run/history.hpp"
 
 namespace fl::harness::faults {
 
@@ -54,6 +55,35 @@ std::string needs_rank_node(const std::string& kind, const std::string& why) {
       "picks the rank's node only at launch, and {} (allowed: add topology.hosts, whose hosts "
       "land on the allocation's nodes, or use launcher local or mpirun)",
       kind, why);
+}
+
+void release_group(Host& h, int node, int rank, const std::string& fault, const std::string& op,
+                   const std::string& cgroup, const ReleaseReport& more) {
+  nlohmann::json d;
+  try {
+    d = {{"fault", fault}, {"cgroup", cgroup}, {"via", "agent"}, {"host", node_name(h, node)}};
+    auto* a = h.box.agents();
+    if (!a || !a->up(node)) {
+      d["error"] = "the host's agent is gone: the next agent on the host removes its group";
+      h.hist.harness("heal_error", d, rank);
+      return;
+    }
+    HostFaultOp o;
+    o.op = op;
+    o.rank = rank;
+    const auto r = a->host_fault(node, o);
+    d["removed"] = r.value("removed", false);
+    d["moved_back"] = r.value("moved_back", 0);
+    if (more) more(r, d);
+    h.hist.harness("fault_healed", d, rank);
+  } catch (const std::exception& e) {
+    try {
+      d["fault"] = fault;
+      d["error"] = e.what();
+      h.hist.harness("heal_error", d, rank);
+    } catch (...) {
+    }
+  }
 }
 
 }  // namespace fl::harness::faults

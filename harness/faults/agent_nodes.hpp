@@ -8,8 +8,11 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace fl::harness {
 struct Scenario;
@@ -35,5 +38,14 @@ int locate_rank(Host& h, int rank, pid_t pid, std::string& why);
 // The load-time refusal for a fault that needs the rank's node before launch (shm, hide, a
 // disk_full on one rank): the text loader::fail_at shows, naming the fault and the launcher.
 std::string needs_rank_node(const std::string& kind, const std::string& why);
+
+// Has agent `node` undo `op` (memory_release, cpu_release: the rank's group there): it moves
+// what is left of the rank back and removes the group. Records fault_healed (fault, cgroup,
+// via, host, removed, moved_back, plus what `more` adds from the agent's report; `more` runs
+// before the record), or heal_error when the agent is gone (the next agent on that host sweeps
+// the group) or refused.
+using ReleaseReport = std::function<void(const nlohmann::json& report, nlohmann::json& healed)>;
+void release_group(Host& h, int node, int rank, const std::string& fault, const std::string& op,
+                   const std::string& cgroup, const ReleaseReport& more = {});
 
 }  // namespace fl::harness::faults

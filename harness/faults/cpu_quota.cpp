@@ -163,38 +163,20 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
   }
 
   void heal_on(Host& h, int node) {
-    const std::string host = node_name(h, node);
-    nlohmann::json d = {
-        {"fault", "cpu_quota"}, {"cgroup", group_path}, {"via", "agent"}, {"host", host}};
-    try {
-      auto* a = h.box.agents();
-      if (!a || !a->up(node)) {
-        d["error"] = "the host's agent is gone: the next agent on the host removes its group";
-        h.hist.harness("heal_error", d, rank);
-        return;
-      }
-      const auto r = a->host_fault(node, {"cpu_release", rank});
-      // With Slurm's placement only the rank's node's group held the rank.
-      if (applied && (nodes.size() == 1 || !r.value("pids", nlohmann::json::array()).empty())) {
-        h.hist.harness("cgroup_cpu",
-                       {{"nr_periods", r.value("nr_periods", int64_t{-1})},
-                        {"nr_throttled", r.value("nr_throttled", int64_t{-1})},
-                        {"throttled_ns", r.value("throttled_ns", int64_t{-1})},
-                        {"pids", r.value("pids", nlohmann::json::array())},
-                        {"via", "agent"},
-                        {"host", host}},
-                       rank);
-      }
-      d["removed"] = r.value("removed", false);
-      d["moved_back"] = r.value("moved_back", 0);
-      h.hist.harness("fault_healed", d, rank);
-    } catch (const std::exception& e) {
-      try {
-        d["error"] = e.what();
-        h.hist.harness("heal_error", d, rank);
-      } catch (...) {
-      }
-    }
+    release_group(h, node, rank, "cpu_quota", "cpu_release", group_path,
+                  [&](const nlohmann::json& r, nlohmann::json&) {
+                    // With Slurm's placement only the rank's node's group held the rank.
+                    const auto pids = r.value("pids", nlohmann::json::array());
+                    if (!applied || (nodes.size() != 1 && pids.empty())) return;
+                    h.hist.harness("cgroup_cpu",
+                                   {{"nr_periods", r.value("nr_periods", int64_t{-1})},
+                                    {"nr_throttled", r.value("nr_throttled", int64_t{-1})},
+                                    {"throttled_ns", r.value("throttled_ns", int64_t{-1})},
+                                    {"pids", pids},
+                                    {"via", "agent"},
+                                    {"host", node_name(h, node)}},
+                                   rank);
+                  });
   }
 
  private:

@@ -252,29 +252,12 @@ void MemoryLimitFault::heal_on_host(Host& h) {
 }
 
 void MemoryLimitFault::heal_on(Host& h, int n) {
-  try {
-    const std::string host = node_name(h, n);
-    auto* a = h.box.agents();
-    nlohmann::json d = {
-        {"fault", "memory_limit"}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}};
-    if (a && a->up(n)) {
-      const auto r = a->host_fault(n, {"memory_release", rank});
-      d["removed"] = r.value("removed", false);
-      d["moved_back"] = r.value("moved_back", 0);
-      d["oom_kills"] = r.value("oom_kills", 0);
-      d["max_usage"] = r.value("max_usage", 0);
-      d["pids"] = r.value("pids", nlohmann::json::array());  // the rank's processes it held
-      h.hist.harness("fault_healed", d, rank);
-    } else {
-      d["error"] = "the host's agent is gone: the next agent on the host removes its group";
-      h.hist.harness("heal_error", d, rank);
-    }
-  } catch (const std::exception& e) {
-    try {
-      h.hist.harness("heal_error", {{"fault", "memory_limit"}, {"error", e.what()}}, rank);
-    } catch (...) {
-    }
-  }
+  release_group(h, n, rank, "memory_limit", "memory_release", host_group,
+                [](const nlohmann::json& r, nlohmann::json& d) {
+                  d["oom_kills"] = r.value("oom_kills", 0);
+                  d["max_usage"] = r.value("max_usage", 0);
+                  d["pids"] = r.value("pids", nlohmann::json::array());  // the rank's processes
+                });
 }
 
 class MemoryLimitKind : public FaultKind {
