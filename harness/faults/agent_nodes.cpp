@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/error.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/run/history.hpp"
@@ -27,6 +28,22 @@ std::vector<int> fault_nodes(const Host& h, int rank) {
 std::string node_name(const Host& h, int node) {
   if (!h.s.hosts.empty()) return h.s.hosts.at(static_cast<size_t>(node));
   return h.box.agents() ? h.box.agents()->name(node) : std::to_string(node);
+}
+
+HostAgents& agent_for(Host& h, int node, std::string_view fault, std::string_view then) {
+  auto* a = h.box.agents();
+  if (a && a->up(node)) return *a;
+  const std::string after = then.empty() ? std::string() : fmt::format("; {}", then);
+  if (!a) {
+    raise<Error>(
+        "{} needs the agent of {}, and this run has none (agents run with topology.hosts or "
+        "launcher srun){}",
+        fault, node_name(h, node), after);
+  }
+  raise<Error>(
+      "{} needs the agent of {}, and it is not up (lost, or it never attached: the run's "
+      "agent_lost events and helpers.log say why){}",
+      fault, node_name(h, node), after);
 }
 
 int locate_rank(Host& h, int rank, pid_t pid, std::string& why) {
@@ -62,16 +79,11 @@ void release_group(Host& h, int node, int rank, const std::string& fault, const 
   nlohmann::json d;
   try {
     d = {{"fault", fault}, {"cgroup", cgroup}, {"via", "agent"}, {"host", node_name(h, node)}};
-    auto* a = h.box.agents();
-    if (!a || !a->up(node)) {
-      d["error"] = "the host's agent is gone: the next agent on the host removes its group";
-      h.hist.harness("heal_error", d, rank);
-      return;
-    }
+    auto& a = agent_for(h, node, fault, "the next agent on that host removes its group");
     HostFaultOp o;
     o.op = op;
     o.rank = rank;
-    const auto r = a->host_fault(node, o);
+    const auto r = a.host_fault(node, o);
     d["removed"] = r.value("removed", false);
     d["moved_back"] = r.value("moved_back", 0);
     if (more) more(r, d);

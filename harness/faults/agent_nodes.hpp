@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -21,12 +22,17 @@ struct Scenario;
 namespace fl::harness::faults {
 
 struct Host;
+class HostAgents;
 
 // launcher srun without topology.hosts: the ranks' nodes are Slurm's choice, made at launch.
 bool slurm_places_ranks(const Scenario& s);
 
 // The agents a fault on `rank` (-1: every rank) goes through, as above; empty: none (local).
 std::vector<int> fault_nodes(const Host& h, int rank);
+
+// Agent `node`, up, to do `fault`'s work; otherwise Error naming the fault, the agent's host or
+// node, where to see why, and `then` (what follows, in a heal; empty: nothing said).
+HostAgents& agent_for(Host& h, int node, std::string_view fault, std::string_view then = {});
 
 // Agent `node`'s name in events: its host, or (launcher srun without hosts) its node.
 std::string node_name(const Host& h, int node);

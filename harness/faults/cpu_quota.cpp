@@ -71,15 +71,11 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
 
   // The quota (-1: none) set by agent `n` (it makes the group first time): its report.
   nlohmann::json on_node(Host& h, int n, int64_t quota) {
-    auto* a = h.box.agents();
-    if (!a || !a->up(n)) {
-      raise<Error>("cpu_quota on rank {} needs the agent of {} (it is not up)", rank,
-                   node_name(h, n));
-    }
+    auto& a = agent_for(h, n, fmt::format("cpu_quota on rank {}", rank));
     HostFaultOp op{"cpu_quota", rank};
     op.quota_us = quota;
     op.period_us = kPeriodUs;
-    return a->host_fault(n, op);
+    return a.host_fault(n, op);
   }
   // The quota set by each agent holding a group: the last one's report.
   nlohmann::json on_host(Host& h, int64_t quota) {

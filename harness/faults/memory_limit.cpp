@@ -168,11 +168,8 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
 void MemoryLimitFault::setup_on_host(Host& h, const std::vector<int>& want) {
   for (const int n : want) {
     const std::string host = node_name(h, n);
-    auto* a = h.box.agents();
-    if (!a || !a->up(n)) {
-      raise<Error>("memory_limit on rank {} needs the agent of {} (it is not up)", rank, host);
-    }
-    const auto r = a->host_fault(n, {"memory_limit", rank, bytes});
+    auto& a = agent_for(h, n, fmt::format("memory_limit on rank {}", rank));
+    const auto r = a.host_fault(n, {"memory_limit", rank, bytes});
     host_group = r.value("cgroup", "");
     nlohmann::json d = {
         {"bytes", bytes}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}, {"agent", r}};

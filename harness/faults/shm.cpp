@@ -53,11 +53,10 @@ class ShmFault : public FaultOf<ShmFault> {
     }
     for (int node : want) {
       const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
-      auto* a = h.box.agents();
-      if (!a || !a->up(node)) raise<Error>("shm on host {} needs its agent (it is not up)", host);
+      auto& a = agent_for(h, node, "shm");
       HostFaultOp op{"shm_mount"};
       op.bytes = bytes;
-      const auto r = a->host_fault(node, op);
+      const auto r = a.host_fault(node, op);
       holders[node] = r.value("namespace_pid", 0);
       h.record("shm",
                {{"path", kShmPath},
@@ -84,14 +83,9 @@ class ShmFault : public FaultOf<ShmFault> {
     for (const auto& [node, pid] : holders) {
       const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
       try {
-        auto* a = h.box.agents();
-        if (!a || !a->up(node)) {
-          raise<Error>(
-              "the agent of host {} is gone (its namespace went with it; the ranks' mount ends "
-              "with them)",
-              host);
-        }
-        const auto r = a->host_fault(node, {"shm_release"});
+        auto& a = agent_for(h, node, "shm",
+                            "its namespace went with it; the ranks' mount ends with them");
+        const auto r = a.host_fault(node, {"shm_release"});
         nlohmann::json d = {{"fault", "shm"}, {"path", kShmPath}, {"via", "agent"}, {"host", host}};
         if (!r.value("unmounted", false)) d["error"] = r.value("error", "");
         h.hist.harness(r.value("unmounted", false) ? "fault_healed" : "heal_error", d);
