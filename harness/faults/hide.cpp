@@ -55,7 +55,7 @@ class HideFault : public FaultOf<HideFault> {
     for (int r = 0; r < h.s.ranks; ++r) {
       if (rank >= 0 && rank != r) continue;
       const int node = host_of_rank(h.s, r);
-      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+      const std::string host = node_name(h, node);
       auto& a = agent_for(h, node, fmt::format("hide on rank {}", r));
       HostFaultOp op{"hide_plugin", r};
       op.library = library;
@@ -87,7 +87,7 @@ class HideFault : public FaultOf<HideFault> {
           unhide_plugin(h.plugin_dir, links(h, r), library);
           d["via"] = "local";
         } else {
-          const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+          const std::string host = node_name(h, node);
           d.update({{"via", "agent"}, {"host", host}});
           auto& a = agent_for(h, node, "hide", "the link stays out");
           HostFaultOp op{"unhide_plugin", r};

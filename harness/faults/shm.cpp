@@ -45,14 +45,8 @@ class ShmFault : public FaultOf<ShmFault> {
   // namespace there with /dev/shm a tmpfs of `bytes`; that host's ranks start inside it (their
   // app-file line runs nsenter), the host's own /dev/shm stays as it is.
   void setup_on_hosts(Host& h) {
-    std::vector<int> want;
-    if (rank >= 0) {
-      want.push_back(host_of_rank(h.s, rank));
-    } else {
-      for (size_t k = 0; k < h.s.hosts.size(); ++k) want.push_back(static_cast<int>(k));
-    }
-    for (int node : want) {
-      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+    for (const int node : fault_nodes(h, rank)) {
+      const std::string host = node_name(h, node);
       auto& a = agent_for(h, node, "shm");
       HostFaultOp op{"shm_mount"};
       op.bytes = bytes;
@@ -81,7 +75,7 @@ class ShmFault : public FaultOf<ShmFault> {
 
   void heal(Host& h, bool) override {
     for (const auto& [node, pid] : holders) {
-      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+      const std::string host = node_name(h, node);
       try {
         auto& a = agent_for(h, node, "shm",
                             "its namespace went with it; the ranks' mount ends with them");
