@@ -19,7 +19,16 @@ std::vector<int> fault_nodes(const Host& h, int rank) {
   if (!h.s.hosts.empty()) {
     if (rank >= 0) return {host_of_rank(h.s, rank)};
     for (size_t k = 0; k < h.s.hosts.size(); ++k) nodes.push_back(static_cast<int>(k));
-  } else if (slurm_places_ranks(h.s) && h.box.agents()) {
+  } else if (slurm_places_ranks(h.s)) {
+    // The harness's own machine is none of the nodes srun starts the ranks on: acting there
+    // would change nothing the ranks see.
+    if (!h.box.agents()) {
+      raise<Error>(
+          "a fault on {} needs the run's agents: with topology.launcher: srun and no "
+          "topology.hosts Slurm places the ranks, and only the agent on each node acts there, but "
+          "this run has none (faultline run starts them, one per node of the allocation)",
+          rank < 0 ? std::string("every rank") : fmt::format("rank {}", rank));
+    }
     for (int k = 0; k < h.box.agents()->count(); ++k) nodes.push_back(k);
   }
   return nodes;

@@ -28,6 +28,7 @@ class HostAgents;
 bool slurm_places_ranks(const Scenario& s);
 
 // The agents a fault on `rank` (-1: every rank) goes through, as above; empty: none (local).
+// Error when Slurm places the ranks and the run has no agents (no node could be reached).
 std::vector<int> fault_nodes(const Host& h, int rank);
 
 // Agent `node`, up, to do `fault`'s work; otherwise Error naming the fault, the agent's host or
