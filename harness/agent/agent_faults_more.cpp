@@ -34,10 +34,12 @@ namespace {
 // its own on this host; it dies with the agent's thread that made it (parent-death signal).
 pid_t hold_mount_namespace() {
   const std::string mine = fs::read_symlink("/proc/self/ns/mnt").string();
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) raise<Error>("shm_mount: cannot fork: {}", std::strerror(errno));
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);  // the agent died before the signal was armed
     const int null = ::open("/dev/null", O_RDWR);
     if (null >= 0) {
       ::dup2(null, 0);
