@@ -91,8 +91,8 @@ std::unique_ptr<RankCgroup> RankCgroup::make(const std::string& controller, int 
   g->secret = secret;
   std::error_code ec;
   g->rank_dir = fs::weakly_canonical(fmt::format("{}/ranks/rank{}", run_dir, rank), ec).string();
-  g->cg.emplace(root, memory ? "FAULTLINE_CGROUP_ROOT" : "FAULTLINE_CPU_CGROUP_ROOT", run_dir,
-                rank, (memory ? "memory_limit on " : "cpu_quota on ") + host);
+  g->cg.emplace(root, memory ? "FAULTLINE_CGROUP_ROOT" : "FAULTLINE_CPU_CGROUP_ROOT", run_dir, rank,
+                (memory ? "memory_limit on " : "cpu_quota on ") + host);
   try {
     limit(*g->cg);
   } catch (...) {
