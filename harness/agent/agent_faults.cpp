@@ -161,23 +161,9 @@ nlohmann::json AgentFaults::memory_limit(int rank, int64_t bytes) {
   }
   if (groups_.count(rank))
     raise<Error>("memory_limit: rank {} has a limit on {} already", rank, host_);
-  const std::string root = faults::memory_cgroup_root();
-  faults::sweep_stale_cgroups(root);
-  auto g = std::make_unique<RankCgroup>();
-  g->controller = "memory";
-  g->rank = rank;
+  auto g = RankCgroup::make("memory", rank, dir_, secret_, host_,
+                            [&](faults::Cgroup& cg) { faults::limit_memory(cg, bytes); });
   g->bytes = bytes;
-  g->root = root;
-  g->secret = secret_;
-  std::error_code ec;
-  g->rank_dir = fs::weakly_canonical(fmt::format("{}/ranks/rank{}", dir_, rank), ec).string();
-  g->cg.emplace(root, "FAULTLINE_CGROUP_ROOT", dir_, rank, "memory_limit on " + host_);
-  try {
-    faults::limit_memory(*g->cg, bytes);
-  } catch (...) {
-    g->cg->remove();
-    throw;
-  }
   // What the rank charged before it was moved comes along where the kernel still can.
   bool moves_charge = false;
   try {

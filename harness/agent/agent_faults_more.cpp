@@ -34,10 +34,12 @@ namespace {
 // its own on this host; it dies with the agent's thread that made it (parent-death signal).
 pid_t hold_mount_namespace() {
   const std::string mine = fs::read_symlink("/proc/self/ns/mnt").string();
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) raise<Error>("shm_mount: cannot fork: {}", std::strerror(errno));
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);  // the agent died before the signal was armed
     const int null = ::open("/dev/null", O_RDWR);
     if (null >= 0) {
       ::dup2(null, 0);
@@ -75,6 +77,31 @@ void check_rank(int rank, const char* what) {
 
 }  // namespace
 
+std::unique_ptr<RankCgroup> RankCgroup::make(const std::string& controller, int rank,
+                                             const std::string& run_dir, const std::string& secret,
+                                             const std::string& host,
+                                             const std::function<void(faults::Cgroup&)>& limit) {
+  const bool memory = controller == "memory";
+  const std::string root = memory ? faults::memory_cgroup_root() : faults::cpu_cgroup_root();
+  faults::sweep_stale_cgroups(root);
+  auto g = std::make_unique<RankCgroup>();
+  g->controller = controller;
+  g->rank = rank;
+  g->root = root;
+  g->secret = secret;
+  std::error_code ec;
+  g->rank_dir = fs::weakly_canonical(fmt::format("{}/ranks/rank{}", run_dir, rank), ec).string();
+  g->cg.emplace(root, memory ? "FAULTLINE_CGROUP_ROOT" : "FAULTLINE_CPU_CGROUP_ROOT", run_dir, rank,
+                (memory ? "memory_limit on " : "cpu_quota on ") + host);
+  try {
+    limit(*g->cg);
+  } catch (...) {
+    g->cg->remove();
+    throw;
+  }
+  return g;
+}
+
 nlohmann::json AgentFaults::cpu_quota(int rank, int64_t quota_us, int64_t period_us) {
   check_rank(rank, "cpu_quota");
   if (period_us < 1000 || period_us > 1000000) {
@@ -88,22 +115,9 @@ nlohmann::json AgentFaults::cpu_quota(int rank, int64_t quota_us, int64_t period
   auto it = cpu_groups_.find(rank);
   if (it == cpu_groups_.end()) {
     // The first request makes the group and starts moving the rank's processes into it.
-    const std::string root = faults::cpu_cgroup_root();
-    faults::sweep_stale_cgroups(root);
-    auto g = std::make_unique<RankCgroup>();
-    g->controller = "cpu";
-    g->rank = rank;
-    g->root = root;
-    g->secret = secret_;
-    std::error_code ec;
-    g->rank_dir = fs::weakly_canonical(fmt::format("{}/ranks/rank{}", dir_, rank), ec).string();
-    g->cg.emplace(root, "FAULTLINE_CPU_CGROUP_ROOT", dir_, rank, "cpu_quota on " + host_);
-    try {
-      faults::set_cpu_quota(*g->cg, quota_us, period_us);
-    } catch (...) {
-      g->cg->remove();
-      throw;
-    }
+    auto g = RankCgroup::make("cpu", rank, dir_, secret_, host_, [&](faults::Cgroup& cg) {
+      faults::set_cpu_quota(cg, quota_us, period_us);
+    });
     g->start();
     it = cpu_groups_.emplace(rank, std::move(g)).first;
   } else {

@@ -8,7 +8,9 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -33,6 +35,14 @@ struct RankCgroup {
   std::vector<std::string> errors;
   std::atomic<bool> stop{false};
   std::thread watcher;
+
+  // A new group of `controller` ("memory" or "cpu", under that fault's cgroup root, stale groups
+  // of gone harnesses swept first) for `rank` of the run in `run_dir` on `host`, limited by
+  // `limit` (the group removed again if that throws); its watcher not started yet.
+  static std::unique_ptr<RankCgroup> make(const std::string& controller, int rank,
+                                          const std::string& run_dir, const std::string& secret,
+                                          const std::string& host,
+                                          const std::function<void(faults::Cgroup&)>& limit);
 
   // Is `pid` a process of rank `rank` of this run?
   bool is_rank(pid_t pid) const;

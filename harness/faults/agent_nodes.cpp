@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/error.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
+#include "harness/run/history.hpp"
 
 namespace fl::harness::faults {
 
@@ -17,7 +19,16 @@ std::vector<int> fault_nodes(const Host& h, int rank) {
   if (!h.s.hosts.empty()) {
     if (rank >= 0) return {host_of_rank(h.s, rank)};
     for (size_t k = 0; k < h.s.hosts.size(); ++k) nodes.push_back(static_cast<int>(k));
-  } else if (slurm_places_ranks(h.s) && h.box.agents()) {
+  } else if (slurm_places_ranks(h.s)) {
+    // The harness's own machine is none of the nodes srun starts the ranks on: acting there
+    // would change nothing the ranks see.
+    if (!h.box.agents()) {
+      raise<Error>(
+          "a fault on {} needs the run's agents: with topology.launcher: srun and no "
+          "topology.hosts Slurm places the ranks, and only the agent on each node acts there, but "
+          "this run has none (faultline run starts them, one per node of the allocation)",
+          rank < 0 ? std::string("every rank") : fmt::format("rank {}", rank));
+    }
     for (int k = 0; k < h.box.agents()->count(); ++k) nodes.push_back(k);
   }
   return nodes;
@@ -26,6 +37,22 @@ std::vector<int> fault_nodes(const Host& h, int rank) {
 std::string node_name(const Host& h, int node) {
   if (!h.s.hosts.empty()) return h.s.hosts.at(static_cast<size_t>(node));
   return h.box.agents() ? h.box.agents()->name(node) : std::to_string(node);
+}
+
+HostAgents& agent_for(Host& h, int node, std::string_view fault, std::string_view then) {
+  auto* a = h.box.agents();
+  if (a && a->up(node)) return *a;
+  const std::string after = then.empty() ? std::string() : fmt::format("; {}", then);
+  if (!a) {
+    raise<Error>(
+        "{} needs the agent of {}, and this run has none (agents run with topology.hosts or "
+        "launcher srun){}",
+        fault, node_name(h, node), after);
+  }
+  raise<Error>(
+      "{} needs the agent of {}, and it is not up (lost, or it never attached: the run's "
+      "agent_lost events and helpers.log say why){}",
+      fault, node_name(h, node), after);
 }
 
 int locate_rank(Host& h, int rank, pid_t pid, std::string& why) {
@@ -54,6 +81,30 @@ std::string needs_rank_node(const std::string& kind, const std::string& why) {
       "picks the rank's node only at launch, and {} (allowed: add topology.hosts, whose hosts "
       "land on the allocation's nodes, or use launcher local or mpirun)",
       kind, why);
+}
+
+void release_group(Host& h, int node, int rank, const std::string& fault, const std::string& op,
+                   const std::string& cgroup, const ReleaseReport& more) {
+  nlohmann::json d;
+  try {
+    d = {{"fault", fault}, {"cgroup", cgroup}, {"via", "agent"}, {"host", node_name(h, node)}};
+    auto& a = agent_for(h, node, fault, "the next agent on that host removes its group");
+    HostFaultOp o;
+    o.op = op;
+    o.rank = rank;
+    const auto r = a.host_fault(node, o);
+    d["removed"] = r.value("removed", false);
+    d["moved_back"] = r.value("moved_back", 0);
+    if (more) more(r, d);
+    h.hist.harness("fault_healed", d, rank);
+  } catch (const std::exception& e) {
+    try {
+      d["fault"] = fault;
+      d["error"] = e.what();
+      h.hist.harness("heal_error", d, rank);
+    } catch (...) {
+    }
+  }
 }
 
 }  // namespace fl::harness::faults

@@ -8,8 +8,12 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace fl::harness {
 struct Scenario;
@@ -18,12 +22,18 @@ struct Scenario;
 namespace fl::harness::faults {
 
 struct Host;
+class HostAgents;
 
 // launcher srun without topology.hosts: the ranks' nodes are Slurm's choice, made at launch.
 bool slurm_places_ranks(const Scenario& s);
 
 // The agents a fault on `rank` (-1: every rank) goes through, as above; empty: none (local).
+// Error when Slurm places the ranks and the run has no agents (no node could be reached).
 std::vector<int> fault_nodes(const Host& h, int rank);
+
+// Agent `node`, up, to do `fault`'s work; otherwise Error naming the fault, the agent's host or
+// node, where to see why, and `then` (what follows, in a heal; empty: nothing said).
+HostAgents& agent_for(Host& h, int node, std::string_view fault, std::string_view then = {});
 
 // Agent `node`'s name in events: its host, or (launcher srun without hosts) its node.
 std::string node_name(const Host& h, int node);
@@ -35,5 +45,14 @@ int locate_rank(Host& h, int rank, pid_t pid, std::string& why);
 // The load-time refusal for a fault that needs the rank's node before launch (shm, hide, a
 // disk_full on one rank): the text loader::fail_at shows, naming the fault and the launcher.
 std::string needs_rank_node(const std::string& kind, const std::string& why);
+
+// Has agent `node` undo `op` (memory_release, cpu_release: the rank's group there): it moves
+// what is left of the rank back and removes the group. Records fault_healed (fault, cgroup,
+// via, host, removed, moved_back, plus what `more` adds from the agent's report; `more` runs
+// before the record), or heal_error when the agent is gone (the next agent on that host sweeps
+// the group) or refused.
+using ReleaseReport = std::function<void(const nlohmann::json& report, nlohmann::json& healed)>;
+void release_group(Host& h, int node, int rank, const std::string& fault, const std::string& op,
+                   const std::string& cgroup, const ReleaseReport& more = {});
 
 }  // namespace fl::harness::faults

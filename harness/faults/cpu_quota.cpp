@@ -52,9 +52,13 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
 
   // The group exists from launch, unlimited, so that the rank is in it when the limit comes.
   void setup(Host& h) override {
-    nodes = fault_nodes(h, rank);
-    if (!nodes.empty()) {
-      group_path = on_host(h, -1).value("cgroup", "");
+    if (const auto want = fault_nodes(h, rank); !want.empty()) {
+      // Each node counts once its agent made the group: a later agent's failure leaves the
+      // groups made so far for heal to remove.
+      for (const int n : want) {
+        group_path = on_node(h, n, -1).value("cgroup", "");
+        nodes.push_back(n);
+      }
       return;
     }
     if (const int n = sweep_stale_cgroups(kCpuCgroupRoot.get()); n > 0) {
@@ -65,20 +69,18 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
     group_path = group->path();
   }
 
-  // The quota (-1: none) set by each agent holding a group: the last one's report.
+  // The quota (-1: none) set by agent `n` (it makes the group first time): its report.
+  nlohmann::json on_node(Host& h, int n, int64_t quota) {
+    auto& a = agent_for(h, n, fmt::format("cpu_quota on rank {}", rank));
+    HostFaultOp op{"cpu_quota", rank};
+    op.quota_us = quota;
+    op.period_us = kPeriodUs;
+    return a.host_fault(n, op);
+  }
+  // The quota set by each agent holding a group: the last one's report.
   nlohmann::json on_host(Host& h, int64_t quota) {
-    auto* a = h.box.agents();
     nlohmann::json r;
-    for (const int n : nodes) {
-      if (!a || !a->up(n)) {
-        raise<Error>("cpu_quota on rank {} needs the agent of {} (it is not up)", rank,
-                     node_name(h, n));
-      }
-      HostFaultOp op{"cpu_quota", rank};
-      op.quota_us = quota;
-      op.period_us = kPeriodUs;
-      r = a->host_fault(n, op);
-    }
+    for (const int n : nodes) r = on_node(h, n, quota);
     return r;
   }
   // Where the group is, in events: the rank's host or node (every node Slurm could pick).
@@ -151,44 +153,26 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
   // moves what is left of the rank back and removes the group. A lost agent cannot; the next one
   // on that host sweeps the group.
   void heal_on_host(Host& h) {
-    if (released || group_path.empty()) return;
+    if (released || nodes.empty()) return;
     released = true;
     for (const int n : nodes) heal_on(h, n);
   }
 
   void heal_on(Host& h, int node) {
-    const std::string host = node_name(h, node);
-    nlohmann::json d = {
-        {"fault", "cpu_quota"}, {"cgroup", group_path}, {"via", "agent"}, {"host", host}};
-    try {
-      auto* a = h.box.agents();
-      if (!a || !a->up(node)) {
-        d["error"] = "the host's agent is gone: the next agent on the host removes its group";
-        h.hist.harness("heal_error", d, rank);
-        return;
-      }
-      const auto r = a->host_fault(node, {"cpu_release", rank});
-      // With Slurm's placement only the rank's node's group held the rank.
-      if (applied && (nodes.size() == 1 || !r.value("pids", nlohmann::json::array()).empty())) {
-        h.hist.harness("cgroup_cpu",
-                       {{"nr_periods", r.value("nr_periods", int64_t{-1})},
-                        {"nr_throttled", r.value("nr_throttled", int64_t{-1})},
-                        {"throttled_ns", r.value("throttled_ns", int64_t{-1})},
-                        {"pids", r.value("pids", nlohmann::json::array())},
-                        {"via", "agent"},
-                        {"host", host}},
-                       rank);
-      }
-      d["removed"] = r.value("removed", false);
-      d["moved_back"] = r.value("moved_back", 0);
-      h.hist.harness("fault_healed", d, rank);
-    } catch (const std::exception& e) {
-      try {
-        d["error"] = e.what();
-        h.hist.harness("heal_error", d, rank);
-      } catch (...) {
-      }
-    }
+    release_group(h, node, rank, "cpu_quota", "cpu_release", group_path,
+                  [&](const nlohmann::json& r, nlohmann::json&) {
+                    // With Slurm's placement only the rank's node's group held the rank.
+                    const auto pids = r.value("pids", nlohmann::json::array());
+                    if (!applied || (nodes.size() != 1 && pids.empty())) return;
+                    h.hist.harness("cgroup_cpu",
+                                   {{"nr_periods", r.value("nr_periods", int64_t{-1})},
+                                    {"nr_throttled", r.value("nr_throttled", int64_t{-1})},
+                                    {"throttled_ns", r.value("throttled_ns", int64_t{-1})},
+                                    {"pids", pids},
+                                    {"via", "agent"},
+                                    {"host", node_name(h, node)}},
+                                   rank);
+                  });
   }
 
  private:

@@ -43,13 +43,11 @@ class DiskFullFault : public FaultOf<DiskFullFault> {
   void setup_on_hosts(Host& h) {
     for (int node : fault_nodes(h, rank)) {
       const std::string host = node_name(h, node);
-      auto* a = h.box.agents();
-      if (!a || !a->up(node))
-        raise<Error>("disk_full on host {} needs its agent (it is not up)", host);
+      auto& a = agent_for(h, node, "disk_full");
       HostFaultOp op{"disk_full"};
       op.path = path;
       op.bytes = bytes;
-      const auto r = a->host_fault(node, op);
+      const auto r = a.host_fault(node, op);
       nodes.push_back(node);
       h.record(
           "disk_full",
@@ -62,12 +60,10 @@ class DiskFullFault : public FaultOf<DiskFullFault> {
     for (int node : nodes) {
       const std::string host = node_name(h, node);
       try {
-        auto* a = h.box.agents();
-        if (!a || !a->up(node))
-          raise<Error>("the agent of host {} is gone (the next agent there unmounts it)", host);
+        auto& a = agent_for(h, node, "disk_full", "the next agent there unmounts it");
         HostFaultOp op{"disk_free"};
         op.path = path;
-        const auto r = a->host_fault(node, op);
+        const auto r = a.host_fault(node, op);
         h.hist.harness("fault_healed", {{"fault", "disk_full"},
                                         {"path", r.value("unmounted", path)},
                                         {"via", "agent"},

@@ -62,15 +62,14 @@ class FileFault : public FaultOf<FileFault> {
   bool inject_on_host(Host& h, int n) {
     node = n;
     const std::string host = node_name(h, node);
-    auto* a = h.box.agents();
-    if (!a || !a->up(node)) raise<Error>("file on host {} needs its agent (it is not up)", host);
+    auto& a = agent_for(h, node, "file");
     HostFaultOp op{"file_damage"};
     op.path = path;
     op.action = action;
     op.bytes = bytes;
     op.seed = h.s.seed;
     op.tag = fmt::format("f{:x}", reinterpret_cast<uintptr_t>(this));
-    const auto r = a->host_fault(node, op);
+    const auto r = a.host_fault(node, op);
     tag = op.tag;
     for (auto d : r.value("files", nlohmann::json::array())) {
       const std::string rel = d.value("path", "");

@@ -55,14 +55,11 @@ class HideFault : public FaultOf<HideFault> {
     for (int r = 0; r < h.s.ranks; ++r) {
       if (rank >= 0 && rank != r) continue;
       const int node = host_of_rank(h.s, r);
-      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
-      auto* a = h.box.agents();
-      if (!a || !a->up(node)) {
-        raise<Error>("hide on rank {} needs the agent of its host {} (it is not up)", r, host);
-      }
+      const std::string host = node_name(h, node);
+      auto& a = agent_for(h, node, fmt::format("hide on rank {}", r));
       HostFaultOp op{"hide_plugin", r};
       op.library = library;
-      const auto d = a->host_fault(node, op);
+      const auto d = a.host_fault(node, op);
       hidden[r] = node;
       h.record("hide",
                {{"library", library},
@@ -90,15 +87,12 @@ class HideFault : public FaultOf<HideFault> {
           unhide_plugin(h.plugin_dir, links(h, r), library);
           d["via"] = "local";
         } else {
-          const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+          const std::string host = node_name(h, node);
           d.update({{"via", "agent"}, {"host", host}});
-          auto* a = h.box.agents();
-          if (!a || !a->up(node)) {
-            raise<Error>("the agent of host {} is gone (the link stays out)", host);
-          }
+          auto& a = agent_for(h, node, "hide", "the link stays out");
           HostFaultOp op{"unhide_plugin", r};
           op.library = library;
-          a->host_fault(node, op);
+          a.host_fault(node, op);
         }
         h.hist.harness("fault_healed", d, r);
       } catch (const std::exception& e) {

@@ -103,8 +103,7 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
   }
 
   void setup(Host& h) override {
-    nodes = fault_nodes(h, rank);
-    if (!nodes.empty()) return setup_on_host(h);
+    if (auto want = fault_nodes(h, rank); !want.empty()) return setup_on_host(h, want);
     if (const int n = sweep_stale_cgroups(kCgroupRoot.get()); n > 0) {
       h.hist.harness("cleanup", {{"stale_cgroups_removed", n}});
     }
@@ -139,7 +138,7 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
   }
 
   void explain_exit(Host& h, int r, nlohmann::json& exit) override;
-  void setup_on_host(Host& h);
+  void setup_on_host(Host& h, const std::vector<int>& want);
   nlohmann::json status_from_agents(Host& h);
   void report_on_host(Host& h);
   void heal_on_host(Host& h);
@@ -164,20 +163,19 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
 
 // Through agents: each creates the cgroup, moves the rank's processes into it as they appear on
 // its host (only the rank's host has any), reports its counters, and removes it
-// (harness/agent/agent_faults.cpp).
-void MemoryLimitFault::setup_on_host(Host& h) {
-  if (nodes.size() == 1) node = nodes[0];
-  for (const int n : nodes) {
+// (harness/agent/agent_faults.cpp). Each node counts once its agent made the group: a later
+// agent's failure leaves the groups made so far, and only those, for heal to remove.
+void MemoryLimitFault::setup_on_host(Host& h, const std::vector<int>& want) {
+  for (const int n : want) {
     const std::string host = node_name(h, n);
-    auto* a = h.box.agents();
-    if (!a || !a->up(n)) {
-      raise<Error>("memory_limit on rank {} needs the agent of {} (it is not up)", rank, host);
-    }
-    const auto r = a->host_fault(n, {"memory_limit", rank, bytes});
+    auto& a = agent_for(h, n, fmt::format("memory_limit on rank {}", rank));
+    const auto r = a.host_fault(n, {"memory_limit", rank, bytes});
     host_group = r.value("cgroup", "");
     nlohmann::json d = {
         {"bytes", bytes}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}, {"agent", r}};
-    if (node < 0) d["placed_by"] = "slurm";  // this agent adopts the rank only if it lands here
+    if (want.size() > 1) d["placed_by"] = "slurm";  // this agent adopts the rank if it lands here
+    nodes.push_back(n);
+    if (want.size() == 1) node = n;
     h.record(
         "memory_limit", d, rank,
         fmt::format("rank {} limited to {} bytes (cgroup on {}, by its agent)", rank, bytes, host));
@@ -245,35 +243,18 @@ void MemoryLimitFault::report_on_host(Host& h) {
 // Before teardown, while the agents are up: each moves what is left back and removes its group.
 // A lost agent cannot; its group stays until the next agent on that host sweeps it.
 void MemoryLimitFault::heal_on_host(Host& h) {
-  if (released || host_group.empty()) return;
+  if (released || nodes.empty()) return;
   released = true;
   for (const int n : nodes) heal_on(h, n);
 }
 
 void MemoryLimitFault::heal_on(Host& h, int n) {
-  try {
-    const std::string host = node_name(h, n);
-    auto* a = h.box.agents();
-    nlohmann::json d = {
-        {"fault", "memory_limit"}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}};
-    if (a && a->up(n)) {
-      const auto r = a->host_fault(n, {"memory_release", rank});
-      d["removed"] = r.value("removed", false);
-      d["moved_back"] = r.value("moved_back", 0);
-      d["oom_kills"] = r.value("oom_kills", 0);
-      d["max_usage"] = r.value("max_usage", 0);
-      d["pids"] = r.value("pids", nlohmann::json::array());  // the rank's processes it held
-      h.hist.harness("fault_healed", d, rank);
-    } else {
-      d["error"] = "the host's agent is gone: the next agent on the host removes its group";
-      h.hist.harness("heal_error", d, rank);
-    }
-  } catch (const std::exception& e) {
-    try {
-      h.hist.harness("heal_error", {{"fault", "memory_limit"}, {"error", e.what()}}, rank);
-    } catch (...) {
-    }
-  }
+  release_group(h, n, rank, "memory_limit", "memory_release", host_group,
+                [](const nlohmann::json& r, nlohmann::json& d) {
+                  d["oom_kills"] = r.value("oom_kills", 0);
+                  d["max_usage"] = r.value("max_usage", 0);
+                  d["pids"] = r.value("pids", nlohmann::json::array());  // the rank's processes
+                });
 }
 
 class MemoryLimitKind : public FaultKind {

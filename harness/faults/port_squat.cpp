@@ -30,9 +30,7 @@ class PortSquatFault : public FaultOf<PortSquatFault> {
     if (const auto nodes = fault_nodes(h, 0); !nodes.empty()) {
       for (const int n : nodes) {
         const std::string host = node_name(h, n);
-        if (!h.box.agents() || !h.box.agents()->up(n))
-          raise<Error>("port_squat needs the agent of {} (it is not up)", host);
-        h.box.agents()->squat(n, h.master_port, true);
+        agent_for(h, n, "port_squat").squat(n, h.master_port, true);
         held.push_back(n);
         h.record("port_squat", {{"port", h.master_port}, {"host", host}, {"via", "agent"}}, -1,
                  fmt::format("port {} held on {} before launch", h.master_port, host));

@@ -45,19 +45,12 @@ class ShmFault : public FaultOf<ShmFault> {
   // namespace there with /dev/shm a tmpfs of `bytes`; that host's ranks start inside it (their
   // app-file line runs nsenter), the host's own /dev/shm stays as it is.
   void setup_on_hosts(Host& h) {
-    std::vector<int> want;
-    if (rank >= 0) {
-      want.push_back(host_of_rank(h.s, rank));
-    } else {
-      for (size_t k = 0; k < h.s.hosts.size(); ++k) want.push_back(static_cast<int>(k));
-    }
-    for (int node : want) {
-      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
-      auto* a = h.box.agents();
-      if (!a || !a->up(node)) raise<Error>("shm on host {} needs its agent (it is not up)", host);
+    for (const int node : fault_nodes(h, rank)) {
+      const std::string host = node_name(h, node);
+      auto& a = agent_for(h, node, "shm");
       HostFaultOp op{"shm_mount"};
       op.bytes = bytes;
-      const auto r = a->host_fault(node, op);
+      const auto r = a.host_fault(node, op);
       holders[node] = r.value("namespace_pid", 0);
       h.record("shm",
                {{"path", kShmPath},
@@ -82,16 +75,11 @@ class ShmFault : public FaultOf<ShmFault> {
 
   void heal(Host& h, bool) override {
     for (const auto& [node, pid] : holders) {
-      const std::string& host = h.s.hosts.at(static_cast<size_t>(node));
+      const std::string host = node_name(h, node);
       try {
-        auto* a = h.box.agents();
-        if (!a || !a->up(node)) {
-          raise<Error>(
-              "the agent of host {} is gone (its namespace went with it; the ranks' mount ends "
-              "with them)",
-              host);
-        }
-        const auto r = a->host_fault(node, {"shm_release"});
+        auto& a = agent_for(h, node, "shm",
+                            "its namespace went with it; the ranks' mount ends with them");
+        const auto r = a.host_fault(node, {"shm_release"});
         nlohmann::json d = {{"fault", "shm"}, {"path", kShmPath}, {"via", "agent"}, {"host", host}};
         if (!r.value("unmounted", false)) d["error"] = r.value("error", "");
         h.hist.harness(r.value("unmounted", false) ? "fault_healed" : "heal_error", d);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 
+#include "base/error.hpp"
 #include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
@@ -83,6 +84,16 @@ TEST_F(AgentNodes, HostsGiveTheRanksHostSrunWithoutHostsGivesEveryNodeElseNone) 
     EXPECT_EQ(fault_nodes(h, 3), std::vector<int>({0, 1, 2}));
     EXPECT_EQ(fault_nodes(h, -1), std::vector<int>({0, 1, 2}));
     EXPECT_EQ(node_name(h, 2), "n3");
+  });
+  // Without agents a fault would act on the harness's machine, which is no node of the ranks.
+  with_host(placed, nullptr, [](Host& h) {
+    try {
+      fault_nodes(h, 3);
+      ADD_FAILURE() << "fault_nodes gave nodes without agents";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 3 needs the run's agents"), std::string::npos)
+          << e.what();
+    }
   });
   Scenario local;
   local.ranks = 4;
