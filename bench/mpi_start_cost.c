@@ -50,10 +50,11 @@ int main(int argc, char** argv) {
       if (x[3] > last) last = x[3];
       if (x[4] > done) done = x[4];
     }
-    printf("ranks %d: cpu per rank before MPI_Init %.1f ms, MPI_Init %.1f ms (largest %.1f), "
-           "barrier %.1f ms; starts spread %.2f s; ready %.2f s\n",
-           size, pre / size * 1e3, init / size * 1e3, init_max * 1e3, barrier / size * 1e3,
-           last - first, done - first);
+    printf(
+        "ranks %d: cpu per rank before MPI_Init %.1f ms, MPI_Init %.1f ms (largest %.1f), "
+        "barrier %.1f ms; starts spread %.2f s; ready %.2f s\n",
+        size, pre / size * 1e3, init / size * 1e3, init_max * 1e3, barrier / size * 1e3,
+        last - first, done - first);
     free(all);
   }
   MPI_Finalize();
