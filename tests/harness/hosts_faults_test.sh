@@ -90,11 +90,7 @@ faults:
 timeouts: {comm_ms: 5000, run_s: 120}
 expect: {oracle: exit_class, exit_class: oom_kill, ranks: [2]}
 Y
-  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id mem 2>&1) || {
-    echo "$out"
-    fail "rank 2's OOM kill was not judged"
-  }
-  echo "$out"
+  run_ok mem "rank 2's OOM kill was not judged"
   python3 - "$tmp/r/mem" "$h1" <<'PY'
 import json, sys
 d, h1 = sys.argv[1:]
@@ -134,11 +130,7 @@ faults:
 timeouts: {comm_ms: 5000, run_s: 120}
 expect: {oracle: checkpoint_error}
 Y
-  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id disk 2>&1) || {
-    echo "$out"
-    fail "the full disk was not judged a checkpoint error"
-  }
-  echo "$out"
+  run_ok disk "the full disk was not judged a checkpoint error"
   python3 - "$tmp/r/disk" "$h1" <<'PY'
 import json, sys
 d, h1 = sys.argv[1:]
@@ -171,11 +163,7 @@ faults:
 timeouts: {comm_ms: 5000, run_s: 120}
 expect: {oracle: checkpoint_error, ranks: [2]}
 Y
-  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id files 2>&1) || {
-    echo "$out"
-    fail "the missing shard was not judged a checkpoint error"
-  }
-  echo "$out"
+  run_ok files "the missing shard was not judged a checkpoint error"
   python3 - "$tmp/r/files" "$h1" <<'PY'
 import json, os, sys
 d, h1 = sys.argv[1:]
@@ -252,11 +240,7 @@ faults:
 timeouts: {comm_ms: 120000, run_s: 170}
 expect: {oracle: completed}
 Y
-  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id cpu 2>&1) || {
-    echo "$out"
-    fail "the run under a CPU quota did not complete"
-  }
-  echo "$out"
+  run_ok cpu "the run under a CPU quota did not complete"
   python3 - "$tmp/r/cpu" "$h1" "$cpuroot" <<'PY'
 import json, sys
 d, h1, root = sys.argv[1:]
@@ -302,11 +286,7 @@ expect: {oracle: error_signature,
 Y
   before=$(findmnt -rn -o SOURCE /dev/shm)
   h1_before=$(nsenter --mount="/run/faultline-hosts/$prefix/$h1.mnt" findmnt -rn -o SOURCE /dev/shm)
-  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id shm 2>&1) || {
-    echo "$out"
-    fail "the small /dev/shm on $h1 was not judged a bus error in the shm transport"
-  }
-  echo "$out"
+  run_ok shm "the small /dev/shm on $h1 was not judged a bus error in the shm transport"
   ns=$(python3 - "$tmp/r/shm" "$h1" <<'PY'
 import json, sys
 d, h1 = sys.argv[1:]
@@ -354,11 +334,7 @@ timeouts: {comm_ms: 5000, run_s: 120}
 expect: {oracle: error_signature, ranks: [2],
          pattern: "cannot load kernel plugin 'fused_adamw': .*cannot open shared object file"}
 Y
-  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id hide 2>&1) || {
-    echo "$out"
-    fail "the hidden library was not judged rank 2's load error"
-  }
-  echo "$out"
+  run_ok hide "the hidden library was not judged rank 2's load error"
   python3 - "$tmp/r/hide" "$h1" "$plugins" <<'PY'
 import json, os, sys
 d, h1, plugins = sys.argv[1:]

@@ -75,3 +75,13 @@ nothing_left() {
   ! findmnt -rn -t tmpfs -o TARGET,SOURCE | grep faultline-disk-full | grep -qF "$d/" ||
     fail "a mount of the run is left here"
 }
+
+# run_ok RUN_ID WHY: runs $tmp/s.yaml as RUN_ID under $tmp/r and prints its output (also left in
+# $out); a run that exits non-zero prints it and fails with WHY.
+run_ok() {
+  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id "$1" 2>&1) || {
+    echo "$out"
+    fail "$2"
+  }
+  echo "$out"
+}

@@ -136,11 +136,7 @@ faults:
 timeouts: {comm_ms: 3000}
 expect: {oracle: comm_timeout}
 Y
-  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id cut 2>&1) || {
-    echo "$out"
-    fail "the cut was not judged a comm timeout"
-  }
-  echo "$out"
+  run_ok cut "the cut was not judged a comm timeout"
   grep -Eq "all_reduce on group (dp|world) \(seq " <<<"$out" || fail "no cross-host all_reduce timed out"
   ! grep -q "on group tp (seq " <<<"$out" || fail "a tp group (inside one host) was hit"
   python3 - "$tmp/r/cut" <<'PY'
@@ -176,11 +172,7 @@ faults:
 timeouts: {comm_ms: 5000}
 expect: {oracle: exit_class, ranks: [2]}
 Y
-  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id kill 2>&1) || {
-    echo "$out"
-    fail "rank 2's end was not judged"
-  }
-  echo "$out"
+  run_ok kill "rank 2's end was not judged"
   python3 - "$tmp/r/kill" "$h0" "$h1" <<'PY'
 import json, sys
 d, h0, h1 = sys.argv[1:]
@@ -285,11 +277,7 @@ faults: [{port_squat: true}]
 timeouts: {rendezvous_ms: 8000, comm_ms: 8000, run_s: 60}
 expect: {oracle: error_signature, pattern: "cannot listen on .*address already in use", ranks: [0]}
 Y
-  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id squat 2>&1) || {
-    echo "$out"
-    fail "rank 0's store did not fail to listen"
-  }
-  echo "$out"
+  run_ok squat "rank 0's store did not fail to listen"
   python3 - "$tmp/r/squat" "$h0" <<'PY'
 import json, sys
 d, h0 = sys.argv[1:]
