@@ -20,7 +20,11 @@ usage() { echo "usage: $0 up DIR [accounting] | down DIR" >&2; exit 2; }
 cmd=$1 dir=$2 accounting=${3:-}
 
 stop() {
-  if [[ -f $dir/slurm.conf ]]; then SLURM_CONF=$dir/slurm.conf scancel --full --quiet -u root 2>/dev/null || true; fi
+  # Only while this directory's controller runs: once it is gone, scancel spends about 18 s
+  # retrying it (a second `down`, as the tests' exit traps do after their own, paid that each time).
+  if [[ -f $dir/slurm.conf && -s $dir/slurmctld.pid ]]; then
+    SLURM_CONF=$dir/slurm.conf scancel --full --quiet -u root 2>/dev/null || true
+  fi
   for d in slurmd slurmctld slurmdbd mariadbd mariadbd-spawn munged; do
     local f=$dir/$d.pid
     [[ -s $f ]] || continue
