@@ -10,12 +10,23 @@
 //   --devices cuda  any entry the CUDA runtime accepts (indices, GPU-<uuid>, MIG-<uuid>) is
 //                   passed on for the worker to resolve.
 //
+// Like torchrun's agent, the launcher whose ranks include rank 0 hosts the rendezvous store: it
+// binds and listens on MASTER_ADDR:MASTER_PORT before it starts any worker and hands the listening
+// socket to its rank 0 in FAULTLINE_STORE_LISTEN_FD (torchrun tells its workers the same with
+// TORCHELASTIC_USE_AGENT_STORE). A second launcher that also starts rank 0 fails on the bind,
+// before it starts anything, with the store's EADDRINUSE error and exit status 1. Not done when
+// FAULTLINE_STORE_HOST=external (the store is someone else's) or MASTER_ADDR is not an address.
+//
 // The harness runs it when a scenario's `launcher:` fault wraps the ranks (harness/faults/
 // launcher.cpp): started once per rank with --nproc 1 it is a correct wrapper; started once per
 // rank with --nproc = the node's ranks it is a launcher run inside another launcher, and every
 // copy starts the whole node again.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,6 +93,50 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v != nullptr ? std::string(v) : fallback;
 }
 
+// The rendezvous store's listening socket, bound before any worker starts (close-on-exec: only
+// rank 0 gets it, by dup2 past exec). -1 when MASTER_ADDR is not a numeric address; exits 1 with
+// the store's own error text (and PyTorch's line for it) when the port is taken.
+int listen_store() {
+  const std::string addr = env_or("MASTER_ADDR", "127.0.0.1");
+  const std::string port_text = env_or("MASTER_PORT", "29500");
+  char* end = nullptr;
+  const long port = std::strtol(port_text.c_str(), &end, 10);
+  if (*end != '\0' || port < 1 || port > 65535) return -1;  // the worker reports the bad setting
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  if (::inet_pton(AF_INET, addr.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(*v4);
+  } else if (::inet_pton(AF_INET6, addr.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(*v6);
+  } else {
+    return -1;
+  }
+  const int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as the store's own bind
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+    const int err = errno;
+    ::close(fd);
+    const std::string what = err == EADDRINUSE
+                                 ? "address already in use (EADDRINUSE): another process holds it"
+                                 : std::strerror(err);
+    std::fprintf(stderr,
+                 "fl-launch: rendezvous store cannot listen on %s:%ld: %s\n"
+                 "RuntimeError: The server socket has failed to listen on any local network "
+                 "address. The server socket has failed to bind to [::]:%ld (errno: %d - %s).\n",
+                 addr.c_str(), port, what.c_str(), port, err, std::strerror(err));
+    std::exit(1);
+  }
+  return fd;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,6 +186,9 @@ int main(int argc, char** argv) {
   const std::string outer_local = env_or("LOCAL_RANK", "0");
   if (rank_base < 0) rank_base = std::strtol(outer_rank.c_str(), nullptr, 10);
 
+  const int store_fd =
+      rank_base == 0 && env_or("FAULTLINE_STORE_HOST", "rank0") == "rank0" ? listen_store() : -1;
+
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   ::sigaction(SIGTERM, &sa, nullptr);
@@ -157,6 +215,12 @@ int main(int argc, char** argv) {
       ::setenv("RANK", std::to_string(rank).c_str(), 1);
       ::setenv("LOCAL_RANK", local.c_str(), 1);
       if (nproc > 1) ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      ::unsetenv("FAULTLINE_STORE_LISTEN_FD");  // not an outer launcher's socket
+      if (rank == 0 && store_fd >= 0) {
+        // F_DUPFD's copy is not close-on-exec: rank 0 alone inherits the socket.
+        const int fd = ::fcntl(store_fd, F_DUPFD, 3);
+        if (fd >= 0) ::setenv("FAULTLINE_STORE_LISTEN_FD", std::to_string(fd).c_str(), 1);
+      }
       if (std::to_string(rank) != outer_rank) {
         // A process the harness did not start under this rank: its telemetry files go beside
         // the wrapping rank's, not over them.
@@ -173,6 +237,7 @@ int main(int argc, char** argv) {
     kids.push_back(pid);
     reaped.push_back(false);
   }
+  if (store_fd >= 0) ::close(store_fd);  // rank 0 serves it now
 
   int result = 0;
   size_t alive = kids.size();

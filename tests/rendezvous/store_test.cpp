@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -296,6 +297,32 @@ TEST(StoreSockets, AddressInUse) {
         std::string::npos)
         << e.what();
   }
+}
+
+// A launcher's socket (torchrun's agent store): the launcher binds and listens, rank 0 serves on
+// it, and while it is held nobody else can bind the port.
+TEST(StoreSockets, ServesOnALaunchersListeningSocketAndRefusesAnyOther) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const uint16_t port = ntohs(a.sin_port);
+  // Bound but not listening: not a store socket.
+  const int copy = ::dup(fd);
+  EXPECT_THROW(StoreServer::adopt(copy, "127.0.0.1"), BindError);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  auto server = StoreServer::adopt(fd, "127.0.0.1");
+  server->start();
+  EXPECT_EQ(server->port(), port);
+  StoreClient c("127.0.0.1", port);
+  c.set("k", "v");
+  EXPECT_EQ(c.get("k"), "v");
+  EXPECT_THROW(StoreServer("127.0.0.1", port), BindError);
+  EXPECT_THROW(StoreServer::adopt(::open("/dev/null", O_RDONLY), "127.0.0.1"), BindError);
 }
 
 TEST(StoreSockets, RefusedAfterRetryingUntilTheDeadline) {

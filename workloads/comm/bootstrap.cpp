@@ -194,8 +194,11 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
                         host_mode);
   }
   if (host_mode == "rank0" && b.id.rank == 0) {
-    b.server = std::make_unique<rdzv::StoreServer>(b.id.master_addr,
-                                                   static_cast<uint16_t>(b.id.master_port));
+    // A launcher that hosts the store (fl-launch, as torchrun's agent) bound the port already.
+    const int64_t fd = kStoreListenFd.get();
+    b.server = fd >= 0 ? rdzv::StoreServer::adopt(static_cast<int>(fd), b.id.master_addr)
+                       : std::make_unique<rdzv::StoreServer>(
+                             b.id.master_addr, static_cast<uint16_t>(b.id.master_port));
     b.server->start();
   }
   const auto timeout = std::chrono::milliseconds(kRendezvousTimeoutMs.get());

@@ -16,6 +16,9 @@ namespace fl::comm {
 FAULTLINE_SETTING(kStoreHost, std::string, "FAULTLINE_STORE_HOST", "rank0",
                   "Who serves the rendezvous store: rank0 (rank 0 of the job) or external "
                   "(the harness)");
+FAULTLINE_SETTING(kStoreListenFd, int64_t, "FAULTLINE_STORE_LISTEN_FD", -1,
+                  "Rank 0 serves the store on this listening socket, which its launcher bound "
+                  "(fl-launch, as torchrun's agent); -1: rank 0 binds MASTER_PORT itself");
 FAULTLINE_SETTING(kRendezvousTimeoutMs, int64_t, "FAULTLINE_RDZV_TIMEOUT_MS", 30000,
                   "How long a rank waits for the whole world at start");
 FAULTLINE_SETTING(kRunId, std::string, "FAULTLINE_RUN_ID", "local", "Run id every rank must share");

@@ -1,6 +1,8 @@
 #include "workloads/rendezvous/store_server.hpp"
 
 #include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <utility>  // boost 1.74 asio uses std::exchange without including it
 
@@ -358,6 +360,33 @@ StoreServer::StoreServer(const std::string& host, uint16_t port, StoreLimits lim
                            : ec.message();
     throw BindError(fmt::format("rendezvous store cannot listen on {}:{}: {}", host, port, what));
   }
+}
+
+StoreServer::StoreServer(const std::string& host, StoreLimits limits)
+    : host_(host), state_(std::make_shared<State>(limits)) {}
+
+std::unique_ptr<StoreServer> StoreServer::adopt(int fd, const std::string& host,
+                                                StoreLimits limits) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  int listening = 0;
+  socklen_t optlen = sizeof(listening);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
+      (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) ||
+      ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) != 0 || listening == 0) {
+    ::close(fd);
+    throw BindError(fmt::format(
+        "rendezvous store: descriptor {} from the launcher is not a listening TCP socket", fd));
+  }
+  std::unique_ptr<StoreServer> s(new StoreServer(host, limits));
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // as the store's own socket: not for what this rank starts
+  boost::system::error_code ec;
+  s->state_->acceptor.assign(ss.ss_family == AF_INET ? tcp::v4() : tcp::v6(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    throw BindError("rendezvous store: cannot serve the launcher's socket: " + ec.message());
+  }
+  return s;
 }
 
 StoreServer::~StoreServer() {

@@ -49,6 +49,11 @@ class StoreServer {
   // Binds and listens at once (so "address in use" surfaces here); serves after start().
   // port 0 picks a free port (see port()).
   StoreServer(const std::string& host, uint16_t port, StoreLimits limits = {});
+  // Serves on a socket a launcher already bound and listens on (torchrun's agent store; here
+  // fl-launch's, passed in FAULTLINE_STORE_LISTEN_FD). Takes ownership of `fd`; BindError when it
+  // is not a listening TCP socket.
+  static std::unique_ptr<StoreServer> adopt(int fd, const std::string& host,
+                                            StoreLimits limits = {});
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -62,6 +67,7 @@ class StoreServer {
   struct State;  // defined in store_server.cpp
 
  private:
+  StoreServer(const std::string& host, StoreLimits limits);
   std::string host_;
   std::shared_ptr<State> state_;
   std::thread thread_;
