@@ -12,7 +12,16 @@ is accounted apart: its CPU per second of the process's life, charged to a step 
 The probe's file is real (events written with write(2), as under the harness). Prints, per rank
 and pooled, the median over rounds of light/plain and hook/plain (CPU and wall) with the IQR, and
 the extra CPU per step in microseconds.
-Usage: bench/torch_probe_cpu.py SOURCE_DIR [rounds] [block]   (launches its 2 ranks itself)"""
+With a faultline binary as 4th argument the two ranks run under `faultline run` as a command
+workload (the harness gives them their probe files and reads them every 100 ms, as for any job):
+then the light/plain A/B also holds the harness's handling of the events that fall in a block,
+and rank 0 reads the harness's own CPU (every thread of its parent, /proc/PPID/task/*/schedstat)
+at the start and the end of the measured rounds, so its share of that window's wall time -- all
+the time it can have taken from the ranks -- is reported beside the A/B: the A/B plus the
+harness's and the heartbeat thread's whole shares bound the step-time overhead of harness +
+probe from above, measured in one run with no run-to-run noise in it.
+Usage: bench/torch_probe_cpu.py SOURCE_DIR [rounds] [block] [faultline]
+       (launches its 2 ranks itself, or through faultline run)"""
 import json
 import os
 import statistics
@@ -33,10 +42,19 @@ def q(v, p):
     return v[f] + (v[min(f + 1, len(v) - 1)] - v[f]) * (k - f)
 
 
-if os.environ.get("RANK") is None:  # the launcher: two ranks, then the summary
+
+
+def bootstrap(v, reps=2000):
+    """90% interval of the median of v (resampled with a fixed seed)."""
+    import random
+    rng = random.Random(21)
+    meds = sorted(statistics.median(rng.choices(v, k=len(v))) for _ in range(reps))
+    return q(meds, .05), q(meds, .95)
+
+
+def launch_self():
     tmp = tempfile.mkdtemp(prefix="faultline-probe-cpu-")
     port = str(20000 + os.getpid() % 10000)
-    load0 = open("/proc/loadavg").read().split()[:3]
     procs = []
     for r in (0, 1):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
@@ -46,12 +64,47 @@ if os.environ.get("RANK") is None:  # the launcher: two ranks, then the summary
         procs.append(subprocess.Popen([sys.executable, __file__, src, str(rounds), str(block)],
                                       env=env, stdout=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=1200)[0] for p in procs]
-    load1 = open("/proc/loadavg").read().split()[:3]
     if any(p.returncode for p in procs):
         sys.exit("torch_probe_cpu: a rank failed: %s" % [p.returncode for p in procs])
-    blocks = [json.loads(o.strip().splitlines()[-1]) for o in outs]
-    print("torch_probe_cpu: %d rounds of %d-step blocks per arm, 2 ranks; load %s -> %s"
-          % (rounds, block, " ".join(load0), " ".join(load1)))
+    return outs
+
+
+def launch_harness(faultline):
+    """The two ranks as a command workload of `faultline run`; their stdout from output.log."""
+    tmp = tempfile.mkdtemp(prefix="faultline-probe-cpu-")
+    scenario = os.path.join(tmp, "probe-cpu.yaml")
+    with open(scenario, "w") as f:
+        f.write("name: torch-probe-cpu\n"
+                "topology: {ranks: 2, dp: 2}\n"
+                "workload:\n  kind: command\n"
+                "  command: %s\n"
+                "env: {FAULTLINE_PROBE_STACKS: '0'}\n"
+                "timeouts: {comm_ms: 120000, run_s: 1200}\n"
+                "expect: {oracle: completed}\n"
+                % json.dumps([sys.executable, os.path.abspath(__file__), "{source_dir}",
+                              str(rounds), str(block)]))
+    runs = os.path.join(tmp, "runs")
+    rc = subprocess.call([faultline, "run", scenario, "--results", runs, "--run-id", "ab", "-q"])
+    logs = [os.path.join(runs, "ab", "ranks", "rank%d" % r, "output.log") for r in (0, 1)]
+    if rc != 0 or not all(os.path.exists(p) for p in logs):
+        sys.exit("torch_probe_cpu: faultline run exited %d; the run is in %s" % (rc, runs))
+    outs = [open(p).read() for p in logs]
+    import shutil
+    shutil.rmtree(tmp)
+    return outs
+
+
+if os.environ.get("RANK") is None:  # the launcher: two ranks, then the summary
+    faultline = sys.argv[4] if len(sys.argv) > 4 else ""
+    load0 = open("/proc/loadavg").read().split()[:3]
+    outs = launch_harness(faultline) if faultline else launch_self()
+    load1 = open("/proc/loadavg").read().split()[:3]
+    # The last JSON line of each rank's output (the harness's log prefixes its time and stream).
+    blocks = [json.loads([x[x.index('{"plain"'):] for x in o.splitlines() if '{"plain"' in x][-1])
+              for o in outs]
+    print("torch_probe_cpu: %d rounds of %d-step blocks per arm, 2 ranks%s; load %s -> %s"
+          % (rounds, block, " under faultline run" if faultline else "", " ".join(load0),
+             " ".join(load1)))
     pooled = {"light": {"cpu": [], "wall": []}, "hook": {"cpu": [], "wall": []}}
     extra = {"light": [], "hook": []}
     plain_cpu = []
@@ -93,6 +146,27 @@ if os.environ.get("RANK") is None:  # the launcher: two ranks, then the summary
                   (arm, kind, statistics.median(v), q(v, .25), q(v, .75)))
         print("  %s: extra CPU per step per rank median %.1f us (IQR %.1f-%.1f)" %
               (arm, statistics.median(extra[arm]), q(extra[arm], .25), q(extra[arm], .75)))
+    # Step time: the ranks run in lock step, so a round's block wall is the mean of the two
+    # ranks' (not pooled: that would count each round twice).
+    beat_share = sum(b["beat_cpu_us_per_s"] for b in blocks) / 1e6  # both ranks' threads
+    harness = blocks[0].get("harness_cpu_s")
+    harness_share = harness / blocks[0]["window_s"] if harness is not None else 0.0
+    if harness is not None:
+        print("  harness (faultline, every thread): %.3f s of CPU over the %.2f s of measured "
+              "rounds = %.2f%% of that wall time" % (harness, blocks[0]["window_s"],
+                                                     harness_share * 100))
+    for arm in ("light", "hook"):
+        v = [(x0[1] + x1[1]) / (y0[1] + y1[1]) for x0, x1, y0, y1 in
+             zip(blocks[0][arm], blocks[1][arm], blocks[0]["plain"], blocks[1]["plain"])]
+        lo, hi = bootstrap(v)
+        med = statistics.median(v)
+        print("  step time %s/plain (per round, both ranks): median %.4f, IQR %.4f-%.4f, "
+              "bootstrap 90%% of the median %.4f-%.4f" % (arm, med, q(v, .25), q(v, .75), lo, hi))
+        print("  %s: step-time overhead bound = A/B %+.2f%% + heartbeat threads %.2f%% + "
+              "harness %.2f%% = %.2f%% (with the interval's top: %.2f%%)"
+              % (arm, (med - 1) * 100, beat_share * 100, harness_share * 100,
+                 (med - 1 + beat_share + harness_share) * 100,
+                 (hi - 1 + beat_share + harness_share) * 100))
     sys.exit(0)
 
 sys.path.insert(0, os.path.join(src, "python"))
@@ -188,6 +262,27 @@ def run(arm, count):
     return time.process_time() - t, time.perf_counter() - w
 
 
+
+
+def harness_cpu():
+    """The CPU seconds of every thread of this rank's parent when it is the harness, else None
+    (a thread that ends between two readings takes its time with it: the harness's are
+    long-lived)."""
+    ppid = os.getppid()
+    try:
+        if open("/proc/%d/comm" % ppid).read().strip() != "faultline":
+            return None
+        total = 0
+        for t in os.listdir("/proc/%d/task" % ppid):
+            try:
+                total += int(open("/proc/%d/task/%s/schedstat" % (ppid, t)).read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+        return total / 1e9
+    except OSError:
+        return None
+
+
 for arm in models:  # warm-up (and DDP's bucket rebuild)
     run(arm, 5)
 spent.update(light=0.0, hook=0.0)
@@ -196,10 +291,14 @@ before = dict(spent)
 per_step = {"light": [], "hook": []}
 out = {k: [] for k in models}
 arms = list(models)
+h0, w0 = harness_cpu(), time.monotonic()
 for r in range(rounds):
     order = arms[r % 3:] + arms[:r % 3]
     for arm in order:
         out[arm].append(run(arm, block))
+h1, w1 = harness_cpu(), time.monotonic()
+if h0 is not None and h1 is not None:
+    out["harness_cpu_s"], out["window_s"] = h1 - h0, w1 - w0
 dist.barrier()
 # The probe's heartbeat thread (heartbeats, and between them a wake every FAULTLINE_PROBE_FLUSH_MS
 # to write what waits): its CPU over the whole process's life, per second of wall time (it runs

@@ -32,6 +32,10 @@
 # Since the probe's lazy DDP events, the light arm's job writes a bucket all-reduce only for the
 # first two steps (their layouts) and for a held-up or failing backward; its steps and sections
 # go out in batched writes (docs/workloads.md, FAULTLINE_PROBE_FLUSH_MS).
+# The end-to-end pairs above carry the run-to-run spread of this job (its median step moves by
+# tens of percent between identical runs on an idle host); the figure that decides is the last
+# one, bench/torch_probe_cpu.py with its ranks under the harness: plain and probed steps
+# alternate in blocks inside the same two processes, under the same harness, in the same window.
 # Usage: bench/torch_probe_overhead.sh [build dir] [pairs] [steps]   (defaults: build 16 100)
 set -euo pipefail
 build=${1:-build}
@@ -140,4 +144,7 @@ print("alone median step %.3f ms; load average over the rounds: %.1f-%.1f"
       % (statistics.median(x[0] for x in rows) * 1e3, min(x[17] for x in rows), max(x[17] for x in rows)))
 PY
 "$py" "$src/bench/torch_probe_cpu.py" "$src" 20 30
+# The same A/B with its ranks under faultline run: the step-time bound of harness + probe from one
+# run (the A/B, the heartbeat threads' and the harness's whole CPU over the measured rounds).
+"$py" "$src/bench/torch_probe_cpu.py" "$src" 60 40 "$build/harness/faultline"
 "$py" "$src/bench/torch_probe_micro.py" "$src"
