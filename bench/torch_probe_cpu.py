@@ -20,6 +20,10 @@ at the start and the end of the measured rounds, so its share of that window's w
 the time it can have taken from the ranks -- is reported beside the A/B: the A/B plus the
 harness's and the heartbeat thread's whole shares bound the step-time overhead of harness +
 probe from above, measured in one run with no run-to-run noise in it.
+The model is ddp_train.py's in the overhead bench (64 features, 2 x 512 hidden, batch 64: a step
+of about 5 ms of CPU here); FAULTLINE_BENCH_HIDDEN and FAULTLINE_BENCH_BATCH change the hidden
+width and the batch (1024 and 256: about 22 ms). The probe's cost is per step, not per
+parameter, so its share falls as the step grows.
 Usage: bench/torch_probe_cpu.py SOURCE_DIR [rounds] [block] [faultline]
        (launches its 2 ranks itself, or through faultline run)"""
 import json
@@ -78,11 +82,14 @@ def launch_harness(faultline):
                 "topology: {ranks: 2, dp: 2}\n"
                 "workload:\n  kind: command\n"
                 "  command: %s\n"
-                "env: {FAULTLINE_PROBE_STACKS: '0'}\n"
+                "env: {FAULTLINE_PROBE_STACKS: '0', FAULTLINE_BENCH_HIDDEN: '%s', "
+                "FAULTLINE_BENCH_BATCH: '%s'}\n"
                 "timeouts: {comm_ms: 120000, run_s: 1200}\n"
                 "expect: {oracle: completed}\n"
-                % json.dumps([sys.executable, os.path.abspath(__file__), "{source_dir}",
-                              str(rounds), str(block)]))
+                % (json.dumps([sys.executable, os.path.abspath(__file__), "{source_dir}",
+                               str(rounds), str(block)]),
+                   os.environ.get("FAULTLINE_BENCH_HIDDEN", "512"),
+                   os.environ.get("FAULTLINE_BENCH_BATCH", "64")))
     runs = os.path.join(tmp, "runs")
     rc = subprocess.call([faultline, "run", scenario, "--results", runs, "--run-id", "ab", "-q"])
     logs = [os.path.join(runs, "ab", "ranks", "rank%d" % r, "output.log") for r in (0, 1)]
@@ -212,11 +219,15 @@ def timed(arm, fn, part):
 fpt._Light.grad_hook = timed("light", fpt._Light.grad_hook, "light gradient hook")
 
 
-def make():  # ddp_train.py's model in the overhead bench: 64 features, 2 x 512 hidden
+HIDDEN = int(os.environ.get("FAULTLINE_BENCH_HIDDEN", "512"))
+BATCH = int(os.environ.get("FAULTLINE_BENCH_BATCH", "64"))
+
+
+def make():  # ddp_train.py's model in the overhead bench: 64 features, 2 x HIDDEN hidden
     torch.manual_seed(7)
-    return DDP(torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(),
-                                   torch.nn.Linear(512, 512), torch.nn.ReLU(),
-                                   torch.nn.Linear(512, 1)))
+    return DDP(torch.nn.Sequential(torch.nn.Linear(64, HIDDEN), torch.nn.ReLU(),
+                                   torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
+                                   torch.nn.Linear(HIDDEN, 1)))
 
 
 models = {"plain": make(), "light": make(), "hook": make()}
@@ -225,7 +236,7 @@ _hook = timed("hook", fpt.allreduce_hook, "hook comm hook call")
 models["hook"].register_comm_hook(None, lambda state, bucket: _hook(state, bucket))
 opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in models.items()}
 g = torch.Generator().manual_seed(rank)
-x, y = torch.randn(64, 64, generator=g), torch.randn(64, 1, generator=g)
+x, y = torch.randn(BATCH, 64, generator=g), torch.randn(BATCH, 1, generator=g)
 n = [0]
 
 

@@ -146,5 +146,8 @@ PY
 "$py" "$src/bench/torch_probe_cpu.py" "$src" 20 30
 # The same A/B with its ranks under faultline run: the step-time bound of harness + probe from one
 # run (the A/B, the heartbeat threads' and the harness's whole CPU over the measured rounds).
-"$py" "$src/bench/torch_probe_cpu.py" "$src" 60 40 "$build/harness/faultline"
+# The job above (a ~5 ms step), then one with a ~22 ms step (hidden 1024, batch 256).
+"$py" "$src/bench/torch_probe_cpu.py" "$src" 150 40 "$build/harness/faultline"
+FAULTLINE_BENCH_HIDDEN=1024 FAULTLINE_BENCH_BATCH=256 \
+  "$py" "$src/bench/torch_probe_cpu.py" "$src" 100 20 "$build/harness/faultline"
 "$py" "$src/bench/torch_probe_micro.py" "$src"
