@@ -46,15 +46,19 @@ py=/usr/bin/python3
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=$(mktemp -d /tmp/faultline-bench-XXXX)
 trap 'if [ -e "$out/keep" ]; then echo "run directories kept in $out"; else rm -rf "$out"; fi' EXIT
-job=(--steps "$steps" --batch 64 --hidden 512 --print-every 0)
+# FAULTLINE_BENCH_HIDDEN / FAULTLINE_BENCH_BATCH: the job's width and batch (512 and 64: a step
+# of about 5 ms here; 1024 and 256: about 23 ms).
+hidden=${FAULTLINE_BENCH_HIDDEN:-512}
+batch=${FAULTLINE_BENCH_BATCH:-64}
+job=(--steps "$steps" --batch "$batch" --hidden "$hidden" --print-every 0)
 for mode in hook light; do
   cat > "$out/bench-$mode.yaml" <<YAML
 name: torch-overhead-$mode
 topology: {ranks: 2, dp: 2}
 workload:
   kind: command
-  command: ["$py", "{source_dir}/workloads/torch/ddp_train.py", "--steps", "$steps", "--batch", "64",
-            "--hidden", "512", "--print-every", "0"]
+  command: ["$py", "{source_dir}/workloads/torch/ddp_train.py", "--steps", "$steps", "--batch", "$batch",
+            "--hidden", "$hidden", "--print-every", "0"]
 env: {FAULTLINE_PROBE_DDP: $mode}
 timeouts: {comm_ms: 60000, run_s: 120}
 expect: {oracle: completed}
@@ -146,8 +150,9 @@ PY
 "$py" "$src/bench/torch_probe_cpu.py" "$src" 20 30
 # The same A/B with its ranks under faultline run: the step-time bound of harness + probe from one
 # run (the A/B, the heartbeat threads' and the harness's whole CPU over the measured rounds).
-# The job above (a ~5 ms step), then one with a ~22 ms step (hidden 1024, batch 256).
-"$py" "$src/bench/torch_probe_cpu.py" "$src" 150 40 "$build/harness/faultline"
+# A job with a ~5 ms step, then one with a ~23 ms step (hidden 1024, batch 256).
+FAULTLINE_BENCH_HIDDEN=512 FAULTLINE_BENCH_BATCH=64 \
+  "$py" "$src/bench/torch_probe_cpu.py" "$src" 150 40 "$build/harness/faultline"
 FAULTLINE_BENCH_HIDDEN=1024 FAULTLINE_BENCH_BATCH=256 \
   "$py" "$src/bench/torch_probe_cpu.py" "$src" 100 20 "$build/harness/faultline"
 "$py" "$src/bench/torch_probe_micro.py" "$src"
