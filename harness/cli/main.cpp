@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
       ->required();
   ctl->add_option("action", action,
                   "kill_rank, restart_rank, restart_job, abort, list_faults, arm_faults, "
-                  "clear_faults")
+                  "clear_faults, dump_flight_recorder")
       ->required();
   ctl->add_option("--rank", rank, "Target rank");
   ctl->add_option("--signal", sig, "kill_rank: signal number");

@@ -35,7 +35,7 @@ inline constexpr int kControlKeepaliveTimeoutMs = 20000;
 
 struct ControlAction {
   std::string action;  // kill_rank, restart_rank, restart_job, abort, list_faults, arm_faults,
-                       // clear_faults
+                       // clear_faults, dump_flight_recorder
   int rank = -1;
   int signal = 9;
   std::string plan;

@@ -81,6 +81,7 @@ class Run {
   ControlResult abort_run(const ControlAction& a, ControlReply& r);
   ControlResult list_faults(const ControlAction& a, ControlReply& r);
   ControlResult send_faults(const ControlAction& a, ControlReply& r);
+  ControlResult dump_flight_recorder(const ControlAction& a, ControlReply& r);
   void all_ranks_ended();
   void finish_teardown();
   void merge_local_files();
@@ -150,9 +151,13 @@ class Run {
   int64_t first_failure_ns_ = -1;
   int first_failure_rank_ = -1;
   void fail_fast(int64_t now);
-  // Asks every live rank for a flight-recorder dump (SIGUSR2) and waits up to 2 s for them
-  // (run_frdump.cpp); called when the hang watchdog stops the run.
-  void request_fr_dumps();
+  // Asks every live rank (or `rank` alone) for a flight-recorder dump (SIGUSR2), waits up to 2 s
+  // for them and records a `flight_recorder_dump` event with `reason` (run_frdump.cpp); called
+  // when the hang watchdog stops the run and by the dump_flight_recorder control action.
+  struct FrDumps {
+    std::vector<int> signalled, dumped, frozen, missing;
+  };
+  FrDumps request_fr_dumps(const std::string& reason, int rank = -1);
   // Threads of every live rank (threads.txt) and the Python stacks of ranks whose probe takes
   // SIGUSR1 (stacks.txt), at most 2 s (run_stacks.cpp); when the hang watchdog or the run
   // timeout gives up on the job.

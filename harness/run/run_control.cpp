@@ -55,10 +55,10 @@ struct Run::ControlEntry {
 // The actions in the order the unknown-action error lists them.
 const std::vector<Run::ControlEntry>& Run::control_actions() {
   static const std::vector<ControlEntry> table = {
-      {"kill_rank", &Run::kill_rank},     {"restart_rank", &Run::restart_rank},
-      {"restart_job", &Run::restart_job}, {"abort", &Run::abort_run},
-      {"list_faults", &Run::list_faults}, {"arm_faults", &Run::send_faults},
-      {"clear_faults", &Run::send_faults}};
+      {"kill_rank", &Run::kill_rank},      {"restart_rank", &Run::restart_rank},
+      {"restart_job", &Run::restart_job},  {"abort", &Run::abort_run},
+      {"list_faults", &Run::list_faults},  {"arm_faults", &Run::send_faults},
+      {"clear_faults", &Run::send_faults}, {"dump_flight_recorder", &Run::dump_flight_recorder}};
   return table;
 }
 
@@ -174,6 +174,32 @@ ControlResult Run::send_faults(const ControlAction& a, ControlReply& r) {
     live_plans_.clear();
   }
   return r.done(n > 0, fmt::format("{} sent to {} connected rank(s)", a.action, n));
+}
+
+// An on-demand flight-recorder dump of every rank (rank -1) or one, as PyTorch's dump-on-signal:
+// a tool that suspects a hang gets the ranks' collective state before deciding. Answered once
+// the signalled ranks wrote their dumps (at most 2 s); ok when at least one did.
+ControlResult Run::dump_flight_recorder(const ControlAction& a, ControlReply& r) {
+  if (a.rank < -1 || a.rank >= s_.ranks) {
+    return r.done(false, fmt::format("rank {} does not exist (allowed: -1 for every rank, or 0-{})",
+                                     a.rank, s_.ranks - 1));
+  }
+  const FrDumps d = request_fr_dumps("control by " + a.requester, a.rank);
+  r.rec["dumped"] = d.dumped;
+  r.rec["frozen"] = d.frozen;
+  r.rec["missing"] = d.missing;
+  if (d.signalled.empty()) {
+    return r.done(false,
+                  fmt::format("no {} takes dump requests now{} (a faultline worker announces it "
+                              "in ranks/rankN/fr_dump_on_signal once its communicator is up)",
+                              a.rank < 0 ? "rank" : fmt::format("rank {}", a.rank),
+                              d.frozen.empty() ? "" : fmt::format(" (stopped: {})", d.frozen)));
+  }
+  auto list = [](const std::vector<int>& v) { return v.empty() ? "none" : fmt::format("{}", v); };
+  return r.done(!d.dumped.empty(),
+                fmt::format("dumped: {}; stopped, not asked: {}; no dump within 2 s: {}; in "
+                            "ranks/rankN/nccl_trace_rank_N",
+                            list(d.dumped), list(d.frozen), list(d.missing)));
 }
 
 // A restart into a smaller (or larger) data-parallel world: the latest checkpoint is converted

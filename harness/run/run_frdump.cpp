@@ -1,12 +1,14 @@
-// On-demand flight-recorder dumps when the harness declares a hang: every rank that announced it
-// takes SIGUSR2 (the file fr_dump_on_signal in its rank directory, holding its pid) gets the
-// signal and writes its dumps, as PyTorch's dump-on-signal does; the harness waits a bounded
-// time for them before it tears the run down. A stopped (SIGSTOPped) rank cannot dump: it is
-// left alone, and its peers' dumps show what it never started.
+// On-demand flight-recorder dumps, when the harness declares a hang and when a tool asks through
+// Control (dump_flight_recorder): every rank that announced it takes SIGUSR2 (the file
+// fr_dump_on_signal in its rank directory, holding its pid) gets the signal and writes its dumps,
+// as PyTorch's dump-on-signal does; the harness waits a bounded time for them (before it tears
+// the run down, or before it answers). A stopped (SIGSTOPped) rank cannot dump: it is left
+// alone, and its peers' dumps show what it never started.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -57,15 +59,17 @@ std::pair<ino_t, int64_t> file_id(const std::string& path) {
 
 }  // namespace
 
-void Run::request_fr_dumps() {
+Run::FrDumps Run::request_fr_dumps(const std::string& reason, int rank) {
   struct Pending {
     int rank;
     std::string path;
     std::pair<ino_t, int64_t> before;
   };
   std::vector<Pending> waiting;
-  std::vector<int> signalled, frozen, dumped;
+  FrDumps out;
+  auto& [signalled, dumped, frozen, missing] = out;
   for (int r = 0; r < s_.ranks; ++r) {
+    if (rank >= 0 && r != rank) continue;
     const std::string rdir = fmt::format("{}/ranks/rank{}", dir_, r);
     std::ifstream in(rdir + "/fr_dump_on_signal");
     pid_t pid = 0;
@@ -85,13 +89,16 @@ void Run::request_fr_dumps() {
     waiting.push_back({r, path, before});
   }
   // Bounded: a rank busy in a kernel still dumps from its watcher thread within milliseconds.
-  const std::vector<int> missing =
-      wait_for_dumps(waiting, dumped, [](const std::string& path, const auto& before) {
-        return file_id(path) != before && file_id(path).first != 0;
-      });
-  hist_->harness(
-      "flight_recorder_dump",
-      {{"signalled", signalled}, {"dumped", dumped}, {"frozen", frozen}, {"missing", missing}});
+  missing = wait_for_dumps(waiting, dumped, [](const std::string& path, const auto& before) {
+    return file_id(path) != before && file_id(path).first != 0;
+  });
+  std::sort(dumped.begin(), dumped.end());  // in the order they were seen: rank order instead
+  hist_->harness("flight_recorder_dump", {{"reason", reason},
+                                          {"signalled", signalled},
+                                          {"dumped", dumped},
+                                          {"frozen", frozen},
+                                          {"missing", missing}});
+  return out;
 }
 
 }  // namespace fl::harness::detail

@@ -240,7 +240,7 @@ void Run::tick() {
         stop_reason_ = "hang established";
         hist_->harness("watchdog_stop",
                        {{"reason", "hang established"}, {"hang_s", s_.expect.hang_s}});
-        request_fr_dumps();
+        request_fr_dumps("hang established");
         request_stack_dumps("hang established");
         io_.stop();
         return;

@@ -177,7 +177,7 @@ class Client:
     def control(self, action: str, rank: int = -1, signal: int = 0, plan: str = "",
                 checkpoint: str = "", args: Sequence[str] = (), dp: int = 0) -> pb.ControlReply:
         """One Control action (kill_rank, restart_rank, restart_job, abort, list_faults,
-        arm_faults, clear_faults; docs/detectors.md). Returns the reply (``ok``, ``message``,
+        arm_faults, clear_faults, dump_flight_recorder; docs/detectors.md). Returns the reply (``ok``, ``message``,
         ``faults``); raises grpc.RpcError when the call itself fails."""
         request = pb.ControlRequest(action=action, rank=rank, signal=signal, plan=plan,
                                     checkpoint=checkpoint, requester=self.name, args=list(args),

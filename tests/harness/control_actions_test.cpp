@@ -1,9 +1,11 @@
 // The control-action table on a live run, under both launchers: an unknown action is refused
 // listing the table; restart_rank refuses a running rank, starts a killed one again as a process
-// of the local launcher, and is refused by mpirun (whose ranks are not the harness's processes).
+// of the local launcher, and is refused by mpirun (whose ranks are not the harness's processes);
+// dump_flight_recorder has every rank of a running job write its PyTorch-schema dumps now.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,7 @@
 #include "base/control_auth.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/runner.hpp"
+#include "tests/comm/fr_schema.hpp"
 #include "tests/support/process.hpp"
 
 namespace fl::harness {
@@ -61,6 +64,7 @@ Reply control(const std::string& addr, const std::string& dir, const std::string
   req.set_action(action);
   req.set_rank(rank);
   req.set_signal(9);
+  req.set_requester("control-test");
   std::string secret;
   std::ifstream(dir + "/control.secret") >> secret;
   grpc::ClientContext ctx;
@@ -116,7 +120,7 @@ TEST(ControlActions, UnknownActionAndRestartRankUnderTheLocalLauncher) {
   EXPECT_FALSE(seen.unknown.ok);
   EXPECT_EQ(seen.unknown.message,
             "unknown action 'restart_everything' (allowed: kill_rank, restart_rank, restart_job, "
-            "abort, list_faults, arm_faults, clear_faults)");
+            "abort, list_faults, arm_faults, clear_faults, dump_flight_recorder)");
   EXPECT_FALSE(seen.running.ok);
   EXPECT_EQ(seen.running.message, "rank 1 is running (kill it first)");
   EXPECT_TRUE(seen.kill.ok) << seen.kill.message;
@@ -145,6 +149,62 @@ TEST(ControlActions, RestartRankIsRefusedUnderMpirun) {
   EXPECT_FALSE(seen.running.ok);
   EXPECT_EQ(seen.running.message,
             "restart_rank needs the local or command launcher and a rank 0-3");
+}
+
+// A tool asks a healthy running job for its flight-recorder dumps: every rank writes them in
+// PyTorch's schema while the job goes on, the reply names them, the history records the request;
+// a rank out of range is refused naming what is allowed.
+TEST(ControlActions, DumpFlightRecorderHasEveryRankDumpWhileTheJobRuns) {
+  const auto results = test::fresh_test_dir("harness", "DumpFlightRecorder");
+  fs::create_directories(results);
+  auto s = load_scenario(kExamples + "clean-dp2-tp2.yaml",
+                         {false, {"workload.steps=400", "timeouts.comm_ms=20000"}});
+  RunOptions o;
+  o.results_dir = results;
+  o.print_summary = false;
+  Reply bad, one, all;
+  std::string dir;
+  std::thread client;
+  o.on_ready = [&](const std::string& addr, const std::string& d) {
+    dir = d;
+    client = std::thread([&, addr, d] {
+      if (!wait_for(d, "rank", "step", 1)) return;
+      bad = control(addr, d, "dump_flight_recorder", 4);
+      one = control(addr, d, "dump_flight_recorder", 2);
+      all = control(addr, d, "dump_flight_recorder", -1);
+      control(addr, d, "abort", -1);
+    });
+  };
+  run_scenario(s, o);
+  client.join();
+  ASSERT_TRUE(bad.called);
+  EXPECT_FALSE(bad.ok);
+  EXPECT_EQ(bad.message, "rank 4 does not exist (allowed: -1 for every rank, or 0-3)");
+  EXPECT_TRUE(one.ok) << one.message;
+  EXPECT_EQ(one.message.rfind("dumped: [2]; ", 0), 0u) << one.message;
+  EXPECT_TRUE(all.ok) << all.message;
+  EXPECT_EQ(all.message.rfind("dumped: [", 0), 0u) << all.message;
+  std::vector<nlohmann::json> asked;
+  for (const auto& e : history(dir)) {
+    if (e["kind"] == "flight_recorder_dump") asked.push_back(e["data"]);
+  }
+  ASSERT_EQ(asked.size(), 2u);
+  EXPECT_EQ(asked[0]["reason"], "control by control-test");
+  EXPECT_EQ(asked[0]["signalled"], nlohmann::json::array({2}));
+  EXPECT_EQ(asked[1]["signalled"], nlohmann::json::array({0, 1, 2, 3}));
+  std::vector<int> dumped = asked[1]["dumped"].get<std::vector<int>>();
+  std::sort(dumped.begin(), dumped.end());
+  EXPECT_EQ(dumped, (std::vector<int>{0, 1, 2, 3})) << asked[1].dump();
+  for (int r = 0; r < 4; ++r) {
+    const std::string rdir = dir + "/ranks/rank" + std::to_string(r);
+    EXPECT_TRUE(fs::exists(rdir + "/nccl_trace_rank_" + std::to_string(r))) << r;
+    std::ifstream in(rdir + "/fr_trace_rank_" + std::to_string(r) + ".json");
+    ASSERT_TRUE(in.good()) << r;
+    const auto t = nlohmann::json::parse(in);
+    test::expect_pytorch_fr_schema(t, "rank " + std::to_string(r));
+    // A healthy job's dump: collectives recorded, taken while it ran.
+    EXPECT_FALSE(t["entries"].empty()) << r;
+  }
 }
 
 }  // namespace
