@@ -2,7 +2,8 @@
 # ctest python.frozen_rank_detector: installs python/ (faultline_client) the way a Python user on
 # Debian does, offline (a venv over the system's python3-grpcio / python3-protobuf, pip with
 # --no-deps --no-build-isolation --no-index), runs the frozen-rank scenario with the example
-# detector on it and checks the history holds its diagnosis: symptom 4.11, ranks [2]. The fix
+# detector on it and checks the history holds its diagnosis: symptom 4.11, ranks [2], with the
+# flight-recorder dumps it asked for through Control in its evidence. The fix
 # variant (the rank is resumed) must draw no such diagnosis, and in a run whose ranks fail (4.6)
 # it reports their errors. Exit 77 (skipped) when the python3
 # lacks grpc, protobuf, venv or setuptools.
@@ -51,6 +52,13 @@ hits = [d for d in frozen if d["symptom"] == "4.11" and d["ranks"] == [2]]
 if not hits:
     sys.exit(f"FAIL: no example-py diagnosis of 4.11 on rank 2 in the frozen run: {frozen}")
 print("frozen run:", hits[0]["evidence"])
+# Before reporting it asked for every rank's flight-recorder dump (Control): the live ranks wait
+# in the gradient all-reduce the stopped rank never joined; the stopped rank wrote none.
+evidence = hits[0]["evidence"]
+for want in ("flight recorder: rank 0 waits in nccl:all_reduce", "of group dp",
+             "no dump from ranks [2]"):
+    if want not in evidence:
+        sys.exit(f"FAIL: '{want}' not in the frozen run's evidence: {evidence}")
 fixed = [d for d in diagnoses("fixed") if d["symptom"] == "4.11"]
 if fixed:
     sys.exit(f"FAIL: example-py diagnosed 4.11 in the fix variant (rank resumed): {fixed}")
