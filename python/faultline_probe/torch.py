@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 import faultline_probe as probe
+from faultline_probe import flight
 
 _OPS = ["all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "gather", "scatter",
         "all_to_all", "barrier", "send", "recv", "all_gather_object", "broadcast_object_list"]
@@ -133,6 +134,7 @@ def _begin(op, group_name, count, dtype):
         elif fault["action"] == "drop":
             return seq, True
     probe.collective(op, "started", group_name, seq, count, dtype)
+    flight.started(op, group_name, seq, count, dtype)
     if fault is not None and fault["action"] == "hang":
         probe.flush()
         while True:  # the process lives on, its peers wait for it
@@ -145,6 +147,8 @@ def _failed(op, group_name, seq, count, dtype, t0, e):
     state = "timed-out" if "timed out" in text.lower() or "timeout" in text.lower() else "failed"
     probe.collective(op, state, group_name, seq, count, dtype,
                      in_flight_ms=int((time.monotonic() - t0) * 1000), error=text[:500])
+    flight.ended(op, group_name, seq, completed=False)
+    flight.dump("timeout" if state == "timed-out" else "failed")  # as c10d's watchdog does
     probe.error(probe.classify(e), "%s: %s" % (type(e).__name__, text))
 
 
@@ -166,6 +170,7 @@ def run(op, group_name, fn, args, kwargs, count=None, dtype=None):
     finally:
         probe.add_comm_time(time.monotonic() - t0)
     probe.collective(op, "completed", group_name, seq, count, dtype)
+    flight.ended(op, group_name, seq)
     return out
 
 
@@ -173,6 +178,12 @@ def _wrapper(op, fn):
     def wrapped(*args, **kwargs):
         g = kwargs.get("group")
         name = "world" if g is None or g is dist.group.WORLD else "group%d" % id(g)
+        if name != "world" and name not in _ranked:
+            _ranked.add(name)
+            try:
+                flight.group_ranks(name, dist.get_process_group_ranks(g))
+            except Exception:  # noqa: BLE001 - torch without it: the dump lists none
+                pass
         return run(op, name, fn, args, kwargs)
 
     wrapped.__wrapped__ = fn
@@ -180,10 +191,18 @@ def _wrapper(op, fn):
     return wrapped
 
 
+_ranked = set()  # subgroups whose ranks the flight recorder has
+
+
 def wrap():
-    """Replaces torch.distributed's collectives by reporting ones (idempotent)."""
+    """Replaces torch.distributed's collectives by reporting ones (idempotent), and takes SIGUSR2
+    for flight-recorder dumps under the harness (faultline_probe.flight; from the main thread)."""
     global _faults
     _faults = parse_faults(os.environ.get("FAULTLINE_PROBE_FAULTS", ""))
+    ms = os.environ.get("FAULTLINE_COMM_TIMEOUT_MS", "")
+    if ms.isdigit() and int(ms) > 0:
+        flight.set_timeout_ms(int(ms))
+    flight.install()
     for op in _OPS:
         fn = getattr(dist, op, None)
         if fn is None or op in _originals:
@@ -235,6 +254,7 @@ def allreduce_hook(state, bucket):
             raise
         probe.add_comm_time(time.monotonic() - t0)
         probe.collective("all_reduce", "completed", "ddp", seq, count, dtype)
+        flight.ended("all_reduce", "ddp", seq)
         return out.mul_(1.0 / world)
 
     return work.get_future().then(done)
@@ -383,6 +403,8 @@ class _Light:
         key = ("all_reduce", "ddp")
         seq = _seq.get(key, 0)
         _seq[key] = seq + len(self.buckets)
+        for i, (count, dtype) in enumerate(self.buckets):
+            flight.started("all_reduce", "ddp", seq + i, count, dtype)
         with self.lock:
             self.seq0, self.t_mono, self.began = seq, time.monotonic(), True
             if self.every or self.full:
@@ -399,6 +421,8 @@ class _Light:
 
     def _complete(self):
         with self.lock:
+            for seq, _, _ in self._each():
+                flight.ended("all_reduce", "ddp", seq)
             if self.shown:
                 for seq, count, dtype in self._each():
                     _derived("completed", seq, count, dtype)
@@ -437,5 +461,7 @@ class _Light:
                 self._show()
             for seq, count, dtype in self._each():
                 _derived(state, seq, count, dtype, ',"error":%s' % json.dumps(text[:500]))
+                flight.ended("all_reduce", "ddp", seq, completed=False)
             self.began, self.shown = False, False
+        flight.dump("timeout" if state == "timed-out" else "failed")
         probe.flush()

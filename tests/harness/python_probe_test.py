@@ -290,4 +290,66 @@ with tempfile.TemporaryDirectory() as d:
     assert n0 >= 1 and got == want, (n0, nb, got)
     errors = [e for e in ev if e["kind"] == "error"]
     assert errors and errors[0]["data"]["class"] == "comm timeout", errors
+
+# The flight recorder (faultline_probe.flight): PyTorch's dump schema; DDP's buckets and the
+# world's collectives share the default group's collective_seq_ids; completed, open and retired
+# entries; the pickle (protocol 2) equals the JSON; SIGUSR2 dumps from the watcher thread while
+# the main thread is blocked, the job going on; nothing is taken outside the harness.
+fr_job = """
+import faultline_probe as p, faultline_probe.flight as fr, os, sys
+p.init(heartbeat_ms=50)
+fr.group_ranks("group9", [1, 3])
+fr.started("all_reduce", "ddp", 0, 1000, "float32"); fr.ended("all_reduce", "ddp", 0)
+fr.started("broadcast", "world", 0, 8, "int64"); fr.ended("broadcast", "world", 0)
+fr.started("all_gather", "group9", 0, 4, "bfloat16")
+fr.started("all_reduce", "ddp", 1, 1000, "float32"); fr.ended("all_reduce", "ddp", 1, completed=False)
+fr.started("all_reduce", "ddp", 2, 1000, "float32")
+print("installed", fr.install(), flush=True)
+sys.stdin.readline()  # blocked in a read, as a rank in a collective
+"""
+with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, "probe.jsonl")
+    proc = subprocess.Popen([sys.executable, "-c", fr_job], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True,
+                            env=dict(env, FAULTLINE_PROBE_FILE=path, FAULTLINE_RUN_ID="t",
+                                     RANK="1", FAULTLINE_PROBE_STACKS="0"))
+    assert proc.stdout.readline().strip() == "installed True"
+    assert int(open(os.path.join(d, "fr_dump_on_signal")).read()) == proc.pid
+    os.kill(proc.pid, signal.SIGUSR2)
+    dump = os.path.join(d, "nccl_trace_rank_1")
+    for _ in range(500):
+        if os.path.exists(dump):
+            break
+        time.sleep(0.02)
+    import pickle
+    with open(dump, "rb") as f:
+        t = pickle.load(f)
+    with open(os.path.join(d, "fr_trace_rank_1.json")) as f:
+        assert json.loads(json.dumps(t)) == json.load(f)
+    proc.communicate("go\n", timeout=30)
+    assert proc.returncode == 0, proc.returncode  # the signal did not end the job
+    assert t["version"] == "2.10", t["version"]
+    assert t["pg_config"] == {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"},
+                              "1": {"name": "1", "desc": "group9", "ranks": "[1, 3]"}}, t["pg_config"]
+    assert t["pg_status"]["0"] == {"last_enqueued_collective": 3, "last_started_collective": 3,
+                                   "last_completed_collective": 1}, t["pg_status"]
+    got = [(e["profiling_name"], e["process_group"], e["collective_seq_id"], e["state"],
+            e["retired"], e["input_sizes"], e["input_dtypes"], e["output_sizes"])
+           for e in t["entries"]]
+    assert got == [
+        ("nccl:all_reduce", ("0", "default_pg"), 0, "completed", True, [[1000]], ["Float"], [[1000]]),
+        ("nccl:broadcast", ("0", "default_pg"), 1, "completed", True, [[8]], ["Long"], [[8]]),
+        ("nccl:all_gather", ("1", "group9"), 0, "started", False, [[4]], ["BFloat16"], [[8]]),
+        ("nccl:all_reduce", ("0", "default_pg"), 2, "started", True, [[1000]], ["Float"], [[1000]]),
+        ("nccl:all_reduce", ("0", "default_pg"), 3, "started", False, [[1000]], ["Float"], [[1000]]),
+    ], got
+    for e in t["entries"]:
+        assert [e["record_id"], e["op_id"], e["p2p_seq_id"], e["is_p2p"], e["frames"]] == \
+            [t["entries"].index(e), e["collective_seq_id"], 0, False, []], e
+        assert (e["duration_ms"] is None) == (e["time_discovered_completed_ns"] is None), e
+    # Outside the harness (no FAULTLINE_RUN_ID) SIGUSR2 is left alone and nothing announced.
+    r = subprocess.run([sys.executable, "-c", "import faultline_probe.flight as fr; "
+                        "assert not fr.install()"], capture_output=True, text=True,
+                       env=dict(env, FAULTLINE_PROBE_FILE=os.path.join(d, "x", "probe.jsonl")))
+    assert r.returncode == 0, r.stderr
 print("python.probe: passed")

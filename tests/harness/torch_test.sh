@@ -5,7 +5,8 @@
 # steps, the DDP bucket all-reduces as collective events, setup/step sections; which DDP mode each
 # rank took (the comm hook where the scenario's fault point targets the rank's DDP all-reduces,
 # else light, whose events are derived and written for the steps that need them) and, when the
-# run hung, every rank's DDP all-reduce seq numbers and the one it never finished. Exit 77 (skipped)
+# run hung, every rank's DDP all-reduce seq numbers and the one it never finished, and the flight-
+# recorder dumps both ranks wrote when the harness declared the hang. Exit 77 (skipped)
 # when the python3 has no torch.
 #   tests/harness/torch_test.sh FAULTLINE_BIN SOURCE_DIR SCENARIO [--fix] [PYTHON]
 set -euo pipefail
@@ -60,6 +61,25 @@ for r in (0, 1):
     if hung:  # rank 1 hangs in its 6th all-reduce (seq 5); rank 0 waits in the same one
         assert started[-1] == 5 and 5 not in done and (lazy or done[-1] == 4), \
             (r, started[-5:], done[-5:])
+# The probe's flight recorder: when the harness declared the hang, both ranks dumped (SIGUSR2,
+# the watcher thread) in PyTorch's schema, both showing the all-reduce of seq 5 started and never
+# completed in the default group; a run that did not hang has no dumps.
+import os, pickle
+ranks_dir = os.path.join(os.path.dirname(sys.argv[1]), "ranks")
+asked = [e["data"] for e in ev if e["kind"] == "flight_recorder_dump"]
+for r in (0, 1):
+    dump = os.path.join(ranks_dir, "rank%d" % r, "nccl_trace_rank_%d" % r)
+    if not hung:
+        assert not os.path.exists(dump), dump
+        continue
+    with open(dump, "rb") as f:
+        t = pickle.load(f)
+    assert t["pg_config"]["0"] == {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}, t
+    last = t["entries"][-1]
+    assert (last["profiling_name"], last["collective_seq_id"], last["state"]) == \
+        ("nccl:all_reduce", 5, "started"), (r, last)
+    assert [e["state"] for e in t["entries"][:-1]] == ["completed"] * 5, (r, t["entries"])
+assert (asked and asked[0]["dumped"] == [0, 1]) if hung else not asked, asked
 rej = [e for e in ev if e["kind"] == "events_rejected"]
 assert not rej, rej
 print("probe events:", len(rank))
