@@ -83,13 +83,14 @@ def launch_harness(faultline):
                 "workload:\n  kind: command\n"
                 "  command: %s\n"
                 "env: {FAULTLINE_PROBE_STACKS: '0', FAULTLINE_BENCH_HIDDEN: '%s', "
-                "FAULTLINE_BENCH_BATCH: '%s'}\n"
+                "FAULTLINE_BENCH_BATCH: '%s', FAULTLINE_PROBE_FR: '%s'}\n"
                 "timeouts: {comm_ms: 120000, run_s: 1200}\n"
                 "expect: {oracle: completed}\n"
                 % (json.dumps([sys.executable, os.path.abspath(__file__), "{source_dir}",
                                str(rounds), str(block)]),
                    os.environ.get("FAULTLINE_BENCH_HIDDEN", "512"),
-                   os.environ.get("FAULTLINE_BENCH_BATCH", "64")))
+                   os.environ.get("FAULTLINE_BENCH_BATCH", "64"),
+                   os.environ.get("FAULTLINE_PROBE_FR", "1")))
     runs = os.path.join(tmp, "runs")
     rc = subprocess.call([faultline, "run", scenario, "--results", runs, "--run-id", "ab", "-q"])
     logs = [os.path.join(runs, "ab", "ranks", "rank%d" % r, "output.log") for r in (0, 1)]

@@ -29,6 +29,7 @@ VERSION = "2.10"  # the c10d dump schema whose keys these are (as the C++ worker
 _DTYPES = {"float32": "Float", "float16": "Half", "bfloat16": "BFloat16", "float64": "Double",
            "int32": "Int", "int64": "Long", "uint8": "Byte", "int8": "Char", "bool": "Bool"}
 _lock = threading.Lock()
+_on = os.environ.get("FAULTLINE_PROBE_FR", "1") != "0"  # FAULTLINE_PROBE_FR=0: no recorder
 _size = 2000
 try:
     _size = max(1, int(os.environ.get("FAULTLINE_PROBE_FR_SIZE", "") or 2000))
@@ -36,7 +37,9 @@ except ValueError:
     raise ValueError("FAULTLINE_PROBE_FR_SIZE: '%s' (allowed: a number of entries, 1 or more)"
                      % os.environ["FAULTLINE_PROBE_FR_SIZE"])
 _entries = collections.deque(maxlen=_size)
-# [record_id, pg, collective_seq_id, op, count, dtype, created_ns, completed_ns, retired, tid]
+# [record_id, pg, collective_seq_id, op, [(count, dtype)...], created_ns, completed_ns, retired,
+#  tid]: one collective, or a block of them begun together (DDP's buckets of one backward), which
+# takes consecutive record and seq ids and becomes one PyTorch entry per collective when dumped
 _open = {}     # (group, op, seq) -> its entry, until it ends
 _groups = {}   # probe group name -> pg: [pg_id, name, desc, ranks, enqueued, completed]
 _next = [0]    # the next record_id
@@ -73,29 +76,48 @@ def set_timeout_ms(ms):
     _timeout_ms[0] = int(ms)
 
 
-def started(op, group, seq, count, dtype):
-    """A collective of this rank began: a new entry with the group's next collective_seq_id."""
+def started_block(op, group, sizes):
+    """Collectives of one group begun together, `sizes` [(count, dtype)] in their order (DDP's
+    buckets of one backward): one entry for all, the group's next collective_seq_ids. Returns it
+    for ended_block (None when the recorder is off). Light mode's per-step cost: one lock, one
+    append."""
+    if not _on:
+        return None
     with _lock:
         pg = _pg(group)
-        pg[4] += 1
-        _next[0] += 1
-        e = [_next[0] - 1, pg, pg[4], op, int(count), dtype, time.time_ns(), None, False,
+        e = [_next[0], pg, pg[4] + 1, op, sizes, time.time_ns(), None, False,
              threading.get_ident()]
+        pg[4] += len(sizes)
+        _next[0] += len(sizes)
         _entries.append(e)
+    return e
+
+
+def ended_block(e, completed=True):
+    """A block (or one collective) ended: completed, or retired without completing (failed,
+    timed out). Two assignments, no lock (a dump that reads them half-way sees it still open)."""
+    if completed:
+        e[6] = time.time_ns()
+        e[1][5] = max(e[1][5], e[2] + len(e[4]) - 1)
+    else:
+        e[7] = True
+
+
+def started(op, group, seq, count, dtype):
+    """A collective of this rank began (`seq` the probe's own count of that op in that group)."""
+    e = started_block(op, group, [(int(count), dtype)])
+    if e is None:
+        return
+    with _lock:
         _open[(group, op, seq)] = e
 
 
 def ended(op, group, seq, completed=True):
-    """The collective ended: completed, or retired without completing (failed, timed out)."""
+    """The collective `started` recorded ended (see ended_block)."""
     with _lock:
         e = _open.pop((group, op, seq), None)
-        if e is None:
-            return
-        if completed:
-            e[7] = time.time_ns()
-            e[1][5] = max(e[1][5], e[2])
-        else:
-            e[8] = True
+    if e is not None:
+        ended_block(e, completed)
 
 
 def trace():
@@ -106,22 +128,24 @@ def trace():
         pgs = {id(pg): list(pg) for pg in _groups.values()}
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     out = []
-    for rid, pg, cseq, op, count, dtype, created, done, retired, tid in entries:
-        dt = _DTYPES.get(dtype, "Undefined")
-        out.append({
-            "record_id": rid, "pg_id": pg[0], "process_group": (pg[1], pg[2]),
-            "collective_seq_id": cseq, "p2p_seq_id": 0, "op_id": cseq,
-            "profiling_name": "nccl:" + op, "time_created_ns": created,
-            "input_sizes": [[count]], "input_dtypes": [dt],
-            "output_sizes": [[count * (world if op == "all_gather" else 1)]],
-            "output_dtypes": [dt],
-            "state": "completed" if done is not None else "started",
-            "time_discovered_started_ns": created,
-            "time_discovered_completed_ns": done,
-            "duration_ms": None if done is None else (done - created) / 1e6,
-            "retired": bool(retired or done is not None), "timeout_ms": _timeout_ms[0],
-            "is_p2p": False, "frames": [], "thread_id": str(tid), "thread_name": "",
-        })
+    for rid, pg, cseq0, op, sizes, created, done, retired, tid in entries:
+        for i, (count, dtype) in enumerate(sizes):
+            dt = _DTYPES.get(dtype, "Undefined")
+            cseq = cseq0 + i
+            out.append({
+                "record_id": rid + i, "pg_id": pg[0], "process_group": (pg[1], pg[2]),
+                "collective_seq_id": cseq, "p2p_seq_id": 0, "op_id": cseq,
+                "profiling_name": "nccl:" + op, "time_created_ns": created,
+                "input_sizes": [[count]], "input_dtypes": [dt],
+                "output_sizes": [[count * (world if op == "all_gather" else 1)]],
+                "output_dtypes": [dt],
+                "state": "completed" if done is not None else "started",
+                "time_discovered_started_ns": created,
+                "time_discovered_completed_ns": done,
+                "duration_ms": None if done is None else (done - created) / 1e6,
+                "retired": bool(retired or done is not None), "timeout_ms": _timeout_ms[0],
+                "is_p2p": False, "frames": [], "thread_id": str(tid), "thread_name": "",
+            })
     config, status = {}, {}
     for pg in pgs.values():
         ranks = pg[3] or list(range(world))
@@ -152,7 +176,7 @@ def dump(reason):
     """Writes nccl_trace_rank_N (pickle) and fr_trace_rank_N.json into the rank's directory;
     returns False outside the harness or when they cannot be written."""
     d = _rank_dir()
-    if not d:
+    if not d or not _on:
         return False
     t = trace()
     r = _rank()
@@ -188,7 +212,7 @@ def install():
     if _installed[0]:
         return True
     d = _rank_dir()
-    if not d or not os.environ.get("FAULTLINE_RUN_ID"):
+    if not d or not _on or not os.environ.get("FAULTLINE_RUN_ID"):
         return False
     try:
         if signal.getsignal(signal.SIGUSR2) not in (signal.SIG_DFL, None):

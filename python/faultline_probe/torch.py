@@ -360,6 +360,7 @@ class _Light:
         self.t_mono = 0.0      # when it began
         self.shown = False     # its `started` events are written (or waiting to be)
         self.full = False      # the buckets were read anew: this step's events are written
+        self.fr = None         # its flight-recorder entry (faultline_probe.flight)
         self._layout()
         self._hook_first()
         self.mark = self._grad_mark()
@@ -403,8 +404,7 @@ class _Light:
         key = ("all_reduce", "ddp")
         seq = _seq.get(key, 0)
         _seq[key] = seq + len(self.buckets)
-        for i, (count, dtype) in enumerate(self.buckets):
-            flight.started("all_reduce", "ddp", seq + i, count, dtype)
+        self.fr = flight.started_block("all_reduce", "ddp", self.buckets)
         with self.lock:
             self.seq0, self.t_mono, self.began = seq, time.monotonic(), True
             if self.every or self.full:
@@ -421,8 +421,9 @@ class _Light:
 
     def _complete(self):
         with self.lock:
-            for seq, _, _ in self._each():
-                flight.ended("all_reduce", "ddp", seq)
+            if self.fr is not None:
+                flight.ended_block(self.fr)
+                self.fr = None
             if self.shown:
                 for seq, count, dtype in self._each():
                     _derived("completed", seq, count, dtype)
@@ -461,7 +462,9 @@ class _Light:
                 self._show()
             for seq, count, dtype in self._each():
                 _derived(state, seq, count, dtype, ',"error":%s' % json.dumps(text[:500]))
-                flight.ended("all_reduce", "ddp", seq, completed=False)
+            if self.fr is not None:
+                flight.ended_block(self.fr, completed=False)
+                self.fr = None
             self.began, self.shown = False, False
         flight.dump("timeout" if state == "timed-out" else "failed")
         probe.flush()

@@ -304,6 +304,8 @@ fr.started("broadcast", "world", 0, 8, "int64"); fr.ended("broadcast", "world", 
 fr.started("all_gather", "group9", 0, 4, "bfloat16")
 fr.started("all_reduce", "ddp", 1, 1000, "float32"); fr.ended("all_reduce", "ddp", 1, completed=False)
 fr.started("all_reduce", "ddp", 2, 1000, "float32")
+b = fr.started_block("all_reduce", "ddp", [(300, "float32"), (200, "float16")])  # light mode
+fr.ended_block(b)
 print("installed", fr.install(), flush=True)
 sys.stdin.readline()  # blocked in a read, as a rank in a collective
 """
@@ -331,8 +333,8 @@ with tempfile.TemporaryDirectory() as d:
     assert t["version"] == "2.10", t["version"]
     assert t["pg_config"] == {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"},
                               "1": {"name": "1", "desc": "group9", "ranks": "[1, 3]"}}, t["pg_config"]
-    assert t["pg_status"]["0"] == {"last_enqueued_collective": 3, "last_started_collective": 3,
-                                   "last_completed_collective": 1}, t["pg_status"]
+    assert t["pg_status"]["0"] == {"last_enqueued_collective": 5, "last_started_collective": 5,
+                                   "last_completed_collective": 5}, t["pg_status"]
     got = [(e["profiling_name"], e["process_group"], e["collective_seq_id"], e["state"],
             e["retired"], e["input_sizes"], e["input_dtypes"], e["output_sizes"])
            for e in t["entries"]]
@@ -342,6 +344,8 @@ with tempfile.TemporaryDirectory() as d:
         ("nccl:all_gather", ("1", "group9"), 0, "started", False, [[4]], ["BFloat16"], [[8]]),
         ("nccl:all_reduce", ("0", "default_pg"), 2, "started", True, [[1000]], ["Float"], [[1000]]),
         ("nccl:all_reduce", ("0", "default_pg"), 3, "started", False, [[1000]], ["Float"], [[1000]]),
+        ("nccl:all_reduce", ("0", "default_pg"), 4, "completed", True, [[300]], ["Float"], [[300]]),
+        ("nccl:all_reduce", ("0", "default_pg"), 5, "completed", True, [[200]], ["Half"], [[200]]),
     ], got
     for e in t["entries"]:
         assert [e["record_id"], e["op_id"], e["p2p_seq_id"], e["is_p2p"], e["frames"]] == \
