@@ -12,7 +12,7 @@
 #                       gradient all-reduce behind a collective of another group
 # and asserts that it loaded every rank's dump and named the rank(s) that never joined the dp
 # group's all-reduce, and that -j lines up the ranks' entries (rank 2 one op ahead). Everything it created (the root, its /proc mount, the runs) is removed at
-# exit; a root passed in is reused and kept.
+# exit; a root passed in is reused and kept. Then two PyTorch jobs (the probe's own dumps), see below.
 #   ci/fr-trace-check.sh FAULTLINE_BIN SOURCE_DIR [ROOT]
 #   FR_TRACE_SUITE=sid (the Debian suite of the root) FR_TRACE_MIRROR=http://deb.debian.org/debian
 # Exit 0 when the analyzer named every culprit, 1 when not, 77 (skipped) without root,
@@ -149,5 +149,47 @@ want[2] = "all_reduce(input_sizes=[[1]], state=started)"
 if last != want:
     sys.exit(f"FAIL: last row {last}, expected {want}")
 PY
+# PyTorch jobs: the probe's flight recorder (faultline_probe.flight) dumps when the harness
+# declares the hang; the analyzer must load both ranks' dumps. hung-allreduce: both ranks in the
+# all-reduce of seq 5 (the stuck rank never returns from it), nothing missing; uneven-batches-hang:
+# rank 1 (its shard ran out) in the final barrier at seq 1, rank 0 named missing there (it waits
+# in DDP's bucket-rebuild broadcast, which the probe cannot see). Where /usr/bin/python3 has no
+# torch, this part is left out.
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  for name in hung-allreduce uneven-batches-hang; do
+    rc=0
+    "$faultline" run "$src/scenarios/torch/$name.yaml" --results "$work/runs" --run-id "torch-$name" \
+      -q >"$work/torch-$name.run.log" 2>&1 || rc=$?
+    [[ $rc -eq 0 ]] || { cat "$work/torch-$name.run.log"; fail "torch $name: faultline run exited $rc"; }
+    mkdir -p "$dumps/torch-$name"
+    cp -r "$work/runs/torch-$name/ranks" "$dumps/torch-$name/"
+    out=$work/torch-$name.fr_trace.txt
+    chroot "$root" python3 -m torch.distributed.flight_recorder.fr_trace \
+      "/$(basename "$dumps")/torch-$name/ranks" -p nccl_trace_rank_ -v >"$out" 2>&1 || true
+    echo "== torch $name"
+    grep -e '^loaded' -e '^Not all ranks' -e '^collective:' -e '^missing ranks' "$out" || true
+    python3 - "$out" "$name" <<'PY' || status=1
+import re, sys
+text, name = open(sys.argv[1]).read(), sys.argv[2]
+problems = []
+if not re.search(r"^loaded 2 files", text, re.M):
+    problems.append("did not load both ranks' dumps")
+if "Traceback" in text:
+    problems.append("raised: " + text[text.index("Traceback"):][-400:])
+blocks = text.split("Not all ranks joining collective")[1:]
+if name == "hung-allreduce" and blocks:
+    problems.append("a rank reported missing, though both wait in the same all-reduce")
+if name == "uneven-batches-hang" and not any(
+        re.search(r"^collective: nccl:barrier$", b, re.M)
+        and re.search(r"^missing ranks: \{0\}$", b, re.M) for b in blocks):
+    problems.append("no report of the barrier with rank 0 missing")
+for p in problems:
+    print("FAIL: torch", name + ":", p)
+sys.exit(1 if problems else 0)
+PY
+  done
+else
+  echo "== torch jobs left out: /usr/bin/python3 has no torch"
+fi
 [[ $status -eq 0 ]] || { echo "FAIL: fr_trace did not name every culprit (output above)"; exit 1; }
 echo "fr_trace read every dump and named every culprit"
