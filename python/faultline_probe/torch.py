@@ -307,6 +307,7 @@ def attach(model):
     if mode == "light" and not probe.enabled():
         return "off"  # outside the harness with no fault point: nothing to report
     info = {"ddp_comm": mode, "why": why}
+    _Rebuild(model)
     if mode == "hook":
         model.register_comm_hook(None, allreduce_hook)
     else:
@@ -334,6 +335,38 @@ def _derived(state, seq, count, dtype, tail="", t_ns=None):
     probe._put('"collective"', -1, '{"op":"all_reduce","state":%s,"group":"ddp","seq":%d,'
                '"count":%d,"dtype":%s,"derived":true%s}',
                (probe._q(state), seq, count, probe._q(dtype), tail), True, t_ns)
+
+
+class _Rebuild:
+    """DDP's one bucket-order broadcast for the flight recorder: Reducer::_rebuild_buckets, at the
+    start of the forward after the first backward, broadcasts the order from rank 0 in C++, on the
+    default group. A forward pre-hook records it started, a forward hook ended; both hooks go once
+    DDP says it rebuilt. A rank whose peer never runs that forward (uneven inputs) waits in it."""
+
+    def __init__(self, model):
+        self.model, self.entry = model, None
+        self.hooks = []
+        if not model._has_rebuilt_buckets and (getattr(model, "static_graph", False)
+                                               or not model.find_unused_parameters):
+            self.hooks = [model.register_forward_pre_hook(self.before),
+                          model.register_forward_hook(self.after)]
+
+    def before(self, module, inputs):
+        m = self.model
+        if self.entry is None and torch.is_grad_enabled() and m.num_iterations >= 1 \
+                and not m._has_rebuilt_buckets:
+            n = sum(1 for p in m.module.parameters() if p.requires_grad)
+            self.entry = flight.started_block("broadcast", "world", [(n + 1, "int32")])
+
+    def after(self, module, inputs, output):
+        rebuilt = self.model._has_rebuilt_buckets
+        if self.entry is not None:
+            flight.ended_block(self.entry, completed=rebuilt)  # not rebuilt: it did not happen
+            self.entry = None
+        if rebuilt:
+            for h in self.hooks:
+                h.remove()
+            self.hooks = []
 
 
 class _Light:

@@ -62,8 +62,10 @@ for r in (0, 1):
         assert started[-1] == 5 and 5 not in done and (lazy or done[-1] == 4), \
             (r, started[-5:], done[-5:])
 # The probe's flight recorder: when the harness declared the hang, both ranks dumped (SIGUSR2,
-# the watcher thread) in PyTorch's schema, both showing the all-reduce of seq 5 started and never
-# completed in the default group; a run that did not hang has no dumps.
+# the watcher thread) in PyTorch's schema, with the same default-group sequence: the first
+# gradient all-reduce, DDP's bucket-order broadcast (collective_seq_id 1), four more
+# all-reduces, then the 6th (DDP seq 5, collective_seq_id 6) started and never completed; a run
+# that did not hang has no dumps.
 import os, pickle
 ranks_dir = os.path.join(os.path.dirname(sys.argv[1]), "ranks")
 asked = [e["data"] for e in ev if e["kind"] == "flight_recorder_dump"]
@@ -75,10 +77,11 @@ for r in (0, 1):
     with open(dump, "rb") as f:
         t = pickle.load(f)
     assert t["pg_config"]["0"] == {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}, t
-    last = t["entries"][-1]
-    assert (last["profiling_name"], last["collective_seq_id"], last["state"]) == \
-        ("nccl:all_reduce", 5, "started"), (r, last)
-    assert [e["state"] for e in t["entries"][:-1]] == ["completed"] * 5, (r, t["entries"])
+    got = [(e["profiling_name"], e["collective_seq_id"], e["state"]) for e in t["entries"]]
+    want = [("nccl:all_reduce", 0, "completed"), ("nccl:broadcast", 1, "completed")]
+    want += [("nccl:all_reduce", s, "completed") for s in range(2, 6)]
+    want += [("nccl:all_reduce", 6, "started")]
+    assert got == want, (r, got)
 assert (asked and asked[0]["dumped"] == [0, 1]) if hung else not asked, asked
 rej = [e for e in ev if e["kind"] == "events_rejected"]
 assert not rej, rej
