@@ -4,11 +4,28 @@
 #pragma once
 
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace fl::harness {
+
+// Whether process `pid` has a handler for `sig` now (the SigCgt mask of /proc/PID/status): a
+// process that announced it takes a dump signal may have given the signal back to its default
+// action since, which would end it.
+inline bool catches_signal(int pid, int sig) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("SigCgt:", 0) != 0) continue;
+    unsigned long long mask = 0;
+    std::istringstream(line.substr(7)) >> std::hex >> mask;
+    return sig >= 1 && sig <= 64 && ((mask >> (sig - 1)) & 1ULL) != 0;
+  }
+  return false;
+}
 
 // `waiting` holds {rank, path, before}; `changed(path, before)` says the file differs from its
 // state before the signal. Ranks that dumped go to `dumped`; those still in `waiting` after

@@ -156,6 +156,7 @@ class Run {
   // when the hang watchdog stops the run and by the dump_flight_recorder control action.
   struct FrDumps {
     std::vector<int> signalled, dumped, frozen, missing;
+    std::vector<int> not_taking;  // no live process that takes SIGUSR2 for this rank
   };
   FrDumps request_fr_dumps(const std::string& reason, int rank = -1);
   // Threads of every live rank (threads.txt) and the Python stacks of ranks whose probe takes

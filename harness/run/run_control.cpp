@@ -188,18 +188,20 @@ ControlResult Run::dump_flight_recorder(const ControlAction& a, ControlReply& r)
   r.rec["dumped"] = d.dumped;
   r.rec["frozen"] = d.frozen;
   r.rec["missing"] = d.missing;
+  r.rec["not_taking"] = d.not_taking;
   if (d.signalled.empty()) {
     return r.done(false,
-                  fmt::format("no {} takes dump requests now{} (a faultline worker announces it "
-                              "in ranks/rankN/fr_dump_on_signal once its communicator is up)",
+                  fmt::format("no {} takes dump requests now{} (a rank announces it in "
+                              "ranks/rankN/fr_dump_on_signal: a faultline worker once its "
+                              "communicator is up, a PyTorch job at faultline_probe.torch.wrap())",
                               a.rank < 0 ? "rank" : fmt::format("rank {}", a.rank),
                               d.frozen.empty() ? "" : fmt::format(" (stopped: {})", d.frozen)));
   }
   auto list = [](const std::vector<int>& v) { return v.empty() ? "none" : fmt::format("{}", v); };
   return r.done(!d.dumped.empty(),
-                fmt::format("dumped: {}; stopped, not asked: {}; no dump within 2 s: {}; in "
-                            "ranks/rankN/nccl_trace_rank_N",
-                            list(d.dumped), list(d.frozen), list(d.missing)));
+                fmt::format("dumped: {}; stopped, not asked: {}; no dump within 2 s: {}; not "
+                            "taking requests: {}; in ranks/rankN/nccl_trace_rank_N",
+                            list(d.dumped), list(d.frozen), list(d.missing), list(d.not_taking)));
 }
 
 // A restart into a smaller (or larger) data-parallel world: the latest checkpoint is converted

@@ -67,15 +67,19 @@ Run::FrDumps Run::request_fr_dumps(const std::string& reason, int rank) {
   };
   std::vector<Pending> waiting;
   FrDumps out;
-  auto& [signalled, dumped, frozen, missing] = out;
+  auto& [signalled, dumped, frozen, missing, silent] = out;
   for (int r = 0; r < s_.ranks; ++r) {
     if (rank >= 0 && r != rank) continue;
     const std::string rdir = fmt::format("{}/ranks/rank{}", dir_, r);
     std::ifstream in(rdir + "/fr_dump_on_signal");
     pid_t pid = 0;
-    if (!(in >> pid) || pid <= 1 || !is_my_descendant(pid)) continue;
-    const char state = proc_state(pid).first;
-    if (state == '?' || state == 'Z' || state == 'X') continue;
+    const char state =
+        (in >> pid) && pid > 1 && is_my_descendant(pid) ? proc_state(pid).first : '?';
+    if (state == '?' || state == 'Z' || state == 'X' ||
+        (state != 'T' && state != 't' && !catches_signal(pid, SIGUSR2))) {
+      silent.push_back(r);  // never announced, gone, or its handler given back
+      continue;
+    }
     if (state == 'T' || state == 't') {
       // A frozen rank cannot dump now; signalled, it would dump at the teardown's SIGCONT,
       // showing a later state than the hang's.
@@ -97,7 +101,8 @@ Run::FrDumps Run::request_fr_dumps(const std::string& reason, int rank) {
                                           {"signalled", signalled},
                                           {"dumped", dumped},
                                           {"frozen", frozen},
-                                          {"missing", missing}});
+                                          {"missing", missing},
+                                          {"not_taking", silent}});
   return out;
 }
 

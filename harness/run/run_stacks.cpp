@@ -101,6 +101,7 @@ void Run::request_stack_dumps(const std::string& why) {
     if (py <= 1 || !descends_from_me(py)) continue;
     const char state = task_state(fmt::format("/proc/{}/stat", py)).first;
     if (state == '?' || state == 'Z' || state == 'X' || state == 'T' || state == 't') continue;
+    if (!catches_signal(py, SIGUSR1)) continue;  // its handler gone: the signal would end it
     const std::string path = rdir + "/stacks.txt";
     std::ofstream(path, std::ios::app) << when;
     const off_t before = file_size(path);

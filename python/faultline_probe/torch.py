@@ -120,8 +120,29 @@ class _Done:
         return fut
 
 
-def _begin(op, group_name, count, dtype):
-    """Counts the call, acts on a fault point, reports it started. Returns (seq, dropped)."""
+def _fr_io(op, args, count):
+    """Elements in and out of a collective, as c10d's recorder sizes them (in place: the same)."""
+    def n(x):
+        if isinstance(x, torch.Tensor):
+            return x.numel()
+        if isinstance(x, (list, tuple)):
+            return sum(t.numel() for t in x if isinstance(t, torch.Tensor))
+        return 0
+    a = list(args) + [None, None]
+    if op == "all_gather":          # (output list, input)
+        return n(a[1]), n(a[0])
+    if op in ("reduce_scatter", "all_to_all"):  # (output, input list)
+        return n(a[1]), n(a[0])
+    if op == "gather":              # (input, gather list on the destination)
+        return n(a[0]), n(a[1]) or n(a[0])
+    if op == "scatter":             # (output, scatter list on the source)
+        return n(a[1]) or n(a[0]), n(a[0])
+    return count, count
+
+
+def _begin(op, group_name, count, dtype, io=None):
+    """Counts the call, acts on a fault point, reports it started. Returns (seq, dropped).
+    `io`: (elements in, elements out) for the flight recorder when they differ from `count`."""
     key = (op, group_name)
     seq = _seq.get(key, 0)
     _seq[key] = seq + 1
@@ -134,7 +155,8 @@ def _begin(op, group_name, count, dtype):
         elif fault["action"] == "drop":
             return seq, True
     probe.collective(op, "started", group_name, seq, count, dtype)
-    flight.started(op, group_name, seq, count, dtype)
+    n_in, n_out = io if io is not None else (count, count)
+    flight.started(op, group_name, seq, n_in, dtype, n_out)
     if fault is not None and fault["action"] == "hang":
         probe.flush()
         while True:  # the process lives on, its peers wait for it
@@ -156,7 +178,7 @@ def run(op, group_name, fn, args, kwargs, count=None, dtype=None):
     """Runs one collective `fn(*args, **kwargs)` under the probe: events, faults, timing."""
     if count is None:
         count, dtype = _size(args)
-    seq, dropped = _begin(op, group_name, count, dtype)
+    seq, dropped = _begin(op, group_name, count, dtype, _fr_io(op, args, count))
     if dropped:
         return _Done() if kwargs.get("async_op") else None
     t0 = time.monotonic()
@@ -180,9 +202,11 @@ def _wrapper(op, fn):
         name = "world" if g is None or g is dist.group.WORLD else "group%d" % id(g)
         if name != "world" and name not in _ranked:
             _ranked.add(name)
-            try:
-                flight.group_ranks(name, dist.get_process_group_ranks(g))
-            except Exception:  # noqa: BLE001 - torch without it: the dump lists none
+            try:  # c10d's name of the group: the same on every rank (fr_trace checks it)
+                from torch.distributed import distributed_c10d as c10d
+                pg_name = getattr(g, "group_name", None) or c10d._pg_names.get(g)
+                flight.group_ranks(name, dist.get_process_group_ranks(g), pg_name)
+            except Exception:  # noqa: BLE001 - torch without them: order of first use, no ranks
                 pass
         return run(op, name, fn, args, kwargs)
 
@@ -341,7 +365,8 @@ class _Rebuild:
     """DDP's one bucket-order broadcast for the flight recorder: Reducer::_rebuild_buckets, at the
     start of the forward after the first backward, broadcasts the order from rank 0 in C++, on the
     default group. A forward pre-hook records it started, a forward hook ended; both hooks go once
-    DDP says it rebuilt. A rank whose peer never runs that forward (uneven inputs) waits in it."""
+    DDP says it rebuilt. A rank whose peer never runs that forward (uneven inputs) waits in it.
+    A forward that was expected to rebuild and did not leaves its entry retired, not completed."""
 
     def __init__(self, model):
         self.model, self.entry = model, None
@@ -355,8 +380,12 @@ class _Rebuild:
         m = self.model
         if self.entry is None and torch.is_grad_enabled() and m.num_iterations >= 1 \
                 and not m._has_rebuilt_buckets:
+            # Reducer::sync_bucket_indices: the bucket-ordered parameter indices (and their
+            # count), then the bucket sizes, two broadcasts from rank 0 (the second's length,
+            # the new number of buckets, is not known before: 1 is written).
             n = sum(1 for p in m.module.parameters() if p.requires_grad)
-            self.entry = flight.started_block("broadcast", "world", [(n + 1, "int32")])
+            self.entry = flight.started_block("broadcast", "world",
+                                              [(n + 1, n + 1, "int32"), (1, 1, "int32")])
 
     def after(self, module, inputs, output):
         rebuilt = self.model._has_rebuilt_buckets
@@ -407,6 +436,7 @@ class _Light:
         self.layout_of = m._has_rebuilt_buckets
         order = sorted(m.reducer._get_zeros_like_grad_buckets(), key=lambda b: b.index())
         self.buckets = [(b.buffer().numel(), _dtype(b.buffer())) for b in order]
+        self.fr_sizes = [(c, c, d) for c, d in self.buckets]  # in place: in = out
         first = order[0].parameters() if order else []
         self.first = first[0] if first else None
         self.full = True
@@ -437,7 +467,7 @@ class _Light:
         key = ("all_reduce", "ddp")
         seq = _seq.get(key, 0)
         _seq[key] = seq + len(self.buckets)
-        self.fr = flight.started_block("all_reduce", "ddp", self.buckets)
+        self.fr = flight.started_block("all_reduce", "ddp", self.fr_sizes)
         with self.lock:
             self.seq0, self.t_mono, self.began = seq, time.monotonic(), True
             if self.every or self.full:

@@ -298,13 +298,14 @@ with tempfile.TemporaryDirectory() as d:
 fr_job = """
 import faultline_probe as p, faultline_probe.flight as fr, os, sys
 p.init(heartbeat_ms=50)
-fr.group_ranks("group9", [1, 3])
+fr.group_ranks("group9", [1, 3], name="7")
 fr.started("all_reduce", "ddp", 0, 1000, "float32"); fr.ended("all_reduce", "ddp", 0)
 fr.started("broadcast", "world", 0, 8, "int64"); fr.ended("broadcast", "world", 0)
-fr.started("all_gather", "group9", 0, 4, "bfloat16")
+fr.started("all_gather", "group9", 0, 4, "bfloat16", out_count=8)
 fr.started("all_reduce", "ddp", 1, 1000, "float32"); fr.ended("all_reduce", "ddp", 1, completed=False)
 fr.started("all_reduce", "ddp", 2, 1000, "float32")
-b = fr.started_block("all_reduce", "ddp", [(300, "float32"), (200, "float16")])  # light mode
+b = fr.started_block("all_reduce", "ddp", [(300, 300, "float32"), (200, 200, "float16")])
+fr.started("send", "world", 0, 5, "float32")  # point to point: not in c10d's collective seqs
 fr.ended_block(b)
 print("installed", fr.install(), flush=True)
 sys.stdin.readline()  # blocked in a read, as a rank in a collective
@@ -332,7 +333,7 @@ with tempfile.TemporaryDirectory() as d:
     assert proc.returncode == 0, proc.returncode  # the signal did not end the job
     assert t["version"] == "2.10", t["version"]
     assert t["pg_config"] == {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"},
-                              "1": {"name": "1", "desc": "group9", "ranks": "[1, 3]"}}, t["pg_config"]
+                              "7": {"name": "7", "desc": "undefined", "ranks": "[1, 3]"}}, t["pg_config"]
     assert t["pg_status"]["0"] == {"last_enqueued_collective": 5, "last_started_collective": 5,
                                    "last_completed_collective": 5}, t["pg_status"]
     got = [(e["profiling_name"], e["process_group"], e["collective_seq_id"], e["state"],
@@ -341,7 +342,7 @@ with tempfile.TemporaryDirectory() as d:
     assert got == [
         ("nccl:all_reduce", ("0", "default_pg"), 0, "completed", True, [[1000]], ["Float"], [[1000]]),
         ("nccl:broadcast", ("0", "default_pg"), 1, "completed", True, [[8]], ["Long"], [[8]]),
-        ("nccl:all_gather", ("1", "group9"), 0, "started", False, [[4]], ["BFloat16"], [[8]]),
+        ("nccl:all_gather", ("7", "undefined"), 0, "started", False, [[4]], ["BFloat16"], [[8]]),
         ("nccl:all_reduce", ("0", "default_pg"), 2, "started", True, [[1000]], ["Float"], [[1000]]),
         ("nccl:all_reduce", ("0", "default_pg"), 3, "started", False, [[1000]], ["Float"], [[1000]]),
         ("nccl:all_reduce", ("0", "default_pg"), 4, "completed", True, [[300]], ["Float"], [[300]]),

@@ -63,8 +63,8 @@ for r in (0, 1):
             (r, started[-5:], done[-5:])
 # The probe's flight recorder: when the harness declared the hang, both ranks dumped (SIGUSR2,
 # the watcher thread) in PyTorch's schema, with the same default-group sequence: the first
-# gradient all-reduce, DDP's bucket-order broadcast (collective_seq_id 1), four more
-# all-reduces, then the 6th (DDP seq 5, collective_seq_id 6) started and never completed; a run
+# gradient all-reduce, DDP's two bucket-order broadcasts (collective_seq_ids 1-2), four more
+# all-reduces, then the 6th (DDP seq 5, collective_seq_id 7) started and never completed; a run
 # that did not hang has no dumps.
 import os, pickle
 ranks_dir = os.path.join(os.path.dirname(sys.argv[1]), "ranks")
@@ -78,9 +78,10 @@ for r in (0, 1):
         t = pickle.load(f)
     assert t["pg_config"]["0"] == {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}, t
     got = [(e["profiling_name"], e["collective_seq_id"], e["state"]) for e in t["entries"]]
-    want = [("nccl:all_reduce", 0, "completed"), ("nccl:broadcast", 1, "completed")]
-    want += [("nccl:all_reduce", s, "completed") for s in range(2, 6)]
-    want += [("nccl:all_reduce", 6, "started")]
+    want = [("nccl:all_reduce", 0, "completed"), ("nccl:broadcast", 1, "completed"),
+            ("nccl:broadcast", 2, "completed")]
+    want += [("nccl:all_reduce", s, "completed") for s in range(3, 7)]
+    want += [("nccl:all_reduce", 7, "started")]
     assert got == want, (r, got)
 assert (asked and asked[0]["dumped"] == [0, 1]) if hung else not asked, asked
 rej = [e for e in ev if e["kind"] == "events_rejected"]

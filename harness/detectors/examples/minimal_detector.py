@@ -18,8 +18,10 @@ Install the package, then run it beside a scenario with a python3 that has it:
 import json
 import os
 import sys
+import time
 
 try:
+    import grpc
     from faultline_client import Client, RunView
 except ImportError as err:  # grpc, protobuf or the package itself is missing
     sys.exit(f"minimal_detector.py: {err}; install the client: pip install ./python "
@@ -30,14 +32,21 @@ STALE_S = 3.0
 
 def flight_recorder(client, ranks) -> str:
     """Asks for every rank's dump now; says what each rank's last unfinished collective is."""
-    reply = client.control("dump_flight_recorder", rank=-1)
+    asked = time.time()
+    try:
+        reply = client.control("dump_flight_recorder", rank=-1)
+    except grpc.RpcError as err:  # the diagnosis goes out without them
+        return f"; no flight-recorder dumps (Control failed: {err.code()})"
     if not reply.ok:
         return f"; no flight-recorder dumps ({reply.message})"
     run_dir = os.environ.get("FAULTLINE_RUN_DIR", "")
     waiting, none = {}, []
     for r in sorted(ranks):
+        path = f"{run_dir}/ranks/rank{r}/fr_trace_rank_{r}.json"
         try:
-            with open(f"{run_dir}/ranks/rank{r}/fr_trace_rank_{r}.json", encoding="utf-8") as f:
+            if os.path.getmtime(path) < asked - 1:  # an older dump, not this request's
+                raise OSError("stale")
+            with open(path, encoding="utf-8") as f:
                 entries = json.load(f)["entries"]
         except (OSError, ValueError, KeyError):
             none.append(r)
