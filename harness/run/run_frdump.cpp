@@ -67,7 +67,7 @@ Run::FrDumps Run::request_fr_dumps(const std::string& reason, int rank) {
   };
   std::vector<Pending> waiting;
   FrDumps out;
-  auto& [signalled, dumped, frozen, missing, silent] = out;
+  auto& [signalled, dumped, frozen, missing, not_taking] = out;
   for (int r = 0; r < s_.ranks; ++r) {
     if (rank >= 0 && r != rank) continue;
     const std::string rdir = fmt::format("{}/ranks/rank{}", dir_, r);
@@ -77,7 +77,7 @@ Run::FrDumps Run::request_fr_dumps(const std::string& reason, int rank) {
         (in >> pid) && pid > 1 && is_my_descendant(pid) ? proc_state(pid).first : '?';
     if (state == '?' || state == 'Z' || state == 'X' ||
         (state != 'T' && state != 't' && !catches_signal(pid, SIGUSR2))) {
-      silent.push_back(r);  // never announced, gone, or its handler given back
+      not_taking.push_back(r);  // never announced, gone, or its handler given back
       continue;
     }
     if (state == 'T' || state == 't') {
@@ -102,7 +102,7 @@ Run::FrDumps Run::request_fr_dumps(const std::string& reason, int rank) {
                                           {"dumped", dumped},
                                           {"frozen", frozen},
                                           {"missing", missing},
-                                          {"not_taking", silent}});
+                                          {"not_taking", not_taking}});
   return out;
 }
 

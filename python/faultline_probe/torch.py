@@ -96,12 +96,21 @@ def _dtype(t):
     return name
 
 
+def _numel(x):
+    """Elements of a tensor or of a list of tensors (0 for anything else)."""
+    if isinstance(x, torch.Tensor):
+        return x.numel()
+    if isinstance(x, (list, tuple)):
+        return sum(t.numel() for t in x if isinstance(t, torch.Tensor))
+    return 0
+
+
 def _size(args):
     t = args[0] if args else None
     if isinstance(t, torch.Tensor):
         return t.numel(), _dtype(t)
     if isinstance(t, (list, tuple)) and t and isinstance(t[0], torch.Tensor):
-        return sum(x.numel() for x in t), _dtype(t[0])
+        return _numel(t), _dtype(t[0])
     return 0, ""
 
 
@@ -122,12 +131,7 @@ class _Done:
 
 def _fr_io(op, args, count):
     """Elements in and out of a collective, as c10d's recorder sizes them (in place: the same)."""
-    def n(x):
-        if isinstance(x, torch.Tensor):
-            return x.numel()
-        if isinstance(x, (list, tuple)):
-            return sum(t.numel() for t in x if isinstance(t, torch.Tensor))
-        return 0
+    n = _numel
     a = list(args) + [None, None]
     if op == "all_gather":          # (output list, input)
         return n(a[1]), n(a[0])
