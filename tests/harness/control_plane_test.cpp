@@ -357,6 +357,7 @@ TEST(ControlPlaneRun, OverTcpAnotherUserWithoutTheSecretIsUnauthenticated) {
   const std::string secret_file = dir + "/control.secret";
   const int rc = as_nobody([&] {
     if (::open(secret_file.c_str(), O_RDONLY) >= 0) return 50;
+    if (::access(FAULTLINE_CLI, X_OK) != 0) return 52;  // a checkout under a private directory
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     ::unsetenv(kControlSecretEnv);
@@ -367,6 +368,12 @@ TEST(ControlPlaneRun, OverTcpAnotherUserWithoutTheSecretIsUnauthenticated) {
   std::ifstream in(out);
   const std::string text((std::istreambuf_iterator<char>(in)), {});
   ::unlink(out.c_str());
+  if (rc == 52) {
+    c.shutdown();
+    fs::remove_all(dir);
+    GTEST_SKIP() << "uid 65534 cannot run " << FAULTLINE_CLI
+                 << " (a directory above it is private, e.g. a mktemp -d checkout)";
+  }
   EXPECT_EQ(rc, 2) << text;
   EXPECT_NE(text.find("needs the run's secret"), std::string::npos) << text;
   EXPECT_EQ(actions.load(), 0);
