@@ -151,10 +151,10 @@ TEST_F(ScenarioTest, AStandsForReferenceNamesAMechanismAndCitesNoThread) {
   EXPECT_EQ(s.ref_fix_pattern, "F5");
   // A thread next to the mechanism would read as a reproduction of it.
   EXPECT_EQ(error_of("name: a\nreference: {kind: stands-for, mechanism: m, issue: \"o/r#1\"}\n"),
-            "s.yaml:2:55: reference.issue: a stands-for reference cites no thread (allowed with "
+            "s.yaml:2:52: reference.issue: a stands-for reference cites no thread (allowed with "
             "kind stands-for: kind, mechanism, symptom, root_cause, fix_pattern)");
   EXPECT_EQ(error_of("name: a\nreference: {kind: stands-for, mechanism: m, pr: \"o/r#1\"}\n"),
-            "s.yaml:2:52: reference.pr: a stands-for reference cites no thread (allowed with "
+            "s.yaml:2:49: reference.pr: a stands-for reference cites no thread (allowed with "
             "kind stands-for: kind, mechanism, symptom, root_cause, fix_pattern)");
   EXPECT_EQ(error_of("name: a\nreference: {kind: stands-for, mechanism: m, thread: x}\n"),
             "s.yaml:2:45: reference.thread: unknown key (allowed here: kind, issue, pr, url, "
