@@ -76,8 +76,8 @@ std::vector<CatalogEntry> load_catalog(const std::string& catalog_file,
     if (sym.empty()) continue;
     auto e = std::find_if(out.begin(), out.end(), [&](auto& c) { return c.id == sym; });
     if (e == out.end()) continue;  // load_scenario already checked it against the taxonomy
-    e->scenarios.push_back(
-        {f, sc.name, sym, sc.ref_root_cause, sc.ref_fix_pattern, sc.ref_issue, sc.has_fix});
+    e->scenarios.push_back({f, sc.name, sym, sc.ref_root_cause, sc.ref_fix_pattern, sc.ref_issue,
+                            sc.has_fix, sc.ref_kind, sc.ref_pr, sc.ref_mechanism});
   }
   return out;
 }
@@ -104,6 +104,33 @@ std::string catalog_table(const std::vector<CatalogEntry>& entries) {
   return out;
 }
 
+std::string references_table(const std::vector<CatalogEntry>& entries) {
+  std::string out;
+  int issues = 0, prs = 0, stands_for = 0, none = 0;
+  for (const auto& e : entries) {
+    for (const auto& s : e.scenarios) {
+      std::string where = "-";
+      if (s.reference_kind == "issue") {
+        where = "issue " + s.issue;
+        ++issues;
+      } else if (s.reference_kind == "pr") {
+        where = "pr " + s.pr;
+        ++prs;
+      } else if (s.reference_kind == "stands-for") {
+        // Said as what it is: a mechanism the scenario builds, not a thread it reproduces.
+        where = "stands for: " + s.mechanism;
+        ++stands_for;
+      } else {
+        ++none;
+      }
+      out += fmt::format("{:<5} {:<50} {}\n", s.symptom, s.name, where);
+    }
+  }
+  out += fmt::format("{} cite an issue, {} a pull request, {} stand for a mechanism, {} nothing\n",
+                     issues, prs, stands_for, none);
+  return out;
+}
+
 nlohmann::json catalog_json(const std::vector<CatalogEntry>& entries) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& e : entries) {
@@ -114,6 +141,9 @@ nlohmann::json catalog_json(const std::vector<CatalogEntry>& entries) {
                     {"root_cause", s.root_cause},
                     {"fix_pattern", s.fix_pattern},
                     {"issue", s.issue},
+                    {"pr", s.pr},
+                    {"reference_kind", s.reference_kind},
+                    {"mechanism", s.mechanism},
                     {"has_fix", s.has_fix}});
     }
     a.push_back({{"id", e.id},

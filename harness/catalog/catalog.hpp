@@ -12,6 +12,9 @@ namespace fl::harness {
 struct ScenarioRef {
   std::string file, name, symptom, root_cause, fix_pattern, issue;
   bool has_fix = false;
+  // reference.kind (issue, pr, stands-for, or "" without a citation), the cited pull request and
+  // the mechanism a stands-for scenario builds.
+  std::string reference_kind, pr, mechanism;
 };
 
 struct CatalogEntry {
@@ -27,6 +30,9 @@ struct CatalogEntry {
 std::vector<CatalogEntry> load_catalog(const std::string& catalog_file,
                                        const std::string& scenarios_dir);
 std::string catalog_table(const std::vector<CatalogEntry>& entries);
+// One line per scenario: its symptom, name and where it comes from: "issue OWNER/NAME#N",
+// "pr OWNER/NAME#N", "stands for: MECHANISM" or "-"; then the counts of each kind.
+std::string references_table(const std::vector<CatalogEntry>& entries);
 nlohmann::json catalog_json(const std::vector<CatalogEntry>& entries);
 
 }  // namespace fl::harness

@@ -235,6 +235,10 @@ int main(int argc, char** argv) {
   auto* catalog =
       app.add_subcommand("catalog", "The 34 symptoms, their causes, fixes and scenarios");
   catalog->add_flag("--json", json, "JSON output");
+  bool references = false;
+  catalog->add_flag("--references", references,
+                    "Where each scenario comes from: a cited issue or pr, or the mechanism it "
+                    "stands for");
   std::string catalog_file = FAULTLINE_SOURCE_DIR "/scenarios/catalog.yaml";
   std::string symptoms_dir = FAULTLINE_SOURCE_DIR "/scenarios/symptoms";
   catalog->add_option("--catalog", catalog_file, "Catalogue file")->capture_default_str();
@@ -425,6 +429,8 @@ int main(int argc, char** argv) {
       auto entries = fl::harness::load_catalog(catalog_file, symptoms_dir);
       if (json) {
         std::printf("%s\n", fl::harness::catalog_json(entries).dump(2).c_str());
+      } else if (references) {
+        std::printf("%s", fl::harness::references_table(entries).c_str());
       } else {
         std::printf("%s", fl::harness::catalog_table(entries).c_str());
       }

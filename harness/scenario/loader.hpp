@@ -131,4 +131,9 @@ const std::vector<std::string>& after_prepare_tools();
 void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Node& topology,
                  Scenario& s);
 
+// reference.cpp: `reference:` into `s` (ref_*): one cited thread (issue or pr, the url linking
+// it) or a stands-for mechanism, never both. `r` has the defaults filled in, `doc` the positions.
+void parse_reference(const std::string& file, const YAML::Node& doc, const YAML::Node& r,
+                     Scenario& s);
+
 }  // namespace fl::harness::loader

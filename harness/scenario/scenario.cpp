@@ -125,14 +125,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   });
   s.description = get<std::string>(r, "description");
   s.seed = get<uint64_t>(r, "seed");
-  if (r["reference"]) {
-    auto ref = r["reference"];
-    s.ref_issue = ref["issue"] ? ref["issue"].as<std::string>() : "";
-    s.ref_url = ref["url"] ? ref["url"].as<std::string>() : "";
-    s.ref_symptom = ref["symptom"] ? ref["symptom"].as<std::string>() : "";
-    s.ref_root_cause = ref["root_cause"] ? ref["root_cause"].as<std::string>() : "";
-    s.ref_fix_pattern = ref["fix_pattern"] ? ref["fix_pattern"].as<std::string>() : "";
-  }
+  loader::parse_reference(path, doc, r, s);  // reference.cpp
   const Taxonomy& tax = taxonomy();
   auto check_symptom = [&](const std::string& id, const char* key, const YAML::Node& at) {
     if (id.empty() || tax.symptom(id)) return;

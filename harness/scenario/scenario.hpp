@@ -86,6 +86,9 @@ struct Scenario {
   std::string file;
   std::string name, description;
   std::string ref_issue, ref_url, ref_symptom, ref_root_cause, ref_fix_pattern;
+  // reference.kind: issue, pr (a cited thread: ref_issue or ref_pr), stands-for (a mechanism,
+  // ref_mechanism, and no thread), or "" (no citation).
+  std::string ref_kind, ref_pr, ref_mechanism;
   // topology
   int ranks = 1, nodes = 1, dp = 1, tp = 1, pp = 1, zero = 0;
   std::string backend, launcher;

@@ -48,6 +48,47 @@ TEST(Catalog, DescribesEveryTaxonomySymptomAndFindsTheShippedScenarios) {
   EXPECT_EQ(catalog_json(entries).size(), 34u);
 }
 
+TEST(Catalog, ShowsAStandsForReferenceAsAMechanismNotAsACitation) {
+  const auto symptoms =
+      load_catalog(kSource + "/scenarios/catalog.yaml", kSource + "/scenarios/symptoms");
+  const auto issues =
+      load_catalog(kSource + "/scenarios/catalog.yaml", kSource + "/scenarios/issues");
+  const std::string table = references_table(symptoms) + references_table(issues);
+  EXPECT_NE(table.find("jit-build-no-compiler                              issue "
+                       "deepspeedai/DeepSpeed#1649\n"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("lr-scheduler-stepped-on-a-subset-of-ranks          pr "
+                       "NVIDIA/Megatron-LM#5331\n"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("model-parallel-larger-than-world                   stands for: a launch "
+                       "line that asks for a tensor-parallel size larger than the number of "
+                       "ranks launched"),
+            std::string::npos)
+      << table;
+  // A mechanism line names no thread.
+  for (size_t at = table.find("stands for: "); at != std::string::npos;
+       at = table.find("stands for: ", at + 1)) {
+    const std::string line = table.substr(at, table.find('\n', at) - at);
+    EXPECT_EQ(line.find('#'), std::string::npos) << line;
+  }
+  EXPECT_NE(table.find(" stand for a mechanism, "), std::string::npos) << table;
+  bool seen = false;
+  for (const auto& e : catalog_json(issues)) {
+    for (const auto& s : e["scenarios"]) {
+      if (s["name"] != "zero1-oom-fixed-by-zero2") continue;
+      seen = true;
+      EXPECT_EQ(s["reference_kind"], "stands-for");
+      EXPECT_EQ(s["issue"], "");
+      EXPECT_EQ(s["pr"], "");
+      EXPECT_NE(s["mechanism"].get<std::string>().find("ZeRO-2 reduces each gradient bucket"),
+                std::string::npos);
+    }
+  }
+  EXPECT_TRUE(seen);
+}
+
 TEST(Catalog, ErrorsNameTheFileTheSymptomAndWhatIsAllowed) {
   const auto dir = test_dir();
   std::ifstream in(kSource + "/scenarios/catalog.yaml");

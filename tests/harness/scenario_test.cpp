@@ -138,6 +138,67 @@ TEST_F(ScenarioTest, UnknownSymptomRootCauseAndFixPattern) {
             "s.yaml:2:26: reference.fix_pattern: unknown fix pattern 'F9' (allowed:");
 }
 
+TEST_F(ScenarioTest, AStandsForReferenceNamesAMechanismAndCitesNoThread) {
+  auto s = load_scenario(write("s.yaml",
+                               "name: a\nreference:\n  kind: stands-for\n  mechanism: \"ZeRO-1 "
+                               "keeps full gradients\"\n  symptom: \"4.2\"\n  root_cause: "
+                               "\"R4.5\"\n  fix_pattern: F5\n"));
+  EXPECT_EQ(s.ref_kind, "stands-for");
+  EXPECT_EQ(s.ref_mechanism, "ZeRO-1 keeps full gradients");
+  EXPECT_EQ(s.ref_issue, "");
+  EXPECT_EQ(s.ref_pr, "");
+  EXPECT_EQ(s.ref_symptom, "4.2");
+  EXPECT_EQ(s.ref_fix_pattern, "F5");
+  // A thread next to the mechanism would read as a reproduction of it.
+  EXPECT_EQ(error_of("name: a\nreference: {kind: stands-for, mechanism: m, issue: \"o/r#1\"}\n"),
+            "s.yaml:2:52: reference.issue: a stands-for reference cites no thread (allowed with "
+            "kind stands-for: kind, mechanism, symptom, root_cause, fix_pattern)");
+  EXPECT_EQ(error_of("name: a\nreference: {kind: stands-for, mechanism: m, pr: \"o/r#1\"}\n"),
+            "s.yaml:2:49: reference.pr: a stands-for reference cites no thread (allowed with "
+            "kind stands-for: kind, mechanism, symptom, root_cause, fix_pattern)");
+  EXPECT_EQ(error_of("name: a\nreference: {kind: stands-for, mechanism: m, thread: x}\n"),
+            "s.yaml:2:45: reference.thread: unknown key (allowed here: kind, issue, pr, url, "
+            "mechanism, symptom, root_cause, fix_pattern)");
+  EXPECT_EQ(error_of("name: a\nreference: {kind: stands-for}\n"),
+            "s.yaml:2:19: reference.mechanism: required with kind stands-for (allowed: a "
+            "sentence naming the mechanism the scenario builds)");
+  EXPECT_EQ(error_of("name: a\nreference: {kind: standsfor, mechanism: m}\n"),
+            "s.yaml:2:19: reference.kind: 'standsfor' is not allowed (allowed: issue, pr, "
+            "stands-for)");
+}
+
+TEST_F(ScenarioTest, ACitedThreadIsOneIssueOrOnePullRequestAndItsUrlLinksIt) {
+  auto s = load_scenario(write("s.yaml",
+                               "name: a\nreference: {pr: \"NVIDIA/Megatron-LM#5331\", url: "
+                               "\"https://github.com/NVIDIA/Megatron-LM/pull/5331\"}\n"));
+  EXPECT_EQ(s.ref_kind, "pr");
+  EXPECT_EQ(s.ref_pr, "NVIDIA/Megatron-LM#5331");
+  EXPECT_EQ(load_scenario(write("i.yaml", "name: a\nreference: {issue: \"o/r#7\"}\n")).ref_kind,
+            "issue");
+  EXPECT_EQ(load_scenario(write("n.yaml", "name: a\nreference: {symptom: \"4.2\"}\n")).ref_kind,
+            "");
+  // A pull request filed under issue: its /pull/ link gives it away.
+  EXPECT_EQ(error_of("name: a\nreference:\n  issue: \"NVIDIA/Megatron-LM#5331\"\n  url: "
+                     "\"https://github.com/NVIDIA/Megatron-LM/pull/5331\"\n"),
+            "s.yaml:4:8: reference.url: 'https://github.com/NVIDIA/Megatron-LM/pull/5331' does "
+            "not link issue NVIDIA/Megatron-LM#5331 (allowed: "
+            "https://github.com/NVIDIA/Megatron-LM/issues/5331)");
+  EXPECT_EQ(error_of("name: a\nreference: {issue: \"DeepSpeed 629\"}\n"),
+            "s.yaml:2:20: reference.issue: 'DeepSpeed 629' is not OWNER/NAME#NUMBER (allowed: "
+            "e.g. deepspeedai/DeepSpeed#2223)");
+  EXPECT_EQ(error_of("name: a\nreference: {issue: \"o/r#1\", pr: \"o/r#2\"}\n"),
+            "s.yaml:2:33: reference.pr: a reference cites one thread (allowed: issue or pr, not "
+            "both)");
+  EXPECT_EQ(error_of("name: a\nreference: {issue: \"o/r#1\", mechanism: m}\n"),
+            "s.yaml:2:40: reference.mechanism: only a stands-for reference names a mechanism "
+            "(allowed: kind: stands-for with it, or a cited issue or pr without it)");
+  EXPECT_EQ(error_of("name: a\nreference: {kind: pr, issue: \"o/r#1\"}\n"),
+            "s.yaml:2:19: reference.pr: required with kind pr (allowed: OWNER/NAME#NUMBER)");
+  EXPECT_EQ(error_of("name: a\nreference: {url: \"https://example.org/x\"}\n"),
+            "s.yaml:2:18: reference.url: a link needs the thread it links (allowed: with "
+            "reference.issue or reference.pr)");
+}
+
 TEST_F(ScenarioTest, LayoutMustMatchTheRanks) {
   EXPECT_EQ(error_of("name: a\ntopology: {ranks: 4, dp: 1, tp: 2}\n"),
             "s.yaml:2:11: topology: dp 1 x tp 2 x pp 1 = 2 but ranks is 4 (they must be equal)");

@@ -141,7 +141,7 @@ TEST(Layout, InvalidLayoutsNameTheSizes) {
   EXPECT_EQ(msg({2, 1, 1, 2, 0}), "ok");
   EXPECT_EQ(msg({4, 1, 1, 4, 0}),
             "invalid layout: pipeline-parallel size 4 does not divide the 2 layers");
-  // Model parallelism beyond the world is named as such (DeepSpeed#2558), before the product.
+  // Model parallelism beyond the world is named as such, before the product.
   EXPECT_EQ(msg({2, 1, 8, 1, 0}),
             "invalid layout: model-parallel size (tp 8 x pp 1) is larger than the world size 2");
   EXPECT_EQ(msg({4, 1, 2, 1, 0}),
