@@ -1,10 +1,10 @@
 #include "harness/agent/agent.hpp"
 
-#include <grpcpp/grpcpp.h>
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,9 +66,10 @@ std::string read_secret(const AgentOptions& o, std::string& why) {
   const std::string path = o.run_dir + "/" + kControlSecretFile;
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    why = fmt::format("no secret: neither {} nor {} ({}; the run directory must be on a shared "
-                      "filesystem)",
-                      kControlSecretEnv, path, std::strerror(errno));
+    why = fmt::format(
+        "no secret: neither {} nor {} ({}; the run directory must be on a shared "
+        "filesystem)",
+        kControlSecretEnv, path, std::strerror(errno));
     return "";
   }
   struct stat st {};
@@ -81,9 +82,10 @@ std::string read_secret(const AgentOptions& o, std::string& why) {
         "written it (a filesystem that maps root to another user, e.g. NFS root_squash?); not used",
         path, st.st_uid, ::geteuid());
   } else if ((st.st_mode & 077) != 0) {
-    why = fmt::format("{} has mode {:04o}: other users could read it; not used (the harness "
-                      "writes it 0600)",
-                      path, st.st_mode & 07777);
+    why = fmt::format(
+        "{} has mode {:04o}: other users could read it; not used (the harness "
+        "writes it 0600)",
+        path, st.st_mode & 07777);
   } else {
     char buf[256];
     const ssize_t n = ::read(fd, buf, sizeof(buf));

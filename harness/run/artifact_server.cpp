@@ -52,8 +52,7 @@ std::string authorization(const std::string& head) {
 
 }  // namespace
 
-ArtifactServer::ArtifactServer(std::string root, std::vector<std::string> names,
-                               std::string secret)
+ArtifactServer::ArtifactServer(std::string root, std::vector<std::string> names, std::string secret)
     : root_(std::move(root)), secret_(std::move(secret)) {
   if (secret_.empty()) raise<Error>("artifact hub: no secret to ask requests for");
   for (auto& n : names) {
@@ -187,9 +186,9 @@ std::string ArtifactServer::answer(const std::string& head) {
   if (target.size() > 1 && target[0] == '/' && names_.count(name)) {
     std::ifstream in(root_ + "/" + name, std::ios::binary);
     if (in) {
-      return response(200, "OK",
-                      std::string(std::istreambuf_iterator<char>(in),
-                                  std::istreambuf_iterator<char>()));
+      return response(
+          200, "OK",
+          std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
     }
   }
   return response(404, "Not Found", "not found\n");

@@ -290,8 +290,9 @@ TEST(AgentSecret, ASecretFileThatOthersCouldReadIsNeverUsed) {
   const std::string dir = test::fresh_test_dir("agent-secret", "file");
   const std::string file = dir + "/" + kControlSecretFile;
   std::ofstream(file) << make_control_secret() << "\n";
-  const std::vector<std::string> argv = {FAULTLINE_CLI, "agent",   "--control", "unix:" + dir + "/none.sock",
-                                         "--host",      "hosta",   "--run-dir", dir};
+  const std::vector<std::string> argv = {
+      FAULTLINE_CLI, "agent", "--control", "unix:" + dir + "/none.sock",
+      "--host",      "hosta", "--run-dir", dir};
   ::chmod(file.c_str(), 0644);
   auto r = test::run_process(argv);
   EXPECT_EQ(r.exit_code, 2) << r.output;

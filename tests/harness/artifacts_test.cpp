@@ -219,10 +219,10 @@ TEST(ArtifactHub, ARequestWithoutTheRunsSecretIsAnswered401BeforeItsPathIsLooked
   EXPECT_EQ(server.unauthorized(), 21);
   EXPECT_EQ(server.requests(), 0);
   // Header names are case-insensitive: a rank's own client may spell it either way.
-  EXPECT_EQ(raw_request(url, "GET /tokenizer.json HTTP/1.1", "authorization: Bearer " + kSecret +
-                                                                 "\r\n")
-                .rfind("HTTP/1.1 200 OK", 0),
-            0u);
+  EXPECT_EQ(
+      raw_request(url, "GET /tokenizer.json HTTP/1.1", "authorization: Bearer " + kSecret + "\r\n")
+          .rfind("HTTP/1.1 200 OK", 0),
+      0u);
   // A rank with another secret, or none, is told which.
   ::setenv("FAULTLINE_ARTIFACT_URL", url.c_str(), 1);
   ::setenv("FAULTLINE_CONTROL_SECRET", wrong.c_str(), 1);
@@ -277,8 +277,9 @@ TEST(ArtifactHub, RandomRequestHeadsNeverCrashItAndNeverLeakWithoutTheSecret) {
     x ^= x << 17;
     return x;
   };
-  const std::vector<std::string> parts = {"GET ", "/tokenizer.json", " HTTP/1.1", "\r\n", ":",
-                                          "Authorization", "Bearer ", kSecret, " ", "\t", "\0"};
+  const std::vector<std::string> parts = {
+      "GET ",    "/tokenizer.json", " HTTP/1.1", "\r\n", ":", "Authorization",
+      "Bearer ", kSecret,           " ",         "\t",   "\0"};
   int with_secret = 0;
   for (int i = 0; i < 200; ++i) {
     std::string head;
@@ -294,7 +295,8 @@ TEST(ArtifactHub, RandomRequestHeadsNeverCrashItAndNeverLeakWithoutTheSecret) {
     ::shutdown(fd, SHUT_WR);  // an unfinished head ends here, not at the hub's deadline
     std::string out;
     char buf[4096];
-    for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;)
+      out.append(buf, static_cast<size_t>(n));
     ::close(fd);
     EXPECT_TRUE(out.empty() || out.rfind("HTTP/1.1 ", 0) == 0) << i;
     if (!sent_secret) EXPECT_EQ(out.find("synthetic"), std::string::npos) << i << ": " << head;

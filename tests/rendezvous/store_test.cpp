@@ -456,7 +456,8 @@ TEST(StoreLimits, BufferedBytesAcrossConnectionsAreCapped) {
     ASSERT_GE(fds.back(), 0);
     send_all(fds.back(), header((1u << 20) - 1) + std::string(64 << 10, 'x'));
     const StoreUsage u = wait_usage(server, [i](const StoreUsage& n) {
-      return n.refused + n.buffered_bytes / (64 << 10) == i + 1 && n.buffered_bytes % (64 << 10) == 0;
+      return n.refused + n.buffered_bytes / (64 << 10) == i + 1 &&
+             n.buffered_bytes % (64 << 10) == 0;
     });
     EXPECT_LE(u.buffered_bytes, 256 << 10) << "after connection " << i;
   }
@@ -471,9 +472,9 @@ TEST(StoreLimits, BufferedBytesAcrossConnectionsAreCapped) {
         << i << ": " << reply;
   }
   for (int fd : fds) ::close(fd);
-  EXPECT_EQ(wait_usage(server, [](const StoreUsage& n) { return n.buffered_bytes == 0; })
-                .buffered_bytes,
-            0);
+  EXPECT_EQ(
+      wait_usage(server, [](const StoreUsage& n) { return n.buffered_bytes == 0; }).buffered_bytes,
+      0);
 }
 
 TEST(StoreLimits, ConnectionsPastTheCapAreToldSo) {

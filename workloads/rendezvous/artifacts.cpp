@@ -10,8 +10,8 @@
 #include <boost/beast/http.hpp>
 
 #include <cerrno>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -82,10 +82,11 @@ std::string get_once(const Url& u, const std::string& url) {
   if (ec) raise<ArtifactError>("{}: reading the response: {}", url, ec.message());
   auto res = parser.release();
   if (res.result() == http::status::unauthorized) {
-    raise<ArtifactError>("{}: HTTP 401 {} (the hub serves only requests with the run's secret, "
-                         "FAULTLINE_CONTROL_SECRET{})",
-                         url, std::string(res.reason()),
-                         has_secret ? ", and this one is not it" : ", which this process lacks");
+    raise<ArtifactError>(
+        "{}: HTTP 401 {} (the hub serves only requests with the run's secret, "
+        "FAULTLINE_CONTROL_SECRET{})",
+        url, std::string(res.reason()),
+        has_secret ? ", and this one is not it" : ", which this process lacks");
   }
   if (res.result() != http::status::ok) {
     raise<ArtifactError>("{}: HTTP {} {}", url, res.result_int(), std::string(res.reason()));

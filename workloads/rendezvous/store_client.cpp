@@ -134,8 +134,7 @@ void StoreClient::connect(const std::string& host, uint16_t port, ms connect_tim
 
 void StoreClient::authenticate(const std::string& secret) {
   try {
-    expect_ok(call(Writer(op(Command::kAuth)).str(secret).finish(), timeout_,
-                   "authentication"),
+    expect_ok(call(Writer(op(Command::kAuth)).str(secret).finish(), timeout_, "authentication"),
               endpoint_, "authentication");
   } catch (const StoreError& e) {
     if (e.kind() != StoreErrorKind::kConnectionLost) throw;
@@ -213,7 +212,6 @@ std::string StoreClient::call(const std::string& frame, ms wait_for, const char*
   }
   return body;
 }
-
 
 void StoreClient::set(const std::string& key, const std::string& value) {
   expect_ok(call(Writer(op(Command::kSet)).str(key).str(value).finish(), timeout_, "set"),

@@ -27,13 +27,13 @@ FAULTLINE_SETTING(kStoreTimeoutMs, int64_t, "FAULTLINE_STORE_TIMEOUT_MS", 30000,
                   "Deadline of each store call and of connecting to the store");
 
 enum class StoreErrorKind {
-  kRefused,         // ECONNREFUSED until the connect deadline
-  kConnectTimeout,  // no answer to connect before the deadline
-  kResolve,         // the address cannot be resolved
-  kKeyTimeout,      // get/wait: the keys did not appear in time
-  kConnectionLost,  // the server closed or reset the connection mid-call
-  kCallTimeout,     // the server did not answer a call before its deadline
-  kServer,          // the server answered with an error
+  kRefused,          // ECONNREFUSED until the connect deadline
+  kConnectTimeout,   // no answer to connect before the deadline
+  kResolve,          // the address cannot be resolved
+  kKeyTimeout,       // get/wait: the keys did not appear in time
+  kConnectionLost,   // the server closed or reset the connection mid-call
+  kCallTimeout,      // the server did not answer a call before its deadline
+  kServer,           // the server answered with an error
   kUnauthenticated,  // the server closed the connection at the secret: not the run's, or none
 };
 

@@ -167,9 +167,10 @@ class Session : public std::enable_shared_from_this<Session> {
     auth_timer_.expires_after(std::chrono::milliseconds(state_->limits.auth_timeout_ms));
     auth_timer_.async_wait([this, self](const boost::system::error_code& ec) {
       if (ec || authed_ || closed_) return;
-      reject(fmt::format("it did not present the run's secret within {} ms "
-                         "(FAULTLINE_STORE_AUTH_TIMEOUT_MS)",
-                         state_->limits.auth_timeout_ms));
+      reject(
+          fmt::format("it did not present the run's secret within {} ms "
+                      "(FAULTLINE_STORE_AUTH_TIMEOUT_MS)",
+                      state_->limits.auth_timeout_ms));
     });
     read_header();
   }
@@ -200,8 +201,8 @@ class Session : public std::enable_shared_from_this<Session> {
                        uint32_t n;
                        std::memcpy(&n, header_, 4);
                        if (!authed_ && (n == 0 || n > kMaxAuthFrame)) {
-                         return reject(fmt::format(
-                             "its first frame ({} bytes) is not the run's secret", n));
+                         return reject(
+                             fmt::format("its first frame ({} bytes) is not the run's secret", n));
                        }
                        if (n == 0) return drop();
                        if (static_cast<int64_t>(n) > state_->limits.max_message) {
@@ -472,8 +473,8 @@ StoreServer::StoreServer(const std::string& host, uint16_t port, StoreLimits lim
 StoreServer::StoreServer(const std::string& host, StoreLimits limits, std::string secret)
     : host_(host), state_(std::make_shared<State>(limits, std::move(secret))) {}
 
-std::unique_ptr<StoreServer> StoreServer::adopt(int fd, const std::string& host,
-                                                StoreLimits limits, std::string secret) {
+std::unique_ptr<StoreServer> StoreServer::adopt(int fd, const std::string& host, StoreLimits limits,
+                                                std::string secret) {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
   int listening = 0;
@@ -507,9 +508,8 @@ uint16_t StoreServer::port() const {
 }
 
 StoreUsage StoreServer::usage() const {
-  return {state_->key_count.load(),   state_->stored_bytes.load(),
-          state_->buffered_bytes.load(), state_->refused.load(),
-          state_->connections.load(),    state_->pending_count.load(),
+  return {state_->key_count.load(),      state_->stored_bytes.load(), state_->buffered_bytes.load(),
+          state_->refused.load(),        state_->connections.load(),  state_->pending_count.load(),
           state_->unauthenticated.load()};
 }
 
@@ -533,8 +533,7 @@ void StoreServer::stop() {
     boost::system::error_code ec;
     state->acceptor.close(ec);
     // Each ends as it would on its own, leaving the session set and the pending list.
-    const std::vector<std::shared_ptr<Session>> all(state->sessions.begin(),
-                                                    state->sessions.end());
+    const std::vector<std::shared_ptr<Session>> all(state->sessions.begin(), state->sessions.end());
     for (auto& s : all) s->end();
     for (auto& w : state->waiters) w->timer->cancel();
     state->waiters.clear();

@@ -51,7 +51,6 @@ struct StoreLimits {
   int64_t auth_timeout_ms = kStoreAuthTimeoutMs.get();
 };
 
-
 // What the store holds now (read from any thread).
 struct StoreUsage {
   int64_t keys = 0;
