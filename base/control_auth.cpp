@@ -48,6 +48,19 @@ bool secrets_equal(const std::string& a, const std::string& b) {
 void write_secret_file(const std::string& path, const std::string& secret) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) raise<Error>("{}: cannot create the control secret: {}", path, std::strerror(errno));
+  // A filesystem that maps this user to another (NFS root_squash) gives the file to that user,
+  // whose processes on every node could then read it: refuse rather than run with it.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_uid != ::geteuid()) {
+    const unsigned owner = static_cast<unsigned>(st.st_uid);
+    ::close(fd);
+    ::unlink(path.c_str());
+    raise<Error>(
+        "{}: the control secret would belong to uid {}, not to this user (uid {}); that user "
+        "could read it (a filesystem that maps this user to another, e.g. NFS root_squash): use a "
+        "--results directory on a filesystem that keeps this user's ownership",
+        path, owner, ::geteuid());
+  }
   const std::string text = secret + "\n";
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   ::fchmod(fd, 0600);  // whatever the umask was

@@ -1,8 +1,10 @@
 #include "harness/agent/agent.hpp"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,11 +56,44 @@ bool on_path(const std::string& prog) {
   return false;
 }
 
-std::string read_secret(const AgentOptions& o) {
+// The run's secret: FAULTLINE_CONTROL_SECRET, else RUN_DIR/control.secret on the shared
+// filesystem, taken only from a regular file of this user that no one else may read or write. On a
+// filesystem that maps root to another user (NFS root_squash) the harness's file belongs to that
+// user (often uid 65534), and any of its processes on any node could read the secret; the agent
+// then refuses to start rather than serve with it. "" with `why` when there is none to use.
+std::string read_secret(const AgentOptions& o, std::string& why) {
   if (const char* s = std::getenv(kControlSecretEnv); s && *s) return s;
-  std::ifstream in(o.run_dir + "/" + kControlSecretFile);
+  const std::string path = o.run_dir + "/" + kControlSecretFile;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    why = fmt::format(
+        "no secret: neither {} nor {} ({}; the run directory must be on a shared "
+        "filesystem)",
+        kControlSecretEnv, path, std::strerror(errno));
+    return "";
+  }
+  struct stat st {};
   std::string s;
-  std::getline(in, s);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    why = fmt::format("{} is not a regular file; not used", path);
+  } else if (st.st_uid != ::geteuid()) {
+    why = fmt::format(
+        "{} belongs to uid {}, not to this agent's user (uid {}): another user could read or have "
+        "written it (a filesystem that maps root to another user, e.g. NFS root_squash?); not used",
+        path, st.st_uid, ::geteuid());
+  } else if ((st.st_mode & 077) != 0) {
+    why = fmt::format(
+        "{} has mode {:04o}: other users could read it; not used (the harness "
+        "writes it 0600)",
+        path, st.st_mode & 07777);
+  } else {
+    char buf[256];
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    s.assign(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    s = s.substr(0, s.find('\n'));
+    if (s.empty()) why = fmt::format("{} is empty", path);
+  }
+  ::close(fd);
   return s;
 }
 
@@ -128,11 +163,10 @@ int hold_port(const std::string& word, std::string& why) {
 }  // namespace
 
 int run_agent(const AgentOptions& o) {
-  const std::string secret = read_secret(o);
+  std::string no_secret;
+  const std::string secret = read_secret(o, no_secret);
   if (secret.empty()) {
-    say(o, fmt::format("no secret: neither {} nor {}/{} (the run directory must be on a shared "
-                       "filesystem)",
-                       kControlSecretEnv, o.run_dir, kControlSecretFile));
+    say(o, no_secret);
     return 2;
   }
   grpc::ChannelArguments args;

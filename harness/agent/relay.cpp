@@ -2,8 +2,12 @@
 
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -23,6 +27,7 @@ constexpr size_t kUnixPathMax = 107;
 
 struct TelemetryRelay::Impl final : public pb::Controller::Service {
   std::string dir, host, secret;
+  std::string private_dir;  // the socket's own 0700 directory when the run's path is too long
   AgentWrite write;
   std::unique_ptr<grpc::Server> server;
   std::atomic<bool> stopping{false};
@@ -81,30 +86,42 @@ std::string TelemetryRelay::start(std::string& why) {
   std::error_code ec;
   const std::string sockdir = impl_->dir + "/agents";
   std::filesystem::create_directories(sockdir, ec);
-  const std::string sock = sockdir + "/" + impl_->host + ".sock";
-  // A unix socket of this host's kernel: only processes on this host reach it, whatever
-  // filesystem the run directory is on.
-  const bool unix_sock = !ec && sock.size() <= kUnixPathMax;
-  const std::string addr = unix_sock ? "unix:" + sock : "127.0.0.1:0";
-  grpc::ServerBuilder b;
-  int port = 0;
-  b.AddListeningPort(addr, grpc::InsecureServerCredentials(), &port);
-  b.RegisterService(impl_.get());
-  b.SetMaxReceiveMessageSize(64 << 20);
-  impl_->server = b.BuildAndStart();
-  if (!impl_->server) {
-    why = fmt::format("cannot listen on {}", addr);
-    return "";
-  }
-  if (unix_sock) {
-    if (::chmod(sock.c_str(), 0600) != 0) {
-      why = fmt::format("cannot make {} 0600", sock);
-      stop();
+  std::string sock = sockdir + "/" + impl_->host + ".sock";
+  // A unix socket of this host's kernel, 0600: only this user's processes on this host reach it,
+  // whatever filesystem the run directory is on. Never loopback TCP, which every user of the host
+  // can reach and, once the agent is gone, listen on in its place to collect the secret the
+  // host's ranks present: a run path too long for a socket gets a private directory instead.
+  if (ec || sock.size() > kUnixPathMax) {
+    char tmpl[] = "/tmp/faultline-relay-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) {
+      why = fmt::format("cannot make a private directory for the relay's socket in /tmp: {}",
+                        std::strerror(errno));
       return "";
     }
-    return addr;
+    impl_->private_dir = tmpl;
+    sock = impl_->private_dir + "/relay.sock";
   }
-  return fmt::format("127.0.0.1:{}", port);
+  const std::string addr = "unix:" + sock;
+  grpc::ServerBuilder b;
+  b.AddListeningPort(addr, grpc::InsecureServerCredentials());
+  b.RegisterService(impl_.get());
+  b.SetMaxReceiveMessageSize(64 << 20);
+  // Created 0600 from the start (no moment in which the umask's mode lets others connect); no
+  // other thread of the agent creates files while it starts.
+  const mode_t umask_before = ::umask(077);
+  impl_->server = b.BuildAndStart();
+  ::umask(umask_before);
+  if (!impl_->server) {
+    why = fmt::format("cannot listen on {}", addr);
+    stop();
+    return "";
+  }
+  if (::chmod(sock.c_str(), 0600) != 0) {
+    why = fmt::format("cannot make {} 0600", sock);
+    stop();
+    return "";
+  }
+  return addr;
 }
 
 int TelemetryRelay::deliver(int rank, const pb::WorkerCommand& cmd) {
@@ -119,11 +136,17 @@ int TelemetryRelay::deliver(int rank, const pb::WorkerCommand& cmd) {
 }
 
 void TelemetryRelay::stop() {
-  if (!impl_->server) return;
-  impl_->stopping = true;
-  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  impl_->server->Wait();
-  impl_->server.reset();
+  if (impl_->server) {
+    impl_->stopping = true;
+    impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    impl_->server->Wait();
+    impl_->server.reset();
+  }
+  if (!impl_->private_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(impl_->private_dir, ec);
+    impl_->private_dir.clear();
+  }
 }
 
 uint64_t TelemetryRelay::batches() const {

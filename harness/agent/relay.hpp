@@ -1,11 +1,12 @@
 // The agent's side of the telemetry relay and its heartbeat (docs/cluster.md, "Telemetry through
 // the agent"). The relay serves the same Controller.Connect the ranks already speak, on a unix
-// socket of its host in the run directory (RUN_DIR/agents/HOST.sock, 0600; loopback TCP when the
-// path is too long), checks the run's secret, and forwards every batch of a rank, as it came, on
-// the agent's own Attach stream; the harness ingests it as if it had come straight. Commands for a
-// rank (arm_faults, clear_faults) come back the same way. A batch that cannot be forwarded ends the
-// rank's stream: the rank keeps everything in its own events.jsonl, which the harness merges at the
-// end of the run.
+// socket of its host in the run directory (RUN_DIR/agents/HOST.sock, 0600; when that path is too
+// long, relay.sock in a private 0700 directory /tmp/faultline-relay-XXXXXX, removed at stop),
+// checks the run's secret before it reads anything, and forwards every batch of a rank, as it came,
+// on the agent's own Attach stream; the harness ingests it as if it had come straight. Commands for
+// a rank (arm_faults, clear_faults) come back the same way. A batch that cannot be forwarded ends
+// the rank's stream: the rank keeps everything in its own events.jsonl, which the harness merges at
+// the end of the run.
 #pragma once
 
 #include <chrono>

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -13,23 +14,47 @@
 
 #include <fmt/format.h>
 
+#include "base/control_auth.hpp"
 #include "base/error.hpp"
 
 namespace fl::harness {
 
 namespace {
 
-std::string response(int code, const char* reason, const std::string& body) {
+std::string response(int code, const char* reason, const std::string& body,
+                     const char* extra = "") {
   return fmt::format(
-      "HTTP/1.1 {} {}\r\nServer: faultline-artifacts\r\nContent-Length: {}\r\n"
+      "HTTP/1.1 {} {}\r\nServer: faultline-artifacts\r\n{}Content-Length: {}\r\n"
       "Connection: close\r\n\r\n{}",
-      code, reason, body.size(), body);
+      code, reason, extra, body.size(), body);
+}
+
+// The value of the request head's first Authorization header ("" when there is none).
+std::string authorization(const std::string& head) {
+  size_t at = head.find("\r\n");
+  while (at != std::string::npos && at + 2 < head.size()) {
+    const size_t start = at + 2;
+    const size_t end = head.find("\r\n", start);
+    const std::string line = head.substr(start, end == std::string::npos ? end : end - start);
+    if (line.empty()) break;  // the end of the head
+    const size_t colon = line.find(':');
+    std::string name = line.substr(0, colon);
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (colon != std::string::npos && name == "authorization") {
+      const size_t b = line.find_first_not_of(" \t", colon + 1);
+      const size_t e = line.find_last_not_of(" \t");
+      return b == std::string::npos ? "" : line.substr(b, e - b + 1);
+    }
+    at = end;
+  }
+  return "";
 }
 
 }  // namespace
 
-ArtifactServer::ArtifactServer(std::string root, std::vector<std::string> names)
-    : root_(std::move(root)) {
+ArtifactServer::ArtifactServer(std::string root, std::vector<std::string> names, std::string secret)
+    : root_(std::move(root)), secret_(std::move(secret)) {
+  if (secret_.empty()) raise<Error>("artifact hub: no secret to ask requests for");
   for (auto& n : names) {
     if (n.empty() || n == "." || n == ".." || n.find('/') != std::string::npos ||
         n.find('\0') != std::string::npos) {
@@ -76,11 +101,19 @@ void ArtifactServer::accept_loop() {
       return;  // shut down: the run is over
     }
     std::lock_guard lock(mu_);
-    if (stopping_ || open_.size() >= kMaxConnections) {
-      ::close(fd);  // too many at once: the client retries
+    if (stopping_) {
+      ::close(fd);
       continue;
     }
+    // Room for one more connection that has not sent its request: the oldest such is cut (its
+    // thread sees the end of its stream). A rank sends its request as it connects.
+    if (pending_.size() >= static_cast<size_t>(kMaxPending)) {
+      ::shutdown(pending_.front(), SHUT_RDWR);
+      pending_.pop_front();
+      ++evicted_;
+    }
     open_.insert(fd);
+    pending_.push_back(fd);
     std::thread([this, fd] { serve(fd); }).detach();
   }
 }
@@ -119,38 +152,46 @@ void ArtifactServer::serve(int fd) {
     head.append(buf, static_cast<size_t>(n));
     complete = head.find("\r\n\r\n") != std::string::npos;
   }
-  if (complete) {
-    ++requests_;
-    // Request line: METHOD SP TARGET SP VERSION. The target is compared, never joined.
-    const std::string line = head.substr(0, head.find("\r\n"));
-    const auto sp1 = line.find(' ');
-    const auto sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
-    std::string reply;
-    if (sp2 == std::string::npos || line.compare(sp2 + 1, 5, "HTTP/") != 0) {
-      reply = response(400, "Bad Request", "bad request\n");
-    } else if (line.substr(0, sp1) != "GET") {
-      reply = response(405, "Method Not Allowed", "only GET\n");
-    } else {
-      const std::string target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-      const std::string name = target.empty() ? "" : target.substr(1);
-      std::string body;
-      bool found = false;
-      if (target.size() > 1 && target[0] == '/' && names_.count(name)) {
-        std::ifstream in(root_ + "/" + name, std::ios::binary);
-        if (in) {
-          body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-          found = true;
-        }
-      }
-      reply = found ? response(200, "OK", body) : response(404, "Not Found", "not found\n");
-    }
-    send_all(fd, reply);
+  {
+    std::lock_guard lock(mu_);
+    pending_.remove(fd);  // (already gone if it was evicted)
   }
+  if (complete) send_all(fd, answer(head));
   ::shutdown(fd, SHUT_RDWR);
   std::lock_guard lock(mu_);
   ::close(fd);
   open_.erase(fd);
   cv_.notify_all();
+}
+
+std::string ArtifactServer::answer(const std::string& head) {
+  // The secret first: a request without it learns nothing, not even whether a name exists.
+  const std::string auth = authorization(head);
+  if (auth.rfind("Bearer ", 0) != 0 || !secrets_equal(auth.substr(7), secret_)) {
+    ++unauthorized_;
+    return response(401, "Unauthorized", "the run's secret is required\n",
+                    "WWW-Authenticate: Bearer realm=\"faultline\"\r\n");
+  }
+  ++requests_;
+  // Request line: METHOD SP TARGET SP VERSION. The target is compared, never joined.
+  const std::string line = head.substr(0, head.find("\r\n"));
+  const auto sp1 = line.find(' ');
+  const auto sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp2 == std::string::npos || line.compare(sp2 + 1, 5, "HTTP/") != 0) {
+    return response(400, "Bad Request", "bad request\n");
+  }
+  if (line.substr(0, sp1) != "GET") return response(405, "Method Not Allowed", "only GET\n");
+  const std::string target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  const std::string name = target.empty() ? "" : target.substr(1);
+  if (target.size() > 1 && target[0] == '/' && names_.count(name)) {
+    std::ifstream in(root_ + "/" + name, std::ios::binary);
+    if (in) {
+      return response(
+          200, "OK",
+          std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+    }
+  }
+  return response(404, "Not Found", "not found\n");
 }
 
 }  // namespace fl::harness

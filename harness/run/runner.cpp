@@ -335,8 +335,8 @@ RunResult Run::go() {
       check_hosts(s_);  // every host answers, or nothing is launched
     }
     if (!s_.prepare_yaml.empty()) run_preparation();
-    if (!s_.fetch.empty()) start_artifact_hub();
     start_control_plane();
+    if (!s_.fetch.empty()) start_artifact_hub();  // after the secret: the hub asks for it
     res.control_addr = ctl_addr_;
     if (live) {
       std::printf("  control    %s\n", ctl_addr_.c_str());

@@ -6,13 +6,22 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -133,8 +142,10 @@ class RelayTest : public ::testing::Test {
   void SetUp() override {
     // Beats every 200 ms: a silent agent is judged after about 1.4 s of its peer's reports.
     ::setenv("FAULTLINE_AGENT_HEARTBEAT_MS", "200", 1);
-    dir = test::fresh_test_dir("relay",
-                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    base = test::fresh_test_dir("relay",
+                                ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir = base + run_subdir();
+    fs::create_directories(dir);
     secret = make_control_secret();
     write_secret_file(dir + "/" + kControlSecretFile, secret);
     const std::string rsh = dir + "/local-rsh";
@@ -156,7 +167,7 @@ class RelayTest : public ::testing::Test {
     hub->relay_to([this](const pb::EventBatch& b) { ctl->ingest(b); });
     ctl->relay_commands(
         [this](int rank, const pb::WorkerCommand& c) { return hub->command_ranks(rank, c); });
-    addr = ctl->start("unix:" + dir + "/c.sock");
+    addr = ctl->start("unix:" + base + "/c.sock");
     hub->start(
         *sup, FAULTLINE_CLI, addr,
         [this] {
@@ -168,6 +179,8 @@ class RelayTest : public ::testing::Test {
           lost = why;
         });
   }
+  // The run directory under the test's own (a long one: its agents' sockets cannot live in it).
+  virtual std::string run_subdir() const { return ""; }
   void TearDown() override {
     for (auto& [pid, _] : pids_of("agent_up")) ::kill(pid, SIGCONT);
     hub->stop();
@@ -193,7 +206,7 @@ class RelayTest : public ::testing::Test {
     return lost;
   }
 
-  std::string dir, secret, addr, lost;
+  std::string base, dir, secret, addr, lost;
   std::mutex mu;
   Scenario s;
   boost::asio::io_context io;
@@ -335,6 +348,80 @@ TEST_F(RelayTest, AgentsSilentTogetherAreLeftToTheKeepalive) {
         << g;
   }
   EXPECT_NE(lost_now().find("no keepalive answer"), std::string::npos) << lost_now();
+}
+
+// Runs `f` as uid/gid 65534 in a forked child (raw system calls only); returns its exit status.
+int as_nobody(const std::function<int()>& f) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(90);
+    _exit(f());
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// As another user on the host: connect() to the unix socket at `path` (built before the fork).
+// 0 when refused for permission, 3 when it connected, 4 for any other error.
+int nobody_connects(const std::string& path) {
+  return as_nobody([&] {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return 3;
+    return errno == EACCES ? 0 : 4;
+  });
+}
+
+TEST_F(RelayTest, AnotherUserOnTheHostCannotConnectToTheRelay) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to become uid 65534";
+  // Every directory on the way open to others: only the socket's own mode keeps them out.
+  for (fs::path p = dir + "/agents"; p != p.root_path(); p = p.parent_path()) {
+    struct stat st {};
+    ASSERT_EQ(::stat(p.c_str(), &st), 0) << p;
+    if ((st.st_mode & S_IXOTH) == 0) ::chmod(p.c_str(), (st.st_mode & 07777) | S_IXOTH);
+  }
+  const std::string sock = hub->relay_addr(0).substr(5);
+  EXPECT_EQ(nobody_connects(sock), 0) << sock;
+  EXPECT_EQ(ctl->events_ingested(), 0u);
+}
+
+// A run directory too deep for a unix socket path (108 bytes): the relay once fell back to
+// loopback TCP, which any user of the host can connect to, and once the agent is gone, listen on
+// in its place to collect the secret the host's ranks present.
+class LongPathRelayTest : public RelayTest {
+ protected:
+  std::string run_subdir() const override { return "/" + std::string(100, 'd'); }
+};
+
+TEST_F(LongPathRelayTest, ARunPathTooLongForASocketGetsAPrivateDirectoryNotLoopbackTcp) {
+  const std::string a = hub->relay_addr(1);
+  ASSERT_EQ(a.rfind("unix:/tmp/faultline-relay-", 0), 0u) << a;
+  ASSERT_EQ(a.substr(a.size() - 11), "/relay.sock") << a;
+  const std::string sock = a.substr(5);
+  const std::string private_dir = fs::path(sock).parent_path().string();
+  EXPECT_EQ(fs::status(private_dir).permissions() & fs::perms::all, fs::perms::owner_all);
+  EXPECT_EQ(fs::status(sock).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  if (::geteuid() == 0) {
+    EXPECT_EQ(nobody_connects(sock), 0) << sock;
+  }
+  // The host's ranks still stream through it.
+  auto stub = pb::Controller::NewStub(grpc::CreateChannel(a, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata(kControlSecretHeader, secret);
+  auto stream = stub->Connect(&ctx);
+  ASSERT_TRUE(stream->Write(batch_of(3, 0, 2)));
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  for (int i = 0; i < 400 && ctl->events_ingested() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  EXPECT_EQ(ctl->events_ingested(), 2u);
+  // Stopped, the agent takes its directory with it.
+  hub->stop();
+  EXPECT_FALSE(fs::exists(private_dir)) << private_dir;
 }
 
 }  // namespace

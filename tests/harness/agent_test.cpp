@@ -9,6 +9,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -279,6 +280,43 @@ TEST_F(AgentTest, HostFaultsAreCheckedAndUndoneWhenTheHarnessIsLost) {
   bool restored = false;
   for (const auto& l : lines) restored |= l.find("cleanup: file_restore") != std::string::npos;
   EXPECT_TRUE(restored) << "no restore line in the agent's output";
+}
+
+// The agent takes the run's secret from the shared run directory only from a file of its own user
+// that no one else may read: on NFS with root_squash the harness's 0600 file belongs to uid 65534,
+// and every process of that user on every node could read it.
+TEST(AgentSecret, ASecretFileThatOthersCouldReadIsNeverUsed) {
+  ::unsetenv(kControlSecretEnv);
+  const std::string dir = test::fresh_test_dir("agent-secret", "file");
+  const std::string file = dir + "/" + kControlSecretFile;
+  std::ofstream(file) << make_control_secret() << "\n";
+  const std::vector<std::string> argv = {
+      FAULTLINE_CLI, "agent", "--control", "unix:" + dir + "/none.sock",
+      "--host",      "hosta", "--run-dir", dir};
+  ::chmod(file.c_str(), 0644);
+  auto r = test::run_process(argv);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("faultline agent hosta: " + file +
+                          " has mode 0644: other users could read it; not used (the harness "
+                          "writes it 0600)"),
+            std::string::npos)
+      << r.output;
+  if (::geteuid() == 0) {
+    ::chmod(file.c_str(), 0600);
+    ASSERT_EQ(::chown(file.c_str(), 65534, 65534), 0);
+    r = test::run_process(argv);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(file + " belongs to uid 65534, not to this agent's user (uid 0): "
+                                   "another user could read or have written it"),
+              std::string::npos)
+        << r.output;
+  }
+  fs::remove(file);
+  fs::create_symlink("/etc/hostname", file);  // a link is not followed
+  r = test::run_process(argv);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("Too many levels of symbolic links"), std::string::npos) << r.output;
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Artifact fetches against the harness's hub: one download per node cache (concurrent ranks
-// included), and each way a fetch fails says so with the URL.
+// included), and each way a fetch fails says so with the URL. The hub serves only requests with
+// the run's secret, and clients that connect and say nothing never keep a rank out.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -25,6 +26,9 @@ namespace fl {
 namespace {
 namespace fs = std::filesystem;
 
+// The run's secret: what the hub asks for, and what a rank has in FAULTLINE_CONTROL_SECRET.
+const std::string kSecret = "0123456789abcdef0123456789abcdef";
+
 struct Hub {
   fs::path root, cache;
   Hub() {
@@ -36,7 +40,9 @@ struct Hub {
     fs::create_directories(root);
     std::ofstream(root / "tokenizer.json") << R"({"kind": "synthetic-chain", "vocab": 96})";
     ::setenv("FAULTLINE_ARTIFACT_CACHE", cache.c_str(), 1);
+    ::setenv("FAULTLINE_CONTROL_SECRET", kSecret.c_str(), 1);
   }
+  ~Hub() { ::unsetenv("FAULTLINE_CONTROL_SECRET"); }
 };
 
 std::string error_of(const std::string& name) {
@@ -50,7 +56,7 @@ std::string error_of(const std::string& name) {
 
 TEST(Artifacts, ConcurrentRanksDownloadOnceIntoTheNodeCache) {
   Hub hub;
-  harness::ArtifactServer server(hub.root.string(), {"tokenizer.json"});
+  harness::ArtifactServer server(hub.root.string(), {"tokenizer.json"}, kSecret);
   const std::string url = server.start();
   ::setenv("FAULTLINE_ARTIFACT_URL", url.c_str(), 1);
   std::vector<std::string> paths(4);
@@ -66,7 +72,7 @@ TEST(Artifacts, ConcurrentRanksDownloadOnceIntoTheNodeCache) {
 
 TEST(Artifacts, AMissingFileIsAnHttp404NamingTheUrl) {
   Hub hub;
-  harness::ArtifactServer server(hub.root.string(), {"tokenizer.json"});
+  harness::ArtifactServer server(hub.root.string(), {"tokenizer.json"}, kSecret);
   const std::string url = server.start() + "/models";
   ::setenv("FAULTLINE_ARTIFACT_URL", url.c_str(), 1);
   const std::string err = error_of("weights.bin");
@@ -109,10 +115,12 @@ int connect_to(const std::string& url) {
   return fd;
 }
 
-// The whole answer to a raw request line, as a hostile client would send it.
-std::string raw_request(const std::string& url, const std::string& line) {
+// The whole answer to a raw request line, as a hostile client would send it (with the run's
+// secret unless told otherwise).
+std::string raw_request(const std::string& url, const std::string& line,
+                        const std::string& auth = "Authorization: Bearer " + kSecret + "\r\n") {
   const int fd = connect_to(url);
-  const std::string req = line + "\r\nHost: 127.0.0.1\r\n\r\n";
+  const std::string req = line + "\r\nHost: 127.0.0.1\r\n" + auth + "\r\n";
   ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   std::string out;
   char buf[4096];
@@ -126,7 +134,7 @@ TEST(ArtifactHub, ServesOnlyDeclaredNamesAndNoPathEverLeavesThem) {
   Hub hub;
   std::ofstream(hub.root / "undeclared.txt") << "hub-private-content";
   std::ofstream(hub.root.parent_path() / "outside.txt") << "outside-content";
-  harness::ArtifactServer server(hub.root.string(), {"tokenizer.json"});
+  harness::ArtifactServer server(hub.root.string(), {"tokenizer.json"}, kSecret);
   const std::string url = server.start();
   const std::string ok = raw_request(url, "GET /tokenizer.json HTTP/1.1");
   EXPECT_EQ(ok.rfind("HTTP/1.1 200 OK", 0), 0u) << ok;
@@ -161,13 +169,14 @@ TEST(ArtifactHub, ServesOnlyDeclaredNamesAndNoPathEverLeavesThem) {
     }
   }
   EXPECT_EQ(raw_request(url, "POST /tokenizer.json HTTP/1.1").rfind("HTTP/1.1 405", 0), 0u);
-  EXPECT_THROW(harness::ArtifactServer(hub.root.string(), {"../x"}), Error);
-  EXPECT_THROW(harness::ArtifactServer(hub.root.string(), {".."}), Error);
+  EXPECT_THROW(harness::ArtifactServer(hub.root.string(), {"../x"}, kSecret), Error);
+  EXPECT_THROW(harness::ArtifactServer(hub.root.string(), {".."}, kSecret), Error);
+  EXPECT_THROW(harness::ArtifactServer(hub.root.string(), {"tokenizer.json"}, ""), Error);
 }
 
 TEST(ArtifactHub, AnIdleClientBlocksNoOtherDownloadAndIsDroppedAtItsDeadline) {
   Hub hub;
-  harness::ArtifactServer server(hub.root.string(), {"tokenizer.json"});
+  harness::ArtifactServer server(hub.root.string(), {"tokenizer.json"}, kSecret);
   server.set_io_timeout(std::chrono::milliseconds(500));
   const std::string url = server.start();
   ::setenv("FAULTLINE_ARTIFACT_URL", url.c_str(), 1);
@@ -188,9 +197,118 @@ TEST(ArtifactHub, AnIdleClientBlocksNoOtherDownloadAndIsDroppedAtItsDeadline) {
   }
 }
 
+TEST(ArtifactHub, ARequestWithoutTheRunsSecretIsAnswered401BeforeItsPathIsLookedAt) {
+  Hub hub;
+  harness::ArtifactServer server(hub.root.string(), {"tokenizer.json"}, kSecret);
+  const std::string url = server.start();
+  const std::string wrong = kSecret.substr(0, kSecret.size() - 1) + "0";
+  const std::vector<std::string> auths = {"",
+                                          "Authorization: Bearer " + wrong + "\r\n",
+                                          "Authorization: Bearer " + kSecret + "0\r\n",
+                                          "Authorization: Bearer\r\n",
+                                          "Authorization: Basic " + kSecret + "\r\n",
+                                          "Authorization: " + kSecret + "\r\n",
+                                          "X-Authorization: Bearer " + kSecret + "\r\n"};
+  for (const std::string& auth : auths) {
+    for (const char* line : {"GET /tokenizer.json HTTP/1.1", "GET /nope HTTP/1.1", "BREW / x"}) {
+      const std::string r = raw_request(url, line, auth);
+      EXPECT_EQ(r.rfind("HTTP/1.1 401 Unauthorized\r\n", 0), 0u) << "[" << auth << "] " << r;
+      EXPECT_EQ(r.find("synthetic"), std::string::npos) << "[" << auth << "] leaked: " << r;
+    }
+  }
+  EXPECT_EQ(server.unauthorized(), 21);
+  EXPECT_EQ(server.requests(), 0);
+  // Header names are case-insensitive: a rank's own client may spell it either way.
+  EXPECT_EQ(
+      raw_request(url, "GET /tokenizer.json HTTP/1.1", "authorization: Bearer " + kSecret + "\r\n")
+          .rfind("HTTP/1.1 200 OK", 0),
+      0u);
+  // A rank with another secret, or none, is told which.
+  ::setenv("FAULTLINE_ARTIFACT_URL", url.c_str(), 1);
+  ::setenv("FAULTLINE_CONTROL_SECRET", wrong.c_str(), 1);
+  std::string err = error_of("tokenizer.json");
+  EXPECT_NE(err.find(url + "/tokenizer.json: HTTP 401 Unauthorized (the hub serves only requests "
+                           "with the run's secret, FAULTLINE_CONTROL_SECRET, and this one is not "
+                           "it)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find(wrong), std::string::npos) << "the secret is never printed";
+  ::unsetenv("FAULTLINE_CONTROL_SECRET");
+  err = error_of("tokenizer.json");
+  EXPECT_NE(err.find("FAULTLINE_CONTROL_SECRET, which this process lacks)"), std::string::npos)
+      << err;
+  EXPECT_FALSE(fs::exists(hub.cache / "tokenizer.json"));
+}
+
+TEST(ArtifactHub, SeventyIdleConnectionsKeepNoRankOut) {
+  Hub hub;
+  harness::ArtifactServer server(hub.root.string(), {"tokenizer.json"}, kSecret);
+  server.set_io_timeout(std::chrono::milliseconds(600000));  // only eviction closes them here
+  const std::string url = server.start();
+  ::setenv("FAULTLINE_ARTIFACT_URL", url.c_str(), 1);
+  // Another user's 70 connections that never send a request (once: every rank of a run failed).
+  std::vector<int> idle;
+  for (int i = 0; i < 70; ++i) {
+    idle.push_back(connect_to(url));
+    ASSERT_GE(idle.back(), 0);
+  }
+  EXPECT_EQ(rdzv::fetch_artifact("tokenizer.json"), (hub.cache / "tokenizer.json").string());
+  EXPECT_EQ(server.requests(), 1);
+  // The rank's connection made room by cutting the oldest idle one: 71 came, 16 may wait.
+  EXPECT_EQ(server.evicted(), 71 - harness::ArtifactServer::kMaxPending);
+  for (int i = 0; i < server.evicted(); ++i) {
+    char c;
+    EXPECT_EQ(::recv(idle[i], &c, 1, 0), 0) << "connection " << i << " was answered";
+  }
+  for (int fd : idle) ::close(fd);
+}
+
+// Seeded fuzz of request heads, with and without the secret: each is answered with a status or
+// closed, the file leaves only with the secret, and the hub serves a rank afterwards.
+TEST(ArtifactHub, RandomRequestHeadsNeverCrashItAndNeverLeakWithoutTheSecret) {
+  Hub hub;
+  harness::ArtifactServer server(hub.root.string(), {"tokenizer.json"}, kSecret);
+  server.set_io_timeout(std::chrono::milliseconds(300));
+  const std::string url = server.start();
+  uint64_t x = 0x2545f4914f6cdd1dull;  // xorshift: the same heads on every run
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  const std::vector<std::string> parts = {
+      "GET ",    "/tokenizer.json", " HTTP/1.1", "\r\n", ":", "Authorization",
+      "Bearer ", kSecret,           " ",         "\t",   "\0"};
+  int with_secret = 0;
+  for (int i = 0; i < 200; ++i) {
+    std::string head;
+    for (uint64_t n = next() % 12; n > 0; --n) {
+      head += next() % 3 ? parts[next() % parts.size()] : std::string(1, static_cast<char>(next()));
+    }
+    const bool sent_secret = head.find(kSecret) != std::string::npos;
+    with_secret += sent_secret;
+    const int fd = connect_to(url);
+    ASSERT_GE(fd, 0);
+    if (next() % 2) head += "\r\n\r\n";
+    ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    ::shutdown(fd, SHUT_WR);  // an unfinished head ends here, not at the hub's deadline
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;)
+      out.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    EXPECT_TRUE(out.empty() || out.rfind("HTTP/1.1 ", 0) == 0) << i;
+    if (!sent_secret) EXPECT_EQ(out.find("synthetic"), std::string::npos) << i << ": " << head;
+  }
+  EXPECT_GT(with_secret, 0);
+  ::setenv("FAULTLINE_ARTIFACT_URL", url.c_str(), 1);
+  EXPECT_EQ(rdzv::fetch_artifact("tokenizer.json"), (hub.cache / "tokenizer.json").string());
+}
+
 TEST(ArtifactHub, ChildrenInheritNoneOfItsSockets) {
   Hub hub;
-  harness::ArtifactServer server(hub.root.string(), {"tokenizer.json"});
+  harness::ArtifactServer server(hub.root.string(), {"tokenizer.json"}, kSecret);
   const std::string url = server.start();
   const int flags = ::fcntl(server.listen_fd(), F_GETFD);
   EXPECT_TRUE(flags & FD_CLOEXEC);

@@ -173,6 +173,23 @@ std::string header(uint32_t n) {
   return std::string(reinterpret_cast<const char*>(&n), 4);
 }
 
+std::string auth_frame(const std::string& secret) {
+  return Writer(static_cast<uint8_t>(Command::kAuth)).str(secret).finish();
+}
+
+// A raw connection that presented `secret` and read the store's ok (5 bytes: length 1, kOk).
+int raw_login(uint16_t port, const std::string& secret = "") {
+  const int fd = raw_connect(port);
+  if (fd < 0) return -1;
+  send_all(fd, auth_frame(secret));
+  char ok[5];
+  if (::recv(fd, ok, sizeof(ok), MSG_WAITALL) != 5 || static_cast<Status>(ok[4]) != Status::kOk) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // Everything the server sends until it closes the connection (bounded by a receive timeout).
 std::string read_until_closed(int fd) {
   timeval tv{10, 0};
@@ -205,7 +222,7 @@ TEST(StoreLimits, AnOversizedHeaderIsRefusedWithAnErrorAndNothingIsAllocated) {
   // 24 connections each announcing 64 MiB (what once cost 678 MiB before any data came).
   std::vector<int> fds;
   for (int i = 0; i < 24; ++i) {
-    const int fd = raw_connect(server.port());
+    const int fd = raw_login(server.port());
     ASSERT_GE(fd, 0);
     send_all(fd, header(64u << 20));
     fds.push_back(fd);
@@ -235,7 +252,7 @@ TEST(StoreLimits, ABodyIsBufferedAsItArrivesNotAsAnnounced) {
   // 24 connections announce the largest allowed request, then send 10 bytes of it.
   std::vector<int> fds;
   for (int i = 0; i < 24; ++i) {
-    const int fd = raw_connect(server.port());
+    const int fd = raw_login(server.port());
     ASSERT_GE(fd, 0);
     send_all(fd, header(1u << 20) + std::string(10, 'x'));
     fds.push_back(fd);
@@ -297,6 +314,235 @@ TEST(StoreSockets, AddressInUse) {
         std::string::npos)
         << e.what();
   }
+}
+
+// ---- The run's secret (FAULTLINE_CONTROL_SECRET): every connection presents it first.
+
+std::string add_frame(const std::string& key, int64_t delta) {
+  return Writer(static_cast<uint8_t>(Command::kAdd)).str(key).i64(delta).finish();
+}
+
+// What a StoreClient presenting `secret` is told, or "" when it got in.
+std::string client_error(uint16_t port, const std::string& secret, StoreErrorKind* kind) {
+  try {
+    StoreClient c("127.0.0.1", port, milliseconds(5000), milliseconds(5000), secret);
+  } catch (const StoreError& e) {
+    *kind = e.kind();
+    return e.what();
+  }
+  return "";
+}
+
+TEST(StoreAuth, AnAddWithoutTheSecretIsClosedUnansweredAndChangesNoKey) {
+  const std::string secret = "run-secret-0123456789abcdef";
+  StoreServer server("127.0.0.1", 0, {}, secret);
+  server.start();
+  StoreClient rank("127.0.0.1", server.port(), milliseconds(5000), milliseconds(5000), secret);
+  EXPECT_EQ(rank.add("rdzv/arrivals", 2), 2);
+  // Another user's `add rdzv/arrivals +1`, sent as the first frame: no answer, no change.
+  const int fd = raw_connect(server.port());
+  ASSERT_GE(fd, 0);
+  send_all(fd, add_frame("rdzv/arrivals", 1));
+  EXPECT_EQ(read_until_closed(fd), "");
+  ::close(fd);
+  EXPECT_EQ(rank.add("rdzv/arrivals", 0), 2);
+  // A client without a secret is told what it lacked.
+  StoreErrorKind kind = StoreErrorKind::kServer;
+  const std::string err = client_error(server.port(), "", &kind);
+  EXPECT_EQ(kind, StoreErrorKind::kUnauthenticated) << err;
+  EXPECT_NE(err.find(fmt::format("rendezvous store at 127.0.0.1:{}: the server closed the "
+                                 "connection when this process presented no secret "
+                                 "(FAULTLINE_CONTROL_SECRET is unset)",
+                                 server.port())),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(rank.add("rdzv/arrivals", 0), 2);
+  const StoreUsage u = server.usage();
+  EXPECT_EQ(u.unauthenticated, 1 + 3);  // the raw add, and the client's three attempts
+  EXPECT_EQ(u.connections, 1);
+  EXPECT_EQ(u.keys, 1);
+}
+
+TEST(StoreAuth, AWrongSecretIsRefusedAndWhatFollowsItIsNeverRead) {
+  const std::string secret = "run-secret-0123456789abcdef";
+  StoreServer server("127.0.0.1", 0, {}, secret);
+  server.start();
+  // The wrong secret, and an add right behind it in the same packet.
+  const int fd = raw_connect(server.port());
+  ASSERT_GE(fd, 0);
+  send_all(fd, auth_frame("run-secret-0123456789abcdeX") + add_frame("rdzv/arrivals", 1));
+  EXPECT_EQ(read_until_closed(fd), "");
+  ::close(fd);
+  StoreErrorKind kind = StoreErrorKind::kServer;
+  const std::string err = client_error(server.port(), "not-the-run-secret", &kind);
+  EXPECT_EQ(kind, StoreErrorKind::kUnauthenticated) << err;
+  EXPECT_NE(err.find("presented a secret that is not the store's; the store takes only the run's "
+                     "secret (FAULTLINE_CONTROL_SECRET, which the harness gives every rank)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("not-the-run-secret"), std::string::npos) << "the secret is never printed";
+  StoreClient rank("127.0.0.1", server.port(), milliseconds(5000), milliseconds(5000), secret);
+  EXPECT_FALSE(rank.check({"rdzv/arrivals"}));
+  EXPECT_EQ(server.usage().keys, 0);
+}
+
+TEST(StoreAuth, ASlowSecretIsClosedAtItsDeadlineUnanswered) {
+  StoreLimits limits;
+  limits.auth_timeout_ms = 200;
+  StoreServer server("127.0.0.1", 0, limits, "s");
+  server.start();
+  const int fd = raw_connect(server.port());
+  ASSERT_GE(fd, 0);
+  send_all(fd, auth_frame("s").substr(0, 6));  // half a frame, then nothing
+  EXPECT_EQ(read_until_closed(fd), "");        // closed by the server, not our 10 s limit
+  ::close(fd);
+  const StoreUsage u = wait_usage(server, [](const StoreUsage& n) { return n.pending == 0; });
+  EXPECT_EQ(u.unauthenticated, 1);
+  EXPECT_EQ(u.pending, 0);
+  EXPECT_EQ(u.buffered_bytes, 0);
+}
+
+TEST(StoreAuth, FourHundredIdleConnectionsHoldNoMemoryAndARankStillGetsIn) {
+  StoreLimits limits;
+  limits.max_pending = 8;
+  limits.auth_timeout_ms = 600000;  // only the pending limit closes them here
+  StoreServer server("127.0.0.1", 0, limits, "s");
+  server.start();
+  // 200 connections that announce 1 MiB - 1 and send 64 KiB of it (the attack that once took
+  // rank 0 from 34 MB to 462 MB): none is a secret, none is read past its length.
+  std::vector<int> big, idle;
+  for (int i = 0; i < 200; ++i) {
+    big.push_back(raw_connect(server.port()));
+    ASSERT_GE(big.back(), 0);
+    const std::string bytes = header((1u << 20) - 1) + std::string(65536, 'x');
+    ::send(big.back(), bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  StoreUsage u = wait_usage(
+      server, [](const StoreUsage& n) { return n.unauthenticated == 200 && n.pending == 0; });
+  EXPECT_EQ(u.unauthenticated, 200);
+  EXPECT_EQ(u.buffered_bytes, 0);
+  // 200 that send nothing: the newest 8 wait, the oldest are evicted unanswered.
+  for (int i = 0; i < 200; ++i) {
+    idle.push_back(raw_connect(server.port()));
+    ASSERT_GE(idle.back(), 0);
+  }
+  u = wait_usage(server, [](const StoreUsage& n) { return n.unauthenticated >= 392; });
+  EXPECT_EQ(u.unauthenticated, 392);
+  EXPECT_EQ(u.pending, 8);
+  EXPECT_EQ(u.buffered_bytes, 0);
+  EXPECT_EQ(u.connections, 0);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(read_until_closed(idle[i]), "") << i;
+  // A rank arriving now evicts one more and is served.
+  StoreClient rank("127.0.0.1", server.port(), milliseconds(5000), milliseconds(5000), "s");
+  EXPECT_EQ(rank.add("rdzv/arrivals", 1), 1);
+  u = server.usage();
+  EXPECT_EQ(u.connections, 1);
+  EXPECT_EQ(u.pending, 7);
+  EXPECT_EQ(u.unauthenticated, 393);
+  for (int fd : idle) ::close(fd);
+  for (int fd : big) ::close(fd);
+}
+
+TEST(StoreLimits, BufferedBytesAcrossConnectionsAreCapped) {
+  StoreLimits limits{1 << 20, 1000, 1 << 20};
+  limits.max_buffered = 256 << 10;
+  StoreServer server("127.0.0.1", 0, limits, "s");
+  server.start();
+  // 8 ranks, one after another, each announce 1 MiB - 1 and send 64 KiB of it: 512 KiB in all,
+  // twice the cap. The first four fit exactly; each later one is refused at its first piece.
+  std::vector<int> fds;
+  for (int i = 0; i < 8; ++i) {
+    fds.push_back(raw_login(server.port(), "s"));
+    ASSERT_GE(fds.back(), 0);
+    send_all(fds.back(), header((1u << 20) - 1) + std::string(64 << 10, 'x'));
+    const StoreUsage u = wait_usage(server, [i](const StoreUsage& n) {
+      return n.refused + n.buffered_bytes / (64 << 10) == i + 1 &&
+             n.buffered_bytes % (64 << 10) == 0;
+    });
+    EXPECT_LE(u.buffered_bytes, 256 << 10) << "after connection " << i;
+  }
+  const StoreUsage u = server.usage();
+  EXPECT_EQ(u.buffered_bytes, 256 << 10);
+  EXPECT_EQ(u.refused, 4);
+  for (int i = 4; i < 8; ++i) {
+    const std::string reply = read_until_closed(fds[i]);
+    EXPECT_NE(reply.find("bytes across all connections, above its limit of 262144 "
+                         "(FAULTLINE_STORE_MAX_BUFFERED); closing the connection"),
+              std::string::npos)
+        << i << ": " << reply;
+  }
+  for (int fd : fds) ::close(fd);
+  EXPECT_EQ(
+      wait_usage(server, [](const StoreUsage& n) { return n.buffered_bytes == 0; }).buffered_bytes,
+      0);
+}
+
+TEST(StoreLimits, ConnectionsPastTheCapAreToldSo) {
+  StoreLimits limits;
+  limits.max_connections = 2;
+  StoreServer server("127.0.0.1", 0, limits, "s");
+  server.start();
+  StoreClient a("127.0.0.1", server.port(), milliseconds(5000), milliseconds(5000), "s");
+  StoreClient b("127.0.0.1", server.port(), milliseconds(5000), milliseconds(5000), "s");
+  StoreErrorKind kind = StoreErrorKind::kUnauthenticated;
+  const std::string err = client_error(server.port(), "s", &kind);
+  EXPECT_EQ(kind, StoreErrorKind::kServer) << err;
+  EXPECT_NE(err.find("the store serves 2 connections, its limit (FAULTLINE_STORE_MAX_CONNECTIONS)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(a.add("n", 1), 1);
+  EXPECT_EQ(b.add("n", 1), 2);
+  EXPECT_EQ(wait_usage(server, [](const StoreUsage& n) { return n.connections == 2; }).connections,
+            2);
+}
+
+// Seeded fuzz of what a peer can send: random frames, first with no secret, then after it. The
+// store answers or closes each, never crashes or hangs, and gives back every byte it buffered.
+TEST(StoreFuzz, RandomFramesWithAndWithoutTheSecretLeaveTheStoreServing) {
+  StoreLimits limits{4096, 1000, 1 << 20};
+  limits.auth_timeout_ms = 2000;
+  StoreServer server("127.0.0.1", 0, limits, "s");
+  server.start();
+  uint64_t x = 0x9e3779b97f4a7c15ull;  // xorshift: the same inputs on every run
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  auto random_frame = [&] {
+    std::string body(next() % 64, '\0');
+    for (auto& c : body) c = static_cast<char>(next());
+    // Often a real command; never a get or wait, which would park until their random timeout.
+    static const char kCommands[] = {1, 4, 5, 6, 7, 8, 9};
+    if (!body.empty() && next() % 2) body[0] = kCommands[next() % sizeof(kCommands)];
+    if (!body.empty() && (body[0] == 2 || body[0] == 3)) body[0] = 8;
+    const uint32_t n = next() % 8 == 0 ? static_cast<uint32_t>(next()) : body.size();
+    return header(n) + body;
+  };
+  for (int i = 0; i < 300; ++i) {
+    const bool authed = i % 2 == 1;
+    const int fd = authed ? raw_login(server.port(), "s") : raw_connect(server.port());
+    ASSERT_GE(fd, 0) << i;
+    const std::string frame = random_frame();
+    ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+    ::shutdown(fd, SHUT_WR);
+    const std::string reply = read_until_closed(fd);
+    ::close(fd);
+    if (!authed) {
+      EXPECT_EQ(reply, "") << i << ": a peer without the secret was answered";
+    }
+  }
+  const StoreUsage u = wait_usage(server, [](const StoreUsage& n) {
+    return n.buffered_bytes == 0 && n.pending == 0 && n.connections == 0;
+  });
+  EXPECT_EQ(u.buffered_bytes, 0);
+  EXPECT_EQ(u.pending, 0);
+  EXPECT_EQ(u.connections, 0);
+  EXPECT_EQ(u.unauthenticated, 150);
+  StoreClient c("127.0.0.1", server.port(), milliseconds(5000), milliseconds(5000), "s");
+  c.set("after", "fuzz");
+  EXPECT_EQ(c.get("after"), "fuzz");
 }
 
 // A launcher's socket (torchrun's agent store): the launcher binds and listens, rank 0 serves on

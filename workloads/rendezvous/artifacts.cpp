@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/control_auth.hpp"
 #include "base/file_lock.hpp"
 #include "base/settings.hpp"
 
@@ -67,6 +69,10 @@ std::string get_once(const Url& u, const std::string& url) {
   http::request<http::empty_body> req{http::verb::get, u.path, 11};
   req.set(http::field::host, u.host);
   req.set(http::field::user_agent, "faultline-worker");
+  // The harness's hub serves only the run's own ranks: the run's secret, as a bearer token.
+  const char* secret = std::getenv(kControlSecretEnv);
+  const bool has_secret = secret != nullptr && *secret != '\0';
+  if (has_secret) req.set(http::field::authorization, std::string("Bearer ") + secret);
   http::write(stream, req, ec);
   if (ec) raise<ArtifactError>("{}: sending the request: {}", url, ec.message());
   boost::beast::flat_buffer buf;
@@ -75,6 +81,13 @@ std::string get_once(const Url& u, const std::string& url) {
   http::read(stream, buf, parser, ec);
   if (ec) raise<ArtifactError>("{}: reading the response: {}", url, ec.message());
   auto res = parser.release();
+  if (res.result() == http::status::unauthorized) {
+    raise<ArtifactError>(
+        "{}: HTTP 401 {} (the hub serves only requests with the run's secret, "
+        "FAULTLINE_CONTROL_SECRET{})",
+        url, std::string(res.reason()),
+        has_secret ? ", and this one is not it" : ", which this process lacks");
+  }
   if (res.result() != http::status::ok) {
     raise<ArtifactError>("{}: HTTP {} {}", url, res.result_int(), std::string(res.reason()));
   }

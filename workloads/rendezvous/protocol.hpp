@@ -1,5 +1,7 @@
 // Wire format of the rendezvous store. A frame is a little-endian u32 length followed by that many
 // bytes: one command or status byte, then fields (strings as u32 length + bytes, integers as i64).
+// A connection's first frame is kAuth with the run's secret; the server reads nothing else before
+// it, and closes a connection whose first frame is not that without answering.
 #pragma once
 
 #include <cstdint>
@@ -21,12 +23,15 @@ enum class Command : uint8_t {
   kCheck = 6,       // n, keys... -> 1 if all exist
   kDelete = 7,      // key -> 1 if it existed
   kNumKeys = 8,
+  kAuth = 9,  // secret: the first frame of every connection -> ok, or the connection is closed
 };
 
 enum class Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
 
 // The largest reply a client accepts (the server bounds requests by FAULTLINE_STORE_MAX_MESSAGE).
 constexpr uint32_t kMaxFrame = 64u << 20;
+// The largest first frame (kAuth) the server reads: a secret is 64 hex digits.
+constexpr uint32_t kMaxAuthFrame = 512;
 
 class ProtocolError : public Error {
  public:

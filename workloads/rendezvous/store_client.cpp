@@ -37,8 +37,45 @@ struct StoreClient::Conn {
   }
 };
 
-StoreClient::StoreClient(const std::string& host, uint16_t port, ms timeout, ms connect_timeout)
+namespace {
+uint8_t op(Command c) {
+  return static_cast<uint8_t>(c);
+}
+
+Reader expect_ok(const std::string& body, const std::string& endpoint, const char* what,
+                 std::string* timeout_payload = nullptr) {
+  Reader r(body);
+  auto status = static_cast<Status>(r.head());
+  if (status == Status::kOk) return r;
+  if (status == Status::kTimeout && timeout_payload) {
+    *timeout_payload = body;
+    return r;
+  }
+  throw StoreError(
+      StoreErrorKind::kServer,
+      fmt::format("rendezvous store {} on {}: server error: {}", what, endpoint, r.str()));
+}
+}  // namespace
+
+StoreClient::StoreClient(const std::string& host, uint16_t port, ms timeout, ms connect_timeout,
+                         const std::string& secret)
     : endpoint_(fmt::format("{}:{}", host, port)), timeout_(timeout), conn_(new Conn) {
+  // A connection the server closes at the secret is tried again (it may have been evicted by a
+  // flood of others that never authenticate); a wrong secret fails every time.
+  constexpr int kAuthAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    connect(host, port, connect_timeout);
+    try {
+      authenticate(secret);
+      return;
+    } catch (const StoreError& e) {
+      if (e.kind() != StoreErrorKind::kUnauthenticated || attempt == kAuthAttempts) throw;
+      conn_.reset(new Conn);
+    }
+  }
+}
+
+void StoreClient::connect(const std::string& host, uint16_t port, ms connect_timeout) {
   auto& c = *conn_;
   boost::system::error_code ec;
   tcp::resolver resolver(c.io);
@@ -93,6 +130,23 @@ StoreClient::StoreClient(const std::string& host, uint16_t port, ms timeout, ms 
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
   c.socket.set_option(tcp::no_delay(true));
+}
+
+void StoreClient::authenticate(const std::string& secret) {
+  try {
+    expect_ok(call(Writer(op(Command::kAuth)).str(secret).finish(), timeout_, "authentication"),
+              endpoint_, "authentication");
+  } catch (const StoreError& e) {
+    if (e.kind() != StoreErrorKind::kConnectionLost) throw;
+    throw StoreError(
+        StoreErrorKind::kUnauthenticated,
+        fmt::format("rendezvous store at {}: the server closed the connection when this process "
+                    "presented {}; the store takes only the run's secret "
+                    "(FAULTLINE_CONTROL_SECRET, which the harness gives every rank)",
+                    endpoint_,
+                    secret.empty() ? std::string("no secret (FAULTLINE_CONTROL_SECRET is unset)")
+                                   : std::string("a secret that is not the store's")));
+  }
 }
 
 StoreClient::~StoreClient() {
@@ -158,26 +212,6 @@ std::string StoreClient::call(const std::string& frame, ms wait_for, const char*
   }
   return body;
 }
-
-namespace {
-uint8_t op(Command c) {
-  return static_cast<uint8_t>(c);
-}
-
-Reader expect_ok(const std::string& body, const std::string& endpoint, const char* what,
-                 std::string* timeout_payload = nullptr) {
-  Reader r(body);
-  auto status = static_cast<Status>(r.head());
-  if (status == Status::kOk) return r;
-  if (status == Status::kTimeout && timeout_payload) {
-    *timeout_payload = body;
-    return r;
-  }
-  throw StoreError(
-      StoreErrorKind::kServer,
-      fmt::format("rendezvous store {} on {}: server error: {}", what, endpoint, r.str()));
-}
-}  // namespace
 
 void StoreClient::set(const std::string& key, const std::string& value) {
   expect_ok(call(Writer(op(Command::kSet)).str(key).str(value).finish(), timeout_, "set"),

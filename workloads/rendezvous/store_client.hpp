@@ -1,6 +1,8 @@
 // Client of the rendezvous store. Every call has a deadline. Connection failures are reported as
 // what the socket really said: refused (nothing listening), connect timeout (SYN unanswered, e.g.
 // dropped by a firewall), connection lost; a key that does not appear in time is a key timeout.
+// Every connection first presents the run's secret (store_server.hpp); a server that closes the
+// connection at that point did not take it (kUnauthenticated).
 #pragma once
 
 #include <chrono>
@@ -17,17 +19,22 @@ namespace fl::rdzv {
 FAULTLINE_SETTING(kMasterAddr, std::string, "MASTER_ADDR", "127.0.0.1",
                   "Address of the rendezvous store");
 FAULTLINE_SETTING(kMasterPort, int64_t, "MASTER_PORT", 29500, "Port of the rendezvous store");
+// The credential a store server checks and a client presents: FAULTLINE_CONTROL_SECRET, or ""
+// for a worker started by hand without one (then only clients without one get in).
+std::string store_secret_from_env();
+
 FAULTLINE_SETTING(kStoreTimeoutMs, int64_t, "FAULTLINE_STORE_TIMEOUT_MS", 30000,
                   "Deadline of each store call and of connecting to the store");
 
 enum class StoreErrorKind {
-  kRefused,         // ECONNREFUSED until the connect deadline
-  kConnectTimeout,  // no answer to connect before the deadline
-  kResolve,         // the address cannot be resolved
-  kKeyTimeout,      // get/wait: the keys did not appear in time
-  kConnectionLost,  // the server closed or reset the connection mid-call
-  kCallTimeout,     // the server did not answer a call before its deadline
-  kServer,          // the server answered with an error
+  kRefused,          // ECONNREFUSED until the connect deadline
+  kConnectTimeout,   // no answer to connect before the deadline
+  kResolve,          // the address cannot be resolved
+  kKeyTimeout,       // get/wait: the keys did not appear in time
+  kConnectionLost,   // the server closed or reset the connection mid-call
+  kCallTimeout,      // the server did not answer a call before its deadline
+  kServer,           // the server answered with an error
+  kUnauthenticated,  // the server closed the connection at the secret: not the run's, or none
 };
 
 class StoreError : public Error {
@@ -44,9 +51,11 @@ class StoreClient {
   using ms = std::chrono::milliseconds;
 
   // Connects, retrying a refused connection until `connect_timeout` (the server may start later
-  // than its clients, as with torch's TCPStore).
+  // than its clients, as with torch's TCPStore), and presents `secret` (default: the run's,
+  // FAULTLINE_CONTROL_SECRET) before anything else.
   StoreClient(const std::string& host, uint16_t port, ms timeout = ms(kStoreTimeoutMs.get()),
-              ms connect_timeout = ms(kStoreTimeoutMs.get()));
+              ms connect_timeout = ms(kStoreTimeoutMs.get()),
+              const std::string& secret = store_secret_from_env());
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
@@ -69,6 +78,8 @@ class StoreClient {
 
  private:
   struct Conn;
+  void connect(const std::string& host, uint16_t port, ms connect_timeout);
+  void authenticate(const std::string& secret);
   std::string call(const std::string& frame, ms deadline, const char* what);
   std::string endpoint_;
   ms timeout_;

@@ -10,13 +10,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <list>
 #include <map>
 #include <set>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
+#include "base/control_auth.hpp"
 #include "workloads/rendezvous/protocol.hpp"
 
 namespace fl::rdzv {
@@ -47,17 +50,25 @@ class LimitError : public Error {
   using Error::Error;
 };
 
+std::string store_secret_from_env() {
+  const char* s = std::getenv(kControlSecretEnv);
+  return s != nullptr ? std::string(s) : std::string();
+}
+
 struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
-  explicit State(StoreLimits l) : limits(l) {}
+  State(StoreLimits l, std::string s) : limits(l), secret(std::move(s)) {}
   asio::io_context io;
   tcp::acceptor acceptor{io};
   const StoreLimits limits;
+  const std::string secret;
   std::map<std::string, std::string> data;
   std::list<std::shared_ptr<Waiter>> waiters;
   std::set<std::shared_ptr<Session>> sessions;
+  std::list<std::shared_ptr<Session>> pending;  // not yet authenticated, oldest first
   bool stopped = false;
   // Written on the I/O thread, read by usage() from any thread.
   std::atomic<int64_t> stored_bytes{0}, buffered_bytes{0}, key_count{0}, refused{0};
+  std::atomic<int64_t> connections{0}, pending_count{0}, unauthenticated{0};
 
   // Every change of `data` goes through put/erase, which keep the limits and the counters.
   void put(const std::string& k, std::string v) {
@@ -140,21 +151,48 @@ namespace store_detail {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, StoreServer::State* state)
-      : socket_(std::move(socket)), state_(state) {
+      : socket_(std::move(socket)), state_(state), auth_timer_(socket_.get_executor()) {
     boost::system::error_code ec;
     const auto ep = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("an unknown peer")
                : fmt::format("{}:{}", ep.address().to_string(), ep.port());
   }
 
-  void start() { read_header(); }
-  void close() {
-    boost::system::error_code ec;
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
+  // Joins the pending connections (the caller made room) and waits for the secret, bounded.
+  void start() {
+    pending_at_ = state_->pending.insert(state_->pending.end(), shared_from_this());
+    in_pending_ = true;
+    ++state_->pending_count;
+    auto self = shared_from_this();
+    auth_timer_.expires_after(std::chrono::milliseconds(state_->limits.auth_timeout_ms));
+    auth_timer_.async_wait([this, self](const boost::system::error_code& ec) {
+      if (ec || authed_ || closed_) return;
+      reject(
+          fmt::format("it did not present the run's secret within {} ms "
+                      "(FAULTLINE_STORE_AUTH_TIMEOUT_MS)",
+                      state_->limits.auth_timeout_ms));
+    });
+    read_header();
+  }
+  void end() { drop(); }
+  // Closes a connection that has not authenticated, unanswered: it learns nothing of the store.
+  void reject(const std::string& why) {
+    if (closed_) return;
+    const int64_t n = state_->unauthenticated + 1;  // this one, counted by drop()
+    if (n <= 10 || n % 1000 == 0) {  // an attacker's flood must not flood the rank's log
+      spdlog::warn("rendezvous store: closed a connection from {} unanswered ({} so far): {}",
+                   peer_, n, why);
+    }
+    drop();
   }
 
  private:
+  void close() {
+    boost::system::error_code ec;
+    auth_timer_.cancel();
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+  }
   void read_header() {
     auto self = shared_from_this();
     asio::async_read(socket_, asio::buffer(header_, 4),
@@ -162,6 +200,10 @@ class Session : public std::enable_shared_from_this<Session> {
                        if (ec) return drop();
                        uint32_t n;
                        std::memcpy(&n, header_, 4);
+                       if (!authed_ && (n == 0 || n > kMaxAuthFrame)) {
+                         return reject(
+                             fmt::format("its first frame ({} bytes) is not the run's secret", n));
+                       }
                        if (n == 0) return drop();
                        if (static_cast<int64_t>(n) > state_->limits.max_message) {
                          return refuse(fmt::format(
@@ -180,9 +222,20 @@ class Session : public std::enable_shared_from_this<Session> {
     socket_.async_read_some(
         asio::buffer(chunk_, want), [this, self](const boost::system::error_code& ec, size_t got) {
           if (ec) return drop();
+          // A first frame is bounded on its own (kMaxAuthFrame, FAULTLINE_STORE_MAX_PENDING), so
+          // ranks full of requests never keep another rank from presenting its secret.
+          const int64_t total = state_->buffered_bytes + static_cast<int64_t>(got);
+          if (authed_ && total > state_->limits.max_buffered) {
+            return refuse(fmt::format(
+                "holding this request would make the store buffer {} bytes across all "
+                "connections, above its limit of {} (FAULTLINE_STORE_MAX_BUFFERED); closing the "
+                "connection",
+                total, state_->limits.max_buffered));
+          }
           body_.append(chunk_, got);
           state_->buffered_bytes += static_cast<int64_t>(got);
           if (body_.size() < expected_) return read_body();
+          if (!authed_) return authenticate();
           try {
             handle();
           } catch (const LimitError& e) {
@@ -200,6 +253,37 @@ class Session : public std::enable_shared_from_this<Session> {
     body_.clear();
     if (body_.capacity() > sizeof(chunk_)) body_.shrink_to_fit();
     expected_ = 0;
+  }
+  // The first frame: kAuth with the run's secret (compared in constant time), or the connection
+  // is closed unanswered.
+  void authenticate() {
+    bool ok = false;
+    try {
+      Reader r(body_);
+      ok = static_cast<Command>(r.head()) == Command::kAuth &&
+           secrets_equal(r.str(), state_->secret);
+    } catch (const ProtocolError&) {
+    }
+    release_body();
+    if (!ok) return reject("its first frame is not the run's secret");
+    leave_pending();
+    const int64_t serving = state_->connections;
+    authed_ = true;
+    ++state_->connections;
+    if (serving >= state_->limits.max_connections) {
+      return refuse(fmt::format(
+          "the store serves {} connections, its limit (FAULTLINE_STORE_MAX_CONNECTIONS); closing "
+          "this one",
+          serving));
+    }
+    reply(Writer(static_cast<uint8_t>(Status::kOk)).finish());
+  }
+  void leave_pending() {
+    auth_timer_.cancel();
+    if (!in_pending_) return;
+    in_pending_ = false;
+    --state_->pending_count;
+    state_->pending.erase(pending_at_);
   }
   // Answers with an error, logs it with the peer, and closes the connection once it is sent.
   void refuse(const std::string& why) {
@@ -295,6 +379,8 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       case Command::kNumKeys:
         return reply(ok().i64(static_cast<int64_t>(data.size())).finish());
+      case Command::kAuth:
+        break;  // once is enough: a second is an error like any unknown command
     }
     throw ProtocolError("unknown command " + std::to_string(static_cast<int>(cmd)));
   }
@@ -308,13 +394,25 @@ class Session : public std::enable_shared_from_this<Session> {
                       });
   }
   void drop() {
+    if (closed_) return;
+    closed_ = true;
+    auto self = shared_from_this();  // the containers below may hold the last other reference
     close();
     release_body();
-    state_->sessions.erase(shared_from_this());
+    leave_pending();
+    if (authed_) {
+      --state_->connections;
+    } else {
+      ++state_->unauthenticated;  // rejected, evicted, or gone before it presented the secret
+    }
+    state_->sessions.erase(self);
   }
 
   tcp::socket socket_;
   StoreServer::State* state_;
+  asio::steady_timer auth_timer_;
+  bool authed_ = false, closed_ = false, in_pending_ = false;
+  std::list<std::shared_ptr<Session>>::iterator pending_at_;
   std::string peer_;
   char header_[4];
   size_t expected_ = 0;  // the body's announced size
@@ -330,6 +428,15 @@ void StoreServer::State::accept() {
       if (stopped || ec == asio::error::operation_aborted) return;
     } else {
       socket.set_option(tcp::no_delay(true));
+      // Room for one more connection that has not authenticated: the oldest such goes. A rank
+      // sends its secret as it connects, so only idle or slow connections are ever evicted.
+      while (!pending.empty() &&
+             static_cast<int64_t>(pending.size()) >= std::max<int64_t>(1, limits.max_pending)) {
+        pending.front()->reject(fmt::format(
+            "evicted: {} connections were waiting to present the run's secret, the limit "
+            "(FAULTLINE_STORE_MAX_PENDING)",
+            pending.size()));
+      }
       auto s = std::make_shared<Session>(std::move(socket), this);
       sessions.insert(s);
       s->start();
@@ -338,8 +445,9 @@ void StoreServer::State::accept() {
   });
 }
 
-StoreServer::StoreServer(const std::string& host, uint16_t port, StoreLimits limits)
-    : host_(host), state_(std::make_shared<State>(limits)) {
+StoreServer::StoreServer(const std::string& host, uint16_t port, StoreLimits limits,
+                         std::string secret)
+    : host_(host), state_(std::make_shared<State>(limits, std::move(secret))) {
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(host, ec);
   if (ec) {
@@ -362,11 +470,11 @@ StoreServer::StoreServer(const std::string& host, uint16_t port, StoreLimits lim
   }
 }
 
-StoreServer::StoreServer(const std::string& host, StoreLimits limits)
-    : host_(host), state_(std::make_shared<State>(limits)) {}
+StoreServer::StoreServer(const std::string& host, StoreLimits limits, std::string secret)
+    : host_(host), state_(std::make_shared<State>(limits, std::move(secret))) {}
 
-std::unique_ptr<StoreServer> StoreServer::adopt(int fd, const std::string& host,
-                                                StoreLimits limits) {
+std::unique_ptr<StoreServer> StoreServer::adopt(int fd, const std::string& host, StoreLimits limits,
+                                                std::string secret) {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
   int listening = 0;
@@ -378,7 +486,7 @@ std::unique_ptr<StoreServer> StoreServer::adopt(int fd, const std::string& host,
     throw BindError(fmt::format(
         "rendezvous store: descriptor {} from the launcher is not a listening TCP socket", fd));
   }
-  std::unique_ptr<StoreServer> s(new StoreServer(host, limits));
+  std::unique_ptr<StoreServer> s(new StoreServer(host, limits, std::move(secret)));
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // as the store's own socket: not for what this rank starts
   boost::system::error_code ec;
   s->state_->acceptor.assign(ss.ss_family == AF_INET ? tcp::v4() : tcp::v6(), fd, ec);
@@ -400,8 +508,9 @@ uint16_t StoreServer::port() const {
 }
 
 StoreUsage StoreServer::usage() const {
-  return {state_->key_count.load(), state_->stored_bytes.load(), state_->buffered_bytes.load(),
-          state_->refused.load()};
+  return {state_->key_count.load(),      state_->stored_bytes.load(), state_->buffered_bytes.load(),
+          state_->refused.load(),        state_->connections.load(),  state_->pending_count.load(),
+          state_->unauthenticated.load()};
 }
 
 void StoreServer::start() {
@@ -423,8 +532,9 @@ void StoreServer::stop() {
     state->stopped = true;
     boost::system::error_code ec;
     state->acceptor.close(ec);
-    for (auto& s : state->sessions) s->close();
-    state->sessions.clear();
+    // Each ends as it would on its own, leaving the session set and the pending list.
+    const std::vector<std::shared_ptr<Session>> all(state->sessions.begin(), state->sessions.end());
+    for (auto& s : all) s->end();
     for (auto& w : state->waiters) w->timer->cancel();
     state->waiters.clear();
   });
