@@ -7,12 +7,15 @@
 # Each trial runs a scenario that puts RAM-backed state or kernel objects outside the run
 # directory (memory_limit with a device arena: cgroup + shared memory; cpu_quota: cgroup; the
 # shared-memory transport: /dev/shm segments; network faults: namespaces), SIGKILLs the harness
-# (only the harness: its ranks and helpers must go by themselves) 0.2-6 s after it started, then
+# (only the harness: its ranks and helpers must go by themselves) 0.02-4 s after it started, every
+# third trial within the first 0.3 s (fault setup), then
 # sweeps: odd trials with `faultline clean`, even ones with the next (short) run. Then it looks
-# for faultline entries in /dev/shm and the memory and cpu cgroup hierarchies, for new network
-# namespaces (`ip netns`) and mounts, and for processes of the trial (its tag in their
-# environment or its directory in their command line). Prints a table; exits 1 if anything was
-# left, 77 (skipped) without root or a cgroup v1 memory hierarchy.
+# for faultline entries of gone owners in /dev/shm and the memory and cpu cgroup hierarchies,
+# for network namespaces (`ip netns`) and mounts of the trial, and for processes of the trial
+# (its tag in their environment, which the namespace holders inherit, or its directory in their
+# command line). Prints a table (`had`: faultline entries
+# outside the run directory at the moment of the kill); exits 1 if anything was left, 77
+# (skipped) without root or a cgroup v1 memory hierarchy.
 set -uo pipefail
 trials=${1:-10}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,14 +33,14 @@ trap 'rm -rf "$work"' EXIT
 cat >"$work/memory.yaml" <<'EOF'
 name: kt-memory
 topology: {ranks: 2}
-workload: {steps: 400}
+workload: {steps: 4000}
 faults:
   - {memory_limit: 600m, device_arena: 64m, rank: 1}
 EOF
 cat >"$work/cpu.yaml" <<'EOF'
 name: kt-cpu
 topology: {ranks: 2}
-workload: {steps: 400}
+workload: {steps: 4000}
 faults:
   - {cpu_quota: 0.5, rank: 0}
   - {memory_limit: 600m, rank: 1}
@@ -45,7 +48,7 @@ EOF
 cat >"$work/shm.yaml" <<'EOF'
 name: kt-shm
 topology: {ranks: 2, dp: 2}
-workload: {steps: 400}
+workload: {steps: 4000}
 env: {FAULTLINE_SHM_TRANSPORT: "1"}
 faults:
   - {memory_limit: 600m, device_arena: 32m, rank: 0}
@@ -53,7 +56,7 @@ EOF
 cat >"$work/network.yaml" <<'EOF'
 name: kt-network
 topology: {ranks: 2, nodes: 2, dp: 2}
-workload: {steps: 400}
+workload: {steps: 4000}
 faults:
   - network: {action: bandwidth, node: 1, rate: 8mbit}
     at: launch
@@ -67,35 +70,56 @@ EOF
 kinds=(memory cpu shm)
 unshare --net true 2>/dev/null && kinds+=(network)
 
+# faultline's entries in /dev/shm and the hierarchies whose owner is gone (tests running beside
+# this one have live ones): the owner's pid is in the name (faultline.<pid>[-<start>].*); a
+# segment (faultline-shm-*) counts while no process maps it.
 faultline_entries() {
-  { ls -d /dev/shm/faultline* "$mem"/faultline.* "$cpu"/faultline.* 2>/dev/null || true; } | sort
+  local e name pid
+  for e in /dev/shm/faultline* "$mem"/faultline.* "$cpu"/faultline.*; do
+    [[ -e $e ]] || continue
+    name=${e##*/}
+    if [[ $name == faultline-shm-* ]]; then
+      grep -qsF "$e" /proc/[0-9]*/maps || echo "$e"
+      continue
+    fi
+    pid=${name#faultline.}
+    pid=${pid%%[.-]*}
+    [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && continue
+    echo "$e"
+  done | sort
 }
-netns_count() { ip netns list 2>/dev/null | wc -l; }
+all_entries() { { ls -d /dev/shm/faultline* "$mem"/faultline.* "$cpu"/faultline.* 2>/dev/null || true; } | sort; }
+# The harness names no network namespace (its own are held by processes, found below with the
+# trial's tag): a new name with "faultline" or the trial's tag in it would be one.
+netns_of() { ip netns list 2>/dev/null | grep -E "faultline|$1" || true; }
 # Processes of trial $1: its tag in their environment, or its directory in their command line.
 trial_procs() {
   local tag=$1 dir=$2 p
   for p in /proc/[0-9]*; do
     [[ ${p#/proc/} == "$$" || ${p#/proc/} == "$BASHPID" ]] && continue
-    if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "FL_KILL_TRIAL=$tag" ||
-       tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF "$dir"; then
-      echo "${p#/proc/}:$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-60)"
+    if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "FL_KILL_TRIAL=$tag" ||
+       { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF "$dir"; then
+      echo "${p#/proc/}:$({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | cut -c1-60)"
     fi
   done
 }
 
 before=$(faultline_entries)
-ns_before=$(netns_count)
-mounts_before=$(wc -l </proc/self/mounts)
-printf '%-5s %-8s %-7s %-6s %s\n' trial scenario kill_s sweep left
+printf '%-5s %-8s %-7s %-4s %-9s %s\n' trial scenario kill_s had sweep left
 bad=0
 for ((t = 1; t <= trials; t++)); do
   kind=${kinds[$(( (t - 1) % ${#kinds[@]} ))]}
   tag="$$-$t" dir="$work/t$t"
-  kill_ms=$(( 200 + RANDOM % 5800 ))
+  # Every third trial inside the first 300 ms (fault setup: cgroups, arena, namespaces), the
+  # others while the ranks train.
+  if ((t % 3 == 1)); then kill_ms=$((20 + RANDOM % 280)); else kill_ms=$((300 + RANDOM % 3700)); fi
   mkdir -p "$dir"
+  all_before=$(all_entries)
   FL_KILL_TRIAL=$tag "$bin" run "$work/$kind.yaml" --results "$dir" -q >"$dir/harness.log" 2>&1 &
   pid=$!
   sleep "$(printf '%d.%03d' $((kill_ms / 1000)) $((kill_ms % 1000)))"
+  # What the run had outside its run directory at the kill (the trial is not vacuous).
+  had=$(comm -13 <(echo "$all_before") <(all_entries) | grep -c . || true)
   kill -KILL "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   # Ranks and helpers end on their parent-death signals; give them a moment (bounded).
@@ -113,11 +137,11 @@ for ((t = 1; t <= trials; t++)); do
   fi
   left=()
   while read -r e; do [[ -n $e ]] && left+=("$e"); done < <(comm -13 <(echo "$before") <(faultline_entries))
-  (( $(netns_count) > ns_before )) && left+=("netns: $(ip netns list | tr '\n' ' ')")
-  (( $(wc -l </proc/self/mounts) > mounts_before )) && left+=("mounts: $(wc -l </proc/self/mounts) (were $mounts_before)")
+  while read -r n; do [[ -n $n ]] && left+=("netns $n"); done < <(netns_of "$tag")
+  while read -r m; do [[ -n $m ]] && left+=("mount $m"); done < <(grep -F "$work" /proc/mounts | cut -d' ' -f2)
   while read -r p; do [[ -n $p ]] && left+=("process $p"); done < <(trial_procs "$tag" "$dir")
-  printf '%-5s %-8s %-7s %-6s %s\n' "$t" "$kind" "$((kill_ms / 1000)).$(printf '%03d' $((kill_ms % 1000)))" \
-    "$sweep" "${left[*]:-none}"
+  printf '%-5s %-8s %-7s %-4s %-9s %s\n' "$t" "$kind" \
+    "$((kill_ms / 1000)).$(printf '%03d' $((kill_ms % 1000)))" "$had" "$sweep" "${left[*]:-none}"
   if ((${#left[@]} > 0)); then
     bad=$((bad + 1))
     # Clear it for the next trial with what the script itself can do (so one leak is counted once).
