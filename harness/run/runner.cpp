@@ -13,6 +13,7 @@
 
 #include <boost/asio.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -485,8 +486,25 @@ void check_runnable_here(const Scenario& scenario) {
   if (const std::string why = command_program_problem(scenario); !why.empty()) {
     throw ScenarioError(fmt::format("{}: workload.command[0]: {}", scenario.file, why));
   }
-  // A cgroup fault applied by the harness itself (no hosts, no srun: then the agents apply it).
+  // Below, what the harness's own machine must have (with hosts or srun the ranks' machines do).
   if (!scenario.hosts.empty() || scenario.launcher == "srun") return;
+  for (const auto& p : scenario.plugins) {
+    const std::string dir = faults::plugin_dir(), lib = "libfl_" + p + ".so";
+    if (fs::exists(dir + "/" + lib)) continue;
+    std::vector<std::string> present;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("libfl_", 0) == 0 && n.ends_with(".so"))
+        present.push_back(n.substr(6, n.size() - 9));
+    }
+    std::sort(present.begin(), present.end());
+    throw ScenarioError(
+        fmt::format("{}: workload.plugins: '{}': no {} in {} (FAULTLINE_PLUGIN_DIR; allowed: {})",
+                    scenario.file, p, lib, dir,
+                    present.empty() ? "none there" : fmt::format("{}", fmt::join(present, ", "))));
+  }
+  // A cgroup fault applied by the harness itself (the agents apply it with hosts or srun).
   for (const auto& f : scenario.oop_faults) {
     try {
       if (f->kind == "memory_limit") {

@@ -167,6 +167,10 @@ TEST(InputRun, WhatRunRefusesValidateRefusesAndNoRunDirectoryIsLeft) {
        "s.yaml: faults[].memory_limit: the cgroup v1 hierarchy at /nonexistent/cg is not "
        "writable (No such file or directory); set FAULTLINE_CGROUP_ROOT or run as root",
        {{"FAULTLINE_CGROUP_ROOT", "/nonexistent/cg"}}},
+      {"name: a\nworkload: {plugins: [nosuchplugin]}\n",
+       "s.yaml: workload.plugins: 'nosuchplugin': no libfl_nosuchplugin.so in /nonexistent/pl "
+       "(FAULTLINE_PLUGIN_DIR; allowed: none there)",
+       {{"FAULTLINE_PLUGIN_DIR", "/nonexistent/pl"}}},
   };
   for (const auto& c : cases) {
     const std::string file = dir + "/s.yaml", results = dir + "/runs";
