@@ -59,7 +59,10 @@ std::string command_program_problem(const Scenario& s) {
   const char* own = std::getenv("PATH");
   const std::string path_env = path != s.env.end() ? path->second : own ? own : "";
   if (!find_program(program, path_env).empty()) return "";
-  return fmt::format("'{}' is not an executable file (PATH {})", program, path_env);
+  std::string shown;
+  for (const auto& a : s.command) shown += (shown.empty() ? "" : " ") + a;
+  return fmt::format("'{}' is not an executable file (PATH {}); command: {}", program, path_env,
+                     shown);
 }
 
 namespace {
