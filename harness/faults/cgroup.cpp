@@ -54,8 +54,10 @@ bool owner_alive(const std::string& name) {
   if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
   if (*end != '-') return true;  // an older name, the pid alone: alive while that pid is
   // The pid is alive; it is the owner only if it started when the owner did (pids are reused).
+  // Unknown (/proc hidden from us): alive, never swept on a guess.
   const uint64_t start = std::strtoull(end + 1, nullptr, 10);
-  return process_start_ticks(static_cast<pid_t>(pid)) == start;
+  const uint64_t now = process_start_ticks(static_cast<pid_t>(pid));
+  return now == 0 || now == start;
 }
 void check_cgroup_root(const std::string& root, const std::string& setting,
                        const std::string& what) {
