@@ -168,10 +168,12 @@ TEST(InputRun, WhatRunRefusesValidateRefusesAndNoRunDirectoryIsLeft) {
        "writable (No such file or directory); set FAULTLINE_CGROUP_ROOT or run as root",
        {{"FAULTLINE_CGROUP_ROOT", "/nonexistent/cg"}}},
       {"name: a\nworkload: {plugins: [nosuchplugin]}\n",
-       "s.yaml: workload.plugins: 'nosuchplugin': no libfl_nosuchplugin.so in /nonexistent/pl "
-       "(FAULTLINE_PLUGIN_DIR; allowed: none there)",
-       {{"FAULTLINE_PLUGIN_DIR", "/nonexistent/pl"}}},
+       "s.yaml: workload.plugins: no library 'libfl_nosuchplugin.so' in the plugin directory " +
+           dir + "/pl (FAULTLINE_PLUGIN_DIR; allowed: libfl_other.so)",
+       {{"FAULTLINE_PLUGIN_DIR", dir + "/pl"}}},
   };
+  fs::create_directories(dir + "/pl");
+  std::ofstream(dir + "/pl/libfl_other.so") << "not a library";
   for (const auto& c : cases) {
     const std::string file = dir + "/s.yaml", results = dir + "/runs";
     std::ofstream(file) << c.yaml;
