@@ -12,6 +12,7 @@
 //   report DIR          self-contained HTML of a run or suite;  diff OLD NEW  regressions
 //   trace RUN_DIR       the run's timeline for ui.perfetto.dev;  metrics SUITE...  Prometheus
 //   settings / sites    every FAULTLINE_ setting / every fault site in this build
+//   clean               remove what killed runs left outside their run directories (--dry-run)
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -31,6 +32,7 @@
 #include "base/settings.hpp"
 #include "harness/agent/agent.hpp"
 #include "harness/catalog/catalog.hpp"
+#include "harness/faults/residue.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/report/report.hpp"
 #include "harness/run/runner.hpp"
@@ -371,6 +373,11 @@ int main(int argc, char** argv) {
   repro->add_flag("--report", write_html, "Also write both runs' HTML reports");
   repro->add_flag("-q,--quiet", quiet, "Print only the final summaries");
   auto* keys = app.add_subcommand("keys", "Every scenario key with type, default and meaning");
+  bool clean_dry_run = false;
+  auto* clean = app.add_subcommand(
+      "clean", "Remove what killed runs left outside their run directories (cgroups, /dev/shm)");
+  clean->add_flag("--dry-run", clean_dry_run, "List what would be removed; remove nothing");
+  clean->add_flag("--json", json, "JSON output");
 
   // Usage errors exit 2 as every input error does (CLI11_PARSE would return CLI11's own codes).
   try {
@@ -402,6 +409,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (agent->parsed()) return fl::harness::run_agent(agent_opts);
+  if (clean->parsed()) return fl::harness::faults::clean_command(clean_dry_run, json);
   if (ctl->parsed()) return control(addr, action, rank, sig, plan, checkpoint, secret_file);
   try {
     if (verdict->parsed()) {
@@ -515,6 +523,7 @@ int main(int argc, char** argv) {
     fl::harness::LoadOptions lo{fix, overrides};
     auto s = fl::harness::load_scenario(scenario_path, lo);
     if (validate->parsed()) {
+      fl::harness::check_runnable_here(s);  // what `run` would refuse, refused here first
       if (print) {
         YAML::Emitter em;
         em << s.resolved;

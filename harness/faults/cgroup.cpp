@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -23,14 +24,54 @@ namespace {
 constexpr const char* kPrefix = "faultline.";
 }  // namespace
 
-Cgroup::Cgroup(const std::string& root, const std::string& setting, const std::string& run_dir,
-               int rank, const std::string& what) {
+uint64_t process_start_ticks(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  const std::string stat(std::istreambuf_iterator<char>(in), {});
+  // Field 22 (starttime) counts from the one after the command's closing parenthesis (field 2,
+  // which may hold spaces and parentheses itself).
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return 0;
+}
+
+std::string owner_tag() {
+  static const std::string tag =
+      fmt::format("{}{}-{}", kPrefix, ::getpid(), process_start_ticks(::getpid()));
+  return tag;
+}
+
+bool owner_alive(const std::string& name) {
+  if (name.rfind(kPrefix, 0) != 0) return true;  // not faultline's: never ours to judge
+  const char* p = name.c_str() + std::strlen(kPrefix);
+  char* end = nullptr;
+  const long pid = std::strtol(p, &end, 10);
+  if (end == p || pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  if (*end != '-') return true;  // an older name, the pid alone: alive while that pid is
+  // The pid is alive; it is the owner only if it started when the owner did (pids are reused).
+  // Unknown (/proc hidden from us): alive, never swept on a guess.
+  const uint64_t start = std::strtoull(end + 1, nullptr, 10);
+  const uint64_t now = process_start_ticks(static_cast<pid_t>(pid));
+  return now == 0 || now == start;
+}
+void check_cgroup_root(const std::string& root, const std::string& setting,
+                       const std::string& what) {
   if (::access((root + "/cgroup.procs").c_str(), W_OK) != 0) {
     raise<Error>("{}: the cgroup v1 hierarchy at {} is not writable ({}); set {} or run as root",
                  what, root, std::strerror(errno), setting);
   }
-  path_ = fmt::format("{}/{}{}.{}.rank{}", root, kPrefix, ::getpid(),
-                      fs::path(run_dir).filename().string(), rank);
+}
+
+Cgroup::Cgroup(const std::string& root, const std::string& setting, const std::string& run_dir,
+               int rank, const std::string& what) {
+  check_cgroup_root(root, setting, what);
+  path_ = fmt::format("{}/{}.{}.rank{}", root, owner_tag(), fs::path(run_dir).filename().string(),
+                      rank);
   if (::mkdir(path_.c_str(), 0755) != 0 && errno != EEXIST) {
     raise<Error>("{}: cannot create cgroup {}: {}", what, path_, std::strerror(errno));
   }
@@ -59,16 +100,38 @@ bool Cgroup::remove() {
   return removed_;
 }
 
-int sweep_stale_cgroups(const std::string& root) {
+std::vector<std::string> stale_cgroups(const std::string& root) {
+  std::vector<std::string> out;
   std::error_code ec;
-  int removed = 0;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(kPrefix, 0) != 0) continue;
-    const pid_t owner = std::atoi(name.c_str() + std::strlen(kPrefix));
-    if (owner > 0 && (::kill(owner, 0) == 0 || errno == EPERM)) continue;  // its harness lives
-    if (::rmdir(e.path().c_str()) == 0) ++removed;
+    if (name.rfind(kPrefix, 0) != 0 || !e.is_directory(ec) || owner_alive(name)) continue;
+    out.push_back(e.path().string());
   }
+  return out;
+}
+
+std::string remove_stale_cgroup(const std::string& path) {
+  // What is left in it are ranks of the gone harness that outlived it (a rank ignoring its
+  // parent-death signal, a launcher's daemon): nobody else's processes are in a faultline group.
+  for (int i = 0; i < 50; ++i) {
+    std::ifstream procs(path + "/cgroup.procs");
+    bool any = false;
+    for (long pid = 0; procs >> pid;) {
+      if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGKILL);
+      any = true;
+    }
+    if (!any && ::rmdir(path.c_str()) == 0) return "";
+    if (!any && errno != EBUSY) return std::strerror(errno);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return ::rmdir(path.c_str()) == 0 ? ""
+                                    : fmt::format("still busy after 1 s: {}", std::strerror(errno));
+}
+
+int sweep_stale_cgroups(const std::string& root) {
+  int removed = 0;
+  for (const auto& g : stale_cgroups(root)) removed += remove_stale_cgroup(g).empty() ? 1 : 0;
   return removed;
 }
 

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "harness/faults/fault.hpp"
+#include "harness/scenario/loader.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 
@@ -43,16 +44,24 @@ class EnvKind : public FaultKind {
             {"faults[].env.set", KeyType::kStringMap, "{}", "Variables to set or replace"},
             {"faults[].env.unset", KeyType::kList, "[]", "Variables to remove"}};
   }
-  std::unique_ptr<Fault> parse(const ParseContext&, const YAML::Node& item) const override {
+  // Names and values the launch would refuse are refused here (launch_inputs.cpp).
+  std::unique_ptr<Fault> parse(const ParseContext& c, const YAML::Node& item) const override {
     auto f = std::make_unique<EnvFault>();
     const auto e = item["env"];
     if (e["set"]) {
       for (auto it = e["set"].begin(); it != e["set"].end(); ++it) {
-        f->set[it->first.Scalar()] = it->second.Scalar();
+        const std::string k = it->first.Scalar(), at = c.at + ".env.set." + k;
+        loader::check_env_name(c.file, it->first, at, k);
+        loader::check_app_file_value(c.file, it->second, at, it->second.Scalar(), c.s);
+        f->set[k] = it->second.Scalar();
       }
     }
     if (e["unset"]) {
-      for (const auto& u : e["unset"]) f->unset.push_back(u.as<std::string>());
+      for (size_t i = 0; i < e["unset"].size(); ++i) {
+        const std::string k = e["unset"][i].as<std::string>();
+        loader::check_env_name(c.file, e["unset"][i], fmt::format("{}.env.unset[{}]", c.at, i), k);
+        f->unset.push_back(k);
+      }
     }
     return f;
   }

@@ -2,13 +2,16 @@
 // swap: past it the kernel's OOM killer ends the rank, as on a node whose memory runs out.
 //
 // With `device_arena` the limit is on the rank's host memory only: on a CPU rank the simulated
-// device is the same RAM, so the harness creates a tmpfs file of that size and allocates its
-// pages itself (they are charged to the harness's cgroup, the first to fault them in), and the
-// rank carves its device tensors out of it (FAULTLINE_DEVICE_ARENA, kernels/device_arena.hpp).
+// device is the same RAM, so the harness creates an anonymous shared-memory file (memfd) of that
+// size and allocates its pages itself (they are charged to the harness's cgroup, the first to
+// fault them in), and the rank carves its device tensors out of it (FAULTLINE_DEVICE_ARENA,
+// kernels/device_arena.hpp), opening it through /proc/<harness pid>/fd/<fd>. The file has no
+// name: its pages go when the harness and the rank have let go of it, so a harness killed with
+// SIGKILL leaves nothing in /dev/shm (issue 32).
 // The rank's cgroup then counts what a GPU rank's host would hold: offloaded optimizer state,
 // MPI, the process itself.
 #include <fcntl.h>
-#include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,35 +40,19 @@ namespace fl::harness::faults {
 FAULTLINE_SETTING(kCgroupRoot, std::string, "FAULTLINE_CGROUP_ROOT", "/sys/fs/cgroup/memory",
                   "cgroup v1 memory hierarchy where memory_limit faults create their groups");
 
-FAULTLINE_SETTING(kArenaDir, std::string, "FAULTLINE_ARENA_DIR", "/dev/shm",
-                  "tmpfs directory where memory_limit faults with device_arena create the file "
-                  "backing the rank's device memory");
-
 std::string memory_cgroup_root() {
   return kCgroupRoot.get();
 }
 
 namespace {
 
-// Removes the arena files left by harnesses that are gone (named like their cgroups,
-// faultline.<harness pid>.*.arena).
-void sweep_stale_arenas() {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(kArenaDir.get(), ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("faultline.", 0) != 0 || e.path().extension() != ".arena") continue;
-    const pid_t owner = std::atoi(name.c_str() + 10);
-    if (owner > 0 && (::kill(owner, 0) == 0 || errno == EPERM)) continue;  // its harness lives
-    std::filesystem::remove(e.path(), ec);
-  }
-}
-
 class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
  public:
   int64_t bytes = 0;
   int64_t arena_bytes = 0;  // device_arena: 0 = none
   std::optional<Cgroup> group;
-  std::string arena;  // the tmpfs file backing the rank's device memory
+  int arena_fd = -1;  // the memfd backing the rank's device memory
+  std::string arena;  // the path the rank opens it by: /proc/<harness pid>/fd/<arena_fd>
   // Through agents (agent_nodes.hpp; the *_on_host methods): those that made the group (the
   // rank's host; with launcher srun and no hosts every node's), and the one holding the rank
   // (-1: not known yet, Slurm placed it).
@@ -79,27 +66,27 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
     return {{"bytes", bytes}, {"device_arena", arena_bytes}};
   }
 
-  // /dev/shm/<group name>.arena, its pages allocated by the harness (charged to its cgroup).
+  // A memfd the harness holds, its pages allocated by the harness (charged to its cgroup).
   void make_arena(Host& h) {
-    sweep_stale_arenas();
-    arena =
-        kArenaDir.get() + "/" + std::filesystem::path(group->path()).filename().string() + ".arena";
-    const int fd = ::open(arena.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      const std::string why = std::strerror(errno);
-      arena.clear();
-      raise("memory_limit device_arena: cannot create {}: {}", arena, why);
-    }
-    const int err = ::posix_fallocate(fd, 0, arena_bytes);
-    ::close(fd);
+    const std::string name = std::filesystem::path(group->path()).filename().string() + ".arena";
+    arena_fd = ::memfd_create(name.c_str(), MFD_CLOEXEC);
+    if (arena_fd < 0) raise("memory_limit device_arena: memfd_create: {}", std::strerror(errno));
+    const int err = ::posix_fallocate(arena_fd, 0, arena_bytes);
     if (err != 0) {
-      ::unlink(arena.c_str());
-      raise("memory_limit device_arena: cannot allocate {} bytes of {}: {}", arena_bytes, arena,
+      close_arena();
+      raise("memory_limit device_arena: cannot allocate {} bytes of shared memory: {}", arena_bytes,
             std::strerror(err));
     }
-    h.record("device_arena", {{"bytes", arena_bytes}, {"file", arena}}, rank,
-             fmt::format("rank {} device memory: {} bytes of {}, charged to the harness", rank,
-                         arena_bytes, arena));
+    arena = fmt::format("/proc/{}/fd/{}", ::getpid(), arena_fd);
+    h.record("device_arena", {{"bytes", arena_bytes}, {"file", arena}, {"memfd", name}}, rank,
+             fmt::format("rank {} device memory: {} bytes of {} (memfd {}), charged to the harness",
+                         rank, arena_bytes, arena, name));
+  }
+
+  void close_arena() {
+    if (arena_fd >= 0) ::close(arena_fd);  // the rank's mapping, if any, keeps its pages
+    arena_fd = -1;
+    arena.clear();
   }
 
   void setup(Host& h) override {
@@ -146,10 +133,7 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
 
   void heal(Host& h, bool processes_gone) override {
     if (!nodes.empty()) return heal_on_host(h);
-    if (!arena.empty() && processes_gone) {
-      ::unlink(arena.c_str());  // the rank's mapping, if any, keeps its pages until it exits
-      arena.clear();
-    }
+    if (processes_gone) close_arena();
     if (!processes_gone || !group || group->removed()) return;
     const bool gone = group->remove();
     try {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -43,6 +44,28 @@ std::string find_program(const std::string& name, const std::string& path_env) {
   }
   return "";
 }
+
+}  // namespace
+
+std::string command_program_problem(const Scenario& s) {
+  if (s.kind != "command" || s.command.empty()) return "";
+  // Only what can be known before the run exists: a program named by {source_dir} or literally.
+  std::string why;
+  const std::string program =
+      expand_command_arg(s.command[0], {{"source_dir", FAULTLINE_SOURCE_DIR}}, &why);
+  if (!why.empty() || program.empty()) return "";
+  if (program.find('/') != std::string::npos && program[0] != '/') return "";  // the rank's dir
+  const auto path = s.env.find("PATH");
+  const char* own = std::getenv("PATH");
+  const std::string path_env = path != s.env.end() ? path->second : own ? own : "";
+  if (!find_program(program, path_env).empty()) return "";
+  std::string shown;
+  for (const auto& a : s.command) shown += (shown.empty() ? "" : " ") + a;
+  return fmt::format("'{}' is not an executable file (PATH {}); command: {}", program, path_env,
+                     shown);
+}
+
+namespace {
 
 class CommandLauncher : public Launcher {
  public:

@@ -99,7 +99,16 @@ class MpirunLauncher : public Launcher {
       line += fmt::format(" -x {}={}", k, v);
     }
     for (auto& k : unset) line += " -x " + k + "=";  // app files cannot unset: empty it
-    for (auto& a : line_spec.argv) line += " " + a;
+    for (auto& a : line_spec.argv) {
+      // The app file is split at whitespace: such a word would reach the rank as several.
+      if (a.find_first_of(" \t\n\"'") != std::string::npos) {
+        raise<Error>(
+            "launcher mpirun: rank {} argument '{}' has whitespace or quotes (an app file cannot "
+            "carry it as one word; use launcher: local)",
+            r, a);
+      }
+      line += " " + a;
+    }
     return line;
   }
 

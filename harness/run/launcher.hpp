@@ -117,4 +117,9 @@ bool launcher_has_rank_processes(const std::string& name);
 // (for errors: "needs topology.launcher: local").
 std::string rank_process_launchers();
 
+// workload.command's program as exec would look for it with the scenario's PATH (its env, else
+// the harness's): why it cannot be started, or "" (also when only the run can tell: a program
+// under {run_dir} or relative to the rank's directory). launch_command.cpp.
+std::string command_program_problem(const Scenario& s);
+
 }  // namespace fl::harness

@@ -13,6 +13,7 @@
 
 #include <boost/asio.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -27,6 +28,9 @@
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
 #include "base/settings.hpp"
+#include "harness/faults/cgroup.hpp"
+#include "harness/faults/fault.hpp"
+#include "harness/faults/residue.hpp"
 #include "harness/run/artifact_server.hpp"
 #include "harness/run/controller.hpp"
 #include "harness/run/history.hpp"
@@ -306,6 +310,12 @@ RunResult Run::go() {
   RunResult res;
   prepare();
   res.run_dir = dir_;
+  // What killed runs left outside their run directories goes before this run adds its own
+  // (residue.hpp: cgroups, shared memory of owners that are gone).
+  if (const auto found = faults::sweep_residue(faults::default_residue_dirs(), false);
+      !found.empty()) {
+    hist_->harness("cleanup", faults::residue_json(found, false));
+  }
   const bool live = o_.print_events && o_.print_summary;
   if (live) {
     print_header();
@@ -466,12 +476,65 @@ void write_atomic(const std::string& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
-RunResult run_scenario(const Scenario& scenario, const RunOptions& options) {
+void check_runnable_here(const Scenario& scenario) {
   if (scenario.device == "cuda" && cuda_device_count() == 0) {
     throw ScenarioError(fmt::format(
         "{}: workload.device is cuda but no CUDA device is visible on this machine{}; run it on a "
         "GPU machine, or on CPU ranks with --set workload.device=cpu",
         scenario.file, built_with_cuda() ? "" : " (and this build has no CUDA)"));
+  }
+  if (const std::string why = command_program_problem(scenario); !why.empty()) {
+    throw ScenarioError(fmt::format("{}: workload.command[0]: {}", scenario.file, why));
+  }
+  // Below, what the harness's own machine must have (with hosts or srun the ranks' machines do).
+  if (!scenario.hosts.empty() || scenario.launcher == "srun") return;
+  // As the hide fault checks its library (hide.cpp): what the plugin directory has, and when it
+  // is this build's, what the build makes (not built yet is not unknown).
+  std::vector<std::string> have;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(faults::plugin_dir(), ec)) {
+    if (e.is_regular_file()) have.push_back(e.path().filename().string());
+  }
+  if (faults::plugin_dir() == FAULTLINE_PLUGIN_BUILD_DIR) {
+    const std::string built = FAULTLINE_PLUGIN_BUILD_LIBS;
+    for (size_t at = 0; at <= built.size();) {
+      const size_t comma = std::min(built.find(',', at), built.size());
+      if (comma > at) have.push_back(built.substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
+  std::sort(have.begin(), have.end());
+  for (const auto& p : scenario.plugins) {
+    const std::string lib = "libfl_" + p + ".so";
+    if (have.empty() || std::binary_search(have.begin(), have.end(), lib)) continue;
+    throw ScenarioError(fmt::format(
+        "{}: workload.plugins: no library '{}' in the plugin directory {} (FAULTLINE_PLUGIN_DIR; "
+        "allowed: {})",
+        scenario.file, lib, faults::plugin_dir(), fmt::join(have, ", ")));
+  }
+  // A cgroup fault applied by the harness itself (the agents apply it with hosts or srun).
+  for (const auto& f : scenario.oop_faults) {
+    try {
+      if (f->kind == "memory_limit") {
+        faults::check_cgroup_root(faults::memory_cgroup_root(), "FAULTLINE_CGROUP_ROOT", f->kind);
+      } else if (f->kind == "cpu_quota") {
+        faults::check_cgroup_root(faults::cpu_cgroup_root(), "FAULTLINE_CPU_CGROUP_ROOT", f->kind);
+      }
+    } catch (const Error& e) {
+      throw ScenarioError(fmt::format("{}: faults[].{}", scenario.file, e.what()));
+    }
+  }
+}
+
+RunResult run_scenario(const Scenario& scenario, const RunOptions& options) {
+  check_runnable_here(scenario);
+  if (scenario.launcher == "mpirun" &&
+      options.results_dir.find_first_of(" \t\n\"'") != std::string::npos) {
+    // Every rank's files are named in its app-file line, which is split at whitespace.
+    throw ConfigError(fmt::format(
+        "--results '{}': launcher mpirun cannot name files under a path with whitespace or "
+        "quotes (its app file splits at them); choose another results directory",
+        options.results_dir));
   }
   detail::Run run(scenario, options);
   return run.go();

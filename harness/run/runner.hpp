@@ -42,6 +42,11 @@ struct RunResult {
 // got SIGINT/SIGTERM before the run ended).
 int outcome_exit_code(const std::string& outcome);
 
+// What this machine must offer a scenario, checked before anything of a run exists, by `run` and
+// `validate` alike: a CUDA device for workload.device cuda, workload.command's program.
+// ScenarioError naming the file and the key.
+void check_runnable_here(const Scenario& scenario);
+
 RunResult run_scenario(const Scenario& scenario, const RunOptions& options);
 
 // A run's history with the rank events that only its ranks' own files hold (ranks/rankN/

@@ -86,6 +86,17 @@ void check_infer_context(const std::string& file, const YAML::Node& doc, const S
 // placeholders, the local launcher, no in-process plans; sets s.launcher to command.
 void check_command_workload(const std::string& file, const YAML::Node& doc, Scenario& s);
 
+// launch_inputs.cpp: what a launch would refuse, refused at load (file:line:col): env and
+// rank_env names that are not variable names or that the harness sets (harness_env_names), and
+// with launcher mpirun values and workload.args an app file cannot carry. Collected.
+void check_launch_inputs(const std::string& file, const YAML::Node& doc, const Scenario& s);
+// An environment variable name (letters, digits, '_'; no digit first), and with launcher mpirun a
+// value its app file can carry (not empty, no whitespace or quotes); fail_at otherwise.
+void check_env_name(const std::string& file, const YAML::Node& node, const std::string& at,
+                    const std::string& key);
+void check_app_file_value(const std::string& file, const YAML::Node& node, const std::string& at,
+                          const std::string& value, const Scenario& s);
+
 // launcher_choice.cpp: topology.launcher: auto (the default). A CPU MPI world of more than
 // kAutoMpirunAbove ranks gets mpirun unless something in it needs the local launcher's own
 // process per rank (network namespaces, an out-of-process fault, a recovery tool that restarts

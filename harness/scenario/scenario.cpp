@@ -378,6 +378,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     loader::pin_side_run_launcher(s.prepare_yaml, chosen);
     loader::pin_side_run_launcher(s.baseline_yaml, chosen);
   }
+  loader::check_launch_inputs(path, static_cast<const YAML::Node&>(doc), s);
   ErrorCollector::throw_if_any(path);
   s.resolved = r;
   return s;

@@ -161,6 +161,10 @@ struct Scenario {
   YAML::Node resolved;  // every key, defaults filled in (written to the run directory)
 };
 
+// The FAULTLINE_ variables the harness sets for a rank (its identity, channels and run files):
+// a scenario's env or rank_env cannot set them (launch_inputs.cpp).
+const std::vector<std::string>& harness_env_names();
+
 struct LoadOptions {
   bool apply_fix = false;              // merge the scenario's `fix:` overrides
   std::vector<std::string> overrides;  // "workload.steps=20" (YAML values), applied last

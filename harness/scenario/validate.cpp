@@ -494,6 +494,13 @@ void apply_override(YAML::Node& doc, const std::string& text, const std::string&
     raise<ScenarioError>("--set '{}': expected key.path=value", text);
   }
   const std::string path = text.substr(0, eq);
+  if (path == "extends" || path.rfind("extends.", 0) == 0 || path.rfind("extends[", 0) == 0) {
+    // The bases are merged when the file is read, before any --set: one here would be ignored.
+    raise<ScenarioError>(
+        "--set '{}': extends cannot be overridden (the bases are merged when the file is read, "
+        "before --set applies); put extends: in the scenario file",
+        text);
+  }
   const std::string where = file + " (--set " + path + ")";
   YAML::Node value = parse_scenario_text(where, text.substr(eq + 1));
   const size_t before = ErrorCollector::count();

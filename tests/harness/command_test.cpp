@@ -121,17 +121,20 @@ TEST(CommandWorkload, ALogOracleJudgesAJobWithoutTheProbe) {
   EXPECT_EQ(r.proc.exit_code, 0) << r.proc.output;
 }
 
-TEST(CommandWorkload, AMissingCommandIsAHarnessErrorNamingTheRankAndCommand) {
+// Refused before the run exists (issue 32): `validate` says the same, and no run directory is
+// left.
+TEST(CommandWorkload, AMissingCommandIsRefusedBeforeTheRunNamingTheCommand) {
   auto r = run_yaml(
       "name: missing\ntopology: {ranks: 2}\n"
       "workload: {kind: command, command: [\"/nonexistent/train\", \"--x\"]}\n"
       "expect: {oracle: completed}\n");
   EXPECT_EQ(r.proc.exit_code, 2) << r.proc.output;
-  EXPECT_NE(r.proc.output.find("rank 0: workload.command '/nonexistent/train' is not an "
-                               "executable file"),
+  EXPECT_NE(r.proc.output.find("s.yaml: workload.command[0]: '/nonexistent/train' is not an "
+                               "executable file (PATH "),
             std::string::npos)
       << r.proc.output;
-  EXPECT_NE(r.proc.output.find("/nonexistent/train --x"), std::string::npos);
+  EXPECT_NE(r.proc.output.find("; command: /nonexistent/train --x"), std::string::npos);
+  EXPECT_FALSE(fs::exists(r.dir)) << "a run directory was left";
 }
 
 TEST(CommandWorkload, ACommandThatEndsBeforeReportingIsAHarnessError) {

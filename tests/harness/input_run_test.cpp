@@ -10,6 +10,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -137,6 +140,63 @@ TEST_F(CorruptManifest, BytesThatAreNotUtf8ExitWith27) {
 TEST_F(CorruptManifest, AValueOfAnotherTypeExitsWith27) {
   corrupt("\"tp\": 1", "\"tp\": \"one\"");
   expect_exit_27();
+}
+
+// Issue 32, item 6: what `run` refuses before launch, `validate` refuses first, with the same
+// message, and the refused run leaves nothing in the results directory.
+TEST(InputRun, WhatRunRefusesValidateRefusesAndNoRunDirectoryIsLeft) {
+  const auto dir = test_dir();
+  fs::create_directories(dir);
+  struct Case {
+    std::string yaml, message;
+    std::map<std::string, std::string> env = {};
+  };
+  const std::vector<Case> cases = {
+      {"name: a\nworkload: {kind: command, command: [\"/nonexistent/fl-job\"]}\n",
+       "s.yaml: workload.command[0]: '/nonexistent/fl-job' is not an executable file (PATH "},
+      {"name: a\nenv: {FAULTLINE_CONTROL_SECRET: stolen}\n",
+       "s.yaml:2:7: env.FAULTLINE_CONTROL_SECRET: FAULTLINE_CONTROL_SECRET is set by the harness "
+       "for every rank and a scenario cannot set it (reserved: "},
+      {"name: a\ntopology: {launcher: mpirun}\nworkload: {args: [\"--seq-len\", \"16 32\"]}\n",
+       "s.yaml:3:32: workload.args[1]: '16 32' is empty or has whitespace or quotes"},
+      {"name: a\ntopology: {launcher: mpirun}\nenv: {NCCL_DEBUG: \"a b\"}\n",
+       "s.yaml:3:19: env.NCCL_DEBUG: 'a b' is empty or has whitespace or quotes"},
+      {"name: a\nfaults:\n  - env: {set: {\"A B\": x}}\n",
+       "s.yaml:3:17: faults[0].env.set.A B: 'A B' is not an environment variable name"},
+      {"name: a\ntopology: {ranks: 2}\nfaults:\n  - {memory_limit: 300m, rank: 1}\n",
+       "s.yaml: faults[].memory_limit: the cgroup v1 hierarchy at /nonexistent/cg is not "
+       "writable (No such file or directory); set FAULTLINE_CGROUP_ROOT or run as root",
+       {{"FAULTLINE_CGROUP_ROOT", "/nonexistent/cg"}}},
+      {"name: a\nworkload: {plugins: [nosuchplugin]}\n",
+       "s.yaml: workload.plugins: no library 'libfl_nosuchplugin.so' in the plugin directory " +
+           dir + "/pl (FAULTLINE_PLUGIN_DIR; allowed: libfl_other.so)",
+       {{"FAULTLINE_PLUGIN_DIR", dir + "/pl"}}},
+  };
+  fs::create_directories(dir + "/pl");
+  std::ofstream(dir + "/pl/libfl_other.so") << "not a library";
+  for (const auto& c : cases) {
+    const std::string file = dir + "/s.yaml", results = dir + "/runs";
+    std::ofstream(file) << c.yaml;
+    fs::remove_all(results);
+    fs::create_directories(results);
+    auto v = fl::test::run_process({FAULTLINE_CLI, "validate", file}, c.env);
+    EXPECT_EQ(v.exit_code, 2) << c.yaml << v.output;
+    EXPECT_NE(v.output.find("faultline: " + file.substr(0, file.size() - 6) + c.message),
+              std::string::npos)
+        << c.yaml << v.output;
+    auto r = fl::test::run_process({FAULTLINE_CLI, "run", file, "--results", results}, c.env,
+                                   std::chrono::seconds(60));
+    EXPECT_EQ(r.exit_code, 2) << c.yaml << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.yaml << r.output;
+    EXPECT_TRUE(fs::is_empty(results)) << c.yaml << "a run directory was left in " << results;
+  }
+  // --set extends is an error too, not silently ignored.
+  std::ofstream(dir + "/s.yaml") << "name: a\n";
+  auto e = fl::test::run_process(
+      {FAULTLINE_CLI, "validate", dir + "/s.yaml", "--set", "extends=" + dir + "/s.yaml"});
+  EXPECT_EQ(e.exit_code, 2) << e.output;
+  EXPECT_NE(e.output.find("extends cannot be overridden"), std::string::npos) << e.output;
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "harness/scenario/loader.hpp"
 #include "harness/scenario/scenario.hpp"
 
@@ -285,6 +288,71 @@ TEST_F(ScenarioInput, FrameworkCallKeysAreCheckedWithTheirPlace) {
   EXPECT_TRUE(s.eval_drop_last);
   EXPECT_EQ(s.shape_d_model, 64);
   EXPECT_EQ(s.infer_load, "sharded");
+}
+
+// Issue 32, item 6: what only the launch refused (leaving a run directory, or splitting an
+// argument and judging the run `fail`) is refused at load, with file:line:col.
+TEST_F(ScenarioInput, VariablesTheHarnessSetsCannotBeSetByTheScenario) {
+  const std::string reserved = fmt::format("(reserved: {})", fmt::join(harness_env_names(), ", "));
+  EXPECT_EQ(error_of("name: a\nenv: {FAULTLINE_CONTROL_SECRET: stolen}\n"),
+            "s.yaml:2:7: env.FAULTLINE_CONTROL_SECRET: FAULTLINE_CONTROL_SECRET is set by the "
+            "harness for every rank and a scenario cannot set it " +
+                reserved);
+  EXPECT_EQ(
+      error_of("name: a\ntopology: {ranks: 2}\nrank_env:\n  1: {FAULTLINE_EVENTS_FILE: /x}\n"),
+      "s.yaml:4:7: rank_env.1.FAULTLINE_EVENTS_FILE: FAULTLINE_EVENTS_FILE is set by the "
+      "harness for every rank and a scenario cannot set it " +
+          reserved);
+  LoadOptions o;
+  o.overrides = {"env.FAULTLINE_RUN_ID=other"};
+  EXPECT_NE(error_of("name: a\n", o)
+                .find("env.FAULTLINE_RUN_ID: FAULTLINE_RUN_ID is set by the "
+                      "harness"),
+            std::string::npos);
+  // Settings of the workers stay the scenario's to set.
+  EXPECT_EQ(error_of("name: a\nenv: {FAULTLINE_SHM_TRANSPORT: \"1\", FAULTLINE_BACKEND: mpi}\n"),
+            "no error");
+}
+
+TEST_F(ScenarioInput, VariableNamesAreCheckedAtLoadNotAtLaunch) {
+  EXPECT_EQ(error_of("name: a\nenv: {\"A B\": x}\n"),
+            "s.yaml:2:7: env.A B: 'A B' is not an environment variable name (allowed: letters, "
+            "digits and '_', not starting with a digit)");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - env: {set: {\"9X\": y}}\n"),
+            "s.yaml:3:17: faults[0].env.set.9X: '9X' is not an environment variable name "
+            "(allowed: letters, digits and '_', not starting with a digit)");
+  EXPECT_EQ(error_of("name: a\nfaults:\n  - env: {unset: [\"X=1\"]}\n"),
+            "s.yaml:3:19: faults[0].env.unset[0]: 'X=1' is not an environment variable name "
+            "(allowed: letters, digits and '_', not starting with a digit)");
+}
+
+TEST_F(ScenarioInput, MpirunArgumentsAndValuesWithWhitespaceAreRefused) {
+  EXPECT_EQ(error_of("name: a\ntopology: {launcher: mpirun}\n"
+                     "workload: {args: [\"--seq-len\", \"16 32\"]}\n"),
+            "s.yaml:3:32: workload.args[1]: '16 32' is empty or has whitespace or quotes, which "
+            "launcher mpirun's app file would split into several words (allowed: one word per "
+            "item, e.g. [\"--name\", \"value\"], or topology.launcher: local)");
+  EXPECT_EQ(error_of("name: a\ntopology: {launcher: mpirun}\nenv: {NCCL_DEBUG: \"a b\"}\n"),
+            "s.yaml:3:19: env.NCCL_DEBUG: 'a b' is empty or has whitespace or quotes, which "
+            "launcher mpirun's app file cannot carry (allowed: a value without them, or "
+            "topology.launcher: local)");
+  EXPECT_NE(error_of("name: a\ntopology: {launcher: mpirun}\n"
+                     "faults:\n  - env: {set: {X: \"it's\"}}\n")
+                .find("faults[0].env.set.X: 'it's' is empty or has whitespace"),
+            std::string::npos);
+  // The local launcher passes argv words and values as they are.
+  EXPECT_EQ(error_of("name: a\ntopology: {launcher: local}\n"
+                     "workload: {args: [\"--seq-len\", \"16\"]}\nenv: {NCCL_DEBUG: \"a b\"}\n"),
+            "no error");
+}
+
+TEST_F(ScenarioInput, SettingExtendsIsAnError) {
+  write("base.yaml", "name: base\nworkload: {steps: 9}\n");
+  LoadOptions o;
+  o.overrides = {"extends=base.yaml"};
+  EXPECT_EQ(error_of("name: a\n", o),
+            "--set 'extends=base.yaml': extends cannot be overridden (the bases are merged when "
+            "the file is read, before --set applies); put extends: in the scenario file");
 }
 
 }  // namespace

@@ -1,0 +1,120 @@
+// What killed runs leave outside their run directories, swept only once the owner is gone
+// (issue 32, item 5; harness/faults/residue.hpp). Fake hierarchies in a test directory: a
+// directory of empty directories stands for a cgroup v1 root.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "harness/faults/cgroup.hpp"
+#include "harness/faults/residue.hpp"
+
+namespace fl::harness::faults {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Residue_ : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           fmt::format("faultline-residue-{}-{}", ::getpid(),
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "memory");
+    fs::create_directories(dir_ / "shm");
+    dirs_.cgroup_roots = {(dir_ / "memory").string()};
+    dirs_.shm = (dir_ / "shm").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string group(const std::string& name) {
+    fs::create_directories(dir_ / "memory" / name);
+    return (dir_ / "memory" / name).string();
+  }
+  std::string file(const std::string& name, int age_s) {
+    const auto p = (dir_ / "shm" / name).string();
+    std::ofstream(p) << "x";
+    struct timeval tv[2] = {{::time(nullptr) - age_s, 0}, {::time(nullptr) - age_s, 0}};
+    ::utimes(p.c_str(), tv);
+    return p;
+  }
+  static std::vector<std::string> paths(const std::vector<Residue>& found) {
+    std::vector<std::string> out;
+    for (const auto& r : found) out.push_back(r.path);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  fs::path dir_;
+  ResidueDirs dirs_;
+};
+
+// A pid no process has (above the kernel's pid_max of 4194304).
+constexpr long kDeadPid = 99999999;
+
+TEST_F(Residue_, GroupsOfGoneOwnersAreSweptAndLiveOnesKept) {
+  const std::string own = owner_tag();  // faultline.<this pid>-<its start>
+  const std::string dead = group(fmt::format("faultline.{}-5.run1.rank0", kDeadPid));
+  const std::string live = group(own + ".run2.rank1");
+  // This pid with another start time: the owner was a process that had this pid before.
+  const std::string reused = group(fmt::format("faultline.{}-1.run3.rank0", ::getpid()));
+  const std::string old_live = group(fmt::format("faultline.{}.run4.rank0", ::getpid()));
+  const std::string old_dead = group(fmt::format("faultline.{}.run5.rank0", kDeadPid));
+  const std::string other = group("someone-else");
+  std::vector<std::string> stale = {dead, old_dead, reused};
+  std::sort(stale.begin(), stale.end());
+  auto found = sweep_residue(dirs_, /*dry_run=*/true);
+  EXPECT_EQ(paths(found), stale);
+  for (const auto& p : {dead, reused, old_dead}) EXPECT_TRUE(fs::exists(p)) << "dry run removed";
+  found = sweep_residue(dirs_, /*dry_run=*/false);
+  EXPECT_EQ(paths(found), stale);
+  for (const auto& r : found) {
+    EXPECT_EQ(r.kind, "cgroup");
+    EXPECT_EQ(r.error, "");
+    EXPECT_FALSE(fs::exists(r.path));
+  }
+  for (const auto& p : {live, old_live, other}) EXPECT_TRUE(fs::exists(p)) << p;
+  const auto j = residue_json(found, false);
+  EXPECT_EQ(j["found"], 3);
+  EXPECT_EQ(j["left"], 0);
+  EXPECT_EQ(found[0].owner.rfind("pid ", 0), 0u);
+  EXPECT_EQ(residue_json({{"cgroup", dead, "pid 1 is gone", "EBUSY"}}, false)["left"], 1);
+}
+
+TEST_F(Residue_, OldArenasAndUnmappedOldSegmentsAreSwept) {
+  const std::string arena = file(fmt::format("faultline.{}-7.run.rank1.arena", kDeadPid), 0);
+  const std::string live_arena = file(owner_tag() + ".run.rank1.arena", 0);
+  const std::string stale = file("faultline-shm-00ab-0", 120);
+  const std::string fresh = file("faultline-shm-00ab-1", 0);  // its peers may map it any moment
+  const std::string mapped = file("faultline-shm-00ab-2", 120);
+  const std::string other = file("not-faultline", 120);
+  const int fd = ::open(mapped.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  void* m = ::mmap(nullptr, 1, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(m, MAP_FAILED);
+  const auto found = sweep_residue(dirs_, /*dry_run=*/false);
+  ::munmap(m, 1);
+  EXPECT_EQ(paths(found), (std::vector<std::string>{stale, arena}));
+  for (const auto& p : {live_arena, fresh, mapped, other}) EXPECT_TRUE(fs::exists(p)) << p;
+  for (const auto& p : {arena, stale}) EXPECT_FALSE(fs::exists(p)) << p;
+}
+
+TEST_F(Residue_, AnOwnerIsAliveOnlyWhileItsPidHasItsStartTime) {
+  EXPECT_GT(process_start_ticks(::getpid()), 0u);
+  EXPECT_EQ(process_start_ticks(static_cast<pid_t>(kDeadPid)), 0u);
+  EXPECT_TRUE(owner_alive(owner_tag() + ".x"));
+  EXPECT_FALSE(owner_alive(fmt::format("faultline.{}-1.x", kDeadPid)));
+  EXPECT_TRUE(owner_alive("not-ours"));
+}
+
+}  // namespace
+}  // namespace fl::harness::faults
