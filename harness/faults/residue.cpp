@@ -91,6 +91,49 @@ void sweep_segments(const std::string& shm, bool dry_run, std::vector<Residue>& 
   }
 }
 
+// Every unix socket path bound on this host now (the last column of /proc/net/unix).
+std::set<std::string> bound_unix_paths() {
+  std::set<std::string> bound;
+  std::ifstream in("/proc/net/unix");
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    const auto at = line.find(" /");
+    if (at != std::string::npos) bound.insert(line.substr(at + 1));
+  }
+  return bound;
+}
+
+// A relay directory is made and its socket bound within moments; one whose socket nobody holds
+// after the grace is an agent's that was killed (it removes its own at stop).
+void sweep_relays(const std::string& tmp, bool dry_run, std::vector<Residue>& out) {
+  std::vector<fs::path> old;
+  std::error_code ec;
+  const std::time_t now = std::time(nullptr);
+  for (const auto& e : fs::directory_iterator(tmp, ec)) {
+    if (e.path().filename().string().rfind("faultline-relay-", 0) != 0) continue;
+    struct stat st {};
+    if (::lstat(e.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (st.st_uid != ::geteuid() || now - st.st_mtime < kSegmentGraceS) continue;
+    old.push_back(e.path());
+  }
+  if (old.empty()) return;
+  const auto bound = bound_unix_paths();
+  for (const auto& p : old) {
+    if (bound.count((p / "relay.sock").string())) continue;
+    Residue r{"relay", p.string(),
+              fmt::format("no socket is bound at its relay.sock and it is older than {} s",
+                          kSegmentGraceS),
+              ""};
+    if (!dry_run) {
+      std::error_code rm;
+      fs::remove_all(p, rm);
+      if (rm) r.error = rm.message();
+    }
+    out.push_back(std::move(r));
+  }
+}
+
 }  // namespace
 
 ResidueDirs default_residue_dirs() {
@@ -104,6 +147,7 @@ std::vector<Residue> sweep_residue(const ResidueDirs& dirs, bool dry_run) {
   for (const auto& root : dirs.cgroup_roots) sweep_cgroups(root, dry_run, out);
   sweep_arenas(dirs.shm, dry_run, out);
   sweep_segments(dirs.shm, dry_run, out);
+  sweep_relays(dirs.tmp, dry_run, out);
   return out;
 }
 

@@ -10,6 +10,9 @@
 //            that is older than a minute (a rank killed between creating its segment and
 //            unlinking it once its peers mapped it; workloads/comm/shm_transport.cpp), this
 //            user's only.
+//   relay    /tmp/faultline-relay-XXXXXX of an agent killed outright (agent/relay.cpp: the
+//            private directory of a relay socket whose run path was too long for one), this
+//            user's only, once no socket is bound at its relay.sock (from /proc/net/unix).
 //
 // Network namespaces and mounts need no sweep: the run's are held by processes that die with the
 // harness (sandbox.hpp), and nothing names them.
@@ -23,7 +26,7 @@
 namespace fl::harness::faults {
 
 struct Residue {
-  std::string kind;  // cgroup, arena, segment
+  std::string kind;  // cgroup, arena, segment, relay
   std::string path;
   std::string owner;  // who left it and why it counts as abandoned
   std::string error;  // empty once removed (or, dry run, never tried)
@@ -32,6 +35,7 @@ struct Residue {
 struct ResidueDirs {
   std::vector<std::string> cgroup_roots;  // default: the memory and cpu hierarchies
   std::string shm = "/dev/shm";
+  std::string tmp = "/tmp";  // where agents make their relay directories
 };
 
 ResidueDirs default_residue_dirs();

@@ -5,11 +5,15 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -32,6 +36,8 @@ class Residue_ : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "memory");
     fs::create_directories(dir_ / "shm");
+    fs::create_directories(dir_ / "tmp");
+    dirs_.tmp = (dir_ / "tmp").string();
     dirs_.cgroup_roots = {(dir_ / "memory").string()};
     dirs_.shm = (dir_ / "shm").string();
   }
@@ -106,6 +112,41 @@ TEST_F(Residue_, OldArenasAndUnmappedOldSegmentsAreSwept) {
   EXPECT_EQ(paths(found), (std::vector<std::string>{stale, arena}));
   for (const auto& p : {live_arena, fresh, mapped, other}) EXPECT_TRUE(fs::exists(p)) << p;
   for (const auto& p : {arena, stale}) EXPECT_FALSE(fs::exists(p)) << p;
+}
+
+// An agent killed outright leaves the private directory of its relay socket behind; one whose
+// socket is still bound (a live agent) or that is new is kept.
+TEST_F(Residue_, RelayDirectoriesWhoseSocketNobodyHoldsAreSwept) {
+  auto relay_dir = [&](const std::string& name, int age_s) {
+    const fs::path d = dir_ / "tmp" / name;
+    fs::create_directories(d);
+    std::ofstream(d / "relay.sock") << "";  // a socket file left by a dead listener
+    struct timeval tv[2] = {{::time(nullptr) - age_s, 0}, {::time(nullptr) - age_s, 0}};
+    ::utimes(d.c_str(), tv);
+    return d.string();
+  };
+  const std::string dead = relay_dir("faultline-relay-dead01", 120);
+  const std::string fresh = relay_dir("faultline-relay-new001", 0);
+  const std::string live = (dir_ / "tmp" / "faultline-relay-live01").string();
+  fs::create_directories(live);
+  const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(s, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const std::string sock = live + "/relay.sock";
+  ASSERT_LT(sock.size(), sizeof(a.sun_path));
+  std::strcpy(a.sun_path, sock.c_str());
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << std::strerror(errno);
+  struct timeval tv[2] = {{::time(nullptr) - 120, 0}, {::time(nullptr) - 120, 0}};
+  ::utimes(live.c_str(), tv);
+  const auto found = sweep_residue(dirs_, /*dry_run=*/false);
+  ::close(s);
+  EXPECT_EQ(paths(found), (std::vector<std::string>{dead}));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].kind, "relay");
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(fresh));
+  EXPECT_TRUE(fs::exists(live));
 }
 
 TEST_F(Residue_, AnOwnerIsAliveOnlyWhileItsPidHasItsStartTime) {
