@@ -192,9 +192,9 @@ nlohmann::json load_suite_summary(const std::string& path) {
   if (!fs::exists(p))
     raise<Error>("{}: no suite summary (expected a suite directory or its summary.json)", path);
   std::string why;
-  auto read = read_json_file(p.string(), &why);
-  if (!read) raise<Error>("{}", why);  // not a regular file, too big, too deep, not JSON
-  auto j = std::move(*read);
+  auto parsed = read_json_file(p.string(), &why);
+  if (!parsed) raise<Error>("{}", why);  // not a regular file, too big, too deep, not JSON
+  auto j = std::move(*parsed);
   if (!j.is_object() || !j.contains("cases") || !j["cases"].is_array()) {
     raise<Error>("{}: not a suite summary (no \"cases\" list)", p.string());
   }
