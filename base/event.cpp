@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_bounded.hpp"
 #include "base/utf8.hpp"
 
 namespace fl {
@@ -65,7 +66,7 @@ std::string to_json_line(const Event& e, EventLine format) {
 }
 
 Event parse_json_line(std::string_view line, EventLine format) {
-  const auto j = nlohmann::json::parse(line);
+  const auto j = parse_json_bounded(line, JsonLimits{64, kMaxEventLineBytes});
   Event e;
   if (format == EventLine::kHistory) {
     e.index = j.at("i").get<uint64_t>();

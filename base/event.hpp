@@ -5,6 +5,7 @@
 // the gRPC message (harness/proto/event_proto.hpp) converts to and from it in one place.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -45,11 +46,17 @@ enum class EventLine {
 // measurement).
 std::string to_json_line(const Event& e, EventLine format);
 
-// The event on one line in `format`, parsed with nlohmann. kHistory needs every envelope field
-// ("late" is optional); kRank takes what it finds (rank -1, seq 0, time 0, kind "", step -1, data
-// {} when missing), so the caller decides what a line without a kind or rank, or with data that
-// is not an object, means. Throws nlohmann::json::exception on a malformed line (a torn last line
-// included) or a field of the wrong type.
+// The longest event line a reader takes: an event's data is at most 1 MiB (event_schema.cpp), and
+// the envelope around it is short. Readers of a rank's or a history's lines skip and count a
+// longer line without holding it.
+constexpr size_t kMaxEventLineBytes = (size_t{1} << 20) + (size_t{64} << 10);
+
+// The event on one line in `format`, parsed with parse_json_bounded (base/json_bounded.hpp: at
+// most 64 levels deep and kMaxEventLineBytes long). kHistory needs every envelope field ("late"
+// is optional); kRank takes what it finds (rank -1, seq 0, time 0, kind "", step -1, data {} when
+// missing), so the caller decides what a line without a kind or rank, or with data that is not an
+// object, means. Throws fl::JsonRefused on a line that is not JSON (a torn last line included),
+// too deep or too long, and nlohmann::json::exception on a field of the wrong type.
 Event parse_json_line(std::string_view line, EventLine format);
 
 }  // namespace fl

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/event.hpp"
+#include "base/json_bounded.hpp"
 
 namespace {
 
@@ -127,5 +128,54 @@ void BM_ParseRankLine(benchmark::State& st) {
   }
 }
 BENCHMARK(BM_ParseRankLine);
+
+// The bounded parse (base/json_bounded.hpp) against nlohmann's parse of the same history line,
+// and against the other way of bounding it: a scan of bracket depth outside strings first.
+const std::string& history_line() {
+  static const std::string line = fl::to_json_line(sample(), fl::EventLine::kHistory);
+  return line;
+}
+
+void BM_JsonParseNlohmann(benchmark::State& st) {
+  for (auto _ : st) benchmark::DoNotOptimize(nlohmann::json::parse(history_line()));
+}
+BENCHMARK(BM_JsonParseNlohmann);
+
+void BM_JsonParseBounded(benchmark::State& st) {
+  for (auto _ : st) benchmark::DoNotOptimize(fl::parse_json_bounded(history_line()));
+}
+BENCHMARK(BM_JsonParseBounded);
+
+bool depth_at_most(std::string_view s, size_t max) {
+  size_t d = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : s) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++d > max) return false;
+    } else if ((c == ']' || c == '}') && d > 0) {
+      --d;
+    }
+  }
+  return true;
+}
+
+void BM_JsonParsePrescanned(benchmark::State& st) {
+  for (auto _ : st) {
+    if (depth_at_most(history_line(), 64)) {
+      benchmark::DoNotOptimize(nlohmann::json::parse(history_line()));
+    }
+  }
+}
+BENCHMARK(BM_JsonParsePrescanned);
 
 }  // namespace

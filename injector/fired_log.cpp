@@ -1,13 +1,17 @@
 // The fired log: reading it back and turning it into a replay plan (see plan.hpp).
-#include <cerrno>
-#include <cstring>
-#include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "base/file_read.hpp"
+#include "base/json_bounded.hpp"
 #include "injector/plan.hpp"
 
 namespace fl::fault {
+
+namespace {
+constexpr uint64_t kMaxFiredLogBytes = uint64_t{256} << 20;  // a record per firing, ~150 bytes
+}  // namespace
 
 std::string replay_plan(const std::vector<FiredRecord>& records) {
   std::string out;
@@ -19,15 +23,22 @@ std::string replay_plan(const std::vector<FiredRecord>& records) {
 }
 
 std::vector<FiredRecord> read_fired_log(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) raise<Error>("cannot read fired log {}: {}", path, std::strerror(errno));
+  // A rank wrote it: a FIFO in its place is refused, not waited on, and each line is parsed
+  // with the depth and size limits of base/json_bounded.hpp.
+  std::string text;
+  try {
+    text = read_regular_file(path, kMaxFiredLogBytes);
+  } catch (const Error& e) {
+    raise<Error>("cannot read fired log {}", e.what());
+  }
+  std::istringstream in(text);
   std::vector<FiredRecord> out;
   std::string line;
   int n = 0;
   while (std::getline(in, line)) {
     ++n;
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
+    const auto j = try_parse_json_bounded(line).value_or(nlohmann::json());
+    if (!j.is_object()) {
       if (in.peek() == EOF) break;  // torn last line of a killed process
       raise<Error>("{}:{}: not a fired-log record (one JSON object per line)", path, n);
     }

@@ -15,6 +15,7 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "base/json_bounded.hpp"
 #include "harness/agent/agent_faults.hpp"
 #include "harness/agent/relay.hpp"
 #include "harness/agent/silence.hpp"
@@ -539,10 +540,9 @@ nlohmann::json AgentHub::host_fault(int node, const faults::HostFaultOp& op) {
   const auto r = impl_->call(node, cmd);
   const std::string& host = impl_->hosts.at(static_cast<size_t>(node));
   if (!r.ok) raise<Error>("{} on host {} (agent): {}", op.op, host, r.output);
-  auto report = nlohmann::json::parse(r.output, nullptr, false);
-  if (report.is_discarded())
-    raise<Error>("{} on host {}: the agent's report is not JSON", op.op, host);
-  return report;
+  auto report = try_parse_json_bounded(r.output);  // from another host: depth and size limited
+  if (!report) raise<Error>("{} on host {}: the agent's report is not JSON", op.op, host);
+  return *report;
 }
 
 }  // namespace fl::harness

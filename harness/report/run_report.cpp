@@ -48,7 +48,7 @@ struct Timeline {
   std::vector<Span> stalls, faults;
   std::vector<Mark> marks;  // fault fired, diagnosis, action, exit
   std::vector<std::string> evidence;
-  nlohmann::json start;
+  nlohmann::json start = nlohmann::json::object();  // run_start's data; {} in a history without it
 };
 
 int64_t step_at(const Timeline& tl, int rank, int64_t t) {
@@ -321,6 +321,12 @@ std::string chart_svg(const Timeline& tl, const std::string& metric, const std::
 
 std::string run_report_html(const std::string& run_dir, const std::string& out_dir) {
   const auto h = read_history(run_dir + "/history.jsonl");
+  if (h.empty()) {
+    raise<Error>(
+        "{}/history.jsonl holds no events (a run that never started, or a history emptied since): "
+        "nothing to report",
+        run_dir);
+  }
   const Timeline tl = read_timeline(h);
   Verdict v;
   try {

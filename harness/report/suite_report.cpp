@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/json_bounded.hpp"
 #include "base/stats.hpp"
 #include "harness/report/html.hpp"
 #include "harness/report/report.hpp"
@@ -158,9 +159,7 @@ std::string suite_report_html(const std::string& suite_dir, const std::string& o
   body += "</table>\n";
   const fs::path lb = fs::path(suite_dir) / "leaderboard.json";
   if (fs::exists(lb)) {
-    std::ifstream in(lb);
-    auto j = nlohmann::json::parse(in, nullptr, false);
-    if (!j.is_discarded()) body += leaderboard_html(j);
+    if (auto j = read_json_file(lb.string())) body += leaderboard_html(*j);
   }
   body +=
       "<h2>Runs</h2><table id=\"runs\"><tr><th>scenario</th><th>variant</th><th>seed</th>"
@@ -190,11 +189,13 @@ std::string suite_report_html(const std::string& suite_dir, const std::string& o
 
 nlohmann::json load_suite_summary(const std::string& path) {
   const fs::path p = fs::is_directory(path) ? fs::path(path) / "summary.json" : fs::path(path);
-  std::ifstream in(p);
-  if (!in)
+  if (!fs::exists(p))
     raise<Error>("{}: no suite summary (expected a suite directory or its summary.json)", path);
-  auto j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.contains("cases") || !j["cases"].is_array()) {
+  std::string why;
+  auto parsed = read_json_file(p.string(), &why);
+  if (!parsed) raise<Error>("{}", why);  // not a regular file, too big, too deep, not JSON
+  auto j = std::move(*parsed);
+  if (!j.is_object() || !j.contains("cases") || !j["cases"].is_array()) {
     raise<Error>("{}: not a suite summary (no \"cases\" list)", p.string());
   }
   return j;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/json_bounded.hpp"
 #include "base/utf8.hpp"
 
 namespace fl::harness {
@@ -15,6 +16,7 @@ namespace {
 using json = nlohmann::json;
 
 constexpr size_t kMaxData = 1 << 20;  // bytes of one event's data
+constexpr size_t kMaxDataDepth = 64;  // levels of arrays and objects in it
 constexpr int kMaxWorld = 1 << 16;
 constexpr int kUnknownWorld = 4096;  // the ranks a history without run_start may name
 
@@ -175,9 +177,19 @@ std::optional<std::string> check_event(HistoryEvent& e, EventContext& ctx) {
     return fmt::format("{}: data of {} bytes (allowed: up to {})", e.kind, e.data_json.size(),
                        kMaxData);
   }
-  json d =
-      e.data_json.empty() ? json::object() : json::parse(valid_utf8(e.data_json), nullptr, false);
-  if (d.is_discarded()) return fmt::format("{}: data is not JSON", e.kind);
+  // Bounded: the dump() below and every later reader of the data recurse once per level.
+  json d = json::object();
+  if (!e.data_json.empty()) {
+    try {
+      d = parse_json_bounded(valid_utf8(e.data_json), JsonLimits{kMaxDataDepth, kMaxData});
+    } catch (const JsonRefused& x) {
+      if (x.fault() == JsonFault::kTooDeep) {
+        return fmt::format("{}: data nested deeper than {} levels (allowed: up to {})", e.kind,
+                           kMaxDataDepth, kMaxDataDepth);
+      }
+      return fmt::format("{}: data is not JSON", e.kind);
+    }
+  }
   if (!d.is_object()) return fmt::format("{}: data is not a JSON object", e.kind);
   e.data_json = d.dump();  // one line, valid UTF-8 (the parse checked it)
 

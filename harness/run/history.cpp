@@ -1,9 +1,11 @@
 #include "harness/run/history.hpp"
 
+#include <cerrno>
 #include <chrono>
-#include <fstream>
 
 #include "base/error.hpp"
+#include "base/file_read.hpp"
+#include "base/json_bounded.hpp"
 #include "base/utf8.hpp"
 #include "harness/run/event_schema.hpp"
 
@@ -18,28 +20,57 @@ int64_t mono_ns() {
 }  // namespace
 
 std::vector<HistoryEvent> read_history(const std::string& path, size_t* rejected) {
-  std::ifstream in(path);
-  if (!in) raise<Error>("{}: cannot read the run history", path);
+  std::string why;
+  const FileFd f = open_regular_file(path, &why);
+  if (!f) {
+    if (errno == EINVAL) raise<Error>("{}: {}", path, why);  // a FIFO would have hung here
+    raise<Error>("{}: cannot read the run history: {}", path, why);
+  }
   std::vector<HistoryEvent> out;
-  std::string line;
-  size_t n = 0;
   EventContext ctx;
   if (rejected != nullptr) *rejected = 0;
-  while (std::getline(in, line)) {
-    ++n;
+  const auto refuse = [&] {
+    if (rejected != nullptr) ++*rejected;
+  };
+  LineReader in(kMaxEventLineBytes);
+  std::string line, malformed;  // a malformed line is fatal unless it is the last (torn) one
+  bool last = false;
+  const auto bad_line = [&](const std::exception& x) {
+    return fmt::format("{}:{}: malformed history line: {}", path, in.line_number() + last,
+                       valid_utf8(std::string(x.what()).substr(0, 300)));
+  };
+  for (;;) {
+    const LineReader::Got got = in.next(f.get(), &line);
+    if (got == LineReader::Got::kEnd) {
+      // A last line without its newline: a killed run's torn line, or a file edited by hand.
+      if (last || in.pending() == 0) break;
+      last = true;
+      line = in.pending_text();
+    }
+    if (!malformed.empty()) raise<Error>("{}", malformed);
+    if (got == LineReader::Got::kTooLong) {
+      refuse();  // a line over kMaxEventLineBytes was never written by a harness
+      continue;
+    }
     if (line.empty()) continue;
     HistoryEvent e;
     try {
       e = parse_json_line(line, EventLine::kHistory);
-    } catch (const nlohmann::json::exception& x) {
-      if (in.peek() == EOF) break;  // torn last line of a killed run
-      raise<Error>("{}:{}: malformed history line: {}", path, n,
-                   valid_utf8(std::string(x.what()).substr(0, 300)));
+    } catch (const JsonRefused& x) {
+      if (x.fault() != JsonFault::kMalformed) {
+        refuse();  // nested too deep or too long: held to the limits a live history has
+        continue;
+      }
+      malformed = bad_line(x);
+      continue;
+    } catch (const nlohmann::json::exception& x) {  // a field of the wrong type
+      malformed = bad_line(x);
+      continue;
     }
     // A history written by this harness holds only checked events; one edited or written by
     // something else is held to the same rules.
     if (check_event(e, ctx)) {
-      if (rejected != nullptr) ++*rejected;
+      refuse();
       continue;
     }
     out.push_back(std::move(e));
@@ -76,6 +107,11 @@ uint64_t History::append(HistoryEvent e) {
   for (auto& [id, l] : listeners_) l(e);
   events_.push_back(std::move(e));
   return events_.size() - 1;
+}
+
+void History::refuse(std::string why) {
+  std::lock_guard lock(mu_);
+  if (++rejected_ <= 5) rejected_reasons_.push_back(std::move(why));
 }
 
 uint64_t History::harness(const std::string& kind, const nlohmann::json& data, int rank) {

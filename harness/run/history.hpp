@@ -36,6 +36,9 @@ class History {
   // is counted, never written).
   static constexpr uint64_t kRejected = UINT64_MAX;
   uint64_t append(HistoryEvent e);
+  // Counts, with its reason, a line that never became an event (not JSON, nested too deep, too
+  // long: base/json_bounded.hpp), as append counts an event the check refused.
+  void refuse(std::string why);
   // A harness event.
   uint64_t harness(const std::string& kind, const nlohmann::json& data, int rank = -1);
   void flush();

@@ -2,13 +2,16 @@
 // gRPC inside appends its events to RUN_DIR/ranks/rankN/probe.jsonl; the harness reads each file
 // as it grows (every tick and once more at the end) and appends every complete line to the
 // history as an event of that rank. The history checks each one (event_schema.cpp) as it does a
-// streamed event; a line that is not JSON is counted and skipped.
+// streamed event. A line that is not JSON, nested deeper than 64 levels or longer than
+// kMaxEventLineBytes, and a probe file that is not a regular file, are skipped and counted with
+// the history's refused events (History::refuse): the job writes these files, not the harness.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "base/file_read.hpp"
 #include "harness/run/history.hpp"
 
 namespace fl::harness {
@@ -17,14 +20,15 @@ namespace fl::harness {
 std::string probe_file(const std::string& run_dir, int rank);
 
 // Parses one line of a rank's event file (events.jsonl, probe.jsonl) into a rank event of `rank`
-// (the file's rank, whatever the line says; data that is not an object dropped); false when the
-// line is not a JSON object with a kind (a torn last line of a killed rank, a field of the wrong
-// type).
-bool parse_rank_line(const std::string& line, int rank, HistoryEvent& e);
+// (the file's rank, whatever the line says; data that is not an object dropped); false, with the
+// reason in *why when given, when the line is not a JSON object with a kind (a torn last line of
+// a killed rank, a field of the wrong type, nested too deep: parse_json_line).
+bool parse_rank_line(const std::string& line, int rank, HistoryEvent& e,
+                     std::string* why = nullptr);
 
 class ProbeIngest {
  public:
-  ProbeIngest(std::string run_dir, int ranks) : dir_(std::move(run_dir)), offsets_(ranks, 0) {}
+  ProbeIngest(std::string run_dir, int ranks);
   // Appends the complete lines written since the last call; returns how many.
   size_t poll(History& h);
   uint64_t ingested() const { return ingested_; }
@@ -32,7 +36,8 @@ class ProbeIngest {
 
  private:
   std::string dir_;
-  std::vector<uint64_t> offsets_;  // bytes of each rank's file already read
+  std::vector<LineReader> readers_;  // each rank's file, read on from where the last poll left it
+  std::vector<bool> refused_file_;   // its file was not a regular file (said once)
   uint64_t ingested_ = 0, unparsable_ = 0;
 };
 

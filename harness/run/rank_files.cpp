@@ -3,10 +3,10 @@
 // lacks are put back, at the time the rank stamped them, before the run is judged.
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <tuple>
 
+#include "base/file_read.hpp"
 #include "harness/run/probe_ingest.hpp"
 #include "harness/run/runner.hpp"
 
@@ -48,12 +48,15 @@ RecoveredHistory history_with_rank_files(const std::string& run_dir) {
       continue;
     }
     // The worker's own file, and the probe's (a command workload's job, docs/workloads.md).
+    // The rank wrote these: a FIFO is not waited on, a line over kMaxEventLineBytes or nested
+    // past 64 levels is skipped like any line that is not an event.
     for (const char* file : {"events.jsonl", "probe.jsonl"}) {
-      std::ifstream in(d.path() / file);
+      const FileFd f = open_regular_file((d.path() / file).string(), nullptr);
+      LineReader in(kMaxEventLineBytes);
       std::string line;
-      while (std::getline(in, line)) {
+      for (LineReader::Got g; f && (g = in.next(f.get(), &line)) != LineReader::Got::kEnd;) {
         HistoryEvent e;
-        if (!parse_rank_line(line, rank, e)) continue;
+        if (g == LineReader::Got::kTooLong || !parse_rank_line(line, rank, e)) continue;
         if (!seen.insert({e.rank, e.seq, e.time_unix_ns, e.kind}).second) continue;
         e.t_ns = have_offset ? e.time_unix_ns - offset : 0;
         e.late = true;

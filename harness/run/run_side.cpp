@@ -18,6 +18,7 @@
 #include <fmt/ranges.h>
 
 #include "base/error.hpp"
+#include "base/json_bounded.hpp"
 #include "harness/run/launch_args.hpp"
 #include "harness/run/run.hpp"
 
@@ -140,9 +141,8 @@ void Run::finish_baseline() {
     hist_->harness("baseline", d);
     return;
   }
-  std::ifstream vin(rdir + "/verdict.json");
-  const auto v = nlohmann::json::parse(vin, nullptr, false);
-  if (!v.is_discarded() && v.is_object()) {
+  const auto v = read_json_file(rdir + "/verdict.json").value_or(nlohmann::json());
+  if (v.is_object()) {
     d["outcome"] = v.value("outcome", "unknown");
     d["explanation"] = v.value("harness_error", v.value("explanation", ""));
   } else {

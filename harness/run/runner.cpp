@@ -14,6 +14,7 @@
 #include <boost/asio.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -27,6 +28,7 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "base/file_read.hpp"
 #include "base/settings.hpp"
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
@@ -275,16 +277,31 @@ void Run::merge_local_files() {
   const auto got = ctl_->received();
   const auto drops = ctl_->dropped();
   for (int r = 0; r < s_.ranks; ++r) {
-    std::ifstream in(fmt::format("{}/ranks/rank{}/events.jsonl", dir_, r));
+    // The rank wrote this file: it may be a FIFO, hold lines nested past any stack or longer than
+    // memory. Each such line is counted with the history's refused events, never fatal.
+    const std::string name = fmt::format("ranks/rank{}/events.jsonl", r);
+    std::string why;
+    const FileFd f = open_regular_file(dir_ + "/" + name, &why);
+    if (!f && errno != ENOENT) hist_->refuse(fmt::format("{}: {}", name, why));
+    LineReader in(kMaxEventLineBytes);
     std::string line;
     uint64_t late = 0, total = 0;
     auto it = got.find(r);
-    while (std::getline(in, line)) {
+    for (LineReader::Got g; f && (g = in.next(f.get(), &line)) != LineReader::Got::kEnd;) {
+      // A torn last line of a killed rank has no newline: the reader leaves it.
+      if (g == LineReader::Got::kTooLong) {
+        hist_->refuse(fmt::format("{}:{}: a line longer than {} bytes", name, in.line_number(),
+                                  kMaxEventLineBytes));
+        continue;
+      }
+      if (line.empty()) continue;
       HistoryEvent e;
       try {
         e = parse_json_line(line, EventLine::kRank);
-      } catch (const nlohmann::json::exception&) {
-        continue;  // torn last line of a killed rank, a field of the wrong type
+      } catch (const std::exception& x) {  // JsonRefused, a field of the wrong type
+        hist_->refuse(
+            fmt::format("{}:{}: {}", name, in.line_number(), std::string(x.what()).substr(0, 200)));
+        continue;
       }
       ++total;
       if (it != got.end() && it->second.count(e.seq)) continue;

@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include "base/json_bounded.hpp"
 #include "harness/run/launch_args.hpp"
 #include "harness/scenario/scenario.hpp"
 #include "harness/suite/suite.hpp"
@@ -109,10 +110,8 @@ std::string previous_results(const std::string& results_dir, const std::string& 
         dn.compare(dn.size() - tail.size(), tail.size(), tail) != 0) {
       continue;
     }
-    std::ifstream in(it->path() / "summary.json");
-    if (!in) continue;
-    auto j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded() || j.value("suite", "") != name || !j.contains("cases")) continue;
+    const auto j = read_json_file((it->path() / "summary.json").string());
+    if (!j || !j->is_object() || j->value("suite", "") != name || !j->contains("cases")) continue;
     dirs.push_back(it->path().string());
   }
   if (dirs.empty()) return "";
@@ -125,6 +124,7 @@ std::string previous_results(const std::string& results_dir, const std::string& 
 // they would again).
 std::set<std::string> not_passed(const nlohmann::json& summary) {
   std::set<std::string> ids;
+  if (!summary.is_object() || !summary.contains("cases")) return ids;  // gone since it was found
   for (const auto& c : summary["cases"]) {
     const std::string o = c.value("outcome", "");
     const bool never_started =
@@ -289,8 +289,8 @@ SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
           "summary.json)",
           plan.name, o.results_dir));
     }
-    std::ifstream in(plan.previous_dir + "/summary.json");
-    const auto ids = not_passed(nlohmann::json::parse(in, nullptr, false));
+    const auto ids =
+        not_passed(read_json_file(plan.previous_dir + "/summary.json").value_or(nlohmann::json()));
     narrow(fmt::format("--last-failed (cases that did not pass in {})", plan.previous_dir),
            [&](const SuiteCase& c) { return ids.count(c.id()) > 0; });
   }

@@ -22,6 +22,8 @@
 
 #include <fmt/format.h>
 
+#include "base/file_read.hpp"
+#include "base/json_bounded.hpp"
 #include "base/settings.hpp"
 #include "base/stats.hpp"
 #include "harness/run/launch_args.hpp"
@@ -89,9 +91,9 @@ SuiteSignals::~SuiteSignals() {
 SuiteAttempt read_attempt(const std::string& run_dir, int status) {
   SuiteAttempt a;
   a.run_dir = run_dir;
-  std::ifstream in(run_dir + "/verdict.json");
-  auto v = nlohmann::json::parse(in, nullptr, false);
-  if (v.is_discarded() || !v.is_object()) {
+  // The run's files are read as another user may have left them (base/json_bounded.hpp).
+  const auto v = read_json_file(run_dir + "/verdict.json").value_or(nlohmann::json());
+  if (!v.is_object()) {
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     std::ifstream log(run_dir + ".log");
     const std::string text((std::istreambuf_iterator<char>(log)), {});
@@ -153,9 +155,8 @@ void settle_case(SuiteCase& c, const SuiteAttempt& a) {
   c.explanation = a.explanation;
   if (a.outcome == "pass" && c.attempts.size() > 1) c.outcome = "flaky";
   c.run_dir = a.run_dir;
-  std::ifstream in(a.run_dir + "/verdict.json");
-  auto v = nlohmann::json::parse(in, nullptr, false);
-  if (!v.is_discarded() && v.is_object()) c.manifested_s = v.value("manifested_s", -1.0);
+  const auto v = read_json_file(a.run_dir + "/verdict.json").value_or(nlohmann::json());
+  if (v.is_object()) c.manifested_s = v.value("manifested_s", -1.0);
   c.tokens_per_s = median_tokens_per_s(a.run_dir);
 }
 
@@ -196,13 +197,17 @@ std::string make_unique_dir(const std::string& parent, const std::string& base) 
 // rank), 0 without steps.
 double median_tokens_per_s(const std::string& run_dir) {
   std::map<int64_t, double> per_step;
-  std::ifstream in(run_dir + "/history.jsonl");
+  const FileFd f = open_regular_file(run_dir + "/history.jsonl", nullptr);
+  LineReader in(kMaxEventLineBytes);
   std::string line;
-  while (std::getline(in, line)) {
+  for (LineReader::Got g; f && (g = in.next(f.get(), &line)) != LineReader::Got::kEnd;) {
+    if (g != LineReader::Got::kLine) continue;
     if (line.find("\"kind\":\"step\"") == std::string::npos) continue;
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || j.value("source", "") != "rank") continue;
-    const double t = j["data"].value("tokens_per_s", 0.0);
+    const auto parsed = try_parse_json_bounded(line);
+    if (!parsed || !parsed->is_object() || parsed->value("source", "") != "rank") continue;
+    const auto& j = *parsed;
+    const auto d = j.find("data");
+    const double t = d != j.end() && d->is_object() ? d->value("tokens_per_s", 0.0) : 0.0;
     if (t <= 0) continue;
     auto [it, fresh] = per_step.emplace(j.value("step", int64_t{-1}), t);
     if (!fresh) it->second = std::min(it->second, t);

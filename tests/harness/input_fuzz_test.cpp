@@ -1,9 +1,13 @@
-// A seeded generator fuzz of the three parsers that read what a user or another process wrote:
-// the scenario loader, the fault plan grammar and the history reader (read back, summarised and
-// judged). Valid inputs are mutated (bit flips, truncations, structural tokens, huge numbers,
-// bytes that are not UTF-8, repeated slices); every input must end in a result or one of the
-// project's own errors (fl::Error and its kinds) — never a crash or another exception. The seed is
-// fixed, so a failure names an input that reproduces; FAULTLINE_FUZZ_ITERATIONS runs more.
+// A seeded generator fuzz of the parsers that read what a user or another process wrote: the
+// scenario loader, the fault plan grammar, the history reader (read back, summarised and judged),
+// and the routes by which a rank's events reach a history: a command job's probe lines, a rank's
+// events.jsonl read again by `verdict`, and a Connect stream of the real gRPC client (issue 32;
+// these count every line or event they drop with the history's refused events, which is
+// asserted, and get JSON nested past any stack among their mutations). Valid inputs are mutated
+// (bit flips, truncations, structural tokens, huge numbers, bytes that are not UTF-8, repeated
+// slices); every input must end in a result or one of the project's own errors (fl::Error and its
+// kinds) — never a crash or another exception. The seed is fixed, so a failure names an input that
+// reproduces; FAULTLINE_FUZZ_ITERATIONS runs more.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,9 +17,17 @@
 #include <random>
 #include <sstream>
 
+#include <grpcpp/grpcpp.h>
+
+#include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "base/utf8.hpp"
 #include "harness/oracles/oracle.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
+#include "harness/run/controller.hpp"
 #include "harness/run/history.hpp"
+#include "harness/run/probe_ingest.hpp"
+#include "harness/run/runner.hpp"
 #include "harness/scenario/scenario.hpp"
 #include "injector/plan.hpp"
 
@@ -23,6 +35,11 @@ namespace fl::harness {
 namespace {
 
 namespace fs = std::filesystem;
+
+// JSON nested `n` levels: past the limit of 64 (and, at 100000, past any stack).
+std::string deep(size_t n) {
+  return std::string(n, '[') + std::string(n, ']');
+}
 
 int iterations() {
   const char* v = std::getenv("FAULTLINE_FUZZ_ITERATIONS");
@@ -226,7 +243,9 @@ TEST(InputFuzz, HistoryReader) {
                     "1.5",
                     "\"i\":",
                     "\\",
-                    "\\u00ff"});
+                    "\\u00ff",
+                    deep(70),
+                    std::string(100000, '[')});
   std::vector<Expect> expects(4);
   expects[0].oracle = "completed";
   expects[1].oracle = "error_signature";
@@ -245,6 +264,146 @@ TEST(InputFuzz, HistoryReader) {
     });
   }
   report("history reader", t);
+  fs::remove_all(dir);
+}
+
+// The rank lines a probe or a worker writes, for the rank-line routes.
+const std::vector<std::string> kRankLines = {
+    R"({"seq":0,"time_unix_ns":1,"kind":"hello","step":-1,"data":{"world_size":1,"pid":5}})",
+    R"({"seq":1,"time_unix_ns":2,"kind":"step","step":0,"data":{"loss":2.5,"step_time_s":0.1}})",
+    R"({"rank":0,"seq":2,"time_unix_ns":3,"kind":"collective","step":1,"data":{"op":"all_reduce","state":"started","group":"dp","seq":3}})",
+    R"({"seq":3,"time_unix_ns":4,"kind":"section","step":1,"data":{"name":"checkpoint","state":"begin"}})",
+    R"({"seq":4,"time_unix_ns":5,"kind":"log","step":-1,"data":{"message":"hi","level":"info"}})",
+    R"({"seq":5,"time_unix_ns":6,"kind":"heartbeat","step":2,"data":{}})"};
+
+Mutator rank_line_mutator(uint64_t seed) {
+  return Mutator(seed, {"{", "}", "[", "]", ",", ":", "\"", "\n", "null", "-1",
+                        "\"data\":", "\"kind\":\"step\",", "\"step\":-4,", deep(65), deep(2000),
+                        std::string(100000, '['), std::string(3000, '{') + "\"a\":"});
+}
+
+// A file of a few mutated rank lines (a final line without its newline left half-written).
+std::string rank_file(Mutator& m, int i) {
+  std::string text;
+  for (int k = 0; k < 6; ++k) {
+    text += m.mutate(kRankLines[static_cast<size_t>(i + k) % kRankLines.size()]);
+    text += '\n';
+  }
+  return text;
+}
+
+// The complete lines of `text` that are not empty: what a reader must ingest or count.
+int complete_lines(const std::string& text) {
+  int n = 0;
+  size_t start = 0;
+  for (size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', start)) {
+    n += nl > start;
+    start = nl + 1;
+  }
+  return n;
+}
+
+TEST(InputFuzz, ProbeLinesAreIngestedOrCountedNeverFatal) {
+  const auto dir = fs::temp_directory_path() / ("faultline-fuzzp-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "ranks/rank0");
+  Mutator m = rank_line_mutator(16004);
+  Tally t;
+  const int n = std::max(1, iterations() / 4);
+  for (int i = 0; i < n; ++i) {
+    const std::string input = rank_file(m, i);
+    fs::remove(dir / "history.jsonl");
+    { std::ofstream(probe_file(dir.string(), 0), std::ios::binary | std::ios::trunc) << input; }
+    one(t, "probe ingest", input, [&](const std::string& text) {
+      History h((dir / "history.jsonl").string());
+      h.harness("run_start", {{"ranks", 1}});
+      ProbeIngest ingest(dir.string(), 1);
+      ingest.poll(h);
+      EXPECT_EQ(ingest.poll(h), 0u);  // nothing read twice
+      // Every complete line is an event in the history or a refusal counted there.
+      EXPECT_EQ(static_cast<int>(h.size() - 1 + h.rejected()), complete_lines(text))
+          << ::testing::PrintToString(text.substr(0, 2000));
+      EXPECT_EQ(ingest.ingested() + ingest.unparsable(),
+                static_cast<uint64_t>(complete_lines(text)));
+    });
+  }
+  report("probe lines", t);
+  fs::remove_all(dir);
+}
+
+TEST(InputFuzz, EventsFilesAreMergedOrSkippedWhenARunIsJudgedAgain) {
+  const auto dir = fs::temp_directory_path() / ("faultline-fuzze-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "ranks/rank0");
+  std::ofstream(dir / "history.jsonl")
+      << R"({"i":0,"t_ns":0,"source":"harness","rank":-1,"seq":0,"time_unix_ns":1,)"
+      << R"("kind":"run_start","step":-1,"data":{"ranks":1}})"
+      << "\n";
+  Mutator m = rank_line_mutator(16005);
+  Tally t;
+  const int n = std::max(1, iterations() / 4);
+  for (int i = 0; i < n; ++i) {
+    const std::string input = rank_file(m, i);
+    {
+      std::ofstream(dir / "ranks/rank0/events.jsonl", std::ios::binary | std::ios::trunc) << input;
+    }
+    one(t, "events.jsonl", input, [&](const std::string& text) {
+      const auto got = history_with_rank_files(dir.string());
+      EXPECT_LE(got.recovered, complete_lines(text));
+      (void)summarize(got.events);
+    });
+  }
+  report("events.jsonl", t);
+  fs::remove_all(dir);
+}
+
+TEST(InputFuzz, ConnectBatchesAreAppendedOrCountedNeverFatal) {
+  const auto dir = fs::temp_directory_path() / ("faultline-fuzzc-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  History h((dir / "history.jsonl").string());
+  const auto no_actions = [](const ControlAction&) { return ControlResult{false, "", {}}; };
+  Controller c(h, no_actions, "fuzz");
+  const std::string addr = c.start("unix:" + (dir / "control.sock").string());
+  h.harness("run_start", {{"ranks", 2}});
+  const std::vector<std::pair<std::string, std::string>> seeds = {
+      {"step", R"({"loss":2.5,"step_time_s":0.1,"mem_current":1024})"},
+      {"collective", R"({"op":"all_reduce","state":"completed","group":"dp","seq":3})"},
+      {"error", R"({"class":"comm timeout","message":"all_reduce timed out","exit_code":20})"},
+      {"log", R"({"message":"x","level":"warn"})"},
+      {"output", R"({"what":"logits","digest":"ab12"})"}};
+  Mutator m(16006, {"{", "}", "[", "]", ",", ":", "\"", "null", "1e999", "\"loss\":\"x\",",
+                    deep(64), deep(65), deep(5000), std::string(100000, '[')});
+  auto stub = faultline::v1::Controller::NewStub(
+      grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata(kControlSecretHeader, "fuzz");
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  auto stream = stub->Connect(&ctx);
+  Tally t;
+  uint64_t sent = 0;
+  const int n = std::max(1, iterations() / 8);
+  for (int i = 0; i < n; ++i) {
+    faultline::v1::EventBatch batch;
+    for (int k = 0; k < 8; ++k) {
+      const auto& [kind, data] = seeds[static_cast<size_t>(i + k) % seeds.size()];
+      auto* e = batch.add_events();
+      e->set_rank(k % 2);
+      e->set_seq(sent++);
+      e->set_kind(kind);
+      e->set_step(i);
+      // A proto3 string is UTF-8 on the wire (the server would refuse the whole message).
+      e->set_data_json(valid_utf8(m.mutate(data)));
+    }
+    ++t.inputs;
+    ASSERT_TRUE(stream->Write(batch)) << "the stream broke at batch " << i;
+  }
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  c.shutdown();
+  EXPECT_EQ(c.events_ingested(), sent);
+  // Every event sent is in the history or counted as refused: none lost, none fatal.
+  EXPECT_EQ(h.size() - 1 + h.rejected(), sent);
+  EXPECT_GT(h.rejected(), 0u);
+  std::printf("connect: %llu events, %llu refused\n", static_cast<unsigned long long>(sent),
+              static_cast<unsigned long long>(h.rejected()));
   fs::remove_all(dir);
 }
 

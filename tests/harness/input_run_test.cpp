@@ -90,6 +90,94 @@ TEST(InputRun, ARankPrintingInvalidUtf8AndPoisonedEventsStillGetsAVerdict) {
   fs::remove_all(dir);
 }
 
+// issue 32: one line nested 100000 levels deep overflowed the root harness's stack when it
+// re-serialised the line's data (exit 139, verdict.json left `running`). The harness now drops
+// such a line, and one longer than the line cap, and counts both with the refused events; the run
+// gets its verdict. `deep` and `long` are shell commands that print the two lines.
+const char* kDeepLine =
+    "printf '{\"rank\":0,\"seq\":7,\"time_unix_ns\":1,\"kind\":\"step\",\"step\":0,"
+    "\"data\":{\"x\":%s%s}}\\n' \"$(head -c 100000 /dev/zero | tr '\\0' '[')\" "
+    "\"$(head -c 100000 /dev/zero | tr '\\0' ']')\"";
+const char* kLongLine =
+    "printf '{\"rank\":0,\"seq\":8,\"time_unix_ns\":1,\"kind\":\"log\",\"step\":-1,"
+    "\"data\":{\"message\":\"%s\"}}\\n' \"$(head -c 2000000 /dev/zero | tr '\\0' 'z')\"";
+
+// The verdict of a finished run in `run`, and the reasons the history gave for what it refused.
+void expect_done_with_two_refused(const std::string& run, const std::string& file,
+                                  const std::string& output) {
+  const auto v = nlohmann::json::parse(read_text(run + "/verdict.json"));
+  EXPECT_EQ(v.value("state", ""), "done") << v.dump();
+  EXPECT_EQ(v.value("outcome", ""), "pass") << v.dump();
+  EXPECT_EQ(v.value("rejected_events", -1), 2) << v.dump();
+  std::ifstream h(run + "/history.jsonl");
+  nlohmann::json first;
+  for (std::string l; std::getline(h, l);) {
+    auto j = nlohmann::json::parse(l);
+    if (j["kind"] == "events_rejected") first = j["data"]["first"];
+  }
+  EXPECT_EQ(first, nlohmann::json::array({file + ":1: JSON nested deeper than 64 levels",
+                                          file + ":2: a line longer than 1114112 bytes"}))
+      << output;
+}
+
+TEST(InputRun, ARanksEventFileWithJsonNestedPastAnyStackStillGetsAVerdict) {
+  const auto dir = test_dir();
+  fs::create_directories(dir + "/bin");
+  {
+    std::ofstream w(dir + "/bin/fl-train");
+    w << "#!/bin/sh\n"
+         "if [ \"$1\" = --describe ]; then exec '"
+      << FAULTLINE_TRAIN << "' --describe; fi\n"
+      << "e=\"$FAULTLINE_EVENTS_FILE\"\n"
+      << kDeepLine << " >> \"$e\"\n"
+      << kLongLine << " >> \"$e\"\n"
+      << "printf '%s\\n' '{\"rank\":0,\"seq\":9,\"time_unix_ns\":1,\"kind\":\"step\","
+         "\"step\":0,\"data\":{\"loss\":0.5}}' >> \"$e\"\n"
+         "exit 0\n";
+  }
+  ::chmod((dir + "/bin/fl-train").c_str(), 0755);
+  std::ofstream(dir + "/s.yaml")
+      << "name: deep\ntopology: {ranks: 1}\nexpect: {oracle: completed}\n";
+  auto r = fl::test::run_process(
+      {FAULTLINE_CLI, "run", dir + "/s.yaml", "--results", dir + "/runs", "--run-id", "d"},
+      {{"FAULTLINE_BIN_DIR", dir + "/bin"}}, std::chrono::seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_done_with_two_refused(dir + "/runs/d", "ranks/rank0/events.jsonl", r.output);
+  // Judged again from its files: the same lines are skipped, not fatal.
+  auto again = fl::test::run_process({FAULTLINE_CLI, "verdict", dir + "/runs/d"});
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  fs::remove_all(dir);
+}
+
+TEST(InputRun, ACommandJobsProbeLineNestedPastAnyStackStillGetsAVerdict) {
+  const auto dir = test_dir();
+  fs::create_directories(dir);
+  {
+    std::ofstream w(dir + "/job.sh");
+    w << "p=\"$FAULTLINE_PROBE_FILE\"\n"
+         "printf '%s\\n' '{\"seq\":0,\"time_unix_ns\":1,\"kind\":\"heartbeat\",\"step\":-1,"
+         "\"data\":{}}' >> \"$p\"\n"
+      << kDeepLine << " >> \"$p\"\n"
+      << kLongLine << " >> \"$p\"\n"
+      << "exit 0\n";
+  }
+  std::ofstream(dir + "/s.yaml") << "name: deep-probe\ntopology: {ranks: 1}\n"
+                                    "workload: {kind: command, command: [\"/bin/sh\", \""
+                                 << dir << "/job.sh\"]}\nexpect: {oracle: completed}\n";
+  auto r = fl::test::run_process(
+      {FAULTLINE_CLI, "run", dir + "/s.yaml", "--results", dir + "/runs", "--run-id", "d"}, {},
+      std::chrono::seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The heartbeat is line 1 of the probe's file: the refused lines are 2 and 3.
+  const auto v = nlohmann::json::parse(read_text(dir + "/runs/d/verdict.json"));
+  EXPECT_EQ(v.value("state", ""), "done") << v.dump();
+  EXPECT_EQ(v.value("rejected_events", -1), 2) << v.dump();
+  EXPECT_NE(r.output.find("ranks/rank0/probe.jsonl:2: JSON nested deeper than 64 levels"),
+            std::string::npos)
+      << r.output;
+  fs::remove_all(dir);
+}
+
 class CorruptManifest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -135,6 +223,21 @@ class CorruptManifest : public ::testing::Test {
 TEST_F(CorruptManifest, BytesThatAreNotUtf8ExitWith27) {
   corrupt("\"precision\"", "\"prec\xff\xfeion\"");
   expect_exit_27();
+}
+
+// issue 32: a FIFO in place of the manifest hung fl-ckpt (and a resuming rank) in open().
+TEST_F(CorruptManifest, AFifoInPlaceOfTheManifestIsRefusedNotWaitedOn) {
+  fs::remove(manifest_);
+  ASSERT_EQ(::mkfifo(manifest_.c_str(), 0600), 0);
+  for (const char* cmd : {"inspect", "digest"}) {
+    auto r =
+        fl::test::run_process({FAULTLINE_CKPT, cmd, dir_ + "/ckpt"}, {}, std::chrono::seconds(30));
+    EXPECT_FALSE(r.timed_out) << cmd << " hung on the FIFO";
+    EXPECT_EQ(r.exit_code, fl::exit_code::kCheckpoint) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find("cannot read " + manifest_ + ": not a regular file (a FIFO)"),
+              std::string::npos)
+        << r.output;
+  }
 }
 
 TEST_F(CorruptManifest, AValueOfAnotherTypeExitsWith27) {

@@ -22,6 +22,7 @@
 
 #include "base/control_auth.hpp"
 #include "base/file_lock.hpp"
+#include "base/json_bounded.hpp"
 #include "base/settings.hpp"
 
 namespace fl::rdzv {
@@ -133,9 +134,8 @@ std::string fetch_artifact(const std::string& name) {
 }
 
 int tokenizer_vocab(const std::string& path) {
-  std::ifstream in(path);
-  const auto j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.contains("vocab") || !j["vocab"].is_number_integer()) {
+  const auto j = read_json_file(path).value_or(nlohmann::json());  // fetched from the hub
+  if (!j.is_object() || !j.contains("vocab") || !j["vocab"].is_number_integer()) {
     raise<ArtifactError>("{}: not a tokenizer description (expected JSON with an integer 'vocab')",
                          path);
   }

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_bounded.hpp"
 #include "base/ranks.hpp"
 
 namespace fl::rdzv {
@@ -27,7 +28,8 @@ std::string encode(const MemberInfo& m) {
 }
 
 MemberInfo decode(const std::string& s) {
-  auto j = nlohmann::json::parse(s);
+  // Another process put it in the store: a flat object of a few fields.
+  auto j = parse_json_bounded(s, JsonLimits{8, 64 << 10});
   MemberInfo m;
   m.rank = j.at("rank");
   m.world_size = j.at("world_size");

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/file_read.hpp"
+#include "base/json_bounded.hpp"
 #include "base/settings.hpp"
 #include "base/utf8.hpp"
 #include "injector/site.hpp"
@@ -20,6 +22,10 @@
 namespace fl::train {
 
 namespace fs = std::filesystem;
+
+// A manifest or a shard's header: JSON another process may have written, held to a depth and a
+// size limit (base/json_bounded.hpp); a real one is a few KiB per rank.
+constexpr size_t kMaxManifestBytes = size_t{64} << 20;
 
 FAULTLINE_SETTING(kWrittenFormat, int64_t, "FAULTLINE_CHECKPOINT_FORMAT", kCheckpointFormatVersion,
                   "Format version stamped on written checkpoints (another release's format)");
@@ -130,11 +136,19 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 std::string read_file(const std::string& path) {
   FAULTLINE_FAULT_POINT("checkpoint.read", (fault::SiteContext{-1, "", "checkpoint.read", -1,
                                                                nullptr, 0, DType::kU8, -1}));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) raise<CheckpointError>("cannot read {}: {}", path, std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // Not waited on when a FIFO stands in its place (fl-ckpt hung in open(), issue 32).
+  std::string why;
+  const FileFd f = open_regular_file(path, &why);
+  if (!f) raise<CheckpointError>("cannot read {}: {}", path, why);
+  std::string out;
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t got = ::read(f.get(), chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) raise<CheckpointError>("cannot read {}: {}", path, std::strerror(errno));
+    if (got == 0) return out;
+    out.append(chunk, static_cast<size_t>(got));
+  }
 }
 
 std::string resolve_checkpoint(const std::string& path) {
@@ -192,8 +206,8 @@ nlohmann::json read_manifest(const std::string& dir) {
   }
   nlohmann::json m;
   try {
-    m = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
+    m = parse_json_bounded(read_file(path), JsonLimits{64, kMaxManifestBytes});
+  } catch (const JsonRefused& e) {
     raise<CheckpointError>("checkpoint manifest {} is not valid JSON: {}", path,
                            valid_utf8(e.what()));
   }
@@ -226,8 +240,9 @@ nlohmann::json decode_shard(const std::string& bytes, const std::string& path,
   if (16 + len > bytes.size()) raise<CheckpointError>("{}: truncated header", path);
   nlohmann::json h;
   try {
-    h = nlohmann::json::parse(bytes.substr(16, len));
-  } catch (const nlohmann::json::exception& e) {
+    h = parse_json_bounded(std::string_view(bytes).substr(16, len),
+                           JsonLimits{64, kMaxManifestBytes});
+  } catch (const JsonRefused& e) {
     raise<CheckpointError>("{}: corrupt header: {}", path, e.what());
   }
   size_t off = 16 + len;
