@@ -69,7 +69,7 @@ std::string expected(const std::string& results, const std::string& dir, uid_t o
       results, dir, owner, mode, problem, ::geteuid());
 }
 
-TEST(ResultsDirectory, WorldWritableWithoutTheStickyBitIsRefusedWithTheExactMessage) {
+TEST(ResultsDirectory, WritableByOthersIsRefusedWithTheExactMessageUnlessSticky) {
   const std::string res = make_dir(test_dir() + "/res", 0777);
   EXPECT_EQ(refusal([&] { make_run_dir(res, "r", "tiny", false); }),
             expected(res, res, ::geteuid(), 0777,
@@ -87,6 +87,15 @@ TEST(ResultsDirectory, WorldWritableWithoutTheStickyBitIsRefusedWithTheExactMess
   ASSERT_EQ(::chmod(res.c_str(), 0757), 0);
   EXPECT_EQ(refusal([&] { make_run_dir(below, "r", "tiny", false); }),
             expected(below, res, ::geteuid(), 0757, "writable by others without the sticky bit"));
+  // Sticky and world-writable, like /tmp: others cannot rename or remove what the harness makes.
+  ASSERT_EQ(::chmod(res.c_str(), 01777), 0);
+  const auto made = make_run_dir(res, "r", "tiny", false);
+  EXPECT_EQ(made.warning, "");
+  EXPECT_EQ(made.dir, res + "/r");
+  struct stat st {};
+  ASSERT_EQ(::stat(made.dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_EQ(st.st_uid, ::geteuid());
 }
 
 TEST(ResultsDirectory, OwnedByAnotherUserIsRefused) {
@@ -95,17 +104,6 @@ TEST(ResultsDirectory, OwnedByAnotherUserIsRefused) {
   EXPECT_EQ(refusal([&] { make_run_dir(res, "r", "tiny", false); }),
             expected(res, res, kNobody, 0755, "owned by another user"));
   EXPECT_FALSE(fs::exists(res + "/r"));
-}
-
-TEST(ResultsDirectory, AStickyWorldWritableDirectoryLikeTmpIsAccepted) {
-  const std::string res = make_dir(test_dir() + "/res", 01777);
-  const auto made = make_run_dir(res, "r", "tiny", false);
-  EXPECT_EQ(made.warning, "");
-  EXPECT_EQ(made.dir, res + "/r");
-  struct stat st {};
-  ASSERT_EQ(::stat(made.dir.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 07777, 0700u);
-  EXPECT_EQ(st.st_uid, ::geteuid());
 }
 
 TEST(ResultsDirectory, MissingPartsAreMadeThatOnlyTheirOwnerCanWrite) {
