@@ -335,8 +335,7 @@ std::vector<std::string> agent_command(const Scenario& s, int node, const std::s
 
 void AgentHub::start(Supervisor& sup, const std::string& exe, const std::string& control_addr,
                      const std::function<bool()>& poll,
-                     std::function<void(const std::string&)> on_lost,
-                     bool allow_shared_results) {
+                     std::function<void(const std::string&)> on_lost, bool allow_shared_results) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<pid_t> pids;
   for (size_t k = 0; k < impl_->hosts.size(); ++k) {

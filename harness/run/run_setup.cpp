@@ -187,8 +187,9 @@ void Run::start_artifact_hub() {
   const std::string hub = dir_ + "/hub";
   run_dir_.mkdirs("hub");
   const int vocab = s_.model == "small" ? 256 : 64;
-  run_dir_.write_atomic("hub/tokenizer.json",
-               nlohmann::json{{"kind", "synthetic-chain"}, {"vocab", vocab}}.dump(2) + "\n");
+  run_dir_.write_atomic(
+      "hub/tokenizer.json",
+      nlohmann::json{{"kind", "synthetic-chain"}, {"vocab", vocab}}.dump(2) + "\n");
   artifacts_ = std::make_unique<ArtifactServer>(hub, std::vector<std::string>{"tokenizer.json"});
   artifact_url_ = artifacts_->start();
   hist_->harness("artifact_hub", {{"url", artifact_url_}, {"files", {"tokenizer.json"}}});

@@ -87,7 +87,8 @@ std::string get_once(const Url& u, const std::string& url) {
 std::string fetch_artifact(const std::string& name) {
   fs::path cache;
   try {
-    cache = private_cache_dir(kArtifactCache.get(), "faultline-artifacts", "FAULTLINE_ARTIFACT_CACHE");
+    cache =
+        private_cache_dir(kArtifactCache.get(), "faultline-artifacts", "FAULTLINE_ARTIFACT_CACHE");
   } catch (const Error& e) {
     raise<ArtifactError>("cannot fetch artifact '{}': {}", name, e.what());
   }
