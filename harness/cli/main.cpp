@@ -462,16 +462,9 @@ int main(int argc, char** argv) {
       if (metrics_out.empty()) {
         std::fwrite(text.data(), 1, text.size(), stdout);
       } else {
-        // Written whole and renamed: a textfile collector never reads half a file.
-        const std::string tmp = metrics_out + ".tmp";
-        std::FILE* f = std::fopen(tmp.c_str(), "w");
-        if (f == nullptr || std::fwrite(text.data(), 1, text.size(), f) != text.size() ||
-            std::fclose(f) != 0) {
-          std::fprintf(stderr, "faultline: cannot write %s: %s\n", tmp.c_str(),
-                       std::strerror(errno));
-          return 2;
-        }
-        std::filesystem::rename(tmp, metrics_out);
+        // Written whole and renamed: a textfile collector never reads half a file (and a
+        // temporary of a fresh name: never a symlink planted at NAME.tmp).
+        fl::harness::write_atomic(metrics_out, text);
         std::printf("%s\n", metrics_out.c_str());
       }
       return 0;
