@@ -25,6 +25,7 @@
 #include <fmt/ranges.h>
 
 #include "base/control_auth.hpp"
+#include "base/private_dir.hpp"
 #include "base/subprocess.hpp"
 #include "harness/agent/agent_faults.hpp"
 #include "harness/agent/relay.hpp"
@@ -163,6 +164,15 @@ int hold_port(const std::string& word, std::string& why) {
 }  // namespace
 
 int run_agent(const AgentOptions& o) {
+  // The agent reads the secret there, makes its relay socket and file backups there: a directory
+  // another user on this host can write would hand them all three.
+  try {
+    const std::string why = check_private_dir(o.run_dir, "--run-dir", o.allow_shared_results);
+    if (!why.empty()) say(o, "warning: accepted with --allow-shared-results: " + why);
+  } catch (const std::exception& e) {
+    say(o, e.what());
+    return 2;
+  }
   std::string no_secret;
   const std::string secret = read_secret(o, no_secret);
   if (secret.empty()) {

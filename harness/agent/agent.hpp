@@ -16,6 +16,9 @@ struct AgentOptions {
   std::string control;  // the control plane's address (unix:PATH or HOST:PORT)
   std::string host;     // this host's name as topology.hosts lists it
   std::string run_dir;  // the run directory (shared filesystem)
+  // Accept a run directory under one that another user can write (else the agent refuses to start:
+  // base/private_dir.hpp).
+  bool allow_shared_results = false;
 };
 
 // Returns the process's exit status: 0 when stopped by the harness, 3 when the connection was

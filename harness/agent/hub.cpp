@@ -336,13 +336,14 @@ std::vector<std::string> agent_command(const Scenario& s, int node, const std::s
 
 void AgentHub::start(Supervisor& sup, const std::string& exe, const std::string& control_addr,
                      const std::function<bool()>& poll,
-                     std::function<void(const std::string&)> on_lost) {
+                     std::function<void(const std::string&)> on_lost, bool allow_shared_results) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<pid_t> pids;
   for (size_t k = 0; k < impl_->hosts.size(); ++k) {
     ProcessSpec p;
     p.name = "agent " + impl_->hosts[k];
     p.argv = agent_command(impl_->s, static_cast<int>(k), exe, control_addr, impl_->dir);
+    if (allow_shared_results) p.argv.push_back("--allow-shared-results");
     p.cwd = impl_->dir;
     for (char** e = environ; *e != nullptr; ++e) p.env.push_back(*e);
     pids.push_back(sup.spawn(p));

@@ -44,8 +44,11 @@ class AgentHub : public faults::HostAgents {
   // looks; false: the run is stopping) until each attached; Error naming every host whose agent
   // did not within the limit.
   // `on_lost` runs (on a gRPC thread) when an agent goes away before stop().
+  // `allow_shared_results`: the agents accept a run directory under a shared one (the harness
+  // was given --allow-shared-results).
   void start(Supervisor& sup, const std::string& exe, const std::string& control_addr,
-             const std::function<bool()>& poll, std::function<void(const std::string&)> on_lost);
+             const std::function<bool()>& poll, std::function<void(const std::string&)> on_lost,
+             bool allow_shared_results = false);
   // For agents the caller started (one srun step for all): waits until each host's agent
   // attached, while `alive(node)` says what started it still runs; Error as start() says.
   void wait_attached(const std::function<bool(size_t)>& alive, const std::string& control_addr,

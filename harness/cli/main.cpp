@@ -190,6 +190,10 @@ int main(int argc, char** argv) {
   run->add_flag("--shared-run-dir", ro.shared_run_dir,
                 "Make the run directory 0755 (default 0700; the secret and socket stay 0600)");
   run->add_option("--run-id", ro.run_id, "Run directory name (default: time-name-random)");
+  const char* shared_help =
+      "Accept a --results directory (or one above it) that another user owns or can write, with "
+      "a warning; that user can then swap the run directory for their own (refused by default)";
+  run->add_flag("--allow-shared-results", ro.allow_shared_results, shared_help);
   const char* detector_help =
       "Start a detector beside the run (repeatable): hang, comm, numeric, straggler, memory, "
       "logs, baseline (all six), or a command line";
@@ -229,11 +233,15 @@ int main(int argc, char** argv) {
   agent->add_option("--control", agent_opts.control, "The run's control-plane address")->required();
   agent->add_option("--host", agent_opts.host, "This host's name in topology.hosts")->required();
   agent->add_option("--run-dir", agent_opts.run_dir, "The run directory")->required();
+  agent->add_flag("--allow-shared-results", agent_opts.allow_shared_results,
+                  "Accept a run directory above which another user can write (the harness passes "
+                  "it on when it was given it)");
   auto* replay = app.add_subcommand(
       "replay", "Run a finished run again, firing exactly the faults its fired logs recorded");
   replay->add_option("run_dir", run_dir, "results/runs/<id>")->required();
   replay->add_option("--results", ro.results_dir, "Where run directories go")
       ->capture_default_str();
+  replay->add_flag("--allow-shared-results", ro.allow_shared_results, shared_help);
   auto* catalog =
       app.add_subcommand("catalog", "The 34 symptoms, their causes, fixes and scenarios");
   catalog->add_flag("--json", json, "JSON output");
@@ -254,6 +262,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   suite->add_option("--results", so.results_dir, "Where suite directories go")
       ->capture_default_str();
+  suite->add_flag("--allow-shared-results", so.allow_shared_results, shared_help);
   suite->add_option("--junit", so.junit_path, "JUnit XML file (default: in the suite directory)");
   suite->add_option("--json", so.json_path, "JSON summary (default: in the suite directory)");
   std::string shard, seeds;
@@ -369,6 +378,7 @@ int main(int argc, char** argv) {
   repro->add_option("scenario", scenario_path, "Scenario YAML file")->required();
   repro->add_option("--results", ro.results_dir, "Where run directories go")->capture_default_str();
   repro->add_option("--set", overrides, "Override a key in both runs (repeatable)");
+  repro->add_flag("--allow-shared-results", ro.allow_shared_results, shared_help);
   repro->add_option("--detector", ro.detectors, detector_help);
   repro->add_flag("--report", write_html, "Also write both runs' HTML reports");
   repro->add_flag("-q,--quiet", quiet, "Print only the final summaries");
@@ -466,16 +476,9 @@ int main(int argc, char** argv) {
       if (metrics_out.empty()) {
         std::fwrite(text.data(), 1, text.size(), stdout);
       } else {
-        // Written whole and renamed: a textfile collector never reads half a file.
-        const std::string tmp = metrics_out + ".tmp";
-        std::FILE* f = std::fopen(tmp.c_str(), "w");
-        if (f == nullptr || std::fwrite(text.data(), 1, text.size(), f) != text.size() ||
-            std::fclose(f) != 0) {
-          std::fprintf(stderr, "faultline: cannot write %s: %s\n", tmp.c_str(),
-                       std::strerror(errno));
-          return 2;
-        }
-        std::filesystem::rename(tmp, metrics_out);
+        // Written whole and renamed: a textfile collector never reads half a file (and a
+        // temporary of a fresh name: never a symlink planted at NAME.tmp).
+        fl::harness::write_atomic(metrics_out, text);
         std::printf("%s\n", metrics_out.c_str());
       }
       return 0;
@@ -505,6 +508,7 @@ int main(int argc, char** argv) {
         so.run_args.push_back("--detector");
         so.run_args.push_back(d);
       }
+      if (so.allow_shared_results) so.run_args.push_back("--allow-shared-results");
       if (!suite_recovery.empty())
         so.run_args.insert(so.run_args.end(), {"--recovery", suite_recovery});
       for (auto& kv : suite_sets) so.run_args.insert(so.run_args.end(), {"--set", kv});

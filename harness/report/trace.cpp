@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/private_dir.hpp"
 #include "harness/report/report.hpp"
 #include "harness/run/history.hpp"
 
@@ -214,14 +215,9 @@ nlohmann::json run_trace(const std::string& run_dir) {
 std::string write_trace(const std::string& run_dir, const std::string& out) {
   const std::string path = out.empty() ? (fs::path(run_dir) / "trace.json").string() : out;
   const auto trace = run_trace(run_dir);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f) raise("cannot write {}", tmp);
-    f << trace.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    if (!f) raise("cannot write {}", tmp);
-  }
-  fs::rename(tmp, path);
+  // A temporary of a fresh name, created exclusively: never a symlink planted at NAME.tmp.
+  write_file_atomic(path,
+                    trace.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   return path;
 }
 

@@ -1,7 +1,11 @@
 #include "harness/run/history.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 
 #include "base/error.hpp"
 #include "base/file_read.hpp"
@@ -81,6 +85,15 @@ std::vector<HistoryEvent> read_history(const std::string& path, size_t* rejected
 History::History(const std::string& path) : t0_(mono_ns()) {
   file_ = std::fopen(path.c_str(), "a");
   if (file_ == nullptr) raise<Error>("{}: cannot open the run history: {}", path, strerror(errno));
+}
+
+History::History(int fd, const std::string& path) : t0_(mono_ns()) {
+  file_ = ::fdopen(fd, "a");
+  if (file_ == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    raise<Error>("{}: cannot open the run history: {}", path, strerror(err));
+  }
 }
 
 History::~History() {

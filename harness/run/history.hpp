@@ -27,6 +27,9 @@ std::vector<HistoryEvent> read_history(const std::string& path, size_t* rejected
 class History {
  public:
   explicit History(const std::string& path);
+  // Appends to `fd` (opened by the caller, e.g. relative to the run directory's descriptor), which
+  // it then owns; `path` names it in errors.
+  History(int fd, const std::string& path);
   ~History();
   History(const History&) = delete;
   History& operator=(const History&) = delete;

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <regex>
 
@@ -20,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/private_dir.hpp"
 #include "base/settings.hpp"
 
 extern "C" char** environ;
@@ -46,24 +49,72 @@ std::string make_run_id(const std::string& name) {
                      rd() & 0xffff);
 }
 
-std::pair<std::string, std::string> create_run_dir(const std::string& results_dir,
-                                                   const std::string& run_id,
-                                                   const std::string& scenario_name) {
+namespace {
+std::function<void(const std::string&)> g_after_mkdir_hook;
+
+// The directory just opened must be the one mkdir made: ours, 0700, empty. Another user who can
+// write the results directory could have put their own (or a symlink) at its name in between.
+void check_fresh_run_dir(const DirFd& d, const std::string& results) {
+  struct stat st {};
+  if (::fstat(d.fd(), &st) != 0) raise<Error>("{}: {}", d.path(), std::strerror(errno));
+  int entries = 0;
+  if (DIR* it = ::fdopendir(::dup(d.fd()))) {
+    while (const dirent* e = ::readdir(it)) {
+      entries += std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0;
+    }
+    ::closedir(it);
+  }
+  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0 || entries != 0) {
+    raise<Error>(
+        "{}: refused: not the run directory the harness just created (owner uid {}, mode {:04o}, "
+        "{} entries; expected uid {}, no access for others, empty): someone who can write {} "
+        "replaced it",
+        d.path(), st.st_uid, st.st_mode & 07777, entries, ::geteuid(), results);
+  }
+}
+}  // namespace
+
+void set_run_dir_hook_for_tests(std::function<void(const std::string& dir)> hook) {
+  g_after_mkdir_hook = std::move(hook);
+}
+
+CreatedRunDir make_run_dir(const std::string& results_dir, const std::string& run_id,
+                           const std::string& scenario_name, bool allow_shared) {
   // A run id is one path component: `--run-id ../x`, an absolute path or a scenario name with a
   // slash would put the run outside the results directory.
   if (!run_id.empty()) check_path_component("--run-id", run_id);
-  std::filesystem::create_directories(results_dir);
+  CreatedRunDir out;
+  out.warning = make_private_dir(results_dir, "--results", allow_shared);
+  const DirFd results = DirFd::open(results_dir);
   for (int tries = 0;; ++tries) {
-    const std::string id = run_id.empty() ? make_run_id(scenario_name) : run_id;
-    if (run_id.empty()) check_path_component("the run id made from the scenario's name", id);
-    const std::string dir =
-        std::filesystem::absolute(std::filesystem::path(results_dir) / id).lexically_normal();
-    if (::mkdir(dir.c_str(), 0700) == 0) return {id, dir};
-    if (errno != EEXIST) {
-      raise<Error>("{}: cannot create the run directory: {}", dir, std::strerror(errno));
+    out.id = run_id.empty() ? make_run_id(scenario_name) : run_id;
+    if (run_id.empty()) check_path_component("the run id made from the scenario's name", out.id);
+    out.dir = fs::absolute(fs::path(results_dir) / out.id).lexically_normal().string();
+    if (::mkdirat(results.fd(), out.id.c_str(), 0700) == 0) {
+      if (g_after_mkdir_hook) g_after_mkdir_hook(out.dir);
+      try {
+        out.fd = DirFd::open_at(results.fd(), out.id, out.dir);
+      } catch (const Error& e) {
+        raise<Error>("{} (someone who can write {} replaced the run directory)", e.what(),
+                     results_dir);
+      }
+      check_fresh_run_dir(out.fd, results_dir);
+      return out;
     }
-    if (!run_id.empty() || tries >= 20) raise<Error>("{}: the run directory already exists", dir);
+    if (errno != EEXIST) {
+      raise<Error>("{}: cannot create the run directory: {}", out.dir, std::strerror(errno));
+    }
+    if (!run_id.empty() || tries >= 20) {
+      raise<Error>("{}: the run directory already exists", out.dir);
+    }
   }
+}
+
+std::pair<std::string, std::string> create_run_dir(const std::string& results_dir,
+                                                   const std::string& run_id,
+                                                   const std::string& scenario_name) {
+  auto d = make_run_dir(results_dir, run_id, scenario_name, false);
+  return {d.id, d.dir};
 }
 
 void check_path_component(const std::string& what, const std::string& value) {

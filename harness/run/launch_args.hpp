@@ -4,10 +4,12 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "base/private_dir.hpp"
 #include "harness/scenario/scenario.hpp"
 
 namespace fl::harness {
@@ -22,6 +24,19 @@ std::string make_run_id(const std::string& name);
 std::pair<std::string, std::string> create_run_dir(const std::string& results_dir,
                                                    const std::string& run_id,
                                                    const std::string& scenario_name);
+// The same, for a run: the results directory is first made (missing parts 0755) and checked with
+// check_private_dir (`allow_shared`: --allow-shared-results, a refusal becomes `warning`); the run
+// directory is opened once right after mkdir, and refused unless it is still the empty 0700
+// directory of this user that mkdir made. Every file of the run is written through `fd`.
+struct CreatedRunDir {
+  std::string id, dir;
+  DirFd fd;
+  std::string warning;  // why the results directory is not private ("" when it is)
+};
+CreatedRunDir make_run_dir(const std::string& results_dir, const std::string& run_id,
+                           const std::string& scenario_name, bool allow_shared);
+// Tests: called with the run directory's path between its mkdir and its open (to swap it).
+void set_run_dir_hook_for_tests(std::function<void(const std::string& dir)> hook);
 // Throws ConfigError unless `value` is a safe single path component (a run id, a suite name):
 // 1-200 of letters, digits and . _ - +, not starting with . or -. `what` names it in the message
 // ("--run-id", "suite.yaml:2: name").

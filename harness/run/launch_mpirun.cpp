@@ -41,7 +41,7 @@ class MpirunLauncher : public Launcher {
   void start(LaunchHost& h, const std::vector<std::string>& args) override {
     std::string app;
     for (int r = 0; r < h.s.ranks; ++r) app += app_line(h, r, args) + "\n";
-    write_atomic(h.dir + "/appfile", app);
+    h.run_dir->write_atomic("appfile", app);
     ProcessSpec p;
     p.name = "mpirun";
     p.argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to",

@@ -50,7 +50,7 @@ class SrunLauncher : public Launcher {
   void start(LaunchHost& h, const std::vector<std::string>& args) override {
     std::string prog;
     for (int r = 0; r < h.s.ranks; ++r) prog += line(h, r, args) + "\n";
-    write_atomic(h.dir + "/multiprog", prog);
+    h.run_dir->write_atomic("multiprog", prog);
     ProcessSpec p;
     p.name = "srun";
     p.argv = {"srun",
@@ -71,7 +71,7 @@ class SrunLauncher : public Launcher {
       const int per = h.s.ranks / static_cast<int>(h.s.hosts.size());
       std::string placed;
       for (int r = 0; r < h.s.ranks; ++r) placed += alloc_.host_nodes.at(r / per) + "\n";
-      write_atomic(h.dir + "/ranks.hosts", placed);
+      h.run_dir->write_atomic("ranks.hosts", placed);
       p.argv.insert(p.argv.begin() + 1, "--distribution=arbitrary");
       p.env.push_back("SLURM_HOSTFILE=" + h.dir + "/ranks.hosts");
     }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/private_dir.hpp"
 #include "harness/scenario/scenario.hpp"
 
 namespace fl::harness {
@@ -51,6 +52,8 @@ struct LaunchHost {
   std::function<void(int rank)> started;
   // Runs pending I/O (process output, exits) while a launcher waits for a helper to come up.
   std::function<void()> poll;
+  // `dir` opened once: files the launcher writes there (appfile, multiprog) go through it.
+  const DirFd* run_dir = nullptr;
 };
 
 class Launcher {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "base/private_dir.hpp"
 #include "harness/agent/hub.hpp"
 #include "harness/run/artifact_server.hpp"
 #include "harness/run/controller.hpp"
@@ -102,6 +103,7 @@ class Run {
   RestartPolicy restart_;  // what happens once every rank has ended (restart_policy.hpp)
   std::unique_ptr<boost::asio::steady_timer> recovery_timer_;
   std::string dir_, id_;
+  DirFd run_dir_;  // dir_, opened once right after its mkdir: the harness's files go through it
   // What the hang watchdog judges: the history's summary, kept up to date by a listener on the
   // history (declared before it: the history, and what appends to it while it is destroyed,
   // must not outlive the summary).

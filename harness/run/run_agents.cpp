@@ -38,7 +38,8 @@ void Run::start_agents() {
   if (slurm_) {
     start_srun_agents(exe);
   } else {
-    agents_->start(*sup_, exe, ctl_addr_, agent_poll(), agent_lost_handler());
+    agents_->start(*sup_, exe, ctl_addr_, agent_poll(), agent_lost_handler(),
+                   o_.allow_shared_results);
   }
   faults_->use_agents(agents_.get());
   if (!relaying_) return;  // launcher srun's agents do not relay (rank_control_addr)

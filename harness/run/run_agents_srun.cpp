@@ -29,11 +29,12 @@ void Run::start_srun_agents(const std::string& exe) {
   // named names[k]; the words are checked as for the rsh agent (plain paths and names).
   std::string prog, hostfile;
   for (size_t k = 0; k < names.size(); ++k) {
-    prog += fmt::format("{} {}\n", k, fmt::join(agent_words(names[k], exe, ctl_addr_, dir_), " "));
+    prog += fmt::format("{} {}{}\n", k, fmt::join(agent_words(names[k], exe, ctl_addr_, dir_), " "),
+                        o_.allow_shared_results ? " --allow-shared-results" : "");
     hostfile += nodes[k] + "\n";
   }
-  write_atomic(dir_ + "/agents.multiprog", prog);
-  write_atomic(dir_ + "/agents.hosts", hostfile);
+  run_dir_.write_atomic("agents.multiprog", prog);
+  run_dir_.write_atomic("agents.hosts", hostfile);
   ProcessSpec p;
   p.name = "agents";
   p.argv = {"srun",

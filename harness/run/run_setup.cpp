@@ -1,9 +1,11 @@
 // Before any rank starts: the run directory (created exclusively), the resolved scenario and plan
 // files, each rank's environment, the scenario's preparation run and the artifact hub.
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <tuple>
@@ -21,25 +23,36 @@ namespace fs = std::filesystem;
 
 void Run::prepare() {
   // Created exclusively, so two runs started at once never share one: a generated id is drawn
-  // again, a given one (--run-id) is an error; either is one path component under --results.
-  std::tie(id_, dir_) = create_run_dir(o_.results_dir, o_.run_id, s_.name);
+  // again, a given one (--run-id) is an error; either is one path component under --results,
+  // which no other user may be able to write (unless --allow-shared-results). The directory is
+  // opened once; everything the harness writes into it goes through that descriptor.
+  auto made = make_run_dir(o_.results_dir, o_.run_id, s_.name, o_.allow_shared_results);
+  id_ = made.id;
+  dir_ = made.dir;
+  run_dir_ = std::move(made.fd);
+  if (!made.warning.empty()) {
+    std::fprintf(stderr, "faultline: warning: accepted with --allow-shared-results: %s\n",
+                 made.warning.c_str());
+  }
   // Only the harness's user enters the run directory (it holds the control socket and secret)
   // unless the user shares it; the secret and the socket stay 0600 either way.
-  if (::chmod(dir_.c_str(), o_.shared_run_dir ? 0755 : 0700) != 0) {
+  if (::fchmod(run_dir_.fd(), o_.shared_run_dir ? 0755 : 0700) != 0) {
     raise<Error>("{}: cannot set the run directory's mode: {}", dir_, strerror(errno));
   }
-  fs::create_directories(dir_ + "/tmp");
-  for (int r = 0; r < s_.ranks; ++r)
-    fs::create_directories(fmt::format("{}/ranks/rank{}", dir_, r));
+  run_dir_.mkdirs("tmp");
+  for (int r = 0; r < s_.ranks; ++r) run_dir_.mkdirs(fmt::format("ranks/rank{}", r));
   YAML::Emitter em;
   em << s_.resolved;
-  write_atomic(dir_ + "/scenario.yaml", std::string(em.c_str()) + "\n");
+  run_dir_.write_atomic("scenario.yaml", std::string(em.c_str()) + "\n");
   std::string plan;
   for (auto& p : s_.plans) plan += p + "\n";
-  write_atomic(dir_ + "/fault-plan.txt", plan);
-  write_atomic(dir_ + "/verdict.json",
-               nlohmann::json{{"outcome", "unknown"}, {"state", "running"}}.dump(2) + "\n");
-  hist_ = std::make_unique<History>(dir_ + "/history.jsonl");
+  run_dir_.write_atomic("fault-plan.txt", plan);
+  run_dir_.write_atomic(
+      "verdict.json", nlohmann::json{{"outcome", "unknown"}, {"state", "running"}}.dump(2) + "\n");
+  hist_ = std::make_unique<History>(
+      run_dir_.open_file("history.jsonl", O_WRONLY | O_APPEND | O_CREAT | O_EXCL),
+      dir_ + "/history.jsonl");
+  if (!made.warning.empty()) hist_->harness("shared_results", {{"warning", made.warning}});
   hist_->add_listener([this](const HistoryEvent& e) {
     std::lock_guard lock(summary_mu_);
     add_event(summary_, e);
@@ -104,12 +117,13 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
 // are copied into this run's, so damage done here never reaches the preparation's own files.
 void Run::run_preparation() {
   const std::string file = dir_ + "/prepare.yaml";
-  write_atomic(file, s_.prepare_yaml + "\n");
+  run_dir_.write_atomic("prepare.yaml", s_.prepare_yaml + "\n");
   const Scenario p = load_scenario(file);
   RunOptions po;
   po.results_dir = dir_;
   po.run_id = "prepare";
   po.print_summary = false;
+  po.allow_shared_results = o_.allow_shared_results;  // above dir_ as for this run
   const auto t0 = std::chrono::steady_clock::now();
   const RunResult r = run_scenario(p, po);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -130,7 +144,7 @@ void Run::run_preparation() {
 // socket path is too long for a unix socket or the user asks for it.
 void Run::start_control_plane() {
   secret_ = make_control_secret();
-  write_secret_file(dir_ + "/" + kControlSecretFile, secret_);
+  run_dir_.write_new(kControlSecretFile, secret_ + "\n", 0600);
   ctl_ = std::make_unique<Controller>(
       *hist_, [this](const ControlAction& a) { return control(a); }, secret_);
   std::string addr = o_.control_addr;
@@ -171,12 +185,12 @@ void Run::start_artifact_hub() {
         "the harness's hub on 127.0.0.1)");
   }
   const std::string hub = dir_ + "/hub";
-  fs::create_directories(hub);
+  run_dir_.mkdirs("hub");
   const int vocab = s_.model == "small" ? 256 : 64;
-  write_atomic(hub + "/tokenizer.json",
-               nlohmann::json{{"kind", "synthetic-chain"}, {"vocab", vocab}}.dump(2) + "\n");
-  artifacts_ =
-      std::make_unique<ArtifactServer>(hub, std::vector<std::string>{"tokenizer.json"}, secret_);
+  run_dir_.write_atomic(
+      "hub/tokenizer.json",
+      nlohmann::json{{"kind", "synthetic-chain"}, {"vocab", vocab}}.dump(2) + "\n");
+  artifacts_ = std::make_unique<ArtifactServer>(hub, std::vector<std::string>{"tokenizer.json"}, secret_);
   artifact_url_ = artifacts_->start();
   hist_->harness("artifact_hub", {{"url", artifact_url_}, {"files", {"tokenizer.json"}}});
 }

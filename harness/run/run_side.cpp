@@ -87,12 +87,14 @@ void Run::run_after_prepare() {
 void Run::start_baseline() {
   if (s_.baseline_yaml.empty()) return;
   const std::string file = dir_ + "/baseline.yaml";
-  write_atomic(file, s_.baseline_yaml + "\n");
+  run_dir_.write_atomic("baseline.yaml", s_.baseline_yaml + "\n");
   const Scenario ref = load_scenario(file);  // a reference that cannot load stops the run here
   baseline_wait_s_ = 2 * ref.run_timeout_s + 30;
   ProcessSpec p;
   p.name = "baseline";
   p.argv = {harness_program(), "run", file, "--results", dir_, "--run-id", "baseline", "-q"};
+  // Its results are this run's directory, whose ancestors were accepted only with the option.
+  if (o_.allow_shared_results) p.argv.push_back("--allow-shared-results");
   p.cwd = dir_;
   for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
   baseline_pid_ = sup_->spawn(p);

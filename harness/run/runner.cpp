@@ -29,6 +29,7 @@
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
 #include "base/file_read.hpp"
+#include "base/private_dir.hpp"
 #include "base/settings.hpp"
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
@@ -70,7 +71,8 @@ LaunchHost Run::launch_host() {
                     *faults_,
                     [this](int r) { return rank_env(r); },
                     [this](int r) { running_ranks_.insert(r); },
-                    [this] { io_.poll(); }};
+                    [this] { io_.poll(); },
+                    &run_dir_};
 }
 
 void Run::on_line(int rank, const std::string& name, const std::string& stream,
@@ -473,8 +475,8 @@ RunResult Run::go() {
   if (!res.harness_error.empty()) v["harness_error"] = res.harness_error;
   v["rejected_events"] = hist_->rejected();
   v["warnings"] = plan_report(s_.plans, history).warnings;  // plans armed that never fired
-  write_atomic(dir_ + "/verdict.json",
-               v.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  run_dir_.write_atomic("verdict.json",
+                        v.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   res.exit_code = !res.harness_error.empty() ? 2 : outcome_exit_code(res.verdict.outcome);
   print_summary(res, history);
   return res;
@@ -483,14 +485,7 @@ RunResult Run::go() {
 }  // namespace detail
 
 void write_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) raise<Error>("{}: cannot write: {}", tmp, std::strerror(errno));
-  }
-  fs::rename(tmp, path);
+  write_file_atomic(path, text);  // a fresh, exclusive temporary: never a planted NAME.tmp
 }
 
 void check_runnable_here(const Scenario& scenario) {

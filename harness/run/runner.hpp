@@ -17,6 +17,9 @@ struct RunOptions {
   std::string control_addr;
   bool shared_run_dir = false;  // run directory 0755 instead of 0700 (secret and socket stay 0600)
   std::string run_id;           // empty: <time>-<name>-<random>
+  // Accept a results directory that another user can write (or that is owned by one), with a
+  // warning; refused otherwise (check_private_dir, base/private_dir.hpp).
+  bool allow_shared_results = false;
   bool print_summary = true;
   // Print the header at once and then each notable event as it happens (faultline run without
   // -q); the summary then leaves out the header's lines.

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -24,6 +25,7 @@
 
 #include "base/file_read.hpp"
 #include "base/json_bounded.hpp"
+#include "base/private_dir.hpp"
 #include "base/settings.hpp"
 #include "base/stats.hpp"
 #include "harness/run/launch_args.hpp"
@@ -264,6 +266,12 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
     char buf[32];
     std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
     ts = buf;
+  }
+  // No other user may be able to write where the suite's directory and its runs go.
+  if (const auto why = make_private_dir(o.results_dir, "--results", o.allow_shared_results);
+      !why.empty()) {
+    std::fprintf(stderr, "faultline: warning: accepted with --allow-shared-results: %s\n",
+                 why.c_str());
   }
   res.dir = make_unique_dir(o.results_dir, fmt::format("{}-{}{}", ts, plan.name, o.name_suffix));
   fs::create_directories(res.dir + "/runs");

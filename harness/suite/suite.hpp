@@ -34,6 +34,9 @@ struct SuiteSelection {
 
 struct SuiteOptions {
   std::string results_dir = "results/suites";
+  // Accept a results directory other users can write, with a warning (else refused; the runs
+  // get --allow-shared-results through run_args).
+  bool allow_shared_results = false;
   int jobs = 2;
   bool progress = true;
   std::string junit_path, json_path;  // "" : inside the suite's results directory

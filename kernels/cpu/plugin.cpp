@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "base/file_lock.hpp"
+#include "base/private_dir.hpp"
 #include "base/settings.hpp"
 #include "base/subprocess.hpp"
 #include "injector/site.hpp"
@@ -28,8 +29,11 @@ FAULTLINE_SETTING(kPluginPath, std::string, "FAULTLINE_PLUGIN_PATH", "",
 FAULTLINE_SETTING(kPluginSrc, std::string, "FAULTLINE_PLUGIN_SRC",
                   FAULTLINE_SOURCE_DIR "/kernels/plugins",
                   "Where JIT builds find plugin sources (<name>.cpp)");
-FAULTLINE_SETTING(kJitDir, std::string, "FAULTLINE_JIT_DIR", "/tmp/faultline-jit",
-                  "Build directory and cache of JIT-built plugins");
+// Not a fixed name in /tmp: another user could make it first and plant a library there that a
+// later root run loads (issue 32).
+FAULTLINE_SETTING(kJitDir, std::string, "FAULTLINE_JIT_DIR", "",
+                  "Build directory and cache of JIT-built plugins (default: $TMPDIR/faultline-jit-"
+                  "UID, 0700; a directory another user can write is refused)");
 FAULTLINE_SETTING(kArchList, std::string, "FAULTLINE_ARCH_LIST", "8.0;9.0",
                   "Device capabilities JIT-built plugins are compiled for (';'-separated)");
 FAULTLINE_SETTING(kDeviceCapability, std::string, "FAULTLINE_DEVICE_CAPABILITY", "9.0",
@@ -117,12 +121,12 @@ std::string jit_build_plugin(const std::string& name) {
   const char* flags_env = std::getenv("CXXFLAGS");
   const std::string flags = flags_env != nullptr ? flags_env : "";
   const std::string archs = kArchList.get();
-  const fs::path dir = kJitDir.get();
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    raise<PluginError>("cannot build kernel plugin '{}': cannot create {}: {}", name, dir.string(),
-                       ec.message());
+  fs::path dir;
+  try {
+    dir = private_cache_dir(kJitDir.get(), "faultline-jit", "FAULTLINE_JIT_DIR");
+  } catch (const Error& e) {
+    raise<PluginError>("cannot build kernel plugin '{}': {}", name, e.what());
   }
   // The include root is the directory above kernels/plugins.
   const std::string root = fs::path(kPluginSrc.get()).parent_path().parent_path().string();

@@ -39,6 +39,28 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// Issue 32: the default build directory was the fixed /tmp/faultline-jit, where another user could
+// plant a library a later root run loads. Now it is TMPDIR/faultline-jit-UID, refused unless this
+// user made it (and only it can enter it).
+TEST(PluginJit, ADefaultBuildDirectoryAnotherUserMadeIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a directory to uid 65534";
+  const std::string tmp = fresh_dir("tmpdir");
+  fs::permissions(tmp, fs::perms(01777));
+  const std::string planted = tmp + "/faultline-jit-0";
+  fs::create_directory(planted);
+  ASSERT_EQ(::chown(planted.c_str(), 65534, 65534), 0);
+  fs::permissions(planted, fs::perms(0777));
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  ::unsetenv("FAULTLINE_JIT_DIR");
+  EXPECT_EQ(error_of([] { jit_build_plugin("inference_kernels"); }),
+            "cannot build kernel plugin 'inference_kernels': " + planted +
+                ": refused: it is owned by uid 65534, and must be a directory of uid 0 that only "
+                "it can enter (another user may have made it to plant files this user would "
+                "load); remove it, or set FAULTLINE_JIT_DIR to a directory of your own");
+  EXPECT_TRUE(fs::is_empty(planted));
+  ::unsetenv("TMPDIR");
+}
+
 TEST(PluginJit, BuildsOnceAndReusesTheCachedLibrary) {
   const std::string dir = fresh_dir("cache");
   ::setenv("FAULTLINE_JIT_DIR", dir.c_str(), 1);

@@ -23,14 +23,16 @@
 #include "base/control_auth.hpp"
 #include "base/file_lock.hpp"
 #include "base/json_bounded.hpp"
+#include "base/private_dir.hpp"
 #include "base/settings.hpp"
 
 namespace fl::rdzv {
 
 FAULTLINE_SETTING(kArtifactUrl, std::string, "FAULTLINE_ARTIFACT_URL", "",
                   "Base URL artifacts are fetched from (http://HOST:PORT[/PATH])");
-FAULTLINE_SETTING(kArtifactCache, std::string, "FAULTLINE_ARTIFACT_CACHE",
-                  "/tmp/faultline-artifacts", "Where fetched artifacts are cached");
+FAULTLINE_SETTING(kArtifactCache, std::string, "FAULTLINE_ARTIFACT_CACHE", "",
+                  "Where fetched artifacts are cached (default: $TMPDIR/faultline-artifacts-UID, "
+                  "0700; a directory another user can write is refused)");
 FAULTLINE_SETTING(kArtifactTimeoutMs, int64_t, "FAULTLINE_ARTIFACT_TIMEOUT_MS", 2000,
                   "Deadline of one fetch attempt");
 
@@ -97,12 +99,12 @@ std::string get_once(const Url& u, const std::string& url) {
 }  // namespace
 
 std::string fetch_artifact(const std::string& name) {
-  const fs::path cache = kArtifactCache.get();
-  std::error_code fec;
-  fs::create_directories(cache, fec);
-  if (fec) {
-    raise<ArtifactError>("cannot fetch artifact '{}': cannot create the cache {}: {}", name,
-                         cache.string(), fec.message());
+  fs::path cache;
+  try {
+    cache =
+        private_cache_dir(kArtifactCache.get(), "faultline-artifacts", "FAULTLINE_ARTIFACT_CACHE");
+  } catch (const Error& e) {
+    raise<ArtifactError>("cannot fetch artifact '{}': {}", name, e.what());
   }
   const fs::path file = cache / name;
   const auto lock = FileLock::acquire<ArtifactError>((cache / (name + ".lock")).string());
