@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/scenario/scenario.hpp"
 #include "harness/suite/calibrate.hpp"
 #include "harness/suite/suite.hpp"
 #include "kernels/device.hpp"
@@ -185,7 +186,7 @@ std::string fake_faultline(const std::string& dir) {
 file=$2 results=$4 id=$6
 name=$(basename "$file" .yaml)
 echo "$id" >> ")" << dir
-                      << R"(/launched"
+                      << R"SH(/launched"
 mkdir -p "$results/$id"
 outcome=pass
 case $name in
@@ -196,16 +197,18 @@ case $name in
     for ((i = 0; i < 600; i++)); do
       gone=0
       for f in "$results"/*.pid; do
-        [[ -e $f ]] && ! kill -0 "$(cat "$f")" 2 >
-      / dev / null&& gone = 1 done((gone)) && break sleep 0.05 done;
-  ;
+        [[ -e $f ]] && ! kill -0 "$(cat "$f")" 2>/dev/null && gone=1
+      done
+      ((gone)) && break
+      sleep 0.05
+    done ;;
   error-*) echo "faultline: error: something broke" >&2; rmdir "$results/$id"; exit 2 ;;
   nodevice-*) echo "faultline: $file: workload.device is cuda but no CUDA device is visible on this machine" >&2; rmdir "$results/$id"; exit 2 ;;
 esac
 printf '{"outcome": "%s", "explanation": "fake <verdict> & \\"%s\\"", "manifested_s": 1.5}\n' \
   "$outcome" "$id" > "$results/$id/verdict.json"
 [[ $outcome == pass ]]
-)";
+)SH";
   fs::permissions(path, fs::perms::owner_all);
   return path;
 }
@@ -606,8 +609,9 @@ TEST(SuiteFiles, AGlobOverItsOwnFolderSkipsSuiteFilesWithANote) {
 
 TEST(SuiteMaxFail, StopsStartingCasesAfterNFailuresAndReportsTheRestNotRun) {
   const auto dir = test_dir();
-  // File order is run order; with -j 1 nothing runs beside the failing case.
-  write_scenarios(dir + "/s", {"a-pass", "fail-b", "pass-c", "fail-d", "pass-e"});
+  // Name order is run order (a-pass, fail-b, fail-d, pass-c, pass-e); with -j 1 nothing runs
+  // beside the failing case.
+  write_scenarios(dir + "/s", {"a-pass", "fail-b", "fail-d", "pass-c", "pass-e"});
   SuiteOptions o = quiet();
   o.faultline_bin = fake_faultline(dir);
   o.results_dir = dir + "/out";
@@ -646,11 +650,13 @@ TEST(SuiteMaxFail, StopsStartingCasesAfterNFailuresAndReportsTheRestNotRun) {
   o.max_fail = 2;
   r = run_suite(dir + "/s", o);
   EXPECT_EQ(lines_of(dir + "/launched"),
-            (std::vector<std::string>{"a-pass-s7", "fail-b-s7", "pass-c-s7", "fail-d-s7"}));
-  EXPECT_EQ(r.cases[4].outcome, "skipped");
-  EXPECT_EQ(r.cases[4].explanation,
-            "not started: --maxfail 2 stopped the suite after 2 cases failed (fail-b seed 7, "
-            "fail-d seed 7)");
+            (std::vector<std::string>{"a-pass-s7", "fail-b-s7", "fail-d-s7"}));
+  for (int i : {3, 4}) {
+    EXPECT_EQ(r.cases[i].outcome, "skipped");
+    EXPECT_EQ(r.cases[i].explanation,
+              "not started: --maxfail 2 stopped the suite after 2 cases failed (fail-b seed 7, "
+              "fail-d seed 7)");
+  }
   EXPECT_EQ(r.exit_code(), 1);
 }
 
