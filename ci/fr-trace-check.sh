@@ -15,9 +15,10 @@
 # exit; a root passed in is reused and kept. Then two PyTorch jobs (the probe's own dumps), see below.
 #   ci/fr-trace-check.sh FAULTLINE_BIN SOURCE_DIR [ROOT]
 #   FR_TRACE_SUITE=sid (the Debian suite of the root) FR_TRACE_MIRROR=http://deb.debian.org/debian
-# Exit 0 when the analyzer named every culprit, 1 when not, 77 (skipped) without root,
-# debootstrap, curl or the mirror. Takes about 3 minutes and 2 GB under /tmp (2 CPUs): nightly
-# (ctest label slow), not CI.
+# Exit 0 when the analyzer named every culprit, 1 when not, 77 (skipped: ci/nightly.sh reports it
+# as such) without root, debootstrap or curl (ci/install-deps.sh --nightly installs them) or when
+# the mirror does not answer (one line naming it and what to do). Takes about 3 minutes and 2 GB
+# under /tmp (2 CPUs): nightly (ctest label slow), not CI.
 set -euo pipefail
 faultline=$1 src=$2 given_root=${3:-}
 suite=${FR_TRACE_SUITE:-sid}
@@ -26,10 +27,17 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 if [[ -z "$given_root" ]]; then
   [[ $(id -u) -eq 0 ]] || { echo "SKIP: building the root needs root (debootstrap, chroot)"; exit 77; }
-  command -v debootstrap >/dev/null || { echo "SKIP: no debootstrap (apt-get install debootstrap)"; exit 77; }
-  command -v curl >/dev/null || { echo "SKIP: no curl to probe $mirror"; exit 77; }
-  curl -sfI --max-time 20 "$mirror/dists/$suite/Release" >/dev/null ||
-    { echo "SKIP: $mirror/dists/$suite/Release does not answer (no network?)"; exit 77; }
+  command -v debootstrap >/dev/null ||
+    { echo "SKIP: no debootstrap (bash ci/install-deps.sh --nightly installs it)"; exit 77; }
+  command -v curl >/dev/null ||
+    { echo "SKIP: no curl to probe $mirror (bash ci/install-deps.sh --nightly installs it)"; exit 77; }
+  # Before debootstrap, whose own failure to fetch is a page of log: one line saying what to do.
+  if ! err=$(curl -sSfI --max-time 20 "$mirror/dists/$suite/Release" 2>&1 >/dev/null); then
+    echo "SKIP: the Debian mirror $mirror is not reachable (${err//$'\n'/ }):" \
+      "give this machine access to it, set FR_TRACE_MIRROR to a mirror that is reachable, or" \
+      "pass a root built before as the third argument"
+    exit 77
+  fi
 fi
 
 work=$(mktemp -d /tmp/fr-trace-check.XXXXXX)

@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages faultline needs. Idempotent: installs only what is missing, and
 # runs apt-get update only when something is. Run as root (or with sudo available).
+#   ci/install-deps.sh             what building, testing and CI need
+#   ci/install-deps.sh --nightly   and what only the nightly's checks need (ci/nightly.sh)
 set -euo pipefail
+
+nightly=0
+for arg in "$@"; do
+  case $arg in
+    --nightly) nightly=1 ;;
+    *) echo "install-deps: unknown argument '$arg' (allowed: --nightly)" >&2; exit 2 ;;
+  esac
+done
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
@@ -18,6 +28,12 @@ PACKAGES=(
   # dependencies (161 packages, 85 s on the 2-core machine, --no-install-recommends).
   python3-torch
 )
+# ci/fr-trace-check.sh (ctest frtrace.pytorch_analyzer, the nightly): debootstrap builds a
+# throwaway Debian sid root (it fetches with wget, a dependency) checked against the archive
+# keyring; curl probes the mirror first. The root's own python3-torch comes from the mirror when
+# the check runs, not from here.
+NIGHTLY_PACKAGES=(debootstrap debian-archive-keyring curl)
+if [ "$nightly" -eq 1 ]; then PACKAGES+=("${NIGHTLY_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

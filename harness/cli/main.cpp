@@ -264,12 +264,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   suite->add_flag("--allow-shared-results", so.allow_shared_results, shared_help);
   suite->add_option("--junit", so.junit_path, "JUnit XML file (default: in the suite directory)");
-  suite->add_option("--json", so.json_path, "JSON summary (default: in the suite directory)");
+  auto* suite_json = suite->add_option(
+      "--json", so.json_path,
+      "JSON summary (default: in the suite directory); with --list: the list as JSON (to PATH, or "
+      "stdout without one)");
+  suite_json->expected(0, 1);
   std::string shard, seeds;
   bool list_only = false;
   suite->add_option("--only", so.select.only,
                     "Only scenarios whose name matches this glob "
                     "(repeatable)");
+  suite->add_option("--exclude", so.select.exclude,
+                    "Leave out scenarios whose name matches this glob (repeatable; after --only, "
+                    "--symptom and --stage)");
   suite->add_option("--symptom", so.select.symptoms,
                     "Only scenarios of this symptom, e.g. 4.11 "
                     "(repeatable)");
@@ -282,6 +289,11 @@ int main(int argc, char** argv) {
                   "Only the cases that did not pass in the previous results of this suite");
   suite->add_flag("--fail-fast", so.fail_fast,
                   "Start nothing new after the first failure (the rest is reported skipped)");
+  suite
+      ->add_option("--maxfail", so.max_fail,
+                   "Start nothing new after N cases failed (runs in flight finish; the rest is "
+                   "reported skipped)")
+      ->check(CLI::NonNegativeNumber);
   suite->add_option("--retries", so.retries, "More tries for a failed case (passing on one: flaky)")
       ->check(CLI::Range(0, 100));
   suite->add_flag("--list", list_only, "Print the selected cases and their count; run nothing");
@@ -500,9 +512,20 @@ int main(int argc, char** argv) {
         fl::harness::parse_shard(shard, so.select.shard_index, so.select.shard_count);
       }
       if (!seeds.empty()) so.select.seeds = fl::harness::parse_seeds(seeds);
+      if (list_only && suite_json->count() > 0) {  // --list --json [PATH]
+        const auto j = fl::harness::suite_list_json(fl::harness::plan_suite(suite_path, so));
+        const std::string text = j.dump(2) + "\n";
+        if (so.json_path.empty()) std::printf("%s", text.c_str());
+        if (!so.json_path.empty()) fl::harness::write_atomic(so.json_path, text);
+        return 0;
+      }
       if (list_only) {
         std::printf("%s", fl::harness::suite_list(fl::harness::plan_suite(suite_path, so)).c_str());
         return 0;
+      }
+      if (suite_json->count() > 0 && so.json_path.empty()) {
+        throw fl::harness::UsageError(
+            "--json: expected a PATH for the summary copy (without one it goes with --list)");
       }
       for (auto& d : suite_detectors) {
         so.run_args.push_back("--detector");

@@ -40,8 +40,24 @@ SuiteAttempt read_attempt(const std::string& run_dir, int status);
 void settle_case(SuiteCase& c, const SuiteAttempt& last);
 std::string case_label(const SuiteCase& c);
 bool is_failure(const std::string& outcome);
-// The "not started" explanation of cases --fail-fast left over.
-extern const char* const kNotStartedFailFast;
+
+// --fail-fast and --maxfail N: counts the cases that finally failed, says when to start nothing
+// new (runs in flight finish) and explains the cases left over.
+class FailureLimit {
+ public:
+  explicit FailureLimit(const SuiteOptions& o);
+  // Counts a settled case; true when this case reached the limit (the first time only).
+  bool reached_by(const SuiteCase& c);
+  bool reached() const { return limit_ > 0 && static_cast<int>(failed_.size()) >= limit_; }
+  // "not started: --maxfail 2 stopped the suite after 2 cases failed (a seed 7, b seed 7)";
+  // with one case "... after a seed 7 failed". --last-failed reruns what it names.
+  std::string not_started() const;
+
+ private:
+  int limit_ = 0;  // 0: no limit
+  std::string option_;
+  std::vector<std::string> failed_;  // case labels, up to the limit
+};
 
 // SIGINT/SIGTERM during a suite: the handler only records the signal (suite_signal() returns it,
 // 0 when none); installed for the object's lifetime.

@@ -92,10 +92,10 @@ class SlurmExecutor : public SuiteExecutor {
   std::unique_ptr<SuiteProgress> progress_;
   std::string cwd_, suite_dir_;
   int round_ = 0, finished_ = 0;
-  bool stop_ = false;               // --fail-fast: a case failed; nothing new starts
+  bool stop_ = false;               // --fail-fast / --maxfail reached; nothing new starts
   bool cancelled_pending_ = false;  // ... and the array's pending tasks were cancelled
   bool cancelled_all_ = false;      // the suite got a signal and cancelled the array
-  std::string first_failure_;
+  FailureLimit limit_{SuiteOptions{}};   // set from the options in execute()
   std::vector<std::string> round_jobs_;  // the arrays of the round under way (one per shape)
 };
 
@@ -155,10 +155,9 @@ void SlurmExecutor::settle(SuiteResult& res, const SuiteOptions& o, const std::s
   if (!started && t.state == "CANCELLED" && (cancelled_all_ || cancelled_pending_)) {
     // Never started because the suite stopped it: as the local executor reports a queued case.
     c.outcome = cancelled_all_ ? "interrupted" : "skipped";
-    c.explanation =
-        cancelled_all_
-            ? fmt::format("not started: the suite got {} ({})", res.interrupted, slurm_said)
-            : fmt::format("{} {} failed", kNotStartedFailFast, first_failure_);
+    c.explanation = cancelled_all_ ? fmt::format("not started: the suite got {} ({})",
+                                                 res.interrupted, slurm_said)
+                                   : limit_.not_started();
     progress_->skipped();
     return;
   }
@@ -190,9 +189,8 @@ void SlurmExecutor::settle(SuiteResult& res, const SuiteOptions& o, const std::s
     retry.push_back({tr.index, tr.attempt + 1});
   } else {
     settle_case(c, a);
-    if (c.failed() && o.fail_fast && !stop_) {
+    if (limit_.reached_by(c)) {
       stop_ = true;
-      first_failure_ = case_label(c);
       // Start nothing new: the round's arrays' pending tasks go, the running ones finish.
       for (const auto& j : round_jobs_) run_tool_status({"scancel", "--state=PENDING", j});
       cancelled_pending_ = true;
@@ -324,6 +322,7 @@ void SlurmExecutor::run_round(SuiteResult& res, const SuiteOptions& o, const std
 
 void SlurmExecutor::execute(SuiteResult& res, const SuiteOptions& o, const std::string& bin) {
   suite_dir_ = res.dir;
+  limit_ = FailureLimit(o);
   cwd_ = fs::current_path().string();
   fs::create_directories(suite_dir_ + "/slurm");
   write_atomic(suite_dir_ + "/slurm/array.sh", kArrayScript);
@@ -353,7 +352,7 @@ void SlurmExecutor::execute(SuiteResult& res, const SuiteOptions& o, const std::
       c.explanation = fmt::format("not started: the suite got {}", res.interrupted);
     } else {
       c.outcome = "skipped";
-      c.explanation = fmt::format("{} {} failed", kNotStartedFailFast, first_failure_);
+      c.explanation = limit_.not_started();
     }
     progress_->skipped();
   }

@@ -1,8 +1,11 @@
 // JUnit XML as CI servers (Jenkins, GitLab, GitHub test reporters) read it: a <testsuites> root
 // with totals, one <testsuite> with tests / failures / errors / skipped, timestamp, hostname and
 // the suite's wall clock, and per run a <testcase> with <properties>, <system-out> and a
-// <failure>, <error> or <skipped> element. A flaky case passed: it carries a <flakyFailure> per
-// failed try, as Maven Surefire writes reruns.
+// <failure>, <error> or <skipped> element for its final outcome. The other failed tries of a
+// retried case are written as Maven Surefire writes reruns (its surefire-test-report-3.0.xsd):
+// <rerunFailure>/<rerunError> when the case finally failed, <flakyFailure>/<flakyError> when it
+// passed on a later try, each with message and type and <stackTrace> and <system-out> children,
+// in the schema's element order.
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -95,6 +98,55 @@ std::string property(const std::string& name, const std::string& value) {
                      xml_escape(value));
 }
 
+// A try's kind in Surefire's terms: a failed expectation is a failure, anything else (unknown
+// verdict, harness error, interrupted) an error.
+bool error_kind(const std::string& outcome) {
+  return outcome != "fail";
+}
+
+// One earlier failed try of a retried case. Surefire puts a stack trace in <stackTrace>; a run's
+// nearest equivalent is its verdict's explanation. <system-out> says where the try's files are.
+std::string rerun_element(const std::string& tag, const SuiteAttempt& a, size_t index,
+                          size_t tries) {
+  return fmt::format(
+      "      <{0} message=\"{1}\" type=\"{2}\">\n"
+      "        <stackTrace>{3}</stackTrace>\n"
+      "        <system-out>try {4} of {5}\nrun directory: {6}\nlog: {6}.log\n</system-out>\n"
+      "      </{0}>\n",
+      tag, xml_escape(a.outcome + (a.explanation.empty() ? "" : ": " + a.explanation)),
+      xml_escape(a.outcome), xml_escape(a.explanation, false), index + 1, tries,
+      xml_escape(a.run_dir, false));
+}
+
+// The elements that say how a case ended, in the order the schema's sequence wants them:
+// failure, rerunFailure*, flakyFailure*, skipped, error, rerunError*, flakyError*.
+std::string outcome_elements(const SuiteCase& c) {
+  std::string failure, rerun_failures, flaky_failures, skipped, error, rerun_errors, flaky_errors;
+  const std::string message = c.outcome + (c.explanation.empty() ? "" : ": " + c.explanation);
+  if (c.outcome == "fail") {
+    failure = fmt::format("      <failure type=\"fail\" message=\"{}\">{}</failure>\n",
+                          xml_escape(message), xml_escape(c.explanation, false));
+  } else if (c.outcome == "error" || c.outcome == "unknown" || c.outcome == "interrupted") {
+    error =
+        fmt::format("      <error type=\"{}\" message=\"{}\">{}</error>\n", xml_escape(c.outcome),
+                    xml_escape(message), xml_escape(c.explanation, false));
+  } else if (c.outcome == "skipped") {
+    skipped = fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(c.explanation));
+  }
+  // Every try but the last (which the element above, or the pass, stands for).
+  const bool flaky = c.outcome == "flaky";
+  for (size_t i = 0; i + 1 < c.attempts.size() && (flaky || c.failed()); ++i) {
+    const auto& a = c.attempts[i];
+    const bool err = error_kind(a.outcome);
+    std::string& into =
+        flaky ? (err ? flaky_errors : flaky_failures) : (err ? rerun_errors : rerun_failures);
+    into += rerun_element(
+        flaky ? (err ? "flakyError" : "flakyFailure") : (err ? "rerunError" : "rerunFailure"), a, i,
+        c.attempts.size());
+  }
+  return failure + rerun_failures + flaky_failures + skipped + error + rerun_errors + flaky_errors;
+}
+
 }  // namespace
 
 std::string suite_junit(const SuiteResult& r) {
@@ -134,25 +186,7 @@ std::string suite_junit(const SuiteResult& r) {
     out += property("attempts", std::to_string(c.attempts.size()));
     if (c.outcome == "flaky") out += property("flaky", "true");
     out += "      </properties>\n";
-    const std::string message = c.outcome + (c.explanation.empty() ? "" : ": " + c.explanation);
-    if (c.outcome == "fail") {
-      out += fmt::format("      <failure type=\"fail\" message=\"{}\">{}</failure>\n",
-                         xml_escape(message), xml_escape(c.explanation, false));
-    } else if (c.outcome == "error" || c.outcome == "unknown" || c.outcome == "interrupted") {
-      out +=
-          fmt::format("      <error type=\"{}\" message=\"{}\">{}</error>\n", xml_escape(c.outcome),
-                      xml_escape(message), xml_escape(c.explanation, false));
-    } else if (c.outcome == "skipped") {
-      out += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(c.explanation));
-    } else if (c.outcome == "flaky") {
-      for (size_t i = 0; i + 1 < c.attempts.size(); ++i) {
-        const auto& a = c.attempts[i];
-        out += fmt::format(
-            "      <flakyFailure type=\"{}\" message=\"{}\">try {} of {}: {}</flakyFailure>\n",
-            xml_escape(a.outcome), xml_escape(a.outcome + ": " + a.explanation), i + 1,
-            c.attempts.size(), xml_escape(a.run_dir, false));
-      }
-    }
+    out += outcome_elements(c);
     if (!c.run_dir.empty()) {
       const std::string report = c.run_dir + "/report.html";
       std::string text = fmt::format(

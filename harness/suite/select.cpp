@@ -1,6 +1,8 @@
 // Which cases a suite runs: the suite file (or directory) expanded into scenario x seed x
-// variant, then narrowed by --only, --symptom, --stage, --last-failed and --shard, in that order.
-// A filter that leaves nothing is an input error naming it. Also --list and the option parsers.
+// variant, then narrowed by --only, --symptom, --stage, --exclude, --last-failed and --shard, in
+// that order. A filter that leaves nothing is an input error naming it. Suite files among the
+// matched files (the suite itself, when a glob covers its own folder) are skipped with a note.
+// Also --list (text and JSON) and the option parsers.
 #include <fnmatch.h>
 #include <glob.h>
 
@@ -30,7 +32,27 @@ struct SuiteSpec {
   std::vector<std::string> files;
   std::vector<uint64_t> seeds;  // empty: each scenario's own
   bool fix = true;
+  std::vector<std::string> notes;  // suite files the globs matched, skipped
 };
+
+constexpr const char* kSuiteKeys[] = {"name", "description", "scenarios", "seeds", "fix"};
+
+// Keeps the matched files that are scenarios; a suite file (this one, when a glob covers its own
+// folder, or another) is no scenario and would fail to load as one: skipped with a note.
+void drop_suite_files(SuiteSpec& s, const std::string& suite_path) {
+  std::vector<std::string> kept;
+  for (auto& f : s.files) {
+    if (!is_suite_file(f)) {
+      kept.push_back(std::move(f));
+      continue;
+    }
+    std::error_code ec;
+    const bool self = fs::is_regular_file(suite_path) && fs::equivalent(f, suite_path, ec);
+    s.notes.push_back(fmt::format("{}: not loaded as a scenario: {} (top-level `scenarios:`)", f,
+                                  self ? "it is this suite's own file" : "it is a suite file"));
+  }
+  s.files = std::move(kept);
+}
 
 std::string line_of(const std::string& file, const YAML::Node& n) {
   return fmt::format("{}:{}:{}", file, n.Mark().line + 1, n.Mark().column + 1);
@@ -56,7 +78,7 @@ SuiteSpec load_suite(const std::string& path) {
       throw ScenarioError(fmt::format("{}: not a suite file (expected a map)", path));
     for (auto it = doc.begin(); it != doc.end(); ++it) {
       const std::string k = it->first.as<std::string>();
-      if (k != "name" && k != "scenarios" && k != "seeds" && k != "fix" && k != "description") {
+      if (std::find(std::begin(kSuiteKeys), std::end(kSuiteKeys), k) == std::end(kSuiteKeys)) {
         throw ScenarioError(
             fmt::format("{}: {}: unknown key (allowed: name, description, "
                         "scenarios, seeds, fix)",
@@ -86,6 +108,7 @@ SuiteSpec load_suite(const std::string& path) {
       globfree(&gl);
     }
   }
+  drop_suite_files(s, path);
   if (s.files.empty()) throw ScenarioError(fmt::format("{}: the suite has no scenario", path));
   return s;
 }
@@ -144,8 +167,25 @@ std::set<std::string> not_passed(const nlohmann::json& summary) {
 }  // namespace
 
 bool SuiteSelection::empty() const {
-  return only.empty() && symptoms.empty() && stages.empty() && seeds.empty() && !last_failed &&
-         shard_count == 0;
+  return only.empty() && exclude.empty() && symptoms.empty() && stages.empty() && seeds.empty() &&
+         !last_failed && shard_count == 0;
+}
+
+bool is_suite_file(const std::string& path) {
+  YAML::Node doc;
+  try {
+    doc = YAML::LoadFile(path);
+  } catch (const YAML::Exception&) {
+    return false;  // loading it as a scenario reports what is wrong
+  }
+  if (!doc.IsMap() || !doc["scenarios"]) return false;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (!it->first.IsScalar()) return false;
+    const std::string k = it->first.as<std::string>();
+    if (std::find(std::begin(kSuiteKeys), std::end(kSuiteKeys), k) == std::end(kSuiteKeys))
+      return false;
+  }
+  return true;
 }
 
 int shard_of(const std::string& case_id, int count) {
@@ -221,6 +261,7 @@ SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
   const SuiteSpec spec = load_suite(path);
   SuitePlan plan;
   plan.name = spec.name;
+  plan.notes = spec.notes;
   // Every scenario is loaded first: a broken file stops the suite before anything runs.
   for (const auto& f : spec.files) {
     Scenario s = load_scenario(f);
@@ -281,6 +322,12 @@ SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
       return std::count(sel.stages.begin(), sel.stages.end(), c.stage) > 0;
     });
   }
+  if (!sel.exclude.empty()) {
+    narrow(quoted(sel.exclude, "--exclude"), [&](const SuiteCase& c) {
+      return std::none_of(sel.exclude.begin(), sel.exclude.end(),
+                          [&](auto& g) { return ::fnmatch(g.c_str(), c.name.c_str(), 0) == 0; });
+    });
+  }
   if (sel.last_failed) {
     plan.previous_dir = previous_results(o.results_dir, plan.name, o.name_suffix);
     if (plan.previous_dir.empty()) {
@@ -300,6 +347,7 @@ SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
     });
   }
   plan.selection = {{"only", sel.only},
+                    {"exclude", sel.exclude},
                     {"symptom", sel.symptoms},
                     {"stage", sel.stages},
                     {"seeds", sel.seeds},
@@ -310,6 +358,7 @@ SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
                                                   : nlohmann::json(nullptr)},
                     {"retries", o.retries},
                     {"fail_fast", o.fail_fast},
+                    {"maxfail", o.max_fail},
                     {"cases_in_suite", total}};
   return plan;
 }
@@ -322,9 +371,28 @@ std::string suite_list(const SuitePlan& plan) {
                        c.symptom.empty() ? "clean" : c.symptom);
     scenarios.insert(c.name);
   }
+  for (const auto& n : plan.notes) out += fmt::format("# note: {}\n", n);
   out += fmt::format("# {} cases ({} scenarios) of suite {}\n", plan.cases.size(), scenarios.size(),
                      plan.name);
   return out;
+}
+
+nlohmann::json suite_list_json(const SuitePlan& plan) {
+  nlohmann::json cases = nlohmann::json::array();
+  std::set<std::string> scenarios;
+  for (const auto& c : plan.cases) {
+    cases.push_back({{"id", c.id()},
+                     {"scenario", c.name},
+                     {"file", c.scenario_file},
+                     {"symptom", c.symptom},
+                     {"stage", c.stage},
+                     {"seed", c.seed},
+                     {"variant", c.variant()},
+                     {"device", c.device}});
+    scenarios.insert(c.name);
+  }
+  return {{"suite", plan.name}, {"count", plan.cases.size()},  {"scenarios", scenarios.size()},
+          {"cases", cases},     {"selection", plan.selection}, {"notes", plan.notes}};
 }
 
 }  // namespace fl::harness

@@ -1,5 +1,6 @@
 // Running a suite: every selected case as its own `faultline run` process, `jobs` at a time, in a
-// results directory of its own; retries, --fail-fast, GPU cases skipped without a device,
+// results directory of its own; retries, --fail-fast and --maxfail, GPU cases skipped without a
+// device,
 // progress, calibration samples through the window, and the summary files at the end.
 #include "harness/suite/suite.hpp"
 
@@ -22,6 +23,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/file_read.hpp"
 #include "base/json_bounded.hpp"
@@ -48,7 +50,6 @@ namespace {
 // How a case without a device is refused by `faultline run` (runner.cpp), and how the suite
 // recognises it in a run's log when the device went away after the suite checked.
 constexpr const char* kNoDevice = "no CUDA device is visible";
-constexpr const char* kNotStarted = "not started: --fail-fast stopped the suite after";
 
 // SIGINT/SIGTERM to the suite: the handler only records it; the loop stops starting runs,
 // passes the signal on to the runs in flight (each ends as `interrupted`) and writes the summary.
@@ -59,7 +60,29 @@ extern "C" void on_suite_signal(int sig) {
 
 }  // namespace
 
-const char* const kNotStartedFailFast = kNotStarted;
+FailureLimit::FailureLimit(const SuiteOptions& o) {
+  if (o.fail_fast) {
+    limit_ = 1;
+    option_ = "--fail-fast";
+  } else if (o.max_fail > 0) {
+    limit_ = o.max_fail;
+    option_ = fmt::format("--maxfail {}", o.max_fail);
+  }
+}
+
+bool FailureLimit::reached_by(const SuiteCase& c) {
+  if (limit_ == 0 || !c.failed() || reached()) return false;
+  failed_.push_back(case_label(c));
+  return reached();
+}
+
+std::string FailureLimit::not_started() const {
+  if (failed_.size() == 1) {
+    return fmt::format("not started: {} stopped the suite after {} failed", option_, failed_[0]);
+  }
+  return fmt::format("not started: {} stopped the suite after {} cases failed ({})", option_,
+                     failed_.size(), fmt::join(failed_, ", "));
+}
 
 bool is_failure(const std::string& outcome) {
   return outcome == "fail" || outcome == "unknown" || outcome == "error" ||
@@ -241,6 +264,10 @@ std::unique_ptr<SuiteExecutor> make_local_executor() {
 }
 
 SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
+  if (o.max_fail < 0) {
+    throw UsageError(
+        fmt::format("--maxfail {}: expected 0 (no limit) or more failed cases", o.max_fail));
+  }
   SuitePlan plan = plan_suite(path, o);
   std::unique_ptr<SuiteExecutor> executor;
   if (o.executor == "local") {
@@ -256,6 +283,7 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   res.name = plan.name;
   res.cases = std::move(plan.cases);
   res.selection = plan.selection;
+  res.notes = plan.notes;
   res.provenance = collect_provenance();
   const auto t_start = std::chrono::steady_clock::now();
   std::string ts = kSuiteStamp.get();
@@ -320,7 +348,7 @@ void LocalExecutor::execute(SuiteResult& res, const SuiteOptions& o, const std::
   bool stop_launching = false;
   SuiteSignals signals;
   bool forwarded = false;
-  std::string first_failure;
+  FailureLimit limit(o);
   int finished_runs = 0;
   int idle_ticks = 0;
   auto names_in_flight = [&] {
@@ -376,10 +404,7 @@ void LocalExecutor::execute(SuiteResult& res, const SuiteOptions& o, const std::
       queue.emplace_front(r.index, r.attempt + 1);
     } else {
       settle_case(c, a);
-      if (c.failed() && o.fail_fast && !stop_launching) {
-        stop_launching = true;
-        first_failure = case_label(c);
-      }
+      if (limit.reached_by(c)) stop_launching = true;
     }
     progress.finished(
         fmt::format("{}: {}{} ({:.1f} s)", case_label(c), a.outcome,
@@ -399,7 +424,7 @@ void LocalExecutor::execute(SuiteResult& res, const SuiteOptions& o, const std::
       c.explanation = fmt::format("not started: the suite got {}", res.interrupted);
     } else {
       c.outcome = "skipped";
-      c.explanation = fmt::format("{} {} failed", kNotStarted, first_failure);
+      c.explanation = limit.not_started();
     }
     progress.skipped();
   }

@@ -1,7 +1,8 @@
 // Suites: many scenarios, their fix variants and seeds, run as separate `faultline run` processes
-// a few at a time, like a test runner runs tests — selected by name, symptom, stage, last failures
-// or shard, retried, stopped at the first failure on request — and summarised as a table, JUnit
-// XML and a JSON summary with the run's provenance (docs/catalog.md#running-them).
+// a few at a time, like a test runner runs tests — selected by name, symptom, stage, exclusion,
+// last failures or shard, retried, stopped after the first (or N) failures on request — and
+// summarised as a table, JUnit XML and a JSON summary with the run's provenance
+// (docs/catalog.md#running-them).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@ class UsageError : public ConfigError {
 
 struct SuiteSelection {
   std::vector<std::string> only;      // globs on the scenario name (any may match)
+  std::vector<std::string> exclude;   // globs on the scenario name: none may match
   std::vector<std::string> symptoms;  // symptom ids, "4.11" (any may match)
   std::vector<int> stages;            // 1-5 (any may match); clean runs have no stage
   std::vector<uint64_t> seeds;        // replaces the suite's seeds when not empty
@@ -46,6 +48,7 @@ struct SuiteOptions {
   SuiteSelection select;
   int retries = 0;           // more tries for a case that failed (not for harness errors)
   bool fail_fast = false;    // start nothing new after the first failure
+  int max_fail = 0;          // start nothing new after this many failed cases (0: no limit)
   int calibrate_every = 10;  // finished runs between calibration samples (0: start and end only)
   // Where the runs execute: "local" (this machine, `jobs` at a time) or "slurm" (one sbatch job
   // array; docs/cluster.md#suites-as-a-slurm-job-array).
@@ -98,6 +101,7 @@ struct SuiteResult {
   Provenance provenance;
   nlohmann::json selection = nlohmann::json::object();  // the options that chose the cases
   std::string interrupted;  // the signal the suite itself got ("" when none)
+  std::vector<std::string> notes;  // files the suite's globs matched but did not load, and why
   nlohmann::json slurm;     // slurm executor: its jobs, partition, request (null : local)
   int failures() const;     // cases that make the suite fail (fail, unknown, error, interrupted)
   int count(const std::string& outcome) const;
@@ -112,6 +116,9 @@ struct SuitePlan {
   std::vector<SuiteCase> cases;
   std::string previous_dir;  // --last-failed: the results it read
   nlohmann::json selection = nlohmann::json::object();
+  // Files the globs (or the directory) matched that are suite files, not scenarios (the suite
+  // file itself when a glob covers its own folder): skipped, one note each.
+  std::vector<std::string> notes;
 };
 
 // `path`: a suite YAML (name, scenarios: globs relative to it, seeds, fix) or a directory of
@@ -121,8 +128,14 @@ struct SuitePlan {
 SuitePlan plan_suite(const std::string& path, const SuiteOptions& options);
 SuiteResult run_suite(const std::string& path, const SuiteOptions& options);
 
-// --list: one line per case (scenario, variant, seed, symptom) and the count.
+// --list: one line per case (scenario, variant, seed, symptom), the notes and the count.
 std::string suite_list(const SuitePlan& plan);
+// --list --json: the same as JSON (suite, count, scenarios, cases with the keys of summary.json's
+// cases, selection, notes).
+nlohmann::json suite_list_json(const SuitePlan& plan);
+// Whether a YAML file is a suite file rather than a scenario: a map with `scenarios` whose
+// top-level keys are all a suite's (name, description, scenarios, seeds, fix).
+bool is_suite_file(const std::string& path);
 std::string suite_table(const SuiteResult& r);
 std::string suite_junit(const SuiteResult& r);
 nlohmann::json suite_json(const SuiteResult& r);

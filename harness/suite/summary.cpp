@@ -81,6 +81,7 @@ std::string suite_table(const SuiteResult& r) {
   for (const auto& [why, n] : skipped) {
     out += fmt::format("  SKIPPED {} case{}: {}\n", n, n == 1 ? "" : "s", why);
   }
+  for (const auto& n : r.notes) out += fmt::format("  NOTE {}\n", n);
   return out;
 }
 
@@ -125,6 +126,7 @@ nlohmann::json suite_json(const SuiteResult& r) {
                           {"skipped", r.count("skipped")}}},
                         {"wall_s", r.wall_s},
                         {"selection", r.selection},
+                        {"notes", r.notes},
                         {"provenance", r.provenance.to_json()},
                         {"cases", cases}};
   if (!r.slurm.is_null()) out["slurm"] = r.slurm;

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/support/process.hpp"
 
 namespace {
@@ -76,6 +78,10 @@ TEST(Cli, BadSuiteOptionsExitTwoNamingTheOptionAndWriteNothing) {
       {{"--shard", "3/2"}, "faultline: --shard '3/2': the shard must be 1 to 2"},
       {{"--shard", "x"}, "faultline: --shard 'x': expected I/N"},
       {{"--retries", "-1"}, "--retries"},
+      {{"--maxfail", "-1"}, "--maxfail"},
+      {{"--json"},
+       "faultline: --json: expected a PATH for the summary copy (without one it goes "
+       "with --list)"},
       {{"--stage", "9"}, "--stage"},
       {{"--seeds", "a"}, "faultline: --seeds 'a': expected non-negative integers"},
       {{"--symptom", "9.9"}, "faultline: --symptom '9.9': not a symptom of the taxonomy"},
@@ -115,6 +121,26 @@ TEST(Cli, SuiteListPrintsTheSelectionAndRunsNothing) {
     total += lines(part.output) - 1;
   }
   EXPECT_EQ(total, smoke_cases());
+}
+
+TEST(Cli, SuiteListJsonPrintsTheSelectionOrWritesItToAFile) {
+  const auto dir = test_dir();
+  auto r = fl::test::run_process({kCli, "suite", kSmoke, "--list", "--json", "--symptom", "4.11",
+                                  "--exclude", "uneven-*", "--results", dir + "/out"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  EXPECT_EQ(j["count"], 2);
+  EXPECT_EQ(j["cases"][0]["id"], "frozen-rank-s7");
+  EXPECT_EQ(j["cases"][1]["id"], "frozen-rank-fix-s7");
+  EXPECT_EQ(j["selection"]["exclude"], nlohmann::json({"uneven-*"}));
+  r = fl::test::run_process(
+      {kCli, "suite", kSmoke, "--list", "--json", dir + "/list.json", "--only", "frozen-rank"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "");
+  std::ifstream in(dir + "/list.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["count"], 2);
+  EXPECT_FALSE(fs::exists(dir + "/out"));
 }
 
 TEST(Cli, RunOfADirectoryOrPlainTextSaysItIsNotAScenarioFile) {

@@ -1,8 +1,9 @@
-// The suite runner without real runs: selection (--only, --symptom, --stage, --seeds,
-// --last-failed), shards that split every case into exactly one, --list, retries that make a case
-// flaky, --fail-fast leaving the rest skipped, GPU cases skipped without a device, JUnit XML
-// parsed back, and suite directories that stay unique when suites start together. The runs are a
-// fake `faultline` (a shell script) that writes the verdict a test wants.
+// The suite runner without real runs: selection (--only, --symptom, --stage, --exclude, --seeds,
+// --last-failed), shards that split every case into exactly one, --list as text and JSON, suite
+// files among the matched files skipped with a note, retries that make a case flaky, --fail-fast
+// and --maxfail leaving the rest skipped, GPU cases skipped without a device, JUnit XML parsed
+// back (reruns as Surefire writes them), and suite directories that stay unique when suites start
+// together. The runs are a fake `faultline` (a shell script) that writes the verdict a test wants.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/scenario/scenario.hpp"
 #include "harness/suite/calibrate.hpp"
 #include "harness/suite/suite.hpp"
 #include "kernels/device.hpp"
@@ -174,29 +176,46 @@ void write_scenarios(const std::string& dir, const std::vector<std::string>& nam
 
 // A stand-in for `faultline run FILE --results DIR --run-id ID --set seed=N [--fix]`: the
 // scenario's name says what happens. flaky-*: fails on the first try of a case, passes after;
-// fail-*: always fails; error-*: exits 2 without a verdict; nodevice-*: refused like a CUDA
-// scenario on a machine without a device; anything else passes.
+// fail-*: always fails (and leaves its pid in RESULTS/ID.pid); unknown-*: an unknown verdict;
+// error-*: exits 2 without a verdict; nodevice-*: refused like a CUDA scenario on a machine
+// without a device; wait-*: passes once a fail-* run has started and the suite has reaped it (a
+// reaped process is gone; a zombie still answers kill -0), at most 30 s; anything else passes.
 std::string fake_faultline(const std::string& dir) {
   const std::string path = dir + "/fake-faultline";
   std::ofstream(path) << R"(#!/bin/bash
 file=$2 results=$4 id=$6
 name=$(basename "$file" .yaml)
 echo "$id" >> ")" << dir
-                      << R"(/launched"
+                      << R"SH(/launched"
 mkdir -p "$results/$id"
 outcome=pass
 case $name in
   flaky-*) if [[ $id != *-try* ]]; then outcome=fail; fi ;;
-  fail-*) outcome=fail ;;
+  fail-*) outcome=fail; echo $$ > "$results/$id.pid" ;;
+  unknown-*) outcome=unknown ;;
+  wait-*)
+    for ((i = 0; i < 600; i++)); do
+      gone=0
+      for f in "$results"/*.pid; do
+        [[ -e $f ]] && ! kill -0 "$(cat "$f")" 2>/dev/null && gone=1
+      done
+      ((gone)) && break
+      sleep 0.05
+    done ;;
   error-*) echo "faultline: error: something broke" >&2; rmdir "$results/$id"; exit 2 ;;
   nodevice-*) echo "faultline: $file: workload.device is cuda but no CUDA device is visible on this machine" >&2; rmdir "$results/$id"; exit 2 ;;
 esac
 printf '{"outcome": "%s", "explanation": "fake <verdict> & \\"%s\\"", "manifested_s": 1.5}\n' \
   "$outcome" "$id" > "$results/$id/verdict.json"
 [[ $outcome == pass ]]
-)";
+)SH";
   fs::permissions(path, fs::perms::owner_all);
   return path;
+}
+
+// The fake's verdict explanation for run id `id`, behind "OUTCOME: " unless outcome is "".
+std::string fmt_message(const std::string& outcome, const std::string& id) {
+  return (outcome.empty() ? "" : outcome + ": ") + "fake <verdict> & \"" + id + "\"";
 }
 
 std::vector<std::string> lines_of(const std::string& file) {
@@ -488,6 +507,227 @@ TEST(SuiteProvenance, SummaryRecordsBuildMachineAndCalibration) {
             std::string::npos)
       << md;
   EXPECT_NE(md.find("GFLOP/s (median of 4 samples)"), std::string::npos) << md;
+}
+
+TEST(SuiteSelection, ExcludeLeavesOutMatchingScenariosAfterOnlyAndSymptom) {
+  const auto dir = test_dir();
+  write_scenarios(dir + "/s", {"alpha-one", "alpha-two", "beta-one", "gamma"}, true);
+  SuiteOptions o = quiet();
+  o.select.exclude = {"alpha-*", "gamma"};
+  EXPECT_EQ(ids(plan_suite(dir + "/s", o).cases),
+            (std::set<std::string>{"beta-one-s7", "beta-one-fix-s7"}));
+  o.select.exclude = {"*-two"};
+  o.select.only = {"alpha-*"};
+  const SuitePlan p = plan_suite(dir + "/s", o);
+  EXPECT_EQ(ids(p.cases), (std::set<std::string>{"alpha-one-s7", "alpha-one-fix-s7"}));
+  EXPECT_EQ(p.selection["exclude"], nlohmann::json({"*-two"}));
+  // On the smoke suite: after --symptom, one of the two 4.11 scenarios is left.
+  o = quiet();
+  o.select.symptoms = {"4.11"};
+  o.select.exclude = {"uneven-*"};
+  EXPECT_EQ(ids(plan_suite(kSmoke, o).cases),
+            (std::set<std::string>{"frozen-rank-s7", "frozen-rank-fix-s7"}));
+  // An exclusion that leaves nothing names the filters.
+  o.select.exclude = {"uneven-*", "frozen-*"};
+  try {
+    plan_suite(kSmoke, o);
+    FAIL() << "an empty selection was planned";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "matches --symptom '4.11' with --exclude 'uneven-*' or --exclude 'frozen-*'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SuiteList, JsonHasEveryListedFieldOfTheSelectedCases) {
+  SuiteOptions o = quiet();
+  o.select.only = {"frozen-rank"};
+  o.select.seeds = {1, 2};
+  const auto j = suite_list_json(plan_suite(kSmoke, o));
+  EXPECT_EQ(j["suite"], "smoke");
+  EXPECT_EQ(j["count"], 4);
+  EXPECT_EQ(j["scenarios"], 1);
+  EXPECT_EQ(j["notes"], nlohmann::json::array());
+  EXPECT_EQ(j["selection"]["only"], nlohmann::json({"frozen-rank"}));
+  ASSERT_EQ(j["cases"].size(), 4u);
+  const std::string file = kSource + "/scenarios/suites/../symptoms/4.11-frozen-rank.yaml";
+  EXPECT_EQ(j["cases"][0], (nlohmann::json{{"id", "frozen-rank-s1"},
+                                           {"scenario", "frozen-rank"},
+                                           {"file", file},
+                                           {"symptom", "4.11"},
+                                           {"stage", 4},
+                                           {"seed", 1},
+                                           {"variant", "faulty"},
+                                           {"device", "cpu"}}));
+  std::set<std::string> listed;
+  for (const auto& c : j["cases"]) {
+    listed.insert(c["id"].get<std::string>() + " " + c["variant"].get<std::string>());
+  }
+  EXPECT_EQ(listed, (std::set<std::string>{"frozen-rank-s1 faulty", "frozen-rank-fix-s1 fix",
+                                           "frozen-rank-s2 faulty", "frozen-rank-fix-s2 fix"}));
+}
+
+TEST(SuiteFiles, AGlobOverItsOwnFolderSkipsSuiteFilesWithANote) {
+  const auto dir = test_dir();
+  write_scenarios(dir + "/s", {"pass-a", "pass-b"});
+  std::ofstream(dir + "/s/all.yaml") << "name: all\nscenarios: [\"*.yaml\"]\n";
+  std::ofstream(dir + "/s/other.yaml")
+      << "name: other\ndescription: another suite\nscenarios: [pass-a.yaml]\nseeds: [1]\nfix: "
+         "false\n";
+  const std::vector<std::string> notes = {
+      dir +
+          "/s/all.yaml: not loaded as a scenario: it is this suite's own file (top-level "
+          "`scenarios:`)",
+      dir + "/s/other.yaml: not loaded as a scenario: it is a suite file (top-level `scenarios:`)"};
+  const SuitePlan p = plan_suite(dir + "/s/all.yaml", quiet());
+  EXPECT_EQ(ids(p.cases), (std::set<std::string>{"pass-a-s7", "pass-b-s7"}));
+  EXPECT_EQ(p.notes, notes);
+  EXPECT_NE(suite_list(p).find("# note: " + notes[0] + "\n"), std::string::npos) << suite_list(p);
+  EXPECT_EQ(suite_list_json(p)["notes"], nlohmann::json(notes));
+  // A directory of scenarios skips them too (neither is this suite's file there).
+  EXPECT_EQ(plan_suite(dir + "/s", quiet()).notes,
+            (std::vector<std::string>{
+                dir + "/s/all.yaml: not loaded as a scenario: it is a suite file (top-level "
+                      "`scenarios:`)",
+                notes[1]}));
+  // A scenario with a stray `scenarios:` key is still a scenario, and its error is reported.
+  std::ofstream(dir + "/s/broken.yaml")
+      << "name: broken\ntopology: {ranks: 1}\nscenarios: [x]\nexpect: {oracle: completed}\n";
+  EXPECT_FALSE(is_suite_file(dir + "/s/broken.yaml"));
+  EXPECT_THROW(plan_suite(dir + "/s/all.yaml", quiet()), ScenarioError);
+  fs::remove(dir + "/s/broken.yaml");
+  // The notes reach the summary and the table.
+  SuiteOptions o = quiet();
+  o.faultline_bin = fake_faultline(dir);
+  o.results_dir = dir + "/out";
+  const SuiteResult r = run_suite(dir + "/s/all.yaml", o);
+  EXPECT_EQ(r.failures(), 0);
+  EXPECT_EQ(nlohmann::json::parse(read(r.dir + "/summary.json"))["notes"], nlohmann::json(notes));
+  EXPECT_NE(suite_table(r).find("  NOTE " + notes[1] + "\n"), std::string::npos) << suite_table(r);
+}
+
+TEST(SuiteMaxFail, StopsStartingCasesAfterNFailuresAndReportsTheRestNotRun) {
+  const auto dir = test_dir();
+  // Name order is run order (a-pass, fail-b, fail-d, pass-c, pass-e); with -j 1 nothing runs
+  // beside the failing case.
+  write_scenarios(dir + "/s", {"a-pass", "fail-b", "fail-d", "pass-c", "pass-e"});
+  SuiteOptions o = quiet();
+  o.faultline_bin = fake_faultline(dir);
+  o.results_dir = dir + "/out";
+  o.jobs = 1;
+  o.max_fail = 1;
+  SuiteResult r = run_suite(dir + "/s", o);
+  ASSERT_EQ(r.cases.size(), 5u);
+  EXPECT_EQ(r.cases[0].outcome, "pass");
+  EXPECT_EQ(r.cases[1].outcome, "fail");
+  for (int i : {2, 3, 4}) {
+    EXPECT_EQ(r.cases[i].outcome, "skipped") << r.cases[i].name;
+    EXPECT_EQ(r.cases[i].explanation,
+              "not started: --maxfail 1 stopped the suite after fail-b seed 7 failed");
+    EXPECT_TRUE(r.cases[i].attempts.empty());
+  }
+  EXPECT_EQ(lines_of(dir + "/launched"), (std::vector<std::string>{"a-pass-s7", "fail-b-s7"}));
+  EXPECT_EQ(r.exit_code(), 1);
+  auto j = nlohmann::json::parse(read(r.dir + "/summary.json"));
+  EXPECT_EQ(j["selection"]["maxfail"], 1);
+  EXPECT_EQ(j["counts"]["skipped"], 3);
+  EXPECT_EQ(j["cases"][4]["explanation"],
+            "not started: --maxfail 1 stopped the suite after fail-b seed 7 failed");
+  auto root = test::parse_xml(read(r.dir + "/junit.xml"));
+  const auto cases = root->child("testsuite")->all("testcase");
+  ASSERT_EQ(cases.size(), 5u);
+  ASSERT_NE(cases[4]->child("skipped"), nullptr);
+  EXPECT_EQ(cases[4]->child("skipped")->attr("message"),
+            "not started: --maxfail 1 stopped the suite after fail-b seed 7 failed");
+  EXPECT_NE(suite_table(r).find("  SKIPPED 3 cases: not started: --maxfail 1 stopped the suite "
+                                "after fail-b seed 7 failed\n"),
+            std::string::npos)
+      << suite_table(r);
+
+  // Two: the second failure stops it, and the message names both.
+  fs::remove(dir + "/launched");
+  o.max_fail = 2;
+  r = run_suite(dir + "/s", o);
+  EXPECT_EQ(lines_of(dir + "/launched"),
+            (std::vector<std::string>{"a-pass-s7", "fail-b-s7", "fail-d-s7"}));
+  for (int i : {3, 4}) {
+    EXPECT_EQ(r.cases[i].outcome, "skipped");
+    EXPECT_EQ(r.cases[i].explanation,
+              "not started: --maxfail 2 stopped the suite after 2 cases failed (fail-b seed 7, "
+              "fail-d seed 7)");
+  }
+  EXPECT_EQ(r.exit_code(), 1);
+}
+
+TEST(SuiteMaxFail, ARunAlreadyInFlightFinishesAndNothingNewStarts) {
+  const auto dir = test_dir();
+  // -j 2: fail-a and wait-b start together; wait-b ends only after the suite reaped fail-a.
+  write_scenarios(dir + "/s", {"fail-a", "wait-b", "x-pass-c"});
+  SuiteOptions o = quiet();
+  o.faultline_bin = fake_faultline(dir);
+  o.results_dir = dir + "/out";
+  o.jobs = 2;
+  o.max_fail = 1;
+  const SuiteResult r = run_suite(dir + "/s", o);
+  ASSERT_EQ(r.cases.size(), 3u);
+  EXPECT_EQ(r.cases[0].outcome, "fail");
+  EXPECT_EQ(r.cases[1].outcome, "pass") << "the run in flight was not stopped";
+  EXPECT_EQ(r.cases[2].outcome, "skipped");
+  EXPECT_EQ(r.cases[2].explanation,
+            "not started: --maxfail 1 stopped the suite after fail-a seed 7 failed");
+  EXPECT_EQ(lines_of(dir + "/launched").size(), 2u);
+}
+
+TEST(SuiteJUnit, RetriedCasesCarryRerunAndFlakyEntriesAsSurefireWritesThem) {
+  const auto dir = test_dir();
+  write_scenarios(dir + "/s", {"fail-b", "flaky-a", "pass-d", "unknown-c"});
+  SuiteOptions o = quiet();
+  o.faultline_bin = fake_faultline(dir);
+  o.results_dir = dir + "/out";
+  o.retries = 2;
+  const SuiteResult r = run_suite(dir + "/s", o);
+  auto root = test::parse_xml(read(r.dir + "/junit.xml"));
+  std::map<std::string, const test::XmlElement*> by;
+  for (auto* c : root->child("testsuite")->all("testcase")) by[c->attr("name")] = c;
+  auto names = [](const test::XmlElement* e) {
+    std::vector<std::string> n;
+    for (const auto& c : e->children) n.push_back(c->name);
+    return n;
+  };
+  const std::string runs = r.dir + "/runs/";
+  // Finally failed after three tries: <failure> for the last, a <rerunFailure> for each other.
+  const auto* fail = by.at("fail-b seed 7");
+  EXPECT_EQ(names(fail), (std::vector<std::string>{"properties", "failure", "rerunFailure",
+                                                   "rerunFailure", "system-out"}));
+  EXPECT_EQ(fail->child("failure")->attr("message"), "fail: fake <verdict> & \"fail-b-s7-try3\"");
+  const auto reruns = fail->all("rerunFailure");
+  const char* ids[] = {"fail-b-s7", "fail-b-s7-try2"};
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(reruns[i]->attr("type"), "fail");
+    EXPECT_EQ(reruns[i]->attr("message"), fmt_message("fail", ids[i]));
+    EXPECT_EQ(names(reruns[i]), (std::vector<std::string>{"stackTrace", "system-out"}));
+    EXPECT_EQ(reruns[i]->child("stackTrace")->text, fmt_message("", ids[i]));
+    EXPECT_EQ(reruns[i]->child("system-out")->text, "try " + std::to_string(i + 1) +
+                                                        " of 3\nrun directory: " + runs + ids[i] +
+                                                        "\nlog: " + runs + ids[i] + ".log\n");
+  }
+  // Passed on the second try: one <flakyFailure>, no failure.
+  const auto* flaky = by.at("flaky-a seed 7");
+  EXPECT_EQ(names(flaky), (std::vector<std::string>{"properties", "flakyFailure", "system-out"}));
+  const auto* ff = flaky->child("flakyFailure");
+  EXPECT_EQ(ff->attr("type"), "fail");
+  EXPECT_EQ(ff->attr("message"), fmt_message("fail", "flaky-a-s7"));
+  EXPECT_EQ(ff->child("stackTrace")->text, fmt_message("", "flaky-a-s7"));
+  EXPECT_EQ(ff->child("system-out")->text,
+            "try 1 of 2\nrun directory: " + runs + "flaky-a-s7\nlog: " + runs + "flaky-a-s7.log\n");
+  // An unknown verdict is an error in Surefire's terms: <error>, then <rerunError>s.
+  EXPECT_EQ(
+      names(by.at("unknown-c seed 7")),
+      (std::vector<std::string>{"properties", "error", "rerunError", "rerunError", "system-out"}));
+  EXPECT_EQ(by.at("unknown-c seed 7")->all("rerunError")[0]->attr("type"), "unknown");
+  // A case that passed first time has neither.
+  EXPECT_EQ(names(by.at("pass-d seed 7")), (std::vector<std::string>{"properties", "system-out"}));
 }
 
 TEST(Calibration, MeasuresAPositiveRateWithinItsBudget) {
