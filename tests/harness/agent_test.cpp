@@ -18,8 +18,10 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <thread>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "base/control_auth.hpp"
@@ -280,6 +282,99 @@ TEST_F(AgentTest, HostFaultsAreCheckedAndUndoneWhenTheHarnessIsLost) {
   bool restored = false;
   for (const auto& l : lines) restored |= l.find("cleanup: file_restore") != std::string::npos;
   EXPECT_TRUE(restored) << "no restore line in the agent's output";
+}
+
+// Agent messages as input (issue 32): a peer that has the secret — an agent, or whatever took its
+// place — sends registrations and reports of every shape: hosts the run does not have, a host
+// twice, answers to commands never sent, outputs and relayed event data nested far past any
+// stack, empty and huge fields. The hub refuses what it must with the right status, records each
+// real attachment and loss once, and never crashes or hangs (seeded, so a failure replays).
+TEST(AgentFuzz, ReportsOfEveryShapeFromAPeerWithTheSecretNeverCrashTheHub) {
+  const std::string dir = test::fresh_test_dir("agent-fuzz", "reports");
+  const std::string secret = make_control_secret();
+  Scenario s;
+  constexpr int kHosts = 40;
+  for (int k = 0; k < kHosts; ++k) s.hosts.push_back(fmt::format("h{}", k));
+  s.host_addrs.assign(s.hosts.size(), "");
+  History hist(dir + "/history.jsonl");
+  Controller ctl(hist, [](const ControlAction&) { return ControlResult{}; }, secret);
+  AgentHub hub(s, dir, hist, secret);
+  std::atomic<int64_t> relayed{0};
+  hub.relay_to([&](const pb::EventBatch& b) { relayed += b.events_size(); });
+  ctl.add_service(hub.service());
+  const std::string addr = ctl.start("unix:" + dir + "/c.sock");
+  auto stub = pb::Agents::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  std::mt19937_64 rng(20261128);
+  auto pick = [&](uint64_t n) { return static_cast<size_t>(rng() % n); };
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  auto text = [&]() -> std::string {
+    switch (pick(5)) {
+      case 0: return "";
+      case 1: return deep;
+      case 2: return R"({"applied": true, "rank": 0})";
+      case 3: return std::string(pick(70000), 'x');
+      default: return fmt::format("{}", rng());
+    }
+  };
+  int attached = 0, unknown = 0, twice = 0;
+  int64_t sent_events = 0;
+  for (int i = 0; i < 120; ++i) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(kControlSecretHeader, secret);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    auto stream = stub->Attach(&ctx);
+    pb::AgentReport reg;
+    const size_t h = pick(kHosts + 3);  // past the end: a host the run does not have
+    reg.set_host(h < kHosts ? s.hosts[h] : (h == kHosts ? "" : text()));
+    reg.set_pid(static_cast<int32_t>(rng()));
+    for (size_t c = pick(4); c > 0; --c) reg.add_can(text().substr(0, 64));
+    reg.set_relay_addr(text().substr(0, 200));
+    reg.set_heartbeat_ms(static_cast<int32_t>(rng()));
+    stream->Write(reg);
+    for (size_t r = pick(6); r > 0; --r) {
+      pb::AgentReport rep;
+      rep.set_id(pick(3) == 0 ? 0 : rng());
+      rep.set_ok(pick(2) == 0);
+      rep.set_status(static_cast<int32_t>(rng()));
+      rep.set_output(text());
+      rep.set_heartbeat(pick(4) == 0);
+      if (pick(3) == 0) {
+        for (size_t e = pick(4); e > 0; --e) {
+          auto* ev = rep.mutable_relay()->add_events();
+          ev->set_rank(static_cast<int32_t>(rng() % 8));
+          ev->set_kind(pick(2) == 0 ? "step" : text().substr(0, 32));
+          ev->set_data_json(text());
+          ++sent_events;
+        }
+      }
+      if (pick(5) == 0) rep.set_relayed_batches(rng());
+      if (!stream->Write(rep)) break;
+    }
+    stream->WritesDone();
+    const grpc::Status st = stream->Finish();
+    if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      ++unknown;
+      EXPECT_NE(st.error_message().find("is not one of the run's hosts"), std::string::npos);
+    } else if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+      ++twice;
+    } else {
+      ASSERT_TRUE(st.ok()) << i << ": " << st.error_code() << " " << st.error_message();
+      ++attached;
+    }
+  }
+  const auto count = [&](const std::string& kind) {
+    int n = 0;
+    for (const auto& e : hist.events()) n += e.kind == kind ? 1 : 0;
+    return n;
+  };
+  // Each host attaches once and is lost once; every other registration is refused.
+  EXPECT_EQ(count("agent_up"), attached);
+  EXPECT_EQ(count("agent_lost"), attached);
+  EXPECT_GT(attached, 0);
+  EXPECT_GT(unknown, 0);
+  EXPECT_GT(twice, 0);
+  EXPECT_LE(relayed.load(), sent_events);
+  ctl.shutdown();
 }
 
 // The agent takes the run's secret from the shared run directory only from a file of its own user
