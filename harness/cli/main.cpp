@@ -39,6 +39,7 @@
 #include "harness/score/bench.hpp"
 #include "harness/suite/build_info.hpp"
 #include "harness/suite/suite.hpp"
+#include "harness/triage/cli.hpp"
 #include "injector/plan.hpp"
 
 namespace {
@@ -371,6 +372,7 @@ int main(int argc, char** argv) {
   repro->add_flag("--report", write_html, "Also write both runs' HTML reports");
   repro->add_flag("-q,--quiet", quiet, "Print only the final summaries");
   auto* keys = app.add_subcommand("keys", "Every scenario key with type, default and meaning");
+  const fl::triage::Command triage(app);
 
   // Usage errors exit 2 as every input error does (CLI11_PARSE would return CLI11's own codes).
   try {
@@ -401,6 +403,7 @@ int main(int argc, char** argv) {
     std::printf("%s", fl::harness::schema_markdown().c_str());
     return 0;
   }
+  if (triage.parsed()) return triage.run();
   if (agent->parsed()) return fl::harness::run_agent(agent_opts);
   if (ctl->parsed()) return control(addr, action, rank, sig, plan, checkpoint, secret_file);
   try {
