@@ -39,12 +39,15 @@ Command::Command(CLI::App& app) : o_(std::make_shared<CliOptions>()) {
   sub_->add_flag("-v,--verbose", o_->eval.verbose, "--eval: one line per issue");
 }
 
-bool Command::parsed() const { return sub_->parsed(); }
+bool Command::parsed() const {
+  return sub_->parsed();
+}
 
 int Command::run() const {
   try {
-    const auto tables = load_tables(o_->signatures.empty() ? default_signature_dir() : o_->signatures,
-                                    o_->taxonomy.empty() ? default_taxonomy_path() : o_->taxonomy);
+    const auto tables =
+        load_tables(o_->signatures.empty() ? default_signature_dir() : o_->signatures,
+                    o_->taxonomy.empty() ? default_taxonomy_path() : o_->taxonomy);
     if (!o_->eval.corpus.empty()) return run_eval(tables, o_->eval);
     const size_t limit = o_->limit_mb << 20;
     Input in;

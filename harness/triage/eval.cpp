@@ -39,7 +39,9 @@ std::string input_of(const nlohmann::json& j) {
   return text;
 }
 
-std::string pct(int n, int d) { return d == 0 ? "-" : fmt::format("{:.1f}% ({}/{})", 100.0 * n / d, n, d); }
+std::string pct(int n, int d) {
+  return d == 0 ? "-" : fmt::format("{:.1f}% ({}/{})", 100.0 * n / d, n, d);
+}
 
 void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, bool verbose) {
   const bool none_label = l.symptoms.size() == 1 && l.symptoms[0] == "none";
@@ -67,9 +69,12 @@ void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, b
   c.stage += stage == l.stage;
   c.root_cause += rc == l.root_cause;
   if (verbose) {
-    *lines += fmt::format("  {:<32} label {:<10} stage {} {:<5} | got {:<5} stage {} {:<5} {}\n", l.id,
-                          fmt::format("{}", fmt::join(l.symptoms, "+")), l.stage, l.root_cause,
-                          top, stage, rc, t1 ? "ok" : t3 ? "top3" : "MISS");
+    *lines += fmt::format("  {:<32} label {:<10} stage {} {:<5} | got {:<5} stage {} {:<5} {}\n",
+                          l.id, fmt::format("{}", fmt::join(l.symptoms, "+")), l.stage,
+                          l.root_cause, top, stage, rc,
+                          t1   ? "ok"
+                          : t3 ? "top3"
+                               : "MISS");
   }
 }
 
@@ -110,7 +115,8 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
   out += fmt::format("| top-3 symptom | {} |\n", pct(c.top3, c.issues));
   out += fmt::format("| stage | {} |\n", pct(c.stage, c.issues));
   out += fmt::format("| root cause | {} |\n", pct(c.root_cause, c.issues));
-  out += fmt::format("| failures answered (not 'none') | {} |\n", pct(c.failures_answered, c.failures));
+  out += fmt::format("| failures answered (not 'none') | {} |\n",
+                     pct(c.failures_answered, c.failures));
   out += fmt::format("| non-failures declined ('none') | {} |\n", pct(c.nones_right, c.nones));
   return c;
 }

@@ -44,7 +44,8 @@ void check_keys(const std::string& file, const YAML::Node& n, const std::set<std
   }
 }
 
-std::string scalar(const std::string& file, const YAML::Node& item, const char* key, bool required) {
+std::string scalar(const std::string& file, const YAML::Node& item, const char* key,
+                   bool required) {
   const YAML::Node n = item[key];
   if (!n) {
     if (required) fail_at(file, item, fmt::format("missing key '{}'", key));
@@ -61,7 +62,8 @@ std::regex compile(const std::string& file, const YAML::Node& n, const std::stri
     if (icase) flags |= std::regex::icase;
     return std::regex(text, flags);
   } catch (const std::regex_error& e) {
-    fail_at(file, n, fmt::format("regex: '{}' is not a valid ECMAScript regex: {}", text, e.what()));
+    fail_at(file, n,
+            fmt::format("regex: '{}' is not a valid ECMAScript regex: {}", text, e.what()));
   }
 }
 
@@ -101,7 +103,8 @@ void load_file(const std::string& file, Tables& t) {
   try {
     doc = YAML::LoadFile(file);
   } catch (const YAML::Exception& e) {
-    throw SignatureError(fmt::format("{}:{}:{}: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
+    throw SignatureError(
+        fmt::format("{}:{}:{}: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
   if (!doc) return;
   check_keys(file, doc, {"signatures", "env"}, "file");
@@ -125,7 +128,8 @@ void load_file(const std::string& file, Tables& t) {
     s.root_causes = weights(file, item, "root_cause", t.taxonomy.root_cause_name);
     s.note = scalar(file, item, "note", false);
     for (const auto& o : t.signatures) {
-      if (o.id == s.id) fail_at(file, item["id"], fmt::format("id: '{}' is also in {}", s.id, o.file));
+      if (o.id == s.id)
+        fail_at(file, item["id"], fmt::format("id: '{}' is also in {}", s.id, o.file));
     }
     t.signatures.push_back(std::move(s));
   }
@@ -139,7 +143,8 @@ void load_file(const std::string& file, Tables& t) {
     if (r.needle.size() < 2) fail_at(file, item["needle"], "needle: at least 2 characters");
     r.needle = lower(r.needle);
     r.regex = compile(file, item["regex"], scalar(file, item, "regex", true), r.icase);
-    if (r.regex.mark_count() < 1) fail_at(file, item["regex"], "regex: needs a group for the value");
+    if (r.regex.mark_count() < 1)
+      fail_at(file, item["regex"], "regex: needs a group for the value");
     t.env_rules.push_back(std::move(r));
   }
 }
@@ -177,7 +182,9 @@ Tables load_tables(const std::string& dir, const std::string& taxonomy_path) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     if (e.path().extension() == ".yaml") files.push_back(e.path().string());
   }
-  if (ec) throw SignatureError(fmt::format("{}: cannot read the signature folder: {}", dir, ec.message()));
+  if (ec)
+    throw SignatureError(
+        fmt::format("{}: cannot read the signature folder: {}", dir, ec.message()));
   if (files.empty()) throw SignatureError(fmt::format("{}: no signature files (*.yaml)", dir));
   std::sort(files.begin(), files.end());
   for (const auto& f : files) load_file(f, t);
@@ -223,17 +230,24 @@ std::string binary_reason(const std::string& text) {
   for (size_t i = 0; i < n;) {
     const auto c = static_cast<unsigned char>(text[i]);
     if (c == 0) ++nul;
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    size_t len = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xE  ? 3
+                 : (c >> 3) == 0x1E ? 4
+                                    : 0;
     bool ok = len > 0 && i + len <= n;
-    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2;
+    for (size_t k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2;
     if (!ok) {
       ++bad;
       len = 1;
     }
     i += len;
   }
-  if (nul > 0) return fmt::format("the input is binary ({} NUL bytes in its first {} bytes)", nul, n);
-  if (bad * 10 > n) return fmt::format("the input is binary ({} of its first {} bytes are not UTF-8)", bad, n);
+  if (nul > 0)
+    return fmt::format("the input is binary ({} NUL bytes in its first {} bytes)", nul, n);
+  if (bad * 10 > n)
+    return fmt::format("the input is binary ({} of its first {} bytes are not UTF-8)", bad, n);
   return {};
 }
 
@@ -377,8 +391,10 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
   }
   r.symptoms = ranked(std::move(sym), o.evidence_per_candidate);
   r.root_causes = ranked(std::move(rc), o.evidence_per_candidate);
-  std::sort(r.env.begin(), r.env.end(), [](const EnvFact& a, const EnvFact& b) { return a.line < b.line; });
-  if (r.symptoms.empty() || r.symptoms.front().score < o.min_score || (!strong && r.symptoms.front().score < 2 * o.min_score)) {
+  std::sort(r.env.begin(), r.env.end(),
+            [](const EnvFact& a, const EnvFact& b) { return a.line < b.line; });
+  if (r.symptoms.empty() || r.symptoms.front().score < o.min_score ||
+      (!strong && r.symptoms.front().score < 2 * o.min_score)) {
     r.kind = Result::Kind::kNone;
     r.why = r.symptoms.empty() ? "no signature matched"
                                : fmt::format("the best match ({} {:.2f}) is below the threshold",

@@ -23,7 +23,7 @@ struct Signature {
   std::string id, file, note;
   std::string needle;  // lower-cased: always a case-insensitive prefilter
   bool icase = false;  // the regex ignores case too
-  bool env = false;  // a setting/version line: weak context, never an answer on its own
+  bool env = false;    // a setting/version line: weak context, never an answer on its own
   std::regex regex;
   std::map<std::string, double> symptoms;     // symptom id -> weight
   std::map<std::string, double> root_causes;  // root-cause id (R4.6) -> weight
@@ -37,9 +37,9 @@ struct EnvRule {
 };
 
 struct Taxonomy {
-  std::map<std::string, int> symptom_stage;             // "4.11" -> 4
-  std::map<std::string, std::string> symptom_name;      // "4.11" -> "Hang & stall"
-  std::map<std::string, std::string> root_cause_name;   // "R4.6" -> name
+  std::map<std::string, int> symptom_stage;               // "4.11" -> 4
+  std::map<std::string, std::string> symptom_name;        // "4.11" -> "Hang & stall"
+  std::map<std::string, std::string> root_cause_name;     // "R4.6" -> name
   std::map<std::string, std::string> root_cause_by_name;  // name -> "R4.6" (per stage unique)
   std::map<int, std::string> stage_name;
 };
@@ -75,7 +75,7 @@ struct EnvFact {
 
 struct Input {
   std::string text;
-  bool truncated = false;     // only the last `limit` bytes were kept
+  bool truncated = false;  // only the last `limit` bytes were kept
   size_t original_bytes = 0;
 };
 // The last `limit` bytes of a stream (errors sit at the end of a log), cut at a line start.

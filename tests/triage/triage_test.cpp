@@ -68,8 +68,9 @@ TEST(TriageSignatures, AnUnknownKeyNamesFileLineColumnAndTheAllowedKeys) {
                                "    regex: 'abc'\n"
                                "    symptom: {\"4.7\": 1}\n");
   EXPECT_EQ(load_error(dir),
-            dir + "/t.yaml:5:5: signature: unknown key 'symptom' (allowed: env, icase, id, needle, "
-                  "note, regex, root_cause, symptoms)");
+            dir +
+                "/t.yaml:5:5: signature: unknown key 'symptom' (allowed: env, icase, id, needle, "
+                "note, regex, root_cause, symptoms)");
 }
 
 TEST(TriageSignatures, ASymptomOutsideTheTaxonomyIsRejected) {
@@ -85,13 +86,13 @@ TEST(TriageSignatures, ASymptomOutsideTheTaxonomyIsRejected) {
 // Verbatim env_lines of the corpus: DeepSpeed#6540 (ds_report) and ColossalAI#2384
 // (colossalai check), both in the tune split.
 TEST(TriageEnvironment, ReadsVersionsFromDsReportAndColossalAiCheck) {
-  const auto r = run(
-      "torch version .................... 2.3.1+cu121\n"
-      "deepspeed info ................... 0.15.1, unknown, unknown\n"
-      "deepspeed wheel compiled w. ...... torch 2.3\n"
-      "Colossal-AI version: 0.2.0\n"
-      "PyTorch Version: 1.10.0\n"
-      "System CUDA Version: 11.8\n");
+  const auto r =
+      run("torch version .................... 2.3.1+cu121\n"
+          "deepspeed info ................... 0.15.1, unknown, unknown\n"
+          "deepspeed wheel compiled w. ...... torch 2.3\n"
+          "Colossal-AI version: 0.2.0\n"
+          "PyTorch Version: 1.10.0\n"
+          "System CUDA Version: 11.8\n");
   std::map<std::string, std::pair<std::string, size_t>> got;
   for (const auto& e : r.env) got[e.key] = {e.value, e.line};
   EXPECT_EQ(got["torch"], std::make_pair(std::string("2.3.1+cu121"), size_t{1}));
@@ -101,10 +102,10 @@ TEST(TriageEnvironment, ReadsVersionsFromDsReportAndColossalAiCheck) {
 }
 
 TEST(TriageEnvironment, ReadsTheLauncherAndLayoutOfACommandLine) {
-  const auto r = run(
-      "deepspeed --num_nodes 2 --num_gpus 4 --hostfile myhostfile pretrain_gpt2.py\n"
-      "  \"stage\": 3,\n"
-      "  \"device\": \"cpu\",\n");
+  const auto r =
+      run("deepspeed --num_nodes 2 --num_gpus 4 --hostfile myhostfile pretrain_gpt2.py\n"
+          "  \"stage\": 3,\n"
+          "  \"device\": \"cpu\",\n");
   std::map<std::string, std::string> got;
   for (const auto& e : r.env) got[e.key] = e.value;
   EXPECT_EQ(got["launcher"], "deepspeed");
@@ -145,7 +146,9 @@ TEST(TriageBadInput, EmptyInputSaysNoSignatureFound) {
 }
 
 TEST(TriageBadInput, BinaryInputIsNamedBinary) {
-  std::string bin = "\x7f" "ELF";
+  std::string bin =
+      "\x7f"
+      "ELF";
   bin += std::string(100, '\0');
   const auto r = run(bin);
   EXPECT_EQ(r.kind, Result::Kind::kBinary);
@@ -155,14 +158,15 @@ TEST(TriageBadInput, BinaryInputIsNamedBinary) {
 }
 
 TEST(TriageBadInput, ADocsTypoIssueHasNoSignature) {
-  const auto r = run(
-      "Fix typo in docs/getting-started.md\n"
-      "The sentence \"the the launcher reads the hostfile\" repeats a word.\n"
-      "This PR removes the duplicate word. No code change.\n");
+  const auto r =
+      run("Fix typo in docs/getting-started.md\n"
+          "The sentence \"the the launcher reads the hostfile\" repeats a word.\n"
+          "This PR removes the duplicate word. No code change.\n");
   EXPECT_EQ(r.kind, Result::Kind::kNone);
-  EXPECT_EQ(format_result(r, tables()).rfind("no distributed-failure signature found: no signature "
-                                             "matched\nWhat it read:\n",
-                                             0),
+  EXPECT_EQ(format_result(r, tables())
+                .rfind("no distributed-failure signature found: no signature "
+                       "matched\nWhat it read:\n",
+                       0),
             0u);
 }
 
