@@ -41,6 +41,7 @@
 #include "harness/score/bench.hpp"
 #include "harness/suite/build_info.hpp"
 #include "harness/suite/suite.hpp"
+#include "harness/triage/cli.hpp"
 #include "injector/plan.hpp"
 
 namespace {
@@ -400,6 +401,7 @@ int main(int argc, char** argv) {
       "clean", "Remove what killed runs left outside their run directories (cgroups, /dev/shm)");
   clean->add_flag("--dry-run", clean_dry_run, "List what would be removed; remove nothing");
   clean->add_flag("--json", json, "JSON output");
+  const fl::triage::Command triage(app);
 
   // Usage errors exit 2 as every input error does (CLI11_PARSE would return CLI11's own codes).
   try {
@@ -430,6 +432,7 @@ int main(int argc, char** argv) {
     std::printf("%s", fl::harness::schema_markdown().c_str());
     return 0;
   }
+  if (triage.parsed()) return triage.run();
   if (agent->parsed()) return fl::harness::run_agent(agent_opts);
   if (clean->parsed()) return fl::harness::faults::clean_command(clean_dry_run, json);
   if (ctl->parsed()) return control(addr, action, rank, sig, plan, checkpoint, secret_file);

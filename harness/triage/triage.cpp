@@ -1,0 +1,462 @@
+#include "harness/triage/triage.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <istream>
+#include <set>
+#include <string_view>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+namespace fl::triage {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void fail_at(const std::string& file, const YAML::Node& n, const std::string& what) {
+  const auto m = n.Mark();
+  throw SignatureError(fmt::format("{}:{}:{}: {}", file, m.line + 1, m.column + 1, what));
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Keys of a map node must be among `allowed` (a typo would silently drop a weight).
+void check_keys(const std::string& file, const YAML::Node& n, const std::set<std::string>& allowed,
+                const std::string& what) {
+  if (!n.IsMap()) fail_at(file, n, fmt::format("{} must be a mapping", what));
+  for (const auto& kv : n) {
+    const auto key = kv.first.as<std::string>();
+    if (!allowed.count(key)) {
+      fail_at(file, kv.first,
+              fmt::format("{}: unknown key '{}' (allowed: {})", what, key,
+                          fmt::format("{}", fmt::join(allowed, ", "))));
+    }
+  }
+}
+
+std::string scalar(const std::string& file, const YAML::Node& item, const char* key,
+                   bool required) {
+  const YAML::Node n = item[key];
+  if (!n) {
+    if (required) fail_at(file, item, fmt::format("missing key '{}'", key));
+    return {};
+  }
+  if (!n.IsScalar()) fail_at(file, n, fmt::format("{}: must be a string", key));
+  return n.as<std::string>();
+}
+
+std::regex compile(const std::string& file, const YAML::Node& n, const std::string& text,
+                   bool icase) {
+  try {
+    auto flags = std::regex::ECMAScript | std::regex::optimize;
+    if (icase) flags |= std::regex::icase;
+    return std::regex(text, flags);
+  } catch (const std::regex_error& e) {
+    fail_at(file, n,
+            fmt::format("regex: '{}' is not a valid ECMAScript regex: {}", text, e.what()));
+  }
+}
+
+bool as_bool(const std::string& file, const YAML::Node& item, const char* key) {
+  const YAML::Node n = item[key];
+  if (!n) return false;
+  try {
+    return n.as<bool>();
+  } catch (const YAML::Exception&) {
+    fail_at(file, n, fmt::format("{}: must be true or false", key));
+  }
+}
+
+std::map<std::string, double> weights(const std::string& file, const YAML::Node& item,
+                                      const char* key,
+                                      const std::map<std::string, std::string>& known) {
+  std::map<std::string, double> out;
+  const YAML::Node n = item[key];
+  if (!n) return out;
+  if (!n.IsMap()) fail_at(file, n, fmt::format("{}: must map ids to weights", key));
+  for (const auto& kv : n) {
+    const auto id = kv.first.as<std::string>();
+    if (!known.count(id)) {
+      fail_at(file, kv.first, fmt::format("{}: '{}' is not in the taxonomy", key, id));
+    }
+    try {
+      out[id] = kv.second.as<double>();
+    } catch (const YAML::Exception&) {
+      fail_at(file, kv.second, fmt::format("{}: {}: the weight must be a number", key, id));
+    }
+  }
+  return out;
+}
+
+void load_file(const std::string& file, Tables& t) {
+  YAML::Node doc;
+  try {
+    doc = YAML::LoadFile(file);
+  } catch (const YAML::Exception& e) {
+    throw SignatureError(
+        fmt::format("{}:{}:{}: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  if (!doc) return;
+  check_keys(file, doc, {"signatures", "env"}, "file");
+  std::map<std::string, std::string> stage_of;
+  for (const auto& [id, st] : t.taxonomy.symptom_stage) stage_of[id] = std::to_string(st);
+  for (const auto& item : doc["signatures"]) {
+    check_keys(file, item,
+               {"id", "needle", "regex", "icase", "env", "symptoms", "root_cause", "note"},
+               "signature");
+    Signature s;
+    s.file = file;
+    s.id = scalar(file, item, "id", true);
+    s.icase = as_bool(file, item, "icase");
+    s.env = as_bool(file, item, "env");
+    s.needle = scalar(file, item, "needle", true);
+    if (s.needle.size() < 2) fail_at(file, item["needle"], "needle: at least 2 characters");
+    s.needle = lower(s.needle);  // the needle is always a case-insensitive prefilter
+    s.regex = compile(file, item["regex"], scalar(file, item, "regex", true), s.icase);
+    s.symptoms = weights(file, item, "symptoms", stage_of);
+    if (s.symptoms.empty()) fail_at(file, item, "symptoms: at least one symptom id with a weight");
+    s.root_causes = weights(file, item, "root_cause", t.taxonomy.root_cause_name);
+    s.note = scalar(file, item, "note", false);
+    for (const auto& o : t.signatures) {
+      if (o.id == s.id)
+        fail_at(file, item["id"], fmt::format("id: '{}' is also in {}", s.id, o.file));
+    }
+    t.signatures.push_back(std::move(s));
+  }
+  for (const auto& item : doc["env"]) {
+    check_keys(file, item, {"key", "needle", "regex", "icase"}, "env rule");
+    EnvRule r;
+    r.file = file;
+    r.key = scalar(file, item, "key", true);
+    r.icase = as_bool(file, item, "icase");
+    r.needle = scalar(file, item, "needle", true);
+    if (r.needle.size() < 2) fail_at(file, item["needle"], "needle: at least 2 characters");
+    r.needle = lower(r.needle);
+    r.regex = compile(file, item["regex"], scalar(file, item, "regex", true), r.icase);
+    if (r.regex.mark_count() < 1)
+      fail_at(file, item["regex"], "regex: needs a group for the value");
+    t.env_rules.push_back(std::move(r));
+  }
+}
+
+}  // namespace
+
+Taxonomy load_taxonomy(const std::string& path) {
+  Taxonomy t;
+  YAML::Node doc;
+  try {
+    doc = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw SignatureError(fmt::format("{}: cannot load the taxonomy: {}", path, e.what()));
+  }
+  for (const auto& st : doc["stages"]) {
+    const int stage = st["id"].as<int>();
+    t.stage_name[stage] = st["name"].as<std::string>();
+    for (const auto& s : st["symptoms"]) {
+      t.symptom_stage[s["id"].as<std::string>()] = stage;
+      t.symptom_name[s["id"].as<std::string>()] = s["name"].as<std::string>();
+    }
+    for (const auto& r : st["root_causes"]) {
+      t.root_cause_name[r["id"].as<std::string>()] = r["name"].as<std::string>();
+      t.root_cause_by_name[r["name"].as<std::string>()] = r["id"].as<std::string>();
+    }
+  }
+  return t;
+}
+
+Tables load_tables(const std::string& dir, const std::string& taxonomy_path) {
+  Tables t;
+  t.taxonomy = load_taxonomy(taxonomy_path);
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".yaml") files.push_back(e.path().string());
+  }
+  if (ec)
+    throw SignatureError(
+        fmt::format("{}: cannot read the signature folder: {}", dir, ec.message()));
+  if (files.empty()) throw SignatureError(fmt::format("{}: no signature files (*.yaml)", dir));
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) load_file(f, t);
+  return t;
+}
+
+std::string default_signature_dir() {
+  if (const char* d = std::getenv("FAULTLINE_TRIAGE_SIGNATURES"); d && *d) return d;
+  return std::string(FAULTLINE_SOURCE_DIR) + "/harness/triage/signatures";
+}
+
+std::string default_taxonomy_path() {
+  if (const char* d = std::getenv("FAULTLINE_TAXONOMY"); d && *d) return d;
+  return std::string(FAULTLINE_SOURCE_DIR) + "/scenarios/taxonomy.yaml";
+}
+
+Input read_input(std::istream& in, size_t limit) {
+  Input out;
+  std::string chunk(1 << 20, '\0');
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const auto got = static_cast<size_t>(in.gcount());
+    out.original_bytes += got;
+    out.text.append(chunk.data(), got);
+    // Keep memory bounded: drop the head once the text is well past the limit.
+    if (out.text.size() > 2 * limit) out.text.erase(0, out.text.size() - limit);
+  }
+  if (out.text.size() > limit) {
+    out.text.erase(0, out.text.size() - limit);
+    const auto nl = out.text.find('\n');
+    if (nl != std::string::npos) out.text.erase(0, nl + 1);
+  }
+  out.truncated = out.original_bytes > out.text.size();
+  return out;
+}
+
+namespace {
+
+// Text triage cannot read: NUL bytes, or mostly invalid UTF-8, in the first 64 KiB.
+std::string binary_reason(const std::string& text) {
+  const size_t n = std::min<size_t>(text.size(), 64 * 1024);
+  size_t nul = 0, bad = 0;
+  for (size_t i = 0; i < n;) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == 0) ++nul;
+    size_t len = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xE  ? 3
+                 : (c >> 3) == 0x1E ? 4
+                                    : 0;
+    bool ok = len > 0 && i + len <= n;
+    for (size_t k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2;
+    if (!ok) {
+      ++bad;
+      len = 1;
+    }
+    i += len;
+  }
+  if (nul > 0)
+    return fmt::format("the input is binary ({} NUL bytes in its first {} bytes)", nul, n);
+  if (bad * 10 > n)
+    return fmt::format("the input is binary ({} of its first {} bytes are not UTF-8)", bad, n);
+  return {};
+}
+
+struct Hit {
+  double weight_scale = 0;
+  std::vector<EvidenceLine> lines;
+};
+
+void add_candidate(std::map<std::string, Candidate>& m, const std::string& id, double score,
+                   const std::vector<EvidenceLine>& ev) {
+  auto& c = m[id];
+  c.id = id;
+  c.score += score;
+  for (const auto& e : ev) {
+    const bool seen = std::any_of(c.evidence.begin(), c.evidence.end(),
+                                  [&](const EvidenceLine& x) { return x.line == e.line; });
+    if (!seen) c.evidence.push_back(e);
+  }
+}
+
+std::vector<Candidate> ranked(std::map<std::string, Candidate> m, size_t ev_max) {
+  std::vector<Candidate> out;
+  for (auto& [id, c] : m) {
+    std::sort(c.evidence.begin(), c.evidence.end(),
+              [](const EvidenceLine& a, const EvidenceLine& b) { return a.line < b.line; });
+    if (c.evidence.size() > ev_max) c.evidence.resize(ev_max);
+    out.push_back(std::move(c));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.score > b.score; });
+  return out;
+}
+
+// A line that holds a needle: where it starts, and which table row (signatures first, then env).
+struct NeedleHit {
+  size_t start = 0, end = 0, line = 0;  // the line's bytes and 1-based number
+  size_t row = 0;                       // signature index, or signatures.size() + env index
+};
+
+// Every (line, row) whose line holds the row's needle, in line order. One pass over the
+// lower-cased text: a table keyed by each needle's first two bytes says which needles can start
+// at a position, so the cost does not grow with the number of signatures.
+std::vector<NeedleHit> needle_hits(const std::string& text, const Tables& t) {
+  const std::string low = lower(text);
+  std::vector<const std::string*> needles;
+  for (const auto& s : t.signatures) needles.push_back(&s.needle);
+  for (const auto& e : t.env_rules) needles.push_back(&e.needle);
+  std::vector<std::vector<uint32_t>> by_bigram(1 << 16);
+  auto bigram = [](char a, char b) {
+    return (static_cast<unsigned>(static_cast<unsigned char>(a)) << 8) |
+           static_cast<unsigned char>(b);
+  };
+  for (size_t row = 0; row < needles.size(); ++row) {
+    by_bigram[bigram((*needles[row])[0], (*needles[row])[1])].push_back(static_cast<uint32_t>(row));
+  }
+  std::vector<size_t> last_line(needles.size(), 0);
+  std::vector<NeedleHit> out;
+  size_t line = 1, start = 0;
+  for (size_t i = 0; i + 1 < low.size(); ++i) {
+    if (low[i] == '\n') {
+      ++line;
+      start = i + 1;
+      continue;
+    }
+    for (const uint32_t row : by_bigram[bigram(low[i], low[i + 1])]) {
+      const std::string& n = *needles[row];
+      if (last_line[row] == line || low.compare(i, n.size(), n) != 0) continue;
+      last_line[row] = line;
+      out.push_back({start, 0, line, row});
+    }
+  }
+  for (auto& h : out) {
+    h.end = low.find('\n', h.start);
+    if (h.end == std::string::npos) h.end = low.size();
+  }
+  std::stable_sort(out.begin(), out.end(), [](const NeedleHit& a, const NeedleHit& b) {
+    return a.line != b.line ? a.line < b.line : a.row < b.row;
+  });
+  return out;
+}
+
+}  // namespace
+
+Result triage(const Input& in, const Tables& t, const Options& o) {
+  Result r;
+  r.truncated = in.truncated;
+  if (in.text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    r.kind = Result::Kind::kEmpty;
+    r.why = "the input is empty";
+    return r;
+  }
+  if (auto why = binary_reason(in.text); !why.empty()) {
+    r.kind = Result::Kind::kBinary;
+    r.why = why;
+    return r;
+  }
+  std::vector<Hit> hits(t.signatures.size());
+  std::vector<std::set<std::string>> seen_text(t.signatures.size());
+  // Lines a row's regex already rejected: a log repeats its lines, and std::regex is slow.
+  std::vector<std::unordered_set<std::string>> rejected(t.signatures.size() + t.env_rules.size());
+  std::set<std::string> env_seen;
+  r.lines = static_cast<size_t>(std::count(in.text.begin(), in.text.end(), '\n')) +
+            (in.text.back() == '\n' ? 0 : 1);
+  for (const auto& c : needle_hits(in.text, t)) {
+    std::string text = in.text.substr(c.start, std::min<size_t>(c.end - c.start, 4096));
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (c.row < t.signatures.size()) {
+      const auto& s = t.signatures[c.row];
+      auto& h = hits[c.row];
+      if (static_cast<int>(h.lines.size()) >= o.max_hits || seen_text[c.row].count(text)) continue;
+      if (rejected[c.row].count(text)) continue;
+      if (!std::regex_search(text, s.regex)) {
+        rejected[c.row].insert(std::move(text));
+        continue;
+      }
+      seen_text[c.row].insert(text);  // a repeated identical line counts once
+      h.lines.push_back({c.line, text, s.id});
+      continue;
+    }
+    const auto& e = t.env_rules[c.row - t.signatures.size()];
+    std::smatch m;
+    if (env_seen.count(e.key) || rejected[c.row].count(text)) continue;
+    if (!std::regex_search(text, m, e.regex)) {
+      rejected[c.row].insert(std::move(text));
+      continue;
+    }
+    env_seen.insert(e.key);
+    r.env.push_back({e.key, m[1].str(), c.line, text});
+  }
+  std::map<std::string, Candidate> sym, rc;
+  bool strong = false;
+  for (size_t i = 0; i < t.signatures.size(); ++i) {
+    const auto& h = hits[i];
+    if (h.lines.empty()) continue;
+    const auto& s = t.signatures[i];
+    // Further distinct lines of one signature add a little: ten watchdog lines are one fact.
+    const double scale = 1.0 + 0.25 * static_cast<double>(h.lines.size() - 1);
+    if (!s.env) strong = true;
+    for (const auto& [id, w] : s.symptoms) add_candidate(sym, id, w * scale, h.lines);
+    for (const auto& [id, w] : s.root_causes) add_candidate(rc, id, w * scale, h.lines);
+  }
+  r.symptoms = ranked(std::move(sym), o.evidence_per_candidate);
+  r.root_causes = ranked(std::move(rc), o.evidence_per_candidate);
+  std::sort(r.env.begin(), r.env.end(),
+            [](const EnvFact& a, const EnvFact& b) { return a.line < b.line; });
+  if (r.symptoms.empty() || r.symptoms.front().score < o.min_score ||
+      (!strong && r.symptoms.front().score < 2 * o.min_score)) {
+    r.kind = Result::Kind::kNone;
+    r.why = r.symptoms.empty() ? "no signature matched"
+                               : fmt::format("the best match ({} {:.2f}) is below the threshold",
+                                             r.symptoms.front().id, r.symptoms.front().score);
+    return r;
+  }
+  r.kind = Result::Kind::kFound;
+  r.stage = t.taxonomy.symptom_stage.at(r.symptoms.front().id);
+  return r;
+}
+
+namespace {
+
+std::string clip(const std::string& s, size_t n = 160) {
+  return s.size() <= n ? s : s.substr(0, n) + "...";
+}
+
+void format_env(std::string& out, const Result& r) {
+  out += "What it read:\n";
+  if (r.env.empty()) out += "  (no framework, version, launcher or layout line)\n";
+  for (const auto& e : r.env) {
+    out += fmt::format("  {:<14} {:<20} line {}: {}\n", e.key, e.value, e.line, clip(e.text, 100));
+  }
+  if (r.truncated) out += "  note: the input was over the size limit; only its tail was read\n";
+  out += fmt::format("  ({} lines)\n", r.lines);
+}
+
+void format_candidates(std::string& out, const std::vector<Candidate>& cs,
+                       const std::map<std::string, std::string>& names, size_t n) {
+  for (size_t i = 0; i < cs.size() && i < n; ++i) {
+    const auto& c = cs[i];
+    const auto it = names.find(c.id);
+    out += fmt::format("  {}. {:<5} {:<40} score {:.2f}\n", i + 1, c.id,
+                       it == names.end() ? "" : it->second, c.score);
+    for (const auto& e : c.evidence) {
+      out += fmt::format("       line {} [{}]: {}\n", e.line, e.signature, clip(e.text));
+    }
+  }
+}
+
+}  // namespace
+
+std::string format_result(const Result& r, const Tables& t) {
+  std::string out;
+  if (r.kind != Result::Kind::kFound) {
+    out += fmt::format("no distributed-failure signature found: {}\n", r.why);
+    if (r.kind == Result::Kind::kBinary || r.kind == Result::Kind::kEmpty) return out;
+    format_env(out, r);
+    if (!r.symptoms.empty()) {
+      out += "Weak matches (below the threshold):\n";
+      format_candidates(out, r.symptoms, t.taxonomy.symptom_name, 3);
+    }
+    return out;
+  }
+  format_env(out, r);
+  out += fmt::format("Stage: {} {}\n", r.stage, t.taxonomy.stage_name.at(r.stage));
+  out += "Symptom candidates:\n";
+  format_candidates(out, r.symptoms, t.taxonomy.symptom_name, 5);
+  out += "Root-cause candidates:\n";
+  if (r.root_causes.empty()) out += "  (no root-cause evidence)\n";
+  format_candidates(out, r.root_causes, t.taxonomy.root_cause_name, 3);
+  return out;
+}
+
+}  // namespace fl::triage

@@ -1,0 +1,104 @@
+// faultline triage: reads the text of a reported issue (tracebacks, launcher output, NCCL lines,
+// environment dumps) and ranks the catalogue's symptoms and root causes by signature tables kept as
+// data (harness/triage/signatures/*.yaml). Every answer carries the lines it rests on.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fl::triage {
+
+// A signature or taxonomy file that cannot be used: "file:line:col: key: problem".
+class SignatureError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One row of a signature table: a cheap literal prefilter, then a regex on the lines that pass it.
+struct Signature {
+  std::string id, file, note;
+  std::string needle;  // lower-cased: always a case-insensitive prefilter
+  bool icase = false;  // the regex ignores case too
+  bool env = false;    // a setting/version line: weak context, never an answer on its own
+  std::regex regex;
+  std::map<std::string, double> symptoms;     // symptom id -> weight
+  std::map<std::string, double> root_causes;  // root-cause id (R4.6) -> weight
+};
+
+// A table row that reads one environment fact ("what it read"): key, and the regex's group 1.
+struct EnvRule {
+  std::string key, needle, file;
+  bool icase = false;
+  std::regex regex;
+};
+
+struct Taxonomy {
+  std::map<std::string, int> symptom_stage;               // "4.11" -> 4
+  std::map<std::string, std::string> symptom_name;        // "4.11" -> "Hang & stall"
+  std::map<std::string, std::string> root_cause_name;     // "R4.6" -> name
+  std::map<std::string, std::string> root_cause_by_name;  // name -> "R4.6" (per stage unique)
+  std::map<int, std::string> stage_name;
+};
+
+struct Tables {
+  Taxonomy taxonomy;
+  std::vector<Signature> signatures;
+  std::vector<EnvRule> env_rules;
+};
+
+// The taxonomy file (scenarios/taxonomy.yaml); throws SignatureError.
+Taxonomy load_taxonomy(const std::string& path);
+// Every *.yaml under `dir`, sorted; unknown keys, bad regexes and unknown ids are errors.
+Tables load_tables(const std::string& dir, const std::string& taxonomy_path);
+// Where the tables live: $FAULTLINE_TRIAGE_SIGNATURES, else the source tree's copy.
+std::string default_signature_dir();
+std::string default_taxonomy_path();
+
+struct EvidenceLine {
+  size_t line = 0;  // 1-based
+  std::string text, signature;
+};
+struct Candidate {
+  std::string id;  // symptom or root-cause id
+  double score = 0;
+  std::vector<EvidenceLine> evidence;
+};
+struct EnvFact {
+  std::string key, value;
+  size_t line = 0;
+  std::string text;
+};
+
+struct Input {
+  std::string text;
+  bool truncated = false;  // only the last `limit` bytes were kept
+  size_t original_bytes = 0;
+};
+// The last `limit` bytes of a stream (errors sit at the end of a log), cut at a line start.
+Input read_input(std::istream& in, size_t limit);
+
+struct Result {
+  enum class Kind { kFound, kNone, kBinary, kEmpty } kind = Kind::kNone;
+  std::string why;  // kNone/kBinary/kEmpty: a sentence
+  std::vector<Candidate> symptoms, root_causes;
+  int stage = 0;
+  std::vector<EnvFact> env;
+  size_t lines = 0;
+  bool truncated = false;
+};
+
+struct Options {
+  double min_score = 1.0;  // below it: no signature found
+  int max_hits = 3;        // distinct matched lines that count per signature
+  size_t evidence_per_candidate = 4;
+};
+
+Result triage(const Input& in, const Tables& t, const Options& o = {});
+// Human-readable report of `r` (what it read, ranked candidates, stage).
+std::string format_result(const Result& r, const Tables& t);
+
+}  // namespace fl::triage

@@ -1,0 +1,200 @@
+// faultline triage: signature tables load strictly, the environment extractor reads real report
+// excerpts, and bad input (empty, binary, off-topic, huge) gets a clear answer.
+#include "harness/triage/triage.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fl::triage {
+namespace {
+
+namespace fs = std::filesystem;
+
+const Tables& tables() {
+  static const Tables t = load_tables(default_signature_dir(), default_taxonomy_path());
+  return t;
+}
+
+Result run(const std::string& text) {
+  std::istringstream in(text);
+  return triage(read_input(in, 16u << 20), tables());
+}
+
+// A scratch signature folder holding one file.
+std::string write_table(const std::string& name, const std::string& body) {
+  const fs::path dir = fs::temp_directory_path() / ("fl_triage_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "t.yaml") << body;
+  return dir.string();
+}
+
+std::string load_error(const std::string& dir) {
+  try {
+    load_tables(dir, default_taxonomy_path());
+  } catch (const SignatureError& e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
+
+TEST(TriageSignatures, TheShippedTablesLoad) {
+  EXPECT_GT(tables().signatures.size(), 50u);
+  EXPECT_GT(tables().env_rules.size(), 20u);
+}
+
+TEST(TriageSignatures, ABadRegexNamesFileLineAndColumn) {
+  const auto dir = write_table("bad_regex",
+                               "signatures:\n"
+                               "  - id: broken\n"
+                               "    needle: \"abc\"\n"
+                               "    regex: '(abc'\n"
+                               "    symptoms: {\"4.7\": 1}\n");
+  const auto err = load_error(dir);
+  EXPECT_EQ(err.rfind(dir + "/t.yaml:4:12: regex: '(abc' is not a valid ECMAScript regex: ", 0), 0u)
+      << err;
+}
+
+TEST(TriageSignatures, AnUnknownKeyNamesFileLineColumnAndTheAllowedKeys) {
+  const auto dir = write_table("unknown_key",
+                               "signatures:\n"
+                               "  - id: typo\n"
+                               "    needle: \"abc\"\n"
+                               "    regex: 'abc'\n"
+                               "    symptom: {\"4.7\": 1}\n");
+  EXPECT_EQ(load_error(dir),
+            dir +
+                "/t.yaml:5:5: signature: unknown key 'symptom' (allowed: env, icase, id, needle, "
+                "note, regex, root_cause, symptoms)");
+}
+
+TEST(TriageSignatures, ASymptomOutsideTheTaxonomyIsRejected) {
+  const auto dir = write_table("unknown_symptom",
+                               "signatures:\n"
+                               "  - id: nope\n"
+                               "    needle: \"abc\"\n"
+                               "    regex: 'abc'\n"
+                               "    symptoms: {\"4.99\": 1}\n");
+  EXPECT_EQ(load_error(dir), dir + "/t.yaml:5:16: symptoms: '4.99' is not in the taxonomy");
+}
+
+// Verbatim env_lines of the corpus: DeepSpeed#6540 (ds_report) and ColossalAI#2384
+// (colossalai check), both in the tune split.
+TEST(TriageEnvironment, ReadsVersionsFromDsReportAndColossalAiCheck) {
+  const auto r =
+      run("torch version .................... 2.3.1+cu121\n"
+          "deepspeed info ................... 0.15.1, unknown, unknown\n"
+          "deepspeed wheel compiled w. ...... torch 2.3\n"
+          "Colossal-AI version: 0.2.0\n"
+          "PyTorch Version: 1.10.0\n"
+          "System CUDA Version: 11.8\n");
+  std::map<std::string, std::pair<std::string, size_t>> got;
+  for (const auto& e : r.env) got[e.key] = {e.value, e.line};
+  EXPECT_EQ(got["torch"], std::make_pair(std::string("2.3.1+cu121"), size_t{1}));
+  EXPECT_EQ(got["deepspeed"], std::make_pair(std::string("0.15.1"), size_t{2}));
+  EXPECT_EQ(got["colossalai"], std::make_pair(std::string("0.2.0"), size_t{4}));
+  EXPECT_EQ(got["cuda"], std::make_pair(std::string("11.8"), size_t{6}));
+}
+
+TEST(TriageEnvironment, ReadsTheLauncherAndLayoutOfACommandLine) {
+  const auto r =
+      run("deepspeed --num_nodes 2 --num_gpus 4 --hostfile myhostfile pretrain_gpt2.py\n"
+          "  \"stage\": 3,\n"
+          "  \"device\": \"cpu\",\n");
+  std::map<std::string, std::string> got;
+  for (const auto& e : r.env) got[e.key] = e.value;
+  EXPECT_EQ(got["launcher"], "deepspeed");
+  EXPECT_EQ(got["nodes"], "2");
+  EXPECT_EQ(got["gpus_per_node"], "4");
+  EXPECT_EQ(got["zero_stage"], "3");
+  EXPECT_EQ(got["offload"], "cpu");
+}
+
+TEST(TriageRanking, AWatchdogTimeoutRanksHangFirstWithItsLine) {
+  const auto r = run(
+      "step 100 loss 2.3\n"
+      "[rank0]:[E ProcessGroupNCCL.cpp:523] [Rank 0] Watchdog caught collective operation timeout: "
+      "WorkNCCL(SeqNum=9314, OpType=_REDUCE_SCATTER_BASE, Timeout(ms)=600000)\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  ASSERT_GE(r.symptoms.size(), 2u);
+  EXPECT_EQ(r.symptoms[0].id, "4.11");
+  EXPECT_EQ(r.symptoms[1].id, "4.7");
+  ASSERT_EQ(r.symptoms[0].evidence.size(), 1u);
+  EXPECT_EQ(r.symptoms[0].evidence[0].line, 2u);
+  EXPECT_EQ(r.symptoms[0].evidence[0].signature, "c10d-watchdog-timeout");
+  EXPECT_EQ(r.root_causes.at(0).id, "R4.6");
+}
+
+TEST(TriageRanking, RepeatedIdenticalLinesCountOnce) {
+  const std::string line = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n";
+  std::string many;
+  for (int i = 0; i < 50; ++i) many += line;
+  EXPECT_DOUBLE_EQ(run(line).symptoms.at(0).score, run(many).symptoms.at(0).score);
+}
+
+TEST(TriageBadInput, EmptyInputSaysNoSignatureFound) {
+  const auto r = run("  \n\n");
+  EXPECT_EQ(r.kind, Result::Kind::kEmpty);
+  EXPECT_EQ(format_result(r, tables()),
+            "no distributed-failure signature found: the input is empty\n");
+}
+
+TEST(TriageBadInput, BinaryInputIsNamedBinary) {
+  std::string bin =
+      "\x7f"
+      "ELF";
+  bin += std::string(100, '\0');
+  const auto r = run(bin);
+  EXPECT_EQ(r.kind, Result::Kind::kBinary);
+  EXPECT_EQ(format_result(r, tables()),
+            "no distributed-failure signature found: the input is binary (100 NUL bytes in its "
+            "first 104 bytes)\n");
+}
+
+TEST(TriageBadInput, ADocsTypoIssueHasNoSignature) {
+  const auto r =
+      run("Fix typo in docs/getting-started.md\n"
+          "The sentence \"the the launcher reads the hostfile\" repeats a word.\n"
+          "This PR removes the duplicate word. No code change.\n");
+  EXPECT_EQ(r.kind, Result::Kind::kNone);
+  EXPECT_EQ(format_result(r, tables())
+                .rfind("no distributed-failure signature found: no signature "
+                       "matched\nWhat it read:\n",
+                       0),
+            0u);
+}
+
+TEST(TriageBadInput, TextInAnotherLanguageWithoutErrorsHasNoSignature) {
+  EXPECT_EQ(run("请问如何在多机上使用这个框架？谢谢。\n文档里没有写。\n").kind,
+            Result::Kind::kNone);
+}
+
+TEST(TriageBadInput, AFiftyMegabyteLogCompletesAndIsReadFromItsTail) {
+  std::string log;
+  log.reserve(52u << 20);
+  for (int i = 0; log.size() < (50u << 20); ++i) {
+    log += "[2024-01-01 10:00:00," + std::to_string(i % 1000) +
+           "] [INFO] [logging.py:96:log_dist] [Rank 0] step=" + std::to_string(i) +
+           ", skipped=0, lr=[0.0001]\n";
+  }
+  log += "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n";
+  const auto t0 = std::chrono::steady_clock::now();
+  std::istringstream in(log);
+  const auto input = read_input(in, 16u << 20);
+  const auto r = triage(input, tables());
+  const auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0);
+  std::printf("50 MiB log: %.0f ms (read %zu of %zu bytes)\n", ms.count(), input.text.size(),
+              input.original_bytes);
+  EXPECT_TRUE(input.truncated);
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.2");
+}
+
+}  // namespace
+}  // namespace fl::triage
