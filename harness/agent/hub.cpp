@@ -139,6 +139,12 @@ struct AgentHub::Impl final : public pb::Agents::Service {
         quiet_s);
   }
 
+  // A name as a refusal shows it: at most 64 bytes, since a status message travels in a header
+  // whose size gRPC limits (a registration with a 200 KB host name came back RESOURCE_EXHAUSTED).
+  static std::string shown_host(const std::string& h) {
+    return h.size() <= 64 ? h : h.substr(0, 64) + fmt::format("... ({} bytes)", h.size());
+  }
+
   grpc::Status Attach(grpc::ServerContext* ctx, AgentStream* stream) override {
     const auto& md = ctx->client_metadata();
     const auto it = md.find(kControlSecretHeader);
@@ -154,14 +160,14 @@ struct AgentHub::Impl final : public pb::Agents::Service {
     }
     if (node < 0) {
       return {grpc::StatusCode::INVALID_ARGUMENT,
-              fmt::format("host '{}' is not one of the run's hosts", reg.host())};
+              fmt::format("host '{}' is not one of the run's hosts", shown_host(reg.host()))};
     }
     Conn& c = *conns[static_cast<size_t>(node)];
     {
       std::scoped_lock lock(mu, c.wmu);
       if (c.attached) {
         return {grpc::StatusCode::ALREADY_EXISTS,
-                fmt::format("host {} has an agent already", reg.host())};
+                fmt::format("host {} has an agent already", shown_host(reg.host()))};
       }
       c.stream = stream;
       c.ctx = ctx;

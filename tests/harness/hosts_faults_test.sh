@@ -251,8 +251,9 @@ inj = [e for e in ev if e["kind"] == "fault_injected" and e["data"]["fault"] == 
 assert len(inj) == 1 and inj[0]["rank"] == 2, inj
 q = inj[0]["data"]
 assert q["via"] == "agent" and q["host"] == h1 and q["at_step"] >= 2, q
-# The group is the agent's (named after its pid), in the cpu hierarchy of rank 2's host.
-assert q["cgroup"].startswith("%s/faultline.%d." % (root, agent_pid[h1])), (q, agent_pid)
+# The group is the agent's (named after its pid and start time), in the cpu hierarchy of rank 2's
+# host.
+assert q["cgroup"].startswith("%s/faultline.%d-" % (root, agent_pid[h1])), (q, agent_pid)
 assert q["cgroup"].endswith(".cpu.rank2") and q["agent"]["quota_us"] == 2000, q
 cpu = [e for e in ev if e["kind"] == "cgroup_cpu"]
 assert len(cpu) == 1 and cpu[0]["rank"] == 2, cpu

@@ -118,16 +118,20 @@ TEST_F(Residue_, OldArenasAndUnmappedOldSegmentsAreSwept) {
 // socket is still bound (a live agent) or that is new is kept.
 TEST_F(Residue_, RelayDirectoriesWhoseSocketNobodyHoldsAreSwept) {
   auto relay_dir = [&](const std::string& name, int age_s) {
-    const fs::path d = dir_ / "tmp" / name;
+    const fs::path d = fs::path(dirs_.tmp) / name;
     fs::create_directories(d);
     std::ofstream(d / "relay.sock") << "";  // a socket file left by a dead listener
     struct timeval tv[2] = {{::time(nullptr) - age_s, 0}, {::time(nullptr) - age_s, 0}};
     ::utimes(d.c_str(), tv);
     return d.string();
   };
+  // A socket path must fit in sun_path (108 bytes): this test's temp root is short.
+  char root[] = "/tmp/flres-XXXXXX";
+  ASSERT_NE(::mkdtemp(root), nullptr);
+  dirs_.tmp = root;
   const std::string dead = relay_dir("faultline-relay-dead01", 120);
   const std::string fresh = relay_dir("faultline-relay-new001", 0);
-  const std::string live = (dir_ / "tmp" / "faultline-relay-live01").string();
+  const std::string live = (fs::path(root) / "faultline-relay-live01").string();
   fs::create_directories(live);
   const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
   ASSERT_GE(s, 0);
@@ -147,6 +151,7 @@ TEST_F(Residue_, RelayDirectoriesWhoseSocketNobodyHoldsAreSwept) {
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_TRUE(fs::exists(fresh));
   EXPECT_TRUE(fs::exists(live));
+  fs::remove_all(root);
 }
 
 TEST_F(Residue_, AnOwnerIsAliveOnlyWhileItsPidHasItsStartTime) {
