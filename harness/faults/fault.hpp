@@ -106,6 +106,10 @@ class FaultOf : public Fault {
 // network namespaces).
 // Where the workers' plugins are: FAULTLINE_PLUGIN_DIR, or this build's (run/oop_faults.cpp).
 std::string plugin_dir();
+// The libraries the workers have there, sorted and unique: the directory's files and, when it is
+// this build's, what the build makes (not built yet is not unknown). Empty: nothing to check
+// against (an empty directory elsewhere leaves the check to the run).
+std::vector<std::string> plugin_libraries();
 
 struct ParseContext {
   const std::string& file;

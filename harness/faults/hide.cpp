@@ -126,21 +126,7 @@ class HideKind : public FaultKind {
     // The library must be one the workers have: in the plugin directory, or one this build
     // makes when that is the build's own (not built yet is not unknown). An empty directory
     // elsewhere leaves the check to the run.
-    std::vector<std::string> have;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(plugin_dir(), ec)) {
-      if (e.is_regular_file()) have.push_back(e.path().filename().string());
-    }
-    if (plugin_dir() == FAULTLINE_PLUGIN_BUILD_DIR) {
-      const std::string built = FAULTLINE_PLUGIN_BUILD_LIBS;
-      for (size_t at = 0; at <= built.size();) {
-        const size_t comma = std::min(built.find(',', at), built.size());
-        if (comma > at) have.push_back(built.substr(at, comma - at));
-        at = comma + 1;
-      }
-    }
-    std::sort(have.begin(), have.end());
-    have.erase(std::unique(have.begin(), have.end()), have.end());
+    const std::vector<std::string> have = plugin_libraries();
     if (!have.empty() && !std::binary_search(have.begin(), have.end(), f->library)) {
       loader::fail_at(c.file, item["hide"], c.at + ".hide",
                       fmt::format("no library '{}' in the plugin directory {} (allowed: {})",

@@ -1,5 +1,6 @@
 #include "harness/run/oop_faults.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -18,6 +19,25 @@ FAULTLINE_SETTING(kPluginDir, std::string, "FAULTLINE_PLUGIN_DIR", "",
 
 std::string faults::plugin_dir() {
   return kPluginDir.get().empty() ? FAULTLINE_PLUGIN_BUILD_DIR : kPluginDir.get();
+}
+
+std::vector<std::string> faults::plugin_libraries() {
+  std::vector<std::string> have;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(plugin_dir(), ec)) {
+    if (e.is_regular_file()) have.push_back(e.path().filename().string());
+  }
+  if (plugin_dir() == FAULTLINE_PLUGIN_BUILD_DIR) {
+    const std::string built = FAULTLINE_PLUGIN_BUILD_LIBS;
+    for (size_t at = 0; at <= built.size();) {
+      const size_t comma = std::min(built.find(',', at), built.size());
+      if (comma > at) have.push_back(built.substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
+  std::sort(have.begin(), have.end());
+  have.erase(std::unique(have.begin(), have.end()), have.end());
+  return have;
 }
 
 OutOfProcessFaults::OutOfProcessFaults(const Scenario& s, std::string run_dir, History& hist,

@@ -500,22 +500,8 @@ void check_runnable_here(const Scenario& scenario) {
   }
   // Below, what the harness's own machine must have (with hosts or srun the ranks' machines do).
   if (!scenario.hosts.empty() || scenario.launcher == "srun") return;
-  // As the hide fault checks its library (hide.cpp): what the plugin directory has, and when it
-  // is this build's, what the build makes (not built yet is not unknown).
-  std::vector<std::string> have;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(faults::plugin_dir(), ec)) {
-    if (e.is_regular_file()) have.push_back(e.path().filename().string());
-  }
-  if (faults::plugin_dir() == FAULTLINE_PLUGIN_BUILD_DIR) {
-    const std::string built = FAULTLINE_PLUGIN_BUILD_LIBS;
-    for (size_t at = 0; at <= built.size();) {
-      const size_t comma = std::min(built.find(',', at), built.size());
-      if (comma > at) have.push_back(built.substr(at, comma - at));
-      at = comma + 1;
-    }
-  }
-  std::sort(have.begin(), have.end());
+  // As the hide fault checks its library (hide.cpp).
+  const std::vector<std::string> have = faults::plugin_libraries();
   for (const auto& p : scenario.plugins) {
     const std::string lib = "libfl_" + p + ".so";
     if (have.empty() || std::binary_search(have.begin(), have.end(), lib)) continue;
