@@ -44,6 +44,7 @@ struct AgentHub::Impl final : public pb::Agents::Service {
     std::mutex wmu;                 // guards `stream` and writes to it
     AgentStream* stream = nullptr;  // set while its Attach call runs
     bool attached = false, gone = false;
+    bool announced = false;  // its agent_up is in the history (attached alone races that write)
     int pid = 0;
     // The relay and the heartbeat (relay.hpp, silence.hpp).
     std::string relay_addr;
@@ -185,6 +186,10 @@ struct AgentHub::Impl final : public pb::Agents::Service {
                               {"peer", ctx->peer()},
                               {"relay", reg.relay_addr()},
                               {"heartbeat_ms", reg.heartbeat_ms()}});
+    {
+      std::lock_guard lock(mu);
+      c.announced = true;
+    }
     cv.notify_all();
     pb::AgentReport r;
     while (stream->Read(&r)) {
@@ -375,7 +380,7 @@ void AgentHub::wait_attached(const std::function<bool(size_t)>& alive,
       impl_->cv.wait_for(lock, std::chrono::milliseconds(50));
       for (size_t k = 0; k < impl_->hosts.size(); ++k) {
         const auto& c = *impl_->conns[k];
-        if (c.attached && !c.gone) continue;
+        if (c.attached && c.announced && !c.gone) continue;
         if (c.gone || !alive(k)) {
           missing.push_back(
               fmt::format("{} (the agent ended before it attached)", impl_->hosts[k]));
