@@ -190,7 +190,8 @@ void Run::start_artifact_hub() {
   run_dir_.write_atomic(
       "hub/tokenizer.json",
       nlohmann::json{{"kind", "synthetic-chain"}, {"vocab", vocab}}.dump(2) + "\n");
-  artifacts_ = std::make_unique<ArtifactServer>(hub, std::vector<std::string>{"tokenizer.json"}, secret_);
+  artifacts_ =
+      std::make_unique<ArtifactServer>(hub, std::vector<std::string>{"tokenizer.json"}, secret_);
   artifact_url_ = artifacts_->start();
   hist_->harness("artifact_hub", {{"url", artifact_url_}, {"files", {"tokenizer.json"}}});
 }

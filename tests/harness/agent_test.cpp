@@ -297,7 +297,8 @@ TEST(AgentFuzz, ReportsOfEveryShapeFromAPeerWithTheSecretNeverCrashTheHub) {
   for (int k = 0; k < kHosts; ++k) s.hosts.push_back(fmt::format("h{}", k));
   s.host_addrs.assign(s.hosts.size(), "");
   History hist(dir + "/history.jsonl");
-  Controller ctl(hist, [](const ControlAction&) { return ControlResult{}; }, secret);
+  Controller ctl(
+      hist, [](const ControlAction&) { return ControlResult{}; }, secret);
   AgentHub hub(s, dir, hist, secret);
   std::atomic<int64_t> relayed{0};
   hub.relay_to([&](const pb::EventBatch& b) { relayed += b.events_size(); });
@@ -309,11 +310,16 @@ TEST(AgentFuzz, ReportsOfEveryShapeFromAPeerWithTheSecretNeverCrashTheHub) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   auto text = [&]() -> std::string {
     switch (pick(5)) {
-      case 0: return "";
-      case 1: return deep;
-      case 2: return R"({"applied": true, "rank": 0})";
-      case 3: return std::string(pick(70000), 'x');
-      default: return fmt::format("{}", rng());
+      case 0:
+        return "";
+      case 1:
+        return deep;
+      case 2:
+        return R"({"applied": true, "rank": 0})";
+      case 3:
+        return std::string(pick(70000), 'x');
+      default:
+        return fmt::format("{}", rng());
     }
   };
   int attached = 0, unknown = 0, twice = 0;
