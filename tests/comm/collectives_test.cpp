@@ -199,6 +199,52 @@ TEST_F(Collectives, SendRecvAroundARing) {
   }
 }
 
+// send_recv is one call of two ops (c10d's batched isend/irecv): both halves are checked before
+// either is numbered, both are recorded (send first) and issued together, and verify mode does
+// not fingerprint them (each half's partner is a different rank).
+TEST_F(Collectives, SendRecvIsTwoRecordedOpsAndARefusedHalfConsumesNoSequenceNumber) {
+  const int n = size();
+  if (n == 1) GTEST_SKIP() << "send/recv needs two ranks";
+  auto g = world().split(0, rank(), "sr");
+  ASSERT_TRUE(g);
+  g->set_timeout(std::chrono::milliseconds(60000));
+  g->set_verify(true);
+  const int next = (rank() + 1) % n;
+  const int prev = (rank() + n - 1) % n;
+  std::vector<float> out(100, static_cast<float>(rank() + 1)), in(100, -1.0f);
+  try {
+    g->send_recv(host_buffer(out.data(), 100, DType::kF32), next,
+                 host_buffer(in.data(), 100, DType::kF32), n);
+    FAIL() << "expected a CommError";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format(
+                  "recv on group 'sr': peer {} is out of range (group size {}, allowed 0-{})", n,
+                  n, n - 1)),
+              std::string::npos)
+        << e.what();
+  }
+  g->send_recv(host_buffer(out.data(), 100, DType::kF32), next,
+               host_buffer(in.data(), 100, DType::kF32), prev);
+  EXPECT_EQ(in[0], static_cast<float>(prev + 1));
+  EXPECT_EQ(in[99], static_cast<float>(prev + 1));
+  auto entries = g->recorder().snapshot();
+  ASSERT_GE(entries.size(), 2u);
+  const FlightEntry& s = entries[entries.size() - 2];
+  const FlightEntry& r = entries.back();
+  EXPECT_EQ(s.op, OpKind::kSend);
+  EXPECT_EQ(s.group, "sr");
+  EXPECT_EQ(s.peer, next);
+  EXPECT_EQ(s.seq, 0);  // the refused call numbered neither half
+  EXPECT_EQ(s.state, OpState::kCompleted);
+  EXPECT_EQ(r.op, OpKind::kRecv);
+  EXPECT_EQ(r.peer, prev);
+  EXPECT_EQ(r.seq, 0);
+  EXPECT_EQ(r.state, OpState::kCompleted);
+  EXPECT_EQ(r.id, s.id + 1);
+  EXPECT_EQ(g->next_seq(), 0);  // p2p ops take no collective sequence number
+  EXPECT_FALSE(g->broken());
+}
+
 TEST_F(Collectives, BarrierAndSequenceNumbers) {
   int64_t before = world().next_seq();
   world().barrier();
