@@ -218,8 +218,8 @@ TEST_F(Collectives, SendRecvIsTwoRecordedOpsAndARefusedHalfConsumesNoSequenceNum
     FAIL() << "expected a CommError";
   } catch (const CommError& e) {
     EXPECT_NE(std::string(e.what()).find(fmt::format(
-                  "recv on group 'sr': peer {} is out of range (group size {}, allowed 0-{})", n,
-                  n, n - 1)),
+                  "recv on group 'sr': peer {} is out of range (group size {}, allowed 0-{})", n, n,
+                  n - 1)),
               std::string::npos)
         << e.what();
   }
