@@ -3,9 +3,13 @@
 // flight recorder's record of what ran.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <sched.h>
 #include <sys/prctl.h>
 
+#include <cstdlib>
 #include <numeric>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "workloads/comm/mpi_communicator.hpp"
@@ -243,6 +247,69 @@ TEST_F(Collectives, SendRecvIsTwoRecordedOpsAndARefusedHalfConsumesNoSequenceNum
   EXPECT_EQ(r.id, s.id + 1);
   EXPECT_EQ(g->next_seq(), 0);  // p2p ops take no collective sequence number
   EXPECT_FALSE(g->broken());
+}
+
+// An environment variable set for one test and put back as it was.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(CommSpin, AWaitSleepsSoonerWhereTheNodesRanksOutnumberItsCpus) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const std::string more = std::to_string(CPU_COUNT(&set) + 1);
+  ScopedEnv spin("FAULTLINE_COMM_SPIN_US", nullptr);
+  kCommSpinUs.reset();
+  {
+    ScopedEnv local("LOCAL_WORLD_SIZE", more.c_str());
+    EXPECT_EQ(comm_spin(), std::chrono::microseconds(2000));
+    EXPECT_EQ(CommOptions{}.spin, std::chrono::microseconds(2000));
+  }
+  {
+    ScopedEnv local("LOCAL_WORLD_SIZE", nullptr);
+    ScopedEnv ompi("OMPI_COMM_WORLD_LOCAL_SIZE", more.c_str());
+    EXPECT_EQ(comm_spin(), std::chrono::microseconds(2000));
+  }
+  {
+    ScopedEnv local("LOCAL_WORLD_SIZE", "1");
+    EXPECT_EQ(comm_spin(), std::chrono::microseconds(20000));
+  }
+  {
+    ScopedEnv local("LOCAL_WORLD_SIZE", "two");
+    try {
+      comm_spin();
+      FAIL() << "expected a SettingError";
+    } catch (const SettingError& e) {
+      EXPECT_NE(std::string(e.what()).find("LOCAL_WORLD_SIZE"), std::string::npos) << e.what();
+    }
+  }
+  {
+    // Set, the variable wins on any node.
+    ScopedEnv local("LOCAL_WORLD_SIZE", more.c_str());
+    ScopedEnv set_spin("FAULTLINE_COMM_SPIN_US", "7");
+    kCommSpinUs.reset();
+    EXPECT_EQ(comm_spin(), std::chrono::microseconds(7));
+  }
+  kCommSpinUs.reset();
 }
 
 TEST_F(Collectives, BarrierAndSequenceNumbers) {

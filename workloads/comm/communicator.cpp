@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -72,6 +73,30 @@ class CommClock {
 
 int64_t time_in_comm_ns() {
   return g_comm_ns.load(std::memory_order_relaxed);
+}
+
+namespace {
+// Ranks on this node as the launcher says (torchrun's name, then mpirun's); 0 when it does not.
+int64_t ranks_on_node() {
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return parse_setting<int64_t>(name, v);
+  }
+  return 0;
+}
+
+int64_t usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int64_t>(std::thread::hardware_concurrency());
+}
+}  // namespace
+
+std::chrono::microseconds comm_spin() {
+  const std::chrono::microseconds spin(kCommSpinUs.get());
+  if (kCommSpinUs.is_set_in_env() || ranks_on_node() <= usable_cpus()) return spin;
+  return std::min(spin, kOversubscribedSpin);
 }
 
 namespace {

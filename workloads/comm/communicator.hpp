@@ -34,15 +34,25 @@ FAULTLINE_SETTING(kFlightRecorderSize, int64_t, "FAULTLINE_FLIGHT_RECORDER_SIZE"
 FAULTLINE_SETTING(kFlightRecorderDir, std::string, "FAULTLINE_FLIGHT_RECORDER_DIR", "",
                   "Directory for flight recorder dumps (default: the working directory)");
 FAULTLINE_SETTING(kCommSpinUs, int64_t, "FAULTLINE_COMM_SPIN_US", 20000,
-                  "How long a wait polls with sched_yield before it backs off to sleeping");
+                  "How long a wait polls with sched_yield before it backs off to sleeping "
+                  "(unset: 2000 where the node's ranks outnumber its CPUs)");
 FAULTLINE_SETTING(kCommMaxSleepUs, int64_t, "FAULTLINE_COMM_MAX_SLEEP_US", 1000,
                   "Longest sleep between two polls of a pending op");
+
+// The spin of a node whose ranks outnumber its CPUs.
+inline constexpr std::chrono::microseconds kOversubscribedSpin{2000};
+// How long a wait yield-polls before it sleeps: FAULTLINE_COMM_SPIN_US when set; unset, its
+// default where every rank has a CPU, and kOversubscribedSpin where the node's ranks
+// (LOCAL_WORLD_SIZE, else Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE) outnumber the CPUs this process
+// may run on. There a polling rank holds the CPU its peer needs to send what it waits for (Open
+// MPI yields when oversubscribed for the same reason); docs/comm.md has the measurements.
+std::chrono::microseconds comm_spin();
 
 struct CommOptions {
   std::chrono::milliseconds timeout{kCommTimeoutMs.get()};
   bool verify = kCommVerify.get();
   std::string dump_dir = kFlightRecorderDir.get();
-  std::chrono::microseconds spin{kCommSpinUs.get()};
+  std::chrono::microseconds spin = comm_spin();
   std::chrono::microseconds max_sleep{kCommMaxSleepUs.get()};
 };
 
