@@ -3,9 +3,13 @@
 // flight recorder's record of what ran.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <sched.h>
 #include <sys/prctl.h>
 
+#include <cstdlib>
 #include <numeric>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "workloads/comm/mpi_communicator.hpp"
@@ -197,6 +201,115 @@ TEST_F(Collectives, SendRecvAroundARing) {
         ASSERT_EQ(in.get(i), prev * 10 + static_cast<double>(i % 3));
     }
   }
+}
+
+// send_recv is one call of two ops (c10d's batched isend/irecv): both halves are checked before
+// either is numbered, both are recorded (send first) and issued together, and verify mode does
+// not fingerprint them (each half's partner is a different rank).
+TEST_F(Collectives, SendRecvIsTwoRecordedOpsAndARefusedHalfConsumesNoSequenceNumber) {
+  const int n = size();
+  if (n == 1) GTEST_SKIP() << "send/recv needs two ranks";
+  auto g = world().split(0, rank(), "sr");
+  ASSERT_TRUE(g);
+  g->set_timeout(std::chrono::milliseconds(60000));
+  g->set_verify(true);
+  const int next = (rank() + 1) % n;
+  const int prev = (rank() + n - 1) % n;
+  std::vector<float> out(100, static_cast<float>(rank() + 1)), in(100, -1.0f);
+  try {
+    g->send_recv(host_buffer(out.data(), 100, DType::kF32), next,
+                 host_buffer(in.data(), 100, DType::kF32), n);
+    FAIL() << "expected a CommError";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format(
+                  "recv on group 'sr': peer {} is out of range (group size {}, allowed 0-{})", n, n,
+                  n - 1)),
+              std::string::npos)
+        << e.what();
+  }
+  g->send_recv(host_buffer(out.data(), 100, DType::kF32), next,
+               host_buffer(in.data(), 100, DType::kF32), prev);
+  EXPECT_EQ(in[0], static_cast<float>(prev + 1));
+  EXPECT_EQ(in[99], static_cast<float>(prev + 1));
+  auto entries = g->recorder().snapshot();
+  ASSERT_GE(entries.size(), 2u);
+  const FlightEntry& s = entries[entries.size() - 2];
+  const FlightEntry& r = entries.back();
+  EXPECT_EQ(s.op, OpKind::kSend);
+  EXPECT_EQ(s.group, "sr");
+  EXPECT_EQ(s.peer, next);
+  EXPECT_EQ(s.seq, 0);  // the refused call numbered neither half
+  EXPECT_EQ(s.state, OpState::kCompleted);
+  EXPECT_EQ(r.op, OpKind::kRecv);
+  EXPECT_EQ(r.peer, prev);
+  EXPECT_EQ(r.seq, 0);
+  EXPECT_EQ(r.state, OpState::kCompleted);
+  EXPECT_EQ(r.id, s.id + 1);
+  EXPECT_EQ(g->next_seq(), 0);  // p2p ops take no collective sequence number
+  EXPECT_FALSE(g->broken());
+}
+
+// An environment variable set for one test and put back as it was.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(CommSpin, AWaitSleepsSoonerWhereTheNodesRanksOutnumberItsCpus) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const std::string more = std::to_string(CPU_COUNT(&set) + 1);
+  ScopedEnv spin("FAULTLINE_COMM_SPIN_US", nullptr);
+  kCommSpinUs.reset();
+  {
+    ScopedEnv local("LOCAL_WORLD_SIZE", more.c_str());
+    EXPECT_EQ(comm_spin(), std::chrono::microseconds(2000));
+    EXPECT_EQ(CommOptions{}.spin, std::chrono::microseconds(2000));
+  }
+  {
+    ScopedEnv local("LOCAL_WORLD_SIZE", nullptr);
+    ScopedEnv ompi("OMPI_COMM_WORLD_LOCAL_SIZE", more.c_str());
+    EXPECT_EQ(comm_spin(), std::chrono::microseconds(2000));
+  }
+  {
+    ScopedEnv local("LOCAL_WORLD_SIZE", "1");
+    EXPECT_EQ(comm_spin(), std::chrono::microseconds(20000));
+  }
+  {
+    ScopedEnv local("LOCAL_WORLD_SIZE", "two");
+    try {
+      comm_spin();
+      FAIL() << "expected a SettingError";
+    } catch (const SettingError& e) {
+      EXPECT_NE(std::string(e.what()).find("LOCAL_WORLD_SIZE"), std::string::npos) << e.what();
+    }
+  }
+  {
+    // Set, the variable wins on any node.
+    ScopedEnv local("LOCAL_WORLD_SIZE", more.c_str());
+    ScopedEnv set_spin("FAULTLINE_COMM_SPIN_US", "7");
+    kCommSpinUs.reset();
+    EXPECT_EQ(comm_spin(), std::chrono::microseconds(7));
+  }
+  kCommSpinUs.reset();
 }
 
 TEST_F(Collectives, BarrierAndSequenceNumbers) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -72,6 +73,30 @@ class CommClock {
 
 int64_t time_in_comm_ns() {
   return g_comm_ns.load(std::memory_order_relaxed);
+}
+
+namespace {
+// Ranks on this node as the launcher says (torchrun's name, then mpirun's); 0 when it does not.
+int64_t ranks_on_node() {
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return parse_setting<int64_t>(name, v);
+  }
+  return 0;
+}
+
+int64_t usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int64_t>(std::thread::hardware_concurrency());
+}
+}  // namespace
+
+std::chrono::microseconds comm_spin() {
+  const std::chrono::microseconds spin(kCommSpinUs.get());
+  if (kCommSpinUs.is_set_in_env() || ranks_on_node() <= usable_cpus()) return spin;
+  return std::min(spin, kOversubscribedSpin);
 }
 
 namespace {
@@ -166,6 +191,53 @@ void Communicator::fail_at_site(const FlightEntry& d) const {
                    describe(d));
 }
 
+void Communicator::check(const Op& op) const {
+  check_usable(op.d);
+  const Buffer &in = op.in, &out = op.out;
+  if (op.d.op == OpKind::kReduceScatter &&
+      (in.count != out.count * static_cast<size_t>(size_) || in.dtype != out.dtype)) {
+    raise<CommError>(
+        "[rank {}] reduce_scatter on group '{}': input is {} x {}, output {} x {}; "
+        "the input must hold output count x group size ({} x {}) of the same dtype",
+        world_rank_, group_, in.count, dtype_name(in.dtype), out.count, dtype_name(out.dtype),
+        out.count, size_);
+  }
+  if (op.d.op == OpKind::kAllGather &&
+      (out.count != in.count * static_cast<size_t>(size_) || in.dtype != out.dtype)) {
+    raise<CommError>(
+        "[rank {}] all_gather on group '{}': input is {} x {}, output {} x {}; the "
+        "output must hold input count x group size ({} x {}) of the same dtype",
+        world_rank_, group_, in.count, dtype_name(in.dtype), out.count, dtype_name(out.dtype),
+        in.count, size_);
+  }
+}
+
+int64_t Communicator::take_seq(const FlightEntry& d) {
+  if (d.op == OpKind::kSend) return p2p_send_seq_[d.peer]++;
+  if (d.op == OpKind::kRecv) return p2p_recv_seq_[d.peer]++;
+  return seq_++;
+}
+
+struct Communicator::SiteCall {
+  const Communicator& comm;
+  const Op& op;
+  SiteData& data;
+  // The op's context: its seq, group, name, peer or root, and the data it reads (host memory).
+  fault::SiteContext context() const {
+    return {op.d.seq,       comm.group_, op_name(op.d.op), op.d.peer,
+            data.of(op.in), op.in.count, op.in.dtype,      -1};
+  }
+};
+
+void Communicator::prologue(std::span<Op> ops) {
+  for (const Op& op : ops) check(op);
+  for (Op& op : ops) op.d.seq = take_seq(op.d);
+  for (Op& op : ops) {
+    SiteData data;  // a staged device buffer is written back before the op runs
+    op.v = op.site(SiteCall{*this, op, data});
+  }
+}
+
 Communicator::Shaped Communicator::shaped(Op& op, fault::Verdict v) {
   // Barrier and split carry no data a resize or retype could change.
   if (v != fault::Verdict::kAlter || (op.in.data == nullptr && op.out.data == nullptr)) {
@@ -183,56 +255,75 @@ Communicator::Shaped Communicator::shaped(Op& op, fault::Verdict v) {
   return r;
 }
 
-void Communicator::collective(Op op, fault::Verdict v) {
-  // A dropped op never happens on this rank: nothing is recorded, as with a real missed call.
-  // The injector's fired log is the ground truth.
-  if (v == fault::Verdict::kSkip) return;
-  if (v == fault::Verdict::kFail) fail_at_site(op.d);
-  if (v == fault::Verdict::kDefer) {
-    // Reorder: this rank issues the op after its next one, as code that walks its buckets or
-    // groups in a different order does. The caller goes on with the buffer not yet reduced.
-    deferred_.push_back(std::move(op));
-    return;
+void Communicator::collective(std::span<Op> ops) {
+  for (const Op& op : ops) {
+    if (op.v == fault::Verdict::kFail) fail_at_site(op.d);
   }
-  const Shaped b = shaped(op, v);
-  issue(op.d, [&] { return op.start(b.in, b.out); });
-  if (b.out.data != nullptr && b.out.data != op.out.data) copy_back(b.out, op.out);
+  // A dropped op never happens on this rank: nothing is recorded, as with a real missed call (the
+  // injector's fired log is the ground truth). A postponed one (reorder) is issued after this
+  // rank's next op, as code that walks its buckets or groups in a different order does; the
+  // caller goes on with its buffer not yet reduced.
+  std::array<Issued, kMaxGroup> group;
+  size_t n = 0;
+  for (Op& op : ops) {
+    if (op.v == fault::Verdict::kSkip || op.v == fault::Verdict::kDefer) continue;
+    Issued& i = group.at(n++);  // at most send_recv's two
+    i.op = &op;
+    i.b = shaped(op, op.v);
+  }
+  if (n > 0) {
+    issue(std::span(group.data(), n));
+    // An op postponed earlier runs after this one; one postponed now, after the next one.
+    run_one_deferred();
+  }
+  for (Op& op : ops) {
+    if (op.v == fault::Verdict::kDefer) deferred_.push_back(std::move(op));
+  }
 }
 
 void Communicator::run_one_deferred() {
   if (deferred_.empty()) return;
   Op later = std::move(deferred_.front());
   deferred_.erase(deferred_.begin());
-  collective(std::move(later), fault::Verdict::kProceed);
+  later.v = fault::Verdict::kProceed;
+  collective(std::span(&later, 1));
 }
 
-void Communicator::issue(const FlightEntry& d,
-                         const std::function<std::unique_ptr<PendingOp>()>& start) {
+void Communicator::issue(std::span<Issued> group) {
   CommClock clock;
-  uint64_t id = recorder_->record(stamped(d));
-  std::unique_ptr<PendingOp> pending;
+  for (Issued& i : group) i.id = recorder_->record(stamped(i.op->d));
   try {
-    if (options_.verify) {
+    if (options_.verify && group.size() == 1) {
+      const FlightEntry& d = group[0].op->d;
       if (is_collective(d.op)) {
-        verify_collective(d, id);
+        verify_collective(d, group[0].id);
       } else {
-        verify_p2p(d, id);
+        verify_p2p(d, group[0].id);
       }
     }
-    pending = start();
-    recorder_->set_state(id, OpState::kStarted);
-    wait(*pending, d, id, "");
-    recorder_->set_state(id, OpState::kCompleted);
+    for (auto i = group.rbegin(); i != group.rend(); ++i) {
+      i->pending = i->op->start(i->b.in, i->b.out);
+    }
+    for (auto i = group.rbegin(); i != group.rend(); ++i) {
+      recorder_->set_state(i->id, OpState::kStarted);
+    }
+    for (Issued& i : group) {
+      wait(*i.pending, i.op->d, i.id, "");
+      recorder_->set_state(i.id, OpState::kCompleted);
+    }
   } catch (const CommTimeoutError&) {
-    // The backend may still write into the op's staging memory: keep it alive.
-    (void)pending.release();
-    throw;  // wait() has recorded the state and dumped the recorder
+    // The backend may still write into the ops' staging memory: keep it alive. wait() has
+    // recorded the state and dumped the recorder.
+    for (Issued& i : group) (void)i.pending.release();
+    throw;
   } catch (const CommError& e) {
-    recorder_->set_state(id, OpState::kFailed);
+    for (Issued& i : group) recorder_->set_state(i.id, OpState::kFailed);
     broken_reason_ = e.what();
     throw;
   }
-  run_one_deferred();
+  for (const Issued& i : group) {
+    if (i.b.out.data != nullptr && i.b.out.data != i.op->out.data) copy_back(i.b.out, i.op->out);
+  }
 }
 
 Buffer Communicator::altered(const Buffer& b, FlightEntry& d) {
@@ -357,7 +448,8 @@ void Communicator::verify_p2p(const FlightEntry& d, uint64_t id) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Public ops. Each op is its own named fault site.
+// Public ops. Each is an op (or two) for the prologue and the one path, with its own named fault
+// site.
 
 namespace {
 FlightEntry entry(OpKind op, const std::string& group, size_t count, DType dtype, ReduceOp r,
@@ -374,218 +466,150 @@ FlightEntry entry(OpKind op, const std::string& group, size_t count, DType dtype
 }  // namespace
 
 void Communicator::all_reduce(Buffer buf, ReduceOp op) {
-  FlightEntry d = entry(OpKind::kAllReduce, group_, buf.count, buf.dtype, op, -1);
-  check_usable(d);
-  d.seq = seq_++;
-  fault::Verdict v;
-  {
-    SiteData site;
-    v = FAULTLINE_FAULT_POINT("comm.all_reduce",
-                              (fault::SiteContext{d.seq, group_, "all_reduce", -1, site.of(buf),
-                                                  buf.count, buf.dtype, -1}));
-  }
-  collective({d, buf, buf, 1, 1,
-              [this, op](const Buffer& in, const Buffer&) { return start_all_reduce(in, op); }},
-             v);
+  Op o{entry(OpKind::kAllReduce, group_, buf.count, buf.dtype, op, -1),
+       buf,
+       buf,
+       1,
+       1,
+       [this, op](const Buffer& in, const Buffer&) { return start_all_reduce(in, op); },
+       []([[maybe_unused]] const SiteCall& s) {
+         return FAULTLINE_FAULT_POINT("comm.all_reduce", s.context());
+       }};
+  prologue(std::span(&o, 1));
+  collective(std::span(&o, 1));
 }
 
 void Communicator::reduce_scatter(const Buffer& in, Buffer out, ReduceOp op) {
-  FlightEntry d = entry(OpKind::kReduceScatter, group_, in.count, in.dtype, op, -1);
-  check_usable(d);
-  if (in.count != out.count * static_cast<size_t>(size_) || in.dtype != out.dtype) {
-    raise<CommError>(
-        "[rank {}] reduce_scatter on group '{}': input is {} x {}, output {} x {}; "
-        "the input must hold output count x group size ({} x {}) of the same dtype",
-        world_rank_, group_, in.count, dtype_name(in.dtype), out.count, dtype_name(out.dtype),
-        out.count, size_);
-  }
-  d.seq = seq_++;
-  fault::Verdict v;
-  {
-    SiteData site;
-    v = FAULTLINE_FAULT_POINT("comm.reduce_scatter",
-                              (fault::SiteContext{d.seq, group_, "reduce_scatter", -1, site.of(in),
-                                                  in.count, in.dtype, -1}));
-  }
-  collective(
-      {d, in, out, 1, static_cast<size_t>(size_),
-       [this, op](const Buffer& i, const Buffer& o) { return start_reduce_scatter(i, o, op); }},
-      v);
+  Op o{entry(OpKind::kReduceScatter, group_, in.count, in.dtype, op, -1),
+       in,
+       out,
+       1,
+       static_cast<size_t>(size_),
+       [this, op](const Buffer& i, const Buffer& b) { return start_reduce_scatter(i, b, op); },
+       []([[maybe_unused]] const SiteCall& s) {
+         return FAULTLINE_FAULT_POINT("comm.reduce_scatter", s.context());
+       }};
+  prologue(std::span(&o, 1));
+  collective(std::span(&o, 1));
 }
 
 void Communicator::all_gather(const Buffer& in, Buffer out) {
-  FlightEntry d = entry(OpKind::kAllGather, group_, in.count, in.dtype, ReduceOp::kSum, -1);
-  check_usable(d);
-  if (out.count != in.count * static_cast<size_t>(size_) || in.dtype != out.dtype) {
-    raise<CommError>(
-        "[rank {}] all_gather on group '{}': input is {} x {}, output {} x {}; the "
-        "output must hold input count x group size ({} x {}) of the same dtype",
-        world_rank_, group_, in.count, dtype_name(in.dtype), out.count, dtype_name(out.dtype),
-        in.count, size_);
-  }
-  d.seq = seq_++;
-  fault::Verdict v;
-  {
-    SiteData site;
-    v = FAULTLINE_FAULT_POINT(
-        "comm.all_gather",
-        (fault::SiteContext{d.seq, group_, "all_gather", -1, site.of(in), in.count, in.dtype, -1}));
-  }
-  collective({d, in, out, static_cast<size_t>(size_), 1,
-              [this](const Buffer& i, const Buffer& o) { return start_all_gather(i, o); }},
-             v);
+  Op o{entry(OpKind::kAllGather, group_, in.count, in.dtype, ReduceOp::kSum, -1),
+       in,
+       out,
+       static_cast<size_t>(size_),
+       1,
+       [this](const Buffer& i, const Buffer& b) { return start_all_gather(i, b); },
+       []([[maybe_unused]] const SiteCall& s) {
+         return FAULTLINE_FAULT_POINT("comm.all_gather", s.context());
+       }};
+  prologue(std::span(&o, 1));
+  collective(std::span(&o, 1));
 }
 
 void Communicator::broadcast(Buffer buf, int root) {
-  FlightEntry d = entry(OpKind::kBroadcast, group_, buf.count, buf.dtype, ReduceOp::kSum, root);
-  check_usable(d);
-  d.seq = seq_++;
-  fault::Verdict v;
-  {
-    SiteData site;
-    v = FAULTLINE_FAULT_POINT("comm.broadcast",
-                              (fault::SiteContext{d.seq, group_, "broadcast", root, site.of(buf),
-                                                  buf.count, buf.dtype, -1}));
-  }
-  collective({d, buf, buf, 1, 1,
-              [this, root](const Buffer& b, const Buffer&) { return start_broadcast(b, root); }},
-             v);
+  Op o{entry(OpKind::kBroadcast, group_, buf.count, buf.dtype, ReduceOp::kSum, root),
+       buf,
+       buf,
+       1,
+       1,
+       [this, root](const Buffer& b, const Buffer&) { return start_broadcast(b, root); },
+       []([[maybe_unused]] const SiteCall& s) {
+         return FAULTLINE_FAULT_POINT("comm.broadcast", s.context());
+       }};
+  prologue(std::span(&o, 1));
+  collective(std::span(&o, 1));
 }
 
 void Communicator::send(const Buffer& buf, int peer) {
-  FlightEntry d = entry(OpKind::kSend, group_, buf.count, buf.dtype, ReduceOp::kSum, peer);
-  check_usable(d);
-  d.seq = p2p_send_seq_[peer]++;
-  fault::Verdict v;
-  {
-    SiteData site;
-    v = FAULTLINE_FAULT_POINT(
-        "comm.send",
-        (fault::SiteContext{d.seq, group_, "send", peer, site.of(buf), buf.count, buf.dtype, -1}));
-  }
-  collective(
-      {d, buf, Buffer{}, 1, 1,
-       [this, peer](const Buffer& b, const Buffer&) { return start_send(b, peer, kDataTag); }},
-      v);
+  Op o{entry(OpKind::kSend, group_, buf.count, buf.dtype, ReduceOp::kSum, peer),
+       buf,
+       Buffer{},
+       1,
+       1,
+       [this, peer](const Buffer& b, const Buffer&) { return start_send(b, peer, kDataTag); },
+       []([[maybe_unused]] const SiteCall& s) {
+         return FAULTLINE_FAULT_POINT("comm.send", s.context());
+       }};
+  prologue(std::span(&o, 1));
+  collective(std::span(&o, 1));
 }
 
 void Communicator::recv(Buffer buf, int peer) {
-  FlightEntry d = entry(OpKind::kRecv, group_, buf.count, buf.dtype, ReduceOp::kSum, peer);
-  check_usable(d);
-  d.seq = p2p_recv_seq_[peer]++;
-  fault::Verdict v;
-  {
-    SiteData site;
-    v = FAULTLINE_FAULT_POINT(
-        "comm.recv",
-        (fault::SiteContext{d.seq, group_, "recv", peer, site.of(buf), buf.count, buf.dtype, -1}));
-  }
-  collective(
-      {d, buf, buf, 1, 1,
-       [this, peer](const Buffer&, const Buffer& b) { return start_recv(b, peer, kDataTag); }},
-      v);
+  Op o{entry(OpKind::kRecv, group_, buf.count, buf.dtype, ReduceOp::kSum, peer),
+       buf,
+       buf,
+       1,
+       1,
+       [this, peer](const Buffer&, const Buffer& b) { return start_recv(b, peer, kDataTag); },
+       []([[maybe_unused]] const SiteCall& s) {
+         return FAULTLINE_FAULT_POINT("comm.recv", s.context());
+       }};
+  prologue(std::span(&o, 1));
+  collective(std::span(&o, 1));
 }
 
+// A group of two ops, as c10d's pointToPoint() batches isend/irecv: each half has its own fault
+// site and verdict (it can fail, be dropped, be re-shaped, or be postponed after this rank's next
+// op while the other half still runs now), and the halves that run are issued together.
 void Communicator::send_recv(const Buffer& out, int send_peer, Buffer in, int recv_peer) {
-  FlightEntry ds = entry(OpKind::kSend, group_, out.count, out.dtype, ReduceOp::kSum, send_peer);
-  FlightEntry dr = entry(OpKind::kRecv, group_, in.count, in.dtype, ReduceOp::kSum, recv_peer);
-  check_usable(ds);
-  check_usable(dr);
-  ds.seq = p2p_send_seq_[send_peer]++;
-  dr.seq = p2p_recv_seq_[recv_peer]++;
-  fault::Verdict vs;
-  {
-    SiteData site;
-    vs = FAULTLINE_FAULT_POINT("comm.send_recv.send",
-                               (fault::SiteContext{ds.seq, group_, "send", send_peer, site.of(out),
-                                                   out.count, out.dtype, -1}));
-  }
-  fault::Verdict vr;
-  {
-    SiteData site;
-    vr = FAULTLINE_FAULT_POINT("comm.send_recv.recv",
-                               (fault::SiteContext{dr.seq, group_, "recv", recv_peer, site.of(in),
-                                                   in.count, in.dtype, -1}));
-  }
-  // Each half is an op of its own for the fault: it can fail, be dropped, be re-shaped, or be
-  // postponed after this rank's next op (the other half still runs now).
-  Op s{ds, out, Buffer{}, 1, 1, [this, send_peer](const Buffer& b, const Buffer&) {
-         return start_send(b, send_peer, kDataTag);
-       }};
-  Op r{dr, in, in, 1, 1, [this, recv_peer](const Buffer&, const Buffer& b) {
-         return start_recv(b, recv_peer, kDataTag);
-       }};
-  if (vs == fault::Verdict::kFail) fail_at_site(s.d);
-  if (vr == fault::Verdict::kFail) fail_at_site(r.d);
-  const bool do_send = vs != fault::Verdict::kSkip && vs != fault::Verdict::kDefer;
-  const bool do_recv = vr != fault::Verdict::kSkip && vr != fault::Verdict::kDefer;
-  const Shaped bs = shaped(s, vs), br = shaped(r, vr);
-  {
-    CommClock clock;
-    const uint64_t ids = do_send ? recorder_->record(stamped(s.d)) : 0;
-    const uint64_t idr = do_recv ? recorder_->record(stamped(r.d)) : 0;
-    std::unique_ptr<PendingOp> ps, pr;
-    try {
-      // Both started before either is waited for.
-      if (do_recv) pr = r.start(br.in, br.out);
-      if (do_send) ps = s.start(bs.in, bs.out);
-      if (do_recv) recorder_->set_state(idr, OpState::kStarted);
-      if (do_send) recorder_->set_state(ids, OpState::kStarted);
-      if (do_send) {
-        wait(*ps, s.d, ids, "");
-        recorder_->set_state(ids, OpState::kCompleted);
-      }
-      if (do_recv) {
-        wait(*pr, r.d, idr, "");
-        recorder_->set_state(idr, OpState::kCompleted);
-      }
-    } catch (const CommTimeoutError&) {
-      (void)ps.release();
-      (void)pr.release();
-      throw;
-    } catch (const CommError& e) {
-      if (do_send) recorder_->set_state(ids, OpState::kFailed);
-      if (do_recv) recorder_->set_state(idr, OpState::kFailed);
-      broken_reason_ = e.what();
-      throw;
-    }
-    if (do_recv && br.out.data != in.data) copy_back(br.out, in);
-  }
-  // An op postponed earlier runs after this one; a half postponed here, after the next one.
-  if (do_send || do_recv) run_one_deferred();
-  if (vs == fault::Verdict::kDefer) deferred_.push_back(std::move(s));
-  if (vr == fault::Verdict::kDefer) deferred_.push_back(std::move(r));
+  std::array<Op, 2> ops{
+      Op{entry(OpKind::kSend, group_, out.count, out.dtype, ReduceOp::kSum, send_peer), out,
+         Buffer{}, 1, 1,
+         [this, send_peer](const Buffer& b, const Buffer&) {
+           return start_send(b, send_peer, kDataTag);
+         },
+         []([[maybe_unused]] const SiteCall& s) {
+           return FAULTLINE_FAULT_POINT("comm.send_recv.send", s.context());
+         }},
+      Op{entry(OpKind::kRecv, group_, in.count, in.dtype, ReduceOp::kSum, recv_peer), in, in, 1, 1,
+         [this, recv_peer](const Buffer&, const Buffer& b) {
+           return start_recv(b, recv_peer, kDataTag);
+         },
+         []([[maybe_unused]] const SiteCall& s) {
+           return FAULTLINE_FAULT_POINT("comm.send_recv.recv", s.context());
+         }}};
+  prologue(ops);
+  collective(ops);
 }
 
 void Communicator::barrier() {
-  FlightEntry d = entry(OpKind::kBarrier, group_, 0, DType::kU8, ReduceOp::kSum, -1);
-  check_usable(d);
-  d.seq = seq_++;
-  auto v = FAULTLINE_FAULT_POINT("comm.barrier", (fault::SiteContext{d.seq, group_, "barrier", -1,
-                                                                     nullptr, 0, DType::kU8, -1}));
-  collective({d, Buffer{}, Buffer{}, 1, 1,
-              [this](const Buffer&, const Buffer&) { return start_barrier(); }},
-             v);
+  Op o{entry(OpKind::kBarrier, group_, 0, DType::kU8, ReduceOp::kSum, -1),
+       Buffer{nullptr, 0, DType::kU8},
+       Buffer{},
+       1,
+       1,
+       [this](const Buffer&, const Buffer&) { return start_barrier(); },
+       []([[maybe_unused]] const SiteCall& s) {
+         return FAULTLINE_FAULT_POINT("comm.barrier", s.context());
+       }};
+  prologue(std::span(&o, 1));
+  collective(std::span(&o, 1));
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
-  FlightEntry d = entry(OpKind::kSplit, group_, 2, DType::kI32, ReduceOp::kSum, -1);
-  check_usable(d);
-  const int child_pg = reserve_child_pg();  // joining or not: ids agree across ranks
-  d.seq = seq_++;
-  auto v = FAULTLINE_FAULT_POINT(
-      "comm.split", (fault::SiteContext{d.seq, group_, "split", -1, nullptr, 0, DType::kI32, -1}));
   // Exchanging (color, key) first gives the split a deadline: MPI_Comm_split itself cannot time
   // out, but once every member has answered here it only waits on ranks known to be present.
   // The exchange owns its memory: a reorder fault runs it after this call has returned.
   auto mine = std::make_shared<std::array<int32_t, 2>>(std::array<int32_t, 2>{color, key});
   auto all = std::make_shared<std::vector<int32_t>>(2 * static_cast<size_t>(size_));
-  collective({d, Buffer{}, Buffer{}, 1, 1,
-              [this, mine, all](const Buffer&, const Buffer&) {
-                return start_all_gather(host_buffer(mine->data(), 2, DType::kI32),
-                                        host_buffer(all->data(), all->size(), DType::kI32));
-              }},
-             v == fault::Verdict::kAlter ? fault::Verdict::kProceed : v);
+  Op o{entry(OpKind::kSplit, group_, 2, DType::kI32, ReduceOp::kSum, -1),
+       Buffer{nullptr, 0, DType::kI32},
+       Buffer{},
+       1,
+       1,
+       [this, mine, all](const Buffer&, const Buffer&) {
+         return start_all_gather(host_buffer(mine->data(), 2, DType::kI32),
+                                 host_buffer(all->data(), all->size(), DType::kI32));
+       },
+       []([[maybe_unused]] const SiteCall& s) {
+         return FAULTLINE_FAULT_POINT("comm.split", s.context());
+       }};
+  prologue(std::span(&o, 1));
+  const int child_pg = reserve_child_pg();  // joining or not: ids agree across ranks
+  const fault::Verdict v = o.v;
+  if (v == fault::Verdict::kAlter) o.v = fault::Verdict::kProceed;  // no data to re-shape
+  collective(std::span(&o, 1));
   // Dropped, or postponed after this rank's next op: the rank gets no group now.
   if (v == fault::Verdict::kSkip || v == fault::Verdict::kDefer) return nullptr;
   try {

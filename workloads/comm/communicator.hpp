@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,15 +34,25 @@ FAULTLINE_SETTING(kFlightRecorderSize, int64_t, "FAULTLINE_FLIGHT_RECORDER_SIZE"
 FAULTLINE_SETTING(kFlightRecorderDir, std::string, "FAULTLINE_FLIGHT_RECORDER_DIR", "",
                   "Directory for flight recorder dumps (default: the working directory)");
 FAULTLINE_SETTING(kCommSpinUs, int64_t, "FAULTLINE_COMM_SPIN_US", 20000,
-                  "How long a wait polls with sched_yield before it backs off to sleeping");
+                  "How long a wait polls with sched_yield before it backs off to sleeping "
+                  "(unset: 2000 where the node's ranks outnumber its CPUs)");
 FAULTLINE_SETTING(kCommMaxSleepUs, int64_t, "FAULTLINE_COMM_MAX_SLEEP_US", 1000,
                   "Longest sleep between two polls of a pending op");
+
+// The spin of a node whose ranks outnumber its CPUs.
+inline constexpr std::chrono::microseconds kOversubscribedSpin{2000};
+// How long a wait yield-polls before it sleeps: FAULTLINE_COMM_SPIN_US when set; unset, its
+// default where every rank has a CPU, and kOversubscribedSpin where the node's ranks
+// (LOCAL_WORLD_SIZE, else Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE) outnumber the CPUs this process
+// may run on. There a polling rank holds the CPU its peer needs to send what it waits for (Open
+// MPI yields when oversubscribed for the same reason); docs/comm.md has the measurements.
+std::chrono::microseconds comm_spin();
 
 struct CommOptions {
   std::chrono::milliseconds timeout{kCommTimeoutMs.get()};
   bool verify = kCommVerify.get();
   std::string dump_dir = kFlightRecorderDir.get();
-  std::chrono::microseconds spin{kCommSpinUs.get()};
+  std::chrono::microseconds spin = comm_spin();
   std::chrono::microseconds max_sleep{kCommMaxSleepUs.get()};
 };
 
@@ -116,30 +127,54 @@ class Communicator {
   static constexpr int kVerifyTag = 1;
 
  private:
-  // One op as a public call made it, after its fault site: the entry the flight recorder and
-  // verify mode see, the buffer it reads, the buffer it writes (the same one for in-place ops,
-  // none for send and barrier; out elements = in elements * out_num / out_den), and how a backend
-  // starts it on (possibly re-shaped) buffers. Owns what a postponed run needs.
+  // What an op's fault site sees: its context is built (device data staged) only while a plan is
+  // armed. Each public op names its own site, a captureless lambda around FAULTLINE_FAULT_POINT.
+  struct SiteCall;
+  using SiteFn = fault::Verdict (*)(const SiteCall&);
+  // One op as a public call made it: the entry the flight recorder and verify mode see, the
+  // buffer it reads, the buffer it writes (the same one for in-place ops, none for send and
+  // barrier; out elements = in elements * out_num / out_den), how a backend starts it on
+  // (possibly re-shaped) buffers, its fault site and the verdict the site gave. Owns what a
+  // postponed run needs.
   struct Op {
     FlightEntry d;
     Buffer in;
     Buffer out;
     size_t out_num = 1, out_den = 1;
     std::function<std::unique_ptr<PendingOp>(const Buffer& in, const Buffer& out)> start;
+    SiteFn site = nullptr;
+    fault::Verdict v = fault::Verdict::kProceed;
   };
-  // The path every op takes after its fault site (as c10d's collective()): honours the verdict
-  // (drop, fail, reorder, resize/retype onto scratch), then issue(); results written into scratch
-  // are copied back.
-  void collective(Op op, fault::Verdict v);
+  // Ops issued together: one, or send_recv's two (as c10d's pointToPoint in a coalesced group).
+  static constexpr size_t kMaxGroup = 2;
+  // The prologue of every public op, written once: checks every op of the call (a refused call
+  // consumes no sequence number), numbers them, then evaluates each one's fault site into op.v.
+  void prologue(std::span<Op> ops);
+  // The path every op takes after its prologue (as c10d's collective()): fails, drops or
+  // postpones by verdict, re-shapes resized/retyped ops onto scratch, issues the others as one
+  // group, copies scratch results back, then runs the oldest op postponed earlier; ops postponed
+  // here wait for the next call.
+  void collective(std::span<Op> ops);
   // `op` on the buffers a resize/retype verdict asks for (scratch holding the caller's leading
   // bytes); `op.d` then shows what was really called. Ops without data stay as they are.
   struct Shaped {
     Buffer in, out;
   };
   Shaped shaped(Op& op, fault::Verdict v);
-  // Records, verifies, starts and waits for one op, then runs the oldest postponed op.
-  void issue(const FlightEntry& d, const std::function<std::unique_ptr<PendingOp>()>& start);
+  // An op of a group being issued: its buffers, its flight-recorder id, its pending backend op.
+  struct Issued {
+    Op* op = nullptr;
+    Shaped b;
+    uint64_t id = 0;
+    std::unique_ptr<PendingOp> pending;
+  };
+  // Records, verifies (a lone op: send_recv's halves are not fingerprinted), starts and waits for
+  // a group under the deadline. Started last to first, so send_recv's receive is posted before
+  // its send; waited for first to last.
+  void issue(std::span<Issued> group);
   void run_one_deferred();
+  void check(const Op& op) const;
+  int64_t take_seq(const FlightEntry& d);
   [[noreturn]] void fail_at_site(const FlightEntry& d) const;
   void wait(PendingOp& op, const FlightEntry& desc, uint64_t id, std::string_view phase);
   void check_usable(const FlightEntry& desc) const;
