@@ -68,7 +68,7 @@ if [[ $case == input ]]; then
   set -e
   [[ $status -eq 2 ]] || fail "--control beyond loopback without hosts: exit $status, want 2: $out"
   grep -qF "listens beyond loopback only for a run over topology.hosts" <<<"$out" || fail "$out"
-  ! grep -qs '"kind":"launch"' "$tmp/r/nh/history.jsonl" || fail "launched with a refused --control"
+  ! has_event "$tmp/r/nh/history.jsonl" launch || fail "launched with a refused --control"
   echo "input ok"
   exit 0
 fi
@@ -247,7 +247,7 @@ Y
   [[ $status -eq 2 ]] || fail "exit $status, want 2"
   grep -q "$prefix-nohost" <<<"$out" || fail "the message does not name the host"
   grep -q "cannot be reached" <<<"$out" || fail "the message does not say why"
-  ! grep -q '"kind":"launch"' "$tmp/r/unreach/history.jsonl" || fail "something was launched"
+  ! has_event "$tmp/r/unreach/history.jsonl" launch || fail "something was launched"
   if pgrep -f "$tmp/r/unreach" >/dev/null; then fail "processes of the run are left"; fi
   ;;
 agent_unreachable)
@@ -265,7 +265,7 @@ Y
   [[ $status -eq 2 ]] || fail "exit $status, want 2"
   grep -q "agent: 2 of 2 host(s) have no agent attached" <<<"$out" || fail "no agent error"
   grep -q "$h0 (" <<<"$out" && grep -q "$h1 (" <<<"$out" || fail "the message does not name both hosts"
-  ! grep -q '"kind":"launch"' "$tmp/r/noagent/history.jsonl" || fail "a rank was launched"
+  ! has_event "$tmp/r/noagent/history.jsonl" launch || fail "a rank was launched"
   nothing_left "$tmp/r/noagent"
   ;;
 agent_squat)
