@@ -113,6 +113,12 @@ class CheckFunctions(unittest.TestCase):
         self.assertIn("warning: harness/a.cpp: 601 lines (a file over 600 lines is usually two "
                       "files)", out)
 
+    def test_braces_split_across_preprocessor_branches_are_an_error(self):
+        self.source("#if A\nvoid f() {\n#else\nvoid f(int) {\n#endif\n  g();\n}\n")
+        rc, out = self.check()
+        self.assertEqual(rc, 1, out)
+        self.assertIn("harness/a.cpp: its braces do not balance", out)
+
     def test_a_malformed_allowlist_line_is_an_error_naming_it(self):
         self.allow.write_text("harness/a.cpp f\n")
         rc, out = self.check()

@@ -47,5 +47,6 @@ has_event() {
 
 # junit_attr FILE ATTR: attribute ATTR of the root element of the JUnit file FILE, parsed as XML.
 junit_attr() {
-  python3 -c 'import sys, xml.etree.ElementTree as ET; print(ET.parse(sys.argv[1]).getroot().get(sys.argv[2], ""))' "$1" "$2"
+  python3 -c 'import sys, xml.etree.ElementTree as ET
+print(ET.parse(sys.argv[1]).getroot().get(sys.argv[2], ""))' "$1" "$2"
 }

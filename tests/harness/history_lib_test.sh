@@ -30,6 +30,7 @@ out=$(count_events "$h" launch ranks 2>&1) && fail "KEY without =VALUE accepted"
 printf '%s\n' '{"kind":"launch"}' 'torn{' '{"kind":"launch"}' >"$tmp/bad.jsonl"
 out=$(count_events "$tmp/bad.jsonl" launch 2>&1) && fail "a broken line in the middle accepted"
 [[ $out == "count_events: $tmp/bad.jsonl:2: not JSON: torn{" ]] || fail "message: $out"
-printf '<?xml version="1.0"?>\n<testsuites tests="5" failures="1"><testsuite/></testsuites>\n' >"$tmp/j.xml"
+printf '%s\n' '<?xml version="1.0"?>' '<testsuites tests="5" failures="1"><testsuite/></testsuites>' \
+  >"$tmp/j.xml"
 [[ $(junit_attr "$tmp/j.xml" tests) == 5 ]] || fail "junit tests"
 echo "history_lib ok"
