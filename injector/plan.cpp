@@ -1,24 +1,20 @@
-// Parser and executor of fault plans (see plan.hpp for the grammar).
+// Parser and executor of fault plans (see plan.hpp for the grammar; the actions are one table in
+// actions.cpp).
 #include "injector/plan.hpp"
 
-#include <signal.h>
-#include <unistd.h>
-
+#include <atomic>
+#include <cctype>
 #include <charconv>
-#include <chrono>
-#include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
-#include <limits>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
 #include "base/counter_rng.hpp"
 #include "base/settings.hpp"
+#include "injector/actions.hpp"
 
 namespace fl::fault {
 
@@ -31,35 +27,9 @@ FAULTLINE_SETTING(kFiredLog, std::string, "FAULTLINE_FIRED_LOG", "",
 
 namespace {
 
-constexpr std::pair<Action, std::string_view> kActions[] = {
-    {Action::kOff, "off"},
-    {Action::kError, "error"},
-    {Action::kSleep, "sleep"},
-    {Action::kHang, "hang"},
-    {Action::kPause, "pause"},
-    {Action::kCrash, "crash"},
-    {Action::kExit, "exit"},
-    {Action::kOom, "oom"},
-    {Action::kLeak, "leak"},
-    {Action::kNan, "nan"},
-    {Action::kInf, "inf"},
-    {Action::kBitflip, "bitflip"},
-    {Action::kScale, "scale"},
-    {Action::kCorrupt, "corrupt"},
-    {Action::kTruncate, "truncate"},
-    {Action::kDrop, "drop"},
-    {Action::kReorder, "reorder"},
-    {Action::kResize, "resize"},
-    {Action::kRetype, "retype"},
-    {Action::kDelay, "delay"},
-    {Action::kSkip, "skip"},
-    {Action::kRepeat, "repeat"},
-    {Action::kDuplicate, "duplicate"},
-};
-
 std::string allowed_actions() {
   std::string s;
-  for (auto& [a, n] : kActions) s += (s.empty() ? "" : ", ") + std::string(n);
+  for (const auto& row : action_table()) s += (s.empty() ? "" : ", ") + std::string(row.name);
   return s;
 }
 
@@ -220,46 +190,39 @@ class Parser {
     }
     size_t at = pos_;
     std::string a = name("an action (" + allowed_actions() + ")");
-    bool found = false;
-    for (auto& [act, n] : kActions) {
-      if (n == a) {
-        t.action = act;
-        found = true;
-      }
-    }
-    if (!found) {
+    const ActionSpec* spec = find_action(a);
+    if (!spec) {
       pos_ = at;
       fail("an action (" + allowed_actions() + ")");
     }
-    if (peek('(')) {
-      ++pos_;
-      size_t b = pos_;
-      while (pos_ < s_.size() && s_[pos_] != ')') ++pos_;
-      if (pos_ >= s_.size()) fail("')' closing the argument of '" + a + "'");
-      t.arg = s_.substr(b, pos_ - b);
-      ++pos_;
-      char* end = nullptr;
-      t.number = std::strtod(t.arg.c_str(), &end);
-      const bool numeric = end != t.arg.c_str() && *end == '\0';
-      const bool wants_number =
-          t.action == Action::kSleep || t.action == Action::kDelay || t.action == Action::kExit ||
-          t.action == Action::kLeak || t.action == Action::kBitflip || t.action == Action::kScale ||
-          t.action == Action::kCorrupt || t.action == Action::kTruncate ||
-          t.action == Action::kResize || t.action == Action::kNan || t.action == Action::kInf;
-      if (wants_number && !numeric) {
-        pos_ = b;
-        fail("a number as the argument of '" + a + "'");
-      }
-      if (t.action == Action::kRetype && !parse_dtype(t.arg)) {
-        pos_ = b;
-        fail("a dtype (fp32, fp16, bf16, fp64, int32, int64, uint8) as the argument of 'retype'");
-      }
-    }
-    if (t.arg.empty() && (t.action == Action::kResize || t.action == Action::kRetype ||
-                          t.action == Action::kTruncate || t.action == Action::kLeak)) {
+    t.action = spec->action;
+    if (peek('(')) argument(t, *spec);
+    if (t.arg.empty() &&
+        (spec->arg == ActionArg::kRequiredNumber || spec->arg == ActionArg::kRequiredDtype)) {
       fail("'(' and an argument after '" + a + "'");
     }
     return t;
+  }
+  // `(arg)` after an action, checked against the action's row.
+  void argument(Term& t, const ActionSpec& spec) {
+    ++pos_;
+    size_t b = pos_;
+    while (pos_ < s_.size() && s_[pos_] != ')') ++pos_;
+    const std::string a(spec.name);
+    if (pos_ >= s_.size()) fail("')' closing the argument of '" + a + "'");
+    t.arg = s_.substr(b, pos_ - b);
+    ++pos_;
+    char* end = nullptr;
+    t.number = std::strtod(t.arg.c_str(), &end);
+    const bool numeric = end != t.arg.c_str() && *end == '\0';
+    if ((spec.arg == ActionArg::kNumber || spec.arg == ActionArg::kRequiredNumber) && !numeric) {
+      pos_ = b;
+      fail("a number as the argument of '" + a + "'");
+    }
+    if (spec.arg == ActionArg::kRequiredDtype && !parse_dtype(t.arg)) {
+      pos_ = b;
+      fail("a dtype (fp32, fp16, bf16, fp64, int32, int64, uint8) as the argument of '" + a + "'");
+    }
   }
 
   const std::string& s_;
@@ -283,10 +246,8 @@ struct Armed {
   uint64_t seed = 0;
   std::string log_path;
   std::vector<FiredRecord> fired;
-  std::vector<void*> leaks;
   std::function<void(const FiredRecord&)> observer;
   std::unordered_map<std::string_view, uint64_t> evals;  // evaluations per site name
-  std::atomic<uint64_t> generation{0};                   // bumped by every arm and disarm
 };
 
 Armed& armed() {
@@ -297,126 +258,6 @@ Armed& armed() {
 uint64_t key(uint64_t seed, const std::string& site, int rank, uint64_t hit, uint64_t salt) {
   return rng::mix(rng::mix(rng::mix(seed ^ rng::hash_name(site)) ^ static_cast<uint64_t>(rank)) ^
                   rng::mix(hit * 0x100 + salt));
-}
-
-template <class F>
-void for_elements(SiteContext& ctx, F&& f) {
-  if (!ctx.data) return;
-  for (size_t i = 0; i < ctx.count; ++i) f(i);
-}
-
-void set_special(SiteContext& ctx, size_t i, float v) {
-  switch (ctx.dtype) {
-    case DType::kF32:
-      static_cast<float*>(ctx.data)[i] = v;
-      break;
-    case DType::kF16:
-      static_cast<uint16_t*>(ctx.data)[i] = float_to_half(v);
-      break;
-    case DType::kBF16:
-      static_cast<uint16_t*>(ctx.data)[i] = float_to_bf16(v);
-      break;
-    case DType::kF64:
-      static_cast<double*>(ctx.data)[i] = v;
-      break;
-    default:
-      break;
-  }
-}
-
-// Applies `t`; returns the verdict for the site.
-Verdict apply(const Term& t, SiteContext& ctx, uint64_t k) {
-  switch (t.action) {
-    case Action::kOff:
-      return Verdict::kProceed;
-    case Action::kError:
-    case Action::kOom:
-      return Verdict::kFail;
-    case Action::kDrop:
-    case Action::kSkip:
-      return Verdict::kSkip;
-    case Action::kRepeat:
-    case Action::kDuplicate:
-      return Verdict::kRepeat;
-    case Action::kSleep:
-    case Action::kDelay:
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(t.number));
-      return Verdict::kProceed;
-    case Action::kHang:
-      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-    case Action::kPause: {
-      // Until the plan is cleared or replaced (Control clear_faults / arm_faults, or disarm()).
-      const uint64_t g = armed().generation.load();
-      while (armed().generation.load() == g)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      return Verdict::kProceed;
-    }
-    case Action::kReorder:
-      return Verdict::kDefer;
-    case Action::kResize: {
-      const auto delta = static_cast<int64_t>(t.number);
-      const auto n = static_cast<int64_t>(ctx.count) + delta;
-      ctx.count = n < 0 ? 0 : static_cast<size_t>(n);
-      return Verdict::kAlter;
-    }
-    case Action::kTruncate: {
-      const size_t cut = std::min(ctx.count, static_cast<size_t>(t.number));
-      ctx.count -= cut;
-      return Verdict::kAlter;
-    }
-    case Action::kRetype:
-      ctx.dtype = *parse_dtype(t.arg);
-      return Verdict::kAlter;
-    case Action::kCrash: {
-      int sig = t.arg.empty() ? SIGSEGV : static_cast<int>(t.number);
-      if (sig == 0) sig = SIGSEGV;
-      ::kill(::getpid(), sig);
-      return Verdict::kProceed;
-    }
-    case Action::kExit:
-      std::_Exit(static_cast<int>(t.number));
-    case Action::kLeak: {
-      const size_t bytes = static_cast<size_t>(t.number);
-      void* p = std::malloc(bytes);
-      if (p) std::memset(p, 0xA5, bytes);  // touched: the pages are really resident
-      armed().leaks.push_back(p);
-      return Verdict::kProceed;
-    }
-    case Action::kNan:
-    case Action::kInf: {
-      if (!ctx.data || ctx.count == 0) return Verdict::kProceed;
-      const float v = t.action == Action::kNan ? std::numeric_limits<float>::quiet_NaN()
-                                               : std::numeric_limits<float>::infinity();
-      const size_t n = t.arg.empty() ? 1 : std::min(ctx.count, static_cast<size_t>(t.number));
-      for (size_t j = 0; j < n; ++j) set_special(ctx, rng::mix(k + j) % ctx.count, v);
-      return Verdict::kProceed;
-    }
-    case Action::kScale:
-      if (ctx.dtype == DType::kF32) {
-        for_elements(ctx, [&](size_t i) {
-          static_cast<float*>(ctx.data)[i] *= static_cast<float>(t.number);
-        });
-      }
-      return Verdict::kProceed;
-    case Action::kBitflip:
-    case Action::kCorrupt: {
-      const size_t bytes = ctx.count * dtype_size(ctx.dtype);
-      if (!ctx.data || bytes == 0) return Verdict::kProceed;
-      auto* b = static_cast<uint8_t*>(ctx.data);
-      const size_t n = t.arg.empty() ? 1 : static_cast<size_t>(t.number);
-      for (size_t j = 0; j < n; ++j) {
-        uint64_t r = rng::mix(k + j);
-        if (t.action == Action::kBitflip) {
-          b[(r >> 3) % bytes] ^= static_cast<uint8_t>(1u << (r & 7));
-        } else {
-          b[(r >> 8) % bytes] = static_cast<uint8_t>(r & 0xff);
-        }
-      }
-      return Verdict::kProceed;
-    }
-    default:
-      return Verdict::kProceed;
-  }
 }
 
 bool matches(const Entry& e, const Site& site, const SiteContext& ctx, uint64_t eval) {
@@ -470,7 +311,7 @@ Verdict handler(Site& site, SiteContext& ctx) {
     auto observer = a.observer;
     lock.unlock();  // the action may sleep, hang or end the process
     if (observer) observer(rec);
-    return apply(t, ctx, key(a.seed, st.entry.site, current_rank(), hit, 1));
+    return action_spec(t.action).apply(t, ctx, key(a.seed, st.entry.site, current_rank(), hit, 1));
   }
   return Verdict::kProceed;
 }
@@ -478,10 +319,7 @@ Verdict handler(Site& site, SiteContext& ctx) {
 }  // namespace
 
 std::string_view action_name(Action a) {
-  for (auto& [act, n] : kActions) {
-    if (act == a) return n;
-  }
-  return "?";
+  return action_spec(a).name;
 }
 
 Plan parse_plan(const std::string& text, const std::string& origin) {
@@ -534,7 +372,7 @@ void arm(Plan plan, uint64_t seed, const std::string& fired_log_path) {
     a.seed = seed;
     a.log_path = fired_log_path;
     a.fired.clear();
-    a.generation.fetch_add(1);
+    release_paused_sites();
   }
   install_handler(a.entries.empty() ? nullptr : &handler);
 }
@@ -544,7 +382,7 @@ void disarm() {
   Armed& a = armed();
   std::lock_guard lock(a.mu);
   a.entries.clear();
-  a.generation.fetch_add(1);  // releases paused sites
+  release_paused_sites();
 }
 
 bool arm_from_env() {

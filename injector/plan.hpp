@@ -13,7 +13,7 @@
 // Every firing is appended to the fired log (site, rank, step, hit, eval, action). `eval` counts
 // every evaluation of the site name in the process while a plan is armed, whatever the filters,
 // so `site[rank=R,eval=N]=action` fires exactly that evaluation again: replay_plan() turns a fired
-// log into such a plan.
+// log into such a plan. The actions, one row each (argument, effect, where): actions.hpp.
 #pragma once
 
 #include <cstdint>

@@ -161,9 +161,131 @@ int hold_port(const std::string& word, std::string& why) {
   return fd;
 }
 
-}  // namespace
+std::vector<std::string> bounded_tool(const std::vector<std::string>& tool) {
+  std::vector<std::string> argv = {"timeout", "-k", "2", kToolLimitS};
+  argv.insert(argv.end(), tool.begin(), tool.end());
+  return argv;
+}
 
-int run_agent(const AgentOptions& o) {
+// What the agent does for the harness, one method per action; answer() is the reply to send.
+class AgentActions {
+ public:
+  AgentActions(const AgentOptions& o, const std::string& secret, TelemetryRelay& relay)
+      : o_(o), secret_(secret), relay_(relay), host_faults_(o.run_dir, o.host, secret) {}
+
+  pb::AgentReport answer(const pb::AgentCommand& cmd) {
+    pb::AgentReport r;
+    r.set_id(cmd.id());
+    const std::string& a = cmd.action();
+    if (a == "run") {
+      run(cmd, r);
+    } else if (a == "signal") {
+      signal(cmd, r);
+    } else if (a == "on_loss") {
+      std::string why;
+      if (allowed_tool(cmd.argv(), why)) {
+        on_loss_.emplace_back(cmd.argv().begin(), cmd.argv().end());
+        r.set_ok(true);
+      } else {
+        r.set_output(why);
+      }
+    } else if (a == "squat" && cmd.argv_size() == 1) {
+      squat(cmd.argv(0), r);
+    } else if (a == "release" && cmd.argv_size() == 1) {
+      release(cmd.argv(0), r);
+    } else if (a == "worker") {
+      const int n = relay_.deliver(cmd.rank(), cmd.worker());
+      r.set_ok(n > 0);
+      r.set_status(n);
+    } else if (a == "fault" && cmd.has_fault()) {
+      fault(cmd, r);
+    } else if (a == "stop") {
+      relay_.stop();  // the ranks are gone: what they sent is forwarded, the counts are final
+      r.set_relayed_batches(relay_.batches());
+      r.set_relayed_events(relay_.events());
+      r.set_ok(true);
+      stopped_ = true;
+    } else {
+      r.set_output(
+          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, squat, release, fault, "
+                      "stop, worker)",
+                      a));
+    }
+    return r;
+  }
+  bool stopped() const { return stopped_; }
+  // The clean-ups the harness left for a lost connection, in the order given.
+  const std::vector<std::vector<std::string>>& on_loss() const { return on_loss_; }
+  // What the harness did not heal (it failed, or never got to it) is undone here.
+  std::vector<std::string> cleanup() { return host_faults_.cleanup(); }
+
+ private:
+  void run(const pb::AgentCommand& cmd, pb::AgentReport& r) {
+    std::string why;
+    if (!allowed_tool(cmd.argv(), why)) return r.set_output(why);
+    try {
+      const ToolOutcome out = run_tool_status(bounded_tool({cmd.argv().begin(), cmd.argv().end()}));
+      r.set_ok(out.status == 0);
+      r.set_status(out.status);
+      r.set_output(out.output);
+    } catch (const std::exception& e) {
+      r.set_status(127);
+      r.set_output(e.what());
+    }
+    say(o_, fmt::format("{} -> {}", fmt::join(cmd.argv(), " "), r.status()));
+  }
+  void signal(const pb::AgentCommand& cmd, pb::AgentReport& r) {
+    std::string why;
+    if (cmd.pid() <= 1) {
+      r.set_output(fmt::format("pid {} is not a rank's", cmd.pid()));
+    } else if (is_rank_of_run(o_, secret_, cmd.pid(), cmd.rank(), why)) {
+      const bool ok = ::kill(cmd.pid(), cmd.signal()) == 0;
+      r.set_ok(ok);
+      r.set_output(
+          ok ? fmt::format("signal {} to pid {} (rank {})", cmd.signal(), cmd.pid(), cmd.rank())
+             : fmt::format("kill({}, {}): {}", cmd.pid(), cmd.signal(), std::strerror(errno)));
+    } else {
+      r.set_output(why);
+    }
+    say(o_, r.output());
+  }
+  void squat(const std::string& port, pb::AgentReport& r) {
+    std::string why;
+    const int fd = held_.count(port) ? held_[port] : hold_port(port, why);
+    if (fd >= 0) held_[port] = fd;
+    r.set_ok(fd >= 0);
+    r.set_output(fd >= 0 ? fmt::format("holding port {}", port) : why);
+    say(o_, r.output());
+  }
+  void release(const std::string& port, pb::AgentReport& r) {
+    if (auto it = held_.find(port); it != held_.end()) {
+      ::close(it->second);
+      held_.erase(it);
+    }
+    r.set_ok(true);
+    say(o_, "released port " + port);
+  }
+  void fault(const pb::AgentCommand& cmd, pb::AgentReport& r) {
+    try {
+      r.set_output(host_faults_.apply(cmd.fault()).dump());
+      r.set_ok(true);
+    } catch (const std::exception& e) {
+      r.set_output(e.what());
+    }
+    say(o_, fmt::format("fault {} -> {}", cmd.fault().ShortDebugString(), r.output()));
+  }
+
+  const AgentOptions& o_;
+  const std::string& secret_;
+  TelemetryRelay& relay_;
+  std::vector<std::vector<std::string>> on_loss_;
+  std::map<std::string, int> held_;  // squatted ports (closed when the agent ends)
+  AgentFaults host_faults_;          // cgroups, mounts, damaged files
+  bool stopped_ = false;
+};
+
+// The run's secret, read only from a private run directory; "" after saying why not.
+std::string secret_to_attach(const AgentOptions& o) {
   // The agent reads the secret there, makes its relay socket and file backups there: a directory
   // another user on this host can write would hand them all three.
   try {
@@ -171,14 +293,16 @@ int run_agent(const AgentOptions& o) {
     if (!why.empty()) say(o, "warning: accepted with --allow-shared-results: " + why);
   } catch (const std::exception& e) {
     say(o, e.what());
-    return 2;
+    return "";
   }
   std::string no_secret;
   const std::string secret = read_secret(o, no_secret);
-  if (secret.empty()) {
-    say(o, no_secret);
-    return 2;
-  }
+  if (secret.empty()) say(o, no_secret);
+  return secret;
+}
+
+// The channel to the control plane, connected within kConnectS, or nullptr after saying so.
+std::shared_ptr<grpc::Channel> connect(const AgentOptions& o) {
   grpc::ChannelArguments args;
   // A harness whose machine vanished is noticed without traffic of our own.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
@@ -188,8 +312,48 @@ int run_agent(const AgentOptions& o) {
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  std::chrono::seconds(kConnectS))) {
     say(o, fmt::format("cannot reach the control plane {} within {} s", o.control, kConnectS));
-    return 2;
+    return nullptr;
   }
+  return channel;
+}
+
+// The first report: who this agent is, what it can do, where its relay listens.
+pb::AgentReport registration(const AgentOptions& o, TelemetryRelay& relay) {
+  pb::AgentReport reg;
+  reg.set_host(o.host);
+  reg.set_pid(static_cast<int>(::getpid()));
+  reg.add_can("signal");
+  for (const char* f : {"memory_limit", "disk_full", "file"}) reg.add_can(f);  // agent_faults.cpp
+  for (const auto& t : kTools) {
+    if (on_path(t)) reg.add_can(t);
+  }
+  std::string no_relay;
+  reg.set_relay_addr(relay.start(no_relay));
+  if (reg.relay_addr().empty()) say(o, "no telemetry relay: " + no_relay);
+  reg.set_heartbeat_ms(static_cast<int>(kAgentHeartbeatMs.get()));
+  return reg;
+}
+
+void run_on_loss(const AgentOptions& o, const std::vector<std::vector<std::string>>& on_loss) {
+  say(o, fmt::format("lost the control plane {}; cleaning up ({} command(s))", o.control,
+                     on_loss.size()));
+  for (const auto& tool : on_loss) {  // in the order given
+    try {
+      say(o, fmt::format("{} -> {}", fmt::join(tool, " "),
+                         run_tool_status(bounded_tool(tool)).status));
+    } catch (const std::exception& e) {
+      say(o, e.what());
+    }
+  }
+}
+
+}  // namespace
+
+int run_agent(const AgentOptions& o) {
+  const std::string secret = secret_to_attach(o);
+  if (secret.empty()) return 2;
+  const auto channel = connect(o);
+  if (!channel) return 2;
   auto stub = pb::Agents::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.AddMetadata(kControlSecretHeader, secret);
@@ -203,19 +367,7 @@ int run_agent(const AgentOptions& o) {
     return open && stream->Write(r);
   };
   TelemetryRelay relay(o.run_dir, o.host, secret, write);
-
-  pb::AgentReport reg;
-  reg.set_host(o.host);
-  reg.set_pid(static_cast<int>(::getpid()));
-  reg.add_can("signal");
-  for (const char* f : {"memory_limit", "disk_full", "file"}) reg.add_can(f);  // agent_faults.cpp
-  for (const auto& t : kTools) {
-    if (on_path(t)) reg.add_can(t);
-  }
-  std::string no_relay;
-  reg.set_relay_addr(relay.start(no_relay));
-  if (reg.relay_addr().empty()) say(o, "no telemetry relay: " + no_relay);
-  reg.set_heartbeat_ms(static_cast<int>(kAgentHeartbeatMs.get()));
+  const pb::AgentReport reg = registration(o, relay);
   if (!stream->Write(reg)) {
     const auto st = stream->Finish();
     say(o,
@@ -227,90 +379,10 @@ int run_agent(const AgentOptions& o) {
   Heartbeat heartbeat(write, std::chrono::milliseconds(std::max(reg.heartbeat_ms(), 50)));
   for (const auto& line : AgentFaults::sweep_stale()) say(o, "stale: " + line);
 
-  std::vector<std::vector<std::string>> on_loss;
-  std::map<std::string, int> held;  // squatted ports (closed when the agent ends)
-  AgentFaults host_faults(o.run_dir, o.host, secret);  // cgroups, mounts, damaged files
-  bool stopped = false;
+  AgentActions actions(o, secret, relay);
   pb::AgentCommand cmd;
-  while (!stopped && stream->Read(&cmd)) {
-    pb::AgentReport r;
-    r.set_id(cmd.id());
-    std::string why;
-    if (cmd.action() == "run") {
-      if (allowed_tool(cmd.argv(), why)) {
-        std::vector<std::string> argv = {"timeout", "-k", "2", kToolLimitS};
-        argv.insert(argv.end(), cmd.argv().begin(), cmd.argv().end());
-        try {
-          const ToolOutcome out = run_tool_status(argv);
-          r.set_ok(out.status == 0);
-          r.set_status(out.status);
-          r.set_output(out.output);
-        } catch (const std::exception& e) {
-          r.set_status(127);
-          r.set_output(e.what());
-        }
-        say(o, fmt::format("{} -> {}", fmt::join(cmd.argv(), " "), r.status()));
-      } else {
-        r.set_output(why);
-      }
-    } else if (cmd.action() == "signal") {
-      if (cmd.pid() <= 1) {
-        r.set_output(fmt::format("pid {} is not a rank's", cmd.pid()));
-      } else if (is_rank_of_run(o, secret, cmd.pid(), cmd.rank(), why)) {
-        const bool ok = ::kill(cmd.pid(), cmd.signal()) == 0;
-        r.set_ok(ok);
-        r.set_output(
-            ok ? fmt::format("signal {} to pid {} (rank {})", cmd.signal(), cmd.pid(), cmd.rank())
-               : fmt::format("kill({}, {}): {}", cmd.pid(), cmd.signal(), std::strerror(errno)));
-      } else {
-        r.set_output(why);
-      }
-      say(o, r.output());
-    } else if (cmd.action() == "on_loss") {
-      if (allowed_tool(cmd.argv(), why)) {
-        on_loss.emplace_back(cmd.argv().begin(), cmd.argv().end());
-        r.set_ok(true);
-      } else {
-        r.set_output(why);
-      }
-    } else if (cmd.action() == "squat" && cmd.argv_size() == 1) {
-      const int fd = held.count(cmd.argv(0)) ? held[cmd.argv(0)] : hold_port(cmd.argv(0), why);
-      if (fd >= 0) held[cmd.argv(0)] = fd;
-      r.set_ok(fd >= 0);
-      r.set_output(fd >= 0 ? fmt::format("holding port {}", cmd.argv(0)) : why);
-      say(o, r.output());
-    } else if (cmd.action() == "release" && cmd.argv_size() == 1) {
-      if (auto it = held.find(cmd.argv(0)); it != held.end()) {
-        ::close(it->second);
-        held.erase(it);
-      }
-      r.set_ok(true);
-      say(o, "released port " + cmd.argv(0));
-    } else if (cmd.action() == "worker") {
-      const int n = relay.deliver(cmd.rank(), cmd.worker());
-      r.set_ok(n > 0);
-      r.set_status(n);
-    } else if (cmd.action() == "fault" && cmd.has_fault()) {
-      try {
-        r.set_output(host_faults.apply(cmd.fault()).dump());
-        r.set_ok(true);
-      } catch (const std::exception& e) {
-        r.set_output(e.what());
-      }
-      say(o, fmt::format("fault {} -> {}", cmd.fault().ShortDebugString(), r.output()));
-    } else if (cmd.action() == "stop") {
-      relay.stop();  // the ranks are gone: what they sent is forwarded, the counts are final
-      r.set_relayed_batches(relay.batches());
-      r.set_relayed_events(relay.events());
-      r.set_ok(true);
-      stopped = true;
-    } else {
-      r.set_output(
-          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, squat, release, fault, "
-                      "stop, worker)",
-                      cmd.action()));
-    }
-    if (!write(r)) break;
+  while (!actions.stopped() && stream->Read(&cmd)) {
+    if (!write(actions.answer(cmd))) break;
   }
   heartbeat.stop();
   relay.stop();
@@ -318,25 +390,14 @@ int run_agent(const AgentOptions& o) {
     std::lock_guard lock(wmu);
     open = false;
   }
-  // What the harness did not heal (it failed, or never got to it) is undone here.
-  for (const auto& line : host_faults.cleanup()) say(o, "cleanup: " + line);
-  if (stopped) {
+  for (const auto& line : actions.cleanup()) say(o, "cleanup: " + line);
+  if (actions.stopped()) {
     stream->WritesDone();
     say(o, "stopped by the harness");
     return 0;
   }
   ctx.TryCancel();
-  say(o, fmt::format("lost the control plane {}; cleaning up ({} command(s))", o.control,
-                     on_loss.size()));
-  for (auto it = on_loss.begin(); it != on_loss.end(); ++it) {  // in the order given
-    std::vector<std::string> argv = {"timeout", "-k", "2", kToolLimitS};
-    argv.insert(argv.end(), it->begin(), it->end());
-    try {
-      say(o, fmt::format("{} -> {}", fmt::join(*it, " "), run_tool_status(argv).status));
-    } catch (const std::exception& e) {
-      say(o, e.what());
-    }
-  }
+  run_on_loss(o, actions.on_loss());
   return 3;
 }
 

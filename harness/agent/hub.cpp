@@ -146,6 +146,7 @@ struct AgentHub::Impl final : public pb::Agents::Service {
     return h.size() <= 64 ? h : h.substr(0, 64) + fmt::format("... ({} bytes)", h.size());
   }
 
+  // One agent's call: its registration, then its reports until the connection ends.
   grpc::Status Attach(grpc::ServerContext* ctx, AgentStream* stream) override {
     const auto& md = ctx->client_metadata();
     const auto it = md.find(kControlSecretHeader);
@@ -163,6 +164,14 @@ struct AgentHub::Impl final : public pb::Agents::Service {
       return {grpc::StatusCode::INVALID_ARGUMENT,
               fmt::format("host '{}' is not one of the run's hosts", shown_host(reg.host()))};
     }
+    if (grpc::Status st = attach(ctx, stream, reg, node); !st.ok()) return st;
+    read_reports(stream, node);
+    return detach(reg, node);
+  }
+
+  // Takes host `node`'s place for this call (one agent per host) and records its agent_up.
+  grpc::Status attach(grpc::ServerContext* ctx, AgentStream* stream, const pb::AgentReport& reg,
+                      int node) {
     Conn& c = *conns[static_cast<size_t>(node)];
     {
       std::scoped_lock lock(mu, c.wmu);
@@ -191,6 +200,13 @@ struct AgentHub::Impl final : public pb::Agents::Service {
       c.announced = true;
     }
     cv.notify_all();
+    return grpc::Status::OK;
+  }
+
+  // Relayed telemetry, answers to commands and heartbeats, until the stream ends or the agent
+  // was judged lost by its silence.
+  void read_reports(AgentStream* stream, int node) {
+    Conn& c = *conns[static_cast<size_t>(node)];
     pb::AgentReport r;
     while (stream->Read(&r)) {
       {
@@ -216,11 +232,15 @@ struct AgentHub::Impl final : public pb::Agents::Service {
       results[r.id()] = Result{r.ok(), r.status(), r.output()};
       cv.notify_all();
     }
-    {
-      std::lock_guard wlock(c.wmu);
-      c.stream = nullptr;
-      c.ctx = nullptr;
-    }
+    std::lock_guard wlock(c.wmu);
+    c.stream = nullptr;
+    c.ctx = nullptr;
+  }
+
+  // The call ended: stopped (stop() asked), lost (the connection ended on its own) or judged
+  // silent (watch_loop recorded it).
+  grpc::Status detach(const pb::AgentReport& reg, int node) {
+    Conn& c = *conns[static_cast<size_t>(node)];
     bool expected = false;
     std::string msg;
     std::string reason = "connection to the control plane ended";

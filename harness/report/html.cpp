@@ -6,33 +6,6 @@
 
 namespace fl::harness {
 
-std::string html_escape(const std::string& s) {
-  std::string o;
-  o.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        o += "&amp;";
-        break;
-      case '<':
-        o += "&lt;";
-        break;
-      case '>':
-        o += "&gt;";
-        break;
-      case '"':
-        o += "&quot;";
-        break;
-      case '\'':
-        o += "&#39;";
-        break;
-      default:  // control characters are not allowed in XML (JUnit files use this too)
-        o += static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t' ? ' ' : c;
-    }
-  }
-  return o;
-}
-
 namespace html {
 
 namespace {

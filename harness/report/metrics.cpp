@@ -130,30 +130,13 @@ void summary(Exposition& x, const std::string& family, const Labels& labels,
   x.sample(family, family + "_count", labels, static_cast<double>(values.size()));
 }
 
-void suite_metrics(Exposition& x, const std::string& dir) {
-  const auto s = load_suite_summary(dir);
-  const std::string suite = s.value("suite", fs::path(dir).filename().string());
-  const auto prov = s.value("provenance", nlohmann::json::object());
-  x.sample("faultline_suite_info",
-           {{"suite", suite},
-            {"commit", prov.value("commit", std::string())},
-            {"host", prov.value("hostname", std::string())},
-            {"started", prov.value("started", std::string())}},
-           1);
-  const auto counts = s.value("counts", nlohmann::json::object());
-  for (auto& [outcome, n] : counts.items()) {
-    if (n.is_number()) {
-      x.sample("faultline_suite_runs", {{"suite", suite}, {"outcome", outcome}}, n.get<double>());
-    }
-  }
-  x.sample("faultline_suite_wall_seconds", {{"suite", suite}}, s.value("wall_s", 0.0));
-
+// Per symptom: faulty and fix runs, reproduction and fix ratios, time to symptom.
+void symptom_metrics(Exposition& x, const std::string& suite, const nlohmann::json& cases) {
   struct Tally {
     int faulty = 0, reproduced = 0, fix = 0, fix_clean = 0;
     std::vector<double> t_symptom;
   };
   std::map<std::string, Tally> by_symptom;
-  const auto cases = s.value("cases", nlohmann::json::array());
   for (const auto& c : cases) {
     const std::string symptom = c.value("symptom", std::string());
     if (symptom.empty()) continue;  // clean runs have no symptom to reproduce
@@ -186,8 +169,10 @@ void suite_metrics(Exposition& x, const std::string& dir) {
     }
     summary(x, "faultline_time_to_symptom_seconds", l, t.t_symptom);
   }
+}
 
-  // Detector scores, when the suite ran detectors.
+// Detector scores, when the suite ran detectors.
+void detector_metrics(Exposition& x, const std::string& suite, const std::string& dir) {
   std::vector<RunTruth> truths;
   for (const auto& run : collect_run_dirs({dir})) {
     try {
@@ -212,6 +197,27 @@ void suite_metrics(Exposition& x, const std::string& dir) {
       x.sample("faultline_detector_runs", lc, n);
     }
   }
+}
+
+void suite_metrics(Exposition& x, const std::string& dir) {
+  const auto s = load_suite_summary(dir);
+  const std::string suite = s.value("suite", fs::path(dir).filename().string());
+  const auto prov = s.value("provenance", nlohmann::json::object());
+  x.sample("faultline_suite_info",
+           {{"suite", suite},
+            {"commit", prov.value("commit", std::string())},
+            {"host", prov.value("hostname", std::string())},
+            {"started", prov.value("started", std::string())}},
+           1);
+  const auto counts = s.value("counts", nlohmann::json::object());
+  for (auto& [outcome, n] : counts.items()) {
+    if (n.is_number()) {
+      x.sample("faultline_suite_runs", {{"suite", suite}, {"outcome", outcome}}, n.get<double>());
+    }
+  }
+  x.sample("faultline_suite_wall_seconds", {{"suite", suite}}, s.value("wall_s", 0.0));
+  symptom_metrics(x, suite, s.value("cases", nlohmann::json::array()));
+  detector_metrics(x, suite, dir);
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/markup.hpp"
+
 namespace fl::harness {
 
 // A run directory (timeline, charts, verdict, evidence, log links) or a suite directory
@@ -14,8 +16,10 @@ namespace fl::harness {
 // and returns its path. Throws Error for a directory that is neither.
 std::string write_report(const std::string& dir, const std::string& out = "");
 
-// Text escaped for HTML and XML (JUnit): & < > " ' and control characters.
-std::string html_escape(const std::string& s);
+// Text escaped for an HTML page, by the one markup escaper (base/markup.hpp).
+inline std::string html_escape(std::string_view s) {
+  return escape_markup(s, Markup::kHtml);
+}
 
 struct DiffOptions {
   double time_ratio = 2.0;        // time to symptom this many times slower is a regression...

@@ -114,6 +114,68 @@ std::string describe_fault(const nlohmann::json& d) {
   return what;
 }
 
+using CollKey = std::tuple<int, std::string, int64_t>;  // rank, group, seq
+using InFlight = std::map<CollKey, std::pair<int64_t, nlohmann::json>>;
+
+// A rank's step: a slice as long as the step took, and its loss, loss scale and memory counters.
+void add_step(TraceBuilder& tb, const HistoryEvent& e, const nlohmann::json& d) {
+  const int pid = pid_of(e.rank);
+  const double dur_s = d.value("step_time_s", 0.0);
+  const int64_t t0 = e.t_ns - static_cast<int64_t>(dur_s * 1e9);
+  tb.slice(pid, kMainTid, fmt::format("step {}", e.step), "step", t0, e.t_ns, args_of(d));
+  if (d.contains("loss") && d["loss"].is_number()) {
+    tb.counter(pid, "loss", e.t_ns, d["loss"].get<double>());
+  }
+  if (d.contains("loss_scale") && d["loss_scale"].is_number()) {
+    tb.counter(pid, "loss scale", e.t_ns, d["loss_scale"].get<double>());
+  }
+  if (d.contains("mem_current") && d["mem_current"].is_number()) {
+    tb.counter(pid, "memory MiB", e.t_ns, d["mem_current"].get<double>() / (1 << 20));
+  }
+}
+
+// A collective: held while it is reported in flight, a slice from then (or from its completion)
+// once it completed.
+void add_collective(TraceBuilder& tb, InFlight& in_flight, const HistoryEvent& e,
+                    const nlohmann::json& d) {
+  const int pid = pid_of(e.rank);
+  const CollKey key{e.rank, d.value("group", ""), d.value("seq", int64_t{-1})};
+  const std::string name = fmt::format("{} {} #{}", d.value("op", std::string("op")),
+                                       std::get<1>(key), std::get<2>(key));
+  if (d.contains("in_flight_ms") && d["in_flight_ms"].is_number() &&
+      d["in_flight_ms"].get<double>() >= 0) {
+    const int64_t t0 = e.t_ns - static_cast<int64_t>(d["in_flight_ms"].get<double>() * 1e6);
+    in_flight.try_emplace(key, t0, args_of(d));
+  } else {
+    auto it = in_flight.find(key);
+    const int64_t t0 = it != in_flight.end() ? it->second.first : e.t_ns;
+    if (it != in_flight.end()) in_flight.erase(it);
+    tb.slice(pid, kCommTid, name, "collective", t0, e.t_ns, args_of(d));
+  }
+}
+
+// Faults, diagnoses, harness actions, exits and launches: instants.
+void add_instant(TraceBuilder& tb, const HistoryEvent& e, const nlohmann::json& d) {
+  const int pid = pid_of(e.rank);
+  if (e.kind == "fault_injected" || e.kind == "fault_fired" || e.kind == "fault_healed") {
+    tb.instant(pid, kEventTid, fmt::format("{}: {}", e.kind, describe_fault(d)), "fault", e.t_ns,
+               e.rank >= 0 ? "p" : "g", args_of(d));
+  } else if (e.kind == "diagnosis") {
+    tb.instant(kHarnessPid, kEventTid,
+               fmt::format("{} diagnosis {}", e.source, d.value("symptom", std::string("?"))),
+               "diagnosis", e.t_ns, "g", args_of(d));
+  } else if (e.kind == "control" || e.kind == "restart" || e.kind == "watchdog_stop" ||
+             e.kind == "run_timeout") {
+    tb.instant(kHarnessPid, kEventTid, e.kind, "harness", e.t_ns, "g", args_of(d));
+  } else if (e.kind == "rank_exit" || e.kind == "exit" || e.kind == "error" ||
+             e.kind == "oom_kill") {
+    tb.instant(pid, kEventTid, e.kind, "exit", e.t_ns, "p", args_of(d));
+  } else if (e.kind == "launch" && e.rank >= 0) {
+    tb.instant(pid, kEventTid, "launch", "harness", e.t_ns, "p",
+               {{"pid", d.value("pid", 0)}, {"launcher", d.value("launcher", std::string())}});
+  }
+}
+
 }  // namespace
 
 nlohmann::json run_trace(const std::string& run_dir) {
@@ -140,60 +202,21 @@ nlohmann::json run_trace(const std::string& run_dir) {
   tb.metadata(kHarnessPid, "harness", 0);
   for (int r : ranks) tb.metadata(pid_of(r), fmt::format("rank {}", r), r + 1);
 
-  using CollKey = std::tuple<int, std::string, int64_t>;  // rank, group, seq
-  std::map<CollKey, std::pair<int64_t, nlohmann::json>> in_flight;
+  InFlight in_flight;
   int64_t run_t0 = -1;
   for (const auto& e : events) {
     const auto d = data_of(e);
-    const int pid = pid_of(e.rank);
     if (e.kind == "run_start") {
       run_t0 = e.t_ns;
     } else if (e.kind == "run_end") {
       tb.slice(kHarnessPid, kMainTid, start.value("scenario", std::string("run")), "run",
                std::max<int64_t>(0, run_t0), e.t_ns, args_of(d));
     } else if (e.kind == "step" && e.source == "rank") {
-      const double dur_s = d.value("step_time_s", 0.0);
-      const int64_t t0 = e.t_ns - static_cast<int64_t>(dur_s * 1e9);
-      tb.slice(pid, kMainTid, fmt::format("step {}", e.step), "step", t0, e.t_ns, args_of(d));
-      if (d.contains("loss") && d["loss"].is_number()) {
-        tb.counter(pid, "loss", e.t_ns, d["loss"].get<double>());
-      }
-      if (d.contains("loss_scale") && d["loss_scale"].is_number()) {
-        tb.counter(pid, "loss scale", e.t_ns, d["loss_scale"].get<double>());
-      }
-      if (d.contains("mem_current") && d["mem_current"].is_number()) {
-        tb.counter(pid, "memory MiB", e.t_ns, d["mem_current"].get<double>() / (1 << 20));
-      }
+      add_step(tb, e, d);
     } else if (e.kind == "collective" && e.source == "rank") {
-      const CollKey key{e.rank, d.value("group", ""), d.value("seq", int64_t{-1})};
-      const std::string name = fmt::format("{} {} #{}", d.value("op", std::string("op")),
-                                           std::get<1>(key), std::get<2>(key));
-      if (d.contains("in_flight_ms") && d["in_flight_ms"].is_number() &&
-          d["in_flight_ms"].get<double>() >= 0) {
-        const int64_t t0 = e.t_ns - static_cast<int64_t>(d["in_flight_ms"].get<double>() * 1e6);
-        in_flight.try_emplace(key, t0, args_of(d));
-      } else {
-        auto it = in_flight.find(key);
-        const int64_t t0 = it != in_flight.end() ? it->second.first : e.t_ns;
-        if (it != in_flight.end()) in_flight.erase(it);
-        tb.slice(pid, kCommTid, name, "collective", t0, e.t_ns, args_of(d));
-      }
-    } else if (e.kind == "fault_injected" || e.kind == "fault_fired" || e.kind == "fault_healed") {
-      tb.instant(pid, kEventTid, fmt::format("{}: {}", e.kind, describe_fault(d)), "fault", e.t_ns,
-                 e.rank >= 0 ? "p" : "g", args_of(d));
-    } else if (e.kind == "diagnosis") {
-      tb.instant(kHarnessPid, kEventTid,
-                 fmt::format("{} diagnosis {}", e.source, d.value("symptom", std::string("?"))),
-                 "diagnosis", e.t_ns, "g", args_of(d));
-    } else if (e.kind == "control" || e.kind == "restart" || e.kind == "watchdog_stop" ||
-               e.kind == "run_timeout") {
-      tb.instant(kHarnessPid, kEventTid, e.kind, "harness", e.t_ns, "g", args_of(d));
-    } else if (e.kind == "rank_exit" || e.kind == "exit" || e.kind == "error" ||
-               e.kind == "oom_kill") {
-      tb.instant(pid, kEventTid, e.kind, "exit", e.t_ns, "p", args_of(d));
-    } else if (e.kind == "launch" && e.rank >= 0) {
-      tb.instant(pid, kEventTid, "launch", "harness", e.t_ns, "p",
-                 {{"pid", d.value("pid", 0)}, {"launcher", d.value("launcher", std::string())}});
+      add_collective(tb, in_flight, e, d);
+    } else {
+      add_instant(tb, e, d);
     }
   }
   // Collectives still in flight when the history ends: open until its last event.

@@ -77,10 +77,31 @@ class SlurmExecutor : public SuiteExecutor {
     size_t index;  // the case
     int attempt;   // from 0
   };
+  // One submitted array of a round: its tries (task k is tries[k]) and what polling saw of them.
+  struct Array {
+    std::string job, dir;
+    std::vector<Try> tries;
+    std::map<int, slurm::TaskState> last;
+    std::map<int, int> missing;  // polls in a row that did not list a task
+    std::set<int> settled;
+  };
   // One round: submits the tries as an array and waits for every task; fills `retry` with the
   // tries a failed expectation earns.
   void run_round(SuiteResult& res, const SuiteOptions& o, const std::string& bin,
                  const std::vector<Try>& tries, std::vector<Try>& retry);
+  // One array per resource shape (nodes, tasks per node), in the order the shapes first appear;
+  // a refused submission settles its tries as errors and yields no array.
+  std::vector<Array> submit_round(SuiteResult& res, const SuiteOptions& o, const std::string& bin,
+                                  const std::vector<Try>& tries);
+  // Polls the arrays until every task settled, or was lost after a signal's scancel.
+  void wait_round(SuiteResult& res, const SuiteOptions& o, std::vector<Array>& arrays,
+                  std::vector<Try>& retry);
+  // Polls each array once: settles the tasks that ended; returns the running cases' labels.
+  std::vector<std::string> poll_round(SuiteResult& res, const SuiteOptions& o,
+                                      std::vector<Array>& arrays, std::vector<Try>& retry);
+  // A task Slurm lost track of (or that outlived scancel) ends as LOST, with what was last seen.
+  void settle_lost(SuiteResult& res, const SuiteOptions& o, Array& a, int k, const std::string& why,
+                   std::vector<Try>& retry);
   std::string submit(SuiteResult& res, const SuiteOptions& o, const std::string& round_dir,
                      size_t tasks, const slurm::Shape& shape);
   // A task ended (terminal state `t`): the try's attempt, and the case's outcome when final.
@@ -209,8 +230,15 @@ void SlurmExecutor::settle(SuiteResult& res, const SuiteOptions& o, const std::s
 void SlurmExecutor::run_round(SuiteResult& res, const SuiteOptions& o, const std::string& bin,
                               const std::vector<Try>& tries, std::vector<Try>& retry) {
   ++round_;
+  std::vector<Array> arrays = submit_round(res, o, bin, tries);
+  wait_round(res, o, arrays, retry);
+}
+
+std::vector<SlurmExecutor::Array> SlurmExecutor::submit_round(SuiteResult& res,
+                                                              const SuiteOptions& o,
+                                                              const std::string& bin,
+                                                              const std::vector<Try>& tries) {
   const std::string round_dir = fmt::format("{}/slurm/round{}", suite_dir_, round_);
-  // One array per resource shape (nodes, tasks per node), in the order the shapes first appear.
   std::vector<std::pair<slurm::Shape, std::vector<Try>>> groups;
   for (const auto& tr : tries) {
     const slurm::Shape& sh = req_.case_shapes.at(tr.index);
@@ -218,13 +246,6 @@ void SlurmExecutor::run_round(SuiteResult& res, const SuiteOptions& o, const std
     if (it == groups.end()) it = groups.insert(groups.end(), {sh, {}});
     it->second.push_back(tr);
   }
-  struct Array {
-    std::string job, dir;
-    std::vector<Try> tries;
-    std::map<int, slurm::TaskState> last;
-    std::map<int, int> missing;  // polls in a row that did not list a task
-    std::set<int> settled;
-  };
   std::vector<Array> arrays;
   round_jobs_.clear();
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -257,15 +278,52 @@ void SlurmExecutor::run_round(SuiteResult& res, const SuiteOptions& o, const std
     round_jobs_.push_back(a.job);
     arrays.push_back(std::move(a));
   }
+  return arrays;
+}
+
+void SlurmExecutor::settle_lost(SuiteResult& res, const SuiteOptions& o, Array& a, int k,
+                                const std::string& why, std::vector<Try>& retry) {
+  slurm::TaskState t = a.last.count(k) ? a.last[k] : slurm::TaskState{};
+  const std::string seen = t.state.empty() ? "never listed" : "last seen " + t.state;
+  t.state = fmt::format("LOST ({}; {})", why, seen);
+  t.reason.clear();
+  settle(res, o, a.job, k, a.tries[k], t, fmt::format("{}/task-{}.out", a.dir, k), retry);
+  a.settled.insert(k);
+}
+
+std::vector<std::string> SlurmExecutor::poll_round(SuiteResult& res, const SuiteOptions& o,
+                                                   std::vector<Array>& arrays,
+                                                   std::vector<Try>& retry) {
+  std::vector<std::string> running;
+  for (auto& a : arrays) {
+    const int n = static_cast<int>(a.tries.size());
+    if (static_cast<int>(a.settled.size()) == n) continue;
+    const auto q = slurm::query_array(a.job);
+    for (int k = 0; k < n; ++k) {
+      if (a.settled.count(k)) continue;
+      const auto it = q ? q->find(k) : std::map<int, slurm::TaskState>::const_iterator{};
+      if (!q || it == q->end()) {
+        // Slurm no longer lists it (purged, or the controller restarted without its state).
+        if (++a.missing[k] >= 3) settle_lost(res, o, a, k, "Slurm no longer lists it", retry);
+        continue;
+      }
+      a.missing[k] = 0;
+      a.last[k] = it->second;
+      if (slurm::is_terminal(it->second.state)) {
+        settle(res, o, a.job, k, a.tries[k], it->second, fmt::format("{}/task-{}.out", a.dir, k),
+               retry);
+        a.settled.insert(k);
+      } else if (it->second.state == "RUNNING") {
+        running.push_back(case_label(res.cases[a.tries[k].index]));
+      }
+    }
+  }
+  return running;
+}
+
+void SlurmExecutor::wait_round(SuiteResult& res, const SuiteOptions& o, std::vector<Array>& arrays,
+                               std::vector<Try>& retry) {
   Clock::time_point cancelled_at;
-  auto settle_lost = [&](Array& a, int k, const std::string& why) {
-    slurm::TaskState t = a.last.count(k) ? a.last[k] : slurm::TaskState{};
-    const std::string seen = t.state.empty() ? "never listed" : "last seen " + t.state;
-    t.state = fmt::format("LOST ({}; {})", why, seen);
-    t.reason.clear();
-    settle(res, o, a.job, k, a.tries[k], t, fmt::format("{}/task-{}.out", a.dir, k), retry);
-    a.settled.insert(k);
-  };
   auto all_settled = [&] {
     for (const auto& a : arrays) {
       if (a.settled.size() < a.tries.size()) return false;
@@ -280,37 +338,13 @@ void SlurmExecutor::run_round(SuiteResult& res, const SuiteOptions& o, const std
       // Running tasks get SIGTERM, pending ones never start.
       for (const auto& a : arrays) run_tool_status({"scancel", a.job});
     }
-    std::vector<std::string> running;
-    for (auto& a : arrays) {
-      const int n = static_cast<int>(a.tries.size());
-      if (static_cast<int>(a.settled.size()) == n) continue;
-      const auto q = slurm::query_array(a.job);
-      for (int k = 0; k < n; ++k) {
-        if (a.settled.count(k)) continue;
-        const auto it = q ? q->find(k) : std::map<int, slurm::TaskState>::const_iterator{};
-        if (!q || it == q->end()) {
-          // Slurm no longer lists it (purged, or the controller restarted without its state).
-          if (++a.missing[k] >= 3) settle_lost(a, k, "Slurm no longer lists it");
-          continue;
-        }
-        a.missing[k] = 0;
-        a.last[k] = it->second;
-        if (slurm::is_terminal(it->second.state)) {
-          settle(res, o, a.job, k, a.tries[k], it->second, fmt::format("{}/task-{}.out", a.dir, k),
-                 retry);
-          a.settled.insert(k);
-        } else if (it->second.state == "RUNNING") {
-          running.push_back(case_label(res.cases[a.tries[k].index]));
-        }
-      }
-    }
-    progress_->running(running);
+    progress_->running(poll_round(res, o, arrays, retry));
     if (all_settled()) break;
     if (cancelled_all_ &&
         Clock::now() - cancelled_at > std::chrono::seconds(kSlurmCancelWaitS.get())) {
       for (auto& a : arrays) {
         for (int k = 0; k < static_cast<int>(a.tries.size()); ++k) {
-          if (!a.settled.count(k)) settle_lost(a, k, "not ended after scancel");
+          if (!a.settled.count(k)) settle_lost(res, o, a, k, "not ended after scancel", retry);
         }
       }
       break;

@@ -10,67 +10,16 @@
 
 #include <fmt/format.h>
 
+#include "base/markup.hpp"
 #include "harness/suite/suite.hpp"
 
 namespace fl::harness {
 
 namespace {
 
-// Escapes for XML 1.0 text and attributes: markup characters as entities, characters XML forbids
-// (C0 controls other than tab, newline, carriage return) and bytes that are not UTF-8 as U+FFFD.
-// Attribute values keep tabs and newlines as references (attribute normalisation would turn them
-// into spaces); element text keeps them as they are.
+// Attribute values by default; element text keeps its tabs and newlines (base/markup.hpp).
 std::string xml_escape(const std::string& s, bool attribute = true) {
-  std::string o;
-  o.reserve(s.size());
-  const char* kReplacement = "\xEF\xBF\xBD";
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      switch (c) {
-        case '&':
-          o += "&amp;";
-          break;
-        case '<':
-          o += "&lt;";
-          break;
-        case '>':
-          o += "&gt;";
-          break;
-        case '"':
-          o += "&quot;";
-          break;
-        case '\'':
-          o += "&apos;";
-          break;
-        case '\t':
-          o += attribute ? "&#9;" : "\t";
-          break;
-        case '\n':
-          o += attribute ? "&#10;" : "\n";
-          break;
-        case '\r':
-          o += "&#13;";
-          break;
-        default:
-          o += c < 0x20 ? std::string(kReplacement) : std::string(1, static_cast<char>(c));
-      }
-      ++i;
-      continue;
-    }
-    // A well-formed UTF-8 sequence passes through whole.
-    const int len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    bool ok = len > 0 && i + len <= s.size() && !(c == 0xC0 || c == 0xC1 || c > 0xF4);
-    for (int k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
-    if (ok) {
-      o.append(s, i, len);
-      i += len;
-    } else {
-      o += kReplacement;
-      ++i;
-    }
-  }
-  return o;
+  return escape_markup(s, attribute ? Markup::kXmlAttribute : Markup::kXmlText);
 }
 
 // Jenkins and GitLab split a classname at its dots into packages, so ids keep none:

@@ -240,8 +240,9 @@ std::string SuiteCase::id() const {
   return fmt::format("{}{}-s{}", name, fix ? "-fix" : "", seed);
 }
 
-SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
-  const SuiteSelection& sel = o.select;
+namespace {
+
+void check_selection(const SuiteSelection& sel) {
   for (int st : sel.stages) {
     if (st < 1 || st > 5) throw UsageError(fmt::format("--stage {}: stages are 1 to 5", st));
   }
@@ -258,11 +259,13 @@ SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
     throw UsageError(fmt::format("--shard {}/{}: the shard must be 1 to {}", sel.shard_index,
                                  sel.shard_count, sel.shard_count));
   }
-  const SuiteSpec spec = load_suite(path);
-  SuitePlan plan;
-  plan.name = spec.name;
-  plan.notes = spec.notes;
-  // Every scenario is loaded first: a broken file stops the suite before anything runs.
+}
+
+// Scenario x seed x variant. Every scenario is loaded first: a broken file stops the suite
+// before anything runs.
+std::vector<SuiteCase> expand_cases(const SuiteSpec& spec, const SuiteSelection& sel) {
+  const Taxonomy& tax = taxonomy();
+  std::vector<SuiteCase> cases;
   for (const auto& f : spec.files) {
     Scenario s = load_scenario(f);
     const std::vector<uint64_t> seeds = !sel.seeds.empty()    ? sel.seeds
@@ -281,85 +284,126 @@ SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
         c.fix = fix;
         c.device = s.device;
         check_path_component(f + ": name (the run id " + c.id() + ")", c.id());
-        plan.cases.push_back(c);
+        cases.push_back(c);
       }
     }
   }
-  const size_t total = plan.cases.size();
-  std::vector<std::string> applied;
-  auto narrow = [&](const std::string& filter, auto keep) {
+  return cases;
+}
+
+// The filters in their order; each one that leaves nothing is an error naming it and those before.
+class Narrowing {
+ public:
+  explicit Narrowing(SuitePlan& plan) : plan_(plan), total_(plan.cases.size()) {}
+
+  template <class Keep>
+  void narrow(const std::string& filter, Keep keep) {
     std::vector<SuiteCase> left;
-    for (auto& c : plan.cases) {
+    for (auto& c : plan_.cases) {
       if (keep(c)) left.push_back(std::move(c));
     }
-    applied.push_back(filter);
+    applied_.push_back(filter);
     if (left.empty()) {
-      throw UsageError(fmt::format("no case of suite '{}' ({} cases) matches {}", plan.name, total,
-                                   fmt::join(applied, " with ")));
+      throw UsageError(fmt::format("no case of suite '{}' ({} cases) matches {}", plan_.name,
+                                   total_, fmt::join(applied_, " with ")));
     }
-    plan.cases = std::move(left);
-  };
-  auto quoted = [](const std::vector<std::string>& v, const char* opt) {
-    std::vector<std::string> q;
-    for (const auto& x : v) q.push_back(fmt::format("{} '{}'", opt, x));
-    return fmt::format("{}", fmt::join(q, " or "));
-  };
+    plan_.cases = std::move(left);
+  }
+
+ private:
+  SuitePlan& plan_;
+  size_t total_;
+  std::vector<std::string> applied_;
+};
+
+std::string quoted(const std::vector<std::string>& v, const char* opt) {
+  std::vector<std::string> q;
+  for (const auto& x : v) q.push_back(fmt::format("{} '{}'", opt, x));
+  return fmt::format("{}", fmt::join(q, " or "));
+}
+
+bool matches_any(const std::vector<std::string>& globs, const std::string& name) {
+  return std::any_of(globs.begin(), globs.end(),
+                     [&](auto& g) { return ::fnmatch(g.c_str(), name.c_str(), 0) == 0; });
+}
+
+// --last-failed: the cases that did not pass in the newest earlier results of this suite.
+void narrow_to_last_failed(SuitePlan& plan, Narrowing& n, const SuiteOptions& o) {
+  plan.previous_dir = previous_results(o.results_dir, plan.name, o.name_suffix);
+  if (plan.previous_dir.empty()) {
+    throw UsageError(fmt::format(
+        "--last-failed: no earlier results of suite '{}' under {} (a directory with its "
+        "summary.json)",
+        plan.name, o.results_dir));
+  }
+  const auto ids =
+      not_passed(read_json_file(plan.previous_dir + "/summary.json").value_or(nlohmann::json()));
+  n.narrow(fmt::format("--last-failed (cases that did not pass in {})", plan.previous_dir),
+           [&](const SuiteCase& c) { return ids.count(c.id()) > 0; });
+}
+
+void narrow_cases(SuitePlan& plan, const SuiteOptions& o) {
+  const SuiteSelection& sel = o.select;
+  Narrowing n(plan);
   if (!sel.only.empty()) {
-    narrow(quoted(sel.only, "--only"), [&](const SuiteCase& c) {
-      return std::any_of(sel.only.begin(), sel.only.end(),
-                         [&](auto& g) { return ::fnmatch(g.c_str(), c.name.c_str(), 0) == 0; });
-    });
+    n.narrow(quoted(sel.only, "--only"),
+             [&](const SuiteCase& c) { return matches_any(sel.only, c.name); });
   }
   if (!sel.symptoms.empty()) {
-    narrow(quoted(sel.symptoms, "--symptom"), [&](const SuiteCase& c) {
+    n.narrow(quoted(sel.symptoms, "--symptom"), [&](const SuiteCase& c) {
       return std::count(sel.symptoms.begin(), sel.symptoms.end(), c.symptom) > 0;
     });
   }
   if (!sel.stages.empty()) {
     std::vector<std::string> s;
     for (int st : sel.stages) s.push_back(std::to_string(st));
-    narrow(fmt::format("--stage {}", fmt::join(s, " or --stage ")), [&](const SuiteCase& c) {
+    n.narrow(fmt::format("--stage {}", fmt::join(s, " or --stage ")), [&](const SuiteCase& c) {
       return std::count(sel.stages.begin(), sel.stages.end(), c.stage) > 0;
     });
   }
   if (!sel.exclude.empty()) {
-    narrow(quoted(sel.exclude, "--exclude"), [&](const SuiteCase& c) {
-      return std::none_of(sel.exclude.begin(), sel.exclude.end(),
-                          [&](auto& g) { return ::fnmatch(g.c_str(), c.name.c_str(), 0) == 0; });
-    });
+    n.narrow(quoted(sel.exclude, "--exclude"),
+             [&](const SuiteCase& c) { return !matches_any(sel.exclude, c.name); });
   }
-  if (sel.last_failed) {
-    plan.previous_dir = previous_results(o.results_dir, plan.name, o.name_suffix);
-    if (plan.previous_dir.empty()) {
-      throw UsageError(fmt::format(
-          "--last-failed: no earlier results of suite '{}' under {} (a directory with its "
-          "summary.json)",
-          plan.name, o.results_dir));
-    }
-    const auto ids =
-        not_passed(read_json_file(plan.previous_dir + "/summary.json").value_or(nlohmann::json()));
-    narrow(fmt::format("--last-failed (cases that did not pass in {})", plan.previous_dir),
-           [&](const SuiteCase& c) { return ids.count(c.id()) > 0; });
-  }
+  if (sel.last_failed) narrow_to_last_failed(plan, n, o);
   if (sel.shard_count > 0) {
-    narrow(fmt::format("--shard {}/{}", sel.shard_index, sel.shard_count), [&](const SuiteCase& c) {
-      return shard_of(c.id(), sel.shard_count) == sel.shard_index - 1;
-    });
+    n.narrow(fmt::format("--shard {}/{}", sel.shard_index, sel.shard_count),
+             [&](const SuiteCase& c) {
+               return shard_of(c.id(), sel.shard_count) == sel.shard_index - 1;
+             });
   }
-  plan.selection = {{"only", sel.only},
-                    {"exclude", sel.exclude},
-                    {"symptom", sel.symptoms},
-                    {"stage", sel.stages},
-                    {"seeds", sel.seeds},
-                    {"last_failed",
-                     sel.last_failed ? nlohmann::json(plan.previous_dir) : nlohmann::json(nullptr)},
-                    {"shard", sel.shard_count > 0 ? nlohmann::json(fmt::format(
-                                                        "{}/{}", sel.shard_index, sel.shard_count))
-                                                  : nlohmann::json(nullptr)},
-                    {"retries", o.retries},
-                    {"fail_fast", o.fail_fast},
-                    {"maxfail", o.max_fail},
-                    {"cases_in_suite", total}};
+}
+
+nlohmann::json selection_json(const SuitePlan& plan, const SuiteOptions& o, size_t total) {
+  const SuiteSelection& sel = o.select;
+  return {{"only", sel.only},
+          {"exclude", sel.exclude},
+          {"symptom", sel.symptoms},
+          {"stage", sel.stages},
+          {"seeds", sel.seeds},
+          {"last_failed",
+           sel.last_failed ? nlohmann::json(plan.previous_dir) : nlohmann::json(nullptr)},
+          {"shard", sel.shard_count > 0
+                        ? nlohmann::json(fmt::format("{}/{}", sel.shard_index, sel.shard_count))
+                        : nlohmann::json(nullptr)},
+          {"retries", o.retries},
+          {"fail_fast", o.fail_fast},
+          {"maxfail", o.max_fail},
+          {"cases_in_suite", total}};
+}
+
+}  // namespace
+
+SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
+  check_selection(o.select);
+  const SuiteSpec spec = load_suite(path);
+  SuitePlan plan;
+  plan.name = spec.name;
+  plan.notes = spec.notes;
+  plan.cases = expand_cases(spec, o.select);
+  const size_t total = plan.cases.size();
+  narrow_cases(plan, o);
+  plan.selection = selection_json(plan, o, total);
   return plan;
 }
 

@@ -322,114 +322,163 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   return res;
 }
 
-void LocalExecutor::execute(SuiteResult& res, const SuiteOptions& o, const std::string& bin) {
-  const int jobs = std::max(1, o.jobs);
-  SuiteProgress progress(stderr, o.progress, ::isatty(2) != 0, res.cases.size(), jobs);
+namespace {
 
-  // Cases a machine without a device cannot run are skipped without starting them.
-  std::deque<std::pair<size_t, int>> queue;  // (case, try from 0)
-  for (size_t i = 0; i < res.cases.size(); ++i) {
-    SuiteCase& c = res.cases[i];
-    if (c.device == "cuda" && cuda_device_count() == 0) {
-      c.outcome = "skipped";
-      c.explanation = fmt::format("workload.device is cuda but {} on this machine", kNoDevice);
-      progress.skipped();
-      continue;
+// One local suite: the queue of tries, the runs in flight (at most `jobs`), the signal and
+// --maxfail bookkeeping; run() loops until nothing is queued or in flight.
+class LocalSuiteLoop {
+ public:
+  LocalSuiteLoop(SuiteResult& res, const SuiteOptions& o, const std::string& bin)
+      : res_(res),
+        o_(o),
+        bin_(bin),
+        jobs_(std::max(1, o.jobs)),
+        progress_(stderr, o.progress, ::isatty(2) != 0, res.cases.size(), jobs_),
+        limit_(o) {}
+
+  void run() {
+    queue_cases();
+    while (!running_.empty() || (!queue_.empty() && !stop_launching_)) {
+      forward_signal();
+      launch();
+      if (running_.empty()) break;
+      int st = 0;
+      const pid_t pid = ::waitpid(-1, &st, WNOHANG);
+      if (pid == 0) {  // nothing ended yet: keep the ETA moving
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (++idle_ticks_ % 10 == 0) progress_.redraw();
+        continue;
+      }
+      if (pid < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      if (auto it = running_.find(pid); it != running_.end()) {
+        const Running r = it->second;
+        running_.erase(it);
+        finished(r, st);
+      }
     }
-    queue.emplace_back(i, 0);
+    if (g_suite_signal != 0 && res_.interrupted.empty()) {
+      res_.interrupted = signal_name(g_suite_signal);
+    }
+    settle_not_started();
+    progress_.close();
+    res_.provenance.calibrate(finished_runs_);
   }
+
+ private:
   struct Running {
     size_t index;
     int attempt;
     std::string run_dir;
     std::chrono::steady_clock::time_point started;
   };
-  std::map<pid_t, Running> running;
-  bool stop_launching = false;
-  SuiteSignals signals;
-  bool forwarded = false;
-  FailureLimit limit(o);
-  int finished_runs = 0;
-  int idle_ticks = 0;
-  auto names_in_flight = [&] {
-    std::vector<std::string> n;
-    for (auto& [pid, r] : running) n.push_back(case_label(res.cases[r.index]));
-    return n;
-  };
-  while (!running.empty() || (!queue.empty() && !stop_launching)) {
-    if (g_suite_signal != 0 && !forwarded) {
-      forwarded = true;
-      stop_launching = true;
-      res.interrupted = signal_name(g_suite_signal);
-      for (auto& [pid, r] : running) ::kill(pid, g_suite_signal);
+
+  // Cases a machine without a device cannot run are skipped without starting them.
+  void queue_cases() {
+    for (size_t i = 0; i < res_.cases.size(); ++i) {
+      SuiteCase& c = res_.cases[i];
+      if (c.device == "cuda" && cuda_device_count() == 0) {
+        c.outcome = "skipped";
+        c.explanation = fmt::format("workload.device is cuda but {} on this machine", kNoDevice);
+        progress_.skipped();
+        continue;
+      }
+      queue_.emplace_back(i, 0);
     }
+  }
+
+  void forward_signal() {
+    if (g_suite_signal == 0 || forwarded_) return;
+    forwarded_ = true;
+    stop_launching_ = true;
+    res_.interrupted = signal_name(g_suite_signal);
+    for (auto& [pid, r] : running_) ::kill(pid, g_suite_signal);
+  }
+
+  void launch() {
     bool launched = false;
-    while (static_cast<int>(running.size()) < jobs && !queue.empty() && !stop_launching) {
-      auto [index, attempt] = queue.front();
-      queue.pop_front();
-      SuiteCase& c = res.cases[index];
-      const std::string id = attempt_id(c, attempt);
-      const auto argv = run_argv(bin, c, attempt, res.dir + "/runs", o);
-      const pid_t pid = spawn_logged(argv, res.dir + "/runs/" + id + ".log");
-      running[pid] = {index, attempt, res.dir + "/runs/" + id, std::chrono::steady_clock::now()};
+    while (static_cast<int>(running_.size()) < jobs_ && !queue_.empty() && !stop_launching_) {
+      auto [index, attempt] = queue_.front();
+      queue_.pop_front();
+      const SuiteCase& c = res_.cases[index];
+      const std::string run_dir = res_.dir + "/runs/" + attempt_id(c, attempt);
+      const pid_t pid =
+          spawn_logged(run_argv(bin_, c, attempt, res_.dir + "/runs", o_), run_dir + ".log");
+      running_[pid] = {index, attempt, run_dir, std::chrono::steady_clock::now()};
       launched = true;
     }
-    if (launched) progress.running(names_in_flight());
-    if (running.empty()) break;
-    int st = 0;
-    const pid_t pid = ::waitpid(-1, &st, WNOHANG);
-    if (pid == 0) {  // nothing ended yet: keep the ETA moving
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (++idle_ticks % 10 == 0) progress.redraw();
-      continue;
-    }
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    auto it = running.find(pid);
-    if (it == running.end()) continue;
-    const Running r = it->second;
-    running.erase(it);
-    SuiteCase& c = res.cases[r.index];
-    SuiteAttempt a = read_attempt(r.run_dir, st);
+    if (launched) progress_.running(names_in_flight());
+  }
+
+  void finished(const Running& r, int status) {
+    SuiteCase& c = res_.cases[r.index];
+    SuiteAttempt a = read_attempt(r.run_dir, status);
     a.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.started).count();
     c.attempts.push_back(a);
     c.wall_s += a.wall_s;
-    ++finished_runs;
+    ++finished_runs_;
     // A failed expectation gets another try; a harness error or a refusal does not.
-    const bool retry =
-        (a.outcome == "fail" || a.outcome == "unknown") && r.attempt < o.retries && !stop_launching;
+    const bool retry = (a.outcome == "fail" || a.outcome == "unknown") && r.attempt < o_.retries &&
+                       !stop_launching_;
     if (retry) {
-      queue.emplace_front(r.index, r.attempt + 1);
+      queue_.emplace_front(r.index, r.attempt + 1);
     } else {
       settle_case(c, a);
-      if (limit.reached_by(c)) stop_launching = true;
+      if (limit_.reached_by(c)) stop_launching_ = true;
     }
-    progress.finished(
+    progress_.finished(
         fmt::format("{}: {}{} ({:.1f} s)", case_label(c), a.outcome,
                     c.outcome == "flaky" ? " on try " + std::to_string(r.attempt + 1) : "",
                     a.wall_s),
         a.wall_s, is_failure(a.outcome), retry);
-    progress.running(names_in_flight());
-    if (o.calibrate_every > 0 && finished_runs % o.calibrate_every == 0) {
-      res.provenance.calibrate(finished_runs);
+    progress_.running(names_in_flight());
+    if (o_.calibrate_every > 0 && finished_runs_ % o_.calibrate_every == 0) {
+      res_.provenance.calibrate(finished_runs_);
     }
   }
-  if (g_suite_signal != 0 && res.interrupted.empty()) res.interrupted = signal_name(g_suite_signal);
-  for (auto& [index, attempt] : queue) {
-    SuiteCase& c = res.cases[index];
-    if (!res.interrupted.empty()) {
-      c.outcome = "interrupted";
-      c.explanation = fmt::format("not started: the suite got {}", res.interrupted);
-    } else {
-      c.outcome = "skipped";
-      c.explanation = limit.not_started();
+
+  // What is still queued was stopped by a signal or by --fail-fast/--maxfail.
+  void settle_not_started() {
+    for (auto& [index, attempt] : queue_) {
+      SuiteCase& c = res_.cases[index];
+      if (!res_.interrupted.empty()) {
+        c.outcome = "interrupted";
+        c.explanation = fmt::format("not started: the suite got {}", res_.interrupted);
+      } else {
+        c.outcome = "skipped";
+        c.explanation = limit_.not_started();
+      }
+      progress_.skipped();
     }
-    progress.skipped();
   }
-  progress.close();
-  res.provenance.calibrate(finished_runs);
+
+  std::vector<std::string> names_in_flight() const {
+    std::vector<std::string> n;
+    for (auto& [pid, r] : running_) n.push_back(case_label(res_.cases[r.index]));
+    return n;
+  }
+
+  SuiteResult& res_;
+  const SuiteOptions& o_;
+  const std::string& bin_;
+  const int jobs_;
+  SuiteProgress progress_;
+  FailureLimit limit_;
+  SuiteSignals signals_;
+  std::deque<std::pair<size_t, int>> queue_;  // (case, try from 0)
+  std::map<pid_t, Running> running_;
+  bool stop_launching_ = false;
+  bool forwarded_ = false;
+  int finished_runs_ = 0;
+  int idle_ticks_ = 0;
+};
+
+}  // namespace
+
+void LocalExecutor::execute(SuiteResult& res, const SuiteOptions& o, const std::string& bin) {
+  LocalSuiteLoop(res, o, bin).run();
 }
 
 }  // namespace fl::harness

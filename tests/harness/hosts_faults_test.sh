@@ -203,7 +203,7 @@ Y
   kill_agent_once_stepping killed "$h1" "$run"
   cat "$tmp/out"
   [[ $status -eq 2 ]] || fail "exit $status after losing an agent, want 2"
-  grep -q '"kind":"heal_error".*"disk_full".*'"$h1" "$tmp/r/killed/history.jsonl" ||
+  has_event "$tmp/r/killed/history.jsonl" heal_error fault=disk_full host="$h1" ||
     fail "no heal_error naming $h1"
   mounts_on "$h1" | grep -qF "$tmp/r/killed/checkpoints" || fail "the killed agent's mount is not there"
   # The file its agent truncated was put back by the harness from the agent's copies.

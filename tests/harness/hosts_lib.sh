@@ -1,5 +1,6 @@
 # Sourced by the hosts_*_test.sh scripts: two hosts as network namespaces (harness/hosts/), and
 # what several of those tests do with them. Needs $src (the source tree) and fail().
+. "$src/tests/harness/history_lib.sh"
 
 # hosts_up LETTER: skips (exit 77) without root or `ip netns`; otherwise brings up two hosts,
 # sets h0 a0 h1 a1 (name and address), lines (netns-hosts.sh's output), tmp (a fresh directory),
@@ -30,7 +31,7 @@ hosts_down() {
 kill_agent_once_stepping() {
   local id=$1 host=$2 run=$3 pid=""
   for _ in $(seq 1 600); do
-    if grep -qs '"kind":"step"' "$tmp/r/$id/ranks/rank0/events.jsonl"; then
+    if has_event "$tmp/r/$id/ranks/rank0/events.jsonl" step; then
       # The agent itself (not the rsh agent's shells, whose command lines hold the same words).
       pid=$(pgrep -f -- "^[^ ]*/faultline agent --control unix:$tmp/r/$id/control.sock --host $host " || true)
       [[ -n $pid ]] && break

@@ -123,10 +123,10 @@ Y
     >"$tmp/out" 2>&1 &
   run=$!
   for _ in $(seq 1 600); do
-    grep -qs '"kind":"step"' "$tmp/r/vanish/ranks/rank0/events.jsonl" && break
+    has_event "$tmp/r/vanish/ranks/rank0/events.jsonl" step && break
     sleep 0.1
   done
-  grep -qs '"kind":"step"' "$tmp/r/vanish/ranks/rank0/events.jsonl" || {
+  has_event "$tmp/r/vanish/ranks/rank0/events.jsonl" step || {
     kill "$run"
     cat "$tmp/out"
     fail "rank 0 never stepped"

@@ -25,6 +25,7 @@
 set -euo pipefail
 faultline=$1 src=$2 case=$3
 fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$src/tests/harness/history_lib.sh"
 if [[ $case == input ]]; then
   # What the file alone tells (no root, no hosts): each mistake refused naming its key.
   tmp=$(mktemp -d)
@@ -68,7 +69,8 @@ if [[ $case == input ]]; then
   set -e
   [[ $status -eq 2 ]] || fail "--control beyond loopback without hosts: exit $status, want 2: $out"
   grep -qF "listens beyond loopback only for a run over topology.hosts" <<<"$out" || fail "$out"
-  ! grep -qs '"kind":"launch"' "$tmp/r/nh/history.jsonl" || fail "launched with a refused --control"
+  [[ $(count_events "$tmp/r/nh/history.jsonl" launch) == 0 ]] ||
+    fail "launched with a refused --control"
   echo "input ok"
   exit 0
 fi
@@ -247,7 +249,7 @@ Y
   [[ $status -eq 2 ]] || fail "exit $status, want 2"
   grep -q "$prefix-nohost" <<<"$out" || fail "the message does not name the host"
   grep -q "cannot be reached" <<<"$out" || fail "the message does not say why"
-  ! grep -q '"kind":"launch"' "$tmp/r/unreach/history.jsonl" || fail "something was launched"
+  [[ $(count_events "$tmp/r/unreach/history.jsonl" launch) == 0 ]] || fail "something was launched"
   if pgrep -f "$tmp/r/unreach" >/dev/null; then fail "processes of the run are left"; fi
   ;;
 agent_unreachable)
@@ -265,7 +267,7 @@ Y
   [[ $status -eq 2 ]] || fail "exit $status, want 2"
   grep -q "agent: 2 of 2 host(s) have no agent attached" <<<"$out" || fail "no agent error"
   grep -q "$h0 (" <<<"$out" && grep -q "$h1 (" <<<"$out" || fail "the message does not name both hosts"
-  ! grep -q '"kind":"launch"' "$tmp/r/noagent/history.jsonl" || fail "a rank was launched"
+  [[ $(count_events "$tmp/r/noagent/history.jsonl" launch) == 0 ]] || fail "a rank was launched"
   nothing_left "$tmp/r/noagent"
   ;;
 agent_squat)

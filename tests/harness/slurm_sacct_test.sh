@@ -14,6 +14,7 @@
 set -euo pipefail
 faultline=$1 src=$2 tmp=$3
 fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$src/tests/harness/history_lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export FAULTLINE_SLURM_POLL_MS=500
 : "$src"
@@ -69,7 +70,11 @@ scontrol release "$job"
 task_running() { squeue -h -t RUNNING -o %i | grep -qx "${job}_3"; }
 wait_for 300 "d-long (task ${job}_3) running" task_running
 # ... and its run launched its rank, so that the run itself has something to say when cancelled.
-launched() { grep -qs '"kind":"launch"' "$tmp"/r/*-s/runs/d-long-s*/history.jsonl; }
+launched() {
+  local f
+  for f in "$tmp"/r/*-s/runs/d-long-s*/history.jsonl; do has_event "$f" launch && return 0; done
+  return 1
+}
 wait_for 120 "d-long's rank launched" launched
 scancel "$job"
 gone_from_queue() { [[ -z $(squeue -h -j "$job" 2>/dev/null) ]]; }
@@ -123,5 +128,5 @@ assert s["failed"] == 4 and s["interrupted"] == "", s
 for name in sorted(by):
     print(name, by[name]["outcome"], task(by[name]), by[name].get("explanation", ""))
 PY
-grep -q 'tests="5"' "$(ls -d "$tmp"/r/*-s)/junit.xml" || fail "junit.xml"
+[[ $(junit_attr "$(ls -d "$tmp"/r/*-s)/junit.xml" tests) == 5 ]] || fail "junit.xml"
 exit 0

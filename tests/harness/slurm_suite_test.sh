@@ -5,6 +5,7 @@
 set -euo pipefail
 faultline=$1 src=$2 case=$3 tmp=$4
 fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$src/tests/harness/history_lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export FAULTLINE_SLURM_POLL_MS=500
 
@@ -58,7 +59,7 @@ PY
   # Timings differ with the load (never asserted): the outcomes must not.
   "$faultline" diff --outcomes-only "$local_dir" "$slurm_dir" || fail "faultline diff found a regression"
   "$faultline" report "$slurm_dir" >/dev/null || fail "no report of the slurm suite"
-  grep -q 'tests="4"' "$slurm_dir/junit.xml" || fail "junit.xml"
+  [[ $(junit_attr "$slurm_dir/junit.xml" tests) == 4 ]] || fail "junit.xml"
   exit 0
 fi
 

@@ -40,6 +40,7 @@ set -euo pipefail
 faultline=$1 src=$2 case=$3
 tmp=$(mktemp -d /tmp/flslurm.XXXXXX)
 fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$src/tests/harness/history_lib.sh"
 scenario() {  # launcher
   cat >"$tmp/s.yaml" <<Y
 name: slurm-$1
@@ -62,7 +63,7 @@ if [[ $case == no_allocation ]]; then
   [[ $status -eq 2 ]] || fail "exit $status, want 2"
   grep -Eq "launcher srun: (not inside a Slurm allocation|no srun on PATH)" <<<"$out" ||
     fail "no clear error"
-  ! grep -q '"kind":"launch"' "$tmp/r/none/history.jsonl" || fail "something was launched"
+  [[ $(count_events "$tmp/r/none/history.jsonl" launch) == 0 ]] || fail "something was launched"
   exit 0
 fi
 
@@ -263,7 +264,8 @@ PY
     [[ $(cat "$tmp/shm.rc") == 2 ]] || fail "shm under srun: exit $(cat "$tmp/shm.rc"), want 2"
     grep -q "faults\\[0\\].shm: shm cannot go through the agents with topology.launcher: srun and no topology.hosts" \
       "$tmp/shm.out" || fail "no clear error for shm"
-    [[ ! -e $tmp/r/shm/history.jsonl ]] || ! grep -Eq '"kind":"(launch|agents_step)"' "$tmp/r/shm/history.jsonl" ||
+    [[ $(count_events "$tmp/r/shm/history.jsonl" launch) == 0 &&
+       $(count_events "$tmp/r/shm/history.jsonl" agents_step) == 0 ]] ||
       fail "something was started for shm"
     finish
   fi
@@ -311,7 +313,9 @@ Y
     [[ $(cat "$tmp/two.rc") == 2 ]] || fail "two hosts on one node: exit $(cat "$tmp/two.rc"), want 2"
     grep -q "topology.hosts lists 2 host(s) but the allocation has 1 node(s) ($node)" "$tmp/two.out" ||
       fail "no clear error"
-    ! grep -Eq '"kind":"(launch|agents_step)"' "$tmp/r/two/history.jsonl" || fail "something was started"
+    [[ $(count_events "$tmp/r/two/history.jsonl" launch) == 0 &&
+       $(count_events "$tmp/r/two/history.jsonl" agents_step) == 0 ]] ||
+      fail "something was started"
   fi
   finish
 fi
@@ -345,7 +349,7 @@ if [[ $want -ne 0 ]]; then
   [[ $status -ne 0 ]] || fail "the job succeeded"
   grep -q "the allocation has 2 task(s) (SLURM_NTASKS) but topology.ranks is 4" "$tmp/job-$job.out" ||
     fail "no clear error"
-  ! grep -q '"kind":"launch"' "$run/history.jsonl" || fail "something was launched"
+  [[ $(count_events "$run/history.jsonl" launch) == 0 ]] || fail "something was launched"
 else
   [[ $status -eq 0 ]] || fail "the batch job failed"
   python3 - "$run" "$launcher" <<'PY'

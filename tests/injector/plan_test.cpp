@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "injector/actions.hpp"
 #include "injector/plan.hpp"
 
 namespace fl::fault {
@@ -76,6 +77,53 @@ TEST(PlanGrammar, RejectsWithPositionAndWhatWasExpected) {
       EXPECT_EQ(std::string(e.what()).rfind("FAULTLINE_FAULTS: ", 0), 0u) << e.what();
     }
   }
+}
+
+// Every row of the action table: its name parses to its action and back, and its argument is
+// checked as the row says (required, a number, a dtype, or any text).
+TEST(ActionTable, EveryRowParsesAndChecksItsArgumentAsItSays) {
+  ASSERT_EQ(action_table().size(), 23u);
+  std::string names;
+  for (const auto& row : action_table()) {
+    const std::string n(row.name);
+    names += (names.empty() ? "" : ", ") + n;
+    EXPECT_EQ(find_action(n), &row);
+    EXPECT_EQ(action_name(row.action), row.name);
+    EXPECT_FALSE(row.effect.empty()) << n;
+    const std::string arg = row.arg == ActionArg::kRequiredDtype ? "(fp16)" : "(3)";
+    const Plan p = parse_plan("s=" + n + arg);
+    EXPECT_EQ(p.entries[0].terms[0].action, row.action) << n;
+    EXPECT_EQ(to_string(p), "s=" + n + arg);
+    auto refused = [&](const std::string& text) {
+      try {
+        parse_plan(text, "t");
+      } catch (const PlanError& e) {
+        return std::string(e.what());
+      }
+      return std::string("accepted");
+    };
+    const bool required =
+        row.arg == ActionArg::kRequiredNumber || row.arg == ActionArg::kRequiredDtype;
+    EXPECT_EQ(refused("s=" + n), required ? "t: at column " + std::to_string(3 + n.size()) +
+                                                ": expected '(' and an argument after '" + n +
+                                                "', got the end (in \"s=" + n + "\")"
+                                          : "accepted");
+    // The argument starts at column 4 + the name's length.
+    const std::string bad = refused("s=" + n + "(x)");
+    const std::string at = "t: at column " + std::to_string(4 + n.size()) + ": expected ";
+    if (row.arg == ActionArg::kNumber || row.arg == ActionArg::kRequiredNumber) {
+      EXPECT_EQ(bad.rfind(at + "a number as the argument of '" + n + "'", 0), 0u) << bad;
+    } else if (row.arg == ActionArg::kRequiredDtype) {
+      EXPECT_EQ(bad.rfind(at + "a dtype (fp32, fp16, bf16, fp64, int32, int64, uint8)", 0), 0u)
+          << bad;
+    } else {
+      EXPECT_EQ(bad, "accepted");
+    }
+  }
+  EXPECT_EQ(names,
+            "off, error, sleep, hang, pause, crash, exit, oom, leak, nan, inf, bitflip, scale, "
+            "corrupt, truncate, drop, reorder, resize, retype, delay, skip, repeat, duplicate");
+  EXPECT_EQ(find_action("slep"), nullptr);
 }
 
 // A site as the workloads place them, over a float buffer.

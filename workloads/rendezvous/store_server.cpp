@@ -295,11 +295,18 @@ class Session : public std::enable_shared_from_this<Session> {
     asio::async_write(socket_, asio::buffer(*out),
                       [this, self, out](const boost::system::error_code&, size_t) { drop(); });
   }
+  static Writer ok() { return Writer(static_cast<uint8_t>(Status::kOk)); }
+  static std::vector<std::string> read_keys(Reader& r) {
+    const int64_t n = r.i64();
+    std::vector<std::string> keys;
+    for (int64_t i = 0; i < n; ++i) keys.push_back(r.str());
+    return keys;
+  }
+  // One request: the command, then its arguments (protocol.hpp); the answer is sent from here
+  // or, for get and wait, when the keys are there or the timeout passed.
   void handle() {
     Reader r(body_);
     auto cmd = static_cast<Command>(r.head());
-    auto& data = state_->data;
-    auto ok = [] { return Writer(static_cast<uint8_t>(Status::kOk)); };
     switch (cmd) {
       case Command::kSet: {
         std::string k = r.str();
@@ -307,82 +314,83 @@ class Session : public std::enable_shared_from_this<Session> {
         state_->wake();
         return reply(ok().finish());
       }
-      case Command::kGet: {
-        std::string k = r.str();
-        int64_t timeout = r.i64();
-        auto self = shared_from_this();
-        return state_->park({k}, timeout, [this, self, k](bool satisfied) {
-          if (!satisfied) {
-            return reply(Writer(static_cast<uint8_t>(Status::kTimeout)).str(k).finish());
-          }
-          auto it = state_->data.find(k);
-          reply(Writer(static_cast<uint8_t>(Status::kOk))
-                    .str(it == state_->data.end() ? std::string() : it->second)
-                    .finish());
-        });
-      }
-      case Command::kWait: {
-        int64_t n = r.i64();
-        std::vector<std::string> keys;
-        for (int64_t i = 0; i < n; ++i) keys.push_back(r.str());
-        int64_t timeout = r.i64();
-        auto self = shared_from_this();
-        return state_->park(keys, timeout, [this, self, keys](bool satisfied) {
-          if (satisfied) return reply(Writer(static_cast<uint8_t>(Status::kOk)).finish());
-          Writer w(static_cast<uint8_t>(Status::kTimeout));
-          std::vector<std::string> missing;
-          for (auto& k : keys) {
-            if (!state_->data.count(k)) missing.push_back(k);
-          }
-          w.i64(static_cast<int64_t>(missing.size()));
-          for (auto& k : missing) w.str(k);
-          reply(w.finish());
-        });
-      }
-      case Command::kAdd: {
-        std::string k = r.str();
-        int64_t delta = r.i64();
-        int64_t v = 0;
-        if (auto it = data.find(k); it != data.end()) {
-          try {
-            v = std::stoll(it->second);
-          } catch (const std::exception&) {
-            throw Error("add on key '" + k + "': its value is not an integer");
-          }
-        }
-        v += delta;
-        state_->put(k, std::to_string(v));
-        state_->wake();
-        return reply(ok().i64(v).finish());
-      }
-      case Command::kCompareSet: {
-        std::string k = r.str();
-        std::string expected = r.str();
-        std::string desired = r.str();
-        auto it = data.find(k);
-        if (it == data.end() ? expected.empty() : it->second == expected) {
-          state_->put(k, std::move(desired));
-        }
-        state_->wake();
-        auto now = data.find(k);
-        return reply(ok().str(now == data.end() ? std::string() : now->second).finish());
-      }
-      case Command::kCheck: {
-        int64_t n = r.i64();
-        std::vector<std::string> keys;
-        for (int64_t i = 0; i < n; ++i) keys.push_back(r.str());
-        return reply(ok().i64(state_->has_all(keys) ? 1 : 0).finish());
-      }
+      case Command::kGet:
+        return get_key(r);
+      case Command::kWait:
+        return wait_keys(r);
+      case Command::kAdd:
+        return add_to_key(r);
+      case Command::kCompareSet:
+        return compare_set(r);
+      case Command::kCheck:
+        return reply(ok().i64(state_->has_all(read_keys(r)) ? 1 : 0).finish());
       case Command::kDelete: {
         std::string k = r.str();
         return reply(ok().i64(static_cast<int64_t>(state_->erase(k))).finish());
       }
       case Command::kNumKeys:
-        return reply(ok().i64(static_cast<int64_t>(data.size())).finish());
+        return reply(ok().i64(static_cast<int64_t>(state_->data.size())).finish());
       case Command::kAuth:
         break;  // once is enough: a second is an error like any unknown command
     }
     throw ProtocolError("unknown command " + std::to_string(static_cast<int>(cmd)));
+  }
+  void get_key(Reader& r) {
+    std::string k = r.str();
+    int64_t timeout = r.i64();
+    auto self = shared_from_this();
+    state_->park({k}, timeout, [this, self, k](bool satisfied) {
+      if (!satisfied) {
+        return reply(Writer(static_cast<uint8_t>(Status::kTimeout)).str(k).finish());
+      }
+      auto it = state_->data.find(k);
+      reply(ok().str(it == state_->data.end() ? std::string() : it->second).finish());
+    });
+  }
+  void wait_keys(Reader& r) {
+    std::vector<std::string> keys = read_keys(r);
+    int64_t timeout = r.i64();
+    auto self = shared_from_this();
+    state_->park(keys, timeout, [this, self, keys](bool satisfied) {
+      if (satisfied) return reply(ok().finish());
+      Writer w(static_cast<uint8_t>(Status::kTimeout));
+      std::vector<std::string> missing;
+      for (auto& k : keys) {
+        if (!state_->data.count(k)) missing.push_back(k);
+      }
+      w.i64(static_cast<int64_t>(missing.size()));
+      for (auto& k : missing) w.str(k);
+      reply(w.finish());
+    });
+  }
+  void add_to_key(Reader& r) {
+    std::string k = r.str();
+    int64_t delta = r.i64();
+    int64_t v = 0;
+    if (auto it = state_->data.find(k); it != state_->data.end()) {
+      try {
+        v = std::stoll(it->second);
+      } catch (const std::exception&) {
+        throw Error("add on key '" + k + "': its value is not an integer");
+      }
+    }
+    v += delta;
+    state_->put(k, std::to_string(v));
+    state_->wake();
+    reply(ok().i64(v).finish());
+  }
+  void compare_set(Reader& r) {
+    auto& data = state_->data;
+    std::string k = r.str();
+    std::string expected = r.str();
+    std::string desired = r.str();
+    auto it = data.find(k);
+    if (it == data.end() ? expected.empty() : it->second == expected) {
+      state_->put(k, std::move(desired));
+    }
+    state_->wake();
+    auto now = data.find(k);
+    reply(ok().str(now == data.end() ? std::string() : now->second).finish());
   }
   void reply(std::string frame) {
     auto self = shared_from_this();
