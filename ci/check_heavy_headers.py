@@ -53,7 +53,8 @@ def main() -> int:
     if bad:
         print(f"check_heavy_headers: {bad} header(s) reach Boost.Asio, gRPC or protobuf")
         return 1
-    print(f"check_heavy_headers: none of {len(headers)} headers reaches Boost.Asio, gRPC or protobuf")
+    print(f"check_heavy_headers: none of {len(headers)} headers reaches Boost.Asio, gRPC "
+          "or protobuf")
     return 0
 
 

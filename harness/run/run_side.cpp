@@ -1,8 +1,5 @@
-// Runs beside the run (run_side.hpp): the preparation run, the scenario's after_prepare command
-// (between the preparation run and the run: a project tool with its arguments, in the run
-// directory, no shell) and the baseline oracle's reference run (a fault-free `faultline run` of the
-// reference scenario, started with the ranks and judged with them, so both see the same load on the
-// host).
+// Runs beside the run (run_side.hpp): the preparation run, the after_prepare command and the
+// baseline oracle's reference run.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
