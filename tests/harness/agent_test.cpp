@@ -7,9 +7,9 @@
 // boost 1.74 asio uses std::exchange without including <utility>.
 #include <utility>
 
-#include <boost/asio/io_context.hpp>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <boost/asio/io_context.hpp>
 
 #include <netinet/in.h>
 #include <sys/socket.h>
