@@ -8,20 +8,27 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "harness/run/run.hpp"
+#include "base/private_dir.hpp"
+#include "harness/agent/hub.hpp"
+#include "harness/run/history.hpp"
+#include "harness/run/run_agents.hpp"
+#include "harness/run/runner.hpp"
+#include "harness/run/slurm_alloc.hpp"
+#include "harness/run/supervisor.hpp"
 
 extern "C" char** environ;
 
-namespace fl::harness::detail {
+namespace fl::harness {
 
-void Run::check_allocation() {
-  slurm_ = check_srun_allocation(s_);
+void RunAgents::check_allocation() {
+  slurm_ = std::make_unique<SlurmAllocation>(check_srun_allocation(s_));
   nlohmann::json d = {{"job", slurm_->job}, {"nodes", slurm_->nodes}};
   if (!slurm_->hosts.empty()) d["hosts"] = slurm_->mapping();
-  hist_->harness("slurm_allocation", d);
+  hist_.harness("slurm_allocation", d);
 }
 
-void Run::start_srun_agents(const std::string& exe) {
+void RunAgents::start_srun(Supervisor& sup, const std::string& exe,
+                           const std::string& control_addr) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto names = slurm_->agent_names();
   const auto nodes = slurm_->agent_nodes();
@@ -29,8 +36,9 @@ void Run::start_srun_agents(const std::string& exe) {
   // named names[k]; the words are checked as for the rsh agent (plain paths and names).
   std::string prog, hostfile;
   for (size_t k = 0; k < names.size(); ++k) {
-    prog += fmt::format("{} {}{}\n", k, fmt::join(agent_words(names[k], exe, ctl_addr_, dir_), " "),
-                        o_.allow_shared_results ? " --allow-shared-results" : "");
+    prog +=
+        fmt::format("{} {}{}\n", k, fmt::join(agent_words(names[k], exe, control_addr, dir_), " "),
+                    o_.allow_shared_results ? " --allow-shared-results" : "");
     hostfile += nodes[k] + "\n";
   }
   run_dir_.write_atomic("agents.multiprog", prog);
@@ -49,11 +57,11 @@ void Run::start_srun_agents(const std::string& exe) {
   p.cwd = dir_;
   for (char** e = environ; *e != nullptr; ++e) p.env.push_back(*e);  // no secret in it
   p.env.push_back("SLURM_HOSTFILE=" + dir_ + "/agents.hosts");
-  const pid_t step = sup_->spawn(p);
-  hist_->harness("agents_step",
-                 {{"pid", step}, {"argv", p.argv}, {"hosts", names}, {"nodes", nodes}});
-  agents_->wait_attached([this, step](size_t) { return sup_->is_running(step); }, ctl_addr_,
-                         agent_poll(), agent_lost_handler(), t0);
+  const pid_t step = sup.spawn(p);
+  hist_.harness("agents_step",
+                {{"pid", step}, {"argv", p.argv}, {"hosts", names}, {"nodes", nodes}});
+  hub_->wait_attached([&sup, step](size_t) { return sup.is_running(step); }, control_addr, poll(),
+                      lost_handler(), t0);
 }
 
-}  // namespace fl::harness::detail
+}  // namespace fl::harness

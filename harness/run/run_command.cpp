@@ -1,39 +1,56 @@
-// workload.kind: command, the runner's side (issue 21): the probe's per-rank files go into the
-// history as they grow, and a probed command that ends before its first event, or stays silent
-// for workload.report_timeout_s, is a harness error naming the rank and the command. The ranks
-// themselves start in launch_command.cpp.
+// workload.kind: command, the runner's side (command_probe.hpp).
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "base/error.hpp"
+#include "harness/run/command_probe.hpp"
+#include "harness/run/history.hpp"
+#include "harness/run/launcher.hpp"
 #include "harness/run/probe_ingest.hpp"
-#include "harness/run/run.hpp"
+#include "harness/run/supervisor.hpp"
+#include "harness/scenario/scenario.hpp"
 
-namespace fl::harness::detail {
+namespace fl::harness {
 
-void Run::begin_command_launch() {
+CommandProbe::CommandProbe(const Scenario& s, const std::string& dir, History& hist,
+                           const Launcher& launcher)
+    : s_(s), dir_(dir), hist_(hist), launcher_(launcher) {}
+
+CommandProbe::~CommandProbe() = default;
+
+void CommandProbe::begin_launch() {
   if (!probe_) {
     probe_ = std::make_unique<ProbeIngest>(dir_, s_.ranks);
-    hist_->add_listener([this](const HistoryEvent& e) {
+    hist_.add_listener([this](const HistoryEvent& e) {
       if (e.source != "rank") return;
-      std::lock_guard lock(step_mu_);
+      std::lock_guard lock(mu_);
       reported_.insert(e.rank);
     });
   }
-  std::lock_guard lock(step_mu_);
+  std::lock_guard lock(mu_);
   reported_.clear();
-  launched_ns_ = hist_->now_ns();
+  launched_ns_ = hist_.now_ns();
 }
 
-bool Run::rank_reported(int rank) {
-  if (probe_) probe_->poll(*hist_);
-  std::lock_guard lock(step_mu_);
+void CommandProbe::note_line(int rank, const std::string& line) {
+  last_line_[rank] = line;
+}
+
+void CommandProbe::final_poll() {
+  if (probe_) probe_->poll(hist_);
+}
+
+bool CommandProbe::rank_reported(int rank) {
+  if (probe_) probe_->poll(hist_);
+  std::lock_guard lock(mu_);
   return reported_.count(rank) > 0;
 }
 
-std::string Run::command_shown(int rank) {
+std::string CommandProbe::command_shown(int rank) {
   std::string shown;
-  for (const auto& e : hist_->events()) {
+  for (const auto& e : hist_.events()) {
     if (e.source != "harness" || e.kind != "launch" || e.rank != std::max(rank, 0)) continue;
     const auto d = nlohmann::json::parse(e.data_json, nullptr, false);
     if (d.is_discarded() || !d.contains("argv") || !d["argv"].is_array()) continue;
@@ -47,9 +64,9 @@ std::string Run::command_shown(int rank) {
 
 // A rank of a probed command that ended before its first event: the command is wrong (not the
 // job it should be, a missing module, a bad option), not a symptom of the scenario's fault.
-void Run::check_command_exit(const ExitInfo& x) {
-  if (s_.kind != "command" || !s_.probe || stopping_ || x.by_harness) return;
-  const bool launcher = launcher_->is_job_process(x.pid);
+void CommandProbe::check_exit(const ExitInfo& x, bool stopping) {
+  if (!s_.probe || stopping || x.by_harness) return;
+  const bool launcher = launcher_.is_job_process(x.pid);
   if (!launcher && x.rank < 0) return;
   if (launcher) {
     for (int r = 0; r < s_.ranks; ++r) {
@@ -67,7 +84,7 @@ void Run::check_command_exit(const ExitInfo& x) {
       "{}{}; see {}",
       launcher ? fmt::format("ranks 0-{} (workload.launch: once)", s_.ranks - 1)
                : fmt::format("rank {}", x.rank),
-      how, static_cast<double>(hist_->now_ns() - launched_ns_) / 1e9,
+      how, static_cast<double>(hist_.now_ns() - launched_ns_) / 1e9,
       command_shown(launcher ? 0 : x.rank),
       last == last_line_.end() ? "" : "; its last output: " + last->second.substr(0, 300),
       launcher ? dir_ + "/launcher.log" : fmt::format("{}/ranks/rank{}/output.log", dir_, x.rank));
@@ -75,15 +92,15 @@ void Run::check_command_exit(const ExitInfo& x) {
 
 // Every tick: new probe lines into the history; a probed rank silent for report_timeout_s since
 // its launch is a harness error.
-void Run::poll_command() {
+void CommandProbe::poll(bool stopping, const std::set<int>& running) {
   if (!probe_) return;
-  probe_->poll(*hist_);
-  if (!s_.probe || stopping_) return;
-  if (hist_->now_ns() - launched_ns_ < static_cast<int64_t>(s_.report_timeout_s * 1e9)) return;
+  probe_->poll(hist_);
+  if (!s_.probe || stopping) return;
+  if (hist_.now_ns() - launched_ns_ < static_cast<int64_t>(s_.report_timeout_s * 1e9)) return;
   std::vector<int> silent;
   {
-    std::lock_guard lock(step_mu_);
-    for (int r : running_ranks_) {
+    std::lock_guard lock(mu_);
+    for (int r : running) {
       if (!reported_.count(r)) silent.push_back(r);
     }
   }
@@ -95,4 +112,4 @@ void Run::poll_command() {
       command_shown(silent[0]));
 }
 
-}  // namespace fl::harness::detail
+}  // namespace fl::harness

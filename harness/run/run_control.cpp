@@ -1,6 +1,5 @@
-// Control actions on a live run (kill, restart, reshard, abort, live faults), one handler each in
-// a table keyed by the action's name, and the tools the harness starts beside it (detectors,
-// recovery tools): start, and drain at the end.
+// Control actions on a live run (kill, restart, reshard, abort, live faults, dumps), one handler
+// each in a table keyed by the action's name.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -10,7 +9,9 @@
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
 #include "harness/run/launch_args.hpp"
+#include "harness/run/rank_dumps.hpp"
 #include "harness/run/run.hpp"
+#include "harness/run/supervisor.hpp"
 #include "injector/plan.hpp"
 
 namespace fl::harness::detail {
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 ControlResult Run::control(const ControlAction& a) {
   std::promise<ControlResult> p;
   auto fut = p.get_future();
-  boost::asio::post(io_, [&] {
+  loop_.post([&] {
     try {
       p.set_value(control_on_io(a));
     } catch (const std::exception& e) {
@@ -125,7 +126,7 @@ ControlResult Run::restart_job(const ControlAction& a, ControlReply& r) {
   restart_.request(from);
   r.rec["from"] = from;
   if (running_ranks_.empty()) {
-    boost::asio::post(io_, [this] { on_exit(ExitInfo{"restart", -2, 0, false, 0, "ok", true}); });
+    loop_.post([this] { on_exit(ExitInfo{"restart", -2, 0, false, 0, "ok", true}); });
   }
   launcher_->stop(*sup_);
   return r.done(true, from.empty() ? "restarting every rank from step 0 (no checkpoint yet)"
@@ -150,7 +151,7 @@ ControlResult Run::restart_rank(const ControlAction& a, ControlReply& r) {
 ControlResult Run::abort_run(const ControlAction& a, ControlReply& r) {
   stopping_ = true;
   stop_reason_ = "aborted by " + a.requester;
-  io_.stop();
+  loop_.stop();
   return r.done(true, "aborting the run");
 }
 
@@ -184,7 +185,7 @@ ControlResult Run::dump_flight_recorder(const ControlAction& a, ControlReply& r)
     return r.done(false, fmt::format("rank {} does not exist (allowed: -1 for every rank, or 0-{})",
                                      a.rank, s_.ranks - 1));
   }
-  const FrDumps d = request_fr_dumps("control by " + a.requester, a.rank);
+  const FrDumps d = request_fr_dumps(dump_targets(), "control by " + a.requester, a.rank);
   r.rec["dumped"] = d.dumped;
   r.rec["frozen"] = d.frozen;
   r.rec["missing"] = d.missing;
@@ -227,39 +228,6 @@ bool Run::reshard_for_restart(int dp, std::string& from, std::string& error) {
   s_.nodes = 1;
   from = out;
   return true;
-}
-
-void Run::start_tools() {
-  std::vector<std::string> det = s_.detectors;
-  det.insert(det.end(), o_.detectors.begin(), o_.detectors.end());
-  tools_ = resolve_tools(det, o_.recovery.empty() ? s_.recovery : o_.recovery);
-  if (tools_.empty()) return;
-  fs::create_directories(dir_ + "/tools");
-  for (const auto& t : tools_) {
-    ProcessSpec p;
-    p.name = "tool:" + t.name;
-    p.argv = t.argv;
-    p.cwd = dir_ + "/tools";
-    for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
-    for (auto& kv : tool_env(t, ctl_addr_, secret_, dir_)) p.env.push_back(kv);
-    const pid_t pid = sup_->spawn(p);
-    tool_pids_[pid] = t.name;
-    if (t.recovery) restart_.attach_recovery();
-    hist_->harness("tool_start",
-                   {{"tool", t.name}, {"argv", t.argv}, {"pid", pid}, {"recovery", t.recovery}});
-  }
-}
-
-// The run is over: tools hear `run_ending` and get up to 3 s to post what they still have.
-void Run::drain_tools() {
-  if (tool_pids_.empty()) return;
-  hist_->harness("run_ending", {{"tools", tool_pids_.size()}, {"wait_s", 3}});
-  io_.restart();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (!tool_pids_.empty() && std::chrono::steady_clock::now() < until) {
-    io_.run_for(std::chrono::milliseconds(20));
-  }
-  for (auto& [pid, name] : tool_pids_) sup_->mark_by_harness(pid);
 }
 
 }  // namespace fl::harness::detail

@@ -17,9 +17,9 @@
 
 #include "harness/run/dump_wait.hpp"
 #include "harness/run/history.hpp"
-#include "harness/run/run.hpp"
+#include "harness/run/rank_dumps.hpp"
 
-namespace fl::harness::detail {
+namespace fl::harness {
 
 namespace {
 
@@ -59,7 +59,7 @@ std::pair<ino_t, int64_t> file_id(const std::string& path) {
 
 }  // namespace
 
-Run::FrDumps Run::request_fr_dumps(const std::string& reason, int rank) {
+FrDumps request_fr_dumps(const DumpTargets& t, const std::string& reason, int rank) {
   struct Pending {
     int rank;
     std::string path;
@@ -68,9 +68,9 @@ Run::FrDumps Run::request_fr_dumps(const std::string& reason, int rank) {
   std::vector<Pending> waiting;
   FrDumps out;
   auto& [signalled, dumped, frozen, missing, not_taking] = out;
-  for (int r = 0; r < s_.ranks; ++r) {
+  for (int r = 0; r < t.ranks; ++r) {
     if (rank >= 0 && r != rank) continue;
-    const std::string rdir = fmt::format("{}/ranks/rank{}", dir_, r);
+    const std::string rdir = fmt::format("{}/ranks/rank{}", t.dir, r);
     std::ifstream in(rdir + "/fr_dump_on_signal");
     pid_t pid = 0;
     const char state =
@@ -97,7 +97,7 @@ Run::FrDumps Run::request_fr_dumps(const std::string& reason, int rank) {
     return file_id(path) != before && file_id(path).first != 0;
   });
   std::sort(dumped.begin(), dumped.end());  // in the order they were seen: rank order instead
-  hist_->harness("flight_recorder_dump", {{"reason", reason},
+  t.hist.harness("flight_recorder_dump", {{"reason", reason},
                                           {"signalled", signalled},
                                           {"dumped", dumped},
                                           {"frozen", frozen},
@@ -106,4 +106,4 @@ Run::FrDumps Run::request_fr_dumps(const std::string& reason, int rank) {
   return out;
 }
 
-}  // namespace fl::harness::detail
+}  // namespace fl::harness

@@ -9,7 +9,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "harness/run/oop_faults.hpp"
 #include "harness/run/run.hpp"
+#include "harness/run/run_tools.hpp"
 #include "harness/run/summary_lines.hpp"
 
 namespace fl::harness::detail {
@@ -132,7 +134,7 @@ void Run::print_summary(const RunResult& r, const std::vector<HistoryEvent>& his
   std::printf("  observed   %s\n", r.verdict.explanation.c_str());
   std::vector<std::string> concluded = detector_conclusions(history);
   std::vector<std::string> silent;
-  for (const auto& t : tools_) {
+  for (const auto& t : tools_->tools()) {
     if (t.recovery) continue;
     const bool posted = std::any_of(history.begin(), history.end(), [&](const HistoryEvent& e) {
       return e.kind == "diagnosis" && e.source == "detector:" + t.name;

@@ -1,5 +1,5 @@
 // Before any rank starts: the run directory (created exclusively), the resolved scenario and plan
-// files, each rank's environment, the scenario's preparation run and the artifact hub.
+// files, each rank's environment, the control plane and the artifact hub.
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -14,8 +14,13 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "harness/agent/hub.hpp"
+#include "harness/run/artifact_server.hpp"
 #include "harness/run/launch_args.hpp"
+#include "harness/run/oop_faults.hpp"
 #include "harness/run/run.hpp"
+#include "harness/run/run_agents.hpp"
+#include "harness/run/watchdogs.hpp"
 
 namespace fl::harness::detail {
 
@@ -53,10 +58,7 @@ void Run::prepare() {
       run_dir_.open_file("history.jsonl", O_WRONLY | O_APPEND | O_CREAT | O_EXCL),
       dir_ + "/history.jsonl");
   if (!made.warning.empty()) hist_->harness("shared_results", {{"warning", made.warning}});
-  hist_->add_listener([this](const HistoryEvent& e) {
-    std::lock_guard lock(summary_mu_);
-    add_event(summary_, e);
-  });
+  watch_ = std::make_unique<Watchdogs>(s_, *hist_);  // the hang watchdog's summary, from here on
 }
 
 std::map<std::string, std::string> Run::rank_env(int rank) {
@@ -79,7 +81,7 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
   env["FAULTLINE_FIRED_LOG"] = rdir + "/fired.jsonl";
   env["FAULTLINE_FLIGHT_RECORDER_DIR"] = rdir;
   // The control plane, or with topology.hosts the rank's host's agent, which relays (relay.hpp).
-  env["FAULTLINE_CONTROL_ADDR"] = rank_control_addr(rank / per_node);
+  env["FAULTLINE_CONTROL_ADDR"] = agents_->rank_control_addr(rank / per_node, ctl_addr_);
   env[kControlSecretEnv] = secret_;
   env["FAULTLINE_PDEATHSIG"] = "1";
   if (artifacts_) {
@@ -113,32 +115,6 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
   return env;
 }
 
-// The scenario's preparation run (no faults, must complete) in RUN_DIR/prepare; its checkpoints
-// are copied into this run's, so damage done here never reaches the preparation's own files.
-void Run::run_preparation() {
-  const std::string file = dir_ + "/prepare.yaml";
-  run_dir_.write_atomic("prepare.yaml", s_.prepare_yaml + "\n");
-  const Scenario p = load_scenario(file);
-  RunOptions po;
-  po.results_dir = dir_;
-  po.run_id = "prepare";
-  po.print_summary = false;
-  po.allow_shared_results = o_.allow_shared_results;  // above dir_ as for this run
-  const auto t0 = std::chrono::steady_clock::now();
-  const RunResult r = run_scenario(p, po);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  hist_->harness("prepared",
-                 {{"run_dir", r.run_dir}, {"outcome", r.verdict.outcome}, {"seconds", secs}});
-  if (r.exit_code != 0) {
-    raise<Error>("the preparation run did not complete ({}: {}); see {}", r.verdict.outcome,
-                 r.harness_error.empty() ? r.verdict.explanation : r.harness_error, r.run_dir);
-  }
-  run_after_prepare();  // e.g. fl-ckpt reshard from prepare/checkpoints into checkpoints
-  if (fs::exists(r.run_dir + "/checkpoints") && !fs::exists(dir_ + "/checkpoints")) {
-    fs::copy(r.run_dir + "/checkpoints", dir_ + "/checkpoints", fs::copy_options::recursive);
-  }
-}
-
 // The control plane: a fresh secret in RUN_DIR/control.secret (0600) and, unless --control
 // names another address, a unix socket RUN_DIR/control.sock (0600); loopback TCP only when the
 // socket path is too long for a unix socket or the user asks for it.
@@ -159,15 +135,8 @@ void Run::start_control_plane() {
         sock);
   }
   if (addr.empty()) addr = "127.0.0.1:0";
-  check_control_reach(s_, addr);  // beyond loopback only for hosts (run_agents.cpp)
-  if (slurm_) {  // launcher srun: an agent on every node the run uses (run_agents_srun.cpp)
-    agents_ = std::make_unique<AgentHub>(s_, slurm_->agent_names(), dir_, *hist_, secret_);
-    ctl_->add_service(agents_->service());
-  } else if (!s_.hosts.empty()) {
-    agents_ = std::make_unique<AgentHub>(s_, dir_, *hist_, secret_);
-    ctl_->add_service(agents_->service());
-    relay_through_agents();  // run_agents.cpp
-  }
+  check_control_reach(s_, addr);    // beyond loopback only for hosts (agent/hub.hpp)
+  agents_->attach(*ctl_, secret_);  // launcher srun or topology.hosts (run_agents.hpp)
   if (s_.network == "namespaces" && addr.rfind("unix:", 0) != 0) {
     raise<Error>(
         "--control {}: ranks in network namespaces reach the control plane only through a unix "

@@ -1,7 +1,5 @@
-// Runs beside the run: the scenario's after_prepare command (between the preparation run and the
-// run: a project tool with its arguments, in the run directory, no shell) and the baseline
-// oracle's reference run (a fault-free `faultline run` of the reference scenario, started with
-// the ranks and judged with them, so both see the same load on the host).
+// Runs beside the run (run_side.hpp): the preparation run, the after_prepare command and the
+// baseline oracle's reference run.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -19,12 +17,17 @@
 
 #include "base/error.hpp"
 #include "base/json_bounded.hpp"
+#include "base/private_dir.hpp"
+#include "harness/run/event_loop.hpp"
+#include "harness/run/history.hpp"
 #include "harness/run/launch_args.hpp"
-#include "harness/run/run.hpp"
+#include "harness/run/run_side.hpp"
+#include "harness/run/runner.hpp"
+#include "harness/run/supervisor.hpp"
 
 extern char** environ;
 
-namespace fl::harness::detail {
+namespace fl::harness {
 
 namespace fs = std::filesystem;
 
@@ -46,9 +49,35 @@ std::string harness_program() {
 
 }  // namespace
 
+// The scenario's preparation run (no faults, must complete) in RUN_DIR/prepare; its checkpoints
+// are copied into this run's, so damage done here never reaches the preparation's own files.
+void SideRuns::run_preparation() {
+  const std::string file = dir_ + "/prepare.yaml";
+  run_dir_.write_atomic("prepare.yaml", s_.prepare_yaml + "\n");
+  const Scenario p = load_scenario(file);
+  RunOptions po;
+  po.results_dir = dir_;
+  po.run_id = "prepare";
+  po.print_summary = false;
+  po.allow_shared_results = o_.allow_shared_results;  // above dir_ as for this run
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunResult r = run_scenario(p, po);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  hist_.harness("prepared",
+                {{"run_dir", r.run_dir}, {"outcome", r.verdict.outcome}, {"seconds", secs}});
+  if (r.exit_code != 0) {
+    raise<Error>("the preparation run did not complete ({}: {}); see {}", r.verdict.outcome,
+                 r.harness_error.empty() ? r.verdict.explanation : r.harness_error, r.run_dir);
+  }
+  run_after_prepare();  // e.g. fl-ckpt reshard from prepare/checkpoints into checkpoints
+  if (fs::exists(r.run_dir + "/checkpoints") && !fs::exists(dir_ + "/checkpoints")) {
+    fs::copy(r.run_dir + "/checkpoints", dir_ + "/checkpoints", fs::copy_options::recursive);
+  }
+}
+
 // Runs the command with the run directory as its working directory, its output in
 // RUN_DIR/after_prepare.log; a command that fails ends the run before any rank starts.
-void Run::run_after_prepare() {
+void SideRuns::run_after_prepare() {
   if (s_.after_prepare.empty()) return;
   std::vector<std::string> argv = s_.after_prepare;
   argv[0] = tool_path(argv[0]);
@@ -73,8 +102,8 @@ void Run::run_after_prepare() {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
   const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  hist_->harness("after_prepare",
-                 {{"argv", s_.after_prepare}, {"status", code}, {"seconds", secs}, {"log", log}});
+  hist_.harness("after_prepare",
+                {{"argv", s_.after_prepare}, {"status", code}, {"seconds", secs}, {"log", log}});
   if (!ok) {
     std::ifstream in(log);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -84,7 +113,7 @@ void Run::run_after_prepare() {
   }
 }
 
-void Run::start_baseline() {
+void SideRuns::start_baseline(Supervisor& sup, const bool& stopping) {
   if (s_.baseline_yaml.empty()) return;
   const std::string file = dir_ + "/baseline.yaml";
   run_dir_.write_atomic("baseline.yaml", s_.baseline_yaml + "\n");
@@ -97,40 +126,41 @@ void Run::start_baseline() {
   if (o_.allow_shared_results) p.argv.push_back("--allow-shared-results");
   p.cwd = dir_;
   for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
-  baseline_pid_ = sup_->spawn(p);
-  hist_->harness("baseline_start",
-                 {{"pid", baseline_pid_}, {"scenario", file}, {"run_dir", dir_ + "/baseline"}});
+  baseline_pid_ = sup.spawn(p);
+  hist_.harness("baseline_start",
+                {{"pid", baseline_pid_}, {"scenario", file}, {"run_dir", dir_ + "/baseline"}});
   // This run's ranks start when the reference's do (its first `launch` event), so the two share
   // the same window: a reference that ran later, after this run's ranks had left the host, saw
   // less load (measured: 2.3 ms against 234 ms in collectives per step on a host at load 47).
   const std::string ref_history = dir_ + "/baseline/history.jsonl";
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (!baseline_exited_ && !stopping_ && std::chrono::steady_clock::now() < until) {
+  while (!baseline_exited_ && !stopping && std::chrono::steady_clock::now() < until) {
     std::ifstream in(ref_history);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (text.find("\"kind\":\"launch\"") != std::string::npos) break;
-    io_.poll();
+    loop_.poll();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
-void Run::on_baseline_exit(const ExitInfo& x) {
+bool SideRuns::on_exit(const ExitInfo& x) {
+  if (baseline_pid_ == 0 || x.pid != baseline_pid_) return false;
   baseline_exited_ = true;
-  hist_->harness("process_exit",
-                 {{"process", "baseline"}, {"pid", x.pid}, {"class", x.klass}, {"code", x.code}});
+  hist_.harness("process_exit",
+                {{"process", "baseline"}, {"pid", x.pid}, {"class", x.klass}, {"code", x.code}});
+  return true;
 }
 
 // Waits for the reference run (unless this run was interrupted) and records what the baseline
 // oracle compares: its outcome and one row per rank and step.
-void Run::finish_baseline() {
+void SideRuns::finish_baseline(Supervisor& sup, bool interrupted) {
   if (baseline_pid_ == 0) return;
-  const bool interrupted = stop_reason_.rfind("harness got", 0) == 0;
   if (!baseline_exited_ && !interrupted) {
-    io_.restart();
+    loop_.restart();
     const auto until = std::chrono::steady_clock::now() +
                        std::chrono::milliseconds(static_cast<int64_t>(baseline_wait_s_ * 1000));
     while (!baseline_exited_ && std::chrono::steady_clock::now() < until) {
-      io_.run_for(std::chrono::milliseconds(50));
+      loop_.run_for(std::chrono::milliseconds(50));
     }
   }
   const std::string rdir = dir_ + "/baseline";
@@ -139,8 +169,8 @@ void Run::finish_baseline() {
     d["explanation"] = interrupted
                            ? "this run was interrupted"
                            : fmt::format("it did not end within {:.0f} s", baseline_wait_s_);
-    sup_->mark_by_harness(baseline_pid_);
-    hist_->harness("baseline", d);
+    sup.mark_by_harness(baseline_pid_);
+    hist_.harness("baseline", d);
     return;
   }
   const auto v = read_json_file(rdir + "/verdict.json").value_or(nlohmann::json());
@@ -170,7 +200,7 @@ void Run::finish_baseline() {
   }
   d["ranks"] = ranks;
   d["steps"] = std::move(rows);
-  hist_->harness("baseline", d);
+  hist_.harness("baseline", d);
 }
 
-}  // namespace fl::harness::detail
+}  // namespace fl::harness

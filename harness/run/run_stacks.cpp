@@ -18,9 +18,9 @@
 
 #include "harness/run/dump_wait.hpp"
 #include "harness/run/history.hpp"
-#include "harness/run/run.hpp"
+#include "harness/run/rank_dumps.hpp"
 
-namespace fl::harness::detail {
+namespace fl::harness {
 
 namespace {
 
@@ -76,7 +76,7 @@ off_t file_size(const std::string& path) {
 
 }  // namespace
 
-void Run::request_stack_dumps(const std::string& why) {
+void request_stack_dumps(const DumpTargets& t, const std::string& why) {
   struct Pending {
     int rank;
     std::string path;
@@ -85,10 +85,10 @@ void Run::request_stack_dumps(const std::string& why) {
   std::vector<Pending> waiting;
   std::vector<int> threads, signalled, dumped;
   const std::string when =
-      fmt::format("== {} (+{:.3f}s)\n", why, static_cast<double>(hist_->now_ns()) / 1e9);
-  for (int r = 0; r < s_.ranks; ++r) {
-    const std::string rdir = fmt::format("{}/ranks/rank{}", dir_, r);
-    const pid_t pid = rank_pid(r);
+      fmt::format("== {} (+{:.3f}s)\n", why, static_cast<double>(t.hist.now_ns()) / 1e9);
+  for (int r = 0; r < t.ranks; ++r) {
+    const std::string rdir = fmt::format("{}/ranks/rank{}", t.dir, r);
+    const pid_t pid = t.pid_of(r);
     if (pid > 1 && descends_from_me(pid)) {
       if (const std::string text = threads_of(pid); !text.empty()) {
         std::ofstream(rdir + "/threads.txt", std::ios::app)
@@ -115,11 +115,11 @@ void Run::request_stack_dumps(const std::string& why) {
       waiting, dumped,
       [](const std::string& path, const auto& before) { return file_size(path) > before; });
   if (threads.empty() && signalled.empty()) return;
-  hist_->harness("stack_dump", {{"reason", why},
+  t.hist.harness("stack_dump", {{"reason", why},
                                 {"threads", threads},
                                 {"signalled", signalled},
                                 {"dumped", dumped},
                                 {"missing", missing}});
 }
 
-}  // namespace fl::harness::detail
+}  // namespace fl::harness

@@ -14,6 +14,11 @@
 #include <set>
 #include <thread>
 
+// boost 1.74 asio uses std::exchange without including <utility>.
+#include <utility>
+
+#include <boost/asio.hpp>
+
 #include <fmt/format.h>
 
 #include "base/error.hpp"
@@ -131,9 +136,14 @@ struct Supervisor::Child {
   std::unique_ptr<boost::asio::steady_timer> drain_timer;
 };
 
+struct Supervisor::Sigchld {
+  explicit Sigchld(boost::asio::io_context& io) : set(io, SIGCHLD) {}
+  boost::asio::signal_set set;
+};
+
 Supervisor::Supervisor(boost::asio::io_context& io, LineFn on_line, ExitFn on_exit)
     : io_(io),
-      sigchld_(io, SIGCHLD),
+      sigchld_(std::make_unique<Sigchld>(io)),
       on_line_(std::move(on_line)),
       on_exit_(std::move(on_exit)),
       t0_(std::chrono::steady_clock::now()) {
@@ -144,7 +154,7 @@ Supervisor::Supervisor(boost::asio::io_context& io, LineFn on_line, ExitFn on_ex
 }
 
 void Supervisor::rearm(int) {
-  sigchld_.async_wait([this](const boost::system::error_code& e, int s) {
+  sigchld_->set.async_wait([this](const boost::system::error_code& e, int s) {
     if (e) return;
     reap();
     rearm(s);
@@ -153,7 +163,7 @@ void Supervisor::rearm(int) {
 
 Supervisor::~Supervisor() {
   boost::system::error_code ec;
-  sigchld_.cancel(ec);
+  sigchld_->set.cancel(ec);
 }
 
 pid_t Supervisor::spawn(const ProcessSpec& spec) {

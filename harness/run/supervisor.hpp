@@ -7,16 +7,17 @@
 
 #include <sys/types.h>
 
-// boost 1.74 asio uses std::exchange without including <utility>.
-#include <utility>
-
-#include <boost/asio.hpp>
-
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+// Asio stays in supervisor.cpp: the many files that start or signal processes do not parse it.
+namespace boost::asio {
+class io_context;
+}
 
 namespace fl::harness {
 
@@ -78,12 +79,13 @@ class Supervisor {
 
  private:
   struct Child;
+  struct Sigchld;  // the SIGCHLD watch (a boost::asio::signal_set)
   void reap();
   void rearm(int);
   void read_more(std::shared_ptr<Child> c, int which);
 
   boost::asio::io_context& io_;
-  boost::asio::signal_set sigchld_;
+  std::unique_ptr<Sigchld> sigchld_;
   LineFn on_line_;
   ExitFn on_exit_;
   std::map<pid_t, std::shared_ptr<Child>> children_;

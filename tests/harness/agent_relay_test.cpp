@@ -3,8 +3,12 @@
 // two "hosts" that are this machine (an rsh agent that execs the words here), two agents attached
 // to a real control plane, a fake rank speaking Controller.Connect to its host's agent. No root.
 // The keepalive case waits for the control plane's keepalive (up to 30 s).
+// boost 1.74 asio uses std::exchange without including <utility>.
+#include <utility>
+
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <boost/asio/io_context.hpp>
 
 #include <grp.h>
 #include <sys/socket.h>

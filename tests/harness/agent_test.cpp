@@ -4,8 +4,12 @@
 // rank of this run; losing it is an agent_lost event and the callback, never a hang; stop ends it
 // with status 0; losing the harness makes it run its clean-ups and exit 3; a caller without the
 // secret is refused.
+// boost 1.74 asio uses std::exchange without including <utility>.
+#include <utility>
+
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <boost/asio/io_context.hpp>
 
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -1,0 +1,56 @@
+// workload.kind: command, the runner's side (issue 21): the probe's per-rank files go into the
+// history as they grow, and a probed command that ends before its first event, or stays silent
+// for workload.report_timeout_s, is a harness error naming the rank and the command
+// (run_command.cpp). The ranks themselves start in launch_command.cpp.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+namespace fl::harness {
+
+class History;
+class Launcher;
+class ProbeIngest;
+struct ExitInfo;
+struct Scenario;
+
+class CommandProbe {
+ public:
+  // Follows the history through a listener once launched: it must outlive `hist`.
+  CommandProbe(const Scenario& s, const std::string& dir, History& hist, const Launcher& launcher);
+  ~CommandProbe();
+
+  // Before every launch: no rank has reported since.
+  void begin_launch();
+  // A rank's (or, rank -1, the launcher's) latest output line, for the error that names it.
+  void note_line(int rank, const std::string& line);
+  // A rank of a probed command that ended before its first event: Error (the command is wrong,
+  // not a symptom of the scenario's fault).
+  void check_exit(const ExitInfo& x, bool stopping);
+  // Every tick: new probe lines into the history; Error for a probed rank of `running` silent
+  // for report_timeout_s since its launch.
+  void poll(bool stopping, const std::set<int>& running);
+  // At the end: what the probe wrote until then.
+  void final_poll();
+
+ private:
+  bool rank_reported(int rank);
+  std::string command_shown(int rank);  // the command a rank was launched with (its launch event)
+
+  const Scenario& s_;
+  const std::string dir_;
+  History& hist_;
+  const Launcher& launcher_;
+  std::unique_ptr<ProbeIngest> probe_;
+  std::mutex mu_;
+  std::set<int> reported_;                // under mu_: ranks that sent an event since the launch
+  std::map<int, std::string> last_line_;  // each rank's last output line (-1: the launcher)
+  int64_t launched_ns_ = 0;
+};
+
+}  // namespace fl::harness

@@ -1,0 +1,4 @@
+// A header that includes gRPC itself.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
