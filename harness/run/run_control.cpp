@@ -263,3 +263,13 @@ void Run::drain_tools() {
 }
 
 }  // namespace fl::harness::detail
+
+namespace fl::harness {
+
+std::vector<std::string> control_action_names() {
+  std::vector<std::string> names;
+  for (const auto& e : detail::Run::control_actions()) names.push_back(e.name);
+  return names;
+}
+
+}  // namespace fl::harness
