@@ -34,8 +34,7 @@ inline constexpr int kControlKeepaliveTimeMs = 10000;
 inline constexpr int kControlKeepaliveTimeoutMs = 20000;
 
 struct ControlAction {
-  std::string action;  // kill_rank, restart_rank, restart_job, abort, list_faults, arm_faults,
-                       // clear_faults, dump_flight_recorder
+  std::string action;  // one of control_action_names()
   int rank = -1;
   int signal = 9;
   std::string plan;
@@ -44,6 +43,10 @@ struct ControlAction {
   std::vector<std::string> args;  // restart_job: appended to every rank's worker arguments
   int dp = 0;                     // restart_job: new data-parallel size (0: unchanged)
 };
+
+// The actions Control accepts, in the order the unknown-action error lists them (run_control.cpp's
+// table; `faultline control --help` lists them from here).
+std::vector<std::string> control_action_names();
 
 struct ControlResult {
   bool ok = false;

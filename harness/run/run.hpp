@@ -86,6 +86,7 @@ class Run {
   struct ControlReply;
   struct ControlEntry;
   static const std::vector<ControlEntry>& control_actions();
+  friend std::vector<std::string> fl::harness::control_action_names();
   ControlResult kill_rank(const ControlAction& a, ControlReply& r);
   ControlResult restart_rank(const ControlAction& a, ControlReply& r);
   ControlResult restart_job(const ControlAction& a, ControlReply& r);

@@ -231,3 +231,13 @@ bool Run::reshard_for_restart(int dp, std::string& from, std::string& error) {
 }
 
 }  // namespace fl::harness::detail
+
+namespace fl::harness {
+
+std::vector<std::string> control_action_names() {
+  std::vector<std::string> names;
+  for (const auto& e : detail::Run::control_actions()) names.push_back(e.name);
+  return names;
+}
+
+}  // namespace fl::harness

@@ -14,12 +14,12 @@ struct ToolCommand {
   bool recovery = false;  // may act on the run through Control
 };
 
-// The six baseline detectors, in leaderboard order.
+// The baseline detectors (harness/detectors/CMakeLists.txt), in leaderboard order.
 const std::vector<std::string>& baseline_detectors();
 // The recovery policies of fl-recover.
 const std::vector<std::string>& recovery_policies();
 
-// `detectors`: a baseline detector's name, "baseline" (all six), or a command line (split on
+// `detectors`: a baseline detector's name, "baseline" (all of them), or a command line (split on
 // whitespace, run without a shell; a relative program is looked up on PATH). `recovery`: a policy
 // of fl-recover or a command line ("" : none). Throws ConfigError for an empty command.
 std::vector<ToolCommand> resolve_tools(const std::vector<std::string>& detectors,

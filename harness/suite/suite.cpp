@@ -263,6 +263,11 @@ std::unique_ptr<SuiteExecutor> make_local_executor() {
   return std::make_unique<LocalExecutor>();
 }
 
+const std::vector<std::string>& executor_names() {
+  static const std::vector<std::string> names = {"local", "slurm"};
+  return names;
+}
+
 SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   if (o.max_fail < 0) {
     throw UsageError(
@@ -275,8 +280,8 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   } else if (o.executor == "slurm") {
     executor = make_slurm_executor();
   } else {
-    throw UsageError(
-        fmt::format("--executor '{}': not an executor (allowed: local, slurm)", o.executor));
+    throw UsageError(fmt::format("--executor '{}': not an executor (allowed: {})", o.executor,
+                                 fmt::join(executor_names(), ", ")));
   }
   executor->check(plan.cases, o);
   SuiteResult res;

@@ -121,6 +121,10 @@ struct SuitePlan {
   std::vector<std::string> notes;
 };
 
+// The values of SuiteOptions::executor, in the order errors and `faultline suite --help` list
+// them (run_suite picks the executor by name).
+const std::vector<std::string>& executor_names();
+
 // `path`: a suite YAML (name, scenarios: globs relative to it, seeds, fix) or a directory of
 // scenarios. Every scenario runs as it is (it must reproduce its symptom: verdict pass) and, with
 // fix, with its fix applied (verdict pass = the fix clears it), each seed once. Throws

@@ -19,8 +19,7 @@ struct CliOptions {
   EvalOptions eval;
 };
 
-Command::Command(CLI::App& app) : o_(std::make_shared<CliOptions>()) {
-  sub_ = app.add_subcommand("triage", "Rank symptoms and root causes for an issue's text or log");
+Command::Command(CLI::App& sub) : sub_(&sub), o_(std::make_shared<CliOptions>()) {
   sub_->add_option("file", o_->file, "Issue text or log (- or none: standard input)");
   sub_->add_option("--signatures", o_->signatures,
                    "Signature folder (default: $FAULTLINE_TRIAGE_SIGNATURES or the source tree's)");

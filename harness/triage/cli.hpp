@@ -1,4 +1,4 @@
-// The `faultline triage` subcommand: registered by main.cpp with one call, run when parsed.
+// The `faultline triage` subcommand's options and run (harness/cli/triage.cpp registers it).
 #pragma once
 
 #include <memory>
@@ -13,7 +13,7 @@ struct CliOptions;
 
 class Command {
  public:
-  explicit Command(CLI::App& app);  // adds the `triage` subcommand to `app`
+  explicit Command(CLI::App& sub);  // adds triage's options to the `triage` subcommand `sub`
   bool parsed() const;
   int run() const;  // exit code: 0 found, 1 none, 2 input error
 

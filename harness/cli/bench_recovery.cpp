@@ -1,0 +1,34 @@
+// `faultline bench-recovery SUITE`: a suite's scenarios fault-free and with a recovery tool; the
+// recovery's score.
+#include <CLI/CLI.hpp>
+
+#include <memory>
+
+#include "harness/cli/command.hpp"
+#include "harness/score/bench.hpp"
+
+namespace fl::cli {
+namespace {
+
+Handler setup(CLI::App& sub) {
+  auto o = std::make_shared<fl::harness::BenchRecoveryOptions>();
+  sub.add_option("suite", o->suite, "Suite YAML or a directory of scenarios")->required();
+  sub.add_option("--policy", o->policy,
+                 "Recovery policy or command (default: each scenario's recovery key)");
+  sub.add_option("-j,--jobs", o->suite_options.jobs, "Runs at the same time")
+      ->capture_default_str();
+  sub.add_option("--results", o->suite_options.results_dir, "Where suite directories go")
+      ->capture_default_str();
+  return [o] { return fl::harness::bench_recovery(*o); };
+}
+
+}  // namespace
+
+const Command& bench_recovery_command() {
+  static const Command c{
+      "bench-recovery",
+      "Run a suite's scenarios fault-free and with a recovery tool; score the recovery", setup};
+  return c;
+}
+
+}  // namespace fl::cli

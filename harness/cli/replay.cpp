@@ -1,0 +1,45 @@
+// `faultline replay RUN_DIR`: run a finished run again, firing exactly the faults its ranks'
+// fired logs recorded (no random choice left).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+
+#include "harness/cli/command.hpp"
+#include "harness/cli/options.hpp"
+#include "harness/run/runner.hpp"
+
+namespace fl::cli {
+namespace {
+
+struct ReplayArgs {
+  std::string run_dir;
+  fl::harness::RunOptions ro;
+};
+
+int replay(ReplayArgs& a) {
+  const auto s = fl::harness::replay_scenario(a.run_dir);
+  std::printf("replaying %s with plan: %s\n", a.run_dir.c_str(),
+              s.plans.empty() ? "(nothing fired)" : s.plans[0].c_str());
+  a.ro.print_events = true;
+  return fl::harness::run_scenario(s, a.ro).exit_code;
+}
+
+Handler setup(CLI::App& sub) {
+  auto a = std::make_shared<ReplayArgs>();
+  sub.add_option("run_dir", a->run_dir, "results/runs/<id>")->required();
+  sub.add_option("--results", a->ro.results_dir, "Where run directories go")->capture_default_str();
+  sub.add_flag("--allow-shared-results", a->ro.allow_shared_results, kSharedResultsHelp);
+  return [a] { return replay(*a); };
+}
+
+}  // namespace
+
+const Command& replay_command() {
+  static const Command c{
+      "replay", "Run a finished run again, firing exactly the faults its fired logs recorded",
+      setup};
+  return c;
+}
+
+}  // namespace fl::cli

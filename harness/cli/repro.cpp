@@ -1,0 +1,74 @@
+// `faultline repro SCENARIO`: the scenario and its fix, one after the other. The faulty variant
+// must reproduce its symptom (verdict pass) and the fix variant must clear it (its own
+// expectation passes): REPRODUCED / FIX VERIFIED, with the evidence.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+
+#include "harness/cli/command.hpp"
+#include "harness/cli/options.hpp"
+#include "harness/report/report.hpp"
+#include "harness/run/runner.hpp"
+#include "harness/scenario/scenario.hpp"
+
+namespace fl::cli {
+namespace {
+
+struct ReproArgs {
+  std::string scenario;
+  std::vector<std::string> overrides;
+  fl::harness::RunOptions ro;
+  bool write_html = false, quiet = false;
+};
+
+fl::harness::RunResult run_variant(const fl::harness::Scenario& s, const ReproArgs& a) {
+  auto r = fl::harness::run_scenario(s, a.ro);
+  if (a.write_html) std::printf("  report     %s\n", fl::harness::write_report(r.run_dir).c_str());
+  return r;
+}
+
+int repro(ReproArgs& a) {
+  const auto faulty = fl::harness::load_scenario(a.scenario, {false, a.overrides});
+  if (!faulty.has_fix) {
+    std::fprintf(stderr, "faultline repro: %s has no fix: section to verify\n", a.scenario.c_str());
+    return 2;
+  }
+  const auto fixed = fl::harness::load_scenario(a.scenario, {true, a.overrides});
+  a.ro.print_events = !a.quiet;
+  const auto r = run_variant(faulty, a);
+  std::printf("\n");
+  a.ro.fix = true;
+  const auto f = run_variant(fixed, a);
+  const bool reproduced = r.verdict.outcome == "pass";
+  const bool verified = f.verdict.outcome == "pass";
+  std::printf("\n%s  symptom %s: %s\n", reproduced ? "REPRODUCED    " : "NOT REPRODUCED",
+              faulty.expect.symptom.c_str(), r.verdict.explanation.c_str());
+  std::printf("%s  %s\n", verified ? "FIX VERIFIED  " : "FIX NOT VERIFIED",
+              f.verdict.explanation.c_str());
+  std::printf("runs: %s, %s\n", r.run_dir.c_str(), f.run_dir.c_str());
+  if (!r.harness_error.empty() || !f.harness_error.empty()) return 2;
+  return reproduced && verified ? 0 : 1;
+}
+
+Handler setup(CLI::App& sub) {
+  auto a = std::make_shared<ReproArgs>();
+  sub.add_option("scenario", a->scenario, "Scenario YAML file")->required();
+  sub.add_option("--results", a->ro.results_dir, "Where run directories go")->capture_default_str();
+  sub.add_option("--set", a->overrides, "Override a key in both runs (repeatable)");
+  sub.add_flag("--allow-shared-results", a->ro.allow_shared_results, kSharedResultsHelp);
+  sub.add_option("--detector", a->ro.detectors, detector_help());
+  sub.add_flag("--report", a->write_html, "Also write both runs' HTML reports");
+  sub.add_flag("-q,--quiet", a->quiet, "Print only the final summaries");
+  return [a] { return repro(*a); };
+}
+
+}  // namespace
+
+const Command& repro_command() {
+  static const Command c{
+      "repro", "Run a scenario and its fix: REPRODUCED / FIX VERIFIED, with the evidence", setup};
+  return c;
+}
+
+}  // namespace fl::cli
