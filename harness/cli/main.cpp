@@ -547,7 +547,7 @@ int main(int argc, char** argv) {
     if (replay->parsed()) {
       auto s = fl::harness::replay_scenario(run_dir);
       std::printf("replaying %s with plan: %s\n", run_dir.c_str(),
-                  s.plans.empty() ? "(nothing fired)" : s.plans[0].c_str());
+                  s.faults.plans.empty() ? "(nothing fired)" : s.faults.plans[0].c_str());
       return fl::harness::run_scenario(s, ro).exit_code;
     }
     fl::harness::LoadOptions lo{fix, overrides};
@@ -560,7 +560,7 @@ int main(int argc, char** argv) {
         std::printf("%s\n", em.c_str());
       } else {
         std::printf("%s: ok (%s, %d ranks, oracle %s)\n", scenario_path.c_str(), s.name.c_str(),
-                    s.ranks, s.expect.oracle.c_str());
+                    s.topo.ranks, s.expect.oracle.c_str());
       }
       return 0;
     }

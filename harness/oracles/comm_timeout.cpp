@@ -4,16 +4,32 @@
 
 #include "harness/oracles/oracle.hpp"
 
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
+
 namespace fl::harness::oracles {
 namespace {
+
+struct CommTimeoutParams : OracleParams {
+  std::string op;  // "": any collective
+};
 
 class CommTimeout : public Oracle {
  public:
   std::string name() const override { return "comm_timeout"; }
+  std::vector<KeySpec> keys() const override {
+    return {{"expect.op", KeyType::kString, "\"\"",
+             "comm_timeout: the collective (all_reduce, ...; \"\": any)"}};
+  }
+  std::shared_ptr<const OracleParams> parse(const ExpectContext& c) const override {
+    auto p = std::make_shared<CommTimeoutParams>();
+    p->op = c.e["op"].as<std::string>();
+    return p;
+  }
   Finding check(const Expect& x, const RunSummary& f) const override {
+    const std::string& op = params<CommTimeoutParams>(x).op;
     Finding out;
     out.hit = first(
-        x, f.timeouts, [&](const RunSummary::Coll& c) { return x.op.empty() || c.op == x.op; },
+        x, f.timeouts, [&](const RunSummary::Coll& c) { return op.empty() || c.op == op; },
         [&](const RunSummary::Coll& c) {
           return fmt::format("{} on group {} (seq {}) timed out", c.op, c.group, c.seq);
         });
@@ -22,11 +38,11 @@ class CommTimeout : public Oracle {
           x, f.errors,
           [&](const RunSummary::Err& e) {
             return e.klass == "comm timeout" &&
-                   (x.op.empty() || e.message.find(" " + x.op + " on group") != std::string::npos);
+                   (op.empty() || e.message.find(" " + op + " on group") != std::string::npos);
           },
           [&](const RunSummary::Err& e) { return "comm timeout: " + e.message; });
     }
-    out.absent = fmt::format("no {} timed out", x.op.empty() ? "collective" : x.op);
+    out.absent = fmt::format("no {} timed out", op.empty() ? "collective" : op);
     return out;
   }
 };

@@ -39,7 +39,7 @@ class Run {
   Run(const Scenario& s, const RunOptions& o)
       : s_(with_recovery_launcher(s, o.recovery)),
         o_(o),
-        launcher_kind_(launcher_kind(s_.launcher)),
+        launcher_kind_(launcher_kind(s_.topo.launcher)),
         launcher_(launcher_info(launcher_kind_).make()) {}
 
   RunResult go();

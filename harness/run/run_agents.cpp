@@ -44,9 +44,9 @@ void Run::start_agents() {
   faults_->use_agents(agents_.get());
   if (!relaying_) return;  // launcher srun's agents do not relay (rank_control_addr)
   nlohmann::json via = nlohmann::json::object();
-  for (size_t k = 0; k < s_.hosts.size(); ++k) {
+  for (size_t k = 0; k < s_.topo.hosts.size(); ++k) {
     const std::string a = agents_->relay_addr(static_cast<int>(k));
-    via[s_.hosts[k]] = a.empty() ? ctl_addr_ : a;
+    via[s_.topo.hosts[k]] = a.empty() ? ctl_addr_ : a;
   }
   hist_->harness("telemetry_relay", {{"on", kAgentRelay.get()}, {"ranks_send_to", via}});
 }

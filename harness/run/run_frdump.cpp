@@ -68,7 +68,7 @@ Run::FrDumps Run::request_fr_dumps(const std::string& reason, int rank) {
   std::vector<Pending> waiting;
   FrDumps out;
   auto& [signalled, dumped, frozen, missing, not_taking] = out;
-  for (int r = 0; r < s_.ranks; ++r) {
+  for (int r = 0; r < s_.topo.ranks; ++r) {
     if (rank >= 0 && r != rank) continue;
     const std::string rdir = fmt::format("{}/ranks/rank{}", dir_, r);
     std::ifstream in(rdir + "/fr_dump_on_signal");

@@ -49,8 +49,8 @@ std::string harness_program() {
 // Runs the command with the run directory as its working directory, its output in
 // RUN_DIR/after_prepare.log; a command that fails ends the run before any rank starts.
 void Run::run_after_prepare() {
-  if (s_.after_prepare.empty()) return;
-  std::vector<std::string> argv = s_.after_prepare;
+  if (s_.side_runs.after_prepare.empty()) return;
+  std::vector<std::string> argv = s_.side_runs.after_prepare;
   argv[0] = tool_path(argv[0]);
   const std::string log = dir_ + "/after_prepare.log";
   posix_spawn_file_actions_t fa;
@@ -73,23 +73,24 @@ void Run::run_after_prepare() {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
   const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  hist_->harness("after_prepare",
-                 {{"argv", s_.after_prepare}, {"status", code}, {"seconds", secs}, {"log", log}});
+  hist_->harness(
+      "after_prepare",
+      {{"argv", s_.side_runs.after_prepare}, {"status", code}, {"seconds", secs}, {"log", log}});
   if (!ok) {
     std::ifstream in(log);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (text.size() > 2000) text = "..." + text.substr(text.size() - 2000);
     raise<Error>("after_prepare [{}] failed with status {} (see {}): {}",
-                 fmt::join(s_.after_prepare, " "), code, log, text);
+                 fmt::join(s_.side_runs.after_prepare, " "), code, log, text);
   }
 }
 
 void Run::start_baseline() {
-  if (s_.baseline_yaml.empty()) return;
+  if (s_.side_runs.baseline_yaml.empty()) return;
   const std::string file = dir_ + "/baseline.yaml";
-  run_dir_.write_atomic("baseline.yaml", s_.baseline_yaml + "\n");
+  run_dir_.write_atomic("baseline.yaml", s_.side_runs.baseline_yaml + "\n");
   const Scenario ref = load_scenario(file);  // a reference that cannot load stops the run here
-  baseline_wait_s_ = 2 * ref.run_timeout_s + 30;
+  baseline_wait_s_ = 2 * ref.timeouts.run_s + 30;
   ProcessSpec p;
   p.name = "baseline";
   p.argv = {harness_program(), "run", file, "--results", dir_, "--run-id", "baseline", "-q"};

@@ -86,7 +86,7 @@ void Run::request_stack_dumps(const std::string& why) {
   std::vector<int> threads, signalled, dumped;
   const std::string when =
       fmt::format("== {} (+{:.3f}s)\n", why, static_cast<double>(hist_->now_ns()) / 1e9);
-  for (int r = 0; r < s_.ranks; ++r) {
+  for (int r = 0; r < s_.topo.ranks; ++r) {
     const std::string rdir = fmt::format("{}/ranks/rank{}", dir_, r);
     const pid_t pid = rank_pid(r);
     if (pid > 1 && descends_from_me(pid)) {

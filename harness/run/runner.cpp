@@ -161,8 +161,8 @@ void Run::all_ranks_ended() {
       if (recovery_timer_) recovery_timer_->cancel();
       hist_->harness("restart", {{"from", d.from},
                                  {"restart", restart_.restarts()},
-                                 {"ranks", s_.ranks},
-                                 {"dp", s_.dp},
+                                 {"ranks", s_.topo.ranks},
+                                 {"dp", s_.topo.dp},
                                  {"args", s_.extra_args}});
       launch_all(d.from);
       return;
@@ -246,8 +246,8 @@ void Run::tick() {
       if (hang_first_ns_ >= 0 && now - hang_first_ns_ >= window) {
         stopping_ = true;
         stop_reason_ = "hang established";
-        hist_->harness("watchdog_stop",
-                       {{"reason", "hang established"}, {"hang_s", s_.expect.hang_s}});
+        hist_->harness("watchdog_stop", {{"reason", "hang established"},
+                                         {"hang_s", oracles::hang_seconds(s_.expect)}});
         request_fr_dumps("hang established");
         request_stack_dumps("hang established");
         io_.stop();
@@ -266,8 +266,8 @@ void Run::fail_fast(int64_t now) {
       launcher_traits().aborts_on_rank_failure) {
     return;
   }
-  const double grace_s =
-      std::max({10.0, s_.comm_timeout_ms / 1000.0 + 5.0, s_.rendezvous_timeout_ms / 1000.0 + 5.0});
+  const double grace_s = std::max(
+      {10.0, s_.timeouts.comm_ms / 1000.0 + 5.0, s_.timeouts.rendezvous_ms / 1000.0 + 5.0});
   if (now - first_failure_ns_ < static_cast<int64_t>(grace_s * 1e9)) return;
   const std::vector<int> killed = launcher_->kill_ranks(*sup_, running_ranks_);
   hist_->harness("teardown_after_failure",
@@ -278,7 +278,7 @@ void Run::fail_fast(int64_t now) {
 void Run::merge_local_files() {
   const auto got = ctl_->received();
   const auto drops = ctl_->dropped();
-  for (int r = 0; r < s_.ranks; ++r) {
+  for (int r = 0; r < s_.topo.ranks; ++r) {
     // The rank wrote this file: it may be a FIFO, hold lines nested past any stack or longer than
     // memory. Each such line is counted with the history's refused events, never fatal.
     const std::string name = fmt::format("ranks/rank{}/events.jsonl", r);
@@ -360,10 +360,10 @@ RunResult Run::go() {
     });
     if (launcher_kind_ == LauncherKind::kSrun) {
       check_allocation();  // Slurm there, the allocation fits the topology (run_agents_srun.cpp)
-    } else if (!s_.hosts.empty()) {
+    } else if (!s_.topo.hosts.empty()) {
       check_hosts(s_);  // every host answers, or nothing is launched
     }
-    if (!s_.prepare_yaml.empty()) run_preparation();
+    if (!s_.side_runs.prepare_yaml.empty()) run_preparation();
     start_control_plane();
     if (!s_.fetch.empty()) start_artifact_hub();  // after the secret: the hub asks for it
     res.control_addr = ctl_addr_;
@@ -387,23 +387,26 @@ RunResult Run::go() {
         }
       }
     });
-    hist_->harness("run_start",
-                   {{"run_id", id_},
-                    {"scenario", s_.name},
-                    {"fix", o_.fix},
-                    {"ranks", s_.ranks},
-                    {"nodes", s_.nodes},
-                    {"layout", {{"dp", s_.dp}, {"tp", s_.tp}, {"pp", s_.pp}, {"zero", s_.zero}}},
-                    {"launcher", s_.launcher},
-                    {"backend", s_.backend},
-                    {"seed", s_.seed},
-                    {"control", ctl_addr_},
-                    {"expect", {{"oracle", s_.expect.oracle}, {"symptom", s_.expect.symptom}}}});
-    if (!s_.launcher_reason.empty()) {  // topology.launcher: auto chose it
+    hist_->harness(
+        "run_start",
+        {{"run_id", id_},
+         {"scenario", s_.name},
+         {"fix", o_.fix},
+         {"ranks", s_.topo.ranks},
+         {"nodes", s_.topo.nodes},
+         {"layout",
+          {{"dp", s_.topo.dp}, {"tp", s_.topo.tp}, {"pp", s_.topo.pp}, {"zero", s_.topo.zero}}},
+         {"launcher", s_.topo.launcher},
+         {"backend", s_.topo.backend},
+         {"seed", s_.seed},
+         {"control", ctl_addr_},
+         {"expect", {{"oracle", s_.expect.oracle}, {"symptom", s_.expect.symptom}}}});
+    if (!s_.topo.launcher_reason.empty()) {  // topology.launcher: auto chose it
       hist_->harness("launcher_choice",
-                     {{"launcher", s_.launcher}, {"reason", s_.launcher_reason}});
+                     {{"launcher", s_.topo.launcher}, {"reason", s_.topo.launcher_reason}});
     }
-    for (auto& p : s_.plans) hist_->harness("fault_armed", {{"plan", p}, {"via", "scenario"}});
+    for (auto& p : s_.faults.plans)
+      hist_->harness("fault_armed", {{"plan", p}, {"via", "scenario"}});
     if (o_.on_ready) o_.on_ready(ctl_addr_, dir_);
     sup_ = std::make_unique<Supervisor>(
         io_,
@@ -423,12 +426,12 @@ RunResult Run::go() {
     if (!stopping_) launch_all(s_.resume ? dir_ + "/checkpoints" : "");
     timeout_ = std::make_unique<boost::asio::steady_timer>(io_);
     timeout_->expires_after(
-        std::chrono::milliseconds(static_cast<int64_t>(s_.run_timeout_s * 1000)));
+        std::chrono::milliseconds(static_cast<int64_t>(s_.timeouts.run_s * 1000)));
     timeout_->async_wait([this](const boost::system::error_code& ec) {
       if (ec) return;
       stopping_ = true;
-      stop_reason_ = fmt::format("run timeout ({} s)", s_.run_timeout_s);
-      hist_->harness("run_timeout", {{"after_s", s_.run_timeout_s}});
+      stop_reason_ = fmt::format("run timeout ({} s)", s_.timeouts.run_s);
+      hist_->harness("run_timeout", {{"after_s", s_.timeouts.run_s}});
       request_stack_dumps(stop_reason_);
       io_.stop();
     });
@@ -474,7 +477,7 @@ RunResult Run::go() {
   v["fix"] = o_.fix;
   if (!res.harness_error.empty()) v["harness_error"] = res.harness_error;
   v["rejected_events"] = hist_->rejected();
-  v["warnings"] = plan_report(s_.plans, history).warnings;  // plans armed that never fired
+  v["warnings"] = plan_report(s_.faults.plans, history).warnings;  // plans armed that never fired
   run_dir_.write_atomic("verdict.json",
                         v.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   res.exit_code = !res.harness_error.empty() ? 2 : outcome_exit_code(res.verdict.outcome);
@@ -499,7 +502,7 @@ void check_runnable_here(const Scenario& scenario) {
     throw ScenarioError(fmt::format("{}: workload.command[0]: {}", scenario.file, why));
   }
   // Below, what the harness's own machine must have (with hosts or srun the ranks' machines do).
-  if (!scenario.hosts.empty() || scenario.launcher == "srun") return;
+  if (!scenario.topo.hosts.empty() || scenario.topo.launcher == "srun") return;
   // As the hide fault checks its library (hide.cpp).
   const std::vector<std::string> have = faults::plugin_libraries();
   for (const auto& p : scenario.plugins) {
@@ -511,7 +514,7 @@ void check_runnable_here(const Scenario& scenario) {
         scenario.file, lib, faults::plugin_dir(), fmt::join(have, ", ")));
   }
   // A cgroup fault applied by the harness itself (the agents apply it with hosts or srun).
-  for (const auto& f : scenario.oop_faults) {
+  for (const auto& f : scenario.faults.oop) {
     try {
       if (f->kind == "memory_limit") {
         faults::check_cgroup_root(faults::memory_cgroup_root(), "FAULTLINE_CGROUP_ROOT", f->kind);
@@ -526,7 +529,7 @@ void check_runnable_here(const Scenario& scenario) {
 
 RunResult run_scenario(const Scenario& scenario, const RunOptions& options) {
   check_runnable_here(scenario);
-  if (scenario.launcher == "mpirun" &&
+  if (scenario.topo.launcher == "mpirun" &&
       options.results_dir.find_first_of(" \t\n\"'") != std::string::npos) {
     // Every rank's files are named in its app-file line, which is split at whitespace.
     throw ConfigError(fmt::format(
@@ -541,13 +544,13 @@ RunResult run_scenario(const Scenario& scenario, const RunOptions& options) {
 Scenario replay_scenario(const std::string& run_dir) {
   Scenario s = load_scenario(run_dir + "/scenario.yaml");
   std::vector<fault::FiredRecord> fired;
-  for (int r = 0; r < s.ranks; ++r) {
+  for (int r = 0; r < s.topo.ranks; ++r) {
     const std::string log = fmt::format("{}/ranks/rank{}/fired.jsonl", run_dir, r);
     if (!fs::exists(log)) continue;
     for (auto& rec : fault::read_fired_log(log)) fired.push_back(std::move(rec));
   }
-  s.plans.clear();
-  if (!fired.empty()) s.plans.push_back(fault::replay_plan(fired));
+  s.faults.plans.clear();
+  if (!fired.empty()) s.faults.plans.push_back(fault::replay_plan(fired));
   s.name += "-replay";
   return s;
 }

@@ -91,13 +91,17 @@ Expect expect(const std::string& oracle) {
   return x;
 }
 
+// An expectation with the oracle's own keys, parsed by the oracle as a scenario's would be.
+Expect expect(const std::string& oracle, const std::string& keys) {
+  return parse_expect_text(fmt::format("{{oracle: {}, {}}}", oracle, keys));
+}
+
 TEST(SkippedSteps, ConsecutiveSkipsOnARankShowTheSymptom) {
   Hist h(2);
   for (int s = 0; s < 3; ++s) h.step(s, 0.02, 0.005, 2.0, true);  // the scale comes down
   for (int s = 3; s < 6; ++s) h.step(s, 0.02, 0.005, 2.0, false);
   for (int s = 6; s < 16; ++s) h.step(s, 0.02, 0.005, 2.0, true);  // then never recovers
-  Expect x = expect("skipped_steps");
-  x.skipped = 8;
+  Expect x = expect("skipped_steps", "skipped: 8");
   const auto v = judge(x, h.finish());
   EXPECT_EQ(v.outcome, "pass") << v.explanation;
   EXPECT_EQ(v.step, 6);  // where the run of skips began
@@ -109,8 +113,7 @@ TEST(SkippedSteps, AFewSkipsWhileTheScaleSettlesAreNoSymptom) {
   Hist h(2);
   for (int s = 0; s < 5; ++s) h.step(s, 0.02, 0.005, 2.0, true);
   for (int s = 5; s < 20; ++s) h.step(s, 0.02, 0.005, 2.0, s % 4 == 0);
-  Expect x = expect("skipped_steps");
-  x.skipped = 8;
+  Expect x = expect("skipped_steps", "skipped: 8");
   const auto v = judge(x, h.finish());
   EXPECT_EQ(v.outcome, "fail");
   EXPECT_NE(v.explanation.find("longest run 5"), std::string::npos) << v.explanation;
@@ -122,17 +125,15 @@ TEST(Baseline, StepsSlowerThanTheReferenceRunShowTheSymptom) {
   Hist h(2);
   for (int s = 0; s < 10; ++s) h.step(s, 0.2, 0.15);
   h.event("harness", -1, "baseline", reference("pass", 2, 10, 0.05, 0.01));
-  Expect x = expect("baseline");
-  x.factor = 2;
+  Expect x = expect("baseline", "factor: 2");
   auto v = judge(x, h.finish());
   EXPECT_EQ(v.outcome, "pass") << v.explanation;
   EXPECT_NE(v.explanation.find("200.0 ms from step 1 vs 50.0 ms"), std::string::npos)
       << v.explanation;
-  x.measure = "collectives";
-  x.factor = 10;
+  x = expect("baseline", "measure: collectives, factor: 10");
   v = judge(x, h.finish());
   EXPECT_EQ(v.outcome, "pass") << v.explanation;  // 150 ms vs 10 ms
-  x.factor = 20;
+  x = expect("baseline", "measure: collectives, factor: 20");
   EXPECT_EQ(judge(x, h.finish()).outcome, "fail");
 }
 
@@ -143,10 +144,7 @@ TEST(Baseline, ARunAsFastAsItsReferenceClearsIt) {
   for (int s = 0; s < 5; ++s) h.step(s, 0.1, 0.001);
   for (int s = 5; s < 12; ++s) h.step(s, 0.15, 0.04);
   h.event("harness", -1, "baseline", reference("pass", 2, 12, 0.15, 0.04));
-  Expect x = expect("baseline");
-  x.measure = "collectives";
-  x.after_step = 5;
-  x.factor = 20;
+  Expect x = expect("baseline", "measure: collectives, after_step: 5, factor: 20");
   x.absent = true;
   const auto v = judge(x, h.finish());
   EXPECT_EQ(v.outcome, "pass") << v.explanation;
@@ -161,10 +159,7 @@ TEST(Baseline, ABurstOfLoadOnSomeStepsIsNotASlowLinkButALiftedFloorIs) {
   for (int s = 0; s < 9; ++s) h.step(s, 0.11, 0.0014);
   for (double c : {0.017, 0.040, 0.054}) h.step(h.next(), 0.25, c);
   h.event("harness", -1, "baseline", reference("pass", 2, 12, 0.11, 0.002));
-  Expect x = expect("baseline");
-  x.measure = "collectives";
-  x.after_step = 8;
-  x.factor = 6;
+  Expect x = expect("baseline", "measure: collectives, after_step: 8, factor: 6");
   x.absent = true;
   auto v = judge(x, h.finish());
   EXPECT_EQ(v.outcome, "pass") << v.explanation;
@@ -183,19 +178,16 @@ TEST(Baseline, LossAndMemoryAgainstTheReference) {
   Hist h(2);
   for (int s = 0; s < 6; ++s) h.step(s, 0.02, 0.005, 9.0 - s * 0.1, false, 300 << 20);
   h.event("harness", -1, "baseline", reference("pass", 2, 6, 0.02, 0.005, 2.0, 100 << 20));
-  Expect x = expect("baseline");
-  x.measure = "loss";
-  x.factor = 2;
+  Expect x = expect("baseline", "measure: loss, factor: 2");
   auto v = judge(x, h.finish());
   EXPECT_EQ(v.outcome, "pass") << v.explanation;  // 8.5 vs 2.0
   EXPECT_NE(v.explanation.find("final loss 8.5 at step 5 vs 2 in the reference run"),
             std::string::npos)
       << v.explanation;
-  x.measure = "memory";
-  x.factor = 2.5;
+  x = expect("baseline", "measure: memory, factor: 2.5");
   v = judge(x, h.finish());
   EXPECT_EQ(v.outcome, "pass") << v.explanation;  // 300 MiB vs 100 MiB
-  x.factor = 4;
+  x = expect("baseline", "measure: memory, factor: 4");
   EXPECT_EQ(judge(x, h.finish()).outcome, "fail");
 }
 
@@ -217,8 +209,7 @@ TEST(Compose, AnyPassesWhenOnePassesAllWhenEveryOnePasses) {
   Hist h(2);
   for (int s = 0; s < 12; ++s) h.step(s, 0.02, 0.005, 2.0, s >= 2);
   const auto history = h.finish();
-  Expect skipped = expect("skipped_steps");
-  skipped.skipped = 5;
+  Expect skipped = expect("skipped_steps", "skipped: 5");
   Expect nonfinite = expect("loss_nonfinite");  // every loss is finite: fails
   Expect any = expect("any");
   any.of = {nonfinite, skipped};
@@ -342,8 +333,8 @@ TEST_F(SideKeys, AfterPrepareRunsOnlyTheProjectsToolsInsideTheRun) {
       write("name: a\nprepare: {workload: {steps: 2}}\n"
             "after_prepare: [fl-ckpt, reshard, --in, prepare/checkpoints, --out, checkpoints, "
             "--dp, \"2\"]\n"));
-  EXPECT_EQ(s.after_prepare.size(), 8u);
-  EXPECT_EQ(s.after_prepare[0], "fl-ckpt");
+  EXPECT_EQ(s.side_runs.after_prepare.size(), 8u);
+  EXPECT_EQ(s.side_runs.after_prepare[0], "fl-ckpt");
   EXPECT_EQ(error_of("name: a\nprepare: {workload: {steps: 2}}\nafter_prepare: [sh, -c, \"rm -rf "
                      "/\"]\n"),
             "s.yaml:3:17: after_prepare[0]: 'sh' is not a tool after_prepare may run (allowed: "
@@ -367,8 +358,8 @@ TEST_F(SideKeys, TheReferenceRunIsTheScenarioWithoutFaultsAndWithItsOverrides) {
                           "faults: [{plan: \"comm.all_reduce=delay(50)\"}]\n"
                           "expect: {oracle: baseline, factor: 1.5}\n"
                           "baseline: {topology: {dp: 4, tp: 1}}\n"));
-  ASSERT_FALSE(s.baseline_yaml.empty());
-  const auto ref = YAML::Load(s.baseline_yaml);
+  ASSERT_FALSE(s.side_runs.baseline_yaml.empty());
+  const auto ref = YAML::Load(s.side_runs.baseline_yaml);
   EXPECT_EQ(ref["name"].as<std::string>(), "a-baseline");
   EXPECT_FALSE(ref["faults"]);
   EXPECT_EQ(ref["topology"]["dp"].as<int>(), 4);
@@ -388,11 +379,11 @@ TEST_F(SideKeys, SetEnvVariableReachesTheRanks) {
   LoadOptions o;
   o.overrides = {"env.NCCL_DEBUG=INFO", "env.FOO_BAR=\"1 2\""};
   const auto s = load_scenario(write("name: a\nenv: {A: b}\n"), o);
-  EXPECT_EQ(s.env.at("NCCL_DEBUG"), "INFO");
-  EXPECT_EQ(s.env.at("FOO_BAR"), "1 2");
-  EXPECT_EQ(s.env.at("A"), "b");
+  EXPECT_EQ(s.env.all.at("NCCL_DEBUG"), "INFO");
+  EXPECT_EQ(s.env.all.at("FOO_BAR"), "1 2");
+  EXPECT_EQ(s.env.all.at("A"), "b");
   const auto none = load_scenario(write("name: a\n"), o);  // no env: map in the file
-  EXPECT_EQ(none.env.at("NCCL_DEBUG"), "INFO");
+  EXPECT_EQ(none.env.all.at("NCCL_DEBUG"), "INFO");
 }
 
 }  // namespace
