@@ -303,8 +303,12 @@ TEST_F(SideKeys, ExpectOfItemsAreExpectMaps) {
       "    - {oracle: skipped_steps, skipped: 6}\n"));
   ASSERT_EQ(s.expect.of.size(), 2u);
   EXPECT_EQ(s.expect.of[1].oracle, "skipped_steps");
-  EXPECT_EQ(s.expect.of[1].skipped, 6);
-  EXPECT_EQ(s.expect.of[0].skipped, 3);      // the schema's default
+  // The item's own key reached its oracle: 6 skips in a row, not the default 3.
+  Hist five(1), six(1);
+  for (int st = 0; st < 5; ++st) five.step(st, 0.02, 0.005, 2.0, true);
+  for (int st = 0; st < 6; ++st) six.step(st, 0.02, 0.005, 2.0, true);
+  EXPECT_EQ(judge(s.expect.of[1], five.finish()).outcome, "fail");
+  EXPECT_EQ(judge(s.expect.of[1], six.finish()).outcome, "pass");
   EXPECT_EQ(s.expect.of[0].symptom, "4.4");  // inherited
   EXPECT_EQ(error_of("name: a\nexpect:\n  oracle: all\n  of:\n    - {oracle: hang, skiped: 2}\n"),
             "s.yaml:5:22: expect.of[0].skiped: unknown key (did you mean 'skipped'?) (allowed "
@@ -372,7 +376,7 @@ TEST_F(SideKeys, TheReferenceRunIsTheScenarioWithoutFaultsAndWithItsOverrides) {
   EXPECT_EQ(error_of("name: a\nexpect: {oracle: baseline}\nbaseline: {worklaod: {steps: 3}}\n"),
             "s.yaml:3:22: baseline.worklaod: unknown key");  // as fix: and prepare: report it
   // A scenario without baseline oracle has no reference run.
-  EXPECT_TRUE(load_scenario(write("name: a\n")).baseline_yaml.empty());
+  EXPECT_TRUE(load_scenario(write("name: a\n")).side_runs.baseline_yaml.empty());
 }
 
 TEST_F(SideKeys, SetEnvVariableReachesTheRanks) {
