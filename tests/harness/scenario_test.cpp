@@ -93,8 +93,8 @@ TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
 TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {
   EXPECT_EQ(error_of("name: a\nexpect: {oracle: hang, colour: red}\n"),
             "s.yaml:2:24: expect.colour: unknown key (allowed here: symptom, oracle, absent, "
-            "within_s, ranks, exit_class, exit_code, pattern, op, hang_s, factor, after_step, "
-            "slowed, skipped, measure, of)");
+            "within_s, ranks, exit_class, exit_code, pattern, hang_s, op, group, factor, "
+            "after_step, slowed, skipped, measure, of)");
 }
 
 TEST_F(ScenarioTest, NumericKeysThatContradictEachOtherAreRefused) {

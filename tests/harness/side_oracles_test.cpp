@@ -205,6 +205,32 @@ TEST(Baseline, NoOrAFailedReferenceCannotDecide) {
       << v.explanation;
 }
 
+// expect.group, declared and parsed in comm_timeout.cpp alone: only a timeout on that group
+// counts, from the flight recorder's entry or from the rank's own error.
+TEST(CommTimeoutOracle, TheGroupNarrowsWhichTimeoutCounts) {
+  Hist fr(2);
+  fr.step(0, 0.02, 0.005);
+  fr.event("rank", 1, "collective",
+           R"({"op":"all_reduce","group":"tp0","state":"timed-out","seq":4})");
+  const auto recorded = fr.finish();
+  EXPECT_EQ(judge(expect("comm_timeout", "group: tp0"), recorded).outcome, "pass");
+  auto v = judge(expect("comm_timeout", "group: dp0"), recorded);
+  EXPECT_EQ(v.outcome, "fail");
+  EXPECT_EQ(v.explanation, "no collective timed out on group dp0");
+  Hist err(2);
+  err.step(0, 0.02, 0.005);
+  err.event("rank", 0, "error",
+            R"({"class":"comm timeout","message":"[rank 0] all_reduce on group 'dp0' (seq 3, )"
+            R"(count 8, dtype float32) did not complete within 100 ms"})");
+  const auto reported = err.finish();
+  v = judge(expect("comm_timeout", "op: all_reduce, group: dp0"), reported);
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_EQ(v.ranks, (std::vector<int>{0}));
+  v = judge(expect("comm_timeout", "op: all_gather, group: dp0"), reported);
+  EXPECT_EQ(v.explanation, "no all_gather timed out on group dp0");
+  EXPECT_EQ(judge(expect("comm_timeout", "group: dp"), reported).outcome, "fail");
+}
+
 TEST(Compose, AnyPassesWhenOnePassesAllWhenEveryOnePasses) {
   Hist h(2);
   for (int s = 0; s < 12; ++s) h.step(s, 0.02, 0.005, 2.0, s >= 2);
@@ -312,8 +338,8 @@ TEST_F(SideKeys, ExpectOfItemsAreExpectMaps) {
   EXPECT_EQ(s.expect.of[0].symptom, "4.4");  // inherited
   EXPECT_EQ(error_of("name: a\nexpect:\n  oracle: all\n  of:\n    - {oracle: hang, skiped: 2}\n"),
             "s.yaml:5:22: expect.of[0].skiped: unknown key (did you mean 'skipped'?) (allowed "
-            "here: symptom, oracle, absent, within_s, ranks, exit_class, exit_code, pattern, op, "
-            "hang_s, factor, after_step, slowed, skipped, measure, of)");
+            "here: symptom, oracle, absent, within_s, ranks, exit_class, exit_code, pattern, "
+            "hang_s, op, group, factor, after_step, slowed, skipped, measure, of)");
   EXPECT_EQ(error_of("name: a\nexpect:\n  oracle: all\n  of:\n    - {oracle: fast}\n"),
             "s.yaml:5:16: expect.of[0].oracle: 'fast' is not allowed (allowed: completed, "
             "exit_class, error_signature, hang, comm_timeout, loss_nonfinite, loss_divergence, "
