@@ -318,7 +318,7 @@ struct AgentHub::Impl final : public pb::Agents::Service {
 };
 
 AgentHub::AgentHub(const Scenario& s, std::string run_dir, History& hist, std::string secret)
-    : AgentHub(s, s.hosts, std::move(run_dir), hist, std::move(secret)) {}
+    : AgentHub(s, s.topo.hosts, std::move(run_dir), hist, std::move(secret)) {}
 
 AgentHub::AgentHub(const Scenario& s, std::vector<std::string> hosts, std::string run_dir,
                    History& hist, std::string secret)
@@ -332,7 +332,7 @@ grpc::Service* AgentHub::service() {
 }
 
 void check_control_reach(const Scenario& s, const std::string& addr) {
-  if (addr.rfind("unix:", 0) == 0 || !s.hosts.empty() || s.launcher == "srun") return;
+  if (addr.rfind("unix:", 0) == 0 || !s.topo.hosts.empty() || s.topo.launcher == "srun") return;
   std::string host = addr.substr(0, addr.rfind(':'));
   if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   if (host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost") return;
@@ -361,7 +361,7 @@ std::vector<std::string> agent_words(const std::string& host, const std::string&
 
 std::vector<std::string> agent_command(const Scenario& s, int node, const std::string& exe,
                                        const std::string& control_addr, const std::string& dir) {
-  const std::string& host = s.hosts.at(static_cast<size_t>(node));
+  const std::string& host = s.topo.hosts.at(static_cast<size_t>(node));
   return on_host(s, host, agent_words(host, exe, control_addr, dir));
 }
 
@@ -473,7 +473,7 @@ std::string AgentHub::relay_addr(int node) const {
 
 int AgentHub::command_ranks(int rank, const faultline::v1::WorkerCommand& worker) {
   const int nodes = static_cast<int>(impl_->conns.size());
-  const int per_node = nodes > 0 ? std::max(1, impl_->s.ranks / nodes) : 1;
+  const int per_node = nodes > 0 ? std::max(1, impl_->s.topo.ranks / nodes) : 1;
   int n = 0;
   for (int k = 0; k < nodes; ++k) {
     if (rank >= 0 && rank / per_node != k) continue;

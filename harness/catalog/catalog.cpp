@@ -72,12 +72,12 @@ std::vector<CatalogEntry> load_catalog(const std::string& catalog_file,
   }
   for (const auto& f : scenario_files_under(scenarios_dir)) {
     Scenario sc = load_scenario(f);
-    const std::string sym = !sc.ref_symptom.empty() ? sc.ref_symptom : sc.expect.symptom;
+    const std::string sym = !sc.ref.symptom.empty() ? sc.ref.symptom : sc.expect.symptom;
     if (sym.empty()) continue;
     auto e = std::find_if(out.begin(), out.end(), [&](auto& c) { return c.id == sym; });
     if (e == out.end()) continue;  // load_scenario already checked it against the taxonomy
-    e->scenarios.push_back({f, sc.name, sym, sc.ref_root_cause, sc.ref_fix_pattern, sc.ref_issue,
-                            sc.has_fix, sc.ref_kind, sc.ref_pr, sc.ref_mechanism});
+    e->scenarios.push_back({f, sc.name, sym, sc.ref.root_cause, sc.ref.fix_pattern, sc.ref.issue,
+                            sc.has_fix, sc.ref.kind, sc.ref.pr, sc.ref.mechanism});
   }
   return out;
 }

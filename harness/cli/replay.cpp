@@ -20,7 +20,7 @@ struct ReplayArgs {
 int replay(ReplayArgs& a) {
   const auto s = fl::harness::replay_scenario(a.run_dir);
   std::printf("replaying %s with plan: %s\n", a.run_dir.c_str(),
-              s.plans.empty() ? "(nothing fired)" : s.plans[0].c_str());
+              s.faults.plans.empty() ? "(nothing fired)" : s.faults.plans[0].c_str());
   a.ro.print_events = true;
   return fl::harness::run_scenario(s, a.ro).exit_code;
 }

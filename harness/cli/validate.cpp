@@ -26,7 +26,7 @@ int validate(const ValidateArgs& a) {
     em << s.resolved;
     std::printf("%s\n", em.c_str());
   } else {
-    std::printf("%s: ok (%s, %d ranks, oracle %s)\n", a.scenario.c_str(), s.name.c_str(), s.ranks,
+    std::printf("%s: ok (%s, %d ranks, oracle %s)\n", a.scenario.c_str(), s.name.c_str(), s.topo.ranks,
                 s.expect.oracle.c_str());
   }
   return 0;

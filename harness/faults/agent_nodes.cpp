@@ -11,14 +11,14 @@
 namespace fl::harness::faults {
 
 bool slurm_places_ranks(const Scenario& s) {
-  return s.launcher == "srun" && s.hosts.empty();
+  return s.topo.launcher == "srun" && s.topo.hosts.empty();
 }
 
 std::vector<int> fault_nodes(const Host& h, int rank) {
   std::vector<int> nodes;
-  if (!h.s.hosts.empty()) {
+  if (!h.s.topo.hosts.empty()) {
     if (rank >= 0) return {host_of_rank(h.s, rank)};
-    for (size_t k = 0; k < h.s.hosts.size(); ++k) nodes.push_back(static_cast<int>(k));
+    for (size_t k = 0; k < h.s.topo.hosts.size(); ++k) nodes.push_back(static_cast<int>(k));
   } else if (slurm_places_ranks(h.s)) {
     // The harness's own machine is none of the nodes srun starts the ranks on: acting there
     // would change nothing the ranks see.
@@ -35,7 +35,7 @@ std::vector<int> fault_nodes(const Host& h, int rank) {
 }
 
 std::string node_name(const Host& h, int node) {
-  if (!h.s.hosts.empty()) return h.s.hosts.at(static_cast<size_t>(node));
+  if (!h.s.topo.hosts.empty()) return h.s.topo.hosts.at(static_cast<size_t>(node));
   return h.box.agents() ? h.box.agents()->name(node) : std::to_string(node);
 }
 

@@ -199,7 +199,7 @@ class CpuQuotaKind : public FaultKind {
     if (!item["rank"] || item["rank"].as<int>() < 0) {
       loader::fail_at(c.file, item, c.at + ".rank", "a CPU quota needs a rank (0 or more)");
     }
-    if (!launcher_has_rank_processes(c.s.launcher) && c.s.hosts.empty() &&
+    if (!launcher_has_rank_processes(c.s.topo.launcher) && c.s.topo.hosts.empty() &&
         !slurm_places_ranks(c.s)) {
       loader::fail_at(c.file, item, c.at + ".cpu_quota",
                       "a per-rank CPU quota needs topology.launcher: " + rank_process_launchers() +

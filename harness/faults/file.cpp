@@ -39,7 +39,7 @@ class FileFault : public FaultOf<FileFault> {
   std::string tag;  // names this damage to that agent
 
   bool inject(Host& h, const Progress* p, When) override {
-    if (!h.s.hosts.empty()) return inject_on_host(h, std::max(0, host_of_rank(h.s, rank)));
+    if (!h.s.topo.hosts.empty()) return inject_on_host(h, std::max(0, host_of_rank(h.s, rank)));
     if (slurm_places_ranks(h.s) && h.box.agents()) {
       // Slurm placed the ranks: the agent of the node where the rank runs (the first node's
       // without a rank), found as signal faults find it.

@@ -35,8 +35,8 @@ class HideFault : public FaultOf<HideFault> {
   }
 
   void setup(Host& h) override {
-    if (!h.s.hosts.empty()) return setup_on_hosts(h);
-    for (int r = 0; r < h.s.ranks; ++r) {
+    if (!h.s.topo.hosts.empty()) return setup_on_hosts(h);
+    for (int r = 0; r < h.s.topo.ranks; ++r) {
       // The first hide fault links every library for every rank.
       if (rank >= 0 && rank != r) {
         link_plugins(h.plugin_dir, links(h, r));
@@ -52,7 +52,7 @@ class HideFault : public FaultOf<HideFault> {
   // topology.hosts: the agent of each target rank's host links the rank's plugin directory to the
   // plugin directory as that host has it, less the library (a node without the package).
   void setup_on_hosts(Host& h) {
-    for (int r = 0; r < h.s.ranks; ++r) {
+    for (int r = 0; r < h.s.topo.ranks; ++r) {
       if (rank >= 0 && rank != r) continue;
       const int node = host_of_rank(h.s, r);
       const std::string host = node_name(h, node);

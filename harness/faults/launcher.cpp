@@ -78,8 +78,8 @@ class LauncherKind : public FaultKind {
     const auto n = item["launcher"];
     f->starts = loader::opt<std::string>(n, "starts", "one");
     f->devices = loader::opt<std::string>(n, "devices", "cuda");
-    f->per_node = c.s.ranks / std::max(1, c.s.nodes);
-    if (f->starts == "node" && c.s.launcher != "local") {
+    f->per_node = c.s.topo.ranks / std::max(1, c.s.topo.nodes);
+    if (f->starts == "node" && c.s.topo.launcher != "local") {
       // Under mpirun every child would take the MPI identity of the process that started it.
       loader::fail_at(c.file, n["starts"], c.at + ".launcher.starts",
                       "starts: node needs topology.launcher: local (under mpirun the extra "

@@ -264,12 +264,12 @@ class MemoryLimitKind : public FaultKind {
     if (!item["rank"] || item["rank"].as<int>() < 0) {
       loader::fail_at(c.file, item, c.at + ".rank", "a memory limit needs a rank (0 or more)");
     }
-    if ((!c.s.hosts.empty() || c.s.launcher == "srun") && f->arena_bytes > 0) {
+    if ((!c.s.topo.hosts.empty() || c.s.topo.launcher == "srun") && f->arena_bytes > 0) {
       loader::fail_at(c.file, item["device_arena"], c.at + ".device_arena",
                       "a device arena is not supported with topology.hosts or launcher srun (the "
                       "harness would hold it on its own machine); leave device_arena out");
     }
-    if (!launcher_has_rank_processes(c.s.launcher) && c.s.hosts.empty() &&
+    if (!launcher_has_rank_processes(c.s.topo.launcher) && c.s.topo.hosts.empty() &&
         !slurm_places_ranks(c.s)) {
       loader::fail_at(
           c.file, item, c.at + ".memory_limit",

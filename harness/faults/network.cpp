@@ -52,7 +52,7 @@ class NetworkFault : public FaultOf<NetworkFault> {
     } else {
       rules = true;
       std::vector<int> peers;
-      for (int k = 0; k < h.s.nodes; ++k) {
+      for (int k = 0; k < h.s.topo.nodes; ++k) {
         if (k == node || (peer >= 0 && k != peer)) continue;
         rule(h, {"-d", h.box.ip(k)});
         rule(h, {"-s", h.box.ip(k)});
@@ -61,8 +61,8 @@ class NetworkFault : public FaultOf<NetworkFault> {
       d["peers"] = peers;
       line = fmt::format("node {} cut from node(s) {} ({})", node, fmt::join(peers, ","), action);
     }
-    if (!h.s.hosts.empty()) {
-      d["host"] = h.s.hosts.at(static_cast<size_t>(node));
+    if (!h.s.topo.hosts.empty()) {
+      d["host"] = h.s.topo.hosts.at(static_cast<size_t>(node));
       d["via"] = h.box.via(node);  // the host's agent, or the rsh agent
     }
     h.record("network", d, -1, line);
@@ -148,38 +148,38 @@ class NetworkKind : public FaultKind {
     f->rate = loader::opt<std::string>(n, "rate", "1mbit");
     if (n["rate"]) loader::check_tc_rate(c.file, n["rate"], c.at + ".network.rate");
     for (auto [key, v] : {std::pair{"node", f->node}, std::pair{"peer", f->peer}}) {
-      if (v >= c.s.nodes) {
+      if (v >= c.s.topo.nodes) {
         loader::fail_at(c.file, n[key] ? n[key] : n, c.at + ".network." + key,
                         fmt::format("node {} does not exist (allowed 0-{}; topology.nodes is {})",
-                                    v, c.s.nodes - 1, c.s.nodes));
+                                    v, c.s.topo.nodes - 1, c.s.topo.nodes));
       }
     }
     if (f->peer == f->node) {
       loader::fail_at(c.file, n["peer"], c.at + ".network.peer", "the peer must be another node");
     }
-    if (f->action != "bandwidth" && c.s.nodes < 2 && !f->store) {
+    if (f->action != "bandwidth" && c.s.topo.nodes < 2 && !f->store) {
       loader::fail_at(c.file, n, c.at + ".network",
                       "cutting links needs topology.nodes >= 2 (or store: true)");
     }
-    if (!c.s.hosts.empty()) {
+    if (!c.s.topo.hosts.empty()) {
       // Between hosts (topology.hosts): the rules go on the hosts themselves.
-      for (size_t k = 0; k < c.s.hosts.size(); ++k) {
-        if (c.s.host_addrs[k].empty()) {
+      for (size_t k = 0; k < c.s.topo.hosts.size(); ++k) {
+        if (c.s.topo.host_addrs[k].empty()) {
           loader::fail_at(c.file, n, c.at + ".network",
                           fmt::format("network faults between hosts need every host's address "
                                       "(topology.hosts[{}] is {}; allowed: NAME=ADDRESS)",
-                                      k, c.s.hosts[k]));
+                                      k, c.s.topo.hosts[k]));
         }
       }
       return f;
     }
-    if (!launcher_has_rank_processes(c.s.launcher)) {
+    if (!launcher_has_rank_processes(c.s.topo.launcher)) {
       loader::fail_at(c.file, n, c.at + ".network",
                       fmt::format("network faults need topology.launcher: {} ({} starts every rank "
                                   "in one network namespace), or topology.hosts",
-                                  rank_process_launchers(), c.s.launcher));
+                                  rank_process_launchers(), c.s.topo.launcher));
     }
-    c.s.network = "namespaces";
+    c.s.topo.network = "namespaces";
     return f;
   }
 };

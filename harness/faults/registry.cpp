@@ -83,10 +83,10 @@ std::unique_ptr<Fault> parse_fault(const ParseContext& c, const YAML::Node& item
   f->rank = item["rank"] ? item["rank"].as<int>() : -1;
   f->step = item["step"] ? item["step"].as<int64_t>() : 0;
   f->restart = item["restart"] && item["restart"].as<bool>();
-  if (f->rank >= c.s.ranks) {
+  if (f->rank >= c.s.topo.ranks) {
     loader::fail_at(
         c.file, item["rank"], c.at + ".rank",
-        fmt::format("rank {} does not exist (allowed -1, 0-{})", f->rank, c.s.ranks - 1));
+        fmt::format("rank {} does not exist (allowed -1, 0-{})", f->rank, c.s.topo.ranks - 1));
   }
   const auto allowed = kind.allowed_at();
   if (item["at"]) {

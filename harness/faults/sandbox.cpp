@@ -74,7 +74,7 @@ pid_t Sandbox::spawn_holder(const std::string& name, const std::vector<std::stri
 }
 
 std::vector<std::string> Sandbox::in_net(int node, std::vector<std::string> argv) const {
-  if (!s_.hosts.empty()) return on_host(s_, s_.hosts.at(static_cast<size_t>(node)), argv);
+  if (!s_.topo.hosts.empty()) return on_host(s_, s_.topo.hosts.at(static_cast<size_t>(node)), argv);
   const pid_t holder = node < 0 ? hub_ : node_holders_.at(static_cast<size_t>(node));
   argv.insert(argv.begin(), {"nsenter", fmt::format("--net=/proc/{}/ns/net", holder)});
   return argv;
@@ -90,7 +90,7 @@ std::vector<std::string> Sandbox::in_mount(std::vector<std::string> argv) {
 }
 
 void Sandbox::setup_network() {
-  if (!s_.hosts.empty()) return setup_hosts();
+  if (!s_.topo.hosts.empty()) return setup_hosts();
   const auto t0 = std::chrono::steady_clock::now();
   hub_ = spawn_holder("netns hub", {"--net"});
   wait_for_namespace(hub_, "net");
@@ -98,7 +98,7 @@ void Sandbox::setup_network() {
   run_tool(in_net(-1, {"ip", "link", "add", "br0", "type", "bridge"}));
   run_tool(in_net(-1, {"ip", "addr", "add", fmt::format("{}.254/24", kSubnet), "dev", "br0"}));
   run_tool(in_net(-1, {"ip", "link", "set", "br0", "up"}));
-  for (int k = 0; k < s_.nodes; ++k) {
+  for (int k = 0; k < s_.topo.nodes; ++k) {
     const pid_t h = spawn_holder(fmt::format("netns node{}", k), {"--net"});
     node_holders_.push_back(h);
     wait_for_namespace(h, "net");
@@ -117,20 +117,21 @@ void Sandbox::setup_network() {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::vector<std::string> ips;
-  for (int k = 0; k < s_.nodes; ++k) ips.push_back(node_ip(k));
-  hist_.harness("network_setup", {{"nodes", s_.nodes},
+  for (int k = 0; k < s_.topo.nodes; ++k) ips.push_back(node_ip(k));
+  hist_.harness("network_setup", {{"nodes", s_.topo.nodes},
                                   {"addresses", ips},
                                   {"bridge", fmt::format("{}.254", kSubnet)},
                                   {"setup_ms", ms}});
 }
 
 std::string Sandbox::master_addr() const {
-  if (!s_.hosts.empty()) return s_.host_addrs[0].empty() ? s_.hosts[0] : s_.host_addrs[0];
+  if (!s_.topo.hosts.empty())
+    return s_.topo.host_addrs[0].empty() ? s_.topo.hosts[0] : s_.topo.host_addrs[0];
   return has_network() ? node_ip(0) : "127.0.0.1";
 }
 
 std::string Sandbox::ip(int node) const {
-  if (!s_.hosts.empty()) return s_.host_addrs.at(static_cast<size_t>(node));
+  if (!s_.topo.hosts.empty()) return s_.topo.host_addrs.at(static_cast<size_t>(node));
   return node_ip(node);
 }
 
@@ -141,7 +142,7 @@ std::string Sandbox::device(int node) const {
 void Sandbox::adjust_rank(int rank, ProcessSpec& spec,
                           std::map<std::string, std::string>& env) const {
   if (!node_holders_.empty()) {
-    const int per_node = s_.ranks / s_.nodes;
+    const int per_node = s_.topo.ranks / s_.topo.nodes;
     spec.namespaces.push_back(
         fmt::format("/proc/{}/ns/net", node_holders_.at(static_cast<size_t>(rank / per_node))));
     join_network(env);

@@ -22,16 +22,16 @@ nlohmann::json HostAgents::host_fault(int node, const HostFaultOp& op) {
 }
 
 int host_of_rank(const Scenario& s, int rank) {
-  if (s.hosts.empty() || rank < 0) return -1;
-  const int per_host = std::max(1, s.ranks / static_cast<int>(s.hosts.size()));
-  return std::min(rank / per_host, static_cast<int>(s.hosts.size()) - 1);
+  if (s.topo.hosts.empty() || rank < 0) return -1;
+  const int per_host = std::max(1, s.topo.ranks / static_cast<int>(s.topo.hosts.size()));
+  return std::min(rank / per_host, static_cast<int>(s.topo.hosts.size()) - 1);
 }
 
 void Sandbox::setup_hosts() {
   const auto t0 = std::chrono::steady_clock::now();
   // One chain per run (28 characters at most): two runs on the same hosts never share rules.
   chain_ = fmt::format("FL-{:012x}", std::hash<std::string>{}(dir_)&0xffffffffffffULL);
-  for (size_t k = 0; k < s_.hosts.size(); ++k) {
+  for (size_t k = 0; k < s_.topo.hosts.size(); ++k) {
     const int node = static_cast<int>(k);
     // The device that carries the host's address is where a rate limit goes.
     const std::string out = run_on(node, {"ip", "-o", "addr", "show", "to", ip(node)});
@@ -42,7 +42,7 @@ void Sandbox::setup_hosts() {
       raise<Error>(
           "host {} has no interface with address {} (topology.hosts: give the address "
           "the hosts reach each other on)",
-          s_.hosts[k], ip(node));
+          s_.topo.hosts[k], ip(node));
     }
     if (auto at = dev.find('@'); at != std::string::npos) dev.resize(at);  // eth0@if12
     run_on(node, {"iptables", "-N", chain_});
@@ -60,11 +60,11 @@ void Sandbox::setup_hosts() {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::vector<std::string> vias;
-  for (size_t k = 0; k < s_.hosts.size(); ++k) vias.push_back(via(static_cast<int>(k)));
-  hist_.harness("network_setup", {{"nodes", s_.nodes},
+  for (size_t k = 0; k < s_.topo.hosts.size(); ++k) vias.push_back(via(static_cast<int>(k)));
+  hist_.harness("network_setup", {{"nodes", s_.topo.nodes},
                                   {"via", vias},
-                                  {"hosts", s_.hosts},
-                                  {"addresses", s_.host_addrs},
+                                  {"hosts", s_.topo.hosts},
+                                  {"addresses", s_.topo.host_addrs},
                                   {"devices", host_devs_},
                                   {"chain", chain_},
                                   {"setup_ms", ms}});
@@ -72,13 +72,13 @@ void Sandbox::setup_hosts() {
 
 std::string Sandbox::run_on(int node, const std::vector<std::string>& argv) const {
   // Only hosts' tools go through agents (srun's agents without hosts sit on Slurm's nodes).
-  if (agents_ && !s_.hosts.empty() && node >= 0 && agents_->up(node))
+  if (agents_ && !s_.topo.hosts.empty() && node >= 0 && agents_->up(node))
     return agents_->run(node, argv);
   return run_tool(in_net(node, argv));
 }
 
 std::string Sandbox::via(int node) const {
-  if (s_.hosts.empty()) return "netns";
+  if (s_.topo.hosts.empty()) return "netns";
   return agents_ && agents_->up(node) ? "agent" : "rsh";
 }
 
@@ -94,7 +94,7 @@ void Sandbox::remove_host_chains() {
     // already gone is removed, not an error.
     try {
       if (run_on(node, {"iptables", "-S"}).find("-N " + chain_ + "\n") == std::string::npos) {
-        gone.push_back(s_.hosts[k]);
+        gone.push_back(s_.topo.hosts[k]);
         ++removed;
         continue;
       }
@@ -111,7 +111,7 @@ void Sandbox::remove_host_chains() {
         run_on(node, argv);
         if (argv[1] == "-X") ++removed;
       } catch (const std::exception& e) {
-        errors.push_back(fmt::format("{}: {}", s_.hosts[k], e.what()));
+        errors.push_back(fmt::format("{}: {}", s_.topo.hosts[k], e.what()));
       }
     }
   }

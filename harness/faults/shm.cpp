@@ -32,7 +32,7 @@ class ShmFault : public FaultOf<ShmFault> {
 
   nlohmann::json params() const override { return {{"size_bytes", bytes}}; }
   void setup(Host& h) override {
-    if (!h.s.hosts.empty()) return setup_on_hosts(h);
+    if (!h.s.topo.hosts.empty()) return setup_on_hosts(h);
     // A fresh tmpfs over /dev/shm inside the run's private mount namespace: the host's /dev/shm
     // and everything in it stay as they were.
     run_tool(h.box.in_mount(shm_mount_argv(bytes)));

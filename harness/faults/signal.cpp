@@ -24,13 +24,14 @@ class SignalFault : public FaultOf<SignalFault> {
     nlohmann::json d = {{"signal", "SIG" + signal}, {"pid", pid}, {"at_step", at_step}};
     bool ok = false;
     // With hosts the rank's pid is one on its host: that host's agent sends the signal.
-    const int per_host = h.s.hosts.empty() ? 0 : h.s.ranks / static_cast<int>(h.s.hosts.size());
+    const int per_host =
+        h.s.topo.hosts.empty() ? 0 : h.s.topo.ranks / static_cast<int>(h.s.topo.hosts.size());
     const int node = per_host > 0 ? rank / per_host : -1;
     if (node >= 0 && h.box.agents() && h.box.agents()->up(node)) {
       std::string why;
       ok = h.box.agents()->signal(node, rank, pid, sig, why);
       d["via"] = "agent";
-      d["host"] = h.s.hosts.at(static_cast<size_t>(node));
+      d["host"] = h.s.topo.hosts.at(static_cast<size_t>(node));
       if (!ok) d["why"] = why;
     } else if (node < 0 && h.box.agents() && h.box.agents()->up(0)) {
       // launcher srun without hosts: Slurm placed the rank; the agent on its node signals it.

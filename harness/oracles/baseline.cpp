@@ -11,10 +11,19 @@
 #include "base/stats.hpp"
 #include "harness/oracles/oracle.hpp"
 
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
+
 namespace fl::harness::oracles {
 namespace {
 
 constexpr double kFloor = 50e-6;  // below 50 us is timer noise, not a reference
+
+struct BaselineParams : OracleParams {
+  // What is compared with the reference run (throughput, collectives, loss, memory).
+  std::string measure = "throughput";
+  double factor = 2;
+  int64_t after_step = -1;
+};
 
 struct Measured {
   double value = 0;
@@ -34,11 +43,12 @@ struct Measured {
 // over the ranks of the last step's loss (infinite when one is not finite). Memory: the highest
 // memory in use (mem_peak, else mem_current) of any rank.
 std::optional<Measured> measure(const Expect& x, const std::vector<RunSummary::Step>& steps) {
+  const auto& p = params<BaselineParams>(x);
   std::map<int64_t, std::vector<const RunSummary::Step*>> by_step;
   for (const auto& s : steps) by_step[s.step].push_back(&s);
   if (by_step.empty()) return std::nullopt;
   Measured m;
-  if (x.measure == "loss") {
+  if (p.measure == "loss") {
     const auto& last = by_step.rbegin()->second;
     double sum = 0;
     for (const auto* s : last) sum += s->loss ? *s->loss : std::numeric_limits<double>::infinity();
@@ -49,7 +59,7 @@ std::optional<Measured> measure(const Expect& x, const std::vector<RunSummary::S
     m.unit = "loss";
     return m;
   }
-  if (x.measure == "memory") {
+  if (p.measure == "memory") {
     int64_t peak = -1;
     for (const auto& s : steps) peak = std::max({peak, s.mem_current, s.mem_peak});
     if (peak < 0) return std::nullopt;
@@ -60,12 +70,12 @@ std::optional<Measured> measure(const Expect& x, const std::vector<RunSummary::S
     m.unit = "bytes";
     return m;
   }
-  const int64_t start = x.after_step >= 0 ? x.after_step : by_step.begin()->first + 1;
+  const int64_t start = p.after_step >= 0 ? p.after_step : by_step.begin()->first + 1;
   std::vector<double> per_step;
   for (auto& [st, v] : by_step) {
     if (st < start) continue;
     std::vector<double> t;
-    for (const auto* s : v) t.push_back(x.measure == "collectives" ? s->comm : s->interval);
+    for (const auto* s : v) t.push_back(p.measure == "collectives" ? s->comm : s->interval);
     per_step.push_back(stats::lower_median(t));
     if (m.first < 0) {
       m.first = st;
@@ -74,7 +84,7 @@ std::optional<Measured> measure(const Expect& x, const std::vector<RunSummary::S
     }
   }
   if (per_step.size() < 2) return std::nullopt;
-  m.value = x.measure == "collectives" ? *std::min_element(per_step.begin(), per_step.end())
+  m.value = p.measure == "collectives" ? *std::min_element(per_step.begin(), per_step.end())
                                        : stats::upper_median(per_step);
   m.steps = per_step.size();
   m.unit = "s";
@@ -97,7 +107,26 @@ Finding unknown(std::string why) {
 class Baseline : public Oracle {
  public:
   std::string name() const override { return "baseline"; }
+  std::vector<KeySpec> keys() const override {
+    return {{"expect.measure",
+             KeyType::kEnum,
+             "throughput",
+             "baseline: what is compared with the reference run: throughput (time per step), "
+             "collectives (time in collectives per step), loss (final loss) or memory (peak "
+             "memory in use); the symptom shows when the run's is `factor` x the reference's",
+             {"throughput", "collectives", "loss", "memory"}},
+            factor_key(),
+            after_step_key()};
+  }
+  std::shared_ptr<const OracleParams> parse(const ExpectContext& c) const override {
+    auto p = std::make_shared<BaselineParams>();
+    p->measure = c.e["measure"].as<std::string>();
+    p->factor = c.e["factor"].as<double>();
+    p->after_step = c.e["after_step"].as<int64_t>();
+    return p;
+  }
   Finding check(const Expect& x, const RunSummary& f) const override {
+    const auto& p = params<BaselineParams>(x);
     const auto& ref = f.reference;
     if (!ref.present) {
       return unknown("no reference run in the history (the baseline oracle needs one)");
@@ -107,9 +136,9 @@ class Baseline : public Oracle {
                                  ref.outcome.empty() ? "no verdict" : ref.outcome, ref.explanation,
                                  ref.run_dir));
     }
-    const char* what = x.measure == "throughput"    ? "time per step"
-                       : x.measure == "collectives" ? "time in collectives per step"
-                       : x.measure == "loss"        ? "final loss"
+    const char* what = p.measure == "throughput"    ? "time per step"
+                       : p.measure == "collectives" ? "time in collectives per step"
+                       : p.measure == "loss"        ? "final loss"
                                                     : "peak memory in use";
     const auto run = measure(x, f.steps);
     const auto base = measure(x, ref.steps);
@@ -118,22 +147,22 @@ class Baseline : public Oracle {
                                  run ? run->steps : 0, base ? base->steps : 0));
     }
     double ratio = 0;
-    if (x.measure == "loss") {
+    if (p.measure == "loss") {
       ratio = !std::isfinite(run->value)    ? std::numeric_limits<double>::infinity()
               : !std::isfinite(base->value) ? 0.0
                                             : run->value / std::max(1e-12, std::abs(base->value));
     } else {
-      const double floor = x.measure == "memory" ? 1.0 : kFloor;
+      const double floor = p.measure == "memory" ? 1.0 : kFloor;
       ratio = std::max(floor, run->value) / std::max(floor, base->value);
     }
-    const std::string from = x.measure == "loss"     ? fmt::format(" at step {}", run->first)
-                             : x.measure == "memory" ? std::string()
+    const std::string from = p.measure == "loss"     ? fmt::format(" at step {}", run->first)
+                             : p.measure == "memory" ? std::string()
                                                      : fmt::format(" from step {}", run->first);
     const std::string text =
         fmt::format("{} {}{} vs {} in the reference run ({:.1f}x; threshold {}x)", what, show(*run),
-                    from, show(*base), ratio, x.factor);
+                    from, show(*base), ratio, p.factor);
     Finding out;
-    if (ratio >= x.factor) {
+    if (ratio >= p.factor) {
       std::vector<int> ranks;
       for (const auto& s : f.steps) {
         if (rank_ok(x, s.rank) && !std::count(ranks.begin(), ranks.end(), s.rank)) {

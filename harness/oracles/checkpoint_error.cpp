@@ -8,6 +8,10 @@ namespace {
 class CheckpointError : public Oracle {
  public:
   std::string name() const override { return "checkpoint_error"; }
+  std::vector<KeySpec> keys() const override { return {pattern_key()}; }
+  std::shared_ptr<const OracleParams> parse(const ExpectContext& c) const override {
+    return parse_pattern(c);
+  }
   Finding check(const Expect& x, const RunSummary& f) const override {
     return error_of(x, f, "checkpoint", "a checkpoint error");
   }

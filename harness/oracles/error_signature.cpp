@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "harness/oracles/oracle.hpp"
+#include "harness/scenario/loader.hpp"
 
 namespace fl::harness::oracles {
 namespace {
@@ -12,16 +13,26 @@ namespace {
 class ErrorSignature : public Oracle {
  public:
   std::string name() const override { return "error_signature"; }
+  std::vector<KeySpec> keys() const override { return {pattern_key()}; }
+  std::shared_ptr<const OracleParams> parse(const ExpectContext& c) const override {
+    auto p = parse_pattern(c);
+    if (static_cast<const PatternParams&>(*p).pattern.empty()) {
+      loader::fail_at(c.file, c.doc ? c.doc : c.e, c.path + ".pattern",
+                      "the error_signature oracle needs a pattern");
+    }
+    return p;
+  }
   Finding check(const Expect& x, const RunSummary& f) const override {
+    const std::string& pattern = params<PatternParams>(x).pattern;
     Finding out;
     std::regex re;
     try {
-      re = std::regex(x.pattern, std::regex::ECMAScript);
+      re = std::regex(pattern, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
       Verdict v;
       v.outcome = "unknown";
       v.explanation =
-          fmt::format("expect.pattern '{}' is not a valid regex: {}", x.pattern, e.what());
+          fmt::format("expect.pattern '{}' is not a valid regex: {}", pattern, e.what());
       out.verdict = v;
       return out;
     }
@@ -36,7 +47,7 @@ class ErrorSignature : public Oracle {
           x, f.errors, [&](const RunSummary::Err& e) { return std::regex_search(e.message, re); },
           [&](const RunSummary::Err& e) { return fmt::format("error matched: {}", e.message); });
     }
-    out.absent = fmt::format("no rank printed a line matching /{}/", x.pattern);
+    out.absent = fmt::format("no rank printed a line matching /{}/", pattern);
     return out;
   }
 };

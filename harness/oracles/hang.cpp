@@ -12,6 +12,16 @@ namespace {
 constexpr double kNs = 1e9;
 }  // namespace
 
+namespace {
+struct HangParams : OracleParams {
+  double hang_s = 10;
+};
+}  // namespace
+
+double hang_seconds(const Expect& x) {
+  return params<HangParams>(x).hang_s;
+}
+
 // How many ordinary step intervals a gap must span to be a hang, at least (besides hang_s): a
 // job whose steps all take longer on a busy host needs a longer gap before it counts as stuck.
 constexpr double kHangIntervals = 5;
@@ -33,7 +43,7 @@ std::optional<Hit> find_hang(const Expect& x, const RunSummary& f, int64_t end_n
     if (!fresh) it->second = std::min(it->second, s.t);
   }
   progress.push_back(end_ns);
-  const auto floor_need = static_cast<int64_t>(x.hang_s * kNs);
+  const auto floor_need = static_cast<int64_t>(hang_seconds(x) * kNs);
   for (size_t i = 0; i + 1 < progress.size(); ++i) {
     if (progress[i + 1] - progress[i] < floor_need) continue;
     std::vector<double> intervals;
@@ -71,10 +81,26 @@ namespace {
 class Hang : public Oracle {
  public:
   std::string name() const override { return "hang"; }
+  std::vector<KeySpec> keys() const override {
+    return {{"expect.hang_s",
+             KeyType::kFloat,
+             "10",
+             "hang: seconds without step progress while ranks live (and at least 5 of the job's "
+             "median step intervals; counted from its first step)",
+             {},
+             0.1,
+             1e6}};
+  }
+  std::shared_ptr<const OracleParams> parse(const ExpectContext& c) const override {
+    auto p = std::make_shared<HangParams>();
+    p->hang_s = c.e["hang_s"].as<double>();
+    return p;
+  }
   Finding check(const Expect& x, const RunSummary& f) const override {
-    return {find_hang(x, f, f.end_ns()),
-            fmt::format("step progress never stopped for {:.1f} s while ranks lived", x.hang_s),
-            std::nullopt};
+    return {
+        find_hang(x, f, f.end_ns()),
+        fmt::format("step progress never stopped for {:.1f} s while ranks lived", hang_seconds(x)),
+        std::nullopt};
   }
 };
 

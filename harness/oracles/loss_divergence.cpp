@@ -7,10 +7,21 @@
 namespace fl::harness::oracles {
 namespace {
 
+struct LossDivergenceParams : OracleParams {
+  double factor = 2;
+};
+
 class LossDivergence : public Oracle {
  public:
   std::string name() const override { return "loss_divergence"; }
+  std::vector<KeySpec> keys() const override { return {factor_key()}; }
+  std::shared_ptr<const OracleParams> parse(const ExpectContext& c) const override {
+    auto p = std::make_shared<LossDivergenceParams>();
+    p->factor = c.e["factor"].as<double>();
+    return p;
+  }
   Finding check(const Expect& x, const RunSummary& f) const override {
+    const double factor = params<LossDivergenceParams>(x).factor;
     Finding out;
     std::map<int, double> best;
     out.hit = first(
@@ -22,16 +33,16 @@ class LossDivergence : public Oracle {
             best[s.rank] = *s.loss;
             return false;
           }
-          if (*s.loss > x.factor * it->second) return true;
+          if (*s.loss > factor * it->second) return true;
           it->second = std::min(it->second, *s.loss);
           return false;
         },
         [&](const RunSummary::Step& s) {
           return s.loss ? fmt::format("loss {:.4f} at step {} is over {}x its best so far", *s.loss,
-                                      s.step, x.factor)
+                                      s.step, factor)
                         : fmt::format("loss is not finite at step {}", s.step);
         });
-    out.absent = fmt::format("the loss never rose above {}x its best", x.factor);
+    out.absent = fmt::format("the loss never rose above {}x its best", factor);
     return out;
   }
 };

@@ -11,10 +11,21 @@
 namespace fl::harness::oracles {
 namespace {
 
+struct MemoryGrowthParams : OracleParams {
+  double factor = 2;
+};
+
 class MemoryGrowth : public Oracle {
  public:
   std::string name() const override { return "memory_growth"; }
+  std::vector<KeySpec> keys() const override { return {factor_key()}; }
+  std::shared_ptr<const OracleParams> parse(const ExpectContext& c) const override {
+    auto p = std::make_shared<MemoryGrowthParams>();
+    p->factor = c.e["factor"].as<double>();
+    return p;
+  }
   Finding check(const Expect& x, const RunSummary& f) const override {
+    const auto& p = params<MemoryGrowthParams>(x);
     std::map<int, std::vector<const RunSummary::Step*>> by_rank;
     for (auto& s : f.steps) {
       if (s.mem_current >= 0 && rank_ok(x, s.rank)) by_rank[s.rank].push_back(&s);
@@ -41,11 +52,11 @@ class MemoryGrowth : public Oracle {
             fmt::format("rank {}: {:.1f} MiB at step {}, {:.1f} MiB at step {}", rank,
                         base / 1048576.0, steps[1]->step, end / 1048576.0, steps.back()->step);
       }
-      if (end / base < x.factor) continue;
+      if (end / base < p.factor) continue;
       grown.push_back(rank);
       // When it first crossed the threshold.
       for (size_t i = n_ref + 1; i < steps.size(); ++i) {
-        if (static_cast<double>(steps[i]->mem_current) >= x.factor * base) {
+        if (static_cast<double>(steps[i]->mem_current) >= p.factor * base) {
           if (t_hit < 0 || steps[i]->t < t_hit) {
             t_hit = steps[i]->t;
             step_hit = steps[i]->step;
@@ -67,9 +78,9 @@ class MemoryGrowth : public Oracle {
       out.hit = Hit{
           t_hit, step_hit, grown,
           fmt::format("memory in use grew {:.1f}x on {} ({}; threshold {}x)", largest,
-                      grown.size() == 1 ? "one rank" : "several ranks", largest_text, x.factor)};
+                      grown.size() == 1 ? "one rank" : "several ranks", largest_text, p.factor)};
     }
-    out.absent = fmt::format("no rank's memory in use grew {}x (largest: {:.2f}x, {})", x.factor,
+    out.absent = fmt::format("no rank's memory in use grew {}x (largest: {:.2f}x, {})", p.factor,
                              largest, largest_text);
     return out;
   }

@@ -10,6 +10,10 @@ namespace {
 class Oom : public Oracle {
  public:
   std::string name() const override { return "oom"; }
+  std::vector<KeySpec> keys() const override { return {pattern_key()}; }
+  std::shared_ptr<const OracleParams> parse(const ExpectContext& c) const override {
+    return parse_pattern(c);
+  }
   Finding check(const Expect& x, const RunSummary& f) const override {
     Finding out = error_of(x, f, "out of memory", "out of memory");
     if (!out.hit) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -130,15 +131,55 @@ struct Finding {
   std::optional<Verdict> verdict;
 };
 
+// What an oracle's parser gets: the scenario file (for errors), the expectation with its
+// defaults filled in (`e`), the document's own map where it has one (`doc`: its marks give errors
+// their line and column) and the key path ("expect", "expect.of[1]").
+struct ExpectContext {
+  const std::string& file;
+  const YAML::Node& e;
+  const YAML::Node& doc;
+  const std::string& path;
+  // The document's node of `key` where it has one, else the document's map, else `e`'s.
+  YAML::Node at(const char* key) const;
+};
+
 class Oracle {
  public:
   virtual ~Oracle() = default;
   virtual std::string name() const = 0;
+  // Its own expect keys (paths "expect.KEY", for validation and docs/scenarios.md); a key that
+  // several oracles read is one KeySpec below, listed by each of them.
+  virtual std::vector<KeySpec> keys() const { return {}; }
+  // Its parameters from an expectation (Expect::params); errors through loader::fail_at
+  // (file:line:col, key path, what is allowed). nullptr: it has none.
+  virtual std::shared_ptr<const OracleParams> parse(const ExpectContext&) const { return nullptr; }
   virtual Finding check(const Expect& x, const RunSummary& run) const = 0;
 };
 
 const std::vector<const Oracle*>& all();
 const Oracle* find(const std::string& name);
+// Every oracle's keys, in registry order, each path once (the schema's expect keys).
+std::vector<KeySpec> keys();
+
+// An expectation's parameters as its oracle's struct P; P's defaults when it has none (an
+// Expect built in code).
+template <class P>
+const P& params(const Expect& x) {
+  static const P defaults{};
+  const auto* p = dynamic_cast<const P*>(x.params.get());
+  return p ? *p : defaults;
+}
+
+// Keys several oracles read (registry.cpp): expect.pattern (error_signature, oom,
+// checkpoint_error), expect.factor (the ratio oracles) and expect.after_step.
+KeySpec pattern_key();
+KeySpec factor_key();
+KeySpec after_step_key();
+// expect.pattern's value, for the oracles that take one.
+struct PatternParams : OracleParams {
+  std::string pattern;
+};
+std::shared_ptr<const OracleParams> parse_pattern(const ExpectContext& c);
 
 // Helpers the checkers share.
 inline bool rank_ok(const Expect& x, int rank) {
@@ -171,6 +212,8 @@ Finding error_of(const Expect& x, const RunSummary& run, const std::string& klas
 
 // The hang test (hang.cpp), also used by the runner to end a hung run early.
 std::optional<Hit> find_hang(const Expect& x, const RunSummary& run, int64_t end_ns);
+// expect.hang_s of a hang expectation.
+double hang_seconds(const Expect& x);
 
 }  // namespace oracles
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "harness/oracles/oracle.hpp"
+#include "harness/scenario/loader.hpp"
 
 // One word per oracle (its file defines NAME_oracle()); the order is docs/scenarios.md's.
 #define FAULTLINE_ORACLES(X) \
@@ -47,10 +48,71 @@ const Oracle* find(const std::string& name) {
   return nullptr;
 }
 
+std::vector<KeySpec> keys() {
+  std::vector<KeySpec> out;
+  for (const auto* o : all()) {
+    for (auto& k : o->keys()) {
+      const bool seen = std::any_of(out.begin(), out.end(),
+                                    [&](const KeySpec& have) { return have.path == k.path; });
+      if (!seen) out.push_back(std::move(k));
+    }
+  }
+  return out;
+}
+
+YAML::Node ExpectContext::at(const char* key) const {
+  if (doc && doc.IsMap() && doc[key]) return doc[key];
+  return doc ? doc : e;
+}
+
+KeySpec pattern_key() {
+  return {
+      "expect.pattern",
+      KeyType::kString,
+      "\"\"",
+      "error_signature: ECMAScript regex on rank output; oom, checkpoint_error: regex the error "
+      "message must also match",
+      {},
+      0,
+      0,
+      false,
+      loader::check_regex};
+}
+
+KeySpec factor_key() {
+  return {"expect.factor",
+          KeyType::kFloat,
+          "2",
+          "loss_divergence / throughput_degradation / memory_growth: ratio (throughput: a rank's "
+          "compute time against its peers', or time in collectives against compute, after vs "
+          "before; memory_growth: a rank's memory in use at its last step against its first steps)",
+          {},
+          1,
+          1e9};
+}
+
+KeySpec after_step_key() {
+  return {"expect.after_step",
+          KeyType::kInt,
+          "-1",
+          "throughput_degradation: first degraded step (-1: "
+          "the last two thirds)",
+          {},
+          -1,
+          1e9};
+}
+
+std::shared_ptr<const OracleParams> parse_pattern(const ExpectContext& c) {
+  auto p = std::make_shared<PatternParams>();
+  p->pattern = c.e["pattern"].as<std::string>();
+  return p;
+}
+
 Finding error_of(const Expect& x, const RunSummary& run, const std::string& klass,
                  const char* what) {
+  const std::string& pattern = params<PatternParams>(x).pattern;
   std::optional<std::regex> re;
-  if (!x.pattern.empty()) re.emplace(x.pattern, std::regex::ECMAScript);
+  if (!pattern.empty()) re.emplace(pattern, std::regex::ECMAScript);
   Finding f;
   f.hit = first(
       x, run.errors,
@@ -58,7 +120,7 @@ Finding error_of(const Expect& x, const RunSummary& run, const std::string& klas
         return e.klass == klass && (!re || std::regex_search(e.message, *re));
       },
       [&](const RunSummary::Err& e) { return fmt::format("{}: {}", what, e.message); });
-  f.absent = re ? fmt::format("no rank reported {} matching /{}/", what, x.pattern)
+  f.absent = re ? fmt::format("no rank reported {} matching /{}/", what, pattern)
                 : fmt::format("no rank reported {}", what);
   return f;
 }

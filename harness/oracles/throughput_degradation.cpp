@@ -5,6 +5,8 @@
 #include "base/stats.hpp"
 #include "harness/oracles/oracle.hpp"
 
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
+
 namespace fl::harness::oracles {
 namespace {
 
@@ -15,6 +17,14 @@ namespace {
 //  - slow collectives: the job's time in collectives from `split` on against before, divided by
 //    how much its compute time grew over the same windows (a host that got busier at the split
 //    stretches both).
+struct ThroughputParams : OracleParams {
+  double factor = 2;
+  int64_t after_step = -1;
+  // What must be slow: "rank" (a rank computing longer than its peers), "collectives" (time in
+  // collectives against compute) or "any".
+  std::string slowed = "any";
+};
+
 struct ThroughputEvidence {
   std::optional<Hit> hit;
   std::string absent;
@@ -22,6 +32,7 @@ struct ThroughputEvidence {
 };
 
 ThroughputEvidence throughput_evidence(const Expect& x, const RunSummary& f) {
+  const auto& p = params<ThroughputParams>(x);
   ThroughputEvidence ev;
   std::map<int64_t, std::map<int, const RunSummary::Step*>> by_step;
   for (auto& s : f.steps) by_step[s.step][s.rank] = &s;
@@ -35,7 +46,7 @@ ThroughputEvidence throughput_evidence(const Expect& x, const RunSummary& f) {
   }
   const int64_t first_step = by_step.begin()->first;
   const int64_t split =
-      x.after_step >= 0 ? x.after_step : first_step + static_cast<int64_t>(by_step.size()) / 3;
+      p.after_step >= 0 ? p.after_step : first_step + static_cast<int64_t>(by_step.size()) / 3;
   // Per rank and window: compute times. Per window and step: the job's time in collectives and
   // its typical rank's compute, both as lower medians over the ranks: the rank that waited least
   // in collectives paid their own cost, not a wait for a peer that computed (or was preempted)
@@ -105,28 +116,28 @@ ThroughputEvidence throughput_evidence(const Expect& x, const RunSummary& f) {
       "compute changed {:.1f}x",
       stats::upper_median(after_comm) * 1e3, split, stats::upper_median(before_comm) * 1e3,
       comm_ratio, compute_ratio);
-  const bool by_rank = x.slowed != "collectives", by_comm = x.slowed != "rank";
-  if (by_rank && slow >= 0 && best >= x.factor) {
+  const bool by_rank = p.slowed != "collectives", by_comm = p.slowed != "rank";
+  if (by_rank && slow >= 0 && best >= p.factor) {
     ev.hit = Hit{t_at,
                  split,
                  {slow},
                  fmt::format("{}, its peers waiting in collectives; {} "
                              "(threshold {}x)",
-                             rank_text, job_text, x.factor)};
-  } else if (by_comm && job >= x.factor) {
+                             rank_text, job_text, p.factor)};
+  } else if (by_comm && job >= p.factor) {
     std::vector<int> all;
     for (int r : ranks) {
       if (rank_ok(x, r)) all.push_back(r);
     }
     ev.hit = Hit{t_at, split, all,
                  fmt::format("collectives slowed on every rank: {}; {} (threshold {}x)", job_text,
-                             rank_text, x.factor)};
+                             rank_text, p.factor)};
   } else {
-    ev.absent = fmt::format("{}; {} (threshold {}x{})", rank_text, job_text, x.factor,
-                            x.slowed == "any"
+    ev.absent = fmt::format("{}; {} (threshold {}x{})", rank_text, job_text, p.factor,
+                            p.slowed == "any"
                                 ? ""
-                                : fmt::format("; expect.slowed {}: only {} counts", x.slowed,
-                                              x.slowed == "rank" ? "a rank slower than its peers"
+                                : fmt::format("; expect.slowed {}: only {} counts", p.slowed,
+                                              p.slowed == "rank" ? "a rank slower than its peers"
                                                                  : "time in collectives"));
   }
   return ev;
@@ -135,6 +146,27 @@ ThroughputEvidence throughput_evidence(const Expect& x, const RunSummary& f) {
 class ThroughputDegradation : public Oracle {
  public:
   std::string name() const override { return "throughput_degradation"; }
+  std::vector<KeySpec> keys() const override {
+    return {
+        factor_key(),
+        after_step_key(),
+        {"expect.slowed",
+         KeyType::kEnum,
+         "any",
+         "throughput_degradation: what must be slow: rank (one rank computes longer than its "
+         "peers in the same steps, which load on the host cancels out of), collectives (time in "
+         "collectives after vs before, against compute: a slow link; a busy host alone slowed "
+         "latency-bound collectives up to 8x, so give such a scenario a factor far above that) "
+         "or any",
+         {"rank", "collectives", "any"}}};
+  }
+  std::shared_ptr<const OracleParams> parse(const ExpectContext& c) const override {
+    auto p = std::make_shared<ThroughputParams>();
+    p->factor = c.e["factor"].as<double>();
+    p->after_step = c.e["after_step"].as<int64_t>();
+    p->slowed = c.e["slowed"].as<std::string>();
+    return p;
+  }
   Finding check(const Expect& x, const RunSummary& f) const override {
     auto ev = throughput_evidence(x, f);
     if (!ev.judgeable) {

@@ -17,11 +17,11 @@ constexpr int kReachS = 10;
 std::vector<std::string> on_host(const Scenario& s, const std::string& host,
                                  std::vector<std::string> argv) {
   std::vector<std::string> out;
-  if (s.rsh_agent.empty()) {
+  if (s.topo.rsh_agent.empty()) {
     // Never ask for a password, never hang on a host that does not answer.
     out = {"ssh", "-o", "BatchMode=yes", "-o", fmt::format("ConnectTimeout={}", kReachS)};
   } else {
-    out = {s.rsh_agent};
+    out = {s.topo.rsh_agent};
   }
   out.push_back(host);
   out.insert(out.end(), argv.begin(), argv.end());
@@ -30,7 +30,7 @@ std::vector<std::string> on_host(const Scenario& s, const std::string& host,
 
 void check_hosts(const Scenario& s) {
   std::vector<std::future<ToolOutcome>> probes;
-  for (const auto& h : s.hosts) {
+  for (const auto& h : s.topo.hosts) {
     auto argv = on_host(s, h, {"true"});
     argv.insert(argv.begin(), {"timeout", "-k", "2", std::to_string(kReachS)});
     probes.push_back(std::async(std::launch::async, [argv] {
@@ -52,7 +52,7 @@ void check_hosts(const Scenario& s) {
         o.status == 124 ? fmt::format("no answer within {} s", kReachS)
                         : fmt::format("status {}{}", o.status,
                                       o.output.empty() ? "" : ": " + o.output.substr(0, 300));
-    bad.push_back(fmt::format("{} ({})", s.hosts[i], why));
+    bad.push_back(fmt::format("{} ({})", s.topo.hosts[i], why));
   }
   if (!bad.empty()) {
     // The loader wrote the hostfile's absolute path into the resolved scenario.
@@ -65,25 +65,28 @@ void check_hosts(const Scenario& s) {
         "{}: {} of {} host(s) cannot be reached through {}: {}; nothing was "
         "launched",
         hostfile.empty() ? std::string("topology.hosts") : "topology.hostfile " + hostfile,
-        bad.size(), s.hosts.size(),
-        s.rsh_agent.empty() ? std::string("ssh (topology.rsh_agent)") : s.rsh_agent, list);
+        bad.size(), s.topo.hosts.size(),
+        s.topo.rsh_agent.empty() ? std::string("ssh (topology.rsh_agent)") : s.topo.rsh_agent,
+        list);
   }
 }
 
 std::vector<std::string> mpirun_host_options(const Scenario& s) {
-  if (s.hosts.empty()) return {};
-  const int per = s.ranks / static_cast<int>(s.hosts.size());
+  if (s.topo.hosts.empty()) return {};
+  const int per = s.topo.ranks / static_cast<int>(s.topo.hosts.size());
   std::string list;
-  for (const auto& h : s.hosts) list += fmt::format("{}{}:{}", list.empty() ? "" : ",", h, per);
+  for (const auto& h : s.topo.hosts)
+    list += fmt::format("{}{}:{}", list.empty() ? "" : ",", h, per);
   std::vector<std::string> out = {"--host", list};
-  if (!s.rsh_agent.empty()) out.insert(out.end(), {"--mca", "plm_rsh_agent", s.rsh_agent});
+  if (!s.topo.rsh_agent.empty())
+    out.insert(out.end(), {"--mca", "plm_rsh_agent", s.topo.rsh_agent});
   return out;
 }
 
 std::string appfile_host_option(const Scenario& s, int rank) {
-  if (s.hosts.empty()) return "";
-  const int per = s.ranks / static_cast<int>(s.hosts.size());
-  return " --host " + s.hosts.at(static_cast<size_t>(rank / per));
+  if (s.topo.hosts.empty()) return "";
+  const int per = s.topo.ranks / static_cast<int>(s.topo.hosts.size());
+  return " --host " + s.topo.hosts.at(static_cast<size_t>(rank / per));
 }
 
 }  // namespace fl::harness

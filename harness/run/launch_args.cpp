@@ -210,9 +210,9 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
     a.push_back(k);
     a.push_back(fmt::format("{}", v));
   };
-  add("--dp", s.dp);
-  add("--tp", s.tp);
-  add("--pp", s.pp);
+  add("--dp", s.topo.dp);
+  add("--tp", s.topo.tp);
+  add("--pp", s.topo.pp);
   add("--device", s.device);
   if (s.shape_d_model > 0) add("--d-model", s.shape_d_model);
   if (s.shape_layers > 0) add("--layers", s.shape_layers);
@@ -226,7 +226,7 @@ std::vector<std::string> worker_args(const Scenario& s, const std::string& run_d
     add("--new-tokens", s.new_tokens);
     add("--seed", s.seed);
   } else {
-    add("--zero", s.zero);
+    add("--zero", s.topo.zero);
     add("--steps", s.steps);
     add("--precision", s.precision);
     add("--micro-batch", s.micro_batch);

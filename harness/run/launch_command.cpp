@@ -55,9 +55,9 @@ std::string command_program_problem(const Scenario& s) {
       expand_command_arg(s.command[0], {{"source_dir", FAULTLINE_SOURCE_DIR}}, &why);
   if (!why.empty() || program.empty()) return "";
   if (program.find('/') != std::string::npos && program[0] != '/') return "";  // the rank's dir
-  const auto path = s.env.find("PATH");
+  const auto path = s.env.all.find("PATH");
   const char* own = std::getenv("PATH");
-  const std::string path_env = path != s.env.end() ? path->second : own ? own : "";
+  const std::string path_env = path != s.env.all.end() ? path->second : own ? own : "";
   if (!find_program(program, path_env).empty()) return "";
   std::string shown;
   for (const auto& a : s.command) shown += (shown.empty() ? "" : " ") + a;
@@ -93,7 +93,7 @@ class CommandLauncher : public Launcher {
         raise<Error>(
             "ranks 0-{} (workload.launch: once): workload.command '{}' is not an executable "
             "file (PATH {}); command: {}",
-            h.s.ranks - 1, p.argv[0], env["PATH"], shown(p.argv));
+            h.s.topo.ranks - 1, p.argv[0], env["PATH"], shown(p.argv));
       }
       h.faults.adjust_helper(p, env);
       for (auto& [k, v] : env) {
@@ -101,7 +101,7 @@ class CommandLauncher : public Launcher {
         p.env.push_back(k + "=" + v);
       }
       launcher_pid_ = h.sup.spawn(p);
-      for (int r = 0; r < h.s.ranks; ++r) {
+      for (int r = 0; r < h.s.topo.ranks; ++r) {
         h.started(r);
         h.hist.harness("launch",
                        {{"pid", launcher_pid_}, {"launcher", "command-once"}, {"argv", p.argv}}, r);
@@ -109,7 +109,7 @@ class CommandLauncher : public Launcher {
       ++starts_;
       return;
     }
-    for (int r = 0; r < h.s.ranks; ++r) {
+    for (int r = 0; r < h.s.topo.ranks; ++r) {
       auto env = h.rank_env(r);
       add_command_env(h, env);
       env["GROUP_RANK"] = env["NODE_RANK"];
@@ -174,14 +174,14 @@ class CommandLauncher : public Launcher {
 
   static std::vector<std::string> argv(const LaunchHost& h, int rank,
                                        std::map<std::string, std::string>& env) {
-    const int per_node = h.s.ranks / h.s.nodes;
+    const int per_node = h.s.topo.ranks / h.s.topo.nodes;
     const std::map<std::string, std::string> values = {
         {"rank", std::to_string(rank)},
-        {"ranks", std::to_string(h.s.ranks)},
+        {"ranks", std::to_string(h.s.topo.ranks)},
         {"local_rank", std::to_string(rank % per_node)},
         {"local_ranks", std::to_string(per_node)},
         {"node_rank", std::to_string(rank / per_node)},
-        {"nodes", std::to_string(h.s.nodes)},
+        {"nodes", std::to_string(h.s.topo.nodes)},
         {"master_addr", env["MASTER_ADDR"]},
         {"master_port", env["MASTER_PORT"]},
         {"run_id", env["FAULTLINE_RUN_ID"]},

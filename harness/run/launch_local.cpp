@@ -29,7 +29,7 @@ class LocalLauncher : public Launcher {
   void prepare(LaunchHost& h) override {
     mca_ = local_mpi_params(h.s);   // no fabric probing in each rank's MPI_Init
     mpi_env_ = local_mpi_env(h.s);  // nor hwloc's I/O discovery
-    if (h.s.backend != "mpi" || h.s.ranks <= 1) return;
+    if (h.s.topo.backend != "mpi" || h.s.topo.ranks <= 1) return;
     // MPI singletons find each other through an ompi-server (see join_singletons).
     const std::string uri = h.dir + "/tmp/ompi-server.uri";
     ProcessSpec p;
@@ -64,7 +64,7 @@ class LocalLauncher : public Launcher {
   void start(LaunchHost& h, const std::vector<std::string>& args) override {
     rank_pids_.clear();
     const auto inherited = base_env();
-    for (int r = 0; r < h.s.ranks; ++r) {
+    for (int r = 0; r < h.s.topo.ranks; ++r) {
       auto env = h.rank_env(r);
       ProcessSpec p = rank_spec(h, r, args);
       h.faults.adjust_rank(r, p, env);

@@ -26,12 +26,12 @@ bool rank_specific(const Scenario& s, int rank, const std::string& k) {
   static const char* const kIdentity[] = {
       "RANK",      "WORLD_SIZE",  "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
       "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "TMPDIR"};
-  if (k.rfind("FAULTLINE_", 0) == 0 || s.env.count(k)) return true;
+  if (k.rfind("FAULTLINE_", 0) == 0 || s.env.all.count(k)) return true;
   for (const char* id : kIdentity) {
     if (k == id) return true;
   }
-  auto it = s.rank_env.find(rank);
-  return it != s.rank_env.end() && it->second.count(k);
+  auto it = s.env.per_rank.find(rank);
+  return it != s.env.per_rank.end() && it->second.count(k);
 }
 
 class MpirunLauncher : public Launcher {
@@ -40,7 +40,7 @@ class MpirunLauncher : public Launcher {
 
   void start(LaunchHost& h, const std::vector<std::string>& args) override {
     std::string app;
-    for (int r = 0; r < h.s.ranks; ++r) app += app_line(h, r, args) + "\n";
+    for (int r = 0; r < h.s.topo.ranks; ++r) app += app_line(h, r, args) + "\n";
     h.run_dir->write_atomic("appfile", app);
     ProcessSpec p;
     p.name = "mpirun";
@@ -62,7 +62,7 @@ class MpirunLauncher : public Launcher {
     for (const auto& [k, v] : local_mpi_env(h.s)) p.env.push_back(k + "=" + v);
     p.tag_output = true;
     mpirun_ = h.sup.spawn(p);
-    for (int r = 0; r < h.s.ranks; ++r) {
+    for (int r = 0; r < h.s.topo.ranks; ++r) {
       h.started(r);
       h.hist.harness("launch", {{"pid", mpirun_}, {"launcher", "mpirun"}, {"argv", args}}, r);
     }

@@ -37,7 +37,7 @@ class SrunLauncher : public Launcher {
   // started: slurm_alloc.hpp).
   void prepare(LaunchHost& h) override {
     alloc_ = check_srun_allocation(h.s);
-    if (!h.s.hosts.empty() && h.s.host_addrs[0].empty()) {
+    if (!h.s.topo.hosts.empty() && h.s.topo.host_addrs[0].empty()) {
       master_ = node_address(alloc_.host_nodes[0]);
     }
   }
@@ -49,12 +49,12 @@ class SrunLauncher : public Launcher {
 
   void start(LaunchHost& h, const std::vector<std::string>& args) override {
     std::string prog;
-    for (int r = 0; r < h.s.ranks; ++r) prog += line(h, r, args) + "\n";
+    for (int r = 0; r < h.s.topo.ranks; ++r) prog += line(h, r, args) + "\n";
     h.run_dir->write_atomic("multiprog", prog);
     ProcessSpec p;
     p.name = "srun";
     p.argv = {"srun",
-              "--ntasks=" + std::to_string(h.s.ranks),
+              "--ntasks=" + std::to_string(h.s.topo.ranks),
               "--mpi=pmix",
               "--kill-on-bad-exit=1",
               "--label",
@@ -65,12 +65,12 @@ class SrunLauncher : public Launcher {
     p.cwd = h.dir;
     auto env = base_env();
     for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
-    if (!h.s.hosts.empty()) {
+    if (!h.s.topo.hosts.empty()) {
       // topology.hosts: rank r on its host's node (ranks fill the hosts in order), through
       // srun's arbitrary distribution, which reads one node a task from SLURM_HOSTFILE.
-      const int per = h.s.ranks / static_cast<int>(h.s.hosts.size());
+      const int per = h.s.topo.ranks / static_cast<int>(h.s.topo.hosts.size());
       std::string placed;
-      for (int r = 0; r < h.s.ranks; ++r) placed += alloc_.host_nodes.at(r / per) + "\n";
+      for (int r = 0; r < h.s.topo.ranks; ++r) placed += alloc_.host_nodes.at(r / per) + "\n";
       h.run_dir->write_atomic("ranks.hosts", placed);
       p.argv.insert(p.argv.begin() + 1, "--distribution=arbitrary");
       p.env.push_back("SLURM_HOSTFILE=" + h.dir + "/ranks.hosts");
@@ -80,7 +80,7 @@ class SrunLauncher : public Launcher {
     p.env.push_back(fmt::format("{}={}", kControlSecretEnv, h.secret));  // never in the file
     p.label_output = true;
     srun_ = h.sup.spawn(p);
-    for (int r = 0; r < h.s.ranks; ++r) {
+    for (int r = 0; r < h.s.topo.ranks; ++r) {
       h.started(r);
       h.hist.harness("launch", {{"pid", srun_}, {"launcher", "srun"}, {"argv", args}}, r);
     }

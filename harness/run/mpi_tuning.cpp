@@ -7,15 +7,15 @@ namespace fl::harness {
 namespace {
 
 bool set_by_scenario(const Scenario& s, const std::string& var) {
-  if (s.env.count(var)) return true;
-  for (const auto& [rank, env] : s.rank_env) {
+  if (s.env.all.count(var)) return true;
+  for (const auto& [rank, env] : s.env.per_rank) {
     if (env.count(var)) return true;
   }
   return false;
 }
 
 bool one_machine_mpi(const Scenario& s) {
-  return s.backend == "mpi" && s.hosts.empty();
+  return s.topo.backend == "mpi" && s.topo.hosts.empty();
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ OutOfProcessFaults::OutOfProcessFaults(const Scenario& s, std::string run_dir, H
       hist_(hist),
       box_(s, dir_, hist, sup),
       host_{s_, dir_, hist, sup, box_, 0, faults::plugin_dir(), injected_} {
-  for (const auto& f : s.oop_faults) faults_.push_back(f->clone());
+  for (const auto& f : s.faults.oop) faults_.push_back(f->clone());
   done_.assign(faults_.size(), false);
 }
 
@@ -58,8 +58,8 @@ OutOfProcessFaults::~OutOfProcessFaults() {
 void OutOfProcessFaults::prepare(int master_port) {
   host_.master_port = master_port;
   bool between_hosts = false;  // a network fault with topology.hosts: the hosts get a chain
-  for (auto& f : faults_) between_hosts |= !s_.hosts.empty() && f->kind == "network";
-  if (s_.network == "namespaces" || between_hosts) box_.setup_network();
+  for (auto& f : faults_) between_hosts |= !s_.topo.hosts.empty() && f->kind == "network";
+  if (s_.topo.network == "namespaces" || between_hosts) box_.setup_network();
   for (auto& f : faults_) f->setup(host_);
   for (size_t i = 0; i < faults_.size(); ++i) {
     if (!faults_[i]->timed()) {

@@ -57,7 +57,7 @@ void RunAgents::attach(Controller& ctl, const std::string& secret) {
     ctl.add_service(hub_->service());
     return;
   }
-  if (s_.hosts.empty()) return;
+  if (s_.topo.hosts.empty()) return;
   hub_ = std::make_unique<AgentHub>(s_, dir_, hist_, secret);
   ctl.add_service(hub_->service());
   relaying_ = true;
@@ -79,9 +79,9 @@ void RunAgents::start(Supervisor& sup, OutOfProcessFaults& faults,
   faults.use_agents(hub_.get());
   if (!relaying_) return;  // launcher srun's agents do not relay (rank_control_addr)
   nlohmann::json via = nlohmann::json::object();
-  for (size_t k = 0; k < s_.hosts.size(); ++k) {
+  for (size_t k = 0; k < s_.topo.hosts.size(); ++k) {
     const std::string a = hub_->relay_addr(static_cast<int>(k));
-    via[s_.hosts[k]] = a.empty() ? control_addr : a;
+    via[s_.topo.hosts[k]] = a.empty() ? control_addr : a;
   }
   hist_.harness("telemetry_relay", {{"on", kAgentRelay.get()}, {"ranks_send_to", via}});
 }

@@ -22,7 +22,7 @@ CommandProbe::~CommandProbe() = default;
 
 void CommandProbe::begin_launch() {
   if (!probe_) {
-    probe_ = std::make_unique<ProbeIngest>(dir_, s_.ranks);
+    probe_ = std::make_unique<ProbeIngest>(dir_, s_.topo.ranks);
     hist_.add_listener([this](const HistoryEvent& e) {
       if (e.source != "rank") return;
       std::lock_guard lock(mu_);
@@ -69,7 +69,7 @@ void CommandProbe::check_exit(const ExitInfo& x, bool stopping) {
   const bool launcher = launcher_.is_job_process(x.pid);
   if (!launcher && x.rank < 0) return;
   if (launcher) {
-    for (int r = 0; r < s_.ranks; ++r) {
+    for (int r = 0; r < s_.topo.ranks; ++r) {
       if (rank_reported(r)) return;  // the launcher started the job: its end is the job's
     }
   } else if (rank_reported(x.rank)) {
@@ -82,7 +82,7 @@ void CommandProbe::check_exit(const ExitInfo& x, bool stopping) {
       "{}: workload.command {} {:.1f} s after launch before it reported anything through the "
       "probe (FAULTLINE_PROBE_FILE; set workload.probe: false for a job without it); command: "
       "{}{}; see {}",
-      launcher ? fmt::format("ranks 0-{} (workload.launch: once)", s_.ranks - 1)
+      launcher ? fmt::format("ranks 0-{} (workload.launch: once)", s_.topo.ranks - 1)
                : fmt::format("rank {}", x.rank),
       how, static_cast<double>(hist_.now_ns() - launched_ns_) / 1e9,
       command_shown(launcher ? 0 : x.rank),

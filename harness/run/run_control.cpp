@@ -75,9 +75,9 @@ ControlResult Run::control_on_io(const ControlAction& a) {
 }
 
 ControlResult Run::kill_rank(const ControlAction& a, ControlReply& r) {
-  if (a.rank < 0 || a.rank >= s_.ranks) {
+  if (a.rank < 0 || a.rank >= s_.topo.ranks) {
     return r.done(false,
-                  fmt::format("rank {} does not exist (allowed 0-{})", a.rank, s_.ranks - 1));
+                  fmt::format("rank {} does not exist (allowed 0-{})", a.rank, s_.topo.ranks - 1));
   }
   const pid_t pid = rank_pid(a.rank);
   if (pid == 0 || !running_ranks_.count(a.rank)) {
@@ -113,7 +113,7 @@ ControlResult Run::restart_job(const ControlAction& a, ControlReply& r) {
                                      "workload.checkpoint.every > 0)",
                                      from));
   }
-  if (a.dp > 0 && a.dp != s_.dp) {
+  if (a.dp > 0 && a.dp != s_.topo.dp) {
     if (from.empty()) return r.done(false, "restart_job with dp needs a checkpoint to reshard");
     std::string error;
     if (!reshard_for_restart(a.dp, from, error)) return r.done(false, error);
@@ -134,9 +134,9 @@ ControlResult Run::restart_job(const ControlAction& a, ControlReply& r) {
 }
 
 ControlResult Run::restart_rank(const ControlAction& a, ControlReply& r) {
-  if (!launcher_traits().rank_processes || a.rank < 0 || a.rank >= s_.ranks) {
+  if (!launcher_traits().rank_processes || a.rank < 0 || a.rank >= s_.topo.ranks) {
     return r.done(false, fmt::format("restart_rank needs the {} launcher and a rank 0-{}",
-                                     rank_process_launchers(), s_.ranks - 1));
+                                     rank_process_launchers(), s_.topo.ranks - 1));
   }
   if (running_ranks_.count(a.rank)) {
     return r.done(false, fmt::format("rank {} is running (kill it first)", a.rank));
@@ -156,7 +156,7 @@ ControlResult Run::abort_run(const ControlAction& a, ControlReply& r) {
 }
 
 ControlResult Run::list_faults(const ControlAction&, ControlReply& r) {
-  std::vector<std::string> all = s_.plans;
+  std::vector<std::string> all = s_.faults.plans;
   for (auto& p : live_plans_) all.push_back(p);
   return r.done(true, fmt::format("{} plan(s)", all.size()), all);
 }
@@ -181,9 +181,9 @@ ControlResult Run::send_faults(const ControlAction& a, ControlReply& r) {
 // a tool that suspects a hang gets the ranks' collective state before deciding. Answered once
 // the signalled ranks wrote their dumps (at most 2 s); ok when at least one did.
 ControlResult Run::dump_flight_recorder(const ControlAction& a, ControlReply& r) {
-  if (a.rank < -1 || a.rank >= s_.ranks) {
+  if (a.rank < -1 || a.rank >= s_.topo.ranks) {
     return r.done(false, fmt::format("rank {} does not exist (allowed: -1 for every rank, or 0-{})",
-                                     a.rank, s_.ranks - 1));
+                                     a.rank, s_.topo.ranks - 1));
   }
   const FrDumps d = request_fr_dumps(dump_targets(), "control by " + a.requester, a.rank);
   r.rec["dumped"] = d.dumped;
@@ -222,10 +222,10 @@ bool Run::reshard_for_restart(int dp, std::string& from, std::string& error) {
     error = fmt::format("resharding to dp {} failed: {}", dp, e.what());
     return false;
   }
-  hist_->harness("reshard", {{"from", from}, {"to", out}, {"dp_from", s_.dp}, {"dp", dp}});
-  s_.dp = dp;
-  s_.ranks = dp * s_.tp * s_.pp;
-  s_.nodes = 1;
+  hist_->harness("reshard", {{"from", from}, {"to", out}, {"dp_from", s_.topo.dp}, {"dp", dp}});
+  s_.topo.dp = dp;
+  s_.topo.ranks = dp * s_.topo.tp * s_.topo.pp;
+  s_.topo.nodes = 1;
   from = out;
   return true;
 }

@@ -56,7 +56,7 @@ void Run::finish(RunResult& res) {
   v["fix"] = o_.fix;
   if (!res.harness_error.empty()) v["harness_error"] = res.harness_error;
   v["rejected_events"] = hist_->rejected();
-  v["warnings"] = plan_report(s_.plans, history).warnings;  // plans armed that never fired
+  v["warnings"] = plan_report(s_.faults.plans, history).warnings;  // plans armed that never fired
   run_dir_.write_atomic("verdict.json",
                         v.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   res.exit_code = !res.harness_error.empty() ? 2 : outcome_exit_code(res.verdict.outcome);
@@ -66,7 +66,7 @@ void Run::finish(RunResult& res) {
 void Run::merge_local_files() {
   const auto got = ctl_->received();
   const auto drops = ctl_->dropped();
-  for (int r = 0; r < s_.ranks; ++r) {
+  for (int r = 0; r < s_.topo.ranks; ++r) {
     // The rank wrote this file: it may be a FIFO, hold lines nested past any stack or longer than
     // memory. Each such line is counted with the history's refused events, never fatal.
     const std::string name = fmt::format("ranks/rank{}/events.jsonl", r);

@@ -20,15 +20,17 @@ void Run::print_header(bool with_files) {
   std::printf("faultline run %s\n", id_.c_str());
   std::printf("  scenario   %s%s (%s)\n", s_.name.c_str(), o_.fix ? " [fix]" : "", s_.file.c_str());
   if (s_.kind == "command") {  // the job's own layout is its business
-    std::printf("  layout     %d ranks over %d node(s), command (launch %s): %s\n", s_.ranks,
-                s_.nodes, s_.launch.c_str(), s_.command.empty() ? "" : s_.command[0].c_str());
+    std::printf("  layout     %d ranks over %d node(s), command (launch %s): %s\n", s_.topo.ranks,
+                s_.topo.nodes, s_.launch.c_str(), s_.command.empty() ? "" : s_.command[0].c_str());
   } else {
     std::printf("  layout     %d ranks = dp %d x tp %d x pp %d, zero %d, %s, %s launcher, %s %s\n",
-                s_.ranks, s_.dp, s_.tp, s_.pp, s_.zero, s_.backend.c_str(), s_.launcher.c_str(),
-                s_.kind.c_str(), s_.model.c_str());
+                s_.topo.ranks, s_.topo.dp, s_.topo.tp, s_.topo.pp, s_.topo.zero,
+                s_.topo.backend.c_str(), s_.topo.launcher.c_str(), s_.kind.c_str(),
+                s_.model.c_str());
   }
-  if (!s_.launcher_reason.empty()) {  // topology.launcher: auto
-    std::printf("  launcher   %s, chosen: %s\n", s_.launcher.c_str(), s_.launcher_reason.c_str());
+  if (!s_.topo.launcher_reason.empty()) {  // topology.launcher: auto
+    std::printf("  launcher   %s, chosen: %s\n", s_.topo.launcher.c_str(),
+                s_.topo.launcher_reason.c_str());
   }
   if (with_files) std::printf("  files      %s\n", dir_.c_str());
   std::fflush(stdout);
@@ -61,7 +63,7 @@ std::string Run::steps_line(const std::vector<HistoryEvent>& history) {
     if (!d.is_discarded()) exits[e.rank] = {d.value("class", ""), d.value("by_harness", false)};
   }
   std::vector<int> failed;
-  bool all_ok = static_cast<int>(exits.size()) >= s_.ranks;
+  bool all_ok = static_cast<int>(exits.size()) >= s_.topo.ranks;
   for (auto& [rank, x] : exits) {
     if (x.first != "ok") all_ok = false;
     if (x.first != "ok" && !x.second) failed.push_back(rank);
@@ -88,8 +90,8 @@ std::string Run::verdict_line(const RunResult& r) {
   }
   if (s_.expect.absent) {  // a fix variant: the symptom must stay away and the run complete
     if (v.outcome == "pass") {
-      return fmt::format("pass: {} absent; all {} ranks finished ({}{})", sym, s_.ranks, oracle,
-                         o_.fix ? ", fix variant" : "");
+      return fmt::format("pass: {} absent; all {} ranks finished ({}{})", sym, s_.topo.ranks,
+                         oracle, o_.fix ? ", fix variant" : "");
     }
     if (v.outcome == "fail") {
       return v.explanation.rfind("the symptom is still there", 0) == 0
@@ -116,13 +118,14 @@ void Run::print_summary(const RunResult& r, const std::vector<HistoryEvent>& his
   }
   // What the ranks ran (their layout events), which a fault may have made differ from the plan.
   if (const auto ran = reported_layout(history)) {
-    const std::string planned = fmt::format("{} ranks = dp {} x tp {} x pp {}, zero {}", s_.ranks,
-                                            s_.dp, s_.tp, s_.pp, s_.zero);
+    const std::string planned =
+        fmt::format("{} ranks = dp {} x tp {} x pp {}, zero {}", s_.topo.ranks, s_.topo.dp,
+                    s_.topo.tp, s_.topo.pp, s_.topo.zero);
     std::printf("  %-10s %s (as the ranks reported%s)\n", "ran", ran->c_str(),
                 *ran == planned ? "" : fmt::format("; the scenario says {}", planned).c_str());
   }
   std::printf("  %-10s %s\n", "steps", steps_line(history).c_str());
-  const PlanReport plans = plan_report(s_.plans, history);
+  const PlanReport plans = plan_report(s_.faults.plans, history);
   std::vector<std::string> lines = plans.lines;
   lines.insert(lines.end(), injected_.begin(), injected_.end());
   if (faults_) lines.insert(lines.end(), faults_->injected().begin(), faults_->injected().end());

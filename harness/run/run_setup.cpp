@@ -45,12 +45,12 @@ void Run::prepare() {
     raise<Error>("{}: cannot set the run directory's mode: {}", dir_, strerror(errno));
   }
   run_dir_.mkdirs("tmp");
-  for (int r = 0; r < s_.ranks; ++r) run_dir_.mkdirs(fmt::format("ranks/rank{}", r));
+  for (int r = 0; r < s_.topo.ranks; ++r) run_dir_.mkdirs(fmt::format("ranks/rank{}", r));
   YAML::Emitter em;
   em << s_.resolved;
   run_dir_.write_atomic("scenario.yaml", std::string(em.c_str()) + "\n");
   std::string plan;
-  for (auto& p : s_.plans) plan += p + "\n";
+  for (auto& p : s_.faults.plans) plan += p + "\n";
   run_dir_.write_atomic("fault-plan.txt", plan);
   run_dir_.write_atomic(
       "verdict.json", nlohmann::json{{"outcome", "unknown"}, {"state", "running"}}.dump(2) + "\n");
@@ -63,20 +63,20 @@ void Run::prepare() {
 
 std::map<std::string, std::string> Run::rank_env(int rank) {
   auto env = base_env();
-  const int per_node = s_.ranks / s_.nodes;
+  const int per_node = s_.topo.ranks / s_.topo.nodes;
   const std::string rdir = fmt::format("{}/ranks/rank{}", dir_, rank);
   env["RANK"] = std::to_string(rank);
-  env["WORLD_SIZE"] = std::to_string(s_.ranks);
+  env["WORLD_SIZE"] = std::to_string(s_.topo.ranks);
   env["LOCAL_RANK"] = std::to_string(rank % per_node);
   env["LOCAL_WORLD_SIZE"] = std::to_string(per_node);
   env["NODE_RANK"] = std::to_string(rank / per_node);
   env["MASTER_ADDR"] = faults_->master_addr();
   env["MASTER_PORT"] = std::to_string(master_port_);
   env["FAULTLINE_RUN_ID"] = id_;
-  env["FAULTLINE_BACKEND"] = s_.backend;
+  env["FAULTLINE_BACKEND"] = s_.topo.backend;
   env["FAULTLINE_LOG_FIDELITY"] = s_.fidelity;
-  env["FAULTLINE_COMM_TIMEOUT_MS"] = std::to_string(s_.comm_timeout_ms);
-  env["FAULTLINE_RDZV_TIMEOUT_MS"] = std::to_string(s_.rendezvous_timeout_ms);
+  env["FAULTLINE_COMM_TIMEOUT_MS"] = std::to_string(s_.timeouts.comm_ms);
+  env["FAULTLINE_RDZV_TIMEOUT_MS"] = std::to_string(s_.timeouts.rendezvous_ms);
   env["FAULTLINE_EVENTS_FILE"] = rdir + "/events.jsonl";
   env["FAULTLINE_FIRED_LOG"] = rdir + "/fired.jsonl";
   env["FAULTLINE_FLIGHT_RECORDER_DIR"] = rdir;
@@ -97,19 +97,19 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
   // On one machine MPI's TCP paths stay on loopback: another run's bridge or link (a hosts test's
   // 10.201.X.254, a namespace hub) that comes and goes must never be one of this run's addresses.
   // Network namespaces set their own subnet over this (Sandbox::adjust_rank).
-  if (s_.hosts.empty() && launcher_->kind() != LauncherKind::kSrun) {
+  if (s_.topo.hosts.empty() && launcher_->kind() != LauncherKind::kSrun) {
     env["OMPI_MCA_btl_tcp_if_include"] = "lo";
     env["OMPI_MCA_oob_tcp_if_include"] = "lo";
   }
-  if (!s_.plans.empty()) {
+  if (!s_.faults.plans.empty()) {
     std::string joined;
-    for (auto& p : s_.plans) joined += (joined.empty() ? "" : ";") + p;
+    for (auto& p : s_.faults.plans) joined += (joined.empty() ? "" : ";") + p;
     env["FAULTLINE_FAULTS"] = joined;
     env["FAULTLINE_FAULT_SEED"] = std::to_string(s_.seed);
   }
   launcher_->add_env(rank, env);
-  for (auto& [k, v] : s_.env) env[k] = v;
-  if (auto it = s_.rank_env.find(rank); it != s_.rank_env.end()) {
+  for (auto& [k, v] : s_.env.all) env[k] = v;
+  if (auto it = s_.env.per_rank.find(rank); it != s_.env.per_rank.end()) {
     for (auto& [k, v] : it->second) env[k] = v;
   }
   return env;
@@ -126,7 +126,7 @@ void Run::start_control_plane() {
   std::string addr = o_.control_addr;
   const std::string sock = dir_ + "/control.sock";
   if (addr.empty() && sock.size() <= 107) addr = "unix:" + sock;
-  if (addr.empty() && s_.network == "namespaces") {
+  if (addr.empty() && s_.topo.network == "namespaces") {
     // Ranks in their own network namespaces cannot reach the host's loopback; a unix socket
     // lives in the filesystem, which they share, and no data-plane fault can cut it.
     raise<Error>(
@@ -137,7 +137,7 @@ void Run::start_control_plane() {
   if (addr.empty()) addr = "127.0.0.1:0";
   check_control_reach(s_, addr);    // beyond loopback only for hosts (agent/hub.hpp)
   agents_->attach(*ctl_, secret_);  // launcher srun or topology.hosts (run_agents.hpp)
-  if (s_.network == "namespaces" && addr.rfind("unix:", 0) != 0) {
+  if (s_.topo.network == "namespaces" && addr.rfind("unix:", 0) != 0) {
     raise<Error>(
         "--control {}: ranks in network namespaces reach the control plane only through a unix "
         "socket (unix:PATH)",
@@ -148,7 +148,7 @@ void Run::start_control_plane() {
 
 // The run's hub serves what the model's data pipeline needs (its tokenizer's vocabulary).
 void Run::start_artifact_hub() {
-  if (s_.network == "namespaces") {
+  if (s_.topo.network == "namespaces") {
     raise<Error>(
         "workload.fetch needs topology.network: host (ranks in network namespaces cannot reach "
         "the harness's hub on 127.0.0.1)");

@@ -53,7 +53,7 @@ std::string harness_program() {
 // are copied into this run's, so damage done here never reaches the preparation's own files.
 void SideRuns::run_preparation() {
   const std::string file = dir_ + "/prepare.yaml";
-  run_dir_.write_atomic("prepare.yaml", s_.prepare_yaml + "\n");
+  run_dir_.write_atomic("prepare.yaml", s_.side_runs.prepare_yaml + "\n");
   const Scenario p = load_scenario(file);
   RunOptions po;
   po.results_dir = dir_;
@@ -78,8 +78,8 @@ void SideRuns::run_preparation() {
 // Runs the command with the run directory as its working directory, its output in
 // RUN_DIR/after_prepare.log; a command that fails ends the run before any rank starts.
 void SideRuns::run_after_prepare() {
-  if (s_.after_prepare.empty()) return;
-  std::vector<std::string> argv = s_.after_prepare;
+  if (s_.side_runs.after_prepare.empty()) return;
+  std::vector<std::string> argv = s_.side_runs.after_prepare;
   argv[0] = tool_path(argv[0]);
   const std::string log = dir_ + "/after_prepare.log";
   posix_spawn_file_actions_t fa;
@@ -103,22 +103,22 @@ void SideRuns::run_after_prepare() {
   const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
   const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   hist_.harness("after_prepare",
-                {{"argv", s_.after_prepare}, {"status", code}, {"seconds", secs}, {"log", log}});
+                {{"argv", s_.side_runs.after_prepare}, {"status", code}, {"seconds", secs}, {"log", log}});
   if (!ok) {
     std::ifstream in(log);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (text.size() > 2000) text = "..." + text.substr(text.size() - 2000);
     raise<Error>("after_prepare [{}] failed with status {} (see {}): {}",
-                 fmt::join(s_.after_prepare, " "), code, log, text);
+                 fmt::join(s_.side_runs.after_prepare, " "), code, log, text);
   }
 }
 
 void SideRuns::start_baseline(Supervisor& sup, const bool& stopping) {
-  if (s_.baseline_yaml.empty()) return;
+  if (s_.side_runs.baseline_yaml.empty()) return;
   const std::string file = dir_ + "/baseline.yaml";
-  run_dir_.write_atomic("baseline.yaml", s_.baseline_yaml + "\n");
+  run_dir_.write_atomic("baseline.yaml", s_.side_runs.baseline_yaml + "\n");
   const Scenario ref = load_scenario(file);  // a reference that cannot load stops the run here
-  baseline_wait_s_ = 2 * ref.run_timeout_s + 30;
+  baseline_wait_s_ = 2 * ref.timeouts.run_s + 30;
   ProcessSpec p;
   p.name = "baseline";
   p.argv = {harness_program(), "run", file, "--results", dir_, "--run-id", "baseline", "-q"};

@@ -15,9 +15,9 @@ namespace fl::harness {
 void RunTools::start(const Scenario& s, const RunOptions& o, Supervisor& sup,
                      RestartPolicy& restart, const std::string& control_addr,
                      const std::string& secret) {
-  std::vector<std::string> det = s.detectors;
+  std::vector<std::string> det = s.tools.detectors;
   det.insert(det.end(), o.detectors.begin(), o.detectors.end());
-  tools_ = resolve_tools(det, o.recovery.empty() ? s.recovery : o.recovery);
+  tools_ = resolve_tools(det, o.recovery.empty() ? s.tools.recovery : o.recovery);
   if (tools_.empty()) return;
   std::filesystem::create_directories(dir_ + "/tools");
   for (const auto& t : tools_) {

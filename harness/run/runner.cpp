@@ -38,7 +38,7 @@ namespace detail {
 Run::Run(const Scenario& s, const RunOptions& o)
     : s_(with_recovery_launcher(s, o.recovery)),
       o_(o),
-      launcher_kind_(launcher_kind(s_.launcher)),
+      launcher_kind_(launcher_kind(s_.topo.launcher)),
       launcher_(launcher_info(launcher_kind_).make()) {}
 
 Run::~Run() = default;
@@ -68,7 +68,7 @@ LaunchHost Run::launch_host() {
 }
 
 DumpTargets Run::dump_targets() {
-  return DumpTargets{s_.ranks, dir_, [this](int r) { return rank_pid(r); }, *hist_};
+  return DumpTargets{s_.topo.ranks, dir_, [this](int r) { return rank_pid(r); }, *hist_};
 }
 
 void Run::stop_run(const std::string& why) {
@@ -161,8 +161,8 @@ void Run::all_ranks_ended() {
       recovery_timer_.cancel();
       hist_->harness("restart", {{"from", d.from},
                                  {"restart", restart_.restarts()},
-                                 {"ranks", s_.ranks},
-                                 {"dp", s_.dp},
+                                 {"ranks", s_.topo.ranks},
+                                 {"dp", s_.topo.dp},
                                  {"args", s_.extra_args}});
       launch_all(d.from);
       return;
@@ -225,7 +225,7 @@ void Run::tick() {
   if (!stopping_ && !restart_.recovery_attached() && watch_->hang_established(tools_->running())) {
     stopping_ = true;
     stop_reason_ = "hang established";
-    hist_->harness("watchdog_stop", {{"reason", "hang established"}, {"hang_s", s_.expect.hang_s}});
+    hist_->harness("watchdog_stop", {{"reason", "hang established"}, {"hang_s", oracles::hang_seconds(s_.expect)}});
     request_fr_dumps(dump_targets(), "hang established");
     request_stack_dumps(dump_targets(), "hang established");
     loop_.stop();
@@ -299,10 +299,10 @@ void Run::start_run() {
   });
   if (launcher_kind_ == LauncherKind::kSrun) {
     agents_->check_allocation();  // Slurm there, the allocation fits the topology
-  } else if (!s_.hosts.empty()) {
+  } else if (!s_.topo.hosts.empty()) {
     check_hosts(s_);  // every host answers, or nothing is launched
   }
-  if (!s_.prepare_yaml.empty()) side_->run_preparation();
+  if (!s_.side_runs.prepare_yaml.empty()) side_->run_preparation();
   start_control_plane();
   if (!s_.fetch.empty()) start_artifact_hub();  // after the secret: the hub asks for it
   if (o_.print_events && o_.print_summary) {
@@ -354,26 +354,26 @@ void Run::record_run_start() {
                  {{"run_id", id_},
                   {"scenario", s_.name},
                   {"fix", o_.fix},
-                  {"ranks", s_.ranks},
-                  {"nodes", s_.nodes},
-                  {"layout", {{"dp", s_.dp}, {"tp", s_.tp}, {"pp", s_.pp}, {"zero", s_.zero}}},
-                  {"launcher", s_.launcher},
-                  {"backend", s_.backend},
+                  {"ranks", s_.topo.ranks},
+                  {"nodes", s_.topo.nodes},
+                  {"layout", {{"dp", s_.topo.dp}, {"tp", s_.topo.tp}, {"pp", s_.topo.pp}, {"zero", s_.topo.zero}}},
+                  {"launcher", s_.topo.launcher},
+                  {"backend", s_.topo.backend},
                   {"seed", s_.seed},
                   {"control", ctl_addr_},
                   {"expect", {{"oracle", s_.expect.oracle}, {"symptom", s_.expect.symptom}}}});
-  if (!s_.launcher_reason.empty()) {  // topology.launcher: auto chose it
-    hist_->harness("launcher_choice", {{"launcher", s_.launcher}, {"reason", s_.launcher_reason}});
+  if (!s_.topo.launcher_reason.empty()) {  // topology.launcher: auto chose it
+    hist_->harness("launcher_choice", {{"launcher", s_.topo.launcher}, {"reason", s_.topo.launcher_reason}});
   }
-  for (auto& p : s_.plans) hist_->harness("fault_armed", {{"plan", p}, {"via", "scenario"}});
+  for (auto& p : s_.faults.plans) hist_->harness("fault_armed", {{"plan", p}, {"via", "scenario"}});
 }
 
 // The run timeout, and the tick that drives the watchdogs.
 void Run::arm_timers() {
-  timeout_.after(std::chrono::milliseconds(static_cast<int64_t>(s_.run_timeout_s * 1000)), [this] {
+  timeout_.after(std::chrono::milliseconds(static_cast<int64_t>(s_.timeouts.run_s * 1000)), [this] {
     stopping_ = true;
-    stop_reason_ = fmt::format("run timeout ({} s)", s_.run_timeout_s);
-    hist_->harness("run_timeout", {{"after_s", s_.run_timeout_s}});
+    stop_reason_ = fmt::format("run timeout ({} s)", s_.timeouts.run_s);
+    hist_->harness("run_timeout", {{"after_s", s_.timeouts.run_s}});
     request_stack_dumps(dump_targets(), stop_reason_);
     loop_.stop();
   });
@@ -397,7 +397,7 @@ void check_runnable_here(const Scenario& scenario) {
     throw ScenarioError(fmt::format("{}: workload.command[0]: {}", scenario.file, why));
   }
   // Below, what the harness's own machine must have (with hosts or srun the ranks' machines do).
-  if (!scenario.hosts.empty() || scenario.launcher == "srun") return;
+  if (!scenario.topo.hosts.empty() || scenario.topo.launcher == "srun") return;
   // As the hide fault checks its library (hide.cpp).
   const std::vector<std::string> have = faults::plugin_libraries();
   for (const auto& p : scenario.plugins) {
@@ -409,7 +409,7 @@ void check_runnable_here(const Scenario& scenario) {
         scenario.file, lib, faults::plugin_dir(), fmt::join(have, ", ")));
   }
   // A cgroup fault applied by the harness itself (the agents apply it with hosts or srun).
-  for (const auto& f : scenario.oop_faults) {
+  for (const auto& f : scenario.faults.oop) {
     try {
       if (f->kind == "memory_limit") {
         faults::check_cgroup_root(faults::memory_cgroup_root(), "FAULTLINE_CGROUP_ROOT", f->kind);
@@ -424,7 +424,7 @@ void check_runnable_here(const Scenario& scenario) {
 
 RunResult run_scenario(const Scenario& scenario, const RunOptions& options) {
   check_runnable_here(scenario);
-  if (scenario.launcher == "mpirun" &&
+  if (scenario.topo.launcher == "mpirun" &&
       options.results_dir.find_first_of(" \t\n\"'") != std::string::npos) {
     // Every rank's files are named in its app-file line, which is split at whitespace.
     throw ConfigError(fmt::format(
@@ -439,13 +439,13 @@ RunResult run_scenario(const Scenario& scenario, const RunOptions& options) {
 Scenario replay_scenario(const std::string& run_dir) {
   Scenario s = load_scenario(run_dir + "/scenario.yaml");
   std::vector<fault::FiredRecord> fired;
-  for (int r = 0; r < s.ranks; ++r) {
+  for (int r = 0; r < s.topo.ranks; ++r) {
     const std::string log = fmt::format("{}/ranks/rank{}/fired.jsonl", run_dir, r);
     if (!fs::exists(log)) continue;
     for (auto& rec : fault::read_fired_log(log)) fired.push_back(std::move(rec));
   }
-  s.plans.clear();
-  if (!fired.empty()) s.plans.push_back(fault::replay_plan(fired));
+  s.faults.plans.clear();
+  if (!fired.empty()) s.faults.plans.push_back(fault::replay_plan(fired));
   s.name += "-replay";
   return s;
 }

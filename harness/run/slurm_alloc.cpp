@@ -124,18 +124,18 @@ SlurmAllocation check_srun_allocation(const Scenario& s) {
   }
   if (const std::string n = env_or("SLURM_NTASKS"); !n.empty()) {
     const int tasks = std::atoi(n.c_str());
-    if (tasks < s.ranks) {
+    if (tasks < s.topo.ranks) {
       raise<Error>(
           "launcher srun: the allocation has {} task(s) (SLURM_NTASKS) but topology.ranks is "
           "{} (allowed: an allocation of at least {} tasks, e.g. sbatch -n {}); nothing was "
           "launched",
-          tasks, s.ranks, s.ranks, s.ranks);
+          tasks, s.topo.ranks, s.topo.ranks, s.topo.ranks);
     }
   }
   a.nodes = expand_nodelist(list);
-  if (!s.hosts.empty()) {
-    a.hosts = s.hosts;
-    a.host_nodes = map_hosts_to_nodes(s.hosts, a.nodes);
+  if (!s.topo.hosts.empty()) {
+    a.hosts = s.topo.hosts;
+    a.host_nodes = map_hosts_to_nodes(s.topo.hosts, a.nodes);
   }
   return a;
 }

@@ -54,7 +54,7 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, Scen
   const YAML::Node w = doc["workload"];
   const YAML::Node at = w && w["command"] ? w["command"] : w ? w : doc;
   if (s.kind != "command") {
-    if (s.launcher == "command") {
+    if (s.topo.launcher == "command") {
       ErrorCollector::check([&] {
         const YAML::Node t = doc["topology"];
         fail_at(file, t && t["launcher"] ? t["launcher"] : doc, "topology.launcher",
@@ -92,18 +92,18 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, Scen
     });
   }
   ErrorCollector::check([&] {
-    if (s.launcher != "local" && s.launcher != "command") {
+    if (s.topo.launcher != "local" && s.topo.launcher != "command") {
       const YAML::Node t = doc["topology"];
       fail_at(file, t && t["launcher"] ? t["launcher"] : at, "topology.launcher",
               fmt::format("workload.kind: command starts its ranks itself (got launcher {}; "
                           "allowed: local or command); a launcher of the job's own (torchrun, "
                           "mpirun) goes in workload.command with workload.launch: once",
-                          s.launcher));
+                          s.topo.launcher));
     }
   });
   if (s.launch == "once") {
     // One process starts every rank: faults on one rank's process have none to act on.
-    for (const auto& f : s.oop_faults) {
+    for (const auto& f : s.faults.oop) {
       if (f->kind != "memory_limit" && f->kind != "cpu_quota" && f->kind != "restart") continue;
       ErrorCollector::check([&] {
         fail_at(file, doc["faults"] ? doc["faults"] : at, "faults[]." + f->kind,
@@ -114,7 +114,7 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, Scen
     }
   }
   ErrorCollector::check([&] {
-    if (!s.plans.empty()) {
+    if (!s.faults.plans.empty()) {
       fail_at(file, doc["faults"] ? doc["faults"] : at, "faults[].plan",
               "in-process fault plans need faultline's own workers (kind train or infer); a "
               "command's job takes out-of-process faults, and the probe's collective faults "
@@ -122,13 +122,13 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, Scen
     }
   });
   ErrorCollector::check([&] {
-    if (s.launch == "once" && s.network == "namespaces") {
+    if (s.launch == "once" && s.topo.network == "namespaces") {
       fail_at(file, w && w["launch"] ? w["launch"] : at, "workload.launch",
               "launch: once starts every rank from one process, which cannot put ranks in "
               "network namespaces of their own (allowed: per_rank)");
     }
   });
-  s.launcher = "command";  // the command launcher (harness/run/launch_command.cpp) starts them
+  s.topo.launcher = "command";  // the command launcher (harness/run/launch_command.cpp) starts them
 }
 
 }  // namespace loader

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "harness/oracles/oracle.hpp"
 #include "harness/scenario/loader.hpp"
 
 namespace fl::harness::loader {
@@ -31,30 +32,12 @@ const std::vector<std::string>& after_prepare_tools() {
   return t;
 }
 
-Expect parse_expect(const std::string& file, const YAML::Node& e, const YAML::Node& doc_node,
-                    const std::string& path) {
-  Expect x;
-  x.symptom = e["symptom"].as<std::string>();
-  x.oracle = e["oracle"].as<std::string>();
-  x.within_s = e["within_s"].as<double>();
-  x.absent = e["absent"].as<bool>();
-  x.ranks = e["ranks"].as<std::vector<int>>();
-  x.exit_class = e["exit_class"].as<std::string>();
-  x.exit_code = e["exit_code"].as<int>();
-  x.pattern = e["pattern"].as<std::string>();
-  x.op = e["op"].as<std::string>();
-  x.hang_s = e["hang_s"].as<double>();
-  x.factor = e["factor"].as<double>();
-  x.after_step = e["after_step"].as<int64_t>();
-  x.slowed = e["slowed"].as<std::string>();
-  x.skipped = e["skipped"].as<int64_t>();
-  x.measure = e["measure"].as<std::string>();
+namespace {
+
+// any / all: the expectations they combine, each an expect map of its own.
+void parse_combined(const std::string& file, const YAML::Node& e, const YAML::Node& doc_node,
+                    const std::string& path, Expect& x) {
   const YAML::Node here = doc_node ? doc_node : e;
-  ErrorCollector::check([&] {
-    if (x.oracle == "error_signature" && x.pattern.empty()) {
-      fail_at(file, here, path + ".pattern", "the error_signature oracle needs a pattern");
-    }
-  });
   const bool combines = x.oracle == "any" || x.oracle == "all";
   const YAML::Node of = e["of"];
   ErrorCollector::check([&] {
@@ -71,7 +54,7 @@ Expect parse_expect(const std::string& file, const YAML::Node& e, const YAML::No
                           x.oracle));
     }
   });
-  if (!combines) return x;
+  if (!combines) return;
   const YAML::Node doc_of = doc_node && doc_node.IsMap() ? doc_node["of"] : YAML::Node();
   const YAML::Node item_defaults = defaults()["expect"];
   for (size_t i = 0; i < of.size(); ++i) {
@@ -81,6 +64,23 @@ Expect parse_expect(const std::string& file, const YAML::Node& e, const YAML::No
     if (!of[i]["symptom"]) item["symptom"] = x.symptom;
     x.of.push_back(parse_expect(file, item, d, fmt::format("{}.of[{}]", path, i)));
   }
+}
+
+}  // namespace
+
+Expect parse_expect(const std::string& file, const YAML::Node& e, const YAML::Node& doc_node,
+                    const std::string& path) {
+  Expect x;
+  x.symptom = e["symptom"].as<std::string>();
+  x.oracle = e["oracle"].as<std::string>();
+  x.within_s = e["within_s"].as<double>();
+  x.absent = e["absent"].as<bool>();
+  x.ranks = e["ranks"].as<std::vector<int>>();
+  // The oracle's own keys, parsed by the oracle (harness/oracles/).
+  if (const auto* oracle = oracles::find(x.oracle)) {
+    ErrorCollector::check([&] { x.params = oracle->parse({file, e, doc_node, path}); });
+  }
+  parse_combined(file, e, doc_node, path, x);
   return x;
 }
 
@@ -119,7 +119,7 @@ void parse_side_runs(const std::string& file, const YAML::Node& doc, Scenario& s
                               a));
         }
       });
-      s.after_prepare.push_back(a);
+      s.side_runs.after_prepare.push_back(a);
     }
   }
   if (!uses_oracle(s.expect, "baseline")) {
@@ -135,7 +135,7 @@ void parse_side_runs(const std::string& file, const YAML::Node& doc, Scenario& s
   }
   // The reference run: this scenario without its faults, tools and expectation (it must
   // complete), with the baseline overrides applied.
-  s.baseline_yaml = side_run_yaml(
+  s.side_runs.baseline_yaml = side_run_yaml(
       doc, {"baseline", "fix", "faults", "expect", "rank_env", "detectors", "recovery"},
       doc["baseline"], s.name + "-baseline");
 }
@@ -155,3 +155,26 @@ std::string side_run_yaml(const YAML::Node& doc, std::initializer_list<const cha
 }
 
 }  // namespace fl::harness::loader
+
+namespace fl::harness {
+
+Expect parse_expect_text(const std::string& yaml) {
+  const std::string file = "<expect>";
+  loader::ErrorCollector errors;
+  const YAML::Node node = loader::parse_scenario_text(file, yaml);
+  if (!node.IsMap()) raise<ScenarioError>("{}: expected an expect map", file);
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string key = "expect." + it->first.Scalar();
+    const auto& schema = scenario_schema();
+    if (std::none_of(schema.begin(), schema.end(),
+                     [&](const KeySpec& k) { return k.path == key; })) {
+      loader::fail_at(file, it->first, key, "unknown key");
+    }
+  }
+  Expect x =
+      loader::parse_expect(file, loader::merge(loader::defaults()["expect"], node), node, "expect");
+  loader::ErrorCollector::throw_if_any(file);
+  return x;
+}
+
+}  // namespace fl::harness

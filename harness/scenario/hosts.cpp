@@ -15,14 +15,14 @@ namespace fl::harness::loader {
 
 void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Node& t, Scenario& s) {
   const YAML::Node raw = doc["topology"] ? doc["topology"] : YAML::Node();
-  s.rsh_agent = t["rsh_agent"] ? t["rsh_agent"].as<std::string>() : "";
+  s.topo.rsh_agent = t["rsh_agent"] ? t["rsh_agent"].as<std::string>() : "";
   ErrorCollector::check([&] {
     static const std::regex agent_re("(/[A-Za-z0-9._+/-]+|[A-Za-z0-9._+-]+)");
-    if (!s.rsh_agent.empty() && !std::regex_match(s.rsh_agent, agent_re)) {
+    if (!s.topo.rsh_agent.empty() && !std::regex_match(s.topo.rsh_agent, agent_re)) {
       fail_at(file, raw["rsh_agent"], "topology.rsh_agent",
               fmt::format("'{}' is not a program (allowed: an absolute path or a command name, "
                           "letters, digits and ._+-/ only; options go in the program)",
-                          s.rsh_agent));
+                          s.topo.rsh_agent));
     }
   });
   const YAML::Node hosts = t["hosts"];
@@ -37,7 +37,7 @@ void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Nod
   }
   if (!listed && hostfile.empty()) {
     ErrorCollector::check([&] {
-      if (!s.rsh_agent.empty()) {
+      if (!s.topo.rsh_agent.empty()) {
         fail_at(file, raw["rsh_agent"], "topology.rsh_agent",
                 "an rsh agent needs topology.hosts or topology.hostfile (the hosts it reaches)");
       }
@@ -68,8 +68,8 @@ void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Nod
     if (!read) return;
     resolved_hostfile = abs;
     for (auto& e : from_file) {
-      s.hosts.push_back(e.name);
-      s.host_addrs.push_back(e.address);
+      s.topo.hosts.push_back(e.name);
+      s.topo.host_addrs.push_back(e.address);
     }
   } else {
     std::set<std::string> seen;
@@ -98,47 +98,48 @@ void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Nod
           fail_at(file, where, at, fmt::format("host {} is listed twice (each host once)", name));
         }
       });
-      s.hosts.push_back(name);
-      s.host_addrs.push_back(addr);
+      s.topo.hosts.push_back(name);
+      s.topo.host_addrs.push_back(addr);
     }
   }
-  const int n = static_cast<int>(s.hosts.size());
+  const int n = static_cast<int>(s.topo.hosts.size());
   const YAML::Node list_at = resolved_hostfile.empty() ? raw["hosts"] : raw["hostfile"];
   ErrorCollector::check([&] {
-    if (s.launcher != "mpirun" && s.launcher != "srun") {
+    if (s.topo.launcher != "mpirun" && s.topo.launcher != "srun") {
       fail_at(file, raw["launcher"] ? raw["launcher"] : list_at, "topology.launcher",
               fmt::format("{} needs launcher mpirun (got {}; srun too, inside a Slurm "
                           "allocation; the local launcher starts every rank on this machine)",
-                          label, s.launcher));
+                          label, s.topo.launcher));
     }
-    if (raw["nodes"] && s.nodes != n && s.nodes != 1) {
+    if (raw["nodes"] && s.topo.nodes != n && s.topo.nodes != 1) {
       fail_at(file, raw["nodes"], "topology.nodes",
               fmt::format("topology.nodes is {} but {} lists {} hosts (leave nodes "
                           "out: each host is a node)",
-                          s.nodes, label, n));
+                          s.topo.nodes, label, n));
     }
-    if (s.ranks % n != 0) {
+    if (s.topo.ranks % n != 0) {
       fail_at(file, raw["ranks"] ? raw["ranks"] : raw, "topology.ranks",
               fmt::format("{} ranks do not spread evenly over {} hosts (allowed: a multiple of {})",
-                          s.ranks, n, n));
+                          s.topo.ranks, n, n));
     }
   });
   // A hostfile's slots bound what a host takes: the ranks spread evenly, ranks / hosts each.
   for (const auto& e : from_file) {
-    if (s.ranks % n != 0) break;
-    const int per = s.ranks / n;
+    if (s.topo.ranks % n != 0) break;
+    const int per = s.topo.ranks / n;
     const int cap = e.max_slots != 0 ? e.max_slots : e.slots;
     ErrorCollector::check([&] {
       if (cap != 0 && cap < per) {
-        fail_at(file, list_at, "topology.hostfile",
-                fmt::format("{}:{}: host {} has {}={} but gets {} of the {} ranks (they spread "
-                            "evenly over the {} hosts; allowed: {} or more, or leave it out)",
-                            resolved_hostfile, e.line, e.name,
-                            e.max_slots != 0 ? "max_slots" : "slots", cap, per, s.ranks, n, per));
+        fail_at(
+            file, list_at, "topology.hostfile",
+            fmt::format("{}:{}: host {} has {}={} but gets {} of the {} ranks (they spread "
+                        "evenly over the {} hosts; allowed: {} or more, or leave it out)",
+                        resolved_hostfile, e.line, e.name, e.max_slots != 0 ? "max_slots" : "slots",
+                        cap, per, s.topo.ranks, n, per));
       }
     });
   }
-  s.nodes = n;
+  s.topo.nodes = n;
   if (!resolved_hostfile.empty()) {
     // The resolved scenario (RUN_DIR/scenario.yaml) and the preparation and reference runs,
     // loaded from the run directory, name the file absolutely.

@@ -67,7 +67,7 @@ void check_env_name(const std::string& file, const YAML::Node& node, const std::
 
 void check_app_file_value(const std::string& file, const YAML::Node& node, const std::string& at,
                           const std::string& value, const Scenario& s) {
-  if (s.launcher != "mpirun") return;
+  if (s.topo.launcher != "mpirun") return;
   if (!value.empty() && value.find_first_of(" \t\n\"'") == std::string::npos) return;
   fail_at(file, node, at,
           fmt::format("'{}' is empty or has whitespace or quotes, which launcher mpirun's app "
@@ -78,12 +78,12 @@ void check_app_file_value(const std::string& file, const YAML::Node& node, const
 
 void check_launch_inputs(const std::string& file, const YAML::Node& doc, const Scenario& s) {
   check_env_map(file, doc["env"], "env", s);
-  for (const auto& [rank, vars] : s.rank_env) {
+  for (const auto& [rank, vars] : s.env.per_rank) {
     check_env_map(file, value_node(doc["rank_env"], std::to_string(rank)),
                   fmt::format("rank_env.{}", rank), s);
   }
   const YAML::Node w = doc["workload"];
-  if (s.launcher == "mpirun") {
+  if (s.topo.launcher == "mpirun") {
     // An app-file line is split at whitespace: "--name a b" would reach the rank as three words.
     for (size_t i = 0; i < s.extra_args.size(); ++i) {
       ErrorCollector::check([&] {

@@ -53,7 +53,7 @@ std::string fault_reason(const std::string& file, const YAML::Node& faults, cons
     if (!item.IsMap() || item["plan"]) continue;  // in-process plans work under either launcher
     const std::string at = fmt::format("faults[{}]", i);
     Scenario under_mpirun = s;
-    under_mpirun.launcher = "mpirun";
+    under_mpirun.topo.launcher = "mpirun";
     std::string kind = "?";
     try {
       const auto f = faults::parse_fault({file, at, under_mpirun}, item);
@@ -98,23 +98,24 @@ LauncherChoice choose_launcher(const std::string& file, const YAML::Node& resolv
                                const Scenario& s) {
   const auto local = [](std::string why) { return LauncherChoice{"local", std::move(why)}; };
   if (s.kind == "command") return local("workload.kind: command starts its ranks itself");
-  if (s.backend != "mpi") return local("backend " + s.backend + " is not an MPI world");
+  if (s.topo.backend != "mpi") return local("backend " + s.topo.backend + " is not an MPI world");
   if (s.device != "cpu") return local("workload.device " + s.device + " is not a CPU world");
-  if (s.ranks <= kAutoMpirunAbove) {
-    return local(fmt::format("{} ranks <= {}", s.ranks, kAutoMpirunAbove));
+  if (s.topo.ranks <= kAutoMpirunAbove) {
+    return local(fmt::format("{} ranks <= {}", s.topo.ranks, kAutoMpirunAbove));
   }
-  if (!s.hosts.empty()) return local("topology.hosts needs topology.launcher: mpirun named");
+  if (!s.topo.hosts.empty()) return local("topology.hosts needs topology.launcher: mpirun named");
   const auto big = [&](const std::string& why) {
-    return local(fmt::format("{} ranks > {}, but {}", s.ranks, kAutoMpirunAbove, why));
+    return local(fmt::format("{} ranks > {}, but {}", s.topo.ranks, kAutoMpirunAbove, why));
   };
-  if (s.network != "host") return big("topology.network: " + s.network + " needs rank processes");
+  if (s.topo.network != "host")
+    return big("topology.network: " + s.topo.network + " needs rank processes");
   if (auto why = fault_reason(file, resolved["faults"], s); !why.empty()) return big(why);
   if (auto why = recovery_reason(resolved["recovery"].as<std::string>("")); !why.empty()) {
     return big(why);
   }
   if (auto why = env_reason(resolved); !why.empty()) return big(why);
-  return {"mpirun", fmt::format("{} ranks > {}, nothing needs separate rank processes", s.ranks,
-                                kAutoMpirunAbove)};
+  return {"mpirun", fmt::format("{} ranks > {}, nothing needs separate rank processes",
+                                s.topo.ranks, kAutoMpirunAbove)};
 }
 
 void pin_side_run_launcher(std::string& yaml, const std::string& launcher) {
@@ -133,11 +134,12 @@ void pin_side_run_launcher(std::string& yaml, const std::string& launcher) {
 namespace fl::harness {
 
 Scenario with_recovery_launcher(Scenario s, const std::string& recovery) {
-  if (s.launcher_reason.empty() || s.launcher != "mpirun") return s;  // named, or already local
+  if (s.topo.launcher_reason.empty() || s.topo.launcher != "mpirun")
+    return s;  // named, or already local
   if (auto why = loader::recovery_reason(recovery); !why.empty()) {
-    s.launcher = "local";
-    s.launcher_reason =
-        fmt::format("{} ranks > {}, but --{}", s.ranks, loader::kAutoMpirunAbove, why);
+    s.topo.launcher = "local";
+    s.topo.launcher_reason =
+        fmt::format("{} ranks > {}, but --{}", s.topo.ranks, loader::kAutoMpirunAbove, why);
   }
   return s;
 }

@@ -83,7 +83,7 @@ int64_t model_context(const std::string& model, int64_t seq_len_override);
 void check_infer_context(const std::string& file, const YAML::Node& doc, const Scenario& s);
 
 // command_checks.cpp: workload.command only with kind command, and then a program, known
-// placeholders, the local launcher, no in-process plans; sets s.launcher to command.
+// placeholders, the local launcher, no in-process plans; sets s.topo.launcher to command.
 void check_command_workload(const std::string& file, const YAML::Node& doc, Scenario& s);
 
 // launch_inputs.cpp: what a launch would refuse, refused at load (file:line:col): env and

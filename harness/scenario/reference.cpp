@@ -46,18 +46,18 @@ void parse_reference(const std::string& file, const YAML::Node& doc, const YAML:
                      Scenario& s) {
   const YAML::Node ref = r["reference"];
   const YAML::Node raw = doc["reference"] ? doc["reference"] : YAML::Node();
-  s.ref_issue = str(ref, "issue");
-  s.ref_pr = str(ref, "pr");
-  s.ref_url = str(ref, "url");
-  s.ref_mechanism = str(ref, "mechanism");
-  s.ref_symptom = str(ref, "symptom");
-  s.ref_root_cause = str(ref, "root_cause");
-  s.ref_fix_pattern = str(ref, "fix_pattern");
-  s.ref_kind = str(ref, "kind");
-  if (s.ref_kind.empty() && !s.ref_pr.empty()) s.ref_kind = "pr";
-  if (s.ref_kind.empty() && !s.ref_issue.empty()) s.ref_kind = "issue";
+  s.ref.issue = str(ref, "issue");
+  s.ref.pr = str(ref, "pr");
+  s.ref.url = str(ref, "url");
+  s.ref.mechanism = str(ref, "mechanism");
+  s.ref.symptom = str(ref, "symptom");
+  s.ref.root_cause = str(ref, "root_cause");
+  s.ref.fix_pattern = str(ref, "fix_pattern");
+  s.ref.kind = str(ref, "kind");
+  if (s.ref.kind.empty() && !s.ref.pr.empty()) s.ref.kind = "pr";
+  if (s.ref.kind.empty() && !s.ref.issue.empty()) s.ref.kind = "issue";
   ErrorCollector::check([&] {
-    if (s.ref_kind == "stands-for") {
+    if (s.ref.kind == "stands-for") {
       // A mechanism cites no thread: any of them here would read as a reproduction of it.
       for (const char* key : {"issue", "pr", "url"}) {
         if (!str(ref, key).empty()) {
@@ -67,31 +67,31 @@ void parse_reference(const std::string& file, const YAML::Node& doc, const YAML:
                               kStandsForKeys));
         }
       }
-      if (s.ref_mechanism.empty()) {
+      if (s.ref.mechanism.empty()) {
         fail_at(file, raw["kind"], "reference.mechanism",
                 "required with kind stands-for (allowed: a sentence naming the mechanism the "
                 "scenario builds)");
       }
       return;
     }
-    if (!s.ref_mechanism.empty()) {
+    if (!s.ref.mechanism.empty()) {
       fail_at(file, raw["mechanism"], "reference.mechanism",
               "only a stands-for reference names a mechanism (allowed: kind: stands-for with "
               "it, or a cited issue or pr without it)");
     }
-    if (!s.ref_issue.empty() && !s.ref_pr.empty()) {
+    if (!s.ref.issue.empty() && !s.ref.pr.empty()) {
       fail_at(file, raw["pr"], "reference.pr",
               "a reference cites one thread (allowed: issue or pr, not both)");
     }
-    if (s.ref_kind == "issue" || s.ref_kind == "pr") {
-      const char* key = s.ref_kind == "pr" ? "pr" : "issue";
-      const std::string cite = s.ref_kind == "pr" ? s.ref_pr : s.ref_issue;
+    if (s.ref.kind == "issue" || s.ref.kind == "pr") {
+      const char* key = s.ref.kind == "pr" ? "pr" : "issue";
+      const std::string cite = s.ref.kind == "pr" ? s.ref.pr : s.ref.issue;
       if (cite.empty()) {
         fail_at(file, raw["kind"], std::string("reference.") + key,
-                fmt::format("required with kind {} (allowed: OWNER/NAME#NUMBER)", s.ref_kind));
+                fmt::format("required with kind {} (allowed: OWNER/NAME#NUMBER)", s.ref.kind));
       }
-      check_thread(file, raw, key, cite, s.ref_url);
-    } else if (!s.ref_url.empty()) {
+      check_thread(file, raw, key, cite, s.ref.url);
+    } else if (!s.ref.url.empty()) {
       fail_at(file, raw["url"], "reference.url",
               "a link needs the thread it links (allowed: with reference.issue or reference.pr)");
     }

@@ -90,15 +90,25 @@ std::vector<std::string> scenario_files_under(const std::string& dir) {
   return out;
 }
 
-Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
-  // The checks below that do not depend on each other report together (ErrorCollector).
-  ErrorCollector errors;
+namespace {
+
+// What the parsers below share: the scenario file (for errors), the document as written (its
+// marks give errors their line and column; non-const: a missing key reads as an undefined node)
+// and the resolved document (every key, defaults filled in).
+struct Source {
+  const std::string& file;
+  YAML::Node& doc;
+  YAML::Node& r;
+};
+
+// The file and its `extends:` bases, with the fix and the --set overrides applied.
+YAML::Node read_document(const std::string& path, const LoadOptions& opts, bool& has_fix) {
   std::vector<std::string> chain;
   YAML::Node doc = load_file(path, chain);
   if (!doc["name"]) {
     raise<ScenarioError>("{}: name: required key is missing (a scenario names itself)", path);
   }
-  const bool has_fix = static_cast<bool>(doc["fix"]);
+  has_fix = static_cast<bool>(doc["fix"]);
   if (opts.apply_fix) {
     if (!has_fix) raise<ScenarioError>("{}: fix: --fix given but the scenario has no fix", path);
     YAML::Node fix = YAML::Clone(doc["fix"]);
@@ -108,89 +118,107 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     ErrorCollector::check([&] { apply_override(doc, o, path); });
   }
   ErrorCollector::throw_if_any(path);
-  YAML::Node r = merge(defaults(), doc);
-  r.remove("extends");
+  return doc;
+}
 
-  Scenario s;
-  s.file = path;
-  s.has_fix = has_fix;
-  s.name = get<std::string>(r, "name");
+void parse_identity(const Source& c, Scenario& s) {
+  s.name = get<std::string>(c.r, "name");
   ErrorCollector::check([&] {
     for (char ch : s.name) {
       if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') {
-        fail_at(path, doc["name"], "name",
+        fail_at(c.file, c.doc["name"], "name",
                 fmt::format("'{}' has '{}' (allowed: letters, digits, '-', '_', '.')", s.name, ch));
       }
     }
   });
-  s.description = get<std::string>(r, "description");
-  s.seed = get<uint64_t>(r, "seed");
-  loader::parse_reference(path, doc, r, s);  // reference.cpp
-  const Taxonomy& tax = taxonomy();
-  auto check_symptom = [&](const std::string& id, const char* key, const YAML::Node& at) {
-    if (id.empty() || tax.symptom(id)) return;
-    std::vector<std::string> ids;
-    for (auto& x : tax.symptoms) ids.push_back(x.id);
-    ErrorCollector::check([&] {
-      fail_at(path, at, key,
-              fmt::format("unknown symptom id '{}' (allowed: {})", id, fmt::join(ids, ", ")));
-    });
-  };
-  check_symptom(s.ref_symptom, "reference.symptom", doc["reference"]["symptom"]);
-  ErrorCollector::check([&] {
-    if (!s.ref_root_cause.empty() &&
-        std::count(tax.root_causes.begin(), tax.root_causes.end(), s.ref_root_cause) == 0) {
-      fail_at(path, doc["reference"]["root_cause"], "reference.root_cause",
-              fmt::format("unknown root cause '{}' (allowed: {})", s.ref_root_cause,
-                          fmt::join(tax.root_causes, ", ")));
-    }
-  });
-  ErrorCollector::check([&] {
-    if (!s.ref_fix_pattern.empty() &&
-        std::count(tax.fix_patterns.begin(), tax.fix_patterns.end(), s.ref_fix_pattern) == 0) {
-      fail_at(path, doc["reference"]["fix_pattern"], "reference.fix_pattern",
-              fmt::format("unknown fix pattern '{}' (allowed: {})", s.ref_fix_pattern,
-                          fmt::join(tax.fix_patterns, ", ")));
-    }
-  });
+  s.description = get<std::string>(c.r, "description");
+  s.seed = get<uint64_t>(c.r, "seed");
+}
 
-  auto t = r["topology"];
-  s.ranks = t["ranks"].as<int>();
-  s.nodes = t["nodes"].as<int>();
-  s.backend = t["backend"].as<std::string>();
-  s.launcher = t["launcher"].as<std::string>();
-  const bool auto_launcher = s.launcher == "auto";  // chosen below, once the world is known
-  if (auto_launcher) s.launcher = "local";          // what the checks until then see
-  s.network = t["network"].as<std::string>();
+// A symptom id of the taxonomy ("" passes).
+void check_symptom(const Source& c, const std::string& id, const char* key, const YAML::Node& at) {
+  const Taxonomy& tax = taxonomy();
+  if (id.empty() || tax.symptom(id)) return;
+  std::vector<std::string> ids;
+  for (auto& x : tax.symptoms) ids.push_back(x.id);
   ErrorCollector::check([&] {
-    if (s.network == "namespaces" && !launcher_has_rank_processes(s.launcher)) {
-      fail_at(path, doc["topology"]["network"], "topology.network",
+    fail_at(c.file, at, key,
+            fmt::format("unknown symptom id '{}' (allowed: {})", id, fmt::join(ids, ", ")));
+  });
+}
+
+// An id of one of the taxonomy's lists ("" passes).
+void check_listed(const Source& c, const std::string& id, const std::vector<std::string>& ids,
+                  const char* what, const char* key) {
+  ErrorCollector::check([&] {
+    if (!id.empty() && std::count(ids.begin(), ids.end(), id) == 0) {
+      fail_at(c.file, c.doc["reference"][key], fmt::format("reference.{}", key),
+              fmt::format("unknown {} '{}' (allowed: {})", what, id, fmt::join(ids, ", ")));
+    }
+  });
+}
+
+// reference: (reference.cpp) and its taxonomy ids.
+void parse_reference(const Source& c, Scenario& s) {
+  loader::parse_reference(c.file, c.doc, c.r, s);
+  check_symptom(c, s.ref.symptom, "reference.symptom", c.doc["reference"]["symptom"]);
+  check_listed(c, s.ref.root_cause, taxonomy().root_causes, "root cause", "root_cause");
+  check_listed(c, s.ref.fix_pattern, taxonomy().fix_patterns, "fix pattern", "fix_pattern");
+}
+
+// The layout: nodes that divide the ranks, dp x tp x pp = ranks.
+void check_layout(const Source& c, const Topology& t) {
+  ErrorCollector::check([&] {
+    if (t.ranks % t.nodes != 0) {
+      fail_at(c.file, c.doc["topology"]["nodes"] ? c.doc["topology"]["nodes"] : c.doc["topology"],
+              "topology.nodes",
+              fmt::format("{} ranks do not spread evenly over {} nodes (allowed: a divisor of {})",
+                          t.ranks, t.nodes, t.ranks));
+    }
+  });
+  ErrorCollector::check([&] {
+    if (t.dp * t.tp * t.pp != t.ranks) {
+      fail_at(c.file, c.doc["topology"] ? c.doc["topology"] : c.doc, "topology",
+              fmt::format("dp {} x tp {} x pp {} = {} but ranks is {} (they must be equal)", t.dp,
+                          t.tp, t.pp, t.dp * t.tp * t.pp, t.ranks));
+    }
+  });
+}
+
+// topology:, hosts included (hosts.cpp). Returns whether the launcher is chosen (auto): until
+// then the checks see the local launcher.
+bool parse_topology(const Source& c, Scenario& s) {
+  auto t = c.r["topology"];
+  Topology& topo = s.topo;
+  topo.ranks = t["ranks"].as<int>();
+  topo.nodes = t["nodes"].as<int>();
+  topo.backend = t["backend"].as<std::string>();
+  topo.launcher = t["launcher"].as<std::string>();
+  const bool auto_launcher = topo.launcher == "auto";
+  if (auto_launcher) topo.launcher = "local";
+  topo.network = t["network"].as<std::string>();
+  ErrorCollector::check([&] {
+    if (topo.network == "namespaces" && !launcher_has_rank_processes(topo.launcher)) {
+      fail_at(c.file, c.doc["topology"]["network"], "topology.network",
               "network namespaces need topology.launcher: " + rank_process_launchers());
     }
   });
-  parse_hosts(path, doc, t, s);  // hosts.cpp
-  s.tp = t["tp"].as<int>();
-  s.pp = t["pp"].as<int>();
-  s.zero = t["zero"].as<int>();
-  s.dp = t["dp"].as<int>();
-  if (s.dp == 0) s.dp = std::max(1, s.ranks / (s.tp * s.pp));
-  auto w = r["workload"];
+  parse_hosts(c.file, c.doc, t, s);  // hosts.cpp
+  topo.tp = t["tp"].as<int>();
+  topo.pp = t["pp"].as<int>();
+  topo.zero = t["zero"].as<int>();
+  topo.dp = t["dp"].as<int>();
+  if (topo.dp == 0) topo.dp = std::max(1, topo.ranks / (topo.tp * topo.pp));
+  check_layout(c, topo);
+  return auto_launcher;
+}
+
+// workload: (every key but the lists, parse_workload_lists).
+void parse_workload(const Source& c, Scenario& s) {
+  const std::string& path = c.file;
+  YAML::Node& doc = c.doc;
+  auto w = c.r["workload"];
   s.kind = w["kind"].as<std::string>();
-  ErrorCollector::check([&] {
-    if (s.ranks % s.nodes != 0) {
-      fail_at(path, doc["topology"]["nodes"] ? doc["topology"]["nodes"] : doc["topology"],
-              "topology.nodes",
-              fmt::format("{} ranks do not spread evenly over {} nodes (allowed: a divisor of {})",
-                          s.ranks, s.nodes, s.ranks));
-    }
-  });
-  ErrorCollector::check([&] {
-    if (s.dp * s.tp * s.pp != s.ranks) {
-      fail_at(path, doc["topology"] ? doc["topology"] : doc, "topology",
-              fmt::format("dp {} x tp {} x pp {} = {} but ranks is {} (they must be equal)", s.dp,
-                          s.tp, s.pp, s.dp * s.tp * s.pp, s.ranks));
-    }
-  });
   s.model = w["model"].as<std::string>();
   s.device = w["device"].as<std::string>();
   s.fidelity = w["fidelity"].as<std::string>();
@@ -258,13 +286,18 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   s.eval_drop_last = w["eval_data"]["drop_last"].as<bool>();
   ErrorCollector::check(
       [&] { loader::check_infer_context(path, static_cast<const YAML::Node&>(doc), s); });
+}
+
+// workload:'s lists and the keys of kind command.
+void parse_workload_lists(const Source& c, Scenario& s) {
+  const std::string& path = c.file;
+  YAML::Node& doc = c.doc;
+  auto w = c.r["workload"];
   for (const auto& a : w["args"]) s.extra_args.push_back(a.as<std::string>());
   for (const auto& a : w["command"]) s.command.push_back(a.as<std::string>());
   s.launch = w["launch"].as<std::string>();
   s.probe = w["probe"].as<bool>();
   s.report_timeout_s = w["report_timeout_s"].as<double>();
-  for (const auto& d : r["detectors"]) s.detectors.push_back(d.as<std::string>());
-  s.recovery = r["recovery"].as<std::string>();
   for (const auto& p : w["plugins"]) s.plugins.push_back(p.as<std::string>());
   s.jit = w["jit"].as<bool>();
   const YAML::Node doc_fetch = static_cast<const YAML::Node&>(doc)["workload"]
@@ -284,16 +317,19 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
     }
     s.fetch.push_back(name);
   }
+}
 
-  std::string chosen;  // topology.launcher: auto: the launcher chosen (before kind: command's)
-  if (auto_launcher) {
-    auto choice = loader::choose_launcher(path, r, s);  // launcher_choice.cpp
-    s.launcher = chosen = std::move(choice.launcher);
-    s.launcher_reason = std::move(choice.reason);
-  }
-  std::vector<std::pair<std::string, YAML::Node>> squats;  // port_squat items: key path, node
-  const YAML::Node resolved_faults = r["faults"];
-  const YAML::Node doc_faults = static_cast<const YAML::Node&>(doc)["faults"];
+void parse_tools(const Source& c, Scenario& s) {
+  for (const auto& d : c.r["detectors"]) s.tools.detectors.push_back(d.as<std::string>());
+  s.tools.recovery = c.r["recovery"].as<std::string>();
+}
+
+// faults:: plans, and the out-of-process faults parsed by their kinds (harness/faults/). Returns
+// the port_squat items (key path, node).
+std::vector<std::pair<std::string, YAML::Node>> parse_faults(const Source& c, Scenario& s) {
+  std::vector<std::pair<std::string, YAML::Node>> squats;
+  const YAML::Node resolved_faults = c.r["faults"];
+  const YAML::Node doc_faults = static_cast<const YAML::Node&>(c.doc)["faults"];
   for (size_t fi = 0; fi < resolved_faults.size(); ++fi) {
     // Each fault is checked on its own.
     ErrorCollector::check([&] {
@@ -303,80 +339,125 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
                                : resolved_faults[fi];
       const std::string at = fmt::format("faults[{}]", fi);
       if (f["plan"]) {
-        s.plans.push_back(f["plan"].as<std::string>());
+        s.faults.plans.push_back(f["plan"].as<std::string>());
         return;
       }
-      if (auto fault = faults::parse_fault({path, at, s}, f)) {
+      if (auto fault = faults::parse_fault({c.file, at, s}, f)) {
         if (fault->kind == "port_squat") squats.emplace_back(at, f["port_squat"]);
-        s.oop_faults.push_back(std::move(fault));
+        s.faults.oop.push_back(std::move(fault));
       }
     });
   }
-  // What the run cannot do with its ranks in network namespaces (a network fault or
-  // topology.network: namespaces put them there): known now, not when the run reaches it.
-  if (s.network == "namespaces") {
-    if (!s.fetch.empty()) {
+  return squats;
+}
+
+// What the run cannot do with its ranks in network namespaces (a network fault or
+// topology.network: namespaces put them there): known now, not when the run reaches it.
+void check_namespaces(const Source& c, const Scenario& s,
+                      const std::vector<std::pair<std::string, YAML::Node>>& squats) {
+  if (s.topo.network != "namespaces") return;
+  const YAML::Node doc_fetch = static_cast<const YAML::Node&>(c.doc)["workload"]
+                                   ? static_cast<const YAML::Node&>(c.doc)["workload"]["fetch"]
+                                   : YAML::Node();
+  if (!s.fetch.empty()) {
+    ErrorCollector::check([&] {
+      fail_at(c.file, doc_fetch ? doc_fetch : c.doc, "workload.fetch",
+              "cannot fetch with network namespaces (the ranks cannot reach the run's artifact "
+              "hub on 127.0.0.1; a network fault or topology.network: namespaces puts them "
+              "there; allowed: fetch with topology.network: host and no network fault)");
+    });
+  }
+  for (const auto& [at, node] : squats) {
+    ErrorCollector::check([&] {
+      fail_at(c.file, node, at + ".port_squat",
+              "port_squat with network namespaces is not supported (the port is held on the "
+              "host, the ranks' store listens in their own namespace; allowed: port_squat with "
+              "topology.network: host and no network fault)");
+    });
+  }
+}
+
+void parse_timeouts(const Source& c, Scenario& s) {
+  s.timeouts.run_s = c.r["timeouts"]["run_s"].as<double>();
+  s.timeouts.comm_ms = c.r["timeouts"]["comm_ms"].as<int64_t>();
+  s.timeouts.rendezvous_ms = c.r["timeouts"]["rendezvous_ms"].as<int64_t>();
+}
+
+// env: and rank_env: (ranks that exist).
+void parse_env(const Source& c, Scenario& s) {
+  for (auto it = c.r["env"].begin(); it != c.r["env"].end(); ++it) {
+    s.env.all[it->first.Scalar()] = it->second.Scalar();
+  }
+  if (!c.r["rank_env"]) return;
+  for (auto it = c.r["rank_env"].begin(); it != c.r["rank_env"].end(); ++it) {
+    const int rank = it->first.as<int>();
+    if (rank >= s.topo.ranks) {
+      // (yaml-cpp's Node::operator= writes through: keep the matching key in a fresh handle.)
+      std::optional<YAML::Node> at;
+      for (auto k = c.doc["rank_env"].begin(); k != c.doc["rank_env"].end(); ++k) {
+        if (k->first.Scalar() == it->first.Scalar()) at.emplace(k->first);
+      }
       ErrorCollector::check([&] {
-        fail_at(path, doc_fetch ? doc_fetch : doc, "workload.fetch",
-                "cannot fetch with network namespaces (the ranks cannot reach the run's artifact "
-                "hub on 127.0.0.1; a network fault or topology.network: namespaces puts them "
-                "there; allowed: fetch with topology.network: host and no network fault)");
+        fail_at(c.file, at ? *at : c.doc["rank_env"], "rank_env",
+                fmt::format("rank {} does not exist (allowed 0-{})", rank, s.topo.ranks - 1));
       });
+      continue;
     }
-    for (const auto& [at, node] : squats) {
-      ErrorCollector::check([&] {
-        fail_at(path, node, at + ".port_squat",
-                "port_squat with network namespaces is not supported (the port is held on the "
-                "host, the ranks' store listens in their own namespace; allowed: port_squat with "
-                "topology.network: host and no network fault)");
-      });
+    for (auto v = it->second.begin(); v != it->second.end(); ++v) {
+      s.env.per_rank[rank][v->first.Scalar()] = v->second.Scalar();
     }
   }
+}
 
+// The preparation run: this scenario without its faults and expectation, with the prepare
+// overrides applied; it must complete.
+void parse_prepare(const Source& c, Scenario& s) {
+  if (!c.doc["prepare"]) return;
+  s.side_runs.prepare_yaml = loader::side_run_yaml(
+      c.doc, {"prepare", "fix", "faults", "expect", "rank_env", "after_prepare", "baseline"},
+      c.doc["prepare"], s.name + "-prepare");
+}
+
+// topology.launcher: auto: the launcher chosen for the world loaded so far (launcher_choice.cpp).
+// Returns it (before kind: command's).
+std::string choose_launcher(const Source& c, Scenario& s) {
+  auto choice = loader::choose_launcher(c.file, c.r, s);
+  s.topo.launcher = std::move(choice.launcher);
+  s.topo.launcher_reason = std::move(choice.reason);
+  return s.topo.launcher;
+}
+
+}  // namespace
+
+Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
+  // The checks below that do not depend on each other report together (ErrorCollector).
+  ErrorCollector errors;
+  Scenario s;
+  YAML::Node doc = read_document(path, opts, s.has_fix);
+  YAML::Node r = merge(defaults(), doc);
+  r.remove("extends");
+  const Source c{path, doc, r};
+  s.file = path;
+  parse_identity(c, s);
+  parse_reference(c, s);
+  const bool auto_launcher = parse_topology(c, s);
+  parse_workload(c, s);
+  parse_workload_lists(c, s);
+  parse_tools(c, s);
+  const std::string chosen = auto_launcher ? choose_launcher(c, s) : "";
+  check_namespaces(c, s, parse_faults(c, s));
   loader::check_command_workload(path, static_cast<const YAML::Node&>(doc), s);
-
   s.expect = loader::parse_expect(path, r["expect"], doc["expect"], "expect");
-  check_symptom(s.expect.symptom, "expect.symptom", doc["expect"]["symptom"]);
+  check_symptom(c, s.expect.symptom, "expect.symptom", doc["expect"]["symptom"]);
   loader::parse_side_runs(path, doc, s);
-
-  s.run_timeout_s = r["timeouts"]["run_s"].as<double>();
-  s.comm_timeout_ms = r["timeouts"]["comm_ms"].as<int64_t>();
-  s.rendezvous_timeout_ms = r["timeouts"]["rendezvous_ms"].as<int64_t>();
-  for (auto it = r["env"].begin(); it != r["env"].end(); ++it) {
-    s.env[it->first.Scalar()] = it->second.Scalar();
-  }
-  if (r["rank_env"]) {
-    for (auto it = r["rank_env"].begin(); it != r["rank_env"].end(); ++it) {
-      const int rank = it->first.as<int>();
-      if (rank >= s.ranks) {
-        // (yaml-cpp's Node::operator= writes through: keep the matching key in a fresh handle.)
-        std::optional<YAML::Node> at;
-        for (auto k = doc["rank_env"].begin(); k != doc["rank_env"].end(); ++k) {
-          if (k->first.Scalar() == it->first.Scalar()) at.emplace(k->first);
-        }
-        ErrorCollector::check([&] {
-          fail_at(path, at ? *at : doc["rank_env"], "rank_env",
-                  fmt::format("rank {} does not exist (allowed 0-{})", rank, s.ranks - 1));
-        });
-        continue;
-      }
-      for (auto v = it->second.begin(); v != it->second.end(); ++v) {
-        s.rank_env[rank][v->first.Scalar()] = v->second.Scalar();
-      }
-    }
-  }
+  parse_timeouts(c, s);
+  parse_env(c, s);
   r.remove("fix");
-  if (has_fix && !opts.apply_fix) r["fix"] = YAML::Clone(doc["fix"]);
-  if (doc["prepare"]) {
-    // The preparation run: this scenario without its faults and expectation, with the prepare
-    // overrides applied; it must complete.
-    s.prepare_yaml = loader::side_run_yaml(
-        doc, {"prepare", "fix", "faults", "expect", "rank_env", "after_prepare", "baseline"},
-        doc["prepare"], s.name + "-prepare");
-  }
+  if (s.has_fix && !opts.apply_fix) r["fix"] = YAML::Clone(doc["fix"]);
+  parse_prepare(c, s);
   if (auto_launcher) {  // the side runs run under the launcher the run was given
-    loader::pin_side_run_launcher(s.prepare_yaml, chosen);
-    loader::pin_side_run_launcher(s.baseline_yaml, chosen);
+    loader::pin_side_run_launcher(s.side_runs.prepare_yaml, chosen);
+    loader::pin_side_run_launcher(s.side_runs.baseline_yaml, chosen);
   }
   loader::check_launch_inputs(path, static_cast<const YAML::Node&>(doc), s);
   ErrorCollector::throw_if_any(path);

@@ -33,6 +33,8 @@ struct KeySpec {
   std::vector<std::string> choices;  // kEnum
   double min = 0, max = 0;           // kInt / kFloat when min < max
   bool required = false;
+  // A check of a scalar value beyond its type (a regex that compiles, ...): fail_at otherwise.
+  void (*check)(const std::string& file, const YAML::Node& value, const std::string& key) = nullptr;
 };
 
 const std::vector<KeySpec>& scenario_schema();
@@ -58,38 +60,34 @@ namespace faults {
 class Fault;  // an out-of-process fault (harness/faults/fault.hpp)
 }
 
+// An oracle's own parameters (its expect keys), parsed by that oracle into a struct of its own
+// file (harness/oracles/).
+struct OracleParams {
+  virtual ~OracleParams() = default;
+};
+
+// What every expectation has; the rest belongs to its oracle (`params`).
 struct Expect {
   std::string symptom;  // empty: none (a clean run)
   std::string oracle;
   double within_s = 0;  // 0: anywhere in the run
   std::vector<int> ranks;
-  std::string exit_class;
-  int exit_code = -1;
-  std::string pattern;
-  std::string op;
-  double hang_s = 10;
-  double factor = 2.0;
-  int64_t after_step = -1;
-  // throughput_degradation: what must be slow: "rank" (a rank computing longer than its peers),
-  // "collectives" (time in collectives against compute) or "any".
-  std::string slowed = "any";
   bool absent = false;  // the oracle must NOT observe its symptom, and the run must complete
-  // skipped_steps: consecutive steps of one rank whose update was skipped.
-  int64_t skipped = 3;
-  // baseline: what is compared with the reference run (throughput, collectives, loss, memory).
-  std::string measure = "throughput";
   // any / all: the expectations combined (each judged on its own, absent included).
   std::vector<Expect> of;
+  std::shared_ptr<const OracleParams> params;  // nullptr: the oracle's defaults
 };
 
-struct Scenario {
-  std::string file;
-  std::string name, description;
-  std::string ref_issue, ref_url, ref_symptom, ref_root_cause, ref_fix_pattern;
-  // reference.kind: issue, pr (a cited thread: ref_issue or ref_pr), stands-for (a mechanism,
-  // ref_mechanism, and no thread), or "" (no citation).
-  std::string ref_kind, ref_pr, ref_mechanism;
-  // topology
+// reference: where the scenario comes from.
+struct Reference {
+  std::string issue, url, symptom, root_cause, fix_pattern;
+  // issue, pr (a cited thread: issue or pr), stands-for (a mechanism, and no thread), or "" (no
+  // citation).
+  std::string kind, pr, mechanism;
+};
+
+// topology: the ranks, how they are launched and laid out.
+struct Topology {
   int ranks = 1, nodes = 1, dp = 1, tp = 1, pp = 1, zero = 0;
   std::string backend, launcher;
   // topology.launcher: auto (the default): why `launcher` was chosen ("" when named).
@@ -99,6 +97,53 @@ struct Scenario {
   // address when given as NAME=ADDRESS ("" otherwise), and the rsh agent that reaches them.
   std::vector<std::string> hosts, host_addrs;
   std::string rsh_agent;
+};
+
+// faults: what to break.
+struct FaultList {
+  std::vector<std::string> plans;  // in-process, injector grammar
+  // Out-of-process faults, parsed by their kinds (harness/faults/); each run drives a copy.
+  std::vector<std::shared_ptr<const faults::Fault>> oop;
+};
+
+// timeouts: deadlines.
+struct Timeouts {
+  double run_s = 0;
+  int64_t comm_ms = 0, rendezvous_ms = 0;
+};
+
+// env and rank_env: what the ranks get in their environment.
+struct RankEnv {
+  std::map<std::string, std::string> all;
+  std::map<int, std::map<std::string, std::string>> per_rank;
+};
+
+// Tools started beside the run (detectors, a recovery tool): names or command lines.
+struct Tools {
+  std::vector<std::string> detectors;
+  std::string recovery;
+};
+
+// The runs beside this one.
+struct SideRunSpec {
+  // The preparation run's scenario (YAML), run to completion in the run directory before this
+  // one starts; its checkpoints become this run's. Empty: none.
+  std::string prepare_yaml;
+  // A command run between the preparation run and this one (argv; a project tool, paths inside
+  // the run directory), e.g. fl-ckpt reshard. Empty: none.
+  std::vector<std::string> after_prepare;
+  // The reference run's scenario (YAML) for the baseline oracle: this one without its faults,
+  // with the `baseline:` overrides; run beside this one, in RUN_DIR/baseline. Empty: none.
+  std::string baseline_yaml;
+};
+
+struct Scenario {
+  std::string file;
+  std::string name, description;
+  uint64_t seed = 0;
+  bool has_fix = false;
+  Reference ref;
+  Topology topo;
   // workload
   std::string kind, model, precision, schedule;
   std::string device = "cpu";          // cpu or cuda
@@ -133,30 +178,12 @@ struct Scenario {
   bool jit = false;                // build the plugins from source at start
   bool auto_resume = false;        // ranks resume from the run's checkpoints when there are any
   std::vector<std::string> fetch;  // artifacts every rank fetches from the run's hub at start
-  // faults
-  std::vector<std::string> plans;  // in-process, injector grammar
-  // Out-of-process faults, parsed by their kinds (harness/faults/); each run drives a copy.
-  std::vector<std::shared_ptr<const faults::Fault>> oop_faults;
-  // expectation and timeouts
+  FaultList faults;
   Expect expect;
-  double run_timeout_s = 0;
-  int64_t comm_timeout_ms = 0, rendezvous_timeout_ms = 0;
-  uint64_t seed = 0;
-  std::map<std::string, std::string> env;
-  std::map<int, std::map<std::string, std::string>> rank_env;
-  bool has_fix = false;
-  // Tools started beside the run (detectors, a recovery tool): names or command lines.
-  std::vector<std::string> detectors;
-  std::string recovery;
-  // The preparation run's scenario (YAML), run to completion in the run directory before this
-  // one starts; its checkpoints become this run's. Empty: none.
-  std::string prepare_yaml;
-  // A command run between the preparation run and this one (argv; a project tool, paths inside
-  // the run directory), e.g. fl-ckpt reshard. Empty: none.
-  std::vector<std::string> after_prepare;
-  // The reference run's scenario (YAML) for the baseline oracle: this one without its faults,
-  // with the `baseline:` overrides; run beside this one, in RUN_DIR/baseline. Empty: none.
-  std::string baseline_yaml;
+  Timeouts timeouts;
+  RankEnv env;
+  Tools tools;
+  SideRunSpec side_runs;
 
   YAML::Node resolved;  // every key, defaults filled in (written to the run directory)
 };
@@ -174,6 +201,11 @@ struct LoadOptions {
 // Throws ScenarioError ("file:line:col: key: problem (allowed: ...)"); a file with several
 // problems gets one error listing all of them ("FILE: 3 errors:" then one per line).
 Scenario load_scenario(const std::string& path, const LoadOptions& opts = {});
+
+// One expectation from YAML text (an expect map, "{oracle: hang, hang_s: 4}"): its keys checked
+// against the schema, the defaults filled in and parsed as load_scenario parses `expect:` (its
+// oracle parses its own keys). For tools and tests; ScenarioError as load_scenario's.
+Expect parse_expect_text(const std::string& yaml);
 
 // A recovery tool given beside the scenario (`--recovery`): when topology.launcher: auto chose
 // mpirun and that tool needs rank processes of the harness's own (shrink, a command of its own),

@@ -351,66 +351,6 @@ const std::vector<KeySpec>& scenario_schema() {
          0,
          1e6},
         {"expect.ranks", K::kIntList, "[]", "Ranks the symptom must involve (empty: any)"},
-        {"expect.exit_class",
-         K::kEnum,
-         "any",
-         "exit_class: how a rank must end",
-         {"any", "error", "crash", "signal", "oom_kill", "timeout"}},
-        {"expect.exit_code", K::kInt, "-1", "exit_class: the exit status (-1: any)", {}, -1, 255},
-        {"expect.pattern", K::kString, "\"\"",
-         "error_signature: ECMAScript regex on rank output; oom, checkpoint_error: regex the error "
-         "message must also match"},
-        {"expect.op", K::kString, "\"\"",
-         "comm_timeout: the collective (all_reduce, ...; \"\": any)"},
-        {"expect.hang_s",
-         K::kFloat,
-         "10",
-         "hang: seconds without step progress while ranks live (and at least 5 of the job's median "
-         "step intervals; counted from its first step)",
-         {},
-         0.1,
-         1e6},
-        {"expect.factor",
-         K::kFloat,
-         "2",
-         "loss_divergence / throughput_degradation / memory_growth: ratio (throughput: a rank's "
-         "compute time against its peers', or time in collectives against compute, after vs "
-         "before; memory_growth: a rank's memory in use at its last step against its first steps)",
-         {},
-         1,
-         1e9},
-        {"expect.after_step",
-         K::kInt,
-         "-1",
-         "throughput_degradation: first degraded step (-1: "
-         "the last two thirds)",
-         {},
-         -1,
-         1e9},
-        {"expect.slowed",
-         K::kEnum,
-         "any",
-         "throughput_degradation: what must be slow: rank (one rank computes longer than its "
-         "peers in the same steps, which load on the host cancels out of), collectives (time in "
-         "collectives after vs before, against compute: a slow link; a busy host alone slowed "
-         "latency-bound collectives up to 8x, so give such a scenario a factor far above that) or "
-         "any",
-         {"rank", "collectives", "any"}},
-        {"expect.skipped",
-         K::kInt,
-         "3",
-         "skipped_steps: updates skipped on this many steps in a row on one rank (a healthy fp16 "
-         "run skips a few while its loss scale comes down)",
-         {},
-         1,
-         1e9},
-        {"expect.measure",
-         K::kEnum,
-         "throughput",
-         "baseline: what is compared with the reference run: throughput (time per step), "
-         "collectives (time in collectives per step), loss (final loss) or memory (peak memory "
-         "in use); the symptom shows when the run's is `factor` x the reference's",
-         {"throughput", "collectives", "loss", "memory"}},
         {"expect.of", K::kList, "[]",
          "any / all: the expectations combined, each a map of expect keys (oracle and its "
          "parameters; absent inverts one); any passes when one passes, all when every one does"},
@@ -464,6 +404,12 @@ const std::vector<KeySpec>& scenario_schema() {
       const auto keys = kind->keys();
       at = v.insert(at, keys.begin(), keys.end()) + static_cast<std::ptrdiff_t>(keys.size());
     }
+    // Each oracle's keys, after expect.ranks (harness/oracles/registry.cpp's order).
+    auto expect_at = std::find_if(v.begin(), v.end(),
+                                  [](const KeySpec& k) { return k.path == "expect.ranks"; }) +
+                     1;
+    const auto oracle_keys = oracles::keys();
+    v.insert(expect_at, oracle_keys.begin(), oracle_keys.end());
     return v;
   }();
   return s;

@@ -302,7 +302,7 @@ void validate(const std::string& file, const YAML::Node& node, const std::string
       return;
     default:
       check_scalar(file, node, path, *k);
-      if (sp == "expect.pattern" && !node.Scalar().empty()) check_regex(file, node, path);
+      if (k->check) k->check(file, node, path);
   }
 }
 

@@ -277,7 +277,7 @@ std::vector<SuiteCase> expand_cases(const SuiteSpec& spec, const SuiteSelection&
         SuiteCase c;
         c.scenario_file = f;
         c.name = s.name;
-        c.symptom = !s.ref_symptom.empty() ? s.ref_symptom : s.expect.symptom;
+        c.symptom = !s.ref.symptom.empty() ? s.ref.symptom : s.expect.symptom;
         const auto* sym = tax.symptom(c.symptom);
         c.stage = sym ? sym->stage : 0;
         c.seed = seed;

@@ -209,11 +209,11 @@ Request check_cluster(const std::vector<SuiteCase>& cases, const SuiteOptions& o
       continue;
     }
     const Scenario s = load_scenario(c.scenario_file, LoadOptions{c.fix, overrides});
-    const int nodes = s.hosts.empty() ? 1 : static_cast<int>(s.hosts.size());
-    const int per_node = (s.ranks + nodes - 1) / nodes;
-    const std::string what =
-        fmt::format("scenario '{}'{} ({}: topology.ranks {} on {} node{})", s.name,
-                    c.fix ? " [fix]" : "", c.scenario_file, s.ranks, nodes, nodes == 1 ? "" : "s");
+    const int nodes = s.topo.hosts.empty() ? 1 : static_cast<int>(s.topo.hosts.size());
+    const int per_node = (s.topo.ranks + nodes - 1) / nodes;
+    const std::string what = fmt::format("scenario '{}'{} ({}: topology.ranks {} on {} node{})",
+                                         s.name, c.fix ? " [fix]" : "", c.scenario_file,
+                                         s.topo.ranks, nodes, nodes == 1 ? "" : "s");
     if (nodes > max_nodes) {
       throw UsageError(fmt::format("{} needs {} nodes, but partition '{}' has {} (MaxNodes {}){}",
                                    what, nodes, req.partition, part_nodes, get(*part, "MaxNodes"),

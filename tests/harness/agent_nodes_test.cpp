@@ -67,17 +67,17 @@ class AgentNodes : public ::testing::Test {
 TEST_F(AgentNodes, HostsGiveTheRanksHostSrunWithoutHostsGivesEveryNodeElseNone) {
   FakeAgents agents;
   Scenario hosts;
-  hosts.ranks = 4;
-  hosts.launcher = "srun";
-  hosts.hosts = {"a", "b"};
+  hosts.topo.ranks = 4;
+  hosts.topo.launcher = "srun";
+  hosts.topo.hosts = {"a", "b"};
   with_host(hosts, &agents, [](Host& h) {
     EXPECT_EQ(fault_nodes(h, 3), std::vector<int>({1}));
     EXPECT_EQ(fault_nodes(h, -1), std::vector<int>({0, 1}));
     EXPECT_EQ(node_name(h, 1), "b");
   });
   Scenario placed;
-  placed.ranks = 4;
-  placed.launcher = "srun";
+  placed.topo.ranks = 4;
+  placed.topo.launcher = "srun";
   EXPECT_TRUE(slurm_places_ranks(placed));
   EXPECT_FALSE(slurm_places_ranks(hosts));
   with_host(placed, &agents, [](Host& h) {
@@ -96,8 +96,8 @@ TEST_F(AgentNodes, HostsGiveTheRanksHostSrunWithoutHostsGivesEveryNodeElseNone) 
     }
   });
   Scenario local;
-  local.ranks = 4;
-  local.launcher = "mpirun";
+  local.topo.ranks = 4;
+  local.topo.launcher = "mpirun";
   EXPECT_FALSE(slurm_places_ranks(local));
   with_host(local, &agents, [](Host& h) { EXPECT_TRUE(fault_nodes(h, 1).empty()); });
 }
@@ -105,8 +105,8 @@ TEST_F(AgentNodes, HostsGiveTheRanksHostSrunWithoutHostsGivesEveryNodeElseNone) 
 TEST_F(AgentNodes, TheRanksNodeIsTheAgentThatFindsItsPidWithSignalZero) {
   FakeAgents agents;
   Scenario placed;
-  placed.ranks = 4;
-  placed.launcher = "srun";
+  placed.topo.ranks = 4;
+  placed.topo.launcher = "srun";
   with_host(placed, &agents, [&](Host& h) {
     std::string why;
     EXPECT_EQ(locate_rank(h, 3, 4242, why), 1);

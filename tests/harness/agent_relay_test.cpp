@@ -155,10 +155,10 @@ class RelayTest : public ::testing::Test {
     const std::string rsh = dir + "/local-rsh";
     std::ofstream(rsh) << "#!/bin/sh\nshift\nexec \"$@\"\n";
     fs::permissions(rsh, fs::perms::owner_all);
-    s.hosts = {"hosta", "hostb"};
-    s.host_addrs = {"", ""};
-    s.rsh_agent = rsh;
-    s.ranks = 4;
+    s.topo.hosts = {"hosta", "hostb"};
+    s.topo.host_addrs = {"", ""};
+    s.topo.rsh_agent = rsh;
+    s.topo.ranks = 4;
     hist = std::make_unique<History>(dir + "/history.jsonl");
     hist->harness("run_start", {{"ranks", 4}});
     sup = std::make_unique<Supervisor>(

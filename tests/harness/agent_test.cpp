@@ -58,9 +58,9 @@ class AgentTest : public ::testing::Test {
     const std::string rsh = dir + "/local-rsh";
     std::ofstream(rsh) << "#!/bin/sh\nshift\nexec \"$@\"\n";
     fs::permissions(rsh, fs::perms::owner_all);
-    s.hosts = {"hosta"};
-    s.host_addrs = {""};
-    s.rsh_agent = rsh;
+    s.topo.hosts = {"hosta"};
+    s.topo.host_addrs = {""};
+    s.topo.rsh_agent = rsh;
     hist = std::make_unique<History>(dir + "/history.jsonl");
     sup = std::make_unique<Supervisor>(
         io,
@@ -298,8 +298,8 @@ TEST(AgentFuzz, ReportsOfEveryShapeFromAPeerWithTheSecretNeverCrashTheHub) {
   const std::string secret = make_control_secret();
   Scenario s;
   constexpr int kHosts = 40;
-  for (int k = 0; k < kHosts; ++k) s.hosts.push_back(fmt::format("h{}", k));
-  s.host_addrs.assign(s.hosts.size(), "");
+  for (int k = 0; k < kHosts; ++k) s.topo.hosts.push_back(fmt::format("h{}", k));
+  s.topo.host_addrs.assign(s.topo.hosts.size(), "");
   History hist(dir + "/history.jsonl");
   Controller ctl(
       hist, [](const ControlAction&) { return ControlResult{}; }, secret);
@@ -335,7 +335,7 @@ TEST(AgentFuzz, ReportsOfEveryShapeFromAPeerWithTheSecretNeverCrashTheHub) {
     auto stream = stub->Attach(&ctx);
     pb::AgentReport reg;
     const size_t h = pick(kHosts + 3);  // past the end: a host the run does not have
-    reg.set_host(h < kHosts ? s.hosts[h] : (h == kHosts ? "" : text()));
+    reg.set_host(h < kHosts ? s.topo.hosts[h] : (h == kHosts ? "" : text()));
     reg.set_pid(static_cast<int32_t>(rng()));
     for (size_t c = pick(4); c > 0; --c) reg.add_can(text().substr(0, 64));
     reg.set_relay_addr(text().substr(0, 200));

@@ -147,9 +147,7 @@ TEST(History, MalformedEventsAreCountedAndDroppedNeverWritten) {
   ASSERT_EQ(f.steps.size(), 2u);
   ASSERT_EQ(f.lines.size(), 1u);
   EXPECT_EQ(f.lines[0].text, "poison \xEF\xBF\xBD\xEF\xBF\xBD here");
-  Expect x;
-  x.oracle = "error_signature";
-  x.pattern = "poison";
+  const Expect x = parse_expect_text("{oracle: error_signature, pattern: poison}");
   EXPECT_EQ(judge(x, events).outcome, "pass");
   fs::remove_all(dir);
 }

@@ -102,9 +102,9 @@ TEST_F(HostfileScenario, LoadsRelativeToTheScenarioFile) {
   write("hosts/two", "h0=10.201.1.1 slots=2\nh1=10.201.1.2 slots=2\n");
   const Scenario s = load_scenario(
       write("s.yaml", "name: s\ntopology: {ranks: 4, launcher: mpirun, hostfile: hosts/two}\n"));
-  EXPECT_EQ(s.hosts, (std::vector<std::string>{"h0", "h1"}));
-  EXPECT_EQ(s.host_addrs, (std::vector<std::string>{"10.201.1.1", "10.201.1.2"}));
-  EXPECT_EQ(s.nodes, 2);
+  EXPECT_EQ(s.topo.hosts, (std::vector<std::string>{"h0", "h1"}));
+  EXPECT_EQ(s.topo.host_addrs, (std::vector<std::string>{"10.201.1.1", "10.201.1.2"}));
+  EXPECT_EQ(s.topo.nodes, 2);
   // The resolved scenario (RUN_DIR/scenario.yaml) names the file absolutely.
   EXPECT_EQ(s.resolved["topology"]["hostfile"].as<std::string>(), (dir_ / "hosts/two").string());
   // mpirun places the ranks as with topology.hosts.
@@ -116,8 +116,9 @@ TEST_F(HostfileScenario, LoadsRelativeToTheScenarioFile) {
       load_scenario(write("p.yaml",
                           "name: p\ntopology: {ranks: 2, launcher: mpirun, hostfile: hosts/two}\n"
                           "prepare: {workload: {steps: 1}}\n"));
-  EXPECT_NE(p.prepare_yaml.find("hostfile: " + (dir_ / "hosts/two").string()), std::string::npos)
-      << p.prepare_yaml;
+  EXPECT_NE(p.side_runs.prepare_yaml.find("hostfile: " + (dir_ / "hosts/two").string()),
+            std::string::npos)
+      << p.side_runs.prepare_yaml;
 }
 
 TEST_F(HostfileScenario, RefusesWhatTopologyHostsRefuses) {

@@ -248,8 +248,7 @@ TEST(InputFuzz, HistoryReader) {
                     std::string(100000, '[')});
   std::vector<Expect> expects(4);
   expects[0].oracle = "completed";
-  expects[1].oracle = "error_signature";
-  expects[1].pattern = "out of memory";
+  expects[1] = parse_expect_text("{oracle: error_signature, pattern: out of memory}");
   expects[2].oracle = "comm_timeout";
   expects[3].oracle = "loss_nonfinite";
   Tally t;

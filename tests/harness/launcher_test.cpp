@@ -84,17 +84,17 @@ TEST(Launchers, JobProcessAttributionBeforeAStart) {
 TEST(Launchers, LocalMpiParamsOnlyForOneMachineAndNeverOverTheScenario) {
   using Params = std::vector<std::pair<std::string, std::string>>;
   Scenario s;
-  s.backend = "mpi";
+  s.topo.backend = "mpi";
   EXPECT_EQ(local_mpi_params(s), (Params{{"pml", "ob1"}, {"osc", "^ucx"}, {"btl", "^openib,ofi"}}));
-  s.env["OMPI_MCA_pml"] = "ucx";
-  s.rank_env[3]["OMPI_MCA_btl"] = "self,tcp";
+  s.env.all["OMPI_MCA_pml"] = "ucx";
+  s.env.per_rank[3]["OMPI_MCA_btl"] = "self,tcp";
   EXPECT_EQ(local_mpi_params(s), (Params{{"osc", "^ucx"}}));
   Scenario across = Scenario();
-  across.backend = "mpi";
-  across.hosts = {"node1", "node2"};
+  across.topo.backend = "mpi";
+  across.topo.hosts = {"node1", "node2"};
   EXPECT_TRUE(local_mpi_params(across).empty());  // a cluster's fabric is the cluster's choice
   Scenario nccl;
-  nccl.backend = "nccl";
+  nccl.topo.backend = "nccl";
   EXPECT_TRUE(local_mpi_params(nccl).empty());
 }
 
@@ -103,7 +103,7 @@ TEST(Launchers, LocalMpiParamsOnlyForOneMachineAndNeverOverTheScenario) {
 TEST(Launchers, LocalMpiEnvSkipsHwlocIoDiscoveryOnlyForOneMachineAndNeverOverTheScenario) {
   using Env = std::vector<std::pair<std::string, std::string>>;
   Scenario s;
-  s.backend = "mpi";
+  s.topo.backend = "mpi";
   const Env all = local_mpi_env(s);
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0].first, "HWLOC_PLUGINS_BLACKLIST");
@@ -111,16 +111,16 @@ TEST(Launchers, LocalMpiEnvSkipsHwlocIoDiscoveryOnlyForOneMachineAndNeverOverThe
     EXPECT_NE(all[0].second.find(plugin), std::string::npos) << plugin;
   }
   EXPECT_EQ(all[1], (std::pair<std::string, std::string>{"HWLOC_COMPONENTS", "-linuxio"}));
-  s.rank_env[5]["HWLOC_COMPONENTS"] = "linux,x86";
+  s.env.per_rank[5]["HWLOC_COMPONENTS"] = "linux,x86";
   EXPECT_EQ(local_mpi_env(s), (Env{all[0]}));
-  s.env["HWLOC_PLUGINS_BLACKLIST"] = "";
+  s.env.all["HWLOC_PLUGINS_BLACKLIST"] = "";
   EXPECT_TRUE(local_mpi_env(s).empty());
   Scenario across;
-  across.backend = "mpi";
-  across.hosts = {"node1", "node2"};
+  across.topo.backend = "mpi";
+  across.topo.hosts = {"node1", "node2"};
   EXPECT_TRUE(local_mpi_env(across).empty());  // each node's topology is its own business
   Scenario nccl;
-  nccl.backend = "nccl";
+  nccl.topo.backend = "nccl";
   EXPECT_TRUE(local_mpi_env(nccl).empty());  // NCCL needs the GPUs' and NICs' PCI places
 }
 

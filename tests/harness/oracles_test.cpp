@@ -73,11 +73,9 @@ class HistoryBuilder {
 };
 
 Expect throughput(int64_t after_step, double factor, bool absent = false) {
-  Expect x;
-  x.oracle = "throughput_degradation";
+  Expect x = parse_expect_text(fmt::format(
+      "{{oracle: throughput_degradation, after_step: {}, factor: {}}}", after_step, factor));
   x.symptom = "5.4";
-  x.after_step = after_step;
-  x.factor = factor;
   x.absent = absent;
   return x;
 }
@@ -163,10 +161,8 @@ TEST(ThroughputOracle, TooFewStepsOrOneRankIsUnknown) {
 }
 
 Expect hang(double hang_s, bool absent = false) {
-  Expect x;
-  x.oracle = "hang";
+  Expect x = parse_expect_text(fmt::format("{{oracle: hang, hang_s: {}}}", hang_s));
   x.symptom = "4.11";
-  x.hang_s = hang_s;
   x.absent = absent;
   return x;
 }
@@ -208,10 +204,8 @@ TEST(HangOracle, StalledStepsAreAHangOnAnyHost) {
 }
 
 Expect memory_growth(double factor, bool absent = false) {
-  Expect x;
-  x.oracle = "memory_growth";
+  Expect x = parse_expect_text(fmt::format("{{oracle: memory_growth, factor: {}}}", factor));
   x.symptom = "4.2";
-  x.factor = factor;
   x.absent = absent;
   return x;
 }

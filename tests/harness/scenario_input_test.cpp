@@ -181,7 +181,7 @@ TEST_F(ScenarioInput, SetWithAListIndexAppliesOrIsRefused) {
   LoadOptions o;
   o.overrides = {"faults[0].rank=0"};
   auto s = load_scenario(write("ok.yaml", text), o);
-  ASSERT_EQ(s.oop_faults.size(), 1u);
+  ASSERT_EQ(s.faults.oop.size(), 1u);
   EXPECT_EQ(s.resolved["faults"][0]["rank"].as<int>(), 0);
   EXPECT_FALSE(s.resolved["faults[0]"]) << "no stray top-level key";
   // A plan beside a signal: two kinds in one item.
@@ -194,7 +194,7 @@ TEST_F(ScenarioInput, SetWithAListIndexAppliesOrIsRefused) {
   // One past the last adds an item; further is refused.
   o.overrides = {"faults[1]={plan: \"comm.all_reduce[rank=0]=drop\"}"};
   s = load_scenario(write("ok2.yaml", text), o);
-  EXPECT_EQ(s.plans.size(), 1u);
+  EXPECT_EQ(s.faults.plans.size(), 1u);
   o.overrides = {"faults[5].plan=x"};
   EXPECT_EQ(error_of(text, o),
             "--set 'faults[5].plan=x': faults has 1 item(s) (allowed index 0-0; index 1 adds "
@@ -228,9 +228,9 @@ TEST_F(ScenarioInput, ForthyThousandEnvKeysLoadAndKeepTheirValues) {
   LoadOptions o;
   o.overrides = {"env.K39999=last"};
   auto s = load_scenario(write("big.yaml", text), o);
-  ASSERT_EQ(s.env.size(), 40000u);
-  EXPECT_EQ(s.env.at("K0"), "v0");
-  EXPECT_EQ(s.env.at("K39999"), "last");
+  ASSERT_EQ(s.env.all.size(), 40000u);
+  EXPECT_EQ(s.env.all.at("K0"), "v0");
+  EXPECT_EQ(s.env.all.at("K39999"), "last");
   EXPECT_EQ(s.resolved["env"].size(), 40000u);
 }
 

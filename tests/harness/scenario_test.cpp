@@ -45,9 +45,9 @@ class ScenarioTest : public ::testing::Test {
 
 TEST_F(ScenarioTest, MinimalScenarioGetsEveryDefault) {
   auto s = load_scenario(write("s.yaml", "name: a\n"));
-  EXPECT_EQ(s.ranks, 1);
-  EXPECT_EQ(s.launcher, "local");
-  EXPECT_EQ(s.backend, "mpi");
+  EXPECT_EQ(s.topo.ranks, 1);
+  EXPECT_EQ(s.topo.launcher, "local");
+  EXPECT_EQ(s.topo.backend, "mpi");
   EXPECT_EQ(s.steps, 20);
   EXPECT_EQ(s.expect.oracle, "completed");
   EXPECT_EQ(s.seed, 7u);
@@ -93,8 +93,8 @@ TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
 TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {
   EXPECT_EQ(error_of("name: a\nexpect: {oracle: hang, colour: red}\n"),
             "s.yaml:2:24: expect.colour: unknown key (allowed here: symptom, oracle, absent, "
-            "within_s, ranks, exit_class, exit_code, pattern, op, hang_s, factor, after_step, "
-            "slowed, skipped, measure, of)");
+            "within_s, ranks, exit_class, exit_code, pattern, hang_s, op, group, factor, "
+            "after_step, slowed, skipped, measure, of)");
 }
 
 TEST_F(ScenarioTest, NumericKeysThatContradictEachOtherAreRefused) {
@@ -143,12 +143,12 @@ TEST_F(ScenarioTest, AStandsForReferenceNamesAMechanismAndCitesNoThread) {
                                "name: a\nreference:\n  kind: stands-for\n  mechanism: \"ZeRO-1 "
                                "keeps full gradients\"\n  symptom: \"4.2\"\n  root_cause: "
                                "\"R4.5\"\n  fix_pattern: F5\n"));
-  EXPECT_EQ(s.ref_kind, "stands-for");
-  EXPECT_EQ(s.ref_mechanism, "ZeRO-1 keeps full gradients");
-  EXPECT_EQ(s.ref_issue, "");
-  EXPECT_EQ(s.ref_pr, "");
-  EXPECT_EQ(s.ref_symptom, "4.2");
-  EXPECT_EQ(s.ref_fix_pattern, "F5");
+  EXPECT_EQ(s.ref.kind, "stands-for");
+  EXPECT_EQ(s.ref.mechanism, "ZeRO-1 keeps full gradients");
+  EXPECT_EQ(s.ref.issue, "");
+  EXPECT_EQ(s.ref.pr, "");
+  EXPECT_EQ(s.ref.symptom, "4.2");
+  EXPECT_EQ(s.ref.fix_pattern, "F5");
   // A thread next to the mechanism would read as a reproduction of it.
   EXPECT_EQ(error_of("name: a\nreference: {kind: stands-for, mechanism: m, issue: \"o/r#1\"}\n"),
             "s.yaml:2:52: reference.issue: a stands-for reference cites no thread (allowed with "
@@ -171,11 +171,11 @@ TEST_F(ScenarioTest, ACitedThreadIsOneIssueOrOnePullRequestAndItsUrlLinksIt) {
   auto s = load_scenario(write("s.yaml",
                                "name: a\nreference: {pr: \"NVIDIA/Megatron-LM#5331\", url: "
                                "\"https://github.com/NVIDIA/Megatron-LM/pull/5331\"}\n"));
-  EXPECT_EQ(s.ref_kind, "pr");
-  EXPECT_EQ(s.ref_pr, "NVIDIA/Megatron-LM#5331");
-  EXPECT_EQ(load_scenario(write("i.yaml", "name: a\nreference: {issue: \"o/r#7\"}\n")).ref_kind,
+  EXPECT_EQ(s.ref.kind, "pr");
+  EXPECT_EQ(s.ref.pr, "NVIDIA/Megatron-LM#5331");
+  EXPECT_EQ(load_scenario(write("i.yaml", "name: a\nreference: {issue: \"o/r#7\"}\n")).ref.kind,
             "issue");
-  EXPECT_EQ(load_scenario(write("n.yaml", "name: a\nreference: {symptom: \"4.2\"}\n")).ref_kind,
+  EXPECT_EQ(load_scenario(write("n.yaml", "name: a\nreference: {symptom: \"4.2\"}\n")).ref.kind,
             "");
   // A pull request filed under issue: its /pull/ link gives it away.
   EXPECT_EQ(error_of("name: a\nreference:\n  issue: \"NVIDIA/Megatron-LM#5331\"\n  url: "
@@ -203,7 +203,7 @@ TEST_F(ScenarioTest, LayoutMustMatchTheRanks) {
   EXPECT_EQ(error_of("name: a\ntopology: {ranks: 4, dp: 1, tp: 2}\n"),
             "s.yaml:2:11: topology: dp 1 x tp 2 x pp 1 = 2 but ranks is 4 (they must be equal)");
   auto s = load_scenario(write("ok.yaml", "name: a\ntopology: {ranks: 8, tp: 2, pp: 2}\n"));
-  EXPECT_EQ(s.dp, 2);
+  EXPECT_EQ(s.topo.dp, 2);
 }
 
 TEST_F(ScenarioTest, FaultsAreCheckedIncludingThePlanGrammar) {
@@ -264,14 +264,14 @@ TEST_F(ScenarioTest, OutOfProcessFaultKeysAreChecked) {
                                "name: a\ntopology: {ranks: 4, nodes: 2}\nfaults:\n"
                                "  - network: {action: bandwidth, node: 1, rate: 2mbit}\n"
                                "    at: launch\n  - disk_full: {size: 1m}\n"));
-  ASSERT_EQ(s.oop_faults.size(), 2u);
-  EXPECT_EQ(s.network, "namespaces");
-  EXPECT_EQ(s.oop_faults[0]->kind, "network");
-  EXPECT_EQ(s.oop_faults[0]->params()["rate"], "2mbit");
-  EXPECT_EQ(s.oop_faults[0]->at, faults::When::kLaunch);
-  EXPECT_EQ(s.oop_faults[1]->kind, "disk_full");
-  EXPECT_EQ(s.oop_faults[1]->params()["size_bytes"], 1 << 20);
-  EXPECT_EQ(s.oop_faults[1]->params()["path"], "checkpoints");
+  ASSERT_EQ(s.faults.oop.size(), 2u);
+  EXPECT_EQ(s.topo.network, "namespaces");
+  EXPECT_EQ(s.faults.oop[0]->kind, "network");
+  EXPECT_EQ(s.faults.oop[0]->params()["rate"], "2mbit");
+  EXPECT_EQ(s.faults.oop[0]->at, faults::When::kLaunch);
+  EXPECT_EQ(s.faults.oop[1]->kind, "disk_full");
+  EXPECT_EQ(s.faults.oop[1]->params()["size_bytes"], 1 << 20);
+  EXPECT_EQ(s.faults.oop[1]->params()["path"], "checkpoints");
 }
 
 TEST_F(ScenarioTest, AFaultItemNamesOneKindAndATimeItCanHappenAt) {
@@ -290,13 +290,13 @@ TEST_F(ScenarioTest, AFaultItemNamesOneKindAndATimeItCanHappenAt) {
   auto s = load_scenario(write("ok.yaml",
                                "name: a\nfaults:\n  - {file: {path: x}, restart: true, at: exit}\n"
                                "  - {restart: true, step: 3}\n  - {port_squat: false}\n"));
-  ASSERT_EQ(s.oop_faults.size(), 2u);
-  EXPECT_EQ(s.oop_faults[0]->kind, "file");
-  EXPECT_TRUE(s.oop_faults[0]->restart);
-  EXPECT_EQ(s.oop_faults[0]->at, faults::When::kExit);
-  EXPECT_EQ(s.oop_faults[1]->kind, "restart");
-  EXPECT_EQ(s.oop_faults[1]->step, 3);
-  EXPECT_EQ(s.oop_faults[1]->at, faults::When::kStep);
+  ASSERT_EQ(s.faults.oop.size(), 2u);
+  EXPECT_EQ(s.faults.oop[0]->kind, "file");
+  EXPECT_TRUE(s.faults.oop[0]->restart);
+  EXPECT_EQ(s.faults.oop[0]->at, faults::When::kExit);
+  EXPECT_EQ(s.faults.oop[1]->kind, "restart");
+  EXPECT_EQ(s.faults.oop[1]->step, 3);
+  EXPECT_EQ(s.faults.oop[1]->at, faults::When::kStep);
 }
 
 TEST_F(ScenarioTest, EveryFaultKindsKeysAreInTheSchema) {
@@ -321,7 +321,7 @@ TEST_F(ScenarioTest, ExtendsMergesMapsAndTheVariantNamesItself) {
                                "name: variant\nextends: base.yaml\nworkload: {data: {drop_last: "
                                "true}}\n"));
   EXPECT_EQ(s.name, "variant");
-  EXPECT_EQ(s.ranks, 4);
+  EXPECT_EQ(s.topo.ranks, 4);
   EXPECT_EQ(s.steps, 9);
   EXPECT_EQ(s.samples, 66);
   EXPECT_TRUE(s.drop_last);
@@ -391,20 +391,20 @@ prepare:
   topology: {dp: 2, tp: 1}
   workload: {kind: train, steps: 4, checkpoint: {every: 4, resume: false}}
 )y"));
-  ASSERT_EQ(s.oop_faults.size(), 1u);
-  EXPECT_EQ(s.oop_faults[0]->kind, "args");
-  EXPECT_EQ(s.oop_faults[0]->params()["args"], (std::vector<std::string>{"--requests", "6"}));
-  ASSERT_FALSE(s.prepare_yaml.empty());
-  auto p = load_scenario(write("p.yaml", s.prepare_yaml));
+  ASSERT_EQ(s.faults.oop.size(), 1u);
+  EXPECT_EQ(s.faults.oop[0]->kind, "args");
+  EXPECT_EQ(s.faults.oop[0]->params()["args"], (std::vector<std::string>{"--requests", "6"}));
+  ASSERT_FALSE(s.side_runs.prepare_yaml.empty());
+  auto p = load_scenario(write("p.yaml", s.side_runs.prepare_yaml));
   EXPECT_EQ(p.name, "srv-prepare");
   EXPECT_EQ(p.kind, "train");
-  EXPECT_EQ(p.tp, 1);
-  EXPECT_EQ(p.dp, 2);
+  EXPECT_EQ(p.topo.tp, 1);
+  EXPECT_EQ(p.topo.dp, 2);
   EXPECT_EQ(p.checkpoint_every, 4);
   EXPECT_FALSE(p.resume);
-  EXPECT_TRUE(p.oop_faults.empty());
+  EXPECT_TRUE(p.faults.oop.empty());
   EXPECT_EQ(p.expect.oracle, "completed");
-  EXPECT_TRUE(p.prepare_yaml.empty());
+  EXPECT_TRUE(p.side_runs.prepare_yaml.empty());
 }
 
 TEST_F(ScenarioTest, PrepareAndFetchErrorsNameTheKey) {
@@ -458,12 +458,12 @@ TEST_F(ScenarioTest, SrunWithoutHostsRefusesWhatNeedsTheRanksNodeBeforeLaunch) {
       "ok.yaml", srun + "  - {memory_limit: 1g, rank: 1}\n  - {cpu_quota: 0.5, rank: 0, step: 2}\n"
                         "  - disk_full: {size: 1m}\n  - {file: {path: x}, rank: 1, step: 2}\n"
                         "  - {signal: KILL, rank: 1, step: 3}\n"));
-  EXPECT_EQ(s.oop_faults.size(), 5u);
+  EXPECT_EQ(s.faults.oop.size(), 5u);
   // With hosts the rank's node is known before launch: shm and hide load under srun.
   EXPECT_EQ(load_scenario(write("hosts.yaml",
                                 "name: a\ntopology: {ranks: 2, launcher: srun, hosts: [a]}\n"
                                 "faults:\n  - shm: {size: 1m}\n  - {disk_full: {}, rank: 1}\n"))
-                .oop_faults.size(),
+                .faults.oop.size(),
             2u);
 }
 

@@ -82,10 +82,10 @@ PY
 
 Scenario topology(int ranks, std::vector<std::string> hosts) {
   Scenario s;
-  s.ranks = ranks;
-  s.launcher = "srun";
-  s.hosts = std::move(hosts);
-  s.host_addrs.assign(s.hosts.size(), "");
+  s.topo.ranks = ranks;
+  s.topo.launcher = "srun";
+  s.topo.hosts = std::move(hosts);
+  s.topo.host_addrs.assign(s.topo.hosts.size(), "");
   return s;
 }
 
