@@ -6,7 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "base/error.hpp"
-#include "harness/run/probe_ingest.hpp"
+#include "harness/history/probe_ingest.hpp"
 #include "harness/run/run.hpp"
 
 namespace fl::harness::detail {

@@ -9,7 +9,7 @@
 
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
-#include "harness/run/launch_args.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "harness/run/run.hpp"
 #include "injector/plan.hpp"
 

@@ -14,7 +14,7 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
-#include "harness/run/launch_args.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "harness/run/run.hpp"
 
 namespace fl::harness::detail {

@@ -19,7 +19,7 @@
 
 #include "base/error.hpp"
 #include "base/json_bounded.hpp"
-#include "harness/run/launch_args.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "harness/run/run.hpp"
 
 extern char** environ;
