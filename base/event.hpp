@@ -1,6 +1,6 @@
 // One event of a run, the same value from the worker that emits it to the history that records
 // it: a rank's telemetry (workloads/telemetry) fills the source's fields, the harness's history
-// (harness/run/history.hpp, where it is called HistoryEvent) adds its index, its time and the late
+// (harness/history/history.hpp, where it is HistoryEvent) adds its index, its time and the late
 // flag. Both write it as one JSON line with to_json_line and read it back with parse_json_line;
 // the gRPC message (harness/proto/event_proto.hpp) converts to and from it in one place.
 #pragma once

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "harness/proto/faultline.grpc.pb.h"
-#include "harness/run/controller.hpp"
+#include "harness/control/controller.hpp"
 
 namespace pb = faultline::v1;
 using namespace std::chrono;

@@ -16,7 +16,7 @@
 # join the world, FAULTLINE_MPI_START_SLACK_US; set here on mpirun, which its ranks inherit).
 # A third reference, "tuned", is the same bare program with everything the harness gives its
 # mpirun on one machine: the 5 ms slack, the MCA parameters and the hwloc environment of
-# harness/run/mpi_tuning.cpp (keep the two lists below in step with it). ready / tuned is then
+# harness/launch/mpi_tuning.cpp (keep the two lists below in step with it). ready / tuned is then
 # what the harness and fl-train add above the cheapest bare start this mpirun offers. The
 # references' wall time also holds MPI_Finalize and mpirun's end (about 1 s more than their ranks'
 # own ready time at 128 ranks here), which "ready" does not, so the ratios flatter the harness.

@@ -6,7 +6,7 @@
 #   defaults  mpirun --oversubscribe --bind-to none, Open MPI's defaults
 #   slack     the same, under a 5 ms timer slack (fl-train's ranks raise theirs while they join the
 #             world, FAULTLINE_MPI_START_SLACK_US; here set on mpirun, which the ranks inherit)
-#   mca       slack + the harness's MCA parameters for one machine (harness/run/mpi_tuning.cpp:
+#   mca       slack + the harness's MCA parameters for one machine (harness/launch/mpi_tuning.cpp:
 #             pml ob1, osc ^ucx, btl ^openib,ofi)
 #   harness   mca + the harness's environment for one machine (same file: hwloc without its
 #             plugins and I/O discovery) — what the harness gives its MPI ranks
@@ -14,7 +14,7 @@
 # mpirun started the ranks, the CPU per rank in MPI_Init (getrusage in each rank), and the CPU of
 # the whole job (mpirun and every rank to its exit: /usr/bin/time's user + system). The last is
 # what two cores must get through, so (job CPU / cores) is a floor for the wall time of a start.
-# Keep the two lists below in step with harness/run/mpi_tuning.cpp. Nothing is asserted.
+# Keep the two lists below in step with harness/launch/mpi_tuning.cpp. Nothing is asserted.
 set -euo pipefail
 sizes=${*:-1 32 128}
 out=$(mktemp -d /tmp/faultline-startcost-XXXX)

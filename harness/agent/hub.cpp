@@ -20,11 +20,11 @@
 #include "harness/agent/relay.hpp"
 #include "harness/agent/silence.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
-#include "harness/run/controller.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/hosts.hpp"
-#include "harness/run/supervisor.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/control/controller.hpp"
+#include "harness/history/history.hpp"
+#include "harness/process/hosts.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/model/scenario.hpp"
 
 extern "C" char** environ;
 

@@ -6,7 +6,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

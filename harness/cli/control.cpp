@@ -15,7 +15,7 @@
 #include "base/control_auth.hpp"
 #include "harness/cli/command.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
-#include "harness/run/controller.hpp"
+#include "harness/control/controller.hpp"
 
 namespace fl::cli {
 namespace {

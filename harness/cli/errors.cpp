@@ -4,7 +4,7 @@
 #include <exception>
 
 #include "harness/cli/command.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 #include "harness/suite/suite.hpp"
 
 namespace fl::cli {

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "harness/cli/command.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::cli {
 namespace {

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "harness/run/tools.hpp"
+#include "harness/launch/tools.hpp"
 
 namespace fl::cli {
 

@@ -10,7 +10,7 @@
 #include "harness/cli/options.hpp"
 #include "harness/report/report.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::cli {
 namespace {

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/cli/command.hpp"
-#include "harness/run/worker_catalog.hpp"
+#include "harness/launch/worker_catalog.hpp"
 
 namespace fl::cli {
 namespace {

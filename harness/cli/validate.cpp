@@ -7,7 +7,7 @@
 
 #include "harness/cli/command.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::cli {
 namespace {

@@ -6,7 +6,7 @@
 #include "base/error.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 
 namespace fl::harness::faults {
 

@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "harness/faults/fault.hpp"
-#include "harness/run/supervisor.hpp"
+#include "harness/process/supervisor.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 

@@ -15,10 +15,9 @@
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/launcher.hpp"
-#include "harness/run/supervisor.hpp"
-#include "harness/scenario/loader.hpp"
+#include "harness/history/history.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/model/key_checks.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 
@@ -199,10 +198,10 @@ class CpuQuotaKind : public FaultKind {
     if (!item["rank"] || item["rank"].as<int>() < 0) {
       loader::fail_at(c.file, item, c.at + ".rank", "a CPU quota needs a rank (0 or more)");
     }
-    if (!launcher_has_rank_processes(c.s.topo.launcher) && c.s.topo.hosts.empty() &&
+    if (!c.rank_processes(c.s.topo.launcher) && c.s.topo.hosts.empty() &&
         !slurm_places_ranks(c.s)) {
       loader::fail_at(c.file, item, c.at + ".cpu_quota",
-                      "a per-rank CPU quota needs topology.launcher: " + rank_process_launchers() +
+                      "a per-rank CPU quota needs topology.launcher: " + c.rank_process_launchers() +
                           ", topology.hosts or launcher srun (the agent of the rank's host or "
                           "node applies it)");
     }

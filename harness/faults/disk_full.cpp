@@ -9,8 +9,8 @@
 #include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
-#include "harness/run/history.hpp"
-#include "harness/scenario/loader.hpp"
+#include "harness/history/history.hpp"
+#include "harness/model/key_checks.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 

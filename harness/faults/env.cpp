@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "harness/faults/fault.hpp"
-#include "harness/scenario/loader.hpp"
+#include "harness/model/key_checks.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 

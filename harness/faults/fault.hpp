@@ -18,7 +18,7 @@
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
 
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 class History;
@@ -104,7 +104,7 @@ class FaultOf : public Fault {
 // What a kind's parser may use: the scenario file (for errors), the item's key path
 // ("faults[2]") and the scenario loaded so far (ranks, nodes, launcher; a kind may require
 // network namespaces).
-// Where the workers' plugins are: FAULTLINE_PLUGIN_DIR, or this build's (run/oop_faults.cpp).
+// Where the workers' plugins are: FAULTLINE_PLUGIN_DIR, or this build's (oop_faults.cpp).
 std::string plugin_dir();
 // The libraries the workers have there, sorted and unique: the directory's files and, when it is
 // this build's, what the build makes (not built yet is not unknown). Empty: nothing to check
@@ -115,6 +115,10 @@ struct ParseContext {
   const std::string& file;
   const std::string& at;
   Scenario& s;
+  // The launchers' traits, given by the loader (harness/launch sits above the fault kinds):
+  // whether the launcher named `name` spawns each rank itself, and the launchers that do.
+  bool (&rank_processes)(const std::string& name);
+  std::string (&rank_process_launchers)();
 };
 
 class FaultKind {

@@ -28,10 +28,9 @@
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/launcher.hpp"
-#include "harness/run/supervisor.hpp"
-#include "harness/scenario/loader.hpp"
+#include "harness/history/history.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/model/key_checks.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 
@@ -269,11 +268,11 @@ class MemoryLimitKind : public FaultKind {
                       "a device arena is not supported with topology.hosts or launcher srun (the "
                       "harness would hold it on its own machine); leave device_arena out");
     }
-    if (!launcher_has_rank_processes(c.s.topo.launcher) && c.s.topo.hosts.empty() &&
+    if (!c.rank_processes(c.s.topo.launcher) && c.s.topo.hosts.empty() &&
         !slurm_places_ranks(c.s)) {
       loader::fail_at(
           c.file, item, c.at + ".memory_limit",
-          "a per-rank memory limit needs topology.launcher: " + rank_process_launchers() +
+          "a per-rank memory limit needs topology.launcher: " + c.rank_process_launchers() +
               ", topology.hosts or launcher srun (the agent of the rank's host or node applies "
               "it)");
     }

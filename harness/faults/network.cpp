@@ -9,9 +9,8 @@
 #include "base/error.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/launcher.hpp"
-#include "harness/scenario/loader.hpp"
+#include "harness/history/history.hpp"
+#include "harness/model/key_checks.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 
@@ -173,11 +172,11 @@ class NetworkKind : public FaultKind {
       }
       return f;
     }
-    if (!launcher_has_rank_processes(c.s.topo.launcher)) {
+    if (!c.rank_processes(c.s.topo.launcher)) {
       loader::fail_at(c.file, n, c.at + ".network",
                       fmt::format("network faults need topology.launcher: {} ({} starts every rank "
                                   "in one network namespace), or topology.hosts",
-                                  rank_process_launchers(), c.s.topo.launcher));
+                                  c.rank_process_launchers(), c.s.topo.launcher));
     }
     c.s.topo.network = "namespaces";
     return f;

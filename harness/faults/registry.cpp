@@ -6,8 +6,8 @@
 #include <fmt/ranges.h>
 
 #include "harness/faults/fault.hpp"
-#include "harness/run/history.hpp"
-#include "harness/scenario/loader.hpp"
+#include "harness/history/history.hpp"
+#include "harness/model/key_checks.hpp"
 
 // The order is the order of docs/scenarios.md and of the kind search in a `faults:` item.
 #define FAULTLINE_FAULT_KINDS(X) \

@@ -10,10 +10,10 @@
 
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/hosts.hpp"
-#include "harness/run/supervisor.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/history/history.hpp"
+#include "harness/process/hosts.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/model/scenario.hpp"
 
 extern "C" char** environ;
 

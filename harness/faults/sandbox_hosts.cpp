@@ -11,9 +11,9 @@
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
 #include "harness/faults/sandbox.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/hosts.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/history/history.hpp"
+#include "harness/process/hosts.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness::faults {
 

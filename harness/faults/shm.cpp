@@ -13,9 +13,9 @@
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/faults/shm_mount.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/supervisor.hpp"
-#include "harness/scenario/loader.hpp"
+#include "harness/history/history.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/model/key_checks.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 

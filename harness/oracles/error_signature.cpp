@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "harness/oracles/oracle.hpp"
-#include "harness/scenario/loader.hpp"
+#include "harness/model/key_checks.hpp"
 
 namespace fl::harness::oracles {
 namespace {

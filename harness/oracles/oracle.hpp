@@ -17,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/run/history.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/history/history.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

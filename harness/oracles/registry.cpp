@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "harness/oracles/oracle.hpp"
-#include "harness/scenario/loader.hpp"
+#include "harness/model/key_checks.hpp"
 
 // One word per oracle (its file defines NAME_oracle()); the order is docs/scenarios.md's.
 #define FAULTLINE_ORACLES(X) \

@@ -93,7 +93,7 @@ void add_checked(RunSummary& f, const HistoryEvent& e, const nlohmann::json& d) 
 
 void add_event(RunSummary& f, const HistoryEvent& e) {
   f.t_last = e.t_ns;
-  // A history read back passed the schema check (harness/run/event_schema.hpp); one built in
+  // A history read back passed the schema check (harness/history/event_schema.hpp); one built in
   // memory may not have: an event with a field of another type, or no rank, is left out.
   if (e.rank < -1) return;
   nlohmann::json d = nlohmann::json::parse(e.data_json, nullptr, false);

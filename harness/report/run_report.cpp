@@ -13,7 +13,7 @@
 #include "base/error.hpp"
 #include "harness/report/html.hpp"
 #include "harness/report/report.hpp"
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 #include "harness/run/runner.hpp"
 
 namespace fl::harness {

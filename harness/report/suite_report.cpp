@@ -15,7 +15,7 @@
 #include "harness/report/html.hpp"
 #include "harness/report/report.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

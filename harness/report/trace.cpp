@@ -14,7 +14,7 @@
 #include "base/error.hpp"
 #include "base/private_dir.hpp"
 #include "harness/report/report.hpp"
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 
 namespace fl::harness {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 
 namespace fl::harness {
 

@@ -7,7 +7,7 @@
 #include <tuple>
 
 #include "base/file_read.hpp"
-#include "harness/run/probe_ingest.hpp"
+#include "harness/history/probe_ingest.hpp"
 #include "harness/run/runner.hpp"
 
 namespace fl::harness {

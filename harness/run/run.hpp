@@ -21,10 +21,10 @@
 #include <vector>
 
 #include "base/private_dir.hpp"
-#include "harness/run/controller.hpp"
+#include "harness/control/controller.hpp"
 #include "harness/run/event_loop.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/launcher.hpp"
+#include "harness/history/history.hpp"
+#include "harness/launch/launcher.hpp"
 #include "harness/run/live.hpp"
 #include "harness/run/restart_policy.hpp"
 #include "harness/run/runner.hpp"

@@ -7,12 +7,12 @@
 #include "base/private_dir.hpp"
 #include "harness/agent/hub.hpp"
 #include "harness/agent/relay.hpp"
-#include "harness/run/controller.hpp"
+#include "harness/control/controller.hpp"
 #include "harness/run/event_loop.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/oop_faults.hpp"
+#include "harness/history/history.hpp"
+#include "harness/faults/oop_faults.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/run/slurm_alloc.hpp"
+#include "harness/launch/slurm_alloc.hpp"
 
 namespace fl::harness {
 

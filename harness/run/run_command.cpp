@@ -6,11 +6,11 @@
 
 #include "base/error.hpp"
 #include "harness/run/command_probe.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/launcher.hpp"
-#include "harness/run/probe_ingest.hpp"
-#include "harness/run/supervisor.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/history/history.hpp"
+#include "harness/launch/launcher.hpp"
+#include "harness/history/probe_ingest.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

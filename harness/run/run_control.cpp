@@ -8,10 +8,10 @@
 
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
-#include "harness/run/launch_args.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "harness/run/rank_dumps.hpp"
 #include "harness/run/run.hpp"
-#include "harness/run/supervisor.hpp"
+#include "harness/process/supervisor.hpp"
 #include "injector/plan.hpp"
 
 namespace fl::harness::detail {

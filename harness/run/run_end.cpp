@@ -9,13 +9,13 @@
 
 #include "base/file_read.hpp"
 #include "harness/run/command_probe.hpp"
-#include "harness/run/oop_faults.hpp"
+#include "harness/faults/oop_faults.hpp"
 #include "harness/run/run.hpp"
 #include "harness/run/run_agents.hpp"
 #include "harness/run/run_side.hpp"
 #include "harness/run/run_tools.hpp"
 #include "harness/run/summary_lines.hpp"
-#include "harness/run/supervisor.hpp"
+#include "harness/process/supervisor.hpp"
 
 namespace fl::harness::detail {
 

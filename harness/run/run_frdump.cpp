@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 
 #include "harness/run/dump_wait.hpp"
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 #include "harness/run/rank_dumps.hpp"
 
 namespace fl::harness {

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "harness/run/oop_faults.hpp"
+#include "harness/faults/oop_faults.hpp"
 #include "harness/run/run.hpp"
 #include "harness/run/run_tools.hpp"
 #include "harness/run/summary_lines.hpp"

@@ -19,11 +19,11 @@
 #include "base/json_bounded.hpp"
 #include "base/private_dir.hpp"
 #include "harness/run/event_loop.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/launch_args.hpp"
+#include "harness/history/history.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "harness/run/run_side.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/run/supervisor.hpp"
+#include "harness/process/supervisor.hpp"
 
 extern char** environ;
 

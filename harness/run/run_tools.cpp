@@ -4,11 +4,11 @@
 #include <filesystem>
 
 #include "harness/run/event_loop.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/launch_args.hpp"
+#include "harness/history/history.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "harness/run/restart_policy.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/run/supervisor.hpp"
+#include "harness/process/supervisor.hpp"
 
 namespace fl::harness {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/run/tools.hpp"
+#include "harness/launch/tools.hpp"
 
 namespace fl::harness {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "harness/oracles/oracle.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

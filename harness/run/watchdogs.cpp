@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "harness/run/history.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/history/history.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

@@ -1,52 +1,11 @@
 // workload.kind: command (issue 21): what the loader checks of the command a scenario runs, and
-// the placeholders the harness replaces in its arguments (one argv, never a shell).
+// its placeholders (harness/model/command_args.cpp lists and replaces them).
 #include <fmt/format.h>
 
 #include "harness/faults/fault.hpp"
 #include "harness/scenario/loader.hpp"
 
 namespace fl::harness {
-
-const std::vector<std::string>& command_placeholders() {
-  static const std::vector<std::string> names = {
-      "rank",        "ranks",       "local_rank", "local_ranks", "node_rank", "nodes",
-      "master_addr", "master_port", "run_id",     "run_dir",     "rank_dir",  "source_dir"};
-  return names;
-}
-
-std::string expand_command_arg(const std::string& arg,
-                               const std::map<std::string, std::string>& values,
-                               std::string* error) {
-  std::string out;
-  for (size_t i = 0; i < arg.size(); ++i) {
-    if (arg[i] != '{') {
-      out += arg[i];
-      continue;
-    }
-    if (i + 1 < arg.size() && arg[i + 1] == '{') {  // "{{" is a literal brace
-      out += '{';
-      ++i;
-      continue;
-    }
-    const size_t close = arg.find('}', i);
-    const std::string name = close == std::string::npos ? "" : arg.substr(i + 1, close - i - 1);
-    const auto it = values.find(name);
-    if (it == values.end()) {
-      std::string allowed;
-      for (const auto& n : command_placeholders())
-        allowed += (allowed.empty() ? "{" : ", {") + n + "}";
-      if (error) {
-        *error =
-            fmt::format("'{}': unknown placeholder '{}' (allowed: {}; '{{{{' for a brace)", arg,
-                        arg.substr(i, close == std::string::npos ? 1 : close - i + 1), allowed);
-      }
-      return "";
-    }
-    out += it->second;
-    i = close;
-  }
-  return out;
-}
 
 namespace loader {
 
@@ -128,7 +87,7 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, Scen
               "network namespaces of their own (allowed: per_rank)");
     }
   });
-  s.topo.launcher = "command";  // the command launcher (harness/run/launch_command.cpp) starts them
+  s.topo.launcher = "command";  // the command launcher (harness/launch/launch_command.cpp) starts them
 }
 
 }  // namespace loader

@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

@@ -1,7 +1,7 @@
 // topology.hosts / topology.hostfile and topology.rsh_agent: the hosts mpirun spreads the ranks
 // over (docs/cluster.md).
 // Checked here for what the file alone can tell; whether a host answers is checked before launch
-// (harness/run/hosts.cpp).
+// (harness/process/hosts.cpp).
 #include <filesystem>
 #include <regex>
 #include <set>

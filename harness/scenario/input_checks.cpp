@@ -179,45 +179,6 @@ void check_identifier(const std::string& file, const YAML::Node& n, const std::s
   }
 }
 
-void check_regex(const std::string& file, const YAML::Node& n, const std::string& key) {
-  try {
-    std::regex re(n.Scalar(), std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    fail_at(file, n, key,
-            fmt::format("'{}' is not a valid regex (ECMAScript): {}", n.Scalar(), e.what()));
-  }
-}
-
-void check_tc_rate(const std::string& file, const YAML::Node& n, const std::string& key) {
-  const std::string v = n.Scalar();
-  size_t i = 0;
-  while (i < v.size() && (std::isdigit(static_cast<unsigned char>(v[i])) || v[i] == '.')) ++i;
-  std::string unit = v.substr(i);
-  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  // tc(8) units: bits or bytes per second, with SI or IEC prefixes.
-  static const std::pair<const char*, double> kUnits[] = {
-      {"bit", 1},        {"kbit", 1e3},        {"mbit", 1e6},          {"gbit", 1e9},
-      {"tbit", 1e12},    {"kibit", 1024.0},    {"mibit", 1048576.0},   {"gibit", 1073741824.0},
-      {"bps", 8},        {"kbps", 8e3},        {"mbps", 8e6},          {"gbps", 8e9},
-      {"kibps", 8192.0}, {"mibps", 8388608.0}, {"gibps", 8589934592.0}};
-  double mult = -1;
-  for (const auto& [u, m] : kUnits) {
-    if (unit == u) mult = m;
-  }
-  double x = -1;
-  if (i > 0 && std::count(v.begin(), v.begin() + static_cast<long>(i), '.') <= 1 && v[0] != '.') {
-    x = std::strtod(v.substr(0, i).c_str(), nullptr);
-  }
-  const double bits = x * mult;
-  if (mult < 0 || !(x > 0) || !std::isfinite(bits) || bits < 8 || bits > 1e13) {
-    fail_at(file, n, key,
-            fmt::format("'{}' is not a tc rate (allowed: a positive number and a unit: bit, kbit, "
-                        "mbit, gbit, tbit, bps, kbps, mbps, gbps or the IEC kibit, mibit, ...; "
-                        "from 8bit to 10tbit)",
-                        valid_utf8(v)));
-  }
-}
-
 int64_t model_context(const std::string& model, int64_t seq_len_override) {
   if (seq_len_override > 0) return seq_len_override;
   return model == "small" ? 64 : 16;  // GptConfig::small() and tiny()

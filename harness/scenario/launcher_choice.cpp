@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include "harness/faults/fault.hpp"
-#include "harness/run/launcher.hpp"
-#include "harness/run/tools.hpp"
+#include "harness/launch/launcher.hpp"
+#include "harness/launch/tools.hpp"
 #include "harness/scenario/loader.hpp"
 
 namespace fl::harness::loader {
@@ -56,7 +56,8 @@ std::string fault_reason(const std::string& file, const YAML::Node& faults, cons
     under_mpirun.topo.launcher = "mpirun";
     std::string kind = "?";
     try {
-      const auto f = faults::parse_fault({file, at, under_mpirun}, item);
+      const auto f = faults::parse_fault(
+          {file, at, under_mpirun, launcher_has_rank_processes, rank_process_launchers}, item);
       if (!f) continue;  // switched off
       kind = f->kind;
     } catch (const ScenarioError& e) {

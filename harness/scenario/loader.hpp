@@ -10,57 +10,11 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/key_checks.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness::loader {
 
-// Collects the problems of one load instead of stopping at the first: the outermost collector on
-// a thread is active until it goes out of scope; fail_at's errors caught at a key boundary go
-// into it. throw_if_any() throws one ScenarioError with all of them ("FILE: 3 errors:" and one
-// "file:line:col: key: problem" per line; a single problem reads as before).
-class ErrorCollector {
- public:
-  ErrorCollector();
-  ~ErrorCollector();
-  ErrorCollector(const ErrorCollector&) = delete;
-  ErrorCollector& operator=(const ErrorCollector&) = delete;
-
-  // Records `e` in the active collector; false when none is active (the caller rethrows).
-  static bool collect(const ScenarioError& e);
-  static bool any();
-  static size_t count();  // collected so far
-  static void throw_if_any(const std::string& file);
-  // Runs `f`; a ScenarioError it throws is collected (or rethrown without a collector).
-  template <class F>
-  static void check(F&& f) {
-    try {
-      f();
-    } catch (const ScenarioError& e) {
-      if (!collect(e)) throw;
-    }
-  }
-
- private:
-  bool owner_;
-  std::vector<std::string> errors_;
-  std::unordered_set<std::string> seen_;  // errors_ as a set: collecting stays linear
-};
-
-// Throws ScenarioError "file:line:col: path: what" (the node's mark; without one, "file: path").
-[[noreturn]] void fail_at(const std::string& file, const YAML::Node& node, const std::string& path,
-                          const std::string& what);
-
-// A key of a list item (list items get no schema defaults filled in).
-template <class T>
-T opt(const YAML::Node& n, const char* key, T fallback) {
-  return n[key] ? n[key].as<T>() : fallback;
-}
-
-// "64k", "300m", "2g" or plain bytes; fail_at otherwise.
-int64_t parse_size(const std::string& file, const YAML::Node& n, const std::string& key);
-// Faults touch only the run directory: no absolute paths, no way out with "..".
-void check_relative(const std::string& file, const YAML::Node& n, const std::string& key,
-                    const std::string& p);
 
 // input_checks.cpp. The file read whole (at most FAULTLINE_SCENARIO_MAX_BYTES; UTF-8; one YAML
 // document): ScenarioError otherwise, with the line and column.
@@ -71,10 +25,6 @@ int64_t scenario_max_bytes();
 void check_duplicate_keys(const std::string& file, const YAML::Node& node, const std::string& path);
 // workload.plugins names: identifiers ([A-Za-z_][A-Za-z0-9_]*), as they become libfl_NAME.so.
 void check_identifier(const std::string& file, const YAML::Node& n, const std::string& key);
-// A regex the oracles compile (std::regex, ECMAScript).
-void check_regex(const std::string& file, const YAML::Node& n, const std::string& key);
-// A tc rate ("1mbit", "500kbps"): a positive number with one of tc's units.
-void check_tc_rate(const std::string& file, const YAML::Node& n, const std::string& key);
 // The context length of `model` (tiny 16, small 64, as workloads/model/config.cpp) unless
 // workload.shape.seq_len overrides it.
 int64_t model_context(const std::string& model, int64_t seq_len_override);
@@ -86,16 +36,6 @@ void check_infer_context(const std::string& file, const YAML::Node& doc, const S
 // placeholders, the local launcher, no in-process plans; sets s.topo.launcher to command.
 void check_command_workload(const std::string& file, const YAML::Node& doc, Scenario& s);
 
-// launch_inputs.cpp: what a launch would refuse, refused at load (file:line:col): env and
-// rank_env names that are not variable names or that the harness sets (harness_env_names), and
-// with launcher mpirun values and workload.args an app file cannot carry. Collected.
-void check_launch_inputs(const std::string& file, const YAML::Node& doc, const Scenario& s);
-// An environment variable name (letters, digits, '_'; no digit first), and with launcher mpirun a
-// value its app file can carry (not empty, no whitespace or quotes); fail_at otherwise.
-void check_env_name(const std::string& file, const YAML::Node& node, const std::string& at,
-                    const std::string& key);
-void check_app_file_value(const std::string& file, const YAML::Node& node, const std::string& at,
-                          const std::string& value, const Scenario& s);
 
 // launcher_choice.cpp: topology.launcher: auto (the default). A CPU MPI world of more than
 // kAutoMpirunAbove ranks gets mpirun unless something in it needs the local launcher's own

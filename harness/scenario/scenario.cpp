@@ -1,7 +1,7 @@
 // Loading a scenario: the file validated against the schema (validate.cpp), `extends:` merged,
 // the fix and --set overrides applied, defaults filled in, then the checks across keys (layout,
 // ranks named by faults, symptom ids of the taxonomy) and the typed Scenario.
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +15,7 @@
 
 #include "base/settings.hpp"
 #include "harness/faults/fault.hpp"
-#include "harness/run/launcher.hpp"
+#include "harness/launch/launcher.hpp"
 #include "harness/scenario/loader.hpp"
 
 namespace fl::harness {
@@ -342,7 +342,8 @@ std::vector<std::pair<std::string, YAML::Node>> parse_faults(const Source& c, Sc
         s.faults.plans.push_back(f["plan"].as<std::string>());
         return;
       }
-      if (auto fault = faults::parse_fault({c.file, at, s}, f)) {
+      if (auto fault = faults::parse_fault(
+              {c.file, at, s, launcher_has_rank_processes, rank_process_launchers}, f)) {
         if (fault->kind == "port_squat") squats.emplace_back(at, f["port_squat"]);
         s.faults.oop.push_back(std::move(fault));
       }

@@ -7,9 +7,9 @@
 
 #include "harness/faults/fault.hpp"
 #include "harness/oracles/oracle.hpp"
-#include "harness/run/launcher.hpp"
+#include "harness/launch/launcher.hpp"
 #include "harness/scenario/loader.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // the schema table leaves ranges out
 

@@ -13,7 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "harness/faults/fault.hpp"
-#include "harness/run/worker_catalog.hpp"
+#include "harness/launch/worker_catalog.hpp"
 #include "harness/scenario/loader.hpp"
 #include "injector/plan.hpp"
 
@@ -24,48 +24,8 @@ namespace fs = std::filesystem;
 namespace {
 
 using K = KeyType;
-thread_local ErrorCollector* g_collector = nullptr;
 
 }  // namespace
-
-ErrorCollector::ErrorCollector() : owner_(g_collector == nullptr) {
-  if (owner_) g_collector = this;
-}
-
-ErrorCollector::~ErrorCollector() {
-  if (owner_) g_collector = nullptr;
-}
-
-bool ErrorCollector::collect(const ScenarioError& e) {
-  if (g_collector == nullptr) return false;
-  std::string m = e.what();
-  if (g_collector->seen_.insert(m).second) g_collector->errors_.push_back(std::move(m));
-  return true;
-}
-
-bool ErrorCollector::any() {
-  return count() > 0;
-}
-
-size_t ErrorCollector::count() {
-  return g_collector == nullptr ? 0 : g_collector->errors_.size();
-}
-
-void ErrorCollector::throw_if_any(const std::string& file) {
-  if (!any()) return;
-  const auto& v = g_collector->errors_;
-  if (v.size() == 1) throw ScenarioError(v.front());
-  throw ScenarioError(fmt::format("{}: {} errors:\n  {}", file, v.size(), fmt::join(v, "\n  ")));
-}
-
-void fail_at(const std::string& file, const YAML::Node& node, const std::string& path,
-             const std::string& what) {
-  const auto m = node.Mark();
-  if (m.line >= 0) {
-    raise<ScenarioError>("{}:{}:{}: {}: {}", file, m.line + 1, m.column + 1, path, what);
-  }
-  raise<ScenarioError>("{}: {}: {}", file, path, what);
-}
 
 namespace {
 
@@ -562,43 +522,6 @@ void apply_override(YAML::Node& doc, const std::string& text, const std::string&
     // A list item changed: the list is validated again as a whole (one kind per fault item,
     // the plan's grammar and sites).
     validate(where, doc[steps.front().key], steps.front().key);
-  }
-}
-
-// "64k", "300m", "2g" or plain bytes.
-int64_t parse_size(const std::string& file, const YAML::Node& n, const std::string& key) {
-  const std::string v = n.Scalar();
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  const std::string unit = v.substr(used);
-  const double mult = unit.empty()                 ? 1
-                      : unit == "k" || unit == "K" ? 1024.0
-                      : unit == "m" || unit == "M" ? 1024.0 * 1024
-                      : unit == "g" || unit == "G" ? 1024.0 * 1024 * 1024
-                                                   : -1;
-  // Up to 2^50 bytes (1 PiB): a larger one (1e300g) would overflow what the faults compute with.
-  constexpr double kMax = 1125899906842624.0;
-  if (used == 0 || mult < 0 || !(x > 0) || !std::isfinite(x) || x * mult < 1 || x * mult > kMax) {
-    fail_at(file, n, key,
-            fmt::format("'{}' is not a size (allowed: a positive number of bytes with an optional "
-                        "k, m or g suffix, from 1 byte to 1 PiB)",
-                        v));
-  }
-  return static_cast<int64_t>(x * mult);
-}
-
-// File faults touch only the run directory: no absolute paths, no way out with "..".
-void check_relative(const std::string& file, const YAML::Node& n, const std::string& key,
-                    const std::string& p) {
-  if (p.empty() || p[0] == '/' || p.find("..") != std::string::npos) {
-    fail_at(
-        file, n, key,
-        fmt::format("'{}' must be a path inside the run directory (relative, without '..')", p));
   }
 }
 

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 #include "harness/score/score.hpp"
 
 namespace fl::harness {

@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

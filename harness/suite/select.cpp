@@ -17,8 +17,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "base/json_bounded.hpp"
-#include "harness/run/launch_args.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/launch/launch_args.hpp"
+#include "harness/model/scenario.hpp"
 #include "harness/suite/suite.hpp"
 
 namespace fl::harness {

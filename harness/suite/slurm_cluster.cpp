@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "base/subprocess.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness::slurm {
 

@@ -30,10 +30,10 @@
 #include "base/private_dir.hpp"
 #include "base/settings.hpp"
 #include "base/stats.hpp"
-#include "harness/run/launch_args.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/run/supervisor.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/model/scenario.hpp"
 #include "harness/suite/progress.hpp"
 #include "kernels/device.hpp"
 

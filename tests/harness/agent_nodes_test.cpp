@@ -11,9 +11,9 @@
 #include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/supervisor.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/history/history.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness::faults {
 namespace {

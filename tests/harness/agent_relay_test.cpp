@@ -34,10 +34,10 @@
 #include "harness/agent/hub.hpp"
 #include "harness/agent/silence.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
-#include "harness/run/controller.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/supervisor.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/control/controller.hpp"
+#include "harness/history/history.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/model/scenario.hpp"
 #include "tests/support/process.hpp"
 
 extern "C" char** environ;

@@ -19,7 +19,7 @@
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
 #include "harness/run/artifact_server.hpp"
-#include "harness/run/launch_args.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "workloads/rendezvous/artifacts.hpp"
 
 namespace fl {

@@ -23,9 +23,9 @@
 #include "base/file_read.hpp"
 #include "base/json_bounded.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
-#include "harness/run/controller.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/probe_ingest.hpp"
+#include "harness/control/controller.hpp"
+#include "harness/history/history.hpp"
+#include "harness/history/probe_ingest.hpp"
 #include "harness/run/runner.hpp"
 #include "tests/support/process.hpp"
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/catalog/catalog.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 #include "tests/support/process.hpp"
 
 namespace fl::harness {

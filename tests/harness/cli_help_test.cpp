@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/run/controller.hpp"
-#include "harness/run/tools.hpp"
+#include "harness/control/controller.hpp"
+#include "harness/launch/tools.hpp"
 #include "harness/suite/suite.hpp"
 #include "tests/support/process.hpp"
 

@@ -27,10 +27,10 @@
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
-#include "harness/run/controller.hpp"
-#include "harness/run/launch_args.hpp"
+#include "harness/control/controller.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 #include "tests/support/process.hpp"
 
 namespace fl::harness {

@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/run/history.hpp"
-#include "harness/run/tools.hpp"
+#include "harness/history/history.hpp"
+#include "harness/launch/tools.hpp"
 #include "harness/score/score.hpp"
 #include "tests/comm/fr_schema.hpp"
 #include "tests/support/process.hpp"

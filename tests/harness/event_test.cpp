@@ -17,8 +17,8 @@
 #include "base/json_bounded.hpp"
 #include "harness/detectors/client.hpp"
 #include "harness/proto/event_proto.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/probe_ingest.hpp"
+#include "harness/history/history.hpp"
+#include "harness/history/probe_ingest.hpp"
 #include "workloads/telemetry/telemetry.hpp"
 
 namespace fl {

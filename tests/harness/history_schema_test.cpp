@@ -12,8 +12,8 @@
 #include "base/utf8.hpp"
 #include "harness/oracles/oracle.hpp"
 #include "harness/report/report.hpp"
-#include "harness/run/event_schema.hpp"
-#include "harness/run/history.hpp"
+#include "harness/history/event_schema.hpp"
+#include "harness/history/history.hpp"
 
 namespace fl::harness {
 namespace {

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "harness/run/hosts.hpp"
+#include "harness/process/hosts.hpp"
 #include "harness/scenario/hostfile.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 namespace {

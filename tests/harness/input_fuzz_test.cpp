@@ -24,11 +24,11 @@
 #include "base/utf8.hpp"
 #include "harness/oracles/oracle.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
-#include "harness/run/controller.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/probe_ingest.hpp"
+#include "harness/control/controller.hpp"
+#include "harness/history/history.hpp"
+#include "harness/history/probe_ingest.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 #include "injector/plan.hpp"
 
 namespace fl::harness {

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 namespace {

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 #include "tests/support/process.hpp"
 
 namespace fl::harness {

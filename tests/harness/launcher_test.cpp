@@ -1,13 +1,13 @@
-// The launcher registry (harness/run/launcher.hpp): names, kinds and traits agree with each other
+// The launcher registry (harness/launch/launcher.hpp): names, kinds and traits agree with each other
 // and with the scenario schema, and an unknown name is refused with what is allowed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 
-#include "harness/run/launcher.hpp"
-#include "harness/run/mpi_tuning.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/launch/launcher.hpp"
+#include "harness/launch/mpi_tuning.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 namespace {
@@ -79,7 +79,7 @@ TEST(Launchers, JobProcessAttributionBeforeAStart) {
   EXPECT_EQ(local->rank_pid(0), 0);
 }
 
-// The MCA parameters that spare each MPI process the fabric probing (harness/run/mpi_tuning.hpp):
+// The MCA parameters that spare each MPI process the fabric probing (harness/launch/mpi_tuning.hpp):
 // MPI-backend runs on this machine only, and never over what the scenario sets itself.
 TEST(Launchers, LocalMpiParamsOnlyForOneMachineAndNeverOverTheScenario) {
   using Params = std::vector<std::pair<std::string, std::string>>;

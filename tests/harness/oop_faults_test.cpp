@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 #include "tests/support/process.hpp"
 
 namespace fl::harness {

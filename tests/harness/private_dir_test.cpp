@@ -15,7 +15,7 @@
 
 #include "base/error.hpp"
 #include "base/private_dir.hpp"
-#include "harness/run/launch_args.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "harness/run/runner.hpp"
 #include "tests/support/process.hpp"
 

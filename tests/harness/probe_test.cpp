@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/run/history.hpp"
-#include "harness/run/probe_ingest.hpp"
+#include "harness/history/history.hpp"
+#include "harness/history/probe_ingest.hpp"
 #include "tests/support/process.hpp"
 #include "workloads/probe/probe.h"
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/report/report.hpp"
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 #include "tests/support/process.hpp"
 
 namespace fl::harness {

@@ -20,7 +20,7 @@
 
 #include "base/control_auth.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
-#include "harness/run/controller.hpp"
+#include "harness/control/controller.hpp"
 #include "harness/run/runner.hpp"
 #include "injector/site.hpp"
 #include "kernels/device.hpp"

@@ -11,7 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "harness/scenario/loader.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 namespace {

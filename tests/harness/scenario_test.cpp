@@ -8,8 +8,8 @@
 #include <set>
 
 #include "harness/faults/fault.hpp"
-#include "harness/run/launch_args.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/launch/launch_args.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "harness/oracles/oracle.hpp"
 #include "harness/run/summary_lines.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 namespace {

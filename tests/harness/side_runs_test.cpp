@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 #include "harness/run/runner.hpp"
 
 namespace fl::harness {

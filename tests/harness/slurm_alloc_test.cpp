@@ -1,4 +1,4 @@
-// launcher srun's allocation check (harness/run/slurm_alloc.hpp) without a cluster: a fake
+// launcher srun's allocation check (harness/launch/slurm_alloc.hpp) without a cluster: a fake
 // `scontrol show hostnames` expands the node list, topology.hosts land on the nodes in order,
 // and an allocation with too few nodes or tasks, no node list or no Slurm at all is refused
 // naming both counts (the real single-node Slurm: slurm.srun_hosts, slurm.srun_agents).
@@ -9,8 +9,8 @@
 #include <fstream>
 
 #include "base/error.hpp"
-#include "harness/run/slurm_alloc.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/launch/slurm_alloc.hpp"
+#include "harness/model/scenario.hpp"
 #include "tests/support/process.hpp"
 
 namespace fl::harness {

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/run/launch_args.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/suite/suite.hpp"
 #include "tests/support/process.hpp"

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 #include "harness/suite/calibrate.hpp"
 #include "harness/suite/suite.hpp"
 #include "kernels/device.hpp"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "base/private_dir.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

@@ -7,14 +7,13 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/hosts.hpp"
-#include "harness/run/launch_args.hpp"
-#include "harness/run/launcher.hpp"
-#include "harness/run/mpi_tuning.hpp"
-#include "harness/run/oop_faults.hpp"
-#include "harness/run/runner.hpp"
-#include "harness/run/supervisor.hpp"
+#include "harness/history/history.hpp"
+#include "harness/process/hosts.hpp"
+#include "harness/launch/launch_args.hpp"
+#include "harness/launch/launcher.hpp"
+#include "harness/launch/mpi_tuning.hpp"
+#include "harness/faults/oop_faults.hpp"
+#include "harness/process/supervisor.hpp"
 
 namespace fl::harness {
 
@@ -46,7 +45,7 @@ class MpirunLauncher : public Launcher {
     p.name = "mpirun";
     p.argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to",
               "none",   "--tag-output",        "--app",           h.dir + "/appfile"};
-    const auto host_opts = mpirun_host_options(h.s);  // topology.hosts (harness/run/hosts.cpp)
+    const auto host_opts = mpirun_host_options(h.s);  // topology.hosts (harness/process/hosts.cpp)
     p.argv.insert(p.argv.end() - 2, host_opts.begin(), host_opts.end());
     for (const auto& [name, value] : local_mpi_params(h.s)) {  // one machine: no fabric probing
       p.argv.insert(p.argv.end() - 2, {"--mca", name, value});

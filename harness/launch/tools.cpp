@@ -1,4 +1,4 @@
-#include "harness/run/tools.hpp"
+#include "harness/launch/tools.hpp"
 
 #include <unistd.h>
 

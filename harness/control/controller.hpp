@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 
 namespace grpc {
 class Server;

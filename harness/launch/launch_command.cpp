@@ -15,12 +15,12 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/launch_args.hpp"
-#include "harness/run/launcher.hpp"
-#include "harness/run/oop_faults.hpp"
-#include "harness/run/probe_ingest.hpp"
-#include "harness/run/supervisor.hpp"
+#include "harness/history/history.hpp"
+#include "harness/launch/launch_args.hpp"
+#include "harness/launch/launcher.hpp"
+#include "harness/faults/oop_faults.hpp"
+#include "harness/history/probe_ingest.hpp"
+#include "harness/process/supervisor.hpp"
 
 namespace fl::harness {
 

@@ -1,6 +1,6 @@
-#include "harness/run/mpi_tuning.hpp"
+#include "harness/launch/mpi_tuning.hpp"
 
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

@@ -1,4 +1,4 @@
-#include "harness/run/hosts.hpp"
+#include "harness/process/hosts.hpp"
 
 #include <future>
 
@@ -6,7 +6,7 @@
 
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

@@ -1,4 +1,4 @@
-#include "harness/run/slurm_alloc.hpp"
+#include "harness/launch/slurm_alloc.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -12,7 +12,7 @@
 
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

@@ -9,12 +9,12 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/launch_args.hpp"
-#include "harness/run/launcher.hpp"
-#include "harness/run/mpi_tuning.hpp"
-#include "harness/run/oop_faults.hpp"
-#include "harness/run/supervisor.hpp"
+#include "harness/history/history.hpp"
+#include "harness/launch/launch_args.hpp"
+#include "harness/launch/launcher.hpp"
+#include "harness/launch/mpi_tuning.hpp"
+#include "harness/faults/oop_faults.hpp"
+#include "harness/process/supervisor.hpp"
 
 namespace fl::harness {
 

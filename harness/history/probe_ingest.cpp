@@ -1,4 +1,4 @@
-#include "harness/run/probe_ingest.hpp"
+#include "harness/history/probe_ingest.hpp"
 
 #include <cerrno>
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/file_read.hpp"
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 
 namespace fl::harness {
 

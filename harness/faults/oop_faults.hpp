@@ -14,7 +14,7 @@
 
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

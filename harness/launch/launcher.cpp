@@ -1,5 +1,5 @@
 // The launcher registry (FAULTLINE_LAUNCHERS in launcher.hpp) and the Launcher defaults.
-#include "harness/run/launcher.hpp"
+#include "harness/launch/launcher.hpp"
 
 #include <csignal>
 
@@ -7,7 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "base/error.hpp"
-#include "harness/run/supervisor.hpp"
+#include "harness/process/supervisor.hpp"
 
 namespace fl::harness {
 

@@ -13,14 +13,13 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/launch_args.hpp"
-#include "harness/run/launcher.hpp"
-#include "harness/run/oop_faults.hpp"
-#include "harness/run/runner.hpp"
-#include "harness/run/slurm_alloc.hpp"
-#include "harness/run/supervisor.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/history/history.hpp"
+#include "harness/launch/launch_args.hpp"
+#include "harness/launch/launcher.hpp"
+#include "harness/faults/oop_faults.hpp"
+#include "harness/launch/slurm_alloc.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

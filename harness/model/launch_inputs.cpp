@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "harness/scenario/loader.hpp"
-#include "harness/scenario/scenario.hpp"
+#include "harness/model/key_checks.hpp"
+#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 namespace loader {

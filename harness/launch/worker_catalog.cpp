@@ -1,4 +1,4 @@
-#include "harness/run/worker_catalog.hpp"
+#include "harness/launch/worker_catalog.hpp"
 
 #include <algorithm>
 #include <map>

@@ -1,4 +1,4 @@
-#include "harness/run/supervisor.hpp"
+#include "harness/process/supervisor.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

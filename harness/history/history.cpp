@@ -1,4 +1,4 @@
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 #include "base/file_read.hpp"
 #include "base/json_bounded.hpp"
 #include "base/utf8.hpp"
-#include "harness/run/event_schema.hpp"
+#include "harness/history/event_schema.hpp"
 
 namespace fl::harness {
 

@@ -1,4 +1,4 @@
-#include "harness/run/controller.hpp"
+#include "harness/control/controller.hpp"
 
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>

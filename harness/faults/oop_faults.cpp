@@ -1,4 +1,4 @@
-#include "harness/run/oop_faults.hpp"
+#include "harness/faults/oop_faults.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -7,8 +7,8 @@
 
 #include "base/error.hpp"
 #include "base/settings.hpp"
-#include "harness/run/history.hpp"
-#include "harness/run/supervisor.hpp"
+#include "harness/history/history.hpp"
+#include "harness/process/supervisor.hpp"
 
 namespace fl::harness {
 

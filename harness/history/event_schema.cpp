@@ -1,4 +1,4 @@
-#include "harness/run/event_schema.hpp"
+#include "harness/history/event_schema.hpp"
 
 #include <initializer_list>
 #include <utility>

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "harness/run/history.hpp"
+#include "harness/history/history.hpp"
 
 namespace fl::harness {
 

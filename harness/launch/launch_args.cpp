@@ -1,4 +1,4 @@
-#include "harness/run/launch_args.hpp"
+#include "harness/launch/launch_args.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>
