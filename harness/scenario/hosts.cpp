@@ -13,18 +13,25 @@
 
 namespace fl::harness::loader {
 
-void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Node& t, Scenario& s) {
-  const YAML::Node raw = doc["topology"] ? doc["topology"] : YAML::Node();
-  s.topo.rsh_agent = t["rsh_agent"] ? t["rsh_agent"].as<std::string>() : "";
+namespace {
+// topology.rsh_agent: one program (a path or a command name), never a shell string.
+void check_rsh_agent(const std::string& file, const YAML::Node& raw, const std::string& agent) {
   ErrorCollector::check([&] {
     static const std::regex agent_re("(/[A-Za-z0-9._+/-]+|[A-Za-z0-9._+-]+)");
-    if (!s.topo.rsh_agent.empty() && !std::regex_match(s.topo.rsh_agent, agent_re)) {
+    if (!agent.empty() && !std::regex_match(agent, agent_re)) {
       fail_at(file, raw["rsh_agent"], "topology.rsh_agent",
               fmt::format("'{}' is not a program (allowed: an absolute path or a command name, "
                           "letters, digits and ._+-/ only; options go in the program)",
-                          s.topo.rsh_agent));
+                          agent));
     }
   });
+}
+}  // namespace
+
+void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Node& t, Scenario& s) {
+  const YAML::Node raw = doc["topology"] ? doc["topology"] : YAML::Node();
+  s.topo.rsh_agent = t["rsh_agent"] ? t["rsh_agent"].as<std::string>() : "";
+  check_rsh_agent(file, raw, s.topo.rsh_agent);
   const YAML::Node hosts = t["hosts"];
   const std::string hostfile = t["hostfile"] ? t["hostfile"].as<std::string>() : "";
   const bool listed = hosts && hosts.size() > 0;
