@@ -85,7 +85,7 @@ std::string ArtifactServer::start() {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(a);
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::listen(listen_fd_, 64) != 0 ||
+      ::listen(listen_fd_, SOMAXCONN) != 0 ||
       ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
     raise<Error>("artifact hub: cannot listen on 127.0.0.1: {}", std::strerror(errno));
   }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -254,8 +255,13 @@ TEST(ArtifactHub, SeventyIdleConnectionsKeepNoRankOut) {
   }
   EXPECT_EQ(rdzv::fetch_artifact("tokenizer.json"), (hub.cache / "tokenizer.json").string());
   EXPECT_EQ(server.requests(), 1);
-  // The rank's connection made room by cutting the oldest idle one: 71 came, 16 may wait.
-  EXPECT_EQ(server.evicted(), 71 - harness::ArtifactServer::kMaxPending);
+  // The rank's connection made room by cutting the oldest idle one: 71 came, 16 may wait. An idle
+  // connection whose handshake the kernel held back while the accept queue was full can reach
+  // the hub after the rank's (seen once in CI on a loaded machine): wait, bounded, for all 71.
+  const int want = 71 - harness::ArtifactServer::kMaxPending;
+  for (int i = 0; i < 500 && server.evicted() < want; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(server.evicted(), want);
   for (int i = 0; i < server.evicted(); ++i) {
     char c;
     EXPECT_EQ(::recv(idle[i], &c, 1, 0), 0) << "connection " << i << " was answered";
