@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "harness/proto/faultline.grpc.pb.h"
 #include "harness/control/controller.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
 
 namespace pb = faultline::v1;
 using namespace std::chrono;

@@ -19,12 +19,12 @@
 #include "harness/agent/agent_faults.hpp"
 #include "harness/agent/relay.hpp"
 #include "harness/agent/silence.hpp"
-#include "harness/proto/faultline.grpc.pb.h"
 #include "harness/control/controller.hpp"
 #include "harness/history/history.hpp"
+#include "harness/model/scenario.hpp"
 #include "harness/process/hosts.hpp"
 #include "harness/process/supervisor.hpp"
-#include "harness/model/scenario.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
 
 extern "C" char** environ;
 

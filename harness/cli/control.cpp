@@ -14,8 +14,8 @@
 
 #include "base/control_auth.hpp"
 #include "harness/cli/command.hpp"
-#include "harness/proto/faultline.grpc.pb.h"
 #include "harness/control/controller.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
 
 namespace fl::cli {
 namespace {

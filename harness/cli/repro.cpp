@@ -8,9 +8,9 @@
 
 #include "harness/cli/command.hpp"
 #include "harness/cli/options.hpp"
+#include "harness/model/scenario.hpp"
 #include "harness/report/report.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/model/scenario.hpp"
 
 namespace fl::cli {
 namespace {

@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "harness/cli/command.hpp"
-#include "harness/run/runner.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/run/runner.hpp"
 
 namespace fl::cli {
 namespace {
@@ -26,8 +26,8 @@ int validate(const ValidateArgs& a) {
     em << s.resolved;
     std::printf("%s\n", em.c_str());
   } else {
-    std::printf("%s: ok (%s, %d ranks, oracle %s)\n", a.scenario.c_str(), s.name.c_str(), s.topo.ranks,
-                s.expect.oracle.c_str());
+    std::printf("%s: ok (%s, %d ranks, oracle %s)\n", a.scenario.c_str(), s.name.c_str(),
+                s.topo.ranks, s.expect.oracle.c_str());
   }
   return 0;
 }

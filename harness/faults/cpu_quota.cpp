@@ -16,8 +16,8 @@
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/history/history.hpp"
-#include "harness/process/supervisor.hpp"
 #include "harness/model/key_checks.hpp"
+#include "harness/process/supervisor.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 
@@ -200,10 +200,11 @@ class CpuQuotaKind : public FaultKind {
     }
     if (!c.rank_processes(c.s.topo.launcher) && c.s.topo.hosts.empty() &&
         !slurm_places_ranks(c.s)) {
-      loader::fail_at(c.file, item, c.at + ".cpu_quota",
-                      "a per-rank CPU quota needs topology.launcher: " + c.rank_process_launchers() +
-                          ", topology.hosts or launcher srun (the agent of the rank's host or "
-                          "node applies it)");
+      loader::fail_at(
+          c.file, item, c.at + ".cpu_quota",
+          "a per-rank CPU quota needs topology.launcher: " + c.rank_process_launchers() +
+              ", topology.hosts or launcher srun (the agent of the rank's host or "
+              "node applies it)");
     }
     return f;
   }

@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "harness/faults/fault.hpp"
-#include "harness/process/supervisor.hpp"
 #include "harness/model/key_checks.hpp"
+#include "harness/process/supervisor.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 

@@ -11,9 +11,9 @@
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
 #include "harness/history/history.hpp"
+#include "harness/model/scenario.hpp"
 #include "harness/process/hosts.hpp"
 #include "harness/process/supervisor.hpp"
-#include "harness/model/scenario.hpp"
 
 extern "C" char** environ;
 

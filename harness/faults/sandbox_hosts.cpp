@@ -12,8 +12,8 @@
 #include "base/subprocess.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/history/history.hpp"
-#include "harness/process/hosts.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/process/hosts.hpp"
 
 namespace fl::harness::faults {
 

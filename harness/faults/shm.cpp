@@ -14,8 +14,8 @@
 #include "harness/faults/sandbox.hpp"
 #include "harness/faults/shm_mount.hpp"
 #include "harness/history/history.hpp"
-#include "harness/process/supervisor.hpp"
 #include "harness/model/key_checks.hpp"
+#include "harness/process/supervisor.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 

@@ -15,11 +15,11 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "harness/faults/oop_faults.hpp"
 #include "harness/history/history.hpp"
+#include "harness/history/probe_ingest.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/launch/launcher.hpp"
-#include "harness/faults/oop_faults.hpp"
-#include "harness/history/probe_ingest.hpp"
 #include "harness/process/supervisor.hpp"
 
 namespace fl::harness {

@@ -9,11 +9,11 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "harness/faults/oop_faults.hpp"
 #include "harness/history/history.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/launch/launcher.hpp"
 #include "harness/launch/mpi_tuning.hpp"
-#include "harness/faults/oop_faults.hpp"
 #include "harness/process/supervisor.hpp"
 
 namespace fl::harness {

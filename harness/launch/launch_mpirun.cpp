@@ -7,12 +7,12 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "harness/faults/oop_faults.hpp"
 #include "harness/history/history.hpp"
-#include "harness/process/hosts.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/launch/launcher.hpp"
 #include "harness/launch/mpi_tuning.hpp"
-#include "harness/faults/oop_faults.hpp"
+#include "harness/process/hosts.hpp"
 #include "harness/process/supervisor.hpp"
 
 namespace fl::harness {

@@ -13,13 +13,13 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "harness/faults/oop_faults.hpp"
 #include "harness/history/history.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/launch/launcher.hpp"
-#include "harness/faults/oop_faults.hpp"
 #include "harness/launch/slurm_alloc.hpp"
-#include "harness/process/supervisor.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/process/supervisor.hpp"
 
 namespace fl::harness {
 

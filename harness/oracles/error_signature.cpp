@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "harness/oracles/oracle.hpp"
 #include "harness/model/key_checks.hpp"
+#include "harness/oracles/oracle.hpp"
 
 namespace fl::harness::oracles {
 namespace {

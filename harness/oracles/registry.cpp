@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "harness/oracles/oracle.hpp"
 #include "harness/model/key_checks.hpp"
+#include "harness/oracles/oracle.hpp"
 
 // One word per oracle (its file defines NAME_oracle()); the order is docs/scenarios.md's.
 #define FAULTLINE_ORACLES(X) \

@@ -121,8 +121,8 @@ ThroughputEvidence throughput_evidence(const Expect& x, const RunSummary& f) {
     ev.hit = Hit{t_at,
                  split,
                  {slow},
-                 fmt::format("{}, its peers waiting in collectives; {} (threshold {}x)",
-                             rank_text, job_text, p.factor)};
+                 fmt::format("{}, its peers waiting in collectives; {} (threshold {}x)", rank_text,
+                             job_text, p.factor)};
   } else if (by_comm && job >= p.factor) {
     std::vector<int> all;
     for (int r : ranks) {

@@ -11,9 +11,9 @@
 #include <fmt/ranges.h>
 
 #include "base/error.hpp"
+#include "harness/history/history.hpp"
 #include "harness/report/html.hpp"
 #include "harness/report/report.hpp"
-#include "harness/history/history.hpp"
 #include "harness/run/runner.hpp"
 
 namespace fl::harness {

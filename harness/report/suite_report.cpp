@@ -12,10 +12,10 @@
 #include "base/error.hpp"
 #include "base/json_bounded.hpp"
 #include "base/stats.hpp"
+#include "harness/model/scenario.hpp"
 #include "harness/report/html.hpp"
 #include "harness/report/report.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 

@@ -13,8 +13,8 @@
 
 #include "base/error.hpp"
 #include "base/private_dir.hpp"
-#include "harness/report/report.hpp"
 #include "harness/history/history.hpp"
+#include "harness/report/report.hpp"
 
 namespace fl::harness {
 

@@ -22,9 +22,9 @@
 
 #include "base/private_dir.hpp"
 #include "harness/control/controller.hpp"
-#include "harness/run/event_loop.hpp"
 #include "harness/history/history.hpp"
 #include "harness/launch/launcher.hpp"
+#include "harness/run/event_loop.hpp"
 #include "harness/run/live.hpp"
 #include "harness/run/restart_policy.hpp"
 #include "harness/run/runner.hpp"

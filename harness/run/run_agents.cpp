@@ -8,11 +8,11 @@
 #include "harness/agent/hub.hpp"
 #include "harness/agent/relay.hpp"
 #include "harness/control/controller.hpp"
-#include "harness/run/event_loop.hpp"
-#include "harness/history/history.hpp"
 #include "harness/faults/oop_faults.hpp"
-#include "harness/run/runner.hpp"
+#include "harness/history/history.hpp"
 #include "harness/launch/slurm_alloc.hpp"
+#include "harness/run/event_loop.hpp"
+#include "harness/run/runner.hpp"
 
 namespace fl::harness {
 

@@ -11,10 +11,10 @@
 #include "base/private_dir.hpp"
 #include "harness/agent/hub.hpp"
 #include "harness/history/history.hpp"
-#include "harness/run/run_agents.hpp"
-#include "harness/run/runner.hpp"
 #include "harness/launch/slurm_alloc.hpp"
 #include "harness/process/supervisor.hpp"
+#include "harness/run/run_agents.hpp"
+#include "harness/run/runner.hpp"
 
 extern "C" char** environ;
 

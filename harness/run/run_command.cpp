@@ -5,12 +5,12 @@
 #include <fmt/ranges.h>
 
 #include "base/error.hpp"
-#include "harness/run/command_probe.hpp"
 #include "harness/history/history.hpp"
-#include "harness/launch/launcher.hpp"
 #include "harness/history/probe_ingest.hpp"
-#include "harness/process/supervisor.hpp"
+#include "harness/launch/launcher.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/run/command_probe.hpp"
 
 namespace fl::harness {
 

@@ -9,9 +9,9 @@
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
 #include "harness/launch/launch_args.hpp"
+#include "harness/process/supervisor.hpp"
 #include "harness/run/rank_dumps.hpp"
 #include "harness/run/run.hpp"
-#include "harness/process/supervisor.hpp"
 #include "injector/plan.hpp"
 
 namespace fl::harness::detail {

@@ -8,14 +8,14 @@
 #include <fmt/format.h>
 
 #include "base/file_read.hpp"
-#include "harness/run/command_probe.hpp"
 #include "harness/faults/oop_faults.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/run/command_probe.hpp"
 #include "harness/run/run.hpp"
 #include "harness/run/run_agents.hpp"
 #include "harness/run/run_side.hpp"
 #include "harness/run/run_tools.hpp"
 #include "harness/run/summary_lines.hpp"
-#include "harness/process/supervisor.hpp"
 
 namespace fl::harness::detail {
 

@@ -18,12 +18,12 @@
 #include "base/error.hpp"
 #include "base/json_bounded.hpp"
 #include "base/private_dir.hpp"
-#include "harness/run/event_loop.hpp"
 #include "harness/history/history.hpp"
 #include "harness/launch/launch_args.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/run/event_loop.hpp"
 #include "harness/run/run_side.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/process/supervisor.hpp"
 
 extern char** environ;
 
@@ -102,8 +102,9 @@ void SideRuns::run_after_prepare() {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
   const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  hist_.harness("after_prepare",
-                {{"argv", s_.side_runs.after_prepare}, {"status", code}, {"seconds", secs}, {"log", log}});
+  hist_.harness(
+      "after_prepare",
+      {{"argv", s_.side_runs.after_prepare}, {"status", code}, {"seconds", secs}, {"log", log}});
   if (!ok) {
     std::ifstream in(log);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

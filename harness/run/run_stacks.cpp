@@ -16,8 +16,8 @@
 
 #include <fmt/format.h>
 
-#include "harness/run/dump_wait.hpp"
 #include "harness/history/history.hpp"
+#include "harness/run/dump_wait.hpp"
 #include "harness/run/rank_dumps.hpp"
 
 namespace fl::harness {

@@ -3,12 +3,12 @@
 #include <chrono>
 #include <filesystem>
 
-#include "harness/run/event_loop.hpp"
 #include "harness/history/history.hpp"
 #include "harness/launch/launch_args.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/run/event_loop.hpp"
 #include "harness/run/restart_policy.hpp"
 #include "harness/run/runner.hpp"
-#include "harness/process/supervisor.hpp"
 
 namespace fl::harness {
 

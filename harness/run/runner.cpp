@@ -13,18 +13,18 @@
 #include "base/error.hpp"
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/faults/oop_faults.hpp"
 #include "harness/faults/residue.hpp"
+#include "harness/launch/launch_args.hpp"
+#include "harness/process/hosts.hpp"
+#include "harness/process/supervisor.hpp"
 #include "harness/run/artifact_server.hpp"
 #include "harness/run/command_probe.hpp"
-#include "harness/process/hosts.hpp"
-#include "harness/launch/launch_args.hpp"
-#include "harness/faults/oop_faults.hpp"
 #include "harness/run/rank_dumps.hpp"
 #include "harness/run/run.hpp"
 #include "harness/run/run_agents.hpp"
 #include "harness/run/run_side.hpp"
 #include "harness/run/run_tools.hpp"
-#include "harness/process/supervisor.hpp"
 #include "harness/run/watchdogs.hpp"
 #include "injector/plan.hpp"
 #include "kernels/device.hpp"
@@ -225,7 +225,8 @@ void Run::tick() {
   if (!stopping_ && !restart_.recovery_attached() && watch_->hang_established(tools_->running())) {
     stopping_ = true;
     stop_reason_ = "hang established";
-    hist_->harness("watchdog_stop", {{"reason", "hang established"}, {"hang_s", oracles::hang_seconds(s_.expect)}});
+    hist_->harness("watchdog_stop",
+                   {{"reason", "hang established"}, {"hang_s", oracles::hang_seconds(s_.expect)}});
     request_fr_dumps(dump_targets(), "hang established");
     request_stack_dumps(dump_targets(), "hang established");
     loop_.stop();
@@ -350,20 +351,23 @@ void Run::watch_ranks() {
 }
 
 void Run::record_run_start() {
-  hist_->harness("run_start",
-                 {{"run_id", id_},
-                  {"scenario", s_.name},
-                  {"fix", o_.fix},
-                  {"ranks", s_.topo.ranks},
-                  {"nodes", s_.topo.nodes},
-                  {"layout", {{"dp", s_.topo.dp}, {"tp", s_.topo.tp}, {"pp", s_.topo.pp}, {"zero", s_.topo.zero}}},
-                  {"launcher", s_.topo.launcher},
-                  {"backend", s_.topo.backend},
-                  {"seed", s_.seed},
-                  {"control", ctl_addr_},
-                  {"expect", {{"oracle", s_.expect.oracle}, {"symptom", s_.expect.symptom}}}});
+  hist_->harness(
+      "run_start",
+      {{"run_id", id_},
+       {"scenario", s_.name},
+       {"fix", o_.fix},
+       {"ranks", s_.topo.ranks},
+       {"nodes", s_.topo.nodes},
+       {"layout",
+        {{"dp", s_.topo.dp}, {"tp", s_.topo.tp}, {"pp", s_.topo.pp}, {"zero", s_.topo.zero}}},
+       {"launcher", s_.topo.launcher},
+       {"backend", s_.topo.backend},
+       {"seed", s_.seed},
+       {"control", ctl_addr_},
+       {"expect", {{"oracle", s_.expect.oracle}, {"symptom", s_.expect.symptom}}}});
   if (!s_.topo.launcher_reason.empty()) {  // topology.launcher: auto chose it
-    hist_->harness("launcher_choice", {{"launcher", s_.topo.launcher}, {"reason", s_.topo.launcher_reason}});
+    hist_->harness("launcher_choice",
+                   {{"launcher", s_.topo.launcher}, {"reason", s_.topo.launcher_reason}});
   }
   for (auto& p : s_.faults.plans) hist_->harness("fault_armed", {{"plan", p}, {"via", "scenario"}});
 }

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "harness/oracles/oracle.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/oracles/oracle.hpp"
 
 namespace fl::harness {
 

@@ -43,8 +43,8 @@ void Watchdogs::rank_failed(int rank) {
 
 bool Watchdogs::fail_fast_due(int& failed_rank, double& grace_s) {
   if (first_failure_ns_ < 0) return false;
-  grace_s =
-      std::max({10.0, s_.timeouts.comm_ms / 1000.0 + 5.0, s_.timeouts.rendezvous_ms / 1000.0 + 5.0});
+  grace_s = std::max(
+      {10.0, s_.timeouts.comm_ms / 1000.0 + 5.0, s_.timeouts.rendezvous_ms / 1000.0 + 5.0});
   if (hist_.now_ns() - first_failure_ns_ < static_cast<int64_t>(grace_s * 1e9)) return false;
   failed_rank = first_failure_rank_;
   first_failure_ns_ = -1;  // once per failure; a restart may start over

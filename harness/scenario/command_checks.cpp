@@ -87,7 +87,8 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, Scen
               "network namespaces of their own (allowed: per_rank)");
     }
   });
-  s.topo.launcher = "command";  // the command launcher (harness/launch/launch_command.cpp) starts them
+  s.topo.launcher =
+      "command";  // the command launcher (harness/launch/launch_command.cpp) starts them
 }
 
 }  // namespace loader

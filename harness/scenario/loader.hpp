@@ -15,7 +15,6 @@
 
 namespace fl::harness::loader {
 
-
 // input_checks.cpp. The file read whole (at most FAULTLINE_SCENARIO_MAX_BYTES; UTF-8; one YAML
 // document): ScenarioError otherwise, with the line and column.
 YAML::Node read_scenario_file(const std::string& path);
@@ -35,7 +34,6 @@ void check_infer_context(const std::string& file, const YAML::Node& doc, const S
 // command_checks.cpp: workload.command only with kind command, and then a program, known
 // placeholders, the local launcher, no in-process plans; sets s.topo.launcher to command.
 void check_command_workload(const std::string& file, const YAML::Node& doc, Scenario& s);
-
 
 // launcher_choice.cpp: topology.launcher: auto (the default). A CPU MPI world of more than
 // kAutoMpirunAbove ranks gets mpirun unless something in it needs the local launcher's own

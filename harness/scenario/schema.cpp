@@ -6,10 +6,10 @@
 #include <algorithm>
 
 #include "harness/faults/fault.hpp"
-#include "harness/oracles/oracle.hpp"
 #include "harness/launch/launcher.hpp"
-#include "harness/scenario/loader.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/oracles/oracle.hpp"
+#include "harness/scenario/loader.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // the schema table leaves ranges out
 

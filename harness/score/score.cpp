@@ -9,8 +9,8 @@
 
 #include "base/error.hpp"
 #include "harness/history/history.hpp"
-#include "harness/run/runner.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/run/runner.hpp"
 
 namespace fl::harness {
 

@@ -19,8 +19,8 @@
 
 #include "base/settings.hpp"
 #include "base/subprocess.hpp"
-#include "harness/run/runner.hpp"
 #include "harness/process/supervisor.hpp"
+#include "harness/run/runner.hpp"
 #include "harness/suite/executor.hpp"
 #include "harness/suite/progress.hpp"
 #include "harness/suite/slurm_cluster.hpp"

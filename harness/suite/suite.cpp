@@ -31,9 +31,9 @@
 #include "base/settings.hpp"
 #include "base/stats.hpp"
 #include "harness/launch/launch_args.hpp"
-#include "harness/run/runner.hpp"
-#include "harness/process/supervisor.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/run/runner.hpp"
 #include "harness/suite/progress.hpp"
 #include "kernels/device.hpp"
 

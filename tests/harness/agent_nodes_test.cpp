@@ -12,8 +12,8 @@
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/history/history.hpp"
-#include "harness/process/supervisor.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/process/supervisor.hpp"
 
 namespace fl::harness::faults {
 namespace {

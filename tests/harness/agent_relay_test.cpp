@@ -33,11 +33,11 @@
 #include "base/control_auth.hpp"
 #include "harness/agent/hub.hpp"
 #include "harness/agent/silence.hpp"
-#include "harness/proto/faultline.grpc.pb.h"
 #include "harness/control/controller.hpp"
 #include "harness/history/history.hpp"
-#include "harness/process/supervisor.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
 #include "tests/support/process.hpp"
 
 extern "C" char** environ;

@@ -31,11 +31,11 @@
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
 #include "harness/agent/hub.hpp"
-#include "harness/proto/faultline.grpc.pb.h"
 #include "harness/control/controller.hpp"
 #include "harness/history/history.hpp"
-#include "harness/process/supervisor.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/process/supervisor.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
 #include "tests/support/process.hpp"
 
 extern "C" char** environ;

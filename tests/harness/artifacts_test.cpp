@@ -10,17 +10,17 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <chrono>
 #include <thread>
 #include <vector>
 
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
-#include "harness/run/artifact_server.hpp"
 #include "harness/launch/launch_args.hpp"
+#include "harness/run/artifact_server.hpp"
 #include "workloads/rendezvous/artifacts.hpp"
 
 namespace fl {

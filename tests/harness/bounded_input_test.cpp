@@ -22,10 +22,10 @@
 #include "base/event.hpp"
 #include "base/file_read.hpp"
 #include "base/json_bounded.hpp"
-#include "harness/proto/faultline.grpc.pb.h"
 #include "harness/control/controller.hpp"
 #include "harness/history/history.hpp"
 #include "harness/history/probe_ingest.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/runner.hpp"
 #include "tests/support/process.hpp"
 

@@ -26,11 +26,11 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
-#include "harness/proto/faultline.grpc.pb.h"
 #include "harness/control/controller.hpp"
 #include "harness/launch/launch_args.hpp"
-#include "harness/run/runner.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
+#include "harness/run/runner.hpp"
 #include "tests/support/process.hpp"
 
 namespace fl::harness {

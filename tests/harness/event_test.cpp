@@ -16,9 +16,9 @@
 #include "base/event.hpp"
 #include "base/json_bounded.hpp"
 #include "harness/detectors/client.hpp"
-#include "harness/proto/event_proto.hpp"
 #include "harness/history/history.hpp"
 #include "harness/history/probe_ingest.hpp"
+#include "harness/proto/event_proto.hpp"
 #include "workloads/telemetry/telemetry.hpp"
 
 namespace fl {

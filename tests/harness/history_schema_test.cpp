@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "base/utf8.hpp"
-#include "harness/oracles/oracle.hpp"
-#include "harness/report/report.hpp"
 #include "harness/history/event_schema.hpp"
 #include "harness/history/history.hpp"
+#include "harness/oracles/oracle.hpp"
+#include "harness/report/report.hpp"
 
 namespace fl::harness {
 namespace {

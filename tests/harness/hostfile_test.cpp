@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "harness/model/scenario.hpp"
 #include "harness/process/hosts.hpp"
 #include "harness/scenario/hostfile.hpp"
-#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 namespace {

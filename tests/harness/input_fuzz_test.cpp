@@ -22,13 +22,13 @@
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
 #include "base/utf8.hpp"
-#include "harness/oracles/oracle.hpp"
-#include "harness/proto/faultline.grpc.pb.h"
 #include "harness/control/controller.hpp"
 #include "harness/history/history.hpp"
 #include "harness/history/probe_ingest.hpp"
-#include "harness/run/runner.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/oracles/oracle.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
+#include "harness/run/runner.hpp"
 #include "injector/plan.hpp"
 
 namespace fl::harness {

@@ -37,7 +37,8 @@ TEST_F(LauncherChoice, LargeCleanCpuWorldGetsMpirun) {
   const auto s = load("name: a\ntopology: {ranks: 32}\nworkload: {steps: 2}\n");
   EXPECT_EQ(s.topo.launcher, "mpirun");
   EXPECT_TRUE(has(s.topo.launcher_reason, "32 ranks > 8")) << s.topo.launcher_reason;
-  EXPECT_TRUE(has(s.topo.launcher_reason, "nothing needs separate rank processes")) << s.topo.launcher_reason;
+  EXPECT_TRUE(has(s.topo.launcher_reason, "nothing needs separate rank processes"))
+      << s.topo.launcher_reason;
   // The first size above the threshold, and `auto` written out means the same.
   EXPECT_EQ(load("name: a\ntopology: {ranks: 9}\n").topo.launcher, "mpirun");
   const auto named_auto = load("name: a\ntopology: {ranks: 32, launcher: auto}\n");
@@ -49,7 +50,8 @@ TEST_F(LauncherChoice, SmallWorldKeepsTheLocalLauncher) {
   for (const int n : {1, 4, 8}) {
     const auto s = load("name: a\ntopology: {ranks: " + std::to_string(n) + "}\n");
     EXPECT_EQ(s.topo.launcher, "local") << n;
-    EXPECT_TRUE(has(s.topo.launcher_reason, std::to_string(n) + " ranks <= 8")) << s.topo.launcher_reason;
+    EXPECT_TRUE(has(s.topo.launcher_reason, std::to_string(n) + " ranks <= 8"))
+        << s.topo.launcher_reason;
   }
 }
 
@@ -60,7 +62,8 @@ TEST_F(LauncherChoice, LargeWorldThatNeedsRankProcessesKeepsLocalAndSaysWhy) {
       "faults:\n  - network: {action: reject, node: 1, store: true}\n    at: launch\n");
   EXPECT_EQ(s.topo.launcher, "local");
   EXPECT_TRUE(has(s.topo.launcher_reason, "32 ranks > 8, but faults[0]")) << s.topo.launcher_reason;
-  EXPECT_TRUE(has(s.topo.launcher_reason, "need topology.launcher: local")) << s.topo.launcher_reason;
+  EXPECT_TRUE(has(s.topo.launcher_reason, "need topology.launcher: local"))
+      << s.topo.launcher_reason;
   // A signal to one rank: mpirun would accept it, but the rank's end would end the job.
   s = load("name: a\ntopology: {ranks: 16}\nfaults:\n  - {signal: KILL, rank: 3, step: 2}\n");
   EXPECT_EQ(s.topo.launcher, "local");

@@ -1,5 +1,5 @@
-// The launcher registry (harness/launch/launcher.hpp): names, kinds and traits agree with each other
-// and with the scenario schema, and an unknown name is refused with what is allowed.
+// The launcher registry (harness/launch/launcher.hpp): names, kinds and traits agree with each
+// other and with the scenario schema, and an unknown name is refused with what is allowed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -79,8 +79,9 @@ TEST(Launchers, JobProcessAttributionBeforeAStart) {
   EXPECT_EQ(local->rank_pid(0), 0);
 }
 
-// The MCA parameters that spare each MPI process the fabric probing (harness/launch/mpi_tuning.hpp):
-// MPI-backend runs on this machine only, and never over what the scenario sets itself.
+// The MCA parameters that spare each MPI process the fabric probing
+// (harness/launch/mpi_tuning.hpp): MPI-backend runs on this machine only, and never over what the
+// scenario sets itself.
 TEST(Launchers, LocalMpiParamsOnlyForOneMachineAndNeverOverTheScenario) {
   using Params = std::vector<std::pair<std::string, std::string>>;
   Scenario s;

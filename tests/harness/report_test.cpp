@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/report/report.hpp"
 #include "harness/history/history.hpp"
+#include "harness/report/report.hpp"
 #include "tests/support/process.hpp"
 
 namespace fl::harness {

@@ -19,8 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/control_auth.hpp"
-#include "harness/proto/faultline.grpc.pb.h"
 #include "harness/control/controller.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/runner.hpp"
 #include "injector/site.hpp"
 #include "kernels/device.hpp"

@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "harness/scenario/loader.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/scenario/loader.hpp"
 
 namespace fl::harness {
 namespace {

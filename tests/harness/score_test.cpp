@@ -14,9 +14,9 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
-#include "harness/proto/faultline.grpc.pb.h"
 #include "harness/control/controller.hpp"
 #include "harness/launch/tools.hpp"
+#include "harness/proto/faultline.grpc.pb.h"
 #include "harness/score/score.hpp"
 #include "tests/support/fake_run.hpp"
 #include "tests/support/process.hpp"

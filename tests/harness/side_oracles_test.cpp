@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
+#include "harness/model/scenario.hpp"
 #include "harness/oracles/oracle.hpp"
 #include "harness/run/summary_lines.hpp"
-#include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 namespace {
