@@ -56,7 +56,7 @@ void Run::launch_all(const std::string& resume_from) {
     std::lock_guard lock(step_mu_);
     hello_pid_.clear();
   }
-  if (s_.kind == "command")
+  if (s_.workload.kind == "command")
     begin_command_launch();  // the probe's files, reports (command_launch.cpp)
   auto host = launch_host();
   launcher_->start(host, worker_args(s_, dir_, resume_from));
@@ -91,7 +91,7 @@ void Run::on_line(int rank, const std::string& name, const std::string& stream,
   const std::string file = rank >= 0 ? fmt::format("{}/ranks/rank{}/output.log", dir_, rank)
                                      : fmt::format("{}/{}.log", dir_, is_job ? job : "helpers");
   auto& out = logs_[rank >= 0 ? rank : (is_job ? -1 : -2)];
-  if (s_.kind == "command" && (rank >= 0 || is_job)) last_line_[rank] = line;
+  if (s_.workload.kind == "command" && (rank >= 0 || is_job)) last_line_[rank] = line;
   if (!out.is_open()) out.open(file, std::ios::app);
   out << fmt::format("[+{:.3f}s] [{}] {}\n", t, stream == "stdout" ? "out" : "err", line);
   out.flush();
@@ -133,12 +133,13 @@ void Run::on_exit(const ExitInfo& x) {
     }
     for (int r : std::set<int>(running_ranks_)) {
       if (!reported.count(r)) {
-        nlohmann::json ex = {{"pid", 0},
-                             {"class", x.klass == "ok" && s_.kind != "command" ? "error" : x.klass},
-                             {"code", x.code},
-                             {"signaled", x.signaled},
-                             {"by_harness", x.by_harness},
-                             {"note", "no exit event from the rank; ended with " + x.name}};
+        nlohmann::json ex = {
+            {"pid", 0},
+            {"class", x.klass == "ok" && s_.workload.kind != "command" ? "error" : x.klass},
+            {"code", x.code},
+            {"signaled", x.signaled},
+            {"by_harness", x.by_harness},
+            {"note", "no exit event from the rank; ended with " + x.name}};
         faults_->explain_exit(r, ex);  // a host's agent may have seen how it ended
         hist_->harness("rank_exit", ex, r);
         faults_->on_rank_exit(r);
@@ -163,7 +164,7 @@ void Run::all_ranks_ended() {
                                  {"restart", restart_.restarts()},
                                  {"ranks", s_.ranks},
                                  {"dp", s_.dp},
-                                 {"args", s_.extra_args}});
+                                 {"args", s_.workload.extra_args}});
       launch_all(d.from);
       return;
     case RestartPolicy::Next::kAwaitRecovery: {
@@ -188,7 +189,8 @@ void Run::all_ranks_ended() {
 }
 
 pid_t Run::rank_pid(int rank) {
-  if (s_.kind == "command") {  // the process that said hello is the job's (not a torchrun agent)
+  // A command's process that said hello is the job's (not a torchrun agent).
+  if (s_.workload.kind == "command") {
     std::lock_guard lock(step_mu_);
     if (auto it = hello_pid_.find(rank); it != hello_pid_.end() && it->second > 0)
       return it->second;
@@ -365,7 +367,7 @@ RunResult Run::go() {
     }
     if (!s_.prepare_yaml.empty()) run_preparation();
     start_control_plane();
-    if (!s_.fetch.empty()) start_artifact_hub();  // after the secret: the hub asks for it
+    if (!s_.workload.fetch.empty()) start_artifact_hub();  // after the secret: the hub asks for it
     res.control_addr = ctl_addr_;
     if (live) {
       std::printf("  control    %s\n", ctl_addr_.c_str());
@@ -420,7 +422,7 @@ RunResult Run::go() {
       auto host = launch_host();
       launcher_->prepare(host);
     }
-    if (!stopping_) launch_all(s_.resume ? dir_ + "/checkpoints" : "");
+    if (!stopping_) launch_all(s_.workload.resume ? dir_ + "/checkpoints" : "");
     timeout_ = std::make_unique<boost::asio::steady_timer>(io_);
     timeout_->expires_after(
         std::chrono::milliseconds(static_cast<int64_t>(s_.run_timeout_s * 1000)));
@@ -489,7 +491,7 @@ void write_atomic(const std::string& path, const std::string& text) {
 }
 
 void check_runnable_here(const Scenario& scenario) {
-  if (scenario.device == "cuda" && cuda_device_count() == 0) {
+  if (scenario.workload.device == "cuda" && cuda_device_count() == 0) {
     throw ScenarioError(fmt::format(
         "{}: workload.device is cuda but no CUDA device is visible on this machine{}; run it on a "
         "GPU machine, or on CPU ranks with --set workload.device=cpu",
@@ -502,7 +504,7 @@ void check_runnable_here(const Scenario& scenario) {
   if (!scenario.hosts.empty() || scenario.launcher == "srun") return;
   // As the hide fault checks its library (hide.cpp).
   const std::vector<std::string> have = faults::plugin_libraries();
-  for (const auto& p : scenario.plugins) {
+  for (const auto& p : scenario.workload.plugins) {
     const std::string lib = "libfl_" + p + ".so";
     if (have.empty() || std::binary_search(have.begin(), have.end(), lib)) continue;
     throw ScenarioError(fmt::format(

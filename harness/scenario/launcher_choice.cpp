@@ -97,9 +97,10 @@ std::string recovery_reason(const std::string& recovery) {
 LauncherChoice choose_launcher(const std::string& file, const YAML::Node& resolved,
                                const Scenario& s) {
   const auto local = [](std::string why) { return LauncherChoice{"local", std::move(why)}; };
-  if (s.kind == "command") return local("workload.kind: command starts its ranks itself");
+  if (s.workload.kind == "command") return local("workload.kind: command starts its ranks itself");
   if (s.backend != "mpi") return local("backend " + s.backend + " is not an MPI world");
-  if (s.device != "cpu") return local("workload.device " + s.device + " is not a CPU world");
+  if (s.workload.device != "cpu")
+    return local("workload.device " + s.workload.device + " is not a CPU world");
   if (s.ranks <= kAutoMpirunAbove) {
     return local(fmt::format("{} ranks <= {}", s.ranks, kAutoMpirunAbove));
   }

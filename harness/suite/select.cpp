@@ -279,7 +279,7 @@ SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
         c.stage = sym ? sym->stage : 0;
         c.seed = seed;
         c.fix = fix;
-        c.device = s.device;
+        c.device = s.workload.device;
         check_path_component(f + ": name (the run id " + c.id() + ")", c.id());
         plan.cases.push_back(c);
       }
