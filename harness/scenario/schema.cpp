@@ -46,19 +46,29 @@ void add_worker_keys(std::vector<KeySpec>& v) {
   };
   const auto keys = worker_option_keys();
   v.insert(after("workload.fidelity"), keys.begin(), keys.end());
-  for (size_t i = 0; i < v.size(); ++i) {
-    const std::string parent = v[i].path.substr(0, v[i].path.rfind('.'));
-    if (parent == "workload" || parent.rfind("workload.", 0) != 0) continue;
-    size_t last = i;
+  auto section_of = [&](const KeySpec& k) {
+    const std::string parent = k.path.substr(0, k.path.rfind('.'));
+    const bool declared = std::any_of(keys.begin(), keys.end(),
+                                      [&](const KeySpec& w) { return w.path == parent; });
+    return declared ? parent : std::string();
+  };
+  std::vector<KeySpec> moved;
+  for (auto it = after("workload.fidelity") + static_cast<std::ptrdiff_t>(keys.size());
+       it != v.end();) {
+    if (section_of(*it).empty()) {
+      ++it;
+    } else {
+      moved.push_back(*it);
+      it = v.erase(it);
+    }
+  }
+  for (auto& k : moved) {
+    const std::string parent = section_of(k);
+    size_t last = 0;
     for (size_t j = 0; j < v.size(); ++j) {
-      if (j != i && (v[j].path == parent || v[j].path.rfind(parent + ".", 0) == 0)) last = j;
+      if (v[j].path == parent || v[j].path.rfind(parent + ".", 0) == 0) last = j;
     }
-    if (last > i) {
-      KeySpec k = v[i];
-      v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
-      v.insert(v.begin() + static_cast<std::ptrdiff_t>(last), std::move(k));
-      --i;  // another key has moved into place i (size_t wraps and comes back to it)
-    }
+    v.insert(v.begin() + static_cast<std::ptrdiff_t>(last) + 1, std::move(k));
   }
 }
 
