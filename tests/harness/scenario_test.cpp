@@ -85,7 +85,8 @@ TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
             "kind, fidelity, model, shape, device, plugins, jit, fetch, steps, precision, "
             "micro_batch, grad_accum, lr, clip, schedule, eval_every, loss_scale, "
             "min_loss_scale, loss_scale_window, hysteresis, raise_error_at_min_scale, optimizer, "
-            "momentum, lr_scaling, warmup_steps, warmup_style, data, activation_checkpointing, "
+            "momentum, weight_decay, lr_scaling, warmup_steps, warmup_style, data, "
+            "activation_checkpointing, "
             "zero, checkpoint, eval_data, infer, args, command, launch, probe, report_timeout_s)");
 }
 

@@ -43,6 +43,10 @@ void optimizer_options(worker::Options& o, TrainArgs& a) {
   o.add("workload.momentum", "--momentum", c.momentum,
         "SGD momentum (optimizer: sgd; 0: plain SGD)")
       .range(0, 0.9999);
+  o.add("workload.weight_decay", "--weight-decay", c.weight_decay,
+        "Weight decay: AdamW's decoupled decay (p -= lr x wd x p), SGD's L2 term (wd x p added "
+        "to the gradient, as torch.optim.SGD); 0: none")
+      .range(0, 1);
   o.add("workload.lr_scaling", "--lr-scaling", c.lr_scaling,
         "Scale the lr schedule with the data-parallel size: none, linear (x dp) or sqrt "
         "(x sqrt(dp))")
