@@ -24,6 +24,8 @@
 #include "base/error.hpp"
 #include "base/private_dir.hpp"
 #include "base/settings.hpp"
+#include "harness/model/worker_options.hpp"
+#include "harness/model/workload_kinds.hpp"
 
 extern "C" char** environ;
 
@@ -32,13 +34,13 @@ namespace fl::harness {
 namespace fs = std::filesystem;
 
 FAULTLINE_SETTING(kBinDir, std::string, "FAULTLINE_BIN_DIR", "",
-                  "Directory holding fl-train and fl-infer (default: this build's)");
+                  "Directory holding the workers (fl-train, fl-infer; default: this build's)");
 
 std::string worker_binary(const std::string& kind) {
+  const WorkloadKind& k = workload_kind(kind);
   const std::string dir = kBinDir.get();
-  const std::string name = kind == "infer" ? "fl-infer" : "fl-train";
-  if (!dir.empty()) return dir + "/" + name;
-  return kind == "infer" ? FAULTLINE_INFER_BIN : FAULTLINE_TRAIN_BIN;
+  if (!dir.empty() && k.own_worker()) return dir + "/" + k.binary;
+  return k.build_path;
 }
 
 std::string make_run_id(const std::string& name) {
@@ -205,75 +207,11 @@ int free_port() {
 
 std::vector<std::string> worker_args(const Scenario& s, const std::string& run_dir,
                                      const std::string& resume_from) {
-  std::vector<std::string> a{worker_binary(s.kind), "--model", s.model};
-  auto add = [&](const char* k, auto v) {
-    a.push_back(k);
-    a.push_back(fmt::format("{}", v));
-  };
-  add("--dp", s.topo.dp);
-  add("--tp", s.topo.tp);
-  add("--pp", s.topo.pp);
-  add("--device", s.device);
-  if (s.shape_d_model > 0) add("--d-model", s.shape_d_model);
-  if (s.shape_layers > 0) add("--layers", s.shape_layers);
-  if (s.shape_heads > 0) add("--heads", s.shape_heads);
-  if (s.shape_seq_len > 0) add("--seq-len", s.shape_seq_len);
-  if (s.kind == "infer") {
-    if (!resume_from.empty()) add("--checkpoint", resume_from);
-    if (s.infer_load != "sharded") add("--load", s.infer_load);
-    add("--requests", s.requests);
-    add("--prompt-len", s.prompt_len);
-    add("--new-tokens", s.new_tokens);
-    add("--seed", s.seed);
-  } else {
-    add("--zero", s.topo.zero);
-    add("--steps", s.steps);
-    add("--precision", s.precision);
-    add("--micro-batch", s.micro_batch);
-    add("--grad-accum", s.grad_accum);
-    add("--lr", s.lr);
-    add("--clip", s.clip);
-    add("--schedule", s.schedule);
-    add("--eval-every", s.eval_every);
-    if (s.eval_samples > 0) add("--eval-samples", s.eval_samples);
-    if (s.eval_drop_last) a.push_back("--eval-drop-last");
-    add("--loss-scale", s.loss_scale);
-    add("--min-loss-scale", s.min_loss_scale);
-    // The numeric knobs go on the command line only where a scenario sets them, so the launch
-    // of every scenario that does not stays as it was.
-    if (s.loss_scale_window != 1000) add("--loss-scale-window", s.loss_scale_window);
-    if (s.hysteresis != 1) add("--hysteresis", s.hysteresis);
-    if (!s.raise_error_at_min_scale) add("--raise-error-at-min-scale", "false");
-    if (s.optimizer != "adamw") add("--optimizer", s.optimizer);
-    if (s.momentum != 0) add("--momentum", s.momentum);
-    if (s.lr_scaling != "none") add("--lr-scaling", s.lr_scaling);
-    if (s.warmup_steps != 5) add("--warmup-steps", s.warmup_steps);
-    if (s.warmup_style != "linear") add("--warmup-style", s.warmup_style);
-    add("--data-seed", s.data_seed);
-    if (s.samples > 0) add("--samples", s.samples);
-    if (s.drop_last) a.push_back("--drop-last");
-    if (!s.zero_init) a.push_back("--no-zero-init");
-    if (s.offload_optimizer) a.push_back("--offload-optimizer");
-    if (s.activation_checkpointing) a.push_back("--activation-checkpointing");
-    if (s.reduce_bucket_size > 0) add("--reduce-bucket-size", s.reduce_bucket_size);
-    if (s.allgather_bucket_size > 0) add("--allgather-bucket-size", s.allgather_bucket_size);
-    if (s.zero3_prefetch_bytes >= 0) add("--zero3-prefetch-bytes", s.zero3_prefetch_bytes);
-    if (s.zero3_max_live_bytes >= 0) add("--zero3-max-live-bytes", s.zero3_max_live_bytes);
-    if (s.checkpoint_every > 0) {
-      add("--save-dir", run_dir + "/checkpoints");
-      add("--save-every", s.checkpoint_every);
-    }
-    if (s.auto_resume) {
-      add("--auto-resume", run_dir + "/checkpoints");
-    } else if (!resume_from.empty()) {
-      add("--resume", resume_from);
-    }
-    a.push_back("--checksum");
-  }
-  for (auto& p : s.plugins) add("--plugin", p);
-  for (auto& f : s.fetch) add("--fetch", f);
-  if (s.jit && !s.plugins.empty()) a.push_back("--plugin-jit");
-  for (auto& x : s.extra_args) a.push_back(x);
+  const WorkloadKind& kind = workload_kind(s.workload.kind);
+  std::vector<std::string> a{worker_binary(s.workload.kind)};
+  for (auto& x : worker_option_flags(kind.name, s.workload.options)) a.push_back(std::move(x));
+  kind.launch_args(s, run_dir, resume_from, a);
+  for (auto& x : s.workload.extra_args) a.push_back(x);
   return a;
 }
 

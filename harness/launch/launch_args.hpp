@@ -14,7 +14,7 @@
 
 namespace fl::harness {
 
-// fl-train or fl-infer: FAULTLINE_BIN_DIR's, else this build's.
+// The worker of a workload kind (workload_kinds.hpp): FAULTLINE_BIN_DIR's, else this build's.
 std::string worker_binary(const std::string& kind);
 // <time>-<name>-<random hex>.
 std::string make_run_id(const std::string& name);
@@ -46,7 +46,9 @@ void check_path_component(const std::string& what, const std::string& value);
 void check_env_key(int rank, const std::string& key);
 // A port nobody listens on now on 127.0.0.1, below the ephemeral range when there is room.
 int free_port();
-// The worker command of every rank (faults may append to one rank's copy).
+// The worker command of every rank (faults may append to one rank's copy): the kind's worker,
+// the flags of the workload keys the scenario sets (worker_options.hpp), the kind's own
+// arguments (topology, run-directory paths, resume), then workload.args.
 std::vector<std::string> worker_args(const Scenario& s, const std::string& run_dir,
                                      const std::string& resume_from);
 // The harness's environment minus what identifies a rank or arms faults (the scenario sets

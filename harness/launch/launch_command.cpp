@@ -48,11 +48,11 @@ std::string find_program(const std::string& name, const std::string& path_env) {
 }  // namespace
 
 std::string command_program_problem(const Scenario& s) {
-  if (s.kind != "command" || s.command.empty()) return "";
+  if (s.workload.kind != "command" || s.workload.command.empty()) return "";
   // Only what can be known before the run exists: a program named by {source_dir} or literally.
   std::string why;
   const std::string program =
-      expand_command_arg(s.command[0], {{"source_dir", FAULTLINE_SOURCE_DIR}}, &why);
+      expand_command_arg(s.workload.command[0], {{"source_dir", FAULTLINE_SOURCE_DIR}}, &why);
   if (!why.empty() || program.empty()) return "";
   if (program.find('/') != std::string::npos && program[0] != '/') return "";  // the rank's dir
   const auto path = s.env.all.find("PATH");
@@ -60,7 +60,7 @@ std::string command_program_problem(const Scenario& s) {
   const std::string path_env = path != s.env.all.end() ? path->second : own ? own : "";
   if (!find_program(program, path_env).empty()) return "";
   std::string shown;
-  for (const auto& a : s.command) shown += (shown.empty() ? "" : " ") + a;
+  for (const auto& a : s.workload.command) shown += (shown.empty() ? "" : " ") + a;
   return fmt::format("'{}' is not an executable file (PATH {}); command: {}", program, path_env,
                      shown);
 }
@@ -75,7 +75,7 @@ class CommandLauncher : public Launcher {
     rank_pids_.clear();
     launcher_pid_ = 0;
     const auto inherited = base_env();
-    if (h.s.launch == "once") {
+    if (h.s.workload.launch == "once") {
       // One launcher process with the job's world, master address and port but no RANK: a
       // launcher such as torchrun sets RANK for each rank it starts, and the probe finds the
       // rank's file from FAULTLINE_PROBE_DIR and RANK.
@@ -189,7 +189,7 @@ class CommandLauncher : public Launcher {
         {"rank_dir", fmt::format("{}/ranks/rank{}", h.dir, rank)},
         {"source_dir", FAULTLINE_SOURCE_DIR}};
     std::vector<std::string> out;
-    for (const auto& a : h.s.command) {
+    for (const auto& a : h.s.workload.command) {
       std::string why;
       out.push_back(expand_command_arg(a, values, &why));
       if (!why.empty()) raise<Error>("workload.command: {}", why);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/subprocess.hpp"
+#include "harness/model/workload_kinds.hpp"
 #include "injector/describe.hpp"
 
 namespace fl::harness {
@@ -35,7 +36,9 @@ WorkerCatalog build() {
   WorkerCatalog c;
   std::map<std::string, size_t> settings, sites;
   merge(c, fault::describe_binary(), settings, sites);
-  for (const char* bin : {FAULTLINE_TRAIN_BIN, FAULTLINE_INFER_BIN}) {
+  for (const auto* kind : workload_kinds()) {
+    if (!kind->own_worker()) continue;
+    const std::string& bin = kind->build_path;
     try {
       const std::string out = run_tool({bin, "--describe"});
       merge(c, nlohmann::json::parse(out), settings, sites);

@@ -1,6 +1,6 @@
 // Every FAULTLINE_ setting and fault site of this build: the harness's own, and the workers'
-// (fl-train and fl-infer answer `--describe`), asked once per process. The harness does not link
-// the workloads; it learns what they declare from the binaries it launches.
+// (each workload kind's worker answers `--describe`), asked once per process. The harness does
+// not link the workloads; it learns what they declare from the binaries it launches.
 #pragma once
 
 #include <string>

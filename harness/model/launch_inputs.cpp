@@ -85,9 +85,9 @@ void check_launch_inputs(const std::string& file, const YAML::Node& doc, const S
   const YAML::Node w = doc["workload"];
   if (s.topo.launcher == "mpirun") {
     // An app-file line is split at whitespace: "--name a b" would reach the rank as three words.
-    for (size_t i = 0; i < s.extra_args.size(); ++i) {
+    for (size_t i = 0; i < s.workload.extra_args.size(); ++i) {
       ErrorCollector::check([&] {
-        const std::string& a = s.extra_args[i];
+        const std::string& a = s.workload.extra_args[i];
         if (!a.empty() && a.find_first_of(" \t\n\"'") == std::string::npos) return;
         const YAML::Node args = w ? w["args"] : YAML::Node();
         fail_at(file, args && args.IsSequence() && i < args.size() ? args[i] : doc,

@@ -78,6 +78,38 @@ struct Expect {
   std::shared_ptr<const OracleParams> params;  // nullptr: the oracle's defaults
 };
 
+// workload: what every rank runs. The harness reads a few values itself, typed here; every key a
+// worker declares is in `options` as resolved, and goes to the worker as its flag without the
+// harness naming it (harness/model/worker_options.hpp, workload_kinds.hpp).
+struct WorkloadSpec {
+  std::string kind = "train", model = "tiny", precision = "fp32";
+  std::string device = "cpu";          // cpu or cuda
+  std::string fidelity = "faultline";  // error-line dialect: faultline or pytorch
+  int64_t steps = 0;
+  // kind infer: what must fit in the context (seq_len: workload.shape.seq_len, 0: the model's).
+  int64_t prompt_len = 0, new_tokens = 0, seq_len = 0;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+  bool auto_resume = false;  // ranks resume from the run's checkpoints when there are any
+  std::vector<std::string> plugins;
+  bool jit = false;                // build the plugins from source at start
+  std::vector<std::string> fetch;  // artifacts every rank fetches from the run's hub at start
+  std::vector<std::string> extra_args;
+  // kind: command (harness/run/command_launch.cpp)
+  std::vector<std::string> command;
+  std::string launch = "per_rank";  // per_rank or once
+  bool probe = true;
+  double report_timeout_s = 120;
+  // Every key the workers declare, resolved ("workload.zero.reduce_bucket_size" -> 4096).
+  std::map<std::string, YAML::Node> options;
+  // One of them; throws ScenarioError for a key no worker declares.
+  const YAML::Node& option(const std::string& key) const;
+  template <class T>
+  T get(const std::string& key) const {
+    return option(key).as<T>();
+  }
+};
+
 // reference: where the scenario comes from.
 struct Reference {
   std::string issue, url, symptom, root_cause, fix_pattern;
@@ -144,40 +176,7 @@ struct Scenario {
   bool has_fix = false;
   Reference ref;
   Topology topo;
-  // workload
-  std::string kind, model, precision, schedule;
-  std::string device = "cpu";          // cpu or cuda
-  std::string fidelity = "faultline";  // error-line dialect: faultline or pytorch
-  int64_t steps = 0, micro_batch = 0, grad_accum = 0, eval_every = 0;
-  int64_t samples = 0, data_seed = 0;
-  bool drop_last = false;
-  double lr = 0, clip = 0, loss_scale = 0, min_loss_scale = 0;
-  // ZeRO knobs (workload.zero.*) and activation checkpointing.
-  bool zero_init = true, offload_optimizer = false, activation_checkpointing = false;
-  int64_t reduce_bucket_size = 0, allgather_bucket_size = 0;
-  int64_t zero3_prefetch_bytes = -1, zero3_max_live_bytes = -1;
-  int64_t loss_scale_window = 1000, hysteresis = 1, warmup_steps = 5;
-  bool raise_error_at_min_scale = true;
-  std::string optimizer = "adamw", lr_scaling = "none", warmup_style = "linear";
-  double momentum = 0;
-  int64_t checkpoint_every = 0;
-  bool resume = false;
-  int64_t requests = 0, prompt_len = 0, new_tokens = 0;
-  std::string infer_load = "sharded";  // workload.infer.load: sharded or full
-  // workload.shape (0: the model's own) and the evaluation set (workload.eval_data).
-  int64_t shape_d_model = 0, shape_layers = 0, shape_heads = 0, shape_seq_len = 0;
-  int64_t eval_samples = 0;
-  bool eval_drop_last = false;
-  std::vector<std::string> extra_args;
-  // kind: command (harness/run/command_launch.cpp)
-  std::vector<std::string> command;
-  std::string launch = "per_rank";  // per_rank or once
-  bool probe = true;
-  double report_timeout_s = 120;
-  std::vector<std::string> plugins;
-  bool jit = false;                // build the plugins from source at start
-  bool auto_resume = false;        // ranks resume from the run's checkpoints when there are any
-  std::vector<std::string> fetch;  // artifacts every rank fetches from the run's hub at start
+  WorkloadSpec workload;
   FaultList faults;
   Expect expect;
   Timeouts timeouts;

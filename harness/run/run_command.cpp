@@ -65,7 +65,7 @@ std::string CommandProbe::command_shown(int rank) {
 // A rank of a probed command that ended before its first event: the command is wrong (not the
 // job it should be, a missing module, a bad option), not a symptom of the scenario's fault.
 void CommandProbe::check_exit(const ExitInfo& x, bool stopping) {
-  if (!s_.probe || stopping || x.by_harness) return;
+  if (!s_.workload.probe || stopping || x.by_harness) return;
   const bool launcher = launcher_.is_job_process(x.pid);
   if (!launcher && x.rank < 0) return;
   if (launcher) {
@@ -95,8 +95,8 @@ void CommandProbe::check_exit(const ExitInfo& x, bool stopping) {
 void CommandProbe::poll(bool stopping, const std::set<int>& running) {
   if (!probe_) return;
   probe_->poll(hist_);
-  if (!s_.probe || stopping) return;
-  if (hist_.now_ns() - launched_ns_ < static_cast<int64_t>(s_.report_timeout_s * 1e9)) return;
+  if (!s_.workload.probe || stopping) return;
+  if (hist_.now_ns() - launched_ns_ < static_cast<int64_t>(s_.workload.report_timeout_s * 1e9)) return;
   std::vector<int> silent;
   {
     std::lock_guard lock(mu_);
@@ -108,7 +108,7 @@ void CommandProbe::poll(bool stopping, const std::set<int>& running) {
   raise<Error>(
       "rank{} {}: workload.command is running but reported nothing through the probe within "
       "workload.report_timeout_s ({} s; FAULTLINE_PROBE_FILE, docs/workloads.md); command: {}",
-      silent.size() > 1 ? "s" : "", fmt::join(silent, ", "), s_.report_timeout_s,
+      silent.size() > 1 ? "s" : "", fmt::join(silent, ", "), s_.workload.report_timeout_s,
       command_shown(silent[0]));
 }
 

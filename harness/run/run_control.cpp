@@ -12,6 +12,7 @@
 #include "harness/process/supervisor.hpp"
 #include "harness/run/rank_dumps.hpp"
 #include "harness/run/run.hpp"
+#include "harness/model/workload_kinds.hpp"
 #include "injector/plan.hpp"
 
 namespace fl::harness::detail {
@@ -94,7 +95,9 @@ ControlResult Run::kill_rank(const ControlAction& a, ControlReply& r) {
 
 ControlResult Run::restart_job(const ControlAction& a, ControlReply& r) {
   std::string from = a.checkpoint.empty() ? dir_ + "/checkpoints" : a.checkpoint;
-  if (s_.kind != "train") return r.done(false, "restart_job needs a training workload");
+  if (!workload_kind(s_.workload.kind).restartable) {
+    return r.done(false, "restart_job needs a training workload");
+  }
   // Checked before anything is looked at or changed: a refused request leaves the run as it
   // was and says nothing about files outside the run directory.
   if (!a.checkpoint.empty()) {
@@ -120,7 +123,7 @@ ControlResult Run::restart_job(const ControlAction& a, ControlReply& r) {
     r.rec["dp"] = a.dp;
   }
   if (!a.args.empty()) {
-    s_.extra_args.insert(s_.extra_args.end(), a.args.begin(), a.args.end());
+    s_.workload.extra_args.insert(s_.workload.extra_args.end(), a.args.begin(), a.args.end());
     r.rec["args"] = a.args;
   }
   restart_.request(from);

@@ -13,24 +13,17 @@
 #include "harness/run/run.hpp"
 #include "harness/run/run_tools.hpp"
 #include "harness/run/summary_lines.hpp"
+#include "harness/model/workload_kinds.hpp"
 
 namespace fl::harness::detail {
 
 void Run::print_header(bool with_files) {
   std::printf("faultline run %s\n", id_.c_str());
   std::printf("  scenario   %s%s (%s)\n", s_.name.c_str(), o_.fix ? " [fix]" : "", s_.file.c_str());
-  if (s_.kind == "command") {  // the job's own layout is its business
-    std::printf("  layout     %d ranks over %d node(s), command (launch %s): %s\n", s_.topo.ranks,
-                s_.topo.nodes, s_.launch.c_str(), s_.command.empty() ? "" : s_.command[0].c_str());
-  } else {
-    std::printf("  layout     %d ranks = dp %d x tp %d x pp %d, zero %d, %s, %s launcher, %s %s\n",
-                s_.topo.ranks, s_.topo.dp, s_.topo.tp, s_.topo.pp, s_.topo.zero,
-                s_.topo.backend.c_str(), s_.topo.launcher.c_str(), s_.kind.c_str(),
-                s_.model.c_str());
-  }
+  // A command's layout is its own business: its kind names the program instead.
+  std::printf("  layout     %s\n", workload_kind(s_.workload.kind).layout_line(s_).c_str());
   if (!s_.topo.launcher_reason.empty()) {  // topology.launcher: auto
-    std::printf("  launcher   %s, chosen: %s\n", s_.topo.launcher.c_str(),
-                s_.topo.launcher_reason.c_str());
+    std::printf("  launcher   %s, chosen: %s\n", s_.topo.launcher.c_str(), s_.topo.launcher_reason.c_str());
   }
   if (with_files) std::printf("  files      %s\n", dir_.c_str());
   std::fflush(stdout);
@@ -42,8 +35,8 @@ std::string Run::steps_line(const std::vector<HistoryEvent>& history) {
     std::lock_guard lock(step_mu_);
     for (auto& [rank, st] : max_step_) last = std::max(last, st);
   }
-  const bool infer = s_.kind == "infer";
-  int64_t total = infer ? s_.new_tokens : s_.steps;
+  const WorkloadKind& kind = workload_kind(s_.workload.kind);
+  int64_t total = kind.planned_steps(s_);
   // What the ranks said they would run (their layout events): with --epochs the steps come from
   // the data, and ranks with more batches run more; the most any rank planned is the total.
   int64_t planned = -1;
@@ -53,8 +46,8 @@ std::string Run::steps_line(const std::vector<HistoryEvent>& history) {
     if (!d.is_discarded() && d.is_object() && d.contains("steps") && d["steps"].is_number_integer())
       planned = std::max(planned, d["steps"].get<int64_t>());
   }
-  if (!infer && planned > 0) total = planned;
-  const char* unit = infer ? " positions" : "";  // the label says steps
+  if (kind.step_unit.empty() && planned > 0) total = planned;
+  const std::string& unit = kind.step_unit;  // "": the label says steps
   // Each rank's last exit decides (a restarted job's earlier ends do not count).
   std::map<int, std::pair<std::string, bool>> exits;  // rank -> class, by the harness
   for (const auto& e : history) {
@@ -69,7 +62,7 @@ std::string Run::steps_line(const std::vector<HistoryEvent>& history) {
     if (x.first != "ok" && !x.second) failed.push_back(rank);
   }
   // A command's step count is its own: the steps its ranks reported.
-  const bool command = s_.kind == "command";
+  const bool command = !kind.own_worker();
   const std::string n =
       command ? fmt::format("{}", last + 1) : fmt::format("{} of {}{}", last + 1, total, unit);
   if (all_ok) return last + 1 >= total || command ? n : n + " (every rank finished)";

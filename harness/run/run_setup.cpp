@@ -74,7 +74,7 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
   env["MASTER_PORT"] = std::to_string(master_port_);
   env["FAULTLINE_RUN_ID"] = id_;
   env["FAULTLINE_BACKEND"] = s_.topo.backend;
-  env["FAULTLINE_LOG_FIDELITY"] = s_.fidelity;
+  env["FAULTLINE_LOG_FIDELITY"] = s_.workload.fidelity;
   env["FAULTLINE_COMM_TIMEOUT_MS"] = std::to_string(s_.timeouts.comm_ms);
   env["FAULTLINE_RDZV_TIMEOUT_MS"] = std::to_string(s_.timeouts.rendezvous_ms);
   env["FAULTLINE_EVENTS_FILE"] = rdir + "/events.jsonl";
@@ -155,7 +155,7 @@ void Run::start_artifact_hub() {
   }
   const std::string hub = dir_ + "/hub";
   run_dir_.mkdirs("hub");
-  const int vocab = s_.model == "small" ? 256 : 64;
+  const int vocab = s_.workload.model == "small" ? 256 : 64;
   run_dir_.write_atomic(
       "hub/tokenizer.json",
       nlohmann::json{{"kind", "synthetic-chain"}, {"vocab", vocab}}.dump(2) + "\n");

@@ -140,7 +140,7 @@ void Run::job_process_ended(const ExitInfo& x, nlohmann::json d) {
   for (int r : std::set<int>(running_ranks_)) {
     if (reported.count(r)) continue;
     nlohmann::json ex = {{"pid", 0},
-                         {"class", x.klass == "ok" && s_.kind != "command" ? "error" : x.klass},
+                         {"class", x.klass == "ok" && s_.workload.kind != "command" ? "error" : x.klass},
                          {"code", x.code},
                          {"signaled", x.signaled},
                          {"by_harness", x.by_harness},
@@ -163,7 +163,7 @@ void Run::all_ranks_ended() {
                                  {"restart", restart_.restarts()},
                                  {"ranks", s_.topo.ranks},
                                  {"dp", s_.topo.dp},
-                                 {"args", s_.extra_args}});
+                                 {"args", s_.workload.extra_args}});
       launch_all(d.from);
       return;
     case RestartPolicy::Next::kAwaitRecovery: {
@@ -186,7 +186,8 @@ void Run::all_ranks_ended() {
 }
 
 pid_t Run::rank_pid(int rank) {
-  if (s_.kind == "command") {  // the process that said hello is the job's (not a torchrun agent)
+  // A command's process that said hello is the job's (not a torchrun agent).
+  if (s_.workload.kind == "command") {
     std::lock_guard lock(step_mu_);
     if (auto it = hello_pid_.find(rank); it != hello_pid_.end() && it->second > 0)
       return it->second;
@@ -257,7 +258,7 @@ RunResult Run::go() {
   agents_ = std::make_unique<RunAgents>(
       s_, o_, dir_, run_dir_, *hist_, loop_, [this] { return stopping_; },
       [this](const std::string& why) { stop_run(why); });
-  if (s_.kind == "command") command_ = std::make_unique<CommandProbe>(s_, dir_, *hist_, *launcher_);
+  if (s_.workload.kind == "command") command_ = std::make_unique<CommandProbe>(s_, dir_, *hist_, *launcher_);
   // What killed runs left outside their run directories goes before this run adds its own
   // (residue.hpp: cgroups, shared memory of owners that are gone).
   if (const auto found = faults::sweep_residue(faults::default_residue_dirs(), false);
@@ -305,7 +306,7 @@ void Run::start_run() {
   }
   if (!s_.side_runs.prepare_yaml.empty()) side_->run_preparation();
   start_control_plane();
-  if (!s_.fetch.empty()) start_artifact_hub();  // after the secret: the hub asks for it
+  if (!s_.workload.fetch.empty()) start_artifact_hub();  // after the secret: the hub asks for it
   if (o_.print_events && o_.print_summary) {
     std::printf("  control    %s\n", ctl_addr_.c_str());
     std::fflush(stdout);
@@ -328,7 +329,7 @@ void Run::start_run() {
     auto host = launch_host();
     launcher_->prepare(host);
   }
-  if (!stopping_) launch_all(s_.resume ? dir_ + "/checkpoints" : "");
+  if (!stopping_) launch_all(s_.workload.resume ? dir_ + "/checkpoints" : "");
   arm_timers();
 }
 
@@ -391,7 +392,7 @@ void write_atomic(const std::string& path, const std::string& text) {
 }
 
 void check_runnable_here(const Scenario& scenario) {
-  if (scenario.device == "cuda" && cuda_device_count() == 0) {
+  if (scenario.workload.device == "cuda" && cuda_device_count() == 0) {
     throw ScenarioError(fmt::format(
         "{}: workload.device is cuda but no CUDA device is visible on this machine{}; run it on a "
         "GPU machine, or on CPU ranks with --set workload.device=cpu",
@@ -404,7 +405,7 @@ void check_runnable_here(const Scenario& scenario) {
   if (!scenario.topo.hosts.empty() || scenario.topo.launcher == "srun") return;
   // As the hide fault checks its library (hide.cpp).
   const std::vector<std::string> have = faults::plugin_libraries();
-  for (const auto& p : scenario.plugins) {
+  for (const auto& p : scenario.workload.plugins) {
     const std::string lib = "libfl_" + p + ".so";
     if (have.empty() || std::binary_search(have.begin(), have.end(), lib)) continue;
     throw ScenarioError(fmt::format(

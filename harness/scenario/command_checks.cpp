@@ -12,27 +12,27 @@ namespace loader {
 void check_command_workload(const std::string& file, const YAML::Node& doc, Scenario& s) {
   const YAML::Node w = doc["workload"];
   const YAML::Node at = w && w["command"] ? w["command"] : w ? w : doc;
-  if (s.kind != "command") {
+  if (s.workload.kind != "command") {
     if (s.topo.launcher == "command") {
       ErrorCollector::check([&] {
         const YAML::Node t = doc["topology"];
         fail_at(file, t && t["launcher"] ? t["launcher"] : doc, "topology.launcher",
                 fmt::format("launcher command runs workload.kind: command (this workload is {}; "
                             "allowed: auto, local, mpirun, srun)",
-                            s.kind));
+                            s.workload.kind));
       });
     }
-    if (!s.command.empty()) {
+    if (!s.workload.command.empty()) {
       ErrorCollector::check([&] {
-        fail_at(
-            file, at, "workload.command",
-            fmt::format("a command is for workload.kind: command (this workload is {})", s.kind));
+        fail_at(file, at, "workload.command",
+                fmt::format("a command is for workload.kind: command (this workload is {})",
+                            s.workload.kind));
       });
     }
     return;
   }
   ErrorCollector::check([&] {
-    if (s.command.empty() || s.command[0].empty()) {
+    if (s.workload.command.empty() || s.workload.command[0].empty()) {
       fail_at(file, at, "workload.command",
               "workload.kind: command needs the program and its arguments, e.g. "
               "[\"/usr/bin/python3\", \"train.py\", \"--steps\", \"10\"]");
@@ -40,10 +40,10 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, Scen
   });
   std::map<std::string, std::string> dummy;
   for (const auto& n : command_placeholders()) dummy[n] = "x";
-  for (size_t i = 0; i < s.command.size(); ++i) {
+  for (size_t i = 0; i < s.workload.command.size(); ++i) {
     ErrorCollector::check([&] {
       std::string why;
-      expand_command_arg(s.command[i], dummy, &why);
+      expand_command_arg(s.workload.command[i], dummy, &why);
       if (!why.empty()) {
         fail_at(file, at.IsSequence() && i < at.size() ? at[i] : at,
                 fmt::format("workload.command[{}]", i), why);
@@ -60,7 +60,7 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, Scen
                           s.topo.launcher));
     }
   });
-  if (s.launch == "once") {
+  if (s.workload.launch == "once") {
     // One process starts every rank: faults on one rank's process have none to act on.
     for (const auto& f : s.faults.oop) {
       if (f->kind != "memory_limit" && f->kind != "cpu_quota" && f->kind != "restart") continue;
@@ -81,7 +81,7 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, Scen
     }
   });
   ErrorCollector::check([&] {
-    if (s.launch == "once" && s.topo.network == "namespaces") {
+    if (s.workload.launch == "once" && s.topo.network == "namespaces") {
       fail_at(file, w && w["launch"] ? w["launch"] : at, "workload.launch",
               "launch: once starts every rank from one process, which cannot put ranks in "
               "network namespaces of their own (allowed: per_rank)");

@@ -185,10 +185,11 @@ int64_t model_context(const std::string& model, int64_t seq_len_override) {
 }
 
 void check_infer_context(const std::string& file, const YAML::Node& doc, const Scenario& s) {
-  if (s.kind != "infer") return;
-  const int64_t context = model_context(s.model, s.shape_seq_len);
-  const std::string where = s.shape_seq_len > 0 ? fmt::format("workload.shape.seq_len {}", context)
-                                                : fmt::format("model {}", s.model);
+  if (s.workload.kind != "infer") return;
+  const int64_t context = model_context(s.workload.model, s.workload.seq_len);
+  const std::string where = s.workload.seq_len > 0
+                                ? fmt::format("workload.shape.seq_len {}", context)
+                                : fmt::format("model {}", s.workload.model);
   // The document's own node (its marks give the line and column), else the workload map.
   auto node = [&](const char* key) {
     const YAML::Node w = doc["workload"];
@@ -197,17 +198,18 @@ void check_infer_context(const std::string& file, const YAML::Node& doc, const S
     }
     return w && w.IsMap() ? w : doc;
   };
-  if (s.prompt_len > context) {
+  if (s.workload.prompt_len > context) {
     fail_at(file, node("prompt_len"), "workload.infer.prompt_len",
             fmt::format("a prompt of {} tokens is longer than the context of {} tokens ({}) "
                         "(allowed: 1-{})",
-                        s.prompt_len, context, where, context));
+                        s.workload.prompt_len, context, where, context));
   }
-  if (s.prompt_len + s.new_tokens > context) {
+  if (s.workload.prompt_len + s.workload.new_tokens > context) {
     fail_at(file, node("new_tokens"), "workload.infer.new_tokens",
             fmt::format("{} new tokens after a prompt of {} do not fit in the context of {} "
                         "tokens ({}) (allowed: 1-{})",
-                        s.new_tokens, s.prompt_len, context, where, context - s.prompt_len));
+                        s.workload.new_tokens, s.workload.prompt_len, context, where,
+                        context - s.workload.prompt_len));
   }
 }
 

@@ -98,9 +98,10 @@ std::string recovery_reason(const std::string& recovery) {
 LauncherChoice choose_launcher(const std::string& file, const YAML::Node& resolved,
                                const Scenario& s) {
   const auto local = [](std::string why) { return LauncherChoice{"local", std::move(why)}; };
-  if (s.kind == "command") return local("workload.kind: command starts its ranks itself");
+  if (s.workload.kind == "command") return local("workload.kind: command starts its ranks itself");
   if (s.topo.backend != "mpi") return local("backend " + s.topo.backend + " is not an MPI world");
-  if (s.device != "cpu") return local("workload.device " + s.device + " is not a CPU world");
+  if (s.workload.device != "cpu")
+    return local("workload.device " + s.workload.device + " is not a CPU world");
   if (s.topo.ranks <= kAutoMpirunAbove) {
     return local(fmt::format("{} ranks <= {}", s.topo.ranks, kAutoMpirunAbove));
   }

@@ -30,6 +30,10 @@ int64_t model_context(const std::string& model, int64_t seq_len_override);
 // kind: infer: a prompt longer than the model's context, or a prompt and its new tokens that do
 // not fit in it, fail at workload.infer.prompt_len / new_tokens (file:line:col).
 void check_infer_context(const std::string& file, const YAML::Node& doc, const Scenario& s);
+// workload.cpp: s.workload from the resolved `r` (after the seed and topology), its checks
+// reporting at `doc`'s positions.
+void parse_workload(const std::string& path, const YAML::Node& doc, const YAML::Node& r,
+                    Scenario& s);
 
 // command_checks.cpp: workload.command only with kind command, and then a program, known
 // placeholders, the local launcher, no in-process plans; sets s.topo.launcher to command.

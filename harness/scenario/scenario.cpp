@@ -213,112 +213,6 @@ bool parse_topology(const Source& c, Scenario& s) {
   return auto_launcher;
 }
 
-// workload: (every key but the lists, parse_workload_lists).
-void parse_workload(const Source& c, Scenario& s) {
-  const std::string& path = c.file;
-  YAML::Node& doc = c.doc;
-  auto w = c.r["workload"];
-  s.kind = w["kind"].as<std::string>();
-  s.model = w["model"].as<std::string>();
-  s.device = w["device"].as<std::string>();
-  s.fidelity = w["fidelity"].as<std::string>();
-  s.steps = w["steps"].as<int64_t>();
-  s.precision = w["precision"].as<std::string>();
-  s.micro_batch = w["micro_batch"].as<int64_t>();
-  s.grad_accum = w["grad_accum"].as<int64_t>();
-  s.lr = w["lr"].as<double>();
-  s.clip = w["clip"].as<double>();
-  s.schedule = w["schedule"].as<std::string>();
-  s.eval_every = w["eval_every"].as<int64_t>();
-  s.loss_scale = w["loss_scale"].as<double>();
-  s.min_loss_scale = w["min_loss_scale"].as<double>();
-  s.loss_scale_window = w["loss_scale_window"].as<int64_t>();
-  s.hysteresis = w["hysteresis"].as<int64_t>();
-  s.raise_error_at_min_scale = w["raise_error_at_min_scale"].as<bool>();
-  s.optimizer = w["optimizer"].as<std::string>();
-  s.momentum = w["momentum"].as<double>();
-  s.lr_scaling = w["lr_scaling"].as<std::string>();
-  s.warmup_steps = w["warmup_steps"].as<int64_t>();
-  s.warmup_style = w["warmup_style"].as<std::string>();
-  ErrorCollector::check([&] {
-    if (s.momentum != 0 && s.optimizer != "sgd") {
-      const YAML::Node d = static_cast<const YAML::Node&>(doc)["workload"];
-      fail_at(path, d && d["momentum"] ? d["momentum"] : static_cast<const YAML::Node&>(doc),
-              "workload.momentum",
-              fmt::format("momentum {} applies to optimizer: sgd only (this workload uses {}; "
-                          "allowed: 0, or optimizer: sgd)",
-                          s.momentum, s.optimizer));
-    }
-  });
-  ErrorCollector::check([&] {
-    if (s.min_loss_scale > s.loss_scale) {
-      const YAML::Node d = static_cast<const YAML::Node&>(doc)["workload"];
-      fail_at(path,
-              d && d["min_loss_scale"] ? d["min_loss_scale"] : static_cast<const YAML::Node&>(doc),
-              "workload.min_loss_scale",
-              fmt::format("{} is above loss_scale {} (allowed: at most loss_scale)",
-                          s.min_loss_scale, s.loss_scale));
-    }
-  });
-  s.samples = w["data"]["samples"].as<int64_t>();
-  s.drop_last = w["data"]["drop_last"].as<bool>();
-  s.data_seed = w["data"]["seed"].as<int64_t>();
-  if (s.data_seed == 0) s.data_seed = static_cast<int64_t>(s.seed);
-  s.activation_checkpointing = w["activation_checkpointing"].as<bool>();
-  s.zero_init = w["zero"]["init"].as<bool>();
-  s.offload_optimizer = w["zero"]["offload_optimizer"].as<bool>();
-  s.reduce_bucket_size = w["zero"]["reduce_bucket_size"].as<int64_t>();
-  s.allgather_bucket_size = w["zero"]["allgather_bucket_size"].as<int64_t>();
-  s.zero3_prefetch_bytes = w["zero"]["prefetch_bytes"].as<int64_t>();
-  s.zero3_max_live_bytes = w["zero"]["max_live_bytes"].as<int64_t>();
-  s.checkpoint_every = w["checkpoint"]["every"].as<int64_t>();
-  s.resume = w["checkpoint"]["resume"].as<bool>();
-  s.auto_resume = w["checkpoint"]["auto_resume"].as<bool>();
-  s.requests = w["infer"]["requests"].as<int64_t>();
-  s.prompt_len = w["infer"]["prompt_len"].as<int64_t>();
-  s.new_tokens = w["infer"]["new_tokens"].as<int64_t>();
-  s.infer_load = w["infer"]["load"].as<std::string>();
-  s.shape_d_model = w["shape"]["d_model"].as<int64_t>();
-  s.shape_layers = w["shape"]["layers"].as<int64_t>();
-  s.shape_heads = w["shape"]["heads"].as<int64_t>();
-  s.shape_seq_len = w["shape"]["seq_len"].as<int64_t>();
-  s.eval_samples = w["eval_data"]["samples"].as<int64_t>();
-  s.eval_drop_last = w["eval_data"]["drop_last"].as<bool>();
-  ErrorCollector::check(
-      [&] { loader::check_infer_context(path, static_cast<const YAML::Node&>(doc), s); });
-}
-
-// workload:'s lists and the keys of kind command.
-void parse_workload_lists(const Source& c, Scenario& s) {
-  const std::string& path = c.file;
-  YAML::Node& doc = c.doc;
-  auto w = c.r["workload"];
-  for (const auto& a : w["args"]) s.extra_args.push_back(a.as<std::string>());
-  for (const auto& a : w["command"]) s.command.push_back(a.as<std::string>());
-  s.launch = w["launch"].as<std::string>();
-  s.probe = w["probe"].as<bool>();
-  s.report_timeout_s = w["report_timeout_s"].as<double>();
-  for (const auto& p : w["plugins"]) s.plugins.push_back(p.as<std::string>());
-  s.jit = w["jit"].as<bool>();
-  const YAML::Node doc_fetch = static_cast<const YAML::Node&>(doc)["workload"]
-                                   ? static_cast<const YAML::Node&>(doc)["workload"]["fetch"]
-                                   : YAML::Node();
-  for (size_t i = 0; i < w["fetch"].size(); ++i) {
-    const std::string name = w["fetch"][i].as<std::string>();
-    if (name != "tokenizer.json") {
-      // The document's own node carries the line and column.
-      const YAML::Node at = doc_fetch && doc_fetch.IsSequence() && i < doc_fetch.size()
-                                ? doc_fetch[i]
-                                : w["fetch"][i];
-      ErrorCollector::check([&] {
-        fail_at(path, at, "workload.fetch",
-                fmt::format("unknown artifact '{}' (the hub serves: tokenizer.json)", name));
-      });
-    }
-    s.fetch.push_back(name);
-  }
-}
-
 void parse_tools(const Source& c, Scenario& s) {
   for (const auto& d : c.r["detectors"]) s.tools.detectors.push_back(d.as<std::string>());
   s.tools.recovery = c.r["recovery"].as<std::string>();
@@ -360,7 +254,7 @@ void check_namespaces(const Source& c, const Scenario& s,
   const YAML::Node doc_fetch = static_cast<const YAML::Node&>(c.doc)["workload"]
                                    ? static_cast<const YAML::Node&>(c.doc)["workload"]["fetch"]
                                    : YAML::Node();
-  if (!s.fetch.empty()) {
+  if (!s.workload.fetch.empty()) {
     ErrorCollector::check([&] {
       fail_at(c.file, doc_fetch ? doc_fetch : c.doc, "workload.fetch",
               "cannot fetch with network namespaces (the ranks cannot reach the run's artifact "
@@ -442,8 +336,7 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   parse_identity(c, s);
   parse_reference(c, s);
   const bool auto_launcher = parse_topology(c, s);
-  parse_workload(c, s);
-  parse_workload_lists(c, s);
+  loader::parse_workload(path, static_cast<const YAML::Node&>(doc), r, s);  // workload.cpp
   parse_tools(c, s);
   const std::string chosen = auto_launcher ? choose_launcher(c, s) : "";
   check_namespaces(c, s, parse_faults(c, s));

@@ -10,6 +10,8 @@
 #include "harness/model/scenario.hpp"
 #include "harness/oracles/oracle.hpp"
 #include "harness/scenario/loader.hpp"
+#include "harness/model/worker_options.hpp"
+#include "harness/model/workload_kinds.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // the schema table leaves ranges out
 
@@ -24,6 +26,52 @@ std::string launcher_help() {
   for (const auto* l : launchers()) h += (h.empty() ? "" : "; ") + l->name + ": " + l->summary;
   return h;
 }
+// "train (fl-train), infer (fl-infer) or command (...)" from the workload kind registry.
+std::string workload_kind_help() {
+  std::string h;
+  const auto& kinds = workload_kinds();
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const char* sep = i == 0 ? "" : i + 1 == kinds.size() ? " or " : ", ";
+    h += sep + kinds[i]->name + " (" + kinds[i]->summary + ")";
+  }
+  return h;
+}
+
+// The workers' keys (worker_options.hpp) after workload.fidelity; then each of the harness's own
+// workload keys whose section a worker declares (workload.checkpoint.resume) moves to the end of
+// that section.
+void add_worker_keys(std::vector<KeySpec>& v) {
+  auto after = [&](const std::string& path) {
+    return std::find_if(v.begin(), v.end(), [&](const KeySpec& k) { return k.path == path; }) + 1;
+  };
+  const auto keys = worker_option_keys();
+  v.insert(after("workload.fidelity"), keys.begin(), keys.end());
+  auto section_of = [&](const KeySpec& k) {
+    const std::string parent = k.path.substr(0, k.path.rfind('.'));
+    const bool declared = std::any_of(keys.begin(), keys.end(),
+                                      [&](const KeySpec& w) { return w.path == parent; });
+    return declared ? parent : std::string();
+  };
+  std::vector<KeySpec> moved;
+  for (auto it = after("workload.fidelity") + static_cast<std::ptrdiff_t>(keys.size());
+       it != v.end();) {
+    if (section_of(*it).empty()) {
+      ++it;
+    } else {
+      moved.push_back(*it);
+      it = v.erase(it);
+    }
+  }
+  for (auto& k : moved) {
+    const std::string parent = section_of(k);
+    size_t last = 0;
+    for (size_t j = 0; j < v.size(); ++j) {
+      if (v[j].path == parent || v[j].path.rfind(parent + ".", 0) == 0) last = j;
+    }
+    v.insert(v.begin() + static_cast<std::ptrdiff_t>(last) + 1, std::move(k));
+  }
+}
+
 }  // namespace
 
 const std::vector<KeySpec>& scenario_schema() {
@@ -111,193 +159,18 @@ const std::vector<KeySpec>& scenario_schema() {
         {"topology.pp", K::kInt, "1", "Pipeline-parallel size", {}, 1, 64},
         {"topology.zero", K::kInt, "0", "ZeRO stage", {}, 0, 3},
         {"workload", K::kSection, "", "What every rank runs"},
-        {"workload.kind",
-         K::kEnum,
-         "train",
-         "train (fl-train), infer (fl-infer) or command (any program: workload.command)",
-         {"train", "infer", "command"}},
-        {"workload.model", K::kEnum, "tiny", "Model size", {"tiny", "small"}},
+        {"workload.kind", K::kEnum, "train", workload_kind_help(), workload_kind_names()},
         {"workload.fidelity",
          K::kEnum,
          "faultline",
          "Error lines a failing rank prints: faultline (its own sentences, which oracles match) or "
          "pytorch (the lines real PyTorch/NCCL/DeepSpeed jobs print for the same event)",
          {"faultline", "pytorch"}},
-        {"workload.device",
-         K::kEnum,
-         "cpu",
-         "Where ranks compute: cpu, or cuda (each rank's GPU, chosen by FAULTLINE_GPU_MAP in env; "
-         "a run refuses to start where no CUDA device is visible)",
-         {"cpu", "cuda"}},
-        {"workload.steps", K::kInt, "20", "Training steps", {}, 1, 1000000},
-        {"workload.precision", K::kEnum, "fp32", "Compute precision", {"fp32", "fp16", "bf16"}},
-        {"workload.micro_batch", K::kInt, "4", "Samples per micro-batch per DP rank", {}, 1, 4096},
-        {"workload.grad_accum", K::kInt, "1", "Micro-batches per step", {}, 1, 1024},
-        {"workload.lr", K::kFloat, "0.01", "Peak learning rate", {}, 0, 10},
-        {"workload.clip", K::kFloat, "1.0", "Gradient clipping norm (0: off)", {}, 0, 1e9},
-        {"workload.schedule", K::kEnum, "1f1b", "Pipeline schedule", {"1f1b", "gpipe"}},
-        {"workload.eval_every", K::kInt, "0", "Evaluate every N steps (0: never)", {}, 0, 1000000},
-        {"workload.loss_scale", K::kFloat, "65536", "Initial fp16 loss scale", {}, 0, 1e38},
-        {"workload.min_loss_scale",
-         K::kFloat,
-         "1",
-         "Smallest fp16 loss scale before the run fails",
-         {},
-         0,
-         1e38},
-        {"workload.loss_scale_window",
-         K::kInt,
-         "1000",
-         "Clean steps in a row before the fp16 loss scale doubles (DeepSpeed's loss_scale_window)",
-         {},
-         1,
-         1e9},
-        {"workload.hysteresis",
-         K::kInt,
-         "1",
-         "fp16 overflows tolerated (steps skipped) before the loss scale is halved",
-         {},
-         1,
-         1e6},
-        {"workload.raise_error_at_min_scale", K::kBool, "true",
-         "An overflow at the minimum loss scale stops the run with DeepSpeed's error; false: the "
-         "step is skipped and training goes on at the minimum scale"},
-        {"workload.optimizer", K::kEnum, "adamw", "Optimizer", {"adamw", "sgd"}},
-        {"workload.momentum",
-         K::kFloat,
-         "0",
-         "SGD momentum (optimizer: sgd; 0: plain SGD)",
-         {},
-         0,
-         0.9999},
-        {"workload.lr_scaling",
-         K::kEnum,
-         "none",
-         "Scale the lr schedule with the data-parallel size: none, linear (x dp) or sqrt "
-         "(x sqrt(dp))",
-         {"none", "linear", "sqrt"}},
-        {"workload.warmup_steps", K::kInt, "5", "Learning-rate warm-up steps", {}, 0, 1000000},
-        {"workload.warmup_style",
-         K::kEnum,
-         "linear",
-         "linear (ramp up to the peak), constant (the unscaled lr during the warm-up) or none",
-         {"linear", "constant", "none"}},
-        {"workload.data", K::kSection, "", "Synthetic corpus and sampler"},
-        {"workload.data.samples",
-         K::kInt,
-         "0",
-         "Dataset size (0: the trainer's default)",
-         {},
-         0,
-         1e9},
-        {"workload.data.drop_last", K::kBool, "false",
-         "Drop the uneven tail (real frameworks "
-         "default to false)"},
-        {"workload.data.seed",
-         K::kInt,
-         "0",
-         "Data seed (0: the scenario seed)",
-         {},
-         0,
-         4294967295.0},
-        {"workload.activation_checkpointing", K::kBool, "false",
-         "Recompute each block's forward during the backward instead of keeping its activations"},
-        {"workload.zero", K::kSection, "", "ZeRO knobs (topology.zero picks the stage)"},
-        {"workload.zero.init", K::kBool, "true",
-         "Stage 3: build each rank's partition directly (deepspeed.zero.Init); false "
-         "materialises the whole model on every rank first"},
-        {"workload.zero.offload_optimizer", K::kBool, "false",
-         "Master weights and Adam moments of the rank's partition on the host, charged to the "
-         "host budget (FAULTLINE_HOST_MEMORY_BUDGET_BYTES); stage 1-3 only"},
-        {"workload.zero.reduce_bucket_size",
-         K::kInt,
-         "0",
-         "Gradient bucket in bytes (0: 1 MiB or the model if smaller)",
-         {},
-         0,
-         1e12},
-        {"workload.zero.allgather_bucket_size",
-         K::kInt,
-         "0",
-         "Stages 1-2: bytes all-gathered per round of the updated parameters (0: 1 MiB or the "
-         "model)",
-         {},
-         0,
-         1e12},
-        {"workload.zero.prefetch_bytes",
-         K::kInt,
-         "-1",
-         "Stage 3: gather groups this many bytes ahead (-1: 1 MiB; 0: off)",
-         {},
-         -1,
-         1e12},
-        {"workload.zero.max_live_bytes",
-         K::kInt,
-         "-1",
-         "Stage 3: keep gathered groups resident while they total at most this (-1 or 0: free "
-         "each after use)",
-         {},
-         -1,
-         1e12},
-        {"workload.checkpoint", K::kSection, "", "Sharded checkpoints in the run directory"},
-        {"workload.checkpoint.every",
-         K::kInt,
-         "0",
-         "Checkpoint every N steps (0: never)",
-         {},
-         0,
-         1e9},
         {"workload.checkpoint.resume", K::kBool, "false",
          "Resume from the run's latest checkpoint"},
         {"workload.checkpoint.auto_resume", K::kBool, "false",
          "Every launch (and restart) resumes from the run's `latest` checkpoint when there is one, "
          "else starts fresh (the common auto-resume pattern)"},
-        {"workload.infer", K::kSection, "", "Inference workload (kind: infer)"},
-        {"workload.infer.requests", K::kInt, "4", "Batched requests", {}, 1, 4096},
-        {"workload.infer.prompt_len", K::kInt, "8", "Prompt tokens per request", {}, 1, 4096},
-        {"workload.infer.new_tokens",
-         K::kInt,
-         "8",
-         "Tokens to generate (with prompt_len, within the context: tiny 16, small 64)",
-         {},
-         1,
-         4096},
-        {"workload.infer.load",
-         K::kEnum,
-         "sharded",
-         "How each rank loads the checkpoint: sharded (only its own shard files) or full (the "
-         "whole checkpoint into host memory, charged to the host budget, then its shard kept)",
-         {"sharded", "full"}},
-        {"workload.shape", K::kSection, "", "Overrides of the model's shape (0: the model's own)"},
-        {"workload.shape.d_model", K::kInt, "0", "Model width", {}, 0, 65536},
-        {"workload.shape.layers", K::kInt, "0", "Transformer blocks", {}, 0, 1024},
-        {"workload.shape.heads", K::kInt, "0", "Attention heads", {}, 0, 1024},
-        {"workload.shape.seq_len",
-         K::kInt,
-         "0",
-         "Context length (inference: prompt_len + new_tokens must fit in it)",
-         {},
-         0,
-         65536},
-        {"workload.eval_data", K::kSection, "", "Evaluation set (eval_every > 0)"},
-        {"workload.eval_data.samples",
-         K::kInt,
-         "0",
-         "Evaluation set size (0: 2 full micro-batches per data-parallel rank)",
-         {},
-         0,
-         1e9},
-        {"workload.eval_data.drop_last", K::kBool, "false",
-         "Drop the evaluation set's uneven tail and partial last batch; without it ranks can get "
-         "different numbers of evaluation batches, each batch's loss being all-reduced"},
-        {"workload.plugins", K::kList, "[]",
-         "Kernel plugins every rank loads at start (libfl_NAME.so; e.g. fused_adamw)"},
-        {"workload.jit", K::kBool, "false",
-         "Build the plugins from source at start with the compiler named by CXX (like a JIT op "
-         "builder); one rank builds under a lock, the others reuse it"},
-        {"workload.fetch", K::kList, "[]",
-         "Artifacts every rank downloads at start from the run's HTTP hub into its node's cache "
-         "(tokenizer.json: the data pipeline's vocabulary)"},
         {"workload.args", K::kList, "[]", "Extra worker arguments, appended as given (strings)"},
         {"workload.command", K::kList, "[]",
          "kind: command: the program and its arguments (strings; {rank}, {ranks}, {local_rank}, "
@@ -396,6 +269,7 @@ const std::vector<KeySpec>& scenario_schema() {
          "microbatch, skip-batch, reset-scale) or a command line; \"\": none"},
         {"rank_env", K::kSection, "", "Per-rank environment: {\"2\": {VAR: value}}"},
     };
+    add_worker_keys(v);
     // Each fault kind's keys, after the plan's (harness/faults/registry.cpp's order).
     auto at = std::find_if(v.begin(), v.end(),
                            [](const KeySpec& k) { return k.path == "faults[].plan"; }) +

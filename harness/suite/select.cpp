@@ -282,7 +282,7 @@ std::vector<SuiteCase> expand_cases(const SuiteSpec& spec, const SuiteSelection&
         c.stage = sym ? sym->stage : 0;
         c.seed = seed;
         c.fix = fix;
-        c.device = s.device;
+        c.device = s.workload.device;
         check_path_component(f + ": name (the run id " + c.id() + ")", c.id());
         cases.push_back(c);
       }

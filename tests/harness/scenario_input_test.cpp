@@ -284,10 +284,10 @@ TEST_F(ScenarioInput, FrameworkCallKeysAreCheckedWithTheirPlace) {
                        "name: a\nworkload: {eval_every: 2, eval_data: {samples: 18, drop_last: "
                        "true}, shape: {d_model: 64}}\n");
   const Scenario s = load_scenario(p);
-  EXPECT_EQ(s.eval_samples, 18);
-  EXPECT_TRUE(s.eval_drop_last);
-  EXPECT_EQ(s.shape_d_model, 64);
-  EXPECT_EQ(s.infer_load, "sharded");
+  EXPECT_EQ(s.workload.get<int64_t>("workload.eval_data.samples"), 18);
+  EXPECT_TRUE(s.workload.get<bool>("workload.eval_data.drop_last"));
+  EXPECT_EQ(s.workload.get<int64_t>("workload.shape.d_model"), 64);
+  EXPECT_EQ(s.workload.get<std::string>("workload.infer.load"), "sharded");
 }
 
 // Issue 32, item 6: what only the launch refused (leaving a run directory, or splitting an

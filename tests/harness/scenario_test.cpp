@@ -48,7 +48,7 @@ TEST_F(ScenarioTest, MinimalScenarioGetsEveryDefault) {
   EXPECT_EQ(s.topo.ranks, 1);
   EXPECT_EQ(s.topo.launcher, "local");
   EXPECT_EQ(s.topo.backend, "mpi");
-  EXPECT_EQ(s.steps, 20);
+  EXPECT_EQ(s.workload.steps, 20);
   EXPECT_EQ(s.expect.oracle, "completed");
   EXPECT_EQ(s.seed, 7u);
   EXPECT_EQ(s.resolved["workload"]["data"]["drop_last"].as<bool>(), false);
@@ -82,12 +82,12 @@ TEST_F(ScenarioTest, ZeroKnobsReachTheWorkerArguments) {
 TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
   EXPECT_EQ(error_of("name: a\nworkload:\n  stepz: 3\n"),
             "s.yaml:3:3: workload.stepz: unknown key (did you mean 'steps'?) (allowed here: "
-            "kind, model, fidelity, device, steps, precision, micro_batch, grad_accum, lr, clip, "
-            "schedule, "
-            "eval_every, loss_scale, min_loss_scale, loss_scale_window, hysteresis, "
-            "raise_error_at_min_scale, optimizer, momentum, lr_scaling, warmup_steps, "
-            "warmup_style, data, activation_checkpointing, zero, checkpoint, infer, shape, "
-            "eval_data, plugins, jit, fetch, args, command, launch, probe, report_timeout_s)");
+            "kind, fidelity, model, shape, device, plugins, jit, fetch, steps, precision, "
+            "micro_batch, grad_accum, lr, clip, schedule, eval_every, loss_scale, "
+            "min_loss_scale, loss_scale_window, hysteresis, raise_error_at_min_scale, optimizer, "
+            "momentum, weight_decay, lr_scaling, warmup_steps, warmup_style, data, "
+            "activation_checkpointing, "
+            "zero, checkpoint, eval_data, infer, args, command, launch, probe, report_timeout_s)");
 }
 
 TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {
@@ -109,11 +109,11 @@ TEST_F(ScenarioTest, NumericKeysThatContradictEachOtherAreRefused) {
   auto s = load_scenario(write("s.yaml",
                                "name: a\nworkload: {optimizer: sgd, momentum: 0.9, lr_scaling: "
                                "sqrt, warmup_steps: 0, raise_error_at_min_scale: false}\n"));
-  EXPECT_EQ(s.optimizer, "sgd");
-  EXPECT_EQ(s.momentum, 0.9);
-  EXPECT_EQ(s.lr_scaling, "sqrt");
-  EXPECT_EQ(s.warmup_steps, 0);
-  EXPECT_FALSE(s.raise_error_at_min_scale);
+  EXPECT_EQ(s.workload.get<std::string>("workload.optimizer"), "sgd");
+  EXPECT_EQ(s.workload.get<double>("workload.momentum"), 0.9);
+  EXPECT_EQ(s.workload.get<std::string>("workload.lr_scaling"), "sqrt");
+  EXPECT_EQ(s.workload.get<int64_t>("workload.warmup_steps"), 0);
+  EXPECT_FALSE(s.workload.get<bool>("workload.raise_error_at_min_scale"));
 }
 
 TEST_F(ScenarioTest, WrongTypeOutOfRangeAndBadEnum) {
@@ -322,9 +322,9 @@ TEST_F(ScenarioTest, ExtendsMergesMapsAndTheVariantNamesItself) {
                                "true}}\n"));
   EXPECT_EQ(s.name, "variant");
   EXPECT_EQ(s.topo.ranks, 4);
-  EXPECT_EQ(s.steps, 9);
-  EXPECT_EQ(s.samples, 66);
-  EXPECT_TRUE(s.drop_last);
+  EXPECT_EQ(s.workload.steps, 9);
+  EXPECT_EQ(s.workload.get<int64_t>("workload.data.samples"), 66);
+  EXPECT_TRUE(s.workload.get<bool>("workload.data.drop_last"));
   write("loop.yaml", "name: l\nextends: loop.yaml\n");
   EXPECT_THROW(load_scenario((dir_ / "loop.yaml").string()), ScenarioError);
 }
@@ -338,8 +338,8 @@ TEST_F(ScenarioTest, FixAndOverridesApplyLast) {
   EXPECT_EQ(plain.expect.oracle, "hang");
   auto fixed = load_scenario(p, {true, {"workload.steps=3"}});
   EXPECT_EQ(fixed.expect.oracle, "completed");
-  EXPECT_TRUE(fixed.drop_last);
-  EXPECT_EQ(fixed.steps, 3);
+  EXPECT_TRUE(fixed.workload.get<bool>("workload.data.drop_last"));
+  EXPECT_EQ(fixed.workload.steps, 3);
   try {
     load_scenario(p, {false, {"workload.stpes=3"}});
     FAIL();
@@ -397,11 +397,11 @@ prepare:
   ASSERT_FALSE(s.side_runs.prepare_yaml.empty());
   auto p = load_scenario(write("p.yaml", s.side_runs.prepare_yaml));
   EXPECT_EQ(p.name, "srv-prepare");
-  EXPECT_EQ(p.kind, "train");
+  EXPECT_EQ(p.workload.kind, "train");
   EXPECT_EQ(p.topo.tp, 1);
   EXPECT_EQ(p.topo.dp, 2);
-  EXPECT_EQ(p.checkpoint_every, 4);
-  EXPECT_FALSE(p.resume);
+  EXPECT_EQ(p.workload.checkpoint_every, 4);
+  EXPECT_FALSE(p.workload.resume);
   EXPECT_TRUE(p.faults.oop.empty());
   EXPECT_EQ(p.expect.oracle, "completed");
   EXPECT_TRUE(p.side_runs.prepare_yaml.empty());

@@ -6,7 +6,6 @@
 #include <cblas.h>
 
 #include <xxhash.h>
-#include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -14,8 +13,7 @@
 #include <vector>
 
 #include "injector/site.hpp"
-#include "workloads/comm/bootstrap.hpp"
-#include "workloads/comm/worker_errors.hpp"
+#include "workloads/runtime/runtime.hpp"
 
 namespace {
 
@@ -53,19 +51,18 @@ void forward(const Mlp& m, const float* x, int batch, std::vector<float>& h,
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"faultline data-parallel smoke training"};
+  fl::worker::Runtime rt{"faultline data-parallel smoke training"};
   int steps = 100, global_batch = 64, seed = 7;
   float lr = 0.2f;
-  app.add_option("--steps", steps, "Training steps");
-  app.add_option("--global-batch", global_batch, "Samples per step across all ranks");
-  app.add_option("--lr", lr, "SGD learning rate");
-  app.add_option("--seed", seed, "Data and init seed");
-  CLI11_PARSE(app, argc, argv);
+  rt.app().add_option("--steps", steps, "Training steps");
+  rt.app().add_option("--global-batch", global_batch, "Samples per step across all ranks");
+  rt.app().add_option("--lr", lr, "SGD learning rate");
+  rt.app().add_option("--seed", seed, "Data and init seed");
+  if (auto rc = rt.parse(argc, argv)) return *rc;
 
-  return fl::comm::run_worker_main([&]() -> int {
-    auto b = fl::comm::bootstrap_worker(fmt::format("dp-smoke:{}:{}:{}", steps, global_batch, seed),
-                                        fl::comm::kBackend.get(), "cpu");
-    auto& comm = *b.comm;
+  const auto hash = fmt::format("dp-smoke:{}:{}:{}", steps, global_batch, seed);
+  return rt.run(hash, nullptr, [&](fl::worker::Runtime::World& w) -> int {
+    auto& comm = *w.b.comm;
     const int rank = comm.rank(), world = comm.size();
     if (global_batch % world != 0) {
       fl::raise("global batch {} is not divisible by the data-parallel size {}", global_batch,
@@ -156,7 +153,6 @@ int main(int argc, char** argv) {
           static_cast<unsigned long long>(all[0]));
       std::printf("dp-smoke: %s\n", same && learned ? "PASS" : "FAIL");
     }
-    fl::comm::finish_worker(b);
     return same && learned ? 0 : 1;
   });
 }

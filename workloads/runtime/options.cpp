@@ -1,0 +1,89 @@
+#include "workloads/runtime/options.hpp"
+
+#include <cstdio>
+#include <cstring>
+
+namespace fl::worker {
+
+Knob& Knob::range(double min, double max) {
+  info_->min = min;
+  info_->max = max;
+  opt_->check(CLI::Range(min, max));
+  return *this;
+}
+
+Knob& Knob::choices(std::vector<std::string> allowed) {
+  opt_->check(CLI::IsMember(allowed));
+  info_->choices = std::move(allowed);
+  return *this;
+}
+
+Knob& Knob::scenario_default(std::string yaml) {
+  info_->scenario_default = std::move(yaml);
+  return *this;
+}
+
+Knob& Knob::always() {
+  info_->always = true;
+  return *this;
+}
+
+void Options::section(std::string key, std::string help) {
+  push(std::move(key), "", "section", "", std::move(help));
+}
+
+OptionInfo& Options::push(std::string key, std::string flag, std::string type, std::string def,
+                          std::string help) {
+  OptionInfo& i = infos_.emplace_back();
+  i.key = std::move(key);
+  i.flag = flag.substr(0, flag.find(','));
+  i.type = std::move(type);
+  i.default_value = std::move(def);
+  i.help = std::move(help);
+  return i;
+}
+
+Knob Options::add_flag(std::string key, const std::string& names, bool& var, std::string help) {
+  OptionInfo& info = push(std::move(key), "", "bool", var ? "true" : "false", help);
+  info.flag_only = true;
+  // The first name of each sense: what the harness passes for true, and for false.
+  for (size_t at = 0; at <= names.size();) {
+    size_t end = names.find(',', at);
+    if (end == std::string::npos) end = names.size();
+    const std::string name = names.substr(at, end - at);
+    if (name.rfind('!', 0) == 0) {
+      if (info.negation.empty()) info.negation = name.substr(1);
+    } else if (info.flag.empty()) {
+      info.flag = name;
+    }
+    at = end + 1;
+  }
+  return Knob(info, app_->add_flag(names, var, help));
+}
+
+nlohmann::json Options::describe() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& i : infos_) {
+    nlohmann::json j = {{"key", i.key}, {"type", i.type}, {"help", i.help}};
+    if (i.type != "section") {
+      j["flag"] = i.flag;
+      j["default"] = i.default_value;
+      j["scenario_default"] = i.scenario_default.empty() ? i.default_value : i.scenario_default;
+      j["flag_only"] = i.flag_only;
+      j["negation"] = i.negation;
+      j["always"] = i.always;
+    }
+    if (!i.choices.empty()) j["choices"] = i.choices;
+    if (i.min < i.max) j["range"] = {i.min, i.max};
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+bool Options::describe_if_asked(int argc, char** argv) const {
+  if (argc < 2 || std::strcmp(argv[1], "--describe-options") != 0) return false;
+  std::printf("%s\n", describe().dump(1).c_str());
+  return true;
+}
+
+}  // namespace fl::worker

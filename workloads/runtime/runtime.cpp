@@ -1,0 +1,99 @@
+#include "workloads/runtime/runtime.hpp"
+
+#include "injector/describe.hpp"
+#include "kernels/device.hpp"
+#include "kernels/plugin.hpp"
+#include "workloads/comm/worker_errors.hpp"
+#include "workloads/rendezvous/artifacts.hpp"
+
+namespace fl::worker {
+
+Runtime::Runtime(const std::string& description) : app_(description) {
+  // A later occurrence of an option wins, as with most launchers' argument handling: extra
+  // arguments appended to a command override what came before.
+  app_.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
+void Runtime::add_model_options() {
+  options_.add("workload.model", "--model", model_, "Model size").choices({"tiny", "small"});
+  options_.section("workload.shape", "Overrides of the model's shape (0: the model's own)");
+  options_.add("workload.shape.d_model", "--d-model", d_model_, "Model width").range(0, 65536);
+  options_.add("workload.shape.layers", "--layers", layers_, "Transformer blocks").range(0, 1024);
+  options_.add("workload.shape.heads", "--heads", heads_, "Attention heads").range(0, 1024);
+  options_
+      .add("workload.shape.seq_len", "--seq-len", seq_len_,
+           "Context length (inference: prompt_len + new_tokens must fit in it)")
+      .range(0, 65536);
+}
+
+void Runtime::add_runtime_options() {
+  // Without --device a worker computes where FAULTLINE_DEVICE says (parse()): the harness passes
+  // it always, so that a rank's environment cannot change it.
+  options_
+      .add("workload.device", "--device", device_,
+           "Where ranks compute: cpu, or cuda (each rank's GPU, chosen by FAULTLINE_GPU_MAP in "
+           "env; a run refuses to start where no CUDA device is visible)")
+      .choices({"cpu", "cuda"})
+      .always();
+  device_from_env_ = true;
+  options_.add("workload.plugins", "--plugin", plugins_,
+               "Kernel plugins every rank loads at start (libfl_NAME.so; e.g. fused_adamw)");
+  options_.add_flag("workload.jit", "--plugin-jit", jit_,
+                    "Build the plugins from source at start with the compiler named by CXX (like "
+                    "a JIT op builder); one rank builds under a lock, the others reuse it");
+  options_.add("workload.fetch", "--fetch", fetch_,
+               "Artifacts every rank downloads at start from the run's HTTP hub into its node's "
+               "cache (tokenizer.json: the data pipeline's vocabulary)");
+  app_.add_option("--host-memory-budget", host_budget_,
+                  "Host memory budget in bytes for offloaded state (default "
+                  "FAULTLINE_HOST_MEMORY_BUDGET_BYTES; 0: unlimited)");
+}
+
+std::optional<int> Runtime::parse(int argc, char** argv) {
+  // The harness asks for this worker's settings and fault sites (`faultline settings/sites`),
+  // and the build for its options (the scenario schema's workload keys).
+  if (fault::describe_if_asked(argc, argv)) return 0;
+  if (options_.describe_if_asked(argc, argv)) return 0;
+  try {
+    app_.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app_.exit(e);
+  }
+  if (device_from_env_ && app_.count("--device") == 0) device_ = kComputeDevice.get();
+  return std::nullopt;
+}
+
+model::GptConfig Runtime::model_config(int vocab) const {
+  auto cfg = model_ == "small" ? model::GptConfig::small() : model::GptConfig::tiny();
+  if (vocab > 0) cfg.vocab = vocab;
+  if (d_model_ > 0) cfg.d_model = d_model_;
+  if (layers_ > 0) cfg.layers = layers_;
+  if (heads_ > 0) cfg.heads = heads_;
+  if (seq_len_ > 0) cfg.seq_len = seq_len_;
+  return cfg;
+}
+
+int Runtime::run(const std::string& config_hash, const FetchHook& on_fetch,
+                 const std::function<int(World&)>& body) {
+  return comm::run_worker_main([&]() -> int {
+    auto b = comm::bootstrap_worker(config_hash, comm::kBackend.get(), device_);
+    // Plugins load once the world has formed (as DeepSpeed loads its fused ops): a rank that
+    // cannot load one ends, the others wait for it in a collective.
+    for (auto& p : plugins_) ops::load_plugin(p, jit_);
+    for (auto& f : fetch_) {
+      const std::string path = rdzv::fetch_artifact(f);
+      if (on_fetch) on_fetch(f, path);
+    }
+    MemoryAccountant::cpu().set_rank(b.comm->rank());
+    MemoryAccountant::host().set_rank(b.comm->rank());
+    if (host_budget_ >= 0) MemoryAccountant::host().set_budget(static_cast<size_t>(host_budget_));
+    MemoryAccountant& acct = MemoryAccountant::of(b.compute);
+    acct.set_rank(b.comm->rank());
+    World w{b, acct};
+    const int rc = body(w);
+    comm::finish_worker(b);
+    return rc;
+  });
+}
+
+}  // namespace fl::worker

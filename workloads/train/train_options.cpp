@@ -1,0 +1,169 @@
+// fl-train's options. A scenario key here is the whole declaration of a workload knob: the build
+// writes these out (`fl-train --describe-options`), the harness validates the key against them
+// and passes the flag when a scenario sets it (docs/workloads.md#options).
+#include "workloads/train/train_options.hpp"
+
+namespace fl::train {
+
+namespace {
+
+void optimizer_options(worker::Options& o, TrainArgs& a) {
+  auto& c = a.cfg;
+  o.add("workload.steps", "--steps", c.steps, "Training steps").range(1, 1000000);
+  o.add("workload.precision", "--precision", a.precision, "Compute precision")
+      .choices({"fp32", "fp16", "bf16"});
+  o.add("workload.micro_batch", "--micro-batch", c.micro_batch,
+        "Samples per micro-batch per DP rank")
+      .range(1, 4096);
+  o.add("workload.grad_accum", "--grad-accum", c.grad_accum, "Micro-batches per step")
+      .range(1, 1024);
+  o.add("workload.lr", "--lr", c.lr, "Peak learning rate").range(0, 10);
+  o.add("workload.clip", "--clip", c.grad_clip, "Gradient clipping norm (0: off)").range(0, 1e9);
+  o.add("workload.schedule", "--schedule", c.schedule, "Pipeline schedule")
+      .choices({"1f1b", "gpipe"});
+  o.add("workload.eval_every", "--eval-every", c.eval_every, "Evaluate every N steps (0: never)")
+      .range(0, 1000000);
+  o.add("workload.loss_scale", "--loss-scale", c.loss_scale.initial_scale,
+        "Initial fp16 loss scale")
+      .range(0, 1e38);
+  o.add("workload.min_loss_scale", "--min-loss-scale", c.loss_scale.min_scale,
+        "Smallest fp16 loss scale before the run fails")
+      .range(0, 1e38);
+  o.add("workload.loss_scale_window", "--loss-scale-window", c.loss_scale.growth_interval,
+        "Clean steps in a row before the fp16 loss scale doubles (DeepSpeed's loss_scale_window)")
+      .range(1, 1e9);
+  o.add("workload.hysteresis", "--hysteresis", c.loss_scale.hysteresis,
+        "fp16 overflows tolerated (steps skipped) before the loss scale is halved")
+      .range(1, 1e6);
+  o.add("workload.raise_error_at_min_scale", "--raise-error-at-min-scale",
+        c.loss_scale.raise_error_at_min_scale,
+        "An overflow at the minimum loss scale stops the run with DeepSpeed's error; false: the "
+        "step is skipped and training goes on at the minimum scale");
+  o.add("workload.optimizer", "--optimizer", c.optimizer, "Optimizer").choices({"adamw", "sgd"});
+  o.add("workload.momentum", "--momentum", c.momentum,
+        "SGD momentum (optimizer: sgd; 0: plain SGD)")
+      .range(0, 0.9999);
+  o.add("workload.weight_decay", "--weight-decay", c.weight_decay,
+        "Weight decay: AdamW's decoupled decay (p -= lr x wd x p), SGD's L2 term (wd x p added "
+        "to the gradient, as torch.optim.SGD); 0: none")
+      .range(0, 1);
+  o.add("workload.lr_scaling", "--lr-scaling", c.lr_scaling,
+        "Scale the lr schedule with the data-parallel size: none, linear (x dp) or sqrt "
+        "(x sqrt(dp))")
+      .choices({"none", "linear", "sqrt"});
+  o.add("workload.warmup_steps", "--warmup-steps,--warmup", c.warmup_steps,
+        "Learning-rate warm-up steps")
+      .range(0, 1000000);
+  o.add("workload.warmup_style", "--warmup-style", c.warmup_style,
+        "linear (ramp up to the peak), constant (the unscaled lr during the warm-up) or none")
+      .choices({"linear", "constant", "none"});
+}
+
+void data_options(worker::Options& o, TrainArgs& a) {
+  auto& c = a.cfg;
+  o.section("workload.data", "Synthetic corpus and sampler");
+  o.add("workload.data.samples", "--samples", a.samples, "Dataset size (0: the trainer's default)")
+      .range(0, 1e9);
+  o.add_flag("workload.data.drop_last", "--drop-last", c.drop_last,
+             "Drop the uneven tail (real frameworks default to false)");
+  o.add("workload.data.seed", "--data-seed", c.data_seed, "Data seed (0: the scenario seed)")
+      .range(0, 4294967295.0)
+      .scenario_default("0");
+  o.add_flag("workload.activation_checkpointing", "--activation-checkpointing",
+             c.activation_checkpointing,
+             "Recompute each block's forward during the backward instead of keeping its "
+             "activations");
+}
+
+void zero_options(worker::Options& o, TrainArgs& a) {
+  auto& c = a.cfg;
+  o.section("workload.zero", "ZeRO knobs (topology.zero picks the stage)");
+  o.add_flag("workload.zero.init", "!--no-zero-init", c.zero_init,
+             "Stage 3: build each rank's partition directly (deepspeed.zero.Init); false "
+             "materialises the whole model on every rank first");
+  o.add_flag("workload.zero.offload_optimizer", "--offload-optimizer", c.offload_optimizer,
+             "Master weights and Adam moments of the rank's partition on the host, charged to the "
+             "host budget (FAULTLINE_HOST_MEMORY_BUDGET_BYTES); stage 1-3 only");
+  o.add("workload.zero.reduce_bucket_size", "--reduce-bucket-size", c.bucket_bytes,
+        "Gradient bucket in bytes (0: 1 MiB or the model if smaller)")
+      .range(0, 1e12);
+  o.add("workload.zero.allgather_bucket_size", "--allgather-bucket-size", c.allgather_bucket_bytes,
+        "Stages 1-2: bytes all-gathered per round of the updated parameters (0: 1 MiB or the "
+        "model)")
+      .range(0, 1e12);
+  o.add("workload.zero.prefetch_bytes", "--zero3-prefetch-bytes", c.zero3_prefetch_bytes,
+        "Stage 3: gather groups this many bytes ahead (-1: 1 MiB; 0: off)")
+      .range(-1, 1e12);
+  o.add("workload.zero.max_live_bytes", "--zero3-max-live-bytes", c.zero3_max_live_bytes,
+        "Stage 3: keep gathered groups resident while they total at most this (-1 or 0: free "
+        "each after use)")
+      .range(-1, 1e12);
+  o.section("workload.checkpoint", "Sharded checkpoints in the run directory");
+  o.add("workload.checkpoint.every", "--save-every", c.save_every,
+        "Checkpoint every N steps (0: never)")
+      .range(0, 1e9);
+  o.section("workload.eval_data", "Evaluation set (eval_every > 0)");
+  o.add("workload.eval_data.samples", "--eval-samples", c.eval_samples,
+        "Evaluation set size (0: 2 full micro-batches per data-parallel rank)")
+      .range(0, 1e9);
+  o.add_flag("workload.eval_data.drop_last", "--eval-drop-last", c.eval_drop_last,
+             "Drop the evaluation set's uneven tail and partial last batch; without it ranks can "
+             "get different numbers of evaluation batches, each batch's loss being all-reduced");
+}
+
+// Options no scenario key sets: layout (the harness passes the topology), recovery, output.
+void command_line_options(CLI::App& app, TrainArgs& a) {
+  auto& c = a.cfg;
+  app.add_option("--vocab", a.vocab, "Override the vocabulary size");
+  app.add_option("--dp", c.layout.dp, "Data-parallel size");
+  app.add_option("--tp", c.layout.tp, "Tensor-parallel size");
+  app.add_option("--pp", c.layout.pp, "Pipeline-parallel size");
+  app.add_option("--zero", c.layout.zero, "ZeRO stage 0-3");
+  app.add_option("--epochs", c.epochs, "Run whole epochs instead of --steps");
+  app.add_option("--data-vocab", c.data_vocab,
+                 "Vocabulary of the data pipeline's tokenizer (0: the model's)");
+  app.add_flag("--seed-per-rank", c.seed_per_rank,
+               "Initialise each rank's weights with seed + rank");
+  app.add_flag("--broadcast-init", c.broadcast_init,
+               "Broadcast data-parallel rank 0's initial weights to its replicas");
+  app.add_option("--check-replicas-every", c.check_replicas_every,
+                 "Compare parameter hashes across data-parallel replicas every N steps");
+  app.add_flag("--consecutive-hysteresis", c.loss_scale.consecutive_hysteresis,
+               "Restore the hysteresis after every clean step (not only when the scale grows)");
+  app.add_option("--eval-batches", c.eval_batches, "Micro-batches per evaluation");
+  app.add_flag("--memory-report", a.memory_report,
+               "Print every rank's peak memory per category (params, grads, optimizer, "
+               "activations, buffers, gathers) at the end");
+  app.add_option("--save-dir", c.save_dir, "Write sharded checkpoints under this directory");
+  app.add_option("--resume", c.resume, "Resume from a checkpoint (step dir or save dir)");
+  app.add_option("--auto-resume", a.auto_resume,
+                 "Resume from DIR's latest checkpoint when there is one, else start fresh");
+  app.add_flag("--resume-scan", a.resume_scan,
+               "--auto-resume without a 'latest' file: take the newest complete step_<N>");
+  app.add_option("--metrics", a.metrics_path, "Write per-step metrics as JSON lines (rank 0)");
+  app.add_option("--skip-batches", a.skip_batches, "Steps whose batches are skipped (recovery)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_flag("--reset-loss-scale", c.reset_loss_scale,
+               "Reset the fp16 loss scale to its initial value after resuming (recovery)");
+  app.add_flag("--checksum", a.checksum, "Print every rank's parameter checksum at the end");
+}
+
+}  // namespace
+
+void declare_train_options(worker::Runtime& rt, TrainArgs& a) {
+  rt.add_model_options();
+  rt.add_runtime_options();
+  optimizer_options(rt.options(), a);
+  data_options(rt.options(), a);
+  zero_options(rt.options(), a);
+  command_line_options(rt.app(), a);
+}
+
+void finish_train_options(const worker::Runtime& rt, TrainArgs& a) {
+  a.cfg.skip_steps.insert(a.skip_batches.begin(), a.skip_batches.end());
+  a.cfg.model = rt.model_config(a.vocab);
+  if (a.samples > 0) a.cfg.num_samples = a.samples;
+  a.cfg.precision = *parse_dtype(a.precision);
+}
+
+}  // namespace fl::train
