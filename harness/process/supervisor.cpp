@@ -20,6 +20,7 @@
 #include <boost/asio.hpp>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
 
@@ -90,6 +91,16 @@ std::set<pid_t> descendants_of(pid_t root) {
 }
 
 }  // namespace
+
+nlohmann::json exit_fields(const ExitInfo& x) {
+  nlohmann::json d = {{"pid", x.pid},
+                      {"class", x.klass},
+                      {"code", x.code},
+                      {"signaled", x.signaled},
+                      {"by_harness", x.by_harness}};
+  if (x.signaled) d["signal"] = signal_name(x.code);
+  return d;
+}
 
 std::string signal_name(int sig) {
   for (auto& s : kSignals) {

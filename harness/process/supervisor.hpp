@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 // Asio stays in supervisor.cpp: the many files that start or signal processes do not parse it.
 namespace boost::asio {
 class io_context;
@@ -50,6 +52,9 @@ struct ExitInfo {
 // other signal).
 std::string classify_exit(bool signaled, int code);
 std::string signal_name(int sig);
+// An exit's fields as the history records them (rank_exit, tool_exit, process_exit): pid, class,
+// code, signaled, by_harness, and the signal's name when there was one.
+nlohmann::json exit_fields(const ExitInfo& x);
 // "KILL" / "SIGKILL" / "9" -> 9; -1 if unknown.
 int signal_number(const std::string& name);
 

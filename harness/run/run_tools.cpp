@@ -38,12 +38,7 @@ void RunTools::start(const Scenario& s, const RunOptions& o, Supervisor& sup,
 bool RunTools::on_exit(const ExitInfo& x) {
   auto it = pids_.find(x.pid);
   if (it == pids_.end()) return false;
-  nlohmann::json d = {{"pid", x.pid},
-                      {"class", x.klass},
-                      {"code", x.code},
-                      {"signaled", x.signaled},
-                      {"by_harness", x.by_harness}};
-  if (x.signaled) d["signal"] = signal_name(x.code);
+  nlohmann::json d = exit_fields(x);
   d["tool"] = it->second;
   hist_.harness("tool_exit", d);
   pids_.erase(it);

@@ -105,12 +105,7 @@ void Run::on_exit(const ExitInfo& x) {
   if (side_->on_exit(x) || tools_->on_exit(x)) return;  // the reference run's, a tool's
   // A command that ended before it reported anything: harness error.
   if (command_) command_->check_exit(x, stopping_);
-  nlohmann::json d = {{"pid", x.pid},
-                      {"class", x.klass},
-                      {"code", x.code},
-                      {"signaled", x.signaled},
-                      {"by_harness", x.by_harness}};
-  if (x.signaled) d["signal"] = signal_name(x.code);
+  nlohmann::json d = exit_fields(x);
   if (x.rank >= 0 && x.klass != "ok" && !x.by_harness) {
     restart_.rank_failed();
     watch_->rank_failed(x.rank);

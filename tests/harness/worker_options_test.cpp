@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "harness/run/launch_args.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "harness/model/worker_options.hpp"
 #include "harness/model/workload_kinds.hpp"
 

@@ -48,6 +48,70 @@ void forward(const Mlp& m, const float* x, int batch, std::vector<float>& h,
   }
 }
 
+// Sample i of this rank's shard of step `step`: the same values whatever the world size.
+void make_batch(int step, int rank, int local, int in, std::vector<float>& x) {
+  for (int i = 0; i < local; ++i) {
+    std::mt19937_64 rng(static_cast<uint64_t>(step) * 1000003u +
+                        static_cast<uint64_t>(rank * local + i));
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    for (int k = 0; k < in; ++k) x[static_cast<size_t>(i) * in + k] = n(rng);
+  }
+}
+
+// Mean squared error over the global batch (this rank's share) and dy = 2 (y - t) / (B * out).
+float mse(const std::vector<float>& y, const std::vector<float>& ty, int global_batch, int out,
+          std::vector<float>& dy) {
+  dy.resize(y.size());
+  float loss = 0;
+  const float norm = 1.0f / static_cast<float>(global_batch * out);
+  for (size_t i = 0; i < y.size(); ++i) {
+    float d = y[i] - ty[i];
+    loss += d * d * norm;
+    dy[i] = 2.0f * d * norm;
+  }
+  return loss;
+}
+
+// Column sums of a batch x n matrix into `out`.
+void bias_grad(const std::vector<float>& d, int batch, int n, float* out) {
+  for (int j = 0; j < n; ++j) {
+    out[j] = 0;
+    for (int i = 0; i < batch; ++i) out[j] += d[static_cast<size_t>(i) * n + j];
+  }
+}
+
+// Backward into the flat gradient buffer [w1 b1 w2 b2].
+void backward(const Mlp& m, const std::vector<float>& x, const std::vector<float>& h,
+              const std::vector<float>& dy, int local, std::vector<float>& grad,
+              std::vector<float>& dh) {
+  float* gw1 = grad.data();
+  float* gb1 = gw1 + m.w1.size();
+  float* gw2 = gb1 + m.b1.size();
+  float* gb2 = gw2 + m.w2.size();
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m.hidden, m.out, local, 1.0f, h.data(),
+              m.hidden, dy.data(), m.out, 0.0f, gw2, m.out);
+  bias_grad(dy, local, m.out, gb2);
+  dh.assign(h.size(), 0.0f);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, local, m.hidden, m.out, 1.0f, dy.data(),
+              m.out, m.w2.data(), m.out, 0.0f, dh.data(), m.hidden);
+  for (size_t i = 0; i < dh.size(); ++i) dh[i] *= 1.0f - h[i] * h[i];
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m.in, m.hidden, local, 1.0f, x.data(), m.in,
+              dh.data(), m.hidden, 0.0f, gw1, m.hidden);
+  bias_grad(dh, local, m.hidden, gb1);
+}
+
+// xxh64 of the parameters, in [w1 b1 w2 b2] order.
+int64_t params_hash(const Mlp& m) {
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  for (auto* p : {&m.w1, &m.b1, &m.w2, &m.b2}) {
+    XXH64_update(st, p->data(), p->size() * sizeof(float));
+  }
+  const auto h = static_cast<int64_t>(XXH64_digest(st));
+  XXH64_freeState(st);
+  return h;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,45 +144,11 @@ int main(int argc, char** argv) {
     float first_loss = 0, loss = 0;
     for (int step = 0; step < steps; ++step) {
       fl::fault::set_step(step);
-      // Deterministic data: sample s of step t is the same whatever the world size.
-      for (int i = 0; i < local; ++i) {
-        std::mt19937_64 rng(static_cast<uint64_t>(step) * 1000003u +
-                            static_cast<uint64_t>(rank * local + i));
-        std::normal_distribution<float> n(0.0f, 1.0f);
-        for (int k = 0; k < model.in; ++k) x[static_cast<size_t>(i) * model.in + k] = n(rng);
-      }
+      make_batch(step, rank, local, model.in, x);
       forward(teacher, x.data(), local, th, ty);
       forward(model, x.data(), local, h, y);
-      // Mean squared error over the global batch; dy = 2 (y - t) / (global_batch * out).
-      dy.resize(y.size());
-      float local_loss = 0;
-      const float norm = 1.0f / static_cast<float>(global_batch * model.out);
-      for (size_t i = 0; i < y.size(); ++i) {
-        float d = y[i] - ty[i];
-        local_loss += d * d * norm;
-        dy[i] = 2.0f * d * norm;
-      }
-      // Backward into the flat gradient buffer [w1 b1 w2 b2].
-      float* gw1 = grad.data();
-      float* gb1 = gw1 + model.w1.size();
-      float* gw2 = gb1 + model.b1.size();
-      float* gb2 = gw2 + model.w2.size();
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, model.hidden, model.out, local, 1.0f,
-                  h.data(), model.hidden, dy.data(), model.out, 0.0f, gw2, model.out);
-      for (int j = 0; j < model.out; ++j) {
-        gb2[j] = 0;
-        for (int i = 0; i < local; ++i) gb2[j] += dy[static_cast<size_t>(i) * model.out + j];
-      }
-      dh.assign(h.size(), 0.0f);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, local, model.hidden, model.out, 1.0f,
-                  dy.data(), model.out, model.w2.data(), model.out, 0.0f, dh.data(), model.hidden);
-      for (size_t i = 0; i < dh.size(); ++i) dh[i] *= 1.0f - h[i] * h[i];
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, model.in, model.hidden, local, 1.0f,
-                  x.data(), model.in, dh.data(), model.hidden, 0.0f, gw1, model.hidden);
-      for (int j = 0; j < model.hidden; ++j) {
-        gb1[j] = 0;
-        for (int i = 0; i < local; ++i) gb1[j] += dh[static_cast<size_t>(i) * model.hidden + j];
-      }
+      float local_loss = mse(y, ty, global_batch, model.out, dy);
+      backward(model, x, h, dy, local, grad, dh);
       // Each rank's gradient is its share of the global-batch mean: summing gives the mean.
       comm.all_reduce(fl::comm::host_buffer(grad.data(), grad.size(), fl::DType::kF32));
       comm.all_reduce(fl::comm::host_buffer(&local_loss, 1, fl::DType::kF32));
@@ -133,13 +163,7 @@ int main(int argc, char** argv) {
       }
     }
     // Every rank must hold the same parameters, bit for bit.
-    XXH64_state_t* st = XXH64_createState();
-    XXH64_reset(st, 0);
-    for (auto* p : {&model.w1, &model.b1, &model.w2, &model.b2}) {
-      XXH64_update(st, p->data(), p->size() * sizeof(float));
-    }
-    int64_t mine = static_cast<int64_t>(XXH64_digest(st));
-    XXH64_freeState(st);
+    int64_t mine = params_hash(model);
     std::vector<int64_t> all(static_cast<size_t>(world));
     comm.all_gather(fl::comm::host_buffer(&mine, 1, fl::DType::kI64),
                     fl::comm::host_buffer(all.data(), all.size(), fl::DType::kI64));
