@@ -215,7 +215,7 @@ TEST(InferenceLoading, FullCheckpointOnEveryRankExceedsTheHostBudgetShardedFits)
   EXPECT_FALSE(tokens(sharded).empty());
   auto bad = launch(FAULTLINE_INFER, 1, {"--load", "lazy"});
   EXPECT_NE(bad.exit_code, 0);
-  EXPECT_TRUE(has(bad.output, "--load lazy is not a loading mode \\(allowed: full, sharded\\)"))
+  EXPECT_TRUE(has(bad.output, "--load: 'lazy' is not supported \\(allowed: sharded, full\\)"))
       << bad.output;
   fs::remove_all(dir);
 }

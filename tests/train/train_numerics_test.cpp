@@ -93,7 +93,7 @@ TEST(TrainOptimizer, LinearLrScalingMultipliesTheScheduleByDp) {
 TEST(TrainOptimizer, BadOptionsAreRefusedNamingTheOption) {
   TrainRun r = train(1, {"--optimizer", "lamb"}, 1);
   EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
-  EXPECT_NE(r.proc.output.find("--optimizer 'lamb' is not supported (allowed: adamw, sgd)"),
+  EXPECT_NE(r.proc.output.find("--optimizer: 'lamb' is not supported (allowed: adamw, sgd)"),
             std::string::npos)
       << r.proc.output;
   r = train(1, {"--momentum", "0.9"}, 1);
@@ -102,7 +102,7 @@ TEST(TrainOptimizer, BadOptionsAreRefusedNamingTheOption) {
       << r.proc.output;
   r = train(1, {"--hysteresis", "-1"}, 1);
   EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
-  EXPECT_NE(r.proc.output.find("--hysteresis -1 is not allowed"), std::string::npos)
+  EXPECT_NE(r.proc.output.find("--hysteresis: -1 is not allowed"), std::string::npos)
       << r.proc.output;
 }
 

@@ -1,19 +1,40 @@
 #include "workloads/runtime/options.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace fl::worker {
 
+// The checks say what was given and what is allowed, in the words of the workers' other
+// configuration errors; CLI11 puts the flag in front ("--hysteresis: -1 is not allowed ...").
 Knob& Knob::range(double min, double max) {
   info_->min = min;
   info_->max = max;
-  opt_->check(CLI::Range(min, max));
+  opt_->check(CLI::Validator(
+      [min, max](std::string& v) -> std::string {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        if (end == v.c_str() || *end != '\0') return fmt::format("'{}' is not a number", v);
+        if (x >= min && x <= max) return "";
+        return fmt::format("{} is not allowed (allowed: {} to {})", v, min, max);
+      },
+      fmt::format("in {} to {}", min, max)));
   return *this;
 }
 
 Knob& Knob::choices(std::vector<std::string> allowed) {
-  opt_->check(CLI::IsMember(allowed));
+  opt_->check(CLI::Validator(
+      [allowed](std::string& v) -> std::string {
+        for (const auto& a : allowed) {
+          if (v == a) return "";
+        }
+        return fmt::format("'{}' is not supported (allowed: {})", v, fmt::join(allowed, ", "));
+      },
+      fmt::format("one of {}", fmt::join(allowed, ", "))));
   info_->choices = std::move(allowed);
   return *this;
 }

@@ -1,5 +1,6 @@
 #include "workloads/runtime/runtime.hpp"
 
+#include "base/exit_codes.hpp"
 #include "injector/describe.hpp"
 #include "kernels/device.hpp"
 #include "kernels/plugin.hpp"
@@ -57,7 +58,8 @@ std::optional<int> Runtime::parse(int argc, char** argv) {
   try {
     app_.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app_.exit(e);
+    // --help is CLI11's exit 0; a bad command line is the workers' usage error (exit 2).
+    return app_.exit(e) == 0 ? 0 : exit_code::kUsage;
   }
   if (device_from_env_ && app_.count("--device") == 0) device_ = kComputeDevice.get();
   return std::nullopt;
