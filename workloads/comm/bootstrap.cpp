@@ -159,22 +159,11 @@ int gpu_for_rank(const WorkerIdentity& id, const std::string& backend) {
   raise<SettingError>("FAULTLINE_GPU_MAP='{}' is not allowed (allowed: exclusive, shared)", map);
 }
 
-Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& backend,
-                           const std::string& compute) {
-  Bootstrap b;
-  if (kParentDeathSignal.get()) {
-    // Under mpirun: end with the launcher even when it is SIGKILLed (the harness sets this up
-    // itself for the ranks it forks).
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() == 1) raise<SettingError>("the launcher died before this rank started");
-  }
-  b.id = identity_from_env();
-  fault::set_rank(b.id.rank);
-  fault::set_node(b.id.node_rank);
-  start_worker_telemetry(b.id, backend);
-  fault::arm_from_env();  // FAULTLINE_FAULTS: standalone fault plans (throws on a bad plan)
-  // Each process binds its device before it joins the world (CUDA ranks: the real
-  // CUDA_VISIBLE_DEVICES decides when NCCL binds LOCAL_RANK's GPU).
+namespace {
+
+// Each process binds its device before it joins the world (CUDA ranks: the real
+// CUDA_VISIBLE_DEVICES decides when NCCL binds LOCAL_RANK's GPU).
+void bind_device(Bootstrap& b, const std::string& backend, const std::string& compute) {
   const std::string kind = compute.empty() ? kComputeDevice.get() : compute;
   if (kind != "cpu" && kind != "cuda") {
     raise<SettingError>("FAULTLINE_DEVICE='{}' is not allowed (allowed: cpu, cuda)", kind);
@@ -188,19 +177,26 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
   } else if (backend == "mpi") {
     b.device = select_device(b.id);
   }
+}
+
+// Rank 0 serves the rendezvous store unless the harness does (FAULTLINE_STORE_HOST=external).
+void serve_store_if_host(Bootstrap& b) {
   const std::string host_mode = kStoreHost.get();
   if (host_mode != "rank0" && host_mode != "external") {
     raise<SettingError>("FAULTLINE_STORE_HOST='{}' is not allowed (allowed: rank0, external)",
                         host_mode);
   }
-  if (host_mode == "rank0" && b.id.rank == 0) {
-    // A launcher that hosts the store (fl-launch, as torchrun's agent) bound the port already.
-    const int64_t fd = kStoreListenFd.get();
-    b.server = fd >= 0 ? rdzv::StoreServer::adopt(static_cast<int>(fd), b.id.master_addr)
-                       : std::make_unique<rdzv::StoreServer>(
-                             b.id.master_addr, static_cast<uint16_t>(b.id.master_port));
-    b.server->start();
-  }
+  if (host_mode != "rank0" || b.id.rank != 0) return;
+  // A launcher that hosts the store (fl-launch, as torchrun's agent) bound the port already.
+  const int64_t fd = kStoreListenFd.get();
+  b.server = fd >= 0 ? rdzv::StoreServer::adopt(static_cast<int>(fd), b.id.master_addr)
+                     : std::make_unique<rdzv::StoreServer>(b.id.master_addr,
+                                                           static_cast<uint16_t>(b.id.master_port));
+  b.server->start();
+}
+
+// Reaches the store and checks that the whole world arrived with the same run and configuration.
+void join_world(Bootstrap& b, const std::string& config_hash) {
   const auto timeout = std::chrono::milliseconds(kRendezvousTimeoutMs.get());
   b.store = std::make_unique<rdzv::StoreClient>(
       b.id.master_addr, static_cast<uint16_t>(b.id.master_port),
@@ -228,21 +224,46 @@ Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& ba
     }
     throw;
   }
+}
 
-  const double cpu_before_world = process_cpu_ms();
+// The world communicator of `backend` (mpi or nccl), formed through the store.
+std::unique_ptr<Communicator> world_communicator(Bootstrap& b, const std::string& backend) {
   if (backend == "mpi") {
-    b.comm = MpiCommunicator::create_world(b.id.rank, b.id.world_size, {}, b.store.get());
-  } else if (backend == "nccl") {
+    return MpiCommunicator::create_world(b.id.rank, b.id.world_size, {}, b.store.get());
+  }
+  if (backend == "nccl") {
 #if defined(FAULTLINE_HAVE_NCCL)
-    b.comm = create_nccl_world(b.id.rank, b.id.world_size, b.device, *b.store);
+    return create_nccl_world(b.id.rank, b.id.world_size, b.device, *b.store);
 #else
     raise<SettingError>(
         "backend 'nccl' requested but this build has no NCCL (configure with "
         "FAULTLINE_CUDA=ON on a machine with CUDA and NCCL)");
 #endif
-  } else {
-    raise<SettingError>("FAULTLINE_BACKEND='{}' is not allowed (allowed: mpi, nccl)", backend);
   }
+  raise<SettingError>("FAULTLINE_BACKEND='{}' is not allowed (allowed: mpi, nccl)", backend);
+}
+
+}  // namespace
+
+Bootstrap bootstrap_worker(const std::string& config_hash, const std::string& backend,
+                           const std::string& compute) {
+  Bootstrap b;
+  if (kParentDeathSignal.get()) {
+    // Under mpirun: end with the launcher even when it is SIGKILLed (the harness sets this up
+    // itself for the ranks it forks).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() == 1) raise<SettingError>("the launcher died before this rank started");
+  }
+  b.id = identity_from_env();
+  fault::set_rank(b.id.rank);
+  fault::set_node(b.id.node_rank);
+  start_worker_telemetry(b.id, backend);
+  fault::arm_from_env();  // FAULTLINE_FAULTS: standalone fault plans (throws on a bad plan)
+  bind_device(b, backend, compute);
+  serve_store_if_host(b);
+  join_world(b, config_hash);
+  const double cpu_before_world = process_cpu_ms();
+  b.comm = world_communicator(b, backend);
   b.world_cpu_ms = process_cpu_ms() - cpu_before_world;
   b.collective_watch = CollectiveWatch::install(b.comm->recorder());
   return b;

@@ -3,6 +3,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <optional>
 #include <regex>
 
 #include <fmt/format.h>
@@ -102,100 +103,135 @@ std::string dims_to_torch(std::string dims) {  // "96 x 32" -> "96, 32"
   return std::regex_replace(dims, std::regex(" x "), ", ");
 }
 
+// The failure being translated: the exception, its message, the kind of error it was reported as
+// (store, rendezvous, ...) and the rank (also the device a rank drives).
+struct Failure {
+  const std::exception& e;
+  const std::string& msg;
+  std::string_view kind;
+  int rank;
+};
+using Lines = std::vector<std::string>;
+
+// Each translator returns the lines PyTorch prints for the failures it knows, nullopt for others.
+std::optional<Lines> watchdog_timeout(const Failure& f) {
+  auto* t = dynamic_cast<const CommTimeoutError*>(&f.e);
+  if (t == nullptr || t->info().seq < 0) return std::nullopt;
+  const TimeoutInfo& i = t->info();
+  return Lines{watchdog_timeout_line(f.rank, i),
+               fmt::format("[rank{0}]:[E ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) "
+                           "Rank {0}] Exception (either an error or timeout) detected by watchdog "
+                           "at work: {1}, last enqueued NCCL work: {1}, last completed NCCL work: "
+                           "{2}.",
+                           f.rank, i.seq, i.seq - 1)};
+}
+
+std::optional<Lines> out_of_memory(const Failure& f) {
+  auto* o = dynamic_cast<const OutOfMemoryError*>(&f.e);
+  if (o == nullptr) return std::nullopt;
+  if (f.msg.find("out of memory on host") != std::string::npos) {
+    // PyTorch's CPU allocator (c10/core/impl/alloc_cpu.cpp).
+    return Lines{fmt::format(
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not "
+        "enough memory: you tried to allocate {} bytes.",
+        o->requested())};
+  }
+  const size_t total = o->budget() ? o->budget() : o->allocated() + o->requested();
+  const size_t free_bytes = total > o->allocated() ? total - o->allocated() : 0;
+  return Lines{
+      cuda_oom_line(0, o->requested(), total, free_bytes, o->allocated(), o->allocated(), 0)};
+}
+
+std::optional<Lines> store_cannot_listen(const Failure& f) {
+  std::string host, port;
+  if (f.kind != "store" || f.msg.find("cannot listen on") == std::string::npos ||
+      !host_port(f.msg, host, port)) {
+    return std::nullopt;
+  }
+  return Lines{fmt::format(
+      "RuntimeError: The server socket has failed to listen on any local network address. The "
+      "server socket has failed to bind to [::]:{0} (errno: 98 - Address already in use). The "
+      "server socket has failed to bind to 0.0.0.0:{0} (errno: 98 - Address already in use).",
+      port)};
+}
+
+std::optional<Lines> store_unreachable(const Failure& f) {
+  std::string host, port;
+  if (f.kind != "store" || f.msg.find("cannot reach the rendezvous store") == std::string::npos ||
+      !host_port(f.msg, host, port)) {
+    return std::nullopt;
+  }
+  Lines out;
+  if (f.msg.find("ECONNREFUSED") != std::string::npos) {
+    out.push_back(nccl_warn_line(
+        f.rank, "misc/socket.cc:484",
+        fmt::format("socketPollConnect: Connect to {}<{}> returned 111(Connection refused) "
+                    "errno 115(Operation now in progress)",
+                    host, port)));
+  }
+  static const std::regex ms(R"(([0-9]+) ms)");
+  std::smatch m;
+  const std::string waited = std::regex_search(f.msg, m, ms) ? m[1].str() : "0";
+  out.push_back(fmt::format(
+      "torch.distributed.DistNetworkError: The client socket has timed out after {}ms while "
+      "trying to connect to ({}, {}).",
+      waited, host, port));
+  return out;
+}
+
+std::optional<Lines> rendezvous_timeout(const Failure& f) {
+  static const std::regex rdzv(
+      R"(rendezvous timed out after ([0-9]+) ms .*: ([0-9]+) of ([0-9]+) ranks arrived)");
+  std::smatch r;
+  if (f.kind != "rendezvous" || !std::regex_search(f.msg, r, rdzv)) return std::nullopt;
+  // c10d's TCPStore server when clients do not join (PyTorch >= 2.2).
+  return Lines{fmt::format(
+      "torch.distributed.DistStoreError: Timed out after {} seconds waiting for clients. {}/{} "
+      "clients joined.",
+      std::stoll(r[1]) / 1000 + 1, r[2].str(), r[3].str())};
+}
+
+std::optional<Lines> loss_scale_at_minimum(const Failure& f) {
+  if (f.kind != "loss scale") return std::nullopt;
+  return Lines{
+      "Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
+      "Exiting run."};
+}
+
+std::optional<Lines> plugin_build_failed(const Failure& f) {
+  static const std::regex build(R"(building kernel plugin '([^']+)' failed)");
+  std::smatch m;
+  if (f.kind != "plugin" || !std::regex_search(f.msg, m, build)) return std::nullopt;
+  return Lines{fmt::format("RuntimeError: Error building extension '{}'", m[1].str())};
+}
+
+std::optional<Lines> state_dict_size_mismatch(const Failure& f) {
+  static const std::regex shape(
+      R"(size mismatch for ([A-Za-z0-9_.]+): \[([0-9 x]+)\] in the checkpoint, \[([0-9 x]+)\] in this model)");
+  std::smatch m;
+  if (!std::regex_search(f.msg, m, shape)) return std::nullopt;
+  return Lines{"RuntimeError: Error(s) in loading state_dict for GPT2Model:",
+               fmt::format("\tsize mismatch for {}: copying a param with shape torch.Size([{}]) "
+                           "from checkpoint, the shape in current model is torch.Size([{}]).",
+                           m[1].str(), dims_to_torch(m[2]), dims_to_torch(m[3]))};
+}
+
+// In the order they are tried: the first that knows the failure gives the lines.
+constexpr std::optional<Lines> (*kTranslators[])(const Failure&) = {
+    watchdog_timeout,   out_of_memory,         store_cannot_listen, store_unreachable,
+    rendezvous_timeout, loss_scale_at_minimum, plugin_build_failed, state_dict_size_mismatch,
+};
+
 }  // namespace
 
 std::vector<std::string> pytorch_lines(const std::exception& e, std::string_view kind, int rank) {
   const std::string msg = e.what();
   if (rank < 0) rank = 0;  // a process that never learned its rank (single-process runs)
-  const int dev = rank;
-  std::vector<std::string> out;
-  if (auto* t = dynamic_cast<const CommTimeoutError*>(&e); t && t->info().seq >= 0) {
-    const TimeoutInfo& i = t->info();
-    out.push_back(watchdog_timeout_line(rank, i));
-    out.push_back(fmt::format(
-        "[rank{0}]:[E ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank {0}] "
-        "Exception (either an error or timeout) detected by watchdog at work: {1}, last enqueued "
-        "NCCL work: {1}, last completed NCCL work: {2}.",
-        rank, i.seq, i.seq - 1));
-    return out;
+  const Failure f{e, msg, kind, rank};
+  for (auto* translate : kTranslators) {
+    if (auto lines = translate(f)) return std::move(*lines);
   }
-  if (auto* o = dynamic_cast<const OutOfMemoryError*>(&e)) {
-    if (msg.find("out of memory on host") != std::string::npos) {
-      // PyTorch's CPU allocator (c10/core/impl/alloc_cpu.cpp).
-      out.push_back(fmt::format(
-          "RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not "
-          "enough memory: you tried to allocate {} bytes.",
-          o->requested()));
-      return out;
-    }
-    const size_t total = o->budget() ? o->budget() : o->allocated() + o->requested();
-    const size_t free_bytes = total > o->allocated() ? total - o->allocated() : 0;
-    out.push_back(
-        cuda_oom_line(0, o->requested(), total, free_bytes, o->allocated(), o->allocated(), 0));
-    return out;
-  }
-  std::string host, port;
-  if (kind == "store" && msg.find("cannot listen on") != std::string::npos &&
-      host_port(msg, host, port)) {
-    out.push_back(fmt::format(
-        "RuntimeError: The server socket has failed to listen on any local network address. The "
-        "server socket has failed to bind to [::]:{0} (errno: 98 - Address already in use). The "
-        "server socket has failed to bind to 0.0.0.0:{0} (errno: 98 - Address already in use).",
-        port));
-    return out;
-  }
-  if (kind == "store" && msg.find("cannot reach the rendezvous store") != std::string::npos &&
-      host_port(msg, host, port)) {
-    if (msg.find("ECONNREFUSED") != std::string::npos) {
-      out.push_back(nccl_warn_line(
-          dev, "misc/socket.cc:484",
-          fmt::format("socketPollConnect: Connect to {}<{}> returned 111(Connection refused) "
-                      "errno 115(Operation now in progress)",
-                      host, port)));
-    }
-    static const std::regex ms(R"(([0-9]+) ms)");
-    std::smatch m;
-    const std::string waited = std::regex_search(msg, m, ms) ? m[1].str() : "0";
-    out.push_back(fmt::format(
-        "torch.distributed.DistNetworkError: The client socket has timed out after {}ms while "
-        "trying to connect to ({}, {}).",
-        waited, host, port));
-    return out;
-  }
-  static const std::regex rdzv(
-      R"(rendezvous timed out after ([0-9]+) ms .*: ([0-9]+) of ([0-9]+) ranks arrived)");
-  std::smatch r;
-  if (kind == "rendezvous" && std::regex_search(msg, r, rdzv)) {
-    // c10d's TCPStore server when clients do not join (PyTorch >= 2.2).
-    out.push_back(fmt::format(
-        "torch.distributed.DistStoreError: Timed out after {} seconds waiting for clients. {}/{} "
-        "clients joined.",
-        std::stoll(r[1]) / 1000 + 1, r[2].str(), r[3].str()));
-    return out;
-  }
-  if (kind == "loss scale") {
-    out.push_back(
-        "Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
-        "Exiting run.");
-    return out;
-  }
-  static const std::regex build(R"(building kernel plugin '([^']+)' failed)");
-  static const std::regex shape(
-      R"(size mismatch for ([A-Za-z0-9_.]+): \[([0-9 x]+)\] in the checkpoint, \[([0-9 x]+)\] in this model)");
-  std::smatch m;
-  if (kind == "plugin" && std::regex_search(msg, m, build)) {
-    out.push_back(fmt::format("RuntimeError: Error building extension '{}'", m[1].str()));
-    return out;
-  }
-  if (std::regex_search(msg, m, shape)) {
-    out.push_back("RuntimeError: Error(s) in loading state_dict for GPT2Model:");
-    out.push_back(fmt::format(
-        "\tsize mismatch for {}: copying a param with shape torch.Size([{}]) from checkpoint, "
-        "the shape in current model is torch.Size([{}]).",
-        m[1].str(), dims_to_torch(m[2]), dims_to_torch(m[3])));
-    return out;
-  }
-  return out;
+  return {};
 }
 
 }  // namespace fl::comm

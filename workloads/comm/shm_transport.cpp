@@ -73,6 +73,91 @@ void bus_context(const char* base, size_t bytes, const std::string& text) {
   g_bus.len = n;
 }
 
+// Whether every member of `comm` runs on this node: host names compared, as NCCL compares host
+// hashes (MPI's own locality query does not know about singletons joined by connect/accept).
+// Collective.
+bool all_members_on_this_node(MPI_Comm comm, int size, const std::string& group, int world_rank) {
+  constexpr int kHost = 256;
+  std::vector<char> hosts(static_cast<size_t>(kHost) * static_cast<size_t>(size), '\0');
+  // The host and the simulated node (NODE_RANK): simulated nodes share a host but not memory.
+  char mine[kHost] = {0};
+  ::gethostname(mine, kHost / 2);
+  if (const char* node = std::getenv("NODE_RANK")) {
+    std::snprintf(mine + std::strlen(mine), kHost / 2 - 1, "/node%s", node);
+  }
+  mpi::check(MPI_Allgather(mine, kHost, MPI_CHAR, hosts.data(), kHost, MPI_CHAR, comm),
+             "MPI_Allgather(shm hosts)", group, world_rank);
+  int all_local = 1;
+  for (int r = 0; r < size; ++r) {
+    if (std::strncmp(hosts.data() + static_cast<size_t>(r) * kHost, mine, kHost) != 0) {
+      all_local = 0;
+    }
+  }
+  return all_local != 0;
+}
+
+// The members' segment names, one set per communicator instance (member 0 draws it). Collective.
+std::vector<std::string> segment_names(MPI_Comm comm, int rank, int size, const std::string& group,
+                                       int world_rank) {
+  uint64_t nonce = 0;
+  if (rank == 0) nonce = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  mpi::check(MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, comm), "MPI_Bcast(shm name)", group, world_rank);
+  std::vector<std::string> names;
+  for (int r = 0; r < size; ++r)
+    names.push_back(fmt::format("/faultline-shm-{:016x}-{}", nonce, r));
+  return names;
+}
+
+// Creates this member's segment `name` of `bytes` (sparse) and maps it into `*seg`; the failure,
+// or empty.
+std::string create_segment(const std::string& name, size_t bytes, char** seg) {
+  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  std::string failure;
+  if (fd < 0) {
+    failure = fmt::format("shm_open({}) failed: {}", name, std::strerror(errno));
+  } else if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    // Sparse: a tmpfs accepts a size it cannot back; the pages are charged when touched.
+    failure = fmt::format("ftruncate({}, {}) failed: {}", name, bytes, std::strerror(errno));
+  }
+  if (failure.empty()) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      failure = fmt::format("mmap of {} failed: {}", name, std::strerror(errno));
+    } else {
+      *seg = static_cast<char*>(p);
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  return failure;
+}
+
+// Maps every peer's segment into `segs`; the first failure, or empty.
+std::string map_peer_segments(const std::vector<std::string>& names, int rank, size_t bytes,
+                              std::vector<char*>& segs) {
+  for (int r = 0; r < static_cast<int>(names.size()); ++r) {
+    if (r == rank) continue;
+    const std::string& name = names[static_cast<size_t>(r)];
+    int pfd = ::shm_open(name.c_str(), O_RDWR, 0600);
+    void* p =
+        pfd < 0 ? MAP_FAILED : ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+    if (pfd >= 0) ::close(pfd);
+    if (p == MAP_FAILED) {
+      return fmt::format("cannot map peer {}'s segment {}: {}", r, name, std::strerror(errno));
+    }
+    segs[static_cast<size_t>(r)] = static_cast<char*>(p);
+  }
+  return "";
+}
+
+// Whether every member succeeded (`ok` here): an all-reduce of the flags. Collective.
+bool all_succeeded(bool ok, MPI_Comm comm, const char* what, const std::string& group,
+                   int world_rank) {
+  int flag = ok ? 1 : 0;
+  mpi::check(MPI_Allreduce(MPI_IN_PLACE, &flag, 1, MPI_INT, MPI_MIN, comm), what, group,
+             world_rank);
+  return flag != 0;
+}
+
 }  // namespace
 
 class ShmAllReduce final : public PendingOp {
@@ -160,25 +245,7 @@ std::unique_ptr<ShmTransport> ShmTransport::create(MPI_Comm comm, int rank, int 
   if (const char* off = std::getenv("NCCL_SHM_DISABLE"); off != nullptr && std::atoi(off) != 0) {
     return nullptr;
   }
-  // Only when every member is on this node: compare host names, as NCCL compares host hashes
-  // (MPI's own locality query does not know about singletons joined by connect/accept).
-  constexpr int kHost = 256;
-  std::vector<char> hosts(static_cast<size_t>(kHost) * static_cast<size_t>(size), '\0');
-  // The host and the simulated node (NODE_RANK): simulated nodes share a host but not memory.
-  char mine[kHost] = {0};
-  ::gethostname(mine, kHost / 2);
-  if (const char* node = std::getenv("NODE_RANK")) {
-    std::snprintf(mine + std::strlen(mine), kHost / 2 - 1, "/node%s", node);
-  }
-  mpi::check(MPI_Allgather(mine, kHost, MPI_CHAR, hosts.data(), kHost, MPI_CHAR, comm),
-             "MPI_Allgather(shm hosts)", group, world_rank);
-  int all_local = 1;
-  for (int r = 0; r < size; ++r) {
-    if (std::strncmp(hosts.data() + static_cast<size_t>(r) * kHost, mine, kHost) != 0) {
-      all_local = 0;
-    }
-  }
-  if (all_local == 0) return nullptr;
+  if (!all_members_on_this_node(comm, size, group, world_rank)) return nullptr;
 
   std::unique_ptr<ShmTransport> t(new ShmTransport());
   t->comm_ = comm;
@@ -192,54 +259,18 @@ std::unique_ptr<ShmTransport> ShmTransport::create(MPI_Comm comm, int rank, int 
                      want);
   }
   t->bytes_ = static_cast<size_t>(want) / kPage * kPage;
-  // One name per communicator instance, drawn by member 0.
-  uint64_t nonce = 0;
-  if (rank == 0) nonce = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
-  mpi::check(MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, comm), "MPI_Bcast(shm name)", group, world_rank);
-  for (int r = 0; r < size; ++r) {
-    t->names_.push_back(fmt::format("/faultline-shm-{:016x}-{}", nonce, r));
-  }
+  t->names_ = segment_names(comm, rank, size, group, world_rank);
   install_bus_handler();
   const std::string& own = t->names_[static_cast<size_t>(rank)];
-  int fd = ::shm_open(own.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  std::string failure;
-  if (fd < 0) {
-    failure = fmt::format("shm_open({}) failed: {}", own, std::strerror(errno));
-  } else if (::ftruncate(fd, static_cast<off_t>(t->bytes_)) != 0) {
-    // Sparse: a tmpfs accepts a size it cannot back; the pages are charged when touched.
-    failure = fmt::format("ftruncate({}, {}) failed: {}", own, t->bytes_, std::strerror(errno));
-  }
   t->segs_.assign(static_cast<size_t>(size), nullptr);
-  if (failure.empty()) {
-    void* p = ::mmap(nullptr, t->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      failure = fmt::format("mmap of {} failed: {}", own, std::strerror(errno));
-    } else {
-      t->segs_[static_cast<size_t>(rank)] = static_cast<char*>(p);
-    }
+  std::string failure = create_segment(own, t->bytes_, &t->segs_[static_cast<size_t>(rank)]);
+  if (all_succeeded(failure.empty(), comm, "MPI_Allreduce(shm create)", group, world_rank)) {
+    failure = map_peer_segments(t->names_, rank, t->bytes_, t->segs_);
   }
-  if (fd >= 0) ::close(fd);
-  int ok = failure.empty() ? 1 : 0;
-  mpi::check(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm),
-             "MPI_Allreduce(shm create)", group, world_rank);
-  for (int r = 0; r < size && ok != 0; ++r) {
-    if (r == rank) continue;
-    const std::string& name = t->names_[static_cast<size_t>(r)];
-    int pfd = ::shm_open(name.c_str(), O_RDWR, 0600);
-    void* p = pfd < 0 ? MAP_FAILED
-                      : ::mmap(nullptr, t->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
-    if (pfd >= 0) ::close(pfd);
-    if (p == MAP_FAILED) {
-      failure = fmt::format("cannot map peer {}'s segment {}: {}", r, name, std::strerror(errno));
-      break;
-    }
-    t->segs_[static_cast<size_t>(r)] = static_cast<char*>(p);
-  }
-  int mapped = failure.empty() ? 1 : 0;
-  mpi::check(MPI_Allreduce(MPI_IN_PLACE, &mapped, 1, MPI_INT, MPI_MIN, comm),
-             "MPI_Allreduce(shm map)", group, world_rank);
+  const bool mapped =
+      all_succeeded(failure.empty(), comm, "MPI_Allreduce(shm map)", group, world_rank);
   ::shm_unlink(own.c_str());  // mapped by everyone (or given up): the name is not needed
-  if (mapped == 0) {
+  if (!mapped) {
     raise<CommError>(
         "shared-memory transport on group '{}': {} (set NCCL_SHM_DISABLE=1 to use the network "
         "path)",

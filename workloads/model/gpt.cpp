@@ -184,90 +184,96 @@ void GptStage::backward(StageActs& a, const float* params, float* grads, float d
   backward(a, flat, dloss, dx_out, dx_in);
 }
 
+void GptStage::head_backward(StageActs& a, ParamAccess& pa, float dloss, Tensor& dx) {
+  const int C = cfg_.d_model, V = cfg_.vocab, N = a.B * a.T;
+  const int hg = head_group();
+  const size_t base = layout_.groups()[static_cast<size_t>(hg)].lo;
+  auto* P = const_cast<float*>(pa.acquire(hg, true));
+  float* grads = pa.grads(hg);
+  Tensor dlogits = alloc({N, V}, "grad.act.logits");
+  const float per_token = a.valid_targets ? dloss / static_cast<float>(a.valid_targets) : 0.0f;
+  ops::softmax_cross_entropy_backward(dlogits.f32(), a.probs.f32(), a.targets_dev.data<int32_t>(),
+                                      per_token, N, V);
+  rnd(dlogits);
+  Tensor dlnf = alloc({N, C}, "grad.act.lnf");
+  ops::linear_backward(dlnf.f32(), layout_.find(grads, "lm_head.weight", base), nullptr,
+                       dlogits.f32(), a.lnf.f32(), layout_.find(P, "lm_head.weight", base), N, C,
+                       V);
+  rnd(dlnf);
+  const float* x_last = a.output();
+  ops::layernorm_backward(dx.f32(), layout_.find(grads, "lnf.weight", base),
+                          layout_.find(grads, "lnf.bias", base), dlnf.f32(), x_last,
+                          layout_.find(P, "lnf.weight", base), a.lnf_mean.f32(), a.lnf_rstd.f32(),
+                          N, C);
+  rnd(dx);
+  round_grads(grads, "lm_head.", base);
+  round_grads(grads, "lnf.", base);
+  pa.release(hg, true);
+  pa.grads_done(hg);
+}
+
+void GptStage::block_backward(StageActs& a, ParamAccess& pa, int li, Tensor& dx) {
+  const int C = cfg_.d_model, B = a.B, T = a.T;
+  const int Cl = C / tp_size_, NHl = cfg_.heads / tp_size_, N = B * T;
+  const int l = layout_.first_layer() + li, gi = block_group(li);
+  const size_t base = layout_.groups()[static_cast<size_t>(gi)].lo;
+  BlockParams w = layout_.block(const_cast<float*>(pa.acquire(gi, true)), l, base);
+  BlockParams g = layout_.block(pa.grads(gi), l, base);
+  LayerActs& L = a.layers[static_cast<size_t>(li)];
+  const float* x = li == 0 ? a.input.f32() : a.layers[static_cast<size_t>(li) - 1].res3.f32();
+  const bool recomputed = !L.ln1.defined();
+  if (recomputed) block_forward(L, x, w, l, B, T);  // activation checkpointing
+  const std::string n = "grad.act.h" + std::to_string(l) + ".";
+  // res3 = res2 + fcproj: dx flows to both.
+  ops::bias_backward(g.fcproj_b, dx.f32(), N, C);
+  Tensor dgelu = alloc({N, 4 * Cl}, n + "fch.gelu");
+  ops::linear_backward(dgelu.f32(), g.fcproj_w, nullptr, dx.f32(), L.fch_gelu.f32(), w.fcproj_w, N,
+                       4 * Cl, C);
+  rnd(dgelu);
+  Tensor dfch = alloc({N, 4 * Cl}, n + "fch");
+  ops::gelu_backward(dfch.f32(), L.fch.f32(), dgelu.f32(), static_cast<size_t>(N) * 4 * Cl);
+  rnd(dfch);
+  Tensor dln2 = alloc({N, C}, n + "ln2");
+  ops::linear_backward(dln2.f32(), g.fc_w, g.fc_b, dfch.f32(), L.ln2.f32(), w.fc_w, N, C, 4 * Cl);
+  tp_all_reduce(dln2.f32(), static_cast<size_t>(N) * C);
+  rnd(dln2);
+  // dres2 = dx (residual) + layernorm backward of dln2
+  ops::layernorm_backward(dx.f32(), g.ln2_w, g.ln2_b, dln2.f32(), L.res2.f32(), w.ln2_w,
+                          L.ln2_mean.f32(), L.ln2_rstd.f32(), N, C);
+  rnd(dx);
+  // res2 = x + attproj
+  ops::bias_backward(g.proj_b, dx.f32(), N, C);
+  Tensor datty = alloc({N, Cl}, n + "atty");
+  ops::linear_backward(datty.f32(), g.proj_w, nullptr, dx.f32(), L.atty.f32(), w.proj_w, N, Cl, C);
+  rnd(datty);
+  Tensor dqkv = alloc({N, 3 * Cl}, n + "qkv");
+  ops::attention_backward(dqkv.f32(), datty.f32(), L.qkv.f32(), L.att.f32(), B, T, Cl, NHl);
+  rnd(dqkv);
+  Tensor dln1 = alloc({N, C}, n + "ln1");
+  ops::linear_backward(dln1.f32(), g.qkv_w, g.qkv_b, dqkv.f32(), L.ln1.f32(), w.qkv_w, N, C,
+                       3 * Cl);
+  tp_all_reduce(dln1.f32(), static_cast<size_t>(N) * C);
+  rnd(dln1);
+  ops::layernorm_backward(dx.f32(), g.ln1_w, g.ln1_b, dln1.f32(), x, w.ln1_w, L.ln1_mean.f32(),
+                          L.ln1_rstd.f32(), N, C);
+  rnd(dx);
+  round_grads(pa.grads(gi), "h" + std::to_string(l) + ".", base);
+  pa.release(gi, true);
+  pa.grads_done(gi);
+  if (recomputed) L = LayerActs{};
+}
+
 void GptStage::backward(StageActs& a, ParamAccess& pa, float dloss, const float* dx_out,
                         float* dx_in) {
-  const int C = cfg_.d_model, V = cfg_.vocab, B = a.B, T = a.T;
-  const int Cl = C / tp_size_, NHl = cfg_.heads / tp_size_, N = B * T;
-  const auto& groups = layout_.groups();
+  const int C = cfg_.d_model, B = a.B, T = a.T, N = B * T;
   // dx: gradient flowing backwards through the residual stream.
   Tensor dx = alloc({N, C}, "grad.act.residual");
   if (layout_.has_head()) {
-    const int hg = head_group();
-    const size_t base = groups[static_cast<size_t>(hg)].lo;
-    auto* P = const_cast<float*>(pa.acquire(hg, true));
-    float* grads = pa.grads(hg);
-    Tensor dlogits = alloc({N, V}, "grad.act.logits");
-    const float per_token = a.valid_targets ? dloss / static_cast<float>(a.valid_targets) : 0.0f;
-    ops::softmax_cross_entropy_backward(dlogits.f32(), a.probs.f32(), a.targets_dev.data<int32_t>(),
-                                        per_token, N, V);
-    rnd(dlogits);
-    Tensor dlnf = alloc({N, C}, "grad.act.lnf");
-    ops::linear_backward(dlnf.f32(), layout_.find(grads, "lm_head.weight", base), nullptr,
-                         dlogits.f32(), a.lnf.f32(), layout_.find(P, "lm_head.weight", base), N, C,
-                         V);
-    rnd(dlnf);
-    const float* x_last = a.output();
-    ops::layernorm_backward(dx.f32(), layout_.find(grads, "lnf.weight", base),
-                            layout_.find(grads, "lnf.bias", base), dlnf.f32(), x_last,
-                            layout_.find(P, "lnf.weight", base), a.lnf_mean.f32(), a.lnf_rstd.f32(),
-                            N, C);
-    rnd(dx);
-    round_grads(grads, "lm_head.", base);
-    round_grads(grads, "lnf.", base);
-    pa.release(hg, true);
-    pa.grads_done(hg);
+    head_backward(a, pa, dloss, dx);
   } else {
     ops::copy(dx.f32(), dx_out, static_cast<size_t>(N) * C);
   }
-  for (int li = layout_.num_layers() - 1; li >= 0; --li) {
-    const int l = layout_.first_layer() + li, gi = block_group(li);
-    const size_t base = groups[static_cast<size_t>(gi)].lo;
-    BlockParams w = layout_.block(const_cast<float*>(pa.acquire(gi, true)), l, base);
-    BlockParams g = layout_.block(pa.grads(gi), l, base);
-    LayerActs& L = a.layers[static_cast<size_t>(li)];
-    const float* x = li == 0 ? a.input.f32() : a.layers[static_cast<size_t>(li) - 1].res3.f32();
-    const bool recomputed = !L.ln1.defined();
-    if (recomputed) block_forward(L, x, w, l, B, T);  // activation checkpointing
-    const std::string n = "grad.act.h" + std::to_string(l) + ".";
-    // res3 = res2 + fcproj: dx flows to both.
-    ops::bias_backward(g.fcproj_b, dx.f32(), N, C);
-    Tensor dgelu = alloc({N, 4 * Cl}, n + "fch.gelu");
-    ops::linear_backward(dgelu.f32(), g.fcproj_w, nullptr, dx.f32(), L.fch_gelu.f32(), w.fcproj_w,
-                         N, 4 * Cl, C);
-    rnd(dgelu);
-    Tensor dfch = alloc({N, 4 * Cl}, n + "fch");
-    ops::gelu_backward(dfch.f32(), L.fch.f32(), dgelu.f32(), static_cast<size_t>(N) * 4 * Cl);
-    rnd(dfch);
-    Tensor dln2 = alloc({N, C}, n + "ln2");
-    ops::linear_backward(dln2.f32(), g.fc_w, g.fc_b, dfch.f32(), L.ln2.f32(), w.fc_w, N, C, 4 * Cl);
-    tp_all_reduce(dln2.f32(), static_cast<size_t>(N) * C);
-    rnd(dln2);
-    // dres2 = dx (residual) + layernorm backward of dln2
-    ops::layernorm_backward(dx.f32(), g.ln2_w, g.ln2_b, dln2.f32(), L.res2.f32(), w.ln2_w,
-                            L.ln2_mean.f32(), L.ln2_rstd.f32(), N, C);
-    rnd(dx);
-    // res2 = x + attproj
-    ops::bias_backward(g.proj_b, dx.f32(), N, C);
-    Tensor datty = alloc({N, Cl}, n + "atty");
-    ops::linear_backward(datty.f32(), g.proj_w, nullptr, dx.f32(), L.atty.f32(), w.proj_w, N, Cl,
-                         C);
-    rnd(datty);
-    Tensor dqkv = alloc({N, 3 * Cl}, n + "qkv");
-    ops::attention_backward(dqkv.f32(), datty.f32(), L.qkv.f32(), L.att.f32(), B, T, Cl, NHl);
-    rnd(dqkv);
-    Tensor dln1 = alloc({N, C}, n + "ln1");
-    ops::linear_backward(dln1.f32(), g.qkv_w, g.qkv_b, dqkv.f32(), L.ln1.f32(), w.qkv_w, N, C,
-                         3 * Cl);
-    tp_all_reduce(dln1.f32(), static_cast<size_t>(N) * C);
-    rnd(dln1);
-    ops::layernorm_backward(dx.f32(), g.ln1_w, g.ln1_b, dln1.f32(), x, w.ln1_w, L.ln1_mean.f32(),
-                            L.ln1_rstd.f32(), N, C);
-    rnd(dx);
-    round_grads(pa.grads(gi), "h" + std::to_string(l) + ".", base);
-    pa.release(gi, true);
-    pa.grads_done(gi);
-    if (recomputed) L = LayerActs{};
-  }
+  for (int li = layout_.num_layers() - 1; li >= 0; --li) block_backward(a, pa, li, dx);
   if (layout_.has_embedding()) {
     float* grads = pa.grads(0);
     ops::embedding_backward(layout_.find(grads, "wte", 0), layout_.find(grads, "wpe", 0), dx.f32(),

@@ -107,6 +107,11 @@ class GptStage {
   void tp_all_reduce(float* data, size_t n);
   // One block's forward from input x, filling L.
   void block_forward(LayerActs& L, const float* x, const BlockParams& w, int l, int B, int T);
+  // The backward of the head (final layer norm, LM head, loss) into the residual gradient `dx`.
+  void head_backward(StageActs& a, ParamAccess& pa, float dloss, Tensor& dx);
+  // The backward of the stage's li-th block: takes `dx` from the block's output to its input
+  // and accumulates the block's parameter gradients (recomputing its activations if dropped).
+  void block_backward(StageActs& a, ParamAccess& pa, int li, Tensor& dx);
   int block_group(int li) const { return (layout_.has_embedding() ? 1 : 0) + li; }
   int head_group() const { return static_cast<int>(layout_.groups().size()) - 1; }
   // Rounds an op's output to the activation precision (nothing under fp32).

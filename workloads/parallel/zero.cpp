@@ -69,9 +69,18 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
   padded_ = part_ * udp;
   lo_ = std::min(total_, part_ * static_cast<size_t>(dp_rank_));
   hi_ = std::min(total_, lo_ + part_);
+  init_weights();
+  // The 16-bit weights from the master copy (stages 1-2 were encoded whole by init_weights: no
+  // gather).
+  if (mixed_ && (cfg_.stage == 0 || cfg_.stage == 3)) publish_master();
+  alloc_grads_and_optimizer_state();
+  plan_grad_buckets();
+}
+
+void ZeroEngine::init_weights() {
   // In fp16/bf16 the fp32 weights are the optimizer's master copy (ZeRO's K counts them); with
   // offload they are born on the host and never held by the device.
-  const bool host_master = mixed_ && cfg_.offload_optimizer;
+  const bool host_master = master_on_host();
   Tensor& master = host_master ? host_master_ : master_;
   MemoryAccountant& master_acct = host_master ? host_ : dev_;
   const char* master_name = host_master ? "optimizer.master.offload"
@@ -128,8 +137,9 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
     compute_ = alloc(padded_, "params.compute", dev_, cfg_.precision);
     ops::encode(full.f32(), compute_.raw(), cfg_.precision, padded_);
   }
-  // The 16-bit weights from the master copy (stages 1-2 were encoded whole above: no gather).
-  if (mixed_ && (cfg_.stage == 0 || cfg_.stage == 3)) publish_master();
+}
+
+void ZeroEngine::alloc_grads_and_optimizer_state() {
   grads_ = cfg_.stage >= 2 ? alloc(part_, "grads.partition", dev_, store())
                            : alloc(padded_, "grads.full", dev_, store());
   MemoryAccountant& state = cfg_.offload_optimizer ? host_ : dev_;
@@ -137,7 +147,7 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
   m_ = alloc(cfg_.optimizer_state_bytes >= 4 ? moments : 0, cfg_.state_name.c_str(), state);
   v_ = alloc(cfg_.optimizer_state_bytes >= 8 ? moments : 0, "optimizer.exp_avg_sq", state);
   if (cfg_.offload_optimizer) {
-    if (!host_master) {
+    if (!master_on_host()) {
       // fp32: the device keeps the weights (they are the parameters); the host updates a copy.
       host_master_ = alloc(part_, "optimizer.master.offload", host_);
       const float* mine = master_.f32() + (partitioned_master() ? 0 : lo_);
@@ -145,6 +155,9 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
     }
     host_grads_ = alloc(part_, "grads.offload", host_);
   }
+}
+
+void ZeroEngine::plan_grad_buckets() {
   // Gradient buckets for stages 2-3: whole groups in backward order (last group first); a group
   // that would overflow the bucket starts the next one.
   const auto& groups = layout_.groups();

@@ -142,6 +142,15 @@ class ZeroEngine final : public model::ParamAccess {
     int first = 0, last = 0;  // group indices, first > last (backward order), flat [lo, hi)
     size_t lo = 0, hi = 0;
   };
+  // Construction, in this order: the fp32 master weights (and the 16-bit ones the forward reads)
+  // from the seed, broadcast from dp rank 0 under broadcast_init; the gradients and the
+  // optimizer state (on the host under offload, with a host copy of the fp32 weights); the
+  // gradient buckets (whole groups in backward order).
+  void init_weights();
+  void alloc_grads_and_optimizer_state();
+  void plan_grad_buckets();
+  // fp16/bf16 with offload: the fp32 master weights exist only on the host (host_master_).
+  bool master_on_host() const { return mixed_ && cfg_.offload_optimizer; }
   void gather(int g);
   void prefetch_after(int g, bool backward);
   void reduce_bucket(const Bucket& b, float* data);

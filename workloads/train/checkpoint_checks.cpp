@@ -41,24 +41,32 @@ std::string inside_save_dir(const std::string& save_dir, const std::string& name
   return target.string();
 }
 
-void check_manifest(const std::string& dir, const nlohmann::json& m) {
-  const std::string file = (fs::path(dir) / "manifest.json").string();
-  auto fail = [&](const std::string& key, const std::string& what) {
-    raise<CheckpointError>("checkpoint manifest {}: {} {}", file, key, what);
-  };
-  auto member = [&](const nlohmann::json& parent, const std::string& name,
-                    const std::string& key) -> const nlohmann::json& {
+namespace {
+
+constexpr int64_t kBig = int64_t{1} << 40;
+
+// Reads the manifest's values by key; a missing or mistyped value, or one out of its range, is a
+// CheckpointError naming the file and the key.
+class ManifestReader {
+ public:
+  explicit ManifestReader(std::string file) : file_(std::move(file)) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    raise<CheckpointError>("checkpoint manifest {}: {} {}", file_, key, what);
+  }
+  const nlohmann::json& member(const nlohmann::json& parent, const std::string& name,
+                               const std::string& key) const {
     if (!parent.is_object() || !parent.contains(name)) fail(key, "is missing");
     return parent[name];
-  };
-  auto object = [&](const nlohmann::json& parent, const std::string& name,
-                    const std::string& key) -> const nlohmann::json& {
+  }
+  const nlohmann::json& object(const nlohmann::json& parent, const std::string& name,
+                               const std::string& key) const {
     const auto& v = member(parent, name, key);
     if (!v.is_object()) fail(key, fmt::format("must be an object, not {}", v.type_name()));
     return v;
-  };
-  auto integer = [&](const nlohmann::json& parent, const std::string& name, const std::string& key,
-                     int64_t lo, int64_t hi) {
+  }
+  int64_t integer(const nlohmann::json& parent, const std::string& name, const std::string& key,
+                  int64_t lo, int64_t hi) const {
     const auto& v = member(parent, name, key);
     if (!v.is_number_integer() ||
         (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
@@ -67,74 +75,110 @@ void check_manifest(const std::string& dir, const nlohmann::json& m) {
     const int64_t x = v.get<int64_t>();
     if (x < lo || x > hi) fail(key, fmt::format("is {}, allowed {} to {}", x, lo, hi));
     return x;
-  };
-  auto text = [&](const nlohmann::json& parent, const std::string& name, const std::string& key) {
+  }
+  std::string text(const nlohmann::json& parent, const std::string& name,
+                   const std::string& key) const {
     const auto& v = member(parent, name, key);
     if (!v.is_string()) fail(key, fmt::format("must be a string, not {}", v.type_name()));
     return v.get<std::string>();
-  };
-  if (!m.is_object()) fail("the manifest", "must be a JSON object");
-  constexpr int64_t kBig = int64_t{1} << 40;
-  const int64_t version = integer(m, "format_version", "format_version", 0, kBig);
+  }
+
+ private:
+  std::string file_;
+};
+
+struct ManifestLayout {
+  int64_t dp = 0, tp = 0, pp = 0, world = 0;
+};
+
+void check_model(const ManifestReader& in, const nlohmann::json& m) {
+  const auto& model = in.object(m, "model", "model");
+  for (const char* k : {"vocab", "d_model", "layers", "heads", "seq_len"}) {
+    in.integer(model, k, std::string("model.") + k, 1, 1 << 24);
+  }
+  if (!in.member(model, "seed", "model.seed").is_number_integer()) {
+    in.fail("model.seed", "must be an integer");
+  }
+}
+
+ManifestLayout check_layout(const ManifestReader& in, const nlohmann::json& m) {
+  const auto& l = in.object(m, "layout", "layout");
+  ManifestLayout out;
+  out.dp = in.integer(l, "dp", "layout.dp", 1, 1 << 20);
+  out.tp = in.integer(l, "tp", "layout.tp", 1, 1 << 20);
+  out.pp = in.integer(l, "pp", "layout.pp", 1, 1 << 20);
+  in.integer(l, "zero", "layout.zero", 0, 3);
+  out.world = in.integer(l, "world", "layout.world", 1, 1 << 20);
+  if (out.world != out.dp * out.tp * out.pp) {
+    in.fail("layout.world", fmt::format("is {}, but dp {} x tp {} x pp {} is {}", out.world, out.dp,
+                                        out.tp, out.pp, out.dp * out.tp * out.pp));
+  }
+  return out;
+}
+
+void check_loss_scaler(const ManifestReader& in, const nlohmann::json& m) {
+  const auto& ls = in.object(m, "loss_scaler", "loss_scaler");
+  if (!in.member(ls, "scale", "loss_scaler.scale").is_number()) {
+    in.fail("loss_scaler.scale", "must be a number");
+  }
+  in.integer(ls, "good", "loss_scaler.good", 0, INT64_MAX);
+  in.integer(ls, "skipped", "loss_scaler.skipped", 0, INT64_MAX);
+  in.integer(ls, "hysteresis_left", "loss_scaler.hysteresis_left", 0, 1 << 20);
+}
+
+// One entry per rank of the layout, each rank and each (dp, tp, pp) coordinate once.
+void check_shards(const ManifestReader& in, const nlohmann::json& m, const ManifestLayout& l) {
+  const auto& shards = in.member(m, "shards", "shards");
+  if (!shards.is_array()) in.fail("shards", "must be a list");
+  if (static_cast<int64_t>(shards.size()) != l.world) {
+    in.fail("shards",
+            fmt::format("has {} entries, the layout's world is {}", shards.size(), l.world));
+  }
+  std::vector<bool> rank_seen(static_cast<size_t>(l.world), false);
+  std::set<std::tuple<int64_t, int64_t, int64_t>> coords;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const auto& e = shards[i];
+    const std::string at = fmt::format("shards[{}]", i);
+    if (!e.is_object()) in.fail(at, "must be an object");
+    const int64_t r = in.integer(e, "rank", at + ".rank", 0, l.world - 1);
+    if (rank_seen[static_cast<size_t>(r)]) {
+      in.fail(at + ".rank", fmt::format("{} is listed twice", r));
+    }
+    rank_seen[static_cast<size_t>(r)] = true;
+    in.text(e, "file", at + ".file");
+    in.integer(e, "bytes", at + ".bytes", 0, INT64_MAX);
+    in.text(e, "xxh64", at + ".xxh64");
+    const int64_t d = in.integer(e, "dp_rank", at + ".dp_rank", 0, l.dp - 1);
+    const int64_t t = in.integer(e, "tp_rank", at + ".tp_rank", 0, l.tp - 1);
+    const int64_t p = in.integer(e, "pp_rank", at + ".pp_rank", 0, l.pp - 1);
+    if (!coords.insert({d, t, p}).second) {
+      in.fail(at,
+              fmt::format("repeats the coordinates dp {} tp {} pp {} of another shard", d, t, p));
+    }
+    const auto& data = in.object(e, "data", at + ".data");
+    in.integer(data, "epoch", at + ".data.epoch", 0, kBig);
+    in.integer(data, "position", at + ".data.position", 0, INT64_MAX);
+  }
+}
+
+}  // namespace
+
+void check_manifest(const std::string& dir, const nlohmann::json& m) {
+  const ManifestReader in((fs::path(dir) / "manifest.json").string());
+  if (!m.is_object()) in.fail("the manifest", "must be a JSON object");
+  const int64_t version = in.integer(m, "format_version", "format_version", 0, kBig);
   if (version != kCheckpointFormatVersion) {
     raise<CheckpointError>(
         "checkpoint {} has format version {}, this build reads version {} (it was written by "
         "another release of the trainer; load it with that release or convert it)",
         dir, version, kCheckpointFormatVersion);
   }
-  integer(m, "step", "step", 0, kBig);
-  const auto& model = object(m, "model", "model");
-  for (const char* k : {"vocab", "d_model", "layers", "heads", "seq_len"}) {
-    integer(model, k, std::string("model.") + k, 1, 1 << 24);
-  }
-  if (!member(model, "seed", "model.seed").is_number_integer()) {
-    fail("model.seed", "must be an integer");
-  }
-  const auto& l = object(m, "layout", "layout");
-  const int64_t dp = integer(l, "dp", "layout.dp", 1, 1 << 20);
-  const int64_t tp = integer(l, "tp", "layout.tp", 1, 1 << 20);
-  const int64_t pp = integer(l, "pp", "layout.pp", 1, 1 << 20);
-  integer(l, "zero", "layout.zero", 0, 3);
-  const int64_t world = integer(l, "world", "layout.world", 1, 1 << 20);
-  if (world != dp * tp * pp) {
-    fail("layout.world",
-         fmt::format("is {}, but dp {} x tp {} x pp {} is {}", world, dp, tp, pp, dp * tp * pp));
-  }
-  text(m, "precision", "precision");
-  const auto& ls = object(m, "loss_scaler", "loss_scaler");
-  if (!member(ls, "scale", "loss_scaler.scale").is_number()) {
-    fail("loss_scaler.scale", "must be a number");
-  }
-  integer(ls, "good", "loss_scaler.good", 0, INT64_MAX);
-  integer(ls, "skipped", "loss_scaler.skipped", 0, INT64_MAX);
-  integer(ls, "hysteresis_left", "loss_scaler.hysteresis_left", 0, 1 << 20);
-  const auto& shards = member(m, "shards", "shards");
-  if (!shards.is_array()) fail("shards", "must be a list");
-  if (static_cast<int64_t>(shards.size()) != world) {
-    fail("shards", fmt::format("has {} entries, the layout's world is {}", shards.size(), world));
-  }
-  std::vector<bool> rank_seen(static_cast<size_t>(world), false);
-  std::set<std::tuple<int64_t, int64_t, int64_t>> coords;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    const auto& e = shards[i];
-    const std::string at = fmt::format("shards[{}]", i);
-    if (!e.is_object()) fail(at, "must be an object");
-    const int64_t r = integer(e, "rank", at + ".rank", 0, world - 1);
-    if (rank_seen[static_cast<size_t>(r)]) fail(at + ".rank", fmt::format("{} is listed twice", r));
-    rank_seen[static_cast<size_t>(r)] = true;
-    text(e, "file", at + ".file");
-    integer(e, "bytes", at + ".bytes", 0, INT64_MAX);
-    text(e, "xxh64", at + ".xxh64");
-    const int64_t d = integer(e, "dp_rank", at + ".dp_rank", 0, dp - 1);
-    const int64_t t = integer(e, "tp_rank", at + ".tp_rank", 0, tp - 1);
-    const int64_t p = integer(e, "pp_rank", at + ".pp_rank", 0, pp - 1);
-    if (!coords.insert({d, t, p}).second) {
-      fail(at, fmt::format("repeats the coordinates dp {} tp {} pp {} of another shard", d, t, p));
-    }
-    const auto& data = object(e, "data", at + ".data");
-    integer(data, "epoch", at + ".data.epoch", 0, kBig);
-    integer(data, "position", at + ".data.position", 0, INT64_MAX);
-  }
+  in.integer(m, "step", "step", 0, kBig);
+  check_model(in, m);
+  const ManifestLayout layout = check_layout(in, m);
+  in.text(m, "precision", "precision");
+  check_loss_scaler(in, m);
+  check_shards(in, m, layout);
 }
 
 void check_shard_identity(const std::string& dir, const nlohmann::json& entry,

@@ -1,6 +1,7 @@
 // The calls a training script makes around the training step, each behind a fault site so a plan
 // can make it on the wrong ranks, twice or not at all: the data loader's sample order
-// (`data.loader`), the evaluation loop (`eval.loop`) and the checkpoint save (`checkpoint.save`).
+// (`data.loader`), the evaluation loop (`eval.loop`), the checkpoint save (`checkpoint.save`) and
+// the resume's load (`checkpoint.load`).
 // The symptom then comes from the real code path: a save that only some ranks enter waits in its
 // all-gather for the others, a shard one sample longer gives its rank an extra step.
 #include <algorithm>
@@ -35,6 +36,16 @@ void Trainer::save_call() {
   if (v == fault::Verdict::kSkip) return;  // e.g. `if rank == 0: save_checkpoint(...)`
   save_checkpoint(cfg_.save_dir);
   if (v == fault::Verdict::kRepeat) save_checkpoint(cfg_.save_dir);
+}
+
+void Trainer::load_call() {
+  // A rank that skips it starts from its initial weights.
+  fault::set_step(step_);
+  const auto v = FAULTLINE_FAULT_POINT(
+      "checkpoint.load",
+      (fault::SiteContext{-1, "", "checkpoint.load", -1, nullptr, 0, DType::kU8, -1}));
+  if (v != fault::Verdict::kSkip) load_checkpoint(cfg_.resume);
+  if (v == fault::Verdict::kRepeat) load_checkpoint(cfg_.resume);
 }
 
 std::optional<float> Trainer::eval_call() {

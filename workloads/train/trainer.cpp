@@ -245,54 +245,71 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   return m;
 }
 
-std::vector<StepMetrics> Trainer::run() {
+// What run() keeps across steps: the metrics so far and where the current step's interval (wall
+// time, time in communication) began.
+struct Trainer::RunLog {
   std::vector<StepMetrics> history;
-  auto mark = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point mark = std::chrono::steady_clock::now();
   int64_t comm_mark = comm::time_in_comm_ns();
-  auto finish_step = [&](StepMetrics m, int epoch) {
-    m.epoch = epoch;
-    if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) m.eval_loss = eval_call();
-    if (cfg_.check_replicas_every > 0 && step_ % cfg_.check_replicas_every == 0) {
-      check_replicas();
-    }
-    const auto now = std::chrono::steady_clock::now();
-    const int64_t comm_now = comm::time_in_comm_ns();
-    m.interval_s = std::chrono::duration<double>(now - mark).count();
-    m.comm_s = static_cast<double>(comm_now - comm_mark) * 1e-9;
-    mark = now;
-    comm_mark = comm_now;
-    if (sink_) sink_(m);
-    history.push_back(m);
-  };
+};
+
+void Trainer::finish_step(StepMetrics m, int epoch, RunLog& log) {
+  m.epoch = epoch;
+  if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) m.eval_loss = eval_call();
+  if (cfg_.check_replicas_every > 0 && step_ % cfg_.check_replicas_every == 0) {
+    check_replicas();
+  }
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t comm_now = comm::time_in_comm_ns();
+  m.interval_s = std::chrono::duration<double>(now - log.mark).count();
+  m.comm_s = static_cast<double>(comm_now - log.comm_mark) * 1e-9;
+  log.mark = now;
+  log.comm_mark = comm_now;
+  if (sink_) sink_(m);
+  log.history.push_back(m);
+}
+
+void Trainer::run_epochs(RunLog& log) {
   const size_t mb = static_cast<size_t>(cfg_.micro_batch);
-  if (cfg_.epochs > 0) {
-    // Whole epochs of this rank's shard: a rank with fewer samples runs fewer steps.
-    for (int epoch = 0; epoch < cfg_.epochs; ++epoch) {
+  // Whole epochs of this rank's shard: a rank with fewer samples runs fewer steps.
+  for (int epoch = 0; epoch < cfg_.epochs; ++epoch) {
+    fault::set_step(step_);
+    auto idx = loader(sampler_.indices(epoch));
+    size_t usable = cfg_.drop_last ? idx.size() / mb * mb : idx.size();
+    size_t pos = 0;
+    while (pos < usable) {
+      std::vector<MicroBatch> mbs;
+      for (int k = 0; k < cfg_.grad_accum && pos < usable; ++k) {
+        const int count = static_cast<int>(std::min(mb, usable - pos));
+        mbs.push_back(load(corpus_, idx, pos, count));
+        pos += static_cast<size_t>(count);
+      }
+      finish_step(train_step(mbs), epoch, log);
+    }
+  }
+}
+
+std::vector<Trainer::MicroBatch> Trainer::next_batches(std::vector<int64_t>& idx) {
+  const size_t mb = static_cast<size_t>(cfg_.micro_batch);
+  std::vector<MicroBatch> mbs;
+  for (int k = 0; k < cfg_.grad_accum; ++k) {
+    if (pos_ + mb > idx.size()) {
       fault::set_step(step_);
-      auto idx = loader(sampler_.indices(epoch));
-      size_t usable = cfg_.drop_last ? idx.size() / mb * mb : idx.size();
-      size_t pos = 0;
-      while (pos < usable) {
-        std::vector<MicroBatch> mbs;
-        for (int k = 0; k < cfg_.grad_accum && pos < usable; ++k) {
-          const int count = static_cast<int>(std::min(mb, usable - pos));
-          mbs.push_back(load(corpus_, idx, pos, count));
-          pos += static_cast<size_t>(count);
-        }
-        finish_step(train_step(mbs), epoch);
+      idx = loader(sampler_.indices(++epoch_));
+      pos_ = 0;
+      if (idx.size() < mb) {
+        raise("rank {} has {} samples per epoch, fewer than one micro-batch of {}", topo_.rank,
+              idx.size(), mb);
       }
     }
-    return history;
+    mbs.push_back(load(corpus_, idx, pos_, cfg_.micro_batch));
+    pos_ += mb;
   }
-  if (!cfg_.resume.empty()) {
-    // The script's load call: a rank that skips it starts from its initial weights.
-    fault::set_step(step_);
-    const auto v = FAULTLINE_FAULT_POINT(
-        "checkpoint.load",
-        (fault::SiteContext{-1, "", "checkpoint.load", -1, nullptr, 0, DType::kU8, -1}));
-    if (v != fault::Verdict::kSkip) load_checkpoint(cfg_.resume);
-    if (v == fault::Verdict::kRepeat) load_checkpoint(cfg_.resume);
-  }
+  return mbs;
+}
+
+void Trainer::run_steps(RunLog& log) {
+  if (!cfg_.resume.empty()) load_call();
   if (cfg_.reset_loss_scale) {
     scaler_ = LossScaler(cfg_.loss_scale);
     if (topo_.rank == 0) std::printf("# loss scale reset to %g\n", scaler_.scale());
@@ -300,20 +317,7 @@ std::vector<StepMetrics> Trainer::run() {
   fault::set_step(step_);
   auto idx = loader(sampler_.indices(epoch_));
   while (step_ < cfg_.steps) {
-    std::vector<MicroBatch> mbs;
-    for (int k = 0; k < cfg_.grad_accum; ++k) {
-      if (pos_ + mb > idx.size()) {
-        fault::set_step(step_);
-        idx = loader(sampler_.indices(++epoch_));
-        pos_ = 0;
-        if (idx.size() < mb) {
-          raise("rank {} has {} samples per epoch, fewer than one micro-batch of {}", topo_.rank,
-                idx.size(), mb);
-        }
-      }
-      mbs.push_back(load(corpus_, idx, pos_, cfg_.micro_batch));
-      pos_ += mb;
-    }
+    std::vector<MicroBatch> mbs = next_batches(idx);
     if (cfg_.skip_steps.count(step_)) {
       // The batches are consumed (the data position moves on) but nothing is trained on them.
       if (topo_.rank == 0) {
@@ -321,14 +325,23 @@ std::vector<StepMetrics> Trainer::run() {
       }
       ++step_;
     } else {
-      finish_step(train_step(mbs), epoch_);
+      finish_step(train_step(mbs), epoch_, log);
     }
     if (!cfg_.save_dir.empty() &&
         ((cfg_.save_every > 0 && step_ % cfg_.save_every == 0) || step_ == cfg_.steps)) {
       save_call();
     }
   }
-  return history;
+}
+
+std::vector<StepMetrics> Trainer::run() {
+  RunLog log;
+  if (cfg_.epochs > 0) {
+    run_epochs(log);
+  } else {
+    run_steps(log);
+  }
+  return std::move(log.history);
 }
 
 void Trainer::check_replicas() const {

@@ -169,6 +169,14 @@ class Trainer {
     std::vector<int32_t> tokens, targets;
     int B = 0;
   };
+  struct RunLog;
+  // run()'s parts: whole epochs of the shard, or `steps` steps from the data position (after
+  // the resume's load call); each finished step is evaluated, checked and logged by finish_step.
+  void run_epochs(RunLog& log);
+  void run_steps(RunLog& log);
+  void finish_step(StepMetrics m, int epoch, RunLog& log);
+  // The next step's micro-batches from `idx` at pos_, moving to the next epoch when it runs out.
+  std::vector<MicroBatch> next_batches(std::vector<int64_t>& idx);
   StepMetrics train_step(const std::vector<MicroBatch>& mbs);
   float forward_backward(const std::vector<MicroBatch>& mbs, bool backward);
   void check_replicas() const;
@@ -181,6 +189,7 @@ class Trainer {
   std::vector<int64_t> loader(std::vector<int64_t> idx) const;
   // The script-level calls, each behind its site: checkpoint.save, checkpoint.load, eval.loop.
   void save_call();
+  void load_call();  // of cfg_.resume
   std::optional<float> eval_call();
 
   TrainConfig cfg_;
