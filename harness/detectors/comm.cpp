@@ -46,133 +46,165 @@ std::vector<int> members(const RunView& v, const std::string& group, int rank) {
   return out;
 }
 
+struct CommOptions {
+  double stall_s = 5;
+};
+
+// (group with its members, seq): one collective of one group.
+using CallKey = std::pair<std::string, int64_t>;
+using CallSig = std::tuple<std::string, int64_t, std::string>;  // op, count, dtype
+
+class CommDetector {
+ public:
+  CommDetector(Tool& tool, const CommOptions& o) : tool_(tool), o_(o) {}
+
+  void on_event(const Event& e) {
+    if (e.source != "rank") return;
+    if (e.kind == "collective") on_collective(e);
+    if (e.kind == "error") on_error(e);
+  }
+
+  void on_tick(int64_t now) {
+    for (auto& [key, calls] : inflight_) {
+      int64_t oldest = now;
+      for (auto& [r, c] : calls) oldest = std::min(oldest, c.since_ns);
+      if ((now - oldest) / 1e9 >= o_.stall_s) {
+        analyse(key, calls, fmt::format("stalled {:.1f} s", (now - oldest) / 1e9),
+                tool_.view().max_step());
+      }
+    }
+  }
+
+ private:
+  // The flight records: a collective stays in `inflight_` until the rank completes it.
+  void on_collective(const Event& e) {
+    // Groups of one name (every tensor-parallel group is "tp") are told apart by members.
+    const std::string group = e.data.value("group", "");
+    const CallKey key{
+        fmt::format("{}[{}]", group, fmt::join(members(tool_.view(), group, e.rank), ",")),
+        e.data.value("seq", int64_t{-1})};
+    const std::string state = e.data.value("state", "");
+    Call c{e.data.value("op", ""), e.data.value("dtype", ""), e.data.value("count", int64_t{0}),
+           e.t_ns - static_cast<int64_t>(e.data.value("in_flight_ms", 0.0) * 1e6)};
+    if (state == "completed") {
+      auto it = inflight_.find(key);
+      if (it != inflight_.end()) {
+        it->second.erase(e.rank);
+        if (it->second.empty()) inflight_.erase(it);
+      }
+      return;
+    }
+    // A timeout or failure is followed by the rank's error event, which decides the finding.
+    inflight_[key][e.rank] = c;
+  }
+
+  void on_error(const Event& e) {
+    const std::string cls = e.data.value("class", "");
+    const std::string msg = e.data.value("message", "");
+    Finding f;
+    f.ranks = {e.rank};
+    f.step = e.step;
+    f.confidence = 0.8;
+    f.evidence = fmt::format("rank {} failed ({}): {}", e.rank, cls, msg);
+    if (cls == "comm timeout" || cls == "comm") {
+      // Who the rank waited for: the flight records of the collective it was in.
+      for (auto& [key, calls] : inflight_) {
+        if (calls.count(e.rank)) {
+          analyse(key, calls, "rank " + std::to_string(e.rank) + " failed (" + cls + ")", e.step);
+          return;
+        }
+      }
+      f.symptom = phase_symptom(e.rank);
+    } else if (cls == "comm mismatch") {
+      f.symptom = tool_.view().workload == "infer"         ? "5.1"
+                  : msg.find("dtype") != std::string::npos ? "4.6"
+                                                           : "4.7";
+    } else if (cls == "rendezvous") {
+      f.symptom = msg.find("missing") != std::string::npos ? "2.2" : "2.1";
+    } else if (cls == "store") {
+      f.symptom = msg.find("in use") != std::string::npos ? "2.1" : "2.2";
+    } else {
+      return;
+    }
+    tool_.report(f);
+  }
+
+  // A collective that stops a run: serving, training, or before training started.
+  std::string phase_symptom(int rank) const {
+    const RunView& v = tool_.view();
+    if (v.workload == "infer") return std::string("5.1");
+    auto it = v.ranks.find(rank);
+    const bool started = it != v.ranks.end() && it->second.last_step >= 0;
+    return std::string(started || v.max_step() >= 0 ? "4.7" : "2.2");
+  }
+
+  // What the members of one collective called: different calls are a mismatch, else the
+  // members that never arrived are missing.
+  void analyse(const CallKey& key, const std::map<int, Call>& calls, const std::string& why,
+               int64_t step) {
+    std::set<CallSig> kinds;
+    for (auto& [r, c] : calls) kinds.insert({c.op, c.count, c.dtype});
+    Finding f =
+        kinds.size() > 1 ? mismatch(key, calls, kinds, why) : missing(key, calls, kinds, why);
+    f.step = step;
+    f.key = fmt::format("{}|{}", key.first, key.second);
+    tool_.report(f);
+  }
+
+  // Same seq, different calls: the minority is the culprit.
+  Finding mismatch(const CallKey& key, const std::map<int, Call>& calls,
+                   const std::set<CallSig>& kinds, const std::string& why) const {
+    std::map<CallSig, std::vector<int>> by;
+    for (auto& [r, c] : calls) by[{c.op, c.count, c.dtype}].push_back(r);
+    auto minority = std::min_element(by.begin(), by.end(), [](auto& a, auto& b) {
+                      return a.second.size() < b.second.size();
+                    })->second;
+    const bool op_differs =
+        std::set<std::string>{std::get<0>(*kinds.begin()), std::get<0>(*kinds.rbegin())}.size() > 1;
+    Finding f;
+    f.symptom = tool_.view().workload == "infer" ? "5.1" : op_differs ? "4.7" : "4.6";
+    f.ranks = minority;
+    std::vector<std::string> what;
+    for (auto& [r, c] : calls)
+      what.push_back(fmt::format("rank {} {}({}, {})", r, c.op, c.count, c.dtype));
+    f.evidence = fmt::format("{} on group {} seq {}: ranks called different collectives: {}", why,
+                             key.first, key.second, fmt::join(what, "; "));
+    f.confidence = 0.9;
+    return f;
+  }
+
+  Finding missing(const CallKey& key, const std::map<int, Call>& calls,
+                  const std::set<CallSig>& kinds, const std::string& why) const {
+    const auto group =
+        members(tool_.view(), key.first.substr(0, key.first.find('[')), calls.begin()->first);
+    std::vector<int> absent;
+    for (int r : group) {
+      if (!calls.count(r)) absent.push_back(r);
+    }
+    Finding f;
+    f.symptom = phase_symptom(calls.begin()->first);
+    f.ranks = absent;
+    if (f.ranks.empty()) {
+      for (auto& [r, c] : calls) f.ranks.push_back(r);
+    }
+    f.evidence = fmt::format("{} on group {} seq {} ({}): {} of {} members waiting; missing [{}]",
+                             why, key.first, key.second, std::get<0>(*kinds.begin()), calls.size(),
+                             group.size(), fmt::join(absent, ","));
+    f.confidence = absent.empty() ? 0.6 : 0.85;
+    return f;
+  }
+
+  Tool& tool_;
+  const CommOptions o_;
+  std::map<CallKey, std::map<int, Call>> inflight_;  // (group, seq) -> rank -> what it called
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"fl-detect-comm: collective stalls, timeouts, mismatches, setup failures"};
-  double stall_s = 5;
-  app.add_option("--stall-s", stall_s, "A collective in flight this long is a finding")
+  CommOptions o;
+  app.add_option("--stall-s", o.stall_s, "A collective in flight this long is a finding")
       ->capture_default_str();
-  return tool_main(app, argc, argv, "comm", [&](Tool& tool) {
-    // (group, seq) -> rank -> what it called
-    std::map<std::pair<std::string, int64_t>, std::map<int, Call>> inflight;
-    auto phase_symptom = [&](int rank) {
-      const RunView& v = tool.view();
-      if (v.workload == "infer") return std::string("5.1");
-      auto it = v.ranks.find(rank);
-      const bool started = it != v.ranks.end() && it->second.last_step >= 0;
-      return std::string(started || v.max_step() >= 0 ? "4.7" : "2.2");
-    };
-    auto analyse = [&](const std::pair<std::string, int64_t>& key, const std::map<int, Call>& calls,
-                       const std::string& why, int64_t step) {
-      const RunView& v = tool.view();
-      const auto group = members(v, key.first.substr(0, key.first.find('[')), calls.begin()->first);
-      std::vector<int> missing;
-      for (int r : group) {
-        if (!calls.count(r)) missing.push_back(r);
-      }
-      std::set<std::tuple<std::string, int64_t, std::string>> kinds;
-      for (auto& [r, c] : calls) kinds.insert({c.op, c.count, c.dtype});
-      Finding f;
-      f.step = step;
-      if (kinds.size() > 1) {
-        // Same seq, different calls: the minority is the culprit.
-        std::map<std::tuple<std::string, int64_t, std::string>, std::vector<int>> by;
-        for (auto& [r, c] : calls) by[{c.op, c.count, c.dtype}].push_back(r);
-        auto minority = std::min_element(by.begin(), by.end(), [](auto& a, auto& b) {
-                          return a.second.size() < b.second.size();
-                        })->second;
-        const bool op_differs =
-            std::set<std::string>{std::get<0>(*kinds.begin()), std::get<0>(*kinds.rbegin())}
-                .size() > 1;
-        f.symptom = v.workload == "infer" ? "5.1" : op_differs ? "4.7" : "4.6";
-        f.ranks = minority;
-        std::vector<std::string> what;
-        for (auto& [r, c] : calls)
-          what.push_back(fmt::format("rank {} {}({}, {})", r, c.op, c.count, c.dtype));
-        f.evidence = fmt::format("{} on group {} seq {}: ranks called different collectives: {}",
-                                 why, key.first, key.second, fmt::join(what, "; "));
-        f.confidence = 0.9;
-      } else {
-        f.symptom = phase_symptom(calls.begin()->first);
-        f.ranks = missing.empty() ? std::vector<int>{} : missing;
-        if (f.ranks.empty()) {
-          for (auto& [r, c] : calls) f.ranks.push_back(r);
-        }
-        f.evidence =
-            fmt::format("{} on group {} seq {} ({}): {} of {} members waiting; missing [{}]", why,
-                        key.first, key.second, std::get<0>(*kinds.begin()), calls.size(),
-                        group.size(), fmt::join(missing, ","));
-        f.confidence = missing.empty() ? 0.6 : 0.85;
-      }
-      f.key = fmt::format("{}|{}", key.first, key.second);
-      tool.report(f);
-    };
-    auto on_event = [&](const Event& e) {
-      if (e.source != "rank") return;
-      if (e.kind == "collective") {
-        // Groups of one name (every tensor-parallel group is "tp") are told apart by members.
-        const std::string group = e.data.value("group", "");
-        const std::pair<std::string, int64_t> key{
-            fmt::format("{}[{}]", group, fmt::join(members(tool.view(), group, e.rank), ",")),
-            e.data.value("seq", int64_t{-1})};
-        const std::string state = e.data.value("state", "");
-        Call c{e.data.value("op", ""), e.data.value("dtype", ""), e.data.value("count", int64_t{0}),
-               e.t_ns - static_cast<int64_t>(e.data.value("in_flight_ms", 0.0) * 1e6)};
-        if (state == "completed") {
-          auto it = inflight.find(key);
-          if (it != inflight.end()) {
-            it->second.erase(e.rank);
-            if (it->second.empty()) inflight.erase(it);
-          }
-          return;
-        }
-        // A timeout or failure is followed by the rank's error event, which decides the finding.
-        inflight[key][e.rank] = c;
-        return;
-      }
-      if (e.kind == "error") {
-        const std::string cls = e.data.value("class", "");
-        const std::string msg = e.data.value("message", "");
-        Finding f;
-        f.ranks = {e.rank};
-        f.step = e.step;
-        f.confidence = 0.8;
-        f.evidence = fmt::format("rank {} failed ({}): {}", e.rank, cls, msg);
-        if (cls == "comm timeout" || cls == "comm") {
-          // Who the rank waited for: the flight records of the collective it was in.
-          for (auto& [key, calls] : inflight) {
-            if (calls.count(e.rank)) {
-              analyse(key, calls, "rank " + std::to_string(e.rank) + " failed (" + cls + ")",
-                      e.step);
-              return;
-            }
-          }
-          f.symptom = phase_symptom(e.rank);
-        } else if (cls == "comm mismatch") {
-          f.symptom = tool.view().workload == "infer"          ? "5.1"
-                      : msg.find("dtype") != std::string::npos ? "4.6"
-                                                               : "4.7";
-        } else if (cls == "rendezvous") {
-          f.symptom = msg.find("missing") != std::string::npos ? "2.2" : "2.1";
-        } else if (cls == "store") {
-          f.symptom = msg.find("in use") != std::string::npos ? "2.1" : "2.2";
-        } else {
-          return;
-        }
-        tool.report(f);
-      }
-    };
-    auto on_tick = [&](int64_t now) {
-      for (auto& [key, calls] : inflight) {
-        int64_t oldest = now;
-        for (auto& [r, c] : calls) oldest = std::min(oldest, c.since_ns);
-        if ((now - oldest) / 1e9 >= stall_s) {
-          analyse(key, calls, fmt::format("stalled {:.1f} s", (now - oldest) / 1e9),
-                  tool.view().max_step());
-        }
-      }
-    };
-    tool.run(on_event, on_tick);
-  });
+  return run_tool<CommDetector>(app, argc, argv, "comm", o);
 }

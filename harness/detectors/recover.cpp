@@ -47,99 +47,117 @@ std::string checkpoint_at_or_before(int64_t step) {
   return best < 0 ? "" : (dir / ("step_" + std::to_string(best))).string();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"fl-recover: restart, shrink, microbatch, skip-batch or reset-scale"};
+struct RecoverOptions {
   std::string policy = "restart";
   int max_restarts = 3;
   double hang_s = 8;
   int shrink_dp = 0;
-  app.add_option("--policy", policy, "Recovery policy")
+};
+
+class Recovery {
+ public:
+  Recovery(Tool& tool, const RecoverOptions& o) : tool_(tool), o_(o) {}
+
+  void on_event(const Event& e) {
+    if (e.kind == "launch" && e.rank == 0 && e.data.contains("argv")) launch_argv_ = e.data["argv"];
+    track_progress(e);
+    const bool failed = e.source == "harness" && e.kind == "rank_exit" &&
+                        e.data.value("class", "ok") != "ok" && !e.data.value("by_harness", false);
+    const std::string err =
+        e.source == "rank" && e.kind == "error" ? e.data.value("class", "") : "";
+    const std::string& policy = o_.policy;
+    if (policy == "restart" && failed) {
+      act(fmt::format("rank {} ended ({})", e.rank, e.data.value("class", "")), {}, 0);
+    } else if (policy == "shrink" && failed) {
+      const int dp = last_int_arg(launch_argv_, "--dp", 1);
+      const int to = o_.shrink_dp > 0 ? o_.shrink_dp : dp / 2;
+      if (dp > 1 && to >= 1 && to < dp) act(fmt::format("rank {} ended", e.rank), {}, to);
+    } else if (policy == "microbatch" && err == "out of memory") {
+      const int mb = last_int_arg(launch_argv_, "--micro-batch", 1);
+      const int ga = last_int_arg(launch_argv_, "--grad-accum", 1);
+      if (mb > 1) {
+        act("out of memory on rank " + std::to_string(e.rank),
+            {"--micro-batch", std::to_string(mb / 2), "--grad-accum", std::to_string(ga * 2)}, 0);
+      }
+    } else if (policy == "skip-batch" && e.kind == "step" && e.source == "rank" &&
+               (!e.data.contains("loss") || e.data["loss"].is_null())) {
+      // Resume from before the bad batch (a later checkpoint may hold its damage).
+      act(fmt::format("non-finite loss at step {}", e.step),
+          {"--skip-batches", std::to_string(e.step)}, 0, checkpoint_at_or_before(e.step));
+    } else if (policy == "reset-scale" && err == "loss scale") {
+      act("loss scale collapsed on rank " + std::to_string(e.rank), {"--reset-loss-scale"}, 0);
+    }
+  }
+
+  void on_tick(int64_t now) {
+    if (o_.policy != "restart" || progress_ns_ < 0 || tool_.view().alive().empty()) return;
+    // ...and a gap must also span 5 of the incarnation's median step intervals (slow steps
+    // of a busy host are no hang).
+    const double need_ns = std::max(o_.hang_s * 1e9, 5 * median(intervals_));
+    if (static_cast<double>(now - progress_ns_) > need_ns) {
+      act(fmt::format("no progress for {:.1f} s at step {}", (now - progress_ns_) / 1e9, top_step_),
+          {}, 0);
+    }
+  }
+
+ private:
+  // The hang clock starts at the first step of each incarnation: how long ranks take to
+  // start (and a restart to load its checkpoint) depends on the host's load, not on a hang.
+  void track_progress(const Event& e) {
+    if (e.kind == "launch" || e.kind == "restart") {
+      progress_ns_ = -1;
+      top_step_ = -1;
+      intervals_.clear();
+    }
+    if (e.kind == "step" && e.step > top_step_) {
+      top_step_ = e.step;
+      if (progress_ns_ >= 0) intervals_.push_back(static_cast<double>(e.t_ns - progress_ns_));
+      progress_ns_ = e.t_ns;
+    }
+  }
+
+  // One restart per incarnation of the job, --max-restarts in all; says what it did on stdout.
+  void act(const std::string& why, std::vector<std::string> args, int dp,
+           const std::string& checkpoint = "") {
+    const int inc = tool_.view().incarnation;
+    if (acted_in_ == inc || restarts_ >= o_.max_restarts) return;
+    acted_in_ = inc;
+    ++restarts_;
+    std::string reply;
+    const bool ok = tool_.control("restart_job", -1, args, dp, &reply, checkpoint);
+    std::printf("%s: %s -> restart_job%s%s: %s (%s)\n", tool_.name().c_str(), why.c_str(),
+                args.empty() ? "" : fmt::format(" args [{}]", fmt::join(args, " ")).c_str(),
+                dp > 0 ? fmt::format(" dp {}", dp).c_str() : "", ok ? "ok" : "refused",
+                reply.c_str());
+    std::fflush(stdout);
+  }
+
+  Tool& tool_;
+  const RecoverOptions o_;
+  int restarts_ = 0, acted_in_ = -1;
+  int64_t progress_ns_ = -1, top_step_ = -1;
+  std::vector<double> intervals_;  // ns between new top steps of this incarnation
+  nlohmann::json launch_argv_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fl-recover: restart, shrink, microbatch, skip-batch or reset-scale"};
+  RecoverOptions o;
+  app.add_option("--policy", o.policy, "Recovery policy")
       ->check(CLI::IsMember({"restart", "shrink", "microbatch", "skip-batch", "reset-scale"}))
       ->capture_default_str();
-  app.add_option("--max-restarts", max_restarts, "Give up after this many")->capture_default_str();
-  app.add_option("--hang-s", hang_s,
+  app.add_option("--max-restarts", o.max_restarts, "Give up after this many")
+      ->capture_default_str();
+  app.add_option("--hang-s", o.hang_s,
                  "restart: no progress this long (after the first step of a launch or restart, and "
                  "5 median step intervals) while ranks live is a hang")
       ->capture_default_str();
-  app.add_option("--dp", shrink_dp,
+  app.add_option("--dp", o.shrink_dp,
                  "shrink: the data-parallel size to restart at (any size from 1 to the current "
                  "one - 1; 0: half the current one)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
-  return tool_main(app, argc, argv, "recover", [&](Tool& tool) {
-    int restarts = 0, acted_in = -1;
-    int64_t progress_ns = -1, top_step = -1;
-    std::vector<double> intervals;  // ns between new top steps of this incarnation
-    nlohmann::json launch_argv;
-    auto act = [&](const std::string& why, std::vector<std::string> args, int dp,
-                   const std::string& checkpoint = "") {
-      const int inc = tool.view().incarnation;
-      if (acted_in == inc || restarts >= max_restarts) return;
-      acted_in = inc;
-      ++restarts;
-      std::string reply;
-      const bool ok = tool.control("restart_job", -1, args, dp, &reply, checkpoint);
-      std::printf("%s: %s -> restart_job%s%s: %s (%s)\n", tool.name().c_str(), why.c_str(),
-                  args.empty() ? "" : fmt::format(" args [{}]", fmt::join(args, " ")).c_str(),
-                  dp > 0 ? fmt::format(" dp {}", dp).c_str() : "", ok ? "ok" : "refused",
-                  reply.c_str());
-      std::fflush(stdout);
-    };
-    auto on_event = [&](const Event& e) {
-      const RunView& v = tool.view();
-      if (e.kind == "launch" && e.rank == 0 && e.data.contains("argv"))
-        launch_argv = e.data["argv"];
-      // The hang clock starts at the first step of each incarnation: how long ranks take to
-      // start (and a restart to load its checkpoint) depends on the host's load, not on a hang.
-      if (e.kind == "launch" || e.kind == "restart") {
-        progress_ns = -1;
-        top_step = -1;
-        intervals.clear();
-      }
-      if (e.kind == "step" && e.step > top_step) {
-        top_step = e.step;
-        if (progress_ns >= 0) intervals.push_back(static_cast<double>(e.t_ns - progress_ns));
-        progress_ns = e.t_ns;
-      }
-      const bool failed = e.source == "harness" && e.kind == "rank_exit" &&
-                          e.data.value("class", "ok") != "ok" && !e.data.value("by_harness", false);
-      const std::string err =
-          e.source == "rank" && e.kind == "error" ? e.data.value("class", "") : "";
-      if (policy == "restart" && failed) {
-        act(fmt::format("rank {} ended ({})", e.rank, e.data.value("class", "")), {}, 0);
-      } else if (policy == "shrink" && failed) {
-        const int dp = last_int_arg(launch_argv, "--dp", 1);
-        const int to = shrink_dp > 0 ? shrink_dp : dp / 2;
-        if (dp > 1 && to >= 1 && to < dp) act(fmt::format("rank {} ended", e.rank), {}, to);
-      } else if (policy == "microbatch" && err == "out of memory") {
-        const int mb = last_int_arg(launch_argv, "--micro-batch", 1);
-        const int ga = last_int_arg(launch_argv, "--grad-accum", 1);
-        if (mb > 1) {
-          act("out of memory on rank " + std::to_string(e.rank),
-              {"--micro-batch", std::to_string(mb / 2), "--grad-accum", std::to_string(ga * 2)}, 0);
-        }
-      } else if (policy == "skip-batch" && e.kind == "step" && e.source == "rank" &&
-                 (!e.data.contains("loss") || e.data["loss"].is_null())) {
-        // Resume from before the bad batch (a later checkpoint may hold its damage).
-        act(fmt::format("non-finite loss at step {}", e.step),
-            {"--skip-batches", std::to_string(e.step)}, 0, checkpoint_at_or_before(e.step));
-      } else if (policy == "reset-scale" && err == "loss scale") {
-        act("loss scale collapsed on rank " + std::to_string(e.rank), {"--reset-loss-scale"}, 0);
-      }
-      (void)v;
-    };
-    auto on_tick = [&](int64_t now) {
-      if (policy != "restart" || progress_ns < 0 || tool.view().alive().empty()) return;
-      // ...and a gap must also span 5 of the incarnation's median step intervals (slow steps
-      // of a busy host are no hang).
-      const double need_ns = std::max(hang_s * 1e9, 5 * median(intervals));
-      if (static_cast<double>(now - progress_ns) > need_ns) {
-        act(fmt::format("no progress for {:.1f} s at step {}", (now - progress_ns) / 1e9, top_step),
-            {}, 0);
-      }
-    };
-    tool.run(on_event, on_tick);
-  });
+  return run_tool<Recovery>(app, argc, argv, "recover", o);
 }

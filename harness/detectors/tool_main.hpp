@@ -32,4 +32,20 @@ inline int tool_main(CLI::App& app, int argc, char** argv, const char* name,
   }
 }
 
+// The main of a tool written as a class: once the command line has filled `options`,
+// `T(tool, options)` sees every event in its on_event and, when it has one, the clock in its
+// on_tick (Tool::run).
+template <class T, class Options>
+int run_tool(CLI::App& app, int argc, char** argv, const char* name, const Options& options) {
+  return tool_main(app, argc, argv, name, [&](Tool& tool) {
+    T t(tool, options);
+    auto on_event = [&](const Event& e) { t.on_event(e); };
+    if constexpr (requires(int64_t now) { t.on_tick(now); }) {
+      tool.run(on_event, [&](int64_t now) { t.on_tick(now); });
+    } else {
+      tool.run(on_event);
+    }
+  });
+}
+
 }  // namespace fl::detect

@@ -137,12 +137,16 @@ int listen_store() {
   return fd;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct LaunchOptions {
   int nproc = 1;
-  long rank_base = -1;
+  long rank_base = -1;  // -1: the caller's RANK
   std::string devices = "cuda";
+  int program = 0;  // argv index of the program to launch
+};
+
+// The options before `--`; a bad one ends the launcher with its usage and status 2.
+LaunchOptions parse_options(int argc, char** argv) {
+  LaunchOptions o;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
@@ -154,93 +158,85 @@ int main(int argc, char** argv) {
     const std::string v = argv[++i];
     char* end = nullptr;
     if (a == "--nproc") {
-      nproc = static_cast<int>(std::strtol(v.c_str(), &end, 10));
-      if (*end != '\0' || nproc < 1 || nproc > 256) usage("--nproc must be 1-256");
+      o.nproc = static_cast<int>(std::strtol(v.c_str(), &end, 10));
+      if (*end != '\0' || o.nproc < 1 || o.nproc > 256) usage("--nproc must be 1-256");
     } else if (a == "--rank-base") {
-      rank_base = std::strtol(v.c_str(), &end, 10);
-      if (*end != '\0' || rank_base < 0) usage("--rank-base must be a rank (0 or more)");
+      o.rank_base = std::strtol(v.c_str(), &end, 10);
+      if (*end != '\0' || o.rank_base < 0) usage("--rank-base must be a rank (0 or more)");
     } else if (a == "--devices") {
       if (v != "int" && v != "cuda") usage("--devices must be int or cuda");
-      devices = v;
+      o.devices = v;
     } else {
       usage(("unknown option " + a).c_str());
     }
   }
   if (i >= argc) usage("no program to launch (give it after --)");
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // end with whoever started this launcher
+  o.program = i;
+  return o;
+}
 
-  if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES"); cvd != nullptr && devices == "int") {
-    for (const auto& slot : split_commas(cvd)) {
-      if (!python_int(slot)) {
-        std::fprintf(stderr,
-                     "fl-launch: cannot read CUDA_VISIBLE_DEVICES='%s'\nTraceback (most recent "
-                     "call last):\n  File \"fl-launch\", in parse_resource_filter\n    slots = "
-                     "[int(x) for x in slots.split(\",\")]\nValueError: invalid literal for int() "
-                     "with base 10: '%s'\n",
-                     cvd, slot.c_str());
-        return 1;
-      }
+// --devices int: every CUDA_VISIBLE_DEVICES entry must pass Python's int(), else DeepSpeed's
+// error and false.
+bool devices_readable(const std::string& devices) {
+  const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (cvd == nullptr || devices != "int") return true;
+  for (const auto& slot : split_commas(cvd)) {
+    if (!python_int(slot)) {
+      std::fprintf(stderr,
+                   "fl-launch: cannot read CUDA_VISIBLE_DEVICES='%s'\nTraceback (most recent "
+                   "call last):\n  File \"fl-launch\", in parse_resource_filter\n    slots = "
+                   "[int(x) for x in slots.split(\",\")]\nValueError: invalid literal for int() "
+                   "with base 10: '%s'\n",
+                   cvd, slot.c_str());
+      return false;
     }
   }
-  const std::string outer_rank = env_or("RANK", "0");
-  const std::string outer_local = env_or("LOCAL_RANK", "0");
-  if (rank_base < 0) rank_base = std::strtol(outer_rank.c_str(), nullptr, 10);
+  return true;
+}
 
-  const int store_fd =
-      rank_base == 0 && env_or("FAULTLINE_STORE_HOST", "rank0") == "rank0" ? listen_store() : -1;
+// In the forked child: the environment of worker `rank`, then exec (127 when that fails).
+[[noreturn]] void exec_worker(char** argv, long rank, const std::string& local, int nproc,
+                              int store_fd, const std::string& outer_rank) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::setenv("RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("LOCAL_RANK", local.c_str(), 1);
+  if (nproc > 1) ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+  ::unsetenv("FAULTLINE_STORE_LISTEN_FD");  // not an outer launcher's socket
+  if (rank == 0 && store_fd >= 0) {
+    // F_DUPFD's copy is not close-on-exec: rank 0 alone inherits the socket.
+    const int fd = ::fcntl(store_fd, F_DUPFD, 3);
+    if (fd >= 0) ::setenv("FAULTLINE_STORE_LISTEN_FD", std::to_string(fd).c_str(), 1);
+  }
+  if (std::to_string(rank) != outer_rank) {
+    // A process the harness did not start under this rank: its telemetry files go beside
+    // the wrapping rank's, not over them.
+    const std::string dir = env_or("FAULTLINE_FLIGHT_RECORDER_DIR", ".");
+    const std::string tag =
+        "/launched-rank" + std::to_string(rank) + "-" + std::to_string(::getpid());
+    ::setenv("FAULTLINE_EVENTS_FILE", (dir + tag + ".events.jsonl").c_str(), 1);
+    ::setenv("FAULTLINE_FIRED_LOG", (dir + tag + ".fired.jsonl").c_str(), 1);
+  }
+  ::execvp(argv[0], argv);
+  std::fprintf(stderr, "fl-launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
+  std::_Exit(127);
+}
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGINT, &sa, nullptr);
-
-  std::vector<pid_t> kids;
+// The started workers, stopped together.
+struct Workers {
+  std::vector<pid_t> pids;
   std::vector<bool> reaped;
-  auto stop_all = [&](int sig) {
-    for (size_t k = 0; k < kids.size(); ++k) {
-      if (!reaped[k]) ::kill(kids[k], sig);
+  void stop_all(int sig) const {
+    for (size_t k = 0; k < pids.size(); ++k) {
+      if (!reaped[k]) ::kill(pids[k], sig);
     }
-  };
-  for (int k = 0; k < nproc; ++k) {
-    const long rank = rank_base + k;
-    const std::string local = nproc == 1 ? outer_local : std::to_string(k);
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      std::perror("fl-launch: fork");
-      stop_all(SIGTERM);
-      return 1;
-    }
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      ::setenv("RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("LOCAL_RANK", local.c_str(), 1);
-      if (nproc > 1) ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      ::unsetenv("FAULTLINE_STORE_LISTEN_FD");  // not an outer launcher's socket
-      if (rank == 0 && store_fd >= 0) {
-        // F_DUPFD's copy is not close-on-exec: rank 0 alone inherits the socket.
-        const int fd = ::fcntl(store_fd, F_DUPFD, 3);
-        if (fd >= 0) ::setenv("FAULTLINE_STORE_LISTEN_FD", std::to_string(fd).c_str(), 1);
-      }
-      if (std::to_string(rank) != outer_rank) {
-        // A process the harness did not start under this rank: its telemetry files go beside
-        // the wrapping rank's, not over them.
-        const std::string dir = env_or("FAULTLINE_FLIGHT_RECORDER_DIR", ".");
-        const std::string tag =
-            "/launched-rank" + std::to_string(rank) + "-" + std::to_string(::getpid());
-        ::setenv("FAULTLINE_EVENTS_FILE", (dir + tag + ".events.jsonl").c_str(), 1);
-        ::setenv("FAULTLINE_FIRED_LOG", (dir + tag + ".fired.jsonl").c_str(), 1);
-      }
-      ::execvp(argv[i], argv + i);
-      std::fprintf(stderr, "fl-launch: cannot run %s: %s\n", argv[i], std::strerror(errno));
-      std::_Exit(127);
-    }
-    kids.push_back(pid);
-    reaped.push_back(false);
   }
-  if (store_fd >= 0) ::close(store_fd);  // rank 0 serves it now
+};
 
+// Waits for every worker. The first that fails gives the result (its exit status, or 128 + its
+// signal) and stops the others; so does a SIGTERM or SIGINT to the launcher.
+int wait_all(Workers& w, long rank_base) {
   int result = 0;
-  size_t alive = kids.size();
+  size_t alive = w.pids.size();
   bool stopping = false;
   while (alive > 0) {
     int status = 0;
@@ -249,16 +245,16 @@ int main(int argc, char** argv) {
       if (errno == EINTR) {
         if (g_stop != 0 && !stopping) {
           stopping = true;
-          stop_all(g_stop);
+          w.stop_all(g_stop);
         }
         continue;
       }
       break;
     }
     size_t idx = 0;
-    while (idx < kids.size() && kids[idx] != pid) ++idx;
-    if (idx == kids.size()) continue;
-    reaped[idx] = true;
+    while (idx < w.pids.size() && w.pids[idx] != pid) ++idx;
+    if (idx == w.pids.size()) continue;
+    w.reaped[idx] = true;
     --alive;
     int code = 0;
     if (WIFEXITED(status)) code = WEXITSTATUS(status);
@@ -266,15 +262,51 @@ int main(int argc, char** argv) {
     if (code != 0 && result == 0) {
       result = code;
       std::fprintf(stderr, "fl-launch: process %zu of %zu (RANK %ld, pid %d) failed: %s %d%s\n",
-                   idx, kids.size(), rank_base + static_cast<long>(idx), pid,
+                   idx, w.pids.size(), rank_base + static_cast<long>(idx), pid,
                    WIFSIGNALED(status) ? "signal" : "exit status",
                    WIFSIGNALED(status) ? WTERMSIG(status) : code,
                    alive > 0 ? "; stopping the others" : "");
       if (!stopping) {
         stopping = true;
-        stop_all(SIGTERM);
+        w.stop_all(SIGTERM);
       }
     }
   }
   return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  LaunchOptions o = parse_options(argc, argv);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // end with whoever started this launcher
+  if (!devices_readable(o.devices)) return 1;
+  const std::string outer_rank = env_or("RANK", "0");
+  const std::string outer_local = env_or("LOCAL_RANK", "0");
+  if (o.rank_base < 0) o.rank_base = std::strtol(outer_rank.c_str(), nullptr, 10);
+
+  const int store_fd =
+      o.rank_base == 0 && env_or("FAULTLINE_STORE_HOST", "rank0") == "rank0" ? listen_store() : -1;
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+
+  Workers w;
+  for (int k = 0; k < o.nproc; ++k) {
+    const long rank = o.rank_base + k;
+    const std::string local = o.nproc == 1 ? outer_local : std::to_string(k);
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      std::perror("fl-launch: fork");
+      w.stop_all(SIGTERM);
+      return 1;
+    }
+    if (pid == 0) exec_worker(argv + o.program, rank, local, o.nproc, store_fd, outer_rank);
+    w.pids.push_back(pid);
+    w.reaped.push_back(false);
+  }
+  if (store_fd >= 0) ::close(store_fd);  // rank 0 serves it now
+  return wait_all(w, o.rank_base);
 }

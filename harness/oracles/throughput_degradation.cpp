@@ -31,10 +31,84 @@ struct ThroughputEvidence {
   bool judgeable = true;
 };
 
+constexpr double kFloor = 50e-6;  // below 50 us is timer noise, not a reference
+
+using StepsByNumber = std::map<int64_t, std::map<int, const RunSummary::Step*>>;
+
+// Per rank and window: compute times. Per window and step: the job's time in collectives and
+// its typical rank's compute, both as lower medians over the ranks: the rank that waited least
+// in collectives paid their own cost, not a wait for a peer that computed (or was preempted)
+// longer; with two ranks the lower compute is the one that is not slow. The first step carries
+// warm-up (allocation, first touches): left out.
+struct SplitTimes {
+  std::map<int, std::vector<double>> before_c, after_c;
+  std::vector<double> before_comm, after_comm, before_n, after_n;
+};
+
+SplitTimes split_times(const StepsByNumber& by_step, int64_t split) {
+  SplitTimes t;
+  const int64_t first_step = by_step.begin()->first;
+  for (auto& [st, per_rank] : by_step) {
+    if (st == first_step) continue;
+    const bool after = st >= split;
+    std::vector<double> cm, cp;
+    for (auto& [r, s] : per_rank) {
+      (after ? t.after_c : t.before_c)[r].push_back(s->compute());
+      cm.push_back(s->comm);
+      cp.push_back(s->compute());
+    }
+    (after ? t.after_comm : t.before_comm).push_back(stats::lower_median(cm));
+    (after ? t.after_n : t.before_n).push_back(stats::lower_median(cp));
+  }
+  return t;
+}
+
+// Rank `r`'s compute against its peers' in one window (0 without both).
+double peer_ratio(const std::map<int, std::vector<double>>& c, int r) {
+  std::vector<double> peers;
+  for (auto& [q, v] : c) {
+    if (q != r && !v.empty()) peers.push_back(stats::upper_median(v));
+  }
+  if (peers.empty() || !c.count(r) || c.at(r).empty()) return 0.0;
+  return stats::upper_median(c.at(r)) / std::max(kFloor, stats::upper_median(peers));
+}
+
+// The rank whose compute against its peers' grew most after the split.
+struct SlowRank {
+  int rank = -1;
+  double growth = 0, after = 0, before = 1;
+};
+
+SlowRank slowest_rank(const Expect& x, const std::set<int>& ranks, const SplitTimes& t) {
+  SlowRank slow;
+  for (int r : ranks) {
+    if (!rank_ok(x, r)) continue;
+    const double a = peer_ratio(t.after_c, r);
+    // A rank that always computed more (a pipeline's last stage, say) is judged against that.
+    const double b = std::max(1.0, t.before_c.count(r) ? peer_ratio(t.before_c, r) : 1.0);
+    if (a / b > slow.growth) slow = {r, a / b, a, b};
+  }
+  return slow;
+}
+
+// Slow collectives (or a slow rank that every peer waits for): collectives' growth over
+// compute's, with what it says.
+std::pair<double, std::string> collectives_growth(const SplitTimes& t, int64_t split) {
+  const double comm_ratio = std::max(kFloor, stats::upper_median(t.after_comm)) /
+                            std::max(kFloor, stats::upper_median(t.before_comm));
+  const double compute_ratio = std::max(kFloor, stats::upper_median(t.after_n)) /
+                               std::max(kFloor, stats::upper_median(t.before_n));
+  return {comm_ratio / std::max(1.0, compute_ratio),
+          fmt::format("time in collectives {:.1f} ms per step from step {} vs {:.1f} ms before "
+                      "({:.1f}x) while compute changed {:.1f}x",
+                      stats::upper_median(t.after_comm) * 1e3, split,
+                      stats::upper_median(t.before_comm) * 1e3, comm_ratio, compute_ratio)};
+}
+
 ThroughputEvidence throughput_evidence(const Expect& x, const RunSummary& f) {
   const auto& p = params<ThroughputParams>(x);
   ThroughputEvidence ev;
-  std::map<int64_t, std::map<int, const RunSummary::Step*>> by_step;
+  StepsByNumber by_step;
   for (auto& s : f.steps) by_step[s.step][s.rank] = &s;
   std::set<int> ranks;
   for (auto& s : f.steps) ranks.insert(s.rank);
@@ -44,30 +118,11 @@ ThroughputEvidence throughput_evidence(const Expect& x, const RunSummary& f) {
                             ranks.size());
     return ev;
   }
-  const int64_t first_step = by_step.begin()->first;
-  const int64_t split =
-      p.after_step >= 0 ? p.after_step : first_step + static_cast<int64_t>(by_step.size()) / 3;
-  // Per rank and window: compute times. Per window and step: the job's time in collectives and
-  // its typical rank's compute, both as lower medians over the ranks: the rank that waited least
-  // in collectives paid their own cost, not a wait for a peer that computed (or was preempted)
-  // longer; with two ranks the lower compute is the one that is not slow. The first step carries
-  // warm-up (allocation, first touches): left out.
-  std::map<int, std::vector<double>> before_c, after_c;
-  std::vector<double> before_comm, after_comm, before_n, after_n;
-  constexpr double kFloor = 50e-6;  // below 50 us is timer noise, not a reference
-  for (auto& [st, per_rank] : by_step) {
-    if (st == first_step) continue;
-    const bool after = st >= split;
-    std::vector<double> cm, cp;
-    for (auto& [r, s] : per_rank) {
-      (after ? after_c : before_c)[r].push_back(s->compute());
-      cm.push_back(s->comm);
-      cp.push_back(s->compute());
-    }
-    (after ? after_comm : before_comm).push_back(stats::lower_median(cm));
-    (after ? after_n : before_n).push_back(stats::lower_median(cp));
-  }
-  if (before_n.empty() || after_n.empty()) {
+  const int64_t split = p.after_step >= 0
+                            ? p.after_step
+                            : by_step.begin()->first + static_cast<int64_t>(by_step.size()) / 3;
+  const SplitTimes t = split_times(by_step, split);
+  if (t.before_n.empty() || t.after_n.empty()) {
     ev.judgeable = false;
     ev.absent = fmt::format("not enough steps on both sides of step {}", split);
     return ev;
@@ -76,51 +131,19 @@ ThroughputEvidence throughput_evidence(const Expect& x, const RunSummary& f) {
   for (auto& s : f.steps) {
     if (s.step >= split && (t_at < 0 || s.t < t_at)) t_at = s.t;
   }
-  // A slow rank.
-  auto peer_ratio = [&](std::map<int, std::vector<double>>& c, int r) {
-    std::vector<double> peers;
-    for (auto& [q, v] : c) {
-      if (q != r && !v.empty()) peers.push_back(stats::upper_median(v));
-    }
-    if (peers.empty() || !c.count(r) || c[r].empty()) return 0.0;
-    return stats::upper_median(c[r]) / std::max(kFloor, stats::upper_median(peers));
-  };
-  int slow = -1;
-  double best = 0, best_after = 0, best_before = 1;
-  for (int r : ranks) {
-    if (!rank_ok(x, r)) continue;
-    const double a = peer_ratio(after_c, r);
-    // A rank that always computed more (a pipeline's last stage, say) is judged against that.
-    const double b = std::max(1.0, before_c.count(r) ? peer_ratio(before_c, r) : 1.0);
-    if (a / b > best) {
-      best = a / b;
-      best_after = a;
-      best_before = b;
-      slow = r;
-    }
-  }
-  // Slow collectives (or a slow rank that every peer waits for).
-  const double comm_ratio = std::max(kFloor, stats::upper_median(after_comm)) /
-                            std::max(kFloor, stats::upper_median(before_comm));
-  const double compute_ratio = std::max(kFloor, stats::upper_median(after_n)) /
-                               std::max(kFloor, stats::upper_median(before_n));
-  const double job = comm_ratio / std::max(1.0, compute_ratio);
+  const SlowRank slow = slowest_rank(x, ranks, t);
+  const auto [job, job_text] = collectives_growth(t, split);
   const std::string rank_text =
-      slow >= 0 ? fmt::format(
-                      "rank {} computed {:.1f}x as long as its peers from step {} ({:.1f}x "
-                      "before)",
-                      slow, best_after, split, best_before)
-                : std::string("no rank to compare");
-  const std::string job_text = fmt::format(
-      "time in collectives {:.1f} ms per step from step {} vs {:.1f} ms before ({:.1f}x) while "
-      "compute changed {:.1f}x",
-      stats::upper_median(after_comm) * 1e3, split, stats::upper_median(before_comm) * 1e3,
-      comm_ratio, compute_ratio);
+      slow.rank >= 0 ? fmt::format(
+                           "rank {} computed {:.1f}x as long as its peers from step {} ({:.1f}x "
+                           "before)",
+                           slow.rank, slow.after, split, slow.before)
+                     : std::string("no rank to compare");
   const bool by_rank = p.slowed != "collectives", by_comm = p.slowed != "rank";
-  if (by_rank && slow >= 0 && best >= p.factor) {
+  if (by_rank && slow.rank >= 0 && slow.growth >= p.factor) {
     ev.hit = Hit{t_at,
                  split,
-                 {slow},
+                 {slow.rank},
                  fmt::format("{}, its peers waiting in collectives; {} (threshold {}x)", rank_text,
                              job_text, p.factor)};
   } else if (by_comm && job >= p.factor) {

@@ -90,6 +90,78 @@ std::set<pid_t> descendants_of(pid_t root) {
   return out;
 }
 
+// Descriptors opened for a child before the fork (after it, only async-signal-safe calls are
+// allowed); the parent closes them once the child has them, or on an error.
+struct ChildFds {
+  std::vector<int> fds;
+  ChildFds() = default;
+  ChildFds(const ChildFds&) = delete;
+  ChildFds& operator=(const ChildFds&) = delete;
+  ~ChildFds() { close_all(); }
+  void close_all() {
+    for (int fd : fds) ::close(fd);
+    fds.clear();
+  }
+};
+
+// Opens every path close-on-exec with `flags` into `out`; raises "<name>: cannot open <what><path>:
+// <why>" at the first that fails.
+void open_each(const std::vector<std::string>& paths, int flags, const std::string& name,
+               const char* what, ChildFds& out) {
+  for (const auto& path : paths) {
+    const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+    if (fd < 0) {
+      const int e = errno;
+      raise<Error>("{}: cannot open {}{}: {}", name, what, path, std::strerror(e));
+    }
+    out.fds.push_back(fd);
+  }
+}
+
+// What a child does between fork and exec, all prepared before the fork.
+struct ChildStart {
+  const char* exe;
+  char* const* argv;
+  char* const* envp;
+  const char* cwd;  // nullptr: the harness's
+  pid_t parent;
+  int devnull, out, err;
+  int status;  // the child writes errno here when it cannot start
+  const std::vector<int>& namespaces;
+  const std::vector<int>& cgroup_procs;
+};
+
+// The child ends with 127, its errno on the status pipe for the parent's error message.
+[[noreturn]] void child_failed(int status_fd) {
+  const int e = errno;
+  (void)!::write(status_fd, &e, sizeof(e));
+  ::_exit(127);
+}
+
+// In the child: only async-signal-safe calls from here to exec.
+[[noreturn]] void exec_child(const ChildStart& c) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != c.parent) ::_exit(127);  // the harness died before we got here
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::signal(SIGPIPE, SIG_DFL);
+  for (int fd : c.namespaces) {
+    if (::setns(fd, 0) != 0) child_failed(c.status);
+  }
+  for (int fd : c.cgroup_procs) {
+    // "0" is the writing process itself (cgroup v1 and v2).
+    if (::write(fd, "0\n", 2) != 2) child_failed(c.status);
+  }
+  ::dup2(c.devnull, 0);
+  ::dup2(c.out, 1);
+  ::dup2(c.err, 2);
+  if (c.cwd != nullptr && ::chdir(c.cwd) != 0) child_failed(c.status);
+  ::execve(c.exe, c.argv, c.envp);
+  child_failed(c.status);
+}
+
 }  // namespace
 
 nlohmann::json exit_fields(const ExitInfo& x) {
@@ -185,83 +257,27 @@ pid_t Supervisor::spawn(const ProcessSpec& spec) {
   argv.push_back(nullptr);
   for (auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+  // Before the pipes: a path that cannot be opened leaves nothing open behind.
+  ChildFds namespaces, cgroup_procs;
+  open_each(spec.namespaces, O_RDONLY, spec.name, "namespace ", namespaces);
+  open_each(spec.cgroup_procs, O_WRONLY, spec.name, "", cgroup_procs);
   int out[2], err[2], status[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
       ::pipe2(status, O_CLOEXEC) != 0) {
     raise<Error>("{}: pipe: {}", spec.name, std::strerror(errno));
   }
   const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  // Opened here, used in the child: after fork only async-signal-safe calls are allowed.
-  std::vector<int> ns_fds;
-  auto close_all = [&] {
-    for (int fd : ns_fds) ::close(fd);
-  };
-  for (auto& n : spec.namespaces) {
-    const int fd = ::open(n.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      const int e = errno;
-      close_all();
-      raise<Error>("{}: cannot open namespace {}: {}", spec.name, n, std::strerror(e));
-    }
-    ns_fds.push_back(fd);
-  }
-  std::vector<int> cgroup_fds;
-  auto close_cgroups = [&] {
-    for (int fd : cgroup_fds) ::close(fd);
-  };
-  for (const auto& procs : spec.cgroup_procs) {
-    const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) {
-      const int e = errno;
-      close_all();
-      close_cgroups();
-      raise<Error>("{}: cannot open {}: {}", spec.name, procs, std::strerror(e));
-    }
-    cgroup_fds.push_back(fd);
-  }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) raise<Error>("{}: fork: {}", spec.name, std::strerror(errno));
   if (pid == 0) {
-    // Child: only async-signal-safe calls from here to exec.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);  // the harness died before we got here
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    for (int fd : ns_fds) {
-      if (::setns(fd, 0) != 0) {
-        const int e = errno;
-        (void)!::write(status[1], &e, sizeof(e));
-        ::_exit(127);
-      }
-    }
-    for (int fd : cgroup_fds) {
-      // "0" is the writing process itself (cgroup v1 and v2).
-      if (::write(fd, "0\n", 2) != 2) {
-        const int e = errno;
-        (void)!::write(status[1], &e, sizeof(e));
-        ::_exit(127);
-      }
-    }
-    ::dup2(devnull, 0);
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
-    if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) {
-      const int e = errno;
-      (void)!::write(status[1], &e, sizeof(e));
-      ::_exit(127);
-    }
-    ::execve(exe.c_str(), argv.data(), envp.data());
-    const int e = errno;
-    (void)!::write(status[1], &e, sizeof(e));
-    ::_exit(127);
+    exec_child({exe.c_str(), argv.data(), envp.data(),
+                spec.cwd.empty() ? nullptr : spec.cwd.c_str(), parent, devnull, out[1], err[1],
+                status[1], namespaces.fds, cgroup_procs.fds});
   }
   ::setpgid(pid, pid);
-  close_all();
-  close_cgroups();
+  namespaces.close_all();
+  cgroup_procs.close_all();
   ::close(devnull);
   ::close(out[1]);
   ::close(err[1]);

@@ -3,6 +3,7 @@
 // A nightly job fails on any regression.
 #include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -34,6 +35,69 @@ double calibration_of(const nlohmann::json& s) {
   return std::isfinite(g) && g > 0 ? g : 0;
 }
 
+// The entry for a case whose outcome moved from `old` to `now` (`c` names the case); nullopt when
+// it did not.
+std::optional<DiffEntry> outcome_change(DiffEntry c, const nlohmann::json& old,
+                                        const nlohmann::json& now) {
+  const bool pass = now.value("outcome", "") == "pass";
+  const bool was = old.value("outcome", "") == "pass";
+  if (was && !pass) {
+    c.kind = c.variant == "fix"                 ? "fix_stopped_working"
+             : now.value("symptom", "").empty() ? "failing"
+                                                : "stopped_reproducing";
+    c.detail = now.value("explanation", "");
+    c.regression = true;
+    return c;
+  }
+  if (!was && pass) {
+    c.kind = "fixed_again";
+    return c;
+  }
+  return std::nullopt;
+}
+
+// Time to symptom now, as it would be on the earlier night's machine speed, against before.
+void compare_time_to_symptom(const DiffEntry& c, const nlohmann::json& old,
+                             const nlohmann::json& now, double speed, const DiffOptions& o,
+                             std::vector<DiffEntry>& out) {
+  const double t0 = old.value("manifested_s", -1.0);
+  const double t1_raw = now.value("manifested_s", -1.0);
+  const double t1 = t1_raw >= 0 ? t1_raw * speed : t1_raw;
+  if (!(t0 >= 0 && t1 >= 0)) return;
+  const std::string detail =
+      fmt::format("time to symptom {:.1f} s -> {:.1f} s{}", t0, t1_raw,
+                  speed != 1.0 ? fmt::format(" ({:.1f} s at equal speed)", t1) : std::string());
+  if (t1 > t0 * o.time_ratio && t1 - t0 > o.time_min_s) {
+    out.push_back({"slower_symptom", c.scenario, c.variant, detail, c.seed, true});
+  } else if (t0 > t1 * o.time_ratio && t0 - t1 > o.time_min_s) {
+    out.push_back({"faster_symptom", c.scenario, c.variant, detail, c.seed, false});
+  }
+}
+
+// Tokens/s ratios of the healthy cases, whose geometric mean judges the suite.
+struct ThroughputRatios {
+  double log_sum = 0;
+  int n = 0;
+};
+
+// Throughput matters where nothing is meant to be slow: clean runs and fix variants. One short
+// run's tokens/s moves by 3x with the load of the machine (millisecond steps), so a single case
+// is a note; the suite's geometric mean below the ratio is the regression.
+void compare_throughput(const DiffEntry& c, const nlohmann::json& old, const nlohmann::json& now,
+                        double speed, const DiffOptions& o, std::vector<DiffEntry>& out,
+                        ThroughputRatios& ratios) {
+  const double p0 = old.value("tokens_per_s", 0.0), p1 = now.value("tokens_per_s", 0.0) / speed;
+  const bool healthy = c.variant == "fix" || now.value("symptom", "").empty();
+  if (!(healthy && p0 > 0 && p1 > 0)) return;
+  ratios.log_sum += std::log(p1 / p0);
+  ++ratios.n;
+  if (p1 < p0 * o.throughput_ratio) {
+    out.push_back({"throughput_drop", c.scenario, c.variant,
+                   fmt::format("tokens/s {:.0f} -> {:.0f} ({:.0f}%)", p0, p1, 100 * p1 / p0),
+                   c.seed, false});
+  }
+}
+
 }  // namespace
 
 double speed_ratio(const nlohmann::json& before, const nlohmann::json& after) {
@@ -56,78 +120,33 @@ std::vector<DiffEntry> diff_suites(const nlohmann::json& before, const nlohmann:
                                calibration_of(before), calibration_of(after), 100 * speed),
                    0, false});
   }
-  double log_ratio_sum = 0;
-  int ratios = 0;
+  ThroughputRatios ratios;
   for (const auto& [k, now] : b) {
     const auto& [name, variant, seed] = k;
     DiffEntry e{"", name, variant, "", seed, false};
-    const bool pass = now.value("outcome", "") == "pass";
     auto it = a.find(k);
     if (it == a.end()) {
       e.kind = "new";
       e.detail = now.value("outcome", "");
-      e.regression = !pass;
+      e.regression = now.value("outcome", "") != "pass";
       out.push_back(e);
       continue;
     }
-    const auto& old = it->second;
-    const bool was = old.value("outcome", "") == "pass";
-    if (was && !pass) {
-      e.kind = variant == "fix"                   ? "fix_stopped_working"
-               : now.value("symptom", "").empty() ? "failing"
-                                                  : "stopped_reproducing";
-      e.detail = now.value("explanation", "");
-      e.regression = true;
-      out.push_back(e);
+    if (auto changed = outcome_change(e, it->second, now)) {
+      out.push_back(*changed);
       continue;
     }
-    if (!was && pass) {
-      e.kind = "fixed_again";
-      out.push_back(e);
-      continue;
-    }
-    if (!pass || o.outcomes_only) continue;
-    // Time to symptom now, as it would be on the earlier night's machine speed.
-    const double t0 = old.value("manifested_s", -1.0);
-    const double t1_raw = now.value("manifested_s", -1.0);
-    const double t1 = t1_raw >= 0 ? t1_raw * speed : t1_raw;
-    if (t0 >= 0 && t1 >= 0) {
-      if (t1 > t0 * o.time_ratio && t1 - t0 > o.time_min_s) {
-        out.push_back({"slower_symptom", name, variant,
-                       fmt::format("time to symptom {:.1f} s -> {:.1f} s{}", t0, t1_raw,
-                                   speed != 1.0 ? fmt::format(" ({:.1f} s at equal speed)", t1)
-                                                : std::string()),
-                       seed, true});
-      } else if (t0 > t1 * o.time_ratio && t0 - t1 > o.time_min_s) {
-        out.push_back({"faster_symptom", name, variant,
-                       fmt::format("time to symptom {:.1f} s -> {:.1f} s{}", t0, t1_raw,
-                                   speed != 1.0 ? fmt::format(" ({:.1f} s at equal speed)", t1)
-                                                : std::string()),
-                       seed, false});
-      }
-    }
-    const double p0 = old.value("tokens_per_s", 0.0), p1 = now.value("tokens_per_s", 0.0) / speed;
-    // Throughput matters where nothing is meant to be slow: clean runs and fix variants. One
-    // short run's tokens/s moves by 3x with the load of the machine (millisecond steps), so a
-    // single case is a note; the suite's geometric mean below the ratio is the regression.
-    const bool healthy = variant == "fix" || now.value("symptom", "").empty();
-    if (healthy && p0 > 0 && p1 > 0) {
-      log_ratio_sum += std::log(p1 / p0);
-      ++ratios;
-      if (p1 < p0 * o.throughput_ratio) {
-        out.push_back({"throughput_drop", name, variant,
-                       fmt::format("tokens/s {:.0f} -> {:.0f} ({:.0f}%)", p0, p1, 100 * p1 / p0),
-                       seed, false});
-      }
-    }
+    if (now.value("outcome", "") != "pass" || o.outcomes_only) continue;
+    compare_time_to_symptom(e, it->second, now, speed, o, out);
+    compare_throughput(e, it->second, now, speed, o, out, ratios);
   }
-  if (ratios > 0) {
-    const double g = std::exp(log_ratio_sum / ratios);
+  if (ratios.n > 0) {
+    const double g = std::exp(ratios.log_sum / ratios.n);
     if (g < o.throughput_ratio) {
       out.push_back({"suite_throughput_drop", "(suite)", "all",
                      fmt::format("geometric mean of tokens/s over {} clean and fix runs is {:.0f}% "
                                  "of before",
-                                 ratios, 100 * g),
+                                 ratios.n, 100 * g),
                      0, true});
     }
   }

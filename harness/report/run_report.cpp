@@ -61,195 +61,282 @@ int64_t step_at(const Timeline& tl, int rank, int64_t t) {
   return s;
 }
 
-Timeline read_timeline(const std::vector<HistoryEvent>& h) {
-  Timeline tl;
-  std::map<std::tuple<int, std::string, int64_t>, size_t> open_stalls;
-  std::map<std::string, size_t> open_faults;
-  for (const auto& e : h) {
+// Builds a run's Timeline from its history: a stall report opens a span its completion closes,
+// a fault window is closed by its heal; what never closed ends with the history.
+class TimelineReader {
+ public:
+  void add(const HistoryEvent& e) {
     // Ranks index lanes and colours: one that is not -1 or a plausible rank is left out (the
     // history's schema check refuses them; a history from elsewhere may not have been checked).
-    if (e.rank < -1 || e.rank >= kMaxLanes) continue;
-    tl.t_end = std::max(tl.t_end, e.t_ns);
+    if (e.rank < -1 || e.rank >= kMaxLanes) return;
+    tl_.t_end = std::max(tl_.t_end, e.t_ns);
     auto d = nlohmann::json::parse(e.data_json, nullptr, false);
     if (d.is_discarded() || !d.is_object()) d = nlohmann::json::object();
+    using Read = void (TimelineReader::*)(const HistoryEvent&, const nlohmann::json&);
+    static const std::map<std::string, Read> kReaders = {
+        {"run_start", &TimelineReader::run_start},
+        {"launch", &TimelineReader::launch},
+        {"step", &TimelineReader::step},
+        {"collective", &TimelineReader::collective},
+        {"fault_injected", &TimelineReader::fault_injected},
+        {"fault_healed", &TimelineReader::fault_healed},
+        {"fault_fired", &TimelineReader::fault_fired},
+        {"diagnosis", &TimelineReader::diagnosis},
+        {"control", &TimelineReader::action},
+        {"restart", &TimelineReader::action},
+        {"reshard", &TimelineReader::action},
+        {"rank_exit", &TimelineReader::rank_exit},
+        {"error", &TimelineReader::error},
+    };
+    auto it = kReaders.find(e.kind);
+    if (it == kReaders.end()) return;
     try {
-      if (e.kind == "run_start") {
-        tl.start = d;
-        tl.world = std::clamp(d.value("ranks", 0), 0, kMaxLanes);
-      } else if (e.kind == "launch" && e.rank >= 0) {
-        if (tl.t0 < 0) tl.t0 = e.t_ns;
-        tl.world = std::max(tl.world, e.rank + 1);
-      } else if (e.kind == "step" && e.source == "rank" && e.rank >= 0) {
-        const bool finite = d.contains("loss") && d["loss"].is_number();
-        tl.steps[e.rank].push_back({e.t_ns, e.step, finite ? d["loss"].get<double>() : 0.0,
-                                    d.value("loss_scale", 0.0), d.value("step_time_s", 0.0),
-                                    d.value("mem_current", 0.0), finite});
-      } else if (e.kind == "collective" && e.source == "rank") {
-        const auto key = std::make_tuple(e.rank, d.value("group", ""), d.value("seq", int64_t{-1}));
-        const std::string state = d.value("state", "");
-        if (d.contains("in_flight_ms")) {
-          const int64_t t0 = e.t_ns - static_cast<int64_t>(d.value("in_flight_ms", 0.0) * 1e6);
-          open_stalls[key] = tl.stalls.size();
-          tl.stalls.push_back({e.rank, t0, -1,
-                               fmt::format("{} on {} seq {} in flight", d.value("op", ""),
-                                           std::get<1>(key), std::get<2>(key)),
-                               "stall"});
-        } else if (auto it = open_stalls.find(key); it != open_stalls.end()) {
-          Span& s = tl.stalls[it->second];
-          s.t1 = e.t_ns;
-          s.cls = "stall " + state;
-          s.label += ", " + state;
-          open_stalls.erase(it);
-        }
-      } else if (e.kind == "fault_injected" &&
-                 std::set<std::string>{"signal", "restart", "file", "args", "env"}.count(
-                     d.value("fault", ""))) {
-        // One-shot faults: an instant, not a window.
-        tl.marks.push_back({e.rank, e.t_ns, d.value("at_step", int64_t{-1}),
-                            "injected: " + d.dump(), "fault-fired"});
-      } else if (e.kind == "fault_injected") {
-        const std::string what = d.value("fault", "fault");
-        open_faults[what + std::to_string(e.rank)] = tl.faults.size();
-        tl.faults.push_back({e.rank, e.t_ns, -1, "injected: " + d.dump(), "fault-window"});
-      } else if (e.kind == "fault_healed") {
-        const std::string what = d.value("fault", "fault");
-        for (auto it = open_faults.begin(); it != open_faults.end(); ++it) {
-          if (it->first.rfind(what, 0) == 0) {
-            tl.faults[it->second].t1 = e.t_ns;
-            open_faults.erase(it);
-            break;
-          }
-        }
-      } else if (e.kind == "fault_fired") {
-        tl.marks.push_back(
-            {e.rank, e.t_ns, e.step,
-             fmt::format("fault fired at {}: {}", d.value("site", ""), d.value("action", "")),
-             "fault-fired"});
-      } else if (e.kind == "diagnosis") {
-        std::vector<int> ranks;
-        if (d.contains("ranks") && d["ranks"].is_array())
-          ranks = d["ranks"].get<std::vector<int>>();
-        if (ranks.empty()) ranks.push_back(-1);
-        for (int r : ranks) {
-          if (r < -1 || r >= kMaxLanes) continue;
-          tl.marks.push_back({r, e.t_ns, e.step,
-                              fmt::format("{} diagnosed {}: {}", d.value("detector", "?"),
-                                          d.value("symptom", "?"), d.value("evidence", "")),
-                              "diagnosis"});
-        }
-      } else if (e.kind == "control" || e.kind == "restart" || e.kind == "reshard") {
-        tl.marks.push_back({-1, e.t_ns, -1, e.kind + ": " + d.dump(), "action"});
-      } else if (e.kind == "rank_exit" && e.rank >= 0) {
-        tl.marks.push_back({e.rank, e.t_ns, -1,
-                            fmt::format("rank {} exit: {} (code {}){}", e.rank,
-                                        d.value("class", ""), d.value("code", 0),
-                                        d.value("by_harness", false) ? ", by the harness" : ""),
-                            "exit " + d.value("class", std::string())});
-      } else if (e.kind == "error" && e.source == "rank") {
-        tl.evidence.push_back(fmt::format("rank {}: {}", e.rank, d.value("message", "")));
-      }
+      (this->*(it->second))(e, d);
     } catch (const nlohmann::json::exception&) {
       // A field of another type than the harness writes: the event is left out.
     }
   }
-  if (tl.t0 < 0) tl.t0 = 0;
-  for (auto& s : tl.stalls) {
-    if (s.t1 < 0) s.t1 = tl.t_end;
+
+  Timeline finish() {
+    if (tl_.t0 < 0) tl_.t0 = 0;
+    for (auto& s : tl_.stalls) {
+      if (s.t1 < 0) s.t1 = tl_.t_end;
+    }
+    for (auto& f : tl_.faults) {
+      if (f.t1 < 0) f.t1 = tl_.t_end;
+    }
+    for (auto& m : tl_.marks) {
+      if (m.step < 0 && m.rank >= 0) m.step = step_at(tl_, m.rank, m.t);
+    }
+    return std::move(tl_);
   }
-  for (auto& f : tl.faults) {
-    if (f.t1 < 0) f.t1 = tl.t_end;
+
+ private:
+  void run_start(const HistoryEvent&, const nlohmann::json& d) {
+    tl_.start = d;
+    tl_.world = std::clamp(d.value("ranks", 0), 0, kMaxLanes);
   }
-  for (auto& m : tl.marks) {
-    if (m.step < 0 && m.rank >= 0) m.step = step_at(tl, m.rank, m.t);
+
+  void launch(const HistoryEvent& e, const nlohmann::json&) {
+    if (e.rank < 0) return;
+    if (tl_.t0 < 0) tl_.t0 = e.t_ns;
+    tl_.world = std::max(tl_.world, e.rank + 1);
   }
-  return tl;
+
+  void step(const HistoryEvent& e, const nlohmann::json& d) {
+    if (e.source != "rank" || e.rank < 0) return;
+    const bool finite = d.contains("loss") && d["loss"].is_number();
+    tl_.steps[e.rank].push_back({e.t_ns, e.step, finite ? d["loss"].get<double>() : 0.0,
+                                 d.value("loss_scale", 0.0), d.value("step_time_s", 0.0),
+                                 d.value("mem_current", 0.0), finite});
+  }
+
+  void collective(const HistoryEvent& e, const nlohmann::json& d) {
+    if (e.source != "rank") return;
+    const auto key = std::make_tuple(e.rank, d.value("group", ""), d.value("seq", int64_t{-1}));
+    const std::string state = d.value("state", "");
+    if (d.contains("in_flight_ms")) {
+      const int64_t t0 = e.t_ns - static_cast<int64_t>(d.value("in_flight_ms", 0.0) * 1e6);
+      open_stalls_[key] = tl_.stalls.size();
+      tl_.stalls.push_back({e.rank, t0, -1,
+                            fmt::format("{} on {} seq {} in flight", d.value("op", ""),
+                                        std::get<1>(key), std::get<2>(key)),
+                            "stall"});
+    } else if (auto it = open_stalls_.find(key); it != open_stalls_.end()) {
+      Span& s = tl_.stalls[it->second];
+      s.t1 = e.t_ns;
+      s.cls = "stall " + state;
+      s.label += ", " + state;
+      open_stalls_.erase(it);
+    }
+  }
+
+  void fault_injected(const HistoryEvent& e, const nlohmann::json& d) {
+    if (std::set<std::string>{"signal", "restart", "file", "args", "env"}.count(
+            d.value("fault", ""))) {
+      // One-shot faults: an instant, not a window.
+      tl_.marks.push_back({e.rank, e.t_ns, d.value("at_step", int64_t{-1}), "injected: " + d.dump(),
+                           "fault-fired"});
+      return;
+    }
+    const std::string what = d.value("fault", "fault");
+    open_faults_[what + std::to_string(e.rank)] = tl_.faults.size();
+    tl_.faults.push_back({e.rank, e.t_ns, -1, "injected: " + d.dump(), "fault-window"});
+  }
+
+  void fault_healed(const HistoryEvent& e, const nlohmann::json& d) {
+    const std::string what = d.value("fault", "fault");
+    for (auto it = open_faults_.begin(); it != open_faults_.end(); ++it) {
+      if (it->first.rfind(what, 0) == 0) {
+        tl_.faults[it->second].t1 = e.t_ns;
+        open_faults_.erase(it);
+        break;
+      }
+    }
+  }
+
+  void fault_fired(const HistoryEvent& e, const nlohmann::json& d) {
+    tl_.marks.push_back(
+        {e.rank, e.t_ns, e.step,
+         fmt::format("fault fired at {}: {}", d.value("site", ""), d.value("action", "")),
+         "fault-fired"});
+  }
+
+  void diagnosis(const HistoryEvent& e, const nlohmann::json& d) {
+    std::vector<int> ranks;
+    if (d.contains("ranks") && d["ranks"].is_array()) ranks = d["ranks"].get<std::vector<int>>();
+    if (ranks.empty()) ranks.push_back(-1);
+    for (int r : ranks) {
+      if (r < -1 || r >= kMaxLanes) continue;
+      tl_.marks.push_back({r, e.t_ns, e.step,
+                           fmt::format("{} diagnosed {}: {}", d.value("detector", "?"),
+                                       d.value("symptom", "?"), d.value("evidence", "")),
+                           "diagnosis"});
+    }
+  }
+
+  void action(const HistoryEvent& e, const nlohmann::json& d) {
+    tl_.marks.push_back({-1, e.t_ns, -1, e.kind + ": " + d.dump(), "action"});
+  }
+
+  void rank_exit(const HistoryEvent& e, const nlohmann::json& d) {
+    if (e.rank < 0) return;
+    tl_.marks.push_back(
+        {e.rank, e.t_ns, -1,
+         fmt::format("rank {} exit: {} (code {}){}", e.rank, d.value("class", ""),
+                     d.value("code", 0), d.value("by_harness", false) ? ", by the harness" : ""),
+         "exit " + d.value("class", std::string())});
+  }
+
+  void error(const HistoryEvent& e, const nlohmann::json& d) {
+    if (e.source != "rank") return;
+    tl_.evidence.push_back(fmt::format("rank {}: {}", e.rank, d.value("message", "")));
+  }
+
+  Timeline tl_;
+  std::map<std::tuple<int, std::string, int64_t>, size_t> open_stalls_;
+  std::map<std::string, size_t> open_faults_;
+};
+
+Timeline read_timeline(const std::vector<HistoryEvent>& h) {
+  TimelineReader r;
+  for (const auto& e : h) r.add(e);
+  return r.finish();
 }
 
 constexpr double kLeft = 70, kWidth = 900, kLane = 26;
 
-std::string timeline_svg(const Timeline& tl) {
-  const double span = std::max<double>(1, tl.t_end - tl.t0);
-  auto x = [&](int64_t t) { return kLeft + (static_cast<double>(t - tl.t0) / span) * kWidth; };
-  const int lanes = std::max(1, tl.world);
-  const double top = 24, height = top + lanes * kLane + 28;
-  std::string s =
-      fmt::format("<svg id=\"timeline\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">\n",
-                  kLeft + kWidth + 20, height, kLeft + kWidth + 20, height);
-  auto lane_y = [&](int r) { return top + r * kLane; };
-  for (int r = 0; r < lanes; ++r) {
+// Where the timeline draws: x of a harness time, y of a rank's lane.
+struct TimelineGeometry {
+  int64_t t0;
+  double span;  // ns, at least 1
+  int lanes;
+  double top = 24, axis_y;
+
+  explicit TimelineGeometry(const Timeline& tl)
+      : t0(tl.t0),
+        span(std::max<double>(1, tl.t_end - tl.t0)),
+        lanes(std::max(1, tl.world)),
+        axis_y(top + lanes * kLane) {}
+  double x(int64_t t) const { return kLeft + (static_cast<double>(t - t0) / span) * kWidth; }
+  double lane_y(int r) const { return top + r * kLane; }
+};
+
+// A lane per rank and the seconds axis under them.
+std::string lanes_svg(const TimelineGeometry& g) {
+  std::string s;
+  for (int r = 0; r < g.lanes; ++r) {
     s += fmt::format(
         "<g class=\"lane-row\" data-rank=\"{}\"><rect class=\"lane{}\" x=\"{}\" y=\"{}\" "
         "width=\"{}\" height=\"{}\"/><text x=\"6\" y=\"{}\">rank {}</text></g>\n",
-        r, r % 2 ? " alt" : "", kLeft, lane_y(r), kWidth, kLane, html::num(lane_y(r) + 17), r);
+        r, r % 2 ? " alt" : "", kLeft, g.lane_y(r), kWidth, kLane, html::num(g.lane_y(r) + 17), r);
   }
-  // Seconds axis.
-  const double secs = span / 1e9;
+  const double secs = g.span / 1e9;
   const double step = secs <= 5 ? 0.5 : secs <= 20 ? 2 : secs <= 60 ? 5 : secs <= 300 ? 30 : 60;
-  const double axis_y = top + lanes * kLane;
   for (double t = 0; t <= secs + 1e-9; t += step) {
-    const double xx = x(tl.t0 + static_cast<int64_t>(t * 1e9));
+    const double xx = g.x(g.t0 + static_cast<int64_t>(t * 1e9));
     s += fmt::format(
         "<line class=\"grid\" x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" y2=\"{2}\"/>"
         "<text x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4}s</text>\n",
-        html::num(xx), top, axis_y, html::num(axis_y + 14), html::num(t, 1));
+        html::num(xx), g.top, g.axis_y, html::num(g.axis_y + 14), html::num(t, 1));
   }
+  return s;
+}
+
+// Fault windows (over their rank's lane, or every lane), stalls and steps.
+std::string spans_svg(const Timeline& tl, const TimelineGeometry& g) {
+  std::string s;
   for (const auto& f : tl.faults) {
-    const double y0 = f.rank >= 0 && f.rank < lanes ? lane_y(f.rank) : top;
-    const double h = f.rank >= 0 && f.rank < lanes ? kLane : lanes * kLane;
+    const bool one = f.rank >= 0 && f.rank < g.lanes;
     s += fmt::format(
         "<rect class=\"fault-window\" data-rank=\"{}\" data-info=\"{}\" x=\"{}\" y=\"{}\" "
         "width=\"{}\" height=\"{}\"><title>{}</title></rect>\n",
-        f.rank, html_escape(f.label), html::num(x(f.t0)), y0,
-        html::num(std::max(2.0, x(f.t1) - x(f.t0))), h, html_escape(f.label));
+        f.rank, html_escape(f.label), html::num(g.x(f.t0)), one ? g.lane_y(f.rank) : g.top,
+        html::num(std::max(2.0, g.x(f.t1) - g.x(f.t0))), one ? kLane : g.lanes * kLane,
+        html_escape(f.label));
   }
   for (const auto& st : tl.stalls) {
-    if (st.rank < 0 || st.rank >= lanes) continue;
+    if (st.rank < 0 || st.rank >= g.lanes) continue;
     s += fmt::format(
         "<rect class=\"{}\" data-rank=\"{}\" data-info=\"rank {}: {}\" x=\"{}\" y=\"{}\" "
         "width=\"{}\" height=\"8\"><title>rank {}: {}</title></rect>\n",
-        html_escape(st.cls), st.rank, st.rank, html_escape(st.label), html::num(x(st.t0)),
-        html::num(lane_y(st.rank) + 16), html::num(std::max(1.5, x(st.t1) - x(st.t0))), st.rank,
-        html_escape(st.label));
+        html_escape(st.cls), st.rank, st.rank, html_escape(st.label), html::num(g.x(st.t0)),
+        html::num(g.lane_y(st.rank) + 16), html::num(std::max(1.5, g.x(st.t1) - g.x(st.t0))),
+        st.rank, html_escape(st.label));
   }
   for (const auto& [r, pts] : tl.steps) {
-    if (r < 0 || r >= lanes) continue;
+    if (r < 0 || r >= g.lanes) continue;
     for (const auto& p : pts) {
       s += fmt::format(
           "<line class=\"step\" data-rank=\"{0}\" data-step=\"{1}\" x1=\"{2}\" x2=\"{2}\" "
           "y1=\"{3}\" "
           "y2=\"{4}\"><title>rank {0} step {1}</title></line>\n",
-          r, p.step, html::num(x(p.t)), html::num(lane_y(r) + 3), html::num(lane_y(r) + 14));
+          r, p.step, html::num(g.x(p.t)), html::num(g.lane_y(r) + 3), html::num(g.lane_y(r) + 14));
     }
   }
-  for (const auto& m : tl.marks) {
-    const double xx = x(m.t);
-    const std::string info = html_escape(m.label);
-    if (m.cls == "action") {
-      s += fmt::format(
-          "<line class=\"action\" data-info=\"{0}\" x1=\"{1}\" x2=\"{1}\" y1=\"{2}\" y2=\"{3}\">"
-          "<title>{0}</title></line>\n",
-          info, html::num(xx), top - 6, axis_y);
-      continue;
-    }
-    const int r = m.rank >= 0 && m.rank < lanes ? m.rank : 0;
-    const double y = lane_y(r);
-    if (m.cls == "diagnosis") {
-      s += fmt::format(
-          "<path class=\"diagnosis\" data-rank=\"{}\" data-step=\"{}\" data-info=\"{}\" "
-          "d=\"M{} {} l6 -10 l-12 0 z\"><title>{}</title></path>\n",
-          m.rank, m.step, info, html::num(xx), html::num(y + 12), info);
-    } else if (m.cls == "fault-fired") {
-      s += fmt::format(
-          "<path class=\"fault-fired\" data-rank=\"{}\" data-step=\"{}\" data-info=\"{}\" "
-          "d=\"M{} {} l5 6 l-5 6 l-5 -6 z\"><title>{}</title></path>\n",
-          m.rank, m.step, info, html::num(xx), html::num(y + 7), info);
-    } else {
-      s += fmt::format(
-          "<path class=\"{}\" data-rank=\"{}\" data-info=\"{}\" d=\"M{} {} l8 8 m0 -8 l-8 8\">"
-          "<title>{}</title></path>\n",
-          html_escape(m.cls), m.rank, info, html::num(xx - 4), html::num(y + 9), info);
-    }
+  return s;
+}
+
+// An action is a line across every lane; a diagnosis, a fault that fired and an exit are a
+// triangle, a diamond and a cross on their rank's lane.
+std::string mark_svg(const Mark& m, const TimelineGeometry& g) {
+  const double xx = g.x(m.t);
+  const std::string info = html_escape(m.label);
+  if (m.cls == "action") {
+    return fmt::format(
+        "<line class=\"action\" data-info=\"{0}\" x1=\"{1}\" x2=\"{1}\" y1=\"{2}\" y2=\"{3}\">"
+        "<title>{0}</title></line>\n",
+        info, html::num(xx), g.top - 6, g.axis_y);
   }
+  const int r = m.rank >= 0 && m.rank < g.lanes ? m.rank : 0;
+  const double y = g.lane_y(r);
+  if (m.cls == "diagnosis") {
+    return fmt::format(
+        "<path class=\"diagnosis\" data-rank=\"{}\" data-step=\"{}\" data-info=\"{}\" "
+        "d=\"M{} {} l6 -10 l-12 0 z\"><title>{}</title></path>\n",
+        m.rank, m.step, info, html::num(xx), html::num(y + 12), info);
+  }
+  if (m.cls == "fault-fired") {
+    return fmt::format(
+        "<path class=\"fault-fired\" data-rank=\"{}\" data-step=\"{}\" data-info=\"{}\" "
+        "d=\"M{} {} l5 6 l-5 6 l-5 -6 z\"><title>{}</title></path>\n",
+        m.rank, m.step, info, html::num(xx), html::num(y + 7), info);
+  }
+  return fmt::format(
+      "<path class=\"{}\" data-rank=\"{}\" data-info=\"{}\" d=\"M{} {} l8 8 m0 -8 l-8 8\">"
+      "<title>{}</title></path>\n",
+      html_escape(m.cls), m.rank, info, html::num(xx - 4), html::num(y + 9), info);
+}
+
+std::string timeline_svg(const Timeline& tl) {
+  const TimelineGeometry g(tl);
+  const double height = g.top + g.lanes * kLane + 28;
+  std::string s =
+      fmt::format("<svg id=\"timeline\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">\n",
+                  kLeft + kWidth + 20, height, kLeft + kWidth + 20, height);
+  s += lanes_svg(g);
+  s += spans_svg(tl, g);
+  for (const auto& m : tl.marks) s += mark_svg(m, g);
   s += "</svg>\n";
   return s;
 }

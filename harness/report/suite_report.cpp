@@ -89,24 +89,25 @@ std::string leaderboard_html(const nlohmann::json& lb) {
   return s + "</table>\n";
 }
 
-}  // namespace
-
-std::string suite_report_html(const std::string& suite_dir, const std::string& out_dir) {
-  const nlohmann::json sum = load_suite_summary(suite_dir);
+// What the suite saw, per symptom and in all.
+struct Tally {
   std::map<std::string, Cell> cells;
-  int failed = 0;
-  int skipped = 0, flaky = 0;
-  for (const auto& c : sum["cases"]) {
+  int failed = 0, skipped = 0, flaky = 0;
+};
+
+Tally tally(const nlohmann::json& cases) {
+  Tally t;
+  for (const auto& c : cases) {
     const std::string sym = c.value("symptom", "");
     const std::string outcome = c.value("outcome", "");
     if (outcome == "skipped") {
-      ++skipped;
+      ++t.skipped;
       continue;
     }
-    flaky += outcome == "flaky" ? 1 : 0;
-    if (!passed(c)) ++failed;
+    t.flaky += outcome == "flaky" ? 1 : 0;
+    if (!passed(c)) ++t.failed;
     if (sym.empty()) continue;
-    Cell& cell = cells[sym];
+    Cell& cell = t.cells[sym];
     const bool pass = passed(c);
     if (c.value("variant", "") == "fix") {
       ++cell.fixes;
@@ -121,14 +122,12 @@ std::string suite_report_html(const std::string& suite_dir, const std::string& o
       }
     }
   }
-  const size_t ran = sum["cases"].size() - skipped;
-  std::string body = fmt::format(
-      "<h1>suite {} <span class=\"badge {}\">{} of {} runs passed</span></h1>\n"
-      "<div class=\"meta\">{}{}{}</div>\n",
-      html_escape(sum.value("suite", "")), failed == 0 ? "pass" : "fail", ran - failed, ran,
-      flaky > 0 ? fmt::format("{} flaky (passed on a retry); ", flaky) : "",
-      skipped > 0 ? fmt::format("{} skipped; ", skipped) : "", html_escape(suite_dir));
-  body +=
+  return t;
+}
+
+// The catalogue's grid: a row per stage, a cell per symptom coloured by what the suite saw.
+std::string catalogue_html(const std::map<std::string, Cell>& cells) {
+  std::string body =
       "<h2>Catalogue</h2><div class=\"legend\"><span class=\"cell ok\">reproduced, fix "
       "verified</span><span class=\"cell fixfail\">reproduced, a fix failed</span><span "
       "class=\"cell norepro\">not reproduced</span><span class=\"cell none\">no scenario in "
@@ -156,15 +155,15 @@ std::string suite_report_html(const std::string& suite_dir, const std::string& o
     }
     body += "</tr>\n";
   }
-  body += "</table>\n";
-  const fs::path lb = fs::path(suite_dir) / "leaderboard.json";
-  if (fs::exists(lb)) {
-    if (auto j = read_json_file(lb.string())) body += leaderboard_html(*j);
-  }
-  body +=
+  return body + "</table>\n";
+}
+
+// Every run with its outcome, linked to its report (or its directory) relative to `out_dir`.
+std::string runs_html(const nlohmann::json& cases, const std::string& out_dir) {
+  std::string body =
       "<h2>Runs</h2><table id=\"runs\"><tr><th>scenario</th><th>variant</th><th>seed</th>"
       "<th>outcome</th><th>time to symptom</th><th>tokens/s</th><th>explanation</th></tr>\n";
-  for (const auto& c : sum["cases"]) {
+  for (const auto& c : cases) {
     const std::string dir = c.value("run_dir", "");
     const std::string link =
         !dir.empty() && fs::exists(dir + "/report.html")
@@ -182,7 +181,27 @@ std::string suite_report_html(const std::string& suite_dir, const std::string& o
         html_escape(c.value("outcome", "")), m >= 0 ? html::num(m, 1) + " s" : "-",
         c.value("tokens_per_s", 0.0), html_escape(c.value("explanation", "")));
   }
-  body += "</table>\n";
+  return body + "</table>\n";
+}
+
+}  // namespace
+
+std::string suite_report_html(const std::string& suite_dir, const std::string& out_dir) {
+  const nlohmann::json sum = load_suite_summary(suite_dir);
+  const Tally t = tally(sum["cases"]);
+  const size_t ran = sum["cases"].size() - t.skipped;
+  std::string body = fmt::format(
+      "<h1>suite {} <span class=\"badge {}\">{} of {} runs passed</span></h1>\n"
+      "<div class=\"meta\">{}{}{}</div>\n",
+      html_escape(sum.value("suite", "")), t.failed == 0 ? "pass" : "fail", ran - t.failed, ran,
+      t.flaky > 0 ? fmt::format("{} flaky (passed on a retry); ", t.flaky) : "",
+      t.skipped > 0 ? fmt::format("{} skipped; ", t.skipped) : "", html_escape(suite_dir));
+  body += catalogue_html(t.cells);
+  const fs::path lb = fs::path(suite_dir) / "leaderboard.json";
+  if (fs::exists(lb)) {
+    if (auto j = read_json_file(lb.string())) body += leaderboard_html(*j);
+  }
+  body += runs_html(sum["cases"], out_dir);
   body += provenance_html(sum.value("provenance", nlohmann::json()));
   return html::page("faultline suite " + sum.value("suite", ""), body);
 }

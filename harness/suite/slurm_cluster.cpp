@@ -111,7 +111,12 @@ std::optional<long> parse_duration(const std::string& text) {
   return std::nullopt;
 }
 
-Request check_cluster(const std::vector<SuiteCase>& cases, const SuiteOptions& o) {
+namespace {
+
+using Record = std::map<std::string, std::string>;
+
+// Slurm's client commands on PATH, and the controller answering.
+void check_client() {
   for (const char* tool : {"sbatch", "scontrol", "scancel"}) {
     if (!on_path(tool)) {
       throw UsageError(fmt::format(
@@ -126,19 +131,23 @@ Request check_cluster(const std::vector<SuiteCase>& cases, const SuiteOptions& o
         "{}){}",
         ping.status, first_line(ping.output), kNothing));
   }
-  Request req;
-  if (!o.slurm.time_limit.empty()) {
-    const auto t = parse_duration(o.slurm.time_limit);
-    if (!t || *t <= 0) {
-      throw UsageError(fmt::format(
-          "--time-limit '{}': not a Slurm time (allowed: MINUTES, MINUTES:SECONDS, H:M:S, D-H, "
-          "D-H:M, D-H:M:S)",
-          o.slurm.time_limit));
-    }
-    req.time_limit_s = *t;
-  }
-  if (o.slurm.max_running < 0) throw UsageError("--jobs: must be at least 1");
+}
 
+// --time-limit in seconds; -1 without one.
+long time_limit_s(const std::string& time_limit) {
+  if (time_limit.empty()) return -1;
+  const auto t = parse_duration(time_limit);
+  if (!t || *t <= 0) {
+    throw UsageError(fmt::format(
+        "--time-limit '{}': not a Slurm time (allowed: MINUTES, MINUTES:SECONDS, H:M:S, D-H, "
+        "D-H:M, D-H:M:S)",
+        time_limit));
+  }
+  return *t;
+}
+
+// The partition the suite asks for (--partition, else the cluster's default); it must be UP.
+Record find_partition(const std::string& wanted) {
   const auto parts_out = run_tool_status({"scontrol", "show", "partition", "-o"});
   if (parts_out.status != 0) {
     throw UsageError(
@@ -148,59 +157,64 @@ Request check_cluster(const std::vector<SuiteCase>& cases, const SuiteOptions& o
   }
   const auto parts = parse_records(parts_out.output);
   std::vector<std::string> names;
-  const std::map<std::string, std::string>* part = nullptr;
+  const Record* part = nullptr;
   for (const auto& p : parts) {
     const std::string name = get(p, "PartitionName");
     if (name.empty()) continue;
     names.push_back(name);
-    if (o.slurm.partition.empty() ? get(p, "Default") == "YES" : name == o.slurm.partition) {
-      part = &p;
-    }
+    if (wanted.empty() ? get(p, "Default") == "YES" : name == wanted) part = &p;
   }
   const std::string known = names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "));
   if (part == nullptr) {
-    if (!o.slurm.partition.empty()) {
-      throw UsageError(fmt::format("--partition '{}': no such partition (partitions: {}){}",
-                                   o.slurm.partition, known, kNothing));
+    if (!wanted.empty()) {
+      throw UsageError(fmt::format("--partition '{}': no such partition (partitions: {}){}", wanted,
+                                   known, kNothing));
     }
     throw UsageError(fmt::format(
         "--executor slurm: the cluster has no default partition; give --partition (partitions: "
         "{}){}",
         known, kNothing));
   }
-  req.partition = get(*part, "PartitionName");
   const std::string state = get(*part, "State");
   if (state != "UP") {
-    throw UsageError(fmt::format("partition '{}' is {} (it takes no jobs){}", req.partition,
-                                 state.empty() ? "in no state" : state, kNothing));
+    throw UsageError(fmt::format("partition '{}' is {} (it takes no jobs){}",
+                                 get(*part, "PartitionName"), state.empty() ? "in no state" : state,
+                                 kNothing));
   }
-  // Its nodes: how many, and the most CPUs one of them has.
-  int part_nodes = 0, max_cpus = 0;
+  return *part;
+}
+
+// A partition's nodes and the most CPUs one of them has.
+struct Capacity {
+  int nodes = 0, max_cpus = 0;
+};
+
+Capacity capacity_of(const std::string& partition, const Record& part) {
+  Capacity c;
   const auto nodes_out = run_tool_status({"scontrol", "show", "node", "-o"});
   if (nodes_out.status == 0) {
     for (const auto& n : parse_records(nodes_out.output)) {
       std::set<std::string> in;
       std::stringstream ss(get(n, "Partitions"));
       for (std::string p; std::getline(ss, p, ',');) in.insert(p);
-      if (in.count(req.partition) == 0) continue;
-      ++part_nodes;
+      if (in.count(partition) == 0) continue;
+      ++c.nodes;
       const std::string eff = get(n, "CPUEfctv");
-      max_cpus = std::max(max_cpus, to_int(eff.empty() ? get(n, "CPUTot") : eff, 0));
+      c.max_cpus = std::max(c.max_cpus, to_int(eff.empty() ? get(n, "CPUTot") : eff, 0));
     }
   }
-  if (part_nodes == 0) {  // scontrol show node said nothing useful: the partition's totals
-    part_nodes = to_int(get(*part, "TotalNodes"), 0);
-    const int total_cpus = to_int(get(*part, "TotalCPUs"), 0);
-    max_cpus = part_nodes > 0 ? total_cpus / part_nodes : 0;
+  if (c.nodes == 0) {  // scontrol show node said nothing useful: the partition's totals
+    c.nodes = to_int(get(part, "TotalNodes"), 0);
+    const int total_cpus = to_int(get(part, "TotalCPUs"), 0);
+    c.max_cpus = c.nodes > 0 ? total_cpus / c.nodes : 0;
   }
-  const int max_nodes = std::min(part_nodes, to_int(get(*part, "MaxNodes"), part_nodes));
-  const auto max_time = parse_duration(get(*part, "MaxTime"));
-  if (req.time_limit_s > 0 && max_time && *max_time >= 0 && req.time_limit_s > *max_time) {
-    throw UsageError(fmt::format("--time-limit {}: partition '{}' allows at most {} (MaxTime){}",
-                                 o.slurm.time_limit, req.partition, get(*part, "MaxTime"),
-                                 kNothing));
-  }
-  // Every case as its runs will load it.
+  return c;
+}
+
+// Every case, as its runs will load it, must fit the partition; its shape goes into `req`.
+void fit_cases(const std::vector<SuiteCase>& cases, const SuiteOptions& o, const Record& part,
+               const Capacity& cap, Request& req) {
+  const int max_nodes = std::min(cap.nodes, to_int(get(part, "MaxNodes"), cap.nodes));
   const auto overrides = set_overrides(o.run_args);
   std::map<std::pair<std::string, bool>, Shape> seen;
   for (const auto& c : cases) {
@@ -216,26 +230,49 @@ Request check_cluster(const std::vector<SuiteCase>& cases, const SuiteOptions& o
                                          s.topo.ranks, nodes, nodes == 1 ? "" : "s");
     if (nodes > max_nodes) {
       throw UsageError(fmt::format("{} needs {} nodes, but partition '{}' has {} (MaxNodes {}){}",
-                                   what, nodes, req.partition, part_nodes, get(*part, "MaxNodes"),
+                                   what, nodes, req.partition, cap.nodes, get(part, "MaxNodes"),
                                    kNothing));
     }
-    if (!o.slurm.overcommit && per_node > max_cpus) {
+    if (!o.slurm.overcommit && per_node > cap.max_cpus) {
       throw UsageError(fmt::format(
           "{} needs {} CPUs on a node (one a rank), but the largest node of partition '{}' has "
           "{} (--overcommit lets ranks share CPUs){}",
-          what, per_node, req.partition, max_cpus, kNothing));
+          what, per_node, req.partition, cap.max_cpus, kNothing));
     }
     req.nodes = std::max(req.nodes, nodes);
     req.tasks_per_node = std::max(req.tasks_per_node, per_node);
     seen[{c.scenario_file, c.fix}] = Shape{nodes, per_node};
     req.case_shapes.push_back(Shape{nodes, per_node});
   }
+}
+
+// The cluster's MaxArraySize (`fallback` when scontrol does not say).
+int max_array_size(int fallback) {
   const auto config = run_tool_status({"scontrol", "show", "config"});
   std::smatch m;
   static const std::regex mas(R"(MaxArraySize\s*=\s*(\d+))");
-  if (config.status == 0 && std::regex_search(config.output, m, mas)) {
-    req.max_array_size = std::stoi(m[1]);
+  if (config.status == 0 && std::regex_search(config.output, m, mas)) return std::stoi(m[1]);
+  return fallback;
+}
+
+}  // namespace
+
+Request check_cluster(const std::vector<SuiteCase>& cases, const SuiteOptions& o) {
+  check_client();
+  Request req;
+  req.time_limit_s = time_limit_s(o.slurm.time_limit);
+  if (o.slurm.max_running < 0) throw UsageError("--jobs: must be at least 1");
+  const Record part = find_partition(o.slurm.partition);
+  req.partition = get(part, "PartitionName");
+  const Capacity cap = capacity_of(req.partition, part);
+  const auto max_time = parse_duration(get(part, "MaxTime"));
+  if (req.time_limit_s > 0 && max_time && *max_time >= 0 && req.time_limit_s > *max_time) {
+    throw UsageError(fmt::format("--time-limit {}: partition '{}' allows at most {} (MaxTime){}",
+                                 o.slurm.time_limit, req.partition, get(part, "MaxTime"),
+                                 kNothing));
   }
+  fit_cases(cases, o, part, cap, req);
+  req.max_array_size = max_array_size(req.max_array_size);
   if (static_cast<int>(cases.size()) > req.max_array_size) {
     throw UsageError(fmt::format(
         "--executor slurm: {} cases do not fit one job array (MaxArraySize {}); narrow the suite "

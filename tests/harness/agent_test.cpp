@@ -288,6 +288,82 @@ TEST_F(AgentTest, HostFaultsAreCheckedAndUndoneWhenTheHarnessIsLost) {
   EXPECT_TRUE(restored) << "no restore line in the agent's output";
 }
 
+// Registrations and reports of every shape from one seed: hosts of the run, one past them
+// ("") and unknown names; texts empty, nested far past any stack, JSON, huge or a number.
+class AgentReportFuzzer {
+ public:
+  explicit AgentReportFuzzer(const std::vector<std::string>& hosts) : hosts_(hosts) {}
+
+  pb::AgentReport registration() {
+    pb::AgentReport reg;
+    const size_t h = pick(hosts_.size() + 3);  // past the end: a host the run does not have
+    reg.set_host(h < hosts_.size() ? hosts_[h] : (h == hosts_.size() ? "" : text()));
+    reg.set_pid(static_cast<int32_t>(rng_()));
+    for (size_t c = pick(4); c > 0; --c) reg.add_can(text().substr(0, 64));
+    reg.set_relay_addr(text().substr(0, 200));
+    reg.set_heartbeat_ms(static_cast<int32_t>(rng_()));
+    return reg;
+  }
+
+  // A report; the events it relays are added to `*sent_events`.
+  pb::AgentReport report(int64_t* sent_events) {
+    pb::AgentReport rep;
+    rep.set_id(pick(3) == 0 ? 0 : rng_());
+    rep.set_ok(pick(2) == 0);
+    rep.set_status(static_cast<int32_t>(rng_()));
+    rep.set_output(text());
+    rep.set_heartbeat(pick(4) == 0);
+    if (pick(3) == 0) {
+      for (size_t e = pick(4); e > 0; --e) {
+        auto* ev = rep.mutable_relay()->add_events();
+        ev->set_rank(static_cast<int32_t>(rng_() % 8));
+        ev->set_kind(pick(2) == 0 ? "step" : text().substr(0, 32));
+        ev->set_data_json(text());
+        ++*sent_events;
+      }
+    }
+    if (pick(5) == 0) rep.set_relayed_batches(rng_());
+    return rep;
+  }
+
+  size_t pick(uint64_t n) { return static_cast<size_t>(rng_() % n); }
+
+ private:
+  std::string text() {
+    switch (pick(5)) {
+      case 0:
+        return "";
+      case 1:
+        return deep_;
+      case 2:
+        return R"({"applied": true, "rank": 0})";
+      case 3:
+        return std::string(pick(70000), 'x');
+      default:
+        return fmt::format("{}", rng_());
+    }
+  }
+
+  std::vector<std::string> hosts_;
+  std::mt19937_64 rng_{20261128};
+  const std::string deep_ = std::string(100000, '[') + std::string(100000, ']');
+};
+
+// One attachment with the secret: a fuzzed registration, then up to five fuzzed reports.
+grpc::Status attach_fuzzed(pb::Agents::Stub& stub, const std::string& secret,
+                           AgentReportFuzzer& fuzz, int64_t* sent_events) {
+  grpc::ClientContext ctx;
+  ctx.AddMetadata(kControlSecretHeader, secret);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub.Attach(&ctx);
+  stream->Write(fuzz.registration());
+  for (size_t r = fuzz.pick(6); r > 0; --r) {
+    if (!stream->Write(fuzz.report(sent_events))) break;
+  }
+  stream->WritesDone();
+  return stream->Finish();
+}
+
 // Agent messages as input (issue 32): a peer that has the secret — an agent, or whatever took its
 // place — sends registrations and reports of every shape: hosts the run does not have, a host
 // twice, answers to commands never sent, outputs and relayed event data nested far past any
@@ -309,59 +385,11 @@ TEST(AgentFuzz, ReportsOfEveryShapeFromAPeerWithTheSecretNeverCrashTheHub) {
   ctl.add_service(hub.service());
   const std::string addr = ctl.start("unix:" + dir + "/c.sock");
   auto stub = pb::Agents::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
-  std::mt19937_64 rng(20261128);
-  auto pick = [&](uint64_t n) { return static_cast<size_t>(rng() % n); };
-  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
-  auto text = [&]() -> std::string {
-    switch (pick(5)) {
-      case 0:
-        return "";
-      case 1:
-        return deep;
-      case 2:
-        return R"({"applied": true, "rank": 0})";
-      case 3:
-        return std::string(pick(70000), 'x');
-      default:
-        return fmt::format("{}", rng());
-    }
-  };
+  AgentReportFuzzer fuzz(s.topo.hosts);
   int attached = 0, unknown = 0, twice = 0;
   int64_t sent_events = 0;
   for (int i = 0; i < 120; ++i) {
-    grpc::ClientContext ctx;
-    ctx.AddMetadata(kControlSecretHeader, secret);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    auto stream = stub->Attach(&ctx);
-    pb::AgentReport reg;
-    const size_t h = pick(kHosts + 3);  // past the end: a host the run does not have
-    reg.set_host(h < kHosts ? s.topo.hosts[h] : (h == kHosts ? "" : text()));
-    reg.set_pid(static_cast<int32_t>(rng()));
-    for (size_t c = pick(4); c > 0; --c) reg.add_can(text().substr(0, 64));
-    reg.set_relay_addr(text().substr(0, 200));
-    reg.set_heartbeat_ms(static_cast<int32_t>(rng()));
-    stream->Write(reg);
-    for (size_t r = pick(6); r > 0; --r) {
-      pb::AgentReport rep;
-      rep.set_id(pick(3) == 0 ? 0 : rng());
-      rep.set_ok(pick(2) == 0);
-      rep.set_status(static_cast<int32_t>(rng()));
-      rep.set_output(text());
-      rep.set_heartbeat(pick(4) == 0);
-      if (pick(3) == 0) {
-        for (size_t e = pick(4); e > 0; --e) {
-          auto* ev = rep.mutable_relay()->add_events();
-          ev->set_rank(static_cast<int32_t>(rng() % 8));
-          ev->set_kind(pick(2) == 0 ? "step" : text().substr(0, 32));
-          ev->set_data_json(text());
-          ++sent_events;
-        }
-      }
-      if (pick(5) == 0) rep.set_relayed_batches(rng());
-      if (!stream->Write(rep)) break;
-    }
-    stream->WritesDone();
-    const grpc::Status st = stream->Finish();
+    const grpc::Status st = attach_fuzzed(*stub, secret, fuzz, &sent_events);
     if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
       ++unknown;
       EXPECT_NE(st.error_message().find("is not one of the run's hosts"), std::string::npos);

@@ -236,6 +236,84 @@ int as_nobody(const std::function<int()>& f) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+// Collects what a check found wrong, one line each: a client thread of the run cannot assert.
+using Fail = std::function<void(const std::string&)>;
+
+// The run directory is 0700, the secret file and the socket 0600, and the address is the socket.
+void check_private_files(const std::string& addr, const std::string& dir, const Fail& fail) {
+  if (mode_of(dir) != 0700) fail(fmt::format("run dir mode {:o}", mode_of(dir)));
+  if (mode_of(dir + "/control.secret") != 0600) fail("secret file not 0600");
+  if (addr != "unix:" + dir + "/control.sock") fail("address " + addr);
+  if (mode_of(dir + "/control.sock") != 0600) fail("socket not 0600");
+}
+
+// Rank 0's pid, from its hello, once it trains (step 2); "" when it does not within 2 minutes.
+std::string training_rank0_pid(const std::string& dir) {
+  std::string pid;
+  for (int i = 0; i < 4800 && pid.empty(); ++i) {  // up to 2 min: a loaded host
+    std::string hello;
+    bool training = false;
+    for (const auto& e : read_history(dir + "/history.jsonl")) {
+      if (e.source != "rank" || e.rank != 0) continue;
+      if (e.kind == "hello") hello = e.data_json;
+      training = training || (e.kind == "step" && e.step >= 2);
+    }
+    if (training && !hello.empty()) {
+      pid = std::to_string(nlohmann::json::parse(hello).value("pid", 0));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+  }
+  return pid;
+}
+
+// The process `pid` holds none of the harness's (this process's) listening sockets.
+void check_no_listening_socket_inherited(const std::string& pid, const Fail& fail) {
+  std::set<std::string> ours;  // the harness's listening sockets
+  const auto listening = listening_inodes();
+  for (const auto& i : socket_inodes("self")) {
+    if (listening.count(i)) ours.insert(i);
+  }
+  if (ours.size() < 2) fail(fmt::format("{} listening sockets in the harness", ours.size()));
+  for (const auto& i : socket_inodes(pid)) {
+    if (ours.count(i)) fail("rank 0 inherited the harness's listening socket " + i);
+  }
+}
+
+// Control answers only with the secret, and refuses restart arguments off its allow-list.
+void check_control_calls(const std::string& addr, const std::string& secret, const Fail& fail) {
+  pb::ControlRequest req;
+  pb::ControlReply reply;
+  req.set_action("list_faults");
+  if (control(addr, "", req, &reply).error_code() != grpc::StatusCode::UNAUTHENTICATED)
+    fail("no secret was not UNAUTHENTICATED");
+  if (!control(addr, secret, req, &reply).ok() || !reply.ok()) fail("the secret was refused");
+  req.set_action("restart_job");
+  req.add_args("--plugin");
+  req.add_args("p'$(id>x)'q");
+  req.add_args("--plugin-jit");
+  if (!control(addr, secret, req, &reply).ok() || reply.ok() ||
+      reply.message().find("'--plugin' is not allowed") == std::string::npos)
+    fail("restart_job --plugin: " + reply.message());
+}
+
+// Another local user (as root only): the socket and the secret are out of its reach.
+void check_other_user_kept_out(const std::string& dir, const Fail& fail) {
+  // Built before the fork: the child makes system calls only.
+  const std::string sock = dir + "/control.sock", secret_file = dir + "/control.secret";
+  const int rc = as_nobody([&] {
+    if (::open(secret_file.c_str(), O_RDONLY) >= 0) return 1;
+    if (errno != EACCES) return 2;
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock.c_str());
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return 3;
+    return errno == EACCES ? 0 : 4;
+  });
+  if (rc != 0) fail(fmt::format("uid 65534 reached the run (check {})", rc));
+}
+
 TEST(ControlPlaneRun, TheRunsControlPlaneAnswersOnlyItsOwnRanksAndTools) {
   // Short: the socket path must fit a unix socket's 107 bytes.
   const auto results = test::fresh_test_dir("cp", "run");
@@ -250,67 +328,16 @@ TEST(ControlPlaneRun, TheRunsControlPlaneAnswersOnlyItsOwnRanksAndTools) {
   o.on_ready = [&](const std::string& addr, const std::string& dir) {
     addr_seen = addr;
     client = std::thread([&, addr, dir] {
-      if (mode_of(dir) != 0700) fail(fmt::format("run dir mode {:o}", mode_of(dir)));
-      if (mode_of(dir + "/control.secret") != 0600) fail("secret file not 0600");
-      if (addr != "unix:" + dir + "/control.sock") fail("address " + addr);
-      if (mode_of(dir + "/control.sock") != 0600) fail("socket not 0600");
+      check_private_files(addr, dir, fail);
       std::ifstream(dir + "/control.secret") >> secret;
       // A rank's pid, from its hello, and its sockets once it trains.
-      std::string pid;
-      for (int i = 0; i < 4800 && pid.empty(); ++i) {  // up to 2 min: a loaded host
-        std::string hello;
-        bool training = false;
-        for (const auto& e : read_history(dir + "/history.jsonl")) {
-          if (e.source != "rank" || e.rank != 0) continue;
-          if (e.kind == "hello") hello = e.data_json;
-          training = training || (e.kind == "step" && e.step >= 2);
-        }
-        if (training && !hello.empty()) {
-          pid = std::to_string(nlohmann::json::parse(hello).value("pid", 0));
-        } else {
-          std::this_thread::sleep_for(std::chrono::milliseconds(25));
-        }
-      }
+      const std::string pid = training_rank0_pid(dir);
       if (pid.empty()) return fail("rank 0 never reached step 2");
-      std::set<std::string> ours;  // the harness's listening sockets
-      const auto listening = listening_inodes();
-      for (const auto& i : socket_inodes("self")) {
-        if (listening.count(i)) ours.insert(i);
-      }
-      if (ours.size() < 2) fail(fmt::format("{} listening sockets in the harness", ours.size()));
-      for (const auto& i : socket_inodes(pid)) {
-        if (ours.count(i)) fail("rank 0 inherited the harness's listening socket " + i);
-      }
+      check_no_listening_socket_inherited(pid, fail);
+      check_control_calls(addr, secret, fail);
+      if (::geteuid() == 0) check_other_user_kept_out(dir, fail);
       pb::ControlRequest req;
       pb::ControlReply reply;
-      req.set_action("list_faults");
-      if (control(addr, "", req, &reply).error_code() != grpc::StatusCode::UNAUTHENTICATED)
-        fail("no secret was not UNAUTHENTICATED");
-      if (!control(addr, secret, req, &reply).ok() || !reply.ok()) fail("the secret was refused");
-      req.set_action("restart_job");
-      req.add_args("--plugin");
-      req.add_args("p'$(id>x)'q");
-      req.add_args("--plugin-jit");
-      if (!control(addr, secret, req, &reply).ok() || reply.ok() ||
-          reply.message().find("'--plugin' is not allowed") == std::string::npos)
-        fail("restart_job --plugin: " + reply.message());
-      if (::geteuid() == 0) {
-        // Another local user: the socket and the secret are out of its reach.
-        // Built before the fork: the child makes system calls only.
-        const std::string sock = dir + "/control.sock", secret_file = dir + "/control.secret";
-        const int rc = as_nobody([&] {
-          if (::open(secret_file.c_str(), O_RDONLY) >= 0) return 1;
-          if (errno != EACCES) return 2;
-          const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-          sockaddr_un a{};
-          a.sun_family = AF_UNIX;
-          std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock.c_str());
-          if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return 3;
-          return errno == EACCES ? 0 : 4;
-        });
-        if (rc != 0) fail(fmt::format("uid 65534 reached the run (check {})", rc));
-      }
-      req.Clear();
       req.set_action("abort");
       control(addr, secret, req, &reply);
     });

@@ -84,23 +84,15 @@ void write_timeline(FakeRun& r) {
   r.ev(4.0, "harness", -1, "run_end", {{"reason", "hang established"}});
 }
 
-TEST(Trace, FollowsTheTraceEventFormat) {
-  const auto dir = root() + "/run";
-  {
-    FakeRun r(dir, kHang);
-    write_timeline(r);
-  }
-  const std::string path = write_trace(dir);
-  EXPECT_EQ(path, dir + "/trace.json");
-  std::ifstream in(path);
-  const auto trace = nlohmann::json::parse(in);  // the file is one JSON document
-  ASSERT_TRUE(trace.contains("traceEvents"));
-  ASSERT_TRUE(trace["traceEvents"].is_array());
-  EXPECT_EQ(trace["otherData"]["run_id"], "rid-1");
-
+// A trace's events by phase, each checked against the format's rules for its phase.
+struct TraceEvents {
   std::map<int, std::string> process_names;
   std::set<int> used_pids;
   std::vector<nlohmann::json> slices, instants, counters;
+};
+
+void sort_trace_events(const nlohmann::json& trace, TraceEvents* out) {
+  auto& [process_names, used_pids, slices, instants, counters] = *out;
   for (const auto& e : trace["traceEvents"]) {
     ASSERT_TRUE(e.contains("name") && e["name"].is_string()) << e;
     ASSERT_TRUE(e.contains("ph") && e["ph"].is_string()) << e;
@@ -129,39 +121,58 @@ TEST(Trace, FollowsTheTraceEventFormat) {
       ADD_FAILURE() << "unexpected phase " << ph;
     }
   }
-  // Every process that has events is named: the harness and both ranks.
-  for (int pid : used_pids) EXPECT_TRUE(process_names.count(pid)) << "pid " << pid;
-  EXPECT_EQ(process_names[0], "harness");
-  EXPECT_EQ(process_names[1], "rank 0");
-  EXPECT_EQ(process_names[2], "rank 1");
+}
 
-  auto find_slice = [&](int pid, const std::string& name) -> const nlohmann::json* {
-    for (auto& s : slices) {
-      if (s["pid"] == pid && s["name"] == name) return &s;
-    }
-    return nullptr;
-  };
+const nlohmann::json* find_slice(const TraceEvents& t, int pid, const std::string& name) {
+  for (auto& s : t.slices) {
+    if (s["pid"] == pid && s["name"] == name) return &s;
+  }
+  return nullptr;
+}
+
+TEST(Trace, FollowsTheTraceEventFormat) {
+  const auto dir = root() + "/run";
+  {
+    FakeRun r(dir, kHang);
+    write_timeline(r);
+  }
+  const std::string path = write_trace(dir);
+  EXPECT_EQ(path, dir + "/trace.json");
+  std::ifstream in(path);
+  const auto trace = nlohmann::json::parse(in);  // the file is one JSON document
+  ASSERT_TRUE(trace.contains("traceEvents"));
+  ASSERT_TRUE(trace["traceEvents"].is_array());
+  EXPECT_EQ(trace["otherData"]["run_id"], "rid-1");
+
+  TraceEvents events;
+  ASSERT_NO_FATAL_FAILURE(sort_trace_events(trace, &events));
+  // Every process that has events is named: the harness and both ranks.
+  for (int pid : events.used_pids) EXPECT_TRUE(events.process_names.count(pid)) << "pid " << pid;
+  EXPECT_EQ(events.process_names[0], "harness");
+  EXPECT_EQ(events.process_names[1], "rank 0");
+  EXPECT_EQ(events.process_names[2], "rank 1");
+
   // Steps end where the step event was received and last step_time_s (250 ms).
-  const auto* step1 = find_slice(2, "step 1");
+  const auto* step1 = find_slice(events, 2, "step 1");
   ASSERT_NE(step1, nullptr);
   EXPECT_DOUBLE_EQ((*step1)["ts"].get<double>(), 1.75e6);
   EXPECT_DOUBLE_EQ((*step1)["dur"].get<double>(), 0.25e6);
   EXPECT_DOUBLE_EQ((*step1)["args"]["loss"].get<double>(), 4.0);
   // The completed collective began when it was reported in flight minus its 200 ms.
-  const auto* done = find_slice(2, "all_reduce dp #3");
+  const auto* done = find_slice(events, 2, "all_reduce dp #3");
   ASSERT_NE(done, nullptr);
   EXPECT_DOUBLE_EQ((*done)["ts"].get<double>(), 2.3e6);
   EXPECT_DOUBLE_EQ((*done)["dur"].get<double>(), 0.4e6);
   // The one that never completed stays open until the history ends.
-  const auto* open = find_slice(1, "all_reduce dp #4 (never completed)");
+  const auto* open = find_slice(events, 1, "all_reduce dp #4 (never completed)");
   ASSERT_NE(open, nullptr);
   EXPECT_DOUBLE_EQ((*open)["ts"].get<double>(), 2.5e6);
   EXPECT_DOUBLE_EQ((*open)["ts"].get<double>() + (*open)["dur"].get<double>(), 4.0e6);
   // The whole run is a slice on the harness.
-  ASSERT_NE(find_slice(0, "hang"), nullptr);
+  ASSERT_NE(find_slice(events, 0, "hang"), nullptr);
 
   int faults = 0, diagnoses = 0;
-  for (auto& i : instants) {
+  for (auto& i : events.instants) {
     if (i["cat"] == "fault") {
       ++faults;
       EXPECT_EQ(i["pid"], 2);
@@ -172,7 +183,7 @@ TEST(Trace, FollowsTheTraceEventFormat) {
   EXPECT_EQ(faults, 1);
   EXPECT_EQ(diagnoses, 1);
   int loss_counters = 0;
-  for (auto& c : counters) loss_counters += c["name"] == "loss" ? 1 : 0;
+  for (auto& c : events.counters) loss_counters += c["name"] == "loss" ? 1 : 0;
   EXPECT_EQ(loss_counters, 4);
 }
 

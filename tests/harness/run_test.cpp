@@ -339,6 +339,104 @@ std::set<RankEvent> rank_events_in_files(const std::string& run_dir) {
   return out;
 }
 
+// Starts `faultline run` of a clean run too long to end by itself under `launcher`, as run `id`.
+pid_t start_long_run(const std::string& results, const std::string& id, const char* launcher) {
+  const pid_t harness = ::fork();
+  if (harness == 0) {
+    ::freopen("/dev/null", "r", stdin);
+    ::freopen("/dev/null", "w", stdout);
+    ::execl(FAULTLINE_CLI, FAULTLINE_CLI, "run", (kExamples + "clean-dp2-tp2.yaml").c_str(),
+            "--results", results.c_str(), "--run-id", id.c_str(), "--set", "workload.steps=100000",
+            "--set", (std::string("topology.launcher=") + launcher).c_str(), nullptr);
+    ::_exit(127);
+  }
+  return harness;
+}
+
+// Whether the history at `hist` records step 3 within 600 looks, 20 ms apart.
+bool reaches_step_3(const std::string& hist) {
+  bool stepping = false;
+  for (int i = 0; i < 600 && !stepping; ++i) {
+    std::ifstream in(hist);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    stepping = text.find("\"kind\":\"step\",\"step\":3") != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return stepping;
+}
+
+// The files run `id` maps from /dev/shm and from its own `run_tmp`, looked at until one of them
+// shows up (under mpirun the segments come a little after the first steps).
+std::pair<std::set<std::string>, std::set<std::string>> shared_memory_of_run(
+    const std::string& id, const std::string& run_tmp, bool mpirun) {
+  std::set<std::string> in_shm, in_run;
+  for (int i = 0; i < 100; ++i) {
+    in_shm = mapped_under(id, "/dev/shm/");
+    in_run = mapped_under(id, run_tmp);
+    if (!in_shm.empty() || !in_run.empty() || !mpirun) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return {in_shm, in_run};
+}
+
+// The processes of run `id` still there after up to 5 s.
+std::vector<pid_t> processes_left_of_run(const std::string& id) {
+  std::vector<pid_t> left;
+  for (int i = 0; i < 100; ++i) {
+    left = processes_of_run(id);
+    if (left.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return left;
+}
+
+// Zombies of the run's programs left once this process (their subreaper) has reaped for up to 5 s.
+int zombies_after_reaping() {
+  int zombies = 0;
+  for (int i = 0; i < 100; ++i) {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    zombies = zombies_named({"fl-train", "orted", "mpirun", "ompi-server", "faultline"});
+    if (zombies == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return zombies;
+}
+
+// Entries of the system temp directory that were not there `before`, other than test directories.
+std::vector<std::string> tmp_entries_added(const std::set<std::string>& before) {
+  std::vector<std::string> added;
+  for (auto& a : tmp_entries()) {
+    // Test directories of tests running alongside (fresh_test_dir: faultline-<what>-<pid>-...)
+    // are theirs, not the run's.
+    if (!before.count(a) && fs::path(a).filename().string().rfind("faultline-", 0) != 0) {
+      added.push_back(a);
+    }
+  }
+  return added;
+}
+
+// `faultline verdict` judges the history with the ranks' own files merged in: every rank event
+// on disk, each once.
+void expect_verdict_counts_every_rank_event(const std::string& run_dir, const char* launcher) {
+  const auto in_history = rank_events_in_history(run_dir);
+  const auto in_files = rank_events_in_files(run_dir);
+  std::set<RankEvent> all = in_history;
+  all.insert(in_files.begin(), in_files.end());
+  size_t missing = 0;
+  for (const auto& e : in_files) missing += in_history.count(e) ? 0 : 1;
+  auto v = test::run_process({FAULTLINE_CLI, "verdict", "--json", run_dir});
+  const auto brace = v.output.find('{');
+  ASSERT_NE(brace, std::string::npos) << v.output;
+  const auto j = nlohmann::json::parse(v.output.substr(brace), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << v.output;
+  EXPECT_EQ(j["rank_events"].get<size_t>(), all.size()) << launcher;
+  EXPECT_EQ(j["recovered_from_rank_files"].get<size_t>(), missing) << launcher;
+  std::printf("%s: %zu rank events in the history, %zu in the ranks' files, %zu only there\n",
+              launcher, in_history.size(), in_files.size(), missing);
+  std::fflush(stdout);  // (the next fork would print it again)
+}
+
 TEST(HarnessRun, SigkillOfTheHarnessLeavesNoWorkerZombieOrTempFile) {
   const auto results = results_dir();
   fs::create_directories(results);
@@ -348,93 +446,33 @@ TEST(HarnessRun, SigkillOfTheHarnessLeavesNoWorkerZombieOrTempFile) {
   for (const char* launcher : {"local", "mpirun"}) {
     const auto before = tmp_entries();
     const std::string id = std::string("sigkill-") + launcher;
-    const pid_t harness = ::fork();
-    if (harness == 0) {
-      ::freopen("/dev/null", "r", stdin);
-      ::freopen("/dev/null", "w", stdout);
-      ::execl(FAULTLINE_CLI, FAULTLINE_CLI, "run", (kExamples + "clean-dp2-tp2.yaml").c_str(),
-              "--results", results.c_str(), "--run-id", id.c_str(), "--set",
-              "workload.steps=100000", "--set",
-              (std::string("topology.launcher=") + launcher).c_str(), nullptr);
-      ::_exit(127);
-    }
+    const pid_t harness = start_long_run(results, id, launcher);
     const std::string hist = results + "/" + id + "/history.jsonl";
-    bool stepping = false;
-    for (int i = 0; i < 600 && !stepping; ++i) {
-      std::ifstream in(hist);
-      std::string text((std::istreambuf_iterator<char>(in)), {});
-      stepping = text.find("\"kind\":\"step\",\"step\":3") != std::string::npos;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ASSERT_TRUE(stepping) << launcher;
+    ASSERT_TRUE(reaches_step_3(hist)) << launcher;
     ASSERT_FALSE(processes_of_run(id).empty());
     // No shared memory of the run in /dev/shm (Open MPI's vader segments would be there by
     // default, and nobody unlinks them after a SIGKILL): under mpirun they are in the run's tmp.
     const std::string run_tmp = results + "/" + id + "/tmp/";
-    std::set<std::string> in_shm, in_run;
-    for (int i = 0; i < 100; ++i) {
-      in_shm = mapped_under(id, "/dev/shm/");
-      in_run = mapped_under(id, run_tmp);
-      if (!in_shm.empty() || !in_run.empty() || std::string(launcher) == "local") break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    const auto [in_shm, in_run] =
+        shared_memory_of_run(id, run_tmp, std::string(launcher) == "mpirun");
     EXPECT_TRUE(in_shm.empty()) << launcher << ": " << *in_shm.begin();
     if (std::string(launcher) == "mpirun") {
       EXPECT_FALSE(in_run.empty()) << "no shared-memory segment of the run in " << run_tmp;
     }
     ::kill(harness, SIGKILL);
     ::waitpid(harness, nullptr, 0);
-    std::vector<pid_t> left;
-    for (int i = 0; i < 100; ++i) {
-      left = processes_of_run(id);
-      if (left.empty()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    const auto left = processes_left_of_run(id);
     EXPECT_TRUE(left.empty()) << launcher << ": " << left.size() << " processes of the run remain";
     // Every process of the run ended (none is stuck in D or T state holding on), so reaping them
     // leaves no zombie behind.
-    int zombies = 0;
-    for (int i = 0; i < 100; ++i) {
-      while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-      }
-      zombies = zombies_named({"fl-train", "orted", "mpirun", "ompi-server", "faultline"});
-      if (zombies == 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    EXPECT_EQ(zombies, 0) << launcher;
+    EXPECT_EQ(zombies_after_reaping(), 0) << launcher;
     // Nothing new in the system temp directory.
-    auto after = tmp_entries();
-    std::vector<std::string> added;
-    for (auto& a : after) {
-      // Test directories of tests running alongside (fresh_test_dir: faultline-<what>-<pid>-...)
-      // are theirs, not the run's.
-      if (!before.count(a) && fs::path(a).filename().string().rfind("faultline-", 0) != 0) {
-        added.push_back(a);
-      }
-    }
+    const auto added = tmp_entries_added(before);
     EXPECT_TRUE(added.empty()) << launcher << ": " << (added.empty() ? "" : added[0]);
     // The run directory stays readable: the history parses.
     EXPECT_FALSE(read_history(hist).empty());
     for (const auto& f : in_shm) EXPECT_FALSE(fs::exists(f)) << launcher << ": " << f << " left";
-    // `faultline verdict` judges the history with the ranks' own files merged in: every rank
-    // event on disk, each once.
-    const std::string run_dir = results + "/" + id;
-    const auto in_history = rank_events_in_history(run_dir);
-    const auto in_files = rank_events_in_files(run_dir);
-    std::set<RankEvent> all = in_history;
-    all.insert(in_files.begin(), in_files.end());
-    size_t missing = 0;
-    for (const auto& e : in_files) missing += in_history.count(e) ? 0 : 1;
-    auto v = test::run_process({FAULTLINE_CLI, "verdict", "--json", run_dir});
-    const auto brace = v.output.find('{');
-    ASSERT_NE(brace, std::string::npos) << v.output;
-    const auto j = nlohmann::json::parse(v.output.substr(brace), nullptr, false);
-    ASSERT_FALSE(j.is_discarded()) << v.output;
-    EXPECT_EQ(j["rank_events"].get<size_t>(), all.size()) << launcher;
-    EXPECT_EQ(j["recovered_from_rank_files"].get<size_t>(), missing) << launcher;
-    std::printf("%s: %zu rank events in the history, %zu in the ranks' files, %zu only there\n",
-                launcher, in_history.size(), in_files.size(), missing);
-    std::fflush(stdout);  // (the next fork would print it again)
+    ASSERT_NO_FATAL_FAILURE(expect_verdict_counts_every_rank_event(results + "/" + id, launcher));
   }
   fs::remove_all(results);
 }

@@ -49,8 +49,9 @@ const DetectorScore& by_name(const std::vector<DetectorScore>& v, const std::str
   throw std::runtime_error("no score for " + n);
 }
 
-TEST(Score, RecallPrecisionLatencyLocalisationAndFalseAlarms) {
-  const auto dir = root();
+// Four runs under `dir`: two positives (one that "comm" and "logs" detect, one only "logs"
+// does), a clean run of 36 s with one alarm, and a positive whose symptom never showed.
+void write_scored_runs(const std::string& dir) {
   {
     // Positive: the fault fires at 2 s, the oracle sees the symptom on rank 1 at 3 s.
     FakeRun p(dir, "a", kPositive);
@@ -90,6 +91,11 @@ TEST(Score, RecallPrecisionLatencyLocalisationAndFalseAlarms) {
     x.diag(1, "comm", "4.7", {0});
     x.ev(2, "harness", -1, "run_end", {});
   }
+}
+
+TEST(Score, RecallPrecisionLatencyLocalisationAndFalseAlarms) {
+  const auto dir = root();
+  write_scored_runs(dir);
   std::vector<RunTruth> runs;
   for (auto& d : collect_run_dirs({dir})) runs.push_back(load_run_truth(d));
   ASSERT_EQ(runs.size(), 4u);
