@@ -27,8 +27,8 @@
 #include "base/control_auth.hpp"
 #include "base/private_dir.hpp"
 #include "base/subprocess.hpp"
-#include "harness/agent/agent_faults.hpp"
 #include "harness/agent/relay.hpp"
+#include "harness/faults/on_nodes.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 
 namespace fl::harness {
@@ -171,7 +171,7 @@ std::vector<std::string> bounded_tool(const std::vector<std::string>& tool) {
 class AgentActions {
  public:
   AgentActions(const AgentOptions& o, const std::string& secret, TelemetryRelay& relay)
-      : o_(o), secret_(secret), relay_(relay), host_faults_(o.run_dir, o.host, secret) {}
+      : o_(o), secret_(secret), relay_(relay), node_(o.run_dir, o.host, secret) {}
 
   pb::AgentReport answer(const pb::AgentCommand& cmd) {
     pb::AgentReport r;
@@ -197,7 +197,7 @@ class AgentActions {
       const int n = relay_.deliver(cmd.rank(), cmd.worker());
       r.set_ok(n > 0);
       r.set_status(n);
-    } else if (a == "fault" && cmd.has_fault()) {
+    } else if (a == "fault" && cmd.has_request()) {
       fault(cmd, r);
     } else if (a == "stop") {
       relay_.stop();  // the ranks are gone: what they sent is forwarded, the counts are final
@@ -217,7 +217,7 @@ class AgentActions {
   // The clean-ups the harness left for a lost connection, in the order given.
   const std::vector<std::vector<std::string>>& on_loss() const { return on_loss_; }
   // What the harness did not heal (it failed, or never got to it) is undone here.
-  std::vector<std::string> cleanup() { return host_faults_.cleanup(); }
+  std::vector<std::string> cleanup() { return node_.cleanup(); }
 
  private:
   void run(const pb::AgentCommand& cmd, pb::AgentReport& r) {
@@ -265,14 +265,15 @@ class AgentActions {
     r.set_ok(true);
     say(o_, "released port " + port);
   }
+  // A fault kind's typed request, applied by the handler its kind registered (on_nodes.hpp).
   void fault(const pb::AgentCommand& cmd, pb::AgentReport& r) {
     try {
-      r.set_output(host_faults_.apply(cmd.fault()).dump());
+      r.set_output(node_.apply(cmd.request()).dump());
       r.set_ok(true);
     } catch (const std::exception& e) {
       r.set_output(e.what());
     }
-    say(o_, fmt::format("fault {} -> {}", cmd.fault().ShortDebugString(), r.output()));
+    say(o_, fmt::format("fault {} -> {}", cmd.request().ShortDebugString(), r.output()));
   }
 
   const AgentOptions& o_;
@@ -280,7 +281,7 @@ class AgentActions {
   TelemetryRelay& relay_;
   std::vector<std::vector<std::string>> on_loss_;
   std::map<std::string, int> held_;  // squatted ports (closed when the agent ends)
-  AgentFaults host_faults_;          // cgroups, mounts, damaged files
+  faults::Node node_;                // what the fault kinds' handlers made here (cgroups, mounts, ...)
   bool stopped_ = false;
 };
 
@@ -323,7 +324,7 @@ pb::AgentReport registration(const AgentOptions& o, TelemetryRelay& relay) {
   reg.set_host(o.host);
   reg.set_pid(static_cast<int>(::getpid()));
   reg.add_can("signal");
-  for (const char* f : {"memory_limit", "disk_full", "file"}) reg.add_can(f);  // agent_faults.cpp
+  for (const char* f : {"memory_limit", "disk_full", "file"}) reg.add_can(f);  // on_nodes.hpp
   for (const auto& t : kTools) {
     if (on_path(t)) reg.add_can(t);
   }
@@ -377,7 +378,7 @@ int run_agent(const AgentOptions& o) {
   say(o, fmt::format("attached to {} (pid {}; relay {})", o.control, ::getpid(),
                      reg.relay_addr().empty() ? std::string("none") : reg.relay_addr()));
   Heartbeat heartbeat(write, std::chrono::milliseconds(std::max(reg.heartbeat_ms(), 50)));
-  for (const auto& line : AgentFaults::sweep_stale()) say(o, "stale: " + line);
+  for (const auto& line : faults::Node::sweep_stale()) say(o, "stale: " + line);
 
   AgentActions actions(o, secret, relay);
   pb::AgentCommand cmd;
