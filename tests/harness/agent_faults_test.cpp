@@ -62,7 +62,7 @@ class AgentFaultsTest : public ::testing::Test {
   static nlohmann::json apply(Node& a, const google::protobuf::Message& f) {
     google::protobuf::Any any;
     any.PackFrom(f);
-    return apply(a, any);
+    return a.apply(any);
   }
   // The error text of applying `f`, "" when it was applied.
   static std::string refusal(Node& a, const google::protobuf::Message& f) {
@@ -145,7 +145,7 @@ TEST_F(AgentFaultsTest, DamagesTheRunsFilesAndPutsThemBack) {
   const std::string r0 = dir_ + "/checkpoints/step_4/shard_r0.bin";
   const std::string r1 = dir_ + "/checkpoints/step_4/shard_r1.bin";
   Node a(dir_, "h1", "s3cret");
-  pb::DiskFull f;
+  pb::FileDamage f;
   auto* d = &f;
   d->set_glob("checkpoints/step_*/shard_r1*.bin");
   d->set_action("corrupt");
@@ -191,7 +191,7 @@ TEST_F(AgentFaultsTest, DamagesTheRunsFilesAndPutsThemBack) {
 
 TEST_F(AgentFaultsTest, FileDamageStaysInTheRunDirectory) {
   Node a(dir_, "h1", "s3cret");
-  pb::DiskFull f;
+  pb::FileDamage f;
   auto* d = &f;
   d->set_action("delete");
   d->set_bytes(1);
