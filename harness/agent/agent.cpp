@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,7 +14,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -135,32 +132,6 @@ bool allowed_tool(const google::protobuf::RepeatedPtrField<std::string>& argv, s
   return true;
 }
 
-// Binds TCP `port` on every address of this host and listens (what a stale job holding the
-// rendezvous port does); the descriptor, or -1 with `why`.
-int hold_port(const std::string& word, std::string& why) {
-  int port = 0;
-  try {
-    port = std::stoi(word);
-  } catch (const std::exception&) {
-  }
-  if (port < 1 || port > 65535) {
-    why = fmt::format("'{}' is not a port", word);
-    return -1;
-  }
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::listen(fd, 4) != 0) {
-    why = fmt::format("cannot take port {}: {}", port, std::strerror(errno));
-    if (fd >= 0) ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 std::vector<std::string> bounded_tool(const std::vector<std::string>& tool) {
   std::vector<std::string> argv = {"timeout", "-k", "2", kToolLimitS};
   argv.insert(argv.end(), tool.begin(), tool.end());
@@ -189,10 +160,6 @@ class AgentActions {
       } else {
         r.set_output(why);
       }
-    } else if (a == "squat" && cmd.argv_size() == 1) {
-      squat(cmd.argv(0), r);
-    } else if (a == "release" && cmd.argv_size() == 1) {
-      release(cmd.argv(0), r);
     } else if (a == "worker") {
       const int n = relay_.deliver(cmd.rank(), cmd.worker());
       r.set_ok(n > 0);
@@ -206,10 +173,8 @@ class AgentActions {
       r.set_ok(true);
       stopped_ = true;
     } else {
-      r.set_output(
-          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, squat, release, fault, "
-                      "stop, worker)",
-                      a));
+      r.set_output(fmt::format(
+          "unknown action '{}' (allowed: run, signal, on_loss, fault, stop, worker)", a));
     }
     return r;
   }
@@ -249,22 +214,6 @@ class AgentActions {
     }
     say(o_, r.output());
   }
-  void squat(const std::string& port, pb::AgentReport& r) {
-    std::string why;
-    const int fd = held_.count(port) ? held_[port] : hold_port(port, why);
-    if (fd >= 0) held_[port] = fd;
-    r.set_ok(fd >= 0);
-    r.set_output(fd >= 0 ? fmt::format("holding port {}", port) : why);
-    say(o_, r.output());
-  }
-  void release(const std::string& port, pb::AgentReport& r) {
-    if (auto it = held_.find(port); it != held_.end()) {
-      ::close(it->second);
-      held_.erase(it);
-    }
-    r.set_ok(true);
-    say(o_, "released port " + port);
-  }
   // A fault kind's typed request, applied by the handler its kind registered (on_nodes.hpp).
   void fault(const pb::AgentCommand& cmd, pb::AgentReport& r) {
     try {
@@ -280,8 +229,7 @@ class AgentActions {
   const std::string& secret_;
   TelemetryRelay& relay_;
   std::vector<std::vector<std::string>> on_loss_;
-  std::map<std::string, int> held_;  // squatted ports (closed when the agent ends)
-  faults::Node node_;                // what the fault kinds' handlers made here (cgroups, mounts, ...)
+  faults::Node node_;  // what the fault kinds' handlers made here (cgroups, mounts, ports, ...)
   bool stopped_ = false;
 };
 

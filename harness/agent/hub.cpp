@@ -556,15 +556,6 @@ void AgentHub::on_loss(int node, const std::vector<std::string>& argv) {
     raise<Error>("agent on host {}: {}", impl_->hosts.at(static_cast<size_t>(node)), r.output);
 }
 
-void AgentHub::squat(int node, int port, bool hold) {
-  pb::AgentCommand cmd;
-  cmd.set_action(hold ? "squat" : "release");
-  cmd.add_argv(std::to_string(port));
-  const auto r = impl_->call(node, cmd);
-  if (!r.ok)
-    raise<Error>("agent on host {}: {}", impl_->hosts.at(static_cast<size_t>(node)), r.output);
-}
-
 nlohmann::json AgentHub::apply(int node, const google::protobuf::Any& request) {
   pb::AgentCommand cmd;
   cmd.set_action("fault");

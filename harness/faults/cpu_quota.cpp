@@ -65,9 +65,8 @@ nlohmann::json cpu_quota_on_node(Node& n, const pb::CpuQuota& r) {
   auto it = groups.find(rank);
   if (it == groups.end()) {
     // The first request makes the group and starts moving the rank's processes into it.
-    auto g = RankCgroup::make("cpu", rank, n.run_dir(), n.secret(), n.host(), [&](Cgroup& cg) {
-      set_cpu_quota(cg, r.quota_us(), r.period_us());
-    });
+    auto g = RankCgroup::make("cpu", rank, n.run_dir(), n.secret(), n.host(),
+                              [&](Cgroup& cg) { set_cpu_quota(cg, r.quota_us(), r.period_us()); });
     g->start();
     it = groups.emplace(rank, std::move(g)).first;
   } else {

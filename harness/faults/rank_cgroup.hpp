@@ -1,8 +1,8 @@
-// One rank's cgroup on a node (an agent's host) (a memory_limit's or a cpu_quota's), and the watcher that
-// moves the rank's processes into it as soon as they exist: the rank starts after the group is
-// made, through mpirun's daemon on that host, so nobody else can put it there. A process is the
-// rank's when it works in the rank's directory with RANK=rank and the run's secret (or none).
-// Released, the group gives its processes back to the groups they came from and is removed.
+// One rank's cgroup on a node (a memory_limit's or a cpu_quota's), and the watcher that moves the
+// rank's processes into it as soon as they exist: the rank starts after the group is made, through
+// mpirun's daemon on that host, so nobody else can put it there. A process is the rank's when it
+// works in the rank's directory with RANK=rank and the run's secret (or none). Released, the group
+// gives its processes back to the groups they came from and is removed.
 #pragma once
 
 #include <sys/types.h>

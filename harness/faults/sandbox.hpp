@@ -41,8 +41,6 @@ class HostAgents {
   virtual std::string run(int node, const std::vector<std::string>& argv) = 0;
   // Signals `pid` on host `node` once its agent found it is `rank` of this run; false with `why`.
   virtual bool signal(int node, int rank, pid_t pid, int sig, std::string& why) = 0;
-  // Holds TCP `port` on every address of host `node` (a squatter), or lets it go; Error if not.
-  virtual void squat(int node, int port, bool hold) = 0;
   // argv the agent on `node` runs should it lose the harness (removing the run's chain).
   virtual void on_loss(int node, const std::vector<std::string>& argv) = 0;
   // Has host `node`'s agent apply a fault kind's typed request (on_nodes.hpp): its report of

@@ -112,7 +112,8 @@ nlohmann::json shm_mount(Node& n, const pb::ShmMount& r) {
 
 nlohmann::json shm_release(Node& n, const pb::ShmRelease&) {
   auto& s = n.state<ShmHolder>();
-  if (s.holder == 0) raise<Error>("shm_release: no /dev/shm of this agent on {}; refused", n.host());
+  if (s.holder == 0)
+    raise<Error>("shm_release: no /dev/shm of this agent on {}; refused", n.host());
   const pid_t holder = s.holder;
   s.holder = 0;
   std::string error;

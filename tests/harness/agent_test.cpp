@@ -227,16 +227,29 @@ bool can_bind(int port) {
   return ok;
 }
 
+// A fault kind's typed request packed as the hub sends it.
+google::protobuf::Any pack(const google::protobuf::Message& m) {
+  google::protobuf::Any any;
+  any.PackFrom(m);
+  return any;
+}
+
 TEST_F(AgentTest, SquatsAPortUntilReleased) {
   int port = 0;
   for (int p = 23000 + static_cast<int>(::getpid() % 20000); port == 0; ++p) {
     if (can_bind(p)) port = p;
   }
-  hub->squat(0, port, true);
+  pb::PortSquat squat;  // port_squat's request, handled in harness/faults/port_squat.cpp
+  squat.set_port(port);
+  squat.set_hold(true);
+  EXPECT_EQ(hub->apply(0, pack(squat))["held"], true);
   EXPECT_FALSE(can_bind(port)) << "the agent does not hold " << port;
-  hub->squat(0, port, false);
+  squat.set_hold(false);
+  EXPECT_EQ(hub->apply(0, pack(squat))["released"], true);
   EXPECT_TRUE(can_bind(port)) << "the agent still holds " << port;
-  EXPECT_THROW(hub->squat(0, 0, true), Error);
+  squat.set_port(0);
+  squat.set_hold(true);
+  EXPECT_THROW(hub->apply(0, pack(squat)), Error);
 }
 
 TEST_F(AgentTest, AttachWithoutTheSecretIsRefused) {
@@ -252,13 +265,6 @@ TEST_F(AgentTest, AttachWithoutTheSecretIsRefused) {
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED) << key;
   }
   EXPECT_EQ(events("agent_up").size(), 1u);  // only the real one
-}
-
-// A fault kind's typed request packed as the hub sends it.
-google::protobuf::Any pack(const google::protobuf::Message& m) {
-  google::protobuf::Any any;
-  any.PackFrom(m);
-  return any;
 }
 
 // Host faults through the hub and a real agent (the handlers in harness/faults/KIND.cpp): a path
