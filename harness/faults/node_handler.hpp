@@ -3,14 +3,21 @@
 // its FaultKind::node_handlers(), so registering the kind registers what it does on the nodes.
 #pragma once
 
-#include <google/protobuf/any.pb.h>
+#include <string>
+#include <vector>
 
-#include <utility>
-
-#include "base/error.hpp"
 #include "harness/faults/on_nodes.hpp"
 
+namespace google::protobuf {
+class Message;
+}
+
 namespace fl::harness::faults {
+
+// Unpacks `request` into `into` (a message of type `type`), or Error naming the request, the host
+// and what came instead (on_nodes.cpp: this header stays free of protobuf).
+void unpack_request(const Node& n, const google::protobuf::Any& request,
+                    google::protobuf::Message& into, const std::string& type);
 
 template <class Request>
 class NodeHandlerOf : public NodeHandler {
@@ -22,10 +29,7 @@ class NodeHandlerOf : public NodeHandler {
   std::string type() const override { return std::string(Request::descriptor()->full_name()); }
   nlohmann::json apply(Node& n, const google::protobuf::Any& request) const override {
     Request r;
-    if (!request.UnpackTo(&r)) {
-      raise<Error>("{}: the request on host {} is not a {} ({})", request_name(type()), n.host(),
-                   type(), request.type_url());
-    }
+    unpack_request(n, request, r, type());
     return apply_(n, r);
   }
   std::vector<std::string> sweep_stale() const override {

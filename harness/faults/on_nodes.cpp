@@ -11,6 +11,7 @@
 
 #include "base/error.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/faults/node_handler.hpp"
 
 namespace fl::harness::faults {
 
@@ -54,6 +55,14 @@ std::vector<std::string> Node::sweep_stale() {
     }
   }
   return lines;
+}
+
+void unpack_request(const Node& n, const google::protobuf::Any& request,
+                    google::protobuf::Message& into, const std::string& type) {
+  if (!request.UnpackTo(&into)) {
+    raise<Error>("{}: the request on host {} is not a {} ({})", request_name(type), n.host(), type,
+                 request.type_url());
+  }
 }
 
 const NodeHandler* node_handler(const std::string& type) {
