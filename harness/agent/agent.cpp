@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,7 +14,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -27,8 +24,8 @@
 #include "base/control_auth.hpp"
 #include "base/private_dir.hpp"
 #include "base/subprocess.hpp"
-#include "harness/agent/agent_faults.hpp"
 #include "harness/agent/relay.hpp"
+#include "harness/faults/on_nodes.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 
 namespace fl::harness {
@@ -135,32 +132,6 @@ bool allowed_tool(const google::protobuf::RepeatedPtrField<std::string>& argv, s
   return true;
 }
 
-// Binds TCP `port` on every address of this host and listens (what a stale job holding the
-// rendezvous port does); the descriptor, or -1 with `why`.
-int hold_port(const std::string& word, std::string& why) {
-  int port = 0;
-  try {
-    port = std::stoi(word);
-  } catch (const std::exception&) {
-  }
-  if (port < 1 || port > 65535) {
-    why = fmt::format("'{}' is not a port", word);
-    return -1;
-  }
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::listen(fd, 4) != 0) {
-    why = fmt::format("cannot take port {}: {}", port, std::strerror(errno));
-    if (fd >= 0) ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 std::vector<std::string> bounded_tool(const std::vector<std::string>& tool) {
   std::vector<std::string> argv = {"timeout", "-k", "2", kToolLimitS};
   argv.insert(argv.end(), tool.begin(), tool.end());
@@ -171,7 +142,7 @@ std::vector<std::string> bounded_tool(const std::vector<std::string>& tool) {
 class AgentActions {
  public:
   AgentActions(const AgentOptions& o, const std::string& secret, TelemetryRelay& relay)
-      : o_(o), secret_(secret), relay_(relay), host_faults_(o.run_dir, o.host, secret) {}
+      : o_(o), secret_(secret), relay_(relay), node_(o.run_dir, o.host, secret) {}
 
   pb::AgentReport answer(const pb::AgentCommand& cmd) {
     pb::AgentReport r;
@@ -189,15 +160,11 @@ class AgentActions {
       } else {
         r.set_output(why);
       }
-    } else if (a == "squat" && cmd.argv_size() == 1) {
-      squat(cmd.argv(0), r);
-    } else if (a == "release" && cmd.argv_size() == 1) {
-      release(cmd.argv(0), r);
     } else if (a == "worker") {
       const int n = relay_.deliver(cmd.rank(), cmd.worker());
       r.set_ok(n > 0);
       r.set_status(n);
-    } else if (a == "fault" && cmd.has_fault()) {
+    } else if (a == "fault" && cmd.has_request()) {
       fault(cmd, r);
     } else if (a == "stop") {
       relay_.stop();  // the ranks are gone: what they sent is forwarded, the counts are final
@@ -206,10 +173,8 @@ class AgentActions {
       r.set_ok(true);
       stopped_ = true;
     } else {
-      r.set_output(
-          fmt::format("unknown action '{}' (allowed: run, signal, on_loss, squat, release, fault, "
-                      "stop, worker)",
-                      a));
+      r.set_output(fmt::format(
+          "unknown action '{}' (allowed: run, signal, on_loss, fault, stop, worker)", a));
     }
     return r;
   }
@@ -217,7 +182,7 @@ class AgentActions {
   // The clean-ups the harness left for a lost connection, in the order given.
   const std::vector<std::vector<std::string>>& on_loss() const { return on_loss_; }
   // What the harness did not heal (it failed, or never got to it) is undone here.
-  std::vector<std::string> cleanup() { return host_faults_.cleanup(); }
+  std::vector<std::string> cleanup() { return node_.cleanup(); }
 
  private:
   void run(const pb::AgentCommand& cmd, pb::AgentReport& r) {
@@ -249,38 +214,22 @@ class AgentActions {
     }
     say(o_, r.output());
   }
-  void squat(const std::string& port, pb::AgentReport& r) {
-    std::string why;
-    const int fd = held_.count(port) ? held_[port] : hold_port(port, why);
-    if (fd >= 0) held_[port] = fd;
-    r.set_ok(fd >= 0);
-    r.set_output(fd >= 0 ? fmt::format("holding port {}", port) : why);
-    say(o_, r.output());
-  }
-  void release(const std::string& port, pb::AgentReport& r) {
-    if (auto it = held_.find(port); it != held_.end()) {
-      ::close(it->second);
-      held_.erase(it);
-    }
-    r.set_ok(true);
-    say(o_, "released port " + port);
-  }
+  // A fault kind's typed request, applied by the handler its kind registered (on_nodes.hpp).
   void fault(const pb::AgentCommand& cmd, pb::AgentReport& r) {
     try {
-      r.set_output(host_faults_.apply(cmd.fault()).dump());
+      r.set_output(node_.apply(cmd.request()).dump());
       r.set_ok(true);
     } catch (const std::exception& e) {
       r.set_output(e.what());
     }
-    say(o_, fmt::format("fault {} -> {}", cmd.fault().ShortDebugString(), r.output()));
+    say(o_, fmt::format("fault {} -> {}", cmd.request().ShortDebugString(), r.output()));
   }
 
   const AgentOptions& o_;
   const std::string& secret_;
   TelemetryRelay& relay_;
   std::vector<std::vector<std::string>> on_loss_;
-  std::map<std::string, int> held_;  // squatted ports (closed when the agent ends)
-  AgentFaults host_faults_;          // cgroups, mounts, damaged files
+  faults::Node node_;  // what the fault kinds' handlers made here (cgroups, mounts, ports, ...)
   bool stopped_ = false;
 };
 
@@ -323,7 +272,7 @@ pb::AgentReport registration(const AgentOptions& o, TelemetryRelay& relay) {
   reg.set_host(o.host);
   reg.set_pid(static_cast<int>(::getpid()));
   reg.add_can("signal");
-  for (const char* f : {"memory_limit", "disk_full", "file"}) reg.add_can(f);  // agent_faults.cpp
+  for (const char* f : {"memory_limit", "disk_full", "file"}) reg.add_can(f);  // on_nodes.hpp
   for (const auto& t : kTools) {
     if (on_path(t)) reg.add_can(t);
   }
@@ -377,7 +326,7 @@ int run_agent(const AgentOptions& o) {
   say(o, fmt::format("attached to {} (pid {}; relay {})", o.control, ::getpid(),
                      reg.relay_addr().empty() ? std::string("none") : reg.relay_addr()));
   Heartbeat heartbeat(write, std::chrono::milliseconds(std::max(reg.heartbeat_ms(), 50)));
-  for (const auto& line : AgentFaults::sweep_stale()) say(o, "stale: " + line);
+  for (const auto& line : faults::Node::sweep_stale()) say(o, "stale: " + line);
 
   AgentActions actions(o, secret, relay);
   pb::AgentCommand cmd;

@@ -1,5 +1,6 @@
 #include "harness/agent/hub.hpp"
 
+#include <google/protobuf/any.pb.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -16,11 +17,11 @@
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
 #include "base/json_bounded.hpp"
-#include "harness/agent/agent_faults.hpp"
 #include "harness/agent/relay.hpp"
 #include "harness/agent/silence.hpp"
 #include "harness/control/controller.hpp"
 #include "harness/history/history.hpp"
+#include "harness/model/placement.hpp"
 #include "harness/model/scenario.hpp"
 #include "harness/process/hosts.hpp"
 #include "harness/process/supervisor.hpp"
@@ -473,10 +474,9 @@ std::string AgentHub::relay_addr(int node) const {
 
 int AgentHub::command_ranks(int rank, const faultline::v1::WorkerCommand& worker) {
   const int nodes = static_cast<int>(impl_->conns.size());
-  const int per_node = nodes > 0 ? std::max(1, impl_->s.topo.ranks / nodes) : 1;
   int n = 0;
   for (int k = 0; k < nodes; ++k) {
-    if (rank >= 0 && rank / per_node != k) continue;
+    if (rank >= 0 && node_of_rank(impl_->s.topo.ranks, nodes, rank) != k) continue;
     if (!up(k)) continue;
     pb::AgentCommand cmd;
     cmd.set_action("worker");
@@ -556,24 +556,16 @@ void AgentHub::on_loss(int node, const std::vector<std::string>& argv) {
     raise<Error>("agent on host {}: {}", impl_->hosts.at(static_cast<size_t>(node)), r.output);
 }
 
-void AgentHub::squat(int node, int port, bool hold) {
-  pb::AgentCommand cmd;
-  cmd.set_action(hold ? "squat" : "release");
-  cmd.add_argv(std::to_string(port));
-  const auto r = impl_->call(node, cmd);
-  if (!r.ok)
-    raise<Error>("agent on host {}: {}", impl_->hosts.at(static_cast<size_t>(node)), r.output);
-}
-
-nlohmann::json AgentHub::host_fault(int node, const faults::HostFaultOp& op) {
+nlohmann::json AgentHub::apply(int node, const google::protobuf::Any& request) {
   pb::AgentCommand cmd;
   cmd.set_action("fault");
-  *cmd.mutable_fault() = host_fault_request(op);
+  *cmd.mutable_request() = request;
   const auto r = impl_->call(node, cmd);
   const std::string& host = impl_->hosts.at(static_cast<size_t>(node));
-  if (!r.ok) raise<Error>("{} on host {} (agent): {}", op.op, host, r.output);
+  const std::string what = faults::request_name(request.type_url());
+  if (!r.ok) raise<Error>("{} on host {} (agent): {}", what, host, r.output);
   auto report = try_parse_json_bounded(r.output);  // from another host: depth and size limited
-  if (!report) raise<Error>("{} on host {}: the agent's report is not JSON", op.op, host);
+  if (!report) raise<Error>("{} on host {}: the agent's report is not JSON", what, host);
   return *report;
 }
 

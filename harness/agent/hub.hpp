@@ -64,8 +64,7 @@ class AgentHub : public faults::HostAgents {
   std::string run(int node, const std::vector<std::string>& argv) override;
   bool signal(int node, int rank, pid_t pid, int sig, std::string& why) override;
   void on_loss(int node, const std::vector<std::string>& argv) override;
-  void squat(int node, int port, bool hold) override;
-  nlohmann::json host_fault(int node, const faults::HostFaultOp& op) override;
+  nlohmann::json apply(int node, const google::protobuf::Any& request) override;
 
   // The telemetry relay (relay.hpp): relayed batches go to `ingest` (set before start()), on the
   // agent's gRPC thread, in the order the agent read them.

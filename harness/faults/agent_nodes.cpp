@@ -1,5 +1,7 @@
 #include "harness/faults/agent_nodes.hpp"
 
+#include <google/protobuf/any.pb.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -7,6 +9,7 @@
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/history/history.hpp"
+#include "harness/model/placement.hpp"
 
 namespace fl::harness::faults {
 
@@ -17,7 +20,7 @@ bool slurm_places_ranks(const Scenario& s) {
 std::vector<int> fault_nodes(const Host& h, int rank) {
   std::vector<int> nodes;
   if (!h.s.topo.hosts.empty()) {
-    if (rank >= 0) return {host_of_rank(h.s, rank)};
+    if (rank >= 0) return {host_of_rank(h.s.topo, rank)};
     for (size_t k = 0; k < h.s.topo.hosts.size(); ++k) nodes.push_back(static_cast<int>(k));
   } else if (slurm_places_ranks(h.s)) {
     // The harness's own machine is none of the nodes srun starts the ranks on: acting there
@@ -83,16 +86,34 @@ std::string needs_rank_node(const std::string& kind, const std::string& why) {
       kind, why);
 }
 
-void release_group(Host& h, int node, int rank, const std::string& fault, const std::string& op,
-                   const std::string& cgroup, const ReleaseReport& more) {
+bool in_process(const Host& h, int node) {
+  return node == 0 && !h.box.agents() && h.s.topo.hosts.empty() && !slurm_places_ranks(h.s);
+}
+
+nlohmann::json on_node(Host& h, int node, const google::protobuf::Message& request,
+                       std::string_view fault, std::string_view then) {
+  google::protobuf::Any any;
+  any.PackFrom(request);
+  if (in_process(h, node)) return h.box.local_node().apply(any);
+  return agent_for(h, node, fault, then).apply(node, any);
+}
+
+std::vector<nlohmann::json> on_nodes(Host& h, const std::vector<int>& targets,
+                                     const google::protobuf::Message& request,
+                                     std::string_view fault, std::string_view then) {
+  std::vector<nlohmann::json> reports;
+  for (const int node : targets) reports.push_back(on_node(h, node, request, fault, then));
+  return reports;
+}
+
+void release_group(Host& h, int node, int rank, const std::string& fault,
+                   const google::protobuf::Message& release, const std::string& cgroup,
+                   const ReleaseReport& more) {
   nlohmann::json d;
   try {
     d = {{"fault", fault}, {"cgroup", cgroup}, {"via", "agent"}, {"host", node_name(h, node)}};
-    auto& a = agent_for(h, node, fault, "the next agent on that host removes its group");
-    HostFaultOp o;
-    o.op = op;
-    o.rank = rank;
-    const auto r = a.host_fault(node, o);
+    const auto r =
+        on_node(h, node, release, fault, "the next agent on that host removes its group");
     d["removed"] = r.value("removed", false);
     d["moved_back"] = r.value("moved_back", 0);
     if (more) more(r, d);

@@ -1,9 +1,10 @@
-// Which agents do a fault's work on the ranks' machines. With topology.hosts, the agent of the
+// Which nodes do a fault's work, and the one call that has them do it (on_nodes). Which agents do
+// a fault's work on the ranks' machines: With topology.hosts, the agent of the
 // rank's host (every host's for a fault on every rank). With launcher srun and no hosts, Slurm
 // picks each rank's node only at launch, so a fault set up before launch goes to every node's
 // agent and only the one on the rank's node finds the rank (the same check signal faults use:
 // the run's secret and RANK in the process's environment). Otherwise none: the harness acts on
-// its own machine.
+// its own machine, host 0, whose node runs in the harness's process (Sandbox::local_node).
 #pragma once
 
 #include <sys/types.h>
@@ -14,6 +15,10 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+namespace google::protobuf {
+class Message;
+}
 
 namespace fl::harness {
 struct Scenario;
@@ -46,13 +51,29 @@ int locate_rank(Host& h, int rank, pid_t pid, std::string& why);
 // disk_full on one rank): the text loader::fail_at shows, naming the fault and the launcher.
 std::string needs_rank_node(const std::string& kind, const std::string& why);
 
-// Has agent `node` undo `op` (memory_release, cpu_release: the rank's group there): it moves
+// Has node `node` apply `request` (a fault kind's typed message, on_nodes.hpp): host 0 of a run
+// without agents in this process, any other through its agent (up, as agent_for says; `fault`
+// and `then` name the fault and what follows in its errors). The node's report of what it did,
+// or Error with its reason.
+nlohmann::json on_node(Host& h, int node, const google::protobuf::Message& request,
+                       std::string_view fault, std::string_view then = {});
+// The same on each of `targets`, in order: their reports. The first failure throws (the nodes
+// before it did the work).
+std::vector<nlohmann::json> on_nodes(Host& h, const std::vector<int>& targets,
+                                     const google::protobuf::Message& request,
+                                     std::string_view fault, std::string_view then = {});
+// Whether `node` is this machine, whose handlers run in the harness's process: node 0 of a run
+// without agents (no topology.hosts, not Slurm's placement).
+bool in_process(const Host& h, int node);
+
+// Has agent `node` apply `release` (MemoryRelease, CpuRelease: the rank's group there): it moves
 // what is left of the rank back and removes the group. Records fault_healed (fault, cgroup,
 // via, host, removed, moved_back, plus what `more` adds from the agent's report; `more` runs
 // before the record), or heal_error when the agent is gone (the next agent on that host sweeps
 // the group) or refused.
 using ReleaseReport = std::function<void(const nlohmann::json& report, nlohmann::json& healed)>;
-void release_group(Host& h, int node, int rank, const std::string& fault, const std::string& op,
-                   const std::string& cgroup, const ReleaseReport& more = {});
+void release_group(Host& h, int node, int rank, const std::string& fault,
+                   const google::protobuf::Message& release, const std::string& cgroup,
+                   const ReleaseReport& more = {});
 
 }  // namespace fl::harness::faults

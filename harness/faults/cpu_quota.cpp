@@ -2,8 +2,11 @@
 // cpu.cfs_quota_us over cpu.cfs_period_us), as on a node shared with a noisy neighbour or a
 // container with a small CPU limit. The kernel throttles the rank; its peers wait for it in the
 // next collective: a straggler made by the scheduler, not by the code. With topology.hosts the
-// agent of the rank's host makes the group there, moves the rank in, sets and lifts the quota.
+// agent of the rank's host makes the group there, moves the rank in, sets and lifts the quota
+// (CpuQuota, CpuRelease below).
 #include <cstring>
+#include <map>
+#include <memory>
 #include <optional>
 
 #include <fmt/format.h>
@@ -14,10 +17,13 @@
 #include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/faults/node_handler.hpp"
+#include "harness/faults/rank_cgroup.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/history/history.hpp"
 #include "harness/model/key_checks.hpp"
 #include "harness/process/supervisor.hpp"
+#include "harness/proto/faultline.pb.h"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 
@@ -32,7 +38,81 @@ std::string cpu_cgroup_root() {
 
 namespace {
 
+namespace pb = faultline::v1;
+
 constexpr int64_t kPeriodUs = 100'000;  // the kernel's default CFS period
+
+// On a node: each rank's cpu cgroup made there, its processes moved in as they appear.
+struct CpuGroups : NodeState {
+  Node& n;
+  std::map<int, std::unique_ptr<RankCgroup>> groups;  // by rank
+  explicit CpuGroups(Node& node) : n(node) {}
+  std::vector<std::string> cleanup() override;
+};
+
+nlohmann::json cpu_quota_on_node(Node& n, const pb::CpuQuota& r) {
+  const int rank = r.rank();
+  if (rank < 0) raise<Error>("cpu_quota: rank {} is not a rank (0 or more)", rank);
+  if (r.period_us() < 1000 || r.period_us() > 1000000) {
+    raise<Error>("cpu_quota: period {} us is not within 1000-1000000 (the kernel's range)",
+                 r.period_us());
+  }
+  if (r.quota_us() != -1 && r.quota_us() < 1000) {
+    raise<Error>("cpu_quota: quota {} us is below 1000 (the kernel's least; -1: no limit)",
+                 r.quota_us());
+  }
+  auto& groups = n.state<CpuGroups>().groups;
+  auto it = groups.find(rank);
+  if (it == groups.end()) {
+    // The first request makes the group and starts moving the rank's processes into it.
+    auto g = RankCgroup::make("cpu", rank, n.run_dir(), n.secret(), n.host(),
+                              [&](Cgroup& cg) { set_cpu_quota(cg, r.quota_us(), r.period_us()); });
+    g->start();
+    it = groups.emplace(rank, std::move(g)).first;
+  } else {
+    set_cpu_quota(*it->second->cg, r.quota_us(), r.period_us());
+  }
+  auto d = it->second->counters();
+  d.update({{"quota_us", r.quota_us()}, {"period_us", r.period_us()}, {"host", n.host()}});
+  return d;
+}
+
+nlohmann::json cpu_release(Node& n, const pb::CpuRelease& r) {
+  auto& groups = n.state<CpuGroups>().groups;
+  auto it = groups.find(r.rank());
+  if (it == groups.end()) {
+    raise<Error>(
+        "cpu_release: rank {} has no cpu cgroup of this agent on {} (refused: the agent touches "
+        "only the groups it made)",
+        r.rank(), n.host());
+  }
+  auto d = it->second->release();
+  groups.erase(it);
+  d["host"] = n.host();
+  return d;
+}
+
+std::vector<std::string> CpuGroups::cleanup() {
+  std::vector<std::string> lines;
+  while (!groups.empty()) {
+    pb::CpuRelease release;
+    release.set_rank(groups.begin()->first);
+    try {
+      lines.push_back("cpu_release " + cpu_release(n, release).dump());
+    } catch (const std::exception& e) {
+      groups.erase(release.rank());
+      lines.push_back(e.what());
+    }
+  }
+  return lines;
+}
+
+std::vector<std::string> sweep_cpu_groups() {
+  const int n = sweep_stale_cgroups(cpu_cgroup_root());
+  if (n <= 0) return {};
+  return {fmt::format("removed {} cgroup(s) of agents or harnesses that are gone from {}", n,
+                      cpu_cgroup_root())};
+}
 
 class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
  public:
@@ -55,7 +135,7 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
       // Each node counts once its agent made the group: a later agent's failure leaves the
       // groups made so far for heal to remove.
       for (const int n : want) {
-        group_path = on_node(h, n, -1).value("cgroup", "");
+        group_path = quota_on(h, n, -1).value("cgroup", "");
         nodes.push_back(n);
       }
       return;
@@ -69,17 +149,17 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
   }
 
   // The quota (-1: none) set by agent `n` (it makes the group first time): its report.
-  nlohmann::json on_node(Host& h, int n, int64_t quota) {
-    auto& a = agent_for(h, n, fmt::format("cpu_quota on rank {}", rank));
-    HostFaultOp op{"cpu_quota", rank};
-    op.quota_us = quota;
-    op.period_us = kPeriodUs;
-    return a.host_fault(n, op);
+  nlohmann::json quota_on(Host& h, int n, int64_t quota) {
+    pb::CpuQuota req;
+    req.set_rank(rank);
+    req.set_quota_us(quota);
+    req.set_period_us(kPeriodUs);
+    return faults::on_node(h, n, req, fmt::format("cpu_quota on rank {}", rank));
   }
   // The quota set by each agent holding a group: the last one's report.
   nlohmann::json on_host(Host& h, int64_t quota) {
     nlohmann::json r;
-    for (const int n : nodes) r = on_node(h, n, quota);
+    for (const int n : nodes) r = quota_on(h, n, quota);
     return r;
   }
   // Where the group is, in events: the rank's host or node (every node Slurm could pick).
@@ -158,7 +238,9 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
   }
 
   void heal_on(Host& h, int node) {
-    release_group(h, node, rank, "cpu_quota", "cpu_release", group_path,
+    pb::CpuRelease release;
+    release.set_rank(rank);
+    release_group(h, node, rank, "cpu_quota", release, group_path,
                   [&](const nlohmann::json& r, nlohmann::json&) {
                     // With Slurm's placement only the rank's node's group held the rank.
                     const auto pids = r.value("pids", nlohmann::json::array());
@@ -207,6 +289,11 @@ class CpuQuotaKind : public FaultKind {
               "node applies it)");
     }
     return f;
+  }
+  std::vector<const NodeHandler*> node_handlers() const override {
+    static const NodeHandlerOf<pb::CpuQuota> quota(&cpu_quota_on_node, &sweep_cpu_groups);
+    static const NodeHandlerOf<pb::CpuRelease> release(&cpu_release);
+    return {&quota, &release};
   }
 };
 

@@ -1,21 +1,121 @@
 // disk_full: a directory of the run is a small filesystem (a tmpfs in the run's mount namespace):
 // writes fail with ENOSPC once it fills (a checkpoint to a full disk). With topology.hosts the
-// hosts' agents mount it on their own host instead.
+// hosts' agents mount it on their own host instead: DiskFull and DiskFree, handled below.
+#include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "base/error.hpp"
 #include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/faults/node_handler.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/history/history.hpp"
 #include "harness/model/key_checks.hpp"
+#include "harness/proto/faultline.pb.h"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 
 namespace fl::harness::faults {
 namespace {
+
+namespace pb = faultline::v1;
+
+// On a node: the tmpfs mounts this node made, by run-directory relative path.
+constexpr const char* kDiskSource = "faultline-disk-full.";  // + the agent's pid
+
+struct DiskMounts : NodeState {
+  Node& n;
+  std::map<std::string, std::string> mounts;  // rel -> absolute
+  explicit DiskMounts(Node& node) : n(node) {}
+  std::vector<std::string> cleanup() override;
+};
+
+nlohmann::json disk_full(Node& n, const pb::DiskFull& r) {
+  auto& m = n.state<DiskMounts>();
+  const std::string where = run_path(n.run_dir(), r.path(), "disk_full");
+  if (r.bytes() <= 0) raise<Error>("disk_full: size {} is not above 0", r.bytes());
+  if (m.mounts.count(r.path())) {
+    raise<Error>("disk_full: {} is mounted by this agent already", where);
+  }
+  std::filesystem::create_directories(where);
+  const std::string opts = fmt::format("size={},mode=0755", r.bytes());
+  // The source names this agent: the next agent on the host removes it should this one die.
+  const std::string source = fmt::format("{}{}", kDiskSource, ::getpid());
+  if (::mount(source.c_str(), where.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) != 0) {
+    raise<Error>("disk_full: cannot mount a tmpfs ({}) on {}: {}", opts, where,
+                 std::strerror(errno));
+  }
+  m.mounts[r.path()] = where;
+  return {{"mount", where}, {"fs", "tmpfs"}, {"size_bytes", r.bytes()}, {"host", n.host()}};
+}
+
+nlohmann::json disk_free(Node& n, const pb::DiskFree& r) {
+  auto& m = n.state<DiskMounts>();
+  auto it = m.mounts.find(r.path());
+  if (it == m.mounts.end()) {
+    raise<Error>("disk_free: '{}' is not a mount this agent made on {}; refused", r.path(),
+                 n.host());
+  }
+  const std::string where = it->second;
+  if (::umount2(where.c_str(), MNT_DETACH) != 0 && errno != EINVAL) {
+    raise<Error>("disk_free: cannot unmount {}: {}", where, std::strerror(errno));
+  }
+  m.mounts.erase(it);
+  return {{"unmounted", where}, {"host", n.host()}};
+}
+
+std::vector<std::string> DiskMounts::cleanup() {
+  std::vector<std::string> lines;
+  while (!mounts.empty()) {
+    pb::DiskFree free;
+    free.set_path(mounts.begin()->first);
+    try {
+      lines.push_back("disk_free " + disk_free(n, free).dump());
+    } catch (const std::exception& e) {
+      mounts.erase(free.path());
+      lines.push_back(e.what());
+    }
+  }
+  return lines;
+}
+
+// The tmpfs mounts of agents that are gone. /proc/self/mountinfo: "ID PARENT MAJ:MIN ROOT
+// MOUNTPOINT OPTS... - FSTYPE SOURCE SUPEROPTS".
+std::vector<std::string> sweep_stale_mounts() {
+  std::ifstream info("/proc/self/mountinfo");
+  std::vector<std::string> stale, lines;
+  for (std::string line; std::getline(info, line);) {
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream head(line.substr(0, dash)), tail(line.substr(dash + 3));
+    std::string f, point, fstype, source;
+    for (int i = 0; i < 5 && head >> f; ++i) point = f;
+    tail >> fstype >> source;
+    if (fstype != "tmpfs" || source.rfind(kDiskSource, 0) != 0) continue;
+    const std::string owner_s = source.substr(std::strlen(kDiskSource));
+    if (owner_s.empty() || owner_s.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t owner = std::atoi(owner_s.c_str());
+    if (owner <= 0 || owner == ::getpid() || ::kill(owner, 0) == 0 || errno == EPERM) continue;
+    stale.push_back(point);
+  }
+  for (const auto& point : stale) {
+    const bool ok = ::umount2(point.c_str(), MNT_DETACH) == 0;
+    lines.push_back(ok ? fmt::format("unmounted {} (its agent is gone)", point)
+                       : fmt::format("cannot unmount {}: {}", point, std::strerror(errno)));
+  }
+  return lines;
+}
 
 class DiskFullFault : public FaultOf<DiskFullFault> {
  public:
@@ -38,16 +138,14 @@ class DiskFullFault : public FaultOf<DiskFullFault> {
   }
 
   // Through agents (agent_nodes.hpp): the agent of `rank`'s host (of every host, or with launcher
-  // srun every node, without a rank) mounts the tmpfs there, where that host's ranks see it
-  // (harness/agent/agent_faults.cpp).
+  // srun every node, without a rank) mounts the tmpfs there, where that host's ranks see it.
   void setup_on_hosts(Host& h) {
+    pb::DiskFull req;
+    req.set_path(path);
+    req.set_bytes(bytes);
     for (int node : fault_nodes(h, rank)) {
       const std::string host = node_name(h, node);
-      auto& a = agent_for(h, node, "disk_full");
-      HostFaultOp op{"disk_full"};
-      op.path = path;
-      op.bytes = bytes;
-      const auto r = a.host_fault(node, op);
+      const auto r = on_node(h, node, req, "disk_full");
       nodes.push_back(node);
       h.record(
           "disk_full",
@@ -60,10 +158,9 @@ class DiskFullFault : public FaultOf<DiskFullFault> {
     for (int node : nodes) {
       const std::string host = node_name(h, node);
       try {
-        auto& a = agent_for(h, node, "disk_full", "the next agent there unmounts it");
-        HostFaultOp op{"disk_free"};
-        op.path = path;
-        const auto r = a.host_fault(node, op);
+        pb::DiskFree req;
+        req.set_path(path);
+        const auto r = on_node(h, node, req, "disk_full", "the next agent there unmounts it");
         h.hist.harness("fault_healed", {{"fault", "disk_full"},
                                         {"path", r.value("unmounted", path)},
                                         {"via", "agent"},
@@ -116,6 +213,11 @@ class DiskFullKind : public FaultKind {
                                       "ranks' disks too (leave rank out for every node)"));
     }
     return f;
+  }
+  std::vector<const NodeHandler*> node_handlers() const override {
+    static const NodeHandlerOf<pb::DiskFull> mount(&disk_full, &sweep_stale_mounts);
+    static const NodeHandlerOf<pb::DiskFree> unmount(&disk_free);
+    return {&mount, &unmount};
   }
 };
 

@@ -29,6 +29,7 @@ struct ProcessSpec;
 namespace fl::harness::faults {
 
 class Sandbox;
+class NodeHandler;
 
 // `at:` — when a timed fault acts.
 enum class When { kLaunch, kStep, kExit };
@@ -133,6 +134,9 @@ class FaultKind {
   // The item's own fields; nullptr when the item switches the fault off (port_squat: false).
   // Errors through loader::fail_at (file:line:col, key path, what is allowed).
   virtual std::unique_ptr<Fault> parse(const ParseContext& c, const YAML::Node& item) const = 0;
+  // What it does on a node, one handler per request message (on_nodes.hpp): the agents and this
+  // machine's in-process node apply a request with the handler registered here for its type.
+  virtual std::vector<const NodeHandler*> node_handlers() const { return {}; }
 };
 
 // Every kind, in registry order (registry.cpp); lookup by key (nullptr: none).

@@ -1,5 +1,5 @@
 // What the `file` fault does to a run directory's files, shared by the harness (one machine) and
-// a host's agent (topology.hosts, harness/agent/agent_faults.cpp): find the files a glob names,
+// a node (FileDamage in file.cpp; this machine or a host's agent): find the files a glob names,
 // keep a pristine copy, and delete, truncate or corrupt them the same way in every run.
 #pragma once
 

@@ -1,6 +1,7 @@
 // hide: a library is missing on one rank (a node without the package): each rank loads plugins
 // from its own directory of links to the plugin directory, and a hidden library has no link.
-// With topology.hosts the agent of the rank's host makes the directory from that host's plugins.
+// With topology.hosts the agent of the rank's host makes the directory from that host's plugins
+// (HidePlugin, UnhidePlugin below).
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -11,10 +12,13 @@
 #include "base/error.hpp"
 #include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/faults/node_handler.hpp"
 #include "harness/faults/plugin_links.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/history/history.hpp"
 #include "harness/model/key_checks.hpp"
+#include "harness/model/placement.hpp"
+#include "harness/proto/faultline.pb.h"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 
@@ -22,6 +26,54 @@ namespace fl::harness::faults {
 namespace {
 
 namespace fs = std::filesystem;
+namespace pb = faultline::v1;
+
+// On a node: the libraries hidden from each rank, and the rank's directory of links.
+struct Hidden : NodeState {
+  Node& n;
+  std::map<std::pair<int, std::string>, std::string> links;  // (rank, library) -> its links
+  explicit Hidden(Node& node) : n(node) {}
+  std::vector<std::string> cleanup() override;
+};
+
+nlohmann::json hide_on_node(Node& n, const pb::HidePlugin& r) {
+  if (r.rank() < 0) raise<Error>("hide_plugin: rank {} is not a rank (0 or more)", r.rank());
+  const std::string links =
+      run_path(n.run_dir(), fmt::format("ranks/rank{}/plugins", r.rank()), "hide_plugin");
+  auto d = hide_plugin(plugin_dir(), links, r.library(), n.host());
+  n.state<Hidden>().links[{r.rank(), r.library()}] = links;
+  d["host"] = n.host();
+  return d;
+}
+
+nlohmann::json unhide_on_node(Node& n, const pb::UnhidePlugin& r) {
+  auto& hidden = n.state<Hidden>().links;
+  auto it = hidden.find({r.rank(), r.library()});
+  if (it == hidden.end()) {
+    raise<Error>("unhide_plugin: '{}' was not hidden from rank {} by this agent on {}; refused",
+                 r.library(), r.rank(), n.host());
+  }
+  auto d = unhide_plugin(plugin_dir(), it->second, r.library());
+  hidden.erase(it);
+  d["host"] = n.host();
+  return d;
+}
+
+std::vector<std::string> Hidden::cleanup() {
+  std::vector<std::string> lines;
+  while (!links.empty()) {
+    pb::UnhidePlugin unhide;
+    unhide.set_rank(links.begin()->first.first);
+    unhide.set_library(links.begin()->first.second);
+    try {
+      lines.push_back("unhide_plugin " + unhide_on_node(n, unhide).dump());
+    } catch (const std::exception& e) {
+      links.erase({unhide.rank(), unhide.library()});
+      lines.push_back(e.what());
+    }
+  }
+  return lines;
+}
 
 class HideFault : public FaultOf<HideFault> {
  public:
@@ -54,12 +106,12 @@ class HideFault : public FaultOf<HideFault> {
   void setup_on_hosts(Host& h) {
     for (int r = 0; r < h.s.topo.ranks; ++r) {
       if (rank >= 0 && rank != r) continue;
-      const int node = host_of_rank(h.s, r);
+      const int node = host_of_rank(h.s.topo, r);
       const std::string host = node_name(h, node);
-      auto& a = agent_for(h, node, fmt::format("hide on rank {}", r));
-      HostFaultOp op{"hide_plugin", r};
-      op.library = library;
-      const auto d = a.host_fault(node, op);
+      pb::HidePlugin req;
+      req.set_rank(r);
+      req.set_library(library);
+      const auto d = on_node(h, node, req, fmt::format("hide on rank {}", r));
       hidden[r] = node;
       h.record("hide",
                {{"library", library},
@@ -89,10 +141,10 @@ class HideFault : public FaultOf<HideFault> {
         } else {
           const std::string host = node_name(h, node);
           d.update({{"via", "agent"}, {"host", host}});
-          auto& a = agent_for(h, node, "hide", "the link stays out");
-          HostFaultOp op{"unhide_plugin", r};
-          op.library = library;
-          a.host_fault(node, op);
+          pb::UnhidePlugin req;
+          req.set_rank(r);
+          req.set_library(library);
+          on_node(h, node, req, "hide", "the link stays out");
         }
         h.hist.harness("fault_healed", d, r);
       } catch (const std::exception& e) {
@@ -133,6 +185,11 @@ class HideKind : public FaultKind {
                                   f->library, plugin_dir(), fmt::join(have, ", ")));
     }
     return f;
+  }
+  std::vector<const NodeHandler*> node_handlers() const override {
+    static const NodeHandlerOf<pb::HidePlugin> hide(&hide_on_node);
+    static const NodeHandlerOf<pb::UnhidePlugin> unhide(&unhide_on_node);
+    return {&hide, &unhide};
   }
 };
 

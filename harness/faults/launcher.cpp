@@ -9,6 +9,7 @@
 
 #include "harness/faults/fault.hpp"
 #include "harness/model/key_checks.hpp"
+#include "harness/model/placement.hpp"
 #include "harness/process/supervisor.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
@@ -37,9 +38,9 @@ class LauncherFault : public FaultOf<LauncherFault> {
                                rank < 0 ? std::string("every rank") : fmt::format("rank {}", rank),
                                devices));
   }
-  void adjust_rank(const Host&, int r, Launch& l) const override {
+  void adjust_rank(const Host& h, int r, Launch& l) const override {
     if (rank >= 0 && rank != r) return;
-    const int base = starts == "node" ? (r / per_node) * per_node : r;
+    const int base = starts == "node" ? node_of_rank(h.s.topo, r) * per_node : r;
     std::vector<std::string> argv = {FAULTLINE_LAUNCH_BIN,
                                      "--nproc",
                                      std::to_string(nproc()),
@@ -78,7 +79,7 @@ class LauncherKind : public FaultKind {
     const auto n = item["launcher"];
     f->starts = loader::opt<std::string>(n, "starts", "one");
     f->devices = loader::opt<std::string>(n, "devices", "cuda");
-    f->per_node = c.s.topo.ranks / std::max(1, c.s.topo.nodes);
+    f->per_node = ranks_per_node(c.s.topo.ranks, c.s.topo.nodes);
     if (f->starts == "node" && c.s.topo.launcher != "local") {
       // Under mpirun every child would take the MPI identity of the process that started it.
       loader::fail_at(c.file, n["starts"], c.at + ".launcher.starts",

@@ -18,6 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <optional>
 
 #include <fmt/format.h>
@@ -27,10 +29,13 @@
 #include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/faults/node_handler.hpp"
+#include "harness/faults/rank_cgroup.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/history/history.hpp"
 #include "harness/model/key_checks.hpp"
 #include "harness/process/supervisor.hpp"
+#include "harness/proto/faultline.pb.h"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 
@@ -44,6 +49,87 @@ std::string memory_cgroup_root() {
 }
 
 namespace {
+
+namespace pb = faultline::v1;
+
+// On a node (MemoryLimit, MemoryStatus, MemoryRelease): each rank's memory cgroup made there, its
+// processes moved in as they appear.
+struct MemoryGroups : NodeState {
+  Node& n;
+  std::map<int, std::unique_ptr<RankCgroup>> groups;  // by rank
+  explicit MemoryGroups(Node& node) : n(node) {}
+  std::vector<std::string> cleanup() override;
+  RankCgroup& group(int rank, const std::string& what) {
+    auto it = groups.find(rank);
+    if (it == groups.end()) {
+      raise<Error>(
+          "{}: rank {} has no memory cgroup of this agent on {} (refused: the agent touches "
+          "only the groups it made)",
+          what, rank, n.host());
+    }
+    return *it->second;
+  }
+};
+
+nlohmann::json memory_limit_on_node(Node& n, const pb::MemoryLimit& r) {
+  const int rank = r.rank();
+  const int64_t bytes = r.bytes();
+  if (rank < 0) raise<Error>("memory_limit: rank {} is not a rank (0 or more)", rank);
+  if (bytes < (1 << 20)) {
+    raise<Error>("memory_limit: {} bytes is below 1 MiB (a process cannot start in it)", bytes);
+  }
+  auto& groups = n.state<MemoryGroups>().groups;
+  if (groups.count(rank)) {
+    raise<Error>("memory_limit: rank {} has a limit on {} already", rank, n.host());
+  }
+  auto g = RankCgroup::make("memory", rank, n.run_dir(), n.secret(), n.host(),
+                            [&](Cgroup& cg) { limit_memory(cg, bytes); });
+  g->bytes = bytes;
+  // What the rank charged before it was moved comes along where the kernel still can.
+  bool moves_charge = false;
+  try {
+    g->cg->write("memory.move_charge_at_immigrate", "1");
+    moves_charge = true;
+  } catch (const std::exception&) {
+  }
+  g->start();
+  const std::string path = g->cg->path();
+  groups[rank] = std::move(g);
+  return {{"cgroup", path}, {"limit", bytes}, {"moves_charge", moves_charge}, {"host", n.host()}};
+}
+
+nlohmann::json memory_status(Node& n, const pb::MemoryStatus& r) {
+  return n.state<MemoryGroups>().group(r.rank(), "memory_status").counters();
+}
+
+nlohmann::json memory_release(Node& n, const pb::MemoryRelease& r) {
+  auto& m = n.state<MemoryGroups>();
+  auto d = m.group(r.rank(), "memory_release").release();
+  m.groups.erase(r.rank());
+  return d;
+}
+
+std::vector<std::string> MemoryGroups::cleanup() {
+  std::vector<std::string> lines;
+  while (!groups.empty()) {
+    pb::MemoryRelease release;
+    release.set_rank(groups.begin()->first);
+    try {
+      lines.push_back("memory_release " + memory_release(n, release).dump());
+    } catch (const std::exception& e) {
+      groups.erase(release.rank());
+      lines.push_back(e.what());
+    }
+  }
+  return lines;
+}
+
+std::vector<std::string> sweep_memory_groups() {
+  const int n = sweep_stale_cgroups(kCgroupRoot.get());
+  if (n <= 0) return {};
+  return {fmt::format("removed {} cgroup(s) of agents or harnesses that are gone from {}", n,
+                      kCgroupRoot.get())};
+}
 
 class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
  public:
@@ -146,13 +232,15 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
 
 // Through agents: each creates the cgroup, moves the rank's processes into it as they appear on
 // its host (only the rank's host has any), reports its counters, and removes it
-// (harness/agent/agent_faults.cpp). Each node counts once its agent made the group: a later
+// (MemoryLimit above). Each node counts once its agent made the group: a later
 // agent's failure leaves the groups made so far, and only those, for heal to remove.
 void MemoryLimitFault::setup_on_host(Host& h, const std::vector<int>& want) {
   for (const int n : want) {
     const std::string host = node_name(h, n);
-    auto& a = agent_for(h, n, fmt::format("memory_limit on rank {}", rank));
-    const auto r = a.host_fault(n, {"memory_limit", rank, bytes});
+    pb::MemoryLimit req;
+    req.set_rank(rank);
+    req.set_bytes(bytes);
+    const auto r = on_node(h, n, req, fmt::format("memory_limit on rank {}", rank));
     host_group = r.value("cgroup", "");
     nlohmann::json d = {
         {"bytes", bytes}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}, {"agent", r}};
@@ -171,7 +259,9 @@ nlohmann::json MemoryLimitFault::status_from_agents(Host& h) {
   auto* a = h.box.agents();
   for (const int n : node >= 0 ? std::vector<int>{node} : nodes) {
     if (!a || !a->up(n)) continue;
-    auto st = a->host_fault(n, {"memory_status", rank});
+    pb::MemoryStatus req;
+    req.set_rank(rank);
+    auto st = on_node(h, n, req, "memory_limit");
     if (node >= 0 || !st.value("pids", nlohmann::json::array()).empty()) {
       node = n;
       return st;
@@ -232,7 +322,9 @@ void MemoryLimitFault::heal_on_host(Host& h) {
 }
 
 void MemoryLimitFault::heal_on(Host& h, int n) {
-  release_group(h, n, rank, "memory_limit", "memory_release", host_group,
+  pb::MemoryRelease release;
+  release.set_rank(rank);
+  release_group(h, n, rank, "memory_limit", release, host_group,
                 [](const nlohmann::json& r, nlohmann::json& d) {
                   d["oom_kills"] = r.value("oom_kills", 0);
                   d["max_usage"] = r.value("max_usage", 0);
@@ -277,6 +369,12 @@ class MemoryLimitKind : public FaultKind {
               "it)");
     }
     return f;
+  }
+  std::vector<const NodeHandler*> node_handlers() const override {
+    static const NodeHandlerOf<pb::MemoryLimit> limit(&memory_limit_on_node, &sweep_memory_groups);
+    static const NodeHandlerOf<pb::MemoryStatus> status(&memory_status);
+    static const NodeHandlerOf<pb::MemoryRelease> release(&memory_release);
+    return {&limit, &status, &release};
   }
 };
 

@@ -1,5 +1,5 @@
 // What the `hide` fault does to a rank's plugin directory, shared by the harness (one machine) and
-// a host's agent (topology.hosts, harness/agent/agent_faults_more.cpp): the rank loads plugins
+// a host's agent (topology.hosts, HidePlugin in hide.cpp): the rank loads plugins
 // from a directory of its own holding a link to each library of the plugin directory, and a
 // hidden library has no link there (a node without the package).
 #pragma once

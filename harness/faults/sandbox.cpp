@@ -11,6 +11,7 @@
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
 #include "harness/history/history.hpp"
+#include "harness/model/placement.hpp"
 #include "harness/model/scenario.hpp"
 #include "harness/process/hosts.hpp"
 #include "harness/process/supervisor.hpp"
@@ -56,6 +57,14 @@ void join_network(std::map<std::string, std::string>& env) {
 
 Sandbox::Sandbox(const Scenario& s, std::string run_dir, History& hist, Supervisor& sup)
     : s_(s), dir_(std::move(run_dir)), hist_(hist), sup_(sup) {}
+
+Sandbox::~Sandbox() = default;
+
+Node& Sandbox::local_node() {
+  // The run's secret is not needed here: the ranks of this machine are the harness's children.
+  if (!local_) local_ = std::make_unique<Node>(dir_, "local", "");
+  return *local_;
+}
 
 std::string Sandbox::node_ip(int node) {
   return fmt::format("{}.{}", kSubnet, node + 1);
@@ -142,9 +151,8 @@ std::string Sandbox::device(int node) const {
 void Sandbox::adjust_rank(int rank, ProcessSpec& spec,
                           std::map<std::string, std::string>& env) const {
   if (!node_holders_.empty()) {
-    const int per_node = s_.topo.ranks / s_.topo.nodes;
-    spec.namespaces.push_back(
-        fmt::format("/proc/{}/ns/net", node_holders_.at(static_cast<size_t>(rank / per_node))));
+    spec.namespaces.push_back(fmt::format(
+        "/proc/{}/ns/net", node_holders_.at(static_cast<size_t>(node_of_rank(s_.topo, rank)))));
     join_network(env);
   }
   if (mount_holder_ != 0) spec.namespaces.push_back(fmt::format("/proc/{}/ns/mnt", mount_holder_));

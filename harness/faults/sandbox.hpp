@@ -9,12 +9,18 @@
 #include <sys/types.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "base/subprocess.hpp"
+#include "harness/faults/on_nodes.hpp"
+
+namespace google::protobuf {
+class Any;
+}
 
 namespace fl::harness {
 class History;
@@ -24,23 +30,6 @@ struct Scenario;
 }  // namespace fl::harness
 
 namespace fl::harness::faults {
-
-// A fault the host's agent applies itself (HostFault in faultline.proto; agent_faults.hpp).
-struct HostFaultOp {
-  // memory_limit, memory_status, memory_release, disk_full, disk_free, file_damage, file_restore,
-  // cpu_quota, cpu_release, shm_mount, shm_release, hide_plugin, unhide_plugin
-  std::string op;
-  int rank = -1;       // memory_*
-  int64_t bytes = 0;   // memory_limit: the limit; disk_full: the size; file_damage: bytes hit
-  std::string path;    // disk_full, disk_free: run-directory relative; file_damage: the glob
-  std::string action;  // file_damage: delete, truncate, corrupt
-  uint64_t seed = 0;   // file_damage
-  std::string tag;     // file_damage, file_restore: names one damage (letters and digits)
-  // cpu_quota (rank; -1: no limit), cpu_release (rank), shm_mount (bytes), shm_release,
-  // hide_plugin / unhide_plugin (rank, library)
-  int64_t quota_us = -1, period_us = 0;
-  std::string library;
-};
 
 // The per-host agents (harness/agent/hub.hpp) as faults use them: a tool run on a host, a signal
 // to a rank's pid there. Without agents (or once one is lost) the rsh agent runs the tools.
@@ -52,12 +41,11 @@ class HostAgents {
   virtual std::string run(int node, const std::vector<std::string>& argv) = 0;
   // Signals `pid` on host `node` once its agent found it is `rank` of this run; false with `why`.
   virtual bool signal(int node, int rank, pid_t pid, int sig, std::string& why) = 0;
-  // Holds TCP `port` on every address of host `node` (a squatter), or lets it go; Error if not.
-  virtual void squat(int node, int port, bool hold) = 0;
   // argv the agent on `node` runs should it lose the harness (removing the run's chain).
   virtual void on_loss(int node, const std::vector<std::string>& argv) = 0;
-  // Has host `node`'s agent apply `op`: its report of what it did, or Error with its reason.
-  virtual nlohmann::json host_fault(int node, const HostFaultOp& op);
+  // Has host `node`'s agent apply a fault kind's typed request (on_nodes.hpp): its report of
+  // what it did, or Error with its reason.
+  virtual nlohmann::json apply(int node, const google::protobuf::Any& request);
   // Ranks Slurm placed itself (launcher srun, no hosts): the agent on whichever node holds `rank`
   // signals it; `host` names that node. False with `why` when none did.
   virtual bool signal_anywhere(int /*rank*/, pid_t /*pid*/, int /*sig*/, std::string& /*host*/,
@@ -71,13 +59,10 @@ class HostAgents {
   virtual std::string name(int node) const { return std::to_string(node); }
 };
 
-// With topology.hosts: the host (node) that holds `rank`, ranks spread evenly in order; -1
-// without hosts or for rank -1.
-int host_of_rank(const Scenario& s, int rank);
-
 class Sandbox {
  public:
   Sandbox(const Scenario& s, std::string run_dir, History& hist, Supervisor& sup);
+  ~Sandbox();
 
   // The hub and one namespace per node (topology.network: namespaces); with topology.hosts, a
   // chain of the run's own on each host instead (the hosts are the nodes).
@@ -98,6 +83,9 @@ class Sandbox {
   std::string via(int node) const;
   void set_agents(HostAgents* a) { agents_ = a; }
   HostAgents* agents() const { return agents_; }
+  // This machine as host 0 of a run without agents: the node whose handlers run in this process
+  // (made on first use; what it still holds is undone when the sandbox goes).
+  Node& local_node();
   // With hosts: removes the run's chain from every host (idempotent; records fault_healed).
   void remove_host_chains();
   // The shared mount namespace, created on first use; argv run inside it.
@@ -117,6 +105,7 @@ class Sandbox {
   pid_t spawn_holder(const std::string& name, const std::vector<std::string>& unshare_args);
   void setup_hosts();  // sandbox_hosts.cpp
   HostAgents* agents_ = nullptr;
+  std::unique_ptr<Node> local_;
 
   std::string chain_ = "FAULTLINE";
   std::vector<std::string> host_devs_;  // with hosts: each host's device, once set up

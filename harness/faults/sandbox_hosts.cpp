@@ -6,6 +6,8 @@
 #include <functional>
 #include <sstream>
 
+#include <google/protobuf/any.pb.h>
+
 #include <fmt/format.h>
 
 #include "base/error.hpp"
@@ -17,14 +19,8 @@
 
 namespace fl::harness::faults {
 
-nlohmann::json HostAgents::host_fault(int node, const HostFaultOp& op) {
-  raise<Error>("host {}: its agent cannot apply {}", node, op.op);
-}
-
-int host_of_rank(const Scenario& s, int rank) {
-  if (s.topo.hosts.empty() || rank < 0) return -1;
-  const int per_host = std::max(1, s.topo.ranks / static_cast<int>(s.topo.hosts.size()));
-  return std::min(rank / per_host, static_cast<int>(s.topo.hosts.size()) - 1);
+nlohmann::json HostAgents::apply(int node, const google::protobuf::Any& request) {
+  raise<Error>("host {}: it has no agent to apply {}", node, request_name(request.type_url()));
 }
 
 void Sandbox::setup_hosts() {

@@ -3,24 +3,136 @@
 // segments there and touches more than fits gets SIGBUS on the page that does not fit — the
 // shared-memory transport's collectives (docs/comm.md) — rather than an error at creation.
 // With topology.hosts each host's agent holds such a namespace on its host, and that host's ranks
-// start inside it.
+// start inside it (ShmMount, ShmRelease below).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <map>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "base/error.hpp"
 #include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/faults/node_handler.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/faults/shm_mount.hpp"
 #include "harness/history/history.hpp"
 #include "harness/model/key_checks.hpp"
+#include "harness/model/placement.hpp"
 #include "harness/process/supervisor.hpp"
+#include "harness/proto/faultline.pb.h"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 
 namespace fl::harness::faults {
 namespace {
+
+namespace fs = std::filesystem;
+namespace pb = faultline::v1;
+
+// A child (`unshare --mount --propagation private sleep infinity`) holding a mount namespace of
+// its own on this host; it dies with the thread that made it (parent-death signal).
+pid_t hold_mount_namespace() {
+  const std::string mine = fs::read_symlink("/proc/self/ns/mnt").string();
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) raise<Error>("shm_mount: cannot fork: {}", std::strerror(errno));
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);  // the agent died before the signal was armed
+    const int null = ::open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+    }
+    const char* argv[] = {"unshare", "--mount",  "--propagation", "private",
+                          "sleep",   "infinity", nullptr};
+    ::execvp(argv[0], const_cast<char* const*>(argv));
+    ::_exit(127);
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    std::error_code ec;
+    const auto theirs = fs::read_symlink(fmt::format("/proc/{}/ns/mnt", pid), ec);
+    if (!ec && theirs.string() != mine) return pid;
+    int status = 0;
+    const bool ended = ::waitpid(pid, &status, WNOHANG) == pid;
+    if (ended || std::chrono::steady_clock::now() > until) {
+      if (!ended) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+      raise<Error>(
+          "shm_mount: no mount namespace of its own from `unshare --mount` ({}; it needs root or "
+          "CAP_SYS_ADMIN on the host)",
+          ended ? fmt::format("exit status {}", WEXITSTATUS(status)) : "not within 10 s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// On a node: the process holding the mount namespace with the small /dev/shm (0: none).
+struct ShmHolder : NodeState {
+  Node& n;
+  pid_t holder = 0;
+  explicit ShmHolder(Node& node) : n(node) {}
+  std::vector<std::string> cleanup() override;
+};
+
+nlohmann::json shm_mount(Node& n, const pb::ShmMount& r) {
+  auto& s = n.state<ShmHolder>();
+  if (r.bytes() < 4096) {
+    raise<Error>("shm_mount: {} bytes is below one page (4096 or more)", r.bytes());
+  }
+  if (s.holder != 0) raise<Error>("shm_mount: /dev/shm is sized on {} already", n.host());
+  const pid_t holder = hold_mount_namespace();
+  try {
+    run_tool(in_mount_of(holder, shm_mount_argv(r.bytes())));
+  } catch (...) {
+    ::kill(holder, SIGKILL);
+    ::waitpid(holder, nullptr, 0);
+    throw;
+  }
+  s.holder = holder;
+  return {{"path", kShmPath},
+          {"size_bytes", r.bytes()},
+          {"namespace_pid", holder},
+          {"namespace", fs::read_symlink(fmt::format("/proc/{}/ns/mnt", holder)).string()},
+          {"host", n.host()}};
+}
+
+nlohmann::json shm_release(Node& n, const pb::ShmRelease&) {
+  auto& s = n.state<ShmHolder>();
+  if (s.holder == 0)
+    raise<Error>("shm_release: no /dev/shm of this agent on {}; refused", n.host());
+  const pid_t holder = s.holder;
+  s.holder = 0;
+  std::string error;
+  try {
+    run_tool(in_mount_of(holder, shm_umount_argv()));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  nlohmann::json d = {{"unmounted", error.empty()}, {"path", kShmPath}, {"host", n.host()}};
+  if (!error.empty()) d["error"] = error;
+  return d;
+}
+
+std::vector<std::string> ShmHolder::cleanup() {
+  if (holder == 0) return {};
+  return {"shm_release " + shm_release(n, {}).dump()};
+}
 
 class ShmFault : public FaultOf<ShmFault> {
  public:
@@ -47,10 +159,9 @@ class ShmFault : public FaultOf<ShmFault> {
   void setup_on_hosts(Host& h) {
     for (const int node : fault_nodes(h, rank)) {
       const std::string host = node_name(h, node);
-      auto& a = agent_for(h, node, "shm");
-      HostFaultOp op{"shm_mount"};
-      op.bytes = bytes;
-      const auto r = a.host_fault(node, op);
+      pb::ShmMount req;
+      req.set_bytes(bytes);
+      const auto r = on_node(h, node, req, "shm");
       holders[node] = r.value("namespace_pid", 0);
       h.record("shm",
                {{"path", kShmPath},
@@ -64,7 +175,7 @@ class ShmFault : public FaultOf<ShmFault> {
   }
 
   void adjust_rank(const Host& h, int r, Launch& l) const override {
-    auto it = holders.find(host_of_rank(h.s, r));
+    auto it = holders.find(host_of_rank(h.s.topo, r));
     if (it == holders.end() || it->second <= 0) return;
     // Entering a mount namespace starts at its root: back to the rank's directory. nsenter's
     // options end at the first word that is not one (the worker's path).
@@ -77,9 +188,8 @@ class ShmFault : public FaultOf<ShmFault> {
     for (const auto& [node, pid] : holders) {
       const std::string host = node_name(h, node);
       try {
-        auto& a = agent_for(h, node, "shm",
-                            "its namespace went with it; the ranks' mount ends with them");
-        const auto r = a.host_fault(node, {"shm_release"});
+        const auto r = on_node(h, node, pb::ShmRelease(), "shm",
+                               "its namespace went with it; the ranks' mount ends with them");
         nlohmann::json d = {{"fault", "shm"}, {"path", kShmPath}, {"via", "agent"}, {"host", host}};
         if (!r.value("unmounted", false)) d["error"] = r.value("error", "");
         h.hist.harness(r.value("unmounted", false) ? "fault_healed" : "heal_error", d);
@@ -130,6 +240,11 @@ class ShmKind : public FaultKind {
                       fmt::format("{} bytes is below one page (allowed: 4k or more)", f->bytes));
     }
     return f;
+  }
+  std::vector<const NodeHandler*> node_handlers() const override {
+    static const NodeHandlerOf<pb::ShmMount> mount(&shm_mount);
+    static const NodeHandlerOf<pb::ShmRelease> release(&shm_release);
+    return {&mount, &release};
   }
 };
 

@@ -1,6 +1,6 @@
 // What the `shm` fault runs to give ranks a /dev/shm of `bytes`, and to take it away, the same on
 // the harness's machine (in the run's mount namespace, harness/faults/shm.cpp) and in a host's
-// agent (in a mount namespace it holds on its host, harness/agent/agent_faults_more.cpp).
+// agent (in a mount namespace it holds on its host, ShmMount in shm.cpp).
 #pragma once
 
 #include <sys/types.h>

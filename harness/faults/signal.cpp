@@ -4,6 +4,7 @@
 #include "harness/faults/fault.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/model/key_checks.hpp"
+#include "harness/model/placement.hpp"
 #include "harness/process/supervisor.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
@@ -24,9 +25,7 @@ class SignalFault : public FaultOf<SignalFault> {
     nlohmann::json d = {{"signal", "SIG" + signal}, {"pid", pid}, {"at_step", at_step}};
     bool ok = false;
     // With hosts the rank's pid is one on its host: that host's agent sends the signal.
-    const int per_host =
-        h.s.topo.hosts.empty() ? 0 : h.s.topo.ranks / static_cast<int>(h.s.topo.hosts.size());
-    const int node = per_host > 0 ? rank / per_host : -1;
+    const int node = host_of_rank(h.s.topo, rank);
     if (node >= 0 && h.box.agents() && h.box.agents()->up(node)) {
       std::string why;
       ok = h.box.agents()->signal(node, rank, pid, sig, why);

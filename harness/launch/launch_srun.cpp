@@ -18,6 +18,7 @@
 #include "harness/launch/launch_args.hpp"
 #include "harness/launch/launcher.hpp"
 #include "harness/launch/slurm_alloc.hpp"
+#include "harness/model/placement.hpp"
 #include "harness/model/scenario.hpp"
 #include "harness/process/supervisor.hpp"
 
@@ -67,9 +68,10 @@ class SrunLauncher : public Launcher {
     if (!h.s.topo.hosts.empty()) {
       // topology.hosts: rank r on its host's node (ranks fill the hosts in order), through
       // srun's arbitrary distribution, which reads one node a task from SLURM_HOSTFILE.
-      const int per = h.s.topo.ranks / static_cast<int>(h.s.topo.hosts.size());
       std::string placed;
-      for (int r = 0; r < h.s.topo.ranks; ++r) placed += alloc_.host_nodes.at(r / per) + "\n";
+      for (int r = 0; r < h.s.topo.ranks; ++r) {
+        placed += alloc_.host_nodes.at(static_cast<size_t>(host_of_rank(h.s.topo, r))) + "\n";
+      }
       h.run_dir->write_atomic("ranks.hosts", placed);
       p.argv.insert(p.argv.begin() + 1, "--distribution=arbitrary");
       p.env.push_back("SLURM_HOSTFILE=" + h.dir + "/ranks.hosts");

@@ -6,6 +6,7 @@
 
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
+#include "harness/model/placement.hpp"
 #include "harness/model/scenario.hpp"
 
 namespace fl::harness {
@@ -73,7 +74,7 @@ void check_hosts(const Scenario& s) {
 
 std::vector<std::string> mpirun_host_options(const Scenario& s) {
   if (s.topo.hosts.empty()) return {};
-  const int per = s.topo.ranks / static_cast<int>(s.topo.hosts.size());
+  const int per = ranks_per_node(s.topo.ranks, static_cast<int>(s.topo.hosts.size()));
   std::string list;
   for (const auto& h : s.topo.hosts)
     list += fmt::format("{}{}:{}", list.empty() ? "" : ",", h, per);
@@ -85,8 +86,7 @@ std::vector<std::string> mpirun_host_options(const Scenario& s) {
 
 std::string appfile_host_option(const Scenario& s, int rank) {
   if (s.topo.hosts.empty()) return "";
-  const int per = s.topo.ranks / static_cast<int>(s.topo.hosts.size());
-  return " --host " + s.topo.hosts.at(static_cast<size_t>(rank / per));
+  return " --host " + s.topo.hosts.at(static_cast<size_t>(host_of_rank(s.topo, rank)));
 }
 
 }  // namespace fl::harness

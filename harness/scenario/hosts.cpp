@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/model/placement.hpp"
 #include "harness/scenario/hostfile.hpp"
 #include "harness/scenario/loader.hpp"
 
@@ -133,7 +134,7 @@ void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Nod
   // A hostfile's slots bound what a host takes: the ranks spread evenly, ranks / hosts each.
   for (const auto& e : from_file) {
     if (s.topo.ranks % n != 0) break;
-    const int per = s.topo.ranks / n;
+    const int per = ranks_per_node(s.topo.ranks, n);  // what each host gets (placement.hpp)
     const int cap = e.max_slots != 0 ? e.max_slots : e.slots;
     ErrorCollector::check([&] {
       if (cap != 0 && cap < per) {

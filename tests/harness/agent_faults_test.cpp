@@ -1,7 +1,9 @@
-// The host faults a per-host agent applies itself (harness/agent/agent_faults.cpp), without root:
-// every path must stay inside the run directory (absolute paths, `..` and links out are refused
-// with the reason), the agent touches only the cgroups, mounts and backups it made, and damaged
-// files are put back by file_restore and by cleanup() when the harness never asked.
+// What the fault kinds do on a node (their handlers in harness/faults/KIND.cpp, applied by a
+// faults::Node as an agent applies them), without root: every path must stay inside the run
+// directory (absolute paths, `..` and links out are refused with the reason), a node touches only
+// the cgroups, mounts and backups it made, damaged files are put back by FileRestore and by
+// cleanup() when the harness never asked, and every request type has one handler.
+#include <google/protobuf/any.pb.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,15 +11,16 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
-#include "harness/agent/agent_faults.hpp"
-#include "harness/faults/sandbox.hpp"
+#include "harness/faults/fault.hpp"
+#include "harness/faults/on_nodes.hpp"
 #include "harness/proto/faultline.pb.h"
 
-namespace fl::harness {
+namespace fl::harness::faults {
 namespace {
 
 namespace fs = std::filesystem;
@@ -55,10 +58,16 @@ class AgentFaultsTest : public ::testing::Test {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
+  // Applies one request as the agent does (packed).
+  static nlohmann::json apply(Node& a, const google::protobuf::Message& f) {
+    google::protobuf::Any any;
+    any.PackFrom(f);
+    return a.apply(any);
+  }
   // The error text of applying `f`, "" when it was applied.
-  static std::string refusal(AgentFaults& a, const pb::HostFault& f) {
+  static std::string refusal(Node& a, const google::protobuf::Message& f) {
     try {
-      a.apply(f);
+      apply(a, f);
     } catch (const Error& e) {
       return e.what();
     }
@@ -70,13 +79,13 @@ class AgentFaultsTest : public ::testing::Test {
 };
 
 TEST_F(AgentFaultsTest, PathsOutsideTheRunDirectoryAreRefusedWithTheReason) {
-  EXPECT_EQ(AgentFaults::run_path(dir_, "checkpoints", "disk_full"),
+  EXPECT_EQ(run_path(dir_, "checkpoints", "disk_full"),
             fs::weakly_canonical(dir_).string() + "/checkpoints");
-  EXPECT_EQ(AgentFaults::run_path(dir_, "not/yet/there", "disk_full"),
+  EXPECT_EQ(run_path(dir_, "not/yet/there", "disk_full"),
             fs::weakly_canonical(dir_).string() + "/not/yet/there");
   auto why = [&](const std::string& rel) {
     try {
-      AgentFaults::run_path(dir_, rel, "disk_full");
+      run_path(dir_, rel, "disk_full");
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -97,55 +106,53 @@ TEST_F(AgentFaultsTest, PathsOutsideTheRunDirectoryAreRefusedWithTheReason) {
 }
 
 TEST_F(AgentFaultsTest, MountsAndCgroupsOnlyOfItsOwn) {
-  AgentFaults a(dir_, "h1", "s3cret");
-  pb::HostFault f;
-  f.mutable_disk_full()->set_path("/tmp");
-  f.mutable_disk_full()->set_bytes(4096);
+  Node a(dir_, "h1", "s3cret");
+  pb::DiskFull f;
+  f.set_path("/tmp");
+  f.set_bytes(4096);
   EXPECT_EQ(refusal(a, f),
             "disk_full: '/tmp' is absolute; the agent acts only inside the run directory " + dir_);
-  f.mutable_disk_full()->set_path("../outside");
+  f.set_path("../outside");
   EXPECT_NE(refusal(a, f).find("leaves the run directory"), std::string::npos);
-  f.mutable_disk_full()->set_path("checkpoints");
-  f.mutable_disk_full()->set_bytes(0);
+  f.set_path("checkpoints");
+  f.set_bytes(0);
   EXPECT_EQ(refusal(a, f), "disk_full: size 0 is not above 0");
 
-  pb::HostFault free;
-  free.mutable_disk_free()->set_path("checkpoints");
+  pb::DiskFree free;
+  free.set_path("checkpoints");
   EXPECT_EQ(refusal(a, free),
             "disk_free: 'checkpoints' is not a mount this agent made on h1; refused");
 
-  pb::HostFault st;
-  st.mutable_memory_status()->set_rank(2);
+  pb::MemoryStatus st;
+  st.set_rank(2);
   EXPECT_EQ(refusal(a, st),
             "memory_status: rank 2 has no memory cgroup of this agent on h1 (refused: the agent "
             "touches only the groups it made)");
-  pb::HostFault rel;
-  rel.mutable_memory_release()->set_rank(0);
+  pb::MemoryRelease rel;
+  rel.set_rank(0);
   EXPECT_NE(refusal(a, rel).find("memory_release: rank 0 has no memory cgroup"), std::string::npos);
-  pb::HostFault lim;
-  lim.mutable_memory_limit()->set_rank(1);
-  lim.mutable_memory_limit()->set_bytes(4096);
+  pb::MemoryLimit lim;
+  lim.set_rank(1);
+  lim.set_bytes(4096);
   EXPECT_EQ(refusal(a, lim),
             "memory_limit: 4096 bytes is below 1 MiB (a process cannot start in it)");
-  lim.mutable_memory_limit()->set_rank(-1);
+  lim.set_rank(-1);
   EXPECT_EQ(refusal(a, lim), "memory_limit: rank -1 is not a rank (0 or more)");
-  EXPECT_NE(refusal(a, pb::HostFault()).find("a host fault without an operation"),
-            std::string::npos);
   EXPECT_TRUE(a.cleanup().empty());  // nothing was made, nothing to undo
 }
 
 TEST_F(AgentFaultsTest, DamagesTheRunsFilesAndPutsThemBack) {
   const std::string r0 = dir_ + "/checkpoints/step_4/shard_r0.bin";
   const std::string r1 = dir_ + "/checkpoints/step_4/shard_r1.bin";
-  AgentFaults a(dir_, "h1", "s3cret");
-  pb::HostFault f;
-  auto* d = f.mutable_file_damage();
+  Node a(dir_, "h1", "s3cret");
+  pb::FileDamage f;
+  auto* d = &f;
   d->set_glob("checkpoints/step_*/shard_r1*.bin");
   d->set_action("corrupt");
   d->set_bytes(16);
   d->set_seed(7);
   d->set_tag("f1");
-  const auto report = a.apply(f);
+  const auto report = apply(a, f);
   ASSERT_EQ(report["files"].size(), 1u) << report.dump();
   EXPECT_EQ(report["files"][0]["path"], "checkpoints/step_4/shard_r1.bin");
   EXPECT_EQ(report["host"], "h1");
@@ -155,17 +162,17 @@ TEST_F(AgentFaultsTest, DamagesTheRunsFilesAndPutsThemBack) {
   // The same damage on another agent's copy of the run directory changes the same bytes.
   const std::string damaged = read(r1);
   write(r1, std::string(256, 'b'));
-  AgentFaults again(dir_, "h2", "s3cret");
+  Node again(dir_, "h2", "s3cret");
   d->set_tag("f2");
-  again.apply(f);
+  apply(again, f);
   EXPECT_EQ(read(r1), damaged);
   again.cleanup();
   EXPECT_EQ(read(r1), std::string(256, 'b'));
   write(r1, damaged);
 
-  pb::HostFault restore;
-  restore.mutable_file_restore()->set_tag("f1");
-  const auto back = a.apply(restore);
+  pb::FileRestore restore;
+  restore.set_tag("f1");
+  const auto back = apply(a, restore);
   EXPECT_EQ(back["restored"], nlohmann::json({"checkpoints/step_4/shard_r1.bin"}));
   EXPECT_EQ(read(r1), std::string(256, 'b'));
   EXPECT_EQ(refusal(a, restore), "file_restore: no damage 'f1' by this agent on h1; refused");
@@ -174,7 +181,7 @@ TEST_F(AgentFaultsTest, DamagesTheRunsFilesAndPutsThemBack) {
   d->set_glob("checkpoints/step_4/shard_r0.bin");
   d->set_action("delete");
   d->set_tag("f3");
-  a.apply(f);
+  apply(a, f);
   EXPECT_FALSE(fs::exists(r0));
   const auto lines = a.cleanup();
   ASSERT_EQ(lines.size(), 1u);
@@ -183,9 +190,9 @@ TEST_F(AgentFaultsTest, DamagesTheRunsFilesAndPutsThemBack) {
 }
 
 TEST_F(AgentFaultsTest, FileDamageStaysInTheRunDirectory) {
-  AgentFaults a(dir_, "h1", "s3cret");
-  pb::HostFault f;
-  auto* d = f.mutable_file_damage();
+  Node a(dir_, "h1", "s3cret");
+  pb::FileDamage f;
+  auto* d = &f;
   d->set_action("delete");
   d->set_bytes(1);
   d->set_tag("t1");
@@ -209,9 +216,9 @@ TEST_F(AgentFaultsTest, FileDamageStaysInTheRunDirectory) {
 }
 
 TEST_F(AgentFaultsTest, CpuShmAndHideRequestsAreCheckedWithTheKeyAndHost) {
-  AgentFaults a(dir_, "h1", "s3cret");
-  pb::HostFault cpu;
-  auto* q = cpu.mutable_cpu_quota();
+  Node a(dir_, "h1", "s3cret");
+  pb::CpuQuota cpu;
+  auto* q = &cpu;
   q->set_rank(-1);
   q->set_quota_us(10000);
   q->set_period_us(100000);
@@ -224,31 +231,30 @@ TEST_F(AgentFaultsTest, CpuShmAndHideRequestsAreCheckedWithTheKeyAndHost) {
   q->set_quota_us(5);
   EXPECT_EQ(refusal(a, cpu),
             "cpu_quota: quota 5 us is below 1000 (the kernel's least; -1: no limit)");
-  pb::HostFault cpu_rel;
-  cpu_rel.mutable_cpu_release()->set_rank(2);
+  pb::CpuRelease cpu_rel;
+  cpu_rel.set_rank(2);
   EXPECT_EQ(refusal(a, cpu_rel),
             "cpu_release: rank 2 has no cpu cgroup of this agent on h1 (refused: the agent "
             "touches only the groups it made)");
 
-  pb::HostFault shm;
-  shm.mutable_shm_mount()->set_bytes(100);
+  pb::ShmMount shm;
+  shm.set_bytes(100);
   EXPECT_EQ(refusal(a, shm), "shm_mount: 100 bytes is below one page (4096 or more)");
-  pb::HostFault shm_rel;
-  shm_rel.mutable_shm_release();
+  pb::ShmRelease shm_rel;
   EXPECT_EQ(refusal(a, shm_rel), "shm_release: no /dev/shm of this agent on h1; refused");
 
-  pb::HostFault hide;
-  hide.mutable_hide_plugin()->set_rank(-2);
-  hide.mutable_hide_plugin()->set_library("libfl_a.so");
+  pb::HidePlugin hide;
+  hide.set_rank(-2);
+  hide.set_library("libfl_a.so");
   EXPECT_EQ(refusal(a, hide), "hide_plugin: rank -2 is not a rank (0 or more)");
-  hide.mutable_hide_plugin()->set_rank(1);
-  hide.mutable_hide_plugin()->set_library("../../outside/secret.bin");
+  hide.set_rank(1);
+  hide.set_library("../../outside/secret.bin");
   EXPECT_EQ(refusal(a, hide),
             "hide on h1: library '../../outside/secret.bin' is not a file name of the plugin "
             "directory");
-  pb::HostFault unhide;
-  unhide.mutable_unhide_plugin()->set_rank(1);
-  unhide.mutable_unhide_plugin()->set_library("libfl_a.so");
+  pb::UnhidePlugin unhide;
+  unhide.set_rank(1);
+  unhide.set_library("libfl_a.so");
   EXPECT_EQ(refusal(a, unhide),
             "unhide_plugin: 'libfl_a.so' was not hidden from rank 1 by this agent on h1; refused");
   EXPECT_TRUE(a.cleanup().empty());
@@ -262,16 +268,16 @@ TEST_F(AgentFaultsTest, HidesALibraryFromOneRankAndPutsItBack) {
   for (const char* lib : {"libfl_a.so", "libfl_b.so"}) write(plugins + "/" + lib, "elf");
   const std::string links = fs::weakly_canonical(dir_).string() + "/ranks/rank1/plugins";
   {
-    AgentFaults a(dir_, "h1", "s3cret");
-    pb::HostFault hide;
-    hide.mutable_hide_plugin()->set_rank(1);
-    hide.mutable_hide_plugin()->set_library("libfl_nothing.so");
+    Node a(dir_, "h1", "s3cret");
+    pb::HidePlugin hide;
+    hide.set_rank(1);
+    hide.set_library("libfl_nothing.so");
     EXPECT_EQ(refusal(a, hide),
               "hide on h1: no library 'libfl_nothing.so' in the plugin directory " + plugins +
                   " (there: libfl_a.so, libfl_b.so)");
     EXPECT_FALSE(fs::exists(links));
-    hide.mutable_hide_plugin()->set_library("libfl_a.so");
-    const auto r = a.apply(hide);
+    hide.set_library("libfl_a.so");
+    const auto r = apply(a, hide);
     EXPECT_EQ(r["dir"], links);
     EXPECT_EQ(r["host"], "h1");
     EXPECT_EQ(r["libraries"], nlohmann::json::array({"libfl_a.so", "libfl_b.so"}));
@@ -279,69 +285,58 @@ TEST_F(AgentFaultsTest, HidesALibraryFromOneRankAndPutsItBack) {
     EXPECT_EQ(fs::read_symlink(links + "/libfl_b.so"), fs::path(plugins) / "libfl_b.so");
     EXPECT_FALSE(fs::exists(dir_ + "/ranks/rank0/plugins"));  // only the rank it was hidden from
 
-    pb::HostFault unhide;
-    unhide.mutable_unhide_plugin()->set_rank(1);
-    unhide.mutable_unhide_plugin()->set_library("libfl_a.so");
-    EXPECT_EQ(a.apply(unhide)["restored"], true);
+    pb::UnhidePlugin unhide;
+    unhide.set_rank(1);
+    unhide.set_library("libfl_a.so");
+    EXPECT_EQ(apply(a, unhide)["restored"], true);
     EXPECT_EQ(fs::read_symlink(links + "/libfl_a.so"), fs::path(plugins) / "libfl_a.so");
     EXPECT_NE(refusal(a, unhide).find("was not hidden from rank 1"), std::string::npos);
 
-    a.apply(hide);  // hidden again, never healed by the harness: the agent's cleanup does it
+    apply(a, hide);  // hidden again, never healed by the harness: the agent's cleanup does it
     EXPECT_FALSE(fs::exists(links + "/libfl_a.so"));
   }
   EXPECT_TRUE(fs::is_symlink(links + "/libfl_a.so"));
   fs::remove_all(plugins);
 }
 
-TEST(HostFaultRequest, EachOpIsItsOwnTypedMessage) {
-  faults::HostFaultOp op;
-  op.op = "memory_limit";
-  op.rank = 3;
-  op.bytes = 150 << 20;
-  const auto m = host_fault_request(op);
-  ASSERT_EQ(m.op_case(), pb::HostFault::kMemoryLimit);
-  EXPECT_EQ(m.memory_limit().rank(), 3);
-  EXPECT_EQ(m.memory_limit().bytes(), 150 << 20);
-  faults::HostFaultOp disk;
-  disk.op = "disk_full";
-  disk.path = "checkpoints";
-  disk.bytes = 16384;
-  const auto dm = host_fault_request(disk);
-  ASSERT_EQ(dm.op_case(), pb::HostFault::kDiskFull);
-  EXPECT_EQ(dm.disk_full().path(), "checkpoints");
-  faults::HostFaultOp cpu;
-  cpu.op = "cpu_quota";
-  cpu.rank = 2;
-  cpu.quota_us = 10000;
-  cpu.period_us = 100000;
-  const auto cm = host_fault_request(cpu);
-  ASSERT_EQ(cm.op_case(), pb::HostFault::kCpuQuota);
-  EXPECT_EQ(cm.cpu_quota().rank(), 2);
-  EXPECT_EQ(cm.cpu_quota().quota_us(), 10000);
-  EXPECT_EQ(cm.cpu_quota().period_us(), 100000);
-  cpu.op = "cpu_release";
-  EXPECT_EQ(host_fault_request(cpu).cpu_release().rank(), 2);
-  faults::HostFaultOp shm;
-  shm.op = "shm_mount";
-  shm.bytes = 1 << 20;
-  ASSERT_EQ(host_fault_request(shm).op_case(), pb::HostFault::kShmMount);
-  EXPECT_EQ(host_fault_request(shm).shm_mount().bytes(), 1 << 20);
-  shm.op = "shm_release";
-  EXPECT_EQ(host_fault_request(shm).op_case(), pb::HostFault::kShmRelease);
-  faults::HostFaultOp hide;
-  hide.op = "hide_plugin";
-  hide.rank = 1;
-  hide.library = "libfl_fused_adamw.so";
-  const auto hm = host_fault_request(hide);
-  ASSERT_EQ(hm.op_case(), pb::HostFault::kHidePlugin);
-  EXPECT_EQ(hm.hide_plugin().rank(), 1);
-  EXPECT_EQ(hm.hide_plugin().library(), "libfl_fused_adamw.so");
-  hide.op = "unhide_plugin";
-  EXPECT_EQ(host_fault_request(hide).unhide_plugin().library(), "libfl_fused_adamw.so");
-  faults::HostFaultOp bad;
-  bad.op = "run";
-  EXPECT_THROW(host_fault_request(bad), Error);
+// Every request type is handled by one kind, registered with it (FaultKind::node_handlers).
+TEST(NodeHandlers, EachRequestTypeHasOneHandlerOfItsKind) {
+  const auto types = node_request_types();
+  EXPECT_EQ(std::set<std::string>(types.begin(), types.end()).size(), types.size())
+      << "a request type handled twice";
+  for (const char* t :
+       {"faultline.v1.MemoryLimit", "faultline.v1.DiskFull", "faultline.v1.FileDamage",
+        "faultline.v1.CpuQuota", "faultline.v1.ShmMount", "faultline.v1.HidePlugin"}) {
+    ASSERT_NE(node_handler(t), nullptr) << t;
+    EXPECT_EQ(node_handler(t)->type(), t);
+  }
+  EXPECT_EQ(node_handler("faultline.v1.Event"), nullptr);
+  EXPECT_EQ(request_name("type.googleapis.com/faultline.v1.DiskFull"), "disk_full");
+  EXPECT_EQ(request_name("faultline.v1.UnhidePlugin"), "unhide_plugin");
+}
+
+// A request no kind handles (another message, or none at all) is refused naming its type and the
+// types there are; nothing is done.
+TEST_F(AgentFaultsTest, AnUnknownRequestTypeIsRefusedNamingIt) {
+  Node a(dir_, "h1", "s3cret");
+  const auto types = node_request_types();
+  std::string known;
+  for (const auto& t : types) known += (known.empty() ? "" : ", ") + t;
+  pb::Event event;
+  EXPECT_EQ(refusal(a, event),
+            "no fault kind handles the request 'type.googleapis.com/faultline.v1.Event' on host h1 "
+            "(a request is one of the kinds' messages in faultline.proto: " +
+                known + ")");
+  try {
+    a.apply(google::protobuf::Any());
+    ADD_FAILURE() << "an empty request was applied";
+  } catch (const Error& e) {
+    EXPECT_EQ(
+        std::string(e.what()).rfind("no fault kind handles the request '(none)' on host h1", 0), 0u)
+        << e.what();
+  }
+  EXPECT_TRUE(a.cleanup().empty());
 }
 
 }  // namespace
-}  // namespace fl::harness
+}  // namespace fl::harness::faults

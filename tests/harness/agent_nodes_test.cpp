@@ -30,7 +30,6 @@ class FakeAgents : public HostAgents {
     why = "pid is not rank " + std::to_string(rank) + " of this run here";
     return false;
   }
-  void squat(int, int, bool) override {}
   void on_loss(int, const std::vector<std::string>&) override {}
   int count() const override { return 3; }
   std::string name(int node) const override { return "n" + std::to_string(node + 1); }

@@ -7,6 +7,7 @@
 // boost 1.74 asio uses std::exchange without including <utility>.
 #include <utility>
 
+#include <google/protobuf/any.pb.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <boost/asio/io_context.hpp>
@@ -22,6 +23,8 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -32,6 +35,9 @@
 #include "base/error.hpp"
 #include "harness/agent/hub.hpp"
 #include "harness/control/controller.hpp"
+#include "harness/faults/agent_nodes.hpp"
+#include "harness/faults/fault.hpp"
+#include "harness/faults/sandbox.hpp"
 #include "harness/history/history.hpp"
 #include "harness/model/scenario.hpp"
 #include "harness/process/supervisor.hpp"
@@ -221,16 +227,29 @@ bool can_bind(int port) {
   return ok;
 }
 
+// A fault kind's typed request packed as the hub sends it.
+google::protobuf::Any pack(const google::protobuf::Message& m) {
+  google::protobuf::Any any;
+  any.PackFrom(m);
+  return any;
+}
+
 TEST_F(AgentTest, SquatsAPortUntilReleased) {
   int port = 0;
   for (int p = 23000 + static_cast<int>(::getpid() % 20000); port == 0; ++p) {
     if (can_bind(p)) port = p;
   }
-  hub->squat(0, port, true);
+  pb::PortSquat squat;  // port_squat's request, handled in harness/faults/port_squat.cpp
+  squat.set_port(port);
+  squat.set_hold(true);
+  EXPECT_EQ(hub->apply(0, pack(squat))["held"], true);
   EXPECT_FALSE(can_bind(port)) << "the agent does not hold " << port;
-  hub->squat(0, port, false);
+  squat.set_hold(false);
+  EXPECT_EQ(hub->apply(0, pack(squat))["released"], true);
   EXPECT_TRUE(can_bind(port)) << "the agent still holds " << port;
-  EXPECT_THROW(hub->squat(0, 0, true), Error);
+  squat.set_port(0);
+  squat.set_hold(true);
+  EXPECT_THROW(hub->apply(0, pack(squat)), Error);
 }
 
 TEST_F(AgentTest, AttachWithoutTheSecretIsRefused) {
@@ -248,19 +267,18 @@ TEST_F(AgentTest, AttachWithoutTheSecretIsRefused) {
   EXPECT_EQ(events("agent_up").size(), 1u);  // only the real one
 }
 
-// Host faults through the hub and a real agent (agent_faults.cpp): a path outside the run
-// directory comes back as the agent's refusal; a damage is applied, and put back by the agent
-// itself when it loses the harness without having been told to restore it.
+// Host faults through the hub and a real agent (the handlers in harness/faults/KIND.cpp): a path
+// outside the run directory comes back as the agent's refusal; a damage is applied, and put back
+// by the agent itself when it loses the harness without having been told to restore it.
 TEST_F(AgentTest, HostFaultsAreCheckedAndUndoneWhenTheHarnessIsLost) {
   const std::string shard = dir + "/checkpoints/step_2/shard_rank0.bin";
   fs::create_directories(fs::path(shard).parent_path());
   std::ofstream(shard) << std::string(100, 'x');
-  faults::HostFaultOp bad;
-  bad.op = "disk_full";
-  bad.path = "/etc";
-  bad.bytes = 4096;
+  pb::DiskFull bad;
+  bad.set_path("/etc");
+  bad.set_bytes(4096);
   try {
-    hub->host_fault(0, bad);
+    hub->apply(0, pack(bad));
     FAIL() << "the agent mounted on /etc";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("disk_full on host hosta (agent): disk_full: '/etc' is "
@@ -268,13 +286,12 @@ TEST_F(AgentTest, HostFaultsAreCheckedAndUndoneWhenTheHarnessIsLost) {
               std::string::npos)
         << e.what();
   }
-  faults::HostFaultOp cut;
-  cut.op = "file_damage";
-  cut.path = "checkpoints/*/shard_rank0.bin";
-  cut.action = "truncate";
-  cut.bytes = 40;
-  cut.tag = "t1";
-  const auto r = hub->host_fault(0, cut);
+  pb::FileDamage cut;
+  cut.set_glob("checkpoints/*/shard_rank0.bin");
+  cut.set_action("truncate");
+  cut.set_bytes(40);
+  cut.set_tag("t1");
+  const auto r = hub->apply(0, pack(cut));
   ASSERT_EQ(r["files"].size(), 1u) << r.dump();
   EXPECT_EQ(r["files"][0]["new_size"], 60);
   EXPECT_EQ(fs::file_size(shard), 60u);
@@ -362,6 +379,76 @@ grpc::Status attach_fuzzed(pb::Agents::Stub& stub, const std::string& secret,
   }
   stream->WritesDone();
   return stream->Finish();
+}
+
+// on_node (harness/faults/agent_nodes.hpp): one request, sent to host 0 of a run without agents
+// (this machine: the handler runs in this process) and to a host with an agent (the same handler
+// in the agent, through the hub), does the same thing and answers the same, but for the host's
+// name; a request no kind handles is refused the same way on both, naming its type.
+TEST_F(AgentTest, TheInProcessHostZeroAndAnAgentGiveTheSameAnswerToOneRequest) {
+  const std::string shard = dir + "/checkpoints/step_2/shard_rank1.bin";
+  fs::create_directories(fs::path(shard).parent_path());
+  const std::string pristine(256, 'p');
+  std::ofstream(shard) << pristine;
+  auto read = [&] {
+    std::ifstream in(shard, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  Scenario local;  // no hosts, no agents: node 0 is this machine
+  faults::Sandbox remote_box(s, dir, *hist, *sup), local_box(local, dir, *hist, *sup);
+  remote_box.set_agents(hub.get());
+  std::vector<std::string> injected;
+  faults::Host remote{s, dir, *hist, *sup, remote_box, 0, "", injected};
+  faults::Host here{local, dir, *hist, *sup, local_box, 0, "", injected};
+  ASSERT_FALSE(faults::in_process(remote, 0));
+  ASSERT_TRUE(faults::in_process(here, 0));
+
+  pb::FileDamage damage;
+  damage.set_glob("checkpoints/*/shard_rank1.bin");
+  damage.set_action("corrupt");
+  damage.set_bytes(32);
+  damage.set_seed(11);
+  damage.set_tag("same");
+  pb::FileRestore restore;
+  restore.set_tag("same");
+  std::map<std::string, nlohmann::json> damaged, restored;
+  std::map<std::string, std::string> bytes;
+  for (auto* h : {&remote, &here}) {
+    auto d = faults::on_node(*h, 0, damage, "file");
+    const std::string host = d["host"];
+    bytes[host] = read();
+    EXPECT_NE(bytes[host], pristine) << host;
+    d.erase("host");
+    damaged[host] = d;
+    auto r = faults::on_node(*h, 0, restore, "file");
+    EXPECT_EQ(read(), pristine) << host;
+    r.erase("host");
+    restored[host] = r;
+  }
+  ASSERT_EQ(damaged.size(), 2u) << "hosts: hosta and local";
+  EXPECT_EQ(damaged["hosta"], damaged["local"]);
+  EXPECT_EQ(damaged["local"]["files"][0]["path"], "checkpoints/step_2/shard_rank1.bin");
+  EXPECT_EQ(bytes["hosta"], bytes["local"]) << "the same bytes changed on both";
+  EXPECT_EQ(restored["hosta"], restored["local"]);
+  EXPECT_EQ(restored["local"]["restored"], nlohmann::json({"checkpoints/step_2/shard_rank1.bin"}));
+
+  pb::Event unknown;
+  auto refusal = [&](faults::Host& h) {
+    try {
+      faults::on_node(h, 0, unknown, "test");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  auto why = [](const std::string& host) {
+    return "no fault kind handles the request 'type.googleapis.com/faultline.v1.Event' on host " +
+           host + " (a request is one of the kinds' messages in faultline.proto: ";
+  };
+  EXPECT_EQ(refusal(here).rfind(why("local"), 0), 0u) << refusal(here);
+  EXPECT_EQ(refusal(remote).rfind("event on host hosta (agent): " + why("hosta"), 0), 0u)
+      << refusal(remote);
+  EXPECT_NE(refusal(here).find("faultline.v1.FileDamage"), std::string::npos) << refusal(here);
 }
 
 // Agent messages as input (issue 32): a peer that has the secret — an agent, or whatever took its

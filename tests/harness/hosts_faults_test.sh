@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest hosts.*: host faults applied by the host's own agent (harness/agent/agent_faults.cpp) on
+# ctest hosts.*: host faults applied by the host's own agent (handlers in faults/KIND.cpp) on
 # hosts that are network and mount namespaces on this machine (harness/hosts/netns-hosts.sh).
 #   tests/harness/hosts_faults_test.sh FAULTLINE_BIN SOURCE_DIR CASE
 # CASE: memory  a memory limit on rank 2 (host 1) that leaks every step: host 1's agent makes the

@@ -1,8 +1,8 @@
-// One rank's cgroup on an agent's host (a memory_limit's or a cpu_quota's), and the watcher that
-// moves the rank's processes into it as soon as they exist: the rank starts after the group is
-// made, through mpirun's daemon on that host, so nobody else can put it there. A process is the
-// rank's when it works in the rank's directory with RANK=rank and the run's secret (or none).
-// Released, the group gives its processes back to the groups they came from and is removed.
+// One rank's cgroup on a node (a memory_limit's or a cpu_quota's), and the watcher that moves the
+// rank's processes into it as soon as they exist: the rank starts after the group is made, through
+// mpirun's daemon on that host, so nobody else can put it there. A process is the rank's when it
+// works in the rank's directory with RANK=rank and the run's secret (or none). Released, the group
+// gives its processes back to the groups they came from and is removed.
 #pragma once
 
 #include <sys/types.h>
@@ -21,14 +21,14 @@
 
 #include "harness/faults/cgroup.hpp"
 
-namespace fl::harness {
+namespace fl::harness::faults {
 
 struct RankCgroup {
   std::string controller;  // "memory" or "cpu": the v1 hierarchy under `root`
   int rank = 0;
   int64_t bytes = 0;  // memory: the limit
   std::string root, rank_dir, secret;
-  std::optional<faults::Cgroup> cg;
+  std::optional<Cgroup> cg;
   std::mutex mu;
   std::map<pid_t, std::string> adopted;  // pid -> the cgroup (of `controller`) it came from
   std::vector<double> adopted_ms;        // how long after its start each was moved in
@@ -42,7 +42,7 @@ struct RankCgroup {
   static std::unique_ptr<RankCgroup> make(const std::string& controller, int rank,
                                           const std::string& run_dir, const std::string& secret,
                                           const std::string& host,
-                                          const std::function<void(faults::Cgroup&)>& limit);
+                                          const std::function<void(Cgroup&)>& limit);
 
   // Is `pid` a process of rank `rank` of this run?
   bool is_rank(pid_t pid) const;
@@ -57,4 +57,4 @@ struct RankCgroup {
   ~RankCgroup();
 };
 
-}  // namespace fl::harness
+}  // namespace fl::harness::faults

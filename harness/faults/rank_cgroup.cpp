@@ -1,4 +1,4 @@
-#include "harness/agent/rank_cgroup.hpp"
+#include "harness/faults/rank_cgroup.hpp"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 
 #include "base/control_auth.hpp"
 
-namespace fl::harness {
+namespace fl::harness::faults {
 
 namespace fs = std::filesystem;
 
@@ -126,7 +126,7 @@ nlohmann::json RankCgroup::counters() {
                       {"alive", alive},
                       {"errors", errs}};
   if (controller == "cpu") {
-    r.update(faults::cpu_stat(*cg));
+    r.update(cpu_stat(*cg));
     return r;
   }
   const std::string oom = cg->read("memory.oom_control");
@@ -180,4 +180,29 @@ RankCgroup::~RankCgroup() {
   if (watcher.joinable()) watcher.join();
 }
 
-}  // namespace fl::harness
+std::unique_ptr<RankCgroup> RankCgroup::make(const std::string& controller, int rank,
+                                             const std::string& run_dir, const std::string& secret,
+                                             const std::string& host,
+                                             const std::function<void(Cgroup&)>& limit) {
+  const bool memory = controller == "memory";
+  const std::string root = memory ? memory_cgroup_root() : cpu_cgroup_root();
+  sweep_stale_cgroups(root);
+  auto g = std::make_unique<RankCgroup>();
+  g->controller = controller;
+  g->rank = rank;
+  g->root = root;
+  g->secret = secret;
+  std::error_code ec;
+  g->rank_dir = fs::weakly_canonical(fmt::format("{}/ranks/rank{}", run_dir, rank), ec).string();
+  g->cg.emplace(root, memory ? "FAULTLINE_CGROUP_ROOT" : "FAULTLINE_CPU_CGROUP_ROOT", run_dir, rank,
+                (memory ? "memory_limit on " : "cpu_quota on ") + host);
+  try {
+    limit(*g->cg);
+  } catch (...) {
+    g->cg->remove();
+    throw;
+  }
+  return g;
+}
+
+}  // namespace fl::harness::faults

@@ -1,0 +1,123 @@
+#include "harness/faults/on_nodes.hpp"
+
+#include <google/protobuf/any.pb.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/error.hpp"
+#include "harness/faults/fault.hpp"
+#include "harness/faults/node_handler.hpp"
+
+namespace fl::harness::faults {
+
+namespace fs = std::filesystem;
+
+Node::Node(std::string run_dir, std::string host, std::string secret)
+    : dir_(std::move(run_dir)), host_(std::move(host)), secret_(std::move(secret)) {}
+
+Node::~Node() {
+  cleanup();
+}
+
+nlohmann::json Node::apply(const google::protobuf::Any& request) {
+  const std::string url = request.type_url();
+  const std::string type = url.substr(url.rfind('/') + 1);
+  const NodeHandler* h = node_handler(type);
+  if (!h) {
+    raise<Error>(
+        "no fault kind handles the request '{}' on host {} (a request is one of the kinds' "
+        "messages in faultline.proto: {})",
+        url.empty() ? std::string("(none)") : url, host_, fmt::join(node_request_types(), ", "));
+  }
+  return h->apply(*this, request);
+}
+
+std::vector<std::string> Node::cleanup() {
+  // Each state undoes its own while it is still this node's (its handlers find it), newest first.
+  std::vector<std::string> lines;
+  for (size_t i = states_.size(); i-- > 0;) {
+    for (auto& line : states_[i].second->cleanup()) lines.push_back(std::move(line));
+  }
+  states_.clear();
+  return lines;
+}
+
+std::vector<std::string> Node::sweep_stale() {
+  std::vector<std::string> lines;
+  for (const auto* kind : fault_kinds()) {
+    for (const auto* h : kind->node_handlers()) {
+      for (auto& line : h->sweep_stale()) lines.push_back(std::move(line));
+    }
+  }
+  return lines;
+}
+
+void unpack_request(const Node& n, const google::protobuf::Any& request,
+                    google::protobuf::Message& into, const std::string& type) {
+  if (!request.UnpackTo(&into)) {
+    raise<Error>("{}: the request on host {} is not a {} ({})", request_name(type), n.host(), type,
+                 request.type_url());
+  }
+}
+
+const NodeHandler* node_handler(const std::string& type) {
+  for (const auto* kind : fault_kinds()) {
+    for (const auto* h : kind->node_handlers()) {
+      if (h->type() == type) return h;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<std::string> node_request_types() {
+  std::vector<std::string> types;
+  for (const auto* kind : fault_kinds()) {
+    for (const auto* h : kind->node_handlers()) types.push_back(h->type());
+  }
+  std::sort(types.begin(), types.end());
+  return types;
+}
+
+std::string request_name(const std::string& type) {
+  const std::string message = type.substr(type.find_last_of("./") + 1);
+  std::string name;
+  for (char c : message) {
+    if (std::isupper(static_cast<unsigned char>(c))) {
+      if (!name.empty()) name += '_';
+      name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else {
+      name += c;
+    }
+  }
+  return name;
+}
+
+std::string run_path(const std::string& run_dir, const std::string& rel, const std::string& what) {
+  if (rel.empty()) raise<Error>("{}: an empty path (give one relative to the run directory)", what);
+  const fs::path p(rel);
+  if (p.is_absolute()) {
+    raise<Error>("{}: '{}' is absolute; the agent acts only inside the run directory {}", what, rel,
+                 run_dir);
+  }
+  for (const auto& part : p) {
+    if (part == "..") {
+      raise<Error>("{}: '{}' leaves the run directory {} ('..'); refused", what, rel, run_dir);
+    }
+  }
+  std::error_code ec;
+  const fs::path base = fs::weakly_canonical(run_dir, ec);
+  const fs::path full = fs::weakly_canonical(base / p, ec);
+  const std::string b = base.string() + "/", f = full.string();
+  if (ec || f.size() <= b.size() || f.compare(0, b.size(), b) != 0) {
+    raise<Error>("{}: '{}' resolves to {}, outside the run directory {}; refused", what, rel,
+                 ec ? std::string("an unreadable path") : f, run_dir);
+  }
+  return f;
+}
+
+}  // namespace fl::harness::faults
