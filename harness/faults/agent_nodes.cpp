@@ -37,6 +37,12 @@ std::vector<int> fault_nodes(const Host& h, int rank) {
   return nodes;
 }
 
+std::vector<int> nodes_of(const Host& h, int rank) {
+  auto nodes = fault_nodes(h, rank);
+  if (nodes.empty()) nodes.push_back(0);
+  return nodes;
+}
+
 std::string node_name(const Host& h, int node) {
   if (!h.s.topo.hosts.empty()) return h.s.topo.hosts.at(static_cast<size_t>(node));
   return h.box.agents() ? h.box.agents()->name(node) : std::to_string(node);

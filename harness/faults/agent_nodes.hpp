@@ -35,6 +35,9 @@ bool slurm_places_ranks(const Scenario& s);
 // The agents a fault on `rank` (-1: every rank) goes through, as above; empty: none (local).
 // Error when Slurm places the ranks and the run has no agents (no node could be reached).
 std::vector<int> fault_nodes(const Host& h, int rank);
+// The nodes a fault on `rank` acts on: fault_nodes, or this machine (node 0, in process) when
+// that is empty.
+std::vector<int> nodes_of(const Host& h, int rank);
 
 // Agent `node`, up, to do `fault`'s work; otherwise Error naming the fault, the agent's host or
 // node, where to see why, and `then` (what follows, in a heal; empty: nothing said).

@@ -1,6 +1,7 @@
-// disk_full: a directory of the run is a small filesystem (a tmpfs in the run's mount namespace):
-// writes fail with ENOSPC once it fills (a checkpoint to a full disk). With topology.hosts the
-// hosts' agents mount it on their own host instead: DiskFull and DiskFree, handled below.
+// disk_full: a directory of the run is a small filesystem (a tmpfs): writes fail with ENOSPC once
+// it fills (a checkpoint to a full disk). The node of the rank's host mounts it (DiskFull and
+// DiskFree, handled below): this machine's in the run's mount namespace, every rank's, another
+// host's agent on its own host, where that host's ranks see it.
 #include <signal.h>
 #include <sys/mount.h>
 #include <unistd.h>
@@ -50,6 +51,12 @@ nlohmann::json disk_full(Node& n, const pb::DiskFull& r) {
   }
   std::filesystem::create_directories(where);
   const std::string opts = fmt::format("size={},mode=0755", r.bytes());
+  if (Sandbox* box = n.sandbox()) {
+    // This machine: the run's mount namespace, which every rank here enters at spawn.
+    run_tool(box->in_mount({"mount", "-t", "tmpfs", "-o", opts, "faultline-disk-full", where}));
+    m.mounts[r.path()] = where;
+    return {{"mount", where}, {"fs", "tmpfs"}, {"size_bytes", r.bytes()}, {"host", n.host()}};
+  }
   // The source names this agent: the next agent on the host removes it should this one die.
   const std::string source = fmt::format("{}{}", kDiskSource, ::getpid());
   if (::mount(source.c_str(), where.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) != 0) {
@@ -68,6 +75,12 @@ nlohmann::json disk_free(Node& n, const pb::DiskFree& r) {
                  n.host());
   }
   const std::string where = it->second;
+  if (Sandbox* box = n.sandbox()) {
+    // Gone with the run's mount namespace once its holder ended (Sandbox::check_gone).
+    if (box->has_mounts()) run_tool(box->in_mount({"umount", "-l", where}));
+    m.mounts.erase(it);
+    return {{"unmounted", where}, {"host", n.host()}};
+  }
   if (::umount2(where.c_str(), MNT_DETACH) != 0 && errno != EINVAL) {
     raise<Error>("disk_free: cannot unmount {}: {}", where, std::strerror(errno));
   }
@@ -121,32 +134,25 @@ class DiskFullFault : public FaultOf<DiskFullFault> {
  public:
   std::string path = "checkpoints";  // run-directory relative
   int64_t bytes = 64 * 1024;
-  bool mounted = false;
 
   nlohmann::json params() const override { return {{"path", path}, {"size_bytes", bytes}}; }
-  std::vector<int> nodes;  // the hosts (launcher srun: the nodes) whose agents mounted it
+  std::vector<int> nodes;  // the nodes that mounted it
 
+  // The node of `rank`'s host (every host's, or with launcher srun every node's, without a rank;
+  // this machine's without hosts) mounts the tmpfs there (agent_nodes.hpp).
   void setup(Host& h) override {
-    if (!fault_nodes(h, rank).empty()) return setup_on_hosts(h);
-    const std::string where = h.dir + "/" + path;
-    std::filesystem::create_directories(where);
-    run_tool(h.box.in_mount({"mount", "-t", "tmpfs", "-o", fmt::format("size={},mode=0755", bytes),
-                             "faultline-disk-full", where}));
-    mounted = true;
-    h.record("disk_full", {{"path", path}, {"size_bytes", bytes}, {"via", "local"}}, -1,
-             fmt::format("{} is a {}-byte filesystem", path, bytes));
-  }
-
-  // Through agents (agent_nodes.hpp): the agent of `rank`'s host (of every host, or with launcher
-  // srun every node, without a rank) mounts the tmpfs there, where that host's ranks see it.
-  void setup_on_hosts(Host& h) {
     pb::DiskFull req;
     req.set_path(path);
     req.set_bytes(bytes);
-    for (int node : fault_nodes(h, rank)) {
-      const std::string host = node_name(h, node);
+    for (int node : nodes_of(h, rank)) {
       const auto r = on_node(h, node, req, "disk_full");
       nodes.push_back(node);
+      if (in_process(h, node)) {
+        h.record("disk_full", {{"path", path}, {"size_bytes", bytes}, {"via", "local"}}, -1,
+                 fmt::format("{} is a {}-byte filesystem", path, bytes));
+        continue;
+      }
+      const std::string host = node_name(h, node);
       h.record(
           "disk_full",
           {{"path", path}, {"size_bytes", bytes}, {"via", "agent"}, {"host", host}, {"agent", r}},
@@ -156,36 +162,25 @@ class DiskFullFault : public FaultOf<DiskFullFault> {
 
   void heal(Host& h, bool) override {
     for (int node : nodes) {
-      const std::string host = node_name(h, node);
+      const bool local = in_process(h, node);
+      nlohmann::json d = {{"fault", "disk_full"}};
+      if (!local) d["host"] = node_name(h, node);
       try {
         pb::DiskFree req;
         req.set_path(path);
         const auto r = on_node(h, node, req, "disk_full", "the next agent there unmounts it");
-        h.hist.harness("fault_healed", {{"fault", "disk_full"},
-                                        {"path", r.value("unmounted", path)},
-                                        {"via", "agent"},
-                                        {"host", host}});
+        d["path"] = local ? h.dir + "/" + path : r.value("unmounted", path);
+        d["via"] = local ? "local" : "agent";
+        h.hist.harness("fault_healed", d);
       } catch (const std::exception& e) {
         try {
-          h.hist.harness("heal_error",
-                         {{"fault", "disk_full"}, {"host", host}, {"error", e.what()}});
+          d["error"] = e.what();
+          h.hist.harness("heal_error", d);
         } catch (...) {
         }
       }
     }
     nodes.clear();
-    if (!mounted) return;
-    mounted = false;
-    const std::string where = h.dir + "/" + path;
-    try {
-      run_tool(h.box.in_mount({"umount", "-l", where}));
-      h.hist.harness("fault_healed", {{"fault", "disk_full"}, {"path", where}, {"via", "local"}});
-    } catch (const std::exception& e) {
-      try {
-        h.hist.harness("heal_error", {{"fault", "disk_full"}, {"error", e.what()}});
-      } catch (...) {
-      }
-    }
   }
 };
 

@@ -17,8 +17,8 @@ namespace fl::harness::faults {
 
 namespace fs = std::filesystem;
 
-Node::Node(std::string run_dir, std::string host, std::string secret)
-    : dir_(std::move(run_dir)), host_(std::move(host)), secret_(std::move(secret)) {}
+Node::Node(std::string run_dir, std::string host, std::string secret, Sandbox* box)
+    : dir_(std::move(run_dir)), host_(std::move(host)), secret_(std::move(secret)), box_(box) {}
 
 Node::~Node() {
   cleanup();

@@ -25,6 +25,8 @@ class Any;
 
 namespace fl::harness::faults {
 
+class Sandbox;
+
 // What a kind keeps on a node between its requests (the cgroups, mounts, backups it made), one
 // object per kind and node; undone when the node ends (the agent stops, loses the harness, or the
 // run's in-process node goes).
@@ -37,11 +39,11 @@ class NodeState {
 };
 
 // One node as the handlers see it: the run directory (shared between the hosts), this host's
-// name, the run's secret (how a rank's process is known: its environment carries it), and the
-// state each kind keeps here.
+// name, the run's secret (how a rank's process is known: its environment carries it), the state
+// each kind keeps here, and on this machine the run's Sandbox.
 class Node {
  public:
-  Node(std::string run_dir, std::string host, std::string secret);
+  Node(std::string run_dir, std::string host, std::string secret, Sandbox* box = nullptr);
   ~Node();  // cleanup()
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
@@ -49,6 +51,10 @@ class Node {
   const std::string& run_dir() const { return dir_; }
   const std::string& host() const { return host_; }
   const std::string& secret() const { return secret_; }
+  // The run's Sandbox when this node is the harness's own machine (Sandbox::local_node), else
+  // nullptr (an agent's host). A handler acts through it where the run's ranks live: the run's
+  // mount namespace (Sandbox::in_mount), not the harness's, so a tmpfs lands where they see it.
+  Sandbox* sandbox() const { return box_; }
 
   // Applies one request with the handler registered for its type: the JSON report of what was
   // done; Error naming what and why when the request is refused or fails, and for a type no kind
@@ -73,6 +79,7 @@ class Node {
 
  private:
   std::string dir_, host_, secret_;
+  Sandbox* box_;
   std::vector<std::pair<std::type_index, std::unique_ptr<NodeState>>> states_;
 };
 

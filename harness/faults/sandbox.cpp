@@ -58,11 +58,14 @@ void join_network(std::map<std::string, std::string>& env) {
 Sandbox::Sandbox(const Scenario& s, std::string run_dir, History& hist, Supervisor& sup)
     : s_(s), dir_(std::move(run_dir)), hist_(hist), sup_(sup) {}
 
-Sandbox::~Sandbox() = default;
+Sandbox::~Sandbox() {
+  // The node's handlers may still use the sandbox to undo what they did: before its members go.
+  local_.reset();
+}
 
 Node& Sandbox::local_node() {
   // The run's secret is not needed here: the ranks of this machine are the harness's children.
-  if (!local_) local_ = std::make_unique<Node>(dir_, "local", "");
+  if (!local_) local_ = std::make_unique<Node>(dir_, "local", "", this);
   return *local_;
 }
 

@@ -2,8 +2,9 @@
 // namespace, as a container's (Docker gives 64 MiB unless --shm-size says otherwise). What maps
 // segments there and touches more than fits gets SIGBUS on the page that does not fit — the
 // shared-memory transport's collectives (docs/comm.md) — rather than an error at creation.
-// With topology.hosts each host's agent holds such a namespace on its host, and that host's ranks
-// start inside it (ShmMount, ShmRelease below).
+// The node of each target host mounts it (ShmMount, ShmRelease below): this machine in the run's
+// mount namespace, which its ranks enter at spawn; another host's agent in a namespace it holds
+// on its host, which that host's ranks enter through nsenter.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -84,6 +85,7 @@ pid_t hold_mount_namespace() {
 struct ShmHolder : NodeState {
   Node& n;
   pid_t holder = 0;
+  bool in_run = false;  // this machine: mounted in the run's mount namespace (Node::sandbox)
   explicit ShmHolder(Node& node) : n(node) {}
   std::vector<std::string> cleanup() override;
 };
@@ -93,7 +95,16 @@ nlohmann::json shm_mount(Node& n, const pb::ShmMount& r) {
   if (r.bytes() < 4096) {
     raise<Error>("shm_mount: {} bytes is below one page (4096 or more)", r.bytes());
   }
-  if (s.holder != 0) raise<Error>("shm_mount: /dev/shm is sized on {} already", n.host());
+  if (s.holder != 0 || s.in_run) {
+    raise<Error>("shm_mount: /dev/shm is sized on {} already", n.host());
+  }
+  if (Sandbox* box = n.sandbox()) {
+    // A fresh tmpfs over /dev/shm inside the run's private mount namespace: the host's /dev/shm
+    // and everything in it stay as they were.
+    run_tool(box->in_mount(shm_mount_argv(r.bytes())));
+    s.in_run = true;
+    return {{"path", kShmPath}, {"size_bytes", r.bytes()}, {"host", n.host()}};
+  }
   const pid_t holder = hold_mount_namespace();
   try {
     run_tool(in_mount_of(holder, shm_mount_argv(r.bytes())));
@@ -110,8 +121,23 @@ nlohmann::json shm_mount(Node& n, const pb::ShmMount& r) {
           {"host", n.host()}};
 }
 
+// This machine: the tmpfs over the run's /dev/shm goes (with the namespace, once its holder ended).
+nlohmann::json release_in_run(Node& n, ShmHolder& s) {
+  s.in_run = false;
+  Sandbox* box = n.sandbox();
+  nlohmann::json d = {{"unmounted", true}, {"path", kShmPath}, {"host", n.host()}};
+  try {
+    if (box->has_mounts()) run_tool(box->in_mount(shm_umount_argv()));
+  } catch (const std::exception& e) {
+    d["unmounted"] = false;
+    d["error"] = e.what();
+  }
+  return d;
+}
+
 nlohmann::json shm_release(Node& n, const pb::ShmRelease&) {
   auto& s = n.state<ShmHolder>();
+  if (s.in_run) return release_in_run(n, s);
   if (s.holder == 0)
     raise<Error>("shm_release: no /dev/shm of this agent on {}; refused", n.host());
   const pid_t holder = s.holder;
@@ -130,39 +156,33 @@ nlohmann::json shm_release(Node& n, const pb::ShmRelease&) {
 }
 
 std::vector<std::string> ShmHolder::cleanup() {
-  if (holder == 0) return {};
+  if (holder == 0 && !in_run) return {};
   return {"shm_release " + shm_release(n, {}).dump()};
 }
 
 class ShmFault : public FaultOf<ShmFault> {
  public:
   int64_t bytes = 64 << 20;
-  bool mounted = false;
-  // topology.hosts: the hosts whose agents hold a mount namespace with the small /dev/shm, and
-  // the pid holding each (what their ranks enter)
+  // the nodes that mounted it, and the pid holding each one's namespace (what its ranks enter;
+  // 0 on this machine, whose ranks enter the run's mount namespace at spawn)
   std::map<int, pid_t> holders;
 
   nlohmann::json params() const override { return {{"size_bytes", bytes}}; }
-  void setup(Host& h) override {
-    if (!h.s.topo.hosts.empty()) return setup_on_hosts(h);
-    // A fresh tmpfs over /dev/shm inside the run's private mount namespace: the host's /dev/shm
-    // and everything in it stay as they were.
-    run_tool(h.box.in_mount(shm_mount_argv(bytes)));
-    mounted = true;
-    h.record("shm", {{"path", kShmPath}, {"size_bytes", bytes}, {"via", "local"}}, -1,
-             fmt::format("/dev/shm is a {}-byte tmpfs for the run", bytes));
-  }
 
-  // topology.hosts: the agent of `rank`'s host (of every host without a rank) makes a mount
-  // namespace there with /dev/shm a tmpfs of `bytes`; that host's ranks start inside it (their
-  // app-file line runs nsenter), the host's own /dev/shm stays as it is.
-  void setup_on_hosts(Host& h) {
-    for (const int node : fault_nodes(h, rank)) {
-      const std::string host = node_name(h, node);
+  // The node of `rank`'s host (of every host without a rank; this machine without hosts) gives
+  // the ranks there a /dev/shm of `bytes`; the host's own /dev/shm stays as it is.
+  void setup(Host& h) override {
+    for (const int node : nodes_of(h, rank)) {
       pb::ShmMount req;
       req.set_bytes(bytes);
       const auto r = on_node(h, node, req, "shm");
       holders[node] = r.value("namespace_pid", 0);
+      if (in_process(h, node)) {
+        h.record("shm", {{"path", kShmPath}, {"size_bytes", bytes}, {"via", "local"}}, -1,
+                 fmt::format("/dev/shm is a {}-byte tmpfs for the run", bytes));
+        continue;
+      }
+      const std::string host = node_name(h, node);
       h.record("shm",
                {{"path", kShmPath},
                 {"size_bytes", bytes},
@@ -186,32 +206,25 @@ class ShmFault : public FaultOf<ShmFault> {
 
   void heal(Host& h, bool) override {
     for (const auto& [node, pid] : holders) {
-      const std::string host = node_name(h, node);
+      const bool local = in_process(h, node);
+      nlohmann::json d = {{"fault", "shm"}};
+      if (!local) d["host"] = node_name(h, node);
       try {
         const auto r = on_node(h, node, pb::ShmRelease(), "shm",
                                "its namespace went with it; the ranks' mount ends with them");
-        nlohmann::json d = {{"fault", "shm"}, {"path", kShmPath}, {"via", "agent"}, {"host", host}};
-        if (!r.value("unmounted", false)) d["error"] = r.value("error", "");
-        h.hist.harness(r.value("unmounted", false) ? "fault_healed" : "heal_error", d);
+        const bool ok = r.value("unmounted", false);
+        if (ok || !local) d.update({{"path", kShmPath}, {"via", local ? "local" : "agent"}});
+        if (!ok) d["error"] = r.value("error", "");
+        h.hist.harness(ok ? "fault_healed" : "heal_error", d);
       } catch (const std::exception& e) {
         try {
-          h.hist.harness("heal_error", {{"fault", "shm"}, {"host", host}, {"error", e.what()}});
+          d["error"] = e.what();
+          h.hist.harness("heal_error", d);
         } catch (...) {
         }
       }
     }
     holders.clear();
-    if (!mounted) return;
-    mounted = false;
-    try {
-      run_tool(h.box.in_mount(shm_umount_argv()));
-      h.hist.harness("fault_healed", {{"fault", "shm"}, {"path", kShmPath}, {"via", "local"}});
-    } catch (const std::exception& e) {
-      try {
-        h.hist.harness("heal_error", {{"fault", "shm"}, {"error", e.what()}});
-      } catch (...) {
-      }
-    }
   }
 };
 
