@@ -132,6 +132,85 @@ TEST_F(Checkpoints, AnotherLayoutIsRefusedAndPointsAtTheConversion) {
   EXPECT_NE(r.output.find("fl-ckpt reshard"), std::string::npos) << r.output;
 }
 
+// A checkpoint saved from a DDP wrapper's state_dict() (every key "module."-prefixed):
+// pytorch/pytorch#3805's failure, and both ways out of it.
+TEST_F(Checkpoints, ADdpPrefixedStateDictFailsTheStrictResumeInPyTorchsWordsUntilStripped) {
+  const std::vector<std::string> layout = {"--dp", "2", "--zero", "1", "--micro-batch", "4"};
+  auto saved = layout;
+  saved.insert(saved.end(), {"--steps", "8", "--save-every", "4", "--save-dir", dir_.string(),
+                             "--save-key-prefix", "module.", "--checksum"});
+  auto straight = train(2, saved);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  auto resume = [&](std::vector<std::string> extra) {
+    auto args = layout;
+    args.insert(args.end(), {"--steps", "8", "--checksum", "--resume", (dir_ / "step_4").string()});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return train(2, args);
+  };
+  auto strict = resume({});
+  EXPECT_EQ(strict.exit_code, exit_code::kCheckpoint) << strict.output;
+  EXPECT_NE(strict.output.find("Error(s) in loading state_dict for GPT:\n\tMissing key(s) in "
+                               "state_dict: \"wte.weight\", \"wpe.weight\", "
+                               "\"blocks.0.ln_1.weight\""),
+            std::string::npos)
+      << strict.output;
+  EXPECT_NE(strict.output.find("\"lm_head.weight\". \n\tUnexpected key(s) in state_dict: "
+                               "\"module.wte.weight\", \"module.wpe.weight\""),
+            std::string::npos)
+      << strict.output;
+  // Stripped, every key matches and the run ends bitwise where the uninterrupted one did.
+  auto stripped = resume({"--strip-key-prefix", "module."});
+  ASSERT_EQ(stripped.exit_code, 0) << stripped.output;
+  EXPECT_NE(stripped.output.find("# load_state_dict: <All keys matched successfully>"),
+            std::string::npos)
+      << stripped.output;
+  EXPECT_EQ(checksums(stripped.output), checksums(straight.output));
+  // Not strict and not stripped: nothing loads, nothing fails, training goes on from the
+  // initial weights (pytorch/examples#1029).
+  auto loose = resume({"--load-strict", "false"});
+  ASSERT_EQ(loose.exit_code, 0) << loose.output;
+  EXPECT_NE(loose.output.find("# load_state_dict: _IncompatibleKeys(missing_keys=['wte.weight', "
+                              "'wpe.weight', "),
+            std::string::npos)
+      << loose.output;
+  EXPECT_NE(checksums(loose.output), checksums(straight.output));
+  EXPECT_EQ(checksums(loose.output).size(), 2u) << loose.output;
+  // A prefix no key has is the configuration's error, named.
+  auto wrong = resume({"--strip-key-prefix", "_orig_mod."});
+  EXPECT_EQ(wrong.exit_code, exit_code::kUsage) << wrong.output;
+  EXPECT_NE(wrong.output.find("workload.checkpoint.strip_prefix (--strip-key-prefix) is "
+                              "'_orig_mod.' but no key of checkpoint"),
+            std::string::npos)
+      << wrong.output;
+}
+
+TEST_F(Checkpoints, AnotherLayerCountFailsStrictAndLoadsTheSharedTensorsWhenNot) {
+  const std::vector<std::string> layout = {"--dp", "2", "--micro-batch", "4"};
+  auto saved = layout;
+  saved.insert(saved.end(),
+               {"--layers", "3", "--steps", "4", "--save-every", "4", "--save-dir", dir_.string()});
+  ASSERT_EQ(train(2, saved).exit_code, 0);
+  auto resume = [&](std::vector<std::string> extra) {
+    auto args = layout;
+    args.insert(args.end(), {"--layers", "2", "--steps", "6", "--resume", dir_.string()});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return train(2, args);
+  };
+  auto strict = resume({});
+  EXPECT_EQ(strict.exit_code, exit_code::kCheckpoint) << strict.output;
+  EXPECT_NE(strict.output.find("Error(s) in loading state_dict for GPT:\n\tUnexpected key(s) in "
+                               "state_dict: \"blocks.2.ln_1.weight\", \"blocks.2.ln_1.bias\", "),
+            std::string::npos)
+      << strict.output;
+  auto loose = resume({"--load-strict", "false"});
+  ASSERT_EQ(loose.exit_code, 0) << loose.output;
+  EXPECT_NE(loose.output.find("# load_state_dict: _IncompatibleKeys(missing_keys=[], "
+                              "unexpected_keys=['blocks.2.ln_1.weight', "),
+            std::string::npos)
+      << loose.output;
+  EXPECT_NE(loose.output.find("# done: 2 steps"), std::string::npos) << loose.output;
+}
+
 TEST_F(Checkpoints, AnotherFormatVersionIsRefused) {
   save(2, {"--dp", "2", "--micro-batch", "4"});
   auto path = dir_ / "step_4" / "manifest.json";

@@ -445,6 +445,7 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
                                  {"num_samples", cfg_.num_samples},
                                  {"shuffle", cfg_.shuffle},
                                  {"drop_last", cfg_.drop_last}}},
+                               {"state_dict", state_dict_json(cfg_.model, cfg_.save_key_prefix)},
                                {"shards", nlohmann::json::array()}};
     for (auto& a : all) manifest["shards"].push_back(nlohmann::json::parse(a));
     write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest.dump(2));
@@ -454,10 +455,64 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
   return dir;
 }
 
+void Trainer::restore_shard(const std::string& dir, const nlohmann::json& entry) {
+  const int rank = topo_.rank;
+  const std::string file = (fs::path(dir) / entry.at("file").get<std::string>()).string();
+  const std::string bytes = read_verified_shard(dir, entry);
+  std::vector<std::pair<std::string, std::vector<float>>> sections;
+  const auto header = decode_shard(bytes, file, sections);
+  check_shard_identity(dir, entry, header,
+                       {rank, topo_.dp_rank, topo_.tp_rank, topo_.pp_rank, topo_.layout.zero,
+                        static_cast<int64_t>(zero_->part() * static_cast<size_t>(topo_.dp_rank)),
+                        static_cast<int64_t>(zero_->part())});
+  const size_t master_count = zero_->params_master_count();
+  Tensor &master = zero_->params_master(), &exp_avg = zero_->exp_avg(),
+         &exp_avg_sq = zero_->exp_avg_sq();
+  auto restore = [&](const char* name, float* into, size_t count) {
+    for (auto& [n, data] : sections) {
+      if (n != name) continue;
+      if (data.size() != count) {
+        raise<CheckpointError>(
+            "checkpoint {}: shard of rank {} has {} elements of '{}', this "
+            "rank holds {}",
+            dir, rank, data.size(), name, count);
+      }
+      ops::from_host(into, data.data(), count * sizeof(float));
+      return;
+    }
+    raise<CheckpointError>("checkpoint {}: shard of rank {} has no '{}' section", dir, rank, name);
+  };
+  restore("params", master.f32(), master_count);
+  restore("exp_avg", exp_avg.f32(), exp_avg.numel());
+  restore("exp_avg_sq", exp_avg_sq.f32(), exp_avg_sq.numel());
+}
+
+// A load that is not strict and did not match every key: the tensors that match by name, from
+// the checkpoint's model shards of this TP rank (any layer count), into this rank's slices.
+void Trainer::restore_named(const std::string& dir, const nlohmann::json& m,
+                            const NamedLoad& named) {
+  const size_t offset = zero_->part() * static_cast<size_t>(topo_.dp_rank);
+  Tensor &master = zero_->params_master(), &exp_avg = zero_->exp_avg(),
+         &exp_avg_sq = zero_->exp_avg_sq();
+  const size_t master_count = zero_->params_master_count();
+  const bool moments_partitioned = topo_.layout.zero > 0;
+  // Host views written back when they go: what no key names keeps its value.
+  ops::HostStage p(master.f32(), master_count), a(exp_avg.f32(), exp_avg.numel()),
+      v(exp_avg_sq.f32(), exp_avg_sq.numel());
+  restore_by_name(dir, m, named, layout_, topo_.tp_rank,
+                  {p.host(), zero_->partitioned_master() ? offset : 0, master_count},
+                  {a.host(), moments_partitioned ? offset : 0, exp_avg.numel()},
+                  {v.host(), moments_partitioned ? offset : 0, exp_avg_sq.numel()});
+}
+
 void Trainer::load_checkpoint(const std::string& path) try {
   const std::string dir = resolve_checkpoint(path);
   const nlohmann::json m = read_manifest(dir);
-  check_compatible(dir, m, cfg_.model);
+  // model.load_state_dict(state_dict, strict): PyTorch's checks and words, by name.
+  const NamedLoad named = load_named(dir, m, cfg_.model, cfg_.strip_key_prefix, cfg_.load_strict,
+                                     "workload.checkpoint.strip_prefix (--strip-key-prefix)");
+  if (topo_.rank == 0) std::printf("# load_state_dict: %s\n", named.keys.repr().c_str());
+  if (named.keys.all_matched()) check_compatible(dir, m, cfg_.model);
   const auto& l = m.at("layout");
   nlohmann::json here = {{"world", topo_.layout.world},
                          {"dp", topo_.layout.dp},
@@ -482,34 +537,11 @@ void Trainer::load_checkpoint(const std::string& path) try {
   }
   if (!entry)
     raise<CheckpointError>("checkpoint {}: the manifest lists no shard for rank {}", dir, rank);
-  const std::string file = (fs::path(dir) / entry->at("file").get<std::string>()).string();
-  const std::string bytes = read_verified_shard(dir, *entry);
-  std::vector<std::pair<std::string, std::vector<float>>> sections;
-  const auto header = decode_shard(bytes, file, sections);
-  check_shard_identity(dir, *entry, header,
-                       {rank, topo_.dp_rank, topo_.tp_rank, topo_.pp_rank, topo_.layout.zero,
-                        static_cast<int64_t>(zero_->part() * static_cast<size_t>(topo_.dp_rank)),
-                        static_cast<int64_t>(zero_->part())});
-  const size_t master_count = zero_->params_master_count();
-  Tensor &master = zero_->params_master(), &exp_avg = zero_->exp_avg(),
-         &exp_avg_sq = zero_->exp_avg_sq();
-  auto restore = [&](const char* name, float* into, size_t count) {
-    for (auto& [n, data] : sections) {
-      if (n != name) continue;
-      if (data.size() != count) {
-        raise<CheckpointError>(
-            "checkpoint {}: shard of rank {} has {} elements of '{}', this "
-            "rank holds {}",
-            dir, rank, data.size(), name, count);
-      }
-      ops::from_host(into, data.data(), count * sizeof(float));
-      return;
-    }
-    raise<CheckpointError>("checkpoint {}: shard of rank {} has no '{}' section", dir, rank, name);
-  };
-  restore("params", master.f32(), master_count);
-  restore("exp_avg", exp_avg.f32(), exp_avg.numel());
-  restore("exp_avg_sq", exp_avg_sq.f32(), exp_avg_sq.numel());
+  if (!named.keys.all_matched()) {
+    restore_named(dir, m, named);
+  } else {
+    restore_shard(dir, *entry);
+  }
   const auto& s = m.at("loss_scaler");
   scaler_.restore({s.at("scale").get<float>(), s.at("good").get<int64_t>(),
                    s.at("skipped").get<int64_t>(), s.at("hysteresis_left").get<int>()});

@@ -5,12 +5,15 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
 #include "workloads/model/config.hpp"
+#include "workloads/model/params.hpp"
+#include "workloads/model/state_dict.hpp"
 
 namespace fl::train {
 
@@ -91,5 +94,38 @@ using ShardReader = std::function<std::string(const nlohmann::json& entry)>;
 ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::json& manifest,
                                        int tp_rank, int pp_rank, size_t total,
                                        const ShardReader& read = {});
+
+// ---------------------------------------------------------------------------------------------
+// Named state dicts (checkpoint_state_dict.cpp, docs/workloads.md#state-dicts).
+
+// The manifest's "state_dict": every key as written (with the saver's prefix) and its shape.
+nlohmann::json state_dict_json(const model::GptConfig& cfg, const std::string& prefix);
+// The keys a checkpoint holds: its manifest's "state_dict", or (a checkpoint written before
+// manifests had one) its model's own keys.
+std::vector<model::TensorKey> checkpoint_state_dict(const std::string& dir,
+                                                    const nlohmann::json& manifest);
+
+// What a load by name decided: PyTorch's result, and for each model key the checkpoint's key
+// (its own, unprefixed name in the checkpoint's model) whose values it takes.
+struct NamedLoad {
+  model::IncompatibleKeys keys;
+  std::map<std::string, std::string> source;  // model key -> checkpoint model's key
+};
+// load_state_dict(checkpoint keys with `strip_prefix` consumed, strict) against the model `cfg`:
+// PyTorch's error as a CheckpointError, or what loads from where. A `strip_prefix` no key
+// starts with is a ConfigError naming `strip_option`.
+NamedLoad load_named(const std::string& dir, const nlohmann::json& manifest,
+                     const model::GptConfig& cfg, const std::string& strip_prefix, bool strict,
+                     const std::string& strip_option);
+
+// Copies the loaded tensors' values from the checkpoint into this rank's slice [lo, lo+count) of
+// its model shard's flat layout `into` (parameters, or a moment with `section`), by name.
+struct NamedSlice {
+  float* data;
+  size_t lo, count;
+};
+void restore_by_name(const std::string& dir, const nlohmann::json& manifest, const NamedLoad& load,
+                     const model::ParamLayout& layout, int tp_rank, const NamedSlice& params,
+                     const NamedSlice& exp_avg, const NamedSlice& exp_avg_sq);
 
 }  // namespace fl::train

@@ -161,6 +161,35 @@ void check_shards(const ManifestReader& in, const nlohmann::json& m, const Manif
   }
 }
 
+// Optional (written since checkpoints became named state dicts): each key once, a string of at
+// most 1024 bytes, with a shape of 1 to 8 sizes.
+void check_state_dict(const ManifestReader& in, const nlohmann::json& m) {
+  if (!m.contains("state_dict")) return;
+  const auto& keys = m["state_dict"];
+  if (!keys.is_array()) in.fail("state_dict", "must be a list");
+  std::set<std::string> seen;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string at = fmt::format("state_dict[{}]", i);
+    if (!keys[i].is_object()) in.fail(at, "must be an object");
+    const std::string name = in.text(keys[i], "name", at + ".name");
+    if (name.empty() || name.size() > 1024) {
+      in.fail(at + ".name", fmt::format("has {} bytes, allowed 1 to 1024", name.size()));
+    }
+    if (!seen.insert(name).second) in.fail(at + ".name", fmt::format("'{}' is listed twice", name));
+    const auto& shape = in.member(keys[i], "shape", at + ".shape");
+    if (!shape.is_array() || shape.empty() || shape.size() > 8) {
+      in.fail(at + ".shape", "must be a list of 1 to 8 sizes");
+    }
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const auto& v = shape[d];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kBig) {
+        in.fail(fmt::format("{}.shape[{}]", at, d),
+                fmt::format("is {}, allowed an integer 0 to {}", v.dump(), kBig));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void check_manifest(const std::string& dir, const nlohmann::json& m) {
@@ -179,6 +208,7 @@ void check_manifest(const std::string& dir, const nlohmann::json& m) {
   in.text(m, "precision", "precision");
   check_loss_scaler(in, m);
   check_shards(in, m, layout);
+  check_state_dict(in, m);
 }
 
 void check_shard_identity(const std::string& dir, const nlohmann::json& entry,

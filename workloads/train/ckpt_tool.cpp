@@ -1,6 +1,7 @@
 // fl-ckpt: offline checkpoint tools.
 //   fl-ckpt inspect DIR                 manifest summary; verifies every shard's size and xxh64
 //   fl-ckpt digest DIR                  xxh64 of each model shard's full parameters (any DP size)
+//   fl-ckpt keys DIR                    the state dict's keys and shapes, as the saver named them
 //   fl-ckpt reshard --in DIR --out DIR --dp N
 //                                       converts a checkpoint to another data-parallel size (same
 //                                       TP, PP and ZeRO stage): parameters and optimizer state are
@@ -70,6 +71,16 @@ int digest(const std::string& path) {
           static_cast<unsigned long long>(XXH64(f.exp_avg.data(), f.exp_avg.size() * 4, 0)),
           static_cast<unsigned long long>(XXH64(f.exp_avg_sq.data(), f.exp_avg_sq.size() * 4, 0)));
     }
+  }
+  return 0;
+}
+
+// One line per tensor, as `for k, v in sd.items(): print(k, v.shape)` prints them.
+int keys(const std::string& path) {
+  const std::string dir = resolve_checkpoint(path);
+  const auto m = read_manifest(dir);
+  for (auto& k : checkpoint_state_dict(dir, m)) {
+    std::printf("%s %s\n", k.name.c_str(), model::torch_size(k.shape).c_str());
   }
   return 0;
 }
@@ -162,6 +173,8 @@ int main(int argc, char** argv) {
   ins->add_option("dir", path)->required();
   auto* dig = app.add_subcommand("digest", "Checksums of each model shard's full state");
   dig->add_option("dir", path)->required();
+  auto* ks = app.add_subcommand("keys", "The state dict's keys and shapes");
+  ks->add_option("dir", path)->required();
   auto* rs = app.add_subcommand("reshard", "Convert to another data-parallel size");
   rs->add_option("--in", in)->required();
   rs->add_option("--out", out)->required();
@@ -171,10 +184,11 @@ int main(int argc, char** argv) {
     try {
       if (ins->parsed()) return inspect(path);
       if (dig->parsed()) return digest(path);
+      if (ks->parsed()) return keys(path);
       return reshard(in, out, dp);
     } catch (const nlohmann::json::exception& e) {  // a manifest key missing or of another type
       raise<CheckpointError>("checkpoint manifest of {} does not hold what a checkpoint needs: {}",
-                             ins->parsed() || dig->parsed() ? path : in, valid_utf8(e.what()));
+                             rs->parsed() ? in : path, valid_utf8(e.what()));
     }
   });
 }

@@ -102,6 +102,15 @@ void zero_options(worker::Options& o, TrainArgs& a) {
   o.add("workload.checkpoint.every", "--save-every", c.save_every,
         "Checkpoint every N steps (0: never)")
       .range(0, 1e9);
+  o.add("workload.checkpoint.key_prefix", "--save-key-prefix", c.save_key_prefix,
+        "Prefix on every state-dict key a save writes, as saving a wrapper's state_dict() leaves "
+        "it (DistributedDataParallel: 'module.'; empty: the model's own keys)");
+  o.add("workload.checkpoint.strip_prefix", "--strip-key-prefix", c.strip_key_prefix,
+        "Prefix stripped from the checkpoint's keys before the load "
+        "(consume_prefix_in_state_dict_if_present; empty: none)");
+  o.add("workload.checkpoint.strict", "--load-strict", c.load_strict,
+        "load_state_dict(strict): missing or unexpected keys fail the load; false loads the keys "
+        "that match and reports the rest");
   o.section("workload.eval_data", "Evaluation set (eval_every > 0)");
   o.add("workload.eval_data.samples", "--eval-samples", c.eval_samples,
         "Evaluation set size (0: 2 full micro-batches per data-parallel rank)")

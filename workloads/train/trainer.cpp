@@ -12,6 +12,7 @@
 #include "injector/site.hpp"
 #include "kernels/ops.hpp"
 #include "workloads/comm/communicator.hpp"
+#include "workloads/model/state_dict.hpp"
 #include "workloads/parallel/pipeline.hpp"
 
 namespace fl::train {
@@ -64,6 +65,10 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
                        dtype_name(cfg_.precision));
   }
   gemm_precision_ = gemm_precision_for(cfg_.precision, acct.device(), kGemmPrecision.get());
+  model::check_key_prefix(cfg_.save_key_prefix,
+                          "workload.checkpoint.key_prefix (--save-key-prefix)");
+  model::check_key_prefix(cfg_.strip_key_prefix,
+                          "workload.checkpoint.strip_prefix (--strip-key-prefix)");
   if (cfg_.schedule != "1f1b" && cfg_.schedule != "gpipe") {
     raise<ConfigError>("pipeline schedule '{}' is not supported (allowed: 1f1b, gpipe)",
                        cfg_.schedule);

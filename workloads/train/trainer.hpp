@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "kernels/loss_scaler.hpp"
 #include "kernels/tensor.hpp"
 #include "workloads/model/gpt.hpp"
@@ -19,6 +21,8 @@
 #include "workloads/train/data.hpp"
 
 namespace fl::train {
+
+struct NamedLoad;  // checkpoint.hpp
 
 FAULTLINE_SETTING(kGemmPrecision, std::string, "FAULTLINE_GEMM_PRECISION", "auto",
                   "GEMMs of a CUDA rank: auto (with --precision fp16|bf16, 16-bit tensor-core "
@@ -94,6 +98,11 @@ struct TrainConfig {
   std::string save_dir;  // checkpoints go to save_dir/step_<N>/ (empty: never saved)
   int save_every = 0;    // save after every N steps (and after the last); 0: only after the last
   std::string resume;    // a step_<N> directory, or a save_dir with a `latest` file, to resume from
+  // Named state dicts (docs/workloads.md#state-dicts): the prefix a save puts on every key (what
+  // saving a wrapper's state_dict() does: DDP's "module."), the prefix a load strips first
+  // (consume_prefix_in_state_dict_if_present), and whether the load is strict.
+  std::string save_key_prefix, strip_key_prefix;
+  bool load_strict = true;
   // Recovery knobs: steps whose batches are consumed without training on them (a bad batch),
   // and a loss scale reset to its initial value after resuming (a collapsed fp16 scaler).
   std::set<int64_t> skip_steps;
@@ -190,6 +199,10 @@ class Trainer {
   // The script-level calls, each behind its site: checkpoint.save, checkpoint.load, eval.loop.
   void save_call();
   void load_call();  // of cfg_.resume
+  // load_checkpoint's restores: this rank's own shard as saved, or (a load that is not strict
+  // and did not match every key) the tensors that match by name.
+  void restore_shard(const std::string& dir, const nlohmann::json& entry);
+  void restore_named(const std::string& dir, const nlohmann::json& m, const NamedLoad& named);
   std::optional<float> eval_call();
 
   TrainConfig cfg_;
