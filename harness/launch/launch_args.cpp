@@ -24,6 +24,7 @@
 #include "base/error.hpp"
 #include "base/private_dir.hpp"
 #include "base/settings.hpp"
+#include "harness/model/build_paths.hpp"
 
 extern "C" char** environ;
 
@@ -38,7 +39,7 @@ std::string worker_binary(const std::string& kind) {
   const std::string dir = kBinDir.get();
   const std::string name = kind == "infer" ? "fl-infer" : "fl-train";
   if (!dir.empty()) return dir + "/" + name;
-  return kind == "infer" ? FAULTLINE_INFER_BIN : FAULTLINE_TRAIN_BIN;
+  return kind == "infer" ? this_build::infer_bin() : this_build::train_bin();
 }
 
 std::string make_run_id(const std::string& name) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/subprocess.hpp"
+#include "harness/model/build_paths.hpp"
 #include "injector/describe.hpp"
 
 namespace fl::harness {
@@ -35,7 +36,7 @@ WorkerCatalog build() {
   WorkerCatalog c;
   std::map<std::string, size_t> settings, sites;
   merge(c, fault::describe_binary(), settings, sites);
-  for (const char* bin : {FAULTLINE_TRAIN_BIN, FAULTLINE_INFER_BIN}) {
+  for (const char* bin : {this_build::train_bin(), this_build::infer_bin()}) {
     try {
       const std::string out = run_tool({bin, "--describe"});
       merge(c, nlohmann::json::parse(out), settings, sites);
