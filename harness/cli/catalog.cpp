@@ -7,14 +7,16 @@
 
 #include "harness/catalog/catalog.hpp"
 #include "harness/cli/command.hpp"
+#include "harness/model/build_paths.hpp"
 
 namespace fl::cli {
 namespace {
 
 struct CatalogArgs {
   bool json = false, references = false;
-  std::string catalog_file = FAULTLINE_SOURCE_DIR "/scenarios/catalog.yaml";
-  std::string symptoms_dir = FAULTLINE_SOURCE_DIR "/scenarios/symptoms";
+  std::string catalog_file =
+      std::string(harness::this_build::source_dir()) + "/scenarios/catalog.yaml";
+  std::string symptoms_dir = std::string(harness::this_build::source_dir()) + "/scenarios/symptoms";
 };
 
 int catalog(const CatalogArgs& a) {

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "harness/faults/fault.hpp"
+#include "harness/model/build_paths.hpp"
 #include "harness/model/key_checks.hpp"
 #include "harness/model/placement.hpp"
 #include "harness/process/supervisor.hpp"
@@ -41,7 +42,7 @@ class LauncherFault : public FaultOf<LauncherFault> {
   void adjust_rank(const Host& h, int r, Launch& l) const override {
     if (rank >= 0 && rank != r) return;
     const int base = starts == "node" ? node_of_rank(h.s.topo, r) * per_node : r;
-    std::vector<std::string> argv = {FAULTLINE_LAUNCH_BIN,
+    std::vector<std::string> argv = {this_build::launch_bin(),
                                      "--nproc",
                                      std::to_string(nproc()),
                                      "--rank-base",

@@ -8,6 +8,7 @@
 #include "base/error.hpp"
 #include "base/settings.hpp"
 #include "harness/history/history.hpp"
+#include "harness/model/build_paths.hpp"
 #include "harness/process/supervisor.hpp"
 
 namespace fl::harness {
@@ -18,7 +19,7 @@ FAULTLINE_SETTING(kPluginDir, std::string, "FAULTLINE_PLUGIN_DIR", "",
                   "Directory of the worker plugins (default: this build's)");
 
 std::string faults::plugin_dir() {
-  return kPluginDir.get().empty() ? FAULTLINE_PLUGIN_BUILD_DIR : kPluginDir.get();
+  return kPluginDir.get().empty() ? this_build::plugin_build_dir() : kPluginDir.get();
 }
 
 std::vector<std::string> faults::plugin_libraries() {
@@ -27,8 +28,8 @@ std::vector<std::string> faults::plugin_libraries() {
   for (const auto& e : fs::directory_iterator(plugin_dir(), ec)) {
     if (e.is_regular_file()) have.push_back(e.path().filename().string());
   }
-  if (plugin_dir() == FAULTLINE_PLUGIN_BUILD_DIR) {
-    const std::string built = FAULTLINE_PLUGIN_BUILD_LIBS;
+  if (plugin_dir() == this_build::plugin_build_dir()) {
+    const std::string built = this_build::plugin_build_libs();
     for (size_t at = 0; at <= built.size();) {
       const size_t comma = std::min(built.find(',', at), built.size());
       if (comma > at) have.push_back(built.substr(at, comma - at));

@@ -26,6 +26,7 @@
 #include "base/settings.hpp"
 #include "harness/model/worker_options.hpp"
 #include "harness/model/workload_kinds.hpp"
+#include "harness/model/build_paths.hpp"
 
 extern "C" char** environ;
 

@@ -20,6 +20,7 @@
 #include "harness/history/probe_ingest.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/launch/launcher.hpp"
+#include "harness/model/build_paths.hpp"
 #include "harness/process/supervisor.hpp"
 
 namespace fl::harness {
@@ -52,7 +53,7 @@ std::string command_program_problem(const Scenario& s) {
   // Only what can be known before the run exists: a program named by {source_dir} or literally.
   std::string why;
   const std::string program =
-      expand_command_arg(s.workload.command[0], {{"source_dir", FAULTLINE_SOURCE_DIR}}, &why);
+      expand_command_arg(s.workload.command[0], {{"source_dir", this_build::source_dir()}}, &why);
   if (!why.empty() || program.empty()) return "";
   if (program.find('/') != std::string::npos && program[0] != '/') return "";  // the rank's dir
   const auto path = s.env.all.find("PATH");
@@ -165,9 +166,9 @@ class CommandLauncher : public Launcher {
     env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(starts_);
     env["TORCHELASTIC_MAX_RESTARTS"] = "0";
     env["FAULTLINE_PROBE_DIR"] = h.dir + "/ranks";
-    env["FAULTLINE_PROBE_LIB"] = FAULTLINE_PROBE_LIB;
+    env["FAULTLINE_PROBE_LIB"] = this_build::probe_lib();
     // The probe's Python module (python/faultline_probe) without an install.
-    const std::string py = std::string(FAULTLINE_SOURCE_DIR) + "/python";
+    const std::string py = std::string(this_build::source_dir()) + "/python";
     auto it = env.find("PYTHONPATH");
     env["PYTHONPATH"] = it == env.end() || it->second.empty() ? py : py + ":" + it->second;
   }
@@ -187,7 +188,7 @@ class CommandLauncher : public Launcher {
         {"run_id", env["FAULTLINE_RUN_ID"]},
         {"run_dir", h.dir},
         {"rank_dir", fmt::format("{}/ranks/rank{}", h.dir, rank)},
-        {"source_dir", FAULTLINE_SOURCE_DIR}};
+        {"source_dir", this_build::source_dir()}};
     std::vector<std::string> out;
     for (const auto& a : h.s.workload.command) {
       std::string why;

@@ -12,6 +12,7 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "harness/model/build_paths.hpp"
 
 namespace fl::harness {
 
@@ -73,7 +74,7 @@ std::vector<ToolCommand> resolve_tools(const std::vector<std::string>& detectors
     out.push_back(std::move(t));
   };
   auto baseline = [](const std::string& d) {
-    return ToolCommand{d, {fmt::format("{}/fl-detect-{}", FAULTLINE_TOOLS_DIR, d)}, false};
+    return ToolCommand{d, {fmt::format("{}/fl-detect-{}", this_build::tools_dir(), d)}, false};
   };
   for (const auto& spec : detectors) {
     auto words = split_words(spec);
@@ -101,8 +102,8 @@ std::vector<ToolCommand> resolve_tools(const std::vector<std::string>& detectors
     auto words = split_words(recovery);
     if (words.empty()) raise<ConfigError>("recovery: an empty command");
     if (is_one_of(recovery_policies(), words[0])) {
-      std::vector<std::string> argv{fmt::format("{}/fl-recover", FAULTLINE_TOOLS_DIR), "--policy",
-                                    words[0]};
+      std::vector<std::string> argv{fmt::format("{}/fl-recover", this_build::tools_dir()),
+                                    "--policy", words[0]};
       argv.insert(argv.end(), words.begin() + 1, words.end());
       add({"recover", argv, true});
     } else {
@@ -116,7 +117,7 @@ std::vector<std::string> tool_env(const ToolCommand& t, const std::string& contr
                                   const std::string& secret, const std::string& run_dir) {
   return {"FAULTLINE_CONTROL_ADDR=" + control_addr, std::string(kControlSecretEnv) + "=" + secret,
           "FAULTLINE_TOOL_NAME=" + t.name, "FAULTLINE_RUN_DIR=" + run_dir,
-          std::string("FAULTLINE_PYTHON_PROTO=") + FAULTLINE_PYTHON_PROTO_DIR};
+          std::string("FAULTLINE_PYTHON_PROTO=") + this_build::python_proto_dir()};
 }
 
 }  // namespace fl::harness

@@ -8,6 +8,7 @@
 
 #include "base/subprocess.hpp"
 #include "harness/model/workload_kinds.hpp"
+#include "harness/model/build_paths.hpp"
 #include "injector/describe.hpp"
 
 namespace fl::harness {

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "harness/model/build_paths.hpp"
+
 namespace fl::harness {
 
 namespace {
@@ -63,7 +65,7 @@ int64_t own_steps(const Scenario&) {
 const WorkloadKind kTrain{.name = "train",
                           .summary = "fl-train",
                           .binary = "fl-train",
-                          .build_path = FAULTLINE_TRAIN_BIN,
+                          .build_path = this_build::train_bin(),
                           .restartable = true,
                           .launch_args = train_args,
                           .layout_line = worker_layout,
@@ -73,7 +75,7 @@ const WorkloadKind kTrain{.name = "train",
 const WorkloadKind kInfer{.name = "infer",
                           .summary = "fl-infer",
                           .binary = "fl-infer",
-                          .build_path = FAULTLINE_INFER_BIN,
+                          .build_path = this_build::infer_bin(),
                           .restartable = false,
                           .launch_args = infer_args,
                           .layout_line = worker_layout,

@@ -9,6 +9,7 @@
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
 #include "harness/launch/launch_args.hpp"
+#include "harness/model/build_paths.hpp"
 #include "harness/process/supervisor.hpp"
 #include "harness/run/rank_dumps.hpp"
 #include "harness/run/run.hpp"
@@ -219,8 +220,8 @@ bool Run::reshard_for_restart(int dp, std::string& from, std::string& error) {
   const std::string out = fmt::format("{}/checkpoints-dp{}-r{}", dir_, dp, restart_.restarts() + 1);
   // Run to completion here (a few hundred ms): the restart must not start before it ends.
   try {
-    run_tool(
-        {FAULTLINE_CKPT_BIN, "reshard", "--in", from, "--out", out, "--dp", std::to_string(dp)});
+    run_tool({this_build::ckpt_bin(), "reshard", "--in", from, "--out", out, "--dp",
+              std::to_string(dp)});
   } catch (const std::exception& e) {
     error = fmt::format("resharding to dp {} failed: {}", dp, e.what());
     return false;

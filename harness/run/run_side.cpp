@@ -20,6 +20,7 @@
 #include "base/private_dir.hpp"
 #include "harness/history/history.hpp"
 #include "harness/launch/launch_args.hpp"
+#include "harness/model/build_paths.hpp"
 #include "harness/process/supervisor.hpp"
 #include "harness/run/event_loop.hpp"
 #include "harness/run/run_side.hpp"
@@ -35,7 +36,7 @@ namespace {
 
 // The project tool an after_prepare command names (scenario validation allows no other).
 std::string tool_path(const std::string& name) {
-  if (name == "fl-ckpt") return FAULTLINE_CKPT_BIN;
+  if (name == "fl-ckpt") return this_build::ckpt_bin();
   raise<Error>("after_prepare: '{}' is not a tool it may run (allowed: fl-ckpt)", name);
 }
 
@@ -44,7 +45,7 @@ std::string harness_program() {
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec && self.filename() == "faultline") return self.string();
-  return FAULTLINE_HARNESS_BIN;
+  return this_build::harness_bin();
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "base/settings.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/launch/launcher.hpp"
+#include "harness/model/build_paths.hpp"
 #include "harness/scenario/loader.hpp"
 
 namespace fl::harness {
@@ -57,7 +58,7 @@ const Taxonomy::Symptom* Taxonomy::symptom(const std::string& id) const {
 const Taxonomy& taxonomy() {
   static const Taxonomy t = [] {
     std::string path = kTaxonomyPath.get();
-    if (path.empty()) path = std::string(FAULTLINE_SOURCE_DIR) + "/scenarios/taxonomy.yaml";
+    if (path.empty()) path = std::string(this_build::source_dir()) + "/scenarios/taxonomy.yaml";
     Taxonomy out;
     YAML::Node doc;
     try {
