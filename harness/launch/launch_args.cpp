@@ -24,9 +24,9 @@
 #include "base/error.hpp"
 #include "base/private_dir.hpp"
 #include "base/settings.hpp"
+#include "harness/model/build_paths.hpp"
 #include "harness/model/worker_options.hpp"
 #include "harness/model/workload_kinds.hpp"
-#include "harness/model/build_paths.hpp"
 
 extern "C" char** environ;
 

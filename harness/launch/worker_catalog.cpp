@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/subprocess.hpp"
-#include "harness/model/workload_kinds.hpp"
 #include "harness/model/build_paths.hpp"
+#include "harness/model/workload_kinds.hpp"
 #include "injector/describe.hpp"
 
 namespace fl::harness {

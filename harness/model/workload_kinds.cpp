@@ -15,9 +15,9 @@ void add(std::vector<std::string>& out, const char* flag, const auto& value) {
 }
 
 std::string worker_layout(const Scenario& s) {
-  return fmt::format("{} ranks = dp {} x tp {} x pp {}, zero {}, {}, {} launcher, {} {}", s.topo.ranks,
-                     s.topo.dp, s.topo.tp, s.topo.pp, s.topo.zero, s.topo.backend, s.topo.launcher, s.workload.kind,
-                     s.workload.model);
+  return fmt::format("{} ranks = dp {} x tp {} x pp {}, zero {}, {}, {} launcher, {} {}",
+                     s.topo.ranks, s.topo.dp, s.topo.tp, s.topo.pp, s.topo.zero, s.topo.backend,
+                     s.topo.launcher, s.workload.kind, s.workload.model);
 }
 
 void train_args(const Scenario& s, const std::string& run_dir, const std::string& resume_from,
@@ -47,8 +47,9 @@ void infer_args(const Scenario& s, const std::string&, const std::string& resume
 void no_args(const Scenario&, const std::string&, const std::string&, std::vector<std::string>&) {}
 
 std::string command_layout(const Scenario& s) {
-  return fmt::format("{} ranks over {} node(s), command (launch {}): {}", s.topo.ranks, s.topo.nodes,
-                     s.workload.launch, s.workload.command.empty() ? "" : s.workload.command[0]);
+  return fmt::format("{} ranks over {} node(s), command (launch {}): {}", s.topo.ranks,
+                     s.topo.nodes, s.workload.launch,
+                     s.workload.command.empty() ? "" : s.workload.command[0]);
 }
 
 // The worker's steps; an inference run counts the positions it generates.

@@ -96,7 +96,8 @@ void CommandProbe::poll(bool stopping, const std::set<int>& running) {
   if (!probe_) return;
   probe_->poll(hist_);
   if (!s_.workload.probe || stopping) return;
-  if (hist_.now_ns() - launched_ns_ < static_cast<int64_t>(s_.workload.report_timeout_s * 1e9)) return;
+  if (hist_.now_ns() - launched_ns_ < static_cast<int64_t>(s_.workload.report_timeout_s * 1e9))
+    return;
   std::vector<int> silent;
   {
     std::lock_guard lock(mu_);

@@ -10,10 +10,10 @@
 #include "base/subprocess.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/model/build_paths.hpp"
+#include "harness/model/workload_kinds.hpp"
 #include "harness/process/supervisor.hpp"
 #include "harness/run/rank_dumps.hpp"
 #include "harness/run/run.hpp"
-#include "harness/model/workload_kinds.hpp"
 #include "injector/plan.hpp"
 
 namespace fl::harness::detail {

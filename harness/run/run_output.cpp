@@ -10,10 +10,10 @@
 #include <fmt/ranges.h>
 
 #include "harness/faults/oop_faults.hpp"
+#include "harness/model/workload_kinds.hpp"
 #include "harness/run/run.hpp"
 #include "harness/run/run_tools.hpp"
 #include "harness/run/summary_lines.hpp"
-#include "harness/model/workload_kinds.hpp"
 
 namespace fl::harness::detail {
 
@@ -23,7 +23,8 @@ void Run::print_header(bool with_files) {
   // A command's layout is its own business: its kind names the program instead.
   std::printf("  layout     %s\n", workload_kind(s_.workload.kind).layout_line(s_).c_str());
   if (!s_.topo.launcher_reason.empty()) {  // topology.launcher: auto
-    std::printf("  launcher   %s, chosen: %s\n", s_.topo.launcher.c_str(), s_.topo.launcher_reason.c_str());
+    std::printf("  launcher   %s, chosen: %s\n", s_.topo.launcher.c_str(),
+                s_.topo.launcher_reason.c_str());
   }
   if (with_files) std::printf("  files      %s\n", dir_.c_str());
   std::fflush(stdout);

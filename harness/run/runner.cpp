@@ -134,12 +134,13 @@ void Run::job_process_ended(const ExitInfo& x, nlohmann::json d) {
   }
   for (int r : std::set<int>(running_ranks_)) {
     if (reported.count(r)) continue;
-    nlohmann::json ex = {{"pid", 0},
-                         {"class", x.klass == "ok" && s_.workload.kind != "command" ? "error" : x.klass},
-                         {"code", x.code},
-                         {"signaled", x.signaled},
-                         {"by_harness", x.by_harness},
-                         {"note", "no exit event from the rank; ended with " + x.name}};
+    nlohmann::json ex = {
+        {"pid", 0},
+        {"class", x.klass == "ok" && s_.workload.kind != "command" ? "error" : x.klass},
+        {"code", x.code},
+        {"signaled", x.signaled},
+        {"by_harness", x.by_harness},
+        {"note", "no exit event from the rank; ended with " + x.name}};
     faults_->explain_exit(r, ex);  // a host's agent may have seen how it ended
     hist_->harness("rank_exit", ex, r);
     faults_->on_rank_exit(r);
@@ -253,7 +254,8 @@ RunResult Run::go() {
   agents_ = std::make_unique<RunAgents>(
       s_, o_, dir_, run_dir_, *hist_, loop_, [this] { return stopping_; },
       [this](const std::string& why) { stop_run(why); });
-  if (s_.workload.kind == "command") command_ = std::make_unique<CommandProbe>(s_, dir_, *hist_, *launcher_);
+  if (s_.workload.kind == "command")
+    command_ = std::make_unique<CommandProbe>(s_, dir_, *hist_, *launcher_);
   // What killed runs left outside their run directories goes before this run adds its own
   // (residue.hpp: cgroups, shared memory of owners that are gone).
   if (const auto found = faults::sweep_residue(faults::default_residue_dirs(), false);

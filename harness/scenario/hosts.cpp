@@ -134,8 +134,8 @@ void check_hostfile_slots(const std::string& file, const YAML::Node& list_at,
         fail_at(file, list_at, "topology.hostfile",
                 fmt::format("{}:{}: host {} has {}={} but gets {} of the {} ranks (they spread "
                             "evenly over the {} hosts; allowed: {} or more, or leave it out)",
-                            hostfile, e.line, e.name, e.max_slots != 0 ? "max_slots" : "slots",
-                            cap, per, s.topo.ranks, n, per));
+                            hostfile, e.line, e.name, e.max_slots != 0 ? "max_slots" : "slots", cap,
+                            per, s.topo.ranks, n, per));
       }
     });
   }

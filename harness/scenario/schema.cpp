@@ -8,10 +8,10 @@
 #include "harness/faults/fault.hpp"
 #include "harness/launch/launcher.hpp"
 #include "harness/model/scenario.hpp"
-#include "harness/oracles/oracle.hpp"
-#include "harness/scenario/loader.hpp"
 #include "harness/model/worker_options.hpp"
 #include "harness/model/workload_kinds.hpp"
+#include "harness/oracles/oracle.hpp"
+#include "harness/scenario/loader.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // the schema table leaves ranges out
 
@@ -48,8 +48,8 @@ void add_worker_keys(std::vector<KeySpec>& v) {
   v.insert(after("workload.fidelity"), keys.begin(), keys.end());
   auto section_of = [&](const KeySpec& k) {
     const std::string parent = k.path.substr(0, k.path.rfind('.'));
-    const bool declared = std::any_of(keys.begin(), keys.end(),
-                                      [&](const KeySpec& w) { return w.path == parent; });
+    const bool declared =
+        std::any_of(keys.begin(), keys.end(), [&](const KeySpec& w) { return w.path == parent; });
     return declared ? parent : std::string();
   };
   std::vector<KeySpec> moved;

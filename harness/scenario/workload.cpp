@@ -3,8 +3,8 @@
 // (worker_options.hpp). Checks across workload keys report at the key's file:line:col.
 #include <fmt/format.h>
 
-#include "harness/scenario/loader.hpp"
 #include "harness/model/worker_options.hpp"
+#include "harness/scenario/loader.hpp"
 
 namespace fl::harness {
 

@@ -99,21 +99,20 @@ TEST(StateDict, NonStrictLoadOfDdpPrefixedKeysMatchesNothingAndSaysSo) {
   const auto r = load_state_dict(model, with_prefix(model, "module."), false);
   EXPECT_EQ(r.missing.size(), model.size());
   EXPECT_EQ(r.unexpected.front(), "module.wte.weight");
-  EXPECT_EQ(
-      r.repr(),
-      "_IncompatibleKeys(missing_keys=['wte.weight', 'wpe.weight', 'blocks.0.ln_1.weight', "
-      "'blocks.0.ln_1.bias', 'blocks.0.attn.qkv.weight', 'blocks.0.attn.qkv.bias', "
-      "'blocks.0.attn.proj.weight', 'blocks.0.attn.proj.bias', 'blocks.0.ln_2.weight', "
-      "'blocks.0.ln_2.bias', 'blocks.0.mlp.fc.weight', 'blocks.0.mlp.fc.bias', "
-      "'blocks.0.mlp.proj.weight', 'blocks.0.mlp.proj.bias', 'ln_f.weight', 'ln_f.bias', "
-      "'lm_head.weight'], unexpected_keys=['module.wte.weight', 'module.wpe.weight', "
-      "'module.blocks.0.ln_1.weight', 'module.blocks.0.ln_1.bias', "
-      "'module.blocks.0.attn.qkv.weight', 'module.blocks.0.attn.qkv.bias', "
-      "'module.blocks.0.attn.proj.weight', 'module.blocks.0.attn.proj.bias', "
-      "'module.blocks.0.ln_2.weight', 'module.blocks.0.ln_2.bias', "
-      "'module.blocks.0.mlp.fc.weight', 'module.blocks.0.mlp.fc.bias', "
-      "'module.blocks.0.mlp.proj.weight', 'module.blocks.0.mlp.proj.bias', "
-      "'module.ln_f.weight', 'module.ln_f.bias', 'module.lm_head.weight'])");
+  EXPECT_EQ(r.repr(),
+            "_IncompatibleKeys(missing_keys=['wte.weight', 'wpe.weight', 'blocks.0.ln_1.weight', "
+            "'blocks.0.ln_1.bias', 'blocks.0.attn.qkv.weight', 'blocks.0.attn.qkv.bias', "
+            "'blocks.0.attn.proj.weight', 'blocks.0.attn.proj.bias', 'blocks.0.ln_2.weight', "
+            "'blocks.0.ln_2.bias', 'blocks.0.mlp.fc.weight', 'blocks.0.mlp.fc.bias', "
+            "'blocks.0.mlp.proj.weight', 'blocks.0.mlp.proj.bias', 'ln_f.weight', 'ln_f.bias', "
+            "'lm_head.weight'], unexpected_keys=['module.wte.weight', 'module.wpe.weight', "
+            "'module.blocks.0.ln_1.weight', 'module.blocks.0.ln_1.bias', "
+            "'module.blocks.0.attn.qkv.weight', 'module.blocks.0.attn.qkv.bias', "
+            "'module.blocks.0.attn.proj.weight', 'module.blocks.0.attn.proj.bias', "
+            "'module.blocks.0.ln_2.weight', 'module.blocks.0.ln_2.bias', "
+            "'module.blocks.0.mlp.fc.weight', 'module.blocks.0.mlp.fc.bias', "
+            "'module.blocks.0.mlp.proj.weight', 'module.blocks.0.mlp.proj.bias', "
+            "'module.ln_f.weight', 'module.ln_f.bias', 'module.lm_head.weight'])");
 }
 
 TEST(StateDict, ConsumedPrefixMatchesEveryKeyAndMovesRenamedKeysToTheEndSorted) {

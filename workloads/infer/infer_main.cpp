@@ -75,8 +75,8 @@ std::vector<float> load_weights(const InferArgs& a, const model::GptConfig& cfg,
         "pp {}: shards of another partitioning cannot be loaded",
         dir, l.at("tp").get<int>(), l.at("pp").get<int>(), a.layout.tp, a.layout.pp);
   }
-  return infer::load_inference_weights(dir, m, topo.tp_rank, topo.pp_rank, pl.total(),
-                                       a.load_mode, MemoryAccountant::host());
+  return infer::load_inference_weights(dir, m, topo.tp_rank, topo.pp_rank, pl.total(), a.load_mode,
+                                       MemoryAccountant::host());
 }
 
 // The batch: `requests` prompts of `prompt_len` tokens from the synthetic corpus.
