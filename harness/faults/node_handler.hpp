@@ -24,7 +24,7 @@ class NodeHandlerOf : public NodeHandler {
  public:
   using Apply = nlohmann::json (*)(Node&, const Request&);
   using Sweep = std::vector<std::string> (*)();
-  explicit NodeHandlerOf(Apply apply, Sweep sweep = nullptr) : apply_(apply), sweep_(sweep) {}
+  explicit NodeHandlerOf(Apply fn, Sweep sweep = nullptr) : apply_(fn), sweep_(sweep) {}
 
   std::string type() const override { return std::string(Request::descriptor()->full_name()); }
   nlohmann::json apply(Node& n, const google::protobuf::Any& request) const override {

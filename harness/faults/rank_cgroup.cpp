@@ -60,9 +60,10 @@ bool RankCgroup::is_rank(pid_t pid) const {
   if (fs::read_symlink(fmt::format("/proc/{}/cwd", pid), ec).string() != rank_dir) return false;
   std::ifstream env(fmt::format("/proc/{}/environ", pid), std::ios::binary);
   bool other_secret = false, has_rank = false;
-  const std::string var = std::string(kControlSecretEnv) + "=";
+  const std::string var = fmt::format("{}=", kControlSecretEnv);
+  const std::string ours = fmt::format("{}={}", kControlSecretEnv, secret);
   for (std::string kv; std::getline(env, kv, '\0');) {
-    other_secret |= kv.rfind(var, 0) == 0 && kv != var + secret;
+    other_secret |= kv.rfind(var, 0) == 0 && kv != ours;
     has_rank |= kv == fmt::format("RANK={}", rank);
   }
   return has_rank && !other_secret;

@@ -11,65 +11,66 @@ from google.protobuf import symbol_database as _symbol_database
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import any_pb2 as google_dot_protobuf_dot_any__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n faultline_client/faultline.proto\x12\x0c\x66\x61ultline.v1\"\x8b\x01\n\x05\x45vent\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x14\n\x0ctime_unix_ns\x18\x03 \x01(\x03\x12\x12\n\nharness_ns\x18\x04 \x01(\x03\x12\x0c\n\x04kind\x18\x05 \x01(\t\x12\x0c\n\x04step\x18\x06 \x01(\x03\x12\x11\n\tdata_json\x18\x07 \x01(\t\x12\x0e\n\x06source\x18\x08 \x01(\t\"H\n\nEventBatch\x12#\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x13.faultline.v1.Event\x12\x15\n\rdropped_total\x18\x02 \x01(\x04\";\n\rWorkerCommand\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\t\x12\x0c\n\x04plan\x18\x02 \x01(\t\x12\x0c\n\x04seed\x18\x03 \x01(\x04\"Q\n\x0eObserveRequest\x12\r\n\x05kinds\x18\x01 \x03(\t\x12\x12\n\nfrom_start\x18\x02 \x01(\x08\x12\x1c\n\x14include_ground_truth\x18\x03 \x01(\x08\"\x80\x01\n\tDiagnosis\x12\x10\n\x08\x64\x65tector\x18\x01 \x01(\t\x12\x0f\n\x07symptom\x18\x02 \x01(\t\x12\r\n\x05ranks\x18\x03 \x03(\x05\x12\x0c\n\x04step\x18\x04 \x01(\x03\x12\x12\n\nconfidence\x18\x05 \x01(\x01\x12\x10\n\x08\x65vidence\x18\x06 \x01(\t\x12\r\n\x05stage\x18\x07 \x01(\x05\"\x18\n\tReportAck\x12\x0b\n\x03seq\x18\x01 \x01(\x04\"\x8d\x01\n\x0e\x43ontrolRequest\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0e\n\x06signal\x18\x03 \x01(\x05\x12\x0c\n\x04plan\x18\x04 \x01(\t\x12\x12\n\ncheckpoint\x18\x05 \x01(\t\x12\x11\n\trequester\x18\x06 \x01(\t\x12\x0c\n\x04\x61rgs\x18\x07 \x03(\t\x12\n\n\x02\x64p\x18\x08 \x01(\x05\";\n\x0c\x43ontrolReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06\x66\x61ults\x18\x03 \x03(\t\"\x84\x02\n\x0b\x41gentReport\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0b\n\x03\x63\x61n\x18\x03 \x03(\t\x12\n\n\x02id\x18\x04 \x01(\x04\x12\n\n\x02ok\x18\x05 \x01(\x08\x12\x0e\n\x06status\x18\x06 \x01(\x05\x12\x0e\n\x06output\x18\x07 \x01(\t\x12\'\n\x05relay\x18\x08 \x01(\x0b\x32\x18.faultline.v1.EventBatch\x12\x12\n\nrelay_addr\x18\t \x01(\t\x12\x14\n\x0cheartbeat_ms\x18\n \x01(\x05\x12\x11\n\theartbeat\x18\x0b \x01(\x08\x12\x17\n\x0frelayed_batches\x18\x0c \x01(\x04\x12\x16\n\x0erelayed_events\x18\r \x01(\x04\"\xb8\x01\n\x0c\x41gentCommand\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x0c\n\x04\x61rgv\x18\x03 \x03(\t\x12\x0b\n\x03pid\x18\x04 \x01(\x05\x12\x0e\n\x06signal\x18\x05 \x01(\x05\x12\x0c\n\x04rank\x18\x06 \x01(\x05\x12+\n\x06worker\x18\x07 \x01(\x0b\x32\x1b.faultline.v1.WorkerCommand\x12&\n\x05\x66\x61ult\x18\x10 \x01(\x0b\x32\x17.faultline.v1.HostFault\"\x90\x05\n\tHostFault\x12\x31\n\x0cmemory_limit\x18\x01 \x01(\x0b\x32\x19.faultline.v1.MemoryLimitH\x00\x12\x33\n\rmemory_status\x18\x02 \x01(\x0b\x32\x1a.faultline.v1.MemoryStatusH\x00\x12\x35\n\x0ememory_release\x18\x03 \x01(\x0b\x32\x1b.faultline.v1.MemoryReleaseH\x00\x12+\n\tdisk_full\x18\x04 \x01(\x0b\x32\x16.faultline.v1.DiskFullH\x00\x12+\n\tdisk_free\x18\x05 \x01(\x0b\x32\x16.faultline.v1.DiskFreeH\x00\x12/\n\x0b\x66ile_damage\x18\x06 \x01(\x0b\x32\x18.faultline.v1.FileDamageH\x00\x12\x31\n\x0c\x66ile_restore\x18\x07 \x01(\x0b\x32\x19.faultline.v1.FileRestoreH\x00\x12+\n\tcpu_quota\x18\x08 \x01(\x0b\x32\x16.faultline.v1.CpuQuotaH\x00\x12/\n\x0b\x63pu_release\x18\t \x01(\x0b\x32\x18.faultline.v1.CpuReleaseH\x00\x12+\n\tshm_mount\x18\n \x01(\x0b\x32\x16.faultline.v1.ShmMountH\x00\x12/\n\x0bshm_release\x18\x0b \x01(\x0b\x32\x18.faultline.v1.ShmReleaseH\x00\x12/\n\x0bhide_plugin\x18\x0c \x01(\x0b\x32\x18.faultline.v1.HidePluginH\x00\x12\x33\n\runhide_plugin\x18\r \x01(\x0b\x32\x1a.faultline.v1.UnhidePluginH\x00\x42\x04\n\x02op\"*\n\x0bMemoryLimit\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\"\x1c\n\x0cMemoryStatus\x12\x0c\n\x04rank\x18\x01 \x01(\x05\"\x1d\n\rMemoryRelease\x12\x0c\n\x04rank\x18\x01 \x01(\x05\"\'\n\x08\x44iskFull\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\"\x18\n\x08\x44iskFree\x12\x0c\n\x04path\x18\x01 \x01(\t\"T\n\nFileDamage\x12\x0c\n\x04glob\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x0b\n\x03tag\x18\x05 \x01(\t\"\x1a\n\x0b\x46ileRestore\x12\x0b\n\x03tag\x18\x01 \x01(\t\"=\n\x08\x43puQuota\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x10\n\x08quota_us\x18\x02 \x01(\x03\x12\x11\n\tperiod_us\x18\x03 \x01(\x03\"\x1a\n\nCpuRelease\x12\x0c\n\x04rank\x18\x01 \x01(\x05\"\x19\n\x08ShmMount\x12\r\n\x05\x62ytes\x18\x01 \x01(\x03\"\x0c\n\nShmRelease\"+\n\nHidePlugin\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x0f\n\x07library\x18\x02 \x01(\t\"-\n\x0cUnhidePlugin\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x0f\n\x07library\x18\x02 \x01(\t2\x93\x02\n\nController\x12\x44\n\x07\x43onnect\x12\x18.faultline.v1.EventBatch\x1a\x1b.faultline.v1.WorkerCommand(\x01\x30\x01\x12>\n\x07Observe\x12\x1c.faultline.v1.ObserveRequest\x1a\x13.faultline.v1.Event0\x01\x12:\n\x06Report\x12\x17.faultline.v1.Diagnosis\x1a\x17.faultline.v1.ReportAck\x12\x43\n\x07\x43ontrol\x12\x1c.faultline.v1.ControlRequest\x1a\x1a.faultline.v1.ControlReply2M\n\x06\x41gents\x12\x43\n\x06\x41ttach\x12\x19.faultline.v1.AgentReport\x1a\x1a.faultline.v1.AgentCommand(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n faultline_client/faultline.proto\x12\x0c\x66\x61ultline.v1\x1a\x19google/protobuf/any.proto\"\x8b\x01\n\x05\x45vent\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x14\n\x0ctime_unix_ns\x18\x03 \x01(\x03\x12\x12\n\nharness_ns\x18\x04 \x01(\x03\x12\x0c\n\x04kind\x18\x05 \x01(\t\x12\x0c\n\x04step\x18\x06 \x01(\x03\x12\x11\n\tdata_json\x18\x07 \x01(\t\x12\x0e\n\x06source\x18\x08 \x01(\t\"H\n\nEventBatch\x12#\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x13.faultline.v1.Event\x12\x15\n\rdropped_total\x18\x02 \x01(\x04\";\n\rWorkerCommand\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\t\x12\x0c\n\x04plan\x18\x02 \x01(\t\x12\x0c\n\x04seed\x18\x03 \x01(\x04\"Q\n\x0eObserveRequest\x12\r\n\x05kinds\x18\x01 \x03(\t\x12\x12\n\nfrom_start\x18\x02 \x01(\x08\x12\x1c\n\x14include_ground_truth\x18\x03 \x01(\x08\"\x80\x01\n\tDiagnosis\x12\x10\n\x08\x64\x65tector\x18\x01 \x01(\t\x12\x0f\n\x07symptom\x18\x02 \x01(\t\x12\r\n\x05ranks\x18\x03 \x03(\x05\x12\x0c\n\x04step\x18\x04 \x01(\x03\x12\x12\n\nconfidence\x18\x05 \x01(\x01\x12\x10\n\x08\x65vidence\x18\x06 \x01(\t\x12\r\n\x05stage\x18\x07 \x01(\x05\"\x18\n\tReportAck\x12\x0b\n\x03seq\x18\x01 \x01(\x04\"\x8d\x01\n\x0e\x43ontrolRequest\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0e\n\x06signal\x18\x03 \x01(\x05\x12\x0c\n\x04plan\x18\x04 \x01(\t\x12\x12\n\ncheckpoint\x18\x05 \x01(\t\x12\x11\n\trequester\x18\x06 \x01(\t\x12\x0c\n\x04\x61rgs\x18\x07 \x03(\t\x12\n\n\x02\x64p\x18\x08 \x01(\x05\";\n\x0c\x43ontrolReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06\x66\x61ults\x18\x03 \x03(\t\"\x84\x02\n\x0b\x41gentReport\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0b\n\x03\x63\x61n\x18\x03 \x03(\t\x12\n\n\x02id\x18\x04 \x01(\x04\x12\n\n\x02ok\x18\x05 \x01(\x08\x12\x0e\n\x06status\x18\x06 \x01(\x05\x12\x0e\n\x06output\x18\x07 \x01(\t\x12\'\n\x05relay\x18\x08 \x01(\x0b\x32\x18.faultline.v1.EventBatch\x12\x12\n\nrelay_addr\x18\t \x01(\t\x12\x14\n\x0cheartbeat_ms\x18\n \x01(\x05\x12\x11\n\theartbeat\x18\x0b \x01(\x08\x12\x17\n\x0frelayed_batches\x18\x0c \x01(\x04\x12\x16\n\x0erelayed_events\x18\r \x01(\x04\"\xc4\x01\n\x0c\x41gentCommand\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x0c\n\x04\x61rgv\x18\x03 \x03(\t\x12\x0b\n\x03pid\x18\x04 \x01(\x05\x12\x0e\n\x06signal\x18\x05 \x01(\x05\x12\x0c\n\x04rank\x18\x06 \x01(\x05\x12+\n\x06worker\x18\x07 \x01(\x0b\x32\x1b.faultline.v1.WorkerCommand\x12%\n\x07request\x18\x11 \x01(\x0b\x32\x14.google.protobuf.AnyJ\x04\x08\x10\x10\x11R\x05\x66\x61ult\"*\n\x0bMemoryLimit\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\"\x1c\n\x0cMemoryStatus\x12\x0c\n\x04rank\x18\x01 \x01(\x05\"\x1d\n\rMemoryRelease\x12\x0c\n\x04rank\x18\x01 \x01(\x05\"\'\n\x08\x44iskFull\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\"\x18\n\x08\x44iskFree\x12\x0c\n\x04path\x18\x01 \x01(\t\"T\n\nFileDamage\x12\x0c\n\x04glob\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x0b\n\x03tag\x18\x05 \x01(\t\"\x1a\n\x0b\x46ileRestore\x12\x0b\n\x03tag\x18\x01 \x01(\t\"=\n\x08\x43puQuota\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x10\n\x08quota_us\x18\x02 \x01(\x03\x12\x11\n\tperiod_us\x18\x03 \x01(\x03\"\x1a\n\nCpuRelease\x12\x0c\n\x04rank\x18\x01 \x01(\x05\"\x19\n\x08ShmMount\x12\r\n\x05\x62ytes\x18\x01 \x01(\x03\"\x0c\n\nShmRelease\"+\n\nHidePlugin\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x0f\n\x07library\x18\x02 \x01(\t\"-\n\x0cUnhidePlugin\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x0f\n\x07library\x18\x02 \x01(\t\"9\n\tPortSquat\x12\x0c\n\x04port\x18\x01 \x01(\x05\x12\x0c\n\x04hold\x18\x02 \x01(\x08\x12\x10\n\x08loopback\x18\x03 \x01(\x08\x32\x93\x02\n\nController\x12\x44\n\x07\x43onnect\x12\x18.faultline.v1.EventBatch\x1a\x1b.faultline.v1.WorkerCommand(\x01\x30\x01\x12>\n\x07Observe\x12\x1c.faultline.v1.ObserveRequest\x1a\x13.faultline.v1.Event0\x01\x12:\n\x06Report\x12\x17.faultline.v1.Diagnosis\x1a\x17.faultline.v1.ReportAck\x12\x43\n\x07\x43ontrol\x12\x1c.faultline.v1.ControlRequest\x1a\x1a.faultline.v1.ControlReply2M\n\x06\x41gents\x12\x43\n\x06\x41ttach\x12\x19.faultline.v1.AgentReport\x1a\x1a.faultline.v1.AgentCommand(\x01\x30\x01\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'faultline_client.faultline_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
-  _EVENT._serialized_start=51
-  _EVENT._serialized_end=190
-  _EVENTBATCH._serialized_start=192
-  _EVENTBATCH._serialized_end=264
-  _WORKERCOMMAND._serialized_start=266
-  _WORKERCOMMAND._serialized_end=325
-  _OBSERVEREQUEST._serialized_start=327
-  _OBSERVEREQUEST._serialized_end=408
-  _DIAGNOSIS._serialized_start=411
-  _DIAGNOSIS._serialized_end=539
-  _REPORTACK._serialized_start=541
-  _REPORTACK._serialized_end=565
-  _CONTROLREQUEST._serialized_start=568
-  _CONTROLREQUEST._serialized_end=709
-  _CONTROLREPLY._serialized_start=711
-  _CONTROLREPLY._serialized_end=770
-  _AGENTREPORT._serialized_start=773
-  _AGENTREPORT._serialized_end=1033
-  _AGENTCOMMAND._serialized_start=1036
-  _AGENTCOMMAND._serialized_end=1220
-  _HOSTFAULT._serialized_start=1223
-  _HOSTFAULT._serialized_end=1879
-  _MEMORYLIMIT._serialized_start=1881
-  _MEMORYLIMIT._serialized_end=1923
-  _MEMORYSTATUS._serialized_start=1925
-  _MEMORYSTATUS._serialized_end=1953
-  _MEMORYRELEASE._serialized_start=1955
-  _MEMORYRELEASE._serialized_end=1984
-  _DISKFULL._serialized_start=1986
-  _DISKFULL._serialized_end=2025
-  _DISKFREE._serialized_start=2027
-  _DISKFREE._serialized_end=2051
-  _FILEDAMAGE._serialized_start=2053
-  _FILEDAMAGE._serialized_end=2137
-  _FILERESTORE._serialized_start=2139
-  _FILERESTORE._serialized_end=2165
-  _CPUQUOTA._serialized_start=2167
-  _CPUQUOTA._serialized_end=2228
-  _CPURELEASE._serialized_start=2230
-  _CPURELEASE._serialized_end=2256
-  _SHMMOUNT._serialized_start=2258
-  _SHMMOUNT._serialized_end=2283
-  _SHMRELEASE._serialized_start=2285
-  _SHMRELEASE._serialized_end=2297
-  _HIDEPLUGIN._serialized_start=2299
-  _HIDEPLUGIN._serialized_end=2342
-  _UNHIDEPLUGIN._serialized_start=2344
-  _UNHIDEPLUGIN._serialized_end=2389
-  _CONTROLLER._serialized_start=2392
-  _CONTROLLER._serialized_end=2667
-  _AGENTS._serialized_start=2669
-  _AGENTS._serialized_end=2746
+  _EVENT._serialized_start=78
+  _EVENT._serialized_end=217
+  _EVENTBATCH._serialized_start=219
+  _EVENTBATCH._serialized_end=291
+  _WORKERCOMMAND._serialized_start=293
+  _WORKERCOMMAND._serialized_end=352
+  _OBSERVEREQUEST._serialized_start=354
+  _OBSERVEREQUEST._serialized_end=435
+  _DIAGNOSIS._serialized_start=438
+  _DIAGNOSIS._serialized_end=566
+  _REPORTACK._serialized_start=568
+  _REPORTACK._serialized_end=592
+  _CONTROLREQUEST._serialized_start=595
+  _CONTROLREQUEST._serialized_end=736
+  _CONTROLREPLY._serialized_start=738
+  _CONTROLREPLY._serialized_end=797
+  _AGENTREPORT._serialized_start=800
+  _AGENTREPORT._serialized_end=1060
+  _AGENTCOMMAND._serialized_start=1063
+  _AGENTCOMMAND._serialized_end=1259
+  _MEMORYLIMIT._serialized_start=1261
+  _MEMORYLIMIT._serialized_end=1303
+  _MEMORYSTATUS._serialized_start=1305
+  _MEMORYSTATUS._serialized_end=1333
+  _MEMORYRELEASE._serialized_start=1335
+  _MEMORYRELEASE._serialized_end=1364
+  _DISKFULL._serialized_start=1366
+  _DISKFULL._serialized_end=1405
+  _DISKFREE._serialized_start=1407
+  _DISKFREE._serialized_end=1431
+  _FILEDAMAGE._serialized_start=1433
+  _FILEDAMAGE._serialized_end=1517
+  _FILERESTORE._serialized_start=1519
+  _FILERESTORE._serialized_end=1545
+  _CPUQUOTA._serialized_start=1547
+  _CPUQUOTA._serialized_end=1608
+  _CPURELEASE._serialized_start=1610
+  _CPURELEASE._serialized_end=1636
+  _SHMMOUNT._serialized_start=1638
+  _SHMMOUNT._serialized_end=1663
+  _SHMRELEASE._serialized_start=1665
+  _SHMRELEASE._serialized_end=1677
+  _HIDEPLUGIN._serialized_start=1679
+  _HIDEPLUGIN._serialized_end=1722
+  _UNHIDEPLUGIN._serialized_start=1724
+  _UNHIDEPLUGIN._serialized_end=1769
+  _PORTSQUAT._serialized_start=1771
+  _PORTSQUAT._serialized_end=1828
+  _CONTROLLER._serialized_start=1831
+  _CONTROLLER._serialized_end=2106
+  _AGENTS._serialized_start=2108
+  _AGENTS._serialized_end=2185
 # @@protoc_insertion_point(module_scope)
