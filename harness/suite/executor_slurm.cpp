@@ -113,9 +113,9 @@ class SlurmExecutor : public SuiteExecutor {
   std::unique_ptr<SuiteProgress> progress_;
   std::string cwd_, suite_dir_;
   int round_ = 0, finished_ = 0;
-  bool stop_ = false;               // --fail-fast / --maxfail reached; nothing new starts
-  bool cancelled_pending_ = false;  // ... and the array's pending tasks were cancelled
-  bool cancelled_all_ = false;      // the suite got a signal and cancelled the array
+  bool stop_ = false;                    // --fail-fast / --maxfail reached; nothing new starts
+  bool cancelled_pending_ = false;       // ... and the array's pending tasks were cancelled
+  bool cancelled_all_ = false;           // the suite got a signal and cancelled the array
   FailureLimit limit_{SuiteOptions{}};   // set from the options in execute()
   std::vector<std::string> round_jobs_;  // the arrays of the round under way (one per shape)
 };
