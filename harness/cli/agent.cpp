@@ -10,7 +10,7 @@
 namespace fl::cli {
 namespace {
 
-Handler setup(CLI::App& sub) {
+Handler setup_agent(CLI::App& sub) {
   auto o = std::make_shared<fl::harness::AgentOptions>();
   sub.add_option("--control", o->control, "The run's control-plane address")->required();
   sub.add_option("--host", o->host, "This host's name in topology.hosts")->required();
@@ -25,7 +25,7 @@ Handler setup(CLI::App& sub) {
 
 const Command& agent_command() {
   static const Command c{
-      "agent", "A multi-host run's per-host agent (the harness starts it; docs/cluster.md)", setup};
+      "agent", "A multi-host run's per-host agent (the harness starts it; docs/cluster.md)", setup_agent};
   return c;
 }
 

@@ -11,7 +11,7 @@
 namespace fl::cli {
 namespace {
 
-Handler setup(CLI::App& sub) {
+Handler setup_bench_detectors(CLI::App& sub) {
   auto o = std::make_shared<fl::harness::BenchDetectorsOptions>();
   sub.add_option("suite", o->suite, "Suite YAML or a directory of scenarios")->required();
   sub.add_option("--detector", o->detectors, detector_help())->capture_default_str();
@@ -29,7 +29,7 @@ Handler setup(CLI::App& sub) {
 
 const Command& bench_detectors_command() {
   static const Command c{"bench-detectors",
-                         "Run a suite with detectors attached and write their leaderboard", setup};
+                         "Run a suite with detectors attached and write their leaderboard", setup_bench_detectors};
   return c;
 }
 

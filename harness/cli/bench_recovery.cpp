@@ -10,7 +10,7 @@
 namespace fl::cli {
 namespace {
 
-Handler setup(CLI::App& sub) {
+Handler setup_bench_recovery(CLI::App& sub) {
   auto o = std::make_shared<fl::harness::BenchRecoveryOptions>();
   sub.add_option("suite", o->suite, "Suite YAML or a directory of scenarios")->required();
   sub.add_option("--policy", o->policy,
@@ -27,7 +27,7 @@ Handler setup(CLI::App& sub) {
 const Command& bench_recovery_command() {
   static const Command c{
       "bench-recovery",
-      "Run a suite's scenarios fault-free and with a recovery tool; score the recovery", setup};
+      "Run a suite's scenarios fault-free and with a recovery tool; score the recovery", setup_bench_recovery};
   return c;
 }
 

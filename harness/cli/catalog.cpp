@@ -31,7 +31,7 @@ int catalog(const CatalogArgs& a) {
   return 0;
 }
 
-Handler setup(CLI::App& sub) {
+Handler setup_catalog(CLI::App& sub) {
   auto a = std::make_shared<CatalogArgs>();
   sub.add_flag("--json", a->json, "JSON output");
   sub.add_flag("--references", a->references,
@@ -46,7 +46,7 @@ Handler setup(CLI::App& sub) {
 
 // The count is the taxonomy's (scenarios/taxonomy.yaml); CliHelp tests hold them equal.
 const Command& catalog_command() {
-  static const Command c{"catalog", "The 34 symptoms, their causes, fixes and scenarios", setup};
+  static const Command c{"catalog", "The 34 symptoms, their causes, fixes and scenarios", setup_catalog};
   return c;
 }
 

@@ -14,7 +14,7 @@ struct CleanArgs {
   bool dry_run = false, json = false;
 };
 
-Handler setup(CLI::App& sub) {
+Handler setup_clean(CLI::App& sub) {
   auto a = std::make_shared<CleanArgs>();
   sub.add_flag("--dry-run", a->dry_run, "List what would be removed; remove nothing");
   sub.add_flag("--json", a->json, "JSON output");
@@ -26,7 +26,7 @@ Handler setup(CLI::App& sub) {
 const Command& clean_command() {
   static const Command c{
       "clean", "Remove what killed runs left outside their run directories (cgroups, /dev/shm)",
-      setup};
+      setup_clean};
   return c;
 }
 

@@ -64,7 +64,7 @@ int control(const ControlArgs& a) {
   return reply.ok() ? 0 : 1;
 }
 
-Handler setup(CLI::App& sub) {
+Handler setup_control(CLI::App& sub) {
   auto a = std::make_shared<ControlArgs>();
   sub.add_option("address", a->addr, "Control-plane address (printed in the run's history)")
       ->required();
@@ -84,7 +84,7 @@ Handler setup(CLI::App& sub) {
 }  // namespace
 
 const Command& control_command() {
-  static const Command c{"control", "Act on a live run through its control plane", setup};
+  static const Command c{"control", "Act on a live run through its control plane", setup_control};
   return c;
 }
 

@@ -25,7 +25,7 @@ int diff(const DiffArgs& a) {
   return 0;
 }
 
-Handler setup(CLI::App& sub) {
+Handler setup_diff(CLI::App& sub) {
   auto a = std::make_shared<DiffArgs>();
   sub.add_option("old", a->old_dir, "Earlier suite directory or summary JSON")->required();
   sub.add_option("new", a->new_dir, "Later suite directory or summary JSON")->required();
@@ -46,7 +46,7 @@ Handler setup(CLI::App& sub) {
 
 const Command& diff_command() {
   static const Command c{"diff", "Compare two suite results; exit 1 on a regression (nightly jobs)",
-                         setup};
+                         setup_diff};
   return c;
 }
 

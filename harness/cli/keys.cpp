@@ -10,7 +10,7 @@
 namespace fl::cli {
 namespace {
 
-Handler setup(CLI::App&) {
+Handler setup_keys(CLI::App&) {
   return [] {
     std::printf("%s", fl::harness::schema_markdown().c_str());
     return 0;
@@ -20,7 +20,7 @@ Handler setup(CLI::App&) {
 }  // namespace
 
 const Command& keys_command() {
-  static const Command c{"keys", "Every scenario key with type, default and meaning", setup};
+  static const Command c{"keys", "Every scenario key with type, default and meaning", setup_keys};
   return c;
 }
 

@@ -29,7 +29,7 @@ int metrics(const MetricsArgs& a) {
   return 0;
 }
 
-Handler setup(CLI::App& sub) {
+Handler setup_metrics(CLI::App& sub) {
   auto a = std::make_shared<MetricsArgs>();
   sub.add_option("dirs", a->dirs, "Suite directories")->required();
   sub.add_option("-o,--output", a->out,
@@ -42,7 +42,7 @@ Handler setup(CLI::App& sub) {
 
 const Command& metrics_command() {
   static const Command c{"metrics", "Suite results as Prometheus metrics (text exposition format)",
-                         setup};
+                         setup_metrics};
   return c;
 }
 

@@ -25,7 +25,7 @@ int replay(ReplayArgs& a) {
   return fl::harness::run_scenario(s, a.ro).exit_code;
 }
 
-Handler setup(CLI::App& sub) {
+Handler setup_replay(CLI::App& sub) {
   auto a = std::make_shared<ReplayArgs>();
   sub.add_option("run_dir", a->run_dir, "results/runs/<id>")->required();
   sub.add_option("--results", a->ro.results_dir, "Where run directories go")->capture_default_str();
@@ -38,7 +38,7 @@ Handler setup(CLI::App& sub) {
 const Command& replay_command() {
   static const Command c{
       "replay", "Run a finished run again, firing exactly the faults its fired logs recorded",
-      setup};
+      setup_replay};
   return c;
 }
 

@@ -31,7 +31,7 @@ int report(const ReportArgs& a) {
   return 0;
 }
 
-Handler setup(CLI::App& sub) {
+Handler setup_report(CLI::App& sub) {
   auto a = std::make_shared<ReportArgs>();
   sub.add_option("dir", a->dir, "Run directory or suite directory")->required();
   sub.add_option("-o,--output", a->out, "HTML file (default: DIR/report.html)");
@@ -43,7 +43,7 @@ Handler setup(CLI::App& sub) {
 
 const Command& report_command() {
   static const Command c{
-      "report", "Write a self-contained HTML report of a run or a suite (report.html)", setup};
+      "report", "Write a self-contained HTML report of a run or a suite (report.html)", setup_report};
   return c;
 }
 

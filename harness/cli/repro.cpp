@@ -51,7 +51,7 @@ int repro(ReproArgs& a) {
   return reproduced && verified ? 0 : 1;
 }
 
-Handler setup(CLI::App& sub) {
+Handler setup_repro(CLI::App& sub) {
   auto a = std::make_shared<ReproArgs>();
   sub.add_option("scenario", a->scenario, "Scenario YAML file")->required();
   sub.add_option("--results", a->ro.results_dir, "Where run directories go")->capture_default_str();
@@ -67,7 +67,7 @@ Handler setup(CLI::App& sub) {
 
 const Command& repro_command() {
   static const Command c{
-      "repro", "Run a scenario and its fix: REPRODUCED / FIX VERIFIED, with the evidence", setup};
+      "repro", "Run a scenario and its fix: REPRODUCED / FIX VERIFIED, with the evidence", setup_repro};
   return c;
 }
 

@@ -32,7 +32,7 @@ int run(RunArgs& a) {
   return res.exit_code;
 }
 
-Handler setup(CLI::App& sub) {
+Handler setup_run(CLI::App& sub) {
   auto a = std::make_shared<RunArgs>();
   sub.add_option("scenario", a->scenario, "Scenario YAML file")->required();
   sub.add_flag("--fix", a->fix, "Apply the scenario's fix overrides (the symptom must clear)");
@@ -54,7 +54,7 @@ Handler setup(CLI::App& sub) {
 }  // namespace
 
 const Command& run_command() {
-  static const Command c{"run", "Run a scenario and judge it", setup};
+  static const Command c{"run", "Run a scenario and judge it", setup_run};
   return c;
 }
 

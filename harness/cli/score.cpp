@@ -16,7 +16,7 @@ struct ScoreArgs {
   bool markdown = false;
 };
 
-Handler setup(CLI::App& sub) {
+Handler setup_score(CLI::App& sub) {
   auto a = std::make_shared<ScoreArgs>();
   sub.add_option("paths", a->paths, "Run directories or suite directories")->required();
   sub.add_flag("--markdown", a->markdown, "Markdown table");
@@ -28,7 +28,7 @@ Handler setup(CLI::App& sub) {
 
 const Command& score_command() {
   static const Command c{
-      "score", "Score the detectors of finished runs or suites against their ground truth", setup};
+      "score", "Score the detectors of finished runs or suites against their ground truth", setup_score};
   return c;
 }
 

@@ -51,7 +51,7 @@ int print_settings(bool json) {
   return json ? print_json(c) : print_table(c);
 }
 
-Handler setup(CLI::App& sub) {
+Handler setup_settings(CLI::App& sub) {
   auto json = std::make_shared<bool>(false);
   sub.add_flag("--json", *json, "JSON output");
   return [json] { return print_settings(*json); };
@@ -60,7 +60,7 @@ Handler setup(CLI::App& sub) {
 }  // namespace
 
 const Command& settings_command() {
-  static const Command c{"settings", "Print every setting with its current value", setup};
+  static const Command c{"settings", "Print every setting with its current value", setup_settings};
   return c;
 }
 

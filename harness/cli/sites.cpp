@@ -30,7 +30,7 @@ int print_sites(bool json) {
   return status;
 }
 
-Handler setup(CLI::App& sub) {
+Handler setup_sites(CLI::App& sub) {
   auto json = std::make_shared<bool>(false);
   sub.add_flag("--json", *json, "JSON output");
   return [json] { return print_sites(*json); };
@@ -39,7 +39,7 @@ Handler setup(CLI::App& sub) {
 }  // namespace
 
 const Command& sites_command() {
-  static const Command c{"sites", "List the fault sites compiled into this build", setup};
+  static const Command c{"sites", "List the fault sites compiled into this build", setup_sites};
   return c;
 }
 

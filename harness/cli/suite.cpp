@@ -128,7 +128,7 @@ void add_executor_options(CLI::App& sub, SuiteArgs& a) {
                  "slurm: one more sbatch argument, e.g. --sbatch-arg=--qos=low (repeatable)");
 }
 
-Handler setup(CLI::App& sub) {
+Handler setup_suite(CLI::App& sub) {
   auto a = std::make_shared<SuiteArgs>();
   a->sub = &sub;
   sub.add_option("suite", a->suite, "Suite YAML or a directory of scenarios")->required();
@@ -142,7 +142,7 @@ Handler setup(CLI::App& sub) {
 }  // namespace
 
 const Command& suite_command() {
-  static const Command c{"suite", "Run a suite (file or directory of scenarios)", setup};
+  static const Command c{"suite", "Run a suite (file or directory of scenarios)", setup_suite};
   return c;
 }
 

@@ -14,7 +14,7 @@ struct TraceArgs {
   std::string dir, out;
 };
 
-Handler setup(CLI::App& sub) {
+Handler setup_trace(CLI::App& sub) {
   auto a = std::make_shared<TraceArgs>();
   sub.add_option("dir", a->dir, "Run directory")->required();
   sub.add_option("-o,--output", a->out, "Trace file (default: DIR/trace.json)");
@@ -28,7 +28,7 @@ Handler setup(CLI::App& sub) {
 
 const Command& trace_command() {
   static const Command c{
-      "trace", "Write a run's timeline as a trace for ui.perfetto.dev / chrome://tracing", setup};
+      "trace", "Write a run's timeline as a trace for ui.perfetto.dev / chrome://tracing", setup_trace};
   return c;
 }
 

@@ -8,7 +8,7 @@
 namespace fl::cli {
 namespace {
 
-Handler setup(CLI::App& sub) {
+Handler setup_triage(CLI::App& sub) {
   auto triage = std::make_shared<const fl::triage::Command>(sub);
   return [triage] { return triage->run(); };
 }
@@ -17,7 +17,7 @@ Handler setup(CLI::App& sub) {
 
 const Command& triage_command() {
   static const Command c{"triage", "Rank symptoms and root causes for an issue's text or log",
-                         setup};
+                         setup_triage};
   return c;
 }
 

@@ -32,7 +32,7 @@ int validate(const ValidateArgs& a) {
   return 0;
 }
 
-Handler setup(CLI::App& sub) {
+Handler setup_validate(CLI::App& sub) {
   auto a = std::make_shared<ValidateArgs>();
   sub.add_option("scenario", a->scenario, "Scenario YAML file")->required();
   sub.add_flag("--fix", a->fix, "Check it with its fix applied");
@@ -44,7 +44,7 @@ Handler setup(CLI::App& sub) {
 }  // namespace
 
 const Command& validate_command() {
-  static const Command c{"validate", "Check a scenario file", setup};
+  static const Command c{"validate", "Check a scenario file", setup_validate};
   return c;
 }
 

@@ -38,7 +38,7 @@ int verdict(const VerdictArgs& a) {
   return fl::harness::outcome_exit_code(v.outcome);
 }
 
-Handler setup(CLI::App& sub) {
+Handler setup_verdict(CLI::App& sub) {
   auto a = std::make_shared<VerdictArgs>();
   sub.add_option("run_dir", a->run_dir, "results/runs/<id>")->required();
   sub.add_flag("--json", a->json, "JSON output");
@@ -48,7 +48,7 @@ Handler setup(CLI::App& sub) {
 }  // namespace
 
 const Command& verdict_command() {
-  static const Command c{"verdict", "Judge a run again from its history", setup};
+  static const Command c{"verdict", "Judge a run again from its history", setup_verdict};
   return c;
 }
 

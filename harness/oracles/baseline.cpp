@@ -16,8 +16,6 @@
 namespace fl::harness::oracles {
 namespace {
 
-constexpr double kFloor = 50e-6;  // below 50 us is timer noise, not a reference
-
 struct BaselineParams : OracleParams {
   // What is compared with the reference run (throughput, collectives, loss, memory).
   std::string measure = "throughput";
@@ -152,7 +150,7 @@ class Baseline : public Oracle {
               : !std::isfinite(base->value) ? 0.0
                                             : run->value / std::max(1e-12, std::abs(base->value));
     } else {
-      const double floor = p.measure == "memory" ? 1.0 : kFloor;
+      const double floor = p.measure == "memory" ? 1.0 : kTimerFloor;
       ratio = std::max(floor, run->value) / std::max(floor, base->value);
     }
     const std::string from = p.measure == "loss"     ? fmt::format(" at step {}", run->first)

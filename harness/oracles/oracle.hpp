@@ -182,6 +182,9 @@ struct PatternParams : OracleParams {
 std::shared_ptr<const OracleParams> parse_pattern(const ExpectContext& c);
 
 // Helpers the checkers share.
+// Below 50 us a duration is timer noise, not a reference: ratios divide by at least this.
+inline constexpr double kTimerFloor = 50e-6;
+
 inline bool rank_ok(const Expect& x, int rank) {
   return x.ranks.empty() || std::count(x.ranks.begin(), x.ranks.end(), rank) > 0;
 }

@@ -31,8 +31,6 @@ struct ThroughputEvidence {
   bool judgeable = true;
 };
 
-constexpr double kFloor = 50e-6;  // below 50 us is timer noise, not a reference
-
 using StepsByNumber = std::map<int64_t, std::map<int, const RunSummary::Step*>>;
 
 // Per rank and window: compute times. Per window and step: the job's time in collectives and
@@ -70,7 +68,7 @@ double peer_ratio(const std::map<int, std::vector<double>>& c, int r) {
     if (q != r && !v.empty()) peers.push_back(stats::upper_median(v));
   }
   if (peers.empty() || !c.count(r) || c.at(r).empty()) return 0.0;
-  return stats::upper_median(c.at(r)) / std::max(kFloor, stats::upper_median(peers));
+  return stats::upper_median(c.at(r)) / std::max(kTimerFloor, stats::upper_median(peers));
 }
 
 // The rank whose compute against its peers' grew most after the split.
@@ -94,10 +92,10 @@ SlowRank slowest_rank(const Expect& x, const std::set<int>& ranks, const SplitTi
 // Slow collectives (or a slow rank that every peer waits for): collectives' growth over
 // compute's, with what it says.
 std::pair<double, std::string> collectives_growth(const SplitTimes& t, int64_t split) {
-  const double comm_ratio = std::max(kFloor, stats::upper_median(t.after_comm)) /
-                            std::max(kFloor, stats::upper_median(t.before_comm));
-  const double compute_ratio = std::max(kFloor, stats::upper_median(t.after_n)) /
-                               std::max(kFloor, stats::upper_median(t.before_n));
+  const double comm_ratio = std::max(kTimerFloor, stats::upper_median(t.after_comm)) /
+                            std::max(kTimerFloor, stats::upper_median(t.before_comm));
+  const double compute_ratio = std::max(kTimerFloor, stats::upper_median(t.after_n)) /
+                               std::max(kTimerFloor, stats::upper_median(t.before_n));
   return {comm_ratio / std::max(1.0, compute_ratio),
           fmt::format("time in collectives {:.1f} ms per step from step {} vs {:.1f} ms before "
                       "({:.1f}x) while compute changed {:.1f}x",

@@ -25,7 +25,9 @@
 #include "tests/support/random.hpp"
 
 namespace fl {
-namespace {
+// Named, not anonymous: this file shares a unity translation unit with cuda_ops_test.cpp, whose
+// helpers have the same names.
+namespace gemm16_test {
 
 const Device kGpu = Device::cuda(0);
 using test::randn;
@@ -131,5 +133,5 @@ std::string format_name(const ::testing::TestParamInfo<DType>& p) {
 INSTANTIATE_TEST_SUITE_P(Formats, CudaGemm16, ::testing::Values(DType::kF16, DType::kBF16),
                          format_name);
 
-}  // namespace
+}  // namespace gemm16_test
 }  // namespace fl
