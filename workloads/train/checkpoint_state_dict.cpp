@@ -12,35 +12,80 @@ namespace fl::train {
 
 namespace {
 
-model::GptConfig model_of(const nlohmann::json& m) {
-  const auto& j = m.at("model");
-  return {j.at("vocab").get<int>(), j.at("d_model").get<int>(), j.at("layers").get<int>(),
-          j.at("heads").get<int>(), j.at("seq_len").get<int>(), j.at("seed").get<uint64_t>()};
-}
-
 // The name a checkpoint key has once `strip` is consumed.
 std::string loaded_name(const std::string& key, const std::string& strip) {
   return !strip.empty() && key.rfind(strip, 0) == 0 ? key.substr(strip.size()) : key;
 }
 
+int tp_of(const nlohmann::json& m) {
+  return m.contains("layout") ? m.at("layout").value("tp", 1) : 1;
+}
+
+// The checkpoint model's own keys in the order its manifest lists them: all of them, or (a save
+// without aliases) those less the aliases, whichever has the manifest's count.
+std::vector<model::TensorKey> own_keys(const nlohmann::json& m, size_t listed) {
+  const auto cfg = model_from_manifest(m);
+  auto own = model::gpt_state_dict(cfg, tp_of(m));
+  if (own.size() != listed) {
+    auto fewer = model::without_aliases(own, cfg);
+    if (fewer.size() == listed) return fewer;
+  }
+  return own;
+}
+
 }  // namespace
 
-nlohmann::json state_dict_json(const model::GptConfig& cfg, const std::string& prefix) {
-  nlohmann::json out = nlohmann::json::array();
-  for (auto& k : model::gpt_state_dict(cfg)) {
-    out.push_back({{"name", prefix + k.name}, {"shape", k.shape}});
+nlohmann::json model_json(const model::GptConfig& cfg) {
+  const auto& s = cfg.structure;
+  return {{"vocab", cfg.vocab},
+          {"d_model", cfg.d_model},
+          {"layers", cfg.layers},
+          {"heads", cfg.heads},
+          {"seq_len", cfg.seq_len},
+          {"seed", cfg.seed},
+          {"structure",
+           {{"tie_embeddings", s.tie_embeddings},
+            {"vocab_parallel", s.vocab_parallel},
+            {"make_vocab_size_divisible_by", s.divisible_by},
+            {"padded_vocab", s.padded_vocab},
+            {"parallel_output", s.parallel_output}}}};
+}
+
+model::GptConfig model_from_manifest(const nlohmann::json& m) {
+  const auto& j = m.at("model");
+  model::GptConfig cfg{j.at("vocab").get<int>(),   j.at("d_model").get<int>(),
+                       j.at("layers").get<int>(),  j.at("heads").get<int>(),
+                       j.at("seq_len").get<int>(), j.at("seed").get<uint64_t>(),
+                       {}};
+  if (j.contains("structure")) {
+    const auto& s = j.at("structure");
+    auto& out = cfg.structure;
+    out.tie_embeddings = s.value("tie_embeddings", out.tie_embeddings);
+    out.vocab_parallel = s.value("vocab_parallel", out.vocab_parallel);
+    out.divisible_by = s.value("make_vocab_size_divisible_by", out.divisible_by);
+    out.padded_vocab = s.value("padded_vocab", out.padded_vocab);
+    out.parallel_output = s.value("parallel_output", out.parallel_output);
   }
+  return cfg;
+}
+
+nlohmann::json state_dict_json(const model::GptConfig& cfg, int tp, const std::string& prefix,
+                               bool aliases) {
+  nlohmann::json out = nlohmann::json::array();
+  auto keys = model::gpt_state_dict(cfg, tp);
+  if (!aliases) keys = model::without_aliases(keys, cfg);
+  for (auto& k : keys) out.push_back({{"name", prefix + k.name}, {"shape", k.shape}});
   return out;
 }
 
 std::vector<model::TensorKey> checkpoint_state_dict(const std::string& dir,
                                                     const nlohmann::json& m) {
-  const auto own = model::gpt_state_dict(model_of(m));
-  if (!m.contains("state_dict")) return own;
+  if (!m.contains("state_dict")) return model::gpt_state_dict(model_from_manifest(m), tp_of(m));
   std::vector<model::TensorKey> out;
   for (auto& e : m.at("state_dict")) {
     out.push_back({e.at("name").get<std::string>(), e.at("shape").get<std::vector<int64_t>>()});
   }
+  const auto own = own_keys(m, out.size());
   // Key i is the model's tensor i under the saver's name: the same count and shapes.
   bool same = out.size() == own.size();
   for (size_t i = 0; same && i < out.size(); ++i) same = out[i].shape == own[i].shape;
@@ -55,7 +100,8 @@ std::vector<model::TensorKey> checkpoint_state_dict(const std::string& dir,
 }
 
 NamedLoad load_named(const std::string& dir, const nlohmann::json& m, const model::GptConfig& cfg,
-                     const std::string& strip, bool strict, const std::string& strip_option) {
+                     int tp, const std::string& strip, bool strict,
+                     const std::string& strip_option) {
   const auto stored = checkpoint_state_dict(dir, m);
   std::vector<model::TensorKey> loaded = stored;
   if (!strip.empty()) {
@@ -69,8 +115,8 @@ NamedLoad load_named(const std::string& dir, const nlohmann::json& m, const mode
     }
     loaded = model::consume_prefix(stored, strip);
   }
-  NamedLoad out{model::load_state_dict(model::gpt_state_dict(cfg), loaded, strict), {}};
-  const auto own = model::gpt_state_dict(model_of(m));
+  NamedLoad out{model::load_state_dict(model::gpt_state_dict(cfg, tp), loaded, strict), {}};
+  const auto own = own_keys(m, stored.size());
   // As in the dict: a renamed key replaces an unprefixed one of the same name.
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t i = 0; i < stored.size(); ++i) {
@@ -85,7 +131,7 @@ NamedLoad load_named(const std::string& dir, const nlohmann::json& m, const mode
 void restore_by_name(const std::string& dir, const nlohmann::json& m, const NamedLoad& load,
                      const model::ParamLayout& layout, int tp_rank, const NamedSlice& params,
                      const NamedSlice& exp_avg, const NamedSlice& exp_avg_sq) {
-  const auto ckpt = model_of(m);
+  const auto ckpt = model_from_manifest(m);
   const int tp = m.at("layout").at("tp"), pp = m.at("layout").at("pp");
   // Every stage of this TP rank: a block may sit in another stage when the layer counts differ.
   std::vector<model::ParamLayout> layouts;
@@ -99,8 +145,17 @@ void restore_by_name(const std::string& dir, const nlohmann::json& m, const Name
   for (size_t p = 0; p < layouts.size(); ++p) {
     for (auto& s : layouts[p].specs()) where[model::state_dict_key(s.name)] = {p, &s};
   }
+  // A tied checkpoint's alias reads the tensor it names.
+  for (auto& [alias, original] : model::tied_aliases(ckpt)) {
+    if (!where.count(alias)) where[alias] = where.at(original);
+  }
   for (auto& s : layout.specs()) {
-    const auto src = load.source.find(model::state_dict_key(s.name));
+    auto src = load.source.find(model::state_dict_key(s.name));
+    // One tensor under two keys: load_state_dict copies wte.weight, then lm_head.weight into the
+    // same storage, so the alias's values are the ones it keeps.
+    if (s.name == "wte" && layout.head_reads_embedding() && load.source.count("lm_head.weight")) {
+      src = load.source.find("lm_head.weight");
+    }
     if (src == load.source.end()) continue;
     const auto [p, from] = where.at(src->second);
     if (from->numel() != s.numel()) {

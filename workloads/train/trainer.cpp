@@ -93,9 +93,11 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   stage_.set_activation_checkpointing(cfg_.activation_checkpointing);
   zero_.emplace(z, layout_, topo, acct_, MemoryAccountant::host(), staging_);
   total_ = zero_->total();
+  // Elements the gradient norm leaves out on this rank: those replicated across TP ranks (counted
+  // on TP rank 0 only), and a tied weight's copy on the last stage (counted on the first).
   std::vector<uint8_t> replicated(total_, 0);
   for (auto& s : layout_.specs()) {
-    if (s.split == model::Split::kReplicated) {
+    if (s.shared || (s.split == model::Split::kReplicated && topo.tp_rank != 0)) {
       std::fill_n(replicated.begin() + static_cast<long>(s.offset), s.numel(), 1);
     }
   }
@@ -178,6 +180,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
 
   const float local_loss = forward_backward(mbs, true);
   zero_->finish_gradients();
+  all_reduce_tied_embedding_grads();
   zero_->drop_gathered();
 
   // The gradients this rank is responsible for: all of them, or its ZeRO partition
@@ -197,7 +200,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   }
   // Global gradient norm (unscaled). Elements replicated across TP ranks count once; below
   // ZeRO-2 every data-parallel replica holds the same averaged gradients, so they count once too.
-  const uint8_t* skip = topo_.tp_rank != 0 ? replicated_.data<uint8_t>() + rlo : nullptr;
+  const uint8_t* skip = replicated_.data<uint8_t>() + rlo;
   double sq = ops::masked_sum_of_squares(g, skip, rhi - rlo, scale);
   topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
   if (zero < 2) sq /= dp;
@@ -347,6 +350,19 @@ std::vector<StepMetrics> Trainer::run() {
     run_steps(log);
   }
   return std::move(log.history);
+}
+
+void Trainer::all_reduce_tied_embedding_grads() {
+  if (!cfg_.model.structure.tie_embeddings || topo_.layout.pp == 1) return;
+  // The script's finalize-grads call: skipped, the two copies of the tied weight drift apart.
+  const auto v = FAULTLINE_FAULT_POINT(
+      "embedding.grads_all_reduce",
+      (fault::SiteContext{step_, "pp", "embedding.grads_all_reduce", -1, nullptr, 0, DType::kF32,
+                          -1}));
+  if (v == fault::Verdict::kSkip) return;
+  const size_t n = static_cast<size_t>(layout_.local_vocab() * cfg_.model.d_model);
+  const char* name = topo_.first_stage() ? "wte" : topo_.last_stage() ? "lm_head.weight" : nullptr;
+  zero_->sum_grads_over(*topo_.pp, name ? layout_.spec(name).offset : zero_->kNoElements, n);
 }
 
 void Trainer::check_replicas() const {
