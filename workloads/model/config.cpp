@@ -41,8 +41,7 @@ void validate_vocab(const GptConfig& m, const Layout& l) {
         "workload.structure.padded_vocab is {}, which the {} vocabulary shards (vocab_parallel "
         "at tensor-parallel size {}) do not divide: allowed is 0 or a multiple of {} of at "
         "least {} (e.g. {})",
-        s.padded_vocab, shards, l.tp, shards, m.vocab,
-        vocab_size_with_padding(m.vocab, 1, shards));
+        s.padded_vocab, shards, l.tp, shards, m.vocab, vocab_size_with_padding(m.vocab, 1, shards));
   }
 }
 

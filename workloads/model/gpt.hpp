@@ -4,9 +4,10 @@
 // are replicated across TP ranks; wte and the LM head are replicated too, or (vocab_parallel)
 // split by vocabulary rows as Megatron's VocabParallelEmbedding and column-parallel head, with the
 // head's logits sharded (a vocab-parallel cross entropy) or all-gathered (parallel_output false).
-// Under tied embeddings the head multiplies by wte itself (docs/workloads.md#structure). Activations of each
-// micro-batch are tensors charged to the rank's memory accountant, so a micro-batch too large
-// for the budget fails with the real out-of-memory error at the allocation that exceeds it.
+// Under tied embeddings the head multiplies by wte itself (docs/workloads.md#structure).
+// Activations of each micro-batch are tensors charged to the rank's memory accountant, so a
+// micro-batch too large for the budget fails with the real out-of-memory error at the allocation
+// that exceeds it.
 #pragma once
 
 #include <memory>
@@ -37,7 +38,7 @@ struct StageActs {
   // probs holds this TP rank's slice of the (padded) vocabulary [N, V/tp] (vocab_parallel with
   // parallel_output), else the whole of it [N, V].
   bool sharded_probs = false;
-  float loss = 0;                                 // mean over valid targets (last stage)
+  float loss = 0;  // mean over valid targets (last stage)
   int valid_targets = 0;
   const float* output() const;  // [B, T, C] for the next stage
 };

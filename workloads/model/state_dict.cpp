@@ -111,8 +111,8 @@ std::vector<TensorKey> without_aliases(const std::vector<TensorKey>& keys, const
   std::vector<TensorKey> out;
   const auto aliases = tied_aliases(cfg);
   for (auto& k : keys) {
-    const bool alias = std::any_of(aliases.begin(), aliases.end(),
-                                   [&](auto& a) { return a.first == k.name; });
+    const bool alias =
+        std::any_of(aliases.begin(), aliases.end(), [&](auto& a) { return a.first == k.name; });
     if (!alias) out.push_back(k);
   }
   return out;

@@ -427,7 +427,8 @@ void ZeroEngine::sum_grads_over(comm::Communicator& group, size_t lo, size_t n) 
     zeros = Tensor::zeros({static_cast<int64_t>(n)}, store(), "buffer.embedding_grads", staging_);
     data = zeros.raw();
   } else {
-    if (lo + n > total_) raise("ZeRO: gradient range [{}, {}) beyond {} elements", lo, lo + n, total_);
+    if (lo + n > total_)
+      raise("ZeRO: gradient range [{}, {}) beyond {} elements", lo, lo + n, total_);
     data = static_cast<char*>(grads_.raw()) + lo * store_bytes();
   }
   group.all_reduce(device_buffer(data, n, store()), comm::ReduceOp::kSum);

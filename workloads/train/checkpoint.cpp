@@ -451,7 +451,8 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
                                  {"drop_last", cfg_.drop_last}}},
                                {"state_dict", state_dict_json(cfg_.model, topo_.layout.tp,
                                                               cfg_.save_key_prefix,
-                                                              cfg_.save_aliases)},
+                                                              cfg_.save_aliases, cfg_.unpad_vocab)},
+                               {"state_dict_unpadded", cfg_.unpad_vocab},
                                {"shards", nlohmann::json::array()}};
     for (auto& a : all) manifest["shards"].push_back(nlohmann::json::parse(a));
     write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest.dump(2));

@@ -136,6 +136,9 @@ void zero_options(worker::Options& o, TrainArgs& a) {
   o.add("workload.checkpoint.strict", "--load-strict", c.load_strict,
         "load_state_dict(strict): missing or unexpected keys fail the load; false loads the keys "
         "that match and reports the rest");
+  o.add("workload.checkpoint.unpad_vocab", "--unpad-vocab", c.unpad_vocab,
+        "A save lists wte and lm_head with the vocabulary's own rows, the padding stripped after "
+        "gathering them (Colossal-AI's save); false keeps the padded rows, as Megatron's do");
   o.add("workload.checkpoint.save_aliases", "--save-aliases", c.save_aliases,
         "A save lists a tied tensor under every name, as torch's state_dict() does; false writes "
         "it once (safetensors' save_model, save_pretrained), without lm_head.weight");

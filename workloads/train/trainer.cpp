@@ -356,9 +356,8 @@ void Trainer::all_reduce_tied_embedding_grads() {
   if (!cfg_.model.structure.tie_embeddings || topo_.layout.pp == 1) return;
   // The script's finalize-grads call: skipped, the two copies of the tied weight drift apart.
   const auto v = FAULTLINE_FAULT_POINT(
-      "embedding.grads_all_reduce",
-      (fault::SiteContext{step_, "pp", "embedding.grads_all_reduce", -1, nullptr, 0, DType::kF32,
-                          -1}));
+      "embedding.grads_all_reduce", (fault::SiteContext{step_, "pp", "embedding.grads_all_reduce",
+                                                        -1, nullptr, 0, DType::kF32, -1}));
   if (v == fault::Verdict::kSkip) return;
   const size_t n = static_cast<size_t>(layout_.local_vocab() * cfg_.model.d_model);
   const char* name = topo_.first_stage() ? "wte" : topo_.last_stage() ? "lm_head.weight" : nullptr;

@@ -106,6 +106,9 @@ struct TrainConfig {
   // Whether a save lists a tied tensor under its alias too (lm_head.weight), as torch's
   // state_dict() does; false writes each tensor once, as safetensors' save_model does.
   bool save_aliases = true;
+  // Whether a save strips the vocabulary padding from wte and lm_head (gathered, then unpadded,
+  // as Colossal-AI's checkpoint IO does) or keeps it (Megatron's checkpoints hold padded rows).
+  bool unpad_vocab = false;
   // Recovery knobs: steps whose batches are consumed without training on them (a bad batch),
   // and a loss scale reset to its initial value after resuming (a collapsed fp16 scaler).
   std::set<int64_t> skip_steps;
