@@ -167,7 +167,8 @@ void command_line_options(CLI::App& app, TrainArgs& a) {
   app.add_flag("--broadcast-init", c.broadcast_init,
                "Broadcast data-parallel rank 0's initial weights to its replicas");
   app.add_option("--check-replicas-every", c.check_replicas_every,
-                 "Compare parameter hashes across data-parallel replicas every N steps");
+                 "Compare parameter hashes across data-parallel replicas (and a tied embedding "
+                 "with its last-stage copy) every N steps");
   app.add_flag("--consecutive-hysteresis", c.loss_scale.consecutive_hysteresis,
                "Restore the hysteresis after every clean step (not only when the scale grows)");
   app.add_option("--eval-batches", c.eval_batches, "Micro-batches per evaluation");

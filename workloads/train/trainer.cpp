@@ -365,6 +365,7 @@ void Trainer::all_reduce_tied_embedding_grads() {
 }
 
 void Trainer::check_replicas() const {
+  check_tied_copies();
   const int dp = topo_.layout.dp;
   if (dp < 2) return;
   // ZeRO-3 replicas hold different partitions by design: compare the gathered model instead.
@@ -381,6 +382,29 @@ void Trainer::check_replicas() const {
           topo_.rank, step_, static_cast<uint64_t>(all[0]), r,
           static_cast<uint64_t>(all[static_cast<size_t>(r)]));
     }
+  }
+}
+
+void Trainer::check_tied_copies() const {
+  if (!cfg_.model.structure.tie_embeddings || topo_.layout.pp == 1) return;
+  // Stages 0-1 only (tied embeddings over stages): every rank holds its whole shard.
+  const std::vector<float> p = full_parameters();
+  const char* name = topo_.first_stage() ? "wte" : topo_.last_stage() ? "lm_head.weight" : nullptr;
+  int64_t mine = 0;
+  if (name) {
+    const model::ParamSpec& s = layout_.spec(name);
+    mine = static_cast<int64_t>(XXH64(p.data() + s.offset, s.numel() * sizeof(float), 0));
+  }
+  std::vector<int64_t> all(static_cast<size_t>(topo_.layout.pp));
+  topo_.pp->all_gather(host_buffer(&mine, 1, DType::kI64),
+                       host_buffer(all.data(), all.size(), DType::kI64));
+  if (all.front() != all.back()) {
+    raise(
+        "[rank {}] the tied word embeddings differ across pipeline stages at step {}: stage 0's "
+        "wte has xxh64 {:016x}, stage {}'s copy for the LM head has {:016x} (the embedding "
+        "group's all-reduce of their gradients keeps them equal)",
+        topo_.rank, step_, static_cast<uint64_t>(all.front()), topo_.layout.pp - 1,
+        static_cast<uint64_t>(all.back()));
   }
 }
 

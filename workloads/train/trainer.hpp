@@ -195,6 +195,9 @@ class Trainer {
   StepMetrics train_step(const std::vector<MicroBatch>& mbs);
   float forward_backward(const std::vector<MicroBatch>& mbs, bool backward);
   void check_replicas() const;
+  // Tied embeddings over pipeline stages: the first stage's wte and the last stage's copy must be
+  // equal (compared by xxh64 over the pipeline group with the replica check).
+  void check_tied_copies() const;
   // Tied embeddings over pipeline stages: the gradients of wte (first stage) and of its copy
   // (last stage) summed over the pipeline group, middle stages adding zeros (Megatron's
   // _allreduce_word_embedding_grads), behind the `embedding.grads_all_reduce` site.
