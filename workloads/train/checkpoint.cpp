@@ -70,7 +70,7 @@ void check_compatible(const std::string& dir, const nlohmann::json& m,
         "{}, d_model {}, layers {}, heads {}, seq_len {})",
         dir, tensor, V, C, L, H, T);
   }
-  const model::Structure s = model_from_manifest(m).structure;
+  const model::Structure s = structure_from_manifest(m);
   if (!(s == cfg.structure)) {
     raise<CheckpointError>(
         "checkpoint {} does not fit this model: its structure is tie_embeddings {}, "
@@ -423,37 +423,37 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
   auto all = all_gather_strings(*topo_.world, mine.dump());
   if (rank == 0) {
     auto s = scaler_.state();
-    nlohmann::json manifest = {{"format_version", written_format_version()},
-                               {"step", step_},
-                               {"model", model_json(cfg_.model)},
-                               {"layout",
-                                {{"world", topo_.layout.world},
-                                 {"dp", topo_.layout.dp},
-                                 {"tp", topo_.layout.tp},
-                                 {"pp", topo_.layout.pp},
-                                 {"zero", topo_.layout.zero}}},
-                               {"precision", dtype_name(cfg_.precision)},
-                               {"loss_scaler",
-                                {{"scale", s.scale},
-                                 {"good", s.good},
-                                 {"skipped", s.skipped},
-                                 {"hysteresis_left", s.hysteresis_left}}},
-                               // Every random choice is counter-based (keyed by seed and index), so
-                               // the seeds are the whole RNG state.
-                               {"rng",
-                                {{"kind", "counter-based"},
-                                 {"model_seed", cfg_.model.seed},
-                                 {"data_seed", cfg_.data_seed}}},
-                               {"data",
-                                {{"data_seed", cfg_.data_seed},
-                                 {"num_samples", cfg_.num_samples},
-                                 {"shuffle", cfg_.shuffle},
-                                 {"drop_last", cfg_.drop_last}}},
-                               {"state_dict", state_dict_json(cfg_.model, topo_.layout.tp,
-                                                              cfg_.save_key_prefix,
-                                                              cfg_.save_aliases, cfg_.unpad_vocab)},
-                               {"state_dict_unpadded", cfg_.unpad_vocab},
-                               {"shards", nlohmann::json::array()}};
+    nlohmann::json manifest = {
+        {"format_version", written_format_version()},
+        {"step", step_},
+        {"model", model_json(cfg_.model)},
+        {"layout",
+         {{"world", topo_.layout.world},
+          {"dp", topo_.layout.dp},
+          {"tp", topo_.layout.tp},
+          {"pp", topo_.layout.pp},
+          {"zero", topo_.layout.zero}}},
+        {"precision", dtype_name(cfg_.precision)},
+        {"loss_scaler",
+         {{"scale", s.scale},
+          {"good", s.good},
+          {"skipped", s.skipped},
+          {"hysteresis_left", s.hysteresis_left}}},
+        // Every random choice is counter-based (keyed by seed and index), so
+        // the seeds are the whole RNG state.
+        {"rng",
+         {{"kind", "counter-based"},
+          {"model_seed", cfg_.model.seed},
+          {"data_seed", cfg_.data_seed}}},
+        {"data",
+         {{"data_seed", cfg_.data_seed},
+          {"num_samples", cfg_.num_samples},
+          {"shuffle", cfg_.shuffle},
+          {"drop_last", cfg_.drop_last}}},
+        {"state_dict", state_dict_json(cfg_.model, topo_.layout.tp, cfg_.save_key_prefix,
+                                       cfg_.save_aliases, cfg_.unpad_vocab)},
+        {"state_dict_unpadded", cfg_.unpad_vocab},
+        {"shards", nlohmann::json::array()}};
     for (auto& a : all) manifest["shards"].push_back(nlohmann::json::parse(a));
     write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest.dump(2));
     write_file_atomic((fs::path(save_dir) / "latest").string(), fmt::format("step_{}\n", step_));
@@ -521,7 +521,7 @@ void Trainer::load_checkpoint(const std::string& path) try {
                  "workload.checkpoint.strip_prefix (--strip-key-prefix)");
   if (topo_.rank == 0) std::printf("# load_state_dict: %s\n", named.keys.repr().c_str());
   // Same keys but another structure (tied or not): the tensors load by name, as in PyTorch.
-  const bool same_structure = model_from_manifest(m).structure == cfg_.model.structure;
+  const bool same_structure = structure_from_manifest(m) == cfg_.model.structure;
   if (named.keys.all_matched() && same_structure) check_compatible(dir, m, cfg_.model);
   const auto& l = m.at("layout");
   nlohmann::json here = {{"world", topo_.layout.world},

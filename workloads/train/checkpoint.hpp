@@ -102,6 +102,7 @@ ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::j
 // model a manifest describes (a manifest written before "structure" existed: the defaults).
 nlohmann::json model_json(const model::GptConfig& cfg);
 model::GptConfig model_from_manifest(const nlohmann::json& manifest);
+model::Structure structure_from_manifest(const nlohmann::json& manifest);
 // The manifest's "state_dict": every key as written (with the saver's prefix) and its shape, at
 // TP size `tp` (the padded vocabulary's rows). `aliases` false leaves out the keys that name a
 // tied tensor again (lm_head.weight), as safetensors and save_pretrained do; `unpadded` lists wte

@@ -62,25 +62,24 @@ nlohmann::json model_json(const model::GptConfig& cfg) {
             {"parallel_output", s.parallel_output}}}};
 }
 
+model::Structure structure_from_manifest(const nlohmann::json& m) {
+  model::Structure out;
+  const auto& j = m.at("model");
+  if (!j.contains("structure")) return out;
+  const auto& s = j.at("structure");
+  out.tie_embeddings = s.value("tie_embeddings", out.tie_embeddings);
+  out.vocab_parallel = s.value("vocab_parallel", out.vocab_parallel);
+  out.divisible_by = s.value("make_vocab_size_divisible_by", out.divisible_by);
+  out.padded_vocab = s.value("padded_vocab", out.padded_vocab);
+  out.parallel_output = s.value("parallel_output", out.parallel_output);
+  return out;
+}
+
 model::GptConfig model_from_manifest(const nlohmann::json& m) {
   const auto& j = m.at("model");
-  model::GptConfig cfg{j.at("vocab").get<int>(),
-                       j.at("d_model").get<int>(),
-                       j.at("layers").get<int>(),
-                       j.at("heads").get<int>(),
-                       j.at("seq_len").get<int>(),
-                       j.at("seed").get<uint64_t>(),
-                       {}};
-  if (j.contains("structure")) {
-    const auto& s = j.at("structure");
-    auto& out = cfg.structure;
-    out.tie_embeddings = s.value("tie_embeddings", out.tie_embeddings);
-    out.vocab_parallel = s.value("vocab_parallel", out.vocab_parallel);
-    out.divisible_by = s.value("make_vocab_size_divisible_by", out.divisible_by);
-    out.padded_vocab = s.value("padded_vocab", out.padded_vocab);
-    out.parallel_output = s.value("parallel_output", out.parallel_output);
-  }
-  return cfg;
+  return {j.at("vocab").get<int>(),  j.at("d_model").get<int>(), j.at("layers").get<int>(),
+          j.at("heads").get<int>(),  j.at("seq_len").get<int>(), j.at("seed").get<uint64_t>(),
+          structure_from_manifest(m)};
 }
 
 nlohmann::json state_dict_json(const model::GptConfig& cfg, int tp, const std::string& prefix,
