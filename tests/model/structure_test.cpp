@@ -227,18 +227,14 @@ TEST(VocabParallel, EachTpRankHoldsItsRowsOfThePaddedVocabulary) {
   EXPECT_EQ(whole.vocab_begin(), 0);
 }
 
-// A tied model loading an untied checkpoint (both keys present): load_state_dict copies
-// wte.weight, then lm_head.weight into the same storage, so the tensor ends with lm_head's values
-// (torch 1.13: wte filled with 1, lm_head with 2 -> both read 2.0).
-TEST(TiedEmbeddings, LoadingBothKeysKeepsTheAliasValuesAsPyTorchDoes) {
-  namespace fs = std::filesystem;
-  const auto dir =
-      fs::temp_directory_path() / ("faultline-structure-test-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const GptConfig untied = tiny(), model = tied(tiny());
-  const ParamLayout from(untied, 1, 0, 1, 0), to(model, 1, 0, 1, 0);
-  std::vector<float> p(from.total()), zeros(from.total(), 0.0f);
+// A dp 1, tp 1 checkpoint of model `c` on disk whose parameter i is i (so every copied element
+// says where it came from); `unpadded`: its state dict lists wte and lm_head without padding.
+nlohmann::json write_checkpoint(const std::filesystem::path& dir, const GptConfig& c,
+                                bool unpadded = false) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const ParamLayout layout(c, 1, 0, 1, 0);
+  std::vector<float> p(layout.total()), zeros(layout.total(), 0.0f);
   for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<float>(i);
   const nlohmann::json header = {{"rank", 0}, {"dp_rank", 0}, {"tp_rank", 0},     {"pp_rank", 0},
                                  {"zero", 0}, {"offset", 0},  {"part", p.size()}, {"step", 1}};
@@ -247,26 +243,80 @@ TEST(TiedEmbeddings, LoadingBothKeysKeepsTheAliasValuesAsPyTorchDoes) {
                                    {"exp_avg", zeros.data(), zeros.size()},
                                    {"exp_avg_sq", zeros.data(), zeros.size()}});
   train::write_file_atomic((dir / "shard_rank0.bin").string(), bytes);
-  nlohmann::json m = {{"model", train::model_json(untied)},
-                      {"layout", {{"world", 1}, {"dp", 1}, {"tp", 1}, {"pp", 1}, {"zero", 0}}},
-                      {"state_dict", train::state_dict_json(untied, 1, "")},
-                      {"shards",
-                       {{{"rank", 0},
-                         {"file", "shard_rank0.bin"},
-                         {"bytes", bytes.size()},
-                         {"xxh64", fmt::format("{:016x}", train::checksum(bytes))},
-                         {"dp_rank", 0},
-                         {"tp_rank", 0},
-                         {"pp_rank", 0}}}}};
-  const auto named = train::load_named(dir.string(), m, model, 1, "", true, "opt");
-  EXPECT_TRUE(named.keys.all_matched());
+  return {{"model", train::model_json(c)},
+          {"layout", {{"world", 1}, {"dp", 1}, {"tp", 1}, {"pp", 1}, {"zero", 0}}},
+          {"state_dict", train::state_dict_json(c, 1, "", true, unpadded)},
+          {"state_dict_unpadded", unpadded},
+          {"shards",
+           {{{"rank", 0},
+             {"file", "shard_rank0.bin"},
+             {"bytes", bytes.size()},
+             {"xxh64", fmt::format("{:016x}", train::checksum(bytes))},
+             {"dp_rank", 0},
+             {"tp_rank", 0},
+             {"pp_rank", 0}}}}};
+}
+
+std::filesystem::path temp_dir(const char* what) {
+  return std::filesystem::temp_directory_path() /
+         (std::string("faultline-structure-test-") + what + "-" + std::to_string(::getpid()));
+}
+
+// The parameters of `to` after a load by name of the checkpoint in `dir` (-1 where nothing
+// loaded).
+std::vector<float> load(const std::filesystem::path& dir, const nlohmann::json& m,
+                        const GptConfig& model, bool strict) {
+  const auto named = train::load_named(dir.string(), m, model, 1, "", strict, "opt");
+  const ParamLayout to(model, 1, 0, 1, 0);
   std::vector<float> q(to.total(), -1.0f), a(to.total()), v(to.total());
   train::restore_by_name(dir.string(), m, named, to, 0, {q.data(), 0, q.size()},
                          {a.data(), 0, a.size()}, {v.data(), 0, v.size()});
+  return q;
+}
+
+// A tied model loading an untied checkpoint (both keys present): load_state_dict copies
+// wte.weight, then lm_head.weight into the same storage, so the tensor ends with lm_head's values
+// (torch 1.13: wte filled with 1, lm_head with 2 -> both read 2.0).
+TEST(TiedEmbeddings, LoadingBothKeysKeepsTheAliasValuesAsPyTorchDoes) {
+  const auto dir = temp_dir("alias");
+  const GptConfig untied = tiny(), model = tied(tiny());
+  const auto m = write_checkpoint(dir, untied);
+  const auto q = load(dir, m, model, true);
+  const ParamLayout from(untied, 1, 0, 1, 0), to(model, 1, 0, 1, 0);
   const size_t head = from.spec("lm_head.weight").offset, wte = to.spec("wte").offset;
-  for (size_t i = 0; i < 8 * 4; ++i) ASSERT_EQ(q[wte + i], p[head + i]) << i;
-  EXPECT_EQ(q[to.spec("wpe").offset], p[from.spec("wpe").offset]);
-  fs::remove_all(dir);
+  for (size_t i = 0; i < 8 * 4; ++i) ASSERT_EQ(q[wte + i], static_cast<float>(head + i)) << i;
+  EXPECT_EQ(q[to.spec("wpe").offset], static_cast<float>(from.spec("wpe").offset));
+  std::filesystem::remove_all(dir);
+}
+
+// A save that strips the padding (Colossal-AI's gather-then-unpad) lists [63, 4]; the unpadded
+// model loads it row by row and the padding row stays out.
+TEST(VocabPadding, AnUnpaddedSaveLoadsRowByRowIntoTheUnpaddedModel) {
+  const auto dir = temp_dir("unpad");
+  GptConfig padded = tiny(63);
+  padded.structure.padded_vocab = 64;
+  const GptConfig plain = tiny(63);
+  const auto m = write_checkpoint(dir, padded, true);
+  EXPECT_EQ(train::checkpoint_state_dict(dir.string(), m).front().shape,
+            (std::vector<int64_t>{63, 4}));
+  const auto q = load(dir, m, plain, true);
+  const ParamLayout from(padded, 1, 0, 1, 0), to(plain, 1, 0, 1, 0);
+  for (const char* name : {"wte", "lm_head.weight"}) {
+    const size_t src = from.spec(name).offset, dst = to.spec(name).offset;
+    for (size_t i = 0; i < 63 * 4; ++i) ASSERT_EQ(q[dst + i], static_cast<float>(src + i)) << name;
+  }
+  // Saved with its padding, the same checkpoint is refused in PyTorch's words.
+  try {
+    load(dir, write_checkpoint(dir, padded, false), plain, true);
+    ADD_FAILURE();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("size mismatch for wte.weight: copying a param with "
+                                         "shape torch.Size([64, 4]) from checkpoint, the shape in "
+                                         "current model is torch.Size([63, 4])."),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
