@@ -31,11 +31,13 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       const float* d = dout + (static_cast<size_t>(b) * T + t) * C;
-      float* e = dwte + static_cast<size_t>(tokens[b * T + t]) * C;
-      float* p = dwpe + static_cast<size_t>(t) * C;
-      for (int c = 0; c < C; ++c) {
-        e[c] += d[c];
-        p[c] += d[c];
+      if (dwte) {
+        float* e = dwte + static_cast<size_t>(tokens[b * T + t]) * C;
+        for (int c = 0; c < C; ++c) e[c] += d[c];
+      }
+      if (dwpe) {
+        float* p = dwpe + static_cast<size_t>(t) * C;
+        for (int c = 0; c < C; ++c) p[c] += d[c];
       }
     }
   }

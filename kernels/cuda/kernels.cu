@@ -431,11 +431,15 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                         int T, int C) {
   const size_t n = static_cast<size_t>(B) * T * C;
-  FL_LAUNCH(embedding_backward_wte_k, blocks_for(n), kThreads, 0)(dwte, dout, tokens, C, n);
-  check_launch("embedding_backward(wte)");
-  FL_LAUNCH(embedding_backward_wpe_k, blocks_for(static_cast<size_t>(T) * C), kThreads, 0)
-  (dwpe, dout, B, T, C);
-  check_launch("embedding_backward(wpe)");
+  if (dwte) {
+    FL_LAUNCH(embedding_backward_wte_k, blocks_for(n), kThreads, 0)(dwte, dout, tokens, C, n);
+    check_launch("embedding_backward(wte)");
+  }
+  if (dwpe) {
+    FL_LAUNCH(embedding_backward_wpe_k, blocks_for(static_cast<size_t>(T) * C), kThreads, 0)
+    (dwpe, dout, B, T, C);
+    check_launch("embedding_backward(wpe)");
+  }
 }
 
 void add_bias(float* out, const float* bias, int N, int C) {

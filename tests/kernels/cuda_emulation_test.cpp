@@ -59,6 +59,18 @@ TEST(CudaEmulation, EmbeddingForwardAndBackward) {
   expect_close(eout, out, 0, "embedding_forward");
   expect_close(edwte, dwte, 1e-6, "embedding_backward dwte");
   expect_close(edwpe, dwpe, 1e-6, "embedding_backward dwpe");
+  // Either gradient may be null (a vocab-parallel embedding writes them in two calls): the other
+  // takes the same sums, on both devices.
+  std::vector<float> only_wte(V * C, 0.5f), only_wpe(T * C, -0.5f);
+  std::vector<float> eonly_wte(V * C, 0.5f), eonly_wpe(T * C, -0.5f);
+  ops::embedding_backward(only_wte.data(), nullptr, dout.data(), tok.data(), B, T, C);
+  ops::embedding_backward(nullptr, only_wpe.data(), dout.data(), tok.data(), B, T, C);
+  launch::embedding_backward(eonly_wte.data(), nullptr, dout.data(), tok.data(), B, T, C);
+  launch::embedding_backward(nullptr, eonly_wpe.data(), dout.data(), tok.data(), B, T, C);
+  expect_close(only_wte, dwte, 0, "embedding_backward dwte alone");
+  expect_close(only_wpe, dwpe, 0, "embedding_backward dwpe alone");
+  expect_close(eonly_wte, dwte, 1e-6, "emulated embedding_backward dwte alone");
+  expect_close(eonly_wpe, dwpe, 1e-6, "emulated embedding_backward dwpe alone");
 }
 
 TEST(CudaEmulation, LayerNormForwardAndBackward) {

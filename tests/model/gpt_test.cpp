@@ -137,7 +137,8 @@ TEST(Layout, InvalidLayoutsNameTheSizes) {
   EXPECT_EQ(msg({4, 1, 3, 1, 0}),
             "invalid layout: dp 1 x tp 3 x pp 1 = 3 ranks, but the world has 4");
   EXPECT_EQ(msg({3, 1, 3, 1, 0}),
-            "invalid layout: tensor-parallel size 3 does not divide the number of heads 4");
+            "num_attention_heads (4) must be a multiple of tensor_model_parallel_size (3). "
+            "(invalid layout: topology.tp allowed for 4 heads: 1, 2, 4)");
   EXPECT_EQ(msg({2, 1, 1, 2, 0}), "ok");
   EXPECT_EQ(msg({4, 1, 1, 4, 0}),
             "invalid layout: pipeline-parallel size 4 does not divide the 2 layers");

@@ -213,13 +213,13 @@ nlohmann::json manifest_of(const GptConfig& c, const std::string& prefix) {
             {"heads", c.heads},
             {"seq_len", c.seq_len},
             {"seed", c.seed}}},
-          {"state_dict", train::state_dict_json(c, prefix)}};
+          {"state_dict", train::state_dict_json(c, 1, prefix)}};
 }
 
 TEST(StateDict, StrippingAPrefixNoKeyHasIsAConfigErrorNamingTheOption) {
   const auto m = manifest_of(tiny(1), "module.");
   try {
-    train::load_named("ck", m, tiny(1), "_orig_mod.", true, "workload.checkpoint.strip_prefix");
+    train::load_named("ck", m, tiny(1), 1, "_orig_mod.", true, "workload.checkpoint.strip_prefix");
     ADD_FAILURE();
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
@@ -227,14 +227,14 @@ TEST(StateDict, StrippingAPrefixNoKeyHasIsAConfigErrorNamingTheOption) {
                  "starts with it (its first key is 'module.wte.weight'); allowed: empty, or a "
                  "prefix its keys have");
   }
-  const auto ok = train::load_named("ck", m, tiny(1), "module.", true, "opt");
+  const auto ok = train::load_named("ck", m, tiny(1), 1, "module.", true, "opt");
   EXPECT_TRUE(ok.keys.all_matched());
   EXPECT_EQ(ok.source.at("blocks.0.mlp.fc.bias"), "blocks.0.mlp.fc.bias");
 }
 
 TEST(StateDict, ANonStrictLoadTakesEachMatchingTensorFromTheCheckpointsOwnName) {
   const auto m = manifest_of(tiny(1), "");
-  const auto r = train::load_named("ck", m, tiny(2), "", false, "opt");
+  const auto r = train::load_named("ck", m, tiny(2), 1, "", false, "opt");
   EXPECT_EQ(r.keys.missing.size(), 12u);
   EXPECT_EQ(r.source.size(), gpt_state_dict(tiny(1)).size());
   EXPECT_EQ(r.source.count("blocks.1.ln_1.weight"), 0u);
@@ -279,7 +279,7 @@ TEST(StateDict, ANonStrictLoadCopiesEachMatchingTensorByNameAndLeavesTheRest) {
   std::filesystem::remove_all(dir);
   const GptConfig small = tiny(1), big = tiny(2);
   const auto m = write_checkpoint(dir, small);
-  const auto named = train::load_named(dir.string(), m, big, "", false, "opt");
+  const auto named = train::load_named(dir.string(), m, big, 1, "", false, "opt");
   ASSERT_EQ(named.keys.missing.size(), 12u);
   const ParamLayout to(big, 1, 0, 1, 0), from(small, 1, 0, 1, 0);
   std::vector<float> p(to.total(), -7.0f), a(to.total(), -7.0f), v(to.total(), -7.0f);

@@ -112,25 +112,14 @@ std::unique_ptr<StageActs> GptStage::forward(ParamAccess& pa, const int32_t* tok
                                              const float* x_in, const int32_t* targets, int B,
                                              int T) {
   if (T > cfg_.seq_len) raise("sequence length {} exceeds the model's context {}", T, cfg_.seq_len);
-  const int C = cfg_.d_model, V = cfg_.vocab, N = B * T;
+  const int C = cfg_.d_model, N = B * T;
   const auto& groups = layout_.groups();
   auto a = std::make_unique<StageActs>();
   a->B = B;
   a->T = T;
   a->input = alloc({B, T, C}, "act.input");
   if (layout_.has_embedding()) {
-    a->tokens.assign(tokens, tokens + N);
-    for (int i = 0; i < N; ++i) {
-      if (tokens[i] < 0 || tokens[i] >= V) {
-        raise("token id {} at position {} is outside the vocabulary (size {})", tokens[i], i, V);
-      }
-    }
-    a->tokens_dev = upload(tokens, N, "act.tokens");
-    auto* P = const_cast<float*>(pa.acquire(0, false));
-    ops::embedding_forward(a->input.f32(), a->tokens_dev.data<int32_t>(), layout_.find(P, "wte", 0),
-                           layout_.find(P, "wpe", 0), B, T, C);
-    rnd(a->input);
-    pa.release(0, false);
+    embed_forward(*a, pa, tokens);
   } else {
     ops::copy(a->input.f32(), x_in, static_cast<size_t>(N) * C);
   }
@@ -150,31 +139,7 @@ std::unique_ptr<StageActs> GptStage::forward(ParamAccess& pa, const int32_t* tok
     }
     x = L.res3.f32();
   }
-  if (layout_.has_head()) {
-    a->targets.assign(targets, targets + N);
-    a->targets_dev = upload(targets, N, "act.targets");
-    a->lnf = alloc({N, C}, "act.lnf");
-    a->lnf_mean = alloc({N}, "act.lnf.mean");
-    a->lnf_rstd = alloc({N}, "act.lnf.rstd");
-    const size_t base = groups[static_cast<size_t>(head_group())].lo;
-    auto* P = const_cast<float*>(pa.acquire(head_group(), false));
-    ops::layernorm_forward(a->lnf.f32(), a->lnf_mean.f32(), a->lnf_rstd.f32(), x,
-                           layout_.find(P, "lnf.weight", base), layout_.find(P, "lnf.bias", base),
-                           N, C);
-    rnd(a->lnf);
-    a->probs = alloc({N, V}, "act.logits");
-    ops::linear_forward(a->probs.f32(), a->lnf.f32(), layout_.find(P, "lm_head.weight", base),
-                        nullptr, N, C, V);
-    rnd(a->probs);  // the logits, in the activation format; softmax and loss run in fp32
-    pa.release(head_group(), false);
-    a->losses = alloc({N}, "act.losses");
-    // In place: logits -> probabilities (the logits are not needed again).
-    ops::softmax_cross_entropy_forward(a->losses.f32(), a->probs.f32(), a->probs.f32(),
-                                       a->targets_dev.data<int32_t>(), N, V);
-    const double sum =
-        ops::loss_sum(a->losses.f32(), a->targets_dev.data<int32_t>(), N, &a->valid_targets);
-    a->loss = a->valid_targets ? static_cast<float>(sum / a->valid_targets) : 0.0f;
-  }
+  if (layout_.has_head()) head_forward(*a, pa, x, targets);
   return a;
 }
 
@@ -182,34 +147,6 @@ void GptStage::backward(StageActs& a, const float* params, float* grads, float d
                         const float* dx_out, float* dx_in) {
   FlatParams flat(layout_, params, grads);
   backward(a, flat, dloss, dx_out, dx_in);
-}
-
-void GptStage::head_backward(StageActs& a, ParamAccess& pa, float dloss, Tensor& dx) {
-  const int C = cfg_.d_model, V = cfg_.vocab, N = a.B * a.T;
-  const int hg = head_group();
-  const size_t base = layout_.groups()[static_cast<size_t>(hg)].lo;
-  auto* P = const_cast<float*>(pa.acquire(hg, true));
-  float* grads = pa.grads(hg);
-  Tensor dlogits = alloc({N, V}, "grad.act.logits");
-  const float per_token = a.valid_targets ? dloss / static_cast<float>(a.valid_targets) : 0.0f;
-  ops::softmax_cross_entropy_backward(dlogits.f32(), a.probs.f32(), a.targets_dev.data<int32_t>(),
-                                      per_token, N, V);
-  rnd(dlogits);
-  Tensor dlnf = alloc({N, C}, "grad.act.lnf");
-  ops::linear_backward(dlnf.f32(), layout_.find(grads, "lm_head.weight", base), nullptr,
-                       dlogits.f32(), a.lnf.f32(), layout_.find(P, "lm_head.weight", base), N, C,
-                       V);
-  rnd(dlnf);
-  const float* x_last = a.output();
-  ops::layernorm_backward(dx.f32(), layout_.find(grads, "lnf.weight", base),
-                          layout_.find(grads, "lnf.bias", base), dlnf.f32(), x_last,
-                          layout_.find(P, "lnf.weight", base), a.lnf_mean.f32(), a.lnf_rstd.f32(),
-                          N, C);
-  rnd(dx);
-  round_grads(grads, "lm_head.", base);
-  round_grads(grads, "lnf.", base);
-  pa.release(hg, true);
-  pa.grads_done(hg);
 }
 
 void GptStage::block_backward(StageActs& a, ParamAccess& pa, int li, Tensor& dx) {
@@ -274,14 +211,7 @@ void GptStage::backward(StageActs& a, ParamAccess& pa, float dloss, const float*
     ops::copy(dx.f32(), dx_out, static_cast<size_t>(N) * C);
   }
   for (int li = layout_.num_layers() - 1; li >= 0; --li) block_backward(a, pa, li, dx);
-  if (layout_.has_embedding()) {
-    float* grads = pa.grads(0);
-    ops::embedding_backward(layout_.find(grads, "wte", 0), layout_.find(grads, "wpe", 0), dx.f32(),
-                            a.tokens_dev.data<int32_t>(), B, T, C);
-    round_grads(grads, "wte", 0);
-    round_grads(grads, "wpe", 0);
-    pa.grads_done(0);
-  }
+  if (layout_.has_embedding()) embed_backward(a, pa, dx);
   if (dx_in) ops::copy(dx_in, dx.f32(), static_cast<size_t>(N) * C);
 }
 

@@ -1,9 +1,13 @@
 // One pipeline stage of a GPT-style decoder, tensor-parallel Megatron-style: q/k/v and the MLP's
 // first linear are column-parallel, the attention and MLP output projections are row-parallel
-// and followed by an all-reduce over the TP group (with its conjugate in backward). Embeddings,
-// layer norms and the (untied) LM head are replicated across TP ranks. Activations of each
-// micro-batch are tensors charged to the rank's memory accountant, so a micro-batch too large
-// for the budget fails with the real out-of-memory error at the allocation that exceeds it.
+// and followed by an all-reduce over the TP group (with its conjugate in backward). Layer norms
+// are replicated across TP ranks; wte and the LM head are replicated too, or (vocab_parallel)
+// split by vocabulary rows as Megatron's VocabParallelEmbedding and column-parallel head, with the
+// head's logits sharded (a vocab-parallel cross entropy) or all-gathered (parallel_output false).
+// Under tied embeddings the head multiplies by wte itself (docs/workloads.md#structure).
+// Activations of each micro-batch are tensors charged to the rank's memory accountant, so a
+// micro-batch too large for the budget fails with the real out-of-memory error at the allocation
+// that exceeds it.
 #pragma once
 
 #include <memory>
@@ -27,8 +31,14 @@ struct StageActs {
   Tensor tokens_dev, targets_dev;        // [B*T] int32 on the stage's device
   Tensor input;  // [B, T, C]: the embedding output (first stage) or the received activation
   std::vector<LayerActs> layers;
+  // Vocab-parallel embedding: the positions whose token lies in another TP rank's rows (their
+  // embedding rows are zero here; the all-reduce brings them), and tokens_dev holds local rows.
+  std::vector<int32_t> foreign;
   Tensor lnf, lnf_mean, lnf_rstd, probs, losses;  // last stage only
-  float loss = 0;                                 // mean over valid targets (last stage)
+  // probs holds this TP rank's slice of the (padded) vocabulary [N, V/tp] (vocab_parallel with
+  // parallel_output), else the whole of it [N, V].
+  bool sharded_probs = false;
+  float loss = 0;  // mean over valid targets (last stage)
   int valid_targets = 0;
   const float* output() const;  // [B, T, C] for the next stage
 };
@@ -105,6 +115,28 @@ class GptStage {
   // An int32 tensor on the stage's device holding `n` host values.
   Tensor upload(const int32_t* host, int n, const std::string& what);
   void tp_all_reduce(float* data, size_t n);
+  // Whether wte and the head are split by vocabulary rows over more than one TP rank.
+  bool vocab_split() const { return layout_.local_vocab() != layout_.vocab_rows(); }
+  // The embedding's forward into a.input and its backward from the residual gradient dx.
+  void embed_forward(StageActs& a, ParamAccess& pa, const int32_t* tokens);
+  void embed_backward(StageActs& a, ParamAccess& pa, Tensor& dx);
+  // The head: final layer norm, the LM head's logits (this rank's slice, or gathered), the loss.
+  void head_forward(StageActs& a, ParamAccess& pa, const float* x, const int32_t* targets);
+  // The values of the head's weight and where its gradients go, from group hg's buffers (or the
+  // embedding group's under tied embeddings); release_head_weight after.
+  const float* head_weight(ParamAccess& pa, const float* head_params, bool backward);
+  float* head_weight_grad(ParamAccess& pa, float* head_grads);
+  void release_head_weight(ParamAccess& pa, bool backward);
+  // Megatron's _VocabParallelCrossEntropy over the sharded logits in a.probs: the row maximum,
+  // the sum of exponentials and the target's logit all-reduced over TP; a.probs becomes this
+  // rank's slice of the softmax and a.losses the per-token loss. Host arithmetic.
+  void vocab_parallel_cross_entropy(StageActs& a);
+  // d(loss)/d(logits) of this rank's slice: (softmax - onehot(target)) x per_token.
+  void vocab_parallel_cross_entropy_backward(StageActs& a, float per_token, Tensor& dlogits);
+  // The TP ranks' logit slices [N, V/tp] put side by side into [N, V] (all-gather over TP), and
+  // this rank's columns of a full [N, V] gradient back out.
+  Tensor gather_logits(const Tensor& local, int N);
+  void take_local_columns(const Tensor& full, Tensor& local, int N);
   // One block's forward from input x, filling L.
   void block_forward(LayerActs& L, const float* x, const BlockParams& w, int l, int B, int T);
   // The backward of the head (final layer norm, LM head, loss) into the residual gradient `dx`.

@@ -19,12 +19,16 @@ float counter_normal(uint64_t seed, const std::string& name, int64_t index) {
 
 ParamLayout::ParamLayout(const GptConfig& cfg, int tp, int tp_rank, int pp, int stage)
     : cfg_(cfg), tp_(tp), tp_rank_(tp_rank), pp_(pp), stage_(stage) {
-  const int64_t C = cfg.d_model, V = cfg.vocab, T = cfg.seq_len;
+  const int64_t C = cfg.d_model, T = cfg.seq_len;
   num_layers_ = cfg.layers / pp;
   first_layer_ = stage * num_layers_;
+  vocab_rows_ = padded_vocab(cfg, tp);
+  local_vocab_ = vocab_rows_ / vocab_shards(cfg, tp);
+  vocab_begin_ = cfg.structure.vocab_parallel ? tp_rank * local_vocab_ : 0;
+  const Split vocab_split = cfg.structure.vocab_parallel ? Split::kRows : Split::kReplicated;
   const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg.layers));
   if (has_embedding()) {
-    add("wte", V, C, Split::kReplicated, Init::kNormal, 0.02f);
+    add("wte", vocab_rows_, C, vocab_split, Init::kNormal, 0.02f);
     add("wpe", T, C, Split::kReplicated, Init::kNormal, 0.01f);
     groups_.push_back({0, total_, -1});
   }
@@ -45,18 +49,32 @@ ParamLayout::ParamLayout(const GptConfig& cfg, int tp, int tp_rank, int pp, int 
     add(p + "mlp.proj.bias", 1, C, Split::kReplicated, Init::kZeros, 0);
     groups_.push_back({group_lo, total_, l});
   }
-  if (has_head()) {
-    const size_t group_lo = total_;
-    add("lnf.weight", 1, C, Split::kReplicated, Init::kOnes, 0);
-    add("lnf.bias", 1, C, Split::kReplicated, Init::kZeros, 0);
-    add("lm_head.weight", V, C, Split::kReplicated, Init::kNormal, 0.02f);
-    groups_.push_back({group_lo, total_, -2});
+  if (has_head()) add_head();
+}
+
+void ParamLayout::add_head() {
+  const size_t group_lo = total_;
+  const int64_t C = cfg_.d_model;
+  const Split vocab_split = cfg_.structure.vocab_parallel ? Split::kRows : Split::kReplicated;
+  add("lnf.weight", 1, C, Split::kReplicated, Init::kOnes, 0);
+  add("lnf.bias", 1, C, Split::kReplicated, Init::kZeros, 0);
+  if (!cfg_.structure.tie_embeddings) {
+    add("lm_head.weight", vocab_rows_, C, vocab_split, Init::kNormal, 0.02f);
+  } else if (has_embedding()) {
+    head_weight_ = "wte";  // one tensor: the head reads the embedding's
+  } else {
+    // Megatron's word_embeddings_for_head: the last stage's copy of wte, kept equal to it by
+    // summing the two gradients over the embedding group (first and last stage).
+    add("lm_head.weight", vocab_rows_, C, vocab_split, Init::kNormal, 0.02f);
+    specs_.back().init_name = "wte";
+    specs_.back().shared = true;
   }
+  groups_.push_back({group_lo, total_, -2});
 }
 
 void ParamLayout::add(std::string name, int64_t rows, int64_t cols, Split split, Init init,
                       float stddev) {
-  ParamSpec s{std::move(name), rows, cols, split, init, stddev, rows, cols, total_};
+  ParamSpec s{std::move(name), rows, cols, split, init, stddev, rows, cols, total_, {}, false};
   if (split == Split::kRows || split == Split::kQkvRows) s.local_rows = rows / tp_;
   if (split == Split::kCols) s.local_cols = cols / tp_;
   total_ += s.numel();
@@ -114,7 +132,10 @@ void ParamLayout::initialize_range(float* out, size_t lo, size_t hi, uint64_t se
       const int64_t r = k / s.local_cols, c = k % s.local_cols;
       float v = 0.0f;
       if (s.init == Init::kOnes) v = 1.0f;
-      if (s.init == Init::kNormal) v = s.stddev * counter_normal(seed, s.name, full_index(s, r, c));
+      if (s.init == Init::kNormal) {
+        const std::string& key = s.init_name.empty() ? s.name : s.init_name;
+        v = s.stddev * counter_normal(seed, key, full_index(s, r, c));
+      }
       out[i - lo] = v;
     }
   }

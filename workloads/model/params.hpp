@@ -32,6 +32,12 @@ struct ParamSpec {
   int64_t local_rows = 1;  // this rank's shard
   int64_t local_cols = 1;
   size_t offset = 0;  // into the flat buffer
+  // The name whose values initialise it (empty: its own): the last stage's copy of a tied wte
+  // starts from wte's values, as Megatron's first all-reduce over the embedding group makes it.
+  std::string init_name;
+  // A copy of another stage's parameter (the tied head's wte on the last stage, Megatron's
+  // param.shared): its gradient is summed with the original's, and the norm counts it once.
+  bool shared = false;
   size_t numel() const { return static_cast<size_t>(local_rows * local_cols); }
 };
 
@@ -62,6 +68,15 @@ class ParamLayout {
   int num_layers() const { return num_layers_; }
   bool has_embedding() const { return stage_ == 0; }
   bool has_head() const { return stage_ == pp_ - 1; }
+  // Rows of wte and lm_head (the padded vocabulary) and this rank's first row of them.
+  int64_t vocab_rows() const { return vocab_rows_; }
+  int64_t vocab_begin() const { return vocab_begin_; }
+  int64_t local_vocab() const { return local_vocab_; }
+  // The parameter the LM head multiplies by: "lm_head.weight", or under tied embeddings "wte"
+  // (on a stage that holds it) or the last stage's copy of it, "lm_head.weight" (shared).
+  const std::string& head_weight() const { return head_weight_; }
+  // Whether the head's weight lives in the embedding group (tied, one stage).
+  bool head_reads_embedding() const { return head_weight_ == "wte"; }
 
   // Fills `flat` (size total()) with the initial values of this shard.
   void initialize(float* flat, uint64_t seed) const;
@@ -83,7 +98,10 @@ class ParamLayout {
 
  private:
   void add(std::string name, int64_t rows, int64_t cols, Split split, Init init, float stddev);
+  void add_head();
   GptConfig cfg_;
+  int64_t vocab_rows_ = 0, vocab_begin_ = 0, local_vocab_ = 0;
+  std::string head_weight_ = "lm_head.weight";
   int tp_, tp_rank_, pp_, stage_;
   int first_layer_ = 0, num_layers_ = 0;
   std::vector<ParamSpec> specs_;

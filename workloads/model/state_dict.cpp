@@ -77,8 +77,8 @@ std::string python_list(const std::vector<std::string>& keys) {
 
 }  // namespace
 
-std::vector<TensorKey> gpt_state_dict(const GptConfig& cfg) {
-  const int64_t C = cfg.d_model, V = cfg.vocab, T = cfg.seq_len;
+std::vector<TensorKey> gpt_state_dict(const GptConfig& cfg, int tp) {
+  const int64_t C = cfg.d_model, V = padded_vocab(cfg, tp), T = cfg.seq_len;
   std::vector<TensorKey> out = {{"wte.weight", {V, C}}, {"wpe.weight", {T, C}}};
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = fmt::format("blocks.{}.", l);
@@ -99,6 +99,22 @@ std::vector<TensorKey> gpt_state_dict(const GptConfig& cfg) {
   out.push_back({"ln_f.weight", {C}});
   out.push_back({"ln_f.bias", {C}});
   out.push_back({"lm_head.weight", {V, C}});
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> tied_aliases(const GptConfig& cfg) {
+  if (!cfg.structure.tie_embeddings) return {};
+  return {{"lm_head.weight", "wte.weight"}};
+}
+
+std::vector<TensorKey> without_aliases(const std::vector<TensorKey>& keys, const GptConfig& cfg) {
+  std::vector<TensorKey> out;
+  const auto aliases = tied_aliases(cfg);
+  for (auto& k : keys) {
+    const bool alias =
+        std::any_of(aliases.begin(), aliases.end(), [&](auto& a) { return a.first == k.name; });
+    if (!alias) out.push_back(k);
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "workloads/model/config.hpp"
@@ -19,8 +20,17 @@ struct TensorKey {
 };
 
 // The whole model's keys and shapes in registration order: wte, wpe, blocks.<l>.{ln_1, attn.qkv,
-// attn.proj, ln_2, mlp.fc, mlp.proj}, ln_f, lm_head. Biases and layer norms are 1-D.
-std::vector<TensorKey> gpt_state_dict(const GptConfig& cfg);
+// attn.proj, ln_2, mlp.fc, mlp.proj}, ln_f, lm_head. Biases and layer norms are 1-D. wte and
+// lm_head have the padded vocabulary's rows at TP size `tp` (padded_vocab). Under tied embeddings
+// lm_head.weight is still listed: torch's state_dict() names a shared parameter under every
+// module that holds it (tied_aliases says which key is whose).
+std::vector<TensorKey> gpt_state_dict(const GptConfig& cfg, int tp = 1);
+// The keys that name another key's tensor, alias -> original: {"lm_head.weight", "wte.weight"}
+// under tied embeddings, none otherwise.
+std::vector<std::pair<std::string, std::string>> tied_aliases(const GptConfig& cfg);
+// The keys a save writes without the aliases (what safetensors' save_model and Hugging Face's
+// save_pretrained keep of shared tensors): gpt_state_dict less tied_aliases.
+std::vector<TensorKey> without_aliases(const std::vector<TensorKey>& keys, const GptConfig& cfg);
 // The state-dict key of a ParamLayout parameter: "h3.ln1.weight" -> "blocks.3.ln_1.weight",
 // "wte" -> "wte.weight", "lnf.bias" -> "ln_f.bias".
 std::string state_dict_key(const std::string& param_name);

@@ -414,6 +414,26 @@ void ZeroEngine::finish_gradients() {
   }
 }
 
+void ZeroEngine::sum_grads_over(comm::Communicator& group, size_t lo, size_t n) {
+  if (cfg_.stage >= 2) {
+    raise<ConfigError>(
+        "ZeRO stage {} keeps a partition of the gradients; the tied embedding's gradients are "
+        "summed over the embedding group at stages 0-1 only",
+        cfg_.stage);
+  }
+  Tensor zeros;
+  void* data = nullptr;
+  if (lo == kNoElements) {
+    zeros = Tensor::zeros({static_cast<int64_t>(n)}, store(), "buffer.embedding_grads", staging_);
+    data = zeros.raw();
+  } else {
+    if (lo + n > total_)
+      raise("ZeRO: gradient range [{}, {}) beyond {} elements", lo, lo + n, total_);
+    data = static_cast<char*>(grads_.raw()) + lo * store_bytes();
+  }
+  group.all_reduce(device_buffer(data, n, store()), comm::ReduceOp::kSum);
+}
+
 FlatSpan ZeroEngine::owned_grads() {
   const size_t lo = cfg_.stage < 2 ? 0 : lo_, hi = cfg_.stage < 2 ? total_ : hi_;
   if (!mixed_) return {grads_.f32(), lo, hi};

@@ -97,6 +97,12 @@ class ZeroEngine final : public model::ParamAccess {
   // After every micro-batch's backward: stage 0/1 all-reduce the full gradients bucket by bucket
   // (stage 2/3 reduced them during the backward).
   void finish_gradients();
+  // Stages 0-1, after finish_gradients: sums the gradients of elements [lo, lo + n) over `group`
+  // in their stored format (Megatron's all-reduce of the tied word embeddings' gradients over
+  // the embedding group). A rank of the group that holds no such elements passes
+  // lo == kNoElements and joins with n zeros.
+  static constexpr size_t kNoElements = static_cast<size_t>(-1);
+  void sum_grads_over(comm::Communicator& group, size_t lo, size_t n);
   // After a step: ZeRO-3 drops every gathered group (the parameters changed).
   void drop_gathered();
 

@@ -70,6 +70,16 @@ void check_compatible(const std::string& dir, const nlohmann::json& m,
         "{}, d_model {}, layers {}, heads {}, seq_len {})",
         dir, tensor, V, C, L, H, T);
   }
+  const model::Structure s = structure_from_manifest(m);
+  if (!(s == cfg.structure)) {
+    raise<CheckpointError>(
+        "checkpoint {} does not fit this model: its structure is tie_embeddings {}, "
+        "vocab_parallel {}, make_vocab_size_divisible_by {}, padded_vocab {}; this model's is {}, "
+        "{}, {}, {} (its shards hold another set of tensors)",
+        dir, s.tie_embeddings, s.vocab_parallel, s.divisible_by, s.padded_vocab,
+        cfg.structure.tie_embeddings, cfg.structure.vocab_parallel, cfg.structure.divisible_by,
+        cfg.structure.padded_vocab);
+  }
 }
 
 namespace {
@@ -413,40 +423,37 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
   auto all = all_gather_strings(*topo_.world, mine.dump());
   if (rank == 0) {
     auto s = scaler_.state();
-    nlohmann::json manifest = {{"format_version", written_format_version()},
-                               {"step", step_},
-                               {"model",
-                                {{"vocab", cfg_.model.vocab},
-                                 {"d_model", cfg_.model.d_model},
-                                 {"layers", cfg_.model.layers},
-                                 {"heads", cfg_.model.heads},
-                                 {"seq_len", cfg_.model.seq_len},
-                                 {"seed", cfg_.model.seed}}},
-                               {"layout",
-                                {{"world", topo_.layout.world},
-                                 {"dp", topo_.layout.dp},
-                                 {"tp", topo_.layout.tp},
-                                 {"pp", topo_.layout.pp},
-                                 {"zero", topo_.layout.zero}}},
-                               {"precision", dtype_name(cfg_.precision)},
-                               {"loss_scaler",
-                                {{"scale", s.scale},
-                                 {"good", s.good},
-                                 {"skipped", s.skipped},
-                                 {"hysteresis_left", s.hysteresis_left}}},
-                               // Every random choice is counter-based (keyed by seed and index), so
-                               // the seeds are the whole RNG state.
-                               {"rng",
-                                {{"kind", "counter-based"},
-                                 {"model_seed", cfg_.model.seed},
-                                 {"data_seed", cfg_.data_seed}}},
-                               {"data",
-                                {{"data_seed", cfg_.data_seed},
-                                 {"num_samples", cfg_.num_samples},
-                                 {"shuffle", cfg_.shuffle},
-                                 {"drop_last", cfg_.drop_last}}},
-                               {"state_dict", state_dict_json(cfg_.model, cfg_.save_key_prefix)},
-                               {"shards", nlohmann::json::array()}};
+    nlohmann::json manifest = {
+        {"format_version", written_format_version()},
+        {"step", step_},
+        {"model", model_json(cfg_.model)},
+        {"layout",
+         {{"world", topo_.layout.world},
+          {"dp", topo_.layout.dp},
+          {"tp", topo_.layout.tp},
+          {"pp", topo_.layout.pp},
+          {"zero", topo_.layout.zero}}},
+        {"precision", dtype_name(cfg_.precision)},
+        {"loss_scaler",
+         {{"scale", s.scale},
+          {"good", s.good},
+          {"skipped", s.skipped},
+          {"hysteresis_left", s.hysteresis_left}}},
+        // Every random choice is counter-based (keyed by seed and index), so
+        // the seeds are the whole RNG state.
+        {"rng",
+         {{"kind", "counter-based"},
+          {"model_seed", cfg_.model.seed},
+          {"data_seed", cfg_.data_seed}}},
+        {"data",
+         {{"data_seed", cfg_.data_seed},
+          {"num_samples", cfg_.num_samples},
+          {"shuffle", cfg_.shuffle},
+          {"drop_last", cfg_.drop_last}}},
+        {"state_dict", state_dict_json(cfg_.model, topo_.layout.tp, cfg_.save_key_prefix,
+                                       cfg_.save_aliases, cfg_.unpad_vocab)},
+        {"state_dict_unpadded", cfg_.unpad_vocab},
+        {"shards", nlohmann::json::array()}};
     for (auto& a : all) manifest["shards"].push_back(nlohmann::json::parse(a));
     write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest.dump(2));
     write_file_atomic((fs::path(save_dir) / "latest").string(), fmt::format("step_{}\n", step_));
@@ -509,10 +516,13 @@ void Trainer::load_checkpoint(const std::string& path) try {
   const std::string dir = resolve_checkpoint(path);
   const nlohmann::json m = read_manifest(dir);
   // model.load_state_dict(state_dict, strict): PyTorch's checks and words, by name.
-  const NamedLoad named = load_named(dir, m, cfg_.model, cfg_.strip_key_prefix, cfg_.load_strict,
-                                     "workload.checkpoint.strip_prefix (--strip-key-prefix)");
+  const NamedLoad named =
+      load_named(dir, m, cfg_.model, topo_.layout.tp, cfg_.strip_key_prefix, cfg_.load_strict,
+                 "workload.checkpoint.strip_prefix (--strip-key-prefix)");
   if (topo_.rank == 0) std::printf("# load_state_dict: %s\n", named.keys.repr().c_str());
-  if (named.keys.all_matched()) check_compatible(dir, m, cfg_.model);
+  // Same keys but another structure (tied or not): the tensors load by name, as in PyTorch.
+  const bool same_structure = structure_from_manifest(m) == cfg_.model.structure;
+  if (named.keys.all_matched() && same_structure) check_compatible(dir, m, cfg_.model);
   const auto& l = m.at("layout");
   nlohmann::json here = {{"world", topo_.layout.world},
                          {"dp", topo_.layout.dp},
@@ -537,7 +547,7 @@ void Trainer::load_checkpoint(const std::string& path) try {
   }
   if (!entry)
     raise<CheckpointError>("checkpoint {}: the manifest lists no shard for rank {}", dir, rank);
-  if (!named.keys.all_matched()) {
+  if (!named.keys.all_matched() || !same_structure) {
     restore_named(dir, m, named);
   } else {
     restore_shard(dir, *entry);

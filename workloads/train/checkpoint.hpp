@@ -98,8 +98,18 @@ ModelShardState reassemble_model_shard(const std::string& dir, const nlohmann::j
 // ---------------------------------------------------------------------------------------------
 // Named state dicts (checkpoint_state_dict.cpp, docs/workloads.md#state-dicts).
 
-// The manifest's "state_dict": every key as written (with the saver's prefix) and its shape.
-nlohmann::json state_dict_json(const model::GptConfig& cfg, const std::string& prefix);
+// The manifest's "model": sizes, seed and structure (tied embeddings, vocabulary padding), and the
+// model a manifest describes (a manifest written before "structure" existed: the defaults).
+nlohmann::json model_json(const model::GptConfig& cfg);
+model::GptConfig model_from_manifest(const nlohmann::json& manifest);
+model::Structure structure_from_manifest(const nlohmann::json& manifest);
+// The manifest's "state_dict": every key as written (with the saver's prefix) and its shape, at
+// TP size `tp` (the padded vocabulary's rows). `aliases` false leaves out the keys that name a
+// tied tensor again (lm_head.weight), as safetensors and save_pretrained do; `unpadded` lists wte
+// and lm_head with the vocabulary's own rows (a save that gathers them and strips the padding, as
+// Colossal-AI's does; the manifest then says "state_dict_unpadded").
+nlohmann::json state_dict_json(const model::GptConfig& cfg, int tp, const std::string& prefix,
+                               bool aliases = true, bool unpadded = false);
 // The keys a checkpoint holds: its manifest's "state_dict", or (a checkpoint written before
 // manifests had one) its model's own keys.
 std::vector<model::TensorKey> checkpoint_state_dict(const std::string& dir,
@@ -111,15 +121,18 @@ struct NamedLoad {
   model::IncompatibleKeys keys;
   std::map<std::string, std::string> source;  // model key -> checkpoint model's key
 };
-// load_state_dict(checkpoint keys with `strip_prefix` consumed, strict) against the model `cfg`:
+// load_state_dict(checkpoint keys with `strip_prefix` consumed, strict) against the model `cfg` at
+// TP size `tp`:
 // PyTorch's error as a CheckpointError, or what loads from where. A `strip_prefix` no key
 // starts with is a ConfigError naming `strip_option`.
 NamedLoad load_named(const std::string& dir, const nlohmann::json& manifest,
-                     const model::GptConfig& cfg, const std::string& strip_prefix, bool strict,
-                     const std::string& strip_option);
+                     const model::GptConfig& cfg, int tp, const std::string& strip_prefix,
+                     bool strict, const std::string& strip_option);
 
 // Copies the loaded tensors' values from the checkpoint into this rank's slice [lo, lo+count) of
-// its model shard's flat layout `into` (parameters, or a moment with `section`), by name.
+// its model shard's flat layout `into` (parameters, or a moment with `section`), by name. wte and
+// lm_head copy by row of the whole tensor, so they load across another vocabulary split or
+// padding (rows the checkpoint lacks keep their values, rows beyond this model are dropped).
 struct NamedSlice {
   float* data;
   size_t lo, count;

@@ -30,12 +30,6 @@ void verify_all(const std::string& dir, const nlohmann::json& m) {
   for (auto& e : m.at("shards")) read_verified_shard(dir, e);
 }
 
-model::GptConfig model_of(const nlohmann::json& m) {
-  const auto& j = m.at("model");
-  return {j.at("vocab").get<int>(), j.at("d_model").get<int>(), j.at("layers").get<int>(),
-          j.at("heads").get<int>(), j.at("seq_len").get<int>(), j.at("seed").get<uint64_t>()};
-}
-
 int inspect(const std::string& path) {
   const std::string dir = resolve_checkpoint(path);
   auto m = read_manifest(dir);
@@ -60,7 +54,7 @@ int digest(const std::string& path) {
   const std::string dir = resolve_checkpoint(path);
   auto m = read_manifest(dir);
   auto& l = m.at("layout");
-  const auto cfg = model_of(m);
+  const auto cfg = model_from_manifest(m);
   for (int pp = 0; pp < l.at("pp").get<int>(); ++pp) {
     for (int tp = 0; tp < l.at("tp").get<int>(); ++tp) {
       model::ParamLayout pl(cfg, l.at("tp"), tp, l.at("pp"), pp);
@@ -98,7 +92,7 @@ int reshard(const std::string& in, const std::string& out, int new_dp) {
   if (zero > 0 && new_dp == 1) {
     raise<ConfigError>("cannot reshard a ZeRO-{} checkpoint to dp 1: ZeRO needs dp > 1", zero);
   }
-  const auto cfg = model_of(m);
+  const auto cfg = model_from_manifest(m);
   const std::string step_dir = (fs::path(out) / fs::path(dir).filename()).string();
   fs::create_directories(step_dir);
   nlohmann::json manifest = m;

@@ -75,6 +75,31 @@ void data_options(worker::Options& o, TrainArgs& a) {
              "activations");
 }
 
+// The model's structure (docs/workloads.md#structure): tied embeddings, vocab-parallel wte and
+// head with Megatron's vocabulary padding, and the head's output.
+void structure_options(worker::Options& o, TrainArgs& a) {
+  auto& s = a.structure;
+  o.section("workload.structure", "How the vocabulary's two matrices are built and split");
+  o.add("workload.structure.tie_embeddings", "--tie-embeddings", s.tie_embeddings,
+        "One tensor for wte and the LM head (the state dict lists it as wte.weight and its alias "
+        "lm_head.weight); over pipeline stages the last stage holds a copy whose gradients are "
+        "summed with wte's over the embedding group");
+  o.add("workload.structure.vocab_parallel", "--vocab-parallel", s.vocab_parallel,
+        "Split wte and the LM head by vocabulary rows over the TP ranks (Megatron's "
+        "VocabParallelEmbedding and column-parallel head)");
+  o.add("workload.structure.make_vocab_size_divisible_by", "--make-vocab-size-divisible-by",
+        s.divisible_by,
+        "Pad the vocabulary to a multiple of this x the vocabulary shards (TP size under "
+        "vocab_parallel), as Megatron's _vocab_size_with_padding")
+      .range(1, 1 << 20);
+  o.add("workload.structure.padded_vocab", "--padded-vocab-size", s.padded_vocab,
+        "The padded vocabulary size itself (as a checkpoint's args carry it); 0: computed")
+      .range(0, 1 << 24);
+  o.add("workload.structure.parallel_output", "--parallel-output", s.parallel_output,
+        "vocab_parallel: keep the logits sharded over TP (vocab-parallel cross entropy); false "
+        "all-gathers the full [tokens, vocab] logits on every TP rank first");
+}
+
 void zero_options(worker::Options& o, TrainArgs& a) {
   auto& c = a.cfg;
   o.section("workload.zero", "ZeRO knobs (topology.zero picks the stage)");
@@ -111,6 +136,12 @@ void zero_options(worker::Options& o, TrainArgs& a) {
   o.add("workload.checkpoint.strict", "--load-strict", c.load_strict,
         "load_state_dict(strict): missing or unexpected keys fail the load; false loads the keys "
         "that match and reports the rest");
+  o.add("workload.checkpoint.unpad_vocab", "--unpad-vocab", c.unpad_vocab,
+        "A save lists wte and lm_head with the vocabulary's own rows, the padding stripped after "
+        "gathering them (Colossal-AI's save); false keeps the padded rows, as Megatron's do");
+  o.add("workload.checkpoint.save_aliases", "--save-aliases", c.save_aliases,
+        "A save lists a tied tensor under every name, as torch's state_dict() does; false writes "
+        "it once (safetensors' save_model, save_pretrained), without lm_head.weight");
   o.section("workload.eval_data", "Evaluation set (eval_every > 0)");
   o.add("workload.eval_data.samples", "--eval-samples", c.eval_samples,
         "Evaluation set size (0: 2 full micro-batches per data-parallel rank)")
@@ -136,7 +167,8 @@ void command_line_options(CLI::App& app, TrainArgs& a) {
   app.add_flag("--broadcast-init", c.broadcast_init,
                "Broadcast data-parallel rank 0's initial weights to its replicas");
   app.add_option("--check-replicas-every", c.check_replicas_every,
-                 "Compare parameter hashes across data-parallel replicas every N steps");
+                 "Compare parameter hashes across data-parallel replicas (and a tied embedding "
+                 "with its last-stage copy) every N steps");
   app.add_flag("--consecutive-hysteresis", c.loss_scale.consecutive_hysteresis,
                "Restore the hysteresis after every clean step (not only when the scale grows)");
   app.add_option("--eval-batches", c.eval_batches, "Micro-batches per evaluation");
@@ -165,12 +197,14 @@ void declare_train_options(worker::Runtime& rt, TrainArgs& a) {
   optimizer_options(rt.options(), a);
   data_options(rt.options(), a);
   zero_options(rt.options(), a);
+  structure_options(rt.options(), a);
   command_line_options(rt.app(), a);
 }
 
 void finish_train_options(const worker::Runtime& rt, TrainArgs& a) {
   a.cfg.skip_steps.insert(a.skip_batches.begin(), a.skip_batches.end());
   a.cfg.model = rt.model_config(a.vocab);
+  a.cfg.model.structure = a.structure;
   if (a.samples > 0) a.cfg.num_samples = a.samples;
   a.cfg.precision = *parse_dtype(a.precision);
 }

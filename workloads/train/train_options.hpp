@@ -16,6 +16,7 @@ struct TrainArgs {
   int64_t samples = 0;  // 0: cfg.num_samples as it is
   std::vector<int64_t> skip_batches;
   int vocab = 0;  // 0: the model's
+  model::Structure structure;
   bool checksum = false, memory_report = false, resume_scan = false;
 };
 

@@ -93,9 +93,11 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   stage_.set_activation_checkpointing(cfg_.activation_checkpointing);
   zero_.emplace(z, layout_, topo, acct_, MemoryAccountant::host(), staging_);
   total_ = zero_->total();
+  // Elements the gradient norm leaves out on this rank: those replicated across TP ranks (counted
+  // on TP rank 0 only), and a tied weight's copy on the last stage (counted on the first).
   std::vector<uint8_t> replicated(total_, 0);
   for (auto& s : layout_.specs()) {
-    if (s.split == model::Split::kReplicated) {
+    if (s.shared || (s.split == model::Split::kReplicated && topo.tp_rank != 0)) {
       std::fill_n(replicated.begin() + static_cast<long>(s.offset), s.numel(), 1);
     }
   }
@@ -178,6 +180,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
 
   const float local_loss = forward_backward(mbs, true);
   zero_->finish_gradients();
+  all_reduce_tied_embedding_grads();
   zero_->drop_gathered();
 
   // The gradients this rank is responsible for: all of them, or its ZeRO partition
@@ -197,7 +200,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   }
   // Global gradient norm (unscaled). Elements replicated across TP ranks count once; below
   // ZeRO-2 every data-parallel replica holds the same averaged gradients, so they count once too.
-  const uint8_t* skip = topo_.tp_rank != 0 ? replicated_.data<uint8_t>() + rlo : nullptr;
+  const uint8_t* skip = replicated_.data<uint8_t>() + rlo;
   double sq = ops::masked_sum_of_squares(g, skip, rhi - rlo, scale);
   topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
   if (zero < 2) sq /= dp;
@@ -349,7 +352,20 @@ std::vector<StepMetrics> Trainer::run() {
   return std::move(log.history);
 }
 
+void Trainer::all_reduce_tied_embedding_grads() {
+  if (!cfg_.model.structure.tie_embeddings || topo_.layout.pp == 1) return;
+  // The script's finalize-grads call: skipped, the two copies of the tied weight drift apart.
+  const auto v = FAULTLINE_FAULT_POINT(
+      "embedding.grads_all_reduce", (fault::SiteContext{step_, "pp", "embedding.grads_all_reduce",
+                                                        -1, nullptr, 0, DType::kF32, -1}));
+  if (v == fault::Verdict::kSkip) return;
+  const size_t n = static_cast<size_t>(layout_.local_vocab() * cfg_.model.d_model);
+  const char* name = topo_.first_stage() ? "wte" : topo_.last_stage() ? "lm_head.weight" : nullptr;
+  zero_->sum_grads_over(*topo_.pp, name ? layout_.spec(name).offset : zero_->kNoElements, n);
+}
+
 void Trainer::check_replicas() const {
+  check_tied_copies();
   const int dp = topo_.layout.dp;
   if (dp < 2) return;
   // ZeRO-3 replicas hold different partitions by design: compare the gathered model instead.
@@ -366,6 +382,29 @@ void Trainer::check_replicas() const {
           topo_.rank, step_, static_cast<uint64_t>(all[0]), r,
           static_cast<uint64_t>(all[static_cast<size_t>(r)]));
     }
+  }
+}
+
+void Trainer::check_tied_copies() const {
+  if (!cfg_.model.structure.tie_embeddings || topo_.layout.pp == 1) return;
+  // Stages 0-1 only (tied embeddings over stages): every rank holds its whole shard.
+  const std::vector<float> p = full_parameters();
+  const char* name = topo_.first_stage() ? "wte" : topo_.last_stage() ? "lm_head.weight" : nullptr;
+  int64_t mine = 0;
+  if (name) {
+    const model::ParamSpec& s = layout_.spec(name);
+    mine = static_cast<int64_t>(XXH64(p.data() + s.offset, s.numel() * sizeof(float), 0));
+  }
+  std::vector<int64_t> all(static_cast<size_t>(topo_.layout.pp));
+  topo_.pp->all_gather(host_buffer(&mine, 1, DType::kI64),
+                       host_buffer(all.data(), all.size(), DType::kI64));
+  if (all.front() != all.back()) {
+    raise(
+        "[rank {}] the tied word embeddings differ across pipeline stages at step {}: stage 0's "
+        "wte has xxh64 {:016x}, stage {}'s copy for the LM head has {:016x} (the embedding "
+        "group's all-reduce of their gradients keeps them equal)",
+        topo_.rank, step_, static_cast<uint64_t>(all.front()), topo_.layout.pp - 1,
+        static_cast<uint64_t>(all.back()));
   }
 }
 

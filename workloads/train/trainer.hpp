@@ -103,6 +103,12 @@ struct TrainConfig {
   // (consume_prefix_in_state_dict_if_present), and whether the load is strict.
   std::string save_key_prefix, strip_key_prefix;
   bool load_strict = true;
+  // Whether a save lists a tied tensor under its alias too (lm_head.weight), as torch's
+  // state_dict() does; false writes each tensor once, as safetensors' save_model does.
+  bool save_aliases = true;
+  // Whether a save strips the vocabulary padding from wte and lm_head (gathered, then unpadded,
+  // as Colossal-AI's checkpoint IO does) or keeps it (Megatron's checkpoints hold padded rows).
+  bool unpad_vocab = false;
   // Recovery knobs: steps whose batches are consumed without training on them (a bad batch),
   // and a loss scale reset to its initial value after resuming (a collapsed fp16 scaler).
   std::set<int64_t> skip_steps;
@@ -189,6 +195,13 @@ class Trainer {
   StepMetrics train_step(const std::vector<MicroBatch>& mbs);
   float forward_backward(const std::vector<MicroBatch>& mbs, bool backward);
   void check_replicas() const;
+  // Tied embeddings over pipeline stages: the first stage's wte and the last stage's copy must be
+  // equal (compared by xxh64 over the pipeline group with the replica check).
+  void check_tied_copies() const;
+  // Tied embeddings over pipeline stages: the gradients of wte (first stage) and of its copy
+  // (last stage) summed over the pipeline group, middle stages adding zeros (Megatron's
+  // _allreduce_word_embedding_grads), behind the `embedding.grads_all_reduce` site.
+  void all_reduce_tied_embedding_grads();
   float learning_rate(int64_t step) const;
   MicroBatch load(const SyntheticCorpus& corpus, const std::vector<int64_t>& idx, size_t from,
                   int count) const;
@@ -216,7 +229,7 @@ class Trainer {
   size_t total_ = 0;
   // Parameters, gradients and optimizer state, partitioned by ZeRO stage.
   std::optional<parallel::ZeroEngine> zero_;
-  Tensor replicated_;  // uint8, 1 where the element is replicated across TP ranks
+  Tensor replicated_;  // uint8, 1 where the gradient norm leaves the element out on this rank
   // Communication staging buffers (16-bit gradients, a ZeRO partition in flight) live on the
   // rank's device but outside its memory budget, as the host vectors they replace on CPU did.
   mutable MemoryAccountant staging_;
