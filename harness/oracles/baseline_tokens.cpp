@@ -64,8 +64,8 @@ Finding compare_tokens(const Expect& x, const RunSummary& f) {
   if (ref.empty()) {
     Verdict v;
     v.outcome = "unknown";
-    v.explanation = fmt::format("the reference run reported no generated tokens (see {})",
-                                f.reference.run_dir);
+    v.explanation =
+        fmt::format("the reference run reported no generated tokens (see {})", f.reference.run_dir);
     return {std::nullopt, "", v};
   }
   const Generation* first = nullptr;

@@ -59,8 +59,8 @@ void add_reference_generations(RunSummary::Reference& r, const nlohmann::json& d
     }
     auto tokens = token_rows(row[3]);
     if (!tokens) continue;
-    r.generations.push_back({row[0].get<int>(), 0, row[1].get<int64_t>(), row[2].get<int>(),
-                             std::move(*tokens)});
+    r.generations.push_back(
+        {row[0].get<int>(), 0, row[1].get<int64_t>(), row[2].get<int>(), std::move(*tokens)});
   }
 }
 

@@ -297,8 +297,7 @@ void InferenceEngine::check_tp_agreement(const std::vector<std::vector<int32_t>>
           raise<OutputMismatchError>(
               "[rank {}] tensor-parallel outputs diverge: request {} position {} (call {}): tp "
               "rank 0 produced token {}, tp rank {} produced token {}",
-              topo_.rank, req, pos, call, all[i], r,
-              all[static_cast<size_t>(r) * mine.size() + i]);
+              topo_.rank, req, pos, call, all[i], r, all[static_cast<size_t>(r) * mine.size() + i]);
         }
       }
     }

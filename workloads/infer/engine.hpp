@@ -20,8 +20,8 @@ namespace fl::infer {
 
 struct GenerateConfig {
   int max_new_tokens = 16;
-  int top_k = 0;        // sample among the k most likely tokens (0: every token)
-  float top_p = 1.0f;   // then among the smallest set whose probability reaches p (1: off)
+  int top_k = 0;       // sample among the k most likely tokens (0: every token)
+  float top_p = 1.0f;  // then among the smallest set whose probability reaches p (1: off)
   float temperature = 1.0f;
   uint64_t seed = 1;
   int eos = -1;  // a request ends at this token (padded with it after); -1: none
@@ -97,9 +97,9 @@ class InferenceEngine {
   StepSink sink_;
   std::vector<Tensor> kcache_, vcache_;  // per local layer: [B, NH_l, T, hs]
   CacheReset reset_ = CacheReset::kGenerate;
-  int pos_ = 0;             // positions the cache holds
-  int64_t calls_ = 0;       // generate() calls so far (keys the sampling draws)
-  int64_t generated_ = 0;   // positions generated over all calls (the step numbers)
+  int pos_ = 0;            // positions the cache holds
+  int64_t calls_ = 0;      // generate() calls so far (keys the sampling draws)
+  int64_t generated_ = 0;  // positions generated over all calls (the step numbers)
 };
 
 // The uniform in [0, 1) that sampling draws for (seed, call, request, position): a pure function
