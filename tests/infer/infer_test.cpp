@@ -33,7 +33,7 @@ ProcessResult launch(const char* binary, int ranks, std::vector<std::string> arg
 
 std::string tokens(const ProcessResult& r) {
   std::string out;
-  std::regex re(R"(request \d+:[^\n]*)");
+  std::regex re(R"((call \d+ )?request \d+:[^\n]*)");
   for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), re);
        it != std::sregex_iterator(); ++it) {
     out += it->str() + "\n";
