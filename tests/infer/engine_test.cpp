@@ -143,6 +143,27 @@ TEST(InferenceEngine, AKeptCacheOfAnotherBatchSizeIsAShapeError) {
   }
 }
 
+TEST(Sampling, AnEosOutsideTheVocabularyOrANonPositiveTemperatureIsAConfigError) {
+  Server s;
+  GenerateConfig g = greedy(2);
+  g.eos = 64;
+  try {
+    s.engine.generate(prompts(1, 2), g);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "--eos 64 is not a token of the vocabulary (allowed: -1 or 0-63)");
+  }
+  g.eos = -1;
+  g.top_k = 4;
+  g.temperature = 0.0f;
+  try {
+    s.engine.generate(prompts(1, 2), g);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "--temperature 0 cannot scale logits for sampling (allowed: above 0)");
+  }
+}
+
 TEST(Sampling, GreedyTakesTheArgmaxWhateverTheDrawAndTiesGoToTheLowerId) {
   const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f};
   GenerateConfig g;

@@ -223,6 +223,14 @@ std::vector<std::vector<int32_t>> InferenceEngine::generate(
     raise<ConfigError>("prompt of {} tokens + {} new tokens exceeds the model's context of {}", L,
                        g.max_new_tokens, cfg_.seq_len);
   }
+  if (g.eos >= cfg_.vocab || g.eos < -1) {
+    raise<ConfigError>("--eos {} is not a token of the vocabulary (allowed: -1 or 0-{})", g.eos,
+                       cfg_.vocab - 1);
+  }
+  if (g.sampling() && !(g.temperature > 0)) {
+    raise<ConfigError>("--temperature {} cannot scale logits for sampling (allowed: above 0)",
+                       g.temperature);
+  }
   if (reset_ == CacheReset::kGenerate) reset_cache();
   ensure_cache(static_cast<int>(prompts.size()));
   std::vector<std::vector<int32_t>> out = prompts;
