@@ -184,9 +184,14 @@ void SideRuns::finish_baseline(Supervisor& sup, bool interrupted) {
   }
   nlohmann::json rows = nlohmann::json::array(), generations = nlohmann::json::array();
   int ranks = 0;
+  // The reference's tokens, up to what one history event holds (1 MiB of data).
+  size_t token_bytes = 0;
+  constexpr size_t kMaxTokenBytes = 600 << 10;
   if (fs::exists(rdir + "/history.jsonl")) {
     for (const auto& e : history_with_rank_files(rdir).events) {
-      if (e.source == "rank" && e.kind == "generation" && generations.size() < 4096) {
+      if (e.source == "rank" && e.kind == "generation") {
+        token_bytes += e.data_json.size();
+        if (token_bytes > kMaxTokenBytes) continue;
         // What the baseline oracle's measure: tokens compares: [rank, call, prompt_len, tokens].
         const auto g = nlohmann::json::parse(e.data_json, nullptr, false);
         try {  // a field of another type leaves the call out

@@ -145,7 +145,15 @@ uint64_t rank_seed(const InferArgs& a, const parallel::Topology& topo) {
 void report_call(const InferArgs& a, int call, int rank,
                  const std::vector<std::vector<int32_t>>& out) {
   const nlohmann::json d = {{"call", call}, {"prompt_len", a.prompt_len}, {"tokens", out}};
-  telemetry::emit("generation", d);
+  // A history event holds up to 1 MiB of data: a larger call keeps its tokens to the file.
+  size_t tokens = 0;
+  for (const auto& o : out) tokens += o.size();
+  if (tokens <= 100000) {
+    telemetry::emit("generation", d);
+  } else {
+    telemetry::emit("generation",
+                    {{"call", call}, {"prompt_len", a.prompt_len}, {"tokens_left_out", tokens}});
+  }
   if (a.tokens_file.empty()) return;
   std::ofstream f(a.tokens_file, std::ios::app);
   nlohmann::json line = d;
