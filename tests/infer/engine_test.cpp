@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "injector/plan.hpp"
 #include "workloads/infer/engine.hpp"
 
 namespace fl::infer {
@@ -113,6 +114,19 @@ TEST(InferenceEngine, AOneTokenPromptGeneratesLikeAnyOtherWithAResetPerCall) {
   for (const auto& r : x) EXPECT_EQ(r.size(), 16u);
   b.engine.generate(prompts(3, 5), greedy(2));
   EXPECT_EQ(b.engine.generate(one, greedy(15)), x);
+}
+
+TEST(InferenceEngine, AResetSkippedByAFaultPlanLeavesThatCallOnTheKeptCache) {
+  Server fresh, faulty;
+  faulty.engine.generate(prompts(2, 2), greedy(3));
+  fault::arm_text("infer.reset_cache[seq=1]=skip", "test", 1);
+  const auto second = faulty.engine.generate(prompts(2, 2, 3), greedy(3));
+  const auto third = faulty.engine.generate(prompts(2, 2, 5), greedy(3));
+  fault::disarm();
+  EXPECT_NE(second, fresh.engine.generate(prompts(2, 2, 3), greedy(3)));
+  EXPECT_EQ(third, fresh.engine.generate(prompts(2, 2, 5), greedy(3)));  // reset again
+  ASSERT_EQ(fault::fired_log().size(), 1u);
+  EXPECT_EQ(fault::fired_log()[0].site, "infer.reset_cache");
 }
 
 TEST(InferenceEngine, CacheResetPolicyNamesAreCheckedWithTheAllowedOnes) {

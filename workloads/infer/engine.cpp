@@ -202,8 +202,17 @@ void InferenceEngine::ensure_cache(int B) {
   }
 }
 
+void InferenceEngine::reset_call() {
+  // The engine's reset_cache() call is a fault site (seq: the generate() call), so a plan can
+  // skip it on some ranks or calls: skip → this rank's cache continues the previous call.
+  const auto v = FAULTLINE_FAULT_POINT(
+      "infer.reset_cache",
+      (fault::SiteContext{calls_, "", "infer.reset_cache", -1, nullptr, 0, DType::kI32, -1}));
+  if (v != fault::Verdict::kSkip) reset_cache();
+}
+
 void InferenceEngine::begin_forward(int n) {
-  if (reset_ == CacheReset::kPrompt && n > 1) reset_cache();
+  if (reset_ == CacheReset::kPrompt && n > 1) reset_call();
 }
 
 std::vector<std::vector<int32_t>> InferenceEngine::generate(
@@ -231,7 +240,7 @@ std::vector<std::vector<int32_t>> InferenceEngine::generate(
     raise<ConfigError>("--temperature {} cannot scale logits for sampling (allowed: above 0)",
                        g.temperature);
   }
-  if (reset_ == CacheReset::kGenerate) reset_cache();
+  if (reset_ == CacheReset::kGenerate) reset_call();
   ensure_cache(static_cast<int>(prompts.size()));
   std::vector<std::vector<int32_t>> out = prompts;
   std::vector<int32_t> cur(static_cast<size_t>(B_));

@@ -81,6 +81,8 @@ class InferenceEngine {
                             const GenerateConfig& g, int64_t draw);
   // Before a forward call of `n` tokens: the kPrompt policy's reset.
   void begin_forward(int n);
+  // The policy's reset_cache() call, behind the fault site infer.reset_cache.
+  void reset_call();
   // The KV cache for a batch of B requests (allocated on first use and when B changes).
   void ensure_cache(int B);
   void tp_all_reduce(float* x, size_t n);
