@@ -93,6 +93,18 @@ void InferenceEngine::tp_all_reduce(float* x, size_t n) {
   if (topo_.layout.tp > 1) topo_.tp->all_reduce(device_buffer(x, n, DType::kF32));
 }
 
+// The position id indexes the learned position embedding (T rows), and the cache slot: past the
+// context, PyTorch's embedding lookup fails in its own words (a later stage, which has no
+// embedding, would write past its cache: it stops at the same check).
+void InferenceEngine::check_position(int t) const {
+  if (t >= cfg_.seq_len) {
+    raise<Error>(
+        "[rank {}] IndexError: index out of range in self (position id {}; the position "
+        "embedding wpe has {} rows)",
+        topo_.rank, t, cfg_.seq_len);
+  }
+}
+
 std::vector<int32_t> InferenceEngine::step(const std::vector<int32_t>& tokens, int t, bool choose,
                                            const GenerateConfig& g, int64_t draw) {
   const int C = cfg_.d_model, V = cfg_.vocab, T = cfg_.seq_len, B = B_;
@@ -105,19 +117,8 @@ std::vector<int32_t> InferenceEngine::step(const std::vector<int32_t>& tokens, i
     return Tensor::zeros({static_cast<int64_t>(n)}, DType::kF32, what, staging_);
   };
   Tensor x = buf(static_cast<size_t>(B) * C, "infer.x");
-  // The position id indexes the learned position embedding (T rows), and the cache slot: past
-  // the context, PyTorch's embedding lookup fails in its own words (a later stage, which has no
-  // embedding, would write past its cache: it stops at the same check).
-  auto check_position = [&] {
-    if (t >= T) {
-      raise<Error>(
-          "[rank {}] IndexError: index out of range in self (position id {}; the position "
-          "embedding wpe has {} rows)",
-          topo_.rank, t, T);
-    }
-  };
   if (topo_.first_stage()) {
-    check_position();
+    check_position(t);
     Tensor tok = Tensor::zeros({B}, DType::kI32, "infer.tokens", staging_);
     ops::from_host(tok.raw(), tokens.data(), static_cast<size_t>(B) * sizeof(int32_t));
     // Position t of every sequence: the embedding of a length-1 sequence whose positions start
@@ -126,7 +127,7 @@ std::vector<int32_t> InferenceEngine::step(const std::vector<int32_t>& tokens, i
                            layout_.find(P, "wpe") + static_cast<size_t>(t) * C, B, 1, C);
   } else {
     topo_.pp->recv(device_buffer(x.f32(), x.numel(), DType::kF32), topo_.pp_rank - 1);
-    check_position();
+    check_position(t);
   }
   Tensor ln = buf(x.numel(), "infer.ln"), mean = buf(static_cast<size_t>(B), "infer.ln.mean"),
          rstd = buf(static_cast<size_t>(B), "infer.ln.rstd");

@@ -79,6 +79,8 @@ class InferenceEngine {
   // next tokens (all ranks) drawn for sequence position `draw`.
   std::vector<int32_t> step(const std::vector<int32_t>& tokens, int t, bool choose,
                             const GenerateConfig& g, int64_t draw);
+  // PyTorch's IndexError when cache position t is past the context.
+  void check_position(int t) const;
   // Before a forward call of `n` tokens: the kPrompt policy's reset.
   void begin_forward(int n);
   // The policy's reset_cache() call, behind the fault site infer.reset_cache.
