@@ -97,6 +97,23 @@ TEST(Inference, ASeedOffsetByRankMakesTensorParallelRanksDivergeAndOneByDpRankDo
       << r.output;
 }
 
+TEST(Inference, RanksThatEndARequestAtDifferentStepsCallDifferentCollectives) {
+  const std::vector<std::string> args = {
+      "--tp",    "2", "--requests",    "1", "--prompt-len", "4",  "--new-tokens", "12",
+      "--top-k", "4", "--temperature", "2", "--eos",        "30", "--seed",       "3"};
+  const std::map<std::string, std::string> verify = {{"FAULTLINE_COMM_VERIFY", "1"}};
+  auto shared = launch(FAULTLINE_INFER, 2, args, verify);
+  EXPECT_EQ(shared.exit_code, 0) << shared.output;
+  auto apart = args;
+  apart.insert(apart.end(), {"--seed-offset", "rank"});
+  auto r = launch(FAULTLINE_INFER, 2, apart, verify);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("collective mismatch on group 'tp': rank 1 called all_gather(count 1, "
+                          "dtype int32) at seq "),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(Inference, TheTokensFileHasEveryCallOfEveryRank) {
   fs::path dir = fs::temp_directory_path() / ("faultline-tokens-" + std::to_string(::getpid()));
   fs::remove_all(dir);
