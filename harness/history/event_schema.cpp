@@ -109,6 +109,8 @@ const KindSpec kRankKinds[] = {
     {"output",
      false,
      {{"what", T::kString, false}, {"digest", T::kString, false}, {"group", T::kString, false}}},
+    // The tokens of one generate() call of the inference worker ([[...] per request]).
+    {"generation", false, {{"call", T::kInt, true}, {"prompt_len", T::kInt, false}}},
     {"error",
      false,
      {{"class", T::kString, true}, {"message", T::kString, true}, {"exit_code", T::kInt, false}}},

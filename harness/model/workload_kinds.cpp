@@ -57,7 +57,10 @@ int64_t train_steps(const Scenario& s) {
   return s.workload.steps;
 }
 int64_t infer_positions(const Scenario& s) {
-  return s.workload.new_tokens;
+  // Every generate() call generates new_tokens positions (fewer when its requests end at eos).
+  const auto calls = s.workload.options.find("workload.infer.calls");
+  const bool set = calls != s.workload.options.end() && calls->second.IsScalar();
+  return s.workload.new_tokens * (set ? calls->second.as<int64_t>() : 1);
 }
 int64_t own_steps(const Scenario&) {
   return 0;

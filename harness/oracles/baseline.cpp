@@ -1,6 +1,7 @@
 // baseline: the run against a fault-free reference run of the same scenario (or of another
-// topology), run beside it in the same invocation (harness/run/run_baseline.cpp): time per step,
-// time in collectives, final loss or memory, as a ratio to the reference's. The reference runs
+// topology), run beside it in the same invocation (harness/run/run_side.cpp): time per step,
+// time in collectives, final loss or memory, as a ratio to the reference's; or an inference
+// run's tokens (baseline_tokens.cpp). The reference runs
 // in the same window, on the same host, so load on the host slows both alike.
 #include <algorithm>
 #include <cmath>
@@ -111,8 +112,9 @@ class Baseline : public Oracle {
              "throughput",
              "baseline: what is compared with the reference run: throughput (time per step), "
              "collectives (time in collectives per step), loss (final loss) or memory (peak "
-             "memory in use); the symptom shows when the run's is `factor` x the reference's",
-             {"throughput", "collectives", "loss", "memory"}},
+             "memory in use): the symptom shows when the run's is `factor` x the reference's; "
+             "tokens (an inference run's generated tokens, call by call): when one differs",
+             {"throughput", "collectives", "loss", "memory", "tokens"}},
             factor_key(),
             after_step_key()};
   }
@@ -134,6 +136,7 @@ class Baseline : public Oracle {
                                  ref.outcome.empty() ? "no verdict" : ref.outcome, ref.explanation,
                                  ref.run_dir));
     }
+    if (p.measure == "tokens") return compare_tokens(x, f);
     const char* what = p.measure == "throughput"    ? "time per step"
                        : p.measure == "collectives" ? "time in collectives per step"
                        : p.measure == "loss"        ? "final loss"

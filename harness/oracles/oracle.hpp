@@ -93,13 +93,25 @@ struct RunSummary {
     std::string group, digest;
   };
   std::vector<Out> outputs;
+  // The tokens of one generate() call of an inference rank (a `generation` event): prompt and
+  // generated tokens per request.
+  struct Generation {
+    int rank;
+    int64_t t;
+    int64_t call;
+    int prompt_len;
+    std::vector<std::vector<int32_t>> tokens;
+  };
+  std::vector<Generation> generations;
 
-  // The baseline oracle's reference run (a `baseline` harness event): how it ended and its steps.
+  // The baseline oracle's reference run (a `baseline` harness event): how it ended, its steps and
+  // its generated tokens.
   struct Reference {
     bool present = false;
     std::string outcome, explanation, run_dir;
     int ranks = 0;
     std::vector<Step> steps;
+    std::vector<Generation> generations;
   };
   Reference reference;
 
@@ -212,6 +224,10 @@ std::optional<Hit> first(const Expect& x, const Items& items, Pred&& pred, Descr
 // A reported error of this class; with expect.pattern, one whose message also matches it.
 Finding error_of(const Expect& x, const RunSummary& run, const std::string& klass,
                  const char* what);
+
+// The baseline oracle's `measure: tokens` (baseline_tokens.cpp): every generate() call's tokens
+// against the reference run's, the first difference localised to call, request and position.
+Finding compare_tokens(const Expect& x, const RunSummary& run);
 
 // The hang test (hang.cpp), also used by the runner to end a hung run early.
 std::optional<Hit> find_hang(const Expect& x, const RunSummary& run, int64_t end_ns);

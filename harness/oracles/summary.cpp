@@ -33,6 +33,37 @@ void add_reference(RunSummary& f, const nlohmann::json& d) {
   }
 }
 
+// A generation's tokens ([[int...] per request]); nullopt when the value has another shape.
+std::optional<std::vector<std::vector<int32_t>>> token_rows(const nlohmann::json& v) {
+  if (!v.is_array()) return std::nullopt;
+  std::vector<std::vector<int32_t>> rows;
+  for (const auto& r : v) {
+    if (!r.is_array()) return std::nullopt;
+    auto& row = rows.emplace_back();
+    for (const auto& t : r) {
+      if (!t.is_number_integer()) return std::nullopt;
+      row.push_back(t.get<int32_t>());
+    }
+  }
+  return rows;
+}
+
+// The reference's generations: rows [rank, call, prompt_len, tokens]; rows of another shape are
+// left out.
+void add_reference_generations(RunSummary::Reference& r, const nlohmann::json& d) {
+  if (!d.contains("generations") || !d["generations"].is_array()) return;
+  for (const auto& row : d["generations"]) {
+    if (!row.is_array() || row.size() != 4 || !row[0].is_number_integer() ||
+        !row[1].is_number_integer() || !row[2].is_number_integer()) {
+      continue;
+    }
+    auto tokens = token_rows(row[3]);
+    if (!tokens) continue;
+    r.generations.push_back(
+        {row[0].get<int>(), 0, row[1].get<int64_t>(), row[2].get<int>(), std::move(*tokens)});
+  }
+}
+
 void add_checked(RunSummary& f, const HistoryEvent& e, const nlohmann::json& d) {
   if (e.source == "harness") {
     if (e.kind == "run_start") f.world = d.value("ranks", 0);
@@ -59,7 +90,10 @@ void add_checked(RunSummary& f, const HistoryEvent& e, const nlohmann::json& d) 
       f.exit_t[e.rank] = e.t_ns;
     }
     if (e.kind == "output") f.lines.push_back({e.rank, e.t_ns, d.value("line", "")});
-    if (e.kind == "baseline") add_reference(f, d);
+    if (e.kind == "baseline") {
+      add_reference(f, d);
+      add_reference_generations(f.reference, d);
+    }
     return;
   }
   if (e.source != "rank") return;
@@ -82,6 +116,11 @@ void add_checked(RunSummary& f, const HistoryEvent& e, const nlohmann::json& d) 
                           d.value("state", ""), d.value("seq", int64_t{-1})});
   } else if (e.kind == "output") {
     f.outputs.push_back({e.rank, e.t_ns, d.value("group", "all"), d.value("digest", "")});
+  } else if (e.kind == "generation" && d.contains("tokens")) {
+    if (auto tokens = token_rows(d["tokens"])) {
+      f.generations.push_back({e.rank, e.t_ns, d.value("call", int64_t{0}),
+                               d.value("prompt_len", 0), std::move(*tokens)});
+    }
   } else if (e.kind == "exit" && !f.exit_t.count(e.rank)) {
     // mpirun launcher: the worker's own exit event is the only per-rank end we see.
     const int code = d.value("exit_code", 0);

@@ -182,10 +182,27 @@ void SideRuns::finish_baseline(Supervisor& sup, bool interrupted) {
   } else {
     d["explanation"] = "it wrote no verdict (see helpers.log)";
   }
-  nlohmann::json rows = nlohmann::json::array();
+  nlohmann::json rows = nlohmann::json::array(), generations = nlohmann::json::array();
   int ranks = 0;
+  // The reference's tokens, up to what one history event holds (1 MiB of data).
+  size_t token_bytes = 0;
+  constexpr size_t kMaxTokenBytes = 600 << 10;
   if (fs::exists(rdir + "/history.jsonl")) {
     for (const auto& e : history_with_rank_files(rdir).events) {
+      if (e.source == "rank" && e.kind == "generation") {
+        token_bytes += e.data_json.size();
+        if (token_bytes > kMaxTokenBytes) continue;
+        // What the baseline oracle's measure: tokens compares: [rank, call, prompt_len, tokens].
+        const auto g = nlohmann::json::parse(e.data_json, nullptr, false);
+        try {  // a field of another type leaves the call out
+          if (g.is_object() && g.contains("tokens")) {
+            generations.push_back(
+                {e.rank, g.value("call", 0), g.value("prompt_len", 0), g["tokens"]});
+          }
+        } catch (const nlohmann::json::exception&) {
+        }
+        continue;
+      }
       if (e.source != "rank" || e.kind != "step" || rows.size() >= 20000) continue;
       const auto s = nlohmann::json::parse(e.data_json, nullptr, false);
       if (s.is_discarded() || !s.is_object()) continue;
@@ -202,6 +219,7 @@ void SideRuns::finish_baseline(Supervisor& sup, bool interrupted) {
   }
   d["ranks"] = ranks;
   d["steps"] = std::move(rows);
+  d["generations"] = std::move(generations);
   hist_.harness("baseline", d);
 }
 

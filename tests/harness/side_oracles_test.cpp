@@ -207,6 +207,67 @@ TEST(Baseline, NoOrAFailedReferenceCannotDecide) {
 
 // expect.group, declared and parsed in comm_timeout.cpp alone: only a timeout on that group
 // counts, from the flight recorder's entry or from the rank's own error.
+// An inference rank's tokens of one generate() call, as its `generation` event carries them.
+std::string generation(int call, const nlohmann::json& tokens) {
+  return nlohmann::json{{"call", call}, {"prompt_len", 2}, {"tokens", tokens}}.dump();
+}
+
+// The reference run's `baseline` event with its generations (rows [rank, call, prompt_len,
+// tokens]), from one rank.
+std::string reference_tokens(const std::vector<nlohmann::json>& calls) {
+  auto d = nlohmann::json::parse(reference("pass", 1, 0, 0.01, 0.0));
+  d["generations"] = nlohmann::json::array();
+  for (size_t c = 0; c < calls.size(); ++c) d["generations"].push_back({0, c, 2, calls[c]});
+  return d.dump();
+}
+
+TEST(Baseline, TokensThatDifferFromTheReferenceNameTheFirstDifference) {
+  Hist h(2);
+  const nlohmann::json call0 = {{5, 6, 7, 8}, {9, 10, 11, 12}};
+  const nlohmann::json call1 = {{5, 6, 1, 2}, {9, 10, 3, 4}};
+  for (int r = 0; r < 2; ++r) h.event("rank", r, "generation", generation(0, call0));
+  h.event("rank", 0, "generation", generation(1, call1));
+  h.event("rank", 1, "generation", generation(1, {{5, 6, 1, 2}, {9, 10, 3, 40}}));
+  h.event("harness", -1, "baseline", reference_tokens({call0, {{5, 6, 1, 2}, {9, 10, 30, 4}}}));
+  const auto v = judge(expect("baseline", "measure: tokens"), h.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_EQ(v.explanation,
+            "generated tokens differ from the reference run's: call 1 request 1 position 2 "
+            "(generated token 0): token 3, the reference run's 30 (at 0.0 s)");
+  EXPECT_EQ(v.ranks, (std::vector<int>{0, 1}));
+}
+
+TEST(Baseline, TokensEqualToAReferenceOfAnotherTopologyClearIt) {
+  Hist h(2);
+  const nlohmann::json call0 = {{5, 6, 7, 8}}, call1 = {{1, 2, 3, 4}};
+  for (int r = 0; r < 2; ++r) {
+    h.event("rank", r, "generation", generation(0, call0));
+    h.event("rank", r, "generation", generation(1, call1));
+  }
+  h.event("harness", -1, "baseline", reference_tokens({call0, call1}));
+  const auto v = judge(expect("baseline", "measure: tokens"), h.finish());
+  EXPECT_EQ(v.outcome, "fail");
+  EXPECT_EQ(v.explanation,
+            "every generated token matches the reference run's (4 call(s) on 2 rank(s) compared; "
+            "the reference has 2 call(s))");
+  // A shorter sequence (a request that ended early) differs where it ends.
+  Hist shorter(1);
+  shorter.event("rank", 0, "generation", generation(0, {{5, 6, 7}}));
+  shorter.event("harness", -1, "baseline", reference_tokens({call0}));
+  EXPECT_EQ(judge(expect("baseline", "measure: tokens"), shorter.finish()).explanation,
+            "generated tokens differ from the reference run's: call 0 request 0 position 3 "
+            "(generated token 1): token none, the reference run's 8 (at 0.0 s)");
+}
+
+TEST(Baseline, AReferenceWithoutTokensCannotDecide) {
+  Hist h(1);
+  h.event("rank", 0, "generation", generation(0, {{1, 2, 3}}));
+  h.event("harness", -1, "baseline", reference("pass", 1, 2, 0.01, 0.0));
+  const auto v = judge(expect("baseline", "measure: tokens"), h.finish());
+  EXPECT_EQ(v.outcome, "unknown");
+  EXPECT_EQ(v.explanation, "the reference run reported no generated tokens (see /run/baseline)");
+}
+
 TEST(CommTimeoutOracle, TheGroupNarrowsWhichTimeoutCounts) {
   Hist fr(2);
   fr.step(0, 0.02, 0.005);
@@ -355,7 +416,7 @@ TEST_F(SideKeys, ExpectOfItemsAreExpectMaps) {
             "s.yaml:2:42: expect.skipped: 0 is out of range (allowed 1-1000000000)");
   EXPECT_EQ(error_of("name: a\nexpect: {oracle: baseline, measure: speed}\n"),
             "s.yaml:2:37: expect.measure: 'speed' is not allowed (allowed: throughput, "
-            "collectives, loss, memory)");
+            "collectives, loss, memory, tokens)");
 }
 
 TEST_F(SideKeys, AfterPrepareRunsOnlyTheProjectsToolsInsideTheRun) {

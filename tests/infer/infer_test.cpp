@@ -1,13 +1,17 @@
 // Sharded inference under mpirun: TP and PP layouts generate exactly the single-rank tokens;
-// seeded top-k is reproducible; a trained checkpoint continues the corpus's chain; a KV cache
-// that does not fit the budget fails with the out-of-memory error naming it; a checkpoint of
-// another partitioning is refused.
+// seeded top-k is reproducible; repeated sampled calls agree across TP ranks unless each rank
+// adds its rank to the seed; every call's tokens reach the tokens file; a trained checkpoint
+// continues the corpus's chain; a KV cache that does not fit the budget fails with the
+// out-of-memory error naming it; a checkpoint of another partitioning is refused.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
+
+#include <nlohmann/json.hpp>
 
 #include "base/exit_codes.hpp"
 #include "tests/support/process.hpp"
@@ -29,7 +33,7 @@ ProcessResult launch(const char* binary, int ranks, std::vector<std::string> arg
 
 std::string tokens(const ProcessResult& r) {
   std::string out;
-  std::regex re(R"(request \d+:[^\n]*)");
+  std::regex re(R"((call \d+ )?request \d+:[^\n]*)");
   for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), re);
        it != std::sregex_iterator(); ++it) {
     out += it->str() + "\n";
@@ -56,6 +60,85 @@ TEST(Inference, SeededTopKIsReproducibleAndSeedDependent) {
   ASSERT_EQ(a.exit_code, 0) << a.output;
   EXPECT_EQ(tokens(a), tokens(b));
   EXPECT_NE(tokens(a), tokens(c));
+}
+
+TEST(Inference, RepeatedSampledCallsOnTensorParallelRanksGenerateTheSingleRankTokens) {
+  const std::vector<std::string> args = {"--calls",       "3",   "--top-k", "5", "--top-p", "0.9",
+                                         "--temperature", "1.5", "--seed",  "5"};
+  auto ref = launch(FAULTLINE_INFER, 1, args);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  ASSERT_NE(tokens(ref).find("call 2 request 3:"), std::string::npos) << ref.output;
+  auto with_tp = args;
+  with_tp.insert(with_tp.end(), {"--tp", "2"});
+  auto r = launch(FAULTLINE_INFER, 2, with_tp);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(tokens(r), tokens(ref));
+}
+
+TEST(Inference, ASeedOffsetByRankMakesTensorParallelRanksDivergeAndOneByDpRankDoesNot) {
+  const std::vector<std::string> args = {"--tp",          "2",   "--top-k", "8",
+                                         "--temperature", "1.5", "--seed",  "3"};
+  auto shared = launch(FAULTLINE_INFER, 2, args);
+  ASSERT_EQ(shared.exit_code, 0) << shared.output;
+  auto by_dp = args;
+  by_dp.insert(by_dp.end(), {"--seed-offset", "dp_rank"});
+  auto dp = launch(FAULTLINE_INFER, 2, by_dp);  // dp 1: both ranks add 0
+  ASSERT_EQ(dp.exit_code, 0) << dp.output;
+  EXPECT_EQ(tokens(dp), tokens(shared));
+  auto by_rank = args;
+  by_rank.insert(by_rank.end(), {"--seed-offset", "rank"});
+  auto r = launch(FAULTLINE_INFER, 2, by_rank);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::regex_search(
+      r.output,
+      std::regex(R"(\[rank [01]\] tensor-parallel outputs diverge: request \d+ position )"
+                 R"(\d+ \(call 0\): tp rank 0 produced token \d+, tp rank 1 produced token )"
+                 R"(\d+)")))
+      << r.output;
+}
+
+TEST(Inference, RanksThatEndARequestAtDifferentStepsCallDifferentCollectives) {
+  const std::vector<std::string> args = {
+      "--tp",    "2", "--requests",    "1", "--prompt-len", "4",  "--new-tokens", "12",
+      "--top-k", "4", "--temperature", "2", "--eos",        "30", "--seed",       "3"};
+  const std::map<std::string, std::string> verify = {{"FAULTLINE_COMM_VERIFY", "1"}};
+  auto shared = launch(FAULTLINE_INFER, 2, args, verify);
+  EXPECT_EQ(shared.exit_code, 0) << shared.output;
+  auto apart = args;
+  apart.insert(apart.end(), {"--seed-offset", "rank"});
+  auto r = launch(FAULTLINE_INFER, 2, apart, verify);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("collective mismatch on group 'tp': rank 1 called all_gather(count 1, "
+                          "dtype int32) at seq "),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(Inference, TheTokensFileHasEveryCallOfEveryRank) {
+  fs::path dir = fs::temp_directory_path() / ("faultline-tokens-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string file = (dir / "generations.jsonl").string();
+  auto r = launch(FAULTLINE_INFER, 2,
+                  {"--tp", "2", "--calls", "2", "--requests", "3", "--prompt-len", "2",
+                   "--new-tokens", "4", "--tokens-file", file});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(file);
+  std::map<std::pair<int, int>, nlohmann::json> lines;  // (rank, call) -> tokens
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j.at("prompt_len"), 2);
+    lines[{j.at("rank").get<int>(), j.at("call").get<int>()}] = j.at("tokens");
+  }
+  ASSERT_EQ(lines.size(), 4u);
+  for (int call = 0; call < 2; ++call) {
+    const auto& t = lines.at({0, call});
+    ASSERT_EQ(t.size(), 3u);
+    for (const auto& req : t) EXPECT_EQ(req.size(), 6u);
+    EXPECT_EQ(t, lines.at({1, call}));
+  }
+  EXPECT_NE(lines.at({0, 0}), lines.at({0, 1}));  // the next prompts of the corpus
+  fs::remove_all(dir);
 }
 
 TEST(Inference, TrainedCheckpointFollowsTheCorpusAndWrongPartitioningIsRefused) {

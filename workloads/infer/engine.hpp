@@ -1,11 +1,15 @@
 // Sharded inference of the GPT: tensor- and pipeline-parallel forward with a per-layer KV cache,
-// one token per step for a batch of requests, greedy or seeded top-k sampling. TP ranks compute
-// identical logits (replicated head on identical, all-reduced inputs) and draw from the same
-// counter-based generator, so they must produce identical tokens; the engine checks that they do.
+// one token per step for a batch of requests, greedy or seeded sampling (temperature, top-k,
+// top-p). TP ranks compute identical logits (replicated head on identical, all-reduced inputs)
+// and draw from the same counter-based generator, so they must produce identical tokens; the
+// engine checks that they do. One engine serves many generate() calls, as a server does: the KV
+// cache and its position count live in the engine between calls, and when they are emptied is
+// the engine's policy (CacheReset), so a cache left over from the previous call can be the cause.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "kernels/tensor.hpp"
@@ -16,10 +20,24 @@ namespace fl::infer {
 
 struct GenerateConfig {
   int max_new_tokens = 16;
-  int top_k = 0;  // 0: greedy
+  int top_k = 0;       // sample among the k most likely tokens (0: every token)
+  float top_p = 1.0f;  // then among the smallest set whose probability reaches p (1: off)
   float temperature = 1.0f;
   uint64_t seed = 1;
+  int eos = -1;  // a request ends at this token (padded with it after); -1: none
+  // Greedy (argmax) unless top_k or top_p selects sampling, as HF's do_sample=False.
+  bool sampling() const { return top_k > 0 || top_p < 1.0f; }
 };
+
+// When the KV cache is emptied (its position count set back to 0).
+enum class CacheReset {
+  kGenerate,  // at the start of every generate() call (HF generate, vLLM, DeepSpeed since #2669)
+  kPrompt,    // when a forward call carries more than one token: DeepSpeed's kernels before
+              // #2669 took only those for a new prompt, so a one-token prompt continued the cache
+  kNever,     // never: every call continues the previous call's positions
+};
+// "generate", "prompt", "never"; ConfigError naming `option` and what is allowed otherwise.
+CacheReset parse_cache_reset(const std::string& word, const char* option);
 
 // Raised when tensor-parallel ranks generated different tokens (diverging TP outputs).
 class OutputMismatchError : public Error {
@@ -35,22 +53,40 @@ class InferenceEngine {
                   MemoryAccountant& acct);
 
   // Every prompt must have the same length; returns prompt + generated tokens per request, on
-  // every rank. Throws OutOfMemoryError if the KV cache does not fit the budget.
+  // every rank (requests that ended at eos padded with it). Throws OutOfMemoryError if the KV
+  // cache does not fit the budget, and PyTorch's "index out of range in self" when a position
+  // passes the context (a cache that was not emptied keeps counting from the previous call).
   std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts,
                                              const GenerateConfig& g);
-  // Tensor-parallel ranks must agree token for token: compares `out` across the TP group and
-  // throws OutputMismatchError naming the first differing request and position.
-  void check_tp_agreement(const std::vector<std::vector<int32_t>>& out);
-  // Called after every generated position with its index (0-based) and wall time.
-  // Called per generated position with its wall time and the part spent in collectives.
+  void set_cache_reset(CacheReset r) { reset_ = r; }
+  // Empties the KV cache (DeepSpeed's reset_cache(): the position count goes back to 0; the
+  // buffers stay allocated and are overwritten).
+  void reset_cache() { pos_ = 0; }
+  // Positions the KV cache holds now.
+  int cached_positions() const { return pos_; }
+  // Tensor-parallel ranks must agree token for token: compares `out` (of generate() call `call`)
+  // across the TP group and throws OutputMismatchError naming the first differing request and
+  // position, or the call whose length differs.
+  void check_tp_agreement(const std::vector<std::vector<int32_t>>& out, int call = 0);
+  // Called per generated position (numbered across calls from 0) with its wall time and the part
+  // spent in collectives.
   using StepSink = std::function<void(int64_t pos, double seconds, double comm_seconds)>;
   void set_step_sink(StepSink sink) { sink_ = std::move(sink); }
   const model::ParamLayout& layout() const { return layout_; }
 
  private:
-  // One position for the whole batch: tokens [B] at position t; returns next tokens (all ranks).
-  std::vector<int32_t> step(const std::vector<int32_t>& tokens, int t, bool sample,
+  // One position for the whole batch: tokens [B] at cache position t; with `choose`, returns the
+  // next tokens (all ranks) drawn for sequence position `draw`.
+  std::vector<int32_t> step(const std::vector<int32_t>& tokens, int t, bool choose,
                             const GenerateConfig& g, int64_t draw);
+  // PyTorch's IndexError when cache position t is past the context.
+  void check_position(int t) const;
+  // Before a forward call of `n` tokens: the kPrompt policy's reset.
+  void begin_forward(int n);
+  // The policy's reset_cache() call, behind the fault site infer.reset_cache.
+  void reset_call();
+  // The KV cache for a batch of B requests (allocated on first use and when B changes).
+  void ensure_cache(int B);
   void tp_all_reduce(float* x, size_t n);
 
   model::GptConfig cfg_;
@@ -64,11 +100,19 @@ class InferenceEngine {
   int B_ = 0;
   StepSink sink_;
   std::vector<Tensor> kcache_, vcache_;  // per local layer: [B, NH_l, T, hs]
+  CacheReset reset_ = CacheReset::kGenerate;
+  int pos_ = 0;            // positions the cache holds
+  int64_t calls_ = 0;      // generate() calls so far (keys the sampling draws)
+  int64_t generated_ = 0;  // positions generated over all calls (the step numbers)
 };
 
-// Next token from logits [V]: argmax, or top-k sampling at `temperature` with a uniform drawn
-// from (seed, request, position).
-int32_t sample_token(const float* logits, int V, const GenerateConfig& g, int request,
-                     int64_t position);
+// The uniform in [0, 1) that sampling draws for (seed, call, request, position): a pure function
+// of its key, so every rank that shares the seed draws the same.
+double sampling_uniform(uint64_t seed, int64_t call, int request, int64_t position);
+
+// Next token from logits [V]: argmax, or sampling with uniform `u` as HF's warpers do:
+// temperature, then top-k, then top-p (the smallest set of most likely tokens whose probability
+// reaches top_p, at least one), ties to the lower token id.
+int32_t sample_token(const float* logits, int V, const GenerateConfig& g, double u);
 
 }  // namespace fl::infer

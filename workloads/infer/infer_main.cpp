@@ -1,10 +1,14 @@
 // fl-infer: sharded inference worker. Loads weights from a training checkpoint (any DP size or
-// ZeRO stage; its TP/PP must match) or the seeded initial weights, generates for a batch of
-// prompts taken from the synthetic corpus, and reports how often the continuation follows the
-// corpus's most likely transition (a trained model should, an untrained one does not).
+// ZeRO stage; its TP/PP must match) or the seeded initial weights, serves `calls` generate()
+// calls on one engine, each for a batch of prompts taken from the synthetic corpus, and reports
+// how often the continuation follows the corpus's most likely transition (a trained model
+// should, an untrained one does not). Each call's tokens go to the history (a `generation`
+// event) and, with --tokens-file, to a JSONL file: what the baseline oracle's `measure: tokens`
+// compares with a reference run's.
 #include <xxhash.h>
 
 #include <cstdio>
+#include <fstream>
 
 #include "workloads/infer/engine.hpp"
 #include "workloads/infer/load.hpp"
@@ -22,8 +26,10 @@ struct InferArgs {
   model::Layout layout;
   infer::GenerateConfig g;
   std::string checkpoint, load_mode = "sharded";
-  int requests = 4, prompt_len = 4, vocab = 0;
+  int requests = 4, prompt_len = 4, vocab = 0, calls = 1;
   uint64_t prompt_seed = 4242;
+  std::string cache_reset = "generate", seed_offset = "none", tokens_file;
+  bool repeat_prompts = false;
 };
 
 void declare_infer_options(worker::Runtime& rt, InferArgs& a) {
@@ -44,15 +50,48 @@ void declare_infer_options(worker::Runtime& rt, InferArgs& a) {
         "How each rank loads the checkpoint: sharded (only its own shard files) or full (the "
         "whole checkpoint into host memory, charged to the host budget, then its shard kept)")
       .choices({"sharded", "full"});
+  o.add("workload.infer.calls", "--calls", a.calls,
+        "generate() calls served by one engine, one after another")
+      .range(1, 4096);
+  o.add_flag("workload.infer.repeat_prompts", "--repeat-prompts", a.repeat_prompts,
+             "Every call serves the first call's prompts again (else each call takes the next "
+             "`requests` prompts of the corpus)");
+  o.add("workload.infer.cache_reset", "--cache-reset", a.cache_reset,
+        "When the engine empties its KV cache: generate (at the start of every call, as HF "
+        "generate, vLLM and DeepSpeed since PR 2669 do), prompt (only for a forward call of more "
+        "than one token, as DeepSpeed's kernels did before: a one-token prompt continues the "
+        "previous call's cache) or never (every call continues the previous one's positions)")
+      .choices({"generate", "prompt", "never"});
+  o.add("workload.infer.top_k", "--top-k", a.g.top_k,
+        "Sample among the k most likely tokens (0 with top_p 1: greedy)")
+      .range(0, 1000000);
+  o.add("workload.infer.top_p", "--top-p", a.g.top_p,
+        "Sample among the most likely tokens whose probability reaches p (1: off)")
+      .range(0, 1);
+  o.add("workload.infer.temperature", "--temperature", a.g.temperature,
+        "Sampling temperature (logits divided by it)")
+      .range(1e-3, 1000);
+  o.add("workload.infer.seed", "--seed", a.g.seed, "Sampling seed");
+  o.add("workload.infer.seed_offset", "--seed-offset", a.seed_offset,
+        "Added to the sampling seed on each rank: none, dp_rank (replicas draw differently, "
+        "tensor-parallel ranks alike, as Megatron's per-DP-rank seed) or rank (every rank its "
+        "own, as a training script's set_seed(seed + rank): tensor-parallel ranks then draw "
+        "different tokens)")
+      .choices({"none", "dp_rank", "rank"});
+  o.add("workload.infer.eos", "--eos", a.g.eos,
+        "Token that ends a request (padded with it after); a call stops once every request has "
+        "ended (-1: none)")
+      .range(-1, 1000000);
+  o.add("workload.infer.tokens_file", "--tokens-file", a.tokens_file,
+        "JSONL file (relative to the rank's directory) that gets each call's tokens: {\"call\", "
+        "\"rank\", \"prompt_len\", \"tokens\": [[...] per request]} (\"\": none)")
+      .scenario_default("generations.jsonl");
   auto& app = rt.app();
   app.add_option("--vocab", a.vocab, "Override the vocabulary size");
   app.add_option("--tp", a.layout.tp, "Tensor-parallel size");
   app.add_option("--pp", a.layout.pp, "Pipeline-parallel size");
   app.add_option("--dp", a.layout.dp, "Replicas (each serves the same batch)");
   app.add_option("--checkpoint", a.checkpoint, "Load weights from this checkpoint");
-  app.add_option("--top-k", a.g.top_k, "Top-k sampling (0: greedy)");
-  app.add_option("--temperature", a.g.temperature, "Sampling temperature");
-  app.add_option("--seed", a.g.seed, "Sampling seed");
   app.add_option("--prompt-seed", a.prompt_seed, "Seed of the corpus the prompts are drawn from");
 }
 
@@ -79,22 +118,56 @@ std::vector<float> load_weights(const InferArgs& a, const model::GptConfig& cfg,
                                        MemoryAccountant::host());
 }
 
-// The batch: `requests` prompts of `prompt_len` tokens from the synthetic corpus.
-std::vector<std::vector<int32_t>> make_prompts(const InferArgs& a, const model::GptConfig& cfg) {
+// The batch of call `call`: `requests` prompts of `prompt_len` tokens from the synthetic corpus
+// (the next ones for each call, or the first call's again with repeat_prompts).
+std::vector<std::vector<int32_t>> make_prompts(const InferArgs& a, const model::GptConfig& cfg,
+                                               int call) {
   train::SyntheticCorpus corpus(cfg.vocab, cfg.seq_len, 1 << 20, a.prompt_seed);
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int32_t> in(static_cast<size_t>(cfg.seq_len)), tgt(in.size());
+  const int first = a.repeat_prompts ? 0 : call * a.requests;
   for (int r = 0; r < a.requests; ++r) {
-    corpus.sample(r, in.data(), tgt.data());
+    corpus.sample(first + r, in.data(), tgt.data());
     prompts.emplace_back(in.begin(), in.begin() + a.prompt_len);
   }
   return prompts;
 }
 
-// What this rank produced (an output event the harness compares across ranks).
-void report_output(const std::vector<std::vector<int32_t>>& out) {
+// The sampling seed of this rank (seed_offset).
+uint64_t rank_seed(const InferArgs& a, const parallel::Topology& topo) {
+  if (a.seed_offset == "rank") return a.g.seed + static_cast<uint64_t>(topo.rank);
+  if (a.seed_offset == "dp_rank") return a.g.seed + static_cast<uint64_t>(topo.dp_rank);
+  return a.g.seed;
+}
+
+// One call's tokens: a `generation` event (the history, which the baseline oracle reads) and a
+// line of the tokens file.
+void report_call(const InferArgs& a, int call, int rank,
+                 const std::vector<std::vector<int32_t>>& out) {
+  const nlohmann::json d = {{"call", call}, {"prompt_len", a.prompt_len}, {"tokens", out}};
+  // A history event holds up to 1 MiB of data: a larger call keeps its tokens to the file.
+  size_t tokens = 0;
+  for (const auto& o : out) tokens += o.size();
+  if (tokens <= 100000) {
+    telemetry::emit("generation", d);
+  } else {
+    telemetry::emit("generation",
+                    {{"call", call}, {"prompt_len", a.prompt_len}, {"tokens_left_out", tokens}});
+  }
+  if (a.tokens_file.empty()) return;
+  std::ofstream f(a.tokens_file, std::ios::app);
+  nlohmann::json line = d;
+  line["rank"] = rank;
+  f << line.dump() << "\n";
+  if (!f) raise<Error>("cannot write the tokens file {}", a.tokens_file);
+}
+
+// What this rank produced over every call (an output event the harness compares across ranks).
+void report_output(const std::vector<std::vector<std::vector<int32_t>>>& calls) {
   std::vector<int32_t> flat;
-  for (auto& o : out) flat.insert(flat.end(), o.begin(), o.end());
+  for (auto& out : calls) {
+    for (auto& o : out) flat.insert(flat.end(), o.begin(), o.end());
+  }
   const auto digest = XXH64(flat.data(), flat.size() * sizeof(int32_t), 0);
   telemetry::emit("output",
                   {{"what", "tokens"},
@@ -102,24 +175,28 @@ void report_output(const std::vector<std::vector<int32_t>>& out) {
                    {"group", "all"}});
 }
 
-// Rank 0 prints every request and how often the continuation follows the corpus's most likely
-// transition.
-void print_generations(const std::vector<std::vector<int32_t>>& out, const InferArgs& a,
-                       const model::GptConfig& cfg) {
+// Rank 0 prints every request ("call C " before it after the first call) and how often the
+// continuation follows the corpus's most likely transition.
+void print_generations(const std::vector<std::vector<std::vector<int32_t>>>& calls,
+                       const InferArgs& a, const model::GptConfig& cfg) {
   const auto prompt_len = static_cast<size_t>(a.prompt_len);
   int follows = 0, total = 0;
-  for (auto& o : out) {
-    for (size_t i = prompt_len; i < o.size(); ++i) {
-      follows += o[i] == (o[i - 1] * 7 + 3) % cfg.vocab;  // the chain's most likely successor
-      ++total;
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const auto& out = calls[c];
+    for (auto& o : out) {
+      for (size_t i = prompt_len; i < o.size(); ++i) {
+        follows += o[i] == (o[i - 1] * 7 + 3) % cfg.vocab;  // the chain's most likely successor
+        ++total;
+      }
     }
-  }
-  for (size_t r = 0; r < out.size(); ++r) {
-    std::printf("request %zu:", r);
-    for (size_t i = 0; i < out[r].size(); ++i) {
-      std::printf("%s%d", i == prompt_len ? " |" : " ", out[r][i]);
+    for (size_t r = 0; r < out.size(); ++r) {
+      if (c > 0) std::printf("call %zu ", c);
+      std::printf("request %zu:", r);
+      for (size_t i = 0; i < out[r].size(); ++i) {
+        std::printf("%s%d", i == prompt_len ? " |" : " ", out[r][i]);
+      }
+      std::printf("\n");
     }
-    std::printf("\n");
   }
   std::printf(
       "# %d of %d generated tokens follow the most likely transition (%.0f%%); "
@@ -147,11 +224,14 @@ int main(int argc, char** argv) {
     auto& b = w.b;
     MemoryAccountant& acct = w.acct;
     infer::check_load_mode(a.load_mode);
+    const auto reset = infer::parse_cache_reset(a.cache_reset, "--cache-reset");
     auto topo = parallel::build_topology(*b.comm, a.layout, cfg);
     model::ParamLayout pl(cfg, a.layout.tp, topo.tp_rank, a.layout.pp, topo.pp_rank);
     auto params = load_weights(a, cfg, topo, pl);
     infer::InferenceEngine engine(cfg, topo, std::move(params), acct);
-    const auto prompts = make_prompts(a, cfg);
+    engine.set_cache_reset(reset);
+    infer::GenerateConfig g = a.g;
+    g.seed = rank_seed(a, topo);
     engine.set_step_sink([&](int64_t pos, double seconds, double comm_seconds) {
       telemetry::emit("step",
                       {{"step_time_s", seconds},
@@ -162,12 +242,18 @@ int main(int argc, char** argv) {
                        {"mem_peak", acct.peak()}},
                       pos);
     });
-    auto out = engine.generate(prompts, a.g);
-    // Every rank serves the same batch: report what this one produced, then make the tensor-
+    std::vector<std::vector<std::vector<int32_t>>> calls;
+    for (int c = 0; c < a.calls; ++c) {
+      calls.push_back(engine.generate(make_prompts(a, cfg, c), g));
+      report_call(a, c, b.comm->rank(), calls.back());
+    }
+    // Every rank serves the same batches: report what this one produced, then make the tensor-
     // parallel ranks compare token by token.
-    report_output(out);
-    engine.check_tp_agreement(out);
-    if (b.comm->rank() == 0) print_generations(out, a, cfg);
+    report_output(calls);
+    for (size_t c = 0; c < calls.size(); ++c) {
+      engine.check_tp_agreement(calls[c], static_cast<int>(c));
+    }
+    if (b.comm->rank() == 0) print_generations(calls, a, cfg);
     return 0;
   });
 }
