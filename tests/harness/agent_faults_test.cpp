@@ -299,6 +299,37 @@ TEST_F(AgentFaultsTest, HidesALibraryFromOneRankAndPutsItBack) {
   fs::remove_all(plugins);
 }
 
+// hide on a node whose other ranks load from directories of their own (this machine: every rank):
+// also_link gives each of them a link to every library, made once; a bad rank there is refused
+// before anything is made.
+TEST_F(AgentFaultsTest, HideLinksTheNodesOtherRanksToEveryLibrary) {
+  const std::string plugins = kPlugins;
+  fs::create_directories(plugins);
+  for (const char* lib : {"libfl_a.so", "libfl_b.so"}) write(plugins + "/" + lib, "elf");
+  const std::string ranks = fs::weakly_canonical(dir_).string() + "/ranks/rank";
+  Node a(dir_, "h1", "s3cret");
+  pb::HidePlugin hide;
+  hide.set_rank(1);
+  hide.set_library("libfl_a.so");
+  hide.add_also_link(-1);
+  EXPECT_EQ(refusal(a, hide), "hide_plugin: rank -1 is not a rank (0 or more)");
+  EXPECT_FALSE(fs::exists(ranks + "1/plugins"));
+  hide.clear_also_link();
+  hide.add_also_link(0);
+  hide.add_also_link(2);
+  apply(a, hide);
+  EXPECT_FALSE(fs::exists(ranks + "1/plugins/libfl_a.so"));
+  for (const char* other : {"0", "2"}) {
+    for (const char* lib : {"libfl_a.so", "libfl_b.so"}) {
+      EXPECT_EQ(fs::read_symlink(ranks + other + "/plugins/" + lib), fs::path(plugins) / lib)
+          << other << " " << lib;
+    }
+  }
+  EXPECT_FALSE(fs::exists(ranks + "3/plugins"));
+  a.cleanup();
+  fs::remove_all(plugins);
+}
+
 // Every request type is handled by one kind, registered with it (FaultKind::node_handlers).
 TEST(NodeHandlers, EachRequestTypeHasOneHandlerOfItsKind) {
   const auto types = node_request_types();
@@ -306,7 +337,8 @@ TEST(NodeHandlers, EachRequestTypeHasOneHandlerOfItsKind) {
       << "a request type handled twice";
   for (const char* t :
        {"faultline.v1.MemoryLimit", "faultline.v1.DiskFull", "faultline.v1.FileDamage",
-        "faultline.v1.CpuQuota", "faultline.v1.ShmMount", "faultline.v1.HidePlugin"}) {
+        "faultline.v1.CpuQuota", "faultline.v1.ShmMount", "faultline.v1.HidePlugin",
+        "faultline.v1.SignalRank"}) {
     ASSERT_NE(node_handler(t), nullptr) << t;
     EXPECT_EQ(node_handler(t)->type(), t);
   }
