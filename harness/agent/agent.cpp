@@ -177,7 +177,8 @@ class AgentActions {
     std::string why;
     if (node_.signal_rank(cmd.rank(), cmd.pid(), cmd.signal(), why)) {
       r.set_ok(true);
-      r.set_output(fmt::format("signal {} to pid {} (rank {})", cmd.signal(), cmd.pid(), cmd.rank()));
+      r.set_output(
+          fmt::format("signal {} to pid {} (rank {})", cmd.signal(), cmd.pid(), cmd.rank()));
     } else {
       r.set_output(why);
     }

@@ -106,7 +106,8 @@ class HideFault : public FaultOf<HideFault> {
       hidden[r] = node;
       nlohmann::json rec = {{"library", library}, {"dir", d.value("dir", "")}};
       rec.update(where(h, node, d));
-      h.record("hide", rec, r, fmt::format("{} hidden from rank {}{}", library, r, on_host(h, node)));
+      h.record("hide", rec, r,
+               fmt::format("{} hidden from rank {}{}", library, r, on_host(h, node)));
     }
   }
 

@@ -335,10 +335,9 @@ TEST(NodeHandlers, EachRequestTypeHasOneHandlerOfItsKind) {
   const auto types = node_request_types();
   EXPECT_EQ(std::set<std::string>(types.begin(), types.end()).size(), types.size())
       << "a request type handled twice";
-  for (const char* t :
-       {"faultline.v1.MemoryLimit", "faultline.v1.DiskFull", "faultline.v1.FileDamage",
-        "faultline.v1.CpuQuota", "faultline.v1.ShmMount", "faultline.v1.HidePlugin",
-        "faultline.v1.SignalRank"}) {
+  for (const char* t : {"faultline.v1.MemoryLimit", "faultline.v1.DiskFull",
+                        "faultline.v1.FileDamage", "faultline.v1.CpuQuota", "faultline.v1.ShmMount",
+                        "faultline.v1.HidePlugin", "faultline.v1.SignalRank"}) {
     ASSERT_NE(node_handler(t), nullptr) << t;
     EXPECT_EQ(node_handler(t)->type(), t);
   }

@@ -177,8 +177,9 @@ TEST_F(AgentTest, SignalsOnlyTheRankOfThisRun) {
 }
 
 // The signal fault's request (SignalRank): on a host its agent signals only a process that is the
-// rank of this run; on this machine (host 0 without agents, in process) the run's supervisor signals
-// only its children and their descendants. Each answers whether it was delivered, and why not.
+// rank of this run; on this machine (host 0 without agents, in process) the run's supervisor
+// signals only its children and their descendants. Each answers whether it was delivered, and why
+// not.
 TEST_F(AgentTest, ASignalRequestReachesOnlyTheRunsRankOnThisMachineAndThroughAnAgent) {
   Scenario local;  // no hosts, no agents: node 0 is this machine
   faults::Sandbox remote_box(s, dir, *hist, *sup), local_box(local, dir, *hist, *sup);
