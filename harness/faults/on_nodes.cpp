@@ -15,6 +15,7 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "base/subprocess.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/node_handler.hpp"
 #include "harness/faults/sandbox.hpp"
@@ -92,6 +93,21 @@ bool Node::signal_rank(int rank, pid_t pid, int sig, std::string& why) const {
   if (::kill(pid, sig) == 0) return true;
   why = fmt::format("kill({}, {}): {}", pid, sig, std::strerror(errno));
   return false;
+}
+
+std::string Node::run_net(int netns, const std::vector<std::string>& argv) const {
+  if (argv.empty() || (argv[0] != "iptables" && argv[0] != "tc")) {
+    raise<Error>("a node runs only iptables and tc for a network fault (asked: '{}')",
+                 argv.empty() ? std::string() : argv[0]);
+  }
+  if (box_) return run_tool(box_->in_net(netns, argv));
+  if (netns != -1) {
+    raise<Error>("network: host {} has no simulated node namespaces (netns {}); refused", host_,
+                 netns);
+  }
+  std::vector<std::string> bounded = {"timeout", "-k", "2", "20"};  // as the agent's tools
+  bounded.insert(bounded.end(), argv.begin(), argv.end());
+  return run_tool(bounded);
 }
 
 std::vector<std::string> Node::cleanup() {

@@ -63,6 +63,10 @@ class Node {
   // group), on an agent's host a process whose environment carries the run's secret and RANK (or
   // that works in the rank's directory). False with `why` naming the process and what it is.
   bool signal_rank(int rank, pid_t pid, int sig, std::string& why) const;
+  // Runs a network tool (iptables, tc) in this node's network, bounded in time: on this machine in
+  // simulated node `netns`'s namespace (Sandbox::in_net), on an agent's host in the host's own
+  // (`netns` -1). Its output, or Error with the tool's.
+  std::string run_net(int netns, const std::vector<std::string>& argv) const;
 
   // Applies one request with the handler registered for its type: the JSON report of what was
   // done; Error naming what and why when the request is refused or fails, and for a type no kind

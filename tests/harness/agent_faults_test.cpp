@@ -330,14 +330,54 @@ TEST_F(AgentFaultsTest, HideLinksTheNodesOtherRanksToEveryLibrary) {
   fs::remove_all(plugins);
 }
 
+// network's requests on an agent's host: every word that reaches iptables or tc is checked before
+// any tool runs (a chain or device name, an IPv4 address, reject or drop), and a host has no
+// simulated node namespaces.
+TEST_F(AgentFaultsTest, NetworkRequestsAreCheckedBeforeAnyToolRuns) {
+  Node a(dir_, "h1", "s3cret");
+  pb::NetworkCut cut;
+  cut.set_netns(-1);
+  cut.set_chain("-F");
+  cut.set_action("drop");
+  EXPECT_EQ(refusal(a, cut), "network_cut: chain '-F' is not a name (letters, digits, -, _, .)");
+  cut.set_chain("FAULTLINE");
+  cut.set_action("accept");
+  EXPECT_EQ(refusal(a, cut), "network_cut: action 'accept' (allowed: reject, drop)");
+  cut.set_action("reject");
+  cut.add_peers("10.0.0.2");
+  cut.add_peers("10.0.0.3; reboot");
+  EXPECT_EQ(refusal(a, cut), "network_cut: '10.0.0.3; reboot' is not an IPv4 address");
+  cut.clear_peers();
+  cut.set_store("10.0.0.1");
+  cut.set_store_port(70000);
+  EXPECT_EQ(refusal(a, cut), "network_cut: 70000 is not a port (1-65535)");
+  pb::NetworkLimit limit;
+  limit.set_netns(-1);
+  limit.set_device("eth0 root");
+  limit.set_rate("1mbit");
+  EXPECT_EQ(refusal(a, limit),
+            "network_limit: device 'eth0 root' is not a name (letters, digits, -, _, .)");
+  limit.set_device("eth0");
+  limit.set_netns(2);
+  EXPECT_EQ(refusal(a, limit),
+            "network: host h1 has no simulated node namespaces (netns 2); refused");
+  pb::NetworkHeal heal;
+  heal.set_netns(-1);
+  heal.set_device("../x");
+  EXPECT_EQ(refusal(a, heal),
+            "network_heal: device '../x' is not a name (letters, digits, -, _, .)");
+}
+
 // Every request type is handled by one kind, registered with it (FaultKind::node_handlers).
 TEST(NodeHandlers, EachRequestTypeHasOneHandlerOfItsKind) {
   const auto types = node_request_types();
   EXPECT_EQ(std::set<std::string>(types.begin(), types.end()).size(), types.size())
       << "a request type handled twice";
-  for (const char* t : {"faultline.v1.MemoryLimit", "faultline.v1.DiskFull",
-                        "faultline.v1.FileDamage", "faultline.v1.CpuQuota", "faultline.v1.ShmMount",
-                        "faultline.v1.HidePlugin", "faultline.v1.SignalRank"}) {
+  for (const char* t :
+       {"faultline.v1.MemoryLimit", "faultline.v1.DiskFull", "faultline.v1.FileDamage",
+        "faultline.v1.CpuQuota", "faultline.v1.ShmMount", "faultline.v1.HidePlugin",
+        "faultline.v1.SignalRank", "faultline.v1.NetworkCut", "faultline.v1.NetworkLimit",
+        "faultline.v1.NetworkHeal"}) {
     ASSERT_NE(node_handler(t), nullptr) << t;
     EXPECT_EQ(node_handler(t)->type(), t);
   }
