@@ -107,14 +107,6 @@ std::string on_host(const Host& h, int node) {
   return in_process(h, node) ? std::string() : " on " + node_name(h, node);
 }
 
-int net_host(const Host& h, int node) {
-  return h.s.topo.hosts.empty() ? 0 : node;
-}
-
-int net_namespace(const Host& h, int node) {
-  return h.s.topo.hosts.empty() ? node : -1;
-}
-
 bool reachable(const Host& h, int node) {
   return in_process(h, node) || (h.box.agents() && h.box.agents()->up(node));
 }

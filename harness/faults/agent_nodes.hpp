@@ -70,11 +70,6 @@ std::vector<nlohmann::json> on_nodes(Host& h, const std::vector<int>& targets,
 // node's report. on_host: the same for a summary line, "" or " on HOST".
 nlohmann::json where(const Host& h, int node, const nlohmann::json& report = nullptr);
 std::string on_host(const Host& h, int node);
-// The node (as on_node counts them) that holds topology node `node` of a network fault: with hosts
-// that host, else this machine (node 0), whose network namespaces are the topology's nodes; and
-// the namespace a request names there (-1 on a host: its own network).
-int net_host(const Host& h, int node);
-int net_namespace(const Host& h, int node);
 // Whether on_node reaches `node` now: this machine, or a host whose agent is up.
 bool reachable(const Host& h, int node);
 // Whether `node` is this machine, whose handlers run in the harness's process: node 0 of a run

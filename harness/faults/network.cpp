@@ -110,6 +110,16 @@ nlohmann::json heal_on_node(Node& n, const pb::NetworkHeal& r) {
   return d;
 }
 
+// The node (as on_node counts them) that holds topology node `node`: with hosts that host, else
+// this machine (node 0), whose network namespaces are the topology's nodes; and the namespace a
+// request names there (-1 on a host: its own network).
+int net_host(const Host& h, int node) {
+  return h.s.topo.hosts.empty() ? 0 : node;
+}
+int net_namespace(const Host& h, int node) {
+  return h.s.topo.hosts.empty() ? node : -1;
+}
+
 class NetworkFault : public FaultOf<NetworkFault> {
  public:
   std::string action = "drop";
