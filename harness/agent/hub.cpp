@@ -521,24 +521,6 @@ bool AgentHub::signal(int node, int rank, pid_t pid, int sig, std::string& why) 
   }
 }
 
-bool AgentHub::signal_anywhere(int rank, pid_t pid, int sig, std::string& host, std::string& why) {
-  // Slurm placed the rank: every up agent checks whether the pid is that rank on its node (the
-  // run's secret and RANK in its environment); only that one signals it.
-  std::vector<std::string> nots;
-  for (size_t k = 0; k < impl_->hosts.size(); ++k) {
-    if (!up(static_cast<int>(k))) continue;
-    std::string w;
-    if (signal(static_cast<int>(k), rank, pid, sig, w)) {
-      host = impl_->hosts[k];
-      why = w;
-      return true;
-    }
-    nots.push_back(w);
-  }
-  why = nots.empty() ? std::string("no agent is up") : fmt::format("{}", fmt::join(nots, "; "));
-  return false;
-}
-
 int AgentHub::count() const {
   return static_cast<int>(impl_->hosts.size());
 }

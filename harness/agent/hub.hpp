@@ -74,7 +74,6 @@ class AgentHub : public faults::HostAgents {
   std::string relay_addr(int node) const;
   // A command for rank `rank` (-1: every rank) on its relayed stream; how many ranks took it.
   int command_ranks(int rank, const faultline::v1::WorkerCommand& worker);
-  bool signal_anywhere(int rank, pid_t pid, int sig, std::string& host, std::string& why) override;
   int count() const override;
   std::string name(int node) const override;
 

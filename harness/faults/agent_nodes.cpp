@@ -96,6 +96,21 @@ bool in_process(const Host& h, int node) {
   return node == 0 && !h.box.agents() && h.s.topo.hosts.empty() && !slurm_places_ranks(h.s);
 }
 
+nlohmann::json where(const Host& h, int node, const nlohmann::json& report) {
+  if (in_process(h, node)) return {{"via", "local"}};
+  nlohmann::json d = {{"via", "agent"}, {"host", node < 0 ? std::string() : node_name(h, node)}};
+  if (!report.is_null()) d["agent"] = report;
+  return d;
+}
+
+std::string on_host(const Host& h, int node) {
+  return in_process(h, node) ? std::string() : " on " + node_name(h, node);
+}
+
+bool reachable(const Host& h, int node) {
+  return in_process(h, node) || (h.box.agents() && h.box.agents()->up(node));
+}
+
 nlohmann::json on_node(Host& h, int node, const google::protobuf::Message& request,
                        std::string_view fault, std::string_view then) {
   google::protobuf::Any any;

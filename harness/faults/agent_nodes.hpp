@@ -65,6 +65,13 @@ nlohmann::json on_node(Host& h, int node, const google::protobuf::Message& reque
 std::vector<nlohmann::json> on_nodes(Host& h, const std::vector<int>& targets,
                                      const google::protobuf::Message& request,
                                      std::string_view fault, std::string_view then = {});
+// Where a record says the work was done: {"via": "local"} on this machine (in process), else
+// {"via": "agent", "host": its name ("" for node -1: no one node)} and, when given, "agent": the
+// node's report. on_host: the same for a summary line, "" or " on HOST".
+nlohmann::json where(const Host& h, int node, const nlohmann::json& report = nullptr);
+std::string on_host(const Host& h, int node);
+// Whether on_node reaches `node` now: this machine, or a host whose agent is up.
+bool reachable(const Host& h, int node);
 // Whether `node` is this machine, whose handlers run in the harness's process: node 0 of a run
 // without agents (no topology.hosts, not Slurm's placement).
 bool in_process(const Host& h, int node);

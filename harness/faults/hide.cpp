@@ -1,7 +1,7 @@
 // hide: a library is missing on one rank (a node without the package): each rank loads plugins
 // from its own directory of links to the plugin directory, and a hidden library has no link.
-// With topology.hosts the agent of the rank's host makes the directory from that host's plugins
-// (HidePlugin, UnhidePlugin below).
+// The rank's node makes the directory from its own plugins (HidePlugin, UnhidePlugin below): this
+// machine in the harness's process, or the agent of the rank's host (topology.hosts).
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -14,7 +14,6 @@
 #include "harness/faults/fault.hpp"
 #include "harness/faults/node_handler.hpp"
 #include "harness/faults/plugin_links.hpp"
-#include "harness/faults/sandbox.hpp"
 #include "harness/history/history.hpp"
 #include "harness/model/key_checks.hpp"
 #include "harness/model/placement.hpp"
@@ -36,10 +35,16 @@ struct Hidden : NodeState {
   std::vector<std::string> cleanup() override;
 };
 
+std::string rank_links(const Node& n, int rank) {
+  if (rank < 0) raise<Error>("hide_plugin: rank {} is not a rank (0 or more)", rank);
+  return run_path(n.run_dir(), fmt::format("ranks/rank{}/plugins", rank), "hide_plugin");
+}
+
 nlohmann::json hide_on_node(Node& n, const pb::HidePlugin& r) {
-  if (r.rank() < 0) raise<Error>("hide_plugin: rank {} is not a rank (0 or more)", r.rank());
-  const std::string links =
-      run_path(n.run_dir(), fmt::format("ranks/rank{}/plugins", r.rank()), "hide_plugin");
+  const std::string links = rank_links(n, r.rank());
+  std::vector<std::string> others;  // every rank checked before anything is made
+  for (const int other : r.also_link()) others.push_back(rank_links(n, other));
+  for (const auto& o : others) link_plugins(plugin_dir(), o);
   auto d = hide_plugin(plugin_dir(), links, r.library(), n.host());
   n.state<Hidden>().links[{r.rank(), r.library()}] = links;
   d["host"] = n.host();
@@ -78,48 +83,31 @@ std::vector<std::string> Hidden::cleanup() {
 class HideFault : public FaultOf<HideFault> {
  public:
   std::string library;
-  // the ranks it was hidden from, and (topology.hosts) the host whose agent did it (-1: here)
-  std::map<int, int> hidden;
+  std::map<int, int> hidden;  // the ranks it was hidden from, and the node that did it
 
   nlohmann::json params() const override { return {{"library", library}}; }
-  std::string links(const Host& h, int r) const {
-    return fmt::format("{}/ranks/rank{}/plugins", h.dir, r);
-  }
 
+  // The node of each target rank links the rank's plugin directory to the plugin directory as that
+  // node has it, less the library (a node without the package), and every other rank's of the
+  // node to all of it (the first hide fault there does).
   void setup(Host& h) override {
-    if (!h.s.topo.hosts.empty()) return setup_on_hosts(h);
-    for (int r = 0; r < h.s.topo.ranks; ++r) {
-      // The first hide fault links every library for every rank.
-      if (rank >= 0 && rank != r) {
-        link_plugins(h.plugin_dir, links(h, r));
-        continue;
-      }
-      const auto d = hide_plugin(h.plugin_dir, links(h, r), library, "this machine");
-      hidden[r] = -1;
-      h.record("hide", {{"library", library}, {"dir", d["dir"]}, {"via", "local"}}, r,
-               fmt::format("{} hidden from rank {}", library, r));
-    }
-  }
-
-  // topology.hosts: the agent of each target rank's host links the rank's plugin directory to the
-  // plugin directory as that host has it, less the library (a node without the package).
-  void setup_on_hosts(Host& h) {
     for (int r = 0; r < h.s.topo.ranks; ++r) {
       if (rank >= 0 && rank != r) continue;
-      const int node = host_of_rank(h.s.topo, r);
-      const std::string host = node_name(h, node);
+      const int node = nodes_of(h, r).front();
       pb::HidePlugin req;
       req.set_rank(r);
       req.set_library(library);
+      for (int o = 0; o < h.s.topo.ranks; ++o) {
+        if (rank >= 0 && o != r && host_of_rank(h.s.topo, o) == host_of_rank(h.s.topo, r)) {
+          req.add_also_link(o);
+        }
+      }
       const auto d = on_node(h, node, req, fmt::format("hide on rank {}", r));
       hidden[r] = node;
-      h.record("hide",
-               {{"library", library},
-                {"dir", d.value("dir", "")},
-                {"via", "agent"},
-                {"host", host},
-                {"agent", d}},
-               r, fmt::format("{} hidden from rank {} on {}", library, r, host));
+      nlohmann::json rec = {{"library", library}, {"dir", d.value("dir", "")}};
+      rec.update(where(h, node, d));
+      h.record("hide", rec, r,
+               fmt::format("{} hidden from rank {}{}", library, r, on_host(h, node)));
     }
   }
 
@@ -128,24 +116,20 @@ class HideFault : public FaultOf<HideFault> {
   void heal(Host& h, bool processes_gone) override {
     for (auto it = hidden.begin(); it != hidden.end();) {
       const auto [r, node] = *it;
-      if (node < 0 && !processes_gone) {
+      if (!processes_gone && in_process(h, node)) {
         ++it;
         continue;
       }
       it = hidden.erase(it);
-      nlohmann::json d = {{"fault", "hide"}, {"library", library}, {"dir", links(h, r)}};
+      nlohmann::json d = {{"fault", "hide"},
+                          {"library", library},
+                          {"dir", fmt::format("{}/ranks/rank{}/plugins", h.dir, r)}};
       try {
-        if (node < 0) {
-          unhide_plugin(h.plugin_dir, links(h, r), library);
-          d["via"] = "local";
-        } else {
-          const std::string host = node_name(h, node);
-          d.update({{"via", "agent"}, {"host", host}});
-          pb::UnhidePlugin req;
-          req.set_rank(r);
-          req.set_library(library);
-          on_node(h, node, req, "hide", "the link stays out");
-        }
+        d.update(where(h, node));
+        pb::UnhidePlugin req;
+        req.set_rank(r);
+        req.set_library(library);
+        on_node(h, node, req, "hide", "the link stays out");
         h.hist.harness("fault_healed", d, r);
       } catch (const std::exception& e) {
         try {

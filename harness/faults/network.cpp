@@ -1,21 +1,124 @@
 // network: a data-plane fault between simulated nodes (each in its own network namespace):
 // reject (refused or reset at once), drop (packets vanish; only timeouts notice), or a bandwidth
 // limit (tc tbf). With `store: true` only the node's connections to the rendezvous store are cut.
+// The node's rules and limit are made where it is (NetworkCut, NetworkLimit, NetworkHeal below):
+// on this machine in the harness's process, in the node's namespace; with topology.hosts by the
+// host's agent (a host whose agent is lost is healed through the rsh agent).
+#include <arpa/inet.h>
+
 #include <algorithm>
+#include <cctype>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "base/error.hpp"
+#include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/faults/node_handler.hpp"
 #include "harness/faults/sandbox.hpp"
 #include "harness/history/history.hpp"
 #include "harness/model/key_checks.hpp"
+#include "harness/proto/faultline.pb.h"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 
 namespace fl::harness::faults {
 namespace {
+
+namespace pb = faultline::v1;
+
+// A chain or device name: letters, digits, '-', '_' and '.', not starting with '-'.
+void check_name(const char* request, const char* what, const std::string& v) {
+  const bool ok = !v.empty() && v[0] != '-' && std::all_of(v.begin(), v.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+  if (!ok) raise<Error>("{}: {} '{}' is not a name (letters, digits, -, _, .)", request, what, v);
+}
+
+void check_address(const char* request, const std::string& v) {
+  in_addr a{};
+  if (::inet_pton(AF_INET, v.c_str(), &a) != 1) {
+    raise<Error>("{}: '{}' is not an IPv4 address", request, v);
+  }
+}
+
+// reject: TCP gets a reset, anything else an ICMP error; drop: packets vanish. One rule per
+// match (two for a reject of more than TCP).
+void add_rule(Node& n, const pb::NetworkCut& r, const std::vector<std::string>& match) {
+  const bool tcp_only = std::find(match.begin(), match.end(), "-p") != match.end();
+  std::vector<std::string> rule = {"iptables", "-A", r.chain()};
+  rule.insert(rule.end(), match.begin(), match.end());
+  if (r.action() == "reject") {
+    auto t = rule;
+    if (!tcp_only) t.insert(t.end(), {"-p", "tcp"});
+    t.insert(t.end(), {"-j", "REJECT", "--reject-with", "tcp-reset"});
+    n.run_net(r.netns(), t);
+    if (tcp_only) return;
+    rule.insert(rule.end(), {"-j", "REJECT"});
+  } else {
+    rule.insert(rule.end(), {"-j", "DROP"});
+  }
+  n.run_net(r.netns(), rule);
+}
+
+nlohmann::json cut_on_node(Node& n, const pb::NetworkCut& r) {
+  check_name("network_cut", "chain", r.chain());
+  if (r.action() != "reject" && r.action() != "drop") {
+    raise<Error>("network_cut: action '{}' (allowed: reject, drop)", r.action());
+  }
+  if (r.store_port() != 0) {
+    if (r.store_port() < 1 || r.store_port() > 65535) {
+      raise<Error>("network_cut: {} is not a port (1-65535)", r.store_port());
+    }
+    check_address("network_cut", r.store());
+    const std::string port = std::to_string(r.store_port());
+    add_rule(n, r, {"-d", r.store(), "-p", "tcp", "--dport", port});
+    if (r.holds_store()) {
+      add_rule(n, r, {"-s", r.store(), "-p", "tcp", "--sport", port, "!", "-d", r.store()});
+    }
+    return {{"host", n.host()}, {"store", r.store()}};
+  }
+  for (const auto& peer : r.peers()) check_address("network_cut", peer);
+  for (const auto& peer : r.peers()) {
+    add_rule(n, r, {"-d", peer});
+    add_rule(n, r, {"-s", peer});
+  }
+  return {{"host", n.host()}, {"peers", r.peers().size()}};
+}
+
+nlohmann::json limit_on_node(Node& n, const pb::NetworkLimit& r) {
+  check_name("network_limit", "device", r.device());
+  check_name("network_limit", "rate", r.rate());
+  n.run_net(r.netns(), {"tc", "qdisc", "replace", "dev", r.device(), "root", "tbf", "rate",
+                        r.rate(), "burst", "32kbit", "latency", "400ms"});
+  return {{"host", n.host()}, {"device", r.device()}, {"rate", r.rate()}};
+}
+
+nlohmann::json heal_on_node(Node& n, const pb::NetworkHeal& r) {
+  nlohmann::json d = {{"host", n.host()}};
+  if (!r.chain().empty()) {
+    check_name("network_heal", "chain", r.chain());
+    n.run_net(r.netns(), {"iptables", "-F", r.chain()});
+    d["flushed"] = r.chain();
+  }
+  if (!r.device().empty()) {
+    check_name("network_heal", "device", r.device());
+    n.run_net(r.netns(), {"tc", "qdisc", "del", "dev", r.device(), "root"});
+    d["unlimited"] = r.device();
+  }
+  return d;
+}
+
+// The node (as on_node counts them) that holds topology node `node`: with hosts that host, else
+// this machine (node 0), whose network namespaces are the topology's nodes; and the namespace a
+// request names there (-1 on a host: its own network).
+int net_host(const Host& h, int node) {
+  return h.s.topo.hosts.empty() ? 0 : node;
+}
+int net_namespace(const Host& h, int node) {
+  return h.s.topo.hosts.empty() ? node : -1;
+}
 
 class NetworkFault : public FaultOf<NetworkFault> {
  public:
@@ -32,76 +135,83 @@ class NetworkFault : public FaultOf<NetworkFault> {
 
   bool inject(Host& h, const Progress*, When) override {
     if (!h.box.has_network()) raise<Error>("network faults need topology.network: namespaces");
+    const int at = net_host(h, node);
     nlohmann::json d = {{"action", action}, {"node", node}};
     std::string line;
     if (action == "bandwidth") {
-      h.box.run_on(node, {"tc", "qdisc", "replace", "dev", h.box.device(node), "root", "tbf",
-                          "rate", rate, "burst", "32kbit", "latency", "400ms"});
+      pb::NetworkLimit req;
+      req.set_netns(net_namespace(h, node));
+      req.set_device(h.box.device(node));
+      req.set_rate(rate);
       shaped = true;
+      on_node(h, at, req, "network");
       d["rate"] = rate;
       line = fmt::format("node {} limited to {}", node, rate);
-    } else if (store) {
-      rules = true;
-      const std::string port = std::to_string(h.master_port);
-      const std::string ip0 = h.box.ip(0);
-      rule(h, {"-d", ip0, "-p", "tcp", "--dport", port});
-      if (node == 0) rule(h, {"-s", ip0, "-p", "tcp", "--sport", port, "!", "-d", ip0});
-      d["store"] = fmt::format("{}:{}", ip0, port);
-      line = fmt::format("node {} cut from the store ({})", node, action);
     } else {
-      rules = true;
-      std::vector<int> peers;
-      for (int k = 0; k < h.s.topo.nodes; ++k) {
-        if (k == node || (peer >= 0 && k != peer)) continue;
-        rule(h, {"-d", h.box.ip(k)});
-        rule(h, {"-s", h.box.ip(k)});
-        peers.push_back(k);
+      pb::NetworkCut req;
+      req.set_netns(net_namespace(h, node));
+      req.set_chain(h.box.chain());
+      req.set_action(action);
+      if (store) {
+        req.set_store(h.box.ip(0));
+        req.set_store_port(h.master_port);
+        req.set_holds_store(node == 0);
+        d["store"] = fmt::format("{}:{}", req.store(), h.master_port);
+        line = fmt::format("node {} cut from the store ({})", node, action);
+      } else {
+        std::vector<int> peers;
+        for (int k = 0; k < h.s.topo.nodes; ++k) {
+          if (k == node || (peer >= 0 && k != peer)) continue;
+          req.add_peers(h.box.ip(k));
+          peers.push_back(k);
+        }
+        d["peers"] = peers;
+        line = fmt::format("node {} cut from node(s) {} ({})", node, fmt::join(peers, ","), action);
       }
-      d["peers"] = peers;
-      line = fmt::format("node {} cut from node(s) {} ({})", node, fmt::join(peers, ","), action);
+      rules = true;  // some rules may be in place even if a later one fails
+      on_node(h, at, req, "network");
     }
-    if (!h.s.topo.hosts.empty()) {
-      d["host"] = h.s.topo.hosts.at(static_cast<size_t>(node));
-      d["via"] = h.box.via(node);  // the host's agent, or the rsh agent
-    }
+    d.update(where(h, at));
     h.record("network", d, -1, line);
     return true;
   }
 
   void heal(Host& h, bool) override {
-    auto quietly = [&](const char* what, const std::vector<std::string>& argv) {
-      try {
-        h.box.run_on(node, argv);
-        h.hist.harness("fault_healed", {{"fault", what}, {"node", node}, {"via", h.box.via(node)}});
-      } catch (const std::exception& e) {
-        try {
-          h.hist.harness("heal_error", {{"fault", what}, {"error", e.what()}});
-        } catch (...) {
-        }
-      }
-    };
-    if (rules) quietly("network", {"iptables", "-F", h.box.chain()});
-    if (shaped) quietly("bandwidth", {"tc", "qdisc", "del", "dev", h.box.device(node), "root"});
+    pb::NetworkHeal req;
+    req.set_netns(net_namespace(h, node));
+    if (rules) {
+      req.set_chain(h.box.chain());
+      undo(h, "network", req, {"iptables", "-F", h.box.chain()});
+    }
+    if (shaped) {
+      req.clear_chain();
+      req.set_device(h.box.device(node));
+      undo(h, "bandwidth", req, {"tc", "qdisc", "del", "dev", h.box.device(node), "root"});
+    }
     rules = shaped = false;
   }
 
  private:
-  // reject: TCP gets a reset, anything else an ICMP error; drop: packets vanish.
-  void rule(Host& h, const std::vector<std::string>& match) const {
-    const bool tcp_only = std::find(match.begin(), match.end(), "-p") != match.end();
-    std::vector<std::string> r = {"iptables", "-A", h.box.chain()};
-    r.insert(r.end(), match.begin(), match.end());
-    if (action == "reject") {
-      auto t = r;
-      if (!tcp_only) t.insert(t.end(), {"-p", "tcp"});
-      t.insert(t.end(), {"-j", "REJECT", "--reject-with", "tcp-reset"});
-      h.box.run_on(node, t);
-      if (tcp_only) return;
-      r.insert(r.end(), {"-j", "REJECT"});
-    } else {
-      r.insert(r.end(), {"-j", "DROP"});
+  // The node undoes it; a host whose agent is gone (the run ends) through the rsh agent (`argv`).
+  void undo(Host& h, const char* what, const pb::NetworkHeal& req,
+            const std::vector<std::string>& argv) {
+    nlohmann::json d = {{"fault", what}, {"node", node}};
+    try {
+      const int at = net_host(h, node);
+      if (reachable(h, at)) {
+        on_node(h, at, req, what);
+        d.update(where(h, at));
+      } else {
+        h.box.run_on(node, argv);
+        d.update({{"via", "rsh"}, {"host", node_name(h, at)}});
+      }
+      h.hist.harness("fault_healed", d);
+    } catch (const std::exception& e) {
+      try {
+        h.hist.harness("heal_error", {{"fault", what}, {"error", e.what()}});
+      } catch (...) {
+      }
     }
-    h.box.run_on(node, r);
   }
 };
 
@@ -180,6 +290,12 @@ class NetworkKind : public FaultKind {
     }
     c.s.topo.network = "namespaces";
     return f;
+  }
+  std::vector<const NodeHandler*> node_handlers() const override {
+    static const NodeHandlerOf<pb::NetworkCut> cut(&cut_on_node);
+    static const NodeHandlerOf<pb::NetworkLimit> limit(&limit_on_node);
+    static const NodeHandlerOf<pb::NetworkHeal> heal(&heal_on_node);
+    return {&cut, &limit, &heal};
   }
 };
 

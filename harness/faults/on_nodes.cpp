@@ -4,18 +4,58 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "base/subprocess.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/node_handler.hpp"
+#include "harness/faults/sandbox.hpp"
+#include "harness/process/supervisor.hpp"
 
 namespace fl::harness::faults {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Is `pid` rank `rank` of the run in `run_dir`? Its environment carries the run's secret (and
+// RANK), or its working directory is the rank's own (mpirun --wdir RUN_DIR/ranks/rankN).
+bool is_rank_of_run(const std::string& run_dir, const std::string& host, const std::string& secret,
+                    pid_t pid, int rank, std::string& why) {
+  std::ifstream env(fmt::format("/proc/{}/environ", pid), std::ios::binary);
+  if (!env) {
+    why = fmt::format("no process {} on host {}", pid, host);
+    return false;
+  }
+  bool has_secret = false;
+  std::string rank_var;
+  for (std::string kv; std::getline(env, kv, '\0');) {
+    if (kv == fmt::format("{}={}", kControlSecretEnv, secret)) has_secret = true;
+    if (kv.rfind("RANK=", 0) == 0) rank_var = kv.substr(5);
+  }
+  if (has_secret && (rank_var.empty() || rank_var == std::to_string(rank))) return true;
+  std::error_code ec;
+  const auto cwd = fs::read_symlink(fmt::format("/proc/{}/cwd", pid), ec);
+  const auto want = fs::weakly_canonical(fmt::format("{}/ranks/rank{}", run_dir, rank), ec);
+  if (!cwd.empty() && cwd == want) return true;
+  why = fmt::format(
+      "process {} on host {} is not rank {} of this run (its environment has {} and it works in "
+      "{}); not signalled",
+      pid, host, rank, has_secret ? "RANK=" + rank_var : "not the run's secret",
+      cwd.empty() ? std::string("?") : cwd.string());
+  return false;
+}
+
+}  // namespace
 
 Node::Node(std::string run_dir, std::string host, std::string secret, Sandbox* box)
     : dir_(std::move(run_dir)), host_(std::move(host)), secret_(std::move(secret)), box_(box) {}
@@ -35,6 +75,39 @@ nlohmann::json Node::apply(const google::protobuf::Any& request) {
         url.empty() ? std::string("(none)") : url, host_, fmt::join(node_request_types(), ", "));
   }
   return h->apply(*this, request);
+}
+
+bool Node::signal_rank(int rank, pid_t pid, int sig, std::string& why) const {
+  if (pid <= 1) {
+    why = fmt::format("pid {} is not a rank's", pid);
+    return false;
+  }
+  if (box_) {
+    // This machine: the run's ranks are the harness's children (or, under a launcher, theirs).
+    if (box_->supervisor().signal_descendant(pid, sig)) return true;
+    why = fmt::format("process {} is not one of this run's on {} (or it is gone); not signalled",
+                      pid, host_);
+    return false;
+  }
+  if (!is_rank_of_run(dir_, host_, secret_, pid, rank, why)) return false;
+  if (::kill(pid, sig) == 0) return true;
+  why = fmt::format("kill({}, {}): {}", pid, sig, std::strerror(errno));
+  return false;
+}
+
+std::string Node::run_net(int netns, const std::vector<std::string>& argv) const {
+  if (argv.empty() || (argv[0] != "iptables" && argv[0] != "tc")) {
+    raise<Error>("a node runs only iptables and tc for a network fault (asked: '{}')",
+                 argv.empty() ? std::string() : argv[0]);
+  }
+  if (box_) return run_tool(box_->in_net(netns, argv));
+  if (netns != -1) {
+    raise<Error>("network: host {} has no simulated node namespaces (netns {}); refused", host_,
+                 netns);
+  }
+  std::vector<std::string> bounded = {"timeout", "-k", "2", "20"};  // as the agent's tools
+  bounded.insert(bounded.end(), argv.begin(), argv.end());
+  return run_tool(bounded);
 }
 
 std::vector<std::string> Node::cleanup() {

@@ -10,6 +10,8 @@
 // handler, agent_nodes.hpp to send a request.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
 #include <string>
 #include <typeindex>
@@ -55,6 +57,16 @@ class Node {
   // nullptr (an agent's host). A handler acts through it where the run's ranks live: the run's
   // mount namespace (Sandbox::in_mount), not the harness's, so a tmpfs lands where they see it.
   Sandbox* sandbox() const { return box_; }
+
+  // Sends `sig` (0: only checks) to `pid` once it is `rank` of this run here: on this machine one
+  // of the harness's children or their descendants (the run's Supervisor signals a child's process
+  // group), on an agent's host a process whose environment carries the run's secret and RANK (or
+  // that works in the rank's directory). False with `why` naming the process and what it is.
+  bool signal_rank(int rank, pid_t pid, int sig, std::string& why) const;
+  // Runs a network tool (iptables, tc) in this node's network, bounded in time: on this machine in
+  // simulated node `netns`'s namespace (Sandbox::in_net), on an agent's host in the host's own
+  // (`netns` -1). Its output, or Error with the tool's.
+  std::string run_net(int netns, const std::vector<std::string>& argv) const;
 
   // Applies one request with the handler registered for its type: the JSON report of what was
   // done; Error naming what and why when the request is refused or fails, and for a type no kind

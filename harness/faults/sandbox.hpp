@@ -46,13 +46,6 @@ class HostAgents {
   // Has host `node`'s agent apply a fault kind's typed request (on_nodes.hpp): its report of
   // what it did, or Error with its reason.
   virtual nlohmann::json apply(int node, const google::protobuf::Any& request);
-  // Ranks Slurm placed itself (launcher srun, no hosts): the agent on whichever node holds `rank`
-  // signals it; `host` names that node. False with `why` when none did.
-  virtual bool signal_anywhere(int /*rank*/, pid_t /*pid*/, int /*sig*/, std::string& /*host*/,
-                               std::string& why) {
-    why = "no agent can place the rank";
-    return false;
-  }
   // How many agents there are (one per host, or with launcher srun one per node), and agent
   // `node`'s name (its host, or its node).
   virtual int count() const { return 0; }
@@ -83,6 +76,8 @@ class Sandbox {
   std::string via(int node) const;
   void set_agents(HostAgents* a) { agents_ = a; }
   HostAgents* agents() const { return agents_; }
+  // The run's supervisor: this machine's ranks are its children (Node::signal_rank).
+  Supervisor& supervisor() const { return sup_; }
   // This machine as host 0 of a run without agents: the node whose handlers run in this process
   // (made on first use; what it still holds is undone when the sandbox goes).
   Node& local_node();

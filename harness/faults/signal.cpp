@@ -1,16 +1,32 @@
 // signal: send a signal to a rank once it reports a step (a crash, a stop, a kill from outside).
+// The rank's node sends it (SignalRank below): this machine in the harness's process, or the agent
+// of the rank's host; with launcher srun and no hosts each node's agent in turn, and the one whose
+// node runs the rank signals it.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "harness/faults/agent_nodes.hpp"
 #include "harness/faults/fault.hpp"
-#include "harness/faults/sandbox.hpp"
+#include "harness/faults/node_handler.hpp"
 #include "harness/model/key_checks.hpp"
-#include "harness/model/placement.hpp"
 #include "harness/process/supervisor.hpp"
+#include "harness/proto/faultline.pb.h"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
 
 namespace fl::harness::faults {
 namespace {
+
+namespace pb = faultline::v1;
+
+// On a node: the signal, once the pid is the rank's there ({delivered, host} and, when not, why).
+nlohmann::json signal_on_node(Node& n, const pb::SignalRank& r) {
+  std::string why;
+  const bool ok = n.signal_rank(r.rank(), r.pid(), r.signal(), why);
+  nlohmann::json d = {{"delivered", ok}, {"host", n.host()}};
+  if (!ok) d["why"] = why;
+  return d;
+}
 
 class SignalFault : public FaultOf<SignalFault> {
  public:
@@ -20,28 +36,30 @@ class SignalFault : public FaultOf<SignalFault> {
   bool inject(Host& h, const Progress* p, When) override {
     const pid_t pid = p ? p->pid_of(rank) : 0;
     if (pid == 0) return false;  // not started (or not said hello) yet
-    const int sig = signal_number(signal);
     const int64_t at_step = p->max_step.count(rank) ? p->max_step.at(rank) : step;
-    nlohmann::json d = {{"signal", "SIG" + signal}, {"pid", pid}, {"at_step", at_step}};
+    pb::SignalRank req;
+    req.set_rank(rank);
+    req.set_pid(pid);
+    req.set_signal(signal_number(signal));
+    const auto targets = nodes_of(h, rank);
+    int on = targets.size() == 1 ? targets[0] : -1;  // -1: none of several found the rank
+    std::vector<std::string> nots;
     bool ok = false;
-    // With hosts the rank's pid is one on its host: that host's agent sends the signal.
-    const int node = host_of_rank(h.s.topo, rank);
-    if (node >= 0 && h.box.agents() && h.box.agents()->up(node)) {
-      std::string why;
-      ok = h.box.agents()->signal(node, rank, pid, sig, why);
-      d["via"] = "agent";
-      d["host"] = h.s.topo.hosts.at(static_cast<size_t>(node));
-      if (!ok) d["why"] = why;
-    } else if (node < 0 && h.box.agents() && h.box.agents()->up(0)) {
-      // launcher srun without hosts: Slurm placed the rank; the agent on its node signals it.
-      std::string host, why;
-      ok = h.box.agents()->signal_anywhere(rank, pid, sig, host, why);
-      d["via"] = "agent";
-      d["host"] = host;
-      if (!ok) d["why"] = why;
-    } else {
-      ok = p->is_local_child(rank) ? h.sup.signal(pid, sig) : h.sup.signal_descendant(pid, sig);
+    for (const int node : targets) {
+      try {
+        const auto r = on_node(h, node, req, fmt::format("signal to rank {}", rank));
+        if ((ok = r.value("delivered", false))) {
+          on = node;
+          break;
+        }
+        nots.push_back(r.value("why", ""));
+      } catch (const std::exception& e) {  // its agent is not up
+        nots.push_back(e.what());
+      }
     }
+    nlohmann::json d = {{"signal", "SIG" + signal}, {"pid", pid}, {"at_step", at_step}};
+    d.update(where(h, on));
+    if (!ok) d["why"] = fmt::format("{}", fmt::join(nots, "; "));
     d["delivered"] = ok;
     h.record("signal", d, rank, fmt::format("SIG{} to rank {} at step {}", signal, rank, at_step));
     return true;
@@ -66,6 +84,10 @@ class SignalKind : public FaultKind {
       loader::fail_at(c.file, item, c.at + ".rank", "a signal fault needs a rank (0 or more)");
     }
     return f;
+  }
+  std::vector<const NodeHandler*> node_handlers() const override {
+    static const NodeHandlerOf<pb::SignalRank> signal(&signal_on_node);
+    return {&signal};
   }
 };
 

@@ -21,6 +21,7 @@
 #include "harness/launch/launch_args.hpp"
 #include "harness/launch/launcher.hpp"
 #include "harness/model/build_paths.hpp"
+#include "harness/model/placement.hpp"
 #include "harness/process/supervisor.hpp"
 
 namespace fl::harness {
@@ -175,13 +176,14 @@ class CommandLauncher : public Launcher {
 
   static std::vector<std::string> argv(const LaunchHost& h, int rank,
                                        std::map<std::string, std::string>& env) {
-    const int per_node = h.s.topo.ranks / h.s.topo.nodes;
+    const int per_node = ranks_per_node(h.s.topo.ranks, h.s.topo.nodes);
+    const int node = node_of_rank(h.s.topo, rank);  // placement.hpp
     const std::map<std::string, std::string> values = {
         {"rank", std::to_string(rank)},
         {"ranks", std::to_string(h.s.topo.ranks)},
-        {"local_rank", std::to_string(rank % per_node)},
+        {"local_rank", std::to_string(rank - node * per_node)},
         {"local_ranks", std::to_string(per_node)},
-        {"node_rank", std::to_string(rank / per_node)},
+        {"node_rank", std::to_string(node)},
         {"nodes", std::to_string(h.s.topo.nodes)},
         {"master_addr", env["MASTER_ADDR"]},
         {"master_port", env["MASTER_PORT"]},

@@ -17,6 +17,7 @@
 #include "harness/agent/hub.hpp"
 #include "harness/faults/oop_faults.hpp"
 #include "harness/launch/launch_args.hpp"
+#include "harness/model/placement.hpp"
 #include "harness/run/artifact_server.hpp"
 #include "harness/run/run.hpp"
 #include "harness/run/run_agents.hpp"
@@ -63,13 +64,15 @@ void Run::prepare() {
 
 std::map<std::string, std::string> Run::rank_env(int rank) {
   auto env = base_env();
-  const int per_node = s_.topo.ranks / s_.topo.nodes;
+  // The rank's node as the launchers place it (placement.hpp).
+  const int per_node = ranks_per_node(s_.topo.ranks, s_.topo.nodes);
+  const int node = node_of_rank(s_.topo, rank);
   const std::string rdir = fmt::format("{}/ranks/rank{}", dir_, rank);
   env["RANK"] = std::to_string(rank);
   env["WORLD_SIZE"] = std::to_string(s_.topo.ranks);
-  env["LOCAL_RANK"] = std::to_string(rank % per_node);
+  env["LOCAL_RANK"] = std::to_string(rank - node * per_node);
   env["LOCAL_WORLD_SIZE"] = std::to_string(per_node);
-  env["NODE_RANK"] = std::to_string(rank / per_node);
+  env["NODE_RANK"] = std::to_string(node);
   env["MASTER_ADDR"] = faults_->master_addr();
   env["MASTER_PORT"] = std::to_string(master_port_);
   env["FAULTLINE_RUN_ID"] = id_;
@@ -81,12 +84,12 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
   env["FAULTLINE_FIRED_LOG"] = rdir + "/fired.jsonl";
   env["FAULTLINE_FLIGHT_RECORDER_DIR"] = rdir;
   // The control plane, or with topology.hosts the rank's host's agent, which relays (relay.hpp).
-  env["FAULTLINE_CONTROL_ADDR"] = agents_->rank_control_addr(rank / per_node, ctl_addr_);
+  env["FAULTLINE_CONTROL_ADDR"] = agents_->rank_control_addr(node, ctl_addr_);
   env[kControlSecretEnv] = secret_;
   env["FAULTLINE_PDEATHSIG"] = "1";
   if (artifacts_) {
     env["FAULTLINE_ARTIFACT_URL"] = artifact_url_;
-    env["FAULTLINE_ARTIFACT_CACHE"] = fmt::format("{}/artifacts/node{}", dir_, rank / per_node);
+    env["FAULTLINE_ARTIFACT_CACHE"] = fmt::format("{}/artifacts/node{}", dir_, node);
   }
   env["TMPDIR"] = dir_ + "/tmp";
   // Open MPI's shared-memory segments go into the run's tmp (not /dev/shm), so a harness killed

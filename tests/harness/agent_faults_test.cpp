@@ -299,6 +299,75 @@ TEST_F(AgentFaultsTest, HidesALibraryFromOneRankAndPutsItBack) {
   fs::remove_all(plugins);
 }
 
+// hide on a node whose other ranks load from directories of their own (this machine: every rank):
+// also_link gives each of them a link to every library, made once; a bad rank there is refused
+// before anything is made.
+TEST_F(AgentFaultsTest, HideLinksTheNodesOtherRanksToEveryLibrary) {
+  const std::string plugins = kPlugins;
+  fs::create_directories(plugins);
+  for (const char* lib : {"libfl_a.so", "libfl_b.so"}) write(plugins + "/" + lib, "elf");
+  const std::string ranks = fs::weakly_canonical(dir_).string() + "/ranks/rank";
+  Node a(dir_, "h1", "s3cret");
+  pb::HidePlugin hide;
+  hide.set_rank(1);
+  hide.set_library("libfl_a.so");
+  hide.add_also_link(-1);
+  EXPECT_EQ(refusal(a, hide), "hide_plugin: rank -1 is not a rank (0 or more)");
+  EXPECT_FALSE(fs::exists(ranks + "1/plugins"));
+  hide.clear_also_link();
+  hide.add_also_link(0);
+  hide.add_also_link(2);
+  apply(a, hide);
+  EXPECT_FALSE(fs::exists(ranks + "1/plugins/libfl_a.so"));
+  for (const char* other : {"0", "2"}) {
+    for (const char* lib : {"libfl_a.so", "libfl_b.so"}) {
+      EXPECT_EQ(fs::read_symlink(ranks + other + "/plugins/" + lib), fs::path(plugins) / lib)
+          << other << " " << lib;
+    }
+  }
+  EXPECT_FALSE(fs::exists(ranks + "3/plugins"));
+  a.cleanup();
+  fs::remove_all(plugins);
+}
+
+// network's requests on an agent's host: every word that reaches iptables or tc is checked before
+// any tool runs (a chain or device name, an IPv4 address, reject or drop), and a host has no
+// simulated node namespaces.
+TEST_F(AgentFaultsTest, NetworkRequestsAreCheckedBeforeAnyToolRuns) {
+  Node a(dir_, "h1", "s3cret");
+  pb::NetworkCut cut;
+  cut.set_netns(-1);
+  cut.set_chain("-F");
+  cut.set_action("drop");
+  EXPECT_EQ(refusal(a, cut), "network_cut: chain '-F' is not a name (letters, digits, -, _, .)");
+  cut.set_chain("FAULTLINE");
+  cut.set_action("accept");
+  EXPECT_EQ(refusal(a, cut), "network_cut: action 'accept' (allowed: reject, drop)");
+  cut.set_action("reject");
+  cut.add_peers("10.0.0.2");
+  cut.add_peers("10.0.0.3; reboot");
+  EXPECT_EQ(refusal(a, cut), "network_cut: '10.0.0.3; reboot' is not an IPv4 address");
+  cut.clear_peers();
+  cut.set_store("10.0.0.1");
+  cut.set_store_port(70000);
+  EXPECT_EQ(refusal(a, cut), "network_cut: 70000 is not a port (1-65535)");
+  pb::NetworkLimit limit;
+  limit.set_netns(-1);
+  limit.set_device("eth0 root");
+  limit.set_rate("1mbit");
+  EXPECT_EQ(refusal(a, limit),
+            "network_limit: device 'eth0 root' is not a name (letters, digits, -, _, .)");
+  limit.set_device("eth0");
+  limit.set_netns(2);
+  EXPECT_EQ(refusal(a, limit),
+            "network: host h1 has no simulated node namespaces (netns 2); refused");
+  pb::NetworkHeal heal;
+  heal.set_netns(-1);
+  heal.set_device("../x");
+  EXPECT_EQ(refusal(a, heal),
+            "network_heal: device '../x' is not a name (letters, digits, -, _, .)");
+}
+
 // Every request type is handled by one kind, registered with it (FaultKind::node_handlers).
 TEST(NodeHandlers, EachRequestTypeHasOneHandlerOfItsKind) {
   const auto types = node_request_types();
@@ -306,7 +375,9 @@ TEST(NodeHandlers, EachRequestTypeHasOneHandlerOfItsKind) {
       << "a request type handled twice";
   for (const char* t :
        {"faultline.v1.MemoryLimit", "faultline.v1.DiskFull", "faultline.v1.FileDamage",
-        "faultline.v1.CpuQuota", "faultline.v1.ShmMount", "faultline.v1.HidePlugin"}) {
+        "faultline.v1.CpuQuota", "faultline.v1.ShmMount", "faultline.v1.HidePlugin",
+        "faultline.v1.SignalRank", "faultline.v1.NetworkCut", "faultline.v1.NetworkLimit",
+        "faultline.v1.NetworkHeal"}) {
     ASSERT_NE(node_handler(t), nullptr) << t;
     EXPECT_EQ(node_handler(t)->type(), t);
   }

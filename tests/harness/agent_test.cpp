@@ -176,6 +176,44 @@ TEST_F(AgentTest, SignalsOnlyTheRankOfThisRun) {
   EXPECT_TRUE(sup->is_running(stranger));
 }
 
+// The signal fault's request (SignalRank): on a host its agent signals only a process that is the
+// rank of this run; on this machine (host 0 without agents, in process) the run's supervisor
+// signals only its children and their descendants. Each answers whether it was delivered, and why
+// not.
+TEST_F(AgentTest, ASignalRequestReachesOnlyTheRunsRankOnThisMachineAndThroughAnAgent) {
+  Scenario local;  // no hosts, no agents: node 0 is this machine
+  faults::Sandbox remote_box(s, dir, *hist, *sup), local_box(local, dir, *hist, *sup);
+  remote_box.set_agents(hub.get());
+  std::vector<std::string> injected;
+  faults::Host remote{s, dir, *hist, *sup, remote_box, 0, "", injected};
+  faults::Host here{local, dir, *hist, *sup, local_box, 0, "", injected};
+  const pid_t stranger = spawn_sleep(false);
+  const pid_t rank0 = spawn_sleep(true);
+  auto send = [](faults::Host& h, int rank, pid_t pid, int sig) {
+    pb::SignalRank r;
+    r.set_rank(rank);
+    r.set_pid(pid);
+    r.set_signal(sig);
+    return faults::on_node(h, 0, r, "signal");
+  };
+  auto no = send(remote, 0, stranger, SIGKILL);
+  EXPECT_EQ(no["delivered"], false);
+  EXPECT_EQ(no["host"], "hosta");
+  EXPECT_NE(no["why"].get<std::string>().find("is not rank 0 of this run"), std::string::npos)
+      << no;
+  no = send(here, 0, ::getppid(), 0);  // not one of the run's processes
+  EXPECT_EQ(no["delivered"], false);
+  EXPECT_EQ(no["why"], fmt::format("process {} is not one of this run's on local (or it is gone); "
+                                   "not signalled",
+                                   ::getppid()));
+  EXPECT_EQ(send(here, 0, 1, 0)["why"], "pid 1 is not a rank's");
+  EXPECT_EQ(send(remote, 0, rank0, SIGKILL)["delivered"], true);
+  EXPECT_EQ(send(here, 1, stranger, SIGKILL)["delivered"], true) << "a child of the run's";
+  ASSERT_TRUE(pump_until([&] { return exits.count(rank0) > 0 && exits.count(stranger) > 0; }));
+  EXPECT_EQ(exits[rank0].code, SIGKILL);
+  EXPECT_EQ(exits[stranger].code, SIGKILL);
+}
+
 TEST_F(AgentTest, ALostAgentIsAnEventAndNeverAHang) {
   const int pid = events("agent_up").at(0)["pid"].get<int>();
   ASSERT_EQ(::kill(pid, SIGKILL), 0);

@@ -21,7 +21,8 @@
 #               transport; host 0's ranks, this machine and host 1's own /dev/shm are untouched
 #       hide    a library hidden from rank 2: host 1's agent links rank 2's plugin directory to
 #               host 1's own plugin directory (which has a library this machine's has not), less
-#               the hidden one; rank 2 cannot load it, and the link is back afterwards
+#               the hidden one, and rank 3's (same host) to all of it; rank 2 cannot load it,
+#               and the link is back afterwards
 #       input   a memory limit over hosts validates, with a device arena it is refused (no root)
 # Each checks `via: agent` in the history and that nothing is left on any host: no process or
 # agent of the run, no cgroup of it, no mount of it, no chain. Exit 77 (skipped) without root,
@@ -349,7 +350,11 @@ assert h["via"] == "agent" and h["host"] == h1 and h["dir"] == links, h
 assert "libfl_hostonly.so" in h["agent"]["libraries"], h
 assert "libfl_hostonly.so" not in os.listdir(plugins)
 assert os.path.islink(links + "/libfl_hostonly.so"), os.listdir(links)
-for r in (0, 1, 3):
+# Rank 3 shares host 1: its directory links every library host 1 has (HidePlugin.also_link);
+# host 0's ranks load from the plugin directory itself.
+for lib in ("libfl_fused_adamw.so", "libfl_hostonly.so"):
+    assert os.path.islink(d + "/ranks/rank3/plugins/" + lib), os.listdir(d + "/ranks/rank3/plugins")
+for r in (0, 1):
     assert not os.path.exists(d + "/ranks/rank%d/plugins" % r), r
 healed = [e for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "hide"]
 assert len(healed) == 1 and healed[0]["rank"] == 2, healed
