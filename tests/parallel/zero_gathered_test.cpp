@@ -14,7 +14,9 @@ namespace fl::parallel {
 namespace {
 
 // vocab 8, d_model 4, one layer, 2 heads, seq_len 4.
-model::GptConfig tiny() { return model::GptConfig{8, 4, 1, 2, 4, 1}; }
+model::GptConfig tiny() {
+  return model::GptConfig{8, 4, 1, 2, 4, 1};
+}
 
 std::string error_of(const std::vector<model::TensorKey>& module,
                      const std::vector<model::TensorKey>& ckpt) {

@@ -2,7 +2,9 @@
 // that calls model.load_state_dict with the full state dict meets the size-0 placeholders on every
 // rank; the same load inside GatheredParameters on data-parallel rank 0 resumes exactly as the
 // engine's own load does when modifier_rank is that rank, and keeps the initial weights when it
-// is None or another rank (the load is silently lost).
+// is None or another rank (the load is silently lost). fl-ckpt consolidate turns the ZeRO-3
+// checkpoint into one without ZeRO in one process, through the helper's no-group path; asked as
+// code that assumes a process group, it fails with PyTorch's words.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -32,8 +34,8 @@ class Zero3StateDict : public testing::Test {
       a.insert(a.end(), more.begin(), more.end());
       return a;
     };
-    saved_ = run_train(FAULTLINE_TRAIN, 2, with({"--save-every", "3", "--save-dir", dir_.string()}),
-                       6);
+    saved_ =
+        run_train(FAULTLINE_TRAIN, 2, with({"--save-every", "3", "--save-dir", dir_.string()}), 6);
     EXPECT_EQ(saved_.proc.exit_code, 0) << saved_.proc.output;
     extra.insert(extra.begin(), {"--resume", (dir_ / "step_3").string()});
     return run_train(FAULTLINE_TRAIN, 2, with(extra), 6);
@@ -102,6 +104,39 @@ TEST_F(Zero3StateDict, AModifierRankOutsideTheDataParallelGroupNamesTheOption) {
                                "-1 for None, or a data-parallel rank 0..1)"),
             std::string::npos)
       << r.proc.output;
+}
+
+TEST_F(Zero3StateDict, ConsolidateWithoutAProcessGroupKeepsEveryValueAndResumesWithoutZero) {
+  auto r = resumed(3, {"--load-into", "engine"});
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  const auto out = dir_ / "fp32";
+  auto c = run_process(
+      {FAULTLINE_CKPT, "consolidate", "--in", (dir_ / "step_3").string(), "--out", out.string()});
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("consolidating as rank 0 of 1"), std::string::npos) << c.output;
+  auto before = run_process({FAULTLINE_CKPT, "digest", (dir_ / "step_3").string()});
+  auto after = run_process({FAULTLINE_CKPT, "digest", out.string()});
+  ASSERT_EQ(before.exit_code, 0) << before.output;
+  EXPECT_EQ(before.output, after.output);
+  auto inspect = run_process({FAULTLINE_CKPT, "inspect", out.string()});
+  EXPECT_NE(inspect.output.find("layout: world 1 = dp 1 x tp 1 x pp 1, ZeRO 0"), std::string::npos)
+      << inspect.output;
+  auto t = run_train(FAULTLINE_TRAIN, 1, {"--resume", out.string()}, 5);
+  EXPECT_EQ(t.proc.exit_code, 0) << t.proc.output;
+  EXPECT_EQ(t.steps.size(), 2u) << t.proc.output;
+}
+
+TEST_F(Zero3StateDict, AToolThatAssumesAProcessGroupFailsWithPyTorchsWords) {
+  auto r = resumed(3, {"--load-into", "engine"});
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  auto c = run_process({FAULTLINE_CKPT, "consolidate", "--in", (dir_ / "step_3").string(), "--out",
+                        (dir_ / "fp32").string(), "--assume-process-group"});
+  EXPECT_EQ(c.exit_code, exit_code::kCommError) << c.output;
+  EXPECT_NE(c.output.find("Default process group has not been initialized, please make sure to "
+                          "call init_process_group."),
+            std::string::npos)
+      << c.output;
+  EXPECT_FALSE(fs::exists(dir_ / "fp32"));
 }
 
 }  // namespace

@@ -6,8 +6,8 @@
 // checkpoint with PyTorch's size mismatch on every key; the second works when modifier_rank is
 // the rank that loaded, and silently keeps the old weights otherwise.
 #include "kernels/ops.hpp"
-#include "workloads/train/checkpoint.hpp"
 #include "workloads/parallel/zero_gathered.hpp"
+#include "workloads/train/checkpoint.hpp"
 #include "workloads/train/trainer.hpp"
 
 namespace fl::train {
@@ -23,8 +23,7 @@ std::vector<model::TensorKey> keys_loaded(const std::string& dir, const nlohmann
 
 }  // namespace
 
-void Trainer::load_module(const std::string& dir, const nlohmann::json& m,
-                          const NamedLoad& named) {
+void Trainer::load_module(const std::string& dir, const nlohmann::json& m, const NamedLoad& named) {
   const int stage = topo_.layout.zero;
   const bool gathered = cfg_.load_into == "gathered";
   const auto model_keys = model::gpt_state_dict(cfg_.model, topo_.layout.tp);
@@ -52,8 +51,8 @@ void Trainer::load_module(const std::string& dir, const nlohmann::json& m,
       model::load_state_dict(parallel::module_state_dict(model_keys, stage, true), loaded,
                              cfg_.load_strict);
     }
-    restore_by_name(dir, m, named, layout_, topo_.tp_rank, {ctx.full().data(), 0, ctx.full().size()},
-                    {nullptr, 0, 0}, {nullptr, 0, 0});
+    restore_by_name(dir, m, named, layout_, topo_.tp_rank,
+                    {ctx.full().data(), 0, ctx.full().size()}, {nullptr, 0, 0}, {nullptr, 0, 0});
   }
   ctx.exit();
 }
