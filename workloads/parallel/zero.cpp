@@ -498,4 +498,24 @@ std::vector<float> ZeroEngine::full_parameters() const {
   return full;
 }
 
+void ZeroEngine::set_full_parameters(const std::vector<float>& full, int src) {
+  std::vector<float> got(padded_, 0.0f);
+  std::copy(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(total_), got.begin());
+  if (src >= 0 && dp_ > 1) {
+    Tensor staged =
+        Tensor::zeros({static_cast<int64_t>(padded_)}, DType::kF32, "buffer.full", staging_);
+    ops::from_host(staged.f32(), got.data(), padded_ * sizeof(float));
+    topo_.dp->broadcast(device_buffer(staged.f32(), padded_, DType::kF32), src);
+    ops::to_host(got.data(), staged.f32(), padded_ * sizeof(float));
+  }
+  const float* mine = got.data() + (partitioned_master() ? lo_ : 0);
+  const size_t n = params_master_count();
+  if (master_.defined()) {
+    ops::from_host(master_.f32(), mine, n * sizeof(float));
+  } else {
+    std::copy(mine, mine + n, host_master_.f32());
+  }
+  restored();
+}
+
 }  // namespace fl::parallel

@@ -126,6 +126,11 @@ class ZeroEngine final : public model::ParamAccess {
 
   // The rank's fp32 parameter vector (collective under stage 3).
   std::vector<float> full_parameters() const;
+  // The inverse (the exit of deepspeed.zero.GatheredParameters): `full` (total() elements) is
+  // broadcast over the data-parallel group from dp rank `src` and every rank keeps its partition
+  // of it (or all of it when its master weights are whole); src < 0 keeps each rank's own `full`
+  // without a collective. Collective when src >= 0.
+  void set_full_parameters(const std::vector<float>& full, int src);
   // Checkpointed state: parameters (full, or the partition under stage 3) and moments.
   // With offload under fp16/bf16 they live on the host only.
   Tensor& params_master() { return master_.defined() ? master_ : host_master_; }

@@ -4,6 +4,7 @@
 #include "injector/describe.hpp"
 #include "kernels/device.hpp"
 #include "kernels/plugin.hpp"
+#include "workloads/comm/default_group.hpp"
 #include "workloads/comm/worker_errors.hpp"
 #include "workloads/rendezvous/artifacts.hpp"
 
@@ -92,6 +93,11 @@ int Runtime::run(const std::string& config_hash, const FetchHook& on_fetch,
     MemoryAccountant& acct = MemoryAccountant::of(b.compute);
     acct.set_rank(b.comm->rank());
     World w{b, acct};
+    // dist.is_initialized() for the job's helpers, until the world goes.
+    comm::set_default_group(b.comm.get());
+    struct Clear {
+      ~Clear() { comm::set_default_group(nullptr); }
+    } clear;
     const int rc = body(w);
     comm::finish_worker(b);
     return rc;

@@ -547,7 +547,9 @@ void Trainer::load_checkpoint(const std::string& path) try {
   }
   if (!entry)
     raise<CheckpointError>("checkpoint {}: the manifest lists no shard for rank {}", dir, rank);
-  if (!named.keys.all_matched() || !same_structure) {
+  if (cfg_.load_into != "engine") {
+    load_module(dir, m, named);
+  } else if (!named.keys.all_matched() || !same_structure) {
     restore_named(dir, m, named);
   } else {
     restore_shard(dir, *entry);

@@ -7,6 +7,14 @@
 //                                       TP, PP and ZeRO stage): parameters and optimizer state are
 //                                       reassembled and re-partitioned; the data position restarts
 //                                       at the next epoch, since the sampler's shards change.
+//   fl-ckpt consolidate --in DIR --out DIR [--assume-process-group]
+//                                       a ZeRO checkpoint to one without ZeRO on one data-parallel
+//                                       rank (zero_to_fp32.py's job): whole fp32 parameters and
+//                                       moments per model shard. Runs in one process, without a
+//                                       process group: who writes is asked of the project's
+//                                       helper, whose no-group path is a world of one;
+//                                       --assume-process-group asks as code that assumes a group
+//                                       does (dist.get_rank()), which fails as PyTorch's does.
 #include <xxhash.h>
 #include <CLI/CLI.hpp>
 
@@ -15,6 +23,7 @@
 #include <map>
 
 #include "base/utf8.hpp"
+#include "workloads/comm/default_group.hpp"
 #include "workloads/comm/worker_errors.hpp"
 #include "workloads/model/params.hpp"
 #include "workloads/train/checkpoint.hpp"
@@ -79,7 +88,8 @@ int keys(const std::string& path) {
   return 0;
 }
 
-int reshard(const std::string& in, const std::string& out, int new_dp) {
+// To `new_dp` data-parallel ranks at ZeRO stage `out_zero` (-1: the checkpoint's).
+int reshard(const std::string& in, const std::string& out, int new_dp, int out_zero = -1) {
   const std::string dir = resolve_checkpoint(in);
   auto m = read_manifest(dir);
   if (m.at("format_version").get<int>() != kCheckpointFormatVersion) {
@@ -88,7 +98,8 @@ int reshard(const std::string& in, const std::string& out, int new_dp) {
   }
   if (new_dp < 1) raise<ConfigError>("--dp {} must be at least 1", new_dp);
   const auto& l = m.at("layout");
-  const int tp = l.at("tp"), pp = l.at("pp"), zero = l.at("zero");
+  const int tp = l.at("tp"), pp = l.at("pp"),
+            zero = out_zero >= 0 ? out_zero : l.at("zero").get<int>();
   if (zero > 0 && new_dp == 1) {
     raise<ConfigError>("cannot reshard a ZeRO-{} checkpoint to dp 1: ZeRO needs dp > 1", zero);
   }
@@ -98,6 +109,7 @@ int reshard(const std::string& in, const std::string& out, int new_dp) {
   nlohmann::json manifest = m;
   manifest["layout"]["dp"] = new_dp;
   manifest["layout"]["world"] = new_dp * tp * pp;
+  manifest["layout"]["zero"] = zero;
   manifest["shards"] = nlohmann::json::array();
   int max_epoch = 0;
   for (auto& e : m.at("shards"))
@@ -118,8 +130,8 @@ int reshard(const std::string& in, const std::string& out, int new_dp) {
         auto slice = [&](const std::vector<float>& v) {
           return ShardSection{"", v.data() + lo, part};
         };
-        ShardSection ps =
-            params_partitioned(m) ? slice(f.params) : ShardSection{"", f.params.data(), padded};
+        ShardSection ps = params_partitioned(manifest) ? slice(f.params)
+                                                       : ShardSection{"", f.params.data(), padded};
         ShardSection ms = zero == 0 ? ShardSection{"", f.exp_avg.data(), padded} : slice(f.exp_avg);
         ShardSection vs =
             zero == 0 ? ShardSection{"", f.exp_avg_sq.data(), padded} : slice(f.exp_avg_sq);
@@ -156,6 +168,16 @@ int reshard(const std::string& in, const std::string& out, int new_dp) {
   return 0;
 }
 
+// zero_to_fp32.py's job in one process: the writer is rank 0 of the default group, or of a
+// world of one when there is none (the helper's no-group path).
+int consolidate(const std::string& in, const std::string& out, bool assume_group) {
+  const int rank = assume_group ? comm::default_group_rank() : comm::rank_or_zero();
+  const int world = assume_group ? comm::default_group_size() : comm::world_size_or_one();
+  std::printf("consolidating as rank %d of %d\n", rank, world);
+  if (rank != 0) return 0;
+  return reshard(in, out, 1, 0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,16 +195,23 @@ int main(int argc, char** argv) {
   rs->add_option("--in", in)->required();
   rs->add_option("--out", out)->required();
   rs->add_option("--dp", dp)->required();
+  auto* con = app.add_subcommand("consolidate", "A ZeRO checkpoint to one dp rank without ZeRO");
+  bool assume_group = false;
+  con->add_option("--in", in)->required();
+  con->add_option("--out", out)->required();
+  con->add_flag("--assume-process-group", assume_group,
+                "Ask dist.get_rank() as code that assumes an initialised group (the bug form)");
   CLI11_PARSE(app, argc, argv);
   return comm::run_worker_main([&]() -> int {
     try {
       if (ins->parsed()) return inspect(path);
       if (dig->parsed()) return digest(path);
       if (ks->parsed()) return keys(path);
+      if (con->parsed()) return consolidate(in, out, assume_group);
       return reshard(in, out, dp);
     } catch (const nlohmann::json::exception& e) {  // a manifest key missing or of another type
       raise<CheckpointError>("checkpoint manifest of {} does not hold what a checkpoint needs: {}",
-                             rs->parsed() ? in : path, valid_utf8(e.what()));
+                             rs->parsed() || con->parsed() ? in : path, valid_utf8(e.what()));
     }
   });
 }

@@ -142,6 +142,16 @@ void zero_options(worker::Options& o, TrainArgs& a) {
   o.add("workload.checkpoint.save_aliases", "--save-aliases", c.save_aliases,
         "A save lists a tied tensor under every name, as torch's state_dict() does; false writes "
         "it once (safetensors' save_model, save_pretrained), without lm_head.weight");
+  o.add("workload.checkpoint.load_into", "--load-into", c.load_into,
+        "How a resume loads the weights: engine (each rank its own shard, engine.load_checkpoint), "
+        "module (model.load_state_dict of the full state dict on every rank; ZeRO-3's size-0 "
+        "placeholders refuse it) or gathered (inside GatheredParameters(modifier_rank), "
+        "data-parallel rank 0 loads)")
+      .choices({"engine", "module", "gathered"});
+  o.add("workload.checkpoint.modifier_rank", "--modifier-rank", c.modifier_rank,
+        "GatheredParameters' modifier_rank for load_into gathered: the data-parallel rank whose "
+        "values are broadcast on exit (-1: None, the changes are dropped)")
+      .range(-1, 1e6);
   o.section("workload.eval_data", "Evaluation set (eval_every > 0)");
   o.add("workload.eval_data.samples", "--eval-samples", c.eval_samples,
         "Evaluation set size (0: 2 full micro-batches per data-parallel rank)")

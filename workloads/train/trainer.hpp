@@ -109,6 +109,13 @@ struct TrainConfig {
   // Whether a save strips the vocabulary padding from wte and lm_head (gathered, then unpadded,
   // as Colossal-AI's checkpoint IO does) or keeps it (Megatron's checkpoints hold padded rows).
   bool unpad_vocab = false;
+  // How a resume puts the weights in (docs/workloads.md#zero-3-state-dicts): "engine" (each rank
+  // reads its own shard, as DeepSpeed's engine.load_checkpoint), "module" (every rank calls
+  // model.load_state_dict with the full state dict: ZeRO-3's placeholders refuse it) or
+  // "gathered" (inside GatheredParameters(modifier_rank), data-parallel rank 0 loads, as
+  // transformers' zero-3 load does). The optimizer state loads as the engine's either way.
+  std::string load_into = "engine";
+  int modifier_rank = 0;  // -1: None
   // Recovery knobs: steps whose batches are consumed without training on them (a bad batch),
   // and a loss scale reset to its initial value after resuming (a collapsed fp16 scaler).
   std::set<int64_t> skip_steps;
@@ -216,6 +223,9 @@ class Trainer {
   // and did not match every key) the tensors that match by name.
   void restore_shard(const std::string& dir, const nlohmann::json& entry);
   void restore_named(const std::string& dir, const nlohmann::json& m, const NamedLoad& named);
+  // load_into "module" or "gathered" (checkpoint_module.cpp): the weights by name into the
+  // module, the optimizer state by name into this rank's partition.
+  void load_module(const std::string& dir, const nlohmann::json& m, const NamedLoad& named);
   std::optional<float> eval_call();
 
   TrainConfig cfg_;
