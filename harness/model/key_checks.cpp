@@ -12,6 +12,7 @@
 
 #include "base/error.hpp"
 #include "base/utf8.hpp"
+#include "base/version.hpp"
 
 namespace fl::harness::loader {
 
@@ -125,6 +126,12 @@ void check_tc_rate(const std::string& file, const YAML::Node& n, const std::stri
                         "from 8bit to 10tbit)",
                         valid_utf8(v)));
   }
+}
+
+void check_version(const std::string& file, const YAML::Node& n, const std::string& key) {
+  if (n.Scalar().empty() || parse_version(n.Scalar())) return;
+  fail_at(file, n, key,
+          fmt::format("'{}' is not a version (allowed: {})", n.Scalar(), kVersionAllowed));
 }
 
 void check_regex(const std::string& file, const YAML::Node& n, const std::string& key) {

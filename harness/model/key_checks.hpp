@@ -63,6 +63,8 @@ void check_relative(const std::string& file, const YAML::Node& n, const std::str
                     const std::string& p);
 // A tc rate ("1mbit", "500kbps"): a positive number with one of tc's units.
 void check_tc_rate(const std::string& file, const YAML::Node& n, const std::string& key);
+// A version a job sees (workload.versions.*): "" or base/version.hpp's form.
+void check_version(const std::string& file, const YAML::Node& n, const std::string& key);
 // A regex the oracles compile (std::regex, ECMAScript).
 void check_regex(const std::string& file, const YAML::Node& n, const std::string& key);
 

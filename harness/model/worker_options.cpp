@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/model/key_checks.hpp"
+
 namespace fl::harness {
 
 const YAML::Node& WorkloadSpec::option(const std::string& key) const {
@@ -28,6 +30,7 @@ WorkerOption option_of(const nlohmann::ordered_json& j, const std::string& kind)
   o.default_value = j.value("default", "");
   o.scenario_default = j.value("scenario_default", o.default_value);
   o.choices = j.value("choices", std::vector<std::string>{});
+  o.format = j.value("format", "");
   if (j.contains("range")) {
     o.min = j["range"][0].get<double>();
     o.max = j["range"][1].get<double>();
@@ -41,7 +44,8 @@ WorkerOption option_of(const nlohmann::ordered_json& j, const std::string& kind)
 bool same_declaration(const WorkerOption& a, const WorkerOption& b) {
   return a.type == b.type && a.flag == b.flag && a.negation == b.negation &&
          a.default_value == b.default_value && a.scenario_default == b.scenario_default &&
-         a.choices == b.choices && a.min == b.min && a.max == b.max && a.always == b.always;
+         a.choices == b.choices && a.format == b.format && a.min == b.min && a.max == b.max &&
+         a.always == b.always;
 }
 
 KeyType key_type(const WorkerOption& o) {
@@ -122,6 +126,7 @@ std::vector<KeySpec> worker_option_keys() {
   for (const auto& o : worker_options()) {
     KeySpec k{o.key, key_type(o), o.scenario_default, o.help, o.choices, o.min, o.max};
     if (o.type == "section") k.default_value.clear();
+    if (o.format == "version") k.check = loader::check_version;
     if (o.type == "string" && k.default_value.empty()) k.default_value = "\"\"";
     out.push_back(std::move(k));
   }

@@ -20,6 +20,7 @@ struct WorkerOption {
   std::string default_value;    // the worker's own (YAML text)
   std::string scenario_default;
   std::vector<std::string> choices;
+  std::string format;  // "version": a version string (base/version.hpp)
   double min = 0, max = 0;
   bool flag_only = false, always = false;
   std::vector<std::string> kinds;  // the workload kinds whose worker declares it

@@ -21,6 +21,7 @@
 #include "base/settings.hpp"
 #include "base/subprocess.hpp"
 #include "injector/site.hpp"
+#include "kernels/versions.hpp"
 
 namespace fl::ops {
 
@@ -107,6 +108,116 @@ void check_plugin_name(const std::string& name) {
   }
 }
 
+namespace {
+
+// One shared object from one source, compiled to a temporary name and renamed into place (the
+// caller holds the cache's lock). Throws PluginError with the compiler's first errors.
+struct Compile {
+  std::string name, cxx, flags;
+  fs::path src, out, log;
+  std::vector<std::string> defines;  // -D..., -include ... after the common flags
+};
+
+void compile_shared(const Compile& c) {
+  std::error_code ec;
+  const fs::path tmp = c.out.string() + fmt::format(".tmp.{}", ::getpid());
+  // The compiler runs from an argv, never through a shell: CXX and CXXFLAGS are split on
+  // whitespace, and no name or path is ever parsed as shell text.
+  std::vector<std::string> argv = split_words(c.cxx);
+  if (argv.empty()) raise<PluginError>("cannot build kernel plugin '{}': CXX is blank", c.name);
+  for (const char* f : {"-std=c++20", "-O2", "-fPIC", "-shared"}) argv.emplace_back(f);
+  for (auto& f : split_words(c.flags)) argv.push_back(f);
+  argv.insert(argv.end(), c.defines.begin(), c.defines.end());
+  argv.push_back(c.src.string());
+  argv.push_back("-o");
+  argv.push_back(tmp.string());
+  ToolOutcome built;
+  try {
+    built = run_tool_status(argv);
+  } catch (const std::exception& e) {
+    built = {127, e.what()};  // no such compiler: what a shell would have said, without one
+  }
+  std::ofstream(c.log, std::ios::binary | std::ios::trunc) << built.output;
+  if (built.status != 0 || !fs::exists(tmp)) {
+    fs::remove(tmp, ec);
+    raise<PluginError>(
+        "building kernel plugin '{}' failed (compiler exit status {}): {} [CXX={} CXXFLAGS={}; "
+        "log: {}]",
+        c.name, built.status, first_errors(built.output), c.cxx, c.flags, c.log.string());
+  }
+  fs::rename(tmp, c.out, ec);
+  if (ec) {
+    raise<PluginError>("cannot install the built plugin {}: {}", c.out.string(), ec.message());
+  }
+}
+
+// What compiling against the framework adds: its ABI flag and namespace, and the glue that
+// registers the plugin's operator with it (torch's common flags carry -D_GLIBCXX_USE_CXX11_ABI).
+std::vector<std::string> framework_defines(const std::string& name, const std::string& torch,
+                                           bool cxx11_abi) {
+  return {fmt::format("-D_GLIBCXX_USE_CXX11_ABI={}", cxx11_abi ? 1 : 0),
+          "-DFL_TORCH_NS=" + framework_namespace(torch),
+          fmt::format("-DFL_PLUGIN_NAME=\"{}\"", name), "-include",
+          (fs::path(kPluginSrc.get()) / "framework" / "torch_extension.hpp").string()};
+}
+
+fs::path jit_cache_dir(const std::string& name) {
+  try {
+    return private_cache_dir(kJitDir.get(), "faultline-jit", "FAULTLINE_JIT_DIR");
+  } catch (const Error& e) {
+    raise<PluginError>("cannot build kernel plugin '{}': {}", name, e.what());
+  }
+}
+
+const char* cxx_of_env() {
+  const char* cxx_env = std::getenv("CXX");
+  return cxx_env != nullptr && *cxx_env != '\0' ? cxx_env : "c++";
+}
+
+// The framework the job imports (workload.versions.torch and cxx11_abi), built once per version
+// and ABI: libfl_torch-v2_1_0-abi1.so.
+std::string jit_build_framework(const JobVersions& v) {
+  const fs::path dir = jit_cache_dir("torch") / "framework";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string stem =
+      fmt::format("libfl_torch-{}-abi{}", framework_namespace(v.torch), v.cxx11_abi ? 1 : 0);
+  const fs::path out = dir / (stem + ".so");
+  const auto lock = FileLock::acquire<PluginError>((dir / (stem + ".lock")).string());
+  if (fs::exists(out)) return out.string();
+  compile_shared({"torch",
+                  cxx_of_env(),
+                  "",
+                  fs::path(kPluginSrc.get()) / "framework" / "torch_runtime.cpp",
+                  out,
+                  dir / (stem + ".log"),
+                  {fmt::format("-D_GLIBCXX_USE_CXX11_ABI={}", v.cxx11_abi ? 1 : 0),
+                   "-DFL_TORCH_NS=" + framework_namespace(v.torch)}});
+  return out.string();
+}
+
+// DeepSpeed checks the toolkit on every JIT load (get_cuda_compile_flag is part of cxx_args),
+// before torch looks for a cached build.
+void check_toolkit(const JobVersions& v) {
+  const char* skip = std::getenv("DS_SKIP_CUDA_CHECK");
+  const std::string note = check_cuda_versions(v.cuda_toolkit, v.torch_cuda,
+                                               skip != nullptr && std::string(skip) == "1");
+  if (!note.empty()) fmt::print(stderr, "{}\n", note);
+}
+
+// `import torch` before the extension: the framework's symbols become global, as libtorch's are,
+// and the extension's references to them are resolved when it is opened.
+void load_framework() {
+  const JobVersions v = job_versions();
+  if (v.torch.empty()) return;
+  const std::string lib = jit_build_framework(v);
+  if (::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    raise<PluginError>("cannot load the framework library {}: {}", lib, ::dlerror());
+  }
+}
+
+}  // namespace
+
 std::string jit_build_plugin(const std::string& name) {
   check_plugin_name(name);
   const fs::path src = fs::path(kPluginSrc.get()) / (name + ".cpp");
@@ -116,62 +227,48 @@ std::string jit_build_plugin(const std::string& name) {
                        src.string());
   }
   const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const char* cxx_env = std::getenv("CXX");
-  const std::string cxx = cxx_env != nullptr && *cxx_env != '\0' ? cxx_env : "c++";
+  const std::string cxx = cxx_of_env();
   const char* flags_env = std::getenv("CXXFLAGS");
   const std::string flags = flags_env != nullptr ? flags_env : "";
   const std::string archs = kArchList.get();
-  std::error_code ec;
-  fs::path dir;
-  try {
-    dir = private_cache_dir(kJitDir.get(), "faultline-jit", "FAULTLINE_JIT_DIR");
-  } catch (const Error& e) {
-    raise<PluginError>("cannot build kernel plugin '{}': {}", name, e.what());
-  }
+  const JobVersions ver = job_versions();
+  check_toolkit(ver);
+  fs::path dir = jit_cache_dir(name);
   // The include root is the directory above kernels/plugins.
   const std::string root = fs::path(kPluginSrc.get()).parent_path().parent_path().string();
   // Like DeepSpeed's op builder, the instruction set comes from the building CPU unless set; it
   // becomes a compiler flag, so it is part of the cache key (the setting's value, not the CPU:
   // a `native` build is reused by a CPU that differs, as a shared extensions cache is).
   const std::string isa = jit_target_isa();
+  // As torch's versioner: the sources and the builder's own flags; not the framework's version
+  // or ABI, which torch adds to the command line after keying (kernels/versions.hpp).
   const std::string key_src =
       fmt::format("{}\n{}\n{}\n{}\n{}", cxx, flags, archs, kJitIsaKey(), source);
   const std::string key = fmt::format("{:016x}", XXH64(key_src.data(), key_src.size(), 0));
+  std::error_code ec;
+  if (!ver.torch.empty()) {
+    dir = dir / extensions_folder(ver.python, ver.torch_cuda) / name;
+    fs::create_directories(dir, ec);
+  }
   const fs::path out = dir / fmt::format("libfl_{}-{}.so", name, key);
-  const fs::path log = dir / fmt::format("{}-{}.log", name, key);
+  Compile c{name,
+            cxx,
+            flags,
+            src,
+            out,
+            dir / fmt::format("{}-{}.log", name, key),
+            {"-I" + root, fmt::format("-DFL_PLUGIN_ARCHS=\"{}\"", archs),
+             fmt::format("-DFL_PLUGIN_ISA=\"{}\"", isa)}};
   const auto lock = FileLock::acquire<PluginError>((dir / (name + ".lock")).string());
   if (fs::exists(out)) return out.string();
-  const fs::path tmp = dir / fmt::format("libfl_{}-{}.so.tmp.{}", name, key, ::getpid());
-  // The compiler runs from an argv, never through a shell: CXX and CXXFLAGS are split on
-  // whitespace, and no name or path is ever parsed as shell text.
-  std::vector<std::string> argv = split_words(cxx);
-  if (argv.empty()) raise<PluginError>("cannot build kernel plugin '{}': CXX is blank", name);
-  for (const char* f : {"-std=c++20", "-O2", "-fPIC", "-shared"}) argv.emplace_back(f);
-  for (auto& f : split_words(flags)) argv.push_back(f);
-  argv.push_back("-I" + root);
-  argv.push_back(fmt::format("-DFL_PLUGIN_ARCHS=\"{}\"", archs));
-  argv.push_back(fmt::format("-DFL_PLUGIN_ISA=\"{}\"", isa));
-  argv.push_back(src.string());
-  argv.push_back("-o");
-  argv.push_back(tmp.string());
-  ToolOutcome built;
-  try {
-    built = run_tool_status(argv);
-  } catch (const std::exception& e) {
-    built = {127, e.what()};  // no such compiler: what a shell would have said, without one
+  if (!ver.torch.empty()) {
+    // An earlier job (another framework) built this key first: what this job then finds.
+    const bool earlier = !ver.cached_torch.empty();
+    auto fw = framework_defines(name, earlier ? ver.cached_torch : ver.torch,
+                                earlier ? ver.cached_cxx11_abi : ver.cxx11_abi);
+    c.defines.insert(c.defines.end(), fw.begin(), fw.end());
   }
-  std::ofstream(log, std::ios::binary | std::ios::trunc) << built.output;
-  if (built.status != 0 || !fs::exists(tmp)) {
-    fs::remove(tmp, ec);
-    raise<PluginError>(
-        "building kernel plugin '{}' failed (compiler exit status {}): {} [CXX={} CXXFLAGS={}; "
-        "log: {}]",
-        name, built.status, first_errors(built.output), cxx, flags, log.string());
-  }
-  fs::rename(tmp, out, ec);
-  if (ec) {
-    raise<PluginError>("cannot install the built plugin {}: {}", out.string(), ec.message());
-  }
+  compile_shared(c);
   return out.string();
 }
 
@@ -186,7 +283,10 @@ void load_plugin(const std::string& name, bool jit) {
   const std::string file = "libfl_" + name + ".so";
   const std::string path = kPluginPath.get();
   std::string found;
-  if (jit) found = jit_build_plugin(name);
+  if (jit) {
+    found = jit_build_plugin(name);
+    load_framework();
+  }
   size_t start = 0;
   while (start <= path.size() && found.empty()) {
     const size_t end = std::min(path.find(':', start), path.size());

@@ -82,12 +82,13 @@ TEST_F(ScenarioTest, ZeroKnobsReachTheWorkerArguments) {
 TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
   EXPECT_EQ(error_of("name: a\nworkload:\n  stepz: 3\n"),
             "s.yaml:3:3: workload.stepz: unknown key (did you mean 'steps'?) (allowed here: "
-            "kind, fidelity, model, shape, device, plugins, jit, fetch, steps, precision, "
-            "micro_batch, grad_accum, lr, clip, schedule, eval_every, loss_scale, "
+            "kind, fidelity, model, shape, device, plugins, jit, fetch, versions, steps, "
+            "precision, micro_batch, grad_accum, lr, clip, schedule, eval_every, loss_scale, "
             "min_loss_scale, loss_scale_window, hysteresis, raise_error_at_min_scale, optimizer, "
             "momentum, weight_decay, lr_scaling, warmup_steps, warmup_style, data, "
             "activation_checkpointing, "
-            "zero, checkpoint, eval_data, infer, args, command, launch, probe, report_timeout_s)");
+            "zero, checkpoint, eval_data, structure, infer, args, command, launch, probe, "
+            "report_timeout_s)");
 }
 
 TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {
@@ -95,6 +96,27 @@ TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {
             "s.yaml:2:24: expect.colour: unknown key (allowed here: symptom, oracle, absent, "
             "within_s, ranks, exit_class, exit_code, pattern, hang_s, op, group, factor, "
             "after_step, slowed, skipped, measure, of)");
+}
+
+// Issue 38: the versions a job sees are stated in the scenario; one that does not parse is
+// refused at load, naming the key and the form allowed, before a worker could misread it.
+TEST_F(ScenarioTest, AVersionThatDoesNotParseIsRefusedNamingTheKey) {
+  EXPECT_EQ(error_of("name: a\nworkload: {versions: {torch_cuda: cu121}}\n"),
+            "s.yaml:2:35: workload.versions.torch_cuda: 'cu121' is not a version (allowed: "
+            "MAJOR.MINOR or MAJOR.MINOR.PATCH, digits, optionally +LOCAL (e.g. 12.1, "
+            "2.1.0+cu121))");
+  EXPECT_EQ(error_of("name: a\nworkload:\n  versions: {cached_extension: {torch: 2.x}}\n"),
+            "s.yaml:3:40: workload.versions.cached_extension.torch: '2.x' is not a version "
+            "(allowed: MAJOR.MINOR or MAJOR.MINOR.PATCH, digits, optionally +LOCAL (e.g. 12.1, "
+            "2.1.0+cu121))");
+  auto s = load_scenario(write("s.yaml",
+                               "name: a\nworkload: {versions: {torch: 2.1.0+cu121, "
+                               "cuda_toolkit: \"12.1\", cxx11_abi: false}}\n"));
+  const auto args = worker_args(s, "/run", "");
+  const auto at = std::find(args.begin(), args.end(), "--torch-version");
+  ASSERT_NE(at, args.end());
+  EXPECT_EQ(*(at + 1), "2.1.0+cu121");
+  EXPECT_NE(std::find(args.begin(), args.end(), "--torch-cxx11-abi"), args.end());
 }
 
 TEST_F(ScenarioTest, NumericKeysThatContradictEachOtherAreRefused) {

@@ -17,6 +17,7 @@
 #include "injector/plan.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/plugin.hpp"
+#include "kernels/versions.hpp"
 
 namespace fl::ops {
 namespace {
@@ -282,6 +283,130 @@ TEST(PluginIsa, ABuildForTheCpuItRunsOnRuns) {
   load_plugin("fused_adamw", true);
   adamw_update(p.data(), g.data(), m.data(), v.data(), p.size(), 1, hp);
   EXPECT_LT(p[0], 1.f);  // the step ran
+}
+
+// Issue 38 item 4: versions as a cause. DeepSpeed's assert_no_cuda_mismatch (op_builder/
+// builder.py): the toolkit's major.minor against torch.version.cuda, minor mismatches accepted
+// only inside one cuda_minor_mismatch_ok list.
+TEST(JobVersions, AMinorMismatchDeepSpeedListsIsAcceptedWithItsNote) {
+  EXPECT_EQ(check_cuda_versions("12.4", "12.1", false),
+            "Installed CUDA version 12.4 does not match the version torch was compiled with 12.1 "
+            "but since the APIs are compatible, accepting this combination");
+  EXPECT_EQ(check_cuda_versions("11.3", "11.8", false),
+            "Installed CUDA version 11.3 does not match the version torch was compiled with 11.8 "
+            "but since the APIs are compatible, accepting this combination");
+  EXPECT_EQ(check_cuda_versions("12.1", "12.1", false), "");
+  EXPECT_EQ(check_cuda_versions("12.1.105", "12.1", false), "");  // nvcc's release: major.minor
+  EXPECT_EQ(check_cuda_versions("", "12.1", false), "");          // nothing to compare
+}
+
+TEST(JobVersions, AMajorMismatchIsDeepSpeedsErrorUnlessTheCheckIsSkipped) {
+  const std::string words =
+      ">- DeepSpeed Op Builder: Installed CUDA version 12.1 does not match the version torch was "
+      "compiled with 11.8, unable to compile cuda/cpp extensions without a matching cuda version.";
+  EXPECT_EQ(error_of([] { check_cuda_versions("12.1", "11.8", false); }), words);
+  EXPECT_EQ(check_cuda_versions("12.1", "11.8", true),
+            "DeepSpeed Op Builder: Installed CUDA version 12.1 does not match the version torch "
+            "was compiled with 11.8.Detected `DS_SKIP_CUDA_CHECK=1`: Allowing this combination of "
+            "CUDA, but it may result in unexpected behavior.");
+  // "There is no CUDATk 12.7": in no list, so even a minor mismatch with it is refused.
+  EXPECT_EQ(error_of([] { check_cuda_versions("12.7", "12.1", false); }),
+            ">- DeepSpeed Op Builder: Installed CUDA version 12.7 does not match the version "
+            "torch was compiled with 12.1, unable to compile cuda/cpp extensions without a "
+            "matching cuda version.");
+}
+
+TEST(JobVersions, TheExtensionsFolderIsNamedAsTorchNamesIt) {
+  EXPECT_EQ(extensions_folder("3.10", "12.1"), "py310_cu121");
+  EXPECT_EQ(extensions_folder("3.8.18", "11.7"), "py38_cu117");
+  EXPECT_EQ(extensions_folder("3.11", ""), "py311_cpu");
+  EXPECT_EQ(framework_namespace("2.1.0+cu121"), "v2_1_0");
+}
+
+TEST(JobVersions, AVersionThatDoesNotParseIsAConfigErrorNamingTheKey) {
+  JobVersions v;
+  v.torch = "2.x";
+  try {
+    set_job_versions(v);
+    ADD_FAILURE() << "accepted torch 2.x";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "workload.versions.torch: '2.x' is not a version (allowed: MAJOR.MINOR or "
+                 "MAJOR.MINOR.PATCH, digits, optionally +LOCAL (e.g. 12.1, 2.1.0+cu121))");
+  }
+  v.torch = "";
+  v.cached_torch = "2.0.1";
+  EXPECT_THROW(set_job_versions(v), ConfigError);  // a cached build needs the job's framework
+}
+
+std::string versions_jit_dir(const std::string& name) {
+  const std::string dir = fresh_dir(name);
+  ::setenv("FAULTLINE_JIT_DIR", dir.c_str(), 1);
+  ::unsetenv("CXXFLAGS");
+  ::unsetenv("CXX");
+  ::unsetenv("FAULTLINE_PLUGIN_SRC");  // the tree's sources
+  return dir;
+}
+
+// torch keys its extensions cache by the sources and the builder's flags, not by its own version
+// or ABI: a build an earlier job left with torch's other ABI is found, opened, and the dynamic
+// loader cannot resolve the framework symbol it was compiled against.
+TEST(JobVersions, AStaleBuildForTheOtherCxxAbiFailsAtImportWithUndefinedSymbol) {
+  const std::string dir = versions_jit_dir("stale-abi");
+  JobVersions v;
+  v.torch = "2.1.0";
+  v.cxx11_abi = true;
+  v.cached_torch = "2.1.0";
+  v.cached_cxx11_abi = false;
+  set_job_versions(v);
+  const std::string err = error_of([] { load_plugin("fused_adamw", true); });
+  const std::string at = "cannot load kernel plugin 'fused_adamw': " + dir +
+                         "/py310_cpu/fused_adamw/libfl_fused_adamw-";
+  EXPECT_EQ(err.substr(0, at.size()), at) << err;
+  EXPECT_NE(err.find(".so: undefined symbol: _ZN8fl_torch6v2_1_017register_operatorERKSs"),
+            std::string::npos)
+      << err;
+}
+
+TEST(JobVersions, AStaleBuildForAnotherTorchFailsWithThatVersionsSymbol) {
+  versions_jit_dir("stale-version");
+  JobVersions v;
+  v.torch = "1.8.1";
+  v.cached_torch = "1.8.0";
+  set_job_versions(v);
+  EXPECT_NE(error_of([] { load_plugin("fused_adamw", true); })
+                .find("undefined symbol: _ZN8fl_torch6v1_8_017register_operatorERKNSt7__"
+                      "cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"),
+            std::string::npos);
+}
+
+TEST(JobVersions, ABuildForTheJobsOwnFrameworkLoads) {
+  const std::string dir = versions_jit_dir("fresh");
+  JobVersions v;
+  v.torch = "2.1.0";
+  v.cxx11_abi = false;
+  v.torch_cuda = "12.1";
+  v.cuda_toolkit = "12.4";  // accepted (12.x list)
+  set_job_versions(v);
+  EXPECT_EQ(error_of([] { load_plugin("fused_adamw", true); }), "");
+  EXPECT_EQ(loaded_plugins(), std::vector<std::string>{"fused_adamw"});
+  EXPECT_TRUE(fs::exists(dir + "/framework/libfl_torch-v2_1_0-abi0.so"));
+  EXPECT_FALSE(fs::is_empty(dir + "/py310_cu121/fused_adamw"));
+}
+
+TEST(JobVersions, AToolkitMismatchStopsTheJitLoadBeforeAnythingIsBuilt) {
+  const std::string dir = versions_jit_dir("toolkit");
+  JobVersions v;
+  v.torch = "2.0.1";
+  v.torch_cuda = "11.8";
+  v.cuda_toolkit = "12.1";
+  set_job_versions(v);
+  ::unsetenv("DS_SKIP_CUDA_CHECK");
+  EXPECT_EQ(error_of([] { load_plugin("fused_adamw", true); }),
+            ">- DeepSpeed Op Builder: Installed CUDA version 12.1 does not match the version torch "
+            "was compiled with 11.8, unable to compile cuda/cpp extensions without a matching "
+            "cuda version.");
+  EXPECT_TRUE(fs::is_empty(dir));
 }
 
 }  // namespace

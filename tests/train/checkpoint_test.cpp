@@ -132,6 +132,33 @@ TEST_F(Checkpoints, AnotherLayoutIsRefusedAndPointsAtTheConversion) {
   EXPECT_NE(r.output.find("fl-ckpt reshard"), std::string::npos) << r.output;
 }
 
+// Issue 38 item 4: a checkpoint written by torch 1.6 (the zip format, file version 3) stops a
+// torch 1.4 reader before anything is read, in torch's words; torch 1.7 reads it, and a 1.4
+// writer's (legacy format, no version) is read by 1.4.
+TEST_F(Checkpoints, ANewerTorchsCheckpointStopsAnOlderReaderInTorchsWords) {
+  save(2, {"--dp", "2", "--micro-batch", "4", "--torch-version", "1.6.0"});
+  std::ifstream manifest(dir_ / "step_4" / "manifest.json");
+  EXPECT_EQ(nlohmann::json::parse(manifest).value("torch_file_version", 0), 3);
+  const std::vector<std::string> resume = {"--dp",     "2",           "--micro-batch",
+                                           "4",        "--steps",     "8",
+                                           "--resume", dir_.string(), "--torch-version"};
+  auto with = [&](const char* torch) {
+    auto a = resume;
+    a.push_back(torch);
+    return train(2, a);
+  };
+  auto old = with("1.4.0");
+  EXPECT_EQ(old.exit_code, exit_code::kCheckpoint) << old.output;
+  EXPECT_NE(old.output.find("step_8: version_ <= kMaxSupportedFileFormatVersion INTERNAL ASSERT "
+                            "FAILED at caffe2/serialize/inline_container.cc:132, please report a "
+                            "bug to PyTorch. Attempted to read a PyTorch file with version 3, but "
+                            "the maximum supported version for reading is 2. Your PyTorch "
+                            "installation may be too old. (torch 1.4.0)"),
+            std::string::npos)
+      << old.output;
+  EXPECT_EQ(with("1.7.0").exit_code, 0);
+}
+
 // A checkpoint saved from a DDP wrapper's state_dict() (every key "module."-prefixed):
 // pytorch/pytorch#3805's failure, and both ways out of it.
 TEST_F(Checkpoints, ADdpPrefixedStateDictFailsTheStrictResumeInPyTorchsWordsUntilStripped) {

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "base/version.hpp"
+
 namespace fl::worker {
 
 // The checks say what was given and what is allowed, in the words of the workers' other
@@ -41,6 +43,17 @@ Knob& Knob::choices(std::vector<std::string> allowed) {
 
 Knob& Knob::scenario_default(std::string yaml) {
   info_->scenario_default = std::move(yaml);
+  return *this;
+}
+
+Knob& Knob::version() {
+  opt_->check(CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (v.empty() || parse_version(v)) return "";
+        return fmt::format("'{}' is not a version (allowed: {})", v, kVersionAllowed);
+      },
+      kVersionAllowed));
+  info_->format = "version";
   return *this;
 }
 
@@ -95,6 +108,7 @@ nlohmann::json Options::describe() const {
       j["always"] = i.always;
     }
     if (!i.choices.empty()) j["choices"] = i.choices;
+    if (!i.format.empty()) j["format"] = i.format;
     if (i.min < i.max) j["range"] = {i.min, i.max};
     out.push_back(std::move(j));
   }

@@ -31,6 +31,7 @@ struct OptionInfo {
   std::string negation;    // a bool flag: the flag that sets it false ("--no-zero-init"; "" : none)
   bool flag_only = false;  // a bool switched by presence (--drop-last), not given a value
   bool always = false;     // passed even at the worker's default (it comes from the environment)
+  std::string format;      // a string's form beyond its type ("version": base/version.hpp)
 };
 
 class Options;
@@ -46,6 +47,9 @@ class Knob {
   Knob& scenario_default(std::string yaml);
   // The worker's default comes from its environment: the harness always passes the value.
   Knob& always();
+  // A version string ("12.1", "2.1.0"; empty: not stated): the worker and the harness's
+  // validation refuse anything else (base/version.hpp).
+  Knob& version();
 
  private:
   OptionInfo* info_;

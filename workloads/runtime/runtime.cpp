@@ -4,6 +4,7 @@
 #include "injector/describe.hpp"
 #include "kernels/device.hpp"
 #include "kernels/plugin.hpp"
+#include "kernels/versions.hpp"
 #include "workloads/comm/default_group.hpp"
 #include "workloads/comm/worker_errors.hpp"
 #include "workloads/rendezvous/artifacts.hpp"
@@ -46,9 +47,47 @@ void Runtime::add_runtime_options() {
   options_.add("workload.fetch", "--fetch", fetch_,
                "Artifacts every rank downloads at start from the run's HTTP hub into its node's "
                "cache (tokenizer.json: the data pipeline's vocabulary)");
+  add_version_options();
   app_.add_option("--host-memory-budget", host_budget_,
                   "Host memory budget in bytes for offloaded state (default "
                   "FAULTLINE_HOST_MEMORY_BUDGET_BYTES; 0: unlimited)");
+}
+
+// The versions the job sees (docs/workloads.md#versions): what the JIT op builder checks and
+// how it finds a cached build. Declared for every worker: a job imports one framework.
+void Runtime::add_version_options() {
+  auto& v = versions_;
+  options_.section("workload.versions",
+                   "The versions the job sees (JIT-built plugins act on them as DeepSpeed's op "
+                   "builder and torch.utils.cpp_extension do); empty: not stated");
+  options_
+      .add("workload.versions.cuda_toolkit", "--cuda-toolkit-version", v.cuda_toolkit,
+           "The CUDA toolkit that compiles extensions (nvcc -V's release, e.g. 12.1)")
+      .version();
+  options_
+      .add("workload.versions.torch_cuda", "--torch-cuda-version", v.torch_cuda,
+           "The CUDA the framework was built with (torch.version.cuda); empty: a CPU-only build")
+      .version();
+  options_
+      .add("workload.versions.torch", "--torch-version", v.torch,
+           "The framework's version (torch.__version__); set, JIT-built plugins link against "
+           "it and are cached under py{XY}_cu{XYZ}/NAME/ as torch's extensions are")
+      .version();
+  options_.add("workload.versions.cxx11_abi", "--torch-cxx11-abi", v.cxx11_abi,
+               "The framework's C++ ABI (torch._C._GLIBCXX_USE_CXX11_ABI)");
+  options_
+      .add("workload.versions.python", "--python-version", v.python,
+           "The interpreter's version (the py{XY} of the extensions folder)")
+      .version();
+  options_.section("workload.versions.cached_extension",
+                   "A build an earlier job left in the extensions cache (same sources and "
+                   "flags, so the same key): the framework it was compiled against");
+  options_
+      .add("workload.versions.cached_extension.torch", "--cached-extension-torch-version",
+           v.cached_torch, "Its framework version (empty: the cache is empty)")
+      .version();
+  options_.add("workload.versions.cached_extension.cxx11_abi", "--cached-extension-cxx11-abi",
+               v.cached_cxx11_abi, "Its framework's C++ ABI");
 }
 
 std::optional<int> Runtime::parse(int argc, char** argv) {
@@ -82,6 +121,7 @@ int Runtime::run(const std::string& config_hash, const FetchHook& on_fetch,
     auto b = comm::bootstrap_worker(config_hash, comm::kBackend.get(), device_);
     // Plugins load once the world has formed (as DeepSpeed loads its fused ops): a rank that
     // cannot load one ends, the others wait for it in a collective.
+    ops::set_job_versions(versions_);
     for (auto& p : plugins_) ops::load_plugin(p, jit_);
     for (auto& f : fetch_) {
       const std::string path = rdzv::fetch_artifact(f);

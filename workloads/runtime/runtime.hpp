@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/memory.hpp"
+#include "kernels/versions.hpp"
 #include "workloads/comm/bootstrap.hpp"
 #include "workloads/model/config.hpp"
 #include "workloads/runtime/options.hpp"
@@ -32,6 +33,8 @@ class Runtime {
   void add_model_options();
   // workload.device, plugins, jit, fetch and --host-memory-budget.
   void add_runtime_options();
+  // workload.versions.* (called by add_runtime_options).
+  void add_version_options();
 
   // `--describe`, `--describe-options`, then the command line. An exit status when the process
   // should end now (a description printed, --help, a bad option), else nullopt.
@@ -61,6 +64,7 @@ class Runtime {
   std::vector<std::string> plugins_, fetch_;
   bool jit_ = false, device_from_env_ = false;
   int64_t host_budget_ = -1;
+  ops::JobVersions versions_;
 };
 
 }  // namespace fl::worker

@@ -16,7 +16,9 @@
 #include "base/json_bounded.hpp"
 #include "base/settings.hpp"
 #include "base/utf8.hpp"
+#include "base/version.hpp"
 #include "injector/site.hpp"
+#include "kernels/versions.hpp"
 #include "workloads/train/trainer.hpp"
 
 namespace fl::train {
@@ -33,6 +35,40 @@ FAULTLINE_SETTING(kWrittenFormat, int64_t, "FAULTLINE_CHECKPOINT_FORMAT", kCheck
 int written_format_version() {
   return static_cast<int>(kWrittenFormat.get());
 }
+
+namespace {
+
+// torch.save's archive (caffe2/serialize/inline_container.cc), by the job's
+// workload.versions.torch: torch 1.6 and later write the zip format, file version 3; earlier
+// releases write the legacy format (no version) and read a zip archive only up to version 2, so a
+// newer writer's checkpoint stops an older reader before anything is read. Nothing is checked
+// when the scenario states no torch.
+bool torch_writes_zip(const std::string& torch) {
+  const auto v = parse_version(torch);
+  return v && (v->major > 1 || (v->major == 1 && v->minor >= 6));
+}
+
+int torch_file_version_written() {
+  const std::string torch = ops::job_versions().torch;
+  return !torch.empty() && torch_writes_zip(torch) ? 3 : 0;
+}
+
+void check_torch_file_version(const std::string& dir, const nlohmann::json& m) {
+  const std::string torch = ops::job_versions().torch;
+  const auto it = m.find("torch_file_version");
+  if (torch.empty() || torch_writes_zip(torch) || it == m.end() || !it->is_number_integer()) return;
+  constexpr int64_t kMaxSupported = 2;
+  const int64_t version = it->get<int64_t>();
+  if (version <= kMaxSupported) return;
+  raise<CheckpointError>(
+      "checkpoint {}: version_ <= kMaxSupportedFileFormatVersion INTERNAL ASSERT FAILED at "
+      "caffe2/serialize/inline_container.cc:132, please report a bug to PyTorch. Attempted to "
+      "read a PyTorch file with version {}, but the maximum supported version for reading is {}. "
+      "Your PyTorch installation may be too old. (torch {})",
+      dir, version, kMaxSupported, torch);
+}
+
+}  // namespace
 
 void check_compatible(const std::string& dir, const nlohmann::json& m,
                       const model::GptConfig& cfg) {
@@ -454,6 +490,7 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
                                        cfg_.save_aliases, cfg_.unpad_vocab)},
         {"state_dict_unpadded", cfg_.unpad_vocab},
         {"shards", nlohmann::json::array()}};
+    if (const int v = torch_file_version_written(); v > 0) manifest["torch_file_version"] = v;
     for (auto& a : all) manifest["shards"].push_back(nlohmann::json::parse(a));
     write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest.dump(2));
     write_file_atomic((fs::path(save_dir) / "latest").string(), fmt::format("step_{}\n", step_));
@@ -515,6 +552,7 @@ void Trainer::restore_named(const std::string& dir, const nlohmann::json& m,
 void Trainer::load_checkpoint(const std::string& path) try {
   const std::string dir = resolve_checkpoint(path);
   const nlohmann::json m = read_manifest(dir);
+  check_torch_file_version(dir, m);
   // model.load_state_dict(state_dict, strict): PyTorch's checks and words, by name.
   const NamedLoad named =
       load_named(dir, m, cfg_.model, topo_.layout.tp, cfg_.strip_key_prefix, cfg_.load_strict,
