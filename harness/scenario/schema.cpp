@@ -154,6 +154,27 @@ const std::vector<KeySpec>& scenario_schema() {
         {"topology.rsh_agent", K::kString, "\"\"",
          "How mpirun and the harness reach the hosts (Open MPI's plm_rsh_agent; empty: ssh; "
          "harness/hosts/netns-rsh for namespace hosts)"},
+        {"topology.deepspeed", K::kSection, "",
+         "launcher deepspeed: DeepSpeed runner's arguments (docs/cluster.md)"},
+        {"topology.deepspeed.hostfile", K::kString, "\"\"",
+         "launcher deepspeed: DeepSpeed's hostfile (`host slots=N` lines), a path relative to "
+         "the scenario file or the file's text inline (a value with a newline); empty: the "
+         "runner's local resources (docs/cluster.md)"},
+        {"topology.deepspeed.include", K::kString, "\"\"",
+         "launcher deepspeed: the runner's --include, NAME[:SLOT[,SLOT...]][@...]"},
+        {"topology.deepspeed.exclude", K::kString, "\"\"",
+         "launcher deepspeed: the runner's --exclude, NAME[:SLOT[,SLOT...]][@...]"},
+        {"topology.deepspeed.num_nodes", K::kInt, "-1",
+         "launcher deepspeed: the runner's --num_nodes (-1: not given)", {}, -1, 64},
+        {"topology.deepspeed.num_gpus", K::kInt, "-1",
+         "launcher deepspeed: the runner's --num_gpus (-1: not given)", {}, -1, 256},
+        {"topology.deepspeed.device_count", K::kInt, "0",
+         "launcher deepspeed: the devices each node has, which the runner counts without a "
+         "hostfile under its own CUDA_VISIBLE_DEVICES (0: topology.ranks, and each hostfile "
+         "host's slots)", {}, 0, 256},
+        {"topology.deepspeed.version", K::kString, "latest",
+         "launcher deepspeed: DeepSpeed's version, latest or X.Y.Z; before 0.15.2 an --include "
+         "slot must be below the host's slots and the specs apply as written (PR #6530)"},
         {"topology.dp", K::kInt, "0", "Data-parallel size (0: ranks / (tp x pp))", {}, 0, 256},
         {"topology.tp", K::kInt, "1", "Tensor-parallel size", {}, 1, 64},
         {"topology.pp", K::kInt, "1", "Pipeline-parallel size", {}, 1, 64},
