@@ -140,7 +140,8 @@ pid_t spawn(const Options& o, const ds::SlotProcess& p, int node_devices,
     const auto eq = kv.find('=');
     if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  for (const auto& [k, v] : rank.value("env", nlohmann::json::object()).items()) {
+  const nlohmann::json vars = rank.value("env", nlohmann::json::object());  // outlives items()
+  for (const auto& [k, v] : vars.items()) {
     env[k] = v.get<std::string>();
   }
   env["CUDA_VISIBLE_DEVICES"] = p.visible_devices;
