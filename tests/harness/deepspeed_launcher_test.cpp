@@ -52,7 +52,7 @@ std::vector<nlohmann::json> harness_events(const std::string& run_dir, const std
 TEST(DeepspeedLauncher, HostfileWithExcludeStartsTheChosenSlotsWithLaunchPysRanks) {
   const auto ran = run_scenario(
       "ok", "name: ds-ok\n"
-            "description: two hosts of two slots, slot 0 of worker-1 excluded: three ranks.\n"
+            "description: two hosts of two slots, slot 0 of worker-1 excluded, three ranks.\n"
             "topology:\n"
             "  launcher: deepspeed\n"
             "  deepspeed:\n"
