@@ -98,6 +98,27 @@ TEST(DsInclusionExclusion, IncludedSlotsBeyondTheHostfileAreAcceptedAsDeepSpeedD
             "ValueError: No slot '7' specified on host 'worker-1'");
 }
 
+// runner.parse_inclusion_exclusion before 0.15.2 (v0.14.4's runner.py): every host has
+// range(slots), an included slot must be one of them, and each NODE_SPEC applies as written (a
+// later spec for the same host replaces the earlier one; slots keep their order).
+TEST(DsInclusionExclusion, BeforeVersion0152IncludedSlotsAreCheckedAndSpecsApplyInTurn) {
+  const ResourcePool pool = {{"worker-0", 2}, {"worker-1", 4}};
+  EXPECT_TRUE(ds::legacy_filter("0.14.4"));
+  EXPECT_FALSE(ds::legacy_filter("0.15.2"));
+  EXPECT_FALSE(ds::legacy_filter("latest"));
+  EXPECT_EQ(raised([&] { ds::parse_inclusion_exclusion(pool, "worker-1:7", "", true); }),
+            "ValueError: No slot '7' specified on host 'worker-1'");
+  EXPECT_EQ(ds::parse_inclusion_exclusion(pool, "worker-1:3,1@worker-0:1", "", true),
+            (ActiveResources{{"worker-0", {1}}, {"worker-1", {3, 1}}}));
+  EXPECT_EQ(ds::parse_inclusion_exclusion(pool, "worker-1:3,1@worker-1:0", "", true),
+            (ActiveResources{{"worker-1", {0}}}));
+  EXPECT_EQ(ds::parse_inclusion_exclusion(pool, "worker-0", "", true),
+            (ActiveResources{{"worker-0", {0, 1}}}));
+  // The same whole-host include since 0.15.2: the host has no slots and is dropped
+  // (DeepSpeed#6671).
+  EXPECT_EQ(ds::parse_inclusion_exclusion(pool, "worker-0", ""), ActiveResources{});
+}
+
 // runner.encode_world_info: urlsafe_b64encode(json.dumps(...)).
 TEST(DsWorldInfo, EncodesJsonDumpsAsUrlsafeBase64) {
   EXPECT_EQ(ds::encode_world_info({{"worker-0", {0, 1}}, {"worker-1", {2}}}),
