@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <map>
 #include <regex>
-#include <cstdio>
 #include <set>
 #include <tuple>
 
@@ -15,7 +15,9 @@ namespace fl::harness::ds {
 
 namespace {
 
-[[noreturn]] void value_error(const std::string& what) { throw RunnerError("ValueError", what); }
+[[noreturn]] void value_error(const std::string& what) {
+  throw RunnerError("ValueError", what);
+}
 
 std::string strip(const std::string& s) {
   size_t b = 0, e = s.size();
@@ -86,8 +88,8 @@ ResourcePool parse_hostfile(const std::vector<std::string>& hostfile_lines) {
     const bool match = std::regex_search(line, m, pattern);
     if (line.rfind('#', 0) == 0 || line.empty()) continue;
     if (!match) {
-      value_error(fmt::format(
-          "Hostfile contains a bad entry: {}, unable to proceed with launching", line));
+      value_error(
+          fmt::format("Hostfile contains a bad entry: {}, unable to proceed with launching", line));
     }
     const std::string host = m[1];
     if (find_host(pool, host) != pool.end()) {
@@ -194,7 +196,9 @@ bool older_than(const std::string& v, int major, int minor, int patch) {
   return std::make_tuple(a, b, c) < std::make_tuple(major, minor, patch);
 }
 
-bool legacy_filter(const std::string& v) { return older_than(v, 0, 15, 2); }
+bool legacy_filter(const std::string& v) {
+  return older_than(v, 0, 15, 2);
+}
 
 ActiveResources parse_resource_filter(const ActiveResources& host_info, const std::string& include,
                                       const std::string& exclude, bool legacy) {
@@ -268,15 +272,15 @@ RunnerWorld resolve_world(RunnerArgs a, std::vector<std::string>& printed) {
   if (a.has_hostfile) w.pool = parse_hostfile(a.hostfile);
   // Respect CUDA_VISIBLE_DEVICES for a single node and no explicit resource filters.
   if (w.pool.empty() && !a.visible_devices.empty() && !older_than(a.version, 0, 5, 7)) {
-    const std::string detected =
-        (older_than(a.version, 0, 14, 5) ? "Detected CUDA_VISIBLE_DEVICES=" : "Detected VISIBLE_DEVICES=") +
-        a.visible_devices;
+    const std::string detected = (older_than(a.version, 0, 14, 5) ? "Detected CUDA_VISIBLE_DEVICES="
+                                                                  : "Detected VISIBLE_DEVICES=") +
+                                 a.visible_devices;
     if (!a.include.empty() || !a.exclude.empty() || a.num_nodes > 1 || a.num_gpus > 0) {
       printed.push_back(detected +
-                          " but ignoring it because one or several of "
-                          "--include/--exclude/--num_gpus/--num_nodes cl args were used. If you "
-                          "want to use CUDA_VISIBLE_DEVICES don't pass any of these arguments to "
-                          "deepspeed.");
+                        " but ignoring it because one or several of "
+                        "--include/--exclude/--num_gpus/--num_nodes cl args were used. If you "
+                        "want to use CUDA_VISIBLE_DEVICES don't pass any of these arguments to "
+                        "deepspeed.");
     } else {
       a.include = "localhost:" + a.visible_devices;
       printed.push_back(detected + ": setting --include=" + a.include);

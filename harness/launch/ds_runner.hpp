@@ -16,12 +16,13 @@ namespace fl::harness::ds {
 
 // A Python exception the runner raises: `type` (ValueError, RuntimeError, IndexError) and its text.
 struct RunnerError : std::runtime_error {
-  RunnerError(std::string t, const std::string& what) : std::runtime_error(what), type(std::move(t)) {}
+  RunnerError(std::string t, const std::string& what)
+      : std::runtime_error(what), type(std::move(t)) {}
   std::string type;
 };
 
 // Ordered as the hostfile (an OrderedDict in runner.py).
-using ResourcePool = std::vector<std::pair<std::string, int>>;             // host -> slots
+using ResourcePool = std::vector<std::pair<std::string, int>>;                  // host -> slots
 using ActiveResources = std::vector<std::pair<std::string, std::vector<int>>>;  // host -> slot ids
 
 // _parse_hostfile: `^(\S+)\s+slots=(\d+)` per line, `#` comments and blank lines skipped.
@@ -50,17 +51,17 @@ std::string encode_world_info(const ActiveResources& world);
 
 // runner.main's arguments, as far as they choose resources.
 struct RunnerArgs {
-  bool has_hostfile = false;            // fetch_hostfile found the file
-  std::vector<std::string> hostfile;    // its lines
+  bool has_hostfile = false;          // fetch_hostfile found the file
+  std::vector<std::string> hostfile;  // its lines
   std::string include, exclude;
   int num_nodes = -1, num_gpus = -1;
-  std::string visible_devices;          // the runner's CUDA_VISIBLE_DEVICES ("" unset)
+  std::string visible_devices;  // the runner's CUDA_VISIBLE_DEVICES ("" unset)
   // get_accelerator().device_count() without a hostfile: the devices visible to the runner itself
   // (torch caches the count while CUDA_VISIBLE_DEVICES is still set, before runner.main deletes
   // it), i.e. `visible_count` of the list, or `device_count` when it is unset.
   int device_count = 0;
   std::function<int(const std::string&)> visible_count;  // empty: the list's entries
-  std::string version = "latest";       // DeepSpeed's (older_than)
+  std::string version = "latest";                        // DeepSpeed's (older_than)
 };
 
 // What runner.main decides.

@@ -43,7 +43,9 @@ namespace {
 namespace ds = fl::harness::ds;
 
 volatile sig_atomic_t g_stop = 0;
-void on_signal(int sig) { g_stop = sig; }
+void on_signal(int sig) {
+  g_stop = sig;
+}
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr, "fl-ds-runner: %s\n", why.c_str());
@@ -77,16 +79,26 @@ Options parse_options(int argc, char** argv) {
       for (++i; i < argc; ++i) o.program.emplace_back(argv[i]);
       break;
     }
-    if (a == "--ranks") o.ranks_file = value("--ranks");
-    else if (a == "--hostfile") o.hostfile = value("--hostfile");
-    else if (a == "--include") o.include = value("--include");
-    else if (a == "--exclude") o.exclude = value("--exclude");
-    else if (a == "--num_nodes") o.num_nodes = number("--num_nodes");
-    else if (a == "--num_gpus") o.num_gpus = number("--num_gpus");
-    else if (a == "--device-count") o.device_count = number("--device-count");
-    else if (a == "--devices-per-node") o.devices_per_node = number("--devices-per-node");
-    else if (a == "--version") o.version = value("--version");
-    else usage("unknown option " + a);
+    if (a == "--ranks")
+      o.ranks_file = value("--ranks");
+    else if (a == "--hostfile")
+      o.hostfile = value("--hostfile");
+    else if (a == "--include")
+      o.include = value("--include");
+    else if (a == "--exclude")
+      o.exclude = value("--exclude");
+    else if (a == "--num_nodes")
+      o.num_nodes = number("--num_nodes");
+    else if (a == "--num_gpus")
+      o.num_gpus = number("--num_gpus");
+    else if (a == "--device-count")
+      o.device_count = number("--device-count");
+    else if (a == "--devices-per-node")
+      o.devices_per_node = number("--devices-per-node");
+    else if (a == "--version")
+      o.version = value("--version");
+    else
+      usage("unknown option " + a);
   }
   if (o.ranks_file.empty() || o.program.empty()) usage("--ranks FILE and -- PROGRAM are required");
   return o;
@@ -109,8 +121,9 @@ ds::RunnerArgs runner_args(const Options& o) {
   if (!o.hostfile.empty()) {
     std::ifstream in(o.hostfile);
     if (!in) {
-      std::printf("[WARNING] [runner.py] Unable to find hostfile, will proceed with training "
-                  "with local resources only.\n");
+      std::printf(
+          "[WARNING] [runner.py] Unable to find hostfile, will proceed with training "
+          "with local resources only.\n");
     } else {
       a.has_hostfile = true;
       for (std::string line; std::getline(in, line);) a.hostfile.push_back(line);
@@ -227,8 +240,10 @@ int main(int argc, char** argv) {
   } catch (const ds::RunnerError& e) {
     for (const auto& line : printed) std::printf("%s\n", line.c_str());
     std::fflush(stdout);
-    std::fprintf(stderr, "Traceback (most recent call last):\n  File \"deepspeed/launcher/runner.py\""
-                         ", in main\n%s: %s\n", e.type.c_str(), e.what());
+    std::fprintf(stderr,
+                 "Traceback (most recent call last):\n  File \"deepspeed/launcher/runner.py\""
+                 ", in main\n%s: %s\n",
+                 e.type.c_str(), e.what());
     return 1;
   }
   std::printf("[INFO] [runner.py] cmd = python -u -m deepspeed.launcher.launch --world_info=%s\n",

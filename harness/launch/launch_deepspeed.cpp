@@ -86,8 +86,7 @@ class DeepspeedLauncher : public Launcher {
     runner_ = h.sup.spawn(p);
     for (int r = 0; r < h.s.topo.ranks; ++r) {
       h.started(r);
-      h.hist.harness("launch", {{"pid", runner_}, {"launcher", "deepspeed"}, {"argv", p.argv}},
-                     r);
+      h.hist.harness("launch", {{"pid", runner_}, {"launcher", "deepspeed"}, {"argv", p.argv}}, r);
     }
   }
 
@@ -114,8 +113,7 @@ class DeepspeedLauncher : public Launcher {
       check_env_key(r, k);
       vars[k] = v;
     }
-    return nlohmann::json{{"cwd", fmt::format("{}/ranks/rank{}", h.dir, r)}, {"env", vars}}
-        .dump();
+    return nlohmann::json{{"cwd", fmt::format("{}/ranks/rank{}", h.dir, r)}, {"env", vars}}.dump();
   }
 
   std::unique_ptr<Launcher> local_ = local_launcher().make();

@@ -83,7 +83,8 @@ void parse_deepspeed(const std::string& file, const YAML::Node& doc, const YAML:
   d.version = t["version"].as<std::string>();
   ErrorCollector::check([&] {
     if (!ds::version_ok(d.version)) {
-      fail_at(file, raw["deepspeed"] ? raw["deepspeed"]["version"] : raw, "topology.deepspeed.version",
+      fail_at(file, raw["deepspeed"] ? raw["deepspeed"]["version"] : raw,
+              "topology.deepspeed.version",
               fmt::format("'{}' is not a version (allowed: latest or MAJOR.MINOR.PATCH, e.g. "
                           "0.14.0)",
                           d.version));

@@ -26,9 +26,10 @@ Ran run_scenario(const std::string& id, const std::string& yaml) {
   const std::string dir = test::fresh_test_dir("deepspeed-launcher", id);
   const std::string file = dir + "/s.yaml";
   std::ofstream(file) << yaml;
-  auto r = test::run_process({FAULTLINE_CLI, "run", file, "--results", dir, "--run-id", id},
-                             {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}},
-                             std::chrono::seconds(150));
+  auto r =
+      test::run_process({FAULTLINE_CLI, "run", file, "--results", dir, "--run-id", id},
+                        {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}},
+                        std::chrono::seconds(150));
   return {r, dir + "/" + id};
 }
 
@@ -51,19 +52,20 @@ std::vector<nlohmann::json> harness_events(const std::string& run_dir, const std
 
 TEST(DeepspeedLauncher, HostfileWithExcludeStartsTheChosenSlotsWithLaunchPysRanks) {
   const auto ran = run_scenario(
-      "ok", "name: ds-ok\n"
-            "description: two hosts of two slots, slot 0 of worker-1 excluded, three ranks.\n"
-            "topology:\n"
-            "  launcher: deepspeed\n"
-            "  deepspeed:\n"
-            "    hostfile: |\n"
-            "      worker-0 slots=2\n"
-            "      worker-1 slots=2\n"
-            "    exclude: 'worker-1:0'\n"
-            "workload: {model: tiny, steps: 2, precision: fp32}\n"
-            "expect: {oracle: completed}\n"
-            "timeouts: {run_s: 120, rendezvous_ms: 60000}\n"
-            "seed: 7\n");
+      "ok",
+      "name: ds-ok\n"
+      "description: two hosts of two slots, slot 0 of worker-1 excluded, three ranks.\n"
+      "topology:\n"
+      "  launcher: deepspeed\n"
+      "  deepspeed:\n"
+      "    hostfile: |\n"
+      "      worker-0 slots=2\n"
+      "      worker-1 slots=2\n"
+      "    exclude: 'worker-1:0'\n"
+      "workload: {model: tiny, steps: 2, precision: fp32}\n"
+      "expect: {oracle: completed}\n"
+      "timeouts: {run_s: 120, rendezvous_ms: 60000}\n"
+      "seed: 7\n");
   ASSERT_FALSE(ran.r.timed_out) << ran.r.output;
   EXPECT_EQ(ran.r.exit_code, 0) << ran.r.output;
   EXPECT_EQ(verdict(ran.dir), "pass") << ran.r.output;
@@ -85,35 +87,37 @@ TEST(DeepspeedLauncher, HostfileWithExcludeStartsTheChosenSlotsWithLaunchPysRank
 // Since 0.15.2 an included slot is not checked against the hostfile: CUDA_VISIBLE_DEVICES=5 on a
 // node of two devices, and the rank fails as the CUDA runtime would fail it.
 TEST(DeepspeedLauncher, AnIncludedSlotTheNodeLacksFailsTheRankWithInvalidDeviceOrdinal) {
-  const auto ran = run_scenario(
-      "ordinal", "name: ds-ordinal\n"
-                 "description: slot 5 of a two-slot host.\n"
-                 "topology:\n"
-                 "  launcher: deepspeed\n"
-                 "  deepspeed: {hostfile: \"worker-0 slots=2\\n\", include: 'worker-0:5'}\n"
-                 "workload: {model: tiny, steps: 2, precision: fp32}\n"
-                 "expect: {oracle: error_signature, pattern: \"invalid device ordinal: "
-                 "LOCAL_RANK 0 selects device 0, but 0 device\\\\(s\\\\) are visible on node 0 "
-                 "\\\\(CUDA_VISIBLE_DEVICES='5', 2 on the node\\\\)\"}\n"
-                 "timeouts: {run_s: 120, rendezvous_ms: 60000}\n"
-                 "seed: 7\n");
+  const auto ran =
+      run_scenario("ordinal",
+                   "name: ds-ordinal\n"
+                   "description: slot 5 of a two-slot host.\n"
+                   "topology:\n"
+                   "  launcher: deepspeed\n"
+                   "  deepspeed: {hostfile: \"worker-0 slots=2\\n\", include: 'worker-0:5'}\n"
+                   "workload: {model: tiny, steps: 2, precision: fp32}\n"
+                   "expect: {oracle: error_signature, pattern: \"invalid device ordinal: "
+                   "LOCAL_RANK 0 selects device 0, but 0 device\\\\(s\\\\) are visible on node 0 "
+                   "\\\\(CUDA_VISIBLE_DEVICES='5', 2 on the node\\\\)\"}\n"
+                   "timeouts: {run_s: 120, rendezvous_ms: 60000}\n"
+                   "seed: 7\n");
   ASSERT_FALSE(ran.r.timed_out) << ran.r.output;
   EXPECT_EQ(verdict(ran.dir), "pass") << ran.r.output;
   fs::remove_all(fs::path(ran.dir).parent_path());
 }
 
 TEST(DeepspeedLauncher, ABadHostfileLineEndsTheRunWithTheRunnersErrorBeforeAnyRank) {
-  const auto ran = run_scenario(
-      "badline", "name: ds-badline\n"
-                 "description: a hostfile line without slots.\n"
-                 "topology:\n"
-                 "  launcher: deepspeed\n"
-                 "  deepspeed: {hostfile: \"worker-0 slots=1\\nworker-1 lots=1\\n\"}\n"
-                 "workload: {model: tiny, steps: 2, precision: fp32}\n"
-                 "expect: {oracle: error_signature, pattern: \"ValueError: Hostfile contains a "
-                 "bad entry: worker-1 lots=1, unable to proceed with launching\"}\n"
-                 "timeouts: {run_s: 60, rendezvous_ms: 20000}\n"
-                 "seed: 7\n");
+  const auto ran =
+      run_scenario("badline",
+                   "name: ds-badline\n"
+                   "description: a hostfile line without slots.\n"
+                   "topology:\n"
+                   "  launcher: deepspeed\n"
+                   "  deepspeed: {hostfile: \"worker-0 slots=1\\nworker-1 lots=1\\n\"}\n"
+                   "workload: {model: tiny, steps: 2, precision: fp32}\n"
+                   "expect: {oracle: error_signature, pattern: \"ValueError: Hostfile contains a "
+                   "bad entry: worker-1 lots=1, unable to proceed with launching\"}\n"
+                   "timeouts: {run_s: 60, rendezvous_ms: 20000}\n"
+                   "seed: 7\n");
   ASSERT_FALSE(ran.r.timed_out) << ran.r.output;
   EXPECT_EQ(verdict(ran.dir), "pass") << ran.r.output;
   EXPECT_TRUE(harness_events(ran.dir, "hello", "rank").empty()) << ran.r.output;

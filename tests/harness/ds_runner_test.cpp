@@ -39,16 +39,22 @@ TEST(DsHostfile, ReadsSlotsInFileOrderSkippingCommentsAndBlankLines) {
 
 // runner._parse_hostfile
 TEST(DsHostfile, BadLinesDuplicateHostsAndEmptyFilesRaiseTheRunnersValueErrors) {
-  EXPECT_EQ(raised([] { ds::parse_hostfile({"worker-0 slots=2", "worker-1"}); }),
+  EXPECT_EQ(raised([] {
+              ds::parse_hostfile({"worker-0 slots=2", "worker-1"});
+            }),
             "ValueError: Hostfile contains a bad entry: worker-1, unable to proceed with "
             "launching");
   EXPECT_EQ(raised([] { ds::parse_hostfile({"worker-0 slots = 2"}); }),
             "ValueError: Hostfile contains a bad entry: worker-0 slots = 2, unable to proceed "
             "with launching");
-  EXPECT_EQ(raised([] { ds::parse_hostfile({"worker-0 slots=2", "worker-0 slots=4"}); }),
+  EXPECT_EQ(raised([] {
+              ds::parse_hostfile({"worker-0 slots=2", "worker-0 slots=4"});
+            }),
             "ValueError: Hostfile contains multiple entries for worker-0, unable to proceed with "
             "launching");
-  EXPECT_EQ(raised([] { ds::parse_hostfile({"# nothing", ""}); }),
+  EXPECT_EQ(raised([] {
+              ds::parse_hostfile({"# nothing", ""});
+            }),
             "ValueError: Hostfile is empty or not formatted correctly, unable to proceed with "
             "launching.");
 }
@@ -141,8 +147,9 @@ TEST(DsRunnerMain, VisibleDevicesWithoutHostfileBecomeTheIncludeUnlessAFlagIsGiv
   a.visible_devices = "2,3";
   std::vector<std::string> printed;
   EXPECT_EQ(world_of(a, &printed).active, (ActiveResources{{"localhost", {2, 3}}}));
-  EXPECT_EQ(printed, (std::vector<std::string>{
-                         "Detected VISIBLE_DEVICES=2,3: setting --include=localhost:2,3"}));
+  EXPECT_EQ(
+      printed,
+      (std::vector<std::string>{"Detected VISIBLE_DEVICES=2,3: setting --include=localhost:2,3"}));
   a.num_gpus = 2;
   EXPECT_EQ(world_of(a, &printed).active, (ActiveResources{{"localhost", {0, 1}}}));
   ASSERT_EQ(printed.size(), 1u);
@@ -161,7 +168,8 @@ TEST(DsRunnerMain, NumNodesAndNumGpusCutTheWorldAndRefuseFilters) {
   EXPECT_EQ(world_of(a).active, (ActiveResources{{"worker-0", {0, 1}}}));
   a.num_nodes = -1;
   a.num_gpus = 3;  // not checked against slots=2
-  EXPECT_EQ(world_of(a).active, (ActiveResources{{"worker-0", {0, 1, 2}}, {"worker-1", {0, 1, 2}}}));
+  EXPECT_EQ(world_of(a).active,
+            (ActiveResources{{"worker-0", {0, 1, 2}}, {"worker-1", {0, 1, 2}}}));
   a.include = "worker-0";
   EXPECT_EQ(raised([&] { world_of(a); }),
             "ValueError: Cannot specify num_nodes/gpus with include/exclude");
@@ -229,10 +237,10 @@ class DeepspeedScenario : public ::testing::Test {
 
 TEST_F(DeepspeedScenario, RanksComeFromTheRunnersWorldAndTheHostfileIsResolved) {
   write("hostfile", "worker-0 slots=2\nworker-1 slots=2\n");
-  const Scenario s = load_scenario(write(
-      "s.yaml",
-      "name: s\ntopology: {launcher: deepspeed, deepspeed: {hostfile: hostfile, exclude: "
-      "'worker-1:0'}}\n"));
+  const Scenario s = load_scenario(
+      write("s.yaml",
+            "name: s\ntopology: {launcher: deepspeed, deepspeed: {hostfile: hostfile, exclude: "
+            "'worker-1:0'}}\n"));
   EXPECT_EQ(s.topo.ranks, 3);
   EXPECT_EQ(s.topo.deepspeed.exclude, "worker-1:0");
   EXPECT_EQ(s.topo.deepspeed.hostfile, (dir_ / "hostfile").string());
@@ -241,9 +249,9 @@ TEST_F(DeepspeedScenario, RanksComeFromTheRunnersWorldAndTheHostfileIsResolved) 
   EXPECT_EQ(s.resolved["topology"]["ranks"].as<int>(), 3);
 
   // Inline text; a runner error is the run's to show, not the loader's.
-  const Scenario bad = load_scenario(write(
-      "b.yaml",
-      "name: b\ntopology:\n  launcher: deepspeed\n  deepspeed:\n    hostfile: |\n      worker-0\n"));
+  const Scenario bad = load_scenario(write("b.yaml",
+                                           "name: b\ntopology:\n  launcher: deepspeed\n  "
+                                           "deepspeed:\n    hostfile: |\n      worker-0\n"));
   EXPECT_EQ(bad.topo.deepspeed.hostfile_text, "worker-0\n");
   EXPECT_EQ(bad.topo.ranks, 1);
 }
@@ -258,8 +266,8 @@ TEST_F(DeepspeedScenario, RanksThatDifferFromTheWorldAndOptionsWithoutTheLaunche
             (dir_ / "s.yaml").string() +
                 ":2:50: topology.deepspeed: the runner's options need topology.launcher: "
                 "deepspeed (got local)");
-  EXPECT_NE(error_of("{launcher: deepspeed, deepspeed: {num_gpus: -3}}").find(
-                "topology.deepspeed.num_gpus"),
+  EXPECT_NE(error_of("{launcher: deepspeed, deepspeed: {num_gpus: -3}}")
+                .find("topology.deepspeed.num_gpus"),
             std::string::npos);
 }
 
