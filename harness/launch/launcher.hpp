@@ -30,7 +30,8 @@ class OutOfProcessFaults;
   X(kLocal, local)             \
   X(kMpirun, mpirun)           \
   X(kCommand, command)         \
-  X(kSrun, srun)
+  X(kSrun, srun)               \
+  X(kDeepspeed, deepspeed)
 
 enum class LauncherKind {
 #define FAULTLINE_LAUNCHER_ENUM(e, name) e,

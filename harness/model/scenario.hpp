@@ -129,6 +129,15 @@ struct Topology {
   // address when given as NAME=ADDRESS ("" otherwise), and the rsh agent that reaches them.
   std::vector<std::string> hosts, host_addrs;
   std::string rsh_agent;
+  // topology.deepspeed: DeepSpeed runner's arguments for launcher: deepspeed (docs/cluster.md).
+  struct Deepspeed {
+    std::string hostfile;  // an absolute path ("" none); a missing file is the runner's warning
+    std::string hostfile_text;  // the hostfile given inline (written to RUN_DIR/hostfile)
+    std::string include, exclude;
+    int num_nodes = -1, num_gpus = -1;
+    int device_count = 0;            // devices per node (0: ranks here, each hostfile host's slots)
+    std::string version = "latest";  // DeepSpeed's; before 0.15.2 --include slots are checked
+  } deepspeed;
 };
 
 // faults: what to break.

@@ -83,6 +83,10 @@ const std::vector<std::string>& after_prepare_tools();
 // (nodes become the hosts).
 void parse_hosts(const std::string& file, const YAML::Node& doc, const YAML::Node& topology,
                  Scenario& s);
+// deepspeed_topology.cpp: topology.deepspeed (launcher deepspeed): the runner's arguments, and
+// topology.ranks from the world it chooses when the scenario leaves ranks out.
+void parse_deepspeed(const std::string& file, const YAML::Node& doc, const YAML::Node& root,
+                     Scenario& s);
 
 // reference.cpp: `reference:` into `s` (ref_*): one cited thread (issue or pr, the url linking
 // it) or a stands-for mechanism, never both. `r` has the defaults filled in, `doc` the positions.

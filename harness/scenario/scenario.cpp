@@ -205,6 +205,8 @@ bool parse_topology(const Source& c, Scenario& s) {
     }
   });
   parse_hosts(c.file, c.doc, t, s);  // hosts.cpp
+  // deepspeed_topology.cpp
+  loader::parse_deepspeed(c.file, c.doc, c.r, s);
   topo.tp = t["tp"].as<int>();
   topo.pp = t["pp"].as<int>();
   topo.zero = t["zero"].as<int>();

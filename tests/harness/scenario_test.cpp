@@ -145,7 +145,7 @@ TEST_F(ScenarioTest, WrongTypeOutOfRangeAndBadEnum) {
             "s.yaml:2:19: topology.ranks: 300 is out of range (allowed 1-256)");
   EXPECT_EQ(error_of("name: a\ntopology: {launcher: torchrun}\n"),
             "s.yaml:2:22: topology.launcher: 'torchrun' is not allowed (allowed: auto, local, "
-            "mpirun, command, srun)");
+            "mpirun, command, srun, deepspeed)");
   EXPECT_EQ(error_of("name: a\nworkload: {data: {drop_last: maybe}}\n"),
             "s.yaml:2:30: workload.data.drop_last: expected true/false, got 'maybe'");
   EXPECT_EQ(error_of("name: a\nworkload: 3\n"),

@@ -110,6 +110,9 @@ FAULTLINE_SETTING(kVisibleDevices, std::string, "FAULTLINE_VISIBLE_DEVICES", "",
                   "Devices a CPU rank may use, e.g. 0,1 (empty: all of the node's)");
 FAULTLINE_SETTING(kDevicesPerNode, int64_t, "FAULTLINE_DEVICES_PER_NODE", 0,
                   "Simulated devices per node for CPU ranks (0: LOCAL_WORLD_SIZE)");
+FAULTLINE_SETTING(kDeviceOrdinal, std::string, "FAULTLINE_DEVICE_ORDINAL", "local_rank",
+                  "Which visible device a CPU rank selects: local_rank (set_device(LOCAL_RANK)) "
+                  "or rank (set_device(dist.get_rank()), right on the first node only)");
 
 int select_device(const WorkerIdentity& id) {
   // The device query: a plan can slow it (a device that takes long to initialise) or fail it.
@@ -138,14 +141,20 @@ int select_device(const WorkerIdentity& id) {
   } else {
     visible = parse_visible_devices(list, id.node_rank, per_node);
   }
-  if (id.local_rank >= static_cast<int>(visible.size())) {
-    raise<DeviceError>(
-        "[rank {}] invalid device ordinal: LOCAL_RANK {} selects device {}, but {} device(s) "
-        "are visible on node {} ({}='{}', {} on the node)",
-        id.rank, id.local_rank, id.local_rank, visible.size(), id.node_rank, source, list,
-        per_node);
+  const std::string by = kDeviceOrdinal.get();
+  if (by != "local_rank" && by != "rank") {
+    raise<SettingError>("FAULTLINE_DEVICE_ORDINAL='{}' is not allowed (allowed: local_rank, rank)",
+                        by);
   }
-  return static_cast<int>(visible[static_cast<size_t>(id.local_rank)]);
+  const int ordinal = by == "rank" ? id.rank : id.local_rank;
+  if (ordinal >= static_cast<int>(visible.size())) {
+    raise<DeviceError>(
+        "[rank {}] invalid device ordinal: {} {} selects device {}, but {} device(s) "
+        "are visible on node {} ({}='{}', {} on the node)",
+        id.rank, by == "rank" ? "RANK" : "LOCAL_RANK", ordinal, ordinal, visible.size(),
+        id.node_rank, source, list, per_node);
+  }
+  return static_cast<int>(visible[static_cast<size_t>(ordinal)]);
 }
 
 int gpu_for_rank(const WorkerIdentity& id, const std::string& backend) {
