@@ -262,6 +262,35 @@ TEST(ZeroInit, MaterialisingTheModelFirstPeaksHigherThanPartitionedConstruction)
   EXPECT_NEAR(memory_of(part.proc.output, 0)["model_states"], 4 * kPsi, 0.02 * kPsi);
 }
 
+// A 16-bit model built without zero-init arrives in 16 bits (2Ψ, as after DeepSpeed's
+// module.half()), not fp32: construction holds the 16-bit model and the fp32 master partition
+// (2Ψ + 4Ψ/4 = 3Ψ), under the step's 16Ψ/4 = 4Ψ. It used to stage the model in fp32 (4Ψ, and
+// 5Ψ of model states with the partition).
+TEST(ZeroInit, A16BitModelBuiltWithoutZeroInitArrivesIn16Bits) {
+  auto args = small(4, 3);
+  args.insert(args.end(), {"--precision", "bf16", "--no-zero-init"});
+  auto r = train(4, args, 1);
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto mem = memory_of(r.proc.output, rank);
+    EXPECT_EQ(mem["params"], 2 * kPsi) << "rank " << rank;
+    EXPECT_EQ(mem["model_states"], 16 * kPsi / 4) << "rank " << rank;
+  }
+}
+
+// fp16/bf16 stages 1-2 build their initial weights one allgather bucket at a time: no fp32 copy
+// of the whole model (4Ψ, which used to be the buffers' peak at stage 2) is ever staged. The
+// losses are bit for bit the same (the values are the seed's either way).
+TEST(ZeroMemory, Bf16StageTwoBuildsItsWeightsWithoutAWholeFp32Copy) {
+  auto args = small(4, 2);
+  args.insert(args.end(), {"--precision", "bf16", "--allgather-bucket-size", "262144"});
+  auto r = train(4, args, 2);
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_LT(memory_of(r.proc.output, rank)["buffers"], 4 * kPsi) << "rank " << rank;
+  }
+}
+
 TEST(ZeroConfigErrors, ImpossibleCombinationsNameTheOption) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--dp", "2", "--offload-optimizer"}, "--offload-optimizer needs ZeRO stage 1, 2 or 3"},

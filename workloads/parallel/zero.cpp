@@ -1,6 +1,7 @@
 #include "workloads/parallel/zero.hpp"
 
 #include <algorithm>
+#include <functional>
 
 #include "base/error.hpp"
 #include "kernels/ops.hpp"
@@ -86,56 +87,83 @@ void ZeroEngine::init_weights() {
   const char* master_name = host_master ? "optimizer.master.offload"
                             : mixed_    ? "optimizer.master"
                                         : "params.weights";
-  auto fill = [&](Tensor& t, size_t lo, size_t hi) {
-    if (t.device().is_cuda()) {
-      std::vector<float> h(hi - lo);
-      layout_.initialize_range(h.data(), lo, hi, cfg_.seed);
-      ops::from_host(t.f32(), h.data(), h.size() * sizeof(float));
-    } else {
-      layout_.initialize_range(t.f32(), lo, hi, cfg_.seed);
-    }
-  };
-  // Copies n fp32 values from the device into the master weights (wherever they live).
-  auto to_master = [&](const float* src, size_t n) {
-    if (host_master) {
-      ops::to_host(master.f32(), src, n * sizeof(float));
-    } else {
-      ops::copy(master.f32(), src, n);
-    }
-  };
   if (cfg_.stage == 3) {
+    master = alloc(part_, master_name, master_acct);
     if (cfg_.zero_init) {
-      master = alloc(part_, master_name, master_acct);
-      fill(master, lo_, hi_);
-    } else {
+      fill_range(master.f32(), lo_, hi_, master_acct.device());
+    } else if (!mixed_) {
       // The whole model exists on every rank before it is partitioned.
       Tensor full = alloc(padded_, "params.init.full_model", dev_);
-      fill(full, 0, total_);
-      master = alloc(part_, master_name, master_acct);
-      to_master(full.f32() + lo_, hi_ - lo_);
+      fill_range(full.f32(), 0, total_, dev_.device());
+      take_chunk(full.f32(), 0, padded_, nullptr, master, host_master);
+    } else {
+      // The whole model exists on every rank before it is partitioned, in the stored format
+      // (a 16-bit model arrives in 2 bytes per parameter, as after DeepSpeed's module.half()).
+      Tensor full = alloc(padded_, "params.init.full_model", dev_, store());
+      build_in_chunks(false, [&](const float* chunk, size_t off, size_t n) {
+        take_chunk(chunk, off, n, full.raw(), master, host_master);
+      });
     }
     if (mixed_) part16_ = alloc(part_, "params.partition", dev_, cfg_.precision);
   } else if (!mixed_ || cfg_.stage == 0) {
     // The weights the forward reads are built whole: fp32 (they are the master weights), or
     // under fp16/bf16 stage 0 the full fp32 master copy, encoded into the 16-bit weights below.
     master_ = alloc(padded_, master_name, dev_);
-    fill(master_, 0, total_);
+    fill_range(master_.f32(), 0, total_, dev_.device());
     if (cfg_.broadcast_init && dp_ > 1) {
       topo_.dp->broadcast(device_buffer(master_.f32(), padded_, DType::kF32), 0);
     }
     if (mixed_) compute_ = alloc(padded_, "params.compute", dev_, cfg_.precision);
   } else {
-    // fp16/bf16 stages 1-2: the initial fp32 weights are staged whole (a buffer, freed at the end
-    // of construction); the master weights keep the rank's partition of them.
-    Tensor full = alloc(padded_, "buffer.init_weights", dev_);
-    fill(full, 0, total_);
-    if (cfg_.broadcast_init && dp_ > 1) {
-      topo_.dp->broadcast(device_buffer(full.f32(), padded_, DType::kF32), 0);
-    }
+    // fp16/bf16 stages 1-2: the initial fp32 weights are built one allgather bucket at a time
+    // (never 4Ψ at once); each chunk is encoded into the 16-bit weights and the master weights
+    // keep the rank's partition of it.
     master = alloc(part_, master_name, master_acct);
-    to_master(full.f32() + part_ * udp_rank(), part_);
     compute_ = alloc(padded_, "params.compute", dev_, cfg_.precision);
-    ops::encode(full.f32(), compute_.raw(), cfg_.precision, padded_);
+    build_in_chunks(cfg_.broadcast_init, [&](const float* chunk, size_t off, size_t n) {
+      take_chunk(chunk, off, n, compute_.raw(), master, host_master);
+    });
+  }
+}
+
+void ZeroEngine::fill_range(float* dst, size_t lo, size_t hi, Device where) const {
+  if (where.is_cuda()) {
+    std::vector<float> h(hi - lo);
+    layout_.initialize_range(h.data(), lo, hi, cfg_.seed);
+    ops::from_host(dst, h.data(), h.size() * sizeof(float));
+  } else {
+    layout_.initialize_range(dst, lo, hi, cfg_.seed);
+  }
+}
+
+void ZeroEngine::build_in_chunks(bool broadcast,
+                                 const std::function<void(const float*, size_t, size_t)>& take) {
+  const size_t k = std::min(padded_, cfg_.allgather_bucket_bytes / sizeof(float));
+  Tensor chunk = alloc(k, "buffer.init_weights", dev_);
+  for (size_t off = 0; off < padded_; off += k) {
+    const size_t n = std::min(k, padded_ - off);
+    ops::zero(chunk.raw(), chunk.bytes());  // the padding past the model stays 0
+    if (off < total_) fill_range(chunk.f32(), off, std::min(off + n, total_), dev_.device());
+    if (broadcast && dp_ > 1) topo_.dp->broadcast(device_buffer(chunk.f32(), n, DType::kF32), 0);
+    take(chunk.f32(), off, n);
+  }
+}
+
+void ZeroEngine::take_chunk(const float* chunk, size_t off, size_t n, void* whole, Tensor& master,
+                            bool host_master) const {
+  // `whole` (the 16-bit weights, n elements from off) takes the chunk; nullptr: only the master.
+  if (whole != nullptr) {
+    ops::encode(chunk, static_cast<char*>(whole) + off * store_bytes(), cfg_.precision, n);
+  }
+  // The part of the chunk in this rank's partition [part·r, part·(r+1)) goes to the master.
+  const size_t mlo = part_ * udp_rank(), mhi = mlo + part_;
+  const size_t from = std::max(off, mlo), to = std::min(off + n, mhi);
+  if (from >= to) return;
+  float* dst = master.f32() + (from - mlo);
+  if (host_master) {
+    ops::to_host(dst, chunk + (from - off), (to - from) * sizeof(float));
+  } else {
+    ops::copy(dst, chunk + (from - off), to - from);
   }
 }
 

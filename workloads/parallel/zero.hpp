@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -158,6 +159,17 @@ class ZeroEngine final : public model::ParamAccess {
   // optimizer state (on the host under offload, with a host copy of the fp32 weights); the
   // gradient buckets (whole groups in backward order).
   void init_weights();
+  // The seeded initial values of flat elements [lo, hi) into dst (memory on `where`).
+  void fill_range(float* dst, size_t lo, size_t hi, Device where) const;
+  // The initial fp32 weights built one allgather bucket at a time (buffer.init_weights, never
+  // the whole model in fp32), each chunk broadcast from dp rank 0 when `broadcast`, then handed
+  // to take(chunk, first element, count).
+  void build_in_chunks(bool broadcast,
+                       const std::function<void(const float*, size_t, size_t)>& take);
+  // A chunk of the initial weights: encoded into `whole` (16-bit, unless nullptr) and its part
+  // in this rank's partition copied into the master weights (on the host when host_master).
+  void take_chunk(const float* chunk, size_t off, size_t n, void* whole, Tensor& master,
+                  bool host_master) const;
   void alloc_grads_and_optimizer_state();
   void plan_grad_buckets();
   // fp16/bf16 with offload: the fp32 master weights exist only on the host (host_master_).
