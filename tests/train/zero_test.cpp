@@ -291,6 +291,32 @@ TEST(ZeroMemory, Bf16StageTwoBuildsItsWeightsWithoutAWholeFp32Copy) {
   }
 }
 
+// bf16 stage 1 converts only its partition of the gradients to fp32 for the step (as DeepSpeed's
+// stage 1 does), not all of them (4Ψ, which used to be the buffers' peak): the largest transient
+// is now the backward's decoded block, its parameters and its gradients in fp32 (2 · 4 · (12C² +
+// 13C)). The losses are those of stage 0 bit for bit.
+TEST(ZeroMemory, Bf16StageOneConvertsOnlyItsPartitionOfTheGradients) {
+  std::vector<TrainRun> runs;
+  for (int stage : {0, 1}) {
+    auto args = small(4, stage);
+    args.insert(args.end(), {"--precision", "bf16"});
+    runs.push_back(train(4, args, 4));
+    ASSERT_EQ(runs.back().proc.exit_code, 0) << runs.back().proc.output;
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(memory_of(runs[1].proc.output, rank)["buffers"],
+              2 * 4 * (12.0 * 128 * 128 + 13 * 128))
+        << "rank " << rank;
+  }
+  ASSERT_EQ(runs[0].steps.size(), runs[1].steps.size());
+  for (size_t i = 0; i < runs[0].steps.size(); ++i) {
+    const double want = runs[0].steps[i]["loss"], got = runs[1].steps[i]["loss"];
+    EXPECT_EQ(got, want) << "step " << i;
+    const double norm0 = runs[0].steps[i]["grad_norm"], norm1 = runs[1].steps[i]["grad_norm"];
+    EXPECT_NEAR(norm1, norm0, 1e-6 * norm0) << "step " << i;
+  }
+}
+
 TEST(ZeroConfigErrors, ImpossibleCombinationsNameTheOption) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--dp", "2", "--offload-optimizer"}, "--offload-optimizer needs ZeRO stage 1, 2 or 3"},

@@ -462,12 +462,21 @@ void ZeroEngine::sum_grads_over(comm::Communicator& group, size_t lo, size_t n) 
   group.all_reduce(device_buffer(data, n, store()), comm::ReduceOp::kSum);
 }
 
+bool ZeroEngine::judges_all_grads() const {
+  // fp16/bf16 stage 1 converts only its partition to fp32, as DeepSpeed's stage 1 does.
+  return cfg_.stage == 0 || (cfg_.stage == 1 && !mixed_);
+}
+
 FlatSpan ZeroEngine::owned_grads() {
-  const size_t lo = cfg_.stage < 2 ? 0 : lo_, hi = cfg_.stage < 2 ? total_ : hi_;
+  const bool all = judges_all_grads();
+  const size_t lo = all ? 0 : lo_, hi = all ? total_ : hi_;
   if (!mixed_) return {grads_.f32(), lo, hi};
-  // The optimizer works in fp32: a copy of the 16-bit gradients for this step.
+  // The optimizer works in fp32: a copy of the 16-bit gradients it judges, for this step (stage 1
+  // holds the whole 16-bit gradients: its partition starts at element lo_ of them).
+  const size_t first = cfg_.stage == 1 ? lo_ : 0;
   grads32_ = alloc(hi - lo, "buffer.grads_f32", dev_);
-  ops::decode(grads_.raw(), cfg_.precision, grads32_.f32(), hi - lo);
+  ops::decode(static_cast<const char*>(grads_.raw()) + first * store_bytes(), cfg_.precision,
+              grads32_.f32(), hi - lo);
   return {grads32_.f32(), lo, hi};
 }
 
@@ -475,7 +484,7 @@ ZeroEngine::Update ZeroEngine::begin_update() {
   const size_t n = cfg_.stage == 0 ? total_ : hi_ - lo_;
   if (mixed_ && !grads32_.defined()) raise("ZeRO: begin_update before owned_grads");
   float* all = mixed_ ? grads32_.f32() : grads_.f32();
-  float* g = cfg_.stage == 1 ? all + lo_ : all;
+  float* g = cfg_.stage == 1 && !mixed_ ? all + lo_ : all;
   if (cfg_.offload_optimizer) {
     ops::to_host(host_grads_.f32(), g, n * sizeof(float));
     grads32_.release();  // the device's fp32 copy is no longer needed

@@ -107,10 +107,14 @@ class ZeroEngine final : public model::ParamAccess {
   // After a step: ZeRO-3 drops every gathered group (the parameters changed).
   void drop_gathered();
 
-  // The gradients this rank judges (overflow, norm): all of them below stage 2, else its partition.
+  // The gradients this rank judges (overflow, norm): all of them at stage 0 and fp32 stage 1,
+  // else its partition (fp16/bf16 stage 1 too, as DeepSpeed's stage 1 converts only its share).
   // fp32; under fp16/bf16 a copy of the 16-bit gradients that lives until begin_update() (with
   // offload) or end_step().
   FlatSpan owned_grads();
+  // Whether owned_grads() is every gradient (the same on every data-parallel replica) rather than
+  // this rank's partition.
+  bool judges_all_grads() const;
   // The optimizer's view: parameters, gradients and moments of the elements this rank updates.
   struct Update {
     float *params, *grads, *m, *v;
