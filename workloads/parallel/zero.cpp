@@ -63,7 +63,11 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
   validate(cfg_, total_, dp_);
   cfg_.reduce_bucket_bytes = or_default(cfg_.reduce_bucket_bytes, total_ * sizeof(float));
   cfg_.allgather_bucket_bytes = or_default(cfg_.allgather_bucket_bytes, total_ * sizeof(float));
-  if (cfg_.prefetch_bytes < 0) cfg_.prefetch_bytes = 1 << 20;
+  // DeepSpeed's stage3_prefetch_bucket_size counts elements: the default is 262144 parameters
+  // (1 MiB in fp32, 512 KiB in fp16/bf16), so 16-bit gathers do not prefetch twice the groups.
+  if (cfg_.prefetch_bytes < 0) {
+    cfg_.prefetch_bytes = static_cast<int64_t>((1 << 20) / sizeof(float) * store_bytes());
+  }
   if (cfg_.max_live_bytes < 0) cfg_.max_live_bytes = 0;
   const auto udp = static_cast<size_t>(dp_);
   part_ = (total_ + udp - 1) / udp;

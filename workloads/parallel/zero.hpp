@@ -52,7 +52,7 @@ struct ZeroConfig {
   // (dp pieces of allgather_bucket_bytes / dp). 0: 1 MiB or the model if smaller.
   size_t allgather_bucket_bytes = 0;
   // Stage 3: groups gathered ahead of their use, up to this many bytes (0: no prefetch);
-  // -1: unset (1 MiB).
+  // -1: unset (262144 parameters: 1 MiB in fp32, 512 KiB in fp16/bf16).
   int64_t prefetch_bytes = -1;
   // Stage 3: gathered groups stay resident after their use while the gathered total is at most
   // this (0: every group is freed right after its forward or backward); -1: unset (0).
