@@ -21,9 +21,10 @@
 // kernels read and accumulate fp32: a group's values are decoded into an fp32 scratch buffer
 // (buffer.params_f32) from acquire() to release(), its gradients (stages 0-1) into another
 // (buffer.grads_f32) from grads() to grads_done(), and the optimizer reads an fp32 copy of the
-// rank's gradients (buffer.grads_f32) for the step only. These are transient buffers, not model
-// states; the values are the 16-bit ones, so the arithmetic is that of fp32 math on rounded
-// operands. With offload the fp32 master weights exist only on the host.
+// gradients it updates (buffer.grads_f32: all at stage 0, the partition from stage 1 on) for the
+// step only; initial weights are built in fp32 one allgather bucket at a time. These are transient
+// buffers, not model states; the values are the 16-bit ones, so the arithmetic is that of fp32 math
+// on rounded operands. With offload the fp32 master weights exist only on the host.
 //
 // Allocation names carry the memory categories (kernels/memory.hpp): params.*, grads.*,
 // optimizer.*, gather.* and buffer.*.
