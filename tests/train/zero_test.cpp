@@ -262,6 +262,79 @@ TEST(ZeroInit, MaterialisingTheModelFirstPeaksHigherThanPartitionedConstruction)
   EXPECT_NEAR(memory_of(part.proc.output, 0)["model_states"], 4 * kPsi, 0.02 * kPsi);
 }
 
+// A 16-bit model built without zero-init arrives in 16 bits (2Ψ, as after DeepSpeed's
+// module.half()), not fp32: construction holds the 16-bit model and the fp32 master partition
+// (2Ψ + 4Ψ/4 = 3Ψ), under the step's 16Ψ/4 = 4Ψ. It used to stage the model in fp32 (4Ψ, and
+// 5Ψ of model states with the partition).
+TEST(ZeroInit, A16BitModelBuiltWithoutZeroInitArrivesIn16Bits) {
+  auto args = small(4, 3);
+  args.insert(args.end(), {"--precision", "bf16", "--no-zero-init"});
+  auto r = train(4, args, 1);
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto mem = memory_of(r.proc.output, rank);
+    EXPECT_EQ(mem["params"], 2 * kPsi) << "rank " << rank;
+    EXPECT_EQ(mem["model_states"], 16 * kPsi / 4) << "rank " << rank;
+  }
+}
+
+// fp16/bf16 stages 1-2 build their initial weights one allgather bucket at a time: no fp32 copy
+// of the whole model (4Ψ, which used to be the buffers' peak at stage 2) is ever staged. The
+// losses are bit for bit the same (the values are the seed's either way).
+TEST(ZeroMemory, Bf16StageTwoBuildsItsWeightsWithoutAWholeFp32Copy) {
+  auto args = small(4, 2);
+  args.insert(args.end(), {"--precision", "bf16", "--allgather-bucket-size", "262144"});
+  auto r = train(4, args, 2);
+  ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_LT(memory_of(r.proc.output, rank)["buffers"], 4 * kPsi) << "rank " << rank;
+  }
+}
+
+// bf16 stage 1 converts only its partition of the gradients to fp32 for the step (as DeepSpeed's
+// stage 1 does), not all of them (4Ψ, which used to be the buffers' peak): the largest transient
+// is now the backward's decoded block, its parameters and its gradients in fp32 (2 · 4 · (12C² +
+// 13C)). The losses are those of stage 0 bit for bit.
+TEST(ZeroMemory, Bf16StageOneConvertsOnlyItsPartitionOfTheGradients) {
+  std::vector<TrainRun> runs;
+  for (int stage : {0, 1}) {
+    auto args = small(4, stage);
+    args.insert(args.end(), {"--precision", "bf16"});
+    runs.push_back(train(4, args, 4));
+    ASSERT_EQ(runs.back().proc.exit_code, 0) << runs.back().proc.output;
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(memory_of(runs[1].proc.output, rank)["buffers"],
+              2 * 4 * (12.0 * 128 * 128 + 13 * 128))
+        << "rank " << rank;
+  }
+  ASSERT_EQ(runs[0].steps.size(), runs[1].steps.size());
+  for (size_t i = 0; i < runs[0].steps.size(); ++i) {
+    const double want = runs[0].steps[i]["loss"], got = runs[1].steps[i]["loss"];
+    EXPECT_EQ(got, want) << "step " << i;
+    const double norm0 = runs[0].steps[i]["grad_norm"], norm1 = runs[1].steps[i]["grad_norm"];
+    EXPECT_NEAR(norm1, norm0, 1e-6 * norm0) << "step " << i;
+  }
+}
+
+// ZeRO-3 never peaks above ZeRO-2 in bf16 either: its default prefetch counts parameters as
+// DeepSpeed's stage3_prefetch_bucket_size does (262144, 512 KiB of 16-bit values), not 1 MiB of
+// them (twice the groups ahead, which put bf16 ZeRO-3 at 1.03× ZeRO-2 on this model).
+TEST(ZeroMemory, Bf16StageThreePeaksNoHigherThanStageTwo) {
+  std::vector<TrainRun> runs;
+  for (int stage : {2, 3}) {
+    auto args = small(4, stage);
+    args.insert(args.end(), {"--precision", "bf16"});
+    runs.push_back(train(4, args, 2));
+    ASSERT_EQ(runs.back().proc.exit_code, 0) << runs.back().proc.output;
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_LE(memory_of(runs[1].proc.output, rank)["peak"],
+              memory_of(runs[0].proc.output, rank)["peak"])
+        << "rank " << rank;
+  }
+}
+
 TEST(ZeroConfigErrors, ImpossibleCombinationsNameTheOption) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--dp", "2", "--offload-optimizer"}, "--offload-optimizer needs ZeRO stage 1, 2 or 3"},

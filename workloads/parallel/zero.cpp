@@ -1,6 +1,7 @@
 #include "workloads/parallel/zero.hpp"
 
 #include <algorithm>
+#include <functional>
 
 #include "base/error.hpp"
 #include "kernels/ops.hpp"
@@ -62,7 +63,11 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
   validate(cfg_, total_, dp_);
   cfg_.reduce_bucket_bytes = or_default(cfg_.reduce_bucket_bytes, total_ * sizeof(float));
   cfg_.allgather_bucket_bytes = or_default(cfg_.allgather_bucket_bytes, total_ * sizeof(float));
-  if (cfg_.prefetch_bytes < 0) cfg_.prefetch_bytes = 1 << 20;
+  // DeepSpeed's stage3_prefetch_bucket_size counts elements: the default is 262144 parameters
+  // (1 MiB in fp32, 512 KiB in fp16/bf16), so 16-bit gathers do not prefetch twice the groups.
+  if (cfg_.prefetch_bytes < 0) {
+    cfg_.prefetch_bytes = static_cast<int64_t>((1 << 20) / sizeof(float) * store_bytes());
+  }
   if (cfg_.max_live_bytes < 0) cfg_.max_live_bytes = 0;
   const auto udp = static_cast<size_t>(dp_);
   part_ = (total_ + udp - 1) / udp;
@@ -86,56 +91,83 @@ void ZeroEngine::init_weights() {
   const char* master_name = host_master ? "optimizer.master.offload"
                             : mixed_    ? "optimizer.master"
                                         : "params.weights";
-  auto fill = [&](Tensor& t, size_t lo, size_t hi) {
-    if (t.device().is_cuda()) {
-      std::vector<float> h(hi - lo);
-      layout_.initialize_range(h.data(), lo, hi, cfg_.seed);
-      ops::from_host(t.f32(), h.data(), h.size() * sizeof(float));
-    } else {
-      layout_.initialize_range(t.f32(), lo, hi, cfg_.seed);
-    }
-  };
-  // Copies n fp32 values from the device into the master weights (wherever they live).
-  auto to_master = [&](const float* src, size_t n) {
-    if (host_master) {
-      ops::to_host(master.f32(), src, n * sizeof(float));
-    } else {
-      ops::copy(master.f32(), src, n);
-    }
-  };
   if (cfg_.stage == 3) {
+    master = alloc(part_, master_name, master_acct);
     if (cfg_.zero_init) {
-      master = alloc(part_, master_name, master_acct);
-      fill(master, lo_, hi_);
-    } else {
+      fill_range(master.f32(), lo_, hi_, master_acct.device());
+    } else if (!mixed_) {
       // The whole model exists on every rank before it is partitioned.
       Tensor full = alloc(padded_, "params.init.full_model", dev_);
-      fill(full, 0, total_);
-      master = alloc(part_, master_name, master_acct);
-      to_master(full.f32() + lo_, hi_ - lo_);
+      fill_range(full.f32(), 0, total_, dev_.device());
+      take_chunk(full.f32(), 0, padded_, nullptr, master, host_master);
+    } else {
+      // The whole model exists on every rank before it is partitioned, in the stored format
+      // (a 16-bit model arrives in 2 bytes per parameter, as after DeepSpeed's module.half()).
+      Tensor full = alloc(padded_, "params.init.full_model", dev_, store());
+      build_in_chunks(false, [&](const float* chunk, size_t off, size_t n) {
+        take_chunk(chunk, off, n, full.raw(), master, host_master);
+      });
     }
     if (mixed_) part16_ = alloc(part_, "params.partition", dev_, cfg_.precision);
   } else if (!mixed_ || cfg_.stage == 0) {
     // The weights the forward reads are built whole: fp32 (they are the master weights), or
     // under fp16/bf16 stage 0 the full fp32 master copy, encoded into the 16-bit weights below.
     master_ = alloc(padded_, master_name, dev_);
-    fill(master_, 0, total_);
+    fill_range(master_.f32(), 0, total_, dev_.device());
     if (cfg_.broadcast_init && dp_ > 1) {
       topo_.dp->broadcast(device_buffer(master_.f32(), padded_, DType::kF32), 0);
     }
     if (mixed_) compute_ = alloc(padded_, "params.compute", dev_, cfg_.precision);
   } else {
-    // fp16/bf16 stages 1-2: the initial fp32 weights are staged whole (a buffer, freed at the end
-    // of construction); the master weights keep the rank's partition of them.
-    Tensor full = alloc(padded_, "buffer.init_weights", dev_);
-    fill(full, 0, total_);
-    if (cfg_.broadcast_init && dp_ > 1) {
-      topo_.dp->broadcast(device_buffer(full.f32(), padded_, DType::kF32), 0);
-    }
+    // fp16/bf16 stages 1-2: the initial fp32 weights are built one allgather bucket at a time
+    // (never 4Ψ at once); each chunk is encoded into the 16-bit weights and the master weights
+    // keep the rank's partition of it.
     master = alloc(part_, master_name, master_acct);
-    to_master(full.f32() + part_ * udp_rank(), part_);
     compute_ = alloc(padded_, "params.compute", dev_, cfg_.precision);
-    ops::encode(full.f32(), compute_.raw(), cfg_.precision, padded_);
+    build_in_chunks(cfg_.broadcast_init, [&](const float* chunk, size_t off, size_t n) {
+      take_chunk(chunk, off, n, compute_.raw(), master, host_master);
+    });
+  }
+}
+
+void ZeroEngine::fill_range(float* dst, size_t lo, size_t hi, Device where) const {
+  if (where.is_cuda()) {
+    std::vector<float> h(hi - lo);
+    layout_.initialize_range(h.data(), lo, hi, cfg_.seed);
+    ops::from_host(dst, h.data(), h.size() * sizeof(float));
+  } else {
+    layout_.initialize_range(dst, lo, hi, cfg_.seed);
+  }
+}
+
+void ZeroEngine::build_in_chunks(bool broadcast,
+                                 const std::function<void(const float*, size_t, size_t)>& take) {
+  const size_t k = std::min(padded_, cfg_.allgather_bucket_bytes / sizeof(float));
+  Tensor chunk = alloc(k, "buffer.init_weights", dev_);
+  for (size_t off = 0; off < padded_; off += k) {
+    const size_t n = std::min(k, padded_ - off);
+    ops::zero(chunk.raw(), chunk.bytes());  // the padding past the model stays 0
+    if (off < total_) fill_range(chunk.f32(), off, std::min(off + n, total_), dev_.device());
+    if (broadcast && dp_ > 1) topo_.dp->broadcast(device_buffer(chunk.f32(), n, DType::kF32), 0);
+    take(chunk.f32(), off, n);
+  }
+}
+
+void ZeroEngine::take_chunk(const float* chunk, size_t off, size_t n, void* whole, Tensor& master,
+                            bool host_master) const {
+  // `whole` (the 16-bit weights, n elements from off) takes the chunk; nullptr: only the master.
+  if (whole != nullptr) {
+    ops::encode(chunk, static_cast<char*>(whole) + off * store_bytes(), cfg_.precision, n);
+  }
+  // The part of the chunk in this rank's partition [part·r, part·(r+1)) goes to the master.
+  const size_t mlo = part_ * udp_rank(), mhi = mlo + part_;
+  const size_t from = std::max(off, mlo), to = std::min(off + n, mhi);
+  if (from >= to) return;
+  float* dst = master.f32() + (from - mlo);
+  if (host_master) {
+    ops::to_host(dst, chunk + (from - off), (to - from) * sizeof(float));
+  } else {
+    ops::copy(dst, chunk + (from - off), to - from);
   }
 }
 
@@ -434,12 +466,21 @@ void ZeroEngine::sum_grads_over(comm::Communicator& group, size_t lo, size_t n) 
   group.all_reduce(device_buffer(data, n, store()), comm::ReduceOp::kSum);
 }
 
+bool ZeroEngine::judges_all_grads() const {
+  // fp16/bf16 stage 1 converts only its partition to fp32, as DeepSpeed's stage 1 does.
+  return cfg_.stage == 0 || (cfg_.stage == 1 && !mixed_);
+}
+
 FlatSpan ZeroEngine::owned_grads() {
-  const size_t lo = cfg_.stage < 2 ? 0 : lo_, hi = cfg_.stage < 2 ? total_ : hi_;
+  const bool all = judges_all_grads();
+  const size_t lo = all ? 0 : lo_, hi = all ? total_ : hi_;
   if (!mixed_) return {grads_.f32(), lo, hi};
-  // The optimizer works in fp32: a copy of the 16-bit gradients for this step.
+  // The optimizer works in fp32: a copy of the 16-bit gradients it judges, for this step (stage 1
+  // holds the whole 16-bit gradients: its partition starts at element lo_ of them).
+  const size_t first = cfg_.stage == 1 ? lo_ : 0;
   grads32_ = alloc(hi - lo, "buffer.grads_f32", dev_);
-  ops::decode(grads_.raw(), cfg_.precision, grads32_.f32(), hi - lo);
+  ops::decode(static_cast<const char*>(grads_.raw()) + first * store_bytes(), cfg_.precision,
+              grads32_.f32(), hi - lo);
   return {grads32_.f32(), lo, hi};
 }
 
@@ -447,7 +488,7 @@ ZeroEngine::Update ZeroEngine::begin_update() {
   const size_t n = cfg_.stage == 0 ? total_ : hi_ - lo_;
   if (mixed_ && !grads32_.defined()) raise("ZeRO: begin_update before owned_grads");
   float* all = mixed_ ? grads32_.f32() : grads_.f32();
-  float* g = cfg_.stage == 1 ? all + lo_ : all;
+  float* g = cfg_.stage == 1 && !mixed_ ? all + lo_ : all;
   if (cfg_.offload_optimizer) {
     ops::to_host(host_grads_.f32(), g, n * sizeof(float));
     grads32_.release();  // the device's fp32 copy is no longer needed

@@ -21,9 +21,10 @@
 // kernels read and accumulate fp32: a group's values are decoded into an fp32 scratch buffer
 // (buffer.params_f32) from acquire() to release(), its gradients (stages 0-1) into another
 // (buffer.grads_f32) from grads() to grads_done(), and the optimizer reads an fp32 copy of the
-// rank's gradients (buffer.grads_f32) for the step only. These are transient buffers, not model
-// states; the values are the 16-bit ones, so the arithmetic is that of fp32 math on rounded
-// operands. With offload the fp32 master weights exist only on the host.
+// gradients it updates (buffer.grads_f32: all at stage 0, the partition from stage 1 on) for the
+// step only; initial weights are built in fp32 one allgather bucket at a time. These are transient
+// buffers, not model states; the values are the 16-bit ones, so the arithmetic is that of fp32 math
+// on rounded operands. With offload the fp32 master weights exist only on the host.
 //
 // Allocation names carry the memory categories (kernels/memory.hpp): params.*, grads.*,
 // optimizer.*, gather.* and buffer.*.
@@ -31,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -51,7 +53,7 @@ struct ZeroConfig {
   // (dp pieces of allgather_bucket_bytes / dp). 0: 1 MiB or the model if smaller.
   size_t allgather_bucket_bytes = 0;
   // Stage 3: groups gathered ahead of their use, up to this many bytes (0: no prefetch);
-  // -1: unset (1 MiB).
+  // -1: unset (262144 parameters: 1 MiB in fp32, 512 KiB in fp16/bf16).
   int64_t prefetch_bytes = -1;
   // Stage 3: gathered groups stay resident after their use while the gathered total is at most
   // this (0: every group is freed right after its forward or backward); -1: unset (0).
@@ -106,10 +108,14 @@ class ZeroEngine final : public model::ParamAccess {
   // After a step: ZeRO-3 drops every gathered group (the parameters changed).
   void drop_gathered();
 
-  // The gradients this rank judges (overflow, norm): all of them below stage 2, else its partition.
+  // The gradients this rank judges (overflow, norm): all of them at stage 0 and fp32 stage 1,
+  // else its partition (fp16/bf16 stage 1 too, as DeepSpeed's stage 1 converts only its share).
   // fp32; under fp16/bf16 a copy of the 16-bit gradients that lives until begin_update() (with
   // offload) or end_step().
   FlatSpan owned_grads();
+  // Whether owned_grads() is every gradient (the same on every data-parallel replica) rather than
+  // this rank's partition.
+  bool judges_all_grads() const;
   // The optimizer's view: parameters, gradients and moments of the elements this rank updates.
   struct Update {
     float *params, *grads, *m, *v;
@@ -158,6 +164,17 @@ class ZeroEngine final : public model::ParamAccess {
   // optimizer state (on the host under offload, with a host copy of the fp32 weights); the
   // gradient buckets (whole groups in backward order).
   void init_weights();
+  // The seeded initial values of flat elements [lo, hi) into dst (memory on `where`).
+  void fill_range(float* dst, size_t lo, size_t hi, Device where) const;
+  // The initial fp32 weights built one allgather bucket at a time (buffer.init_weights, never
+  // the whole model in fp32), each chunk broadcast from dp rank 0 when `broadcast`, then handed
+  // to take(chunk, first element, count).
+  void build_in_chunks(bool broadcast,
+                       const std::function<void(const float*, size_t, size_t)>& take);
+  // A chunk of the initial weights: encoded into `whole` (16-bit, unless nullptr) and its part
+  // in this rank's partition copied into the master weights (on the host when host_master).
+  void take_chunk(const float* chunk, size_t off, size_t n, void* whole, Tensor& master,
+                  bool host_master) const;
   void alloc_grads_and_optimizer_state();
   void plan_grad_buckets();
   // fp16/bf16 with offload: the fp32 master weights exist only on the host (host_master_).

@@ -117,7 +117,8 @@ void zero_options(worker::Options& o, TrainArgs& a) {
         "model)")
       .range(0, 1e12);
   o.add("workload.zero.prefetch_bytes", "--zero3-prefetch-bytes", c.zero3_prefetch_bytes,
-        "Stage 3: gather groups this many bytes ahead (-1: 1 MiB; 0: off)")
+        "Stage 3: gather groups this many bytes ahead (-1: 262144 parameters, 1 MiB in fp32; 0: "
+        "off)")
       .range(-1, 1e12);
   o.add("workload.zero.max_live_bytes", "--zero3-max-live-bytes", c.zero3_max_live_bytes,
         "Stage 3: keep gathered groups resident while they total at most this (-1 or 0: free "

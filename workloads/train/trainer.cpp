@@ -175,7 +175,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   const auto t0 = std::chrono::steady_clock::now();
   fault::set_step(step_);
   acct_.reset_peak();
-  const int zero = topo_.layout.zero, dp = topo_.layout.dp;
+  const int dp = topo_.layout.dp;
   zero_->begin_step();
 
   const float local_loss = forward_backward(mbs, true);
@@ -199,11 +199,12 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
     m.skipped = !scaler_.update(overflow != 0, step_);
   }
   // Global gradient norm (unscaled). Elements replicated across TP ranks count once; below
-  // ZeRO-2 every data-parallel replica holds the same averaged gradients, so they count once too.
+  // ZeRO-2 (fp32; below ZeRO-1 in fp16/bf16) every data-parallel replica judges the same averaged
+  // gradients, so they count once too.
   const uint8_t* skip = replicated_.data<uint8_t>() + rlo;
   double sq = ops::masked_sum_of_squares(g, skip, rhi - rlo, scale);
   topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
-  if (zero < 2) sq /= dp;
+  if (zero_->judges_all_grads()) sq /= dp;
   m.grad_norm =
       overflow ? std::numeric_limits<float>::infinity() : static_cast<float>(std::sqrt(sq));
   m.lr = learning_rate(std::max<int64_t>(0, step_ + lr_offset_));
