@@ -189,11 +189,11 @@ Spec spec_for(const std::string& text, int rank) {
 // Index in the full tensor of element k of shard p of `parts` along `dim` (shape [rows, cols] or
 // 1-D, which has only dim 0).
 size_t full_index(const std::vector<int64_t>& shape, int dim, int parts, int p, size_t k) {
-  const int64_t rows = shape.size() == 2 ? shape[0] : 1,
-                cols = shape.size() == 2 ? shape[1] : shape[0];
+  // Along dim 0 (or of a 1-D tensor) a shard is a contiguous run; along dim 1 it is a column
+  // block of every row.
   if (shape.size() == 1 || dim == 0) return static_cast<size_t>(p) * numel(shape) / parts + k;
-  const int64_t w = cols / parts, r = static_cast<int64_t>(k) / w, c = static_cast<int64_t>(k) % w;
-  (void)rows;
+  const int64_t cols = shape[1], w = cols / parts, r = static_cast<int64_t>(k) / w,
+                c = static_cast<int64_t>(k) % w;
   return static_cast<size_t>(r * cols + p * w + c);
 }
 
