@@ -34,8 +34,9 @@ void Trainer::save_call() {
       "checkpoint.save",
       (fault::SiteContext{step_, "", "checkpoint.save", -1, nullptr, 0, DType::kU8, -1}));
   if (v == fault::Verdict::kSkip) return;  // e.g. `if rank == 0: save_checkpoint(...)`
-  save_checkpoint(cfg_.save_dir);
+  const std::string dir = save_checkpoint(cfg_.save_dir);
   if (v == fault::Verdict::kRepeat) save_checkpoint(cfg_.save_dir);
+  if (cfg_.model_file != "none") save_model_file(dir);
 }
 
 void Trainer::load_call() {

@@ -153,6 +153,19 @@ void zero_options(worker::Options& o, TrainArgs& a) {
         "GatheredParameters' modifier_rank for load_into gathered: the data-parallel rank whose "
         "values are broadcast on exit (-1: None, the changes are dropped)")
       .range(-1, 1e6);
+  o.add("workload.checkpoint.model_file", "--save-model-file", c.model_file,
+        "A model file (safetensors layout, keyed by name) beside each checkpoint, written by "
+        "rank 0: none, state_dict (model.state_dict() as the module holds it: ZeRO-3's size-0 "
+        "placeholders) or gathered_16bit (save_16bit_model with "
+        "stage3_gather_16bit_weights_on_model_save: the full weights in the module's dtype)")
+      .choices({"none", "state_dict", "gathered_16bit"});
+  o.add("workload.checkpoint.load_model_file", "--load-model-file", c.load_model_file,
+        "A model file a fresh run loads its weights from by name (empty: none)");
+  o.add(
+      "workload.checkpoint.load_shard_spec", "--load-shard-spec", c.load_shard_spec,
+      "How the model file reaches the ranks: empty (every rank reads it) or GROUP:DIM:PARTS "
+      "(group world or dp; the group's rank 0 reads it and broadcasts each tensor in PARTS shards "
+      "along DIM 0 or 1), optionally followed by ,rN=GROUP:DIM:PARTS for world rank N");
   o.section("workload.eval_data", "Evaluation set (eval_every > 0)");
   o.add("workload.eval_data.samples", "--eval-samples", c.eval_samples,
         "Evaluation set size (0: 2 full micro-batches per data-parallel rank)")

@@ -318,7 +318,9 @@ std::vector<Trainer::MicroBatch> Trainer::next_batches(std::vector<int64_t>& idx
 }
 
 void Trainer::run_steps(RunLog& log) {
+  check_model_file_options();
   if (!cfg_.resume.empty()) load_call();
+  if (!cfg_.load_model_file.empty()) load_model_file();
   if (cfg_.reset_loss_scale) {
     scaler_ = LossScaler(cfg_.loss_scale);
     if (topo_.rank == 0) std::printf("# loss scale reset to %g\n", scaler_.scale());

@@ -116,6 +116,15 @@ struct TrainConfig {
   // transformers' zero-3 load does). The optimizer state loads as the engine's either way.
   std::string load_into = "engine";
   int modifier_rank = 0;  // -1: None
+  // A model file beside each checkpoint (model_file.cpp, docs/workloads.md#model-files): "none",
+  // "state_dict" (rank 0 writes model.state_dict() as its module holds it: ZeRO-3's size-0
+  // placeholders) or "gathered_16bit" (DeepSpeed's save_16bit_model with
+  // stage3_gather_16bit_weights_on_model_save: the full parameters gathered on rank 0).
+  std::string model_file = "none";
+  // A model file whose weights a fresh run starts from (empty: none), and how it reaches the
+  // ranks: "" (every rank reads it) or a sharding spec "GROUP:DIM:PARTS[,rN=GROUP:DIM:PARTS]"
+  // (the group's rank 0 reads it and broadcasts each tensor's PARTS shards along DIM).
+  std::string load_model_file, load_shard_spec;
   // Recovery knobs: steps whose batches are consumed without training on them (a bad batch),
   // and a loss scale reset to its initial value after resuming (a collapsed fp16 scaler).
   std::set<int64_t> skip_steps;
@@ -226,6 +235,10 @@ class Trainer {
   // load_into "module" or "gathered" (checkpoint_module.cpp): the weights by name into the
   // module, the optimizer state by name into this rank's partition.
   void load_module(const std::string& dir, const nlohmann::json& m, const NamedLoad& named);
+  // model_file.cpp: the model file beside a checkpoint, and a fresh run's load of one.
+  void check_model_file_options() const;
+  void save_model_file(const std::string& step_dir);
+  void load_model_file();
   std::optional<float> eval_call();
 
   TrainConfig cfg_;
