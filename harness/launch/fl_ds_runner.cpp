@@ -34,7 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/launch/ds_runner.hpp"
-#include "workloads/comm/device_list.hpp"
+#include "base/device_list.hpp"
 
 extern "C" char** environ;
 

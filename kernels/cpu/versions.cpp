@@ -14,7 +14,7 @@ namespace fl::ops {
 
 namespace {
 
-std::mutex g_mu;
+std::mutex g_versions_mu;
 JobVersions g_versions;
 
 // DeepSpeed's op_builder/builder.py (cuda_minor_mismatch_ok): pairs inside one list are
@@ -60,12 +60,12 @@ void set_job_versions(const JobVersions& v) {
         "workload.versions.cached_extension.torch is set but workload.versions.torch is not "
         "(allowed: a cached build only next to the framework the job imports)");
   }
-  std::lock_guard lock(g_mu);
+  std::lock_guard lock(g_versions_mu);
   g_versions = v;
 }
 
 JobVersions job_versions() {
-  std::lock_guard lock(g_mu);
+  std::lock_guard lock(g_versions_mu);
   return g_versions;
 }
 

@@ -4,7 +4,7 @@
 
 #include <regex>
 
-#include "workloads/comm/device_list.hpp"
+#include "base/device_list.hpp"
 
 namespace fl::comm {
 namespace {

@@ -11,7 +11,7 @@
 #include "injector/plan.hpp"
 #include "injector/site.hpp"
 #include "workloads/comm/collective_watch.hpp"
-#include "workloads/comm/device_list.hpp"
+#include "base/device_list.hpp"
 #include "workloads/comm/mpi_communicator.hpp"
 #include "workloads/telemetry/telemetry.hpp"
 #if defined(FAULTLINE_HAVE_NCCL)
@@ -125,7 +125,7 @@ int select_device(const WorkerIdentity& id) {
   int64_t per_node = kDevicesPerNode.get();
   if (per_node <= 0) per_node = int_env("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", false, 1);
   // FAULTLINE_VISIBLE_DEVICES, else the CUDA_VISIBLE_DEVICES a launcher or scheduler gave the
-  // rank (indices, GPU-/MIG- UUIDs of the simulated devices: workloads/comm/device_list.hpp).
+  // rank (indices, GPU-/MIG- UUIDs of the simulated devices: base/device_list.hpp).
   // On a host with real GPUs the variable is the CUDA runtime's, not the simulation's.
   const char* cuda_list = std::getenv("CUDA_VISIBLE_DEVICES");
   if (cuda_list != nullptr && cuda_device_count() > 0) cuda_list = nullptr;

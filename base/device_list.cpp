@@ -1,4 +1,4 @@
-#include "workloads/comm/device_list.hpp"
+#include "base/device_list.hpp"
 
 #include <algorithm>
 #include <cctype>
