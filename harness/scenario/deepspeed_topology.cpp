@@ -99,6 +99,10 @@ void parse_deepspeed(const std::string& file, const YAML::Node& doc, const YAML:
                             s.topo.launcher));
       }
     });
+    // The resolved scenario (RUN_DIR/scenario.yaml, which replay and verdict load again) keeps
+    // the section only for the launcher that reads it: its defaults would read as given.
+    YAML::Node r = root;
+    r["topology"].remove("deepspeed");
     return;
   }
   const int world = runner_world_size(s, root);

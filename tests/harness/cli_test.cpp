@@ -174,7 +174,7 @@ TEST(Cli, ValidateReportsEveryErrorOfAFileInOnePass) {
   EXPECT_NE(r.output.find("faultline: " + f + ": 3 errors:\n"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\n  " + f +
                           ":4:13: topology.launcher: 'slurm' is not allowed "
-                          "(allowed: auto, local, mpirun, command, srun)"),
+                          "(allowed: auto, local, mpirun, command, srun, deepspeed)"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("\n  " + f + ":6:10: workload.steps: expected integer, got 'many'"),
