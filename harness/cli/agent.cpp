@@ -25,7 +25,8 @@ Handler setup_agent(CLI::App& sub) {
 
 const Command& agent_command() {
   static const Command c{
-      "agent", "A multi-host run's per-host agent (the harness starts it; docs/cluster.md)", setup_agent};
+      "agent", "A multi-host run's per-host agent (the harness starts it; docs/cluster.md)",
+      setup_agent};
   return c;
 }
 

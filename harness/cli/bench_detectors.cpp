@@ -29,7 +29,8 @@ Handler setup_bench_detectors(CLI::App& sub) {
 
 const Command& bench_detectors_command() {
   static const Command c{"bench-detectors",
-                         "Run a suite with detectors attached and write their leaderboard", setup_bench_detectors};
+                         "Run a suite with detectors attached and write their leaderboard",
+                         setup_bench_detectors};
   return c;
 }
 

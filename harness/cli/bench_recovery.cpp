@@ -27,7 +27,8 @@ Handler setup_bench_recovery(CLI::App& sub) {
 const Command& bench_recovery_command() {
   static const Command c{
       "bench-recovery",
-      "Run a suite's scenarios fault-free and with a recovery tool; score the recovery", setup_bench_recovery};
+      "Run a suite's scenarios fault-free and with a recovery tool; score the recovery",
+      setup_bench_recovery};
   return c;
 }
 

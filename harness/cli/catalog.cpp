@@ -46,7 +46,8 @@ Handler setup_catalog(CLI::App& sub) {
 
 // The count is the taxonomy's (scenarios/taxonomy.yaml); CliHelp tests hold them equal.
 const Command& catalog_command() {
-  static const Command c{"catalog", "The 34 symptoms, their causes, fixes and scenarios", setup_catalog};
+  static const Command c{"catalog", "The 34 symptoms, their causes, fixes and scenarios",
+                         setup_catalog};
   return c;
 }
 

@@ -42,8 +42,9 @@ Handler setup_report(CLI::App& sub) {
 }  // namespace
 
 const Command& report_command() {
-  static const Command c{
-      "report", "Write a self-contained HTML report of a run or a suite (report.html)", setup_report};
+  static const Command c{"report",
+                         "Write a self-contained HTML report of a run or a suite (report.html)",
+                         setup_report};
   return c;
 }
 

@@ -66,8 +66,9 @@ Handler setup_repro(CLI::App& sub) {
 }  // namespace
 
 const Command& repro_command() {
-  static const Command c{
-      "repro", "Run a scenario and its fix: REPRODUCED / FIX VERIFIED, with the evidence", setup_repro};
+  static const Command c{"repro",
+                         "Run a scenario and its fix: REPRODUCED / FIX VERIFIED, with the evidence",
+                         setup_repro};
   return c;
 }
 

@@ -28,7 +28,8 @@ Handler setup_score(CLI::App& sub) {
 
 const Command& score_command() {
   static const Command c{
-      "score", "Score the detectors of finished runs or suites against their ground truth", setup_score};
+      "score", "Score the detectors of finished runs or suites against their ground truth",
+      setup_score};
   return c;
 }
 

@@ -27,8 +27,9 @@ Handler setup_trace(CLI::App& sub) {
 }  // namespace
 
 const Command& trace_command() {
-  static const Command c{
-      "trace", "Write a run's timeline as a trace for ui.perfetto.dev / chrome://tracing", setup_trace};
+  static const Command c{"trace",
+                         "Write a run's timeline as a trace for ui.perfetto.dev / chrome://tracing",
+                         setup_trace};
   return c;
 }
 

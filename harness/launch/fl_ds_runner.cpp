@@ -33,8 +33,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/launch/ds_runner.hpp"
 #include "base/device_list.hpp"
+#include "harness/launch/ds_runner.hpp"
 
 extern "C" char** environ;
 

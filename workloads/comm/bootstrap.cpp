@@ -8,10 +8,10 @@
 #include <cstdlib>
 #include <thread>
 
+#include "base/device_list.hpp"
 #include "injector/plan.hpp"
 #include "injector/site.hpp"
 #include "workloads/comm/collective_watch.hpp"
-#include "base/device_list.hpp"
 #include "workloads/comm/mpi_communicator.hpp"
 #include "workloads/telemetry/telemetry.hpp"
 #if defined(FAULTLINE_HAVE_NCCL)
