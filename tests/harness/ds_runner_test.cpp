@@ -11,6 +11,7 @@
 
 #include "harness/launch/ds_runner.hpp"
 #include "harness/model/scenario.hpp"
+#include "tests/support/scenario_files.hpp"
 
 namespace fl::harness {
 namespace {
@@ -209,30 +210,9 @@ TEST(DsLaunchLayout, RanksFollowNodesAndLocalRankIsRankModuloLocalProcesses) {
   EXPECT_EQ(raised([&] { ds::launch_layout(w); }), "IndexError: list index out of range");
 }
 
-class DeepspeedScenario : public ::testing::Test {
+class DeepspeedScenario : public test::ScenarioFiles {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("faultline-ds-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    const auto p = (dir_ / name).string();
-    std::ofstream(p, std::ios::binary) << text;
-    return p;
-  }
-  std::string error_of(const std::string& topology) {
-    try {
-      load_scenario(write("s.yaml", "name: s\ntopology: " + topology + "\n"));
-    } catch (const ScenarioError& e) {
-      return e.what();
-    }
-    return "";
-  }
-  fs::path dir_;
+  DeepspeedScenario() : ScenarioFiles("ds") {}
 };
 
 TEST_F(DeepspeedScenario, RanksComeFromTheRunnersWorldAndTheHostfileIsResolved) {

@@ -10,6 +10,7 @@
 #include "harness/model/scenario.hpp"
 #include "harness/process/hosts.hpp"
 #include "harness/scenario/hostfile.hpp"
+#include "tests/support/scenario_files.hpp"
 
 namespace fl::harness {
 namespace {
@@ -72,30 +73,13 @@ TEST(Hostfile, ErrorsNameTheLineAndWhatIsAllowed) {
   }
 }
 
-class HostfileScenario : public ::testing::Test {
+class HostfileScenario : public test::ScenarioFiles {
  protected:
+  HostfileScenario() : ScenarioFiles("hostfile") {}
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("faultline-hostfile-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    ScenarioFiles::SetUp();
     fs::create_directories(dir_ / "hosts");
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    const auto p = (dir_ / name).string();
-    std::ofstream(p, std::ios::binary) << text;
-    return p;
-  }
-  std::string error_of(const std::string& topology) {
-    try {
-      load_scenario(write("s.yaml", "name: s\ntopology: " + topology + "\n"));
-    } catch (const ScenarioError& e) {
-      return e.what();
-    }
-    return "";
-  }
-  fs::path dir_;
 };
 
 TEST_F(HostfileScenario, LoadsRelativeToTheScenarioFile) {

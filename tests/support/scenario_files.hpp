@@ -1,0 +1,46 @@
+// A test's own folder for scenario files, and the loader's error for a `topology:` value: the
+// hostfile and the deepspeed launcher tests load scenarios the same way.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+
+#include "harness/model/scenario.hpp"
+
+namespace fl::test {
+
+class ScenarioFiles : public ::testing::Test {
+ protected:
+  explicit ScenarioFiles(std::string prefix) : prefix_(std::move(prefix)) {}
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("faultline-" + prefix_ + "-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    const auto p = (dir_ / name).string();
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  }
+  std::string error_of(const std::string& topology) {
+    try {
+      harness::load_scenario(write("s.yaml", "name: s\ntopology: " + topology + "\n"));
+    } catch (const harness::ScenarioError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  std::string prefix_;
+  std::filesystem::path dir_;
+};
+
+}  // namespace fl::test
