@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -140,10 +141,41 @@ int free_port() {
   throw std::runtime_error("free_port: no free loopback port below the ephemeral range");
 }
 
+namespace {
+
+// Open MPI keeps its session directory under <base>/ompi.<host>.<uid>; an mpirun that ends
+// removes that directory once it is empty, and another test's mpirun starting at that moment
+// fails (seen in CI: ctest runs two tests at a time, both under /tmp/ompi.vm.0). Each test
+// process gets a base of its own, short enough for PMIx's socket paths (108 bytes), removed when
+// the process ends.
+class MpiSessionBase {
+ public:
+  MpiSessionBase() {
+    char tmpl[] = "/tmp/flmpi.XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+      throw std::runtime_error(std::string("mpirun_prefix: mkdtemp: ") + std::strerror(errno));
+    }
+    path_ = tmpl;
+  }
+  ~MpiSessionBase() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  MpiSessionBase(const MpiSessionBase&) = delete;
+  MpiSessionBase& operator=(const MpiSessionBase&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
 std::vector<std::string> mpirun_prefix(int ranks) {
-  return {
-      FAULTLINE_MPIRUN,     "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
-      std::to_string(ranks)};
+  static const MpiSessionBase base;
+  return {FAULTLINE_MPIRUN, "--allow-run-as-root", "--oversubscribe", "--bind-to",
+          "none",           "--mca",               "orte_tmpdir_base", base.path(),
+          "-np",            std::to_string(ranks)};
 }
 
 }  // namespace fl::test
