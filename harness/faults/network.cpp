@@ -135,7 +135,7 @@ class NetworkFault : public FaultOf<NetworkFault> {
 
   bool inject(Host& h, const Progress*, When) override {
     if (!h.box.has_network()) raise<Error>("network faults need topology.network: namespaces");
-    const int at = net_host(h, node);
+    const int node_at = net_host(h, node);
     nlohmann::json d = {{"action", action}, {"node", node}};
     std::string line;
     if (action == "bandwidth") {
@@ -144,7 +144,7 @@ class NetworkFault : public FaultOf<NetworkFault> {
       req.set_device(h.box.device(node));
       req.set_rate(rate);
       shaped = true;
-      on_node(h, at, req, "network");
+      on_node(h, node_at, req, "network");
       d["rate"] = rate;
       line = fmt::format("node {} limited to {}", node, rate);
     } else {
@@ -169,9 +169,9 @@ class NetworkFault : public FaultOf<NetworkFault> {
         line = fmt::format("node {} cut from node(s) {} ({})", node, fmt::join(peers, ","), action);
       }
       rules = true;  // some rules may be in place even if a later one fails
-      on_node(h, at, req, "network");
+      on_node(h, node_at, req, "network");
     }
-    d.update(where(h, at));
+    d.update(where(h, node_at));
     h.record("network", d, -1, line);
     return true;
   }
@@ -197,13 +197,13 @@ class NetworkFault : public FaultOf<NetworkFault> {
             const std::vector<std::string>& argv) {
     nlohmann::json d = {{"fault", what}, {"node", node}};
     try {
-      const int at = net_host(h, node);
-      if (reachable(h, at)) {
-        on_node(h, at, req, what);
-        d.update(where(h, at));
+      const int node_at = net_host(h, node);
+      if (reachable(h, node_at)) {
+        on_node(h, node_at, req, what);
+        d.update(where(h, node_at));
       } else {
         h.box.run_on(node, argv);
-        d.update({{"via", "rsh"}, {"host", node_name(h, at)}});
+        d.update({{"via", "rsh"}, {"host", node_name(h, node_at)}});
       }
       h.hist.harness("fault_healed", d);
     } catch (const std::exception& e) {

@@ -132,17 +132,17 @@ void summary(Exposition& x, const std::string& family, const Labels& labels,
 
 // Per symptom: faulty and fix runs, reproduction and fix ratios, time to symptom.
 void symptom_metrics(Exposition& x, const std::string& suite, const nlohmann::json& cases) {
-  struct Tally {
+  struct SymptomTally {
     int faulty = 0, reproduced = 0, fix = 0, fix_clean = 0;
     std::vector<double> t_symptom;
   };
-  std::map<std::string, Tally> by_symptom;
+  std::map<std::string, SymptomTally> by_symptom;
   for (const auto& c : cases) {
     const std::string symptom = c.value("symptom", std::string());
     if (symptom.empty()) continue;  // clean runs have no symptom to reproduce
     const std::string outcome = c.value("outcome", std::string());
     const bool passed = outcome == "pass" || outcome == "flaky";
-    Tally& t = by_symptom[symptom];
+    SymptomTally& t = by_symptom[symptom];
     if (c.value("variant", std::string()) == "fix") {
       ++t.fix;
       t.fix_clean += passed ? 1 : 0;

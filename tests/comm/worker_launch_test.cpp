@@ -127,7 +127,9 @@ TEST_F(WorkerLaunch, TimeoutDumpsInPytorchsSchemaMatchAcrossRanks) {
     expect_pytorch_fr_schema(dumps[rank], json_path.string());
     const std::string rt = python_pickle_roundtrip(
         (dir_ / fmt::format("nccl_trace_rank_{}", rank)).string(), json_path.string());
-    if (rt != "skip") EXPECT_EQ(rt, "") << "rank " << rank;
+    if (rt != "skip") {
+      EXPECT_EQ(rt, "") << "rank " << rank;
+    }
   }
   ASSERT_FALSE(dumps.empty()) << r.output;
   for (const auto& [rank, t] : dumps) {
