@@ -8,11 +8,10 @@
 // device is the same RAM, so the node creates an anonymous shared-memory file (memfd) of that
 // size and allocates its pages itself (they are charged to its process's cgroup, the first to
 // fault them in: on this machine the harness's), and the rank carves its device tensors out of it
-// (FAULTLINE_DEVICE_ARENA, kernels/device_arena.hpp), opening it through /proc/<node's pid>/fd/<fd>.
-// The file has no name: its pages go when the node and the rank have let go of it, so a harness
-// killed with SIGKILL leaves nothing in /dev/shm (issue 32).
-// The rank's cgroup then counts what a GPU rank's host would hold: offloaded optimizer state,
-// MPI, the process itself.
+// (FAULTLINE_DEVICE_ARENA, kernels/device_arena.hpp), opening it through /proc/PID/fd/FD (the
+// node's process). The file has no name: its pages go when the node and the rank have let go of
+// it, so a harness killed with SIGKILL leaves nothing in /dev/shm (issue 32). The rank's cgroup
+// then counts what a GPU rank's host would hold: offloaded optimizer state, MPI, the process.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -85,7 +84,8 @@ nlohmann::json MemoryGroups::make_arena(int rank, const std::string& name, int64
           n.host(), std::strerror(err));
   }
   arenas[rank] = fd;
-  return {{"bytes", bytes}, {"file", fmt::format("/proc/{}/fd/{}", ::getpid(), fd)}, {"memfd", name}};
+  return {
+      {"bytes", bytes}, {"file", fmt::format("/proc/{}/fd/{}", ::getpid(), fd)}, {"memfd", name}};
 }
 
 bool MemoryGroups::close_arena(int rank) {

@@ -130,12 +130,9 @@ nlohmann::json RankCgroup::counters() {
     after_ms = adopted_ms;
     errs = errors;
   }
-  nlohmann::json r = {{"cgroup", cg->path()},
-                      {"placed", at_spawn ? "at_spawn" : "moved_in"},
-                      {"pids", pids},
-                      {"adopted_after_ms", after_ms},
-                      {"alive", alive},
-                      {"errors", errs}};
+  nlohmann::json r = {{"cgroup", cg->path()}, {"placed", at_spawn ? "at_spawn" : "moved_in"},
+                      {"pids", pids},         {"adopted_after_ms", after_ms},
+                      {"alive", alive},       {"errors", errs}};
   if (controller == "cpu") {
     r.update(cpu_stat(*cg));
     return r;

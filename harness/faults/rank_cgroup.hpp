@@ -32,8 +32,8 @@ struct RankCgroup {
   int rank = 0;
   int64_t bytes = 0;  // memory: the limit
   std::string root, rank_dir, secret;
-  Node* node = nullptr;  // whose group it is
-  int swept = 0;         // stale groups of gone owners removed before it was made
+  Node* node = nullptr;   // whose group it is
+  int swept = 0;          // stale groups of gone owners removed before it was made
   bool at_spawn = false;  // the rank joins at spawn (this machine), not moved in by the watcher
   std::string origin;     // at spawn: the group the rank would have been in (the harness's)
   std::optional<Cgroup> cg;
