@@ -185,6 +185,7 @@ nlohmann::json RankCgroup::release() {
 }
 
 RankCgroup::~RankCgroup() {
+  if (at_spawn && cg) node->unplace(rank, cg->procs());  // gone without a release: spawn outside
   stop = true;
   if (watcher.joinable()) watcher.join();
 }
