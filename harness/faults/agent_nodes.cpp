@@ -97,8 +97,10 @@ bool in_process(const Host& h, int node) {
 }
 
 nlohmann::json where(const Host& h, int node, const nlohmann::json& report) {
-  if (in_process(h, node)) return {{"via", "local"}};
-  nlohmann::json d = {{"via", "agent"}, {"host", node < 0 ? std::string() : node_name(h, node)}};
+  nlohmann::json d = {{"via", "local"}};
+  if (!in_process(h, node)) {
+    d = {{"via", "agent"}, {"host", node < 0 ? std::string() : node_name(h, node)}};
+  }
   if (!report.is_null()) d["agent"] = report;
   return d;
 }
@@ -127,12 +129,21 @@ std::vector<nlohmann::json> on_nodes(Host& h, const std::vector<int>& targets,
   return reports;
 }
 
+void note_swept(Host& h, int node, const nlohmann::json& report) {
+  const int removed = report.value("stale_cgroups_removed", 0);
+  if (removed <= 0) return;
+  nlohmann::json d = {{"stale_cgroups_removed", removed}};
+  d.update(where(h, node));
+  h.hist.harness("cleanup", d);
+}
+
 void release_group(Host& h, int node, int rank, const std::string& fault,
                    const google::protobuf::Message& release, const std::string& cgroup,
                    const ReleaseReport& more) {
   nlohmann::json d;
   try {
-    d = {{"fault", fault}, {"cgroup", cgroup}, {"via", "agent"}, {"host", node_name(h, node)}};
+    d = {{"fault", fault}, {"cgroup", cgroup}};
+    d.update(where(h, node));
     const auto r =
         on_node(h, node, release, fault, "the next agent on that host removes its group");
     d["removed"] = r.value("removed", false);

@@ -66,8 +66,9 @@ std::vector<nlohmann::json> on_nodes(Host& h, const std::vector<int>& targets,
                                      const google::protobuf::Message& request,
                                      std::string_view fault, std::string_view then = {});
 // Where a record says the work was done: {"via": "local"} on this machine (in process), else
-// {"via": "agent", "host": its name ("" for node -1: no one node)} and, when given, "agent": the
-// node's report. on_host: the same for a summary line, "" or " on HOST".
+// {"via": "agent", "host": its name ("" for node -1: no one node)}; and, when given, "agent": the
+// node's report (this machine's in-process node is host 0's agent). on_host: the same for a
+// summary line, "" or " on HOST".
 nlohmann::json where(const Host& h, int node, const nlohmann::json& report = nullptr);
 std::string on_host(const Host& h, int node);
 // Whether on_node reaches `node` now: this machine, or a host whose agent is up.
@@ -76,11 +77,16 @@ bool reachable(const Host& h, int node);
 // without agents (no topology.hosts, not Slurm's placement).
 bool in_process(const Host& h, int node);
 
-// Has agent `node` apply `release` (MemoryRelease, CpuRelease: the rank's group there): it moves
+// A cgroup fault's set-up report from `node` (cpu_quota, memory_limit): the stale groups of gone
+// harnesses and agents it removed before it made the rank's, recorded as `cleanup`
+// {stale_cgroups_removed, via, host} when there were any.
+void note_swept(Host& h, int node, const nlohmann::json& report);
+
+// Has node `node` apply `release` (MemoryRelease, CpuRelease: the rank's group there): it moves
 // what is left of the rank back and removes the group. Records fault_healed (fault, cgroup,
-// via, host, removed, moved_back, plus what `more` adds from the agent's report; `more` runs
-// before the record), or heal_error when the agent is gone (the next agent on that host sweeps
-// the group) or refused.
+// via, host, removed, moved_back, plus what `more` adds from the node's report; `more` runs
+// before the record), or heal_error when the node's agent is gone (the next agent on that host
+// sweeps the group) or refused.
 using ReleaseReport = std::function<void(const nlohmann::json& report, nlohmann::json& healed)>;
 void release_group(Host& h, int node, int rank, const std::string& fault,
                    const google::protobuf::Message& release, const std::string& cgroup,

@@ -1,13 +1,11 @@
 // cpu_quota: from a step on, a rank gets only a fraction of one CPU (cgroup v1 CFS bandwidth:
 // cpu.cfs_quota_us over cpu.cfs_period_us), as on a node shared with a noisy neighbour or a
 // container with a small CPU limit. The kernel throttles the rank; its peers wait for it in the
-// next collective: a straggler made by the scheduler, not by the code. With topology.hosts the
-// agent of the rank's host makes the group there, moves the rank in, sets and lifts the quota
-// (CpuQuota, CpuRelease below).
-#include <cstring>
+// next collective: a straggler made by the scheduler, not by the code. The node of the rank's host
+// (this machine's in-process node, or the agent of the rank's host) makes the group, places the
+// rank in it, sets and lifts the quota (CpuQuota, CpuRelease below).
 #include <map>
 #include <memory>
-#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -19,10 +17,8 @@
 #include "harness/faults/fault.hpp"
 #include "harness/faults/node_handler.hpp"
 #include "harness/faults/rank_cgroup.hpp"
-#include "harness/faults/sandbox.hpp"
 #include "harness/history/history.hpp"
 #include "harness/model/key_checks.hpp"
-#include "harness/process/supervisor.hpp"
 #include "harness/proto/faultline.pb.h"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
@@ -65,15 +61,18 @@ nlohmann::json cpu_quota_on_node(Node& n, const pb::CpuQuota& r) {
   auto it = groups.find(rank);
   if (it == groups.end()) {
     // The first request makes the group and starts moving the rank's processes into it.
-    auto g = RankCgroup::make("cpu", rank, n.run_dir(), n.secret(), n.host(),
+    auto g = RankCgroup::make("cpu", rank, n,
                               [&](Cgroup& cg) { set_cpu_quota(cg, r.quota_us(), r.period_us()); });
-    g->start();
+    g->place();
     it = groups.emplace(rank, std::move(g)).first;
   } else {
     set_cpu_quota(*it->second->cg, r.quota_us(), r.period_us());
   }
   auto d = it->second->counters();
-  d.update({{"quota_us", r.quota_us()}, {"period_us", r.period_us()}, {"host", n.host()}});
+  d.update({{"quota_us", r.quota_us()},
+            {"period_us", r.period_us()},
+            {"host", n.host()},
+            {"stale_cgroups_removed", it->second->swept}});
   return d;
 }
 
@@ -117,11 +116,8 @@ std::vector<std::string> sweep_cpu_groups() {
 class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
  public:
   double cpus = 0.25;  // the share of one CPU the rank may use
-  std::optional<Cgroup> group;
-  bool limited = false;
-
-  // Through agents (agent_nodes.hpp; the *_on_host methods): those holding a group (the rank's
-  // host; with launcher srun and no hosts every node's, and only the rank's node's has the rank)
+  // The nodes holding a group (nodes_of: this machine's in-process node, the rank's host's agent,
+  // or with launcher srun and no hosts every node's agent, and only the rank's node's has the rank)
   std::vector<int> nodes;
   bool released = false;
   bool applied = false;  // the quota was set once
@@ -129,26 +125,19 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
   nlohmann::json params() const override { return {{"cpus", cpus}}; }
   bool timed() const override { return true; }
 
-  // The group exists from launch, unlimited, so that the rank is in it when the limit comes.
+  // The group exists from launch, unlimited, so that the rank is in it when the limit comes. Each
+  // node counts once it made the group: a later node's failure leaves the groups made so far for
+  // heal to remove.
   void setup(Host& h) override {
-    if (const auto want = fault_nodes(h, rank); !want.empty()) {
-      // Each node counts once its agent made the group: a later agent's failure leaves the
-      // groups made so far for heal to remove.
-      for (const int n : want) {
-        group_path = quota_on(h, n, -1).value("cgroup", "");
-        nodes.push_back(n);
-      }
-      return;
+    for (const int n : nodes_of(h, rank)) {
+      const auto r = quota_on(h, n, -1);
+      group_path = r.value("cgroup", "");
+      nodes.push_back(n);
+      note_swept(h, n, r);
     }
-    if (const int n = sweep_stale_cgroups(kCpuCgroupRoot.get()); n > 0) {
-      h.hist.harness("cleanup", {{"stale_cgroups_removed", n}});
-    }
-    group.emplace(kCpuCgroupRoot.get(), "FAULTLINE_CPU_CGROUP_ROOT", h.dir, rank, "cpu_quota");
-    set_cpu_quota(*group, -1, kPeriodUs);
-    group_path = group->path();
   }
 
-  // The quota (-1: none) set by agent `n` (it makes the group first time): its report.
+  // The quota (-1: none) set by node `n` (it makes the group first time): its report.
   nlohmann::json quota_on(Host& h, int n, int64_t quota) {
     pb::CpuQuota req;
     req.set_rank(rank);
@@ -156,82 +145,40 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
     req.set_period_us(kPeriodUs);
     return faults::on_node(h, n, req, fmt::format("cpu_quota on rank {}", rank));
   }
-  // The quota set by each agent holding a group: the last one's report.
-  nlohmann::json on_host(Host& h, int64_t quota) {
-    nlohmann::json r;
-    for (const int n : nodes) r = quota_on(h, n, quota);
-    return r;
-  }
-  // Where the group is, in events: the rank's host or node (every node Slurm could pick).
+  // Where the groups are, in events: the rank's host or node (with Slurm's placement, every node).
   std::string hosts_text(const Host& h) const {
     std::vector<std::string> names;
     for (const int n : nodes) names.push_back(node_name(h, n));
     return fmt::format("{}", fmt::join(names, ","));
   }
-
-  void adjust_rank(const Host&, int r, Launch& l) const override {
-    if (r == rank && group) l.spec.cgroup_procs.push_back(group->procs());
+  // The same in a summary line: "" on this machine (on_host), else " on HOST[,HOST...]".
+  std::string on_hosts(const Host& h) const {
+    std::string text = on_host(h, nodes.front());
+    for (size_t i = 1; i < nodes.size(); ++i) text += "," + node_name(h, nodes[i]);
+    return text;
   }
 
   bool inject(Host& h, const Progress* p, When now) override {
+    if (nodes.empty()) raise<Error>("cpu_quota: rank {} has no group (its set-up failed)", rank);
     const auto quota = static_cast<int64_t>(cpus * kPeriodUs);
-    nlohmann::json d = {{"cpus", cpus},         {"quota_us", quota}, {"period_us", kPeriodUs},
-                        {"cgroup", group_path}, {"at_step", -1},     {"when", when_name(now)}};
-    std::string where = "cgroup";
-    if (!nodes.empty()) {
-      const auto r = on_host(h, quota);
-      const std::string host = hosts_text(h);
-      d.update({{"via", "agent"}, {"host", host}, {"agent", r}});
-      where = "cgroup on " + host + ", by its agent";
-    } else {
-      set_cpu_quota(*group, quota, kPeriodUs);
-      d["via"] = "local";
-    }
-    limited = applied = true;
+    nlohmann::json r;  // the quota set by every node holding a group: the last one's report
+    for (const int n : nodes) r = quota_on(h, n, quota);
+    applied = true;
     const int64_t at_step = p && p->max_step.count(rank) ? p->max_step.at(rank) : -1;
-    d["at_step"] = at_step;
-    h.record(
-        "cpu_quota", d, rank,
-        fmt::format("rank {} limited to {:.2f} CPU from step {} ({})", rank, cpus, at_step, where));
+    nlohmann::json d = {{"cpus", cpus},         {"quota_us", quota},  {"period_us", kPeriodUs},
+                        {"cgroup", group_path}, {"at_step", at_step}, {"when", when_name(now)}};
+    d.update(where(h, nodes.front(), r));  // via, and the node's report as `agent`
+    if (d.contains("host")) d["host"] = hosts_text(h);
+    h.record("cpu_quota", d, rank,
+             fmt::format("rank {} limited to {:.2f} CPU from step {} (cgroup{})", rank, cpus,
+                         at_step, on_hosts(h)));
     return true;
   }
 
-  // How much the kernel throttled the rank (cpu.stat), then the group goes. On a host the agent
-  // reports it when it removes the group.
-  void on_rank_exit(Host& h, int r) override {
-    if (r != rank || !group || !limited) return;
-    auto stat = cpu_stat(*group);
-    stat["via"] = "local";
-    h.hist.harness("cgroup_cpu", stat, rank);
-  }
-
-  void heal(Host& h, bool processes_gone) override {
-    if (!nodes.empty()) return heal_on_host(h);
-    if (!group) return;
-    try {
-      if (limited && !processes_gone) {
-        set_cpu_quota(*group, -1, kPeriodUs);
-        limited = false;
-        h.hist.harness("fault_healed",
-                       {{"fault", "cpu_quota"}, {"cgroup", group->path()}, {"via", "local"}}, rank);
-      }
-      if (processes_gone && !group->removed()) {
-        const bool gone = group->remove();
-        h.hist.harness("fault_healed",
-                       {{"fault", "cpu_quota"},
-                        {"cgroup", group->path()},
-                        {"removed", gone},
-                        {"via", "local"}},
-                       rank);
-      }
-    } catch (...) {
-    }
-  }
-
-  // While the agent is up (the harness heals before it stops the agents): it reports cpu.stat,
-  // moves what is left of the rank back and removes the group. A lost agent cannot; the next one
-  // on that host sweeps the group.
-  void heal_on_host(Host& h) {
+  // Each node reports cpu.stat (how much the kernel throttled the rank), moves what is left of the
+  // rank back and removes the group; on an agent's host while the agent is up (the harness heals
+  // before it stops the agents). A lost agent cannot; the next one on that host sweeps the group.
+  void heal(Host& h, bool) override {
     if (released || nodes.empty()) return;
     released = true;
     for (const int n : nodes) heal_on(h, n);
@@ -245,14 +192,13 @@ class CpuQuotaFault : public FaultOf<CpuQuotaFault> {
                     // With Slurm's placement only the rank's node's group held the rank.
                     const auto pids = r.value("pids", nlohmann::json::array());
                     if (!applied || (nodes.size() != 1 && pids.empty())) return;
-                    h.hist.harness("cgroup_cpu",
-                                   {{"nr_periods", r.value("nr_periods", int64_t{-1})},
-                                    {"nr_throttled", r.value("nr_throttled", int64_t{-1})},
-                                    {"throttled_ns", r.value("throttled_ns", int64_t{-1})},
-                                    {"pids", pids},
-                                    {"via", "agent"},
-                                    {"host", node_name(h, node)}},
-                                   rank);
+                    nlohmann::json stat = {{"nr_periods", r.value("nr_periods", int64_t{-1})},
+                                           {"nr_throttled", r.value("nr_throttled", int64_t{-1})},
+                                           {"throttled_ns", r.value("throttled_ns", int64_t{-1})},
+                                           {"pids", pids},
+                                           {"placed", r.value("placed", "")}};
+                    stat.update(where(h, node));
+                    h.hist.harness("cgroup_cpu", stat, rank);
                   });
   }
 

@@ -1,26 +1,26 @@
 // memory_limit: a rank runs in its own cgroup (v1 memory controller) with a hard limit and no
-// swap: past it the kernel's OOM killer ends the rank, as on a node whose memory runs out.
+// swap: past it the kernel's OOM killer ends the rank, as on a node whose memory runs out. The
+// node of the rank's host (this machine's in-process node, or the agent of the rank's host) makes
+// the group, places the rank in it, reports its counters and removes it (MemoryLimit,
+// MemoryStatus, MemoryRelease below).
 //
 // With `device_arena` the limit is on the rank's host memory only: on a CPU rank the simulated
-// device is the same RAM, so the harness creates an anonymous shared-memory file (memfd) of that
-// size and allocates its pages itself (they are charged to the harness's cgroup, the first to
-// fault them in), and the rank carves its device tensors out of it (FAULTLINE_DEVICE_ARENA,
-// kernels/device_arena.hpp), opening it through /proc/<harness pid>/fd/<fd>. The file has no
-// name: its pages go when the harness and the rank have let go of it, so a harness killed with
-// SIGKILL leaves nothing in /dev/shm (issue 32).
-// The rank's cgroup then counts what a GPU rank's host would hold: offloaded optimizer state,
-// MPI, the process itself.
+// device is the same RAM, so the node creates an anonymous shared-memory file (memfd) of that
+// size and allocates its pages itself (they are charged to its process's cgroup, the first to
+// fault them in: on this machine the harness's), and the rank carves its device tensors out of it
+// (FAULTLINE_DEVICE_ARENA, kernels/device_arena.hpp), opening it through /proc/PID/fd/FD (the
+// node's process). The file has no name: its pages go when the node and the rank have let go of
+// it, so a harness killed with SIGKILL leaves nothing in /dev/shm (issue 32). The rank's cgroup
+// then counts what a GPU rank's host would hold: offloaded optimizer state, MPI, the process.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <optional>
 
 #include <fmt/format.h>
 
@@ -31,10 +31,8 @@
 #include "harness/faults/fault.hpp"
 #include "harness/faults/node_handler.hpp"
 #include "harness/faults/rank_cgroup.hpp"
-#include "harness/faults/sandbox.hpp"
 #include "harness/history/history.hpp"
 #include "harness/model/key_checks.hpp"
-#include "harness/process/supervisor.hpp"
 #include "harness/proto/faultline.pb.h"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
@@ -53,10 +51,11 @@ namespace {
 namespace pb = faultline::v1;
 
 // On a node (MemoryLimit, MemoryStatus, MemoryRelease): each rank's memory cgroup made there, its
-// processes moved in as they appear.
+// processes placed in it, and the device arena held for it (a memfd; -1: none).
 struct MemoryGroups : NodeState {
   Node& n;
   std::map<int, std::unique_ptr<RankCgroup>> groups;  // by rank
+  std::map<int, int> arenas;                          // by rank: the memfd
   explicit MemoryGroups(Node& node) : n(node) {}
   std::vector<std::string> cleanup() override;
   RankCgroup& group(int rank, const std::string& what) {
@@ -69,7 +68,35 @@ struct MemoryGroups : NodeState {
     }
     return *it->second;
   }
+  // A memfd of `bytes` this node's process holds for `rank`, its pages allocated here (charged to
+  // this process's cgroup): the file the rank opens it by, and its name.
+  nlohmann::json make_arena(int rank, const std::string& name, int64_t bytes);
+  // Closes the rank's memfd (the rank's mapping, if any, keeps its pages): whether there was one.
+  bool close_arena(int rank);
 };
+
+nlohmann::json MemoryGroups::make_arena(int rank, const std::string& name, int64_t bytes) {
+  const int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC);
+  if (fd < 0) raise("memory_limit device_arena: memfd_create: {}", std::strerror(errno));
+  if (const int err = ::posix_fallocate(fd, 0, bytes); err != 0) {
+    ::close(fd);
+    raise("memory_limit device_arena: cannot allocate {} bytes of shared memory on {}: {}", bytes,
+          n.host(), std::strerror(err));
+  }
+  arenas[rank] = fd;
+  return {
+      {"bytes", bytes}, {"file", fmt::format("/proc/{}/fd/{}", ::getpid(), fd)}, {"memfd", name}};
+}
+
+bool MemoryGroups::close_arena(int rank) {
+  const auto it = arenas.find(rank);
+  if (it == arenas.end()) return false;
+  ::close(it->second);
+  arenas.erase(it);
+  return true;
+}
+
+nlohmann::json memory_release(Node& n, const pb::MemoryRelease& r);
 
 nlohmann::json memory_limit_on_node(Node& n, const pb::MemoryLimit& r) {
   const int rank = r.rank();
@@ -78,12 +105,15 @@ nlohmann::json memory_limit_on_node(Node& n, const pb::MemoryLimit& r) {
   if (bytes < (1 << 20)) {
     raise<Error>("memory_limit: {} bytes is below 1 MiB (a process cannot start in it)", bytes);
   }
-  auto& groups = n.state<MemoryGroups>().groups;
-  if (groups.count(rank)) {
+  if (r.device_arena() < 0) {
+    raise<Error>("memory_limit: a device arena of {} bytes (0: none, else above 0)",
+                 r.device_arena());
+  }
+  auto& m = n.state<MemoryGroups>();
+  if (m.groups.count(rank)) {
     raise<Error>("memory_limit: rank {} has a limit on {} already", rank, n.host());
   }
-  auto g = RankCgroup::make("memory", rank, n.run_dir(), n.secret(), n.host(),
-                            [&](Cgroup& cg) { limit_memory(cg, bytes); });
+  auto g = RankCgroup::make("memory", rank, n, [&](Cgroup& cg) { limit_memory(cg, bytes); });
   g->bytes = bytes;
   // What the rank charged before it was moved comes along where the kernel still can.
   bool moves_charge = false;
@@ -92,10 +122,26 @@ nlohmann::json memory_limit_on_node(Node& n, const pb::MemoryLimit& r) {
     moves_charge = true;
   } catch (const std::exception&) {
   }
-  g->start();
+  g->place();
   const std::string path = g->cg->path();
-  groups[rank] = std::move(g);
-  return {{"cgroup", path}, {"limit", bytes}, {"moves_charge", moves_charge}, {"host", n.host()}};
+  nlohmann::json d = {{"cgroup", path},
+                      {"limit", bytes},
+                      {"moves_charge", moves_charge},
+                      {"placed", g->at_spawn ? "at_spawn" : "moved_in"},
+                      {"stale_cgroups_removed", g->swept},
+                      {"host", n.host()}};
+  m.groups[rank] = std::move(g);
+  if (r.device_arena() == 0) return d;
+  try {
+    const std::string name = std::filesystem::path(path).filename().string() + ".arena";
+    d["arena"] = m.make_arena(rank, name, r.device_arena());
+  } catch (...) {
+    pb::MemoryRelease release;  // no limit without the arena asked for
+    release.set_rank(rank);
+    memory_release(n, release);
+    throw;
+  }
+  return d;
 }
 
 nlohmann::json memory_status(Node& n, const pb::MemoryStatus& r) {
@@ -106,6 +152,7 @@ nlohmann::json memory_release(Node& n, const pb::MemoryRelease& r) {
   auto& m = n.state<MemoryGroups>();
   auto d = m.group(r.rank(), "memory_release").release();
   m.groups.erase(r.rank());
+  d["arena_closed"] = m.close_arena(r.rank());
   return d;
 }
 
@@ -118,6 +165,7 @@ std::vector<std::string> MemoryGroups::cleanup() {
       lines.push_back("memory_release " + memory_release(n, release).dump());
     } catch (const std::exception& e) {
       groups.erase(release.rank());
+      close_arena(release.rank());
       lines.push_back(e.what());
     }
   }
@@ -135,130 +183,78 @@ class MemoryLimitFault : public FaultOf<MemoryLimitFault> {
  public:
   int64_t bytes = 0;
   int64_t arena_bytes = 0;  // device_arena: 0 = none
-  std::optional<Cgroup> group;
-  int arena_fd = -1;  // the memfd backing the rank's device memory
-  std::string arena;  // the path the rank opens it by: /proc/<harness pid>/fd/<arena_fd>
-  // Through agents (agent_nodes.hpp; the *_on_host methods): those that made the group (the
-  // rank's host; with launcher srun and no hosts every node's), and the one holding the rank
+  std::string arena;        // the file the rank opens its device memory by (the node's memfd)
+  // The nodes that made the group (nodes_of: this machine's in-process node, the rank's host's
+  // agent, or with launcher srun and no hosts every node's agent), and the one holding the rank
   // (-1: not known yet, Slurm placed it).
   std::vector<int> nodes;
   int node = -1;
-  std::string host_group;  // the cgroup there
-  nlohmann::json status;   // its counters, as the agent last reported them
+  std::string group_path;  // the cgroup there
+  nlohmann::json status;   // its counters, as the node last reported them
   bool released = false;
 
   nlohmann::json params() const override {
     return {{"bytes", bytes}, {"device_arena", arena_bytes}};
   }
 
-  // A memfd the harness holds, its pages allocated by the harness (charged to its cgroup).
-  void make_arena(Host& h) {
-    const std::string name = std::filesystem::path(group->path()).filename().string() + ".arena";
-    arena_fd = ::memfd_create(name.c_str(), MFD_CLOEXEC);
-    if (arena_fd < 0) raise("memory_limit device_arena: memfd_create: {}", std::strerror(errno));
-    const int err = ::posix_fallocate(arena_fd, 0, arena_bytes);
-    if (err != 0) {
-      close_arena();
-      raise("memory_limit device_arena: cannot allocate {} bytes of shared memory: {}", arena_bytes,
-            std::strerror(err));
-    }
-    arena = fmt::format("/proc/{}/fd/{}", ::getpid(), arena_fd);
-    h.record("device_arena", {{"bytes", arena_bytes}, {"file", arena}, {"memfd", name}}, rank,
-             fmt::format("rank {} device memory: {} bytes of {} (memfd {}), charged to the harness",
-                         rank, arena_bytes, arena, name));
-  }
-
-  void close_arena() {
-    if (arena_fd >= 0) ::close(arena_fd);  // the rank's mapping, if any, keeps its pages
-    arena_fd = -1;
-    arena.clear();
-  }
-
-  void setup(Host& h) override {
-    if (auto want = fault_nodes(h, rank); !want.empty()) return setup_on_host(h, want);
-    if (const int n = sweep_stale_cgroups(kCgroupRoot.get()); n > 0) {
-      h.hist.harness("cleanup", {{"stale_cgroups_removed", n}});
-    }
-    group.emplace(kCgroupRoot.get(), "FAULTLINE_CGROUP_ROOT", h.dir, rank, "memory_limit");
-    limit_memory(*group, bytes);
-    if (arena_bytes > 0) make_arena(h);
-    h.record("memory_limit", {{"bytes", bytes}, {"cgroup", group->path()}, {"via", "local"}}, rank,
-             fmt::format("rank {} limited to {} bytes (cgroup)", rank, bytes));
-  }
+  void setup(Host& h) override;
+  void record_arena(Host& h, int n, const nlohmann::json& a);
 
   void adjust_rank(const Host&, int r, Launch& l) const override {
-    if (r == rank && group) l.spec.cgroup_procs.push_back(group->procs());
     if (r == rank && !arena.empty()) l.env["FAULTLINE_DEVICE_ARENA"] = arena;
   }
 
   // What the kernel says about the rank: its peak, failures to charge, OOM kills.
   void on_rank_exit(Host& h, int r) override {
-    if (r == rank && !nodes.empty()) return report_on_host(h);
-    if (r != rank || !group) return;
-    const std::string oom = group->read("memory.oom_control");
-    int64_t kills = 0;
-    if (auto p = oom.find("oom_kill "); p != std::string::npos) {
-      kills = std::atoll(oom.c_str() + p + 9);
-    }
-    h.hist.harness("cgroup_memory",
-                   {{"limit", bytes},
-                    {"max_usage", std::atoll(group->read("memory.max_usage_in_bytes").c_str())},
-                    {"failcnt", std::atoll(group->read("memory.failcnt").c_str())},
-                    {"oom_kills", kills}},
-                   rank);
-    if (kills > 0) h.hist.harness("oom_kill", {{"kills", kills}, {"cgroup", group->path()}}, rank);
+    if (r == rank) report(h);
   }
 
   void explain_exit(Host& h, int r, nlohmann::json& exit) override;
-  void setup_on_host(Host& h, const std::vector<int>& want);
-  nlohmann::json status_from_agents(Host& h);
-  void report_on_host(Host& h);
-  void heal_on_host(Host& h);
+  nlohmann::json status_from_nodes(Host& h);
+  void report(Host& h);
+  void heal(Host& h, bool processes_gone) override;
   void heal_on(Host& h, int n);
-
-  void heal(Host& h, bool processes_gone) override {
-    if (!nodes.empty()) return heal_on_host(h);
-    if (processes_gone) close_arena();
-    if (!processes_gone || !group || group->removed()) return;
-    const bool gone = group->remove();
-    try {
-      h.hist.harness("fault_healed",
-                     {{"fault", "memory_limit"}, {"cgroup", group->path()}, {"removed", gone}},
-                     rank);
-    } catch (...) {
-    }
-  }
 };
 
-// Through agents: each creates the cgroup, moves the rank's processes into it as they appear on
-// its host (only the rank's host has any), reports its counters, and removes it
-// (MemoryLimit above). Each node counts once its agent made the group: a later
-// agent's failure leaves the groups made so far, and only those, for heal to remove.
-void MemoryLimitFault::setup_on_host(Host& h, const std::vector<int>& want) {
+// Each node creates the cgroup and places the rank's processes in it (only the rank's host has
+// any) (MemoryLimit above). Each node counts once it made the group: a later node's failure
+// leaves the groups made so far, and only those, for heal to remove.
+void MemoryLimitFault::setup(Host& h) {
+  const auto want = nodes_of(h, rank);
   for (const int n : want) {
-    const std::string host = node_name(h, n);
     pb::MemoryLimit req;
     req.set_rank(rank);
     req.set_bytes(bytes);
+    req.set_device_arena(arena_bytes);
     const auto r = on_node(h, n, req, fmt::format("memory_limit on rank {}", rank));
-    host_group = r.value("cgroup", "");
-    nlohmann::json d = {
-        {"bytes", bytes}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}, {"agent", r}};
-    if (want.size() > 1) d["placed_by"] = "slurm";  // this agent adopts the rank if it lands here
+    group_path = r.value("cgroup", "");
     nodes.push_back(n);
     if (want.size() == 1) node = n;
-    h.record(
-        "memory_limit", d, rank,
-        fmt::format("rank {} limited to {} bytes (cgroup on {}, by its agent)", rank, bytes, host));
+    note_swept(h, n, r);
+    if (r.contains("arena")) record_arena(h, n, r["arena"]);
+    nlohmann::json d = {{"bytes", bytes}, {"cgroup", group_path}};
+    d.update(where(h, n, r));
+    if (want.size() > 1) d["placed_by"] = "slurm";  // this agent adopts the rank if it lands here
+    h.record("memory_limit", d, rank,
+             fmt::format("rank {} limited to {} bytes (cgroup{})", rank, bytes, on_host(h, n)));
   }
 }
 
-// The counters of the agent holding the rank: with Slurm's placement, the first whose group
+void MemoryLimitFault::record_arena(Host& h, int n, const nlohmann::json& a) {
+  arena = a.value("file", "");
+  nlohmann::json d = a;
+  d.update(where(h, n));
+  h.record("device_arena", d, rank,
+           fmt::format("rank {} device memory: {} bytes of {} (memfd {}), charged to the node's "
+                       "process{}",
+                       rank, arena_bytes, arena, a.value("memfd", ""), on_host(h, n)));
+}
+
+// The counters of the node holding the rank: with Slurm's placement, the first whose group
 // took a process of the rank (that agent is the rank's from then on).
-nlohmann::json MemoryLimitFault::status_from_agents(Host& h) {
-  auto* a = h.box.agents();
+nlohmann::json MemoryLimitFault::status_from_nodes(Host& h) {
   for (const int n : node >= 0 ? std::vector<int>{node} : nodes) {
-    if (!a || !a->up(n)) continue;
+    if (!reachable(h, n)) continue;
     pb::MemoryStatus req;
     req.set_rank(rank);
     auto st = on_node(h, n, req, "memory_limit");
@@ -270,13 +266,16 @@ nlohmann::json MemoryLimitFault::status_from_agents(Host& h) {
   return {};
 }
 
+// A rank whose end the harness saw only through its launcher (mpirun over hosts): the node that
+// moved its processes in knows whether the OOM killer ended them. (A rank placed at spawn is the
+// harness's own child, whose end it saw itself: no pids were moved in, nothing is added.)
 void MemoryLimitFault::explain_exit(Host& h, int r, nlohmann::json& exit) {
-  if (r != rank || nodes.empty() || released) return;
-  status = status_from_agents(h);
+  if (r != rank || released) return;
+  status = status_from_nodes(h);
   if (status.empty()) return;
   const auto pids = status.value("pids", std::vector<int>{});
   // The kernel's OOM killer ended the rank: its group counted a kill, and none of the processes
-  // the agent moved in is alive. The killer's signal is always SIGKILL.
+  // the node moved in is alive. The killer's signal is always SIGKILL.
   if (status.value("oom_kills", 0) > 0 && !pids.empty() && status["alive"].empty()) {
     exit["class"] = "signal";
     exit["code"] = 9;
@@ -291,31 +290,34 @@ void MemoryLimitFault::explain_exit(Host& h, int r, nlohmann::json& exit) {
   }
 }
 
-void MemoryLimitFault::report_on_host(Host& h) {
-  if (status.empty() && !released) status = status_from_agents(h);
+// At each of the rank's exits: its group's counters now (once released, those of the release).
+void MemoryLimitFault::report(Host& h) {
+  if (!released) {
+    if (auto st = status_from_nodes(h); !st.empty()) status = std::move(st);
+  }
   if (status.empty()) return;
-  const std::string host = node_name(h, node);
   const int64_t kills = status.value("oom_kills", int64_t{0});
-  h.hist.harness("cgroup_memory",
-                 {{"limit", bytes},
-                  {"max_usage", status.value("max_usage", int64_t{0})},
-                  {"failcnt", status.value("failcnt", int64_t{0})},
-                  {"oom_kills", kills},
-                  {"adopted_after_ms", status.value("adopted_after_ms", nlohmann::json::array())},
-                  {"pids", status.value("pids", nlohmann::json::array())},
-                  {"via", "agent"},
-                  {"host", host}},
-                 rank);
+  nlohmann::json d = {
+      {"limit", bytes},
+      {"max_usage", status.value("max_usage", int64_t{0})},
+      {"failcnt", status.value("failcnt", int64_t{0})},
+      {"oom_kills", kills},
+      {"adopted_after_ms", status.value("adopted_after_ms", nlohmann::json::array())},
+      {"pids", status.value("pids", nlohmann::json::array())},
+      {"placed", status.value("placed", "")}};
+  d.update(where(h, node));
+  h.hist.harness("cgroup_memory", d, rank);
   if (kills > 0) {
-    h.hist.harness("oom_kill",
-                   {{"kills", kills}, {"cgroup", host_group}, {"via", "agent"}, {"host", host}},
-                   rank);
+    nlohmann::json k = {{"kills", kills}, {"cgroup", group_path}};
+    k.update(where(h, node));
+    h.hist.harness("oom_kill", k, rank);
   }
 }
 
-// Before teardown, while the agents are up: each moves what is left back and removes its group.
-// A lost agent cannot; its group stays until the next agent on that host sweeps it.
-void MemoryLimitFault::heal_on_host(Host& h) {
+// At the first heal (on an agent's host while the agent is up, before teardown): each node moves
+// what is left back, removes its group and closes the rank's arena. A lost agent cannot; its group
+// stays until the next agent on that host sweeps it.
+void MemoryLimitFault::heal(Host& h, bool) {
   if (released || nodes.empty()) return;
   released = true;
   for (const int n : nodes) heal_on(h, n);
@@ -324,11 +326,16 @@ void MemoryLimitFault::heal_on_host(Host& h) {
 void MemoryLimitFault::heal_on(Host& h, int n) {
   pb::MemoryRelease release;
   release.set_rank(rank);
-  release_group(h, n, rank, "memory_limit", release, host_group,
-                [](const nlohmann::json& r, nlohmann::json& d) {
+  release_group(h, n, rank, "memory_limit", release, group_path,
+                [&](const nlohmann::json& r, nlohmann::json& d) {
                   d["oom_kills"] = r.value("oom_kills", 0);
                   d["max_usage"] = r.value("max_usage", 0);
                   d["pids"] = r.value("pids", nlohmann::json::array());  // the rank's processes
+                  // A rank still running ends in teardown: its exit reports these counters.
+                  if (n == node || (node < 0 && !d["pids"].empty())) {
+                    node = n;
+                    status = r;
+                  }
                 });
 }
 

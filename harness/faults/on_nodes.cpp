@@ -110,6 +110,29 @@ std::string Node::run_net(int netns, const std::vector<std::string>& argv) const
   return run_tool(bounded);
 }
 
+bool Node::place_at_spawn(int rank, const std::string& procs) {
+  if (!box_) return false;  // an agent's host: the ranks are not this process's to start
+  spawn_cgroups_.emplace(rank, procs);
+  return true;
+}
+
+void Node::unplace(int rank, const std::string& procs) {
+  const auto [from, to] = spawn_cgroups_.equal_range(rank);
+  for (auto it = from; it != to; ++it) {
+    if (it->second == procs) {
+      spawn_cgroups_.erase(it);
+      return;
+    }
+  }
+}
+
+std::vector<std::string> Node::spawn_cgroups(int rank) const {
+  std::vector<std::string> procs;
+  const auto [from, to] = spawn_cgroups_.equal_range(rank);
+  for (auto it = from; it != to; ++it) procs.push_back(it->second);
+  return procs;
+}
+
 std::vector<std::string> Node::cleanup() {
   // Each state undoes its own while it is still this node's (its handlers find it), newest first.
   std::vector<std::string> lines;

@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <typeindex>
@@ -68,6 +69,16 @@ class Node {
   // (`netns` -1). Its output, or Error with the tool's.
   std::string run_net(int netns, const std::vector<std::string>& argv) const;
 
+  // Has `rank`'s processes, as they start on this node, join the cgroup whose cgroup.procs is
+  // `procs` (a cgroup fault's group, rank_cgroup.hpp). On this machine the harness starts them:
+  // each writes itself in before exec (Sandbox::adjust_rank takes spawn_cgroups), and this says
+  // true. On an agent's host mpirun's daemon or srun starts them: false, and the group's watcher
+  // moves them in as they appear. unplace: no longer (the group goes).
+  bool place_at_spawn(int rank, const std::string& procs);
+  void unplace(int rank, const std::string& procs);
+  // The cgroup.procs files a process of `rank` started here writes itself into.
+  std::vector<std::string> spawn_cgroups(int rank) const;
+
   // Applies one request with the handler registered for its type: the JSON report of what was
   // done; Error naming what and why when the request is refused or fails, and for a type no kind
   // handles (naming it and the types there are).
@@ -92,6 +103,7 @@ class Node {
  private:
   std::string dir_, host_, secret_;
   Sandbox* box_;
+  std::multimap<int, std::string> spawn_cgroups_;  // rank -> cgroup.procs (this machine only)
   std::vector<std::pair<std::type_index, std::unique_ptr<NodeState>>> states_;
 };
 

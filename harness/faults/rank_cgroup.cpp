@@ -95,6 +95,15 @@ bool RankCgroup::adopt_new() {
   return !adopted.empty();
 }
 
+void RankCgroup::place() {
+  if (node->place_at_spawn(rank, cg->procs())) {
+    at_spawn = true;
+    origin = cgroup_of(::getpid(), controller);
+    return;
+  }
+  start();
+}
+
 void RankCgroup::start() {
   watcher = std::thread([this] {
     while (!stop) {
@@ -121,11 +130,9 @@ nlohmann::json RankCgroup::counters() {
     after_ms = adopted_ms;
     errs = errors;
   }
-  nlohmann::json r = {{"cgroup", cg->path()},
-                      {"pids", pids},
-                      {"adopted_after_ms", after_ms},
-                      {"alive", alive},
-                      {"errors", errs}};
+  nlohmann::json r = {{"cgroup", cg->path()}, {"placed", at_spawn ? "at_spawn" : "moved_in"},
+                      {"pids", pids},         {"adopted_after_ms", after_ms},
+                      {"alive", alive},       {"errors", errs}};
   if (controller == "cpu") {
     r.update(cpu_stat(*cg));
     return r;
@@ -141,6 +148,7 @@ nlohmann::json RankCgroup::counters() {
 }
 
 nlohmann::json RankCgroup::release() {
+  if (at_spawn) node->unplace(rank, cg->procs());  // a rank started from now on stays out
   stop = true;
   if (watcher.joinable()) watcher.join();
   // Counters that cannot be read are reported, but never keep the group (and the rank's
@@ -160,10 +168,10 @@ nlohmann::json RankCgroup::release() {
   std::istringstream left(cg->read("cgroup.procs"));
   for (pid_t pid = 0; left >> pid;) {
     std::string back = root;
-    // A child of a rank came with it: back to where the rank was.
+    // A child of a rank came with it: back to where the rank was (at spawn: the harness's group).
     const auto it = from.find(pid);
     const std::string rel = it != from.end() ? it->second
-                            : from.empty()   ? std::string()
+                            : from.empty()   ? origin
                                              : from.begin()->second;
     if (!rel.empty() && rel != "/" && fs::exists(root + rel + "/cgroup.procs")) back += rel;
     std::ofstream out(back + "/cgroup.procs");
@@ -177,26 +185,27 @@ nlohmann::json RankCgroup::release() {
 }
 
 RankCgroup::~RankCgroup() {
+  if (at_spawn && cg) node->unplace(rank, cg->procs());  // gone without a release: spawn outside
   stop = true;
   if (watcher.joinable()) watcher.join();
 }
 
-std::unique_ptr<RankCgroup> RankCgroup::make(const std::string& controller, int rank,
-                                             const std::string& run_dir, const std::string& secret,
-                                             const std::string& host,
+std::unique_ptr<RankCgroup> RankCgroup::make(const std::string& controller, int rank, Node& n,
                                              const std::function<void(Cgroup&)>& limit) {
   const bool memory = controller == "memory";
   const std::string root = memory ? memory_cgroup_root() : cpu_cgroup_root();
-  sweep_stale_cgroups(root);
   auto g = std::make_unique<RankCgroup>();
+  g->swept = sweep_stale_cgroups(root);
   g->controller = controller;
   g->rank = rank;
   g->root = root;
-  g->secret = secret;
+  g->secret = n.secret();
+  g->node = &n;
   std::error_code ec;
-  g->rank_dir = fs::weakly_canonical(fmt::format("{}/ranks/rank{}", run_dir, rank), ec).string();
-  g->cg.emplace(root, memory ? "FAULTLINE_CGROUP_ROOT" : "FAULTLINE_CPU_CGROUP_ROOT", run_dir, rank,
-                (memory ? "memory_limit on " : "cpu_quota on ") + host);
+  g->rank_dir =
+      fs::weakly_canonical(fmt::format("{}/ranks/rank{}", n.run_dir(), rank), ec).string();
+  g->cg.emplace(root, memory ? "FAULTLINE_CGROUP_ROOT" : "FAULTLINE_CPU_CGROUP_ROOT", n.run_dir(),
+                rank, (memory ? "memory_limit on " : "cpu_quota on ") + n.host());
   try {
     limit(*g->cg);
   } catch (...) {

@@ -1,8 +1,11 @@
-// One rank's cgroup on a node (a memory_limit's or a cpu_quota's), and the watcher that moves the
-// rank's processes into it as soon as they exist: the rank starts after the group is made, through
-// mpirun's daemon on that host, so nobody else can put it there. A process is the rank's when it
-// works in the rank's directory with RANK=rank and the run's secret (or none). Released, the group
-// gives its processes back to the groups they came from and is removed.
+// One rank's cgroup on a node (a memory_limit's or a cpu_quota's), made by the node's handler on
+// this machine and on an agent's host alike, and how the rank gets into it (place()). On this
+// machine the harness starts the rank, which joins the group before exec (Node::place_at_spawn).
+// On an agent's host the rank starts after the group is made, through mpirun's daemon or srun, so
+// nobody else can put it there: a watcher moves the rank's processes in as soon as they exist. A
+// process is the rank's when it works in the rank's directory with RANK=rank and the run's secret
+// (or none). Released, the group gives its processes back to the groups they came from and is
+// removed.
 #pragma once
 
 #include <sys/types.h>
@@ -20,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/faults/cgroup.hpp"
+#include "harness/faults/on_nodes.hpp"
 
 namespace fl::harness::faults {
 
@@ -28,6 +32,10 @@ struct RankCgroup {
   int rank = 0;
   int64_t bytes = 0;  // memory: the limit
   std::string root, rank_dir, secret;
+  Node* node = nullptr;   // whose group it is
+  int swept = 0;          // stale groups of gone owners removed before it was made
+  bool at_spawn = false;  // the rank joins at spawn (this machine), not moved in by the watcher
+  std::string origin;     // at spawn: the group the rank would have been in (the harness's)
   std::optional<Cgroup> cg;
   std::mutex mu;
   std::map<pid_t, std::string> adopted;  // pid -> the cgroup (of `controller`) it came from
@@ -37,20 +45,22 @@ struct RankCgroup {
   std::thread watcher;
 
   // A new group of `controller` ("memory" or "cpu", under that fault's cgroup root, stale groups
-  // of gone harnesses swept first) for `rank` of the run in `run_dir` on `host`, limited by
-  // `limit` (the group removed again if that throws); its watcher not started yet.
-  static std::unique_ptr<RankCgroup> make(const std::string& controller, int rank,
-                                          const std::string& run_dir, const std::string& secret,
-                                          const std::string& host,
+  // of gone harnesses and agents swept first: `swept`) for `rank` of the run of node `n`, limited
+  // by `limit` (the group removed again if that throws); the rank not placed yet.
+  static std::unique_ptr<RankCgroup> make(const std::string& controller, int rank, Node& n,
                                           const std::function<void(Cgroup&)>& limit);
 
+  // The rank's processes join the group from now on: at spawn where the node starts them, else
+  // through the watcher (start()).
+  void place();
   // Is `pid` a process of rank `rank` of this run?
   bool is_rank(pid_t pid) const;
   // Moves the rank's processes not moved yet; true once any was.
   bool adopt_new();
   void start();  // the watcher
   // The kernel's counters for the group (memory: usage, peak, failcnt, OOM kills; cpu: cpu.stat)
-  // with the pids moved in, which of them are still the rank's, and the errors met.
+  // with how the rank is placed ("at_spawn" or "moved_in"), the pids moved in (none at spawn),
+  // which of them are still the rank's, and the errors met.
   nlohmann::json counters();
   // Stops watching, moves what is left back where it came from, removes the group.
   nlohmann::json release();

@@ -159,6 +159,10 @@ void Sandbox::adjust_rank(int rank, ProcessSpec& spec,
     join_network(env);
   }
   if (mount_holder_ != 0) spec.namespaces.push_back(fmt::format("/proc/{}/ns/mnt", mount_holder_));
+  // The cgroups this machine's node made for the rank (cpu_quota, memory_limit): it starts in them.
+  if (local_) {
+    for (auto& procs : local_->spawn_cgroups(rank)) spec.cgroup_procs.push_back(std::move(procs));
+  }
 }
 
 void Sandbox::adjust_helper(ProcessSpec& spec, std::map<std::string, std::string>& env) const {

@@ -89,7 +89,8 @@ class Sandbox {
 
   // Where ranks reach the store: 127.0.0.1, or node 0's address inside the namespaces.
   std::string master_addr() const;
-  // A rank's process enters its node's network namespace and the mount namespace.
+  // A rank's process enters its node's network namespace and the mount namespace, and the cgroups
+  // this machine's node made for it (Node::place_at_spawn).
   void adjust_rank(int rank, ProcessSpec& spec, std::map<std::string, std::string>& env) const;
   // A helper the ranks must reach over the data-plane network (mpirun, ompi-server).
   void adjust_helper(ProcessSpec& spec, std::map<std::string, std::string>& env) const;

@@ -229,6 +229,27 @@ expect: {oracle: exit_class, exit_class: oom_kill, ranks: [1]}
   EXPECT_EQ(kills[0]["_rank"], 1);
   const std::string cgroup = kills[0]["cgroup"];
   EXPECT_FALSE(fs::exists(cgroup)) << "cgroup left behind";
+  // Host 0's in-process node made the group (its report), the rank joined it at spawn, and the
+  // node reported the kill and removed the group: one fault_healed, as through an agent.
+  EXPECT_EQ(kills[0]["via"], "local");
+  for (auto& e : harness_events(r, "fault_injected")) {
+    if (e["fault"] != "memory_limit") continue;
+    EXPECT_EQ(e["agent"]["cgroup"], cgroup);
+    EXPECT_EQ(e["agent"]["host"], "local");
+    EXPECT_EQ(e["agent"]["placed"], "at_spawn");
+  }
+  auto usage = harness_events(r, "cgroup_memory");
+  ASSERT_EQ(usage.size(), 1u);
+  EXPECT_EQ(usage[0]["oom_kills"], kills[0]["kills"]);
+  EXPECT_EQ(usage[0]["via"], "local");
+  std::vector<nlohmann::json> healed;
+  for (auto& e : harness_events(r, "fault_healed")) {
+    if (e["fault"] == "memory_limit") healed.push_back(e);
+  }
+  ASSERT_EQ(healed.size(), 1u);
+  EXPECT_EQ(healed[0]["removed"], true);
+  // What the rank left running (its MPI singleton's daemon, if still there) went back out first.
+  EXPECT_TRUE(healed[0]["moved_back"].is_number()) << healed[0];
   // A SIGKILL sent by a signal fault is not mistaken for the OOM killer.
   auto k = run(results_dir() + "-kill", R"y(name: killed
 topology: {ranks: 2}
@@ -279,6 +300,7 @@ expect: {oracle: exit_class, exit_class: oom_kill, ranks: [1], absent: )y" +
   }
   ASSERT_EQ(arena.size(), 1u) << kept.proc.output;
   EXPECT_EQ(arena[0]["_rank"], 1);
+  EXPECT_EQ(arena[0]["via"], "local");  // held by host 0's in-process node (the harness)
   EXPECT_FALSE(fs::exists(arena[0]["file"].get<std::string>())) << "arena file left behind";
   // The rank's cgroup never held its device memory (~320 MB in the arena).
   auto usage = harness_events(kept, "cgroup_memory");
@@ -290,6 +312,57 @@ expect: {oracle: exit_class, exit_class: oom_kill, ranks: [1], absent: )y" +
   auto kills = harness_events(offloaded, "oom_kill");
   ASSERT_EQ(kills.size(), 1u) << offloaded.proc.output;
   EXPECT_EQ(kills[0]["_rank"], 1);
+}
+
+// On this machine a CPU quota goes through host 0's in-process node as through a host's agent:
+// the node makes the rank's group, the rank joins it at spawn, the node sets the quota at the
+// step, and when released reports cpu.stat, moves what is left back and removes the group.
+TEST(OutOfProcessFaults, CpuQuotaOnThisMachineGoesThroughHostZerosNode) {
+  if (::access("/sys/fs/cgroup/cpu/cgroup.procs", W_OK) != 0) {
+    GTEST_SKIP() << "no writable cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu";
+  }
+  auto r = run(results_dir(), R"y(name: cpu-quota
+topology: {ranks: 2}
+workload: {steps: 6}
+faults:
+  - {cpu_quota: 0.5, rank: 1, step: 2}
+timeouts: {comm_ms: 30000}
+expect: {oracle: completed}
+)y",
+               "cpu");
+  EXPECT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  EXPECT_EQ(r.outcome, "pass") << r.proc.output;
+  std::vector<nlohmann::json> inj, healed;
+  for (auto& e : harness_events(r, "fault_injected")) {
+    if (e["fault"] == "cpu_quota") inj.push_back(e);
+  }
+  for (auto& e : harness_events(r, "fault_healed")) {
+    if (e["fault"] == "cpu_quota") healed.push_back(e);
+  }
+  ASSERT_EQ(inj.size(), 1u) << r.proc.output;
+  EXPECT_EQ(inj[0]["_rank"], 1);
+  EXPECT_EQ(inj[0]["via"], "local");
+  EXPECT_FALSE(inj[0].contains("host"));
+  const std::string cgroup = inj[0]["cgroup"];
+  EXPECT_EQ(cgroup.rfind("/sys/fs/cgroup/cpu/faultline.", 0), 0u) << cgroup;
+  EXPECT_EQ(inj[0]["agent"]["cgroup"], cgroup);
+  EXPECT_EQ(inj[0]["agent"]["host"], "local");
+  EXPECT_EQ(inj[0]["agent"]["placed"], "at_spawn");
+  EXPECT_EQ(inj[0]["agent"]["quota_us"], 50000);
+  // The kernel ran the rank under the quota: its group had periods (the rank was in it).
+  auto stat = harness_events(r, "cgroup_cpu");
+  ASSERT_EQ(stat.size(), 1u);
+  EXPECT_EQ(stat[0]["_rank"], 1);
+  EXPECT_EQ(stat[0]["via"], "local");
+  EXPECT_EQ(stat[0]["placed"], "at_spawn");
+  EXPECT_GT(stat[0]["nr_periods"].get<int64_t>(), 0) << stat[0];
+  ASSERT_EQ(healed.size(), 1u);
+  EXPECT_EQ(healed[0]["via"], "local");
+  EXPECT_EQ(healed[0]["cgroup"], cgroup);
+  EXPECT_EQ(healed[0]["removed"], true);
+  // What the rank left running (its MPI singleton's daemon, if still there) went back out first.
+  EXPECT_TRUE(healed[0]["moved_back"].is_number()) << healed[0];
+  EXPECT_FALSE(fs::exists(cgroup)) << "cgroup left behind";
 }
 
 TEST(OutOfProcessFaults, TruncatedShardFailsTheResumeAndIsRestoredAfterwards) {
