@@ -70,8 +70,8 @@ GptStage::OpParam GptStage::param(const GroupView& v, const std::string& name) {
     p.p = static_cast<const float*>(v.values) + off;
     return p;
   }
-  p.scratch = Tensor::zeros({static_cast<int64_t>(s.numel())}, DType::kF32, "buffer.params_f32",
-                            acct_);
+  p.scratch =
+      Tensor::zeros({static_cast<int64_t>(s.numel())}, DType::kF32, "buffer.params_f32", acct_);
   ops::decode(static_cast<const char*>(v.values) + off * dtype_size(v.format), v.format,
               p.scratch.f32(), s.numel());
   p.p = p.scratch.f32();

@@ -116,8 +116,10 @@ class GptStage {
   // The format activations are stored in, as a framework's half-precision model keeps them:
   // under fp16/bf16 every op output (embeddings, GEMMs, attention, GELU, residual adds, layer-norm
   // outputs, logits) and every activation and parameter gradient of the backward is rounded to it
-  // as the op writes it, so fp16 overflows to inf above 65504; softmax, layer-norm statistics,
-  // the loss and the sums inside each op stay fp32. fp32 (the default) rounds nothing.
+  // as the op writes it, so fp16 overflows to inf above 65504, and the op outputs kept for the
+  // backward are 16-bit tensors (each op computes in fp32 scratch); softmax, layer-norm
+  // statistics, the loss and the sums inside each op stay fp32. fp32 (the default) rounds
+  // nothing.
   void set_activation_precision(DType t) { act_ = t; }
   DType activation_precision() const { return act_; }
 

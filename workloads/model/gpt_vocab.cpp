@@ -235,16 +235,14 @@ void GptStage::embed_backward(StageActs& a, ParamAccess& pa, Tensor& dx) {
   {
     OpGrad dwte = grad(e, "wte"), dwpe = grad(e, "wpe");
     if (!vocab_split() || a.foreign.empty()) {
-      ops::embedding_backward(dwte.get(), dwpe.get(), dx.f32(), a.tokens_dev.data<int32_t>(), B,
-                              T, C);
+      ops::embedding_backward(dwte.get(), dwpe.get(), dx.f32(), a.tokens_dev.data<int32_t>(), B, T,
+                              C);
     } else {
       // wpe takes every position's gradient; this rank's rows of wte only its own tokens'.
-      ops::embedding_backward(nullptr, dwpe.get(), dx.f32(), a.tokens_dev.data<int32_t>(), B, T,
-                              C);
+      ops::embedding_backward(nullptr, dwpe.get(), dx.f32(), a.tokens_dev.data<int32_t>(), B, T, C);
       Tensor mine = alloc({B * T, C}, "grad.act.embedding");
       ops::copy(mine.f32(), dx.f32(), dx.numel());
-      for (int i : a.foreign)
-        ops::zero(mine.f32() + static_cast<size_t>(i) * C, C * sizeof(float));
+      for (int i : a.foreign) ops::zero(mine.f32() + static_cast<size_t>(i) * C, C * sizeof(float));
       ops::embedding_backward(dwte.get(), nullptr, mine.f32(), a.tokens_dev.data<int32_t>(), B, T,
                               C);
     }

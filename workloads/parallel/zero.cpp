@@ -541,8 +541,8 @@ ZeroEngine::Update ZeroEngine::begin_update(size_t chunk) {
   if (cfg_.offload_optimizer) {
     ops::to_host(host_grads_.f32() + off, g, n * sizeof(float));
     grads32_.release();  // the device's fp32 copy is no longer needed
-    return {host_master_.f32() + off, host_grads_.f32() + off, at(m_, off), at(v_, off), n,
-            Device::cpu()};
+    float* p = host_master_.f32() + off;
+    return {p, host_grads_.f32() + off, at(m_, off), at(v_, off), n, Device::cpu()};
   }
   float* p = cfg_.stage == 0 || partitioned_master() ? master_.f32() : master_.f32() + lo_;
   return {p + off, g, at(m_, off), at(v_, off), n, dev_.device()};

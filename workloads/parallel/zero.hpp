@@ -231,15 +231,15 @@ class ZeroEngine final : public model::ParamAccess {
   Tensor part16_;   // stage 3 in fp16/bf16: the rank's partition, 16-bit
   Tensor grads_;    // full (stages 0-1) or the partition (stages 2-3); 16-bit in fp16/bf16
   Tensor grads32_;  // fp16/bf16: fp32 copy of a chunk of the owned gradients for the step
-  size_t grads32_chunk_ = 0;
-  Tensor m_, v_;    // moments: full (stage 0) or the partition; on the host with offload
+  size_t grads32_chunk_ = 0;  // the chunk grads32_ holds
+  Tensor m_, v_;              // moments: full (stage 0) or the partition; on the host with offload
   Tensor host_master_, host_grads_;   // offload: the partition's fp32 master weights, gradients
   std::map<int, Tensor> params32_;    // fp16/bf16: decoded values of the acquired groups
   std::map<int, Tensor> grads32_of_;  // fp16/bf16: fp32 gradients of a group, from grads()
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;     // group -> bucket
   std::map<int, Tensor> live_;     // stage 3: gathered groups
-  std::map<int, Tensor> pending_;  // stage 2/3: bucket index -> gradients being produced (stored format)
+  std::map<int, Tensor> pending_;  // stage 2/3: bucket index -> its gradients (stored format)
 };
 
 }  // namespace fl::parallel

@@ -252,9 +252,9 @@ void Trainer::apply_update(const StepMetrics& m, float scale) {
       // Once per step; under fp16/bf16 with more than one chunk its data is the first chunk.
       std::optional<ops::HostStage> staged;  // a plan that corrupts the gradients acts on host data
       auto verdict = FAULTLINE_FAULT_POINT(
-          "optimizer.step", (fault::SiteContext{step_, "", "optimizer.step", -1,
-                                                staged.emplace(owned.data, n).host(), n,
-                                                DType::kF32, -1}));
+          "optimizer.step",
+          (fault::SiteContext{step_, "", "optimizer.step", -1, staged.emplace(owned.data, n).host(),
+                              n, DType::kF32, -1}));
       staged.reset();
       if (verdict == fault::Verdict::kSkip) return;
     }
