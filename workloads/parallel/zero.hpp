@@ -22,11 +22,11 @@
 // model decodes one op's parameters at a time (acquire_stored, stored) into fp32 scratch and
 // accumulates one op's gradients at a time in fp32 scratch encoded back (grads_stored); acquire()
 // and grads() still decode a whole group (buffer.params_f32, buffer.grads_f32) for callers that
-// want fp32 groups. The optimizer reads an fp32 copy of the
-// gradients it updates (buffer.grads_f32: all at stage 0, the partition from stage 1 on) for the
-// step only; initial weights are built in fp32 one allgather bucket at a time. These are transient
-// buffers, not model states; the values are the 16-bit ones, so the arithmetic is that of fp32 math
-// on rounded operands. With offload the fp32 master weights exist only on the host.
+// want fp32 groups. The optimizer reads an fp32 copy of the gradients it updates one reduce
+// bucket at a time (buffer.grads_f32: of all of them at stage 0, of the partition from stage 1
+// on); initial weights are built in fp32 one allgather bucket at a time. These are transient
+// buffers, not model states; the values are the 16-bit ones, so the arithmetic is that of fp32
+// math on rounded operands. With offload the fp32 master weights exist only on the host.
 //
 // Allocation names carry the memory categories (kernels/memory.hpp): params.*, grads.*,
 // optimizer.*, gather.* and buffer.*.
