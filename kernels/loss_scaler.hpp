@@ -26,7 +26,9 @@ struct LossScalerConfig {
   float backoff_factor = 0.5f;
   int growth_interval = 1000;
   float min_scale = 1.0f;
-  int hysteresis = 1;  // overflows tolerated before the scale is lowered (DeepSpeed's knob)
+  // Overflows tolerated before the scale is lowered: DeepSpeed's `hysteresis` (its
+  // DynamicLossScaler's delayed_shift), 2 by default there (FP16_HYSTERESIS_DEFAULT).
+  int hysteresis = 2;
   bool consecutive_hysteresis = false;   // restore the hysteresis after every clean step
   bool raise_error_at_min_scale = true;  // false: keep skipping at the minimum scale
 };

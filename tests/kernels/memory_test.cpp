@@ -115,6 +115,19 @@ TEST(LossScaler, HysteresisToleratesOverflowsBeforeLowering) {
   EXPECT_EQ(s.scale(), 2);
 }
 
+// DeepSpeed's default (fp16.hysteresis 2): the first overflow only skips the step, the second
+// halves the scale.
+TEST(LossScaler, ByDefaultOneOverflowIsToleratedAndTheSecondHalvesTheScale) {
+  LossScaler s;
+  EXPECT_EQ(s.config().hysteresis, 2);
+  EXPECT_FALSE(s.update(true, 0));
+  EXPECT_EQ(s.scale(), 65536);
+  EXPECT_EQ(s.hysteresis_left(), 1);
+  EXPECT_FALSE(s.update(true, 1));
+  EXPECT_EQ(s.scale(), 32768);
+  EXPECT_EQ(s.skipped_steps(), 2);
+}
+
 TEST(LossScaler, ConsecutiveHysteresisIsRestoredByEveryCleanStep) {
   LossScaler s({.initial_scale = 8,
                 .growth_interval = 100,

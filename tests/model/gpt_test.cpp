@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/dtype.hpp"
+#include "kernels/ops.hpp"
 #include "workloads/model/gpt.hpp"
 
 namespace fl::model {
@@ -238,6 +239,13 @@ struct PrecisionRun {
   bool stored_in_precision = true;  // every kept activation is a value of the format
 };
 
+// A tensor's values in fp32 (decoded from 16 bits).
+std::vector<float> values(const Tensor& t) {
+  std::vector<float> v(t.numel());
+  convert_to_f32(t.raw(), t.dtype(), v.data(), v.size());
+  return v;
+}
+
 PrecisionRun run_at(DType precision, float emb_scale) {
   auto cfg = micro();
   ParamLayout layout(cfg, 1, 0, 1, 0);
@@ -257,9 +265,10 @@ PrecisionRun run_at(DType precision, float emb_scale) {
   PrecisionRun r;
   r.loss = acts->loss;
   for (float g : grads) r.grads_finite = r.grads_finite && std::isfinite(g);
+  // A kept activation: 16-bit under fp16/bf16 (2 bytes per element), fp32 otherwise.
   auto in_format = [&](const Tensor& t) {
-    for (size_t i = 0; i < t.numel(); ++i) {
-      const float v = t.f32()[i];
+    if (t.dtype() != precision) return false;
+    for (float v : values(t)) {
       const float back = precision == DType::kF16    ? half_to_float(float_to_half(v))
                          : precision == DType::kBF16 ? bf16_to_float(float_to_bf16(v))
                                                      : v;
@@ -267,9 +276,7 @@ PrecisionRun run_at(DType precision, float emb_scale) {
     }
     return true;
   };
-  for (size_t i = 0; i < acts->input.numel(); ++i) {
-    r.input_finite = r.input_finite && std::isfinite(acts->input.f32()[i]);
-  }
+  for (float v : values(acts->input)) r.input_finite = r.input_finite && std::isfinite(v);
   r.stored_in_precision = in_format(acts->input) && in_format(acts->lnf);
   for (const auto& L : acts->layers) {
     for (const Tensor* t : {&L.ln1, &L.qkv, &L.att, &L.atty, &L.attproj, &L.res2, &L.ln2, &L.fch,
@@ -308,6 +315,105 @@ TEST(GptPrecision, Fp16ActivationsOverflowWhereBf16KeepsTheRange) {
   EXPECT_TRUE(b16.grads_finite);
   EXPECT_TRUE(std::isfinite(f32.loss));
   EXPECT_TRUE(f32.grads_finite);
+}
+
+// The activations a forward keeps for the backward, in bytes: 16-bit ones at 2 bytes per element
+// under fp16/bf16 (every op output), fp32 layer-norm statistics, softmax probabilities and losses,
+// int32 token ids and targets.
+size_t kept_activation_bytes(const GptConfig& c, const ParamLayout& l, int B, int T, size_t es) {
+  const size_t N = static_cast<size_t>(B) * T, C = static_cast<size_t>(c.d_model);
+  const size_t att = static_cast<size_t>(B) * c.heads * T * T;
+  const size_t per_layer = (18 * N * C + att) * es + 4 * N * 4;
+  const size_t head = N * C * es + 2 * N * 4 + N * static_cast<size_t>(l.local_vocab()) * 4 + N * 4;
+  return N * C * es + c.layers * per_layer + head + 2 * N * 4;
+}
+
+TEST(GptPrecision, SixteenBitActivationsAreKeptAndCountedInTwoBytes) {
+  auto cfg = micro();
+  ParamLayout layout(cfg, 1, 0, 1, 0);
+  std::vector<float> params(layout.total());
+  layout.initialize(params.data(), cfg.seed);
+  const int B = 2, T = 4;
+  auto data = batch(cfg, B, T);
+  for (DType precision : {DType::kF32, DType::kF16, DType::kBF16}) {
+    MemoryAccountant acct;
+    GptStage stage(cfg, layout, nullptr, acct);
+    stage.set_activation_precision(precision);
+    auto acts =
+        stage.forward(params.data(), data.tokens.data(), nullptr, data.targets.data(), B, T);
+    EXPECT_EQ(acct.current(MemCategory::kActivations),
+              kept_activation_bytes(cfg, layout, B, T, dtype_size(precision)))
+        << dtype_name(precision);
+    EXPECT_EQ(acts->layers[0].fch.bytes(),
+              static_cast<size_t>(B) * T * 4 * cfg.d_model * dtype_size(precision));
+    // The fp32 scratch the ops computed in is gone once the forward returns.
+    EXPECT_EQ(acct.current(MemCategory::kBuffers), 0u) << dtype_name(precision);
+  }
+}
+
+// A ZeRO engine's view under bf16: every group's values and gradients held in 16 bits.
+class Bf16Params : public ParamAccess {
+ public:
+  Bf16Params(const ParamLayout& l, const std::vector<float>& flat) : layout_(l) {
+    for (auto& g : l.groups()) {
+      values_.emplace_back(g.numel());
+      grads_.emplace_back(g.numel(), 0);
+      convert_from_f32(flat.data() + g.lo, values_.back().data(), DType::kBF16, g.numel());
+    }
+  }
+  DType stored() const override { return DType::kBF16; }
+  const void* acquire_stored(int g, bool) override {
+    return values_[static_cast<size_t>(g)].data();
+  }
+  void* grads_stored(int g) override { return grads_[static_cast<size_t>(g)].data(); }
+  const float* acquire(int, bool) override {
+    ADD_FAILURE() << "a 16-bit group was asked for in fp32 as a whole";
+    return nullptr;
+  }
+  float* grads(int) override {
+    ADD_FAILURE() << "a 16-bit group's gradients were asked for in fp32 as a whole";
+    return nullptr;
+  }
+  std::vector<float> flat_grads() const {
+    std::vector<float> out(layout_.total());
+    for (size_t g = 0; g < grads_.size(); ++g) {
+      convert_to_f32(grads_[g].data(), DType::kBF16, out.data() + layout_.groups()[g].lo,
+                     grads_[g].size());
+    }
+    return out;
+  }
+
+ private:
+  const ParamLayout& layout_;
+  std::vector<std::vector<uint16_t>> values_, grads_;
+};
+
+// A 16-bit group is read one op's parameters at a time (fp32 scratch of one weight, never a whole
+// block decoded) and its gradients accumulated one op at a time, with the results of fp32 groups
+// holding the same 16-bit values: the loss and every gradient bit for bit.
+TEST(GptPrecision, SixteenBitGroupsAreDecodedOneOpAtATimeWithTheSameResults) {
+  auto cfg = micro();
+  ParamLayout layout(cfg, 1, 0, 1, 0);
+  std::vector<float> params(layout.total()), grads(layout.total(), 0.0f);
+  layout.initialize(params.data(), cfg.seed);
+  ops::round_to_precision(params.data(), params.size(), DType::kBF16);
+  const int B = 2, T = 4;
+  auto data = batch(cfg, B, T);
+  MemoryAccountant flat_acct, acct;
+  GptStage flat(cfg, layout, nullptr, flat_acct), stage(cfg, layout, nullptr, acct);
+  flat.set_activation_precision(DType::kBF16);
+  stage.set_activation_precision(DType::kBF16);
+  auto fa = flat.forward(params.data(), data.tokens.data(), nullptr, data.targets.data(), B, T);
+  flat.backward(*fa, params.data(), grads.data(), 1024.0f, nullptr, nullptr);
+  Bf16Params p16(layout, params);
+  auto a = stage.forward(p16, data.tokens.data(), nullptr, data.targets.data(), B, T);
+  stage.backward(*a, p16, 1024.0f, nullptr, nullptr);
+  EXPECT_EQ(a->loss, fa->loss);
+  EXPECT_EQ(p16.flat_grads(), grads);
+  // The largest parameter is the MLP's 4C x C; a block holds 12C² + 13C.
+  const size_t C = static_cast<size_t>(cfg.d_model), block = 12 * C * C + 13 * C;
+  EXPECT_LT(acct.peak(MemCategory::kBuffers), 4 * block);
+  EXPECT_GE(acct.peak(MemCategory::kBuffers), 4 * 4 * C * C);
 }
 
 }  // namespace

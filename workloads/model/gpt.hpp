@@ -19,6 +19,10 @@
 
 namespace fl::model {
 
+// Under fp16/bf16 the activations kept for the backward are 16-bit tensors (2 bytes per element,
+// as a half-precision model keeps them); layer-norm statistics, the softmax probabilities and the
+// per-token losses stay fp32 (as autocast keeps them). The stage's output on a stage without the
+// head stays fp32 (it is what the pipeline sends).
 struct LayerActs {
   Tensor ln1, ln1_mean, ln1_rstd, qkv, att, atty, attproj, res2;
   Tensor ln2, ln2_mean, ln2_rstd, fch, fch_gelu, fcproj, res3;
@@ -61,6 +65,13 @@ class ParamAccess {
   virtual float* grads(int g) = 0;
   // Group g's backward of this micro-batch has finished writing grads(g).
   virtual void grads_done(int g) { (void)g; }
+  // The format group values and gradients are held in. fp32: acquire_stored and grads_stored are
+  // acquire and grads. 16-bit (a ZeRO engine under fp16/bf16): the stage decodes one op's
+  // parameters at a time from acquire_stored's values into fp32 scratch, and accumulates one op's
+  // gradients at a time in fp32 scratch encoded back into grads_stored's (never a whole group).
+  virtual DType stored() const { return DType::kF32; }
+  virtual const void* acquire_stored(int g, bool backward) { return acquire(g, backward); }
+  virtual void* grads_stored(int g) { return grads(g); }
 };
 
 // Values and gradients in one flat buffer each.
@@ -105,12 +116,21 @@ class GptStage {
   // The format activations are stored in, as a framework's half-precision model keeps them:
   // under fp16/bf16 every op output (embeddings, GEMMs, attention, GELU, residual adds, layer-norm
   // outputs, logits) and every activation and parameter gradient of the backward is rounded to it
-  // as the op writes it, so fp16 overflows to inf above 65504; softmax, layer-norm statistics,
-  // the loss and the sums inside each op stay fp32. fp32 (the default) rounds nothing.
+  // as the op writes it, so fp16 overflows to inf above 65504, and the op outputs kept for the
+  // backward are 16-bit tensors (each op computes in fp32 scratch); softmax, layer-norm
+  // statistics, the loss and the sums inside each op stay fp32. fp32 (the default) rounds
+  // nothing.
   void set_activation_precision(DType t) { act_ = t; }
   DType activation_precision() const { return act_; }
 
  private:
+  // One group's values (and in the backward its gradients) as the ParamAccess holds them.
+  struct GroupView {
+    const void* values = nullptr;
+    void* grads = nullptr;
+    DType format = DType::kF32;
+    size_t base = 0;  // the group's first element of the flat layout
+  };
   Tensor alloc(std::vector<int64_t> shape, const std::string& what);
   // An int32 tensor on the stage's device holding `n` host values.
   Tensor upload(const int32_t* host, int n, const std::string& what);
@@ -118,14 +138,14 @@ class GptStage {
   // Whether wte and the head are split by vocabulary rows over more than one TP rank.
   bool vocab_split() const { return layout_.local_vocab() != layout_.vocab_rows(); }
   // The embedding's forward into a.input and its backward from the residual gradient dx.
-  void embed_forward(StageActs& a, ParamAccess& pa, const int32_t* tokens);
+  void embed_forward(StageActs& a, ParamAccess& pa, const int32_t* tokens, Tensor& out);
   void embed_backward(StageActs& a, ParamAccess& pa, Tensor& dx);
   // The head: final layer norm, the LM head's logits (this rank's slice, or gathered), the loss.
-  void head_forward(StageActs& a, ParamAccess& pa, const float* x, const int32_t* targets);
-  // The values of the head's weight and where its gradients go, from group hg's buffers (or the
-  // embedding group's under tied embeddings); release_head_weight after.
-  const float* head_weight(ParamAccess& pa, const float* head_params, bool backward);
-  float* head_weight_grad(ParamAccess& pa, float* head_grads);
+  void head_forward(StageActs& a, ParamAccess& pa, const Tensor& x, const int32_t* targets);
+  // The group holding the head's weight (the head group `head`, or the embedding group under tied
+  // embeddings: acquired here, released by release_head_weight) and the weight's name there.
+  GroupView head_weight_group(ParamAccess& pa, const GroupView& head, bool backward);
+  const std::string& head_weight_name() const;
   void release_head_weight(ParamAccess& pa, bool backward);
   // Megatron's _VocabParallelCrossEntropy over the sharded logits in a.probs: the row maximum,
   // the sum of exponentials and the target's logit all-reduced over TP; a.probs becomes this
@@ -137,13 +157,57 @@ class GptStage {
   // this rank's columns of a full [N, V] gradient back out.
   Tensor gather_logits(const Tensor& local, int N);
   void take_local_columns(const Tensor& full, Tensor& local, int N);
-  // One block's forward from input x, filling L.
-  void block_forward(LayerActs& L, const float* x, const BlockParams& w, int l, int B, int T);
+  GroupView group(ParamAccess& pa, int g, bool backward);
+  // One op's parameter in fp32: a pointer into an fp32 group, or scratch decoded from a 16-bit
+  // group (freed with the OpParam).
+  struct OpParam {
+    const float* p = nullptr;
+    Tensor scratch;
+  };
+  OpParam param(const GroupView& v, const std::string& name);
+  // Where one op accumulates a parameter's gradients: into an fp32 group, or fp32 scratch decoded
+  // from a 16-bit group's gradients and encoded back (rounded to the format) when it is destroyed.
+  class OpGrad {
+   public:
+    explicit OpGrad(float* direct) : p_(direct) {}
+    OpGrad(Tensor scratch, void* dst, DType format);
+    OpGrad(OpGrad&& o) noexcept;
+    OpGrad(const OpGrad&) = delete;
+    OpGrad& operator=(const OpGrad&) = delete;
+    OpGrad& operator=(OpGrad&&) = delete;
+    ~OpGrad();
+    float* get() const { return p_; }
+
+   private:
+    float* p_ = nullptr;
+    Tensor scratch_;
+    void* dst_ = nullptr;
+    DType format_ = DType::kF32;
+  };
+  OpGrad grad(const GroupView& v, const std::string& name);
+  // ops::linear_backward of the op whose weight (and bias, unless empty) are named: the weight's
+  // and bias' gradients accumulate through grad(), the input gradient into dinp.
+  void linear_backward(const GroupView& w, const std::string& weight, const std::string& bias,
+                       float* dinp, const float* dout, const float* inp, int N, int C, int OC);
+  // An op's output in fp32: the kept activation itself under fp32 (named `what`), fp32 scratch
+  // under fp16/bf16; keep() turns it into what the backward keeps (rounded to the format: the
+  // tensor itself, or a 16-bit copy named `what` unless `as_f32`); f32() reads a kept one back.
+  Tensor out(std::vector<int64_t> shape, const std::string& what);
+  Tensor keep(Tensor t, const std::string& what, bool as_f32 = false);
+  Tensor f32(const Tensor& kept);
+  // One block's forward from input x (a kept activation), filling L.
+  void block_forward(LayerActs& L, const Tensor& x, const GroupView& w, int l, int B, int T);
+  // Its second half: from L.res2 through the MLP to L.res3.
+  void block_mlp_forward(LayerActs& L, const GroupView& w, int l, int B, int T);
   // The backward of the head (final layer norm, LM head, loss) into the residual gradient `dx`.
   void head_backward(StageActs& a, ParamAccess& pa, float dloss, Tensor& dx);
   // The backward of the stage's li-th block: takes `dx` from the block's output to its input
   // and accumulates the block's parameter gradients (recomputing its activations if dropped).
   void block_backward(StageActs& a, ParamAccess& pa, int li, Tensor& dx);
+  // Its halves: the MLP (dx from res3 to res2), the attention (dx from res2 to the input x).
+  void block_mlp_backward(StageActs& a, LayerActs& L, const GroupView& w, int l, Tensor& dx);
+  void block_attention_backward(StageActs& a, LayerActs& L, const Tensor& x, const GroupView& w,
+                                int l, Tensor& dx);
   int block_group(int li) const { return (layout_.has_embedding() ? 1 : 0) + li; }
   int head_group() const { return static_cast<int>(layout_.groups().size()) - 1; }
   // Rounds an op's output to the activation precision (nothing under fp32).

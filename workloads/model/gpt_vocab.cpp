@@ -10,7 +10,7 @@
 
 namespace fl::model {
 
-void GptStage::embed_forward(StageActs& a, ParamAccess& pa, const int32_t* tokens) {
+void GptStage::embed_forward(StageActs& a, ParamAccess& pa, const int32_t* tokens, Tensor& out) {
   const int B = a.B, T = a.T, C = cfg_.d_model, N = B * T;
   const int64_t V = layout_.vocab_rows(), lo = layout_.vocab_begin(), n = layout_.local_vocab();
   a.tokens.assign(tokens, tokens + N);
@@ -28,54 +28,58 @@ void GptStage::embed_forward(StageActs& a, ParamAccess& pa, const int32_t* token
     }
   }
   a.tokens_dev = upload(local.data(), N, "act.tokens");
-  auto* P = const_cast<float*>(pa.acquire(0, false));
-  ops::embedding_forward(a.input.f32(), a.tokens_dev.data<int32_t>(), layout_.find(P, "wte", 0),
-                         layout_.find(P, "wpe", 0), B, T, C);
+  {
+    const GroupView w = group(pa, 0, false);
+    OpParam wte = param(w, "wte"), wpe = param(w, "wpe");
+    ops::embedding_forward(out.f32(), a.tokens_dev.data<int32_t>(), wte.p, wpe.p, B, T, C);
+  }
   pa.release(0, false);
   if (vocab_split()) {
     // The owner's row carries wte + wpe, the others zero: the sum over TP is the embedding.
-    for (int i : a.foreign)
-      ops::zero(a.input.f32() + static_cast<size_t>(i) * C, C * sizeof(float));
-    tp_all_reduce(a.input.f32(), static_cast<size_t>(N) * C);
+    for (int i : a.foreign) ops::zero(out.f32() + static_cast<size_t>(i) * C, C * sizeof(float));
+    tp_all_reduce(out.f32(), static_cast<size_t>(N) * C);
   }
-  rnd(a.input);
 }
 
-const float* GptStage::head_weight(ParamAccess& pa, const float* head_params, bool backward) {
-  if (layout_.head_reads_embedding())
-    return layout_.find(const_cast<float*>(pa.acquire(0, backward)), "wte", 0);
-  const size_t base = layout_.groups()[static_cast<size_t>(head_group())].lo;
-  return layout_.find(const_cast<float*>(head_params), layout_.head_weight(), base);
+GptStage::GroupView GptStage::head_weight_group(ParamAccess& pa, const GroupView& head,
+                                                bool backward) {
+  return layout_.head_reads_embedding() ? group(pa, 0, backward) : head;
 }
 
-float* GptStage::head_weight_grad(ParamAccess& pa, float* head_grads) {
-  if (layout_.head_reads_embedding()) return layout_.find(pa.grads(0), "wte", 0);
-  const size_t base = layout_.groups()[static_cast<size_t>(head_group())].lo;
-  return layout_.find(head_grads, layout_.head_weight(), base);
+const std::string& GptStage::head_weight_name() const {
+  static const std::string wte = "wte";
+  return layout_.head_reads_embedding() ? wte : layout_.head_weight();
 }
 
 void GptStage::release_head_weight(ParamAccess& pa, bool backward) {
   if (layout_.head_reads_embedding()) pa.release(0, backward);
 }
 
-void GptStage::head_forward(StageActs& a, ParamAccess& pa, const float* x, const int32_t* targets) {
+void GptStage::head_forward(StageActs& a, ParamAccess& pa, const Tensor& x_kept,
+                            const int32_t* targets) {
   const int C = cfg_.d_model, N = a.B * a.T;
   const int V = static_cast<int>(layout_.vocab_rows()),
             Vl = static_cast<int>(layout_.local_vocab());
   a.targets.assign(targets, targets + N);
   a.targets_dev = upload(targets, N, "act.targets");
-  a.lnf = alloc({N, C}, "act.lnf");
   a.lnf_mean = alloc({N}, "act.lnf.mean");
   a.lnf_rstd = alloc({N}, "act.lnf.rstd");
-  const size_t base = layout_.groups()[static_cast<size_t>(head_group())].lo;
-  auto* P = const_cast<float*>(pa.acquire(head_group(), false));
-  ops::layernorm_forward(a.lnf.f32(), a.lnf_mean.f32(), a.lnf_rstd.f32(), x,
-                         layout_.find(P, "lnf.weight", base), layout_.find(P, "lnf.bias", base), N,
-                         C);
-  rnd(a.lnf);
+  const GroupView h = group(pa, head_group(), false);
+  {
+    Tensor x = f32(x_kept), y = out({N, C}, "act.lnf");
+    OpParam g = param(h, "lnf.weight"), b = param(h, "lnf.bias");
+    ops::layernorm_forward(y.f32(), a.lnf_mean.f32(), a.lnf_rstd.f32(), x.f32(), g.p, b.p, N, C);
+    a.lnf = keep(std::move(y), "act.lnf");
+  }
+  // The logits, rounded to the activation format; softmax and the loss run in fp32 and the
+  // probabilities they keep for the backward are fp32 (autocast runs cross entropy in fp32).
   a.probs = alloc({N, Vl}, "act.logits");
-  ops::linear_forward(a.probs.f32(), a.lnf.f32(), head_weight(pa, P, false), nullptr, N, C, Vl);
-  rnd(a.probs);  // the logits, in the activation format; softmax and loss run in fp32
+  {
+    Tensor x = f32(a.lnf);
+    OpParam m = param(head_weight_group(pa, h, false), head_weight_name());
+    ops::linear_forward(a.probs.f32(), x.f32(), m.p, nullptr, N, C, Vl);
+  }
+  rnd(a.probs);
   release_head_weight(pa, false);
   pa.release(head_group(), false);
   a.losses = alloc({N}, "act.losses");
@@ -181,9 +185,7 @@ void GptStage::head_backward(StageActs& a, ParamAccess& pa, float dloss, Tensor&
   const int V = static_cast<int>(layout_.vocab_rows()),
             Vl = static_cast<int>(layout_.local_vocab());
   const int hg = head_group();
-  const size_t base = layout_.groups()[static_cast<size_t>(hg)].lo;
-  auto* P = const_cast<float*>(pa.acquire(hg, true));
-  float* grads = pa.grads(hg);
+  const GroupView h = group(pa, hg, true);
   Tensor dlogits = alloc({N, Vl}, "grad.act.logits");
   const float per_token = a.valid_targets ? dloss / static_cast<float>(a.valid_targets) : 0.0f;
   if (a.sharded_probs) {
@@ -199,41 +201,56 @@ void GptStage::head_backward(StageActs& a, ParamAccess& pa, float dloss, Tensor&
   }
   rnd(dlogits);
   Tensor dlnf = alloc({N, C}, "grad.act.lnf");
-  ops::linear_backward(dlnf.f32(), head_weight_grad(pa, grads), nullptr, dlogits.f32(), a.lnf.f32(),
-                       head_weight(pa, P, true), N, C, Vl);
+  {
+    const GroupView hw = head_weight_group(pa, h, true);
+    Tensor x = f32(a.lnf);
+    linear_backward(hw, head_weight_name(), "", dlnf.f32(), dlogits.f32(), x.f32(), N, C, Vl);
+  }
   release_head_weight(pa, true);
   // The column-parallel head's input gradient is a partial sum over the vocabulary slices.
   if (vocab_split()) tp_all_reduce(dlnf.f32(), static_cast<size_t>(N) * C);
   rnd(dlnf);
-  const float* x_last = a.output();
-  ops::layernorm_backward(dx.f32(), layout_.find(grads, "lnf.weight", base),
-                          layout_.find(grads, "lnf.bias", base), dlnf.f32(), x_last,
-                          layout_.find(P, "lnf.weight", base), a.lnf_mean.f32(), a.lnf_rstd.f32(),
-                          N, C);
+  {
+    Tensor x = f32(a.layers.empty() ? a.input : a.layers.back().res3);
+    OpParam g = param(h, "lnf.weight");
+    OpGrad gg = grad(h, "lnf.weight"), gb = grad(h, "lnf.bias");
+    ops::layernorm_backward(dx.f32(), gg.get(), gb.get(), dlnf.f32(), x.f32(), g.p,
+                            a.lnf_mean.f32(), a.lnf_rstd.f32(), N, C);
+  }
   rnd(dx);
-  round_grads(grads, "lm_head.", base);
-  round_grads(grads, "lnf.", base);
+  if (h.format == DType::kF32) {
+    round_grads(static_cast<float*>(h.grads), "lm_head.", h.base);
+    round_grads(static_cast<float*>(h.grads), "lnf.", h.base);
+  }
   pa.release(hg, true);
   pa.grads_done(hg);
 }
 
 void GptStage::embed_backward(StageActs& a, ParamAccess& pa, Tensor& dx) {
   const int B = a.B, T = a.T, C = cfg_.d_model;
-  float* grads = pa.grads(0);
-  float* dwte = layout_.find(grads, "wte", 0);
-  float* dwpe = layout_.find(grads, "wpe", 0);
-  if (!vocab_split() || a.foreign.empty()) {
-    ops::embedding_backward(dwte, dwpe, dx.f32(), a.tokens_dev.data<int32_t>(), B, T, C);
-  } else {
-    // wpe takes every position's gradient; this rank's rows of wte only its own tokens'.
-    ops::embedding_backward(nullptr, dwpe, dx.f32(), a.tokens_dev.data<int32_t>(), B, T, C);
-    Tensor mine = alloc({B * T, C}, "grad.act.embedding");
-    ops::copy(mine.f32(), dx.f32(), dx.numel());
-    for (int i : a.foreign) ops::zero(mine.f32() + static_cast<size_t>(i) * C, C * sizeof(float));
-    ops::embedding_backward(dwte, nullptr, mine.f32(), a.tokens_dev.data<int32_t>(), B, T, C);
+  // The embedding's backward reads no weights: its group's gradients only.
+  GroupView e;
+  e.format = pa.stored();
+  e.grads = pa.grads_stored(0);
+  {
+    OpGrad dwte = grad(e, "wte"), dwpe = grad(e, "wpe");
+    if (!vocab_split() || a.foreign.empty()) {
+      ops::embedding_backward(dwte.get(), dwpe.get(), dx.f32(), a.tokens_dev.data<int32_t>(), B, T,
+                              C);
+    } else {
+      // wpe takes every position's gradient; this rank's rows of wte only its own tokens'.
+      ops::embedding_backward(nullptr, dwpe.get(), dx.f32(), a.tokens_dev.data<int32_t>(), B, T, C);
+      Tensor mine = alloc({B * T, C}, "grad.act.embedding");
+      ops::copy(mine.f32(), dx.f32(), dx.numel());
+      for (int i : a.foreign) ops::zero(mine.f32() + static_cast<size_t>(i) * C, C * sizeof(float));
+      ops::embedding_backward(dwte.get(), nullptr, mine.f32(), a.tokens_dev.data<int32_t>(), B, T,
+                              C);
+    }
   }
-  round_grads(grads, "wte", 0);
-  round_grads(grads, "wpe", 0);
+  if (e.format == DType::kF32) {
+    round_grads(static_cast<float*>(e.grads), "wte", 0);
+    round_grads(static_cast<float*>(e.grads), "wpe", 0);
+  }
   pa.grads_done(0);
 }
 

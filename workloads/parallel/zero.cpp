@@ -267,6 +267,22 @@ void ZeroEngine::restored() {
   drop_gathered();
 }
 
+size_t ZeroEngine::largest_bucket_bytes() const {
+  size_t most = 0;
+  if (cfg_.stage >= 2) {
+    for (const Bucket& b : buckets_) most = std::max(most, b.hi - b.lo);
+  }
+  return most * store_bytes();
+}
+
+size_t ZeroEngine::largest_gather_bytes() const {
+  size_t most = 0;
+  if (cfg_.stage == 3) {
+    for (const auto& g : layout_.groups()) most = std::max(most, g.numel());
+  }
+  return most * store_bytes();
+}
+
 size_t ZeroEngine::gathered_bytes() const {
   size_t b = 0;
   for (const auto& [g, t] : live_) b += t.bytes();
@@ -319,15 +335,20 @@ const float* ZeroEngine::decoded(int g, const void* src16) {
   return it->second.f32();
 }
 
-const float* ZeroEngine::acquire(int g, bool backward) {
+const void* ZeroEngine::acquire_stored(int g, bool backward) {
   const model::ParamGroup& grp = layout_.groups()[static_cast<size_t>(g)];
   if (cfg_.stage < 3) {
     if (!mixed_) return master_.f32() + grp.lo;
-    return decoded(g, static_cast<const char*>(compute_.raw()) + grp.lo * store_bytes());
+    return static_cast<const char*>(compute_.raw()) + grp.lo * store_bytes();
   }
   if (!live_.count(g)) gather(g);
   if (cfg_.prefetch_bytes > 0) prefetch_after(g, backward);
-  return mixed_ ? decoded(g, live_.at(g).raw()) : live_.at(g).f32();
+  return live_.at(g).raw();
+}
+
+const float* ZeroEngine::acquire(int g, bool backward) {
+  const void* values = acquire_stored(g, backward);
+  return mixed_ ? decoded(g, values) : static_cast<const float*>(values);
 }
 
 void ZeroEngine::release(int g, bool) {
@@ -344,82 +365,82 @@ void ZeroEngine::drop_gathered() {
   params32_.clear();
 }
 
-float* ZeroEngine::grads(int g) {
+void* ZeroEngine::grads_stored(int g) {
   const model::ParamGroup& grp = layout_.groups()[static_cast<size_t>(g)];
-  if (cfg_.stage < 2) {
-    if (!mixed_) return grads_.f32() + grp.lo;
-    // The group's 16-bit gradients decoded for the backward to accumulate into.
-    auto it = grads32_of_.find(g);
-    if (it == grads32_of_.end()) {
-      Tensor t = alloc(grp.numel(), "buffer.grads_f32", dev_);
-      ops::decode(static_cast<const char*>(grads_.raw()) + grp.lo * store_bytes(), cfg_.precision,
-                  t.f32(), grp.numel());
-      it = grads32_of_.emplace(g, std::move(t)).first;
-    }
-    return it->second.f32();
-  }
+  if (cfg_.stage < 2) return static_cast<char*>(grads_.raw()) + grp.lo * store_bytes();
   const int b = bucket_of_[static_cast<size_t>(g)];
+  const Bucket& bk = buckets_[static_cast<size_t>(b)];
   auto it = pending_.find(b);
   if (it == pending_.end()) {
-    const Bucket& bk = buckets_[static_cast<size_t>(b)];
-    it = pending_.emplace(b, alloc(bk.hi - bk.lo, "buffer.grad_bucket", dev_)).first;
+    it = pending_.emplace(b, alloc(bk.hi - bk.lo, "buffer.grad_bucket", dev_, store())).first;
   }
-  return it->second.f32() + (grp.lo - buckets_[static_cast<size_t>(b)].lo);
+  return static_cast<char*>(it->second.raw()) + (grp.lo - bk.lo) * store_bytes();
+}
+
+float* ZeroEngine::grads(int g) {
+  void* stored = grads_stored(g);
+  if (!mixed_) return static_cast<float*>(stored);
+  // The group's 16-bit gradients decoded for the backward to accumulate into.
+  auto it = grads32_of_.find(g);
+  if (it == grads32_of_.end()) {
+    const size_t n = layout_.groups()[static_cast<size_t>(g)].numel();
+    Tensor t = alloc(n, "buffer.grads_f32", dev_);
+    ops::decode(stored, cfg_.precision, t.f32(), n);
+    it = grads32_of_.emplace(g, std::move(t)).first;
+  }
+  return it->second.f32();
 }
 
 void ZeroEngine::grads_done(int g) {
-  if (cfg_.stage < 2) {
-    auto it = grads32_of_.find(g);
-    if (it == grads32_of_.end()) return;
+  auto it = grads32_of_.find(g);
+  if (it != grads32_of_.end()) {
     // The backward rounded them to the precision: storing them in 16 bits loses nothing.
-    const model::ParamGroup& grp = layout_.groups()[static_cast<size_t>(g)];
-    ops::encode(it->second.f32(), static_cast<char*>(grads_.raw()) + grp.lo * store_bytes(),
-                cfg_.precision, grp.numel());
+    ops::encode(it->second.f32(), grads_stored(g), cfg_.precision, it->second.numel());
     grads32_of_.erase(it);
-    return;
   }
+  if (cfg_.stage < 2) return;
   const int b = bucket_of_[static_cast<size_t>(g)];
   const Bucket& bk = buckets_[static_cast<size_t>(b)];
   if (g != bk.last) return;
-  auto it = pending_.find(b);
-  if (it == pending_.end()) raise("ZeRO: bucket {} completed without gradients", b);
-  reduce_bucket(bk, it->second.f32());
-  pending_.erase(it);
+  auto pit = pending_.find(b);
+  if (pit == pending_.end()) raise("ZeRO: bucket {} completed without gradients", b);
+  reduce_bucket(bk, pit->second.raw());
+  pending_.erase(pit);
 }
 
 void ZeroEngine::all_reduce_avg(float* data, size_t n) {
-  comm::Communicator& c = *topo_.dp;
-  if (!mixed_) {
-    c.all_reduce(device_buffer(data, n, DType::kF32), comm::ReduceOp::kAvg);
-    return;
-  }
-  // Gradients travel in the training precision.
-  Tensor tmp16 =
-      Tensor::zeros({static_cast<int64_t>(n)}, cfg_.precision, "buffer.grad16", staging_);
-  ops::encode(data, tmp16.raw(), cfg_.precision, n);
-  c.all_reduce(device_buffer(tmp16.raw(), n, cfg_.precision), comm::ReduceOp::kAvg);
-  ops::decode(tmp16.raw(), cfg_.precision, data, n);
+  topo_.dp->all_reduce(device_buffer(data, n, DType::kF32), comm::ReduceOp::kAvg);
 }
 
-void ZeroEngine::reduce_bucket(const Bucket& b, float* data) {
-  // The Communicator has no rooted reduce: the bucket is all-reduced and each rank keeps the
-  // slice that falls in its partition (DeepSpeed reduces each slice to its owner instead).
-  if (dp_ > 1) all_reduce_avg(data, b.hi - b.lo);
+void ZeroEngine::reduce_bucket(const Bucket& b, void* data) {
+  // The Communicator has no rooted reduce: the bucket is all-reduced (in the stored format) and
+  // each rank keeps the slice that falls in its partition (DeepSpeed reduces each slice to its
+  // owner instead).
+  if (dp_ > 1) {
+    topo_.dp->all_reduce(device_buffer(data, b.hi - b.lo, store()), comm::ReduceOp::kAvg);
+  }
   const size_t from = std::max(b.lo, lo_), to = std::min(b.hi, hi_);
   if (from >= to) return;
+  const size_t es = store_bytes();
+  const char* slice = static_cast<const char*>(data) + (from - b.lo) * es;
   if (!mixed_) {
     float* mine = grads_.f32() + (from - lo_);
-    ops::residual_forward(mine, mine, data + (from - b.lo), to - from);
+    ops::residual_forward(mine, mine, reinterpret_cast<const float*>(slice), to - from);
     return;
   }
   // The 16-bit partition: the sum is rounded as it is stored (with one micro-batch per step it
-  // is the reduced bucket itself, already in the precision).
-  const size_t k = to - from;
-  void* mine = static_cast<char*>(grads_.raw()) + (from - lo_) * store_bytes();
-  Tensor acc = alloc(k, "buffer.grad_accum", dev_);
-  ops::decode(mine, cfg_.precision, acc.f32(), k);
-  ops::residual_forward(acc.f32(), acc.f32(), data + (from - b.lo), k);
-  ops::encode(acc.f32(), mine, cfg_.precision, k);
+  // is the reduced bucket itself, already in the precision), in fp32 scratch 16384 elements at
+  // a time (the CPU kernels' scratch: a GPU adds the 16-bit values in registers).
+  const size_t k = std::min<size_t>(to - from, 16384);
+  Tensor acc = alloc(k, "buffer.grad_accum", dev_), add = alloc(k, "buffer.grad_accum", dev_);
+  for (size_t off = 0; off < to - from; off += k) {
+    const size_t n = std::min(k, to - from - off);
+    char* mine = static_cast<char*>(grads_.raw()) + (from - lo_ + off) * es;
+    ops::decode(mine, cfg_.precision, acc.f32(), n);
+    ops::decode(slice + off * es, cfg_.precision, add.f32(), n);
+    ops::residual_forward(acc.f32(), acc.f32(), add.f32(), n);
+    ops::encode(acc.f32(), mine, cfg_.precision, n);
+  }
 }
 
 void ZeroEngine::begin_step() {
@@ -471,31 +492,60 @@ bool ZeroEngine::judges_all_grads() const {
   return cfg_.stage == 0 || (cfg_.stage == 1 && !mixed_);
 }
 
-FlatSpan ZeroEngine::owned_grads() {
+size_t ZeroEngine::chunk_elems() const {
+  return std::max<size_t>(1, cfg_.reduce_bucket_bytes / sizeof(float));
+}
+
+size_t ZeroEngine::owned_chunks() const {
+  if (!mixed_) return 1;
+  const size_t n = judges_all_grads() ? total_ : hi_ - lo_;
+  return std::max<size_t>(1, (n + chunk_elems() - 1) / chunk_elems());
+}
+
+FlatSpan ZeroEngine::owned_grads(size_t chunk) {
   const bool all = judges_all_grads();
   const size_t lo = all ? 0 : lo_, hi = all ? total_ : hi_;
   if (!mixed_) return {grads_.f32(), lo, hi};
-  // The optimizer works in fp32: a copy of the 16-bit gradients it judges, for this step (stage 1
-  // holds the whole 16-bit gradients: its partition starts at element lo_ of them).
-  const size_t first = cfg_.stage == 1 ? lo_ : 0;
-  grads32_ = alloc(hi - lo, "buffer.grads_f32", dev_);
+  const size_t clo = std::min(hi, lo + chunk * chunk_elems());
+  const size_t chi = std::min(hi, clo + chunk_elems());
+  if (grads32_.defined() && grads32_chunk_ == chunk) return {grads32_.f32(), clo, chi};
+  // The optimizer works in fp32: a copy of this chunk of the 16-bit gradients (stages 0-1 hold
+  // all of them, stages 2-3 the partition from element lo_).
+  const size_t first = cfg_.stage >= 2 ? clo - lo_ : clo;
+  grads32_.release();
+  grads32_ = alloc(chi - clo, "buffer.grads_f32", dev_);
+  grads32_chunk_ = chunk;
   ops::decode(static_cast<const char*>(grads_.raw()) + first * store_bytes(), cfg_.precision,
-              grads32_.f32(), hi - lo);
-  return {grads32_.f32(), lo, hi};
+              grads32_.f32(), chi - clo);
+  return {grads32_.f32(), clo, chi};
 }
 
-ZeroEngine::Update ZeroEngine::begin_update() {
-  const size_t n = cfg_.stage == 0 ? total_ : hi_ - lo_;
-  if (mixed_ && !grads32_.defined()) raise("ZeRO: begin_update before owned_grads");
+namespace {
+float* at(const Tensor& t, size_t off) {
+  return t.defined() && t.numel() > 0 ? t.f32() + off : nullptr;
+}
+}  // namespace
+
+ZeroEngine::Update ZeroEngine::begin_update(size_t chunk) {
+  size_t n = cfg_.stage == 0 ? total_ : hi_ - lo_;
+  size_t off = 0;  // of the chunk in the rank's elements
+  if (mixed_) {
+    if (!grads32_.defined() || grads32_chunk_ != chunk) {
+      raise("ZeRO: begin_update({}) before owned_grads({})", chunk, chunk);
+    }
+    off = chunk * chunk_elems();
+    n = grads32_.numel();
+  }
   float* all = mixed_ ? grads32_.f32() : grads_.f32();
   float* g = cfg_.stage == 1 && !mixed_ ? all + lo_ : all;
   if (cfg_.offload_optimizer) {
-    ops::to_host(host_grads_.f32(), g, n * sizeof(float));
+    ops::to_host(host_grads_.f32() + off, g, n * sizeof(float));
     grads32_.release();  // the device's fp32 copy is no longer needed
-    return {host_master_.f32(), host_grads_.f32(), m_.f32(), v_.f32(), n, Device::cpu()};
+    float* p = host_master_.f32() + off;
+    return {p, host_grads_.f32() + off, at(m_, off), at(v_, off), n, Device::cpu()};
   }
   float* p = cfg_.stage == 0 || partitioned_master() ? master_.f32() : master_.f32() + lo_;
-  return {p, g, m_.f32(), v_.f32(), n, dev_.device()};
+  return {p + off, g, at(m_, off), at(v_, off), n, dev_.device()};
 }
 
 void ZeroEngine::finish_update() {

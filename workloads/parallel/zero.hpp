@@ -17,14 +17,16 @@
 //
 // Under fp16/bf16 the parameters and gradients are stored in that format (2 bytes each; the fp32
 // master weights belong to the optimizer state), so the model states follow ZeRO's
-// mixed-precision formulas (2+2+K)Ψ, (2+2)Ψ + KΨ/Nd, 2Ψ + (2+K)Ψ/Nd and (2+2+K)Ψ/Nd. The CPU
-// kernels read and accumulate fp32: a group's values are decoded into an fp32 scratch buffer
-// (buffer.params_f32) from acquire() to release(), its gradients (stages 0-1) into another
-// (buffer.grads_f32) from grads() to grads_done(), and the optimizer reads an fp32 copy of the
-// gradients it updates (buffer.grads_f32: all at stage 0, the partition from stage 1 on) for the
-// step only; initial weights are built in fp32 one allgather bucket at a time. These are transient
-// buffers, not model states; the values are the 16-bit ones, so the arithmetic is that of fp32 math
-// on rounded operands. With offload the fp32 master weights exist only on the host.
+// mixed-precision formulas (2+2+K)Ψ, (2+2)Ψ + KΨ/Nd, 2Ψ + (2+K)Ψ/Nd and (2+2+K)Ψ/Nd, and the
+// gradient buckets of stages 2-3 are 16-bit too. The CPU kernels read and accumulate fp32: the
+// model decodes one op's parameters at a time (acquire_stored, stored) into fp32 scratch and
+// accumulates one op's gradients at a time in fp32 scratch encoded back (grads_stored); acquire()
+// and grads() still decode a whole group (buffer.params_f32, buffer.grads_f32) for callers that
+// want fp32 groups. The optimizer reads an fp32 copy of the gradients it updates one reduce
+// bucket at a time (buffer.grads_f32: of all of them at stage 0, of the partition from stage 1
+// on); initial weights are built in fp32 one allgather bucket at a time. These are transient
+// buffers, not model states; the values are the 16-bit ones, so the arithmetic is that of fp32
+// math on rounded operands. With offload the fp32 master weights exist only on the host.
 //
 // Allocation names carry the memory categories (kernels/memory.hpp): params.*, grads.*,
 // optimizer.*, gather.* and buffer.*.
@@ -93,6 +95,9 @@ class ZeroEngine final : public model::ParamAccess {
   void release(int g, bool backward) override;
   float* grads(int g) override;
   void grads_done(int g) override;
+  DType stored() const override { return store(); }
+  const void* acquire_stored(int g, bool backward) override;
+  void* grads_stored(int g) override;
 
   // Before a step's first micro-batch: gradients to zero. `last` marks the step's last backward.
   void begin_step();
@@ -109,10 +114,13 @@ class ZeroEngine final : public model::ParamAccess {
   void drop_gathered();
 
   // The gradients this rank judges (overflow, norm): all of them at stage 0 and fp32 stage 1,
-  // else its partition (fp16/bf16 stage 1 too, as DeepSpeed's stage 1 converts only its share).
-  // fp32; under fp16/bf16 a copy of the 16-bit gradients that lives until begin_update() (with
-  // offload) or end_step().
-  FlatSpan owned_grads();
+  // else its partition (fp16/bf16 stage 1 too, as DeepSpeed's stage 1 converts only its share),
+  // in owned_chunks() pieces. fp32: one chunk, the gradients themselves. fp16/bf16: chunks of
+  // the reduce bucket's element count, each an fp32 copy of the 16-bit gradients converted when
+  // asked for (so no fp32 copy of all of them is ever held), living until the next chunk is
+  // asked for, begin_update() (with offload) or end_step().
+  size_t owned_chunks() const;
+  FlatSpan owned_grads(size_t chunk = 0);
   // Whether owned_grads() is every gradient (the same on every data-parallel replica) rather than
   // this rank's partition.
   bool judges_all_grads() const;
@@ -122,8 +130,9 @@ class ZeroEngine final : public model::ParamAccess {
     size_t n;
     Device device;  // where the update runs (the host under offload)
   };
-  // Prepares the update (offload: gradients copied to the host). Call finish_update after it.
-  Update begin_update();
+  // Prepares the update of a chunk, after owned_grads(chunk) (offload: its gradients copied to
+  // the host). Call finish_update after the last chunk's.
+  Update begin_update(size_t chunk = 0);
   // Publishes the updated parameters: offload copies them to the device, stages 1-2 all-gather
   // them, and the compute copy is refreshed.
   void finish_update();
@@ -151,6 +160,12 @@ class ZeroEngine final : public model::ParamAccess {
 
   size_t total() const { return total_; }
   size_t part() const { return part_; }
+  // The transients DeepSpeed's memory estimates count beyond the model states, in bytes of the
+  // stored format: the largest gradient bucket (stages 2-3: whole groups, so at least the largest
+  // group), and the largest group ZeRO-3 gathers at once (its largest_layer_memory's gathered
+  // parameters). 0 where the stage has none.
+  size_t largest_bucket_bytes() const;
+  size_t largest_gather_bytes() const;
   size_t lo() const { return lo_; }
   size_t hi() const { return hi_; }
 
@@ -181,7 +196,9 @@ class ZeroEngine final : public model::ParamAccess {
   bool master_on_host() const { return mixed_ && cfg_.offload_optimizer; }
   void gather(int g);
   void prefetch_after(int g, bool backward);
-  void reduce_bucket(const Bucket& b, float* data);
+  // Reduces bucket b's gradients (`data`, in the stored format) and adds this rank's slice of them
+  // to its gradient partition.
+  void reduce_bucket(const Bucket& b, void* data);
   // fp16/bf16: the fp32 master weights (device, or host under offload) encoded into the 16-bit
   // parameters the forward reads (stages 1-2: the rank's slice, then all-gathered).
   void publish_master();
@@ -198,6 +215,8 @@ class ZeroEngine final : public model::ParamAccess {
   DType store() const { return mixed_ ? cfg_.precision : DType::kF32; }
   size_t store_bytes() const { return dtype_size(store()); }
   size_t gathered_bytes() const;
+  // fp16/bf16: elements of an owned_grads chunk.
+  size_t chunk_elems() const;
 
   ZeroConfig cfg_;
   const model::ParamLayout& layout_;
@@ -211,15 +230,16 @@ class ZeroEngine final : public model::ParamAccess {
   Tensor compute_;  // stages 0-2 in fp16/bf16: the whole parameters, 16-bit
   Tensor part16_;   // stage 3 in fp16/bf16: the rank's partition, 16-bit
   Tensor grads_;    // full (stages 0-1) or the partition (stages 2-3); 16-bit in fp16/bf16
-  Tensor grads32_;  // fp16/bf16: fp32 copy of the owned gradients for the step
-  Tensor m_, v_;    // moments: full (stage 0) or the partition; on the host with offload
+  Tensor grads32_;  // fp16/bf16: fp32 copy of a chunk of the owned gradients for the step
+  size_t grads32_chunk_ = 0;  // the chunk grads32_ holds
+  Tensor m_, v_;              // moments: full (stage 0) or the partition; on the host with offload
   Tensor host_master_, host_grads_;   // offload: the partition's fp32 master weights, gradients
   std::map<int, Tensor> params32_;    // fp16/bf16: decoded values of the acquired groups
-  std::map<int, Tensor> grads32_of_;  // fp16/bf16 stages 0-1: fp32 gradients of a group
+  std::map<int, Tensor> grads32_of_;  // fp16/bf16: fp32 gradients of a group, from grads()
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;     // group -> bucket
   std::map<int, Tensor> live_;     // stage 3: gathered groups
-  std::map<int, Tensor> pending_;  // stage 2/3: bucket index -> gradients being produced
+  std::map<int, Tensor> pending_;  // stage 2/3: bucket index -> its gradients (stored format)
 };
 
 }  // namespace fl::parallel

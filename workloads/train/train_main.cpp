@@ -142,7 +142,11 @@ int main(int argc, char** argv) {
     trainer.set_metrics_sink(step_printer(printer, metrics));
     auto history = trainer.run();
     if (a.checksum) print_checksum(trainer, w, topo);
-    if (a.memory_report) train::print_memory_report(*w.b.comm, w.acct, MemoryAccountant::host());
+    if (a.memory_report) {
+      train::print_memory_report(
+          *w.b.comm, w.acct, MemoryAccountant::host(),
+          {trainer.zero().largest_bucket_bytes(), trainer.zero().largest_gather_bytes()});
+    }
     if (printer) std::printf("# done: %zu steps\n", history.size());
     return 0;
   });

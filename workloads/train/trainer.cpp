@@ -183,55 +183,27 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   all_reduce_tied_embedding_grads();
   zero_->drop_gathered();
 
-  // The gradients this rank is responsible for: all of them, or its ZeRO partition
-  // (owned.data is element rlo).
-  const parallel::FlatSpan owned = zero_->owned_grads();
-  const size_t rlo = owned.lo, rhi = owned.hi;
-  float* g = owned.data;
-  int32_t overflow = ops::has_non_finite(g, rhi - rlo) ? 1 : 0;
-  topo_.world->all_reduce(host_buffer(&overflow, 1, DType::kI32), comm::ReduceOp::kMax);
-
+  // The gradients this rank is responsible for: all of them, or its ZeRO partition, judged one
+  // fp32 chunk at a time (one chunk in fp32).
   StepMetrics m;
   m.step = step_;
   const float scale = cfg_.precision == DType::kF16 ? scaler_.scale() : 1.0f;
   m.loss_scale = scale;
+  auto [overflow, sq] = judge_gradients(scale);
+  topo_.world->all_reduce(host_buffer(&overflow, 1, DType::kI32), comm::ReduceOp::kMax);
   if (cfg_.precision == DType::kF16) {
     m.skipped = !scaler_.update(overflow != 0, step_);
   }
   // Global gradient norm (unscaled). Elements replicated across TP ranks count once; below
   // ZeRO-2 (fp32; below ZeRO-1 in fp16/bf16) every data-parallel replica judges the same averaged
   // gradients, so they count once too.
-  const uint8_t* skip = replicated_.data<uint8_t>() + rlo;
-  double sq = ops::masked_sum_of_squares(g, skip, rhi - rlo, scale);
   topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
   if (zero_->judges_all_grads()) sq /= dp;
   m.grad_norm =
       overflow ? std::numeric_limits<float>::infinity() : static_cast<float>(std::sqrt(sq));
   m.lr = learning_rate(std::max<int64_t>(0, step_ + lr_offset_));
-
   if (!m.skipped) {
-    const float clip = (cfg_.grad_clip > 0 && m.grad_norm > cfg_.grad_clip)
-                           ? cfg_.grad_clip / (m.grad_norm + 1e-6f)
-                           : 1.0f;
-    ops::scale(g, rhi - rlo, clip / scale);
-    ops::AdamW hp{m.lr, cfg_.beta1, cfg_.beta2, 1e-8f, cfg_.weight_decay};
-    ops::Sgd sgd{m.lr, cfg_.momentum, cfg_.weight_decay};
-    std::optional<ops::HostStage> staged;  // a plan that corrupts the gradients acts on host data
-    auto verdict = FAULTLINE_FAULT_POINT(
-        "optimizer.step",
-        (fault::SiteContext{step_, "", "optimizer.step", -1, staged.emplace(g, rhi - rlo).host(),
-                            rhi - rlo, DType::kF32, -1}));
-    staged.reset();
-    if (verdict != fault::Verdict::kSkip) {
-      // This rank's elements: all of them (ZeRO-0) or its partition, on the host under offload.
-      const auto u = zero_->begin_update();
-      DeviceGuard on(u.device);
-      if (cfg_.optimizer == "sgd") {
-        ops::sgd_update(u.params, u.grads, u.m, u.n, sgd);
-      } else {
-        ops::adamw_update(u.params, u.grads, u.m, u.v, u.n, step_ + 1, hp);
-      }
-    }
+    apply_update(m, scale);
     zero_->finish_update();
   }
   zero_->end_step();
@@ -252,6 +224,50 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   m.mem_current = acct_.current();
   m.mem_peak = acct_.peak();
   return m;
+}
+
+std::pair<int32_t, double> Trainer::judge_gradients(float scale) {
+  int32_t overflow = 0;
+  double sq = 0;
+  for (size_t c = 0; c < zero_->owned_chunks(); ++c) {
+    const parallel::FlatSpan owned = zero_->owned_grads(c);
+    const size_t n = owned.hi - owned.lo;
+    if (ops::has_non_finite(owned.data, n)) overflow = 1;
+    sq += ops::masked_sum_of_squares(owned.data, replicated_.data<uint8_t>() + owned.lo, n, scale);
+  }
+  return {overflow, sq};
+}
+
+void Trainer::apply_update(const StepMetrics& m, float scale) {
+  const float clip = (cfg_.grad_clip > 0 && m.grad_norm > cfg_.grad_clip)
+                         ? cfg_.grad_clip / (m.grad_norm + 1e-6f)
+                         : 1.0f;
+  ops::AdamW hp{m.lr, cfg_.beta1, cfg_.beta2, 1e-8f, cfg_.weight_decay};
+  ops::Sgd sgd{m.lr, cfg_.momentum, cfg_.weight_decay};
+  for (size_t c = 0; c < zero_->owned_chunks(); ++c) {
+    const parallel::FlatSpan owned = zero_->owned_grads(c);
+    const size_t n = owned.hi - owned.lo;
+    ops::scale(owned.data, n, clip / scale);
+    if (c == 0) {
+      // Once per step; under fp16/bf16 with more than one chunk its data is the first chunk.
+      std::optional<ops::HostStage> staged;  // a plan that corrupts the gradients acts on host data
+      auto verdict = FAULTLINE_FAULT_POINT(
+          "optimizer.step",
+          (fault::SiteContext{step_, "", "optimizer.step", -1, staged.emplace(owned.data, n).host(),
+                              n, DType::kF32, -1}));
+      staged.reset();
+      if (verdict == fault::Verdict::kSkip) return;
+    }
+    // This rank's elements of the chunk: all of them (ZeRO-0) or its partition, on the host
+    // under offload.
+    const auto u = zero_->begin_update(c);
+    DeviceGuard on(u.device);
+    if (cfg_.optimizer == "sgd") {
+      ops::sgd_update(u.params, u.grads, u.m, u.n, sgd);
+    } else {
+      ops::adamw_update(u.params, u.grads, u.m, u.v, u.n, step_ + 1, hp);
+    }
+  }
 }
 
 // What run() keeps across steps: the metrics so far and where the current step's interval (wall

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -176,6 +177,7 @@ class Trainer {
   // gathered across the data-parallel group first (collective).
   std::vector<float> full_parameters() const;
   const model::ParamLayout& layout() const { return layout_; }
+  const parallel::ZeroEngine& zero() const { return *zero_; }
 
   // Sharded checkpoint of the current state (collective): every rank writes its shard
   // atomically, rank 0 then writes the manifest and the `latest` pointer. Returns the directory.
@@ -209,6 +211,11 @@ class Trainer {
   // The next step's micro-batches from `idx` at pos_, moving to the next epoch when it runs out.
   std::vector<MicroBatch> next_batches(std::vector<int64_t>& idx);
   StepMetrics train_step(const std::vector<MicroBatch>& mbs);
+  // train_step's parts: whether the owned gradients overflow and their sum of squares (divided
+  // by `scale`), judged one fp32 chunk at a time; the optimizer's update of them (clipped by
+  // m.grad_norm, unscaled), chunk by chunk behind the optimizer.step site.
+  std::pair<int32_t, double> judge_gradients(float scale);
+  void apply_update(const StepMetrics& m, float scale);
   float forward_backward(const std::vector<MicroBatch>& mbs, bool backward);
   void check_replicas() const;
   // Tied embeddings over pipeline stages: the first stage's wte and the last stage's copy must be
