@@ -490,7 +490,7 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
                                        cfg_.save_aliases, cfg_.unpad_vocab)},
         {"state_dict_unpadded", cfg_.unpad_vocab},
         {"shards", nlohmann::json::array()}};
-    if (const int v = torch_file_version_written(); v > 0) manifest["torch_file_version"] = v;
+    if (const int fv = torch_file_version_written(); fv > 0) manifest["torch_file_version"] = fv;
     for (auto& a : all) manifest["shards"].push_back(nlohmann::json::parse(a));
     write_file_atomic((fs::path(dir) / "manifest.json").string(), manifest.dump(2));
     write_file_atomic((fs::path(save_dir) / "latest").string(), fmt::format("step_{}\n", step_));
