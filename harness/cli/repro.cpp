@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "harness/cli/command.hpp"
-#include "harness/cli/repro.hpp"
 #include "harness/cli/options.hpp"
+#include "harness/cli/repro.hpp"
 #include "harness/model/scenario.hpp"
 #include "harness/report/report.hpp"
 #include "harness/run/runner.hpp"
@@ -49,8 +49,8 @@ ReproSummary repro_summary(ReproArgs& a) {
               f.verdict.explanation.c_str());
   std::printf("runs: %s, %s\n", r.run_dir.c_str(), f.run_dir.c_str());
   const int rc = !r.harness_error.empty() || !f.harness_error.empty() ? 2
-                 : reproduced && verified                              ? 0
-                                                                       : 1;
+                 : reproduced && verified                             ? 0
+                                                                      : 1;
   return {reproduced, verified, rc};
 }
 

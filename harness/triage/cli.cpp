@@ -60,9 +60,8 @@ namespace {
 // The draft of an answer: printed first, so that a refused --write loses nothing.
 int draft_and_run(const CliOptions& o, const Result& r, const Input& in, const Tables& t) {
   DraftOptions d_opts{o.max_ranks, o.file == "-" ? "standard input" : o.file};
-  const Draft d =
-      draft_scenario(r, in.text, t, load_scenario_sources(default_scenario_dirs()),
-                     harness_validator(), d_opts);
+  const Draft d = draft_scenario(r, in.text, t, load_scenario_sources(default_scenario_dirs()),
+                                 harness_validator(), d_opts);
   std::printf("%s", format_draft(d).c_str());
   std::fflush(stdout);
   if (!d.made) return (o.write.empty() && !o.run) ? 0 : 2;

@@ -168,14 +168,16 @@ void add_layout(const YAML::Node& doc, const Facts& f, const DraftOptions& o,
   if (world > 0) {
     ranks = std::clamp(world, base_ranks, std::max(base_ranks, o.max_ranks));
     if (world > ranks) {
-      why.push_back(fmt::format("world size {} clamped to {}: this machine runs at most {} CPU ranks",
-                                world, ranks, ranks));
+      why.push_back(
+          fmt::format("world size {} clamped to {}: this machine runs at most {} CPU ranks", world,
+                      ranks, ranks));
       unexpressed.push_back({"setting", fmt::format("world size {} ({}): the draft runs {} ranks, "
                                                     "the most this machine runs",
                                                     world, why.front(), ranks)});
     } else if (world < ranks) {
-      why.push_back(fmt::format("world size {} raised to {}: the scenario's mechanism needs {} ranks",
-                                world, ranks, ranks));
+      why.push_back(
+          fmt::format("world size {} raised to {}: the scenario's mechanism needs {} ranks", world,
+                      ranks, ranks));
     }
     a.changes.push_back({"topology", "ranks", YAML::Node(ranks), why});
   }
@@ -189,7 +191,9 @@ void add_layout(const YAML::Node& doc, const Facts& f, const DraftOptions& o,
     a.changes.push_back({"topology", "pp", YAML::Node(pp), {from(*ppf)}});
   }
   if (!a.changes.empty() && doc["topology"] && doc["topology"]["dp"]) {
-    a.changes.push_back({"topology", "dp", YAML::Node(ranks / (tp * pp)),
+    a.changes.push_back({"topology",
+                         "dp",
+                         YAML::Node(ranks / (tp * pp)),
                          {fmt::format("ranks / (tp x pp) = {} / ({} x {})", ranks, tp, pp)}});
   }
   if (!a.changes.empty()) out.push_back(std::move(a));
@@ -206,8 +210,8 @@ void add_zero_and_precision(const Facts& f, std::vector<Adaptation>& out,
   }
   if (const auto* off = f.get("offload")) {
     if (off->value == "cpu" && z && number(z) >= 1) {
-      out.push_back({"offload",
-                     {{"workload", "zero.offload_optimizer", YAML::Node(true), {from(*off)}}}});
+      out.push_back(
+          {"offload", {{"workload", "zero.offload_optimizer", YAML::Node(true), {from(*off)}}}});
     } else if (off->value != "cpu") {
       unexpressed.push_back(
           {"setting", fmt::format("offload to {} ({}): faultline offloads the optimizer to host "
@@ -217,7 +221,7 @@ void add_zero_and_precision(const Facts& f, std::vector<Adaptation>& out,
   }
   if (const auto* p = f.get("precision")) {
     static const std::map<std::string, std::string> kPrecision = {
-        {"fp16", "fp16"}, {"FP16", "fp16"}, {"half", "fp16"},     {"float16", "fp16"},
+        {"fp16", "fp16"}, {"FP16", "fp16"},     {"half", "fp16"},   {"float16", "fp16"},
         {"bf16", "bf16"}, {"bfloat16", "bf16"}, {"float32", "fp32"}};
     const auto it = kPrecision.find(p->value);
     if (it != kPrecision.end()) {
@@ -246,9 +250,10 @@ void add_launcher(const YAML::Node& doc, const Facts& f, std::vector<Adaptation>
         : l->value == "srun"
             ? "srun needs a Slurm allocation (docs/cluster.md); inside one, --set "
               "topology.launcher=srun"
-            : fmt::format("faultline has no {} launcher (it has local, mpirun, srun, deepspeed, "
-                          "command)",
-                          l->value);
+            : fmt::format(
+                  "faultline has no {} launcher (it has local, mpirun, srun, deepspeed, "
+                  "command)",
+                  l->value);
     unexpressed.push_back({"setting", fmt::format("launcher {} ({}): the draft keeps launcher {}; "
                                                   "{}",
                                                   l->value, from(*l), base, reason)});
@@ -287,12 +292,14 @@ void add_cause_gap(const Result& r, const ScenarioSource& base, const Tables& t,
   if (version_cause(rc)) {
     std::vector<std::string> versions;
     for (const char* k : {"torch", "cuda", "nccl", "driver", "deepspeed", "colossalai", "gpu"}) {
-      if (const auto* v = f.get(k)) versions.push_back(fmt::format("{} {} (line {})", k, v->value, v->line));
+      if (const auto* v = f.get(k))
+        versions.push_back(fmt::format("{} {} (line {})", k, v->value, v->line));
     }
     if (!versions.empty()) {
-      text += fmt::format("; the versions and hardware read ({}) have no knob: the workers are "
-                          "faultline's own programs on CPU ranks",
-                          fmt::join(versions, ", "));
+      text += fmt::format(
+          "; the versions and hardware read ({}) have no knob: the workers are "
+          "faultline's own programs on CPU ranks",
+          fmt::join(versions, ", "));
     }
   }
   out.push_back({"cause", text});
@@ -373,7 +380,8 @@ std::string emit(const YAML::Node& doc, const std::vector<std::string>& header,
 }
 
 void apply(YAML::Node& doc, const Change& ch, Comments& comments) {
-  if (!doc[ch.section] || !doc[ch.section].IsMap()) doc[ch.section] = YAML::Node(YAML::NodeType::Map);
+  if (!doc[ch.section] || !doc[ch.section].IsMap())
+    doc[ch.section] = YAML::Node(YAML::NodeType::Map);
   YAML::Node n = doc[ch.section];
   const auto dot = ch.key.find('.');
   const std::string first = ch.key.substr(0, dot);
@@ -399,8 +407,9 @@ YAML::Node reference_of(const ScenarioSource& base, const Thread& th, Comments& 
   } else {
     ref["kind"] = "stands-for";
     ref["mechanism"] = base.mechanism.empty() ? first_sentence(base.description) : base.mechanism;
-    comments["reference"]["kind"] = {"no issue URL in the input: the draft stands for its base's "
-                                     "mechanism"};
+    comments["reference"]["kind"] = {
+        "no issue URL in the input: the draft stands for its base's "
+        "mechanism"};
   }
   ref["symptom"] = base.symptom;
   if (!base.root_cause.empty()) ref["root_cause"] = base.root_cause;
@@ -424,8 +433,9 @@ Draft draft_scenario(const Result& r, const std::string& text, const Tables& t,
   d.symptom = r.symptoms.front().id;
   if (base == nullptr) {
     d.why = fmt::format("no scenario with a fix reproduces symptom {}", d.symptom);
-    d.unexpressed.push_back({"cause", fmt::format("symptom {} ({}): no runnable scenario yet",
-                                                  d.symptom, t.taxonomy.symptom_name.at(d.symptom))});
+    d.unexpressed.push_back(
+        {"cause", fmt::format("symptom {} ({}): no runnable scenario yet", d.symptom,
+                              t.taxonomy.symptom_name.at(d.symptom))});
     return d;
   }
   d.base = base->shown;
@@ -457,8 +467,8 @@ Draft draft_scenario(const Result& r, const std::string& text, const Tables& t,
       "a value under a `from line` comment was read from the input. Check and run it:",
       "faultline validate FILE; faultline repro FILE (the fault, then its fix)."};
   if (const auto* g = f.get("gpu")) {
-    header.push_back(fmt::format("The issue ran on {} ({}); the draft runs CPU ranks.", g->value,
-                                 from(*g)));
+    header.push_back(
+        fmt::format("The issue ran on {} ({}); the draft runs CPU ranks.", g->value, from(*g)));
   }
 
   std::vector<Adaptation> adaptations;

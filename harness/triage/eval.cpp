@@ -62,9 +62,9 @@ std::string draft_line(const Label& l, const Result& r, const std::string& text,
   const bool setting = std::any_of(d.unexpressed.begin(), d.unexpressed.end(),
                                    [](const Unexpressed& u) { return u.kind == "setting"; });
   c.setting_unexpressed += setting;
-  std::string line = fmt::format(" | draft {} {}{}", d.base.substr(d.base.rfind('/') + 1),
-                                 valid ? "valid" : "INVALID",
-                                 d.cause_expressed() ? "" : " cause-unexpressed");
+  std::string line =
+      fmt::format(" | draft {} {}{}", d.base.substr(d.base.rfind('/') + 1),
+                  valid ? "valid" : "INVALID", d.cause_expressed() ? "" : " cause-unexpressed");
   if (valid && o.repro && d.cause_expressed() && c.repro_runs < o.repro_max) {
     const auto path = write_draft_temp(d.yaml, "eval");
     const ReproOutcome out = o.repro(path, true);
@@ -118,8 +118,8 @@ void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, b
 }  // namespace
 
 EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
-  const auto sources = o.validate ? load_scenario_sources(default_scenario_dirs())
-                                  : std::vector<ScenarioSource>{};
+  const auto sources =
+      o.validate ? load_scenario_sources(default_scenario_dirs()) : std::vector<ScenarioSource>{};
   std::ifstream in(o.corpus);
   if (!in) throw SignatureError(fmt::format("{}: cannot open the corpus", o.corpus));
   EvalCounts c;
@@ -168,7 +168,8 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
   out += fmt::format("| drafts with a setting they could not carry | {} |\n",
                      pct(c.setting_unexpressed, c.drafts));
   if (o.repro_max <= 0) return c;
-  out += fmt::format("| repro: reproduced the named symptom | {} |\n", pct(c.reproduced, c.repro_runs));
+  out += fmt::format("| repro: reproduced the named symptom | {} |\n",
+                     pct(c.reproduced, c.repro_runs));
   out += fmt::format("| repro: and the fix cleared it | {} |\n", pct(c.fix_verified, c.repro_runs));
   out += fmt::format("| repro: reproduced a labelled symptom | {} |\n",
                      pct(c.reproduced_labelled, c.repro_runs));

@@ -103,8 +103,9 @@ TEST(TriageDraft, AnIssueUrlInTheInputIsCitedWithItsLine) {
 }
 
 TEST(TriageDraft, AWorldLargerThanTheMachineIsClampedAndSaidSo) {
-  const Draft d = draft_of("torchrun --nproc_per_node 16 train.py\n"
-                           "ModuleNotFoundError: No module named 'deepspeed'\n");
+  const Draft d = draft_of(
+      "torchrun --nproc_per_node 16 train.py\n"
+      "ModuleNotFoundError: No module named 'deepspeed'\n");
   ASSERT_TRUE(d.made) << d.why;
   EXPECT_EQ(YAML::Load(d.yaml)["topology"]["ranks"].as<int>(), 8);
   EXPECT_EQ(comments_above(d.yaml, "  ranks: 8"),
@@ -115,8 +116,9 @@ TEST(TriageDraft, AWorldLargerThanTheMachineIsClampedAndSaidSo) {
 }
 
 TEST(TriageDraft, ACauseWithoutAMechanismIsSaidPlainly) {
-  const Draft d = draft_of("torchrun --nproc_per_node 2 train.py\n"
-                           "ModuleNotFoundError: No module named 'deepspeed'\n");
+  const Draft d = draft_of(
+      "torchrun --nproc_per_node 2 train.py\n"
+      "ModuleNotFoundError: No module named 'deepspeed'\n");
   ASSERT_TRUE(d.made) << d.why;
   EXPECT_FALSE(d.cause_expressed());
   const std::string text = format_draft(d);
@@ -163,8 +165,8 @@ TEST(TriageDraft, EveryDraftOverTheTuneCorpusValidates) {
   const EvalCounts c = evaluate(tables(), o, &table);
   EXPECT_GT(c.drafts, 70);
   EXPECT_EQ(c.drafts_valid, c.drafts) << table;
-  EXPECT_NE(table.find(fmt::format("| drafted scenarios that validate | 100.0% ({}/{}) |",
-                                   c.drafts, c.drafts)),
+  EXPECT_NE(table.find(fmt::format("| drafted scenarios that validate | 100.0% ({}/{}) |", c.drafts,
+                                   c.drafts)),
             std::string::npos)
       << table;
 }
