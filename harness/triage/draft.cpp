@@ -20,10 +20,10 @@ std::string str(const YAML::Node& n, const char* key) {
   return n && n[key] && n[key].IsScalar() ? n[key].as<std::string>() : "";
 }
 
-// The first sentence of a description: what a stands-for reference says the draft builds.
+// The first sentence (of 60 characters at least) of a description: what a stands-for reference says the draft builds.
 std::string first_sentence(std::string s) {
   std::replace(s.begin(), s.end(), '\n', ' ');
-  const auto end = s.find(". ");
+  const auto end = s.find(". ", std::min<size_t>(60, s.size()));
   if (end != std::string::npos) s.resize(end + 1);
   while (!s.empty() && s.back() == ' ') s.pop_back();
   return s;
@@ -244,6 +244,10 @@ void add_launcher(const YAML::Node& doc, const Facts& f, std::vector<Adaptation>
   std::string to;
   if (l->value == "deepspeed") to = "deepspeed";
   if (l->value == "mpirun" || l->value == "mpiexec") to = "mpirun";
+  if (!to.empty() && to == base) {  // the base's own launcher: its section stays as it is
+    out.push_back({"launcher", {{"topology", "launcher", YAML::Node(to), {from(*l)}}}});
+    return;
+  }
   if (to.empty() || !replaceable) {
     const std::string reason =
         !replaceable ? fmt::format("the scenario's mechanism is its launcher {}", base)

@@ -40,6 +40,10 @@ std::string validate_scenario_text(const std::string& yaml) {
   }
   std::error_code ec;
   std::filesystem::remove(path, ec);
+  // The scratch file's name means nothing to the reader: the loader's file:line:col is the draft's.
+  for (auto at = err.find(path); at != std::string::npos; at = err.find(path, at)) {
+    err.replace(at, path.size(), "draft");
+  }
   return err;
 }
 
