@@ -64,7 +64,12 @@ int draft_and_run(const CliOptions& o, const Result& r, const Input& in, const T
                                  harness_validator(), d_opts);
   std::printf("%s", format_draft(d).c_str());
   std::fflush(stdout);
-  if (!d.made) return (o.write.empty() && !o.run) ? 0 : 2;
+  if (!d.made) {
+    if (o.write.empty() && !o.run) return 0;
+    std::fprintf(stderr, "faultline triage: no drafted scenario to %s\n",
+                 o.write.empty() ? "run" : "write");
+    return 2;
+  }
   std::string path = o.write;
   if (!path.empty()) {
     if (const auto err = write_draft(path, d.yaml, o.force); !err.empty()) {

@@ -20,7 +20,8 @@ std::string str(const YAML::Node& n, const char* key) {
   return n && n[key] && n[key].IsScalar() ? n[key].as<std::string>() : "";
 }
 
-// The first sentence (of 60 characters at least) of a description: what a stands-for reference says the draft builds.
+// The first sentence (of 60 characters at least) of a description: what a stands-for reference
+// says the draft builds.
 std::string first_sentence(std::string s) {
   std::replace(s.begin(), s.end(), '\n', ' ');
   const auto end = s.find(". ", std::min<size_t>(60, s.size()));
@@ -111,12 +112,17 @@ std::string from(const EnvFact& f) {
 int number(const EnvFact* f) {
   if (f == nullptr || f->value.empty() || !std::isdigit(static_cast<unsigned char>(f->value[0])))
     return 0;
-  return std::atoi(f->value.c_str());
+  // A count from a log: digits only, and no world is larger than this.
+  return static_cast<int>(std::min(std::strtol(f->value.c_str(), nullptr, 10), 1L << 20));
 }
 
 int topo_int(const YAML::Node& doc, const char* key, int dflt) {
   const YAML::Node t = doc["topology"];
-  return t && t[key] ? t[key].as<int>() : dflt;
+  try {
+    return t && t[key] ? t[key].as<int>() : dflt;
+  } catch (const YAML::Exception&) {
+    return dflt;  // the loader names it when the draft is validated
+  }
 }
 
 // Scenario for the top symptom: its root cause first, then what it shares with the input.
