@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -68,6 +69,8 @@ std::string draft_line(const Label& l, const Result& r, const std::string& text,
   if (valid && o.repro && d.cause_expressed() && c.repro_runs < o.repro_max) {
     const auto path = write_draft_temp(d.yaml, "eval");
     const ReproOutcome out = o.repro(path, true);
+    std::error_code ec;
+    std::filesystem::remove(path, ec);  // the run directories keep the scenario they ran
     ++c.repro_runs;
     c.reproduced += out.reproduced;
     c.fix_verified += out.verified;
