@@ -8,6 +8,7 @@
 
 #include "harness/cli/command.hpp"
 #include "harness/cli/options.hpp"
+#include "harness/cli/repro.hpp"
 #include "harness/model/scenario.hpp"
 #include "harness/report/report.hpp"
 #include "harness/run/runner.hpp"
@@ -28,11 +29,11 @@ fl::harness::RunResult run_variant(const fl::harness::Scenario& s, const ReproAr
   return r;
 }
 
-int repro(ReproArgs& a) {
+ReproSummary repro_summary(ReproArgs& a) {
   const auto faulty = fl::harness::load_scenario(a.scenario, {false, a.overrides});
   if (!faulty.has_fix) {
     std::fprintf(stderr, "faultline repro: %s has no fix: section to verify\n", a.scenario.c_str());
-    return 2;
+    return {};
   }
   const auto fixed = fl::harness::load_scenario(a.scenario, {true, a.overrides});
   a.ro.print_events = !a.quiet;
@@ -47,8 +48,14 @@ int repro(ReproArgs& a) {
   std::printf("%s  %s\n", verified ? "FIX VERIFIED  " : "FIX NOT VERIFIED",
               f.verdict.explanation.c_str());
   std::printf("runs: %s, %s\n", r.run_dir.c_str(), f.run_dir.c_str());
-  if (!r.harness_error.empty() || !f.harness_error.empty()) return 2;
-  return reproduced && verified ? 0 : 1;
+  const int rc = !r.harness_error.empty() || !f.harness_error.empty() ? 2
+                 : reproduced && verified                             ? 0
+                                                                      : 1;
+  return {reproduced, verified, rc};
+}
+
+int repro(ReproArgs& a) {
+  return repro_summary(a).exit_code;
 }
 
 Handler setup_repro(CLI::App& sub) {
@@ -64,6 +71,14 @@ Handler setup_repro(CLI::App& sub) {
 }
 
 }  // namespace
+
+ReproSummary repro_file(const std::string& scenario, bool quiet) {
+  ReproArgs a;
+  a.scenario = scenario;
+  a.quiet = quiet;
+  a.ro.print_summary = !quiet;
+  return repro_summary(a);
+}
 
 const Command& repro_command() {
   static const Command c{"repro",

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/triage/draft_check.hpp"
 #include "harness/triage/eval.hpp"
 #include "harness/triage/triage.hpp"
 
@@ -16,6 +17,10 @@ namespace fl::triage {
 struct CliOptions {
   std::string file = "-", signatures, taxonomy;
   size_t limit_mb = 16;
+  std::string write;
+  bool force = false, run = false;
+  int max_ranks = 8;
+  Repro repro;
   EvalOptions eval;
 };
 
@@ -27,7 +32,15 @@ Command::Command(CLI::App& sub) : sub_(&sub), o_(std::make_shared<CliOptions>())
   sub_->add_option("--limit-mb", o_->limit_mb, "Read at most this many MiB (the tail)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  sub_->add_option("--write", o_->write, "Save the drafted scenario to this file (a new one)");
+  sub_->add_flag("--force", o_->force, "--write replaces an existing file");
+  sub_->add_flag("--run", o_->run, "Run `faultline repro` on the drafted scenario");
+  sub_->add_option("--max-ranks", o_->max_ranks, "Clamp the draft's world to this many ranks")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   sub_->add_option("--eval", o_->eval.corpus, "Evaluate on a labelled corpus (issues.jsonl)");
+  sub_->add_option("--eval-repro", o_->eval.repro_max,
+                   "--eval: run repro on up to N drafts that express their cause");
   sub_->add_option("--split", o_->eval.split, "Corpus split for --eval")
       ->check(CLI::IsMember({"tune", "test", "all"}))
       ->capture_default_str();
@@ -38,6 +51,42 @@ Command::Command(CLI::App& sub) : sub_(&sub), o_(std::make_shared<CliOptions>())
   sub_->add_flag("-v,--verbose", o_->eval.verbose, "--eval: one line per issue");
 }
 
+void Command::set_repro(Repro repro) {
+  o_->repro = std::move(repro);
+}
+
+namespace {
+
+// The draft of an answer: printed first, so that a refused --write loses nothing.
+int draft_and_run(const CliOptions& o, const Result& r, const Input& in, const Tables& t) {
+  DraftOptions d_opts{o.max_ranks, o.file == "-" ? "standard input" : o.file};
+  const Draft d = draft_scenario(r, in.text, t, load_scenario_sources(default_scenario_dirs()),
+                                 harness_validator(), d_opts);
+  std::printf("%s", format_draft(d).c_str());
+  std::fflush(stdout);
+  if (!d.made) {
+    if (o.write.empty() && !o.run) return 0;
+    std::fprintf(stderr, "faultline triage: no drafted scenario to %s\n",
+                 o.write.empty() ? "run" : "write");
+    return 2;
+  }
+  std::string path = o.write;
+  if (!path.empty()) {
+    if (const auto err = write_draft(path, d.yaml, o.force); !err.empty()) {
+      std::fprintf(stderr, "faultline triage: --write %s\n", err.c_str());
+      return 2;
+    }
+    std::printf("wrote %s\n", path.c_str());
+  }
+  if (!o.run) return 0;
+  if (path.empty()) path = write_draft_temp(d.yaml, "run");
+  std::printf("running: faultline repro %s\n", path.c_str());
+  std::fflush(stdout);
+  return o.repro(path, false).exit_code;
+}
+
+}  // namespace
+
 bool Command::parsed() const {
   return sub_->parsed();
 }
@@ -47,7 +96,12 @@ int Command::run() const {
     const auto tables =
         load_tables(o_->signatures.empty() ? default_signature_dir() : o_->signatures,
                     o_->taxonomy.empty() ? default_taxonomy_path() : o_->taxonomy);
-    if (!o_->eval.corpus.empty()) return run_eval(tables, o_->eval);
+    if (!o_->eval.corpus.empty()) {
+      EvalOptions e = o_->eval;
+      e.validate = harness_validator();
+      e.repro = o_->repro;
+      return run_eval(tables, e);
+    }
     const size_t limit = o_->limit_mb << 20;
     Input in;
     if (o_->file == "-") {
@@ -63,7 +117,8 @@ int Command::run() const {
     const auto r = triage(in, tables);
     std::printf("%s", format_result(r, tables).c_str());
     if (r.kind == Result::Kind::kBinary) return 2;
-    return r.kind == Result::Kind::kFound ? 0 : 1;
+    if (r.kind != Result::Kind::kFound) return 1;
+    return draft_and_run(*o_, r, in, tables);
   } catch (const SignatureError& e) {
     std::fprintf(stderr, "faultline triage: %s\n", e.what());
     return 2;

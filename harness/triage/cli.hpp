@@ -3,6 +3,8 @@
 
 #include <memory>
 
+#include "harness/triage/draft.hpp"
+
 namespace CLI {
 class App;
 }
@@ -15,7 +17,10 @@ class Command {
  public:
   explicit Command(CLI::App& sub);  // adds triage's options to the `triage` subcommand `sub`
   bool parsed() const;
-  int run() const;  // exit code: 0 found, 1 none, 2 input error
+  // How --run and --eval-repro run `faultline repro` (the cli layer's, in process).
+  void set_repro(Repro repro);
+  // Exit code: 0 found, 1 none, 2 input error; with --run, repro's (0 reproduced and fixed).
+  int run() const;
 
  private:
   CLI::App* sub_ = nullptr;

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "harness/triage/draft_check.hpp"
 
 namespace fl::triage {
 
@@ -43,6 +46,43 @@ std::string pct(int n, int d) {
   return d == 0 ? "-" : fmt::format("{:.1f}% ({}/{})", 100.0 * n / d, n, d);
 }
 
+// The draft for one answer: validated again from its text alone, and run when asked.
+std::string draft_line(const Label& l, const Result& r, const std::string& text, const Tables& t,
+                       const std::vector<ScenarioSource>& sources, const EvalOptions& o,
+                       EvalCounts& c) {
+  if (!o.validate || r.kind != Result::Kind::kFound) return "";
+  const Draft d = draft_scenario(r, text, t, sources, o.validate, {8, l.id});
+  if (d.base.empty()) {
+    c.cause_unexpressed += !d.cause_expressed();
+    return " | no draft";
+  }
+  ++c.drafts;
+  const bool valid = d.made && o.validate(d.yaml).empty();
+  c.drafts_valid += valid;
+  c.cause_unexpressed += !d.cause_expressed();
+  const bool setting = std::any_of(d.unexpressed.begin(), d.unexpressed.end(),
+                                   [](const Unexpressed& u) { return u.kind == "setting"; });
+  c.setting_unexpressed += setting;
+  std::string line =
+      fmt::format(" | draft {} {}{}", d.base.substr(d.base.rfind('/') + 1),
+                  valid ? "valid" : "INVALID", d.cause_expressed() ? "" : " cause-unexpressed");
+  if (valid && o.repro && d.cause_expressed() && c.repro_runs < o.repro_max) {
+    const auto path = write_draft_temp(d.yaml, "eval");
+    const ReproOutcome out = o.repro(path, true);
+    std::error_code ec;
+    std::filesystem::remove(path, ec);  // the run directories keep the scenario they ran
+    ++c.repro_runs;
+    c.reproduced += out.reproduced;
+    c.fix_verified += out.verified;
+    const bool labelled =
+        std::find(l.symptoms.begin(), l.symptoms.end(), d.symptom) != l.symptoms.end();
+    c.reproduced_labelled += out.reproduced && labelled;
+    line += fmt::format(" repro {}{}", out.reproduced ? "REPRODUCED" : "not-reproduced",
+                        out.verified ? "+fix" : "");
+  }
+  return line;
+}
+
 void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, bool verbose) {
   const bool none_label = l.symptoms.size() == 1 && l.symptoms[0] == "none";
   const bool answered = r.kind == Result::Kind::kFound;
@@ -69,7 +109,7 @@ void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, b
   c.stage += stage == l.stage;
   c.root_cause += rc == l.root_cause;
   if (verbose) {
-    *lines += fmt::format("  {:<32} label {:<10} stage {} {:<5} | got {:<5} stage {} {:<5} {}\n",
+    *lines += fmt::format("  {:<32} label {:<10} stage {} {:<5} | got {:<5} stage {} {:<5} {}",
                           l.id, fmt::format("{}", fmt::join(l.symptoms, "+")), l.stage,
                           l.root_cause, top, stage, rc,
                           t1   ? "ok"
@@ -81,6 +121,8 @@ void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, b
 }  // namespace
 
 EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
+  const auto sources =
+      o.validate ? load_scenario_sources(default_scenario_dirs()) : std::vector<ScenarioSource>{};
   std::ifstream in(o.corpus);
   if (!in) throw SignatureError(fmt::format("{}: cannot open the corpus", o.corpus));
   EvalCounts c;
@@ -104,7 +146,10 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
       continue;
     }
     ++c.issues;
-    score(l, triage(input, t), c, &per_issue, o.verbose);
+    const auto r = triage(input, t);
+    score(l, r, c, &per_issue, o.verbose);
+    const auto draft = draft_line(l, r, input.text, t, sources, o, c);
+    if (o.verbose) per_issue += draft + "\n";
   }
   std::string& out = *table;
   out += per_issue;
@@ -118,6 +163,19 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
   out += fmt::format("| failures answered (not 'none') | {} |\n",
                      pct(c.failures_answered, c.failures));
   out += fmt::format("| non-failures declined ('none') | {} |\n", pct(c.nones_right, c.nones));
+  if (!o.validate) return c;
+  const int answers = c.failures_answered + (c.nones - c.nones_right);
+  out += fmt::format("| drafted scenarios that validate | {} |\n", pct(c.drafts_valid, c.drafts));
+  out += fmt::format("| answers whose cause the draft could not express | {} |\n",
+                     pct(c.cause_unexpressed, answers));
+  out += fmt::format("| drafts with a setting they could not carry | {} |\n",
+                     pct(c.setting_unexpressed, c.drafts));
+  if (o.repro_max <= 0) return c;
+  out += fmt::format("| repro: reproduced the named symptom | {} |\n",
+                     pct(c.reproduced, c.repro_runs));
+  out += fmt::format("| repro: and the fix cleared it | {} |\n", pct(c.fix_verified, c.repro_runs));
+  out += fmt::format("| repro: reproduced a labelled symptom | {} |\n",
+                     pct(c.reproduced_labelled, c.repro_runs));
   return c;
 }
 
@@ -137,6 +195,11 @@ int run_eval(const Tables& t, const EvalOptions& o) {
   check("top-3", c.top3, o.min_top3);
   check("stage", c.stage, o.min_stage);
   check("root cause", c.root_cause, o.min_root_cause);
+  if (c.drafts_valid < c.drafts) {
+    std::printf("below threshold: drafts that validate %d/%d (every draft must)\n", c.drafts_valid,
+                c.drafts);
+    rc = 1;
+  }
   return rc;
 }
 

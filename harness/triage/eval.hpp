@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "harness/triage/draft.hpp"
 #include "harness/triage/triage.hpp"
 
 namespace fl::triage {
@@ -12,6 +13,11 @@ struct EvalOptions {
   std::string corpus, split = "tune";  // "tune", "test" or "all"
   double min_top1 = 0, min_top3 = 0, min_stage = 0, min_root_cause = 0;
   bool verbose = false;  // one line per issue
+  // Drafts: each answer's drafted scenario is checked with `validate` (none: no drafts counted);
+  // `repro` runs up to `repro_max` of those whose cause the draft expresses.
+  Validator validate;
+  Repro repro;
+  int repro_max = 0;
 };
 
 struct EvalCounts {
@@ -19,6 +25,12 @@ struct EvalCounts {
   int top1 = 0, top3 = 0, stage = 0, root_cause = 0;
   int failures = 0, failures_answered = 0;  // labelled failures, and those triage answered
   int nones = 0, nones_right = 0;           // labelled non-failures, and those it declined
+  // Drafts: answers with a base scenario, those whose text validates, those with a cause the
+  // draft could not express, and those with a setting it could not carry.
+  int drafts = 0, drafts_valid = 0, cause_unexpressed = 0, setting_unexpressed = 0;
+  // repro on expressible drafts: run, reproduced the named symptom, fix verified, and reproduced
+  // one of the issue's labelled symptoms.
+  int repro_runs = 0, reproduced = 0, fix_verified = 0, reproduced_labelled = 0;
 };
 
 // Throws SignatureError on an unreadable corpus line ("corpus:line: problem").

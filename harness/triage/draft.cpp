@@ -1,0 +1,531 @@
+#include "harness/triage/draft.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace fl::triage {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string str(const YAML::Node& n, const char* key) {
+  return n && n[key] && n[key].IsScalar() ? n[key].as<std::string>() : "";
+}
+
+// The first sentence (of 60 characters at least) of a description: what a stands-for reference
+// says the draft builds.
+std::string first_sentence(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  const auto end = s.find(". ", std::min<size_t>(60, s.size()));
+  if (end != std::string::npos) s.resize(end + 1);
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> default_scenario_dirs() {
+  const std::string root = fs::path(default_taxonomy_path()).parent_path().string();
+  return {root + "/symptoms", root + "/issues"};
+}
+
+std::vector<ScenarioSource> load_scenario_sources(const std::vector<std::string>& dirs) {
+  std::vector<std::string> files;
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(d, ec)) {
+      if (e.path().extension() == ".yaml") files.push_back(e.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  const std::string tree = fs::path(default_taxonomy_path()).parent_path().parent_path().string();
+  std::vector<ScenarioSource> out;
+  for (const auto& f : files) {
+    ScenarioSource s;
+    try {
+      s.doc = YAML::LoadFile(f);
+    } catch (const YAML::Exception&) {
+      continue;
+    }
+    const YAML::Node ref = s.doc["reference"];
+    s.symptom = str(ref, "symptom");
+    if (s.symptom.empty() || !s.doc["fix"] || s.doc["extends"]) continue;
+    s.path = f;
+    s.shown = f.rfind(tree + "/", 0) == 0 ? f.substr(tree.size() + 1) : f;
+    s.name = str(s.doc, "name");
+    s.root_cause = str(ref, "root_cause");
+    s.fix_pattern = str(ref, "fix_pattern");
+    s.mechanism = str(ref, "mechanism");
+    s.description = str(s.doc, "description");
+    if (!str(ref, "issue").empty()) s.cited = "issue " + str(ref, "issue");
+    if (!str(ref, "pr").empty()) s.cited = "pr " + str(ref, "pr");
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+bool Draft::cause_expressed() const {
+  return std::none_of(unexpressed.begin(), unexpressed.end(),
+                      [](const Unexpressed& u) { return u.kind == "cause"; });
+}
+
+namespace {
+
+// One value the draft sets: a key path under a section ("zero.offload_optimizer" under
+// "workload"), and the comment lines above its first component.
+struct Change {
+  std::string section, key;
+  YAML::Node value;
+  std::vector<std::string> comments;
+};
+// Changes that stand or fall together (a layout: ranks with its dp).
+struct Adaptation {
+  std::string what;
+  std::vector<Change> changes;
+};
+
+struct Facts {
+  std::map<std::string, const EnvFact*> by_key;
+  const EnvFact* get(const std::string& k) const {
+    const auto it = by_key.find(k);
+    return it == by_key.end() ? nullptr : it->second;
+  }
+};
+
+std::string from(const EnvFact& f) {
+  std::string text = f.text;
+  const auto b = text.find_first_not_of(" \t");
+  text = b == std::string::npos ? "" : text.substr(b);
+  if (text.size() > 100) text = text.substr(0, 97) + "...";
+  std::replace(text.begin(), text.end(), '`', '\'');
+  return fmt::format("from line {}: `{}`", f.line, text);
+}
+
+int number(const EnvFact* f) {
+  if (f == nullptr || f->value.empty() || !std::isdigit(static_cast<unsigned char>(f->value[0])))
+    return 0;
+  // A count from a log: digits only, and no world is larger than this.
+  return static_cast<int>(std::min(std::strtol(f->value.c_str(), nullptr, 10), 1L << 20));
+}
+
+int topo_int(const YAML::Node& doc, const char* key, int dflt) {
+  const YAML::Node t = doc["topology"];
+  try {
+    return t && t[key] ? t[key].as<int>() : dflt;
+  } catch (const YAML::Exception&) {
+    return dflt;  // the loader names it when the draft is validated
+  }
+}
+
+// Scenario for the top symptom: its root cause first, then what it shares with the input.
+const ScenarioSource* choose_base(const Result& r, const std::vector<ScenarioSource>& sources,
+                                  const Facts& f) {
+  const std::string& sym = r.symptoms.front().id;
+  const ScenarioSource* best = nullptr;
+  double best_score = -1;
+  for (const auto& s : sources) {
+    if (s.symptom != sym) continue;
+    double score = 0;
+    for (size_t i = 0; i < r.root_causes.size() && i < 3; ++i) {
+      if (r.root_causes[i].id == s.root_cause) score += 4.0 / static_cast<double>(i + 1);
+    }
+    if (const auto* z = f.get("zero_stage"); z && topo_int(s.doc, "zero", 0) == number(z))
+      score += 1;
+    if (f.get("launcher") && f.get("launcher")->value == str(s.doc["topology"], "launcher"))
+      score += 0.5;
+    if (s.shown.find("symptoms/") != std::string::npos) score += 0.25;
+    if (score > best_score) best = &s, best_score = score;
+  }
+  return best;
+}
+
+// World size: stated, or nodes x GPUs per node, or the GPUs of one node.
+int world_size(const Facts& f, std::vector<std::string>* why) {
+  if (const auto* w = f.get("world_size"); number(w) > 0) {
+    why->push_back(from(*w));
+    return number(w);
+  }
+  const auto* g = f.get("gpus_per_node");
+  if (number(g) <= 0) return 0;
+  why->push_back(from(*g));
+  if (const auto* n = f.get("nodes"); number(n) > 1) {
+    why->push_back(from(*n));
+    return number(g) * number(n);
+  }
+  return number(g);
+}
+
+void add_layout(const YAML::Node& doc, const Facts& f, const DraftOptions& o,
+                std::vector<Adaptation>& out, std::vector<Unexpressed>& unexpressed) {
+  std::vector<std::string> why;
+  const int world = world_size(f, &why);
+  const int base_ranks = topo_int(doc, "ranks", 1);
+  int tp = topo_int(doc, "tp", 1), pp = topo_int(doc, "pp", 1);
+  Adaptation a{"layout", {}};
+  int ranks = base_ranks;
+  if (world > 0) {
+    ranks = std::clamp(world, base_ranks, std::max(base_ranks, o.max_ranks));
+    if (world > ranks) {
+      why.push_back(
+          fmt::format("world size {} clamped to {}: this machine runs at most {} CPU ranks", world,
+                      ranks, ranks));
+      unexpressed.push_back({"setting", fmt::format("world size {} ({}): the draft runs {} ranks, "
+                                                    "the most this machine runs",
+                                                    world, why.front(), ranks)});
+    } else if (world < ranks) {
+      why.push_back(
+          fmt::format("world size {} raised to {}: the scenario's mechanism needs {} ranks", world,
+                      ranks, ranks));
+    }
+    a.changes.push_back({"topology", "ranks", YAML::Node(ranks), why});
+  }
+  const auto* tpf = f.get("tp") ? f.get("tp") : f.get("mp_size");
+  if (number(tpf) > 0 && ranks % (number(tpf) * pp) == 0) {
+    tp = number(tpf);
+    a.changes.push_back({"topology", "tp", YAML::Node(tp), {from(*tpf)}});
+  }
+  if (const auto* ppf = f.get("pp"); number(ppf) > 0 && ranks % (tp * number(ppf)) == 0) {
+    pp = number(ppf);
+    a.changes.push_back({"topology", "pp", YAML::Node(pp), {from(*ppf)}});
+  }
+  if (!a.changes.empty() && doc["topology"] && doc["topology"]["dp"]) {
+    a.changes.push_back({"topology",
+                         "dp",
+                         YAML::Node(ranks / (tp * pp)),
+                         {fmt::format("ranks / (tp x pp) = {} / ({} x {})", ranks, tp, pp)}});
+  }
+  if (!a.changes.empty()) out.push_back(std::move(a));
+  if (const auto* n = f.get("nodes"); number(n) > 1 && ranks % number(n) == 0) {
+    out.push_back({"nodes", {{"topology", "nodes", YAML::Node(number(n)), {from(*n)}}}});
+  }
+}
+
+void add_zero_and_precision(const Facts& f, std::vector<Adaptation>& out,
+                            std::vector<Unexpressed>& unexpressed) {
+  const auto* z = f.get("zero_stage");
+  if (z && std::isdigit(static_cast<unsigned char>(z->value[0])) && number(z) <= 3) {
+    out.push_back({"zero", {{"topology", "zero", YAML::Node(number(z)), {from(*z)}}}});
+  }
+  if (const auto* off = f.get("offload")) {
+    if (off->value == "cpu" && z && number(z) >= 1) {
+      out.push_back(
+          {"offload", {{"workload", "zero.offload_optimizer", YAML::Node(true), {from(*off)}}}});
+    } else if (off->value != "cpu") {
+      unexpressed.push_back(
+          {"setting", fmt::format("offload to {} ({}): faultline offloads the optimizer to host "
+                                  "memory only (workload.zero.offload_optimizer)",
+                                  off->value, from(*off))});
+    }
+  }
+  if (const auto* p = f.get("precision")) {
+    static const std::map<std::string, std::string> kPrecision = {
+        {"fp16", "fp16"}, {"FP16", "fp16"},     {"half", "fp16"},   {"float16", "fp16"},
+        {"bf16", "bf16"}, {"bfloat16", "bf16"}, {"float32", "fp32"}};
+    const auto it = kPrecision.find(p->value);
+    if (it != kPrecision.end()) {
+      out.push_back({"precision", {{"workload", "precision", YAML::Node(it->second), {from(*p)}}}});
+    } else {
+      unexpressed.push_back({"setting", fmt::format("precision {} ({}): workload.precision has "
+                                                    "fp32, fp16 and bf16 only",
+                                                    p->value, from(*p))});
+    }
+  }
+}
+
+void add_launcher(const YAML::Node& doc, const Facts& f, std::vector<Adaptation>& out,
+                  std::vector<Unexpressed>& unexpressed) {
+  const auto* l = f.get("launcher");
+  if (l == nullptr) return;
+  std::string base = str(doc["topology"], "launcher");
+  if (base.empty()) base = "auto";
+  const bool replaceable = base == "auto" || base == "local" || base == "mpirun";
+  std::string to;
+  if (l->value == "deepspeed") to = "deepspeed";
+  if (l->value == "mpirun" || l->value == "mpiexec") to = "mpirun";
+  if (!to.empty() && to == base) {  // the base's own launcher: its section stays as it is
+    out.push_back({"launcher", {{"topology", "launcher", YAML::Node(to), {from(*l)}}}});
+    return;
+  }
+  if (to.empty() || !replaceable) {
+    const std::string reason =
+        !replaceable ? fmt::format("the scenario's mechanism is its launcher {}", base)
+        : l->value == "srun"
+            ? "srun needs a Slurm allocation (docs/cluster.md); inside one, --set "
+              "topology.launcher=srun"
+            : fmt::format(
+                  "faultline has no {} launcher (it has local, mpirun, srun, deepspeed, "
+                  "command)",
+                  l->value);
+    unexpressed.push_back({"setting", fmt::format("launcher {} ({}): the draft keeps launcher {}; "
+                                                  "{}",
+                                                  l->value, from(*l), base, reason)});
+    return;
+  }
+  Adaptation a{"launcher", {{"topology", "launcher", YAML::Node(to), {from(*l)}}}};
+  if (const auto* v = f.get("deepspeed"); v && to == "deepspeed") {
+    YAML::Node ds;
+    ds["version"] = v->value;
+    a.changes.push_back({"topology", "deepspeed", ds, {from(*v) + " (the runner's version)"}});
+  }
+  out.push_back(std::move(a));
+}
+
+// Root causes that are versions or hardware: faultline's workers are its own programs, so the
+// versions read from the input have no knob unless a scenario models that very mismatch.
+bool version_cause(const std::string& rc) {
+  static const std::set<std::string> kVersion = {"R1.1", "R2.2", "R3.4", "R4.2", "R5.3", "R5.5"};
+  return kVersion.count(rc) > 0;
+}
+
+void add_cause_gap(const Result& r, const ScenarioSource& base, const Tables& t, const Facts& f,
+                   const std::vector<ScenarioSource>& sources, std::vector<Unexpressed>& out) {
+  if (r.root_causes.empty() || r.root_causes.front().id == base.root_cause) return;
+  const std::string& rc = r.root_causes.front().id;
+  std::set<std::string> elsewhere;
+  for (const auto& s : sources) {
+    if (s.root_cause == rc) elsewhere.insert(s.symptom);
+  }
+  std::string text = fmt::format("root cause {} ({}): ", rc, t.taxonomy.root_cause_name.at(rc));
+  text += elsewhere.empty() ? "no scenario or fault kind of faultline builds it yet"
+                            : fmt::format("faultline builds it only for symptom(s) {}, not for {}",
+                                          fmt::join(elsewhere, ", "), base.symptom);
+  text += fmt::format("; the draft reproduces {} through {} (its base's cause) instead",
+                      base.symptom, base.root_cause.empty() ? "another cause" : base.root_cause);
+  if (version_cause(rc)) {
+    std::vector<std::string> versions;
+    for (const char* k : {"torch", "cuda", "nccl", "driver", "deepspeed", "colossalai", "gpu"}) {
+      if (const auto* v = f.get(k))
+        versions.push_back(fmt::format("{} {} (line {})", k, v->value, v->line));
+    }
+    if (!versions.empty()) {
+      text += fmt::format(
+          "; the versions and hardware read ({}) have no knob: the workers are "
+          "faultline's own programs on CPU ranks",
+          fmt::join(versions, ", "));
+    }
+  }
+  out.push_back({"cause", text});
+}
+
+// A URL of a GitHub thread in the input: the draft then cites it.
+struct Thread {
+  std::string kind, id, url;
+  size_t line = 0;
+  std::string text;
+};
+
+Thread find_thread(const std::string& text) {
+  static const std::regex kUrl(R"(https://github\.com/([\w.-]+)/([\w.-]+)/(issues|pull)/(\d+))");
+  size_t line = 1, start = 0;
+  while (start <= text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string l = text.substr(start, end - start);
+    std::smatch m;
+    if (l.find("github.com/") != std::string::npos && std::regex_search(l, m, kUrl)) {
+      return {m[3] == "pull" ? "pr" : "issue",
+              fmt::format("{}/{}#{}", m[1].str(), m[2].str(), m[4].str()), m[0].str(), line, l};
+    }
+    if (end == text.size()) break;
+    start = end + 1;
+    ++line;
+  }
+  return {};
+}
+
+// --- the text ----------------------------------------------------------------------------------
+
+std::string block(const std::string& key, const YAML::Node& value, const std::string& indent) {
+  YAML::Emitter em;
+  em << YAML::BeginMap << YAML::Key << key << YAML::Value << value << YAML::EndMap;
+  std::string out;
+  std::string text = em.c_str();
+  size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    out += indent + text.substr(start, end - start) + "\n";
+    start = end + 1;
+  }
+  return out;
+}
+
+// Symptom ids stay strings for every YAML reader ("4.10" is not the number 4.1).
+std::string quote_symptoms(const std::string& text) {
+  static const std::regex kId(R"((symptom: )(\d+\.\d+)\b)");
+  return std::regex_replace(text, kId, "$1\"$2\"");
+}
+
+using Comments = std::map<std::string, std::map<std::string, std::vector<std::string>>>;
+
+std::string emit(const YAML::Node& doc, const std::vector<std::string>& header,
+                 const Comments& comments) {
+  std::string out;
+  for (const auto& h : header) out += "# " + h + "\n";
+  for (const auto& kv : doc) {
+    const auto key = kv.first.as<std::string>();
+    const auto c = comments.find(key);
+    if (c == comments.end() || !kv.second.IsMap()) {
+      out += block(key, kv.second, "");
+      continue;
+    }
+    out += key + ":\n";
+    for (const auto& sub : kv.second) {
+      const auto subkey = sub.first.as<std::string>();
+      if (const auto lines = c->second.find(subkey); lines != c->second.end()) {
+        for (const auto& l : lines->second) out += "  # " + l + "\n";
+      }
+      out += block(subkey, sub.second, "  ");
+    }
+  }
+  return quote_symptoms(out);
+}
+
+void apply(YAML::Node& doc, const Change& ch, Comments& comments) {
+  if (!doc[ch.section] || !doc[ch.section].IsMap())
+    doc[ch.section] = YAML::Node(YAML::NodeType::Map);
+  YAML::Node n = doc[ch.section];
+  const auto dot = ch.key.find('.');
+  const std::string first = ch.key.substr(0, dot);
+  if (dot == std::string::npos) {
+    n[first] = ch.value;
+  } else {
+    if (!n[first] || !n[first].IsMap()) n[first] = YAML::Node(YAML::NodeType::Map);
+    n[first][ch.key.substr(dot + 1)] = ch.value;
+  }
+  auto& lines = comments[ch.section][first];
+  lines.insert(lines.end(), ch.comments.begin(), ch.comments.end());
+}
+
+YAML::Node reference_of(const ScenarioSource& base, const Thread& th, Comments& comments) {
+  YAML::Node ref;
+  if (!th.id.empty()) {
+    ref[th.kind] = th.id;
+    ref["url"] = th.url;
+    comments["reference"][th.kind] = {
+        fmt::format("from line {}: `{}`", th.line, th.url),
+        "cite it only once the thread's cause and fix are the ones this draft builds "
+        "(docs/scenarios.md#references-a-cited-thread-or-a-mechanism)"};
+  } else {
+    ref["kind"] = "stands-for";
+    ref["mechanism"] = base.mechanism.empty() ? first_sentence(base.description) : base.mechanism;
+    comments["reference"]["kind"] = {
+        "no issue URL in the input: the draft stands for its base's "
+        "mechanism"};
+  }
+  ref["symptom"] = base.symptom;
+  if (!base.root_cause.empty()) ref["root_cause"] = base.root_cause;
+  if (!base.fix_pattern.empty()) ref["fix_pattern"] = base.fix_pattern;
+  return ref;
+}
+
+}  // namespace
+
+Draft draft_scenario(const Result& r, const std::string& text, const Tables& t,
+                     const std::vector<ScenarioSource>& sources, const Validator& validate,
+                     const DraftOptions& o) {
+  Draft d;
+  if (r.kind != Result::Kind::kFound || r.symptoms.empty()) {
+    d.why = "no symptom to draft from";
+    return d;
+  }
+  Facts f;
+  for (const auto& e : r.env) f.by_key.emplace(e.key, &e);
+  const ScenarioSource* base = choose_base(r, sources, f);
+  d.symptom = r.symptoms.front().id;
+  if (base == nullptr) {
+    d.why = fmt::format("no scenario with a fix reproduces symptom {}", d.symptom);
+    d.unexpressed.push_back(
+        {"cause", fmt::format("symptom {} ({}): no runnable scenario yet", d.symptom,
+                              t.taxonomy.symptom_name.at(d.symptom))});
+    return d;
+  }
+  d.base = base->shown;
+  d.root_cause = base->root_cause;
+  add_cause_gap(r, *base, t, f, sources, d.unexpressed);
+
+  YAML::Node doc = YAML::Clone(base->doc);
+  Comments comments;
+  doc["name"] = "draft-" + base->name;
+  doc["description"] = fmt::format("Drafted by faultline triage from {}, adapted from {}. {}",
+                                   o.input_name.empty() ? "an issue's text" : o.input_name,
+                                   base->shown, base->description);
+  while (doc["description"].as<std::string>().back() == '\n') {
+    const auto desc = doc["description"].as<std::string>();
+    doc["description"] = desc.substr(0, desc.size() - 1);
+  }
+  doc["reference"] = reference_of(*base, find_thread(text), comments);
+  const auto rc_name = [&](const std::string& id) {
+    const auto it = t.taxonomy.root_cause_name.find(id);
+    return it == t.taxonomy.root_cause_name.end() ? std::string("-") : it->second;
+  };
+  std::vector<std::string> header = {
+      fmt::format("Drafted by `faultline triage` for symptom {} ({}), root cause {} ({}).",
+                  d.symptom, t.taxonomy.symptom_name.at(d.symptom),
+                  base->root_cause.empty() ? "-" : base->root_cause, rc_name(base->root_cause)),
+      fmt::format("Adapted from {}{}: its fault, expectation and fix variant ({}) are kept;",
+                  base->shown, base->cited.empty() ? "" : " (" + base->cited + ")",
+                  base->fix_pattern.empty() ? "its fix" : base->fix_pattern),
+      "a value under a `from line` comment was read from the input. Check and run it:",
+      "faultline validate FILE; faultline repro FILE (the fault, then its fix)."};
+  if (const auto* g = f.get("gpu")) {
+    header.push_back(
+        fmt::format("The issue ran on {} ({}); the draft runs CPU ranks.", g->value, from(*g)));
+  }
+
+  std::vector<Adaptation> adaptations;
+  add_layout(doc, f, o, adaptations, d.unexpressed);
+  add_zero_and_precision(f, adaptations, d.unexpressed);
+  add_launcher(doc, f, adaptations, d.unexpressed);
+  d.yaml = emit(doc, header, comments);
+  if (const auto err = validate(d.yaml); !err.empty()) {
+    d.why = "its base scenario does not load here: " + err;
+    d.yaml.clear();
+    return d;
+  }
+  for (const auto& a : adaptations) {
+    YAML::Node trial = YAML::Clone(doc);
+    Comments trial_comments = comments;
+    for (const auto& ch : a.changes) apply(trial, ch, trial_comments);
+    const std::string yaml = emit(trial, header, trial_comments);
+    if (const auto err = validate(yaml); !err.empty()) {
+      d.dropped.push_back(fmt::format("{}: {}", a.what, err));
+      continue;
+    }
+    doc = trial;
+    comments = std::move(trial_comments);
+    d.yaml = yaml;
+  }
+  d.made = true;
+  return d;
+}
+
+std::string format_draft(const Draft& d) {
+  std::string out;
+  if (!d.made) {
+    out += fmt::format("Drafted scenario: none ({})\n", d.why);
+  } else {
+    out += fmt::format("Drafted scenario (adapted from {}; it validates; --write FILE saves it):\n",
+                       d.base);
+    out += "---\n" + d.yaml + "...\n";
+    if (!d.dropped.empty()) {
+      out += "Left out of the draft (the scenario does not load with them):\n";
+      for (const auto& x : d.dropped) out += "  - " + x + "\n";
+    }
+  }
+  if (!d.unexpressed.empty()) {
+    out += "Could not express:\n";
+    for (const auto& u : d.unexpressed) out += fmt::format("  - {}: {}\n", u.kind, u.text);
+  }
+  return out;
+}
+
+}  // namespace fl::triage

@@ -1,0 +1,175 @@
+// faultline triage's drafted scenario: adapted to what the input says with each value's source
+// line, it loads as `faultline validate` loads a file; --write keeps an existing file; a cause
+// faultline has no mechanism for is said plainly; every draft over the tune corpus validates.
+#include "harness/triage/draft.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "harness/triage/draft_check.hpp"
+#include "harness/triage/eval.hpp"
+
+namespace fl::triage {
+namespace {
+
+namespace fs = std::filesystem;
+
+const Tables& tables() {
+  static const Tables t = load_tables(default_signature_dir(), default_taxonomy_path());
+  return t;
+}
+
+const std::vector<ScenarioSource>& sources() {
+  static const auto s = load_scenario_sources(default_scenario_dirs());
+  return s;
+}
+
+Draft draft_of(const std::string& text) {
+  std::istringstream in(text);
+  const auto input = read_input(in, 16u << 20);
+  return draft_scenario(triage(input, tables()), input.text, tables(), sources(),
+                        harness_validator(), {8, "issue.txt"});
+}
+
+// The comment lines right above `line` in `yaml` (the line must be there).
+std::vector<std::string> comments_above(const std::string& yaml, const std::string& line) {
+  std::vector<std::string> lines;
+  std::istringstream in(yaml);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  const auto it = std::find(lines.begin(), lines.end(), line);
+  EXPECT_NE(it, lines.end()) << line << " is not in\n" << yaml;
+  std::vector<std::string> out;
+  for (auto c = it; c != lines.begin() && (c - 1)->find("# ") != std::string::npos; --c) {
+    out.insert(out.begin(), *(c - 1));
+  }
+  return out;
+}
+
+const std::string kWatchdogUnderZero3 =
+    "deepspeed --num_gpus 4 train.py --deepspeed ds_config.json\n"
+    "  \"zero_optimization\": {\"stage\": 3},\n"
+    "  \"fp16\": {\"enabled\": true}, dtype=torch.float16\n"
+    "[rank0]:[E ProcessGroupNCCL.cpp:523] [Rank 0] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=9314, OpType=_REDUCE_SCATTER_BASE, NumelIn=131072000, NumelOut=32768000, "
+    "Timeout(ms)=600000)\n";
+
+TEST(TriageDraft, AWatchdogTimeoutUnderDeepspeedZero3DraftsAValidScenarioWithItsSourceLines) {
+  const Draft d = draft_of(kWatchdogUnderZero3);
+  ASSERT_TRUE(d.made) << d.why;
+  EXPECT_EQ(d.base, "scenarios/symptoms/4.11-uneven-batches-hang.yaml");
+  EXPECT_EQ(validate_scenario_text(d.yaml), "");
+  EXPECT_TRUE(d.dropped.empty()) << d.dropped.front();
+  const YAML::Node doc = YAML::Load(d.yaml);
+  EXPECT_EQ(doc["name"].as<std::string>(), "draft-uneven-batches-hang");
+  EXPECT_EQ(doc["topology"]["launcher"].as<std::string>(), "deepspeed");
+  EXPECT_EQ(doc["topology"]["ranks"].as<int>(), 4);
+  EXPECT_EQ(doc["topology"]["zero"].as<int>(), 3);
+  EXPECT_EQ(doc["workload"]["precision"].as<std::string>(), "fp16");
+  EXPECT_EQ(doc["reference"]["kind"].as<std::string>(), "stands-for");
+  EXPECT_EQ(doc["reference"]["symptom"].as<std::string>(), "4.11");
+  EXPECT_EQ(doc["reference"]["root_cause"].as<std::string>(), "R4.6");
+  EXPECT_EQ(doc["expect"]["oracle"].as<std::string>(), "hang");
+  // The base's own fix variant (drop_last, F3), kept as it is.
+  EXPECT_TRUE(doc["fix"]["workload"]["data"]["drop_last"].as<bool>());
+  const std::string launch =
+      "  # from line 1: `deepspeed --num_gpus 4 train.py --deepspeed ds_config.json`";
+  EXPECT_EQ(comments_above(d.yaml, "  launcher: deepspeed"), std::vector<std::string>{launch});
+  EXPECT_EQ(comments_above(d.yaml, "  ranks: 4"), std::vector<std::string>{launch});
+  EXPECT_EQ(comments_above(d.yaml, "  zero: 3"),
+            std::vector<std::string>{"  # from line 2: `\"zero_optimization\": {\"stage\": 3},`"});
+  EXPECT_EQ(comments_above(d.yaml, "  precision: fp16"),
+            std::vector<std::string>{
+                "  # from line 3: `\"fp16\": {\"enabled\": true}, dtype=torch.float16`"});
+  EXPECT_TRUE(d.unexpressed.empty()) << format_draft(d);
+}
+
+TEST(TriageDraft, AnIssueUrlInTheInputIsCitedWithItsLine) {
+  const Draft d = draft_of("See https://github.com/deepspeedai/DeepSpeed/issues/5394 for more.\n" +
+                           kWatchdogUnderZero3);
+  ASSERT_TRUE(d.made) << d.why;
+  const YAML::Node doc = YAML::Load(d.yaml);
+  EXPECT_EQ(doc["reference"]["issue"].as<std::string>(), "deepspeedai/DeepSpeed#5394");
+  EXPECT_EQ(doc["reference"]["url"].as<std::string>(),
+            "https://github.com/deepspeedai/DeepSpeed/issues/5394");
+  EXPECT_FALSE(doc["reference"]["kind"]);
+  EXPECT_EQ(comments_above(d.yaml, "  issue: deepspeedai/DeepSpeed#5394").front(),
+            "  # from line 1: `https://github.com/deepspeedai/DeepSpeed/issues/5394`");
+  EXPECT_EQ(validate_scenario_text(d.yaml), "");
+}
+
+TEST(TriageDraft, AWorldLargerThanTheMachineIsClampedAndSaidSo) {
+  const Draft d = draft_of(
+      "torchrun --nproc_per_node 16 train.py\n"
+      "ModuleNotFoundError: No module named 'deepspeed'\n");
+  ASSERT_TRUE(d.made) << d.why;
+  EXPECT_EQ(YAML::Load(d.yaml)["topology"]["ranks"].as<int>(), 8);
+  EXPECT_EQ(comments_above(d.yaml, "  ranks: 8"),
+            (std::vector<std::string>{
+                "  # from line 1: `torchrun --nproc_per_node 16 train.py`",
+                "  # world size 16 clamped to 8: this machine runs at most 8 CPU ranks"}));
+  EXPECT_EQ(validate_scenario_text(d.yaml), "");
+}
+
+TEST(TriageDraft, ACauseWithoutAMechanismIsSaidPlainly) {
+  const Draft d = draft_of(
+      "torchrun --nproc_per_node 2 train.py\n"
+      "ModuleNotFoundError: No module named 'deepspeed'\n");
+  ASSERT_TRUE(d.made) << d.why;
+  EXPECT_FALSE(d.cause_expressed());
+  const std::string text = format_draft(d);
+  EXPECT_NE(text.find("Could not express:\n"
+                      "  - cause: root cause R1.3 (Gapped component/dependency): no scenario or "
+                      "fault kind of faultline builds it yet; the draft reproduces 1.2 through "
+                      "R1.4 (its base's cause) instead\n"
+                      "  - setting: launcher torchrun (from line 1: `torchrun --nproc_per_node 2 "
+                      "train.py`): the draft keeps launcher auto; faultline has no torchrun "
+                      "launcher (it has local, mpirun, srun, deepspeed, command)\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST(TriageDraft, NoAnswerMeansNoDraft) {
+  const Draft d = draft_of("Fix typo in docs/getting-started.md\n");
+  EXPECT_FALSE(d.made);
+  EXPECT_EQ(format_draft(d), "Drafted scenario: none (no symptom to draft from)\n");
+}
+
+TEST(TriageDraft, WriteRefusesToReplaceAnExistingFileUnlessForced) {
+  const fs::path dir = fs::temp_directory_path() / "fl_triage_draft_write";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = (dir / "mine.yaml").string();
+  std::ofstream(path) << "name: mine\n";
+  EXPECT_EQ(write_draft(path, "name: draft\n", false), path + " exists (--force replaces it)");
+  std::ifstream kept(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "name: mine\n");
+  EXPECT_EQ(write_draft(path, "name: draft\n", true), "");
+  std::ifstream replaced(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(replaced), {}), "name: draft\n");
+  const std::string fresh = (dir / "new.yaml").string();
+  EXPECT_EQ(write_draft(fresh, "name: draft\n", false), "");
+  EXPECT_TRUE(fs::exists(fresh));
+}
+
+TEST(TriageDraft, EveryDraftOverTheTuneCorpusValidates) {
+  EvalOptions o;
+  o.corpus = (fs::path(default_signature_dir()).parent_path() / "corpus/issues.jsonl").string();
+  o.split = "tune";
+  o.validate = harness_validator();
+  std::string table;
+  const EvalCounts c = evaluate(tables(), o, &table);
+  EXPECT_GT(c.drafts, 70);
+  EXPECT_EQ(c.drafts_valid, c.drafts) << table;
+  EXPECT_NE(table.find(fmt::format("| drafted scenarios that validate | 100.0% ({}/{}) |", c.drafts,
+                                   c.drafts)),
+            std::string::npos)
+      << table;
+}
+
+}  // namespace
+}  // namespace fl::triage
