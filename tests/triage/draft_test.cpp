@@ -13,16 +13,14 @@
 
 #include "harness/triage/draft_check.hpp"
 #include "harness/triage/eval.hpp"
+#include "tests/triage/tables.hpp"
 
 namespace fl::triage {
 namespace {
 
 namespace fs = std::filesystem;
 
-const Tables& tables() {
-  static const Tables t = load_tables(default_signature_dir(), default_taxonomy_path());
-  return t;
-}
+using test::tables;
 
 const std::vector<ScenarioSource>& sources() {
   static const auto s = load_scenario_sources(default_scenario_dirs());

@@ -1,6 +1,7 @@
 // faultline triage: signature tables load strictly, the environment extractor reads real report
 // excerpts, and bad input (empty, binary, off-topic, huge) gets a clear answer.
 #include "harness/triage/triage.hpp"
+#include "tests/triage/tables.hpp"
 
 #include <gtest/gtest.h>
 
@@ -15,10 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const Tables& tables() {
-  static const Tables t = load_tables(default_signature_dir(), default_taxonomy_path());
-  return t;
-}
+using test::tables;
 
 Result run(const std::string& text) {
   std::istringstream in(text);
