@@ -2,6 +2,7 @@
 
 #include "injector/site.hpp"
 #include "kernels/ops.hpp"
+#include "workloads/model/moe.hpp"
 
 namespace fl::model {
 
@@ -92,6 +93,22 @@ void GptStage::block_forward(LayerActs& L, const float* x, const BlockParams& w,
   ops::layernorm_forward(L.ln2.f32(), L.ln2_mean.f32(), L.ln2_rstd.f32(), L.res2.f32(), w.ln2_w,
                          w.ln2_b, N, C);
   rnd(L.ln2);
+  mlp_forward(L, w, l, N);
+  rnd(L.fcproj);
+  L.res3 = alloc({N, C}, n + "res3");
+  ops::residual_forward(L.res3.f32(), L.res2.f32(), L.fcproj.f32(), static_cast<size_t>(N) * C);
+  rnd(L.res3);
+}
+
+void GptStage::mlp_forward(LayerActs& L, const BlockParams& w, int l, int N) {
+  const int C = cfg_.d_model, Cl = C / tp_size_;
+  if (w.gate_w != nullptr) {
+    if (moe_ == nullptr) raise("block {} is an MoE block but the stage has no experts attached", l);
+    L.moe = moe_->forward(L.ln2.f32(), w.gate_w, l, N, act_);
+    L.fcproj = std::move(L.moe->y);
+    return;
+  }
+  const std::string n = "act.h" + std::to_string(l) + ".";
   L.fch = alloc({N, 4 * Cl}, n + "fch");
   ops::linear_forward(L.fch.f32(), L.ln2.f32(), w.fc_w, w.fc_b, N, C, 4 * Cl);
   rnd(L.fch);
@@ -102,10 +119,6 @@ void GptStage::block_forward(LayerActs& L, const float* x, const BlockParams& w,
   ops::linear_forward(L.fcproj.f32(), L.fch_gelu.f32(), w.fcproj_w, nullptr, N, 4 * Cl, C);
   tp_all_reduce(L.fcproj.f32(), static_cast<size_t>(N) * C);
   ops::add_bias(L.fcproj.f32(), w.fcproj_b, N, C);
-  rnd(L.fcproj);
-  L.res3 = alloc({N, C}, n + "res3");
-  ops::residual_forward(L.res3.f32(), L.res2.f32(), L.fcproj.f32(), static_cast<size_t>(N) * C);
-  rnd(L.res3);
 }
 
 std::unique_ptr<StageActs> GptStage::forward(ParamAccess& pa, const int32_t* tokens,
@@ -130,6 +143,7 @@ std::unique_ptr<StageActs> GptStage::forward(ParamAccess& pa, const int32_t* tok
     BlockParams w = layout_.block(const_cast<float*>(pa.acquire(g, false)), l, base);
     LayerActs& L = a->layers.emplace_back();
     block_forward(L, x, w, l, B, T);
+    if (L.moe) a->moe_aux += L.moe->aux;
     pa.release(g, false);
     if (checkpointing_) {
       // Keep the block's output (the next block's input and this one's recomputation anchor).
@@ -140,6 +154,7 @@ std::unique_ptr<StageActs> GptStage::forward(ParamAccess& pa, const int32_t* tok
     x = L.res3.f32();
   }
   if (layout_.has_head()) head_forward(*a, pa, x, targets);
+  if (layout_.has_head() && moe_ != nullptr) a->loss += cfg_.moe.aux_loss_coef * a->moe_aux;
   return a;
 }
 
@@ -162,16 +177,7 @@ void GptStage::block_backward(StageActs& a, ParamAccess& pa, int li, Tensor& dx)
   if (recomputed) block_forward(L, x, w, l, B, T);  // activation checkpointing
   const std::string n = "grad.act.h" + std::to_string(l) + ".";
   // res3 = res2 + fcproj: dx flows to both.
-  ops::bias_backward(g.fcproj_b, dx.f32(), N, C);
-  Tensor dgelu = alloc({N, 4 * Cl}, n + "fch.gelu");
-  ops::linear_backward(dgelu.f32(), g.fcproj_w, nullptr, dx.f32(), L.fch_gelu.f32(), w.fcproj_w, N,
-                       4 * Cl, C);
-  rnd(dgelu);
-  Tensor dfch = alloc({N, 4 * Cl}, n + "fch");
-  ops::gelu_backward(dfch.f32(), L.fch.f32(), dgelu.f32(), static_cast<size_t>(N) * 4 * Cl);
-  rnd(dfch);
-  Tensor dln2 = alloc({N, C}, n + "ln2");
-  ops::linear_backward(dln2.f32(), g.fc_w, g.fc_b, dfch.f32(), L.ln2.f32(), w.fc_w, N, C, 4 * Cl);
+  Tensor dln2 = mlp_backward(a, L, w, g, dx, l);
   tp_all_reduce(dln2.f32(), static_cast<size_t>(N) * C);
   rnd(dln2);
   // dres2 = dx (residual) + layernorm backward of dln2
@@ -200,9 +206,33 @@ void GptStage::block_backward(StageActs& a, ParamAccess& pa, int li, Tensor& dx)
   if (recomputed) L = LayerActs{};
 }
 
+Tensor GptStage::mlp_backward(StageActs& a, LayerActs& L, const BlockParams& w,
+                              const BlockParams& g, Tensor& dx, int l) {
+  const int C = cfg_.d_model, N = a.B * a.T, Cl = C / tp_size_;
+  const std::string n = "grad.act.h" + std::to_string(l) + ".";
+  if (L.moe) {
+    Tensor dln2 = alloc({N, C}, n + "ln2");
+    moe_->backward(*L.moe, L.ln2.f32(), w.gate_w, g.gate_w, dx.f32(), dln2.f32(),
+                   a.dloss * cfg_.moe.aux_loss_coef, act_);
+    return dln2;
+  }
+  ops::bias_backward(g.fcproj_b, dx.f32(), N, C);
+  Tensor dgelu = alloc({N, 4 * Cl}, n + "fch.gelu");
+  ops::linear_backward(dgelu.f32(), g.fcproj_w, nullptr, dx.f32(), L.fch_gelu.f32(), w.fcproj_w, N,
+                       4 * Cl, C);
+  rnd(dgelu);
+  Tensor dfch = alloc({N, 4 * Cl}, n + "fch");
+  ops::gelu_backward(dfch.f32(), L.fch.f32(), dgelu.f32(), static_cast<size_t>(N) * 4 * Cl);
+  rnd(dfch);
+  Tensor dln2 = alloc({N, C}, n + "ln2");
+  ops::linear_backward(dln2.f32(), g.fc_w, g.fc_b, dfch.f32(), L.ln2.f32(), w.fc_w, N, C, 4 * Cl);
+  return dln2;
+}
+
 void GptStage::backward(StageActs& a, ParamAccess& pa, float dloss, const float* dx_out,
                         float* dx_in) {
   const int C = cfg_.d_model, B = a.B, T = a.T, N = B * T;
+  a.dloss = dloss;
   // dx: gradient flowing backwards through the residual stream.
   Tensor dx = alloc({N, C}, "grad.act.residual");
   if (layout_.has_head()) {

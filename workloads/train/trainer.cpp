@@ -92,6 +92,13 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   z.state_name = cfg_.optimizer == "sgd" ? "optimizer.momentum_buffer" : "optimizer.exp_avg";
   stage_.set_activation_checkpointing(cfg_.activation_checkpointing);
   zero_.emplace(z, layout_, topo, acct_, MemoryAccountant::host(), staging_);
+  if (cfg_.model.moe.enabled()) {
+    parallel::check_moe_training(!cfg_.save_dir.empty() || !cfg_.resume.empty() ||
+                                 !cfg_.load_model_file.empty() || cfg_.model_file != "none");
+    experts_ = std::make_unique<parallel::ExpertParallel>(cfg_.model, z, topo, acct_,
+                                                          MemoryAccountant::host(), staging_);
+    stage_.set_moe(&experts_->layer());
+  }
   total_ = zero_->total();
   // Elements the gradient norm leaves out on this rank: those replicated across TP ranks (counted
   // on TP rank 0 only), and a tied weight's copy on the last stage (counted on the first).
@@ -177,9 +184,11 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   acct_.reset_peak();
   const int dp = topo_.layout.dp;
   zero_->begin_step();
+  if (experts_) experts_->begin_step();
 
   const float local_loss = forward_backward(mbs, true);
   zero_->finish_gradients();
+  if (experts_) experts_->finish_gradients();
   all_reduce_tied_embedding_grads();
   zero_->drop_gathered();
 
@@ -189,6 +198,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   const size_t rlo = owned.lo, rhi = owned.hi;
   float* g = owned.data;
   int32_t overflow = ops::has_non_finite(g, rhi - rlo) ? 1 : 0;
+  if (experts_ && experts_->has_non_finite()) overflow = 1;
   topo_.world->all_reduce(host_buffer(&overflow, 1, DType::kI32), comm::ReduceOp::kMax);
 
   StepMetrics m;
@@ -203,6 +213,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   // gradients, so they count once too.
   const uint8_t* skip = replicated_.data<uint8_t>() + rlo;
   double sq = ops::masked_sum_of_squares(g, skip, rhi - rlo, scale);
+  if (experts_) sq += experts_->sum_of_squares(scale, zero_->judges_all_grads() ? dp : 1);
   topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
   if (zero_->judges_all_grads()) sq /= dp;
   m.grad_norm =
@@ -222,19 +233,27 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
         (fault::SiteContext{step_, "", "optimizer.step", -1, staged.emplace(g, rhi - rlo).host(),
                             rhi - rlo, DType::kF32, -1}));
     staged.reset();
-    if (verdict != fault::Verdict::kSkip) {
-      // This rank's elements: all of them (ZeRO-0) or its partition, on the host under offload.
-      const auto u = zero_->begin_update();
-      DeviceGuard on(u.device);
+    auto apply = [&](const parallel::ZeroEngine::Update& u) {
       if (cfg_.optimizer == "sgd") {
         ops::sgd_update(u.params, u.grads, u.m, u.n, sgd);
       } else {
         ops::adamw_update(u.params, u.grads, u.m, u.v, u.n, step_ + 1, hp);
       }
+    };
+    if (verdict != fault::Verdict::kSkip) {
+      // This rank's elements: all of them (ZeRO-0) or its partition, on the host under offload.
+      {
+        const auto u = zero_->begin_update();
+        DeviceGuard on(u.device);
+        apply(u);
+      }
+      if (experts_) experts_->update(clip / scale, apply);
     }
     zero_->finish_update();
+    if (experts_) experts_->finish_update();
   }
   zero_->end_step();
+  if (experts_) experts_->end_step();
   // The script's `scheduler.step()`: a rank that skips it (or calls it twice) reads the
   // schedule at another position from now on, and its updates differ from its replicas'.
   const auto lr_call = FAULTLINE_FAULT_POINT(

@@ -16,6 +16,7 @@
 #include "kernels/loss_scaler.hpp"
 #include "kernels/tensor.hpp"
 #include "workloads/model/gpt.hpp"
+#include "workloads/parallel/expert.hpp"
 #include "workloads/parallel/topology.hpp"
 #include "workloads/parallel/zero.hpp"
 #include "workloads/train/data.hpp"
@@ -252,6 +253,9 @@ class Trainer {
   size_t total_ = 0;
   // Parameters, gradients and optimizer state, partitioned by ZeRO stage.
   std::optional<parallel::ZeroEngine> zero_;
+  // The MoE blocks' experts: their own parameters and ZeRO engine over the expert-data-parallel
+  // group (null without MoE).
+  std::unique_ptr<parallel::ExpertParallel> experts_;
   Tensor replicated_;  // uint8, 1 where the gradient norm leaves the element out on this rank
   // Communication staging buffers (16-bit gradients, a ZeRO partition in flight) live on the
   // rank's device but outside its memory budget, as the host vectors they replace on CPU did.
