@@ -106,30 +106,30 @@ void moe_options(worker::Options& o, TrainArgs& a) {
   o.section("workload.moe", "Mixture-of-Experts blocks, router and expert parallelism");
   o.add("workload.moe.experts", "--moe-experts", m.experts,
         "Experts per MoE block (0: every block dense)")
-      .range(-1, 4096);
+      .range(0, 4096);
   o.add("workload.moe.top_k", "--moe-top-k", m.top_k, "Experts each token is routed to (1 or 2)")
-      .range(-1, 64);
+      .range(1, 64);
   o.add("workload.moe.ep_size", "--moe-ep-size", m.ep_size,
         "Expert-parallel size: consecutive data-parallel ranks that split the experts and "
         "exchange tokens with an all-to-all (must divide the experts and dp)")
-      .range(-1, 4096);
+      .range(1, 4096);
   o.add("workload.moe.capacity_factor", "--moe-capacity-factor", m.capacity_factor,
         "Tokens an expert takes: ceil(tokens / experts x factor (x2 for top-2)); the rest are "
         "dropped")
-      .range(-1, 1e6);
+      .range(0, 1e6);
   o.add("workload.moe.min_capacity", "--moe-min-capacity", m.min_capacity,
         "Smallest expert capacity (DeepSpeed's min_capacity)")
-      .range(-1, 1e6);
+      .range(0, 1e6);
   o.add("workload.moe.drop_tokens", "--moe-drop-tokens", m.drop_tokens,
         "Drop tokens past the capacity; false: the capacity is the largest expert load, "
         "all-reduced (max) over the EP group");
   o.add("workload.moe.interval", "--moe-interval", m.interval,
         "Blocks whose 1-based number is a multiple of this are MoE (Megatron-DeepSpeed's "
         "--expert-interval; 1: every block)")
-      .range(-1, 4096);
+      .range(1, 4096);
   o.add("workload.moe.aux_loss_coef", "--moe-aux-loss-coef", m.aux_loss_coef,
         "Weight of the load-balancing loss in the objective")
-      .range(-1, 1e3);
+      .range(0, 1e3);
   o.add("workload.moe.dropless", "--moe-dropless", m.dropless,
         "Mixtral's sparse block: no capacity, every routed token computed, an expert that "
         "receives no token skipped (its weights untouched); ep_size 1");
