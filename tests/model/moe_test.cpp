@@ -102,9 +102,9 @@ TEST(MoeRouter, BackwardMatchesFiniteDifferencesForTopOneAndTopTwo) {
       std::vector<float> up = logits, down = logits;
       up[i] += 1e-3f;
       down[i] -= 1e-3f;
-      const double fd = (objective(up, 3, 3, k, true, 4, c, 0.3f) -
-                         objective(down, 3, 3, k, true, 4, c, 0.3f)) /
-                        2e-3;
+      const double fd =
+          (objective(up, 3, 3, k, true, 4, c, 0.3f) - objective(down, 3, 3, k, true, 4, c, 0.3f)) /
+          2e-3;
       // The aux loss's ce is a count: constant under small changes, as in DeepSpeed.
       EXPECT_NEAR(d[i], fd, 2e-3) << "top-" << k << " logit " << i;
     }

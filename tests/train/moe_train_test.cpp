@@ -43,8 +43,7 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
 TEST(MoeTraining, ExpertParallelRunMatchesEveryRankHoldingAllExperts) {
   const TrainRun all = train(2, with(kMoe, {"--dp", "2", "--moe-ep-size", "1"}));
   for (const char* zero : {"0", "2", "3"}) {
-    const TrainRun ep =
-        train(2, with(kMoe, {"--dp", "2", "--zero", zero, "--moe-ep-size", "2"}));
+    const TrainRun ep = train(2, with(kMoe, {"--dp", "2", "--zero", zero, "--moe-ep-size", "2"}));
     expect_same_losses(all, ep, std::string("ep 2, zero ") + zero);
   }
 }
@@ -69,8 +68,8 @@ TEST(MoeTraining, ExpertParallelismHoldsHalfTheExpertsPerRank) {
 }
 
 TEST(MoeTraining, DroplessBlockHangsZero3UnlessItIsALeafModule) {
-  const std::vector<std::string> args = {"--dp",          "2",      "--zero",       "3",
-                                         "--micro-batch", "1",      "--moe-experts", "16",
+  const std::vector<std::string> args = {"--dp",           "2",   "--zero",        "3",
+                                         "--micro-batch",  "1",   "--moe-experts", "16",
                                          "--moe-dropless", "true"};
   const TrainRun hang = train(2, args, 4, {{"FAULTLINE_COMM_TIMEOUT_MS", "5000"}});
   EXPECT_NE(hang.proc.exit_code, 0);

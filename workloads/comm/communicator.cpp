@@ -210,9 +210,8 @@ void Communicator::check(const Op& op) const {
         world_rank_, group_, in.count, dtype_name(in.dtype), out.count, dtype_name(out.dtype),
         in.count, size_);
   }
-  if (op.d.op == OpKind::kAllToAll &&
-      (in.count != out.count || in.dtype != out.dtype ||
-       in.count % static_cast<size_t>(size_) != 0)) {
+  if (op.d.op == OpKind::kAllToAll && (in.count != out.count || in.dtype != out.dtype ||
+                                       in.count % static_cast<size_t>(size_) != 0)) {
     raise<CommError>(
         "[rank {}] all_to_all on group '{}': input is {} x {}, output {} x {}; both must hold "
         "the same count, a multiple of the group size {}, of the same dtype",

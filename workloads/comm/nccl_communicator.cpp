@@ -183,12 +183,12 @@ class NcclCommunicator final : public Communicator {
     check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < size(); ++r) {
       const size_t off = static_cast<size_t>(r) * bytes;
-      check(ncclSend(static_cast<char*>(si.dev) + off, block, nccl_type(in.dtype), r, comm_,
-                     stream_),
-            "ncclSend");
-      check(ncclRecv(static_cast<char*>(so.dev) + off, block, nccl_type(in.dtype), r, comm_,
-                     stream_),
-            "ncclRecv");
+      check(
+          ncclSend(static_cast<char*>(si.dev) + off, block, nccl_type(in.dtype), r, comm_, stream_),
+          "ncclSend");
+      check(
+          ncclRecv(static_cast<char*>(so.dev) + off, block, nccl_type(in.dtype), r, comm_, stream_),
+          "ncclRecv");
     }
     check(ncclGroupEnd(), "ncclGroupEnd");
     return finish(out, so);

@@ -177,7 +177,8 @@ void GptStage::block_backward(StageActs& a, ParamAccess& pa, int li, Tensor& dx)
   if (recomputed) block_forward(L, x, w, l, B, T);  // activation checkpointing
   const std::string n = "grad.act.h" + std::to_string(l) + ".";
   // res3 = res2 + fcproj: dx flows to both.
-  Tensor dln2 = mlp_backward(a, L, w, g, dx, l);
+  Tensor dgelu, dfch;  // the dense MLP's gradients live to the end of the block, as before
+  Tensor dln2 = mlp_backward(a, L, w, g, dx, l, dgelu, dfch);
   tp_all_reduce(dln2.f32(), static_cast<size_t>(N) * C);
   rnd(dln2);
   // dres2 = dx (residual) + layernorm backward of dln2
@@ -207,7 +208,8 @@ void GptStage::block_backward(StageActs& a, ParamAccess& pa, int li, Tensor& dx)
 }
 
 Tensor GptStage::mlp_backward(StageActs& a, LayerActs& L, const BlockParams& w,
-                              const BlockParams& g, Tensor& dx, int l) {
+                              const BlockParams& g, Tensor& dx, int l, Tensor& dgelu,
+                              Tensor& dfch) {
   const int C = cfg_.d_model, N = a.B * a.T, Cl = C / tp_size_;
   const std::string n = "grad.act.h" + std::to_string(l) + ".";
   if (L.moe) {
@@ -217,11 +219,11 @@ Tensor GptStage::mlp_backward(StageActs& a, LayerActs& L, const BlockParams& w,
     return dln2;
   }
   ops::bias_backward(g.fcproj_b, dx.f32(), N, C);
-  Tensor dgelu = alloc({N, 4 * Cl}, n + "fch.gelu");
+  dgelu = alloc({N, 4 * Cl}, n + "fch.gelu");
   ops::linear_backward(dgelu.f32(), g.fcproj_w, nullptr, dx.f32(), L.fch_gelu.f32(), w.fcproj_w, N,
                        4 * Cl, C);
   rnd(dgelu);
-  Tensor dfch = alloc({N, 4 * Cl}, n + "fch");
+  dfch = alloc({N, 4 * Cl}, n + "fch");
   ops::gelu_backward(dfch.f32(), L.fch.f32(), dgelu.f32(), static_cast<size_t>(N) * 4 * Cl);
   rnd(dfch);
   Tensor dln2 = alloc({N, C}, n + "ln2");

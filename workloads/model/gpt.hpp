@@ -42,7 +42,7 @@ struct StageActs {
   // probs holds this TP rank's slice of the (padded) vocabulary [N, V/tp] (vocab_parallel with
   // parallel_output), else the whole of it [N, V].
   bool sharded_probs = false;
-  float loss = 0;  // mean over valid targets (last stage), plus the MoE aux losses x coefficient
+  float loss = 0;     // mean over valid targets (last stage), plus the MoE aux losses x coefficient
   float moe_aux = 0;  // sum of the MoE blocks' load-balancing losses
   float dloss = 0;    // the backward's d(objective)/d(loss)
   int valid_targets = 0;
@@ -149,9 +149,10 @@ class GptStage {
   void block_forward(LayerActs& L, const float* x, const BlockParams& w, int l, int B, int T);
   // The block's MLP from L.ln2 into L.fcproj (before its rounding): dense, or the MoE block.
   void mlp_forward(LayerActs& L, const BlockParams& w, int l, int N);
-  // Its backward from dx (the gradient of fcproj) to the gradient of ln2's output.
+  // Its backward from dx (the gradient of fcproj) to the gradient of ln2's output; the dense
+  // MLP's intermediate gradients are left in dgelu and dfch (the caller's, freed with it).
   Tensor mlp_backward(StageActs& a, LayerActs& L, const BlockParams& w, const BlockParams& g,
-                      Tensor& dx, int l);
+                      Tensor& dx, int l, Tensor& dgelu, Tensor& dfch);
   // The backward of the head (final layer norm, LM head, loss) into the residual gradient `dx`.
   void head_backward(StageActs& a, ParamAccess& pa, float dloss, Tensor& dx);
   // The backward of the stage's li-th block: takes `dx` from the block's output to its input

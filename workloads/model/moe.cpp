@@ -141,7 +141,8 @@ void MoeLayer::expert_forward(MoeActs& m, int j, const ExpertWeights& w, int row
   m.out[u] = alloc(rows, C, n + "proj");
   ops::linear_forward(m.out[u].f32(), m.a[u].f32(), w.proj_w, w.proj_b, rows, 4 * C, C);
   if (act != DType::kF32) {
-    for (Tensor* t : {&m.h[u], &m.a[u], &m.out[u]}) ops::round_to_precision(t->f32(), t->numel(), act);
+    for (Tensor* t : {&m.h[u], &m.a[u], &m.out[u]})
+      ops::round_to_precision(t->f32(), t->numel(), act);
   }
 }
 
@@ -157,8 +158,8 @@ void MoeLayer::expert_backward(MoeActs& m, int j, const ExpertWeights& w, const 
   ops::copy(dsc.f32(), dout, static_cast<size_t>(rows) * C);
   if (ep_ > 1) ops::scale(dsc.f32(), dsc.numel(), inv);
   Tensor da = alloc(rows, 4 * C, "grad.act.moe.fc.gelu");
-  ops::linear_backward(da.f32(), g.proj_w, g.proj_b, dsc.f32(), m.a[u].f32(), w.proj_w, rows,
-                       4 * C, C);
+  ops::linear_backward(da.f32(), g.proj_w, g.proj_b, dsc.f32(), m.a[u].f32(), w.proj_w, rows, 4 * C,
+                       C);
   Tensor dh = alloc(rows, 4 * C, "grad.act.moe.fc");
   ops::gelu_backward(dh.f32(), m.h[u].f32(), da.f32(), static_cast<size_t>(rows) * 4 * C);
   if (act != DType::kF32) ops::round_to_precision(dh.f32(), dh.numel(), act);

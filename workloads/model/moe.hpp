@@ -56,14 +56,12 @@ Routing route(const float* logits, int S, int E, int k, bool gshard);
 void apply_capacity(Routing& r, int capacity);
 // d(loss)/d(probs) [S, E] -> d(loss)/d(logits) [S, E]: the combine weights' gradients `dweight`
 // [S, k] through their normalisation, plus `daux` x d(aux)/d(probs), through the softmax.
-std::vector<float> router_backward(const Routing& r, const std::vector<float>& dweight,
-                                   float daux);
+std::vector<float> router_backward(const Routing& r, const std::vector<float>& dweight, float daux);
 
 // What one MoE block keeps for its backward.
 struct MoeActs {
   Routing routing;
   int layer = 0, N = 0;
-  std::vector<float> logits_unused;  // (kept empty: the softmax is enough)
   // Per local expert: its input rows, fc output, GELU output and output rows.
   std::vector<Tensor> xin, h, a, out;
   std::vector<std::vector<int>> rows;  // dropless: the token slots (s * k + j) of each expert
@@ -82,7 +80,8 @@ class MoeLayer {
   // x: the block's ln2 output [N, C]; gate_w [E, C]. The output (moved into the block's fcproj)
   // is in the returned acts' y.
   std::shared_ptr<MoeActs> forward(const float* x, const float* gate_w, int l, int N, DType act);
-  // dy: d(loss)/d(y) [N, C]; accumulates dx (+=) and the gate's gradient; daux: d(objective)/d(aux).
+  // dy: d(loss)/d(y) [N, C]; accumulates dx (+=) and the gate's gradient; daux:
+  // d(objective)/d(aux).
   void backward(MoeActs& m, const float* x, const float* gate_w, float* dgate_w, const float* dy,
                 float* dx, float daux, DType act);
 

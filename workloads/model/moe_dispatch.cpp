@@ -11,7 +11,7 @@ namespace fl::model {
 
 namespace {
 
-std::vector<float> download(const float* dev, size_t n) {
+std::vector<float> to_host_vector(const float* dev, size_t n) {
   std::vector<float> h(n);
   ops::to_host(h.data(), dev, n * sizeof(float));
   return h;
@@ -33,7 +33,7 @@ void MoeLayer::gshard_forward(MoeActs& m, const float* x, DType act) {
   const Routing& r = m.routing;
   const int C = cfg_.d_model, cap = r.capacity, rows = ep_ * cap;
   const size_t block = static_cast<size_t>(cap) * C;  // one expert's buffer
-  const std::vector<float> xh = download(x, static_cast<size_t>(m.N) * C);
+  const std::vector<float> xh = to_host_vector(x, static_cast<size_t>(m.N) * C);
   std::vector<float> dispatch(static_cast<size_t>(r.E) * block, 0.0f);  // [E, cap, C]
   for (size_t slot = 0; slot < r.location.size(); ++slot) {
     if (r.location[slot] < 0) continue;
@@ -58,7 +58,7 @@ void MoeLayer::gshard_forward(MoeActs& m, const float* x, DType act) {
     const int g = group_of(m.layer, j);
     expert_forward(m, j, weights(m.layer, j, params_.acquire(g, false)), rows, act);
     if (!moe_.z3_leaf) params_.release(g, false);
-    const std::vector<float> out = download(m.out[u].f32(), xin.size());
+    const std::vector<float> out = to_host_vector(m.out[u].f32(), xin.size());
     for (int src = 0; src < ep_; ++src) {
       std::copy_n(out.data() + static_cast<size_t>(src) * block, block,
                   back.data() + static_cast<size_t>(src * local_ + j) * block);
@@ -78,18 +78,18 @@ void MoeLayer::gshard_forward(MoeActs& m, const float* x, DType act) {
   ops::from_host(m.y.f32(), y.data(), y.size() * sizeof(float));
 }
 
-void MoeLayer::gshard_backward(MoeActs& m, const float* dy, std::vector<float>& dweight,
-                               float* dx, DType act) {
+void MoeLayer::gshard_backward(MoeActs& m, const float* dy, std::vector<float>& dweight, float* dx,
+                               DType act) {
   const Routing& r = m.routing;
   const int C = cfg_.d_model, cap = r.capacity, rows = ep_ * cap;
   const size_t block = static_cast<size_t>(cap) * C;
-  const std::vector<float> dyh = download(dy, static_cast<size_t>(m.N) * C);
+  const std::vector<float> dyh = to_host_vector(dy, static_cast<size_t>(m.N) * C);
   std::vector<float> dcombined(static_cast<size_t>(r.E) * block, 0.0f);
   for (size_t slot = 0; slot < r.location.size(); ++slot) {
     if (r.location[slot] < 0) continue;
     const size_t s = slot / static_cast<size_t>(r.k);
-    const size_t at = static_cast<size_t>(r.expert[slot]) * block +
-                      static_cast<size_t>(r.location[slot]) * C;
+    const size_t at =
+        static_cast<size_t>(r.expert[slot]) * block + static_cast<size_t>(r.location[slot]) * C;
     dweight[slot] = row_dot(dyh.data() + s * C, m.combined.data() + at, C);
     row_axpy(dcombined.data() + at, r.weight[slot], dyh.data() + s * C, C);
   }
@@ -115,7 +115,7 @@ void MoeLayer::gshard_backward(MoeActs& m, const float* dy, std::vector<float>& 
     }
     if (!moe_.z3_leaf) params_.release(g, true);
     params_.grads_done(g);
-    const std::vector<float> dxh = download(dxin.f32(), dout.size());
+    const std::vector<float> dxh = to_host_vector(dxin.f32(), dout.size());
     for (int src = 0; src < ep_; ++src) {
       std::copy_n(dxh.data() + static_cast<size_t>(src) * block, block,
                   dback.data() + static_cast<size_t>(src * local_ + j) * block);
@@ -123,7 +123,7 @@ void MoeLayer::gshard_backward(MoeActs& m, const float* dy, std::vector<float>& 
   }
   if (moe_.z3_leaf) release_all(m.layer, true);
   const std::vector<float> dd = exchange(std::move(dback));  // [E, cap, C]
-  std::vector<float> dxh = download(dx, static_cast<size_t>(m.N) * C);
+  std::vector<float> dxh = to_host_vector(dx, static_cast<size_t>(m.N) * C);
   for (size_t slot = 0; slot < r.location.size(); ++slot) {
     if (r.location[slot] < 0) continue;
     const size_t s = slot / static_cast<size_t>(r.k);
@@ -147,7 +147,7 @@ void MoeLayer::dropless_forward(MoeActs& m, const float* x, DType act) {
       m.rows[static_cast<size_t>(r.expert[slot])].push_back(static_cast<int>(slot));
     }
   }
-  const std::vector<float> xh = download(x, static_cast<size_t>(m.N) * C);
+  const std::vector<float> xh = to_host_vector(x, static_cast<size_t>(m.N) * C);
   std::vector<float> y(xh.size(), 0.0f);
   if (moe_.z3_leaf) acquire_all(m.layer, false);
   for (int e = 0; e < r.E; ++e) {
@@ -166,7 +166,7 @@ void MoeLayer::dropless_forward(MoeActs& m, const float* x, DType act) {
     const int g = group_of(m.layer, e);
     expert_forward(m, e, weights(m.layer, e, params_.acquire(g, false)), n, act);
     if (!moe_.z3_leaf) params_.release(g, false);
-    const std::vector<float> out = download(m.out[u].f32(), xin.size());
+    const std::vector<float> out = to_host_vector(m.out[u].f32(), xin.size());
     for (int i = 0; i < n; ++i) {
       const auto slot = static_cast<size_t>(slots[static_cast<size_t>(i)]);
       row_axpy(y.data() + slot / static_cast<size_t>(r.k) * C, r.weight[slot],
@@ -181,8 +181,8 @@ void MoeLayer::dropless_backward(MoeActs& m, const float* dy, std::vector<float>
                                  float* dx, DType act) {
   const Routing& r = m.routing;
   const int C = cfg_.d_model;
-  const std::vector<float> dyh = download(dy, static_cast<size_t>(m.N) * C);
-  std::vector<float> dxh = download(dx, dyh.size());
+  const std::vector<float> dyh = to_host_vector(dy, static_cast<size_t>(m.N) * C);
+  std::vector<float> dxh = to_host_vector(dx, dyh.size());
   if (moe_.z3_leaf) acquire_all(m.layer, true);
   for (int e = r.E - 1; e >= 0; --e) {
     const auto& slots = m.rows[static_cast<size_t>(e)];
@@ -197,7 +197,7 @@ void MoeLayer::dropless_backward(MoeActs& m, const float* dy, std::vector<float>
     }
     const int n = static_cast<int>(slots.size());
     const auto u = static_cast<size_t>(e);
-    const std::vector<float> out = download(m.out[u].f32(), static_cast<size_t>(n) * C);
+    const std::vector<float> out = to_host_vector(m.out[u].f32(), static_cast<size_t>(n) * C);
     std::vector<float> dout(out.size(), 0.0f);
     for (int i = 0; i < n; ++i) {
       const auto slot = static_cast<size_t>(slots[static_cast<size_t>(i)]);
@@ -216,7 +216,7 @@ void MoeLayer::dropless_backward(MoeActs& m, const float* dy, std::vector<float>
     }
     if (!moe_.z3_leaf) params_.release(g, true);
     params_.grads_done(g);
-    const std::vector<float> dxin_h = download(dxin.f32(), dout.size());
+    const std::vector<float> dxin_h = to_host_vector(dxin.f32(), dout.size());
     for (int i = 0; i < n; ++i) {
       const auto slot = static_cast<size_t>(slots[static_cast<size_t>(i)]);
       row_axpy(dxh.data() + slot / static_cast<size_t>(r.k) * C, r.weight[slot],

@@ -11,8 +11,8 @@ namespace fl::model {
 
 int gshard_capacity(int S, int E, int k, float factor, int min_capacity) {
   // torch.ceil((num_tokens / num_experts) * capacity_factor) in fp32; top-2 doubles the factor.
-  const float c = std::ceil(static_cast<float>(static_cast<double>(S) / E) *
-                            (factor * static_cast<float>(k)));
+  const float c =
+      std::ceil(static_cast<float>(static_cast<double>(S) / E) * (factor * static_cast<float>(k)));
   return std::max(static_cast<int>(c), min_capacity);
 }
 

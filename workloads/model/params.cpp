@@ -154,12 +154,18 @@ BlockParams ParamLayout::block(float* flat, int l) const {
 BlockParams ParamLayout::block(float* d, int l, size_t b) const {
   const std::string p = "h" + std::to_string(l) + ".";
   if (cfg_.moe.is_moe_layer(l)) {
-    BlockParams w{find(d, p + "ln1.weight", b),       find(d, p + "ln1.bias", b),
-                  find(d, p + "attn.qkv.weight", b),  find(d, p + "attn.qkv.bias", b),
-                  find(d, p + "attn.proj.weight", b), find(d, p + "attn.proj.bias", b),
-                  find(d, p + "ln2.weight", b),       find(d, p + "ln2.bias", b),
-                  nullptr,                            nullptr,
-                  nullptr,                            nullptr};
+    BlockParams w{find(d, p + "ln1.weight", b),
+                  find(d, p + "ln1.bias", b),
+                  find(d, p + "attn.qkv.weight", b),
+                  find(d, p + "attn.qkv.bias", b),
+                  find(d, p + "attn.proj.weight", b),
+                  find(d, p + "attn.proj.bias", b),
+                  find(d, p + "ln2.weight", b),
+                  find(d, p + "ln2.bias", b),
+                  nullptr,
+                  nullptr,
+                  nullptr,
+                  nullptr};
     w.gate_w = find(d, p + "moe.gate.weight", b);
     return w;
   }
