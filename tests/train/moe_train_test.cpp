@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,22 @@ TEST(MoeTraining, DroplessBlockHangsZero3UnlessItIsALeafModule) {
   const TrainRun leaf = train(2, with(args, {"--moe-z3-leaf", "true"}), 4);
   EXPECT_EQ(leaf.proc.exit_code, 0) << leaf.proc.output;
   EXPECT_EQ(leaf.steps.size(), 4u);
+}
+
+TEST(MoeTraining, WithoutDropsTheCapacityIsTheEpGroupsLargestLoadOrTheAllToAllSizesDiffer) {
+  const std::vector<std::string> args =
+      with(kMoe, {"--dp", "2", "--moe-ep-size", "2", "--moe-drop-tokens", "false"});
+  const TrainRun synced = train(2, args, 3);
+  EXPECT_EQ(synced.proc.exit_code, 0) << synced.proc.output;
+  // A gate without its EP group takes each rank's own largest load (DeepSpeed#6809).
+  const TrainRun own =
+      train(2, with(args, {"--moe-gate-ep-group", "false"}), 3, {{"FAULTLINE_COMM_VERIFY", "1"}});
+  EXPECT_NE(own.proc.exit_code, 0);
+  EXPECT_TRUE(std::regex_search(own.proc.output,
+                                std::regex("collective mismatch on group 'ep': rank 1 called "
+                                           "all_to_all\\(count [0-9]+, dtype fp32\\) at seq 0; "
+                                           "rank 0 called all_to_all\\(count [0-9]+")))
+      << own.proc.output;
 }
 
 TEST(MoeTraining, CheckpointsOfMoeModelsAreRefusedNamingTheOption) {

@@ -72,10 +72,12 @@ int MoeLayer::capacity_for(const Routing& r) {
   if (moe_.drop_tokens) {
     return gshard_capacity(r.S, r.E, r.k, moe_.capacity_factor, moe_.min_capacity);
   }
-  // drop_tokens false: the largest expert load, the same on every rank of the EP group.
+  // drop_tokens false: the largest expert load, the same on every rank of the EP group (unless
+  // the gate lacks its group: each rank's own, DeepSpeed#6809).
   int32_t c = 0;
   for (int n : r.counts) c = std::max(c, static_cast<int32_t>(n));
-  if (ep_ > 1) ep_group_->all_reduce(comm::host_buffer(&c, 1, DType::kI32), comm::ReduceOp::kMax);
+  if (ep_ > 1 && moe_.gate_ep_group)
+    ep_group_->all_reduce(comm::host_buffer(&c, 1, DType::kI32), comm::ReduceOp::kMax);
   if (r.k == 1) c = std::min(c, static_cast<int32_t>(r.S));
   return std::max<int32_t>(c, 1);
 }

@@ -27,6 +27,11 @@ struct MoeConfig {
   // ZeRO-3: the MoE block is a leaf module (deepspeed.utils.set_z3_leaf_modules): its forward
   // and backward gather every expert at once instead of each expert as it is used.
   bool z3_leaf = false;
+  // The gate knows its expert-parallel group (DeepSpeed's _set_ep_group, called by
+  // set_deepspeed_parallelism when deepspeed.initialize wraps the model). false: as a model used
+  // without it, drop_tokens false takes each rank's own largest load as the capacity (no max
+  // all-reduce), so the ranks' all-to-all buffers differ in size.
+  bool gate_ep_group = true;
 
   bool enabled() const { return experts > 0; }
   // Whether block `l` (0-based) is an MoE block.

@@ -133,6 +133,9 @@ void moe_options(worker::Options& o, TrainArgs& a) {
   o.add("workload.moe.dropless", "--moe-dropless", m.dropless,
         "Mixtral's sparse block: no capacity, every routed token computed, an expert that "
         "receives no token skipped (its weights untouched); ep_size 1");
+  o.add("workload.moe.gate_ep_group", "--moe-gate-ep-group", m.gate_ep_group,
+        "The gate knows its expert-parallel group (DeepSpeed's set_deepspeed_parallelism); "
+        "false: drop_tokens false takes each rank's own largest load as the capacity");
   o.add("workload.moe.z3_leaf", "--moe-z3-leaf", m.z3_leaf,
         "ZeRO-3: the MoE block is a leaf module (deepspeed.utils.set_z3_leaf_modules): every "
         "expert is gathered when the block runs, not each one as a token reaches it");
