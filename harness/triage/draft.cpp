@@ -125,15 +125,21 @@ int topo_int(const YAML::Node& doc, const char* key, int dflt) {
   }
 }
 
-// Scenario for the top symptom: its root cause first, then what it shares with the input.
+// Scenario for the top symptom: its root cause first, then what it shares with the input. A
+// base that trains an MoE model is a poor stand-in for an input that never mentions experts
+// (its mechanism is the experts').
 const ScenarioSource* choose_base(const Result& r, const std::vector<ScenarioSource>& sources,
-                                  const Facts& f) {
+                                  const Facts& f, const std::string& text) {
   const std::string& sym = r.symptoms.front().id;
+  static const std::regex kMoe(R"(\b(moe|experts?|mixtral)\b)", std::regex::icase);
+  const bool moe_input = std::regex_search(text, kMoe);
   const ScenarioSource* best = nullptr;
   double best_score = -1;
   for (const auto& s : sources) {
     if (s.symptom != sym) continue;
     double score = 0;
+    const YAML::Node w = s.doc["workload"];
+    if (!moe_input && w && w.IsMap() && w["moe"]) score -= 2;
     for (size_t i = 0; i < r.root_causes.size() && i < 3; ++i) {
       if (r.root_causes[i].id == s.root_cause) score += 4.0 / static_cast<double>(i + 1);
     }
@@ -439,7 +445,7 @@ Draft draft_scenario(const Result& r, const std::string& text, const Tables& t,
   }
   Facts f;
   for (const auto& e : r.env) f.by_key.emplace(e.key, &e);
-  const ScenarioSource* base = choose_base(r, sources, f);
+  const ScenarioSource* base = choose_base(r, sources, f, text);
   d.symptom = r.symptoms.front().id;
   if (base == nullptr) {
     d.why = fmt::format("no scenario with a fix reproduces symptom {}", d.symptom);

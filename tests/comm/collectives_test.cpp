@@ -167,6 +167,51 @@ TEST_F(Collectives, AllGatherConcatenatesInRankOrder) {
   }
 }
 
+TEST_F(Collectives, AllToAllSendsBlockRToRankRAndRecordsOneEntry) {
+  const int n = size();
+  for (DType t : kDTypes) {
+    for (size_t count : kCounts) {
+      // Block r of rank q holds q*16 + r*2 + k%2 (exact in bf16 up to 8 ranks).
+      Data in(t, count * n), out(t, count * n);
+      for (int r = 0; r < n; ++r) {
+        for (size_t k = 0; k < count; ++k) in.set(r * count + k, rank() * 16 + r * 2 + k % 2);
+      }
+      const int64_t seq = world().next_seq();
+      world().all_to_all(in.buf(), out.buf());
+      for (int q = 0; q < n; ++q) {
+        for (size_t k = 0; k < count; ++k) {
+          ASSERT_EQ(out.get(q * count + k), q * 16 + rank() * 2 + static_cast<double>(k % 2))
+              << dtype_name(t) << " count " << count << " from rank " << q;
+        }
+      }
+      const FlightEntry e = world().recorder().snapshot().back();
+      EXPECT_EQ(e.op, OpKind::kAllToAll);
+      EXPECT_EQ(e.seq, seq);
+      EXPECT_EQ(e.count, count * n);
+      EXPECT_EQ(e.state, OpState::kCompleted);
+    }
+  }
+  // Counts that do not split into one block per rank are refused before taking a number.
+  std::vector<float> a(static_cast<size_t>(n) + 1), b(static_cast<size_t>(n) + 1);
+  const int64_t seq = world().next_seq();
+  if (n > 1) {
+    try {
+      world().all_to_all(host_buffer(a.data(), a.size(), DType::kF32),
+                         host_buffer(b.data(), b.size(), DType::kF32));
+      FAIL() << "expected a CommError";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format(
+                    "all_to_all on group 'world': input is {0} x fp32, output {0} x fp32; both "
+                    "must hold the same count, a multiple of the group size {1}, of the same "
+                    "dtype",
+                    n + 1, n)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(world().next_seq(), seq);
+}
+
 TEST_F(Collectives, BroadcastFromLastRank) {
   const int root = size() - 1;
   for (DType t : kDTypes) {

@@ -210,6 +210,14 @@ void Communicator::check(const Op& op) const {
         world_rank_, group_, in.count, dtype_name(in.dtype), out.count, dtype_name(out.dtype),
         in.count, size_);
   }
+  if (op.d.op == OpKind::kAllToAll && (in.count != out.count || in.dtype != out.dtype ||
+                                       in.count % static_cast<size_t>(size_) != 0)) {
+    raise<CommError>(
+        "[rank {}] all_to_all on group '{}': input is {} x {}, output {} x {}; both must hold "
+        "the same count, a multiple of the group size {}, of the same dtype",
+        world_rank_, group_, in.count, dtype_name(in.dtype), out.count, dtype_name(out.dtype),
+        size_);
+  }
 }
 
 int64_t Communicator::take_seq(const FlightEntry& d) {
@@ -516,6 +524,20 @@ void Communicator::broadcast(Buffer buf, int root) {
        [this, root](const Buffer& b, const Buffer&) { return start_broadcast(b, root); },
        []([[maybe_unused]] const SiteCall& s) {
          return FAULTLINE_FAULT_POINT("comm.broadcast", s.context());
+       }};
+  prologue(std::span(&o, 1));
+  collective(std::span(&o, 1));
+}
+
+void Communicator::all_to_all(const Buffer& in, Buffer out) {
+  Op o{entry(OpKind::kAllToAll, group_, in.count, in.dtype, ReduceOp::kSum, -1),
+       in,
+       out,
+       1,
+       1,
+       [this](const Buffer& i, const Buffer& b) { return start_all_to_all(i, b); },
+       []([[maybe_unused]] const SiteCall& s) {
+         return FAULTLINE_FAULT_POINT("comm.all_to_all", s.context());
        }};
   prologue(std::span(&o, 1));
   collective(std::span(&o, 1));

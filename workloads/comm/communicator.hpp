@@ -83,6 +83,9 @@ class Communicator {
   // out.count == in.count * size(); block r of out is rank r's input.
   void all_gather(const Buffer& in, Buffer out);
   void broadcast(Buffer buf, int root);
+  // in.count == out.count, a multiple of size(); block r of `in` goes to rank r, block r of `out`
+  // comes from rank r (torch's all_to_all_single with equal splits: MoE token dispatch).
+  void all_to_all(const Buffer& in, Buffer out);
   void send(const Buffer& buf, int peer);
   void recv(Buffer buf, int peer);
   // Sends `out` to `send_peer` while receiving `in` from `recv_peer` (both started before either
@@ -115,6 +118,7 @@ class Communicator {
   virtual std::unique_ptr<PendingOp> start_send(const Buffer& buf, int peer, int tag) = 0;
   virtual std::unique_ptr<PendingOp> start_recv(Buffer buf, int peer, int tag) = 0;
   virtual std::unique_ptr<PendingOp> start_barrier() = 0;
+  virtual std::unique_ptr<PendingOp> start_all_to_all(const Buffer& in, Buffer out) = 0;
   // Called once every member is known to be present (colors/keys exchanged with a deadline).
   // `colors_keys` holds every member's (color, key), in group-rank order.
   virtual std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name,

@@ -62,6 +62,8 @@ std::string profiling_name(const FlightEntry& e) {
       return "nccl:barrier";
     case OpKind::kSplit:
       return "nccl:split";
+    case OpKind::kAllToAll:  // all_to_all_single
+      return "nccl:all_to_all";
     case OpKind::kSend:  // group ranks, as c10d writes them: "send <me>-><peer>"
       return fmt::format("nccl:send {}->{}", e.group_rank, e.peer);
     case OpKind::kRecv:  // "recv <me><-<peer>"

@@ -32,8 +32,9 @@ const char* pytorch_op_type(int op_kind) {
                                       "SEND",
                                       "RECV",
                                       "BARRIER",
-                                      "UNKNOWN"};
-  return op_kind >= 0 && op_kind < 8 ? names[op_kind] : "UNKNOWN";
+                                      "UNKNOWN",
+                                      "ALLTOALL_BASE"};
+  return op_kind >= 0 && op_kind < 9 ? names[op_kind] : "UNKNOWN";
 }
 
 TimeoutInfo timeout_info(const FlightEntry& d, int world, int64_t elapsed_ms, int64_t timeout_ms) {

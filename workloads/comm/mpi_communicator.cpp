@@ -119,6 +119,21 @@ std::unique_ptr<PendingOp> MpiCommunicator::start_all_gather(const Buffer& in, B
   return p;
 }
 
+std::unique_ptr<PendingOp> MpiCommunicator::start_all_to_all(const Buffer& in, Buffer out) {
+  auto p = std::make_unique<MpiPending>(group(), world_rank());
+  auto vin = std::make_unique<HostView>(in, true);
+  auto vout = std::make_unique<HostView>(out, false);
+  int n = checked_count(in.count / static_cast<size_t>(size()), "all_to_all");
+  mpi::check(MPI_Ialltoall(vin->data(), n, mpi::type_of(in.dtype), vout->data(), n,
+                           mpi::type_of(in.dtype), comm_, p->request()),
+             "MPI_Ialltoall", group(), world_rank());
+  HostView* v = vout.get();
+  p->on_finish([v] { v->store_back(); });
+  p->views.push_back(std::move(vin));
+  p->views.push_back(std::move(vout));
+  return p;
+}
+
 std::unique_ptr<PendingOp> MpiCommunicator::start_broadcast(Buffer buf, int root) {
   auto p = std::make_unique<MpiPending>(group(), world_rank());
   auto view = std::make_unique<HostView>(buf, rank() == root);

@@ -48,6 +48,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<PendingOp> start_send(const Buffer& buf, int peer, int tag) override;
   std::unique_ptr<PendingOp> start_recv(Buffer buf, int peer, int tag) override;
   std::unique_ptr<PendingOp> start_barrier() override;
+  std::unique_ptr<PendingOp> start_all_to_all(const Buffer& in, Buffer out) override;
   std::unique_ptr<Communicator> do_split(int color, int key, const std::string& name,
                                          const std::vector<int32_t>& colors_keys) override;
   void on_timeout() override;

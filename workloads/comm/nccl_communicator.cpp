@@ -173,6 +173,26 @@ class NcclCommunicator final : public Communicator {
           "ncclAllGather");
     return finish(out, so);
   }
+  std::unique_ptr<PendingOp> start_all_to_all(const Buffer& in, Buffer out) override {
+    // torch's all_to_all_single on NCCL: one send and one receive per peer in a group.
+    ensure_scratch(host_bytes(in) + host_bytes(out));
+    Staged si = stage(in, 0, true);
+    Staged so = stage(out, host_bytes(in), false);
+    const size_t block = in.count / static_cast<size_t>(size());
+    const size_t bytes = block * dtype_size(in.dtype);
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < size(); ++r) {
+      const size_t off = static_cast<size_t>(r) * bytes;
+      check(
+          ncclSend(static_cast<char*>(si.dev) + off, block, nccl_type(in.dtype), r, comm_, stream_),
+          "ncclSend");
+      check(
+          ncclRecv(static_cast<char*>(so.dev) + off, block, nccl_type(in.dtype), r, comm_, stream_),
+          "ncclRecv");
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    return finish(out, so);
+  }
   std::unique_ptr<PendingOp> start_broadcast(Buffer buf, int root) override {
     ensure_scratch(host_bytes(buf));
     Staged s = stage(buf, 0, rank() == root);

@@ -20,6 +20,7 @@ enum class OpKind : uint8_t {
   kRecv = 5,
   kBarrier = 6,
   kSplit = 7,
+  kAllToAll = 8,
 };
 
 enum class Device : uint8_t { kCpu = 0, kCuda = 1 };
@@ -62,6 +63,8 @@ constexpr std::string_view op_name(OpKind k) {
       return "barrier";
     case OpKind::kSplit:
       return "split";
+    case OpKind::kAllToAll:
+      return "all_to_all";
   }
   return "?";
 }

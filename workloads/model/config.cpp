@@ -100,6 +100,7 @@ void validate(const GptConfig& m, const Layout& l) {
                        l.pp, m.layers);
   }
   validate_vocab(m, l);
+  validate_moe(m, l);
   if (l.zero < 0 || l.zero > 3) {
     raise<ConfigError>("invalid layout: ZeRO stage {} does not exist (allowed 0-3)", l.zero);
   }

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "workloads/model/moe_config.hpp"
+
 namespace fl::model {
 
 // How the vocabulary and the two matrices that hold it are built (docs/workloads.md#structure).
@@ -35,9 +37,10 @@ struct GptConfig {
   int seq_len = 16;  // T (maximum context)
   uint64_t seed = 1234;
   Structure structure{};
+  MoeConfig moe{};
 
   static GptConfig tiny() { return {}; }
-  static GptConfig small() { return {256, 128, 4, 8, 64, 1234, {}}; }
+  static GptConfig small() { return {256, 128, 4, 8, 64, 1234, {}, {}}; }
 };
 
 struct Layout {

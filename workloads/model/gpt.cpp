@@ -2,6 +2,7 @@
 
 #include "injector/site.hpp"
 #include "kernels/ops.hpp"
+#include "workloads/model/moe.hpp"
 
 namespace fl::model {
 
@@ -211,8 +212,8 @@ void GptStage::block_forward(LayerActs& L, const Tensor& x_kept, const GroupView
 }
 
 void GptStage::block_mlp_forward(LayerActs& L, const GroupView& w, int l, int B, int T) {
-  const int C = cfg_.d_model, Cl = C / tp_size_, N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C, N4 = static_cast<size_t>(N) * 4 * Cl;
+  const int C = cfg_.d_model, N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C;
   const std::string n = "act.h" + std::to_string(l) + ".", p = "h" + std::to_string(l) + ".";
   L.ln2_mean = alloc({N}, n + "ln2.mean");
   L.ln2_rstd = alloc({N}, n + "ln2.rstd");
@@ -221,6 +222,30 @@ void GptStage::block_mlp_forward(LayerActs& L, const GroupView& w, int l, int B,
     OpParam g = param(w, p + "ln2.weight"), b = param(w, p + "ln2.bias");
     ops::layernorm_forward(y.f32(), L.ln2_mean.f32(), L.ln2_rstd.f32(), x.f32(), g.p, b.p, N, C);
     L.ln2 = keep(std::move(y), n + "ln2");
+  }
+  mlp_forward(L, w, l, N);
+  {
+    Tensor r = f32(L.res2), d = f32(L.fcproj), y = out({N, C}, n + "res3");
+    ops::residual_forward(y.f32(), r.f32(), d.f32(), NC);
+    // The last block's output of a stage without the head is what the pipeline sends: fp32.
+    const bool sent = !layout_.has_head() && l == layout_.first_layer() + layout_.num_layers() - 1;
+    L.res3 = keep(std::move(y), n + "res3", sent);
+  }
+}
+
+void GptStage::mlp_forward(LayerActs& L, const GroupView& w, int l, int N) {
+  const int C = cfg_.d_model, Cl = C / tp_size_;
+  const size_t NC = static_cast<size_t>(N) * C, N4 = static_cast<size_t>(N) * 4 * Cl;
+  const std::string n = "act.h" + std::to_string(l) + ".", p = "h" + std::to_string(l) + ".";
+  if (cfg_.moe.is_moe_layer(l)) {
+    if (moe_ == nullptr) raise("block {} is an MoE block but the stage has no experts attached", l);
+    {
+      Tensor x = f32(L.ln2);
+      OpParam gate = param(w, p + "moe.gate.weight");
+      L.moe = moe_->forward(x.f32(), gate.p, l, N, act_);
+    }
+    L.fcproj = keep(std::move(L.moe->y), n + "fcproj");
+    return;
   }
   {
     Tensor x = f32(L.ln2), y = out({N, 4 * Cl}, n + "fch");
@@ -243,13 +268,6 @@ void GptStage::block_mlp_forward(LayerActs& L, const GroupView& w, int l, int B,
     OpParam b = param(w, p + "mlp.proj.bias");
     ops::add_bias(y.f32(), b.p, N, C);
     L.fcproj = keep(std::move(y), n + "fcproj");
-  }
-  {
-    Tensor r = f32(L.res2), d = f32(L.fcproj), y = out({N, C}, n + "res3");
-    ops::residual_forward(y.f32(), r.f32(), d.f32(), NC);
-    // The last block's output of a stage without the head is what the pipeline sends: fp32.
-    const bool sent = !layout_.has_head() && l == layout_.first_layer() + layout_.num_layers() - 1;
-    L.res3 = keep(std::move(y), n + "res3", sent);
   }
 }
 
@@ -277,6 +295,7 @@ std::unique_ptr<StageActs> GptStage::forward(ParamAccess& pa, const int32_t* tok
     const GroupView w = group(pa, g, false);
     LayerActs& L = a->layers.emplace_back();
     block_forward(L, x, w, l, B, T);
+    if (L.moe) a->moe_aux += L.moe->aux;
     pa.release(g, false);
     if (checkpointing_) {
       // Keep the block's output (the next block's input and this one's recomputation anchor).
@@ -287,6 +306,7 @@ std::unique_ptr<StageActs> GptStage::forward(ParamAccess& pa, const int32_t* tok
     x = L.res3;
   }
   if (layout_.has_head()) head_forward(*a, pa, x, targets);
+  if (layout_.has_head() && moe_ != nullptr) a->loss += cfg_.moe.aux_loss_coef * a->moe_aux;
   return a;
 }
 
@@ -317,9 +337,37 @@ void GptStage::block_backward(StageActs& a, ParamAccess& pa, int li, Tensor& dx)
 
 void GptStage::block_mlp_backward(StageActs& a, LayerActs& L, const GroupView& w, int l,
                                   Tensor& dx) {
+  const int C = cfg_.d_model, N = a.B * a.T;
+  const std::string p = "h" + std::to_string(l) + ".";
+  // res3 = res2 + fcproj: dx flows to both.
+  Tensor dfch;  // the dense MLP's: freed with the rest of this function's gradients
+  Tensor dln2 = mlp_backward(a, L, w, l, dx, dfch);
+  tp_all_reduce(dln2.f32(), static_cast<size_t>(N) * C);
+  rnd(dln2);
+  // dres2 = dx (residual) + layernorm backward of dln2
+  {
+    Tensor x = f32(L.res2);
+    OpParam g = param(w, p + "ln2.weight");
+    OpGrad gg = grad(w, p + "ln2.weight"), gb = grad(w, p + "ln2.bias");
+    ops::layernorm_backward(dx.f32(), gg.get(), gb.get(), dln2.f32(), x.f32(), g.p,
+                            L.ln2_mean.f32(), L.ln2_rstd.f32(), N, C);
+  }
+  rnd(dx);
+}
+
+Tensor GptStage::mlp_backward(StageActs& a, LayerActs& L, const GroupView& w, int l, Tensor& dx,
+                              Tensor& dfch) {
   const int C = cfg_.d_model, Cl = C / tp_size_, N = a.B * a.T;
   const std::string n = "grad.act.h" + std::to_string(l) + ".", p = "h" + std::to_string(l) + ".";
-  // res3 = res2 + fcproj: dx flows to both.
+  if (L.moe) {
+    Tensor dln2 = alloc({N, C}, n + "ln2");
+    Tensor x = f32(L.ln2);
+    OpParam gate = param(w, p + "moe.gate.weight");
+    OpGrad dgate = grad(w, p + "moe.gate.weight");
+    moe_->backward(*L.moe, x.f32(), gate.p, dgate.get(), dx.f32(), dln2.f32(),
+                   a.dloss * cfg_.moe.aux_loss_coef, act_);
+    return dln2;
+  }
   {
     OpGrad gb = grad(w, p + "mlp.proj.bias");
     ops::bias_backward(gb.get(), dx.f32(), N, C);
@@ -330,7 +378,7 @@ void GptStage::block_mlp_backward(StageActs& a, LayerActs& L, const GroupView& w
     linear_backward(w, p + "mlp.proj.weight", "", dgelu.f32(), dx.f32(), x.f32(), N, 4 * Cl, C);
   }
   rnd(dgelu);
-  Tensor dfch = alloc({N, 4 * Cl}, n + "fch");
+  dfch = alloc({N, 4 * Cl}, n + "fch");
   {
     Tensor x = f32(L.fch);
     ops::gelu_backward(dfch.f32(), x.f32(), dgelu.f32(), static_cast<size_t>(N) * 4 * Cl);
@@ -343,17 +391,7 @@ void GptStage::block_mlp_backward(StageActs& a, LayerActs& L, const GroupView& w
     linear_backward(w, p + "mlp.fc.weight", p + "mlp.fc.bias", dln2.f32(), dfch.f32(), x.f32(), N,
                     C, 4 * Cl);
   }
-  tp_all_reduce(dln2.f32(), static_cast<size_t>(N) * C);
-  rnd(dln2);
-  // dres2 = dx (residual) + layernorm backward of dln2
-  {
-    Tensor x = f32(L.res2);
-    OpParam g = param(w, p + "ln2.weight");
-    OpGrad gg = grad(w, p + "ln2.weight"), gb = grad(w, p + "ln2.bias");
-    ops::layernorm_backward(dx.f32(), gg.get(), gb.get(), dln2.f32(), x.f32(), g.p,
-                            L.ln2_mean.f32(), L.ln2_rstd.f32(), N, C);
-  }
-  rnd(dx);
+  return dln2;
 }
 
 void GptStage::block_attention_backward(StageActs& a, LayerActs& L, const Tensor& x_kept,
@@ -400,6 +438,7 @@ void GptStage::block_attention_backward(StageActs& a, LayerActs& L, const Tensor
 void GptStage::backward(StageActs& a, ParamAccess& pa, float dloss, const float* dx_out,
                         float* dx_in) {
   const int C = cfg_.d_model, B = a.B, T = a.T, N = B * T;
+  a.dloss = dloss;
   // dx: gradient flowing backwards through the residual stream.
   Tensor dx = alloc({N, C}, "grad.act.residual");
   if (layout_.has_head()) {

@@ -19,13 +19,18 @@
 
 namespace fl::model {
 
+struct MoeActs;  // workloads/model/moe.hpp
+class MoeLayer;
+
 // Under fp16/bf16 the activations kept for the backward are 16-bit tensors (2 bytes per element,
 // as a half-precision model keeps them); layer-norm statistics, the softmax probabilities and the
 // per-token losses stay fp32 (as autocast keeps them). The stage's output on a stage without the
-// head stays fp32 (it is what the pipeline sends).
+// head stays fp32 (it is what the pipeline sends). An MoE block's own activations (MoeActs: the
+// dispatched rows and the experts' outputs) are fp32 holding values rounded to the format.
 struct LayerActs {
   Tensor ln1, ln1_mean, ln1_rstd, qkv, att, atty, attproj, res2;
   Tensor ln2, ln2_mean, ln2_rstd, fch, fch_gelu, fcproj, res3;
+  std::shared_ptr<MoeActs> moe;  // an MoE block's router and experts (fcproj is its output)
 };
 
 // Everything one micro-batch leaves behind for its backward pass.
@@ -42,7 +47,9 @@ struct StageActs {
   // probs holds this TP rank's slice of the (padded) vocabulary [N, V/tp] (vocab_parallel with
   // parallel_output), else the whole of it [N, V].
   bool sharded_probs = false;
-  float loss = 0;  // mean over valid targets (last stage)
+  float loss = 0;     // mean over valid targets (last stage), plus the MoE aux losses x coefficient
+  float moe_aux = 0;  // sum of the MoE blocks' load-balancing losses
+  float dloss = 0;    // the backward's d(objective)/d(loss)
   int valid_targets = 0;
   const float* output() const;  // [B, T, C] for the next stage
 };
@@ -110,6 +117,8 @@ class GptStage {
   // Activation checkpointing: the forward keeps only each block's output; the backward recomputes
   // a block's activations from its input just before its backward and frees them after.
   void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  // The experts of the MoE blocks (workloads/model/moe.hpp); required when the model has any.
+  void set_moe(MoeLayer* moe) { moe_ = moe; }
 
   const ParamLayout& layout() const { return layout_; }
   const GptConfig& config() const { return cfg_; }
@@ -199,6 +208,14 @@ class GptStage {
   void block_forward(LayerActs& L, const Tensor& x, const GroupView& w, int l, int B, int T);
   // Its second half: from L.res2 through the MLP to L.res3.
   void block_mlp_forward(LayerActs& L, const GroupView& w, int l, int B, int T);
+  // The block's MLP from L.ln2 into L.fcproj (kept): dense, or the MoE block (MoE layers of
+  // cfg_.moe, whose group holds the router's weight instead of the MLP's).
+  void mlp_forward(LayerActs& L, const GroupView& w, int l, int N);
+  // Its backward from dx (the gradient of fcproj) to the gradient of ln2's output; the dense
+  // MLP's gradient of fch is left in dfch (the caller's: it lives to the end of the MLP's
+  // backward).
+  Tensor mlp_backward(StageActs& a, LayerActs& L, const GroupView& w, int l, Tensor& dx,
+                      Tensor& dfch);
   // The backward of the head (final layer norm, LM head, loss) into the residual gradient `dx`.
   void head_backward(StageActs& a, ParamAccess& pa, float dloss, Tensor& dx);
   // The backward of the stage's li-th block: takes `dx` from the block's output to its input
@@ -223,6 +240,7 @@ class GptStage {
   MemoryAccountant& acct_;
   bool checkpointing_ = false;
   DType act_ = DType::kF32;
+  MoeLayer* moe_ = nullptr;
 };
 
 }  // namespace fl::model

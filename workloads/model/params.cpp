@@ -43,6 +43,12 @@ ParamLayout::ParamLayout(const GptConfig& cfg, int tp, int tp_rank, int pp, int 
     add(p + "attn.proj.bias", 1, C, Split::kReplicated, Init::kZeros, 0);
     add(p + "ln2.weight", 1, C, Split::kReplicated, Init::kOnes, 0);
     add(p + "ln2.bias", 1, C, Split::kReplicated, Init::kZeros, 0);
+    if (cfg.moe.is_moe_layer(l)) {
+      // The router (DeepSpeed's gate.wg, no bias); the experts are in ParamLayout::experts.
+      add(p + "moe.gate.weight", cfg.moe.experts, C, Split::kReplicated, Init::kNormal, 0.02f);
+      groups_.push_back({group_lo, total_, l});
+      continue;
+    }
     add(p + "mlp.fc.weight", 4 * C, C, Split::kRows, Init::kNormal, 0.02f);
     add(p + "mlp.fc.bias", 4 * C, 1, Split::kRows, Init::kZeros, 0);
     add(p + "mlp.proj.weight", C, 4 * C, Split::kCols, Init::kNormal, proj_std);
@@ -147,6 +153,22 @@ BlockParams ParamLayout::block(float* flat, int l) const {
 
 BlockParams ParamLayout::block(float* d, int l, size_t b) const {
   const std::string p = "h" + std::to_string(l) + ".";
+  if (cfg_.moe.is_moe_layer(l)) {
+    BlockParams w{find(d, p + "ln1.weight", b),
+                  find(d, p + "ln1.bias", b),
+                  find(d, p + "attn.qkv.weight", b),
+                  find(d, p + "attn.qkv.bias", b),
+                  find(d, p + "attn.proj.weight", b),
+                  find(d, p + "attn.proj.bias", b),
+                  find(d, p + "ln2.weight", b),
+                  find(d, p + "ln2.bias", b),
+                  nullptr,
+                  nullptr,
+                  nullptr,
+                  nullptr};
+    w.gate_w = find(d, p + "moe.gate.weight", b);
+    return w;
+  }
   return BlockParams{find(d, p + "ln1.weight", b),       find(d, p + "ln1.bias", b),
                      find(d, p + "attn.qkv.weight", b),  find(d, p + "attn.qkv.bias", b),
                      find(d, p + "attn.proj.weight", b), find(d, p + "attn.proj.bias", b),

@@ -45,6 +45,9 @@ struct ParamSpec {
 struct BlockParams {
   float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
   float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+  // An MoE block (workloads/model/moe.hpp): the router's weight [experts, C]; the MLP's four
+  // pointers are null (the experts live in the expert layout).
+  float* gate_w = nullptr;
 };
 
 // A range of the flat buffer used together: the embedding (wte, wpe), one transformer block, or
@@ -60,13 +63,17 @@ class ParamLayout {
  public:
   // The parameters of pipeline stage `stage` (of `pp`), TP shard `tp_rank` of `tp`.
   ParamLayout(const GptConfig& cfg, int tp, int tp_rank, int pp, int stage);
+  // The expert parameters of EP rank `ep_rank` of `ep` (workloads/model/moe.hpp): for every MoE
+  // block l and every local expert e (global index), h<l>.moe.experts.<e>.{fc,proj}.{weight,bias},
+  // one group per expert, initialised by name as a dense MLP of that name would be.
+  static ParamLayout experts(const GptConfig& cfg, int ep, int ep_rank);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   size_t total() const { return total_; }
   const ParamSpec& spec(const std::string& name) const;
   int first_layer() const { return first_layer_; }
   int num_layers() const { return num_layers_; }
-  bool has_embedding() const { return stage_ == 0; }
+  bool has_embedding() const { return !experts_only_ && stage_ == 0; }
   bool has_head() const { return stage_ == pp_ - 1; }
   // Rows of wte and lm_head (the padded vocabulary) and this rank's first row of them.
   int64_t vocab_rows() const { return vocab_rows_; }
@@ -99,7 +106,9 @@ class ParamLayout {
  private:
   void add(std::string name, int64_t rows, int64_t cols, Split split, Init init, float stddev);
   void add_head();
+  ParamLayout(const GptConfig& cfg) : cfg_(cfg), tp_(1), tp_rank_(0), pp_(1), stage_(0) {}
   GptConfig cfg_;
+  bool experts_only_ = false;
   int64_t vocab_rows_ = 0, vocab_begin_ = 0, local_vocab_ = 0;
   std::string head_weight_ = "lm_head.weight";
   int tp_, tp_rank_, pp_, stage_;

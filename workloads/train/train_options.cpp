@@ -100,6 +100,47 @@ void structure_options(worker::Options& o, TrainArgs& a) {
         "all-gathers the full [tokens, vocab] logits on every TP rank first");
 }
 
+// Mixture of Experts (docs/workloads.md#mixture-of-experts): DeepSpeed's MoE layer options.
+void moe_options(worker::Options& o, TrainArgs& a) {
+  auto& m = a.moe;
+  o.section("workload.moe", "Mixture-of-Experts blocks, router and expert parallelism");
+  o.add("workload.moe.experts", "--moe-experts", m.experts,
+        "Experts per MoE block (0: every block dense)")
+      .range(0, 4096);
+  o.add("workload.moe.top_k", "--moe-top-k", m.top_k, "Experts each token is routed to (1 or 2)")
+      .range(1, 64);
+  o.add("workload.moe.ep_size", "--moe-ep-size", m.ep_size,
+        "Expert-parallel size: consecutive data-parallel ranks that split the experts and "
+        "exchange tokens with an all-to-all (must divide the experts and dp)")
+      .range(1, 4096);
+  o.add("workload.moe.capacity_factor", "--moe-capacity-factor", m.capacity_factor,
+        "Tokens an expert takes: ceil(tokens / experts x factor (x2 for top-2)); the rest are "
+        "dropped")
+      .range(0, 1e6);
+  o.add("workload.moe.min_capacity", "--moe-min-capacity", m.min_capacity,
+        "Smallest expert capacity (DeepSpeed's min_capacity)")
+      .range(0, 1e6);
+  o.add("workload.moe.drop_tokens", "--moe-drop-tokens", m.drop_tokens,
+        "Drop tokens past the capacity; false: the capacity is the largest expert load, "
+        "all-reduced (max) over the EP group");
+  o.add("workload.moe.interval", "--moe-interval", m.interval,
+        "Blocks whose 1-based number is a multiple of this are MoE (Megatron-DeepSpeed's "
+        "--expert-interval; 1: every block)")
+      .range(1, 4096);
+  o.add("workload.moe.aux_loss_coef", "--moe-aux-loss-coef", m.aux_loss_coef,
+        "Weight of the load-balancing loss in the objective")
+      .range(0, 1e3);
+  o.add("workload.moe.dropless", "--moe-dropless", m.dropless,
+        "Mixtral's sparse block: no capacity, every routed token computed, an expert that "
+        "receives no token skipped (its weights untouched); ep_size 1");
+  o.add("workload.moe.gate_ep_group", "--moe-gate-ep-group", m.gate_ep_group,
+        "The gate knows its expert-parallel group (DeepSpeed's set_deepspeed_parallelism); "
+        "false: drop_tokens false takes each rank's own largest load as the capacity");
+  o.add("workload.moe.z3_leaf", "--moe-z3-leaf", m.z3_leaf,
+        "ZeRO-3: the MoE block is a leaf module (deepspeed.utils.set_z3_leaf_modules): every "
+        "expert is gathered when the block runs, not each one as a token reaches it");
+}
+
 void zero_options(worker::Options& o, TrainArgs& a) {
   auto& c = a.cfg;
   o.section("workload.zero", "ZeRO knobs (topology.zero picks the stage)");
@@ -222,6 +263,7 @@ void declare_train_options(worker::Runtime& rt, TrainArgs& a) {
   data_options(rt.options(), a);
   zero_options(rt.options(), a);
   structure_options(rt.options(), a);
+  moe_options(rt.options(), a);
   command_line_options(rt.app(), a);
 }
 
@@ -229,6 +271,7 @@ void finish_train_options(const worker::Runtime& rt, TrainArgs& a) {
   a.cfg.skip_steps.insert(a.skip_batches.begin(), a.skip_batches.end());
   a.cfg.model = rt.model_config(a.vocab);
   a.cfg.model.structure = a.structure;
+  a.cfg.model.moe = a.moe;
   if (a.samples > 0) a.cfg.num_samples = a.samples;
   a.cfg.precision = *parse_dtype(a.precision);
 }

@@ -17,6 +17,7 @@ struct TrainArgs {
   std::vector<int64_t> skip_batches;
   int vocab = 0;  // 0: the model's
   model::Structure structure;
+  model::MoeConfig moe;
   bool checksum = false, memory_report = false, resume_scan = false;
 };
 

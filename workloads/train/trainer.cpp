@@ -92,6 +92,13 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   z.state_name = cfg_.optimizer == "sgd" ? "optimizer.momentum_buffer" : "optimizer.exp_avg";
   stage_.set_activation_checkpointing(cfg_.activation_checkpointing);
   zero_.emplace(z, layout_, topo, acct_, MemoryAccountant::host(), staging_);
+  if (cfg_.model.moe.enabled()) {
+    parallel::check_moe_training(!cfg_.save_dir.empty() || !cfg_.resume.empty() ||
+                                 !cfg_.load_model_file.empty() || cfg_.model_file != "none");
+    experts_ = std::make_unique<parallel::ExpertParallel>(cfg_.model, z, topo, acct_,
+                                                          MemoryAccountant::host(), staging_);
+    stage_.set_moe(&experts_->layer());
+  }
   total_ = zero_->total();
   // Elements the gradient norm leaves out on this rank: those replicated across TP ranks (counted
   // on TP rank 0 only), and a tied weight's copy on the last stage (counted on the first).
@@ -177,9 +184,11 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   acct_.reset_peak();
   const int dp = topo_.layout.dp;
   zero_->begin_step();
+  if (experts_) experts_->begin_step();
 
   const float local_loss = forward_backward(mbs, true);
   zero_->finish_gradients();
+  if (experts_) experts_->finish_gradients();
   all_reduce_tied_embedding_grads();
   zero_->drop_gathered();
 
@@ -205,8 +214,10 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   if (!m.skipped) {
     apply_update(m, scale);
     zero_->finish_update();
+    if (experts_) experts_->finish_update();
   }
   zero_->end_step();
+  if (experts_) experts_->end_step();
   // The script's `scheduler.step()`: a rank that skips it (or calls it twice) reads the
   // schedule at another position from now on, and its updates differ from its replicas'.
   const auto lr_call = FAULTLINE_FAULT_POINT(
@@ -235,6 +246,13 @@ std::pair<int32_t, double> Trainer::judge_gradients(float scale) {
     if (ops::has_non_finite(owned.data, n)) overflow = 1;
     sq += ops::masked_sum_of_squares(owned.data, replicated_.data<uint8_t>() + owned.lo, n, scale);
   }
+  if (experts_) {
+    // The experts' gradients, chunk by chunk in their own engine, join the same judgement.
+    const auto [expert_overflow, expert_sq] =
+        experts_->judge(scale, zero_->judges_all_grads() ? topo_.layout.dp : 1);
+    if (expert_overflow) overflow = 1;
+    sq += expert_sq;
+  }
   return {overflow, sq};
 }
 
@@ -244,6 +262,13 @@ void Trainer::apply_update(const StepMetrics& m, float scale) {
                          : 1.0f;
   ops::AdamW hp{m.lr, cfg_.beta1, cfg_.beta2, 1e-8f, cfg_.weight_decay};
   ops::Sgd sgd{m.lr, cfg_.momentum, cfg_.weight_decay};
+  auto apply = [&](const parallel::ZeroEngine::Update& u) {
+    if (cfg_.optimizer == "sgd") {
+      ops::sgd_update(u.params, u.grads, u.m, u.n, sgd);
+    } else {
+      ops::adamw_update(u.params, u.grads, u.m, u.v, u.n, step_ + 1, hp);
+    }
+  };
   for (size_t c = 0; c < zero_->owned_chunks(); ++c) {
     const parallel::FlatSpan owned = zero_->owned_grads(c);
     const size_t n = owned.hi - owned.lo;
@@ -262,12 +287,10 @@ void Trainer::apply_update(const StepMetrics& m, float scale) {
     // under offload.
     const auto u = zero_->begin_update(c);
     DeviceGuard on(u.device);
-    if (cfg_.optimizer == "sgd") {
-      ops::sgd_update(u.params, u.grads, u.m, u.n, sgd);
-    } else {
-      ops::adamw_update(u.params, u.grads, u.m, u.v, u.n, step_ + 1, hp);
-    }
+    apply(u);
   }
+  // The experts' own engine, after the dense update, with the same clip and loss scale.
+  if (experts_) experts_->update(clip / scale, apply);
 }
 
 // What run() keeps across steps: the metrics so far and where the current step's interval (wall

@@ -17,6 +17,7 @@
 #include "kernels/loss_scaler.hpp"
 #include "kernels/tensor.hpp"
 #include "workloads/model/gpt.hpp"
+#include "workloads/parallel/expert.hpp"
 #include "workloads/parallel/topology.hpp"
 #include "workloads/parallel/zero.hpp"
 #include "workloads/train/data.hpp"
@@ -213,7 +214,8 @@ class Trainer {
   StepMetrics train_step(const std::vector<MicroBatch>& mbs);
   // train_step's parts: whether the owned gradients overflow and their sum of squares (divided
   // by `scale`), judged one fp32 chunk at a time; the optimizer's update of them (clipped by
-  // m.grad_norm, unscaled), chunk by chunk behind the optimizer.step site.
+  // m.grad_norm, unscaled), chunk by chunk behind the optimizer.step site. The MoE experts' own
+  // engine joins both (its chunks judged with the dense ones, updated after them).
   std::pair<int32_t, double> judge_gradients(float scale);
   void apply_update(const StepMetrics& m, float scale);
   float forward_backward(const std::vector<MicroBatch>& mbs, bool backward);
@@ -259,6 +261,9 @@ class Trainer {
   size_t total_ = 0;
   // Parameters, gradients and optimizer state, partitioned by ZeRO stage.
   std::optional<parallel::ZeroEngine> zero_;
+  // The MoE blocks' experts: their own parameters and ZeRO engine over the expert-data-parallel
+  // group (null without MoE).
+  std::unique_ptr<parallel::ExpertParallel> experts_;
   Tensor replicated_;  // uint8, 1 where the gradient norm leaves the element out on this rank
   // Communication staging buffers (16-bit gradients, a ZeRO partition in flight) live on the
   // rank's device but outside its memory budget, as the host vectors they replace on CPU did.

@@ -1,0 +1,130 @@
+// The MoE block under the real launcher: expert parallelism (experts split over 2 ranks, tokens
+// exchanged with an all-to-all, expert gradients reduced over the expert-data-parallel group)
+// trains the same model as every rank holding all experts, and as one rank with the whole batch;
+// under ZeRO-3 a rank gathers only its own experts; Mixtral's dropless block hangs ZeRO-3 in a
+// gather on the expert group unless the block is a leaf module.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/support/process.hpp"
+#include "tests/support/train_run.hpp"
+
+namespace fl::test {
+namespace {
+
+TrainRun train(int ranks, std::vector<std::string> args, int steps = 6,
+               std::map<std::string, std::string> env = {}) {
+  return run_train(FAULTLINE_TRAIN, ranks, std::move(args), steps, std::move(env));
+}
+
+// Losses to float tolerance: the expert GEMMs sum their rows in another order when the tokens of
+// both ranks meet at one expert (one GEMM over both ranks' rows instead of two and an
+// all-reduce), so the runs agree to rounding, not bit for bit.
+void expect_same_losses(const TrainRun& a, const TrainRun& b, const std::string& what) {
+  ASSERT_EQ(a.proc.exit_code, 0) << a.proc.output;
+  ASSERT_EQ(b.proc.exit_code, 0) << what << "\n" << b.proc.output;
+  ASSERT_EQ(a.steps.size(), b.steps.size()) << what;
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    const double want = a.steps[i]["loss"], got = b.steps[i]["loss"];
+    EXPECT_NEAR(got, want, 1e-5 * std::fabs(want)) << what << " step " << i;
+  }
+}
+
+const std::vector<std::string> kMoe = {"--moe-experts", "4", "--moe-top-k", "2"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(MoeTraining, ExpertParallelRunMatchesEveryRankHoldingAllExperts) {
+  const TrainRun all = train(2, with(kMoe, {"--dp", "2", "--moe-ep-size", "1"}));
+  for (const char* zero : {"0", "2", "3"}) {
+    const TrainRun ep = train(2, with(kMoe, {"--dp", "2", "--zero", zero, "--moe-ep-size", "2"}));
+    expect_same_losses(all, ep, std::string("ep 2, zero ") + zero);
+  }
+}
+
+TEST(MoeTraining, TwoRankExpertParallelRunMatchesOneRankWithAllExperts) {
+  // Without drops and aux loss the routing of a token does not depend on its batch: one rank with
+  // both micro-batches computes what two EP ranks compute.
+  const std::vector<std::string> same = {"--moe-drop-tokens", "false", "--moe-aux-loss-coef", "0"};
+  const TrainRun one = train(1, with(with(kMoe, same), {"--micro-batch", "8"}));
+  const TrainRun two =
+      train(2, with(with(kMoe, same), {"--dp", "2", "--micro-batch", "4", "--moe-ep-size", "2"}));
+  expect_same_losses(one, two, "1 rank vs 2 EP ranks");
+}
+
+TEST(MoeTraining, ExpertParallelismHoldsHalfTheExpertsPerRank) {
+  const TrainRun all = train(2, with(kMoe, {"--dp", "2", "--moe-ep-size", "1"}), 2);
+  const TrainRun ep = train(2, with(kMoe, {"--dp", "2", "--moe-ep-size", "2"}), 2);
+  ASSERT_EQ(all.proc.exit_code, 0) << all.proc.output;
+  ASSERT_EQ(ep.proc.exit_code, 0) << ep.proc.output;
+  const double a = all.steps.back()["mem_current"], e = ep.steps.back()["mem_current"];
+  EXPECT_LT(e, a);
+}
+
+TEST(MoeTraining, DroplessBlockHangsZero3UnlessItIsALeafModule) {
+  const std::vector<std::string> args = {"--dp",           "2",   "--zero",        "3",
+                                         "--micro-batch",  "1",   "--moe-experts", "16",
+                                         "--moe-dropless", "true"};
+  const TrainRun hang = train(2, args, 4, {{"FAULTLINE_COMM_TIMEOUT_MS", "5000"}});
+  EXPECT_NE(hang.proc.exit_code, 0);
+  EXPECT_NE(hang.proc.output.find("comm timeout: broadcast on group 'edp'"), std::string::npos)
+      << hang.proc.output;
+  const TrainRun leaf = train(2, with(args, {"--moe-z3-leaf", "true"}), 4);
+  EXPECT_EQ(leaf.proc.exit_code, 0) << leaf.proc.output;
+  EXPECT_EQ(leaf.steps.size(), 4u);
+}
+
+TEST(MoeTraining, WithoutDropsTheCapacityIsTheEpGroupsLargestLoadOrTheAllToAllSizesDiffer) {
+  const std::vector<std::string> args =
+      with(kMoe, {"--dp", "2", "--moe-ep-size", "2", "--moe-drop-tokens", "false"});
+  const TrainRun synced = train(2, args, 3);
+  EXPECT_EQ(synced.proc.exit_code, 0) << synced.proc.output;
+  // A gate without its EP group takes each rank's own largest load (DeepSpeed#6809).
+  const TrainRun own =
+      train(2, with(args, {"--moe-gate-ep-group", "false"}), 3, {{"FAULTLINE_COMM_VERIFY", "1"}});
+  EXPECT_NE(own.proc.exit_code, 0);
+  EXPECT_TRUE(std::regex_search(own.proc.output,
+                                std::regex("collective mismatch on group 'ep': rank 1 called "
+                                           "all_to_all\\(count [0-9]+, dtype fp32\\) at seq 0; "
+                                           "rank 0 called all_to_all\\(count [0-9]+")))
+      << own.proc.output;
+}
+
+TEST(MoeTraining, SixteenBitExpertsJudgedAndUpdatedChunkByChunkTrainAlikeAtEveryZeroStage) {
+  // 32 experts of 8352 parameters in 2 blocks: 534528 expert elements, more than one 1 MiB
+  // bucket's 262144 of fp32 gradients, so the experts' engine converts them in several chunks
+  // (stage 0: of all of them; stages 1-3: of each rank's half). Every chunk judged and updated
+  // gives the same bf16 run at every stage; a missed chunk changes the grad norm and the update.
+  const std::vector<std::string> args = {"--dp", "2", "--moe-experts", "32", "--precision", "bf16"};
+  const TrainRun z0 = train(2, with(args, {"--zero", "0"}), 3);
+  ASSERT_EQ(z0.proc.exit_code, 0) << z0.proc.output;
+  for (const char* zero : {"1", "2", "3"}) {
+    const TrainRun z = train(2, with(args, {"--zero", zero}), 3);
+    ASSERT_EQ(z.proc.exit_code, 0) << z.proc.output;
+    ASSERT_EQ(z.steps.size(), z0.steps.size()) << "zero " << zero;
+    for (size_t i = 0; i < z0.steps.size(); ++i) {
+      EXPECT_EQ(z.steps[i]["loss"], z0.steps[i]["loss"]) << "zero " << zero << " step " << i;
+      EXPECT_EQ(z.steps[i]["grad_norm"], z0.steps[i]["grad_norm"])
+          << "zero " << zero << " step " << i;
+    }
+  }
+}
+
+TEST(MoeTraining, CheckpointsOfMoeModelsAreRefusedNamingTheOption) {
+  const TrainRun r = train(1, with(kMoe, {"--save-dir", "moe_ckpt"}), 1);
+  EXPECT_NE(r.proc.exit_code, 0);
+  EXPECT_NE(r.proc.output.find("workload.moe: checkpoints and model files of MoE models are not "
+                               "implemented"),
+            std::string::npos)
+      << r.proc.output;
+}
+
+}  // namespace
+}  // namespace fl::test
