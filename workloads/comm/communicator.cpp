@@ -26,9 +26,12 @@ std::vector<uint8_t> host_bytes(const Buffer& b) {
   return h;
 }
 
+}  // namespace
+
 // Fault sites act on host memory: while a plan is armed, a device buffer is staged through a host
 // copy for the site's evaluation and written back before the op runs (a corrupted gradient
-// bucket reaches NCCL the same way it reaches MPI).
+// bucket reaches NCCL the same way it reaches MPI). Not in the anonymous namespace: the
+// communicator's SiteCall (a member type) holds one.
 class SiteData {
  public:
   void* of(const Buffer& b) {
@@ -45,6 +48,8 @@ class SiteData {
   Buffer buf_;
   std::vector<uint8_t> copy_;
 };
+
+namespace {
 
 // Wall time inside communicator operations, every group of the process together. Only the
 // outermost operation of a thread counts (a deferred op runs inside the next one).
