@@ -210,8 +210,10 @@ int supervise(std::map<pid_t, int> running) {
     running.erase(it);
     const int code = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
     if (code != 0 && status_out == 0) {
-      std::printf("[ERROR] [launch.py] Process %d exits with return code = %d\n", static_cast<int>(pid), code);
-      std::printf("[INFO] [launch.py] Killing subprocess %d (rank %d failed)\n", static_cast<int>(pid), rank);
+      std::printf("[ERROR] [launch.py] Process %d exits with return code = %d\n",
+                  static_cast<int>(pid), code);
+      std::printf("[INFO] [launch.py] Killing subprocess %d (rank %d failed)\n",
+                  static_cast<int>(pid), rank);
       std::fflush(stdout);
       kill_all(running);
       status_out = code > 0 ? code : 1;

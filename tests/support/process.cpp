@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -173,9 +173,16 @@ class MpiSessionBase {
 
 std::vector<std::string> mpirun_prefix(int ranks) {
   static const MpiSessionBase base;
-  return {FAULTLINE_MPIRUN, "--allow-run-as-root", "--oversubscribe", "--bind-to",
-          "none",           "--mca",               "orte_tmpdir_base", base.path(),
-          "-np",            std::to_string(ranks)};
+  return {FAULTLINE_MPIRUN,
+          "--allow-run-as-root",
+          "--oversubscribe",
+          "--bind-to",
+          "none",
+          "--mca",
+          "orte_tmpdir_base",
+          base.path(),
+          "-np",
+          std::to_string(ranks)};
 }
 
 }  // namespace fl::test
