@@ -321,9 +321,11 @@ TEST(OutOfProcessFaults, CpuQuotaOnThisMachineGoesThroughHostZerosNode) {
   if (::access("/sys/fs/cgroup/cpu/cgroup.procs", W_OK) != 0) {
     GTEST_SKIP() << "no writable cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu";
   }
+  // Enough steps after the limit that the rank still runs under it: with 6, a fast rank had
+  // finished before the quota was written, and its group counted no period (seen in CI).
   auto r = run(results_dir(), R"y(name: cpu-quota
 topology: {ranks: 2}
-workload: {steps: 6}
+workload: {steps: 40}
 faults:
   - {cpu_quota: 0.5, rank: 1, step: 2}
 timeouts: {comm_ms: 30000}
