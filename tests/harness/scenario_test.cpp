@@ -10,25 +10,15 @@
 #include "harness/faults/fault.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/model/scenario.hpp"
+#include "tests/support/scenario_files.hpp"
 
 namespace fl::harness {
 namespace {
 
-class ScenarioTest : public ::testing::Test {
+// The test's own folder and write() from the shared fixture; error_of here takes a whole file.
+class ScenarioTest : public fl::test::ScenarioFiles {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("faultline-scenario-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    const auto p = (dir_ / name).string();
-    std::ofstream(p) << text;
-    return p;
-  }
+  ScenarioTest() : ScenarioFiles("scenario") {}
   std::string error_of(const std::string& text, LoadOptions o = {}) {
     const auto p = write("s.yaml", text);
     try {
@@ -40,7 +30,6 @@ class ScenarioTest : public ::testing::Test {
     }
     return "no error";
   }
-  std::filesystem::path dir_;
 };
 
 TEST_F(ScenarioTest, MinimalScenarioGetsEveryDefault) {
