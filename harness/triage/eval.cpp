@@ -106,6 +106,12 @@ void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, b
   const std::string rc = answered && !r.root_causes.empty() ? r.root_causes.front().id : "none";
   c.top1 += t1;
   c.top3 += t3;
+  const bool context = answered && r.basis == Result::Basis::kContext;
+  const bool learned = answered && r.basis == Result::Basis::kLearned;
+  c.weak_context += context;
+  c.weak_context_top1 += context && t1;
+  c.weak_learned += learned;
+  c.weak_learned_top1 += learned && t1;
   c.stage += stage == l.stage;
   c.root_cause += rc == l.root_cause;
   if (verbose) {
@@ -115,6 +121,8 @@ void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, b
                           t1   ? "ok"
                           : t3 ? "top3"
                                : "MISS");
+    if (context) *lines += " (weak: context)";
+    if (learned) *lines += " (weak: learned)";
   }
 }
 
@@ -163,6 +171,10 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
   out += fmt::format("| failures answered (not 'none') | {} |\n",
                      pct(c.failures_answered, c.failures));
   out += fmt::format("| non-failures declined ('none') | {} |\n", pct(c.nones_right, c.nones));
+  out += fmt::format("| weak answers on context lines only: top-1 right | {} |\n",
+                     pct(c.weak_context_top1, c.weak_context));
+  out += fmt::format("| weak answers on learned words: top-1 right | {} |\n",
+                     pct(c.weak_learned_top1, c.weak_learned));
   if (!o.validate) return c;
   const int answers = c.failures_answered + (c.nones - c.nones_right);
   out += fmt::format("| drafted scenarios that validate | {} |\n", pct(c.drafts_valid, c.drafts));

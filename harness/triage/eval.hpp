@@ -25,6 +25,9 @@ struct EvalCounts {
   int top1 = 0, top3 = 0, stage = 0, root_cause = 0;
   int failures = 0, failures_answered = 0;  // labelled failures, and those triage answered
   int nones = 0, nones_right = 0;           // labelled non-failures, and those it declined
+  // Weak answers (Result::Basis): on context lines only, or on learned words; and of those, the
+  // ones whose top symptom is right.
+  int weak_context = 0, weak_context_top1 = 0, weak_learned = 0, weak_learned_top1 = 0;
   // Drafts: answers with a base scenario, those whose text validates, those with a cause the
   // draft could not express, and those with a setting it could not carry.
   int drafts = 0, drafts_valid = 0, cause_unexpressed = 0, setting_unexpressed = 0;

@@ -111,14 +111,16 @@ void load_file(const std::string& file, Tables& t) {
   std::map<std::string, std::string> stage_of;
   for (const auto& [id, st] : t.taxonomy.symptom_stage) stage_of[id] = std::to_string(st);
   for (const auto& item : doc["signatures"]) {
-    check_keys(file, item,
-               {"id", "needle", "regex", "icase", "env", "symptoms", "root_cause", "note"},
-               "signature");
+    check_keys(
+        file, item,
+        {"id", "needle", "regex", "icase", "env", "fallback", "symptoms", "root_cause", "note"},
+        "signature");
     Signature s;
     s.file = file;
     s.id = scalar(file, item, "id", true);
     s.icase = as_bool(file, item, "icase");
     s.env = as_bool(file, item, "env");
+    s.fallback = as_bool(file, item, "fallback");
     s.needle = scalar(file, item, "needle", true);
     if (s.needle.size() < 2) fail_at(file, item["needle"], "needle: at least 2 characters");
     s.needle = lower(s.needle);  // the needle is always a case-insensitive prefilter
@@ -329,6 +331,64 @@ std::vector<NeedleHit> needle_hits(const std::string& text, const Tables& t) {
   return out;
 }
 
+// The candidates of one tier of signatures: the hand-written tables, or the learned words.
+struct Scored {
+  std::vector<Candidate> symptoms, root_causes;
+  bool strong = false;                 // a non-env signature matched
+  std::map<std::string, int> support;  // symptom -> signatures that gave it weight
+};
+
+Scored score_tier(const std::vector<Hit>& hits, const Tables& t, bool fallback, size_t ev_max) {
+  std::map<std::string, Candidate> sym, rc;
+  Scored out;
+  for (size_t i = 0; i < t.signatures.size(); ++i) {
+    const auto& h = hits[i];
+    const auto& s = t.signatures[i];
+    if (h.lines.empty() || s.fallback != fallback) continue;
+    // Further distinct lines of one signature add a little: ten watchdog lines are one fact.
+    const double scale = 1.0 + 0.25 * static_cast<double>(h.lines.size() - 1);
+    if (!s.env) out.strong = true;
+    for (const auto& [id, w] : s.symptoms) {
+      add_candidate(sym, id, w * scale, h.lines);
+      ++out.support[id];
+    }
+    for (const auto& [id, w] : s.root_causes) add_candidate(rc, id, w * scale, h.lines);
+  }
+  out.symptoms = ranked(std::move(sym), ev_max);
+  out.root_causes = ranked(std::move(rc), ev_max);
+  return out;
+}
+
+// Which tier answers: the tables with an error text (their threshold), the tables with context
+// lines only (weak), else the learned words when two or more agree (weak), else none.
+void decide(Result& r, const std::vector<Hit>& hits, const Tables& t, const Options& o) {
+  Scored main = score_tier(hits, t, false, o.evidence_per_candidate);
+  const double top = main.symptoms.empty() ? 0 : main.symptoms.front().score;
+  r.symptoms = std::move(main.symptoms);
+  r.root_causes = std::move(main.root_causes);
+  if (top >= o.min_score) {
+    r.basis =
+        main.strong || top >= 2 * o.min_score ? Result::Basis::kTables : Result::Basis::kContext;
+  } else {
+    Scored learned = score_tier(hits, t, true, o.evidence_per_candidate);
+    const bool agreed = !learned.symptoms.empty() &&
+                        learned.symptoms.front().score >= o.min_score &&
+                        learned.support[learned.symptoms.front().id] >= 2;
+    if (!agreed) {
+      r.kind = Result::Kind::kNone;
+      r.why = r.symptoms.empty() ? "no signature matched"
+                                 : fmt::format("the best match ({} {:.2f}) is below the threshold",
+                                               r.symptoms.front().id, r.symptoms.front().score);
+      return;
+    }
+    r.basis = Result::Basis::kLearned;
+    r.symptoms = std::move(learned.symptoms);
+    r.root_causes = std::move(learned.root_causes);
+  }
+  r.kind = Result::Kind::kFound;
+  r.stage = t.taxonomy.symptom_stage.at(r.symptoms.front().id);
+}
+
 }  // namespace
 
 Result triage(const Input& in, const Tables& t, const Options& o) {
@@ -377,32 +437,9 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
     env_seen.insert(e.key);
     r.env.push_back({e.key, m[1].str(), c.line, text});
   }
-  std::map<std::string, Candidate> sym, rc;
-  bool strong = false;
-  for (size_t i = 0; i < t.signatures.size(); ++i) {
-    const auto& h = hits[i];
-    if (h.lines.empty()) continue;
-    const auto& s = t.signatures[i];
-    // Further distinct lines of one signature add a little: ten watchdog lines are one fact.
-    const double scale = 1.0 + 0.25 * static_cast<double>(h.lines.size() - 1);
-    if (!s.env) strong = true;
-    for (const auto& [id, w] : s.symptoms) add_candidate(sym, id, w * scale, h.lines);
-    for (const auto& [id, w] : s.root_causes) add_candidate(rc, id, w * scale, h.lines);
-  }
-  r.symptoms = ranked(std::move(sym), o.evidence_per_candidate);
-  r.root_causes = ranked(std::move(rc), o.evidence_per_candidate);
   std::sort(r.env.begin(), r.env.end(),
             [](const EnvFact& a, const EnvFact& b) { return a.line < b.line; });
-  if (r.symptoms.empty() || r.symptoms.front().score < o.min_score ||
-      (!strong && r.symptoms.front().score < 2 * o.min_score)) {
-    r.kind = Result::Kind::kNone;
-    r.why = r.symptoms.empty() ? "no signature matched"
-                               : fmt::format("the best match ({} {:.2f}) is below the threshold",
-                                             r.symptoms.front().id, r.symptoms.front().score);
-    return r;
-  }
-  r.kind = Result::Kind::kFound;
-  r.stage = t.taxonomy.symptom_stage.at(r.symptoms.front().id);
+  decide(r, hits, t, o);
   return r;
 }
 
@@ -451,6 +488,13 @@ std::string format_result(const Result& r, const Tables& t) {
   }
   format_env(out, r);
   out += fmt::format("Stage: {} {}\n", r.stage, t.taxonomy.stage_name.at(r.stage));
+  if (r.basis == Result::Basis::kContext) {
+    out += "Confidence: weak (no error text matched; the answer rests on context lines only)\n";
+  } else if (r.basis == Result::Basis::kLearned) {
+    out +=
+        "Confidence: weak (no table signature matched; the answer rests on words learned "
+        "from the corpus's tune split)\n";
+  }
   out += "Symptom candidates:\n";
   format_candidates(out, r.symptoms, t.taxonomy.symptom_name, 5);
   out += "Root-cause candidates:\n";

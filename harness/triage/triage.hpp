@@ -24,6 +24,8 @@ struct Signature {
   std::string needle;  // lower-cased: always a case-insensitive prefilter
   bool icase = false;  // the regex ignores case too
   bool env = false;    // a setting/version line: weak context, never an answer on its own
+  // A learned word (learn_tokens.py): scored only when the hand-written tables give no answer.
+  bool fallback = false;
   std::regex regex;
   std::map<std::string, double> symptoms;     // symptom id -> weight
   std::map<std::string, double> root_causes;  // root-cause id (R4.6) -> weight
@@ -83,6 +85,10 @@ Input read_input(std::istream& in, size_t limit);
 
 struct Result {
   enum class Kind { kFound, kNone, kBinary, kEmpty } kind = Kind::kNone;
+  // What a found answer rests on: an error text of the tables; only context lines of the tables
+  // (settings, versions, commands: weak); or, when the tables found nothing, at least two words
+  // learned from the corpus's tune split (weak).
+  enum class Basis { kTables, kContext, kLearned } basis = Basis::kTables;
   std::string why;  // kNone/kBinary/kEmpty: a sentence
   std::vector<Candidate> symptoms, root_causes;
   int stage = 0;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -67,8 +68,8 @@ TEST(TriageSignatures, AnUnknownKeyNamesFileLineColumnAndTheAllowedKeys) {
                                "    symptom: {\"4.7\": 1}\n");
   EXPECT_EQ(load_error(dir),
             dir +
-                "/t.yaml:5:5: signature: unknown key 'symptom' (allowed: env, icase, id, needle, "
-                "note, regex, root_cause, symptoms)");
+                "/t.yaml:5:5: signature: unknown key 'symptom' (allowed: env, fallback, icase, id, "
+                "needle, note, regex, root_cause, symptoms)");
 }
 
 TEST(TriageSignatures, ASymptomOutsideTheTaxonomyIsRejected) {
@@ -134,6 +135,81 @@ TEST(TriageRanking, RepeatedIdenticalLinesCountOnce) {
   std::string many;
   for (int i = 0; i < 50; ++i) many += line;
   EXPECT_DOUBLE_EQ(run(line).symptoms.at(0).score, run(many).symptoms.at(0).score);
+}
+
+// The general signatures (written from the frameworks' own error texts, not from one issue).
+TEST(TriageRanking, TwoRanksOnOneGpuIsALaunchSetupFailure) {
+  const auto r =
+      run("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+          "ProcessGroupNCCL.cpp:1691, invalid usage (run with NCCL_DEBUG=WARN for details)\n"
+          "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.basis, Result::Basis::kTables);
+  EXPECT_EQ(r.symptoms.at(0).id, "2.1");
+  EXPECT_EQ(r.root_causes.at(0).id, "R2.1");
+  const auto& ev = r.symptoms.at(0).evidence;
+  EXPECT_TRUE(std::any_of(ev.begin(), ev.end(), [](const EvidenceLine& e) {
+    return e.line == 2 && e.signature == "duplicate-gpu";
+  }));
+}
+
+TEST(TriageRanking, AnIllegalMemoryAccessIsAKernelRuntimeError) {
+  const auto r = run("RuntimeError: CUDA error: an illegal memory access was encountered\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.3");
+  EXPECT_EQ(r.root_causes.at(0).id, "R4.4");
+}
+
+TEST(TriageRanking, DdpUnfinishedReductionPointsAtTheTrainingGraph) {
+  const auto r = run(
+      "RuntimeError: Expected to have finished reduction in the prior iteration before starting "
+      "a new one.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.3");
+  EXPECT_EQ(r.root_causes.at(0).id, "R4.6");
+}
+
+TEST(TriageConfidence, ContextLinesAloneGiveAWeakAnswerThatSaysSo) {
+  const auto r = run("replace_with_kernel_inject=True\nmp_size=2\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.basis, Result::Basis::kContext);
+  EXPECT_EQ(r.stage, 5);
+  EXPECT_NE(format_result(r, tables())
+                .find("Confidence: weak (no error text matched; the answer rests on context lines "
+                      "only)\n"),
+            std::string::npos);
+}
+
+// Learned words (fallback: true) answer only when the tables find nothing, and two must agree.
+TEST(TriageConfidence, LearnedWordsAnswerOnlyWhenTwoAgreeAndTheTablesFoundNothing) {
+  const auto dir =
+      write_table("learned",
+                  "signatures:\n"
+                  "  - {id: oom, needle: \"out of memory\", regex: 'out of memory', "
+                  "symptoms: {\"4.2\": 3}}\n"
+                  "  - {id: learned-alpha, needle: alpha, regex: '\\balpha\\b', "
+                  "fallback: true, symptoms: {\"4.11\": 0.6}}\n"
+                  "  - {id: learned-beta, needle: beta, regex: '\\bbeta\\b', "
+                  "fallback: true, symptoms: {\"4.11\": 0.6}, root_cause: {R4.7: 1}}\n");
+  const auto t = load_tables(dir, default_taxonomy_path());
+  auto go = [&](const std::string& text) {
+    std::istringstream in(text);
+    return triage(read_input(in, 1u << 20), t);
+  };
+  const auto both = go("alpha\nbeta\n");
+  ASSERT_EQ(both.kind, Result::Kind::kFound);
+  EXPECT_EQ(both.basis, Result::Basis::kLearned);
+  EXPECT_EQ(both.symptoms.at(0).id, "4.11");
+  EXPECT_EQ(both.symptoms.at(0).evidence.size(), 2u);
+  EXPECT_EQ(both.root_causes.at(0).id, "R4.7");
+  EXPECT_NE(format_result(both, t).find("Confidence: weak (no table signature matched"),
+            std::string::npos);
+  EXPECT_EQ(go("alpha alone\n").kind, Result::Kind::kNone);
+  const auto table = go("alpha\nbeta\nCUDA out of memory\n");
+  ASSERT_EQ(table.kind, Result::Kind::kFound);
+  EXPECT_EQ(table.basis, Result::Basis::kTables);
+  EXPECT_EQ(table.symptoms.size(), 1u);  // the learned words add nothing next to a table answer
+  EXPECT_EQ(table.symptoms.at(0).id, "4.2");
 }
 
 TEST(TriageBadInput, EmptyInputSaysNoSignatureFound) {

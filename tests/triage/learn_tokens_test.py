@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""Tests of harness/triage/learn_tokens.py: it learns from the tune split only, its weights follow
+the tune labels, and the checked-in learned file is what the script writes from today's corpus."""
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "harness" / "triage" / "learn_tokens.py"
+LEARNED = REPO / "harness" / "triage" / "signatures" / "zz_learned_tokens.yaml"
+
+# Ids whose split the corpus rule (sha1 mod 5) fixes: the first four are test, the others tune.
+TEST_IDS = ["pytorch/pytorch#900000", "pytorch/pytorch#900001", "pytorch/pytorch#900002",
+            "pytorch/pytorch#900003"]
+TUNE_IDS = [f"pytorch/pytorch#{n}" for n in (900004, 900006, 900008, 900012, 900013, 900016,
+                                             900018, 900019, 900020)]
+
+
+def issue(iid, split, lines, symptom, cause, stage):
+    num = iid.split("#")[1]
+    return {"id": iid, "url": f"https://github.com/pytorch/pytorch/issues/{num}", "split": split,
+            "framework": "pytorch", "error_lines": lines, "env_lines": [], "summary": "s",
+            "symptoms": [symptom], "root_cause": cause, "stage": stage, "fix_pattern": None,
+            "fix": None}
+
+
+def learn(records, *extra):
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = pathlib.Path(tmp, "c.jsonl")
+        corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        out = pathlib.Path(tmp, "learned.yaml")
+        subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus), "--out", str(out),
+                        *extra], check=True, capture_output=True, text=True)
+        return out.read_text(encoding="utf-8")
+
+
+class LearnTokensTest(unittest.TestCase):
+    def corpus(self):
+        hang = "Misaligned data, model, and training graph"
+        oom = "Constrained resource and inefficient utilization"
+        recs = [issue(i, "tune", ["zebrastall in allgather"], "4.11", hang, 4) for i in TUNE_IDS[:3]]
+        recs += [issue(i, "tune", ["plain failure text"], "4.2", oom, 4) for i in TUNE_IDS[3:]]
+        # A word only the test split holds, labelled strongly: it must never be learned.
+        recs += [issue(i, "test", ["testonlyword in allgather"], "4.2", oom, 4) for i in TEST_IDS]
+        return recs
+
+    def test_a_word_only_the_test_split_holds_is_never_learned(self):
+        text = learn(self.corpus())
+        self.assertNotIn("testonlyword", text)
+        self.assertIn("9 tune issues", text)
+
+    def test_a_word_of_three_hang_issues_points_at_the_hang_and_its_cause(self):
+        text = learn(self.corpus())
+        block = text.split("  - id: learned-zebrastall\n")[1].split("  - id:")[0]
+        self.assertIn("symptoms: {\"4.11\": ", block)
+        self.assertIn("root_cause: {\"R4.6\": ", block)
+        self.assertIn("fallback: true", block)
+        self.assertIn("regex: '\\bzebrastall\\b'", block)
+
+    def test_a_word_below_the_minimum_issue_count_is_left_out(self):
+        self.assertNotIn("zebrastall", learn(self.corpus(), "--min-df", "4"))
+
+    def test_a_test_record_marked_tune_by_hand_is_still_skipped(self):
+        recs = self.corpus()
+        for r in recs:
+            if r["id"] in TEST_IDS:
+                r["split"] = "tune"  # the split field lies; the hash rule decides
+        self.assertNotIn("testonlyword", learn(recs))
+
+    def test_the_checked_in_learned_file_is_what_the_script_writes_today(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = pathlib.Path(tmp, "learned.yaml")
+            subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], check=True,
+                           capture_output=True, text=True)
+            self.assertEqual(out.read_text(encoding="utf-8"), LEARNED.read_text(encoding="utf-8"),
+                             "regenerate: /usr/bin/python3 harness/triage/learn_tokens.py")
+
+
+if __name__ == "__main__":
+    unittest.main()
