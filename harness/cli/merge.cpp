@@ -84,8 +84,7 @@ Handler setup_merge(CLI::App& sub) {
                  "Suite directories: the shards of one `faultline suite --shard I/N` split, or "
                  "any results of one suite")
       ->required();
-  sub.add_option("-o,--output", a->out, "The merged suite directory (must not exist)")
-      ->required();
+  sub.add_option("-o,--output", a->out, "The merged suite directory (must not exist)")->required();
   sub.add_flag("--force", a->force, "Replace the merged files in an existing -o directory");
   return [a] { return merge(*a); };
 }

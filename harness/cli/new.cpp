@@ -69,7 +69,8 @@ faults: []
 expect: {oracle: completed}
 seed: 7
 )"},
-    {"command", "any program as the job, with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR)",
+    {"command",
+     "any program as the job, with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR)",
      R"(name: my-command-scenario
 description: >
   What the scenario reproduces, in a sentence or two: the cause, what the job shows, the fix.

@@ -196,7 +196,8 @@ std::vector<std::string> scored_runs(const nlohmann::json& s, const std::string&
 }
 
 // Detector scores, when the suite ran detectors.
-void detector_metrics(Exposition& x, const std::string& suite, const std::vector<std::string>& runs) {
+void detector_metrics(Exposition& x, const std::string& suite,
+                      const std::vector<std::string>& runs) {
   std::vector<RunTruth> truths;
   for (const auto& run : runs) {
     try {
@@ -261,8 +262,7 @@ void suite_metrics(Exposition& x, const nlohmann::json& s, const std::string& di
 std::vector<std::vector<std::string>> by_suite(const std::vector<std::string>& dirs) {
   std::vector<std::pair<std::string, std::vector<std::string>>> groups;
   for (const auto& d : dirs) {
-    const std::string name =
-        load_suite_summary(d).value("suite", fs::path(d).filename().string());
+    const std::string name = load_suite_summary(d).value("suite", fs::path(d).filename().string());
     auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == name; });
     if (it == groups.end()) {
       groups.push_back({name, {d}});

@@ -236,7 +236,8 @@ std::string suite_page(const nlohmann::json& sum, const std::string& where,
       "<h1>suite {} <span class=\"badge {}\">{} of {} runs passed</span></h1>\n"
       "<div class=\"meta\">{}{}{}{}</div>\n",
       html_escape(sum.value("suite", "")), t.failed == 0 && missing == 0 ? "pass" : "fail",
-      ran - t.failed, ran, t.flaky > 0 ? fmt::format("{} flaky (passed on a retry); ", t.flaky) : "",
+      ran - t.failed, ran,
+      t.flaky > 0 ? fmt::format("{} flaky (passed on a retry); ", t.flaky) : "",
       t.skipped > 0 ? fmt::format("{} skipped; ", t.skipped) : "",
       missing > 0 ? fmt::format("{} missing (no shard ran them); ", missing) : "",
       html_escape(where));
@@ -260,8 +261,8 @@ std::string suite_report_html(const std::string& suite_dir, const std::string& o
 std::string write_merged_report(const std::vector<std::string>& dirs, const std::string& out) {
   SuiteResult r = merge_suite_dirs(dirs);
   const std::string out_dir = fs::absolute(fs::path(out)).parent_path().string();
-  write_atomic(out, suite_page(suite_json(r), fmt::format("{}", fmt::join(dirs, ", ")), "",
-                               out_dir));
+  write_atomic(out,
+               suite_page(suite_json(r), fmt::format("{}", fmt::join(dirs, ", ")), "", out_dir));
   return out;
 }
 

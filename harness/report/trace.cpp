@@ -1,7 +1,9 @@
 // A run's timeline in the Trace Event Format (the JSON that chrome://tracing and ui.perfetto.dev
-// open): one process per rank plus one for the harness, steps and collectives in flight as
-// slices, loss / loss scale / memory as counters, faults, diagnoses, control actions and exits
-// as instants. Time is the harness clock of the history (microseconds since the run started).
+// open): one process per rank plus one for the harness, steps (with the parts the worker timed:
+// forward, backward, gradients, optimizer), the run's sections (setup, eval, checkpoint) and
+// collectives in flight as slices, loss / loss scale / memory as counters, faults, diagnoses,
+// control actions and exits as instants. Time is the harness clock of the history (microseconds
+// since the run started).
 #include <algorithm>
 #include <filesystem>
 #include <fstream>

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include "harness/model/scenario.hpp"
 #include "harness/scenario/json_schema.hpp"
@@ -120,7 +120,8 @@ std::string leaf(const std::string& path) {
 
 // fix, prepare and baseline override any key but these (validate.cpp's check_override).
 json overrides_of(const json& root, std::initializer_list<const char*> refused) {
-  json o = {{"type", "object"}, {"additionalProperties", false}, {"properties", root["properties"]}};
+  json o = {
+      {"type", "object"}, {"additionalProperties", false}, {"properties", root["properties"]}};
   for (const char* k : refused) o["properties"].erase(k);
   return o;
 }

@@ -52,9 +52,10 @@ SuiteCase case_from(const nlohmann::json& c, const std::string& where, const std
                     const std::string& to) {
   if (!c.is_object() || !c.contains("scenario") || !c["scenario"].is_string() ||
       !c.contains("outcome") || !c["outcome"].is_string()) {
-    throw UsageError(fmt::format("{}: not a suite case (expected an object with \"scenario\" and "
-                                 "\"outcome\", as summary.json writes one)",
-                                 where));
+    throw UsageError(
+        fmt::format("{}: not a suite case (expected an object with \"scenario\" and "
+                    "\"outcome\", as summary.json writes one)",
+                    where));
   }
   SuiteCase s;
   s.name = c["scenario"].get<std::string>();
@@ -262,7 +263,9 @@ class CaseJoin {
 
  private:
   static nlohmann::json copy_of(const SuiteCase& c) {
-    return {{"shard", c.shard}, {"shard_dir", c.shard_dir}, {"outcome", c.outcome},
+    return {{"shard", c.shard},
+            {"shard_dir", c.shard_dir},
+            {"outcome", c.outcome},
             {"run_dir", c.run_dir}};
   }
   static std::string where(const SuiteCase& c) {

@@ -324,8 +324,8 @@ std::string quoted(const std::vector<std::string>& v, const char* opt) {
 
 // A case as --list --json and selection.planned write it.
 nlohmann::json listed_case(const SuiteCase& c) {
-  return {{"id", c.id()},         {"scenario", c.name}, {"file", c.scenario_file},
-          {"symptom", c.symptom}, {"stage", c.stage},   {"seed", c.seed},
+  return {{"id", c.id()},           {"scenario", c.name}, {"file", c.scenario_file},
+          {"symptom", c.symptom},   {"stage", c.stage},   {"seed", c.seed},
           {"variant", c.variant()}, {"device", c.device}};
 }
 

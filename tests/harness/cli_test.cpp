@@ -213,9 +213,9 @@ TEST(Cli, NewScaffoldsAScenarioThatValidatesAndNeverOverwrites) {
   std::ofstream(f, std::ios::app) << "# edited\n";
   r = fl::test::run_process({kCli, "new", "train", "-o", f});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_EQ(r.output,
-            "faultline: new: " + f + " exists; faultline new never overwrites a file (choose "
-            "another -o)\n");
+  EXPECT_EQ(r.output, "faultline: new: " + f +
+                          " exists; faultline new never overwrites a file (choose "
+                          "another -o)\n");
   std::ifstream again(f);
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), {}), text + "# edited\n");
   for (const char* t : {"train", "infer", "command"}) {

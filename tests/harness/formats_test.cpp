@@ -204,7 +204,9 @@ TEST(Trace, StepPartsAndSectionsAreSlicesWhereTheWorkerTimedThem) {
          {{"step_time_s", 0.4},
           {"reported_after_s", 0.6},
           {"phases",
-           {{"forward", 0.0, 0.1}, {"backward", 0.1, 0.2}, {"gradients", 0.3, 0.05},
+           {{"forward", 0.0, 0.1},
+            {"backward", 0.1, 0.2},
+            {"gradients", 0.3, 0.05},
             {"optimizer", 0.35, 0.5}}}},
          0);
     r.ev(2.1, "rank", 0, "section", {{"name", "checkpoint"}, {"state", "begin"}});
@@ -216,7 +218,8 @@ TEST(Trace, StepPartsAndSectionsAreSlicesWhereTheWorkerTimedThem) {
     const auto* s = find_slice(events, 1, name);
     EXPECT_NE(s, nullptr) << name;
     if (s == nullptr) return std::pair{-1.0, -1.0};
-    return std::pair{(*s)["ts"].get<double>(), (*s)["ts"].get<double>() + (*s)["dur"].get<double>()};
+    return std::pair{(*s)["ts"].get<double>(),
+                     (*s)["ts"].get<double>() + (*s)["dur"].get<double>()};
   };
   auto near = [](std::pair<double, double> got, double a, double b) {
     EXPECT_NEAR(got.first, a, 1) << "starts at " << got.first << " us, not " << a;

@@ -21,13 +21,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string test_dir() {
+std::string merge_dir() {
   return test::fresh_test_dir("suite_merge",
                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
 }
 
 // Shards of 3 by FNV-1a of the case id: 1: pass-c, fail-e; 2: pass-a, pass-b; 3: pass-d.
-void write_scenarios(const std::string& dir) {
+void write_merge_scenarios(const std::string& dir) {
   fs::create_directories(dir);
   for (const char* n : {"pass-a", "pass-b", "pass-c", "pass-d", "fail-e"}) {
     std::ofstream(dir + "/" + n + ".yaml")
@@ -69,8 +69,8 @@ std::map<std::string, const SuiteCase*> by_id(const std::vector<SuiteCase>& case
 }
 
 TEST(SuiteMerge, ThreeShardsGiveEveryPlannedCaseOnceWithItsShard) {
-  const auto dir = test_dir();
-  write_scenarios(dir + "/s");
+  const auto dir = merge_dir();
+  write_merge_scenarios(dir + "/s");
   const auto s1 = write_shard(dir, 1, "/elsewhere/a"), s2 = write_shard(dir, 2, "/elsewhere/b"),
              s3 = write_shard(dir, 3, "/elsewhere/c");
   const SuiteResult r = merge_suite_dirs({s1, s2, s3});
@@ -97,8 +97,8 @@ TEST(SuiteMerge, ThreeShardsGiveEveryPlannedCaseOnceWithItsShard) {
 }
 
 TEST(SuiteMerge, ADuplicateIsKeptFromTheFirstDirectoryAndAnAbsentShardsCasesAreMissing) {
-  const auto dir = test_dir();
-  write_scenarios(dir + "/s");
+  const auto dir = merge_dir();
+  write_merge_scenarios(dir + "/s");
   const auto s1 = write_shard(dir, 1, "/x/a"), s3 = write_shard(dir, 3, "/x/c");
   const std::string copy = dir + "/copy-of-shard-1";
   fs::copy(s1, copy);
@@ -147,15 +147,16 @@ void edit_summary(const std::string& dir, const std::function<void(nlohmann::jso
 }
 
 TEST(SuiteMerge, RefusesWhatIsNotOneSplitOfOneSuiteNamingTheDirectory) {
-  const auto dir = test_dir();
-  write_scenarios(dir + "/s");
+  const auto dir = merge_dir();
+  write_merge_scenarios(dir + "/s");
   const auto s1 = write_shard(dir, 1, "/x/a"), s2 = write_shard(dir, 2, "/x/b");
   fs::create_directories(dir + "/empty");
   expect_refused({s1, dir + "/empty"},
-                 dir + "/empty: no summary.json, so not a suite result directory: the "
-                       "DIR/summary.json that `faultline suite` or `faultline merge` writes (a "
-                       "suite killed before its end writes none: leave the directory out and the "
-                       "merge reports its shard's cases missing)");
+                 dir +
+                     "/empty: no summary.json, so not a suite result directory: the "
+                     "DIR/summary.json that `faultline suite` or `faultline merge` writes (a "
+                     "suite killed before its end writes none: leave the directory out and the "
+                     "merge reports its shard's cases missing)");
   expect_refused({s1, s1}, s1 + ": given twice (each suite directory once)");
   for (const char* k : {"other-suite", "other-split", "other-plan", "not-json"}) {
     fs::copy(s2, dir + "/" + k);
@@ -164,12 +165,12 @@ TEST(SuiteMerge, RefusesWhatIsNotOneSplitOfOneSuiteNamingTheDirectory) {
   edit_summary(dir + "/other-split", [](auto& j) { j["selection"]["shard"] = "2/4"; });
   edit_summary(dir + "/other-plan", [](auto& j) { j["selection"]["planned"].erase(0); });
   std::ofstream(dir + "/not-json/summary.json") << "{\"suite\": ";
-  expect_refused({s1, dir + "/other-suite"}, dir + "/other-suite holds results of suite 'nightly', " +
-                                                 s1 + " of suite 's': merge joins results of one "
-                                                      "suite");
-  expect_refused({s1, dir + "/other-split"},
-                 dir + "/other-split is shard 2/4, " + s1 +
-                     " is shard 1/3: the shards of one split share N");
+  expect_refused({s1, dir + "/other-suite"},
+                 dir + "/other-suite holds results of suite 'nightly', " + s1 +
+                     " of suite 's': merge joins results of one "
+                     "suite");
+  expect_refused({s1, dir + "/other-split"}, dir + "/other-split is shard 2/4, " + s1 +
+                                                 " is shard 1/3: the shards of one split share N");
   expect_refused({s1, dir + "/other-plan"},
                  dir + "/other-plan planned 4 cases, " + s1 +
                      " planned 5: shards of different plans (another suite file, other scenarios "
