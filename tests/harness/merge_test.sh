@@ -44,6 +44,17 @@ $check metrics "$tmp/shards.prom" 6 0
 "$faultline" report "$(shard 1)" "$(shard 2)" "$(shard 3)" -o "$tmp/shards.html"
 grep -q 'id="shards"' "$tmp/shards.html" || { echo "FAIL: no shards table in the report"; exit 1; }
 "$faultline" diff "$tmp/merged" "$tmp/merged" --outcomes-only
+# diff takes tonight's shards as they are (merged first): the same cases, no finding.
+"$faultline" diff "$tmp/merged" "$(shard 1)" "$(shard 2)" "$(shard 3)" --outcomes-only \
+  > "$tmp/diff-shards.out"
+cat "$tmp/diff-shards.out"
+grep -q "^0 regression(s), 0 other change(s)" "$tmp/diff-shards.out" \
+  || { echo "FAIL: diff over the shards found changes"; exit 1; }
+# ... and without shard 2 its two cases are `missing` (a note, not a regression).
+"$faultline" diff "$tmp/merged" "$(shard 1)" "$(shard 3)" --outcomes-only > "$tmp/diff-two.out"
+cat "$tmp/diff-two.out"
+[[ $(grep -c "missing" "$tmp/diff-two.out") -eq 2 ]] \
+  || { echo "FAIL: diff without shard 2 does not name its two cases missing"; exit 1; }
 
 # Shard 1 given twice (a copy, as when two machines ran the same shard) and shard 2 not at all.
 cp -r "$(shard 1)" "$tmp/copy-of-shard1"
