@@ -93,8 +93,7 @@ Handler setup_merge(CLI::App& sub) {
 
 const Command& merge_command() {
   static const Command c{"merge",
-                         "Merge suite results (the shards of --shard I/N) into one summary, JUnit "
-                         "file, report and metrics file",
+                         "Merge suite results (the shards of --shard I/N) into one suite directory",
                          setup_merge};
   return c;
 }

@@ -147,16 +147,22 @@ std::string renamed(const std::string& text, const std::string& out) {
                             std::regex_constants::format_first_only);
 }
 
+// The schema line: relative to the file inside the checkout (it moves with it), else absolute.
+std::string schema_path(const std::string& out) {
+  const fs::path source = harness::this_build::source_dir();
+  const fs::path schema = source / "docs/scenario.schema.json";
+  const fs::path dir = fs::absolute(out).parent_path().lexically_normal();
+  const fs::path inside = dir.lexically_relative(source);
+  if (inside.empty() || *inside.begin() == "..") return schema.string();
+  return schema.lexically_relative(dir).string();
+}
+
 std::string header(const Scaffold& s, const std::string& out) {
-  const fs::path schema = fs::path(harness::this_build::source_dir()) / "docs/scenario.schema.json";
-  std::error_code ec;
-  const fs::path dir = fs::absolute(out).parent_path();
-  const fs::path rel = fs::relative(schema, dir, ec);
   return fmt::format(
       "# yaml-language-server: $schema={}\n"
       "# Scaffolded by `faultline new` from {}.\n"
       "# Keys: `faultline keys`, docs/scenarios.md; check: `faultline validate {}`.\n",
-      ec || rel.empty() ? schema.string() : rel.string(), s.from, out);
+      schema_path(out), s.from, out);
 }
 
 // Written only if the file does not exist (O_EXCL), then loaded; removed again if it does not
@@ -208,10 +214,8 @@ Handler setup_new(CLI::App& sub) {
 }  // namespace
 
 const Command& new_command() {
-  static const Command c{"new",
-                         "Write a new scenario file from a symptom's catalogue scenario or a "
-                         "template (never overwrites)",
-                         setup_new};
+  static const Command c{
+      "new", "Write a new scenario from a symptom's catalogue scenario or a template", setup_new};
   return c;
 }
 
