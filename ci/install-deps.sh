@@ -27,6 +27,9 @@ PACKAGES=(
   # torch 1.13, torchrun included; about 48 MB to download, 630 MB installed with its
   # dependencies (161 packages, 85 s on the 2-core machine, --no-install-recommends).
   python3-torch
+  # ctest suite.merge_shards parses metrics with prometheus_client's text parser;
+  # scenarios.json_schema validates every scenario against docs/scenario.schema.json (issue 36).
+  python3-prometheus-client python3-jsonschema python3-yaml
 )
 # ci/fr-trace-check.sh (ctest frtrace.pytorch_analyzer, the nightly): debootstrap builds a
 # throwaway Debian sid root (it fetches with wget, a dependency) checked against the archive

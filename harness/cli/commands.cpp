@@ -18,10 +18,12 @@
   X(trace)                    \
   X(metrics)                  \
   X(diff)                     \
+  X(merge)                    \
   X(bench_detectors)          \
   X(bench_recovery)           \
   X(repro)                    \
   X(keys)                     \
+  X(new)                      \
   X(clean)                    \
   X(triage)
 

@@ -2,6 +2,7 @@
 // node_exporter textfile collector, a Pushgateway or promtool reads. Per suite: runs by outcome,
 // reproduction and fix rates per symptom, time to symptom, and, when detectors ran, each
 // detector's recall, precision, latency and false alarms per clean hour.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "base/stats.hpp"
 #include "harness/report/report.hpp"
 #include "harness/score/score.hpp"
+#include "harness/suite/merge.hpp"
 
 namespace fl::harness {
 
@@ -103,6 +105,14 @@ void declare_all(Exposition& x) {
             "Share of fix-variant runs of a symptom that came out clean (0-1).");
   x.declare("faultline_time_to_symptom_seconds", "summary",
             "From launch until the oracle saw the symptom, over the reproduced runs.");
+  x.declare("faultline_suite_merged_directories", "gauge",
+            "Merged results: the suite directories (shards) merged.");
+  x.declare("faultline_suite_duplicate_cases", "gauge",
+            "Merged results: cases more than one directory held (one copy kept).");
+  x.declare("faultline_suite_missing_cases", "gauge",
+            "Merged results: cases of the shards' plan that no directory held.");
+  x.declare("faultline_suite_absent_shards", "gauge",
+            "Merged results: shards of the split that no directory was given for.");
   x.declare("faultline_detector_recall", "gauge", "Detected positives / positives (0-1).");
   x.declare("faultline_detector_precision", "gauge",
             "True positives / (true positives + runs with a false alarm) (0-1).");
@@ -171,10 +181,25 @@ void symptom_metrics(Exposition& x, const std::string& suite, const nlohmann::js
   }
 }
 
+// The runs to score: a suite directory's runs/, or, for a merged result (whose runs stay in
+// the shards' directories), every try its cases name.
+std::vector<std::string> scored_runs(const nlohmann::json& s, const std::string& dir) {
+  if (!s.contains("merge")) return collect_run_dirs({dir});
+  std::vector<std::string> runs;
+  for (const auto& c : s["cases"]) {
+    for (const auto& a : c.value("attempts", nlohmann::json::array())) {
+      const std::string d = a.value("run_dir", "");
+      if (!d.empty() && fs::exists(fs::path(d) / "history.jsonl")) runs.push_back(d);
+    }
+  }
+  return runs;
+}
+
 // Detector scores, when the suite ran detectors.
-void detector_metrics(Exposition& x, const std::string& suite, const std::string& dir) {
+void detector_metrics(Exposition& x, const std::string& suite,
+                      const std::vector<std::string>& runs) {
   std::vector<RunTruth> truths;
-  for (const auto& run : collect_run_dirs({dir})) {
+  for (const auto& run : runs) {
     try {
       truths.push_back(load_run_truth(run));
     } catch (const std::exception&) {
@@ -199,8 +224,19 @@ void detector_metrics(Exposition& x, const std::string& suite, const std::string
   }
 }
 
-void suite_metrics(Exposition& x, const std::string& dir) {
-  const auto s = load_suite_summary(dir);
+// A merged result: its shards, and the cases it holds twice or not at all.
+void merge_metrics(Exposition& x, const std::string& suite, const nlohmann::json& merge) {
+  if (!merge.is_object()) return;
+  for (auto [key, family] : {std::pair{"shards", "faultline_suite_merged_directories"},
+                             std::pair{"duplicates", "faultline_suite_duplicate_cases"},
+                             std::pair{"missing", "faultline_suite_missing_cases"},
+                             std::pair{"absent_shards", "faultline_suite_absent_shards"}}) {
+    x.sample(family, {{"suite", suite}},
+             static_cast<double>(merge.value(key, nlohmann::json::array()).size()));
+  }
+}
+
+void suite_metrics(Exposition& x, const nlohmann::json& s, const std::string& dir) {
   const std::string suite = s.value("suite", fs::path(dir).filename().string());
   const auto prov = s.value("provenance", nlohmann::json::object());
   x.sample("faultline_suite_info",
@@ -217,7 +253,26 @@ void suite_metrics(Exposition& x, const std::string& dir) {
   }
   x.sample("faultline_suite_wall_seconds", {{"suite", suite}}, s.value("wall_s", 0.0));
   symptom_metrics(x, suite, s.value("cases", nlohmann::json::array()));
-  detector_metrics(x, suite, dir);
+  merge_metrics(x, suite, s.value("merge", nlohmann::json()));
+  detector_metrics(x, suite, scored_runs(s, dir));
+}
+
+// The directories grouped by the suite they hold results of, in the order first given: results
+// of one suite become one set of series (two would repeat every series, which Prometheus refuses).
+std::vector<std::vector<std::string>> by_suite(const std::vector<std::string>& dirs) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+  for (const auto& d : dirs) {
+    const std::string name = load_suite_summary(d).value("suite", fs::path(d).filename().string());
+    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == name; });
+    if (it == groups.end()) {
+      groups.push_back({name, {d}});
+    } else {
+      it->second.push_back(d);
+    }
+  }
+  std::vector<std::vector<std::string>> out;
+  for (auto& g : groups) out.push_back(std::move(g.second));
+  return out;
 }
 
 }  // namespace
@@ -225,7 +280,14 @@ void suite_metrics(Exposition& x, const std::string& dir) {
 std::string prometheus_metrics(const std::vector<std::string>& suite_dirs) {
   Exposition x;
   declare_all(x);
-  for (const auto& d : suite_dirs) suite_metrics(x, d);
+  for (const auto& group : by_suite(suite_dirs)) {
+    if (group.size() == 1) {
+      suite_metrics(x, load_suite_summary(group[0]), group[0]);
+    } else {  // merged as `faultline merge` would: the same checks, duplicates and missing cases
+      const auto merged = suite_json(merge_suite_dirs(group));
+      suite_metrics(x, merged, "");
+    }
+  }
   return x.text();
 }
 

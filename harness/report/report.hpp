@@ -15,6 +15,9 @@ namespace fl::harness {
 // (catalogue grid, runs, leaderboard). Writes `out` (default: report.html inside the directory)
 // and returns its path. Throws Error for a directory that is neither.
 std::string write_report(const std::string& dir, const std::string& out = "");
+// Several suite directories (the shards of one split, or any results of one suite) merged as
+// `faultline merge` merges them (harness/suite/merge.hpp), as one suite page written to `out`.
+std::string write_merged_report(const std::vector<std::string>& dirs, const std::string& out);
 
 // Text escaped for an HTML page, by the one markup escaper (base/markup.hpp).
 inline std::string html_escape(std::string_view s) {

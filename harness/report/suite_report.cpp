@@ -8,6 +8,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/error.hpp"
 #include "base/json_bounded.hpp"
@@ -16,6 +17,7 @@
 #include "harness/report/html.hpp"
 #include "harness/report/report.hpp"
 #include "harness/run/runner.hpp"
+#include "harness/suite/merge.hpp"
 
 namespace fl::harness {
 
@@ -184,26 +186,84 @@ std::string runs_html(const nlohmann::json& cases, const std::string& out_dir) {
   return body + "</table>\n";
 }
 
-}  // namespace
+// A merged result (faultline merge): the directories it joined, the cases two of them held and
+// the cases of the plan none held.
+std::string merge_html(const nlohmann::json& m) {
+  if (!m.is_object()) return "";
+  std::string s =
+      "<h2>Merged shards</h2><table id=\"shards\"><tr><th>shard</th><th>directory</th>"
+      "<th>host</th><th>runs</th><th>wall s</th></tr>\n";
+  for (const auto& d : m.value("shards", nlohmann::json::array())) {
+    s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                     d["shard"].is_string() ? html_escape(d["shard"].get<std::string>()) : "-",
+                     html_escape(d.value("dir", "")), html_escape(d.value("hostname", "")),
+                     d.value("runs", 0), html::num(d.value("wall_s", 0.0), 1));
+  }
+  s += "</table>\n";
+  for (const auto& a : m.value("absent_shards", nlohmann::json::array())) {
+    s += fmt::format("<p class=\"fail\">shard {}: no directory was given for it</p>\n",
+                     html_escape(a.get<std::string>()));
+  }
+  const auto missing = m.value("missing", nlohmann::json::array());
+  if (!missing.empty()) {
+    s += "<h3>Missing cases</h3><table id=\"missing\"><tr><th>case</th><th>shard</th>"
+         "<th>why</th></tr>\n";
+    for (const auto& c : missing) {
+      s += fmt::format("<tr><td>{}</td><td>{}</td><td class=\"fail\">{}</td></tr>\n",
+                       html_escape(c.value("id", "")), html_escape(c.value("shard", "")),
+                       html_escape(c.value("why", "")));
+    }
+    s += "</table>\n";
+  }
+  const auto dups = m.value("duplicates", nlohmann::json::array());
+  if (!dups.empty()) {
+    s += fmt::format("<h3>Duplicates</h3><p>{}</p><ul id=\"duplicates\">\n",
+                     html_escape(m.value("rule", "")));
+    for (const auto& d : dups) s += "<li>" + html_escape(d.value("detail", "")) + "</li>\n";
+    s += "</ul>\n";
+  }
+  return s;
+}
 
-std::string suite_report_html(const std::string& suite_dir, const std::string& out_dir) {
-  const nlohmann::json sum = load_suite_summary(suite_dir);
+// The page of a summary; `where` is shown under the title, `suite_dir` may hold a leaderboard.
+std::string suite_page(const nlohmann::json& sum, const std::string& where,
+                       const std::string& suite_dir, const std::string& out_dir) {
   const Tally t = tally(sum["cases"]);
   const size_t ran = sum["cases"].size() - t.skipped;
+  const size_t missing =
+      sum.value("merge", nlohmann::json::object()).value("missing", nlohmann::json::array()).size();
   std::string body = fmt::format(
       "<h1>suite {} <span class=\"badge {}\">{} of {} runs passed</span></h1>\n"
-      "<div class=\"meta\">{}{}{}</div>\n",
-      html_escape(sum.value("suite", "")), t.failed == 0 ? "pass" : "fail", ran - t.failed, ran,
+      "<div class=\"meta\">{}{}{}{}</div>\n",
+      html_escape(sum.value("suite", "")), t.failed == 0 && missing == 0 ? "pass" : "fail",
+      ran - t.failed, ran,
       t.flaky > 0 ? fmt::format("{} flaky (passed on a retry); ", t.flaky) : "",
-      t.skipped > 0 ? fmt::format("{} skipped; ", t.skipped) : "", html_escape(suite_dir));
+      t.skipped > 0 ? fmt::format("{} skipped; ", t.skipped) : "",
+      missing > 0 ? fmt::format("{} missing (no shard ran them); ", missing) : "",
+      html_escape(where));
   body += catalogue_html(t.cells);
   const fs::path lb = fs::path(suite_dir) / "leaderboard.json";
-  if (fs::exists(lb)) {
+  if (!suite_dir.empty() && fs::exists(lb)) {
     if (auto j = read_json_file(lb.string())) body += leaderboard_html(*j);
   }
+  body += merge_html(sum.value("merge", nlohmann::json()));
   body += runs_html(sum["cases"], out_dir);
   body += provenance_html(sum.value("provenance", nlohmann::json()));
   return html::page("faultline suite " + sum.value("suite", ""), body);
+}
+
+}  // namespace
+
+std::string suite_report_html(const std::string& suite_dir, const std::string& out_dir) {
+  return suite_page(load_suite_summary(suite_dir), suite_dir, suite_dir, out_dir);
+}
+
+std::string write_merged_report(const std::vector<std::string>& dirs, const std::string& out) {
+  SuiteResult r = merge_suite_dirs(dirs);
+  const std::string out_dir = fs::absolute(fs::path(out)).parent_path().string();
+  write_atomic(out,
+               suite_page(suite_json(r), fmt::format("{}", fmt::join(dirs, ", ")), "", out_dir));
+  return out;
 }
 
 nlohmann::json load_suite_summary(const std::string& path) {

@@ -1,7 +1,9 @@
 // A run's timeline in the Trace Event Format (the JSON that chrome://tracing and ui.perfetto.dev
-// open): one process per rank plus one for the harness, steps and collectives in flight as
-// slices, loss / loss scale / memory as counters, faults, diagnoses, control actions and exits
-// as instants. Time is the harness clock of the history (microseconds since the run started).
+// open): one process per rank plus one for the harness, steps (with the parts the worker timed:
+// forward, backward, gradients, optimizer), the run's sections (setup, eval, checkpoint) and
+// collectives in flight as slices, loss / loss scale / memory as counters, faults, diagnoses,
+// control actions and exits as instants. Time is the harness clock of the history (microseconds
+// since the run started).
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -23,7 +25,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kHarnessPid = 0;  // ranks are pid rank + 1 (pid 0 would be the swapper)
-constexpr int kMainTid = 0, kCommTid = 1, kEventTid = 2;
+constexpr int kMainTid = 0, kCommTid = 1, kEventTid = 2, kSectionTid = 3;
 
 double us(int64_t t_ns) {
   return static_cast<double>(t_ns) / 1e3;
@@ -61,7 +63,7 @@ class TraceBuilder {
          {"tid", kMainTid},
          {"args", {{"sort_index", sort_index}}}});
     for (auto [tid, tname] : {std::pair{kMainTid, "steps"}, std::pair{kCommTid, "collectives"},
-                              std::pair{kEventTid, "events"}}) {
+                              std::pair{kEventTid, "events"}, std::pair{kSectionTid, "phases"}}) {
       add({{"name", "thread_name"},
            {"ph", "M"},
            {"pid", pid},
@@ -117,12 +119,36 @@ std::string describe_fault(const nlohmann::json& d) {
 using CollKey = std::tuple<int, std::string, int64_t>;  // rank, group, seq
 using InFlight = std::map<CollKey, std::pair<int64_t, nlohmann::json>>;
 
+int64_t ns(double s) {
+  return static_cast<int64_t>(s * 1e9);
+}
+
+// The parts of a step the worker timed (`phases`: [name, start_s, dur_s] from the step's start:
+// forward, backward, gradients, optimizer), as slices inside the step's [t0, t1].
+void add_step_phases(TraceBuilder& tb, int pid, const nlohmann::json& phases, int64_t t0,
+                     int64_t t1) {
+  if (!phases.is_array()) return;
+  for (const auto& p : phases) {
+    if (!p.is_array() || p.size() != 3 || !p[0].is_string() || !p[1].is_number() ||
+        !p[2].is_number()) {
+      continue;
+    }
+    const int64_t a = std::clamp(t0 + ns(p[1].get<double>()), t0, t1);
+    const int64_t b = std::clamp(a + ns(p[2].get<double>()), a, t1);
+    tb.slice(pid, kMainTid, p[0].get<std::string>(), "phase", a, b, nlohmann::json::object());
+  }
+}
+
 // A rank's step: a slice as long as the step took, and its loss, loss scale and memory counters.
+// It ends when the step event arrived, or, when the worker says how long after the step it
+// reported it (`reported_after_s`: an evaluation in between), that much earlier.
 void add_step(TraceBuilder& tb, const HistoryEvent& e, const nlohmann::json& d) {
   const int pid = pid_of(e.rank);
   const double dur_s = d.value("step_time_s", 0.0);
-  const int64_t t0 = e.t_ns - static_cast<int64_t>(dur_s * 1e9);
-  tb.slice(pid, kMainTid, fmt::format("step {}", e.step), "step", t0, e.t_ns, args_of(d));
+  const int64_t t1 = e.t_ns - ns(std::max(0.0, d.value("reported_after_s", 0.0)));
+  const int64_t t0 = t1 - ns(dur_s);
+  tb.slice(pid, kMainTid, fmt::format("step {}", e.step), "step", t0, t1, args_of(d));
+  if (d.contains("phases")) add_step_phases(tb, pid, d["phases"], t0, t1);
   if (d.contains("loss") && d["loss"].is_number()) {
     tb.counter(pid, "loss", e.t_ns, d["loss"].get<double>());
   }
@@ -152,6 +178,25 @@ void add_collective(TraceBuilder& tb, InFlight& in_flight, const HistoryEvent& e
     if (it != in_flight.end()) in_flight.erase(it);
     tb.slice(pid, kCommTid, name, "collective", t0, e.t_ns, args_of(d));
   }
+}
+
+using SectionKey = std::pair<int, std::string>;  // rank, section name
+using OpenSections = std::map<SectionKey, std::pair<int64_t, nlohmann::json>>;
+
+// A section (setup, eval, checkpoint: fl-train's, or a probed job's fl_probe_section) is a
+// slice from its begin to its end on the rank's `phases` track.
+void add_section(TraceBuilder& tb, OpenSections& open, const HistoryEvent& e,
+                 const nlohmann::json& d) {
+  const SectionKey key{e.rank, d.value("name", std::string("section"))};
+  if (d.value("state", "") == "begin") {
+    open[key] = {e.t_ns, args_of(d)};
+    return;
+  }
+  auto it = open.find(key);
+  if (it == open.end()) return;  // an end without its begin: nothing to draw from
+  tb.slice(pid_of(e.rank), kSectionTid, key.second, "section", it->second.first, e.t_ns,
+           it->second.second);
+  open.erase(it);
 }
 
 // Faults, diagnoses, harness actions, exits and launches: instants.
@@ -203,6 +248,7 @@ nlohmann::json run_trace(const std::string& run_dir) {
   for (int r : ranks) tb.metadata(pid_of(r), fmt::format("rank {}", r), r + 1);
 
   InFlight in_flight;
+  OpenSections sections;
   int64_t run_t0 = -1;
   for (const auto& e : events) {
     const auto d = data_of(e);
@@ -215,6 +261,8 @@ nlohmann::json run_trace(const std::string& run_dir) {
       add_step(tb, e, d);
     } else if (e.kind == "collective" && e.source == "rank") {
       add_collective(tb, in_flight, e, d);
+    } else if (e.kind == "section" && e.source == "rank") {
+      add_section(tb, sections, e, d);
     } else {
       add_instant(tb, e, d);
     }
@@ -225,6 +273,11 @@ nlohmann::json run_trace(const std::string& run_dir) {
              fmt::format("{} {} #{} (never completed)", v.second.value("op", std::string("op")),
                          std::get<1>(key), std::get<2>(key)),
              "collective", v.first, t_end, v.second);
+  }
+  // Sections that never ended (a rank stopped inside one): open until the history ends.
+  for (auto& [key, v] : sections) {
+    tb.slice(pid_of(key.first), kSectionTid, key.second + " (never ended)", "section", v.first,
+             t_end, v.second);
   }
   nlohmann::json trace;
   trace["traceEvents"] = tb.take();

@@ -96,23 +96,42 @@ std::string outcome_elements(const SuiteCase& c) {
   return failure + rerun_failures + flaky_failures + skipped + error + rerun_errors + flaky_errors;
 }
 
+// A case of the shards' plan that no merged directory holds: an error of type "missing".
+std::string missing_testcase(const std::string& suite, const SuiteCase& c) {
+  std::string out = fmt::format(
+      "    <testcase classname=\"{}\" name=\"{}\" time=\"0.000\">\n      <properties>\n",
+      xml_escape(classname(suite, c)),
+      xml_escape(fmt::format("{}{} seed {}", c.name, c.fix ? " [fix]" : "", c.seed)));
+  out += property("seed", std::to_string(c.seed));
+  out += property("symptom", c.symptom.empty() ? "clean" : c.symptom);
+  out += property("variant", c.variant());
+  if (!c.shard.empty()) out += property("shard", c.shard);
+  out += "      </properties>\n";
+  out += fmt::format("      <error type=\"missing\" message=\"{}\">{}</error>\n",
+                     xml_escape("missing: " + c.explanation), xml_escape(c.explanation, false));
+  return out + "    </testcase>\n";
+}
+
 }  // namespace
 
 std::string suite_junit(const SuiteResult& r) {
   const int failures = r.count("fail");
-  const int errors = r.count("error") + r.count("unknown") + r.count("interrupted");
+  // A merge's missing cases are errors too: a CI server should show what no shard ran.
+  const int errors = r.count("error") + r.count("unknown") + r.count("interrupted") +
+                     static_cast<int>(r.missing.size());
   const int skipped = r.count("skipped");
+  const size_t tests = r.cases.size() + r.missing.size();
   const std::string commit = r.provenance.commit.empty() ? "unknown" : r.provenance.commit;
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   out += fmt::format(
       "<testsuites name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
       "time=\"{:.3f}\" timestamp=\"{}\">\n",
-      xml_escape(r.name), r.cases.size(), failures, errors, skipped, r.wall_s,
+      xml_escape(r.name), tests, failures, errors, skipped, r.wall_s,
       xml_escape(junit_timestamp(r.provenance.started)));
   out += fmt::format(
       "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
       "time=\"{:.3f}\" timestamp=\"{}\" hostname=\"{}\">\n",
-      xml_escape(r.name), r.cases.size(), failures, errors, skipped, r.wall_s,
+      xml_escape(r.name), tests, failures, errors, skipped, r.wall_s,
       xml_escape(junit_timestamp(r.provenance.started)), xml_escape(r.provenance.hostname));
   out += "    <properties>\n";
   out += property("faultline.version", r.provenance.version);
@@ -134,6 +153,8 @@ std::string suite_junit(const SuiteResult& r) {
     out += property("scenario_file", c.scenario_file);
     out += property("attempts", std::to_string(c.attempts.size()));
     if (c.outcome == "flaky") out += property("flaky", "true");
+    if (!c.shard.empty()) out += property("shard", c.shard);
+    if (!c.shard_dir.empty()) out += property("shard_dir", c.shard_dir);
     out += "      </properties>\n";
     out += outcome_elements(c);
     if (!c.run_dir.empty()) {
@@ -149,6 +170,7 @@ std::string suite_junit(const SuiteResult& r) {
     }
     out += "    </testcase>\n";
   }
+  for (const auto& c : r.missing) out += missing_testcase(r.name, c);
   out += "  </testsuite>\n</testsuites>\n";
   return out;
 }

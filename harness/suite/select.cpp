@@ -322,6 +322,13 @@ std::string quoted(const std::vector<std::string>& v, const char* opt) {
   return fmt::format("{}", fmt::join(q, " or "));
 }
 
+// A case as --list --json and selection.planned write it.
+nlohmann::json listed_case(const SuiteCase& c) {
+  return {{"id", c.id()},           {"scenario", c.name}, {"file", c.scenario_file},
+          {"symptom", c.symptom},   {"stage", c.stage},   {"seed", c.seed},
+          {"variant", c.variant()}, {"device", c.device}};
+}
+
 bool matches_any(const std::vector<std::string>& globs, const std::string& name) {
   return std::any_of(globs.begin(), globs.end(),
                      [&](auto& g) { return ::fnmatch(g.c_str(), name.c_str(), 0) == 0; });
@@ -367,6 +374,7 @@ void narrow_cases(SuitePlan& plan, const SuiteOptions& o) {
   }
   if (sel.last_failed) narrow_to_last_failed(plan, n, o);
   if (sel.shard_count > 0) {
+    for (const auto& c : plan.cases) plan.planned.push_back(listed_case(c));
     n.narrow(fmt::format("--shard {}/{}", sel.shard_index, sel.shard_count),
              [&](const SuiteCase& c) {
                return shard_of(c.id(), sel.shard_count) == sel.shard_index - 1;
@@ -389,7 +397,8 @@ nlohmann::json selection_json(const SuitePlan& plan, const SuiteOptions& o, size
           {"retries", o.retries},
           {"fail_fast", o.fail_fast},
           {"maxfail", o.max_fail},
-          {"cases_in_suite", total}};
+          {"cases_in_suite", total},
+          {"planned", sel.shard_count > 0 ? plan.planned : nlohmann::json(nullptr)}};
 }
 
 }  // namespace
@@ -425,14 +434,7 @@ nlohmann::json suite_list_json(const SuitePlan& plan) {
   nlohmann::json cases = nlohmann::json::array();
   std::set<std::string> scenarios;
   for (const auto& c : plan.cases) {
-    cases.push_back({{"id", c.id()},
-                     {"scenario", c.name},
-                     {"file", c.scenario_file},
-                     {"symptom", c.symptom},
-                     {"stage", c.stage},
-                     {"seed", c.seed},
-                     {"variant", c.variant()},
-                     {"device", c.device}});
+    cases.push_back(listed_case(c));
     scenarios.insert(c.name);
   }
   return {{"suite", plan.name}, {"count", plan.cases.size()},  {"scenarios", scenarios.size()},

@@ -196,7 +196,7 @@ int SuiteResult::failures() const {
 
 int SuiteResult::exit_code() const {
   if (!interrupted.empty() || count("interrupted") > 0) return 4;
-  return failures() == 0 ? 0 : 1;
+  return failures() == 0 && missing.empty() ? 0 : 1;
 }
 
 int SuiteResult::count(const std::string& outcome) const {
@@ -287,6 +287,10 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   SuiteResult res;
   res.name = plan.name;
   res.cases = std::move(plan.cases);
+  if (o.select.shard_count > 0) {
+    const std::string shard = fmt::format("{}/{}", o.select.shard_index, o.select.shard_count);
+    for (auto& c : res.cases) c.shard = shard;
+  }
   res.selection = plan.selection;
   res.notes = plan.notes;
   res.provenance = collect_provenance();

@@ -86,6 +86,9 @@ struct SuiteCase {
   double tokens_per_s = 0;   // median over the run's steps (slowest rank's view), 0 : none
   std::string run_dir;       // the last try's
   std::vector<SuiteAttempt> attempts;
+  // --shard and merge: the shard that ran the case ("2/3"; "" unsharded) and, in a merged
+  // result, the suite directory it came from (harness/suite/merge.hpp).
+  std::string shard, shard_dir;
 
   // "name[-fix]-s<seed>": the run id of the first try, the shard key, the --last-failed key.
   std::string id() const;
@@ -103,10 +106,14 @@ struct SuiteResult {
   std::string interrupted;  // the signal the suite itself got ("" when none)
   std::vector<std::string> notes;  // files the suite's globs matched but did not load, and why
   nlohmann::json slurm;     // slurm executor: its jobs, partition, request (null : local)
+  // A merged result (faultline merge): the cases of the shards' plan that no directory holds
+  // (outcome "missing"), and the merge's account: shards, duplicates, missing (null : no merge).
+  std::vector<SuiteCase> missing;
+  nlohmann::json merge;
   int failures() const;     // cases that make the suite fail (fail, unknown, error, interrupted)
   int count(const std::string& outcome) const;
-  // faultline suite's exit status: 4 when the suite or a case was interrupted, else 1 when a
-  // case failed, else 0.
+  // faultline suite's (and merge's) exit status: 4 when the suite or a case was interrupted,
+  // else 1 when a case failed or is missing, else 0.
   int exit_code() const;
 };
 
@@ -116,6 +123,9 @@ struct SuitePlan {
   std::vector<SuiteCase> cases;
   std::string previous_dir;  // --last-failed: the results it read
   nlohmann::json selection = nlohmann::json::object();
+  // --shard: every shard's cases (the selection before --shard), as --list --json writes a case;
+  // summary.json keeps them (selection.planned) so a merge can name the cases no shard ran.
+  nlohmann::json planned = nlohmann::json::array();
   // Files the globs (or the directory) matched that are suite files, not scenarios (the suite
   // file itself when a glob covers its own folder): skipped, one note each.
   std::vector<std::string> notes;

@@ -5,9 +5,53 @@
 
 #include <fmt/format.h>
 
+#include "harness/suite/executor.hpp"
 #include "harness/suite/suite.hpp"
 
 namespace fl::harness {
+
+namespace {
+
+// Below the table: one line per case that did not simply pass (skipped ones counted by reason),
+// a merge's missing cases and duplicates, and the notes.
+std::string case_lines(const SuiteResult& r) {
+  std::string out;
+  std::map<std::string, int> skipped;  // explanation -> cases (fail-fast leaves many alike)
+  for (const auto& c : r.cases) {
+    if (c.outcome == "skipped") {
+      ++skipped[c.explanation];
+    } else if (c.outcome == "flaky") {
+      const auto& first = c.attempts.front();
+      out += fmt::format("  FLAKY {}{} seed {}: passed on try {} of {}; try 1: {}: {} ({})\n",
+                         c.name, c.fix ? " [fix]" : "", c.seed, c.attempts.size(),
+                         c.attempts.size(), first.outcome, first.explanation, first.run_dir);
+    } else if (c.outcome != "pass") {
+      const char* label = c.outcome == "fail"          ? "FAILED"
+                          : c.outcome == "error"       ? "ERROR"
+                          : c.outcome == "interrupted" ? "INTERRUPTED"
+                                                       : "UNKNOWN";
+      out += fmt::format("  {} {}{} seed {}: {}{} ({})\n", label, c.name, c.fix ? " [fix]" : "",
+                         c.seed, c.explanation,
+                         c.attempts.size() > 1 ? fmt::format(" [{} tries]", c.attempts.size()) : "",
+                         c.run_dir);
+    }
+  }
+  for (const auto& [why, n] : skipped) {
+    out += fmt::format("  SKIPPED {} case{}: {}\n", n, n == 1 ? "" : "s", why);
+  }
+  for (const auto& c : r.missing) {
+    out += fmt::format("  MISSING {}: {}\n", case_label(c), c.explanation);
+  }
+  if (r.merge.is_object()) {
+    for (const auto& d : r.merge.value("duplicates", nlohmann::json::array())) {
+      out += fmt::format("  DUPLICATE {}\n", d.value("detail", ""));
+    }
+  }
+  for (const auto& n : r.notes) out += fmt::format("  NOTE {}\n", n);
+  return out;
+}
+
+}  // namespace
 
 std::string suite_table(const SuiteResult& r) {
   // One row per scenario and seed: did the symptom reproduce, did the fix clear it.
@@ -50,39 +94,17 @@ std::string suite_table(const SuiteResult& r) {
       "{} runs: {} passed, {} failed, {} errors, {} flaky, {} skipped{} in {:.1f} s; results in "
       "{}\n",
       r.cases.size(), r.count("pass"), r.count("fail"), errors, r.count("flaky"),
-      r.count("skipped"), interrupted ? fmt::format(", {} interrupted", interrupted) : "", r.wall_s,
-      r.dir);
+      r.count("skipped"),
+      (interrupted ? fmt::format(", {} interrupted", interrupted) : "") +
+          (r.missing.empty() ? "" : fmt::format(", {} missing", r.missing.size())),
+      r.wall_s, r.dir);
   if (!r.interrupted.empty()) {
     out += fmt::format(
         "  INTERRUPTED the suite got {}: runs in flight were stopped, the rest not "
         "started\n",
         r.interrupted);
   }
-  std::map<std::string, int> skipped;  // explanation -> cases (fail-fast leaves many alike)
-  for (const auto& c : r.cases) {
-    if (c.outcome == "skipped") {
-      ++skipped[c.explanation];
-    } else if (c.outcome == "flaky") {
-      const auto& first = c.attempts.front();
-      out += fmt::format("  FLAKY {}{} seed {}: passed on try {} of {}; try 1: {}: {} ({})\n",
-                         c.name, c.fix ? " [fix]" : "", c.seed, c.attempts.size(),
-                         c.attempts.size(), first.outcome, first.explanation, first.run_dir);
-    } else if (c.outcome != "pass") {
-      const char* label = c.outcome == "fail"          ? "FAILED"
-                          : c.outcome == "error"       ? "ERROR"
-                          : c.outcome == "interrupted" ? "INTERRUPTED"
-                                                       : "UNKNOWN";
-      out += fmt::format("  {} {}{} seed {}: {}{} ({})\n", label, c.name, c.fix ? " [fix]" : "",
-                         c.seed, c.explanation,
-                         c.attempts.size() > 1 ? fmt::format(" [{} tries]", c.attempts.size()) : "",
-                         c.run_dir);
-    }
-  }
-  for (const auto& [why, n] : skipped) {
-    out += fmt::format("  SKIPPED {} case{}: {}\n", n, n == 1 ? "" : "s", why);
-  }
-  for (const auto& n : r.notes) out += fmt::format("  NOTE {}\n", n);
-  return out;
+  return out + case_lines(r);
 }
 
 nlohmann::json suite_json(const SuiteResult& r) {
@@ -110,6 +132,8 @@ nlohmann::json suite_json(const SuiteResult& r) {
                      {"tokens_per_s", c.tokens_per_s},
                      {"run_dir", c.run_dir},
                      {"attempts", attempts}});
+    if (!c.shard.empty()) cases.back()["shard"] = c.shard;
+    if (!c.shard_dir.empty()) cases.back()["shard_dir"] = c.shard_dir;
   }
   nlohmann::json out = {{"suite", r.name},
                         {"dir", r.dir},
@@ -130,6 +154,10 @@ nlohmann::json suite_json(const SuiteResult& r) {
                         {"provenance", r.provenance.to_json()},
                         {"cases", cases}};
   if (!r.slurm.is_null()) out["slurm"] = r.slurm;
+  if (!r.merge.is_null()) {
+    out["merge"] = r.merge;
+    out["counts"]["missing"] = r.missing.size();
+  }
   return out;
 }
 

@@ -193,4 +193,43 @@ TEST(Cli, ValidateReportsEveryErrorOfAFileInOnePass) {
       << r.output;
 }
 
+// `faultline new`: the catalogue's scenario of a symptom, or a template, as a new file named by
+// -o that validates; an existing file is never overwritten; anything else is named as not allowed.
+TEST(Cli, NewScaffoldsAScenarioThatValidatesAndNeverOverwrites) {
+  const auto dir = test_dir();
+  const std::string f = dir + "/my-hang.yaml";
+  auto r = fl::test::run_process({kCli, "new", "4.11", "-o", f});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote " + f + " from " + kSource +
+                          "/scenarios/symptoms/4.11-frozen-rank.yaml (symptom 4.11: "),
+            std::string::npos)
+      << r.output;
+  std::ifstream in(f);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(text.rfind("# yaml-language-server: $schema=", 0), 0u) << text;
+  EXPECT_NE(text.find("\nname: my-hang\n"), std::string::npos) << text;
+  EXPECT_EQ(fl::test::run_process({kCli, "validate", f}).exit_code, 0);
+  // Again: refused, the file as it was.
+  std::ofstream(f, std::ios::app) << "# edited\n";
+  r = fl::test::run_process({kCli, "new", "train", "-o", f});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "faultline: new: " + f +
+                          " exists; faultline new never overwrites a file (choose "
+                          "another -o)\n");
+  std::ifstream again(f);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), {}), text + "# edited\n");
+  for (const char* t : {"train", "infer", "command"}) {
+    const std::string out = dir + "/" + t + ".yaml";
+    r = fl::test::run_process({kCli, "new", t, "-o", out});
+    EXPECT_EQ(r.exit_code, 0) << t << ": " << r.output;
+    EXPECT_EQ(fl::test::run_process({kCli, "validate", out}).exit_code, 0) << t;
+  }
+  r = fl::test::run_process({kCli, "new", "9.9", "-o", dir + "/x.yaml"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "faultline: new: '9.9' is neither a symptom id of the taxonomy (e.g. 4.11; `faultline "
+            "catalog` lists them) nor a template (allowed: train, infer, command)\n");
+  EXPECT_FALSE(fs::exists(dir + "/x.yaml"));
+}
+
 }  // namespace

@@ -187,6 +187,58 @@ TEST(Trace, FollowsTheTraceEventFormat) {
   EXPECT_EQ(loss_counters, 4);
 }
 
+// fl-train's step parts and sections: a step reported 0.5 s after it ended (an evaluation in
+// between) ends 0.5 s before its event, its forward/backward/gradients/optimizer are slices inside
+// it, and setup, eval and checkpoint are slices on the rank's phases track; a section that never
+// ended stays open until the history ends.
+TEST(Trace, StepPartsAndSectionsAreSlicesWhereTheWorkerTimedThem) {
+  const auto dir = root() + "/run";
+  {
+    FakeRun r(dir, kClean);
+    r.ev(0.0, "harness", -1, "run_start", {{"ranks", 1}, {"scenario", "clean"}});
+    r.ev(0.2, "rank", 0, "section", {{"name", "setup"}, {"state", "begin"}});
+    r.ev(0.7, "rank", 0, "section", {{"name", "setup"}, {"state", "end"}});
+    r.ev(1.4, "rank", 0, "section", {{"name", "eval"}, {"state", "begin"}});
+    r.ev(1.9, "rank", 0, "section", {{"name", "eval"}, {"state", "end"}});
+    r.ev(2.0, "rank", 0, "step",
+         {{"step_time_s", 0.4},
+          {"reported_after_s", 0.6},
+          {"phases",
+           {{"forward", 0.0, 0.1},
+            {"backward", 0.1, 0.2},
+            {"gradients", 0.3, 0.05},
+            {"optimizer", 0.35, 0.5}}}},
+         0);
+    r.ev(2.1, "rank", 0, "section", {{"name", "checkpoint"}, {"state", "begin"}});
+    r.ev(3.0, "harness", -1, "run_end", {{"reason", "completed"}});
+  }
+  TraceEvents events;
+  ASSERT_NO_FATAL_FAILURE(sort_trace_events(run_trace(dir), &events));
+  auto span = [&](const std::string& name) {
+    const auto* s = find_slice(events, 1, name);
+    EXPECT_NE(s, nullptr) << name;
+    if (s == nullptr) return std::pair{-1.0, -1.0};
+    return std::pair{(*s)["ts"].get<double>(),
+                     (*s)["ts"].get<double>() + (*s)["dur"].get<double>()};
+  };
+  auto near = [](std::pair<double, double> got, double a, double b) {
+    EXPECT_NEAR(got.first, a, 1) << "starts at " << got.first << " us, not " << a;
+    EXPECT_NEAR(got.second, b, 1) << "ends at " << got.second << " us, not " << b;
+  };
+  near(span("step 0"), 1.0e6, 1.4e6);
+  near(span("forward"), 1.0e6, 1.1e6);
+  near(span("backward"), 1.1e6, 1.3e6);
+  near(span("gradients"), 1.3e6, 1.35e6);
+  near(span("optimizer"), 1.35e6, 1.4e6);  // clipped to the step it belongs to
+  near(span("setup"), 0.2e6, 0.7e6);
+  near(span("eval"), 1.4e6, 1.9e6);
+  near(span("checkpoint (never ended)"), 2.1e6, 3.0e6);
+  for (const char* part : {"forward", "backward", "gradients", "optimizer"}) {
+    EXPECT_EQ((*find_slice(events, 1, part))["tid"], (*find_slice(events, 1, "step 0"))["tid"]);
+  }
+  EXPECT_NE((*find_slice(events, 1, "eval"))["tid"], (*find_slice(events, 1, "step 0"))["tid"]);
+}
+
 TEST(Trace, RefusesADirectoryWithoutHistory) {
   const auto dir = root();
   EXPECT_THROW(run_trace(dir), Error);

@@ -5,7 +5,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -112,6 +114,48 @@ TEST(Report, RunReportRendersInHeadlessChromium) {
   ASSERT_EQ(shot.exit_code, 0) << shot.output.substr(0, 2000);
   ASSERT_TRUE(fs::exists(run + "/report.png"));
   EXPECT_GT(fs::file_size(run + "/report.png"), 20000u);
+}
+
+// fl-train's timings in a real run's trace (issue 36): inside each step on rank 0, forward then
+// backward, gradients and optimizer, nested in it and in that order; setup, eval and checkpoint
+// (saves, and the restarted job's load) as slices on the rank's phases track.
+TEST(Trace, ARealTrainingRunShowsItsStepPartsAndSectionsAsSlices) {
+  const auto dir = test_dir();
+  std::ofstream(dir + "/phases.yaml")
+      << "name: phases\ntopology: {ranks: 2, dp: 2}\n"
+         "workload: {steps: 6, eval_every: 2, grad_accum: 2, checkpoint: {every: 3}}\n"
+         "expect: {oracle: completed}\n";
+  auto r = test::run_process({FAULTLINE_CLI, "run", dir + "/phases.yaml", "--results",
+                              dir + "/runs", "--run-id", "p", "-q"},
+                             {}, std::chrono::seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto trace = run_trace(dir + "/runs/p");
+  std::map<std::string, int> sections;
+  std::vector<nlohmann::json> steps, parts;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X" || e["pid"] != 1) continue;
+    const std::string name = e["name"];
+    if (e["cat"] == "section") ++sections[name];
+    if (e["cat"] == "step") steps.push_back(e);
+    if (e["cat"] == "phase") parts.push_back(e);
+  }
+  EXPECT_EQ(sections, (std::map<std::string, int>{{"checkpoint", 2}, {"eval", 3}, {"setup", 1}}));
+  ASSERT_EQ(steps.size(), 6u);
+  for (const auto& s : steps) {
+    const double t0 = s["ts"], t1 = t0 + s["dur"].get<double>();
+    std::vector<std::string> inside;
+    double last = t0;
+    for (const auto& p : parts) {
+      const double a = p["ts"], b = a + p["dur"].get<double>();
+      if (a < t0 || b > t1 + 1 || p["tid"] != s["tid"]) continue;
+      EXPECT_GE(a + 1, last) << s["name"] << ": " << p["name"] << " starts before the part before";
+      last = b;
+      inside.push_back(p["name"]);
+    }
+    EXPECT_EQ(inside, (std::vector<std::string>{"forward", "backward", "forward", "backward",
+                                                "gradients", "optimizer"}))
+        << s["name"];
+  }
 }
 
 TEST(Report, SuiteReportShowsTheCatalogueGrid) {

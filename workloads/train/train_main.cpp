@@ -37,6 +37,11 @@ train::MetricsSink step_printer(bool printer, std::ofstream& metrics) {
                         {"mem_current", m.mem_current},
                         {"mem_peak", m.mem_peak}};
     if (m.eval_loss) d["eval_loss"] = *m.eval_loss;
+    // The step's parts, [name, start_s, dur_s] from its start, for `faultline trace`.
+    nlohmann::json phases = nlohmann::json::array();
+    for (const auto& p : m.phases) phases.push_back({p.name, p.start_s, p.dur_s});
+    d["phases"] = std::move(phases);
+    d["reported_after_s"] = m.reported_after_s;
     telemetry::emit("step", d, m.step);
     if (!printer) return;
     std::printf("  %5lld %10.6f %9.4f %9.2e %10.0f %8.1f %9.0f %10.2f %10.2f%s%s\n",
@@ -127,6 +132,11 @@ int main(int argc, char** argv) {
     if (name == "tokenizer.json") cfg.data_vocab = rdzv::tokenizer_vocab(path);
   };
   return rt.run(hash, on_fetch, [&](worker::Runtime::World& w) {
+    // The run's sections (setup, eval, checkpoint) as the probe sends a job's.
+    auto section = [](const char* name, bool begin) {
+      telemetry::emit("section", {{"name", name}, {"state", begin ? "begin" : "end"}});
+    };
+    section("setup", true);
     auto topo = parallel::build_topology(*w.b.comm, cfg.layout, cfg.model);
     if (!a.auto_resume.empty() && cfg.resume.empty()) {
       std::string note;
@@ -140,6 +150,8 @@ int main(int argc, char** argv) {
     std::ofstream metrics;
     if (printer && !a.metrics_path.empty()) metrics.open(a.metrics_path);
     trainer.set_metrics_sink(step_printer(printer, metrics));
+    trainer.set_section_sink(section);
+    section("setup", false);
     auto history = trainer.run();
     if (a.checksum) print_checksum(trainer, w, topo);
     if (a.memory_report) {

@@ -164,22 +164,42 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
       if (v == fault::Verdict::kRepeat) {
         first = stage_.forward(*zero_, mb.tokens.data(), nullptr, mb.targets.data(), mb.B, T);
       }
+      const auto f0 = std::chrono::steady_clock::now();
       auto a = stage_.forward(*zero_, mb.tokens.data(), nullptr, mb.targets.data(), mb.B, T);
       loss_sum += a->loss;
-      if (backward) stage_.backward(*a, *zero_, dloss, nullptr, nullptr);
+      phase("forward", f0);
+      if (!backward) continue;
+      const auto b0 = std::chrono::steady_clock::now();
+      stage_.backward(*a, *zero_, dloss, nullptr, nullptr);
+      phase("backward", b0);
     }
   } else {
     std::vector<parallel::PipelineMicroBatch> pmbs;
     for (const auto& mb : mbs) pmbs.push_back({mb.tokens.data(), mb.targets.data(), mb.B});
+    const auto p0 = std::chrono::steady_clock::now();
     loss_sum = parallel::run_pipeline(stage_, *zero_, topo_, pmbs, T, dloss, backward,
                                       cfg_.schedule, acct_);
+    phase("pipeline forward/backward", p0);
     if (!topo_.last_stage()) return 0.0f;
   }
   return static_cast<float>(loss_sum / M);
 }
 
+void Trainer::phase(const char* name, std::chrono::steady_clock::time_point from) {
+  if (timing_ == nullptr || timing_->phases.size() >= StepMetrics::kMaxPhases) return;
+  const auto now = std::chrono::steady_clock::now();
+  timing_->phases.push_back({name, std::chrono::duration<double>(from - timing_->started).count(),
+                             std::chrono::duration<double>(now - from).count()});
+}
+
 StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
-  const auto t0 = std::chrono::steady_clock::now();
+  StepMetrics m;
+  const auto t0 = m.started = std::chrono::steady_clock::now();
+  timing_ = &m;
+  struct StopTiming {  // also when the step throws: nothing points at `m` after it
+    Trainer* t;
+    ~StopTiming() { t->timing_ = nullptr; }
+  } stop_timing{this};
   fault::set_step(step_);
   acct_.reset_peak();
   const int dp = topo_.layout.dp;
@@ -187,6 +207,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   if (experts_) experts_->begin_step();
 
   const float local_loss = forward_backward(mbs, true);
+  const auto g0 = std::chrono::steady_clock::now();
   zero_->finish_gradients();
   if (experts_) experts_->finish_gradients();
   all_reduce_tied_embedding_grads();
@@ -194,7 +215,6 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
 
   // The gradients this rank is responsible for: all of them, or its ZeRO partition, judged one
   // fp32 chunk at a time (one chunk in fp32).
-  StepMetrics m;
   m.step = step_;
   const float scale = cfg_.precision == DType::kF16 ? scaler_.scale() : 1.0f;
   m.loss_scale = scale;
@@ -211,6 +231,8 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   m.grad_norm =
       overflow ? std::numeric_limits<float>::infinity() : static_cast<float>(std::sqrt(sq));
   m.lr = learning_rate(std::max<int64_t>(0, step_ + lr_offset_));
+  phase("gradients", g0);
+  const auto o0 = std::chrono::steady_clock::now();
   if (!m.skipped) {
     apply_update(m, scale);
     zero_->finish_update();
@@ -225,10 +247,12 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
       (fault::SiteContext{step_, "", "lr_scheduler.step", -1, nullptr, 0, DType::kF32, -1}));
   if (lr_call == fault::Verdict::kSkip) --lr_offset_;
   if (lr_call == fault::Verdict::kRepeat) ++lr_offset_;
+  phase("optimizer", o0);
   m.skipped_total = cfg_.precision == DType::kF16 ? scaler_.skipped_steps() : 0;
   m.loss = global_loss(local_loss);
   ++step_;
-  m.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m.ended = std::chrono::steady_clock::now();
+  m.step_time_s = std::chrono::duration<double>(m.ended - t0).count();
   int64_t samples = 0;
   for (const auto& mb : mbs) samples += mb.B;
   m.tokens_per_s = static_cast<double>(samples) * cfg_.model.seq_len * dp / m.step_time_s;
@@ -303,11 +327,16 @@ struct Trainer::RunLog {
 
 void Trainer::finish_step(StepMetrics m, int epoch, RunLog& log) {
   m.epoch = epoch;
-  if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) m.eval_loss = eval_call();
+  if (cfg_.eval_every > 0 && step_ % cfg_.eval_every == 0) {
+    section("eval", true);
+    m.eval_loss = eval_call();
+    section("eval", false);
+  }
   if (cfg_.check_replicas_every > 0 && step_ % cfg_.check_replicas_every == 0) {
     check_replicas();
   }
   const auto now = std::chrono::steady_clock::now();
+  m.reported_after_s = std::chrono::duration<double>(now - m.ended).count();
   const int64_t comm_now = comm::time_in_comm_ns();
   m.interval_s = std::chrono::duration<double>(now - log.mark).count();
   m.comm_s = static_cast<double>(comm_now - log.comm_mark) * 1e-9;
@@ -358,7 +387,11 @@ std::vector<Trainer::MicroBatch> Trainer::next_batches(std::vector<int64_t>& idx
 
 void Trainer::run_steps(RunLog& log) {
   check_model_file_options();
-  if (!cfg_.resume.empty()) load_call();
+  if (!cfg_.resume.empty()) {
+    section("checkpoint", true);
+    load_call();
+    section("checkpoint", false);
+  }
   if (!cfg_.load_model_file.empty()) load_model_file();
   if (cfg_.reset_loss_scale) {
     scaler_ = LossScaler(cfg_.loss_scale);
@@ -379,7 +412,9 @@ void Trainer::run_steps(RunLog& log) {
     }
     if (!cfg_.save_dir.empty() &&
         ((cfg_.save_every > 0 && step_ % cfg_.save_every == 0) || step_ == cfg_.steps)) {
+      section("checkpoint", true);
       save_call();
+      section("checkpoint", false);
     }
   }
 }

@@ -4,6 +4,7 @@
 // and per-step metrics handed to a sink. One config struct; every rank runs the same code.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -162,15 +163,31 @@ struct StepMetrics {
   double tokens_per_s = 0;
   size_t mem_current = 0;
   size_t mem_peak = 0;
+  // Where the step's time went, from its start (forward and backward per micro-batch, the
+  // gradients' reduction and norm, the optimizer; at most kMaxPhases), and how long after the
+  // step its metrics were reported (an evaluation, a replica check in between): what
+  // `faultline trace` draws inside the step.
+  struct Phase {
+    const char* name;
+    double start_s, dur_s;
+  };
+  static constexpr size_t kMaxPhases = 32;
+  std::vector<Phase> phases;
+  std::chrono::steady_clock::time_point started, ended;
+  double reported_after_s = 0;
 };
 
 using MetricsSink = std::function<void(const StepMetrics&)>;
+// A section of the run begins (true) or ends: "setup", "eval", "checkpoint" (NVRx's names, as the
+// probe's fl_probe_section sends them).
+using SectionSink = std::function<void(const char* name, bool begin)>;
 
 class Trainer {
  public:
   Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& acct);
 
   void set_metrics_sink(MetricsSink sink) { sink_ = std::move(sink); }
+  void set_section_sink(SectionSink sink) { section_sink_ = std::move(sink); }
   // Runs the configured steps or epochs; returns every step's metrics (identical on all ranks).
   std::vector<StepMetrics> run();
 
@@ -276,6 +293,12 @@ class Trainer {
   int epoch_ = 0;  // data position (steps mode): epoch and offset into this rank's indices
   size_t pos_ = 0;
   MetricsSink sink_;
+  SectionSink section_sink_;
+  StepMetrics* timing_ = nullptr;  // the step train_step is timing (forward_backward adds to it)
+  void phase(const char* name, std::chrono::steady_clock::time_point from);
+  void section(const char* name, bool begin) const {
+    if (section_sink_) section_sink_(name, begin);
+  }
 };
 
 }  // namespace fl::train
