@@ -23,6 +23,8 @@
   X(repro)                    \
   X(keys)                     \
   X(clean)                    \
+  X(campaign)                 \
+  X(shrink)                   \
   X(triage)
 
 namespace fl::cli {
