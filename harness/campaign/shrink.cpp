@@ -21,6 +21,7 @@
 #include "harness/launch/launch_args.hpp"
 #include "harness/model/scenario.hpp"
 #include "harness/run/runner.hpp"
+#include "harness/scenario/loader.hpp"
 #include "harness/score/score.hpp"
 #include "harness/suite/suite.hpp"
 #include "injector/plan.hpp"
@@ -278,7 +279,7 @@ void shrink_ranks(Shrinker& s, YAML::Node& doc) {
     for (const auto& [d, t2, p, what] : tries) {
       if (d < 1 || (d == dp && t2 == tp && p == pp)) continue;
       const YAML::Node cand = with_layout(doc, d, t2, p);
-      if (!cand) continue;
+      if (!cand.IsMap()) continue;
       const int v = s.attempt(cand, fmt::format("{} ranks ({})", d * t2 * p, what));
       if (v < 0) return;
       if (v == 1) {
@@ -315,6 +316,30 @@ std::string work_dir_for(const ShrinkOptions& o) {
   const fs::path run = fs::absolute(o.run_dir).lexically_normal();
   const fs::path p = run.has_filename() ? run : run.parent_path();
   return make_unique_dir(p.parent_path().string(), p.filename().string() + "-shrink");
+}
+
+std::string text_of(const YAML::Node& n) {
+  YAML::Emitter e;
+  e << YAML::Flow << n;
+  return e.c_str();
+}
+
+// `doc` without the keys whose value is the default (the run directory's scenario.yaml has every
+// key filled in): what is left is what the minimal scenario says.
+YAML::Node without_defaults(const YAML::Node& doc, const YAML::Node& defaults) {
+  YAML::Node out(YAML::NodeType::Map);
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const std::string k = it->first.Scalar();
+    const YAML::Node d = defaults.IsMap() ? defaults[k] : YAML::Node();
+    if (d.IsDefined() && !d.IsNull() && text_of(d) == text_of(it->second)) continue;
+    if (it->second.IsMap() && d.IsMap()) {
+      const YAML::Node inner = without_defaults(it->second, d);
+      if (inner.size() > 0) out[k] = inner;
+      continue;
+    }
+    out[k] = it->second;
+  }
+  return out;
 }
 
 void measure(ShrinkResult& r, const YAML::Node& doc, bool before) {
@@ -368,7 +393,13 @@ ShrinkResult shrink_run(const ShrinkOptions& o) {
   r.budget_exhausted = s.exhausted();
   r.log = s.log;
   measure(r, doc, false);
-  if (doc["name"]) doc["name"] = doc["name"].Scalar() + "-shrunk";
+  YAML::Node minimal(YAML::NodeType::Map);
+  if (doc["name"]) minimal["name"] = doc["name"].Scalar() + "-shrunk";
+  const YAML::Node rest = without_defaults(doc, loader::defaults());
+  for (auto it = rest.begin(); it != rest.end(); ++it) {
+    if (it->first.Scalar() != "name") minimal[it->first.Scalar()] = it->second;
+  }
+  doc = minimal;
   r.out_file = o.out_file.empty() ? r.work_dir + "/minimal.yaml" : o.out_file;
   write_atomic(r.out_file,
                candidate_yaml(doc, fmt::format("shrunk from {} by faultline shrink: {} ({} runs{})",

@@ -83,6 +83,8 @@ TEST(Ddmin, StopsWithTheBestSoFarWhenTheTestSaysStop) {
   EXPECT_EQ(r.kept, (std::vector<size_t>{0, 1, 2, 3, 4, 5}));
 }
 
+#endif
+
 namespace {
 
 constexpr const char* kSpec = R"Y(name: t
@@ -139,6 +141,8 @@ class CampaignSpec : public fl::test::ScenarioFiles {
 };
 
 }  // namespace
+
+#ifndef FAULTLINE_CLI
 
 TEST_F(CampaignSpec, TheExampleSpecLoads) {
   const auto s = fl::harness::campaign::load_spec(write("spec.yaml", kSpec));
