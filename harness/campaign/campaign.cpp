@@ -26,9 +26,10 @@ std::string campaign_dir(const Options& o, const Spec& s) {
     return make_unique_dir("results/campaigns", fmt::format("{}-s{}", s.name, o.seed));
   }
   if (fs::exists(o.out_dir + "/manifest.json")) {
-    throw UsageError(fmt::format("-o {}: holds a campaign already (manifest.json); give a new "
-                                 "directory",
-                                 o.out_dir));
+    throw UsageError(
+        fmt::format("-o {}: holds a campaign already (manifest.json); give a new "
+                    "directory",
+                    o.out_dir));
   }
   fs::create_directories(o.out_dir);
   return fs::absolute(o.out_dir).lexically_normal().string();

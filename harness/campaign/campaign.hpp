@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 namespace fl::harness::campaign {
 
@@ -50,7 +50,7 @@ struct FaultTemplate {
 struct Cascade {
   std::string from, to;  // mix entry names
   double probability = 1;
-  IntRange lag;              // steps after the first fault's step
+  IntRange lag;               // steps after the first fault's step
   std::string rank = "same";  // same: the first fault's rank; other: another rank
   YAML::Node node;
 };
@@ -91,7 +91,7 @@ struct DrawnFault {
 };
 
 struct GeneratedRun {
-  int index = 0;  // from 1
+  int index = 0;           // from 1
   std::string name, file;  // scenario name; file relative to the campaign directory
   std::string yaml;        // the complete scenario
   bool clean = false;
@@ -99,7 +99,7 @@ struct GeneratedRun {
   std::vector<std::string> decoys;
   std::vector<DrawnFault> decoy_faults;  // a decoy's fault item (one that only changes the
                                          // workload has none)
-  nlohmann::json manifest() const;  // what manifest.json lists for this run
+  nlohmann::json manifest() const;       // what manifest.json lists for this run
 };
 
 // Run `index` (from 1) of campaign `seed`: a pure function of (spec, seed, index), so a longer
@@ -111,8 +111,8 @@ class Rng {
  public:
   Rng(uint64_t seed, uint64_t stream);
   uint64_t next();
-  double unit();                             // [0, 1)
-  int64_t between(int64_t lo, int64_t hi);   // [lo, hi]
+  double unit();                                    // [0, 1)
+  int64_t between(int64_t lo, int64_t hi);          // [lo, hi]
   size_t pick(const std::vector<double>& weights);  // index by weight (sum > 0)
 
  private:

@@ -15,8 +15,8 @@ namespace fl::harness::campaign {
 
 struct DdminResult {
   std::vector<size_t> kept;
-  int tests = 0;          // calls of `fails`
-  bool stopped = false;   // `fails` asked to stop (a budget): `kept` is the best so far
+  int tests = 0;         // calls of `fails`
+  bool stopped = false;  // `fails` asked to stop (a budget): `kept` is the best so far
 };
 
 // `fails(subset)` returns 1 when the subset still fails, 0 when it does not, -1 to stop.

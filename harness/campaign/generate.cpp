@@ -144,10 +144,10 @@ DrawnFault instantiate(const FaultTemplate& t, const Workload& w, int rank, int 
   f.node = node;
   f.other_node = other_node;
   const std::map<std::string, std::string> values = {
-      {"{rank}", std::to_string(rank)},          {"{other_rank}", std::to_string(other_rank)},
-      {"{step}", std::to_string(step)},          {"{seq}", std::to_string(seq)},
-      {"{node}", std::to_string(node)},          {"{other_node}", std::to_string(other_node)},
-      {"{steps}", std::to_string(w.steps)},      {"{ranks}", std::to_string(w.layout.ranks)}};
+      {"{rank}", std::to_string(rank)},     {"{other_rank}", std::to_string(other_rank)},
+      {"{step}", std::to_string(step)},     {"{seq}", std::to_string(seq)},
+      {"{node}", std::to_string(node)},     {"{other_node}", std::to_string(other_node)},
+      {"{steps}", std::to_string(w.steps)}, {"{ranks}", std::to_string(w.layout.ranks)}};
   if (t.fault.IsMap()) f.item = substitute(t.fault, values);
   if (t.expect.IsMap()) f.expect = substitute(t.expect, values);
   return f;
@@ -241,15 +241,15 @@ std::string describe(const GeneratedRun& g, const Workload& w) {
   std::vector<std::string> parts;
   for (size_t i = 0; i < g.faults.size(); ++i) {
     const auto& f = g.faults[i];
-    parts.push_back(fmt::format("{} (rank {}, step {}, seq {}){}", f.templ, f.rank, f.step, f.seq,
-                                f.cascade_of >= 0
-                                    ? fmt::format(", cascade of fault {}", f.cascade_of)
-                                    : ""));
+    parts.push_back(
+        fmt::format("{} (rank {}, step {}, seq {}){}", f.templ, f.rank, f.step, f.seq,
+                    f.cascade_of >= 0 ? fmt::format(", cascade of fault {}", f.cascade_of) : ""));
   }
   for (auto& d : g.decoys) parts.push_back("decoy " + d);
   return fmt::format("{} ranks (dp {} x tp {} x pp {}, zero {}), {} {}, {} steps: {}",
                      w.layout.ranks, w.layout.dp, w.layout.tp, w.layout.pp, w.layout.zero, w.model,
-                     w.precision, w.steps, parts.empty() ? "no fault" : fmt::format("{}", fmt::join(parts, "; ")));
+                     w.precision, w.steps,
+                     parts.empty() ? "no fault" : fmt::format("{}", fmt::join(parts, "; ")));
 }
 
 // A clean run: one decoy (when the spec has any) that slows without failing.
@@ -326,18 +326,19 @@ nlohmann::json GeneratedRun::manifest() const {
     YAML::Emitter item, expect;
     item << YAML::Flow << f.item;
     expect << YAML::Flow << f.expect;
-    fl.push_back({{"template", f.templ},
-                  {"kind", f.kind},
-                  {"sites", f.sites},
-                  {"rank", f.rank},
-                  {"step", f.step},
-                  {"seq", f.seq},
-                  {"node", f.node},
-                  {"cascade_of", f.cascade_of < 0 ? nlohmann::json() : nlohmann::json(f.cascade_of)},
-                  {"fault", item.c_str()},
-                  {"expect", expect.c_str()}});
+    fl.push_back(
+        {{"template", f.templ},
+         {"kind", f.kind},
+         {"sites", f.sites},
+         {"rank", f.rank},
+         {"step", f.step},
+         {"seq", f.seq},
+         {"node", f.node},
+         {"cascade_of", f.cascade_of < 0 ? nlohmann::json() : nlohmann::json(f.cascade_of)},
+         {"fault", item.c_str()},
+         {"expect", expect.c_str()}});
   }
-  return {{"run", index}, {"name", name},     {"file", file},
+  return {{"run", index},   {"name", name}, {"file", file},
           {"clean", clean}, {"faults", fl}, {"decoys", decoys}};
 }
 

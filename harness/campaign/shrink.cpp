@@ -31,8 +31,8 @@ namespace fl::harness::campaign {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& property_names() {
-  static const std::vector<std::string> names = {"no_verdict", "recovery_failed",
-                                                 "detector_missed", "expectation_failed"};
+  static const std::vector<std::string> names = {"no_verdict", "recovery_failed", "detector_missed",
+                                                 "expectation_failed"};
   return names;
 }
 
@@ -60,27 +60,33 @@ std::vector<std::string> missed_by(const std::string& run_dir) {
   return out;
 }
 
-std::string check_one(const std::string& run_dir, const std::string& p, const nlohmann::json& v) {
-  if (p == "no_verdict") return no_verdict(v);
-  if (!v.is_object() || !no_verdict(v).empty()) return "";
+// A violation found: its name (detector_missed:D names the detector) and a sentence.
+struct Found {
+  std::string name, why;
+};
+
+Found check_one(const std::string& run_dir, const std::string& p, const nlohmann::json& v) {
+  if (p == "no_verdict") return {p, no_verdict(v)};
+  if (!v.is_object() || !no_verdict(v).empty()) return {};
   if (p == "expectation_failed") {
-    return v.value("outcome", "") == "fail" ? "fail: " + v.value("explanation", "") : "";
+    if (v.value("outcome", "") != "fail") return {};
+    return {p, "fail: " + v.value("explanation", "")};
   }
   if (p == "recovery_failed") {
     const YAML::Node s = YAML::LoadFile(run_dir + "/scenario.yaml");
-    if (!s["recovery"] || s["recovery"].Scalar().empty()) return "";
+    if (!s["recovery"] || s["recovery"].Scalar().empty()) return {};
     const RecoveryScore r = score_recovery(run_dir, "");
-    return r.recovered ? "" : fmt::format("recovery {} did not recover: {}", s["recovery"].Scalar(),
-                                          r.note);
+    if (r.recovered) return {};
+    return {p, fmt::format("recovery {} did not recover: {}", s["recovery"].Scalar(), r.note)};
   }
-  const std::string want = p.size() > 16 && p.rfind("detector_missed:", 0) == 0 ? p.substr(16) : "";
+  const std::string want = p.rfind("detector_missed:", 0) == 0 ? p.substr(16) : "";
   for (const auto& d : missed_by(run_dir)) {
     if (want.empty() || d == want) {
-      return fmt::format("detector_missed:{}", d) + "\x1f" +
-             fmt::format("detector {} posted no diagnosis of the reproduced symptom", d);
+      return {"detector_missed:" + d,
+              fmt::format("detector {} posted no diagnosis of the reproduced symptom", d)};
     }
   }
-  return "";
+  return {};
 }
 
 }  // namespace
@@ -91,16 +97,10 @@ std::string violation_of(const std::string& run_dir, const std::string& property
   std::vector<std::string> order = property_names();
   if (!property.empty()) order = {property};
   for (const auto& p : order) {
-    const bool detector = p.rfind("detector_missed", 0) == 0;
-    std::string found = check_one(run_dir, detector ? p : p, v);
-    if (found.empty()) continue;
-    std::string name = p;
-    if (const auto sep = found.find('\x1f'); sep != std::string::npos) {
-      name = found.substr(0, sep);
-      found = found.substr(sep + 1);
-    }
-    if (why) *why = found;
-    return name;
+    const Found found = check_one(run_dir, p, v);
+    if (found.why.empty()) continue;
+    if (why) *why = found.why;
+    return found.name;
   }
   return "";
 }
@@ -160,11 +160,10 @@ class Shrinker {
   // wait gives up (SIGTERM, then SIGKILL) at three times that plus a minute.
   std::string run_candidate(const std::string& file, const std::string& id, const YAML::Node& doc) {
     const std::string runs = work_ + "/runs";
-    const pid_t pid = spawn_logged(
-        {bin_, "run", file, "--results", runs, "--run-id", id, "-q"}, runs + "/" + id + ".log");
-    const double run_s = doc["timeouts"] && doc["timeouts"]["run_s"]
-                             ? doc["timeouts"]["run_s"].as<double>()
-                             : 120.0;
+    const pid_t pid = spawn_logged({bin_, "run", file, "--results", runs, "--run-id", id, "-q"},
+                                   runs + "/" + id + ".log");
+    const double run_s =
+        doc["timeouts"] && doc["timeouts"]["run_s"] ? doc["timeouts"]["run_s"].as<double>() : 120.0;
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::milliseconds(static_cast<int64_t>((3 * run_s + 60) * 1000));
     int st = 0;
@@ -195,7 +194,8 @@ YAML::Node with_faults(const YAML::Node& doc, const std::vector<size_t>& keep) {
   for (size_t i : keep) faults.push_back(YAML::Clone(all[i]));
   d["faults"] = faults;
   const YAML::Node e = doc["expect"];
-  if (e && e["oracle"] && e["oracle"].Scalar() == "any" && e["of"] && e["of"].size() == all.size()) {
+  if (e && e["oracle"] && e["oracle"].Scalar() == "any" && e["of"] &&
+      e["of"].size() == all.size()) {
     YAML::Node of(YAML::NodeType::Sequence);
     for (size_t i : keep) of.push_back(YAML::Clone(e["of"][i]));
     if (keep.size() == 1) {
@@ -261,8 +261,8 @@ void shrink_faults(Shrinker& s, YAML::Node& doc) {
   if (n < 2) return;
   const YAML::Node original = YAML::Clone(doc);
   const DdminResult r = ddmin(n, [&](const std::vector<size_t>& keep) {
-    return s.attempt(with_faults(original, keep), fmt::format("faults {} of {}", 
-                     fmt::join(keep, ","), n));
+    return s.attempt(with_faults(original, keep),
+                     fmt::format("faults {} of {}", fmt::join(keep, ","), n));
   });
   doc = with_faults(original, r.kept);
 }
@@ -273,9 +273,7 @@ void shrink_ranks(Shrinker& s, YAML::Node& doc) {
     const YAML::Node t = doc["topology"];
     const int dp = int_at(t, "dp", 1), tp = int_at(t, "tp", 1), pp = int_at(t, "pp", 1);
     const std::vector<std::tuple<int, int, int, std::string>> tries = {
-        {dp / 2, tp, pp, "dp " + std::to_string(dp / 2)},
-        {dp, 1, pp, "tp 1"},
-        {dp, tp, 1, "pp 1"}};
+        {dp / 2, tp, pp, "dp " + std::to_string(dp / 2)}, {dp, 1, pp, "tp 1"}, {dp, tp, 1, "pp 1"}};
     for (const auto& [d, t2, p, what] : tries) {
       if (d < 1 || (d == dp && t2 == tp && p == pp)) continue;
       const YAML::Node cand = with_layout(doc, d, t2, p);
@@ -368,16 +366,17 @@ ShrinkResult shrink_run(const ShrinkOptions& o) {
     const bool known = std::find(names.begin(), names.end(), o.property) != names.end() ||
                        o.property.rfind("detector_missed:", 0) == 0;
     if (!known) {
-      throw UsageError(fmt::format("--property '{}': not a property (allowed: {}, "
-                                   "detector_missed:NAME)",
-                                   o.property, fmt::join(names, ", ")));
+      throw UsageError(
+          fmt::format("--property '{}': not a property (allowed: {}, "
+                      "detector_missed:NAME)",
+                      o.property, fmt::join(names, ", ")));
     }
   }
   r.property = violation_of(o.run_dir, o.property, &r.why);
   if (r.property.empty()) {
-    throw Error(fmt::format(
-        "{}: shows no {} (checked: {}); nothing to shrink", o.run_dir,
-        o.property.empty() ? "property violation" : o.property, fmt::join(property_names(), ", ")));
+    throw Error(fmt::format("{}: shows no {} (checked: {}); nothing to shrink", o.run_dir,
+                            o.property.empty() ? "property violation" : o.property,
+                            fmt::join(property_names(), ", ")));
   }
   YAML::Node doc = YAML::LoadFile(o.run_dir + "/scenario.yaml");
   measure(r, doc, true);
@@ -403,8 +402,8 @@ ShrinkResult shrink_run(const ShrinkOptions& o) {
   r.out_file = o.out_file.empty() ? r.work_dir + "/minimal.yaml" : o.out_file;
   write_atomic(r.out_file,
                candidate_yaml(doc, fmt::format("shrunk from {} by faultline shrink: {} ({} runs{})",
-                                     o.run_dir, r.property, r.runs,
-                                     r.budget_exhausted ? ", budget spent" : "")));
+                                               o.run_dir, r.property, r.runs,
+                                               r.budget_exhausted ? ", budget spent" : "")));
   return r;
 }
 

@@ -61,8 +61,7 @@ void check_weight_sum(const Ctx& c, const YAML::Node& n, const std::string& path
 
 // `[a, b]` (each weight 1) or `{a: 3, b: 1}` (value: weight).
 template <class T>
-std::vector<Weighted<T>> weighted_list(const Ctx& c, const YAML::Node& n,
-                                       const std::string& path) {
+std::vector<Weighted<T>> weighted_list(const Ctx& c, const YAML::Node& n, const std::string& path) {
   std::vector<Weighted<T>> out;
   auto value = [&](const YAML::Node& v, const std::string& at) {
     try {
@@ -89,8 +88,7 @@ std::vector<Weighted<T>> weighted_list(const Ctx& c, const YAML::Node& n,
   return out;
 }
 
-int64_t int_in(const Ctx& c, const YAML::Node& n, const std::string& path, int64_t lo,
-               int64_t hi) {
+int64_t int_in(const Ctx& c, const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) {
   int64_t v = 0;
   try {
     v = n.as<int64_t>();
@@ -163,16 +161,15 @@ std::string kind_of(const Ctx& c, const YAML::Node& item, const std::string& pat
 // The placeholders a template may use, with sample values (for checking a plan's grammar).
 std::string with_samples(std::string s) {
   static const std::vector<std::pair<std::string, std::string>> samples = {
-      {"{rank}", "0"},  {"{other_rank}", "1"}, {"{step}", "1"}, {"{seq}", "0"},
-      {"{node}", "0"},  {"{other_node}", "1"}, {"{steps}", "8"}, {"{ranks}", "2"}};
+      {"{rank}", "0"}, {"{other_rank}", "1"}, {"{step}", "1"},  {"{seq}", "0"},
+      {"{node}", "0"}, {"{other_node}", "1"}, {"{steps}", "8"}, {"{ranks}", "2"}};
   for (auto& [k, v] : samples) {
     for (size_t p; (p = s.find(k)) != std::string::npos;) s.replace(p, k.size(), v);
   }
   return s;
 }
 
-FaultTemplate template_of(const Ctx& c, const YAML::Node& n, const std::string& path,
-                          bool decoy) {
+FaultTemplate template_of(const Ctx& c, const YAML::Node& n, const std::string& path, bool decoy) {
   check_keys(c, n, path,
              decoy ? std::vector<std::string>{"name", "weight", "fault", "workload"}
                    : std::vector<std::string>{"name", "weight", "fault", "expect"});
@@ -187,9 +184,8 @@ FaultTemplate template_of(const Ctx& c, const YAML::Node& n, const std::string& 
   }
   if (t.kind == "plan") {
     try {
-      for (const auto& e : fault::parse_plan(with_samples(t.fault["plan"].as<std::string>()),
-                                             "plan")
-                               .entries) {
+      for (const auto& e :
+           fault::parse_plan(with_samples(t.fault["plan"].as<std::string>()), "plan").entries) {
         t.sites.push_back(e.site);
       }
     } catch (const std::exception& e) {
@@ -279,7 +275,7 @@ std::string missing_everywhere(const Spec& s, const FaultTemplate& t) {
   return why;
 }
 
-void check_family(const Ctx& c, const Spec& s, const YAML::Node& root) {
+void check_family(const Ctx& c, const Spec& s) {
   for (size_t i = 0; i < s.mix.size(); ++i) {
     const auto why = missing_everywhere(s, s.mix[i]);
     if (why.empty()) continue;
@@ -296,18 +292,15 @@ void check_family(const Ctx& c, const Spec& s, const YAML::Node& root) {
                           s.decoys[i].name, why));
     }
   }
-  (void)root;
 }
 
 void parse_workload(const Ctx& c, const YAML::Node& w, Spec& s) {
   check_keys(c, w, "workload", {"layouts", "precisions", "models", "steps", "checkpoint_every"});
   if (!w["layouts"]) fail_at(c.file, w, "workload.layouts", "missing (a list of layouts)");
   s.layouts = layouts_of(c, w["layouts"], "workload.layouts");
-  auto list_or = [&](const char* k, const char* def) {
-    return w[k] ? w[k] : YAML::Load(def);
-  };
-  s.precisions = weighted_list<std::string>(c, list_or("precisions", "[fp32]"),
-                                            "workload.precisions");
+  auto list_or = [&](const char* k, const char* def) { return w[k] ? w[k] : YAML::Load(def); };
+  s.precisions =
+      weighted_list<std::string>(c, list_or("precisions", "[fp32]"), "workload.precisions");
   for (size_t i = 0; i < s.precisions.size(); ++i) {
     const auto& p = s.precisions[i].value;
     if (p != "fp32" && p != "fp16" && p != "bf16") {
@@ -371,13 +364,14 @@ void parse_cascades(const Ctx& c, const YAML::Node& n, Spec& s) {
       const auto& v = n[i][key];
       if (!v) fail_at(c.file, n[i], at + "." + key, "missing (a faults.mix name)");
       const auto name = v.as<std::string>();
-      const bool known = std::any_of(s.mix.begin(), s.mix.end(),
-                                     [&](auto& t) { return t.name == name; });
+      const bool known =
+          std::any_of(s.mix.begin(), s.mix.end(), [&](auto& t) { return t.name == name; });
       if (!known) {
         std::vector<std::string> names;
         for (auto& t : s.mix) names.push_back(t.name);
-        fail_at(c.file, v, at + "." + key,
-                fmt::format("'{}' is not in faults.mix (allowed: {})", name, fmt::join(names, ", ")));
+        fail_at(
+            c.file, v, at + "." + key,
+            fmt::format("'{}' is not in faults.mix (allowed: {})", name, fmt::join(names, ", ")));
       }
       (std::string(key) == "from" ? k.from : k.to) = name;
     }
@@ -443,15 +437,15 @@ Spec load_spec(const std::string& path) {
   loader::check_duplicate_keys(path, doc, "");
   const Ctx c{path};
   if (!doc.IsMap()) fail_at(path, doc, "", "not a campaign spec (expected a map)");
-  check_keys(c, doc,
-             "", {"name", "description", "workload", "faults", "when", "where", "cascades",
-                  "clean", "scenario"});
+  check_keys(c, doc, "",
+             {"name", "description", "workload", "faults", "when", "where", "cascades", "clean",
+              "scenario"});
   Spec s;
   s.file = path;
   if (!doc["name"]) fail_at(path, doc, "name", "missing (names the campaign and its runs)");
   s.name = doc["name"].as<std::string>();
   parse_sections(c, doc, s);
-  check_family(c, s, doc);
+  check_family(c, s);
   return s;
 }
 

@@ -63,14 +63,15 @@ std::string flow(const YAML::Node& n) {
 nlohmann::json fault_truth(const DrawnFault& f, const std::vector<HistoryEvent>& history,
                            const RunSummary& summary) {
   const Firing fired = firing_of(f, history);
-  nlohmann::json j = {{"template", f.templ},
-                      {"kind", f.kind},
-                      {"fault", flow(f.item)},
-                      {"expect", flow(f.expect)},
-                      {"cascade_of", f.cascade_of < 0 ? nlohmann::json() : nlohmann::json(f.cascade_of)},
-                      {"fired", fired.count > 0},
-                      {"fired_count", fired.count},
-                      {"fired_ranks", std::vector<int>(fired.ranks.begin(), fired.ranks.end())}};
+  nlohmann::json j = {
+      {"template", f.templ},
+      {"kind", f.kind},
+      {"fault", flow(f.item)},
+      {"expect", flow(f.expect)},
+      {"cascade_of", f.cascade_of < 0 ? nlohmann::json() : nlohmann::json(f.cascade_of)},
+      {"fired", fired.count > 0},
+      {"fired_count", fired.count},
+      {"fired_ranks", std::vector<int>(fired.ranks.begin(), fired.ranks.end())}};
   if (!fired.failed.empty()) j["failed"] = fired.failed;
   const double fired_s =
       fired.first_t_ns < 0 ? -1 : (fired.first_t_ns - std::max<int64_t>(0, summary.t_start)) / 1e9;
@@ -89,11 +90,11 @@ nlohmann::json fault_truth(const DrawnFault& f, const std::vector<HistoryEvent>&
   // which the harness stamps events from different sources).
   const bool after = v.manifested_s < 0 || v.manifested_s + 1e-3 >= fired_s;
   j["manifested"] = fired.count > 0 && v.outcome == "pass" && after;
-  j["why"] = fired.count == 0          ? "never fired"
-             : v.outcome != "pass"      ? fmt::format("fired; its oracle says {}: {}", v.outcome,
-                                                      v.explanation)
-             : !after                   ? "fired after the oracle's finding"
-                                        : fmt::format("fired; {}", v.explanation);
+  j["why"] = fired.count == 0 ? "never fired"
+             : v.outcome != "pass"
+                 ? fmt::format("fired; its oracle says {}: {}", v.outcome, v.explanation)
+             : !after ? "fired after the oracle's finding"
+                      : fmt::format("fired; {}", v.explanation);
   return j;
 }
 

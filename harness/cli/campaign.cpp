@@ -32,8 +32,7 @@ int campaign(CampaignArgs& a) {
 Handler setup_campaign(CLI::App& sub) {
   auto a = std::make_shared<CampaignArgs>();
   sub.add_option("spec", a->o.spec, "Campaign spec (YAML)")->required();
-  sub.add_option("--seed", a->o.seed, "Seed of every draw (same seed: the same files)")
-      ->required();
+  sub.add_option("--seed", a->o.seed, "Seed of every draw (same seed: the same files)")->required();
   sub.add_option("--runs", a->o.runs, "Runs to generate and run")->required();
   sub.add_option("-o,--out", a->o.out_dir,
                  "Campaign directory (default results/campaigns/NAME-sSEED)");

@@ -28,8 +28,9 @@ int shrink(ShrinkArgs& a) {
 Handler setup_shrink(CLI::App& sub) {
   auto a = std::make_shared<ShrinkArgs>();
   sub.add_option("run_dir", a->o.run_dir, "A finished run's directory")->required();
-  sub.add_option("-o,--out", a->o.out_file, "Where the minimal scenario goes (default "
-                                            "WORK/minimal.yaml)");
+  sub.add_option("-o,--out", a->o.out_file,
+                 "Where the minimal scenario goes (default "
+                 "WORK/minimal.yaml)");
   sub.add_option("--max-runs", a->o.max_runs, "Most candidate runs")->capture_default_str();
   sub.add_option("--property", a->o.property,
                  fmt::format("The violation to keep ({}, detector_missed:NAME; default: the "

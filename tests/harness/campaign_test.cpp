@@ -122,6 +122,8 @@ scenario:
   timeouts: {run_s: 60, comm_ms: 5000}
 )Y";
 
+}  // namespace
+
 class CampaignSpec : public fl::test::ScenarioFiles {
  protected:
   CampaignSpec() : ScenarioFiles("campaign") {}
@@ -139,8 +141,6 @@ class CampaignSpec : public fl::test::ScenarioFiles {
     return "";
   }
 };
-
-}  // namespace
 
 #ifndef FAULTLINE_CLI
 
@@ -287,8 +287,7 @@ scenario:
       std::chrono::seconds(600));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("campaign   3 runs in "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("faulty     3 runs: reproduced 3 (100%)"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("faulty     3 runs: reproduced 3 (100%)"), std::string::npos) << r.output;
   const auto truth = jsonl(out + "/ground_truth.jsonl");
   ASSERT_EQ(truth.size(), 3u);
   for (const auto& t : truth) {
@@ -300,9 +299,10 @@ scenario:
   const auto summary = nlohmann::json::parse(read(out + "/summary.json"));
   EXPECT_EQ(summary["runs"], 3);
   EXPECT_EQ(summary["manifested"], 3);
-  const auto alone = fl::test::run_process({FAULTLINE_CLI, "run", out + "/scenarios/kills-r0002.yaml",
-                                            "--results", (dir_ / "alone").string(), "-q"},
-                                           {}, std::chrono::seconds(120));
+  const auto alone =
+      fl::test::run_process({FAULTLINE_CLI, "run", out + "/scenarios/kills-r0002.yaml", "--results",
+                             (dir_ / "alone").string(), "-q"},
+                            {}, std::chrono::seconds(120));
   EXPECT_EQ(alone.exit_code, 0) << alone.output;
 }
 
