@@ -379,6 +379,17 @@ ShrinkResult shrink_run(const ShrinkOptions& o) {
                             fmt::join(property_names(), ", ")));
   }
   YAML::Node doc = YAML::LoadFile(o.run_dir + "/scenario.yaml");
+  const YAML::Node e = doc["expect"];
+  const bool expects_symptom = e && e["symptom"] && !e["symptom"].Scalar().empty() &&
+                               !(e["absent"] && e["absent"].as<bool>());
+  if (r.property == "expectation_failed" && expects_symptom && o.property.empty()) {
+    throw UsageError(fmt::format(
+        "{}: its expected symptom {} did not show; any subset of faults that causes nothing fails "
+        "the same way, so shrinking it by expectation_failed finds nothing that matters (shrink a "
+        "run whose expectation is `completed`, or one a detector missed; --property "
+        "expectation_failed insists)",
+        o.run_dir, e["symptom"].Scalar()));
+  }
   measure(r, doc, true);
   r.work_dir = work_dir_for(o);
   fs::create_directories(r.work_dir + "/candidates");

@@ -32,7 +32,7 @@ std::string read(const std::string& path) {
   return ss.str();
 }
 
-bool has(const std::vector<size_t>& s, size_t x) {
+[[maybe_unused]] bool has(const std::vector<size_t>& s, size_t x) {
   return std::find(s.begin(), s.end(), x) != s.end();
 }
 
