@@ -272,11 +272,14 @@ workload:
   layouts: [{ranks: 2, dp: 2}]
   steps: [6]
 faults:
-  count: [1]
+  count: [2]
   mix:
     - name: killed
       fault: {signal: KILL, rank: "{rank}", step: "{step}"}
       expect: {oracle: exit_class, exit_class: signal, ranks: ["{rank}"]}
+    - name: too-late
+      fault: {plan: "data.fetch[rank={rank},step=1000]=sleep(1)"}
+      expect: {symptom: "4.1", oracle: throughput_degradation, slowed: rank}
 when: {step: {min: 1, max: 3}}
 scenario:
   timeouts: {run_s: 60, comm_ms: 4000}
@@ -292,12 +295,18 @@ scenario:
   ASSERT_EQ(truth.size(), 3u);
   for (const auto& t : truth) {
     EXPECT_EQ(t["outcome"], "pass") << t.dump();
-    ASSERT_EQ(t["faults"].size(), 1u);
-    EXPECT_TRUE(t["faults"][0]["fired"]) << t.dump();
-    EXPECT_TRUE(t["faults"][0]["manifested"]) << t.dump();
+    ASSERT_EQ(t["faults"].size(), 2u);
+    for (const auto& f : t["faults"]) {
+      const bool killed = f["template"] == "killed";
+      EXPECT_EQ(f["fired"], killed) << f.dump();
+      EXPECT_EQ(f["manifested"], killed) << f.dump();
+      if (!killed) EXPECT_EQ(f["why"], "never fired");
+    }
   }
   const auto summary = nlohmann::json::parse(read(out + "/summary.json"));
   EXPECT_EQ(summary["runs"], 3);
+  EXPECT_EQ(summary["faults"], 6);
+  EXPECT_EQ(summary["fired"], 3);
   EXPECT_EQ(summary["manifested"], 3);
   const auto alone =
       fl::test::run_process({FAULTLINE_CLI, "run", out + "/scenarios/kills-r0002.yaml", "--results",
