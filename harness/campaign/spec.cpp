@@ -10,6 +10,7 @@
 
 #include "harness/campaign/campaign.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "harness/model/key_checks.hpp"
 #include "harness/scenario/loader.hpp"
 #include "injector/plan.hpp"
@@ -444,6 +445,11 @@ Spec load_spec(const std::string& path) {
   s.file = path;
   if (!doc["name"]) fail_at(path, doc, "name", "missing (names the campaign and its runs)");
   s.name = doc["name"].as<std::string>();
+  try {  // it names the campaign's directory and every run's file
+    check_path_component("name", s.name);
+  } catch (const ConfigError& e) {
+    fail_at(path, doc["name"], "name", e.what());
+  }
   parse_sections(c, doc, s);
   check_family(c, s);
   return s;
