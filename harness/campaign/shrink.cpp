@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -20,6 +21,7 @@
 #include "harness/campaign/ddmin.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/oracles/oracle.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/scenario/loader.hpp"
 #include "harness/score/score.hpp"
@@ -46,14 +48,28 @@ std::string no_verdict(const nlohmann::json& v) {
   return "";
 }
 
-// The detectors that ran and posted no diagnosis of the positive run's symptom.
+// The symptoms that showed in a positive run: its expectation's, or for `any` / `all` (a
+// campaign run with several faults) those of the combined expectations that pass.
+std::set<std::string> shown_symptoms(const std::string& run_dir) {
+  const Scenario s = load_scenario(run_dir + "/scenario.yaml");
+  if (s.expect.of.empty()) return {s.expect.symptom};
+  const auto history = history_with_rank_files(run_dir).events;
+  std::set<std::string> out;
+  for (const auto& x : s.expect.of) {
+    if (!x.symptom.empty() && judge(x, history).outcome == "pass") out.insert(x.symptom);
+  }
+  return out;
+}
+
+// The detectors that ran on a positive run and diagnosed none of the symptoms that showed.
 std::vector<std::string> missed_by(const std::string& run_dir) {
   const RunTruth t = load_run_truth(run_dir);
   std::vector<std::string> out;
   if (t.cls != "positive") return out;
+  const std::set<std::string> shown = shown_symptoms(run_dir);
   for (const auto& d : t.detectors) {
     const bool seen = std::any_of(t.diagnoses.begin(), t.diagnoses.end(), [&](auto& g) {
-      return g.detector == d && g.symptom == t.symptom;
+      return g.detector == d && shown.count(g.symptom) > 0;
     });
     if (!seen) out.push_back(d);
   }
@@ -83,7 +99,7 @@ Found check_one(const std::string& run_dir, const std::string& p, const nlohmann
   for (const auto& d : missed_by(run_dir)) {
     if (want.empty() || d == want) {
       return {"detector_missed:" + d,
-              fmt::format("detector {} posted no diagnosis of the reproduced symptom", d)};
+              fmt::format("detector {} diagnosed none of the symptoms that showed", d)};
     }
   }
   return {};
@@ -374,9 +390,10 @@ ShrinkResult shrink_run(const ShrinkOptions& o) {
   }
   r.property = violation_of(o.run_dir, o.property, &r.why);
   if (r.property.empty()) {
-    throw Error(fmt::format("{}: shows no {} (checked: {}); nothing to shrink", o.run_dir,
-                            o.property.empty() ? "property violation" : o.property,
-                            fmt::join(property_names(), ", ")));
+    throw Error(fmt::format("{}: shows no {}; nothing to shrink", o.run_dir,
+                            o.property.empty() ? fmt::format("property violation (checked: {})",
+                                                             fmt::join(property_names(), ", "))
+                                               : o.property));
   }
   YAML::Node doc = YAML::LoadFile(o.run_dir + "/scenario.yaml");
   const YAML::Node e = doc["expect"];
@@ -405,6 +422,8 @@ ShrinkResult shrink_run(const ShrinkOptions& o) {
   measure(r, doc, false);
   YAML::Node minimal(YAML::NodeType::Map);
   if (doc["name"]) minimal["name"] = doc["name"].Scalar() + "-shrunk";
+  doc["description"] =
+      fmt::format("{} shrunk by faultline shrink: {} ({} runs)", o.run_dir, r.property, r.runs);
   const YAML::Node rest = without_defaults(doc, loader::defaults());
   for (auto it = rest.begin(); it != rest.end(); ++it) {
     if (it->first.Scalar() != "name") minimal[it->first.Scalar()] = it->second;

@@ -16,7 +16,8 @@ namespace fl::harness::campaign {
 //   recovery_failed     the scenario has a recovery tool and its last incarnation did not
 //                       finish cleanly on every rank (score_recovery's `recovered`);
 //   detector_missed:D   the run is a positive (its symptom reproduced: verdict pass) and
-//                       detector D ran but posted no diagnosis of that symptom;
+//                       detector D ran but diagnosed none of the symptoms that showed (for an
+//                       `any` / `all` expectation: those of its entries that pass);
 //   expectation_failed  verdict fail: the expectation did not hold (for a scenario that expects
 //                       a clean run, something failed it).
 const std::vector<std::string>& property_names();
