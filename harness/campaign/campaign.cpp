@@ -112,6 +112,7 @@ Result run_campaign(const Options& o) {
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.load_end = load_average_1m();
   r.suite_dir = suite.dir;
+  r.interrupted = suite.interrupted;
   std::string truth;
   for (const auto& c : suite.cases) {
     for (const auto& g : runs) {
@@ -140,6 +141,7 @@ nlohmann::json Result::to_json() const {
           {"fired", fired},
           {"manifested", manifested},
           {"outcomes", outcomes},
+          {"interrupted", interrupted},
           {"wall_s", wall_s},
           {"runs_per_min", wall_s > 0 ? runs * 60.0 / wall_s : 0.0},
           {"load1_start", load_start},
@@ -150,16 +152,22 @@ std::string Result::text() const {
   auto pct = [](int a, int b) { return b > 0 ? 100.0 * a / b : 0.0; };
   std::string outs;
   for (auto& [k, v] : outcomes) outs += fmt::format("{}{} {}", outs.empty() ? "" : ", ", k, v);
-  return fmt::format(
-      "campaign   {} runs in {:.0f} s ({:.1f} runs/min), load {:.1f} -> {:.1f}\n"
-      "faulty     {} runs: reproduced {} ({:.0f}%)\n"
-      "clean      {} runs with decoys: completed {} ({:.0f}%)\n"
-      "faults     {} drawn ({} cascades): fired {}, manifested {}\n"
-      "outcomes   {}\n"
-      "files      {}\n",
-      runs, wall_s, wall_s > 0 ? runs * 60.0 / wall_s : 0.0, load_start, load_end, faulty,
-      reproduced, pct(reproduced, faulty), clean, clean_completed, pct(clean_completed, clean),
-      faults, cascades, fired, manifested, outs, dir);
+  const std::string stopped = interrupted.empty()
+                                  ? ""
+                                  : fmt::format(
+                                        "stopped    by {}: the runs it cut short or never started "
+                                        "are `interrupted`\n",
+                                        interrupted);
+  return stopped + fmt::format(
+                       "campaign   {} runs in {:.0f} s ({:.1f} runs/min), load {:.1f} -> {:.1f}\n"
+                       "faulty     {} runs: reproduced {} ({:.0f}%)\n"
+                       "clean      {} runs with decoys: completed {} ({:.0f}%)\n"
+                       "faults     {} drawn ({} cascades): fired {}, manifested {}\n"
+                       "outcomes   {}\n"
+                       "files      {}\n",
+                       runs, wall_s, wall_s > 0 ? runs * 60.0 / wall_s : 0.0, load_start, load_end,
+                       faulty, reproduced, pct(reproduced, faulty), clean, clean_completed,
+                       pct(clean_completed, clean), faults, cascades, fired, manifested, outs, dir);
 }
 
 }  // namespace fl::harness::campaign

@@ -142,6 +142,7 @@ struct Result {
   int reproduced = 0, clean_completed = 0;
   int faults = 0, cascades = 0, fired = 0, manifested = 0;
   std::map<std::string, int> outcomes;
+  std::string interrupted;  // the signal the campaign got ("" when none)
   double wall_s = 0, load_start = -1, load_end = -1;
   nlohmann::json to_json() const;
   std::string text() const;

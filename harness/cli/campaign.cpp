@@ -26,7 +26,8 @@ int campaign(CampaignArgs& a) {
     return 0;
   }
   std::printf("%s", r.text().c_str());
-  return 0;
+  // As `faultline suite`: 4 when a signal stopped it (the runs not started are `interrupted`).
+  return r.interrupted.empty() ? 0 : 4;
 }
 
 Handler setup_campaign(CLI::App& sub) {
