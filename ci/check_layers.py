@@ -44,6 +44,7 @@ HARNESS_ORDER = [
     "run",        # one run, start to verdict (side runs load scenarios)
     "suite",
     "score",
+    "campaign",  # seeded fault campaigns and shrinking (above the suite and the scores)
     "report",
     "catalog",
     "triage",

@@ -25,6 +25,8 @@
   X(keys)                     \
   X(new)                      \
   X(clean)                    \
+  X(campaign)                 \
+  X(shrink)                   \
   X(triage)
 
 namespace fl::cli {
