@@ -1,7 +1,8 @@
 // workload.kind: command, the runner's side (issue 21): the probe's per-rank files go into the
 // history as they grow, and a probed command that ends before its first event, or stays silent
 // for workload.report_timeout_s, is a harness error naming the rank and the command
-// (run_command.cpp). The ranks themselves start in launch_command.cpp.
+// (run_command.cpp). The ranks themselves start in launch_command.cpp. torchrun's conventions
+// (error files, how each worker under one torchrun ended) are read here too (torchelastic.hpp).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+
+#include <nlohmann/json_fwd.hpp>
 
 namespace fl::harness {
 
@@ -37,6 +40,14 @@ class CommandProbe {
   void poll(bool stopping, const std::set<int>& running);
   // At the end: what the probe wrote until then.
   void final_poll();
+  // After the job (once per launch): each rank's TORCHELASTIC_ERROR_FILE into the history as a
+  // worker_error event (refused ones as error_file_refused), and under launch: once torchrun's
+  // own file (the first failure as it saw it) as torchrun_error.
+  void read_error_files();
+  // launch: once, a rank that sent no exit event when the launcher ended: how it ended, into
+  // `ex` (class, code, signaled, ended_by, torn_down), from the harness's own signal to the
+  // rank's pid, torchrun's "closing signal" line for that pid and the rank's error file.
+  void explain_end(int rank, nlohmann::json& ex);
 
  private:
   bool rank_reported(int rank);
@@ -51,6 +62,7 @@ class CommandProbe {
   std::set<int> reported_;                // under mu_: ranks that sent an event since the launch
   std::map<int, std::string> last_line_;  // each rank's last output line (-1: the launcher)
   int64_t launched_ns_ = 0;
+  bool errors_read_ = false;
 };
 
 }  // namespace fl::harness

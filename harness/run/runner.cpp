@@ -142,6 +142,8 @@ void Run::job_process_ended(const ExitInfo& x, nlohmann::json d) {
         {"by_harness", x.by_harness},
         {"note", "no exit event from the rank; ended with " + x.name}};
     faults_->explain_exit(r, ex);  // a host's agent may have seen how it ended
+    // Under one torchrun: killed by the scenario, failed on its own, or closed by torchrun.
+    if (command_) command_->explain_end(r, ex);
     hist_->harness("rank_exit", ex, r);
     faults_->on_rank_exit(r);
   }
