@@ -140,6 +140,18 @@ class CommandLauncher : public Launcher {
     launchers_ended_.clear();
   }
 
+  // Fail-fast: under launch: once the ranks are the launchers' children, so the launchers go
+  // (torchrun's agent may wait minutes for an agent it cannot reach); per rank, each rank's.
+  std::vector<int> kill_ranks(Supervisor& sup, const std::set<int>& ranks) override {
+    if (launcher_pids_.empty()) return Launcher::kill_ranks(sup, ranks);
+    for (const pid_t pid : launcher_pids_) {
+      if (launchers_ended_.count(pid)) continue;
+      sup.mark_by_harness(pid);
+      sup.signal(pid, SIGKILL);
+    }
+    return {ranks.begin(), ranks.end()};
+  }
+
   void stop(Supervisor& sup) override {
     for (auto& [r, pid] : rank_pids_) {
       sup.mark_by_harness(pid);

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -36,8 +37,11 @@ class CommandProbe {
   // not a symptom of the scenario's fault).
   void check_exit(const ExitInfo& x, bool stopping);
   // Every tick: new probe lines into the history; Error for a probed rank of `running` silent
-  // for report_timeout_s since its launch.
-  void poll(bool stopping, const std::set<int>& running);
+  // for report_timeout_s since its launch. Returns the ranks (launch: once) whose process is
+  // gone after it reported an error (a worker_gone event each): a launcher may outlive them by
+  // minutes (torchrun's agent waits up to 300 s in its exit barrier for an agent it cannot reach),
+  // so the runner gives them fail-fast's grace as it does a rank's own failure.
+  std::vector<int> poll(bool stopping, const std::set<int>& running);
   // At the end: what the probe wrote until then.
   void final_poll();
   // After the job (once per launch): each rank's TORCHELASTIC_ERROR_FILE into the history as a
@@ -51,6 +55,7 @@ class CommandProbe {
 
  private:
   bool rank_reported(int rank);
+  std::map<int, int64_t> gone_after_error(const std::set<int>& running);  // rank -> pid
   std::string command_shown(int rank);  // the command a rank was launched with (its launch event)
 
   const Scenario& s_;
@@ -60,6 +65,9 @@ class CommandProbe {
   std::unique_ptr<ProbeIngest> probe_;
   std::mutex mu_;
   std::set<int> reported_;                // under mu_: ranks that sent an event since the launch
+  std::set<int> errored_;                 // under mu_: ranks that sent an error event
+  std::map<int, int64_t> hello_pid_;      // under mu_: each rank's pid, as its hello said
+  std::set<int> gone_;                    // under mu_: ranks found gone (worker_gone)
   std::map<int, std::string> last_line_;  // each rank's last output line (-1: the launcher)
   int64_t launched_ns_ = 0;
   bool errors_read_ = false;

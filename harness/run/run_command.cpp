@@ -1,5 +1,8 @@
 // workload.kind: command, the runner's side (command_probe.hpp).
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -16,6 +19,15 @@
 
 namespace fl::harness {
 
+namespace {
+
+nlohmann::json event_data(const HistoryEvent& e) {
+  auto d = nlohmann::json::parse(e.data_json, nullptr, false);
+  return d.is_object() ? d : nlohmann::json::object();
+}
+
+}  // namespace
+
 CommandProbe::CommandProbe(const Scenario& s, const std::string& dir, History& hist,
                            const Launcher& launcher)
     : s_(s), dir_(dir), hist_(hist), launcher_(launcher) {}
@@ -29,10 +41,15 @@ void CommandProbe::begin_launch() {
       if (e.source != "rank") return;
       std::lock_guard lock(mu_);
       reported_.insert(e.rank);
+      if (e.kind == "error") errored_.insert(e.rank);
+      if (e.kind == "hello") hello_pid_[e.rank] = event_data(e).value("pid", int64_t{0});
     });
   }
   std::lock_guard lock(mu_);
   reported_.clear();
+  errored_.clear();
+  hello_pid_.clear();
+  gone_.clear();
   launched_ns_ = hist_.now_ns();
   errors_read_ = false;
 }
@@ -95,12 +112,32 @@ void CommandProbe::check_exit(const ExitInfo& x, bool stopping) {
 
 // Every tick: new probe lines into the history; a probed rank silent for report_timeout_s since
 // its launch is a harness error.
-void CommandProbe::poll(bool stopping, const std::set<int>& running) {
-  if (!probe_) return;
+std::map<int, int64_t> CommandProbe::gone_after_error(const std::set<int>& running) {
+  std::map<int, int64_t> out;
+  if (s_.workload.launch != "once") return out;  // per_rank: the harness sees its children end
+  std::lock_guard lock(mu_);
+  for (int r : running) {
+    const auto pid = hello_pid_.find(r);
+    if (!errored_.count(r) || gone_.count(r) || pid == hello_pid_.end() || pid->second <= 0)
+      continue;
+    if (::kill(static_cast<pid_t>(pid->second), 0) == 0 || errno != ESRCH) continue;
+    gone_.insert(r);
+    out[r] = pid->second;
+  }
+  return out;
+}
+
+std::vector<int> CommandProbe::poll(bool stopping, const std::set<int>& running) {
+  if (!probe_) return {};
   probe_->poll(hist_);
-  if (!s_.workload.probe || stopping) return;
+  std::vector<int> gone;
+  for (const auto& [r, pid] : gone_after_error(running)) {
+    hist_.harness("worker_gone", {{"pid", pid}, {"after", "an error event"}}, r);
+    gone.push_back(r);
+  }
+  if (!s_.workload.probe || stopping) return gone;
   if (hist_.now_ns() - launched_ns_ < static_cast<int64_t>(s_.workload.report_timeout_s * 1e9))
-    return;
+    return gone;
   std::vector<int> silent;
   {
     std::lock_guard lock(mu_);
@@ -108,7 +145,7 @@ void CommandProbe::poll(bool stopping, const std::set<int>& running) {
       if (!reported_.count(r)) silent.push_back(r);
     }
   }
-  if (silent.empty()) return;
+  if (silent.empty()) return gone;
   raise<Error>(
       "rank{} {}: workload.command is running but reported nothing through the probe within "
       "workload.report_timeout_s ({} s; FAULTLINE_PROBE_FILE, docs/workloads.md); command: {}",
@@ -117,11 +154,6 @@ void CommandProbe::poll(bool stopping, const std::set<int>& running) {
 }
 
 namespace {
-
-nlohmann::json event_data(const HistoryEvent& e) {
-  auto d = nlohmann::json::parse(e.data_json, nullptr, false);
-  return d.is_object() ? d : nlohmann::json::object();
-}
 
 // Where rank `rank` keeps its error file: what its probe said (under torchrun the agent chose
 // it), else what the command launcher gave it (launch: per_rank).
@@ -197,6 +229,9 @@ void CommandProbe::explain_end(int rank, nlohmann::json& ex) {
   }
   if (pid <= 0) return;
   ex["pid"] = pid;
+  const nlohmann::json before = ex;
+  // What follows is how the worker itself ended, before any teardown of its launcher.
+  ex["by_harness"] = false;
   const auto closed = torchrun_closed(ev);
   const auto by_torchrun = closed.find(pid);
   auto signaled = [&](const std::string& sig, const std::string& by) {
@@ -218,6 +253,8 @@ void CommandProbe::explain_end(int rank, nlohmann::json& ex) {
     ex["ended_by"] = "its exception (error file): " + err->value("message", "");
   } else if (!sent.empty() && sent != "SIGSTOP" && sent != "SIGCONT") {
     signaled(sent, "the scenario's signal");
+  } else {
+    ex = before;  // nothing known: it ended with its launcher
   }
 }
 

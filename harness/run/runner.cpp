@@ -217,7 +217,9 @@ void Run::check_progress() {
 }
 
 void Run::tick() {
-  if (command_) command_->poll(stopping_, running_ranks_);
+  if (command_) {  // a worker under torchrun gone after its error: fail-fast's grace
+    for (int r : command_->poll(stopping_, running_ranks_)) watch_->rank_failed(r);
+  }
   check_progress();
   fail_fast();
   // A hang expectation ends the run once the hang is established (no need to wait for timeouts).
