@@ -41,6 +41,12 @@ class OutOfProcessFaults {
   void adjust_helper(ProcessSpec& spec, std::map<std::string, std::string>& env) const {
     box_.adjust_helper(spec, env);
   }
+  // A helper that belongs on one node (a command's launcher per node, torchrun --node_rank):
+  // that node's network namespace.
+  void adjust_node_helper(int node, ProcessSpec& spec,
+                          std::map<std::string, std::string>& env) const {
+    box_.adjust_node(node, spec, env);
+  }
   // Step-triggered faults, given each rank's last reported step and its pid (0: unknown).
   // Returns true when a fault asks for a restart from the latest checkpoint.
   bool on_progress(const std::map<int, int64_t>& max_step, const std::function<pid_t(int)>& pid_of,

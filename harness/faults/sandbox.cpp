@@ -173,6 +173,16 @@ void Sandbox::adjust_helper(ProcessSpec& spec, std::map<std::string, std::string
   if (mount_holder_ != 0) spec.namespaces.push_back(fmt::format("/proc/{}/ns/mnt", mount_holder_));
 }
 
+void Sandbox::adjust_node(int node, ProcessSpec& spec,
+                          std::map<std::string, std::string>& env) const {
+  if (!node_holders_.empty()) {
+    spec.namespaces.push_back(
+        fmt::format("/proc/{}/ns/net", node_holders_.at(static_cast<size_t>(node))));
+    join_network(env);
+  }
+  if (mount_holder_ != 0) spec.namespaces.push_back(fmt::format("/proc/{}/ns/mnt", mount_holder_));
+}
+
 void Sandbox::check_gone() {
   remove_host_chains();  // hosts outlive the run: their chains go explicitly
   // Namespaces end with their holders (killed with the run's processes).

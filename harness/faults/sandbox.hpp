@@ -94,6 +94,9 @@ class Sandbox {
   void adjust_rank(int rank, ProcessSpec& spec, std::map<std::string, std::string>& env) const;
   // A helper the ranks must reach over the data-plane network (mpirun, ompi-server).
   void adjust_helper(ProcessSpec& spec, std::map<std::string, std::string>& env) const;
+  // A helper of one node (a launcher per node): the node's network namespace and the mount
+  // namespace, as that node's ranks have them.
+  void adjust_node(int node, ProcessSpec& spec, std::map<std::string, std::string>& env) const;
   // After teardown: records whether the namespaces died with their holders.
   void check_gone();
 

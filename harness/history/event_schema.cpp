@@ -76,7 +76,9 @@ struct KindSpec {
 
 // The rank events of docs/harness.md, with the fields something reads.
 const KindSpec kRankKinds[] = {
-    {"hello", false, {{"world_size", T::kInt, true}, {"pid", T::kInt, false}}},
+    {"hello",
+     false,
+     {{"world_size", T::kInt, true}, {"pid", T::kInt, false}, {"error_file", T::kString, false}}},
     {"layout",
      false,
      {{"dp", T::kInt, true},

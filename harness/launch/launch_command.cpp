@@ -9,8 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -75,39 +77,14 @@ class CommandLauncher : public Launcher {
 
   void start(LaunchHost& h, const std::vector<std::string>&) override {
     rank_pids_.clear();
-    launcher_pid_ = 0;
+    launcher_pids_.clear();
+    launchers_ended_.clear();
     const auto inherited = base_env();
     if (h.s.workload.launch == "once") {
-      // One launcher process with the job's world, master address and port but no RANK: a
-      // launcher such as torchrun sets RANK for each rank it starts, and the probe finds the
-      // rank's file from FAULTLINE_PROBE_DIR and RANK.
-      auto env = h.rank_env(0);
-      for (const char* k : {"RANK", "LOCAL_RANK", "NODE_RANK", "FAULTLINE_EVENTS_FILE",
-                            "FAULTLINE_FIRED_LOG", "FAULTLINE_FLIGHT_RECORDER_DIR"}) {
-        env.erase(k);
-      }
-      add_command_env(h, env);
-      ProcessSpec p;
-      p.name = "launcher";
-      p.argv = argv(h, 0, env);
-      p.cwd = h.dir;
-      if (find_program(p.argv[0], env["PATH"]).empty()) {
-        raise<Error>(
-            "ranks 0-{} (workload.launch: once): workload.command '{}' is not an executable "
-            "file (PATH {}); command: {}",
-            h.s.topo.ranks - 1, p.argv[0], env["PATH"], shown(p.argv));
-      }
-      h.faults.adjust_helper(p, env);
-      for (auto& [k, v] : env) {
-        if (!inherited.count(k)) check_env_key(0, k);
-        p.env.push_back(k + "=" + v);
-      }
-      launcher_pid_ = h.sup.spawn(p);
-      for (int r = 0; r < h.s.topo.ranks; ++r) {
-        h.started(r);
-        h.hist.harness("launch",
-                       {{"pid", launcher_pid_}, {"launcher", "command-once"}, {"argv", p.argv}}, r);
-      }
+      // One launcher per node, as torchrun runs once per node (--nnodes N --node_rank
+      // {node_rank}): each in its node's network namespace when the run has them, so that a
+      // network fault between nodes lies between the launchers and their workers too.
+      for (int n = 0; n < std::max(1, h.s.topo.nodes); ++n) start_launcher(h, n);
       ++starts_;
       return;
     }
@@ -118,6 +95,9 @@ class CommandLauncher : public Launcher {
       env["ROLE_RANK"] = env["RANK"];
       env["ROLE_WORLD_SIZE"] = env["WORLD_SIZE"];
       env["FAULTLINE_PROBE_FILE"] = probe_file(h.dir, r);
+      // Where torchelastic's @record writes the rank's exception (as torchrun's agent does for
+      // each worker); the runner reads it after the job (run_command.cpp).
+      env.emplace("TORCHELASTIC_ERROR_FILE", fmt::format("{}/ranks/rank{}/error.json", h.dir, r));
       ProcessSpec p;
       p.name = fmt::format("rank {}", r);
       p.rank = r;
@@ -145,22 +125,97 @@ class CommandLauncher : public Launcher {
     auto it = rank_pids_.find(rank);
     return it == rank_pids_.end() ? 0 : it->second;
   }
-  std::string job_process_name() const override { return launcher_pid_ ? "launcher" : ""; }
-  bool is_job_process(pid_t pid) const override { return launcher_pid_ && pid == launcher_pid_; }
-  void job_process_ended() override { launcher_pid_ = 0; }
+  std::string job_process_name() const override { return launcher_pids_.empty() ? "" : "launcher"; }
+  // The job ends with the last node's launcher: one that ends before the others is a helper's
+  // exit in the history (process_exit, with its status), while the ranks wait for the last.
+  // Asked twice for the same exit (the probe's check, then the runner): the same answer.
+  bool is_job_process(pid_t pid) const override {
+    if (std::find(launcher_pids_.begin(), launcher_pids_.end(), pid) == launcher_pids_.end())
+      return false;
+    launchers_ended_.insert(pid);
+    return launchers_ended_.size() == launcher_pids_.size();
+  }
+  void job_process_ended() override {
+    launcher_pids_.clear();
+    launchers_ended_.clear();
+  }
+
+  // Fail-fast: under launch: once the ranks are the launchers' children, so the launchers go
+  // (torchrun's agent may wait minutes for an agent it cannot reach); per rank, each rank's.
+  std::vector<int> kill_ranks(Supervisor& sup, const std::set<int>& ranks) override {
+    if (launcher_pids_.empty()) return Launcher::kill_ranks(sup, ranks);
+    for (const pid_t pid : launcher_pids_) {
+      if (launchers_ended_.count(pid)) continue;
+      sup.mark_by_harness(pid);
+      sup.signal(pid, SIGKILL);
+    }
+    return {ranks.begin(), ranks.end()};
+  }
 
   void stop(Supervisor& sup) override {
     for (auto& [r, pid] : rank_pids_) {
       sup.mark_by_harness(pid);
       sup.signal(pid, SIGKILL);
     }
-    if (launcher_pid_) {
-      sup.mark_by_harness(launcher_pid_);
-      sup.signal(launcher_pid_, SIGKILL);
+    for (const pid_t pid : launcher_pids_) {
+      if (launchers_ended_.count(pid)) continue;
+      sup.mark_by_harness(pid);
+      sup.signal(pid, SIGKILL);
     }
   }
 
  private:
+  // launch: once, node `node`'s launcher: the job's world, master address and port but no RANK
+  // (a launcher such as torchrun sets RANK for each rank it starts, and the probe finds the
+  // rank's file from FAULTLINE_PROBE_DIR and RANK); the placeholders of the node's first rank.
+  void start_launcher(LaunchHost& h, int node) {
+    const int first = node * ranks_per_node(h.s.topo.ranks, h.s.topo.nodes);
+    auto env = h.rank_env(first);
+    for (const char* k : {"RANK", "LOCAL_RANK", "NODE_RANK", "FAULTLINE_EVENTS_FILE",
+                          "FAULTLINE_FIRED_LOG", "FAULTLINE_FLIGHT_RECORDER_DIR"}) {
+      env.erase(k);
+    }
+    add_command_env(h, env);
+    // torchrun's agent gives each worker a file of its own and copies the first failure's
+    // into its own (its main is under @record): this one, named in the launch event.
+    env.emplace("TORCHELASTIC_ERROR_FILE",
+                node == 0 ? h.dir + "/torchrun_error.json"
+                          : fmt::format("{}/torchrun_error.node{}.json", h.dir, node));
+    ProcessSpec p;
+    p.name = "launcher";
+    p.argv = argv(h, first, env);
+    p.cwd = h.dir;
+    if (find_program(p.argv[0], env["PATH"]).empty()) {
+      raise<Error>(
+          "ranks 0-{} (workload.launch: once): workload.command '{}' is not an executable "
+          "file (PATH {}); command: {}",
+          h.s.topo.ranks - 1, p.argv[0], env["PATH"], shown(p.argv));
+    }
+    if (h.s.topo.nodes > 1 && h.faults.uses_namespaces()) {
+      h.faults.adjust_node_helper(node, p, env);
+    } else {
+      h.faults.adjust_helper(p, env);
+    }
+    const auto inherited = base_env();
+    for (auto& [k, v] : env) {
+      if (!inherited.count(k)) check_env_key(0, k);
+      p.env.push_back(k + "=" + v);
+    }
+    const pid_t pid = h.sup.spawn(p);
+    launcher_pids_.push_back(pid);
+    for (int r = 0; r < h.s.topo.ranks; ++r) {
+      if (node_of_rank(h.s.topo, r) != node) continue;
+      h.started(r);
+      h.hist.harness("launch",
+                     {{"pid", pid},
+                      {"launcher", "command-once"},
+                      {"node", node},
+                      {"argv", p.argv},
+                      {"error_file", env["TORCHELASTIC_ERROR_FILE"]}},
+                     r);
+    }
+  }
+
   // What every process of a command workload gets beyond a worker's environment.
   void add_command_env(const LaunchHost& h, std::map<std::string, std::string>& env) const {
     env["TORCHELASTIC_RUN_ID"] = env["FAULTLINE_RUN_ID"];
@@ -208,8 +263,9 @@ class CommandLauncher : public Launcher {
   }
 
   std::map<int, pid_t> rank_pids_;
-  pid_t launcher_pid_ = 0;
-  int starts_ = 0;  // incarnations started: TORCHELASTIC_RESTART_COUNT
+  std::vector<pid_t> launcher_pids_;         // launch: once, one per node
+  mutable std::set<pid_t> launchers_ended_;  // of launcher_pids_
+  int starts_ = 0;                           // incarnations started: TORCHELASTIC_RESTART_COUNT
 };
 
 }  // namespace

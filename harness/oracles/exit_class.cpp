@@ -43,7 +43,7 @@ class ExitClass : public Oracle {
     out.hit = first(
         x, f.exits,
         [&](const RunSummary::Exit& e) {
-          if (e.klass == "ok") return false;
+          if (e.klass == "ok" || e.torn_down) return false;
           if (p.exit_code >= 0 && (e.signaled || e.code != p.exit_code)) return false;
           if (p.exit_class == "any") return !e.by_harness;
           if (p.exit_class == "timeout") return e.by_harness && f.run_timeout;

@@ -26,6 +26,30 @@ double hang_seconds(const Expect& x) {
 // job whose steps all take longer on a busy host needs a longer gap before it counts as stuck.
 constexpr double kHangIntervals = 5;
 
+// A rank silent this long (not even a heartbeat: probes and workers beat every second) while a
+// live peer is still heard from is frozen: stopped, or stuck where its own threads cannot run.
+constexpr int64_t kFrozenS = 3;
+
+// The live ranks that sent nothing in the kFrozenS seconds up to `at` while another live rank
+// did; empty when every live rank was heard from (all wait alike) or none was.
+std::vector<int> frozen_ranks(const RunSummary& f, const std::vector<int>& alive, int64_t at) {
+  const int64_t to = at / static_cast<int64_t>(kNs), from = to - kFrozenS;
+  std::vector<int> frozen;
+  bool heard = false;
+  for (int r : alive) {
+    const auto it = f.active_s.find(r);
+    const bool active = it != f.active_s.end() &&
+                        std::any_of(std::lower_bound(it->second.begin(), it->second.end(), from),
+                                    it->second.end(), [&](int64_t s) { return s <= to; });
+    if (active) {
+      heard = true;
+    } else {
+      frozen.push_back(r);
+    }
+  }
+  return heard ? frozen : std::vector<int>{};
+}
+
 // The hang test: a gap of at least hang_s, and of kHangIntervals times the job's median step
 // interval so far, with no step progress while some rank is alive. The clock starts at the
 // job's first step: before it the ranks are still starting (a job stuck there is a setup
@@ -58,19 +82,34 @@ std::optional<Hit> find_hang(const Expect& x, const RunSummary& f, int64_t end_n
     if (progress[i + 1] - progress[i] < need) continue;
     const int64_t at = progress[i] + need;
     Hit h{at, -1, {}, ""};
+    std::vector<int> alive;
     for (auto& [r, t] : f.launch_t) {
       const auto ex = f.exit_t.find(r);
-      const bool alive = t <= progress[i] && (ex == f.exit_t.end() || ex->second > at);
-      if (alive && rank_ok(x, r)) h.ranks.push_back(r);
+      if (t <= progress[i] && (ex == f.exit_t.end() || ex->second > at)) alive.push_back(r);
+    }
+    // The frozen rank is the one to name, not the peers blocked in a collective with it (which
+    // still beat): an outside job's probe shows no more of a stopped rank than this.
+    std::vector<int> frozen;
+    for (int r : frozen_ranks(f, alive, at)) {
+      if (rank_ok(x, r)) frozen.push_back(r);
+    }
+    for (int r : alive) {
+      if (rank_ok(x, r)) h.ranks.push_back(r);
     }
     if (h.ranks.empty()) continue;
+    const std::string waiting = format_ranks(h.ranks);
+    if (!frozen.empty()) h.ranks = frozen;
     int64_t last = -1;
     for (auto& s : f.steps) {
       if (s.t <= progress[i]) last = std::max(last, s.step);
     }
     h.step = last;
     h.what = fmt::format("no step progress for {:.1f} s after step {} while {} stayed alive",
-                         static_cast<double>(need) / kNs, last, format_ranks(h.ranks));
+                         static_cast<double>(need) / kNs, last, waiting);
+    if (!frozen.empty()) {
+      h.what += fmt::format("; {} sent nothing for {} s before (frozen) while the others did",
+                            format_ranks(frozen), kFrozenS);
+    }
     return h;
   }
   return std::nullopt;

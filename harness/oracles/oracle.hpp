@@ -51,9 +51,23 @@ struct RunSummary {
     int code;
     bool signaled;
     bool by_harness;
+    // Closed by its launcher because a peer failed (torchrun's SIGTERM to the rest): a
+    // consequence, never the failure an oracle looks for.
+    bool torn_down = false;
   };
   std::vector<Exit> exits;
   std::map<int, int64_t> launch_t, exit_t;
+  // The seconds of harness time in which each rank sent any event of its own (a heartbeat, a
+  // step, ...; not one recovered from its file afterwards), ascending: the hang oracle tells a
+  // frozen rank from the peers that wait for it by them.
+  std::map<int, std::vector<int64_t>> active_s;
+  // The job's first failure as the runner named it (a first_failure event; torchelastic.hpp).
+  struct FirstFailed {
+    int rank;
+    int64_t t;
+    std::string how, message;
+  };
+  std::optional<FirstFailed> first_failure;
   std::set<int> oom_killed;  // ranks the kernel's OOM killer ended (their memory cgroup says so)
   struct Step {
     int rank;

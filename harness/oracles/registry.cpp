@@ -11,6 +11,7 @@
 #define FAULTLINE_ORACLES(X) \
   X(completed)               \
   X(exit_class)              \
+  X(first_failure)           \
   X(error_signature)         \
   X(hang)                    \
   X(comm_timeout)            \
@@ -66,17 +67,16 @@ YAML::Node ExpectContext::at(const char* key) const {
 }
 
 KeySpec pattern_key() {
-  return {
-      "expect.pattern",
-      KeyType::kString,
-      "\"\"",
-      "error_signature: ECMAScript regex on rank output; oom, checkpoint_error: regex the error "
-      "message must also match",
-      {},
-      0,
-      0,
-      false,
-      loader::check_regex};
+  return {"expect.pattern",
+          KeyType::kString,
+          "\"\"",
+          "error_signature: ECMAScript regex on rank output; oom, checkpoint_error, "
+          "first_failure: regex the error message must also match",
+          {},
+          0,
+          0,
+          false,
+          loader::check_regex};
 }
 
 KeySpec factor_key() {

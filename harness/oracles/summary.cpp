@@ -84,9 +84,13 @@ void add_checked(RunSummary& f, const HistoryEvent& e, const nlohmann::json& d) 
       f.t_interrupted = e.t_ns;
     }
     if (e.kind == "oom_kill" && e.rank >= 0) f.oom_killed.insert(e.rank);
+    if (e.kind == "first_failure" && e.rank >= 0) {
+      f.first_failure = {e.rank, e.t_ns, d.value("how", ""), d.value("message", "")};
+    }
     if (e.kind == "rank_exit" && e.rank >= 0) {
       f.exits.push_back({e.rank, e.t_ns, d.value("class", ""), d.value("code", 0),
-                         d.value("signaled", false), d.value("by_harness", false)});
+                         d.value("signaled", false), d.value("by_harness", false),
+                         d.value("torn_down", false)});
       f.exit_t[e.rank] = e.t_ns;
     }
     if (e.kind == "output") f.lines.push_back({e.rank, e.t_ns, d.value("line", "")});
@@ -135,6 +139,11 @@ void add_event(RunSummary& f, const HistoryEvent& e) {
   // A history read back passed the schema check (harness/history/event_schema.hpp); one built in
   // memory may not have: an event with a field of another type, or no rank, is left out.
   if (e.rank < -1) return;
+  if (e.source == "rank" && e.rank >= 0 && !e.late) {  // heard from it then, as it happened
+    auto& a = f.active_s[e.rank];
+    const int64_t s = e.t_ns / 1'000'000'000;
+    if (a.empty() || a.back() < s) a.push_back(s);
+  }
   nlohmann::json d = nlohmann::json::parse(e.data_json, nullptr, false);
   if (d.is_discarded() || !d.is_object()) d = nlohmann::json::object();
   try {

@@ -16,6 +16,7 @@
 #include "harness/run/run_side.hpp"
 #include "harness/run/run_tools.hpp"
 #include "harness/run/summary_lines.hpp"
+#include "harness/run/torchelastic.hpp"
 
 namespace fl::harness::detail {
 
@@ -34,6 +35,12 @@ void Run::finish(RunResult& res) {
   if (faults_) faults_->heal(true);
   if (ctl_) ctl_->shutdown();
   if (command_) command_->final_poll();  // what the probe wrote until the end
+  std::optional<FirstFailure> first;
+  if (command_) {  // the ranks' error files, then the first failure as torchrun would name it
+    command_->read_error_files();
+    first = first_failure(hist_->events());
+    if (first) hist_->harness("first_failure", first->to_json(), first->rank);
+  }
   if (ctl_) merge_local_files();
   if (const uint64_t n = hist_->rejected(); n > 0) {
     hist_->harness("events_rejected", {{"count", n}, {"first", hist_->rejected_reasons()}});
@@ -55,6 +62,7 @@ void Run::finish(RunResult& res) {
   v["scenario"] = s_.name;
   v["fix"] = o_.fix;
   if (!res.harness_error.empty()) v["harness_error"] = res.harness_error;
+  if (first) v["first_failure"] = first->to_json();
   v["rejected_events"] = hist_->rejected();
   v["warnings"] = plan_report(s_.faults.plans, history).warnings;  // plans armed that never fired
   run_dir_.write_atomic("verdict.json",

@@ -129,6 +129,13 @@ void Run::print_summary(const RunResult& r, const std::vector<HistoryEvent>& his
   }
   for (const auto& w : plans.warnings) std::printf("  %-10s %s\n", "warning", w.c_str());
   std::printf("  observed   %s\n", r.verdict.explanation.c_str());
+  for (const auto& e : history) {  // a command job's first failure (torchelastic.hpp)
+    if (e.source != "harness" || e.kind != "first_failure") continue;
+    const auto d = nlohmann::json::parse(e.data_json, nullptr, false);
+    if (!d.is_object()) continue;
+    std::printf("  first      rank %d failed first (%s): %s\n", e.rank, d.value("how", "").c_str(),
+                d.value("message", "").substr(0, 300).c_str());
+  }
   std::vector<std::string> concluded = detector_conclusions(history);
   std::vector<std::string> silent;
   for (const auto& t : tools_->tools()) {

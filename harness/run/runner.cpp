@@ -142,6 +142,8 @@ void Run::job_process_ended(const ExitInfo& x, nlohmann::json d) {
         {"by_harness", x.by_harness},
         {"note", "no exit event from the rank; ended with " + x.name}};
     faults_->explain_exit(r, ex);  // a host's agent may have seen how it ended
+    // Under one torchrun: killed by the scenario, failed on its own, or closed by torchrun.
+    if (command_) command_->explain_end(r, ex);
     hist_->harness("rank_exit", ex, r);
     faults_->on_rank_exit(r);
   }
@@ -215,7 +217,9 @@ void Run::check_progress() {
 }
 
 void Run::tick() {
-  if (command_) command_->poll(stopping_, running_ranks_);
+  if (command_) {  // a worker under torchrun gone after its error: fail-fast's grace
+    for (int r : command_->poll(stopping_, running_ranks_)) watch_->rank_failed(r);
+  }
   check_progress();
   fail_fast();
   // A hang expectation ends the run once the hang is established (no need to wait for timeouts).

@@ -80,13 +80,6 @@ void check_command_workload(const std::string& file, const YAML::Node& doc, Scen
               "through env (FAULTLINE_PROBE_FAULTS, docs/workloads.md)");
     }
   });
-  ErrorCollector::check([&] {
-    if (s.workload.launch == "once" && s.topo.network == "namespaces") {
-      fail_at(file, w && w["launch"] ? w["launch"] : at, "workload.launch",
-              "launch: once starts every rank from one process, which cannot put ranks in "
-              "network namespaces of their own (allowed: per_rank)");
-    }
-  });
   s.topo.launcher =
       "command";  // the command launcher (harness/launch/launch_command.cpp) starts them
 }

@@ -193,6 +193,9 @@ def init(backend="gloo", heartbeat_ms=None):
         "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
         "pid": os.getpid(), "host": socket.gethostname(), "backend": backend,
         "run_id": os.environ.get("FAULTLINE_RUN_ID", ""), "via": "probe",
+        # Where torchelastic's @record writes this rank's error (torchrun's agent sets it per
+        # worker): the harness reads it after the job to name the failing rank's exception.
+        "error_file": os.environ.get("TORCHELASTIC_ERROR_FILE", ""),
     })
     if ok and _beat is None:
         ms = heartbeat_ms or int(os.environ.get("FAULTLINE_HEARTBEAT_MS", "1000") or 1000)

@@ -43,6 +43,14 @@ class HistoryBuilder {
     }
   }
   void pause(double seconds) { t_ += static_cast<int64_t>(seconds * 1e9); }
+  // `seconds` pass; each of `ranks` sends a heartbeat every second of them (a live process's
+  // probe or telemetry thread).
+  void beat(double seconds, const std::vector<int>& ranks) {
+    for (double s = 0; s < seconds; s += 1.0) {
+      t_ += 1'000 * kMs;
+      for (int r : ranks) add("rank", r, "heartbeat", -1, "{}", t_ + r);
+    }
+  }
   std::vector<HistoryEvent> finish() {
     t_ += 10 * kMs;
     for (int r = 0; r < ranks_; ++r) {
@@ -201,6 +209,31 @@ TEST(HangOracle, StalledStepsAreAHangOnAnyHost) {
   EXPECT_EQ(v.step, 3);
   EXPECT_EQ(v.ranks, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_NEAR(v.manifested_s, static_cast<double>(stalled_at + 4'000 * kMs) / 1e9, 0.01);
+}
+
+TEST(HangOracle, TheFrozenRankIsNamedNotThePeerThatWaitsForIt) {
+  // Rank 1 is stopped (SIGSTOP) after step 3: it says nothing more, while rank 0, blocked in the
+  // all-reduce that waits for it, still beats. Only rank 1 is to blame.
+  HistoryBuilder h(2);
+  for (int64_t s = 0; s < 4; ++s) h.step(s, 0.02, {0.005, 0.005});
+  h.beat(20.0, {0});
+  const auto v = judge(hang(4), h.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_EQ(v.ranks, (std::vector<int>{1}));
+  EXPECT_EQ(v.explanation,
+            "no step progress for 4.0 s after step 3 while ranks 0-1 stayed alive; rank 1 sent "
+            "nothing for 3 s before (frozen) while the others did (at 4.6 s)");
+}
+
+TEST(HangOracle, RanksThatAllStillBeatAreAllNamed) {
+  // Both ranks wait in a collective that never completes, both alive and beating: nothing tells
+  // one from the other, so both are named (as when neither beats).
+  HistoryBuilder h(2);
+  for (int64_t s = 0; s < 4; ++s) h.step(s, 0.02, {0.005, 0.005});
+  h.beat(20.0, {0, 1});
+  const auto v = judge(hang(4), h.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_EQ(v.ranks, (std::vector<int>{0, 1}));
 }
 
 Expect memory_growth(double factor, bool absent = false) {

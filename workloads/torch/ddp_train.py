@@ -13,7 +13,14 @@ and has the switches of the real bugs the torch scenarios reproduce:
                         losses as tensors, so every evaluation's autograd graph and activations
                         stay alive: host memory grows each step (--eval, the fix, evaluates the
                         same batches under no_grad and sums floats)
+  --bad-token-at STEP   rank --bad-token-rank looks token id 96 up in a 64-row embedding at
+                        that step (a tokenizer with a larger vocabulary than the model): torch
+                        raises "IndexError: index out of range in self" on that rank alone
   --no-probe            no probe at all (the overhead baseline, bench/torch_probe_overhead.sh)
+
+The entry point is under torchelastic's @record, as torchrun's documentation asks: an exception
+leaves its message and traceback in TORCHELASTIC_ERROR_FILE (torchrun's agent sets one per
+worker, the harness one per rank), where torchrun and the harness read which rank failed first.
 """
 
 import argparse
@@ -43,6 +50,8 @@ def parse():
     p.add_argument("--timeout-s", type=float, default=0,
                    help="collective timeout (default: FAULTLINE_COMM_TIMEOUT_MS, else 60 s)")
     p.add_argument("--checkpoint", default="", help="rank 0 saves the model here at the end")
+    p.add_argument("--bad-token-at", type=int, default=-1)
+    p.add_argument("--bad-token-rank", type=int, default=1)
     p.add_argument("--no-probe", action="store_true")
     p.add_argument("--print-every", type=int, default=10)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
@@ -128,6 +137,9 @@ def main():
         cpu_ends.append(time.process_time())
         for step, ids in enumerate(batches):
             with probe.section("step"):
+                if step == args.bad_token_at and rank == args.bad_token_rank:
+                    vocab = torch.nn.Embedding(64, 4)  # the model's; the tokenizer knows 96+
+                    vocab(torch.tensor([96]))
                 xs, ys = zip(*(sample(i) for i in ids))
                 x, y = torch.stack(xs), torch.stack(ys)
                 t0 = time.perf_counter()
@@ -188,7 +200,10 @@ _KEEP = []
 
 
 if __name__ == "__main__":
-    code = main()
+    # torchelastic's @record (imported here: its torch import is then outside the probe's setup
+    # section, which starts in main).
+    from torch.distributed.elastic.multiprocessing.errors import record
+    code = record(main)()
     # Leave without the interpreter's teardown: with a Python DDP comm hook, torch 1.13 can
     # deadlock there (ProcessGroupGloo's destructor, run from the Reducer's, joins a gloo thread
     # that waits for the GIL the destructor's thread holds; seen under torchrun, the worker
