@@ -23,7 +23,8 @@
   X(repro)                    \
   X(keys)                     \
   X(clean)                    \
-  X(triage)
+  X(triage)                   \
+  X(status)
 
 namespace fl::cli {
 

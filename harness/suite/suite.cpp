@@ -35,6 +35,7 @@
 #include "harness/process/supervisor.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/suite/progress.hpp"
+#include "harness/suite/suite_live.hpp"
 #include "kernels/device.hpp"
 
 namespace fl::harness {
@@ -312,6 +313,13 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
       o.faultline_bin.empty() ? fs::read_symlink("/proc/self/exe").string() : o.faultline_bin;
   res.provenance.calibrate(0);
   res.selection["executor"] = o.executor;
+  // The live endpoint goes before the state it reads.
+  const auto live = std::make_unique<SuiteLive>(res);
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  if (!o.metrics_listen.empty()) {
+    endpoint = start_suite_metrics(res, o, *live);
+    res.live = live.get();
+  }
   executor->execute(res, o, bin);
   res.provenance.load1_end = load_average_1m();
   res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
@@ -324,6 +332,7 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   write_atomic(res.dir + "/summary.json", json);
   if (!o.junit_path.empty()) write_atomic(o.junit_path, junit);
   if (!o.json_path.empty()) write_atomic(o.json_path, json);
+  res.live = nullptr;
   return res;
 }
 
@@ -388,6 +397,7 @@ class LocalSuiteLoop {
         c.outcome = "skipped";
         c.explanation = fmt::format("workload.device is cuda but {} on this machine", kNoDevice);
         progress_.skipped();
+        if (res_.live) res_.live->ended(i, c.outcome, 0);
         continue;
       }
       queue_.emplace_back(i, 0);
@@ -412,6 +422,7 @@ class LocalSuiteLoop {
       const pid_t pid =
           spawn_logged(run_argv(bin_, c, attempt, res_.dir + "/runs", o_), run_dir + ".log");
       running_[pid] = {index, attempt, run_dir, std::chrono::steady_clock::now()};
+      if (res_.live) res_.live->started(index);
       launched = true;
     }
     if (launched) progress_.running(names_in_flight());
@@ -433,6 +444,7 @@ class LocalSuiteLoop {
       settle_case(c, a);
       if (limit_.reached_by(c)) stop_launching_ = true;
     }
+    if (res_.live) res_.live->ended(r.index, retry ? "" : c.outcome, a.wall_s);
     progress_.finished(
         fmt::format("{}: {}{} ({:.1f} s)", case_label(c), a.outcome,
                     c.outcome == "flaky" ? " on try " + std::to_string(r.attempt + 1) : "",
@@ -456,6 +468,7 @@ class LocalSuiteLoop {
         c.explanation = limit_.not_started();
       }
       progress_.skipped();
+      if (res_.live) res_.live->ended(index, c.outcome, 0);
     }
   }
 
