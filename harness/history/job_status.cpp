@@ -92,6 +92,9 @@ void JobStatusBuilder::add(const HistoryEvent& e) {
     return;
   }
   if (e.source != "rank" || e.rank < 0 || e.rank > 1 << 20) return;
+  // Once the harness stops the run the view is of that moment: what ranks say while they are torn
+  // down (and what is merged from their files afterwards) does not move it.
+  if (stopped_ns_ >= 0) return;
   RankStatus& r = rank(e.rank);
   r.launched = true;
   r.last_event_ns = std::max(r.last_event_ns, e.t_ns);
@@ -120,14 +123,13 @@ void JobStatusBuilder::add_harness(const HistoryEvent& e, const nlohmann::json& 
     r.exited = false;
     r.exit_class.clear();
     r.exit_ns = -1;
+    r.coll_op.clear();  // a new incarnation waits in nothing yet
     r.last_event_ns = std::max(r.last_event_ns, e.t_ns);
   } else if (e.kind == "rank_exit" && e.rank >= 0 && e.rank <= 1 << 20) {
     RankStatus& r = rank(e.rank);
     r.exited = true;
     r.exit_ns = e.t_ns;
-    r.exit_class = d.value("class", std::string("?"));
-    r.coll_op.clear();
-    r.coll_seq = -1;
+    r.exit_class = d.value("class", std::string("?"));  // its collective: cleared in at()
   } else if (e.kind == "fault_injected") {
     ++faults_[{"fault_injected", d.value("fault", std::string("?")), std::string(), e.rank}];
   }
@@ -173,6 +175,7 @@ JobStatus JobStatusBuilder::at(int64_t now_ns) const {
   s.at_ns = now_ns >= 0 ? now_ns : (stopped_ns_ >= 0 ? stopped_ns_ : last_ns_);
   for (auto& r : s.ranks) {
     if (r.exited && r.exit_ns > s.at_ns) r.exited = false;  // ended by the teardown after it
+    if (r.exited) r.coll_op.clear();  // an ended rank waits in nothing
   }
   // Missing: alive, silent for kMissingAfterNs, while a live peer was heard within it.
   auto quiet = [&](const RankStatus& r) { return s.at_ns - r.last_event_ns > kMissingAfterNs; };

@@ -3,9 +3,9 @@
 
   live_metrics_test.py FAULTLINE_BIN MODE
 
-MODE run: a 2-rank run, each step slowed by a 250 ms data-loader delay (an in-process plan that
-  fires on every step), started with --metrics-port 0. Mid-run: a request without the secret or
-  with a wrong one is answered 401; with it, the scrape parses with prometheus_client's own text
+MODE run: a 2-rank run, each step slowed by a 60 ms data-loader delay (an in-process plan
+  that fires on every fetch, four a step), started with --metrics-port 0. Mid-run: a request
+  without the secret or with a wrong one is answered 401; with it, the scrape parses with prometheus_client's own text
   parser (Debian's python3-prometheus-client), both ranks are up with a step that increases
   between two scrapes, the plan's firings show as faultline_faults_fired_total{site="data.fetch"};
   `faultline status --json` says running, both ranks alive, nobody missing. After the end,
@@ -38,11 +38,11 @@ MODE = sys.argv[2]
 DEADLINE_S = 90
 
 SLOW_RUN = """name: live-metrics
-description: Two ranks, each step slowed by a 250 ms data-loader delay, so scrapes see it go.
+description: Two ranks, each loader fetch (four a step) delayed 60 ms, so scrapes see it go.
 topology: {ranks: 2, dp: 2}
 workload: {model: tiny, steps: 30}
 faults:
-  - plan: "data.fetch=delay(250)"
+  - plan: "data.fetch=delay(60)"
 expect: {oracle: completed}
 timeouts: {run_s: 120}
 seed: 7
@@ -65,7 +65,8 @@ def fail(msg):
 
 
 def wait_for(what, check, proc=None):
-    """Polls check() until it returns something truthy; fails after DEADLINE_S or when proc ended."""
+    """Polls check() until it returns something truthy; fails after DEADLINE_S or once proc
+    ended."""
     until = time.monotonic() + DEADLINE_S
     while time.monotonic() < until:
         got = check()
@@ -145,7 +146,7 @@ def check_run_scrapes(addr, secret):
     if per_rank(later, "faultline_rank_missing") != {0: 0.0, 1: 0.0}:
         fail(f"faultline_rank_missing: {later.get('faultline_rank_missing')}")
     fired = {int(l["rank"]): v for l, v in later.get("faultline_faults_fired_total", [])
-             if l.get("site") == "data.fetch" and l.get("action") == "delay(250)"}
+             if l.get("site") == "data.fetch" and l.get("action") == "delay(60)"}
     if sorted(fired) != [0, 1] or min(fired.values()) < 1:
         fail(f"faultline_faults_fired_total for data.fetch delay on ranks 0 and 1: "
              f"{later.get('faultline_faults_fired_total')}")
