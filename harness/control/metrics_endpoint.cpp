@@ -168,7 +168,7 @@ std::string metrics_listen_address(const std::string& option, const std::string&
                        std::stoi(port) <= 65535;
   if (!host_ok || !port_ok) {
     throw ConfigError(
-        fmt::format("{} '{}': expected {} (port 0 picks a free one)", option, value,
+        fmt::format("{} '{}': expected {}; port 0 picks a free one", option, value,
                     port_only ? "a port 0-65535 (the endpoint listens on 127.0.0.1)"
                               : "HOST:PORT, e.g. 127.0.0.1:9400 or 0.0.0.0:9400 or [::1]:0"));
   }
