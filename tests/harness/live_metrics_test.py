@@ -196,6 +196,10 @@ def mode_run(tmp):
         kinds = [json.loads(line)["kind"] for line in f if line.strip()]
     if "metrics_endpoint" not in kinds:
         fail("no metrics_endpoint event in the history")
+    with open(os.path.join(run_dir, "history.jsonl"), encoding="utf-8") as f:
+        rejected = [json.loads(line)["data"] for line in f if '"metrics_rejected"' in line]
+    if len(rejected) != 1 or rejected[0]["requests"] != 2:
+        fail(f"the history should count the two refused requests: {rejected}")
     print("status after the end:", states)
 
 
