@@ -21,7 +21,7 @@ inline void add_metrics_flags(CLI::App& sub, MetricsFlags& f, const std::string&
                                   secret_default.substr(0, secret_default.find('/')) +
                                   " directory); requests need Authorization: Bearer SECRET");
   auto* listen = sub.add_option("--metrics-listen", f.listen,
-                                "As --metrics-port, on HOST:PORT (e.g. 0.0.0.0:9400 for a "
+                                "As --metrics-port, on IPV4:PORT (e.g. 0.0.0.0:9400 for a "
                                 "Prometheus on another machine)");
   port->excludes(listen);
   sub.add_option(

@@ -159,18 +159,15 @@ std::string metrics_listen_address(const std::string& option, const std::string&
   const std::string port = port_only                    ? value
                            : colon == std::string::npos ? ""
                                                         : value.substr(colon + 1);
-  const bool host_ok = !host.empty() && host.find_first_not_of(
-                                            "abcdefghijklmnopqrstuvwxyz"
-                                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                            "0123456789.-:[]") == std::string::npos;
+  // civetweb's listening_ports takes a dotted IPv4 address (this build has no IPv6 listener).
+  const bool host_ok = !host.empty() && host.find_first_not_of("0123456789.") == std::string::npos;
   const bool port_ok = !port.empty() && port.size() <= 5 &&
                        port.find_first_not_of("0123456789") == std::string::npos &&
                        std::stoi(port) <= 65535;
   if (!host_ok || !port_ok) {
-    throw ConfigError(
-        fmt::format("{} '{}': expected {}; port 0 picks a free one", option, value,
-                    port_only ? "a port 0-65535 (the endpoint listens on 127.0.0.1)"
-                              : "HOST:PORT, e.g. 127.0.0.1:9400 or 0.0.0.0:9400 or [::1]:0"));
+    throw ConfigError(fmt::format("{} '{}': expected {}; port 0 picks a free one", option, value,
+                                  port_only ? "a port 0-65535 (the endpoint listens on 127.0.0.1)"
+                                            : "IPV4:PORT, e.g. 127.0.0.1:9400 or 0.0.0.0:9400"));
   }
   return host + ":" + port;
 }

@@ -40,7 +40,7 @@ class MetricsEndpoint {
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
 
-  // Listens on HOST:PORT ("127.0.0.1:0" picks a free port); returns the bound "HOST:PORT".
+  // Listens on IPV4:PORT ("127.0.0.1:0" picks a free port); returns the bound "IPV4:PORT".
   // Error when it cannot listen.
   std::string start(const std::string& listen);
   uint64_t scrapes() const;       // answered with the secret
@@ -52,7 +52,7 @@ class MetricsEndpoint {
   std::shared_ptr<Impl> impl_;
 };
 
-// "HOST:PORT" from --metrics-port PORT (loopback) or --metrics-listen HOST:PORT; UsageError-like
+// "IPV4:PORT" from --metrics-port PORT (loopback) or --metrics-listen IPV4:PORT; a
 // ConfigError naming `option` and what is allowed for anything else.
 std::string metrics_listen_address(const std::string& option, const std::string& value);
 

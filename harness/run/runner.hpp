@@ -29,7 +29,7 @@ struct RunOptions {
   // (docs/detectors.md): baseline names, "baseline", or command lines.
   std::vector<std::string> detectors;
   std::string recovery;  // overrides the scenario's when set
-  // The live Prometheus endpoint (docs/reports.md#live-metrics): "" off, else HOST:PORT to listen
+  // The live Prometheus endpoint (docs/reports.md#live-metrics): "" off, else IPV4:PORT to listen
   // on (port 0: a free one; written to RUN_DIR/metrics.addr). Requests need `metrics_secret`,
   // or the run's control secret when that is empty.
   std::string metrics_listen;

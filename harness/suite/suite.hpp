@@ -55,7 +55,7 @@ struct SuiteOptions {
   // Where the runs execute: "local" (this machine, `jobs` at a time) or "slurm" (one sbatch job
   // array; docs/cluster.md#suites-as-a-slurm-job-array).
   std::string executor = "local";
-  // The live /metrics endpoint (docs/reports.md#live-metrics): "" off, else HOST:PORT; requests
+  // The live /metrics endpoint (docs/reports.md#live-metrics): "" off, else IPV4:PORT; requests
   // need metrics_secret, or the one drawn into SUITE_DIR/metrics.secret when that is empty.
   std::string metrics_listen, metrics_secret;
   struct Slurm {

@@ -116,8 +116,8 @@ TEST(Cli, BadMetricsOptionsAndStatusTargetsExitTwoNamingThemAndWriteNothing) {
        "faultline: error: --metrics-port '70000': expected a port 0-65535 (the endpoint listens on "
        "127.0.0.1); port 0 picks a free one"},
       {{"run", scenario, "--results", out, "--metrics-listen", "9400"},
-       "faultline: error: --metrics-listen '9400': expected HOST:PORT, e.g. 127.0.0.1:9400 or "
-       "0.0.0.0:9400 or [::1]:0; port 0 picks a free one"},
+       "faultline: error: --metrics-listen '9400': expected IPV4:PORT, e.g. 127.0.0.1:9400 or "
+       "0.0.0.0:9400; port 0 picks a free one"},
       {{"run", scenario, "--results", out, "--metrics-port", "0", "--metrics-secret-file",
         open_secret},
        "faultline: error: --metrics-secret-file " + open_secret + ": owner uid " +
