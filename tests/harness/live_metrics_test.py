@@ -15,7 +15,7 @@ MODE missing: a 2-rank run whose rank 1 is stopped (SIGSTOP) after step 3; once 
   in its collective.
 MODE suite: a suite of two cases (the run above, two seeds) with one job and --metrics-port 0:
   mid-suite one case runs and one is queued (faultline_suite_runs), the running case has a
-  duration; at the end both passed.
+  duration and `faultline status SUITE_DIR` names it running; at the end both passed.
 Exit 77 (skipped) without prometheus_client.
 """
 import json
@@ -255,6 +255,14 @@ def mode_suite(tmp):
                if l["state"] == "running"]
     if running != ["live-metrics-s1"]:
         fail(f"the running case's duration: {s.get('faultline_case_duration_seconds')}")
+
+    def status_names_the_running_run():
+        st = status_json(sdir)
+        going = [r["run"] for r in st["runs"] if r["outcome"] == "running"]
+        return st if going == ["live-metrics-s1"] else None
+    st = wait_for("faultline status SUITE_DIR naming the running run", status_names_the_running_run,
+                  proc)
+    print("status of the suite:", [(r["run"], r["outcome"]) for r in st["runs"]])
     out, _ = proc.communicate(timeout=300)
     print(out)
     if proc.returncode != 0:
