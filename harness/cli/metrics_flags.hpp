@@ -14,12 +14,15 @@ struct MetricsFlags {
   std::string port, listen, secret_file;
 };
 
-inline void add_metrics_flags(CLI::App& sub, MetricsFlags& f, const std::string& secret_default) {
-  auto* port = sub.add_option("--metrics-port", f.port,
-                              "Serve live Prometheus metrics on 127.0.0.1:PORT/metrics (0: a free "
-                              "port, written to metrics.addr in the " +
-                                  secret_default.substr(0, secret_default.find('/')) +
-                                  " directory); requests need Authorization: Bearer SECRET");
+// `dir` names where the address goes (RUN_DIR, SUITE_DIR); `secret_default` what the endpoint
+// asks for without --metrics-secret-file.
+inline void add_metrics_flags(CLI::App& sub, MetricsFlags& f, const std::string& dir,
+                              const std::string& secret_default) {
+  auto* port =
+      sub.add_option("--metrics-port", f.port,
+                     "Serve live Prometheus metrics on 127.0.0.1:PORT/metrics (0: a free "
+                     "port; the address goes to " +
+                         dir + "/metrics.addr); requests need Authorization: Bearer SECRET");
   auto* listen = sub.add_option("--metrics-listen", f.listen,
                                 "As --metrics-port, on IPV4:PORT (e.g. 0.0.0.0:9400 for a "
                                 "Prometheus on another machine)");

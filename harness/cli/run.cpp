@@ -51,7 +51,7 @@ Handler setup_run(CLI::App& sub) {
   sub.add_option("--detector", a->ro.detectors, detector_help());
   sub.add_option("--recovery", a->ro.recovery, recovery_help());
   sub.add_flag("-q,--quiet", a->quiet, "Print only the final summary (no header, no live events)");
-  add_metrics_flags(sub, a->metrics, "RUN_DIR/control.secret");
+  add_metrics_flags(sub, a->metrics, "RUN_DIR", "RUN_DIR/control.secret");
   return [a] { return run(*a); };
 }
 

@@ -139,7 +139,7 @@ Handler setup_suite(CLI::App& sub) {
   add_selection_options(sub, *a);
   add_policy_options(sub, *a);
   add_executor_options(sub, *a);
-  add_metrics_flags(sub, a->metrics, "SUITE_DIR/metrics.secret, drawn for the suite");
+  add_metrics_flags(sub, a->metrics, "SUITE_DIR", "SUITE_DIR/metrics.secret, drawn for the suite");
   return [a] { return suite(*a); };
 }
 
