@@ -75,6 +75,15 @@ RankStatus& JobStatusBuilder::rank(int r) {
 }
 
 void JobStatusBuilder::add(const HistoryEvent& e) {
+  // Called by the history's listener: a field of an unexpected type drops the event from the
+  // view, never reaches the history's append.
+  try {
+    add_event(e);
+  } catch (const nlohmann::json::exception&) {
+  }
+}
+
+void JobStatusBuilder::add_event(const HistoryEvent& e) {
   // Called for every event under the history's lock: the kind decides before any parsing.
   static const std::set<std::string> kParsed = {
       "collective",  "fault_fired", "fault_injected",
@@ -175,7 +184,7 @@ JobStatus JobStatusBuilder::at(int64_t now_ns) const {
   s.at_ns = now_ns >= 0 ? now_ns : (stopped_ns_ >= 0 ? stopped_ns_ : last_ns_);
   for (auto& r : s.ranks) {
     if (r.exited && r.exit_ns > s.at_ns) r.exited = false;  // ended by the teardown after it
-    if (r.exited) r.coll_op.clear();  // an ended rank waits in nothing
+    if (r.exited) r.coll_op.clear();                        // an ended rank waits in nothing
   }
   // Missing: alive, silent for kMissingAfterNs, while a live peer was heard within it.
   auto quiet = [&](const RankStatus& r) { return s.at_ns - r.last_event_ns > kMissingAfterNs; };

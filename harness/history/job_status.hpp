@@ -78,6 +78,7 @@ class JobStatusBuilder {
   int64_t started_unix_ns() const;
 
  private:
+  void add_event(const HistoryEvent& e);
   void add_harness(const HistoryEvent& e, const nlohmann::json& d);
   void add_collective(RankStatus& r, const HistoryEvent& e, const nlohmann::json& d);
   RankStatus& rank(int r);

@@ -88,6 +88,17 @@ TEST(JobStatus, AStoppedRunIsSeenAsOfTheMomentTheHarnessStoppedIt) {
   EXPECT_EQ(after.ranks[0].exit_class, "signal");
 }
 
+TEST(JobStatus, AnEventWithAFieldOfAnotherTypeIsLeftOutNotThrown) {
+  JobStatusBuilder b;
+  b.add(ev("harness", -1, "run_start", 0, R"({"ranks":"two"})"));
+  b.add(ev("rank", 0, "collective", kS, R"({"op":1,"state":"started"})"));
+  b.add(ev("rank", 0, "step", kS, "{}", 3));
+  const auto s = b.at(2 * kS);
+  EXPECT_EQ(s.world, 0);
+  EXPECT_TRUE(s.ranks.at(0).coll_op.empty());
+  EXPECT_EQ(s.ranks.at(0).last_step, 3);
+}
+
 TEST(JobStatus, FaultsAreCountedPerSiteActionAndRank) {
   JobStatusBuilder b;
   b.add(ev("harness", -1, "run_start", 0, R"({"ranks":2})"));
