@@ -42,12 +42,16 @@ PACKAGES=(
   libpkgconf3
 )
 # The control plane and the harness: gRPC, protobuf (with protoc and grpc_cpp_plugin, run at build
-# time), yaml-cpp, and what gRPC's CMake package links (abseil, re2, c-ares, OpenSSL, zlib).
+# time), yaml-cpp, and what gRPC's CMake package links (abseil, re2, c-ares, OpenSSL, zlib); the
+# live /metrics endpoint's prometheus-cpp, whose CMake package asks for civetweb (its targets name
+# the civetweb program too, so that package comes along) and curl.
 GRPC_PACKAGES=(
   libgrpc++-dev libgrpc-dev libgrpc++1.51 libgrpc29 libprotobuf-dev libprotobuf32
   libprotobuf-lite32 libprotoc32 protobuf-compiler protobuf-compiler-grpc libabsl-dev
   libabsl20220623 libre2-dev libre2-9 libc-ares-dev libc-ares2 libssl-dev libssl3 zlib1g-dev
   libyaml-cpp-dev libyaml-cpp0.7
+  prometheus-cpp-dev libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
+  libcivetweb-dev libcivetweb1 civetweb libcurl4-openssl-dev libcurl4
 )
 
 env_for_root() {

@@ -21,6 +21,9 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libxxhash-dev
   python3 python3-grpcio python3-protobuf python3-venv python3-pip python3-setuptools python3-wheel
+  # The live /metrics endpoint (prometheus-cpp, with civetweb) and the parser its test scrapes
+  # with (issue 36).
+  prometheus-cpp-dev python3-prometheus-client
   iproute2 iptables procps
   chromium fonts-dejavu-core
   # Real PyTorch on CPU ranks (gloo) for the torch suite and its two ctest runs (issue 21):

@@ -40,6 +40,9 @@ if(FAULTLINE_GRPC)
   find_package(Protobuf REQUIRED)
   find_package(gRPC CONFIG REQUIRED)
   find_package(yaml-cpp REQUIRED)
+  # The live /metrics endpoint of a run or suite (harness/control/metrics_endpoint.cpp): Debian's
+  # prometheus-cpp-dev, linked into the control layer only.
+  find_package(prometheus-cpp CONFIG REQUIRED)
   find_program(FAULTLINE_PROTOC protoc REQUIRED)
   find_program(FAULTLINE_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
   set(FAULTLINE_HAVE_GRPC ON)

@@ -27,7 +27,8 @@
   X(clean)                    \
   X(campaign)                 \
   X(shrink)                   \
-  X(triage)
+  X(triage)                   \
+  X(status)
 
 namespace fl::cli {
 

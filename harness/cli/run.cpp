@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "harness/cli/command.hpp"
+#include "harness/cli/metrics_flags.hpp"
 #include "harness/cli/options.hpp"
 #include "harness/model/scenario.hpp"
 #include "harness/report/report.hpp"
@@ -19,9 +20,11 @@ struct RunArgs {
   std::vector<std::string> overrides;
   fl::harness::RunOptions ro;
   bool fix = false, write_html = false, quiet = false;
+  MetricsFlags metrics;
 };
 
 int run(RunArgs& a) {
+  resolve_metrics_flags(a.metrics, a.ro.metrics_listen, a.ro.metrics_secret);
   const auto s = fl::harness::load_scenario(a.scenario, {a.fix, a.overrides});
   a.ro.print_events = !a.quiet;
   a.ro.fix = a.fix;
@@ -48,6 +51,7 @@ Handler setup_run(CLI::App& sub) {
   sub.add_option("--detector", a->ro.detectors, detector_help());
   sub.add_option("--recovery", a->ro.recovery, recovery_help());
   sub.add_flag("-q,--quiet", a->quiet, "Print only the final summary (no header, no live events)");
+  add_metrics_flags(sub, a->metrics, "RUN_DIR", "RUN_DIR/control.secret");
   return [a] { return run(*a); };
 }
 

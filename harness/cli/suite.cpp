@@ -7,6 +7,7 @@
 
 #include "base/private_dir.hpp"
 #include "harness/cli/command.hpp"
+#include "harness/cli/metrics_flags.hpp"
 #include "harness/cli/options.hpp"
 #include "harness/suite/suite.hpp"
 
@@ -20,6 +21,7 @@ struct SuiteArgs {
   fl::harness::SuiteOptions so;
   CLI::Option* json = nullptr;  // --json, with or without a PATH
   CLI::App* sub = nullptr;
+  MetricsFlags metrics;
 };
 
 // --list [--json [PATH]]: the selection, as text or JSON.
@@ -58,6 +60,7 @@ int suite(SuiteArgs& a) {
         "--json: expected a PATH for the summary copy (without one it goes with --list)");
   }
   add_run_args(a);
+  resolve_metrics_flags(a.metrics, so.metrics_listen, so.metrics_secret);
   if (a.sub->count("--jobs") > 0) so.slurm.max_running = so.jobs;  // slurm: --array=...%N
   const auto r = fl::harness::run_suite(a.suite, so);
   std::printf("%s", fl::harness::suite_table(r).c_str());
@@ -136,6 +139,7 @@ Handler setup_suite(CLI::App& sub) {
   add_selection_options(sub, *a);
   add_policy_options(sub, *a);
   add_executor_options(sub, *a);
+  add_metrics_flags(sub, a->metrics, "SUITE_DIR", "SUITE_DIR/metrics.secret, drawn for the suite");
   return [a] { return suite(*a); };
 }
 

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -21,6 +22,11 @@ namespace fl::harness {
 namespace pb = faultline::v1;
 
 namespace {
+
+// gRPC metadata a tool the harness started may add: the name the harness gave it
+// (FAULTLINE_TOOL_NAME; python/faultline_client sends it), recorded with its diagnoses as `tool`,
+// so the run's summary knows which tool posted a diagnosis under a name of its own choosing.
+constexpr const char* kToolNameHeader = "faultline-tool";
 
 // What a benchmarked detector must not see: where and when faults were armed, fired, injected or
 // healed, and the scenario's expectation.
@@ -196,7 +202,12 @@ struct Controller::Impl final : public pb::Controller::Service {
                         {"confidence", d->confidence()},
                         {"evidence", d->evidence()},
                         {"stage", d->stage()}};
-    e.data_json = j.dump();
+    // The name the harness gave the tool, when its client says it (kToolNameHeader).
+    const auto& md = ctx->client_metadata();
+    if (const auto it = md.find(kToolNameHeader); it != md.end()) {
+      j["tool"] = std::string(it->second.data(), std::min<size_t>(it->second.size(), 200));
+    }
+    e.data_json = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     ack->set_seq(history.append(std::move(e)));
     return grpc::Status::OK;
   }

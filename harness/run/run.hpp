@@ -32,6 +32,8 @@
 namespace fl::harness {
 class ArtifactServer;
 class CommandProbe;
+class JobStatusBuilder;
+class MetricsEndpoint;
 class OutOfProcessFaults;
 class RunAgents;
 class RunTools;
@@ -66,6 +68,7 @@ class Run {
   std::map<std::string, std::string> rank_env(int rank);
   void start_control_plane();
   void start_artifact_hub();
+  void start_metrics_endpoint();  // run_metrics.cpp: --metrics-port / --metrics-listen
   void on_line(int rank, const std::string& name, const std::string& stream,
                const std::string& line);
   void on_exit(const ExitInfo& x);
@@ -119,7 +122,8 @@ class Run {
   // What follows the history through a listener is declared before it: the history, and what
   // appends to it while it is destroyed, must not outlive them.
   std::unique_ptr<Watchdogs> watch_;
-  std::unique_ptr<CommandProbe> command_;  // workload.kind: command
+  std::unique_ptr<CommandProbe> command_;     // workload.kind: command
+  std::unique_ptr<JobStatusBuilder> status_;  // the live job status, for the /metrics endpoint
   std::unique_ptr<History> hist_;
   std::unique_ptr<SideRuns> side_;
   std::unique_ptr<RunTools> tools_;
@@ -131,6 +135,9 @@ class Run {
   std::unique_ptr<RunAgents> agents_;
   std::unique_ptr<ArtifactServer> artifacts_;
   std::string artifact_url_;
+  // The live /metrics endpoint (it reads status_ and hist_: it goes before them).
+  std::unique_ptr<MetricsEndpoint> metrics_;
+  std::string metrics_addr_;
   std::unique_ptr<Supervisor> sup_;
   std::unique_ptr<OutOfProcessFaults> faults_;
   int master_port_ = 0;

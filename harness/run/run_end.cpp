@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "base/file_read.hpp"
+#include "harness/control/metrics_endpoint.hpp"
 #include "harness/faults/oop_faults.hpp"
 #include "harness/process/supervisor.hpp"
 #include "harness/run/command_probe.hpp"
@@ -48,6 +49,11 @@ void Run::finish(RunResult& res) {
   if (ctl_ && ctl_->rejected() > 0) {
     hist_->harness("control_rejected",
                    {{"calls", ctl_->rejected()}, {"why", "no or wrong secret"}});
+  }
+  if (metrics_ && metrics_->unauthorized() > 0) {
+    hist_->harness("metrics_rejected", {{"requests", metrics_->unauthorized()},
+                                        {"scrapes", metrics_->scrapes()},
+                                        {"why", "no or wrong secret"}});
   }
   hist_->harness("run_end", {{"reason", stop_reason_.empty() ? "all ranks ended" : stop_reason_},
                              {"restarts", restart_.restarts()}});

@@ -140,8 +140,12 @@ void Run::print_summary(const RunResult& r, const std::vector<HistoryEvent>& his
   std::vector<std::string> silent;
   for (const auto& t : tools_->tools()) {
     if (t.recovery) continue;
+    // Under its own name, or under a name it chose (its client then says which tool it is).
     const bool posted = std::any_of(history.begin(), history.end(), [&](const HistoryEvent& e) {
-      return e.kind == "diagnosis" && e.source == "detector:" + t.name;
+      if (e.kind != "diagnosis") return false;
+      if (e.source == "detector:" + t.name) return true;
+      const auto d = nlohmann::json::parse(e.data_json, nullptr, false);
+      return d.is_object() && d.value("tool", std::string()) == t.name;
     });
     if (!posted) silent.push_back(t.name);
   }

@@ -11,10 +11,12 @@
 #include <fmt/ranges.h>
 
 #include "base/error.hpp"
+#include "harness/control/metrics_endpoint.hpp"
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/oop_faults.hpp"
 #include "harness/faults/residue.hpp"
+#include "harness/history/job_status.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/process/hosts.hpp"
 #include "harness/process/supervisor.hpp"
@@ -217,6 +219,8 @@ void Run::check_progress() {
 }
 
 void Run::tick() {
+  // The ranks' events reach the file within a tick: `faultline status` reads it while the run goes.
+  hist_->flush();
   if (command_) {  // a worker under torchrun gone after its error: fail-fast's grace
     for (int r : command_->poll(stopping_, running_ranks_)) watch_->rank_failed(r);
   }
@@ -308,8 +312,10 @@ void Run::start_run() {
   if (!s_.side_runs.prepare_yaml.empty()) side_->run_preparation();
   start_control_plane();
   if (!s_.workload.fetch.empty()) start_artifact_hub();  // after the secret: the hub asks for it
+  start_metrics_endpoint();
   if (o_.print_events && o_.print_summary) {
     std::printf("  control    %s\n", ctl_addr_.c_str());
+    if (metrics_) std::printf("  metrics    http://%s/metrics\n", metrics_addr_.c_str());
     std::fflush(stdout);
   }
   watch_ranks();

@@ -29,6 +29,11 @@ struct RunOptions {
   // (docs/detectors.md): baseline names, "baseline", or command lines.
   std::vector<std::string> detectors;
   std::string recovery;  // overrides the scenario's when set
+  // The live Prometheus endpoint (docs/reports.md#live-metrics): "" off, else IPV4:PORT to listen
+  // on (port 0: a free one; written to RUN_DIR/metrics.addr). Requests need `metrics_secret`,
+  // or the run's control secret when that is empty.
+  std::string metrics_listen;
+  std::string metrics_secret;
   // Called once the control plane listens (tests and tools attach here).
   std::function<void(const std::string& control_addr, const std::string& run_dir)> on_ready;
 };

@@ -35,6 +35,7 @@
 #include "harness/process/supervisor.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/suite/progress.hpp"
+#include "harness/suite/suite_live.hpp"
 #include "kernels/device.hpp"
 
 namespace fl::harness {
@@ -316,6 +317,13 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
       o.faultline_bin.empty() ? fs::read_symlink("/proc/self/exe").string() : o.faultline_bin;
   res.provenance.calibrate(0);
   res.selection["executor"] = o.executor;
+  // The live endpoint goes before the state it reads.
+  const auto live = std::make_unique<SuiteLive>(res);
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  if (!o.metrics_listen.empty()) {
+    endpoint = start_suite_metrics(res, o, *live);
+    res.live = live.get();
+  }
   executor->execute(res, o, bin);
   res.provenance.load1_end = load_average_1m();
   res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
@@ -328,6 +336,7 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   write_atomic(res.dir + "/summary.json", json);
   if (!o.junit_path.empty()) write_atomic(o.junit_path, junit);
   if (!o.json_path.empty()) write_atomic(o.json_path, json);
+  res.live = nullptr;
   return res;
 }
 
@@ -392,6 +401,7 @@ class LocalSuiteLoop {
         c.outcome = "skipped";
         c.explanation = fmt::format("workload.device is cuda but {} on this machine", kNoDevice);
         progress_.skipped();
+        if (res_.live) res_.live->ended(i, c.outcome, 0);
         continue;
       }
       queue_.emplace_back(i, 0);
@@ -416,6 +426,7 @@ class LocalSuiteLoop {
       const pid_t pid =
           spawn_logged(run_argv(bin_, c, attempt, res_.dir + "/runs", o_), run_dir + ".log");
       running_[pid] = {index, attempt, run_dir, std::chrono::steady_clock::now()};
+      if (res_.live) res_.live->started(index);
       launched = true;
     }
     if (launched) progress_.running(names_in_flight());
@@ -437,6 +448,7 @@ class LocalSuiteLoop {
       settle_case(c, a);
       if (limit_.reached_by(c)) stop_launching_ = true;
     }
+    if (res_.live) res_.live->ended(r.index, retry ? "" : c.outcome, a.wall_s);
     progress_.finished(
         fmt::format("{}: {}{} ({:.1f} s)", case_label(c), a.outcome,
                     c.outcome == "flaky" ? " on try " + std::to_string(r.attempt + 1) : "",
@@ -460,6 +472,7 @@ class LocalSuiteLoop {
         c.explanation = limit_.not_started();
       }
       progress_.skipped();
+      if (res_.live) res_.live->ended(index, c.outcome, 0);
     }
   }
 

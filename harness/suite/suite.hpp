@@ -16,6 +16,8 @@
 
 namespace fl::harness {
 
+class SuiteLive;
+
 // Bad input to a suite option or a selection that matches nothing (exit 2).
 class UsageError : public ConfigError {
  public:
@@ -53,6 +55,9 @@ struct SuiteOptions {
   // Where the runs execute: "local" (this machine, `jobs` at a time) or "slurm" (one sbatch job
   // array; docs/cluster.md#suites-as-a-slurm-job-array).
   std::string executor = "local";
+  // The live /metrics endpoint (docs/reports.md#live-metrics): "" off, else IPV4:PORT; requests
+  // need metrics_secret, or the one drawn into SUITE_DIR/metrics.secret when that is empty.
+  std::string metrics_listen, metrics_secret;
   struct Slurm {
     std::string partition;                 // "" : the cluster's default partition
     std::string time_limit;                // each array task's --time ("" : the partition's)
@@ -103,14 +108,15 @@ struct SuiteResult {
   double wall_s = 0;  // the suite's wall clock
   Provenance provenance;
   nlohmann::json selection = nlohmann::json::object();  // the options that chose the cases
-  std::string interrupted;  // the signal the suite itself got ("" when none)
+  std::string interrupted;         // the signal the suite itself got ("" when none)
   std::vector<std::string> notes;  // files the suite's globs matched but did not load, and why
   nlohmann::json slurm;     // slurm executor: its jobs, partition, request (null : local)
   // A merged result (faultline merge): the cases of the shards' plan that no directory holds
   // (outcome "missing"), and the merge's account: shards, duplicates, missing (null : no merge).
   std::vector<SuiteCase> missing;
   nlohmann::json merge;
-  int failures() const;     // cases that make the suite fail (fail, unknown, error, interrupted)
+  SuiteLive* live = nullptr;  // while it runs with --metrics-port: what the executor reports to
+  int failures() const;       // cases that make the suite fail (fail, unknown, error, interrupted)
   int count(const std::string& outcome) const;
   // faultline suite's (and merge's) exit status: 4 when the suite or a case was interrupted,
   // else 1 when a case failed or is missing, else 0.

@@ -9,9 +9,10 @@
 The generated classes are ``faultline_client.faultline_pb2`` (messages) and
 ``faultline_client.faultline_pb2_grpc`` (the Controller stub).
 """
-from faultline_client.client import (ADDR_ENV, NAME_ENV, SECRET_ENV, SECRET_HEADER, Client, Event,
-                                     RunView, event_to_dict, secret_for, stage_of)
+from faultline_client.client import (ADDR_ENV, NAME_ENV, SECRET_ENV, SECRET_HEADER, TOOL_HEADER,
+                                     Client, Event, RankState, RunView, event_to_dict, secret_for,
+                                     stage_of)
 
-__all__ = ["ADDR_ENV", "NAME_ENV", "SECRET_ENV", "SECRET_HEADER", "Client", "Event", "RunView",
-           "event_to_dict", "secret_for", "stage_of"]
+__all__ = ["ADDR_ENV", "NAME_ENV", "SECRET_ENV", "SECRET_HEADER", "TOOL_HEADER", "Client", "Event",
+           "RankState", "RunView", "event_to_dict", "secret_for", "stage_of"]
 __version__ = "0.1.0"

@@ -13,6 +13,11 @@ import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Set
 
+try:  # Python 3.8+
+    from typing import TypedDict
+except ImportError:  # pragma: no cover
+    TypedDict = dict  # type: ignore
+
 import grpc
 
 from faultline_client import faultline_pb2 as pb
@@ -20,6 +25,8 @@ from faultline_client import faultline_pb2_grpc as pb_grpc
 
 #: The gRPC metadata key that carries the run's secret (base/control_auth.hpp).
 SECRET_HEADER = "faultline-secret"
+#: The gRPC metadata key that carries the harness's name for the tool (FAULTLINE_TOOL_NAME).
+TOOL_HEADER = "faultline-tool"
 #: The environment variables the harness sets for the tools it starts.
 ADDR_ENV = "FAULTLINE_CONTROL_ADDR"
 SECRET_ENV = "FAULTLINE_CONTROL_SECRET"
@@ -79,6 +86,10 @@ class Client:
         self.addr: str = addr
         self.name: str = name or os.environ.get(NAME_ENV) or "python"
         self._metadata = [(SECRET_HEADER, secret if secret is not None else secret_for(addr))]
+        # The name the harness gave this tool, so the run's summary credits its diagnoses to it
+        # whatever ``name`` they are posted under.
+        if os.environ.get(NAME_ENV):
+            self._metadata.append((TOOL_HEADER, os.environ[NAME_ENV]))
         self._channel = grpc.insecure_channel(addr)
         self._stub = pb_grpc.ControllerStub(self._channel)
         self._posted: Set[str] = set()
@@ -185,19 +196,34 @@ class Client:
         return self._stub.Control(request, metadata=self._metadata)
 
 
+class RankState(TypedDict):
+    """One rank as a :class:`RunView` knows it. Times are harness time (ns since the run started,
+    the events' ``t_ns``); -1 until the first such event."""
+
+    exited: bool        #: its ``rank_exit`` came (reset by its next ``launch``)
+    exit_class: str     #: how it ended: ok, error, crash or signal ("" while it runs)
+    last_beat_ns: int   #: its last event of any kind (heartbeats come every second)
+    last_step: int      #: the highest step it reported
+    last_step_ns: int   #: when it reported that step
+
+
 class RunView:
     """What a monitor can know about a run from its stream (the C++ RunView): the world size,
-    each rank's liveness, progress and exits. Feed it every event with :meth:`update`."""
+    each rank's liveness, progress and exits. Feed it every event with :meth:`update`.
+
+    Attributes: ``world`` (int, from ``run_start``; 0 before it), ``ranks`` (dict rank ->
+    :class:`RankState`, a rank appears with its first event or launch), ``incarnation`` (int,
+    restarts so far; ``ranks`` is emptied at each), ``ending`` (bool, ``run_ending`` seen)."""
 
     def __init__(self) -> None:
         self.world: int = 0
-        self.ranks: Dict[int, Dict[str, Any]] = {}
+        self.ranks: Dict[int, RankState] = {}
         self.incarnation: int = 0
         self.ending: bool = False
 
-    def _rank(self, r: int) -> Dict[str, Any]:
-        return self.ranks.setdefault(r, {"exited": False, "exit_class": "", "last_beat_ns": -1,
-                                         "last_step": -1, "last_step_ns": -1})
+    def _rank(self, r: int) -> RankState:
+        return self.ranks.setdefault(r, RankState(exited=False, exit_class="", last_beat_ns=-1,
+                                                  last_step=-1, last_step_ns=-1))
 
     def update(self, e: Event) -> None:
         """Takes one event (a dict from :meth:`Client.events`) into the view."""

@@ -2,6 +2,7 @@
 // exit 2 with one line and write nothing, `run` on something that is not a scenario file,
 // `validate` reporting every problem of a file at once, and `suite --list`.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -99,6 +100,44 @@ TEST(Cli, BadSuiteOptionsExitTwoNamingTheOptionAndWriteNothing) {
     EXPECT_EQ(lines(r.output), 1u) << r.output;
     EXPECT_FALSE(fs::exists(dir + "/out") && !fs::is_empty(dir + "/out"))
         << args[0] << " wrote into the results directory";
+  }
+}
+
+TEST(Cli, BadMetricsOptionsAndStatusTargetsExitTwoNamingThemAndWriteNothing) {
+  const auto dir = test_dir();
+  const std::string open_secret = dir + "/open.secret";
+  std::ofstream(open_secret) << "s3cret\n";
+  fs::permissions(open_secret, fs::perms::owner_read | fs::perms::owner_write |
+                                   fs::perms::group_read | fs::perms::others_read);
+  const std::string scenario = kSource + "/scenarios/clean/clean-dp2-tp2.yaml";
+  const std::string out = dir + "/out";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"run", scenario, "--results", out, "--metrics-port", "70000"},
+       "faultline: error: --metrics-port '70000': expected a port 0-65535 (the endpoint listens on "
+       "127.0.0.1); port 0 picks a free one"},
+      {{"run", scenario, "--results", out, "--metrics-listen", "9400"},
+       "faultline: error: --metrics-listen '9400': expected IPV4:PORT, e.g. 127.0.0.1:9400 or "
+       "0.0.0.0:9400; port 0 picks a free one"},
+      {{"run", scenario, "--results", out, "--metrics-port", "0", "--metrics-secret-file",
+        open_secret},
+       "faultline: error: --metrics-secret-file " + open_secret + ": owner uid " +
+           std::to_string(::geteuid()) +
+           ", mode 0644; allowed: a file of yours (or root's) that no other user can read or "
+           "write (chmod 600): it is the endpoint's credential"},
+      {{"suite", kSmoke, "--results", out, "--metrics-port", "x"},
+       "faultline: error: --metrics-port 'x': expected a port 0-65535"},
+      {{"status", dir},
+       "faultline: error: " + dir +
+           ": neither a run directory (no history.jsonl) nor a suite directory (no runs/)"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> argv{kCli};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = fl::test::run_process(argv);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << ": " << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_EQ(lines(r.output), 1u) << r.output;
+    EXPECT_FALSE(fs::exists(out) && !fs::is_empty(out)) << args[0] << " wrote a run or suite";
   }
 }
 

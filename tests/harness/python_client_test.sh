@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest python.frozen_rank_detector: installs python/ (faultline_client) the way a Python user on
-# Debian does, offline (a venv over the system's python3-grpcio / python3-protobuf, pip with
-# --no-deps --no-build-isolation --no-index), runs the frozen-rank scenario with the example
+# Debian does, offline (python/install.sh: a venv over the system's python3-grpcio /
+# python3-protobuf, pip from a copy with --no-deps --no-build-isolation --no-index; the checkout's
+# python/ must not change), runs the frozen-rank scenario with the example
 # detector on it and checks the history holds its diagnosis: symptom 4.11, ranks [2], with the
 # flight-recorder dumps it asked for through Control in its evidence. The fix
 # variant (the rank is resumed) must draw no such diagnosis, and in a run whose ranks fail (4.6)
@@ -19,12 +20,15 @@ if ! "$py" -c 'import grpc, google.protobuf, venv, ensurepip, setuptools' 2>/dev
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# pip builds in the source tree; build from a copy so the checkout stays clean.
-mkdir "$tmp/pkg"
-cp -r "$src/python/pyproject.toml" "$src/python/README.md" "$src/python/faultline_client" \
-  "$src/python/faultline_probe" "$tmp/pkg/"
-"$py" -m venv --system-site-packages "$tmp/venv"
-"$tmp/venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation --no-index "$tmp/pkg"
+# The documented install (python/install.sh builds from a copy): the checkout stays as it was.
+before=$(cd "$src/python" && find . -path '*/__pycache__' -prune -o -print | sort)
+"$src/python/install.sh" "$tmp/venv" "$py"
+after=$(cd "$src/python" && find . -path '*/__pycache__' -prune -o -print | sort)
+if [ "$before" != "$after" ]; then
+  echo "FAIL: installing the client changed python/ in the checkout:" >&2
+  diff <(echo "$before") <(echo "$after") >&2 || true
+  exit 1
+fi
 # The package is imported from the venv, not from the checkout.
 (cd "$tmp" && "$tmp/venv/bin/python" -c 'import faultline_client, sys; \
   sys.exit(0 if faultline_client.__file__.startswith(sys.argv[1]) else \
@@ -32,7 +36,14 @@ cp -r "$src/python/pyproject.toml" "$src/python/README.md" "$src/python/faultlin
 
 detector="$tmp/venv/bin/python $src/harness/detectors/examples/minimal_detector.py"
 scenario=$src/scenarios/symptoms/4.11-frozen-rank.yaml
-"$faultline" run "$scenario" --results "$tmp/runs" --run-id frozen -q --detector "$detector"
+summary=$("$faultline" run "$scenario" --results "$tmp/runs" --run-id frozen -q --detector "$detector")
+echo "$summary"
+# The tool posts as example-py while the run knows it as "python" (its command's name): the
+# summary credits it (its client sends the harness's name for it) and prints no "no diagnosis".
+if ! grep -q "example-py" <<<"$summary" || grep -q "no diagnosis from" <<<"$summary"; then
+  echo "FAIL: the summary should show example-py's diagnosis and no 'no diagnosis from' line" >&2
+  exit 1
+fi
 "$faultline" run "$scenario" --fix --results "$tmp/runs" --run-id fixed -q --detector "$detector"
 "$faultline" run "$src/scenarios/symptoms/4.6-dtype-mismatch-allreduce.yaml" --results "$tmp/runs" \
   --run-id errors -q --detector "$detector"

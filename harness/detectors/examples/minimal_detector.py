@@ -10,8 +10,7 @@ It follows the run's events and reports
     schema, ranks/rankN/fr_trace_rank_N.json), and which ranks wrote none.
 Install the package, then run it beside a scenario with a python3 that has it:
 
-    python3 -m venv --system-site-packages .venv
-    .venv/bin/pip install --no-deps --no-build-isolation ./python
+    python/install.sh .venv      # a venv of /usr/bin/python3; installs from a copy of python/
     faultline run scenarios/symptoms/4.11-frozen-rank.yaml \\
         --detector ".venv/bin/python harness/detectors/examples/minimal_detector.py"
 """
@@ -24,7 +23,7 @@ try:
     import grpc
     from faultline_client import Client, RunView
 except ImportError as err:  # grpc, protobuf or the package itself is missing
-    sys.exit(f"minimal_detector.py: {err}; install the client: pip install ./python "
+    sys.exit(f"minimal_detector.py: {err}; install the client: python/install.sh VENV "
              "(docs/detectors.md, \"Python\")")
 
 STALE_S = 3.0
