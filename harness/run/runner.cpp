@@ -414,9 +414,11 @@ void check_runnable_here(const Scenario& scenario) {
   for (const auto& f : scenario.faults.oop) {
     try {
       if (f->kind == "memory_limit") {
-        faults::check_cgroup_root(faults::memory_cgroup_root(), "FAULTLINE_CGROUP_ROOT", f->kind);
+        faults::check_cgroup_root(faults::memory_cgroup_root(), "FAULTLINE_CGROUP_ROOT", f->kind,
+                                  "memory");
       } else if (f->kind == "cpu_quota") {
-        faults::check_cgroup_root(faults::cpu_cgroup_root(), "FAULTLINE_CPU_CGROUP_ROOT", f->kind);
+        faults::check_cgroup_root(faults::cpu_cgroup_root(), "FAULTLINE_CPU_CGROUP_ROOT", f->kind,
+                                  "cpu");
       }
     } catch (const Error& e) {
       throw ScenarioError(fmt::format("{}: faults[].{}", scenario.file, e.what()));
