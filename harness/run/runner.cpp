@@ -298,8 +298,8 @@ void Run::start_run() {
   });
   if (launcher_kind_ == LauncherKind::kSrun) {
     agents_->check_allocation();  // Slurm there, the allocation fits the topology
-  } else if (!s_.topo.hosts.empty()) {
-    check_hosts(s_);  // every host answers, or nothing is launched
+  } else if (!s_.topo.hosts.empty() && !agents_->use_allocation()) {
+    check_hosts(s_);  // every host answers through the rsh agent, or nothing is launched
   }
   if (!s_.side_runs.prepare_yaml.empty()) side_->run_preparation();
   start_control_plane();
