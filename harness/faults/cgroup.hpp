@@ -28,7 +28,8 @@ CgroupVersion cgroup_version(const std::string& root);
 // hierarchy /sys/fs/cgroup/CONTROLLER when the host mounts one, else the unified hierarchy
 // (/sys/fs/cgroup on a v2 host, /sys/fs/cgroup/unified on a hybrid one when it offers the
 // controller), else the v1 path (whose absence the error then names).
-std::string auto_cgroup_root(const std::string& controller, const std::string& base = "/sys/fs/cgroup");
+std::string auto_cgroup_root(const std::string& controller,
+                             const std::string& base = "/sys/fs/cgroup");
 
 class Cgroup {
  public:

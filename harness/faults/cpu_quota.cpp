@@ -1,9 +1,9 @@
 // cpu_quota: from a step on, a rank gets only a fraction of one CPU (CFS bandwidth: cgroup v1's
-// cpu.cfs_quota_us over cpu.cfs_period_us, or v2's cpu.max), as on a node shared with a noisy neighbour or a
-// container with a small CPU limit. The kernel throttles the rank; its peers wait for it in the
-// next collective: a straggler made by the scheduler, not by the code. The node of the rank's host
-// (this machine's in-process node, or the agent of the rank's host) makes the group, places the
-// rank in it, sets and lifts the quota (CpuQuota, CpuRelease below).
+// cpu.cfs_quota_us over cpu.cfs_period_us, or v2's cpu.max), as on a node shared with a noisy
+// neighbour or a container with a small CPU limit. The kernel throttles the rank; its peers wait
+// for it in the next collective: a straggler made by the scheduler, not by the code. The node of
+// the rank's host (this machine's in-process node, or the agent of the rank's host) makes the
+// group, places the rank in it, sets and lifts the quota (CpuQuota, CpuRelease below).
 #include <map>
 #include <memory>
 

@@ -52,8 +52,7 @@ std::vector<std::pair<std::string, std::string>> local_mpi_env(const Scenario& s
   return out;
 }
 
-std::vector<std::pair<std::string, std::string>> singleton_mpi_params(const Scenario& s,
-                                                                     int cpus) {
+std::vector<std::pair<std::string, std::string>> singleton_mpi_params(const Scenario& s, int cpus) {
   if (!one_machine_mpi(s) || s.topo.ranks <= cpus) return {};
   if (set_by_scenario(s, "OMPI_MCA_mpi_yield_when_idle")) return {};
   return {{"mpi_yield_when_idle", "1"}};

@@ -98,8 +98,9 @@ TEST_F(PartnerWait, ReturnsThePortOnceThePartnerPublishedIt) {
     rdzv::StoreClient c("127.0.0.1", server_->port(), milliseconds(5000), milliseconds(5000));
     c.set(round.port_key(), "port-of-rank-0");
   });
-  EXPECT_EQ(wait_for_partner(*client_, round.port_key(), 1, round, JoinDeadline(milliseconds(20000))),
-            "port-of-rank-0");
+  EXPECT_EQ(
+      wait_for_partner(*client_, round.port_key(), 1, round, JoinDeadline(milliseconds(20000))),
+      "port-of-rank-0");
   partner.join();
 }
 

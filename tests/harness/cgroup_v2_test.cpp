@@ -27,7 +27,9 @@ std::string slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-void put(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+void put(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
 
 class FakeTree : public testing::Test {
  protected:
@@ -106,8 +108,9 @@ TEST_F(FakeTree, V2CpuStatCountsThrottledMicrosecondsAsNanoseconds) {
   put(g.path() + "/cpu.stat",
       "usage_usec 812345\nuser_usec 700000\nsystem_usec 112345\nnr_periods 57\n"
       "nr_throttled 41\nthrottled_usec 3921000\nnr_bursts 0\nburst_usec 0\n");
-  EXPECT_EQ(cpu_stat(g),
-            (nlohmann::json{{"nr_periods", 57}, {"nr_throttled", 41}, {"throttled_ns", 3921000000}}));
+  EXPECT_EQ(
+      cpu_stat(g),
+      (nlohmann::json{{"nr_periods", 57}, {"nr_throttled", 41}, {"throttled_ns", 3921000000}}));
   // No cpu controller in the group: cpu.stat has the usage only.
   put(g.path() + "/cpu.stat", "usage_usec 0\nuser_usec 0\nsystem_usec 0\n");
   EXPECT_EQ(cpu_stat(g),
@@ -247,8 +250,8 @@ TEST_F(RealCgroup2, AMemoryLimitWhereV2HasTheControllerElseARefusalNamingIt) {
       g.remove();
       FAIL() << "no error";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("memory_limit on h: the cgroup v2 hierarchy at " +
-                                           dir_ + " does not offer the memory controller"),
+      EXPECT_NE(std::string(e.what()).find("memory_limit on h: the cgroup v2 hierarchy at " + dir_ +
+                                           " does not offer the memory controller"),
                 std::string::npos)
           << e.what();
     }

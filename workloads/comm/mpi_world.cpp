@@ -98,8 +98,8 @@ class StartSlack {
 // Before any rank enters a blocking MPI call of a round, every rank of both blocks sees in the
 // store that its partner is there (the port, or the connector's mark), within the join's
 // deadline: a partner that never comes is an error naming it, never a rank stuck in MPI.
-MPI_Comm join_round(MPI_Comm comm, int rank, const TreeJoinRound& round,
-                    rdzv::StoreClient& store, const JoinDeadline& deadline) {
+MPI_Comm join_round(MPI_Comm comm, int rank, const TreeJoinRound& round, rdzv::StoreClient& store,
+                    const JoinDeadline& deadline) {
   std::string port(MPI_MAX_PORT_NAME, '\0');
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   MPI_Comm inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
@@ -147,11 +147,9 @@ MPI_Comm join_singletons(int rank, int world_size, rdzv::StoreClient& store,
 
 }  // namespace
 
-std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(int rank, int world_size,
-                                                               CommOptions options,
-                                                               rdzv::StoreClient* store,
-                                                               std::chrono::milliseconds
-                                                                   join_timeout) {
+std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(
+    int rank, int world_size, CommOptions options, rdzv::StoreClient* store,
+    std::chrono::milliseconds join_timeout) {
   const JoinDeadline deadline(join_timeout);  // from before MPI_Init: a singleton's is slow
   StartSlack slack;                           // until the world exists
   mpi_init_once();

@@ -6,9 +6,13 @@
 
 namespace fl::comm {
 
-std::string TreeJoinRound::port_key() const { return fmt::format("mpi/tree/{}/{}", block_size, pair); }
+std::string TreeJoinRound::port_key() const {
+  return fmt::format("mpi/tree/{}/{}", block_size, pair);
+}
 
-std::string TreeJoinRound::connecting_key() const { return port_key() + "/connecting"; }
+std::string TreeJoinRound::connecting_key() const {
+  return port_key() + "/connecting";
+}
 
 std::vector<TreeJoinRound> tree_join_rounds(int rank, int world_size) {
   std::vector<TreeJoinRound> rounds;
@@ -43,17 +47,17 @@ std::string wait_for_partner(rdzv::StoreClient& store, const std::string& key, i
     return store.get(key, deadline.left());
   } catch (const rdzv::StoreError& e) {
     if (e.kind() != rdzv::StoreErrorKind::kKeyTimeout) throw;
-    const std::string ranks = round.partner_first == round.partner_last
-                                  ? fmt::format("rank {}", round.partner_first)
-                                  : fmt::format("ranks {}-{}", round.partner_first,
-                                                round.partner_last);
+    const std::string ranks =
+        round.partner_first == round.partner_last
+            ? fmt::format("rank {}", round.partner_first)
+            : fmt::format("ranks {}-{}", round.partner_first, round.partner_last);
     throw rdzv::StoreError(
         rdzv::StoreErrorKind::kKeyTimeout,
         fmt::format("[rank {}] joining the MPI world (round of {}-rank blocks): {} did not come "
                     "to {} within the rendezvous deadline of {} ms (FAULTLINE_RDZV_TIMEOUT_MS, "
                     "the scenario's timeouts.rendezvous_ms); the store said: {}",
-                    rank, round.block_size, ranks,
-                    round.accepting ? "connect" : "accept", deadline.total().count(), e.what()));
+                    rank, round.block_size, ranks, round.accepting ? "connect" : "accept",
+                    deadline.total().count(), e.what()));
   }
 }
 

@@ -20,10 +20,10 @@ namespace fl::comm {
 
 // One rank's part in one round.
 struct TreeJoinRound {
-  int block_size = 1;    // b: ranks in each block before the round
+  int block_size = 1;      // b: ranks in each block before the round
   bool accepting = false;  // its block is even and accepts; else it connects
-  bool leader = false;   // the first rank of its block: opens (accepting) or reads the port
-  int pair = 0;          // the accepting block's index: names the round's keys
+  bool leader = false;     // the first rank of its block: opens (accepting) or reads the port
+  int pair = 0;            // the accepting block's index: names the round's keys
   int partner_first = 0, partner_last = 0;  // the other block's ranks
 
   std::string port_key() const;        // mpi/tree/<b>/<pair>: the accepting leader's port
