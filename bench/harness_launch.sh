@@ -23,10 +23,11 @@
 # Each line ends with the ranks' mean CPU (their hello/layout cpu_ms and world_cpu_ms fields).
 # SETS adds `--set key=value` words to each run (e.g. SETS="--set env.FAULTLINE_MPI_START_SLACK_US=0").
 # Nothing is asserted.
-# LAUNCHERS (default "mpirun local-tree"): local-tree is the local launcher with
-# FAULTLINE_MPI_JOIN=tree (MPI singletons join pairwise in log2(ranks) rounds); plain "local" joins
-# one by one; "auto" is the harness's own choice (topology.launcher: auto: mpirun above 8 ranks for
-# this clean scenario). FAULTLINE_BIN overrides the harness binary (to compare two builds).
+# LAUNCHERS (default "mpirun local"): local is the local launcher (MPI singletons join pairwise in
+# log2(ranks) rounds); "auto" is the harness's own choice (topology.launcher: auto: mpirun above 8
+# ranks for this clean scenario). FAULTLINE_BIN overrides the harness binary (to compare two
+# builds; an older build's local launcher joined one by one unless SETS has
+# "--set env.FAULTLINE_MPI_JOIN=tree").
 set -euo pipefail
 build=${1:-build}; shift || true
 sizes=${*:-8 32 128}
@@ -50,10 +51,8 @@ hwloc=(HWLOC_PLUGINS_BLACKLIST=hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_xml_libxml
        HWLOC_COMPONENTS=-linuxio)
 runs=0
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
-for spec in ${LAUNCHERS:-mpirun local-tree}; do
-  launcher=${spec%-tree}
-  join=chain
-  [[ $spec == *-tree ]] && join=tree
+for spec in ${LAUNCHERS:-mpirun local}; do
+  launcher=$spec
   for n in $sizes; do
     ref_mpi=$(secs mpirun --oversubscribe --bind-to none -np "$n" "$out/mpi_hello")
     ref_slack=$(secs "${slack[@]}" mpirun --oversubscribe --bind-to none -np "$n" "$out/mpi_hello")
@@ -61,7 +60,7 @@ for spec in ${LAUNCHERS:-mpirun local-tree}; do
       "${mca[@]}" -np "$n" "$out/mpi_hello")
     "$faultline" run scenarios/clean/clean-dp2-tp2.yaml --results "$out" \
       --run-id "$spec-$n-$((++runs))" --set topology.ranks=$n --set topology.dp=$((n / 2)) \
-      --set topology.launcher=$launcher --set env.FAULTLINE_MPI_JOIN=$join --set workload.steps=1 \
+      --set topology.launcher=$launcher --set workload.steps=1 \
       --set timeouts.run_s=300 --set timeouts.rendezvous_ms=240000 ${SETS:-} >/dev/null || true
     python3 - "$out/$spec-$n-$runs/history.jsonl" "$spec" "$n" "$ref_mpi" "$ref_slack" "$ref_tuned" <<'PY'
 import json, sys

@@ -1,9 +1,9 @@
-// cpu_quota: from a step on, a rank gets only a fraction of one CPU (cgroup v1 CFS bandwidth:
-// cpu.cfs_quota_us over cpu.cfs_period_us), as on a node shared with a noisy neighbour or a
-// container with a small CPU limit. The kernel throttles the rank; its peers wait for it in the
-// next collective: a straggler made by the scheduler, not by the code. The node of the rank's host
-// (this machine's in-process node, or the agent of the rank's host) makes the group, places the
-// rank in it, sets and lifts the quota (CpuQuota, CpuRelease below).
+// cpu_quota: from a step on, a rank gets only a fraction of one CPU (CFS bandwidth: cgroup v1's
+// cpu.cfs_quota_us over cpu.cfs_period_us, or v2's cpu.max), as on a node shared with a noisy
+// neighbour or a container with a small CPU limit. The kernel throttles the rank; its peers wait
+// for it in the next collective: a straggler made by the scheduler, not by the code. The node of
+// the rank's host (this machine's in-process node, or the agent of the rank's host) makes the
+// group, places the rank in it, sets and lifts the quota (CpuQuota, CpuRelease below).
 #include <map>
 #include <memory>
 
@@ -25,11 +25,13 @@
 
 namespace fl::harness::faults {
 
-FAULTLINE_SETTING(kCpuCgroupRoot, std::string, "FAULTLINE_CPU_CGROUP_ROOT", "/sys/fs/cgroup/cpu",
-                  "cgroup v1 cpu hierarchy where cpu_quota faults create their groups");
+FAULTLINE_SETTING(kCpuCgroupRoot, std::string, "FAULTLINE_CPU_CGROUP_ROOT", "auto",
+                  "cgroup hierarchy (v1 cpu or v2) where cpu_quota faults create their groups; "
+                  "auto: /sys/fs/cgroup/cpu if the host mounts cgroup v1's, else the v2 hierarchy");
 
 std::string cpu_cgroup_root() {
-  return kCpuCgroupRoot.get();
+  const std::string root = kCpuCgroupRoot.get();
+  return root == "auto" ? auto_cgroup_root("cpu") : root;
 }
 
 namespace {

@@ -1,4 +1,4 @@
-// memory_limit: a rank runs in its own cgroup (v1 memory controller) with a hard limit and no
+// memory_limit: a rank runs in its own cgroup (v1 memory controller or v2) with a hard limit and no
 // swap: past it the kernel's OOM killer ends the rank, as on a node whose memory runs out. The
 // node of the rank's host (this machine's in-process node, or the agent of the rank's host) makes
 // the group, places the rank in it, reports its counters and removes it (MemoryLimit,
@@ -39,11 +39,14 @@
 
 namespace fl::harness::faults {
 
-FAULTLINE_SETTING(kCgroupRoot, std::string, "FAULTLINE_CGROUP_ROOT", "/sys/fs/cgroup/memory",
-                  "cgroup v1 memory hierarchy where memory_limit faults create their groups");
+FAULTLINE_SETTING(kCgroupRoot, std::string, "FAULTLINE_CGROUP_ROOT", "auto",
+                  "cgroup hierarchy (v1 memory or v2) where memory_limit faults create their "
+                  "groups; auto: /sys/fs/cgroup/memory if the host mounts cgroup v1's, else the "
+                  "v2 hierarchy");
 
 std::string memory_cgroup_root() {
-  return kCgroupRoot.get();
+  const std::string root = kCgroupRoot.get();
+  return root == "auto" ? auto_cgroup_root("memory") : root;
 }
 
 namespace {
@@ -118,8 +121,10 @@ nlohmann::json memory_limit_on_node(Node& n, const pb::MemoryLimit& r) {
   // What the rank charged before it was moved comes along where the kernel still can.
   bool moves_charge = false;
   try {
-    g->cg->write("memory.move_charge_at_immigrate", "1");
-    moves_charge = true;
+    if (!g->cg->v2()) {  // v2 never moves charges: what the rank used before stays outside
+      g->cg->write("memory.move_charge_at_immigrate", "1");
+      moves_charge = true;
+    }
   } catch (const std::exception&) {
   }
   g->place();
@@ -173,10 +178,10 @@ std::vector<std::string> MemoryGroups::cleanup() {
 }
 
 std::vector<std::string> sweep_memory_groups() {
-  const int n = sweep_stale_cgroups(kCgroupRoot.get());
+  const int n = sweep_stale_cgroups(memory_cgroup_root());
   if (n <= 0) return {};
   return {fmt::format("removed {} cgroup(s) of agents or harnesses that are gone from {}", n,
-                      kCgroupRoot.get())};
+                      memory_cgroup_root())};
 }
 
 class MemoryLimitFault : public FaultOf<MemoryLimitFault> {

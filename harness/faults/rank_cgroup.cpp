@@ -19,24 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int64_t number_after(const std::string& text, const std::string& key) {
-  const auto at = text.find(key + " ");
-  return at == std::string::npos ? 0 : std::atoll(text.c_str() + at + key.size() + 1);
-}
-
-// The cgroup of `controller` that `pid` is in, relative to the hierarchy's root ("" when unknown).
-std::string cgroup_of(pid_t pid, const std::string& controller) {
-  std::ifstream in(fmt::format("/proc/{}/cgroup", pid));
-  for (std::string line; std::getline(in, line);) {
-    const auto a = line.find(':');
-    const auto b = line.find(':', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
-    const std::string ctl = "," + line.substr(a + 1, b - a - 1) + ",";
-    if (ctl.find("," + controller + ",") != std::string::npos) return line.substr(b + 1);
-  }
-  return "";
-}
-
 // How long ago `pid` started (ms; -1 when unknown): /proc/PID/stat's start time against uptime.
 double age_ms(pid_t pid) {
   std::ifstream stat(fmt::format("/proc/{}/stat", pid));
@@ -80,7 +62,7 @@ bool RankCgroup::adopt_new() {
       if (adopted.count(pid)) continue;
     }
     if (!is_rank(pid)) continue;
-    const std::string from = cgroup_of(pid, controller);
+    const std::string from = cgroup_of(pid, controller, cg->version());
     try {
       cg->write("cgroup.procs", std::to_string(pid));
       std::lock_guard lock(mu);
@@ -98,7 +80,7 @@ bool RankCgroup::adopt_new() {
 void RankCgroup::place() {
   if (node->place_at_spawn(rank, cg->procs())) {
     at_spawn = true;
-    origin = cgroup_of(::getpid(), controller);
+    origin = cgroup_of(::getpid(), controller, cg->version());
     return;
   }
   start();
@@ -137,13 +119,8 @@ nlohmann::json RankCgroup::counters() {
     r.update(cpu_stat(*cg));
     return r;
   }
-  const std::string oom = cg->read("memory.oom_control");
-  r.update({{"limit", bytes},
-            {"usage", std::atoll(cg->read("memory.usage_in_bytes").c_str())},
-            {"max_usage", std::atoll(cg->read("memory.max_usage_in_bytes").c_str())},
-            {"failcnt", std::atoll(cg->read("memory.failcnt").c_str())},
-            {"oom_kills", number_after(oom, "oom_kill")},
-            {"under_oom", number_after(oom, "under_oom")}});
+  r["limit"] = bytes;
+  r.update(memory_counters(*cg));
   return r;
 }
 
@@ -205,7 +182,7 @@ std::unique_ptr<RankCgroup> RankCgroup::make(const std::string& controller, int 
   g->rank_dir =
       fs::weakly_canonical(fmt::format("{}/ranks/rank{}", n.run_dir(), rank), ec).string();
   g->cg.emplace(root, memory ? "FAULTLINE_CGROUP_ROOT" : "FAULTLINE_CPU_CGROUP_ROOT", n.run_dir(),
-                rank, (memory ? "memory_limit on " : "cpu_quota on ") + n.host());
+                rank, (memory ? "memory_limit on " : "cpu_quota on ") + n.host(), controller);
   try {
     limit(*g->cg);
   } catch (...) {

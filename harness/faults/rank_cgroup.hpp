@@ -28,7 +28,7 @@
 namespace fl::harness::faults {
 
 struct RankCgroup {
-  std::string controller;  // "memory" or "cpu": the v1 hierarchy under `root`
+  std::string controller;  // "memory" or "cpu": its v1 hierarchy, or the v2 one, at `root`
   int rank = 0;
   int64_t bytes = 0;  // memory: the limit
   std::string root, rank_dir, secret;

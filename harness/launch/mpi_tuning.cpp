@@ -1,5 +1,7 @@
 #include "harness/launch/mpi_tuning.hpp"
 
+#include <sched.h>
+
 #include "harness/model/scenario.hpp"
 
 namespace fl::harness {
@@ -48,6 +50,20 @@ std::vector<std::pair<std::string, std::string>> local_mpi_env(const Scenario& s
     if (!set_by_scenario(s, name)) out.emplace_back(name, value);
   }
   return out;
+}
+
+std::vector<std::pair<std::string, std::string>> singleton_mpi_params(const Scenario& s, int cpus) {
+  if (!one_machine_mpi(s) || s.topo.ranks <= cpus) return {};
+  if (set_by_scenario(s, "OMPI_MCA_mpi_yield_when_idle")) return {};
+  return {{"mpi_yield_when_idle", "1"}};
+}
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  const int n = CPU_COUNT(&set);
+  return n > 0 ? n : 1;
 }
 
 }  // namespace fl::harness

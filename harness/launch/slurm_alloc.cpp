@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
@@ -137,6 +138,25 @@ SlurmAllocation check_srun_allocation(const Scenario& s) {
     a.hosts = s.topo.hosts;
     a.host_nodes = map_hosts_to_nodes(s.topo.hosts, a.nodes);
   }
+  return a;
+}
+
+std::optional<SlurmAllocation> mpirun_allocation(const Scenario& s) {
+  if (s.topo.launcher != "mpirun" || s.topo.hosts.empty() || !s.topo.rsh_agent.empty()) {
+    return std::nullopt;
+  }
+  SlurmAllocation a;
+  a.job = env_or("SLURM_JOB_ID");
+  const std::string list = env_or("SLURM_JOB_NODELIST", env_or("SLURM_NODELIST"));
+  if (a.job.empty() || list.empty() || !on_path("srun") || !on_path("scontrol")) {
+    return std::nullopt;
+  }
+  a.nodes = expand_nodelist(list);
+  for (const auto& h : s.topo.hosts) {
+    if (std::find(a.nodes.begin(), a.nodes.end(), h) == a.nodes.end()) return std::nullopt;
+  }
+  a.hosts = s.topo.hosts;
+  a.host_nodes = s.topo.hosts;  // each host is its own node
   return a;
 }
 

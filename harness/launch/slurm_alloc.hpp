@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,5 +43,12 @@ std::string node_address(const std::string& node);
 // SLURM_JOB_ID and a node list set, enough tasks (SLURM_NTASKS) for the ranks and enough nodes
 // for topology.hosts. Error (the run's exit 2) naming what is missing; nothing is started.
 SlurmAllocation check_srun_allocation(const Scenario& s);
+
+// launcher mpirun inside an allocation: when topology.hosts are all nodes of the allocation this
+// process runs in (SLURM_JOB_ID, SLURM_JOB_NODELIST; srun and scontrol on PATH) and the scenario
+// names no rsh agent, the allocation with each host on its own node; else nothing (the hosts are
+// then reached through the rsh agent, ssh by default, as outside Slurm). Error when scontrol
+// cannot expand the node list.
+std::optional<SlurmAllocation> mpirun_allocation(const Scenario& s);
 
 }  // namespace fl::harness

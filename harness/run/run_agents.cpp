@@ -52,7 +52,7 @@ std::function<void(const std::string&)> RunAgents::lost_handler() {
 // Relayed batches are ingested as the control plane ingests a rank's own; commands for ranks that
 // stream through an agent go back through it.
 void RunAgents::attach(Controller& ctl, const std::string& secret) {
-  if (slurm_) {  // launcher srun: an agent on every node the run uses
+  if (slurm_ && srun_launcher_) {  // launcher srun: an agent on every node the run uses
     hub_ = std::make_unique<AgentHub>(s_, slurm_->agent_names(), dir_, hist_, secret);
     ctl.add_service(hub_->service());
     return;

@@ -37,6 +37,10 @@ class RunAgents {
 
   // launcher srun: Slurm is there and the allocation fits the topology (recorded), or Error.
   void check_allocation();
+  // launcher mpirun over topology.hosts inside a Slurm allocation whose nodes they are (and no
+  // rsh agent of the scenario's): the agents will start as a job step (srun --overlap, one per
+  // host), not through ssh; recorded. False (the hosts are reached through the rsh agent) else.
+  bool use_allocation();
   // With launcher srun or topology.hosts: the agents' hub, a service of `ctl` (before it starts);
   // over topology.hosts the ranks' telemetry and commands go through it.
   void attach(Controller& ctl, const std::string& secret);
@@ -64,6 +68,7 @@ class RunAgents {
   std::unique_ptr<SlurmAllocation> slurm_;
   std::unique_ptr<AgentHub> hub_;
   bool relaying_ = false;  // ranks stream to their host's agent (not with launcher srun)
+  bool srun_launcher_ = false;  // slurm_ is launcher srun's (else mpirun's inside an allocation)
 };
 
 }  // namespace fl::harness

@@ -3,6 +3,9 @@
 // ranks' step still gets every CPU): `faultline agent` registers as the node's logical host
 // (topology.hosts, mapped onto the allocation's nodes in order) or, without hosts, as the node.
 // The step ends when the agents are told to stop, and with the teardown on every failure path.
+// The same step starts the agents of a run with launcher mpirun over topology.hosts inside an
+// allocation whose nodes the hosts are: no host is reached through ssh (mpirun itself starts its
+// daemons through Slurm there), and the ranks' telemetry is relayed as over any hosts.
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -21,10 +24,22 @@ extern "C" char** environ;
 namespace fl::harness {
 
 void RunAgents::check_allocation() {
+  srun_launcher_ = true;
   slurm_ = std::make_unique<SlurmAllocation>(check_srun_allocation(s_));
   nlohmann::json d = {{"job", slurm_->job}, {"nodes", slurm_->nodes}};
   if (!slurm_->hosts.empty()) d["hosts"] = slurm_->mapping();
   hist_.harness("slurm_allocation", d);
+}
+
+bool RunAgents::use_allocation() {
+  auto a = mpirun_allocation(s_);
+  if (!a) return false;
+  slurm_ = std::make_unique<SlurmAllocation>(std::move(*a));
+  hist_.harness("slurm_allocation", {{"job", slurm_->job},
+                                     {"nodes", slurm_->nodes},
+                                     {"hosts", slurm_->mapping()},
+                                     {"agents_via", "srun"}});
+  return true;
 }
 
 void RunAgents::start_srun(Supervisor& sup, const std::string& exe,

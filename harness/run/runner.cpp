@@ -306,8 +306,8 @@ void Run::start_run() {
   });
   if (launcher_kind_ == LauncherKind::kSrun) {
     agents_->check_allocation();  // Slurm there, the allocation fits the topology
-  } else if (!s_.topo.hosts.empty()) {
-    check_hosts(s_);  // every host answers, or nothing is launched
+  } else if (!s_.topo.hosts.empty() && !agents_->use_allocation()) {
+    check_hosts(s_);  // every host answers through the rsh agent, or nothing is launched
   }
   if (!s_.side_runs.prepare_yaml.empty()) side_->run_preparation();
   start_control_plane();
@@ -424,9 +424,11 @@ void check_runnable_here(const Scenario& scenario) {
   for (const auto& f : scenario.faults.oop) {
     try {
       if (f->kind == "memory_limit") {
-        faults::check_cgroup_root(faults::memory_cgroup_root(), "FAULTLINE_CGROUP_ROOT", f->kind);
+        faults::check_cgroup_root(faults::memory_cgroup_root(), "FAULTLINE_CGROUP_ROOT", f->kind,
+                                  "memory");
       } else if (f->kind == "cpu_quota") {
-        faults::check_cgroup_root(faults::cpu_cgroup_root(), "FAULTLINE_CPU_CGROUP_ROOT", f->kind);
+        faults::check_cgroup_root(faults::cpu_cgroup_root(), "FAULTLINE_CPU_CGROUP_ROOT", f->kind,
+                                  "cpu");
       }
     } catch (const Error& e) {
       throw ScenarioError(fmt::format("{}: faults[].{}", scenario.file, e.what()));

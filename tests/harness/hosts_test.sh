@@ -15,6 +15,8 @@
 #       agent_lost  the agent of host 1 is killed mid-run (a rate limit of the run on that host):
 #               exit 2 naming the host, agent_lost in the history, and the run's chain and qdisc
 #               removed from both hosts all the same
+#       half_setup  host 1 refuses the run's set-up after host 0 took it (an address that is not its
+#               own): exit 2 naming host 1, host 0's chain removed, nothing launched or left
 #       agent_unreachable  the control plane on 127.0.0.1, which the namespace hosts cannot reach:
 #               no agent attaches, exit 2 naming both hosts, no rank launched, nothing left
 #       agent_squat  port_squat: host 0's agent holds the rendezvous port before launch; rank 0's
@@ -251,6 +253,37 @@ Y
   grep -q "cannot be reached" <<<"$out" || fail "the message does not say why"
   [[ $(count_events "$tmp/r/unreach/history.jsonl" launch) == 0 ]] || fail "something was launched"
   if pgrep -f "$tmp/r/unreach" >/dev/null; then fail "processes of the run are left"; fi
+  ;;
+half_setup)
+  # Host 1 refuses the run's set-up after host 0 took it: the address given for it is none of its
+  # own, so it has no interface to carry the run's chain. Host 0's chain is removed again, the
+  # error names host 1 and the address, and nothing is launched or left.
+  bad=192.0.2.1  # TEST-NET-1: no host has it
+  cat >"$tmp/s.yaml" <<Y
+name: hosts-half-setup
+topology: {ranks: 2, launcher: mpirun, hosts: [$h0=$a0, $h1=$bad], rsh_agent: $agent}
+workload: {steps: 3}
+faults:
+  - network: {action: drop, node: 1}
+    step: 2
+expect: {oracle: completed}
+Y
+  set +e
+  out=$("$faultline" run "$tmp/s.yaml" --results "$tmp/r" --run-id half -q 2>&1)
+  status=$?
+  set -e
+  echo "$out"
+  [[ $status -eq 2 ]] || fail "exit $status, want 2"
+  grep -qF "host $h1 has no interface with address $bad" <<<"$out" || fail "the message does not name host 1 and its address"
+  [[ $(count_events "$tmp/r/half/history.jsonl" launch) == 0 ]] || fail "something was launched"
+  python3 - "$tmp/r/half/history.jsonl" "$h0" <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"].get("fault") == "host_chains"]
+assert len(healed) == 1, healed
+assert healed[0]["hosts"] == 1 and healed[0]["removed"] == 1 and healed[0]["errors"] == [], healed
+PY
+  nothing_left "$tmp/r/half"
   ;;
 agent_unreachable)
   cat >"$tmp/s.yaml" <<Y

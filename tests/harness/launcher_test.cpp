@@ -99,6 +99,25 @@ TEST(Launchers, LocalMpiParamsOnlyForOneMachineAndNeverOverTheScenario) {
   EXPECT_TRUE(local_mpi_params(nccl).empty());
 }
 
+// Singletons more than the CPUs yield while they wait in MPI (mpi_tuning.hpp), as mpirun makes
+// its ranks do when oversubscribed; never over the scenario's own choice, never across hosts.
+TEST(Launchers, SingletonsMoreThanTheCpusYieldWhenIdleUnlessTheScenarioSaysOtherwise) {
+  using Params = std::vector<std::pair<std::string, std::string>>;
+  Scenario s;
+  s.topo.backend = "mpi";
+  s.topo.ranks = 32;
+  EXPECT_EQ(singleton_mpi_params(s, 2), (Params{{"mpi_yield_when_idle", "1"}}));
+  EXPECT_TRUE(singleton_mpi_params(s, 32).empty());  // a CPU each: spinning is the fast wait
+  s.env.per_rank[0]["OMPI_MCA_mpi_yield_when_idle"] = "0";
+  EXPECT_TRUE(singleton_mpi_params(s, 2).empty());
+  Scenario across;
+  across.topo.backend = "mpi";
+  across.topo.ranks = 32;
+  across.topo.hosts = {"node1", "node2"};
+  EXPECT_TRUE(singleton_mpi_params(across, 2).empty());
+  EXPECT_GE(usable_cpus(), 1);
+}
+
 // hwloc without its I/O discovery and plugins (mpi_tuning.hpp), under the same conditions: one
 // machine, the MPI backend, and a variable the scenario sets itself (env or any rank's) wins.
 TEST(Launchers, LocalMpiEnvSkipsHwlocIoDiscoveryOnlyForOneMachineAndNeverOverTheScenario) {

@@ -136,6 +136,35 @@ TEST(SlurmAlloc, LogicalHostsLandOnTheAllocationsNodesInOrder) {
   EXPECT_EQ(b.agent_nodes(), b.nodes);
 }
 
+// launcher mpirun inside an allocation: hosts that are its nodes get the allocation (agents by
+// srun, no ssh); any host outside it, a scenario's own rsh agent, no allocation or another
+// launcher leave the hosts to the rsh agent.
+TEST(SlurmAlloc, MpirunHostsThatAreTheAllocationsNodesUseItAndAnyOtherSetupDoesNot) {
+  const auto dir = test_dir();
+  const std::string path = fake_bin(dir) + ":/usr/bin:/bin";
+  ScopedEnv env({{"PATH", path.c_str()},
+                 {"SLURM_JOB_ID", "78"},
+                 {"SLURM_JOB_NODELIST", "n[1-3]"},
+                 {"SLURM_NODELIST", nullptr}});
+  Scenario s = topology(4, {"n3", "n1"});
+  s.topo.launcher = "mpirun";
+  const auto a = mpirun_allocation(s);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->job, "78");
+  EXPECT_EQ(a->agent_names(), (std::vector<std::string>{"n3", "n1"}));
+  EXPECT_EQ(a->agent_nodes(), (std::vector<std::string>{"n3", "n1"}));  // by name, not order
+  EXPECT_EQ(a->mapping(), (std::map<std::string, std::string>{{"n1", "n1"}, {"n3", "n3"}}));
+  Scenario outside = topology(4, {"n1", "elsewhere"});
+  outside.topo.launcher = "mpirun";
+  EXPECT_FALSE(mpirun_allocation(outside).has_value());
+  Scenario own_agent = s;
+  own_agent.topo.rsh_agent = "/usr/bin/ssh";
+  EXPECT_FALSE(mpirun_allocation(own_agent).has_value());
+  EXPECT_FALSE(mpirun_allocation(topology(4, {"n1", "n2"})).has_value());  // launcher srun
+  ScopedEnv no_job({{"SLURM_JOB_ID", nullptr}});
+  EXPECT_FALSE(mpirun_allocation(s).has_value());
+}
+
 TEST(SlurmAlloc, TooFewNodesOrTasksAreRefusedNamingBothCounts) {
   const auto dir = test_dir();
   ScopedEnv env({{"PATH", (fake_bin(dir) + ":/usr/bin:/bin").c_str()},

@@ -25,6 +25,9 @@
 #                      a's agent's mount namespace: bus errors in the shm transport) and
 #                      disk_full without hosts (every node's agent mounts it: ENOSPC on the
 #                      checkpoint), both through the agents and healed there
+#       mpirun_agents  launcher mpirun over topology.hosts [this node] inside the allocation: the
+#                      agent comes up as a job step (srun), never through ssh (an ssh on PATH that
+#                      fails and leaves a mark), and SIGKILLs rank 1 at step 3 (via: agent)
 #       suite          faultline suite --executor slurm: a small suite (two scenarios and their
 #                      fixes) as one job array gathers the same outcomes as the local executor,
 #                      `faultline diff` finds no change; --partition nope and a stopped
@@ -317,6 +320,53 @@ Y
        $(count_events "$tmp/r/two/history.jsonl" agents_step) == 0 ]] ||
       fail "something was started"
   fi
+  finish
+fi
+
+if [[ $case == mpirun_agents ]]; then
+  node=$(hostname -s)
+  mkdir -p "$tmp/bin"
+  printf '#!/bin/sh\necho "$*" >> %s/ssh-called\nexit 255\n' "$tmp" >"$tmp/bin/ssh"
+  chmod +x "$tmp/bin/ssh"
+  cat >"$tmp/ma.yaml" <<Y
+name: slurm-mpirun-agents
+topology: {ranks: 2, launcher: mpirun, hosts: [$node=127.0.0.1]}
+workload: {steps: 2000}
+faults:
+  - {signal: KILL, rank: 1, step: 3}
+timeouts: {comm_ms: 5000}
+expect: {oracle: exit_class, ranks: [1]}
+Y
+  cat >"$tmp/ma-job.sh" <<J
+#!/bin/bash
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PATH="$tmp/bin:\$PATH"
+"$faultline" run "$tmp/ma.yaml" --results "$tmp/r" --run-id ma > "$tmp/ma.out" 2>&1
+echo \$? > "$tmp/ma.rc"
+J
+  chmod +x "$tmp/ma-job.sh"
+  timeout 200 sbatch --wait --overcommit --time=3 -N1 -n 2 -o "$tmp/ma-job.out" "$tmp/ma-job.sh" >/dev/null || true
+  cat "$tmp/ma-job.out" "$tmp/ma.out" || true
+  [[ $(cat "$tmp/ma.rc") == 0 ]] || fail "the run: exit $(cat "$tmp/ma.rc")"
+  [[ ! -e $tmp/ssh-called ]] || fail "ssh was used: $(cat "$tmp/ssh-called")"
+  python3 - "$tmp/r/ma" "$node" <<'PY'
+import json, sys
+d, node = sys.argv[1:]
+assert json.load(open(d + "/verdict.json"))["outcome"] == "pass"
+ev = [json.loads(l) for l in open(d + "/history.jsonl")]
+kinds = [e["kind"] for e in ev]
+alloc = [e["data"] for e in ev if e["kind"] == "slurm_allocation"]
+assert alloc and alloc[0]["hosts"] == {node: node} and alloc[0]["agents_via"] == "srun", alloc
+step = [e["data"] for e in ev if e["kind"] == "agents_step"]
+assert step and step[0]["argv"][:2] == ["srun", "--overlap"], step
+assert [u["data"]["host"] for u in ev if u["kind"] == "agent_up"] == [node]
+assert kinds.index("agents_ready") < kinds.index("launch"), "agents after the launch"
+assert {e["data"]["launcher"] for e in ev if e["kind"] == "launch"} == {"mpirun"}
+sig = [e["data"] for e in ev if e["kind"] == "fault_injected" and e["data"].get("fault") == "signal"]
+assert sig and sig[0]["via"] == "agent" and sig[0]["host"] == node and sig[0]["delivered"], sig
+relay = [e["data"] for e in ev if e["kind"] == "telemetry_relay"]
+assert relay and relay[0]["on"], relay
+print("mpirun_agents ok: agent", step[0]["argv"][:2], "signal", sig[0])
+PY
   finish
 fi
 

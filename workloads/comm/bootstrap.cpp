@@ -238,7 +238,8 @@ void join_world(Bootstrap& b, const std::string& config_hash) {
 // The world communicator of `backend` (mpi or nccl), formed through the store.
 std::unique_ptr<Communicator> world_communicator(Bootstrap& b, const std::string& backend) {
   if (backend == "mpi") {
-    return MpiCommunicator::create_world(b.id.rank, b.id.world_size, {}, b.store.get());
+    return MpiCommunicator::create_world(b.id.rank, b.id.world_size, {}, b.store.get(),
+                                         std::chrono::milliseconds(kRendezvousTimeoutMs.get()));
   }
   if (backend == "nccl") {
 #if defined(FAULTLINE_HAVE_NCCL)

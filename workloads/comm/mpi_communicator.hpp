@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -30,10 +31,11 @@ class MpiCommunicator final : public Communicator {
  public:
   // The world communicator, reordered so that group rank == `rank` (the rank the launcher gave
   // this process). Fails if MPI's world size differs from `world_size`. Ranks started without
-  // mpirun (MPI singletons) join through `store` and an ompi-server (see join_singletons).
-  static std::unique_ptr<MpiCommunicator> create_world(int rank, int world_size,
-                                                       CommOptions options = {},
-                                                       rdzv::StoreClient* store = nullptr);
+  // mpirun (MPI singletons) join through `store` and an ompi-server (singleton_join.hpp), every
+  // wait for a partner within `join_timeout` from the call (the rendezvous deadline).
+  static std::unique_ptr<MpiCommunicator> create_world(
+      int rank, int world_size, CommOptions options = {}, rdzv::StoreClient* store = nullptr,
+      std::chrono::milliseconds join_timeout = std::chrono::milliseconds(30000));
   ~MpiCommunicator() override;
 
   std::string_view backend() const override { return "mpi"; }

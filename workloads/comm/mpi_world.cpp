@@ -11,6 +11,7 @@
 
 #include "workloads/comm/mpi_communicator.hpp"
 #include "workloads/comm/mpi_detail.hpp"
+#include "workloads/comm/singleton_join.hpp"
 
 namespace fl::comm {
 
@@ -87,16 +88,47 @@ class StartSlack {
   int old_ns_ = 0;
 };
 
-FAULTLINE_SETTING(kMpiJoin, std::string, "FAULTLINE_MPI_JOIN", "chain",
-                  "How MPI singletons (local launcher) join one world: chain (one newcomer at a "
-                  "time) or tree (pairs of blocks side by side, log2(ranks) rounds)");
-
 // Ranks started one by one (the harness's local launcher: no mpirun) are MPI singletons. They
-// join into one communicator through MPI's connect/accept: rank 0 opens a port and publishes it
-// in the rendezvous store, the other ranks connect one after another in rank order, and the group
-// grows by one collective accept per newcomer. Singletons need
-// an ompi-server to find each other (OMPI_MCA_pmix_server_uri); the local launcher runs one.
-MPI_Comm join_singletons(int rank, int world_size, rdzv::StoreClient& store) {
+// join into one communicator through MPI's connect/accept in log2(world) rounds
+// (singleton_join.hpp). Singletons need an ompi-server to find each other
+// (OMPI_MCA_pmix_server_uri); the local launcher runs one. An earlier join took one newcomer at
+// a time (N-1 rounds, each an accept over the whole group so far): 32 ranks never got ready in
+// 300 s on a 2-core machine, so it is gone.
+//
+// Before any rank enters a blocking MPI call of a round, every rank of both blocks sees in the
+// store that its partner is there (the port, or the connector's mark), within the join's
+// deadline: a partner that never comes is an error naming it, never a rank stuck in MPI.
+MPI_Comm join_round(MPI_Comm comm, int rank, const TreeJoinRound& round, rdzv::StoreClient& store,
+                    const JoinDeadline& deadline) {
+  std::string port(MPI_MAX_PORT_NAME, '\0');
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  MPI_Comm inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
+  if (round.accepting) {
+    if (round.leader) {
+      mpi::check(MPI_Open_port(MPI_INFO_NULL, port.data()), "MPI_Open_port", "world", rank);
+      port.resize(std::strlen(port.c_str()));
+      store.set(round.port_key(), port);
+    }
+    wait_for_partner(store, round.connecting_key(), rank, round, deadline);
+    mpi::check(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, comm, &inter), "MPI_Comm_accept",
+               "world", rank);
+    if (round.leader) MPI_Close_port(port.c_str());
+  } else {
+    port = wait_for_partner(store, round.port_key(), rank, round, deadline);
+    if (round.leader) store.set(round.connecting_key(), "1");
+    mpi::check(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, comm, &inter), "MPI_Comm_connect",
+               "world", rank);
+  }
+  // The accepting block merges low: the communicator stays in rank order.
+  mpi::check(MPI_Intercomm_merge(inter, round.accepting ? 0 : 1, &merged), "MPI_Intercomm_merge",
+             "world", rank);
+  MPI_Comm_free(&inter);
+  MPI_Comm_free(&comm);
+  return merged;
+}
+
+MPI_Comm join_singletons(int rank, int world_size, rdzv::StoreClient& store,
+                         const JoinDeadline& deadline) {
   if (std::getenv("OMPI_MCA_pmix_server_uri") == nullptr) {
     raise<CommError>(
         "[rank {}] this rank was started without mpirun (MPI world size 1, WORLD_SIZE={}): the "
@@ -105,93 +137,21 @@ MPI_Comm join_singletons(int rank, int world_size, rdzv::StoreClient& store) {
         rank, world_size);
   }
   MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
-  const std::string key = "mpi/singleton_port";
-  std::string port(MPI_MAX_PORT_NAME, '\0');
-  MPI_Comm comm = MPI_COMM_NULL;
-  if (rank == 0) {
-    mpi::check(MPI_Open_port(MPI_INFO_NULL, port.data()), "MPI_Open_port", "world", rank);
-    port.resize(std::strlen(port.c_str()));
-    store.set(key, port);
-    mpi::check(MPI_Comm_dup(MPI_COMM_SELF, &comm), "MPI_Comm_dup", "world", rank);
-    store.set("mpi/joined_0", "1");
-  } else {
-    port = store.get(key);
-    // One newcomer at a time: Open MPI 4.1 can deadlock (in the TCP BTL's PMIx lookups during
-    // the merge) when several singletons connect to one port at once.
-    store.wait({fmt::format("mpi/joined_{}", rank - 1)});
-    MPI_Comm inter = MPI_COMM_NULL;
-    mpi::check(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter),
-               "MPI_Comm_connect", "world", rank);
-    mpi::check(MPI_Intercomm_merge(inter, 1, &comm), "MPI_Intercomm_merge", "world", rank);
-    MPI_Comm_free(&inter);
-  }
-  // Ranks join in rank order, so the merged communicator is already ordered by rank.
-  int size = 0;
-  MPI_Comm_size(comm, &size);
-  while (size < world_size) {
-    MPI_Comm inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
-    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    mpi::check(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, comm, &inter), "MPI_Comm_accept",
-               "world", rank);
-    mpi::check(MPI_Intercomm_merge(inter, 0, &merged), "MPI_Intercomm_merge", "world", rank);
-    MPI_Comm_free(&inter);
-    MPI_Comm_free(&comm);
-    comm = merged;
-    MPI_Comm_size(comm, &size);
-    if (rank == 0) store.set(fmt::format("mpi/joined_{}", size - 1), "1");
-  }
-  if (rank == 0) MPI_Close_port(port.c_str());
-  return comm;
-}
-
-// The same join in log2(world) rounds instead of one newcomer at a time: in the round of block
-// size b, the ranks are blocks of b consecutive ranks (each already one communicator), and each
-// even block accepts the odd block after it through a port its first rank opens and publishes
-// in the store (`mpi/tree/<b>/<block>`). Every port takes one connect, never several at once (the
-// chain's reason to serialize), and the pairs of a round join side by side. Merging the
-// accepting block low keeps the communicator in rank order.
-MPI_Comm join_singletons_tree(int rank, int world_size, rdzv::StoreClient& store) {
   MPI_Comm comm = MPI_COMM_NULL;
   mpi::check(MPI_Comm_dup(MPI_COMM_SELF, &comm), "MPI_Comm_dup", "world", rank);
-  for (int b = 1; b < world_size; b *= 2) {
-    const int block = rank / b;
-    const bool accepting = block % 2 == 0;
-    if (accepting && (block + 1) * b >= world_size) continue;  // no partner this round
-    const bool leader = rank % b == 0;
-    const int pair = accepting ? block : block - 1;
-    const std::string key = fmt::format("mpi/tree/{}/{}", b, pair);
-    std::string port(MPI_MAX_PORT_NAME, '\0');
-    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    MPI_Comm inter = MPI_COMM_NULL, merged = MPI_COMM_NULL;
-    if (accepting) {
-      if (leader) {
-        mpi::check(MPI_Open_port(MPI_INFO_NULL, port.data()), "MPI_Open_port", "world", rank);
-        port.resize(std::strlen(port.c_str()));
-        store.set(key, port);
-      }
-      mpi::check(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, comm, &inter), "MPI_Comm_accept",
-                 "world", rank);
-      if (leader) MPI_Close_port(port.c_str());
-    } else {
-      if (leader) port = store.get(key);
-      mpi::check(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, comm, &inter), "MPI_Comm_connect",
-                 "world", rank);
-    }
-    mpi::check(MPI_Intercomm_merge(inter, accepting ? 0 : 1, &merged), "MPI_Intercomm_merge",
-               "world", rank);
-    MPI_Comm_free(&inter);
-    MPI_Comm_free(&comm);
-    comm = merged;
+  for (const auto& round : tree_join_rounds(rank, world_size)) {
+    comm = join_round(comm, rank, round, store, deadline);
   }
   return comm;
 }
 
 }  // namespace
 
-std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(int rank, int world_size,
-                                                               CommOptions options,
-                                                               rdzv::StoreClient* store) {
-  StartSlack slack;  // until the world exists
+std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(
+    int rank, int world_size, CommOptions options, rdzv::StoreClient* store,
+    std::chrono::milliseconds join_timeout) {
+  const JoinDeadline deadline(join_timeout);  // from before MPI_Init: a singleton's is slow
+  StartSlack slack;                           // until the world exists
   mpi_init_once();
   int mpi_size = mpi_world_size();
   MPI_Comm base = MPI_COMM_WORLD;
@@ -208,16 +168,7 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::create_world(int rank, int wor
       raise<CommError>("[rank {}] rank is out of range for world size {} (allowed 0-{})", rank,
                        world_size, world_size - 1);
     }
-    if (std::getenv("OMPI_MCA_pmix_server_uri") == nullptr) {
-      base = join_singletons(rank, world_size, *store);  // (raises its error)
-    } else if (kMpiJoin.get() != "chain" && kMpiJoin.get() != "tree") {
-      raise<CommError>("[rank {}] FAULTLINE_MPI_JOIN is '{}' (allowed: chain, tree)", rank,
-                       kMpiJoin.get());
-    } else if (kMpiJoin.get() == "tree") {
-      base = join_singletons_tree(rank, world_size, *store);
-    } else {
-      base = join_singletons(rank, world_size, *store);
-    }
+    base = join_singletons(rank, world_size, *store, deadline);  // (raises its errors)
   } else if (mpi_size != world_size) {
     raise<CommError>(
         "[rank {}] MPI started {} processes but the world size is {}: the launcher's "
