@@ -23,7 +23,9 @@
   X(repro)                    \
   X(keys)                     \
   X(clean)                    \
-  X(triage)
+  X(triage)                   \
+  X(export)                   \
+  X(soak)
 
 namespace fl::cli {
 
