@@ -41,8 +41,8 @@ Handler setup_soak(CLI::App& sub) {
 }  // namespace
 
 const Command& soak_command() {
-  static const Command c{"soak", "Fault-free runs with decoys for hours: false alarms per clean hour",
-                         setup_soak};
+  static const Command c{
+      "soak", "Fault-free runs with decoys for hours: false alarms per clean hour", setup_soak};
   return c;
 }
 

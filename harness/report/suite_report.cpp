@@ -100,8 +100,8 @@ std::string leaderboard_row(const nlohmann::json& d) {
       f1.is_array() ? fmt::format(" [{:.2f}-{:.2f}]", f1[0].get<double>(), f1[1].get<double>())
                     : "",
       d.value("positives", 0) + d.value("negatives", 0),
-      lat["p50"].is_number() ? html::num(lat["p50"].get<double>(), 2) : "-",
-      lat.value("n", 0), 100 * d.value("symptom_accuracy", 0.0),
+      lat["p50"].is_number() ? html::num(lat["p50"].get<double>(), 2) : "-", lat.value("n", 0),
+      100 * d.value("symptom_accuracy", 0.0),
       static_cast<int>(std::lround(d.value("symptom_accuracy", 0.0) * d.value("symptom_n", 0))),
       d.value("symptom_n", 0), 100 * d.value("localisation_top1", 0.0),
       d.value("localised_runs", 0), d.value("false_positives_per_clean_hour", 0.0),

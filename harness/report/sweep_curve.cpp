@@ -57,7 +57,8 @@ std::map<std::string, std::vector<SweepPoint>> sweep_points(const nlohmann::json
     curves[curve].push_back(p);
   }
   for (auto& [k, v] : curves) {
-    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return numeric(a.value) < numeric(b.value); });
+    std::sort(v.begin(), v.end(),
+              [](auto& a, auto& b) { return numeric(a.value) < numeric(b.value); });
   }
   return curves;
 }
@@ -69,8 +70,9 @@ std::string axes(double w, double h, double m) {
       m, h - m, w - m, m);
   for (int k = 0; k <= 4; ++k) {
     const double f = k / 4.0, x = m + f * (w - 2 * m), y = h - m - f * (h - 2 * m);
-    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"middle\">{:.0f}%</text>",
-                     html::num(x), html::num(h - m + 14), 100 * f);
+    s += fmt::format(
+        "<text x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"middle\">{:.0f}%</text>",
+        html::num(x), html::num(h - m + 14), 100 * f);
     s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"end\">{:.0f}%</text>",
                      html::num(m - 4), html::num(y + 3), 100 * f);
   }
@@ -87,13 +89,16 @@ std::string curve_svg(const std::string& name, const std::vector<SweepPoint>& pt
   auto X = [&](double f) { return m + f * (w - 2 * m); };
   auto Y = [&](double f) { return h - m - f * (h - 2 * m); };
   std::string s = fmt::format(
-      "<figure class=\"sweep\"><figcaption>{}: detection vs false alarm (points: knob values; bars: "
-      "Wilson 95%)</figcaption><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "<figure class=\"sweep\"><figcaption>{}: detection vs false alarm (points: knob values; "
+      "bars: "
+      "Wilson 95%)</figcaption><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
+      "height=\"{}\" "
       "data-curve=\"{}\">",
       html_escape(name), w, h, html_escape(name));
   s += axes(w, h, m);
   std::string path;
-  for (const auto& p : pts) path += fmt::format("{}{},{} ", path.empty() ? "M" : "L", html::num(X(p.x)), html::num(Y(p.y)));
+  for (const auto& p : pts)
+    path += fmt::format("{}{},{} ", path.empty() ? "M" : "L", html::num(X(p.x)), html::num(Y(p.y)));
   s += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"#36c\" stroke-width=\"1.5\"/>", path);
   for (const auto& p : pts) {
     s += fmt::format(

@@ -121,14 +121,15 @@ nlohmann::json run_ground_truth(const std::string& run_dir) {
 int export_dataset(const ExportOptions& o) {
   if (o.out.empty()) raise<ConfigError>("export: -o DIR is required");
   if (fs::exists(fs::symlink_status(o.out))) {
-    raise<ConfigError>("export: {} exists; an export writes a new directory and never overwrites "
-                       "one (remove it or choose another -o)",
-                       o.out);
+    raise<ConfigError>(
+        "export: {} exists; an export writes a new directory and never overwrites "
+        "one (remove it or choose another -o)",
+        o.out);
   }
   const auto dirs = collect_run_dirs(o.paths);
   const fs::path out = fs::absolute(o.out);
-  const fs::path tmp = out.parent_path() / fmt::format(".{}.partial-{}", out.filename().string(),
-                                                       ::getpid());
+  const fs::path tmp =
+      out.parent_path() / fmt::format(".{}.partial-{}", out.filename().string(), ::getpid());
   fs::create_directories(tmp / "runs");
   std::set<std::string> taken;
   std::string runs_jsonl;
@@ -149,16 +150,16 @@ int export_dataset(const ExportOptions& o) {
     }
   }
   write_atomic((tmp / "runs.jsonl").string(), runs_jsonl);
-  files.push_back({{"path", "runs.jsonl"},
-                   {"bytes", runs_jsonl.size()},
-                   {"sha256", sha256_hex(runs_jsonl)}});
+  files.push_back(
+      {{"path", "runs.jsonl"}, {"bytes", runs_jsonl.size()}, {"sha256", sha256_hex(runs_jsonl)}});
   const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  nlohmann::json manifest = {{"schema", kDatasetSchema},
-                             {"schema_version", kDatasetSchemaVersion},
-                             {"created_utc", fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(now))},
-                             {"sources", o.paths},
-                             {"runs", dirs.size()},
-                             {"files", files}};
+  nlohmann::json manifest = {
+      {"schema", kDatasetSchema},
+      {"schema_version", kDatasetSchemaVersion},
+      {"created_utc", fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(now))},
+      {"sources", o.paths},
+      {"runs", dirs.size()},
+      {"files", files}};
   write_atomic((tmp / "manifest.json").string(), manifest.dump(2) + "\n");
   // Whole or not at all: the directory appears under its name only once complete.
   fs::rename(tmp, out);

@@ -44,7 +44,7 @@ std::string cell(const Rate& r) {
 
 template <class Key>
 std::string rate_table(const std::vector<const DetectorScore*>& cols, const std::string& head,
-                       const std::set<Key>& keys, std::map<Key, Rate> DetectorScore::* field,
+                       const std::set<Key>& keys, std::map<Key, Rate> DetectorScore::*field,
                        bool markdown) {
   std::string out = markdown ? "| " + head : fmt::format("{:<8}", head);
   for (auto* s : cols) out += markdown ? " | " + s->detector : fmt::format("  {:>20}", s->detector);
@@ -72,8 +72,7 @@ ScoreIntervals score_intervals(const DetectorScore& s, const BootstrapOptions& o
   ci.recall = wilson(s.tp, s.positives);
   ci.precision = wilson(s.tp, s.tp + s.fp_runs);
   ci.f1 = bootstrap(
-      s.outcomes.size(), [&](const std::vector<size_t>& idx) { return f1_of(s.outcomes, idx); },
-      o);
+      s.outcomes.size(), [&](const std::vector<size_t>& idx) { return f1_of(s.outcomes, idx); }, o);
   ci.latency_p50 = bootstrap_percentile(s.latency_inject_s, 50, o);
   ci.latency_p95 = bootstrap_percentile(s.latency_inject_s, 95, o);
   ci.fp_per_hour = poisson_rate(s.fp_alarms, s.clean_hours);
@@ -85,12 +84,12 @@ PairedComparison compare_detectors(const std::vector<DetectorScore>& scores, con
   const DetectorScore* x = find(scores, a);
   const DetectorScore* y = find(scores, b);
   if (!x || !y) {
-    raise<ConfigError>("--compare {},{}: no scores for {} (detectors scored: {})", a, b,
-                          !x ? a : b, [&] {
-                            std::string names;
-                            for (auto& s : scores) names += (names.empty() ? "" : ", ") + s.detector;
-                            return names;
-                          }());
+    raise<ConfigError>("--compare {},{}: no scores for {} (detectors scored: {})", a, b, !x ? a : b,
+                       [&] {
+                         std::string names;
+                         for (auto& s : scores) names += (names.empty() ? "" : ", ") + s.detector;
+                         return names;
+                       }());
   }
   PairedComparison c;
   c.a = a;
@@ -118,10 +117,11 @@ std::string comparison_text(const PairedComparison& c, bool markdown) {
   const std::string lat =
       c.latency_pairs == 0
           ? "no run detected by both: no latency comparison"
-          : fmt::format("median latency difference ({} - {}) {:+.3f} s, 95% CI [{:+.3f}, {:+.3f}] "
-                        "(paired bootstrap, {} runs detected by both)",
-                        c.a, c.b, c.latency_diff_median_s, c.latency_diff.lo, c.latency_diff.hi,
-                        c.latency_pairs);
+          : fmt::format(
+                "median latency difference ({} - {}) {:+.3f} s, 95% CI [{:+.3f}, {:+.3f}] "
+                "(paired bootstrap, {} runs detected by both)",
+                c.a, c.b, c.latency_diff_median_s, c.latency_diff.lo, c.latency_diff.hi,
+                c.latency_pairs);
   return fmt::format(
       "{}{} vs {} on the same {} positive runs: both detected {}, only {} {}, only {} {}, "
       "neither {}; McNemar exact p = {:.4g}{}\n{}{}\n",
@@ -141,9 +141,9 @@ nlohmann::json comparison_json(const PairedComparison& c) {
           {"neither", c.neither},
           {"mcnemar_exact_p", c.mcnemar_p},
           {"latency_pairs", c.latency_pairs},
-          {"latency_diff_median_s",
-           std::isnan(c.latency_diff_median_s) ? nlohmann::json(nullptr)
-                                               : nlohmann::json(c.latency_diff_median_s)},
+          {"latency_diff_median_s", std::isnan(c.latency_diff_median_s)
+                                        ? nlohmann::json(nullptr)
+                                        : nlohmann::json(c.latency_diff_median_s)},
           {"latency_diff_ci95", c.latency_diff.defined()
                                     ? nlohmann::json::array({c.latency_diff.lo, c.latency_diff.hi})
                                     : nlohmann::json(nullptr)}};

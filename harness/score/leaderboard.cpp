@@ -94,8 +94,7 @@ std::vector<std::string> score_row(const DetectorScore& s) {
       fph_ci(s)};
   for (int stage = 1; stage <= 5; ++stage) {
     auto it = s.by_stage.find(stage);
-    r.push_back(it == s.by_stage.end() ? "-"
-                                       : fmt::format("{}/{}", it->second.hit, it->second.n));
+    r.push_back(it == s.by_stage.end() ? "-" : fmt::format("{}/{}", it->second.hit, it->second.n));
   }
   return r;
 }

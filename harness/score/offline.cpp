@@ -17,15 +17,15 @@
 
 #include "base/control_auth.hpp"
 #include "base/error.hpp"
+#include "base/private_dir.hpp"
+#include "base/stats.hpp"
 #include "harness/control/controller.hpp"
 #include "harness/history/history.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/process/supervisor.hpp"
-#include "base/private_dir.hpp"
-#include "base/stats.hpp"
 #include "harness/run/event_loop.hpp"
-#include "harness/score/dataset.hpp"
 #include "harness/run/runner.hpp"
+#include "harness/score/dataset.hpp"
 #include "harness/suite/suite.hpp"
 
 namespace fl::harness {
@@ -56,10 +56,14 @@ class Replay {
         speed_(speed),
         secret_(make_control_secret()),
         hist_(dst + "/history.jsonl"),
-        ctl_(hist_, [](const ControlAction& a) { return refuse(a); }, secret_),
-        sup_(loop_.io(), [this](int, const std::string& n, const std::string&,
-                                const std::string& l) { on_line(n, l); },
-             [this](const ExitInfo& x) { on_exit(x); }) {
+        ctl_(
+            hist_, [](const ControlAction& a) { return refuse(a); }, secret_),
+        sup_(
+            loop_.io(),
+            [this](int, const std::string& n, const std::string&, const std::string& l) {
+              on_line(n, l);
+            },
+            [this](const ExitInfo& x) { on_exit(x); }) {
     hist_.set_clock_rate(0, 0);  // still until the tools listen
     ctl_.start("unix:" + dst_ + "/control.sock");
   }
@@ -74,14 +78,14 @@ class Replay {
 
  private:
   static ControlResult refuse(const ControlAction& a) {
-    return {false, fmt::format("offline replay: '{}' needs a live run (the ranks are recorded)",
-                               a.action),
+    return {false,
+            fmt::format("offline replay: '{}' needs a live run (the ranks are recorded)", a.action),
             {}};
   }
   void on_line(const std::string& name, const std::string& line) {
     if (name.rfind("tool:", 0) != 0) return;
-    std::ofstream(fmt::format("{}/tools/{}.log", dst_, name.substr(5)), std::ios::app) << line
-                                                                                        << "\n";
+    std::ofstream(fmt::format("{}/tools/{}.log", dst_, name.substr(5)), std::ios::app)
+        << line << "\n";
   }
   void on_exit(const ExitInfo& x) {
     auto it = pids_.find(x.pid);
@@ -215,8 +219,7 @@ namespace {
 std::vector<std::string> replay_sources(const std::vector<std::string>& paths) {
   std::vector<std::string> dirs;
   for (const auto& p : paths) {
-    auto more = fs::exists(fs::path(p) / "manifest.json") ? dataset_runs(p)
-                                                          : collect_run_dirs({p});
+    auto more = fs::exists(fs::path(p) / "manifest.json") ? dataset_runs(p) : collect_run_dirs({p});
     dirs.insert(dirs.end(), more.begin(), more.end());
   }
   return dirs;
@@ -229,7 +232,8 @@ std::string record_difference(const nlohmann::json& live, const nlohmann::json& 
   for (auto& [k, v] : live.items()) {
     if (k == "latency_s") continue;
     if (replay.value(k, nlohmann::json()) != v) {
-      out += fmt::format(" {}: live {} replay {};", k, v.dump(), replay.value(k, nlohmann::json()).dump());
+      out += fmt::format(" {}: live {} replay {};", k, v.dump(),
+                         replay.value(k, nlohmann::json()).dump());
     }
   }
   return out;
@@ -254,8 +258,8 @@ void check_against_live(const std::string& live_dir, const RunTruth& replay,
     const std::string diff = record_difference(a, b);
     if (!diff.empty()) {
       ++c.differing;
-      c.report += fmt::format("DIFFERS {} {}:{}\n", fs::path(live_dir).filename().string(), t.name,
-                              diff);
+      c.report +=
+          fmt::format("DIFFERS {} {}:{}\n", fs::path(live_dir).filename().string(), t.name, diff);
     }
     if (a["latency_s"].is_number() && b["latency_s"].is_number()) {
       c.latency_delta_s.push_back(b["latency_s"].get<double>() - a["latency_s"].get<double>());
@@ -270,9 +274,9 @@ std::string check_summary(const LiveCheck& c) {
       "{}replay vs live: {} scoring records, {} differ{}; latency replay - live over {} detected "
       "runs: median |d| {:.3f} s, max |d| {:.3f} s\n",
       c.report, c.records, c.differing,
-      c.skipped ? fmt::format(" ({} detector/run pairs without a live run of that detector)",
-                              c.skipped)
-                : "",
+      c.skipped
+          ? fmt::format(" ({} detector/run pairs without a live run of that detector)", c.skipped)
+          : "",
       abs.size(), abs.empty() ? 0.0 : fl::stats::median(abs),
       abs.empty() ? 0.0 : *std::max_element(abs.begin(), abs.end()));
 }
@@ -284,7 +288,8 @@ nlohmann::json scoring_record(const RunTruth& r, const std::string& detector) {
   for (const auto& s : scores) {
     if (s.detector != detector) continue;
     nlohmann::json j = {{"class", r.cls}, {"alarms", 0}};
-    for (const auto& d : r.diagnoses) j["alarms"] = j["alarms"].get<int>() + (d.detector == detector);
+    for (const auto& d : r.diagnoses)
+      j["alarms"] = j["alarms"].get<int>() + (d.detector == detector);
     if (s.outcomes.empty()) return j;
     const RunOutcome& o = s.outcomes[0];
     j["detected"] = o.detected;
@@ -296,7 +301,10 @@ nlohmann::json scoring_record(const RunTruth& r, const std::string& detector) {
     j["jaccard"] = s.jaccard_sum;
     return j;
   }
-  return {{"class", r.cls}, {"alarms", 0}, {"detected", false}, {"false_alarm", false},
+  return {{"class", r.cls},
+          {"alarms", 0},
+          {"detected", false},
+          {"false_alarm", false},
           {"latency_s", nullptr}};
 }
 
@@ -316,7 +324,8 @@ int score_offline(const OfflineOptions& o) {
     const ReplayStats st = replay_run(src, dst, tools, o.speed);
     wall += st.wall_s;
     recorded += st.recorded_s;
-    if (!st.tools_listened) std::fprintf(stderr, "faultline: %s: a tool never subscribed\n", src.c_str());
+    if (!st.tools_listened)
+      std::fprintf(stderr, "faultline: %s: a tool never subscribed\n", src.c_str());
     runs.push_back(load_run_truth(dst));
     if (o.check_live) check_against_live(src, runs.back(), tools, check);
   }
@@ -324,13 +333,17 @@ int score_offline(const OfflineOptions& o) {
   std::printf("%s", scores_table(scores, o.markdown).c_str());
   std::printf("%s", breakdown_tables(scores, o.markdown).c_str());
   if (o.compare.size() == 2) {
-    std::printf("%s", comparison_text(compare_detectors(scores, o.compare[0], o.compare[1]),
-                                      o.markdown).c_str());
+    std::printf(
+        "%s",
+        comparison_text(compare_detectors(scores, o.compare[0], o.compare[1]), o.markdown).c_str());
   }
   std::printf("replayed %zu runs (%.1f recorded s) in %.1f s of wall time at speed %g: %s\n",
               runs.size(), recorded, wall, o.speed, dir.c_str());
-  nlohmann::json j = {{"runs", runs.size()}, {"speed", o.speed}, {"recorded_s", recorded},
-                      {"wall_s", wall}, {"detectors", scores_json(scores)}};
+  nlohmann::json j = {{"runs", runs.size()},
+                      {"speed", o.speed},
+                      {"recorded_s", recorded},
+                      {"wall_s", wall},
+                      {"detectors", scores_json(scores)}};
   write_atomic(dir + "/leaderboard.json", j.dump(2) + "\n");
   if (!o.json_path.empty()) write_atomic(o.json_path, scores_json(scores).dump(2) + "\n");
   if (!o.check_live) return 0;

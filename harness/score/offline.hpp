@@ -27,9 +27,9 @@ struct OfflineOptions {
 };
 
 struct ReplayStats {
-  int events = 0;          // recorded events fed
-  double recorded_s = 0;   // the recorded history's span
-  double wall_s = 0;       // the replay's wall time
+  int events = 0;              // recorded events fed
+  double recorded_s = 0;       // the recorded history's span
+  double wall_s = 0;           // the replay's wall time
   bool tools_listened = true;  // every tool subscribed before the clock started
 };
 

@@ -56,9 +56,9 @@ struct Rate {
 
 // One scored run as one detector saw it: what the intervals resample and the paired tests pair.
 struct RunOutcome {
-  size_t run = 0;         // index into the runs scored
-  bool positive = false;  // else a negative (excluded runs have no outcome)
-  bool detected = false;  // positive: a diagnosis at or after the injection
+  size_t run = 0;            // index into the runs scored
+  bool positive = false;     // else a negative (excluded runs have no outcome)
+  bool detected = false;     // positive: a diagnosis at or after the injection
   bool false_alarm = false;  // negative: any diagnosis; positive: only alarms before injection
   int alarms = 0;            // negative: its diagnoses
   double hours = 0;          // negative: its duration
@@ -83,7 +83,7 @@ struct DetectorScore {
   std::map<std::string, Rate> by_symptom;  // recall per symptom
   std::vector<RunOutcome> outcomes;        // per scored run, in run order
   ScoreIntervals ci;
-  int false_alarm_negatives() const;       // negatives with an alarm
+  int false_alarm_negatives() const;  // negatives with an alarm
   double recall() const { return positives > 0 ? static_cast<double>(tp) / positives : 0; }
   double precision() const {
     return tp + fp_runs > 0 ? static_cast<double>(tp) / (tp + fp_runs) : 0;

@@ -94,8 +94,8 @@ int soak(const SoakOptions& o) {
   }
   make_private_dir(o.suite_options.results_dir, "--results", o.suite_options.allow_shared_results);
   const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  const std::string dir = make_unique_dir(o.suite_options.results_dir,
-                                          fmt::format("{:%Y%m%d-%H%M%S}-soak", fmt::localtime(now)));
+  const std::string dir = make_unique_dir(
+      o.suite_options.results_dir, fmt::format("{:%Y%m%d-%H%M%S}-soak", fmt::localtime(now)));
   const auto start = Clock::now();
   SoakTally t;
   while (budget_left(o, t, start)) {
@@ -107,7 +107,8 @@ int soak(const SoakOptions& o) {
         ++t.not_clean;
         t.bad.push_back(fmt::format("{} ({}): {}", c.id(), c.outcome, c.explanation));
       }
-      if (!c.run_dir.empty() && fs::exists(c.run_dir + "/history.jsonl")) t.steps += steps_of(c.run_dir);
+      if (!c.run_dir.empty() && fs::exists(c.run_dir + "/history.jsonl"))
+        t.steps += steps_of(c.run_dir);
     }
     std::fprintf(stderr, "soak: round %d done, %d runs, %lld steps, %.0f s\n", t.rounds, t.runs,
                  static_cast<long long>(t.steps),

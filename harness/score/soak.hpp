@@ -16,11 +16,11 @@ struct SoakOptions {
   std::string suite = "scenarios/suites/soak.yaml";
   SuiteOptions suite_options;  // jobs, results directory
   std::vector<std::string> detectors{"baseline"};
-  double for_s = 0;        // wall-clock budget: no round starts after it (0: none)
-  int64_t steps = 0;       // training steps to reach over all runs (0: none)
-  int run_steps = 0;       // workload.steps of every run (0: each scenario's own)
+  double for_s = 0;   // wall-clock budget: no round starts after it (0: none)
+  int64_t steps = 0;  // training steps to reach over all runs (0: none)
+  int run_steps = 0;  // workload.steps of every run (0: each scenario's own)
   uint64_t first_seed = 1000;
-  int max_rounds = 0;      // 0: no limit
+  int max_rounds = 0;  // 0: no limit
 };
 
 // "2h", "90m", "45s", "3600" (seconds) -> seconds; throws UsageError otherwise.

@@ -59,7 +59,7 @@ void write_runs(const std::string& dir) {
     p.ev(3.0, "harness", 1, "output", {{"line", "worker error (comm timeout): all_reduce"}});
     p.diag(3.01, "logs", "4.7", {1});
     p.ev(3.5, "harness", -1, "run_ending", {{"tools", 1}, {"wait_s", 3}});
-    p.ev(3.6, "harness", -1, "run_end", {});
+    p.ev(3.6, "harness", -1, "run_end", {{"outcome", "pass"}});
     fs::create_directories(p.dir + "/ranks/rank1");
     std::ofstream(p.dir + "/ranks/rank1/events.jsonl") << "{\"kind\":\"hello\"}\n";
     std::ofstream(p.dir + "/ranks/rank1/fr_dump_on_signal") << "flight recorder bytes";
@@ -124,14 +124,17 @@ TEST(Dataset, ExportWritesRunsGroundTruthAndAManifestOfHashes) {
     export_dataset({{dir + "/suite"}, out});
     FAIL() << "an export overwrote " << out;
   } catch (const ConfigError& e) {
-    EXPECT_EQ(std::string(e.what()), out + ": exists; an export writes a new directory and never "
-                                           "overwrites one (remove it or choose another -o)");
+    EXPECT_EQ(std::string(e.what()),
+              "export: " + out +
+                  " exists; an export writes a new directory and never overwrites one (remove it "
+                  "or choose another -o)");
   }
 }
 
 TEST(Dataset, AReaderRefusesASchemaVersionItDoesNotKnow) {
   const auto dir = root();
-  std::ofstream(dir + "/manifest.json") << R"({"schema": "faultline.dataset", "schema_version": 2})";
+  std::ofstream(dir + "/manifest.json")
+      << R"({"schema": "faultline.dataset", "schema_version": 2})";
   try {
     dataset_runs(dir);
     FAIL() << "read a version 2 dataset";
