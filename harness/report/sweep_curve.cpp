@@ -2,6 +2,7 @@
 // in inline SVG: one point per value of the swept knob, x the share of clean runs with a false
 // alarm, y the recall on the positives, each with its Wilson 95% interval as error bars.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -63,7 +64,7 @@ std::map<std::string, std::vector<SweepPoint>> sweep_points(const nlohmann::json
   return curves;
 }
 
-std::string axes(double w, double h, double m) {
+std::string axes(double w, double h, double m, double xmax, double ymax) {
   std::string s = fmt::format(
       "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#444\"/>"
       "<line x1=\"{0}\" y1=\"{3}\" x2=\"{0}\" y2=\"{1}\" stroke=\"#444\"/>",
@@ -72,9 +73,9 @@ std::string axes(double w, double h, double m) {
     const double f = k / 4.0, x = m + f * (w - 2 * m), y = h - m - f * (h - 2 * m);
     s += fmt::format(
         "<text x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"middle\">{:.0f}%</text>",
-        html::num(x), html::num(h - m + 14), 100 * f);
+        html::num(x), html::num(h - m + 14), 100 * f * xmax);
     s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"end\">{:.0f}%</text>",
-                     html::num(m - 4), html::num(y + 3), 100 * f);
+                     html::num(m - 4), html::num(y + 3), 100 * f * ymax);
   }
   s += fmt::format(
       "<text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\">clean runs with a false "
@@ -86,8 +87,15 @@ std::string axes(double w, double h, double m) {
 
 std::string curve_svg(const std::string& name, const std::vector<SweepPoint>& pts) {
   constexpr double w = 420, h = 320, m = 44;
-  auto X = [&](double f) { return m + f * (w - 2 * m); };
-  auto Y = [&](double f) { return h - m - f * (h - 2 * m); };
+  // Each axis up to the largest interval bound, rounded up to a tenth: a sweep whose false
+  // alarms stay under 10% is not squeezed into a corner.
+  double xmax = 0.1, ymax = 0.1;
+  for (const auto& p : pts) {
+    xmax = std::max(xmax, std::ceil(10 * p.xi.hi - 1e-9) / 10);
+    ymax = std::max(ymax, std::ceil(10 * p.yi.hi - 1e-9) / 10);
+  }
+  auto X = [&](double f) { return m + f / xmax * (w - 2 * m); };
+  auto Y = [&](double f) { return h - m - f / ymax * (h - 2 * m); };
   std::string s = fmt::format(
       "<figure class=\"sweep\"><figcaption>{}: detection vs false alarm (points: knob values; "
       "bars: "
@@ -95,7 +103,7 @@ std::string curve_svg(const std::string& name, const std::vector<SweepPoint>& pt
       "height=\"{}\" "
       "data-curve=\"{}\">",
       html_escape(name), w, h, html_escape(name));
-  s += axes(w, h, m);
+  s += axes(w, h, m, xmax, ymax);
   std::string path;
   for (const auto& p : pts)
     path += fmt::format("{}{},{} ", path.empty() ? "M" : "L", html::num(X(p.x)), html::num(Y(p.y)));

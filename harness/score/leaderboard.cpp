@@ -13,10 +13,6 @@ std::string pct(double x) {
   return fmt::format("{:.0f}%", 100 * x);
 }
 
-std::string secs(double x) {
-  return std::isnan(x) ? "-" : fmt::format("{:.2f}", x);
-}
-
 // Renders rows of cells as aligned columns or as a markdown table.
 std::string render(const std::vector<std::vector<std::string>>& rows, bool markdown) {
   std::vector<size_t> w(rows[0].size(), 0);
@@ -86,7 +82,7 @@ std::vector<std::string> score_row(const DetectorScore& s) {
       f1_ci(s),
       secs_ci(percentile(s.latency_inject_s, 50), s.ci.latency_p50, s.latency_inject_s.size()),
       secs_ci(percentile(s.latency_inject_s, 95), s.ci.latency_p95, s.latency_inject_s.size()),
-      secs(percentile(s.latency_manifest_s, 50)),
+      secs_ci(percentile(s.latency_manifest_s, 50), Interval{}, s.latency_manifest_s.size()),
       rate_n(s.symptom),
       rate_n(s.stage),
       rate_n(s.top1),

@@ -115,7 +115,9 @@ void Replay::start_tools(const std::vector<ToolCommand>& tools) {
     p.name = "tool:" + t.name;
     p.argv = t.argv;
     p.cwd = dst_ + "/tools";
-    for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
+    for (auto& [k, v] : base_env()) {
+      if (k != "FAULTLINE_CLOCK_RATE") p.env.push_back(k + "=" + v);  // the replay's, below
+    }
     for (auto& kv : tool_env(t, addr, secret_, dst_)) p.env.push_back(kv);
     p.env.push_back(fmt::format("FAULTLINE_CLOCK_RATE={}", speed_));
     const pid_t pid = sup_.spawn(p);

@@ -55,8 +55,13 @@ RunTruth load_run_truth(const std::string& run_dir) {
   }
   int64_t first_fault = -1;
   t.t_launch_ns = -1;
+  // The run ends with its last event of its own: the tools' traces (their diagnoses and exits,
+  // run_ending) follow the detectors' pace, not the run's, and would make an offline replay's
+  // clean hours differ from live ones.
+  static const std::set<std::string> tool_trace = {"diagnosis", "tool_start", "tool_exit",
+                                                   "observer_dropped", "run_ending"};
   for (const auto& e : h) {
-    t.t_end_ns = std::max(t.t_end_ns, e.t_ns);
+    if (!tool_trace.count(e.kind)) t.t_end_ns = std::max(t.t_end_ns, e.t_ns);
     if (e.kind == "run_start") {
       auto d = nlohmann::json::parse(e.data_json, nullptr, false);
       if (!d.is_discarded()) t.fix = d.value("fix", false);
