@@ -18,7 +18,7 @@ namespace fl::harness {
 struct OfflineOptions {
   std::vector<std::string> paths;  // datasets (faultline export), suites or runs
   std::vector<std::string> detectors{"baseline"};
-  double speed = 100;  // harness seconds per wall second while events are fed
+  double speed = 20;  // harness seconds per wall second while events are fed (up to 100)
   std::string results_dir = "results/replays";
   bool check_live = false;  // compare each run's scoring record with the recorded live one
   bool markdown = false;

@@ -1,5 +1,6 @@
 #include "harness/score/soak.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -60,7 +61,11 @@ SuiteOptions round_options(const SoakOptions& o, const std::string& dir, int rou
   so.retries = 0;
   for (const auto& d : o.detectors) so.run_args.insert(so.run_args.end(), {"--detector", d});
   if (o.run_steps > 0) {
-    so.run_args.insert(so.run_args.end(), {"--set", fmt::format("workload.steps={}", o.run_steps)});
+    // Longer runs need a longer run timeout than the scenarios' (120 s by default): 3 s a step
+    // covers the small model's step on a 2-core machine under heavy load (0.6 s measured).
+    const int run_s = std::clamp(60 + 3 * o.run_steps, 120, 86400);
+    so.run_args.insert(so.run_args.end(), {"--set", fmt::format("workload.steps={}", o.run_steps),
+                                           "--set", fmt::format("timeouts.run_s={}", run_s)});
   }
   return so;
 }

@@ -5,8 +5,11 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "base/stats.hpp"
 #include "harness/score/score.hpp"
+#include "harness/score/soak.hpp"
 #include "harness/score/uncertainty.hpp"
 
 namespace fl::harness {
@@ -135,6 +138,30 @@ TEST(Uncertainty, ScoreIntervalsComeFromTheOutcomes) {
   const ScoreIntervals again = score_intervals(a, {});
   EXPECT_EQ(ci.f1.lo, again.f1.lo);
   EXPECT_EQ(ci.latency_p95.hi, again.latency_p95.hi);
+}
+
+}  // namespace
+}  // namespace fl::harness
+
+namespace fl::harness {
+namespace {
+
+TEST(Soak, DurationsTakeHoursMinutesAndSeconds) {
+  EXPECT_DOUBLE_EQ(parse_duration("2h"), 7200);
+  EXPECT_DOUBLE_EQ(parse_duration("90m"), 5400);
+  EXPECT_DOUBLE_EQ(parse_duration("45s"), 45);
+  EXPECT_DOUBLE_EQ(parse_duration("3600"), 3600);
+  EXPECT_DOUBLE_EQ(parse_duration("0.5h"), 1800);
+  for (const char* bad : {"", "2x", "h", "0", "-1h"}) {
+    try {
+      parse_duration(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), fmt::format("--for '{}': a duration above 0 such as 2h, "
+                                                   "90m, 45s or 3600 (seconds)",
+                                                   bad));
+    }
+  }
 }
 
 }  // namespace
