@@ -24,7 +24,17 @@ FAULTLINE_BIN=build/harness/faultline bash ci/kill-trials.sh 10 || [[ $? -eq 77 
   nightly_tests_failed=1
 mkdir -p "$results"
 previous=$(ls -d "$results"/*/ 2>/dev/null | sed 's#/$##' | tail -n 1 || true)
-build/harness/faultline bench-detectors "$suite" -j 2 --results "$results"
+# The clean soak (issue 35): fault-free runs with decoys only for $SOAK of wall time (default 2h;
+# SOAK=0 skips it), two jobs side by side, the baselines attached; its clean hours join the
+# leaderboard's false-alarm figures (--soak). Kept beside $results: the nightly diff reads the
+# suite directories in $results only.
+soak_args=()
+if [[ "${SOAK:-2h}" != "0" ]]; then
+  build/harness/faultline soak --for "${SOAK:-2h}" -j 2 --run-steps 200 --results "$results-soak" ||
+    nightly_tests_failed=1
+  soak_args=(--soak "$(ls -d "$results-soak"/*/ | sed 's#/$##' | tail -n 1)")
+fi
+build/harness/faultline bench-detectors "$suite" -j 2 --results "$results" "${soak_args[@]}"
 tonight=$(ls -d "$results"/*/ | sed 's#/$##' | tail -n 1)
 build/harness/faultline report "$tonight" --runs
 # The night's figures for Prometheus (textfile collector or Pushgateway: docs/reports.md).

@@ -18,6 +18,8 @@ Handler setup_bench_detectors(CLI::App& sub) {
   sub.add_option("--sweep", o->sweep, "A detector and its knob to sweep, e.g. \"hang --floor-s\"");
   sub.add_option("--values", o->values, "The knob's values (one detector per value)")
       ->delimiter(',');
+  sub.add_option("--soak", o->soak,
+                 "Soak directories (faultline soak) whose clean runs join the false-alarm figures");
   sub.add_option("-j,--jobs", o->suite_options.jobs, "Runs at the same time")
       ->capture_default_str();
   sub.add_option("--results", o->suite_options.results_dir, "Where suite directories go")

@@ -28,7 +28,9 @@
   X(campaign)                 \
   X(shrink)                   \
   X(triage)                   \
-  X(status)
+  X(status)                   \
+  X(export)                   \
+  X(soak)
 
 namespace fl::cli {
 

@@ -101,11 +101,30 @@ History::~History() {
 }
 
 int64_t History::now_ns() const {
-  return mono_ns() - t0_;
+  const int64_t m = mono_ns();
+  if (rate_ == 1 && rate_from_ == 0) return m - t0_;
+  return rate_base_ + static_cast<int64_t>(static_cast<double>(m - rate_from_) * rate_);
+}
+
+void History::set_clock_rate(double rate, int64_t from_ns) {
+  std::lock_guard lock(mu_);
+  const int64_t base = from_ns >= 0 ? from_ns : now_ns();
+  rate_from_ = mono_ns();
+  rate_base_ = base;
+  rate_ = rate;
 }
 
 uint64_t History::append(HistoryEvent e) {
   std::lock_guard lock(mu_);
+  return append_locked(std::move(e), -1);
+}
+
+uint64_t History::append_at(HistoryEvent e, int64_t t_ns) {
+  std::lock_guard lock(mu_);
+  return append_locked(std::move(e), t_ns);
+}
+
+uint64_t History::append_locked(HistoryEvent e, int64_t t_ns) {
   EventContext ctx{world_, true};
   if (auto why = check_event(e, ctx)) {
     if (++rejected_ <= 5) rejected_reasons_.push_back(*why);
@@ -113,13 +132,18 @@ uint64_t History::append(HistoryEvent e) {
   }
   world_ = ctx.world;
   e.index = events_.size();
-  e.t_ns = now_ns();
+  e.t_ns = t_ns >= 0 ? t_ns : now_ns();
   // The data was re-serialised on one line by the check: the line splices it in as is.
   const std::string line = to_json_line(e, EventLine::kHistory);
   std::fwrite(line.data(), 1, line.size(), file_);
   for (auto& [id, l] : listeners_) l(e);
   events_.push_back(std::move(e));
   return events_.size() - 1;
+}
+
+size_t History::listener_count() const {
+  std::lock_guard lock(mu_);
+  return listeners_.size();
 }
 
 void History::refuse(std::string why) {

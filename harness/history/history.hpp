@@ -45,12 +45,19 @@ class History {
   // A harness event.
   uint64_t harness(const std::string& kind, const nlohmann::json& data, int rank = -1);
   void flush();
+  // An offline replay (score/offline.cpp) runs the clock `rate` times faster from now on (the
+  // time so far is kept), and appends recorded events at their recorded times.
+  // With `from_ns` >= 0 the clock reads that now.
+  void set_clock_rate(double rate, int64_t from_ns = -1);
+  uint64_t append_at(HistoryEvent e, int64_t t_ns);
 
   using Listener = std::function<void(const HistoryEvent&)>;
   // Listeners run under the history's lock, in order: keep them short (queue and return).
   // Returns a handle for remove_listener.
   int add_listener(Listener l);
   void remove_listener(int id);
+  // Listeners installed now (an Observe stream holds one while it is open).
+  size_t listener_count() const;
   // Everything appended so far (Observe's replay), and the listener installed atomically with it.
   std::vector<HistoryEvent> snapshot_and_listen(Listener l, int* id);
 
@@ -69,6 +76,10 @@ class History {
   std::vector<std::pair<int, Listener>> listeners_;
   int next_listener_ = 0;
   int64_t t0_;
+  double rate_ = 1;        // set_clock_rate: harness ns per monotonic ns after...
+  int64_t rate_from_ = 0;  // ...this monotonic time, at which the clock read...
+  int64_t rate_base_ = 0;  // ...this
+  uint64_t append_locked(HistoryEvent e, int64_t t_ns);
   int world_ = 0;  // from run_start: the ranks rank events may carry
   uint64_t rejected_ = 0;
   std::vector<std::string> rejected_reasons_;

@@ -24,6 +24,11 @@ inline std::string html_escape(std::string_view s) {
   return escape_markup(s, Markup::kHtml);
 }
 
+// A detector benchmark's threshold sweeps (leaderboard.json detectors named "hang,floor-s=2")
+// as detection-vs-false-alarm curves in inline SVG, one per swept knob with two or more values;
+// "" when there is none.
+std::string sweep_curves_html(const nlohmann::json& leaderboard);
+
 struct DiffOptions {
   double time_ratio = 2.0;        // time to symptom this many times slower is a regression...
   double time_min_s = 2.0;        // ...when it is also this many seconds slower

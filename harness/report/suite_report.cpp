@@ -3,6 +3,7 @@
 // reproduced — with the median time to symptom; every run with its outcome; the detector
 // leaderboard when the suite was a benchmark.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -72,23 +73,56 @@ std::string provenance_html(const nlohmann::json& p) {
   return s + "</table>\n";
 }
 
+// "77% [69-83] 99/128": a share, its 95% interval (from the leaderboard) and its counts.
+std::string share_cell(const nlohmann::json& d, const char* value, const char* ci, int k, int n) {
+  if (n == 0) return "- <small>0/0</small>";
+  const auto& i = d.contains(ci) ? d[ci] : nlohmann::json();
+  const std::string range =
+      i.is_array() && i.size() == 2
+          ? fmt::format(" [{:.0f}-{:.0f}]", 100 * i[0].get<double>(), 100 * i[1].get<double>())
+          : "";
+  return fmt::format("{:.0f}%{} <small>{}/{}</small>", 100 * d.value(value, 0.0), range, k, n);
+}
+
+std::string leaderboard_row(const nlohmann::json& d) {
+  const auto& lat = d["latency_from_injection_s"];
+  const auto& f1 = d.contains("f1_ci95") ? d["f1_ci95"] : nlohmann::json();
+  const auto& fph = d.contains("false_positives_per_clean_hour_ci95")
+                        ? d["false_positives_per_clean_hour_ci95"]
+                        : nlohmann::json();
+  const int tp = d.value("true_positives", 0);
+  return fmt::format(
+      "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.2f}{} <small>n={}</small></td><td>{} "
+      "<small>n={}</small></td><td>{:.0f}% <small>{}/{}</small></td><td>{:.0f}% "
+      "<small>n={}</small></td><td>{:.0f}{} <small>{} in {:.3f} h</small></td></tr>\n",
+      html_escape(d.value("detector", "")),
+      share_cell(d, "recall", "recall_ci95", tp, d.value("positives", 0)),
+      share_cell(d, "precision", "precision_ci95", tp, tp + d.value("false_positive_runs", 0)),
+      d.value("f1", 0.0),
+      f1.is_array() ? fmt::format(" [{:.2f}-{:.2f}]", f1[0].get<double>(), f1[1].get<double>())
+                    : "",
+      d.value("positives", 0) + d.value("negatives", 0),
+      lat["p50"].is_number() ? html::num(lat["p50"].get<double>(), 2) : "-", lat.value("n", 0),
+      100 * d.value("symptom_accuracy", 0.0),
+      static_cast<int>(std::lround(d.value("symptom_accuracy", 0.0) * d.value("symptom_n", 0))),
+      d.value("symptom_n", 0), 100 * d.value("localisation_top1", 0.0),
+      d.value("localised_runs", 0), d.value("false_positives_per_clean_hour", 0.0),
+      fph.is_array() ? fmt::format(" [{:.0f}-{:.0f}]", fph[0].get<double>(), fph[1].get<double>())
+                     : "",
+      d.value("false_alarms_on_clean_runs", 0), d.value("clean_hours", 0.0));
+}
+
 std::string leaderboard_html(const nlohmann::json& lb) {
   std::string s =
       "<h2>Detector leaderboard</h2><table id=\"leaderboard\"><tr><th>detector</th>"
       "<th>recall</th><th>precision</th><th>F1</th><th>latency p50 s</th><th>symptom</th>"
       "<th>top-1</th><th>FP / clean h</th></tr>\n";
-  for (const auto& d : lb.value("detectors", nlohmann::json::array())) {
-    auto lat = d["latency_from_injection_s"]["p50"];
-    s += fmt::format(
-        "<tr><td>{}</td><td>{:.0f}%</td><td>{:.0f}%</td><td>{:.2f}</td><td>{}</td>"
-        "<td>{:.0f}%</td><td>{:.0f}%</td><td>{:.0f}</td></tr>\n",
-        html_escape(d.value("detector", "")), 100 * d.value("recall", 0.0),
-        100 * d.value("precision", 0.0), d.value("f1", 0.0),
-        lat.is_number() ? html::num(lat.get<double>(), 2) : "-",
-        100 * d.value("symptom_accuracy", 0.0), 100 * d.value("localisation_top1", 0.0),
-        d.value("false_positives_per_clean_hour", 0.0));
-  }
-  return s + "</table>\n";
+  for (const auto& d : lb.value("detectors", nlohmann::json::array())) s += leaderboard_row(d);
+  return s +
+         "</table><p class=\"meta\">[95% interval]: Wilson for recall and precision, percentile "
+         "bootstrap over runs for F1, exact Poisson for false alarms per clean hour; every cell "
+         "gives the counts behind it.</p>\n" +
+         sweep_curves_html(lb);
 }
 
 // What the suite saw, per symptom and in all.

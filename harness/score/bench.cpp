@@ -28,12 +28,19 @@ std::vector<RunTruth> load_truths(const std::vector<std::string>& dirs) {
 
 }  // namespace
 
-int score_paths(const std::vector<std::string>& paths, bool markdown,
-                const std::string& json_path) {
+int score_paths(const std::vector<std::string>& paths, bool markdown, const std::string& json_path,
+                const std::vector<std::string>& compare, bool breakdown) {
   const auto runs = load_truths(collect_run_dirs(paths));
   const auto scores = score_detectors(runs);
   std::printf("%s", scores_table(scores, markdown).c_str());
-  if (!json_path.empty()) write_atomic(json_path, scores_json(scores).dump(2) + "\n");
+  if (breakdown) std::printf("%s", breakdown_tables(scores, markdown).c_str());
+  nlohmann::json j = scores_json(scores);
+  if (compare.size() == 2) {
+    const auto c = compare_detectors(scores, compare[0], compare[1]);
+    std::printf("\n%s", comparison_text(c, markdown).c_str());
+    j = {{"detectors", j}, {"comparison", comparison_json(c)}};
+  }
+  if (!json_path.empty()) write_atomic(json_path, j.dump(2) + "\n");
   return 0;
 }
 
@@ -51,7 +58,9 @@ int bench_detectors(const BenchDetectorsOptions& o) {
   so.name_suffix = "-detectors";
   const SuiteResult r = run_suite(o.suite, so);
   std::fprintf(stderr, "%s", suite_table(r).c_str());
-  const auto runs = load_truths(collect_run_dirs({r.dir}));
+  std::vector<std::string> dirs = {r.dir};
+  dirs.insert(dirs.end(), o.soak.begin(), o.soak.end());
+  const auto runs = load_truths(collect_run_dirs(dirs));
   const auto scores = score_detectors(runs);
   const std::string table = scores_table(scores, false);
   std::printf("\n%s", table.c_str());
@@ -62,14 +71,20 @@ int bench_detectors(const BenchDetectorsOptions& o) {
     md += fmt::format(" --sweep '{}' --values", o.sweep);
     for (auto& v : o.values) md += " " + v;
   }
-  md += fmt::format("`, {} runs.\n\n", r.cases.size());
+  for (const auto& s : o.soak) md += fmt::format(" --soak {}", s);
+  md += fmt::format("`, {} runs{}.\n\n", r.cases.size(),
+                    o.soak.empty() ? "" : ", plus the clean runs of the soak");
   const nlohmann::json provenance = r.provenance.to_json();
   md += provenance_markdown(provenance) + "\n";
   md += scores_table(scores, true);
+  md += breakdown_tables(scores, true);
   write_atomic(r.dir + "/leaderboard.md", md);
   write_atomic(r.dir + "/leaderboard.json", nlohmann::json{{"suite", r.name},
                                                            {"runs", r.cases.size()},
                                                            {"provenance", provenance},
+                                                           {"sweep", o.sweep},
+                                                           {"sweep_values", o.values},
+                                                           {"soak", o.soak},
                                                            {"detectors", scores_json(scores)}}
                                                     .dump(2) +
                                                 "\n");

@@ -18,14 +18,19 @@ struct BenchDetectorsOptions {
   // attached to the same runs.
   std::string sweep;
   std::vector<std::string> values;
+  // Soak directories (faultline soak) whose clean runs join the scores: their hours back the
+  // false-alarm figures.
+  std::vector<std::string> soak;
 };
 
 // Returns the process exit status: 0 when the leaderboard was written.
 int bench_detectors(const BenchDetectorsOptions& o);
 
-// Scores existing runs or suites; prints the table (markdown with `markdown`), and writes JSON to
-// `json_path` when given.
-int score_paths(const std::vector<std::string>& paths, bool markdown, const std::string& json_path);
+// Scores existing runs or suites; prints the table (markdown with `markdown`), with `breakdown`
+// recall per stage and symptom, with two `compare` detectors their paired comparison, and writes
+// JSON to `json_path` when given.
+int score_paths(const std::vector<std::string>& paths, bool markdown, const std::string& json_path,
+                const std::vector<std::string>& compare = {}, bool breakdown = false);
 
 struct BenchRecoveryOptions {
   std::string suite;

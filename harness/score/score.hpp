@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/stats.hpp"
+#include "harness/score/uncertainty.hpp"
 
 namespace fl::harness {
 
@@ -53,6 +54,22 @@ struct Rate {
   double value() const { return n > 0 ? static_cast<double>(hit) / n : 0; }
 };
 
+// One scored run as one detector saw it: what the intervals resample and the paired tests pair.
+struct RunOutcome {
+  size_t run = 0;            // index into the runs scored
+  bool positive = false;     // else a negative (excluded runs have no outcome)
+  bool detected = false;     // positive: a diagnosis at or after the injection
+  bool false_alarm = false;  // negative: any diagnosis; positive: only alarms before injection
+  int alarms = 0;            // negative: its diagnoses
+  double hours = 0;          // negative: its duration
+  double latency_s = std::nan("");  // detected: from the injection
+};
+
+// The 95% intervals of a detector's figures (uncertainty.hpp says how each is made).
+struct ScoreIntervals {
+  Interval recall, precision, f1, latency_p50, latency_p95, fp_per_hour;
+};
+
 struct DetectorScore {
   std::string detector;
   int positives = 0, negatives = 0, excluded = 0;
@@ -64,6 +81,9 @@ struct DetectorScore {
   int jaccard_n = 0;
   std::map<int, Rate> by_stage;            // recall per taxonomy stage
   std::map<std::string, Rate> by_symptom;  // recall per symptom
+  std::vector<RunOutcome> outcomes;        // per scored run, in run order
+  ScoreIntervals ci;
+  int false_alarm_negatives() const;  // negatives with an alarm
   double recall() const { return positives > 0 ? static_cast<double>(tp) / positives : 0; }
   double precision() const {
     return tp + fp_runs > 0 ? static_cast<double>(tp) / (tp + fp_runs) : 0;
@@ -73,8 +93,31 @@ struct DetectorScore {
   double jaccard() const { return jaccard_n > 0 ? jaccard_sum / jaccard_n : 0; }
 };
 
-// One score per detector seen in `runs` (sorted by name), plus "any": the union of all of them.
-std::vector<DetectorScore> score_detectors(const std::vector<RunTruth>& runs);
+// One score per detector seen in `runs` (sorted by name), plus "any": the union of all of them,
+// each with its 95% intervals (bootstrap resamples and seed from `o`).
+std::vector<DetectorScore> score_detectors(const std::vector<RunTruth>& runs,
+                                           const BootstrapOptions& o = {});
+// The intervals of one score from its outcomes (score_detectors calls it).
+ScoreIntervals score_intervals(const DetectorScore& s, const BootstrapOptions& o);
+
+// Two detectors on the same runs: McNemar's exact test on the positives one detected and the
+// other missed, and a paired bootstrap of the median latency difference (a - b) on the runs both
+// detected.
+struct PairedComparison {
+  std::string a, b;
+  int both = 0, only_a = 0, only_b = 0, neither = 0;  // positives
+  double mcnemar_p = 1;
+  int latency_pairs = 0;
+  double latency_diff_median_s = std::nan("");
+  Interval latency_diff;
+};
+PairedComparison compare_detectors(const std::vector<DetectorScore>& scores, const std::string& a,
+                                   const std::string& b, const BootstrapOptions& o = {});
+std::string comparison_text(const PairedComparison& c, bool markdown);
+nlohmann::json comparison_json(const PairedComparison& c);
+
+// Recall per stage and per symptom, one column per detector, each cell "hit/n [95% CI]".
+std::string breakdown_tables(const std::vector<DetectorScore>& scores, bool markdown);
 
 // p-th percentile (0-100) by linear interpolation; NaN for an empty list.
 using fl::stats::percentile;

@@ -69,6 +69,16 @@ def event_to_dict(e: pb.Event) -> Event:
             "t_ns": e.harness_ns, "data": data, "seq": e.seq, "time_unix_ns": e.time_unix_ns}
 
 
+
+def clock_rate() -> float:
+    """Harness seconds per second here: 1 beside a live run, the replay's speed when
+    ``faultline score --offline`` feeds a recorded history faster (FAULTLINE_CLOCK_RATE)."""
+    try:
+        rate = float(os.environ.get("FAULTLINE_CLOCK_RATE", "1"))
+    except ValueError:
+        return 1.0
+    return rate if rate > 0 else 1.0
+
 class Client:
     """One tool's connection to a run's control plane.
 
@@ -109,7 +119,8 @@ class Client:
 
     def now_ns(self) -> int:
         """Estimated current harness time: the last event's time plus the time since it came."""
-        return self._last_event_ns + int((time.monotonic() - self._last_event_at) * 1e9)
+        return self._last_event_ns + int(
+            (time.monotonic() - self._last_event_at) * 1e9 * clock_rate())
 
     def events(self, kinds: Sequence[str] = (), tick: Optional[float] = None,
                stop_at_run_ending: bool = True) -> Iterator[Optional[Event]]:
@@ -146,7 +157,7 @@ class Client:
         try:
             while True:
                 try:
-                    item = inbox.get(timeout=tick)
+                    item = inbox.get(timeout=tick / clock_rate())
                 except queue.Empty:
                     yield None
                     continue

@@ -137,10 +137,17 @@ TEST(Score, RecallPrecisionLatencyLocalisationAndFalseAlarms) {
   EXPECT_EQ(any.tp, 2);
   EXPECT_NEAR(any.latency_inject_s[0], 1.5, 1e-9);  // the earliest valid diagnosis of run a
   const std::string table = scores_table(scores, true);
-  EXPECT_NE(table.find("| comm | 50% | 100%"), std::string::npos) << table;
+  // Every cell states its interval and the counts behind it: recall 1/2 (Wilson [9%, 91%]),
+  // precision 1/1 ([21%, 100%]), no clean hour without alarms for comm: 0 in 0.010 h.
+  EXPECT_NE(table.find("| comm | 50% [9-91] 1/2 | 100% [21-100] 1/1 |"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("| 0 [0-369] 0 in 0.010 h |"), std::string::npos) << table;
   const auto j = scores_json(scores);
   EXPECT_EQ(j[0]["detector"], "comm");
   EXPECT_EQ(j[0]["recall_by_symptom"]["4.7"]["positives"], 2);
+  EXPECT_NEAR(j[0]["recall_ci95"][0].get<double>(), wilson(1, 2).lo, 1e-12);
+  EXPECT_EQ(j[0]["precision_n"], 1);
+  EXPECT_EQ(j[0]["latency_from_injection_s"]["n"], 1);
 }
 
 TEST(Score, SweepVariantsStayOutOfTheEnsemble) {
