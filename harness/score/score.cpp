@@ -175,7 +175,7 @@ void score_first(DetectorScore& s, const RunTruth& r, const ScoredDiagnosis& fir
     ++s.top1.n;
     s.top1.hit +=
         !first.ranks.empty() && std::count(r.ranks.begin(), r.ranks.end(), first.ranks[0]) > 0 ? 1
-                                                                                                : 0;
+                                                                                               : 0;
     s.jaccard_sum += jaccard(first.ranks, r.ranks);
     ++s.jaccard_n;
   }
@@ -280,8 +280,8 @@ nlohmann::json rates_json(const std::map<std::string, Rate>& rates) {
 
 nlohmann::json latency_json(const std::vector<double>& v, const Interval* p50,
                             const Interval* p95) {
-  nlohmann::json j = {{"p50", num(percentile(v, 50))}, {"p95", num(percentile(v, 95))},
-                      {"n", v.size()}};
+  nlohmann::json j = {
+      {"p50", num(percentile(v, 50))}, {"p95", num(percentile(v, 95))}, {"n", v.size()}};
   if (p50) j["p50_ci95"] = interval_json(*p50);
   if (p95) j["p95_ci95"] = interval_json(*p95);
   return j;
@@ -294,40 +294,40 @@ nlohmann::json scores_json(const std::vector<DetectorScore>& scores) {
   for (const auto& s : scores) {
     std::map<std::string, Rate> stages;
     for (auto& [k, r] : s.by_stage) stages[std::to_string(k)] = r;
-    arr.push_back({{"detector", s.detector},
-                   {"positives", s.positives},
-                   {"negatives", s.negatives},
-                   {"excluded", s.excluded},
-                   {"true_positives", s.tp},
-                   {"false_negatives", s.fn},
-                   {"false_positive_runs", s.fp_runs},
-                   {"false_alarm_clean_runs", s.false_alarm_negatives()},
-                   {"false_alarms_on_clean_runs", s.fp_alarms},
-                   {"alarms_before_injection", s.early},
-                   {"clean_hours", s.clean_hours},
-                   {"recall", s.recall()},
-                   {"recall_ci95", interval_json(s.ci.recall)},
-                   {"precision", s.precision()},
-                   {"precision_n", s.tp + s.fp_runs},
-                   {"precision_ci95", interval_json(s.ci.precision)},
-                   {"f1", s.f1()},
-                   {"f1_n", s.positives + s.negatives},
-                   {"f1_ci95", interval_json(s.ci.f1)},
-                   {"latency_from_injection_s",
-                    latency_json(s.latency_inject_s, &s.ci.latency_p50, &s.ci.latency_p95)},
-                   {"latency_from_manifestation_s",
-                    latency_json(s.latency_manifest_s, nullptr, nullptr)},
-                   {"symptom_accuracy", s.symptom.value()},
-                   {"symptom_n", s.symptom.n},
-                   {"stage_accuracy", s.stage.value()},
-                   {"stage_n", s.stage.n},
-                   {"localisation_top1", s.top1.value()},
-                   {"localisation_jaccard", s.jaccard()},
-                   {"localised_runs", s.top1.n},
-                   {"false_positives_per_clean_hour", s.fp_per_hour()},
-                   {"false_positives_per_clean_hour_ci95", interval_json(s.ci.fp_per_hour)},
-                   {"recall_by_stage", rates_json(stages)},
-                   {"recall_by_symptom", rates_json(s.by_symptom)}});
+    arr.push_back(
+        {{"detector", s.detector},
+         {"positives", s.positives},
+         {"negatives", s.negatives},
+         {"excluded", s.excluded},
+         {"true_positives", s.tp},
+         {"false_negatives", s.fn},
+         {"false_positive_runs", s.fp_runs},
+         {"false_alarm_clean_runs", s.false_alarm_negatives()},
+         {"false_alarms_on_clean_runs", s.fp_alarms},
+         {"alarms_before_injection", s.early},
+         {"clean_hours", s.clean_hours},
+         {"recall", s.recall()},
+         {"recall_ci95", interval_json(s.ci.recall)},
+         {"precision", s.precision()},
+         {"precision_n", s.tp + s.fp_runs},
+         {"precision_ci95", interval_json(s.ci.precision)},
+         {"f1", s.f1()},
+         {"f1_n", s.positives + s.negatives},
+         {"f1_ci95", interval_json(s.ci.f1)},
+         {"latency_from_injection_s",
+          latency_json(s.latency_inject_s, &s.ci.latency_p50, &s.ci.latency_p95)},
+         {"latency_from_manifestation_s", latency_json(s.latency_manifest_s, nullptr, nullptr)},
+         {"symptom_accuracy", s.symptom.value()},
+         {"symptom_n", s.symptom.n},
+         {"stage_accuracy", s.stage.value()},
+         {"stage_n", s.stage.n},
+         {"localisation_top1", s.top1.value()},
+         {"localisation_jaccard", s.jaccard()},
+         {"localised_runs", s.top1.n},
+         {"false_positives_per_clean_hour", s.fp_per_hour()},
+         {"false_positives_per_clean_hour_ci95", interval_json(s.ci.fp_per_hour)},
+         {"recall_by_stage", rates_json(stages)},
+         {"recall_by_symptom", rates_json(s.by_symptom)}});
   }
   return arr;
 }

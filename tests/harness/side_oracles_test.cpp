@@ -403,7 +403,8 @@ TEST_F(SideKeys, ExpectOfItemsAreExpectMaps) {
             "hang_s, op, group, factor, after_step, slowed, skipped, measure, of)");
   EXPECT_EQ(error_of("name: a\nexpect:\n  oracle: all\n  of:\n    - {oracle: fast}\n"),
             "s.yaml:5:16: expect.of[0].oracle: 'fast' is not allowed (allowed: completed, "
-            "exit_class, first_failure, error_signature, hang, comm_timeout, loss_nonfinite, loss_divergence, "
+            "exit_class, first_failure, error_signature, hang, comm_timeout, loss_nonfinite, "
+            "loss_divergence, "
             "oom, checkpoint_error, output_mismatch, throughput_degradation, memory_growth, "
             "skipped_steps, baseline, any, all)");
   EXPECT_EQ(error_of("name: a\nexpect: {oracle: any}\n"),
