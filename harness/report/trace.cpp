@@ -141,12 +141,22 @@ void add_step_phases(TraceBuilder& tb, int pid, const nlohmann::json& phases, in
 
 // A rank's step: a slice as long as the step took, and its loss, loss scale and memory counters.
 // It ends when the step event arrived, or, when the worker says how long after the step it
-// reported it (`reported_after_s`: an evaluation in between), that much earlier.
-void add_step(TraceBuilder& tb, const HistoryEvent& e, const nlohmann::json& d) {
+// reported it (`reported_after_s`: an evaluation in between), that much earlier. Events come in
+// batches, so the first of a batch arrives later than it happened: a step that would begin
+// before the rank's previous step ended is moved to begin there, as slices on one track must not
+// overlap (a CI run under load had a step's window take in its neighbour's parts).
+void add_step(TraceBuilder& tb, std::map<int, int64_t>& step_end, const HistoryEvent& e,
+              const nlohmann::json& d) {
   const int pid = pid_of(e.rank);
   const double dur_s = d.value("step_time_s", 0.0);
-  const int64_t t1 = e.t_ns - ns(std::max(0.0, d.value("reported_after_s", 0.0)));
-  const int64_t t0 = t1 - ns(dur_s);
+  int64_t t1 = e.t_ns - ns(std::max(0.0, d.value("reported_after_s", 0.0)));
+  int64_t t0 = t1 - ns(dur_s);
+  int64_t& previous_end = step_end[pid];
+  if (t0 < previous_end) {
+    t1 += previous_end - t0;
+    t0 = previous_end;
+  }
+  previous_end = t1;
   tb.slice(pid, kMainTid, fmt::format("step {}", e.step), "step", t0, t1, args_of(d));
   if (d.contains("phases")) add_step_phases(tb, pid, d["phases"], t0, t1);
   if (d.contains("loss") && d["loss"].is_number()) {
@@ -249,6 +259,7 @@ nlohmann::json run_trace(const std::string& run_dir) {
 
   InFlight in_flight;
   OpenSections sections;
+  std::map<int, int64_t> step_end;  // pid -> where its last step slice ended
   int64_t run_t0 = -1;
   for (const auto& e : events) {
     const auto d = data_of(e);
@@ -258,7 +269,7 @@ nlohmann::json run_trace(const std::string& run_dir) {
       tb.slice(kHarnessPid, kMainTid, start.value("scenario", std::string("run")), "run",
                std::max<int64_t>(0, run_t0), e.t_ns, args_of(d));
     } else if (e.kind == "step" && e.source == "rank") {
-      add_step(tb, e, d);
+      add_step(tb, step_end, e, d);
     } else if (e.kind == "collective" && e.source == "rank") {
       add_collective(tb, in_flight, e, d);
     } else if (e.kind == "section" && e.source == "rank") {

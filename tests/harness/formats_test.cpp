@@ -33,10 +33,7 @@ const char* kHang = R"(name: hang
 topology: {ranks: 2}
 expect: {symptom: "4.11", oracle: error_signature, pattern: "stuck"}
 )";
-const char* kClean = R"(name: clean
-topology: {ranks: 2}
-expect: {oracle: completed}
-)";
+const char* const kClean = test::kCleanScenario;
 
 // Two ranks, two steps each; rank 1's all_reduce #3 completes after 200 ms in flight, rank 0's
 // #4 never completes; a signal fault on rank 1 and a detector's diagnosis.

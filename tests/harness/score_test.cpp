@@ -28,14 +28,8 @@ namespace fs = std::filesystem;
 
 using test::FakeRun;
 
-const char* kPositive = R"(name: pos
-topology: {ranks: 2}
-expect: {symptom: "4.7", oracle: error_signature, pattern: "comm timeout"}
-)";
-const char* kClean = R"(name: clean
-topology: {ranks: 2}
-expect: {oracle: completed}
-)";
+const char* const kPositive = test::kPositiveScenario;
+const char* const kClean = test::kCleanScenario;
 
 std::string root() {
   return test::fresh_test_dir("score",

@@ -80,9 +80,12 @@ if scenario == "torchrun-bad-token":
     assert first[0]["rank"] == 1 and first[0]["data"] == {
         "rank": 1, "how": "error_file", "message": "IndexError: index out of range in self"}, first
     assert verdict["first_failure"]["rank"] == 1, verdict
-    # torchrun's own error file: the first failure as it saw it (@record on its main).
+    # torchrun's own error file: the first failure as it saw it (@record on its main). Its error
+    # files carry whole seconds, so when rank 0's broken connection lands in the same second
+    # torchrun may pick either worker: its file must hold one of the workers' errors, and the
+    # harness's first_failure above is what breaks the tie.
     tr = harness("torchrun_error")
-    assert tr and tr[0]["data"]["message"] == "IndexError: index out of range in self", tr
+    assert tr and tr[0]["data"]["message"] in {e["message"] for e in err.values()}, (tr, err)
     assert exits[1]["class"] == "error" and exits[1]["ended_by"].startswith(
         "its exception (error file): IndexError"), exits
 elif scenario == "torchrun-killed-rank":

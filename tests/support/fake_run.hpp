@@ -12,6 +12,17 @@
 
 namespace fl::test {
 
+// The two scenarios scoring tests write most: a positive (symptom 4.7, found by its error
+// signature) and a clean run.
+inline constexpr const char* kPositiveScenario = R"(name: pos
+topology: {ranks: 2}
+expect: {symptom: "4.7", oracle: error_signature, pattern: "comm timeout"}
+)";
+inline constexpr const char* kCleanScenario = R"(name: clean
+topology: {ranks: 2}
+expect: {oracle: completed}
+)";
+
 struct FakeRun {
   std::string dir;
   std::ofstream hist;
