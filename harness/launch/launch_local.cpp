@@ -27,7 +27,7 @@ class LocalLauncher : public Launcher {
   LauncherKind kind() const override { return LauncherKind::kLocal; }
 
   void prepare(LaunchHost& h) override {
-    mca_ = local_mpi_params(h.s);   // no fabric probing in each rank's MPI_Init
+    mca_ = local_mpi_params(h.s);  // no fabric probing in each rank's MPI_Init
     for (auto& p : singleton_mpi_params(h.s, usable_cpus())) mca_.push_back(p);  // no spinning
     mpi_env_ = local_mpi_env(h.s);  // nor hwloc's I/O discovery
     if (h.s.topo.backend != "mpi" || h.s.topo.ranks <= 1) return;

@@ -67,7 +67,7 @@ class RunAgents {
   std::function<void(const std::string&)> stop_run_;
   std::unique_ptr<SlurmAllocation> slurm_;
   std::unique_ptr<AgentHub> hub_;
-  bool relaying_ = false;  // ranks stream to their host's agent (not with launcher srun)
+  bool relaying_ = false;       // ranks stream to their host's agent (not with launcher srun)
   bool srun_launcher_ = false;  // slurm_ is launcher srun's (else mpirun's inside an allocation)
 };
 

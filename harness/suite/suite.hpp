@@ -110,7 +110,7 @@ struct SuiteResult {
   nlohmann::json selection = nlohmann::json::object();  // the options that chose the cases
   std::string interrupted;         // the signal the suite itself got ("" when none)
   std::vector<std::string> notes;  // files the suite's globs matched but did not load, and why
-  nlohmann::json slurm;     // slurm executor: its jobs, partition, request (null : local)
+  nlohmann::json slurm;            // slurm executor: its jobs, partition, request (null : local)
   // A merged result (faultline merge): the cases of the shards' plan that no directory holds
   // (outcome "missing"), and the merge's account: shards, duplicates, missing (null : no merge).
   std::vector<SuiteCase> missing;
