@@ -52,6 +52,13 @@ std::string auto_resume_target(const std::string& dir, bool scan, std::string& n
 // The format version this process writes: kCheckpointFormatVersion unless
 // FAULTLINE_CHECKPOINT_FORMAT stamps another (what another release of the trainer would write).
 int written_format_version();
+// torch.save's archive version the manifest records ("torch_file_version"), by the job's
+// workload.versions.torch: 3 (the zip format) from torch 1.6 on; 0 (the legacy format, nothing
+// recorded) before it or when the scenario states no torch.
+int torch_file_version_written();
+// An older torch reads a zip archive only up to version 2: a newer checkpoint stops it with
+// PyTorch's INTERNAL ASSERT, as a CheckpointError. Nothing is checked without a stated torch.
+void check_torch_file_version(const std::string& dir, const nlohmann::json& manifest);
 // Throws CheckpointError unless the checkpoint's format version is the one this build reads and
 // its model has this model's shape; a shape difference names the first tensor it affects.
 void check_compatible(const std::string& dir, const nlohmann::json& manifest,
@@ -62,6 +69,8 @@ void check_compatible(const std::string& dir, const nlohmann::json& manifest,
 void write_file_atomic(const std::string& path, const std::string& bytes);
 std::string read_file(const std::string& path);
 uint64_t checksum(const std::string& bytes);
+// The checksum as a manifest entry's "xxh64" holds it: 16 hex digits.
+std::string checksum_hex(const std::string& bytes);
 
 // Reads the shard a manifest entry names and checks its size and xxh64 against the entry;
 // a missing or corrupt shard is a CheckpointError naming the directory, file and rank.

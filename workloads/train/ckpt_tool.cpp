@@ -148,7 +148,7 @@ int reshard(const std::string& in, const std::string& out, int new_dp, int out_z
         manifest["shards"].push_back({{"rank", rank},
                                       {"file", file},
                                       {"bytes", bytes.size()},
-                                      {"xxh64", fmt::format("{:016x}", checksum(bytes))},
+                                      {"xxh64", checksum_hex(bytes)},
                                       {"dp_rank", d},
                                       {"tp_rank", t},
                                       {"pp_rank", p},
