@@ -72,8 +72,27 @@ void add_worker_keys(std::vector<KeySpec>& v) {
   }
 }
 
+// Each fault kind's keys after the plan's (harness/faults/registry.cpp's order), each oracle's
+// after expect.ranks (harness/oracles/registry.cpp's order): the plug-ins declare their own.
+void add_plugin_keys(std::vector<KeySpec>& v) {
+  auto at =
+      std::find_if(v.begin(), v.end(), [](const KeySpec& k) { return k.path == "faults[].plan"; }) +
+      1;
+  for (const auto* kind : faults::fault_kinds()) {
+    const auto keys = kind->keys();
+    at = v.insert(at, keys.begin(), keys.end()) + static_cast<std::ptrdiff_t>(keys.size());
+  }
+  auto expect_at =
+      std::find_if(v.begin(), v.end(), [](const KeySpec& k) { return k.path == "expect.ranks"; }) +
+      1;
+  const auto oracle_keys = oracles::keys();
+  v.insert(expect_at, oracle_keys.begin(), oracle_keys.end());
+}
+
 }  // namespace
 
+// The scenario's own keys, one row each in the order `faultline keys` lists them; the workers'
+// and the plug-ins' keys join them where their sections are.
 const std::vector<KeySpec>& scenario_schema() {
   static const std::vector<KeySpec> s = [] {
     std::vector<KeySpec> v = {
@@ -306,20 +325,7 @@ const std::vector<KeySpec>& scenario_schema() {
         {"rank_env", K::kSection, "", "Per-rank environment: {\"2\": {VAR: value}}"},
     };
     add_worker_keys(v);
-    // Each fault kind's keys, after the plan's (harness/faults/registry.cpp's order).
-    auto at = std::find_if(v.begin(), v.end(),
-                           [](const KeySpec& k) { return k.path == "faults[].plan"; }) +
-              1;
-    for (const auto* kind : faults::fault_kinds()) {
-      const auto keys = kind->keys();
-      at = v.insert(at, keys.begin(), keys.end()) + static_cast<std::ptrdiff_t>(keys.size());
-    }
-    // Each oracle's keys, after expect.ranks (harness/oracles/registry.cpp's order).
-    auto expect_at = std::find_if(v.begin(), v.end(),
-                                  [](const KeySpec& k) { return k.path == "expect.ranks"; }) +
-                     1;
-    const auto oracle_keys = oracles::keys();
-    v.insert(expect_at, oracle_keys.begin(), oracle_keys.end());
+    add_plugin_keys(v);
     return v;
   }();
   return s;
