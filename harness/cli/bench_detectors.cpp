@@ -13,17 +13,13 @@ namespace {
 
 Handler setup_bench_detectors(CLI::App& sub) {
   auto o = std::make_shared<fl::harness::BenchDetectorsOptions>();
-  sub.add_option("suite", o->suite, "Suite YAML or a directory of scenarios")->required();
+  add_suite_options(sub, o->suite, o->suite_options);
   sub.add_option("--detector", o->detectors, detector_help())->capture_default_str();
   sub.add_option("--sweep", o->sweep, "A detector and its knob to sweep, e.g. \"hang --floor-s\"");
   sub.add_option("--values", o->values, "The knob's values (one detector per value)")
       ->delimiter(',');
   sub.add_option("--soak", o->soak,
                  "Soak directories (faultline soak) whose clean runs join the false-alarm figures");
-  sub.add_option("-j,--jobs", o->suite_options.jobs, "Runs at the same time")
-      ->capture_default_str();
-  sub.add_option("--results", o->suite_options.results_dir, "Where suite directories go")
-      ->capture_default_str();
   return [o] { return fl::harness::bench_detectors(*o); };
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "harness/cli/command.hpp"
+#include "harness/cli/options.hpp"
 #include "harness/score/bench.hpp"
 
 namespace fl::cli {
@@ -12,13 +13,9 @@ namespace {
 
 Handler setup_bench_recovery(CLI::App& sub) {
   auto o = std::make_shared<fl::harness::BenchRecoveryOptions>();
-  sub.add_option("suite", o->suite, "Suite YAML or a directory of scenarios")->required();
+  add_suite_options(sub, o->suite, o->suite_options);
   sub.add_option("--policy", o->policy,
                  "Recovery policy or command (default: each scenario's recovery key)");
-  sub.add_option("-j,--jobs", o->suite_options.jobs, "Runs at the same time")
-      ->capture_default_str();
-  sub.add_option("--results", o->suite_options.results_dir, "Where suite directories go")
-      ->capture_default_str();
   return [o] { return fl::harness::bench_recovery(*o); };
 }
 

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <CLI/CLI.hpp>
 
 #include "harness/launch/tools.hpp"
+#include "harness/run/runner.hpp"
+#include "harness/suite/suite.hpp"
 
 namespace fl::cli {
 
@@ -29,5 +32,17 @@ std::string recovery_help() {
 const char* const kSharedResultsHelp =
     "Accept a --results directory (or one above it) that another user owns or can write, with a "
     "warning; that user can then swap the run directory for their own (refused by default)";
+
+void add_run_dir_options(CLI::App& sub, fl::harness::RunOptions& ro) {
+  sub.add_option("--results", ro.results_dir, "Where run directories go")->capture_default_str();
+  sub.add_flag("--allow-shared-results", ro.allow_shared_results, kSharedResultsHelp);
+}
+
+CLI::Option* add_suite_options(CLI::App& sub, std::string& suite, fl::harness::SuiteOptions& so) {
+  sub.add_option("suite", suite, "Suite YAML or a directory of scenarios")->required();
+  auto* jobs = sub.add_option("-j,--jobs", so.jobs, "Runs at the same time")->capture_default_str();
+  sub.add_option("--results", so.results_dir, "Where suite directories go")->capture_default_str();
+  return jobs;
+}
 
 }  // namespace fl::cli

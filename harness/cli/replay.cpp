@@ -28,8 +28,7 @@ int replay(ReplayArgs& a) {
 Handler setup_replay(CLI::App& sub) {
   auto a = std::make_shared<ReplayArgs>();
   sub.add_option("run_dir", a->run_dir, "results/runs/<id>")->required();
-  sub.add_option("--results", a->ro.results_dir, "Where run directories go")->capture_default_str();
-  sub.add_flag("--allow-shared-results", a->ro.allow_shared_results, kSharedResultsHelp);
+  add_run_dir_options(sub, a->ro);
   return [a] { return replay(*a); };
 }
 

@@ -61,9 +61,8 @@ int repro(ReproArgs& a) {
 Handler setup_repro(CLI::App& sub) {
   auto a = std::make_shared<ReproArgs>();
   sub.add_option("scenario", a->scenario, "Scenario YAML file")->required();
-  sub.add_option("--results", a->ro.results_dir, "Where run directories go")->capture_default_str();
+  add_run_dir_options(sub, a->ro);
   sub.add_option("--set", a->overrides, "Override a key in both runs (repeatable)");
-  sub.add_flag("--allow-shared-results", a->ro.allow_shared_results, kSharedResultsHelp);
   sub.add_option("--detector", a->ro.detectors, detector_help());
   sub.add_flag("--report", a->write_html, "Also write both runs' HTML reports");
   sub.add_flag("-q,--quiet", a->quiet, "Print only the final summaries");

@@ -40,13 +40,12 @@ Handler setup_run(CLI::App& sub) {
   sub.add_option("scenario", a->scenario, "Scenario YAML file")->required();
   sub.add_flag("--fix", a->fix, "Apply the scenario's fix overrides (the symptom must clear)");
   sub.add_option("--set", a->overrides, "Override a key: workload.steps=40 (repeatable)");
-  sub.add_option("--results", a->ro.results_dir, "Where run directories go")->capture_default_str();
+  add_run_dir_options(sub, a->ro);
   sub.add_option("--control", a->ro.control_addr,
                  "Control-plane address: HOST:PORT for TCP (default: unix:RUN_DIR/control.sock)");
   sub.add_flag("--shared-run-dir", a->ro.shared_run_dir,
                "Make the run directory 0755 (default 0700; the secret and socket stay 0600)");
   sub.add_option("--run-id", a->ro.run_id, "Run directory name (default: time-name-random)");
-  sub.add_flag("--allow-shared-results", a->ro.allow_shared_results, kSharedResultsHelp);
   sub.add_flag("--report", a->write_html, "Also write the run's HTML report (report.html)");
   sub.add_option("--detector", a->ro.detectors, detector_help());
   sub.add_option("--recovery", a->ro.recovery, recovery_help());

@@ -68,11 +68,6 @@ int suite(SuiteArgs& a) {
 }
 
 void add_output_options(CLI::App& sub, SuiteArgs& a) {
-  sub.add_option("-j,--jobs", a.so.jobs, "Runs at the same time")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
-  sub.add_option("--results", a.so.results_dir, "Where suite directories go")
-      ->capture_default_str();
   sub.add_flag("--allow-shared-results", a.so.allow_shared_results, kSharedResultsHelp);
   sub.add_option("--junit", a.so.junit_path, "JUnit XML file (default: in the suite directory)");
   a.json = sub.add_option(
@@ -134,7 +129,7 @@ void add_executor_options(CLI::App& sub, SuiteArgs& a) {
 Handler setup_suite(CLI::App& sub) {
   auto a = std::make_shared<SuiteArgs>();
   a->sub = &sub;
-  sub.add_option("suite", a->suite, "Suite YAML or a directory of scenarios")->required();
+  add_suite_options(sub, a->suite, a->so)->check(CLI::Range(1, 1024));
   add_output_options(sub, *a);
   add_selection_options(sub, *a);
   add_policy_options(sub, *a);
