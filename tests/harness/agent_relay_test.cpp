@@ -10,11 +10,9 @@
 #include <gtest/gtest.h>
 #include <boost/asio/io_context.hpp>
 
-#include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,6 +36,7 @@
 #include "harness/model/scenario.hpp"
 #include "harness/process/supervisor.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
+#include "tests/support/children.hpp"
 #include "tests/support/process.hpp"
 
 extern "C" char** environ;
@@ -357,22 +356,10 @@ TEST_F(RelayTest, AgentsSilentTogetherAreLeftToTheKeepalive) {
   EXPECT_NE(lost_now().find("no keepalive answer"), std::string::npos) << lost_now();
 }
 
-// Runs `f` as uid/gid 65534 in a forked child (raw system calls only); returns its exit status.
-int as_nobody(const std::function<int()>& f) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(90);
-    _exit(f());
-  }
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 // As another user on the host: connect() to the unix socket at `path` (built before the fork).
 // 0 when refused for permission, 3 when it connected, 4 for any other error.
 int nobody_connects(const std::string& path) {
-  return as_nobody([&] {
+  return test::as_nobody([&] {
     const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
     sockaddr_un a{};
     a.sun_family = AF_UNIX;

@@ -6,11 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
-#include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -31,6 +29,7 @@
 #include "harness/model/scenario.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/runner.hpp"
+#include "tests/support/children.hpp"
 #include "tests/support/process.hpp"
 
 namespace fl::harness {
@@ -224,18 +223,6 @@ std::set<std::string> socket_inodes(const std::string& pid) {
   return out;
 }
 
-// Runs `f` as uid/gid 65534 in a forked child (raw system calls only); returns its exit status.
-int as_nobody(const std::function<int()>& f) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(90);
-    _exit(f());
-  }
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 // Collects what a check found wrong, one line each: a client thread of the run cannot assert.
 using Fail = std::function<void(const std::string&)>;
 
@@ -301,7 +288,7 @@ void check_control_calls(const std::string& addr, const std::string& secret, con
 void check_other_user_kept_out(const std::string& dir, const Fail& fail) {
   // Built before the fork: the child makes system calls only.
   const std::string sock = dir + "/control.sock", secret_file = dir + "/control.secret";
-  const int rc = as_nobody([&] {
+  const int rc = test::as_nobody([&] {
     if (::open(secret_file.c_str(), O_RDONLY) >= 0) return 1;
     if (errno != EACCES) return 2;
     const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
@@ -382,7 +369,7 @@ TEST(ControlPlaneRun, OverTcpAnotherUserWithoutTheSecretIsUnauthenticated) {
   const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   ASSERT_GE(fd, 0);
   const std::string secret_file = dir + "/control.secret";
-  const int rc = as_nobody([&] {
+  const int rc = test::as_nobody([&] {
     if (::open(secret_file.c_str(), O_RDONLY) >= 0) return 50;
     if (::access(FAULTLINE_CLI, X_OK) != 0) return 52;  // a checkout under a private directory
     ::dup2(fd, 1);

@@ -4,7 +4,6 @@
 // reports interrupted runs and its own interruption (a fake `faultline` plays the runs).
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -17,6 +16,7 @@
 #include "harness/launch/launch_args.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/suite/suite.hpp"
+#include "tests/support/children.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/xml.hpp"
 
@@ -118,34 +118,13 @@ TEST(Names, ARunIdOrSuiteNameOutsideTheResultsDirectoryIsRefusedBeforeAnythingIs
 // allocation exclusive, and a clash draws again.
 TEST(RunDirectories, ConcurrentAllocationsNeverShareADirectory) {
   const auto dir = test_dir();
-  int go[2];
-  ASSERT_EQ(::pipe(go), 0);
-  std::vector<pid_t> kids;
   constexpr int kKids = 12;
-  for (int i = 0; i < 2 * kKids; ++i) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(go[1]);
-      char b;
-      if (::read(go[0], &b, 1) < 0) ::_exit(3);
-      try {
-        const std::string d = i < kKids ? create_run_dir(dir + "/runs", "", "tiny").second
-                                        : make_unique_dir(dir + "/suites", "20260101-000000-s");
-        std::ofstream(d + "/owner") << ::getpid();
-        ::_exit(0);
-      } catch (...) {
-        ::_exit(1);
-      }
-    }
-    kids.push_back(pid);
-  }
-  ::close(go[0]);
-  ::close(go[1]);
-  for (pid_t k : kids) {
-    int st = 0;
-    ::waitpid(k, &st, 0);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  }
+  const auto statuses = test::race_children(2 * kKids, [&](int i) {
+    const std::string d = i < kKids ? create_run_dir(dir + "/runs", "", "tiny").second
+                                    : make_unique_dir(dir + "/suites", "20260101-000000-s");
+    std::ofstream(d + "/owner") << ::getpid();
+  });
+  EXPECT_EQ(statuses, std::vector<int>(2 * kKids, 0)) << "every child exits 0";
   for (const char* sub : {"/runs", "/suites"}) {
     std::set<std::string> owners;
     size_t n = 0;

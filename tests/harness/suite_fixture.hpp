@@ -95,4 +95,12 @@ printf '{"outcome": "%s", "explanation": "fake <verdict> & \\"%s\\"", "manifeste
   return path;
 }
 
+// quiet() options whose runs are the fake faultline's (written into `dir`), results in dir/out.
+inline SuiteOptions fake_runs(const std::string& dir) {
+  SuiteOptions o = quiet();
+  o.faultline_bin = fake_faultline(dir);
+  o.results_dir = dir + "/out";
+  return o;
+}
+
 }  // namespace fl::harness::suite_fixture

@@ -36,9 +36,7 @@ std::vector<std::string> lines_of(const std::string& file) {
 TEST(SuiteRetries, ACaseThatPassesOnARetryIsFlakyAndAFailureStaysAFailure) {
   const auto dir = test_dir();
   write_scenarios(dir + "/s", {"flaky-a", "fail-b", "error-c", "pass-d"});
-  SuiteOptions o = quiet();
-  o.faultline_bin = fake_faultline(dir);
-  o.results_dir = dir + "/out";
+  SuiteOptions o = fake_runs(dir);
   o.retries = 2;
   o.jobs = 2;
   const SuiteResult r = run_suite(dir + "/s", o);
@@ -73,9 +71,7 @@ TEST(SuiteRetries, ACaseThatPassesOnARetryIsFlakyAndAFailureStaysAFailure) {
 TEST(SuiteFailFast, StopsLaunchingAfterTheFirstFailureAndSkipsTheRest) {
   const auto dir = test_dir();
   write_scenarios(dir + "/s", {"a-pass", "fail-b", "pass-c", "pass-d"});  // file order: run order
-  SuiteOptions o = quiet();
-  o.faultline_bin = fake_faultline(dir);
-  o.results_dir = dir + "/out";
+  SuiteOptions o = fake_runs(dir);
   o.jobs = 1;
   o.fail_fast = true;
   const SuiteResult r = run_suite(dir + "/s", o);
@@ -103,9 +99,7 @@ TEST(SuiteSkip, ACudaCaseWithoutADeviceIsSkippedNotFailed) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "this machine has a CUDA device";
   const auto dir = test_dir();
   write_scenarios(dir + "/s", {"gpu-train", "nodevice-refused", "plain"});
-  SuiteOptions o = quiet();
-  o.faultline_bin = fake_faultline(dir);
-  o.results_dir = dir + "/out";
+  SuiteOptions o = fake_runs(dir);
   const SuiteResult r = run_suite(dir + "/s", o);
   std::map<std::string, const SuiteCase*> by;
   for (const auto& c : r.cases) by[c.name] = &c;
@@ -120,9 +114,7 @@ TEST(SuiteSkip, ACudaCaseWithoutADeviceIsSkippedNotFailed) {
 TEST(SuiteJUnit, ParsesBackWithTotalsPropertiesAndOneElementPerOutcome) {
   const auto dir = test_dir();
   write_scenarios(dir + "/s", {"flaky-a", "fail-b", "error-c", "pass-d", "nodevice-e"});
-  SuiteOptions o = quiet();
-  o.faultline_bin = fake_faultline(dir);
-  o.results_dir = dir + "/out";
+  SuiteOptions o = fake_runs(dir);
   o.retries = 1;
   o.junit_path = dir + "/ci.xml";
   const SuiteResult r = run_suite(dir + "/s", o);
@@ -180,9 +172,7 @@ TEST(SuiteJUnit, ParsesBackWithTotalsPropertiesAndOneElementPerOutcome) {
 TEST(SuiteProvenance, SummaryRecordsBuildMachineAndCalibration) {
   const auto dir = test_dir();
   write_scenarios(dir + "/s", {"pass-a", "pass-b"});
-  SuiteOptions o = quiet();
-  o.faultline_bin = fake_faultline(dir);
-  o.results_dir = dir + "/out";
+  SuiteOptions o = fake_runs(dir);
   o.calibrate_every = 1;
   const SuiteResult r = run_suite(dir + "/s", o);
   const auto p = nlohmann::json::parse(read(r.dir + "/summary.json"))["provenance"];
@@ -218,9 +208,7 @@ TEST(SuiteMaxFail, StopsStartingCasesAfterNFailuresAndReportsTheRestNotRun) {
   // Name order is run order (a-pass, fail-b, fail-d, pass-c, pass-e); with -j 1 nothing runs
   // beside the failing case.
   write_scenarios(dir + "/s", {"a-pass", "fail-b", "fail-d", "pass-c", "pass-e"});
-  SuiteOptions o = quiet();
-  o.faultline_bin = fake_faultline(dir);
-  o.results_dir = dir + "/out";
+  SuiteOptions o = fake_runs(dir);
   o.jobs = 1;
   o.max_fail = 1;
   SuiteResult r = run_suite(dir + "/s", o);
@@ -270,9 +258,7 @@ TEST(SuiteMaxFail, ARunAlreadyInFlightFinishesAndNothingNewStarts) {
   const auto dir = test_dir();
   // -j 2: fail-a and wait-b start together; wait-b ends only after the suite reaped fail-a.
   write_scenarios(dir + "/s", {"fail-a", "wait-b", "x-pass-c"});
-  SuiteOptions o = quiet();
-  o.faultline_bin = fake_faultline(dir);
-  o.results_dir = dir + "/out";
+  SuiteOptions o = fake_runs(dir);
   o.jobs = 2;
   o.max_fail = 1;
   const SuiteResult r = run_suite(dir + "/s", o);
@@ -288,9 +274,7 @@ TEST(SuiteMaxFail, ARunAlreadyInFlightFinishesAndNothingNewStarts) {
 TEST(SuiteJUnit, RetriedCasesCarryRerunAndFlakyEntriesAsSurefireWritesThem) {
   const auto dir = test_dir();
   write_scenarios(dir + "/s", {"fail-b", "flaky-a", "pass-d", "unknown-c"});
-  SuiteOptions o = quiet();
-  o.faultline_bin = fake_faultline(dir);
-  o.results_dir = dir + "/out";
+  SuiteOptions o = fake_runs(dir);
   o.retries = 2;
   const SuiteResult r = run_suite(dir + "/s", o);
   auto root = test::parse_xml(read(r.dir + "/junit.xml"));

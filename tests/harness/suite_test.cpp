@@ -4,7 +4,6 @@
 // classnames, suite directories that stay unique when suites start together, and the machine's
 // calibration. The runs themselves are suite_runs_test.cpp's.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -17,6 +16,7 @@
 #include "harness/suite/calibrate.hpp"
 #include "harness/suite/suite.hpp"
 #include "tests/harness/suite_fixture.hpp"
+#include "tests/support/children.hpp"
 #include "tests/support/xml.hpp"
 
 namespace fl::harness {
@@ -202,32 +202,11 @@ TEST(SuiteJUnit, ClassnamesCarryStageAndSymptomWithoutDots) {
 TEST(SuiteDirectories, ThreeSuitesStartedTogetherGetThreeDirectories) {
   const auto dir = test_dir();
   // Three processes race for the same name at once (a pipe releases them together).
-  int go[2];
-  ASSERT_EQ(::pipe(go), 0);
-  std::vector<pid_t> kids;
-  for (int i = 0; i < 3; ++i) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(go[1]);
-      char b;
-      if (::read(go[0], &b, 1) < 0) ::_exit(3);
-      try {
-        const std::string d = make_unique_dir(dir + "/out", "20260101-000000-smoke");
-        std::ofstream(d + "/owner") << ::getpid();
-        ::_exit(0);
-      } catch (...) {
-        ::_exit(1);
-      }
-    }
-    kids.push_back(pid);
-  }
-  ::close(go[0]);
-  ::close(go[1]);  // EOF releases all three
-  for (pid_t k : kids) {
-    int st = 0;
-    ::waitpid(k, &st, 0);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  }
+  const auto statuses = test::race_children(3, [&](int) {
+    const std::string d = make_unique_dir(dir + "/out", "20260101-000000-smoke");
+    std::ofstream(d + "/owner") << ::getpid();
+  });
+  EXPECT_EQ(statuses, std::vector<int>(3, 0)) << "every child exits 0";
   std::set<std::string> names, owners;
   for (auto& e : fs::directory_iterator(dir + "/out")) {
     names.insert(e.path().filename().string());
@@ -327,9 +306,7 @@ TEST(SuiteFiles, AGlobOverItsOwnFolderSkipsSuiteFilesWithANote) {
   EXPECT_THROW(plan_suite(dir + "/s/all.yaml", quiet()), ScenarioError);
   fs::remove(dir + "/s/broken.yaml");
   // The notes reach the summary and the table.
-  SuiteOptions o = quiet();
-  o.faultline_bin = fake_faultline(dir);
-  o.results_dir = dir + "/out";
+  SuiteOptions o = fake_runs(dir);
   const SuiteResult r = run_suite(dir + "/s/all.yaml", o);
   EXPECT_EQ(r.failures(), 0);
   EXPECT_EQ(nlohmann::json::parse(read(r.dir + "/summary.json"))["notes"], nlohmann::json(notes));

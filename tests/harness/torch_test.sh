@@ -10,24 +10,11 @@
 # when the python3 has no torch.
 #   tests/harness/torch_test.sh FAULTLINE_BIN SOURCE_DIR SCENARIO [--fix] [PYTHON]
 set -euo pipefail
-faultline=$1
-src=$2
-scenario=$3
-fix=${4:-}
-py=${5:-/usr/bin/python3}
-if ! "$py" -c 'import torch, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
-  echo "SKIP: $py has no torch with gloo (Debian: python3-torch)"
-  exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-rc=0
-"$faultline" run "$src/scenarios/torch/$scenario.yaml" $fix --results "$tmp" --run-id t -q || rc=$?
-if [ "$rc" -ne 0 ]; then
-  echo "FAIL: faultline run $scenario $fix exited $rc"
-  tail -n 30 "$tmp"/t/ranks/rank*/output.log || true
-  exit 1
-fi
+. "$(dirname "$0")/torch_lib.sh"
+torch_args "$@"
+need_torch torch "torch with gloo"
+show_ranks() { tail -n 30 "$tmp"/t/ranks/rank*/output.log; }
+run_torch_scenario show_ranks
 "$py" - "$tmp/t/history.jsonl" "$scenario" "$fix" <<'PY'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]

@@ -9,29 +9,18 @@
 # has no torch.
 #   tests/harness/torchrun_test.sh FAULTLINE_BIN SOURCE_DIR SCENARIO [--fix] [PYTHON]
 set -euo pipefail
-faultline=$1
-src=$2
-scenario=$3
-fix=${4:-}
-py=${5:-/usr/bin/python3}
-if ! "$py" -c 'import torch.distributed.run, torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
-  echo "SKIP: $py has no torch with gloo and torchrun (Debian: python3-torch)"
-  exit 77
-fi
+. "$(dirname "$0")/torch_lib.sh"
+torch_args "$@"
+need_torch torch.distributed.run "torch with gloo and torchrun"
 if [[ $scenario == *two-nodes* ]] && { [[ $EUID -ne 0 ]] || ! unshare --net true 2>/dev/null; }; then
   echo "SKIP: nodes as network namespaces need root (creating namespaces)"
   exit 77
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-rc=0
-"$faultline" run "$src/scenarios/torch/$scenario.yaml" $fix --results "$tmp" --run-id t -q || rc=$?
-if [ "$rc" -ne 0 ]; then
-  echo "FAIL: faultline run $scenario $fix exited $rc"
+show_run() {
   cat "$tmp/t/verdict.json" || true
-  tail -n 30 "$tmp/t/launcher.log" || true
-  exit 1
-fi
+  tail -n 30 "$tmp/t/launcher.log"
+}
+run_torch_scenario show_run
 "$py" - "$tmp/t" "$scenario" "$fix" <<'PY'
 import json, os, sys
 run, scenario, fix = sys.argv[1], sys.argv[2], sys.argv[3] == "--fix"

@@ -67,6 +67,19 @@ int raw_login(uint16_t port, const std::string& secret = "") {
   return fd;
 }
 
+// `n` raw connections that presented no secret, were let in and sent `bytes`; fewer when a
+// login failed.
+std::vector<int> logins_sending(uint16_t port, int n, const std::string& bytes) {
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    const int fd = raw_login(port);
+    if (fd < 0) break;
+    send_all(fd, bytes);
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
 // Everything the server sends until it closes the connection (bounded by a receive timeout).
 std::string read_until_closed(int fd) {
   timeval tv{10, 0};
@@ -97,13 +110,8 @@ TEST(StoreLimits, AnOversizedHeaderIsRefusedWithAnErrorAndNothingIsAllocated) {
   StoreServer server("127.0.0.1", 0, StoreLimits{1 << 20, 1000, 1 << 20});
   server.start();
   // 24 connections each announcing 64 MiB (what once cost 678 MiB before any data came).
-  std::vector<int> fds;
-  for (int i = 0; i < 24; ++i) {
-    const int fd = raw_login(server.port());
-    ASSERT_GE(fd, 0);
-    send_all(fd, header(64u << 20));
-    fds.push_back(fd);
-  }
+  const std::vector<int> fds = logins_sending(server.port(), 24, header(64u << 20));
+  ASSERT_EQ(fds.size(), 24u);
   for (int fd : fds) {
     const std::string reply = read_until_closed(fd);  // ends: the server closed the connection
     ::close(fd);
@@ -127,13 +135,9 @@ TEST(StoreLimits, ABodyIsBufferedAsItArrivesNotAsAnnounced) {
   StoreServer server("127.0.0.1", 0, StoreLimits{1 << 20, 1000, 1 << 20});
   server.start();
   // 24 connections announce the largest allowed request, then send 10 bytes of it.
-  std::vector<int> fds;
-  for (int i = 0; i < 24; ++i) {
-    const int fd = raw_login(server.port());
-    ASSERT_GE(fd, 0);
-    send_all(fd, header(1u << 20) + std::string(10, 'x'));
-    fds.push_back(fd);
-  }
+  const std::vector<int> fds =
+      logins_sending(server.port(), 24, header(1u << 20) + std::string(10, 'x'));
+  ASSERT_EQ(fds.size(), 24u);
   const StoreUsage u =
       wait_usage(server, [](const StoreUsage& now) { return now.buffered_bytes >= 240; });
   EXPECT_EQ(u.buffered_bytes, 240) << "the server holds what arrived, not the announced 24 MiB";
