@@ -141,5 +141,17 @@ TEST(TriageStage5Signatures, MegatronsGenerationTokenLimitIsAnInferenceMemoryIss
   EXPECT_TRUE(top_cites(r, "megatron-generation-too-many-tokens", 1));
 }
 
+// Prose context: a stated hang is the training loop's (4.11) unless it names inference or
+// generation, and then it is an inference execution failure (5.1).
+TEST(TriageStage5Signatures, AHangStatedWithGenerationIsAnInferenceFailure) {
+  const auto training = run("With ZeRO-3 on 2 GPUs the training hangs after 20 steps.\n");
+  ASSERT_EQ(training.kind, Result::Kind::kFound);
+  EXPECT_EQ(training.symptoms.at(0).id, "4.11");
+  const auto inference = run("With ZeRO-3 on 2 GPUs model.generate() hangs after 20 tokens.\n");
+  ASSERT_EQ(inference.kind, Result::Kind::kFound);
+  EXPECT_EQ(inference.stage, 5);
+  EXPECT_EQ(inference.symptoms.at(0).id, "5.1");
+}
+
 }  // namespace
 }  // namespace fl::triage
