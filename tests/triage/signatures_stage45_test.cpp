@@ -1,0 +1,157 @@
+// The general stage-4 and stage-5 signatures: each ranks its symptom first on a line as the
+// framework itself prints it (the texts come from ProcessGroupNCCL.cpp, NCCL's
+// ncclGetErrorString, DeepSpeed's stage3.py, module_inject and inference_context.h, and
+// Megatron-LM's rerun state machine and text generation API), not on a line copied from one issue.
+#include "harness/triage/triage.hpp"
+#include "tests/triage/tables.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+
+namespace fl::triage {
+namespace {
+
+using test::tables;
+
+Result run(const std::string& text) {
+  std::istringstream in(text);
+  return triage(read_input(in, 16u << 20), tables());
+}
+
+// The candidate's evidence holds `signature` on line `line`. A line is cited once per candidate,
+// by the first signature that matched it.
+bool cites(const Candidate& c, const std::string& signature, size_t line) {
+  return std::any_of(c.evidence.begin(), c.evidence.end(), [&](const EvidenceLine& e) {
+    return e.signature == signature && e.line == line;
+  });
+}
+
+// The top symptom's evidence holds `signature` on line `line`.
+bool top_cites(const Result& r, const std::string& signature, size_t line) {
+  return !r.symptoms.empty() && cites(r.symptoms.front(), signature, line);
+}
+
+TEST(TriageStage4Signatures, AWatchdogHeartbeatTimeoutIsAHang) {
+  const auto r = run(
+      "[rank0]:[E1118 20:32:23.957 ProcessGroupNCCL.cpp:1423] [PG ID 0 PG GUID 0(default_pg) "
+      "Rank 0] Heartbeat monitor timed out! Process will be terminated after dumping debug info. "
+      "workMetaList_.size()=2\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.11");
+  EXPECT_TRUE(top_cites(r, "c10d-heartbeat-monitor", 1));
+}
+
+TEST(TriageStage4Signatures, TheCollectiveOrderHintPointsAtMisalignedRanks) {
+  const auto r = run(
+      "[rank3]:[E710 18:00:32.603 ProcessGroupNCCL.cpp:1987] [PG ID 0 PG GUID 0(default_pg) Rank "
+      "3] Received a dump signal due to a collective timeout from this local rank and we will try "
+      "our best to dump the debug info. Last enqueued NCCL work: 59998, last completed NCCL work: "
+      "59957.This is most likely caused by incorrect usages of collectives, e.g., wrong sizes used "
+      "across ranks, the order of collectives is not same for all ranks or the scheduled "
+      "collective, for some reason, didn't run.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.11");
+  EXPECT_EQ(r.root_causes.at(0).id, "R4.6");
+  EXPECT_TRUE(top_cites(r, "c10d-collective-order-hint", 1));
+}
+
+TEST(TriageStage4Signatures, NcclRemoteErrorIsACommunicationError) {
+  const auto r =
+      run("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+          "ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL "
+          "version 2.19.3\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.7");
+  EXPECT_EQ(r.root_causes.at(0).id, "R4.7");
+  // "remote process exited": a peer rank may have died, so termination is a candidate too.
+  ASSERT_GE(r.symptoms.size(), 3u);
+  EXPECT_EQ(r.symptoms[2].id, "4.8");
+  EXPECT_TRUE(cites(r.symptoms[2], "nccl-remote-error-text", 1));
+}
+
+TEST(TriageStage4Signatures, ZeroThreeCacheFlushesAreMemoryPressure) {
+  const auto r =
+      run("[2023-06-01 02:36:49,208] [WARNING] [stage3.py:1826:step] 1 pytorch allocator cache "
+          "flushes since last step. this happens when there is high memory pressure and is "
+          "detrimental to performance.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.2");
+  EXPECT_EQ(r.root_causes.at(0).id, "R4.5");
+  EXPECT_TRUE(top_cites(r, "ds-allocator-cache-flushes", 1));
+}
+
+TEST(TriageStage4Signatures, MegatronsNanCheckIsATrainingExecutionError) {
+  const auto r =
+      run("Rank 3, node gpu-17, device 3, iteration 1201: Unexpected result tensor(nan, "
+          "device='cuda:3') (message='found NaN in local grad norm for bucket #0 in backward pass "
+          "before data-parallel communication collective')\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.4");
+  EXPECT_EQ(r.root_causes.at(0).id, "R4.3");
+  EXPECT_TRUE(top_cites(r, "megatron-nan-check", 1));
+}
+
+TEST(TriageStage4Signatures, MegatronsIterationLogWithoutNanIterationsIsNoFailure) {
+  const auto r = run(
+      " iteration      600/  500000 | consumed samples:         4800 | elapsed time per "
+      "iteration (ms): 1549.5 | learning rate: 2.737E-05 | global batch size:     8 | lm loss: "
+      "6.348289E+00 | loss scale: 131072.0 | grad norm: 2.961 | number of skipped iterations:   0 "
+      "| number of nan iterations:   0 |\n");
+  EXPECT_EQ(r.kind, Result::Kind::kNone);
+}
+
+TEST(TriageStage5Signatures, InferenceHeadsNotDivisibleByTheWorldIsAnExecutionFailure) {
+  const auto r = run(
+      "AssertionError: To run the model parallel across the GPUs, the attention_heads require to "
+      "be divisible by the world_size!This is because the attention computation is partitioned "
+      "evenly among the parallel GPUs.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 5);
+  EXPECT_EQ(r.symptoms.at(0).id, "5.1");
+  EXPECT_EQ(r.root_causes.at(0).id, "R5.4");
+  EXPECT_TRUE(top_cites(r, "ds-inference-heads-world-size", 1));
+}
+
+TEST(TriageStage5Signatures, TheInferenceWorkspaceOutOfMemoryIsAnInferenceMemoryIssue) {
+  const auto r = run("RuntimeError: Workspace can't be allocated, not enough memory\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "5.2");
+  EXPECT_TRUE(top_cites(r, "ds-inference-workspace-oom", 1));
+}
+
+TEST(TriageStage5Signatures, AnOutOfMemoryNamedWithInferenceOutranksTheTrainingOom) {
+  const auto r =
+      run("DeepSpeed inference: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+          "1.50 GiB\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 5);
+  EXPECT_EQ(r.symptoms.at(0).id, "5.2");
+  EXPECT_EQ(r.root_causes.at(0).id, "R5.1");
+  EXPECT_TRUE(cites(r.root_causes.at(0), "inference-oom-same-line", 1));
+}
+
+TEST(TriageStage5Signatures, MegatronsGenerationTokenLimitIsAnInferenceMemoryIssue) {
+  const auto r = run("ValueError: Too many tokens.  8192 is greater than 4096\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "5.2");
+  EXPECT_TRUE(top_cites(r, "megatron-generation-too-many-tokens", 1));
+}
+
+// Prose context: a stated hang is the training loop's (4.11) unless it names inference or
+// generation, and then it is an inference execution failure (5.1).
+TEST(TriageStage5Signatures, AHangStatedWithGenerationIsAnInferenceFailure) {
+  const auto training = run("With ZeRO-3 on 2 GPUs the training hangs after 20 steps.\n");
+  ASSERT_EQ(training.kind, Result::Kind::kFound);
+  EXPECT_EQ(training.symptoms.at(0).id, "4.11");
+  const auto inference = run("With ZeRO-3 on 2 GPUs model.generate() hangs after 20 tokens.\n");
+  ASSERT_EQ(inference.kind, Result::Kind::kFound);
+  EXPECT_EQ(inference.stage, 5);
+  EXPECT_EQ(inference.symptoms.at(0).id, "5.1");
+}
+
+}  // namespace
+}  // namespace fl::triage
