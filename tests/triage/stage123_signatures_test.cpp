@@ -1,0 +1,157 @@
+// faultline triage's general signatures for stages 1-3: each test feeds a line the framework or
+// library itself prints (copied from its source: DeepSpeed's op_builder and runner,
+// torch.distributed, NCCL's socket layer, Colossal-AI's extensions, Megatron-LM's checkpointing,
+// transformers' DeepSpeed integration) and expects that signature to rank its symptom first, so a
+// report nobody wrote a signature for is still recognised.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+
+#include "harness/triage/triage.hpp"
+#include "tests/triage/tables.hpp"
+
+namespace fl::triage {
+namespace {
+
+using test::tables;
+
+Result run(const std::string& text) {
+  std::istringstream in(text);
+  return triage(read_input(in, 1u << 20), tables());
+}
+
+// The answer's top symptom and root cause, and whether `signature` matched line `line` as
+// evidence for that symptom.
+struct Top {
+  std::string symptom, root_cause;
+  bool evidence = false;
+};
+
+Top top_of(const std::string& text, const std::string& signature, size_t line = 1) {
+  const auto r = run(text);
+  Top t;
+  if (r.kind != Result::Kind::kFound || r.symptoms.empty()) return t;
+  t.symptom = r.symptoms.front().id;
+  if (!r.root_causes.empty()) t.root_cause = r.root_causes.front().id;
+  const auto& ev = r.symptoms.front().evidence;
+  t.evidence = std::any_of(ev.begin(), ev.end(), [&](const EvidenceLine& e) {
+    return e.line == line && e.signature == signature;
+  });
+  return t;
+}
+
+TEST(TriageStage1Signatures, DeepSpeedOpsBuiltForAnotherTorchAreAnImportFailureOfVersions) {
+  const auto t = top_of(
+      "RuntimeError: PyTorch version mismatch! DeepSpeed ops were compiled and installed with a "
+      "different version than what is being used at runtime. Please re-install DeepSpeed or "
+      "switch torch versions. Install torch version=2.1, Runtime torch version=2.3\n",
+      "ds-op-version-mismatch");
+  EXPECT_EQ(t.symptom, "1.2");
+  EXPECT_EQ(t.root_cause, "R1.1");
+  EXPECT_TRUE(t.evidence);
+}
+
+TEST(TriageStage1Signatures, ColossalAiWithoutCudaHomeIsABuildFailureOfTheEnvironmentPath) {
+  const auto t = top_of(
+      "[extension] CUDA_HOME is not found. You need to export CUDA_HOME environment variable or "
+      "install CUDA Toolkit first in order to build/load CUDA extensions\n",
+      "colossalai-ext-cuda-home");
+  EXPECT_EQ(t.symptom, "1.1");
+  EXPECT_EQ(t.root_cause, "R1.4");
+  EXPECT_TRUE(t.evidence);
+}
+
+TEST(TriageStage2Signatures, AMissingRendezvousVariableIsALaunchSetupFailure) {
+  const auto t = top_of(
+      "ValueError: Error initializing torch.distributed using env:// rendezvous: environment "
+      "variable MASTER_ADDR expected, but not set\n",
+      "env-rendezvous-var-unset");
+  EXPECT_EQ(t.symptom, "2.1");
+  EXPECT_EQ(t.root_cause, "R2.1");
+  EXPECT_TRUE(t.evidence);
+}
+
+TEST(TriageStage2Signatures, AnEmptyPeerAddressInNcclsSocketLayerIsASetupFailure) {
+  const auto t = top_of(
+      "misc/socket.cc:537 NCCL WARN ncclSocketInit: connecting to address  with family 1 is "
+      "neither AF_INET(2) nor AF_INET6(10)\n",
+      "nccl-socket-family");
+  EXPECT_EQ(t.symptom, "2.1");
+  EXPECT_EQ(t.root_cause, "R2.3");
+  EXPECT_TRUE(t.evidence);
+}
+
+TEST(TriageStage2Signatures, ADeviceTheDeepSpeedRunnerDoesNotHaveIsALauncherConfigurationError) {
+  const auto t =
+      top_of("ValueError: No slot '2' specified on host 'localhost'\n", "ds-runner-slots");
+  EXPECT_EQ(t.symptom, "2.1");
+  EXPECT_EQ(t.root_cause, "R2.1");
+  EXPECT_TRUE(t.evidence);
+}
+
+TEST(TriageStage2Signatures, AStoreBasedBarrierTimeoutIsAConnectionTimeoutAtSetup) {
+  const auto t = top_of(
+      "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for "
+      "key: store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)\n",
+      "store-based-barrier-timeout");
+  EXPECT_EQ(t.symptom, "2.2");
+  EXPECT_EQ(t.root_cause, "R2.1");
+  EXPECT_TRUE(t.evidence);
+}
+
+// The same watchdog text is a training hang mid-run but a set-up timeout on the first collective.
+TEST(TriageStage2Signatures, AWatchdogTimeoutOnTheFirstCollectiveIsASetupTimeoutNotATrainingHang) {
+  const std::string first =
+      "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+      "OpType=ALLGATHER, Timeout(ms)=1800000) ran for 1808940 milliseconds before timing out.\n";
+  const auto t = top_of(first, "first-collective-timeout");
+  EXPECT_EQ(t.symptom, "2.2");
+  EXPECT_TRUE(t.evidence);
+  std::string later = first;
+  later.replace(later.find("SeqNum=1,"), 9, "SeqNum=9314,");
+  EXPECT_EQ(top_of(later, "c10d-watchdog-timeout").symptom, "4.11");
+}
+
+TEST(TriageStage3Signatures, AZeroStageWithoutAnOptimizerIsAConfigurationError) {
+  const auto t =
+      top_of("AssertionError: zero stage 2 requires an optimizer\n", "ds-zero-needs-optimizer");
+  EXPECT_EQ(t.symptom, "3.2");
+  EXPECT_EQ(t.root_cause, "R3.1");
+  EXPECT_TRUE(t.evidence);
+}
+
+TEST(TriageStage3Signatures, ACheckpointWhoseArgumentsDifferFromTheRunIsAModelMismatch) {
+  const auto t = top_of(
+      "AssertionError: padded_vocab_size value from checkpoint (32000) is not equal to the input "
+      "argument value (32256).\n",
+      "megatron-args-vs-checkpoint");
+  EXPECT_EQ(t.symptom, "3.3");
+  EXPECT_EQ(t.root_cause, "R3.3");
+  EXPECT_TRUE(t.evidence);
+}
+
+TEST(TriageStage3Signatures, DeepSpeedValuesThatContradictTheTrainerAreAConfigurationError) {
+  const auto t = top_of(
+      "ValueError: Please correct the following DeepSpeed config values that mismatch "
+      "TrainingArguments values:\n"
+      "- ds train_micro_batch_size_per_gpu=32 vs hf per_device_train_batch_size=4\n",
+      "hf-ds-config-mismatch");
+  EXPECT_EQ(t.symptom, "3.2");
+  EXPECT_EQ(t.root_cause, "R3.1");
+  EXPECT_TRUE(t.evidence);
+}
+
+TEST(TriageStage3Signatures, AFullTensorWrittenIntoAZero3PartitionedParameterIsALoadingFailure) {
+  const auto t = top_of(
+      "ValueError: Trying to set a tensor of shape torch.Size([43176, 8192]) in \"weight\" (which "
+      "has shape torch.Size([0])), this look incorrect.\n",
+      "hf-set-tensor-into-empty");
+  EXPECT_EQ(t.symptom, "3.1");
+  EXPECT_EQ(t.root_cause, "R3.2");
+  EXPECT_TRUE(t.evidence);
+}
+
+}  // namespace
+}  // namespace fl::triage
