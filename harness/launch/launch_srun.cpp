@@ -2,7 +2,9 @@
 // multi-program file (one line per rank: `env -C RANK_DIR VAR=value ... worker args`, so each
 // keeps its own environment and directory, as mpirun's app file does). MPI worlds come from
 // Slurm's PMIx (`--mpi=pmix`); `--kill-on-bad-exit` ends the step when a rank fails, as mpirun
-// does. `--label` prefixes every output line with its task, which is the rank.
+// does. `--label` prefixes every output line with its task, which is the rank. srun's environment
+// carries Open MPI's settings for the allocation (srun_mpi_env: one machine's, and yielding when
+// a node has more ranks than CPUs).
 #include <unistd.h>
 
 #include <csignal>
@@ -17,6 +19,7 @@
 #include "harness/history/history.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/launch/launcher.hpp"
+#include "harness/launch/mpi_tuning.hpp"
 #include "harness/launch/slurm_alloc.hpp"
 #include "harness/model/placement.hpp"
 #include "harness/model/scenario.hpp"
@@ -64,6 +67,12 @@ class SrunLauncher : public Launcher {
               h.dir + "/multiprog"};
     p.cwd = h.dir;
     auto env = base_env();
+    // Inherited by every rank (srun passes its environment on; a line carries only what differs).
+    nlohmann::json mpi = nlohmann::json::object();
+    for (const auto& [k, v] : srun_mpi_env(h.s, alloc_, usable_cpus())) {
+      env[k] = v;
+      mpi[k] = v;
+    }
     for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
     if (!h.s.topo.hosts.empty()) {
       // topology.hosts: rank r on its host's node (ranks fill the hosts in order), through
@@ -83,7 +92,8 @@ class SrunLauncher : public Launcher {
     srun_ = h.sup.spawn(p);
     for (int r = 0; r < h.s.topo.ranks; ++r) {
       h.started(r);
-      h.hist.harness("launch", {{"pid", srun_}, {"launcher", "srun"}, {"argv", args}}, r);
+      h.hist.harness("launch",
+                     {{"pid", srun_}, {"launcher", "srun"}, {"argv", args}, {"mpi_env", mpi}}, r);
     }
   }
 

@@ -13,6 +13,7 @@
 
 #include "base/error.hpp"
 #include "base/subprocess.hpp"
+#include "harness/launch/mpi_tuning.hpp"
 #include "harness/model/scenario.hpp"
 
 namespace fl::harness {
@@ -35,6 +36,14 @@ bool on_path(const std::string& prog) {
 std::string env_or(const char* name, const std::string& fallback = "") {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
+}
+
+bool set_by_scenario(const Scenario& s, const std::string& var) {
+  if (s.env.all.count(var)) return true;
+  for (const auto& [rank, env] : s.env.per_rank) {
+    if (env.count(var)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -139,6 +148,25 @@ SlurmAllocation check_srun_allocation(const Scenario& s) {
     a.host_nodes = map_hosts_to_nodes(s.topo.hosts, a.nodes);
   }
   return a;
+}
+
+std::vector<std::pair<std::string, std::string>> srun_mpi_env(const Scenario& s,
+                                                              const SlurmAllocation& a, int cpus) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (s.topo.backend != "mpi") return out;
+  if (a.nodes.size() == 1) {  // local_mpi_params and local_mpi_env are empty with hosts
+    for (const auto& [name, value] : local_mpi_params(s)) {
+      out.emplace_back("OMPI_MCA_" + name, value);
+    }
+    for (const auto& kv : local_mpi_env(s)) out.push_back(kv);
+  }
+  const size_t nodes = std::max<size_t>(1, a.hosts.empty() ? a.nodes.size() : a.hosts.size());
+  const size_t per_node = (static_cast<size_t>(s.topo.ranks) + nodes - 1) / nodes;
+  const std::string yield = "OMPI_MCA_mpi_yield_when_idle";
+  if (per_node > static_cast<size_t>(std::max(cpus, 1)) && !set_by_scenario(s, yield)) {
+    out.emplace_back(yield, "1");
+  }
+  return out;
 }
 
 std::optional<SlurmAllocation> mpirun_allocation(const Scenario& s) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fl::harness {
@@ -43,6 +44,19 @@ std::string node_address(const std::string& node);
 // SLURM_JOB_ID and a node list set, enough tasks (SLURM_NTASKS) for the ranks and enough nodes
 // for topology.hosts. Error (the run's exit 2) naming what is missing; nothing is started.
 SlurmAllocation check_srun_allocation(const Scenario& s);
+
+// Variables (name, value) launcher srun gives every rank through srun's own environment, for an
+// MPI-backend run in allocation `a`, whose nodes each give the ranks `cpus` CPUs:
+// - all ranks on one node (one node, no topology.hosts): Open MPI's settings for one machine, as
+//   mpirun's (mpi_tuning.hpp: pml ob1, no UCX, openib or OFI probing as OMPI_MCA_*, hwloc without
+//   its I/O discovery);
+// - more ranks on a node than its CPUs (ranks spread evenly over the nodes, or over the hosts):
+//   OMPI_MCA_mpi_yield_when_idle=1, so that a rank waiting in MPI yields its CPU. mpirun sets that
+//   itself when it oversubscribes; under srun's direct launch nothing does, and 32 ranks on 2 CPUs
+//   spinning in MPI_Init's fence and the first barrier took 1.2-2.4x as long (docs/harness.md).
+// A variable the scenario's env or rank_env sets is left to it; nothing for the NCCL backend.
+std::vector<std::pair<std::string, std::string>> srun_mpi_env(const Scenario& s,
+                                                              const SlurmAllocation& a, int cpus);
 
 // launcher mpirun inside an allocation: when topology.hosts are all nodes of the allocation this
 // process runs in (SLURM_JOB_ID, SLURM_JOB_NODELIST; srun and scontrol on PATH) and the scenario

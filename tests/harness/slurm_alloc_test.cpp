@@ -203,5 +203,54 @@ TEST(SlurmAlloc, NoSlurmNoAllocationOrNoNodeListIsRefused) {
   }
 }
 
+using Vars = std::vector<std::pair<std::string, std::string>>;
+
+Scenario mpi_world(int ranks, std::vector<std::string> hosts) {
+  Scenario s = topology(ranks, std::move(hosts));
+  s.topo.backend = "mpi";
+  return s;
+}
+
+SlurmAllocation nodes_of(std::vector<std::string> nodes, std::vector<std::string> hosts = {}) {
+  SlurmAllocation a;
+  a.nodes = std::move(nodes);
+  a.hosts = hosts;
+  a.host_nodes = std::move(hosts);
+  return a;
+}
+
+// What srun's environment gives the ranks: one machine's Open MPI settings when every rank is on
+// one node, and yielding only when a node has more ranks than CPUs; the scenario's own values
+// and the NCCL backend are left alone.
+TEST(SlurmAlloc, SrunRanksGetOneNodeSettingsAndYieldOnlyWhenANodeHasMoreRanksThanCpus) {
+  const Vars one_node = {
+      {"OMPI_MCA_pml", "ob1"},
+      {"OMPI_MCA_osc", "^ucx"},
+      {"OMPI_MCA_btl", "^openib,ofi"},
+      {"HWLOC_PLUGINS_BLACKLIST", "hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_xml_libxml"},
+      {"HWLOC_COMPONENTS", "-linuxio"}};
+  const Vars yield = {{"OMPI_MCA_mpi_yield_when_idle", "1"}};
+  Vars both = one_node;
+  both.insert(both.end(), yield.begin(), yield.end());
+  EXPECT_EQ(srun_mpi_env(mpi_world(4, {}), nodes_of({"n1"}), 2), both);
+  EXPECT_EQ(srun_mpi_env(mpi_world(2, {}), nodes_of({"n1"}), 2), one_node);
+  // Spread over two nodes: 2 ranks a node on 2 CPUs do not yield, 3 do; the fabric is the
+  // cluster's choice.
+  EXPECT_EQ(srun_mpi_env(mpi_world(4, {}), nodes_of({"n1", "n2"}), 2), Vars{});
+  EXPECT_EQ(srun_mpi_env(mpi_world(5, {}), nodes_of({"n1", "n2"}), 2), yield);
+  // topology.hosts (each on a node of its own): ranks counted over the hosts, and no one-machine
+  // settings, as for mpirun over hosts.
+  EXPECT_EQ(srun_mpi_env(mpi_world(4, {"a"}), nodes_of({"n1"}, {"n1"}), 2), yield);
+  EXPECT_EQ(srun_mpi_env(mpi_world(4, {"a", "b"}), nodes_of({"n1", "n2", "n3"}, {"n1", "n2"}), 2),
+            Vars{});
+  Scenario own = mpi_world(4, {});
+  own.env.all["OMPI_MCA_pml"] = "ucx";
+  own.env.per_rank[1]["OMPI_MCA_mpi_yield_when_idle"] = "0";
+  EXPECT_EQ(srun_mpi_env(own, nodes_of({"n1"}), 2), Vars(one_node.begin() + 1, one_node.end()));
+  Scenario nccl = mpi_world(4, {});
+  nccl.topo.backend = "nccl";
+  EXPECT_EQ(srun_mpi_env(nccl, nodes_of({"n1"}), 2), Vars{});
+}
+
 }  // namespace
 }  // namespace fl::harness
