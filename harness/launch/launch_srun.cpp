@@ -51,9 +51,9 @@ class SrunLauncher : public Launcher {
   }
 
   void start(LaunchHost& h, const std::vector<std::string>& args) override {
-    std::string prog;
-    for (int r = 0; r < h.s.topo.ranks; ++r) prog += line(h, r, args) + "\n";
-    h.run_dir->write_atomic("multiprog", prog);
+    std::vector<std::string> lines;
+    for (int r = 0; r < h.s.topo.ranks; ++r) lines.push_back(line(h, r, args));
+    h.run_dir->write_atomic("multiprog", srun_multi_prog(lines));
     ProcessSpec p;
     p.name = "srun";
     p.argv = {"srun",
@@ -107,15 +107,15 @@ class SrunLauncher : public Launcher {
   }
 
  private:
-  // `R env -C DIR VAR=value ... worker args`: srun reads the file itself (no shell), so values
-  // are checked as for mpirun's app file.
+  // `env -C DIR VAR=value ... worker args` (srun_multi_prog adds the task column): srun reads the
+  // file itself (no shell), so values are checked as for mpirun's app file.
   static std::string line(LaunchHost& h, int r, const std::vector<std::string>& args) {
     auto env = h.rank_env(r);
     ProcessSpec spec;
     spec.argv = args;
     std::vector<std::string> unset;
     h.faults.adjust_rank(r, spec, env, &unset);
-    std::string out = fmt::format("{} env -C {}/ranks/rank{}", r, h.dir, r);
+    std::string out = fmt::format("env -C {}/ranks/rank{}", h.dir, r);
     for (auto& k : unset) {
       check_env_key(r, k);
       out += " -u " + k;

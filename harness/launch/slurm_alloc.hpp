@@ -1,6 +1,7 @@
 // The Slurm allocation a run with `launcher: srun` runs in (docs/cluster.md): its nodes, in the
 // order Slurm lists them (SLURM_JOB_NODELIST expanded by `scontrol show hostnames`), and where a
-// scenario's logical topology.hosts land on them. Checked before anything is started.
+// scenario's logical topology.hosts land on them. Checked before anything is started. Also what
+// the srun launcher's job step gets: the ranks' MPI environment and its multi-program file.
 #pragma once
 
 #include <map>
@@ -57,6 +58,15 @@ SlurmAllocation check_srun_allocation(const Scenario& s);
 // A variable the scenario's env or rank_env sets is left to it; nothing for the NCCL backend.
 std::vector<std::pair<std::string, std::string>> srun_mpi_env(const Scenario& s,
                                                               const SlurmAllocation& a, int cpus);
+
+// srun's multi-program file (--multi-prog) for `lines[r]`, rank r's program and arguments (words
+// joined by single spaces, without the task column). Ranks whose lines differ only in their own
+// number share one line with a task range, the number written as %t, which slurmstepd replaces
+// with each task's rank ("0-127 env -C RUN/ranks/rank%t RANK=%t ... fl-train ..."): srun refuses
+// a file over 60000 bytes, which one line per rank passed at about 64 ranks. Error naming the
+// rank when a line holds '%' (slurmstepd would replace %t and %o in it), has more than 127 words
+// or 16382 characters (what slurmstepd reads of a line), or when the file is still over 60000.
+std::string srun_multi_prog(const std::vector<std::string>& lines);
 
 // launcher mpirun inside an allocation: when topology.hosts are all nodes of the allocation this
 // process runs in (SLURM_JOB_ID, SLURM_JOB_NODELIST; srun and scontrol on PATH) and the scenario

@@ -8,7 +8,8 @@
 #       srun_launcher  the same job with topology.launcher: srun: one job step, every rank's
 #                      output attributed to it, the run passes; the ranks' MPI took one
 #                      machine's settings and (more ranks than CPUs) yielding from srun's
-#                      environment (rank 0's mpi_show_mca_params)
+#                      environment (rank 0's mpi_show_mca_params); one multi-program line
+#                      (0-3, the rank as %t) started all four
 #       small_allocation  an allocation of 2 tasks for 4 ranks: exit 2 naming both, no launch
 #       no_allocation  launcher srun outside any allocation: exit 2 before any launch (needs no
 #                      Slurm at all)
@@ -181,7 +182,8 @@ a = inj[0]["data"]["agent"]
 assert a["size_bytes"] == 256 << 10 and a["namespace_pid"] > 0, a
 # The ranks started inside the agent's namespace: srun's multi-program lines ran nsenter.
 prog = open(f"{r}/shm/multiprog").read().splitlines()
-assert len(prog) == 2 and all(f"nsenter --mount=/proc/{a['namespace_pid']}/ns/mnt" in l for l in prog), prog
+assert len(prog) == 1 and prog[0].startswith("0-1 "), prog  # one line for both ranks (%t)
+assert f"nsenter --mount=/proc/{a['namespace_pid']}/ns/mnt" in prog[0], prog
 bus = {e["rank"] for e in ev if e["kind"] == "output" and "bus error (SIGBUS)" in e["data"].get("line", "")}
 assert bus, "no bus error in the shm transport"
 healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "shm"]
@@ -428,6 +430,10 @@ if launcher == "srun":
             "HWLOC_COMPONENTS": "-linuxio"}
     if 4 > cpus:
         want["OMPI_MCA_mpi_yield_when_idle"] = "1"
+    # One multi-program line for the four ranks: the rank's number and directory as %t.
+    prog = open(f"{d}/multiprog").read().splitlines()
+    assert len(prog) == 1 and prog[0].startswith(f"0-3 env -C {d}/ranks/rank%t "), prog
+    assert " RANK=%t " in prog[0] and " LOCAL_RANK=%t " in prog[0], prog
     got = [e["data"]["mpi_env"] for e in ev if e["kind"] == "launch"]
     assert got == [want] * 4, got
     out = open(f"{d}/ranks/rank0/output.log").read()
