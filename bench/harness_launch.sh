@@ -10,8 +10,9 @@
 # all came live, from the harness's `telemetry` events).
 # Reference, taken right before each run with the same mpirun: `mpirun -np N mpi_hello`
 # (MPI_Init, one barrier, MPI_Finalize; bench/mpi_hello.c) with Open MPI's defaults, wall time.
-# Each line prints ready / reference: a busy machine slows both sides, so the ratio holds where
-# the seconds do not. (`mpirun -np 32 true` hung in 2 of 2 tries here, so it is not a reference.)
+# Each line prints ready / that after every reference: a busy machine slows both sides, so the
+# ratio holds where the seconds do not. "before launch" is the harness's first event to its first
+# launch (under srun: the allocation's check and the agents' job step). (`mpirun -np 32 true` hung in 2 of 2 tries here, so it is not a reference.)
 # A second reference runs the same under a 5 ms timer slack (what fl-train's ranks use while they
 # join the world, FAULTLINE_MPI_START_SLACK_US; set here on mpirun, which its ranks inherit).
 # A third reference, "tuned", is the same bare program with everything the harness gives its
@@ -34,8 +35,8 @@
 # each run in the same allocation right before the harness: bare `mpirun -np N mpi_hello` as above
 # (the issue's reference), `srun --mpi=pmix -n N mpi_hello` with Slurm's and Open MPI's defaults
 # ("bare srun": what Slurm itself costs) and the same with the environment the harness gives its
-# srun ranks on one node ("srun tuned": keep the list below in step with
-# harness/launch/launch_srun.cpp). Every mpirun here (references and the mpirun launcher) runs
+# srun ranks on one node ("srun tuned": keep the list below in step with srun_mpi_env,
+# harness/launch/slurm_alloc.cpp; no timer slack: srun's tasks are slurmstepd's children). Every mpirun here (references and the mpirun launcher) runs
 # with the SLURM_* variables removed, as outside Slurm: inside an allocation Open MPI's mpirun
 # would start its daemons through srun instead.
 set -euo pipefail
