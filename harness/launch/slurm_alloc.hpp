@@ -53,8 +53,9 @@ SlurmAllocation check_srun_allocation(const Scenario& s);
 //   its I/O discovery);
 // - more ranks on a node than its CPUs (ranks spread evenly over the nodes, or over the hosts):
 //   OMPI_MCA_mpi_yield_when_idle=1, so that a rank waiting in MPI yields its CPU. mpirun sets that
-//   itself when it oversubscribes; under srun's direct launch nothing does, and 32 ranks on 2 CPUs
-//   spinning in MPI_Init's fence and the first barrier took 1.2-2.4x as long (docs/harness.md).
+//   itself when it oversubscribes; under srun's direct launch nothing does, and ranks spinning in
+//   MPI_Init's fence and the first barrier on 2 CPUs took 1.9x (32 ranks) and 2.7x (128 ranks) as
+//   long to be ready (docs/harness.md).
 // A variable the scenario's env or rank_env sets is left to it; nothing for the NCCL backend.
 std::vector<std::pair<std::string, std::string>> srun_mpi_env(const Scenario& s,
                                                               const SlurmAllocation& a, int cpus);
