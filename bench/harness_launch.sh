@@ -10,8 +10,9 @@
 # all came live, from the harness's `telemetry` events).
 # Reference, taken right before each run with the same mpirun: `mpirun -np N mpi_hello`
 # (MPI_Init, one barrier, MPI_Finalize; bench/mpi_hello.c) with Open MPI's defaults, wall time.
-# Each line prints ready / reference: a busy machine slows both sides, so the ratio holds where
-# the seconds do not. (`mpirun -np 32 true` hung in 2 of 2 tries here, so it is not a reference.)
+# Each line prints ready / that after every reference: a busy machine slows both sides, so the
+# ratio holds where the seconds do not. "before launch" is the harness's first event to its first
+# launch (under srun: the allocation's check and the agents' job step). (`mpirun -np 32 true` hung in 2 of 2 tries here, so it is not a reference.)
 # A second reference runs the same under a 5 ms timer slack (what fl-train's ranks use while they
 # join the world, FAULTLINE_MPI_START_SLACK_US; set here on mpirun, which its ranks inherit).
 # A third reference, "tuned", is the same bare program with everything the harness gives its
@@ -28,9 +29,24 @@
 # ranks for this clean scenario). FAULTLINE_BIN overrides the harness binary (to compare two
 # builds; an older build's local launcher joined one by one unless SETS has
 # "--set env.FAULTLINE_MPI_JOIN=tree").
+# LAUNCHERS=srun: the srun launcher, in a Slurm allocation. Outside one the whole bench runs again
+# inside `salloc -N1 -n MAX --overcommit` (MAX the largest size; SALLOC_ARGS adds words, e.g. a
+# partition); inside one (sbatch, salloc: SLURM_JOB_ID set) it needs MAX tasks. Its references,
+# each run in the same allocation right before the harness: bare `mpirun -np N mpi_hello` as above
+# (the issue's reference), `srun --mpi=pmix -n N mpi_hello` with Slurm's and Open MPI's defaults
+# ("bare srun": what Slurm itself costs) and the same with the environment the harness gives its
+# srun ranks on one node ("srun tuned": keep the list below in step with srun_mpi_env,
+# harness/launch/slurm_alloc.cpp; no timer slack: srun's tasks are slurmstepd's children). Every mpirun here (references and the mpirun launcher) runs
+# with the SLURM_* variables removed, as outside Slurm: inside an allocation Open MPI's mpirun
+# would start its daemons through srun instead.
 set -euo pipefail
 build=${1:-build}; shift || true
 sizes=${*:-8 32 128}
+if [[ " ${LAUNCHERS:-} " == *" srun "* && -z ${SLURM_JOB_ID:-} ]]; then
+  max=$(printf '%s\n' $sizes | sort -n | tail -1)
+  # shellcheck disable=SC2086  # SALLOC_ARGS is words
+  exec salloc -N1 -n "$max" --overcommit ${SALLOC_ARGS:-} "$0" "$build" $sizes
+fi
 faultline=${FAULTLINE_BIN:-$build/harness/faultline}
 out=$(mktemp -d /tmp/faultline-bench-XXXX)
 trap 'rm -rf "$out"' EXIT
@@ -49,27 +65,45 @@ os.execvp(sys.argv[1], sys.argv[1:])')
 mca=(--mca pml ob1 --mca osc ^ucx --mca btl ^openib,ofi)
 hwloc=(HWLOC_PLUGINS_BLACKLIST=hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_xml_libxml
        HWLOC_COMPONENTS=-linuxio)
+# The srun launcher's ranks on one node: Open MPI's mpi_yield_when_idle (mpirun sets it itself
+# when it oversubscribes; srun's direct launch does not), the MCA parameters and hwloc above.
+srun_tuned=(OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx
+            OMPI_MCA_btl=^openib,ofi "${hwloc[@]}")
+bare=(env)  # a command as outside Slurm (no SLURM_* variables)
+for v in ${!SLURM_*}; do bare+=(-u "$v"); done
 runs=0
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for spec in ${LAUNCHERS:-mpirun local}; do
   launcher=$spec
   for n in $sizes; do
-    ref_mpi=$(secs mpirun --oversubscribe --bind-to none -np "$n" "$out/mpi_hello")
-    ref_slack=$(secs "${slack[@]}" mpirun --oversubscribe --bind-to none -np "$n" "$out/mpi_hello")
-    ref_tuned=$(secs env "${hwloc[@]}" "${slack[@]}" mpirun --oversubscribe --bind-to none \
-      "${mca[@]}" -np "$n" "$out/mpi_hello")
-    "$faultline" run scenarios/clean/clean-dp2-tp2.yaml --results "$out" \
+    refs=("reference=$(secs "${bare[@]}" mpirun --oversubscribe --bind-to none -np "$n" \
+      "$out/mpi_hello")")
+    run=("${bare[@]}" "$faultline")
+    if [[ $spec == srun ]]; then
+      refs+=("bare srun=$(secs srun --mpi=pmix -n "$n" "$out/mpi_hello")")
+      refs+=("srun tuned=$(secs env "${srun_tuned[@]}" srun --mpi=pmix -n "$n" "$out/mpi_hello")")
+      run=("$faultline")
+    else
+      refs+=("reference with 5 ms slack=$(secs "${bare[@]}" "${slack[@]}" mpirun --oversubscribe \
+        --bind-to none -np "$n" "$out/mpi_hello")")
+      refs+=("reference tuned=$(secs "${bare[@]}" "${hwloc[@]}" "${slack[@]}" mpirun --oversubscribe \
+        --bind-to none "${mca[@]}" -np "$n" "$out/mpi_hello")")
+    fi
+    "${run[@]}" run scenarios/clean/clean-dp2-tp2.yaml --results "$out" \
       --run-id "$spec-$n-$((++runs))" --set topology.ranks=$n --set topology.dp=$((n / 2)) \
       --set topology.launcher=$launcher --set workload.steps=1 \
       --set timeouts.run_s=300 --set timeouts.rendezvous_ms=240000 ${SETS:-} >/dev/null || true
-    python3 - "$out/$spec-$n-$runs/history.jsonl" "$spec" "$n" "$ref_mpi" "$ref_slack" "$ref_tuned" <<'PY'
+    python3 - "$out/$spec-$n-$runs/history.jsonl" "$spec" "$n" "${refs[@]}" <<'PY'
 import json, sys
-path, spec, n, ref = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-ref_slack, ref_tuned = float(sys.argv[5]), float(sys.argv[6])
+path, spec, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+refs = [(r.split("=")[0], float(r.split("=")[1])) for r in sys.argv[4:]]
 ev = [json.loads(l) for l in open(path)]
 t0 = min(e["time_unix_ns"] for e in ev if e["kind"] == "launch")
 ready = [e["time_unix_ns"] for e in ev if e["source"] == "rank" and e["kind"] == "layout"]
 hello = [e["time_unix_ns"] for e in ev if e["source"] == "rank" and e["kind"] == "hello"]
+# Before the launch (the harness's first event to its first launch): the control plane, and under
+# srun the allocation's check and the agents' job step.
+setup = f"; before launch {(t0 - min(e['time_unix_ns'] for e in ev)) / 1e9:.2f} s"
 # CPU per rank (the ranks' own getrusage, carried by hello and layout): up to hello (exec,
 # libraries, telemetry), in forming the world (MPI_Init, the world communicator), and in all up to
 # layout (also the store's world check, the groups and building the model).
@@ -83,15 +117,14 @@ cpu = (f"; cpu per rank: to hello {mean_of('hello', 'cpu_ms'):.0f} ms, world "
 streamed = sum(1 for e in ev if e["kind"] == "telemetry" and e["data"].get("recovered_from_file") == 0)
 if len(ready) < n:
     print(f"{spec:10s} {n:3d} ranks: only {len(ready)} ranks got ready (hello {len(hello)}); "
-          f"reference {ref:.2f} s")
+          + "; ".join(f"{name} {s:.2f} s" for name, s in refs))
     sys.exit(0)
 ready_s = (max(ready) - t0) / 1e9
 target = 3.0 if n <= 32 else 5.0 if spec == "mpirun" else None
 vs = f", {ready_s / target:4.2f} x the {target:.0f} s target" if target else ""
 print(f"{spec:10s} {n:3d} ranks: all hello {(max(hello) - t0) / 1e9:6.2f} s, ready {ready_s:6.2f} s"
-      f"{vs}; reference {ref:.2f} s; ready / reference {ready_s / ref:.2f}; reference with 5 ms "
-      f"slack {ref_slack:.2f} s; ready / that {ready_s / ref_slack:.2f}; reference tuned "
-      f"{ref_tuned:.2f} s; ready / tuned {ready_s / ref_tuned:.2f}; streamed {streamed}{cpu}")
+      f"{vs}; " + "; ".join(f"{name} {s:.2f} s, ready / that {ready_s / s:.2f}" for name, s in refs)
+      + f"; streamed {streamed}{setup}{cpu}")
 PY
   done
 done

@@ -2,7 +2,9 @@
 // multi-program file (one line per rank: `env -C RANK_DIR VAR=value ... worker args`, so each
 // keeps its own environment and directory, as mpirun's app file does). MPI worlds come from
 // Slurm's PMIx (`--mpi=pmix`); `--kill-on-bad-exit` ends the step when a rank fails, as mpirun
-// does. `--label` prefixes every output line with its task, which is the rank.
+// does. `--label` prefixes every output line with its task, which is the rank. srun's environment
+// carries Open MPI's settings for the allocation (srun_mpi_env: one machine's, and yielding when
+// a node has more ranks than CPUs).
 #include <unistd.h>
 
 #include <csignal>
@@ -17,6 +19,7 @@
 #include "harness/history/history.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/launch/launcher.hpp"
+#include "harness/launch/mpi_tuning.hpp"
 #include "harness/launch/slurm_alloc.hpp"
 #include "harness/model/placement.hpp"
 #include "harness/model/scenario.hpp"
@@ -48,9 +51,9 @@ class SrunLauncher : public Launcher {
   }
 
   void start(LaunchHost& h, const std::vector<std::string>& args) override {
-    std::string prog;
-    for (int r = 0; r < h.s.topo.ranks; ++r) prog += line(h, r, args) + "\n";
-    h.run_dir->write_atomic("multiprog", prog);
+    std::vector<std::string> lines;
+    for (int r = 0; r < h.s.topo.ranks; ++r) lines.push_back(line(h, r, args));
+    h.run_dir->write_atomic("multiprog", srun_multi_prog(lines));
     ProcessSpec p;
     p.name = "srun";
     p.argv = {"srun",
@@ -64,6 +67,12 @@ class SrunLauncher : public Launcher {
               h.dir + "/multiprog"};
     p.cwd = h.dir;
     auto env = base_env();
+    // Inherited by every rank (srun passes its environment on; a line carries only what differs).
+    nlohmann::json mpi = nlohmann::json::object();
+    for (const auto& [k, v] : srun_mpi_env(h.s, alloc_, usable_cpus())) {
+      env[k] = v;
+      mpi[k] = v;
+    }
     for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
     if (!h.s.topo.hosts.empty()) {
       // topology.hosts: rank r on its host's node (ranks fill the hosts in order), through
@@ -83,7 +92,8 @@ class SrunLauncher : public Launcher {
     srun_ = h.sup.spawn(p);
     for (int r = 0; r < h.s.topo.ranks; ++r) {
       h.started(r);
-      h.hist.harness("launch", {{"pid", srun_}, {"launcher", "srun"}, {"argv", args}}, r);
+      h.hist.harness("launch",
+                     {{"pid", srun_}, {"launcher", "srun"}, {"argv", args}, {"mpi_env", mpi}}, r);
     }
   }
 
@@ -97,15 +107,15 @@ class SrunLauncher : public Launcher {
   }
 
  private:
-  // `R env -C DIR VAR=value ... worker args`: srun reads the file itself (no shell), so values
-  // are checked as for mpirun's app file.
+  // `env -C DIR VAR=value ... worker args` (srun_multi_prog adds the task column): srun reads the
+  // file itself (no shell), so values are checked as for mpirun's app file.
   static std::string line(LaunchHost& h, int r, const std::vector<std::string>& args) {
     auto env = h.rank_env(r);
     ProcessSpec spec;
     spec.argv = args;
     std::vector<std::string> unset;
     h.faults.adjust_rank(r, spec, env, &unset);
-    std::string out = fmt::format("{} env -C {}/ranks/rank{}", r, h.dir, r);
+    std::string out = fmt::format("env -C {}/ranks/rank{}", h.dir, r);
     for (auto& k : unset) {
       check_env_key(r, k);
       out += " -u " + k;

@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
 
 #include "base/error.hpp"
 #include "harness/launch/slurm_alloc.hpp"
@@ -201,6 +204,158 @@ TEST(SlurmAlloc, NoSlurmNoAllocationOrNoNodeListIsRefused) {
                    {"SLURM_NODELIST", nullptr}});
     EXPECT_NE(refusal(topology(1, {})).find("job 77 has no node list"), std::string::npos);
   }
+}
+
+using Vars = std::vector<std::pair<std::string, std::string>>;
+
+Scenario mpi_world(int ranks, std::vector<std::string> hosts) {
+  Scenario s = topology(ranks, std::move(hosts));
+  s.topo.backend = "mpi";
+  return s;
+}
+
+SlurmAllocation nodes_of(std::vector<std::string> nodes, std::vector<std::string> hosts = {}) {
+  SlurmAllocation a;
+  a.nodes = std::move(nodes);
+  a.hosts = hosts;
+  a.host_nodes = std::move(hosts);
+  return a;
+}
+
+// What srun's environment gives the ranks: one machine's Open MPI settings when every rank is on
+// one node, and yielding only when a node has more ranks than CPUs; the scenario's own values
+// and the NCCL backend are left alone.
+TEST(SlurmAlloc, SrunRanksGetOneNodeSettingsAndYieldOnlyWhenANodeHasMoreRanksThanCpus) {
+  const Vars one_node = {
+      {"OMPI_MCA_pml", "ob1"},
+      {"OMPI_MCA_osc", "^ucx"},
+      {"OMPI_MCA_btl", "^openib,ofi"},
+      {"HWLOC_PLUGINS_BLACKLIST", "hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_xml_libxml"},
+      {"HWLOC_COMPONENTS", "-linuxio"}};
+  const Vars yield = {{"OMPI_MCA_mpi_yield_when_idle", "1"}};
+  Vars both = one_node;
+  both.insert(both.end(), yield.begin(), yield.end());
+  EXPECT_EQ(srun_mpi_env(mpi_world(4, {}), nodes_of({"n1"}), 2), both);
+  EXPECT_EQ(srun_mpi_env(mpi_world(2, {}), nodes_of({"n1"}), 2), one_node);
+  // Spread over two nodes: 2 ranks a node on 2 CPUs do not yield, 3 do; the fabric is the
+  // cluster's choice.
+  EXPECT_EQ(srun_mpi_env(mpi_world(4, {}), nodes_of({"n1", "n2"}), 2), Vars{});
+  EXPECT_EQ(srun_mpi_env(mpi_world(5, {}), nodes_of({"n1", "n2"}), 2), yield);
+  // topology.hosts (each on a node of its own): ranks counted over the hosts, and no one-machine
+  // settings, as for mpirun over hosts.
+  EXPECT_EQ(srun_mpi_env(mpi_world(4, {"a"}), nodes_of({"n1"}, {"n1"}), 2), yield);
+  EXPECT_EQ(srun_mpi_env(mpi_world(4, {"a", "b"}), nodes_of({"n1", "n2", "n3"}, {"n1", "n2"}), 2),
+            Vars{});
+  Scenario own = mpi_world(4, {});
+  own.env.all["OMPI_MCA_pml"] = "ucx";
+  own.env.per_rank[1]["OMPI_MCA_mpi_yield_when_idle"] = "0";
+  EXPECT_EQ(srun_mpi_env(own, nodes_of({"n1"}), 2), Vars(one_node.begin() + 1, one_node.end()));
+  Scenario nccl = mpi_world(4, {});
+  nccl.topo.backend = "nccl";
+  EXPECT_EQ(srun_mpi_env(nccl, nodes_of({"n1"}), 2), Vars{});
+}
+
+// Rank r's command from a multi-program file, as slurmstepd reads it: the line whose task range
+// holds r, with %t its rank and %o its offset into the range.
+std::string command_of(const std::string& file, int r) {
+  std::istringstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    const auto sp = line.find(' ');
+    const std::string range = line.substr(0, sp);
+    const auto dash = range.find('-');
+    const int lo = std::stoi(range.substr(0, dash));
+    const int hi = dash == std::string::npos ? lo : std::stoi(range.substr(dash + 1));
+    if (r < lo || r > hi) continue;
+    std::string prog = line.substr(sp + 1);
+    for (auto [key, value] : {std::pair{"%t", r}, std::pair{"%o", r - lo}}) {
+      for (auto at = prog.find(key); at != std::string::npos; at = prog.find(key, at)) {
+        prog.replace(at, 2, std::to_string(value));
+      }
+    }
+    return prog;
+  }
+  return "(no line for rank " + std::to_string(r) + ")";
+}
+
+// Rank r of `ranks` on `nodes` logical nodes, as the harness writes it (long run directory).
+std::string rank_line(int r, int ranks, int nodes = 1, const std::string& extra = "") {
+  const std::string dir = "/home/someone/experiments/faultline-results/run-2026-11-29/ranks/rank";
+  const int per_node = ranks / nodes;
+  return fmt::format(
+      "env -C {0}{1} FAULTLINE_EVENTS_FILE={0}{1}/events.jsonl FAULTLINE_FIRED_LOG={0}{1}/"
+      "fired.jsonl FAULTLINE_FLIGHT_RECORDER_DIR={0}{1} LOCAL_RANK={2} LOCAL_WORLD_SIZE={3} "
+      "NODE_RANK={4} RANK={1} WORLD_SIZE={5}{6} "
+      "/opt/faultline/bin/fl-train --device cpu --steps 1 --dp {5} --tp 1 --checksum",
+      dir, r, r % per_node, per_node, r / per_node, ranks, extra);
+}
+
+// Ranks whose commands differ only in their number share a line (their rank as %t, their place
+// on a node as %o), so that 128 ranks fit srun's 60000-byte limit; every rank still gets exactly
+// its own command.
+TEST(SlurmAlloc, SrunMultiProgGivesEveryRankItsOwnCommandInOneLinePerRange) {
+  std::vector<std::string> lines;
+  for (int r = 0; r < 128; ++r) lines.push_back(rank_line(r, 128));
+  size_t one_per_rank = 0;
+  for (auto& l : lines) one_per_rank += l.size() + 5;
+  EXPECT_GT(one_per_rank, 60000u);  // what srun refused ("Multi_prog config file ... too large")
+  const std::string file = srun_multi_prog(lines);
+  EXPECT_EQ(file.substr(0, file.find(" FAULTLINE_FIRED_LOG")),
+            "0-127 env -C /home/someone/experiments/faultline-results/run-2026-11-29/ranks/"
+            "rank%t FAULTLINE_EVENTS_FILE=/home/someone/experiments/faultline-results/"
+            "run-2026-11-29/ranks/rank%t/events.jsonl");
+  EXPECT_EQ(std::count(file.begin(), file.end(), '\n'), 1);
+  for (int r = 0; r < 128; ++r) ASSERT_EQ(command_of(file, r), lines[r]) << r;
+  // Four logical nodes: LOCAL_RANK restarts on each, one line a node; a rank with a command of
+  // its own (a fault's variable) splits its node's range.
+  lines.clear();
+  for (int r = 0; r < 128; ++r) lines.push_back(rank_line(r, 128, 4, r == 40 ? " X=1" : ""));
+  const std::string nodes = srun_multi_prog(lines);
+  std::vector<std::string> ranges;
+  std::istringstream in(nodes);
+  for (std::string l; std::getline(in, l);) ranges.push_back(l.substr(0, l.find(' ')));
+  EXPECT_EQ(ranges, (std::vector<std::string>{
+                        "0-31", "32-39", "40", "41", "42", "43", "44",    "45",    "46", "47",
+                        "48",   "49",    "50", "51", "52", "53", "54",    "55",    "56", "57",
+                        "58",   "59",    "60", "61", "62", "63", "64-95", "96-127"}));
+  for (int r = 0; r < 128; ++r) ASSERT_EQ(command_of(nodes, r), lines[r]) << r;
+  EXPECT_EQ(srun_multi_prog({"true"}), "0 true\n");
+}
+
+TEST(SlurmAlloc, SrunMultiProgRefusesPercentTooLongLinesAndTooLargeFilesNamingTheRank) {
+  auto error_of = [](const std::vector<std::string>& lines) -> std::string {
+    try {
+      srun_multi_prog(lines);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  EXPECT_EQ(error_of({"true", "env A=50%x true"}),
+            "launcher srun: rank 1's command has a '%' ('env A=50%x true'): slurmstepd replaces "
+            "%t and %o in a multi-program file (allowed: no '%' in the scenario's env, args and "
+            "paths, or launcher: mpirun)");
+  std::string words = "env";
+  for (int i = 0; i < 127; ++i) words += " A" + std::to_string(i) + "=1";
+  EXPECT_EQ(error_of({"true", words + " true"}),
+            "launcher srun: rank 1's command has 129 words and its line 789 characters; srun's "
+            "multi-program file takes at most 127 words and 16382 characters a line (allowed: "
+            "fewer env variables, or launcher: mpirun)");
+  EXPECT_EQ(error_of({"env A=" + std::string(16380, 'x') + " true"}),
+            "launcher srun: rank 0's command has 3 words and its line 16393 characters; srun's "
+            "multi-program file takes at most 127 words and 16382 characters a line (allowed: "
+            "fewer env variables, or launcher: mpirun)");
+  // Commands that differ in more than their rank (a seed each) cannot share lines.
+  std::vector<std::string> seeds;
+  for (int r = 0; r < 128; ++r) {
+    seeds.push_back(rank_line(r, 128, 1, " SEED=" + std::to_string(r * 7919 + 13)));
+  }
+  const std::string big = error_of(seeds);
+  const std::string head = "launcher srun: the multi-program file for 128 ranks has ";
+  ASSERT_EQ(big.substr(0, head.size()), head) << big;
+  EXPECT_GT(std::stoul(big.substr(head.size())), 60000u) << big;
+  EXPECT_EQ(big.substr(big.find(" bytes")),
+            " bytes and srun takes at most 60000 (the ranks' commands differ in more than their "
+            "rank; allowed: fewer env variables or rank_env entries, or launcher: mpirun)");
 }
 
 }  // namespace

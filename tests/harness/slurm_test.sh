@@ -6,7 +6,10 @@
 # CASE: sbatch_run     the harness as a batch job (docs/cluster.md's template): 4 ranks under
 #                      mpirun inside the allocation; the run, named after the job, passes
 #       srun_launcher  the same job with topology.launcher: srun: one job step, every rank's
-#                      output attributed to it, the run passes
+#                      output attributed to it, the run passes; the ranks' MPI took one
+#                      machine's settings and (more ranks than CPUs) yielding from srun's
+#                      environment (rank 0's mpi_show_mca_params); one multi-program line
+#                      (0-3, the rank as %t) started all four
 #       small_allocation  an allocation of 2 tasks for 4 ranks: exit 2 naming both, no launch
 #       no_allocation  launcher srun outside any allocation: exit 2 before any launch (needs no
 #                      Slurm at all)
@@ -51,6 +54,9 @@ topology: {ranks: 4, launcher: $1}
 workload: {steps: 3}
 expect: {oracle: completed}
 Y
+  # Open MPI's rank 0 prints the MCA parameters it took from its environment.
+  [[ $1 == srun ]] && echo "env: {OMPI_MCA_mpi_show_mca_params: enviro}" >>"$tmp/s.yaml"
+  true
 }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -176,7 +182,8 @@ a = inj[0]["data"]["agent"]
 assert a["size_bytes"] == 256 << 10 and a["namespace_pid"] > 0, a
 # The ranks started inside the agent's namespace: srun's multi-program lines ran nsenter.
 prog = open(f"{r}/shm/multiprog").read().splitlines()
-assert len(prog) == 2 and all(f"nsenter --mount=/proc/{a['namespace_pid']}/ns/mnt" in l for l in prog), prog
+assert len(prog) == 1 and prog[0].startswith("0-1 "), prog  # one line for both ranks (%t)
+assert f"nsenter --mount=/proc/{a['namespace_pid']}/ns/mnt" in prog[0], prog
 bus = {e["rank"] for e in ev if e["kind"] == "output" and "bus error (SIGBUS)" in e["data"].get("line", "")}
 assert bus, "no bus error in the shm transport"
 healed = [e["data"] for e in ev if e["kind"] == "fault_healed" and e["data"]["fault"] == "shm"]
@@ -402,9 +409,9 @@ if [[ $want -ne 0 ]]; then
   [[ $(count_events "$run/history.jsonl" launch) == 0 ]] || fail "something was launched"
 else
   [[ $status -eq 0 ]] || fail "the batch job failed"
-  python3 - "$run" "$launcher" <<'PY'
+  python3 - "$run" "$launcher" "$(nproc)" <<'PY'
 import json, os, sys
-d, launcher = sys.argv[1:]
+d, launcher, cpus = sys.argv[1], sys.argv[2], int(sys.argv[3])
 v = json.load(open(d + "/verdict.json"))
 assert v["outcome"] == "pass", v
 ev = [json.loads(l) for l in open(d + "/history.jsonl")]
@@ -415,6 +422,24 @@ assert launch == {launcher}, launch
 # Every rank's own output reached its log (srun --label / mpirun --tag-output split back).
 for r in range(4):
     assert os.path.getsize(f"{d}/ranks/rank{r}/output.log") > 0, r
+if launcher == "srun":
+    # One node: srun's environment gave the ranks one machine's Open MPI settings, and yielding
+    # when the node has more ranks (4) than CPUs; rank 0's MPI_Init took them from there.
+    want = {"OMPI_MCA_pml": "ob1", "OMPI_MCA_osc": "^ucx", "OMPI_MCA_btl": "^openib,ofi",
+            "HWLOC_PLUGINS_BLACKLIST": "hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_xml_libxml",
+            "HWLOC_COMPONENTS": "-linuxio"}
+    if 4 > cpus:
+        want["OMPI_MCA_mpi_yield_when_idle"] = "1"
+    # One multi-program line for the four ranks: the rank's number and directory as %t.
+    prog = open(f"{d}/multiprog").read().splitlines()
+    assert len(prog) == 1 and prog[0].startswith(f"0-3 env -C {d}/ranks/rank%t "), prog
+    assert " RANK=%t " in prog[0] and " LOCAL_RANK=%t " in prog[0], prog
+    got = [e["data"]["mpi_env"] for e in ev if e["kind"] == "launch"]
+    assert got == [want] * 4, got
+    out = open(f"{d}/ranks/rank0/output.log").read()
+    for line in ["pml=ob1 (environment)", "btl=^openib,ofi (environment)"] + (
+            ["mpi_yield_when_idle=true (environment)"] if 4 > cpus else []):
+        assert line in out, (line, out[-2000:])
 print(launcher, "run ok")
 PY
 fi
