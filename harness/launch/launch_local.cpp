@@ -49,11 +49,10 @@ std::pair<std::string, std::string> mpi_start_of(const LaunchHost& h) {
   if (h.s.topo.ranks <= kDirectLaunchAbove) {
     return {"singleton", fmt::format("{} ranks <= {}", h.s.topo.ranks, kDirectLaunchAbove)};
   }
-  if (h.s.topo.network != "host") {
+  if (h.s.topo.network != "host" || h.faults.uses_namespaces()) {
     return {"singleton",
-            "topology.network: " + h.s.topo.network +
-                ": PMIx's clients reach the harness over its loopback, which a rank in a network "
-                "namespace cannot"};
+            "ranks in network namespaces: PMIx's clients reach the harness over its loopback, "
+            "which a rank in a network namespace cannot"};
   }
   const std::string tool = h.recovery.substr(0, h.recovery.find(' '));
   const auto& policies = recovery_policies();
@@ -129,7 +128,7 @@ class LocalLauncher : public Launcher {
       for (auto& [k, v] : env) {
         if (!inherited.count(k)) check_env_key(r, k);  // the scenario's and its faults' keys
       }
-      if (pmix_ != nullptr) add_pmix_env(r, env);
+      if (pmix_ != nullptr) add_pmix_env(r, h.dir + "/tmp", env);
       for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
       const pid_t pid = h.sup.spawn(p);
       rank_pids_[r] = pid;
@@ -196,9 +195,11 @@ class LocalLauncher : public Launcher {
   // (its `ess pmi`) only where it recognises a resource manager's variable: Slurm's also switch
   // on its Slurm components and Flux's its own PMI library; IBM JSM's JSM_JSRUN_PORT (jsrun is a
   // PMIx server too) selects `ess pmi` and leaves binding to the launcher, nothing else.
-  void add_pmix_env(int r, std::map<std::string, std::string>& env) const {
+  void add_pmix_env(int r, const std::string& tmp, std::map<std::string, std::string>& env) const {
     for (auto& [k, v] : pmix_->rank_env(nspace_, r)) env[k] = v;
     env["JSM_JSRUN_PORT"] = "0";
+    // The server's own tmpdir is the first run's of this process (gone when that run ended).
+    env["PMIX_SERVER_TMPDIR"] = env["PMIX_SYSTEM_TMPDIR"] = tmp;
   }
 
   std::map<int, pid_t> rank_pids_;

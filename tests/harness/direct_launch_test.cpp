@@ -2,8 +2,10 @@
 // ranks' PMIx server, so every rank's MPI_Init gives the whole MPI_COMM_WORLD, with no orted per
 // rank (an MPI singleton's start) and no ompi-server. Real runs of the real harness: a clean
 // 16-rank world, one whose rank 5 is SIGKILLed, and a run whose recovery tool is a program of its
-// own (it may restart ranks one by one), which keeps MPI singletons. Nothing timed.
+// own (it may restart ranks one by one) and one in network namespaces, which keep MPI singletons.
+// Nothing timed.
 #include <dirent.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
@@ -156,6 +158,29 @@ TEST(DirectLaunch, RunWhoseRecoveryToolIsItsOwnProgramKeepsMpiSingletons) {
         << d.dump();
   }
   EXPECT_GT(w.orteds, 0u) << "the watch must see a singleton's orted";
+  fs::remove_all(dir);
+}
+
+// PMIx 4.2's clients reach their server over TCP on the harness's loopback, which a rank in a
+// network namespace cannot: such a world keeps the singleton start above 8 ranks too.
+TEST(DirectLaunch, TenRankWorldInNetworkNamespacesKeepsMpiSingletons) {
+  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  const std::string dir = test::fresh_test_dir("direct-launch", "netns10");
+  const auto w = run_world(dir, "netns10",
+                           world_yaml("netns10", 10,
+                                      "workload: {model: tiny, steps: 2, precision: fp32}\n"
+                                      "expect: {oracle: completed}\n"),
+                           {"--set", "topology.network=namespaces"});
+  ASSERT_FALSE(w.proc.timed_out) << w.proc.output;
+  EXPECT_EQ(w.outcome, "pass") << w.proc.output;
+  ASSERT_EQ(w.launches.size(), 10u) << w.proc.output;
+  for (const auto& d : w.launches) {
+    EXPECT_EQ(d.value("mpi_start", ""), "singleton") << d.dump();
+    EXPECT_EQ(d.value("mpi_start_why", ""),
+              "ranks in network namespaces: PMIx's clients reach the harness over its loopback, "
+              "which a rank in a network namespace cannot")
+        << d.dump();
+  }
   fs::remove_all(dir);
 }
 
