@@ -28,6 +28,8 @@
 # ranks for this clean scenario). FAULTLINE_BIN overrides the harness binary (to compare two
 # builds; an older build's local launcher joined one by one unless SETS has
 # "--set env.FAULTLINE_MPI_JOIN=tree").
+# Since issue 39 the local launcher starts MPI worlds above 8 ranks through the harness's own PMIx
+# server (direct launch, `mpi_start: pmix` in the launch events) rather than as joining singletons.
 set -euo pipefail
 build=${1:-build}; shift || true
 sizes=${*:-8 32 128}
