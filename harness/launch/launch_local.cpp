@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "harness/faults/fault.hpp"
 #include "harness/faults/oop_faults.hpp"
 #include "harness/history/history.hpp"
 #include "harness/launch/launch_args.hpp"
@@ -53,6 +54,13 @@ std::pair<std::string, std::string> mpi_start_of(const LaunchHost& h) {
     return {"singleton",
             "ranks in network namespaces: PMIx's clients reach the harness over its loopback, "
             "which a rank in a network namespace cannot"};
+  }
+  for (const auto& f : h.s.faults.oop) {
+    if (f->kind == "launcher") {
+      return {"singleton",
+              "a launcher fault starts ranks through fl-launch, which may start several "
+              "processes per launch (they would claim one PMIx rank)"};
+    }
   }
   const std::string tool = h.recovery.substr(0, h.recovery.find(' '));
   const auto& policies = recovery_policies();
