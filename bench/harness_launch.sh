@@ -39,6 +39,8 @@
 # harness/launch/slurm_alloc.cpp; no timer slack: srun's tasks are slurmstepd's children). Every mpirun here (references and the mpirun launcher) runs
 # with the SLURM_* variables removed, as outside Slurm: inside an allocation Open MPI's mpirun
 # would start its daemons through srun instead.
+# Since issue 39 the local launcher starts MPI worlds above 8 ranks through the harness's own PMIx
+# server (direct launch, `mpi_start: pmix` in the launch events) rather than as joining singletons.
 set -euo pipefail
 build=${1:-build}; shift || true
 sizes=${*:-8 32 128}

@@ -33,6 +33,7 @@ HEADROOM_MIB=4  # left for the repository growing and untracked files
 # Open MPI's runtime (mpirun, its plugins, their libraries). Toolchain packages are left out.
 PACKAGES=(
   openmpi-bin openmpi-common libopenmpi-dev libopenmpi3 libpmix2 libhwloc15 libevent-core-2.1-7
+  libpmix-dev  # pmix.pc and headers: the harness hosts a PMIx server (harness/launch/pmix_server.cpp)
   libevent-pthreads-2.1-7 libfabric1 libucx0 libpsm-infinipath1 libpsm2-2 librdmacm1 libibverbs1
   libnl-3-200 libnl-route-3-200 libnuma1 libltdl7 libmunge2 libxnvctrl0 libpciaccess0
   libboost1.74-dev libboost-system1.74-dev libboost-system1.74.0

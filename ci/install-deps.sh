@@ -16,6 +16,7 @@ done
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   openmpi-bin libopenmpi-dev
+  libpmix-dev  # the harness's PMIx server (harness/launch/pmix_server.cpp)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libboost-dev libboost-system-dev
   libgtest-dev libgmock-dev libbenchmark-dev

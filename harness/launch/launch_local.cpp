@@ -1,19 +1,33 @@
 // The local launcher: the harness forks and execs one process per rank, each with its own
-// environment, working directory and process group. With the MPI backend the ranks are MPI
-// singletons that find each other through an ompi-server this launcher starts first.
+// environment, working directory and process group. With the MPI backend the ranks form their
+// world one of two ways (the launch events' `mpi_start`):
+// - pmix: above kDirectLaunchAbove ranks the harness is the ranks' PMIx server (direct launch, as
+//   srun --mpi=pmix): one namespace with every rank, so each rank's MPI_Init gives the whole
+//   MPI_COMM_WORLD at once, with no orted per rank (pmix_server.hpp);
+// - singleton: smaller worlds, and those whose ranks cannot reach the server or may be started
+//   again one by one, start MPI singletons that find each other through an ompi-server this
+//   launcher starts first and join by connect/accept (workloads/comm/singleton_join.hpp).
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "harness/faults/fault.hpp"
 #include "harness/faults/oop_faults.hpp"
 #include "harness/history/history.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/launch/launcher.hpp"
 #include "harness/launch/mpi_tuning.hpp"
+#include "harness/launch/pmix_server.hpp"
+#include "harness/launch/tools.hpp"
 #include "harness/process/supervisor.hpp"
 
 namespace fl::harness {
@@ -21,6 +35,42 @@ namespace fl::harness {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Above this many ranks an MPI world is direct-launched: the singleton start (an orted forked in
+// each rank's MPI_Init) is what is costly there. The same threshold as topology.launcher: auto's
+// choice of mpirun (kAutoMpirunAbove, harness/scenario/loader.hpp).
+constexpr int kDirectLaunchAbove = 8;
+
+// How the ranks of this run's MPI world start, and why: "pmix" or "singleton" ("" for no MPI
+// world). A rank started again on its own (restart_rank) cannot join a world that started
+// whole, so a run whose recovery tool is a program of its own (which may restart ranks one by
+// one) keeps singletons; restart_job and shrink start every rank again, a new namespace each.
+std::pair<std::string, std::string> mpi_start_of(const LaunchHost& h) {
+  if (h.s.topo.backend != "mpi" || h.s.topo.ranks <= 1) return {"", ""};
+  if (h.s.topo.ranks <= kDirectLaunchAbove) {
+    return {"singleton", fmt::format("{} ranks <= {}", h.s.topo.ranks, kDirectLaunchAbove)};
+  }
+  if (h.s.topo.network != "host" || h.faults.uses_namespaces()) {
+    return {"singleton",
+            "ranks in network namespaces: PMIx's clients reach the harness over its loopback, "
+            "which a rank in a network namespace cannot"};
+  }
+  for (const auto& f : h.s.faults.oop) {
+    if (f->kind == "launcher") {
+      return {"singleton",
+              "a launcher fault starts ranks through fl-launch, which may start several "
+              "processes per launch (they would claim one PMIx rank)"};
+    }
+  }
+  const std::string tool = h.recovery.substr(0, h.recovery.find(' '));
+  const auto& policies = recovery_policies();
+  if (!tool.empty() && std::find(policies.begin(), policies.end(), tool) == policies.end()) {
+    return {"singleton", "recovery '" + h.recovery +
+                             "' may restart ranks one by one (restart_rank), which cannot join a "
+                             "world started whole"};
+  }
+  return {"pmix", fmt::format("{} ranks > {}", h.s.topo.ranks, kDirectLaunchAbove)};
+}
 
 class LocalLauncher : public Launcher {
  public:
@@ -30,7 +80,12 @@ class LocalLauncher : public Launcher {
     mca_ = local_mpi_params(h.s);  // no fabric probing in each rank's MPI_Init
     for (auto& p : singleton_mpi_params(h.s, usable_cpus())) mca_.push_back(p);  // no spinning
     mpi_env_ = local_mpi_env(h.s);  // nor hwloc's I/O discovery
-    if (h.s.topo.backend != "mpi" || h.s.topo.ranks <= 1) return;
+    std::tie(mpi_start_, mpi_start_why_) = mpi_start_of(h);
+    if (mpi_start_ == "pmix") {
+      pmix_ = &PmixServer::in_process(h.dir + "/tmp");
+      return;
+    }
+    if (mpi_start_ != "singleton") return;
     // MPI singletons find each other through an ompi-server (see join_singletons).
     const std::string uri = h.dir + "/tmp/ompi-server.uri";
     ProcessSpec p;
@@ -62,8 +117,17 @@ class LocalLauncher : public Launcher {
     for (const auto& [name, value] : mpi_env_) env[name] = value;
   }
 
+  ~LocalLauncher() override {
+    try {
+      if (pmix_ != nullptr && !nspace_.empty()) pmix_->deregister_job(nspace_);
+    } catch (const std::exception&) {
+      // The server outlives the run; a namespace it keeps holds no process.
+    }
+  }
+
   void start(LaunchHost& h, const std::vector<std::string>& args) override {
     rank_pids_.clear();
+    if (pmix_ != nullptr) register_world(h.s.topo.ranks);
     const auto inherited = base_env();
     for (int r = 0; r < h.s.topo.ranks; ++r) {
       auto env = h.rank_env(r);
@@ -71,18 +135,28 @@ class LocalLauncher : public Launcher {
       h.faults.adjust_rank(r, p, env);
       for (auto& [k, v] : env) {
         if (!inherited.count(k)) check_env_key(r, k);  // the scenario's and its faults' keys
-        p.env.push_back(k + "=" + v);
       }
+      if (pmix_ != nullptr) add_pmix_env(r, h.dir + "/tmp", env);
+      for (auto& [k, v] : env) p.env.push_back(k + "=" + v);
       const pid_t pid = h.sup.spawn(p);
       rank_pids_[r] = pid;
       h.started(r);
-      h.hist.harness("launch", {{"pid", pid}, {"launcher", "local"}, {"argv", args}}, r);
+      nlohmann::json ev = {{"pid", pid}, {"launcher", "local"}, {"argv", args}};
+      if (!mpi_start_.empty()) ev["mpi_start"] = mpi_start_, ev["mpi_start_why"] = mpi_start_why_;
+      h.hist.harness("launch", ev, r);
     }
   }
 
   // restart_rank: the rank's environment as the run sets it, without the faults' changes to a
   // launch (a relaunched rank rejoins a world already set up).
   pid_t start_rank(LaunchHost& h, int rank, const std::vector<std::string>& args) override {
+    if (pmix_ != nullptr) {
+      raise<Error>(
+          "rank {} started with its whole MPI world at once (mpi_start pmix: {}); a rank "
+          "started again on its own cannot join it (restart_job starts them all; a run whose "
+          "recovery tool is a program of its own starts MPI singletons)",
+          rank, mpi_start_why_);
+    }
     ProcessSpec p = rank_spec(h, rank, args);
     for (auto& [k, v] : h.rank_env(rank)) p.env.push_back(k + "=" + v);
     const pid_t pid = h.sup.spawn(p);
@@ -115,7 +189,31 @@ class LocalLauncher : public Launcher {
     return p;
   }
 
+  // One namespace per incarnation (restart_job, shrink: a new world, maybe of another size).
+  void register_world(int ranks) {
+    static std::atomic<int> jobs{0};  // unique in the process: one server serves every run
+    if (!nspace_.empty()) pmix_->deregister_job(nspace_);
+    nspace_.clear();
+    const std::string ns = fmt::format("faultline.{}.{}", ::getpid(), ++jobs);
+    pmix_->register_job(ns, ranks);
+    nspace_ = ns;
+  }
+
+  // What rank `r` connects to the server with. Open MPI 4.1 takes a PMIx server's direct launch
+  // (its `ess pmi`) only where it recognises a resource manager's variable: Slurm's also switch
+  // on its Slurm components and Flux's its own PMI library; IBM JSM's JSM_JSRUN_PORT (jsrun is a
+  // PMIx server too) selects `ess pmi` and leaves binding to the launcher, nothing else.
+  void add_pmix_env(int r, const std::string& tmp, std::map<std::string, std::string>& env) const {
+    for (auto& [k, v] : pmix_->rank_env(nspace_, r)) env[k] = v;
+    env["JSM_JSRUN_PORT"] = "0";
+    // The server's own tmpdir is the first run's of this process (gone when that run ended).
+    env["PMIX_SERVER_TMPDIR"] = env["PMIX_SYSTEM_TMPDIR"] = tmp;
+  }
+
   std::map<int, pid_t> rank_pids_;
+  std::string mpi_start_, mpi_start_why_;
+  PmixServer* pmix_ = nullptr;  // mpi_start pmix: the process's server
+  std::string nspace_;          // the current incarnation's namespace
   std::vector<std::pair<std::string, std::string>> mca_;
   std::vector<std::pair<std::string, std::string>> mpi_env_;
   pid_t ompi_server_ = 0;

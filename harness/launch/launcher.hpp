@@ -55,6 +55,10 @@ struct LaunchHost {
   std::function<void()> poll;
   // `dir` opened once: files the launcher writes there (appfile, multiprog) go through it.
   const DirFd* run_dir = nullptr;
+  // The run's recovery tool (RunOptions::recovery, else the scenario's): a policy name or a
+  // command line; "" for none. The local launcher keeps MPI singletons for a tool of the run's
+  // own, which may restart ranks one by one.
+  std::string recovery;
 };
 
 class Launcher {

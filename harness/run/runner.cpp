@@ -66,7 +66,8 @@ LaunchHost Run::launch_host() {
                     [this](int r) { return rank_env(r); },
                     [this](int r) { running_ranks_.insert(r); },
                     [this] { loop_.poll(); },
-                    &run_dir_};
+                    &run_dir_,
+                    o_.recovery.empty() ? s_.tools.recovery : o_.recovery};
 }
 
 DumpTargets Run::dump_targets() {

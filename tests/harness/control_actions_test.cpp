@@ -83,13 +83,14 @@ struct Seen {
   std::string dir;
 };
 
-Seen drive(const std::string& launcher) {
+Seen drive(const std::string& launcher, const std::vector<std::string>& more = {}) {
   const auto results = test::fresh_test_dir(
       "harness", ::testing::UnitTest::GetInstance()->current_test_info()->name() + launcher);
   fs::create_directories(results);
-  auto s = load_scenario(
-      kExamples + "clean-dp2-tp2.yaml",
-      {false, {"workload.steps=400", "topology.launcher=" + launcher, "timeouts.comm_ms=20000"}});
+  std::vector<std::string> sets = {"workload.steps=400", "topology.launcher=" + launcher,
+                                   "timeouts.comm_ms=20000"};
+  sets.insert(sets.end(), more.begin(), more.end());
+  auto s = load_scenario(kExamples + "clean-dp2-tp2.yaml", {false, sets});
   RunOptions o;
   o.results_dir = results;
   o.print_summary = false;
@@ -149,6 +150,20 @@ TEST(ControlActions, RestartRankIsRefusedUnderMpirun) {
   EXPECT_FALSE(seen.running.ok);
   EXPECT_EQ(seen.running.message,
             "restart_rank needs the local or command launcher and a rank 0-3");
+}
+
+// Above 8 ranks the local launcher starts an MPI world whole (the harness as PMIx server): a rank
+// started again on its own could not join it, so restart_rank says so instead of starting one.
+TEST(ControlActions, RestartRankIsRefusedInAWorldStartedWholeThroughThePmixServer) {
+  const Seen seen = drive("local", {"topology.ranks=10", "topology.dp=5"});
+  EXPECT_TRUE(seen.kill.ok) << seen.kill.message;
+  ASSERT_TRUE(seen.rank_exit);
+  ASSERT_TRUE(seen.restart.called);
+  EXPECT_FALSE(seen.restart.ok);
+  EXPECT_EQ(seen.restart.message,
+            "rank 1 started with its whole MPI world at once (mpi_start pmix: 10 ranks > 8); a "
+            "rank started again on its own cannot join it (restart_job starts them all; a run "
+            "whose recovery tool is a program of its own starts MPI singletons)");
 }
 
 // A tool asks a healthy running job for its flight-recorder dumps: every rank writes them in

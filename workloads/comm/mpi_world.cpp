@@ -1,5 +1,6 @@
-// The MPI backend's world: MPI's start and end in a process, and the world communicator — from
-// mpirun, or joined by ranks started one by one (MPI singletons).
+// The MPI backend's world: MPI's start and end in a process, and the world communicator — whole
+// from MPI_Init (mpirun, or the harness's PMIx server: the local launcher's direct launch), or
+// joined by ranks started one by one (MPI singletons).
 #include <sys/prctl.h>
 
 #include <cstdlib>
