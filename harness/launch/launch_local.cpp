@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/control_auth.hpp"
 #include "base/error.hpp"
 #include "harness/faults/fault.hpp"
 #include "harness/faults/oop_faults.hpp"
@@ -194,7 +195,10 @@ class LocalLauncher : public Launcher {
     static std::atomic<int> jobs{0};  // unique in the process: one server serves every run
     if (!nspace_.empty()) pmix_->deregister_job(nspace_);
     nspace_.clear();
-    const std::string ns = fmt::format("faultline.{}.{}", ::getpid(), ++jobs);
+    // The server listens on loopback TCP, where PMIx 4.2's native security takes a client's
+    // word for its uid: an unguessable namespace (it reaches only the ranks' environments,
+    // which other users cannot read) keeps another local user from claiming a rank's place.
+    const std::string ns = fmt::format("faultline.{}.{}", make_control_secret().substr(0, 32), ++jobs);
     pmix_->register_job(ns, ranks);
     nspace_ = ns;
   }
