@@ -10,6 +10,11 @@ symptom. Those tallies are this script's output, harness/triage/ranker/priors.ya
   co_occurrence        symptom -> symptom -> tune issues labelled with both (the diagonal: with it)
   symptom_root_causes  primary symptom -> root-cause id -> tune issues
   stage_root_causes    stage -> root-cause id -> tune issues
+  stage_words          word -> stage -> weight: words of the input lines (error_lines and
+                       env_lines, as learn_tokens.py reads them) that at least --min-df tune
+                       failures hold and whose issues are of one stage at least twice as often
+                       as failures in general; the weight is ln(lift), at most 2. The ranker adds
+                       them to cues.yaml's hand-written stage words when it infers a stage.
 
 The test split is never read: an issue whose split is not "tune" (by its field and by the split
 rule) is skipped before anything else of it is looked at.
@@ -30,6 +35,7 @@ import argparse
 import collections
 import hashlib
 import json
+import math
 import pathlib
 import re
 import shutil
@@ -39,6 +45,8 @@ import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+from learn_tokens import tokens  # noqa: E402  (the same words as the learned fallback)
 
 
 def split_of(issue_id):
@@ -75,7 +83,32 @@ def tune_issues(corpus, taxonomy):
     return out
 
 
-def count(issues):
+def stage_words(failures, min_df, max_words):
+    """Word -> {stage: ln(lift)} for words that point at one stage (smoothed, lift >= 2)."""
+    prior = collections.Counter(str(r["stage"]) for r in failures)
+    n = float(len(failures))
+    by_word = collections.defaultdict(collections.Counter)
+    for r in failures:
+        for w in tokens(r["error_lines"] + r["env_lines"]):
+            by_word[w][str(r["stage"])] += 1
+    rows = []
+    for w, stages in by_word.items():
+        df = sum(stages.values())
+        if df < min_df:
+            continue
+        kept = {}
+        for st, m in stages.items():
+            p = (m + prior[st] / n) / (df + 1.0)
+            lift = p / (prior[st] / n)
+            if m >= 2 and lift >= 2.0:
+                kept[st] = round(min(math.log(lift), 2.0), 2)
+        if kept:
+            rows.append((max(kept.values()) * math.log(1 + df), w, kept))
+    rows.sort(key=lambda r: (-r[0], r[1]))
+    return {w: kept for _, w, kept in rows[:max_words]}
+
+
+def count(issues, min_df=3, max_words=200):
     """The four tallies of priors.yaml, from labelled failures (stage 1-5) only."""
     stage_sym = collections.defaultdict(collections.Counter)
     co = collections.defaultdict(collections.Counter)
@@ -94,8 +127,10 @@ def count(issues):
         if r["_rc"]:
             sym_rc[syms[0]][r["_rc"]] += 1
             stage_rc[str(r["stage"])][r["_rc"]] += 1
+    failures = [r for r in issues if r["stage"] != 0]
     return n, {"stage_symptoms": stage_sym, "co_occurrence": co,
-               "symptom_root_causes": sym_rc, "stage_root_causes": stage_rc}
+               "symptom_root_causes": sym_rc, "stage_root_causes": stage_rc,
+               "stage_words": stage_words(failures, min_df, max_words)}
 
 
 def id_key(s):
@@ -112,7 +147,7 @@ def write_priors(issues, path):
     ]
     for name, table in tables.items():
         lines.append(f"{name}:")
-        for key in sorted(table, key=id_key):
+        for key in sorted(table, key=lambda k: (id_key(k), k)):
             cells = ", ".join(f'"{k}": {v}' for k, v in sorted(table[key].items(),
                                                               key=lambda kv: id_key(kv[0])))
             lines.append(f'  "{key}": {{{cells}}}')
@@ -125,14 +160,16 @@ MEASURES = ("top-1 symptom", "top-3 symptom", "stage", "root cause",
             "failures answered (not 'none')", "non-failures declined ('none')")
 
 
-def run_eval(faultline, corpus, sigdir, ranker):
+def run_eval(faultline, corpus, sigdir, ranker, verbose=False):
     cmd = [faultline, "triage", "--eval", str(corpus), "--split", "tune",
-           "--signatures", str(sigdir), "--ranker", str(ranker)]
+           "--signatures", str(sigdir), "--ranker", str(ranker)] + (["-v"] if verbose else [])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if "| top-1 symptom |" not in out.stdout:
         sys.exit(f"learn_ranker.py: {' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")
     got = {}
     for line in out.stdout.splitlines():
+        if verbose and line.startswith("  ") and " label " in line:
+            print(line.split(" | draft")[0])
         m = EVAL_ROW.match(line)
         if m:
             got[m.group(1)] = (int(m.group(2)), int(m.group(3)))
@@ -199,7 +236,8 @@ def cross_validate(args):
                 thin_tables(args.signatures, sigs, train)
             ranker_copy(fold / "ranker", train, overrides)
             for name, ranker in (("tables", "none"), ("ranker", fold / "ranker")):
-                for key, (n, d) in run_eval(args.faultline, corpus, sigs, ranker).items():
+                shown = args.verbose and name == "ranker"
+                for key, (n, d) in run_eval(args.faultline, corpus, sigs, ranker, shown).items():
                     totals[name][key + " n"] += n
                     totals[name][key + " d"] += d
     label = f"{args.cv}-fold CV on tune{' (thin tables)' if args.thin else ''}"
@@ -220,6 +258,8 @@ def main():
     ap.add_argument("--thin", action="store_true", help="--cv: drop signatures no training issue matches")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="--cv: override a setting of cues.yaml")
+    ap.add_argument("-v", "--verbose", action="store_true",
+                    help="--cv: the ranker's line per held-out issue")
     ap.add_argument("--faultline", default=str(REPO / "build" / "harness" / "faultline"))
     args = ap.parse_args()
     if args.cv:

@@ -70,6 +70,8 @@ void add_words(const std::string& file, const YAML::Node& list, Cue::Kind kind, 
     c.kind = kind;
     c.stage = stage;
     c.word = value<std::string>(file, w, "word");
+    c.anywhere = !c.word.empty() && c.word[0] == '*';
+    if (c.anywhere) c.word.erase(0, 1);
     if (c.word.size() < 2) fail_at(file, w, "word: at least 2 characters");
     for (auto& ch : c.word) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     r.cues.push_back(std::move(c));
@@ -80,15 +82,20 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
   const YAML::Node doc = load_yaml(file);
   check_keys(file, doc, {"settings", "failure", "context", "healthy", "stages"}, "file");
   if (const auto s = doc["settings"]) {
-    check_keys(file, s,
-               {"fill_to", "table_stage_weight", "co_weight", "study_weight",
-                "root_cause_table_weight", "error_text_is_failure", "answer_context_only"},
-               "settings");
+    check_keys(
+        file, s,
+        {"fill_to", "table_stage_weight", "co_weight", "study_weight", "learned_stage_weight",
+         "min_share", "root_cause_table_weight", "error_text_is_failure", "answer_context_only"},
+        "settings");
     if (s["fill_to"]) r.fill_to = value<int>(file, s["fill_to"], "fill_to");
     if (s["table_stage_weight"])
       r.table_stage_weight = value<double>(file, s["table_stage_weight"], "table_stage_weight");
     if (s["co_weight"]) r.co_weight = value<double>(file, s["co_weight"], "co_weight");
     if (s["study_weight"]) r.study_weight = value<double>(file, s["study_weight"], "study_weight");
+    if (s["min_share"]) r.min_share = value<double>(file, s["min_share"], "min_share");
+    if (s["learned_stage_weight"])
+      r.learned_stage_weight =
+          value<double>(file, s["learned_stage_weight"], "learned_stage_weight");
     if (s["error_text_is_failure"])
       r.error_text_is_failure =
           value<bool>(file, s["error_text_is_failure"], "error_text_is_failure");
@@ -131,12 +138,29 @@ Counts counts(const std::string& file, const YAML::Node& n, const std::string& w
   return out;
 }
 
+// priors.yaml's stage_words: word -> stage -> learned weight, scaled by learned_stage_weight.
+void load_stage_words(const std::string& file, const YAML::Node& n, const Taxonomy& t, Ranker& r) {
+  if (!n || r.learned_stage_weight == 0) return;
+  if (!n.IsMap()) fail_at(file, n, "stage_words: must map words to stages and weights");
+  for (const auto& kv : n) {
+    if (!kv.second.IsMap()) fail_at(file, kv.second, "stage_words: must map stages to weights");
+    for (const auto& sw : kv.second) {
+      Cue c;
+      c.word = value<std::string>(file, kv.first, "stage_words");
+      if (c.word.size() < 2) fail_at(file, kv.first, "stage_words: at least 2 characters");
+      c.stage = stage_of_key(file, sw.first, t);
+      c.weight = r.learned_stage_weight * value<double>(file, sw.second, "stage_words: weight");
+      r.cues.push_back(std::move(c));
+    }
+  }
+}
+
 void load_priors(const std::string& file, const Taxonomy& t, Ranker& r) {
   const YAML::Node doc = load_yaml(file);
-  check_keys(
-      file, doc,
-      {"issues", "stage_symptoms", "co_occurrence", "symptom_root_causes", "stage_root_causes"},
-      "file");
+  check_keys(file, doc,
+             {"issues", "stage_symptoms", "co_occurrence", "symptom_root_causes",
+              "stage_root_causes", "stage_words"},
+             "file");
   if (doc["issues"]) r.issues = value<int>(file, doc["issues"], "issues");
   auto stage = [&](const YAML::Node& k) { stage_of_key(file, k, t); };
   auto symptom = [&](const YAML::Node& k) {
@@ -149,6 +173,7 @@ void load_priors(const std::string& file, const Taxonomy& t, Ranker& r) {
       counts(file, doc["symptom_root_causes"], "symptom_root_causes", symptom, t.root_cause_name);
   r.stage_root_causes =
       counts(file, doc["stage_root_causes"], "stage_root_causes", stage, t.root_cause_name);
+  load_stage_words(file, doc["stage_words"], t, r);
 }
 
 }  // namespace
@@ -188,12 +213,12 @@ bool has(const std::vector<Candidate>& cs, const std::string& id) {
 
 struct StageGuess {
   int stage = 0;
-  std::vector<EvidenceLine> evidence;  // the lines that point at it
+  int second = 0;                      // the runner-up stage with any score (0: none)
+  std::vector<EvidenceLine> evidence;  // the lines that point at `stage`
 };
 
-// The stage of a text the tables did not answer: its stage words (each counts once) and the
-// scores of the tables' matches below the threshold; a tie goes to the stage with more tune issues.
-StageGuess infer_stage(const Result& r, const RankInput& in, const Ranker& k) {
+// Each stage's score: its words (each counts once) and the scores of the tables' candidates.
+std::map<int, double> stage_scores(const Result& r, const RankInput& in, const Ranker& k) {
   std::map<int, double> score;
   std::set<size_t> seen;
   for (const auto& h : in.cues) {
@@ -201,17 +226,30 @@ StageGuess infer_stage(const Result& r, const RankInput& in, const Ranker& k) {
     if (c.kind == Cue::Kind::kStage && seen.insert(h.cue).second) score[c.stage] += c.weight;
   }
   for (const auto& c : r.symptoms) score[stage_of_id(c.id)] += k.table_stage_weight * c.score;
-  StageGuess g;
+  return score;
+}
+
+// The best-scoring stage but `skip`; a tie goes to the stage with more tune issues. With
+// `need_score`, a stage without any score is never chosen.
+int best_stage(std::map<int, double>& score, const Ranker& k, int skip, bool need_score) {
+  int out = 0;
   double best = -1, best_n = -1;
   for (const auto& [key, tally] : k.stage_symptoms) {
     const int st = stage_of_id(key);
     const double s = score[st], n = total(tally);
-    if (st > 0 && (s > best || (s == best && n > best_n))) {
-      g.stage = st;
+    if (st == 0 || st == skip || (need_score && s <= 0)) continue;
+    if (s > best || (s == best && n > best_n)) {
+      out = st;
       best = s;
       best_n = n;
     }
   }
+  return out;
+}
+
+// The lines behind the guessed stage: its words and the tables' candidates of that stage; else
+// the failure and context words.
+void stage_evidence(StageGuess& g, const Result& r, const RankInput& in, const Ranker& k) {
   for (const auto& h : in.cues) {
     const Cue& c = k.cues[h.cue];
     if (c.kind != Cue::Kind::kStage || c.stage != g.stage) continue;
@@ -221,11 +259,24 @@ StageGuess infer_stage(const Result& r, const RankInput& in, const Ranker& k) {
     if (stage_of_id(c.id) != g.stage) continue;
     g.evidence.insert(g.evidence.end(), c.evidence.begin(), c.evidence.end());
   }
-  if (!g.evidence.empty()) return g;
-  for (const auto& h : in.cues) {  // no stage word: the failure and context words
+  if (!g.evidence.empty()) return;
+  for (const auto& h : in.cues) {
     const Cue& c = k.cues[h.cue];
     const char* kind = c.kind == Cue::Kind::kFailure ? "failure" : "context";
     g.evidence.push_back({h.line, h.text, fmt::format("{} word '{}'", kind, c.word)});
+  }
+}
+
+// The stage of the answer (`found`: the tables' answer's stage, else inferred) and the runner-up.
+StageGuess guess_stage(const Result& r, const RankInput& in, const Ranker& k, int found) {
+  auto score = stage_scores(r, in, k);
+  StageGuess g;
+  g.stage = found > 0 ? found : best_stage(score, k, 0, false);
+  g.second = best_stage(score, k, g.stage, true);
+  if (found > 0) {
+    g.evidence = r.symptoms.front().evidence;
+  } else {
+    stage_evidence(g, r, in, k);
   }
   return g;
 }
@@ -242,45 +293,57 @@ std::vector<EvidenceLine> first_lines(std::vector<EvidenceLine> ev, size_t n) {
   return ev;
 }
 
-// Fills r.symptoms to k.fill_to with the stage's symptoms: how often each is labelled together
-// with the top symptom, plus its share of the stage's tune issues.
-void fill_symptoms(Result& r, const StageGuess& g, const Ranker& k) {
-  const auto& prior = row(k.stage_symptoms, std::to_string(g.stage));
+// Candidates of `stage` that `r` lacks: how often each is labelled together with the top symptom,
+// plus its share of the stage's tune issues (smoothed by the study's shares); strongest first,
+// those under `min_share` left out.
+std::vector<Candidate> stage_candidates(const Result& r, int stage,
+                                        const std::vector<EvidenceLine>& stage_ev, const Ranker& k,
+                                        double min_share) {
+  const auto& prior = row(k.stage_symptoms, std::to_string(stage));
   const double n = total(prior);
   auto study = [&](const std::string& id) { return k.share.count(id) ? k.share.at(id) : 0.0; };
   const std::string top = r.symptoms.empty() ? "" : r.symptoms.front().id;
   const auto& co = row(k.co_occurrence, top);
   const double n_top = co.count(top) ? co.at(top) : 0;
-  const std::vector<EvidenceLine> top_ev =
-      r.symptoms.empty() ? std::vector<EvidenceLine>{} : r.symptoms.front().evidence;
-  std::vector<Candidate> fill;
   std::set<std::string> ids;
   for (const auto& [id, c] : prior) ids.insert(id);
   for (const auto& [id, s] : k.share) ids.insert(id);  // root-cause ids fail the stage check
   for (const auto& [id, c] : co) ids.insert(id);
+  std::vector<Candidate> out;
   for (const auto& id : ids) {
-    if (id[0] == 'R' || has(r.symptoms, id) || stage_of_id(id) != g.stage) continue;
+    if (id[0] == 'R' || has(r.symptoms, id) || stage_of_id(id) != stage) continue;
     const double with = co.count(id) && n_top > 0 ? co.at(id) / n_top : 0;
     const double tally = prior.count(id) ? prior.at(id) : 0;
     const double share = (tally + k.study_weight * study(id)) / (n + k.study_weight);
+    if (with == 0 && share < min_share) continue;
     Candidate c{id, k.co_weight * with + share, {}, {}};
     if (with > 0) {
       c.basis = fmt::format("labelled with {} in {:g} of {:g} tune issues", top, co.at(id), n_top);
-      c.evidence = top_ev;
+      c.evidence = first_lines(r.symptoms.front().evidence, 4);
     } else {
       c.basis = fmt::format("{:g} of {:g} tune stage-{} issues; the study's share {:g}", tally, n,
-                            g.stage, study(id));
-      c.evidence = g.evidence;
+                            stage, study(id));
+      c.evidence = first_lines(stage_ev, 4);
     }
-    c.evidence = first_lines(c.evidence, 4);
-    fill.push_back(std::move(c));
+    out.push_back(std::move(c));
   }
-  std::stable_sort(fill.begin(), fill.end(),
+  std::stable_sort(out.begin(), out.end(),
                    [](const Candidate& a, const Candidate& b) { return a.score > b.score; });
-  for (auto& c : fill) {
-    if (static_cast<int>(r.symptoms.size()) >= k.fill_to) break;
-    r.symptoms.push_back(std::move(c));
-  }
+  return out;
+}
+
+// Fills r.symptoms to k.fill_to: the answer's stage's common symptoms first, then the runner-up
+// stage's (a stage with two common symptoms has no useful third), then the stage's rare ones.
+void fill_symptoms(Result& r, const StageGuess& g, const Ranker& k) {
+  auto add = [&](std::vector<Candidate> cs) {
+    for (auto& c : cs) {
+      if (static_cast<int>(r.symptoms.size()) >= k.fill_to) return;
+      r.symptoms.push_back(std::move(c));
+    }
+  };
+  add(stage_candidates(r, g.stage, g.evidence, k, k.min_share));
+  if (g.second > 0) add(stage_candidates(r, g.second, g.evidence, k, k.min_share));
+  add(stage_candidates(r, g.stage, g.evidence, k, 0));  // no runner-up: the stage's rare ones
 }
 
 // Root causes of the answer's stage: the tables' (weighted) plus how often each goes with the top
@@ -337,8 +400,7 @@ void apply_ranker(Result& r, const RankInput& in, const Tables& t) {
   if (!k.enabled || r.kind == Result::Kind::kEmpty || r.kind == Result::Kind::kBinary) return;
   StageGuess g;
   if (r.kind == Result::Kind::kFound) {
-    g.stage = r.stage;
-    g.evidence = r.symptoms.front().evidence;
+    g = guess_stage(r, in, k, r.stage);
   } else {
     auto kind_hit = [&](Cue::Kind kind) {
       return std::any_of(in.cues.begin(), in.cues.end(),
@@ -350,7 +412,7 @@ void apply_ranker(Result& r, const RankInput& in, const Tables& t) {
                           !kind_hit(Cue::Kind::kHealthy));
     const bool context = in.table_match || kind_hit(Cue::Kind::kContext);
     if (!failure || !context) return;
-    g = infer_stage(r, in, k);
+    g = guess_stage(r, in, k, 0);
     if (g.stage == 0) return;
     // The tables' weak matches of that stage stay first; other stages' go.
     std::erase_if(r.symptoms, [&](const Candidate& c) { return stage_of_id(c.id) != g.stage; });

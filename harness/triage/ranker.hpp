@@ -20,13 +20,15 @@ namespace fl::triage {
 struct Taxonomy;
 
 // A word of cues.yaml: matched case-insensitively at the start of a word ("compil" also finds
-// "compilation").
+// "compilation"), or anywhere when written with a leading '*' ("*error" finds "RuntimeError").
+// priors.yaml's stage_words are cues too, with their learned weights.
 struct Cue {
   // kHealthy: a word of a text that is not a failure report (a question, a request, a success
   // line); it stops an answer on context lines alone.
   enum class Kind { kFailure, kContext, kStage, kHealthy } kind = Kind::kStage;
   std::string word;  // lower-cased
-  int stage = 0;     // kStage: the stage it points at
+  bool anywhere = false;
+  int stage = 0;  // kStage: the stage it points at
   double weight = 1.0;
 };
 
@@ -43,6 +45,10 @@ struct Ranker {
   // Pseudo-issues spread by the study's shares (taxonomy.yaml) over a stage's tally: it orders
   // symptoms the tune split lacks, and with more weight it leans the order towards the study.
   double study_weight = 1.0;
+  double learned_stage_weight = 1.0;  // scales priors.yaml's stage_words (0: hand words only)
+  // A stage's symptom under this share of its issues is not filled in; the runner-up stage's
+  // common symptoms come instead (stages 1 and 2 have two common symptoms, not three).
+  double min_share = 0.0;
   // What lets the ranker answer where the tables did not: a failure word is always needed unless
   // this is true, when a table's error text below the threshold also counts as one.
   bool error_text_is_failure = false;
@@ -50,14 +56,14 @@ struct Ranker {
   // that shows only its versions and command line), no healthy word, and no error text the tables
   // judged below their threshold (a benign log line such as a loss-scale OVERFLOW), if true.
   bool answer_context_only = false;
-  std::map<std::string, double> share;  // the taxonomy's shares (load_ranker copies them)
   // A root cause's score: this times its table score (over the best table score), plus how often
   // it goes with the top symptom on the tune split. Large: the tables' order; small: the tally's.
   double root_cause_table_weight = 10.0;
   // priors: of priors.yaml
   int issues = 0;
-  Counts stage_symptoms;       // "4" -> {"4.11": 13, ...}: primary symptoms per stage
-  Counts co_occurrence;        // "4.11" -> {"4.7": 5}: symptoms labelled together with it
+  std::map<std::string, double> share;  // the taxonomy's shares (load_ranker copies them)
+  Counts stage_symptoms;                // "4" -> {"4.11": 13, ...}: primary symptoms per stage
+  Counts co_occurrence;                 // "4.11" -> {"4.7": 5}: symptoms labelled together with it
   Counts symptom_root_causes;  // "4.11" -> {"R4.6": 5, ...}: root causes of a primary symptom
   Counts stage_root_causes;    // "4" -> {"R4.4": 17, ...}
 };

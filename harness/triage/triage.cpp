@@ -311,7 +311,7 @@ std::vector<NeedleHit> needle_hits(const std::string& text, const Tables& t) {
   std::vector<const std::string*> needles;
   for (const auto& s : t.signatures) needles.push_back(&s.needle);
   for (const auto& e : t.env_rules) needles.push_back(&e.needle);
-  const size_t first_cue = needles.size();  // cue words match only at the start of a word
+  const size_t first_cue = needles.size();  // cue words: at the start of a word unless `anywhere`
   for (const auto& c : t.ranker.cues) needles.push_back(&c.word);
   std::vector<std::vector<uint32_t>> by_bigram(1 << 16);
   auto bigram = [](char a, char b) {
@@ -334,8 +334,11 @@ std::vector<NeedleHit> needle_hits(const std::string& text, const Tables& t) {
     for (const uint32_t row : by_bigram[bigram(low[i], low[i + 1])]) {
       const std::string& n = *needles[row];
       if (last_line[row] == line || low.compare(i, n.size(), n) != 0) continue;
-      if (row >= first_cue && ((i > start && word_char(low[i - 1])) || cue_lines[row]++ >= 3))
-        continue;
+      if (row >= first_cue) {
+        const bool mid_word = i > start && word_char(low[i - 1]);
+        if ((mid_word && !t.ranker.cues[row - first_cue].anywhere) || cue_lines[row]++ >= 3)
+          continue;
+      }
       last_line[row] = line;
       out.push_back({start, 0, line, row});
     }

@@ -249,7 +249,29 @@ TEST(TriageRanker, LauncherWordsInferTheCommunicationSetupStage) {
   EXPECT_EQ(r.basis, Result::Basis::kInferred);
   EXPECT_EQ(r.stage, 2);
   ASSERT_EQ(r.symptoms.size(), 3u);
-  EXPECT_EQ(r.symptoms[0].id, "2.1");  // the stage's most common symptom
+  EXPECT_EQ(r.symptoms[0].id, "2.1");  // the stage's most common symptom, then the others
+  EXPECT_EQ(r.symptoms[1].id, "2.2");
+  EXPECT_EQ(r.symptoms[2].id, "2.3");
+  EXPECT_EQ(r.symptoms[0].evidence.at(0).line, 1u);
+  EXPECT_EQ(r.symptoms[0].evidence.at(0).signature, "stage-2 word 'torchrun'");
+}
+
+// An issue that shows only its versions and launch command is answered (weakly); a success line
+// of NCCL is not a failure report.
+TEST(TriageRanker, VersionsAndACommandLineAloneGetAWeakAnswer) {
+  const auto r =
+      run("torch version .................... 2.3.1+cu121\n"
+          "deepspeed --num_gpus 4 train.py --deepspeed ds_config.json\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.basis, Result::Basis::kInferred);
+  EXPECT_EQ(r.symptoms.size(), 3u);
+}
+
+TEST(TriageRanker, ASuccessLineIsNotAFailureReport) {
+  EXPECT_EQ(run("NCCL INFO comm 0x556fe4c70860 rank 3 nranks 16 cudaDev 3 nvmlDev 3 - Init "
+                "COMPLETE\n")
+                .kind,
+            Result::Kind::kNone);
 }
 
 TEST(TriageRanker, ATableAnswerIsFilledToThreeFromItsStage) {
@@ -288,8 +310,8 @@ TEST(TriageRanker, AnUnknownSettingNamesFileLineColumnAndTheAllowedKeys) {
   }
   EXPECT_EQ(err, dir.string() +
                      "/cues.yaml:2:3: settings: unknown key 'fill' (allowed: answer_context_only, "
-                     "co_weight, error_text_is_failure, fill_to, root_cause_table_weight, "
-                     "study_weight, table_stage_weight)");
+                     "co_weight, error_text_is_failure, fill_to, learned_stage_weight, "
+                     "min_share, root_cause_table_weight, study_weight, table_stage_weight)");
 }
 
 TEST(TriageBadInput, EmptyInputSaysNoSignatureFound) {
