@@ -22,13 +22,15 @@ rule) is skipped before anything else of it is looked at.
 --cv K measures the ranker by K-fold cross-validation inside the tune split: for each fold, count
 the priors on the other K-1 folds and run `faultline triage --eval` on the held-out fold with the
 tables alone (--ranker none) and with the ranker. --thin also removes, in each fold, the table
-signatures that match no issue of the other folds: an approximation of issues the tables were not
-written from (the held-out case), since the signatures were written from the whole tune split.
+signatures that match a held-out issue and no issue of the other folds: an approximation of issues
+the tables were not written from (the held-out case), since the signatures were written from the
+whole tune split.
 --set KEY=VALUE overrides a setting of cues.yaml in the measured copy (to compare settings).
 
 Usage:
   learn_ranker.py [--out harness/triage/ranker/priors.yaml]
-  learn_ranker.py --cv 5 [--thin] [--set co_weight=0.5] [--faultline build/harness/faultline]
+  learn_ranker.py --cv 5 [--thin] [--check] [-v] [--set co_weight=0.5]
+                  [--faultline build/harness/faultline]
 Stdlib only (--thin needs PyYAML, which Debian's python3 has), so it runs under /usr/bin/python3.
 """
 import argparse
@@ -185,15 +187,21 @@ def line_matches(sig, lines):
     return any(needle in ln.lower() and rx.search(ln) for ln in lines)
 
 
-def thin_tables(src, dst, train):
-    """Copies the signature folder without the signatures that match no training issue."""
+def thin_tables(src, dst, train, held):
+    """Copies the signature folder without the signatures that match a held-out issue and no
+    training issue: as if the held-out issues had not been read when the tables were written."""
     import yaml  # only --thin needs it
     texts = [r["error_lines"] + r["env_lines"] for r in train]
+    held_texts = [r["error_lines"] + r["env_lines"] for r in held]
+
+    def keep(sig):
+        return (any(line_matches(sig, t) for t in texts)
+                or not any(line_matches(sig, t) for t in held_texts))
     dropped = 0
     for f in sorted(pathlib.Path(src).glob("*.yaml")):
         doc = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
         sigs = doc.get("signatures") or []
-        kept = [s for s in sigs if any(line_matches(s, t) for t in texts)]
+        kept = [s for s in sigs if keep(s)]
         dropped += len(sigs) - len(kept)
         if sigs:
             doc["signatures"] = kept
@@ -233,7 +241,8 @@ def cross_validate(args):
             if args.thin:
                 sigs = fold / "signatures"
                 sigs.mkdir()
-                thin_tables(args.signatures, sigs, train)
+                dropped = thin_tables(args.signatures, sigs, train, held)
+                print(f"fold {k}: {len(held)} held-out issues, {dropped} signatures dropped")
             ranker_copy(fold / "ranker", train, overrides)
             for name, ranker in (("tables", "none"), ("ranker", fold / "ranker")):
                 shown = args.verbose and name == "ranker"
@@ -246,6 +255,12 @@ def cross_validate(args):
         cells = [f"{key} {100.0 * t[key + ' n'] / max(t[key + ' d'], 1):.1f}% "
                  f"({t[key + ' n']}/{t[key + ' d']})" for key in MEASURES]
         print(f"{label}, {name}: " + ", ".join(cells))
+    worse = [key for key in ("top-1 symptom", "top-3 symptom")
+             if totals["ranker"][key + " n"] < totals["tables"][key + " n"]]
+    if args.check and worse:
+        print("learn_ranker.py: the ranker loses to the tables alone on " + " and ".join(worse))
+        return 1
+    return 0
 
 
 def main():
@@ -258,13 +273,14 @@ def main():
     ap.add_argument("--thin", action="store_true", help="--cv: drop signatures no training issue matches")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="--cv: override a setting of cues.yaml")
+    ap.add_argument("--check", action="store_true",
+                    help="--cv: exit 1 when the ranker's top-1 or top-3 is below the tables'")
     ap.add_argument("-v", "--verbose", action="store_true",
                     help="--cv: the ranker's line per held-out issue")
     ap.add_argument("--faultline", default=str(REPO / "build" / "harness" / "faultline"))
     args = ap.parse_args()
     if args.cv:
-        cross_validate(args)
-        return 0
+        return cross_validate(args)
     n = write_priors(tune_issues(args.corpus, args.taxonomy), args.out)
     print(f"{args.out}: priors of {n} labelled failures of the tune split")
     return 0

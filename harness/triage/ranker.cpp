@@ -250,10 +250,19 @@ int best_stage(std::map<int, double>& score, const Ranker& k, int skip, bool nee
 // The lines behind the guessed stage: its words and the tables' candidates of that stage; else
 // the failure and context words.
 void stage_evidence(StageGuess& g, const Result& r, const RankInput& in, const Ranker& k) {
+  std::map<size_t, std::pair<std::string, std::vector<std::string>>> words;  // line -> words
   for (const auto& h : in.cues) {
     const Cue& c = k.cues[h.cue];
     if (c.kind != Cue::Kind::kStage || c.stage != g.stage) continue;
-    g.evidence.push_back({h.line, h.text, fmt::format("stage-{} word '{}'", c.stage, c.word)});
+    auto& [text, ws] = words[h.line];
+    text = h.text;
+    if (std::find(ws.begin(), ws.end(), c.word) == ws.end()) ws.push_back(c.word);
+  }
+  for (const auto& [line, tw] : words) {
+    g.evidence.push_back(
+        {line, tw.first,
+         fmt::format("stage-{} word{} '{}'", g.stage, tw.second.size() > 1 ? "s" : "",
+                     fmt::join(tw.second, "', '"))});
   }
   for (const auto& c : r.symptoms) {
     if (stage_of_id(c.id) != g.stage) continue;

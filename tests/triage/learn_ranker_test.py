@@ -20,10 +20,10 @@ HANG = "Misaligned data, model, and training graph"
 OOM = "Constrained resource and inefficient utilization"
 
 
-def issue(iid, split, symptoms, cause, stage):
+def issue(iid, split, symptoms, cause, stage, lines=("x",)):
     num = iid.split("#")[1]
     return {"id": iid, "url": f"https://github.com/pytorch/pytorch/issues/{num}", "split": split,
-            "framework": "pytorch", "error_lines": ["x"], "env_lines": [], "summary": "s",
+            "framework": "pytorch", "error_lines": list(lines), "env_lines": [], "summary": "s",
             "symptoms": symptoms, "root_cause": cause, "stage": stage, "fix_pattern": None,
             "fix": None}
 
@@ -65,6 +65,17 @@ class LearnRankerTest(unittest.TestCase):
     def test_a_test_issue_mislabelled_tune_is_still_skipped(self):
         recs = self.corpus() + [issue(TEST_IDS[0], "tune", ["5.3"], "none", 5)]
         self.assertNotIn("5.3", learn(recs))
+
+    def test_a_word_of_three_launch_issues_points_at_stage_two(self):
+        launch = "Flawed launcher and environment configuration"
+        recs = [issue(i, "tune", ["2.1"], launch, 2, ["zebrarendezvous failed"])
+                for i in TUNE_IDS[:3]]
+        recs += [issue(i, "tune", ["4.2"], OOM, 4, ["plain failure text"]) for i in TUNE_IDS[3:]]
+        recs += [issue(i, "test", ["2.1"], launch, 2, ["testonlyword"]) for i in TEST_IDS]
+        text = learn(recs)
+        self.assertIn('  "zebrarendezvous": {"2": ', text)
+        self.assertNotIn('"plain"', text)  # the majority stage's word: lift under 2
+        self.assertNotIn("testonlyword", text)
 
     def test_the_output_is_deterministic(self):
         recs = self.corpus()

@@ -233,7 +233,10 @@ TEST(TriageRanker, AProseHangInTrainingGetsThreeStageFourCandidatesWithItsWords)
     ASSERT_FALSE(c.evidence.empty());
     EXPECT_EQ(c.evidence[0].line, 2u);
   }
-  EXPECT_EQ(r.symptoms[0].evidence[0].signature, "stage-4 word 'iteration'");
+  // The hand-written words first; learned ones (priors.yaml) may follow.
+  EXPECT_EQ(
+      r.symptoms[0].evidence[0].signature.rfind("stage-4 words 'iteration', 'iter', 'loss'", 0), 0u)
+      << r.symptoms[0].evidence[0].signature;
   EXPECT_EQ(r.root_causes.at(0).id.rfind("R4.", 0), 0u);
   EXPECT_NE(format_result(r, tables())
                 .find("Confidence: weak (no signature reached an answer; the stage is inferred "
@@ -253,7 +256,8 @@ TEST(TriageRanker, LauncherWordsInferTheCommunicationSetupStage) {
   EXPECT_EQ(r.symptoms[1].id, "2.2");
   EXPECT_EQ(r.symptoms[2].id, "2.3");
   EXPECT_EQ(r.symptoms[0].evidence.at(0).line, 1u);
-  EXPECT_EQ(r.symptoms[0].evidence.at(0).signature, "stage-2 word 'torchrun'");
+  EXPECT_EQ(r.symptoms[0].evidence.at(0).signature.rfind("stage-2 word", 0), 0u);
+  EXPECT_NE(r.symptoms[0].evidence.at(0).signature.find("'torchrun'"), std::string::npos);
 }
 
 // An issue that shows only its versions and launch command is answered (weakly); a success line
