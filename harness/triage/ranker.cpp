@@ -215,6 +215,7 @@ struct StageGuess {
   int stage = 0;
   int second = 0;                      // the runner-up stage with any score (0: none)
   std::vector<EvidenceLine> evidence;  // the lines that point at `stage`
+  std::vector<EvidenceLine> second_evidence;
 };
 
 // Each stage's score: its words (each counts once) and the scores of the tables' candidates.
@@ -247,33 +248,35 @@ int best_stage(std::map<int, double>& score, const Ranker& k, int skip, bool nee
   return out;
 }
 
-// The lines behind the guessed stage: its words and the tables' candidates of that stage; else
-// the failure and context words.
-void stage_evidence(StageGuess& g, const Result& r, const RankInput& in, const Ranker& k) {
+// The lines behind `stage`: its words and the tables' candidates of that stage; else the failure
+// and context words.
+std::vector<EvidenceLine> stage_evidence(int stage, const Result& r, const RankInput& in,
+                                         const Ranker& k) {
+  std::vector<EvidenceLine> out;
   std::map<size_t, std::pair<std::string, std::vector<std::string>>> words;  // line -> words
   for (const auto& h : in.cues) {
     const Cue& c = k.cues[h.cue];
-    if (c.kind != Cue::Kind::kStage || c.stage != g.stage) continue;
+    if (c.kind != Cue::Kind::kStage || c.stage != stage) continue;
     auto& [text, ws] = words[h.line];
     text = h.text;
     if (std::find(ws.begin(), ws.end(), c.word) == ws.end()) ws.push_back(c.word);
   }
   for (const auto& [line, tw] : words) {
-    g.evidence.push_back(
-        {line, tw.first,
-         fmt::format("stage-{} word{} '{}'", g.stage, tw.second.size() > 1 ? "s" : "",
-                     fmt::join(tw.second, "', '"))});
+    out.push_back({line, tw.first,
+                   fmt::format("stage-{} word{} '{}'", stage, tw.second.size() > 1 ? "s" : "",
+                               fmt::join(tw.second, "', '"))});
   }
   for (const auto& c : r.symptoms) {
-    if (stage_of_id(c.id) != g.stage) continue;
-    g.evidence.insert(g.evidence.end(), c.evidence.begin(), c.evidence.end());
+    if (stage_of_id(c.id) == stage) out.insert(out.end(), c.evidence.begin(), c.evidence.end());
   }
-  if (!g.evidence.empty()) return;
+  if (!out.empty()) return out;
   for (const auto& h : in.cues) {
     const Cue& c = k.cues[h.cue];
+    if (c.kind != Cue::Kind::kFailure && c.kind != Cue::Kind::kContext) continue;
     const char* kind = c.kind == Cue::Kind::kFailure ? "failure" : "context";
-    g.evidence.push_back({h.line, h.text, fmt::format("{} word '{}'", kind, c.word)});
+    out.push_back({h.line, h.text, fmt::format("{} word '{}'", kind, c.word)});
   }
+  return out;
 }
 
 // The stage of the answer (`found`: the tables' answer's stage, else inferred) and the runner-up.
@@ -282,11 +285,8 @@ StageGuess guess_stage(const Result& r, const RankInput& in, const Ranker& k, in
   StageGuess g;
   g.stage = found > 0 ? found : best_stage(score, k, 0, false);
   g.second = best_stage(score, k, g.stage, true);
-  if (found > 0) {
-    g.evidence = r.symptoms.front().evidence;
-  } else {
-    stage_evidence(g, r, in, k);
-  }
+  g.evidence = found > 0 ? r.symptoms.front().evidence : stage_evidence(g.stage, r, in, k);
+  if (g.second > 0) g.second_evidence = stage_evidence(g.second, r, in, k);
   return g;
 }
 
@@ -351,7 +351,7 @@ void fill_symptoms(Result& r, const StageGuess& g, const Ranker& k) {
     }
   };
   add(stage_candidates(r, g.stage, g.evidence, k, k.min_share));
-  if (g.second > 0) add(stage_candidates(r, g.second, g.evidence, k, k.min_share));
+  if (g.second > 0) add(stage_candidates(r, g.second, g.second_evidence, k, k.min_share));
   add(stage_candidates(r, g.stage, g.evidence, k, 0));  // no runner-up: the stage's rare ones
 }
 
@@ -370,11 +370,9 @@ void rank_root_causes(Result& r, const Ranker& k) {
   const bool tables_name_one =
       std::any_of(r.root_causes.begin(), r.root_causes.end(),
                   [&](const Candidate& c) { return stage_of_id(c.id) == r.stage; });
-  for (const auto& [id, n] : by_stage) {
-    if (!tables_name_one) all.try_emplace(id, Candidate{id, 0, {}, {}});
-  }
-  for (const auto& [id, n] : by_sym) {
-    if (!tables_name_one) all.try_emplace(id, Candidate{id, 0, {}, {}});
+  if (!tables_name_one) {
+    for (const auto& [id, n] : by_stage) all.try_emplace(id, Candidate{id, 0, {}, {}});
+    for (const auto& [id, n] : by_sym) all.try_emplace(id, Candidate{id, 0, {}, {}});
   }
   std::vector<std::pair<double, Candidate>> ranked;
   for (auto& [id, c] : all) {

@@ -41,13 +41,13 @@ struct EnvRule {
 };
 
 struct Taxonomy {
-  std::map<std::string, int> symptom_stage;         // "4.11" -> 4
-  std::map<std::string, std::string> symptom_name;  // "4.11" -> "Hang & stall"
-  std::map<std::string, double>
-      share;  // symptom or root-cause id -> the study's share of its stage
+  std::map<std::string, int> symptom_stage;               // "4.11" -> 4
+  std::map<std::string, std::string> symptom_name;        // "4.11" -> "Hang & stall"
   std::map<std::string, std::string> root_cause_name;     // "R4.6" -> name
   std::map<std::string, std::string> root_cause_by_name;  // name -> "R4.6" (per stage unique)
   std::map<int, std::string> stage_name;
+  // Symptom or root-cause id -> the study's share of its stage's issues.
+  std::map<std::string, double> share;
 };
 
 struct Tables {
