@@ -15,7 +15,7 @@
 namespace fl::triage {
 
 struct CliOptions {
-  std::string file = "-", signatures, taxonomy;
+  std::string file = "-", signatures, taxonomy, ranker;
   size_t limit_mb = 16;
   std::string write;
   bool force = false, run = false;
@@ -29,6 +29,9 @@ Command::Command(CLI::App& sub) : sub_(&sub), o_(std::make_shared<CliOptions>())
   sub_->add_option("--signatures", o_->signatures,
                    "Signature folder (default: $FAULTLINE_TRIAGE_SIGNATURES or the source tree's)");
   sub_->add_option("--taxonomy", o_->taxonomy, "Taxonomy file (default: scenarios/taxonomy.yaml)");
+  sub_->add_option("--ranker", o_->ranker,
+                   "Ranker folder, cues.yaml + priors.yaml (default: $FAULTLINE_TRIAGE_RANKER or "
+                   "the source tree's; none: the signature tables alone)");
   sub_->add_option("--limit-mb", o_->limit_mb, "Read at most this many MiB (the tail)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
@@ -95,7 +98,8 @@ int Command::run() const {
   try {
     const auto tables =
         load_tables(o_->signatures.empty() ? default_signature_dir() : o_->signatures,
-                    o_->taxonomy.empty() ? default_taxonomy_path() : o_->taxonomy);
+                    o_->taxonomy.empty() ? default_taxonomy_path() : o_->taxonomy,
+                    o_->ranker.empty() ? default_ranker_dir() : o_->ranker);
     if (!o_->eval.corpus.empty()) {
       EvalOptions e = o_->eval;
       e.validate = harness_validator();

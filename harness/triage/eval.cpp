@@ -112,6 +112,10 @@ void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, b
   c.weak_context_top1 += context && t1;
   c.weak_learned += learned;
   c.weak_learned_top1 += learned && t1;
+  const bool inferred = answered && r.basis == Result::Basis::kInferred;
+  c.weak_inferred += inferred;
+  c.weak_inferred_top1 += inferred && t1;
+  c.weak_inferred_top3 += inferred && t3;
   c.stage += stage == l.stage;
   c.root_cause += rc == l.root_cause;
   if (verbose) {
@@ -123,6 +127,7 @@ void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, b
                                : "MISS");
     if (context) *lines += " (weak: context)";
     if (learned) *lines += " (weak: learned)";
+    if (inferred) *lines += " (weak: inferred stage)";
   }
 }
 
@@ -175,6 +180,10 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
                      pct(c.weak_context_top1, c.weak_context));
   out += fmt::format("| weak answers on learned words: top-1 right | {} |\n",
                      pct(c.weak_learned_top1, c.weak_learned));
+  out += fmt::format("| weak answers on the inferred stage: top-1 right | {} |\n",
+                     pct(c.weak_inferred_top1, c.weak_inferred));
+  out += fmt::format("| weak answers on the inferred stage: top-3 right | {} |\n",
+                     pct(c.weak_inferred_top3, c.weak_inferred));
   if (!o.validate) return c;
   const int answers = c.failures_answered + (c.nones - c.nones_right);
   out += fmt::format("| drafted scenarios that validate | {} |\n", pct(c.drafts_valid, c.drafts));

@@ -28,6 +28,8 @@ struct EvalCounts {
   // Weak answers (Result::Basis): on context lines only, or on learned words; and of those, the
   // ones whose top symptom is right.
   int weak_context = 0, weak_context_top1 = 0, weak_learned = 0, weak_learned_top1 = 0;
+  // Answers on the inferred stage (no signature reached an answer): top-1 and top-3 right.
+  int weak_inferred = 0, weak_inferred_top1 = 0, weak_inferred_top3 = 0;
   // Drafts: answers with a base scenario, those whose text validates, those with a cause the
   // draft could not express, and those with a setting it could not carry.
   int drafts = 0, drafts_valid = 0, cause_unexpressed = 0, setting_unexpressed = 0;

@@ -167,18 +167,22 @@ Taxonomy load_taxonomy(const std::string& path) {
     for (const auto& s : st["symptoms"]) {
       t.symptom_stage[s["id"].as<std::string>()] = stage;
       t.symptom_name[s["id"].as<std::string>()] = s["name"].as<std::string>();
+      if (s["share"]) t.share[s["id"].as<std::string>()] = s["share"].as<double>();
     }
     for (const auto& r : st["root_causes"]) {
       t.root_cause_name[r["id"].as<std::string>()] = r["name"].as<std::string>();
       t.root_cause_by_name[r["name"].as<std::string>()] = r["id"].as<std::string>();
+      if (r["share"]) t.share[r["id"].as<std::string>()] = r["share"].as<double>();
     }
   }
   return t;
 }
 
-Tables load_tables(const std::string& dir, const std::string& taxonomy_path) {
+Tables load_tables(const std::string& dir, const std::string& taxonomy_path,
+                   const std::string& ranker_dir) {
   Tables t;
   t.taxonomy = load_taxonomy(taxonomy_path);
+  t.ranker = load_ranker(ranker_dir, t.taxonomy);
   std::vector<std::string> files;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -196,6 +200,11 @@ Tables load_tables(const std::string& dir, const std::string& taxonomy_path) {
 std::string default_signature_dir() {
   if (const char* d = std::getenv("FAULTLINE_TRIAGE_SIGNATURES"); d && *d) return d;
   return std::string(FAULTLINE_SOURCE_DIR) + "/harness/triage/signatures";
+}
+
+std::string default_ranker_dir() {
+  if (const char* d = std::getenv("FAULTLINE_TRIAGE_RANKER"); d && *d) return d;
+  return std::string(FAULTLINE_SOURCE_DIR) + "/harness/triage/ranker";
 }
 
 std::string default_taxonomy_path() {
@@ -283,11 +292,16 @@ std::vector<Candidate> ranked(std::map<std::string, Candidate> m, size_t ev_max)
   return out;
 }
 
-// A line that holds a needle: where it starts, and which table row (signatures first, then env).
+// A line that holds a needle: where it starts, and which table row (signatures first, then env,
+// then the ranker's cue words).
 struct NeedleHit {
   size_t start = 0, end = 0, line = 0;  // the line's bytes and 1-based number
-  size_t row = 0;                       // signature index, or signatures.size() + env index
+  size_t row = 0;                       // signature index, or signatures.size() + env index, ...
 };
+
+bool word_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
 
 // Every (line, row) whose line holds the row's needle, in line order. One pass over the
 // lower-cased text: a table keyed by each needle's first two bytes says which needles can start
@@ -297,6 +311,8 @@ std::vector<NeedleHit> needle_hits(const std::string& text, const Tables& t) {
   std::vector<const std::string*> needles;
   for (const auto& s : t.signatures) needles.push_back(&s.needle);
   for (const auto& e : t.env_rules) needles.push_back(&e.needle);
+  const size_t first_cue = needles.size();  // cue words: at the start of a word unless `anywhere`
+  for (const auto& c : t.ranker.cues) needles.push_back(&c.word);
   std::vector<std::vector<uint32_t>> by_bigram(1 << 16);
   auto bigram = [](char a, char b) {
     return (static_cast<unsigned>(static_cast<unsigned char>(a)) << 8) |
@@ -306,6 +322,7 @@ std::vector<NeedleHit> needle_hits(const std::string& text, const Tables& t) {
     by_bigram[bigram((*needles[row])[0], (*needles[row])[1])].push_back(static_cast<uint32_t>(row));
   }
   std::vector<size_t> last_line(needles.size(), 0);
+  std::vector<int> cue_lines(needles.size(), 0);  // a cue word needs a few lines, not a log's
   std::vector<NeedleHit> out;
   size_t line = 1, start = 0;
   for (size_t i = 0; i + 1 < low.size(); ++i) {
@@ -317,6 +334,11 @@ std::vector<NeedleHit> needle_hits(const std::string& text, const Tables& t) {
     for (const uint32_t row : by_bigram[bigram(low[i], low[i + 1])]) {
       const std::string& n = *needles[row];
       if (last_line[row] == line || low.compare(i, n.size(), n) != 0) continue;
+      if (row >= first_cue) {
+        const bool mid_word = i > start && word_char(low[i - 1]);
+        if ((mid_word && !t.ranker.cues[row - first_cue].anywhere) || cue_lines[row]++ >= 3)
+          continue;
+      }
       last_line[row] = line;
       out.push_back({start, 0, line, row});
     }
@@ -405,6 +427,8 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
     return r;
   }
   std::vector<Hit> hits(t.signatures.size());
+  RankInput rank_in;
+  const size_t first_cue = t.signatures.size() + t.env_rules.size();
   std::vector<std::set<std::string>> seen_text(t.signatures.size());
   // Lines a row's regex already rejected: a log repeats its lines, and std::regex is slow.
   std::vector<std::unordered_set<std::string>> rejected(t.signatures.size() + t.env_rules.size());
@@ -414,6 +438,10 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
   for (const auto& c : needle_hits(in.text, t)) {
     std::string text = in.text.substr(c.start, std::min<size_t>(c.end - c.start, 4096));
     if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (c.row >= first_cue) {
+      rank_in.cues.push_back({c.row - first_cue, c.line, std::move(text)});
+      continue;
+    }
     if (c.row < t.signatures.size()) {
       const auto& s = t.signatures[c.row];
       auto& h = hits[c.row];
@@ -439,7 +467,14 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
   }
   std::sort(r.env.begin(), r.env.end(),
             [](const EnvFact& a, const EnvFact& b) { return a.line < b.line; });
+  for (size_t i = 0; i < hits.size(); ++i) {
+    if (hits[i].lines.empty()) continue;
+    rank_in.table_match = true;
+    rank_in.error_text = rank_in.error_text || !t.signatures[i].env;
+  }
+  rank_in.table_match = rank_in.table_match || !r.env.empty();
   decide(r, hits, t, o);
+  apply_ranker(r, rank_in, t);
   return r;
 }
 
@@ -466,6 +501,7 @@ void format_candidates(std::string& out, const std::vector<Candidate>& cs,
     const auto it = names.find(c.id);
     out += fmt::format("  {}. {:<5} {:<40} score {:.2f}\n", i + 1, c.id,
                        it == names.end() ? "" : it->second, c.score);
+    if (!c.basis.empty()) out += fmt::format("       from: {}\n", c.basis);
     for (const auto& e : c.evidence) {
       out += fmt::format("       line {} [{}]: {}\n", e.line, e.signature, clip(e.text));
     }
@@ -494,6 +530,10 @@ std::string format_result(const Result& r, const Tables& t) {
     out +=
         "Confidence: weak (no table signature matched; the answer rests on words learned "
         "from the corpus's tune split)\n";
+  } else if (r.basis == Result::Basis::kInferred) {
+    out +=
+        "Confidence: weak (no signature reached an answer; the stage is inferred from the words "
+        "shown, the candidates are that stage's common symptoms on the corpus's tune split)\n";
   }
   out += "Symptom candidates:\n";
   format_candidates(out, r.symptoms, t.taxonomy.symptom_name, 5);

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/triage/ranker.hpp"
+
 namespace fl::triage {
 
 // A signature or taxonomy file that cannot be used: "file:line:col: key: problem".
@@ -44,18 +46,23 @@ struct Taxonomy {
   std::map<std::string, std::string> root_cause_name;     // "R4.6" -> name
   std::map<std::string, std::string> root_cause_by_name;  // name -> "R4.6" (per stage unique)
   std::map<int, std::string> stage_name;
+  // Symptom or root-cause id -> the study's share of its stage's issues.
+  std::map<std::string, double> share;
 };
 
 struct Tables {
   Taxonomy taxonomy;
   std::vector<Signature> signatures;
   std::vector<EnvRule> env_rules;
+  Ranker ranker;  // harness/triage/ranker: fills what the tables leave thin
 };
 
 // The taxonomy file (scenarios/taxonomy.yaml); throws SignatureError.
 Taxonomy load_taxonomy(const std::string& path);
-// Every *.yaml under `dir`, sorted; unknown keys, bad regexes and unknown ids are errors.
-Tables load_tables(const std::string& dir, const std::string& taxonomy_path);
+// Every *.yaml under `dir`, sorted; unknown keys, bad regexes and unknown ids are errors. The
+// ranker's files come from `ranker_dir` ("" or "none": the tables alone).
+Tables load_tables(const std::string& dir, const std::string& taxonomy_path,
+                   const std::string& ranker_dir = default_ranker_dir());
 // Where the tables live: $FAULTLINE_TRIAGE_SIGNATURES, else the source tree's copy.
 std::string default_signature_dir();
 std::string default_taxonomy_path();
@@ -68,6 +75,7 @@ struct Candidate {
   std::string id;  // symptom or root-cause id
   double score = 0;
   std::vector<EvidenceLine> evidence;
+  std::string basis;  // empty: the tables' signatures; else the tally the ranker filled it from
 };
 struct EnvFact {
   std::string key, value;
@@ -87,8 +95,9 @@ struct Result {
   enum class Kind { kFound, kNone, kBinary, kEmpty } kind = Kind::kNone;
   // What a found answer rests on: an error text of the tables; only context lines of the tables
   // (settings, versions, commands: weak); or, when the tables found nothing, at least two words
-  // learned from the corpus's tune split (weak).
-  enum class Basis { kTables, kContext, kLearned } basis = Basis::kTables;
+  // learned from the corpus's tune split (weak); or, when the tables reached no answer, the stage
+  // inferred from stage words and that stage's common symptoms (ranker.hpp, weak).
+  enum class Basis { kTables, kContext, kLearned, kInferred } basis = Basis::kTables;
   std::string why;  // kNone/kBinary/kEmpty: a sentence
   std::vector<Candidate> symptoms, root_causes;
   int stage = 0;

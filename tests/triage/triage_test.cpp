@@ -191,7 +191,7 @@ TEST(TriageConfidence, LearnedWordsAnswerOnlyWhenTwoAgreeAndTheTablesFoundNothin
                   "fallback: true, symptoms: {\"4.11\": 0.6}}\n"
                   "  - {id: learned-beta, needle: beta, regex: '\\bbeta\\b', "
                   "fallback: true, symptoms: {\"4.11\": 0.6}, root_cause: {R4.7: 1}}\n");
-  const auto t = load_tables(dir, default_taxonomy_path());
+  const auto t = load_tables(dir, default_taxonomy_path(), "none");  // the tiers alone
   auto go = [&](const std::string& text) {
     std::istringstream in(text);
     return triage(read_input(in, 1u << 20), t);
@@ -210,6 +210,112 @@ TEST(TriageConfidence, LearnedWordsAnswerOnlyWhenTwoAgreeAndTheTablesFoundNothin
   EXPECT_EQ(table.basis, Result::Basis::kTables);
   EXPECT_EQ(table.symptoms.size(), 1u);  // the learned words add nothing next to a table answer
   EXPECT_EQ(table.symptoms.at(0).id, "4.2");
+}
+
+// The ranker (ranker.hpp): where the tables reach no answer, a failure told in prose with
+// distributed context gets three candidates of the stage its words point at, each with the lines.
+TEST(TriageRanker, AProseHangInTrainingGetsThreeStageFourCandidatesWithItsWords) {
+  const std::string text =
+      "deepspeed --num_gpus 8 train.py\n"
+      "After a few hundred iterations the loss stops printing and nothing happens.\n";
+  const auto without =
+      triage(Input{text, false, text.size()},
+             load_tables(default_signature_dir(), default_taxonomy_path(), "none"));
+  EXPECT_EQ(without.kind, Result::Kind::kNone);  // the tables alone: no answer
+  const auto r = run(text);
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.basis, Result::Basis::kInferred);
+  EXPECT_EQ(r.stage, 4);
+  ASSERT_EQ(r.symptoms.size(), 3u);
+  for (const auto& c : r.symptoms) {
+    EXPECT_EQ(c.id.rfind("4.", 0), 0u) << c.id;
+    EXPECT_NE(c.basis.find("tune stage-4 issues"), std::string::npos) << c.basis;
+    ASSERT_FALSE(c.evidence.empty());
+    EXPECT_EQ(c.evidence[0].line, 2u);
+  }
+  // The hand-written words first; learned ones (priors.yaml) may follow.
+  EXPECT_EQ(
+      r.symptoms[0].evidence[0].signature.rfind("stage-4 words 'iteration', 'iter', 'loss'", 0), 0u)
+      << r.symptoms[0].evidence[0].signature;
+  EXPECT_EQ(r.root_causes.at(0).id.rfind("R4.", 0), 0u);
+  EXPECT_NE(format_result(r, tables())
+                .find("Confidence: weak (no signature reached an answer; the stage is inferred "
+                      "from the words shown"),
+            std::string::npos);
+}
+
+TEST(TriageRanker, LauncherWordsInferTheCommunicationSetupStage) {
+  const auto r =
+      run("torchrun --nnodes 2 --nproc_per_node 8 train.py\n"
+          "The second node never joins the rendezvous and the job fails.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.basis, Result::Basis::kInferred);
+  EXPECT_EQ(r.stage, 2);
+  ASSERT_EQ(r.symptoms.size(), 3u);
+  EXPECT_EQ(r.symptoms[0].id, "2.1");  // the stage's most common symptom, then the others
+  EXPECT_EQ(r.symptoms[1].id, "2.2");
+  EXPECT_EQ(r.symptoms[2].id, "2.3");
+  EXPECT_EQ(r.symptoms[0].evidence.at(0).line, 1u);
+  EXPECT_EQ(r.symptoms[0].evidence.at(0).signature.rfind("stage-2 word", 0), 0u);
+  EXPECT_NE(r.symptoms[0].evidence.at(0).signature.find("'torchrun'"), std::string::npos);
+}
+
+// An issue that shows only its versions and launch command is answered (weakly); a success line
+// of NCCL is not a failure report.
+TEST(TriageRanker, VersionsAndACommandLineAloneGetAWeakAnswer) {
+  const auto r =
+      run("torch version .................... 2.3.1+cu121\n"
+          "deepspeed --num_gpus 4 train.py --deepspeed ds_config.json\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.basis, Result::Basis::kInferred);
+  EXPECT_EQ(r.symptoms.size(), 3u);
+}
+
+TEST(TriageRanker, ASuccessLineIsNotAFailureReport) {
+  EXPECT_EQ(run("NCCL INFO comm 0x556fe4c70860 rank 3 nranks 16 cudaDev 3 nvmlDev 3 - Init "
+                "COMPLETE\n")
+                .kind,
+            Result::Kind::kNone);
+}
+
+TEST(TriageRanker, ATableAnswerIsFilledToThreeFromItsStage) {
+  const auto r = run("RuntimeError: CUDA error: an illegal memory access was encountered\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.basis, Result::Basis::kTables);
+  ASSERT_EQ(r.symptoms.size(), 3u);
+  EXPECT_EQ(r.symptoms[0].id, "4.3");
+  EXPECT_TRUE(r.symptoms[0].basis.empty());  // the table's own
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_EQ(r.symptoms[i].id.rfind("4.", 0), 0u) << r.symptoms[i].id;
+    EXPECT_FALSE(r.symptoms[i].basis.empty());
+    EXPECT_LT(r.symptoms[i].score, r.symptoms[0].score);
+  }
+}
+
+TEST(TriageRanker, FrameworkWordsWithoutAFailureWordStillDecline) {
+  const auto r =
+      run("Fix typo in the DeepSpeed launcher docs: torchrun is spelled torchrn twice.\n"
+          "No code change; the multi-node example is unchanged.\n");
+  EXPECT_EQ(r.kind, Result::Kind::kNone);
+}
+
+TEST(TriageRanker, AnUnknownSettingNamesFileLineColumnAndTheAllowedKeys) {
+  const fs::path dir = fs::temp_directory_path() / "fl_triage_test_ranker";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "cues.yaml") << "settings:\n  fill: 3\nfailure: [error]\ncontext: [nccl]\n"
+                                      "stages: {2: [torchrun]}\n";
+  std::ofstream(dir / "priors.yaml") << "issues: 0\n";
+  std::string err = "(loaded)";
+  try {
+    load_ranker(dir.string(), tables().taxonomy);
+  } catch (const SignatureError& e) {
+    err = e.what();
+  }
+  EXPECT_EQ(err, dir.string() +
+                     "/cues.yaml:2:3: settings: unknown key 'fill' (allowed: answer_context_only, "
+                     "co_weight, error_text_is_failure, fill_to, learned_stage_weight, "
+                     "min_share, root_cause_table_weight, study_weight, table_stage_weight)");
 }
 
 TEST(TriageBadInput, EmptyInputSaysNoSignatureFound) {

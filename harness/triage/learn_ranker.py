@@ -1,0 +1,290 @@
+#!/usr/bin/python3
+"""Counts the ranker's priors for `faultline triage` from the corpus's TUNE split only.
+
+The ranker (harness/triage/ranker.hpp) fills the candidates the signature tables leave thin: the
+symptoms of the answer's stage, in the order of how often they are labelled together with the
+top symptom and how often they occur in that stage; and the root cause that goes with the top
+symptom. Those tallies are this script's output, harness/triage/ranker/priors.yaml:
+
+  stage_symptoms       stage -> primary symptom -> tune issues
+  co_occurrence        symptom -> symptom -> tune issues labelled with both (the diagonal: with it)
+  symptom_root_causes  primary symptom -> root-cause id -> tune issues
+  stage_root_causes    stage -> root-cause id -> tune issues
+  stage_words          word -> stage -> weight: words of the input lines (error_lines and
+                       env_lines, as learn_tokens.py reads them) that at least --min-df tune
+                       failures hold and whose issues are of one stage at least twice as often
+                       as failures in general; the weight is ln(lift), at most 2. The ranker adds
+                       them to cues.yaml's hand-written stage words when it infers a stage.
+
+The test split is never read: an issue whose split is not "tune" (by its field and by the split
+rule) is skipped before anything else of it is looked at.
+
+--cv K measures the ranker by K-fold cross-validation inside the tune split: for each fold, count
+the priors on the other K-1 folds and run `faultline triage --eval` on the held-out fold with the
+tables alone (--ranker none) and with the ranker. --thin also removes, in each fold, the table
+signatures that match a held-out issue and no issue of the other folds: an approximation of issues
+the tables were not written from (the held-out case), since the signatures were written from the
+whole tune split.
+--set KEY=VALUE overrides a setting of cues.yaml in the measured copy (to compare settings).
+
+Usage:
+  learn_ranker.py [--out harness/triage/ranker/priors.yaml]
+  learn_ranker.py --cv 5 [--thin] [--check] [-v] [--set co_weight=0.5]
+                  [--faultline build/harness/faultline]
+Stdlib only (--thin needs PyYAML, which Debian's python3 has), so it runs under /usr/bin/python3.
+"""
+import argparse
+import collections
+import hashlib
+import json
+import math
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+from learn_tokens import tokens  # noqa: E402  (the same words as the learned fallback)
+
+
+def split_of(issue_id):
+    """The corpus's split rule (check_corpus.py): used only to refuse learning from test."""
+    return "test" if int(hashlib.sha1(issue_id.encode("utf-8")).hexdigest(), 16) % 5 < 2 else "tune"
+
+
+def fold_of(issue_id, folds):
+    """A cross-validation fold inside the tune split (the same as learn_tokens.py's)."""
+    return int(hashlib.sha1(("fold:" + issue_id).encode("utf-8")).hexdigest(), 16) % folds
+
+
+def root_cause_ids(taxonomy):
+    """Root-cause name -> id (R4.6), read as check_corpus.py reads the catalogue."""
+    ids = {}
+    for line in pathlib.Path(taxonomy).read_text(encoding="utf-8").splitlines():
+        m = re.match(r'\s*- \{id: "(R\d+\.\d+)", name: "([^"]+)"', line)
+        if m:
+            ids[m.group(2)] = m.group(1)
+    return ids
+
+
+def tune_issues(corpus, taxonomy):
+    rc_ids = root_cause_ids(taxonomy)
+    out = []
+    for line in pathlib.Path(corpus).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        if rec["split"] != "tune" or split_of(rec["id"]) != "tune":
+            continue  # the test split is never looked at
+        rec["_rc"] = rc_ids.get(rec["root_cause"])
+        out.append(rec)
+    return out
+
+
+def stage_words(failures, min_df, max_words):
+    """Word -> {stage: ln(lift)} for words that point at one stage (smoothed, lift >= 2)."""
+    prior = collections.Counter(str(r["stage"]) for r in failures)
+    n = float(len(failures))
+    by_word = collections.defaultdict(collections.Counter)
+    for r in failures:
+        for w in tokens(r["error_lines"] + r["env_lines"]):
+            by_word[w][str(r["stage"])] += 1
+    rows = []
+    for w, stages in by_word.items():
+        df = sum(stages.values())
+        if df < min_df:
+            continue
+        kept = {}
+        for st, m in stages.items():
+            p = (m + prior[st] / n) / (df + 1.0)
+            lift = p / (prior[st] / n)
+            if m >= 2 and lift >= 2.0:
+                kept[st] = round(min(math.log(lift), 2.0), 2)
+        if kept:
+            rows.append((max(kept.values()) * math.log(1 + df), w, kept))
+    rows.sort(key=lambda r: (-r[0], r[1]))
+    return {w: kept for _, w, kept in rows[:max_words]}
+
+
+def count(issues, min_df=3, max_words=200):
+    """The four tallies of priors.yaml, from labelled failures (stage 1-5) only."""
+    stage_sym = collections.defaultdict(collections.Counter)
+    co = collections.defaultdict(collections.Counter)
+    sym_rc = collections.defaultdict(collections.Counter)
+    stage_rc = collections.defaultdict(collections.Counter)
+    n = 0
+    for r in issues:
+        syms = [s for s in r["symptoms"] if s != "none"]
+        if r["stage"] == 0 or not syms:
+            continue
+        n += 1
+        stage_sym[str(r["stage"])][syms[0]] += 1
+        for a in syms:
+            for b in syms:
+                co[a][b] += 1
+        if r["_rc"]:
+            sym_rc[syms[0]][r["_rc"]] += 1
+            stage_rc[str(r["stage"])][r["_rc"]] += 1
+    failures = [r for r in issues if r["stage"] != 0]
+    return n, {"stage_symptoms": stage_sym, "co_occurrence": co,
+               "symptom_root_causes": sym_rc, "stage_root_causes": stage_rc,
+               "stage_words": stage_words(failures, min_df, max_words)}
+
+
+def id_key(s):
+    """Sorts "4.11" after "4.2" and "R4.6" by its numbers."""
+    return [int(x) for x in re.findall(r"\d+", s)]
+
+
+def write_priors(issues, path):
+    n, tables = count(issues)
+    lines = [
+        "# GENERATED by harness/triage/learn_ranker.py from the TUNE split only; do not edit by hand.",
+        f"# {n} labelled failures of the tune split. Counts of issues (docs/triage.md, The ranker).",
+        f"issues: {n}",
+    ]
+    for name, table in tables.items():
+        lines.append(f"{name}:")
+        for key in sorted(table, key=lambda k: (id_key(k), k)):
+            cells = ", ".join(f'"{k}": {v}' for k, v in sorted(table[key].items(),
+                                                              key=lambda kv: id_key(kv[0])))
+            lines.append(f'  "{key}": {{{cells}}}')
+    pathlib.Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return n
+
+
+EVAL_ROW = re.compile(r"^\| (.+?) \| [0-9.]+% \((\d+)/(\d+)\) \|$")
+MEASURES = ("top-1 symptom", "top-3 symptom", "stage", "root cause",
+            "failures answered (not 'none')", "non-failures declined ('none')")
+
+
+def run_eval(faultline, corpus, sigdir, ranker, verbose=False):
+    cmd = [faultline, "triage", "--eval", str(corpus), "--split", "tune",
+           "--signatures", str(sigdir), "--ranker", str(ranker)] + (["-v"] if verbose else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if "| top-1 symptom |" not in out.stdout:
+        sys.exit(f"learn_ranker.py: {' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")
+    got = {}
+    for line in out.stdout.splitlines():
+        if verbose and line.startswith("  ") and " label " in line:
+            print(line.split(" | draft")[0])
+        m = EVAL_ROW.match(line)
+        if m:
+            got[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return got
+
+
+def line_matches(sig, lines):
+    needle = sig["needle"].lower()
+    try:
+        rx = re.compile(sig["regex"], re.I if sig.get("icase") else 0)
+    except re.error:
+        return True  # an ECMAScript-only regex: keep the signature
+    return any(needle in ln.lower() and rx.search(ln) for ln in lines)
+
+
+def thin_tables(src, dst, train, held):
+    """Copies the signature folder without the signatures that match a held-out issue and no
+    training issue: as if the held-out issues had not been read when the tables were written."""
+    import yaml  # only --thin needs it
+    texts = [r["error_lines"] + r["env_lines"] for r in train]
+    held_texts = [r["error_lines"] + r["env_lines"] for r in held]
+
+    def keep(sig):
+        return (any(line_matches(sig, t) for t in texts)
+                or not any(line_matches(sig, t) for t in held_texts))
+    dropped = 0
+    for f in sorted(pathlib.Path(src).glob("*.yaml")):
+        doc = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
+        sigs = doc.get("signatures") or []
+        kept = [s for s in sigs if keep(s)]
+        dropped += len(sigs) - len(kept)
+        if sigs:
+            doc["signatures"] = kept
+        pathlib.Path(dst, f.name).write_text(yaml.safe_dump(doc, sort_keys=False, width=1000),
+                                             encoding="utf-8")
+    return dropped
+
+
+def ranker_copy(dst, train, overrides):
+    """A ranker folder with priors counted on `train` and cues.yaml's settings overridden."""
+    dst.mkdir(parents=True, exist_ok=True)
+    cues = (HERE / "ranker" / "cues.yaml").read_text(encoding="utf-8")
+    for key, val in overrides:
+        cues, n = re.subn(rf"^(  {re.escape(key)}:) *\S+", rf"\g<1> {val}", cues, flags=re.M)
+        if n != 1:
+            sys.exit(f"learn_ranker.py: --set {key}: not a setting of cues.yaml")
+    (dst / "cues.yaml").write_text(cues, encoding="utf-8")
+    write_priors(train, dst / "priors.yaml")
+
+
+def cross_validate(args):
+    """K-fold CV inside the tune split: the tables alone against the tables with the ranker."""
+    issues = tune_issues(args.corpus, args.taxonomy)
+    overrides = [kv.split("=", 1) for kv in args.set]
+    totals = {"tables": collections.Counter(), "ranker": collections.Counter()}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(args.cv):
+            train = [r for r in issues if fold_of(r["id"], args.cv) != k]
+            held = [r for r in issues if fold_of(r["id"], args.cv) == k]
+            fold = pathlib.Path(tmp, f"fold{k}")
+            fold.mkdir()
+            corpus = fold / "fold.jsonl"
+            corpus.write_text("".join(
+                json.dumps({k2: v for k2, v in r.items() if not k2.startswith("_")}) + "\n"
+                for r in held), encoding="utf-8")
+            sigs = pathlib.Path(args.signatures)
+            if args.thin:
+                sigs = fold / "signatures"
+                sigs.mkdir()
+                dropped = thin_tables(args.signatures, sigs, train, held)
+                print(f"fold {k}: {len(held)} held-out issues, {dropped} signatures dropped")
+            ranker_copy(fold / "ranker", train, overrides)
+            for name, ranker in (("tables", "none"), ("ranker", fold / "ranker")):
+                shown = args.verbose and name == "ranker"
+                for key, (n, d) in run_eval(args.faultline, corpus, sigs, ranker, shown).items():
+                    totals[name][key + " n"] += n
+                    totals[name][key + " d"] += d
+    label = f"{args.cv}-fold CV on tune{' (thin tables)' if args.thin else ''}"
+    for name in ("tables", "ranker"):
+        t = totals[name]
+        cells = [f"{key} {100.0 * t[key + ' n'] / max(t[key + ' d'], 1):.1f}% "
+                 f"({t[key + ' n']}/{t[key + ' d']})" for key in MEASURES]
+        print(f"{label}, {name}: " + ", ".join(cells))
+    worse = [key for key in ("top-1 symptom", "top-3 symptom")
+             if totals["ranker"][key + " n"] < totals["tables"][key + " n"]]
+    if args.check and worse:
+        print("learn_ranker.py: the ranker loses to the tables alone on " + " and ".join(worse))
+        return 1
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", default=str(HERE / "corpus" / "issues.jsonl"))
+    ap.add_argument("--taxonomy", default=str(REPO / "scenarios" / "taxonomy.yaml"))
+    ap.add_argument("--signatures", default=str(HERE / "signatures"))
+    ap.add_argument("--out", default=str(HERE / "ranker" / "priors.yaml"))
+    ap.add_argument("--cv", type=int, default=0, help="K-fold cross-validation inside tune")
+    ap.add_argument("--thin", action="store_true", help="--cv: drop signatures no training issue matches")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="--cv: override a setting of cues.yaml")
+    ap.add_argument("--check", action="store_true",
+                    help="--cv: exit 1 when the ranker's top-1 or top-3 is below the tables'")
+    ap.add_argument("-v", "--verbose", action="store_true",
+                    help="--cv: the ranker's line per held-out issue")
+    ap.add_argument("--faultline", default=str(REPO / "build" / "harness" / "faultline"))
+    args = ap.parse_args()
+    if args.cv:
+        return cross_validate(args)
+    n = write_priors(tune_issues(args.corpus, args.taxonomy), args.out)
+    print(f"{args.out}: priors of {n} labelled failures of the tune split")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,436 @@
+#include "harness/triage/ranker.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "harness/triage/triage.hpp"
+
+namespace fl::triage {
+
+namespace {
+
+[[noreturn]] void fail_at(const std::string& file, const YAML::Node& n, const std::string& what) {
+  const auto m = n.Mark();
+  throw SignatureError(fmt::format("{}:{}:{}: {}", file, m.line + 1, m.column + 1, what));
+}
+
+YAML::Node load_yaml(const std::string& file) {
+  try {
+    return YAML::LoadFile(file);
+  } catch (const YAML::BadFile&) {
+    throw SignatureError(fmt::format("{}: cannot read the ranker file", file));
+  } catch (const YAML::Exception& e) {
+    throw SignatureError(
+        fmt::format("{}:{}:{}: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+}
+
+void check_keys(const std::string& file, const YAML::Node& n, const std::set<std::string>& allowed,
+                const std::string& what) {
+  if (!n.IsMap()) fail_at(file, n, fmt::format("{} must be a mapping", what));
+  for (const auto& kv : n) {
+    const auto key = kv.first.as<std::string>();
+    if (!allowed.count(key)) {
+      fail_at(
+          file, kv.first,
+          fmt::format("{}: unknown key '{}' (allowed: {})", what, key, fmt::join(allowed, ", ")));
+    }
+  }
+}
+
+template <typename T>
+T value(const std::string& file, const YAML::Node& n, const std::string& what) {
+  try {
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    fail_at(file, n, fmt::format("{}: not a valid value", what));
+  }
+}
+
+int stage_of_key(const std::string& file, const YAML::Node& key, const Taxonomy& t) {
+  const auto s = key.as<std::string>();
+  const bool digit = s.size() == 1 && s[0] >= '0' && s[0] <= '9';
+  if (!digit || !t.stage_name.count(s[0] - '0')) {
+    fail_at(file, key, fmt::format("stage '{}' is not in the taxonomy", s));
+  }
+  return s[0] - '0';
+}
+
+void add_words(const std::string& file, const YAML::Node& list, Cue::Kind kind, int stage,
+               Ranker& r) {
+  if (!list.IsSequence()) fail_at(file, list, "words: must be a list");
+  for (const auto& w : list) {
+    Cue c;
+    c.kind = kind;
+    c.stage = stage;
+    c.word = value<std::string>(file, w, "word");
+    c.anywhere = !c.word.empty() && c.word[0] == '*';
+    if (c.anywhere) c.word.erase(0, 1);
+    if (c.word.size() < 2) fail_at(file, w, "word: at least 2 characters");
+    for (auto& ch : c.word) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    r.cues.push_back(std::move(c));
+  }
+}
+
+void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
+  const YAML::Node doc = load_yaml(file);
+  check_keys(file, doc, {"settings", "failure", "context", "healthy", "stages"}, "file");
+  if (const auto s = doc["settings"]) {
+    check_keys(
+        file, s,
+        {"fill_to", "table_stage_weight", "co_weight", "study_weight", "learned_stage_weight",
+         "min_share", "root_cause_table_weight", "error_text_is_failure", "answer_context_only"},
+        "settings");
+    if (s["fill_to"]) r.fill_to = value<int>(file, s["fill_to"], "fill_to");
+    if (s["table_stage_weight"])
+      r.table_stage_weight = value<double>(file, s["table_stage_weight"], "table_stage_weight");
+    if (s["co_weight"]) r.co_weight = value<double>(file, s["co_weight"], "co_weight");
+    if (s["study_weight"]) r.study_weight = value<double>(file, s["study_weight"], "study_weight");
+    if (s["min_share"]) r.min_share = value<double>(file, s["min_share"], "min_share");
+    if (s["learned_stage_weight"])
+      r.learned_stage_weight =
+          value<double>(file, s["learned_stage_weight"], "learned_stage_weight");
+    if (s["error_text_is_failure"])
+      r.error_text_is_failure =
+          value<bool>(file, s["error_text_is_failure"], "error_text_is_failure");
+    if (s["answer_context_only"])
+      r.answer_context_only = value<bool>(file, s["answer_context_only"], "answer_context_only");
+    if (s["root_cause_table_weight"])
+      r.root_cause_table_weight =
+          value<double>(file, s["root_cause_table_weight"], "root_cause_table_weight");
+  }
+  add_words(file, doc["failure"], Cue::Kind::kFailure, 0, r);
+  add_words(file, doc["context"], Cue::Kind::kContext, 0, r);
+  if (doc["healthy"]) add_words(file, doc["healthy"], Cue::Kind::kHealthy, 0, r);
+  const YAML::Node stages = doc["stages"];
+  if (!stages.IsMap()) fail_at(file, stages, "stages: must map a stage to its words");
+  for (const auto& kv : stages) {
+    add_words(file, kv.second, Cue::Kind::kStage, stage_of_key(file, kv.first, t), r);
+  }
+}
+
+// One table of priors.yaml: outer keys checked by `outer`, inner keys must be in `inner`.
+Counts counts(const std::string& file, const YAML::Node& n, const std::string& what,
+              const std::function<void(const YAML::Node&)>& outer,
+              const std::map<std::string, std::string>& inner) {
+  Counts out;
+  if (!n) return out;
+  if (!n.IsMap()) fail_at(file, n, fmt::format("{}: must be a mapping", what));
+  for (const auto& kv : n) {
+    outer(kv.first);
+    if (!kv.second.IsMap())
+      fail_at(file, kv.second, fmt::format("{}: must map ids to counts", what));
+    auto& row = out[kv.first.as<std::string>()];
+    for (const auto& c : kv.second) {
+      const auto id = c.first.as<std::string>();
+      if (!inner.count(id)) {
+        fail_at(file, c.first, fmt::format("{}: '{}' is not in the taxonomy", what, id));
+      }
+      row[id] = value<double>(file, c.second, what + ": " + id);
+    }
+  }
+  return out;
+}
+
+// priors.yaml's stage_words: word -> stage -> learned weight, scaled by learned_stage_weight.
+void load_stage_words(const std::string& file, const YAML::Node& n, const Taxonomy& t, Ranker& r) {
+  if (!n || r.learned_stage_weight == 0) return;
+  if (!n.IsMap()) fail_at(file, n, "stage_words: must map words to stages and weights");
+  for (const auto& kv : n) {
+    if (!kv.second.IsMap()) fail_at(file, kv.second, "stage_words: must map stages to weights");
+    for (const auto& sw : kv.second) {
+      Cue c;
+      c.word = value<std::string>(file, kv.first, "stage_words");
+      if (c.word.size() < 2) fail_at(file, kv.first, "stage_words: at least 2 characters");
+      c.stage = stage_of_key(file, sw.first, t);
+      c.weight = r.learned_stage_weight * value<double>(file, sw.second, "stage_words: weight");
+      r.cues.push_back(std::move(c));
+    }
+  }
+}
+
+void load_priors(const std::string& file, const Taxonomy& t, Ranker& r) {
+  const YAML::Node doc = load_yaml(file);
+  check_keys(file, doc,
+             {"issues", "stage_symptoms", "co_occurrence", "symptom_root_causes",
+              "stage_root_causes", "stage_words"},
+             "file");
+  if (doc["issues"]) r.issues = value<int>(file, doc["issues"], "issues");
+  auto stage = [&](const YAML::Node& k) { stage_of_key(file, k, t); };
+  auto symptom = [&](const YAML::Node& k) {
+    if (!t.symptom_name.count(k.as<std::string>()))
+      fail_at(file, k, fmt::format("'{}' is not a symptom of the taxonomy", k.as<std::string>()));
+  };
+  r.stage_symptoms = counts(file, doc["stage_symptoms"], "stage_symptoms", stage, t.symptom_name);
+  r.co_occurrence = counts(file, doc["co_occurrence"], "co_occurrence", symptom, t.symptom_name);
+  r.symptom_root_causes =
+      counts(file, doc["symptom_root_causes"], "symptom_root_causes", symptom, t.root_cause_name);
+  r.stage_root_causes =
+      counts(file, doc["stage_root_causes"], "stage_root_causes", stage, t.root_cause_name);
+  load_stage_words(file, doc["stage_words"], t, r);
+}
+
+}  // namespace
+
+Ranker load_ranker(const std::string& dir, const Taxonomy& t) {
+  Ranker r;
+  if (dir.empty() || dir == "none") return r;
+  load_cues(dir + "/cues.yaml", t, r);
+  load_priors(dir + "/priors.yaml", t, r);
+  r.share = t.share;
+  r.enabled = true;
+  return r;
+}
+
+namespace {
+
+int stage_of_id(const std::string& id) {  // "4.11" or "R4.6" -> 4
+  const size_t i = !id.empty() && id[0] == 'R' ? 1 : 0;
+  return id.size() > i && std::isdigit(static_cast<unsigned char>(id[i])) ? id[i] - '0' : 0;
+}
+
+double total(const std::map<std::string, double>& m) {
+  double n = 0;
+  for (const auto& [id, c] : m) n += c;
+  return n;
+}
+
+const std::map<std::string, double>& row(const Counts& c, const std::string& key) {
+  static const std::map<std::string, double> empty;
+  const auto it = c.find(key);
+  return it == c.end() ? empty : it->second;
+}
+
+bool has(const std::vector<Candidate>& cs, const std::string& id) {
+  return std::any_of(cs.begin(), cs.end(), [&](const Candidate& c) { return c.id == id; });
+}
+
+struct StageGuess {
+  int stage = 0;
+  int second = 0;                      // the runner-up stage with any score (0: none)
+  std::vector<EvidenceLine> evidence;  // the lines that point at `stage`
+  std::vector<EvidenceLine> second_evidence;
+};
+
+// Each stage's score: its words (each counts once) and the scores of the tables' candidates.
+std::map<int, double> stage_scores(const Result& r, const RankInput& in, const Ranker& k) {
+  std::map<int, double> score;
+  std::set<size_t> seen;
+  for (const auto& h : in.cues) {
+    const Cue& c = k.cues[h.cue];
+    if (c.kind == Cue::Kind::kStage && seen.insert(h.cue).second) score[c.stage] += c.weight;
+  }
+  for (const auto& c : r.symptoms) score[stage_of_id(c.id)] += k.table_stage_weight * c.score;
+  return score;
+}
+
+// The best-scoring stage but `skip`; a tie goes to the stage with more tune issues. With
+// `need_score`, a stage without any score is never chosen.
+int best_stage(std::map<int, double>& score, const Ranker& k, int skip, bool need_score) {
+  int out = 0;
+  double best = -1, best_n = -1;
+  for (const auto& [key, tally] : k.stage_symptoms) {
+    const int st = stage_of_id(key);
+    const double s = score[st], n = total(tally);
+    if (st == 0 || st == skip || (need_score && s <= 0)) continue;
+    if (s > best || (s == best && n > best_n)) {
+      out = st;
+      best = s;
+      best_n = n;
+    }
+  }
+  return out;
+}
+
+// The lines behind `stage`: its words and the tables' candidates of that stage; else the failure
+// and context words.
+std::vector<EvidenceLine> stage_evidence(int stage, const Result& r, const RankInput& in,
+                                         const Ranker& k) {
+  std::vector<EvidenceLine> out;
+  std::map<size_t, std::pair<std::string, std::vector<std::string>>> words;  // line -> words
+  for (const auto& h : in.cues) {
+    const Cue& c = k.cues[h.cue];
+    if (c.kind != Cue::Kind::kStage || c.stage != stage) continue;
+    auto& [text, ws] = words[h.line];
+    text = h.text;
+    if (std::find(ws.begin(), ws.end(), c.word) == ws.end()) ws.push_back(c.word);
+  }
+  for (const auto& [line, tw] : words) {
+    out.push_back({line, tw.first,
+                   fmt::format("stage-{} word{} '{}'", stage, tw.second.size() > 1 ? "s" : "",
+                               fmt::join(tw.second, "', '"))});
+  }
+  for (const auto& c : r.symptoms) {
+    if (stage_of_id(c.id) == stage) out.insert(out.end(), c.evidence.begin(), c.evidence.end());
+  }
+  if (!out.empty()) return out;
+  for (const auto& h : in.cues) {
+    const Cue& c = k.cues[h.cue];
+    if (c.kind != Cue::Kind::kFailure && c.kind != Cue::Kind::kContext) continue;
+    const char* kind = c.kind == Cue::Kind::kFailure ? "failure" : "context";
+    out.push_back({h.line, h.text, fmt::format("{} word '{}'", kind, c.word)});
+  }
+  return out;
+}
+
+// The stage of the answer (`found`: the tables' answer's stage, else inferred) and the runner-up.
+StageGuess guess_stage(const Result& r, const RankInput& in, const Ranker& k, int found) {
+  auto score = stage_scores(r, in, k);
+  StageGuess g;
+  g.stage = found > 0 ? found : best_stage(score, k, 0, false);
+  g.second = best_stage(score, k, g.stage, true);
+  g.evidence = found > 0 ? r.symptoms.front().evidence : stage_evidence(g.stage, r, in, k);
+  if (g.second > 0) g.second_evidence = stage_evidence(g.second, r, in, k);
+  return g;
+}
+
+// Evidence lines of a filled candidate: distinct, in line order, at most `n`.
+std::vector<EvidenceLine> first_lines(std::vector<EvidenceLine> ev, size_t n) {
+  std::stable_sort(ev.begin(), ev.end(),
+                   [](const EvidenceLine& a, const EvidenceLine& b) { return a.line < b.line; });
+  ev.erase(
+      std::unique(ev.begin(), ev.end(),
+                  [](const EvidenceLine& a, const EvidenceLine& b) { return a.line == b.line; }),
+      ev.end());
+  if (ev.size() > n) ev.resize(n);
+  return ev;
+}
+
+// Candidates of `stage` that `r` lacks: how often each is labelled together with the top symptom,
+// plus its share of the stage's tune issues (smoothed by the study's shares); strongest first,
+// those under `min_share` left out.
+std::vector<Candidate> stage_candidates(const Result& r, int stage,
+                                        const std::vector<EvidenceLine>& stage_ev, const Ranker& k,
+                                        double min_share) {
+  const auto& prior = row(k.stage_symptoms, std::to_string(stage));
+  const double n = total(prior);
+  auto study = [&](const std::string& id) { return k.share.count(id) ? k.share.at(id) : 0.0; };
+  const std::string top = r.symptoms.empty() ? "" : r.symptoms.front().id;
+  const auto& co = row(k.co_occurrence, top);
+  const double n_top = co.count(top) ? co.at(top) : 0;
+  std::set<std::string> ids;
+  for (const auto& [id, c] : prior) ids.insert(id);
+  for (const auto& [id, s] : k.share) ids.insert(id);  // root-cause ids fail the stage check
+  for (const auto& [id, c] : co) ids.insert(id);
+  std::vector<Candidate> out;
+  for (const auto& id : ids) {
+    if (id[0] == 'R' || has(r.symptoms, id) || stage_of_id(id) != stage) continue;
+    const double with = co.count(id) && n_top > 0 ? co.at(id) / n_top : 0;
+    const double tally = prior.count(id) ? prior.at(id) : 0;
+    const double share = (tally + k.study_weight * study(id)) / (n + k.study_weight);
+    if (with == 0 && share < min_share) continue;
+    Candidate c{id, k.co_weight * with + share, {}, {}};
+    if (with > 0) {
+      c.basis = fmt::format("labelled with {} in {:g} of {:g} tune issues", top, co.at(id), n_top);
+      c.evidence = first_lines(r.symptoms.front().evidence, 4);
+    } else {
+      c.basis = fmt::format("{:g} of {:g} tune stage-{} issues; the study's share {:g}", tally, n,
+                            stage, study(id));
+      c.evidence = first_lines(stage_ev, 4);
+    }
+    out.push_back(std::move(c));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.score > b.score; });
+  return out;
+}
+
+// Fills r.symptoms to k.fill_to: the answer's stage's common symptoms first, then the runner-up
+// stage's (a stage with two common symptoms has no useful third), then the stage's rare ones.
+void fill_symptoms(Result& r, const StageGuess& g, const Ranker& k) {
+  auto add = [&](std::vector<Candidate> cs) {
+    for (auto& c : cs) {
+      if (static_cast<int>(r.symptoms.size()) >= k.fill_to) return;
+      r.symptoms.push_back(std::move(c));
+    }
+  };
+  add(stage_candidates(r, g.stage, g.evidence, k, k.min_share));
+  if (g.second > 0) add(stage_candidates(r, g.second, g.second_evidence, k, k.min_share));
+  add(stage_candidates(r, g.stage, g.evidence, k, 0));  // no runner-up: the stage's rare ones
+}
+
+// Root causes of the answer's stage: the tables' (weighted) plus how often each goes with the top
+// symptom on the tune split (else with the stage); other stages' go last. The tally adds root
+// causes only when the tables name none of the stage (a draft's base follows the first three).
+void rank_root_causes(Result& r, const Ranker& k) {
+  const std::string& top = r.symptoms.front().id;
+  const auto& by_sym = row(k.symptom_root_causes, top);
+  const auto& by_stage = row(k.stage_root_causes, std::to_string(r.stage));
+  const double n_sym = total(by_sym), n_stage = total(by_stage);
+  double table_max = 0;
+  for (const auto& c : r.root_causes) table_max = std::max(table_max, c.score);
+  std::map<std::string, Candidate> all;
+  for (const auto& c : r.root_causes) all[c.id] = c;
+  const bool tables_name_one =
+      std::any_of(r.root_causes.begin(), r.root_causes.end(),
+                  [&](const Candidate& c) { return stage_of_id(c.id) == r.stage; });
+  if (!tables_name_one) {
+    for (const auto& [id, n] : by_stage) all.try_emplace(id, Candidate{id, 0, {}, {}});
+    for (const auto& [id, n] : by_sym) all.try_emplace(id, Candidate{id, 0, {}, {}});
+  }
+  std::vector<std::pair<double, Candidate>> ranked;
+  for (auto& [id, c] : all) {
+    const double table = table_max > 0 ? c.score / table_max : 0;
+    const double sym = by_sym.count(id) ? by_sym.at(id) / n_sym : 0;
+    const double st = by_stage.count(id) ? by_stage.at(id) / n_stage : 0;
+    double key = k.root_cause_table_weight * table + sym + 0.1 * st;
+    if (stage_of_id(id) != r.stage) key -= 1000;
+    if (c.evidence.empty()) {
+      c.score = n_sym > 0 ? sym : st;
+      c.basis = n_sym > 0 ? fmt::format("with {} in {:g} of {:g} tune issues", top,
+                                        by_sym.count(id) ? by_sym.at(id) : 0, n_sym)
+                          : fmt::format("{:g} of {:g} tune stage-{} issues",
+                                        by_stage.count(id) ? by_stage.at(id) : 0, n_stage, r.stage);
+      c.evidence = first_lines(r.symptoms.front().evidence, 4);
+    }
+    ranked.emplace_back(key, std::move(c));
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  r.root_causes.clear();
+  for (auto& [key, c] : ranked) {
+    if (r.root_causes.size() >= 3) break;
+    r.root_causes.push_back(std::move(c));
+  }
+}
+
+}  // namespace
+
+void apply_ranker(Result& r, const RankInput& in, const Tables& t) {
+  const Ranker& k = t.ranker;
+  if (!k.enabled || r.kind == Result::Kind::kEmpty || r.kind == Result::Kind::kBinary) return;
+  StageGuess g;
+  if (r.kind == Result::Kind::kFound) {
+    g = guess_stage(r, in, k, r.stage);
+  } else {
+    auto kind_hit = [&](Cue::Kind kind) {
+      return std::any_of(in.cues.begin(), in.cues.end(),
+                         [&](const CueHit& h) { return k.cues[h.cue].kind == kind; });
+    };
+    const bool failure = (k.error_text_is_failure && in.error_text) ||
+                         kind_hit(Cue::Kind::kFailure) ||
+                         (k.answer_context_only && in.table_match && !in.error_text &&
+                          !kind_hit(Cue::Kind::kHealthy));
+    const bool context = in.table_match || kind_hit(Cue::Kind::kContext);
+    if (!failure || !context) return;
+    g = guess_stage(r, in, k, 0);
+    if (g.stage == 0) return;
+    // The tables' weak matches of that stage stay first; other stages' go.
+    std::erase_if(r.symptoms, [&](const Candidate& c) { return stage_of_id(c.id) != g.stage; });
+    r.kind = Result::Kind::kFound;
+    r.basis = Result::Basis::kInferred;
+    r.stage = g.stage;
+    r.why.clear();
+  }
+  fill_symptoms(r, g, k);
+  if (r.symptoms.empty()) return;
+  rank_root_causes(r, k);
+}
+
+}  // namespace fl::triage

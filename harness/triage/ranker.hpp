@@ -1,0 +1,99 @@
+// The ranker of `faultline triage` (issue 34): what it does where the signature tables are thin.
+// The tables name one or two symptoms for what they were written for, and nothing for a failure
+// told in prose. When the text is about a distributed-training failure (a failure word and a
+// framework, launcher or table match), the ranker infers the stage (the tables' answer, else stage
+// words such as "rendezvous" or "backward") and fills the candidates to three with that stage's
+// symptoms, in the order of how often they go with the top symptom and occur in that stage on the
+// corpus's tune split; the root cause follows the chosen symptom. Every filled candidate names the
+// lines and the count it rests on.
+//
+// Its data, not code: harness/triage/ranker/cues.yaml (hand-written words and settings) and
+// priors.yaml (counted from the tune split by harness/triage/learn_ranker.py).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace fl::triage {
+
+struct Taxonomy;
+
+// A word of cues.yaml: matched case-insensitively at the start of a word ("compil" also finds
+// "compilation"), or anywhere when written with a leading '*' ("*error" finds "RuntimeError").
+// priors.yaml's stage_words are cues too, with their learned weights.
+struct Cue {
+  // kHealthy: a word of a text that is not a failure report (a question, a request, a success
+  // line); it stops an answer on context lines alone.
+  enum class Kind { kFailure, kContext, kStage, kHealthy } kind = Kind::kStage;
+  std::string word;  // lower-cased
+  bool anywhere = false;
+  int stage = 0;  // kStage: the stage it points at
+  double weight = 1.0;
+};
+
+// Tallies of the tune split (priors.yaml): label -> label -> count.
+using Counts = std::map<std::string, std::map<std::string, double>>;
+
+struct Ranker {
+  bool enabled = false;  // false: the tables alone answer (--ranker none)
+  std::vector<Cue> cues;
+  // settings: of cues.yaml
+  int fill_to = 3;                  // candidates to reach when the text has failure context
+  double table_stage_weight = 1.0;  // a table symptom's score adds this much to its stage's words
+  double co_weight = 1.0;           // co-occurrence with the top symptom, against the stage prior
+  // Pseudo-issues spread by the study's shares (taxonomy.yaml) over a stage's tally: it orders
+  // symptoms the tune split lacks, and with more weight it leans the order towards the study.
+  double study_weight = 1.0;
+  double learned_stage_weight = 1.0;  // scales priors.yaml's stage_words (0: hand words only)
+  // A stage's symptom under this share of its issues is not filled in; the runner-up stage's
+  // common symptoms come instead (stages 1 and 2 have two common symptoms, not three).
+  double min_share = 0.0;
+  // What lets the ranker answer where the tables did not: a failure word is always needed unless
+  // this is true, when a table's error text below the threshold also counts as one.
+  bool error_text_is_failure = false;
+  // The text needs no failure word at all when it has table or environment matches (an issue
+  // that shows only its versions and command line), no healthy word, and no error text the tables
+  // judged below their threshold (a benign log line such as a loss-scale OVERFLOW), if true.
+  bool answer_context_only = false;
+  // A root cause's score: this times its table score (over the best table score), plus how often
+  // it goes with the top symptom on the tune split. Large: the tables' order; small: the tally's.
+  double root_cause_table_weight = 10.0;
+  // priors: of priors.yaml
+  int issues = 0;
+  std::map<std::string, double> share;  // the taxonomy's shares (load_ranker copies them)
+  Counts stage_symptoms;                // "4" -> {"4.11": 13, ...}: primary symptoms per stage
+  Counts co_occurrence;                 // "4.11" -> {"4.7": 5}: symptoms labelled together with it
+  Counts symptom_root_causes;  // "4.11" -> {"R4.6": 5, ...}: root causes of a primary symptom
+  Counts stage_root_causes;    // "4" -> {"R4.4": 17, ...}
+};
+
+// cues.yaml and priors.yaml of `dir`; throws SignatureError ("file:line:col: key: problem").
+Ranker load_ranker(const std::string& dir, const Taxonomy& t);
+// $FAULTLINE_TRIAGE_RANKER, else the source tree's harness/triage/ranker.
+std::string default_ranker_dir();
+
+struct Result;
+struct Tables;
+
+// A cue word found on a line of the input.
+struct CueHit {
+  size_t cue = 0, line = 0;  // index into Ranker::cues; 1-based line
+  std::string text;
+};
+
+// What the ranker reads besides the tables' answer.
+struct RankInput {
+  std::vector<CueHit> cues;
+  bool table_match = false;  // a table row (signature or environment rule) matched a line
+  bool error_text = false;   // a non-env signature matched a line
+};
+
+// After the tables' tiers (`r` as they left it): fills the candidates to `fill_to` and picks the
+// root cause; and when the tables found nothing but the text has failure words (or error text) and
+// distributed context (a table row matched, or a context word), answers with the inferred
+// stage's symptoms (Result::Basis::kInferred). Empty and binary input, and text without both, are
+// left as they are.
+void apply_ranker(Result& r, const RankInput& in, const Tables& t);
+
+}  // namespace fl::triage

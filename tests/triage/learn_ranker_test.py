@@ -1,0 +1,86 @@
+#!/usr/bin/python3
+"""Tests of harness/triage/learn_ranker.py: it counts the ranker's priors from the tune split only,
+the counts follow the tune labels exactly, and its output is deterministic."""
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "harness" / "triage" / "learn_ranker.py"
+
+# Ids whose split the corpus rule (sha1 mod 5) fixes: the first four are test, the others tune.
+TEST_IDS = ["pytorch/pytorch#900000", "pytorch/pytorch#900001", "pytorch/pytorch#900002",
+            "pytorch/pytorch#900003"]
+TUNE_IDS = [f"pytorch/pytorch#{n}" for n in (900004, 900006, 900008, 900012, 900013, 900016,
+                                             900018, 900019, 900020)]
+HANG = "Misaligned data, model, and training graph"
+OOM = "Constrained resource and inefficient utilization"
+
+
+def issue(iid, split, symptoms, cause, stage, lines=("x",)):
+    num = iid.split("#")[1]
+    return {"id": iid, "url": f"https://github.com/pytorch/pytorch/issues/{num}", "split": split,
+            "framework": "pytorch", "error_lines": list(lines), "env_lines": [], "summary": "s",
+            "symptoms": symptoms, "root_cause": cause, "stage": stage, "fix_pattern": None,
+            "fix": None}
+
+
+def learn(records):
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = pathlib.Path(tmp, "c.jsonl")
+        corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        out = pathlib.Path(tmp, "priors.yaml")
+        subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus), "--out", str(out)],
+                       check=True, capture_output=True, text=True)
+        return out.read_text(encoding="utf-8")
+
+
+class LearnRankerTest(unittest.TestCase):
+    def corpus(self):
+        recs = [issue(i, "tune", ["4.11", "4.7"], HANG, 4) for i in TUNE_IDS[:3]]
+        recs += [issue(i, "tune", ["4.2"], OOM, 4) for i in TUNE_IDS[3:8]]
+        recs += [issue(TUNE_IDS[8], "tune", ["none"], "none", 0)]
+        # Labels only the test split holds: they must never be counted.
+        recs += [issue(i, "test", ["5.3"], "Faulty inference logic and framework limitation", 5)
+                 for i in TEST_IDS]
+        return recs
+
+    def test_the_test_split_is_never_counted(self):
+        text = learn(self.corpus())
+        self.assertNotIn("5.3", text)
+        self.assertNotIn('"5"', text)
+        self.assertIn("issues: 8\n", text)
+
+    def test_the_tallies_follow_the_tune_labels(self):
+        text = learn(self.corpus())
+        self.assertIn('stage_symptoms:\n  "4": {"4.2": 5, "4.11": 3}\n', text)
+        self.assertIn('  "4.11": {"4.7": 3, "4.11": 3}\n', text)
+        self.assertIn('  "4.7": {"4.7": 3, "4.11": 3}\n', text)
+        self.assertIn('symptom_root_causes:\n  "4.2": {"R4.5": 5}\n  "4.11": {"R4.6": 3}\n', text)
+        self.assertIn('stage_root_causes:\n  "4": {"R4.5": 5, "R4.6": 3}\n', text)
+
+    def test_a_test_issue_mislabelled_tune_is_still_skipped(self):
+        recs = self.corpus() + [issue(TEST_IDS[0], "tune", ["5.3"], "none", 5)]
+        self.assertNotIn("5.3", learn(recs))
+
+    def test_a_word_of_three_launch_issues_points_at_stage_two(self):
+        launch = "Flawed launcher and environment configuration"
+        recs = [issue(i, "tune", ["2.1"], launch, 2, ["zebrarendezvous failed"])
+                for i in TUNE_IDS[:3]]
+        recs += [issue(i, "tune", ["4.2"], OOM, 4, ["plain failure text"]) for i in TUNE_IDS[3:]]
+        recs += [issue(i, "test", ["2.1"], launch, 2, ["testonlyword"]) for i in TEST_IDS]
+        text = learn(recs)
+        self.assertIn('  "zebrarendezvous": {"2": ', text)
+        self.assertNotIn('"plain"', text)  # the majority stage's word: lift under 2
+        self.assertNotIn("testonlyword", text)
+
+    def test_the_output_is_deterministic(self):
+        recs = self.corpus()
+        self.assertEqual(learn(recs), learn(list(reversed(recs))))
+
+
+if __name__ == "__main__":
+    unittest.main()
