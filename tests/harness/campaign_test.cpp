@@ -300,7 +300,9 @@ scenario:
       const bool killed = f["template"] == "killed";
       EXPECT_EQ(f["fired"], killed) << f.dump();
       EXPECT_EQ(f["manifested"], killed) << f.dump();
-      if (!killed) EXPECT_EQ(f["why"], "never fired");
+      if (!killed) {
+        EXPECT_EQ(f["why"], "never fired");
+      }
     }
   }
   const auto summary = nlohmann::json::parse(read(out + "/summary.json"));
