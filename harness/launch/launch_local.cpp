@@ -217,7 +217,8 @@ class LocalLauncher : public Launcher {
     // The server listens on loopback TCP, where PMIx 4.2's native security takes a client's
     // word for its uid: an unguessable namespace (it reaches only the ranks' environments,
     // which other users cannot read) keeps another local user from claiming a rank's place.
-    const std::string ns = fmt::format("faultline.{}.{}", make_control_secret().substr(0, 32), ++jobs);
+    const std::string ns =
+        fmt::format("faultline.{}.{}", make_control_secret().substr(0, 32), ++jobs);
     pmix_->register_job(ns, ranks);
     nspace_ = ns;
   }
@@ -230,7 +231,8 @@ class LocalLauncher : public Launcher {
       if (k.rfind("PMIX_SERVER_URI", 0) != 0) continue;
       const auto at = v.find(loopback);
       if (at == std::string::npos) {
-        raise<Error>("PMIx server: {}='{}' is not a loopback TCP address the relay can serve", k, v);
+        raise<Error>("PMIx server: {}='{}' is not a loopback TCP address the relay can serve", k,
+                     v);
       }
       const auto port = static_cast<uint16_t>(std::stoi(v.substr(at + loopback.size())));
       if (!relay_) relay_ = std::make_unique<NetnsRelay>(hub_netns_, hub_addr_, port);
@@ -253,8 +255,8 @@ class LocalLauncher : public Launcher {
 
   std::map<int, pid_t> rank_pids_;
   std::string mpi_start_, mpi_start_why_;
-  PmixServer* pmix_ = nullptr;  // mpi_start pmix: the process's server
-  std::string nspace_;          // the current incarnation's namespace
+  PmixServer* pmix_ = nullptr;         // mpi_start pmix: the process's server
+  std::string nspace_;                 // the current incarnation's namespace
   std::string hub_netns_, hub_addr_;   // ranks in network namespaces: the run's hub
   std::unique_ptr<NetnsRelay> relay_;  // ... and the server's relay there (made on first use)
   std::vector<std::pair<std::string, std::string>> mca_;

@@ -1,5 +1,5 @@
-// The relay of netns_relay.hpp: one listening socket made inside the hub namespace, and a Boost.Asio
-// loop of its own that copies each accepted connection to and from the loopback port.
+// The relay of netns_relay.hpp: one listening socket made inside the hub namespace, and a
+// Boost.Asio loop of its own that copies each accepted connection to and from the loopback port.
 #include "harness/launch/netns_relay.hpp"
 
 #include <arpa/inet.h>
@@ -14,8 +14,8 @@
 #include <cstring>
 #include <thread>
 
-#include <boost/asio.hpp>
 #include <fmt/format.h>
+#include <boost/asio.hpp>
 
 #include "base/error.hpp"
 
