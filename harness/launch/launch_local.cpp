@@ -3,7 +3,8 @@
 // world one of two ways (the launch events' `mpi_start`):
 // - pmix: above kDirectLaunchAbove ranks the harness is the ranks' PMIx server (direct launch, as
 //   srun --mpi=pmix): one namespace with every rank, so each rank's MPI_Init gives the whole
-//   MPI_COMM_WORLD at once, with no orted per rank (pmix_server.hpp);
+//   MPI_COMM_WORLD at once, with no orted per rank (pmix_server.hpp); ranks in network
+//   namespaces reach the server through a relay in the run's hub namespace (netns_relay.hpp);
 // - singleton: smaller worlds, and those whose ranks cannot reach the server or may be started
 //   again one by one, start MPI singletons that find each other through an ompi-server this
 //   launcher starts first and join by connect/accept (workloads/comm/singleton_join.hpp).
@@ -236,6 +237,10 @@ class LocalLauncher : public Launcher {
       }
       const auto port = static_cast<uint16_t>(std::stoi(v.substr(at + loopback.size())));
       if (!relay_) relay_ = std::make_unique<NetnsRelay>(hub_netns_, hub_addr_, port);
+      if (relay_to_ != 0 && relay_to_ != port) {
+        raise<Error>("PMIx server: {} names port {}, the relay serves {}", k, port, relay_to_);
+      }
+      relay_to_ = port;
       v = fmt::format("{}tcp4://{}:{}", v.substr(0, at), hub_addr_, relay_->port());
     }
   }
@@ -259,6 +264,7 @@ class LocalLauncher : public Launcher {
   std::string nspace_;                 // the current incarnation's namespace
   std::string hub_netns_, hub_addr_;   // ranks in network namespaces: the run's hub
   std::unique_ptr<NetnsRelay> relay_;  // ... and the server's relay there (made on first use)
+  uint16_t relay_to_ = 0;              // ... to the server's loopback port
   std::vector<std::pair<std::string, std::string>> mca_;
   std::vector<std::pair<std::string, std::string>> mpi_env_;
   pid_t ompi_server_ = 0;
