@@ -23,6 +23,7 @@
 # own ready time at 128 ranks here), which "ready" does not, so the ratios flatter the harness.
 # Each line ends with the ranks' mean CPU (their hello/layout cpu_ms and world_cpu_ms fields).
 # SETS adds `--set key=value` words to each run (e.g. SETS="--set env.FAULTLINE_MPI_START_SLACK_US=0").
+# Ranks in network namespaces (root): SETS="--set topology.network=namespaces".
 # Nothing is asserted.
 # LAUNCHERS (default "mpirun local"): local is the local launcher (MPI singletons join pairwise in
 # log2(ranks) rounds); "auto" is the harness's own choice (topology.launcher: auto: mpirun above 8

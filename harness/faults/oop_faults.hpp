@@ -33,6 +33,9 @@ class OutOfProcessFaults {
   void use_agents(faults::HostAgents* a) { box_.set_agents(a); }
   bool uses_namespaces() const { return box_.has_network(); }
   std::string master_addr() const { return box_.master_addr(); }
+  // The run's hub namespace ("" without one) and the address the ranks reach in it.
+  std::string hub_netns() const { return box_.hub_netns(); }
+  std::string hub_addr() const { return faults::Sandbox::hub_addr(); }
   // A rank's process: namespaces, plugin path, and every fault's change to its launch. `unset`
   // gets the variables faults removed from env.
   void adjust_rank(int rank, ProcessSpec& spec, std::map<std::string, std::string>& env,

@@ -142,6 +142,14 @@ std::string Sandbox::master_addr() const {
   return has_network() ? node_ip(0) : "127.0.0.1";
 }
 
+std::string Sandbox::hub_netns() const {
+  return hub_ == 0 ? "" : fmt::format("/proc/{}/ns/net", hub_);
+}
+
+std::string Sandbox::hub_addr() {
+  return fmt::format("{}.254", kSubnet);
+}
+
 std::string Sandbox::ip(int node) const {
   if (!s_.topo.hosts.empty()) return s_.topo.host_addrs.at(static_cast<size_t>(node));
   return node_ip(node);

@@ -89,6 +89,11 @@ class Sandbox {
 
   // Where ranks reach the store: 127.0.0.1, or node 0's address inside the namespaces.
   std::string master_addr() const;
+  // The hub namespace (/proc/PID/ns/net, "" without one) and its bridge's address, which every
+  // node's namespace reaches and nothing outside the run's namespaces does (the harness's PMIx
+  // server is relayed there: launch/netns_relay.hpp).
+  std::string hub_netns() const;
+  static std::string hub_addr();
   // A rank's process enters its node's network namespace and the mount namespace, and the cgroups
   // this machine's node made for it (Node::place_at_spawn).
   void adjust_rank(int rank, ProcessSpec& spec, std::map<std::string, std::string>& env) const;

@@ -3,7 +3,8 @@
 // world one of two ways (the launch events' `mpi_start`):
 // - pmix: above kDirectLaunchAbove ranks the harness is the ranks' PMIx server (direct launch, as
 //   srun --mpi=pmix): one namespace with every rank, so each rank's MPI_Init gives the whole
-//   MPI_COMM_WORLD at once, with no orted per rank (pmix_server.hpp);
+//   MPI_COMM_WORLD at once, with no orted per rank (pmix_server.hpp); ranks in network
+//   namespaces reach the server through a relay in the run's hub namespace (netns_relay.hpp);
 // - singleton: smaller worlds, and those whose ranks cannot reach the server or may be started
 //   again one by one, start MPI singletons that find each other through an ompi-server this
 //   launcher starts first and join by connect/accept (workloads/comm/singleton_join.hpp).
@@ -27,6 +28,7 @@
 #include "harness/launch/launch_args.hpp"
 #include "harness/launch/launcher.hpp"
 #include "harness/launch/mpi_tuning.hpp"
+#include "harness/launch/netns_relay.hpp"
 #include "harness/launch/pmix_server.hpp"
 #include "harness/launch/tools.hpp"
 #include "harness/process/supervisor.hpp"
@@ -51,10 +53,11 @@ std::pair<std::string, std::string> mpi_start_of(const LaunchHost& h) {
   if (h.s.topo.ranks <= kDirectLaunchAbove) {
     return {"singleton", fmt::format("{} ranks <= {}", h.s.topo.ranks, kDirectLaunchAbove)};
   }
-  if (h.s.topo.network != "host" || h.faults.uses_namespaces()) {
+  const bool netns = h.s.topo.network != "host" || h.faults.uses_namespaces();
+  if (netns && h.faults.hub_netns().empty()) {
     return {"singleton",
-            "ranks in network namespaces: PMIx's clients reach the harness over its loopback, "
-            "which a rank in a network namespace cannot"};
+            "ranks in network namespaces without a hub: PMIx's clients reach the harness over "
+            "its loopback, which a rank in a network namespace cannot"};
   }
   for (const auto& f : h.s.faults.oop) {
     if (f->kind == "launcher") {
@@ -70,7 +73,21 @@ std::pair<std::string, std::string> mpi_start_of(const LaunchHost& h) {
                              "' may restart ranks one by one (restart_rank), which cannot join a "
                              "world started whole"};
   }
+  if (netns) {
+    return {"pmix", fmt::format("{} ranks > {}, in network namespaces: the server through a relay "
+                                "at {} in the run's hub",
+                                h.s.topo.ranks, kDirectLaunchAbove, h.faults.hub_addr())};
+  }
   return {"pmix", fmt::format("{} ranks > {}", h.s.topo.ranks, kDirectLaunchAbove)};
+}
+
+// Ranks in network namespaces direct-launched: all on one PMIx node, so Open MPI would take
+// shared memory (vader) between ranks of different namespaces, around the network a fault cuts;
+// TCP only (over the nodes' addresses) keeps every message on the network, as singletons have it.
+void netns_btl(std::vector<std::pair<std::string, std::string>>& mca) {
+  for (auto& [name, value] : mca) {
+    if (name == "btl") value = "self,tcp";  // (absent: the scenario set OMPI_MCA_btl itself)
+  }
 }
 
 class LocalLauncher : public Launcher {
@@ -84,6 +101,9 @@ class LocalLauncher : public Launcher {
     std::tie(mpi_start_, mpi_start_why_) = mpi_start_of(h);
     if (mpi_start_ == "pmix") {
       pmix_ = &PmixServer::in_process(h.dir + "/tmp");
+      hub_netns_ = h.faults.hub_netns();
+      hub_addr_ = h.faults.hub_addr();
+      if (!hub_netns_.empty()) netns_btl(mca_);
       return;
     }
     if (mpi_start_ != "singleton") return;
@@ -198,17 +218,41 @@ class LocalLauncher : public Launcher {
     // The server listens on loopback TCP, where PMIx 4.2's native security takes a client's
     // word for its uid: an unguessable namespace (it reaches only the ranks' environments,
     // which other users cannot read) keeps another local user from claiming a rank's place.
-    const std::string ns = fmt::format("faultline.{}.{}", make_control_secret().substr(0, 32), ++jobs);
+    const std::string ns =
+        fmt::format("faultline.{}.{}", make_control_secret().substr(0, 32), ++jobs);
     pmix_->register_job(ns, ranks);
     nspace_ = ns;
+  }
+
+  // A rank in a network namespace reaches the server through the relay in the run's hub: each
+  // of the server's URIs ("NSPACE.RANK;tcp4://127.0.0.1:PORT") points there instead.
+  void through_relay(std::map<std::string, std::string>& env) {
+    const std::string loopback = "tcp4://127.0.0.1:";
+    for (auto& [k, v] : env) {
+      if (k.rfind("PMIX_SERVER_URI", 0) != 0) continue;
+      const auto at = v.find(loopback);
+      if (at == std::string::npos) {
+        raise<Error>("PMIx server: {}='{}' is not a loopback TCP address the relay can serve", k,
+                     v);
+      }
+      const auto port = static_cast<uint16_t>(std::stoi(v.substr(at + loopback.size())));
+      if (!relay_) relay_ = std::make_unique<NetnsRelay>(hub_netns_, hub_addr_, port);
+      if (relay_to_ != 0 && relay_to_ != port) {
+        raise<Error>("PMIx server: {} names port {}, the relay serves {}", k, port, relay_to_);
+      }
+      relay_to_ = port;
+      v = fmt::format("{}tcp4://{}:{}", v.substr(0, at), hub_addr_, relay_->port());
+    }
   }
 
   // What rank `r` connects to the server with. Open MPI 4.1 takes a PMIx server's direct launch
   // (its `ess pmi`) only where it recognises a resource manager's variable: Slurm's also switch
   // on its Slurm components and Flux's its own PMI library; IBM JSM's JSM_JSRUN_PORT (jsrun is a
   // PMIx server too) selects `ess pmi` and leaves binding to the launcher, nothing else.
-  void add_pmix_env(int r, const std::string& tmp, std::map<std::string, std::string>& env) const {
-    for (auto& [k, v] : pmix_->rank_env(nspace_, r)) env[k] = v;
+  void add_pmix_env(int r, const std::string& tmp, std::map<std::string, std::string>& env) {
+    auto penv = pmix_->rank_env(nspace_, r);
+    if (!hub_netns_.empty()) through_relay(penv);
+    for (auto& [k, v] : penv) env[k] = v;
     env["JSM_JSRUN_PORT"] = "0";
     // The server's own tmpdir is the first run's of this process (gone when that run ended).
     env["PMIX_SERVER_TMPDIR"] = env["PMIX_SYSTEM_TMPDIR"] = tmp;
@@ -216,8 +260,11 @@ class LocalLauncher : public Launcher {
 
   std::map<int, pid_t> rank_pids_;
   std::string mpi_start_, mpi_start_why_;
-  PmixServer* pmix_ = nullptr;  // mpi_start pmix: the process's server
-  std::string nspace_;          // the current incarnation's namespace
+  PmixServer* pmix_ = nullptr;         // mpi_start pmix: the process's server
+  std::string nspace_;                 // the current incarnation's namespace
+  std::string hub_netns_, hub_addr_;   // ranks in network namespaces: the run's hub
+  std::unique_ptr<NetnsRelay> relay_;  // ... and the server's relay there (made on first use)
+  uint16_t relay_to_ = 0;              // ... to the server's loopback port
   std::vector<std::pair<std::string, std::string>> mca_;
   std::vector<std::pair<std::string, std::string>> mpi_env_;
   pid_t ompi_server_ = 0;

@@ -24,7 +24,8 @@ class PmixServer {
   // The server of this process, started on first use with its files under `tmpdir` (it writes
   // none there itself: the jobs' data stays in its memory, PMIX_MCA_gds=hash) and never stopped
   // before the process ends: PMIx 4.2 cannot start a server again in a process that stopped one.
-  // PMIx's clients reach it over TCP on loopback, the address in their environment. Throws
+  // PMIx's clients reach it over TCP on loopback, the address in their environment (ranks in
+  // network namespaces through a relay in the run's hub: netns_relay.hpp). Throws
   // Error naming PMIx's status when it cannot start.
   static PmixServer& in_process(const std::string& tmpdir);
 

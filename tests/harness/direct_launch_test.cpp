@@ -2,8 +2,8 @@
 // ranks' PMIx server, so every rank's MPI_Init gives the whole MPI_COMM_WORLD, with no orted per
 // rank (an MPI singleton's start) and no ompi-server. Real runs of the real harness: a clean
 // 16-rank world, one whose rank 5 is SIGKILLed, and a run whose recovery tool is a program of its
-// own (it may restart ranks one by one) and one in network namespaces, which keep MPI singletons.
-// Nothing timed.
+// own (it may restart ranks one by one), which keeps MPI singletons; worlds in network namespaces
+// (the server relayed into the run's hub), one of them with a link cut. Nothing timed.
 #include <dirent.h>
 #include <unistd.h>
 
@@ -162,8 +162,9 @@ TEST(DirectLaunch, RunWhoseRecoveryToolIsItsOwnProgramKeepsMpiSingletons) {
 }
 
 // PMIx 4.2's clients reach their server over TCP on the harness's loopback, which a rank in a
-// network namespace cannot: such a world keeps the singleton start above 8 ranks too.
-TEST(DirectLaunch, TenRankWorldInNetworkNamespacesKeepsMpiSingletons) {
+// network namespace cannot: such a world reaches it through a relay listening in the run's hub
+// namespace (the bridge every node's namespace reaches), and starts whole too.
+TEST(DirectLaunch, TenRankWorldInNetworkNamespacesStartsWholeThroughARelayInTheRunsHub) {
   if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
   const std::string dir = test::fresh_test_dir("direct-launch", "netns10");
   const auto w = run_world(dir, "netns10",
@@ -175,12 +176,37 @@ TEST(DirectLaunch, TenRankWorldInNetworkNamespacesKeepsMpiSingletons) {
   EXPECT_EQ(w.outcome, "pass") << w.proc.output;
   ASSERT_EQ(w.launches.size(), 10u) << w.proc.output;
   for (const auto& d : w.launches) {
-    EXPECT_EQ(d.value("mpi_start", ""), "singleton") << d.dump();
+    EXPECT_EQ(d.value("mpi_start", ""), "pmix") << d.dump();
     EXPECT_EQ(d.value("mpi_start_why", ""),
-              "ranks in network namespaces: PMIx's clients reach the harness over its loopback, "
-              "which a rank in a network namespace cannot")
+              "10 ranks > 8, in network namespaces: the server through a relay at 10.200.0.254 "
+              "in the run's hub")
         << d.dump();
   }
+  EXPECT_EQ(w.orteds, 0u) << "an MPI singleton's start forks one orted per rank";
+  EXPECT_FALSE(fs::exists(dir + "/netns10/tmp/ompi-server.uri"));
+  fs::remove_all(dir);
+}
+
+// All ranks of a direct launch sit on one PMIx node, where Open MPI would pass messages through
+// shared memory between namespaces: the cut link must still stall a cross-node all-reduce (dp
+// crosses the two nodes, tp stays inside each).
+TEST(DirectLaunch, TwelveRankWorldOverTwoNamespacedNodesWhoseLinkIsCutTimesOutAcrossNodes) {
+  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  const std::string dir = test::fresh_test_dir("direct-launch", "cut12");
+  const auto w = run_world(dir, "cut12",
+                           "name: cut12\n"
+                           "topology: {ranks: 12, nodes: 2, dp: 6, tp: 2, backend: mpi, "
+                           "launcher: local, network: namespaces}\n"
+                           "timeouts: {run_s: 280, rendezvous_ms: 240000, comm_ms: 3000}\n"
+                           "seed: 7\n"
+                           "workload: {model: tiny, steps: 40, precision: fp32}\n"
+                           "faults:\n  - network: {action: drop, node: 1}\n    step: 3\n"
+                           "expect: {oracle: comm_timeout}\n");
+  ASSERT_FALSE(w.proc.timed_out) << w.proc.output;
+  EXPECT_EQ(w.outcome, "pass") << w.proc.output;
+  ASSERT_EQ(w.launches.size(), 12u) << w.proc.output;
+  for (const auto& d : w.launches) EXPECT_EQ(d.value("mpi_start", ""), "pmix") << d.dump();
+  EXPECT_EQ(w.proc.output.find("on group tp (seq "), std::string::npos) << w.proc.output;
   fs::remove_all(dir);
 }
 
