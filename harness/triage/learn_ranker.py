@@ -35,7 +35,6 @@ Stdlib only (--thin needs PyYAML, which Debian's python3 has), so it runs under 
 """
 import argparse
 import collections
-import hashlib
 import json
 import math
 import pathlib
@@ -48,27 +47,8 @@ import tempfile
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from learn_tokens import tokens  # noqa: E402  (the same words as the learned fallback)
-
-
-def split_of(issue_id):
-    """The corpus's split rule (check_corpus.py): used only to refuse learning from test."""
-    return "test" if int(hashlib.sha1(issue_id.encode("utf-8")).hexdigest(), 16) % 5 < 2 else "tune"
-
-
-def fold_of(issue_id, folds):
-    """A cross-validation fold inside the tune split (the same as learn_tokens.py's)."""
-    return int(hashlib.sha1(("fold:" + issue_id).encode("utf-8")).hexdigest(), 16) % folds
-
-
-def root_cause_ids(taxonomy):
-    """Root-cause name -> id (R4.6), read as check_corpus.py reads the catalogue."""
-    ids = {}
-    for line in pathlib.Path(taxonomy).read_text(encoding="utf-8").splitlines():
-        m = re.match(r'\s*- \{id: "(R\d+\.\d+)", name: "([^"]+)"', line)
-        if m:
-            ids[m.group(2)] = m.group(1)
-    return ids
+# The same words as the learned fallback, and the same split rule, folds and root-cause ids.
+from learn_tokens import fold_of, root_cause_ids, split_of, tokens  # noqa: E402
 
 
 def tune_issues(corpus, taxonomy):

@@ -42,64 +42,68 @@ Top top_of(const std::string& text, const std::string& signature, size_t line = 
   return t;
 }
 
-TEST(TriageStage1Signatures, DeepSpeedOpsBuiltForAnotherTorchAreAnImportFailureOfVersions) {
-  const auto t = top_of(
-      "RuntimeError: PyTorch version mismatch! DeepSpeed ops were compiled and installed with a "
-      "different version than what is being used at runtime. Please re-install DeepSpeed or "
-      "switch torch versions. Install torch version=2.1, Runtime torch version=2.3\n",
-      "ds-op-version-mismatch");
-  EXPECT_EQ(t.symptom, "1.2");
-  EXPECT_EQ(t.root_cause, "R1.1");
-  EXPECT_TRUE(t.evidence);
+// One line the framework prints, the signature written from it, and the answer it must rank
+// first: the symptom, its root cause, and that signature's match on line 1 as its evidence.
+struct FrameworkLine {
+  const char* name;  // the test's name: what the line means
+  const char* text;
+  const char *signature, *symptom, *root_cause;
+};
+
+const FrameworkLine kLines[] = {
+    {"DeepSpeedOpsBuiltForAnotherTorchAreAnImportFailureOfVersions",
+     "RuntimeError: PyTorch version mismatch! DeepSpeed ops were compiled and installed with a "
+     "different version than what is being used at runtime. Please re-install DeepSpeed or "
+     "switch torch versions. Install torch version=2.1, Runtime torch version=2.3\n",
+     "ds-op-version-mismatch", "1.2", "R1.1"},
+    {"ColossalAiWithoutCudaHomeIsABuildFailureOfTheEnvironmentPath",
+     "[extension] CUDA_HOME is not found. You need to export CUDA_HOME environment variable or "
+     "install CUDA Toolkit first in order to build/load CUDA extensions\n",
+     "colossalai-ext-cuda-home", "1.1", "R1.4"},
+    {"AMissingRendezvousVariableIsALaunchSetupFailure",
+     "ValueError: Error initializing torch.distributed using env:// rendezvous: environment "
+     "variable MASTER_ADDR expected, but not set\n",
+     "env-rendezvous-var-unset", "2.1", "R2.1"},
+    {"AnEmptyPeerAddressInNcclsSocketLayerIsASetupFailure",
+     "misc/socket.cc:537 NCCL WARN ncclSocketInit: connecting to address  with family 1 is "
+     "neither AF_INET(2) nor AF_INET6(10)\n",
+     "nccl-socket-family", "2.1", "R2.3"},
+    {"ADeviceTheDeepSpeedRunnerDoesNotHaveIsALauncherConfigurationError",
+     "ValueError: No slot '2' specified on host 'localhost'\n", "ds-runner-slots", "2.1", "R2.1"},
+    {"AStoreBasedBarrierTimeoutIsAConnectionTimeoutAtSetup",
+     "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for "
+     "key: store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)\n",
+     "store-based-barrier-timeout", "2.2", "R2.1"},
+    {"AZeroStageWithoutAnOptimizerIsAConfigurationError",
+     "AssertionError: zero stage 2 requires an optimizer\n", "ds-zero-needs-optimizer", "3.2",
+     "R3.1"},
+    {"ACheckpointWhoseArgumentsDifferFromTheRunIsAModelMismatch",
+     "AssertionError: padded_vocab_size value from checkpoint (32000) is not equal to the input "
+     "argument value (32256).\n",
+     "megatron-args-vs-checkpoint", "3.3", "R3.3"},
+    {"DeepSpeedValuesThatContradictTheTrainerAreAConfigurationError",
+     "ValueError: Please correct the following DeepSpeed config values that mismatch "
+     "TrainingArguments values:\n"
+     "- ds train_micro_batch_size_per_gpu=32 vs hf per_device_train_batch_size=4\n",
+     "hf-ds-config-mismatch", "3.2", "R3.1"},
+    {"AFullTensorWrittenIntoAZero3PartitionedParameterIsALoadingFailure",
+     "ValueError: Trying to set a tensor of shape torch.Size([43176, 8192]) in \"weight\" (which "
+     "has shape torch.Size([0])), this look incorrect.\n",
+     "hf-set-tensor-into-empty", "3.1", "R3.2"},
+};
+
+class Stage123Signature : public ::testing::TestWithParam<FrameworkLine> {};
+
+TEST_P(Stage123Signature, RanksItsSymptomAndRootCauseFirstWithTheLineAsEvidence) {
+  const FrameworkLine& c = GetParam();
+  const auto t = top_of(c.text, c.signature);
+  EXPECT_EQ(t.symptom, c.symptom);
+  EXPECT_EQ(t.root_cause, c.root_cause);
+  EXPECT_TRUE(t.evidence) << c.signature << " is not the top symptom's evidence on line 1";
 }
 
-TEST(TriageStage1Signatures, ColossalAiWithoutCudaHomeIsABuildFailureOfTheEnvironmentPath) {
-  const auto t = top_of(
-      "[extension] CUDA_HOME is not found. You need to export CUDA_HOME environment variable or "
-      "install CUDA Toolkit first in order to build/load CUDA extensions\n",
-      "colossalai-ext-cuda-home");
-  EXPECT_EQ(t.symptom, "1.1");
-  EXPECT_EQ(t.root_cause, "R1.4");
-  EXPECT_TRUE(t.evidence);
-}
-
-TEST(TriageStage2Signatures, AMissingRendezvousVariableIsALaunchSetupFailure) {
-  const auto t = top_of(
-      "ValueError: Error initializing torch.distributed using env:// rendezvous: environment "
-      "variable MASTER_ADDR expected, but not set\n",
-      "env-rendezvous-var-unset");
-  EXPECT_EQ(t.symptom, "2.1");
-  EXPECT_EQ(t.root_cause, "R2.1");
-  EXPECT_TRUE(t.evidence);
-}
-
-TEST(TriageStage2Signatures, AnEmptyPeerAddressInNcclsSocketLayerIsASetupFailure) {
-  const auto t = top_of(
-      "misc/socket.cc:537 NCCL WARN ncclSocketInit: connecting to address  with family 1 is "
-      "neither AF_INET(2) nor AF_INET6(10)\n",
-      "nccl-socket-family");
-  EXPECT_EQ(t.symptom, "2.1");
-  EXPECT_EQ(t.root_cause, "R2.3");
-  EXPECT_TRUE(t.evidence);
-}
-
-TEST(TriageStage2Signatures, ADeviceTheDeepSpeedRunnerDoesNotHaveIsALauncherConfigurationError) {
-  const auto t =
-      top_of("ValueError: No slot '2' specified on host 'localhost'\n", "ds-runner-slots");
-  EXPECT_EQ(t.symptom, "2.1");
-  EXPECT_EQ(t.root_cause, "R2.1");
-  EXPECT_TRUE(t.evidence);
-}
-
-TEST(TriageStage2Signatures, AStoreBasedBarrierTimeoutIsAConnectionTimeoutAtSetup) {
-  const auto t = top_of(
-      "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for "
-      "key: store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)\n",
-      "store-based-barrier-timeout");
-  EXPECT_EQ(t.symptom, "2.2");
-  EXPECT_EQ(t.root_cause, "R2.1");
-  EXPECT_TRUE(t.evidence);
-}
+INSTANTIATE_TEST_SUITE_P(TriageStage123Signatures, Stage123Signature, ::testing::ValuesIn(kLines),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // The same watchdog text is a training hang mid-run but a set-up timeout on the first collective.
 TEST(TriageStage2Signatures, AWatchdogTimeoutOnTheFirstCollectiveIsASetupTimeoutNotATrainingHang) {
@@ -112,45 +116,6 @@ TEST(TriageStage2Signatures, AWatchdogTimeoutOnTheFirstCollectiveIsASetupTimeout
   std::string later = first;
   later.replace(later.find("SeqNum=1,"), 9, "SeqNum=9314,");
   EXPECT_EQ(top_of(later, "c10d-watchdog-timeout").symptom, "4.11");
-}
-
-TEST(TriageStage3Signatures, AZeroStageWithoutAnOptimizerIsAConfigurationError) {
-  const auto t =
-      top_of("AssertionError: zero stage 2 requires an optimizer\n", "ds-zero-needs-optimizer");
-  EXPECT_EQ(t.symptom, "3.2");
-  EXPECT_EQ(t.root_cause, "R3.1");
-  EXPECT_TRUE(t.evidence);
-}
-
-TEST(TriageStage3Signatures, ACheckpointWhoseArgumentsDifferFromTheRunIsAModelMismatch) {
-  const auto t = top_of(
-      "AssertionError: padded_vocab_size value from checkpoint (32000) is not equal to the input "
-      "argument value (32256).\n",
-      "megatron-args-vs-checkpoint");
-  EXPECT_EQ(t.symptom, "3.3");
-  EXPECT_EQ(t.root_cause, "R3.3");
-  EXPECT_TRUE(t.evidence);
-}
-
-TEST(TriageStage3Signatures, DeepSpeedValuesThatContradictTheTrainerAreAConfigurationError) {
-  const auto t = top_of(
-      "ValueError: Please correct the following DeepSpeed config values that mismatch "
-      "TrainingArguments values:\n"
-      "- ds train_micro_batch_size_per_gpu=32 vs hf per_device_train_batch_size=4\n",
-      "hf-ds-config-mismatch");
-  EXPECT_EQ(t.symptom, "3.2");
-  EXPECT_EQ(t.root_cause, "R3.1");
-  EXPECT_TRUE(t.evidence);
-}
-
-TEST(TriageStage3Signatures, AFullTensorWrittenIntoAZero3PartitionedParameterIsALoadingFailure) {
-  const auto t = top_of(
-      "ValueError: Trying to set a tensor of shape torch.Size([43176, 8192]) in \"weight\" (which "
-      "has shape torch.Size([0])), this look incorrect.\n",
-      "hf-set-tensor-into-empty");
-  EXPECT_EQ(t.symptom, "3.1");
-  EXPECT_EQ(t.root_cause, "R3.2");
-  EXPECT_TRUE(t.evidence);
 }
 
 }  // namespace
