@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <ostream>
 #include <sstream>
 #include <string>
 
@@ -102,8 +103,17 @@ TEST_P(Stage123Signature, RanksItsSymptomAndRootCauseFirstWithTheLineAsEvidence)
   EXPECT_TRUE(t.evidence) << c.signature << " is not the top symptom's evidence on line 1";
 }
 
+// gtest prints a case by its name, not as bytes.
+void PrintTo(const FrameworkLine& line, std::ostream* os) {
+  *os << line.name;
+}
+
+std::string line_name(const ::testing::TestParamInfo<FrameworkLine>& line) {
+  return line.param.name;
+}
+
 INSTANTIATE_TEST_SUITE_P(TriageStage123Signatures, Stage123Signature, ::testing::ValuesIn(kLines),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         line_name);
 
 // The same watchdog text is a training hang mid-run but a set-up timeout on the first collective.
 TEST(TriageStage2Signatures, AWatchdogTimeoutOnTheFirstCollectiveIsASetupTimeoutNotATrainingHang) {
