@@ -10,39 +10,11 @@
 #include <fmt/format.h>
 
 #include "harness/triage/triage.hpp"
+#include "harness/triage/yaml_file.hpp"
 
 namespace fl::triage {
 
 namespace {
-
-[[noreturn]] void fail_at(const std::string& file, const YAML::Node& n, const std::string& what) {
-  const auto m = n.Mark();
-  throw SignatureError(fmt::format("{}:{}:{}: {}", file, m.line + 1, m.column + 1, what));
-}
-
-YAML::Node load_yaml(const std::string& file) {
-  try {
-    return YAML::LoadFile(file);
-  } catch (const YAML::BadFile&) {
-    throw SignatureError(fmt::format("{}: cannot read the ranker file", file));
-  } catch (const YAML::Exception& e) {
-    throw SignatureError(
-        fmt::format("{}:{}:{}: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
-  }
-}
-
-void check_keys(const std::string& file, const YAML::Node& n, const std::set<std::string>& allowed,
-                const std::string& what) {
-  if (!n.IsMap()) fail_at(file, n, fmt::format("{} must be a mapping", what));
-  for (const auto& kv : n) {
-    const auto key = kv.first.as<std::string>();
-    if (!allowed.count(key)) {
-      fail_at(
-          file, kv.first,
-          fmt::format("{}: unknown key '{}' (allowed: {})", what, key, fmt::join(allowed, ", ")));
-    }
-  }
-}
 
 template <typename T>
 T value(const std::string& file, const YAML::Node& n, const std::string& what) {
@@ -79,7 +51,7 @@ void add_words(const std::string& file, const YAML::Node& list, Cue::Kind kind, 
 }
 
 void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
-  const YAML::Node doc = load_yaml(file);
+  const YAML::Node doc = load_yaml(file, "ranker file");
   check_keys(file, doc, {"settings", "failure", "context", "healthy", "stages"}, "file");
   if (const auto s = doc["settings"]) {
     check_keys(
@@ -156,7 +128,7 @@ void load_stage_words(const std::string& file, const YAML::Node& n, const Taxono
 }
 
 void load_priors(const std::string& file, const Taxonomy& t, Ranker& r) {
-  const YAML::Node doc = load_yaml(file);
+  const YAML::Node doc = load_yaml(file, "ranker file");
   check_keys(file, doc,
              {"issues", "stage_symptoms", "co_occurrence", "symptom_root_causes",
               "stage_root_causes", "stage_words"},

@@ -13,35 +13,18 @@
 
 #include <fmt/format.h>
 
+#include "harness/triage/yaml_file.hpp"
+
 namespace fl::triage {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-[[noreturn]] void fail_at(const std::string& file, const YAML::Node& n, const std::string& what) {
-  const auto m = n.Mark();
-  throw SignatureError(fmt::format("{}:{}:{}: {}", file, m.line + 1, m.column + 1, what));
-}
-
 std::string lower(std::string_view s) {
   std::string out(s);
   for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
-}
-
-// Keys of a map node must be among `allowed` (a typo would silently drop a weight).
-void check_keys(const std::string& file, const YAML::Node& n, const std::set<std::string>& allowed,
-                const std::string& what) {
-  if (!n.IsMap()) fail_at(file, n, fmt::format("{} must be a mapping", what));
-  for (const auto& kv : n) {
-    const auto key = kv.first.as<std::string>();
-    if (!allowed.count(key)) {
-      fail_at(file, kv.first,
-              fmt::format("{}: unknown key '{}' (allowed: {})", what, key,
-                          fmt::format("{}", fmt::join(allowed, ", "))));
-    }
-  }
 }
 
 std::string scalar(const std::string& file, const YAML::Node& item, const char* key,
@@ -99,13 +82,7 @@ std::map<std::string, double> weights(const std::string& file, const YAML::Node&
 }
 
 void load_file(const std::string& file, Tables& t) {
-  YAML::Node doc;
-  try {
-    doc = YAML::LoadFile(file);
-  } catch (const YAML::Exception& e) {
-    throw SignatureError(
-        fmt::format("{}:{}:{}: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
-  }
+  const YAML::Node doc = load_yaml(file, "signature file");
   if (!doc) return;
   check_keys(file, doc, {"signatures", "env"}, "file");
   std::map<std::string, std::string> stage_of;
