@@ -138,6 +138,18 @@ TEST(DirectLaunch, SixteenRankWorldWhoseRankIsKilledEndsWithThatRanksSignalVerdi
   fs::remove_all(dir);
 }
 
+// Every rank of the run passed and was launched the same way (`mpi_start`), for the reason given.
+void expect_every_rank_started(const WorldRun& w, size_t ranks, const std::string& start,
+                               const std::string& why) {
+  ASSERT_FALSE(w.proc.timed_out) << w.proc.output;
+  EXPECT_EQ(w.outcome, "pass") << w.proc.output;
+  ASSERT_EQ(w.launches.size(), ranks) << w.proc.output;
+  for (const auto& d : w.launches) {
+    EXPECT_EQ(d.value("mpi_start", ""), start) << d.dump();
+    EXPECT_EQ(d.value("mpi_start_why", ""), why) << d.dump();
+  }
+}
+
 // restart_rank starts one rank alone, which cannot join a world that started whole: a recovery
 // tool of the run's own (which may call it) keeps the singleton start, and says why.
 TEST(DirectLaunch, RunWhoseRecoveryToolIsItsOwnProgramKeepsMpiSingletons) {
@@ -147,16 +159,9 @@ TEST(DirectLaunch, RunWhoseRecoveryToolIsItsOwnProgramKeepsMpiSingletons) {
                                       "workload: {model: tiny, steps: 2, precision: fp32}\n"
                                       "expect: {oracle: completed}\n"),
                            {"--recovery", "/bin/true"});
-  ASSERT_FALSE(w.proc.timed_out) << w.proc.output;
-  EXPECT_EQ(w.outcome, "pass") << w.proc.output;
-  ASSERT_EQ(w.launches.size(), 10u) << w.proc.output;
-  for (const auto& d : w.launches) {
-    EXPECT_EQ(d.value("mpi_start", ""), "singleton") << d.dump();
-    EXPECT_EQ(d.value("mpi_start_why", ""),
-              "recovery '/bin/true' may restart ranks one by one (restart_rank), which cannot "
-              "join a world started whole")
-        << d.dump();
-  }
+  expect_every_rank_started(w, 10, "singleton",
+                            "recovery '/bin/true' may restart ranks one by one (restart_rank), "
+                            "which cannot join a world started whole");
   EXPECT_GT(w.orteds, 0u) << "the watch must see a singleton's orted";
   fs::remove_all(dir);
 }
@@ -172,16 +177,9 @@ TEST(DirectLaunch, TenRankWorldInNetworkNamespacesStartsWholeThroughARelayInTheR
                                       "workload: {model: tiny, steps: 2, precision: fp32}\n"
                                       "expect: {oracle: completed}\n"),
                            {"--set", "topology.network=namespaces"});
-  ASSERT_FALSE(w.proc.timed_out) << w.proc.output;
-  EXPECT_EQ(w.outcome, "pass") << w.proc.output;
-  ASSERT_EQ(w.launches.size(), 10u) << w.proc.output;
-  for (const auto& d : w.launches) {
-    EXPECT_EQ(d.value("mpi_start", ""), "pmix") << d.dump();
-    EXPECT_EQ(d.value("mpi_start_why", ""),
-              "10 ranks > 8, in network namespaces: the server through a relay at 10.200.0.254 "
-              "in the run's hub")
-        << d.dump();
-  }
+  expect_every_rank_started(w, 10, "pmix",
+                            "10 ranks > 8, in network namespaces: the server through a relay at "
+                            "10.200.0.254 in the run's hub");
   EXPECT_EQ(w.orteds, 0u) << "an MPI singleton's start forks one orted per rank";
   EXPECT_FALSE(fs::exists(dir + "/netns10/tmp/ompi-server.uri"));
   fs::remove_all(dir);
