@@ -1,0 +1,174 @@
+#!/usr/bin/python3
+"""Compares the blind second labelling (audit.jsonl) with the corpus labels (issues.jsonl).
+
+audit.jsonl holds one object per line with the keys id, stage, symptoms, root_cause,
+fix_pattern and note, written by a second labeller who saw only each issue's stored lines
+and the thread excerpt, never the first labels. This script first validates every audit
+line (the id must be in the corpus; stage, symptoms, root cause and fix pattern must be
+valid for the catalogue, using check_corpus.py's own checks), then prints how often the
+two labellers agree, split by the corpus split, and lists every disagreement.
+
+The agreement numbers are measurements, not assertions: the exit status is 0 when every
+audit line is valid and 1 otherwise (each problem printed as FILE:LINE: message).
+
+Usage: audit.py [--audit FILE] [--corpus FILE] [--taxonomy FILE] [--quiet]
+"""
+import argparse
+import collections
+import json
+import pathlib
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import check_corpus  # noqa: E402  (the corpus checker's validation is reused, not copied)
+
+AUDIT_KEYS = ["id", "stage", "symptoms", "root_cause", "fix_pattern", "note"]
+SPLITS = ["tune", "test", "all"]
+# A note that starts with this marks an issue whose thread the search tool did not return,
+# so the second labeller saw only its stored lines (the first labeller saw an excerpt).
+LINES_ONLY = "thread not found by search"
+EVIDENCE = ["thread read", "lines only"]
+
+
+def load_jsonl(path):
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            rows.append((n, json.loads(line)))
+    return rows
+
+
+def audit_problems(rec, corpus, taxonomy):
+    """Problems of one audit line: its keys, its id, and its labels checked by
+    check_corpus.check_record on the corpus line with the labels replaced."""
+    if not isinstance(rec, dict):
+        return ["an audit line must be a JSON object"]
+    keys = sorted(rec)
+    if keys != sorted(AUDIT_KEYS):
+        return [f"keys are {keys}; expected exactly {AUDIT_KEYS}"]
+    if rec["id"] not in corpus:
+        return [f"'id' {rec['id']!r} is not in the corpus"]
+    note = rec["note"]
+    problems = []
+    if not isinstance(note, str) or not note.strip() or "\n" in note:
+        problems.append("'note' must be one non-empty line")
+    merged = dict(corpus[rec["id"]])
+    merged.update({k: rec[k] for k in ("stage", "symptoms", "root_cause", "fix_pattern")})
+    merged["fix"] = None if rec["fix_pattern"] is None else "(audit)"
+    return problems + check_corpus.check_record(merged, taxonomy)
+
+
+def kappa(pairs):
+    """Cohen's kappa of a list of (label_a, label_b); None when chance agreement is 1."""
+    n = len(pairs)
+    if n == 0:
+        return None
+    observed = sum(a == b for a, b in pairs) / n
+    count_a = collections.Counter(a for a, _ in pairs)
+    count_b = collections.Counter(b for _, b in pairs)
+    expected = sum(count_a[c] * count_b[c] for c in count_a) / (n * n)
+    if expected == 1:
+        return None
+    return (observed - expected) / (1 - expected)
+
+
+def measures(pairs):
+    """Agreement counts for a list of (audit record, corpus record)."""
+    out = collections.OrderedDict()
+    n = len(pairs)
+    same_stage = [(a, c) for a, c in pairs if a["stage"] == c["stage"]]
+    out["stage"] = (len(same_stage), n)
+    out["primary symptom"] = (sum(a["symptoms"][0] == c["symptoms"][0] for a, c in pairs), n)
+    out["either primary in other's list"] = (
+        sum(a["symptoms"][0] in c["symptoms"] or c["symptoms"][0] in a["symptoms"]
+            for a, c in pairs), n)
+    out["root cause"] = (sum(a["root_cause"] == c["root_cause"] for a, c in pairs), n)
+    out["root cause, same stage only"] = (
+        sum(a["root_cause"] == c["root_cause"] for a, c in same_stage), len(same_stage))
+    both_fix = [(a, c) for a, c in pairs if a["fix_pattern"] and c["fix_pattern"]]
+    out["fix found or not, same answer"] = (
+        sum((a["fix_pattern"] is None) == (c["fix_pattern"] is None) for a, c in pairs), n)
+    out["fix pattern, where both set"] = (
+        sum(a["fix_pattern"] == c["fix_pattern"] for a, c in both_fix), len(both_fix))
+    out["kappa stage"] = kappa([(a["stage"], c["stage"]) for a, c in pairs])
+    out["kappa primary symptom"] = kappa([(a["symptoms"][0], c["symptoms"][0]) for a, c in pairs])
+    return out
+
+
+def cell(value):
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    hit, n = value
+    return f"{hit}/{n} ({100 * hit / n:.0f}%)" if n else "0/0"
+
+
+def print_table(columns):
+    names = list(next(iter(columns.values())))
+    width = max(len(s) for s in names) + 2
+    print("measure".ljust(width) + "".join(c.rjust(14) for c in columns))
+    for name in names:
+        print(name.ljust(width) + "".join(cell(m[name]).rjust(14) for m in columns.values()))
+
+
+def evidence(rec):
+    return EVIDENCE[1] if rec["note"].startswith(LINES_ONLY) else EVIDENCE[0]
+
+
+def label(rec):
+    fix = rec["fix_pattern"] or "-"
+    return f"stage {rec['stage']} {','.join(rec['symptoms'])} | {rec['root_cause']} | {fix}"
+
+
+def print_disagreements(pairs):
+    print("\nDisagreements (audit first, corpus second; '*' marks the fields that differ):")
+    for a, c in pairs:
+        diff = [k for k in ("stage", "primary", "root_cause")
+                if (a["symptoms"][0] != c["symptoms"][0] if k == "primary" else a[k] != c[k])]
+        if not diff:
+            continue
+        print(f"{a['id']} [{c['split']}] *{','.join(diff)}")
+        print(f"    audit : {label(a)}")
+        print(f"    corpus: {label(c)}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--audit", type=pathlib.Path, default=HERE / "audit.jsonl")
+    parser.add_argument("--corpus", type=pathlib.Path, default=HERE / "issues.jsonl")
+    parser.add_argument("--taxonomy", type=pathlib.Path,
+                        default=check_corpus.REPO / "scenarios" / "taxonomy.yaml")
+    parser.add_argument("--quiet", action="store_true", help="only validate; print problems")
+    args = parser.parse_args(argv)
+
+    taxonomy = check_corpus.load_taxonomy(args.taxonomy)
+    corpus = {rec["id"]: rec for _, rec in load_jsonl(args.corpus)}
+    audit, failed, seen = [], False, set()
+    for n, rec in load_jsonl(args.audit):
+        problems = audit_problems(rec, corpus, taxonomy)
+        if isinstance(rec, dict) and rec.get("id") in seen:
+            problems.append(f"'id' {rec['id']!r} appears twice")
+        for p in problems:
+            print(f"{args.audit.name}:{n}: {rec.get('id') if isinstance(rec, dict) else '?'}: {p}")
+        failed = failed or bool(problems)
+        if not problems:
+            seen.add(rec["id"])
+            audit.append(rec)
+    if failed:
+        return 1
+    if args.quiet:
+        return 0
+    pairs = [(a, corpus[a["id"]]) for a in audit]
+    by_split = {s: measures([p for p in pairs if s == "all" or p[1]["split"] == s]) for s in SPLITS}
+    print(f"Second labelling: {len(pairs)} issues ({args.audit.name} against {args.corpus.name})\n")
+    print_table(by_split)
+    print(f"\nBy what the second labeller saw ('{LINES_ONLY}' notes = stored lines only):\n")
+    print_table({e: measures([p for p in pairs if evidence(p[0]) == e]) for e in EVIDENCE})
+    print_disagreements(pairs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
