@@ -173,11 +173,46 @@ def count_table(records):
     return "\n".join(out)
 
 
+STAGE_NAMES = {0: "0 (none)", 1: "1 Package Build & Import", 2: "2 Communication Setup",
+               3: "3 Data & Model Preparation", 4: "4 Training & Evaluation", 5: "5 Inference"}
+
+
+def markdown_tables(records):
+    """The README's counts tables (its "Counts" section), as markdown."""
+    def table(title, keys, count):
+        rows = [f"| {title} | tune | test | all |", "| --- | ---: | ---: | ---: |"]
+        for k in keys:
+            tune, test = count(k, "tune"), count(k, "test")
+            if tune + test:
+                rows.append(f"| {k} | {tune} | {test} | {tune + test} |")
+        return rows
+
+    def by(key):
+        return lambda k, split: sum(key(r) == k and r["split"] == split for r in records)
+
+    stage = table("stage", list(STAGE_NAMES.values()), by(lambda r: STAGE_NAMES[r["stage"]]))
+    split = collections.Counter(r["split"] for r in records)
+    stage.append(f"| **all** | **{split['tune']}** | **{split['test']}** | **{len(records)}** |")
+    frameworks = [f for f, _ in collections.Counter(r["framework"] for r in records).most_common()]
+    framework = table("framework", frameworks, by(lambda r: r["framework"]))
+    sym_key = lambda s: (0, 0) if s == NONE else tuple(int(x) for x in s.split("."))
+    syms = sorted({s for r in records for s in r["symptoms"]}, key=sym_key)
+    symptom = table("symptom", syms, lambda k, split: sum(
+        k in r["symptoms"] and r["split"] == split for r in records))
+    fixes = collections.Counter(r["fix_pattern"] or "none" for r in records)
+    fix_line = ("Fix patterns (all splits): " +
+                ", ".join(f"{k} {fixes[k]}" for k in sorted(k for k in fixes if k != "none")) +
+                f", none {fixes['none']}.")
+    return "\n\n".join("\n".join(t) for t in (stage, framework, symptom)) + "\n\n" + fix_line
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default=str(HERE / "issues.jsonl"))
     ap.add_argument("--taxonomy", default=str(REPO / "scenarios" / "taxonomy.yaml"))
     ap.add_argument("--quiet", action="store_true", help="print only problems")
+    ap.add_argument("--markdown", action="store_true",
+                    help="print the counts as the README's markdown tables")
     args = ap.parse_args()
     taxonomy = load_taxonomy(pathlib.Path(args.taxonomy))
     corpus = pathlib.Path(args.corpus)
@@ -205,7 +240,9 @@ def main():
         errors.append(f"{corpus}: only {tests} issues in the test split, at least {MIN_TEST} needed")
     for e in errors:
         print(e, file=sys.stderr)
-    if not args.quiet:
+    if args.markdown:
+        print(markdown_tables(records))
+    elif not args.quiet:
         print(count_table(records))
     print(f"{'FAIL' if errors else 'OK'}: {len(records)} valid lines, {len(errors)} problems")
     return 1 if errors else 0
