@@ -24,6 +24,13 @@ sys.path.insert(0, str(HERE))
 import check_corpus  # noqa: E402  (the corpus checker's validation is reused, not copied)
 
 AUDIT_KEYS = ["id", "stage", "symptoms", "root_cause", "fix_pattern", "note"]
+# A lines-only labelling (audit_lines.jsonl) adds how sure the labeller was and the mode; its
+# symptoms are up to three ids in order of belief (the first in the labelled stage, the others
+# any catalogue id), the human analogue of triage's top 3.
+LINES_MODE = "lines-only"
+LINES_KEYS = AUDIT_KEYS + ["confidence", "mode"]
+CONFIDENCE = ["high", "medium", "low"]
+MAX_BELIEFS = 3
 SPLITS = ["tune", "test", "all"]
 # A note that starts with this marks an issue whose thread the search tool did not return,
 # so the second labeller saw only its stored lines (the first labeller saw an excerpt).
@@ -39,14 +46,39 @@ def load_jsonl(path):
     return rows
 
 
+def lines_only(rec):
+    return rec.get("mode") == LINES_MODE
+
+
+def belief_problems(rec, taxonomy):
+    """Problems of a lines-only record's extra keys and of its alternative symptoms."""
+    problems = []
+    if rec["confidence"] not in CONFIDENCE:
+        problems.append(f"'confidence' {rec['confidence']!r} must be one of {CONFIDENCE}")
+    syms = rec["symptoms"]
+    if not isinstance(syms, list) or not 1 <= len(syms) <= MAX_BELIEFS:
+        return problems + [f"'symptoms' must list 1 to {MAX_BELIEFS} ids in order of belief"]
+    known = set().union(*taxonomy[0].values())
+    for s in syms[1:]:
+        if s not in known:
+            problems.append(f"alternative symptom {s!r} is not a catalogue symptom id")
+    if len(set(map(str, syms))) != len(syms):
+        problems.append(f"'symptoms' {syms} repeats an id")
+    return problems
+
+
 def audit_problems(rec, corpus, taxonomy):
     """Problems of one audit line: its keys, its id, and its labels checked by
-    check_corpus.check_record on the corpus line with the labels replaced."""
+    check_corpus.check_record on the corpus line with the labels replaced. In a lines-only
+    record only the first symptom must belong to the stage; the others are alternatives."""
     if not isinstance(rec, dict):
         return ["an audit line must be a JSON object"]
     keys = sorted(rec)
-    if keys != sorted(AUDIT_KEYS):
-        return [f"keys are {keys}; expected exactly {AUDIT_KEYS}"]
+    expected = LINES_KEYS if "mode" in rec else AUDIT_KEYS
+    if keys != sorted(expected):
+        return [f"keys are {keys}; expected exactly {expected}"]
+    if "mode" in rec and rec["mode"] != LINES_MODE:
+        return [f"'mode' {rec['mode']!r} must be {LINES_MODE!r}"]
     if rec["id"] not in corpus:
         return [f"'id' {rec['id']!r} is not in the corpus"]
     note = rec["note"]
@@ -56,6 +88,11 @@ def audit_problems(rec, corpus, taxonomy):
     merged = dict(corpus[rec["id"]])
     merged.update({k: rec[k] for k in ("stage", "symptoms", "root_cause", "fix_pattern")})
     merged["fix"] = None if rec["fix_pattern"] is None else "(audit)"
+    if lines_only(rec):
+        problems += belief_problems(rec, taxonomy)
+        if problems:
+            return problems
+        merged["symptoms"] = rec["symptoms"][:1]
     return problems + check_corpus.check_record(merged, taxonomy)
 
 
