@@ -127,9 +127,15 @@ def measures(pairs):
     out["either primary in other's list"] = (
         sum(a["symptoms"][0] in c["symptoms"] or c["symptoms"][0] in a["symptoms"]
             for a, c in pairs), n)
+    # triage's own rules: top-1 is right when its first symptom is one of the corpus symptoms,
+    # top-3 when one of its first three is.
+    out["audit primary in corpus list (top-1 rule)"] = (
+        sum(a["symptoms"][0] in c["symptoms"] for a, c in pairs), n)
     if pairs and all(lines_only(a) for a, _ in pairs):
         out["corpus primary in audit's first 3"] = (
             sum(c["symptoms"][0] in a["symptoms"][:MAX_BELIEFS] for a, c in pairs), n)
+        out["any of audit's 3 in corpus list (top-3 rule)"] = (
+            sum(any(s in c["symptoms"] for s in a["symptoms"][:MAX_BELIEFS]) for a, c in pairs), n)
     out["root cause"] = (sum(a["root_cause"] == c["root_cause"] for a, c in pairs), n)
     out["root cause, same stage only"] = (
         sum(a["root_cause"] == c["root_cause"] for a, c in same_stage), len(same_stage))
