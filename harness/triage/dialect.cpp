@@ -81,10 +81,11 @@ const LogsSignature* classify(const std::string& line) {
   return nullptr;
 }
 
-const std::vector<Example>& examples() {
-  // One event per row, worded as the workloads word it (the sources named); dialect_test throws
-  // each as its exception class through the worker's error path and compares what it prints.
-  static const std::vector<Example> e = {
+namespace {
+
+// Events of a running job: a collective timeout, an OOM, the loss scale, a checkpoint.
+std::vector<Example> training_events() {
+  return {
       // workloads/comm/communicator.cpp
       {"comm timeout",
        "comm timeout",
@@ -110,6 +111,29 @@ const std::vector<Example>& examples() {
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
         "documentation for Memory Management  "
         "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"}},
+      // kernels/cpu/loss_scaler.cpp
+      {"loss scale",
+       "loss scale",
+       "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run. "
+       "(gradient overflow at step 12 with the loss scale already at its minimum 1; 9 steps "
+       "skipped so far)",
+       {"Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
+        "Exiting run."}},
+      // workloads/train/checkpoint.cpp
+      {"size mismatch",
+       "checkpoint",
+       "checkpoint /tmp/faultline/ckpt/step_10 does not fit this model: size mismatch for wte: "
+       "[96 x 32] in the checkpoint, [128 x 32] in this model (checkpoint model: vocab 96, "
+       "d_model 32, layers 2, heads 4, seq_len 64)",
+       {"RuntimeError: Error(s) in loading state_dict for GPT2Model:",
+        "\tsize mismatch for wte: copying a param with shape torch.Size([96, 32]) from "
+        "checkpoint, the shape in current model is torch.Size([128, 32])."}},
+  };
+}
+
+// Events of setting up: the store, the rendezvous, building and loading kernel plugins.
+std::vector<Example> setup_events() {
+  return {
       // workloads/rendezvous/store_server.cpp
       {"address in use",
        "store",
@@ -136,29 +160,12 @@ const std::vector<Example>& examples() {
        "ranks arrived (ranks 0-1); missing: ranks 2-3",
        {"torch.distributed.DistStoreError: Timed out after 4 seconds waiting for clients. 2/4 "
         "clients joined."}},
-      // kernels/cpu/loss_scaler.cpp
-      {"loss scale",
-       "loss scale",
-       "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run. "
-       "(gradient overflow at step 12 with the loss scale already at its minimum 1; 9 steps "
-       "skipped so far)",
-       {"Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
-        "Exiting run."}},
       // kernels/cpu/plugin.cpp
       {"build failed",
        "plugin",
        "building kernel plugin 'fused_adam' failed (compiler exit status 127): sh: 1: c++: not "
        "found [CXX=c++ CXXFLAGS=-O2 -fPIC; log: /tmp/faultline/plugins/fused_adam.log]",
        {"RuntimeError: Error building extension 'fused_adam'"}},
-      // workloads/train/checkpoint.cpp
-      {"size mismatch",
-       "checkpoint",
-       "checkpoint /tmp/faultline/ckpt/step_10 does not fit this model: size mismatch for wte: "
-       "[96 x 32] in the checkpoint, [128 x 32] in this model (checkpoint model: vocab 96, "
-       "d_model 32, layers 2, heads 4, seq_len 64)",
-       {"RuntimeError: Error(s) in loading state_dict for GPT2Model:",
-        "\tsize mismatch for wte: copying a param with shape torch.Size([96, 32]) from "
-        "checkpoint, the shape in current model is torch.Size([128, 32])."}},
       // kernels/cpu/plugin.cpp (no PyTorch counterpart)
       {"import failed",
        "plugin",
@@ -173,6 +180,18 @@ const std::vector<Example>& examples() {
        "including 8.0)",
        {}},
   };
+}
+
+}  // namespace
+
+const std::vector<Example>& examples() {
+  // One event per row, worded as the workloads word it (the sources named); dialect_test throws
+  // each as its exception class through the worker's error path and compares what it prints.
+  static const std::vector<Example> e = [] {
+    std::vector<Example> out = training_events();
+    for (auto& x : setup_events()) out.push_back(std::move(x));
+    return out;
+  }();
   return e;
 }
 
