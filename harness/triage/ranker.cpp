@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <set>
@@ -57,7 +58,8 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
     check_keys(
         file, s,
         {"fill_to", "table_stage_weight", "co_weight", "study_weight", "learned_stage_weight",
-         "min_share", "root_cause_table_weight", "error_text_is_failure", "answer_context_only"},
+         "min_share", "root_cause_table_weight", "error_text_is_failure", "answer_context_only",
+         "stage_prior_weight"},
         "settings");
     if (s["fill_to"]) r.fill_to = value<int>(file, s["fill_to"], "fill_to");
     if (s["table_stage_weight"])
@@ -73,6 +75,8 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
           value<bool>(file, s["error_text_is_failure"], "error_text_is_failure");
     if (s["answer_context_only"])
       r.answer_context_only = value<bool>(file, s["answer_context_only"], "answer_context_only");
+    if (s["stage_prior_weight"])
+      r.stage_prior_weight = value<double>(file, s["stage_prior_weight"], "stage_prior_weight");
     if (s["root_cause_table_weight"])
       r.root_cause_table_weight =
           value<double>(file, s["root_cause_table_weight"], "root_cause_table_weight");
@@ -202,15 +206,20 @@ std::map<int, double> stage_scores(const Result& r, const RankInput& in, const R
   return score;
 }
 
-// The best-scoring stage but `skip`; a tie goes to the stage with more tune issues. With
-// `need_score`, a stage without any score is never chosen.
+// The best-scoring stage but `skip`: its score plus stage_prior_weight times the log of its share
+// of tune failures against the largest stage's (0 for the largest stage, below 0 for the others);
+// a tie goes to the stage with more tune issues. With `need_score`, a stage whose own score is not
+// above 0 is never chosen.
 int best_stage(std::map<int, double>& score, const Ranker& k, int skip, bool need_score) {
+  double n_max = 0;
+  for (const auto& [key, tally] : k.stage_symptoms) n_max = std::max(n_max, total(tally));
   int out = 0;
-  double best = -1, best_n = -1;
+  double best = -1e9, best_n = -1;
   for (const auto& [key, tally] : k.stage_symptoms) {
     const int st = stage_of_id(key);
-    const double s = score[st], n = total(tally);
-    if (st == 0 || st == skip || (need_score && s <= 0)) continue;
+    const double n = total(tally);
+    const double s = score[st] + k.stage_prior_weight * std::log((n + 1) / (n_max + 1));
+    if (st == 0 || st == skip || (need_score && score[st] <= 0)) continue;
     if (s > best || (s == best && n > best_n)) {
       out = st;
       best = s;

@@ -59,6 +59,9 @@ struct Ranker {
   // A root cause's score: this times its table score (over the best table score), plus how often
   // it goes with the top symptom on the tune split. Large: the tables' order; small: the tally's.
   double root_cause_table_weight = 10.0;
+  // The inferred stage leans towards the stages with more tune failures: each stage's score gets
+  // this times ln((its failures + 1) / (the largest stage's + 1)). 0: the prior only breaks ties.
+  double stage_prior_weight = 0.0;
   // priors: of priors.yaml
   int issues = 0;
   std::map<std::string, double> share;  // the taxonomy's shares (load_ranker copies them)

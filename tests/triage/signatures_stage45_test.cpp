@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -102,6 +104,34 @@ TEST(TriageStage4Signatures, MegatronsIterationLogWithoutNanIterationsIsNoFailur
       "6.348289E+00 | loss scale: 131072.0 | grad norm: 2.961 | number of skipped iterations:   0 "
       "| number of nan iterations:   0 |\n");
   EXPECT_EQ(r.kind, Result::Kind::kNone);
+}
+
+// The stage prior of the ranker (cues.yaml stage_prior_weight): with two stage-1 words against
+// one stage-4 word, the words alone infer stage 1; weighted by how many more tune failures stage 4
+// has (30 against 2), the prior infers stage 4.
+int inferred_stage(double prior_weight) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "fl_triage_stage_prior_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "cues.yaml") << "settings:\n  stage_prior_weight: " << prior_weight
+                                    << "\nfailure: [fails]\ncontext: [deepspeed]\n"
+                                       "stages: {1: [import, build], 4: [step]}\n";
+  std::ofstream(dir / "priors.yaml") << "issues: 32\nstage_symptoms:\n  \"1\": {\"1.1\": 2}\n"
+                                        "  \"4\": {\"4.2\": 30}\n";
+  const Tables t = load_tables(default_signature_dir(), default_taxonomy_path(), dir.string());
+  const std::string text = "deepspeed: after the import and the build, the step fails\n";
+  const Result r = triage(Input{text, false, text.size()}, t);
+  fs::remove_all(dir);
+  return r.kind == Result::Kind::kFound ? r.stage : 0;
+}
+
+TEST(TriageRankerStagePrior, TheWordsAloneInferTheStageWithMoreWords) {
+  EXPECT_EQ(inferred_stage(0.0), 1);
+}
+
+TEST(TriageRankerStagePrior, ThePriorLeansTheInferredStageToTheLargerStage) {
+  EXPECT_EQ(inferred_stage(1.0), 4);
 }
 
 TEST(TriageStage5Signatures, InferenceHeadsNotDivisibleByTheWorldIsAnExecutionFailure) {
