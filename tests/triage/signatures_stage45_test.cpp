@@ -5,6 +5,7 @@
 #include "harness/triage/triage.hpp"
 #include "tests/triage/tables.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -106,23 +107,29 @@ TEST(TriageStage4Signatures, MegatronsIterationLogWithoutNanIterationsIsNoFailur
   EXPECT_EQ(r.kind, Result::Kind::kNone);
 }
 
-// The stage prior of the ranker (cues.yaml stage_prior_weight): with two stage-1 words against
-// one stage-4 word, the words alone infer stage 1; weighted by how many more tune failures stage 4
-// has (30 against 2), the prior infers stage 4.
-int inferred_stage(double prior_weight) {
+// The ranker with cues.yaml and priors.yaml of its own (the project's signature tables) on `text`.
+Result with_ranker(const std::string& cues, const std::string& priors, const std::string& text) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "fl_triage_stage_prior_test";
+  const fs::path dir = fs::temp_directory_path() / "fl_triage_stage4_ranker_test";
   fs::remove_all(dir);
   fs::create_directories(dir);
-  std::ofstream(dir / "cues.yaml") << "settings:\n  stage_prior_weight: " << prior_weight
-                                    << "\nfailure: [fails]\ncontext: [deepspeed]\n"
-                                       "stages: {1: [import, build], 4: [step]}\n";
-  std::ofstream(dir / "priors.yaml") << "issues: 32\nstage_symptoms:\n  \"1\": {\"1.1\": 2}\n"
-                                        "  \"4\": {\"4.2\": 30}\n";
+  std::ofstream(dir / "cues.yaml") << cues;
+  std::ofstream(dir / "priors.yaml") << priors;
   const Tables t = load_tables(default_signature_dir(), default_taxonomy_path(), dir.string());
-  const std::string text = "deepspeed: after the import and the build, the step fails\n";
-  const Result r = triage(Input{text, false, text.size()}, t);
   fs::remove_all(dir);
+  return triage(Input{text, false, text.size()}, t);
+}
+
+// The stage prior (stage_prior_weight): with two stage-1 words against one stage-4 word, the
+// words alone infer stage 1; weighted by how many more tune failures stage 4 has (30 against 2),
+// the prior infers stage 4.
+int inferred_stage(double prior_weight) {
+  const Result r = with_ranker(
+      fmt::format("settings:\n  stage_prior_weight: {}\nfailure: [fails]\ncontext: [deepspeed]\n"
+                  "stages: {{1: [import, build], 4: [step]}}\n",
+                  prior_weight),
+      "issues: 32\nstage_symptoms:\n  \"1\": {\"1.1\": 2}\n  \"4\": {\"4.2\": 30}\n",
+      "deepspeed: after the import and the build, the step fails\n");
   return r.kind == Result::Kind::kFound ? r.stage : 0;
 }
 
@@ -132,6 +139,51 @@ TEST(TriageRankerStagePrior, TheWordsAloneInferTheStageWithMoreWords) {
 
 TEST(TriageRankerStagePrior, ThePriorLeansTheInferredStageToTheLargerStage) {
   EXPECT_EQ(inferred_stage(1.0), 4);
+}
+
+// symptom_words: a word of 4.4 in the text puts 4.4 before the stage's most common symptom, with
+// the word's line as its evidence.
+Result filled(double word_weight) {
+  return with_ranker(
+      fmt::format("settings:\n  symptom_word_weight: {}\nfailure: [fails]\n"
+                  "context: [deepspeed]\nstages: {{4: [step]}}\n"
+                  "symptom_words: {{\"4.4\": [wobbl]}}\n",
+                  word_weight),
+      "issues: 12\nstage_symptoms:\n  \"4\": {\"4.11\": 10, \"4.4\": 2}\n",
+      "deepspeed train.py\nevery step wobbles and then the run fails\n");
+}
+
+TEST(TriageRankerSymptomWords, AStagesCommonSymptomComesFirstWithoutItsWords) {
+  const Result r = filled(0.0);
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.11");
+}
+
+TEST(TriageRankerSymptomWords, ASymptomsWordRanksItFirstWithTheLineItIsOn) {
+  const Result r = filled(1.0);
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  ASSERT_EQ(r.symptoms.at(0).id, "4.4");
+  EXPECT_EQ(r.symptoms[0].basis.rfind("its words", 0), 0u) << r.symptoms[0].basis;
+  ASSERT_FALSE(r.symptoms[0].evidence.empty());
+  EXPECT_EQ(r.symptoms[0].evidence[0].line, 2u);
+  EXPECT_EQ(r.symptoms[0].evidence[0].signature, "4.4 word 'wobbl'");
+}
+
+// priors.yaml's learned stage words are whole tokens: "mode" (learned for stage 1) does not count
+// inside "model", so the stage-4 word decides.
+TEST(TriageRankerLearnedWords, ALearnedWordCountsOnlyAsAWholeWord) {
+  const std::string cues =
+      "failure: [fails]\ncontext: [deepspeed]\nstages: {1: [import], 4: [step]}\n";
+  const std::string priors =
+      "issues: 12\nstage_symptoms:\n  \"1\": {\"1.1\": 6}\n  \"4\": {\"4.2\": 6}\n"
+      "stage_words:\n  \"mode\": {\"1\": 2.0}\n";
+  const Result inside = with_ranker(cues, priors, "deepspeed: the model step fails\n");
+  ASSERT_EQ(inside.kind, Result::Kind::kFound);
+  EXPECT_EQ(inside.stage, 4);
+  const Result whole = with_ranker(cues, priors, "deepspeed: in this mode the step fails\n");
+  ASSERT_EQ(whole.kind, Result::Kind::kFound);
+  EXPECT_EQ(whole.stage, 1);
 }
 
 TEST(TriageStage5Signatures, InferenceHeadsNotDivisibleByTheWorldIsAnExecutionFailure) {
