@@ -107,6 +107,38 @@ TEST(TriageStage4Signatures, MegatronsIterationLogWithoutNanIterationsIsNoFailur
   EXPECT_EQ(r.kind, Result::Kind::kNone);
 }
 
+// stage4_training_general.yaml (stop 47): rows for families of messages. On the tables before
+// them, each of these lines was read as another stage.
+TEST(TriageStage4Signatures, AnAttributeErrorOfTheEngineIsAStageFourRuntimeError) {
+  // DeepSpeedEngine.__getattr__'s message for a method the engine does not have.
+  const auto r = run("AttributeError: 'DeepSpeedEngine' object has no attribute 'save_pretrained'\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.3");
+  EXPECT_TRUE(top_cites(r, "attribute-error-on-object", 1));
+}
+
+TEST(TriageStage4Signatures, AZeroThreeParameterAttributeErrorIsAStageFourRuntimeError) {
+  const auto r = run("[rank0]: AttributeError: 'Parameter' object has no attribute 'ds_id'\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.3");
+}
+
+TEST(TriageStage4Signatures, AWorkerEndedByASignalIsACommunicationErrorOrATermination) {
+  // torch.distributed.elastic's line for a worker killed by SIGILL (no row of its own).
+  const auto r = run(
+      "torch.distributed.elastic.multiprocessing.api:failed (exitcode: -4) local_rank: 0 (pid: "
+      "1234) of binary: /usr/bin/python\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  ASSERT_GE(r.symptoms.size(), 2u);
+  const std::string first_two = r.symptoms[0].id + " " + r.symptoms[1].id;
+  EXPECT_NE(first_two.find("4.7"), std::string::npos) << first_two;
+  EXPECT_NE(first_two.find("4.8"), std::string::npos) << first_two;
+  EXPECT_TRUE(top_cites(r, "rank-died-on-a-signal", 1));
+}
+
 // The ranker with cues.yaml and priors.yaml of its own (the project's signature tables) on `text`.
 Result with_ranker(const std::string& cues, const std::string& priors, const std::string& text) {
   namespace fs = std::filesystem;
