@@ -98,7 +98,8 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
   for (const auto& kv : sw) {
     const auto id = kv.first.as<std::string>();
     if (!t.symptom_name.count(id))
-      fail_at(file, kv.first, fmt::format("symptom_words: '{}' is not a symptom of the taxonomy", id));
+      fail_at(file, kv.first,
+              fmt::format("symptom_words: '{}' is not a symptom of the taxonomy", id));
     const size_t first = r.cues.size();
     add_words(file, kv.second, Cue::Kind::kSymptom, id[0] - '0', r);
     for (size_t i = first; i < r.cues.size(); ++i) r.cues[i].symptom = id;
@@ -198,7 +199,9 @@ const std::map<std::string, double>& row(const Counts& c, const std::string& key
   return it == c.end() ? empty : it->second;
 }
 
-bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+bool word_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
 
 // `word` (lower-case) occurs in `text` with no word character on either side.
 bool has_whole_word(const std::string& text, const std::string& word) {

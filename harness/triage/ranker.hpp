@@ -30,8 +30,8 @@ struct Cue {
   enum class Kind { kFailure, kContext, kStage, kHealthy, kSymptom } kind = Kind::kStage;
   std::string word;  // lower-cased
   bool anywhere = false;
-  bool whole = false;  // a whole word only (priors.yaml's learned words are whole tokens)
-  int stage = 0;       // kStage: the stage it points at
+  bool whole = false;   // a whole word only (priors.yaml's learned words are whole tokens)
+  int stage = 0;        // kStage: the stage it points at
   std::string symptom;  // kSymptom: the symptom it points at
   double weight = 1.0;
 };

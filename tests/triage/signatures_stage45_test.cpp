@@ -111,7 +111,8 @@ TEST(TriageStage4Signatures, MegatronsIterationLogWithoutNanIterationsIsNoFailur
 // them, each of these lines was read as another stage.
 TEST(TriageStage4Signatures, AnAttributeErrorOfTheEngineIsAStageFourRuntimeError) {
   // DeepSpeedEngine.__getattr__'s message for a method the engine does not have.
-  const auto r = run("AttributeError: 'DeepSpeedEngine' object has no attribute 'save_pretrained'\n");
+  const auto r =
+      run("AttributeError: 'DeepSpeedEngine' object has no attribute 'save_pretrained'\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 4);
   EXPECT_EQ(r.symptoms.at(0).id, "4.3");
@@ -127,9 +128,9 @@ TEST(TriageStage4Signatures, AZeroThreeParameterAttributeErrorIsAStageFourRuntim
 
 TEST(TriageStage4Signatures, AWorkerEndedByASignalIsACommunicationErrorOrATermination) {
   // torch.distributed.elastic's line for a worker killed by SIGILL (no row of its own).
-  const auto r = run(
-      "torch.distributed.elastic.multiprocessing.api:failed (exitcode: -4) local_rank: 0 (pid: "
-      "1234) of binary: /usr/bin/python\n");
+  const auto r =
+      run("torch.distributed.elastic.multiprocessing.api:failed (exitcode: -4) local_rank: 0 (pid: "
+          "1234) of binary: /usr/bin/python\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 4);
   ASSERT_GE(r.symptoms.size(), 2u);
@@ -176,13 +177,12 @@ TEST(TriageRankerStagePrior, ThePriorLeansTheInferredStageToTheLargerStage) {
 // symptom_words: a word of 4.4 in the text puts 4.4 before the stage's most common symptom, with
 // the word's line as its evidence.
 Result filled(double word_weight) {
-  return with_ranker(
-      fmt::format("settings:\n  symptom_word_weight: {}\nfailure: [fails]\n"
-                  "context: [deepspeed]\nstages: {{4: [step]}}\n"
-                  "symptom_words: {{\"4.4\": [wobbl]}}\n",
-                  word_weight),
-      "issues: 12\nstage_symptoms:\n  \"4\": {\"4.11\": 10, \"4.4\": 2}\n",
-      "deepspeed train.py\nevery step wobbles and then the run fails\n");
+  return with_ranker(fmt::format("settings:\n  symptom_word_weight: {}\nfailure: [fails]\n"
+                                 "context: [deepspeed]\nstages: {{4: [step]}}\n"
+                                 "symptom_words: {{\"4.4\": [wobbl]}}\n",
+                                 word_weight),
+                     "issues: 12\nstage_symptoms:\n  \"4\": {\"4.11\": 10, \"4.4\": 2}\n",
+                     "deepspeed train.py\nevery step wobbles and then the run fails\n");
 }
 
 TEST(TriageRankerSymptomWords, AStagesCommonSymptomComesFirstWithoutItsWords) {
