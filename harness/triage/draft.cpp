@@ -64,6 +64,11 @@ std::vector<ScenarioSource> load_scenario_sources(const std::vector<std::string>
     s.root_cause = str(ref, "root_cause");
     s.fix_pattern = str(ref, "fix_pattern");
     s.mechanism = str(ref, "mechanism");
+    if (ref && ref["needs"] && ref["needs"].IsSequence()) {
+      for (const auto& k : ref["needs"]) {
+        if (k.IsScalar()) s.needs.push_back(k.Scalar());
+      }
+    }
     s.description = str(s.doc, "description");
     if (!str(ref, "issue").empty()) s.cited = "issue " + str(ref, "issue");
     if (!str(ref, "pr").empty()) s.cited = "pr " + str(ref, "pr");
@@ -411,6 +416,35 @@ void apply(YAML::Node& doc, const Change& ch, Comments& comments) {
   lines.insert(lines.end(), ch.comments.begin(), ch.comments.end());
 }
 
+// The value at "section.key[.sub]" of a scenario document, or a null node (recursive: assigning
+// a YAML::Node would write through to the document).
+YAML::Node value_at(const YAML::Node& n, const std::string& path) {
+  if (!n || !n.IsMap()) return YAML::Node();
+  const auto dot = path.find('.');
+  const YAML::Node next = n[path.substr(0, dot)];
+  if (!next || dot == std::string::npos) return next;
+  return value_at(next, path.substr(dot + 1));
+}
+
+std::string scalar_or(const YAML::Node& n, const std::string& dflt) {
+  return n && n.IsScalar() ? n.Scalar() : dflt;
+}
+
+// Why an adaptation would take away what the base's mechanism needs (reference.needs): it
+// changes a needed key from the base's value. "" when it keeps them all.
+std::string breaks_mechanism(const Adaptation& a, const ScenarioSource& base) {
+  for (const auto& ch : a.changes) {
+    const std::string path = ch.section + "." + ch.key;
+    if (std::find(base.needs.begin(), base.needs.end(), path) == base.needs.end()) continue;
+    const YAML::Node was = value_at(base.doc, path);
+    const std::string to = scalar_or(ch.value, "");
+    if (was && was.IsScalar() && was.Scalar() == to) continue;
+    return fmt::format("{}: {} {}: the mechanism of {} needs its {} ({}; its reference.needs)",
+                       a.what, path, to, base.shown, path, scalar_or(was, "the default"));
+  }
+  return "";
+}
+
 YAML::Node reference_of(const ScenarioSource& base, const Thread& th, Comments& comments) {
   YAML::Node ref;
   if (!th.id.empty()) {
@@ -427,6 +461,7 @@ YAML::Node reference_of(const ScenarioSource& base, const Thread& th, Comments& 
         "no issue URL in the input: the draft stands for its base's "
         "mechanism"};
   }
+  if (!base.needs.empty()) ref["needs"] = base.needs;
   ref["symptom"] = base.symptom;
   if (!base.root_cause.empty()) ref["root_cause"] = base.root_cause;
   if (!base.fix_pattern.empty()) ref["fix_pattern"] = base.fix_pattern;
@@ -498,6 +533,10 @@ Draft draft_scenario(const Result& r, const std::string& text, const Tables& t,
     return d;
   }
   for (const auto& a : adaptations) {
+    if (const auto why = breaks_mechanism(a, *base); !why.empty()) {
+      d.dropped.push_back(why);
+      continue;
+    }
     YAML::Node trial = YAML::Clone(doc);
     Comments trial_comments = comments;
     for (const auto& ch : a.changes) apply(trial, ch, trial_comments);
@@ -523,7 +562,9 @@ std::string format_draft(const Draft& d) {
                        d.base);
     out += "---\n" + d.yaml + "...\n";
     if (!d.dropped.empty()) {
-      out += "Left out of the draft (the scenario does not load with them):\n";
+      out +=
+          "Left out of the draft (the scenario does not load with them, or its mechanism "
+          "needs the base's value):\n";
       for (const auto& x : d.dropped) out += "  - " + x + "\n";
     }
   }
