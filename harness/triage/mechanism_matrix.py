@@ -130,7 +130,7 @@ def run(fl, path, sets, timeout):
     return f"rc{r.returncode}", (verdict or r.stderr.strip())[:160]
 
 
-def bases(fl, dirs, only):
+def bases(fl, dirs, only, start):
     for d in dirs:
         for f in sorted(os.listdir(d)):
             path = os.path.join(d, f)
@@ -141,6 +141,8 @@ def bases(fl, dirs, only):
                 continue
             if only and not any(f.startswith(o) or o in f for o in only):
                 continue
+            if start and f < start:
+                continue
             yield path
 
 
@@ -150,6 +152,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--dirs", default="scenarios/symptoms,scenarios/issues")
     ap.add_argument("--only", default="")
+    ap.add_argument("--start", default="", help="skip the bases whose file name sorts before it")
     ap.add_argument("--adapt", default=",".join(ADAPTATIONS))
     ap.add_argument("--timeout", type=int, default=90)
     ap.add_argument("--ignore-needs", action="store_true")
@@ -157,9 +160,10 @@ def main():
     fl = os.path.abspath(a.faultline)
     dirs = [os.path.join(ROOT, d) for d in a.dirs.split(",")]
     only = [o for o in a.only.split(",") if o]
-    with open(a.out, "w") as out:
-        out.write("base\tadaptation\tresult\tseconds\tdetail\n")
-        for path in bases(fl, dirs, only):
+    with open(a.out, "a") as out:
+        if out.tell() == 0:
+            out.write("base\tadaptation\tresult\tseconds\tdetail\n")
+        for path in bases(fl, dirs, only, a.start):
             k = resolved(fl, path)
             shown = os.path.relpath(path, ROOT)
             t0 = time.time()
