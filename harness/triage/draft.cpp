@@ -416,8 +416,7 @@ void apply(YAML::Node& doc, const Change& ch, Comments& comments) {
   lines.insert(lines.end(), ch.comments.begin(), ch.comments.end());
 }
 
-// The value at "section.key[.sub]" of a scenario document, or a null node (recursive: assigning
-// a YAML::Node would write through to the document).
+// The value at "section.key[.sub]", or a null node (recursive: assigning a Node writes through).
 YAML::Node value_at(const YAML::Node& n, const std::string& path) {
   if (!n || !n.IsMap()) return YAML::Node();
   const auto dot = path.find('.');
@@ -445,6 +444,13 @@ std::string breaks_mechanism(const Adaptation& a, const ScenarioSource& base) {
   return "";
 }
 
+// The workers' own precondition, which the loader does not check: the offload moves the rank's
+// ZeRO partition, so a draft at ZeRO stage 0 cannot take it. "" when it can.
+std::string offload_without_zero(const Adaptation& a, const YAML::Node& trial) {
+  if (a.what != "offload" || scalar_or(value_at(trial, "topology.zero"), "0") != "0") return "";
+  return a.what + ": the optimizer offload needs ZeRO stage 1, 2 or 3; the draft keeps stage 0";
+}
+
 YAML::Node reference_of(const ScenarioSource& base, const Thread& th, Comments& comments) {
   YAML::Node ref;
   if (!th.id.empty()) {
@@ -466,6 +472,34 @@ YAML::Node reference_of(const ScenarioSource& base, const Thread& th, Comments& 
   if (!base.root_cause.empty()) ref["root_cause"] = base.root_cause;
   if (!base.fix_pattern.empty()) ref["fix_pattern"] = base.fix_pattern;
   return ref;
+}
+
+// Applies each adaptation that keeps the base's mechanism and still validates; the others go to
+// d.dropped with the reason. d.yaml is the draft with those kept.
+void adapt(const std::vector<Adaptation>& adaptations, const ScenarioSource& base,
+           const std::vector<std::string>& header, const Validator& validate, YAML::Node& doc,
+           Comments& comments, Draft& d) {
+  for (const auto& a : adaptations) {
+    if (const auto why = breaks_mechanism(a, base); !why.empty()) {
+      d.dropped.push_back(why);
+      continue;
+    }
+    YAML::Node trial = YAML::Clone(doc);
+    Comments trial_comments = comments;
+    for (const auto& ch : a.changes) apply(trial, ch, trial_comments);
+    if (const auto why = offload_without_zero(a, trial); !why.empty()) {
+      d.dropped.push_back(why);
+      continue;
+    }
+    const std::string yaml = emit(trial, header, trial_comments);
+    if (const auto err = validate(yaml); !err.empty()) {
+      d.dropped.push_back(fmt::format("{}: {}", a.what, err));
+      continue;
+    }
+    doc = trial;
+    comments = std::move(trial_comments);
+    d.yaml = yaml;
+  }
 }
 
 }  // namespace
@@ -532,23 +566,7 @@ Draft draft_scenario(const Result& r, const std::string& text, const Tables& t,
     d.yaml.clear();
     return d;
   }
-  for (const auto& a : adaptations) {
-    if (const auto why = breaks_mechanism(a, *base); !why.empty()) {
-      d.dropped.push_back(why);
-      continue;
-    }
-    YAML::Node trial = YAML::Clone(doc);
-    Comments trial_comments = comments;
-    for (const auto& ch : a.changes) apply(trial, ch, trial_comments);
-    const std::string yaml = emit(trial, header, trial_comments);
-    if (const auto err = validate(yaml); !err.empty()) {
-      d.dropped.push_back(fmt::format("{}: {}", a.what, err));
-      continue;
-    }
-    doc = trial;
-    comments = std::move(trial_comments);
-    d.yaml = yaml;
-  }
+  adapt(adaptations, *base, header, validate, doc, comments, d);
   d.made = true;
   return d;
 }
