@@ -182,6 +182,33 @@ TEST(TriageDraft, APerRankLaunchLineFaultKeepsItsLauncher) {
   EXPECT_EQ(validate_scenario_text(d.yaml), "");
 }
 
+TEST(TriageDraft, NoOffloadOnADraftThatKeepsZeroStage0) {
+  // A base at ZeRO stage 0 that needs it: the stage read is left out, and the optimizer offload
+  // read beside it then has no partition to move (the workers refuse it; the loader does not).
+  std::vector<ScenarioSource> bases;
+  for (const auto& s : sources()) {
+    if (s.name != "vectorised-kernel-without-tail") continue;
+    bases.push_back(s);
+    bases.back().doc = YAML::Clone(s.doc);
+    bases.back().doc["topology"].remove("zero");
+  }
+  ASSERT_EQ(bases.size(), 1u);
+  std::istringstream in(
+      "Training crashes at the first optimizer step with the fused Adam kernel.\n"
+      "  \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}},\n"
+      "RuntimeError: CUDA error: an illegal memory access was encountered\n");
+  const auto input = read_input(in, 16u << 20);
+  const Draft d = draft_scenario(triage(input, tables()), input.text, tables(), bases,
+                                 harness_validator(), {8, "issue.txt"});
+  ASSERT_TRUE(d.made) << d.why;
+  const YAML::Node doc = YAML::Load(d.yaml);
+  EXPECT_FALSE(doc["topology"]["zero"]) << d.yaml;
+  EXPECT_FALSE(doc["workload"]["zero"]) << d.yaml;
+  ASSERT_EQ(d.dropped.size(), 2u) << format_draft(d);
+  EXPECT_EQ(d.dropped[1],
+            "offload: the optimizer offload needs ZeRO stage 1, 2 or 3; the draft keeps stage 0");
+}
+
 TEST(TriageDraft, NoAnswerMeansNoDraft) {
   const Draft d = draft_of("Fix typo in docs/getting-started.md\n");
   EXPECT_FALSE(d.made);
