@@ -46,7 +46,7 @@ void add_words(const std::string& file, const YAML::Node& list, Cue::Kind kind, 
     c.anywhere = !c.word.empty() && c.word[0] == '*';
     if (c.anywhere) c.word.erase(0, 1);
     if (c.word.size() < 2) fail_at(file, w, "word: at least 2 characters");
-    for (auto& ch : c.word) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    c.word = ascii_lower(c.word);
     r.cues.push_back(std::move(c));
   }
 }
@@ -197,22 +197,6 @@ const std::map<std::string, double>& row(const Counts& c, const std::string& key
   static const std::map<std::string, double> empty;
   const auto it = c.find(key);
   return it == c.end() ? empty : it->second;
-}
-
-bool word_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-}
-
-// `word` (lower-case) occurs in `text` with no word character on either side.
-bool has_whole_word(const std::string& text, const std::string& word) {
-  std::string low = text;
-  for (auto& ch : low) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  for (size_t i = low.find(word); i != std::string::npos; i = low.find(word, i + 1)) {
-    const size_t end = i + word.size();
-    if ((i == 0 || !word_char(low[i - 1])) && (end == low.size() || !word_char(low[end])))
-      return true;
-  }
-  return false;
 }
 
 bool has(const std::vector<Candidate>& cs, const std::string& id) {

@@ -20,13 +20,28 @@ namespace fl::triage {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string lower(std::string_view s) {
+std::string ascii_lower(std::string_view s) {
   std::string out(s);
   for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
+
+bool word_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+
+bool has_whole_word(std::string_view text, const std::string& word) {
+  const std::string low = ascii_lower(text);
+  for (size_t i = low.find(word); i != std::string::npos; i = low.find(word, i + 1)) {
+    const size_t end = i + word.size();
+    if ((i == 0 || !word_char(low[i - 1])) && (end == low.size() || !word_char(low[end]))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
 
 std::string scalar(const std::string& file, const YAML::Node& item, const char* key,
                    bool required) {
@@ -39,10 +54,29 @@ std::string scalar(const std::string& file, const YAML::Node& item, const char* 
   return n.as<std::string>();
 }
 
+// An `icase` regex is compiled with its letters lower-cased and run on the lower-cased line:
+// libstdc++'s std::regex::icase looks up the locale's ctype facet for every character it
+// compares, which made a 50 MiB training log (a `loss` or `step` on every line) take 13 s. A
+// letter right after a backslash is an escape (`\d`, `\W`, `\b`) and keeps its case.
+std::string lower_pattern(const std::string& text) {
+  std::string out = text;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == '\\') {
+      ++i;  // the escaped character stays as written
+      continue;
+    }
+    out[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(out[i])));
+  }
+  return out;
+}
+
+// `lowered`: compile an icase regex for lower-cased lines (signatures); an environment rule keeps
+// std::regex::icase, because its group is a value whose case is kept.
 std::regex compile(const std::string& file, const YAML::Node& n, const std::string& text,
-                   bool icase) {
+                   bool icase, bool lowered) {
   try {
     auto flags = std::regex::ECMAScript | std::regex::optimize;
+    if (icase && lowered) return std::regex(lower_pattern(text), flags);
     if (icase) flags |= std::regex::icase;
     return std::regex(text, flags);
   } catch (const std::regex_error& e) {
@@ -101,8 +135,8 @@ void load_file(const std::string& file, Tables& t) {
     s.fallback = as_bool(file, item, "fallback");
     s.needle = scalar(file, item, "needle", true);
     if (s.needle.size() < 2) fail_at(file, item["needle"], "needle: at least 2 characters");
-    s.needle = lower(s.needle);  // the needle is always a case-insensitive prefilter
-    s.regex = compile(file, item["regex"], scalar(file, item, "regex", true), s.icase);
+    s.needle = ascii_lower(s.needle);  // the needle is always a case-insensitive prefilter
+    s.regex = compile(file, item["regex"], scalar(file, item, "regex", true), s.icase, true);
     s.symptoms = weights(file, item, "symptoms", stage_of);
     if (s.symptoms.empty()) fail_at(file, item, "symptoms: at least one symptom id with a weight");
     s.root_causes = weights(file, item, "root_cause", t.taxonomy.root_cause_name);
@@ -121,8 +155,8 @@ void load_file(const std::string& file, Tables& t) {
     r.icase = as_bool(file, item, "icase");
     r.needle = scalar(file, item, "needle", true);
     if (r.needle.size() < 2) fail_at(file, item["needle"], "needle: at least 2 characters");
-    r.needle = lower(r.needle);
-    r.regex = compile(file, item["regex"], scalar(file, item, "regex", true), r.icase);
+    r.needle = ascii_lower(r.needle);
+    r.regex = compile(file, item["regex"], scalar(file, item, "regex", true), r.icase, false);
     if (r.regex.mark_count() < 1)
       fail_at(file, item["regex"], "regex: needs a group for the value");
     t.env_rules.push_back(std::move(r));
@@ -277,15 +311,11 @@ struct NeedleHit {
   size_t row = 0;                       // signature index, or signatures.size() + env index, ...
 };
 
-bool word_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-}
-
 // Every (line, row) whose line holds the row's needle, in line order. One pass over the
 // lower-cased text: a table keyed by each needle's first two bytes says which needles can start
 // at a position, so the cost does not grow with the number of signatures.
 std::vector<NeedleHit> needle_hits(const std::string& text, const Tables& t) {
-  const std::string low = lower(text);
+  const std::string low = ascii_lower(text);
   std::vector<const std::string*> needles;
   for (const auto& s : t.signatures) needles.push_back(&s.needle);
   for (const auto& e : t.env_rules) needles.push_back(&e.needle);
@@ -413,7 +443,15 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
   std::set<std::string> env_seen;
   r.lines = static_cast<size_t>(std::count(in.text.begin(), in.text.end(), '\n')) +
             (in.text.back() == '\n' ? 0 : 1);
-  for (const auto& c : needle_hits(in.text, t)) {
+  const std::vector<NeedleHit> candidates = needle_hits(in.text, t);
+  std::vector<size_t> left(first_cue, 0), tried(first_cue, 0);  // per row
+  for (const auto& c : candidates) left[c.row] += c.row < first_cue;
+  for (const auto& c : candidates) {
+    if (c.row < first_cue) {
+      const bool env = c.row >= t.signatures.size();
+      const size_t remaining = left[c.row]--;
+      if (env ? tried[c.row]++ >= o.max_regex_lines : remaining > o.max_regex_lines) continue;
+    }
     std::string text = in.text.substr(c.start, std::min<size_t>(c.end - c.start, 4096));
     if (!text.empty() && text.back() == '\r') text.pop_back();
     if (c.row >= first_cue) {
@@ -425,7 +463,7 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
       auto& h = hits[c.row];
       if (static_cast<int>(h.lines.size()) >= o.max_hits || seen_text[c.row].count(text)) continue;
       if (rejected[c.row].count(text)) continue;
-      if (!std::regex_search(text, s.regex)) {
+      if (!std::regex_search(s.icase ? ascii_lower(text) : text, s.regex)) {
         rejected[c.row].insert(std::move(text));
         continue;
       }

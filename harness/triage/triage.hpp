@@ -8,6 +8,7 @@
 #include <regex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "harness/triage/dialect.hpp"
@@ -113,10 +114,22 @@ struct Result {
 struct Options {
   double min_score = 1.0;  // below it: no signature found
   int max_hits = 3;        // distinct matched lines that count per signature
+  // A row's regex runs on at most this many of the lines holding its needle: a signature's on
+  // the last ones (a log's errors are at its tail), an environment rule's on the first ones
+  // (versions are printed first). An issue never comes near it; a 16 MiB training log with a
+  // `loss` on every line would otherwise run std::regex some 10^6 times (about 10 s).
+  size_t max_regex_lines = 4000;
   size_t evidence_per_candidate = 4;
 };
 
 Result triage(const Input& in, const Tables& t, const Options& o = {});
+
+// Text helpers the scan, the ranker and the draft share: ASCII lower case; a letter, digit or `_`;
+// whether `word` (lower-case) occurs in `text`, case-insensitively, with no word character on
+// either side.
+std::string ascii_lower(std::string_view s);
+bool word_char(char c);
+bool has_whole_word(std::string_view text, const std::string& word);
 // Human-readable report of `r` (what it read, ranked candidates with the lines faultline prints
 // for them when dialect::annotate ran, stage).
 std::string format_result(const Result& r, const Tables& t);

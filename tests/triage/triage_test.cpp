@@ -361,10 +361,18 @@ TEST(TriageBadInput, TextInAnotherLanguageWithoutErrorsHasNoSignature) {
 TEST(TriageBadInput, AFiftyMegabyteLogCompletesAndIsReadFromItsTail) {
   std::string log;
   log.reserve(52u << 20);
+  // DeepSpeed's and Megatron-LM's step lines: every line holds needles of prose rows (`loss`,
+  // `time`, `grad`, `norm`), whose regexes then run on most lines.
   for (int i = 0; log.size() < (50u << 20); ++i) {
-    log += "[2024-01-01 10:00:00," + std::to_string(i % 1000) +
-           "] [INFO] [logging.py:96:log_dist] [Rank 0] step=" + std::to_string(i) +
-           ", skipped=0, lr=[0.0001]\n";
+    const std::string n = std::to_string(i);
+    log += i % 2 ? "[2024-01-01 10:00:00," + std::to_string(i % 1000) +
+                       "] [INFO] [logging.py:96:log_dist] [Rank 0] step=" + n +
+                       ", skipped=0, lr=[0.0001], mom=[(0.9, 0.95)]\n"
+                 : " iteration " + n + "/ 500000 | consumed samples: " + n +
+                       "00 | elapsed time per iteration (ms): 1234." + std::to_string(i % 10) +
+                       " | lm loss: 6." + std::to_string(i % 97) +
+                       "E+00 | loss scale: 65536.0 | grad norm: 1." + std::to_string(i % 89) +
+                       " | number of skipped iterations: 0 | number of nan iterations: 0 |\n";
   }
   log += "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n";
   const auto t0 = std::chrono::steady_clock::now();
@@ -377,6 +385,28 @@ TEST(TriageBadInput, AFiftyMegabyteLogCompletesAndIsReadFromItsTail) {
   EXPECT_TRUE(input.truncated);
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.symptoms.at(0).id, "4.2");
+}
+
+// A row's regex runs on the last `max_regex_lines` lines that hold its needle (a log's errors are
+// at its tail): a match among them is found, one before them is not tried.
+TEST(TriageBadInput, ARowsRegexRunsOnlyOnTheLastLinesHoldingItsNeedle) {
+  const auto dir = write_table("regex_cap", R"(signatures:
+  - id: loss-spike
+    needle: "loss"
+    regex: 'loss spikes'
+    symptoms: {"4.4": 3}
+)");
+  const Tables t = load_tables(dir, default_taxonomy_path());
+  auto scan = [&](const std::string& text, size_t cap) {
+    std::istringstream in(text);
+    Options o;
+    o.max_regex_lines = cap;
+    return triage(read_input(in, 1u << 20), t, o).kind;
+  };
+  const std::string plain = "step 1 loss 0.5\nstep 2 loss 0.4\nstep 3 loss 0.3\n";
+  EXPECT_EQ(scan("step 0 loss spikes to 40\n" + plain, 4000), Result::Kind::kFound);
+  EXPECT_EQ(scan("step 0 loss spikes to 40\n" + plain, 3), Result::Kind::kNone);
+  EXPECT_EQ(scan(plain + "step 4 loss spikes to 40\n", 2), Result::Kind::kFound);
 }
 
 // The eval's per-stage counts follow each issue's labelled stage, and every share carries its
