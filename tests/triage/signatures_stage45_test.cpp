@@ -159,9 +159,9 @@ TEST(TriageStage5Signatures, AHangStatedWithGenerationIsAnInferenceFailure) {
 // The inference tutorial's init_inference call with kernel injection and no error text: the
 // report is about what the fused kernels output (5.3), not an execution failure (5.1).
 TEST(TriageStage5Signatures, KernelInjectionSettingsAloneAreAboutTheOutput) {
-  const auto r = run(
-      "model = deepspeed.init_inference(model, mp_size=2, dtype=torch.half, "
-      "replace_with_kernel_inject=True)\n");
+  const auto r =
+      run("model = deepspeed.init_inference(model, mp_size=2, dtype=torch.half, "
+          "replace_with_kernel_inject=True)\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 5);
   EXPECT_EQ(r.symptoms.at(0).id, "5.3");
@@ -203,11 +203,11 @@ TEST(TriageStage5Signatures, AnExceptionNamingTheInferenceEngineIsAnExecutionFai
   EXPECT_EQ(r.stage, 5);
   EXPECT_EQ(r.symptoms.at(0).id, "5.1");
   EXPECT_TRUE(top_cites(r, "inference-exception-same-line", 1));
-  const auto path = run(
-      "FileNotFoundError: [Errno 2] No such file or directory: '/opt/conda/lib/python3.10/"
-      "site-packages/colossalai/kernel/extensions/pybind/inference/inference.cpp'\n");
-  EXPECT_FALSE(!path.symptoms.empty() && cites(path.symptoms.front(),
-                                               "inference-exception-same-line", 1));
+  const auto path =
+      run("FileNotFoundError: [Errno 2] No such file or directory: '/opt/conda/lib/python3.10/"
+          "site-packages/colossalai/kernel/extensions/pybind/inference/inference.cpp'\n");
+  EXPECT_FALSE(!path.symptoms.empty() &&
+               cites(path.symptoms.front(), "inference-exception-same-line", 1));
 }
 
 }  // namespace

@@ -132,10 +132,10 @@ TEST(TriageStage2Signatures, AWatchdogTimeoutOnTheFirstCollectiveIsASetupTimeout
 // indexed_dataset.py prints "Load the _IndexReader from <prefix>.idx") before an error that names
 // no stage: the report is about the data the run reads (3.1).
 TEST(TriageStage3Signatures, MegatronsIndexedDatasetLogPointsAtDataLoading) {
-  const auto r = run(
-      "INFO:megatron.core.datasets.indexed_dataset:Load the _IndexReader from "
-      "/data/gpt2_text_document.idx\n"
-      "AttributeError: 'NoneType' object has no attribute 'sizes'\n");
+  const auto r =
+      run("INFO:megatron.core.datasets.indexed_dataset:Load the _IndexReader from "
+          "/data/gpt2_text_document.idx\n"
+          "AttributeError: 'NoneType' object has no attribute 'sizes'\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 3);
   ASSERT_FALSE(r.symptoms.empty());
