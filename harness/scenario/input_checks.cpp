@@ -1,6 +1,7 @@
 // Checks of scenario input that the schema walk alone does not make: the file's size and its
 // single YAML document, keys given twice (yaml-cpp keeps the last one silently), plugin names,
 // regexes and tc rates. Each is linear in the input and reports file:line:col.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -175,6 +176,21 @@ void check_identifier(const std::string& file, const YAML::Node& n, const std::s
     fail_at(file, n, key,
             fmt::format("'{}' is not a plugin name (allowed: a letter or '_', then letters, "
                         "digits or '_', up to 64; the library is libfl_NAME.so)",
+                        valid_utf8(v)));
+  }
+}
+
+void check_needed_key(const std::string& file, const YAML::Node& n, const std::string& key) {
+  const std::string& v = n.Scalar();
+  const auto& schema = scenario_schema();
+  const bool ok = v.rfind("reference.", 0) != 0 &&
+                  std::any_of(schema.begin(), schema.end(), [&](const KeySpec& k) {
+                    return k.path == v && k.type != KeyType::kSection;
+                  });
+  if (!ok) {
+    fail_at(file, n, key,
+            fmt::format("'{}' is not a key the mechanism can need (allowed: a key of the schema "
+                        "with a value, outside reference, e.g. topology.ranks)",
                         valid_utf8(v)));
   }
 }

@@ -24,6 +24,9 @@ int64_t scenario_max_bytes();
 void check_duplicate_keys(const std::string& file, const YAML::Node& node, const std::string& path);
 // workload.plugins names: identifiers ([A-Za-z_][A-Za-z0-9_]*), as they become libfl_NAME.so.
 void check_identifier(const std::string& file, const YAML::Node& n, const std::string& key);
+// An item of reference.needs: a key of the schema that holds a value (not a section), outside
+// reference: (a copy that changed it would no longer build the scenario's mechanism).
+void check_needed_key(const std::string& file, const YAML::Node& n, const std::string& key);
 // The context length of `model` (tiny 16, small 64, as workloads/model/config.cpp) unless
 // workload.shape.seq_len overrides it.
 int64_t model_context(const std::string& model, int64_t seq_len_override);

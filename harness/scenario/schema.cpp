@@ -135,6 +135,9 @@ const std::vector<KeySpec>& scenario_schema() {
         {"reference.symptom", K::kString, "\"\"", "Taxonomy symptom id, e.g. \"4.11\""},
         {"reference.root_cause", K::kString, "\"\"", "Taxonomy root-cause id, e.g. R4.6"},
         {"reference.fix_pattern", K::kString, "\"\"", "Fix pattern id F1-F6"},
+        {"reference.needs", K::kList, "[]",
+         "Keys whose values the mechanism needs, e.g. [topology.ranks, topology.zero]: a copy "
+         "adapted to another setup (faultline triage's draft) keeps these values"},
         {"topology", K::kSection, "", "Ranks, launcher, backend and parallel layout"},
         {"topology.ranks", K::kInt, "1", "Number of worker processes", {}, 1, 256},
         {"topology.nodes",

@@ -257,6 +257,8 @@ void validate(const std::string& file, const YAML::Node& node, const std::string
           fail_at(file, node[i], item, "expected a string");
         } else if (sp == "workload.plugins") {
           check_identifier(file, node[i], item);
+        } else if (sp == "reference.needs") {
+          check_needed_key(file, node[i], item);
         }
       }
       return;

@@ -10,6 +10,7 @@
 
 #include "harness/triage/draft_check.hpp"
 #include "harness/triage/eval.hpp"
+#include "harness/triage/report_json.hpp"
 #include "harness/triage/triage.hpp"
 
 namespace fl::triage {
@@ -18,7 +19,7 @@ struct CliOptions {
   std::string file = "-", signatures, taxonomy, ranker;
   size_t limit_mb = 16;
   std::string write;
-  bool force = false, run = false;
+  bool force = false, run = false, json = false;
   int max_ranks = 8;
   Repro repro;
   EvalOptions eval;
@@ -38,6 +39,8 @@ Command::Command(CLI::App& sub) : sub_(&sub), o_(std::make_shared<CliOptions>())
   sub_->add_option("--write", o_->write, "Save the drafted scenario to this file (a new one)");
   sub_->add_flag("--force", o_->force, "--write replaces an existing file");
   sub_->add_flag("--run", o_->run, "Run `faultline repro` on the drafted scenario");
+  sub_->add_flag("--json", o_->json,
+                 "Print the report as one JSON object (docs/triage.md gives its members)");
   sub_->add_option("--max-ranks", o_->max_ranks, "Clamp the draft's world to this many ranks")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
@@ -60,11 +63,23 @@ void Command::set_repro(Repro repro) {
 
 namespace {
 
+Draft make_draft(const CliOptions& o, const Result& r, const Input& in, const Tables& t) {
+  DraftOptions d_opts{o.max_ranks, o.file == "-" ? "standard input" : o.file};
+  return draft_scenario(r, in.text, t, load_scenario_sources(default_scenario_dirs()),
+                        harness_validator(), d_opts);
+}
+
+// --write: "" when saved (or not asked for), else why not.
+std::string write_if_asked(const CliOptions& o, const Draft& d) {
+  if (o.write.empty()) return {};
+  if (!d.made) return "no drafted scenario to write";
+  if (const auto err = write_draft(o.write, d.yaml, o.force); !err.empty()) return "--write " + err;
+  return {};
+}
+
 // The draft of an answer: printed first, so that a refused --write loses nothing.
 int draft_and_run(const CliOptions& o, const Result& r, const Input& in, const Tables& t) {
-  DraftOptions d_opts{o.max_ranks, o.file == "-" ? "standard input" : o.file};
-  const Draft d = draft_scenario(r, in.text, t, load_scenario_sources(default_scenario_dirs()),
-                                 harness_validator(), d_opts);
+  const Draft d = make_draft(o, r, in, t);
   std::printf("%s", format_draft(d).c_str());
   std::fflush(stdout);
   if (!d.made) {
@@ -74,18 +89,37 @@ int draft_and_run(const CliOptions& o, const Result& r, const Input& in, const T
     return 2;
   }
   std::string path = o.write;
-  if (!path.empty()) {
-    if (const auto err = write_draft(path, d.yaml, o.force); !err.empty()) {
-      std::fprintf(stderr, "faultline triage: --write %s\n", err.c_str());
-      return 2;
-    }
-    std::printf("wrote %s\n", path.c_str());
+  if (const auto err = write_if_asked(o, d); !err.empty()) {
+    std::fprintf(stderr, "faultline triage: %s\n", err.c_str());
+    return 2;
   }
+  if (!path.empty()) std::printf("wrote %s\n", path.c_str());
   if (!o.run) return 0;
   if (path.empty()) path = write_draft_temp(d.yaml, "run");
   std::printf("running: faultline repro %s\n", path.c_str());
   std::fflush(stdout);
   return o.repro(path, false).exit_code;
+}
+
+int print_json(const nlohmann::ordered_json& j) {
+  std::printf("%s\n", j.dump(2).c_str());
+  return j.value("exit_status", 2);
+}
+
+// --json: the report, the draft and the exit status in one object on standard output.
+int report_as_json(const CliOptions& o, Result& r, const Input& in, const Tables& t) {
+  nlohmann::ordered_json j = result_json(r, t, in, o.file == "-" ? "standard input" : o.file);
+  if (r.kind != Result::Kind::kFound) return print_json(j);
+  const Draft d = make_draft(o, r, in, t);
+  j.update(draft_json(d));
+  if (const auto err = write_if_asked(o, d); !err.empty()) {
+    j["write_error"] = err;
+    j["exit_status"] = 2;
+    j["exit_meaning"] = exit_meaning(2);
+  } else if (!o.write.empty()) {
+    j["wrote"] = o.write;
+  }
+  return print_json(j);
 }
 
 }  // namespace
@@ -95,6 +129,13 @@ bool Command::parsed() const {
 }
 
 int Command::run() const {
+  const auto fail = [&](const std::string& why) {
+    if (o_->json) return print_json(error_json(why, 2));
+    std::fprintf(stderr, "faultline triage: %s\n", why.c_str());
+    return 2;
+  };
+  if (o_->json && (o_->run || !o_->eval.corpus.empty()))
+    return fail("--json prints a report; it does not combine with --run or --eval");
   try {
     const auto tables =
         load_tables(o_->signatures.empty() ? default_signature_dir() : o_->signatures,
@@ -112,20 +153,18 @@ int Command::run() const {
       in = read_input(std::cin, limit);
     } else {
       std::ifstream f(o_->file, std::ios::binary);
-      if (!f) {
-        std::fprintf(stderr, "faultline triage: %s: cannot open\n", o_->file.c_str());
-        return 2;
-      }
+      if (!f) return fail(o_->file + ": cannot open");
       in = read_input(f, limit);
     }
-    const auto r = triage(in, tables);
+    auto r = triage(in, tables);
+    dialect::annotate(r, dialect::load_scenario_refs(default_scenario_dirs()));
+    if (o_->json) return report_as_json(*o_, r, in, tables);
     std::printf("%s", format_result(r, tables).c_str());
     if (r.kind == Result::Kind::kBinary) return 2;
     if (r.kind != Result::Kind::kFound) return 1;
     return draft_and_run(*o_, r, in, tables);
   } catch (const SignatureError& e) {
-    std::fprintf(stderr, "faultline triage: %s\n", e.what());
-    return 2;
+    return fail(e.what());
   }
 }
 

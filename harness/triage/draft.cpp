@@ -64,6 +64,11 @@ std::vector<ScenarioSource> load_scenario_sources(const std::vector<std::string>
     s.root_cause = str(ref, "root_cause");
     s.fix_pattern = str(ref, "fix_pattern");
     s.mechanism = str(ref, "mechanism");
+    if (ref && ref["needs"] && ref["needs"].IsSequence()) {
+      for (const auto& k : ref["needs"]) {
+        if (k.IsScalar()) s.needs.push_back(k.Scalar());
+      }
+    }
     s.description = str(s.doc, "description");
     if (!str(ref, "issue").empty()) s.cited = "issue " + str(ref, "issue");
     if (!str(ref, "pr").empty()) s.cited = "pr " + str(ref, "pr");
@@ -411,6 +416,41 @@ void apply(YAML::Node& doc, const Change& ch, Comments& comments) {
   lines.insert(lines.end(), ch.comments.begin(), ch.comments.end());
 }
 
+// The value at "section.key[.sub]", or a null node (recursive: assigning a Node writes through).
+YAML::Node value_at(const YAML::Node& n, const std::string& path) {
+  if (!n || !n.IsMap()) return YAML::Node();
+  const auto dot = path.find('.');
+  const YAML::Node next = n[path.substr(0, dot)];
+  if (!next || dot == std::string::npos) return next;
+  return value_at(next, path.substr(dot + 1));
+}
+
+std::string scalar_or(const YAML::Node& n, const std::string& dflt) {
+  return n && n.IsScalar() ? n.Scalar() : dflt;
+}
+
+// Why an adaptation would take away what the base's mechanism needs (reference.needs): it
+// changes a needed key from the base's value. "" when it keeps them all.
+std::string breaks_mechanism(const Adaptation& a, const ScenarioSource& base) {
+  for (const auto& ch : a.changes) {
+    const std::string path = ch.section + "." + ch.key;
+    if (std::find(base.needs.begin(), base.needs.end(), path) == base.needs.end()) continue;
+    const YAML::Node was = value_at(base.doc, path);
+    const std::string to = scalar_or(ch.value, "");
+    if (was && was.IsScalar() && was.Scalar() == to) continue;
+    return fmt::format("{}: {} {}: the mechanism of {} needs its {} ({}; its reference.needs)",
+                       a.what, path, to, base.shown, path, scalar_or(was, "the default"));
+  }
+  return "";
+}
+
+// The workers' own precondition, which the loader does not check: the offload moves the rank's
+// ZeRO partition, so a draft at ZeRO stage 0 cannot take it. "" when it can.
+std::string offload_without_zero(const Adaptation& a, const YAML::Node& trial) {
+  if (a.what != "offload" || scalar_or(value_at(trial, "topology.zero"), "0") != "0") return "";
+  return a.what + ": the optimizer offload needs ZeRO stage 1, 2 or 3; the draft keeps stage 0";
+}
+
 YAML::Node reference_of(const ScenarioSource& base, const Thread& th, Comments& comments) {
   YAML::Node ref;
   if (!th.id.empty()) {
@@ -427,10 +467,39 @@ YAML::Node reference_of(const ScenarioSource& base, const Thread& th, Comments& 
         "no issue URL in the input: the draft stands for its base's "
         "mechanism"};
   }
+  if (!base.needs.empty()) ref["needs"] = base.needs;
   ref["symptom"] = base.symptom;
   if (!base.root_cause.empty()) ref["root_cause"] = base.root_cause;
   if (!base.fix_pattern.empty()) ref["fix_pattern"] = base.fix_pattern;
   return ref;
+}
+
+// Applies each adaptation that keeps the base's mechanism and still validates; the others go to
+// d.dropped with the reason. d.yaml is the draft with those kept.
+void adapt(const std::vector<Adaptation>& adaptations, const ScenarioSource& base,
+           const std::vector<std::string>& header, const Validator& validate, YAML::Node& doc,
+           Comments& comments, Draft& d) {
+  for (const auto& a : adaptations) {
+    if (const auto why = breaks_mechanism(a, base); !why.empty()) {
+      d.dropped.push_back(why);
+      continue;
+    }
+    YAML::Node trial = YAML::Clone(doc);
+    Comments trial_comments = comments;
+    for (const auto& ch : a.changes) apply(trial, ch, trial_comments);
+    if (const auto why = offload_without_zero(a, trial); !why.empty()) {
+      d.dropped.push_back(why);
+      continue;
+    }
+    const std::string yaml = emit(trial, header, trial_comments);
+    if (const auto err = validate(yaml); !err.empty()) {
+      d.dropped.push_back(fmt::format("{}: {}", a.what, err));
+      continue;
+    }
+    doc = trial;
+    comments = std::move(trial_comments);
+    d.yaml = yaml;
+  }
 }
 
 }  // namespace
@@ -497,19 +566,7 @@ Draft draft_scenario(const Result& r, const std::string& text, const Tables& t,
     d.yaml.clear();
     return d;
   }
-  for (const auto& a : adaptations) {
-    YAML::Node trial = YAML::Clone(doc);
-    Comments trial_comments = comments;
-    for (const auto& ch : a.changes) apply(trial, ch, trial_comments);
-    const std::string yaml = emit(trial, header, trial_comments);
-    if (const auto err = validate(yaml); !err.empty()) {
-      d.dropped.push_back(fmt::format("{}: {}", a.what, err));
-      continue;
-    }
-    doc = trial;
-    comments = std::move(trial_comments);
-    d.yaml = yaml;
-  }
+  adapt(adaptations, *base, header, validate, doc, comments, d);
   d.made = true;
   return d;
 }
@@ -523,7 +580,9 @@ std::string format_draft(const Draft& d) {
                        d.base);
     out += "---\n" + d.yaml + "...\n";
     if (!d.dropped.empty()) {
-      out += "Left out of the draft (the scenario does not load with them):\n";
+      out +=
+          "Left out of the draft (the scenario does not load with them, or its mechanism "
+          "needs the base's value):\n";
       for (const auto& x : d.dropped) out += "  - " + x + "\n";
     }
   }

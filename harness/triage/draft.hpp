@@ -20,6 +20,9 @@ namespace fl::triage {
 struct ScenarioSource {
   std::string path, shown;  // absolute; relative to the source tree when under it
   std::string name, symptom, root_cause, fix_pattern, cited, mechanism, description;
+  // reference.needs: keys whose base values the mechanism needs ("topology.ranks"); a draft
+  // leaves out an adaptation that would change one.
+  std::vector<std::string> needs;
   YAML::Node doc;
 };
 
@@ -44,7 +47,9 @@ struct Draft {
   std::string base;  // the scenario it was adapted from (as shown)
   std::string symptom, root_cause;
   std::vector<Unexpressed> unexpressed;
-  std::vector<std::string> dropped;  // adaptations the validator refused, with its reason
+  // Adaptations left out, with the reason: the validator refused them, or they change a key the
+  // base's mechanism needs (reference.needs).
+  std::vector<std::string> dropped;
   bool cause_expressed() const;      // no `cause` item: the draft builds the named cause
 };
 
@@ -65,8 +70,9 @@ struct DraftOptions {
   std::string input_name;  // for the header comment ("-": standard input)
 };
 
-// The draft for `r` (triage's answer over `text`). Each adaptation is kept only when the draft
-// still validates with it; a refused one is listed in Draft::dropped and left out.
+// The draft for `r` (triage's answer over `text`). Each adaptation is kept only when it leaves
+// the keys of the base's reference.needs as the base has them and the draft still validates
+// with it; any other is listed in Draft::dropped and left out.
 Draft draft_scenario(const Result& r, const std::string& text, const Tables& t,
                      const std::vector<ScenarioSource>& sources, const Validator& validate,
                      const DraftOptions& o = {});

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "harness/score/uncertainty.hpp"
 #include "harness/triage/draft_check.hpp"
 
 namespace fl::triage {
@@ -42,8 +43,27 @@ std::string input_of(const nlohmann::json& j) {
   return text;
 }
 
+// A share with its counts and its Wilson 95% interval: at these corpus sizes (tens to a few
+// hundred issues) a share moves by several points between samples, and the table says how many.
 std::string pct(int n, int d) {
-  return d == 0 ? "-" : fmt::format("{:.1f}% ({}/{})", 100.0 * n / d, n, d);
+  if (d == 0) return "-";
+  const auto ci = harness::wilson(n, d);
+  return fmt::format("{:.1f}% ({}/{}) [{:.0f}-{:.0f}]", 100.0 * n / d, n, d, 100.0 * ci.lo,
+                     100.0 * ci.hi);
+}
+
+// Per labelled stage: how many issues, and how many right at top-1, top-3 and stage.
+std::string stage_table(const EvalCounts& c) {
+  std::string out = "\n| labelled stage | issues | top-1 | top-3 | stage | answered 'none' |\n";
+  out += "| --- | ---: | ---: | ---: | ---: | ---: |\n";
+  for (size_t s = 0; s < c.by_stage.size(); ++s) {
+    const StageCounts& b = c.by_stage[s];
+    if (b.issues == 0) continue;
+    out += fmt::format(
+        "| {} | {} | {} | {} | {} | {} |\n", s == 0 ? "0 (non-failure)" : std::to_string(s),
+        b.issues, pct(b.top1, b.issues), pct(b.top3, b.issues), pct(b.stage, b.issues), b.none);
+  }
+  return out;
 }
 
 // The draft for one answer: validated again from its text alone, and run when asked.
@@ -118,6 +138,12 @@ void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, b
   c.weak_inferred_top3 += inferred && t3;
   c.stage += stage == l.stage;
   c.root_cause += rc == l.root_cause;
+  StageCounts& b = c.by_stage.at(std::clamp(l.stage, 0, 5));
+  ++b.issues;
+  b.top1 += t1;
+  b.top3 += t3;
+  b.stage += stage == l.stage;
+  b.none += !answered;
   if (verbose) {
     *lines += fmt::format("  {:<32} label {:<10} stage {} {:<5} | got {:<5} stage {} {:<5} {}",
                           l.id, fmt::format("{}", fmt::join(l.symptoms, "+")), l.stage,
@@ -168,7 +194,7 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
   out += per_issue;
   out += fmt::format("split {}: {} issues with input lines ({} without any, skipped)\n\n", o.split,
                      c.issues, c.skipped);
-  out += "| measure | value |\n| --- | ---: |\n";
+  out += "| measure | value (count) [Wilson 95% interval] |\n| --- | ---: |\n";
   out += fmt::format("| top-1 symptom | {} |\n", pct(c.top1, c.issues));
   out += fmt::format("| top-3 symptom | {} |\n", pct(c.top3, c.issues));
   out += fmt::format("| stage | {} |\n", pct(c.stage, c.issues));
@@ -203,7 +229,7 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
 int run_eval(const Tables& t, const EvalOptions& o) {
   std::string table;
   const auto c = evaluate(t, o, &table);
-  std::printf("%s", table.c_str());
+  std::printf("%s%s", table.c_str(), stage_table(c).c_str());
   const double d = std::max(c.issues, 1);
   int rc = 0;
   auto check = [&](const char* what, int n, double min) {

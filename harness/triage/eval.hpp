@@ -2,6 +2,7 @@
 // (never its labels), and accuracy against the labels.
 #pragma once
 
+#include <array>
 #include <string>
 
 #include "harness/triage/draft.hpp"
@@ -20,7 +21,13 @@ struct EvalOptions {
   int repro_max = 0;
 };
 
+// One labelled stage's share of an evaluation (0: the non-failures).
+struct StageCounts {
+  int issues = 0, top1 = 0, top3 = 0, stage = 0, none = 0;  // none: answered "none"
+};
+
 struct EvalCounts {
+  std::array<StageCounts, 6> by_stage{};  // by the label's stage
   int issues = 0, skipped = 0;  // skipped: no input lines at all
   int top1 = 0, top3 = 0, stage = 0, root_cause = 0;
   int failures = 0, failures_answered = 0;  // labelled failures, and those triage answered

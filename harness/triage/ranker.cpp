@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <set>
@@ -52,12 +53,14 @@ void add_words(const std::string& file, const YAML::Node& list, Cue::Kind kind, 
 
 void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
   const YAML::Node doc = load_yaml(file, "ranker file");
-  check_keys(file, doc, {"settings", "failure", "context", "healthy", "stages"}, "file");
+  check_keys(file, doc, {"settings", "failure", "context", "healthy", "stages", "symptom_words"},
+             "file");
   if (const auto s = doc["settings"]) {
     check_keys(
         file, s,
         {"fill_to", "table_stage_weight", "co_weight", "study_weight", "learned_stage_weight",
-         "min_share", "root_cause_table_weight", "error_text_is_failure", "answer_context_only"},
+         "min_share", "root_cause_table_weight", "error_text_is_failure", "answer_context_only",
+         "stage_prior_weight", "symptom_word_weight"},
         "settings");
     if (s["fill_to"]) r.fill_to = value<int>(file, s["fill_to"], "fill_to");
     if (s["table_stage_weight"])
@@ -73,6 +76,10 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
           value<bool>(file, s["error_text_is_failure"], "error_text_is_failure");
     if (s["answer_context_only"])
       r.answer_context_only = value<bool>(file, s["answer_context_only"], "answer_context_only");
+    if (s["symptom_word_weight"])
+      r.symptom_word_weight = value<double>(file, s["symptom_word_weight"], "symptom_word_weight");
+    if (s["stage_prior_weight"])
+      r.stage_prior_weight = value<double>(file, s["stage_prior_weight"], "stage_prior_weight");
     if (s["root_cause_table_weight"])
       r.root_cause_table_weight =
           value<double>(file, s["root_cause_table_weight"], "root_cause_table_weight");
@@ -84,6 +91,18 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
   if (!stages.IsMap()) fail_at(file, stages, "stages: must map a stage to its words");
   for (const auto& kv : stages) {
     add_words(file, kv.second, Cue::Kind::kStage, stage_of_key(file, kv.first, t), r);
+  }
+  const YAML::Node sw = doc["symptom_words"];
+  if (!sw) return;
+  if (!sw.IsMap()) fail_at(file, sw, "symptom_words: must map a symptom to its words");
+  for (const auto& kv : sw) {
+    const auto id = kv.first.as<std::string>();
+    if (!t.symptom_name.count(id))
+      fail_at(file, kv.first,
+              fmt::format("symptom_words: '{}' is not a symptom of the taxonomy", id));
+    const size_t first = r.cues.size();
+    add_words(file, kv.second, Cue::Kind::kSymptom, id[0] - '0', r);
+    for (size_t i = first; i < r.cues.size(); ++i) r.cues[i].symptom = id;
   }
 }
 
@@ -122,6 +141,7 @@ void load_stage_words(const std::string& file, const YAML::Node& n, const Taxono
       if (c.word.size() < 2) fail_at(file, kv.first, "stage_words: at least 2 characters");
       c.stage = stage_of_key(file, sw.first, t);
       c.weight = r.learned_stage_weight * value<double>(file, sw.second, "stage_words: weight");
+      c.whole = true;
       r.cues.push_back(std::move(c));
     }
   }
@@ -179,6 +199,22 @@ const std::map<std::string, double>& row(const Counts& c, const std::string& key
   return it == c.end() ? empty : it->second;
 }
 
+bool word_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+
+// `word` (lower-case) occurs in `text` with no word character on either side.
+bool has_whole_word(const std::string& text, const std::string& word) {
+  std::string low = text;
+  for (auto& ch : low) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (size_t i = low.find(word); i != std::string::npos; i = low.find(word, i + 1)) {
+    const size_t end = i + word.size();
+    if ((i == 0 || !word_char(low[i - 1])) && (end == low.size() || !word_char(low[end])))
+      return true;
+  }
+  return false;
+}
+
 bool has(const std::vector<Candidate>& cs, const std::string& id) {
   return std::any_of(cs.begin(), cs.end(), [&](const Candidate& c) { return c.id == id; });
 }
@@ -188,6 +224,9 @@ struct StageGuess {
   int second = 0;                      // the runner-up stage with any score (0: none)
   std::vector<EvidenceLine> evidence;  // the lines that point at `stage`
   std::vector<EvidenceLine> second_evidence;
+  // symptom_words found: symptom -> summed weight, and the lines and words behind it
+  std::map<std::string, double> symptom_words;
+  std::map<std::string, std::vector<EvidenceLine>> symptom_evidence;
 };
 
 // Each stage's score: its words (each counts once) and the scores of the tables' candidates.
@@ -202,15 +241,20 @@ std::map<int, double> stage_scores(const Result& r, const RankInput& in, const R
   return score;
 }
 
-// The best-scoring stage but `skip`; a tie goes to the stage with more tune issues. With
-// `need_score`, a stage without any score is never chosen.
+// The best-scoring stage but `skip`: its score plus stage_prior_weight times the log of its share
+// of tune failures against the largest stage's (0 for the largest stage, below 0 for the others);
+// a tie goes to the stage with more tune issues. With `need_score`, a stage whose own score is not
+// above 0 is never chosen.
 int best_stage(std::map<int, double>& score, const Ranker& k, int skip, bool need_score) {
+  double n_max = 0;
+  for (const auto& [key, tally] : k.stage_symptoms) n_max = std::max(n_max, total(tally));
   int out = 0;
-  double best = -1, best_n = -1;
+  double best = -1e9, best_n = -1;
   for (const auto& [key, tally] : k.stage_symptoms) {
     const int st = stage_of_id(key);
-    const double s = score[st], n = total(tally);
-    if (st == 0 || st == skip || (need_score && s <= 0)) continue;
+    const double n = total(tally);
+    const double s = score[st] + k.stage_prior_weight * std::log((n + 1) / (n_max + 1));
+    if (st == 0 || st == skip || (need_score && score[st] <= 0)) continue;
     if (s > best || (s == best && n > best_n)) {
       out = st;
       best = s;
@@ -259,6 +303,14 @@ StageGuess guess_stage(const Result& r, const RankInput& in, const Ranker& k, in
   g.second = best_stage(score, k, g.stage, true);
   g.evidence = found > 0 ? r.symptoms.front().evidence : stage_evidence(g.stage, r, in, k);
   if (g.second > 0) g.second_evidence = stage_evidence(g.second, r, in, k);
+  std::set<size_t> seen;
+  for (const auto& h : in.cues) {
+    const Cue& c = k.cues[h.cue];
+    if (c.kind != Cue::Kind::kSymptom) continue;
+    if (seen.insert(h.cue).second) g.symptom_words[c.symptom] += c.weight;
+    g.symptom_evidence[c.symptom].push_back(
+        {h.line, h.text, fmt::format("{} word '{}'", c.symptom, c.word)});
+  }
   return g;
 }
 
@@ -279,7 +331,7 @@ std::vector<EvidenceLine> first_lines(std::vector<EvidenceLine> ev, size_t n) {
 // those under `min_share` left out.
 std::vector<Candidate> stage_candidates(const Result& r, int stage,
                                         const std::vector<EvidenceLine>& stage_ev, const Ranker& k,
-                                        double min_share) {
+                                        double min_share, const StageGuess& g) {
   const auto& prior = row(k.stage_symptoms, std::to_string(stage));
   const double n = total(prior);
   auto study = [&](const std::string& id) { return k.share.count(id) ? k.share.at(id) : 0.0; };
@@ -296,9 +348,14 @@ std::vector<Candidate> stage_candidates(const Result& r, int stage,
     const double with = co.count(id) && n_top > 0 ? co.at(id) / n_top : 0;
     const double tally = prior.count(id) ? prior.at(id) : 0;
     const double share = (tally + k.study_weight * study(id)) / (n + k.study_weight);
-    if (with == 0 && share < min_share) continue;
-    Candidate c{id, k.co_weight * with + share, {}, {}};
-    if (with > 0) {
+    const auto w = g.symptom_words.find(id);
+    const double words = w == g.symptom_words.end() ? 0 : w->second;
+    if (with == 0 && words == 0 && share < min_share) continue;
+    Candidate c{id, k.co_weight * with + share + k.symptom_word_weight * words, {}, {}};
+    if (words > 0 && k.symptom_word_weight > 0) {
+      c.basis = fmt::format("its words; {:g} of {:g} tune stage-{} issues", tally, n, stage);
+      c.evidence = first_lines(g.symptom_evidence.at(id), 4);
+    } else if (with > 0) {
       c.basis = fmt::format("labelled with {} in {:g} of {:g} tune issues", top, co.at(id), n_top);
       c.evidence = first_lines(r.symptoms.front().evidence, 4);
     } else {
@@ -322,9 +379,9 @@ void fill_symptoms(Result& r, const StageGuess& g, const Ranker& k) {
       r.symptoms.push_back(std::move(c));
     }
   };
-  add(stage_candidates(r, g.stage, g.evidence, k, k.min_share));
-  if (g.second > 0) add(stage_candidates(r, g.second, g.second_evidence, k, k.min_share));
-  add(stage_candidates(r, g.stage, g.evidence, k, 0));  // no runner-up: the stage's rare ones
+  add(stage_candidates(r, g.stage, g.evidence, k, k.min_share, g));
+  if (g.second > 0) add(stage_candidates(r, g.second, g.second_evidence, k, k.min_share, g));
+  add(stage_candidates(r, g.stage, g.evidence, k, 0, g));  // no runner-up: the stage's rare ones
 }
 
 // Root causes of the answer's stage: the tables' (weighted) plus how often each goes with the top
@@ -374,9 +431,13 @@ void rank_root_causes(Result& r, const Ranker& k) {
 
 }  // namespace
 
-void apply_ranker(Result& r, const RankInput& in, const Tables& t) {
+void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
   const Ranker& k = t.ranker;
   if (!k.enabled || r.kind == Result::Kind::kEmpty || r.kind == Result::Kind::kBinary) return;
+  RankInput in = raw;  // a whole-word cue found only as the start of a longer word does not count
+  std::erase_if(in.cues, [&](const CueHit& h) {
+    return k.cues[h.cue].whole && !has_whole_word(h.text, k.cues[h.cue].word);
+  });
   StageGuess g;
   if (r.kind == Result::Kind::kFound) {
     g = guess_stage(r, in, k, r.stage);

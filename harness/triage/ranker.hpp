@@ -25,10 +25,14 @@ struct Taxonomy;
 struct Cue {
   // kHealthy: a word of a text that is not a failure report (a question, a request, a success
   // line); it stops an answer on context lines alone.
-  enum class Kind { kFailure, kContext, kStage, kHealthy } kind = Kind::kStage;
+  // kSymptom: a word that points at one symptom of a stage (cues.yaml symptom_words); it orders
+  // the stage's symptoms when the ranker fills the candidates.
+  enum class Kind { kFailure, kContext, kStage, kHealthy, kSymptom } kind = Kind::kStage;
   std::string word;  // lower-cased
   bool anywhere = false;
-  int stage = 0;  // kStage: the stage it points at
+  bool whole = false;   // a whole word only (priors.yaml's learned words are whole tokens)
+  int stage = 0;        // kStage: the stage it points at
+  std::string symptom;  // kSymptom: the symptom it points at
   double weight = 1.0;
 };
 
@@ -59,6 +63,11 @@ struct Ranker {
   // A root cause's score: this times its table score (over the best table score), plus how often
   // it goes with the top symptom on the tune split. Large: the tables' order; small: the tally's.
   double root_cause_table_weight = 10.0;
+  // The inferred stage leans towards the stages with more tune failures: each stage's score gets
+  // this times ln((its failures + 1) / (the largest stage's + 1)). 0: the prior only breaks ties.
+  double stage_prior_weight = 0.0;
+  // A symptom's filling score gets this much per word of it (symptom_words) found in the text.
+  double symptom_word_weight = 0.0;
   // priors: of priors.yaml
   int issues = 0;
   std::map<std::string, double> share;  // the taxonomy's shares (load_ranker copies them)

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "harness/triage/yaml_file.hpp"
 
@@ -471,8 +472,41 @@ void format_env(std::string& out, const Result& r) {
   out += fmt::format("  ({} lines)\n", r.lines);
 }
 
+// What fl-detect-logs reads a signature as: "4.7 training, 5.1 serving, 2.2 before the first step".
+std::string reads_as(const dialect::Match& m) {
+  std::string s = fmt::format("{} training, {} serving", m.train, m.serve);
+  if (!m.before_first.empty()) s += fmt::format(", {} before the first step", m.before_first);
+  return s;
+}
+
+// Under a candidate faultline produces: its scenarios, and per event the evidence reports, the
+// fl-detect-logs signature and the lines faultline's runs print for it in each dialect.
+// An event already printed under an earlier candidate is named, not printed again (`shown`).
+void format_faultline(std::string& out, const dialect::Produced& p, std::set<std::string>& shown) {
+  if (p.empty()) return;
+  std::string line = fmt::format("       faultline: scenarios {}", fmt::join(p.scenarios, ", "));
+  if (p.more_scenarios > 0) line += fmt::format(" (+{} more)", p.more_scenarios);
+  for (size_t i = 0; i < p.matches.size(); ++i) {
+    const auto& m = p.matches[i];
+    const bool again = !shown.insert(m.signature).second;
+    line += fmt::format("{}line {} is fl-detect-logs signature '{}' ({}), printed as{}\n",
+                        i == 0 ? "; " : "         ", m.line, m.signature, reads_as(m),
+                        again ? " above" : "");
+    out += line;
+    line.clear();
+    if (again) continue;
+    if (m.pytorch == m.faultline) {
+      out += fmt::format("         (both dialects) {}\n", clip(m.faultline));
+    } else {
+      out += fmt::format("         (workload.fidelity: pytorch) {}\n", clip(m.pytorch));
+      out += fmt::format("         (faultline) {}\n", clip(m.faultline));
+    }
+  }
+}
+
 void format_candidates(std::string& out, const std::vector<Candidate>& cs,
                        const std::map<std::string, std::string>& names, size_t n) {
+  std::set<std::string> shown;  // events whose faultline lines are printed
   for (size_t i = 0; i < cs.size() && i < n; ++i) {
     const auto& c = cs[i];
     const auto it = names.find(c.id);
@@ -482,6 +516,7 @@ void format_candidates(std::string& out, const std::vector<Candidate>& cs,
     for (const auto& e : c.evidence) {
       out += fmt::format("       line {} [{}]: {}\n", e.line, e.signature, clip(e.text));
     }
+    format_faultline(out, c.faultline, shown);
   }
 }
 

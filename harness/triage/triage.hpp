@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/triage/dialect.hpp"
 #include "harness/triage/ranker.hpp"
 
 namespace fl::triage {
@@ -76,6 +77,9 @@ struct Candidate {
   double score = 0;
   std::vector<EvidenceLine> evidence;
   std::string basis;  // empty: the tables' signatures; else the tally the ranker filled it from
+  // A symptom faultline produces: its scenarios and the lines its runs print for the event
+  // (dialect::annotate fills it; empty otherwise, and for root causes).
+  dialect::Produced faultline = {};
 };
 struct EnvFact {
   std::string key, value;
@@ -113,7 +117,8 @@ struct Options {
 };
 
 Result triage(const Input& in, const Tables& t, const Options& o = {});
-// Human-readable report of `r` (what it read, ranked candidates, stage).
+// Human-readable report of `r` (what it read, ranked candidates with the lines faultline prints
+// for them when dialect::annotate ran, stage).
 std::string format_result(const Result& r, const Tables& t);
 
 }  // namespace fl::triage

@@ -169,7 +169,14 @@ TEST_F(ScenarioTest, AStandsForReferenceNamesAMechanismAndCitesNoThread) {
             "kind stands-for: kind, mechanism, symptom, root_cause, fix_pattern)");
   EXPECT_EQ(error_of("name: a\nreference: {kind: stands-for, mechanism: m, thread: x}\n"),
             "s.yaml:2:45: reference.thread: unknown key (allowed here: kind, issue, pr, url, "
-            "mechanism, symptom, root_cause, fix_pattern)");
+            "mechanism, symptom, root_cause, fix_pattern, needs)");
+  // reference.needs names keys with a value (stop 47: what a triage draft must keep).
+  EXPECT_EQ(error_of("name: a\nreference: {kind: stands-for, mechanism: m, needs: [topology]}\n"),
+            "s.yaml:2:53: reference.needs[0]: 'topology' is not a key the mechanism can need "
+            "(allowed: a key of the schema with a value, outside reference, e.g. topology.ranks)");
+  EXPECT_EQ(
+      error_of("name: a\nreference: {kind: stands-for, mechanism: m, needs: [topology.zero]}\n"),
+      "no error");
   EXPECT_EQ(error_of("name: a\nreference: {kind: stands-for}\n"),
             "s.yaml:2:19: reference.mechanism: required with kind stands-for (allowed: a "
             "sentence naming the mechanism the scenario builds)");

@@ -5,9 +5,12 @@
 #include "harness/triage/triage.hpp"
 #include "tests/triage/tables.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -102,6 +105,117 @@ TEST(TriageStage4Signatures, MegatronsIterationLogWithoutNanIterationsIsNoFailur
       "6.348289E+00 | loss scale: 131072.0 | grad norm: 2.961 | number of skipped iterations:   0 "
       "| number of nan iterations:   0 |\n");
   EXPECT_EQ(r.kind, Result::Kind::kNone);
+}
+
+// stage4_training_general.yaml (stop 47): rows for families of messages. On the tables before
+// them, each of these lines was read as another stage.
+TEST(TriageStage4Signatures, AnAttributeErrorOfTheEngineIsAStageFourRuntimeError) {
+  // DeepSpeedEngine.__getattr__'s message for a method the engine does not have.
+  const auto r =
+      run("AttributeError: 'DeepSpeedEngine' object has no attribute 'save_pretrained'\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.3");
+  EXPECT_TRUE(top_cites(r, "attribute-error-on-object", 1));
+}
+
+TEST(TriageStage4Signatures, AZeroThreeParameterAttributeErrorIsAStageFourRuntimeError) {
+  const auto r = run("[rank0]: AttributeError: 'Parameter' object has no attribute 'ds_id'\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.3");
+}
+
+TEST(TriageStage4Signatures, AWorkerEndedByASignalIsACommunicationErrorOrATermination) {
+  // torch.distributed.elastic's line for a worker killed by SIGILL (no row of its own).
+  const auto r =
+      run("torch.distributed.elastic.multiprocessing.api:failed (exitcode: -4) local_rank: 0 (pid: "
+          "1234) of binary: /usr/bin/python\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  ASSERT_GE(r.symptoms.size(), 2u);
+  const std::string first_two = r.symptoms[0].id + " " + r.symptoms[1].id;
+  EXPECT_NE(first_two.find("4.7"), std::string::npos) << first_two;
+  EXPECT_NE(first_two.find("4.8"), std::string::npos) << first_two;
+  EXPECT_TRUE(top_cites(r, "rank-died-on-a-signal", 1));
+}
+
+// The ranker with cues.yaml and priors.yaml of its own (the project's signature tables) on `text`.
+Result with_ranker(const std::string& cues, const std::string& priors, const std::string& text) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "fl_triage_stage4_ranker_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "cues.yaml") << cues;
+  std::ofstream(dir / "priors.yaml") << priors;
+  const Tables t = load_tables(default_signature_dir(), default_taxonomy_path(), dir.string());
+  fs::remove_all(dir);
+  return triage(Input{text, false, text.size()}, t);
+}
+
+// The stage prior (stage_prior_weight): with two stage-1 words against one stage-4 word, the
+// words alone infer stage 1; weighted by how many more tune failures stage 4 has (30 against 2),
+// the prior infers stage 4.
+int inferred_stage(double prior_weight) {
+  const Result r = with_ranker(
+      fmt::format("settings:\n  stage_prior_weight: {}\nfailure: [fails]\ncontext: [deepspeed]\n"
+                  "stages: {{1: [import, build], 4: [step]}}\n",
+                  prior_weight),
+      "issues: 32\nstage_symptoms:\n  \"1\": {\"1.1\": 2}\n  \"4\": {\"4.2\": 30}\n",
+      "deepspeed: after the import and the build, the step fails\n");
+  return r.kind == Result::Kind::kFound ? r.stage : 0;
+}
+
+TEST(TriageRankerStagePrior, TheWordsAloneInferTheStageWithMoreWords) {
+  EXPECT_EQ(inferred_stage(0.0), 1);
+}
+
+TEST(TriageRankerStagePrior, ThePriorLeansTheInferredStageToTheLargerStage) {
+  EXPECT_EQ(inferred_stage(1.0), 4);
+}
+
+// symptom_words: a word of 4.4 in the text puts 4.4 before the stage's most common symptom, with
+// the word's line as its evidence.
+Result filled(double word_weight) {
+  return with_ranker(fmt::format("settings:\n  symptom_word_weight: {}\nfailure: [fails]\n"
+                                 "context: [deepspeed]\nstages: {{4: [step]}}\n"
+                                 "symptom_words: {{\"4.4\": [wobbl]}}\n",
+                                 word_weight),
+                     "issues: 12\nstage_symptoms:\n  \"4\": {\"4.11\": 10, \"4.4\": 2}\n",
+                     "deepspeed train.py\nevery step wobbles and then the run fails\n");
+}
+
+TEST(TriageRankerSymptomWords, AStagesCommonSymptomComesFirstWithoutItsWords) {
+  const Result r = filled(0.0);
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "4.11");
+}
+
+TEST(TriageRankerSymptomWords, ASymptomsWordRanksItFirstWithTheLineItIsOn) {
+  const Result r = filled(1.0);
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  ASSERT_EQ(r.symptoms.at(0).id, "4.4");
+  EXPECT_EQ(r.symptoms[0].basis.rfind("its words", 0), 0u) << r.symptoms[0].basis;
+  ASSERT_FALSE(r.symptoms[0].evidence.empty());
+  EXPECT_EQ(r.symptoms[0].evidence[0].line, 2u);
+  EXPECT_EQ(r.symptoms[0].evidence[0].signature, "4.4 word 'wobbl'");
+}
+
+// priors.yaml's learned stage words are whole tokens: "mode" (learned for stage 1) does not count
+// inside "model", so the stage-4 word decides.
+TEST(TriageRankerLearnedWords, ALearnedWordCountsOnlyAsAWholeWord) {
+  const std::string cues =
+      "failure: [fails]\ncontext: [deepspeed]\nstages: {1: [import], 4: [step]}\n";
+  const std::string priors =
+      "issues: 12\nstage_symptoms:\n  \"1\": {\"1.1\": 6}\n  \"4\": {\"4.2\": 6}\n"
+      "stage_words:\n  \"mode\": {\"1\": 2.0}\n";
+  const Result inside = with_ranker(cues, priors, "deepspeed: the model step fails\n");
+  ASSERT_EQ(inside.kind, Result::Kind::kFound);
+  EXPECT_EQ(inside.stage, 4);
+  const Result whole = with_ranker(cues, priors, "deepspeed: in this mode the step fails\n");
+  ASSERT_EQ(whole.kind, Result::Kind::kFound);
+  EXPECT_EQ(whole.stage, 1);
 }
 
 TEST(TriageStage5Signatures, InferenceHeadsNotDivisibleByTheWorldIsAnExecutionFailure) {

@@ -1,8 +1,10 @@
 // faultline triage: signature tables load strictly, the environment extractor reads real report
 // excerpts, and bad input (empty, binary, off-topic, huge) gets a clear answer.
 #include "harness/triage/triage.hpp"
+#include "harness/triage/eval.hpp"
 #include "tests/triage/tables.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -315,7 +317,8 @@ TEST(TriageRanker, AnUnknownSettingNamesFileLineColumnAndTheAllowedKeys) {
   EXPECT_EQ(err, dir.string() +
                      "/cues.yaml:2:3: settings: unknown key 'fill' (allowed: answer_context_only, "
                      "co_weight, error_text_is_failure, fill_to, learned_stage_weight, "
-                     "min_share, root_cause_table_weight, study_weight, table_stage_weight)");
+                     "min_share, root_cause_table_weight, stage_prior_weight, study_weight, "
+                     "symptom_word_weight, table_stage_weight)");
 }
 
 TEST(TriageBadInput, EmptyInputSaysNoSignatureFound) {
@@ -374,6 +377,41 @@ TEST(TriageBadInput, AFiftyMegabyteLogCompletesAndIsReadFromItsTail) {
   EXPECT_TRUE(input.truncated);
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.symptoms.at(0).id, "4.2");
+}
+
+// The eval's per-stage counts follow each issue's labelled stage, and every share carries its
+// Wilson 95% interval (1 of 2 right: 50.0% [9-91]).
+TEST(TriageEval, CountsPerLabelledStageAndGivesIntervals) {
+  const fs::path dir = fs::temp_directory_path() / "fl_triage_test_eval";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string corpus = (dir / "c.jsonl").string();
+  auto issue = [](const std::string& id, const std::string& line, const std::string& symptom,
+                  const std::string& cause, int stage) {
+    return fmt::format(R"({{"id": "{}", "split": "tune", "error_lines": ["{}"], "env_lines": [], )"
+                       R"("symptoms": ["{}"], "root_cause": "{}", "stage": {}}})"
+                       "\n",
+                       id, line, symptom, cause, stage);
+  };
+  std::ofstream(corpus) << issue("a#1", "RuntimeError: Address already in use", "2.1",
+                                 "Flawed launcher and environment configuration", 2)
+                        << issue("a#2", "RuntimeError: Address already in use", "2.2",
+                                 "Flawed launcher and environment configuration", 2)
+                        << issue("a#3", "Typo in the README: 'recieve' should be 'receive'.",
+                                 "none", "none", 0);
+  EvalOptions o;
+  o.corpus = corpus;
+  std::string table;
+  const EvalCounts c = evaluate(tables(), o, &table);
+  EXPECT_EQ(c.by_stage[2].issues, 2);
+  EXPECT_EQ(c.by_stage[2].top1, 1);  // the port conflict is 2.1, not 2.2
+  EXPECT_EQ(c.by_stage[2].stage, 2);
+  EXPECT_EQ(c.by_stage[0].issues, 1);
+  EXPECT_EQ(c.by_stage[0].top1, 1);  // declined
+  EXPECT_EQ(c.by_stage[0].none, 1);
+  EXPECT_EQ(c.by_stage[4].issues, 0);
+  EXPECT_NE(table.find("| top-1 symptom | 66.7% (2/3) [21-94] |"), std::string::npos) << table;
+  fs::remove_all(dir);
 }
 
 }  // namespace

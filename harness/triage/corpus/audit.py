@@ -11,11 +11,18 @@ two labellers agree, split by the corpus split, and lists every disagreement.
 The agreement numbers are measurements, not assertions: the exit status is 0 when every
 audit line is valid and 1 otherwise (each problem printed as FILE:LINE: message).
 
+A lines-only labelling (--audit audit_lines.jsonl: labels written from each issue's stored
+error and environment lines alone, the input triage sees) adds `confidence` and `mode`; its
+symptoms are up to three ids in order of belief, and the table then also counts how often the
+corpus primary is among them (the analogue of triage's top 3) and splits by confidence.
+Every share is printed with its Wilson 95% interval.
+
 Usage: audit.py [--audit FILE] [--corpus FILE] [--taxonomy FILE] [--quiet]
 """
 import argparse
 import collections
 import json
+import math
 import pathlib
 import sys
 
@@ -24,6 +31,13 @@ sys.path.insert(0, str(HERE))
 import check_corpus  # noqa: E402  (the corpus checker's validation is reused, not copied)
 
 AUDIT_KEYS = ["id", "stage", "symptoms", "root_cause", "fix_pattern", "note"]
+# A lines-only labelling (audit_lines.jsonl) adds how sure the labeller was and the mode; its
+# symptoms are up to three ids in order of belief (the first in the labelled stage, the others
+# any catalogue id), the human analogue of triage's top 3.
+LINES_MODE = "lines-only"
+LINES_KEYS = AUDIT_KEYS + ["confidence", "mode"]
+CONFIDENCE = ["high", "medium", "low"]
+MAX_BELIEFS = 3
 SPLITS = ["tune", "test", "all"]
 # A note that starts with this marks an issue whose thread the search tool did not return,
 # so the second labeller saw only its stored lines (the first labeller saw an excerpt).
@@ -39,14 +53,39 @@ def load_jsonl(path):
     return rows
 
 
+def lines_only(rec):
+    return rec.get("mode") == LINES_MODE
+
+
+def belief_problems(rec, taxonomy):
+    """Problems of a lines-only record's extra keys and of its alternative symptoms."""
+    problems = []
+    if rec["confidence"] not in CONFIDENCE:
+        problems.append(f"'confidence' {rec['confidence']!r} must be one of {CONFIDENCE}")
+    syms = rec["symptoms"]
+    if not isinstance(syms, list) or not 1 <= len(syms) <= MAX_BELIEFS:
+        return problems + [f"'symptoms' must list 1 to {MAX_BELIEFS} ids in order of belief"]
+    known = set().union(*taxonomy[0].values())
+    for s in syms[1:]:
+        if s not in known:
+            problems.append(f"alternative symptom {s!r} is not a catalogue symptom id")
+    if len(set(map(str, syms))) != len(syms):
+        problems.append(f"'symptoms' {syms} repeats an id")
+    return problems
+
+
 def audit_problems(rec, corpus, taxonomy):
     """Problems of one audit line: its keys, its id, and its labels checked by
-    check_corpus.check_record on the corpus line with the labels replaced."""
+    check_corpus.check_record on the corpus line with the labels replaced. In a lines-only
+    record only the first symptom must belong to the stage; the others are alternatives."""
     if not isinstance(rec, dict):
         return ["an audit line must be a JSON object"]
     keys = sorted(rec)
-    if keys != sorted(AUDIT_KEYS):
-        return [f"keys are {keys}; expected exactly {AUDIT_KEYS}"]
+    expected = LINES_KEYS if "mode" in rec else AUDIT_KEYS
+    if keys != sorted(expected):
+        return [f"keys are {keys}; expected exactly {expected}"]
+    if "mode" in rec and rec["mode"] != LINES_MODE:
+        return [f"'mode' {rec['mode']!r} must be {LINES_MODE!r}"]
     if rec["id"] not in corpus:
         return [f"'id' {rec['id']!r} is not in the corpus"]
     note = rec["note"]
@@ -56,6 +95,11 @@ def audit_problems(rec, corpus, taxonomy):
     merged = dict(corpus[rec["id"]])
     merged.update({k: rec[k] for k in ("stage", "symptoms", "root_cause", "fix_pattern")})
     merged["fix"] = None if rec["fix_pattern"] is None else "(audit)"
+    if lines_only(rec):
+        problems += belief_problems(rec, taxonomy)
+        if problems:
+            return problems
+        merged["symptoms"] = rec["symptoms"][:1]
     return problems + check_corpus.check_record(merged, taxonomy)
 
 
@@ -83,6 +127,15 @@ def measures(pairs):
     out["either primary in other's list"] = (
         sum(a["symptoms"][0] in c["symptoms"] or c["symptoms"][0] in a["symptoms"]
             for a, c in pairs), n)
+    # triage's own rules: top-1 is right when its first symptom is one of the corpus symptoms,
+    # top-3 when one of its first three is.
+    out["audit primary in corpus list (top-1 rule)"] = (
+        sum(a["symptoms"][0] in c["symptoms"] for a, c in pairs), n)
+    if pairs and all(lines_only(a) for a, _ in pairs):
+        out["corpus primary in audit's first 3"] = (
+            sum(c["symptoms"][0] in a["symptoms"][:MAX_BELIEFS] for a, c in pairs), n)
+        out["any of audit's 3 in corpus list (top-3 rule)"] = (
+            sum(any(s in c["symptoms"] for s in a["symptoms"][:MAX_BELIEFS]) for a, c in pairs), n)
     out["root cause"] = (sum(a["root_cause"] == c["root_cause"] for a, c in pairs), n)
     out["root cause, same stage only"] = (
         sum(a["root_cause"] == c["root_cause"] for a, c in same_stage), len(same_stage))
@@ -96,21 +149,40 @@ def measures(pairs):
     return out
 
 
-def cell(value):
+def wilson(hit, n, z=1.96):
+    """Wilson score interval (95% by default) of hit successes in n trials, as fractions."""
+    if n == 0:
+        return 0.0, 1.0
+    p = hit / n
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    denom = 1 + z * z / n
+    return max(0.0, (centre - half) / denom), min(1.0, (centre + half) / denom)
+
+
+def cell(value, interval=False):
     if value is None:
         return "n/a"
     if isinstance(value, float):
         return f"{value:.2f}"
     hit, n = value
-    return f"{hit}/{n} ({100 * hit / n:.0f}%)" if n else "0/0"
+    if not n:
+        return "0/0"
+    text = f"{hit}/{n} ({100 * hit / n:.0f}%)"
+    if interval:
+        lo, hi = wilson(hit, n)
+        text += f" [{100 * lo:.0f}-{100 * hi:.0f}]"
+    return text
 
 
-def print_table(columns):
+def print_table(columns, interval=False):
     names = list(next(iter(columns.values())))
     width = max(len(s) for s in names) + 2
-    print("measure".ljust(width) + "".join(c.rjust(14) for c in columns))
+    colw = 24 if interval else 14
+    print("measure".ljust(width) + "".join(c.rjust(colw) for c in columns))
     for name in names:
-        print(name.ljust(width) + "".join(cell(m[name]).rjust(14) for m in columns.values()))
+        print(name.ljust(width)
+              + "".join(cell(m[name], interval).rjust(colw) for m in columns.values()))
 
 
 def evidence(rec):
@@ -122,6 +194,33 @@ def label(rec):
     return f"stage {rec['stage']} {','.join(rec['symptoms'])} | {rec['root_cause']} | {fix}"
 
 
+def kind(a, c):
+    """The kind of one disagreement, coarsest first; None when stage, primary symptom and
+    root cause all agree."""
+    if a["stage"] != c["stage"]:
+        if a["stage"] == 0:
+            return "stage: audit saw no failure, corpus has one"
+        if c["stage"] == 0:
+            return "stage: corpus has no failure, audit saw one"
+        return "stage: both failures, different stages"
+    if a["symptoms"][0] != c["symptoms"][0]:
+        if lines_only(a) and c["symptoms"][0] in a["symptoms"]:
+            return "primary symptom, same stage (corpus primary among audit's 3)"
+        return "primary symptom, same stage"
+    if a["root_cause"] != c["root_cause"]:
+        return "root cause only"
+    return None
+
+
+def print_kinds(pairs):
+    counts = collections.Counter(kind(a, c) for a, c in pairs)
+    total = sum(n for k, n in counts.items() if k is not None)
+    print(f"\nKinds of disagreement ({total} of {len(pairs)} differ in stage, primary or root cause):")
+    for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0]))):
+        if k is not None:
+            print(f"  {n:3d}  {k}")
+
+
 def print_disagreements(pairs):
     print("\nDisagreements (audit first, corpus second; '*' marks the fields that differ):")
     for a, c in pairs:
@@ -129,7 +228,8 @@ def print_disagreements(pairs):
                 if (a["symptoms"][0] != c["symptoms"][0] if k == "primary" else a[k] != c[k])]
         if not diff:
             continue
-        print(f"{a['id']} [{c['split']}] *{','.join(diff)}")
+        sure = f" ({a['confidence']})" if lines_only(a) else ""
+        print(f"{a['id']} [{c['split']}] *{','.join(diff)}{sure}")
         print(f"    audit : {label(a)}")
         print(f"    corpus: {label(c)}")
 
@@ -163,9 +263,24 @@ def main(argv=None):
     pairs = [(a, corpus[a["id"]]) for a in audit]
     by_split = {s: measures([p for p in pairs if s == "all" or p[1]["split"] == s]) for s in SPLITS}
     print(f"Second labelling: {len(pairs)} issues ({args.audit.name} against {args.corpus.name})\n")
-    print_table(by_split)
-    print(f"\nBy what the second labeller saw ('{LINES_ONLY}' notes = stored lines only):\n")
-    print_table({e: measures([p for p in pairs if evidence(p[0]) == e]) for e in EVIDENCE})
+    print_table(by_split, interval=True)
+    print("\n[lo-hi]: Wilson 95% interval, in percent.")
+    if all(lines_only(a) for a, _ in pairs):
+        print("\nBy the labeller's confidence (labelled from the stored lines only):\n")
+        print_table({f"{k} ({sum(a['confidence'] == k for a, _ in pairs)})":
+                     measures([p for p in pairs if p[0]["confidence"] == k])
+                     for k in CONFIDENCE if any(a["confidence"] == k for a, _ in pairs)},
+                    interval=True)
+        shown = {"lines show a failure": [p for p in pairs if p[0]["stage"] != 0],
+                 "lines show none": [p for p in pairs if p[0]["stage"] == 0]}
+        print("\nBy whether the labeller saw a failure in the lines (audit stage 0 = none):\n")
+        print_table({f"{k} ({len(v)})": measures(v) for k, v in shown.items() if v},
+                    interval=True)
+    else:
+        print(f"\nBy what the second labeller saw ('{LINES_ONLY}' notes = stored lines only):\n")
+        print_table({e: measures([p for p in pairs if evidence(p[0]) == e]) for e in EVIDENCE},
+                    interval=True)
+    print_kinds(pairs)
     print_disagreements(pairs)
     return 0
 

@@ -1,0 +1,301 @@
+// faultline triage's catalogue dialect and --json: the copies in harness/triage/dialect.cpp are
+// the detector's table and what a failing worker prints (checked against the real code, so they
+// cannot drift); a report names, under each candidate faultline produces, the fl-detect-logs
+// signature of its evidence and the lines faultline's runs print for it; --json round-trips.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "base/error.hpp"
+#include "harness/detectors/logs_signatures.hpp"
+#include "harness/triage/dialect.hpp"
+#include "harness/triage/draft.hpp"
+#include "harness/triage/report_json.hpp"
+#include "harness/triage/triage.hpp"
+#include "injector/site.hpp"
+#include "kernels/loss_scaler.hpp"
+#include "kernels/memory.hpp"
+#include "kernels/plugin.hpp"
+#include "tests/triage/tables.hpp"
+#include "workloads/comm/errors.hpp"
+#include "workloads/comm/log_dialect.hpp"
+#include "workloads/comm/worker_errors.hpp"
+#include "workloads/rendezvous/store_client.hpp"
+#include "workloads/rendezvous/store_server.hpp"
+#include "workloads/rendezvous/world_check.hpp"
+
+namespace fl::triage {
+namespace {
+
+using test::tables;
+
+std::string str(const char* s) {
+  return s ? s : "";
+}
+
+TEST(TriageDialect, TheLogsSignatureCopyIsTheDetectorsTable) {
+  const auto& real = detect::logs::signatures();
+  const auto& copy = dialect::logs_signatures();
+  ASSERT_EQ(copy.size(), real.size());
+  for (size_t i = 0; i < real.size(); ++i) {
+    EXPECT_EQ(str(copy[i].name), str(real[i].name)) << i;
+    EXPECT_EQ(str(copy[i].pattern), str(real[i].pattern)) << real[i].name;
+    EXPECT_EQ(str(copy[i].train), str(real[i].train)) << real[i].name;
+    EXPECT_EQ(str(copy[i].serve), str(real[i].serve)) << real[i].name;
+    EXPECT_EQ(str(copy[i].train_before_first_step), str(real[i].train_before_first_step))
+        << real[i].name;
+  }
+}
+
+// The exception the workloads raise for each example's event, with the example's message.
+std::function<int()> thrower(const dialect::Example& e) {
+  const std::string sig = e.signature, msg = e.message;
+  return [sig, msg]() -> int {
+    if (sig == "comm timeout")
+      throw comm::CommTimeoutError(msg, "/tmp/faultline",
+                                   {202, "ALLREDUCE", 1536, 1536, 2000, 2003});
+    if (sig == "oom") throw OutOfMemoryError(msg, 20u << 20, 100u << 20, 110u << 20);
+    if (sig == "address in use") throw rdzv::BindError(msg);
+    if (sig == "store unreachable") throw rdzv::StoreError(rdzv::StoreErrorKind::kRefused, msg);
+    if (sig == "rank missing")
+      throw rdzv::WorldCheckError(rdzv::WorldCheckFailure::kMissingRanks, msg);
+    if (sig == "loss scale") throw LossScaleError(msg);
+    if (sig == "size mismatch") throw CheckpointError(msg);
+    if (sig == "build failed" || sig == "import failed" || sig == "no kernel image")
+      throw ops::PluginError(msg);
+    throw std::logic_error("dialect_test has no exception for example '" + sig + "'");
+  };
+}
+
+// What a failing worker prints to stderr in `fidelity`, a NCCL WARN line's HOST:PID:TID masked.
+std::string printed(const dialect::Example& e, const char* fidelity) {
+  comm::kLogFidelity.set(fidelity);
+  fault::set_rank(0);
+  testing::internal::CaptureStderr();
+  comm::run_worker_main(thrower(e));
+  std::string err = testing::internal::GetCapturedStderr();
+  comm::kLogFidelity.reset();
+  static const std::regex host(R"((^|\n)\S+:[0-9]+:[0-9]+ (\[[0-9]+\] \S+ NCCL WARN))");
+  return std::regex_replace(err, host, "$1HOST:PID:TID $2");
+}
+
+TEST(TriageDialect, EveryExampleIsWhatAFailingWorkerPrintsInBothDialects) {
+  ASSERT_GE(dialect::examples().size(), 8u);
+  for (const auto& e : dialect::examples()) {
+    EXPECT_EQ(printed(e, "faultline"), dialect::faultline_line(e) + "\n") << e.signature;
+    std::string want;
+    for (const char* l : e.pytorch) want += std::string(l) + "\n";
+    if (e.pytorch.empty()) want = dialect::faultline_line(e) + "\n";
+    EXPECT_EQ(printed(e, "pytorch"), want) << e.signature;
+  }
+}
+
+TEST(TriageDialect, EveryExampleIsReadByItsLogsSignatureInBothDialects) {
+  for (const auto& e : dialect::examples()) {
+    const auto* s = detect::logs::classify(dialect::faultline_line(e));
+    ASSERT_NE(s, nullptr) << dialect::faultline_line(e);
+    EXPECT_STREQ(s->name, e.signature) << dialect::faultline_line(e);
+    bool read = e.pytorch.empty();
+    for (const char* l : e.pytorch) {
+      const auto* p = detect::logs::classify(l);
+      read = read || (p && std::string(p->name) == e.signature);
+    }
+    EXPECT_TRUE(read) << e.signature << ": no pytorch line is read by it";
+  }
+}
+
+// The examples' messages are the workloads' own wording: the allocator's OOM sentence and the
+// loss scaler's exception text, produced by the real code.
+TEST(TriageDialect, ExampleMessagesAreTheWorkloadsOwnSentences) {
+  const auto find = [](const std::string& sig) {
+    for (const auto& e : dialect::examples())
+      if (sig == e.signature) return std::string(e.message);
+    return std::string();
+  };
+  MemoryAccountant acct(110u << 20, 0, Device::cuda(0));
+  acct.reserve(100u << 20, "w");
+  try {
+    acct.reserve(20u << 20, "act.h");
+    ADD_FAILURE() << "no OOM";
+  } catch (const OutOfMemoryError& oom) {
+    EXPECT_EQ(find("oom"), oom.what());
+  }
+  EXPECT_EQ(find("loss scale").rfind(kLossScaleAtMinimum, 0), 0u);
+}
+
+Result annotated(const std::string& text) {
+  std::istringstream in(text);
+  auto r = triage(read_input(in, 16u << 20), tables());
+  static const auto refs = dialect::load_scenario_refs(default_scenario_dirs());
+  dialect::annotate(r, refs);
+  return r;
+}
+
+// The first candidate faultline produces, for a line of a real report's shape.
+const Candidate* produced(const Result& r) {
+  for (const auto& c : r.symptoms)
+    if (!c.faultline.empty()) return &c;
+  return nullptr;
+}
+
+struct Case {
+  const char* text;
+  const char* signature;
+  const char* symptom;  // the candidate that carries it
+};
+
+TEST(TriageDialect, RealErrorLinesGetTheirLogsSignatureAndFaultlinesLines) {
+  const Case cases[] = {
+      {"[rank3]:[E ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation "
+       "timeout: WorkNCCL(SeqNum=5117, OpType=_ALLGATHER_BASE, NumelIn=4194304, "
+       "NumelOut=33554432, Timeout(ms)=1800000) ran for 1800412 milliseconds before timing out.",
+       "comm timeout", "4.11"},
+      {"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total "
+       "capacity of 79.15 GiB of which 1.05 GiB is free.",
+       "oom", "4.2"},
+      {"RuntimeError: The server socket has failed to listen on any local network address. The "
+       "server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
+       "address in use", "2.1"},
+      {"RuntimeError: Error building extension 'fused_adam'", "build failed", "1.1"},
+  };
+  for (const auto& c : cases) {
+    const auto r = annotated(std::string("deepspeed --num_gpus 8 train.py\n") + c.text + "\n");
+    ASSERT_EQ(r.kind, Result::Kind::kFound) << c.text;
+    const Candidate* got = produced(r);
+    ASSERT_NE(got, nullptr) << c.text;
+    EXPECT_EQ(got->id, c.symptom) << c.text;
+    ASSERT_FALSE(got->faultline.matches.empty());
+    const auto& m = got->faultline.matches.front();
+    EXPECT_EQ(m.signature, c.signature) << c.text;
+    EXPECT_EQ(m.line, 2u);
+    // The real detector reads the issue's line and both of faultline's lines alike.
+    for (const std::string& l : {std::string(c.text), m.faultline, m.pytorch}) {
+      const auto* s = detect::logs::classify(l);
+      ASSERT_NE(s, nullptr) << l;
+      EXPECT_EQ(s->name, m.signature) << l;
+    }
+    EXPECT_NE(m.pytorch, m.faultline) << c.text;
+    EXPECT_FALSE(got->faultline.scenarios.empty());
+    EXPECT_LE(got->faultline.scenarios.size(), 3u);
+    const std::string report = format_result(r, tables());
+    EXPECT_NE(report.find("       faultline: scenarios "), std::string::npos) << report;
+    EXPECT_NE(report.find("is fl-detect-logs signature '" + m.signature + "'"), std::string::npos)
+        << report;
+    EXPECT_NE(report.find("         (workload.fidelity: pytorch) "), std::string::npos) << report;
+  }
+}
+
+TEST(TriageDialect, TheWatchdogCandidatesNameTheScenariosThatExpectThem) {
+  const auto r = annotated(
+      "[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
+      "timeout: WorkNCCL(SeqNum=88, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, "
+      "Timeout(ms)=600000) ran for 600031 milliseconds before timing out.\n");
+  for (const auto& c : r.symptoms) {
+    if (c.id != "4.7") continue;
+    ASSERT_FALSE(c.faultline.empty());
+    const auto& s = c.faultline.scenarios;
+    EXPECT_NE(std::find(s.begin(), s.end(), "4.7-link-cut-mid-run"), s.end());
+    return;
+  }
+  FAIL() << "no 4.7 candidate";
+}
+
+TEST(TriageDialect, ACandidateWhoseTextFaultlineDoesNotPrintGetsNoFaultlineLine) {
+  // A CUDA illegal memory access: no fl-detect-logs signature reads it, no worker prints it.
+  const auto r = annotated(
+      "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+      "CUDA kernel errors might be asynchronously reported at some other API call\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  for (const auto& c : r.symptoms) EXPECT_TRUE(c.faultline.empty()) << c.id;
+  EXPECT_EQ(format_result(r, tables()).find("faultline:"), std::string::npos);
+}
+
+nlohmann::json json_of(const std::string& text, Input* keep = nullptr) {
+  std::istringstream in(text);
+  const Input input = read_input(in, 16u << 20);
+  auto r = triage(input, tables());
+  dialect::annotate(r, dialect::load_scenario_refs(default_scenario_dirs()));
+  if (keep) *keep = input;
+  // Printed and parsed again, as a consumer of `--json` reads it.
+  return nlohmann::json::parse(result_json(r, tables(), input, "issue.txt").dump(2));
+}
+
+TEST(TriageJson, TheReportRoundTripsItsKeyFields) {
+  const auto j = json_of(
+      "deepspeed --num_gpus 4 train.py --deepspeed ds_config.json\n"
+      "[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation "
+      "timeout: WorkNCCL(SeqNum=88, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, "
+      "Timeout(ms)=600000) ran for 600031 milliseconds before timing out.\n");
+  EXPECT_EQ(j.at("answer"), "found");
+  EXPECT_EQ(j.at("exit_status"), 0);
+  EXPECT_EQ(j.at("input").at("lines"), 2);
+  bool launcher = false;
+  for (const auto& f : j.at("read")) {
+    if (f.at("key") == "launcher") {
+      launcher = true;
+      EXPECT_EQ(f.at("value"), "deepspeed");
+      EXPECT_EQ(f.at("line"), 1);
+    }
+  }
+  EXPECT_TRUE(launcher) << j.dump(2);
+  EXPECT_EQ(j.at("stage").at("id"), 4);
+  EXPECT_EQ(j.at("confidence"), "strong");
+  const auto& top = j.at("symptoms").at(0);
+  EXPECT_EQ(top.at("id"), "4.11");
+  EXPECT_EQ(top.at("name"), tables().taxonomy.symptom_name.at("4.11"));
+  EXPECT_GT(top.at("score").get<double>(), 1.0);
+  EXPECT_EQ(top.at("evidence").at(0).at("line"), 2);
+  EXPECT_EQ(top.at("evidence").at(0).at("signature"), "c10d-watchdog-timeout");
+  const auto& ev = top.at("faultline").at("events").at(0);
+  EXPECT_EQ(ev.at("logs_signature"), "comm timeout");
+  EXPECT_EQ(ev.at("symptom_training"), "4.7");
+  EXPECT_EQ(ev.at("evidence_line"), 2);
+  EXPECT_NE(ev.at("pytorch_line").get<std::string>().find("Watchdog caught"), std::string::npos);
+  EXPECT_NE(ev.at("faultline_line").get<std::string>().find("comm timeout: "), std::string::npos);
+  EXPECT_FALSE(j.at("root_causes").empty());
+  EXPECT_FALSE(j.contains("error"));
+}
+
+TEST(TriageJson, TheDraftAndWhatItCouldNotExpressAreMembers) {
+  Draft d;
+  d.made = true;
+  d.yaml = "name: x\n";
+  d.base = "scenarios/symptoms/4.11-uneven-batches-hang.yaml";
+  d.symptom = "4.11";
+  d.root_cause = "R4.6";
+  d.unexpressed.push_back({"setting", "launcher torchrun: faultline has no such launcher"});
+  const auto j = nlohmann::json::parse(draft_json(d).dump());
+  EXPECT_EQ(j.at("draft").at("yaml"), "name: x\n");
+  EXPECT_EQ(j.at("draft").at("base"), d.base);
+  EXPECT_EQ(j.at("could_not_express").at(0).at("kind"), "setting");
+}
+
+TEST(TriageJson, BadInputGivesAnErrorMemberAndTheSameExitStatus) {
+  const auto empty = json_of(" \n\n");
+  EXPECT_EQ(empty.at("error"), "the input is empty");
+  EXPECT_EQ(empty.at("exit_status"), 1);
+  std::string bin =
+      "\x7f"
+      "ELF";
+  bin += std::string(64, '\0');
+  const auto binary = json_of(bin);
+  EXPECT_NE(binary.at("error").get<std::string>().find("the input is binary"), std::string::npos);
+  EXPECT_EQ(binary.at("exit_status"), 2);
+  EXPECT_FALSE(binary.contains("symptoms"));
+  const auto none = json_of("Fix a typo in the README.\n");
+  EXPECT_EQ(none.at("answer"), "none");
+  EXPECT_EQ(none.at("exit_status"), 1);
+  EXPECT_EQ(error_json("x: cannot open", 2).at("error"), "x: cannot open");
+}
+
+}  // namespace
+}  // namespace fl::triage
