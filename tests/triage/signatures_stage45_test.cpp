@@ -267,5 +267,62 @@ TEST(TriageStage5Signatures, AHangStatedWithGenerationIsAnInferenceFailure) {
   EXPECT_EQ(inference.symptoms.at(0).id, "5.1");
 }
 
+// Stop 47 (stage 5): settings alone, DeepSpeed's inference checkpoint loading, and the engine's
+// and MII's refusals, each as the framework prints or documents it.
+
+// The inference tutorial's init_inference call with kernel injection and no error text: the
+// report is about what the fused kernels output (5.3), not an execution failure (5.1).
+TEST(TriageStage5Signatures, KernelInjectionSettingsAloneAreAboutTheOutput) {
+  const auto r =
+      run("model = deepspeed.init_inference(model, mp_size=2, dtype=torch.half, "
+          "replace_with_kernel_inject=True)\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 5);
+  EXPECT_EQ(r.symptoms.at(0).id, "5.3");
+  EXPECT_TRUE(top_cites(r, "kernel-inject", 1));
+  EXPECT_EQ(r.root_causes.at(0).id, "R5.2");
+}
+
+// DeepSpeed's SDLoader (runtime/state_dict_factory.py) merging model-parallel shards for
+// init_inference, and module injection refusing meta tensors: loading for inference (5.5), not
+// the data-preparation loading failure (3.1) the stage-3 meta-tensor row names.
+TEST(TriageStage5Signatures, InferenceCheckpointLoadingIsAModelLoadingIssue) {
+  const auto merge = run("AssertionError: Invalid checkpoints and world size for sd merge\n");
+  ASSERT_EQ(merge.kind, Result::Kind::kFound);
+  EXPECT_EQ(merge.symptoms.at(0).id, "5.5");
+  EXPECT_EQ(merge.root_causes.at(0).id, "R5.6");
+  EXPECT_TRUE(top_cites(merge, "ds-sd-loader-world-size", 1));
+  const auto meta =
+      run("AssertionError: Meta tensors are not supported for this model currently.\n");
+  ASSERT_EQ(meta.kind, Result::Kind::kFound);
+  EXPECT_EQ(meta.stage, 5);
+  EXPECT_EQ(meta.symptoms.at(0).id, "5.5");
+  EXPECT_TRUE(top_cites(meta, "ds-meta-tensor-unsupported", 1));
+}
+
+// DeepSpeed-MII's deployment check: replicas x tensor parallel must fit the GPUs.
+TEST(TriageStage5Signatures, MiiReplicasThatDoNotFitAreAnExecutionFailure) {
+  const auto r = run("ValueError: Only able to place 0 replicas, but 2 replicas were requested.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "5.1");
+  EXPECT_EQ(r.root_causes.at(0).id, "R5.1");
+  EXPECT_TRUE(top_cites(r, "mii-replica-placement", 1));
+}
+
+// A Python exception that names the inference engine on its own line is an inference execution
+// failure; a path that merely holds "inference" (a JIT build's source file) is not.
+TEST(TriageStage5Signatures, AnExceptionNamingTheInferenceEngineIsAnExecutionFailure) {
+  const auto r = run("AttributeError: 'InferenceEngine' object has no attribute 'generate'\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 5);
+  EXPECT_EQ(r.symptoms.at(0).id, "5.1");
+  EXPECT_TRUE(top_cites(r, "inference-exception-same-line", 1));
+  const auto path =
+      run("FileNotFoundError: [Errno 2] No such file or directory: '/opt/conda/lib/python3.10/"
+          "site-packages/colossalai/kernel/extensions/pybind/inference/inference.cpp'\n");
+  EXPECT_FALSE(!path.symptoms.empty() &&
+               cites(path.symptoms.front(), "inference-exception-same-line", 1));
+}
+
 }  // namespace
 }  // namespace fl::triage

@@ -128,5 +128,24 @@ TEST(TriageStage2Signatures, AWatchdogTimeoutOnTheFirstCollectiveIsASetupTimeout
   EXPECT_EQ(top_of(later, "c10d-watchdog-timeout").symptom, "4.11");
 }
 
+// Stop 47: Megatron-LM's indexed dataset named in its own loading log (megatron/core/datasets/
+// indexed_dataset.py prints "Load the _IndexReader from <prefix>.idx") before an error that names
+// no stage: the report is about the data the run reads (3.1).
+TEST(TriageStage3Signatures, MegatronsIndexedDatasetLogPointsAtDataLoading) {
+  const auto r =
+      run("INFO:megatron.core.datasets.indexed_dataset:Load the _IndexReader from "
+          "/data/gpt2_text_document.idx\n"
+          "AttributeError: 'NoneType' object has no attribute 'sizes'\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 3);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms.front().id, "3.1");
+  EXPECT_EQ(r.root_causes.at(0).id, "R3.2");
+  const auto& ev = r.symptoms.front().evidence;
+  EXPECT_TRUE(std::any_of(ev.begin(), ev.end(), [](const EvidenceLine& e) {
+    return e.line == 1 && e.signature == "megatron-indexed-dataset-name";
+  }));
+}
+
 }  // namespace
 }  // namespace fl::triage
