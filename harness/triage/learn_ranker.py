@@ -137,7 +137,8 @@ def write_priors(issues, path):
     return n
 
 
-EVAL_ROW = re.compile(r"^\| (.+?) \| [0-9.]+% \((\d+)/(\d+)\) \|$")
+# `| top-1 symptom | 84.2% (165/196) [78-89] |`: the share, its counts, its Wilson interval.
+EVAL_ROW = re.compile(r"^\| (.+?) \| [0-9.]+% \((\d+)/(\d+)\)(?: \[\d+-\d+\])? \|$")
 MEASURES = ("top-1 symptom", "top-3 symptom", "stage", "root cause",
             "failures answered (not 'none')", "non-failures declined ('none')")
 
@@ -155,6 +156,11 @@ def run_eval(faultline, corpus, sigdir, ranker, verbose=False):
         m = EVAL_ROW.match(line)
         if m:
             got[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    # A table this script cannot read must stop it: a CV over nothing would pass its --check.
+    missing = [key for key in ("top-1 symptom", "top-3 symptom") if key not in got]
+    if missing:
+        sys.exit(f"learn_ranker.py: cannot read {', '.join(missing)} in the output of "
+                 f"{' '.join(cmd)}:\n{out.stdout}")
     return got
 
 
