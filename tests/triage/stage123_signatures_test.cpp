@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <ostream>
 #include <sstream>
 #include <string>
 
@@ -16,6 +15,7 @@
 namespace fl::triage {
 namespace {
 
+using test::SignatureCase;
 using test::tables;
 
 Result run(const std::string& text) {
@@ -43,77 +43,60 @@ Top top_of(const std::string& text, const std::string& signature, size_t line = 
   return t;
 }
 
-// One line the framework prints, the signature written from it, and the answer it must rank
-// first: the symptom, its root cause, and that signature's match on line 1 as its evidence.
-struct FrameworkLine {
-  const char* name;  // the test's name: what the line means
-  const char* text;
-  const char *signature, *symptom, *root_cause;
-};
-
-const FrameworkLine kLines[] = {
+// One line the framework prints and the answer the signature written from it must rank first:
+// the symptom, its root cause, and that signature's match on line 1 as its evidence. The stage is
+// not checked (0): the symptom names it.
+const SignatureCase kLines[] = {
     {"DeepSpeedOpsBuiltForAnotherTorchAreAnImportFailureOfVersions",
      "RuntimeError: PyTorch version mismatch! DeepSpeed ops were compiled and installed with a "
      "different version than what is being used at runtime. Please re-install DeepSpeed or "
      "switch torch versions. Install torch version=2.1, Runtime torch version=2.3\n",
-     "ds-op-version-mismatch", "1.2", "R1.1"},
+     0, "1.2", "R1.1", "ds-op-version-mismatch"},
     {"ColossalAiWithoutCudaHomeIsABuildFailureOfTheEnvironmentPath",
      "[extension] CUDA_HOME is not found. You need to export CUDA_HOME environment variable or "
      "install CUDA Toolkit first in order to build/load CUDA extensions\n",
-     "colossalai-ext-cuda-home", "1.1", "R1.4"},
+     0, "1.1", "R1.4", "colossalai-ext-cuda-home"},
     {"AMissingRendezvousVariableIsALaunchSetupFailure",
      "ValueError: Error initializing torch.distributed using env:// rendezvous: environment "
      "variable MASTER_ADDR expected, but not set\n",
-     "env-rendezvous-var-unset", "2.1", "R2.1"},
+     0, "2.1", "R2.1", "env-rendezvous-var-unset"},
     {"AnEmptyPeerAddressInNcclsSocketLayerIsASetupFailure",
      "misc/socket.cc:537 NCCL WARN ncclSocketInit: connecting to address  with family 1 is "
      "neither AF_INET(2) nor AF_INET6(10)\n",
-     "nccl-socket-family", "2.1", "R2.3"},
+     0, "2.1", "R2.3", "nccl-socket-family"},
     {"ADeviceTheDeepSpeedRunnerDoesNotHaveIsALauncherConfigurationError",
-     "ValueError: No slot '2' specified on host 'localhost'\n", "ds-runner-slots", "2.1", "R2.1"},
+     "ValueError: No slot '2' specified on host 'localhost'\n", 0, "2.1", "R2.1",
+     "ds-runner-slots"},
     {"AStoreBasedBarrierTimeoutIsAConnectionTimeoutAtSetup",
      "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for "
      "key: store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)\n",
-     "store-based-barrier-timeout", "2.2", "R2.1"},
+     0, "2.2", "R2.1", "store-based-barrier-timeout"},
     {"AZeroStageWithoutAnOptimizerIsAConfigurationError",
-     "AssertionError: zero stage 2 requires an optimizer\n", "ds-zero-needs-optimizer", "3.2",
-     "R3.1"},
+     "AssertionError: zero stage 2 requires an optimizer\n", 0, "3.2", "R3.1",
+     "ds-zero-needs-optimizer"},
     {"ACheckpointWhoseArgumentsDifferFromTheRunIsAModelMismatch",
      "AssertionError: padded_vocab_size value from checkpoint (32000) is not equal to the input "
      "argument value (32256).\n",
-     "megatron-args-vs-checkpoint", "3.3", "R3.3"},
+     0, "3.3", "R3.3", "megatron-args-vs-checkpoint"},
     {"DeepSpeedValuesThatContradictTheTrainerAreAConfigurationError",
      "ValueError: Please correct the following DeepSpeed config values that mismatch "
      "TrainingArguments values:\n"
      "- ds train_micro_batch_size_per_gpu=32 vs hf per_device_train_batch_size=4\n",
-     "hf-ds-config-mismatch", "3.2", "R3.1"},
+     0, "3.2", "R3.1", "hf-ds-config-mismatch"},
     {"AFullTensorWrittenIntoAZero3PartitionedParameterIsALoadingFailure",
      "ValueError: Trying to set a tensor of shape torch.Size([43176, 8192]) in \"weight\" (which "
      "has shape torch.Size([0])), this look incorrect.\n",
-     "hf-set-tensor-into-empty", "3.1", "R3.2"},
+     0, "3.1", "R3.2", "hf-set-tensor-into-empty"},
 };
 
-class Stage123Signature : public ::testing::TestWithParam<FrameworkLine> {};
+class Stage123Signature : public ::testing::TestWithParam<SignatureCase> {};
 
 TEST_P(Stage123Signature, RanksItsSymptomAndRootCauseFirstWithTheLineAsEvidence) {
-  const FrameworkLine& c = GetParam();
-  const auto t = top_of(c.text, c.signature);
-  EXPECT_EQ(t.symptom, c.symptom);
-  EXPECT_EQ(t.root_cause, c.root_cause);
-  EXPECT_TRUE(t.evidence) << c.signature << " is not the top symptom's evidence on line 1";
-}
-
-// gtest prints a case by its name, not as bytes.
-void PrintTo(const FrameworkLine& line, std::ostream* os) {
-  *os << line.name;
-}
-
-std::string line_name(const ::testing::TestParamInfo<FrameworkLine>& line) {
-  return line.param.name;
+  test::expect_ranked_first(run(GetParam().text), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(TriageStage123Signatures, Stage123Signature, ::testing::ValuesIn(kLines),
-                         line_name);
+                         test::case_name);
 
 // The same watchdog text is a training hang mid-run but a set-up timeout on the first collective.
 TEST(TriageStage2Signatures, AWatchdogTimeoutOnTheFirstCollectiveIsASetupTimeoutNotATrainingHang) {

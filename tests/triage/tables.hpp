@@ -1,5 +1,12 @@
-// The project's signature tables and taxonomy, loaded once per test binary.
+// The project's signature tables and taxonomy, loaded once per test binary, and the shape the
+// signature tests share: one framework line, the answer it must rank first.
 #pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <ostream>
+#include <string>
 
 #include "harness/triage/triage.hpp"
 
@@ -8,6 +15,55 @@ namespace fl::triage::test {
 inline const Tables& tables() {
   static const Tables t = load_tables(default_signature_dir(), default_taxonomy_path());
   return t;
+}
+
+// The candidate's evidence holds `signature` on line `line`. A line is cited once per candidate,
+// by the first signature that matched it.
+inline bool cites(const Candidate& c, const std::string& signature, size_t line) {
+  return std::any_of(c.evidence.begin(), c.evidence.end(), [&](const EvidenceLine& e) {
+    return e.signature == signature && e.line == line;
+  });
+}
+
+// The top symptom's evidence holds `signature` on line `line`.
+inline bool top_cites(const Result& r, const std::string& signature, size_t line) {
+  return !r.symptoms.empty() && cites(r.symptoms.front(), signature, line);
+}
+
+// One text (usually one line a framework prints) and the answer it must rank first. A field left
+// 0 or "" is not checked.
+struct SignatureCase {
+  const char* name;  // the test's name: what the text means
+  const char* text;
+  int stage;               // the answer's stage; 0: not checked
+  const char* symptom;     // the top symptom
+  const char* root_cause;  // the top root cause; "": not checked
+  const char* signature;   // cited on line 1 as the top symptom's evidence; "": not checked
+};
+
+// The answer to `c.text` is found, with `c`'s stage, top symptom, top root cause and evidence.
+inline void expect_ranked_first(const Result& r, const SignatureCase& c) {
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  if (c.stage != 0) EXPECT_EQ(r.stage, c.stage);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms.front().id, c.symptom);
+  if (*c.root_cause != '\0') {
+    ASSERT_FALSE(r.root_causes.empty());
+    EXPECT_EQ(r.root_causes.front().id, c.root_cause);
+  }
+  if (*c.signature != '\0') {
+    EXPECT_TRUE(top_cites(r, c.signature, 1))
+        << c.signature << " is not the top symptom's evidence on line 1";
+  }
+}
+
+// gtest prints a case by its name, not as bytes, and names the test after it.
+inline void PrintTo(const SignatureCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+inline std::string case_name(const ::testing::TestParamInfo<SignatureCase>& info) {
+  return info.param.name;
 }
 
 }  // namespace fl::triage::test
