@@ -44,7 +44,9 @@ struct SignatureCase {
 // The answer to `c.text` is found, with `c`'s stage, top symptom, top root cause and evidence.
 inline void expect_ranked_first(const Result& r, const SignatureCase& c) {
   ASSERT_EQ(r.kind, Result::Kind::kFound);
-  if (c.stage != 0) EXPECT_EQ(r.stage, c.stage);
+  if (c.stage != 0) {
+    EXPECT_EQ(r.stage, c.stage);
+  }
   ASSERT_FALSE(r.symptoms.empty());
   EXPECT_EQ(r.symptoms.front().id, c.symptom);
   if (*c.root_cause != '\0') {
