@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "harness/triage/draft_base.hpp"
+
 namespace fl::triage {
 
 namespace fs = std::filesystem;
@@ -128,35 +130,6 @@ int topo_int(const YAML::Node& doc, const char* key, int dflt) {
   } catch (const YAML::Exception&) {
     return dflt;  // the loader names it when the draft is validated
   }
-}
-
-// Scenario for the top symptom: its root cause first, then what it shares with the input. A
-// base that trains an MoE model is a poor stand-in for an input that never mentions experts
-// (its mechanism is the experts').
-const ScenarioSource* choose_base(const Result& r, const std::vector<ScenarioSource>& sources,
-                                  const Facts& f, const std::string& text) {
-  const std::string& sym = r.symptoms.front().id;
-  // Whole words, by a plain scan: an icase std::regex over a 16 MiB log took seconds.
-  const bool moe_input = has_whole_word(text, "moe") || has_whole_word(text, "expert") ||
-                         has_whole_word(text, "experts") || has_whole_word(text, "mixtral");
-  const ScenarioSource* best = nullptr;
-  double best_score = -1;
-  for (const auto& s : sources) {
-    if (s.symptom != sym) continue;
-    double score = 0;
-    const YAML::Node w = s.doc["workload"];
-    if (!moe_input && w && w.IsMap() && w["moe"]) score -= 2;
-    for (size_t i = 0; i < r.root_causes.size() && i < 3; ++i) {
-      if (r.root_causes[i].id == s.root_cause) score += 4.0 / static_cast<double>(i + 1);
-    }
-    if (const auto* z = f.get("zero_stage"); z && topo_int(s.doc, "zero", 0) == number(z))
-      score += 1;
-    if (f.get("launcher") && f.get("launcher")->value == str(s.doc["topology"], "launcher"))
-      score += 0.5;
-    if (s.shown.find("symptoms/") != std::string::npos) score += 0.25;
-    if (score > best_score) best = &s, best_score = score;
-  }
-  return best;
 }
 
 // World size: stated, or nodes x GPUs per node, or the GPUs of one node.
@@ -515,8 +488,15 @@ Draft draft_scenario(const Result& r, const std::string& text, const Tables& t,
   }
   Facts f;
   for (const auto& e : r.env) f.by_key.emplace(e.key, &e);
-  const ScenarioSource* base = choose_base(r, sources, f, text);
+  BaseQuery q;
+  if (const auto* z = f.get("zero_stage")) q.zero_stage = number(z);
+  if (const auto* l = f.get("launcher")) q.launcher = l->value;
+  // Whole words, by a plain scan: an icase std::regex over a 16 MiB log took seconds.
+  q.moe_input = has_whole_word(text, "moe") || has_whole_word(text, "expert") ||
+                has_whole_word(text, "experts") || has_whole_word(text, "mixtral");
+  const ScenarioSource* base = choose_base(r, sources, q);
   d.symptom = r.symptoms.front().id;
+  d.events = evidence_events(r.symptoms.front());
   if (base == nullptr) {
     d.why = fmt::format("no scenario with a fix reproduces symptom {}", d.symptom);
     d.unexpressed.push_back(
@@ -525,6 +505,9 @@ Draft draft_scenario(const Result& r, const std::string& text, const Tables& t,
     return d;
   }
   d.base = base->shown;
+  d.base_shows_event = std::any_of(d.events.begin(), d.events.end(), [&](const std::string& e) {
+    return expect_shows(base->doc["expect"], e);
+  });
   d.root_cause = base->root_cause;
   add_cause_gap(r, *base, t, f, sources, d.unexpressed);
 

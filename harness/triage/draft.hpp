@@ -46,6 +46,10 @@ struct Draft {
   std::string yaml;  // the scenario, as `faultline validate` and `repro` take it
   std::string base;  // the scenario it was adapted from (as shown)
   std::string symptom, root_cause;
+  // The fl-detect-logs events of the top symptom's evidence lines, and whether the base's
+  // expectation shows one of them (draft_base.hpp).
+  std::vector<std::string> events;
+  bool base_shows_event = false;
   std::vector<Unexpressed> unexpressed;
   // Adaptations left out, with the reason: the validator refused them, or they change a key the
   // base's mechanism needs (reference.needs).

@@ -83,9 +83,15 @@ std::string draft_line(const Label& l, const Result& r, const std::string& text,
   const bool setting = std::any_of(d.unexpressed.begin(), d.unexpressed.end(),
                                    [](const Unexpressed& u) { return u.kind == "setting"; });
   c.setting_unexpressed += setting;
+  c.drafts_with_event += !d.events.empty();
+  c.drafts_base_shows_event += d.base_shows_event;
   std::string line =
       fmt::format(" | draft {} {}{}", d.base.substr(d.base.rfind('/') + 1),
                   valid ? "valid" : "INVALID", d.cause_expressed() ? "" : " cause-unexpressed");
+  if (!d.events.empty()) {
+    line += fmt::format(" event {} {}", fmt::join(d.events, "+"),
+                        d.base_shows_event ? "shown" : "NOT-SHOWN");
+  }
   if (valid && o.repro && d.cause_expressed() && c.repro_runs < o.repro_max) {
     const auto path = write_draft_temp(d.yaml, "eval");
     const ReproOutcome out = o.repro(path, true);
@@ -217,6 +223,8 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
                      pct(c.cause_unexpressed, answers));
   out += fmt::format("| drafts with a setting they could not carry | {} |\n",
                      pct(c.setting_unexpressed, c.drafts));
+  out += fmt::format("| drafts whose base shows their evidence's logs event | {} |\n",
+                     pct(c.drafts_base_shows_event, c.drafts_with_event));
   if (o.repro_max <= 0) return c;
   out += fmt::format("| repro: reproduced the named symptom | {} |\n",
                      pct(c.reproduced, c.repro_runs));

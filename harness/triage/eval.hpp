@@ -40,6 +40,9 @@ struct EvalCounts {
   // Drafts: answers with a base scenario, those whose text validates, those with a cause the
   // draft could not express, and those with a setting it could not carry.
   int drafts = 0, drafts_valid = 0, cause_unexpressed = 0, setting_unexpressed = 0;
+  // Drafts whose top symptom's evidence holds an fl-detect-logs event, and those whose base's
+  // expectation shows one of those events (draft_base.hpp).
+  int drafts_with_event = 0, drafts_base_shows_event = 0;
   // repro on expressible drafts: run, reproduced the named symptom, fix verified, and reproduced
   // one of the labelled symptoms.
   int repro_runs = 0, reproduced = 0, fix_verified = 0, reproduced_labelled = 0;

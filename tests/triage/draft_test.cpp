@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/triage/draft_base.hpp"
 #include "harness/triage/draft_check.hpp"
 #include "harness/triage/eval.hpp"
 #include "tests/triage/tables.hpp"
@@ -207,6 +208,73 @@ TEST(TriageDraft, NoOffloadOnADraftThatKeepsZeroStage0) {
   ASSERT_EQ(d.dropped.size(), 2u) << format_draft(d);
   EXPECT_EQ(d.dropped[1],
             "offload: the optimizer offload needs ZeRO stage 1, 2 or 3; the draft keeps stage 0");
+}
+
+// Issue 34: the base shows the event the issue reports. Before, every 4.2 base named R4.5, so the
+// first by file name won: a disk-full checkpoint error for a CUDA OOM.
+TEST(TriageDraft, ACudaOomDraftsFromABaseWhoseOracleIsOom) {
+  const Draft d = draft_of(
+      "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.35 GiB total "
+      "capacity)\n"
+      "deepspeed --num_gpus 8 train.py --zero_stage 3\n");
+  ASSERT_TRUE(d.made) << d.why;
+  EXPECT_NE(d.base, "scenarios/symptoms/4.2-offload-disk-full.yaml");
+  const YAML::Node doc = YAML::Load(d.yaml);
+  EXPECT_EQ(doc["reference"]["symptom"].as<std::string>(), "4.2");
+  EXPECT_EQ(doc["reference"]["root_cause"].as<std::string>(), "R4.5") << d.base;
+  EXPECT_EQ(doc["expect"]["oracle"].as<std::string>(), "oom") << d.base;
+  EXPECT_TRUE(d.cause_expressed()) << format_draft(d);
+  EXPECT_EQ(validate_scenario_text(d.yaml), "");
+}
+
+// A watchdog timeout at the first collective reads as 2.2. Its 2.2 bases: the firewall one
+// (R2.3, a store error), and two of R2.1, the first collective timing out (comm_timeout) and a
+// rank that never joins (a rendezvous error).
+TEST(TriageDraft, AWatchdogTimeoutDraftsFromABaseWhoseOracleIsACommTimeoutOrAHang) {
+  std::istringstream in(
+      "[rank0]:[E ProcessGroupNCCL.cpp:523] [Rank 0] Watchdog caught collective operation "
+      "timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+      "Timeout(ms)=1800000) ran for 1800466 milliseconds before timing out.\n");
+  const auto input = read_input(in, 16u << 20);
+  Result r = triage(input, tables());
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  ASSERT_EQ(r.symptoms.front().id, "2.2");
+  const auto draft = [&] {
+    return draft_scenario(r, input.text, tables(), sources(), harness_validator(),
+                          {8, "issue.txt"});
+  };
+  // The tables name R2.3 first: the top root cause still comes first.
+  ASSERT_EQ(r.root_causes.front().id, "R2.3");
+  EXPECT_EQ(draft().base, "scenarios/symptoms/2.2-store-behind-firewall.yaml");
+  // Named second (after a cause no 2.2 base builds), it yields to the base showing the timeout.
+  r.root_causes.insert(r.root_causes.begin(), Candidate{"R4.7", 4.0, {}, "", {}});
+  const Draft d = draft();
+  ASSERT_TRUE(d.made) << d.why;
+  const std::string oracle = YAML::Load(d.yaml)["expect"]["oracle"].as<std::string>();
+  EXPECT_TRUE(oracle == "comm_timeout" || oracle == "hang") << d.base << ": " << oracle;
+  EXPECT_EQ(d.base, "scenarios/symptoms/2.2-first-collective-timeout.yaml");
+  EXPECT_EQ(validate_scenario_text(d.yaml), "");
+}
+
+TEST(TriageDraft, AnExpectationShowsAnEventByItsOracleOrItsPattern) {
+  const auto shows = [](const char* expect, const char* event) {
+    return expect_shows(YAML::Load(expect), event);
+  };
+  EXPECT_TRUE(shows("{oracle: oom}", "oom"));
+  EXPECT_FALSE(shows("{oracle: checkpoint_error}", "oom"));
+  EXPECT_TRUE(shows("{oracle: checkpoint_error}", "disk full"));
+  EXPECT_TRUE(shows("{oracle: hang, hang_s: 5}", "comm timeout"));
+  EXPECT_TRUE(shows("{oracle: error_signature, pattern: 'missing: rank 3'}", "rank missing"));
+  EXPECT_FALSE(shows("{oracle: error_signature, pattern: 'missing: rank 3'}", "comm timeout"));
+  EXPECT_TRUE(
+      shows("{oracle: any, of: [{oracle: completed}, {oracle: skipped_steps}]}", "loss scale"));
+  EXPECT_FALSE(shows("{oracle: oom, absent: true}", "oom"));
+  // The evidence's events, as fl-detect-logs reads its lines.
+  Candidate c;
+  c.evidence = {{3, "torch.OutOfMemoryError: CUDA out of memory.", "cuda-oom"},
+                {5, "Watchdog caught collective operation timeout", "c10d-watchdog-timeout"},
+                {7, "CUDA out of memory again", "cuda-oom"}};
+  EXPECT_EQ(evidence_events(c), (std::vector<std::string>{"oom", "comm timeout"}));
 }
 
 TEST(TriageDraft, NoAnswerMeansNoDraft) {

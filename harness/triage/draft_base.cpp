@@ -1,0 +1,105 @@
+#include "harness/triage/draft_base.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "harness/triage/dialect.hpp"
+
+namespace fl::triage {
+
+namespace {
+
+std::string yaml_scalar(const YAML::Node& n, const char* key) {
+  return n && n.IsMap() && n[key] && n[key].IsScalar() ? n[key].Scalar() : "";
+}
+
+int base_topo_int(const YAML::Node& doc, const char* key, int dflt) {
+  const YAML::Node t = doc["topology"];
+  try {
+    return t && t.IsMap() && t[key] ? t[key].as<int>() : dflt;
+  } catch (const YAML::Exception&) {
+    return dflt;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> evidence_events(const Candidate& c) {
+  std::vector<std::string> out;
+  for (const auto& e : c.evidence) {
+    const dialect::LogsSignature* s = dialect::classify(e.text);
+    if (s != nullptr && std::find(out.begin(), out.end(), s->name) == out.end())
+      out.emplace_back(s->name);
+  }
+  return out;
+}
+
+const std::vector<std::string>& oracles_showing(const std::string& event) {
+  // fl-detect-logs event -> the oracles (harness/oracles) that observe that event itself. The
+  // other events (a build, an import, the store, the rendezvous, a layout check) are raised as
+  // errors whose text an error_signature pattern names; expect_shows reads the pattern for them.
+  static const std::vector<std::string> kCheckpoint = {"checkpoint_error"};
+  static const std::map<std::string, std::vector<std::string>> kTable = {
+      {"oom", {"oom"}},
+      {"comm timeout", {"comm_timeout", "hang"}},
+      {"loss scale", {"loss_nonfinite", "skipped_steps"}},
+      {"killed", {"exit_class"}},
+      {"tp diverge", {"output_mismatch"}},
+      {"disk full", kCheckpoint},
+      {"missing shard", kCheckpoint},
+      {"corrupt shard", kCheckpoint},
+      {"size mismatch", kCheckpoint},
+      {"format version", kCheckpoint},
+      {"other layout", kCheckpoint},
+      {"lost latest", kCheckpoint},
+  };
+  static const std::vector<std::string> kNone;
+  const auto it = kTable.find(event);
+  return it == kTable.end() ? kNone : it->second;
+}
+
+bool expect_shows(const YAML::Node& expect, const std::string& event) {
+  if (!expect || !expect.IsMap() || yaml_scalar(expect, "absent") == "true") return false;
+  const std::string oracle = yaml_scalar(expect, "oracle");
+  if (oracle == "any" || oracle == "all") {
+    const YAML::Node of = expect["of"];
+    if (!of || !of.IsSequence()) return false;
+    return std::any_of(of.begin(), of.end(),
+                       [&](const YAML::Node& e) { return expect_shows(e, event); });
+  }
+  const auto& kinds = oracles_showing(event);
+  if (std::find(kinds.begin(), kinds.end(), oracle) != kinds.end()) return true;
+  // A pattern is regex text, but its words are the error's: fl-detect-logs' table reads them.
+  const std::string pattern = yaml_scalar(expect, "pattern");
+  const dialect::LogsSignature* s = pattern.empty() ? nullptr : dialect::classify(pattern);
+  return s != nullptr && event == s->name;
+}
+
+const ScenarioSource* choose_base(const Result& r, const std::vector<ScenarioSource>& sources,
+                                  const BaseQuery& q, const BaseWeights& w) {
+  const Candidate& top = r.symptoms.front();
+  const std::vector<std::string> events = evidence_events(top);
+  const ScenarioSource* best = nullptr;
+  double best_score = -1;
+  for (const auto& s : sources) {
+    if (s.symptom != top.id) continue;
+    double score = 0;
+    const YAML::Node wl = s.doc["workload"];
+    if (!q.moe_input && wl && wl.IsMap() && wl["moe"]) score -= w.root_cause / 2;
+    for (size_t i = 0; i < r.root_causes.size() && i < 3; ++i) {
+      if (r.root_causes[i].id == s.root_cause) score += w.root_cause / static_cast<double>(i + 1);
+    }
+    const YAML::Node expect = s.doc["expect"];
+    if (std::any_of(events.begin(), events.end(),
+                    [&](const std::string& e) { return expect_shows(expect, e); }))
+      score += w.event;
+    if (q.zero_stage && base_topo_int(s.doc, "zero", 0) == *q.zero_stage) score += w.zero;
+    if (q.launcher && *q.launcher == yaml_scalar(s.doc["topology"], "launcher"))
+      score += w.launcher;
+    if (s.shown.find("symptoms/") != std::string::npos) score += w.symptoms_dir;
+    if (score > best_score) best = &s, best_score = score;
+  }
+  return best;
+}
+
+}  // namespace fl::triage
