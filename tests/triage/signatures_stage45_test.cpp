@@ -63,6 +63,22 @@ const SignatureCase kStage4[] = {
      "attribute-error-on-object"},
     {"AZeroThreeParameterAttributeErrorIsAStageFourRuntimeError",
      "[rank0]: AttributeError: 'Parameter' object has no attribute 'ds_id'\n", 4, "4.3", "", ""},
+    // Stop 47 (round 2). Gradients a step produced reported wrong: DeepSpeed's PipelineEngine
+    // summing over micro-batches, data-parallel gradients left unreduced; no other row answers.
+    {"GradientsSummedOverMicroBatchesAreATrainingExecutionError",
+     "With gradient_accumulation_steps=4 in the PipelineEngine the gradients are summed instead "
+     "of averaged over the micro-batches, so grad_norm is 4x too large\n",
+     4, "4.4", "", "gradients-reported-wrong"},
+    {"GradientsNotSyncedAcrossRanksAreATrainingExecutionError",
+     "With data parallelism on 2 nodes the gradients of the embedding are not synced across "
+     "ranks\n",
+     4, "4.4", "", "gradients-reported-wrong"},
+    // A hang at a point of the step outranks the SIGABRT the watchdog ends it with (4.7/4.8).
+    {"AHangAtBackwardBeforeTheAbortIsAHang",
+     "DDP training hangs at loss.backward() for 30 minutes, and then:\n"
+     "torch.distributed.elastic.multiprocessing.api:failed (exitcode: -6) local_rank: 0 (pid: "
+     "4242) of binary: /usr/bin/python3\n",
+     4, "4.11", "", ""},
 };
 
 const SignatureCase kStage5[] = {
