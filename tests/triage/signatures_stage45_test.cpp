@@ -114,6 +114,15 @@ const SignatureCase kStage5[] = {
     {"MiiReplicasThatDoNotFitAreAnExecutionFailure",
      "ValueError: Only able to place 0 replicas, but 2 replicas were requested.\n", 0, "5.1",
      "R5.1", "mii-replica-placement"},
+    // Stop 47 (round 2): a pre-sharded TP checkpoint is the inference checkpoint family
+    // (checkpoints_json, save_mp_checkpoint_path); results stated with words between.
+    {"APreShardedCheckpointIsTheInferenceCheckpointFamily",
+     "Loading the pre-sharded TP checkpoint back with init_inference fails on 8 GPUs.\n", 5, "5.5",
+     "R5.6", "checkpoints-json"},
+    {"InferenceResultsStatedInconsistentAreAnOutputInconsistency",
+     "With kernel injection the inference results are totally inconsistent with the results "
+     "without DeepSpeed.\n",
+     5, "5.3", "R5.2", "inference-results-statement"},
 };
 
 class Stage45Signature : public ::testing::TestWithParam<SignatureCase> {};

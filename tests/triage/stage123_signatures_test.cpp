@@ -87,6 +87,15 @@ const SignatureCase kLines[] = {
      "ValueError: Trying to set a tensor of shape torch.Size([43176, 8192]) in \"weight\" (which "
      "has shape torch.Size([0])), this look incorrect.\n",
      0, "3.1", "R3.2", "hf-set-tensor-into-empty"},
+    // Stop 47 (round 2): an OOM raised while ColossalAI's LazyInitContext materialises the model
+    // is preparation (3.4), not a training step's OOM; Accelerate's zero3_init_flag is zero.Init.
+    {"AnOomWhileLazyInitMaterialisesIsAPreparationMemoryAnomaly",
+     "  File \"/opt/conda/lib/python3.10/site-packages/colossalai/lazy/lazy_init.py\", "
+     "line 240, in _materialize_data\n"
+     "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 448.00 MiB\n",
+     3, "3.4", "R3.1", "colossalai-lazy-init-materialize"},
+    {"AcceleratesZero3InitFlagIsZeroInit", "zero3_init_flag: true\n", 3, "3.1", "R3.2",
+     "zero-init-enabled"},
 };
 
 class Stage123Signature : public ::testing::TestWithParam<SignatureCase> {};
