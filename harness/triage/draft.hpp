@@ -54,7 +54,7 @@ struct Draft {
   // Adaptations left out, with the reason: the validator refused them, or they change a key the
   // base's mechanism needs (reference.needs).
   std::vector<std::string> dropped;
-  bool cause_expressed() const;      // no `cause` item: the draft builds the named cause
+  bool cause_expressed() const;  // no `cause` item: the draft builds the named cause
 };
 
 // "" when `yaml` loads as a scenario (and with its fix applied), else the loader's error.

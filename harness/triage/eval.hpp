@@ -28,7 +28,7 @@ struct StageCounts {
 
 struct EvalCounts {
   std::array<StageCounts, 6> by_stage{};  // by the label's stage
-  int issues = 0, skipped = 0;  // skipped: no input lines at all
+  int issues = 0, skipped = 0;            // skipped: no input lines at all
   int top1 = 0, top3 = 0, stage = 0, root_cause = 0;
   int failures = 0, failures_answered = 0;  // labelled failures, and those triage answered
   int nones = 0, nones_right = 0;           // labelled non-failures, and those it declined
