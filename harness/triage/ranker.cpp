@@ -60,7 +60,8 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
         file, s,
         {"fill_to", "table_stage_weight", "co_weight", "study_weight", "learned_stage_weight",
          "min_share", "root_cause_table_weight", "error_text_is_failure", "answer_context_only",
-         "stage_prior_weight", "symptom_word_weight"},
+         "stage_prior_weight", "symptom_word_weight", "nb_alpha", "nb_stage_weight",
+         "nb_fill_weight", "nb_max_bytes"},
         "settings");
     if (s["fill_to"]) r.fill_to = value<int>(file, s["fill_to"], "fill_to");
     if (s["table_stage_weight"])
@@ -80,6 +81,12 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
       r.symptom_word_weight = value<double>(file, s["symptom_word_weight"], "symptom_word_weight");
     if (s["stage_prior_weight"])
       r.stage_prior_weight = value<double>(file, s["stage_prior_weight"], "stage_prior_weight");
+    if (s["nb_alpha"]) r.nb_alpha = value<double>(file, s["nb_alpha"], "nb_alpha");
+    if (s["nb_stage_weight"])
+      r.nb_stage_weight = value<double>(file, s["nb_stage_weight"], "nb_stage_weight");
+    if (s["nb_fill_weight"])
+      r.nb_fill_weight = value<double>(file, s["nb_fill_weight"], "nb_fill_weight");
+    if (s["nb_max_bytes"]) r.nb_max_bytes = value<int>(file, s["nb_max_bytes"], "nb_max_bytes");
     if (s["root_cause_table_weight"])
       r.root_cause_table_weight =
           value<double>(file, s["root_cause_table_weight"], "root_cause_table_weight");
@@ -175,6 +182,7 @@ Ranker load_ranker(const std::string& dir, const Taxonomy& t) {
   if (dir.empty() || dir == "none") return r;
   load_cues(dir + "/cues.yaml", t, r);
   load_priors(dir + "/priors.yaml", t, r);
+  load_word_model(dir + "/words.yaml", t, r.words);
   r.share = t.share;
   r.enabled = true;
   return r;
@@ -211,7 +219,36 @@ struct StageGuess {
   // symptom_words found: symptom -> summed weight, and the lines and words behind it
   std::map<std::string, double> symptom_words;
   std::map<std::string, std::vector<EvidenceLine>> symptom_evidence;
+  // The learned word ranker: the input's vocabulary words and its posteriors (empty when off).
+  std::vector<WordHit> words;
+  std::map<std::string, double> nb_stage, nb_symptom;
 };
+
+// The lines of the learned words that point at `label` most, each naming its words.
+std::vector<EvidenceLine> learned_evidence(const StageGuess& g, const Ranker& k, bool stages,
+                                           const std::string& label) {
+  std::map<size_t, std::pair<std::string, std::vector<std::string>>> by_line;
+  for (const WordHit* w : carrying_words(k.words, stages, label, g.words, k.nb_alpha, 3)) {
+    auto& [text, ws] = by_line[w->line];
+    text = w->text;
+    ws.push_back(w->word);
+  }
+  std::vector<EvidenceLine> out;
+  for (const auto& [line, tw] : by_line) {
+    out.push_back({line, tw.first,
+                   fmt::format("learned word{} '{}' (naive Bayes, tune split)",
+                               tw.second.size() > 1 ? "s" : "", fmt::join(tw.second, "', '"))});
+  }
+  return out;
+}
+
+// The learned words of the input, and what they say of the stage and the symptom.
+void read_words(StageGuess& g, const RankInput& in, const Ranker& k) {
+  if (!k.words.loaded || (k.nb_stage_weight <= 0 && k.nb_fill_weight <= 0)) return;
+  g.words = vocabulary_words(in.text, k.words, static_cast<size_t>(std::max(k.nb_max_bytes, 0)));
+  g.nb_stage = word_posterior(k.words, true, g.words, k.nb_alpha);
+  g.nb_symptom = word_posterior(k.words, false, g.words, k.nb_alpha);
+}
 
 // Each stage's score: its words (each counts once) and the scores of the tables' candidates.
 std::map<int, double> stage_scores(const Result& r, const RankInput& in, const Ranker& k) {
@@ -283,10 +320,26 @@ std::vector<EvidenceLine> stage_evidence(int stage, const Result& r, const RankI
 StageGuess guess_stage(const Result& r, const RankInput& in, const Ranker& k, int found) {
   auto score = stage_scores(r, in, k);
   StageGuess g;
-  g.stage = found > 0 ? found : best_stage(score, k, 0, false);
+  read_words(g, in, k);
+  // The learned words lean every stage; a runner-up still needs words or table matches of its own.
+  auto leaned = score;
+  for (const auto& [st, p] : g.nb_stage) {
+    leaned[st[0] - '0'] += k.nb_stage_weight * p;
+    if (score[st[0] - '0'] > 0) score[st[0] - '0'] += k.nb_stage_weight * p;
+  }
+  g.stage = found > 0 ? found : best_stage(leaned, k, 0, false);
   g.second = best_stage(score, k, g.stage, true);
   g.evidence = found > 0 ? r.symptoms.front().evidence : stage_evidence(g.stage, r, in, k);
   if (g.second > 0) g.second_evidence = stage_evidence(g.second, r, in, k);
+  if (k.nb_stage_weight > 0) {  // the learned words that lean each stage
+    const auto add = [&](int st, std::vector<EvidenceLine>& ev) {
+      if (st == 0 || (found > 0 && st == found)) return;
+      const auto more = learned_evidence(g, k, true, std::to_string(st));
+      ev.insert(ev.end(), more.begin(), more.end());
+    };
+    add(g.stage, g.evidence);
+    add(g.second, g.second_evidence);
+  }
   std::set<size_t> seen;
   for (const auto& h : in.cues) {
     const Cue& c = k.cues[h.cue];
@@ -326,6 +379,8 @@ std::vector<Candidate> stage_candidates(const Result& r, int stage,
   for (const auto& [id, c] : prior) ids.insert(id);
   for (const auto& [id, s] : k.share) ids.insert(id);  // root-cause ids fail the stage check
   for (const auto& [id, c] : co) ids.insert(id);
+  double nb_stage = 0;  // P(the stage's symptoms | words): the learned share is within the stage
+  for (const auto& [id, p] : g.nb_symptom) nb_stage += stage_of_id(id) == stage ? p : 0;
   std::vector<Candidate> out;
   for (const auto& id : ids) {
     if (id[0] == 'R' || has(r.symptoms, id) || stage_of_id(id) != stage) continue;
@@ -334,9 +389,24 @@ std::vector<Candidate> stage_candidates(const Result& r, int stage,
     const double share = (tally + k.study_weight * study(id)) / (n + k.study_weight);
     const auto w = g.symptom_words.find(id);
     const double words = w == g.symptom_words.end() ? 0 : w->second;
-    if (with == 0 && words == 0 && share < min_share) continue;
-    Candidate c{id, k.co_weight * with + share + k.symptom_word_weight * words, {}, {}};
-    if (words > 0 && k.symptom_word_weight > 0) {
+    const auto p = g.nb_symptom.find(id);
+    const double nb =
+        p == g.nb_symptom.end() || nb_stage <= 0 ? 0 : k.nb_fill_weight * p->second / nb_stage;
+    if (with == 0 && words == 0 && share < min_share && nb < min_share) continue;
+    Candidate c{id, k.co_weight * with + share + k.symptom_word_weight * words + nb, {}, {}};
+    const auto learned = nb > std::max({k.co_weight * with, share, k.symptom_word_weight * words})
+                             ? learned_evidence(g, k, false, id)
+                             : std::vector<EvidenceLine>{};
+    if (!learned.empty()) {
+      std::vector<std::string> ws;
+      for (const WordHit* h : carrying_words(k.words, false, id, g.words, k.nb_alpha, 3))
+        ws.push_back(h->word);
+      c.basis = fmt::format(
+          "learned words '{}' (naive Bayes, tune split): P {:.2f} among stage {}'s symptoms; {:g} "
+          "of {:g} tune stage-{} issues",
+          fmt::join(ws, "', '"), nb / k.nb_fill_weight, stage, tally, n, stage);
+      c.evidence = first_lines(learned, 4);
+    } else if (words > 0 && k.symptom_word_weight > 0) {
       c.basis = fmt::format("its words; {:g} of {:g} tune stage-{} issues", tally, n, stage);
       c.evidence = first_lines(g.symptom_evidence.at(id), 4);
     } else if (with > 0) {

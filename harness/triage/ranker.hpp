@@ -13,7 +13,10 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "harness/triage/ranker_words.hpp"
 
 namespace fl::triage {
 
@@ -68,6 +71,15 @@ struct Ranker {
   double stage_prior_weight = 0.0;
   // A symptom's filling score gets this much per word of it (symptom_words) found in the text.
   double symptom_word_weight = 0.0;
+  // The learned word ranker (words.yaml, stop 48): add-alpha smoothing of its naive Bayes; the
+  // inferred stage's score gets nb_stage_weight times P(stage | words); a filled symptom's score
+  // gets nb_fill_weight times P(symptom | words) within its stage; the words are read from the
+  // input's first nb_max_bytes only (a 50 MiB log costs the same as a short issue).
+  double nb_alpha = 1.0;
+  double nb_stage_weight = 0.0;
+  double nb_fill_weight = 0.0;
+  int nb_max_bytes = 65536;
+  WordModel words;
   // priors: of priors.yaml
   int issues = 0;
   std::map<std::string, double> share;  // the taxonomy's shares (load_ranker copies them)
@@ -96,6 +108,7 @@ struct RankInput {
   std::vector<CueHit> cues;
   bool table_match = false;  // a table row (signature or environment rule) matched a line
   bool error_text = false;   // a non-env signature matched a line
+  std::string_view text;     // the input (the word ranker reads its first nb_max_bytes)
 };
 
 // After the tables' tiers (`r` as they left it): fills the candidates to `fill_to` and picks the

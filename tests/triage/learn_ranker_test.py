@@ -28,14 +28,15 @@ def issue(iid, split, symptoms, cause, stage, lines=("x",)):
             "fix": None}
 
 
-def learn(records):
+def learn(records, name="priors.yaml"):
+    """The file `name` that learn_ranker.py writes next to --out (priors.yaml, words.yaml)."""
     with tempfile.TemporaryDirectory() as tmp:
         corpus = pathlib.Path(tmp, "c.jsonl")
         corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
         out = pathlib.Path(tmp, "priors.yaml")
         subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus), "--out", str(out)],
                        check=True, capture_output=True, text=True)
-        return out.read_text(encoding="utf-8")
+        return pathlib.Path(tmp, name).read_text(encoding="utf-8")
 
 
 class LearnRankerTest(unittest.TestCase):
@@ -80,6 +81,42 @@ class LearnRankerTest(unittest.TestCase):
     def test_the_output_is_deterministic(self):
         recs = self.corpus()
         self.assertEqual(learn(recs), learn(list(reversed(recs))))
+
+    # words.yaml (stop 48): the learned word ranker's counts, from tune failures only.
+    def word_corpus(self):
+        recs = [issue(i, "tune", ["4.5", "4.2"], OOM, 4, ["nvme swapper failed", "x99 x"])
+                for i in TUNE_IDS[:3]]
+        recs += [issue(TUNE_IDS[3], "tune", ["4.11"], HANG, 4, ["onceonly hang, swapper idle"])]
+        recs += [issue(i, "tune", ["2.1"], "Flawed launcher and environment configuration", 2,
+                       ["rendezvous failed"]) for i in TUNE_IDS[4:6]]
+        recs += [issue(TUNE_IDS[6], "tune", ["none"], "none", 0, ["nvme question nvme"])]
+        recs += [issue(i, "test", ["5.3"], "Faulty inference logic and framework limitation", 5,
+                       ["nvme testonlyword"]) for i in TEST_IDS]
+        return recs
+
+    def test_the_word_counts_follow_the_tune_failures(self):
+        text = learn(self.word_corpus(), "words.yaml")
+        self.assertIn("issues: 6\n", text)
+        # primary symptoms 1, secondary 0.5; a stage per failure
+        self.assertIn('classes:\n  "stages": {"2": 2, "4": 4}\n'
+                      '  "symptoms": {"2.1": 2.0, "4.2": 1.5, "4.5": 3.0, "4.11": 1.0}\n', text)
+        self.assertIn('  "nvme": {"4.2": 1.5, "4.5": 3.0}\n', text)
+        self.assertIn('  "swapper": {"4.2": 1.5, "4.5": 3.0, "4.11": 1.0}\n', text)
+        self.assertIn('word_stages:\n', text)
+        self.assertIn('  "swapper": {"4": 4}\n', text)
+        self.assertIn('  "failed": {"2": 2, "4": 3}\n', text)
+
+    def test_a_word_of_one_failure_or_only_of_test_issues_is_left_out(self):
+        text = learn(self.word_corpus(), "words.yaml")
+        self.assertNotIn("onceonly", text)  # in one tune failure only
+        self.assertNotIn("testonlyword", text)
+        self.assertNotIn("question", text)  # a non-failure's words are not counted
+        self.assertNotIn('"5', text)
+        self.assertNotIn("x99", text)  # learn_tokens.py's rule: half or more digits; "x" too short
+
+    def test_the_word_file_is_deterministic(self):
+        recs = self.word_corpus()
+        self.assertEqual(learn(recs, "words.yaml"), learn(list(reversed(recs)), "words.yaml"))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,171 @@
+#include "harness/triage/ranker_words.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "harness/triage/triage.hpp"
+#include "harness/triage/yaml_file.hpp"
+
+namespace fl::triage {
+
+namespace {
+
+double number(const std::string& file, const YAML::Node& n, const std::string& what) {
+  try {
+    return n.as<double>();
+  } catch (const YAML::Exception&) {
+    fail_at(file, n, fmt::format("{}: not a number", what));
+  }
+}
+
+// label -> count, each label checked by `known`.
+std::map<std::string, double> label_row(const std::string& file, const YAML::Node& n,
+                                        const std::string& what,
+                                        const std::map<std::string, std::string>& symptoms,
+                                        bool stages) {
+  if (!n.IsMap()) fail_at(file, n, fmt::format("{}: must map labels to counts", what));
+  std::map<std::string, double> out;
+  for (const auto& kv : n) {
+    const auto id = kv.first.as<std::string>();
+    const bool ok = stages ? id.size() == 1 && id[0] >= '1' && id[0] <= '5' : symptoms.count(id);
+    if (!ok) fail_at(file, kv.first, fmt::format("{}: '{}' is not in the taxonomy", what, id));
+    out[id] = number(file, kv.second, what + ": " + id);
+  }
+  return out;
+}
+
+void word_rows(const std::string& file, const YAML::Node& n, const std::string& what,
+               const Taxonomy& t, bool stages,
+               std::unordered_map<std::string, std::map<std::string, double>>& rows,
+               std::map<std::string, double>& sums) {
+  if (!n) return;
+  if (!n.IsMap()) fail_at(file, n, fmt::format("{}: must map words to labels", what));
+  for (const auto& kv : n) {
+    const auto word = kv.first.as<std::string>();
+    auto row = label_row(file, kv.second, what, t.symptom_name, stages);
+    for (const auto& [id, c] : row) sums[id] += c;
+    rows[word] = std::move(row);
+  }
+}
+
+bool token_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+
+// log P(w | label) with add-alpha smoothing over the vocabulary.
+double log_p(const WordModel& m, bool stages, const std::string& label, const std::string& word,
+             double alpha) {
+  const auto& rows = stages ? m.word_stages : m.word_symptoms;
+  const auto& sums = stages ? m.stage_words : m.symptom_words;
+  const double vocab = static_cast<double>(m.word_stages.size());
+  double n = 0;
+  if (const auto it = rows.find(word); it != rows.end()) {
+    if (const auto c = it->second.find(label); c != it->second.end()) n = c->second;
+  }
+  const auto s = sums.find(label);
+  return std::log((n + alpha) / ((s == sums.end() ? 0 : s->second) + alpha * vocab));
+}
+
+}  // namespace
+
+void load_word_model(const std::string& file, const Taxonomy& t, WordModel& m) {
+  if (!std::filesystem::exists(file)) return;
+  const YAML::Node doc = load_yaml(file, "ranker file");
+  check_keys(file, doc, {"issues", "classes", "word_symptoms", "word_stages"}, "file");
+  if (doc["issues"]) m.issues = static_cast<int>(number(file, doc["issues"], "issues"));
+  const YAML::Node classes = doc["classes"];
+  if (!classes || !classes.IsMap()) fail_at(file, doc, "classes: must map symptoms and stages");
+  check_keys(file, classes, {"symptoms", "stages"}, "classes");
+  m.symptoms = label_row(file, classes["symptoms"], "classes: symptoms", t.symptom_name, false);
+  m.stages = label_row(file, classes["stages"], "classes: stages", t.symptom_name, true);
+  word_rows(file, doc["word_symptoms"], "word_symptoms", t, false, m.word_symptoms,
+            m.symptom_words);
+  word_rows(file, doc["word_stages"], "word_stages", t, true, m.word_stages, m.stage_words);
+  m.loaded = !m.word_stages.empty();
+}
+
+std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m, size_t max_bytes) {
+  std::vector<WordHit> out;
+  if (!m.loaded) return out;
+  text = text.substr(0, std::min(text.size(), max_bytes));
+  std::unordered_set<std::string> seen;
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < text.size();) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = ++i;
+      continue;
+    }
+    if (!std::isalpha(static_cast<unsigned char>(text[i]))) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < text.size() && j - i < 40 && token_char(text[j])) ++j;
+    if (j - i < 3) {  // as Python's findall: try again from the next byte
+      ++i;
+      continue;
+    }
+    std::string w = ascii_lower(text.substr(i, j - i));
+    i = j;
+    if (!m.word_stages.count(w) || !seen.insert(w).second) continue;
+    const size_t end = std::min(text.find('\n', line_start), text.size());
+    out.push_back({std::move(w), line, std::string(text.substr(line_start, end - line_start))});
+  }
+  return out;
+}
+
+std::map<std::string, double> word_posterior(const WordModel& m, bool stages,
+                                             const std::vector<WordHit>& words, double alpha) {
+  const auto& labels = stages ? m.stages : m.symptoms;
+  double n = 0;
+  for (const auto& [id, c] : labels) n += c;
+  std::map<std::string, double> out;
+  if (n <= 0) return out;
+  double best = -1e300;
+  for (const auto& [id, c] : labels) {
+    double s = std::log(c / n);
+    for (const auto& w : words) s += log_p(m, stages, id, w.word, alpha);
+    out[id] = s;
+    best = std::max(best, s);
+  }
+  double z = 0;
+  for (auto& [id, s] : out) z += (s = std::exp(s - best));
+  for (auto& [id, s] : out) s /= z;
+  return out;
+}
+
+std::vector<const WordHit*> carrying_words(const WordModel& m, bool stages,
+                                           const std::string& label,
+                                           const std::vector<WordHit>& words, double alpha,
+                                           size_t n) {
+  const auto& rows = stages ? m.word_stages : m.word_symptoms;
+  const auto& sums = stages ? m.stage_words : m.symptom_words;
+  double all = 0;
+  for (const auto& [id, s] : sums) all += s;
+  const double vocab = static_cast<double>(m.word_stages.size());
+  std::vector<std::pair<double, const WordHit*>> lift;
+  for (const auto& w : words) {
+    const auto it = rows.find(w.word);
+    if (it == rows.end() || !it->second.count(label)) continue;
+    double in_all = 0;
+    for (const auto& [id, c] : it->second) in_all += c;
+    const double pooled = std::log((in_all + alpha) / (all + alpha * vocab));
+    const double l = log_p(m, stages, label, w.word, alpha) - pooled;
+    if (l > 0) lift.emplace_back(l, &w);
+  }
+  std::stable_sort(lift.begin(), lift.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<const WordHit*> out;
+  for (size_t i = 0; i < lift.size() && i < n; ++i) out.push_back(lift[i].second);
+  return out;
+}
+
+}  // namespace fl::triage

@@ -1,0 +1,130 @@
+// The learned word ranker (harness/triage/ranker_words.hpp, stop 48): words.yaml's naive Bayes
+// leans the inferred stage and orders the filled symptoms, and every candidate it moves names the
+// words and lines that carried it. Each test runs one text twice, with a ranker folder without
+// words.yaml and with a small one written here, and checks the order the file changes.
+#include "harness/triage/ranker_words.hpp"
+#include "harness/triage/triage.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace fl::triage {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A copy of the shipped ranker folder (cues.yaml, priors.yaml) with `words` as words.yaml ("":
+// none). The shipped tables and taxonomy are used as they are.
+Tables tables_with(const std::string& name, const std::string& words) {
+  const fs::path dir = fs::temp_directory_path() / ("fl_ranker_words_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"cues.yaml", "priors.yaml"}) {
+    fs::copy_file(fs::path(default_ranker_dir()) / f, dir / f);
+  }
+  if (!words.empty()) std::ofstream(dir / "words.yaml") << words;
+  return load_tables(default_signature_dir(), default_taxonomy_path(), dir.string());
+}
+
+Result run(const std::string& text, const Tables& t) {
+  return triage(Input{text, false, text.size()}, t);
+}
+
+size_t rank_of(const Result& r, const std::string& id) {
+  const auto it = std::find_if(r.symptoms.begin(), r.symptoms.end(),
+                               [&](const Candidate& c) { return c.id == id; });
+  return static_cast<size_t>(it - r.symptoms.begin());
+}
+
+// Ten stage-4 failures: six of them hold the made-up word "quuxswap" and are labelled 4.5 (NVMe
+// swap); the others 4.11. Words in two or more of them, as learn_ranker.py writes it.
+const char* kSwapWords =
+    "issues: 10\n"
+    "classes:\n"
+    "  \"symptoms\": {\"4.5\": 6, \"4.11\": 4}\n"
+    "  \"stages\": {\"4\": 10}\n"
+    "word_symptoms:\n"
+    "  \"quuxswap\": {\"4.5\": 6}\n"
+    "  \"training\": {\"4.5\": 3, \"4.11\": 4}\n"
+    "word_stages:\n"
+    "  \"quuxswap\": {\"4\": 6}\n"
+    "  \"training\": {\"4\": 7}\n";
+
+TEST(TriageRankerWords, ALearnedWordMovesItsSymptomIntoTheFilledThree) {
+  const std::string text =
+      "deepspeed training with 8 GPUs stops printing the loss at iteration 20 and hangs\n"
+      "the quuxswap folder fills up\n";
+  const auto before = run(text, tables_with("none", ""));
+  const auto after = run(text, tables_with("swap", kSwapWords));
+  ASSERT_EQ(before.kind, Result::Kind::kFound);
+  ASSERT_EQ(after.kind, Result::Kind::kFound);
+  ASSERT_EQ(after.stage, 4);
+  EXPECT_GE(rank_of(before, "4.5"), 3u);  // without words.yaml: not among the first three
+  const size_t i = rank_of(after, "4.5");
+  ASSERT_LT(i, 3u);
+  const Candidate& c = after.symptoms[i];
+  EXPECT_EQ(c.basis.rfind("learned words 'quuxswap' (naive Bayes, tune split)", 0), 0u) << c.basis;
+  ASSERT_FALSE(c.evidence.empty());
+  EXPECT_EQ(c.evidence[0].line, 2u);
+  EXPECT_EQ(c.evidence[0].signature, "learned word 'quuxswap' (naive Bayes, tune split)");
+}
+
+// Twenty stage-5 failures hold "quuxserve" and "quuxreply"; thirty of stage 4 do not.
+const char* kServeWords =
+    "issues: 50\n"
+    "classes:\n"
+    "  \"symptoms\": {\"5.1\": 20, \"4.11\": 30}\n"
+    "  \"stages\": {\"5\": 20, \"4\": 30}\n"
+    "word_symptoms:\n"
+    "  \"quuxserve\": {\"5.1\": 20}\n"
+    "  \"quuxreply\": {\"5.1\": 20}\n"
+    "  \"other\": {\"4.11\": 30}\n"
+    "word_stages:\n"
+    "  \"quuxserve\": {\"5\": 20}\n"
+    "  \"quuxreply\": {\"5\": 20}\n"
+    "  \"other\": {\"4\": 30}\n";
+
+TEST(TriageRankerWords, ALearnedWordLeansTheInferredStage) {
+  const std::string text = "deepspeed quuxserve fails on 2 GPUs, no quuxreply\n";
+  const auto before = run(text, tables_with("none2", ""));
+  const auto after = run(text, tables_with("serve", kServeWords));
+  ASSERT_EQ(before.kind, Result::Kind::kFound);
+  EXPECT_EQ(before.basis, Result::Basis::kInferred);
+  EXPECT_NE(before.stage, 5);
+  ASSERT_EQ(after.kind, Result::Kind::kFound);
+  EXPECT_EQ(after.stage, 5);
+  ASSERT_FALSE(after.symptoms.empty());
+  EXPECT_EQ(after.symptoms[0].id.rfind("5.", 0), 0u);
+  const auto& ev = after.symptoms[0].evidence;
+  EXPECT_TRUE(std::any_of(ev.begin(), ev.end(), [](const EvidenceLine& e) {
+    return e.line == 1 &&
+           e.signature == "learned words 'quuxserve', 'quuxreply' (naive Bayes, tune split)";
+  }));
+}
+
+TEST(TriageRankerWords, AnInputThatIsNotAFailureIsStillDeclined) {
+  const auto r = run("quuxserve quuxswap documentation typo\n", tables_with("serve2", kServeWords));
+  EXPECT_EQ(r.kind, Result::Kind::kNone);
+}
+
+TEST(TriageRankerWords, OnlyTheFirstMaxBytesAreRead) {
+  WordModel m;
+  m.loaded = true;
+  m.word_stages["quuxswap"] = {{"4", 1}};
+  const std::string text = std::string(100, 'x') + "\nquuxswap and quuxswap\n";
+  const auto all = vocabulary_words(text, m, 1 << 16);
+  ASSERT_EQ(all.size(), 1u);  // each word once, at its first line
+  EXPECT_EQ(all[0].line, 2u);
+  EXPECT_EQ(all[0].text, "quuxswap and quuxswap");
+  EXPECT_TRUE(vocabulary_words(text, m, 100).empty());
+  // Tokens as learn_tokens.py reads them: a letter then 2-39 word characters, lower-cased.
+  EXPECT_EQ(vocabulary_words("9QuuxSwap_ x\n", m, 100).size(), 0u);  // "quuxswap_" is another word
+  EXPECT_EQ(vocabulary_words("(QUUXSWAP)\n", m, 100).size(), 1u);
+}
+
+}  // namespace
+}  // namespace fl::triage
