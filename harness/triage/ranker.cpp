@@ -61,7 +61,7 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
         {"fill_to", "table_stage_weight", "co_weight", "study_weight", "learned_stage_weight",
          "min_share", "root_cause_table_weight", "error_text_is_failure", "answer_context_only",
          "stage_prior_weight", "symptom_word_weight", "nb_alpha", "nb_stage_weight",
-         "nb_fill_weight", "nb_max_bytes"},
+         "nb_fill_weight", "nb_cross_min", "nb_max_bytes"},
         "settings");
     if (s["fill_to"]) r.fill_to = value<int>(file, s["fill_to"], "fill_to");
     if (s["table_stage_weight"])
@@ -86,6 +86,7 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
       r.nb_stage_weight = value<double>(file, s["nb_stage_weight"], "nb_stage_weight");
     if (s["nb_fill_weight"])
       r.nb_fill_weight = value<double>(file, s["nb_fill_weight"], "nb_fill_weight");
+    if (s["nb_cross_min"]) r.nb_cross_min = value<double>(file, s["nb_cross_min"], "nb_cross_min");
     if (s["nb_max_bytes"]) r.nb_max_bytes = value<int>(file, s["nb_max_bytes"], "nb_max_bytes");
     if (s["root_cause_table_weight"])
       r.root_cause_table_weight =
@@ -244,7 +245,8 @@ std::vector<EvidenceLine> learned_evidence(const StageGuess& g, const Ranker& k,
 
 // The learned words of the input, and what they say of the stage and the symptom.
 void read_words(StageGuess& g, const RankInput& in, const Ranker& k) {
-  if (!k.words.loaded || (k.nb_stage_weight <= 0 && k.nb_fill_weight <= 0)) return;
+  if (!k.words.loaded || (k.nb_stage_weight <= 0 && k.nb_fill_weight <= 0 && k.nb_cross_min <= 0))
+    return;
   g.words = vocabulary_words(in.text, k.words, static_cast<size_t>(std::max(k.nb_max_bytes, 0)));
   g.nb_stage = word_posterior(k.words, true, g.words, k.nb_alpha);
   g.nb_symptom = word_posterior(k.words, false, g.words, k.nb_alpha);
@@ -427,13 +429,34 @@ std::vector<Candidate> stage_candidates(const Result& r, int stage,
 // Fills r.symptoms to k.fill_to: the answer's stage's common symptoms first, then the runner-up
 // stage's (a stage with two common symptoms has no useful third), then the stage's rare ones.
 void fill_symptoms(Result& r, const StageGuess& g, const Ranker& k) {
+  // Another stage's symptom the learned words name with P >= nb_cross_min takes the last slot.
+  std::string cross;
+  double best = k.nb_cross_min > 0 ? k.nb_cross_min : 2;
+  for (const auto& [id, p] : g.nb_symptom) {
+    if (p >= best && stage_of_id(id) != r.stage && !has(r.symptoms, id)) {
+      cross = id;
+      best = p;
+    }
+  }
+  int room = k.fill_to - (cross.empty() ? 0 : 1);
   auto add = [&](std::vector<Candidate> cs) {
     for (auto& c : cs) {
-      if (static_cast<int>(r.symptoms.size()) >= k.fill_to) return;
+      if (static_cast<int>(r.symptoms.size()) >= room) return;
       r.symptoms.push_back(std::move(c));
     }
   };
   add(stage_candidates(r, g.stage, g.evidence, k, k.min_share, g));
+  if (!cross.empty() && static_cast<int>(r.symptoms.size()) < k.fill_to) {
+    std::vector<std::string> ws;
+    const auto ev = learned_evidence(g, k, false, cross);
+    for (const WordHit* h : carrying_words(k.words, false, cross, g.words, k.nb_alpha, 3))
+      ws.push_back(h->word);
+    r.symptoms.push_back(
+        {cross, best, first_lines(ev, 4),
+         fmt::format("learned words '{}' (naive Bayes, tune split): P {:.2f} over all symptoms",
+                     fmt::join(ws, "', '"), best)});
+  }
+  room = k.fill_to;
   if (g.second > 0) add(stage_candidates(r, g.second, g.second_evidence, k, k.min_share, g));
   add(stage_candidates(r, g.stage, g.evidence, k, 0, g));  // no runner-up: the stage's rare ones
 }

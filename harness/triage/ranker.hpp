@@ -78,6 +78,7 @@ struct Ranker {
   double nb_alpha = 1.0;
   double nb_stage_weight = 0.0;
   double nb_fill_weight = 0.0;
+  double nb_cross_min = 0.0;  // another stage's symptom with P(symptom | words) >= this: 3rd slot
   int nb_max_bytes = 65536;
   WordModel words;
   // priors: of priors.yaml

@@ -106,6 +106,25 @@ TEST(TriageRankerWords, ALearnedWordLeansTheInferredStage) {
   }));
 }
 
+TEST(TriageRankerWords, AnotherStagesLearnedSymptomTakesTheLastSlot) {
+  const std::string text =
+      "deepspeed training: the loss stops at iteration 20 and the job hangs\n"
+      "quuxserve\n";
+  const auto before = run(text, tables_with("none3", ""));
+  const auto after = run(text, tables_with("serve3", kServeWords));
+  ASSERT_EQ(before.kind, Result::Kind::kFound);
+  ASSERT_EQ(after.kind, Result::Kind::kFound);
+  EXPECT_EQ(before.stage, 4);
+  EXPECT_EQ(after.stage, 4);  // the stage words win; the learned words name a stage-5 symptom
+  EXPECT_GE(rank_of(before, "5.1"), 3u);
+  ASSERT_EQ(rank_of(after, "5.1"), 2u);
+  const Candidate& c = after.symptoms[2];
+  EXPECT_EQ(c.basis.rfind("learned words 'quuxserve' (naive Bayes, tune split): P 0.", 0), 0u)
+      << c.basis;
+  ASSERT_FALSE(c.evidence.empty());
+  EXPECT_EQ(c.evidence[0].line, 2u);
+}
+
 TEST(TriageRankerWords, AnInputThatIsNotAFailureIsStillDeclined) {
   const auto r = run("quuxserve quuxswap documentation typo\n", tables_with("serve2", kServeWords));
   EXPECT_EQ(r.kind, Result::Kind::kNone);

@@ -317,7 +317,8 @@ TEST(TriageRanker, AnUnknownSettingNamesFileLineColumnAndTheAllowedKeys) {
   EXPECT_EQ(err, dir.string() +
                      "/cues.yaml:2:3: settings: unknown key 'fill' (allowed: answer_context_only, "
                      "co_weight, error_text_is_failure, fill_to, learned_stage_weight, "
-                     "min_share, nb_alpha, nb_fill_weight, nb_max_bytes, nb_stage_weight, "
+                     "min_share, nb_alpha, nb_cross_min, nb_fill_weight, nb_max_bytes, "
+                     "nb_stage_weight, "
                      "root_cause_table_weight, stage_prior_weight, study_weight, "
                      "symptom_word_weight, table_stage_weight)");
 }
