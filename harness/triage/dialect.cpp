@@ -344,8 +344,9 @@ std::vector<Example> checkpoint_events() {
        "workloads/train/checkpoint.cpp",
        "auto-resume: no 'latest' file in {} although it holds step_{}: nothing resumed, "
        "training starts again from step 0",
-       nullptr,
-       "# "},
+       "4.5-auto-resume-lost-pointer",
+       "# ",
+       "workload.steps=12 workload.model=tiny"},  // 1 s instead of a minute
       {"missing shard",
        "checkpoint",
        "checkpoint /tmp/faultline/ckpt/step_4: shard shard_rank0.bin for rank 0 is missing",

@@ -50,6 +50,8 @@ struct Example {
   // The text a rank prints before the message when the event is not a worker's fatal error
   // (nullptr: "faultline worker error (KIND): ").
   const char* lead = nullptr;
+  // Settings the test's run of `scenario` overrides ("KEY=VALUE ...", space-separated).
+  const char* run_set = nullptr;
 };
 const std::vector<Example>& examples();
 // The line the default dialect prints: "faultline worker error (KIND): MESSAGE" (or LEAD MESSAGE).

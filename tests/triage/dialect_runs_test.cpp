@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -43,18 +44,21 @@ std::vector<std::string> printed_lines(const fs::path& run) {
   return out;
 }
 
-// Runs `scenario` (with `set`, if any) under a fresh results folder; returns what its ranks
+// Runs `scenario` (with `sets`, "KEY=VALUE ..."), in a fresh results folder; returns what its ranks
 // printed.
-std::vector<std::string> run(const std::string& scenario, const std::string& set) {
+std::vector<std::string> run(const std::string& scenario, const std::string& sets) {
+  std::string set;
+  std::istringstream words(sets);
+  for (std::string w; words >> w;) set += " --set " + w;
   static int n = 0;
   const fs::path results =
       fs::temp_directory_path() /
       ("fl-dialect-runs-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
   fs::create_directories(results);
-  const std::string cmd =
-      std::string(FAULTLINE_BIN) + " run " + FAULTLINE_SOURCE_DIR + "/scenarios/symptoms/" +
-      scenario + ".yaml --results " + results.string() + " --run-id r -q" +
-      (set.empty() ? "" : " --set " + set) + " > " + (results / "out.txt").string() + " 2>&1";
+  const std::string cmd = std::string(FAULTLINE_BIN) + " run " + FAULTLINE_SOURCE_DIR +
+                          "/scenarios/symptoms/" + scenario + ".yaml --results " +
+                          results.string() + " --run-id r -q" + set + " > " +
+                          (results / "out.txt").string() + " 2>&1";
   std::system(cmd.c_str());  // the scenario's run fails on purpose; its lines are what counts
   auto lines = printed_lines(results / "r");
   std::error_code ec;
@@ -72,7 +76,7 @@ TEST(TriageDialectRuns, EveryExampleIsWhatItsScenariosRunPrints) {
   for (const auto& e : dialect::examples()) {
     if (e.scenario == nullptr) continue;
     ++runs;
-    const auto lines = run(e.scenario, "");
+    const auto lines = run(e.scenario, e.run_set ? e.run_set : "");
     const std::regex want("^" + format_regex(lead(e)) + format_regex(e.format));
     std::string seen;
     for (const auto& l : lines) {
