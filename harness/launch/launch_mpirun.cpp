@@ -20,7 +20,7 @@ namespace fl::harness {
 namespace {
 
 // Rank-identity variables every app-file line carries; the rest of a rank's environment is
-// inherited from mpirun's own unless the scenario sets it.
+// inherited from mpirun's own unless the scenario sets it (or a fault does: app_line).
 bool rank_specific(const Scenario& s, int rank, const std::string& k) {
   static const char* const kIdentity[] = {
       "RANK",      "WORLD_SIZE",  "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
@@ -77,7 +77,8 @@ class MpirunLauncher : public Launcher {
 
  private:
   static std::string app_line(LaunchHost& h, int r, const std::vector<std::string>& args) {
-    auto env = h.rank_env(r);
+    const auto before = h.rank_env(r);  // what the faults found: mpirun's ranks inherit it
+    auto env = before;
     ProcessSpec line_spec;
     line_spec.argv = args;
     std::vector<std::string> unset;
@@ -87,7 +88,9 @@ class MpirunLauncher : public Launcher {
     for (auto& k : unset) check_env_key(r, k);
     for (auto& [k, v] : env) {
       if (k == kControlSecretEnv) continue;     // in mpirun's own environment, never in a file
-      if (!rank_specific(h.s, r, k)) continue;  // inherited from mpirun's environment
+      // Inherited from mpirun's environment, unless a fault set or changed it (an env fault's CXX).
+      const auto was = before.find(k);
+      if (!rank_specific(h.s, r, k) && was != before.end() && was->second == v) continue;
       check_env_key(r, k);  // a name with whitespace or '=' would add app-file options
       if (v.find_first_of(" \t\n\"'") != std::string::npos || v.empty()) {
         raise<Error>(
