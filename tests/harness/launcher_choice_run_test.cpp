@@ -65,11 +65,11 @@ TEST(LauncherChoiceRun, AnEnvFaultsVariableReachesTheRanksUnderMpirun) {
   const std::string dir = test::fresh_test_dir("launcher-choice", "mpirun-env");
   const std::string file =
       std::string(FAULTLINE_SOURCE_DIR) + "/scenarios/symptoms/1.1-jit-build-no-compiler.yaml";
-  const auto r = test::run_process({FAULTLINE_CLI, "run", file, "--results", dir, "--run-id", "cxx",
-                                    "--set", "topology.launcher=mpirun"},
-                                   {{"OMPI_ALLOW_RUN_AS_ROOT", "1"},
-                                    {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}},
-                                   std::chrono::seconds(150));
+  const auto r =
+      test::run_process({FAULTLINE_CLI, "run", file, "--results", dir, "--run-id", "cxx", "--set",
+                         "topology.launcher=mpirun"},
+                        {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}},
+                        std::chrono::seconds(150));
   ASSERT_FALSE(r.timed_out) << r.output;
   std::ifstream vin(dir + "/cxx/verdict.json");
   ASSERT_TRUE(vin) << r.output;
