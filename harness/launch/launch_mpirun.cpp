@@ -120,8 +120,7 @@ class MpirunLauncher : public Launcher {
       if (!rank_specific(h.s, r, k) && was != before.end() && was->second == v) continue;
       if (const auto it = shared.find(k); it != shared.end() && it->second == v) continue;
       check_env_key(r, k);  // a name with whitespace or '=' would add app-file options
-      if (v.find_first_of(" \t\n\"'") != std::string::npos || v.empty() ||
-          app_file_comment(v)) {
+      if (v.find_first_of(" \t\n\"'") != std::string::npos || v.empty() || app_file_comment(v)) {
         raise<Error>(
             "launcher mpirun: rank {} variable {}='{}' has whitespace, quotes, '#' or '//', or is "
             "empty (an app file cannot carry it: Open MPI reads '#' and '//' as a comment; use "

@@ -84,13 +84,13 @@ TEST(LauncherChoiceRun, AnEnvFaultsVariableReachesTheRanksUnderMpirun) {
 // "//" as a comment and find no executable; mpirun's environment carries it.
 TEST(LauncherChoiceRun, AFetchingWorkloadRunsUnderMpirun) {
   const std::string dir = test::fresh_test_dir("launcher-choice", "mpirun-fetch");
-  const std::string file =
-      std::string(FAULTLINE_SOURCE_DIR) + "/scenarios/symptoms/1.3-artifact-mirror-unreachable.yaml";
-  const auto r = test::run_process({FAULTLINE_CLI, "run", file, "--fix", "--results", dir,
-                                    "--run-id", "fetch", "--set", "topology.launcher=mpirun"},
-                                   {{"OMPI_ALLOW_RUN_AS_ROOT", "1"},
-                                    {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}},
-                                   std::chrono::seconds(150));
+  const std::string file = std::string(FAULTLINE_SOURCE_DIR) +
+                           "/scenarios/symptoms/1.3-artifact-mirror-unreachable.yaml";
+  const auto r =
+      test::run_process({FAULTLINE_CLI, "run", file, "--fix", "--results", dir, "--run-id", "fetch",
+                         "--set", "topology.launcher=mpirun"},
+                        {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}},
+                        std::chrono::seconds(150));
   ASSERT_FALSE(r.timed_out) << r.output;
   std::ifstream vin(dir + "/fetch/verdict.json");
   ASSERT_TRUE(vin) << r.output;
