@@ -435,8 +435,7 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
     return r;
   }
   std::vector<Hit> hits(t.signatures.size());
-  RankInput rank_in;
-  rank_in.text = in.text;
+  RankInput rank_in{{}, false, false, in.text};  // the ranker reads the text's first words too
   const size_t first_cue = t.signatures.size() + t.env_rules.size();
   std::vector<std::set<std::string>> seen_text(t.signatures.size());
   // Lines a row's regex already rejected: a log repeats its lines, and std::regex is slow.
