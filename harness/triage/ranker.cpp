@@ -287,10 +287,10 @@ int best_stage(std::map<int, double>& score, const Ranker& k, int skip, bool nee
   return out;
 }
 
-// The lines behind `stage`: its words and the tables' candidates of that stage; else the failure
-// and context words.
+// The lines behind `stage`: its words, the tables' candidates of that stage and the `learned`
+// words' lines; else the failure and context words.
 std::vector<EvidenceLine> stage_evidence(int stage, const Result& r, const RankInput& in,
-                                         const Ranker& k) {
+                                         const Ranker& k, std::vector<EvidenceLine> learned) {
   std::vector<EvidenceLine> out;
   std::map<size_t, std::pair<std::string, std::vector<std::string>>> words;  // line -> words
   for (const auto& h : in.cues) {
@@ -308,6 +308,7 @@ std::vector<EvidenceLine> stage_evidence(int stage, const Result& r, const RankI
   for (const auto& c : r.symptoms) {
     if (stage_of_id(c.id) == stage) out.insert(out.end(), c.evidence.begin(), c.evidence.end());
   }
+  out.insert(out.end(), learned.begin(), learned.end());
   if (!out.empty()) return out;
   for (const auto& h : in.cues) {
     const Cue& c = k.cues[h.cue];
@@ -331,17 +332,13 @@ StageGuess guess_stage(const Result& r, const RankInput& in, const Ranker& k, in
   }
   g.stage = found > 0 ? found : best_stage(leaned, k, 0, false);
   g.second = best_stage(score, k, g.stage, true);
-  g.evidence = found > 0 ? r.symptoms.front().evidence : stage_evidence(g.stage, r, in, k);
-  if (g.second > 0) g.second_evidence = stage_evidence(g.second, r, in, k);
-  if (k.nb_stage_weight > 0) {  // the learned words that lean each stage
-    const auto add = [&](int st, std::vector<EvidenceLine>& ev) {
-      if (st == 0 || (found > 0 && st == found)) return;
-      const auto more = learned_evidence(g, k, true, std::to_string(st));
-      ev.insert(ev.end(), more.begin(), more.end());
-    };
-    add(g.stage, g.evidence);
-    add(g.second, g.second_evidence);
-  }
+  auto learned = [&](int st) {  // the learned words that lean a stage
+    return k.nb_stage_weight > 0 && st > 0 ? learned_evidence(g, k, true, std::to_string(st))
+                                           : std::vector<EvidenceLine>{};
+  };
+  g.evidence =
+      found > 0 ? r.symptoms.front().evidence : stage_evidence(g.stage, r, in, k, learned(g.stage));
+  if (g.second > 0) g.second_evidence = stage_evidence(g.second, r, in, k, learned(g.second));
   std::set<size_t> seen;
   for (const auto& h : in.cues) {
     const Cue& c = k.cues[h.cue];
