@@ -96,6 +96,12 @@ const SignatureCase kLines[] = {
      3, "3.4", "R3.1", "colossalai-lazy-init-materialize"},
     {"AcceleratesZero3InitFlagIsZeroInit", "zero3_init_flag: true\n", 3, "3.1", "R3.2",
      "zero-init-enabled"},
+    // Stop 48: DeepSpeed's engine set-up quoted by its traceback frame, not its call line: the
+    // engine's _configure_* methods run inside deepspeed.initialize, preparation (3.2).
+    {"AFrameInTheEnginesConfigureStepIsAPreparationConfigError",
+     "  File \"/usr/lib/python3/site-packages/deepspeed/runtime/engine.py\", line 1230, in "
+     "_configure_optimizer\n",
+     3, "3.2", "R3.1", "ds-configure-trace"},
 };
 
 class Stage123Signature : public ::testing::TestWithParam<SignatureCase> {};
