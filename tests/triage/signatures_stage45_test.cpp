@@ -229,9 +229,9 @@ TEST(TriageStage5Signatures, AnExceptionNamingTheInferenceEngineIsAnExecutionFai
 // An out-of-memory line that names the inference engine is the inference OOM row's (5.2); the
 // exception row (5.1) leaves it alone, so 5.1 does not crowd the memory candidates (stop 48).
 TEST(TriageStage5Signatures, AnInferenceOutOfMemoryIsNotAnExecutionFailureToo) {
-  const auto r = run(
-      "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB during "
-      "DeepSpeed inference\n");
+  const auto r =
+      run("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB during "
+          "DeepSpeed inference\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.symptoms.at(0).id, "5.2");
   for (const auto& c : r.symptoms) {
