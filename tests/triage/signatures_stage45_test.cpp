@@ -136,6 +136,15 @@ const SignatureCase kStage5[] = {
     {"LogitsStatedDifferentAreAnOutputInconsistency",
      "With kernel injection on two GPUs the logits were completely different from one GPU.\n", 5,
      "5.3", "R5.2", "outputs-are-wrong-statement"},
+    // The output judged in the singular, with what produced it between; a failure stated in
+    // words on the line that names DeepSpeed's inference engine.
+    {"TheOutputOfAKernelStatedDifferentIsAnOutputInconsistency",
+     "The output of the fused attention kernel is different from the PyTorch reference when the "
+     "mask pads the batch.\n",
+     5, "5.3", "R5.2", "inference-output-statement"},
+    {"AModelDeepSpeedInferenceDoesNotSupportIsAnExecutionFailure",
+     "DeepSpeed Inference does not support the Mixtral model with kernel injection yet.\n", 5,
+     "5.1", "R5.2", "inference-failure-statement"},
 };
 
 class Stage45Signature : public ::testing::TestWithParam<SignatureCase> {};

@@ -102,7 +102,29 @@ const SignatureCase kLines[] = {
      "  File \"/usr/lib/python3/site-packages/deepspeed/runtime/engine.py\", line 1230, in "
      "_configure_optimizer\n",
      3, "3.2", "R3.1", "ds-configure-trace"},
+    // Pretrained weights that never arrived, stated in the passive or by the random start.
+    {"AModelStatedNotLoadedIsALoadingFailure",
+     "The pretrained model was not loaded successfully after boosting with the plugin.\n", 3, "3.1",
+     "", "prose-not-loaded"},
+    {"TrainingFromRandomInitialisationIsALoadingFailure",
+     "The loss starts at 11, as if from randomly initialized parameters.\n", 3, "3.1", "",
+     "prose-random-init"},
+    // ds_report's op table: an op neither installed nor compatible cannot be JIT-built.
+    {"AnOpNeitherInstalledNorCompatibleIsABuildFailure",
+     "fused_adam ............. [NO] ....... [NO]\n", 1, "1.1", "R1.2",
+     "ds-report-op-not-installed"},
 };
+
+// An op that is not pre-built but compatible is DeepSpeed's normal JIT state, not a build
+// failure (stop 48): the op row leaves it to the table's weak context.
+TEST(TriageStage1Signatures, AnOpLeftToTheJitIsNotABuildFailure) {
+  const auto r = run("transformer_inference .. [NO] ....... [OKAY]\n");
+  for (const auto& c : r.symptoms) {
+    EXPECT_TRUE(std::none_of(c.evidence.begin(), c.evidence.end(), [](const EvidenceLine& e) {
+      return e.signature == "ds-report-op-not-installed";
+    })) << c.id;
+  }
+}
 
 class Stage123Signature : public ::testing::TestWithParam<SignatureCase> {};
 
