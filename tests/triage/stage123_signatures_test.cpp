@@ -109,6 +109,9 @@ const SignatureCase kLines[] = {
     {"TrainingFromRandomInitialisationIsALoadingFailure",
      "The loss starts at 11, as if from randomly initialized parameters.\n", 3, "3.1", "",
      "prose-random-init"},
+    {"ASizeMismatchStatedInProseIsALoadingFailure",
+     "Loading the pretrained weights into the ZeRO-3 model gives size mismatch errors.\n", 3, "3.1",
+     "", "prose-size-mismatch"},
     // ds_report's op table: an op neither installed nor compatible cannot be JIT-built.
     {"AnOpNeitherInstalledNorCompatibleIsABuildFailure",
      "fused_adam ............. [NO] ....... [NO]\n", 1, "1.1", "R1.2",
@@ -122,6 +125,16 @@ TEST(TriageStage1Signatures, AnOpLeftToTheJitIsNotABuildFailure) {
   for (const auto& c : r.symptoms) {
     EXPECT_TRUE(std::none_of(c.evidence.begin(), c.evidence.end(), [](const EvidenceLine& e) {
       return e.signature == "ds-report-op-not-installed";
+    })) << c.id;
+  }
+}
+
+// torch's old matmul text is a step's shape error, not a loading failure.
+TEST(TriageStage3Signatures, TheOldMatmulSizeMismatchIsNotLoading) {
+  const auto r = run("RuntimeError: size mismatch, m1: [2048 x 5], m2: [10 x 1]\n");
+  for (const auto& c : r.symptoms) {
+    EXPECT_TRUE(std::none_of(c.evidence.begin(), c.evidence.end(), [](const EvidenceLine& e) {
+      return e.signature == "prose-size-mismatch";
     })) << c.id;
   }
 }
