@@ -129,9 +129,12 @@ TEST(TriageStage1Signatures, AnOpLeftToTheJitIsNotABuildFailure) {
   }
 }
 
-// torch's old matmul text is a step's shape error, not a loading failure.
-TEST(TriageStage3Signatures, TheOldMatmulSizeMismatchIsNotLoading) {
-  const auto r = run("RuntimeError: size mismatch, m1: [2048 x 5], m2: [10 x 1]\n");
+// torch's old matmul text, or a size mismatch stated with a training step and no loading, is a
+// step's shape error, not a loading failure.
+TEST(TriageStage3Signatures, ASizeMismatchWithoutLoadingIsNotLoading) {
+  const auto r =
+      run("RuntimeError: size mismatch, m1: [2048 x 5], m2: [10 x 1]\n"
+          "Size mismatch in the second backward pass under ZeRO-3.\n");
   for (const auto& c : r.symptoms) {
     EXPECT_TRUE(std::none_of(c.evidence.begin(), c.evidence.end(), [](const EvidenceLine& e) {
       return e.signature == "prose-size-mismatch";
