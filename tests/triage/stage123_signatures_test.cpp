@@ -112,6 +112,12 @@ const SignatureCase kLines[] = {
     {"ASizeMismatchStatedInProseIsALoadingFailure",
      "Loading the pretrained weights into the ZeRO-3 model gives size mismatch errors.\n", 3, "3.1",
      "", "prose-size-mismatch"},
+    // Megatron-LM's checkpoint converter: its saver's frame holds "save_checkpoint", which
+    // is not a training step's checkpoint save.
+    {"TheCheckpointConvertersSaverIsPreparation",
+     "  File \"/workspace/Megatron-LM/tools/checkpoint/saver_mcore.py\", line 449, in "
+     "save_checkpoint\n",
+     3, "3.1", "R3.3", "megatron-checkpoint-converter"},
     // ds_report's op table: an op neither installed nor compatible cannot be JIT-built.
     {"AnOpNeitherInstalledNorCompatibleIsABuildFailure",
      "fused_adam ............. [NO] ....... [NO]\n", 1, "1.1", "R1.2",
