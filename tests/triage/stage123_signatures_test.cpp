@@ -118,6 +118,10 @@ const SignatureCase kLines[] = {
      "  File \"/workspace/Megatron-LM/tools/checkpoint/saver_mcore.py\", line 449, in "
      "save_checkpoint\n",
      3, "3.1", "R3.3", "megatron-checkpoint-converter"},
+    // ColossalAI's zero_optim_wrapper (colossalai/zero/wrapper.py) refusing its inputs.
+    {"ColossalAisZeroOptimizerWrapperRefusalIsAConfigError",
+     "AssertionError: Current ZeRO optimizers only support 'norm_type=2'\n", 3, "3.2", "R3.1",
+     "colossalai-zero-wrapper-order"},
     // ds_report's op table: an op neither installed nor compatible cannot be JIT-built.
     {"AnOpNeitherInstalledNorCompatibleIsABuildFailure",
      "fused_adam ............. [NO] ....... [NO]\n", 1, "1.1", "R1.2",
