@@ -115,6 +115,16 @@ const SignatureCase kStage4[] = {
      "RuntimeError: expected mat1 and mat2 to have the same dtype, but got: float != "
      "c10::BFloat16\n",
      4, "4.6", "", "dtype-mismatch-in-op"},
+    // ATen's expand check: tensors that disagree in one dimension.
+    {"AnExpandSizeMismatchIsATensorMismatch",
+     "RuntimeError: The expanded size of the tensor (2048) must match the existing size (1024) at "
+     "non-singleton dimension 1.  Target sizes: [4, 2048].  Tensor sizes: [4, 1024]\n",
+     4, "4.6", "R4.6", "tensor-shape-mismatch-family"},
+    // torch.multiprocessing.spawn's ProcessExitedException for a worker killed by a signal.
+    {"ASpawnedWorkerKilledIsAnUnexpectedTermination",
+     "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal "
+     "SIGKILL\n",
+     4, "4.8", "", "spawn-process-terminated"},
 };
 
 const SignatureCase kStage5[] = {
