@@ -125,6 +125,13 @@ const SignatureCase kStage4[] = {
      "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal "
      "SIGKILL\n",
      4, "4.8", "", "spawn-process-terminated"},
+    // Colossal-AI's GeminiDDP after a backward that left parameters unreduced; the Gemini
+    // plugin's name on the same line used to answer a memory issue (4.2).
+    {"GeminiGradientsNotSynchronizedAreATrainingExecutionError",
+     "RuntimeError: ('ZERO DDP error: the synchronization of gradients doesn't exit properly.', "
+     "'The most possible reason is that the model is not compatible with GeminiDDP.\\n', "
+     "'Reduction failed at followed parameters:\\n\\tmodel.layers.1.mlp.experts.3.w1.weight')\n",
+     4, "4.4", "", "gemini-gradient-sync-failed"},
 };
 
 const SignatureCase kStage5[] = {
