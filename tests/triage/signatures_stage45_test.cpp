@@ -132,6 +132,10 @@ const SignatureCase kStage4[] = {
      "'The most possible reason is that the model is not compatible with GeminiDDP.\\n', "
      "'Reduction failed at followed parameters:\\n\\tmodel.layers.1.mlp.experts.3.w1.weight')\n",
      4, "4.4", "", "gemini-gradient-sync-failed"},
+    // c10d's ProcessGroup base class for a collective the backend lacks (an old PyTorch under
+    // ZeRO-3, or gloo): an incompatibility, not the stage's common runtime error.
+    {"ACollectiveTheBackendLacksIsAnIncompatibility",
+     "RuntimeError: ProcessGroup gloo does not support _allgather_base\n", 4, "4.12", "R4.2", ""},
 };
 
 const SignatureCase kStage5[] = {
