@@ -45,10 +45,12 @@ const std::vector<LogsSignature>& logs_signatures() {
        nullptr},
       {"size mismatch", R"(size mismatch for)", "4.6", "5.8", nullptr},
       {"lost latest", R"(no 'latest' file .* although it holds)", "4.5", "4.5", nullptr},
-      {"missing shard", R"(missing shard|shard .* (does not exist|not found)|No such file)", "3.1",
-       "5.5", "3.1"},
-      {"corrupt shard", R"(checksum mismatch|truncated|shard .* has [0-9]+ bytes)", "4.10", "5.5",
-       nullptr},
+      {"missing shard",
+       R"(missing shard|shard .* (does not exist|not found|for rank [0-9]+ is missing)|No such file)",
+       "3.1", "5.5", "3.1"},
+      {"corrupt shard",
+       R"(checksum mismatch|truncated|shard .* has [0-9]+ bytes|shard .* of rank [0-9]+ is corrupt)",
+       "4.10", "5.5", nullptr},
       {"disk full", R"(No space left on device|disk full)", "4.2", "5.2", nullptr},
       {"oom", R"(out of memory|OutOfMemoryError|DefaultCPUAllocator: not enough memory)", "4.2",
        "5.2", "3.4"},
@@ -97,7 +99,10 @@ std::vector<Example> training_events() {
         "Timeout(ms)=2000) ran for 2003 milliseconds before timing out.",
         "[rank0]:[E ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank 0] Exception "
         "(either an error or timeout) detected by watchdog at work: 202, last enqueued NCCL "
-        "work: 202, last completed NCCL work: 201."}},
+        "work: 202, last completed NCCL work: 201."},
+       "workloads/comm/communicator.cpp",
+       "[rank {}] comm timeout: {}; flight recorder dumped to {}",
+       "2.2-first-collective-timeout"},
       // kernels/cpu/memory.cpp
       {"oom",
        "out of memory",
@@ -110,7 +115,10 @@ std::vector<Example> training_events() {
         "but unallocated memory is large try setting "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
         "documentation for Memory Management  "
-        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"}},
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"},
+       "kernels/cpu/memory.cpp",
+       "[rank {}] out of memory on {}: tried to allocate {} for '{}'; {} already ",
+       "4.2-smaller-device-oom"},
       // kernels/cpu/loss_scaler.cpp
       {"loss scale",
        "loss scale",
@@ -118,7 +126,10 @@ std::vector<Example> training_events() {
        "(gradient overflow at step 12 with the loss scale already at its minimum 1; 9 steps "
        "skipped so far)",
        {"Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
-        "Exiting run."}},
+        "Exiting run."},
+       "kernels/loss_scaler.hpp",
+       "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+       "4.4-loss-scale-collapse"},
       // workloads/train/checkpoint.cpp
       {"size mismatch",
        "checkpoint",
@@ -127,7 +138,10 @@ std::vector<Example> training_events() {
        "d_model 32, layers 2, heads 4, seq_len 64)",
        {"RuntimeError: Error(s) in loading state_dict for GPT2Model:",
         "\tsize mismatch for wte: copying a param with shape torch.Size([96, 32]) from "
-        "checkpoint, the shape in current model is torch.Size([128, 32])."}},
+        "checkpoint, the shape in current model is torch.Size([128, 32])."},
+       "workloads/train/checkpoint.cpp",
+       "checkpoint {} does not fit this model: size mismatch for {} (checkpoint model: vocab ",
+       "5.8-vocab-padding-mismatch"},
   };
 }
 
@@ -142,7 +156,10 @@ std::vector<Example> setup_events() {
        {"RuntimeError: The server socket has failed to listen on any local network address. The "
         "server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use). "
         "The server socket has failed to bind to 0.0.0.0:29500 (errno: 98 - Address already in "
-        "use)."}},
+        "use)."},
+       "workloads/rendezvous/store_server.cpp",
+       "rendezvous store cannot listen on {}:{}: {}",
+       "2.1-port-conflict"},
       // workloads/rendezvous/store_client.cpp
       {"store unreachable",
        "store",
@@ -152,50 +169,238 @@ std::vector<Example> setup_events() {
        {"HOST:PID:TID [0] misc/socket.cc:484 NCCL WARN socketPollConnect: Connect to "
         "127.0.0.1<29500> returned 111(Connection refused) errno 115(Operation now in progress)",
         "torch.distributed.DistNetworkError: The client socket has timed out after 3000ms while "
-        "trying to connect to (127.0.0.1, 29500)."}},
+        "trying to connect to (127.0.0.1, 29500)."},
+       "workloads/rendezvous/store_client.cpp",
+       "cannot reach the rendezvous store at {}: {} on every attempt for {} ms ",
+       "2.2-store-behind-firewall"},
       // workloads/rendezvous/world_check.cpp
       {"rank missing",
        "rendezvous",
        "rendezvous timed out after 3000 ms (timeout 3000 ms) at store 127.0.0.1:29500: 2 of 4 "
        "ranks arrived (ranks 0-1); missing: ranks 2-3",
        {"torch.distributed.DistStoreError: Timed out after 4 seconds waiting for clients. 2/4 "
-        "clients joined."}},
+        "clients joined."},
+       "workloads/rendezvous/world_check.cpp",
+       "rendezvous timed out after {} ms (timeout {} ms) at store {}: {} of {} ",
+       "2.2-rank-never-joins"},
       // kernels/cpu/plugin.cpp
       {"build failed",
        "plugin",
        "building kernel plugin 'fused_adam' failed (compiler exit status 127): sh: 1: c++: not "
        "found [CXX=c++ CXXFLAGS=-O2 -fPIC; log: /tmp/faultline/plugins/fused_adam.log]",
-       {"RuntimeError: Error building extension 'fused_adam'"}},
+       {"RuntimeError: Error building extension 'fused_adam'"},
+       "kernels/cpu/plugin.cpp",
+       "building kernel plugin '{}' failed (compiler exit status {}): {} [CXX={} CXXFLAGS={}; ",
+       "1.1-jit-build-no-compiler"},
       // kernels/cpu/plugin.cpp (no PyTorch counterpart)
       {"import failed",
        "plugin",
        "cannot load kernel plugin 'fused_adam': libfused_adam.so: cannot open shared object "
        "file: No such file or directory (searched FAULTLINE_PLUGIN_PATH=<unset>)",
-       {}},
+       {},
+       "kernels/cpu/plugin.cpp",
+       "cannot load kernel plugin '{}': {} (searched FAULTLINE_PLUGIN_PATH={})",
+       "1.2-plugin-import-failure"},
       // kernels/cpu/plugin.cpp (no PyTorch counterpart)
       {"no kernel image",
        "plugin",
        "kernel plugin 'fused_adam': no kernel image is available for execution on the device "
        "(device capability 8.0, plugin built for 7.0; rebuild it with FAULTLINE_ARCH_LIST "
        "including 8.0)",
-       {}},
+       {},
+       "kernels/cpu/plugin.cpp",
+       "kernel plugin '{}': no kernel image is available for execution on the device ",
+       "5.7-plugin-not-built-for-device"},
+  };
+}
+
+// Events that print faultline's sentence in both dialects: a run's setup and layout checks.
+std::vector<Example> layout_events() {
+  return {
+      {"fetch failed",
+       "artifact",
+       "cannot fetch artifact 'tokenizer.json' after 3 attempts: "
+       "http://127.0.0.1:9/models/gpt-tiny/tokenizer.json: Connection refused",
+       {},
+       "workloads/rendezvous/artifacts.cpp",
+       "cannot fetch artifact '{}' after {} attempts: {}",
+       "1.3-artifact-mirror-unreachable"},
+      {"world mismatch",
+       "rendezvous",
+       "rendezvous failed: world size mismatch: rank 3 reports world size 8, ranks 0-2 report "
+       "world size 4",
+       {},
+       "workloads/rendezvous/world_check.cpp",
+       "rendezvous failed: {} mismatch: ",
+       "2.1-world-size-mismatch"},
+      {"layout too large",
+       "config",
+       "invalid layout: model-parallel size (tp 4 x pp 1) is larger than the world size 2",
+       {},
+       "workloads/model/config.cpp",
+       "invalid layout: model-parallel size (tp {} x pp {}) is larger than the world size {}",
+       "2.3-model-parallel-larger-than-world"},
+      {"zero + pp",
+       "config",
+       "invalid layout: ZeRO stage 2 cannot be combined with pipeline parallelism (pp 2); use "
+       "ZeRO-1 with pipelines",
+       {},
+       "workloads/model/config.cpp",
+       "invalid layout: ZeRO stage {} cannot be combined with pipeline parallelism (pp {}); use "
+       "ZeRO-1 with pipelines",
+       "3.2-zero2-with-pipeline"},
+      {"device ordinal",
+       "device",
+       "[rank 1] invalid device ordinal: LOCAL_RANK 1 selects device 1, but 1 device(s) are "
+       "visible on node 0 (FAULTLINE_VISIBLE_DEVICES='0', 2 on the node)",
+       {},
+       "workloads/comm/bootstrap.cpp",
+       "[rank {}] invalid device ordinal: {} {} selects device {}, but {} device(s) are visible "
+       "on node {} ({}='{}', {} on the node)",
+       "4.9-device-not-visible"},
+  };
+}
+
+// Events of a running job that print faultline's sentence in both dialects.
+std::vector<Example> step_events() {
+  return {
+      {"token out of vocab",
+       "error",
+       "token id 77 at position 2 is outside the vocabulary (size 64)",
+       {},
+       "workloads/model/gpt_vocab.cpp",
+       "token id {} at position {} is outside the vocabulary (size {})",
+       "3.3-tokenizer-vocab-larger-than-model"},
+      {"replicas differ",
+       "error",
+       "[rank 0] parameters differ across data-parallel replicas at step 2: dp rank 0 has xxh64 "
+       "c82054fc26c4e2f2, dp rank 1 has 21007985d32fd620 (replicas must hold identical weights)",
+       {},
+       "workloads/train/trainer.cpp",
+       "[rank {}] parameters differ across data-parallel replicas at step {}: dp rank 0 has xxh64 "
+       "{:016x}, dp rank {} has {:016x} (replicas must hold identical weights)",
+       "3.5-replicas-initialised-differently"},
+      {"kernel tail",
+       "error",
+       "kernel 'adamw' of plugin 'fused_adamw_vec16' cannot run on 10027 elements: it handles "
+       "multiples of 16 only (11 left over)",
+       {},
+       "kernels/cpu/ops.cpp",
+       "kernel 'adamw' of plugin '{}' cannot run on {} elements: it handles multiples of {} only "
+       "({} left over)",
+       "4.3-vectorised-kernel-without-tail"},
+      {"collective mismatch",
+       "comm mismatch",
+       "[rank 0] collective mismatch on group 'dp': rank 1 called all_reduce(count 30080, dtype "
+       "fp16, reduce avg) at seq 2; rank 0 called all_reduce(count 30080, dtype fp32, reduce avg) "
+       "at seq 2",
+       {},
+       "workloads/comm/communicator.cpp",
+       "[rank {}] collective mismatch on group '{}': ",
+       "4.6-dtype-mismatch-allreduce"},
+      // Serving (workloads/infer/engine.cpp).
+      {"tp diverge",
+       "error",
+       "[rank 0] tensor-parallel outputs diverge: request 0 position 4 (call 0): tp rank 0 "
+       "produced token 1, tp rank 1 produced token 5",
+       {},
+       "workloads/infer/engine.cpp",
+       "[rank {}] tensor-parallel outputs diverge: request {} position {} (call {}): tp rank 0 "
+       "produced token {}, tp rank {} produced token {}",
+       "5.9-unshared-sampling-seed"},
+  };
+}
+
+// Checkpoint events (workloads/train/checkpoint*.cpp), faultline's sentence in both dialects.
+std::vector<Example> checkpoint_events() {
+  return {
+      {"format version",
+       "checkpoint",
+       "checkpoint /tmp/faultline/ckpt/step_3 has format version 2, this build reads version 1 "
+       "(it was written by another release of the trainer; load it with that release or convert "
+       "it)",
+       {},
+       "workloads/train/checkpoint.cpp",
+       "checkpoint {} has format version {}, this build reads version {} (it was written by "
+       "another release of the trainer; load it with that release or convert it)",
+       "4.12-checkpoint-from-another-release"},
+      {"other layout",
+       "checkpoint",
+       "checkpoint /tmp/faultline/ckpt/step_3 was saved with layout dp 4 x tp 1 x pp 1 (ZeRO 0, "
+       "world 4) but this run is dp 2 x tp 1 x pp 1 (ZeRO 0, world 2); a sharded checkpoint only "
+       "loads into the layout that wrote it (convert it first: fl-ckpt reshard --in "
+       "/tmp/faultline/ckpt/step_3 --out DIR --dp 2)",
+       {},
+       "workloads/train/checkpoint_trainer.cpp",
+       "checkpoint {} was saved with layout {} but this run is {}; a sharded checkpoint only "
+       "loads into the layout that wrote it{}",
+       "4.10-checkpoint-from-another-layout"},
+      // Printed by rank 0 on stdout as a note ("# ..."), not an error: training goes on.
+      {"lost latest",
+       nullptr,
+       "auto-resume: no 'latest' file in /tmp/faultline/ckpt although it holds step_8: nothing "
+       "resumed, training starts again from step 0",
+       {},
+       "workloads/train/checkpoint.cpp",
+       "auto-resume: no 'latest' file in {} although it holds step_{}: nothing resumed, "
+       "training starts again from step 0",
+       "4.5-auto-resume-lost-pointer",
+       "# ",
+       "workload.steps=12 workload.model=tiny"},  // 1 s instead of a minute
+      {"missing shard",
+       "checkpoint",
+       "checkpoint /tmp/faultline/ckpt/step_4: shard shard_rank0.bin for rank 0 is missing",
+       {},
+       "workloads/train/checkpoint.cpp",
+       "checkpoint {}: shard {} for rank {} is missing",
+       "3.1-missing-shard-at-load"},
+      {"corrupt shard",
+       "checkpoint",
+       "checkpoint /tmp/faultline/ckpt/step_4: shard shard_rank1.bin of rank 1 is corrupt: 361082 "
+       "bytes with xxh64 361f36652776a136, the manifest says 361182 bytes with xxh64 "
+       "8aea26e4d57cd71b",
+       {},
+       "workloads/train/checkpoint.cpp",
+       "checkpoint {}: shard {} of rank {} is corrupt: {} bytes with xxh64 {}, the manifest says "
+       "{} bytes with xxh64 {}",
+       "4.10-truncated-shard-resume"},
+      {"disk full",
+       "checkpoint",
+       "cannot write checkpoint file /tmp/faultline/ckpt/step_2/shard_rank0.bin.tmp.12058 (16384 "
+       "of 361178 bytes written): No space left on device",
+       {},
+       "workloads/train/checkpoint.cpp",
+       "cannot write checkpoint file {} ({} of {} bytes written): {}",
+       "4.2-offload-disk-full"},
   };
 }
 
 }  // namespace
+
+const std::vector<NoProducer>& no_producer() {
+  static const std::vector<NoProducer> n = {
+      {"killed",
+       "its ranks die of the signal and print nothing (the harness records the signal in the "
+       "rank's exit)"},
+  };
+  return n;
+}
 
 const std::vector<Example>& examples() {
   // One event per row, worded as the workloads word it (the sources named); dialect_test throws
   // each as its exception class through the worker's error path and compares what it prints.
   static const std::vector<Example> e = [] {
     std::vector<Example> out = training_events();
-    for (auto& x : setup_events()) out.push_back(std::move(x));
+    for (auto* more : {setup_events, layout_events, step_events, checkpoint_events}) {
+      for (auto& x : more()) out.push_back(std::move(x));
+    }
     return out;
   }();
   return e;
 }
 
 std::string faultline_line(const Example& e) {
+  if (e.kind == nullptr) return std::string(e.lead ? e.lead : "") + e.message;
   return std::string("faultline worker error (") + e.kind + "): " + e.message;
 }
 
@@ -236,10 +441,27 @@ const Example* example_of(const std::string& signature) {
   return nullptr;
 }
 
-Match match_of(const LogsSignature& s, const Example& e, size_t line) {
-  Match m{
-      s.name, s.train, s.serve,          s.train_before_first_step ? s.train_before_first_step : "",
-      line,   "",      faultline_line(e)};
+const NoProducer* no_producer_of(const std::string& signature) {
+  for (const auto& n : no_producer()) {
+    if (signature == n.signature) return &n;
+  }
+  return nullptr;
+}
+
+Match match_of(const LogsSignature& s, const Example* ex, size_t line) {
+  Match m;
+  m.signature = s.name;
+  m.train = s.train;
+  m.serve = s.serve;
+  m.before_first = s.train_before_first_step ? s.train_before_first_step : "";
+  m.line = line;
+  if (ex == nullptr) {
+    const NoProducer* n = no_producer_of(s.name);
+    m.no_producer = n ? n->why : "no example of it is kept";
+    return m;
+  }
+  const Example& e = *ex;
+  m.faultline = faultline_line(e);
   m.pytorch = m.faultline;
   // The pytorch line this signature reads (a state_dict error's second line, not its first).
   for (const char* p : e.pytorch) {
@@ -279,13 +501,12 @@ void annotate(Result& r, const std::vector<ScenarioRef>& refs) {
     // watchdog line is not evidence of the runtime error the ranker filled in beside it).
     for (const auto& e : c.evidence) {
       const LogsSignature* s = classify(e.text);
-      const Example* ex = s ? example_of(s->name) : nullptr;
-      if (!ex || p.matches.size() >= 2 || (i > 0 && !reads_as(*s, c.id))) continue;
+      if (!s || p.matches.size() >= 2 || (i > 0 && !reads_as(*s, c.id))) continue;
       const bool seen = std::any_of(p.matches.begin(), p.matches.end(),
                                     [&](const Match& m) { return m.signature == s->name; });
-      if (!seen) p.matches.push_back(match_of(*s, *ex, e.line));
+      if (!seen) p.matches.push_back(match_of(*s, example_of(s->name), e.line));
     }
-    if (p.matches.empty()) continue;  // no evidence line is an event faultline prints
+    if (p.matches.empty()) continue;  // no evidence line is an event fl-detect-logs reads
     c.faultline = std::move(p);
   }
 }

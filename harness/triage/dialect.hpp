@@ -40,10 +40,29 @@ struct Example {
   // The lines printed under workload.fidelity: pytorch; empty: faultline's sentence in both.
   // A NCCL WARN line starts with HOST:PID:TID there (the test compares it so).
   std::vector<const char*> pytorch;
+  // Where faultline produces it: the source file, the format string the message begins with
+  // (verbatim, adjacent literals joined; dialect_test finds it there and matches the message and a
+  // real run's line against it), and the smallest scenario whose run prints it (nullptr: none
+  // short enough for the test).
+  const char* source = nullptr;
+  const char* format = nullptr;
+  const char* scenario = nullptr;
+  // The text a rank prints before the message when the event is not a worker's fatal error
+  // (nullptr: "faultline worker error (KIND): ").
+  const char* lead = nullptr;
+  // Settings the test's run of `scenario` overrides ("KEY=VALUE ...", space-separated).
+  const char* run_set = nullptr;
 };
 const std::vector<Example>& examples();
-// The line the default dialect prints: "faultline worker error (KIND): MESSAGE".
+// The line the default dialect prints: "faultline worker error (KIND): MESSAGE" (or LEAD MESSAGE).
 std::string faultline_line(const Example& e);
+
+// An fl-detect-logs signature no faultline worker or launcher prints a line for, and why.
+struct NoProducer {
+  const char* signature;
+  const char* why;
+};
+const std::vector<NoProducer>& no_producer();
 
 // A scenario of scenarios/symptoms or scenarios/issues and the symptom it expects.
 struct ScenarioRef {
@@ -61,6 +80,7 @@ struct Match {
   std::string train, serve, before_first;  // what fl-detect-logs reads it as
   size_t line = 0;                         // the evidence line it matched
   std::string pytorch, faultline;          // the lines faultline's runs print (pytorch: may equal)
+  std::string no_producer;                 // non-empty: faultline prints no line for it (why)
 };
 struct Produced {
   std::vector<Match> matches;          // at most 2, at least 1 when filled
@@ -70,9 +90,10 @@ struct Produced {
 };
 
 // Fills Candidate::faultline for each symptom candidate of `r` that a scenario of `refs` expects
-// and whose evidence holds a line of an event faultline prints (one of examples()): for the top
-// candidate, and for another when fl-detect-logs reads that event as its symptom. The others (and
-// root causes) stay empty: faultline does not produce that text for that symptom.
+// and whose evidence holds a line fl-detect-logs reads: for the top candidate, and for another when
+// fl-detect-logs reads that event as its symptom. An event of examples() gets faultline's lines;
+// one of no_producer() gets the sentence saying faultline prints none. The others (and root
+// causes) stay empty: faultline does not produce that text for that symptom.
 void annotate(Result& r, const std::vector<ScenarioRef>& refs);
 
 }  // namespace dialect

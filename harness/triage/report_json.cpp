@@ -40,8 +40,10 @@ ojson faultline_json(const dialect::Produced& p) {
                {"symptom_training", m.train},
                {"symptom_serving", m.serve}};
     e["symptom_before_first_step"] = m.before_first.empty() ? ojson() : ojson(m.before_first);
-    e["pytorch_line"] = m.pytorch;
-    e["faultline_line"] = m.faultline;
+    // No producer: both lines null and `no_producer` says why.
+    e["pytorch_line"] = m.no_producer.empty() ? ojson(m.pytorch) : ojson();
+    e["faultline_line"] = m.no_producer.empty() ? ojson(m.faultline) : ojson();
+    e["no_producer"] = m.no_producer.empty() ? ojson() : ojson(m.no_producer);
     j["events"].push_back(std::move(e));
   }
   return j;

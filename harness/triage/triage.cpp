@@ -527,13 +527,18 @@ void format_faultline(std::string& out, const dialect::Produced& p, std::set<std
   for (size_t i = 0; i < p.matches.size(); ++i) {
     const auto& m = p.matches[i];
     const bool again = !shown.insert(m.signature).second;
-    line += fmt::format("{}line {} is fl-detect-logs signature '{}' ({}), printed as{}\n",
-                        i == 0 ? "; " : "         ", m.line, m.signature, reads_as(m),
-                        again ? " above" : "");
+    const char* shown_as = !m.no_producer.empty() ? "not printed by faultline"
+                           : again                ? "printed as above"
+                                                  : "printed as";
+    line += fmt::format("{}line {} is fl-detect-logs signature '{}' ({}), {}\n",
+                        i == 0 ? "; " : "         ", m.line, m.signature, reads_as(m), shown_as);
     out += line;
     line.clear();
     if (again) continue;
-    if (m.pytorch == m.faultline) {
+    if (!m.no_producer.empty()) {
+      out += fmt::format("         (no line) faultline has no producer of this event: {}\n",
+                         m.no_producer);
+    } else if (m.pytorch == m.faultline) {
       out += fmt::format("         (both dialects) {}\n", clip(m.faultline));
     } else {
       out += fmt::format("         (workload.fidelity: pytorch) {}\n", clip(m.pytorch));

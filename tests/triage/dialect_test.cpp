@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -29,6 +30,8 @@
 #include "workloads/comm/errors.hpp"
 #include "workloads/comm/log_dialect.hpp"
 #include "workloads/comm/worker_errors.hpp"
+#include "workloads/infer/engine.hpp"
+#include "workloads/rendezvous/artifacts.hpp"
 #include "workloads/rendezvous/store_client.hpp"
 #include "workloads/rendezvous/store_server.hpp"
 #include "workloads/rendezvous/world_check.hpp"
@@ -72,6 +75,18 @@ std::function<int()> thrower(const dialect::Example& e) {
     if (sig == "size mismatch") throw CheckpointError(msg);
     if (sig == "build failed" || sig == "import failed" || sig == "no kernel image")
       throw ops::PluginError(msg);
+    if (sig == "fetch failed") throw rdzv::ArtifactError(msg);
+    if (sig == "world mismatch")
+      throw rdzv::WorldCheckError(rdzv::WorldCheckFailure::kWorldSizeMismatch, msg);
+    if (sig == "layout too large" || sig == "zero + pp") throw ConfigError(msg);
+    if (sig == "device ordinal") throw DeviceError(msg);
+    if (sig == "token out of vocab" || sig == "replicas differ" || sig == "kernel tail")
+      throw Error(msg);  // raise() without a class
+    if (sig == "tp diverge") throw infer::OutputMismatchError(msg);
+    if (sig == "collective mismatch") throw comm::CommMismatchError(msg);
+    if (sig == "format version" || sig == "other layout" || sig == "missing shard" ||
+        sig == "corrupt shard" || sig == "disk full")
+      throw CheckpointError(msg);
     throw std::logic_error("dialect_test has no exception for example '" + sig + "'");
   };
 }
@@ -91,6 +106,7 @@ std::string printed(const dialect::Example& e, const char* fidelity) {
 TEST(TriageDialect, EveryExampleIsWhatAFailingWorkerPrintsInBothDialects) {
   ASSERT_GE(dialect::examples().size(), 8u);
   for (const auto& e : dialect::examples()) {
+    if (e.kind == nullptr) continue;  // not a worker's fatal error (its format is checked below)
     EXPECT_EQ(printed(e, "faultline"), dialect::faultline_line(e) + "\n") << e.signature;
     std::string want;
     for (const char* l : e.pytorch) want += std::string(l) + "\n";
@@ -110,6 +126,79 @@ TEST(TriageDialect, EveryExampleIsReadByItsLogsSignatureInBothDialects) {
       read = read || (p && std::string(p->name) == e.signature);
     }
     EXPECT_TRUE(read) << e.signature << ": no pytorch line is read by it";
+  }
+}
+
+// Every fl-detect-logs signature is either an event faultline prints (an example) or one it has no
+// producer of, never both, never neither.
+TEST(TriageDialect, EveryLogsSignatureHasAnExampleOrSaysItHasNoProducer) {
+  for (const auto& s : detect::logs::signatures()) {
+    int n = 0;
+    for (const auto& e : dialect::examples()) n += std::string(e.signature) == s.name;
+    for (const auto& p : dialect::no_producer()) n += std::string(p.signature) == s.name;
+    EXPECT_EQ(n, 1) << s.name;
+  }
+}
+
+// A C++ file's string literals, adjacent ones joined ("a" "b" -> "ab"; escapes kept as written,
+// as in the table's copies, except \" and \\).
+std::vector<std::string> joined_literals(const std::string& path) {
+  std::ifstream in(path);
+  const std::string src((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> out;
+  bool joining = false;
+  for (size_t i = 0; i < src.size(); ++i) {
+    const char c = src[i];
+    if (c == '/' && i + 1 < src.size() && src[i + 1] == '/') {
+      i = src.find('\n', i);
+      if (i == std::string::npos) break;
+      continue;
+    }
+    if (c == '\'') {  // a character literal: '"' must not open a string
+      i = src.find('\'', i + (src[i + 1] == '\\' ? 3 : 2));
+      joining = false;
+      continue;
+    }
+    if (c != '"') {
+      if (!std::isspace(static_cast<unsigned char>(c))) joining = false;
+      continue;
+    }
+    std::string lit;
+    for (++i; i < src.size() && src[i] != '"'; ++i) {
+      if (src[i] == '\\' && (src[i + 1] == '"' || src[i + 1] == '\\')) ++i;
+      lit += src[i];
+    }
+    if (joining) {
+      out.back() += lit;
+    } else {
+      out.push_back(lit);
+    }
+    joining = true;
+  }
+  return out;
+}
+
+// A fmt format string as a regex over what it prints: each {...} field any text.
+std::string format_regex(const std::string& f) {
+  static const std::regex special(R"([.^$|()\[\]*+?\\/])");
+  std::string esc = std::regex_replace(f, special, "\\$&");
+  return std::regex_replace(esc, std::regex(R"(\{[^}]*\})"), ".*");
+}
+
+// Each example names its producer: the format string is in that source file, and the example's
+// message is what the format prints (it starts so).
+TEST(TriageDialect, EveryExampleMessageIsItsProducersFormat) {
+  for (const auto& e : dialect::examples()) {
+    ASSERT_NE(e.source, nullptr) << e.signature;
+    ASSERT_NE(e.format, nullptr) << e.signature;
+    const auto lits = joined_literals(std::string(FAULTLINE_SOURCE_DIR) + "/" + e.source);
+    ASSERT_FALSE(lits.empty()) << e.source;
+    const bool found = std::any_of(lits.begin(), lits.end(), [&](const std::string& l) {
+      return l.find(e.format) != std::string::npos;
+    });
+    EXPECT_TRUE(found) << e.signature << ": " << e.source << " has no literal '" << e.format << "'";
+    EXPECT_TRUE(std::regex_search(e.message, std::regex("^" + format_regex(e.format))))
+        << e.signature << ": '" << e.message << "' is not what '" << e.format << "' prints";
   }
 }
 
@@ -217,6 +306,47 @@ TEST(TriageDialect, ACandidateWhoseTextFaultlineDoesNotPrintGetsNoFaultlineLine)
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   for (const auto& c : r.symptoms) EXPECT_TRUE(c.faultline.empty()) << c.id;
   EXPECT_EQ(format_result(r, tables()).find("faultline:"), std::string::npos);
+}
+
+TEST(TriageDialect, AnEventFaultlinePrintsNoLineForSaysSo) {
+  const auto r = annotated(
+      "torchrun --nproc_per_node 8 train.py\n"
+      "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 3 "
+      "(pid: 812917) of binary: /usr/bin/python\n");
+  const Candidate* got = produced(r);
+  ASSERT_NE(got, nullptr) << format_result(r, tables());
+  ASSERT_FALSE(got->faultline.matches.empty());
+  const auto& m = got->faultline.matches.front();
+  EXPECT_EQ(m.signature, "killed");
+  EXPECT_TRUE(m.faultline.empty());
+  EXPECT_FALSE(m.no_producer.empty());
+  const std::string report = format_result(r, tables());
+  EXPECT_NE(report.find("signature 'killed' (4.8 training, 5.1 serving), not printed by "
+                        "faultline\n         (no line) faultline has no producer of this event: "),
+            std::string::npos)
+      << report;
+  const auto j = nlohmann::json::parse(result_json(r, tables(), Input{}, "issue.txt").dump());
+  const auto& ev = j.at("symptoms").at(0).at("faultline").at("events").at(0);
+  EXPECT_TRUE(ev.at("faultline_line").is_null()) << ev.dump();
+  EXPECT_EQ(ev.at("no_producer"), m.no_producer);
+}
+
+TEST(TriageDialect, AnEventOfFaultlinesOwnSentenceGetsItInBothDialects) {
+  const auto r = annotated(
+      "deepspeed --num_gpus 8 train.py\n"
+      "OSError: [Errno 28] No space left on device: "
+      "'/ckpt/global_step400/mp_rank_00_model_states.pt'\n");
+  const Candidate* got = produced(r);
+  ASSERT_NE(got, nullptr) << format_result(r, tables());
+  const auto& m = got->faultline.matches.front();
+  EXPECT_EQ(m.signature, "disk full");
+  EXPECT_EQ(m.pytorch, m.faultline);
+  EXPECT_NE(m.faultline.find("No space left on device"), std::string::npos);
+  EXPECT_NE(format_result(r, tables())
+                .find("         (both dialects) faultline worker error "
+                      "(checkpoint): cannot write checkpoint file "),
+            std::string::npos)
+      << format_result(r, tables());
 }
 
 nlohmann::json json_of(const std::string& text, Input* keep = nullptr) {
