@@ -1,7 +1,11 @@
 // args: a rank's (or every rank's) launch command differs: extra arguments come last and win.
+// Under the deepspeed launcher only every rank's: DeepSpeed's launch.py starts each process of a
+// node with one command (the script and the user's arguments, `--local_rank` the only difference),
+// so one rank's own launch line is not something a `deepspeed` job can have.
 #include <fmt/format.h>
 
 #include "harness/faults/fault.hpp"
+#include "harness/model/key_checks.hpp"
 #include "harness/process/supervisor.hpp"
 
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // key tables leave ranges out
@@ -34,9 +38,15 @@ class ArgsKind : public FaultKind {
              "Arguments appended to `rank`'s (or every rank's) command: its launch line differs; "
              "a later option wins"}};
   }
-  std::unique_ptr<Fault> parse(const ParseContext&, const YAML::Node& item) const override {
+  std::unique_ptr<Fault> parse(const ParseContext& c, const YAML::Node& item) const override {
     auto f = std::make_unique<ArgsFault>();
     for (const auto& a : item["args"]) f->args.push_back(a.as<std::string>());
+    if (c.s.topo.launcher == "deepspeed" && item["rank"] && item["rank"].as<int>() >= 0) {
+      loader::fail_at(c.file, item["rank"], c.at + ".rank",
+                      "one rank's own arguments need topology.launcher: local, mpirun or srun "
+                      "(DeepSpeed's launcher starts every rank with the same arguments); leave "
+                      "rank out to change every rank's command");
+    }
     return f;
   }
 };

@@ -81,6 +81,14 @@ class LauncherKind : public FaultKind {
     f->starts = loader::opt<std::string>(n, "starts", "one");
     f->devices = loader::opt<std::string>(n, "devices", "cuda");
     f->per_node = ranks_per_node(c.s.topo.ranks, c.s.topo.nodes);
+    if (c.s.topo.launcher == "deepspeed") {
+      // DeepSpeed's launch.py starts every process of a node with one command; fl-launch's
+      // (--rank-base) would differ from rank to rank.
+      loader::fail_at(c.file, n, c.at + ".launcher",
+                      "a per-node launcher fault needs topology.launcher: local, mpirun or srun "
+                      "(under the deepspeed launcher DeepSpeed's runner starts every rank with one "
+                      "command)");
+    }
     if (f->starts == "node" && c.s.topo.launcher != "local") {
       // Under mpirun every child would take the MPI identity of the process that started it.
       loader::fail_at(c.file, n["starts"], c.at + ".launcher.starts",

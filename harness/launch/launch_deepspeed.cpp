@@ -4,7 +4,8 @@
 // decides which slots run and each one's RANK, LOCAL_RANK and CUDA_VISIBLE_DEVICES; the harness
 // gives it each rank's other variables (identity of the run, control plane, plans) in a file,
 // RUN_DIR/ds_ranks.jsonl, and every host's processes run on this machine. With the MPI backend
-// the ranks are MPI singletons joined through the local launcher's ompi-server.
+// the ranks are MPI singletons joined through the local launcher's ompi-server. The worker command,
+// with every rank's `args` fault, is the runner's user arguments: one for all ranks, as launch.py.
 #include <csignal>
 #include <filesystem>
 
@@ -65,7 +66,8 @@ class DeepspeedLauncher : public Launcher {
 
   void start(LaunchHost& h, const std::vector<std::string>& args) override {
     std::string ranks;
-    for (int r = 0; r < h.s.topo.ranks; ++r) ranks += rank_line(h, r, args) + "\n";
+    std::vector<std::string> command;  // every rank's, after the faults (one for all)
+    for (int r = 0; r < h.s.topo.ranks; ++r) ranks += rank_line(h, r, args, command) + "\n";
     h.run_dir->write_atomic("ds_ranks.jsonl", ranks);
     std::string hostfile = h.s.topo.deepspeed.hostfile;
     if (!h.s.topo.deepspeed.hostfile_text.empty()) {
@@ -74,7 +76,7 @@ class DeepspeedLauncher : public Launcher {
     }
     ProcessSpec p;
     p.name = "deepspeed";
-    p.argv = runner_argv(h, hostfile, args);
+    p.argv = runner_argv(h, hostfile, command.empty() ? args : command);
     p.cwd = h.dir;
     for (auto& [k, v] : base_env()) p.env.push_back(k + "=" + v);
     // The user's CUDA_VISIBLE_DEVICES is the runner's (runner.main reads and deletes it).
@@ -100,11 +102,21 @@ class DeepspeedLauncher : public Launcher {
 
  private:
   // {"cwd", "env"} of rank r: the run's variables and the faults' changes, the secret left out.
-  static std::string rank_line(LaunchHost& h, int r, const std::vector<std::string>& args) {
+  // The faults' command (an `args` fault's arguments) goes to `command`: the runner passes its
+  // user arguments to every rank (launch.py), so it must be the same for each.
+  static std::string rank_line(LaunchHost& h, int r, const std::vector<std::string>& args,
+                               std::vector<std::string>& command) {
     auto env = h.rank_env(r);
     ProcessSpec spec;
     spec.argv = args;
     h.faults.adjust_rank(r, spec, env);
+    if (r == 0) command = spec.argv;
+    if (spec.argv != command) {
+      raise<Error>(
+          "launcher deepspeed: rank {}'s command differs from rank 0's (DeepSpeed's runner starts "
+          "every rank with one command; a per-rank argument needs launcher local, mpirun or srun)",
+          r);
+    }
     nlohmann::json vars = nlohmann::json::object();
     const auto inherited = base_env();
     for (auto& [k, v] : env) {

@@ -2,6 +2,7 @@
 // rank, so each keeps its own environment). mpirun aborts the whole job when a rank fails; a
 // rank's own end is known from its exit event, and ranks that never sent one ended with mpirun.
 #include <csignal>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -20,7 +21,7 @@ namespace fl::harness {
 namespace {
 
 // Rank-identity variables every app-file line carries; the rest of a rank's environment is
-// inherited from mpirun's own unless the scenario sets it.
+// inherited from mpirun's own unless the scenario sets it (or a fault does: app_line).
 bool rank_specific(const Scenario& s, int rank, const std::string& k) {
   static const char* const kIdentity[] = {
       "RANK",      "WORLD_SIZE",  "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
@@ -33,13 +34,37 @@ bool rank_specific(const Scenario& s, int rank, const std::string& k) {
   return it != s.env.per_rank.end() && it->second.count(k);
 }
 
+// Open MPI's app-file reader ends a line at '#' or "//" (a comment): a word with either would cut
+// the rank's line there (an `http://` URL leaves no executable: "No executable was specified").
+bool app_file_comment(const std::string& v) {
+  return v.find('#') != std::string::npos || v.find("//") != std::string::npos;
+}
+
+// The harness's own variables the app file cannot carry (app_file_comment) and that every rank
+// has with one value (the artifact hub's URL): mpirun's environment carries them instead.
+std::map<std::string, std::string> inherited_only(LaunchHost& h) {
+  std::map<std::string, std::string> out;
+  for (const auto& [k, v] : h.rank_env(0)) {
+    if (app_file_comment(v)) out[k] = v;
+  }
+  for (int r = 1; r < h.s.topo.ranks && !out.empty(); ++r) {
+    const auto env = h.rank_env(r);
+    std::erase_if(out, [&](const auto& kv) {
+      const auto it = env.find(kv.first);
+      return it == env.end() || it->second != kv.second;
+    });
+  }
+  return out;
+}
+
 class MpirunLauncher : public Launcher {
  public:
   LauncherKind kind() const override { return LauncherKind::kMpirun; }
 
   void start(LaunchHost& h, const std::vector<std::string>& args) override {
     std::string app;
-    for (int r = 0; r < h.s.topo.ranks; ++r) app += app_line(h, r, args) + "\n";
+    const auto shared = inherited_only(h);
+    for (int r = 0; r < h.s.topo.ranks; ++r) app += app_line(h, r, args, shared) + "\n";
     h.run_dir->write_atomic("appfile", app);
     ProcessSpec p;
     p.name = "mpirun";
@@ -59,6 +84,7 @@ class MpirunLauncher : public Launcher {
     p.env.push_back(fmt::format("{}={}", kControlSecretEnv, h.secret));
     // Inherited by the ranks (an app-file line carries only what the scenario sets itself).
     for (const auto& [k, v] : local_mpi_env(h.s)) p.env.push_back(k + "=" + v);
+    for (const auto& [k, v] : shared) p.env.push_back(k + "=" + v);
     p.tag_output = true;
     mpirun_ = h.sup.spawn(p);
     for (int r = 0; r < h.s.topo.ranks; ++r) {
@@ -76,8 +102,10 @@ class MpirunLauncher : public Launcher {
   }
 
  private:
-  static std::string app_line(LaunchHost& h, int r, const std::vector<std::string>& args) {
-    auto env = h.rank_env(r);
+  static std::string app_line(LaunchHost& h, int r, const std::vector<std::string>& args,
+                              const std::map<std::string, std::string>& shared) {
+    const auto before = h.rank_env(r);  // what the faults found: mpirun's ranks inherit it
+    auto env = before;
     ProcessSpec line_spec;
     line_spec.argv = args;
     std::vector<std::string> unset;
@@ -87,12 +115,16 @@ class MpirunLauncher : public Launcher {
     for (auto& k : unset) check_env_key(r, k);
     for (auto& [k, v] : env) {
       if (k == kControlSecretEnv) continue;     // in mpirun's own environment, never in a file
-      if (!rank_specific(h.s, r, k)) continue;  // inherited from mpirun's environment
+      // Inherited from mpirun's environment, unless a fault set or changed it (an env fault's CXX).
+      const auto was = before.find(k);
+      if (!rank_specific(h.s, r, k) && was != before.end() && was->second == v) continue;
+      if (const auto it = shared.find(k); it != shared.end() && it->second == v) continue;
       check_env_key(r, k);  // a name with whitespace or '=' would add app-file options
-      if (v.find_first_of(" \t\n\"'") != std::string::npos || v.empty()) {
+      if (v.find_first_of(" \t\n\"'") != std::string::npos || v.empty() || app_file_comment(v)) {
         raise<Error>(
-            "launcher mpirun: rank {} variable {}='{}' has whitespace, quotes or is empty "
-            "(an app file cannot carry it; use launcher: local)",
+            "launcher mpirun: rank {} variable {}='{}' has whitespace, quotes, '#' or '//', or is "
+            "empty (an app file cannot carry it: Open MPI reads '#' and '//' as a comment; use "
+            "launcher: local)",
             r, k, v);
       }
       line += fmt::format(" -x {}={}", k, v);
@@ -100,10 +132,11 @@ class MpirunLauncher : public Launcher {
     for (auto& k : unset) line += " -x " + k + "=";  // app files cannot unset: empty it
     for (auto& a : line_spec.argv) {
       // The app file is split at whitespace: such a word would reach the rank as several.
-      if (a.find_first_of(" \t\n\"'") != std::string::npos) {
+      if (a.find_first_of(" \t\n\"'") != std::string::npos || app_file_comment(a)) {
         raise<Error>(
-            "launcher mpirun: rank {} argument '{}' has whitespace or quotes (an app file cannot "
-            "carry it as one word; use launcher: local)",
+            "launcher mpirun: rank {} argument '{}' has whitespace, quotes, '#' or '//' (an app "
+            "file cannot carry it as one word: Open MPI reads '#' and '//' as a comment; use "
+            "launcher: local)",
             r, a);
       }
       line += " " + a;

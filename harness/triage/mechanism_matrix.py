@@ -72,7 +72,10 @@ def overrides(adapt, k):
             return None
         layout = [f"topology.zero={adapt[4:]}"]
     elif adapt == "offload":
-        if k.get("workload.zero.offload_optimizer") == "true":
+        # draft.cpp makes the offload only beside a ZeRO stage of 1-3: at stage 0 it is the
+        # workers' config error, as DeepSpeed's CPUAdam fails its first step (docs/triage.md, stop 48).
+        if k.get("workload.zero.offload_optimizer") == "true" or \
+                k.get("topology.zero", "0") == "0":
             return None
         layout = ["workload.zero.offload_optimizer=true"]
     elif adapt in ("fp16", "bf16"):

@@ -124,6 +124,32 @@ TEST(DeepspeedLauncher, ABadHostfileLineEndsTheRunWithTheRunnersErrorBeforeAnyRa
   fs::remove_all(fs::path(ran.dir).parent_path());
 }
 
+// An `args` fault for every rank is the runner's user arguments: every rank runs with them (before,
+// they were recorded but the runner started the ranks with the plain command).
+TEST(DeepspeedLauncher, EveryRanksArgsFaultReachesTheRanksThroughTheRunner) {
+  const auto ran =
+      run_scenario("args",
+                   "name: ds-args\n"
+                   "description: tp 4 asked for on the launch line of a world of 2.\n"
+                   "topology: {ranks: 2, dp: 2, launcher: deepspeed}\n"
+                   "workload: {model: tiny, steps: 2, precision: fp32}\n"
+                   "faults:\n"
+                   "  - args: [\"--tp\", \"4\", \"--dp\", \"1\"]\n"
+                   "expect: {oracle: error_signature, pattern: \"model-parallel size \\\\(tp 4 x "
+                   "pp 1\\\\) is larger than the world size 2\"}\n"
+                   "timeouts: {run_s: 120, rendezvous_ms: 60000}\n"
+                   "seed: 7\n");
+  ASSERT_FALSE(ran.r.timed_out) << ran.r.output;
+  EXPECT_EQ(verdict(ran.dir), "pass") << ran.r.output;
+  const auto launches = harness_events(ran.dir, "launch");
+  ASSERT_FALSE(launches.empty()) << ran.r.output;
+  const auto argv = launches[0]["data"]["argv"].get<std::vector<std::string>>();
+  ASSERT_GE(argv.size(), 4u);
+  EXPECT_EQ(std::vector<std::string>(argv.end() - 4, argv.end()),
+            (std::vector<std::string>{"--tp", "4", "--dp", "1"}));
+  fs::remove_all(fs::path(ran.dir).parent_path());
+}
+
 // The catalogue's DeepSpeed-runner scenarios: each shows its symptom as written and clears with
 // --fix.
 class DeepspeedScenarios : public ::testing::TestWithParam<const char*> {};

@@ -251,5 +251,29 @@ TEST_F(DeepspeedScenario, RanksThatDifferFromTheWorldAndOptionsWithoutTheLaunche
             std::string::npos);
 }
 
+// DeepSpeed's launch.py gives every rank the same command: one rank's own arguments, or a per-node
+// launcher of the ranks' own, cannot be expressed under it; every rank's arguments can.
+TEST_F(DeepspeedScenario, OneRanksOwnLaunchLineIsRefusedEveryRanksIsNot) {
+  const auto load = [&](const std::string& faults) -> std::string {
+    try {
+      load_scenario(write(
+          "a.yaml", "name: a\ntopology: {ranks: 2, launcher: deepspeed}\nfaults:\n" + faults));
+    } catch (const ScenarioError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(load("  - args: [\"--requests\", \"6\"]\n    rank: 1\n"),
+            (dir_ / "a.yaml").string() +
+                ":5:11: faults[0].rank: one rank's own arguments need topology.launcher: local, "
+                "mpirun or srun (DeepSpeed's launcher starts every rank with the same arguments); "
+                "leave rank out to change every rank's command");
+  EXPECT_EQ(load("  - args: [\"--tp\", \"2\"]\n"), "");
+  EXPECT_NE(load("  - launcher: {devices: int}\n")
+                .find("faults[0].launcher: a per-node launcher "
+                      "fault needs topology.launcher: local"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace fl::harness

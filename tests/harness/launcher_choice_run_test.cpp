@@ -1,5 +1,6 @@
 // topology.launcher: auto for real: a 24-rank clean CPU MPI scenario that names no launcher runs
-// under mpirun, passes, and its history and header say which launcher was chosen and why.
+// under mpirun, passes, and its history and header say which launcher was chosen and why. And
+// mpirun's app file carries what an env fault sets.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -55,6 +56,48 @@ TEST(LauncherChoiceRun, LargeCleanWorldWithoutALauncherKeyRunsUnderMpirunAndPass
   }
   EXPECT_EQ(choices, 1);
   EXPECT_EQ(mpirun_launches, 24);
+  fs::remove_all(dir);
+}
+
+// An env fault's variable that neither the scenario nor the rank's identity names (CXX) must reach
+// the ranks mpirun starts: before, the app file left it to mpirun's environment, which lacks it.
+TEST(LauncherChoiceRun, AnEnvFaultsVariableReachesTheRanksUnderMpirun) {
+  const std::string dir = test::fresh_test_dir("launcher-choice", "mpirun-env");
+  const std::string file =
+      std::string(FAULTLINE_SOURCE_DIR) + "/scenarios/symptoms/1.1-jit-build-no-compiler.yaml";
+  const auto r =
+      test::run_process({FAULTLINE_CLI, "run", file, "--results", dir, "--run-id", "cxx", "--set",
+                         "topology.launcher=mpirun"},
+                        {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}},
+                        std::chrono::seconds(150));
+  ASSERT_FALSE(r.timed_out) << r.output;
+  std::ifstream vin(dir + "/cxx/verdict.json");
+  ASSERT_TRUE(vin) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(vin).value("outcome", ""), "pass") << r.output;
+  std::ifstream app(dir + "/cxx/appfile");
+  const std::string lines((std::istreambuf_iterator<char>(app)), std::istreambuf_iterator<char>());
+  EXPECT_NE(lines.find(" -x CXX=g++-12-missing"), std::string::npos) << lines;
+  fs::remove_all(dir);
+}
+
+// The artifact hub's URL (http://...) is every rank's: in the app file Open MPI would read its
+// "//" as a comment and find no executable; mpirun's environment carries it.
+TEST(LauncherChoiceRun, AFetchingWorkloadRunsUnderMpirun) {
+  const std::string dir = test::fresh_test_dir("launcher-choice", "mpirun-fetch");
+  const std::string file = std::string(FAULTLINE_SOURCE_DIR) +
+                           "/scenarios/symptoms/1.3-artifact-mirror-unreachable.yaml";
+  const auto r =
+      test::run_process({FAULTLINE_CLI, "run", file, "--fix", "--results", dir, "--run-id", "fetch",
+                         "--set", "topology.launcher=mpirun"},
+                        {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}},
+                        std::chrono::seconds(150));
+  ASSERT_FALSE(r.timed_out) << r.output;
+  std::ifstream vin(dir + "/fetch/verdict.json");
+  ASSERT_TRUE(vin) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(vin).value("outcome", ""), "pass") << r.output;
+  std::ifstream app(dir + "/fetch/appfile");
+  const std::string lines((std::istreambuf_iterator<char>(app)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(lines.find("//"), std::string::npos) << lines;
   fs::remove_all(dir);
 }
 

@@ -180,6 +180,28 @@ const SignatureCase kStage5[] = {
      "With kernel injection the inference results are totally inconsistent with the results "
      "without DeepSpeed.\n",
      5, "5.3", "R5.2", "inference-results-statement"},
+    // Stop 48 (stage 5): AutoTP's own refusal (module_inject/auto_tp.py) names AutoTP, not the
+    // inference engine; GPT-NeoX's decoded garbage; wrong output stated in a plain sentence.
+    {"AnAutoTpRefusalIsAnExecutionFailure",
+     "NotImplementedError: AutoTP gather_output does not yet support shaped sub-parameter "
+     "layers.\n",
+     5, "5.1", "", "inference-exception-same-line"},
+    {"GptNeoXGarbageTokensAreAnOutputInconsistency",
+     "generated: 'The capital of France is BytePtrFromString BytePtrFromStringamssymb "
+     "BytePtrFromString errnoErr'\n",
+     5, "5.3", "R5.2", "gpt-neox-garbage-tokens"},
+    {"LogitsStatedDifferentAreAnOutputInconsistency",
+     "With kernel injection on two GPUs the logits were completely different from one GPU.\n", 5,
+     "5.3", "R5.2", "outputs-are-wrong-statement"},
+    // The output judged in the singular, with what produced it between; a failure stated in
+    // words on the line that names DeepSpeed's inference engine.
+    {"TheOutputOfAKernelStatedDifferentIsAnOutputInconsistency",
+     "The output of the fused attention kernel is different from the PyTorch reference when the "
+     "mask pads the batch.\n",
+     5, "5.3", "R5.2", "inference-output-statement"},
+    {"AModelDeepSpeedInferenceDoesNotSupportIsAnExecutionFailure",
+     "DeepSpeed Inference does not support the Mixtral model with kernel injection yet.\n", 5,
+     "5.1", "R5.2", "inference-failure-statement"},
 };
 
 class Stage45Signature : public ::testing::TestWithParam<SignatureCase> {};
@@ -268,6 +290,19 @@ TEST(TriageStage5Signatures, AnExceptionNamingTheInferenceEngineIsAnExecutionFai
           "site-packages/colossalai/kernel/extensions/pybind/inference/inference.cpp'\n");
   EXPECT_FALSE(!path.symptoms.empty() &&
                cites(path.symptoms.front(), "inference-exception-same-line", 1));
+}
+
+// An out-of-memory line that names the inference engine is the inference OOM row's (5.2); the
+// exception row (5.1) leaves it alone, so 5.1 does not crowd the memory candidates (stop 48).
+TEST(TriageStage5Signatures, AnInferenceOutOfMemoryIsNotAnExecutionFailureToo) {
+  const auto r =
+      run("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB during "
+          "DeepSpeed inference\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "5.2");
+  for (const auto& c : r.symptoms) {
+    EXPECT_FALSE(cites(c, "inference-exception-same-line", 1)) << c.id;
+  }
 }
 
 // The ranker with cues.yaml and priors.yaml of its own (the project's signature tables) on `text`.

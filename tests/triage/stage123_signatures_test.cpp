@@ -96,7 +96,61 @@ const SignatureCase kLines[] = {
      3, "3.4", "R3.1", "colossalai-lazy-init-materialize"},
     {"AcceleratesZero3InitFlagIsZeroInit", "zero3_init_flag: true\n", 3, "3.1", "R3.2",
      "zero-init-enabled"},
+    // Stop 48: DeepSpeed's engine set-up quoted by its traceback frame, not its call line: the
+    // engine's _configure_* methods run inside deepspeed.initialize, preparation (3.2).
+    {"AFrameInTheEnginesConfigureStepIsAPreparationConfigError",
+     "  File \"/usr/lib/python3/site-packages/deepspeed/runtime/engine.py\", line 1230, in "
+     "_configure_optimizer\n",
+     3, "3.2", "R3.1", "ds-configure-trace"},
+    // Pretrained weights that never arrived, stated in the passive or by the random start.
+    {"AModelStatedNotLoadedIsALoadingFailure",
+     "The pretrained model was not loaded successfully after boosting with the plugin.\n", 3, "3.1",
+     "", "prose-not-loaded"},
+    {"TrainingFromRandomInitialisationIsALoadingFailure",
+     "The loss starts at 11, as if from randomly initialized parameters.\n", 3, "3.1", "",
+     "prose-random-init"},
+    {"ASizeMismatchStatedInProseIsALoadingFailure",
+     "Loading the pretrained weights into the ZeRO-3 model gives size mismatch errors.\n", 3, "3.1",
+     "", "prose-size-mismatch"},
+    // Megatron-LM's checkpoint converter: its saver's frame holds "save_checkpoint", which
+    // is not a training step's checkpoint save.
+    {"TheCheckpointConvertersSaverIsPreparation",
+     "  File \"/workspace/Megatron-LM/tools/checkpoint/saver_mcore.py\", line 449, in "
+     "save_checkpoint\n",
+     3, "3.1", "R3.3", "megatron-checkpoint-converter"},
+    // ColossalAI's zero_optim_wrapper (colossalai/zero/wrapper.py) refusing its inputs.
+    {"ColossalAisZeroOptimizerWrapperRefusalIsAConfigError",
+     "AssertionError: Current ZeRO optimizers only support 'norm_type=2'\n", 3, "3.2", "R3.1",
+     "colossalai-zero-wrapper-order"},
+    // ds_report's op table: an op neither installed nor compatible cannot be JIT-built.
+    {"AnOpNeitherInstalledNorCompatibleIsABuildFailure",
+     "fused_adam ............. [NO] ....... [NO]\n", 1, "1.1", "R1.2",
+     "ds-report-op-not-installed"},
 };
+
+// An op that is not pre-built but compatible is DeepSpeed's normal JIT state, not a build
+// failure (stop 48): the op row leaves it to the table's weak context.
+TEST(TriageStage1Signatures, AnOpLeftToTheJitIsNotABuildFailure) {
+  const auto r = run("transformer_inference .. [NO] ....... [OKAY]\n");
+  for (const auto& c : r.symptoms) {
+    EXPECT_TRUE(std::none_of(c.evidence.begin(), c.evidence.end(), [](const EvidenceLine& e) {
+      return e.signature == "ds-report-op-not-installed";
+    })) << c.id;
+  }
+}
+
+// torch's old matmul text, or a size mismatch stated with a training step and no loading, is a
+// step's shape error, not a loading failure.
+TEST(TriageStage3Signatures, ASizeMismatchWithoutLoadingIsNotLoading) {
+  const auto r =
+      run("RuntimeError: size mismatch, m1: [2048 x 5], m2: [10 x 1]\n"
+          "Size mismatch in the second backward pass under ZeRO-3.\n");
+  for (const auto& c : r.symptoms) {
+    EXPECT_TRUE(std::none_of(c.evidence.begin(), c.evidence.end(), [](const EvidenceLine& e) {
+      return e.signature == "prose-size-mismatch";
+    })) << c.id;
+  }
+}
 
 class Stage123Signature : public ::testing::TestWithParam<SignatureCase> {};
 
