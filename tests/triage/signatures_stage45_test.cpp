@@ -79,6 +79,63 @@ const SignatureCase kStage4[] = {
      "torch.distributed.elastic.multiprocessing.api:failed (exitcode: -6) local_rank: 0 (pid: "
      "4242) of binary: /usr/bin/python3\n",
      4, "4.11", "", ""},
+    // Stop 48 (stage4_training_errors.yaml): messages read in PyTorch's and DeepSpeed's sources.
+    // With the tables before them, each of these texts got no answer. A RuntimeError or
+    // AssertionError line cites its generic marker first, so those cases check no signature.
+    // DDP's reducer (reducer.cpp): a parameter's gradient hook fired twice in one backward.
+    {"DdpReadyOnlyOnceIsARuntimeError",
+     "RuntimeError: Expected to mark a variable ready only once. This error is caused by one of "
+     "the following reasons: 1) Use of a module parameter outside the `forward` function.\n",
+     4, "4.3", "R4.2", ""},
+    // DeepSpeed ZeRO-1/2 (stage_1_and_2.py): two backward passes over shared parameters.
+    {"ZeroGradientReducedTwiceIsARuntimeError",
+     "AssertionError: The parameter 447 has already been reduced. Gradient computed twice for "
+     "this partition. Multiple gradient reduction is currently not supported\n",
+     4, "4.3", "R4.2", ""},
+    // ZeRO-3's parameter coordinator: the modules ran in another order than its trace.
+    {"ZeroThreeFetchTraceErrorIsARuntimeError", "RuntimeError: tracing error at step 42: \n", 4,
+     "4.3", "R4.6", ""},
+    // torch.save's zip writer (inline_container.cc) on a full disk.
+    {"ATorchSaveWriteFailureIsACheckpointFailure",
+     "RuntimeError: [enforce fail at inline_container.cc:595] . PytorchStreamWriter failed "
+     "writing file data/37: file write failed\n",
+     4, "4.10", "R4.5", "torch-save-write-failed"},
+    // torch.elastic's agent stopped by a signal from outside (the scheduler, the host's OOM).
+    {"AnElasticDeathSignalIsAnUnexpectedTermination",
+     "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down "
+     "workers\n",
+     4, "4.8", "", "elastic-death-signal"},
+    // autograd's _make_grads: the gradient given to backward() has another shape.
+    {"AGradOutputShapeMismatchIsATensorMismatch",
+     "RuntimeError: Mismatch in shape: grad_output[0] has a shape of torch.Size([4, 1024]) and "
+     "output[0] has a shape of torch.Size([]).\n",
+     4, "4.6", "", "autograd-grad-shape-mismatch"},
+    // ATen's dtype check when mixed precision leaves one operand in fp32.
+    {"AMixedPrecisionDtypeMismatchIsATensorMismatch",
+     "RuntimeError: expected mat1 and mat2 to have the same dtype, but got: float != "
+     "c10::BFloat16\n",
+     4, "4.6", "", "dtype-mismatch-in-op"},
+    // ATen's expand check: tensors that disagree in one dimension.
+    {"AnExpandSizeMismatchIsATensorMismatch",
+     "RuntimeError: The expanded size of the tensor (2048) must match the existing size (1024) at "
+     "non-singleton dimension 1.  Target sizes: [4, 2048].  Tensor sizes: [4, 1024]\n",
+     4, "4.6", "R4.6", "tensor-shape-mismatch-family"},
+    // torch.multiprocessing.spawn's ProcessExitedException for a worker killed by a signal.
+    {"ASpawnedWorkerKilledIsAnUnexpectedTermination",
+     "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal "
+     "SIGKILL\n",
+     4, "4.8", "", "spawn-process-terminated"},
+    // Colossal-AI's GeminiDDP after a backward that left parameters unreduced; the Gemini
+    // plugin's name on the same line used to answer a memory issue (4.2).
+    {"GeminiGradientsNotSynchronizedAreATrainingExecutionError",
+     "RuntimeError: ('ZERO DDP error: the synchronization of gradients doesn't exit properly.', "
+     "'The most possible reason is that the model is not compatible with GeminiDDP.\\n', "
+     "'Reduction failed at followed parameters:\\n\\tmodel.layers.1.mlp.experts.3.w1.weight')\n",
+     4, "4.4", "", "gemini-gradient-sync-failed"},
+    // c10d's ProcessGroup base class for a collective the backend lacks (an old PyTorch under
+    // ZeRO-3, or gloo): an incompatibility, not the stage's common runtime error.
+    {"ACollectiveTheBackendLacksIsAnIncompatibility",
+     "RuntimeError: ProcessGroup gloo does not support _allgather_base\n", 4, "4.12", "R4.2", ""},
 };
 
 const SignatureCase kStage5[] = {
