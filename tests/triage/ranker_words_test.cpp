@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 namespace fl::triage {
@@ -18,8 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // A copy of the shipped ranker folder (cues.yaml, priors.yaml) with `words` as words.yaml ("":
-// none) and `priors` as priors.yaml ("": the shipped one). The shipped tables and taxonomy are
-// used as they are.
+// none) and `priors` as priors.yaml ("": the shipped one; given, nb_stage_weight is set to 1). The
+// shipped tables and taxonomy are used as they are.
 Tables tables_with(const std::string& name, const std::string& words,
                    const std::string& priors = "") {
   const fs::path dir = fs::temp_directory_path() / ("fl_ranker_words_test_" + name);
@@ -30,6 +31,14 @@ Tables tables_with(const std::string& name, const std::string& words,
   }
   if (!words.empty()) std::ofstream(dir / "words.yaml") << words;
   if (!priors.empty()) std::ofstream(dir / "priors.yaml", std::ios::trunc) << priors;
+  if (!priors.empty()) {  // with its own priors, the learned stage is switched on
+    std::ifstream in(dir / "cues.yaml");
+    std::string cues((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = cues.find("  nb_stage_weight:");
+    if (at != std::string::npos) cues.insert(cues.find('\n', at), "\n  nb_stage_weight: 1.0");
+    cues.erase(at, cues.find('\n', at) + 1 - at);
+    std::ofstream(dir / "cues.yaml", std::ios::trunc) << cues;
+  }
   return load_tables(default_signature_dir(), default_taxonomy_path(), dir.string());
 }
 
