@@ -8,6 +8,8 @@
 #include "harness/triage/triage.hpp"
 #include "tests/triage/tables.hpp"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -308,7 +310,9 @@ TEST(TriageStage5Signatures, AnInferenceOutOfMemoryIsNotAnExecutionFailureToo) {
 // The ranker with cues.yaml and priors.yaml of its own (the project's signature tables) on `text`.
 Result with_ranker(const std::string& cues, const std::string& priors, const std::string& text) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "fl_triage_stage4_ranker_test";
+  // One folder per process: ctest -j runs this file's tests side by side.
+  const fs::path dir =
+      fs::temp_directory_path() / fmt::format("fl_triage_stage4_ranker_test.{}", ::getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::ofstream(dir / "cues.yaml") << cues;
