@@ -114,7 +114,7 @@ class MpirunLauncher : public Launcher {
         "-np 1" + appfile_host_option(h.s, r) + fmt::format(" --wdir {}/ranks/rank{}", h.dir, r);
     for (auto& k : unset) check_env_key(r, k);
     for (auto& [k, v] : env) {
-      if (k == kControlSecretEnv) continue;     // in mpirun's own environment, never in a file
+      if (k == kControlSecretEnv) continue;  // in mpirun's own environment, never in a file
       // Inherited from mpirun's environment, unless a fault set or changed it (an env fault's CXX).
       const auto was = before.find(k);
       if (!rank_specific(h.s, r, k) && was != before.end() && was->second == v) continue;
