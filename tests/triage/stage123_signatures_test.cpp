@@ -152,33 +152,6 @@ TEST(TriageStage3Signatures, ASizeMismatchWithoutLoadingIsNotLoading) {
   }
 }
 
-// Stop 48 (round 2): preparation words of the ranker (cues.yaml stage 3). Where no table answers,
-// torch's DTensor dispatch refusing a broadcast (the parameters broadcast while the model is
-// wrapped, torch/distributed/tensor/_dispatch.py) and a ColossalAI launch that loads pretrained
-// weights into LoRA adapters infer the preparation stage, not the launcher's (stage 2).
-TEST(TriageStage3Words, ADtensorBroadcastWithoutAMeshIsInferredAsPreparation) {
-  const auto r =
-      run("    dist._broadcast_coalesced(\n"
-          "AssertionError: found no DeviceMesh from dtensor args for c10d.broadcast_.default!\n");
-  ASSERT_EQ(r.kind, Result::Kind::kFound);
-  EXPECT_EQ(r.basis, Result::Basis::kInferred);
-  EXPECT_EQ(r.stage, 3);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms.front().id.rfind("3.", 0), 0u) << r.symptoms.front().id;
-}
-
-TEST(TriageStage3Words, ALoraLaunchWithPretrainedWeightsIsInferredAsPreparation) {
-  const auto r =
-      run("colossalai run --nproc_per_node 8 lora_finetune.py --pretrained /models/base --plugin "
-          "moe\n"
-          "ValueError: No parameters found in moe_dp_group, please consider using "
-          "HybridParallelPlugin instead\n");
-  ASSERT_EQ(r.kind, Result::Kind::kFound);
-  EXPECT_EQ(r.stage, 3);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms.front().id, "3.2");
-}
-
 class Stage123Signature : public ::testing::TestWithParam<SignatureCase> {};
 
 TEST_P(Stage123Signature, RanksItsSymptomAndRootCauseFirstWithTheLineAsEvidence) {
