@@ -123,6 +123,15 @@ const SignatureCase kLines[] = {
      "AssertionError: Current ZeRO optimizers only support 'norm_type=2'\n", 3, "3.2", "R3.1",
      "colossalai-zero-wrapper-order"},
     // ds_report's op table: an op neither installed nor compatible cannot be JIT-built.
+    // Stop 48 (round 2): NCCL's NVLS buffers are set up inside ncclCommInitRank (CUCHECK's
+    // "Cuda failure %d '%s'" from transport/nvls.cc), and an error return through init.cc is a
+    // communicator that failed to initialise: set-up (2.1), not a running job's comm error (4.7).
+    {"AnNvlsCudaFailureIsACommunicatorSetupFailure",
+     "node2:242431:242479 [5] transport/nvls.cc:158 NCCL WARN Cuda failure 1 'invalid argument'\n"
+     "node2:242431:242475 [1] NCCL INFO transport/nvls.cc:330 -> 1\n",
+     2, "2.1", "R2.3", "nccl-nvls-setup-failure"},
+    {"AnErrorReturnThroughNcclsInitIsACommunicatorSetupFailure",
+     "h1:7:9 [0] NCCL INFO init.cc:1277 -> 1\n", 2, "2.1", "R2.3", "nccl-init-error-return"},
     {"AnOpNeitherInstalledNorCompatibleIsABuildFailure",
      "fused_adam ............. [NO] ....... [NO]\n", 1, "1.1", "R1.2",
      "ds-report-op-not-installed"},
@@ -172,6 +181,30 @@ TEST(TriageStage2Signatures, AWatchdogTimeoutOnTheFirstCollectiveIsASetupTimeout
   std::string later = first;
   later.replace(later.find("SeqNum=1,"), 9, "SeqNum=9314,");
   EXPECT_EQ(top_of(later, "c10d-watchdog-timeout").symptom, "4.11");
+}
+
+// Stop 48 (round 2): cues.yaml's symptom words for stages 1 and 2 order the inferred stage's
+// symptoms: a set-up report about a refused connection is 2.2 before the stage's common 2.1, and
+// pip's "could not find a version" brings 1.3 into the three.
+TEST(TriageStage2Signatures, AnInferredSetupReportAboutARefusedConnectionRanksConnectionFirst) {
+  const auto r =
+      run("torchrun --nnodes 2 --nproc_per_node 8 train.py\n"
+          "The workers never join: the rendezvous connection is refused and the job fails.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 2);
+  ASSERT_GE(r.symptoms.size(), 2u);
+  EXPECT_EQ(r.symptoms[0].id, "2.2");
+  EXPECT_EQ(r.symptoms[1].id, "2.1");
+}
+
+TEST(TriageStage1Signatures, AnInstallThatFindsNoVersionKeepsPackageAcquisitionInTheThree) {
+  const auto r =
+      run("pip install deepspeed\n"
+          "The install fails: pip could not find a version of the dependency for this Python.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 1);
+  EXPECT_TRUE(std::any_of(r.symptoms.begin(), r.symptoms.end(),
+                          [](const Candidate& c) { return c.id == "1.3"; }));
 }
 
 // Stop 47: Megatron-LM's indexed dataset named in its own loading log (megatron/core/datasets/
