@@ -40,7 +40,13 @@ class ArgsKind : public FaultKind {
   }
   std::unique_ptr<Fault> parse(const ParseContext& c, const YAML::Node& item) const override {
     auto f = std::make_unique<ArgsFault>();
-    for (const auto& a : item["args"]) f->args.push_back(a.as<std::string>());
+    for (size_t i = 0; i < item["args"].size(); ++i) {
+      f->args.push_back(item["args"][i].as<std::string>());
+      if (c.s.topo.launcher == "mpirun") {  // every argument goes in the rank's app-file line
+        loader::check_app_file_arg(c.file, item["args"][i], fmt::format("{}.args[{}]", c.at, i),
+                                   f->args.back());
+      }
+    }
     if (c.s.topo.launcher == "deepspeed" && item["rank"] && item["rank"].as<int>() >= 0) {
       loader::fail_at(c.file, item["rank"], c.at + ".rank",
                       "one rank's own arguments need topology.launcher: local, mpirun or srun "

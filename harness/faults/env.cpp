@@ -52,7 +52,7 @@ class EnvKind : public FaultKind {
       for (auto it = e["set"].begin(); it != e["set"].end(); ++it) {
         const std::string k = it->first.Scalar(), at = c.at + ".env.set." + k;
         loader::check_env_name(c.file, it->first, at, k);
-        loader::check_app_file_value(c.file, it->second, at, it->second.Scalar(), c.s);
+        loader::check_fault_app_file_value(c.file, it->second, at, it->second.Scalar(), c.s);
         f->set[k] = it->second.Scalar();
       }
     }

@@ -78,5 +78,20 @@ void check_env_name(const std::string& file, const YAML::Node& node, const std::
                     const std::string& key);
 void check_app_file_value(const std::string& file, const YAML::Node& node, const std::string& at,
                           const std::string& value, const Scenario& s);
+// Open MPI's app-file reader ends a line at '#' or "//" (a comment): a word with either cannot go
+// in an app file (launch_mpirun.cpp).
+bool app_file_comment(const std::string& v);
+// "" when every rank of `ranks` gets `value` for `key` from env and rank_env (launch_mpirun.cpp
+// then puts it in mpirun's own environment, not the app file); else which rank differs and how.
+std::string env_not_shared(const RankEnv& env, int ranks, const std::string& key,
+                           const std::string& value);
+// A value a fault sets in a rank's environment (faults[].env.set): with launcher mpirun as
+// check_app_file_value, and no '#' or '//' (it goes in the rank's app-file line).
+void check_fault_app_file_value(const std::string& file, const YAML::Node& node,
+                                const std::string& at, const std::string& value, const Scenario& s);
+// An argument (workload.args, faults[].args) under launcher mpirun: one word, not empty, without
+// whitespace, quotes, '#' or '//'; fail_at otherwise. The caller checks the launcher.
+void check_app_file_arg(const std::string& file, const YAML::Node& node, const std::string& at,
+                        const std::string& a);
 
 }  // namespace fl::harness::loader

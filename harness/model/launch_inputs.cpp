@@ -1,6 +1,8 @@
 // What a run would refuse only while it launches, refused by the loader first so that `validate`
 // catches it and `run` leaves no run directory behind (issue 32, item 6): variables the harness
-// sets for every rank, names and values an mpirun app file cannot carry.
+// sets for every rank, names and values an mpirun app file cannot carry (whitespace, quotes, and
+// '#' or '//', which Open MPI's app-file reader takes for a comment; launch_mpirun.cpp puts a value
+// every rank shares in mpirun's own environment instead).
 #include <set>
 #include <string>
 
@@ -43,12 +45,45 @@ void check_env_map(const std::string& file, const YAML::Node& map, const std::st
                             "it (reserved: {})",
                             k, fmt::join(names, ", ")));
       }
-      check_app_file_value(file, value, where, value.IsScalar() ? value.Scalar() : "", s);
+      const std::string v = value.IsScalar() ? value.Scalar() : "";
+      check_app_file_value(file, value, where, v, s);
+      if (s.topo.launcher != "mpirun" || !app_file_comment(v)) return;
+      // Shared by every rank, it goes in mpirun's environment (launch_mpirun.cpp: inherited_only).
+      const std::string other = env_not_shared(s.env, s.topo.ranks, k, v);
+      if (other.empty()) return;
+      fail_at(file, value, where,
+              fmt::format("'{}' has '#' or '//', which launcher mpirun's app file cannot carry "
+                          "(Open MPI reads them as the start of a comment), and it is not every "
+                          "rank's value ({}), so mpirun's own environment cannot carry it either "
+                          "(allowed: a value without them, one value for every rank, or "
+                          "topology.launcher: local)",
+                          v, other));
     });
   }
 }
 
 }  // namespace
+
+// An argument of every rank's line (workload.args, faults[].args) under launcher mpirun: one word
+// the app file carries as it is.
+void check_app_file_arg(const std::string& file, const YAML::Node& node, const std::string& at,
+                        const std::string& a) {
+  if (a.empty() || a.find_first_of(" \t\n\"'") != std::string::npos) {
+    fail_at(file, node, at,
+            fmt::format("'{}' is empty or has whitespace or quotes, which launcher mpirun's "
+                        "app file would split into several words (allowed: one word per "
+                        "item, e.g. [\"--name\", \"value\"], or topology.launcher: local)",
+                        a));
+  }
+  if (app_file_comment(a)) {
+    fail_at(file, node, at,
+            fmt::format("'{}' has '#' or '//', which launcher mpirun's app file cannot carry "
+                        "(Open MPI reads them as the start of a comment and the rank's line "
+                        "would end there) (allowed: an argument without them, or "
+                        "topology.launcher: local)",
+                        a));
+  }
+}
 
 void check_env_name(const std::string& file, const YAML::Node& node, const std::string& at,
                     const std::string& key) {
@@ -63,6 +98,41 @@ void check_env_name(const std::string& file, const YAML::Node& node, const std::
                         "'_', not starting with a digit)",
                         key));
   }
+}
+
+bool app_file_comment(const std::string& v) {
+  return v.find('#') != std::string::npos || v.find("//") != std::string::npos;
+}
+
+std::string env_not_shared(const RankEnv& env, int ranks, const std::string& key,
+                           const std::string& value) {
+  const auto all = env.all.find(key);
+  for (int r = 0; r < ranks; ++r) {
+    const auto own = env.per_rank.find(r);
+    if (own != env.per_rank.end() && own->second.count(key)) {
+      const std::string& v = own->second.at(key);
+      if (v != value) return fmt::format("rank {}'s is '{}'", r, v);
+    } else if (all == env.all.end()) {
+      return fmt::format("rank {} has none", r);
+    } else if (all->second != value) {
+      return fmt::format("rank {}'s is '{}'", r, all->second);
+    }
+  }
+  return "";
+}
+
+void check_fault_app_file_value(const std::string& file, const YAML::Node& node,
+                                const std::string& at, const std::string& value,
+                                const Scenario& s) {
+  check_app_file_value(file, node, at, value, s);
+  if (s.topo.launcher != "mpirun" || !app_file_comment(value)) return;
+  fail_at(file, node, at,
+          fmt::format("'{}' has '#' or '//', which launcher mpirun's app file cannot carry (Open "
+                      "MPI reads them as the start of a comment; a fault's value goes in the "
+                      "rank's app-file line, only env's values every rank shares go in mpirun's "
+                      "own environment) (allowed: a value without them, or topology.launcher: "
+                      "local)",
+                      value));
 }
 
 void check_app_file_value(const std::string& file, const YAML::Node& node, const std::string& at,
@@ -87,15 +157,9 @@ void check_launch_inputs(const std::string& file, const YAML::Node& doc, const S
     // An app-file line is split at whitespace: "--name a b" would reach the rank as three words.
     for (size_t i = 0; i < s.workload.extra_args.size(); ++i) {
       ErrorCollector::check([&] {
-        const std::string& a = s.workload.extra_args[i];
-        if (!a.empty() && a.find_first_of(" \t\n\"'") == std::string::npos) return;
         const YAML::Node args = w ? w["args"] : YAML::Node();
-        fail_at(file, args && args.IsSequence() && i < args.size() ? args[i] : doc,
-                fmt::format("workload.args[{}]", i),
-                fmt::format("'{}' is empty or has whitespace or quotes, which launcher mpirun's "
-                            "app file would split into several words (allowed: one word per "
-                            "item, e.g. [\"--name\", \"value\"], or topology.launcher: local)",
-                            a));
+        check_app_file_arg(file, args && args.IsSequence() && i < args.size() ? args[i] : doc,
+                           fmt::format("workload.args[{}]", i), s.workload.extra_args[i]);
       });
     }
   }

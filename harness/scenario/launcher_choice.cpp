@@ -8,6 +8,7 @@
 #include "harness/faults/fault.hpp"
 #include "harness/launch/launcher.hpp"
 #include "harness/launch/tools.hpp"
+#include "harness/model/key_checks.hpp"
 #include "harness/scenario/loader.hpp"
 
 namespace fl::harness::loader {
@@ -19,24 +20,59 @@ bool app_file_cannot_carry(const std::string& v) {
   return v.empty() || v.find_first_of(" \t\n\"'") != std::string::npos;
 }
 
-// Why the scenario's environment cannot go through mpirun's app file ("" when it can).
-std::string env_reason(const YAML::Node& r) {
+// The scenario's env and rank_env as the launch sees them (the loader fills s.env later).
+RankEnv rank_env_of(const YAML::Node& r) {
+  RankEnv e;
   for (auto it = r["env"].begin(); it != r["env"].end(); ++it) {
-    if (app_file_cannot_carry(it->second.Scalar())) {
-      return fmt::format(
-          "env.{} is empty or has whitespace or quotes (mpirun's app file cannot "
-          "carry it)",
-          it->first.Scalar());
-    }
+    e.all[it->first.Scalar()] = it->second.Scalar();
   }
   for (auto it = r["rank_env"].begin(); it != r["rank_env"].end(); ++it) {
+    int rank = -1;
+    if (!YAML::convert<int>::decode(it->first, rank)) continue;  // refused by parse_env
     for (auto v = it->second.begin(); v != it->second.end(); ++v) {
-      if (app_file_cannot_carry(v->second.Scalar())) {
-        return fmt::format(
-            "rank_env.{}.{} is empty or has whitespace or quotes (mpirun's app "
-            "file cannot carry it)",
-            it->first.Scalar(), v->first.Scalar());
-      }
+      e.per_rank[rank][v->first.Scalar()] = v->second.Scalar();
+    }
+  }
+  return e;
+}
+
+// Why one variable cannot reach the ranks through mpirun ("" when it can): a value every rank
+// shares goes in mpirun's environment, so only a rank's own value must fit the app file.
+std::string value_reason(const RankEnv& e, int ranks, const std::string& at, const std::string& k,
+                         const std::string& v) {
+  if (app_file_cannot_carry(v)) {
+    return at + " is empty or has whitespace or quotes (mpirun's app file cannot carry it)";
+  }
+  if (app_file_comment(v) && !env_not_shared(e, ranks, k, v).empty()) {
+    return at + " has '#' or '//' and is not every rank's (mpirun's app file reads a comment)";
+  }
+  return "";
+}
+
+// Why the scenario's environment cannot go through mpirun ("" when it can).
+std::string env_reason(const YAML::Node& r, int ranks) {
+  const RankEnv e = rank_env_of(r);
+  for (const auto& [k, v] : e.all) {
+    if (auto why = value_reason(e, ranks, "env." + k, k, v); !why.empty()) return why;
+  }
+  for (const auto& [rank, vars] : e.per_rank) {
+    for (const auto& [k, v] : vars) {
+      const std::string at = fmt::format("rank_env.{}.{}", rank, k);
+      if (auto why = value_reason(e, ranks, at, k, v); !why.empty()) return why;
+    }
+  }
+  return "";
+}
+
+// Why workload.args cannot go through mpirun's app file ("" when they can).
+std::string args_reason(const Scenario& s) {
+  for (size_t i = 0; i < s.workload.extra_args.size(); ++i) {
+    const std::string& a = s.workload.extra_args[i];
+    if (app_file_cannot_carry(a) || app_file_comment(a)) {
+      return fmt::format(
+          "workload.args[{}] is empty or has whitespace, quotes, '#' or '//' (mpirun's app file "
+          "cannot carry it as one word)",
+          i);
     }
   }
   return "";
@@ -115,7 +151,8 @@ LauncherChoice choose_launcher(const std::string& file, const YAML::Node& resolv
   if (auto why = recovery_reason(resolved["recovery"].as<std::string>("")); !why.empty()) {
     return big(why);
   }
-  if (auto why = env_reason(resolved); !why.empty()) return big(why);
+  if (auto why = env_reason(resolved, s.topo.ranks); !why.empty()) return big(why);
+  if (auto why = args_reason(s); !why.empty()) return big(why);
   return {"mpirun", fmt::format("{} ranks > {}, nothing needs separate rank processes",
                                 s.topo.ranks, kAutoMpirunAbove)};
 }

@@ -84,6 +84,17 @@ TEST_F(LauncherChoice, LargeWorldThatNeedsRankProcessesKeepsLocalAndSaysWhy) {
   s = load("name: a\ntopology: {ranks: 16}\nenv: {GREETING: \"hello world\"}\n");
   EXPECT_EQ(s.topo.launcher, "local");
   EXPECT_TRUE(has(s.topo.launcher_reason, "env.GREETING")) << s.topo.launcher_reason;
+  // '#' and '//' end an app-file line: one rank's such value keeps the local launcher; every
+  // rank's goes in mpirun's environment. An argument with them is every rank's line.
+  s = load("name: a\ntopology: {ranks: 16}\nrank_env:\n  3: {HUB: \"http://h\"}\n");
+  EXPECT_EQ(s.topo.launcher, "local");
+  EXPECT_TRUE(has(s.topo.launcher_reason, "rank_env.3.HUB has '#' or '//'"))
+      << s.topo.launcher_reason;
+  EXPECT_EQ(load("name: a\ntopology: {ranks: 16}\nenv: {HUB: \"http://h\"}\n").topo.launcher,
+            "mpirun");
+  s = load("name: a\ntopology: {ranks: 16}\nworkload: {args: [\"--tag\", \"a#b\"]}\n");
+  EXPECT_EQ(s.topo.launcher, "local");
+  EXPECT_TRUE(has(s.topo.launcher_reason, "workload.args[1]")) << s.topo.launcher_reason;
   // In-process plans act inside the ranks: either launcher carries them.
   EXPECT_EQ(load("name: a\ntopology: {ranks: 16}\nfaults:\n  - plan: "
                  "\"data.fetch[rank=3,step=8-100]=delay(150)\"\n")

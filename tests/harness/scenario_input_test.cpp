@@ -346,6 +346,50 @@ TEST_F(ScenarioInput, MpirunArgumentsAndValuesWithWhitespaceAreRefused) {
             "no error");
 }
 
+// Open MPI's app-file reader takes '#' and '//' for the start of a comment; launch_mpirun.cpp puts
+// a value every rank shares in mpirun's environment and refuses the rest at launch. The loader
+// refuses the same, so `validate` catches it.
+TEST_F(ScenarioInput, MpirunValuesWithACommentAreRefusedUnlessEveryRankShares) {
+  const std::string mpirun = "name: a\ntopology: {launcher: mpirun, ranks: 2}\n";
+  // Every rank's value (the artifact hub's kind of URL) goes in mpirun's own environment.
+  EXPECT_EQ(error_of(mpirun + "env: {HUB: \"http://h:1/x#y\"}\n"), "no error");
+  EXPECT_EQ(error_of(mpirun + "rank_env:\n  0: {HUB: a#b}\n  1: {HUB: a#b}\n"), "no error");
+  // One rank's own value goes in its app-file line.
+  EXPECT_EQ(error_of(mpirun + "rank_env:\n  1: {HUB: \"http://h\"}\n"),
+            "s.yaml:4:12: rank_env.1.HUB: 'http://h' has '#' or '//', which launcher mpirun's app "
+            "file cannot carry (Open MPI reads them as the start of a comment), and it is not "
+            "every rank's value (rank 0 has none), so mpirun's own environment cannot carry it "
+            "either (allowed: a value without them, one value for every rank, or "
+            "topology.launcher: local)");
+  EXPECT_NE(error_of(mpirun + "env: {HUB: a#b}\nrank_env:\n  1: {HUB: c}\n")
+                .find("s.yaml:3:12: env.HUB: 'a#b' has '#' or '//', which launcher mpirun's app "
+                      "file cannot carry (Open MPI reads them as the start of a comment), and it "
+                      "is not every rank's value (rank 1's is 'c')"),
+            std::string::npos);
+  EXPECT_EQ(error_of(mpirun + "faults:\n  - env: {set: {X: \"#1\"}}\n"),
+            "s.yaml:4:20: faults[0].env.set.X: '#1' has '#' or '//', which launcher mpirun's app "
+            "file cannot carry (Open MPI reads them as the start of a comment; a fault's value "
+            "goes in the rank's app-file line, only env's values every rank shares go in "
+            "mpirun's own environment) (allowed: a value without them, or topology.launcher: "
+            "local)");
+  // Arguments are every rank's line, whatever they are.
+  EXPECT_EQ(error_of(mpirun + "workload: {args: [\"--tag\", \"a#b\"]}\n"),
+            "s.yaml:3:28: workload.args[1]: 'a#b' has '#' or '//', which launcher mpirun's app "
+            "file cannot carry (Open MPI reads them as the start of a comment and the rank's "
+            "line would end there) (allowed: an argument without them, or topology.launcher: "
+            "local)");
+  EXPECT_NE(error_of(mpirun + "faults:\n  - {args: [\"--url\", \"http://h\"], rank: 1}\n")
+                .find("faults[0].args[1]: 'http://h' has '#' or '//'"),
+            std::string::npos);
+  EXPECT_NE(error_of(mpirun + "faults:\n  - {args: [\"--x\", \"a b\"]}\n")
+                .find("faults[0].args[1]: 'a b' is empty or has whitespace or quotes"),
+            std::string::npos);
+  // The local launcher passes them as they are.
+  EXPECT_EQ(error_of("name: a\ntopology: {launcher: local, ranks: 2}\nrank_env:\n  1: {HUB: "
+                     "\"http://h\"}\nworkload: {args: [\"a#b\"]}\n"),
+            "no error");
+}
+
 TEST_F(ScenarioInput, SettingExtendsIsAnError) {
   write("base.yaml", "name: base\nworkload: {steps: 9}\n");
   LoadOptions o;
