@@ -138,6 +138,20 @@ const SignatureCase kStage4[] = {
     // ZeRO-3, or gloo): an incompatibility, not the stage's common runtime error.
     {"ACollectiveTheBackendLacksIsAnIncompatibility",
      "RuntimeError: ProcessGroup gloo does not support _allgather_base\n", 4, "4.12", "R4.2", ""},
+    // Stop 48 (round 2): pytorch's own texts. Activation checkpointing's recompute check
+    // (torch/utils/checkpoint.py) was answered 5.3 by the words "different" and "metadata".
+    {"ARecomputeWithOtherShapesIsATensorMismatch",
+     "torch.utils.checkpoint.CheckpointError: torch.utils.checkpoint: Recomputed values for the "
+     "following tensors have different metadata than during the forward pass.\n",
+     4, "4.6", "R4.2", "recompute-metadata-mismatch"},
+    // torch.amp's GradScaler.step with no gradient to unscale: a training step that went wrong.
+    {"AGradScalerWithoutInfChecksIsATrainingExecutionError",
+     "AssertionError: No inf checks were recorded for this optimizer.\n", 4, "4.4", "R4.6",
+     "gradscaler-no-inf-checks"},
+    // c10d's monitored barrier naming the rank that did not arrive: a hang, not a launch failure.
+    {"ARankThatMissesTheMonitoredBarrierIsAHang",
+     "RuntimeError: [Rank 0]: Rank 1 failed to pass monitoredBarrier in 2000 ms\n", 4, "4.11",
+     "R4.6", "monitored-barrier-failed"},
 };
 
 const SignatureCase kStage5[] = {
