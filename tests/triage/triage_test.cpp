@@ -304,7 +304,8 @@ TEST(TriageRanker, FrameworkWordsWithoutAFailureWordStillDecline) {
 // Stop 48 round 2: a speed drop in prose, a run that breaks on more nodes and a loss that does
 // not go down, written in Chinese, are failure reports; all three were declined before.
 TEST(TriageRanker, AProseSpeedDropIsAnswered) {
-  const auto r = run("Moving the DeepSpeed job to two nodes, samples per second drop to a third.\n");
+  const auto r =
+      run("Moving the DeepSpeed job to two nodes, samples per second drop to a third.\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.basis, Result::Basis::kInferred);
 }
