@@ -301,6 +301,28 @@ TEST(TriageRanker, FrameworkWordsWithoutAFailureWordStillDecline) {
   EXPECT_EQ(r.kind, Result::Kind::kNone);
 }
 
+// Stop 48 round 2: a speed drop in prose, a run that breaks on more nodes and a loss that does
+// not go down, written in Chinese, are failure reports; all three were declined before.
+TEST(TriageRanker, AProseSpeedDropIsAnswered) {
+  const auto r =
+      run("Moving the DeepSpeed job to two nodes, samples per second drop to a third.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.basis, Result::Basis::kInferred);
+}
+
+TEST(TriageRanker, ARunThatBreaksOnASecondNodeIsAnswered) {
+  const auto r =
+      run("The Megatron run works on a single node but breaks when we add a second node.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.basis, Result::Basis::kInferred);
+}
+
+TEST(TriageRanker, ALossThatDoesNotDecreaseInChineseIsAnswered) {
+  const auto r = run("使用 pytorch 分布式训练时，loss 一直不下降。\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+}
+
 TEST(TriageRanker, AnUnknownSettingNamesFileLineColumnAndTheAllowedKeys) {
   const fs::path dir = fs::temp_directory_path() / "fl_triage_test_ranker";
   fs::remove_all(dir);
