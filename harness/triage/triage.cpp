@@ -532,8 +532,7 @@ void format_faultline(std::string& out, const dialect::Produced& p, std::set<std
                                                   : "printed as";
     line += fmt::format("{}line {} is fl-detect-logs signature '{}' ({}), {}\n",
                         i == 0 ? "; " : "         ", m.line, m.signature, reads_as(m), shown_as);
-    out += line;
-    line.clear();
+    out += std::exchange(line, std::string());
     if (again) continue;
     if (!m.no_producer.empty()) {
       out += fmt::format("         (no line) faultline has no producer of this event: {}\n",
