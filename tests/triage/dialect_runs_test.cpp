@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -20,6 +20,7 @@
 
 #include "harness/detectors/logs_signatures.hpp"
 #include "harness/triage/dialect.hpp"
+#include "tests/support/process.hpp"
 
 namespace fl::triage {
 namespace {
@@ -45,21 +46,27 @@ std::vector<std::string> printed_lines(const fs::path& run) {
 }
 
 // Runs `scenario` (with `sets`, "KEY=VALUE ..."), in a fresh results folder; returns what its ranks
-// printed.
+// printed. The command is an argv (no shell); its own output is kept in out.txt for a failure.
 std::vector<std::string> run(const std::string& scenario, const std::string& sets) {
-  std::string set;
-  std::istringstream words(sets);
-  for (std::string w; words >> w;) set += " --set " + w;
   static int n = 0;
   const fs::path results =
       fs::temp_directory_path() /
       ("fl-dialect-runs-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
   fs::create_directories(results);
-  const std::string cmd = std::string(FAULTLINE_BIN) + " run " + FAULTLINE_SOURCE_DIR +
-                          "/scenarios/symptoms/" + scenario + ".yaml --results " +
-                          results.string() + " --run-id r -q" + set + " > " +
-                          (results / "out.txt").string() + " 2>&1";
-  std::system(cmd.c_str());  // the scenario's run fails on purpose; its lines are what counts
+  std::vector<std::string> argv = {
+      FAULTLINE_BIN,
+      "run",
+      std::string(FAULTLINE_SOURCE_DIR) + "/scenarios/symptoms/" + scenario + ".yaml",
+      "--results",
+      results.string(),
+      "--run-id",
+      "r",
+      "-q"};
+  std::istringstream words(sets);
+  for (std::string w; words >> w;) argv.insert(argv.end(), {"--set", w});
+  // The scenario's run fails on purpose; its ranks' lines are what counts, not its exit status.
+  const auto ran = fl::test::run_process(argv, {}, std::chrono::seconds(300));
+  std::ofstream(results / "out.txt") << ran.output;
   auto lines = printed_lines(results / "r");
   std::error_code ec;
   fs::remove_all(results, ec);
