@@ -2,8 +2,11 @@
 // collective that stays in flight (stall report), and every timeout or failure. Per (group, seq)
 // the analyser compares what each member called: a member that never arrived is the missing
 // rank; members that called different ops, counts or dtypes at the same seq are a mismatch.
-// Rendezvous and store errors of the ranks are communication-setup findings.
+// Rendezvous and store errors of the ranks are communication-setup findings; their words are read
+// with paths and the run's own name masked (text_mask.hpp: a run id 'rank-missing-s7' in a run id
+// mismatch is no missing rank).
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <tuple>
@@ -11,6 +14,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "harness/detectors/text_mask.hpp"
 #include "harness/detectors/tool_main.hpp"
 
 using namespace fl::detect;
@@ -56,7 +60,10 @@ using CallSig = std::tuple<std::string, int64_t, std::string>;  // op, count, dt
 
 class CommDetector {
  public:
-  CommDetector(Tool& tool, const CommOptions& o) : tool_(tool), o_(o) {}
+  CommDetector(Tool& tool, const CommOptions& o) : tool_(tool), o_(o) {
+    const char* dir = std::getenv("FAULTLINE_RUN_DIR");
+    run_ = run_name(dir ? dir : "");
+  }
 
   void on_event(const Event& e) {
     if (e.source != "rank") return;
@@ -100,12 +107,13 @@ class CommDetector {
 
   void on_error(const Event& e) {
     const std::string cls = e.data.value("class", "");
-    const std::string msg = e.data.value("message", "");
+    const std::string raw = e.data.value("message", "");
+    const std::string msg = mask_text(raw, run_);  // what the words below are read from
     Finding f;
     f.ranks = {e.rank};
     f.step = e.step;
     f.confidence = 0.8;
-    f.evidence = fmt::format("rank {} failed ({}): {}", e.rank, cls, msg);
+    f.evidence = fmt::format("rank {} failed ({}): {}", e.rank, cls, raw);
     if (cls == "comm timeout" || cls == "comm") {
       // Who the rank waited for: the flight records of the collective it was in.
       for (auto& [key, calls] : inflight_) {
@@ -120,7 +128,7 @@ class CommDetector {
                   : msg.find("dtype") != std::string::npos ? "4.6"
                                                            : "4.7";
     } else if (cls == "rendezvous") {
-      f.symptom = msg.find("missing") != std::string::npos ? "2.2" : "2.1";
+      f.symptom = msg.find("missing: ") != std::string::npos ? "2.2" : "2.1";
     } else if (cls == "store") {
       f.symptom = msg.find("in use") != std::string::npos ? "2.1" : "2.2";
     } else {
@@ -197,6 +205,7 @@ class CommDetector {
   Tool& tool_;
   const CommOptions o_;
   std::map<CallKey, std::map<int, Call>> inflight_;  // (group, seq) -> rank -> what it called
+  std::string run_;                                  // the run's name, masked in the messages read
 };
 
 }  // namespace
