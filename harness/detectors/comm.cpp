@@ -2,9 +2,8 @@
 // collective that stays in flight (stall report), and every timeout or failure. Per (group, seq)
 // the analyser compares what each member called: a member that never arrived is the missing
 // rank; members that called different ops, counts or dtypes at the same seq are a mismatch.
-// Rendezvous and store errors of the ranks are communication-setup findings; their words are read
-// with paths and the run's own name masked (text_mask.hpp: a run id 'rank-missing-s7' in a run id
-// mismatch is no missing rank).
+// Rendezvous and store errors of the ranks are communication-setup findings; the words of a
+// message are read with its paths and the run's own name masked (comm_words.hpp).
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -14,7 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "harness/detectors/text_mask.hpp"
+#include "harness/detectors/comm_words.hpp"
 #include "harness/detectors/tool_main.hpp"
 
 using namespace fl::detect;
@@ -107,13 +106,12 @@ class CommDetector {
 
   void on_error(const Event& e) {
     const std::string cls = e.data.value("class", "");
-    const std::string raw = e.data.value("message", "");
-    const std::string msg = mask_text(raw, run_);  // what the words below are read from
+    const std::string msg = e.data.value("message", "");
     Finding f;
     f.ranks = {e.rank};
     f.step = e.step;
     f.confidence = 0.8;
-    f.evidence = fmt::format("rank {} failed ({}): {}", e.rank, cls, raw);
+    f.evidence = fmt::format("rank {} failed ({}): {}", e.rank, cls, msg);
     if (cls == "comm timeout" || cls == "comm") {
       // Who the rank waited for: the flight records of the collective it was in.
       for (auto& [key, calls] : inflight_) {
@@ -124,13 +122,9 @@ class CommDetector {
       }
       f.symptom = phase_symptom(e.rank);
     } else if (cls == "comm mismatch") {
-      f.symptom = tool_.view().workload == "infer"         ? "5.1"
-                  : msg.find("dtype") != std::string::npos ? "4.6"
-                                                           : "4.7";
-    } else if (cls == "rendezvous") {
-      f.symptom = msg.find("missing: ") != std::string::npos ? "2.2" : "2.1";
-    } else if (cls == "store") {
-      f.symptom = msg.find("in use") != std::string::npos ? "2.1" : "2.2";
+      f.symptom = tool_.view().workload == "infer" ? "5.1" : comm::mismatch_symptom(msg, run_);
+    } else if (const char* setup = comm::setup_symptom(cls, msg, run_)) {
+      f.symptom = setup;
     } else {
       return;
     }
