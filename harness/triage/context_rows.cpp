@@ -43,20 +43,17 @@ void check_context_rows(const Tables& t) {
 
 namespace {
 
-bool on_line(const std::vector<EvidenceLine>& lines, size_t line) {
-  return std::any_of(lines.begin(), lines.end(),
-                     [&](const EvidenceLine& e) { return e.line == line; });
-}
-
-// The first line of a listed error row that is not one of `own` (the context row's lines), and a
-// context line that is not that error's line; none when the two only meet on one line.
+// A listed error row's line and a context line (`own`: the context row's lines) that is another
+// line; none when the two only meet on one line (the rows that read one line judge that line).
 bool pair_lines(const std::vector<Hit>& hits, const std::vector<size_t>& errors,
                 const std::vector<EvidenceLine>& own, EvidenceLine& context, EvidenceLine& error) {
   for (const size_t e : errors) {
     for (const auto& line : hits[e].lines) {
-      if (on_line(own, line.line)) continue;
+      const auto other = std::find_if(own.begin(), own.end(),
+                                      [&](const EvidenceLine& c) { return c.line != line.line; });
+      if (other == own.end()) continue;
       error = line;
-      context = own.front();
+      context = *other;
       return true;
     }
   }

@@ -9,11 +9,11 @@
 //     context_for: [cuda-oom, cuda-error-oom]   # rows of any table file
 //     symptoms: {"5.2": 3.2}
 //
-// Its own lines are context only: the row scores when one of the listed rows matched a different
-// line, and then its evidence is both lines, its first context line and the error row's first line
-// (so it scores its weight x 1.25, as any row with two lines). Without such an error line it does
-// not count at all, and an error on the context line itself is left to the rows that read one
-// line.
+// Its own lines are context only: the row scores when one of the listed rows matched a line and
+// the row itself matched another line, and then its evidence is both lines, the error row's first
+// such line and a context line (so it scores its weight x 1.25, as any row with two lines).
+// Without both it does not count at all: the context alone, or context and error that meet only
+// on one line (that line is left to the rows that read one line).
 #pragma once
 
 #include <string>
@@ -40,7 +40,7 @@ std::vector<std::string> read_context_for(const std::string& file, const YAML::N
 void check_context_rows(const Tables& t);
 
 // After the scan (`hits[i]`: the lines signature i matched): a context row keeps one context line
-// and gains its error row's first line when that row matched another line, else it is cleared.
+// and gains its error row's line when the two are different lines, else it is cleared.
 void apply_context_rows(std::vector<Hit>& hits, const Tables& t);
 
 }  // namespace fl::triage

@@ -149,5 +149,39 @@ TEST(TriageContextRows, AnInferenceOutOfMemoryAcrossLinesIsStageFive) {
   EXPECT_EQ(t.symptoms.at(0).id, "4.2");
 }
 
+// A shape error under init_inference's mp_size (DeepSpeed's tensor-parallel inference splits
+// the heads over the ranks) is stage 5's tensor mismatch; an illegal memory access with kernel
+// injection switched on in the script is an inference execution failure. Each cites both lines.
+TEST(TriageContextRows, AShapeErrorOrAnIllegalAccessUnderInferenceSettingsIsStageFive) {
+  const std::string shape =
+      "model = deepspeed.init_inference(model,\n"
+      "    mp_size=8,\n"
+      "    dtype=torch.half)\n"
+      "RuntimeError: The size of tensor a (384) must match the size of tensor b (256) at "
+      "non-singleton dimension 3\n";
+  std::istringstream in(shape);
+  const auto r = triage(read_input(in, 1u << 20), tables());
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 5);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms.at(0).id, "5.8");
+  EXPECT_TRUE(cites(r.symptoms.at(0), "mp-size-context-shape", 2));
+  EXPECT_TRUE(cites(r.symptoms.at(0), "tensor-shape-mismatch-family", 4));
+
+  const std::string access =
+      "pipe.model = deepspeed.init_inference(pipe.model, replace_with_kernel_inject=True,\n"
+      "    dtype=torch.int8)\n"
+      "RuntimeError: CUDA error: an illegal memory access was encountered\n";
+  std::istringstream in2(access);
+  const auto a = triage(read_input(in2, 1u << 20), tables());
+  ASSERT_EQ(a.kind, Result::Kind::kFound);
+  EXPECT_EQ(a.stage, 5);
+  ASSERT_FALSE(a.symptoms.empty());
+  EXPECT_EQ(a.symptoms.at(0).id, "5.1");
+  EXPECT_TRUE(cites(a.symptoms.at(0), "illegal-memory-access", 3));
+  ASSERT_FALSE(a.root_causes.empty());
+  EXPECT_EQ(a.root_causes.at(0).id, "R5.2");
+}
+
 }  // namespace
 }  // namespace fl::triage
