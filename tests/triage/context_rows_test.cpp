@@ -183,5 +183,37 @@ TEST(TriageContextRows, AShapeErrorOrAnIllegalAccessUnderInferenceSettingsIsStag
   EXPECT_EQ(a.root_causes.at(0).id, "R5.2");
 }
 
+// Stage 3: an illegal memory access raised while deepspeed.initialize configures the optimizer is
+// a runtime error of preparation (3.5), and a watchdog timeout while Megatron-LM builds its
+// datasets is the data preparation (3.1), not the training loop's 4.3 and 4.11.
+TEST(TriageContextRows, ErrorsDuringEngineOrDataSetUpAreStageThree) {
+  const std::string setup =
+      "  File \"deepspeed/runtime/engine.py\", line 1095, in __init__\n"
+      "    self._configure_optimizer(optimizer, model_parameters)\n"
+      "  File \"apex/multi_tensor_apply/multi_tensor_apply.py\", line 30, in __call__\n"
+      "RuntimeError: CUDA error: an illegal memory access was encountered\n";
+  std::istringstream in(setup);
+  const auto r = triage(read_input(in, 1u << 20), tables());
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 3);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms.at(0).id, "3.5");
+  EXPECT_TRUE(cites(r.symptoms.at(0), "illegal-memory-access", 4));
+
+  const std::string data =
+      "    train_data_iterator, valid_data_iterator, test_data_iterator = "
+      "build_train_valid_test_data_iterators(\n"
+      "[E ProcessGroupNCCL.cpp:737] [Rank 7] Watchdog caught collective operation timeout: "
+      "WorkNCCL(SeqNum=749, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800258 milliseconds "
+      "before timing out.\n";
+  std::istringstream in2(data);
+  const auto d = triage(read_input(in2, 1u << 20), tables());
+  ASSERT_EQ(d.kind, Result::Kind::kFound);
+  EXPECT_EQ(d.stage, 3);
+  ASSERT_FALSE(d.symptoms.empty());
+  EXPECT_EQ(d.symptoms.at(0).id, "3.1");
+  EXPECT_TRUE(cites(d.symptoms.at(0), "c10d-watchdog-timeout", 2));
+}
+
 }  // namespace
 }  // namespace fl::triage
