@@ -1,13 +1,13 @@
 // Rows that read across lines (`context_for:` in a signature table). A signature reads one line;
 // an out-of-memory error says nothing about the stage it happened in, and the words that say it
-// (`init_inference(`, a generation script, a loader) are often on another line of the same report.
-// A context row names the stage-neutral error rows it re-reads:
+// (`init_inference(`, a generation server, an engine set-up frame) are often on another line of
+// the same report. A context row names the stage-neutral error rows it re-reads:
 //
 //   - id: inference-context-oom
 //     needle: "init_inference"
 //     regex: 'init_inference'
 //     context_for: [cuda-oom, cuda-error-oom]   # rows of any table file
-//     symptoms: {"5.2": 3.2}
+//     symptoms: {"5.2": 4}
 //
 // Its own lines are context only: the row scores when one of the listed rows matched a line and
 // the row itself matched another line, and then its evidence is both lines, the error row's first
