@@ -288,6 +288,31 @@ TEST(TriageStage4Signatures, NoBackendForTheCpuDeviceIsARuntimeErrorTheTablesNam
   EXPECT_EQ(r.root_causes[0].id, "R4.4");
 }
 
+// NCCL's communicator set-up (src/init.cc, bootstrap.cc, transport/nvls.cc) warns before any
+// collective: stage 2's rows answer, and the training stage's any-WARN and error-return rows stay
+// out (main's tables listed 4.7 second on each line).
+TEST(TriageStage4Signatures, NcclSetUpWarningsAreNotTrainingCommunicationErrors) {
+  for (const char* line :
+       {"gpu-3:1234:1290 [0] bootstrap.cc:75 NCCL WARN Bootstrap : no socket interface found\n",
+        "node2:242431:242479 [5] transport/nvls.cc:158 NCCL WARN Cuda failure 1 'invalid "
+        "argument'\n",
+        "node2:242431:242475 [1] NCCL INFO init.cc:1277 -> 1\n"}) {
+    const auto r = run(line);
+    ASSERT_EQ(r.kind, Result::Kind::kFound) << line;
+    EXPECT_EQ(r.stage, 2) << line;
+    for (const auto& c : r.symptoms) {
+      EXPECT_FALSE(cites(c, "nccl-warn", 1) || cites(c, "nccl-transport-return", 1))
+          << c.id << " cites a stage-4 NCCL row on: " << line;
+    }
+  }
+  // A WARN of the proxy thread during a run is still one.
+  const auto r =
+      run("gpu7:311:402 [3] proxy.cc:1496 NCCL WARN [Service thread] Error encountered progressing "
+          "operation=Connect, res=3, closing connection\n");
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms[0].id, "4.7");
+}
+
 TEST(TriageStage4Signatures, MegatronsIterationLogWithoutNanIterationsIsNoFailure) {
   const auto r = run(
       " iteration      600/  500000 | consumed samples:         4800 | elapsed time per "
