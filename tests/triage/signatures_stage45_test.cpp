@@ -178,6 +178,53 @@ const SignatureCase kStage4[] = {
      "[rank0]: AssertionError: no_sync context manager is incompatible with gradient "
      "partitioning logic of ZeRO stage 2\n",
      4, "4.12", "R4.2", "ds-no-sync-with-zero-partitioning"},
+    // Stop 49 (round 4): statements with no error text (main's tables: no answer, or 3.x/4.x
+    // context below the threshold). Memory a step keeps:
+    {"MemoryStatedNotReleasedIsAMemoryIssue",
+     "After the backward pass the host memory is not released when activations are offloaded.\n",
+     4, "4.2", "", "memory-not-released-statement"},
+    {"ActivationsThatCannotBeReleasedAreAMemoryIssue",
+     "With full recomputation the activations of the MoE layer cannot be released.\n", 4, "4.2",
+     "R4.4", "not-released-statement"},
+    // A regression or lost overlap stated by words and numbers only.
+    {"ARegressionBetweenVersionsIsAPerformanceReport",
+     "Small-message all_reduce performance regression between 2.18 and 2.19 on H100.\n", 4, "4.1",
+     "R4.8", "performance-regression-statement"},
+    {"CollectivesThatNoLongerOverlapAreAPerformanceReport",
+     "On two nodes the reduce-scatter does not overlap with the backward computation.\n", 4, "4.1",
+     "", "no-speedup-statement"},
+    // Losses or gradient norms that differ between layouts or ZeRO stages on the same data.
+    {"LossesThatDifferBetweenLayoutsAreATrainingExecutionError",
+     "Two layouts on the same data and seed give inconsistent training loss from the start.\n", 4,
+     "4.4", "R4.4", "layout-dependent-loss-statement"},
+    {"AGradNormThatGrowsUnderOneLayoutIsATrainingExecutionError",
+     "The gradient norm abnormally increases with ZeRO-0 but not with ZeRO-1.\n", 4, "4.4", "R4.4",
+     "grad-norm-growth-statement"},
+    // DeepSpeed's checkpoint reconstruction (utils/zero_to_fp32.py, checkpoint/ds_to_universal.py).
+    {"ZeroToFp32WithAStageItHasNoKeyForIsACheckpointFailure", "ValueError: unknown zero stage 1\n",
+     4, "4.10", "R4.8", "zero-to-fp32-refusal"},
+    {"MissingOptimizerShardsAreACheckpointFailure",
+     "ValueError: Expected 8 of '*_optim_states.pt' under 'out/global_step200' but found 6 files. "
+     "Possibly due to an overwrite of an old checkpoint, or a checkpoint didn't get saved by one "
+     "or more processes.\n",
+     4, "4.10", "R4.4", "zero-optim-states-count"},
+    {"AUniversalConversionIsACheckpointFailure",
+     "python ds_to_universal.py --input_folder out/global_step200 --output_folder out/univ\n", 4,
+     "4.10", "", "ds-to-universal"},
+    {"ConvertingTheWeightsToFp32InProseIsACheckpointFailure",
+     "Once training saved them I cannot convert the ZeRO-2 weights into fp32.\n", 4, "4.10",
+     "R4.8", "convert-to-fp32-statement"},
+    // Restoring a run's optimizer state (PyTorch's sharded/DCP loads) is a resume, 4.10.
+    {"ASharedOptimizerStateLoadIsACheckpointFailure",
+     "  File \"/usr/lib/python3/site-packages/torch/distributed/checkpoint/optimizer.py\", line "
+     "281, in load_sharded_optimizer_state_dict\n",
+     4, "4.10", "R4.4", "optimizer-state-load-trace"},
+    // An ATen CUDA kernel's own assertion print (here nll_loss on a label past the classes), quoted
+    // without the RuntimeError after it.
+    {"AKernelsAssertionPrintIsARuntimeError",
+     "/pytorch/aten/src/ATen/native/cuda/Loss.cu:242: nll_loss_forward_reduce_cuda_kernel_2d: "
+     "block: [0,0,0], thread: [5,0,0] Assertion `t >= 0 && t < n_classes` failed.\n",
+     4, "4.3", "R4.6", "cuda-kernel-assertion-print"},
 };
 
 const SignatureCase kStage5[] = {
@@ -258,6 +305,22 @@ INSTANTIATE_TEST_SUITE_P(TriageStage5Signatures, Stage45Signature, ::testing::Va
                          test::case_name);
 
 // The cases that check more than the top answer.
+
+// Megatron-LM's divide() ("N is not divisible by M"): raised under a module's forward it is a
+// tensor that does not split over the ranks (4.6, the context row citing both lines); alone it
+// stays the stage-3 layout refusal (main's tables answered 3.2 both times).
+TEST(TriageStage4Signatures, ADivisibilityAssertionUnderAForwardIsATensorMismatch) {
+  const std::string error = "AssertionError: 96 is not divisible by 64\n";
+  const auto r = run("  File \"/work/model/attention.py\", line 49, in forward\n" + error);
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms[0].id, "4.6");
+  EXPECT_TRUE(cites(r.symptoms[0], "forward-frame-context-divisible", 1));
+  const auto alone = run(error);
+  ASSERT_EQ(alone.kind, Result::Kind::kFound);
+  EXPECT_EQ(alone.stage, 3);
+}
 
 TEST(TriageStage4Signatures, NcclRemoteErrorIsACommunicationError) {
   const auto r =
