@@ -181,8 +181,8 @@ const SignatureCase kStage4[] = {
     // Stop 49 (round 4): statements with no error text (main's tables: no answer, or 3.x/4.x
     // context below the threshold). Memory a step keeps:
     {"MemoryStatedNotReleasedIsAMemoryIssue",
-     "After the backward pass the host memory is not released when activations are offloaded.\n",
-     4, "4.2", "", "memory-not-released-statement"},
+     "After the backward pass the host memory is not released when activations are offloaded.\n", 4,
+     "4.2", "", "memory-not-released-statement"},
     {"ActivationsThatCannotBeReleasedAreAMemoryIssue",
      "With full recomputation the activations of the MoE layer cannot be released.\n", 4, "4.2",
      "R4.4", "not-released-statement"},
@@ -212,8 +212,8 @@ const SignatureCase kStage4[] = {
      "python ds_to_universal.py --input_folder out/global_step200 --output_folder out/univ\n", 4,
      "4.10", "", "ds-to-universal"},
     {"ConvertingTheWeightsToFp32InProseIsACheckpointFailure",
-     "Once training saved them I cannot convert the ZeRO-2 weights into fp32.\n", 4, "4.10",
-     "R4.8", "convert-to-fp32-statement"},
+     "Once training saved them I cannot convert the ZeRO-2 weights into fp32.\n", 4, "4.10", "R4.8",
+     "convert-to-fp32-statement"},
     // Restoring a run's optimizer state (PyTorch's sharded/DCP loads) is a resume, 4.10.
     {"ASharedOptimizerStateLoadIsACheckpointFailure",
      "  File \"/usr/lib/python3/site-packages/torch/distributed/checkpoint/optimizer.py\", line "
