@@ -200,6 +200,10 @@ const SignatureCase kStage4[] = {
     {"AGradNormThatGrowsUnderOneLayoutIsATrainingExecutionError",
      "The gradient norm abnormally increases with ZeRO-0 but not with ZeRO-1.\n", 4, "4.4", "R4.4",
      "grad-norm-growth-statement"},
+    // A loss that stays flat while the run trains: 4.1 by the corpus's convention (main: 4.4).
+    {"ALossThatStaysFlatIsAPerformanceReportFirst",
+     "The loss does not decrease after 2000 iterations with the interleaved schedule.\n", 4, "4.1",
+     "", "loss-not-decreasing-statement"},
     // DeepSpeed's checkpoint reconstruction (utils/zero_to_fp32.py, checkpoint/ds_to_universal.py).
     {"ZeroToFp32WithAStageItHasNoKeyForIsACheckpointFailure", "ValueError: unknown zero stage 1\n",
      4, "4.10", "R4.8", "zero-to-fp32-refusal"},
