@@ -153,7 +153,7 @@ TEST(TriageRankerWords, AnInputThatIsNotAFailureIsStillDeclined) {
 TEST(TriageRankerWords, OnlyTheFirstMaxBytesAreRead) {
   WordModel m;
   m.loaded = true;
-  m.word_stages["quuxswap"] = {{"4", 1}};
+  m.rows[static_cast<size_t>(WordLabel::kStage)]["quuxswap"] = {{"4", 1}};
   const std::string text = std::string(100, 'x') + "\nquuxswap and quuxswap\n";
   const auto all = vocabulary_words(text, m, 1 << 16);
   ASSERT_EQ(all.size(), 1u);  // each word once, at its first line
