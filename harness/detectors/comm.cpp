@@ -2,8 +2,10 @@
 // collective that stays in flight (stall report), and every timeout or failure. Per (group, seq)
 // the analyser compares what each member called: a member that never arrived is the missing
 // rank; members that called different ops, counts or dtypes at the same seq are a mismatch.
-// Rendezvous and store errors of the ranks are communication-setup findings.
+// Rendezvous and store errors of the ranks are communication-setup findings; the words of a
+// message are read with its paths and the run's own name masked (comm_words.hpp).
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <tuple>
@@ -11,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "harness/detectors/comm_words.hpp"
 #include "harness/detectors/tool_main.hpp"
 
 using namespace fl::detect;
@@ -56,7 +59,10 @@ using CallSig = std::tuple<std::string, int64_t, std::string>;  // op, count, dt
 
 class CommDetector {
  public:
-  CommDetector(Tool& tool, const CommOptions& o) : tool_(tool), o_(o) {}
+  CommDetector(Tool& tool, const CommOptions& o) : tool_(tool), o_(o) {
+    const char* dir = std::getenv("FAULTLINE_RUN_DIR");
+    run_ = run_name(dir ? dir : "");
+  }
 
   void on_event(const Event& e) {
     if (e.source != "rank") return;
@@ -116,13 +122,9 @@ class CommDetector {
       }
       f.symptom = phase_symptom(e.rank);
     } else if (cls == "comm mismatch") {
-      f.symptom = tool_.view().workload == "infer"         ? "5.1"
-                  : msg.find("dtype") != std::string::npos ? "4.6"
-                                                           : "4.7";
-    } else if (cls == "rendezvous") {
-      f.symptom = msg.find("missing") != std::string::npos ? "2.2" : "2.1";
-    } else if (cls == "store") {
-      f.symptom = msg.find("in use") != std::string::npos ? "2.1" : "2.2";
+      f.symptom = tool_.view().workload == "infer" ? "5.1" : comm::mismatch_symptom(msg, run_);
+    } else if (const char* setup = comm::setup_symptom(cls, msg, run_)) {
+      f.symptom = setup;
     } else {
       return;
     }
@@ -197,6 +199,7 @@ class CommDetector {
   Tool& tool_;
   const CommOptions o_;
   std::map<CallKey, std::map<int, Call>> inflight_;  // (group, seq) -> rank -> what it called
+  std::string run_;                                  // the run's name, masked in the messages read
 };
 
 }  // namespace

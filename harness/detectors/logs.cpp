@@ -3,7 +3,10 @@
 // symptom for training and for serving. It localises to the rank that printed the line. The
 // table (logs_signatures.hpp) was written against real error texts from public issues and
 // matches both log dialects (workload.fidelity); --lines-only ignores the reported error
-// messages, which carry faultline's own sentence in both dialects.
+// messages, which carry faultline's own sentence in both dialects. Paths and the run's own name
+// are masked before matching (text_mask.hpp): they are labels, not evidence.
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include "harness/detectors/logs_signatures.hpp"
@@ -30,10 +33,12 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  const char* run_dir = std::getenv("FAULTLINE_RUN_DIR");
+  const std::string run = run_name(run_dir ? run_dir : "");
   return tool_main(app, argc, argv, "logs", [&](Tool& tool) {
     auto classify = [&](int rank, const std::string& line, int64_t step) {
       const RunView& v = tool.view();
-      if (const Signature* found = logs::classify(line)) {
+      if (const Signature* found = logs::classify(mask_name(line, run))) {
         const Signature& s = *found;
         auto it = v.ranks.find(rank);
         const bool started = it != v.ranks.end() && it->second.last_step >= 0;

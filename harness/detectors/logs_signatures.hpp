@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/detectors/text_mask.hpp"
+
 namespace fl::detect::logs {
 
 struct Signature {
@@ -95,10 +97,13 @@ inline const std::vector<std::regex>& compiled() {
   return c;
 }
 
-// The first signature `line` matches, or nullptr.
+// The first signature `line` matches, or nullptr. The paths the line names are masked first
+// (text_mask.hpp): a directory called truncated-... or oom-killer-... is no finding. (triage's
+// copy, harness/triage/dialect.cpp, reads issue texts and does not mask.)
 inline const Signature* classify(const std::string& line) {
+  const std::string text = mask_paths(line);
   for (size_t i = 0; i < compiled().size(); ++i) {
-    if (std::regex_search(line, compiled()[i])) return &signatures()[i];
+    if (std::regex_search(text, compiled()[i])) return &signatures()[i];
   }
   return nullptr;
 }

@@ -113,6 +113,49 @@ TEST(LogsSignatures, BenignLinesOfRealJobsAreNotFindings) {
             nullptr);
 }
 
+// The paths a line names, and the run's own name, are labels, not evidence: under faultline's
+// benchmark every run directory carries its scenario's name (runs/truncated-shard-resume-s7/), and
+// in the field checkpoint and cache directories are named by people. Before the mask the
+// `corrupt shard` row's `truncated` read both lines below as 4.10, and `oom-kill` read a model
+// directory as a kill.
+TEST(LogsSignatures, PathsAndRunNamesAreNotEvidence) {
+  EXPECT_EQ(classify("runs/truncated-shard-resume-s7/rank0.log: step 3 loss 2.3125"), nullptr);
+  EXPECT_EQ(classify("step 3 loss 2.3125"), nullptr);
+  EXPECT_EQ(classify("loading weights from /data/oom-killer-repro/model.bin"), nullptr);
+  EXPECT_EQ(classify("saved to ./watchdog_runs/ckpt/step_4"), nullptr);
+  // A real finding next to a path is still found, by its own words.
+  const Signature* s = classify(
+      "faultline worker error (comm timeout): [rank 0] comm timeout: barrier on group 'world' (seq "
+      "3, count 0, dtype uint8) did not complete after 3000 ms (timeout 3000 ms); flight recorder "
+      "dumped to /tmp/res/runs/truncated-shard-resume-s7/ranks/rank0/flight_recorder_rank0.json");
+  ASSERT_NE(s, nullptr);
+  EXPECT_STREQ(s->name, "comm timeout");
+  s = classify(
+      "checkpoint /tmp/res/runs/truncated-shard-resume-s7/checkpoints/step_4: shard "
+      "shard_rank1.bin of rank 1 is corrupt: 361082 bytes with xxh64 361f36652776a136, the "
+      "manifest says 361182 bytes with xxh64 8aea26e4d57cd71b");
+  ASSERT_NE(s, nullptr);
+  EXPECT_STREQ(s->name, "corrupt shard");
+  EXPECT_STREQ(s->train, "4.10");
+  // The run's name outside a path (a run id mismatch quotes it) is masked by the detector.
+  EXPECT_EQ(mask_name("job 'killed-rank-restart-s7' started", "killed-rank-restart-s7"),
+            "job '<run>' started");
+  EXPECT_EQ(classify(mask_name("job 'killed-rank-restart-s7' started", "killed-rank-restart-s7")),
+            nullptr);
+  EXPECT_EQ(run_name("/tmp/res/runs/killed-rank-restart-s7/"), "killed-rank-restart-s7");
+}
+
+TEST(LogsSignatures, MaskKeepsWhatIsNotAPath) {
+  EXPECT_EQ(mask_paths("checkpoint /a/b/step_4: shard x of rank 1"),
+            "checkpoint <path>: shard x of rank 1");
+  EXPECT_EQ(mask_paths("1/3 clients joined; ratio 0.5/1.0"), "1/3 clients joined; ratio 0.5/1.0");
+  EXPECT_EQ(mask_paths("oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/faultline/r1,task=x"),
+            "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=<path>,task=x");
+  EXPECT_EQ(mask_paths("see (https://pytorch.org/docs/a.html#env)."), "see (<path>).");
+  EXPECT_EQ(mask_name("abcd-1 abcd abcd.log xabcd", "abcd"), "abcd-1 <run> <run>.log xabcd");
+  EXPECT_EQ(mask_name("a short id", "a"), "a short id");
+}
+
 TEST(LogsSignatures, EverySignatureNamesItsSource) {
   for (const Signature& s : signatures()) {
     ASSERT_NE(s.source, nullptr);
