@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "harness/triage/context_rows.hpp"
 #include "harness/triage/yaml_file.hpp"
 
 namespace fl::triage {
@@ -123,10 +124,10 @@ void load_file(const std::string& file, Tables& t) {
   std::map<std::string, std::string> stage_of;
   for (const auto& [id, st] : t.taxonomy.symptom_stage) stage_of[id] = std::to_string(st);
   for (const auto& item : doc["signatures"]) {
-    check_keys(
-        file, item,
-        {"id", "needle", "regex", "icase", "env", "fallback", "symptoms", "root_cause", "note"},
-        "signature");
+    check_keys(file, item,
+               {"id", "needle", "regex", "icase", "env", "fallback", "symptoms", "root_cause",
+                "note", "context_for"},
+               "signature");
     Signature s;
     s.file = file;
     s.id = scalar(file, item, "id", true);
@@ -141,6 +142,7 @@ void load_file(const std::string& file, Tables& t) {
     if (s.symptoms.empty()) fail_at(file, item, "symptoms: at least one symptom id with a weight");
     s.root_causes = weights(file, item, "root_cause", t.taxonomy.root_cause_name);
     s.note = scalar(file, item, "note", false);
+    s.context_for = read_context_for(file, item);
     for (const auto& o : t.signatures) {
       if (o.id == s.id)
         fail_at(file, item["id"], fmt::format("id: '{}' is also in {}", s.id, o.file));
@@ -206,6 +208,7 @@ Tables load_tables(const std::string& dir, const std::string& taxonomy_path,
   if (files.empty()) throw SignatureError(fmt::format("{}: no signature files (*.yaml)", dir));
   std::sort(files.begin(), files.end());
   for (const auto& f : files) load_file(f, t);
+  check_context_rows(t);
   return t;
 }
 
@@ -273,11 +276,6 @@ std::string binary_reason(const std::string& text) {
     return fmt::format("the input is binary ({} of its first {} bytes are not UTF-8)", bad, n);
   return {};
 }
-
-struct Hit {
-  double weight_scale = 0;
-  std::vector<EvidenceLine> lines;
-};
 
 void add_candidate(std::map<std::string, Candidate>& m, const std::string& id, double score,
                    const std::vector<EvidenceLine>& ev) {
@@ -483,6 +481,7 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
   }
   std::sort(r.env.begin(), r.env.end(),
             [](const EnvFact& a, const EnvFact& b) { return a.line < b.line; });
+  apply_context_rows(hits, t);  // a context row counts only with its error row on another line
   for (size_t i = 0; i < hits.size(); ++i) {
     if (hits[i].lines.empty()) continue;
     rank_in.table_match = true;

@@ -33,6 +33,8 @@ struct Signature {
   std::regex regex;
   std::map<std::string, double> symptoms;     // symptom id -> weight
   std::map<std::string, double> root_causes;  // root-cause id (R4.6) -> weight
+  // A context row (context_rows.hpp): the stage-neutral error rows whose line it re-reads.
+  std::vector<std::string> context_for;
 };
 
 // A table row that reads one environment fact ("what it read"): key, and the regex's group 1.

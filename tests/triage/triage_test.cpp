@@ -70,8 +70,8 @@ TEST(TriageSignatures, AnUnknownKeyNamesFileLineColumnAndTheAllowedKeys) {
                                "    symptom: {\"4.7\": 1}\n");
   EXPECT_EQ(load_error(dir),
             dir +
-                "/t.yaml:5:5: signature: unknown key 'symptom' (allowed: env, fallback, icase, id, "
-                "needle, note, regex, root_cause, symptoms)");
+                "/t.yaml:5:5: signature: unknown key 'symptom' (allowed: context_for, env, "
+                "fallback, icase, id, needle, note, regex, root_cause, symptoms)");
 }
 
 TEST(TriageSignatures, ASymptomOutsideTheTaxonomyIsRejected) {
