@@ -135,6 +135,44 @@ const SignatureCase kLines[] = {
     {"AnOpNeitherInstalledNorCompatibleIsABuildFailure",
      "fused_adam ............. [NO] ....... [NO]\n", 1, "1.1", "R1.2",
      "ds-report-op-not-installed"},
+    // Stop 49 (round 4): preparation told in prose (stage3_prep_reports.yaml). Memory that runs
+    // out while the model loads or the data is preprocessed is preparation's (3.4), not a step's.
+    {"LoadingThatRunsOutOfMemoryIsPreparationMemory",
+     "Loading the 70B checkpoint on every rank runs out of memory before the first step.\n", 3,
+     "3.4", "R3.1", "prep-oom-prose"},
+    {"PreprocessingKilledByAnOomIsPreparationMemory",
+     "Data preprocessing with 64 workers is killed by an OOM on a 256 GB host.\n", 3, "3.4", "R3.1",
+     "prep-oom-title"},
+    {"HostMemoryExhaustedBeforeTrainingIsPreparationMemory",
+     "SFT of a 70B model with ZeRO-3 on one node is out of CPU memory before training starts.\n", 3,
+     "3.4", "R3.1", "host-oom-prose"},
+    // Megatron-LM's tools/checkpoint conversions and tools/preprocess_data.py, told in prose.
+    {"AConversionFromHfToMcoreToldInProseIsAPreparationLoad",
+     "The job fails when converting Mistral-7B from hf to mcore with a target tensor-parallel "
+     "size of 2.\n",
+     3, "3.1", "", "checkpoint-conversion-prose"},
+    {"DataPreprocessingThatFailsIsAPreparationFailure",
+     "Data preprocessing fails when the first document of the input json is empty.\n", 3, "3.1",
+     "R3.2", "preprocess-failure-prose"},
+    // torch.optim.lr_scheduler refusing DeepSpeed's wrapped optimizer (a config's scheduler), and
+    // Colossal-AI's MoE plugin finding no expert parameters: set-up refused (3.2).
+    {"ASchedulerGivenAWrappedOptimizerIsAConfigError",
+     "TypeError: DeepSpeedZeroOptimizer is not an Optimizer\n", 3, "3.2", "R3.1",
+     "scheduler-not-an-optimizer"},
+    {"ColossalAisMoePluginWithoutExpertParametersIsAConfigError",
+     "ValueError: No parameters found in moe_dp_group, please consider using "
+     "HybridParallelPlugin instead\n",
+     3, "3.2", "R3.3", "empty-parameter-list"},
+    // "Trains as if from randomly initialised weights" in a Chinese report: the load failed.
+    {"TrainingFromRandomWeightsToldInChineseIsAFailedLoad",
+     "使用gemini插件微调时，loss像是从随机初始化的权重开始训练\n", 3, "3.1", "R3.2",
+     "prose-random-init-zh"},
+    // A frame of ZeRO's MiCS set-up above an error that names no stage: preparation context.
+    {"AnErrorRaisedInZeroMicsSetUpIsPreparation",
+     "  File \"/usr/lib/python3/dist-packages/deepspeed/runtime/zero/mics.py\", line 396, in "
+     "__init__\n"
+     "AttributeError: 'Parameter' object has no attribute 'comm'\n",
+     3, "3.1", "", "preparation-frame"},
 };
 
 // An op that is not pre-built but compatible is DeepSpeed's normal JIT state, not a build
@@ -205,6 +243,15 @@ TEST(TriageStage1Signatures, AnInstallThatFindsNoVersionKeepsPackageAcquisitionI
   EXPECT_EQ(r.stage, 1);
   EXPECT_TRUE(std::any_of(r.symptoms.begin(), r.symptoms.end(),
                           [](const Candidate& c) { return c.id == "1.3"; }));
+}
+
+// Stop 49 (round 4): host memory that runs out in a training step stays the step's (4.2); only a
+// load or preprocessing named on the line makes it preparation's.
+TEST(TriageStage3Signatures, HostMemoryRunningOutInAStepStaysATrainingOom) {
+  const auto r = run("At step 2000 the CPU runs out of memory with ZeRO offload.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms.front().id, "4.2");
 }
 
 // Stop 47: Megatron-LM's indexed dataset named in its own loading log (megatron/core/datasets/
