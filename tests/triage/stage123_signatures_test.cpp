@@ -173,6 +173,14 @@ const SignatureCase kLines[] = {
      "__init__\n"
      "AttributeError: 'Parameter' object has no attribute 'comm'\n",
      3, "3.1", "", "preparation-frame"},
+    // The same kind of frame (FSDP's construction) above a CUDA OOM on another line: the model
+    // does not fit while it is wrapped (3.4), not a step's OOM (4.2); a context row.
+    {"AnOomWhileFsdpWrapsTheModelIsPreparationMemory",
+     "  File \"/opt/conda/lib/python3.10/site-packages/torch/distributed/fsdp/_init_utils.py\", "
+     "line 400, in _init_param_handle_from_module\n"
+     "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 "
+     "GiB total capacity)\n",
+     3, "3.4", "R3.1", "preparation-frame-oom"},
 };
 
 // An op that is not pre-built but compatible is DeepSpeed's normal JIT state, not a build
