@@ -162,7 +162,7 @@ const SignatureCase kLines[] = {
     {"ColossalAisMoePluginWithoutExpertParametersIsAConfigError",
      "ValueError: No parameters found in moe_dp_group, please consider using "
      "HybridParallelPlugin instead\n",
-     3, "3.2", "R3.3", "empty-parameter-list"},
+     3, "3.2", "R3.1", "colossalai-moe-no-expert-params"},
     // "Trains as if from randomly initialised weights" in a Chinese report: the load failed.
     {"TrainingFromRandomWeightsToldInChineseIsAFailedLoad",
      "使用gemini插件微调时，loss像是从随机初始化的权重开始训练\n", 3, "3.1", "R3.2",
