@@ -222,7 +222,9 @@ def line_matches(sig, lines):
 
 def thin_tables(src, dst, train, held):
     """Copies the signature folder without the signatures that match a held-out issue and no
-    training issue: as if the held-out issues had not been read when the tables were written."""
+    training issue: as if the held-out issues had not been read when the tables were written.
+    A context row (`context_for`) loses the ids of dropped rows, and goes when none is left: the
+    loader refuses a context row that names a row it does not have."""
     import yaml  # only --thin needs it
     texts = [r["error_lines"] + r["env_lines"] for r in train]
     held_texts = [r["error_lines"] + r["env_lines"] for r in held]
@@ -230,16 +232,25 @@ def thin_tables(src, dst, train, held):
     def keep(sig):
         return (any(line_matches(sig, t) for t in texts)
                 or not any(line_matches(sig, t) for t in held_texts))
-    dropped = 0
+    docs = {}
+    gone = set()
     for f in sorted(pathlib.Path(src).glob("*.yaml")):
         doc = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
         sigs = doc.get("signatures") or []
         kept = [s for s in sigs if keep(s)]
-        dropped += len(sigs) - len(kept)
+        gone |= {s.get("id") for s in sigs if s not in kept}
+        docs[f.name] = (doc, sigs, kept)
+    for doc, sigs, kept in docs.values():
+        for s in kept:
+            if s.get("context_for"):
+                s["context_for"] = [i for i in s["context_for"] if i not in gone]
         if sigs:
-            doc["signatures"] = kept
-        pathlib.Path(dst, f.name).write_text(yaml.safe_dump(doc, sort_keys=False, width=1000),
-                                             encoding="utf-8")
+            doc["signatures"] = [s for s in kept if "context_for" not in s or s["context_for"]]
+    dropped = 0
+    for name, (doc, sigs, _) in docs.items():
+        dropped += len(sigs) - len(doc.get("signatures") or []) if sigs else 0
+        pathlib.Path(dst, name).write_text(yaml.safe_dump(doc, sort_keys=False, width=1000),
+                                           encoding="utf-8")
     return dropped
 
 

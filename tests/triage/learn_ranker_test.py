@@ -142,6 +142,36 @@ class LearnRankerTest(unittest.TestCase):
         self.assertIn('  "swapper": {"R4.5": 3}\n', text.split("word_root_causes:\n")[1])
         self.assertNotIn("R4.6", text)
 
+    def test_thin_tables_drop_a_dropped_row_from_the_context_rows_that_name_it(self):
+        # --thin drops the rows only a held-out issue matches; a context row naming one must lose
+        # that id (the loader refuses a context row naming a row it does not have), and a context
+        # row left with no id goes too.
+        try:
+            import yaml
+        except ImportError:
+            self.skipTest("PyYAML is not installed")
+        sys.path.insert(0, str(SCRIPT.parent))
+        import learn_ranker  # noqa: E402
+
+        def row(rid, word, **extra):
+            return dict({"id": rid, "needle": word, "regex": word}, **extra)
+        doc = {"signatures": [row("held-only", "alphaword"), row("kept", "betaword"),
+                              row("ctx-both", "gammaword", context_for=["held-only", "kept"]),
+                              row("ctx-held", "deltaword", context_for=["held-only"])]}
+        train = [{"error_lines": ["betaword gammaword deltaword"], "env_lines": []}]
+        held = [{"error_lines": ["alphaword"], "env_lines": []}]
+        with tempfile.TemporaryDirectory() as tmp:
+            src, dst = pathlib.Path(tmp, "src"), pathlib.Path(tmp, "dst")
+            src.mkdir()
+            dst.mkdir()
+            (src / "t.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+            dropped = learn_ranker.thin_tables(src, dst, train, held)
+            out = yaml.safe_load((dst / "t.yaml").read_text(encoding="utf-8"))
+        rows = {r["id"]: r for r in out["signatures"]}
+        self.assertEqual(sorted(rows), ["ctx-both", "kept"])
+        self.assertEqual(rows["ctx-both"]["context_for"], ["kept"])
+        self.assertEqual(dropped, 2)
+
     def test_a_word_of_one_failure_or_only_of_test_issues_is_left_out(self):
         text = learn(self.word_corpus(), "words.yaml")
         self.assertNotIn("onceonly", text)  # in one tune failure only

@@ -244,6 +244,42 @@ const SignatureCase kStage5[] = {
     {"AModelDeepSpeedInferenceDoesNotSupportIsAnExecutionFailure",
      "DeepSpeed Inference does not support the Mixtral model with kernel injection yet.\n", 5,
      "5.1", "R5.2", "inference-failure-statement"},
+    // Stop 49 (round 4), stage5_inference_frameworks.yaml: inference outside init_inference. A
+    // pass under torch.inference_mode on a DTensor model outranks the process-group line below
+    // it (stage 2 alone); a failure stated about inference in words; Megatron-LM's sampling
+    // script; a binding of DeepSpeed's transformer_inference op (pt_binding.cpp's DEF_OPS
+    // names); memory and speed stated about inference (not the training loop's statements); a
+    // setting passed to init_inference that changes nothing.
+    {"AFailureUnderInferenceModeIsAnInferenceExecutionFailure",
+     "[DTensor] aten.addmm failed under inference_mode on a 2-way tensor-parallel model\n"
+     "    dist.init_process_group(\"nccl\", rank=rank, world_size=world_size)\n",
+     5, "5.1", "R5.2", "inference-mode-failure"},
+    {"AnInferenceFailureStatedInWordsIsAnExecutionFailure",
+     "Batched inference of the 13B model on 4 GPUs fails after the first request.\n", 5, "5.1",
+     "R5.2", "inference-failure-prose"},
+    {"MegatronsGenerationScriptIsInference",
+     "bash examples/generate_text.sh\n"
+     "Traceback (most recent call last):\n"
+     "KeyError: 'tokens'\n",
+     5, "5.1", "", "megatron-generation-scripts"},
+    {"MegatronsSamplingFlagsAreInference",
+     "       --out-seq-length 1024 --top_p 0.9 --genfile samples.json\n"
+     "KeyError: 'tokens'\n",
+     5, "5.1", "", "inference-script-flags"},
+    {"AnInferenceKernelBindingRejectingItsArgumentsIsAnExecutionFailure",
+     "TypeError: qkv_gemm_fp16(): incompatible function arguments. The following argument types "
+     "are supported:\n",
+     5, "5.1", "R5.2", "ds-inference-kernel-binding"},
+    {"MemoryStatedAboutInferenceIsAnInferenceMemoryIssue",
+     "Inference of the 20B model on 4 GPUs takes far more memory per GPU than its share.\n", 5,
+     "5.2", "R5.1", "inference-memory-statement"},
+    {"SlownessStatedAboutInferenceIsAnInferencePerformanceAnomaly",
+     "With tensor parallel 2 the inference is much slower than on one GPU.\n", 5, "5.4", "R5.2",
+     "inference-slow-statement"},
+    {"ASettingInitInferenceIgnoresIsAFunctionalCorrectnessIssue",
+     "Passing a ZeRO-3 offload config to deepspeed.init_inference(model, zero=cfg) has no effect "
+     "on the GPU memory used.\n",
+     5, "5.9", "R5.2", "init-inference-no-effect"},
 };
 
 class Stage45Signature : public ::testing::TestWithParam<SignatureCase> {};
