@@ -61,7 +61,7 @@ class CommDetector {
  public:
   CommDetector(Tool& tool, const CommOptions& o) : tool_(tool), o_(o) {
     const char* dir = std::getenv("FAULTLINE_RUN_DIR");
-    run_ = run_name(dir ? dir : "");
+    run_ = fl::run_name(dir ? dir : "");
   }
 
   void on_event(const Event& e) {

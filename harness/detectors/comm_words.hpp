@@ -1,5 +1,5 @@
 // The words fl-detect-comm reads in a rank's error message, with the message's paths and the
-// run's own name masked first (text_mask.hpp): a run id mismatch quotes the run ids
+// run's own name masked first (base/text_mask.hpp): a run id mismatch quotes the run ids
 // (`rank 1 has run id '...'`), and a run named after a missing rank is no missing rank.
 // Header-only so its unit test checks what the detector runs.
 #pragma once
@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "harness/detectors/text_mask.hpp"
+#include "base/text_mask.hpp"
 
 namespace fl::detect::comm {
 

@@ -4,7 +4,7 @@
 // table (logs_signatures.hpp) was written against real error texts from public issues and
 // matches both log dialects (workload.fidelity); --lines-only ignores the reported error
 // messages, which carry faultline's own sentence in both dialects. Paths and the run's own name
-// are masked before matching (text_mask.hpp): they are labels, not evidence.
+// are masked before matching (base/text_mask.hpp): they are labels, not evidence.
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -34,11 +34,11 @@ int main(int argc, char** argv) {
     }
   }
   const char* run_dir = std::getenv("FAULTLINE_RUN_DIR");
-  const std::string run = run_name(run_dir ? run_dir : "");
+  const std::string run = fl::run_name(run_dir ? run_dir : "");
   return tool_main(app, argc, argv, "logs", [&](Tool& tool) {
     auto classify = [&](int rank, const std::string& line, int64_t step) {
       const RunView& v = tool.view();
-      if (const Signature* found = logs::classify(mask_name(line, run))) {
+      if (const Signature* found = logs::classify(fl::mask_name(line, run))) {
         const Signature& s = *found;
         auto it = v.ranks.find(rank);
         const bool started = it != v.ranks.end() && it->second.last_step >= 0;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/detectors/text_mask.hpp"
+#include "base/text_mask.hpp"
 
 namespace fl::detect::logs {
 
@@ -98,8 +98,8 @@ inline const std::vector<std::regex>& compiled() {
 }
 
 // The first signature `line` matches, or nullptr. The paths the line names are masked first
-// (text_mask.hpp): a directory called truncated-... or oom-killer-... is no finding. (triage's
-// copy, harness/triage/dialect.cpp, reads issue texts and does not mask.)
+// (base/text_mask.hpp): a directory called truncated-... or oom-killer-... is no finding. (triage's
+// copy, harness/triage/dialect.cpp, masks them alike.)
 inline const Signature* classify(const std::string& line) {
   const std::string text = mask_paths(line);
   for (size_t i = 0; i < compiled().size(); ++i) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "base/text_mask.hpp"
 #include "harness/triage/triage.hpp"
 
 namespace fl::triage::dialect {
@@ -77,8 +78,10 @@ const LogsSignature* classify(const std::string& line) {
     }
     return out;
   }();
+  // The detector's mask: a word of a path (`/data/truncated_wiki/`) is no event.
+  const std::string text = mask_paths(line);
   for (size_t i = 0; i < compiled.size(); ++i) {
-    if (std::regex_search(line, compiled[i])) return &logs_signatures()[i];
+    if (std::regex_search(text, compiled[i])) return &logs_signatures()[i];
   }
   return nullptr;
 }

@@ -29,7 +29,10 @@ struct LogsSignature {
   const char* train_before_first_step;  // nullptr: as `train`
 };
 const std::vector<LogsSignature>& logs_signatures();
-// The first row `line` matches (the detector's first-match rule), or nullptr.
+// The first row `line` matches (the detector's first-match rule), or nullptr. Like the detector,
+// it reads the line with its paths masked (base/text_mask.hpp): an issue's `/data/truncated_wiki/`
+// is no corrupt shard. (Triage's own signature tables read the raw line: their rows name
+// traceback paths such as deepspeed/runtime/zero/stage3.py.)
 const LogsSignature* classify(const std::string& line);
 
 // What a failing faultline worker prints for one event, in both dialects.

@@ -18,8 +18,9 @@ symptom. Those tallies are this script's output, harness/triage/ranker/priors.ya
 
 and, next to it, harness/triage/ranker/words.yaml (stop 48), the learned word ranker's counts: for
 each word of the input lines that at least 2 tune failures hold, how many of them carry each
-symptom (a secondary label 0.5) and are of each stage, and each symptom's and stage's failures.
-The ranker smooths them into a multinomial naive Bayes (cues.yaml nb_* settings).
+symptom (a secondary label 0.5), are of each stage and have each root cause (stop 49), and each
+symptom's, stage's and root cause's failures. The ranker smooths them into a multinomial naive
+Bayes (cues.yaml nb_* settings). --cv counts both files again on each fold's training part.
 
 The test split is never read: an issue whose split is not "tune" (by its field and by the split
 rule) is skipped before anything else of it is looked at.
@@ -123,28 +124,34 @@ def count(issues, min_df=3, max_words=200):
 def word_model(issues, min_df=2):
     """The learned word ranker's counts (words.yaml): for each word of the input lines (as
     learn_tokens.py reads them) that at least `min_df` labelled tune failures hold, how many of
-    those failures carry each symptom (the primary 1, a secondary 0.5) and are of each stage; and
-    each symptom's and stage's number of failures. The ranker smooths them into a multinomial
+    those failures carry each symptom (the primary 1, a secondary 0.5), are of each stage and have
+    each root cause (stop 49); and each symptom's, stage's and root cause's number of failures. The ranker smooths them into a multinomial
     naive Bayes over the words an input holds (each word once)."""
     failures = [r for r in issues
                 if r["stage"] != 0 and any(s != "none" for s in r["symptoms"])]
     toks = [tokens(r["error_lines"] + r["env_lines"]) for r in failures]
     df = collections.Counter(w for t in toks for w in t)
     vocab = {w for w, c in df.items() if c >= min_df}
-    sym_n, stage_n = collections.Counter(), collections.Counter()
+    sym_n, stage_n, rc_n = collections.Counter(), collections.Counter(), collections.Counter()
     word_sym = collections.defaultdict(collections.Counter)
     word_stage = collections.defaultdict(collections.Counter)
+    word_rc = collections.defaultdict(collections.Counter)
     for r, t in zip(failures, toks):
         syms = [s for s in r["symptoms"] if s != "none"]
         stage_n[str(r["stage"])] += 1
+        if r["_rc"]:
+            rc_n[r["_rc"]] += 1
         for i, s in enumerate(syms):
             sym_n[s] += 1.0 if i == 0 else 0.5
         for w in t & vocab:
             word_stage[w][str(r["stage"])] += 1
+            if r["_rc"]:
+                word_rc[w][r["_rc"]] += 1
             for i, s in enumerate(syms):
                 word_sym[w][s] += 1.0 if i == 0 else 0.5
-    return len(failures), {"classes": {"symptoms": sym_n, "stages": stage_n},
-                           "word_symptoms": word_sym, "word_stages": word_stage}
+    return len(failures), {"classes": {"symptoms": sym_n, "stages": stage_n, "root_causes": rc_n},
+                           "word_symptoms": word_sym, "word_stages": word_stage,
+                           "word_root_causes": word_rc}
 
 
 def id_key(s):

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <set>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -56,41 +57,34 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
   check_keys(file, doc, {"settings", "failure", "context", "healthy", "stages", "symptom_words"},
              "file");
   if (const auto s = doc["settings"]) {
-    check_keys(
-        file, s,
-        {"fill_to", "table_stage_weight", "co_weight", "study_weight", "learned_stage_weight",
-         "min_share", "root_cause_table_weight", "error_text_is_failure", "answer_context_only",
-         "stage_prior_weight", "symptom_word_weight", "nb_alpha", "nb_stage_weight",
-         "nb_fill_weight", "nb_cross_min", "nb_max_bytes"},
-        "settings");
-    if (s["fill_to"]) r.fill_to = value<int>(file, s["fill_to"], "fill_to");
-    if (s["table_stage_weight"])
-      r.table_stage_weight = value<double>(file, s["table_stage_weight"], "table_stage_weight");
-    if (s["co_weight"]) r.co_weight = value<double>(file, s["co_weight"], "co_weight");
-    if (s["study_weight"]) r.study_weight = value<double>(file, s["study_weight"], "study_weight");
-    if (s["min_share"]) r.min_share = value<double>(file, s["min_share"], "min_share");
-    if (s["learned_stage_weight"])
-      r.learned_stage_weight =
-          value<double>(file, s["learned_stage_weight"], "learned_stage_weight");
-    if (s["error_text_is_failure"])
-      r.error_text_is_failure =
-          value<bool>(file, s["error_text_is_failure"], "error_text_is_failure");
-    if (s["answer_context_only"])
-      r.answer_context_only = value<bool>(file, s["answer_context_only"], "answer_context_only");
-    if (s["symptom_word_weight"])
-      r.symptom_word_weight = value<double>(file, s["symptom_word_weight"], "symptom_word_weight");
-    if (s["stage_prior_weight"])
-      r.stage_prior_weight = value<double>(file, s["stage_prior_weight"], "stage_prior_weight");
-    if (s["nb_alpha"]) r.nb_alpha = value<double>(file, s["nb_alpha"], "nb_alpha");
-    if (s["nb_stage_weight"])
-      r.nb_stage_weight = value<double>(file, s["nb_stage_weight"], "nb_stage_weight");
-    if (s["nb_fill_weight"])
-      r.nb_fill_weight = value<double>(file, s["nb_fill_weight"], "nb_fill_weight");
-    if (s["nb_cross_min"]) r.nb_cross_min = value<double>(file, s["nb_cross_min"], "nb_cross_min");
-    if (s["nb_max_bytes"]) r.nb_max_bytes = value<int>(file, s["nb_max_bytes"], "nb_max_bytes");
-    if (s["root_cause_table_weight"])
-      r.root_cause_table_weight =
-          value<double>(file, s["root_cause_table_weight"], "root_cause_table_weight");
+    check_keys(file, s,
+               {"fill_to", "table_stage_weight", "co_weight", "study_weight",
+                "learned_stage_weight", "min_share", "root_cause_table_weight",
+                "error_text_is_failure", "answer_context_only", "stage_prior_weight",
+                "symptom_word_weight", "nb_alpha", "nb_stage_weight", "nb_fill_weight",
+                "nb_cross_min", "nb_max_bytes", "nb_cross_tables_max", "nb_root_cause_weight"},
+               "settings");
+    auto set = [&](const char* key, auto& v) {
+      if (s[key]) v = value<std::remove_reference_t<decltype(v)>>(file, s[key], key);
+    };
+    set("fill_to", r.fill_to);
+    set("table_stage_weight", r.table_stage_weight);
+    set("co_weight", r.co_weight);
+    set("study_weight", r.study_weight);
+    set("min_share", r.min_share);
+    set("learned_stage_weight", r.learned_stage_weight);
+    set("error_text_is_failure", r.error_text_is_failure);
+    set("answer_context_only", r.answer_context_only);
+    set("symptom_word_weight", r.symptom_word_weight);
+    set("stage_prior_weight", r.stage_prior_weight);
+    set("nb_alpha", r.nb_alpha);
+    set("nb_stage_weight", r.nb_stage_weight);
+    set("nb_fill_weight", r.nb_fill_weight);
+    set("nb_cross_min", r.nb_cross_min);
+    set("nb_max_bytes", r.nb_max_bytes);
+    set("nb_cross_tables_max", r.nb_cross_tables_max);
+    set("nb_root_cause_weight", r.nb_root_cause_weight);
+    set("root_cause_table_weight", r.root_cause_table_weight);
   }
   add_words(file, doc["failure"], Cue::Kind::kFailure, 0, r);
   add_words(file, doc["context"], Cue::Kind::kContext, 0, r);
@@ -222,14 +216,14 @@ struct StageGuess {
   std::map<std::string, std::vector<EvidenceLine>> symptom_evidence;
   // The learned word ranker: the input's vocabulary words and its posteriors (empty when off).
   std::vector<WordHit> words;
-  std::map<std::string, double> nb_stage, nb_symptom;
+  std::map<std::string, double> nb_stage, nb_symptom, nb_root_cause;
 };
 
 // The lines of the learned words that point at `label` most, each naming its words.
-std::vector<EvidenceLine> learned_evidence(const StageGuess& g, const Ranker& k, bool stages,
+std::vector<EvidenceLine> learned_evidence(const StageGuess& g, const Ranker& k, WordLabel kind,
                                            const std::string& label) {
   std::map<size_t, std::pair<std::string, std::vector<std::string>>> by_line;
-  for (const WordHit* w : carrying_words(k.words, stages, label, g.words, k.nb_alpha, 3)) {
+  for (const WordHit* w : carrying_words(k.words, kind, label, g.words, k.nb_alpha, 3)) {
     auto& [text, ws] = by_line[w->line];
     text = w->text;
     ws.push_back(w->word);
@@ -245,11 +239,14 @@ std::vector<EvidenceLine> learned_evidence(const StageGuess& g, const Ranker& k,
 
 // The learned words of the input, and what they say of the stage and the symptom.
 void read_words(StageGuess& g, const RankInput& in, const Ranker& k) {
-  if (!k.words.loaded || (k.nb_stage_weight <= 0 && k.nb_fill_weight <= 0 && k.nb_cross_min <= 0))
+  if (!k.words.loaded || (k.nb_stage_weight <= 0 && k.nb_fill_weight <= 0 && k.nb_cross_min <= 0 &&
+                          k.nb_cross_tables_max < 0 && k.nb_root_cause_weight <= 0))
     return;
   g.words = vocabulary_words(in.text, k.words, static_cast<size_t>(std::max(k.nb_max_bytes, 0)));
-  g.nb_stage = word_posterior(k.words, true, g.words, k.nb_alpha);
-  g.nb_symptom = word_posterior(k.words, false, g.words, k.nb_alpha);
+  g.nb_stage = word_posterior(k.words, WordLabel::kStage, g.words, k.nb_alpha);
+  g.nb_symptom = word_posterior(k.words, WordLabel::kSymptom, g.words, k.nb_alpha);
+  if (k.nb_root_cause_weight > 0)
+    g.nb_root_cause = word_posterior(k.words, WordLabel::kRootCause, g.words, k.nb_alpha);
 }
 
 // Each stage's score: its words (each counts once) and the scores of the tables' candidates.
@@ -333,8 +330,9 @@ StageGuess guess_stage(const Result& r, const RankInput& in, const Ranker& k, in
   g.stage = found > 0 ? found : best_stage(leaned, k, 0, false);
   g.second = best_stage(score, k, g.stage, true);
   auto learned = [&](int st) {  // the learned words that lean a stage
-    return k.nb_stage_weight > 0 && st > 0 ? learned_evidence(g, k, true, std::to_string(st))
-                                           : std::vector<EvidenceLine>{};
+    return k.nb_stage_weight > 0 && st > 0
+               ? learned_evidence(g, k, WordLabel::kStage, std::to_string(st))
+               : std::vector<EvidenceLine>{};
   };
   g.evidence =
       found > 0 ? r.symptoms.front().evidence : stage_evidence(g.stage, r, in, k, learned(g.stage));
@@ -394,11 +392,12 @@ std::vector<Candidate> stage_candidates(const Result& r, int stage,
     if (with == 0 && words == 0 && share < min_share && nb < min_share) continue;
     Candidate c{id, k.co_weight * with + share + k.symptom_word_weight * words + nb, {}, {}};
     const auto learned = nb > std::max({k.co_weight * with, share, k.symptom_word_weight * words})
-                             ? learned_evidence(g, k, false, id)
+                             ? learned_evidence(g, k, WordLabel::kSymptom, id)
                              : std::vector<EvidenceLine>{};
     if (!learned.empty()) {
       std::vector<std::string> ws;
-      for (const WordHit* h : carrying_words(k.words, false, id, g.words, k.nb_alpha, 3))
+      for (const WordHit* h :
+           carrying_words(k.words, WordLabel::kSymptom, id, g.words, k.nb_alpha, 3))
         ws.push_back(h->word);
       c.basis = fmt::format(
           "learned words '{}' (naive Bayes, tune split): P {:.2f} among stage {}'s symptoms; {:g} "
@@ -423,9 +422,21 @@ std::vector<Candidate> stage_candidates(const Result& r, int stage,
   return out;
 }
 
+// Another stage's symptom that the learned words name, as a candidate: its words and their lines.
+Candidate cross_candidate(const StageGuess& g, const Ranker& k, const std::string& id, double p,
+                          const std::string& why) {
+  std::vector<std::string> ws;
+  for (const WordHit* h : carrying_words(k.words, WordLabel::kSymptom, id, g.words, k.nb_alpha, 3))
+    ws.push_back(h->word);
+  return {id, p, first_lines(learned_evidence(g, k, WordLabel::kSymptom, id), 4),
+          fmt::format("learned words '{}' (naive Bayes, tune split): P {:.2f} over all symptoms{}",
+                      fmt::join(ws, "', '"), p, why)};
+}
+
 // Fills r.symptoms to k.fill_to: the answer's stage's common symptoms first, then the runner-up
 // stage's (a stage with two common symptoms has no useful third), then the stage's rare ones.
 void fill_symptoms(Result& r, const StageGuess& g, const Ranker& k) {
+  const size_t from_tables = r.symptoms.size();
   // Another stage's symptom the learned words name with P >= nb_cross_min takes the last slot.
   std::string cross;
   double best = k.nb_cross_min > 0 ? k.nb_cross_min : 2;
@@ -443,28 +454,51 @@ void fill_symptoms(Result& r, const StageGuess& g, const Ranker& k) {
     }
   };
   add(stage_candidates(r, g.stage, g.evidence, k, k.min_share, g));
-  if (!cross.empty() && static_cast<int>(r.symptoms.size()) < k.fill_to) {
-    std::vector<std::string> ws;
-    const auto ev = learned_evidence(g, k, false, cross);
-    for (const WordHit* h : carrying_words(k.words, false, cross, g.words, k.nb_alpha, 3))
-      ws.push_back(h->word);
-    r.symptoms.push_back(
-        {cross, best, first_lines(ev, 4),
-         fmt::format("learned words '{}' (naive Bayes, tune split): P {:.2f} over all symptoms",
-                     fmt::join(ws, "', '"), best)});
-  }
+  if (!cross.empty() && static_cast<int>(r.symptoms.size()) < k.fill_to)
+    r.symptoms.push_back(cross_candidate(g, k, cross, best, ""));
   room = k.fill_to;
   if (g.second > 0) add(stage_candidates(r, g.second, g.second_evidence, k, k.min_share, g));
   add(stage_candidates(r, g.stage, g.evidence, k, 0, g));  // no runner-up: the stage's rare ones
+  // Stop 49: the tables named at most nb_cross_tables_max of the three and all three are of one
+  // stage: the last is the stage's least likely, and another stage's best guess replaces it.
+  const auto n = static_cast<size_t>(std::max(k.fill_to, 0));
+  if (!cross.empty() || k.nb_cross_tables_max < 0 || n < 2 || r.symptoms.size() < n ||
+      from_tables > static_cast<size_t>(k.nb_cross_tables_max) || from_tables >= n ||
+      std::any_of(r.symptoms.begin(), r.symptoms.begin() + static_cast<long>(n),
+                  [&](const Candidate& c) { return stage_of_id(c.id) != r.stage; }))
+    return;
+  std::string id;
+  double p_best = -1;
+  for (const auto& [sid, p] : g.nb_symptom) {
+    if (p > p_best && stage_of_id(sid) != r.stage && !has(r.symptoms, sid)) {
+      id = sid;
+      p_best = p;
+    }
+  }
+  if (!id.empty())
+    r.symptoms[n - 1] = cross_candidate(g, k, id, p_best,
+                                        fmt::format("; the tables named {} of {}", from_tables, n));
+}
+
+// The learned words' root causes of `stage`: P(root cause | words) renormalised within it.
+std::map<std::string, double> stage_root_cause_words(const StageGuess& g, int stage) {
+  std::map<std::string, double> out;
+  double z = 0;
+  for (const auto& [id, p] : g.nb_root_cause) z += stage_of_id(id) == stage ? p : 0;
+  for (const auto& [id, p] : g.nb_root_cause)
+    if (stage_of_id(id) == stage && z > 0) out[id] = p / z;
+  return out;
 }
 
 // Root causes of the answer's stage: the tables' (weighted) plus how often each goes with the top
-// symptom on the tune split (else with the stage); other stages' go last. The tally adds root
-// causes only when the tables name none of the stage (a draft's base follows the first three).
-void rank_root_causes(Result& r, const Ranker& k) {
+// symptom on the tune split (else with the stage), plus nb_root_cause_weight times what the
+// learned words say (stop 49); other stages' go last. The tally and the words add root causes
+// only when the tables name none of the stage (a draft's base follows the first three).
+void rank_root_causes(Result& r, const StageGuess& g, const Ranker& k) {
   const std::string& top = r.symptoms.front().id;
   const auto& by_sym = row(k.symptom_root_causes, top);
   const auto& by_stage = row(k.stage_root_causes, std::to_string(r.stage));
+  const auto by_words = stage_root_cause_words(g, r.stage);
   const double n_sym = total(by_sym), n_stage = total(by_stage);
   double table_max = 0;
   for (const auto& c : r.root_causes) table_max = std::max(table_max, c.score);
@@ -474,20 +508,34 @@ void rank_root_causes(Result& r, const Ranker& k) {
       std::any_of(r.root_causes.begin(), r.root_causes.end(),
                   [&](const Candidate& c) { return stage_of_id(c.id) == r.stage; });
   if (!tables_name_one) {
-    for (const auto& [id, n] : by_stage) all.try_emplace(id, Candidate{id, 0, {}, {}});
-    for (const auto& [id, n] : by_sym) all.try_emplace(id, Candidate{id, 0, {}, {}});
+    for (const auto* tally : {&by_stage, &by_sym, &by_words})
+      for (const auto& [id, n] : *tally) all.try_emplace(id, Candidate{id, 0, {}, {}});
   }
   std::vector<std::pair<double, Candidate>> ranked;
   for (auto& [id, c] : all) {
     const double table = table_max > 0 ? c.score / table_max : 0;
     const double sym = by_sym.count(id) ? by_sym.at(id) / n_sym : 0;
     const double st = by_stage.count(id) ? by_stage.at(id) / n_stage : 0;
-    double key = k.root_cause_table_weight * table + sym + 0.1 * st;
+    const double p = by_words.count(id) ? by_words.at(id) : 0;
+    const double learned = k.nb_root_cause_weight * p;
+    double key = k.root_cause_table_weight * table + sym + 0.1 * st + learned;
     if (stage_of_id(id) != r.stage) key -= 1000;
+    const double n_id = by_sym.count(id) ? by_sym.at(id) : 0;
+    if (c.evidence.empty() && learned > std::max(sym, 0.1 * st)) {
+      std::vector<std::string> ws;
+      for (const WordHit* h :
+           carrying_words(k.words, WordLabel::kRootCause, id, g.words, k.nb_alpha, 3))
+        ws.push_back(h->word);
+      c.score = p;
+      c.basis = fmt::format(
+          "learned words '{}' (naive Bayes, tune split): P {:.2f} among stage {}'s root causes; "
+          "with {} in {:g} of {:g} tune issues",
+          fmt::join(ws, "', '"), p, r.stage, top, n_id, n_sym);
+      c.evidence = first_lines(learned_evidence(g, k, WordLabel::kRootCause, id), 4);
+    }
     if (c.evidence.empty()) {
       c.score = n_sym > 0 ? sym : st;
-      c.basis = n_sym > 0 ? fmt::format("with {} in {:g} of {:g} tune issues", top,
-                                        by_sym.count(id) ? by_sym.at(id) : 0, n_sym)
+      c.basis = n_sym > 0 ? fmt::format("with {} in {:g} of {:g} tune issues", top, n_id, n_sym)
                           : fmt::format("{:g} of {:g} tune stage-{} issues",
                                         by_stage.count(id) ? by_stage.at(id) : 0, n_stage, r.stage);
       c.evidence = first_lines(r.symptoms.front().evidence, 4);
@@ -537,7 +585,7 @@ void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
   }
   fill_symptoms(r, g, k);
   if (r.symptoms.empty()) return;
-  rank_root_causes(r, k);
+  rank_root_causes(r, g, k);
 }
 
 }  // namespace fl::triage

@@ -79,6 +79,13 @@ struct Ranker {
   double nb_stage_weight = 0.0;
   double nb_fill_weight = 0.0;
   double nb_cross_min = 0.0;  // another stage's symptom with P(symptom | words) >= this: 3rd slot
+  // Stop 49: when the tables named at most this many of the candidates (-1: off) and the three are
+  // all of the answer's stage, the last slot goes to another stage's symptom with the highest
+  // P(symptom | words), whatever its value.
+  int nb_cross_tables_max = -1;
+  // Stop 49: a root cause's score gets this times P(root cause | words) among the answer's stage's
+  // root causes (words.yaml word_root_causes), next to the tables' weight and the symptom's tally.
+  double nb_root_cause_weight = 0.0;
   int nb_max_bytes = 65536;
   WordModel words;
   // priors: of priors.yaml

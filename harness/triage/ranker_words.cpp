@@ -25,16 +25,21 @@ double number(const std::string& file, const YAML::Node& n, const std::string& w
   }
 }
 
-// label -> count, each label checked by `known`.
+size_t at(WordLabel k) {
+  return static_cast<size_t>(k);
+}
+
+// label -> count, each label checked against the taxonomy.
 std::map<std::string, double> label_row(const std::string& file, const YAML::Node& n,
-                                        const std::string& what,
-                                        const std::map<std::string, std::string>& symptoms,
-                                        bool stages) {
+                                        const std::string& what, const Taxonomy& t,
+                                        WordLabel kind) {
   if (!n.IsMap()) fail_at(file, n, fmt::format("{}: must map labels to counts", what));
   std::map<std::string, double> out;
   for (const auto& kv : n) {
     const auto id = kv.first.as<std::string>();
-    const bool ok = stages ? id.size() == 1 && id[0] >= '1' && id[0] <= '5' : symptoms.count(id);
+    const bool ok = kind == WordLabel::kStage     ? id.size() == 1 && id[0] >= '1' && id[0] <= '5'
+                    : kind == WordLabel::kSymptom ? t.symptom_name.count(id) > 0
+                                                  : t.root_cause_name.count(id) > 0;
     if (!ok) fail_at(file, kv.first, fmt::format("{}: '{}' is not in the taxonomy", what, id));
     out[id] = number(file, kv.second, what + ": " + id);
   }
@@ -42,16 +47,14 @@ std::map<std::string, double> label_row(const std::string& file, const YAML::Nod
 }
 
 void word_rows(const std::string& file, const YAML::Node& n, const std::string& what,
-               const Taxonomy& t, bool stages,
-               std::unordered_map<std::string, std::map<std::string, double>>& rows,
-               std::map<std::string, double>& sums) {
+               const Taxonomy& t, WordLabel kind, WordModel& m) {
   if (!n) return;
   if (!n.IsMap()) fail_at(file, n, fmt::format("{}: must map words to labels", what));
   for (const auto& kv : n) {
     const auto word = kv.first.as<std::string>();
-    auto row = label_row(file, kv.second, what, t.symptom_name, stages);
-    for (const auto& [id, c] : row) sums[id] += c;
-    rows[word] = std::move(row);
+    auto row = label_row(file, kv.second, what, t, kind);
+    for (const auto& [id, c] : row) m.sums[at(kind)][id] += c;
+    m.rows[at(kind)][word] = std::move(row);
   }
 }
 
@@ -60,11 +63,11 @@ bool token_char(char c) {
 }
 
 // log P(w | label) with add-alpha smoothing over the vocabulary.
-double log_p(const WordModel& m, bool stages, const std::string& label, const std::string& word,
+double log_p(const WordModel& m, WordLabel kind, const std::string& label, const std::string& word,
              double alpha) {
-  const auto& rows = stages ? m.word_stages : m.word_symptoms;
-  const auto& sums = stages ? m.stage_words : m.symptom_words;
-  const double vocab = static_cast<double>(m.word_stages.size());
+  const auto& rows = m.rows[at(kind)];
+  const auto& sums = m.sums[at(kind)];
+  const double vocab = static_cast<double>(m.rows[at(WordLabel::kStage)].size());
   double n = 0;
   if (const auto it = rows.find(word); it != rows.end()) {
     if (const auto c = it->second.find(label); c != it->second.end()) n = c->second;
@@ -78,17 +81,23 @@ double log_p(const WordModel& m, bool stages, const std::string& label, const st
 void load_word_model(const std::string& file, const Taxonomy& t, WordModel& m) {
   if (!std::filesystem::exists(file)) return;
   const YAML::Node doc = load_yaml(file, "ranker file");
-  check_keys(file, doc, {"issues", "classes", "word_symptoms", "word_stages"}, "file");
+  check_keys(file, doc, {"issues", "classes", "word_symptoms", "word_stages", "word_root_causes"},
+             "file");
   if (doc["issues"]) m.issues = static_cast<int>(number(file, doc["issues"], "issues"));
   const YAML::Node classes = doc["classes"];
   if (!classes || !classes.IsMap()) fail_at(file, doc, "classes: must map symptoms and stages");
-  check_keys(file, classes, {"symptoms", "stages"}, "classes");
-  m.symptoms = label_row(file, classes["symptoms"], "classes: symptoms", t.symptom_name, false);
-  m.stages = label_row(file, classes["stages"], "classes: stages", t.symptom_name, true);
-  word_rows(file, doc["word_symptoms"], "word_symptoms", t, false, m.word_symptoms,
-            m.symptom_words);
-  word_rows(file, doc["word_stages"], "word_stages", t, true, m.word_stages, m.stage_words);
-  m.loaded = !m.word_stages.empty();
+  check_keys(file, classes, {"symptoms", "stages", "root_causes"}, "classes");
+  const std::pair<WordLabel, const char*> kinds[] = {{WordLabel::kSymptom, "symptoms"},
+                                                     {WordLabel::kStage, "stages"},
+                                                     {WordLabel::kRootCause, "root_causes"}};
+  for (const auto& [kind, name] : kinds) {
+    if (kind != WordLabel::kRootCause || classes[name])
+      m.classes[at(kind)] =
+          label_row(file, classes[name], fmt::format("classes: {}", name), t, kind);
+    const auto key = fmt::format("word_{}", name);
+    word_rows(file, doc[key], key, t, kind, m);
+  }
+  m.loaded = !m.rows[at(WordLabel::kStage)].empty();
 }
 
 std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m, size_t max_bytes) {
@@ -115,16 +124,16 @@ std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m,
     }
     std::string w = ascii_lower(text.substr(i, j - i));
     i = j;
-    if (!m.word_stages.count(w) || !seen.insert(w).second) continue;
+    if (!m.rows[at(WordLabel::kStage)].count(w) || !seen.insert(w).second) continue;
     const size_t end = std::min(text.find('\n', line_start), text.size());
     out.push_back({std::move(w), line, std::string(text.substr(line_start, end - line_start))});
   }
   return out;
 }
 
-std::map<std::string, double> word_posterior(const WordModel& m, bool stages,
+std::map<std::string, double> word_posterior(const WordModel& m, WordLabel kind,
                                              const std::vector<WordHit>& words, double alpha) {
-  const auto& labels = stages ? m.stages : m.symptoms;
+  const auto& labels = m.classes[at(kind)];
   double n = 0;
   for (const auto& [id, c] : labels) n += c;
   std::map<std::string, double> out;
@@ -132,7 +141,7 @@ std::map<std::string, double> word_posterior(const WordModel& m, bool stages,
   double best = -1e300;
   for (const auto& [id, c] : labels) {
     double s = std::log(c / n);
-    for (const auto& w : words) s += log_p(m, stages, id, w.word, alpha);
+    for (const auto& w : words) s += log_p(m, kind, id, w.word, alpha);
     out[id] = s;
     best = std::max(best, s);
   }
@@ -142,15 +151,14 @@ std::map<std::string, double> word_posterior(const WordModel& m, bool stages,
   return out;
 }
 
-std::vector<const WordHit*> carrying_words(const WordModel& m, bool stages,
+std::vector<const WordHit*> carrying_words(const WordModel& m, WordLabel kind,
                                            const std::string& label,
                                            const std::vector<WordHit>& words, double alpha,
                                            size_t n) {
-  const auto& rows = stages ? m.word_stages : m.word_symptoms;
-  const auto& sums = stages ? m.stage_words : m.symptom_words;
+  const auto& rows = m.rows[at(kind)];
   double all = 0;
-  for (const auto& [id, s] : sums) all += s;
-  const double vocab = static_cast<double>(m.word_stages.size());
+  for (const auto& [id, s] : m.sums[at(kind)]) all += s;
+  const double vocab = static_cast<double>(m.rows[at(WordLabel::kStage)].size());
   std::vector<std::pair<double, const WordHit*>> lift;
   for (const auto& w : words) {
     const auto it = rows.find(w.word);
@@ -158,7 +166,7 @@ std::vector<const WordHit*> carrying_words(const WordModel& m, bool stages,
     double in_all = 0;
     for (const auto& [id, c] : it->second) in_all += c;
     const double pooled = std::log((in_all + alpha) / (all + alpha * vocab));
-    const double l = log_p(m, stages, label, w.word, alpha) - pooled;
+    const double l = log_p(m, kind, label, w.word, alpha) - pooled;
     if (l > 0) lift.emplace_back(l, &w);
   }
   std::stable_sort(lift.begin(), lift.end(),

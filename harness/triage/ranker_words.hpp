@@ -16,14 +16,17 @@ namespace fl::triage {
 
 struct Taxonomy;
 
-// words.yaml: label -> failures, and word -> label -> failures holding the word. A label is a
-// symptom id ("4.11") or a stage ("4").
+// What a posterior is over: symptom ids ("4.11"), stages ("4") or root-cause ids ("R4.6").
+enum class WordLabel { kSymptom, kStage, kRootCause };
+
+// words.yaml: label -> failures, and word -> label -> failures holding the word, for each kind of
+// label (index: WordLabel). Root causes (stop 49) are optional: a file without them has none.
 struct WordModel {
   bool loaded = false;
   int issues = 0;
-  std::map<std::string, double> symptoms, stages;  // failures per label (secondary symptoms 0.5)
-  std::unordered_map<std::string, std::map<std::string, double>> word_symptoms, word_stages;
-  std::map<std::string, double> symptom_words, stage_words;  // per label: the sum over words
+  std::map<std::string, double> classes[3];  // failures per label (secondary symptoms 0.5)
+  std::unordered_map<std::string, std::map<std::string, double>> rows[3];  // word -> label -> n
+  std::map<std::string, double> sums[3];  // per label: the sum over words
 };
 
 // Reads `file` into `m` (a missing file leaves m.loaded false); throws SignatureError.
@@ -40,13 +43,13 @@ struct WordHit {
 // does (a letter, then 2 to 39 letters, digits or '_'; lower-cased), in order of first line.
 std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m, size_t max_bytes);
 
-// P(label | words) over the symptoms (stages = false) or the stages, with add-`alpha` smoothing.
-std::map<std::string, double> word_posterior(const WordModel& m, bool stages,
+// P(label | words) over the labels of kind `kind`, with add-`alpha` smoothing.
+std::map<std::string, double> word_posterior(const WordModel& m, WordLabel kind,
                                              const std::vector<WordHit>& words, double alpha);
 
 // The words of `words` that point at `label` most (log P(w | label) over log P(w) of all
 // failures, above 0), strongest first, at most `n`.
-std::vector<const WordHit*> carrying_words(const WordModel& m, bool stages,
+std::vector<const WordHit*> carrying_words(const WordModel& m, WordLabel kind,
                                            const std::string& label,
                                            const std::vector<WordHit>& words, double alpha,
                                            size_t n);

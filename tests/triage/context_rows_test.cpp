@@ -183,6 +183,43 @@ TEST(TriageContextRows, AShapeErrorOrAnIllegalAccessUnderInferenceSettingsIsStag
   EXPECT_EQ(a.root_causes.at(0).id, "R5.2");
 }
 
+// Stop 49 (round 4): the scripts inference runs with name it too. A checkpoint's size mismatch
+// under an *infer*.py script is the inference load (5.5, the corpus convention for loading a
+// checkpoint for inference); a shape error under DeepSpeedExamples' --use_kernel and
+// --use_meta_tensor flags is tensor-parallel inference's 5.8. Without the script line the size
+// mismatch stays preparation's 3.1.
+TEST(TriageContextRows, ALoadOrShapeErrorUnderAnInferenceScriptIsStageFive) {
+  const std::string mismatch =
+      "size mismatch for lm_head.weight: copying a param with shape torch.Size([50257, 768]) "
+      "from checkpoint, the shape in current model is torch.Size([250880, 1024]).\n";
+  std::istringstream in("python inference.py --model bloom --pretrain actor.pt\n" + mismatch);
+  const auto r = triage(read_input(in, 1u << 20), tables());
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 5);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms.at(0).id, "5.5");
+  EXPECT_TRUE(cites(r.symptoms.at(0), "inference-script-context-load", 1));
+  EXPECT_TRUE(cites(r.symptoms.at(0), "size-mismatch", 2));
+
+  std::istringstream alone(mismatch);
+  const auto p = triage(read_input(alone, 1u << 20), tables());
+  ASSERT_EQ(p.kind, Result::Kind::kFound);
+  EXPECT_EQ(p.stage, 3);
+
+  const std::string shape =
+      "deepspeed --num_gpus 2 run_model.py --name EleutherAI/gpt-j-6b --use_kernel "
+      "--use_meta_tensor\n"
+      "RuntimeError: shape '[1, 9, 16, 256]' is invalid for input of size 18432\n";
+  std::istringstream in2(shape);
+  const auto s = triage(read_input(in2, 1u << 20), tables());
+  ASSERT_EQ(s.kind, Result::Kind::kFound);
+  EXPECT_EQ(s.stage, 5);
+  ASSERT_FALSE(s.symptoms.empty());
+  EXPECT_EQ(s.symptoms.at(0).id, "5.8");
+  EXPECT_TRUE(cites(s.symptoms.at(0), "inference-flags-context-shape", 1));
+  EXPECT_TRUE(cites(s.symptoms.at(0), "shape-mismatch", 2));
+}
+
 // Stage 3: an illegal memory access raised while deepspeed.initialize configures the optimizer is
 // a runtime error of preparation (3.5), and a watchdog timeout while Megatron-LM builds its
 // datasets is the data preparation (3.1), not the training loop's 4.3 and 4.11.

@@ -20,6 +20,7 @@
 #include "harness/detectors/logs_signatures.hpp"
 #include "harness/triage/dialect.hpp"
 #include "harness/triage/draft.hpp"
+#include "harness/triage/draft_base.hpp"
 #include "harness/triage/report_json.hpp"
 #include "harness/triage/triage.hpp"
 #include "injector/site.hpp"
@@ -347,6 +348,52 @@ TEST(TriageDialect, AnEventOfFaultlinesOwnSentenceGetsItInBothDialects) {
                       "(checkpoint): cannot write checkpoint file "),
             std::string::npos)
       << format_result(r, tables());
+}
+
+// Triage reads an issue's line with its paths masked, as fl-detect-logs reads a rank's (stop 49):
+// a word of a directory (`truncated`, `oom-kill`, `watchdog`) is no event, and what is not a path
+// keeps its reading.
+TEST(TriageDialect, AWordOfAPathIsNoEventAsForTheDetector) {
+  const struct {
+    const char* line;
+    const char* signature;  // nullptr: none
+  } cases[] = {
+      {"step 3 loss 2.3125, checkpoint saved to /data/truncated_wiki/global_step3", nullptr},
+      {"Loading checkpoint from /data/oom-killer-repro/global_step400", nullptr},
+      {"tensorboard logs under ./watchdog_runs/rank0", nullptr},
+      {"torch.OutOfMemoryError: CUDA out of memory while loading "
+       "'/data/truncated_wiki/mp_rank_00_model_states.pt'",
+       "oom"},
+      {"FileNotFoundError: [Errno 2] No such file or directory: '/data/truncated_wiki/train.bin'",
+       "missing shard"},
+      {"waiting for clients. 1/3 clients joined", "rank missing"},
+  };
+  for (const auto& c : cases) {
+    const auto* got = dialect::classify(c.line);
+    EXPECT_EQ(got ? got->name : "(none)", str(c.signature ? c.signature : "(none)")) << c.line;
+    const auto* real = detect::logs::classify(c.line);
+    EXPECT_EQ(got ? got->name : "(none)", str(real ? real->name : "(none)")) << c.line;
+  }
+}
+
+// An issue whose healthy line names `/data/truncated_wiki/` beside its out-of-memory error: the
+// candidate that carries the healthy line gets no corrupt-shard event, and the drafted scenario's
+// base is chosen by the error's event only.
+TEST(TriageDialect, AHealthyLineNamingAPathIsNotReadByAWordOfThePath) {
+  const std::string healthy = "step 3 loss 2.3125, checkpoint saved to /data/truncated_wiki/step3";
+  const std::string oom =
+      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total "
+      "capacity of 79.15 GiB of which 1.05 GiB is free.";
+  Result r;
+  r.kind = Result::Kind::kFound;
+  r.symptoms.push_back({"4.2", 3, {{1, healthy, "w"}, {2, oom, "cuda-oom"}}});
+  r.symptoms.push_back({"4.10", 1.5, {{1, healthy, "4.10 word 'checkpoint'"}}});
+  EXPECT_EQ(evidence_events(r.symptoms[0]), std::vector<std::string>{"oom"});
+  dialect::annotate(r, dialect::load_scenario_refs(default_scenario_dirs()));
+  ASSERT_EQ(r.symptoms[0].faultline.matches.size(), 1u);
+  EXPECT_EQ(r.symptoms[0].faultline.matches[0].signature, "oom");
+  EXPECT_EQ(r.symptoms[0].faultline.matches[0].line, 2u);
+  EXPECT_TRUE(r.symptoms[1].faultline.empty()) << r.symptoms[1].faultline.matches[0].signature;
 }
 
 nlohmann::json json_of(const std::string& text, Input* keep = nullptr) {

@@ -98,13 +98,49 @@ class LearnRankerTest(unittest.TestCase):
         text = learn(self.word_corpus(), "words.yaml")
         self.assertIn("issues: 6\n", text)
         # primary symptoms 1, secondary 0.5; a stage per failure
-        self.assertIn('classes:\n  "stages": {"2": 2, "4": 4}\n'
+        self.assertIn('classes:\n  "root_causes": {"R2.1": 2, "R4.5": 3, "R4.6": 1}\n'
+                      '  "stages": {"2": 2, "4": 4}\n'
                       '  "symptoms": {"2.1": 2.0, "4.2": 1.5, "4.5": 3.0, "4.11": 1.0}\n', text)
         self.assertIn('  "nvme": {"4.2": 1.5, "4.5": 3.0}\n', text)
         self.assertIn('  "swapper": {"4.2": 1.5, "4.5": 3.0, "4.11": 1.0}\n', text)
         self.assertIn('word_stages:\n', text)
         self.assertIn('  "swapper": {"4": 4}\n', text)
         self.assertIn('  "failed": {"2": 2, "4": 3}\n', text)
+
+    def test_the_root_cause_counts_follow_the_tune_failures(self):
+        # stop 49: word -> root cause -> tune failures holding the word (each failure once)
+        text = learn(self.word_corpus(), "words.yaml")
+        self.assertIn('word_root_causes:\n', text)
+        rows = text.split("word_root_causes:\n")[1]
+        self.assertIn('  "nvme": {"R4.5": 3}\n', rows)
+        self.assertIn('  "swapper": {"R4.5": 3, "R4.6": 1}\n', rows)
+        self.assertIn('  "failed": {"R2.1": 2, "R4.5": 3}\n', rows)
+        self.assertNotIn("R5", text)  # the test issues' root cause
+        self.assertNotIn("question", rows)
+
+    def test_a_failure_whose_root_cause_is_not_in_the_catalogue_counts_no_root_cause(self):
+        recs = self.word_corpus()
+        recs[0]["root_cause"] = "not a root cause of the catalogue"
+        text = learn(recs, "words.yaml")
+        self.assertIn('  "root_causes": {"R2.1": 2, "R4.5": 2, "R4.6": 1}\n', text)
+        self.assertIn('  "nvme": {"R4.5": 2}\n', text.split("word_root_causes:\n")[1])
+        self.assertIn('"4.5": 3.0', text)  # its symptom and stage still count
+
+    def test_each_cv_fold_counts_the_root_causes_of_its_training_part_only(self):
+        # --cv copies the ranker folder per fold (ranker_copy) and counts both files on the
+        # fold's training issues: a held-out issue's root cause never reaches its words.yaml.
+        sys.path.insert(0, str(SCRIPT.parent))
+        import learn_ranker  # noqa: E402
+        recs = self.word_corpus()[:7]
+        rc_ids = {OOM: "R4.5", HANG: "R4.6", "Flawed launcher and environment configuration": "R2.1"}
+        for r in recs:
+            r["_rc"] = rc_ids.get(r["root_cause"])
+        train = [r for r in recs if r["_rc"] != "R4.6"]  # the 4.11 hang is held out
+        with tempfile.TemporaryDirectory() as tmp:
+            learn_ranker.ranker_copy(pathlib.Path(tmp, "fold"), train, [])
+            text = pathlib.Path(tmp, "fold", "words.yaml").read_text(encoding="utf-8")
+        self.assertIn('  "swapper": {"R4.5": 3}\n', text.split("word_root_causes:\n")[1])
+        self.assertNotIn("R4.6", text)
 
     def test_a_word_of_one_failure_or_only_of_test_issues_is_left_out(self):
         text = learn(self.word_corpus(), "words.yaml")

@@ -145,6 +145,74 @@ TEST(TriageRankerWords, AnotherStagesLearnedSymptomTakesTheLastSlot) {
   EXPECT_EQ(c.evidence[0].line, 2u);
 }
 
+// Stop 49: when the tables named at most one of the three (nb_cross_tables_max 1) and all three
+// are of the answer's stage, the last slot goes to another stage's symptom the words like most,
+// here with P under nb_cross_min ("other" points at 4.11, so 5.1 is unlikely but the only one).
+TEST(TriageRankerWords, TheLastSlotGoesToAnotherStageWhenTheTablesNameFew) {
+  const std::string text =
+      "deepspeed training: the loss stops at iteration 20 and the job hangs\n"
+      "other\n";
+  const auto before = run(text, tables_with("none4", ""));
+  const auto after = run(text, tables_with("serve4", kServeWords));
+  ASSERT_EQ(after.kind, Result::Kind::kFound);
+  EXPECT_EQ(after.stage, 4);
+  EXPECT_GE(rank_of(before, "5.1"), 3u);
+  ASSERT_EQ(rank_of(after, "5.1"), 2u);
+  EXPECT_EQ(after.symptoms[0].id.rfind("4.", 0), 0u);
+  EXPECT_EQ(after.symptoms[1].id.rfind("4.", 0), 0u);
+  const Candidate& c = after.symptoms[2];
+  EXPECT_NE(c.basis.find("over all symptoms; the tables named "), std::string::npos) << c.basis;
+  EXPECT_LT(c.score, 0.5);  // under nb_cross_min: stop 48's rule alone leaves it out
+}
+
+// Stop 49: words.yaml's word_root_causes. Ten stage-4 failures: six hold "quuxswap" and have the
+// rare root cause R4.3; the learned words choose it over the symptom's tally, and say so.
+const char* kSwapCauseWords =
+    "issues: 10\n"
+    "classes:\n"
+    "  \"symptoms\": {\"4.5\": 6, \"4.11\": 4}\n"
+    "  \"stages\": {\"4\": 10}\n"
+    "  \"root_causes\": {\"R4.3\": 6, \"R4.4\": 4}\n"
+    "word_symptoms:\n"
+    "  \"quuxswap\": {\"4.5\": 6}\n"
+    "  \"training\": {\"4.5\": 3, \"4.11\": 4}\n"
+    "word_stages:\n"
+    "  \"quuxswap\": {\"4\": 6}\n"
+    "  \"training\": {\"4\": 7}\n"
+    "word_root_causes:\n"
+    "  \"quuxswap\": {\"R4.3\": 6}\n"
+    "  \"training\": {\"R4.3\": 3, \"R4.4\": 4}\n";
+
+TEST(TriageRankerWords, LearnedWordsChooseTheRootCauseAndNameThemselves) {
+  const std::string text =  // no table row matches: the tables name no root cause
+      "deepspeed training with 8 GPUs, the loss is wrong after iteration 20\n"
+      "the quuxswap folder fills up\n";
+  const auto before = run(text, tables_with("cause0", kSwapWords));  // no root-cause counts
+  const auto after = run(text, tables_with("cause1", kSwapCauseWords));
+  ASSERT_EQ(before.kind, Result::Kind::kFound);
+  ASSERT_EQ(after.kind, Result::Kind::kFound);
+  ASSERT_EQ(after.stage, 4);
+  ASSERT_FALSE(before.root_causes.empty());
+  ASSERT_FALSE(after.root_causes.empty());
+  EXPECT_NE(before.root_causes[0].id, "R4.3");
+  const Candidate& c = after.root_causes[0];
+  EXPECT_EQ(c.id, "R4.3");
+  EXPECT_EQ(c.basis.rfind("learned words 'quuxswap' (naive Bayes, tune split): P 0.", 0), 0u)
+      << c.basis;
+  EXPECT_NE(c.basis.find("among stage 4's root causes"), std::string::npos) << c.basis;
+  ASSERT_FALSE(c.evidence.empty());
+  EXPECT_EQ(c.evidence[0].line, 2u);
+  EXPECT_EQ(c.evidence[0].signature, "learned word 'quuxswap' (naive Bayes, tune split)");
+}
+
+// word_root_causes loads; a root-cause id the taxonomy lacks is refused.
+TEST(TriageRankerWords, AnUnknownRootCauseIsRefused) {
+  EXPECT_NO_THROW(tables_with("cause3", kSwapCauseWords));
+  std::string bad = kSwapCauseWords;
+  bad.replace(bad.rfind("R4.3"), 4, "R9.9");  // in the last row, word_root_causes: training
+  EXPECT_THROW(tables_with("cause2", bad), SignatureError);
+}
+
 TEST(TriageRankerWords, AnInputThatIsNotAFailureIsStillDeclined) {
   const auto r = run("quuxserve quuxswap documentation typo\n", tables_with("serve2", kServeWords));
   EXPECT_EQ(r.kind, Result::Kind::kNone);
@@ -153,7 +221,7 @@ TEST(TriageRankerWords, AnInputThatIsNotAFailureIsStillDeclined) {
 TEST(TriageRankerWords, OnlyTheFirstMaxBytesAreRead) {
   WordModel m;
   m.loaded = true;
-  m.word_stages["quuxswap"] = {{"4", 1}};
+  m.rows[static_cast<size_t>(WordLabel::kStage)]["quuxswap"] = {{"4", 1}};
   const std::string text = std::string(100, 'x') + "\nquuxswap and quuxswap\n";
   const auto all = vocabulary_words(text, m, 1 << 16);
   ASSERT_EQ(all.size(), 1u);  // each word once, at its first line

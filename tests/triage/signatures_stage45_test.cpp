@@ -152,6 +152,32 @@ const SignatureCase kStage4[] = {
     {"ARankThatMissesTheMonitoredBarrierIsAHang",
      "RuntimeError: [Rank 0]: Rank 1 failed to pass monitoredBarrier in 2000 ms\n", 4, "4.11",
      "R4.6", "monitored-barrier-failed"},
+    // Stop 49: c10's "CUDA error: <the runtime's string>" as a reporter retypes it ("Cuda
+    // error"); with main's tables only the tiny RuntimeError marker matched: no answer.
+    {"ARetypedCudaErrorIsARuntimeError", "RuntimeError: Cuda error: unspecified launch failure\n",
+     4, "4.3", "", "cuda-error-generic"},
+    // A ZeRO-3 run named with no error text: a performance report first (the study's 4.1 share
+    // is above 4.2's), memory second; main's tables put 4.2 first.
+    {"AZeroThreeRunStatedAloneIsAPerformanceReportFirst",
+     "We fine-tune with ZeRO stage 3 and bf16 on two nodes of eight GPUs.\n", 4, "4.1", "",
+     "zero3-statement"},
+    // Stop 49: c10d refusing a host tensor in an NCCL collective (main's tables: no answer;
+    // newer ProcessGroupNCCL raises it as a ValueError). PyTorch 2's wording is a test below.
+    {"AHostTensorInAnNcclCollectiveIsARuntimeError", "ValueError: Tensors must be CUDA and dense\n",
+     4, "4.3", "R4.4", "c10d-host-tensor-in-collective"},
+    // TORCH_DISTRIBUTED_DEBUG=DETAIL's mismatch check without the SequenceNumber fingerprint.
+    {"CollectivesThatDifferAcrossRanksAreACommunicationError",
+     "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running "
+     "collective: CollectiveFingerPrint(OpType=ALLREDUCE, TensorShape=[1024], "
+     "TensorDtypes=Float), but Rank 1 is running collective: "
+     "CollectiveFingerPrint(OpType=BROADCAST, TensorShape=[1])\n",
+     4, "4.7", "R4.6", "c10d-collectives-mismatch"},
+    // DeepSpeedEngine.no_sync under ZeRO-2/3 (a trainer's gradient accumulation); main's tables
+    // answered nothing (a 3.2 context match at 0.2, below the threshold).
+    {"NoSyncUnderZeroPartitioningIsAnIncompatibility",
+     "[rank0]: AssertionError: no_sync context manager is incompatible with gradient "
+     "partitioning logic of ZeRO stage 2\n",
+     4, "4.12", "R4.2", "ds-no-sync-with-zero-partitioning"},
 };
 
 const SignatureCase kStage5[] = {
@@ -218,6 +244,42 @@ const SignatureCase kStage5[] = {
     {"AModelDeepSpeedInferenceDoesNotSupportIsAnExecutionFailure",
      "DeepSpeed Inference does not support the Mixtral model with kernel injection yet.\n", 5,
      "5.1", "R5.2", "inference-failure-statement"},
+    // Stop 49 (round 4), stage5_inference_frameworks.yaml: inference outside init_inference. A
+    // pass under torch.inference_mode on a DTensor model outranks the process-group line below
+    // it (stage 2 alone); a failure stated about inference in words; Megatron-LM's sampling
+    // script; a binding of DeepSpeed's transformer_inference op (pt_binding.cpp's DEF_OPS
+    // names); memory and speed stated about inference (not the training loop's statements); a
+    // setting passed to init_inference that changes nothing.
+    {"AFailureUnderInferenceModeIsAnInferenceExecutionFailure",
+     "[DTensor] aten.addmm failed under inference_mode on a 2-way tensor-parallel model\n"
+     "    dist.init_process_group(\"nccl\", rank=rank, world_size=world_size)\n",
+     5, "5.1", "R5.2", "inference-mode-failure"},
+    {"AnInferenceFailureStatedInWordsIsAnExecutionFailure",
+     "Batched inference of the 13B model on 4 GPUs fails after the first request.\n", 5, "5.1",
+     "R5.2", "inference-failure-prose"},
+    {"MegatronsGenerationScriptIsInference",
+     "bash examples/generate_text.sh\n"
+     "Traceback (most recent call last):\n"
+     "KeyError: 'tokens'\n",
+     5, "5.1", "", "megatron-generation-scripts"},
+    {"MegatronsSamplingFlagsAreInference",
+     "       --out-seq-length 1024 --top_p 0.9 --genfile samples.json\n"
+     "KeyError: 'tokens'\n",
+     5, "5.1", "", "inference-script-flags"},
+    {"AnInferenceKernelBindingRejectingItsArgumentsIsAnExecutionFailure",
+     "TypeError: qkv_gemm_fp16(): incompatible function arguments. The following argument types "
+     "are supported:\n",
+     5, "5.1", "R5.2", "ds-inference-kernel-binding"},
+    {"MemoryStatedAboutInferenceIsAnInferenceMemoryIssue",
+     "Inference of the 20B model on 4 GPUs takes far more memory per GPU than its share.\n", 5,
+     "5.2", "R5.1", "inference-memory-statement"},
+    {"SlownessStatedAboutInferenceIsAnInferencePerformanceAnomaly",
+     "With tensor parallel 2 the inference is much slower than on one GPU.\n", 5, "5.4", "R5.2",
+     "inference-slow-statement"},
+    {"ASettingInitInferenceIgnoresIsAFunctionalCorrectnessIssue",
+     "Passing a ZeRO-3 offload config to deepspeed.init_inference(model, zero=cfg) has no effect "
+     "on the GPU memory used.\n",
+     5, "5.9", "R5.2", "init-inference-no-effect"},
 };
 
 class Stage45Signature : public ::testing::TestWithParam<SignatureCase> {};
@@ -245,6 +307,46 @@ TEST(TriageStage4Signatures, NcclRemoteErrorIsACommunicationError) {
   ASSERT_GE(r.symptoms.size(), 3u);
   EXPECT_EQ(r.symptoms[2].id, "4.8");
   EXPECT_TRUE(cites(r.symptoms[2], "nccl-remote-error-text", 1));
+}
+
+// c10d's TORCH_CHECK when a CPU tensor reaches an NCCL-only group (PyTorch 2): the tables answer
+// it (main's tables left it to the ranker's inferred stage; the RuntimeError marker is the line's
+// first citation, so the row is checked by the answer's basis and score).
+TEST(TriageStage4Signatures, NoBackendForTheCpuDeviceIsARuntimeErrorTheTablesName) {
+  const auto r = run("RuntimeError: No backend type associated with device type cpu\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.basis, Result::Basis::kTables);
+  EXPECT_EQ(r.stage, 4);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms[0].id, "4.3");
+  EXPECT_GE(r.symptoms[0].score, 2.5);
+  ASSERT_FALSE(r.root_causes.empty());
+  EXPECT_EQ(r.root_causes[0].id, "R4.4");
+}
+
+// NCCL's communicator set-up (src/init.cc, bootstrap.cc, transport/nvls.cc) warns before any
+// collective: stage 2's rows answer, and the training stage's any-WARN and error-return rows stay
+// out (main's tables listed 4.7 second on each line).
+TEST(TriageStage4Signatures, NcclSetUpWarningsAreNotTrainingCommunicationErrors) {
+  for (const char* line :
+       {"gpu-3:1234:1290 [0] bootstrap.cc:75 NCCL WARN Bootstrap : no socket interface found\n",
+        "node2:242431:242479 [5] transport/nvls.cc:158 NCCL WARN Cuda failure 1 'invalid "
+        "argument'\n",
+        "node2:242431:242475 [1] NCCL INFO init.cc:1277 -> 1\n"}) {
+    const auto r = run(line);
+    ASSERT_EQ(r.kind, Result::Kind::kFound) << line;
+    EXPECT_EQ(r.stage, 2) << line;
+    for (const auto& c : r.symptoms) {
+      EXPECT_FALSE(cites(c, "nccl-warn", 1) || cites(c, "nccl-transport-return", 1))
+          << c.id << " cites a stage-4 NCCL row on: " << line;
+    }
+  }
+  // A WARN of the proxy thread during a run is still one.
+  const auto r =
+      run("gpu7:311:402 [3] proxy.cc:1496 NCCL WARN [Service thread] Error encountered progressing "
+          "operation=Connect, res=3, closing connection\n");
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms[0].id, "4.7");
 }
 
 TEST(TriageStage4Signatures, MegatronsIterationLogWithoutNanIterationsIsNoFailure) {

@@ -1,10 +1,12 @@
-// What a detector must not read as evidence in a line of text: the file paths it names and the
+// What a reader of text must not take as evidence in a line: the file paths it names and the
 // run's own name. Both are labels someone chose (a directory, a job id), not what happened: a
 // checkpoint under runs/truncated-shard-resume-s7/ says nothing about a truncation, and a job
-// called oom-killer-test was not killed by the OOM killer. Real logs are full of paths (tracebacks,
-// checkpoint and cache directories, flight-recorder dumps), so a log detector in the field has to
-// look past them as much as one under faultline's benchmark, whose run directories carry the
-// scenario's name. Header-only: fl-detect-logs' table and its unit test use the same code.
+// called oom-killer-test was not killed by the OOM killer. Real logs and issue texts are full of
+// paths (tracebacks, checkpoint and cache directories, flight-recorder dumps), so a log detector in
+// the field has to look past them as much as one under faultline's benchmark, whose run
+// directories carry the scenario's name. Header-only, in base/ so that its two users share it:
+// fl-detect-logs' and fl-detect-comm's words (harness/detectors/) and triage's copy of the logs
+// table (harness/triage/dialect.cpp), which may not include a detector's header.
 #pragma once
 
 #include <algorithm>
@@ -12,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-namespace fl::detect {
+namespace fl {
 
 inline constexpr std::string_view kMaskedPath = "<path>";
 inline constexpr std::string_view kMaskedRun = "<run>";
@@ -133,4 +135,4 @@ inline std::string mask_text(std::string_view line, std::string_view run) {
   return mask_paths(run.empty() ? std::string(line) : mask_name(line, run));
 }
 
-}  // namespace fl::detect
+}  // namespace fl
