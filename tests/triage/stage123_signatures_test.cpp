@@ -132,6 +132,16 @@ const SignatureCase kLines[] = {
      2, "2.1", "R2.3", "nccl-nvls-setup-failure"},
     {"AnErrorReturnThroughNcclsInitIsACommunicatorSetupFailure",
      "h1:7:9 [0] NCCL INFO init.cc:1277 -> 1\n", 2, "2.1", "R2.3", "nccl-init-error-return"},
+    // Stop 49 (round 4): init_process_group as distributed_c10d's own traceback frame is set-up;
+    // Megatron-LM's Transformer Engine layer-spec helper in a traceback is TE missing (1.2).
+    {"AnInitProcessGroupFrameIsASetupFailure",
+     "  File \"/opt/conda/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py\", "
+     "line 602, in init_process_group\n",
+     2, "2.1", "", "init-process-group-trace"},
+    {"MegatronsTransformerEngineSpecInATracebackIsAMissingComponent",
+     "[rank0]:     transformer_layer_spec = get_gpt_layer_with_transformer_engine_spec(args.num_"
+     "experts, args.moe_grouped_gemm)\n",
+     1, "1.2", "R1.3", "transformer-engine-spec"},
     {"AnOpNeitherInstalledNorCompatibleIsABuildFailure",
      "fused_adam ............. [NO] ....... [NO]\n", 1, "1.1", "R1.2",
      "ds-report-op-not-installed"},
@@ -260,6 +270,93 @@ TEST(TriageStage3Signatures, HostMemoryRunningOutInAStepStaysATrainingOom) {
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   ASSERT_FALSE(r.symptoms.empty());
   EXPECT_EQ(r.symptoms.front().id, "4.2");
+}
+
+// Stop 49 (round 4): lines every healthy or other-stage report carries are no set-up or build
+// evidence: a script's own init_process_group call, NCCL's Init COMPLETE line, a
+// --transformer-impl setting, ds_report's [OKAY] rows. `signature` cites none of `text`'s lines.
+bool cited_anywhere(const Result& r, const std::string& signature) {
+  return std::any_of(r.symptoms.begin(), r.symptoms.end(), [&](const Candidate& c) {
+    return std::any_of(c.evidence.begin(), c.evidence.end(),
+                       [&](const EvidenceLine& e) { return e.signature == signature; });
+  });
+}
+
+TEST(TriageStage2Signatures, AScriptsOwnInitProcessGroupCallIsNoSetupFailure) {
+  const auto r =
+      run("Loss becomes NaN after 20 steps with DDP when averaging gradients on a side stream.\n"
+          "    dist.init_process_group(\"nccl\", rank=rank, world_size=2)\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  EXPECT_FALSE(cited_anywhere(r, "init-process-group-trace"));
+}
+
+TEST(TriageStage2Signatures, NcclsInitCompleteLineIsNoSetupFailure) {
+  const auto r =
+      run("Training got slower after the upgrade: step time 1.9 s instead of 1.2 s.\n"
+          "[3] NCCL INFO ncclCommInitRankConfig comm 0x563cb890f420 rank 3 nranks 8 cudaDev 3 "
+          "nvmlDev 3 busId b000 commId 0xfa356df9cba89de0 - Init COMPLETE\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  EXPECT_FALSE(cited_anywhere(r, "comm-init-rank-mention"));
+  EXPECT_TRUE(std::none_of(r.symptoms.begin(), r.symptoms.end(),
+                           [](const Candidate& c) { return c.id == "2.1"; }));
+}
+
+TEST(TriageStage1Signatures, SelectingTransformerEngineIsNoImportFailure) {
+  const auto r =
+      run("--transformer-impl transformer_engine\n"
+          "The loss is NaN from the first iteration.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  EXPECT_FALSE(cited_anywhere(r, "transformer-engine-spec"));
+}
+
+TEST(TriageStage1Signatures, OpsLeftToTheJitInDsReportAreNoBuildEvidence) {
+  const auto r =
+      run("async_io ............... [NO] ....... [OKAY]\n"
+          "fused_adam ............. [NO] ....... [OKAY]\n"
+          "The run fails.\n");
+  EXPECT_FALSE(cited_anywhere(r, "ds-report-table"));
+  const auto incompatible = run("async_io ............... [NO] ....... [NO]\n");
+  ASSERT_FALSE(incompatible.symptoms.empty());
+  EXPECT_EQ(incompatible.symptoms.front().id, "1.1");  // an op that cannot be built still is
+}
+
+// DeepSpeed warns about libaio from ds_report and at every start on a host without it: the
+// warning alone is context (an inferred answer), not an error text the tables answer from.
+TEST(TriageStage1Signatures, DeepSpeedsLibaioWarningIsContextNotAnErrorText) {
+  const auto r =
+      run(" [WARNING]  async_io requires the dev libaio .so object and headers but these were not "
+          "found.\n");
+  EXPECT_NE(r.basis, Result::Basis::kTables);
+  const auto nan =
+      run(" [WARNING]  async_io requires the dev libaio .so object and headers but these were not "
+          "found.\n"
+          "The loss goes to NaN after a few hundred steps with ZeRO-2.\n");
+  ASSERT_FALSE(nan.symptoms.empty());
+  EXPECT_EQ(nan.symptoms.front().id, "4.4");
+  ASSERT_GE(nan.symptoms.size(), 2u);
+  EXPECT_LT(nan.symptoms[1].score, 1.0);  // the warning's 1.1 no longer weighs as an error
+}
+
+// `pip` is a stage-1 word only as pip's own texts (pip install, pip._internal, its build
+// directories): a report about pipeline parallelism is not pointed at the build stage by it.
+TEST(TriageStage1Signatures, PipelineIsNotPip) {
+  const auto r =
+      run("The build of the fused ops fails after the upgrade.\n"
+          "We train with pipeline parallelism.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 1);
+  for (const auto& c : r.symptoms) {
+    for (const auto& e : c.evidence) {
+      EXPECT_FALSE(e.line == 2 && e.signature.find("'pip'") != std::string::npos)
+          << c.id << ": " << e.signature;
+    }
+  }
+  const auto install = run("pip install deepspeed fails.\n");
+  ASSERT_FALSE(install.symptoms.empty());
+  EXPECT_EQ(install.stage, 1);
 }
 
 // Stop 47: Megatron-LM's indexed dataset named in its own loading log (megatron/core/datasets/
