@@ -132,9 +132,65 @@ const SignatureCase kLines[] = {
      2, "2.1", "R2.3", "nccl-nvls-setup-failure"},
     {"AnErrorReturnThroughNcclsInitIsACommunicatorSetupFailure",
      "h1:7:9 [0] NCCL INFO init.cc:1277 -> 1\n", 2, "2.1", "R2.3", "nccl-init-error-return"},
+    // Stop 49 (round 4): init_process_group as distributed_c10d's own traceback frame is set-up;
+    // Megatron-LM's Transformer Engine layer-spec helper in a traceback is TE missing (1.2).
+    {"AnInitProcessGroupFrameIsASetupFailure",
+     "  File \"/opt/conda/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py\", "
+     "line 602, in init_process_group\n",
+     2, "2.1", "", "init-process-group-trace"},
+    {"MegatronsTransformerEngineSpecInATracebackIsAMissingComponent",
+     "[rank0]:     transformer_layer_spec = get_gpt_layer_with_transformer_engine_spec(args.num_"
+     "experts, args.moe_grouped_gemm)\n",
+     1, "1.2", "R1.3", "transformer-engine-spec"},
     {"AnOpNeitherInstalledNorCompatibleIsABuildFailure",
      "fused_adam ............. [NO] ....... [NO]\n", 1, "1.1", "R1.2",
      "ds-report-op-not-installed"},
+    // Stop 49 (round 4): preparation told in prose (stage3_prep_reports.yaml). Memory that runs
+    // out while the model loads or the data is preprocessed is preparation's (3.4), not a step's.
+    {"LoadingThatRunsOutOfMemoryIsPreparationMemory",
+     "Loading the 70B checkpoint on every rank runs out of memory before the first step.\n", 3,
+     "3.4", "R3.1", "prep-oom-prose"},
+    {"PreprocessingKilledByAnOomIsPreparationMemory",
+     "Data preprocessing with 64 workers is killed by an OOM on a 256 GB host.\n", 3, "3.4", "R3.1",
+     "prep-oom-title"},
+    {"HostMemoryExhaustedBeforeTrainingIsPreparationMemory",
+     "SFT of a 70B model with ZeRO-3 on one node is out of CPU memory before training starts.\n", 3,
+     "3.4", "R3.1", "host-oom-prose"},
+    // Megatron-LM's tools/checkpoint conversions and tools/preprocess_data.py, told in prose.
+    {"AConversionFromHfToMcoreToldInProseIsAPreparationLoad",
+     "The job fails when converting Mistral-7B from hf to mcore with a target tensor-parallel "
+     "size of 2.\n",
+     3, "3.1", "", "checkpoint-conversion-prose"},
+    {"DataPreprocessingThatFailsIsAPreparationFailure",
+     "Data preprocessing fails when the first document of the input json is empty.\n", 3, "3.1",
+     "R3.2", "preprocess-failure-prose"},
+    // torch.optim.lr_scheduler refusing DeepSpeed's wrapped optimizer (a config's scheduler), and
+    // Colossal-AI's MoE plugin finding no expert parameters: set-up refused (3.2).
+    {"ASchedulerGivenAWrappedOptimizerIsAConfigError",
+     "TypeError: DeepSpeedZeroOptimizer is not an Optimizer\n", 3, "3.2", "R3.1",
+     "scheduler-not-an-optimizer"},
+    {"ColossalAisMoePluginWithoutExpertParametersIsAConfigError",
+     "ValueError: No parameters found in moe_dp_group, please consider using "
+     "HybridParallelPlugin instead\n",
+     3, "3.2", "R3.1", "colossalai-moe-no-expert-params"},
+    // "Trains as if from randomly initialised weights" in a Chinese report: the load failed.
+    {"TrainingFromRandomWeightsToldInChineseIsAFailedLoad",
+     "使用gemini插件微调时，loss像是从随机初始化的权重开始训练\n", 3, "3.1", "R3.2",
+     "prose-random-init-zh"},
+    // A frame of ZeRO's MiCS set-up above an error that names no stage: preparation context.
+    {"AnErrorRaisedInZeroMicsSetUpIsPreparation",
+     "  File \"/usr/lib/python3/dist-packages/deepspeed/runtime/zero/mics.py\", line 396, in "
+     "__init__\n"
+     "AttributeError: 'Parameter' object has no attribute 'comm'\n",
+     3, "3.1", "", "preparation-frame"},
+    // The same kind of frame (FSDP's construction) above a CUDA OOM on another line: the model
+    // does not fit while it is wrapped (3.4), not a step's OOM (4.2); a context row.
+    {"AnOomWhileFsdpWrapsTheModelIsPreparationMemory",
+     "  File \"/opt/conda/lib/python3.10/site-packages/torch/distributed/fsdp/_init_utils.py\", "
+     "line 400, in _init_param_handle_from_module\n"
+     "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 "
+     "GiB total capacity)\n",
+     3, "3.4", "R3.1", "preparation-frame-oom"},
 };
 
 // An op that is not pre-built but compatible is DeepSpeed's normal JIT state, not a build
@@ -205,6 +261,102 @@ TEST(TriageStage1Signatures, AnInstallThatFindsNoVersionKeepsPackageAcquisitionI
   EXPECT_EQ(r.stage, 1);
   EXPECT_TRUE(std::any_of(r.symptoms.begin(), r.symptoms.end(),
                           [](const Candidate& c) { return c.id == "1.3"; }));
+}
+
+// Stop 49 (round 4): host memory that runs out in a training step stays the step's (4.2); only a
+// load or preprocessing named on the line makes it preparation's.
+TEST(TriageStage3Signatures, HostMemoryRunningOutInAStepStaysATrainingOom) {
+  const auto r = run("At step 2000 the CPU runs out of memory with ZeRO offload.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms.front().id, "4.2");
+}
+
+// Stop 49 (round 4): lines every healthy or other-stage report carries are no set-up or build
+// evidence: a script's own init_process_group call, NCCL's Init COMPLETE line, a
+// --transformer-impl setting, ds_report's [OKAY] rows. `signature` cites none of `text`'s lines.
+bool cited_anywhere(const Result& r, const std::string& signature) {
+  return std::any_of(r.symptoms.begin(), r.symptoms.end(), [&](const Candidate& c) {
+    return std::any_of(c.evidence.begin(), c.evidence.end(),
+                       [&](const EvidenceLine& e) { return e.signature == signature; });
+  });
+}
+
+TEST(TriageStage2Signatures, AScriptsOwnInitProcessGroupCallIsNoSetupFailure) {
+  const auto r =
+      run("Loss becomes NaN after 20 steps with DDP when averaging gradients on a side stream.\n"
+          "    dist.init_process_group(\"nccl\", rank=rank, world_size=2)\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  EXPECT_FALSE(cited_anywhere(r, "init-process-group-trace"));
+}
+
+TEST(TriageStage2Signatures, NcclsInitCompleteLineIsNoSetupFailure) {
+  const auto r =
+      run("Training got slower after the upgrade: step time 1.9 s instead of 1.2 s.\n"
+          "[3] NCCL INFO ncclCommInitRankConfig comm 0x563cb890f420 rank 3 nranks 8 cudaDev 3 "
+          "nvmlDev 3 busId b000 commId 0xfa356df9cba89de0 - Init COMPLETE\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  EXPECT_FALSE(cited_anywhere(r, "comm-init-rank-mention"));
+  EXPECT_TRUE(std::none_of(r.symptoms.begin(), r.symptoms.end(),
+                           [](const Candidate& c) { return c.id == "2.1"; }));
+}
+
+TEST(TriageStage1Signatures, SelectingTransformerEngineIsNoImportFailure) {
+  const auto r =
+      run("--transformer-impl transformer_engine\n"
+          "The loss is NaN from the first iteration.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  EXPECT_FALSE(cited_anywhere(r, "transformer-engine-spec"));
+}
+
+TEST(TriageStage1Signatures, OpsLeftToTheJitInDsReportAreNoBuildEvidence) {
+  const auto r =
+      run("async_io ............... [NO] ....... [OKAY]\n"
+          "fused_adam ............. [NO] ....... [OKAY]\n"
+          "The run fails.\n");
+  EXPECT_FALSE(cited_anywhere(r, "ds-report-table"));
+  const auto incompatible = run("async_io ............... [NO] ....... [NO]\n");
+  ASSERT_FALSE(incompatible.symptoms.empty());
+  EXPECT_EQ(incompatible.symptoms.front().id, "1.1");  // an op that cannot be built still is
+}
+
+// DeepSpeed warns about libaio from ds_report and at every start on a host without it: the
+// warning alone is context (an inferred answer), not an error text the tables answer from.
+TEST(TriageStage1Signatures, DeepSpeedsLibaioWarningIsContextNotAnErrorText) {
+  const auto r =
+      run(" [WARNING]  async_io requires the dev libaio .so object and headers but these were not "
+          "found.\n");
+  EXPECT_NE(r.basis, Result::Basis::kTables);
+  const auto nan =
+      run(" [WARNING]  async_io requires the dev libaio .so object and headers but these were not "
+          "found.\n"
+          "The loss goes to NaN after a few hundred steps with ZeRO-2.\n");
+  ASSERT_FALSE(nan.symptoms.empty());
+  EXPECT_EQ(nan.symptoms.front().id, "4.4");
+  ASSERT_GE(nan.symptoms.size(), 2u);
+  EXPECT_LT(nan.symptoms[1].score, 1.0);  // the warning's 1.1 no longer weighs as an error
+}
+
+// `pip` is a stage-1 word only as pip's own texts (pip install, pip._internal, its build
+// directories): a report about pipeline parallelism is not pointed at the build stage by it.
+TEST(TriageStage1Signatures, PipelineIsNotPip) {
+  const auto r =
+      run("The build of the fused ops fails after the upgrade.\n"
+          "We train with pipeline parallelism.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 1);
+  for (const auto& c : r.symptoms) {
+    for (const auto& e : c.evidence) {
+      EXPECT_FALSE(e.line == 2 && e.signature.find("'pip'") != std::string::npos)
+          << c.id << ": " << e.signature;
+    }
+  }
+  const auto install = run("pip install deepspeed fails.\n");
+  ASSERT_FALSE(install.symptoms.empty());
+  EXPECT_EQ(install.stage, 1);
 }
 
 // Stop 47: Megatron-LM's indexed dataset named in its own loading log (megatron/core/datasets/
