@@ -200,6 +200,9 @@ const SignatureCase kStage4[] = {
     {"AGradNormThatGrowsUnderOneLayoutIsATrainingExecutionError",
      "The gradient norm abnormally increases with ZeRO-0 but not with ZeRO-1.\n", 4, "4.4", "R4.4",
      "grad-norm-growth-statement"},
+    {"GradientsStatedNotAveragedAreATrainingExecutionError",
+     "On two nodes the gradients are not averaged across the data-parallel ranks.\n", 4, "4.4",
+     "R4.4", "grads-not-synchronised-statement"},
     // A loss that stays flat while the run trains: 4.1 by the corpus's convention (main: 4.4).
     {"ALossThatStaysFlatIsAPerformanceReportFirst",
      "The loss does not decrease after 2000 iterations with the interleaved schedule.\n", 4, "4.1",
