@@ -223,8 +223,8 @@ const SignatureCase kStage4[] = {
      "convert-to-fp32-statement"},
     // Colossal-AI's Booster saving a run's state (main: stage 3 on the word "booster").
     {"ABoosterSavingTheOptimizerIsACheckpointFailure",
-     "    booster.save_optimizer(optimizer, os.path.join(save_dir, \"optimizer\"), shard=True)\n", 4,
-     "4.10", "R4.4", "colossal-booster-checkpoint-io"},
+     "    booster.save_optimizer(optimizer, os.path.join(save_dir, \"optimizer\"), shard=True)\n",
+     4, "4.10", "R4.4", "colossal-booster-checkpoint-io"},
     // Restoring a run's optimizer state (PyTorch's sharded/DCP loads) is a resume, 4.10.
     {"ASharedOptimizerStateLoadIsACheckpointFailure",
      "  File \"/usr/lib/python3/site-packages/torch/distributed/checkpoint/optimizer.py\", line "
