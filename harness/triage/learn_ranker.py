@@ -13,7 +13,8 @@ symptom. Those tallies are this script's output, harness/triage/ranker/priors.ya
   stage_words          word -> stage -> weight: words of the input lines (error_lines and
                        env_lines, as learn_tokens.py reads them) that at least --min-df tune
                        failures hold and whose issues are of one stage at least twice as often
-                       as failures in general; the weight is ln(lift), at most 2. The ranker adds
+                       as failures in general, and that tell at least --min-gain (7) bits of
+                       the stage (stop 49 round 5); the weight is ln(lift), at most 2. The ranker adds
                        them to cues.yaml's hand-written stage words when it infers a stage.
 
 and, next to it, harness/triage/ranker/words.yaml (stop 48), the learned word ranker's counts: for
