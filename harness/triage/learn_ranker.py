@@ -13,7 +13,8 @@ symptom. Those tallies are this script's output, harness/triage/ranker/priors.ya
   stage_words          word -> stage -> weight: words of the input lines (error_lines and
                        env_lines, as learn_tokens.py reads them) that at least --min-df tune
                        failures hold and whose issues are of one stage at least twice as often
-                       as failures in general; the weight is ln(lift), at most 2. The ranker adds
+                       as failures in general, and that tell at least --min-gain (7) bits of
+                       the stage (stop 49 round 5); the weight is ln(lift), at most 2. The ranker adds
                        them to cues.yaml's hand-written stage words when it infers a stage.
 
 and, next to it, harness/triage/ranker/words.yaml (stop 48), the learned word ranker's counts: for
@@ -54,7 +55,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 # The same words as the learned fallback, and the same split rule, folds and root-cause ids.
-from learn_tokens import fold_of, root_cause_ids, split_of, tokens  # noqa: E402
+from learn_tokens import fold_of, path_only_tokens, root_cause_ids, split_of, tokens  # noqa: E402
 
 
 def tune_issues(corpus, taxonomy):
@@ -71,18 +72,46 @@ def tune_issues(corpus, taxonomy):
     return out
 
 
+# Stop 49 (round 5): filters of the learned stage words, set by --min-gain and --path-share-max
+# (and kept for every fold of --cv, which counts in this process).
+# A stage word must tell at least this many bits of the stage summed over the failures it is
+# counted on: n * (H(stage) - H(stage | the word present or not)). A word spread over every stage
+# (`exit`, `found`, `please`, `github`) goes; thin CV +1 top-1, +2 top-3 and stage (6 to 8 alike).
+MIN_GAIN = 7.0
+# A word that, in more than this share of the failures holding it, occurs only inside paths or
+# URLs is no stage word. 1.0: off (0.5 fixed four stage-1 answers and broke four; not kept).
+PATH_SHARE_MAX = 1.0
+
+
+def info_gain(stages, prior, n):
+    """Bits the word's presence tells of the stage: H(stage) - H(stage | has word or not)."""
+    def h(counts):
+        tot = float(sum(counts.values()))
+        return -sum(c / tot * math.log2(c / tot) for c in counts.values() if c > 0) if tot else 0.0
+    df = sum(stages.values())
+    rest = collections.Counter({st: prior[st] - stages.get(st, 0) for st in prior})
+    return h(prior) - (df / n) * h(stages) - ((n - df) / n) * h(rest)
+
+
 def stage_words(failures, min_df, max_words):
-    """Word -> {stage: ln(lift)} for words that point at one stage (smoothed, lift >= 2)."""
+    """Word -> {stage: ln(lift)} for words that point at one stage (smoothed, lift >= 2). A word
+    that tells less than MIN_GAIN bits of the stage, or that in more than PATH_SHARE_MAX of the
+    failures holding it occurs only inside paths or URLs, is not a stage word."""
     prior = collections.Counter(str(r["stage"]) for r in failures)
     n = float(len(failures))
     by_word = collections.defaultdict(collections.Counter)
+    in_paths = collections.Counter()
     for r in failures:
-        for w in tokens(r["error_lines"] + r["env_lines"]):
+        lines = r["error_lines"] + r["env_lines"]
+        for w in tokens(lines):
             by_word[w][str(r["stage"])] += 1
+        in_paths.update(path_only_tokens(lines))
     rows = []
     for w, stages in by_word.items():
         df = sum(stages.values())
-        if df < min_df:
+        if df < min_df or in_paths[w] > PATH_SHARE_MAX * df:
+            continue
+        if MIN_GAIN and df < n and info_gain(stages, prior, n) * n < MIN_GAIN:
             continue
         kept = {}
         for st, m in stages.items():
@@ -308,6 +337,7 @@ def cross_validate(args):
 
 
 def main():
+    global MIN_GAIN, PATH_SHARE_MAX
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default=str(HERE / "corpus" / "issues.jsonl"))
     ap.add_argument("--taxonomy", default=str(REPO / "scenarios" / "taxonomy.yaml"))
@@ -322,7 +352,12 @@ def main():
     ap.add_argument("-v", "--verbose", action="store_true",
                     help="--cv: the ranker's line per held-out issue")
     ap.add_argument("--faultline", default=str(REPO / "build" / "harness" / "faultline"))
+    ap.add_argument("--min-gain", type=float, default=MIN_GAIN,
+                    help="bits of the stage a learned stage word must tell (0: off)")
+    ap.add_argument("--path-share-max", type=float, default=PATH_SHARE_MAX,
+                    help="a stage word may occur only in paths in at most this share (1: off)")
     args = ap.parse_args()
+    MIN_GAIN, PATH_SHARE_MAX = args.min_gain, args.path_share_max
     if args.cv:
         return cross_validate(args)
     n = write_priors(tune_issues(args.corpus, args.taxonomy), args.out)

@@ -72,6 +72,19 @@ def tokens(lines):
     return out
 
 
+# A file-system path or URL of two or more components (`/opt/conda/envs/x/lib/python3.10/...`,
+# `torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`, `https://github.com/...`): the words inside
+# name where a program is installed, not what failed.
+PATH = re.compile(r"(?:[A-Za-z][\w+.-]*:)?[\w.~+@-]*(?:[/\\]+[\w.~+@-]+){2,}[/\\]?")
+
+
+def path_only_tokens(lines):
+    """The words of `lines` (as tokens() reads them) that occur only inside paths or URLs."""
+    inside = tokens(m.group(0) for ln in lines for m in PATH.finditer(ln))
+    outside = tokens(PATH.sub(" ", ln) for ln in lines)
+    return inside - outside
+
+
 def root_cause_ids(taxonomy):
     """Root-cause name -> id (R4.6), read as check_corpus.py reads the catalogue."""
     ids = {}

@@ -54,7 +54,8 @@ void add_words(const std::string& file, const YAML::Node& list, Cue::Kind kind, 
 
 void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
   const YAML::Node doc = load_yaml(file, "ranker file");
-  check_keys(file, doc, {"settings", "failure", "context", "healthy", "stages", "symptom_words"},
+  check_keys(file, doc,
+             {"settings", "failure", "context", "healthy", "notice", "stages", "symptom_words"},
              "file");
   if (const auto s = doc["settings"]) {
     check_keys(file, s,
@@ -89,6 +90,13 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
   add_words(file, doc["failure"], Cue::Kind::kFailure, 0, r);
   add_words(file, doc["context"], Cue::Kind::kContext, 0, r);
   if (doc["healthy"]) add_words(file, doc["healthy"], Cue::Kind::kHealthy, 0, r);
+  if (const auto n = doc["notice"]) {
+    if (!n.IsSequence()) fail_at(file, n, "notice: must be a list");
+    for (const auto& w : n) {
+      r.notice.push_back(ascii_lower(value<std::string>(file, w, "notice")));
+      if (r.notice.back().size() < 2) fail_at(file, w, "notice: at least 2 characters");
+    }
+  }
   const YAML::Node stages = doc["stages"];
   if (!stages.IsMap()) fail_at(file, stages, "stages: must map a stage to its words");
   for (const auto& kv : stages) {
@@ -564,9 +572,19 @@ void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
   if (r.kind == Result::Kind::kFound) {
     g = guess_stage(r, in, k, r.stage);
   } else {
+    auto on_notice_line = [&](const CueHit& h) {
+      const std::string line = ascii_lower(h.text);
+      return std::any_of(k.notice.begin(), k.notice.end(),
+                         [&](const std::string& m) { return line.find(m) != std::string::npos; });
+    };
+    // A failure word on a notice line is no failure word, and, like a healthy word, keeps an
+    // answer on context lines alone from being given (the log says what it shows is benign).
     auto kind_hit = [&](Cue::Kind kind) {
-      return std::any_of(in.cues.begin(), in.cues.end(),
-                         [&](const CueHit& h) { return k.cues[h.cue].kind == kind; });
+      return std::any_of(in.cues.begin(), in.cues.end(), [&](const CueHit& h) {
+        const Cue::Kind got = k.cues[h.cue].kind;
+        if (got == Cue::Kind::kFailure && on_notice_line(h)) return kind == Cue::Kind::kHealthy;
+        return got == kind;
+      });
     };
     const bool failure = (k.error_text_is_failure && in.error_text) ||
                          kind_hit(Cue::Kind::kFailure) ||

@@ -63,6 +63,9 @@ struct Ranker {
   // that shows only its versions and command line), no healthy word, and no error text the tables
   // judged below their threshold (a benign log line such as a loss-scale OVERFLOW), if true.
   bool answer_context_only = false;
+  // Markers of a log's notice line (`nccl info`, `[warning]`, lower-case): a failure word on a
+  // line holding one (`NCCL INFO NET/Plugin: Failed to find ...`) is not a failure word.
+  std::vector<std::string> notice;
   // A root cause's score: this times its table score (over the best table score), plus how often
   // it goes with the top symptom on the tune split. Large: the tables' order; small: the tally's.
   double root_cause_table_weight = 10.0;

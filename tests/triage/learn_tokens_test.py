@@ -72,6 +72,20 @@ class LearnTokensTest(unittest.TestCase):
     def test_the_same_corpus_gives_the_same_file(self):
         self.assertEqual(learn(self.corpus()), learn(self.corpus()))
 
+    def test_words_of_a_traceback_path_or_url_are_path_only(self):
+        """Stop 49 (round 5): learn_ranker.py --path-share-max reads which words occur only in
+        paths; a word also written outside a path (`python3 train.py`) is not path-only."""
+        sys.path.insert(0, str(SCRIPT.parent))
+        from learn_tokens import path_only_tokens
+        got = path_only_tokens([
+            '  File "/opt/conda/envs/myenv/lib/python3.10/site-packages/torch/utils/data.py", '
+            'line 7, in fetch',
+            "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:12",
+            "see https://github.com/deepspeedai/DeepSpeed/issues/12",
+            "python3 train.py --deepspeed"])
+        self.assertTrue({"envs", "myenv", "utils", "csrc", "c10d", "github", "https"} <= got, got)
+        self.assertFalse({"python3", "train", "deepspeed", "runtimeerror", "nccl", "fetch"} & got)
+
     def test_without_out_or_cv_it_says_what_is_missing(self):
         got = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True)
         self.assertEqual(got.returncode, 2)

@@ -218,6 +218,20 @@ TEST(TriageRankerWords, AnInputThatIsNotAFailureIsStillDeclined) {
   EXPECT_EQ(r.kind, Result::Kind::kNone);
 }
 
+// Stop 49 (round 5): cues.yaml's `notice:` markers. A failure word on a line the log marks as a
+// notice (NCCL INFO) does not make the text a failure report; the same word on an NCCL WARN line
+// still does.
+TEST(TriageRankerWords, AFailureWordOnANoticeLineIsNoFailureWord) {
+  const auto t = tables_with("notice", "");
+  const std::string info =
+      "node1:123:456 [0] NCCL INFO NET/Plugin: Failed to find ncclNetPlugin_v8 symbol.\n"
+      "node1:123:456 [0] NCCL INFO cudaDriverVersion 12040\n";
+  EXPECT_EQ(run(info, t).kind, Result::Kind::kNone);
+  std::string warn = info;
+  warn.replace(warn.find("INFO NET"), 4, "WARN");
+  EXPECT_EQ(run(warn, t).kind, Result::Kind::kFound);
+}
+
 TEST(TriageRankerWords, OnlyTheFirstMaxBytesAreRead) {
   WordModel m;
   m.loaded = true;
