@@ -71,6 +71,17 @@ const SignatureCase kLines[] = {
      "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for "
      "key: store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)\n",
      0, "2.2", "R2.1", "store-based-barrier-timeout"},
+    // Stop 49 round 5: the family row first-collective-or-pg-barrier (set-up never completed).
+    {"TheWatchdogOnTheFirstCollectiveWithItsLogPrefixIsASetupTimeout",
+     "[E ProcessGroupNCCL.cpp:821] [Rank 1] Watchdog caught collective operation timeout: "
+     "WorkNCCL(SeqNum=1, OpType=ALLGATHER, Timeout(ms)=1800000) ran for 1808940 milliseconds "
+     "before timing out.\n",
+     0, "2.2", "R2.3", "first-collective-or-pg-barrier"},
+    {"DdpsParameterCheckAcrossRanksIsTheFirstCollective",
+     "[rank3]:     _verify_param_shape_across_processes(self.process_group, parameters)\n", 0,
+     "2.2", "R2.3", "first-collective-or-pg-barrier"},
+    {"TorchsRendezvousFrameBuildingTheTcpStoreIsAStoreConnection",
+     "    store = TCPStore(\n", 0, "2.2", "R2.3", "tcpstore-stuck"},
     {"AZeroStageWithoutAnOptimizerIsAConfigurationError",
      "AssertionError: zero stage 2 requires an optimizer\n", 0, "3.2", "R3.1",
      "ds-zero-needs-optimizer"},
@@ -376,6 +387,37 @@ TEST(TriageStage3Signatures, MegatronsIndexedDatasetLogPointsAtDataLoading) {
   EXPECT_TRUE(std::any_of(ev.begin(), ev.end(), [](const EvidenceLine& e) {
     return e.line == 1 && e.signature == "megatron-indexed-dataset-name";
   }));
+}
+
+// Stop 49 round 5: the store-based barrier belongs to the family row (so the row reads more than
+// one report) and keeps its own row for its cause (fewer ranks joined than world_size: R2.1).
+TEST(TriageStage2Signatures, TheStoreBasedBarrierIsPartOfTheUnfinishedSetupFamily) {
+  const auto r = run(
+      "RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for "
+      "key: store_based_barrier_key:1 (world_size=2, worker_count=1, timeout=0:10:00)\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.front().id, "2.2");
+  EXPECT_TRUE(cited_anywhere(r, "first-collective-or-pg-barrier"));
+  EXPECT_TRUE(cited_anywhere(r, "store-based-barrier-timeout"));
+  ASSERT_FALSE(r.root_causes.empty());
+  EXPECT_EQ(r.root_causes.front().id, "R2.1");
+}
+
+// `connect` is a stage-2 word only where something connects: a report that the machines are
+// "connected" by a switch is not pointed at set-up by it.
+TEST(TriageStage2Signatures, ConnectedMachinesAreNoConnectionEvidence) {
+  const auto r = run(
+      "The all_reduce bandwidth drops after the upgrade and the job fails.\n"
+      "Two machines, each with 8 A100 GPUs, connected with 2 IB cards each.\n");
+  for (const auto& c : r.symptoms) {
+    for (const auto& e : c.evidence) {
+      EXPECT_FALSE(e.line == 2 && e.signature.find("'connect'") != std::string::npos)
+          << c.id << ": " << e.signature;
+    }
+  }
+  const auto refused = run("torchrun: the workers fail to connect to the master node.\n");
+  ASSERT_FALSE(refused.symptoms.empty());
+  EXPECT_EQ(refused.stage, 2);
 }
 
 }  // namespace
