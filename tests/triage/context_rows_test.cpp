@@ -26,12 +26,7 @@ using test::tables;
 
 // A scratch signature folder holding one file `body`.
 std::string write_table(const std::string& name, const std::string& body) {
-  const fs::path dir =
-      fs::temp_directory_path() / fmt::format("fl_triage_context_rows_{}.{}", name, ::getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream(dir / "t.yaml") << body;
-  return dir.string();
+  return test::write_scratch_table("fl_triage_context_rows_", name, body);
 }
 
 std::string load_error(const std::string& dir) {

@@ -4,13 +4,30 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <ostream>
 #include <string>
 
 #include "harness/triage/triage.hpp"
 
 namespace fl::triage::test {
+
+// A scratch signature folder holding one file, t.yaml, with `body`. The folder's name carries the
+// process id: two test binaries may write the same `name` at once under ctest -j.
+inline std::string write_scratch_table(const std::string& prefix, const std::string& name,
+                                       const std::string& body) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / (prefix + name + "." + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "t.yaml") << body;
+  return dir.string();
+}
 
 inline const Tables& tables() {
   static const Tables t = load_tables(default_signature_dir(), default_taxonomy_path());

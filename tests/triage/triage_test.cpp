@@ -28,11 +28,7 @@ Result run(const std::string& text) {
 
 // A scratch signature folder holding one file.
 std::string write_table(const std::string& name, const std::string& body) {
-  const fs::path dir = fs::temp_directory_path() / ("fl_triage_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream(dir / "t.yaml") << body;
-  return dir.string();
+  return test::write_scratch_table("fl_triage_test_", name, body);
 }
 
 std::string load_error(const std::string& dir) {
