@@ -70,7 +70,18 @@ const SignatureCase kLines[] = {
     {"AStoreBasedBarrierTimeoutIsAConnectionTimeoutAtSetup",
      "RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for "
      "key: store_based_barrier_key:1 (world_size=8, worker_count=4, timeout=0:30:00)\n",
-     0, "2.2", "R2.1", "store-based-barrier-timeout"},
+     0, "2.2", "R2.1", "first-collective-or-pg-barrier"},
+    // Stop 49 round 5: the family row first-collective-or-pg-barrier (set-up never completed).
+    {"TheWatchdogOnTheFirstCollectiveWithItsLogPrefixIsASetupTimeout",
+     "[E ProcessGroupNCCL.cpp:821] [Rank 1] Watchdog caught collective operation timeout: "
+     "WorkNCCL(SeqNum=1, OpType=ALLGATHER, Timeout(ms)=1800000) ran for 1808940 milliseconds "
+     "before timing out.\n",
+     0, "2.2", "R2.3", "first-collective-or-pg-barrier"},
+    {"DdpsParameterCheckAcrossRanksIsTheFirstCollective",
+     "[rank3]:     _verify_param_shape_across_processes(self.process_group, parameters)\n", 0,
+     "2.2", "R2.3", "first-collective-or-pg-barrier"},
+    {"TorchsRendezvousFrameBuildingTheTcpStoreIsAStoreConnection", "    store = TCPStore(\n", 0,
+     "2.2", "R2.3", "tcpstore-stuck"},
     {"AZeroStageWithoutAnOptimizerIsAConfigurationError",
      "AssertionError: zero stage 2 requires an optimizer\n", 0, "3.2", "R3.1",
      "ds-zero-needs-optimizer"},
@@ -376,6 +387,23 @@ TEST(TriageStage3Signatures, MegatronsIndexedDatasetLogPointsAtDataLoading) {
   EXPECT_TRUE(std::any_of(ev.begin(), ev.end(), [](const EvidenceLine& e) {
     return e.line == 1 && e.signature == "megatron-indexed-dataset-name";
   }));
+}
+
+// `connect` is a stage-2 word only where something connects: a report that the machines are
+// "connected" by a switch is not pointed at set-up (nor at 2.2) by it.
+TEST(TriageStage2Signatures, ConnectedMachinesAreNoConnectionEvidence) {
+  const auto r =
+      run("NCCL fails on the second node.\n"
+          "The nodes are connected by a switch.\n");
+  for (const auto& c : r.symptoms) {
+    for (const auto& e : c.evidence) {
+      EXPECT_FALSE(e.line == 2 && e.signature.find("'connect'") != std::string::npos)
+          << c.id << ": " << e.signature;
+    }
+  }
+  const auto refused = run("torchrun: the workers fail to connect to the master node.\n");
+  ASSERT_FALSE(refused.symptoms.empty());
+  EXPECT_EQ(refused.stage, 2);
 }
 
 }  // namespace
