@@ -36,9 +36,9 @@ TEST(TriageStage4SymptomWithinStage, GradientSynchronisationThatDoesNotFinishIsF
 // A loss that stays flat is 4.1 by the corpus's convention; the ranker's 4.1 words now include
 // "not decreas" (main put 4.2 first, from "zero stage 2" and the stage's priors).
 TEST(TriageStage4SymptomWithinStage, AFlatLossInWordsIsFourOne) {
-  const auto r = run(
-      "deepspeed zero stage 2 training on 8 GPUs: the train loss value is not decreasing after "
-      "the first epoch, the accuracy stays at 10%\n");
+  const auto r =
+      run("deepspeed zero stage 2 training on 8 GPUs: the train loss value is not decreasing after "
+          "the first epoch, the accuracy stays at 10%\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 4);
   ASSERT_FALSE(r.symptoms.empty());
