@@ -36,10 +36,7 @@ Top top_of(const std::string& text, const std::string& signature, size_t line = 
   if (r.kind != Result::Kind::kFound || r.symptoms.empty()) return t;
   t.symptom = r.symptoms.front().id;
   if (!r.root_causes.empty()) t.root_cause = r.root_causes.front().id;
-  const auto& ev = r.symptoms.front().evidence;
-  t.evidence = std::any_of(ev.begin(), ev.end(), [&](const EvidenceLine& e) {
-    return e.line == line && e.signature == signature;
-  });
+  t.evidence = test::cites(r.symptoms.front(), signature, line);
   return t;
 }
 
