@@ -1,0 +1,123 @@
+// Stop 50: training failures stated in prose, and the frameworks' own texts for them
+// (harness/triage/signatures/stage4_training_prose.yaml). Each case is a sentence in the shape a
+// reporter writes it, or a line as PyTorch or Megatron-LM print it; with main's
+// tables each was answered "none", with another symptom, or without citing the row.
+#include "harness/triage/triage.hpp"
+#include "tests/triage/tables.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+namespace fl::triage {
+namespace {
+
+using test::SignatureCase;
+using test::tables;
+using test::top_cites;
+
+Result run(const std::string& text) {
+  std::istringstream in(text);
+  return triage(read_input(in, 16u << 20), tables());
+}
+
+// {name, text, stage (0: not checked), top symptom, top root cause ("": not checked), the
+// signature cited on line 1 as the top symptom's evidence ("": not checked)}.
+const SignatureCase kProse[] = {
+    // torch/nn/utils/clip_grad.py, clip_grad_norm_(error_if_nonfinite=True).
+    {"ANonFiniteGradientNormIsATrainingExecutionError",
+     "RuntimeError: The total norm of order 2.0 for gradients from `parameters` is non-finite, so "
+     "it cannot be clipped. To disable this error and scale the gradients by the non-finite norm "
+     "anyway, set `error_if_nonfinite=False`\n",
+     4, "4.4", "", "torch-clip-grad-norm-nonfinite"},
+    // Megatron-LM's training_log formats each loss with {:.6E}: an infinite loss prints INF.
+    {"MegatronsIterationLogWithAnInfiniteLossIsFourFour",
+     " iteration      200/  500000 | consumed samples:        51200 | elapsed time per iteration "
+     "(ms): 1532.1 | learning rate: 1.499E-05 | global batch size:   256 | lm loss: INF | loss "
+     "scale: 1.0 | grad norm: 3.112 | number of skipped iterations:   0 | number of nan "
+     "iterations:   0 |\n",
+     4, "4.4", "", "inf-loss"},
+    {"TheTrainersLogOfAnInfiniteLossIsFourFour",
+     "{'loss': inf, 'learning_rate': 1.9e-05, 'epoch': 0.31}\n", 4, "4.4", "", "inf-loss"},
+    {"ALossStatedToBecomeInfIsFourFour",
+     "The loss becomes inf after 200 steps with fp16 on 4 GPUs using deepspeed.\n", 4, "4.4", "",
+     "inf-loss"},
+    // A hang in words.
+    {"ALogThatStopsPrintingIsAHang",
+     "With DeepSpeed ZeRO-3 on 8 GPUs the training stops printing after step 120 and GPU "
+     "utilization stays at 0.\n",
+     4, "4.11", "", "stops-output-statement"},
+    {"ABackwardThatWaitsForeverIsAHang",
+     "After switching to Megatron-LM tensor parallel 4, the job waits forever in the first "
+     "backward.\n",
+     4, "4.11", "", "waits-forever-statement"},
+    {"AStepThatWaitsIndefinitelyIsAHang",
+     "With FSDP on two nodes rank 3 waits indefinitely in the optimizer step.\n", 4, "4.11", "",
+     "waits-indefinitely-statement"},
+    {"AnUnresponsiveRunIsAHang",
+     "Our FSDP run becomes unresponsive after a few hundred iterations; nvidia-smi shows all ranks "
+     "busy.\n",
+     4, "4.11", "", "no-response-statement"},
+    {"AnEpochThatNeverCompletesIsAHang",
+     "The epoch never completes when training with torchrun on 2 nodes; no error is printed.\n", 4,
+     "4.11", "", "never-completes-statement"},
+    // A slowdown in words.
+    {"AStepThatTakesLongerIsAPerformanceIssue",
+     "Training with ColossalAI Gemini takes 3x longer per step than with DDP.\n", 4, "4.1", "",
+     "takes-longer-statement"},
+    {"ATrainingSpeedThatDropsIsAPerformanceIssue",
+     "The training speed drops by half when I enable offload_optimizer in the DeepSpeed config.\n",
+     4, "4.1", "", "speed-drop-statement"},
+    {"ATokenRateThatDropsIsAPerformanceIssue",
+     "With pipeline parallel 2 the tokens per second dropped from 3000 to 1200 per GPU.\n", 4,
+     "4.1", "", "token-rate-drop-statement"},
+    {"AThroughputStatedLowerIsAPerformanceIssue",
+     "The throughput per GPU is much lower with 4 nodes than with 1 node in Megatron-LM.\n", 4,
+     "4.1", "", "rate-lower-statement"},
+    // Memory in words.
+    {"HostMemoryThatExplodesIsAMemoryIssue",
+     "The host memory explodes at the end of each epoch with FSDP CPU offload on 8 GPUs.\n", 4,
+     "4.2", "", "memory-spike-statement"},
+    // A loss curve that is off (the corpus convention: 4.1).
+    {"ALossThatJumpsIsAPerformanceIssue",
+     "With DeepSpeed on 8 GPUs the loss suddenly jumps to 10 at step 3000.\n", 4, "4.1", "",
+     "loss-rises-statement"},
+    // megatron/core/distributed/param_and_grad_buffer.py, the rerun state machine's Inf check.
+    {"MegatronsInfiniteGradNormCheckIsFourFour",
+     "Unexpected result tensor(inf, device='cuda:3') (message='found Inf in local grad norm for "
+     "bucket #0 in backward pass before data-parallel communication collective')\n",
+     4, "4.4", "R4.3", "megatron-inf-or-large-grad-check"},
+    {"AValidationLossMuchWorseIsAPerformanceIssue",
+     "The validation loss is much worse with tensor parallelism than without.\n", 4, "4.1", "",
+     "worse-result-statement"},
+};
+
+class Stage4Prose : public ::testing::TestWithParam<SignatureCase> {};
+
+TEST_P(Stage4Prose, RanksItsSymptomFirst) {
+  test::expect_ranked_first(run(GetParam().text), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(TriageStage4Prose, Stage4Prose, ::testing::ValuesIn(kProse),
+                         test::case_name);
+
+// The hang rows leave the set-up to stage 2 (a hang before or at the first collective, the
+// corpus convention) and the rate rows leave inference to stage 5: the same words there do not
+// make a training answer. The training sentence is the check that fails without the rows.
+TEST(TriageStage4Prose, SetUpHangsAndInferenceSpeedKeepTheirStage) {
+  const auto train = run("The backward of the second micro-batch waits forever on rank 2 with "
+                         "DeepSpeed pipeline parallelism.\n");
+  ASSERT_EQ(train.kind, Result::Kind::kFound);
+  EXPECT_EQ(train.stage, 4);
+  EXPECT_TRUE(top_cites(train, "waits-forever-statement", 1));
+  const auto setup = run("The job waits forever in init_process_group on the second node, "
+                         "waiting for the rendezvous.\n");
+  EXPECT_NE(setup.stage, 4);
+  const auto infer = run("With DeepSpeed inference the generation speed drops by half with kernel "
+                         "injection on 2 GPUs.\n");
+  EXPECT_NE(infer.stage, 4);
+}
+
+}  // namespace
+}  // namespace fl::triage
