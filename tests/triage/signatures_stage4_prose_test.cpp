@@ -106,16 +106,19 @@ INSTANTIATE_TEST_SUITE_P(TriageStage4Prose, Stage4Prose, ::testing::ValuesIn(kPr
 // corpus convention) and the rate rows leave inference to stage 5: the same words there do not
 // make a training answer. The training sentence is the check that fails without the rows.
 TEST(TriageStage4Prose, SetUpHangsAndInferenceSpeedKeepTheirStage) {
-  const auto train = run("The backward of the second micro-batch waits forever on rank 2 with "
-                         "DeepSpeed pipeline parallelism.\n");
+  const auto train =
+      run("The backward of the second micro-batch waits forever on rank 2 with "
+          "DeepSpeed pipeline parallelism.\n");
   ASSERT_EQ(train.kind, Result::Kind::kFound);
   EXPECT_EQ(train.stage, 4);
   EXPECT_TRUE(top_cites(train, "waits-forever-statement", 1));
-  const auto setup = run("The job waits forever in init_process_group on the second node, "
-                         "waiting for the rendezvous.\n");
+  const auto setup =
+      run("The job waits forever in init_process_group on the second node, "
+          "waiting for the rendezvous.\n");
   EXPECT_NE(setup.stage, 4);
-  const auto infer = run("With DeepSpeed inference the generation speed drops by half with kernel "
-                         "injection on 2 GPUs.\n");
+  const auto infer =
+      run("With DeepSpeed inference the generation speed drops by half with kernel "
+          "injection on 2 GPUs.\n");
   EXPECT_NE(infer.stage, 4);
 }
 
