@@ -90,8 +90,8 @@ const SignatureCase kTexts[] = {
      "parallelism\n",
      3, "3.2", "R3.1", "colossalai-hybrid-plugin-args"},
     {"ACheckpointPathThatIsNeitherFileNorFolderIsALoadingFailure",
-     "RuntimeError: Invalid checkpoint path /models/llama-7b. Expected a file or a directory.\n",
-     3, "3.1", "R3.2", "colossalai-checkpoint-path"},
+     "RuntimeError: Invalid checkpoint path /models/llama-7b. Expected a file or a directory.\n", 3,
+     "3.1", "R3.2", "colossalai-checkpoint-path"},
     // PyTorch (nn/modules/module.py, serialization.py, distributed/checkpoint, FSDP).
     {"ACheckpointTensorThatCannotBeCopiedIsALoadingFailure",
      "While copying the parameter named \"lm_head.weight\", whose dimensions in the model are "
@@ -104,7 +104,8 @@ const SignatureCase kTexts[] = {
      "storages to an existing device.\n",
      3, "3.1", "R3.1", "torch-load-device-missing"},
     {"ADcpLoadMissingAModelKeyIsALoadingFailure",
-     "RuntimeError: Missing key in checkpoint state_dict: model.layers.0.self_attn.q_proj.weight.\n",
+     "RuntimeError: Missing key in checkpoint state_dict: "
+     "model.layers.0.self_attn.q_proj.weight.\n",
      3, "3.1", "R3.3", "dcp-missing-model-key"},
     {"FsdpFlatteningPartlyFrozenParametersIsAConfigurationError",
      "ValueError: Must flatten tensors with uniform `requires_grad` when `use_orig_params=False`\n",
@@ -135,9 +136,9 @@ INSTANTIATE_TEST_SUITE_P(TriageStage3FrameworkTexts, Stage3FrameworkText,
 // A DCP load that misses an optimizer key is a resume's (4.10, the stage-4 tables), not a
 // pretrained load: the model-key row leaves it alone.
 TEST(TriageStage3FrameworkTexts, ADcpLoadMissingAnOptimizerKeyIsNotReadAsAModelLoad) {
-  const auto r = run(
-      "RuntimeError: Missing key in checkpoint state_dict: "
-      "optimizer.state.model.layers.0.mlp.weight.exp_avg.\n");
+  const auto r =
+      run("RuntimeError: Missing key in checkpoint state_dict: "
+          "optimizer.state.model.layers.0.mlp.weight.exp_avg.\n");
   for (const auto& c : r.symptoms) {
     EXPECT_TRUE(std::none_of(c.evidence.begin(), c.evidence.end(), [](const EvidenceLine& e) {
       return e.signature == "dcp-missing-model-key";
