@@ -79,6 +79,9 @@ const SignatureCase kTexts[] = {
      "provided optimizer (<class 'torch.optim.adamw.AdamW'>) which in most cases will yield poor "
      "performance.\n",
      3, "3.2", "R3.1", "ds-engine-optimizer-check"},
+    {"ZeroInitOnNvmeWithoutAnNvmePathIsAConfigurationError",
+     "AssertionError: \"nvme_path\" in DeepSpeed Config cannot be None if remote device is nvme\n",
+     3, "3.2", "R3.1", "ds-zero-init-remote-device"},
     // Colossal-AI (shardformer/policies/auto_policy.py, booster/plugin/hybrid_parallel_plugin.py,
     // checkpoint_io/utils.py).
     {"AModelShardFormerHasNoPolicyForIsAnUnsupportedModel",
@@ -110,6 +113,14 @@ const SignatureCase kTexts[] = {
     {"FsdpFlatteningPartlyFrozenParametersIsAConfigurationError",
      "ValueError: Must flatten tensors with uniform `requires_grad` when `use_orig_params=False`\n",
      3, "3.2", "R3.1", "fsdp-uniform-requires-grad"},
+    {"FsdpSyncingStatesOfACpuModuleIsAConfigurationError",
+     "ValueError: The module has CPU parameters or buffers when `sync_module_states=True`, which "
+     "requires them to be on GPU. Please specify the `device_id` argument or move the module to "
+     "GPU before passing it to FSDP.\n",
+     3, "3.2", "R3.1", "fsdp-sync-states-on-cpu"},
+    {"FsdpWithAnotherDeviceIdThanTheCurrentDeviceIsAConfigurationError",
+     "ValueError: Inconsistent compute device and `device_id` on rank 1: cuda:0 vs cuda:1\n", 3,
+     "3.2", "R3.1", "fsdp-device-id-inconsistent"},
     // transformers (models/auto/configuration_auto.py, tokenization_auto.py).
     {"AModelTypeTransformersDoesNotKnowIsAnIncompatibleLoad",
      "ValueError: The checkpoint you are trying to load has model type `qwen2` but Transformers "
