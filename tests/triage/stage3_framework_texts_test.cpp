@@ -54,6 +54,16 @@ const SignatureCase kTexts[] = {
      "model_optim_rng.pt. Specify --no-load-optim or --finetune to prevent attempting to load the "
      "optimizer state, exiting ...\n",
      3, "3.1", "R3.1", "megatron-load-optim-rng"},
+    // Megatron-LM megatron/core/dist_checkpointing (validation.py, strategies/torch.py).
+    {"ATorchDistCheckpointWithOtherKeysIsALoadingFailure",
+     "megatron.core.dist_checkpointing.core.CheckpointingException: Some keys found in the "
+     "checkpoint are missing in the provided sharded state dict. \n",
+     3, "3.1", "R3.3", "megatron-dist-ckpt-keys"},
+    {"ATorchDistCheckpointWithOtherGlobalShapesIsALoadingFailure",
+     "megatron.core.dist_checkpointing.core.CheckpointingException: Global shape mismatch for "
+     "loaded (torch.Size([128256, 4096])) and expected ((128000, 4096)) tensor for key "
+     "embedding.word_embeddings.weight\n",
+     3, "3.1", "R3.3", "megatron-dist-ckpt-shape"},
     // Megatron-LM datasets and tokenizer.
     {"AMissingIdxBinPairIsADataLoadingFailure",
      "AssertionError: One or both of the .idx and .bin files cannot be found at the path prefix "
