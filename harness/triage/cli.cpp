@@ -47,8 +47,9 @@ Command::Command(CLI::App& sub) : sub_(&sub), o_(std::make_shared<CliOptions>())
   sub_->add_option("--eval", o_->eval.corpus, "Evaluate on a labelled corpus (issues.jsonl)");
   sub_->add_option("--eval-repro", o_->eval.repro_max,
                    "--eval: run repro on up to N drafts that express their cause");
-  sub_->add_option("--split", o_->eval.split, "Corpus split for --eval")
-      ->check(CLI::IsMember({"tune", "test", "all"}))
+  sub_->add_option("--split", o_->eval.split,
+                   "Corpus split for --eval (dev: the dev file, harness/triage/corpus/dev.jsonl)")
+      ->check(CLI::IsMember({"tune", "test", "dev", "all"}))
       ->capture_default_str();
   sub_->add_option("--min-top1", o_->eval.min_top1, "--eval fails below this top-1 %");
   sub_->add_option("--min-top3", o_->eval.min_top3, "--eval fails below this top-3 %");

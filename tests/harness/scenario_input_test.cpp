@@ -270,6 +270,17 @@ TEST_F(ScenarioInput, InferencePromptsMustFitTheContext) {
   EXPECT_EQ(error_of("name: a\nworkload: {infer: {prompt_len: 40}}\n"), "no error");
 }
 
+TEST_F(ScenarioInput, TheSamplingSeedIsTheScenariosSeed) {
+  // The harness passes `seed` to inference ranks as --seed after the scenario's keys: a
+  // workload.infer.seed would be overridden without a word, so the loader refuses it at its key.
+  EXPECT_EQ(error_of("name: a\nworkload:\n  kind: infer\n  infer: {seed: 3, seed_offset: rank}\n"),
+            "s.yaml:4:17: workload.infer.seed: the sampling seed is the scenario's `seed` (the "
+            "harness passes it to every rank as --seed, so this key would be overridden) (allowed: "
+            "set the top-level `seed`; workload.infer.seed_offset varies it per rank)");
+  EXPECT_EQ(error_of("name: a\nseed: 3\nworkload:\n  kind: infer\n  infer: {seed_offset: rank}\n"),
+            "no error");
+}
+
 TEST_F(ScenarioInput, FrameworkCallKeysAreCheckedWithTheirPlace) {
   EXPECT_EQ(error_of("name: a\nworkload:\n  infer: {load: all}\n"),
             "s.yaml:3:17: workload.infer.load: 'all' is not allowed (allowed: sharded, full)");

@@ -71,7 +71,8 @@ void declare_infer_options(worker::Runtime& rt, InferArgs& a) {
   o.add("workload.infer.temperature", "--temperature", a.g.temperature,
         "Sampling temperature (logits divided by it)")
       .range(1e-3, 1000);
-  o.add("workload.infer.seed", "--seed", a.g.seed, "Sampling seed");
+  o.add("workload.infer.seed", "--seed", a.g.seed,
+        "Sampling seed (a scenario sets the top-level `seed`, which the harness passes as --seed)");
   o.add("workload.infer.seed_offset", "--seed-offset", a.seed_offset,
         "Added to the sampling seed on each rank: none, dp_rank (replicas draw differently, "
         "tensor-parallel ranks alike, as Megatron's per-DP-rank seed) or rank (every rank its "

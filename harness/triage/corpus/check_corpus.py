@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""Validates the triage corpus (issues.jsonl) and prints its counts.
+"""Validates the triage corpus (issues.jsonl, and the dev split dev.jsonl) and prints its counts.
 
 Every line is checked against the schema in README.md, the catalogue in scenarios/taxonomy.yaml
 (symptom ids and root-cause names of the line's stage) and the split rule fixed before labelling.
+The dev file (README.md, "The dev split") holds fresh issues the rule puts in tune, kept apart
+for judging tuning changes: each of its lines must say `"split": "dev"`, hash to tune, and have an
+id that issues.jsonl does not hold.
 Stdlib only, so it runs under /usr/bin/python3 and in CI without a virtual environment.
 
-Usage: check_corpus.py [--corpus FILE] [--taxonomy FILE] [--quiet]
+Usage: check_corpus.py [--corpus FILE] [--dev FILE] [--taxonomy FILE] [--quiet]
 Exit status 0 when every line is valid, 1 otherwise (each problem printed as FILE:LINE: message).
 """
 import argparse
@@ -78,7 +81,21 @@ def check_lines(name, value, limit, problems):
             problems.append(f"'{name}'[{i}] contains a newline; store one log line per entry")
 
 
-def check_record(rec, taxonomy):
+def check_split(rec, iid, dev):
+    """The split rule: issues.jsonl's split is the hash's; a dev line is a tune-hash id marked dev."""
+    if dev:
+        if rec["split"] != "dev":
+            return [f"'split' is {rec['split']!r} but every line of the dev file must say 'dev'"]
+        if split_of(iid) != "tune":
+            return [f"the split rule puts {iid} in test; a test issue belongs in issues.jsonl, "
+                    "never in the dev file"]
+        return []
+    if rec["split"] != split_of(iid):
+        return [f"'split' is {rec['split']!r} but the split rule gives {split_of(iid)!r}"]
+    return []
+
+
+def check_record(rec, taxonomy, dev=False):
     """Problems of one parsed line, as messages naming the key and what is allowed."""
     symptoms, causes, fixes = taxonomy
     if not isinstance(rec, dict):
@@ -100,8 +117,7 @@ def check_record(rec, taxonomy):
     if rec["url"] not in (f"https://github.com/{repo}/issues/{num}",
                           f"https://github.com/{repo}/pull/{num}"):
         problems.append(f"'url' {rec['url']!r} does not point at {iid}")
-    if rec["split"] != split_of(iid):
-        problems.append(f"'split' is {rec['split']!r} but the split rule gives {split_of(iid)!r}")
+    problems += check_split(rec, iid, dev)
     if rec["framework"] != REPOS[repo]:
         problems.append(f"'framework' {rec['framework']!r} must be {REPOS[repo]!r} for {repo}")
     check_lines("error_lines", rec["error_lines"], MAX_ERROR_LINES, problems)
@@ -206,9 +222,35 @@ def markdown_tables(records):
     return "\n\n".join("\n".join(t) for t in (stage, framework, symptom)) + "\n\n" + fix_line
 
 
+def check_file(path, taxonomy, seen, dev=False):
+    """(problems, valid records) of one JSONL file; `seen` maps every id read so far to where."""
+    errors, records = [], []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            errors.append(f"{path}:{n}: empty line")
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            errors.append(f"{path}:{n}: not JSON: {e}")
+            continue
+        problems = check_record(rec, taxonomy, dev)
+        iid = rec.get("id") if isinstance(rec, dict) else None
+        if isinstance(iid, str):
+            if iid in seen:
+                problems.append(f"duplicate id {iid} (first at {seen[iid]})")
+            seen.setdefault(iid, f"{path.name}:{n}")
+        errors += [f"{path}:{n}: {iid or '?'}: {p}" for p in problems]
+        if not problems:
+            records.append(rec)
+    return errors, records
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default=str(HERE / "issues.jsonl"))
+    ap.add_argument("--dev", help="the dev split's file (default: dev.jsonl next to --corpus, "
+                    "when it exists)")
     ap.add_argument("--taxonomy", default=str(REPO / "scenarios" / "taxonomy.yaml"))
     ap.add_argument("--quiet", action="store_true", help="print only problems")
     ap.add_argument("--markdown", action="store_true",
@@ -216,35 +258,26 @@ def main():
     args = ap.parse_args()
     taxonomy = load_taxonomy(pathlib.Path(args.taxonomy))
     corpus = pathlib.Path(args.corpus)
-    errors, records, seen = [], [], {}
-    for n, line in enumerate(corpus.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            errors.append(f"{corpus}:{n}: empty line")
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            errors.append(f"{corpus}:{n}: not JSON: {e}")
-            continue
-        problems = check_record(rec, taxonomy)
-        iid = rec.get("id") if isinstance(rec, dict) else None
-        if isinstance(iid, str):
-            if iid in seen:
-                problems.append(f"duplicate id {iid} (first on line {seen[iid]})")
-            seen.setdefault(iid, n)
-        errors += [f"{corpus}:{n}: {iid or '?'}: {p}" for p in problems]
-        if not problems:
-            records.append(rec)
+    seen = {}
+    errors, records = check_file(corpus, taxonomy, seen)
     tests = sum(r["split"] == "test" for r in records)
     if not errors and tests < MIN_TEST:
         errors.append(f"{corpus}: only {tests} issues in the test split, at least {MIN_TEST} needed")
+    dev = pathlib.Path(args.dev) if args.dev else corpus.parent / "dev.jsonl"
+    dev_records = []
+    if args.dev or dev.exists():
+        dev_errors, dev_records = check_file(dev, taxonomy, seen, dev=True)
+        errors += dev_errors
     for e in errors:
         print(e, file=sys.stderr)
     if args.markdown:
         print(markdown_tables(records))
     elif not args.quiet:
         print(count_table(records))
-    print(f"{'FAIL' if errors else 'OK'}: {len(records)} valid lines, {len(errors)} problems")
+        if dev_records:
+            print(f"dev ({dev.name}): {len(dev_records)} issues")
+    print(f"{'FAIL' if errors else 'OK'}: {len(records) + len(dev_records)} valid lines, "
+          f"{len(errors)} problems")
     return 1 if errors else 0
 
 

@@ -1,0 +1,171 @@
+// faultline triage's stage-3 rows written from the frameworks' own preparation texts
+// (harness/triage/signatures/stage3_framework_texts.yaml, stop 50): each case is a line the code
+// prints while a checkpoint is converted or loaded, a dataset or tokenizer is built, or a
+// parallel layout or plugin is set up, copied from the source file the row's comment names, with
+// the traceback line a report usually quotes above it. The row must rank its symptom and root
+// cause first; without it the same input was answered otherwise (checked when the rows were
+// written).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+
+#include "harness/triage/triage.hpp"
+#include "tests/triage/tables.hpp"
+
+namespace fl::triage {
+namespace {
+
+using test::SignatureCase;
+using test::tables;
+
+Result run(const std::string& text) {
+  std::istringstream in(text);
+  return triage(read_input(in, 1u << 20), tables());
+}
+
+// Line 1 is the framework's text; the signature is checked as the top symptom's evidence there.
+const SignatureCase kTexts[] = {
+    // Megatron-LM tools/checkpoint (convert.py, loader_base.py, saver_base.py).
+    {"AConverterWhoseSourceCheckpointLacksAnArgumentRejectsIt",
+     "Checkpoint does not specify argument num_query_groups. Exiting.\n", 3, "3.2", "R3.3",
+     "megatron-converter-arg-missing"},
+    {"AConverterSaverThatReceivesTheWrongMessageFailsTheLoad",
+     "Unexpected message. Expecting \"embeddings\" but got \"transformer layer 0\". Exiting "
+     "saver.\n",
+     3, "3.1", "R3.3", "megatron-converter-queue-message"},
+    {"AConverterWhoseVocabSizesDisagreeIsAModelMismatch",
+     "Both --true-vocab-size and --vocab-file specified but vocab sizes do not match. Aborting.\n",
+     3, "3.3", "R3.2", "megatron-converter-vocab-mismatch"},
+    {"AConverterSendingAPartTheTargetModelLacksIsAModelMismatch",
+     "ERROR: got an output layer, but model does not have one\n", 3, "3.3", "R3.3",
+     "megatron-converter-model-part"},
+    {"AConverterPluginThatDoesNotExistIsAnArgumentError",
+     "Unable to load loader plugin llama_mistral. Exiting.\n", 3, "3.2", "R3.1",
+     "megatron-converter-plugin"},
+    // Megatron-LM megatron/training/checkpointing.py.
+    {"ADistributedCheckpointLoadedWithoutItsFlagsIsAnArgumentError",
+     "RuntimeError: Detected load from a distributed checkpoint, but neither --use-dist-ckpt nor "
+     "--auto-detect-ckpt-format is set.\n",
+     3, "3.2", "R3.1", "megatron-dist-ckpt-flags"},
+    {"AModelOnlyCheckpointLoadedWithoutFinetuneIsALoadingFailure",
+     "Unable to load optimizer from checkpoint /ckpt/llama2-7b-tp2/release/mp_rank_00/"
+     "model_optim_rng.pt. Specify --no-load-optim or --finetune to prevent attempting to load the "
+     "optimizer state, exiting ...\n",
+     3, "3.1", "R3.1", "megatron-load-optim-rng"},
+    // Megatron-LM megatron/core/dist_checkpointing (validation.py, strategies/torch.py).
+    {"ATorchDistCheckpointWithOtherKeysIsALoadingFailure",
+     "megatron.core.dist_checkpointing.core.CheckpointingException: Some keys found in the "
+     "checkpoint are missing in the provided sharded state dict. \n",
+     3, "3.1", "R3.3", "megatron-dist-ckpt-keys"},
+    {"ATorchDistCheckpointWithOtherGlobalShapesIsALoadingFailure",
+     "megatron.core.dist_checkpointing.core.CheckpointingException: Global shape mismatch for "
+     "loaded (torch.Size([128256, 4096])) and expected ((128000, 4096)) tensor for key "
+     "embedding.word_embeddings.weight\n",
+     3, "3.1", "R3.3", "megatron-dist-ckpt-shape"},
+    // Megatron-LM datasets and tokenizer.
+    {"AMissingIdxBinPairIsADataLoadingFailure",
+     "AssertionError: One or both of the .idx and .bin files cannot be found at the path prefix "
+     "/data/pile/pile_00\n",
+     3, "3.1", "R3.2", "megatron-idx-bin-not-found"},
+    {"AnUnwritableDatasetCacheIsADataLoadingFailure",
+     "Exception: Failed to write dataset materials to the data cache directory. Please supply a "
+     "directory to which you have write access via the path_to_cache attribute\n",
+     3, "3.1", "R3.2", "megatron-dataset-cache-write"},
+    {"AnUnknownTokenizerTypeIsAnArgumentError",
+     "ValueError: tokenizer_type Llama3Tokenizer is not supported. See list of available "
+     "tokenizers: ['BertWordPieceLowerCase', 'GPT2BPETokenizer']\n",
+     3, "3.2", "R3.1", "megatron-tokenizer-type"},
+    {"HeadsThatDoNotSplitOverTensorParallelismAreALayoutError",
+     "ValueError: num_attention_heads (12) must be a multiple of tensor_model_parallel_size (8).\n",
+     3, "3.2", "R3.1", "megatron-heads-tp-multiple"},
+    // DeepSpeed (runtime/pipe/module.py, runtime/engine.py).
+    {"PipelineStagesThatDoNotDivideTheWorldAreALayoutError",
+     "RuntimeError: num_stages (3) must divide distributed world size (8)\n", 3, "3.2", "R3.1",
+     "ds-pipe-stages-world"},
+    {"AClientOptimizerUnderZeroOffloadIsAConfigurationError",
+     "deepspeed.runtime.zero.utils.ZeRORuntimeException: You are using ZeRO-Offload with a client "
+     "provided optimizer (<class 'torch.optim.adamw.AdamW'>) which in most cases will yield poor "
+     "performance.\n",
+     3, "3.2", "R3.1", "ds-engine-optimizer-check"},
+    {"ZeroInitOnNvmeWithoutAnNvmePathIsAConfigurationError",
+     "AssertionError: \"nvme_path\" in DeepSpeed Config cannot be None if remote device is nvme\n",
+     3, "3.2", "R3.1", "ds-zero-init-remote-device"},
+    // Colossal-AI (shardformer/policies/auto_policy.py, booster/plugin/hybrid_parallel_plugin.py,
+    // checkpoint_io/utils.py).
+    {"AModelShardFormerHasNoPolicyForIsAnUnsupportedModel",
+     "NotImplementedError: Auto policy for InternLM2ForCausalLM "
+     "(transformers_modules.internlm2.InternLM2ForCausalLM) is not implemented\n",
+     3, "3.2", "R3.4", "colossalai-no-shard-policy"},
+    {"AHybridPluginWithoutMicrobatchesIsAConfigurationError",
+     "AssertionError: num_microbatches or microbatch_size must be specified when using pipeline "
+     "parallelism\n",
+     3, "3.2", "R3.1", "colossalai-hybrid-plugin-args"},
+    {"ACheckpointPathThatIsNeitherFileNorFolderIsALoadingFailure",
+     "RuntimeError: Invalid checkpoint path /models/llama-7b. Expected a file or a directory.\n", 3,
+     "3.1", "R3.2", "colossalai-checkpoint-path"},
+    // PyTorch (nn/modules/module.py, serialization.py, distributed/checkpoint, FSDP).
+    {"ACheckpointTensorThatCannotBeCopiedIsALoadingFailure",
+     "While copying the parameter named \"lm_head.weight\", whose dimensions in the model are "
+     "torch.Size([32000, 4096]) and whose dimensions in the checkpoint are torch.Size([32001, "
+     "4096]), an exception occurred : ('Inplace update',).\n",
+     3, "3.1", "R3.3", "torch-copy-parameter-failed"},
+    {"ACheckpointForADeviceThisHostLacksIsALoadingFailure",
+     "RuntimeError: Attempting to deserialize object on CUDA device 3 but "
+     "torch.cuda.device_count() is 1. Please use torch.load with map_location to map your "
+     "storages to an existing device.\n",
+     3, "3.1", "R3.1", "torch-load-device-missing"},
+    {"ADcpLoadMissingAModelKeyIsALoadingFailure",
+     "RuntimeError: Missing key in checkpoint state_dict: "
+     "model.layers.0.self_attn.q_proj.weight.\n",
+     3, "3.1", "R3.3", "dcp-missing-model-key"},
+    {"FsdpFlatteningPartlyFrozenParametersIsAConfigurationError",
+     "ValueError: Must flatten tensors with uniform `requires_grad` when `use_orig_params=False`\n",
+     3, "3.2", "R3.1", "fsdp-uniform-requires-grad"},
+    {"FsdpSyncingStatesOfACpuModuleIsAConfigurationError",
+     "ValueError: The module has CPU parameters or buffers when `sync_module_states=True`, which "
+     "requires them to be on GPU. Please specify the `device_id` argument or move the module to "
+     "GPU before passing it to FSDP.\n",
+     3, "3.2", "R3.1", "fsdp-sync-states-on-cpu"},
+    {"FsdpWithAnotherDeviceIdThanTheCurrentDeviceIsAConfigurationError",
+     "ValueError: Inconsistent compute device and `device_id` on rank 1: cuda:0 vs cuda:1\n", 3,
+     "3.2", "R3.1", "fsdp-device-id-inconsistent"},
+    // transformers (models/auto/configuration_auto.py, tokenization_auto.py).
+    {"AModelTypeTransformersDoesNotKnowIsAnIncompatibleLoad",
+     "ValueError: The checkpoint you are trying to load has model type `qwen2` but Transformers "
+     "does not recognize this architecture.\n",
+     3, "3.1", "R3.4", "hf-unknown-model-type"},
+    {"AnUnknownTokenizerClassIsAnIncompatibleLoad",
+     "ValueError: Tokenizer class QWenTokenizer does not exist or is not currently imported.\n", 3,
+     "3.1", "R3.4", "hf-tokenizer-class-unknown"},
+    // stage3_data_model_prep.yaml's converter row on Megatron-LM's older converter path.
+    {"TheOlderConverterScriptsFrameIsAConversion",
+     "  File \"/workspace/Megatron-LM/tools/checkpoint_util.py\", line 149, in main\n", 3, "3.1",
+     "R3.3", "megatron-checkpoint-converter"},
+};
+
+class Stage3FrameworkText : public ::testing::TestWithParam<SignatureCase> {};
+
+TEST_P(Stage3FrameworkText, RanksItsSymptomAndRootCauseFirstWithTheLineAsEvidence) {
+  test::expect_ranked_first(run(GetParam().text), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(TriageStage3FrameworkTexts, Stage3FrameworkText,
+                         ::testing::ValuesIn(kTexts), test::case_name);
+
+// A DCP load that misses an optimizer key is a resume's (4.10, the stage-4 tables), not a
+// pretrained load: the model-key row leaves it alone.
+TEST(TriageStage3FrameworkTexts, ADcpLoadMissingAnOptimizerKeyIsNotReadAsAModelLoad) {
+  const auto r =
+      run("RuntimeError: Missing key in checkpoint state_dict: "
+          "optimizer.state.model.layers.0.mlp.weight.exp_avg.\n");
+  for (const auto& c : r.symptoms) {
+    EXPECT_TRUE(std::none_of(c.evidence.begin(), c.evidence.end(), [](const EvidenceLine& e) {
+      return e.signature == "dcp-missing-model-key";
+    })) << c.id;
+  }
+}
+
+}  // namespace
+}  // namespace fl::triage
