@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -448,31 +449,80 @@ YAML::Node reference_of(const ScenarioSource& base, const Thread& th, Comments& 
   return ref;
 }
 
+// The layout read with each of ranks, tp and pp the base's mechanism needs held at the base's
+// value, and dp recomputed, when the rest still divides and still changes something: a base that
+// needs its tp can take the world size read. Nothing when the layout needs none of them.
+std::optional<Adaptation> layout_keeping_needs(const Adaptation& a, const ScenarioSource& base) {
+  const auto needed = [&](const std::string& key) {
+    return std::find(base.needs.begin(), base.needs.end(), "topology." + key) != base.needs.end();
+  };
+  if (a.what != "layout" || !(needed("ranks") || needed("tp") || needed("pp"))) return {};
+  std::map<std::string, int> v = {{"ranks", topo_int(base.doc, "ranks", 1)},
+                                  {"tp", topo_int(base.doc, "tp", 1)},
+                                  {"pp", topo_int(base.doc, "pp", 1)}};
+  const auto was = v;
+  Adaptation kept{"layout", {}};
+  std::vector<std::string> held;
+  for (const auto& ch : a.changes) {
+    if (ch.key != "dp" && needed(ch.key)) held.push_back(ch.key);
+    if (ch.key == "dp" || needed(ch.key)) continue;
+    kept.changes.push_back(ch);
+    v[ch.key] = ch.value.as<int>();
+  }
+  if (v == was || v["ranks"] % (v["tp"] * v["pp"]) != 0) return {};
+  if (base.doc["topology"] && base.doc["topology"]["dp"]) {
+    const int dp = v["ranks"] / (v["tp"] * v["pp"]);
+    if (needed("dp") && dp != topo_int(base.doc, "dp", 1)) return {};
+    kept.changes.push_back(
+        {"topology",
+         "dp",
+         YAML::Node(dp),
+         {fmt::format("ranks / (tp x pp) = {} / ({} x {}); {} kept at the base's value "
+                      "(its reference.needs)",
+                      v["ranks"], v["tp"], v["pp"], fmt::join(held, " and "))}});
+  }
+  return kept;
+}
+
+// Applies one adaptation when the workers' preconditions hold and the draft still validates;
+// otherwise the reason goes to d.dropped. Whether it was applied.
+bool try_adaptation(const Adaptation& a, const std::vector<std::string>& header,
+                    const Validator& validate, YAML::Node& doc, Comments& comments, Draft& d) {
+  YAML::Node trial = YAML::Clone(doc);
+  Comments trial_comments = comments;
+  for (const auto& ch : a.changes) apply(trial, ch, trial_comments);
+  if (const auto why = offload_without_zero(a, trial); !why.empty()) {
+    d.dropped.push_back(why);
+    return false;
+  }
+  const std::string yaml = emit(trial, header, trial_comments);
+  if (const auto err = validate(yaml); !err.empty()) {
+    d.dropped.push_back(fmt::format("{}: {}", a.what, err));
+    return false;
+  }
+  doc = trial;
+  comments = std::move(trial_comments);
+  d.yaml = yaml;
+  return true;
+}
+
 // Applies each adaptation that keeps the base's mechanism and still validates; the others go to
-// d.dropped with the reason. d.yaml is the draft with those kept.
+// d.dropped with the reason. A layout that changes a needed key keeps the rest of it when it can.
+// d.yaml is the draft with those kept.
 void adapt(const std::vector<Adaptation>& adaptations, const ScenarioSource& base,
            const std::vector<std::string>& header, const Validator& validate, YAML::Node& doc,
            Comments& comments, Draft& d) {
   for (const auto& a : adaptations) {
     if (const auto why = breaks_mechanism(a, base); !why.empty()) {
       d.dropped.push_back(why);
+      const auto rest = layout_keeping_needs(a, base);
+      const size_t at = d.dropped.size() - 1;
+      if (rest && try_adaptation(*rest, header, validate, doc, comments, d)) {
+        d.dropped[at] += "; the rest of the layout is kept";
+      }
       continue;
     }
-    YAML::Node trial = YAML::Clone(doc);
-    Comments trial_comments = comments;
-    for (const auto& ch : a.changes) apply(trial, ch, trial_comments);
-    if (const auto why = offload_without_zero(a, trial); !why.empty()) {
-      d.dropped.push_back(why);
-      continue;
-    }
-    const std::string yaml = emit(trial, header, trial_comments);
-    if (const auto err = validate(yaml); !err.empty()) {
-      d.dropped.push_back(fmt::format("{}: {}", a.what, err));
-      continue;
-    }
-    doc = trial;
-    comments = std::move(trial_comments);
-    d.yaml = yaml;
+    try_adaptation(a, header, validate, doc, comments, d);
   }
 }
 
