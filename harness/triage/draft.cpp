@@ -23,16 +23,6 @@ std::string str(const YAML::Node& n, const char* key) {
   return n && n[key] && n[key].IsScalar() ? n[key].as<std::string>() : "";
 }
 
-// The first sentence (of 60 characters at least) of a description: what a stands-for reference
-// says the draft builds.
-std::string first_sentence(std::string s) {
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  const auto end = s.find(". ", std::min<size_t>(60, s.size()));
-  if (end != std::string::npos) s.resize(end + 1);
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
-}
-
 }  // namespace
 
 std::vector<std::string> default_scenario_dirs() {
@@ -299,32 +289,6 @@ void add_cause_gap(const Result& r, const ScenarioSource& base, const Tables& t,
     }
   }
   out.push_back({"cause", text});
-}
-
-// A URL of a GitHub thread in the input: the draft then cites it.
-struct Thread {
-  std::string kind, id, url;
-  size_t line = 0;
-  std::string text;
-};
-
-Thread find_thread(const std::string& text) {
-  static const std::regex kUrl(R"(https://github\.com/([\w.-]+)/([\w.-]+)/(issues|pull)/(\d+))");
-  size_t line = 1, start = 0;
-  while (start <= text.size()) {
-    auto end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string l = text.substr(start, end - start);
-    std::smatch m;
-    if (l.find("github.com/") != std::string::npos && std::regex_search(l, m, kUrl)) {
-      return {m[3] == "pull" ? "pr" : "issue",
-              fmt::format("{}/{}#{}", m[1].str(), m[2].str(), m[4].str()), m[0].str(), line, l};
-    }
-    if (end == text.size()) break;
-    start = end + 1;
-    ++line;
-  }
-  return {};
 }
 
 // --- the text ----------------------------------------------------------------------------------
