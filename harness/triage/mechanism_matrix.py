@@ -90,16 +90,12 @@ def overrides(adapt, k):
     return layout
 
 
-KEY_OF = {"ranks": "topology.ranks", "tp2": "topology.tp", "pp2": "topology.pp",
-          "nodes2": "topology.nodes", "zero": "topology.zero",
-          "offload": "workload.zero.offload_optimizer", "fp16": "workload.precision",
-          "bf16": "workload.precision", "deepspeed": "topology.launcher",
-          "mpirun": "topology.launcher"}
-
-
-def key_of(adapt):
-    for p, key in KEY_OF.items():
-        if adapt.startswith(p):
+def needed_key(sets, kept):
+    """The first key the overrides change that the base needs, or "": draft.cpp leaves out an
+    adaptation that changes any needed key (a layout changes dp with tp or pp)."""
+    for s in sets:
+        key = s.partition("=")[0]
+        if key in kept:
             return key
     return ""
 
@@ -180,8 +176,9 @@ def main():
                 sets = overrides(adapt, k)
                 if sets is None:
                     continue
-                if key_of(adapt) in kept:
-                    out.write(f"{shown}\t{adapt}\tkept\t0\treference.needs\n")
+                if needed_key(sets, kept):
+                    out.write(f"{shown}\t{adapt}\tkept\t0\treference.needs: "
+                              f"{needed_key(sets, kept)}\n")
                     continue
                 v = subprocess.run([fl, "validate", path] + sum([["--set", s] for s in sets], []),
                                    capture_output=True, text=True)

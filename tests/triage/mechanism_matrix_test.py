@@ -32,5 +32,18 @@ class Overrides(unittest.TestCase):
                          ["topology.launcher=mpirun"])
 
 
+class Kept(unittest.TestCase):
+    def test_a_layout_is_kept_when_any_key_it_changes_is_needed(self):
+        # draft.cpp leaves a layout out when it changes any needed key: pp 2 also changes dp.
+        sets = matrix.overrides("pp2", {"topology.ranks": "4", "topology.dp": "4"})
+        self.assertEqual(matrix.needed_key(sets, ["topology.ranks", "topology.dp"]), "topology.dp")
+        self.assertEqual(matrix.needed_key(sets, ["topology.pp"]), "topology.pp")
+        # ranks 4 holds tp and pp: a base that needs only its tp takes it (stop 50).
+        ranks = matrix.overrides("ranks4", {"topology.ranks": "2", "topology.dp": "2"})
+        self.assertEqual(matrix.needed_key(ranks, ["topology.tp", "topology.pp"]), "")
+        self.assertEqual(matrix.needed_key(["topology.launcher=mpirun"], ["topology.launcher"]),
+                         "topology.launcher")
+
+
 if __name__ == "__main__":
     unittest.main()
