@@ -90,12 +90,13 @@ def overrides(adapt, k):
     return layout
 
 
-def needed_key(sets, kept):
-    """The first key the overrides change that the base needs, or "": draft.cpp leaves out an
-    adaptation that changes any needed key (a layout changes dp with tp or pp)."""
+def needed_key(sets, kept, base=None):
+    """The first key the overrides change from the base's value (`base`: resolved()) that the
+    base needs, or "": draft.cpp leaves out an adaptation that changes any needed key (a layout
+    changes dp with tp or pp)."""
     for s in sets:
-        key = s.partition("=")[0]
-        if key in kept:
+        key, _, value = s.partition("=")
+        if key in kept and (base is None or base.get(key) != value):
             return key
     return ""
 
@@ -176,9 +177,9 @@ def main():
                 sets = overrides(adapt, k)
                 if sets is None:
                     continue
-                if needed_key(sets, kept):
+                if needed_key(sets, kept, k):
                     out.write(f"{shown}\t{adapt}\tkept\t0\treference.needs: "
-                              f"{needed_key(sets, kept)}\n")
+                              f"{needed_key(sets, kept, k)}\n")
                     continue
                 v = subprocess.run([fl, "validate", path] + sum([["--set", s] for s in sets], []),
                                    capture_output=True, text=True)

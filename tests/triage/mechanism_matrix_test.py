@@ -43,6 +43,11 @@ class Kept(unittest.TestCase):
         self.assertEqual(matrix.needed_key(ranks, ["topology.tp", "topology.pp"]), "")
         self.assertEqual(matrix.needed_key(["topology.launcher=mpirun"], ["topology.launcher"]),
                          "topology.launcher")
+        # tp 2 writes pp 1 beside it: a needed pp that keeps the base's value is not changed.
+        base = {"topology.ranks": "2", "topology.dp": "2", "topology.pp": "1"}
+        tp = matrix.overrides("tp2", base)
+        self.assertEqual(matrix.needed_key(tp, ["topology.pp"], base), "")
+        self.assertEqual(matrix.needed_key(tp, ["topology.pp", "topology.tp"], base), "topology.tp")
 
 
 if __name__ == "__main__":
