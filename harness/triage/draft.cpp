@@ -384,10 +384,16 @@ std::string breaks_mechanism(const Adaptation& a, const ScenarioSource& base) {
 }
 
 // The workers' own precondition, which the loader does not check: the offload moves the rank's
-// ZeRO partition, so a draft at ZeRO stage 0 cannot take it. "" when it can.
+// ZeRO partition, so a draft at ZeRO stage 0 cannot have it: neither the offload read beside a
+// stage 0 the draft keeps, nor stage 0 read for a base that offloads. "" when it can.
 std::string offload_without_zero(const Adaptation& a, const YAML::Node& trial) {
-  if (a.what != "offload" || scalar_or(value_at(trial, "topology.zero"), "0") != "0") return "";
-  return a.what + ": the optimizer offload needs ZeRO stage 1, 2 or 3; the draft keeps stage 0";
+  if (scalar_or(value_at(trial, "topology.zero"), "0") != "0") return "";
+  if (a.what == "offload")
+    return a.what + ": the optimizer offload needs ZeRO stage 1, 2 or 3; the draft keeps stage 0";
+  if (scalar_or(value_at(trial, "workload.zero.offload_optimizer"), "false") != "true") return "";
+  return a.what +
+         ": topology.zero 0: the base's optimizer offload needs ZeRO stage 1, 2 or 3; the draft "
+         "keeps its stage";
 }
 
 YAML::Node reference_of(const ScenarioSource& base, const Thread& th, Comments& comments) {
@@ -470,9 +476,8 @@ bool try_adaptation(const Adaptation& a, const std::vector<std::string>& header,
   return true;
 }
 
-// Applies each adaptation that keeps the base's mechanism and still validates; the others go to
-// d.dropped with the reason. A layout that changes a needed key keeps the rest of it when it can.
-// d.yaml is the draft with those kept.
+// Applies each adaptation that keeps the base's mechanism and still validates (d.yaml); the others
+// go to d.dropped with the reason. A layout that changes a needed key keeps the rest if it can.
 void adapt(const std::vector<Adaptation>& adaptations, const ScenarioSource& base,
            const std::vector<std::string>& header, const Validator& validate, YAML::Node& doc,
            Comments& comments, Draft& d) {

@@ -239,6 +239,31 @@ TEST(TriageDraft, NoOffloadOnADraftThatKeepsZeroStage0) {
             "offload: the optimizer offload needs ZeRO stage 1, 2 or 3; the draft keeps stage 0");
 }
 
+// Stop 50: the same precondition from the other side: a base whose fault is its own optimizer
+// offload keeps its ZeRO stage when the input reads stage 0 (the workers refuse the offload at
+// stage 0, so the draft ran into a config error before).
+TEST(TriageDraft, ABaseThatOffloadsKeepsItsZeroStage) {
+  std::vector<ScenarioSource> bases;
+  for (const auto& s : sources()) {
+    if (s.name == "host-oom-caused-by-offload") bases.push_back(s);
+  }
+  ASSERT_EQ(bases.size(), 1u);
+  std::istringstream in(
+      "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB\n"
+      "  \"zero_optimization\": {\"stage\": 0},\n");
+  const auto input = read_input(in, 16u << 20);
+  const Draft d = draft_scenario(triage(input, tables()), input.text, tables(), bases,
+                                 harness_validator(), {8, "issue.txt"});
+  ASSERT_TRUE(d.made) << d.why;
+  const YAML::Node doc = YAML::Load(d.yaml);
+  EXPECT_EQ(doc["topology"]["zero"].as<int>(), 2) << d.yaml;
+  EXPECT_TRUE(doc["workload"]["zero"]["offload_optimizer"].as<bool>());
+  ASSERT_EQ(d.dropped.size(), 1u) << format_draft(d);
+  EXPECT_EQ(d.dropped.front(),
+            "zero: topology.zero 0: the base's optimizer offload needs ZeRO stage 1, 2 or 3; the "
+            "draft keeps its stage");
+}
+
 // Issue 34: the base shows the event the issue reports. Before, every 4.2 base named R4.5, so the
 // first by file name won: a disk-full checkpoint error for a CUDA OOM.
 TEST(TriageDraft, ACudaOomDraftsFromABaseWhoseOracleIsOom) {
