@@ -70,6 +70,9 @@ def overrides(adapt, k):
     elif adapt.startswith("zero"):
         if k.get("topology.zero") == adapt[4:]:
             return None
+        # nor stage 0 for a base that offloads: draft.cpp keeps its stage (stop 50).
+        if adapt == "zero0" and k.get("workload.zero.offload_optimizer") == "true":
+            return None
         layout = [f"topology.zero={adapt[4:]}"]
     elif adapt == "offload":
         # draft.cpp makes the offload only beside a ZeRO stage of 1-3: at stage 0 it is the

@@ -21,6 +21,10 @@ class Overrides(unittest.TestCase):
                          ["workload.zero.offload_optimizer=true"])
         self.assertIsNone(matrix.overrides(
             "offload", {"topology.zero": "1", "workload.zero.offload_optimizer": "true"}))
+        # and no stage 0 for a base that offloads (the draft keeps its stage).
+        self.assertIsNone(matrix.overrides(
+            "zero0", {"topology.zero": "2", "workload.zero.offload_optimizer": "true"}))
+        self.assertEqual(matrix.overrides("zero0", {"topology.zero": "2"}), ["topology.zero=0"])
 
     def test_layout_recomputes_dp_and_skips_what_does_not_divide(self):
         base = {"topology.ranks": "2", "topology.tp": "1", "topology.pp": "1"}
