@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -20,16 +21,6 @@ namespace {
 
 std::string str(const YAML::Node& n, const char* key) {
   return n && n[key] && n[key].IsScalar() ? n[key].as<std::string>() : "";
-}
-
-// The first sentence (of 60 characters at least) of a description: what a stands-for reference
-// says the draft builds.
-std::string first_sentence(std::string s) {
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  const auto end = s.find(". ", std::min<size_t>(60, s.size()));
-  if (end != std::string::npos) s.resize(end + 1);
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
 }
 
 }  // namespace
@@ -300,32 +291,6 @@ void add_cause_gap(const Result& r, const ScenarioSource& base, const Tables& t,
   out.push_back({"cause", text});
 }
 
-// A URL of a GitHub thread in the input: the draft then cites it.
-struct Thread {
-  std::string kind, id, url;
-  size_t line = 0;
-  std::string text;
-};
-
-Thread find_thread(const std::string& text) {
-  static const std::regex kUrl(R"(https://github\.com/([\w.-]+)/([\w.-]+)/(issues|pull)/(\d+))");
-  size_t line = 1, start = 0;
-  while (start <= text.size()) {
-    auto end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string l = text.substr(start, end - start);
-    std::smatch m;
-    if (l.find("github.com/") != std::string::npos && std::regex_search(l, m, kUrl)) {
-      return {m[3] == "pull" ? "pr" : "issue",
-              fmt::format("{}/{}#{}", m[1].str(), m[2].str(), m[4].str()), m[0].str(), line, l};
-    }
-    if (end == text.size()) break;
-    start = end + 1;
-    ++line;
-  }
-  return {};
-}
-
 // --- the text ----------------------------------------------------------------------------------
 
 std::string block(const std::string& key, const YAML::Node& value, const std::string& indent) {
@@ -419,10 +384,16 @@ std::string breaks_mechanism(const Adaptation& a, const ScenarioSource& base) {
 }
 
 // The workers' own precondition, which the loader does not check: the offload moves the rank's
-// ZeRO partition, so a draft at ZeRO stage 0 cannot take it. "" when it can.
+// ZeRO partition, so a draft at ZeRO stage 0 cannot have it: neither the offload read beside a
+// stage 0 the draft keeps, nor stage 0 read for a base that offloads. "" when it can.
 std::string offload_without_zero(const Adaptation& a, const YAML::Node& trial) {
-  if (a.what != "offload" || scalar_or(value_at(trial, "topology.zero"), "0") != "0") return "";
-  return a.what + ": the optimizer offload needs ZeRO stage 1, 2 or 3; the draft keeps stage 0";
+  if (scalar_or(value_at(trial, "topology.zero"), "0") != "0") return "";
+  if (a.what == "offload")
+    return a.what + ": the optimizer offload needs ZeRO stage 1, 2 or 3; the draft keeps stage 0";
+  if (scalar_or(value_at(trial, "workload.zero.offload_optimizer"), "false") != "true") return "";
+  return a.what +
+         ": topology.zero 0: the base's optimizer offload needs ZeRO stage 1, 2 or 3; the draft "
+         "keeps its stage";
 }
 
 YAML::Node reference_of(const ScenarioSource& base, const Thread& th, Comments& comments) {
@@ -448,31 +419,79 @@ YAML::Node reference_of(const ScenarioSource& base, const Thread& th, Comments& 
   return ref;
 }
 
-// Applies each adaptation that keeps the base's mechanism and still validates; the others go to
-// d.dropped with the reason. d.yaml is the draft with those kept.
+// The layout read with each of ranks, tp and pp the base's mechanism needs held at the base's
+// value, and dp recomputed, when the rest still divides and still changes something: a base that
+// needs its tp can take the world size read. Nothing when the layout needs none of them.
+std::optional<Adaptation> layout_keeping_needs(const Adaptation& a, const ScenarioSource& base) {
+  const auto needed = [&](const std::string& key) {
+    return std::find(base.needs.begin(), base.needs.end(), "topology." + key) != base.needs.end();
+  };
+  if (a.what != "layout" || !(needed("ranks") || needed("tp") || needed("pp"))) return {};
+  std::map<std::string, int> v = {{"ranks", topo_int(base.doc, "ranks", 1)},
+                                  {"tp", topo_int(base.doc, "tp", 1)},
+                                  {"pp", topo_int(base.doc, "pp", 1)}};
+  const auto was = v;
+  Adaptation kept{"layout", {}};
+  std::vector<std::string> held;
+  for (const auto& ch : a.changes) {
+    if (ch.key != "dp" && needed(ch.key)) held.push_back(ch.key);
+    if (ch.key == "dp" || needed(ch.key)) continue;
+    kept.changes.push_back(ch);
+    v[ch.key] = ch.value.as<int>();
+  }
+  if (v == was || v["ranks"] % (v["tp"] * v["pp"]) != 0) return {};
+  if (base.doc["topology"] && base.doc["topology"]["dp"]) {
+    const int dp = v["ranks"] / (v["tp"] * v["pp"]);
+    if (needed("dp") && dp != topo_int(base.doc, "dp", 1)) return {};
+    kept.changes.push_back(
+        {"topology",
+         "dp",
+         YAML::Node(dp),
+         {fmt::format("ranks / (tp x pp) = {} / ({} x {}); {} kept at the base's value "
+                      "(its reference.needs)",
+                      v["ranks"], v["tp"], v["pp"], fmt::join(held, " and "))}});
+  }
+  return kept;
+}
+
+// Applies one adaptation when the workers' preconditions hold and the draft still validates;
+// otherwise the reason goes to d.dropped. Whether it was applied.
+bool try_adaptation(const Adaptation& a, const std::vector<std::string>& header,
+                    const Validator& validate, YAML::Node& doc, Comments& comments, Draft& d) {
+  YAML::Node trial = YAML::Clone(doc);
+  Comments trial_comments = comments;
+  for (const auto& ch : a.changes) apply(trial, ch, trial_comments);
+  if (const auto why = offload_without_zero(a, trial); !why.empty()) {
+    d.dropped.push_back(why);
+    return false;
+  }
+  const std::string yaml = emit(trial, header, trial_comments);
+  if (const auto err = validate(yaml); !err.empty()) {
+    d.dropped.push_back(fmt::format("{}: {}", a.what, err));
+    return false;
+  }
+  doc = trial;
+  comments = std::move(trial_comments);
+  d.yaml = yaml;
+  return true;
+}
+
+// Applies each adaptation that keeps the base's mechanism and still validates (d.yaml); the others
+// go to d.dropped with the reason. A layout that changes a needed key keeps the rest if it can.
 void adapt(const std::vector<Adaptation>& adaptations, const ScenarioSource& base,
            const std::vector<std::string>& header, const Validator& validate, YAML::Node& doc,
            Comments& comments, Draft& d) {
   for (const auto& a : adaptations) {
     if (const auto why = breaks_mechanism(a, base); !why.empty()) {
       d.dropped.push_back(why);
+      const auto rest = layout_keeping_needs(a, base);
+      const size_t at = d.dropped.size() - 1;
+      if (rest && try_adaptation(*rest, header, validate, doc, comments, d)) {
+        d.dropped[at] += "; the rest of the layout is kept";
+      }
       continue;
     }
-    YAML::Node trial = YAML::Clone(doc);
-    Comments trial_comments = comments;
-    for (const auto& ch : a.changes) apply(trial, ch, trial_comments);
-    if (const auto why = offload_without_zero(a, trial); !why.empty()) {
-      d.dropped.push_back(why);
-      continue;
-    }
-    const std::string yaml = emit(trial, header, trial_comments);
-    if (const auto err = validate(yaml); !err.empty()) {
-      d.dropped.push_back(fmt::format("{}: {}", a.what, err));
-      continue;
-    }
-    doc = trial;
-    comments = std::move(trial_comments);
-    d.yaml = yaml;
+    try_adaptation(a, header, validate, doc, comments, d);
   }
 }
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <regex>
+
+#include <fmt/format.h>
 
 #include "harness/triage/dialect.hpp"
 
@@ -100,6 +103,36 @@ const ScenarioSource* choose_base(const Result& r, const std::vector<ScenarioSou
     if (score > best_score) best = &s, best_score = score;
   }
   return best;
+}
+
+// The first sentence (of 60 characters at least) of a description: what a stands-for reference
+// says the draft builds.
+std::string first_sentence(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  const auto end = s.find(". ", std::min<size_t>(60, s.size()));
+  if (end != std::string::npos) s.resize(end + 1);
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+// A URL of a GitHub thread in the input: the draft then cites it.
+Thread find_thread(const std::string& text) {
+  static const std::regex kUrl(R"(https://github\.com/([\w.-]+)/([\w.-]+)/(issues|pull)/(\d+))");
+  size_t line = 1, start = 0;
+  while (start <= text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string l = text.substr(start, end - start);
+    std::smatch m;
+    if (l.find("github.com/") != std::string::npos && std::regex_search(l, m, kUrl)) {
+      return {m[3] == "pull" ? "pr" : "issue",
+              fmt::format("{}/{}#{}", m[1].str(), m[2].str(), m[4].str()), m[0].str(), line, l};
+    }
+    if (end == text.size()) break;
+    start = end + 1;
+    ++line;
+  }
+  return {};
 }
 
 }  // namespace fl::triage

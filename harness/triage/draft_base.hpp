@@ -54,4 +54,16 @@ struct BaseWeights {
 const ScenarioSource* choose_base(const Result& r, const std::vector<ScenarioSource>& sources,
                                   const BaseQuery& q, const BaseWeights& w = {});
 
+// The first sentence (of 60 characters at least) of a description: what a stands-for reference
+// says the draft builds.
+std::string first_sentence(std::string s);
+
+// A URL of a GitHub issue or pull request in the input (the first): the draft then cites it.
+struct Thread {
+  std::string kind, id, url;  // kind "issue" or "pr"; id "owner/repo#N"
+  size_t line = 0;
+  std::string text;
+};
+Thread find_thread(const std::string& text);
+
 }  // namespace fl::triage

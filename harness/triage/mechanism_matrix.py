@@ -70,6 +70,9 @@ def overrides(adapt, k):
     elif adapt.startswith("zero"):
         if k.get("topology.zero") == adapt[4:]:
             return None
+        # nor stage 0 for a base that offloads: draft.cpp keeps its stage (stop 50).
+        if adapt == "zero0" and k.get("workload.zero.offload_optimizer") == "true":
+            return None
         layout = [f"topology.zero={adapt[4:]}"]
     elif adapt == "offload":
         # draft.cpp makes the offload only beside a ZeRO stage of 1-3: at stage 0 it is the
@@ -90,16 +93,13 @@ def overrides(adapt, k):
     return layout
 
 
-KEY_OF = {"ranks": "topology.ranks", "tp2": "topology.tp", "pp2": "topology.pp",
-          "nodes2": "topology.nodes", "zero": "topology.zero",
-          "offload": "workload.zero.offload_optimizer", "fp16": "workload.precision",
-          "bf16": "workload.precision", "deepspeed": "topology.launcher",
-          "mpirun": "topology.launcher"}
-
-
-def key_of(adapt):
-    for p, key in KEY_OF.items():
-        if adapt.startswith(p):
+def needed_key(sets, kept, base=None):
+    """The first key the overrides change from the base's value (`base`: resolved()) that the
+    base needs, or "": draft.cpp leaves out an adaptation that changes any needed key (a layout
+    changes dp with tp or pp)."""
+    for s in sets:
+        key, _, value = s.partition("=")
+        if key in kept and (base is None or base.get(key) != value):
             return key
     return ""
 
@@ -180,8 +180,9 @@ def main():
                 sets = overrides(adapt, k)
                 if sets is None:
                     continue
-                if key_of(adapt) in kept:
-                    out.write(f"{shown}\t{adapt}\tkept\t0\treference.needs\n")
+                if needed_key(sets, kept, k):
+                    out.write(f"{shown}\t{adapt}\tkept\t0\treference.needs: "
+                              f"{needed_key(sets, kept, k)}\n")
                     continue
                 v = subprocess.run([fl, "validate", path] + sum([["--set", s] for s in sets], []),
                                    capture_output=True, text=True)

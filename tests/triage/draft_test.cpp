@@ -183,6 +183,35 @@ TEST(TriageDraft, APerRankLaunchLineFaultKeepsItsLauncher) {
   EXPECT_EQ(validate_scenario_text(d.yaml), "");
 }
 
+// Stop 50: the layout read holds the keys the base needs at its values and keeps the rest when
+// they still divide: a base that needs its tp and pp still takes the world size read. Before, the
+// whole layout was left out and the draft kept the base's 4 ranks.
+TEST(TriageDraft, ABaseThatNeedsItsTpStillTakesTheWorldSizeRead) {
+  const Draft d = draft_of(
+      "Training hangs at the end of the first epoch when the last batch is uneven across ranks.\n"
+      "deepspeed --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size 4\n"
+      "The job stays stuck at the last step; one rank has no batch left, the others wait.\n");
+  ASSERT_TRUE(d.made) << d.why;
+  const std::string base = "scenarios/symptoms/4.11-uneven-batches-hang.yaml";
+  ASSERT_EQ(d.base, base);
+  const YAML::Node doc = YAML::Load(d.yaml);
+  ASSERT_EQ(doc["topology"]["ranks"].as<int>(), 8) << d.yaml;
+  EXPECT_EQ(doc["topology"]["dp"].as<int>(), 8);
+  EXPECT_FALSE(doc["topology"]["tp"]) << d.yaml;
+  const auto ranks_from = comments_above(d.yaml, "  ranks: 8");
+  ASSERT_EQ(ranks_from.size(), 1u);
+  EXPECT_EQ(ranks_from.front().find("  # from line 2: "), 0u) << ranks_from.front();
+  EXPECT_EQ(comments_above(d.yaml, "  dp: 8"),
+            (std::vector<std::string>{"  # ranks / (tp x pp) = 8 / (1 x 1); tp kept at the base's "
+                                      "value (its reference.needs)"}));
+  ASSERT_EQ(d.dropped.size(), 1u) << format_draft(d);
+  EXPECT_EQ(d.dropped.front(),
+            fmt::format("layout: topology.tp 4: the mechanism of {} needs its topology.tp (the "
+                        "default; its reference.needs); the rest of the layout is kept",
+                        base));
+  EXPECT_EQ(validate_scenario_text(d.yaml), "");
+}
+
 TEST(TriageDraft, NoOffloadOnADraftThatKeepsZeroStage0) {
   // A base at ZeRO stage 0 that needs it: the stage read is left out, and the optimizer offload
   // read beside it then has no partition to move (the workers refuse it; the loader does not).
@@ -208,6 +237,31 @@ TEST(TriageDraft, NoOffloadOnADraftThatKeepsZeroStage0) {
   ASSERT_EQ(d.dropped.size(), 2u) << format_draft(d);
   EXPECT_EQ(d.dropped[1],
             "offload: the optimizer offload needs ZeRO stage 1, 2 or 3; the draft keeps stage 0");
+}
+
+// Stop 50: the same precondition from the other side: a base whose fault is its own optimizer
+// offload keeps its ZeRO stage when the input reads stage 0 (the workers refuse the offload at
+// stage 0, so the draft ran into a config error before).
+TEST(TriageDraft, ABaseThatOffloadsKeepsItsZeroStage) {
+  std::vector<ScenarioSource> bases;
+  for (const auto& s : sources()) {
+    if (s.name == "host-oom-caused-by-offload") bases.push_back(s);
+  }
+  ASSERT_EQ(bases.size(), 1u);
+  std::istringstream in(
+      "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB\n"
+      "  \"zero_optimization\": {\"stage\": 0},\n");
+  const auto input = read_input(in, 16u << 20);
+  const Draft d = draft_scenario(triage(input, tables()), input.text, tables(), bases,
+                                 harness_validator(), {8, "issue.txt"});
+  ASSERT_TRUE(d.made) << d.why;
+  const YAML::Node doc = YAML::Load(d.yaml);
+  EXPECT_EQ(doc["topology"]["zero"].as<int>(), 2) << d.yaml;
+  EXPECT_TRUE(doc["workload"]["zero"]["offload_optimizer"].as<bool>());
+  ASSERT_EQ(d.dropped.size(), 1u) << format_draft(d);
+  EXPECT_EQ(d.dropped.front(),
+            "zero: topology.zero 0: the base's optimizer offload needs ZeRO stage 1, 2 or 3; the "
+            "draft keeps its stage");
 }
 
 // Issue 34: the base shows the event the issue reports. Before, every 4.2 base named R4.5, so the

@@ -21,6 +21,10 @@ class Overrides(unittest.TestCase):
                          ["workload.zero.offload_optimizer=true"])
         self.assertIsNone(matrix.overrides(
             "offload", {"topology.zero": "1", "workload.zero.offload_optimizer": "true"}))
+        # and no stage 0 for a base that offloads (the draft keeps its stage).
+        self.assertIsNone(matrix.overrides(
+            "zero0", {"topology.zero": "2", "workload.zero.offload_optimizer": "true"}))
+        self.assertEqual(matrix.overrides("zero0", {"topology.zero": "2"}), ["topology.zero=0"])
 
     def test_layout_recomputes_dp_and_skips_what_does_not_divide(self):
         base = {"topology.ranks": "2", "topology.tp": "1", "topology.pp": "1"}
@@ -30,6 +34,24 @@ class Overrides(unittest.TestCase):
         self.assertIsNone(matrix.overrides("pp2", dict(base, **{"topology.ranks": "3"})))
         self.assertEqual(matrix.overrides("mpirun", dict(base, **{"topology.launcher": "auto"})),
                          ["topology.launcher=mpirun"])
+
+
+class Kept(unittest.TestCase):
+    def test_a_layout_is_kept_when_any_key_it_changes_is_needed(self):
+        # draft.cpp leaves a layout out when it changes any needed key: pp 2 also changes dp.
+        sets = matrix.overrides("pp2", {"topology.ranks": "4", "topology.dp": "4"})
+        self.assertEqual(matrix.needed_key(sets, ["topology.ranks", "topology.dp"]), "topology.dp")
+        self.assertEqual(matrix.needed_key(sets, ["topology.pp"]), "topology.pp")
+        # ranks 4 holds tp and pp: a base that needs only its tp takes it (stop 50).
+        ranks = matrix.overrides("ranks4", {"topology.ranks": "2", "topology.dp": "2"})
+        self.assertEqual(matrix.needed_key(ranks, ["topology.tp", "topology.pp"]), "")
+        self.assertEqual(matrix.needed_key(["topology.launcher=mpirun"], ["topology.launcher"]),
+                         "topology.launcher")
+        # tp 2 writes pp 1 beside it: a needed pp that keeps the base's value is not changed.
+        base = {"topology.ranks": "2", "topology.dp": "2", "topology.pp": "1"}
+        tp = matrix.overrides("tp2", base)
+        self.assertEqual(matrix.needed_key(tp, ["topology.pp"], base), "")
+        self.assertEqual(matrix.needed_key(tp, ["topology.pp", "topology.tp"], base), "topology.tp")
 
 
 if __name__ == "__main__":
