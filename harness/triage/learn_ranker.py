@@ -336,6 +336,66 @@ def cross_validate(args):
     return 0
 
 
+def word_posterior(model, kind, words, alpha=1.0):
+    """P(label | words) as ranker_words.cpp gives it: add-`alpha` naive Bayes over the distinct
+    vocabulary words (word_stages' words) of the input, each counted once."""
+    rows = model["word_" + kind]
+    classes = model["classes"][kind]
+    vocab = len(model["word_stages"])
+    sums = collections.Counter()
+    for row in rows.values():
+        for lab, c in row.items():
+            sums[lab] += c
+    n = float(sum(classes.values()))
+    seen = [w for w in words if w in model["word_stages"]]
+    score = {}
+    for lab, c in classes.items():
+        score[lab] = math.log(c / n) + sum(
+            math.log((rows.get(w, {}).get(lab, 0) + alpha) / (sums[lab] + alpha * vocab))
+            for w in seen)
+    top = max(score.values(), default=0.0)
+    z = sum(math.exp(v - top) for v in score.values())
+    return {lab: math.exp(v - top) / z for lab, v in score.items()}
+
+
+def score_words(model, failures, alpha):
+    """Stage right, top-1 and top-3 symptom (any of its labels) of the word model alone."""
+    got = collections.Counter()
+    for r in failures:
+        words = tokens(r["error_lines"] + r["env_lines"])
+        stage = word_posterior(model, "stages", words, alpha)
+        sym = word_posterior(model, "symptoms", words, alpha)
+        ranked = sorted(sym, key=lambda s: (-sym[s], id_key(s)))
+        labels = set(r["symptoms"])
+        got["stage"] += max(stage, key=lambda s: (stage[s], -int(s))) == str(r["stage"])
+        got["top-1"] += bool(ranked[:1]) and ranked[0] in labels
+        got["top-3"] += bool(labels & set(ranked[:3]))
+        got["n"] += 1
+    return got
+
+
+def cv_words(args):
+    """Stop 50: the learned word model alone (words.yaml), refit on each fold's training part and
+    scored on its held-out failures (plain K-fold CV, no tables, no hand words), next to its score
+    on the failures it was counted from (in-sample). The gap is how much the word counts overfit."""
+    issues = tune_issues(args.corpus, args.taxonomy)
+    failures = [r for r in issues if r["stage"] != 0 and any(s != "none" for s in r["symptoms"])
+                and r["error_lines"] + r["env_lines"]]  # as --eval, an issue without lines is skipped
+    held_out = collections.Counter()
+    for k in range(args.cv_words):
+        train = [r for r in issues if fold_of(r["id"], args.cv_words) != k]
+        _, model = word_model(train)
+        held_out += score_words(model, [r for r in failures
+                                        if fold_of(r["id"], args.cv_words) == k], args.nb_alpha)
+    _, model = word_model(issues)
+    in_sample = score_words(model, failures, args.nb_alpha)
+    for name, got in ((f"{args.cv_words}-fold CV", held_out), ("in-sample", in_sample)):
+        cells = [f"{key} {100.0 * got[key] / max(got['n'], 1):.1f}% ({got[key]}/{got['n']})"
+                 for key in ("stage", "top-1", "top-3")]
+        print(f"word model alone, {name}: " + ", ".join(cells))
+    return 0
+
+
 def main():
     global MIN_GAIN, PATH_SHARE_MAX
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -356,8 +416,13 @@ def main():
                     help="bits of the stage a learned stage word must tell (0: off)")
     ap.add_argument("--path-share-max", type=float, default=PATH_SHARE_MAX,
                     help="a stage word may occur only in paths in at most this share (1: off)")
+    ap.add_argument("--cv-words", type=int, default=0, metavar="K",
+                    help="K-fold CV of the learned word model alone, next to its in-sample score")
+    ap.add_argument("--nb-alpha", type=float, default=1.0, help="--cv-words: the smoothing")
     args = ap.parse_args()
     MIN_GAIN, PATH_SHARE_MAX = args.min_gain, args.path_share_max
+    if args.cv_words:
+        return cv_words(args)
     if args.cv:
         return cross_validate(args)
     n = write_priors(tune_issues(args.corpus, args.taxonomy), args.out)
