@@ -227,6 +227,29 @@ class LearnRankerTest(unittest.TestCase):
         self.assertIn("word model alone, 2-fold CV: stage 66.7% (4/6)", out)
         self.assertIn("word model alone, in-sample: stage 100.0% (6/6)", out)
 
+    def test_the_non_failure_score_is_counted_on_the_other_folds(self):
+        """Stop 50: --cv-words ranks each held-out input by P(non-failure | words) counted on the
+        other folds. 'quuxask' is in two non-failures of each of the 2 folds, so each fold's
+        training part holds it twice and all four held-out non-failures rank first; 'onceask' is
+        in one non-failure per fold, under the 2 a word needs: every input then holds the same
+        counted words, and the tie goes by id (the two non-failures have the largest ids)."""
+        fold0 = ["pytorch/pytorch#900006", "pytorch/pytorch#900008", "pytorch/pytorch#900013",
+                 "pytorch/pytorch#900016", "pytorch/pytorch#900019"]
+        fold1 = ["pytorch/pytorch#900004", "pytorch/pytorch#900012", "pytorch/pytorch#900018",
+                 "pytorch/pytorch#900020", "pytorch/pytorch#900023"]
+        for word, want in (("quuxask", "4 of the 4"), ("onceask", "0 of the 2")):
+            nf = fold0[:2] + fold1[:2] if word == "quuxask" else [fold0[4], fold1[4]]
+            recs = [issue(i, "tune", ["none"], "none", 0, [f"plain loss {word}"]) for i in nf]
+            recs += [issue(i, "tune", ["4.11"], HANG, 4, ["plain loss"])
+                     for i in fold0 + fold1 if i not in nf]
+            with tempfile.TemporaryDirectory() as tmp:
+                corpus = pathlib.Path(tmp, "c.jsonl")
+                corpus.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+                out = subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus),
+                                      "--cv-words", "2"], check=True, capture_output=True,
+                                     text=True).stdout
+            self.assertIn(f"non-failure score, 2-fold CV: {want} held-out non-failures", out)
+
 
 if __name__ == "__main__":
     unittest.main()
