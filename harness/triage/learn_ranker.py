@@ -38,6 +38,8 @@ Usage:
   learn_ranker.py [--out harness/triage/ranker/priors.yaml]
   learn_ranker.py --cv 5 [--thin] [--check] [-v] [--set co_weight=0.5]
                   [--faultline build/harness/faultline]
+  learn_ranker.py --cv-words 5   # stop 50: the word model alone, refit per fold, and in-sample;
+                                 # and a learned non-failure score (measured, not shipped)
 Stdlib only (--thin needs PyYAML, which Debian's python3 has), so it runs under /usr/bin/python3.
 """
 import argparse
