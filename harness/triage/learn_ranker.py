@@ -38,6 +38,8 @@ Usage:
   learn_ranker.py [--out harness/triage/ranker/priors.yaml]
   learn_ranker.py --cv 5 [--thin] [--check] [-v] [--set co_weight=0.5]
                   [--faultline build/harness/faultline]
+  learn_ranker.py --cv-words 5   # stop 50: the word model alone, refit per fold, and in-sample;
+                                 # and a learned non-failure score (measured, not shipped)
 Stdlib only (--thin needs PyYAML, which Debian's python3 has), so it runs under /usr/bin/python3.
 """
 import argparse
@@ -336,6 +338,102 @@ def cross_validate(args):
     return 0
 
 
+def word_posterior(model, kind, words, alpha=1.0):
+    """P(label | words) as ranker_words.cpp gives it: add-`alpha` naive Bayes over the distinct
+    vocabulary words (word_stages' words) of the input, each counted once."""
+    rows = model["word_" + kind]
+    classes = model["classes"][kind]
+    vocab = len(model["word_stages"])
+    sums = collections.Counter()
+    for row in rows.values():
+        for lab, c in row.items():
+            sums[lab] += c
+    n = float(sum(classes.values()))
+    seen = [w for w in words if w in model["word_stages"]]
+    score = {}
+    for lab, c in classes.items():
+        score[lab] = math.log(c / n) + sum(
+            math.log((rows.get(w, {}).get(lab, 0) + alpha) / (sums[lab] + alpha * vocab))
+            for w in seen)
+    top = max(score.values(), default=0.0)
+    z = sum(math.exp(v - top) for v in score.values())
+    return {lab: math.exp(v - top) / z for lab, v in score.items()}
+
+
+def score_words(model, failures, alpha):
+    """Stage right, top-1 and top-3 symptom (any of its labels) of the word model alone."""
+    got = collections.Counter()
+    for r in failures:
+        words = tokens(r["error_lines"] + r["env_lines"])
+        stage = word_posterior(model, "stages", words, alpha)
+        sym = word_posterior(model, "symptoms", words, alpha)
+        ranked = sorted(sym, key=lambda s: (-sym[s], id_key(s)))
+        labels = set(r["symptoms"])
+        got["stage"] += max(stage, key=lambda s: (stage[s], -int(s))) == str(r["stage"])
+        got["top-1"] += bool(ranked[:1]) and ranked[0] in labels
+        got["top-3"] += bool(labels & set(ranked[:3]))
+        got["n"] += 1
+    return got
+
+
+def failure_model(issues, min_df=2):
+    """Stop 50, measured and not shipped: words.yaml's counts with two classes, failure ("F")
+    and non-failure ("N"), for a learned "is this a failure report at all" score."""
+    toks = [(tokens(r["error_lines"] + r["env_lines"]),
+             "F" if r["stage"] != 0 and any(s != "none" for s in r["symptoms"]) else "N")
+            for r in issues]
+    df = collections.Counter(w for t, _ in toks for w in t)
+    rows, classes = collections.defaultdict(collections.Counter), collections.Counter()
+    for t, lab in toks:
+        classes[lab] += 1
+        for w in t:
+            if df[w] >= min_df:
+                rows[w][lab] += 1
+    return {"classes": {"failure": classes}, "word_failure": rows, "word_stages": rows}
+
+
+def non_failures_on_top(issues, folds, alpha):
+    """Held-out non-failures among as many held-out inputs as there are non-failures, ranked by
+    P(non-failure | words) of a failure_model() counted on the other folds."""
+    ranked, n = [], 0
+    for k in range(folds):
+        model = failure_model([r for r in issues if fold_of(r["id"], folds) != k])
+        for r in issues:
+            if fold_of(r["id"], folds) == k and r["error_lines"] + r["env_lines"]:
+                nf = r["stage"] == 0 or all(s == "none" for s in r["symptoms"])
+                p = word_posterior(model, "failure", tokens(r["error_lines"] + r["env_lines"]),
+                                   alpha).get("N", 0.0)
+                ranked.append((-p, r["id"], nf))
+                n += nf
+    ranked.sort()
+    return sum(nf for _, _, nf in ranked[:n]), n
+
+
+def cv_words(args):
+    """Stop 50: the learned word model alone (words.yaml), refit on each fold's training part and
+    scored on its held-out failures (plain K-fold CV, no tables, no hand words), next to its score
+    on the failures it was counted from (in-sample). The gap is how much the word counts overfit."""
+    issues = tune_issues(args.corpus, args.taxonomy)
+    failures = [r for r in issues if r["stage"] != 0 and any(s != "none" for s in r["symptoms"])
+                and r["error_lines"] + r["env_lines"]]  # as --eval, an issue without lines is skipped
+    held_out = collections.Counter()
+    for k in range(args.cv_words):
+        train = [r for r in issues if fold_of(r["id"], args.cv_words) != k]
+        _, model = word_model(train)
+        held_out += score_words(model, [r for r in failures
+                                        if fold_of(r["id"], args.cv_words) == k], args.nb_alpha)
+    _, model = word_model(issues)
+    in_sample = score_words(model, failures, args.nb_alpha)
+    for name, got in ((f"{args.cv_words}-fold CV", held_out), ("in-sample", in_sample)):
+        cells = [f"{key} {100.0 * got[key] / max(got['n'], 1):.1f}% ({got[key]}/{got['n']})"
+                 for key in ("stage", "top-1", "top-3")]
+        print(f"word model alone, {name}: " + ", ".join(cells))
+    top, n = non_failures_on_top(issues, args.cv_words, args.nb_alpha)
+    print(f"non-failure score, {args.cv_words}-fold CV: {top} of the {n} held-out non-failures "
+          f"are among the {n} inputs it ranks highest")
+    return 0
+
+
 def main():
     global MIN_GAIN, PATH_SHARE_MAX
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -356,8 +454,13 @@ def main():
                     help="bits of the stage a learned stage word must tell (0: off)")
     ap.add_argument("--path-share-max", type=float, default=PATH_SHARE_MAX,
                     help="a stage word may occur only in paths in at most this share (1: off)")
+    ap.add_argument("--cv-words", type=int, default=0, metavar="K",
+                    help="K-fold CV of the learned word model alone, next to its in-sample score")
+    ap.add_argument("--nb-alpha", type=float, default=1.0, help="--cv-words: the smoothing")
     args = ap.parse_args()
     MIN_GAIN, PATH_SHARE_MAX = args.min_gain, args.path_share_max
+    if args.cv_words:
+        return cv_words(args)
     if args.cv:
         return cross_validate(args)
     n = write_priors(tune_issues(args.corpus, args.taxonomy), args.out)

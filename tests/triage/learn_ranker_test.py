@@ -207,6 +207,49 @@ class LearnRankerTest(unittest.TestCase):
         self.assertIn('  "focusword": {"1": ', text)
         self.assertNotIn('"spreadword"', text)
 
+    def test_the_word_model_alone_is_refit_on_each_fold(self):
+        """Stop 50: --cv-words scores the word model on each fold's held-out failures, counted
+        on the other folds only. 'servword' is in two stage-5 failures that 2-fold CV puts in
+        different folds: in-sample it is a word of two failures and names stage 5 for both; held
+        out, each fold's training part holds it once (under the 2 failures a word needs), so both
+        get the majority stage 4."""
+        fold0 = ["pytorch/pytorch#900006", "pytorch/pytorch#900008", "pytorch/pytorch#900013"]
+        fold1 = ["pytorch/pytorch#900004", "pytorch/pytorch#900012", "pytorch/pytorch#900018"]
+        recs = [issue(i, "tune", ["4.11"], HANG, 4, ["plain loss"]) for i in fold0[1:] + fold1[1:]]
+        recs += [issue(i, "tune", ["5.1"], HANG, 5, ["plain servword"])
+                 for i in (fold0[0], fold1[0])]
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus = pathlib.Path(tmp, "c.jsonl")
+            corpus.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+            out = subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus),
+                                  "--cv-words", "2"], check=True, capture_output=True,
+                                 text=True).stdout
+        self.assertIn("word model alone, 2-fold CV: stage 66.7% (4/6)", out)
+        self.assertIn("word model alone, in-sample: stage 100.0% (6/6)", out)
+
+    def test_the_non_failure_score_is_counted_on_the_other_folds(self):
+        """Stop 50: --cv-words ranks each held-out input by P(non-failure | words) counted on the
+        other folds. 'quuxask' is in two non-failures of each of the 2 folds, so each fold's
+        training part holds it twice and all four held-out non-failures rank first; 'onceask' is
+        in one non-failure per fold, under the 2 a word needs: every input then holds the same
+        counted words, and the tie goes by id (the two non-failures have the largest ids)."""
+        fold0 = ["pytorch/pytorch#900006", "pytorch/pytorch#900008", "pytorch/pytorch#900013",
+                 "pytorch/pytorch#900016", "pytorch/pytorch#900019"]
+        fold1 = ["pytorch/pytorch#900004", "pytorch/pytorch#900012", "pytorch/pytorch#900018",
+                 "pytorch/pytorch#900020", "pytorch/pytorch#900023"]
+        for word, want in (("quuxask", "4 of the 4"), ("onceask", "0 of the 2")):
+            nf = fold0[:2] + fold1[:2] if word == "quuxask" else [fold0[4], fold1[4]]
+            recs = [issue(i, "tune", ["none"], "none", 0, [f"plain loss {word}"]) for i in nf]
+            recs += [issue(i, "tune", ["4.11"], HANG, 4, ["plain loss"])
+                     for i in fold0 + fold1 if i not in nf]
+            with tempfile.TemporaryDirectory() as tmp:
+                corpus = pathlib.Path(tmp, "c.jsonl")
+                corpus.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+                out = subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus),
+                                      "--cv-words", "2"], check=True, capture_output=True,
+                                     text=True).stdout
+            self.assertIn(f"non-failure score, 2-fold CV: {want} held-out non-failures", out)
+
 
 if __name__ == "__main__":
     unittest.main()
