@@ -13,10 +13,11 @@ namespace {
 
 // The extensions of the files the rows name: Python frames, C++/CUDA sources and headers (NCCL's
 // `transport/nvls.cc`, `ProcessGroupNCCL.cpp`, `NCCLUtils.hpp`, a kernel's `.cu` assertion),
-// shared objects, checkpoints and Megatron-LM's data files, scripts and executables.
-constexpr std::array<std::string_view, 18> kFileExtensions = {
-    "py",  "pyc", "so",  "c",   "cc",  "cpp", "cu", "cuh", "h",
-    "hpp", "pt",  "pth", "bin", "idx", "swp", "sh", "exe", "safetensors"};
+// shared objects, checkpoints and Megatron-LM's data files, scripts and executables; and config
+// files and wheels, which no row names yet.
+constexpr std::array<std::string_view, 23> kFileExtensions = {
+    "py",  "pyc", "so",  "c",  "cc",  "cpp",         "cu",   "cuh",  "h",    "hpp", "pt", "pth",
+    "bin", "idx", "swp", "sh", "exe", "safetensors", "ckpt", "json", "yaml", "yml", "whl"};
 
 // Parts of file and folder names the rows read without an extension or a separator.
 constexpr std::array<std::string_view, 4> kNameParts = {"site-packages", "dist-packages",

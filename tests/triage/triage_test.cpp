@@ -505,6 +505,7 @@ TEST(TriagePaths, RowsKeyedOnPathsAndFileNamesAreTold) {
   EXPECT_TRUE(reads_paths("only", "tokens?/s"));  // `tokens/s` is masked as a path
   EXPECT_TRUE(reads_paths("frame", "colossalai[\\\\]lazy"));
   EXPECT_TRUE(reads_paths("_document", "\\w_text_document\\b"));
+  EXPECT_TRUE(reads_paths("ds_config.json", "ds_config\\.json"));
   EXPECT_FALSE(reads_paths("oom", "\\bOOM\\b"));
   EXPECT_FALSE(reads_paths("half", "model\\.half\\(\\)|\\.cuda\\(\\)"));
   EXPECT_FALSE(reads_paths("out of memory", "CUDA out of memory"));
