@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdint>
 #include <regex>
 
@@ -39,8 +40,18 @@ bool names_a_path(std::string_view s) {
   for (size_t i = s.find('.'); i != std::string_view::npos; i = s.find('.', i + 1)) {
     if (extension_at(s, i)) return true;
   }
-  return std::any_of(kNameParts.begin(), kNameParts.end(),
-                     [&](std::string_view p) { return s.find(p) != std::string_view::npos; });
+  if (std::any_of(kNameParts.begin(), kNameParts.end(),
+                  [&](std::string_view p) { return s.find(p) != std::string_view::npos; }))
+    return true;
+  // A code name (snake_case: a script, module, function or variable) is what file names and
+  // traceback paths are made of: `tools/run_text_generation_server.py`, `./zero_to_fp32.py`,
+  // `colossalai/zero/gemini/gemini_ddp.py`, `./all_reduce_perf`.
+  for (size_t i = s.find('_'); i != std::string_view::npos; i = s.find('_', i + 1)) {
+    const bool before = i > 0 && std::isalnum(static_cast<unsigned char>(s[i - 1]));
+    const bool after = i + 1 < s.size() && std::isalnum(static_cast<unsigned char>(s[i + 1]));
+    if (before || after) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -99,7 +110,7 @@ std::vector<NeedleHit> needle_hits(const std::string& text, const Tables& t) {
 const std::string& MaskedLine::of(size_t line, const std::string& raw, bool lower) {
   if (line != line_) {
     line_ = line;
-    text_ = mask_paths(raw);
+    text_ = mask_file_paths(raw);
     low_ = ascii_lower(text_);
   }
   return lower ? low_ : text_;

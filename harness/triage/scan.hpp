@@ -1,8 +1,9 @@
 // The scan of triage's tables over a text: which lines hold which row's needle (one pass), and
-// what line a signature row's regex reads. A row keyed on a path or a file name (a traceback frame,
-// an NCCL source file, a shared object) reads the line as it is; every other row reads it with
-// its paths masked (base/text_mask.hpp), as fl-detect-logs does, so that a row of ordinary words
-// does not read a directory's name (`\bOOM\b` in `/data/oom-killer-repro/`).
+// what line a signature row's regex reads. A row keyed on a path, a file name or a code name (a
+// traceback frame, an NCCL source file, a shared object, a script) reads the line as it is; every
+// other row reads it with its file paths masked (base/text_mask.hpp: mask_file_paths), as
+// fl-detect-logs does, so that a row of ordinary words does not read a directory's name
+// (`\bOOM\b` in `/data/oom-killer-repro/`).
 #pragma once
 
 #include <cstddef>
@@ -17,7 +18,8 @@ namespace fl::triage {
 // Whether a row keys on paths or file names, and so reads the raw line: its needle or regex holds
 // a path separator (`/`, a regex's `\\`), a file extension (`.py`, `.so`, `.cc`, `.cpp`, `.cu`,
 // `.h`, `.pt`, `.idx`, ...: `kFileExtensions` in scan.cpp) or a part of a file or folder name the
-// rows read (`site-packages`, `torch_extensions`, Megatron-LM's `_document` data prefixes).
+// rows read (`site-packages`, `torch_extensions`, Megatron-LM's `_document` data prefixes), or a
+// code name (a `_` next to a letter or digit: `zero_to_fp32`, `all_reduce_perf`).
 bool reads_paths(std::string_view needle, std::string_view regex);
 
 // A line that holds a needle: where it starts, and which table row (signatures first, then env,
@@ -32,8 +34,8 @@ struct NeedleHit {
 // which needles can start at a position, so the cost does not grow with the number of signatures.
 std::vector<NeedleHit> needle_hits(const std::string& text, const Tables& t);
 
-// The line a row of ordinary words reads: the current line with its paths masked, made on first
-// use and kept while the scan stays on that line (the hits come in line order), so a line no
+// The line a row of ordinary words reads: the current line with its file paths masked, made on
+// first use and kept while the scan stays on that line (the hits come in line order), so a line no
 // such row's needle hit is never masked.
 class MaskedLine {
  public:

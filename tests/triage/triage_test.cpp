@@ -1,6 +1,7 @@
 // faultline triage: signature tables load strictly, the environment extractor reads real report
 // excerpts, and bad input (empty, binary, off-topic, huge) gets a clear answer.
 #include "harness/triage/triage.hpp"
+#include "base/text_mask.hpp"
 #include "harness/triage/eval.hpp"
 #include "harness/triage/scan.hpp"
 #include "tests/triage/tables.hpp"
@@ -506,9 +507,20 @@ TEST(TriagePaths, RowsKeyedOnPathsAndFileNamesAreTold) {
   EXPECT_TRUE(reads_paths("frame", "colossalai[\\\\]lazy"));
   EXPECT_TRUE(reads_paths("_document", "\\w_text_document\\b"));
   EXPECT_TRUE(reads_paths("ds_config.json", "ds_config\\.json"));
+  EXPECT_TRUE(reads_paths("zero", "_save_zero_checkpoint|zero_to_fp32"));  // code names
   EXPECT_FALSE(reads_paths("oom", "\\bOOM\\b"));
   EXPECT_FALSE(reads_paths("half", "model\\.half\\(\\)|\\.cuda\\(\\)"));
   EXPECT_FALSE(reads_paths("out of memory", "CUDA out of memory"));
+}
+
+// Triage masks file paths, not words joined by a '/': an issue's `hangs/crashes` and NCCL's
+// `via P2P/direct pointer` are read as before.
+TEST(TriagePaths, WordsJoinedByASlashAreNoFilePath) {
+  EXPECT_EQ(mask_file_paths("training hangs/crashes via P2P/direct pointer, NET/IB, 1/3 and/or"),
+            "training hangs/crashes via P2P/direct pointer, NET/IB, 1/3 and/or");
+  EXPECT_EQ(mask_file_paths("from /data/oom-x/s4 ./oom.sh runs/oom/ tools/oom.py --o=/a/b:"),
+            "from <path> <path> <path> <path> --o=<path>:");
+  EXPECT_EQ(mask_file_paths("see https://github.com/x and ~/oom-logs"), "see <path> and <path>");
 }
 
 // The eval's per-stage counts follow each issue's labelled stage, and every share carries its
