@@ -68,12 +68,27 @@ inline bool name_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
 }
 
-}  // namespace mask_detail
+// A token that names a file rather than joins two words: a path as above that is absolute or
+// relative to a named folder (`/a`, `./a`, `../a`, `~/a`), a URL, one of two or more components,
+// or one whose last component has an extension (`tools/run.py`). `hangs/crashes`, `P2P/direct`,
+// `NET/IB`, `tokens/s` and `and/or` are words of a sentence or a log, not paths. A `key=` before
+// the path is not part of it.
+inline bool is_file_path(std::string_view t) {
+  if (!is_path(t)) return false;
+  const size_t eq = t.substr(0, t.find('/')).rfind('=');
+  if (eq != std::string_view::npos) t.remove_prefix(eq + 1);
+  if (t.empty()) return false;
+  if (t[0] == '/' || t.rfind("./", 0) == 0 || t.rfind("../", 0) == 0 || t.rfind("~/", 0) == 0)
+    return true;
+  if (t.find("://") != std::string_view::npos) return true;
+  if (std::count(t.begin(), t.end(), '/') >= 2) return true;
+  const std::string_view last = t.substr(t.rfind('/') + 1);
+  return last.find('.') != std::string_view::npos;
+}
 
-// `line` with every path (a token with a '/', as above: /abs/x, rel/x, ./x, URLs) replaced by
-// <path>.
-inline std::string mask_paths(std::string_view line) {
-  using namespace mask_detail;
+// `line` with every token `masks(token)` says is a path replaced by <path>.
+template <typename Pred>
+std::string mask_paths_if(std::string_view line, Pred masks) {
   std::string out;
   out.reserve(line.size());
   size_t i = 0;
@@ -85,7 +100,7 @@ inline std::string mask_paths(std::string_view line) {
     size_t j = i;
     while (j < line.size() && path_char(line[j])) ++j;
     const std::string_view tok = line.substr(i, j - i);
-    if (is_path(tok)) {
+    if (masks(tok)) {
       // A `key=` before the path is the line's (`oom_memcg=/a`, `--save-dir=/b`).
       const size_t eq = tok.substr(0, tok.find('/')).rfind('=');
       const size_t from = eq == std::string_view::npos ? 0 : eq + 1;
@@ -99,6 +114,20 @@ inline std::string mask_paths(std::string_view line) {
     i = j;
   }
   return out;
+}
+
+}  // namespace mask_detail
+
+// `line` with every path (a token with a '/', as above: /abs/x, rel/x, ./x, URLs) replaced by
+// <path>.
+inline std::string mask_paths(std::string_view line) {
+  return mask_detail::mask_paths_if(line, mask_detail::is_path);
+}
+
+// `line` with every file path (mask_detail::is_file_path: not a pair of words joined by a '/')
+// replaced by <path>: what triage's signature rows read in an issue's prose and logs.
+inline std::string mask_file_paths(std::string_view line) {
+  return mask_detail::mask_paths_if(line, mask_detail::is_file_path);
 }
 
 // `line` with every whole-word occurrence of `name` (the run's name: its directory's last

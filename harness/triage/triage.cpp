@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "harness/triage/context_rows.hpp"
+#include "harness/triage/scan.hpp"
 #include "harness/triage/yaml_file.hpp"
 
 namespace fl::triage {
@@ -137,7 +138,9 @@ void load_file(const std::string& file, Tables& t) {
     s.needle = scalar(file, item, "needle", true);
     if (s.needle.size() < 2) fail_at(file, item["needle"], "needle: at least 2 characters");
     s.needle = ascii_lower(s.needle);  // the needle is always a case-insensitive prefilter
-    s.regex = compile(file, item["regex"], scalar(file, item, "regex", true), s.icase, true);
+    const std::string regex = scalar(file, item, "regex", true);
+    s.regex = compile(file, item["regex"], regex, s.icase, true);
+    s.raw_line = reads_paths(s.needle, regex);
     s.symptoms = weights(file, item, "symptoms", stage_of);
     if (s.symptoms.empty()) fail_at(file, item, "symptoms: at least one symptom id with a weight");
     s.root_causes = weights(file, item, "root_cause", t.taxonomy.root_cause_name);
@@ -302,63 +305,6 @@ std::vector<Candidate> ranked(std::map<std::string, Candidate> m, size_t ev_max)
   return out;
 }
 
-// A line that holds a needle: where it starts, and which table row (signatures first, then env,
-// then the ranker's cue words).
-struct NeedleHit {
-  size_t start = 0, end = 0, line = 0;  // the line's bytes and 1-based number
-  size_t row = 0;                       // signature index, or signatures.size() + env index, ...
-};
-
-// Every (line, row) whose line holds the row's needle, in line order. One pass over the
-// lower-cased text: a table keyed by each needle's first two bytes says which needles can start
-// at a position, so the cost does not grow with the number of signatures.
-std::vector<NeedleHit> needle_hits(const std::string& text, const Tables& t) {
-  const std::string low = ascii_lower(text);
-  std::vector<const std::string*> needles;
-  for (const auto& s : t.signatures) needles.push_back(&s.needle);
-  for (const auto& e : t.env_rules) needles.push_back(&e.needle);
-  const size_t first_cue = needles.size();  // cue words: at the start of a word unless `anywhere`
-  for (const auto& c : t.ranker.cues) needles.push_back(&c.word);
-  std::vector<std::vector<uint32_t>> by_bigram(1 << 16);
-  auto bigram = [](char a, char b) {
-    return (static_cast<unsigned>(static_cast<unsigned char>(a)) << 8) |
-           static_cast<unsigned char>(b);
-  };
-  for (size_t row = 0; row < needles.size(); ++row) {
-    by_bigram[bigram((*needles[row])[0], (*needles[row])[1])].push_back(static_cast<uint32_t>(row));
-  }
-  std::vector<size_t> last_line(needles.size(), 0);
-  std::vector<int> cue_lines(needles.size(), 0);  // a cue word needs a few lines, not a log's
-  std::vector<NeedleHit> out;
-  size_t line = 1, start = 0;
-  for (size_t i = 0; i + 1 < low.size(); ++i) {
-    if (low[i] == '\n') {
-      ++line;
-      start = i + 1;
-      continue;
-    }
-    for (const uint32_t row : by_bigram[bigram(low[i], low[i + 1])]) {
-      const std::string& n = *needles[row];
-      if (last_line[row] == line || low.compare(i, n.size(), n) != 0) continue;
-      if (row >= first_cue) {
-        const bool mid_word = i > start && word_char(low[i - 1]);
-        if ((mid_word && !t.ranker.cues[row - first_cue].anywhere) || cue_lines[row]++ >= 3)
-          continue;
-      }
-      last_line[row] = line;
-      out.push_back({start, 0, line, row});
-    }
-  }
-  for (auto& h : out) {
-    h.end = low.find('\n', h.start);
-    if (h.end == std::string::npos) h.end = low.size();
-  }
-  std::stable_sort(out.begin(), out.end(), [](const NeedleHit& a, const NeedleHit& b) {
-    return a.line != b.line ? a.line < b.line : a.row < b.row;
-  });
-  return out;
-}
-
 // The candidates of one tier of signatures: the hand-written tables, or the learned words.
 struct Scored {
   std::vector<Candidate> symptoms, root_causes;
@@ -439,6 +385,7 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
   // Lines a row's regex already rejected: a log repeats its lines, and std::regex is slow.
   std::vector<std::unordered_set<std::string>> rejected(t.signatures.size() + t.env_rules.size());
   std::set<std::string> env_seen;
+  MaskedLine masked;  // the line rows of ordinary words read (scan.hpp)
   r.lines = static_cast<size_t>(std::count(in.text.begin(), in.text.end(), '\n')) +
             (in.text.back() == '\n' ? 0 : 1);
   const std::vector<NeedleHit> candidates = needle_hits(in.text, t);
@@ -461,7 +408,7 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
       auto& h = hits[c.row];
       if (static_cast<int>(h.lines.size()) >= o.max_hits || seen_text[c.row].count(text)) continue;
       if (rejected[c.row].count(text)) continue;
-      if (!std::regex_search(s.icase ? ascii_lower(text) : text, s.regex)) {
+      if (!signature_matches(s, text, c.line, masked)) {
         rejected[c.row].insert(std::move(text));
         continue;
       }

@@ -30,6 +30,9 @@ struct Signature {
   bool env = false;    // a setting/version line: weak context, never an answer on its own
   // A learned word (learn_tokens.py): scored only when the hand-written tables give no answer.
   bool fallback = false;
+  // The row keys on a path or a file name (scan.hpp: reads_paths) and reads the raw line; every
+  // other row reads the line with its paths masked.
+  bool raw_line = false;
   std::regex regex;
   std::map<std::string, double> symptoms;     // symptom id -> weight
   std::map<std::string, double> root_causes;  // root-cause id (R4.6) -> weight

@@ -1,7 +1,9 @@
 // faultline triage: signature tables load strictly, the environment extractor reads real report
 // excerpts, and bad input (empty, binary, off-topic, huge) gets a clear answer.
 #include "harness/triage/triage.hpp"
+#include "base/text_mask.hpp"
 #include "harness/triage/eval.hpp"
+#include "harness/triage/scan.hpp"
 #include "tests/triage/tables.hpp"
 
 #include <fmt/format.h>
@@ -440,6 +442,87 @@ TEST(TriageBadInput, ARowsRegexRunsOnlyOnTheLastLinesHoldingItsNeedle) {
   EXPECT_EQ(scan("step 0 loss spikes to 40\n" + plain, 4000), Result::Kind::kFound);
   EXPECT_EQ(scan("step 0 loss spikes to 40\n" + plain, 3), Result::Kind::kNone);
   EXPECT_EQ(scan(plain + "step 4 loss spikes to 40\n", 2), Result::Kind::kFound);
+}
+
+// A row of ordinary words reads a line with its paths masked, as fl-detect-logs does: a
+// directory named after an OOM or a hang is no OOM or hang (it was: `oom-statement` read
+// `/data/oom-killer-repro/` as 4.2, `prep-oom-title` as 3.4, `hang-statement`
+// `/scratch/nccl-hang-debug/` as 4.11). The shipped tables alone: the ranker's cue words still
+// read the raw line (docs/triage.md, Stop 50).
+TEST(TriagePaths, AWordThatSitsOnlyInAPathIsNoAnswer) {
+  static const Tables t = load_tables(default_signature_dir(), default_taxonomy_path(), "none");
+  std::istringstream in(
+      "Loading checkpoint from /data/oom-killer-repro/global_step400\n"
+      "Saving logs to /scratch/nccl-hang-debug/rank0.log\n");
+  const auto r = triage(read_input(in, 1u << 20), t);
+  EXPECT_EQ(r.kind, Result::Kind::kNone);
+  for (const auto& c : r.symptoms) {
+    EXPECT_TRUE(c.id != "4.2" && c.id != "3.4" && c.id != "4.11")
+        << c.id << " from " << c.evidence.at(0).signature << ": " << c.evidence.at(0).text;
+  }
+}
+
+// A row keyed on a traceback path still reads it, and the words of the path's directories are
+// still no OOM.
+TEST(TriagePaths, ARowKeyedOnATracebackPathStillReadsItsPath) {
+  const auto r =
+      run("  File \"/home/u/oom-repro/env/lib/python3.10/site-packages/torch/utils/"
+          "cpp_extension.py\", line 1900, in _run_ninja_build\n"
+          "RuntimeError: Error building extension 'fused_adam'\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.symptoms.at(0).id, "1.1");
+  EXPECT_EQ(r.symptoms.at(0).evidence.at(0).line, 1u);
+  for (const auto& c : r.symptoms) EXPECT_NE(c.id, "4.2") << c.evidence.at(0).signature;
+}
+
+// The rule on a table of two rows: the one keyed on a file name reads the raw line, the one of
+// ordinary words the masked line (its word outside the path still counts).
+TEST(TriagePaths, APathRowReadsTheRawLineAndAWordRowTheMaskedOne) {
+  const auto dir = write_table("path_rows", R"(signatures:
+  - id: oom-word
+    needle: "oom"
+    icase: true
+    regex: '\boom\b'
+    symptoms: {"4.2": 2}
+  - id: oom-frame
+    needle: "oom_repro.py"
+    regex: 'oom_repro\.py", line \d+'
+    symptoms: {"4.3": 2}
+)");
+  const Tables t = load_tables(dir, default_taxonomy_path(), "none");
+  std::istringstream in(
+      "  File \"/data/oom/oom_repro.py\", line 12, in main\n"
+      "the job hit an OOM at step 400 under /data/oom/\n");
+  const auto r = triage(read_input(in, 1u << 20), t);
+  ASSERT_EQ(r.symptoms.size(), 2u);
+  for (const auto& c : r.symptoms) {
+    ASSERT_EQ(c.evidence.size(), 1u) << c.id;
+    EXPECT_EQ(c.evidence[0].line, c.id == "4.3" ? 1u : 2u) << c.id;
+  }
+}
+
+TEST(TriagePaths, RowsKeyedOnPathsAndFileNamesAreTold) {
+  EXPECT_TRUE(reads_paths("cpp_extension", "torch/utils/cpp_extension\\.py"));
+  EXPECT_TRUE(reads_paths("nccl error in:", "NCCL error in: \\S*ProcessGroupNCCL\\.cpp:\\d+"));
+  EXPECT_TRUE(reads_paths("undefined symbol", "\\.so: undefined symbol: \\S+"));
+  EXPECT_TRUE(reads_paths("only", "tokens?/s"));  // `tokens/s` is masked as a path
+  EXPECT_TRUE(reads_paths("frame", "colossalai[\\\\]lazy"));
+  EXPECT_TRUE(reads_paths("_document", "\\w_text_document\\b"));
+  EXPECT_TRUE(reads_paths("ds_config.json", "ds_config\\.json"));
+  EXPECT_TRUE(reads_paths("zero", "_save_zero_checkpoint|zero_to_fp32"));  // code names
+  EXPECT_FALSE(reads_paths("oom", "\\bOOM\\b"));
+  EXPECT_FALSE(reads_paths("half", "model\\.half\\(\\)|\\.cuda\\(\\)"));
+  EXPECT_FALSE(reads_paths("out of memory", "CUDA out of memory"));
+}
+
+// Triage masks file paths, not words joined by a '/': an issue's `hangs/crashes` and NCCL's
+// `via P2P/direct pointer` are read as before.
+TEST(TriagePaths, WordsJoinedByASlashAreNoFilePath) {
+  EXPECT_EQ(mask_file_paths("training hangs/crashes via P2P/direct pointer, NET/IB, 1/3 and/or"),
+            "training hangs/crashes via P2P/direct pointer, NET/IB, 1/3 and/or");
+  EXPECT_EQ(mask_file_paths("from /data/oom-x/s4 ./oom.sh runs/oom/ tools/oom.py --o=/a/b:"),
+            "from <path> <path> <path> <path> --o=<path>:");
+  EXPECT_EQ(mask_file_paths("see https://github.com/x and ~/oom-logs"), "see <path> and <path>");
 }
 
 // The eval's per-stage counts follow each issue's labelled stage, and every share carries its
