@@ -47,6 +47,10 @@ Result run(const std::string& text, const Tables& t) {
 
 const char* kOff =
     "answer_without_context: false\nanswer_without_failure_word: false\nanswer_min_words: 0";
+const char* kNoContextOnly =
+    "answer_without_context: true\nanswer_without_failure_word: false\nanswer_min_words: 2";
+const char* kNoFailureWordOnly =
+    "answer_without_context: false\nanswer_without_failure_word: true\nanswer_min_words: 0";
 const char* kOn =
     "answer_without_context: true\nanswer_without_failure_word: true\nanswer_min_words: 2";
 
@@ -60,7 +64,7 @@ const char* kNoFailureWord =
 
 TEST(TriageAnswerGate, AFailureWordWithoutContextIsAnsweredWeaklyWhenSwitchedOn) {
   EXPECT_EQ(run(kNoContext, tables_with("nc_off", kOff)).kind, Result::Kind::kNone);
-  const Tables on = tables_with("nc_on", "answer_without_context: true\nanswer_min_words: 2");
+  const Tables on = tables_with("nc_on", kNoContextOnly);
   const auto r = run(kNoContext, on);
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.basis, Result::Basis::kInferred);
@@ -72,13 +76,12 @@ TEST(TriageAnswerGate, AFailureWordWithoutContextIsAnsweredWeaklyWhenSwitchedOn)
       << r.symptoms.front().basis;
   EXPECT_NE(format_result(r, on).find("Confidence: weak ("), std::string::npos);
   // The other opening alone does not answer it.
-  EXPECT_EQ(run(kNoContext, tables_with("nc_other", "answer_without_failure_word: true")).kind,
-            Result::Kind::kNone);
+  EXPECT_EQ(run(kNoContext, tables_with("nc_other", kNoFailureWordOnly)).kind, Result::Kind::kNone);
 }
 
 TEST(TriageAnswerGate, ContextWithoutAFailureWordIsAnsweredWeaklyWhenSwitchedOn) {
   EXPECT_EQ(run(kNoFailureWord, tables_with("nf_off", kOff)).kind, Result::Kind::kNone);
-  const Tables on = tables_with("nf_on", "answer_without_failure_word: true");
+  const Tables on = tables_with("nf_on", kNoFailureWordOnly);
   const auto r = run(kNoFailureWord, on);
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.basis, Result::Basis::kInferred);
@@ -86,16 +89,18 @@ TEST(TriageAnswerGate, ContextWithoutAFailureWordIsAnsweredWeaklyWhenSwitchedOn)
   EXPECT_NE(r.symptoms.front().basis.find("(cues.yaml answer_without_failure_word)"),
             std::string::npos)
       << r.symptoms.front().basis;
-  EXPECT_EQ(run(kNoFailureWord, tables_with("nf_other", "answer_without_context: true")).kind,
-            Result::Kind::kNone);
+  EXPECT_EQ(run(kNoFailureWord, tables_with("nf_other", kNoContextOnly)).kind, Result::Kind::kNone);
 }
 
 // answer_min_words: "it does not work" alone has a failure word and no learned word of a stage.
 TEST(TriageAnswerGate, ABareFailureWordNeedsLearnedWordsOfItsStage) {
   const char* text = "It does not work.\n";
-  EXPECT_EQ(run(text, tables_with("mw_0", "answer_without_context: true")).kind,
+  EXPECT_EQ(run(text, tables_with("mw_0",
+                                  "answer_without_context: true\nanswer_without_failure_word: "
+                                  "false\nanswer_min_words: 0"))
+                .kind,
             Result::Kind::kFound);
-  EXPECT_EQ(run(text, tables_with("mw_2", kOn)).kind, Result::Kind::kNone);
+  EXPECT_EQ(run(text, tables_with("mw_2", kNoContextOnly)).kind, Result::Kind::kNone);
 }
 
 // With every opening on, what is no failure report still gets "none".

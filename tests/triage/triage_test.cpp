@@ -430,7 +430,9 @@ TEST(TriageBadInput, ARowsRegexRunsOnlyOnTheLastLinesHoldingItsNeedle) {
     regex: 'loss spikes'
     symptoms: {"4.4": 3}
 )");
-  const Tables t = load_tables(dir, default_taxonomy_path());
+  // The tables alone: since stop 50 the ranker answers a loss spike without context weakly
+  // (answer_without_context), and this test is about the row's regex.
+  const Tables t = load_tables(dir, default_taxonomy_path(), "none");
   auto scan = [&](const std::string& text, size_t cap) {
     std::istringstream in(text);
     Options o;
