@@ -133,8 +133,8 @@ struct RankInput {
 // After the tables' tiers (`r` as they left it): fills the candidates to `fill_to` and picks the
 // root cause; and when the tables found nothing but the text has failure words (or error text) and
 // distributed context (a table row matched, or a context word), answers with the inferred
-// stage's symptoms (Result::Basis::kInferred). Empty and binary input, and text without both, are
-// left as they are.
+// stage's symptoms (Result::Basis::kInferred); the answer_without_* settings relax that gate
+// (stop 50). Empty and binary input, and text the gate keeps out, are left as they are.
 void apply_ranker(Result& r, const RankInput& in, const Tables& t);
 
 }  // namespace fl::triage
