@@ -379,6 +379,45 @@ void rank_root_causes(Result& r, const StageGuess& g, const Ranker& k) {
   }
 }
 
+// Stop 50: the answer gate. kOpen: a failure word (or a context-only match) and context; the
+// relaxed openings (each its own setting) answer with less and need answer_min_words.
+enum class Gate { kClosed, kOpen, kNoContext, kNoFailureWord };
+
+Gate open_gate(const RankInput& in, const Ranker& k) {
+  auto on_notice_line = [&](const CueHit& h) {
+    const std::string line = ascii_lower(h.text);
+    return std::any_of(k.notice.begin(), k.notice.end(),
+                       [&](const std::string& m) { return line.find(m) != std::string::npos; });
+  };
+  // A failure word on a notice line is no failure word, and, like a healthy word, keeps an
+  // answer on context lines alone from being given (the log says what it shows is benign).
+  auto kind_hit = [&](Cue::Kind kind) {
+    return std::any_of(in.cues.begin(), in.cues.end(), [&](const CueHit& h) {
+      const Cue::Kind got = k.cues[h.cue].kind;
+      if (got == Cue::Kind::kFailure && on_notice_line(h)) return kind == Cue::Kind::kHealthy;
+      return got == kind;
+    });
+  };
+  const bool healthy = kind_hit(Cue::Kind::kHealthy);
+  const bool failure_word =
+      (k.error_text_is_failure && in.error_text) || kind_hit(Cue::Kind::kFailure);
+  const bool failure =
+      failure_word || (k.answer_context_only && in.table_match && !in.error_text && !healthy);
+  const bool context = in.table_match || kind_hit(Cue::Kind::kContext);
+  if (failure && context) return Gate::kOpen;
+  if (failure_word && k.answer_without_context) return Gate::kNoContext;
+  if (!failure && context && !healthy && k.answer_without_failure_word) return Gate::kNoFailureWord;
+  return Gate::kClosed;
+}
+
+// A relaxed answer's evidence: at least answer_min_words learned words that lean its stage.
+bool enough_words(const StageGuess& g, const Ranker& k) {
+  if (k.answer_min_words <= 0) return true;
+  const auto n = static_cast<size_t>(k.answer_min_words);
+  return carrying_words(k.words, WordLabel::kStage, std::to_string(g.stage), g.words, k.nb_alpha, n)
+             .size() >= n;
+}
+
 }  // namespace
 
 void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
@@ -389,31 +428,15 @@ void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
     return k.cues[h.cue].whole && !has_whole_word(h.text, k.cues[h.cue].word);
   });
   StageGuess g;
+  Gate gate = Gate::kOpen;
   if (r.kind == Result::Kind::kFound) {
     g = guess_stage(r, in, k, r.stage);
   } else {
-    auto on_notice_line = [&](const CueHit& h) {
-      const std::string line = ascii_lower(h.text);
-      return std::any_of(k.notice.begin(), k.notice.end(),
-                         [&](const std::string& m) { return line.find(m) != std::string::npos; });
-    };
-    // A failure word on a notice line is no failure word, and, like a healthy word, keeps an
-    // answer on context lines alone from being given (the log says what it shows is benign).
-    auto kind_hit = [&](Cue::Kind kind) {
-      return std::any_of(in.cues.begin(), in.cues.end(), [&](const CueHit& h) {
-        const Cue::Kind got = k.cues[h.cue].kind;
-        if (got == Cue::Kind::kFailure && on_notice_line(h)) return kind == Cue::Kind::kHealthy;
-        return got == kind;
-      });
-    };
-    const bool failure = (k.error_text_is_failure && in.error_text) ||
-                         kind_hit(Cue::Kind::kFailure) ||
-                         (k.answer_context_only && in.table_match && !in.error_text &&
-                          !kind_hit(Cue::Kind::kHealthy));
-    const bool context = in.table_match || kind_hit(Cue::Kind::kContext);
-    if (!failure || !context) return;
+    gate = open_gate(in, k);
+    if (gate == Gate::kClosed) return;
     g = guess_stage(r, in, k, 0);
     if (g.stage == 0) return;
+    if (gate != Gate::kOpen && !enough_words(g, k)) return;
     // The tables' weak matches of that stage stay first; other stages' go.
     std::erase_if(r.symptoms, [&](const Candidate& c) { return stage_of_id(c.id) != g.stage; });
     r.kind = Result::Kind::kFound;
@@ -424,6 +447,14 @@ void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
   fill_symptoms(r, g, k);
   if (r.symptoms.empty()) return;
   rank_root_causes(r, g, k);
+  if (gate == Gate::kOpen) return;
+  // A relaxed answer says which opening it came through, on its first candidate.
+  std::string& basis = r.symptoms.front().basis;
+  basis += fmt::format(
+      "{}the answer gate: {} (cues.yaml {})", basis.empty() ? "" : "; ",
+      gate == Gate::kNoContext ? "a failure word without distributed context"
+                               : "distributed context without a failure word",
+      gate == Gate::kNoContext ? "answer_without_context" : "answer_without_failure_word");
 }
 
 }  // namespace fl::triage

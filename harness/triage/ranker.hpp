@@ -66,6 +66,14 @@ struct Ranker {
   // Markers of a log's notice line (`nccl info`, `[warning]`, lower-case): a failure word on a
   // line holding one (`NCCL INFO NET/Plugin: Failed to find ...`) is not a failure word.
   std::vector<std::string> notice;
+  // Stop 50: the answer gate relaxed, each opening its own switch. answer_without_context: a
+  // failure word without any context (no table match, no context word) is answered.
+  // answer_without_failure_word: context (a table match, even one with error text below the
+  // threshold, or a context word) without a failure word or a healthy word is answered. Either
+  // needs answer_min_words learned words (words.yaml) that lean the inferred stage (0: none).
+  bool answer_without_context = false;
+  bool answer_without_failure_word = false;
+  int answer_min_words = 0;
   // A root cause's score: this times its table score (over the best table score), plus how often
   // it goes with the top symptom on the tune split. Large: the tables' order; small: the tally's.
   double root_cause_table_weight = 10.0;
@@ -125,8 +133,8 @@ struct RankInput {
 // After the tables' tiers (`r` as they left it): fills the candidates to `fill_to` and picks the
 // root cause; and when the tables found nothing but the text has failure words (or error text) and
 // distributed context (a table row matched, or a context word), answers with the inferred
-// stage's symptoms (Result::Basis::kInferred). Empty and binary input, and text without both, are
-// left as they are.
+// stage's symptoms (Result::Basis::kInferred); the answer_without_* settings relax that gate
+// (stop 50). Empty and binary input, and text the gate keeps out, are left as they are.
 void apply_ranker(Result& r, const RankInput& in, const Tables& t);
 
 }  // namespace fl::triage

@@ -59,11 +59,27 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
              "file");
   if (const auto s = doc["settings"]) {
     check_keys(file, s,
-               {"fill_to", "table_stage_weight", "co_weight", "study_weight",
-                "learned_stage_weight", "min_share", "root_cause_table_weight",
-                "error_text_is_failure", "answer_context_only", "stage_prior_weight",
-                "symptom_word_weight", "nb_alpha", "nb_stage_weight", "nb_fill_weight",
-                "nb_cross_min", "nb_max_bytes", "nb_cross_tables_max", "nb_root_cause_weight"},
+               {"fill_to",
+                "table_stage_weight",
+                "co_weight",
+                "study_weight",
+                "learned_stage_weight",
+                "min_share",
+                "root_cause_table_weight",
+                "error_text_is_failure",
+                "answer_context_only",
+                "stage_prior_weight",
+                "symptom_word_weight",
+                "nb_alpha",
+                "nb_stage_weight",
+                "nb_fill_weight",
+                "nb_cross_min",
+                "nb_max_bytes",
+                "nb_cross_tables_max",
+                "nb_root_cause_weight",
+                "answer_without_context",
+                "answer_without_failure_word",
+                "answer_min_words"},
                "settings");
     auto set = [&](const char* key, auto& v) {
       if (s[key]) v = value<std::remove_reference_t<decltype(v)>>(file, s[key], key);
@@ -76,6 +92,9 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
     set("learned_stage_weight", r.learned_stage_weight);
     set("error_text_is_failure", r.error_text_is_failure);
     set("answer_context_only", r.answer_context_only);
+    set("answer_without_context", r.answer_without_context);
+    set("answer_without_failure_word", r.answer_without_failure_word);
+    set("answer_min_words", r.answer_min_words);
     set("symptom_word_weight", r.symptom_word_weight);
     set("stage_prior_weight", r.stage_prior_weight);
     set("nb_alpha", r.nb_alpha);
