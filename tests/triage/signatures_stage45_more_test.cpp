@@ -15,10 +15,7 @@ namespace {
 using test::cites;
 using test::tables;
 
-Result run(const std::string& text) {
-  std::istringstream in(text);
-  return triage(read_input(in, 16u << 20), tables());
-}
+using test::run;
 
 // Gradients whose synchronisation does not finish (Colossal-AI's ZeroDDP/GeminiDDP words, or a
 // reporter's) are a wrong training computation, 4.4 (main's tables found nothing here).

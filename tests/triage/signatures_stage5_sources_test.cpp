@@ -16,10 +16,7 @@ namespace {
 using test::SignatureCase;
 using test::tables;
 
-Result run(const std::string& text) {
-  std::istringstream in(text);
-  return triage(read_input(in, 16u << 20), tables());
-}
+using test::run;
 
 // {name, text, stage, top symptom, top root cause ("": not checked), the signature cited on
 // line 1 as the top symptom's evidence ("": not checked)}.

@@ -18,10 +18,7 @@ namespace {
 using test::SignatureCase;
 using test::tables;
 
-Result run(const std::string& text) {
-  std::istringstream in(text);
-  return triage(read_input(in, 1u << 20), tables());
-}
+using test::run;
 
 // The answer's top symptom and root cause, and whether `signature` matched line `line` as
 // evidence for that symptom.

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <ostream>
+#include <sstream>
 #include <string>
 
 #include "harness/triage/triage.hpp"
@@ -32,6 +33,12 @@ inline std::string write_scratch_table(const std::string& prefix, const std::str
 inline const Tables& tables() {
   static const Tables t = load_tables(default_signature_dir(), default_taxonomy_path());
   return t;
+}
+
+// triage's answer to `text` with the project's tables, as `faultline triage` reads a file.
+inline Result run(const std::string& text) {
+  std::istringstream in(text);
+  return triage(read_input(in, 16u << 20), tables());
 }
 
 // The candidate's evidence holds `signature` on line `line`. A line is cited once per candidate,

@@ -23,10 +23,7 @@ namespace fs = std::filesystem;
 
 using test::tables;
 
-Result run(const std::string& text) {
-  std::istringstream in(text);
-  return triage(read_input(in, 16u << 20), tables());
-}
+using test::run;
 
 // A scratch signature folder holding one file.
 std::string write_table(const std::string& name, const std::string& body) {
