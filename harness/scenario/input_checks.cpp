@@ -202,14 +202,17 @@ int64_t model_context(const std::string& model, int64_t seq_len_override) {
 
 void check_infer_context(const std::string& file, const YAML::Node& doc, const Scenario& s) {
   // The infer worker declares --seed as workload.infer.seed, but the harness passes every
-  // inference rank the scenario's `seed` as --seed after the scenario's keys, so a value here
-  // would be silently overridden (tp-ranks-sample-apart set 3 and ran under 7): refuse it.
+  // inference rank the scenario's `seed` as --seed (0, the default, means that seed), so another
+  // value would be silently overridden (tp-ranks-sample-apart set 3 and ran under 7): refuse it.
   const YAML::Node w = doc["workload"];
-  if (w && w.IsMap() && w["infer"] && w["infer"].IsMap() && w["infer"]["seed"]) {
+  if (w && w.IsMap() && w["infer"] && w["infer"].IsMap() && w["infer"]["seed"] &&
+      w["infer"]["seed"].IsScalar() && w["infer"]["seed"].Scalar() != "0" &&
+      w["infer"]["seed"].Scalar() != std::to_string(s.seed)) {
     fail_at(file, w["infer"]["seed"], "workload.infer.seed",
-            "the sampling seed is the scenario's `seed` (the harness passes it to every rank "
-            "as --seed, so this key would be overridden) (allowed: set the top-level `seed`; "
-            "workload.infer.seed_offset varies it per rank)");
+            fmt::format("{} is not the scenario's seed {}: the harness passes `seed` to every rank "
+                        "as --seed, so this value would be overridden (allowed: 0 or {}; set the "
+                        "top-level `seed` instead; workload.infer.seed_offset varies it per rank)",
+                        valid_utf8(w["infer"]["seed"].Scalar()), s.seed, s.seed));
   }
   if (s.workload.kind != "infer") return;
   const int64_t context = model_context(s.workload.model, s.workload.seq_len);

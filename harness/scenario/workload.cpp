@@ -87,6 +87,10 @@ void parse_workload(const std::string& path, const YAML::Node& doc, const YAML::
   // workload.data.seed 0: the scenario's seed.
   auto& data_seed = out.options["workload.data.seed"];
   if (data_seed && data_seed.as<int64_t>() == 0) data_seed.reset(YAML::Node(s.seed));
+  // workload.infer.seed 0: the scenario's seed too (infer_args passes it as --seed;
+  // check_infer_context refuses another value).
+  auto& infer_seed = out.options["workload.infer.seed"];
+  if (infer_seed && infer_seed.as<int64_t>() == 0) infer_seed.reset(YAML::Node(s.seed));
   out.kind = w["kind"].as<std::string>();
   out.model = w["model"].as<std::string>();
   out.device = w["device"].as<std::string>();

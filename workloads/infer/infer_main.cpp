@@ -72,7 +72,9 @@ void declare_infer_options(worker::Runtime& rt, InferArgs& a) {
         "Sampling temperature (logits divided by it)")
       .range(1e-3, 1000);
   o.add("workload.infer.seed", "--seed", a.g.seed,
-        "Sampling seed (a scenario sets the top-level `seed`, which the harness passes as --seed)");
+        "Sampling seed (0: the scenario's `seed`, which the harness passes as --seed; a scenario "
+        "may not set another)")
+      .scenario_default("0");
   o.add("workload.infer.seed_offset", "--seed-offset", a.seed_offset,
         "Added to the sampling seed on each rank: none, dp_rank (replicas draw differently, "
         "tensor-parallel ranks alike, as Megatron's per-DP-rank seed) or rank (every rank its "
