@@ -66,11 +66,20 @@ std::optional<Hit> find_hang(const Expect& x, const RunSummary& f, int64_t end_n
     auto [it, fresh] = first_t.emplace(s.step, s.t);
     if (!fresh) it->second = std::min(it->second, s.t);
   }
+  // The first step's own duration, as its ranks measured it (no earlier step marks its start):
+  // without it a gap right after the first step would have no pace to be judged against.
+  std::vector<double> first_own;
+  if (!first_t.empty()) {
+    for (auto& s : f.steps) {
+      if (s.step == first_t.begin()->first) first_own.push_back(s.interval * kNs);
+    }
+  }
   progress.push_back(end_ns);
   const auto floor_need = static_cast<int64_t>(hang_seconds(x) * kNs);
   for (size_t i = 0; i + 1 < progress.size(); ++i) {
     if (progress[i + 1] - progress[i] < floor_need) continue;
     std::vector<double> intervals;
+    if (!first_own.empty()) intervals.push_back(stats::upper_median(first_own));
     int64_t prev = -1;
     for (auto& [st, t] : first_t) {
       if (t > progress[i]) break;

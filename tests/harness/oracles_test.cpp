@@ -198,6 +198,28 @@ TEST(HangOracle, GapIsJudgedAgainstTheJobsOwnPace) {
   EXPECT_EQ(v.outcome, "pass") << v.explanation;
 }
 
+TEST(HangOracle, SlowFirstStepsOnABusyHostAreNotAHang) {
+  // Under 12 busy loops on 2 cores every step takes 4.6 s, the first one too (its ranks report
+  // interval_s 4.6). The gap after step 0 is over hang_s (4 s), but it is the job's own pace.
+  HistoryBuilder h(4);
+  for (int64_t s = 0; s < 4; ++s) h.step(s, 4.6, {1.5, 1.5, 1.5, 1.5});
+  const auto v = judge(hang(4, true), h.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  HistoryBuilder mid(4);
+  for (int64_t s = 0; s < 1; ++s) mid.step(s, 4.6, {1.5, 1.5, 1.5, 1.5});
+  mid.pause(4.5);
+  EXPECT_FALSE(hang_observed(hang(4), mid.events(), mid.now()));
+}
+
+TEST(HangOracle, AStallRightAfterAQuickFirstStepIsAHang) {
+  HistoryBuilder h(2);
+  h.step(0, 0.5, {0.1, 0.1});
+  h.pause(20.0);
+  const auto v = judge(hang(4), h.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_EQ(v.step, 0);
+}
+
 TEST(HangOracle, StalledStepsAreAHangOnAnyHost) {
   HistoryBuilder h(4);
   for (int64_t s = 0; s < 4; ++s) h.step(s, 0.02, {0.005, 0.005, 0.005, 0.005});
