@@ -274,10 +274,11 @@ TEST_F(ScenarioInput, TheSamplingSeedIsTheScenariosSeed) {
   // The harness passes `seed` to inference ranks as --seed: a workload.infer.seed of another value
   // would be overridden without a word, so the loader refuses it at its key; 0 (the default: the
   // scenario's seed, what a run's resolved scenario.yaml holds) and the scenario's own value load.
-  EXPECT_EQ(error_of("name: a\nworkload:\n  kind: infer\n  infer: {seed: 3, seed_offset: rank}\n"),
-            "s.yaml:4:17: workload.infer.seed: 3 is not the scenario's seed 7: the harness passes "
-            "`seed` to every rank as --seed, so this value would be overridden (allowed: 0 or 7; set "
-            "the top-level `seed` instead; workload.infer.seed_offset varies it per rank)");
+  EXPECT_EQ(
+      error_of("name: a\nworkload:\n  kind: infer\n  infer: {seed: 3, seed_offset: rank}\n"),
+      "s.yaml:4:17: workload.infer.seed: 3 is not the scenario's seed 7: the harness passes "
+      "`seed` to every rank as --seed, so this value would be overridden (allowed: 0 or 7; set "
+      "the top-level `seed` instead; workload.infer.seed_offset varies it per rank)");
   EXPECT_EQ(error_of("name: a\nseed: 3\nworkload:\n  kind: infer\n  infer: {seed: 3}\n"),
             "no error");
   EXPECT_EQ(error_of("name: a\nworkload:\n  kind: infer\n  infer: {seed: 0}\n"), "no error");
