@@ -52,60 +52,59 @@ void add_words(const std::string& file, const YAML::Node& list, Cue::Kind kind, 
   }
 }
 
-void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
-  const YAML::Node doc = load_yaml(file, "ranker file");
-  check_keys(file, doc,
-             {"settings", "failure", "context", "healthy", "notice", "stages", "symptom_words"},
-             "file");
-  if (const auto s = doc["settings"]) {
-    check_keys(file, s,
-               {"fill_to",
-                "table_stage_weight",
-                "co_weight",
-                "study_weight",
-                "learned_stage_weight",
-                "min_share",
-                "root_cause_table_weight",
-                "error_text_is_failure",
-                "answer_context_only",
-                "stage_prior_weight",
-                "symptom_word_weight",
-                "nb_alpha",
-                "nb_stage_weight",
-                "nb_fill_weight",
-                "nb_cross_min",
-                "nb_max_bytes",
-                "nb_cross_tables_max",
-                "nb_root_cause_weight",
-                "answer_without_context",
-                "answer_without_failure_word",
-                "answer_min_words"},
-               "settings");
-    auto set = [&](const char* key, auto& v) {
-      if (s[key]) v = value<std::remove_reference_t<decltype(v)>>(file, s[key], key);
-    };
-    set("fill_to", r.fill_to);
-    set("table_stage_weight", r.table_stage_weight);
-    set("co_weight", r.co_weight);
-    set("study_weight", r.study_weight);
-    set("min_share", r.min_share);
-    set("learned_stage_weight", r.learned_stage_weight);
-    set("error_text_is_failure", r.error_text_is_failure);
-    set("answer_context_only", r.answer_context_only);
-    set("answer_without_context", r.answer_without_context);
-    set("answer_without_failure_word", r.answer_without_failure_word);
-    set("answer_min_words", r.answer_min_words);
-    set("symptom_word_weight", r.symptom_word_weight);
-    set("stage_prior_weight", r.stage_prior_weight);
-    set("nb_alpha", r.nb_alpha);
-    set("nb_stage_weight", r.nb_stage_weight);
-    set("nb_fill_weight", r.nb_fill_weight);
-    set("nb_cross_min", r.nb_cross_min);
-    set("nb_max_bytes", r.nb_max_bytes);
-    set("nb_cross_tables_max", r.nb_cross_tables_max);
-    set("nb_root_cause_weight", r.nb_root_cause_weight);
-    set("root_cause_table_weight", r.root_cause_table_weight);
-  }
+// cues.yaml's `settings:`: every key known (the error lists them), each read into its field.
+void load_settings(const std::string& file, const YAML::Node& s, Ranker& r) {
+  check_keys(file, s,
+             {"fill_to",
+              "table_stage_weight",
+              "co_weight",
+              "study_weight",
+              "learned_stage_weight",
+              "min_share",
+              "root_cause_table_weight",
+              "error_text_is_failure",
+              "answer_context_only",
+              "stage_prior_weight",
+              "symptom_word_weight",
+              "nb_alpha",
+              "nb_stage_weight",
+              "nb_fill_weight",
+              "nb_cross_min",
+              "nb_max_bytes",
+              "nb_cross_tables_max",
+              "nb_root_cause_weight",
+              "answer_without_context",
+              "answer_without_failure_word",
+              "answer_min_words"},
+             "settings");
+  auto set = [&](const char* key, auto& v) {
+    if (s[key]) v = value<std::remove_reference_t<decltype(v)>>(file, s[key], key);
+  };
+  set("fill_to", r.fill_to);
+  set("table_stage_weight", r.table_stage_weight);
+  set("co_weight", r.co_weight);
+  set("study_weight", r.study_weight);
+  set("min_share", r.min_share);
+  set("learned_stage_weight", r.learned_stage_weight);
+  set("error_text_is_failure", r.error_text_is_failure);
+  set("answer_context_only", r.answer_context_only);
+  set("answer_without_context", r.answer_without_context);
+  set("answer_without_failure_word", r.answer_without_failure_word);
+  set("answer_min_words", r.answer_min_words);
+  set("symptom_word_weight", r.symptom_word_weight);
+  set("stage_prior_weight", r.stage_prior_weight);
+  set("nb_alpha", r.nb_alpha);
+  set("nb_stage_weight", r.nb_stage_weight);
+  set("nb_fill_weight", r.nb_fill_weight);
+  set("nb_cross_min", r.nb_cross_min);
+  set("nb_max_bytes", r.nb_max_bytes);
+  set("nb_cross_tables_max", r.nb_cross_tables_max);
+  set("nb_root_cause_weight", r.nb_root_cause_weight);
+  set("root_cause_table_weight", r.root_cause_table_weight);
+}
+
+// cues.yaml's word lists: failure, context, healthy and notice words, stage and symptom words.
+void load_word_lists(const std::string& file, const YAML::Node& doc, const Taxonomy& t, Ranker& r) {
   add_words(file, doc["failure"], Cue::Kind::kFailure, 0, r);
   add_words(file, doc["context"], Cue::Kind::kContext, 0, r);
   if (doc["healthy"]) add_words(file, doc["healthy"], Cue::Kind::kHealthy, 0, r);
@@ -133,6 +132,15 @@ void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
     add_words(file, kv.second, Cue::Kind::kSymptom, id[0] - '0', r);
     for (size_t i = first; i < r.cues.size(); ++i) r.cues[i].symptom = id;
   }
+}
+
+void load_cues(const std::string& file, const Taxonomy& t, Ranker& r) {
+  const YAML::Node doc = load_yaml(file, "ranker file");
+  check_keys(file, doc,
+             {"settings", "failure", "context", "healthy", "notice", "stages", "symptom_words"},
+             "file");
+  if (const auto s = doc["settings"]) load_settings(file, s, r);
+  load_word_lists(file, doc, t, r);
 }
 
 // One table of priors.yaml: outer keys checked by `outer`, inner keys must be in `inner`.
