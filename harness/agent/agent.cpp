@@ -287,7 +287,14 @@ int run_agent(const AgentOptions& o) {
   };
   TelemetryRelay relay(o.run_dir, o.host, secret, write);
   const pb::AgentReport reg = registration(o, relay);
-  if (!stream->Write(reg)) {
+  // Through `write`: the relay listens from here on, and a rank's batch may come in while the
+  // registration is still being written (the harness can read it first). Two writes at once on
+  // one stream abort the process (gRPC's GRPC_CALL_ERROR_TOO_MANY_OPERATIONS).
+  if (!write(reg)) {
+    {
+      std::lock_guard lock(wmu);
+      open = false;
+    }
     const auto st = stream->Finish();
     say(o,
         fmt::format("the control plane {} refused the agent: {}", o.control, st.error_message()));
