@@ -238,10 +238,14 @@ TEST(TriageRanker, AProseHangInTrainingGetsThreeStageFourCandidatesWithItsWords)
   EXPECT_EQ(r.symptoms[2].basis.rfind("learned word", 0), 0u) << r.symptoms[2].basis;
   EXPECT_NE(r.symptoms[2].basis.find("; the tables named 0 of 3"), std::string::npos);
   EXPECT_FALSE(r.symptoms[2].evidence.empty());
-  // The hand-written words first; learned ones (priors.yaml) may follow.
-  EXPECT_EQ(
-      r.symptoms[0].evidence[0].signature.rfind("stage-4 words 'iteration', 'iter', 'loss'", 0), 0u)
-      << r.symptoms[0].evidence[0].signature;
+  // A stage-4 candidate cites the hand-written stage words (one the learned words ranked first
+  // cites those words instead: since stop 51's larger tune split, 4.3 is first on them).
+  bool hand_words = false;
+  for (size_t i = 0; i < 2; ++i) {
+    for (const auto& e : r.symptoms[i].evidence)
+      hand_words |= e.signature.rfind("stage-4 words 'iteration', 'iter', 'loss'", 0) == 0;
+  }
+  EXPECT_TRUE(hand_words);
   EXPECT_EQ(r.root_causes.at(0).id.rfind("R4.", 0), 0u);
   EXPECT_NE(format_result(r, tables())
                 .find("Confidence: weak (no signature reached an answer; the stage is inferred "
