@@ -119,5 +119,42 @@ TEST(TriageAnswerGate, ADocsTypoAndAQuestionStillGetNoneWithEveryOpening) {
   }
 }
 
+// Stop 51 (docs/triage.md "Stop 51: the answer gate again"): a failure stated in prose, with a
+// framework or layout word and none of the older failure words, is answered with the shipped
+// settings: cues.yaml's failure list reads a regression, a step that no longer runs, a launcher
+// that complains, a "however".
+TEST(TriageAnswerGate, AFailureStatedInProseIsAnsweredWithTheShippedSettings) {
+  const Tables shipped = tables_with("prose", "");
+  for (const char* text : {
+           "Since megatron-core 0.15.0 our pretraining script with tensor parallel 2 no longer "
+           "runs on 8 GPUs.\n",
+           "With DeepSpeed ZeRO stage 2 the step time on 2 nodes is four times that of 1 node, a "
+           "regression since 0.9.\n",
+           "The DeepSpeed launcher complains that the hostfile does not exist on the second node.\n",
+           "We resumed the FSDP checkpoint on 4 GPUs. However, the loss on rank 1 now differs from "
+           "rank 0.\n",
+       }) {
+    const auto r = run(text, shipped);
+    EXPECT_EQ(r.kind, Result::Kind::kFound) << text;
+    EXPECT_EQ(r.basis, Result::Basis::kInferred) << text;
+  }
+}
+
+// A question with distributed words and no failure word is no failure report: a question word
+// (cues.yaml healthy: "is it", "whether", "wonder") keeps even answer_without_failure_word from
+// answering it.
+TEST(TriageAnswerGate, AQuestionWithoutAFailureWordGetsNoneWithTheSwitchOn) {
+  const Tables on = tables_with("question", kNoFailureWordOnly);
+  for (const char* text : {
+           "Is it necessary to export NCCL_SOCKET_IFNAME on every node for a multi-node "
+           "allreduce?\n",
+           "I wonder whether torchrun sets LOCAL_RANK before the process group is created.\n",
+       }) {
+    EXPECT_EQ(run(text, on).kind, Result::Kind::kNone) << text;
+  }
+  // The same layout told as a report is still answered through the switch.
+  EXPECT_EQ(run(kNoFailureWord, on).kind, Result::Kind::kFound);
+}
+
 }  // namespace
 }  // namespace fl::triage
