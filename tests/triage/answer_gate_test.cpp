@@ -122,7 +122,7 @@ TEST(TriageAnswerGate, ADocsTypoAndAQuestionStillGetNoneWithEveryOpening) {
 // Stop 51 (docs/triage.md "Stop 51: the answer gate again"): a failure stated in prose, with a
 // framework or layout word and none of the older failure words, is answered with the shipped
 // settings: cues.yaml's failure list reads a regression, a step that no longer runs, a launcher
-// that complains, a "however".
+// that complains, a "we hit this".
 TEST(TriageAnswerGate, AFailureStatedInProseIsAnsweredWithTheShippedSettings) {
   const Tables shipped = tables_with("prose", "");
   for (const char* text : {
@@ -131,8 +131,8 @@ TEST(TriageAnswerGate, AFailureStatedInProseIsAnsweredWithTheShippedSettings) {
            "With DeepSpeed ZeRO stage 2 the step time on 2 nodes is four times that of 1 node, a "
            "regression since 0.9.\n",
            "The DeepSpeed launcher complains that the hostfile does not exist on the second node.\n",
-           "We resumed the FSDP checkpoint on 4 GPUs. However, the loss on rank 1 now differs from "
-           "rank 0.\n",
+           "We hit this with Megatron-LM on 2 nodes: after resuming the checkpoint the loss on "
+           "rank 1 differs from rank 0.\n",
        }) {
     const auto r = run(text, shipped);
     EXPECT_EQ(r.kind, Result::Kind::kFound) << text;
@@ -154,6 +154,24 @@ TEST(TriageAnswerGate, AQuestionWithoutAFailureWordGetsNoneWithTheSwitchOn) {
   }
   // The same layout told as a report is still answered through the switch.
   EXPECT_EQ(run(kNoFailureWord, on).kind, Result::Kind::kFound);
+}
+
+// Stop 51: a healthy word only inside a path (`examples/...`) does not keep a launcher line from
+// being answered; the same word in prose still does.
+TEST(TriageAnswerGate, AHealthyWordOnlyInAPathDoesNotKeepTheAnswerOff) {
+  const Tables shipped = tables_with("path", "");
+  for (const char* text : {
+           "torchrun --nproc-per-node 2 examples/run_simple_mcore_train_loop.py\n",
+           "deepspeed --num_gpus=2 examples/pytorch/translation/run_translation.py --deepspeed "
+           "ds_config_zero3.json\n",
+       }) {
+    EXPECT_EQ(run(text, shipped).kind, Result::Kind::kFound) << text;
+  }
+  EXPECT_EQ(run("The example runs with: torchrun --nproc-per-node 2 "
+                "examples/run_simple_mcore_train_loop.py\n",
+                shipped)
+                .kind,
+            Result::Kind::kNone);
 }
 
 }  // namespace
