@@ -130,7 +130,8 @@ TEST(TriageAnswerGate, AFailureStatedInProseIsAnsweredWithTheShippedSettings) {
            "runs on 8 GPUs.\n",
            "With DeepSpeed ZeRO stage 2 the step time on 2 nodes is four times that of 1 node, a "
            "regression since 0.9.\n",
-           "The DeepSpeed launcher complains that the hostfile does not exist on the second node.\n",
+           "The DeepSpeed launcher complains that the hostfile does not exist on the second "
+           "node.\n",
            "We hit this with Megatron-LM on 2 nodes: after resuming the checkpoint the loss on "
            "rank 1 differs from rank 0.\n",
        }) {
