@@ -204,7 +204,13 @@ const FrameCase kFrames[] = {
      1},
 };
 
-void PrintTo(const FrameCase& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const FrameCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+std::string frame_case_name(const ::testing::TestParamInfo<FrameCase>& p) {
+  return p.param.name;
+}
 
 class PreparationFrameException : public ::testing::TestWithParam<FrameCase> {};
 
@@ -219,10 +225,7 @@ TEST_P(PreparationFrameException, IsAnsweredByTheTablesAsAConfigurationError) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TriageStage3FrameworkTexts, PreparationFrameException,
-                         ::testing::ValuesIn(kFrames),
-                         [](const ::testing::TestParamInfo<FrameCase>& info) {
-                           return std::string(info.param.name);
-                         });
+                         ::testing::ValuesIn(kFrames), frame_case_name);
 
 // The same exception under a training frame (the engine's backward) stays stage 4's.
 TEST(TriageStage3FrameworkTexts, AnAttributeErrorInTheEnginesBackwardStaysATrainingError) {
