@@ -217,7 +217,8 @@ TEST(TriageStage5SourceRowsMore, CublasArchMismatchUnderKernelInjectionIsHardwar
 // Stop 51: a Python exception with the inference engine named on another line
 // (inference-context-exception) is answered 5.1 by the tables; before, only the learned words
 // reached 5.1, weakly.
-TEST(TriageStage5SourceRowsMore, AnAttributeErrorUnderColossalsInferenceEngineIsAnInferenceFailure) {
+TEST(TriageStage5SourceRowsMore,
+     AnAttributeErrorUnderColossalsInferenceEngineIsAnInferenceFailure) {
   const auto r =
       run("    engine = InferenceEngine(model, tokenizer, inference_config, verbose=True)\n"
           "AttributeError: 'LlamaForCausalLM' object has no attribute 'model'\n");
