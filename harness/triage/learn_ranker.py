@@ -221,16 +221,54 @@ MEASURES = ("top-1 symptom", "top-3 symptom", "stage", "root cause",
             "failures answered (not 'none')", "non-failures declined ('none')")
 
 
-def run_eval(faultline, corpus, sigdir, ranker, verbose=False):
+# An issue's line of `faultline triage --eval -v`: its labelled stage and the answer's stage.
+ISSUE_LINE = re.compile(r"^  (\S+) +label \S+ +stage (\d) \S+ +\| got \S+ +stage (\d) ")
+
+
+def stage_confusion(lines):
+    """Stop 51: (labelled stage, answered stage) -> issues, for all answers and for the answers
+    whose stage was inferred (`(weak: inferred stage)`), from the lines of --eval -v."""
+    every, inferred = collections.Counter(), collections.Counter()
+    for line in lines:
+        m = ISSUE_LINE.match(line)
+        if not m:
+            continue
+        cell = (int(m.group(2)), int(m.group(3)))
+        every[cell] += 1
+        inferred[cell] += "(weak: inferred stage)" in line
+    return every, +inferred
+
+
+def confusion_table(counts, title):
+    """A markdown table of `counts`, labelled stage by row, answered stage by column (0: a
+    non-failure's label, or the answer 'none'), and how many of each row are of another stage."""
+    out = [f"{title}: labelled stage (rows) against the answer's stage (columns; 0: none)",
+           "| labelled | " + " | ".join(str(s) for s in range(6)) + " | wrong |",
+           "| --- |" + " ---: |" * 7]
+    for a in range(6):
+        row = [counts.get((a, b), 0) for b in range(6)]
+        if sum(row):
+            out.append(f"| {a} | " + " | ".join(str(c) for c in row)
+                       + f" | {sum(row) - row[a]} of {sum(row)} |")
+    return "\n".join(out)
+
+
+def run_eval(faultline, corpus, sigdir, ranker, verbose=False, lines=None):
+    """The measures of `faultline triage --eval` on `corpus`; with `lines`, its -v lines of each
+    issue are appended to that list (and printed with `verbose`)."""
+    want = verbose or lines is not None
     cmd = [faultline, "triage", "--eval", str(corpus), "--split", "tune",
-           "--signatures", str(sigdir), "--ranker", str(ranker)] + (["-v"] if verbose else [])
+           "--signatures", str(sigdir), "--ranker", str(ranker)] + (["-v"] if want else [])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if "| top-1 symptom |" not in out.stdout:
         sys.exit(f"learn_ranker.py: {' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")
     got = {}
     for line in out.stdout.splitlines():
-        if verbose and line.startswith("  ") and " label " in line:
-            print(line.split(" | draft")[0])
+        if want and line.startswith("  ") and " label " in line:
+            if verbose:
+                print(line.split(" | draft")[0])
+            if lines is not None:
+                lines.append(line)
         m = EVAL_ROW.match(line)
         if m:
             got[m.group(1)] = (int(m.group(2)), int(m.group(3)))
@@ -302,6 +340,7 @@ def cross_validate(args):
     issues = tune_issues(args.corpus, args.taxonomy)
     overrides = [kv.split("=", 1) for kv in args.set]
     totals = {"tables": collections.Counter(), "ranker": collections.Counter()}
+    issue_lines = []
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.cv):
             train = [r for r in issues if fold_of(r["id"], args.cv) != k]
@@ -321,7 +360,9 @@ def cross_validate(args):
             ranker_copy(fold / "ranker", train, overrides)
             for name, ranker in (("tables", "none"), ("ranker", fold / "ranker")):
                 shown = args.verbose and name == "ranker"
-                for key, (n, d) in run_eval(args.faultline, corpus, sigs, ranker, shown).items():
+                got = run_eval(args.faultline, corpus, sigs, ranker, shown,
+                               issue_lines if name == "ranker" else None)
+                for key, (n, d) in got.items():
                     totals[name][key + " n"] += n
                     totals[name][key + " d"] += d
     label = f"{args.cv}-fold CV on tune{' (thin tables)' if args.thin else ''}"
@@ -330,6 +371,9 @@ def cross_validate(args):
         cells = [f"{key} {100.0 * t[key + ' n'] / max(t[key + ' d'], 1):.1f}% "
                  f"({t[key + ' n']}/{t[key + ' d']})" for key in MEASURES]
         print(f"{label}, {name}: " + ", ".join(cells))
+    every, inferred = stage_confusion(issue_lines)
+    print(confusion_table(every, f"{label}, ranker, every answer"))
+    print(confusion_table(inferred, f"{label}, ranker, answers of an inferred stage"))
     worse = [key for key in ("top-1 symptom", "top-3 symptom")
              if totals["ranker"][key + " n"] < totals["tables"][key + " n"]]
     if args.check and worse:
