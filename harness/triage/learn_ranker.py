@@ -44,6 +44,7 @@ Stdlib only (--thin needs PyYAML, which Debian's python3 has), so it runs under 
 """
 import argparse
 import collections
+import itertools
 import json
 import math
 import pathlib
@@ -382,6 +383,69 @@ def cross_validate(args):
     return 0
 
 
+def eval_configs(fold, train, held, args, configs):
+    """Counts the ranker on `train` once per setting of `configs` (each a --set list) and runs
+    `triage --eval` on `held` with each: config index -> measure -> (right, of)."""
+    fold.mkdir(parents=True)
+    corpus = fold / "fold.jsonl"
+    corpus.write_text("".join(json.dumps({k: v for k, v in r.items() if not k.startswith("_")})
+                              + "\n" for r in held), encoding="utf-8")
+    sigs = pathlib.Path(args.signatures)
+    if args.thin:
+        sigs = fold / "signatures"
+        sigs.mkdir()
+        thin_tables(args.signatures, sigs, train, held)
+    out = {}
+    for i, overrides in enumerate(configs):
+        ranker_copy(fold / f"ranker{i}", train, overrides)
+        out[i] = run_eval(args.faultline, corpus, sigs, fold / f"ranker{i}")
+    return out
+
+
+def nested_cv(args):
+    """Stop 51: nested K-fold CV of cues.yaml settings. --nested KEY=V1,V2 (repeatable: every
+    combination) gives the candidates; for each outer fold, the candidate with the most right
+    --nested-measure answers (then top-1) on the inner CV of the other folds (counted on the
+    folds but that inner one and the outer one) is scored on the outer fold, counted on all others.
+    The nested total is what choosing the setting by CV is worth on issues the choice never saw."""
+    issues = tune_issues(args.corpus, args.taxonomy)
+    grid = [[(kv.split("=", 1)[0], v) for v in kv.split("=", 1)[1].split(",")] for kv in args.nested]
+    configs = [list(c) for c in itertools.product(*grid)]
+    name = [" ".join(f"{k}={v}" for k, v in c) for c in configs]
+    fold = {r["id"]: fold_of(r["id"], args.cv) for r in issues}
+    key = (args.nested_measure, "top-1 symptom")
+    plain, nested = collections.Counter(), collections.Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(args.cv):
+            inner = collections.Counter()
+            for j in range(args.cv):
+                if j == k:
+                    continue
+                got = eval_configs(pathlib.Path(tmp, f"o{k}i{j}"),
+                                   [r for r in issues if fold[r["id"]] not in (j, k)],
+                                   [r for r in issues if fold[r["id"]] == j], args, configs)
+                for i, g in got.items():
+                    inner[i] += g[key[0]][0] * 10000 + g[key[1]][0]
+            best = max(range(len(configs)), key=lambda i: (inner[i], -i))
+            got = eval_configs(pathlib.Path(tmp, f"o{k}"), [r for r in issues if fold[r["id"]] != k],
+                               [r for r in issues if fold[r["id"]] == k], args, configs)
+            for i, g in got.items():
+                for m, (n, d) in g.items():
+                    plain[(i, m)] += n
+                    plain[(i, m, "of")] += d
+            for m, (n, d) in got[best].items():
+                nested[m] += n
+                nested[(m, "of")] += d
+            print(f"outer fold {k}: inner CV chose {name[best]}: {key[0]} "
+                  f"{got[best][key[0]][0]} of {got[best][key[0]][1]} (first candidate "
+                  f"{got[0][key[0]][0]})")
+    label = f"{args.cv}-fold CV on tune{' (thin tables)' if args.thin else ''}"
+    for m in MEASURES[:4]:
+        cells = [f"{name[i]} {plain[(i, m)]}" for i in range(len(configs))]
+        print(f"{label}, {m}: " + ", ".join(cells) + f"; nested {nested[m]} of {nested[(m, 'of')]}")
+    return 0
+
+
 def word_posterior(model, kind, words, alpha=1.0):
     """P(label | words) as ranker_words.cpp gives it: add-`alpha` naive Bayes over the distinct
     vocabulary words (word_stages' words) of the input, each counted once."""
@@ -498,6 +562,10 @@ def main():
                     help="bits of the stage a learned stage word must tell (0: off)")
     ap.add_argument("--path-share-max", type=float, default=PATH_SHARE_MAX,
                     help="a stage word may occur only in paths in at most this share (1: off)")
+    ap.add_argument("--nested", action="append", default=[], metavar="KEY=V1,V2",
+                    help="nested CV (--cv K folds) of the settings' combinations")
+    ap.add_argument("--nested-measure", default="top-3 symptom", choices=MEASURES[:4],
+                    help="--nested: the measure the inner CV chooses by (then top-1)")
     ap.add_argument("--cv-words", type=int, default=0, metavar="K",
                     help="K-fold CV of the learned word model alone, next to its in-sample score")
     ap.add_argument("--nb-alpha", type=float, default=1.0, help="--cv-words: the smoothing")
@@ -505,6 +573,8 @@ def main():
     MIN_GAIN, PATH_SHARE_MAX = args.min_gain, args.path_share_max
     if args.cv_words:
         return cv_words(args)
+    if args.nested:
+        return nested_cv(args) if args.cv else ap.error("--nested needs --cv K")
     if args.cv:
         return cross_validate(args)
     n = write_priors(tune_issues(args.corpus, args.taxonomy), args.out)

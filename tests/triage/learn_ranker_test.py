@@ -289,6 +289,43 @@ class LearnRankerTest(unittest.TestCase):
         self.assertIn("| 3 | 0 | 0 | 0 | 0 | 3 | 0 | 3 of 3 |", inferred)
         self.assertNotIn("\n| 4 | ", inferred)
 
+    def test_nested_cv_scores_the_setting_the_inner_folds_chose(self):
+        """Stop 51: --nested picks a setting on the inner CV and scores it on the outer fold. A
+        stand-in faultline answers an issue right when co_weight is 2 and the issue says 'good2',
+        or co_weight is 1 and it does not. Every issue of one fold says 'good2', none of the other:
+        each setting is right on one fold (plain CV 5 of 10 each), and each outer fold gets the
+        setting its other fold chose, which is wrong there (nested 0 of 10)."""
+        fold0 = ["pytorch/pytorch#900006", "pytorch/pytorch#900008", "pytorch/pytorch#900013",
+                 "pytorch/pytorch#900016", "pytorch/pytorch#900019"]
+        fold1 = ["pytorch/pytorch#900004", "pytorch/pytorch#900012", "pytorch/pytorch#900018",
+                 "pytorch/pytorch#900020", "pytorch/pytorch#900023"]
+        recs = [issue(i, "tune", ["4.2"], OOM, 4, ["good2 oom"]) for i in fold0]
+        recs += [issue(i, "tune", ["4.2"], OOM, 4, ["good1 oom"]) for i in fold1]
+        fake = textwrap.dedent("""\
+            #!/usr/bin/python3
+            import json, pathlib, re, sys
+            a = sys.argv
+            recs = [json.loads(l) for l in open(a[a.index("--eval") + 1])]
+            cues = pathlib.Path(a[a.index("--ranker") + 1], "cues.yaml").read_text()
+            two = re.search(r"co_weight: *(\\S+)", cues).group(1) == "2"
+            n = sum(("good2" in r["error_lines"][0]) == two for r in recs)
+            for m in ("top-1 symptom", "top-3 symptom", "stage", "root cause"):
+                print(f"| {m} | 0.0% ({n}/{len(recs)}) |")
+            """)
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus = pathlib.Path(tmp, "c.jsonl")
+            corpus.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+            faultline = pathlib.Path(tmp, "faultline")
+            faultline.write_text(fake, encoding="utf-8")
+            faultline.chmod(0o755)
+            out = subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus), "--cv", "2",
+                                  "--nested", "co_weight=1,2", "--faultline", str(faultline)],
+                                 check=True, capture_output=True, text=True).stdout
+        self.assertIn("2-fold CV on tune, top-3 symptom: co_weight=1 5, co_weight=2 5; "
+                      "nested 0 of 10", out)
+        self.assertIn("outer fold 0: inner CV chose co_weight=1", out)
+        self.assertIn("outer fold 1: inner CV chose co_weight=2", out)
+
 
 if __name__ == "__main__":
     unittest.main()
