@@ -40,6 +40,9 @@ Usage:
                   [--faultline build/harness/faultline]
   learn_ranker.py --cv-words 5   # stop 50: the word model alone, refit per fold, and in-sample;
                                  # and a learned non-failure score (measured, not shipped)
+  learn_ranker.py --cv 5 --thin --nested nb_stage_weight=0.25,1 [--nested KEY=V1,V2]
+                  [--nested-measure stage]   # stop 51: nested CV of settings
+--cv also prints the ranker's stage confusions (labelled stage against the answer's; stop 51).
 Stdlib only (--thin needs PyYAML, which Debian's python3 has), so it runs under /usr/bin/python3.
 """
 import argparse
