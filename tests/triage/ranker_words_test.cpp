@@ -254,10 +254,10 @@ TEST(TriageRankerWords, OnlyTheFirstMaxBytesAreRead) {
 TEST(TriageRankerWords, AShapeMismatchAloneIsInferredAsTraining) {
   const Tables t =
       load_tables(default_signature_dir(), default_taxonomy_path(), default_ranker_dir());
-  const Result r = run(
-      "RuntimeError: The expanded size of the tensor (4) must match the existing size (8) at "
-      "non-singleton dimension 1\n",
-      t);
+  const Result r =
+      run("RuntimeError: The expanded size of the tensor (4) must match the existing size (8) at "
+          "non-singleton dimension 1\n",
+          t);
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.basis, Result::Basis::kInferred);
   EXPECT_EQ(r.stage, 4);
