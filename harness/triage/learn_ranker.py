@@ -40,10 +40,14 @@ Usage:
                   [--faultline build/harness/faultline]
   learn_ranker.py --cv-words 5   # stop 50: the word model alone, refit per fold, and in-sample;
                                  # and a learned non-failure score (measured, not shipped)
+  learn_ranker.py --cv 5 --thin --nested nb_stage_weight=0.25,1 [--nested KEY=V1,V2]
+                  [--nested-measure stage]   # stop 51: nested CV of settings
+--cv also prints the ranker's stage confusions (labelled stage against the answer's; stop 51).
 Stdlib only (--thin needs PyYAML, which Debian's python3 has), so it runs under /usr/bin/python3.
 """
 import argparse
 import collections
+import itertools
 import json
 import math
 import pathlib
@@ -221,16 +225,54 @@ MEASURES = ("top-1 symptom", "top-3 symptom", "stage", "root cause",
             "failures answered (not 'none')", "non-failures declined ('none')")
 
 
-def run_eval(faultline, corpus, sigdir, ranker, verbose=False):
+# An issue's line of `faultline triage --eval -v`: its labelled stage and the answer's stage.
+ISSUE_LINE = re.compile(r"^  (\S+) +label \S+ +stage (\d) \S+ +\| got \S+ +stage (\d) ")
+
+
+def stage_confusion(lines):
+    """Stop 51: (labelled stage, answered stage) -> issues, for all answers and for the answers
+    whose stage was inferred (`(weak: inferred stage)`), from the lines of --eval -v."""
+    every, inferred = collections.Counter(), collections.Counter()
+    for line in lines:
+        m = ISSUE_LINE.match(line)
+        if not m:
+            continue
+        cell = (int(m.group(2)), int(m.group(3)))
+        every[cell] += 1
+        inferred[cell] += "(weak: inferred stage)" in line
+    return every, +inferred
+
+
+def confusion_table(counts, title):
+    """A markdown table of `counts`, labelled stage by row, answered stage by column (0: a
+    non-failure's label, or the answer 'none'), and how many of each row are of another stage."""
+    out = [f"{title}: labelled stage (rows) against the answer's stage (columns; 0: none)",
+           "| labelled | " + " | ".join(str(s) for s in range(6)) + " | wrong |",
+           "| --- |" + " ---: |" * 7]
+    for a in range(6):
+        row = [counts.get((a, b), 0) for b in range(6)]
+        if sum(row):
+            out.append(f"| {a} | " + " | ".join(str(c) for c in row)
+                       + f" | {sum(row) - row[a]} of {sum(row)} |")
+    return "\n".join(out)
+
+
+def run_eval(faultline, corpus, sigdir, ranker, verbose=False, lines=None):
+    """The measures of `faultline triage --eval` on `corpus`; with `lines`, its -v lines of each
+    issue are appended to that list (and printed with `verbose`)."""
+    want = verbose or lines is not None
     cmd = [faultline, "triage", "--eval", str(corpus), "--split", "tune",
-           "--signatures", str(sigdir), "--ranker", str(ranker)] + (["-v"] if verbose else [])
+           "--signatures", str(sigdir), "--ranker", str(ranker)] + (["-v"] if want else [])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if "| top-1 symptom |" not in out.stdout:
         sys.exit(f"learn_ranker.py: {' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")
     got = {}
     for line in out.stdout.splitlines():
-        if verbose and line.startswith("  ") and " label " in line:
-            print(line.split(" | draft")[0])
+        if want and line.startswith("  ") and " label " in line:
+            if verbose:
+                print(line.split(" | draft")[0])
+            if lines is not None:
+                lines.append(line)
         m = EVAL_ROW.match(line)
         if m:
             got[m.group(1)] = (int(m.group(2)), int(m.group(3)))
@@ -302,6 +344,7 @@ def cross_validate(args):
     issues = tune_issues(args.corpus, args.taxonomy)
     overrides = [kv.split("=", 1) for kv in args.set]
     totals = {"tables": collections.Counter(), "ranker": collections.Counter()}
+    issue_lines = []
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.cv):
             train = [r for r in issues if fold_of(r["id"], args.cv) != k]
@@ -321,7 +364,9 @@ def cross_validate(args):
             ranker_copy(fold / "ranker", train, overrides)
             for name, ranker in (("tables", "none"), ("ranker", fold / "ranker")):
                 shown = args.verbose and name == "ranker"
-                for key, (n, d) in run_eval(args.faultline, corpus, sigs, ranker, shown).items():
+                got = run_eval(args.faultline, corpus, sigs, ranker, shown,
+                               issue_lines if name == "ranker" else None)
+                for key, (n, d) in got.items():
                     totals[name][key + " n"] += n
                     totals[name][key + " d"] += d
     label = f"{args.cv}-fold CV on tune{' (thin tables)' if args.thin else ''}"
@@ -330,11 +375,77 @@ def cross_validate(args):
         cells = [f"{key} {100.0 * t[key + ' n'] / max(t[key + ' d'], 1):.1f}% "
                  f"({t[key + ' n']}/{t[key + ' d']})" for key in MEASURES]
         print(f"{label}, {name}: " + ", ".join(cells))
+    every, inferred = stage_confusion(issue_lines)
+    print(confusion_table(every, f"{label}, ranker, every answer"))
+    print(confusion_table(inferred, f"{label}, ranker, answers of an inferred stage"))
     worse = [key for key in ("top-1 symptom", "top-3 symptom")
              if totals["ranker"][key + " n"] < totals["tables"][key + " n"]]
     if args.check and worse:
         print("learn_ranker.py: the ranker loses to the tables alone on " + " and ".join(worse))
         return 1
+    return 0
+
+
+def eval_configs(fold, train, held, args, configs):
+    """Counts the ranker on `train` once per setting of `configs` (each a --set list) and runs
+    `triage --eval` on `held` with each: config index -> measure -> (right, of)."""
+    fold.mkdir(parents=True)
+    corpus = fold / "fold.jsonl"
+    corpus.write_text("".join(json.dumps({k: v for k, v in r.items() if not k.startswith("_")})
+                              + "\n" for r in held), encoding="utf-8")
+    sigs = pathlib.Path(args.signatures)
+    if args.thin:
+        sigs = fold / "signatures"
+        sigs.mkdir()
+        thin_tables(args.signatures, sigs, train, held)
+    out = {}
+    for i, overrides in enumerate(configs):
+        ranker_copy(fold / f"ranker{i}", train, overrides)
+        out[i] = run_eval(args.faultline, corpus, sigs, fold / f"ranker{i}")
+    return out
+
+
+def nested_cv(args):
+    """Stop 51: nested K-fold CV of cues.yaml settings. --nested KEY=V1,V2 (repeatable: every
+    combination) gives the candidates; for each outer fold, the candidate with the most right
+    --nested-measure answers (then top-1) on the inner CV of the other folds (counted on the
+    folds but that inner one and the outer one) is scored on the outer fold, counted on all others.
+    The nested total is what choosing the setting by CV is worth on issues the choice never saw."""
+    issues = tune_issues(args.corpus, args.taxonomy)
+    grid = [[(kv.split("=", 1)[0], v) for v in kv.split("=", 1)[1].split(",")] for kv in args.nested]
+    configs = [list(c) for c in itertools.product(*grid)]
+    name = [" ".join(f"{k}={v}" for k, v in c) for c in configs]
+    fold = {r["id"]: fold_of(r["id"], args.cv) for r in issues}
+    key = (args.nested_measure, "top-1 symptom")
+    plain, nested = collections.Counter(), collections.Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(args.cv):
+            inner = collections.Counter()
+            for j in range(args.cv):
+                if j == k:
+                    continue
+                got = eval_configs(pathlib.Path(tmp, f"o{k}i{j}"),
+                                   [r for r in issues if fold[r["id"]] not in (j, k)],
+                                   [r for r in issues if fold[r["id"]] == j], args, configs)
+                for i, g in got.items():
+                    inner[i] += g[key[0]][0] * 10000 + g[key[1]][0]
+            best = max(range(len(configs)), key=lambda i: (inner[i], -i))
+            got = eval_configs(pathlib.Path(tmp, f"o{k}"), [r for r in issues if fold[r["id"]] != k],
+                               [r for r in issues if fold[r["id"]] == k], args, configs)
+            for i, g in got.items():
+                for m, (n, d) in g.items():
+                    plain[(i, m)] += n
+                    plain[(i, m, "of")] += d
+            for m, (n, d) in got[best].items():
+                nested[m] += n
+                nested[(m, "of")] += d
+            print(f"outer fold {k}: inner CV chose {name[best]}: {key[0]} "
+                  f"{got[best][key[0]][0]} of {got[best][key[0]][1]} (first candidate "
+                  f"{got[0][key[0]][0]})")
+    label = f"{args.cv}-fold CV on tune{' (thin tables)' if args.thin else ''}"
+    for m in MEASURES[:4]:
+        cells = [f"{name[i]} {plain[(i, m)]}" for i in range(len(configs))]
+        print(f"{label}, {m}: " + ", ".join(cells) + f"; nested {nested[m]} of {nested[(m, 'of')]}")
     return 0
 
 
@@ -454,6 +565,10 @@ def main():
                     help="bits of the stage a learned stage word must tell (0: off)")
     ap.add_argument("--path-share-max", type=float, default=PATH_SHARE_MAX,
                     help="a stage word may occur only in paths in at most this share (1: off)")
+    ap.add_argument("--nested", action="append", default=[], metavar="KEY=V1,V2",
+                    help="nested CV (--cv K folds) of the settings' combinations")
+    ap.add_argument("--nested-measure", default="top-3 symptom", choices=MEASURES[:4],
+                    help="--nested: the measure the inner CV chooses by (then top-1)")
     ap.add_argument("--cv-words", type=int, default=0, metavar="K",
                     help="K-fold CV of the learned word model alone, next to its in-sample score")
     ap.add_argument("--nb-alpha", type=float, default=1.0, help="--cv-words: the smoothing")
@@ -461,6 +576,8 @@ def main():
     MIN_GAIN, PATH_SHARE_MAX = args.min_gain, args.path_share_max
     if args.cv_words:
         return cv_words(args)
+    if args.nested:
+        return nested_cv(args) if args.cv else ap.error("--nested needs --cv K")
     if args.cv:
         return cross_validate(args)
     n = write_priors(tune_issues(args.corpus, args.taxonomy), args.out)

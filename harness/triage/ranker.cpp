@@ -383,6 +383,19 @@ void rank_root_causes(Result& r, const StageGuess& g, const Ranker& k) {
 // relaxed openings (each its own setting) answer with less and need answer_min_words.
 enum class Gate { kClosed, kOpen, kNoContext, kNoFailureWord };
 
+// Whether every occurrence of `word` in `line` lies in a path or URL: a run of non-blank
+// characters that holds a '/'.
+bool only_in_paths(const std::string& line, const std::string& word) {
+  const std::string low = ascii_lower(line);
+  for (size_t i = low.find(word); i != std::string::npos; i = low.find(word, i + 1)) {
+    const size_t blank = low.find_last_of(" \t", i);
+    const size_t from = blank == std::string::npos ? 0 : blank + 1;
+    const size_t to = std::min(low.find_first_of(" \t", i), low.size());
+    if (low.substr(from, to - from).find('/') == std::string::npos) return false;
+  }
+  return true;
+}
+
 Gate open_gate(const RankInput& in, const Ranker& k) {
   auto on_notice_line = [&](const CueHit& h) {
     const std::string line = ascii_lower(h.text);
@@ -391,9 +404,11 @@ Gate open_gate(const RankInput& in, const Ranker& k) {
   };
   // A failure word on a notice line is no failure word, and, like a healthy word, keeps an
   // answer on context lines alone from being given (the log says what it shows is benign).
+  // Stop 51: a healthy word only inside paths (`examples/pretrain_bert.sh`) is no healthy word.
   auto kind_hit = [&](Cue::Kind kind) {
     return std::any_of(in.cues.begin(), in.cues.end(), [&](const CueHit& h) {
       const Cue::Kind got = k.cues[h.cue].kind;
+      if (got == Cue::Kind::kHealthy && only_in_paths(h.text, k.cues[h.cue].word)) return false;
       if (got == Cue::Kind::kFailure && on_notice_line(h)) return kind == Cue::Kind::kHealthy;
       return got == kind;
     });

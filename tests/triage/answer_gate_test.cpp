@@ -119,5 +119,61 @@ TEST(TriageAnswerGate, ADocsTypoAndAQuestionStillGetNoneWithEveryOpening) {
   }
 }
 
+// Stop 51 (docs/triage.md "Stop 51: the answer gate again"): a failure stated in prose, with a
+// framework or layout word and none of the older failure words, is answered with the shipped
+// settings: cues.yaml's failure list reads a regression, a step that no longer runs, a launcher
+// that complains, a "we hit this".
+TEST(TriageAnswerGate, AFailureStatedInProseIsAnsweredWithTheShippedSettings) {
+  const Tables shipped = tables_with("prose", "");
+  for (const char* text : {
+           "Since megatron-core 0.15.0 our pretraining script with tensor parallel 2 no longer "
+           "runs on 8 GPUs.\n",
+           "With DeepSpeed ZeRO stage 2 the step time on 2 nodes is four times that of 1 node, a "
+           "regression since 0.9.\n",
+           "The DeepSpeed launcher complains that the hostfile does not exist on the second "
+           "node.\n",
+           "We hit this with Megatron-LM on 2 nodes: after resuming the checkpoint the loss on "
+           "rank 1 differs from rank 0.\n",
+       }) {
+    const auto r = run(text, shipped);
+    EXPECT_EQ(r.kind, Result::Kind::kFound) << text;
+    EXPECT_EQ(r.basis, Result::Basis::kInferred) << text;
+  }
+}
+
+// A question with distributed words and no failure word is no failure report: a question word
+// (cues.yaml healthy: "is it", "whether", "wonder") keeps even answer_without_failure_word from
+// answering it.
+TEST(TriageAnswerGate, AQuestionWithoutAFailureWordGetsNoneWithTheSwitchOn) {
+  const Tables on = tables_with("question", kNoFailureWordOnly);
+  for (const char* text : {
+           "Is it necessary to export NCCL_SOCKET_IFNAME on every node for a multi-node "
+           "allreduce?\n",
+           "I wonder whether torchrun sets LOCAL_RANK before the process group is created.\n",
+       }) {
+    EXPECT_EQ(run(text, on).kind, Result::Kind::kNone) << text;
+  }
+  // The same layout told as a report is still answered through the switch.
+  EXPECT_EQ(run(kNoFailureWord, on).kind, Result::Kind::kFound);
+}
+
+// Stop 51: a healthy word only inside a path (`examples/...`) does not keep a launcher line from
+// being answered; the same word in prose still does.
+TEST(TriageAnswerGate, AHealthyWordOnlyInAPathDoesNotKeepTheAnswerOff) {
+  const Tables shipped = tables_with("path", "");
+  for (const char* text : {
+           "torchrun --nproc-per-node 2 examples/run_simple_mcore_train_loop.py\n",
+           "deepspeed --num_gpus=2 examples/pytorch/translation/run_translation.py --deepspeed "
+           "ds_config_zero3.json\n",
+       }) {
+    EXPECT_EQ(run(text, shipped).kind, Result::Kind::kFound) << text;
+  }
+  EXPECT_EQ(run("The example runs with: torchrun --nproc-per-node 2 "
+                "examples/run_simple_mcore_train_loop.py\n",
+                shipped)
+                .kind,
+            Result::Kind::kNone);
+}
+
 }  // namespace
 }  // namespace fl::triage

@@ -6,6 +6,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import textwrap
 import unittest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "harness" / "triage"))
@@ -249,6 +250,81 @@ class LearnRankerTest(unittest.TestCase):
                                       "--cv-words", "2"], check=True, capture_output=True,
                                      text=True).stdout
             self.assertIn(f"non-failure score, 2-fold CV: {want} held-out non-failures", out)
+
+    def test_cv_lists_the_stage_confusions_of_the_ranker(self):
+        """Stop 51: --cv counts the ranker's answers by labelled stage and answered stage, over all
+        answers and over those of an inferred stage, from the lines of `triage --eval -v`. A stand-in
+        for faultline answers stage 4 to everything, calls the stage-3 answers inferred and the
+        tables alone 'none'; the labels are 3 stage-4, 3 stage-3 and 1 non-failure issue."""
+        recs = [issue(i, "tune", ["4.2"], OOM, 4) for i in TUNE_IDS[:3]]
+        recs += [issue(i, "tune", ["3.1"], "none", 3) for i in TUNE_IDS[3:6]]
+        recs += [issue(TUNE_IDS[6], "tune", ["none"], "none", 0)]
+        fake = textwrap.dedent("""\
+            #!/usr/bin/python3
+            import json, sys
+            a = sys.argv
+            recs = [json.loads(l) for l in open(a[a.index("--eval") + 1])]
+            ranker = a[a.index("--ranker") + 1] != "none"
+            for r in recs:
+                got = "4.2   stage 4 R4.5 " if ranker else "none  stage 0 none "
+                weak = " (weak: inferred stage)" if ranker and r["stage"] == 3 else ""
+                print(f"  {r['id']:<32} label {r['symptoms'][0]:<10} stage {r['stage']} R4.5  "
+                      f"| got {got} ok{weak}")
+            print("| top-1 symptom | 50.0% (1/2) |")
+            print("| top-3 symptom | 50.0% (1/2) |")
+            """)
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus = pathlib.Path(tmp, "c.jsonl")
+            corpus.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+            faultline = pathlib.Path(tmp, "faultline")
+            faultline.write_text(fake, encoding="utf-8")
+            faultline.chmod(0o755)
+            out = subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus), "--cv", "2",
+                                  "--faultline", str(faultline)], check=True, capture_output=True,
+                                 text=True).stdout
+        self.assertIn("2-fold CV on tune, ranker, every answer: labelled stage (rows)", out)
+        self.assertIn("| 0 | 0 | 0 | 0 | 0 | 1 | 0 | 1 of 1 |\n| 3 | 0 | 0 | 0 | 0 | 3 | 0 | 3 of 3 |"
+                      "\n| 4 | 0 | 0 | 0 | 0 | 3 | 0 | 0 of 3 |\n", out)
+        inferred = out.split("answers of an inferred stage")[1]
+        self.assertIn("| 3 | 0 | 0 | 0 | 0 | 3 | 0 | 3 of 3 |", inferred)
+        self.assertNotIn("\n| 4 | ", inferred)
+
+    def test_nested_cv_scores_the_setting_the_inner_folds_chose(self):
+        """Stop 51: --nested picks a setting on the inner CV and scores it on the outer fold. A
+        stand-in faultline answers an issue right when co_weight is 2 and the issue says 'good2',
+        or co_weight is 1 and it does not. Every issue of one fold says 'good2', none of the other:
+        each setting is right on one fold (plain CV 5 of 10 each), and each outer fold gets the
+        setting its other fold chose, which is wrong there (nested 0 of 10)."""
+        fold0 = ["pytorch/pytorch#900006", "pytorch/pytorch#900008", "pytorch/pytorch#900013",
+                 "pytorch/pytorch#900016", "pytorch/pytorch#900019"]
+        fold1 = ["pytorch/pytorch#900004", "pytorch/pytorch#900012", "pytorch/pytorch#900018",
+                 "pytorch/pytorch#900020", "pytorch/pytorch#900023"]
+        recs = [issue(i, "tune", ["4.2"], OOM, 4, ["good2 oom"]) for i in fold0]
+        recs += [issue(i, "tune", ["4.2"], OOM, 4, ["good1 oom"]) for i in fold1]
+        fake = textwrap.dedent("""\
+            #!/usr/bin/python3
+            import json, pathlib, re, sys
+            a = sys.argv
+            recs = [json.loads(l) for l in open(a[a.index("--eval") + 1])]
+            cues = pathlib.Path(a[a.index("--ranker") + 1], "cues.yaml").read_text()
+            two = re.search(r"co_weight: *(\\S+)", cues).group(1) == "2"
+            n = sum(("good2" in r["error_lines"][0]) == two for r in recs)
+            for m in ("top-1 symptom", "top-3 symptom", "stage", "root cause"):
+                print(f"| {m} | 0.0% ({n}/{len(recs)}) |")
+            """)
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus = pathlib.Path(tmp, "c.jsonl")
+            corpus.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+            faultline = pathlib.Path(tmp, "faultline")
+            faultline.write_text(fake, encoding="utf-8")
+            faultline.chmod(0o755)
+            out = subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus), "--cv", "2",
+                                  "--nested", "co_weight=1,2", "--faultline", str(faultline)],
+                                 check=True, capture_output=True, text=True).stdout
+        self.assertIn("2-fold CV on tune, top-3 symptom: co_weight=1 5, co_weight=2 5; "
+                      "nested 0 of 10", out)
+        self.assertIn("outer fold 0: inner CV chose co_weight=1", out)
+        self.assertIn("outer fold 1: inner CV chose co_weight=2", out)
 
 
 if __name__ == "__main__":

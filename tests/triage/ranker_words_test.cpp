@@ -247,5 +247,23 @@ TEST(TriageRankerWords, OnlyTheFirstMaxBytesAreRead) {
   EXPECT_EQ(vocabulary_words("(QUUXSWAP)\n", m, 100).size(), 1u);
 }
 
+// Stop 51: with the shipped ranker (learned stage words and the stage share at half weight, chosen
+// by nested CV), a shape mismatch alone stays with its table row's training stage: the learned
+// stage-5 words 'tensor' and 'dimension' (counted on tune since the stop-50 release) no longer
+// outweigh the row. Before, this line was inferred as stage 5 (inference).
+TEST(TriageRankerWords, AShapeMismatchAloneIsInferredAsTraining) {
+  const Tables t =
+      load_tables(default_signature_dir(), default_taxonomy_path(), default_ranker_dir());
+  const Result r =
+      run("RuntimeError: The expanded size of the tensor (4) must match the existing size (8) at "
+          "non-singleton dimension 1\n",
+          t);
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.basis, Result::Basis::kInferred);
+  EXPECT_EQ(r.stage, 4);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms.front().id, "4.6");
+}
+
 }  // namespace
 }  // namespace fl::triage

@@ -183,11 +183,13 @@ const SignatureCase kLines[] = {
      "使用gemini插件微调时，loss像是从随机初始化的权重开始训练\n", 3, "3.1", "R3.2",
      "prose-random-init-zh"},
     // A frame of ZeRO's MiCS set-up above an error that names no stage: preparation context.
+    // Stop 51: an exception under a set-up frame is an API or configuration error (3.2,
+    // preparation-frame-exception), no longer the stage's most common symptom (3.1).
     {"AnErrorRaisedInZeroMicsSetUpIsPreparation",
      "  File \"/usr/lib/python3/dist-packages/deepspeed/runtime/zero/mics.py\", line 396, in "
      "__init__\n"
      "AttributeError: 'Parameter' object has no attribute 'comm'\n",
-     3, "3.1", "", "preparation-frame"},
+     3, "3.2", "", "preparation-frame"},
     // The same kind of frame (FSDP's construction) above a CUDA OOM on another line: the model
     // does not fit while it is wrapped (3.4), not a step's OOM (4.2); a context row.
     {"AnOomWhileFsdpWrapsTheModelIsPreparationMemory",

@@ -4,7 +4,7 @@
 // parallel layout or plugin is set up, copied from the source file the row's comment names, with
 // the traceback line a report usually quotes above it. The row must rank its symptom and root
 // cause first; without it the same input was answered otherwise (checked when the rows were
-// written).
+// written). Stop 51 adds an exception under a preparation frame.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -162,6 +162,88 @@ TEST(TriageStage3FrameworkTexts, ADcpLoadMissingAnOptimizerKeyIsNotReadAsAModelL
       return e.signature == "dcp-missing-model-key";
     })) << c.id;
   }
+}
+
+// Stop 51: a Python exception under a frame of the code that sets a run up
+// (stage3_prep_reports.yaml, preparation-frame-exception) is an API or configuration error of
+// preparation, answered by the tables; before, the exception row alone read 4.3, or the stage-3
+// words gave a weak answer.
+struct FrameCase {
+  const char* name;
+  const char* text;
+  size_t frame_line;  // the preparation frame, cited in the top symptom's evidence
+  const char* frame_row = "preparation-frame";  // the row that cites it (the first to match)
+};
+
+const FrameCase kFrames[] = {
+    {"AnAttributeErrorWhileMicsSetsUpIsAConfigurationError",
+     "Traceback (most recent call last):\n"
+     "  File \"/opt/conda/lib/python3.10/site-packages/deepspeed/runtime/zero/mics.py\", line "
+     "396, in __init__\n"
+     "    self.dp_process_group = first_param.comm.param_shard_group\n"
+     "AttributeError: 'Parameter' object has no attribute 'comm'\n",
+     2},
+    {"ARuntimeErrorInAColossalPluginConstructorIsAConfigurationError",
+     "Traceback (most recent call last):\n"
+     "  File \"/usr/local/lib/python3.10/dist-packages/colossalai/booster/plugin/"
+     "hybrid_parallel_plugin.py\", line 1104, in __init__\n"
+     "    self.stage_manager = PipelineStageManager(self.pg_mesh, pipeline_axis=self.pp_axis)\n"
+     "RuntimeError: Expected a non-empty process group for the pipeline axis\n",
+     2},
+    {"AnAttributeErrorInTheFsdpConstructorIsAConfigurationError",
+     "  File \"/usr/local/lib/python3.10/dist-packages/torch/distributed/fsdp/"
+     "fully_sharded_data_parallel.py\", line 463, in __init__\n"
+     "    _init_param_handle_from_module(\n"
+     "AttributeError: 'NoneType' object has no attribute 'device'\n",
+     1},
+    {"AnAssertionInMegatronsCheckpointArgumentCheckIsAConfigurationError",
+     "  File \"/workspace/Megatron-LM/megatron/training/checkpointing.py\", line 804, in "
+     "check_checkpoint_args\n"
+     "    _compare('add_position_embedding', default=True)\n"
+     "    assert checkpoint_value == args_value, error_message\n"
+     "AssertionError\n",
+     1},
+    {"ARuntimeErrorInTheCheckpointConvertersSaverIsAConfigurationError",
+     "  File \"/workspace/Megatron-LM/tools/checkpoint/saver_mcore.py\", line 241, in "
+     "save_checkpoint\n"
+     "    validate_args(margs)\n"
+     "RuntimeError: --fp8-format requires Transformer Engine\n",
+     1, "megatron-checkpoint-converter"},
+};
+
+void PrintTo(const FrameCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+std::string frame_case_name(const ::testing::TestParamInfo<FrameCase>& p) {
+  return p.param.name;
+}
+
+class PreparationFrameException : public ::testing::TestWithParam<FrameCase> {};
+
+TEST_P(PreparationFrameException, IsAnsweredByTheTablesAsAConfigurationError) {
+  const auto r = run(GetParam().text);
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 3);
+  EXPECT_EQ(r.basis, Result::Basis::kTables);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms.front().id, "3.2");
+  EXPECT_TRUE(test::top_cites(r, GetParam().frame_row, GetParam().frame_line));
+}
+
+INSTANTIATE_TEST_SUITE_P(TriageStage3FrameworkTexts, PreparationFrameException,
+                         ::testing::ValuesIn(kFrames), frame_case_name);
+
+// The same exception under a training frame (the engine's backward) stays stage 4's.
+TEST(TriageStage3FrameworkTexts, AnAttributeErrorInTheEnginesBackwardStaysATrainingError) {
+  const auto r =
+      run("Traceback (most recent call last):\n"
+          "  File \"/opt/conda/lib/python3.10/site-packages/deepspeed/runtime/engine.py\", line "
+          "1990, in backward\n"
+          "    self.optimizer.backward(loss)\n"
+          "AttributeError: 'Parameter' object has no attribute 'ds_grad_is_ready'\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
 }
 
 }  // namespace
