@@ -175,7 +175,7 @@ TEST(TriageProse51, RowsLeaveOutQuestionsRunTimeCompilesAndOtherStages) {
 
 // cues.yaml (stop 51): with no table row matched, point-to-point traffic named in a failure
 // report leans the inferred stage to training and its symptom to a communication error
-// (stage-4 words isend/irecv/p2p, 4.7's symptom words); before, the report was ranked a hang.
+// (stage-4 words isend/irecv, 4.7's symptom words); before, the report was ranked a hang.
 TEST(TriageProse51, PointToPointTrafficInAFailureReportIsATrainingCommunicationError) {
   const auto r =
       run("With the nccl backend, rank 0 posts an isend and rank 1 an irecv, and the program does "
