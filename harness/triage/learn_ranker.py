@@ -413,8 +413,12 @@ def nested_cv(args):
     The nested total is what choosing the setting by CV is worth on issues the choice never saw."""
     issues = tune_issues(args.corpus, args.taxonomy)
     grid = [[(kv.split("=", 1)[0], v) for v in kv.split("=", 1)[1].split(",")] for kv in args.nested]
-    configs = [list(c) for c in itertools.product(*grid)]
-    name = [" ".join(f"{k}={v}" for k, v in c) for c in configs]
+    base = [kv.split("=", 1) for kv in args.set]  # --set holds in every candidate
+    configs = [base + list(c) for c in itertools.product(*grid)]
+    name = [" ".join(f"{k}={v}" for k, v in c) for c in itertools.product(*grid)]
+    if args.cv < 3:
+        print(f"note: with --cv {args.cv} the inner folds train on no issue (their priors are "
+              "empty); use 3 or more folds for a real choice", file=sys.stderr)
     fold = {r["id"]: fold_of(r["id"], args.cv) for r in issues}
     key = (args.nested_measure, "top-1 symptom")
     plain, nested = collections.Counter(), collections.Counter()
@@ -576,6 +580,10 @@ def main():
     MIN_GAIN, PATH_SHARE_MAX = args.min_gain, args.path_share_max
     if args.cv_words:
         return cv_words(args)
+    for kv in args.nested + args.set:
+        key, _, values = kv.partition("=")
+        if not key or not values or "" in values.split(","):
+            ap.error(f"'{kv}' is not KEY=VALUE (--nested: KEY=V1,V2,...; no empty value)")
     if args.nested:
         return nested_cv(args) if args.cv else ap.error("--nested needs --cv K")
     if args.cv:

@@ -173,6 +173,14 @@ TEST(TriageAnswerGate, AHealthyWordOnlyInAPathDoesNotKeepTheAnswerOff) {
                 shipped)
                 .kind,
             Result::Kind::kNone);
+  // A healthy word that runs past the path it starts in ("docs/how to ...") is in prose.
+  EXPECT_EQ(run("See docs/how to launch torchrun --nproc-per-node 2 train.py\n", shipped).kind,
+            Result::Kind::kNone);
+  // One past the 4096 bytes of the line a hit keeps is still a healthy word (it is not shown,
+  // so it cannot be shown to be in a path).
+  const std::string long_line = "torchrun --nproc-per-node 2 train.py --data " +
+                                std::string(5000, 'x') + " is it possible to keep the order?\n";
+  EXPECT_EQ(run(long_line, shipped).kind, Result::Kind::kNone);
 }
 
 }  // namespace

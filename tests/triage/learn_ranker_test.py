@@ -326,6 +326,14 @@ class LearnRankerTest(unittest.TestCase):
         self.assertIn("outer fold 0: inner CV chose co_weight=1", out)
         self.assertIn("outer fold 1: inner CV chose co_weight=2", out)
 
+    def test_a_nested_setting_without_values_is_a_usage_error_naming_it(self):
+        for bad in ("co_weight", "co_weight=", "co_weight=1,,2", "=1,2"):
+            out = subprocess.run([sys.executable, str(SCRIPT), "--cv", "3", "--nested", bad],
+                                 capture_output=True, text=True)
+            self.assertEqual(out.returncode, 2, bad)
+            self.assertIn(f"'{bad}' is not KEY=VALUE", out.stderr)
+            self.assertNotIn("Traceback", out.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
