@@ -43,6 +43,19 @@ def learn(records, name="priors.yaml"):
         return pathlib.Path(tmp, name).read_text(encoding="utf-8")
 
 
+def run_with_stand_in(records, fake, *args):
+    """learn_ranker.py's stdout on `records` as a corpus, with the script `fake` as faultline."""
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = pathlib.Path(tmp, "c.jsonl")
+        corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        faultline = pathlib.Path(tmp, "faultline")
+        faultline.write_text(fake, encoding="utf-8")
+        faultline.chmod(0o755)
+        return subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus), *args,
+                               "--faultline", str(faultline)], check=True, capture_output=True,
+                              text=True).stdout
+
+
 class LearnRankerTest(unittest.TestCase):
     def corpus(self):
         recs = [issue(i, "tune", ["4.11", "4.7"], HANG, 4) for i in TUNE_IDS[:3]]
@@ -273,15 +286,7 @@ class LearnRankerTest(unittest.TestCase):
             print("| top-1 symptom | 50.0% (1/2) |")
             print("| top-3 symptom | 50.0% (1/2) |")
             """)
-        with tempfile.TemporaryDirectory() as tmp:
-            corpus = pathlib.Path(tmp, "c.jsonl")
-            corpus.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
-            faultline = pathlib.Path(tmp, "faultline")
-            faultline.write_text(fake, encoding="utf-8")
-            faultline.chmod(0o755)
-            out = subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus), "--cv", "2",
-                                  "--faultline", str(faultline)], check=True, capture_output=True,
-                                 text=True).stdout
+        out = run_with_stand_in(recs, fake, "--cv", "2")
         self.assertIn("2-fold CV on tune, ranker, every answer: labelled stage (rows)", out)
         self.assertIn("| 0 | 0 | 0 | 0 | 0 | 1 | 0 | 1 of 1 |\n| 3 | 0 | 0 | 0 | 0 | 3 | 0 | 3 of 3 |"
                       "\n| 4 | 0 | 0 | 0 | 0 | 3 | 0 | 0 of 3 |\n", out)
@@ -312,15 +317,7 @@ class LearnRankerTest(unittest.TestCase):
             for m in ("top-1 symptom", "top-3 symptom", "stage", "root cause"):
                 print(f"| {m} | 0.0% ({n}/{len(recs)}) |")
             """)
-        with tempfile.TemporaryDirectory() as tmp:
-            corpus = pathlib.Path(tmp, "c.jsonl")
-            corpus.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
-            faultline = pathlib.Path(tmp, "faultline")
-            faultline.write_text(fake, encoding="utf-8")
-            faultline.chmod(0o755)
-            out = subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus), "--cv", "2",
-                                  "--nested", "co_weight=1,2", "--faultline", str(faultline)],
-                                 check=True, capture_output=True, text=True).stdout
+        out = run_with_stand_in(recs, fake, "--cv", "2", "--nested", "co_weight=1,2")
         self.assertIn("2-fold CV on tune, top-3 symptom: co_weight=1 5, co_weight=2 5; "
                       "nested 0 of 10", out)
         self.assertIn("outer fold 0: inner CV chose co_weight=1", out)
