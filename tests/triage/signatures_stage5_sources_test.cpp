@@ -284,14 +284,15 @@ TEST_P(Stage5Stop52Row, RanksItsSymptomFirst) {
   test::expect_ranked_first(run(GetParam().text), GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(TriageStage5Stop52Rows, Stage5Stop52Row, ::testing::ValuesIn(kStage5Stop52),
-                         test::case_name);
+INSTANTIATE_TEST_SUITE_P(TriageStage5Stop52Rows, Stage5Stop52Row,
+                         ::testing::ValuesIn(kStage5Stop52), test::case_name);
 
 // A hang stated on one line with inference named on another is the inference hang (5.1, the
 // corpus convention); the hang line alone stays the training hang (4.11).
 TEST(TriageStage5Stop52, AHangWithInferenceNamedOnAnotherLineIsAnInferenceFailure) {
-  const auto r = run("The job hangs after the first batch.\n"
-                     "We run inference with tensor parallel 2 on one node.\n");
+  const auto r =
+      run("The job hangs after the first batch.\n"
+          "We run inference with tensor parallel 2 on one node.\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 5);
   ASSERT_FALSE(r.symptoms.empty());
@@ -306,8 +307,9 @@ TEST(TriageStage5Stop52, AHangWithInferenceNamedOnAnotherLineIsAnInferenceFailur
 // torch.multinomial's check under a generate call is the generation failing (5.1), not the
 // training loss's NaN (4.4, nan-word's reading before stop 52).
 TEST(TriageStage5Stop52, AnInfOrNanProbabilityInGenerateIsAnInferenceFailure) {
-  const auto r = run("outputs = model.generate(input_ids, do_sample=True)\n"
-                     "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0\n");
+  const auto r =
+      run("outputs = model.generate(input_ids, do_sample=True)\n"
+          "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 5);
   ASSERT_FALSE(r.symptoms.empty());
@@ -327,15 +329,17 @@ TEST(TriageStage5Stop52, AnIllegalMemoryAccessInInferenceIsNoMemoryIssue) {
 // cues.yaml: ColossalAI's EnergonAI server is an inference word (before: no answer), and a model
 // that is not split across the ranks is 5.9's (before: the stage's common 5.1 first).
 TEST(TriageStage5Stop52, AnEnergonServiceIsInference) {
-  const auto r = run("energonai service init --config_file=/config/opt_config.py\n"
-                     "It does not work when tp_init_size is 4\n");
+  const auto r =
+      run("energonai service init --config_file=/config/opt_config.py\n"
+          "It does not work when tp_init_size is 4\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 5);
 }
 
 TEST(TriageStage5Stop52, AModelNotSplitAcrossTheRanksIsAFunctionalIssue) {
-  const auto r = run("The engine runs, but the model only runs on one GPU: it is not split across "
-                     "the four ranks with tp_size=4\n");
+  const auto r =
+      run("The engine runs, but the model only runs on one GPU: it is not split across "
+          "the four ranks with tp_size=4\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 5);
   ASSERT_FALSE(r.symptoms.empty());
