@@ -240,5 +240,111 @@ TEST(TriageStage5SourceRowsMore, ARuntimeErrorUnderZeroInferenceIsAnInferenceFai
       "RuntimeError: Expected all parameters to be partitioned before the forward pass\n");
 }
 
+// Stop 52: a Megatron-LM InferenceParams error, told in a title line and quoted again, is the
+// inference run failing; the tables before stop 52 tied it with 4.3 and ranked 4.3 first.
+TEST(TriageStage5SourceRowsMore, AnAttributeErrorOnMegatronsInferenceParamsIsAnInferenceFailure) {
+  const auto r =
+      run("The server crashes on the first prompt: AttributeError: 'InferenceParams' object has no "
+          "attribute 'max_sequence_len'\n"
+          "AttributeError: 'InferenceParams' object has no attribute 'max_sequence_len'\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 5);
+  EXPECT_EQ(r.basis, Result::Basis::kTables);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms[0].id, "5.1");
+  EXPECT_TRUE(test::cites(r.symptoms[0], "inference-context-exception", 2));
+}
+
+// Stop 52: the rows and words of the inference stage's round (stage5_*.yaml, cues.yaml). With
+// the tables and cues of main at 663457f each case answers another stage or symptom, or nothing;
+// the guards answer the same before and after.
+const SignatureCase kStage5Stop52[] = {
+    {"TheInferenceEnginesExpertGroupsQuotedAsCodeAreInference",
+     "        self._create_ep_parallel_group(config.moe.moe_experts)\n", 5, "5.1", "R5.2",
+     "ds-inference-engine-code"},
+    {"TheInferenceConfigsCudaGraphSwitchedOnIsInference",
+     "    \"enable_cuda_graph\": True,\n    \"replace_with_kernel_inject\": True,\n", 5, "5.1",
+     "R5.2", "ds-inference-cuda-graph-on"},
+    {"MemoryAndInferenceInOneClauseIsAnInferenceMemoryIssue",
+     "Model memory required for tensor parallel inference is not reduced on each GPU\n", 5, "5.2",
+     "R5.1", "inference-memory-statement"},
+    {"AGenerationThatRepeatsNumbersIsAnOutputInconsistency",
+     "The converted model only repeats meaningless numbers.\n", 5, "5.3", "",
+     "repetition-statement"},
+    {"AnInferenceScriptThatCannotLoadTheStateDictsKeysIsALoadingIssue",
+     "python inference.py --model_path actor.pt --pretrain bigscience/bloom-560m\n"
+     "RuntimeError: Error(s) in loading state_dict for BloomForCausalLM:\n"
+     "\tMissing key(s) in state_dict: \"transformer.h.0.input_layernorm.weight\"\n",
+     5, "5.5", "R5.6", "inference-script-context-keys"},
+};
+
+class Stage5Stop52Row : public ::testing::TestWithParam<SignatureCase> {};
+
+TEST_P(Stage5Stop52Row, RanksItsSymptomFirst) {
+  test::expect_ranked_first(run(GetParam().text), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(TriageStage5Stop52Rows, Stage5Stop52Row,
+                         ::testing::ValuesIn(kStage5Stop52), test::case_name);
+
+// A hang stated on one line with inference named on another is the inference hang (5.1, the
+// corpus convention); the hang line alone stays the training hang (4.11).
+TEST(TriageStage5Stop52, AHangWithInferenceNamedOnAnotherLineIsAnInferenceFailure) {
+  const auto r =
+      run("The job hangs after the first batch.\n"
+          "We run inference with tensor parallel 2 on one node.\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 5);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms[0].id, "5.1");
+  EXPECT_TRUE(test::cites(r.symptoms[0], "inference-context-hang", 2));
+  const auto alone = run("The job hangs after the first batch.\n");
+  ASSERT_EQ(alone.kind, Result::Kind::kFound);
+  ASSERT_FALSE(alone.symptoms.empty());
+  EXPECT_EQ(alone.symptoms[0].id, "4.11");
+}
+
+// torch.multinomial's check under a generate call is the generation failing (5.1), not the
+// training loss's NaN (4.4, nan-word's reading before stop 52).
+TEST(TriageStage5Stop52, AnInfOrNanProbabilityInGenerateIsAnInferenceFailure) {
+  const auto r =
+      run("outputs = model.generate(input_ids, do_sample=True)\n"
+          "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 5);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms[0].id, "5.1");
+  EXPECT_TRUE(test::cites(r.symptoms[0], "multinomial-probability-nan", 2));
+}
+
+// An illegal memory access under inference stays the execution failure: the memory row does not
+// read the CUDA error (guard; 5.1 before and after).
+TEST(TriageStage5Stop52, AnIllegalMemoryAccessInInferenceIsNoMemoryIssue) {
+  const auto r = run("Illegal memory access with DeepSpeed Inference for RoBERTa-Large\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms[0].id, "5.1");
+}
+
+// cues.yaml: ColossalAI's EnergonAI server is an inference word (before: no answer), and a model
+// that is not split across the ranks is 5.9's (before: the stage's common 5.1 first).
+TEST(TriageStage5Stop52, AnEnergonServiceIsInference) {
+  const auto r =
+      run("energonai service init --config_file=/config/opt_config.py\n"
+          "It does not work when tp_init_size is 4\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 5);
+}
+
+TEST(TriageStage5Stop52, AModelNotSplitAcrossTheRanksIsAFunctionalIssue) {
+  const auto r =
+      run("The engine runs, but the model only runs on one GPU: it is not split across "
+          "the four ranks with tp_size=4\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 5);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms[0].id, "5.9");
+}
+
 }  // namespace
 }  // namespace fl::triage
