@@ -1,9 +1,9 @@
 // Stop 52: a failure raised inside a training step is stage 4 even when the report also quotes its
-// launch (a torchrun command line, torch.multiprocessing's spawn wrapper), whose words lean stage 2.
-// The texts are in the shape PyTorch's autograd, DeepSpeed's pipeline engine and ZeRO-3 hooks,
-// Megatron-LM's training loop and nccl-tests print them (stage4_training_steps.yaml and the stage-4
-// words of cues.yaml); with main's tables and cues before this change each was read as another
-// stage or ranked another symptom first.
+// launch (a torchrun command line, torch.multiprocessing's spawn wrapper), whose words lean
+// stage 2. The texts are in the shape PyTorch's autograd, DeepSpeed's pipeline engine and ZeRO-3
+// hooks, Megatron-LM's training loop and nccl-tests print them (stage4_training_steps.yaml and the
+// stage-4 words of cues.yaml); with main's tables and cues before this change each was read as
+// another stage or ranked another symptom first.
 #include "harness/triage/triage.hpp"
 #include "tests/triage/tables.hpp"
 
@@ -62,14 +62,14 @@ TEST(TriageStage4Steps, PipelineEngineFramesOutweighTheTorchrunLine) {
 
 // ZeRO-3's parameter-fetch hooks in a step (main: 1.1, from the site-packages paths' words).
 TEST(TriageStage4Steps, ZeroThreeSubmoduleHookFramesAreAStepRuntimeError) {
-  const auto r = run(
-      "  File \"/usr/local/lib/python3.10/dist-packages/deepspeed/runtime/zero/"
-      "parameter_offload.py\", line 474, in _pre_forward_module_hook\n"
-      "    self.pre_sub_module_forward_function(module)\n"
-      "  File \"/usr/local/lib/python3.10/dist-packages/deepspeed/runtime/zero/"
-      "partitioned_param_coordinator.py\", line 306, in fetch_sub_module\n"
-      "    assert param.ds_status == ZeroParamStatus.AVAILABLE, param.ds_summary()\n"
-      "AssertionError: {'id': 3, 'status': 'INFLIGHT', 'numel': 4096}\n");
+  const auto r =
+      run("  File \"/usr/local/lib/python3.10/dist-packages/deepspeed/runtime/zero/"
+          "parameter_offload.py\", line 474, in _pre_forward_module_hook\n"
+          "    self.pre_sub_module_forward_function(module)\n"
+          "  File \"/usr/local/lib/python3.10/dist-packages/deepspeed/runtime/zero/"
+          "partitioned_param_coordinator.py\", line 306, in fetch_sub_module\n"
+          "    assert param.ds_status == ZeroParamStatus.AVAILABLE, param.ds_summary()\n"
+          "AssertionError: {'id': 3, 'status': 'INFLIGHT', 'numel': 4096}\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 4);
   ASSERT_FALSE(r.symptoms.empty());
@@ -99,9 +99,9 @@ TEST(TriageStage4Steps, OutOfMemoryInTheTrainStepStaysMemoryFirst) {
 // An nccl-tests run with its bus bandwidth is a performance report as often as a hang: with the
 // bandwidth shown, 4.1 first (main: the run's row named 4.11 alone).
 TEST(TriageStage4Steps, AnNcclTestsRunWithItsBandwidthIsPerformance) {
-  const auto r = run(
-      "mpirun -np 16 -H node1:8,node2:8 ./build/all_reduce_perf -b 8 -e 8G -f 2 -g 1\n"
-      "# Avg bus bandwidth    : 11.8043\n");
+  const auto r =
+      run("mpirun -np 16 -H node1:8,node2:8 ./build/all_reduce_perf -b 8 -e 8G -f 2 -g 1\n"
+          "# Avg bus bandwidth    : 11.8043\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 4);
   ASSERT_GE(r.symptoms.size(), 2u);
