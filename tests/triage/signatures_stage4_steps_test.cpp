@@ -109,6 +109,21 @@ TEST(TriageStage4Steps, AnNcclTestsRunWithItsBandwidthIsPerformance) {
   EXPECT_EQ(r.symptoms[1].id, "4.11");
 }
 
+// nccl-tests' result rows alone: the collectives ran, so stage 4, and the numbers are about
+// bandwidth (main: no signature matched).
+TEST(TriageStage4Steps, NcclTestsResultRowsAreAMeasuredCollective) {
+  const auto r =
+      run("    33554432       8388608     float     sum      -1   4821.3    6.96   13.05      0   "
+          "4790.2    7.00   13.14      0\n"
+          "    67108864      16777216     float     sum      -1   9650.8    6.95   13.04      0   "
+          "9622.5    6.97   13.08      0\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms[0].id, "4.1");
+  EXPECT_TRUE(cites(r.symptoms[0], "nccl-tests-result-row", 1));
+}
+
 // A fine-tuning run's forward, with the torchrun line that started it (main: 2.1).
 TEST(TriageStage4Steps, AFineTuningForwardIsTrainingNotLaunch) {
   const auto r = run(
