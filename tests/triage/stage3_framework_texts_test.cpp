@@ -140,6 +140,27 @@ const SignatureCase kTexts[] = {
     {"TheOlderConverterScriptsFrameIsAConversion",
      "  File \"/workspace/Megatron-LM/tools/checkpoint_util.py\", line 149, in main\n", 3, "3.1",
      "R3.3", "megatron-checkpoint-converter"},
+    // Stop 52: torch's FlatParameter text as torch 2.x prints it, in backticks (the row read only
+    // the text without them before).
+    {"FsdpFlatteningPartlyFrozenParametersInBackticksIsAConfigurationError",
+     "ValueError: `FlatParameter` requires uniform `requires_grad`\n", 3, "3.2", "R3.1",
+     "fsdp-uniform-requires-grad"},
+    // Stop 52 (stage3_prep_sources.yaml): DeepSpeed's config reader, PyTorch's
+    // DistributedSampler, DeepSpeed's tensor_fragment mapping, Colossal-AI's init context.
+    {"ADeepSpeedConfigPathThatDoesNotExistIsAConfigurationError",
+     "ValueError: Expected a string path to an existing deepspeed config, or a dictionary or a "
+     "valid base64. Received: configs/ds_zero3.json\n",
+     3, "3.2", "R3.2", "ds-config-path-not-found"},
+    {"ASamplerRankOutsideItsReplicasIsAConfigurationError",
+     "ValueError: Invalid rank 8, rank should be in the interval [0, 7]\n", 3, "3.2", "R3.1",
+     "torch-sampler-invalid-rank"},
+    {"AnEmptyFragmentOfAZeroPartitionIsAPreparationRuntimeError",
+     "AssertionError: fragment start 4096 should be < fragment_end 4096\n", 3, "3.5", "R3.3",
+     "ds-hp-fragment-empty"},
+    {"AClassImportedInsideAnInitContextIsAnApiError",
+     "AttributeError: _old_init is not found in the LlamaAttention, please make sure that you have "
+     "imported LlamaAttention before entering the context.\n",
+     3, "3.2", "R3.1", "colossalai-init-ctx-old-init"},
 };
 
 class Stage3FrameworkText : public ::testing::TestWithParam<SignatureCase> {};
@@ -245,6 +266,53 @@ TEST(TriageStage3FrameworkTexts, AnAttributeErrorInTheEnginesBackwardStaysATrain
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 4);
 }
+
+// Stop 52: preparation named by its calls (cues.yaml `stages:` 3): an exception under a
+// tensor-parallel, sampler or FSDP-with-mesh set-up that no table row reads is inferred to be
+// stage 3's; before stop 52's words these were answered as stage 1, 5 and 4.
+struct PrepWordsCase {
+  const char* name;
+  const char* text;
+};
+
+const PrepWordsCase kPrepWords[] = {
+    {"AnErrorUnderParallelizeModuleIsPreparation",
+     "  File \"/workspace/train_tp.py\", line 52, in main\n"
+     "    model = parallelize_module(model, device_mesh, tp_plan)\n"
+     "  File \"/usr/lib/python3/dist-packages/torch/distributed/tensor/parallel/api.py\", line "
+     "112, in parallelize_module\n"
+     "    parallelize_plan.apply(module, device_mesh)\n"
+     "KeyError: 'attn'\n"},
+    {"AnErrorBuildingADistributedSamplerIsPreparation",
+     "  File \"/workspace/train.py\", line 88, in main\n"
+     "    sampler = DistributedSampler(train_set, num_replicas=args.world_size, rank=args.rank)\n"
+     "TypeError: object of type 'generator' has no len()\n"},
+    {"AnErrorWrappingFsdpOnADeviceMeshIsPreparation",
+     "  File \"/workspace/train_fsdp.py\", line 70, in main\n"
+     "    model = FSDP(model, device_mesh=mesh, sharding_strategy=ShardingStrategy.HYBRID_SHARD)\n"
+     "IndexError: list index out of range\n"},
+};
+
+void PrintTo(const PrepWordsCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+std::string prep_words_name(const ::testing::TestParamInfo<PrepWordsCase>& p) {
+  return p.param.name;
+}
+
+class PreparationWords : public ::testing::TestWithParam<PrepWordsCase> {};
+
+TEST_P(PreparationWords, InferStagePreparation) {
+  const auto r = run(GetParam().text);
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 3);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms.front().id.substr(0, 2), "3.");
+}
+
+INSTANTIATE_TEST_SUITE_P(TriageStage3FrameworkTexts, PreparationWords,
+                         ::testing::ValuesIn(kPrepWords), prep_words_name);
 
 }  // namespace
 }  // namespace fl::triage
