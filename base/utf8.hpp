@@ -64,4 +64,13 @@ inline std::string valid_utf8(std::string_view s) {
   return out;
 }
 
+// The longest prefix of `s` of at most `max_bytes` bytes that does not end inside a multi-byte
+// sequence (for valid UTF-8 `s`: cutting a line to a length keeps it valid).
+inline std::string_view utf8_prefix(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return s;
+  size_t n = max_bytes;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
+}
+
 }  // namespace fl

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "base/utf8.hpp"
 #include "harness/triage/draft_base.hpp"
 
 namespace fl::triage {
@@ -99,10 +100,12 @@ struct Facts {
 };
 
 std::string from(const EnvFact& f) {
-  std::string text = f.text;
+  // The comment must stay valid UTF-8 (the loader refuses a file that is not): a line in another
+  // script is cut between characters, never inside one.
+  std::string text = valid_utf8(f.text);
   const auto b = text.find_first_not_of(" \t");
   text = b == std::string::npos ? "" : text.substr(b);
-  if (text.size() > 100) text = text.substr(0, 97) + "...";
+  if (text.size() > 100) text = std::string(utf8_prefix(text, 97)) + "...";
   std::replace(text.begin(), text.end(), '`', '\'');
   return fmt::format("from line {}: `{}`", f.line, text);
 }

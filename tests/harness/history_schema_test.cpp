@@ -54,6 +54,18 @@ TEST(Utf8, InvalidBytesBecomeReplacementCharacters) {
   EXPECT_NO_THROW(nlohmann::json(valid_utf8("x\xFE\xFF\x80y")).dump());
 }
 
+TEST(Utf8, APrefixEndsBetweenCharacters) {
+  const std::string s = "ab\xE2\x82\xAC\xF0\x9F\x98\x80";  // a, b, U+20AC, U+1F600
+  EXPECT_EQ(utf8_prefix(s, 2), "ab");
+  EXPECT_EQ(utf8_prefix(s, 3), "ab");
+  EXPECT_EQ(utf8_prefix(s, 4), "ab");
+  EXPECT_EQ(utf8_prefix(s, 5), "ab\xE2\x82\xAC");
+  EXPECT_EQ(utf8_prefix(s, 8), "ab\xE2\x82\xAC");
+  EXPECT_EQ(utf8_prefix(s, 9), s);
+  EXPECT_EQ(utf8_prefix(s, 100), s);
+  EXPECT_EQ(utf8_prefix(s, 0), "");
+}
+
 TEST(EventSchema, RankEventsAreCheckedAgainstTheWorldAndTheirKind) {
   EventContext ctx;
   ctx.live = true;

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "base/utf8.hpp"
 #include "harness/triage/draft_base.hpp"
 #include "harness/triage/draft_check.hpp"
 #include "harness/triage/eval.hpp"
@@ -112,6 +113,21 @@ TEST(TriageDraft, AWorldLargerThanTheMachineIsClampedAndSaidSo) {
                 "  # from line 1: `torchrun --nproc_per_node 16 train.py`",
                 "  # world size 16 clamped to 8: this machine runs at most 8 CPU ranks"}));
   EXPECT_EQ(validate_scenario_text(d.yaml), "");
+}
+
+// Stop 52: a source line in another script longer than a comment holds was cut inside a
+// character, and the draft then failed to load ("the file is not UTF-8 text").
+TEST(TriageDraft, ALongSourceLineInAnotherScriptIsCutBetweenCharacters) {
+  std::string line = "deepspeed --num_gpus 4 train.py #";  // 33 bytes, then 3-byte characters
+  for (int i = 0; i < 30; ++i) line += "\xE6\xB5\x8B";  // U+6D4B, 97 falls inside one
+  const Draft d = draft_of(line + "\n" + kWatchdogUnderZero3);
+  ASSERT_TRUE(d.made) << d.why;
+  EXPECT_TRUE(is_valid_utf8(d.yaml));
+  EXPECT_EQ(validate_scenario_text(d.yaml), "");
+  const std::vector<std::string> c = comments_above(d.yaml, "  launcher: deepspeed");
+  ASSERT_FALSE(c.empty());
+  EXPECT_EQ(c.front().rfind("  # from line 1: `deepspeed --num_gpus 4 train.py #", 0), 0u);
+  EXPECT_NE(c.front().find("\xE6\xB5\x8B...`"), std::string::npos) << c.front();
 }
 
 TEST(TriageDraft, ACauseWithoutAMechanismIsSaidPlainly) {
