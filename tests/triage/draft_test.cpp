@@ -119,7 +119,7 @@ TEST(TriageDraft, AWorldLargerThanTheMachineIsClampedAndSaidSo) {
 // character, and the draft then failed to load ("the file is not UTF-8 text").
 TEST(TriageDraft, ALongSourceLineInAnotherScriptIsCutBetweenCharacters) {
   std::string line = "deepspeed --num_gpus 4 train.py #";  // 33 bytes, then 3-byte characters
-  for (int i = 0; i < 30; ++i) line += "\xE6\xB5\x8B";  // U+6D4B, 97 falls inside one
+  for (int i = 0; i < 30; ++i) line += "\xE6\xB5\x8B";     // U+6D4B, 97 falls inside one
   const Draft d = draft_of(line + "\n" + kWatchdogUnderZero3);
   ASSERT_TRUE(d.made) << d.why;
   EXPECT_TRUE(is_valid_utf8(d.yaml));
