@@ -100,8 +100,7 @@ struct Facts {
 };
 
 std::string from(const EnvFact& f) {
-  // The comment must stay valid UTF-8 (the loader refuses a file that is not): a line in another
-  // script is cut between characters, never inside one.
+  // Valid UTF-8, cut between characters: the loader refuses a file that is not UTF-8 text.
   std::string text = valid_utf8(f.text);
   const auto b = text.find_first_not_of(" \t");
   text = b == std::string::npos ? "" : text.substr(b);
@@ -293,8 +292,6 @@ void add_cause_gap(const Result& r, const ScenarioSource& base, const Tables& t,
   }
   out.push_back({"cause", text});
 }
-
-// --- the text ----------------------------------------------------------------------------------
 
 std::string block(const std::string& key, const YAML::Node& value, const std::string& indent) {
   YAML::Emitter em;
