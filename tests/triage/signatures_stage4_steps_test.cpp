@@ -33,11 +33,7 @@ TEST(TriageStage4Steps, ABackwardTracebackUnderSpawnIsAStepRuntimeError) {
       "    Variable._execution_engine.run_backward(  # Calls into the C++ engine to run the "
       "backward pass\n"
       "RuntimeError: Function 'MulBackward0' returned an invalid gradient at index 0\n");
-  ASSERT_EQ(r.kind, Result::Kind::kFound);
-  EXPECT_EQ(r.stage, 4);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms[0].id, "4.3");
-  EXPECT_TRUE(cites(r.symptoms[0], "training-step-backward-call", 4));
+  test::expect_first(r, 4, "4.3", "training-step-backward-call", 4);
 }
 
 // DeepSpeed's pipeline engine frames with the job's torchrun line (main: 2.1, from the launch
@@ -53,11 +49,7 @@ TEST(TriageStage4Steps, PipelineEngineFramesOutweighTheTorchrunLine) {
       "TypeError: 'NoneType' object is not subscriptable\n"
       "torchrun --nproc_per_node=8 --nnodes=1 --node_rank=0 --master_addr=127.0.0.1 "
       "--master_port=29500 train.py\n");
-  ASSERT_EQ(r.kind, Result::Kind::kFound);
-  EXPECT_EQ(r.stage, 4);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms[0].id, "4.3");
-  EXPECT_TRUE(cites(r.symptoms[0], "training-loop-frame", 1));
+  test::expect_first(r, 4, "4.3", "training-loop-frame", 1);
 }
 
 // ZeRO-3's parameter-fetch hooks in a step (main: 1.1, from the site-packages paths' words).
@@ -70,11 +62,7 @@ TEST(TriageStage4Steps, ZeroThreeSubmoduleHookFramesAreAStepRuntimeError) {
           "partitioned_param_coordinator.py\", line 306, in fetch_sub_module\n"
           "    assert param.ds_status == ZeroParamStatus.AVAILABLE, param.ds_summary()\n"
           "AssertionError: {'id': 3, 'status': 'INFLIGHT', 'numel': 4096}\n");
-  ASSERT_EQ(r.kind, Result::Kind::kFound);
-  EXPECT_EQ(r.stage, 4);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms[0].id, "4.3");
-  EXPECT_TRUE(cites(r.symptoms[0], "training-loop-frame", 1));
+  test::expect_first(r, 4, "4.3", "training-loop-frame", 1);
 }
 
 // An out-of-memory error raised in Megatron-LM's train_step stays 4.2 first; the step's frame
@@ -86,10 +74,7 @@ TEST(TriageStage4Steps, OutOfMemoryInTheTrainStepStaysMemoryFirst) {
       "is allocated by PyTorch, and 5.1 GiB is reserved by PyTorch but unallocated.\n"
       "  File \"/usr/local/lib/python3.10/dist-packages/megatron/training/training.py\", line "
       "1012, in train_step\n");
-  ASSERT_EQ(r.kind, Result::Kind::kFound);
-  EXPECT_EQ(r.stage, 4);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms[0].id, "4.2");
+  test::expect_first(r, 4, "4.2");
   const auto step = std::find_if(r.symptoms.begin(), r.symptoms.end(),
                                  [](const Candidate& c) { return c.id == "4.3"; });
   ASSERT_NE(step, r.symptoms.end());
@@ -117,11 +102,7 @@ TEST(TriageStage4Steps, NcclTestsResultRowsAreAMeasuredCollective) {
           "4790.2    7.00   13.14      0\n"
           "    67108864      16777216     float     sum      -1   9650.8    6.95   13.04      0   "
           "9622.5    6.97   13.08      0\n");
-  ASSERT_EQ(r.kind, Result::Kind::kFound);
-  EXPECT_EQ(r.stage, 4);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms[0].id, "4.1");
-  EXPECT_TRUE(cites(r.symptoms[0], "nccl-tests-result-row", 1));
+  test::expect_first(r, 4, "4.1", "nccl-tests-result-row", 1);
 }
 
 // A fine-tuning run's forward, with the torchrun line that started it (main: 2.1).

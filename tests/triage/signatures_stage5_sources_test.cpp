@@ -172,11 +172,7 @@ TEST(TriageStage5SourceRowsMore, MiisWaitingLineIsContextForTheCrash) {
       run("[2024-01-10 08:44:10,221] [INFO] [server.py:65:_wait_until_server_is_live] waiting for "
           "server to start...\n"
           "RuntimeError: server crashed for some reason, unable to proceed\n");
-  ASSERT_EQ(r.kind, Result::Kind::kFound);
-  EXPECT_EQ(r.stage, 5);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms[0].id, "5.1");
-  EXPECT_TRUE(test::cites(r.symptoms[0], "mii-server-crashed", 2));
+  test::expect_first(r, 5, "5.1", "mii-server-crashed", 2);
 }
 
 // A CUDA error other than an illegal access, with init_inference on another line, is the inference
@@ -188,10 +184,7 @@ TEST(TriageStage5SourceRowsMore, ACudaErrorUnderInitInferenceIsAnExecutionFailur
           "RuntimeError: CUDA error: misaligned address\n"
           "CUDA kernel errors might be asynchronously reported at some other API call, so the "
           "stacktrace below might be incorrect.\n");
-  ASSERT_EQ(r.kind, Result::Kind::kFound);
-  EXPECT_EQ(r.stage, 5);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms[0].id, "5.1");
+  test::expect_first(r, 5, "5.1");
 }
 
 // cuBLAS status 8 (CUBLAS_STATUS_ARCH_MISMATCH) in DeepSpeed's "kernel execution error" line
@@ -202,10 +195,7 @@ TEST(TriageStage5SourceRowsMore, CublasArchMismatchUnderKernelInjectionIsHardwar
       run("engine = deepspeed.init_inference(model, replace_with_kernel_inject=True, "
           "dtype=torch.half)\n"
           "!!!! kernel execution error. (m: 2304, n: 10, k: 768, error: 8)\n");
-  ASSERT_EQ(r.kind, Result::Kind::kFound);
-  EXPECT_EQ(r.stage, 5);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms[0].id, "5.7");
+  test::expect_first(r, 5, "5.7");
   ASSERT_FALSE(r.root_causes.empty());
   EXPECT_EQ(r.root_causes[0].id, "R5.3");
   const auto alone = run("!!!! kernel execution error. (m: 2304, n: 10, k: 768, error: 8)\n");
@@ -293,11 +283,7 @@ TEST(TriageStage5Stop52, AHangWithInferenceNamedOnAnotherLineIsAnInferenceFailur
   const auto r =
       run("The job hangs after the first batch.\n"
           "We run inference with tensor parallel 2 on one node.\n");
-  ASSERT_EQ(r.kind, Result::Kind::kFound);
-  EXPECT_EQ(r.stage, 5);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms[0].id, "5.1");
-  EXPECT_TRUE(test::cites(r.symptoms[0], "inference-context-hang", 2));
+  test::expect_first(r, 5, "5.1", "inference-context-hang", 2);
   const auto alone = run("The job hangs after the first batch.\n");
   ASSERT_EQ(alone.kind, Result::Kind::kFound);
   ASSERT_FALSE(alone.symptoms.empty());
@@ -310,11 +296,7 @@ TEST(TriageStage5Stop52, AnInfOrNanProbabilityInGenerateIsAnInferenceFailure) {
   const auto r =
       run("outputs = model.generate(input_ids, do_sample=True)\n"
           "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0\n");
-  ASSERT_EQ(r.kind, Result::Kind::kFound);
-  EXPECT_EQ(r.stage, 5);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms[0].id, "5.1");
-  EXPECT_TRUE(test::cites(r.symptoms[0], "multinomial-probability-nan", 2));
+  test::expect_first(r, 5, "5.1", "multinomial-probability-nan", 2);
 }
 
 // An illegal memory access under inference stays the execution failure: the memory row does not
@@ -340,10 +322,7 @@ TEST(TriageStage5Stop52, AModelNotSplitAcrossTheRanksIsAFunctionalIssue) {
   const auto r =
       run("The engine runs, but the model only runs on one GPU: it is not split across "
           "the four ranks with tp_size=4\n");
-  ASSERT_EQ(r.kind, Result::Kind::kFound);
-  EXPECT_EQ(r.stage, 5);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms[0].id, "5.9");
+  test::expect_first(r, 5, "5.9");
 }
 
 }  // namespace

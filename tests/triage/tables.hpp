@@ -83,6 +83,20 @@ inline void expect_ranked_first(const Result& r, const SignatureCase& c) {
   }
 }
 
+// The answer is found with `stage` and `symptom` first; with a `signature`, the top symptom's
+// evidence holds it on `line`.
+inline void expect_first(const Result& r, int stage, const std::string& symptom,
+                         const std::string& signature = "", size_t line = 0) {
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, stage);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms.front().id, symptom);
+  if (!signature.empty()) {
+    EXPECT_TRUE(top_cites(r, signature, line))
+        << signature << " is not the top symptom's evidence on line " << line;
+  }
+}
+
 // gtest prints a case by its name, not as bytes, and names the test after it.
 inline void PrintTo(const SignatureCase& c, std::ostream* os) {
   *os << c.name;
