@@ -18,6 +18,8 @@ Variants (each a posterior over stages, symptoms and root causes from the words 
             apart in a pasted report: measured only)
   lr        multinomial logistic regression with an L2 penalty (lambda by nested CV), fitted by
             L-BFGS here in stdlib Python
+  mix       the mean of nb's and lr's posteriors (lambda 1, lr's inner CVs' choice): what
+            words.yaml ships with learn_ranker.py --logistic
 Stdlib only, so it runs under /usr/bin/python3.
 """
 import collections
@@ -126,20 +128,28 @@ def word_posterior(model, kind, words, alpha=1.0):
     """P(label | words) as ranker_words.cpp gives it: add-`alpha` naive Bayes over the distinct
     vocabulary words (word_stages' words) of the input, each counted once; or (stop 52), where the
     model has a logistic_bias row for the kind, softmax(bias + the weights of those words)."""
+    nb = softmax(nb_scores(model, kind, words, alpha))
     bias = model.get("logistic_bias", {}).get(kind)
-    if bias:
-        score = dict(bias)
-        for w in sorted(words):
-            for lab, x in model["logistic_" + kind].get(w, {}).items():
-                score[lab] += x
-        return softmax(score)
-    return softmax(nb_scores(model, kind, words, alpha))
+    if not bias:
+        return nb
+    score = dict(bias)
+    for w in sorted(words):
+        for lab, x in model["logistic_" + kind].get(w, {}).items():
+            score[lab] += x
+    return mean_posterior(softmax(score), nb)
+
+
+def mean_posterior(a, b):
+    """The mean of two posteriors (a label one of them lacks: 0 there)."""
+    return {lab: 0.5 * (a.get(lab, 0.0) + b.get(lab, 0.0)) for lab in set(a) | set(b)}
 
 
 # ---- multinomial logistic regression (stop 52) ----------------------------------------------
 
-# The decimals words.yaml keeps of a weight (a weight that rounds to 0 is left out of the file).
+# The decimals words.yaml keeps of a weight, and the smallest weight it keeps (one under it is 0
+# and left out of the file: a smaller file the binary loads faster).
 DIGITS = 3
+PRUNE = 0.0
 
 
 def lr_fit(docs, kind, lam, min_df=2, iters=300):
@@ -182,7 +192,8 @@ def lr_fit(docs, kind, lam, min_df=2, iters=300):
         return loss, flat
 
     x0 = [0.0] * (nv * nl) + [math.log(max(p, 1e-3) / len(data)) for p in prior]
-    x = [round(v, DIGITS) + 0.0 for v in lbfgs(loss_grad, x0, iters)]  # as words.yaml holds them
+    x = [round(v, DIGITS) + 0.0 if abs(v) >= PRUNE or i >= nv * nl else 0.0  # as words.yaml
+         for i, v in enumerate(lbfgs(loss_grad, x0, iters))]                   # holds them
     return {"labels": labels, "bias": x[nv * nl:],
             "weights": {w: x[i * nl:(i + 1) * nl] for i, w in enumerate(vocab)}}
 
@@ -247,7 +258,8 @@ def lr_posterior(fit, words):
 
 # Hyperparameter grids, chosen by nested CV per label kind (a one-value grid: nothing to choose).
 GRIDS = {"nb": [1.0], "nb-alpha": [0.1, 0.3, 1.0, 3.0], "cnb": [0.3, 1.0, 3.0],
-         "hier": [1.0], "bigram": [1.0], "prefix": [1.0], "lr": [1.0, 3.0, 10.0]}
+         "hier": [1.0], "bigram": [1.0], "prefix": [1.0], "lr": [1.0, 3.0, 10.0],
+         "mix": [1.0]}
 
 
 def fit_variant(variant, train, kind, h):
@@ -255,12 +267,17 @@ def fit_variant(variant, train, kind, h):
     docs = [(words_of(r, variant), r) for r in train if is_failure(r)]
     if variant == "lr":
         return ("lr", lr_fit(docs, kind, h))
+    if variant == "mix":
+        return ("mix", lr_fit(docs, kind, h), count_model(docs))
     return ("nb", count_model(docs), h)
 
 
 def posterior(fitted, variant, kind, words, stage_post=None):
     if fitted[0] == "lr":
         return lr_posterior(fitted[1], words)
+    if fitted[0] == "mix":  # the mean of the two posteriors, as words.yaml's regression ships
+        return mean_posterior(lr_posterior(fitted[1], words),
+                              softmax(nb_scores(fitted[2], kind, words)))
     _, model, alpha = fitted
     post = softmax(nb_scores(model, kind, words, alpha, complement=variant == "cnb"))
     if variant == "hier" and kind == "symptoms" and stage_post:
@@ -341,7 +358,7 @@ JOBS = 1
 def cv_variant(variant, issues, folds, log=print):
     """Per held-out failure id -> measure -> right, over `folds`-fold (nested) CV."""
     out = {}
-    if JOBS > 1 and (len(GRIDS.get(variant, [1])) > 1 or variant == "lr"):
+    if JOBS > 1 and (len(GRIDS.get(variant, [1])) > 1 or variant in ("lr", "mix")):
         with multiprocessing.Pool(min(JOBS, folds)) as pool:
             jobs = [(variant, issues, folds, k) for k in range(folds)]
             for got in pool.starmap(outer_fold, jobs):

@@ -117,18 +117,6 @@ std::map<std::string, double> logistic_posterior(const WordModel& m, WordLabel k
   return out;
 }
 
-// The weight of `word` for `label` over its mean weight over the labels (0: no weight above it).
-double logistic_lift(const WordModel& m, WordLabel kind, const std::string& label,
-                     const std::string& word) {
-  const auto it = m.weights[at(kind)].find(word);
-  if (it == m.weights[at(kind)].end()) return 0;
-  const auto w = it->second.find(label);
-  if (w == it->second.end()) return 0;
-  double sum = 0;
-  for (const auto& [id, x] : it->second) sum += x;
-  return w->second - sum / static_cast<double>(m.bias[at(kind)].size());
-}
-
 }  // namespace
 
 void load_word_model(const std::string& file, const Taxonomy& t, WordModel& m) {
@@ -189,7 +177,6 @@ std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m,
 
 std::map<std::string, double> word_posterior(const WordModel& m, WordLabel kind,
                                              const std::vector<WordHit>& words, double alpha) {
-  if (!m.bias[at(kind)].empty()) return logistic_posterior(m, kind, words);
   const auto& labels = m.classes[at(kind)];
   double n = 0;
   for (const auto& [id, c] : labels) n += c;
@@ -205,7 +192,13 @@ std::map<std::string, double> word_posterior(const WordModel& m, WordLabel kind,
   double z = 0;
   for (auto& [id, s] : out) z += (s = std::exp(s - best));
   for (auto& [id, s] : out) s /= z;
-  return out;
+  if (m.bias[at(kind)].empty()) return out;
+  // Stop 52: the mean of the naive Bayes's and the logistic regression's posteriors.
+  auto lr = logistic_posterior(m, kind, words);
+  for (auto& [id, p] : lr) p = 0.5 * (p + (out.count(id) ? out.at(id) : 0.0));
+  for (const auto& [id, p] : out)
+    if (!lr.count(id)) lr[id] = 0.5 * p;
+  return lr;
 }
 
 std::vector<const WordHit*> carrying_words(const WordModel& m, WordLabel kind,
@@ -218,10 +211,6 @@ std::vector<const WordHit*> carrying_words(const WordModel& m, WordLabel kind,
   const double vocab = static_cast<double>(m.rows[at(WordLabel::kStage)].size());
   std::vector<std::pair<double, const WordHit*>> lift;
   for (const auto& w : words) {
-    if (!m.bias[at(kind)].empty()) {
-      if (const double l = logistic_lift(m, kind, label, w.word); l > 0) lift.emplace_back(l, &w);
-      continue;
-    }
     const auto it = rows.find(w.word);
     if (it == rows.end() || !it->second.count(label)) continue;
     double in_all = 0;

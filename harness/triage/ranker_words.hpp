@@ -28,8 +28,8 @@ struct WordModel {
   std::unordered_map<std::string, std::map<std::string, double>> rows[3];  // word -> label -> n
   std::map<std::string, double> sums[3];  // per label: the sum over words
   // Stop 52: a multinomial logistic regression of a kind's labels on the same words (words.yaml
-  // logistic_bias and logistic_<kind>). A kind that has it gets its posterior from it:
-  // softmax over the labels of bias + the weights of the input's words, not the naive Bayes.
+  // logistic_bias and logistic_<kind>). A kind that has it gets the mean of the naive Bayes's
+  // posterior and the regression's, softmax over the labels of bias + the input's words' weights.
   std::map<std::string, double> bias[3];                                      // label -> bias
   std::unordered_map<std::string, std::map<std::string, double>> weights[3];  // word -> label -> w
 };
@@ -48,14 +48,13 @@ struct WordHit {
 // does (a letter, then 2 to 39 letters, digits or '_'; lower-cased), in order of first line.
 std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m, size_t max_bytes);
 
-// P(label | words) over the labels of kind `kind`: the logistic regression's where the file has
-// one for the kind, else the naive Bayes with add-`alpha` smoothing.
+// P(label | words) over the labels of kind `kind`: the naive Bayes with add-`alpha` smoothing;
+// where the file has a logistic regression for the kind, the mean of the two posteriors.
 std::map<std::string, double> word_posterior(const WordModel& m, WordLabel kind,
                                              const std::vector<WordHit>& words, double alpha);
 
 // The words of `words` that point at `label` most (log P(w | label) over log P(w) of all
-// failures, above 0; with the logistic regression: the word's weight for the label above its mean
-// weight over the labels), strongest first, at most `n`.
+// failures, above 0), strongest first, at most `n`.
 std::vector<const WordHit*> carrying_words(const WordModel& m, WordLabel kind,
                                            const std::string& label,
                                            const std::vector<WordHit>& words, double alpha,

@@ -43,8 +43,10 @@ class LearnWordsTest(unittest.TestCase):
         want = (DATA / "words_logistic_posteriors.txt").read_text(encoding="utf-8").splitlines()
         texts = list(dict.fromkeys(line.split("\t")[0] for line in want))
         self.assertEqual(learn_words.posterior_lines(model, texts), want)
-        # stages from the weights: softmax(0.25 + 1.5, -0.25 - 1.5) for 'quuxhang'
-        self.assertIn("RuntimeError: quuxhang in quuxplain\tstages\t4\t0.970687769249", want)
+        # stage 4: the mean of the weights' softmax(0.25 + 1.5, -0.25 - 1.5) = 0.970687769249
+        # and the naive Bayes's 0.868632707775 (add-1 over 3 words: 4/6 * 3/7 * 3/7 against
+        # 2/6 * 1/6 * 2/6)
+        self.assertIn("RuntimeError: quuxhang in quuxplain\tstages\t4\t0.919660238512", want)
 
     def test_the_regression_learns_the_words_of_each_stage(self):
         docs = [(learn_words.words_of(r), dict(r, _rc=None)) for r in corpus()]
@@ -59,8 +61,9 @@ class LearnWordsTest(unittest.TestCase):
         self.assertLess(weak["weights"]["quuxserve"][1], fit["weights"]["quuxserve"][1])
 
     def test_the_written_regression_scores_as_the_fitted_one(self):
-        """learn_ranker.py --logistic writes the weights into words.yaml; read back, they give
-        the fitted model's posteriors (the file is what the binary scores)."""
+        """learn_ranker.py --logistic writes the weights into words.yaml; read back, the file
+        gives the mean of the fitted regression's and the counts' posteriors (the file is what
+        the binary scores)."""
         with tempfile.TemporaryDirectory() as tmp:
             path = pathlib.Path(tmp, "c.jsonl")
             path.write_text("".join(json.dumps(r) + "\n" for r in corpus()), encoding="utf-8")
@@ -74,7 +77,9 @@ class LearnWordsTest(unittest.TestCase):
             fit = learn_words.lr_fit(docs, kind, lam)
             for words in ({"quuxserve"}, {"quuxhang", "plain"}, set()):
                 got = learn_words.word_posterior(model, kind, words)
-                want = learn_words.lr_posterior(fit, words)
+                want = learn_words.mean_posterior(
+                    learn_words.lr_posterior(fit, words),
+                    learn_words.softmax(learn_words.nb_scores(model, kind, words)))
                 self.assertEqual(set(got), set(want))
                 for lab in want:
                     self.assertAlmostEqual(got[lab], want[lab], places=12)
