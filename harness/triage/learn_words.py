@@ -126,8 +126,9 @@ def softmax(score):
 
 def word_posterior(model, kind, words, alpha=1.0):
     """P(label | words) as ranker_words.cpp gives it: add-`alpha` naive Bayes over the distinct
-    vocabulary words (word_stages' words) of the input, each counted once; or (stop 52), where the
-    model has a logistic_bias row for the kind, softmax(bias + the weights of those words)."""
+    vocabulary words (word_stages' words) of the input, each counted once; where the model has a
+    logistic_bias row for the kind (stop 52), the mean of that and softmax(bias + the weights of
+    those words)."""
     nb = softmax(nb_scores(model, kind, words, alpha))
     bias = model.get("logistic_bias", {}).get(kind)
     if not bias:
