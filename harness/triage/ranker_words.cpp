@@ -76,12 +76,55 @@ double log_p(const WordModel& m, WordLabel kind, const std::string& label, const
   return std::log((n + alpha) / ((s == sums.end() ? 0 : s->second) + alpha * vocab));
 }
 
+// Stop 52: logistic_bias (kind -> label -> bias) and logistic_<kind> (word -> label -> weight; a
+// weight left out is 0). A kind with a bias row is scored by the regression.
+void load_logistic(const std::string& file, const YAML::Node& doc, const Taxonomy& t,
+                   const std::pair<WordLabel, const char*> (&kinds)[3], WordModel& m) {
+  const YAML::Node bias = doc["logistic_bias"];
+  if (!bias) return;
+  if (!bias.IsMap()) fail_at(file, bias, "logistic_bias: must map kinds to labels");
+  check_keys(file, bias, {"symptoms", "stages", "root_causes"}, "logistic_bias");
+  for (const auto& [kind, name] : kinds) {
+    if (!bias[name]) continue;
+    m.bias[at(kind)] = label_row(file, bias[name], fmt::format("logistic_bias: {}", name), t, kind);
+    const auto key = fmt::format("logistic_{}", name);
+    const YAML::Node rows = doc[key];
+    if (!rows) continue;
+    if (!rows.IsMap()) fail_at(file, rows, fmt::format("{}: must map words to labels", key));
+    for (const auto& kv : rows) {
+      auto row = label_row(file, kv.second, key, t, kind);
+      for (const auto& [id, w] : row)
+        if (!m.bias[at(kind)].count(id))
+          fail_at(file, kv.second, fmt::format("{}: '{}' has no bias", key, id));
+      m.weights[at(kind)][kv.first.as<std::string>()] = std::move(row);
+    }
+  }
+}
+
+// softmax(bias + the weights of the words) over the labels of the bias row.
+std::map<std::string, double> logistic_posterior(const WordModel& m, WordLabel kind,
+                                                 const std::vector<WordHit>& words) {
+  std::map<std::string, double> out = m.bias[at(kind)];
+  for (const auto& w : words) {
+    const auto it = m.weights[at(kind)].find(w.word);
+    if (it == m.weights[at(kind)].end()) continue;
+    for (const auto& [id, x] : it->second) out[id] += x;
+  }
+  double best = -1e300, z = 0;
+  for (const auto& [id, s] : out) best = std::max(best, s);
+  for (auto& [id, s] : out) z += (s = std::exp(s - best));
+  for (auto& [id, s] : out) s /= z;
+  return out;
+}
+
 }  // namespace
 
 void load_word_model(const std::string& file, const Taxonomy& t, WordModel& m) {
   if (!std::filesystem::exists(file)) return;
   const YAML::Node doc = load_yaml(file, "ranker file");
-  check_keys(file, doc, {"issues", "classes", "word_symptoms", "word_stages", "word_root_causes"},
+  check_keys(file, doc,
+             {"issues", "classes", "word_symptoms", "word_stages", "word_root_causes",
+              "logistic_bias", "logistic_symptoms", "logistic_stages", "logistic_root_causes"},
              "file");
   if (doc["issues"]) m.issues = static_cast<int>(number(file, doc["issues"], "issues"));
   const YAML::Node classes = doc["classes"];
@@ -97,6 +140,7 @@ void load_word_model(const std::string& file, const Taxonomy& t, WordModel& m) {
     const auto key = fmt::format("word_{}", name);
     word_rows(file, doc[key], key, t, kind, m);
   }
+  load_logistic(file, doc, t, kinds, m);
   m.loaded = !m.rows[at(WordLabel::kStage)].empty();
 }
 
@@ -148,7 +192,13 @@ std::map<std::string, double> word_posterior(const WordModel& m, WordLabel kind,
   double z = 0;
   for (auto& [id, s] : out) z += (s = std::exp(s - best));
   for (auto& [id, s] : out) s /= z;
-  return out;
+  if (m.bias[at(kind)].empty()) return out;
+  // Stop 52: the mean of the naive Bayes's and the logistic regression's posteriors.
+  auto lr = logistic_posterior(m, kind, words);
+  for (auto& [id, p] : lr) p = 0.5 * (p + (out.count(id) ? out.at(id) : 0.0));
+  for (const auto& [id, p] : out)
+    if (!lr.count(id)) lr[id] = 0.5 * p;
+  return lr;
 }
 
 std::vector<const WordHit*> carrying_words(const WordModel& m, WordLabel kind,

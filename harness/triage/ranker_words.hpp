@@ -27,6 +27,11 @@ struct WordModel {
   std::map<std::string, double> classes[3];  // failures per label (secondary symptoms 0.5)
   std::unordered_map<std::string, std::map<std::string, double>> rows[3];  // word -> label -> n
   std::map<std::string, double> sums[3];  // per label: the sum over words
+  // Stop 52: a multinomial logistic regression of a kind's labels on the same words (words.yaml
+  // logistic_bias and logistic_<kind>). A kind that has it gets the mean of the naive Bayes's
+  // posterior and the regression's, softmax over the labels of bias + the input's words' weights.
+  std::map<std::string, double> bias[3];                                      // label -> bias
+  std::unordered_map<std::string, std::map<std::string, double>> weights[3];  // word -> label -> w
 };
 
 // Reads `file` into `m` (a missing file leaves m.loaded false); throws SignatureError.
@@ -43,7 +48,8 @@ struct WordHit {
 // does (a letter, then 2 to 39 letters, digits or '_'; lower-cased), in order of first line.
 std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m, size_t max_bytes);
 
-// P(label | words) over the labels of kind `kind`, with add-`alpha` smoothing.
+// P(label | words) over the labels of kind `kind`: the naive Bayes with add-`alpha` smoothing;
+// where the file has a logistic regression for the kind, the mean of the two posteriors.
 std::map<std::string, double> word_posterior(const WordModel& m, WordLabel kind,
                                              const std::vector<WordHit>& words, double alpha);
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 
 namespace fl::triage {
@@ -263,6 +264,38 @@ TEST(TriageRankerWords, AShapeMismatchAloneIsInferredAsTraining) {
   EXPECT_EQ(r.stage, 4);
   ASSERT_FALSE(r.symptoms.empty());
   EXPECT_EQ(r.symptoms.front().id, "4.6");
+}
+
+// Stop 52: words.yaml's logistic regression (logistic_bias, logistic_<kind>) is scored here as
+// learn_words.py scores it. tests/triage/data/words_logistic_posteriors.txt holds the posteriors
+// learn_words.py gives on the fixture words_logistic.yaml (learn_ranker_test.py checks the Python
+// side against the same lines): stages and symptoms the mean of the naive Bayes's posterior and
+// the weights', root causes from the counts alone.
+TEST(TriageRankerWords, TheLogisticWeightsAreScoredAsLearnWordsPyScoresThem) {
+  const std::string data = std::string(FAULTLINE_SOURCE_DIR) + "/tests/triage/data/";
+  WordModel m;
+  load_word_model(data + "words_logistic.yaml", load_taxonomy(default_taxonomy_path()), m);
+  ASSERT_TRUE(m.loaded);
+  std::ifstream in(data + "words_logistic_posteriors.txt");
+  std::string line;
+  size_t checked = 0;
+  const std::pair<const char*, WordLabel> kinds[] = {{"stages", WordLabel::kStage},
+                                                     {"symptoms", WordLabel::kSymptom},
+                                                     {"root_causes", WordLabel::kRootCause}};
+  while (std::getline(in, line)) {
+    std::istringstream cells(line);
+    std::string text, kind, label, p;
+    ASSERT_TRUE(std::getline(cells, text, '\t') && std::getline(cells, kind, '\t') &&
+                std::getline(cells, label, '\t') && std::getline(cells, p));
+    const auto k = std::find_if(std::begin(kinds), std::end(kinds),
+                                [&](const auto& kv) { return kind == kv.first; });
+    ASSERT_NE(k, std::end(kinds)) << kind;
+    const auto post = word_posterior(m, k->second, vocabulary_words(text, m, 1 << 16), 1.0);
+    ASSERT_TRUE(post.count(label)) << text << " " << label;
+    EXPECT_NEAR(post.at(label), std::stod(p), 1e-9) << text << " " << kind << " " << label;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 32u);
 }
 
 }  // namespace
