@@ -49,6 +49,7 @@ struct StageGuess {
   // and the prior (`total`), without them (`own`), and the lines behind it.
   std::map<int, double> total, own;
   std::map<int, std::vector<EvidenceLine>> stage_ev;
+  std::vector<EvidenceLine> answer_ev;  // the failure and context words' lines
 };
 
 bool weak_settings(const Ranker& k) {
@@ -185,6 +186,7 @@ StageGuess guess_stage(const Result& r, const RankInput& in, const Ranker& k, in
       found > 0 ? r.symptoms.front().evidence : stage_evidence(g.stage, r, in, k, learned(g.stage));
   if (g.second > 0) g.second_evidence = stage_evidence(g.second, r, in, k, learned(g.second));
   for (const auto& [st, s] : g.total) g.stage_ev[st] = stage_evidence(st, r, in, k, learned(st));
+  g.answer_ev = stage_evidence(0, r, in, k, {});  // stage 0 has no words: the fallback lines
   std::set<size_t> seen;
   for (const auto& h : in.cues) {
     const Cue& c = k.cues[h.cue];
@@ -271,11 +273,18 @@ std::vector<Candidate> stage_candidates(const Result& r, int stage,
 }
 
 // Another stage's symptom that the learned words name, as a candidate: its words and their lines.
+// Stop 52: one that no word of the input points at (the stop-49 slot takes the best P whatever
+// it is) says so, and shows the failure and context words' lines that let the answer be given.
 Candidate cross_candidate(const StageGuess& g, const Ranker& k, const std::string& id, double p,
                           const std::string& why) {
   std::vector<std::string> ws;
   for (const WordHit* h : carrying_words(k.words, WordLabel::kSymptom, id, g.words, k.nb_alpha, 3))
     ws.push_back(h->word);
+  if (ws.empty())
+    return {id, p, first_lines(g.answer_ev, 4),
+            fmt::format("no learned word of the input points at it (naive Bayes, tune split): P "
+                        "{:.2f} over all symptoms{}",
+                        p, why)};
   return {id, p, first_lines(learned_evidence(g, k, WordLabel::kSymptom, id), 4),
           fmt::format("learned words '{}' (naive Bayes, tune split): P {:.2f} over all symptoms{}",
                       fmt::join(ws, "', '"), p, why)};

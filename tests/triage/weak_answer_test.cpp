@@ -145,5 +145,23 @@ TEST(TriageWeakAnswer, SureWordsLeaveAStageWithItsOwnEvidenceAlone) {
   EXPECT_NE(on.symptoms[0].id, "5.1");
 }
 
+// Stop 49's last slot takes another stage's best P(symptom | words) whatever its value; where no
+// word of the input points at it, the candidate says so and shows the lines the answer rests on.
+TEST(TriageWeakAnswer, AGuessNoWordPointsAtStillNamesLines) {
+  const std::string text =
+      "deepspeed training with 8 GPUs: the optimizer step gives a wrong loss at iteration 20\n";
+  const auto r = run(text, tables_with("no_word", {}, kServeWords));
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  ASSERT_EQ(r.basis, Result::Basis::kInferred);
+  ASSERT_GE(r.symptoms.size(), 3u);
+  for (const Candidate& c : r.symptoms) EXPECT_FALSE(c.evidence.empty()) << c.id << ": " << c.basis;
+  const Candidate& c = r.symptoms[2];
+  EXPECT_EQ(c.id, "5.1");  // the words' only other-stage symptom; no word of the text is theirs
+  EXPECT_EQ(c.basis.find("learned words ''"), std::string::npos) << c.basis;
+  EXPECT_EQ(c.basis.rfind("no learned word of the input points at it", 0), 0u) << c.basis;
+  ASSERT_FALSE(c.evidence.empty());
+  EXPECT_EQ(c.evidence[0].line, 1u);
+}
+
 }  // namespace
 }  // namespace fl::triage
