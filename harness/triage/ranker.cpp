@@ -45,7 +45,16 @@ struct StageGuess {
   // The learned word ranker: the input's vocabulary words and its posteriors (empty when off).
   std::vector<WordHit> words;
   std::map<std::string, double> nb_stage, nb_symptom, nb_root_cause;
+  // Stop 52, an inferred stage with a weak_* setting on: each stage's score with the learned words
+  // and the prior (`total`), without them (`own`), and the lines behind it.
+  std::map<int, double> total, own;
+  std::map<int, std::vector<EvidenceLine>> stage_ev;
+  std::vector<EvidenceLine> answer_ev;  // the failure and context words' lines
 };
+
+bool weak_settings(const Ranker& k) {
+  return k.weak_margin >= 0 || k.weak_nb_order_min > 0;
+}
 
 // The lines of the learned words that point at `label` most, each naming its words.
 std::vector<EvidenceLine> learned_evidence(const StageGuess& g, const Ranker& k, WordLabel kind,
@@ -157,6 +166,17 @@ StageGuess guess_stage(const Result& r, const RankInput& in, const Ranker& k, in
   }
   g.stage = found > 0 ? found : best_stage(leaned, k, 0, false);
   g.second = best_stage(score, k, g.stage, true);
+  if (found == 0 && weak_settings(k)) {  // stop 52: every stage's score, as best_stage weighs it
+    auto own = stage_scores(r, in, k);
+    double n_max = 0;
+    for (const auto& [key, tally] : k.stage_symptoms) n_max = std::max(n_max, total(tally));
+    for (const auto& [key, tally] : k.stage_symptoms) {
+      const int st = stage_of_id(key);
+      if (st == 0) continue;
+      g.own[st] = own[st];
+      g.total[st] = leaned[st] + k.stage_prior_weight * std::log((total(tally) + 1) / (n_max + 1));
+    }
+  }
   auto learned = [&](int st) {  // the learned words that lean a stage
     return k.nb_stage_weight > 0 && st > 0
                ? learned_evidence(g, k, WordLabel::kStage, std::to_string(st))
@@ -165,6 +185,8 @@ StageGuess guess_stage(const Result& r, const RankInput& in, const Ranker& k, in
   g.evidence =
       found > 0 ? r.symptoms.front().evidence : stage_evidence(g.stage, r, in, k, learned(g.stage));
   if (g.second > 0) g.second_evidence = stage_evidence(g.second, r, in, k, learned(g.second));
+  for (const auto& [st, s] : g.total) g.stage_ev[st] = stage_evidence(st, r, in, k, learned(st));
+  g.answer_ev = stage_evidence(0, r, in, k, {});  // stage 0 has no words: the fallback lines
   std::set<size_t> seen;
   for (const auto& h : in.cues) {
     const Cue& c = k.cues[h.cue];
@@ -251,19 +273,109 @@ std::vector<Candidate> stage_candidates(const Result& r, int stage,
 }
 
 // Another stage's symptom that the learned words name, as a candidate: its words and their lines.
+// Stop 52: one that no word of the input points at (the stop-49 slot takes the best P whatever
+// it is) says so, and shows the failure and context words' lines that let the answer be given.
 Candidate cross_candidate(const StageGuess& g, const Ranker& k, const std::string& id, double p,
                           const std::string& why) {
   std::vector<std::string> ws;
   for (const WordHit* h : carrying_words(k.words, WordLabel::kSymptom, id, g.words, k.nb_alpha, 3))
     ws.push_back(h->word);
+  if (ws.empty())
+    return {id, p, first_lines(g.answer_ev, 4),
+            fmt::format("no learned word of the input points at it (naive Bayes, tune split): P "
+                        "{:.2f} over all symptoms{}",
+                        p, why)};
   return {id, p, first_lines(learned_evidence(g, k, WordLabel::kSymptom, id), 4),
           fmt::format("learned words '{}' (naive Bayes, tune split): P {:.2f} over all symptoms{}",
                       fmt::join(ws, "', '"), p, why)};
 }
 
+// Stop 52 (weak_nb_order_min): a weak answer whose learned words name one symptom with P at least
+// the setting, its stage resting on little else (weak_nb_thin), puts that symptom first; the
+// composed slots follow. True when it did.
+bool nb_first(Result& r, const StageGuess& g, const Ranker& k) {
+  if (k.weak_nb_order_min <= 0 ||
+      (k.weak_nb_thin >= 0 && g.own.count(g.stage) && g.own.at(g.stage) > k.weak_nb_thin))
+    return false;
+  std::pair<double, std::string> top{-1, ""};
+  for (const auto& [id, p] : g.nb_symptom) top = std::max(top, std::pair{p, id});
+  if (top.first < k.weak_nb_order_min) return false;
+  const auto at = std::find_if(r.symptoms.begin(), r.symptoms.end(),
+                               [&](const Candidate& c) { return c.id == top.second; });
+  const std::string why = fmt::format(
+      "; first: its words are sure, P {:.2f} (cues.yaml "
+      "weak_nb_order_min {:g})",
+      top.first, k.weak_nb_order_min);
+  Candidate c =
+      at != r.symptoms.end() ? std::move(*at) : cross_candidate(g, k, top.second, top.first, "");
+  if (at != r.symptoms.end()) r.symptoms.erase(at);
+  c.basis += why;
+  const auto ev = g.stage_ev.find(stage_of_id(top.second));
+  if (c.evidence.empty() && ev != g.stage_ev.end()) c.evidence = first_lines(ev->second, 4);
+  r.symptoms.insert(r.symptoms.begin(), std::move(c));
+  if (r.symptoms.size() > static_cast<size_t>(std::max(k.fill_to, 1)))
+    r.symptoms.resize(static_cast<size_t>(std::max(k.fill_to, 1)));
+  return true;
+}
+
+// Stop 52 (weak_margin): a runner-up stage within weak_margin of the inferred one puts its best
+// symptom at slot weak_margin_slot, in place of the last filled one of the answer's stage.
+void hedge_runner_up(Result& r, const StageGuess& g, const Ranker& k) {
+  const auto n = static_cast<size_t>(std::max(k.fill_to, 2));
+  int runner = 0;
+  double best = -1e300;
+  for (const auto& [st, s] : g.total) {
+    if (st != g.stage && s > best) std::tie(runner, best) = std::pair{st, s};
+  }
+  if (k.weak_margin < 0 || runner == 0 || g.total.at(g.stage) - best > k.weak_margin) return;
+  if (std::any_of(r.symptoms.begin(), r.symptoms.begin() + std::min(n, r.symptoms.size()),
+                  [&](const Candidate& c) { return stage_of_id(c.id) == runner; }))
+    return;
+  auto cs = stage_candidates(r, runner, g.stage_ev.at(runner), k, 0, g);
+  if (cs.empty()) return;
+  Candidate c = std::move(cs.front());
+  c.basis += fmt::format("; stage {} scores within {:.2f} of stage {} (cues.yaml weak_margin)",
+                         runner, g.total.at(g.stage) - best, g.stage);
+  const size_t slot =
+      std::clamp<size_t>(static_cast<size_t>(std::max(k.weak_margin_slot, 1)) - 1, 1, n - 1);
+  r.symptoms.insert(r.symptoms.begin() + static_cast<long>(std::min(slot, r.symptoms.size())),
+                    std::move(c));
+  if (r.symptoms.size() <= n) return;
+  for (size_t i = n + 1; i-- > slot + 1;) {
+    if (stage_of_id(r.symptoms[i].id) != r.stage) continue;
+    r.symptoms.erase(r.symptoms.begin() + static_cast<long>(i));
+    return;
+  }
+  r.symptoms.erase(r.symptoms.begin() + static_cast<long>(n));
+}
+
+// Stop 49: the tables named at most nb_cross_tables_max of the three and all three are of one
+// stage: the last is the stage's least likely, and another stage's best guess replaces it.
+void cross_last_slot(Result& r, const StageGuess& g, const Ranker& k, size_t from_tables) {
+  const auto n = static_cast<size_t>(std::max(k.fill_to, 0));
+  if (k.nb_cross_tables_max < 0 || n < 2 || r.symptoms.size() < n ||
+      from_tables > static_cast<size_t>(k.nb_cross_tables_max) || from_tables >= n ||
+      std::any_of(r.symptoms.begin(), r.symptoms.begin() + static_cast<long>(n),
+                  [&](const Candidate& c) { return stage_of_id(c.id) != r.stage; }))
+    return;
+  std::string id;
+  double p_best = -1;
+  for (const auto& [sid, p] : g.nb_symptom) {
+    if (p > p_best && stage_of_id(sid) != r.stage && !has(r.symptoms, sid)) {
+      id = sid;
+      p_best = p;
+    }
+  }
+  if (!id.empty())
+    r.symptoms[n - 1] = cross_candidate(g, k, id, p_best,
+                                        fmt::format("; the tables named {} of {}", from_tables, n));
+}
+
 // Fills r.symptoms to k.fill_to: the answer's stage's common symptoms first, then the runner-up
-// stage's (a stage with two common symptoms has no useful third), then the stage's rare ones.
-void fill_symptoms(Result& r, const StageGuess& g, const Ranker& k) {
+// stage's (a stage with two common symptoms has no useful third), then the stage's rare ones. An
+// `inferred` answer may be composed across stages (stop 52's weak_* settings): true when its
+// first slot may then be of another stage.
+bool fill_symptoms(Result& r, const StageGuess& g, const Ranker& k, bool inferred) {
   const size_t from_tables = r.symptoms.size();
   // Another stage's symptom the learned words name with P >= nb_cross_min takes the last slot.
   std::string cross;
@@ -287,25 +399,9 @@ void fill_symptoms(Result& r, const StageGuess& g, const Ranker& k) {
   room = k.fill_to;
   if (g.second > 0) add(stage_candidates(r, g.second, g.second_evidence, k, k.min_share, g));
   add(stage_candidates(r, g.stage, g.evidence, k, 0, g));  // no runner-up: the stage's rare ones
-  // Stop 49: the tables named at most nb_cross_tables_max of the three and all three are of one
-  // stage: the last is the stage's least likely, and another stage's best guess replaces it.
-  const auto n = static_cast<size_t>(std::max(k.fill_to, 0));
-  if (!cross.empty() || k.nb_cross_tables_max < 0 || n < 2 || r.symptoms.size() < n ||
-      from_tables > static_cast<size_t>(k.nb_cross_tables_max) || from_tables >= n ||
-      std::any_of(r.symptoms.begin(), r.symptoms.begin() + static_cast<long>(n),
-                  [&](const Candidate& c) { return stage_of_id(c.id) != r.stage; }))
-    return;
-  std::string id;
-  double p_best = -1;
-  for (const auto& [sid, p] : g.nb_symptom) {
-    if (p > p_best && stage_of_id(sid) != r.stage && !has(r.symptoms, sid)) {
-      id = sid;
-      p_best = p;
-    }
-  }
-  if (!id.empty())
-    r.symptoms[n - 1] = cross_candidate(g, k, id, p_best,
-                                        fmt::format("; the tables named {} of {}", from_tables, n));
+  if (cross.empty()) cross_last_slot(r, g, k, from_tables);
+  if (inferred) hedge_runner_up(r, g, k);
+  return inferred && nb_first(r, g, k);
 }
 
 // The learned words' root causes of `stage`: P(root cause | words) renormalised within it.
@@ -464,8 +560,9 @@ void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
     r.stage = g.stage;
     r.why.clear();
   }
-  fill_symptoms(r, g, k);
+  const bool across = fill_symptoms(r, g, k, r.basis == Result::Basis::kInferred);
   if (r.symptoms.empty()) return;
+  if (across) r.stage = stage_of_id(r.symptoms.front().id);  // stop 52: the first slot's stage
   rank_root_causes(r, g, k);
   if (gate == Gate::kOpen) return;
   // A relaxed answer says which opening it came through, on its first candidate.

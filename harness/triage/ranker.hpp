@@ -98,6 +98,16 @@ struct Ranker {
   // root causes (words.yaml word_root_causes), next to the tables' weight and the symptom's tally.
   double nb_root_cause_weight = 0.0;
   int nb_max_bytes = 65536;
+  // Stop 52: how a weak answer (an inferred stage) is composed; each off by default.
+  // weak_margin >= 0: when the runner-up stage's score (words, tables, learned words, prior) is
+  // within this of the inferred stage's, its best symptom takes slot weak_margin_slot (1-based).
+  double weak_margin = -1;
+  int weak_margin_slot = 3;
+  // weak_nb_order_min > 0: when P(symptom | words) over all symptoms reaches this for one symptom
+  // and the inferred stage's own score (its words and table matches) is at most weak_nb_thin
+  // (< 0: any), the learned words order the slots.
+  double weak_nb_order_min = 0;
+  double weak_nb_thin = -1;
   WordModel words;
   // priors: of priors.yaml
   int issues = 0;

@@ -75,7 +75,11 @@ void load_settings(const std::string& file, const YAML::Node& s, Ranker& r) {
               "nb_root_cause_weight",
               "answer_without_context",
               "answer_without_failure_word",
-              "answer_min_words"},
+              "answer_min_words",
+              "weak_margin",
+              "weak_margin_slot",
+              "weak_nb_order_min",
+              "weak_nb_thin"},
              "settings");
   auto set = [&](const char* key, auto& v) {
     if (s[key]) v = value<std::remove_reference_t<decltype(v)>>(file, s[key], key);
@@ -101,6 +105,10 @@ void load_settings(const std::string& file, const YAML::Node& s, Ranker& r) {
   set("nb_cross_tables_max", r.nb_cross_tables_max);
   set("nb_root_cause_weight", r.nb_root_cause_weight);
   set("root_cause_table_weight", r.root_cause_table_weight);
+  set("weak_margin", r.weak_margin);
+  set("weak_margin_slot", r.weak_margin_slot);
+  set("weak_nb_order_min", r.weak_nb_order_min);
+  set("weak_nb_thin", r.weak_nb_thin);
 }
 
 // cues.yaml's word lists: failure, context, healthy and notice words, stage and symptom words.
