@@ -292,11 +292,14 @@ Candidate cross_candidate(const StageGuess& g, const Ranker& k, const std::strin
 
 // Stop 52 (weak_nb_order_min): a weak answer whose learned words name one symptom with P at least
 // the setting, its stage resting on little else (weak_nb_thin), puts that symptom first; the
-// composed slots follow. True when it did.
+// composed slots follow. A first slot that a table row names (below the threshold) is evidence of
+// its own and stays (stop-52 dev split: the rule costs 1 of +6 top-1; a first slot from symptom
+// words kept too would cost 3). True when it moved one.
 bool nb_first(Result& r, const StageGuess& g, const Ranker& k) {
   if (k.weak_nb_order_min <= 0 ||
       (k.weak_nb_thin >= 0 && g.own.count(g.stage) && g.own.at(g.stage) > k.weak_nb_thin))
     return false;
+  if (!r.symptoms.empty() && r.symptoms.front().basis.empty()) return false;
   std::pair<double, std::string> top{-1, ""};
   for (const auto& [id, p] : g.nb_symptom) top = std::max(top, std::pair{p, id});
   if (top.first < k.weak_nb_order_min) return false;
@@ -319,9 +322,11 @@ bool nb_first(Result& r, const StageGuess& g, const Ranker& k) {
 }
 
 // Stop 52 (weak_margin): a runner-up stage within weak_margin of the inferred one puts its best
-// symptom at slot weak_margin_slot, in place of the last filled one of the answer's stage.
+// symptom at slot weak_margin_slot (2 at the least: the first stays the inferred stage's), in place
+// of the last candidate of the answer's stage after it (else of the last). Needs fill_to >= 2.
 void hedge_runner_up(Result& r, const StageGuess& g, const Ranker& k) {
-  const auto n = static_cast<size_t>(std::max(k.fill_to, 2));
+  if (k.fill_to < 2) return;
+  const auto n = static_cast<size_t>(k.fill_to);
   int runner = 0;
   double best = -1e300;
   for (const auto& [st, s] : g.total) {

@@ -18,11 +18,14 @@ namespace fl::triage {
 namespace {
 
 double number(const std::string& file, const YAML::Node& n, const std::string& what) {
+  double v = 0;
   try {
-    return n.as<double>();
+    v = n.as<double>();
   } catch (const YAML::Exception&) {
     fail_at(file, n, fmt::format("{}: not a number", what));
   }
+  if (!std::isfinite(v)) fail_at(file, n, fmt::format("{}: must be a finite number", what));
+  return v;
 }
 
 size_t at(WordLabel k) {
@@ -81,15 +84,24 @@ double log_p(const WordModel& m, WordLabel kind, const std::string& label, const
 void load_logistic(const std::string& file, const YAML::Node& doc, const Taxonomy& t,
                    const std::pair<WordLabel, const char*> (&kinds)[3], WordModel& m) {
   const YAML::Node bias = doc["logistic_bias"];
-  if (!bias) return;
+  if (!bias) {
+    for (const auto& [kind, name] : kinds) {
+      const auto key = fmt::format("logistic_{}", name);
+      if (doc[key]) fail_at(file, doc[key], fmt::format("{}: no logistic_bias row for {}", key, name));
+    }
+    return;
+  }
   if (!bias.IsMap()) fail_at(file, bias, "logistic_bias: must map kinds to labels");
   check_keys(file, bias, {"symptoms", "stages", "root_causes"}, "logistic_bias");
   for (const auto& [kind, name] : kinds) {
-    if (!bias[name]) continue;
-    m.bias[at(kind)] = label_row(file, bias[name], fmt::format("logistic_bias: {}", name), t, kind);
     const auto key = fmt::format("logistic_{}", name);
+    if (!bias[name]) {
+      if (doc[key]) fail_at(file, doc[key], fmt::format("{}: no logistic_bias row for {}", key, name));
+      continue;
+    }
+    m.bias[at(kind)] = label_row(file, bias[name], fmt::format("logistic_bias: {}", name), t, kind);
     const YAML::Node rows = doc[key];
-    if (!rows) continue;
+    if (!rows || rows.IsNull()) continue;  // no weight kept: the bias alone
     if (!rows.IsMap()) fail_at(file, rows, fmt::format("{}: must map words to labels", key));
     for (const auto& kv : rows) {
       auto row = label_row(file, kv.second, key, t, kind);

@@ -214,6 +214,30 @@ TEST(TriageRankerWords, AnUnknownRootCauseIsRefused) {
   EXPECT_THROW(tables_with("cause2", bad), SignatureError);
 }
 
+// A count that is not finite, and regression weights without their bias row, are refused with
+// the key named (stop 52's review: both loaded silently, the first turning a posterior into NaN).
+TEST(TriageRankerWords, ANonFiniteCountOrAnOrphanWeightTableIsRefused) {
+  std::string inf = kSwapCauseWords;
+  inf.replace(inf.find("\"4.5\": 6"), 8, "\"4.5\": .inf");
+  try {
+    tables_with("inf", inf);
+    ADD_FAILURE() << "a count of .inf loaded";
+  } catch (const SignatureError& e) {
+    EXPECT_NE(std::string(e.what()).find("must be a finite number"), std::string::npos) << e.what();
+  }
+  const std::string orphan = std::string(kSwapCauseWords) +
+                             "logistic_symptoms:\n"
+                             "  \"quuxswap\": {\"4.5\": 1.5}\n";
+  try {
+    tables_with("orphan", orphan);
+    ADD_FAILURE() << "logistic_symptoms without logistic_bias loaded";
+  } catch (const SignatureError& e) {
+    EXPECT_NE(std::string(e.what()).find("logistic_symptoms: no logistic_bias row for symptoms"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TriageRankerWords, AnInputThatIsNotAFailureIsStillDeclined) {
   const auto r = run("quuxserve quuxswap documentation typo\n", tables_with("serve2", kServeWords));
   EXPECT_EQ(r.kind, Result::Kind::kNone);

@@ -113,9 +113,11 @@ const char* kSureWords =
     "quuxserve quuxreply\n";
 
 TEST(TriageWeakAnswer, SureLearnedWordsPutTheirSymptomFirst) {
-  const auto off = run(kSureWords, tables_with("sure_off", {}, kServeWords));
-  const auto on =
-      run(kSureWords, tables_with("sure_on", {{"weak_nb_order_min", "0.8"}}, kServeWords));
+  const auto off =
+      run(kSureWords, tables_with("sure_off", {{"weak_nb_order_min", "0"}}, kServeWords));
+  const auto on = run(kSureWords, tables_with("sure_on",
+                                              {{"weak_nb_order_min", "0.8"}, {"weak_nb_thin", "-1"}},
+                                              kServeWords));
   ASSERT_EQ(off.kind, Result::Kind::kFound);
   ASSERT_EQ(on.kind, Result::Kind::kFound);
   EXPECT_EQ(off.stage, 4);
