@@ -87,7 +87,8 @@ void load_logistic(const std::string& file, const YAML::Node& doc, const Taxonom
   if (!bias) {
     for (const auto& [kind, name] : kinds) {
       const auto key = fmt::format("logistic_{}", name);
-      if (doc[key]) fail_at(file, doc[key], fmt::format("{}: no logistic_bias row for {}", key, name));
+      if (doc[key])
+        fail_at(file, doc[key], fmt::format("{}: no logistic_bias row for {}", key, name));
     }
     return;
   }
@@ -96,7 +97,8 @@ void load_logistic(const std::string& file, const YAML::Node& doc, const Taxonom
   for (const auto& [kind, name] : kinds) {
     const auto key = fmt::format("logistic_{}", name);
     if (!bias[name]) {
-      if (doc[key]) fail_at(file, doc[key], fmt::format("{}: no logistic_bias row for {}", key, name));
+      if (doc[key])
+        fail_at(file, doc[key], fmt::format("{}: no logistic_bias row for {}", key, name));
       continue;
     }
     m.bias[at(kind)] = label_row(file, bias[name], fmt::format("logistic_bias: {}", name), t, kind);

@@ -4,6 +4,7 @@
 // words.yaml and with a small one written here, and checks the order the file changes.
 #include "harness/triage/ranker_words.hpp"
 #include "harness/triage/triage.hpp"
+#include "tests/triage/tables.hpp"
 
 #include <gtest/gtest.h>
 
@@ -86,21 +87,6 @@ TEST(TriageRankerWords, ALearnedWordMovesItsSymptomIntoTheFilledThree) {
   EXPECT_EQ(c.evidence[0].signature, "learned word 'quuxswap' (naive Bayes, tune split)");
 }
 
-// Twenty stage-5 failures hold "quuxserve" and "quuxreply"; thirty of stage 4 do not.
-const char* kServeWords =
-    "issues: 50\n"
-    "classes:\n"
-    "  \"symptoms\": {\"5.1\": 20, \"4.11\": 30}\n"
-    "  \"stages\": {\"5\": 20, \"4\": 30}\n"
-    "word_symptoms:\n"
-    "  \"quuxserve\": {\"5.1\": 20}\n"
-    "  \"quuxreply\": {\"5.1\": 20}\n"
-    "  \"other\": {\"4.11\": 30}\n"
-    "word_stages:\n"
-    "  \"quuxserve\": {\"5\": 20}\n"
-    "  \"quuxreply\": {\"5\": 20}\n"
-    "  \"other\": {\"4\": 30}\n";
-
 // The stage prior of these priors (30 stage-4 and 20 stage-5 failures, no learned stage words)
 // leans to stage 4 by ln(21 / 31); the shipped priors.yaml changes as the corpus grows.
 const char* kServePriors =
@@ -112,7 +98,7 @@ const char* kServePriors =
 TEST(TriageRankerWords, ALearnedWordLeansTheInferredStage) {
   const std::string text = "deepspeed quuxserve fails on 2 GPUs, no quuxreply\n";
   const auto before = run(text, tables_with("none2", "", kServePriors));
-  const auto after = run(text, tables_with("serve", kServeWords, kServePriors));
+  const auto after = run(text, tables_with("serve", test::kServeWords, kServePriors));
   ASSERT_EQ(before.kind, Result::Kind::kFound);
   EXPECT_EQ(before.basis, Result::Basis::kInferred);
   EXPECT_EQ(before.stage, 4);
@@ -132,7 +118,7 @@ TEST(TriageRankerWords, AnotherStagesLearnedSymptomTakesTheLastSlot) {
       "deepspeed training: the loss stops at iteration 20 and the job hangs\n"
       "quuxserve\n";
   const auto before = run(text, tables_with("none3", ""));
-  const auto after = run(text, tables_with("serve3", kServeWords));
+  const auto after = run(text, tables_with("serve3", test::kServeWords));
   ASSERT_EQ(before.kind, Result::Kind::kFound);
   ASSERT_EQ(after.kind, Result::Kind::kFound);
   EXPECT_EQ(before.stage, 4);
@@ -154,7 +140,7 @@ TEST(TriageRankerWords, TheLastSlotGoesToAnotherStageWhenTheTablesNameFew) {
       "deepspeed training: the loss stops at iteration 20 and the job hangs\n"
       "other\n";
   const auto before = run(text, tables_with("none4", ""));
-  const auto after = run(text, tables_with("serve4", kServeWords));
+  const auto after = run(text, tables_with("serve4", test::kServeWords));
   ASSERT_EQ(after.kind, Result::Kind::kFound);
   EXPECT_EQ(after.stage, 4);
   EXPECT_GE(rank_of(before, "5.1"), 3u);
@@ -239,7 +225,7 @@ TEST(TriageRankerWords, ANonFiniteCountOrAnOrphanWeightTableIsRefused) {
 }
 
 TEST(TriageRankerWords, AnInputThatIsNotAFailureIsStillDeclined) {
-  const auto r = run("quuxserve quuxswap documentation typo\n", tables_with("serve2", kServeWords));
+  const auto r = run("quuxserve quuxswap documentation typo\n", tables_with("serve2", test::kServeWords));
   EXPECT_EQ(r.kind, Result::Kind::kNone);
 }
 

@@ -106,4 +106,20 @@ inline std::string case_name(const ::testing::TestParamInfo<SignatureCase>& info
   return info.param.name;
 }
 
+// A words.yaml for tests: twenty stage-5 failures hold "quuxserve" and "quuxreply"; thirty of
+// stage 4 do not.
+inline const char* const kServeWords =
+    "issues: 50\n"
+    "classes:\n"
+    "  \"symptoms\": {\"5.1\": 20, \"4.11\": 30}\n"
+    "  \"stages\": {\"5\": 20, \"4\": 30}\n"
+    "word_symptoms:\n"
+    "  \"quuxserve\": {\"5.1\": 20}\n"
+    "  \"quuxreply\": {\"5.1\": 20}\n"
+    "  \"other\": {\"4.11\": 30}\n"
+    "word_stages:\n"
+    "  \"quuxserve\": {\"5\": 20}\n"
+    "  \"quuxreply\": {\"5\": 20}\n"
+    "  \"other\": {\"4\": 30}\n";
+
 }  // namespace fl::triage::test

@@ -3,6 +3,7 @@
 // and on, over a copy of the shipped ranker folder, and checks what the setting moves and that
 // the moved candidate names the lines that carried it.
 #include "harness/triage/triage.hpp"
+#include "tests/triage/tables.hpp"
 
 #include <gtest/gtest.h>
 
@@ -54,21 +55,6 @@ int stage_of(const Candidate& c) {
   return c.id.empty() ? 0 : c.id[0] - '0';
 }
 
-// Twenty stage-5 failures hold "quuxserve" and "quuxreply"; thirty of stage 4 do not.
-const char* kServeWords =
-    "issues: 50\n"
-    "classes:\n"
-    "  \"symptoms\": {\"5.1\": 20, \"4.11\": 30}\n"
-    "  \"stages\": {\"5\": 20, \"4\": 30}\n"
-    "word_symptoms:\n"
-    "  \"quuxserve\": {\"5.1\": 20}\n"
-    "  \"quuxreply\": {\"5.1\": 20}\n"
-    "  \"other\": {\"4.11\": 30}\n"
-    "word_stages:\n"
-    "  \"quuxserve\": {\"5\": 20}\n"
-    "  \"quuxreply\": {\"5\": 20}\n"
-    "  \"other\": {\"4\": 30}\n";
-
 // A training report that also names its launch (torchrun, nodes, rendezvous: set-up words): no
 // table row fires, stage 4 is inferred and stage 2 scores next to it.
 const char* kNearTie =
@@ -76,10 +62,10 @@ const char* kNearTie =
     "step 20, the rendezvous printed nothing\n";
 
 TEST(TriageWeakAnswer, ARunnerUpStageWithinTheMarginTakesItsSlot) {
-  const auto off = run(kNearTie, tables_with("margin_off", {{"weak_margin", "-1"}}, kServeWords));
+  const auto off = run(kNearTie, tables_with("margin_off", {{"weak_margin", "-1"}}, test::kServeWords));
   const auto on = run(
       kNearTie,
-      tables_with("margin_on", {{"weak_margin", "100"}, {"weak_margin_slot", "2"}}, kServeWords));
+      tables_with("margin_on", {{"weak_margin", "100"}, {"weak_margin_slot", "2"}}, test::kServeWords));
   ASSERT_EQ(off.kind, Result::Kind::kFound);
   ASSERT_EQ(on.kind, Result::Kind::kFound);
   ASSERT_EQ(on.basis, Result::Basis::kInferred);
@@ -100,8 +86,8 @@ TEST(TriageWeakAnswer, ARunnerUpStageWithinTheMarginTakesItsSlot) {
 }
 
 TEST(TriageWeakAnswer, ARunnerUpStageOutsideTheMarginChangesNothing) {
-  const auto off = run(kNearTie, tables_with("margin_off2", {{"weak_margin", "-1"}}, kServeWords));
-  const auto on = run(kNearTie, tables_with("margin_0", {{"weak_margin", "0"}}, kServeWords));
+  const auto off = run(kNearTie, tables_with("margin_off2", {{"weak_margin", "-1"}}, test::kServeWords));
+  const auto on = run(kNearTie, tables_with("margin_0", {{"weak_margin", "0"}}, test::kServeWords));
   ASSERT_EQ(on.kind, Result::Kind::kFound);
   ASSERT_EQ(on.symptoms.size(), off.symptoms.size());
   for (size_t i = 0; i < on.symptoms.size(); ++i) EXPECT_EQ(on.symptoms[i].id, off.symptoms[i].id);
@@ -114,10 +100,10 @@ const char* kSureWords =
 
 TEST(TriageWeakAnswer, SureLearnedWordsPutTheirSymptomFirst) {
   const auto off =
-      run(kSureWords, tables_with("sure_off", {{"weak_nb_order_min", "0"}}, kServeWords));
+      run(kSureWords, tables_with("sure_off", {{"weak_nb_order_min", "0"}}, test::kServeWords));
   const auto on = run(kSureWords, tables_with("sure_on",
                                               {{"weak_nb_order_min", "0.8"}, {"weak_nb_thin", "-1"}},
-                                              kServeWords));
+                                              test::kServeWords));
   ASSERT_EQ(off.kind, Result::Kind::kFound);
   ASSERT_EQ(on.kind, Result::Kind::kFound);
   EXPECT_EQ(off.stage, 4);
@@ -140,7 +126,7 @@ TEST(TriageWeakAnswer, SureWordsLeaveAStageWithItsOwnEvidenceAlone) {
   // weak_nb_thin 0: the inferred stage has words of its own, so the words do not reorder it.
   const auto on = run(
       kSureWords,
-      tables_with("sure_thin", {{"weak_nb_order_min", "0.8"}, {"weak_nb_thin", "0"}}, kServeWords));
+      tables_with("sure_thin", {{"weak_nb_order_min", "0.8"}, {"weak_nb_thin", "0"}}, test::kServeWords));
   ASSERT_EQ(on.kind, Result::Kind::kFound);
   EXPECT_EQ(on.stage, 4);
   ASSERT_FALSE(on.symptoms.empty());
@@ -152,7 +138,7 @@ TEST(TriageWeakAnswer, SureWordsLeaveAStageWithItsOwnEvidenceAlone) {
 TEST(TriageWeakAnswer, AGuessNoWordPointsAtStillNamesLines) {
   const std::string text =
       "deepspeed training with 8 GPUs: the optimizer step gives a wrong loss at iteration 20\n";
-  const auto r = run(text, tables_with("no_word", {}, kServeWords));
+  const auto r = run(text, tables_with("no_word", {}, test::kServeWords));
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   ASSERT_EQ(r.basis, Result::Basis::kInferred);
   ASSERT_GE(r.symptoms.size(), 3u);
