@@ -225,7 +225,8 @@ TEST(TriageRankerWords, ANonFiniteCountOrAnOrphanWeightTableIsRefused) {
 }
 
 TEST(TriageRankerWords, AnInputThatIsNotAFailureIsStillDeclined) {
-  const auto r = run("quuxserve quuxswap documentation typo\n", tables_with("serve2", test::kServeWords));
+  const auto r =
+      run("quuxserve quuxswap documentation typo\n", tables_with("serve2", test::kServeWords));
   EXPECT_EQ(r.kind, Result::Kind::kNone);
 }
 

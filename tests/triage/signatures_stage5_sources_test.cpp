@@ -329,7 +329,8 @@ TEST(TriageStage5Stop52, AModelNotSplitAcrossTheRanksIsAFunctionalIssue) {
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 5);
   ASSERT_GE(r.symptoms.size(), 2u);
-  EXPECT_TRUE(std::any_of(r.symptoms.begin(), r.symptoms.begin() + std::min<size_t>(3, r.symptoms.size()),
+  EXPECT_TRUE(std::any_of(r.symptoms.begin(),
+                          r.symptoms.begin() + std::min<size_t>(3, r.symptoms.size()),
                           [](const Candidate& c) { return c.id == "5.9"; }));
 }
 

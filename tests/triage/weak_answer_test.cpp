@@ -62,10 +62,11 @@ const char* kNearTie =
     "step 20, the rendezvous printed nothing\n";
 
 TEST(TriageWeakAnswer, ARunnerUpStageWithinTheMarginTakesItsSlot) {
-  const auto off = run(kNearTie, tables_with("margin_off", {{"weak_margin", "-1"}}, test::kServeWords));
-  const auto on = run(
-      kNearTie,
-      tables_with("margin_on", {{"weak_margin", "100"}, {"weak_margin_slot", "2"}}, test::kServeWords));
+  const auto off =
+      run(kNearTie, tables_with("margin_off", {{"weak_margin", "-1"}}, test::kServeWords));
+  const auto on =
+      run(kNearTie, tables_with("margin_on", {{"weak_margin", "100"}, {"weak_margin_slot", "2"}},
+                                test::kServeWords));
   ASSERT_EQ(off.kind, Result::Kind::kFound);
   ASSERT_EQ(on.kind, Result::Kind::kFound);
   ASSERT_EQ(on.basis, Result::Basis::kInferred);
@@ -86,7 +87,8 @@ TEST(TriageWeakAnswer, ARunnerUpStageWithinTheMarginTakesItsSlot) {
 }
 
 TEST(TriageWeakAnswer, ARunnerUpStageOutsideTheMarginChangesNothing) {
-  const auto off = run(kNearTie, tables_with("margin_off2", {{"weak_margin", "-1"}}, test::kServeWords));
+  const auto off =
+      run(kNearTie, tables_with("margin_off2", {{"weak_margin", "-1"}}, test::kServeWords));
   const auto on = run(kNearTie, tables_with("margin_0", {{"weak_margin", "0"}}, test::kServeWords));
   ASSERT_EQ(on.kind, Result::Kind::kFound);
   ASSERT_EQ(on.symptoms.size(), off.symptoms.size());
@@ -101,9 +103,9 @@ const char* kSureWords =
 TEST(TriageWeakAnswer, SureLearnedWordsPutTheirSymptomFirst) {
   const auto off =
       run(kSureWords, tables_with("sure_off", {{"weak_nb_order_min", "0"}}, test::kServeWords));
-  const auto on = run(kSureWords, tables_with("sure_on",
-                                              {{"weak_nb_order_min", "0.8"}, {"weak_nb_thin", "-1"}},
-                                              test::kServeWords));
+  const auto on =
+      run(kSureWords, tables_with("sure_on", {{"weak_nb_order_min", "0.8"}, {"weak_nb_thin", "-1"}},
+                                  test::kServeWords));
   ASSERT_EQ(off.kind, Result::Kind::kFound);
   ASSERT_EQ(on.kind, Result::Kind::kFound);
   EXPECT_EQ(off.stage, 4);
@@ -125,8 +127,8 @@ TEST(TriageWeakAnswer, SureLearnedWordsPutTheirSymptomFirst) {
 TEST(TriageWeakAnswer, SureWordsLeaveAStageWithItsOwnEvidenceAlone) {
   // weak_nb_thin 0: the inferred stage has words of its own, so the words do not reorder it.
   const auto on = run(
-      kSureWords,
-      tables_with("sure_thin", {{"weak_nb_order_min", "0.8"}, {"weak_nb_thin", "0"}}, test::kServeWords));
+      kSureWords, tables_with("sure_thin", {{"weak_nb_order_min", "0.8"}, {"weak_nb_thin", "0"}},
+                              test::kServeWords));
   ASSERT_EQ(on.kind, Result::Kind::kFound);
   EXPECT_EQ(on.stage, 4);
   ASSERT_FALSE(on.symptoms.empty());
