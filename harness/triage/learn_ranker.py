@@ -69,6 +69,8 @@ from learn_tokens import fold_of, path_only_tokens, root_cause_ids, split_of, to
 # The word model (words.yaml) and its measurement (--cv-words, --variant; stop 52).
 import learn_words  # noqa: E402
 from learn_words import GRIDS, cv_words, id_key, word_model  # noqa: E402
+# Stop 53: traceback frames per stage (frames.yaml), written next to priors.yaml (and per fold).
+from learn_frames import write_frames  # noqa: E402
 
 
 def tune_issues(corpus, taxonomy):
@@ -188,6 +190,7 @@ def write_priors(issues, path):
         what += "; and a logistic regression's weights (L2: " + ", ".join(
             f"{k} {v:g}" for k, v in sorted(learn_words.LOGISTIC.items())) + ")"
     write_tables(n, tables, pathlib.Path(path).with_name("words.yaml"), what)
+    write_frames(issues, pathlib.Path(path).with_name("frames.yaml"))
     return n
 
 

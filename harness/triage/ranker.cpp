@@ -45,6 +45,8 @@ struct StageGuess {
   // The learned word ranker: the input's vocabulary words and its posteriors (empty when off).
   std::vector<WordHit> words;
   std::map<std::string, double> nb_stage, nb_symptom, nb_root_cause;
+  std::vector<FrameHit> frames;               // stop 53: the input's traceback frames
+  std::map<std::string, double> frame_stage;  // and P(stage | frames) (empty when off)
   // Stop 52, an inferred stage with a weak_* setting on: each stage's score with the learned words
   // and the prior (`total`), without them (`own`), and the lines behind it.
   std::map<int, double> total, own;
@@ -164,6 +166,8 @@ StageGuess guess_stage(const Result& r, const RankInput& in, const Ranker& k, in
     leaned[st[0] - '0'] += k.nb_stage_weight * p;
     if (score[st[0] - '0'] > 0) score[st[0] - '0'] += k.nb_stage_weight * p;
   }
+  g.frame_stage = read_frames(in.text, k, g.frames);  // stop 53: frames lean an inferred stage
+  for (const auto& [st, p] : g.frame_stage) leaned[st[0] - '0'] += k.frames_stage_weight * p;
   g.stage = found > 0 ? found : best_stage(leaned, k, 0, false);
   g.second = best_stage(score, k, g.stage, true);
   if (found == 0 && weak_settings(k)) {  // stop 52: every stage's score, as best_stage weighs it
@@ -177,10 +181,13 @@ StageGuess guess_stage(const Result& r, const RankInput& in, const Ranker& k, in
       g.total[st] = leaned[st] + k.stage_prior_weight * std::log((total(tally) + 1) / (n_max + 1));
     }
   }
-  auto learned = [&](int st) {  // the learned words that lean a stage
-    return k.nb_stage_weight > 0 && st > 0
-               ? learned_evidence(g, k, WordLabel::kStage, std::to_string(st))
-               : std::vector<EvidenceLine>{};
+  auto learned = [&](int st) {  // the learned words and the frames that lean a stage
+    auto out = k.nb_stage_weight > 0 && st > 0
+                   ? learned_evidence(g, k, WordLabel::kStage, std::to_string(st))
+                   : std::vector<EvidenceLine>{};
+    const auto fr = frame_evidence(g.frames, k, st);
+    out.insert(out.end(), fr.begin(), fr.end());
+    return out;
   };
   g.evidence =
       found > 0 ? r.symptoms.front().evidence : stage_evidence(g.stage, r, in, k, learned(g.stage));

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "harness/triage/ranker_frames.hpp"
 #include "harness/triage/ranker_words.hpp"
 
 namespace fl::triage {
@@ -109,6 +110,14 @@ struct Ranker {
   double weak_nb_order_min = 0;
   double weak_nb_thin = -1;
   WordModel words;
+  // Stop 53: traceback frames (frames.yaml, ranker_frames.hpp). An inferred stage's score gets
+  // frames_stage_weight times P(stage | frames) (0: off); add-frames_alpha smoothing; the frames
+  // are read from the input's last frames_max_bytes.
+  double frames_stage_weight = 0;
+  double frames_alpha = 1.0;
+  bool frames_prior = false;  // the naive Bayes's prior: the stages' shares (true) or flat
+  int frames_max_bytes = 65536;
+  FrameModel frames;
   // priors: of priors.yaml
   int issues = 0;
   std::map<std::string, double> share;  // the taxonomy's shares (load_ranker copies them)

@@ -79,7 +79,11 @@ void load_settings(const std::string& file, const YAML::Node& s, Ranker& r) {
               "weak_margin",
               "weak_margin_slot",
               "weak_nb_order_min",
-              "weak_nb_thin"},
+              "weak_nb_thin",
+              "frames_stage_weight",
+              "frames_alpha",
+              "frames_prior",
+              "frames_max_bytes"},
              "settings");
   auto set = [&](const char* key, auto& v) {
     if (s[key]) v = value<std::remove_reference_t<decltype(v)>>(file, s[key], key);
@@ -109,6 +113,10 @@ void load_settings(const std::string& file, const YAML::Node& s, Ranker& r) {
   set("weak_margin_slot", r.weak_margin_slot);
   set("weak_nb_order_min", r.weak_nb_order_min);
   set("weak_nb_thin", r.weak_nb_thin);
+  set("frames_stage_weight", r.frames_stage_weight);  // stop 53
+  set("frames_alpha", r.frames_alpha);
+  set("frames_prior", r.frames_prior);
+  set("frames_max_bytes", r.frames_max_bytes);
 }
 
 // cues.yaml's word lists: failure, context, healthy and notice words, stage and symptom words.
@@ -221,6 +229,7 @@ Ranker load_ranker(const std::string& dir, const Taxonomy& t) {
   load_cues(dir + "/cues.yaml", t, r);
   load_priors(dir + "/priors.yaml", t, r);
   load_word_model(dir + "/words.yaml", t, r.words);
+  load_frame_model(dir + "/frames.yaml", t, r.frames);  // stop 53
   r.share = t.share;
   r.enabled = true;
   return r;
