@@ -79,7 +79,13 @@ void load_settings(const std::string& file, const YAML::Node& s, Ranker& r) {
               "weak_margin",
               "weak_margin_slot",
               "weak_nb_order_min",
-              "weak_nb_thin"},
+              "weak_nb_thin",
+              "knn_show",
+              "knn_k",
+              "knn_stage_weight",
+              "knn_fill_weight",
+              "knn_first_min",
+              "knn_bm25"},
              "settings");
   auto set = [&](const char* key, auto& v) {
     if (s[key]) v = value<std::remove_reference_t<decltype(v)>>(file, s[key], key);
@@ -109,6 +115,12 @@ void load_settings(const std::string& file, const YAML::Node& s, Ranker& r) {
   set("weak_margin_slot", r.weak_margin_slot);
   set("weak_nb_order_min", r.weak_nb_order_min);
   set("weak_nb_thin", r.weak_nb_thin);
+  set("knn_show", r.knn_show);
+  set("knn_k", r.knn_k);
+  set("knn_stage_weight", r.knn_stage_weight);
+  set("knn_fill_weight", r.knn_fill_weight);
+  set("knn_first_min", r.knn_first_min);
+  set("knn_bm25", r.knn_bm25);
 }
 
 // cues.yaml's word lists: failure, context, healthy and notice words, stage and symptom words.
@@ -221,6 +233,7 @@ Ranker load_ranker(const std::string& dir, const Taxonomy& t) {
   load_cues(dir + "/cues.yaml", t, r);
   load_priors(dir + "/priors.yaml", t, r);
   load_word_model(dir + "/words.yaml", t, r.words);
+  load_neighbours(dir + "/neighbours.jsonl", t, r.neighbours);  // stop 53
   r.share = t.share;
   r.enabled = true;
   return r;
