@@ -48,7 +48,7 @@ const char* kHead = R"({"format": "faultline-neighbours 1", "issues": 1, "tokens
                     "\n";
 const char* kIssue =
     R"({"id": "a/b#1", "url": "u", "symptoms": ["4.11"], "stage": 4, "root_cause": "R4.6", )"
-    R"("tokens": "quuxhang stuck"})"
+    R"("tokens": "quuxhang quuxwait"})"
     "\n";
 
 TEST(TriageNeighbours, TheLoaderNamesTheFileLineAndKeyOfABadLine) {
@@ -209,6 +209,39 @@ TEST(TriageNeighbours, NeighboursThatAgreeLeadAWeakAnswer) {
     ASSERT_FALSE(on.symptoms[0].evidence.empty()) << key;
     EXPECT_EQ(on.symptoms[0].evidence[0].line, 1u) << key;
   }
+}
+
+// Three issues whose words are a hang's but whose label is stage 5's (made up, to tell the vote
+// from the stage words): the shipped knn_stage_weight leans a weak answer's inferred stage to
+// their stage; 0 does not.
+const char* kHangsOfStage5 =
+    R"({"format": "faultline-neighbours 1", "issues": 3, "tokens": 8})"
+    "\n"
+    R"({"id": "a/b#1", "url": "u1", "symptoms": ["5.4"], "stage": 5, "root_cause": "none", )"
+    R"("tokens": "allreduce quuxhang quuxwait"})"
+    "\n"
+    R"({"id": "a/b#2", "url": "u2", "symptoms": ["5.4"], "stage": 5, "root_cause": "none", )"
+    R"("tokens": "allreduce quuxhang quuxwait"})"
+    "\n"
+    R"({"id": "a/b#3", "url": "u3", "symptoms": ["5.1"], "stage": 5, "root_cause": "none", )"
+    R"("tokens": "quuxhang quuxwait"})"
+    "\n";
+
+TEST(TriageNeighbours, TheStageVoteLeansAWeakAnswersInferredStage) {
+  const std::string text = "allreduce quuxhang quuxwait, it does not work\n";  // no table row
+  const Result off = run(text, tables_with("stage0", {{"knn_stage_weight", "0"}}, kHangsOfStage5));
+  ASSERT_EQ(off.basis, Result::Basis::kInferred);
+  EXPECT_EQ(off.stage, 4);
+  const Result on = run(text, tables_with("stage_shipped", {}, kHangsOfStage5));  // cues.yaml's
+  ASSERT_EQ(on.basis, Result::Basis::kInferred);
+  EXPECT_EQ(on.stage, 5);
+  ASSERT_FALSE(on.symptoms.empty());
+  EXPECT_EQ(on.symptoms[0].id.substr(0, 2), "5.");
+  // A table answer's stage is not the vote's to change.
+  const std::string table = "torch.distributed.DistBackendError: NCCL error in: "
+                            "ProcessGroupNCCL.cpp:1191, unhandled system error\n";
+  EXPECT_EQ(run(table, tables_with("stage_shipped_t", {}, kHangsOfStage5)).stage,
+            run(table, tables_with("stage0t", {{"knn_stage_weight", "0"}}, kHangsOfStage5)).stage);
 }
 
 }  // namespace

@@ -351,7 +351,8 @@ TEST(TriageRanker, AnUnknownSettingNamesFileLineColumnAndTheAllowedKeys) {
   EXPECT_EQ(err, dir.string() +
                      "/cues.yaml:2:3: settings: unknown key 'fill' (allowed: answer_context_only, "
                      "answer_min_words, answer_without_context, answer_without_failure_word, "
-                     "co_weight, error_text_is_failure, fill_to, learned_stage_weight, "
+                     "co_weight, error_text_is_failure, fill_to, knn_bm25, knn_fill_weight, "
+                     "knn_first_min, knn_k, knn_show, knn_stage_weight, learned_stage_weight, "
                      "min_share, nb_alpha, nb_cross_min, nb_cross_tables_max, nb_fill_weight, "
                      "nb_max_bytes, nb_root_cause_weight, nb_stage_weight, "
                      "root_cause_table_weight, stage_prior_weight, study_weight, "
