@@ -238,8 +238,9 @@ TEST(TriageNeighbours, TheStageVoteLeansAWeakAnswersInferredStage) {
   ASSERT_FALSE(on.symptoms.empty());
   EXPECT_EQ(on.symptoms[0].id.substr(0, 2), "5.");
   // A table answer's stage is not the vote's to change.
-  const std::string table = "torch.distributed.DistBackendError: NCCL error in: "
-                            "ProcessGroupNCCL.cpp:1191, unhandled system error\n";
+  const std::string table =
+      "torch.distributed.DistBackendError: NCCL error in: "
+      "ProcessGroupNCCL.cpp:1191, unhandled system error\n";
   EXPECT_EQ(run(table, tables_with("stage_shipped_t", {}, kHangsOfStage5)).stage,
             run(table, tables_with("stage0t", {{"knn_stage_weight", "0"}}, kHangsOfStage5)).stage);
 }
