@@ -8,8 +8,8 @@ labels vote for the stage and the symptoms of a weak answer (ranker_neighbours.h
 The file (harness/triage/ranker/neighbours.jsonl) holds one JSON object a line: first a header
   {"format": "faultline-neighbours 1", "issues": N, "tokens": T}
 then one line per tune issue that has input lines (failures and non-failures):
-  {"id": ..., "url": ..., "summary": ..., "symptoms": ["4.11", "4.3"], "stage": 4, "root_cause": "R4.6",
-   "tokens": "allreduce hang nccl ..."}
+  {"id": ..., "url": ..., "summary": ..., "symptoms": ["4.11", "4.3"], "stage": 4,
+   "root_cause": "R4.6", "tokens": "allreduce hang nccl ..."}
 `tokens` are the issue's distinct words of its error_lines and env_lines as learn_tokens.py's
 tokens() reads them (the C++ tokeniser of ranker_words.cpp agrees: a letter, then 2 to 39
 letters, digits or '_', lower-cased; stop words and mostly-digit words are dropped here, and the
@@ -101,7 +101,7 @@ def query_tokens(text, max_bytes=65536):
 
 
 def similarities(rows, words, bm25=False):
-    """(similarity, row) for every row sharing a word with `words`, best first (ties: file order)."""
+    """(similarity, row) for each row sharing a word with `words`, best first (ties: file order)."""
     df = document_frequencies(rows)
     n = len(rows)
     q = {w for w in words if w in df}
