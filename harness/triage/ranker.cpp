@@ -417,7 +417,8 @@ bool fill_symptoms(Result& r, const StageGuess& g, const Ranker& k, bool inferre
   add(stage_candidates(r, g.stage, g.evidence, k, 0, g));  // no runner-up: the stage's rare ones
   if (cross.empty()) cross_last_slot(r, g, k, from_tables);
   if (inferred) hedge_runner_up(r, g, k);
-  return inferred && (nb_first(r, g, k) || vote_first(r, g.knn, k.knn_first_min, k.fill_to));
+  return inferred &&
+         (nb_first(r, g, k) || vote_first(r, g.knn, k.knn_first_min, k.knn_first_sim, k.fill_to));
 }
 
 // The learned words' root causes of `stage`: P(root cause | words) renormalised within it.

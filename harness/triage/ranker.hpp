@@ -119,7 +119,9 @@ struct Ranker {
   double knn_stage_weight = 0;
   double knn_fill_weight = 0;
   double knn_first_min = 0;
+  double knn_first_sim = 0;  // the nearest issue at least this similar: its symptom first
   bool knn_bm25 = false;
+  bool knn_stage_centred = false;  // the stage vote less the stage's share of the file's issues
   NeighbourModel neighbours;
   WordModel words;
   // priors: of priors.yaml

@@ -85,7 +85,9 @@ void load_settings(const std::string& file, const YAML::Node& s, Ranker& r) {
               "knn_stage_weight",
               "knn_fill_weight",
               "knn_first_min",
-              "knn_bm25"},
+              "knn_bm25",
+              "knn_first_sim",
+              "knn_stage_centred"},
              "settings");
   auto set = [&](const char* key, auto& v) {
     if (s[key]) v = value<std::remove_reference_t<decltype(v)>>(file, s[key], key);
@@ -121,6 +123,8 @@ void load_settings(const std::string& file, const YAML::Node& s, Ranker& r) {
   set("knn_fill_weight", r.knn_fill_weight);
   set("knn_first_min", r.knn_first_min);
   set("knn_bm25", r.knn_bm25);
+  set("knn_first_sim", r.knn_first_sim);
+  set("knn_stage_centred", r.knn_stage_centred);
 }
 
 // cues.yaml's word lists: failure, context, healthy and notice words, stage and symptom words.

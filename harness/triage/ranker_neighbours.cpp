@@ -92,6 +92,8 @@ void index_model(NeighbourModel& m) {
     m.idf[w] = std::log((n + 1) / (df + 1)) + 1;
     m.bm25_idf[w] = std::log(1 + (n - df + 0.5) / (df + 0.5));
   }
+  for (const auto& is : m.issues)
+    if (is.stage > 0) m.stage_share[std::to_string(is.stage)] += 1 / n;
   for (auto& is : m.issues) {
     double s = 0;
     for (uint32_t w : is.words) s += m.idf[w] * m.idf[w];
@@ -281,12 +283,16 @@ std::vector<EvidenceLine> vote_evidence(const NeighbourVotes& v, const std::stri
   return out;
 }
 
-bool vote_first(Result& r, const NeighbourVotes& v, double min_share, int fill_to) {
-  if (min_share <= 0 || v.symptom.empty()) return false;
+bool vote_first(Result& r, const NeighbourVotes& v, double min_share, double min_sim, int fill_to) {
+  if ((min_share <= 0 && min_sim <= 0) || v.symptom.empty()) return false;
   if (!r.symptoms.empty() && r.symptoms.front().basis.empty()) return false;  // a table row's stays
   std::pair<double, std::string> top{-1, ""};
   for (const auto& [id, x] : v.symptom) top = std::max(top, std::pair{x, id});
-  if (top.first < min_share) return false;
+  const NeighbourIssue& near = *v.voters.front().issue;
+  if (min_sim > 0 && v.voters.front().similarity >= min_sim && near.symptoms.front() != "none")
+    top = {v.symptom.at(near.symptoms.front()), near.symptoms.front()};
+  else if (min_share <= 0 || top.first < min_share)
+    return false;
   const auto at = std::find_if(r.symptoms.begin(), r.symptoms.end(),
                                [&](const Candidate& c) { return c.id == top.second; });
   if (at == r.symptoms.begin()) return false;
@@ -294,8 +300,9 @@ bool vote_first(Result& r, const NeighbourVotes& v, double min_share, int fill_t
                     ? std::move(*at)
                     : Candidate{top.second, top.first, vote_evidence(v, top.second, 4), ""};
   if (at != r.symptoms.end()) r.symptoms.erase(at);
-  c.basis += fmt::format("{}first: {} (cues.yaml knn_first_min {:g})", c.basis.empty() ? "" : "; ",
-                         vote_basis(v, top.second, top.first), min_share);
+  c.basis += fmt::format("{}first: {} (cues.yaml knn_first_min {:g}, knn_first_sim {:g})",
+                         c.basis.empty() ? "" : "; ", vote_basis(v, top.second, top.first),
+                         min_share, min_sim);
   r.symptoms.insert(r.symptoms.begin(), std::move(c));
   const auto n = static_cast<size_t>(std::max(fill_to, 1));
   if (r.symptoms.size() > n) r.symptoms.resize(n);
@@ -329,6 +336,9 @@ void find_neighbours(Result& r, RankInput& in, const Ranker& k) {
   const size_t show = std::min(near.size(), static_cast<size_t>(std::max(k.knn_show, 0)));
   r.similar.assign(near.begin(), near.begin() + static_cast<long>(show));
   in.knn = neighbour_votes(near, static_cast<size_t>(std::max(k.knn_k, 0)));
+  if (k.knn_stage_centred && !in.knn.voters.empty()) {  // the vote against the stage's share
+    for (const auto& [st, share] : k.neighbours.stage_share) in.knn.stage[st] -= share;
+  }
   in.knn.words = std::move(words);
 }
 

@@ -43,6 +43,7 @@ struct NeighbourModel {
   std::vector<double> bm25_idf;                 // ln(1 + (N - df + 0.5) / (df + 0.5))
   std::vector<std::vector<uint32_t>> postings;  // word -> the issues that hold it
   double mean_words = 0;                        // BM25's average document length
+  std::map<std::string, double> stage_share;    // stage ("4") -> its share of the issues
 };
 
 // Reads `file` into `m` (a missing file leaves m.loaded false); a bad line throws SignatureError
@@ -89,7 +90,9 @@ std::vector<EvidenceLine> vote_evidence(const NeighbourVotes& v, const std::stri
 
 // Stop 53 (knn_first_min): when the votes give one symptom at least `min_share`, it takes the first
 // slot of a weak answer (moved up, or a new candidate); true when it moved one. `fill_to` caps.
-bool vote_first(Result& r, const NeighbourVotes& v, double min_share, int fill_to);
+// knn_first_sim (`min_sim` > 0): when the nearest issue is at least that similar, its primary
+// symptom takes the first slot so.
+bool vote_first(Result& r, const NeighbourVotes& v, double min_share, double min_sim, int fill_to);
 
 // The report's lines of `similar`: "Similar labelled issues ..." and one entry per issue; "" when
 // there is none.

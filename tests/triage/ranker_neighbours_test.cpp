@@ -196,8 +196,8 @@ TEST(TriageNeighbours, NeighboursThatAgreeLeadAWeakAnswer) {
   ASSERT_EQ(off.basis, Result::Basis::kInferred);
   ASSERT_FALSE(off.symptoms.empty());
   EXPECT_NE(off.symptoms[0].id, "5.4");
-  for (const auto& [key, value] :
-       std::map<std::string, std::string>{{"knn_first_min", "0.5"}, {"knn_fill_weight", "1"}}) {
+  for (const auto& [key, value] : std::map<std::string, std::string>{
+           {"knn_first_min", "0.5"}, {"knn_first_sim", "0.8"}, {"knn_fill_weight", "1"}}) {
     const Result on = run(text, tables_with(key, {{key, value}}, kSlowServing));
     ASSERT_EQ(on.kind, Result::Kind::kFound) << key;
     ASSERT_EQ(on.basis, Result::Basis::kInferred) << key;
@@ -237,6 +237,10 @@ TEST(TriageNeighbours, TheStageVoteLeansAWeakAnswersInferredStage) {
   EXPECT_EQ(on.stage, 5);
   ASSERT_FALSE(on.symptoms.empty());
   EXPECT_EQ(on.symptoms[0].id.substr(0, 2), "5.");
+  // knn_stage_centred: the vote less each stage's share of the file's issues (here all of stage 5:
+  // the vote says nothing the file's make-up does not).
+  EXPECT_EQ(
+      run(text, tables_with("centred", {{"knn_stage_centred", "true"}}, kHangsOfStage5)).stage, 4);
   // A table answer's stage is not the vote's to change.
   const std::string table =
       "torch.distributed.DistBackendError: NCCL error in: "
