@@ -191,7 +191,9 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
       continue;
     }
     ++c.issues;
-    const auto r = triage(input, t);
+    Options one;
+    one.self_id = l.id;  // stop 53: an issue is never its own similar labelled issue
+    const auto r = triage(input, t, one);
     score(l, r, c, &per_issue, o.verbose);
     const auto draft = draft_line(l, r, input.text, t, sources, o, c);
     if (o.verbose) per_issue += draft + "\n";

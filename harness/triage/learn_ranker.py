@@ -17,7 +17,8 @@ symptom. Those tallies are this script's output, harness/triage/ranker/priors.ya
                        the stage (stop 49 round 5); the weight is ln(lift), at most 2. The ranker adds
                        them to cues.yaml's hand-written stage words when it infers a stage.
 
-and, next to it, harness/triage/ranker/words.yaml (stop 48), the learned word ranker's counts: for
+and, next to it, harness/triage/ranker/neighbours.jsonl (stop 53, learn_neighbours.py: each tune
+issue's labels and distinct words) and harness/triage/ranker/words.yaml (stop 48), the learned word ranker's counts: for
 each word of the input lines that at least 2 tune failures hold, how many of them carry each
 symptom (a secondary label 0.5), are of each stage and have each root cause (stop 49), and each
 symptom's, stage's and root cause's failures. The ranker smooths them into a multinomial naive
@@ -71,6 +72,7 @@ import learn_words  # noqa: E402
 from learn_words import GRIDS, cv_words, id_key, word_model  # noqa: E402
 # Stop 53: traceback frames per stage (frames.yaml), written next to priors.yaml (and per fold).
 from learn_frames import write_frames  # noqa: E402
+from learn_neighbours import write_neighbours  # noqa: E402  (stop 53: neighbours.jsonl)
 
 
 def tune_issues(corpus, taxonomy):
@@ -191,6 +193,8 @@ def write_priors(issues, path):
             f"{k} {v:g}" for k, v in sorted(learn_words.LOGISTIC.items())) + ")"
     write_tables(n, tables, pathlib.Path(path).with_name("words.yaml"), what)
     write_frames(issues, pathlib.Path(path).with_name("frames.yaml"))
+    # Stop 53: the nearest-neighbour file, from the same issues (each --cv fold: its training part).
+    write_neighbours(issues, pathlib.Path(path).with_name("neighbours.jsonl"))
     return n
 
 

@@ -52,6 +52,7 @@ struct StageGuess {
   std::map<int, double> total, own;
   std::map<int, std::vector<EvidenceLine>> stage_ev;
   std::vector<EvidenceLine> answer_ev;  // the failure and context words' lines
+  NeighbourVotes knn;                   // stop 53: the nearest tune issues' votes (inferred only)
 };
 
 bool weak_settings(const Ranker& k) {
@@ -168,6 +169,12 @@ StageGuess guess_stage(const Result& r, const RankInput& in, const Ranker& k, in
   }
   g.frame_stage = read_frames(in.text, k, g.frames);  // stop 53: frames lean an inferred stage
   for (const auto& [st, p] : g.frame_stage) leaned[st[0] - '0'] += k.frames_stage_weight * p;
+
+  if (found == 0) g.knn = in.knn;  // stop 53: the nearest labelled tune issues vote too
+  for (const auto& [st, x] : g.knn.stage) {
+    leaned[st[0] - '0'] += k.knn_stage_weight * x;
+    if (score[st[0] - '0'] > 0) score[st[0] - '0'] += k.knn_stage_weight * x;
+  }
   g.stage = found > 0 ? found : best_stage(leaned, k, 0, false);
   g.second = best_stage(score, k, g.stage, true);
   if (found == 0 && weak_settings(k)) {  // stop 52: every stage's score, as best_stage weighs it
@@ -246,12 +253,17 @@ std::vector<Candidate> stage_candidates(const Result& r, int stage,
     const auto p = g.nb_symptom.find(id);
     const double nb =
         p == g.nb_symptom.end() || nb_stage <= 0 ? 0 : k.nb_fill_weight * p->second / nb_stage;
-    if (with == 0 && words == 0 && share < min_share && nb < min_share) continue;
-    Candidate c{id, k.co_weight * with + share + k.symptom_word_weight * words + nb, {}, {}};
+    const double knn = k.knn_fill_weight * stage_symptom_vote(g.knn, id, stage);
+    if (with == 0 && words == 0 && share < min_share && nb < min_share && knn < min_share) continue;
+    Candidate c{id, k.co_weight * with + share + k.symptom_word_weight * words + nb + knn, {}, {}};
     const auto learned = nb > std::max({k.co_weight * with, share, k.symptom_word_weight * words})
                              ? learned_evidence(g, k, WordLabel::kSymptom, id)
                              : std::vector<EvidenceLine>{};
-    if (!learned.empty()) {
+    if (knn > std::max({k.co_weight * with, share, k.symptom_word_weight * words, nb})) {
+      c.basis = fmt::format("{}; {:g} of {:g} tune stage-{} issues",
+                            vote_basis(g.knn, id, knn / k.knn_fill_weight), tally, n, stage);
+      c.evidence = first_lines(vote_evidence(g.knn, id, 4), 4);
+    } else if (!learned.empty()) {
       std::vector<std::string> ws;
       for (const WordHit* h :
            carrying_words(k.words, WordLabel::kSymptom, id, g.words, k.nb_alpha, 3))
@@ -413,7 +425,8 @@ bool fill_symptoms(Result& r, const StageGuess& g, const Ranker& k, bool inferre
   add(stage_candidates(r, g.stage, g.evidence, k, 0, g));  // no runner-up: the stage's rare ones
   if (cross.empty()) cross_last_slot(r, g, k, from_tables);
   if (inferred) hedge_runner_up(r, g, k);
-  return inferred && nb_first(r, g, k);
+  return inferred &&
+         (nb_first(r, g, k) || vote_first(r, g.knn, k.knn_first_min, k.knn_first_sim, k.fill_to));
 }
 
 // The learned words' root causes of `stage`: P(root cause | words) renormalised within it.
@@ -555,6 +568,7 @@ void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
   std::erase_if(in.cues, [&](const CueHit& h) {
     return k.cues[h.cue].whole && !has_whole_word(h.text, k.cues[h.cue].word);
   });
+  find_neighbours(r, in, k);  // stop 53: the similar labelled tune issues, and their votes
   StageGuess g;
   Gate gate = Gate::kOpen;
   if (r.kind == Result::Kind::kFound) {

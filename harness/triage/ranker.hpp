@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "harness/triage/ranker_frames.hpp"
+#include "harness/triage/ranker_neighbours.hpp"
 #include "harness/triage/ranker_words.hpp"
 
 namespace fl::triage {
@@ -109,6 +110,20 @@ struct Ranker {
   // (< 0: any), the learned words order the slots.
   double weak_nb_order_min = 0;
   double weak_nb_thin = -1;
+  // Stop 53: the nearest labelled tune issues (neighbours.jsonl, ranker_neighbours.hpp). knn_show
+  // of them are shown (0: none); the knn_k nearest vote, weighted by similarity: a weak answer's
+  // inferred stage gets knn_stage_weight times its stage's vote, a filled symptom knn_fill_weight
+  // times its vote within its stage, and one symptom with a vote of at least knn_first_min (> 0)
+  // takes the first slot. knn_bm25: BM25 instead of the cosine. Each weight 0: off.
+  int knn_show = 3;
+  int knn_k = 10;
+  double knn_stage_weight = 0;
+  double knn_fill_weight = 0;
+  double knn_first_min = 0;
+  double knn_first_sim = 0;  // the nearest issue at least this similar: its symptom first
+  bool knn_bm25 = false;
+  bool knn_stage_centred = false;  // the stage vote less the stage's share of the file's issues
+  NeighbourModel neighbours;
   WordModel words;
   // Stop 53: traceback frames (frames.yaml, ranker_frames.hpp). An inferred stage's score gets
   // frames_stage_weight times P(stage | frames) (0: off); add-frames_alpha smoothing; the frames
@@ -147,6 +162,8 @@ struct RankInput {
   bool table_match = false;  // a table row (signature or environment rule) matched a line
   bool error_text = false;   // a non-env signature matched a line
   std::string_view text;     // the input (the word ranker reads its first nb_max_bytes)
+  std::string self_id;       // --eval: the issue's own id, never its own neighbour
+  NeighbourVotes knn;        // apply_ranker fills it: the nearest tune issues' votes
 };
 
 // After the tables' tiers (`r` as they left it): fills the candidates to `fill_to` and picks the

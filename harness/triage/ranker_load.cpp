@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <set>
+#include <string>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -53,39 +55,12 @@ void add_words(const std::string& file, const YAML::Node& list, Cue::Kind kind, 
 }
 
 // cues.yaml's `settings:`: every key known (the error lists them), each read into its field.
+// Each key `set` reads is an allowed key: the one list is the calls below.
 void load_settings(const std::string& file, const YAML::Node& s, Ranker& r) {
-  check_keys(file, s,
-             {"fill_to",
-              "table_stage_weight",
-              "co_weight",
-              "study_weight",
-              "learned_stage_weight",
-              "min_share",
-              "root_cause_table_weight",
-              "error_text_is_failure",
-              "answer_context_only",
-              "stage_prior_weight",
-              "symptom_word_weight",
-              "nb_alpha",
-              "nb_stage_weight",
-              "nb_fill_weight",
-              "nb_cross_min",
-              "nb_max_bytes",
-              "nb_cross_tables_max",
-              "nb_root_cause_weight",
-              "answer_without_context",
-              "answer_without_failure_word",
-              "answer_min_words",
-              "weak_margin",
-              "weak_margin_slot",
-              "weak_nb_order_min",
-              "weak_nb_thin",
-              "frames_stage_weight",
-              "frames_alpha",
-              "frames_prior",
-              "frames_max_bytes"},
-             "settings");
+  if (!s.IsMap()) fail_at(file, s, "settings must be a mapping");
+  std::set<std::string> allowed;
   auto set = [&](const char* key, auto& v) {
+    allowed.insert(key);
     if (s[key]) v = value<std::remove_reference_t<decltype(v)>>(file, s[key], key);
   };
   set("fill_to", r.fill_to);
@@ -117,6 +92,15 @@ void load_settings(const std::string& file, const YAML::Node& s, Ranker& r) {
   set("frames_alpha", r.frames_alpha);
   set("frames_prior", r.frames_prior);
   set("frames_max_bytes", r.frames_max_bytes);
+  set("knn_show", r.knn_show);
+  set("knn_k", r.knn_k);
+  set("knn_stage_weight", r.knn_stage_weight);
+  set("knn_fill_weight", r.knn_fill_weight);
+  set("knn_first_min", r.knn_first_min);
+  set("knn_bm25", r.knn_bm25);
+  set("knn_first_sim", r.knn_first_sim);
+  set("knn_stage_centred", r.knn_stage_centred);
+  check_keys(file, s, allowed, "settings");
 }
 
 // cues.yaml's word lists: failure, context, healthy and notice words, stage and symptom words.
@@ -230,6 +214,8 @@ Ranker load_ranker(const std::string& dir, const Taxonomy& t) {
   load_priors(dir + "/priors.yaml", t, r);
   load_word_model(dir + "/words.yaml", t, r.words);
   load_frame_model(dir + "/frames.yaml", t, r.frames);  // stop 53
+
+  load_neighbours(dir + "/neighbours.jsonl", t, r.neighbours);  // stop 53
   r.share = t.share;
   r.enabled = true;
   return r;

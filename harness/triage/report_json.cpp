@@ -125,6 +125,17 @@ ojson result_json(const Result& r, const Tables& t, const Input& in,
   std::vector<Candidate> rc(r.root_causes.begin(),
                             r.root_causes.begin() + std::min<size_t>(r.root_causes.size(), 3));
   if (found) j["root_causes"] = candidates_json(rc, t.taxonomy.root_cause_name, false);
+  j["similar_issues"] = ojson::array();  // stop 53: the nearest labelled tune issues
+  for (const auto& n : r.similar) {
+    j["similar_issues"].push_back({{"id", n.issue->id},
+                                   {"url", n.issue->url},
+                                   {"summary", n.issue->summary},
+                                   {"similarity", n.similarity},
+                                   {"stage", n.issue->stage},
+                                   {"symptoms", n.issue->symptoms},
+                                   {"root_cause", n.issue->root_cause},
+                                   {"shared_words", n.shared}});
+  }
   const int status = found ? 0 : 1;
   j["exit_status"] = status;
   j["exit_meaning"] = exit_meaning(status);

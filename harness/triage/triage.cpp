@@ -379,7 +379,7 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
     return r;
   }
   std::vector<Hit> hits(t.signatures.size());
-  RankInput rank_in{{}, false, false, in.text};  // the ranker reads the text's first words too
+  RankInput rank_in{{}, false, false, in.text, o.self_id, {}};  // the ranker reads the text too
   const size_t first_cue = t.signatures.size() + t.env_rules.size();
   std::vector<std::set<std::string>> seen_text(t.signatures.size());
   // Lines a row's regex already rejected: a log repeats its lines, and std::regex is slow.
@@ -520,7 +520,7 @@ std::string format_result(const Result& r, const Tables& t) {
       out += "Weak matches (below the threshold):\n";
       format_candidates(out, r.symptoms, t.taxonomy.symptom_name, 3);
     }
-    return out;
+    return out + format_similar(r.similar);
   }
   format_env(out, r);
   out += fmt::format("Stage: {} {}\n", r.stage, t.taxonomy.stage_name.at(r.stage));
@@ -540,7 +540,7 @@ std::string format_result(const Result& r, const Tables& t) {
   out += "Root-cause candidates:\n";
   if (r.root_causes.empty()) out += "  (no root-cause evidence)\n";
   format_candidates(out, r.root_causes, t.taxonomy.root_cause_name, 3);
-  return out;
+  return out + format_similar(r.similar);
 }
 
 }  // namespace fl::triage

@@ -112,6 +112,7 @@ struct Result {
   std::vector<Candidate> symptoms, root_causes;
   int stage = 0;
   std::vector<EnvFact> env;
+  std::vector<SimilarIssue> similar;  // stop 53: the nearest labelled tune issues (evidence)
   size_t lines = 0;
   bool truncated = false;
 };
@@ -125,6 +126,7 @@ struct Options {
   // `loss` on every line would otherwise run std::regex some 10^6 times (about 10 s).
   size_t max_regex_lines = 4000;
   size_t evidence_per_candidate = 4;
+  std::string self_id;  // --eval: the issue's id (it is never its own similar issue)
 };
 
 Result triage(const Input& in, const Tables& t, const Options& o = {});
