@@ -45,6 +45,7 @@ Usage:
                                  # and a learned non-failure score (measured, not shipped)
   learn_ranker.py --cv-words 5 --variant hier,lr [--jobs 3]   # stop 52: other word models
   learn_ranker.py --logistic stages=3,symptoms=3,root_causes=3   # stop 52: words.yaml's regression
+                  [--prune 0.05] [--weight-min-df 5] [--lr-cache DIR]   # stop 53: its cuts
   learn_ranker.py --cv 5 --thin --nested nb_stage_weight=0.25,1 [--nested KEY=V1,V2]
                   [--nested-measure stage]   # stop 51: nested CV of settings
 --cv also prints the ranker's stage confusions (labelled stage against the answer's; stop 51).
@@ -466,9 +467,17 @@ def main():
     ap.add_argument("--logistic", default=None, metavar="KIND=L2,...",
                     help="words.yaml's logistic regression: stages=1,symptoms=2,root_causes=1 "
                          "(the L2 penalty per kind; 'none': the naive Bayes alone); with --cv too")
+    ap.add_argument("--prune", type=float, default=learn_words.PRUNE, metavar="W",
+                    help="--logistic: leave weights under W out of words.yaml (stop 53)")
+    ap.add_argument("--weight-min-df", type=int, default=learn_words.WEIGHT_MIN_DF, metavar="N",
+                    help="--logistic: only words of N or more failures keep weights (stop 53)")
+    ap.add_argument("--lr-cache", default=None, metavar="DIR",
+                    help="--logistic: keep fitted regressions in DIR and reuse them (stop 53)")
     args = ap.parse_args()
     MIN_GAIN, PATH_SHARE_MAX = args.min_gain, args.path_share_max
     learn_words.JOBS = args.jobs
+    learn_words.PRUNE, learn_words.WEIGHT_MIN_DF = args.prune, args.weight_min_df
+    learn_words.LR_CACHE = args.lr_cache
     if args.logistic is not None:
         try:
             learn_words.LOGISTIC = {k: float(v) for k, v in (

@@ -26,6 +26,7 @@ import collections
 import math
 import multiprocessing
 import operator
+import os
 import pathlib
 import re
 
@@ -124,11 +125,11 @@ def softmax(score):
     return {lab: math.exp(v - top) / z for lab, v in score.items()}
 
 
-def word_posterior(model, kind, words, alpha=1.0):
+def word_posterior(model, kind, words, alpha=1.0, power=1.0):
     """P(label | words) as ranker_words.cpp gives it: add-`alpha` naive Bayes over the distinct
     vocabulary words (word_stages' words) of the input, each counted once; where the model has a
     logistic_bias row for the kind (stop 52), the mean of that and softmax(bias + the weights of
-    those words)."""
+    those words), raised to `power` and normalised again (stop 53: cues.yaml nb_mix_power)."""
     nb = softmax(nb_scores(model, kind, words, alpha))
     bias = model.get("logistic_bias", {}).get(kind)
     if not bias:
@@ -137,7 +138,16 @@ def word_posterior(model, kind, words, alpha=1.0):
     for w in sorted(words):
         for lab, x in model["logistic_" + kind].get(w, {}).items():
             score[lab] += x
-    return mean_posterior(softmax(score), nb)
+    return sharpen(mean_posterior(softmax(score), nb), power)
+
+
+def sharpen(post, power):
+    """Stop 53: a posterior raised to `power` and normalised again (1: as it is)."""
+    if power == 1.0:
+        return post
+    post = {lab: p ** power for lab, p in post.items()}
+    z = sum(post.values())
+    return {lab: p / z if z > 0 else 0.0 for lab, p in post.items()}
 
 
 def mean_posterior(a, b):
@@ -151,13 +161,50 @@ def mean_posterior(a, b):
 # and left out of the file: a smaller file the binary loads faster).
 DIGITS = 3
 PRUNE = 0.0
+# Stop 53: a word of fewer training failures than this keeps no regression weight (2: every word
+# of the vocabulary keeps its weights). Like PRUNE a cut of the fitted weights, not a refit.
+WEIGHT_MIN_DF = 2
+# Stop 53: a folder where fitted regressions are kept, keyed by a hash of what the fit reads (the
+# failures' words and labels, the kind, lambda, min_df, iters): a CV run that fits the same
+# training part again (nested CV, one --set after another) reads the fit back. None: no cache.
+LR_CACHE = None
 
 
 def lr_fit(docs, kind, lam, min_df=2, iters=300):
     """Weights of a multinomial logistic regression of the labels of `kind` on the distinct words
     (of `min_df` or more training failures) of each failure: minimises the cross-entropy against
     each failure's label weights (normalised to 1) plus lam/2 times the squared weights (the
-    biases are not penalised), by L-BFGS. Returns {"labels", "bias", "weights": word -> list}."""
+    biases are not penalised), by L-BFGS. Returns {"labels", "bias", "weights": word -> list},
+    the weights rounded to DIGITS; one under PRUNE, or of a word of fewer than WEIGHT_MIN_DF
+    failures, is 0."""
+    fit = cached_fit(docs, kind, lam, min_df, iters)
+    df = collections.Counter(w for t, _ in docs for w in t)
+    cut = {w: [x if abs(x) >= PRUNE and df[w] >= WEIGHT_MIN_DF else 0.0 for x in row]
+           for w, row in fit["weights"].items()}
+    return {"labels": fit["labels"], "bias": fit["bias"], "weights": cut}
+
+
+def cached_fit(docs, kind, lam, min_df, iters):
+    """lr_raw_fit(), read from LR_CACHE when it was fitted on the same input before."""
+    if not LR_CACHE:
+        return lr_raw_fit(docs, kind, lam, min_df, iters)
+    import hashlib  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    key = json.dumps([sorted([sorted(t), sorted(targets(r, kind).items())] for t, r in docs),
+                      kind, lam, min_df, iters, DIGITS], sort_keys=True)
+    path = pathlib.Path(LR_CACHE, hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+    if path.exists():
+        return json.loads(path.read_text(encoding="utf-8"))
+    fit = lr_raw_fit(docs, kind, lam, min_df, iters)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(fit), encoding="utf-8")
+    tmp.replace(path)
+    return fit
+
+
+def lr_raw_fit(docs, kind, lam, min_df, iters):
+    """lr_fit() before its cuts: every weight, rounded to DIGITS."""
     df = collections.Counter(w for t, _ in docs for w in t)
     vocab = sorted(w for w, c in df.items() if c >= min_df)
     index = {w: i for i, w in enumerate(vocab)}
@@ -193,8 +240,7 @@ def lr_fit(docs, kind, lam, min_df=2, iters=300):
         return loss, flat
 
     x0 = [0.0] * (nv * nl) + [math.log(max(p, 1e-3) / len(data)) for p in prior]
-    x = [round(v, DIGITS) + 0.0 if abs(v) >= PRUNE or i >= nv * nl else 0.0  # as words.yaml
-         for i, v in enumerate(lbfgs(loss_grad, x0, iters))]                   # holds them
+    x = [round(v, DIGITS) + 0.0 for v in lbfgs(loss_grad, x0, iters)]  # as words.yaml holds them
     return {"labels": labels, "bias": x[nv * nl:],
             "weights": {w: x[i * nl:(i + 1) * nl] for i, w in enumerate(vocab)}}
 
@@ -538,13 +584,14 @@ def read_words(path):
     return model
 
 
-def posterior_lines(model, texts, alpha=1.0):
-    """`text<TAB>kind<TAB>label<TAB>P` per text and kind: the posteriors the binary must give."""
+def posterior_lines(model, texts, alpha=1.0, power=1.0):
+    """`text<TAB>kind<TAB>label<TAB>P` per text and kind: the posteriors the binary must give
+    (with cues.yaml nb_mix_power `power`)."""
     out = []
     for text in texts:
         words = tokens([text]) & model["vocab"]
         for kind in KINDS:
-            post = word_posterior(model, kind, words, alpha)
+            post = word_posterior(model, kind, words, alpha, power)
             out += [f"{text}\t{kind}\t{lab}\t{p:.12f}"
                     for lab, p in sorted(post.items(), key=lambda kv: id_key(kv[0]))]
     return out

@@ -83,10 +83,11 @@ void read_words(StageGuess& g, const RankInput& in, const Ranker& k) {
                           k.nb_cross_tables_max < 0 && k.nb_root_cause_weight <= 0))
     return;
   g.words = vocabulary_words(in.text, k.words, static_cast<size_t>(std::max(k.nb_max_bytes, 0)));
-  g.nb_stage = word_posterior(k.words, WordLabel::kStage, g.words, k.nb_alpha);
-  g.nb_symptom = word_posterior(k.words, WordLabel::kSymptom, g.words, k.nb_alpha);
+  g.nb_stage = word_posterior(k.words, WordLabel::kStage, g.words, k.nb_alpha, k.nb_mix_power);
+  g.nb_symptom = word_posterior(k.words, WordLabel::kSymptom, g.words, k.nb_alpha, k.nb_mix_power);
   if (k.nb_root_cause_weight > 0)
-    g.nb_root_cause = word_posterior(k.words, WordLabel::kRootCause, g.words, k.nb_alpha);
+    g.nb_root_cause =
+        word_posterior(k.words, WordLabel::kRootCause, g.words, k.nb_alpha, k.nb_mix_power);
 }
 
 // Each stage's score: its words (each counts once) and the scores of the tables' candidates.

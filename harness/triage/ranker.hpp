@@ -100,6 +100,11 @@ struct Ranker {
   // root causes (words.yaml word_root_causes), next to the tables' weight and the symptom's tally.
   double nb_root_cause_weight = 0.0;
   int nb_max_bytes = 65536;
+  // Stop 53: a kind words.yaml scores as the mix of the naive Bayes and a logistic regression
+  // (stop 52) has its posterior raised to this power and normalised again (1: as it is; above 1
+  // as sharp as the naive Bayes's alone, so that nb_cross_min and weak_nb_order_min keep their
+  // meaning). A kind of the naive Bayes alone is left as it is.
+  double nb_mix_power = 1.0;
   // Stop 52: how a weak answer (an inferred stage) is composed; each off by default.
   // weak_margin >= 0: when the runner-up stage's score (words, tables, learned words, prior) is
   // within this of the inferred stage's, its best symptom takes slot weak_margin_slot (1-based).

@@ -83,6 +83,8 @@ void load_settings(const std::string& file, const YAML::Node& s, Ranker& r) {
   set("nb_max_bytes", r.nb_max_bytes);
   set("nb_cross_tables_max", r.nb_cross_tables_max);
   set("nb_root_cause_weight", r.nb_root_cause_weight);
+  set("nb_mix_power", r.nb_mix_power);
+  if (r.nb_mix_power <= 0) fail_at(file, s["nb_mix_power"], "nb_mix_power: must be above 0");
   set("root_cause_table_weight", r.root_cause_table_weight);
   set("weak_margin", r.weak_margin);
   set("weak_margin_slot", r.weak_margin_slot);

@@ -49,9 +49,11 @@ struct WordHit {
 std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m, size_t max_bytes);
 
 // P(label | words) over the labels of kind `kind`: the naive Bayes with add-`alpha` smoothing;
-// where the file has a logistic regression for the kind, the mean of the two posteriors.
+// where the file has a logistic regression for the kind, the mean of the two posteriors, raised
+// to `mix_power` and normalised again (stop 53; 1: the mean as it is).
 std::map<std::string, double> word_posterior(const WordModel& m, WordLabel kind,
-                                             const std::vector<WordHit>& words, double alpha);
+                                             const std::vector<WordHit>& words, double alpha,
+                                             double mix_power = 1.0);
 
 // The words of `words` that point at `label` most (log P(w | label) over log P(w) of all
 // failures, above 0), strongest first, at most `n`.

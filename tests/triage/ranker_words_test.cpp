@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -307,6 +308,44 @@ TEST(TriageRankerWords, TheLogisticWeightsAreScoredAsLearnWordsPyScoresThem) {
     ++checked;
   }
   EXPECT_EQ(checked, 32u);
+}
+
+// Stop 53: cues.yaml nb_mix_power raises a mixed kind's posterior to a power and normalises it
+// again, as learn_words.py's sharpen() does (words_logistic_posteriors_power2.txt: learn_words.py
+// with power 2; learn_words_test.py checks the Python side). Root causes, the naive Bayes alone,
+// keep their posterior.
+TEST(TriageRankerWords, TheMixPowerSharpensTheMixAsLearnWordsPyDoes) {
+  const std::string data = std::string(FAULTLINE_SOURCE_DIR) + "/tests/triage/data/";
+  WordModel m;
+  load_word_model(data + "words_logistic.yaml", load_taxonomy(default_taxonomy_path()), m);
+  ASSERT_TRUE(m.loaded);
+  std::ifstream in(data + "words_logistic_posteriors_power2.txt");
+  std::string line;
+  size_t checked = 0, sharper = 0;
+  const std::pair<const char*, WordLabel> kinds[] = {{"stages", WordLabel::kStage},
+                                                     {"symptoms", WordLabel::kSymptom},
+                                                     {"root_causes", WordLabel::kRootCause}};
+  while (std::getline(in, line)) {
+    std::istringstream cells(line);
+    std::string text, kind, label, p;
+    ASSERT_TRUE(std::getline(cells, text, '\t') && std::getline(cells, kind, '\t') &&
+                std::getline(cells, label, '\t') && std::getline(cells, p));
+    const auto k = std::find_if(std::begin(kinds), std::end(kinds),
+                                [&](const auto& kv) { return kind == kv.first; });
+    ASSERT_NE(k, std::end(kinds)) << kind;
+    const auto words = vocabulary_words(text, m, 1 << 16);
+    const auto post = word_posterior(m, k->second, words, 1.0, 2.0);
+    ASSERT_TRUE(post.count(label)) << text << " " << label;
+    EXPECT_NEAR(post.at(label), std::stod(p), 1e-9) << text << " " << kind << " " << label;
+    const double plain = word_posterior(m, k->second, words, 1.0).at(label);
+    if (k->second == WordLabel::kRootCause) {
+      EXPECT_DOUBLE_EQ(post.at(label), plain) << text;
+    }
+    sharper += std::abs(post.at(label) - plain) > 1e-3;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 32u);
+  EXPECT_GE(sharper, 10u);
 }
 
 }  // namespace

@@ -356,7 +356,7 @@ TEST(TriageRanker, AnUnknownSettingNamesFileLineColumnAndTheAllowedKeys) {
                      "knn_first_sim, knn_k, knn_show, knn_stage_centred, knn_stage_weight, "
                      "learned_stage_weight, "
                      "min_share, nb_alpha, nb_cross_min, nb_cross_tables_max, nb_fill_weight, "
-                     "nb_max_bytes, nb_root_cause_weight, nb_stage_weight, "
+                     "nb_max_bytes, nb_mix_power, nb_root_cause_weight, nb_stage_weight, "
                      "root_cause_table_weight, stage_prior_weight, study_weight, "
                      "symptom_word_weight, table_stage_weight, weak_margin, weak_margin_slot, "
                      "weak_nb_order_min, weak_nb_thin)");
