@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/triage/scan.hpp"
 #include "harness/triage/triage.hpp"
 
 namespace fl::triage {
@@ -504,24 +505,6 @@ void rank_root_causes(Result& r, const StageGuess& g, const Ranker& k) {
 // Stop 50: the answer gate. kOpen: a failure word (or a context-only match) and context; the
 // relaxed openings (each its own setting) answer with less and need answer_min_words.
 enum class Gate { kClosed, kOpen, kNoContext, kNoFailureWord };
-
-// Whether `word` occurs in `line` and every occurrence lies in a path or URL: a run of non-blank
-// characters that holds a '/'. A word the line's text does not show (the hit's text is cut at
-// 4096 bytes; the scanner reads the whole line) counts as outside paths, and so does one that
-// crosses a blank (`how to` after `docs/how`).
-bool only_in_paths(const std::string& line, const std::string& word) {
-  const std::string low = ascii_lower(line);
-  bool seen = false;
-  for (size_t i = low.find(word); i != std::string::npos; i = low.find(word, i + 1)) {
-    seen = true;
-    const size_t blank = low.find_last_of(" \t", i);
-    const size_t from = blank == std::string::npos ? 0 : blank + 1;
-    const size_t to = std::min(low.find_first_of(" \t", i), low.size());
-    if (i + word.size() > to) return false;
-    if (low.substr(from, to - from).find('/') == std::string::npos) return false;
-  }
-  return seen;
-}
 
 Gate open_gate(const RankInput& in, const Ranker& k) {
   auto on_notice_line = [&](const CueHit& h) {

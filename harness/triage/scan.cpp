@@ -124,4 +124,18 @@ bool signature_matches(const Signature& s, const std::string& text, size_t line,
   return std::regex_search(masked.of(line, text, s.icase), s.regex);
 }
 
+bool only_in_paths(const std::string& line, const std::string& word) {
+  const std::string low = ascii_lower(line);
+  bool seen = false;
+  for (size_t i = low.find(word); i != std::string::npos; i = low.find(word, i + 1)) {
+    seen = true;
+    const size_t blank = low.find_last_of(" \t", i);
+    const size_t from = blank == std::string::npos ? 0 : blank + 1;
+    const size_t to = std::min(low.find_first_of(" \t", i), low.size());
+    if (i + word.size() > to) return false;
+    if (low.substr(from, to - from).find('/') == std::string::npos) return false;
+  }
+  return seen;
+}
+
 }  // namespace fl::triage

@@ -52,4 +52,10 @@ class MaskedLine {
 bool signature_matches(const Signature& s, const std::string& text, size_t line,
                        MaskedLine& masked);
 
+// Whether `word` occurs in `line` and every occurrence lies in a path or URL: a run of non-blank
+// characters that holds a '/'. A word the line's text does not show (the hit's text is cut at
+// 4096 bytes; the scanner reads the whole line) counts as outside paths, and so does one that
+// crosses a blank (`how to` after `docs/how`).
+bool only_in_paths(const std::string& line, const std::string& word);
+
 }  // namespace fl::triage
