@@ -141,34 +141,8 @@ void load_neighbours(const std::string& file, const Taxonomy& t, NeighbourModel&
 
 std::vector<WordHit> neighbour_words(std::string_view text, const NeighbourModel& m,
                                      size_t max_bytes) {
-  std::vector<WordHit> out;
-  if (!m.loaded) return out;
-  text = text.substr(0, std::min(text.size(), max_bytes));
-  std::unordered_set<std::string> seen;
-  size_t line = 1, line_start = 0;
-  for (size_t i = 0; i < text.size();) {
-    if (text[i] == '\n') {
-      ++line;
-      line_start = ++i;
-      continue;
-    }
-    if (!std::isalpha(static_cast<unsigned char>(text[i]))) {
-      ++i;
-      continue;
-    }
-    size_t j = i + 1;
-    while (j < text.size() && j - i < 40 && word_char(text[j])) ++j;
-    if (j - i < 3) {  // as Python's findall: try again from the next byte
-      ++i;
-      continue;
-    }
-    std::string w = ascii_lower(text.substr(i, j - i));
-    i = j;
-    if (!m.vocab.count(w) || !seen.insert(w).second) continue;
-    const size_t end = std::min(text.find('\n', line_start), text.size());
-    out.push_back({std::move(w), line, std::string(text.substr(line_start, end - line_start))});
-  }
-  return out;
+  if (!m.loaded) return {};
+  return known_words(text, max_bytes, [&](const std::string& w) { return m.vocab.count(w) > 0; });
 }
 
 std::vector<SimilarIssue> nearest_issues(const NeighbourModel& m, const std::vector<WordHit>& words,

@@ -158,9 +158,9 @@ void load_word_model(const std::string& file, const Taxonomy& t, WordModel& m) {
   m.loaded = !m.rows[at(WordLabel::kStage)].empty();
 }
 
-std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m, size_t max_bytes) {
+std::vector<WordHit> known_words(std::string_view text, size_t max_bytes,
+                                 const std::function<bool(const std::string&)>& known) {
   std::vector<WordHit> out;
-  if (!m.loaded) return out;
   text = text.substr(0, std::min(text.size(), max_bytes));
   std::unordered_set<std::string> seen;
   size_t line = 1, line_start = 0;
@@ -182,11 +182,17 @@ std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m,
     }
     std::string w = ascii_lower(text.substr(i, j - i));
     i = j;
-    if (!m.rows[at(WordLabel::kStage)].count(w) || !seen.insert(w).second) continue;
+    if (!known(w) || !seen.insert(w).second) continue;
     const size_t end = std::min(text.find('\n', line_start), text.size());
     out.push_back({std::move(w), line, std::string(text.substr(line_start, end - line_start))});
   }
   return out;
+}
+
+std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m, size_t max_bytes) {
+  if (!m.loaded) return {};
+  const auto& vocab = m.rows[at(WordLabel::kStage)];
+  return known_words(text, max_bytes, [&](const std::string& w) { return vocab.count(w) > 0; });
 }
 
 std::map<std::string, double> word_posterior(const WordModel& m, WordLabel kind,

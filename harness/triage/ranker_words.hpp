@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -47,6 +48,10 @@ struct WordHit {
 // The distinct vocabulary words of the first `max_bytes` of `text`, tokenised as learn_tokens.py
 // does (a letter, then 2 to 39 letters, digits or '_'; lower-cased), in order of first line.
 std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m, size_t max_bytes);
+// The same tokenising, keeping the distinct words `known` accepts (ranker_neighbours.cpp: the
+// neighbours' vocabulary).
+std::vector<WordHit> known_words(std::string_view text, size_t max_bytes,
+                                 const std::function<bool(const std::string&)>& known);
 
 // P(label | words) over the labels of kind `kind`: the naive Bayes with add-`alpha` smoothing;
 // where the file has a logistic regression for the kind, the mean of the two posteriors, raised

@@ -15,6 +15,7 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace fl::triage {
 namespace {
@@ -283,31 +284,53 @@ TEST(TriageRankerWords, AShapeMismatchAloneIsInferredAsTraining) {
 // learn_words.py gives on the fixture words_logistic.yaml (learn_ranker_test.py checks the Python
 // side against the same lines): stages and symptoms the mean of the naive Bayes's posterior and
 // the weights', root causes from the counts alone.
-TEST(TriageRankerWords, TheLogisticWeightsAreScoredAsLearnWordsPyScoresThem) {
-  const std::string data = std::string(FAULTLINE_SOURCE_DIR) + "/tests/triage/data/";
-  WordModel m;
-  load_word_model(data + "words_logistic.yaml", load_taxonomy(default_taxonomy_path()), m);
-  ASSERT_TRUE(m.loaded);
-  std::ifstream in(data + "words_logistic_posteriors.txt");
-  std::string line;
-  size_t checked = 0;
+// One line of a posteriors fixture: a text, the kind of label, the label and P(label | text).
+struct PosteriorLine {
+  std::string text;
+  WordLabel kind;
+  std::string label;
+  double p;
+};
+
+// tests/triage/data/`name` (learn_words.py's posteriors on the words_logistic.yaml fixture).
+std::vector<PosteriorLine> read_posteriors(const std::string& name) {
   const std::pair<const char*, WordLabel> kinds[] = {{"stages", WordLabel::kStage},
                                                      {"symptoms", WordLabel::kSymptom},
                                                      {"root_causes", WordLabel::kRootCause}};
+  std::ifstream in(std::string(FAULTLINE_SOURCE_DIR) + "/tests/triage/data/" + name);
+  std::vector<PosteriorLine> out;
+  std::string line;
   while (std::getline(in, line)) {
     std::istringstream cells(line);
     std::string text, kind, label, p;
-    ASSERT_TRUE(std::getline(cells, text, '\t') && std::getline(cells, kind, '\t') &&
-                std::getline(cells, label, '\t') && std::getline(cells, p));
+    EXPECT_TRUE(std::getline(cells, text, '\t') && std::getline(cells, kind, '\t') &&
+                std::getline(cells, label, '\t') && std::getline(cells, p))
+        << line;
     const auto k = std::find_if(std::begin(kinds), std::end(kinds),
                                 [&](const auto& kv) { return kind == kv.first; });
-    ASSERT_NE(k, std::end(kinds)) << kind;
-    const auto post = word_posterior(m, k->second, vocabulary_words(text, m, 1 << 16), 1.0);
-    ASSERT_TRUE(post.count(label)) << text << " " << label;
-    EXPECT_NEAR(post.at(label), std::stod(p), 1e-9) << text << " " << kind << " " << label;
-    ++checked;
+    EXPECT_NE(k, std::end(kinds)) << kind;
+    if (k != std::end(kinds)) out.push_back({text, k->second, label, std::stod(p)});
   }
-  EXPECT_EQ(checked, 32u);
+  return out;
+}
+
+WordModel logistic_fixture() {
+  WordModel m;
+  load_word_model(std::string(FAULTLINE_SOURCE_DIR) + "/tests/triage/data/words_logistic.yaml",
+                  load_taxonomy(default_taxonomy_path()), m);
+  return m;
+}
+
+TEST(TriageRankerWords, TheLogisticWeightsAreScoredAsLearnWordsPyScoresThem) {
+  const WordModel m = logistic_fixture();
+  ASSERT_TRUE(m.loaded);
+  const auto lines = read_posteriors("words_logistic_posteriors.txt");
+  for (const auto& l : lines) {
+    const auto post = word_posterior(m, l.kind, vocabulary_words(l.text, m, 1 << 16), 1.0);
+    ASSERT_TRUE(post.count(l.label)) << l.text << " " << l.label;
+    EXPECT_NEAR(post.at(l.label), l.p, 1e-9) << l.text << " " << l.label;
+  }
+  EXPECT_EQ(lines.size(), 32u);
 }
 
 // Stop 53: cues.yaml nb_mix_power raises a mixed kind's posterior to a power and normalises it
@@ -315,36 +338,22 @@ TEST(TriageRankerWords, TheLogisticWeightsAreScoredAsLearnWordsPyScoresThem) {
 // with power 2; learn_words_test.py checks the Python side). Root causes, the naive Bayes alone,
 // keep their posterior.
 TEST(TriageRankerWords, TheMixPowerSharpensTheMixAsLearnWordsPyDoes) {
-  const std::string data = std::string(FAULTLINE_SOURCE_DIR) + "/tests/triage/data/";
-  WordModel m;
-  load_word_model(data + "words_logistic.yaml", load_taxonomy(default_taxonomy_path()), m);
+  const WordModel m = logistic_fixture();
   ASSERT_TRUE(m.loaded);
-  std::ifstream in(data + "words_logistic_posteriors_power2.txt");
-  std::string line;
-  size_t checked = 0, sharper = 0;
-  const std::pair<const char*, WordLabel> kinds[] = {{"stages", WordLabel::kStage},
-                                                     {"symptoms", WordLabel::kSymptom},
-                                                     {"root_causes", WordLabel::kRootCause}};
-  while (std::getline(in, line)) {
-    std::istringstream cells(line);
-    std::string text, kind, label, p;
-    ASSERT_TRUE(std::getline(cells, text, '\t') && std::getline(cells, kind, '\t') &&
-                std::getline(cells, label, '\t') && std::getline(cells, p));
-    const auto k = std::find_if(std::begin(kinds), std::end(kinds),
-                                [&](const auto& kv) { return kind == kv.first; });
-    ASSERT_NE(k, std::end(kinds)) << kind;
-    const auto words = vocabulary_words(text, m, 1 << 16);
-    const auto post = word_posterior(m, k->second, words, 1.0, 2.0);
-    ASSERT_TRUE(post.count(label)) << text << " " << label;
-    EXPECT_NEAR(post.at(label), std::stod(p), 1e-9) << text << " " << kind << " " << label;
-    const double plain = word_posterior(m, k->second, words, 1.0).at(label);
-    if (k->second == WordLabel::kRootCause) {
-      EXPECT_DOUBLE_EQ(post.at(label), plain) << text;
+  const auto lines = read_posteriors("words_logistic_posteriors_power2.txt");
+  size_t sharper = 0;
+  for (const auto& l : lines) {
+    const auto words = vocabulary_words(l.text, m, 1 << 16);
+    const auto post = word_posterior(m, l.kind, words, 1.0, 2.0);
+    ASSERT_TRUE(post.count(l.label)) << l.text << " " << l.label;
+    EXPECT_NEAR(post.at(l.label), l.p, 1e-9) << l.text << " " << l.label;
+    const double plain = word_posterior(m, l.kind, words, 1.0).at(l.label);
+    if (l.kind == WordLabel::kRootCause) {
+      EXPECT_DOUBLE_EQ(post.at(l.label), plain) << l.text;
     }
-    sharper += std::abs(post.at(label) - plain) > 1e-3;
-    ++checked;
+    sharper += std::abs(post.at(l.label) - plain) > 1e-3;
   }
-  EXPECT_EQ(checked, 32u);
+  EXPECT_EQ(lines.size(), 32u);
   EXPECT_GE(sharper, 10u);
 }
 
