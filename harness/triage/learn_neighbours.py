@@ -41,7 +41,7 @@ import sys
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from learn_tokens import root_cause_ids, split_of, tokens  # noqa: E402
+from learn_tokens import split_of, tokens  # noqa: E402
 
 FORMAT = "faultline-neighbours 1"
 BM25_K1, BM25_B = 1.2, 0.75
@@ -141,17 +141,8 @@ def main():
         for s, r in similarities(rows, query_tokens(sys.stdin.read()), args.bm25)[:args.k]:
             print(f"{r['id']}\t{s:.12f}")
         return 0
-    rc = root_cause_ids(args.taxonomy)
-    issues = []
-    for line in pathlib.Path(args.corpus).read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        rec = json.loads(line)
-        if rec["split"] != "tune" or split_of(rec["id"]) != "tune":
-            continue  # the test split is never looked at
-        rec["_rc"] = rc.get(rec["root_cause"])
-        issues.append(rec)
-    n = write_neighbours(issues, args.out)
+    from learn_ranker import tune_issues  # the split rule: test is never read
+    n = write_neighbours(tune_issues(args.corpus, args.taxonomy), args.out)
     print(f"{args.out}: {n} tune issues with input lines")
     return 0
 
