@@ -20,7 +20,7 @@ constexpr size_t kMaxDataDepth = 64;  // levels of arrays and objects in it
 constexpr int kMaxWorld = 1 << 16;
 constexpr int kUnknownWorld = 4096;  // the ranks a history without run_start may name
 
-enum class T { kString, kInt, kNumber, kNumberOrNull, kBool, kIntList };
+enum class T { kString, kInt, kNumber, kNumberOrNull, kBool, kIntList, kNumberList };
 
 bool has_type(const json& v, T t) {
   switch (t) {
@@ -38,6 +38,12 @@ bool has_type(const json& v, T t) {
       if (!v.is_array()) return false;
       for (const auto& x : v) {
         if (!x.is_number_integer()) return false;
+      }
+      return true;
+    case T::kNumberList:
+      if (!v.is_array()) return false;
+      for (const auto& x : v) {
+        if (!x.is_number()) return false;
       }
       return true;
   }
@@ -58,6 +64,8 @@ const char* type_name(T t) {
       return "true or false";
     case T::kIntList:
       return "a list of integers";
+    case T::kNumberList:
+      return "a list of numbers";
   }
   return "?";
 }
@@ -94,6 +102,7 @@ const KindSpec kRankKinds[] = {
       {"step_time_s", T::kNumber, false},
       {"interval_s", T::kNumber, false},
       {"comm_s", T::kNumber, false},
+      {"comm_ops_s", T::kNumberList, false},
       {"mem_current", T::kInt, false},
       {"mem_peak", T::kInt, false},
       {"eval_loss", T::kNumberOrNull, false}}},

@@ -18,7 +18,8 @@ namespace fl::harness::oracles {
 namespace {
 
 struct BaselineParams : OracleParams {
-  // What is compared with the reference run (throughput, collectives, loss, memory).
+  // What is compared with the reference run (throughput, collectives, transfer, loss, memory,
+  // tokens).
   std::string measure = "throughput";
   double factor = 2;
   int64_t after_step = -1;
@@ -30,7 +31,35 @@ struct Measured {
   int64_t first = -1;    // first step measured
   int64_t t_first = -1;  // when it was reported
   std::string unit;
+  size_t per_op_steps = 0;  // transfer: steps measured collective by collective
 };
+
+// The collectives' own time in one step (measure: transfer): each collective's least time over
+// the ranks, summed. The rank that reached a collective last waited for no peer, so its time is
+// the transfer alone, while the others' includes waiting for it — for a peer's compute, or for a
+// peer a busy host did not schedule, which grows with the load (stop 50: a 2-rank reference's time
+// in collectives per token went from 1 ms idle to 216 ms under 12 busy loops on 2 cores). Ranks
+// run the same collectives in the same order; when their lists differ in length or one has none
+// (an older history, more collectives in the step than a worker keeps), the lower median over the
+// ranks of their time in collectives, as `collectives` measures it.
+double own_comm_time(const std::vector<const RunSummary::Step*>& v, size_t& per_op_steps) {
+  const size_t n = v.front()->comm_ops.size();
+  bool same = n > 0;
+  for (const auto* s : v) same = same && s->comm_ops.size() == n;
+  if (!same) {
+    std::vector<double> t;
+    for (const auto* s : v) t.push_back(s->comm);
+    return stats::lower_median(t);
+  }
+  ++per_op_steps;
+  double sum = 0;
+  for (size_t k = 0; k < n; ++k) {
+    double least = v.front()->comm_ops[k];
+    for (const auto* s : v) least = std::min(least, s->comm_ops[k]);
+    sum += least;
+  }
+  return sum;
+}
 
 // One number per run. Time per step and time in collectives: per step the lower median over the
 // ranks (the rank that waited least paid the step's own cost), then over the steps from
@@ -73,9 +102,13 @@ std::optional<Measured> measure(const Expect& x, const std::vector<RunSummary::S
   std::vector<double> per_step;
   for (auto& [st, v] : by_step) {
     if (st < start) continue;
-    std::vector<double> t;
-    for (const auto* s : v) t.push_back(p.measure == "collectives" ? s->comm : s->interval);
-    per_step.push_back(stats::lower_median(t));
+    if (p.measure == "transfer") {
+      per_step.push_back(own_comm_time(v, m.per_op_steps));
+    } else {
+      std::vector<double> t;
+      for (const auto* s : v) t.push_back(p.measure == "collectives" ? s->comm : s->interval);
+      per_step.push_back(stats::lower_median(t));
+    }
     if (m.first < 0) {
       m.first = st;
       m.t_first = v.front()->t;
@@ -83,8 +116,8 @@ std::optional<Measured> measure(const Expect& x, const std::vector<RunSummary::S
     }
   }
   if (per_step.size() < 2) return std::nullopt;
-  m.value = p.measure == "collectives" ? *std::min_element(per_step.begin(), per_step.end())
-                                       : stats::upper_median(per_step);
+  m.value = p.measure != "throughput" ? *std::min_element(per_step.begin(), per_step.end())
+                                      : stats::upper_median(per_step);
   m.steps = per_step.size();
   m.unit = "s";
   return m;
@@ -111,10 +144,12 @@ class Baseline : public Oracle {
              KeyType::kEnum,
              "throughput",
              "baseline: what is compared with the reference run: throughput (time per step), "
-             "collectives (time in collectives per step), loss (final loss) or memory (peak "
-             "memory in use): the symptom shows when the run's is `factor` x the reference's; "
-             "tokens (an inference run's generated tokens, call by call): when one differs",
-             {"throughput", "collectives", "loss", "memory", "tokens"}},
+             "collectives (time in collectives per step), transfer (each collective's least time "
+             "over the ranks, summed per step: waits for a peer left out), loss (final loss) or "
+             "memory (peak memory in use): the symptom shows when the run's is `factor` x the "
+             "reference's; tokens (an inference run's generated tokens, call by call): when one "
+             "differs",
+             {"throughput", "collectives", "transfer", "loss", "memory", "tokens"}},
             factor_key(),
             after_step_key()};
   }
@@ -139,6 +174,7 @@ class Baseline : public Oracle {
     if (p.measure == "tokens") return compare_tokens(x, f);
     const char* what = p.measure == "throughput"    ? "time per step"
                        : p.measure == "collectives" ? "time in collectives per step"
+                       : p.measure == "transfer"    ? "collectives' own time per step"
                        : p.measure == "loss"        ? "final loss"
                                                     : "peak memory in use";
     const auto run = measure(x, f.steps);
@@ -159,9 +195,12 @@ class Baseline : public Oracle {
     const std::string from = p.measure == "loss"     ? fmt::format(" at step {}", run->first)
                              : p.measure == "memory" ? std::string()
                                                      : fmt::format(" from step {}", run->first);
-    const std::string text =
-        fmt::format("{} {}{} vs {} in the reference run ({:.1f}x; threshold {}x)", what, show(*run),
-                    from, show(*base), ratio, p.factor);
+    std::string text = fmt::format("{} {}{} vs {} in the reference run ({:.1f}x; threshold {}x)",
+                                   what, show(*run), from, show(*base), ratio, p.factor);
+    if (p.measure == "transfer") {
+      text += fmt::format("; collective by collective in {} of {} steps (reference {} of {})",
+                          run->per_op_steps, run->steps, base->per_op_steps, base->steps);
+    }
     Finding out;
     if (ratio >= p.factor) {
       std::vector<int> ranks;

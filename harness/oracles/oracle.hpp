@@ -79,6 +79,7 @@ struct RunSummary {
     int64_t mem_current;    // bytes the rank's allocator held at the step's end (-1: not reported)
     bool skipped = false;   // the update was skipped (the fp16 loss scaler saw an overflow)
     int64_t mem_peak = -1;  // the rank's peak memory in use so far (-1: not reported)
+    std::vector<double> comm_ops;  // each collective's time, in order (empty: not reported)
     double compute() const { return std::max(0.0, interval - comm); }
   };
   std::vector<Step> steps;

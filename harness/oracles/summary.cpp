@@ -7,9 +7,20 @@ namespace fl::harness {
 
 namespace {
 
+// A step's collective times (`comm_ops_s`, seconds each); empty when the value has another shape.
+std::vector<double> op_seconds(const nlohmann::json& v) {
+  std::vector<double> out;
+  if (!v.is_array()) return out;
+  for (const auto& x : v) {
+    if (!x.is_number()) return {};
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
 // The reference run of the baseline oracle, as the harness recorded it: its outcome and one row
-// per rank and step [rank, step, interval_s, comm_s, loss or null, mem_current]. Rows of another
-// shape are left out.
+// per rank and step [rank, step, interval_s, comm_s, loss or null, mem_current, comm_ops_s] (the
+// last one since stop 54: older histories have six). Rows of another shape are left out.
 void add_reference(RunSummary& f, const nlohmann::json& d) {
   auto& r = f.reference;
   r = {};
@@ -20,7 +31,7 @@ void add_reference(RunSummary& f, const nlohmann::json& d) {
   r.ranks = d.value("ranks", 0);
   if (!d.contains("steps") || !d["steps"].is_array()) return;
   for (const auto& row : d["steps"]) {
-    if (!row.is_array() || row.size() != 6 || !row[0].is_number_integer() ||
+    if (!row.is_array() || row.size() < 6 || row.size() > 7 || !row[0].is_number_integer() ||
         !row[1].is_number_integer() || !row[2].is_number() || !row[3].is_number() ||
         !row[5].is_number_integer()) {
       continue;
@@ -29,7 +40,8 @@ void add_reference(RunSummary& f, const nlohmann::json& d) {
     if (row[4].is_number() && std::isfinite(row[4].get<double>())) loss = row[4].get<double>();
     const double interval = row[2].get<double>();
     r.steps.push_back({row[0].get<int>(), 0, row[1].get<int64_t>(), loss, interval, interval,
-                       row[3].get<double>(), row[5].get<int64_t>(), false, row[5].get<int64_t>()});
+                       row[3].get<double>(), row[5].get<int64_t>(), false, row[5].get<int64_t>(),
+                       row.size() == 7 ? op_seconds(row[6]) : std::vector<double>{}});
   }
 }
 
@@ -112,7 +124,8 @@ void add_checked(RunSummary& f, const HistoryEvent& e, const nlohmann::json& d) 
         {e.rank, e.t_ns, e.step, loss, st, d.value("interval_s", st), d.value("comm_s", 0.0),
          d.value("mem_current", int64_t{-1}),
          d.contains("skipped") && d["skipped"].is_boolean() && d["skipped"].get<bool>(),
-         d.value("mem_peak", int64_t{-1})});
+         d.value("mem_peak", int64_t{-1}),
+         d.contains("comm_ops_s") ? op_seconds(d["comm_ops_s"]) : std::vector<double>{}});
   } else if (e.kind == "error") {
     f.errors.push_back({e.rank, e.t_ns, e.step, d.value("class", ""), d.value("message", "")});
   } else if (e.kind == "collective" && d.value("state", "") == "timed-out") {

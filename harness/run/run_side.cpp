@@ -211,7 +211,8 @@ void SideRuns::finish_baseline(Supervisor& sup, bool interrupted) {
         rows.push_back(
             {e.rank, e.step, s.value("interval_s", st), s.value("comm_s", 0.0),
              s.contains("loss") ? s["loss"] : nlohmann::json(),
-             std::max(s.value("mem_current", int64_t{-1}), s.value("mem_peak", int64_t{-1}))});
+             std::max(s.value("mem_current", int64_t{-1}), s.value("mem_peak", int64_t{-1})),
+             s.contains("comm_ops_s") ? s["comm_ops_s"] : nlohmann::json::array()});
         ranks = std::max(ranks, e.rank + 1);
       } catch (const nlohmann::json::exception&) {
       }

@@ -370,6 +370,33 @@ TEST_F(Collectives, BarrierAndSequenceNumbers) {
   EXPECT_GE(entries.back().t_completed_us, entries.back().t_started_us);
 }
 
+// What workers report per step as comm_ops_s: each op's own time, in order, adding up to the
+// time in communicator operations; a step with more ops than the ring keeps reports none.
+TEST_F(Collectives, EachOpsTimeIsKeptUntilTheRingForgetsIt) {
+  const int64_t mark = comm_ops_ended();
+  const int64_t ns0 = time_in_comm_ns();
+  world().barrier();
+  Data x(DType::kF32, 64);
+  for (int i = 0; i < 3; ++i) world().all_reduce(x.buf());
+  const auto ops = comm_op_seconds_since(mark);
+  ASSERT_TRUE(ops.has_value());
+  ASSERT_EQ(ops->size(), 4u);
+  EXPECT_EQ(comm_ops_ended(), mark + 4);
+  double sum = 0;
+  for (double s : *ops) {
+    EXPECT_GE(s, 0.0);
+    sum += s;
+  }
+  EXPECT_NEAR(sum, static_cast<double>(time_in_comm_ns() - ns0) * 1e-9, 1e-6);
+  EXPECT_FALSE(comm_op_seconds_since(comm_ops_ended() + 1).has_value());  // a mark not yet reached
+  const int64_t mark2 = comm_ops_ended();
+  for (int64_t i = 0; i < kCommOpsKept; ++i) world().barrier();
+  EXPECT_EQ(comm_op_seconds_since(mark2)->size(), static_cast<size_t>(kCommOpsKept));
+  world().barrier();
+  EXPECT_FALSE(comm_op_seconds_since(mark2).has_value());  // the oldest is gone
+  EXPECT_EQ(comm_op_seconds_since(comm_ops_ended())->size(), 0u);
+}
+
 TEST_F(Collectives, SplitIntoTensorAndDataParallelGroups) {
   const int n = size();
   // Megatron-style layout with tp = 2 when the world allows it: tp groups are consecutive ranks,

@@ -36,6 +36,23 @@ class Hist {
                       loss, interval, interval, comm, skipped ? "true" : "false", mem));
     }
   }
+  // A step whose collectives took `ops[r]` on rank r, in order (comm_s their sum).
+  void step_ops(int64_t n, double interval, const std::vector<std::vector<double>>& ops) {
+    t_ += static_cast<int64_t>(interval * 1e9);
+    next_ = n + 1;
+    for (int r = 0; r < ranks_; ++r) {
+      const auto& o = ops[static_cast<size_t>(r)];
+      double comm = 0;
+      for (double x : o) comm += x;
+      add("rank", r, "step", n,
+          nlohmann::json{{"loss", 2.0},
+                         {"step_time_s", interval},
+                         {"interval_s", interval},
+                         {"comm_s", comm},
+                         {"comm_ops_s", o}}
+              .dump());
+    }
+  }
   int64_t next() const { return next_; }
   void event(const std::string& source, int rank, const std::string& kind,
              const std::string& data) {
@@ -172,6 +189,74 @@ TEST(Baseline, ABurstOfLoadOnSomeStepsIsNotASlowLinkButALiftedFloorIs) {
   v = judge(x, slow.finish());
   EXPECT_EQ(v.outcome, "pass") << v.explanation;  // 900 ms at the least: 450x
   EXPECT_NE(v.explanation.find("900.0 ms from step 8"), std::string::npos) << v.explanation;
+}
+
+// Two ranks each reaching alternate collectives late: the one that waits pays for its peer's
+// compute (or for a peer a busy host did not schedule), 25 ms a collective, while a collective's
+// own transfer takes 1 ms. Eight collectives a step.
+std::vector<std::vector<double>> alternating_waits(double transfer, double wait) {
+  std::vector<std::vector<double>> ops(2);
+  for (int k = 0; k < 8; ++k) {
+    ops[0].push_back(transfer + (k % 2 == 0 ? wait : 0.0));
+    ops[1].push_back(transfer + (k % 2 == 1 ? wait : 0.0));
+  }
+  return ops;
+}
+
+// The reference's rows with each rank's collective times (the seventh column).
+std::string reference_ops(int steps, double interval, const std::vector<std::vector<double>>& ops) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (int s = 0; s < steps; ++s) {
+    for (int r = 0; r < 2; ++r) {
+      double comm = 0;
+      for (double x : ops[static_cast<size_t>(r)]) comm += x;
+      rows.push_back({r, s, interval, comm, 2.0, 1 << 20, ops[static_cast<size_t>(r)]});
+    }
+  }
+  return nlohmann::json{{"outcome", "pass"}, {"ranks", 2}, {"steps", rows}}.dump();
+}
+
+// Stop 50's 5.10 under 12 busy loops: the reference's time in collectives (a rank waiting for its
+// descheduled peer) grew with the load until a slow link read only 22x of it. Each collective's
+// least time over the ranks leaves the waits out: the link is 250x the reference's transfer.
+TEST(Baseline, TransferLeavesOutTheWaitForAPeerThatCollectivesCounts) {
+  const auto loaded = alternating_waits(0.001, 0.025);  // 108 ms a step on each rank
+  Hist slow(2);
+  for (int s = 0; s < 12; ++s) slow.step_ops(s, 2.2, alternating_waits(0.25, 0.025));
+  slow.event("harness", -1, "baseline", reference_ops(12, 0.2, loaded));
+  Expect x = expect("baseline", "measure: collectives, after_step: 8, factor: 50");
+  auto v = judge(x, slow.finish());
+  EXPECT_EQ(v.outcome, "fail") << v.explanation;  // 2.1 s vs 108 ms: 19x
+  x = expect("baseline", "measure: transfer, after_step: 8, factor: 50");
+  v = judge(x, slow.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_NE(v.explanation.find("2000.0 ms from step 8 vs 8.0 ms"), std::string::npos)
+      << v.explanation;
+  EXPECT_NE(v.explanation.find("collective by collective in 4 of 4 steps (reference 4 of 4)"),
+            std::string::npos)
+      << v.explanation;
+  // The fix run on the same loaded host: waits, but no slower transfer.
+  Hist fixed(2);
+  for (int s = 0; s < 12; ++s) fixed.step_ops(s, 0.2, alternating_waits(0.0012, 0.040));
+  fixed.event("harness", -1, "baseline", reference_ops(12, 0.2, loaded));
+  x.absent = true;
+  v = judge(x, fixed.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;  // 9.6 ms vs 8 ms
+}
+
+// Without every rank's list of the same length (an older history, a step with more collectives
+// than a worker keeps), a step is measured as `collectives` measures it.
+TEST(Baseline, TransferWithoutCollectiveTimesIsTheTimeInCollectives) {
+  Hist h(2);
+  for (int s = 0; s < 12; ++s) h.step(s, 0.2, s < 8 ? 0.01 : 0.5);
+  h.event("harness", -1, "baseline", reference("pass", 2, 12, 0.2, 0.01));
+  Expect x = expect("baseline", "measure: transfer, after_step: 8, factor: 20");
+  const auto v = judge(x, h.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_NE(v.explanation.find("500.0 ms from step 8 vs 10.0 ms"), std::string::npos)
+      << v.explanation;
+  EXPECT_NE(v.explanation.find("in 0 of 4 steps (reference 0 of 4)"), std::string::npos)
+      << v.explanation;
 }
 
 TEST(Baseline, LossAndMemoryAgainstTheReference) {
@@ -417,7 +502,7 @@ TEST_F(SideKeys, ExpectOfItemsAreExpectMaps) {
             "s.yaml:2:42: expect.skipped: 0 is out of range (allowed 1-1000000000)");
   EXPECT_EQ(error_of("name: a\nexpect: {oracle: baseline, measure: speed}\n"),
             "s.yaml:2:37: expect.measure: 'speed' is not allowed (allowed: throughput, "
-            "collectives, loss, memory, tokens)");
+            "collectives, transfer, loss, memory, tokens)");
 }
 
 TEST_F(SideKeys, AfterPrepareRunsOnlyTheProjectsToolsInsideTheRun) {

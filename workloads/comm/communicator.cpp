@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "base/ranks.hpp"
@@ -56,16 +57,31 @@ namespace {
 std::atomic<int64_t> g_comm_ns{0};
 thread_local int t_comm_depth = 0;
 
+// The last kCommOpsKept operations' durations, a ring indexed by the count of ended ops.
+struct OpTimes {
+  std::mutex mu;
+  std::array<int64_t, kCommOpsKept> ns{};
+  int64_t ended = 0;
+};
+OpTimes& op_times() {
+  static OpTimes t;
+  return t;
+}
+
 class CommClock {
  public:
   CommClock() : outer_(t_comm_depth++ == 0), t0_(std::chrono::steady_clock::now()) {}
   ~CommClock() {
     --t_comm_depth;
     if (!outer_) return;
-    g_comm_ns.fetch_add(
+    const int64_t ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_)
-            .count(),
-        std::memory_order_relaxed);
+            .count();
+    g_comm_ns.fetch_add(ns, std::memory_order_relaxed);
+    auto& t = op_times();
+    const std::lock_guard<std::mutex> lock(t.mu);
+    t.ns[static_cast<size_t>(t.ended % kCommOpsKept)] = ns;
+    ++t.ended;
   }
   CommClock(const CommClock&) = delete;
   CommClock& operator=(const CommClock&) = delete;
@@ -78,6 +94,24 @@ class CommClock {
 
 int64_t time_in_comm_ns() {
   return g_comm_ns.load(std::memory_order_relaxed);
+}
+
+int64_t comm_ops_ended() {
+  auto& t = op_times();
+  const std::lock_guard<std::mutex> lock(t.mu);
+  return t.ended;
+}
+
+std::optional<std::vector<double>> comm_op_seconds_since(int64_t mark) {
+  auto& t = op_times();
+  const std::lock_guard<std::mutex> lock(t.mu);
+  if (mark < 0 || mark > t.ended || t.ended - mark > kCommOpsKept) return std::nullopt;
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(t.ended - mark));
+  for (int64_t i = mark; i < t.ended; ++i) {
+    out.push_back(static_cast<double>(t.ns[static_cast<size_t>(i % kCommOpsKept)]) * 1e-9);
+  }
+  return out;
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,6 +25,16 @@ namespace fl::comm {
 // exchanges), all groups together, in nanoseconds since start. Workers report its growth per
 // step: a rank that computes slowly makes its peers' time here grow, a slow link everyone's.
 int64_t time_in_comm_ns();
+
+// The wall time of each communicator operation of this process (the outermost ones, every group
+// together), in the order they ended, kept for the last kCommOpsKept: comm_ops_ended() counts
+// those ended so far, comm_op_seconds_since(mark) gives the durations of the ops that ended
+// after the count was `mark`, or nullopt when more than kCommOpsKept did (the oldest are gone).
+// Workers report a step's list: the harness takes each collective's least time over the ranks,
+// the time of the rank that arrived last, which waited for no peer (docs/oracles.md, baseline).
+inline constexpr int64_t kCommOpsKept = 128;
+int64_t comm_ops_ended();
+std::optional<std::vector<double>> comm_op_seconds_since(int64_t mark);
 
 FAULTLINE_SETTING(kCommTimeoutMs, int64_t, "FAULTLINE_COMM_TIMEOUT_MS", 120000,
                   "Deadline of every collective and send/recv, in milliseconds");

@@ -260,6 +260,7 @@ std::vector<std::vector<int32_t>> InferenceEngine::generate(
     fault::set_step(generating ? base + pos : (base > 0 ? base - 1 : pos));
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t comm0 = comm::time_in_comm_ns();
+    const int64_t ops0 = comm::comm_ops_ended();
     auto next = step(cur, pos_, generating, g, t + 1);
     ++pos_;
     if (!generating) continue;
@@ -275,7 +276,8 @@ std::vector<std::vector<int32_t>> InferenceEngine::generate(
     if (sink_) {
       sink_(base + pos,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-            static_cast<double>(comm::time_in_comm_ns() - comm0) * 1e-9);
+            static_cast<double>(comm::time_in_comm_ns() - comm0) * 1e-9,
+            comm::comm_op_seconds_since(ops0));
     }
     // Every request has ended (HF's unfinished_sequences all zero): stop this call here.
     if (all_done) break;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,9 +69,10 @@ class InferenceEngine {
   // across the TP group and throws OutputMismatchError naming the first differing request and
   // position, or the call whose length differs.
   void check_tp_agreement(const std::vector<std::vector<int32_t>>& out, int call = 0);
-  // Called per generated position (numbered across calls from 0) with its wall time and the part
-  // spent in collectives.
-  using StepSink = std::function<void(int64_t pos, double seconds, double comm_seconds)>;
+  // Called per generated position (numbered across calls from 0) with its wall time, the part
+  // spent in collectives and each collective's time (nullopt: more than the communicator keeps).
+  using StepSink = std::function<void(int64_t pos, double seconds, double comm_seconds,
+                                      const std::optional<std::vector<double>>& op_seconds)>;
   void set_step_sink(StepSink sink) { sink_ = std::move(sink); }
   const model::ParamLayout& layout() const { return layout_; }
 

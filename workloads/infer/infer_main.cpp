@@ -235,15 +235,14 @@ int main(int argc, char** argv) {
     engine.set_cache_reset(reset);
     infer::GenerateConfig g = a.g;
     g.seed = rank_seed(a, topo);
-    engine.set_step_sink([&](int64_t pos, double seconds, double comm_seconds) {
-      telemetry::emit("step",
-                      {{"step_time_s", seconds},
-                       {"interval_s", seconds},
-                       {"comm_s", comm_seconds},
-                       {"tokens_per_s", seconds > 0 ? requests / seconds : 0.0},
-                       {"mem_current", acct.current()},
-                       {"mem_peak", acct.peak()}},
-                      pos);
+    engine.set_step_sink([&](int64_t pos, double seconds, double comm_seconds,
+                             const std::optional<std::vector<double>>& op_seconds) {
+      nlohmann::json d = {
+          {"step_time_s", seconds},        {"interval_s", seconds},
+          {"comm_s", comm_seconds},        {"tokens_per_s", seconds > 0 ? requests / seconds : 0.0},
+          {"mem_current", acct.current()}, {"mem_peak", acct.peak()}};
+      if (op_seconds) d["comm_ops_s"] = *op_seconds;
+      telemetry::emit("step", d, pos);
     });
     std::vector<std::vector<std::vector<int32_t>>> calls;
     for (int c = 0; c < a.calls; ++c) {

@@ -37,6 +37,7 @@ train::MetricsSink step_printer(bool printer, std::ofstream& metrics) {
                         {"mem_current", m.mem_current},
                         {"mem_peak", m.mem_peak}};
     if (m.eval_loss) d["eval_loss"] = *m.eval_loss;
+    if (m.comm_op_s) d["comm_ops_s"] = *m.comm_op_s;
     // The step's parts, [name, start_s, dur_s] from its start, for `faultline trace`.
     nlohmann::json phases = nlohmann::json::array();
     for (const auto& p : m.phases) phases.push_back({p.name, p.start_s, p.dur_s});

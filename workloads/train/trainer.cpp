@@ -323,6 +323,7 @@ struct Trainer::RunLog {
   std::vector<StepMetrics> history;
   std::chrono::steady_clock::time_point mark = std::chrono::steady_clock::now();
   int64_t comm_mark = comm::time_in_comm_ns();
+  int64_t ops_mark = comm::comm_ops_ended();
 };
 
 void Trainer::finish_step(StepMetrics m, int epoch, RunLog& log) {
@@ -340,8 +341,10 @@ void Trainer::finish_step(StepMetrics m, int epoch, RunLog& log) {
   const int64_t comm_now = comm::time_in_comm_ns();
   m.interval_s = std::chrono::duration<double>(now - log.mark).count();
   m.comm_s = static_cast<double>(comm_now - log.comm_mark) * 1e-9;
+  m.comm_op_s = comm::comm_op_seconds_since(log.ops_mark);
   log.mark = now;
   log.comm_mark = comm_now;
+  log.ops_mark = comm::comm_ops_ended();
   if (sink_) sink_(m);
   log.history.push_back(m);
 }

@@ -160,6 +160,8 @@ struct StepMetrics {
   // part of it spent inside collectives: interval_s - comm_s is the time the rank computed.
   double interval_s = 0;
   double comm_s = 0;
+  // Each collective's time in the step, in order (nullopt: more than the communicator keeps).
+  std::optional<std::vector<double>> comm_op_s;
   double tokens_per_s = 0;
   size_t mem_current = 0;
   size_t mem_peak = 0;
