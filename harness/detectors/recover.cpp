@@ -60,6 +60,12 @@ class Recovery {
 
   void on_event(const Event& e) {
     if (e.kind == "launch" && e.rank == 0 && e.data.contains("argv")) launch_argv_ = e.data["argv"];
+    // The batch a training rank runs, as it reports it (the harness leaves a flag at its
+    // default off the command line, so the argv alone does not say).
+    if (e.kind == "layout" && e.source == "rank") {
+      micro_batch_ = e.data.value("micro_batch", 0);
+      grad_accum_ = e.data.value("grad_accum", 0);
+    }
     track_progress(e);
     const bool failed = e.source == "harness" && e.kind == "rank_exit" &&
                         e.data.value("class", "ok") != "ok" && !e.data.value("by_harness", false);
@@ -73,8 +79,8 @@ class Recovery {
       const int to = o_.shrink_dp > 0 ? o_.shrink_dp : dp / 2;
       if (dp > 1 && to >= 1 && to < dp) act(fmt::format("rank {} ended", e.rank), {}, to);
     } else if (policy == "microbatch" && err == "out of memory") {
-      const int mb = last_int_arg(launch_argv_, "--micro-batch", 1);
-      const int ga = last_int_arg(launch_argv_, "--grad-accum", 1);
+      const int mb = micro_batch_ > 0 ? micro_batch_ : last_int_arg(launch_argv_, "--micro-batch", 1);
+      const int ga = grad_accum_ > 0 ? grad_accum_ : last_int_arg(launch_argv_, "--grad-accum", 1);
       if (mb > 1) {
         act("out of memory on rank " + std::to_string(e.rank),
             {"--micro-batch", std::to_string(mb / 2), "--grad-accum", std::to_string(ga * 2)}, 0);
@@ -135,6 +141,7 @@ class Recovery {
   Tool& tool_;
   const RecoverOptions o_;
   int restarts_ = 0, acted_in_ = -1;
+  int micro_batch_ = 0, grad_accum_ = 0;  // from the ranks' layout events (0: none yet)
   int64_t progress_ns_ = -1, top_step_ = -1;
   std::vector<double> intervals_;  // ns between new top steps of this incarnation
   nlohmann::json launch_argv_;

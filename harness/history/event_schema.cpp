@@ -92,7 +92,9 @@ const KindSpec kRankKinds[] = {
      {{"dp", T::kInt, true},
       {"tp", T::kInt, true},
       {"pp", T::kInt, true},
-      {"zero", T::kInt, false}}},
+      {"zero", T::kInt, false},
+      {"micro_batch", T::kInt, false},
+      {"grad_accum", T::kInt, false}}},
     {"heartbeat", false, {}},
     // The probe's sections (NVRx's names: setup, step, checkpoint, eval): begin or end.
     {"section", false, {{"name", T::kString, true}, {"state", T::kString, true}}},

@@ -83,6 +83,8 @@ void announce(const train::TrainArgs& a, const std::string& model_name,
                              {"tp_rank", topo.tp_rank},
                              {"pp_rank", topo.pp_rank},
                              {"steps", trainer.planned_steps()},
+                             {"micro_batch", cfg.micro_batch},
+                             {"grad_accum", cfg.grad_accum},
                              {"precision", a.precision},
                              {"cpu_ms", comm::process_cpu_ms()},
                              {"world_cpu_ms", w.b.world_cpu_ms}});
