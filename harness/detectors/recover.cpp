@@ -79,7 +79,8 @@ class Recovery {
       const int to = o_.shrink_dp > 0 ? o_.shrink_dp : dp / 2;
       if (dp > 1 && to >= 1 && to < dp) act(fmt::format("rank {} ended", e.rank), {}, to);
     } else if (policy == "microbatch" && err == "out of memory") {
-      const int mb = micro_batch_ > 0 ? micro_batch_ : last_int_arg(launch_argv_, "--micro-batch", 1);
+      const int mb =
+          micro_batch_ > 0 ? micro_batch_ : last_int_arg(launch_argv_, "--micro-batch", 1);
       const int ga = grad_accum_ > 0 ? grad_accum_ : last_int_arg(launch_argv_, "--grad-accum", 1);
       if (mb > 1) {
         act("out of memory on rank " + std::to_string(e.rank),
