@@ -5,7 +5,8 @@ For each base triage can draft from (scenarios/symptoms and scenarios/issues: a 
 a fix, no extends), applies each adaptation draft.cpp makes, alone, as `--set` overrides (the
 same values the draft writes: ranks with dp recomputed, tp, pp, nodes, ZeRO stage, CPU offload,
 precision, launcher), and runs the fault variant (`faultline run -q`): does it still reproduce
-the base's symptom? An adaptation the loader refuses is "invalid" (the draft leaves those out already).
+the base's symptom (`--adapt ranks8+tp2`: a combination, as a draft that read both writes it)?
+An adaptation the loader refuses is "invalid" (the draft leaves those out already).
 A base whose `reference.needs` names the adaptation's key is "kept" (the draft keeps the base's
 value) unless --ignore-needs. Writes one TSV row per (base, adaptation); stdlib only.
 
@@ -48,7 +49,21 @@ def resolved(fl, path):
 
 
 def overrides(adapt, k):
-    """The --set values triage's draft writes for one adaptation, or None when it makes none."""
+    """The --set values triage's draft writes for one adaptation, or None when it makes none.
+    `a+b` is a combination, as a draft that read both writes it: b applied to the scenario as a
+    left it (tp2 after ranks8 divides the 8 ranks); None when either part makes nothing there."""
+    if "+" in adapt:
+        keys, merged = dict(k), {}
+        for part in adapt.split("+"):
+            sets = overrides(part, keys)
+            if sets is None:
+                return None
+            for s in sets:
+                key, _, value = s.partition("=")
+                keys[key] = value
+                merged.pop(key, None)
+                merged[key] = value
+        return [f"{key}={value}" for key, value in merged.items()]
     ranks, tp, pp = int(k.get("topology.ranks", 1)), int(k.get("topology.tp", 1)), \
         int(k.get("topology.pp", 1))
     layout = []

@@ -36,6 +36,21 @@ class Overrides(unittest.TestCase):
                          ["topology.launcher=mpirun"])
 
 
+class Combinations(unittest.TestCase):
+    def test_each_part_applies_to_the_scenario_the_one_before_left(self):
+        base = {"topology.ranks": "2", "topology.tp": "1", "topology.pp": "1", "topology.zero": "0"}
+        # 8 ranks, then tp 2 of them: dp 4, not dp 1 (tp 2 on the base's 2 ranks).
+        self.assertEqual(matrix.overrides("ranks8+tp2", base),
+                         ["topology.ranks=8", "topology.tp=2", "topology.pp=1", "topology.dp=4"])
+        # the offload needs a ZeRO stage: after zero3 it applies, alone on stage 0 it does not.
+        self.assertIsNone(matrix.overrides("offload", base))
+        self.assertEqual(matrix.overrides("zero3+offload", base),
+                         ["topology.zero=3", "workload.zero.offload_optimizer=true"])
+        # a part that changes nothing there makes no combination.
+        self.assertIsNone(matrix.overrides("ranks8+ranks4", base))
+        self.assertIsNone(matrix.overrides("zero0+bf16", base))
+
+
 class Kept(unittest.TestCase):
     def test_a_layout_is_kept_when_any_key_it_changes_is_needed(self):
         # draft.cpp leaves a layout out when it changes any needed key: pp 2 also changes dp.
