@@ -1,5 +1,6 @@
 #include "harness/history/event_schema.hpp"
 
+#include <algorithm>
 #include <initializer_list>
 #include <utility>
 
@@ -35,17 +36,11 @@ bool has_type(const json& v, T t) {
     case T::kBool:
       return v.is_boolean();
     case T::kIntList:
-      if (!v.is_array()) return false;
-      for (const auto& x : v) {
-        if (!x.is_number_integer()) return false;
-      }
-      return true;
+      return v.is_array() && std::all_of(v.begin(), v.end(),
+                                         [](const json& x) { return x.is_number_integer(); });
     case T::kNumberList:
-      if (!v.is_array()) return false;
-      for (const auto& x : v) {
-        if (!x.is_number()) return false;
-      }
-      return true;
+      return v.is_array() &&
+             std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_number(); });
   }
   return false;
 }

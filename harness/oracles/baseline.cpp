@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -41,17 +42,12 @@ struct Measured {
 // in collectives per token went from 1 ms idle to 216 ms under 12 busy loops on 2 cores). Ranks
 // run the same collectives in the same order; when their lists differ in length or one has none
 // (an older history, more collectives in the step than a worker keeps), the lower median over the
-// ranks of their time in collectives, as `collectives` measures it.
-double own_comm_time(const std::vector<const RunSummary::Step*>& v, size_t& per_op_steps) {
+// ranks of their time in collectives, as `collectives` measures it (nullopt here).
+std::optional<double> own_comm_time(const std::vector<const RunSummary::Step*>& v) {
   const size_t n = v.front()->comm_ops.size();
-  bool same = n > 0;
-  for (const auto* s : v) same = same && s->comm_ops.size() == n;
-  if (!same) {
-    std::vector<double> t;
-    for (const auto* s : v) t.push_back(s->comm);
-    return stats::lower_median(t);
+  for (const auto* s : v) {
+    if (n == 0 || s->comm_ops.size() != n) return std::nullopt;
   }
-  ++per_op_steps;
   double sum = 0;
   for (size_t k = 0; k < n; ++k) {
     double least = v.front()->comm_ops[k];
@@ -102,11 +98,13 @@ std::optional<Measured> measure(const Expect& x, const std::vector<RunSummary::S
   std::vector<double> per_step;
   for (auto& [st, v] : by_step) {
     if (st < start) continue;
-    if (p.measure == "transfer") {
-      per_step.push_back(own_comm_time(v, m.per_op_steps));
+    const auto own = p.measure == "transfer" ? own_comm_time(v) : std::nullopt;
+    if (own) {
+      per_step.push_back(*own);
+      ++m.per_op_steps;
     } else {
       std::vector<double> t;
-      for (const auto* s : v) t.push_back(p.measure == "collectives" ? s->comm : s->interval);
+      for (const auto* s : v) t.push_back(p.measure == "throughput" ? s->interval : s->comm);
       per_step.push_back(stats::lower_median(t));
     }
     if (m.first < 0) {

@@ -344,7 +344,9 @@ void Trainer::finish_step(StepMetrics m, int epoch, RunLog& log) {
   m.comm_op_s = comm::comm_op_seconds_since(log.ops_mark);
   log.mark = now;
   log.comm_mark = comm_now;
-  log.ops_mark = comm::comm_ops_ended();
+  // The next step's ops start after this list's (an op ending in between is not lost).
+  log.ops_mark = m.comm_op_s ? log.ops_mark + static_cast<int64_t>(m.comm_op_s->size())
+                             : comm::comm_ops_ended();
   if (sink_) sink_(m);
   log.history.push_back(m);
 }
