@@ -128,6 +128,13 @@ void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, b
   for (size_t i = 0; answered && !none_label && i < r.symptoms.size() && i < 3; ++i) {
     t3 = t3 || labelled(r.symptoms[i].id);
   }
+  // A declined answer ranks 'none' first and its two guesses after it (stop 55).
+  const bool after_none =
+      !answered && !none_label &&
+      std::any_of(r.guesses.begin(), r.guesses.begin() + std::min<size_t>(r.guesses.size(), 2),
+                  [&](const Candidate& g) { return labelled(g.id); });
+  t3 = t3 || after_none;
+  c.top3_after_none += after_none;
   const int stage = answered ? r.stage : 0;
   const std::string rc = answered && !r.root_causes.empty() ? r.root_causes.front().id : "none";
   c.top1 += t1;
@@ -205,6 +212,8 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
   out += "| measure | value (count) [Wilson 95% interval] |\n| --- | ---: |\n";
   out += fmt::format("| top-1 symptom | {} |\n", pct(c.top1, c.issues));
   out += fmt::format("| top-3 symptom | {} |\n", pct(c.top3, c.issues));
+  out += fmt::format("| top-3 from a declined answer's guesses (ranked after 'none') | {} |\n",
+                     pct(c.top3_after_none, c.issues));
   out += fmt::format("| stage | {} |\n", pct(c.stage, c.issues));
   out += fmt::format("| root cause | {} |\n", pct(c.root_cause, c.issues));
   out += fmt::format("| failures answered (not 'none') | {} |\n",

@@ -31,6 +31,9 @@ struct EvalCounts {
   int issues = 0, skipped = 0;            // skipped: no input lines at all
   int top1 = 0, top3 = 0, stage = 0, root_cause = 0;
   int failures = 0, failures_answered = 0;  // labelled failures, and those triage answered
+  // Stop 55: labelled failures triage declined whose label is one of the two symptoms ranked
+  // after 'none' (Result::guesses); each is in top3, never in top1.
+  int top3_after_none = 0;
   int nones = 0, nones_right = 0;           // labelled non-failures, and those it declined
   // Weak answers (Result::Basis): on context lines only, or on learned words; and of those, the
   // ones whose top symptom is right.

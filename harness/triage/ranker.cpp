@@ -543,6 +543,16 @@ bool enough_words(const StageGuess& g, const Ranker& k) {
              .size() >= n;
 }
 
+// Stop 55: a declined answer's ranked guesses, as the inferred answer would have filled them.
+std::vector<Candidate> guesses_if_failure(const Result& r, const StageGuess& g, const Ranker& k) {
+  Result c = r;
+  std::erase_if(c.symptoms, [&](const Candidate& x) { return stage_of_id(x.id) != g.stage; });
+  c.stage = g.stage;
+  fill_symptoms(c, g, k, true);
+  if (c.symptoms.size() > 2) c.symptoms.resize(2);
+  return c.symptoms;
+}
+
 }  // namespace
 
 void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
@@ -559,10 +569,12 @@ void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
     g = guess_stage(r, in, k, r.stage);
   } else {
     gate = open_gate(in, k);
-    if (gate == Gate::kClosed) return;
     g = guess_stage(r, in, k, 0);
     if (g.stage == 0) return;
-    if (gate != Gate::kOpen && !enough_words(g, k)) return;
+    if (gate == Gate::kClosed || (gate != Gate::kOpen && !enough_words(g, k))) {
+      r.guesses = guesses_if_failure(r, g, k);
+      return;
+    }
     // The tables' weak matches of that stage stay first; other stages' go.
     std::erase_if(r.symptoms, [&](const Candidate& c) { return stage_of_id(c.id) != g.stage; });
     r.kind = Result::Kind::kFound;

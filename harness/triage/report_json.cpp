@@ -122,6 +122,7 @@ ojson result_json(const Result& r, const Tables& t, const Input& in,
                              r.symptoms.begin() + std::min<size_t>(r.symptoms.size(), 5));
   if (!found && sym.size() > 3) sym.resize(3);
   j[found ? "symptoms" : "weak_matches"] = candidates_json(sym, t.taxonomy.symptom_name, true);
+  if (!found) j["if_failure"] = candidates_json(r.guesses, t.taxonomy.symptom_name, true);
   std::vector<Candidate> rc(r.root_causes.begin(),
                             r.root_causes.begin() + std::min<size_t>(r.root_causes.size(), 3));
   if (found) j["root_causes"] = candidates_json(rc, t.taxonomy.root_cause_name, false);

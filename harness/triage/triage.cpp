@@ -520,6 +520,14 @@ std::string format_result(const Result& r, const Tables& t) {
       out += "Weak matches (below the threshold):\n";
       format_candidates(out, r.symptoms, t.taxonomy.symptom_name, 3);
     }
+    if (!r.guesses.empty()) {  // stop 55: 'none' ranks first, these after it
+      const int stage = t.taxonomy.symptom_stage.at(r.guesses.front().id);
+      out += fmt::format(
+          "If it is a failure after all (ranked after 'none'; weak, stage {} {} inferred from "
+          "the words):\n",
+          stage, t.taxonomy.stage_name.at(stage));
+      format_candidates(out, r.guesses, t.taxonomy.symptom_name, 2);
+    }
     return out + format_similar(r.similar);
   }
   format_env(out, r);

@@ -113,6 +113,9 @@ struct Result {
   int stage = 0;
   std::vector<EnvFact> env;
   std::vector<SimilarIssue> similar;  // stop 53: the nearest labelled tune issues (evidence)
+  // Stop 55, kNone: the symptoms the ranker would name if it is a failure after all (the answer
+  // 'none' first, these after it; empty when the ranker is off or read nothing).
+  std::vector<Candidate> guesses;
   size_t lines = 0;
   bool truncated = false;
 };

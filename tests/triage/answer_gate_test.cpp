@@ -183,5 +183,31 @@ TEST(TriageAnswerGate, AHealthyWordOnlyInAPathDoesNotKeepTheAnswerOff) {
   EXPECT_EQ(run(long_line, shipped).kind, Result::Kind::kNone);
 }
 
+// Stop 55 (docs/triage.md "Stop 55: 'none' as a ranked answer"): a declined answer still ranks
+// what it would name if the text is a failure after all: 'none' first, then two symptoms of the
+// stage its words lean to, each with the lines behind it; empty and binary input get none.
+TEST(TriageAnswerGate, ADeclinedAnswerRanksItsGuessesAfterNone) {
+  const Tables shipped = tables_with("guesses", "");
+  const auto r = run(
+      "This reverts the commit that broke the nv-inference tests: the kernel injection policy "
+      "sets the attribute on the module instead of its attention.\n",
+      shipped);
+  ASSERT_EQ(r.kind, Result::Kind::kNone);
+  ASSERT_EQ(r.guesses.size(), 2u);
+  for (const auto& g : r.guesses) {
+    EXPECT_EQ(g.id.substr(0, 2), "5.") << g.id;  // the inference words lean stage 5
+    EXPECT_FALSE(g.evidence.empty()) << g.id;
+  }
+  EXPECT_NE(r.guesses[0].id, r.guesses[1].id);
+  const std::string text = format_result(r, shipped);
+  EXPECT_NE(text.find("no distributed-failure signature found"), std::string::npos) << text;
+  EXPECT_NE(text.find("If it is a failure after all (ranked after 'none'"), std::string::npos)
+      << text;
+  EXPECT_TRUE(run("", shipped).guesses.empty());
+  EXPECT_TRUE(run(std::string("\x7f" "ELF\0\0\0", 7), shipped).guesses.empty());
+  // An answer that is given has no guesses: its own candidates are the ranking.
+  EXPECT_TRUE(run(kNoFailureWord, tables_with("guesses_on", kNoFailureWordOnly)).guesses.empty());
+}
+
 }  // namespace
 }  // namespace fl::triage

@@ -552,7 +552,12 @@ TEST(TriageEval, CountsPerLabelledStageAndGivesIntervals) {
                         << issue("a#2", "RuntimeError: Address already in use", "2.2",
                                  "Flawed launcher and environment configuration", 2)
                         << issue("a#3", "Typo in the README: 'recieve' should be 'receive'.",
-                                 "none", "none", 0);
+                                 "none", "none", 0)
+                        // Stop 55: declined, but its label is ranked after 'none'.
+                        << issue("a#4",
+                                 "This reverts the commit that broke the nv-inference tests: the "
+                                 "kernel injection policy sets the attribute on the module.",
+                                 "5.1", "Faulty inference logic and framework limitation", 5);
   EvalOptions o;
   o.corpus = corpus;
   std::string table;
@@ -564,7 +569,13 @@ TEST(TriageEval, CountsPerLabelledStageAndGivesIntervals) {
   EXPECT_EQ(c.by_stage[0].top1, 1);  // declined
   EXPECT_EQ(c.by_stage[0].none, 1);
   EXPECT_EQ(c.by_stage[4].issues, 0);
-  EXPECT_NE(table.find("| top-1 symptom | 66.7% (2/3) [21-94] |"), std::string::npos) << table;
+  EXPECT_EQ(c.by_stage[5].issues, 1);
+  EXPECT_EQ(c.by_stage[5].top1, 0);  // 'none' is its first answer
+  EXPECT_EQ(c.by_stage[5].top3, 1);  // 5.1 ranks after it
+  EXPECT_EQ(c.top3_after_none, 1);
+  EXPECT_EQ(c.by_stage[5].none, 1);
+  EXPECT_NE(table.find("| top-1 symptom | 50.0% (2/4) [15-85] |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| top-3 symptom | 100.0% (4/4)"), std::string::npos) << table;
   fs::remove_all(dir);
 }
 
