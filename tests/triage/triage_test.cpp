@@ -230,12 +230,16 @@ TEST(TriageRanker, AProseHangInTrainingGetsThreeStageFourCandidatesWithItsWords)
     const Candidate& c = r.symptoms[i];
     EXPECT_EQ(c.id.rfind("4.", 0), 0u) << c.id;
     EXPECT_NE(c.basis.find("tune stage-4 issues"), std::string::npos) << c.basis;
-    ASSERT_FALSE(c.evidence.empty());
-    EXPECT_EQ(c.evidence[0].line, 2u);
+    // The sentence is evidence (since stop 55's release the learned 'train' of line 1 is too).
+    EXPECT_TRUE(std::any_of(c.evidence.begin(), c.evidence.end(),
+                            [](const EvidenceLine& e) { return e.line == 2; }))
+        << c.id;
   }
-  // Stop 49: no table named any, so the third is another stage's best guess by the learned words.
+  // Stop 49: no table named any, so the third is another stage's best guess by the learned words
+  // (stop 52: one no word of the input points at says so).
   EXPECT_NE(r.symptoms[2].id.rfind("4.", 0), 0u) << r.symptoms[2].id;
-  EXPECT_EQ(r.symptoms[2].basis.rfind("learned word", 0), 0u) << r.symptoms[2].basis;
+  EXPECT_NE(r.symptoms[2].basis.find("(naive Bayes, tune split)"), std::string::npos)
+      << r.symptoms[2].basis;
   EXPECT_NE(r.symptoms[2].basis.find("; the tables named 0 of 3"), std::string::npos);
   EXPECT_FALSE(r.symptoms[2].evidence.empty());
   // A stage-4 candidate cites the hand-written stage words (one the learned words ranked first
