@@ -21,6 +21,7 @@ struct Label {
   std::vector<std::string> symptoms;
   std::string root_cause;  // id, or "none"
   int stage = 0;
+  bool quotes_error = false;  // input: quotes_error_text(error_lines)
 };
 
 Label label_of(const nlohmann::json& j, const Taxonomy& tax) {
@@ -149,6 +150,9 @@ void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, b
   c.weak_inferred += inferred;
   c.weak_inferred_top1 += inferred && t1;
   c.weak_inferred_top3 += inferred && t3;
+  c.quoting += l.quotes_error;
+  c.quoting_top1 += l.quotes_error && t1;
+  c.quoting_top3 += l.quotes_error && t3;
   c.stage += stage == l.stage;
   c.root_cause += rc == l.root_cause;
   StageCounts& b = c.by_stage.at(std::clamp(l.stage, 0, 5));
@@ -172,6 +176,22 @@ void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, b
 
 }  // namespace
 
+bool quotes_error_text(const std::vector<std::string>& error_lines) {
+  static const char* const kParts[] = {
+      "error",   "exception", "traceback", "fail",   "warn",     "killed",    "timeout",
+      "timed out", "out of memory", "segmentation", "abort", "assert", "refused", "not found",
+      "no such", "cannot",    "unable",    "invalid", "mismatch"};
+  // Short words that sit inside others ("maintenance", "room", "change") count whole only.
+  static const char* const kWhole[] = {"nan", "oom", "hang", "hangs", "hanging", "hung"};
+  return std::any_of(error_lines.begin(), error_lines.end(), [](const std::string& line) {
+    const std::string lower = ascii_lower(line);
+    return std::any_of(std::begin(kParts), std::end(kParts),
+                       [&](const char* w) { return lower.find(w) != std::string::npos; }) ||
+           std::any_of(std::begin(kWhole), std::end(kWhole),
+                       [&](const char* w) { return has_whole_word(lower, w); });
+  });
+}
+
 EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
   const auto sources =
       o.validate ? load_scenario_sources(default_scenario_dirs()) : std::vector<ScenarioSource>{};
@@ -187,6 +207,7 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
       j = nlohmann::json::parse(line);
       if (o.split != "all" && j.at("split").get<std::string>() != o.split) continue;
       l = label_of(j, t.taxonomy);
+      l.quotes_error = quotes_error_text(j.at("error_lines").get<std::vector<std::string>>());
     } catch (const nlohmann::json::exception& e) {
       throw SignatureError(fmt::format("{}:{}: {}", o.corpus, n, e.what()));
     }
@@ -214,6 +235,14 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
   out += fmt::format("| top-3 symptom | {} |\n", pct(c.top3, c.issues));
   out += fmt::format("| top-3 from a declined answer's guesses (ranked after 'none') | {} |\n",
                      pct(c.top3_after_none, c.issues));
+  out += fmt::format("| issues whose error lines quote an error text: top-1 | {} |\n",
+                     pct(c.quoting_top1, c.quoting));
+  out += fmt::format("| issues whose error lines quote an error text: top-3 | {} |\n",
+                     pct(c.quoting_top3, c.quoting));
+  out += fmt::format("| the others (prose, frames, settings, environment): top-1 | {} |\n",
+                     pct(c.top1 - c.quoting_top1, c.issues - c.quoting));
+  out += fmt::format("| the others (prose, frames, settings, environment): top-3 | {} |\n",
+                     pct(c.top3 - c.quoting_top3, c.issues - c.quoting));
   out += fmt::format("| stage | {} |\n", pct(c.stage, c.issues));
   out += fmt::format("| root cause | {} |\n", pct(c.root_cause, c.issues));
   out += fmt::format("| failures answered (not 'none') | {} |\n",

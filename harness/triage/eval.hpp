@@ -34,6 +34,9 @@ struct EvalCounts {
   // Stop 55: labelled failures triage declined whose label is one of the two symptoms ranked
   // after 'none' (Result::guesses); each is in top3, never in top1.
   int top3_after_none = 0;
+  // Stop 55: issues whose error lines quote an error text (quotes_error_text), and top-1 / top-3
+  // right among them; the rest hold prose, frames, settings or environment lines only.
+  int quoting = 0, quoting_top1 = 0, quoting_top3 = 0;
   int nones = 0, nones_right = 0;           // labelled non-failures, and those it declined
   // Weak answers (Result::Basis): on context lines only, or on learned words; and of those, the
   // ones whose top symptom is right.
@@ -51,6 +54,12 @@ struct EvalCounts {
   int repro_runs = 0, reproduced = 0, fix_verified = 0, reproduced_labelled = 0;
 };
 
+// Whether one of `error_lines` holds an error word (any case: error, exception, traceback, fail,
+// warn, killed, timeout, timed out, out of memory, segmentation, abort, assert, refused, not
+// found, no such, cannot, unable, invalid, mismatch; and the whole words nan, oom, hang, hangs,
+// hanging, hung): the table's split of the corpus into reports that quote the failure and
+// reports that only tell it.
+bool quotes_error_text(const std::vector<std::string>& error_lines);
 // Throws SignatureError on an unreadable corpus line ("corpus:line: problem").
 EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table);
 // 0 when every threshold is met, 1 otherwise (the table says which).

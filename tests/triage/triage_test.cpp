@@ -539,6 +539,22 @@ TEST(TriagePaths, WordsJoinedByASlashAreNoFilePath) {
 
 // The eval's per-stage counts follow each issue's labelled stage, and every share carries its
 // Wilson 95% interval (1 of 2 right: 50.0% [9-91]).
+// Stop 55: which reports quote their failure (an error word on an error line, any case) and which
+// only tell it (a traceback's frames, a sentence, settings).
+TEST(TriageEval, AnErrorLineQuotesTheFailureAFrameOrASentenceDoesNot) {
+  EXPECT_TRUE(quotes_error_text({"  File \"train.py\", line 12, in main",
+                                 "torch.distributed.DistBackendError: NCCL communicator was aborted"}));
+  EXPECT_TRUE(quotes_error_text({"node1:123:456 [0] NCCL WARN Call to connect returned ..."}));
+  EXPECT_TRUE(quotes_error_text({"Traceback (most recent call last):"}));
+  EXPECT_TRUE(quotes_error_text({"the loss becomes NaN after 300 steps"}));
+  EXPECT_FALSE(quotes_error_text({"  File \"engine.py\", line 283, in train_batch",
+                                  "    self._exec_schedule(sched)"}));
+  EXPECT_FALSE(quotes_error_text({"The flops profiler reports 13.36 TFLOPS per GPU."}));
+  EXPECT_FALSE(quotes_error_text({"Scheduled maintenance: the room changes on Monday."}));
+  EXPECT_TRUE(quotes_error_text({"the job hangs at the first all_reduce"}));
+  EXPECT_FALSE(quotes_error_text({}));
+}
+
 TEST(TriageEval, CountsPerLabelledStageAndGivesIntervals) {
   const fs::path dir = fs::temp_directory_path() / "fl_triage_test_eval";
   fs::remove_all(dir);
@@ -577,6 +593,15 @@ TEST(TriageEval, CountsPerLabelledStageAndGivesIntervals) {
   EXPECT_EQ(c.by_stage[5].top1, 0);  // 'none' is its first answer
   EXPECT_EQ(c.by_stage[5].top3, 1);  // 5.1 ranks after it
   EXPECT_EQ(c.top3_after_none, 1);
+  EXPECT_EQ(c.quoting, 2);  // the two "Address already in use" lines
+  EXPECT_EQ(c.quoting_top1, 1);
+  EXPECT_EQ(c.quoting_top3, 2);
+  EXPECT_NE(table.find("| issues whose error lines quote an error text: top-1 | 50.0% (1/2)"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("| the others (prose, frames, settings, environment): top-3 | 100.0% (2/2)"),
+            std::string::npos)
+      << table;
   EXPECT_EQ(c.by_stage[5].none, 1);
   EXPECT_NE(table.find("| top-1 symptom | 50.0% (2/4) [15-85] |"), std::string::npos) << table;
   EXPECT_NE(table.find("| top-3 symptom | 100.0% (4/4)"), std::string::npos) << table;
