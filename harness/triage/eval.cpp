@@ -178,9 +178,9 @@ void score(const Label& l, const Result& r, EvalCounts& c, std::string* lines, b
 
 bool quotes_error_text(const std::vector<std::string>& error_lines) {
   static const char* const kParts[] = {
-      "error",   "exception", "traceback", "fail",   "warn",     "killed",    "timeout",
-      "timed out", "out of memory", "segmentation", "abort", "assert", "refused", "not found",
-      "no such", "cannot",    "unable",    "invalid", "mismatch"};
+      "error",     "exception",     "traceback",    "fail",    "warn",    "killed",  "timeout",
+      "timed out", "out of memory", "segmentation", "abort",   "assert",  "refused", "not found",
+      "no such",   "cannot",        "unable",       "invalid", "mismatch"};
   // Short words that sit inside others ("maintenance", "room", "change") count whole only.
   static const char* const kWhole[] = {"nan", "oom", "hang", "hangs", "hanging", "hung"};
   return std::any_of(error_lines.begin(), error_lines.end(), [](const std::string& line) {

@@ -188,10 +188,10 @@ TEST(TriageAnswerGate, AHealthyWordOnlyInAPathDoesNotKeepTheAnswerOff) {
 // stage its words lean to, each with the lines behind it; empty and binary input get none.
 TEST(TriageAnswerGate, ADeclinedAnswerRanksItsGuessesAfterNone) {
   const Tables shipped = tables_with("guesses", "");
-  const auto r = run(
-      "This reverts the commit that broke the nv-inference tests: the kernel injection policy "
-      "sets the attribute on the module instead of its attention.\n",
-      shipped);
+  const auto r =
+      run("This reverts the commit that broke the nv-inference tests: the kernel injection policy "
+          "sets the attribute on the module instead of its attention.\n",
+          shipped);
   ASSERT_EQ(r.kind, Result::Kind::kNone);
   ASSERT_EQ(r.guesses.size(), 2u);
   for (const auto& g : r.guesses) {
@@ -204,7 +204,11 @@ TEST(TriageAnswerGate, ADeclinedAnswerRanksItsGuessesAfterNone) {
   EXPECT_NE(text.find("If it is a failure after all (ranked after 'none'"), std::string::npos)
       << text;
   EXPECT_TRUE(run("", shipped).guesses.empty());
-  EXPECT_TRUE(run(std::string("\x7f" "ELF\0\0\0", 7), shipped).guesses.empty());
+  EXPECT_TRUE(run(std::string("\x7f"
+                              "ELF\0\0\0",
+                              7),
+                  shipped)
+                  .guesses.empty());
   // An answer that is given has no guesses: its own candidates are the ranking.
   EXPECT_TRUE(run(kNoFailureWord, tables_with("guesses_on", kNoFailureWordOnly)).guesses.empty());
 }

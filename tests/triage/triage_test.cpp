@@ -2,7 +2,6 @@
 // excerpts, and bad input (empty, binary, off-topic, huge) gets a clear answer.
 #include "harness/triage/triage.hpp"
 #include "base/text_mask.hpp"
-#include "harness/triage/eval.hpp"
 #include "harness/triage/scan.hpp"
 #include "tests/triage/tables.hpp"
 
@@ -231,9 +230,9 @@ TEST(TriageRanker, AProseHangInTrainingGetsThreeStageFourCandidatesWithItsWords)
     EXPECT_EQ(c.id.rfind("4.", 0), 0u) << c.id;
     EXPECT_NE(c.basis.find("tune stage-4 issues"), std::string::npos) << c.basis;
     // The sentence is evidence (since stop 55's release the learned 'train' of line 1 is too).
-    EXPECT_TRUE(std::any_of(c.evidence.begin(), c.evidence.end(),
-                            [](const EvidenceLine& e) { return e.line == 2; }))
-        << c.id;
+    EXPECT_TRUE(std::any_of(c.evidence.begin(), c.evidence.end(), [](const EvidenceLine& e) {
+      return e.line == 2;
+    })) << c.id;
   }
   // Stop 49: no table named any, so the third is another stage's best guess by the learned words
   // (stop 52: one no word of the input points at says so).
@@ -539,74 +538,5 @@ TEST(TriagePaths, WordsJoinedByASlashAreNoFilePath) {
 
 // The eval's per-stage counts follow each issue's labelled stage, and every share carries its
 // Wilson 95% interval (1 of 2 right: 50.0% [9-91]).
-// Stop 55: which reports quote their failure (an error word on an error line, any case) and which
-// only tell it (a traceback's frames, a sentence, settings).
-TEST(TriageEval, AnErrorLineQuotesTheFailureAFrameOrASentenceDoesNot) {
-  EXPECT_TRUE(quotes_error_text({"  File \"train.py\", line 12, in main",
-                                 "torch.distributed.DistBackendError: NCCL communicator was aborted"}));
-  EXPECT_TRUE(quotes_error_text({"node1:123:456 [0] NCCL WARN Call to connect returned ..."}));
-  EXPECT_TRUE(quotes_error_text({"Traceback (most recent call last):"}));
-  EXPECT_TRUE(quotes_error_text({"the loss becomes NaN after 300 steps"}));
-  EXPECT_FALSE(quotes_error_text({"  File \"engine.py\", line 283, in train_batch",
-                                  "    self._exec_schedule(sched)"}));
-  EXPECT_FALSE(quotes_error_text({"The flops profiler reports 13.36 TFLOPS per GPU."}));
-  EXPECT_FALSE(quotes_error_text({"Scheduled maintenance: the room changes on Monday."}));
-  EXPECT_TRUE(quotes_error_text({"the job hangs at the first all_reduce"}));
-  EXPECT_FALSE(quotes_error_text({}));
-}
-
-TEST(TriageEval, CountsPerLabelledStageAndGivesIntervals) {
-  const fs::path dir = fs::temp_directory_path() / "fl_triage_test_eval";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string corpus = (dir / "c.jsonl").string();
-  auto issue = [](const std::string& id, const std::string& line, const std::string& symptom,
-                  const std::string& cause, int stage) {
-    return fmt::format(R"({{"id": "{}", "split": "tune", "error_lines": ["{}"], "env_lines": [], )"
-                       R"("symptoms": ["{}"], "root_cause": "{}", "stage": {}}})"
-                       "\n",
-                       id, line, symptom, cause, stage);
-  };
-  std::ofstream(corpus) << issue("a#1", "RuntimeError: Address already in use", "2.1",
-                                 "Flawed launcher and environment configuration", 2)
-                        << issue("a#2", "RuntimeError: Address already in use", "2.2",
-                                 "Flawed launcher and environment configuration", 2)
-                        << issue("a#3", "Typo in the README: 'recieve' should be 'receive'.",
-                                 "none", "none", 0)
-                        // Stop 55: declined, but its label is ranked after 'none'.
-                        << issue("a#4",
-                                 "This reverts the commit that broke the nv-inference tests: the "
-                                 "kernel injection policy sets the attribute on the module.",
-                                 "5.1", "Faulty inference logic and framework limitation", 5);
-  EvalOptions o;
-  o.corpus = corpus;
-  std::string table;
-  const EvalCounts c = evaluate(tables(), o, &table);
-  EXPECT_EQ(c.by_stage[2].issues, 2);
-  EXPECT_EQ(c.by_stage[2].top1, 1);  // the port conflict is 2.1, not 2.2
-  EXPECT_EQ(c.by_stage[2].stage, 2);
-  EXPECT_EQ(c.by_stage[0].issues, 1);
-  EXPECT_EQ(c.by_stage[0].top1, 1);  // declined
-  EXPECT_EQ(c.by_stage[0].none, 1);
-  EXPECT_EQ(c.by_stage[4].issues, 0);
-  EXPECT_EQ(c.by_stage[5].issues, 1);
-  EXPECT_EQ(c.by_stage[5].top1, 0);  // 'none' is its first answer
-  EXPECT_EQ(c.by_stage[5].top3, 1);  // 5.1 ranks after it
-  EXPECT_EQ(c.top3_after_none, 1);
-  EXPECT_EQ(c.quoting, 2);  // the two "Address already in use" lines
-  EXPECT_EQ(c.quoting_top1, 1);
-  EXPECT_EQ(c.quoting_top3, 2);
-  EXPECT_NE(table.find("| issues whose error lines quote an error text: top-1 | 50.0% (1/2)"),
-            std::string::npos)
-      << table;
-  EXPECT_NE(table.find("| the others (prose, frames, settings, environment): top-3 | 100.0% (2/2)"),
-            std::string::npos)
-      << table;
-  EXPECT_EQ(c.by_stage[5].none, 1);
-  EXPECT_NE(table.find("| top-1 symptom | 50.0% (2/4) [15-85] |"), std::string::npos) << table;
-  EXPECT_NE(table.find("| top-3 symptom | 100.0% (4/4)"), std::string::npos) << table;
-  fs::remove_all(dir);
-}
-
 }  // namespace
 }  // namespace fl::triage
