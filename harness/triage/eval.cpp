@@ -231,46 +231,37 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
   out += fmt::format("split {}: {} issues with input lines ({} without any, skipped)\n\n", o.split,
                      c.issues, c.skipped);
   out += "| measure | value (count) [Wilson 95% interval] |\n| --- | ---: |\n";
-  out += fmt::format("| top-1 symptom | {} |\n", pct(c.top1, c.issues));
-  out += fmt::format("| top-3 symptom | {} |\n", pct(c.top3, c.issues));
-  out += fmt::format("| top-3 from a declined answer's guesses (ranked after 'none') | {} |\n",
-                     pct(c.top3_after_none, c.issues));
-  out += fmt::format("| issues whose error lines quote an error text: top-1 | {} |\n",
-                     pct(c.quoting_top1, c.quoting));
-  out += fmt::format("| issues whose error lines quote an error text: top-3 | {} |\n",
-                     pct(c.quoting_top3, c.quoting));
-  out += fmt::format("| the others (prose, frames, settings, environment): top-1 | {} |\n",
-                     pct(c.top1 - c.quoting_top1, c.issues - c.quoting));
-  out += fmt::format("| the others (prose, frames, settings, environment): top-3 | {} |\n",
-                     pct(c.top3 - c.quoting_top3, c.issues - c.quoting));
-  out += fmt::format("| stage | {} |\n", pct(c.stage, c.issues));
-  out += fmt::format("| root cause | {} |\n", pct(c.root_cause, c.issues));
-  out += fmt::format("| failures answered (not 'none') | {} |\n",
-                     pct(c.failures_answered, c.failures));
-  out += fmt::format("| non-failures declined ('none') | {} |\n", pct(c.nones_right, c.nones));
-  out += fmt::format("| weak answers on context lines only: top-1 right | {} |\n",
-                     pct(c.weak_context_top1, c.weak_context));
-  out += fmt::format("| weak answers on learned words: top-1 right | {} |\n",
-                     pct(c.weak_learned_top1, c.weak_learned));
-  out += fmt::format("| weak answers on the inferred stage: top-1 right | {} |\n",
-                     pct(c.weak_inferred_top1, c.weak_inferred));
-  out += fmt::format("| weak answers on the inferred stage: top-3 right | {} |\n",
-                     pct(c.weak_inferred_top3, c.weak_inferred));
+  auto row = [&](const char* what, int n, int d) {
+    out += fmt::format("| {} | {} |\n", what, pct(n, d));
+  };
+  row("top-1 symptom", c.top1, c.issues);
+  row("top-3 symptom", c.top3, c.issues);
+  row("top-3 from a declined answer's guesses (ranked after 'none')", c.top3_after_none, c.issues);
+  row("issues whose error lines quote an error text: top-1", c.quoting_top1, c.quoting);
+  row("issues whose error lines quote an error text: top-3", c.quoting_top3, c.quoting);
+  row("the others (prose, frames, settings, environment): top-1", c.top1 - c.quoting_top1,
+      c.issues - c.quoting);
+  row("the others (prose, frames, settings, environment): top-3", c.top3 - c.quoting_top3,
+      c.issues - c.quoting);
+  row("stage", c.stage, c.issues);
+  row("root cause", c.root_cause, c.issues);
+  row("failures answered (not 'none')", c.failures_answered, c.failures);
+  row("non-failures declined ('none')", c.nones_right, c.nones);
+  row("weak answers on context lines only: top-1 right", c.weak_context_top1, c.weak_context);
+  row("weak answers on learned words: top-1 right", c.weak_learned_top1, c.weak_learned);
+  row("weak answers on the inferred stage: top-1 right", c.weak_inferred_top1, c.weak_inferred);
+  row("weak answers on the inferred stage: top-3 right", c.weak_inferred_top3, c.weak_inferred);
   if (!o.validate) return c;
   const int answers = c.failures_answered + (c.nones - c.nones_right);
-  out += fmt::format("| drafted scenarios that validate | {} |\n", pct(c.drafts_valid, c.drafts));
-  out += fmt::format("| answers whose cause the draft could not express | {} |\n",
-                     pct(c.cause_unexpressed, answers));
-  out += fmt::format("| drafts with a setting they could not carry | {} |\n",
-                     pct(c.setting_unexpressed, c.drafts));
-  out += fmt::format("| drafts whose base shows their evidence's logs event | {} |\n",
-                     pct(c.drafts_base_shows_event, c.drafts_with_event));
+  row("drafted scenarios that validate", c.drafts_valid, c.drafts);
+  row("answers whose cause the draft could not express", c.cause_unexpressed, answers);
+  row("drafts with a setting they could not carry", c.setting_unexpressed, c.drafts);
+  row("drafts whose base shows their evidence's logs event", c.drafts_base_shows_event,
+      c.drafts_with_event);
   if (o.repro_max <= 0) return c;
-  out += fmt::format("| repro: reproduced the named symptom | {} |\n",
-                     pct(c.reproduced, c.repro_runs));
-  out += fmt::format("| repro: and the fix cleared it | {} |\n", pct(c.fix_verified, c.repro_runs));
-  out += fmt::format("| repro: reproduced a labelled symptom | {} |\n",
-                     pct(c.reproduced_labelled, c.repro_runs));
+  row("repro: reproduced the named symptom", c.reproduced, c.repro_runs);
+  row("repro: and the fix cleared it", c.fix_verified, c.repro_runs);
+  row("repro: reproduced a labelled symptom", c.reproduced_labelled, c.repro_runs);
   return c;
 }
 
