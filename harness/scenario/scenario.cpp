@@ -316,6 +316,34 @@ void parse_prepare(const Source& c, Scenario& s) {
       c.doc["prepare"], s.name + "-prepare");
 }
 
+// Stop 55: a side run (prepare:, baseline:) takes the run's topology and overrides some of it, so
+// a --set or a draft that changes the run's layout can leave the side run's dp x tp x pp apart
+// from its ranks; say so now, at the side run's key, not when the run reaches it.
+void check_side_run_layout(const Source& c, const std::string& yaml, const char* key,
+                           const char* what) {
+  if (yaml.empty()) return;
+  int ranks = 0, dp = 0, tp = 0, pp = 0;
+  try {
+    const YAML::Node t = merge(defaults(), YAML::Load(yaml))["topology"];
+    ranks = t["ranks"].as<int>();
+    tp = t["tp"].as<int>();
+    pp = t["pp"].as<int>();
+    dp = t["dp"].as<int>();
+  } catch (const YAML::Exception&) {
+    return;  // a value of the wrong type: the side run's own load names it
+  }
+  if (tp <= 0 || pp <= 0) return;
+  if (dp == 0) dp = std::max(1, ranks / (tp * pp));
+  if (dp * tp * pp == ranks) return;
+  ErrorCollector::check([&] {
+    const YAML::Node side = static_cast<const YAML::Node&>(c.doc)[key];
+    fail_at(c.file, side["topology"] ? side["topology"] : side, std::string(key) + ".topology",
+            fmt::format("the {} run's layout is dp {} x tp {} x pp {} = {} but ranks is {} (they "
+                        "must be equal; it takes the run's topology and overrides what {}: sets)",
+                        what, dp, tp, pp, dp * tp * pp, ranks, key));
+  });
+}
+
 // topology.launcher: auto: the launcher chosen for the world loaded so far (launcher_choice.cpp).
 // Returns it (before kind: command's).
 std::string choose_launcher(const Source& c, Scenario& s) {
@@ -352,6 +380,8 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   r.remove("fix");
   if (s.has_fix && !opts.apply_fix) r["fix"] = YAML::Clone(doc["fix"]);
   parse_prepare(c, s);
+  check_side_run_layout(c, s.side_runs.prepare_yaml, "prepare", "preparation");
+  check_side_run_layout(c, s.side_runs.baseline_yaml, "baseline", "reference");
   if (auto_launcher) {  // the side runs run under the launcher the run was given
     loader::pin_side_run_launcher(s.side_runs.prepare_yaml, chosen);
     loader::pin_side_run_launcher(s.side_runs.baseline_yaml, chosen);

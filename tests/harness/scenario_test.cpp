@@ -127,6 +127,29 @@ TEST_F(ScenarioTest, NumericKeysThatContradictEachOtherAreRefused) {
   EXPECT_FALSE(s.workload.get<bool>("workload.raise_error_at_min_scale"));
 }
 
+// Stop 55: a side run takes the run's topology and overrides part of it, so a layout changed by
+// --set can leave prepare:'s or baseline:'s dp x tp x pp apart from its ranks; the loader says so
+// at the side run's key instead of the run failing when it reaches the side run.
+TEST_F(ScenarioTest, ASideRunWhoseLayoutNoLongerAddsUpIsRefusedAtItsKey) {
+  const std::string text =
+      "name: a\ntopology: {ranks: 2, tp: 2}\nworkload: {kind: infer}\n"
+      "prepare:\n  topology: {dp: 2, tp: 1}\n  workload: {kind: train}\n";
+  EXPECT_EQ(error_of(text), "no error");  // 2 ranks: dp 2 x tp 1 x pp 1
+  LoadOptions o;
+  o.overrides = {"topology.ranks=8", "topology.dp=2", "topology.pp=2"};
+  EXPECT_EQ(error_of(text, o),
+            "s.yaml:5:13: prepare.topology: the preparation run's layout is dp 2 x tp 1 x pp 2 = 4 "
+            "but ranks is 8 (they must be equal; it takes the run's topology and overrides what "
+            "prepare: sets)");
+  o.overrides = {"topology.ranks=4", "topology.dp=2", "topology.tp=2", "prepare.topology.dp=4"};
+  EXPECT_EQ(error_of(text, o), "no error");  // the side run's dp follows
+  EXPECT_EQ(error_of("name: a\ntopology: {ranks: 2}\nexpect: {oracle: baseline, factor: 2}\n"
+                     "baseline: {topology: {dp: 4}}\n"),
+            "s.yaml:4:22: baseline.topology: the reference run's layout is dp 4 x tp 1 x pp 1 = 4 "
+            "but ranks is 2 (they must be equal; it takes the run's topology and overrides what "
+            "baseline: sets)");
+}
+
 TEST_F(ScenarioTest, WrongTypeOutOfRangeAndBadEnum) {
   EXPECT_EQ(error_of("name: a\ntopology:\n  ranks: four\n"),
             "s.yaml:3:10: topology.ranks: expected integer, got 'four'");
