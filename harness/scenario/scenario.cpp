@@ -318,17 +318,20 @@ void parse_prepare(const Source& c, Scenario& s) {
 
 // Stop 55: a side run (prepare:, baseline:) takes the run's topology and overrides some of it, so
 // a --set or a draft that changes the run's layout can leave the side run's dp x tp x pp apart
-// from its ranks; say so now, at the side run's key, not when the run reaches it.
-void check_side_run_layout(const Source& c, const std::string& yaml, const char* key,
-                           const char* what) {
-  if (yaml.empty()) return;
-  int ranks = 0, dp = 0, tp = 0, pp = 0;
+// from its ranks; say so now, at the side run's key, not when the run reaches it. A side run
+// without a topology: of its own has the run's layout (check_layout). A key neither sets is the
+// run's resolved one (under the deepspeed launcher the ranks come from its hostfile).
+void check_side_run_layout(const Source& c, const Scenario& s, const std::string& yaml,
+                           const char* key, const char* what) {
+  const YAML::Node side = static_cast<const YAML::Node&>(c.doc)[key];
+  if (yaml.empty() || !side || !side.IsMap() || !side["topology"]) return;
+  int ranks = s.topo.ranks, tp = s.topo.tp, pp = s.topo.pp, dp = 0;
   try {
-    const YAML::Node t = merge(defaults(), YAML::Load(yaml))["topology"];
-    ranks = t["ranks"].as<int>();
-    tp = t["tp"].as<int>();
-    pp = t["pp"].as<int>();
-    dp = t["dp"].as<int>();
+    const YAML::Node t = YAML::Load(yaml)["topology"];
+    if (t["ranks"]) ranks = t["ranks"].as<int>();
+    if (t["tp"]) tp = t["tp"].as<int>();
+    if (t["pp"]) pp = t["pp"].as<int>();
+    if (t["dp"]) dp = t["dp"].as<int>();
   } catch (const YAML::Exception&) {
     return;  // a value of the wrong type: the side run's own load names it
   }
@@ -336,8 +339,7 @@ void check_side_run_layout(const Source& c, const std::string& yaml, const char*
   if (dp == 0) dp = std::max(1, ranks / (tp * pp));
   if (dp * tp * pp == ranks) return;
   ErrorCollector::check([&] {
-    const YAML::Node side = static_cast<const YAML::Node&>(c.doc)[key];
-    fail_at(c.file, side["topology"] ? side["topology"] : side, std::string(key) + ".topology",
+    fail_at(c.file, side["topology"], std::string(key) + ".topology",
             fmt::format("the {} run's layout is dp {} x tp {} x pp {} = {} but ranks is {} (they "
                         "must be equal; it takes the run's topology and overrides what {}: sets)",
                         what, dp, tp, pp, dp * tp * pp, ranks, key));
@@ -380,8 +382,8 @@ Scenario load_scenario(const std::string& path, const LoadOptions& opts) {
   r.remove("fix");
   if (s.has_fix && !opts.apply_fix) r["fix"] = YAML::Clone(doc["fix"]);
   parse_prepare(c, s);
-  check_side_run_layout(c, s.side_runs.prepare_yaml, "prepare", "preparation");
-  check_side_run_layout(c, s.side_runs.baseline_yaml, "baseline", "reference");
+  check_side_run_layout(c, s, s.side_runs.prepare_yaml, "prepare", "preparation");
+  check_side_run_layout(c, s, s.side_runs.baseline_yaml, "baseline", "reference");
   if (auto_launcher) {  // the side runs run under the launcher the run was given
     loader::pin_side_run_launcher(s.side_runs.prepare_yaml, chosen);
     loader::pin_side_run_launcher(s.side_runs.baseline_yaml, chosen);

@@ -486,9 +486,13 @@ bool reads_as(const LogsSignature& s, const std::string& symptom) {
 
 }  // namespace
 
-void annotate(Result& r, const std::vector<ScenarioRef>& refs) {
-  for (size_t i = 0; i < r.symptoms.size(); ++i) {
-    Candidate& c = r.symptoms[i];
+namespace {
+
+// `top`: cs[0] is the answer's top candidate (a declined answer's guesses have none).
+void annotate_candidates(std::vector<Candidate>& cs, bool top,
+                         const std::vector<ScenarioRef>& refs) {
+  for (size_t i = 0; i < cs.size(); ++i) {
+    Candidate& c = cs[i];
     Produced p;
     for (const auto& s : refs) {
       if (s.symptom != c.id) continue;
@@ -504,7 +508,7 @@ void annotate(Result& r, const std::vector<ScenarioRef>& refs) {
     // watchdog line is not evidence of the runtime error the ranker filled in beside it).
     for (const auto& e : c.evidence) {
       const LogsSignature* s = classify(e.text);
-      if (!s || p.matches.size() >= 2 || (i > 0 && !reads_as(*s, c.id))) continue;
+      if (!s || p.matches.size() >= 2 || ((i > 0 || !top) && !reads_as(*s, c.id))) continue;
       const bool seen = std::any_of(p.matches.begin(), p.matches.end(),
                                     [&](const Match& m) { return m.signature == s->name; });
       if (!seen) p.matches.push_back(match_of(*s, example_of(s->name), e.line));
@@ -512,6 +516,13 @@ void annotate(Result& r, const std::vector<ScenarioRef>& refs) {
     if (p.matches.empty()) continue;  // no evidence line is an event fl-detect-logs reads
     c.faultline = std::move(p);
   }
+}
+
+}  // namespace
+
+void annotate(Result& r, const std::vector<ScenarioRef>& refs) {
+  annotate_candidates(r.symptoms, true, refs);
+  annotate_candidates(r.guesses, false, refs);  // stop 55: a declined answer's ranked guesses
 }
 
 }  // namespace fl::triage::dialect

@@ -237,11 +237,11 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
   row("top-1 symptom", c.top1, c.issues);
   row("top-3 symptom", c.top3, c.issues);
   row("top-3 from a declined answer's guesses (ranked after 'none')", c.top3_after_none, c.issues);
-  row("issues whose error lines quote an error text: top-1", c.quoting_top1, c.quoting);
-  row("issues whose error lines quote an error text: top-3", c.quoting_top3, c.quoting);
-  row("the others (prose, frames, settings, environment): top-1", c.top1 - c.quoting_top1,
+  row("issues with an error word in their error lines: top-1", c.quoting_top1, c.quoting);
+  row("issues with an error word in their error lines: top-3", c.quoting_top3, c.quoting);
+  row("the others (no error word in their error lines): top-1", c.top1 - c.quoting_top1,
       c.issues - c.quoting);
-  row("the others (prose, frames, settings, environment): top-3", c.top3 - c.quoting_top3,
+  row("the others (no error word in their error lines): top-3", c.top3 - c.quoting_top3,
       c.issues - c.quoting);
   row("stage", c.stage, c.issues);
   row("root cause", c.root_cause, c.issues);

@@ -523,8 +523,8 @@ std::string format_result(const Result& r, const Tables& t) {
     if (!r.guesses.empty()) {  // stop 55: 'none' ranks first, these after it
       const int stage = t.taxonomy.symptom_stage.at(r.guesses.front().id);
       out += fmt::format(
-          "If it is a failure after all (ranked after 'none'; weak, stage {} {} inferred from "
-          "the words):\n",
+          "If it is a failure after all (ranked after 'none'; weak: the answer the words would "
+          "give, first in stage {} {}):\n",
           stage, t.taxonomy.stage_name.at(stage));
       format_candidates(out, r.guesses, t.taxonomy.symptom_name, 2);
     }

@@ -148,6 +148,22 @@ TEST_F(ScenarioTest, ASideRunWhoseLayoutNoLongerAddsUpIsRefusedAtItsKey) {
             "s.yaml:4:22: baseline.topology: the reference run's layout is dp 4 x tp 1 x pp 1 = 4 "
             "but ranks is 2 (they must be equal; it takes the run's topology and overrides what "
             "baseline: sets)");
+  // A side run without a topology of its own has the run's layout: only the run's error, once
+  // (the baseline oracle builds a reference run even without a baseline: key).
+  EXPECT_EQ(error_of("name: a\ntopology: {ranks: 2, dp: 3}\nexpect: {oracle: baseline, factor: 2}\n"
+                     "prepare: {workload: {steps: 2}}\n"),
+            "s.yaml:2:11: topology: dp 3 x tp 1 x pp 1 = 3 but ranks is 2 (they must be equal)");
+  // Under the deepspeed launcher the ranks come from the hostfile, not from topology.ranks.
+  EXPECT_EQ(error_of("name: a\ntopology:\n  launcher: deepspeed\n  tp: 2\n  deepspeed:\n"
+                     "    hostfile: |\n      worker-0 slots=2\n      worker-1 slots=2\n"
+                     "prepare: {topology: {dp: 2, tp: 2}}\n"),
+            "no error");
+  EXPECT_EQ(error_of("name: a\ntopology:\n  launcher: deepspeed\n  tp: 2\n  deepspeed:\n"
+                     "    hostfile: |\n      worker-0 slots=2\n      worker-1 slots=2\n"
+                     "prepare: {topology: {dp: 4, tp: 2}}\n"),
+            "s.yaml:9:21: prepare.topology: the preparation run's layout is dp 4 x tp 2 x pp 1 = 8 "
+            "but ranks is 4 (they must be equal; it takes the run's topology and overrides what "
+            "prepare: sets)");
 }
 
 TEST_F(ScenarioTest, WrongTypeOutOfRangeAndBadEnum) {

@@ -210,7 +210,9 @@ TEST(TriageAnswerGate, ADeclinedAnswerRanksItsGuessesAfterNone) {
                   shipped)
                   .guesses.empty());
   // An answer that is given has no guesses: its own candidates are the ranking.
-  EXPECT_TRUE(run(kNoFailureWord, tables_with("guesses_on", kNoFailureWordOnly)).guesses.empty());
+  const auto answered = run(kNoFailureWord, tables_with("guesses_on", kNoFailureWordOnly));
+  ASSERT_EQ(answered.kind, Result::Kind::kFound);
+  EXPECT_TRUE(answered.guesses.empty());
 }
 
 }  // namespace

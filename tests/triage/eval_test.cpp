@@ -34,6 +34,8 @@ TEST(TriageEval, AnErrorLineQuotesTheFailureAFrameOrASentenceDoesNot) {
   EXPECT_FALSE(quotes_error_text({}));
 }
 
+// The eval's per-stage counts follow each issue's labelled stage, and every share carries its
+// Wilson 95% interval.
 TEST(TriageEval, CountsPerLabelledStageAndGivesIntervals) {
   const fs::path dir = fs::temp_directory_path() / "fl_triage_test_eval";
   fs::remove_all(dir);
@@ -75,10 +77,10 @@ TEST(TriageEval, CountsPerLabelledStageAndGivesIntervals) {
   EXPECT_EQ(c.quoting, 2);  // the two "Address already in use" lines
   EXPECT_EQ(c.quoting_top1, 1);
   EXPECT_EQ(c.quoting_top3, 2);
-  EXPECT_NE(table.find("| issues whose error lines quote an error text: top-1 | 50.0% (1/2)"),
+  EXPECT_NE(table.find("| issues with an error word in their error lines: top-1 | 50.0% (1/2)"),
             std::string::npos)
       << table;
-  EXPECT_NE(table.find("| the others (prose, frames, settings, environment): top-3 | 100.0% (2/2)"),
+  EXPECT_NE(table.find("| the others (no error word in their error lines): top-3 | 100.0% (2/2)"),
             std::string::npos)
       << table;
   EXPECT_EQ(c.by_stage[5].none, 1);

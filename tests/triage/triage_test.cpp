@@ -536,7 +536,5 @@ TEST(TriagePaths, WordsJoinedByASlashAreNoFilePath) {
   EXPECT_EQ(mask_file_paths("see https://github.com/x and ~/oom-logs"), "see <path> and <path>");
 }
 
-// The eval's per-stage counts follow each issue's labelled stage, and every share carries its
-// Wilson 95% interval (1 of 2 right: 50.0% [9-91]).
 }  // namespace
 }  // namespace fl::triage
