@@ -36,8 +36,8 @@ bool has_type(const json& v, T t) {
     case T::kBool:
       return v.is_boolean();
     case T::kIntList:
-      return v.is_array() && std::all_of(v.begin(), v.end(),
-                                         [](const json& x) { return x.is_number_integer(); });
+      return v.is_array() &&
+             std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_number_integer(); });
     case T::kNumberList:
       return v.is_array() &&
              std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_number(); });

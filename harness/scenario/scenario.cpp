@@ -167,6 +167,11 @@ void parse_reference(const Source& c, Scenario& s) {
   check_listed(c, s.ref.fix_pattern, taxonomy().fix_patterns, "fix pattern", "fix_pattern");
 }
 
+// dp as the loader reads it: 0 (unset) is what the ranks leave after tp and pp.
+int resolved_dp(int dp, int ranks, int tp, int pp) {
+  return dp != 0 ? dp : std::max(1, ranks / (tp * pp));
+}
+
 // The layout: nodes that divide the ranks, dp x tp x pp = ranks.
 void check_layout(const Source& c, const Topology& t) {
   ErrorCollector::check([&] {
@@ -210,8 +215,7 @@ bool parse_topology(const Source& c, Scenario& s) {
   topo.tp = t["tp"].as<int>();
   topo.pp = t["pp"].as<int>();
   topo.zero = t["zero"].as<int>();
-  topo.dp = t["dp"].as<int>();
-  if (topo.dp == 0) topo.dp = std::max(1, topo.ranks / (topo.tp * topo.pp));
+  topo.dp = resolved_dp(t["dp"].as<int>(), topo.ranks, topo.tp, topo.pp);
   check_layout(c, topo);
   return auto_launcher;
 }
@@ -336,7 +340,7 @@ void check_side_run_layout(const Source& c, const Scenario& s, const std::string
     return;  // a value of the wrong type: the side run's own load names it
   }
   if (tp <= 0 || pp <= 0) return;
-  if (dp == 0) dp = std::max(1, ranks / (tp * pp));
+  dp = resolved_dp(dp, ranks, tp, pp);
   if (dp * tp * pp == ranks) return;
   ErrorCollector::check([&] {
     fail_at(c.file, side["topology"], std::string(key) + ".topology",

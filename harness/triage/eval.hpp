@@ -34,10 +34,10 @@ struct EvalCounts {
   // Stop 55: labelled failures triage declined whose label is one of the two symptoms ranked
   // after 'none' (Result::guesses); each is in top3, never in top1.
   int top3_after_none = 0;
-  // Stop 55: issues whose error lines quote an error text (quotes_error_text), and top-1 / top-3
-  // right among them; the rest hold prose, frames, settings or environment lines only.
+  // Stop 55: issues with an error word in an error line (quotes_error_text), and top-1 / top-3
+  // right among them.
   int quoting = 0, quoting_top1 = 0, quoting_top3 = 0;
-  int nones = 0, nones_right = 0;           // labelled non-failures, and those it declined
+  int nones = 0, nones_right = 0;  // labelled non-failures, and those it declined
   // Weak answers (Result::Basis): on context lines only, or on learned words; and of those, the
   // ones whose top symptom is right.
   int weak_context = 0, weak_context_top1 = 0, weak_learned = 0, weak_learned_top1 = 0;
