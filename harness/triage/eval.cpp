@@ -281,6 +281,10 @@ int run_eval(const Tables& t, const EvalOptions& o) {
   check("top-3", c.top3, o.min_top3);
   check("stage", c.stage, o.min_stage);
   check("root cause", c.root_cause, o.min_root_cause);
+  if (o.validate && c.failures_answered > 0 && c.drafts == 0) {
+    std::printf("below threshold: no answer was drafted (drafting is broken)\n");
+    rc = 1;
+  }
   if (c.drafts_valid < c.drafts) {
     std::printf("below threshold: drafts that validate %d/%d (every draft must)\n", c.drafts_valid,
                 c.drafts);

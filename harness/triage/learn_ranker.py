@@ -242,7 +242,8 @@ def run_eval(faultline, corpus, sigdir, ranker, verbose=False, lines=None):
     issue are appended to that list (and printed with `verbose`)."""
     want = verbose or lines is not None
     cmd = [faultline, "triage", "--eval", str(corpus), "--split", "tune",
-           "--signatures", str(sigdir), "--ranker", str(ranker)] + (["-v"] if want else [])
+           "--signatures", str(sigdir), "--ranker", str(ranker), "--no-drafts"]
+    cmd += ["-v"] if want else []
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if "| top-1 symptom |" not in out.stdout:
         sys.exit(f"learn_ranker.py: {' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")

@@ -188,7 +188,8 @@ EVAL_ROW = re.compile(r"^\| (top-1 symptom|top-3 symptom|stage|root cause) \| [0
 
 
 def run_eval(faultline, corpus, sigdir):
-    cmd = [faultline, "triage", "--eval", corpus, "--split", "tune", "--signatures", sigdir]
+    cmd = [faultline, "triage", "--eval", corpus, "--split", "tune", "--signatures", sigdir,
+           "--no-drafts"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600).stdout
     got = {}
     for line in out.splitlines():
