@@ -268,6 +268,24 @@ TEST_F(ScenarioInput, InferencePromptsMustFitTheContext) {
                      "new_tokens: 24}}\n"),
             "no error");
   EXPECT_EQ(error_of("name: a\nworkload: {infer: {prompt_len: 40}}\n"), "no error");
+  // Stop 56: context_limit clamp or none lets the request ask for more (the engine clamps it, or
+  // fails at the context's end); refuse is the default's check. A prompt longer than the context
+  // is still refused.
+  for (const char* limit : {"clamp", "none"}) {
+    EXPECT_EQ(error_of(fmt::format("name: a\nworkload:\n  kind: infer\n  infer: {{prompt_len: 8, "
+                                   "new_tokens: 12, context_limit: {}}}\n",
+                                   limit)),
+              "no error")
+        << limit;
+  }
+  EXPECT_NE(error_of("name: a\nworkload:\n  kind: infer\n  infer: {prompt_len: 8, new_tokens: 12, "
+                     "context_limit: refuse}\n")
+                .find("12 new tokens after a prompt of 8 do not fit"),
+            std::string::npos);
+  EXPECT_NE(error_of("name: a\nworkload:\n  kind: infer\n  infer: {prompt_len: 20, new_tokens: 1, "
+                     "context_limit: none}\n")
+                .find("a prompt of 20 tokens is longer than the context"),
+            std::string::npos);
 }
 
 TEST_F(ScenarioInput, TheSamplingSeedIsTheScenariosSeed) {

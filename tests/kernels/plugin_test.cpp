@@ -189,6 +189,30 @@ TEST(PluginDispatch, AKernelWithoutATailLoopIsRefusedOtherLengths) {
   for (float x : p) EXPECT_LT(x, 1.f);
 }
 
+// Stop 56: fp16 moments and an fp16 denominator. A gradient of 1e-4 leaves a second moment
+// ((1 - 0.95) 1e-8) that rounds to 0 in fp16 and an eps (1e-8) that rounds to 0, so the first
+// update is m / 0: infinite; a gradient of exactly 0 (an embedding row no token used) gives 0 / 0.
+// A gradient of 0.5 still updates finitely; fused_adamw (fp32 state) keeps all three finite.
+TEST(PluginDispatch, AHalfPrecisionStateKernelDividesBySmallGradientsSecondMomentOfZero) {
+  ::setenv("FAULTLINE_PLUGIN_PATH", FAULTLINE_PLUGIN_DIR, 1);
+  AdamW hp;
+  auto step = [&](const char* plugin) {
+    load_plugin(plugin);
+    std::vector<float> p(3, 1.f), g{1e-4f, 0.5f, 0.f}, m(3, 0.f), v(3, 0.f);
+    adamw_update(p.data(), g.data(), m.data(), v.data(), 3, 1, hp);
+    return p;
+  };
+  const auto half = step("fused_adamw_half_state");
+  EXPECT_EQ(plugin_kernels().adamw_plugin, "fused_adamw_half_state");
+  EXPECT_TRUE(std::isinf(half[0])) << half[0];
+  EXPECT_TRUE(std::isfinite(half[1])) << half[1];
+  EXPECT_LT(half[1], 1.f);
+  EXPECT_TRUE(std::isnan(half[2])) << half[2];
+  const auto fp32 = step("fused_adamw");
+  for (float x : fp32) EXPECT_TRUE(std::isfinite(x)) << x;
+  EXPECT_LT(fp32[0], 1.f);
+}
+
 TEST(PluginAbi, AStaleLibraryIsRefusedByItsAbiVersion) {
   // A plugin library built for ABI 1 (what the loader accepted before the registry grew).
   const std::string dir = fresh_dir("abi");

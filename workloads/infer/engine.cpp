@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 
@@ -228,10 +229,17 @@ std::vector<std::vector<int32_t>> InferenceEngine::generate(
           i, prompts[i].size(), L);
     }
   }
-  const int total = static_cast<int>(L) + g.max_new_tokens;
-  if (total > cfg_.seq_len) {
+  int total = static_cast<int>(L) + g.max_new_tokens;
+  if (total > cfg_.seq_len && g.context_limit == "refuse") {
     raise<ConfigError>("prompt of {} tokens + {} new tokens exceeds the model's context of {}", L,
                        g.max_new_tokens, cfg_.seq_len);
+  }
+  if (total > cfg_.seq_len && g.context_limit == "clamp") {
+    std::fprintf(stderr,
+                 "[rank %d] warning: a prompt of %zu tokens + max_new_tokens %d exceeds the "
+                 "model's context of %d: generating %d new tokens, up to the context\n",
+                 topo_.rank, L, g.max_new_tokens, cfg_.seq_len, cfg_.seq_len - static_cast<int>(L));
+    total = cfg_.seq_len;
   }
   if (g.eos >= cfg_.vocab || g.eos < -1) {
     raise<ConfigError>("--eos {} is not a token of the vocabulary (allowed: -1 or 0-{})", g.eos,

@@ -26,6 +26,11 @@ struct GenerateConfig {
   float temperature = 1.0f;
   uint64_t seed = 1;
   int eos = -1;  // a request ends at this token (padded with it after); -1: none
+  // A prompt plus max_new_tokens past the model's context: "refuse" (a ConfigError before the
+  // first forward), "clamp" (generate up to the context and say so, as HF's generate stops at
+  // max_length) or "none" (no check: the generate loop runs into the position embedding's end
+  // and fails mid-generation, the flaw of a loop that trusts its max_new_tokens).
+  std::string context_limit = "refuse";
   // Greedy (argmax) unless top_k or top_p selects sampling, as HF's do_sample=False.
   bool sampling() const { return top_k > 0 || top_p < 1.0f; }
 };

@@ -62,6 +62,11 @@ void declare_infer_options(worker::Runtime& rt, InferArgs& a) {
         "than one token, as DeepSpeed's kernels did before: a one-token prompt continues the "
         "previous call's cache) or never (every call continues the previous one's positions)")
       .choices({"generate", "prompt", "never"});
+  o.add("workload.infer.context_limit", "--context-limit", a.g.context_limit,
+        "A prompt plus new_tokens past the context: refuse (an error before the first forward), "
+        "clamp (generate up to the context, with a warning, as HF's max_length) or none (no "
+        "check: generation fails at the position embedding's end, mid-call)")
+      .choices({"refuse", "clamp", "none"});
   o.add("workload.infer.top_k", "--top-k", a.g.top_k,
         "Sample among the k most likely tokens (0 with top_p 1: greedy)")
       .range(0, 1000000);

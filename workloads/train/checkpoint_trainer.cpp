@@ -7,6 +7,7 @@
 
 #include "base/utf8.hpp"
 #include "kernels/ops.hpp"
+#include "workloads/comm/bootstrap.hpp"
 #include "workloads/train/checkpoint.hpp"
 #include "workloads/train/trainer.hpp"
 
@@ -69,7 +70,8 @@ std::string Trainer::save_checkpoint(const std::string& save_dir) {
   const std::string bytes = encode_shard(header, {{"params", params.host(), master_count},
                                                   {"exp_avg", exp_avg.host(), m.numel()},
                                                   {"exp_avg_sq", exp_avg_sq.host(), v.numel()}});
-  const std::string file = fmt::format("shard_rank{}.bin", rank);
+  const int named = cfg_.shard_name == "local_rank" ? comm::identity_from_env().local_rank : rank;
+  const std::string file = fmt::format("shard_rank{}.bin", named);
   write_file_atomic((fs::path(dir) / file).string(), bytes);
   nlohmann::json mine = {{"rank", rank},
                          {"file", file},

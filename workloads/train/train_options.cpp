@@ -184,6 +184,10 @@ void zero_options(worker::Options& o, TrainArgs& a) {
   o.add("workload.checkpoint.save_aliases", "--save-aliases", c.save_aliases,
         "A save lists a tied tensor under every name, as torch's state_dict() does; false writes "
         "it once (safetensors' save_model, save_pretrained), without lm_head.weight");
+  o.add("workload.checkpoint.shard_name", "--shard-name", c.shard_name,
+        "The number in a shard's file name: rank (global) or local_rank (within its node: ranks "
+        "of different nodes write one file of the shared save directory, the last one wins)")
+      .choices({"rank", "local_rank"});
   o.add("workload.checkpoint.load_into", "--load-into", c.load_into,
         "How a resume loads the weights: engine (each rank its own shard, engine.load_checkpoint), "
         "module (model.load_state_dict of the full state dict on every rank; ZeRO-3's size-0 "

@@ -109,6 +109,10 @@ struct TrainConfig {
   // Whether a save lists a tied tensor under its alias too (lm_head.weight), as torch's
   // state_dict() does; false writes each tensor once, as safetensors' save_model does.
   bool save_aliases = true;
+  // The number in a shard's file name: "rank" (the global rank) or "local_rank" (the rank within
+  // its node: the flaw of a saver written for one node, whose ranks of different nodes then write
+  // one file of a shared directory, the last writer winning).
+  std::string shard_name = "rank";
   // Whether a save strips the vocabulary padding from wte and lm_head (gathered, then unpadded,
   // as Colossal-AI's checkpoint IO does) or keeps it (Megatron's checkpoints hold padded rows).
   bool unpad_vocab = false;
