@@ -17,6 +17,10 @@ void optimizer_options(worker::Options& o, TrainArgs& a) {
       .range(1, 4096);
   o.add("workload.grad_accum", "--grad-accum", c.grad_accum, "Micro-batches per step")
       .range(1, 1024);
+  o.add("workload.train_batch_size", "--train-batch-size", c.train_batch_size,
+        "DeepSpeed's train_batch_size: samples per step over all data-parallel ranks, which must "
+        "equal micro_batch x grad_accum x dp (0: derived from them)")
+      .range(0, 1e9);
   o.add("workload.lr", "--lr", c.lr, "Peak learning rate").range(0, 10);
   o.add("workload.clip", "--clip", c.grad_clip, "Gradient clipping norm (0: off)").range(0, 1e9);
   o.add("workload.schedule", "--schedule", c.schedule, "Pipeline schedule")

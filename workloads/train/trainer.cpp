@@ -77,6 +77,15 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
     raise<ConfigError>("micro_batch {} and grad_accum {} must be at least 1", cfg_.micro_batch,
                        cfg_.grad_accum);
   }
+  // DeepSpeed's batch triangle (runtime/config.py's _batch_assertion), checked at initialize:
+  // a global batch written for another number of data-parallel ranks is refused before step 0.
+  if (const int derived = cfg_.micro_batch * cfg_.grad_accum * topo.layout.dp;
+      cfg_.train_batch_size > 0 && cfg_.train_batch_size != derived) {
+    raise<ConfigError>(
+        "AssertionError: Check batch related parameters. train_batch_size is not equal to "
+        "micro_batch_per_gpu * gradient_acc_step * world_size {} != {} * {} * {}",
+        cfg_.train_batch_size, cfg_.micro_batch, cfg_.grad_accum, topo.layout.dp);
+  }
   parallel::ZeroConfig z;
   z.stage = topo.layout.zero;
   z.precision = cfg_.precision;
