@@ -56,9 +56,11 @@ Command::Command(CLI::App& sub) : sub_(&sub), o_(std::make_shared<CliOptions>())
   sub_->add_option("--min-top3", o_->eval.min_top3, "--eval fails below this top-3 %");
   sub_->add_option("--min-stage", o_->eval.min_stage, "--eval fails below this stage %");
   sub_->add_option("--min-root-cause", o_->eval.min_root_cause, "--eval fails below this %");
+  sub_->add_option("--min-drafts", o_->eval.min_drafts,
+                   "--eval fails when fewer of its answers than this % have a drafted scenario");
   sub_->add_flag("-v,--verbose", o_->eval.verbose, "--eval: one line per issue");
   sub_->add_flag("--no-drafts", o_->no_drafts,
-                 "--eval: rank only, without drafting and validating scenarios (about 3x faster)");
+                 "--eval: rank only, without drafting and validating scenarios (about 5x faster)");
 }
 
 void Command::set_repro(Repro repro) {
@@ -140,6 +142,9 @@ int Command::run() const {
   };
   if (o_->json && (o_->run || !o_->eval.corpus.empty()))
     return fail("--json prints a report; it does not combine with --run or --eval");
+  if (o_->no_drafts && o_->eval.corpus.empty()) return fail("--no-drafts needs --eval");
+  if (o_->no_drafts && o_->eval.repro_max > 0)
+    return fail("--no-drafts leaves --eval-repro no drafts");
   try {
     const auto tables =
         load_tables(o_->signatures.empty() ? default_signature_dir() : o_->signatures,
@@ -147,8 +152,6 @@ int Command::run() const {
                     o_->ranker.empty() ? default_ranker_dir() : o_->ranker);
     if (!o_->eval.corpus.empty()) {
       EvalOptions e = o_->eval;
-      if (o_->no_drafts && e.repro_max > 0)
-        return fail("--no-drafts leaves --eval-repro no drafts");
       if (!o_->no_drafts) e.validate = harness_validator();
       e.repro = o_->repro;
       return run_eval(tables, e);

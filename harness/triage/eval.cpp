@@ -281,8 +281,10 @@ int run_eval(const Tables& t, const EvalOptions& o) {
   check("top-3", c.top3, o.min_top3);
   check("stage", c.stage, o.min_stage);
   check("root cause", c.root_cause, o.min_root_cause);
-  if (o.validate && c.failures_answered > 0 && c.drafts == 0) {
-    std::printf("below threshold: no answer was drafted (drafting is broken)\n");
+  const int answers = c.failures_answered + (c.nones - c.nones_right);
+  if (o.validate && 100.0 * c.drafts + 1e-9 < o.min_drafts * answers) {
+    std::printf("below threshold: drafted %d of %d answers (%.1f%% < %.1f%%)\n", c.drafts, answers,
+                100.0 * c.drafts / std::max(answers, 1), o.min_drafts);
     rc = 1;
   }
   if (c.drafts_valid < c.drafts) {

@@ -331,9 +331,18 @@ void load_plugin(const std::string& name, bool jit) {
     note_plugin_isa(name, isa_fn());
   }
   std::lock_guard lock(g_mu);
-  const AdamWFn before = g_registry.adamw;
-  reg(&g_registry);
-  if (g_registry.adamw != before) g_registry.adamw_plugin = name;
+  // A plugin that installs adamw brings its own length rule: a multiple another plugin declared
+  // does not carry over to it (it declares its own after this, or handles any length).
+  PluginRegistry mine = g_registry;
+  mine.adamw = nullptr;
+  mine.adamw_multiple = 1;
+  reg(&mine);
+  if (mine.adamw != nullptr) {
+    g_registry.adamw = mine.adamw;
+    g_registry.adamw_multiple = mine.adamw_multiple;
+    g_registry.adamw_plugin = name;
+  }
+  g_registry.gelu_forward = mine.gelu_forward;  // as it was unless the plugin installed one
   g_loaded.push_back(name);
 }
 

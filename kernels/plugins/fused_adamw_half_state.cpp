@@ -10,6 +10,7 @@
 
 #include "base/dtype.hpp"
 #include "kernels/plugin.hpp"
+#include "kernels/plugins/exports.hpp"
 
 namespace {
 
@@ -32,18 +33,6 @@ void adamw_half_state(float* param, const float* grad, float* m, float* v, size_
 }
 
 }  // namespace
-
-// The instruction set the kernels were built for (JIT builds pass the op builder's choice).
-#ifndef FL_PLUGIN_ISA
-#define FL_PLUGIN_ISA "sse2"
-#endif
-extern "C" const char* fl_plugin_isa() {
-  return FL_PLUGIN_ISA;
-}
-
-extern "C" int fl_plugin_abi() {
-  return fl::ops::kPluginAbi;
-}
 
 extern "C" void fl_plugin_register(fl::ops::PluginRegistry* r) {
   r->adamw = &adamw_half_state;

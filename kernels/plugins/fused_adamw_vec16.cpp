@@ -3,6 +3,7 @@
 // declares that limitation (adamw_multiple = 16); the dispatcher refuses other lengths.
 #include "kernels/cpu/adamw_impl.hpp"
 #include "kernels/plugin.hpp"
+#include "kernels/plugins/exports.hpp"
 
 namespace {
 constexpr size_t kWidth = 16;
@@ -15,18 +16,6 @@ void adamw_vec16(float* param, const float* grad, float* m, float* v, size_t n, 
   }
 }
 }  // namespace
-
-// The instruction set the kernels were built for (JIT builds pass the op builder's choice).
-#ifndef FL_PLUGIN_ISA
-#define FL_PLUGIN_ISA "sse2"
-#endif
-extern "C" const char* fl_plugin_isa() {
-  return FL_PLUGIN_ISA;
-}
-
-extern "C" int fl_plugin_abi() {
-  return fl::ops::kPluginAbi;
-}
 
 extern "C" void fl_plugin_register(fl::ops::PluginRegistry* r) {
   r->adamw = &adamw_vec16;

@@ -87,6 +87,41 @@ TEST(InferenceEngine, AKeptCacheRunsPastTheContextWithPyTorchsIndexError) {
   }
 }
 
+// Stop 56: a request past the context. refuse (the default, and any word but clamp or none)
+// raises before the first forward; clamp generates up to the context (8 new tokens after 8); none
+// runs into the position embedding's end mid-call, after 9 new tokens were chosen.
+TEST(InferenceEngine, ARequestPastTheContextIsRefusedClampedOrRunsIntoTheEmbeddingsEnd) {
+  for (const char* word : {"refuse", "other"}) {
+    Server s;
+    GenerateConfig g = greedy(12);
+    g.context_limit = word;
+    try {
+      s.engine.generate(prompts(2, 8), g);
+      FAIL() << word << ": a request past the context was served";
+    } catch (const ConfigError& e) {
+      EXPECT_STREQ(e.what(), "prompt of 8 tokens + 12 new tokens exceeds the model's context of 16")
+          << word;
+    }
+  }
+  Server clamped;
+  GenerateConfig g = greedy(12);
+  g.context_limit = "clamp";
+  const auto out = clamped.engine.generate(prompts(2, 8), g);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].size(), 16u);
+  EXPECT_EQ(out, Server().engine.generate(prompts(2, 8), greedy(8)));
+  Server unchecked;
+  g.context_limit = "none";
+  try {
+    unchecked.engine.generate(prompts(2, 8), g);
+    FAIL() << "none: the call ran past the context without an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "[rank 0] IndexError: index out of range in self (position id 16; the position "
+                 "embedding wpe has 16 rows)");
+  }
+}
+
 TEST(InferenceEngine, AOneTokenPromptContinuesTheCacheUnderThePromptHeuristic) {
   Server fresh, heuristic(CacheReset::kPrompt);
   // Prompts of several tokens empty the cache: repeated calls agree with a fresh engine.

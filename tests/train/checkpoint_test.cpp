@@ -101,6 +101,34 @@ TEST_F(Checkpoints, MissingShardIsNamed) {
       << r.output;
 }
 
+// Stop 56: shards named by local rank. Every rank here is given local rank 0 (as one rank per
+// node of four nodes would be): all four write shard_rank0.bin, the manifest lists that file four
+// times with four checksums, and the resume fails on the ranks whose write was not the last.
+TEST_F(Checkpoints, ShardsNamedByLocalRankOverwriteEachOtherAndTheResumeFailsAChecksum) {
+  auto argv = mpirun_prefix(4);
+  for (const char* a : {"-x", "LOCAL_RANK=0", FAULTLINE_TRAIN}) argv.push_back(a);
+  for (const auto& a : kLayout) argv.push_back(a);
+  for (const char* a : {"--steps", "4", "--save-every", "4", "--shard-name", "local_rank"}) {
+    argv.push_back(a);
+  }
+  argv.push_back("--save-dir");
+  argv.push_back(dir_.string());
+  auto r = run_process(
+      argv, {{"MASTER_PORT", std::to_string(free_port())}, {"FAULTLINE_COMM_TIMEOUT_MS", "20000"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(dir_ / "step_4" / "manifest.json");
+  const auto m = nlohmann::json::parse(in);
+  ASSERT_EQ(m["shards"].size(), 4u);
+  for (const auto& e : m["shards"]) EXPECT_EQ(e["file"], "shard_rank0.bin") << e.dump();
+  EXPECT_FALSE(fs::exists(dir_ / "step_4" / "shard_rank1.bin"));
+  auto args = kLayout;
+  args.insert(args.end(), {"--steps", "8", "--resume", (dir_ / "step_4").string()});
+  r = train(4, args);
+  EXPECT_EQ(r.exit_code, exit_code::kCheckpoint) << r.output;
+  EXPECT_NE(r.output.find("shard shard_rank0.bin of rank "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" is corrupt: "), std::string::npos) << r.output;
+}
+
 TEST_F(Checkpoints, CorruptShardFailsItsChecksum) {
   save(4, kLayout);
   {

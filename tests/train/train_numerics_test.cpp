@@ -108,5 +108,22 @@ TEST(TrainOptimizer, BadOptionsAreRefusedNamingTheOption) {
       << r.proc.output;
 }
 
+// Stop 56: DeepSpeed's batch triangle. A train_batch_size written for another dp stops every rank
+// before step 0 in DeepSpeed's words; the product itself, or 0 (derived), trains.
+TEST(TrainBatch, ATrainBatchSizeThatIsNotMicroTimesAccumulationTimesDpIsRefused) {
+  TrainRun r = train(2, {"--dp", "2", "--micro-batch", "4", "--train-batch-size", "16"}, 1);
+  EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
+  EXPECT_NE(r.proc.output.find("AssertionError: Check batch related parameters. train_batch_size "
+                               "is not equal to micro_batch_per_gpu * gradient_acc_step * "
+                               "world_size 16 != 4 * 1 * 2"),
+            std::string::npos)
+      << r.proc.output;
+  EXPECT_TRUE(r.steps.empty());
+  for (const char* ok : {"8", "0"}) {
+    r = train(2, {"--dp", "2", "--micro-batch", "4", "--train-batch-size", ok}, 1);
+    EXPECT_EQ(r.proc.exit_code, 0) << ok << ": " << r.proc.output;
+  }
+}
+
 }  // namespace
 }  // namespace fl::test

@@ -230,7 +230,7 @@ std::vector<std::vector<int32_t>> InferenceEngine::generate(
     }
   }
   int total = static_cast<int>(L) + g.max_new_tokens;
-  if (total > cfg_.seq_len && g.context_limit == "refuse") {
+  if (total > cfg_.seq_len && g.context_limit != "clamp" && g.context_limit != "none") {
     raise<ConfigError>("prompt of {} tokens + {} new tokens exceeds the model's context of {}", L,
                        g.max_new_tokens, cfg_.seq_len);
   }

@@ -43,7 +43,8 @@ void declare_infer_options(worker::Runtime& rt, InferArgs& a) {
       .range(1, 4096)
       .scenario_default("8");
   o.add("workload.infer.new_tokens", "--new-tokens", a.g.max_new_tokens,
-        "Tokens to generate (with prompt_len, within the context: tiny 16, small 64)")
+        "Tokens to generate (with prompt_len, within the context: tiny 16, small 64; "
+        "context_limit decides what a request past it does)")
       .range(1, 4096)
       .scenario_default("8");
   o.add("workload.infer.load", "--load", a.load_mode,

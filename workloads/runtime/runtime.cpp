@@ -25,7 +25,8 @@ void Runtime::add_model_options() {
   options_.add("workload.shape.heads", "--heads", heads_, "Attention heads").range(0, 1024);
   options_
       .add("workload.shape.seq_len", "--seq-len", seq_len_,
-           "Context length (inference: prompt_len + new_tokens must fit in it)")
+           "Context length (inference: prompt_len + new_tokens must fit in it unless "
+           "workload.infer.context_limit is clamp or none)")
       .range(0, 65536);
 }
 
