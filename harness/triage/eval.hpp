@@ -14,7 +14,7 @@ struct EvalOptions {
   std::string corpus, split = "tune";  // "tune", "test" or "all"
   double min_top1 = 0, min_top3 = 0, min_stage = 0, min_root_cause = 0;
   double min_drafts = 0;  // % of the answers given (failures and wrongly answered non-failures)
-  bool verbose = false;  // one line per issue
+  bool verbose = false;   // one line per issue
   // Drafts: each answer's drafted scenario is checked with `validate` (none: no drafts counted);
   // `repro` runs up to `repro_max` of those whose cause the draft expresses.
   Validator validate;

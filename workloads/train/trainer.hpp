@@ -46,8 +46,8 @@ struct TrainConfig {
   // DeepSpeed's train_batch_size: 0 derives it (micro_batch x grad_accum x dp, as DeepSpeed fills
   // in a missing one); a value must be that product, else the init refuses it in DeepSpeed's words.
   int train_batch_size = 0;
-  int64_t steps = 20;   // steps to run when epochs == 0
-  int epochs = 0;       // > 0: run whole epochs of this rank's shard instead of `steps`
+  int64_t steps = 20;  // steps to run when epochs == 0
+  int epochs = 0;      // > 0: run whole epochs of this rank's shard instead of `steps`
   int64_t num_samples = 4096;
   bool drop_last = false;
   bool shuffle = true;
