@@ -189,5 +189,46 @@ TEST(LauncherScenarios, ASmallDevShmIsABusErrorInsideTheAllReduce) {
   EXPECT_EQ(off.proc.exit_code, 0) << off.proc.output;
 }
 
+TEST(LauncherScenarios, ASmallDevShmFailsTheSetUpOfATransportThatReservesItsSegments) {
+  if (test::run_process({"unshare", "--mount", "true"}, {}, std::chrono::seconds(10)).exit_code !=
+      0) {
+    GTEST_SKIP() << "creating a mount namespace is not allowed here (needs root)";
+  }
+  const std::string file = catalogue("docker-default-shm-fails-the-shm-transport-set-up");
+  auto r = run_file(file, "reserve");
+  EXPECT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  EXPECT_EQ(r.outcome, "pass");
+  // Two 24 MiB segments fit in 64 MiB; a rank whose reservation did not says so, at set-up.
+  std::string logs;
+  for (int k = 0; k < 4; ++k) {
+    std::ifstream in(r.dir + "/ranks/rank" + std::to_string(k) + "/output.log");
+    logs += std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  EXPECT_NE(logs.find("(size 25165824): posix_fallocate failed: No space left on device"),
+            std::string::npos)
+      << logs;
+  EXPECT_EQ(logs.find("SIGBUS"), std::string::npos) << logs;
+  int steps = 0;
+  for (const auto& e : r.history) steps += e.kind == "step";
+  EXPECT_EQ(steps, 0) << "the set-up failed before the first step completed";
+  // PyTorch's words for it under the pytorch dialect: NCCL's system error and its last warning.
+  auto torch = run_file(file, "torch", {"--set", "workload.fidelity=pytorch"});
+  EXPECT_EQ(torch.proc.exit_code, 0) << torch.proc.output;
+  std::string torch_logs;
+  for (int k = 0; k < 4; ++k) {
+    std::ifstream in(torch.dir + "/ranks/rank" + std::to_string(k) + "/output.log");
+    torch_logs += std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  EXPECT_NE(torch_logs.find("unhandled system error (run with NCCL_DEBUG=INFO for details)"),
+            std::string::npos)
+      << torch_logs;
+  EXPECT_NE(torch_logs.find("Error while creating shared memory segment /dev/shm/faultline-shm-"),
+            std::string::npos)
+      << torch_logs;
+  // The fix, a larger /dev/shm, trains.
+  auto fixed = run_file(file, "big", {"--fix"});
+  EXPECT_EQ(fixed.proc.exit_code, 0) << fixed.proc.output;
+}
+
 }  // namespace
 }  // namespace fl::harness

@@ -54,6 +54,12 @@ const SignatureCase kLines[] = {
      "ValueError: Error initializing torch.distributed using env:// rendezvous: environment "
      "variable MASTER_ADDR expected, but not set\n",
      0, "2.1", "R2.1", "env-rendezvous-var-unset"},
+    {"NcclsSharedMemorySegmentThatDevShmCannotHoldIsASetupFailure",
+     "include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n", 0,
+     "2.1", "R2.3", "nccl-shm-setup"},
+    {"PyTorchsLastErrorOfTheSharedMemorySetUpIsASetupFailure",
+     "Error while creating shared memory segment /dev/shm/nccl-1YsMbG (size 7340384)\n", 0, "2.1",
+     "R2.3", "nccl-shm-setup"},
     {"AnEmptyPeerAddressInNcclsSocketLayerIsASetupFailure",
      "misc/socket.cc:537 NCCL WARN ncclSocketInit: connecting to address  with family 1 is "
      "neither AF_INET(2) nor AF_INET6(10)\n",

@@ -217,10 +217,28 @@ std::optional<Lines> state_dict_size_mismatch(const Failure& f) {
                            m[1].str(), dims_to_torch(m[2]), dims_to_torch(m[3]))};
 }
 
+// NCCL's shared-memory set-up on a /dev/shm that cannot hold the segment: ncclSystemError, and
+// PyTorch's DistBackendError carries NCCL's last warning (PyTorch 2.x with NCCL 2.21).
+std::optional<Lines> shm_segment_not_created(const Failure& f) {
+  static const std::regex seg(R"(cannot create shared memory segment (\S+) \(size ([0-9]+)\))");
+  std::smatch m;
+  if (f.kind != "comm" || !std::regex_search(f.msg, m, seg)) return std::nullopt;
+  return Lines{
+      "torch.distributed.DistBackendError: NCCL error in: "
+      "../torch/csrc/distributed/c10d/NCCLUtils.hpp:268, unhandled system error (run with "
+      "NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+      "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or "
+      "device error. ",
+      "Last error:",
+      fmt::format("Error while creating shared memory segment {} (size {})", m[1].str(),
+                  m[2].str())};
+}
+
 // In the order they are tried: the first that knows the failure gives the lines.
 constexpr std::optional<Lines> (*kTranslators[])(const Failure&) = {
-    watchdog_timeout,   out_of_memory,         store_cannot_listen, store_unreachable,
-    rendezvous_timeout, loss_scale_at_minimum, plugin_build_failed, state_dict_size_mismatch,
+    watchdog_timeout,        out_of_memory,         store_cannot_listen, store_unreachable,
+    rendezvous_timeout,      loss_scale_at_minimum, plugin_build_failed, state_dict_size_mismatch,
+    shm_segment_not_created,
 };
 
 }  // namespace

@@ -108,13 +108,22 @@ std::vector<std::string> segment_names(MPI_Comm comm, int rank, int size, const 
   return names;
 }
 
-// Creates this member's segment `name` of `bytes` (sparse) and maps it into `*seg`; the failure,
-// or empty.
-std::string create_segment(const std::string& name, size_t bytes, char** seg) {
+// Creates this member's segment `name` of `bytes` and maps it into `*seg`; the failure, or
+// empty. Sparse unless `reserve`: then every page is backed now (posix_fallocate), and a
+// filesystem that cannot hold the segment refuses it here, as NCCL's set-up fails.
+std::string create_segment(const std::string& name, size_t bytes, bool reserve, char** seg) {
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   std::string failure;
   if (fd < 0) {
     failure = fmt::format("shm_open({}) failed: {}", name, std::strerror(errno));
+  } else if (reserve) {
+    // posix_fallocate returns the error number instead of setting errno.
+    if (int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
+      failure = fmt::format(
+          "cannot create shared memory segment /dev/shm{} (size {}): posix_fallocate failed: {} "
+          "(/dev/shm cannot hold the transport's segments: give the job a larger /dev/shm)",
+          name, bytes, std::strerror(err));
+    }
   } else if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     // Sparse: a tmpfs accepts a size it cannot back; the pages are charged when touched.
     failure = fmt::format("ftruncate({}, {}) failed: {}", name, bytes, std::strerror(errno));
@@ -259,11 +268,16 @@ std::unique_ptr<ShmTransport> ShmTransport::create(MPI_Comm comm, int rank, int 
                      want);
   }
   t->bytes_ = static_cast<size_t>(want) / kPage * kPage;
+  const std::string allocate = kShmAllocate.get();
+  if (allocate != "sparse" && allocate != "reserve") {
+    raise<CommError>("FAULTLINE_SHM_ALLOCATE='{}' (allowed: sparse, reserve)", allocate);
+  }
   t->names_ = segment_names(comm, rank, size, group, world_rank);
   install_bus_handler();
   const std::string& own = t->names_[static_cast<size_t>(rank)];
   t->segs_.assign(static_cast<size_t>(size), nullptr);
-  std::string failure = create_segment(own, t->bytes_, &t->segs_[static_cast<size_t>(rank)]);
+  std::string failure =
+      create_segment(own, t->bytes_, allocate == "reserve", &t->segs_[static_cast<size_t>(rank)]);
   if (all_succeeded(failure.empty(), comm, "MPI_Allreduce(shm create)", group, world_rank)) {
     failure = map_peer_segments(t->names_, rank, t->bytes_, t->segs_);
   }

@@ -1,11 +1,14 @@
 // The MPI backend's intra-node shared-memory transport, built the way NCCL's SHM transport is:
 // every rank of a group whose members share a node creates one segment in /dev/shm
 // (shm_open + ftruncate + mmap, FAULTLINE_SHM_BUFFER_BYTES each, like NCCL_BUFFSIZE), the peers
-// map each other's, and the names are unlinked once everyone has mapped them. Nothing is written
-// at creation: a segment's pages are touched only when data passes through them, in FIFO order
-// (each op writes at the segment's head, which wraps), so a /dev/shm too small for the segments
-// is not an error at start but a SIGBUS in the middle of a collective, on the first page the
-// tmpfs cannot back — as NCCL's bus errors in containers with Docker's 64 MiB /dev/shm.
+// map each other's, and the names are unlinked once everyone has mapped them. By default nothing
+// is written at creation: a segment's pages are touched only when data passes through them, in
+// FIFO order (each op writes at the segment's head, which wraps), so a /dev/shm too small for the
+// segments is not an error at start but a SIGBUS in the middle of a collective, on the first page
+// the tmpfs cannot back — as the bus errors in containers with Docker's 64 MiB /dev/shm.
+// FAULTLINE_SHM_ALLOCATE=reserve backs the whole segment at creation instead (posix_fallocate,
+// as NCCL's shared-memory code does), so the same /dev/shm fails the transport's set-up, before
+// any data moves, with ENOSPC and NCCL's warning.
 //
 // All-reduce through it: each rank copies its chunk into its segment, a barrier, each rank
 // reduces all segments in rank order into its buffer (so every rank gets bitwise the same
@@ -30,6 +33,10 @@ FAULTLINE_SETTING(kShmTransport, bool, "FAULTLINE_SHM_TRANSPORT", false,
                   "/dev/shm (NCCL's SHM transport); NCCL_SHM_DISABLE=1 turns it off");
 FAULTLINE_SETTING(kShmBufferBytes, int64_t, "FAULTLINE_SHM_BUFFER_BYTES", 4 << 20,
                   "Size of each rank's shared-memory segment per group (NCCL_BUFFSIZE)");
+FAULTLINE_SETTING(kShmAllocate, std::string, "FAULTLINE_SHM_ALLOCATE", "sparse",
+                  "How a shared-memory segment is sized: sparse (ftruncate: pages are charged when "
+                  "touched, a full /dev/shm is a SIGBUS mid-collective) or reserve "
+                  "(posix_fallocate, as NCCL: a full /dev/shm fails the set-up)");
 
 class ShmTransport {
  public:
