@@ -20,6 +20,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 bash ci/build.sh ci
 phase_done build
 ctest_log=build/ctest-output.log
+# A fresh build has no cost data and ctest would start tests in the order they were declared, the
+# long ones late; ci/ctest-costs.txt gives it the long ones to start first.
+costs=build/Testing/Temporary/CTestCostData.txt
+if [[ ! -f $costs ]]; then
+  mkdir -p "$(dirname "$costs")"
+  { grep -v '^#' ci/ctest-costs.txt; echo '---'; } > "$costs"
+fi
 set +e
 # One test more than there are cores: most tests wait on processes, sockets and timeouts, so at
 # one per core the cores were idle a third of the time (2026-11-30, 2 cores, 1336 tests: -j 2
