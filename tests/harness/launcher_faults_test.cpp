@@ -64,6 +64,16 @@ std::vector<nlohmann::json> events(const Run& r, const std::string& source,
   return out;
 }
 
+// What ranks 0..ranks-1 of run `r` printed, one after the other.
+std::string rank_logs(const Run& r, int ranks) {
+  std::string logs;
+  for (int k = 0; k < ranks; ++k) {
+    std::ifstream in(r.dir + "/ranks/rank" + std::to_string(k) + "/output.log");
+    logs += std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  return logs;
+}
+
 int processes_mentioning(const std::string& dir) {
   int n = 0;
   std::error_code ec;
@@ -165,11 +175,7 @@ TEST(LauncherScenarios, ASmallDevShmIsABusErrorInsideTheAllReduce) {
   EXPECT_EQ(r.proc.exit_code, 0) << r.proc.output;
   EXPECT_EQ(r.outcome, "pass");
   // The rank that took the signal said where: in the all-reduce, writing its segment.
-  std::string logs;
-  for (int k = 0; k < 4; ++k) {
-    std::ifstream in(r.dir + "/ranks/rank" + std::to_string(k) + "/output.log");
-    logs += std::string((std::istreambuf_iterator<char>(in)), {});
-  }
+  const std::string logs = rank_logs(r, 4);
   EXPECT_NE(logs.find("bus error (SIGBUS) in all_reduce"), std::string::npos) << logs;
   bool bus = false;
   for (auto& x : events(r, "harness", "rank_exit")) {
@@ -199,11 +205,7 @@ TEST(LauncherScenarios, ASmallDevShmFailsTheSetUpOfATransportThatReservesItsSegm
   EXPECT_EQ(r.proc.exit_code, 0) << r.proc.output;
   EXPECT_EQ(r.outcome, "pass");
   // Two 24 MiB segments fit in 64 MiB; a rank whose reservation did not says so, at set-up.
-  std::string logs;
-  for (int k = 0; k < 4; ++k) {
-    std::ifstream in(r.dir + "/ranks/rank" + std::to_string(k) + "/output.log");
-    logs += std::string((std::istreambuf_iterator<char>(in)), {});
-  }
+  const std::string logs = rank_logs(r, 4);
   EXPECT_NE(logs.find("(size 25165824): posix_fallocate failed: No space left on device"),
             std::string::npos)
       << logs;
@@ -214,11 +216,7 @@ TEST(LauncherScenarios, ASmallDevShmFailsTheSetUpOfATransportThatReservesItsSegm
   // PyTorch's words for it under the pytorch dialect: NCCL's system error and its last warning.
   auto torch = run_file(file, "torch", {"--set", "workload.fidelity=pytorch"});
   EXPECT_EQ(torch.proc.exit_code, 0) << torch.proc.output;
-  std::string torch_logs;
-  for (int k = 0; k < 4; ++k) {
-    std::ifstream in(torch.dir + "/ranks/rank" + std::to_string(k) + "/output.log");
-    torch_logs += std::string((std::istreambuf_iterator<char>(in)), {});
-  }
+  const std::string torch_logs = rank_logs(torch, 4);
   EXPECT_NE(torch_logs.find("unhandled system error (run with NCCL_DEBUG=INFO for details)"),
             std::string::npos)
       << torch_logs;
