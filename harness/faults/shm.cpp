@@ -1,7 +1,8 @@
 // shm: the run's ranks see a /dev/shm of their own, a tmpfs of `size` in the run's mount
 // namespace, as a container's (Docker gives 64 MiB unless --shm-size says otherwise). What maps
-// segments there and touches more than fits gets SIGBUS on the page that does not fit — the
-// shared-memory transport's collectives (docs/comm.md) — rather than an error at creation.
+// sparse segments there and touches more than fits gets SIGBUS on the page that does not fit —
+// the shared-memory transport's collectives (docs/comm.md) — rather than an error at creation;
+// what reserves its segments (FAULTLINE_SHM_ALLOCATE=reserve, as NCCL) fails at creation.
 // The node of each target host mounts it (ShmMount, ShmRelease below): this machine in the run's
 // mount namespace, which its ranks enter at spawn; another host's agent in a namespace it holds
 // on its host, which that host's ranks enter through nsenter.

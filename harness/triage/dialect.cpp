@@ -52,6 +52,9 @@ const std::vector<LogsSignature>& logs_signatures() {
       {"corrupt shard",
        R"(checksum mismatch|truncated|shard .* has [0-9]+ bytes|shard .* of rank [0-9]+ is corrupt)",
        "4.10", "5.5", nullptr},
+      {"shm setup",
+       R"(creat(e|ing) shared memory segment|posix_fallocate failed|ncclShmOpen)", "2.1",
+       "2.1", nullptr},
       {"disk full", R"(No space left on device|disk full)", "4.2", "5.2", nullptr},
       {"oom", R"(out of memory|OutOfMemoryError|DefaultCPUAllocator: not enough memory)", "4.2",
        "5.2", "3.4"},
@@ -176,6 +179,25 @@ std::vector<Example> setup_events() {
        "workloads/rendezvous/store_client.cpp",
        "cannot reach the rendezvous store at {}: {} on every attempt for {} ms ",
        "2.2-store-behind-firewall"},
+      // workloads/comm/shm_transport.cpp (FAULTLINE_SHM_ALLOCATE=reserve)
+      {"shm setup",
+       "comm",
+       "shared-memory transport on group 'dp': cannot create shared memory segment "
+       "/dev/shm/faultline-shm-0f0a8232c62c4c7e-3 (size 25165824): posix_fallocate failed: No "
+       "space left on device (/dev/shm cannot hold the transport's segments: give the job a "
+       "larger /dev/shm) (set NCCL_SHM_DISABLE=1 to use the network path)",
+       {"torch.distributed.DistBackendError: NCCL error in: "
+        "../torch/csrc/distributed/c10d/NCCLUtils.hpp:268, unhandled system error (run with "
+        "NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+        "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or "
+        "device error. ",
+        "Last error:",
+        "Error while creating shared memory segment /dev/shm/faultline-shm-0f0a8232c62c4c7e-3 "
+        "(size 25165824)"},
+       "workloads/comm/shm_transport.cpp",
+       "shared-memory transport on group '{}': {} (set NCCL_SHM_DISABLE=1 to use the network "
+       "path)",
+       "docker-default-shm-fails-the-shm-transport-set-up"},
       // workloads/rendezvous/world_check.cpp
       {"rank missing",
        "rendezvous",

@@ -45,8 +45,8 @@ struct Example {
   std::vector<const char*> pytorch;
   // Where faultline produces it: the source file, the format string the message begins with
   // (verbatim, adjacent literals joined; dialect_test finds it there and matches the message and a
-  // real run's line against it), and the smallest scenario whose run prints it (nullptr: none
-  // short enough for the test).
+  // real run's line against it), and the smallest scenario whose run prints it (a name in
+  // scenarios/symptoms, else in scenarios/issues; nullptr: none short enough for the test).
   const char* source = nullptr;
   const char* format = nullptr;
   const char* scenario = nullptr;

@@ -153,6 +153,32 @@ TEST(LogDialect, RanksThatNeverJoinGiveTheStoresTimeout) {
       << lines[0];
 }
 
+// pytorch/torchtitan#853 (NCCL 2.21.5 under PyTorch): "torch.distributed.DistBackendError: NCCL
+// error in: ...NCCLUtils.hpp:268, unhandled system error ...", then NCCL's last warning "Error
+// while creating shared memory segment /dev/shm/nccl-1YsMbG (size 7340384)".
+TEST(LogDialect, ASharedMemorySegmentThatCannotBeReservedGivesNcclsSystemError) {
+  const std::runtime_error e(
+      "shared-memory transport on group 'world': cannot create shared memory segment "
+      "/dev/shm/faultline-shm-x-2 (size 25165824): posix_fallocate failed: No space left on device "
+      "(/dev/shm cannot hold the transport's segments: give the job a larger /dev/shm) (set "
+      "NCCL_SHM_DISABLE=1 to use the network path)");
+  auto lines = pytorch_lines(e, "comm", 2);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_TRUE(matches(lines[0],
+                      R"(^torch\.distributed\.DistBackendError: NCCL error in: .*NCCLUtils\.hpp:)"
+                      R"([0-9]+, unhandled system error \(run with NCCL_DEBUG=INFO for details\))"))
+      << lines[0];
+  EXPECT_TRUE(matches(lines[1], R"(^ncclSystemError: System call)")) << lines[1];
+  EXPECT_EQ(lines[2], "Last error:");
+  EXPECT_EQ(lines[3],
+            "Error while creating shared memory segment /dev/shm/faultline-shm-x-2 (size 25165824)");
+  // Only a comm error of the transport reads so; a peer's "could not create" has no NCCL text.
+  EXPECT_TRUE(pytorch_lines(e, "store", 2).empty());
+  const std::runtime_error peer(
+      "shared-memory transport on group 'world': a peer could not create or map its segment");
+  EXPECT_TRUE(pytorch_lines(peer, "comm", 1).empty());
+}
+
 TEST(LogDialect, EventsWithoutARealCounterpartKeepFaultlinesLine) {
   const std::runtime_error e("tensor-parallel outputs diverge: request 3 position 2");
   EXPECT_TRUE(pytorch_lines(e, "error", 0).empty());

@@ -201,6 +201,7 @@ TEST(LauncherScenarios, ASmallDevShmFailsTheSetUpOfATransportThatReservesItsSegm
     GTEST_SKIP() << "creating a mount namespace is not allowed here (needs root)";
   }
   const std::string file = catalogue("docker-default-shm-fails-the-shm-transport-set-up");
+  const auto before = shm_files();
   auto r = run_file(file, "reserve");
   EXPECT_EQ(r.proc.exit_code, 0) << r.proc.output;
   EXPECT_EQ(r.outcome, "pass");
@@ -213,6 +214,11 @@ TEST(LauncherScenarios, ASmallDevShmFailsTheSetUpOfATransportThatReservesItsSegm
   int steps = 0;
   for (const auto& e : r.history) steps += e.kind == "step";
   EXPECT_EQ(steps, 0) << "the set-up failed before the first step completed";
+  // The reserved segments were in the run's own /dev/shm, and the ranks are gone.
+  for (const auto& f : shm_files()) {
+    EXPECT_TRUE(before.count(f) || f.rfind("faultline-shm-", 0) != 0) << f;
+  }
+  EXPECT_EQ(processes_mentioning(r.dir), 0);
   // PyTorch's words for it under the pytorch dialect: NCCL's system error and its last warning.
   auto torch = run_file(file, "torch", {"--set", "workload.fidelity=pytorch"});
   EXPECT_EQ(torch.proc.exit_code, 0) << torch.proc.output;

@@ -59,6 +59,11 @@ const Case kReal[] = {
     {"node5:240:240 [6] misc/socket.cc:533 NCCL WARN socketPollConnect: Connect to "
      "10.0.0.4<56849> returned 113(No route to host) errno 115(Operation now in progress)",
      "store unreachable", "sgl-project/sglang#3820"},
+    {"gpu2-ru7:2143:2561 [1] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space "
+     "left on device",
+     "shm setup", "NVIDIA/nccl#290"},
+    {"  Error while creating shared memory segment /dev/shm/nccl-1YsMbG (size 7340384)",
+     "shm setup", "pytorch/torchtitan#853"},
     {"[rank1]:        size mismatch for model.layers.1.self_attn.o_proj.weight: copying a param "
      "with shape torch.Size([1024, 1024]) from checkpoint, the shape in current model is "
      "torch.Size([4096, 4096]).",
@@ -71,6 +76,11 @@ const Case kReal[] = {
 
 // faultline's own sentences for the same events (the default dialect).
 const Case kFaultline[] = {
+    {"faultline worker error (comm): shared-memory transport on group 'dp': cannot create shared "
+     "memory segment /dev/shm/faultline-shm-1-3 (size 25165824): posix_fallocate failed: No space "
+     "left on device (/dev/shm cannot hold the transport's segments: give the job a larger "
+     "/dev/shm) (set NCCL_SHM_DISABLE=1 to use the network path)",
+     "shm setup", "faultline"},
     {"faultline worker error (comm timeout): [rank 1] comm timeout: all_reduce seq 41 on group "
      "'dp' did not complete after 2003 ms (timeout 2000 ms)",
      "comm timeout", "faultline"},

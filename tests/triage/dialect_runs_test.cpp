@@ -53,10 +53,14 @@ std::vector<std::string> run(const std::string& scenario, const std::string& set
       fs::temp_directory_path() /
       ("fl-dialect-runs-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
   fs::create_directories(results);
+  // A catalogue scenario, or a reported issue's when the catalogue has none of that name.
+  const fs::path source(FAULTLINE_SOURCE_DIR);
+  fs::path file = source / "scenarios/symptoms" / (scenario + ".yaml");
+  if (!fs::exists(file)) file = source / "scenarios/issues" / (scenario + ".yaml");
   std::vector<std::string> argv = {
       FAULTLINE_BIN,
       "run",
-      std::string(FAULTLINE_SOURCE_DIR) + "/scenarios/symptoms/" + scenario + ".yaml",
+      file.string(),
       "--results",
       results.string(),
       "--run-id",

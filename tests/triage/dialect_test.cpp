@@ -85,6 +85,7 @@ std::function<int()> thrower(const dialect::Example& e) {
       throw Error(msg);  // raise() without a class
     if (sig == "tp diverge") throw infer::OutputMismatchError(msg);
     if (sig == "collective mismatch") throw comm::CommMismatchError(msg);
+    if (sig == "shm setup") throw comm::CommError(msg);
     if (sig == "format version" || sig == "other layout" || sig == "missing shard" ||
         sig == "corrupt shard" || sig == "disk full")
       throw CheckpointError(msg);

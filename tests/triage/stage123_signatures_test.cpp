@@ -414,5 +414,15 @@ TEST(TriageStage2Signatures, ConnectedMachinesAreNoConnectionEvidence) {
   EXPECT_EQ(refused.stage, 2);
 }
 
+// The /dev/shm advice beside a bus error: the crash in training (stage 4) stays first, the advice
+// alone leans to the set-up failure it more often follows (stop 57).
+TEST(TriageShmAdvice, ABusErrorWithTheShmSizeAdviceStaysAStageFourCrash) {
+  const auto bus = run("Bus error (core dumped)\ndocker run --gpus all --shm-size=1g image\n");
+  ASSERT_EQ(bus.kind, Result::Kind::kFound);
+  ASSERT_FALSE(bus.symptoms.empty());
+  EXPECT_EQ(bus.stage, 4);
+  EXPECT_TRUE(bus.symptoms[0].id == "4.9" || bus.symptoms[0].id == "4.8") << bus.symptoms[0].id;
+}
+
 }  // namespace
 }  // namespace fl::triage

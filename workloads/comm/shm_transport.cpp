@@ -117,8 +117,13 @@ std::string create_segment(const std::string& name, size_t bytes, bool reserve, 
   if (fd < 0) {
     failure = fmt::format("shm_open({}) failed: {}", name, std::strerror(errno));
   } else if (reserve) {
-    // posix_fallocate returns the error number instead of setting errno.
-    if (int err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
+    // posix_fallocate returns the error number instead of setting errno; a signal while it
+    // backs pages is no failure (NCCL retries on EINTR too).
+    int err = 0;
+    do {
+      err = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    } while (err == EINTR);
+    if (err != 0) {
       failure = fmt::format(
           "cannot create shared memory segment /dev/shm{} (size {}): posix_fallocate failed: {} "
           "(/dev/shm cannot hold the transport's segments: give the job a larger /dev/shm)",
@@ -270,7 +275,8 @@ std::unique_ptr<ShmTransport> ShmTransport::create(MPI_Comm comm, int rank, int 
   t->bytes_ = static_cast<size_t>(want) / kPage * kPage;
   const std::string allocate = kShmAllocate.get();
   if (allocate != "sparse" && allocate != "reserve") {
-    raise<CommError>("FAULTLINE_SHM_ALLOCATE='{}' (allowed: sparse, reserve)", allocate);
+    raise<SettingError>("FAULTLINE_SHM_ALLOCATE='{}' is not allowed (allowed: sparse, reserve)",
+                        allocate);
   }
   t->names_ = segment_names(comm, rank, size, group, world_rank);
   install_bus_handler();

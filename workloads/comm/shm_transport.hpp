@@ -8,7 +8,7 @@
 // the tmpfs cannot back — as the bus errors in containers with Docker's 64 MiB /dev/shm.
 // FAULTLINE_SHM_ALLOCATE=reserve backs the whole segment at creation instead (posix_fallocate,
 // as NCCL's shared-memory code does), so the same /dev/shm fails the transport's set-up, before
-// any data moves, with ENOSPC and NCCL's warning.
+// any data moves, with ENOSPC (and, under the pytorch log dialect, NCCL's last warning).
 //
 // All-reduce through it: each rank copies its chunk into its segment, a barrier, each rank
 // reduces all segments in rank order into its buffer (so every rank gets bitwise the same
