@@ -170,8 +170,9 @@ TEST(LogDialect, ASharedMemorySegmentThatCannotBeReservedGivesNcclsSystemError) 
       << lines[0];
   EXPECT_TRUE(matches(lines[1], R"(^ncclSystemError: System call)")) << lines[1];
   EXPECT_EQ(lines[2], "Last error:");
-  EXPECT_EQ(lines[3],
-            "Error while creating shared memory segment /dev/shm/faultline-shm-x-2 (size 25165824)");
+  EXPECT_EQ(
+      lines[3],
+      "Error while creating shared memory segment /dev/shm/faultline-shm-x-2 (size 25165824)");
   // Only a comm error of the transport reads so; a peer's "could not create" has no NCCL text.
   EXPECT_TRUE(pytorch_lines(e, "store", 2).empty());
   const std::runtime_error peer(

@@ -57,15 +57,8 @@ std::vector<std::string> run(const std::string& scenario, const std::string& set
   const fs::path source(FAULTLINE_SOURCE_DIR);
   fs::path file = source / "scenarios/symptoms" / (scenario + ".yaml");
   if (!fs::exists(file)) file = source / "scenarios/issues" / (scenario + ".yaml");
-  std::vector<std::string> argv = {
-      FAULTLINE_BIN,
-      "run",
-      file.string(),
-      "--results",
-      results.string(),
-      "--run-id",
-      "r",
-      "-q"};
+  std::vector<std::string> argv = {FAULTLINE_BIN,    "run",      file.string(), "--results",
+                                   results.string(), "--run-id", "r",           "-q"};
   std::istringstream words(sets);
   for (std::string w; words >> w;) argv.insert(argv.end(), {"--set", w});
   // The scenario's run fails on purpose; its ranks' lines are what counts, not its exit status.
