@@ -21,6 +21,7 @@
 #include "base/settings.hpp"
 #include "base/subprocess.hpp"
 #include "injector/site.hpp"
+#include "kernels/cpu/plugin_package.hpp"
 #include "kernels/versions.hpp"
 
 namespace fl::ops {
@@ -153,12 +154,12 @@ void compile_shared(const Compile& c) {
 
 // What compiling against the framework adds: its ABI flag and namespace, and the glue that
 // registers the plugin's operator with it (torch's common flags carry -D_GLIBCXX_USE_CXX11_ABI).
+// `glue` is the glue header the build reads (the tree's, or a package's copy).
 std::vector<std::string> framework_defines(const std::string& name, const std::string& torch,
-                                           bool cxx11_abi) {
+                                           bool cxx11_abi, const fs::path& glue) {
   return {fmt::format("-D_GLIBCXX_USE_CXX11_ABI={}", cxx11_abi ? 1 : 0),
           "-DFL_TORCH_NS=" + framework_namespace(torch),
-          fmt::format("-DFL_PLUGIN_NAME=\"{}\"", name), "-include",
-          (fs::path(kPluginSrc.get()) / "framework" / "torch_extension.hpp").string()};
+          fmt::format("-DFL_PLUGIN_NAME=\"{}\"", name), "-include", glue.string()};
 }
 
 fs::path jit_cache_dir(const std::string& name) {
@@ -220,11 +221,11 @@ void load_framework() {
 
 std::string jit_build_plugin(const std::string& name) {
   check_plugin_name(name);
-  const fs::path src = fs::path(kPluginSrc.get()) / (name + ".cpp");
-  std::ifstream in(src, std::ios::binary);
+  const fs::path tree_src = fs::path(kPluginSrc.get()) / (name + ".cpp");
+  std::ifstream in(tree_src, std::ios::binary);
   if (!in) {
     raise<PluginError>("cannot build kernel plugin '{}': no source {} (FAULTLINE_PLUGIN_SRC)", name,
-                       src.string());
+                       tree_src.string());
   }
   const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string cxx = cxx_of_env();
@@ -234,16 +235,26 @@ std::string jit_build_plugin(const std::string& name) {
   const JobVersions ver = job_versions();
   check_toolkit(ver);
   fs::path dir = jit_cache_dir(name);
-  // The include root is the directory above kernels/plugins.
-  const std::string root = fs::path(kPluginSrc.get()).parent_path().parent_path().string();
+  // The include root is the directory above kernels/plugins; a packaged install compiles from
+  // its own copy of what the manifest kept (plugin_package.hpp).
+  const fs::path tree = fs::path(kPluginSrc.get()).parent_path().parent_path();
+  const fs::path glue_rel =
+      (fs::path(kPluginSrc.get()) / "framework" / "torch_extension.hpp").lexically_relative(tree);
+  std::vector<std::string> forced;
+  if (!ver.torch.empty()) forced.push_back(glue_rel.generic_string());
+  const PluginPackage pkg = plan_package(tree_src.lexically_relative(tree).generic_string(), tree,
+                                         forced, jit_manifest(), dir);
+  const fs::path src = pkg.root / pkg.source;
+  const std::string root = pkg.root.string();
   // Like DeepSpeed's op builder, the instruction set comes from the building CPU unless set; it
   // becomes a compiler flag, so it is part of the cache key (the setting's value, not the CPU:
   // a `native` build is reused by a CPU that differs, as a shared extensions cache is).
   const std::string isa = jit_target_isa();
   // As torch's versioner: the sources and the builder's own flags; not the framework's version
   // or ABI, which torch adds to the command line after keying (kernels/versions.hpp).
-  const std::string key_src =
-      fmt::format("{}\n{}\n{}\n{}\n{}", cxx, flags, archs, kJitIsaKey(), source);
+  // A package's folder is named by its content, so another manifest is another build.
+  const std::string key_src = fmt::format("{}\n{}\n{}\n{}\n{}{}", cxx, flags, archs, kJitIsaKey(),
+                                          source, pkg.packaged ? "\n" + root : "");
   const std::string key = fmt::format("{:016x}", XXH64(key_src.data(), key_src.size(), 0));
   std::error_code ec;
   if (!ver.torch.empty()) {
@@ -261,11 +272,13 @@ std::string jit_build_plugin(const std::string& name) {
              fmt::format("-DFL_PLUGIN_ISA=\"{}\"", isa)}};
   const auto lock = FileLock::acquire<PluginError>((dir / (name + ".lock")).string());
   if (fs::exists(out)) return out.string();
+  stage_package(pkg, tree);
   if (!ver.torch.empty()) {
     // An earlier job (another framework) built this key first: what this job then finds.
     const bool earlier = !ver.cached_torch.empty();
-    auto fw = framework_defines(name, earlier ? ver.cached_torch : ver.torch,
-                                earlier ? ver.cached_cxx11_abi : ver.cxx11_abi);
+    auto fw =
+        framework_defines(name, earlier ? ver.cached_torch : ver.torch,
+                          earlier ? ver.cached_cxx11_abi : ver.cxx11_abi, pkg.root / glue_rel);
     c.defines.insert(c.defines.end(), fw.begin(), fw.end());
   }
   compile_shared(c);

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -151,6 +152,81 @@ TEST(PluginJit, ShellPayloadsInNamesAndPathsRunNothing) {
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     EXPECT_NE(e.path().filename().string().rfind("m", 0), 0u)
         << "a payload ran: " << e.path().string();
+  }
+}
+
+// A packaged install (FAULTLINE_JIT_MANIFEST, kernels/cpu/plugin_package.hpp): the JIT build
+// compiles from a package holding what the manifest's patterns keep. DeepSpeed PR #5522's manifest
+// did not keep .hpp files, so the fused AdamW source reached a header the package lacked.
+std::vector<std::string> files_under(const fs::path& dir) {
+  std::vector<std::string> out;
+  if (!fs::exists(dir)) return out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) out.push_back(fs::relative(e.path(), dir).generic_string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+fs::path only_package(const fs::path& jit) {
+  std::vector<fs::path> found;
+  for (const auto& e : fs::directory_iterator(jit)) {
+    if (e.path().filename().string().rfind("package-", 0) == 0) found.push_back(e.path());
+  }
+  return found.size() == 1 ? found[0] : fs::path();
+}
+
+TEST(PluginJitPackage, AManifestWithoutHppLeavesTheKernelHeaderOutAndTheCompilerSaysSo) {
+  const std::string dir = fresh_dir("manifest-nohpp");
+  ::setenv("FAULTLINE_JIT_DIR", dir.c_str(), 1);
+  ::setenv("FAULTLINE_JIT_MANIFEST", "*.cpp *.h *.cu", 1);
+  ::unsetenv("CXX");
+  ::unsetenv("CXXFLAGS");
+  const std::string err = error_of([] { load_plugin("fused_adamw", true); });
+  EXPECT_NE(err.find("building kernel plugin 'fused_adamw' failed (compiler exit status 1)"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("kernels/cpu/adamw_impl.hpp: No such file or directory"), std::string::npos)
+      << err;
+  EXPECT_TRUE(loaded_plugins().empty());
+  const fs::path pkg = only_package(dir);
+  ASSERT_FALSE(pkg.empty()) << "no package staged under " << dir;
+  EXPECT_EQ(files_under(pkg), std::vector<std::string>{"kernels/plugins/fused_adamw.cpp"});
+}
+
+TEST(PluginJitPackage, AManifestKeepingHeadersBuildsFromThePackage) {
+  const std::string dir = fresh_dir("manifest-hpp");
+  ::setenv("FAULTLINE_JIT_DIR", dir.c_str(), 1);
+  ::setenv("FAULTLINE_JIT_MANIFEST", "*.cpp,*.h,*.cu,*.hpp", 1);
+  ::unsetenv("CXX");
+  ::unsetenv("CXXFLAGS");
+  load_plugin("fused_adamw", true);
+  EXPECT_EQ(loaded_plugins(), std::vector<std::string>{"fused_adamw"});
+  EXPECT_EQ(plugin_kernels().adamw_plugin, "fused_adamw");
+  const fs::path pkg = only_package(dir);
+  ASSERT_FALSE(pkg.empty()) << "no package staged under " << dir;
+  const auto files = files_under(pkg);
+  // The source and the project headers it reaches, and nothing else of the tree.
+  for (const char* f : {"kernels/plugins/fused_adamw.cpp", "kernels/cpu/adamw_impl.hpp",
+                        "kernels/plugin.hpp", "kernels/plugins/exports.hpp", "base/error.hpp"}) {
+    EXPECT_NE(std::find(files.begin(), files.end(), f), files.end()) << f;
+  }
+  for (const auto& f : files) {
+    EXPECT_TRUE(f.ends_with(".hpp") || f.ends_with(".cpp") || f.ends_with(".h")) << f;
+    EXPECT_EQ(f.find("plugin_package"), std::string::npos) << f;
+  }
+}
+
+TEST(PluginJitPackage, APatternNamingAPathIsASettingError) {
+  ::setenv("FAULTLINE_JIT_DIR", fresh_dir("manifest-bad").c_str(), 1);
+  ::setenv("FAULTLINE_JIT_MANIFEST", "*.cpp, csrc/*.hpp", 1);
+  try {
+    jit_build_plugin("fused_adamw");
+    FAIL() << "a pattern with '/' was accepted";
+  } catch (const SettingError& e) {
+    EXPECT_NE(std::string(e.what()).find("FAULTLINE_JIT_MANIFEST: pattern 'csrc/*.hpp' holds '/'"),
+              std::string::npos)
+        << e.what();
   }
 }
 
