@@ -68,7 +68,8 @@ inline const std::vector<Signature>& signatures() {
        "4.10", "5.5"},
       // Before "disk full": NCCL's set-up reserving its segments on a /dev/shm that cannot hold
       // them says ENOSPC too, and it is a set-up failure (2.1), not a full disk.
-      {"shm setup", R"(creat(e|ing) shared memory segment|posix_fallocate failed|ncclShmOpen)",
+      {"shm setup",
+       R"(creat(e|ing) shared memory segment|could not create or map its segment|posix_fallocate failed|ncclShmOpen)",
        "2.1", "2.1", nullptr, "NVIDIA/nccl#290, pytorch/torchtitan#853"},
       {"disk full", R"(No space left on device|disk full)", "4.2", "5.2"},
       {"oom", R"(out of memory|OutOfMemoryError|DefaultCPUAllocator: not enough memory)", "4.2",

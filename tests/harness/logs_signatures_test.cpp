@@ -81,6 +81,10 @@ const Case kFaultline[] = {
      "left on device (/dev/shm cannot hold the transport's segments: give the job a larger "
      "/dev/shm) (set NCCL_SHM_DISABLE=1 to use the network path)",
      "shm setup", "faultline"},
+    // The peers of the rank whose reservation failed (the same set-up, seen from the other side).
+    {"faultline worker error (comm): shared-memory transport on group 'dp': a peer could not "
+     "create or map its segment (set NCCL_SHM_DISABLE=1 to use the network path)",
+     "shm setup", "faultline"},
     {"faultline worker error (comm timeout): [rank 1] comm timeout: all_reduce seq 41 on group "
      "'dp' did not complete after 2003 ms (timeout 2000 ms)",
      "comm timeout", "faultline"},
