@@ -131,6 +131,31 @@ TEST_F(Zero3ModelFile, AGatheredFileLoadsBackToTheSameWeightsReadOrBroadcastBySp
   }
 }
 
+// A full file loaded with a plain model.load_state_dict after deepspeed.initialize
+// (--load-into module): at ZeRO-3 the module's parameters are size-0 placeholders and every key
+// fails on every rank; at ZeRO-2 the module is whole and the same load works.
+TEST_F(Zero3ModelFile, AFullFileLoadedIntoTheStage3ModuleMeetsItsPlaceholders) {
+  auto s = save(0, "a", {"--save-model-file", "state_dict"});
+  ASSERT_EQ(s.proc.exit_code, 0) << s.proc.output;
+  const std::string file = (dir_ / "a" / "step_3" / "model.safetensors").string();
+  auto r = run_train(FAULTLINE_TRAIN, 2,
+                     {"--dp", "2", "--zero", "3", "--load-model-file", file, "--load-into",
+                      "module"},
+                     2);
+  EXPECT_EQ(r.proc.exit_code, exit_code::kCheckpoint) << r.proc.output;
+  const std::string line =
+      "Error(s) in loading state_dict for GPT:\n\tsize mismatch for wte.weight: copying a param "
+      "with shape torch.Size([64, 32]) from checkpoint, the shape in current model is "
+      "torch.Size([0]).";
+  EXPECT_NE(r.proc.output.find(line), std::string::npos) << r.proc.output;
+  EXPECT_TRUE(r.steps.empty()) << r.proc.output;
+  auto ok = run_train(FAULTLINE_TRAIN, 2,
+                      {"--dp", "2", "--zero", "2", "--load-model-file", file, "--load-into",
+                       "module"},
+                      2);
+  EXPECT_EQ(ok.proc.exit_code, 0) << ok.proc.output;
+}
+
 TEST_F(Zero3ModelFile, RanksGivenDifferentShardingSpecsCallBroadcastsOfDifferentSizes) {
   auto s = save(3, "a", {"--save-model-file", "gathered_16bit"});
   ASSERT_EQ(s.proc.exit_code, 0) << s.proc.output;

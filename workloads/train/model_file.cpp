@@ -276,8 +276,13 @@ void Trainer::load_model_file() {
   if (reads) {
     sd = decode(path);
     // Built whole (no zero.Init) or inside a gather: the full shapes. Placeholders in the file
-    // fail here with PyTorch's size mismatch.
-    model::load_state_dict(model_keys, keys_of(sd), cfg_.load_strict);
+    // fail here with PyTorch's size mismatch. load_into module: model.load_state_dict on the
+    // module as it is after deepspeed.initialize, whose ZeRO-3 parameters are size-0
+    // placeholders, so every key of a full file fails there instead.
+    const bool module = cfg_.load_into == "module";
+    model::load_state_dict(
+        module ? parallel::module_state_dict(model_keys, topo_.layout.zero, false) : model_keys,
+        keys_of(sd), cfg_.load_strict);
   }
   std::map<std::string, const Tensor1*> by_name;
   for (auto& [name, t] : sd) by_name[name] = &t;

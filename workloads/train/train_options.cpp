@@ -196,7 +196,8 @@ void zero_options(worker::Options& o, TrainArgs& a) {
         "How a resume loads the weights: engine (each rank its own shard, engine.load_checkpoint), "
         "module (model.load_state_dict of the full state dict on every rank; ZeRO-3's size-0 "
         "placeholders refuse it) or gathered (inside GatheredParameters(modifier_rank), "
-        "data-parallel rank 0 loads)")
+        "data-parallel rank 0 loads). A load_model_file is read into the whole model's shapes "
+        "unless this is module")
       .choices({"engine", "module", "gathered"});
   o.add("workload.checkpoint.modifier_rank", "--modifier-rank", c.modifier_rank,
         "GatheredParameters' modifier_rank for load_into gathered: the data-parallel rank whose "
