@@ -138,10 +138,9 @@ TEST_F(Zero3ModelFile, AFullFileLoadedIntoTheStage3ModuleMeetsItsPlaceholders) {
   auto s = save(0, "a", {"--save-model-file", "state_dict"});
   ASSERT_EQ(s.proc.exit_code, 0) << s.proc.output;
   const std::string file = (dir_ / "a" / "step_3" / "model.safetensors").string();
-  auto r = run_train(FAULTLINE_TRAIN, 2,
-                     {"--dp", "2", "--zero", "3", "--load-model-file", file, "--load-into",
-                      "module"},
-                     2);
+  auto r = run_train(
+      FAULTLINE_TRAIN, 2,
+      {"--dp", "2", "--zero", "3", "--load-model-file", file, "--load-into", "module"}, 2);
   EXPECT_EQ(r.proc.exit_code, exit_code::kCheckpoint) << r.proc.output;
   const std::string line =
       "Error(s) in loading state_dict for GPT:\n\tsize mismatch for wte.weight: copying a param "
@@ -149,10 +148,9 @@ TEST_F(Zero3ModelFile, AFullFileLoadedIntoTheStage3ModuleMeetsItsPlaceholders) {
       "torch.Size([0]).";
   EXPECT_NE(r.proc.output.find(line), std::string::npos) << r.proc.output;
   EXPECT_TRUE(r.steps.empty()) << r.proc.output;
-  auto ok = run_train(FAULTLINE_TRAIN, 2,
-                      {"--dp", "2", "--zero", "2", "--load-model-file", file, "--load-into",
-                       "module"},
-                      2);
+  auto ok = run_train(
+      FAULTLINE_TRAIN, 2,
+      {"--dp", "2", "--zero", "2", "--load-model-file", file, "--load-into", "module"}, 2);
   EXPECT_EQ(ok.proc.exit_code, 0) << ok.proc.output;
 }
 
