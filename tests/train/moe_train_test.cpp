@@ -81,6 +81,46 @@ TEST(MoeTraining, DroplessBlockHangsZero3UnlessItIsALeafModule) {
   EXPECT_EQ(leaf.steps.size(), 4u);
 }
 
+// Under torch's DistributedDataParallel (--ddp) the dropless block's experts that got no token
+// produce no gradient: the reducer never finishes the first step's reduction and the second step
+// refuses it, naming those experts' parameters. find_unused_parameters marks them ready, and the
+// run then trains as the engine's own reduction does (the same losses); a dense model under the
+// wrapper trains as without it.
+TEST(MoeTraining, DroplessExpertsWithoutTokensLeaveADdpReductionUnfinished) {
+  const std::vector<std::string> args = {"--dp",          "2",    "--micro-batch",  "1",
+                                         "--moe-experts", "16",   "--moe-dropless", "true"};
+  const TrainRun ddp = train(2, with(args, {"--ddp"}), 3);
+  EXPECT_NE(ddp.proc.exit_code, 0);
+  EXPECT_EQ(ddp.steps.size(), 1u) << ddp.proc.output;
+  EXPECT_TRUE(std::regex_search(
+      ddp.proc.output,
+      std::regex("Expected to have finished reduction in the prior iteration before starting a "
+                 "new one: .* on rank [01] of group 'edp'.*Parameters which did not receive grad: "
+                 "h0\\.moe\\.experts\\.[0-9]+\\.fc\\.weight, h0\\.moe\\.experts\\.[0-9]+\\.fc\\.bias")))
+      << ddp.proc.output;
+  const TrainRun found =
+      train(2, with(args, {"--ddp", "--find-unused-parameters"}), 3);
+  expect_same_losses(train(2, args, 3), found, "find_unused_parameters");
+  expect_same_losses(train(2, {"--dp", "2"}, 3), train(2, {"--dp", "2", "--ddp"}, 3),
+                     "dense under the wrapper");
+}
+
+TEST(MoeTraining, TheDdpWrapperNeedsZero0AndFindUnusedParametersNeedsTheWrapper) {
+  const TrainRun z1 = train(2, {"--dp", "2", "--zero", "1", "--ddp"}, 1);
+  EXPECT_EQ(z1.proc.exit_code, 2) << z1.proc.output;
+  EXPECT_NE(z1.proc.output.find("workload.ddp.wrapper (--ddp) wraps the model in "
+                                "DistributedDataParallel, whose reducer all-reduces whole "
+                                "gradients, but --zero is 1 (allowed: zero 0)"),
+            std::string::npos)
+      << z1.proc.output;
+  const TrainRun lone = train(2, {"--dp", "2", "--find-unused-parameters"}, 1);
+  EXPECT_EQ(lone.proc.exit_code, 2) << lone.proc.output;
+  EXPECT_NE(lone.proc.output.find("workload.ddp.find_unused_parameters (--find-unused-parameters) "
+                                  "is a DistributedDataParallel argument"),
+            std::string::npos)
+      << lone.proc.output;
+}
+
 TEST(MoeTraining, WithoutDropsTheCapacityIsTheEpGroupsLargestLoadOrTheAllToAllSizesDiffer) {
   const std::vector<std::string> args =
       with(kMoe, {"--dp", "2", "--moe-ep-size", "2", "--moe-drop-tokens", "false"});

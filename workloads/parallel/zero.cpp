@@ -49,6 +49,18 @@ void validate(const ZeroConfig& z, size_t total_params, int dp) {
   if (z.prefetch_bytes < -1 || z.max_live_bytes < -1) {
     raise<ConfigError>("--zero3-prefetch-bytes and --zero3-max-live-bytes must be 0 or more");
   }
+  if (z.find_unused_parameters && !z.ddp_reducer) {
+    raise<ConfigError>(
+        "workload.ddp.find_unused_parameters (--find-unused-parameters) is a "
+        "DistributedDataParallel argument, but workload.ddp.wrapper (--ddp) is false (allowed: "
+        "with wrapper true)");
+  }
+  if (z.ddp_reducer && z.stage != 0) {
+    raise<ConfigError>(
+        "workload.ddp.wrapper (--ddp) wraps the model in DistributedDataParallel, whose reducer "
+        "all-reduces whole gradients, but --zero is {} (allowed: zero 0)",
+        z.stage);
+  }
 }
 
 namespace {

@@ -71,6 +71,12 @@ struct ZeroConfig {
   std::string state_name = "optimizer.exp_avg";
   uint64_t seed = 0;
   bool broadcast_init = false;
+  // Stage 0 as torch's DistributedDataParallel: its reducer counts a parameter's gradient as
+  // ready when the backward produced it and all-reduces only buckets whose parameters are all
+  // ready; a step that leaves some never ready is an unfinished reduction, refused when the next
+  // step starts. find_unused_parameters marks the ones the backward never reached as ready.
+  bool ddp_reducer = false;
+  bool find_unused_parameters = false;
 };
 
 // Checks a configuration against the model size; ConfigError naming the option and what is
@@ -240,6 +246,11 @@ class ZeroEngine final : public model::ParamAccess {
   std::vector<int> bucket_of_;     // group -> bucket
   std::map<int, Tensor> live_;     // stage 3: gathered groups
   std::map<int, Tensor> pending_;  // stage 2/3: bucket index -> its gradients (stored format)
+  std::vector<char> ready_;        // ddp_reducer: group -> its gradients were produced this step
+  std::vector<int> unfinished_;    // ddp_reducer: the groups the prior step left unready
+  // ddp_reducer: the reducer's end of a step (finish_gradients); false when some group is unready.
+  bool ddp_ready_to_reduce();
+  void raise_unfinished_reduction() const;
 };
 
 }  // namespace fl::parallel

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include <fmt/ranges.h>
+
 #include "base/error.hpp"
 #include "kernels/ops.hpp"
 #include "workloads/comm/communicator.hpp"
@@ -142,6 +144,7 @@ float* ZeroEngine::grads(int g) {
 }
 
 void ZeroEngine::grads_done(int g) {
+  if (cfg_.ddp_reducer && static_cast<size_t>(g) < ready_.size()) ready_[static_cast<size_t>(g)] = 1;
   auto it = grads32_of_.find(g);
   if (it != grads32_of_.end()) {
     // The backward rounded them to the precision: storing them in 16 bits loses nothing.
@@ -194,6 +197,9 @@ void ZeroEngine::reduce_bucket(const Bucket& b, void* data) {
 }
 
 void ZeroEngine::begin_step() {
+  // DDP's prepare_for_forward: a reduction the prior step left unfinished is refused here.
+  if (!unfinished_.empty()) raise_unfinished_reduction();
+  if (cfg_.ddp_reducer) ready_.assign(layout_.groups().size(), 0);
   ops::zero(grads_.raw(), grads_.bytes());
   pending_.clear();
   grads32_of_.clear();
@@ -203,6 +209,7 @@ void ZeroEngine::begin_step() {
 void ZeroEngine::finish_gradients() {
   if (!pending_.empty()) raise("ZeRO: {} gradient bucket(s) never completed", pending_.size());
   if (cfg_.stage >= 2 || dp_ == 1) return;
+  if (cfg_.ddp_reducer && !ddp_ready_to_reduce()) return;
   // Stages 0-1: bucketed all-reduce (average) of the full gradients, in the stored format.
   const size_t bucket = std::max<size_t>(1, cfg_.reduce_bucket_bytes / sizeof(float));
   for (size_t off = 0; off < padded_; off += bucket) {
@@ -215,6 +222,37 @@ void ZeroEngine::finish_gradients() {
           comm::ReduceOp::kAvg);
     }
   }
+}
+
+bool ZeroEngine::ddp_ready_to_reduce() {
+  if (ready_.size() != layout_.groups().size()) ready_.assign(layout_.groups().size(), 0);
+  for (size_t g = 0; g < ready_.size(); ++g) {
+    if (ready_[g]) continue;
+    // find_unused_parameters: the reducer found it unreachable from the outputs and marked it
+    // ready itself, with a zero gradient (what grads_ holds for it).
+    if (!cfg_.find_unused_parameters) unfinished_.push_back(static_cast<int>(g));
+  }
+  // DDP launches its buckets in order and stops at the first one holding an unready parameter;
+  // here a rank with one launches none: its replicas that were ready wait in their all-reduce
+  // for it, and it fails when its next step starts.
+  return unfinished_.empty();
+}
+
+void ZeroEngine::raise_unfinished_reduction() const {
+  std::vector<std::string> names;
+  for (int g : unfinished_) {
+    const auto& grp = layout_.groups()[static_cast<size_t>(g)];
+    for (const auto& sp : layout_.specs()) {
+      if (sp.offset >= grp.lo && sp.offset < grp.hi) names.push_back(sp.name);
+    }
+  }
+  raise(
+      "Expected to have finished reduction in the prior iteration before starting a new one: "
+      "the DistributedDataParallel module's parameters in {} group(s) got no gradient in the "
+      "prior step on rank {} of group '{}', so their buckets were never reduced (pass "
+      "find_unused_parameters=True, or make every forward output take part in the loss). "
+      "Parameters which did not receive grad: {}",
+      unfinished_.size(), dp_rank_, topo_.dp->group(), fmt::join(names, ", "));
 }
 
 void ZeroEngine::sum_grads_over(comm::Communicator& group, size_t lo, size_t n) {

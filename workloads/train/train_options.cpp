@@ -223,6 +223,16 @@ void zero_options(worker::Options& o, TrainArgs& a) {
   o.add_flag("workload.eval_data.drop_last", "--eval-drop-last", c.eval_drop_last,
              "Drop the evaluation set's uneven tail and partial last batch; without it ranks can "
              "get different numbers of evaluation batches, each batch's loss being all-reduced");
+  o.section("workload.ddp", "torch's DistributedDataParallel around the model (zero 0)");
+  o.add_flag("workload.ddp.wrapper", "--ddp", c.ddp_wrapper,
+             "Zero 0 as torch's DistributedDataParallel: its reducer all-reduces only buckets "
+             "whose parameters all got a gradient, and a step that leaves some without one fails "
+             "the next step ('Expected to have finished reduction in the prior iteration'); "
+             "false: the engine all-reduces every gradient after the backward, as DeepSpeed's");
+  o.add_flag("workload.ddp.find_unused_parameters", "--find-unused-parameters",
+             c.find_unused_parameters,
+             "DistributedDataParallel(find_unused_parameters=True): parameters the backward never "
+             "reached are marked ready with zero gradients");
 }
 
 // Options no scenario key sets: layout (the harness passes the topology), recovery, output.

@@ -95,6 +95,8 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   z.max_live_bytes = cfg_.zero3_max_live_bytes;
   z.zero_init = cfg_.zero_init;
   z.offload_optimizer = cfg_.offload_optimizer;
+  z.ddp_reducer = cfg_.ddp_wrapper;
+  z.find_unused_parameters = cfg_.find_unused_parameters;
   z.seed = cfg_.model.seed + (cfg_.seed_per_rank ? topo.rank : 0);
   z.broadcast_init = cfg_.broadcast_init && z.stage < 3;
   z.optimizer_state_bytes = optimizer_state_bytes(cfg_);  // 8: AdamW m, v; 4: SGD momentum; 0

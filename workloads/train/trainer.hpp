@@ -89,6 +89,8 @@ struct TrainConfig {
   // instead of materialising the whole model first and then keeping a slice.
   bool zero_init = true;
   bool offload_optimizer = false;
+  bool ddp_wrapper = false;             // workload.ddp.wrapper
+  bool find_unused_parameters = false;  // workload.ddp.find_unused_parameters
   // Recompute each block's forward during the backward instead of keeping its activations.
   bool activation_checkpointing = false;
   // Token ids the data pipeline produces (its tokenizer's vocabulary); 0: the model's vocab.
