@@ -87,19 +87,19 @@ TEST(MoeTraining, DroplessBlockHangsZero3UnlessItIsALeafModule) {
 // run then trains as the engine's own reduction does (the same losses); a dense model under the
 // wrapper trains as without it.
 TEST(MoeTraining, DroplessExpertsWithoutTokensLeaveADdpReductionUnfinished) {
-  const std::vector<std::string> args = {"--dp",          "2",    "--micro-batch",  "1",
-                                         "--moe-experts", "16",   "--moe-dropless", "true"};
+  const std::vector<std::string> args = {"--dp",          "2",  "--micro-batch",  "1",
+                                         "--moe-experts", "16", "--moe-dropless", "true"};
   const TrainRun ddp = train(2, with(args, {"--ddp"}), 3);
   EXPECT_NE(ddp.proc.exit_code, 0);
   EXPECT_EQ(ddp.steps.size(), 1u) << ddp.proc.output;
   EXPECT_TRUE(std::regex_search(
       ddp.proc.output,
-      std::regex("Expected to have finished reduction in the prior iteration before starting a "
-                 "new one: .* on rank [01] of group 'edp'.*Parameters which did not receive grad: "
-                 "h0\\.moe\\.experts\\.[0-9]+\\.fc\\.weight, h0\\.moe\\.experts\\.[0-9]+\\.fc\\.bias")))
+      std::regex(
+          "Expected to have finished reduction in the prior iteration before starting a "
+          "new one: .* on rank [01] of group 'edp'.*Parameters which did not receive grad: "
+          "h0\\.moe\\.experts\\.[0-9]+\\.fc\\.weight, h0\\.moe\\.experts\\.[0-9]+\\.fc\\.bias")))
       << ddp.proc.output;
-  const TrainRun found =
-      train(2, with(args, {"--ddp", "--find-unused-parameters"}), 3);
+  const TrainRun found = train(2, with(args, {"--ddp", "--find-unused-parameters"}), 3);
   expect_same_losses(train(2, args, 3), found, "find_unused_parameters");
   expect_same_losses(train(2, {"--dp", "2"}, 3), train(2, {"--dp", "2", "--ddp"}, 3),
                      "dense under the wrapper");

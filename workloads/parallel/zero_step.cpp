@@ -144,7 +144,8 @@ float* ZeroEngine::grads(int g) {
 }
 
 void ZeroEngine::grads_done(int g) {
-  if (cfg_.ddp_reducer && static_cast<size_t>(g) < ready_.size()) ready_[static_cast<size_t>(g)] = 1;
+  if (cfg_.ddp_reducer && static_cast<size_t>(g) < ready_.size())
+    ready_[static_cast<size_t>(g)] = 1;
   auto it = grads32_of_.find(g);
   if (it != grads32_of_.end()) {
     // The backward rounded them to the precision: storing them in 16 bits loses nothing.

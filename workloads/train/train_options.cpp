@@ -145,6 +145,21 @@ void moe_options(worker::Options& o, TrainArgs& a) {
         "expert is gathered when the block runs, not each one as a token reaches it");
 }
 
+// torch's DistributedDataParallel around the model (zero 0's reducer, zero_step.cpp).
+void ddp_options(worker::Options& o, TrainArgs& a) {
+  auto& c = a.cfg;
+  o.section("workload.ddp", "torch's DistributedDataParallel around the model (zero 0)");
+  o.add_flag("workload.ddp.wrapper", "--ddp", c.ddp_wrapper,
+             "Zero 0 as torch's DistributedDataParallel: its reducer all-reduces only buckets "
+             "whose parameters all got a gradient, and a step that leaves some without one fails "
+             "the next step ('Expected to have finished reduction in the prior iteration'); "
+             "false: the engine all-reduces every gradient after the backward, as DeepSpeed's");
+  o.add_flag("workload.ddp.find_unused_parameters", "--find-unused-parameters",
+             c.find_unused_parameters,
+             "DistributedDataParallel(find_unused_parameters=True): parameters the backward never "
+             "reached are marked ready with zero gradients");
+}
+
 void zero_options(worker::Options& o, TrainArgs& a) {
   auto& c = a.cfg;
   o.section("workload.zero", "ZeRO knobs (topology.zero picks the stage)");
@@ -223,16 +238,6 @@ void zero_options(worker::Options& o, TrainArgs& a) {
   o.add_flag("workload.eval_data.drop_last", "--eval-drop-last", c.eval_drop_last,
              "Drop the evaluation set's uneven tail and partial last batch; without it ranks can "
              "get different numbers of evaluation batches, each batch's loss being all-reduced");
-  o.section("workload.ddp", "torch's DistributedDataParallel around the model (zero 0)");
-  o.add_flag("workload.ddp.wrapper", "--ddp", c.ddp_wrapper,
-             "Zero 0 as torch's DistributedDataParallel: its reducer all-reduces only buckets "
-             "whose parameters all got a gradient, and a step that leaves some without one fails "
-             "the next step ('Expected to have finished reduction in the prior iteration'); "
-             "false: the engine all-reduces every gradient after the backward, as DeepSpeed's");
-  o.add_flag("workload.ddp.find_unused_parameters", "--find-unused-parameters",
-             c.find_unused_parameters,
-             "DistributedDataParallel(find_unused_parameters=True): parameters the backward never "
-             "reached are marked ready with zero gradients");
 }
 
 // Options no scenario key sets: layout (the harness passes the topology), recovery, output.
@@ -281,6 +286,7 @@ void declare_train_options(worker::Runtime& rt, TrainArgs& a) {
   optimizer_options(rt.options(), a);
   data_options(rt.options(), a);
   zero_options(rt.options(), a);
+  ddp_options(rt.options(), a);
   structure_options(rt.options(), a);
   moe_options(rt.options(), a);
   command_line_options(rt.app(), a);
