@@ -154,7 +154,7 @@ void compile_shared(const Compile& c) {
 
 // What compiling against the framework adds: its ABI flag and namespace, and the glue that
 // registers the plugin's operator with it (torch's common flags carry -D_GLIBCXX_USE_CXX11_ABI).
-// `glue` is the glue header the build reads (the tree's, or a package's copy).
+// `glue`: the framework's glue header (torch/extension.h's stand-in, from the tree).
 std::vector<std::string> framework_defines(const std::string& name, const std::string& torch,
                                            bool cxx11_abi, const fs::path& glue) {
   return {fmt::format("-D_GLIBCXX_USE_CXX11_ABI={}", cxx11_abi ? 1 : 0),
@@ -237,14 +237,16 @@ std::string jit_build_plugin(const std::string& name) {
   fs::path dir = jit_cache_dir(name);
   // The include root is the directory above kernels/plugins; a packaged install compiles from
   // its own copy of what the manifest kept (plugin_package.hpp).
-  const fs::path tree = fs::path(kPluginSrc.get()).parent_path().parent_path();
-  const fs::path glue_rel =
-      (fs::path(kPluginSrc.get()) / "framework" / "torch_extension.hpp").lexically_relative(tree);
-  std::vector<std::string> forced;
-  if (!ver.torch.empty()) forced.push_back(glue_rel.generic_string());
-  const PluginPackage pkg = plan_package(tree_src.lexically_relative(tree).generic_string(), tree,
-                                         forced, jit_manifest(), dir);
-  const fs::path src = pkg.root / pkg.source;
+  fs::path plugins = fs::path(kPluginSrc.get()).lexically_normal();
+  if (!plugins.has_filename()) plugins = plugins.parent_path();  // a trailing '/'
+  const fs::path tree = plugins.parent_path().parent_path();
+  // The framework's glue stands for torch's own headers: it comes with the framework, never with
+  // the op package, so it is read from the tree whatever the manifest keeps.
+  const fs::path glue = plugins / "framework" / "torch_extension.hpp";
+  const PluginPackage pkg =
+      plan_package((plugins / (name + ".cpp")).lexically_relative(tree).generic_string(), tree, {},
+                   jit_manifest(), dir);
+  const fs::path src = pkg.packaged ? pkg.root / pkg.source : tree_src;
   const std::string root = pkg.root.string();
   // Like DeepSpeed's op builder, the instruction set comes from the building CPU unless set; it
   // becomes a compiler flag, so it is part of the cache key (the setting's value, not the CPU:
@@ -278,7 +280,7 @@ std::string jit_build_plugin(const std::string& name) {
     const bool earlier = !ver.cached_torch.empty();
     auto fw =
         framework_defines(name, earlier ? ver.cached_torch : ver.torch,
-                          earlier ? ver.cached_cxx11_abi : ver.cxx11_abi, pkg.root / glue_rel);
+                          earlier ? ver.cached_cxx11_abi : ver.cxx11_abi, glue);
     c.defines.insert(c.defines.end(), fw.begin(), fw.end());
   }
   compile_shared(c);

@@ -2,6 +2,7 @@
 #include "kernels/cpu/plugin_package.hpp"
 
 #include <fnmatch.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -19,14 +20,6 @@
 
 namespace fl::ops {
 
-FAULTLINE_SETTING(
-    kJitManifest, std::string, "FAULTLINE_JIT_MANIFEST", "",
-    "File-name patterns (comma- or space-separated, e.g. '*.cpp,*.h,*.hpp') of a packaged "
-    "install of the plugin sources, as a MANIFEST.in selects them: a JIT build "
-    "compiles from a package of the plugin's source and the project headers it "
-    "includes, each kept only if a pattern matches its name (empty: from the "
-    "source tree)");
-
 namespace {
 namespace fs = std::filesystem;
 
@@ -41,11 +34,12 @@ std::vector<std::string> quoted_includes(const fs::path& tree, const std::string
     if (!std::regex_search(line, m, kInclude)) continue;
     const std::string inc = m[1].str();
     if (inc.find("..") != std::string::npos) continue;  // never outside the tree
-    if (fs::is_regular_file(tree / inc)) {
+    // As the compiler looks: beside the including file first, then the include root.
+    const std::string beside = (fs::path(rel).parent_path() / inc).generic_string();
+    if (fs::is_regular_file(tree / beside)) {
+      out.push_back(beside);
+    } else if (fs::is_regular_file(tree / inc)) {
       out.push_back(inc);
-    } else {
-      const std::string beside = (fs::path(rel).parent_path() / inc).generic_string();
-      if (fs::is_regular_file(tree / beside)) out.push_back(beside);
     }
   }
   return out;
@@ -76,6 +70,12 @@ std::vector<std::string> jit_manifest() {
     }
     out.push_back(w);
   }
+  if (out.empty() && !kJitManifest.get().empty()) {
+    raise<SettingError>(
+        "FAULTLINE_JIT_MANIFEST is '{}', which names no pattern (allowed: file-name patterns "
+        "separated by commas or spaces, such as '*.cpp,*.h,*.hpp', or unset)",
+        kJitManifest.get());
+  }
   return out;
 }
 
@@ -88,6 +88,12 @@ PluginPackage plan_package(const std::string& source, const fs::path& tree,
     pkg.root = tree;
     return pkg;
   }
+  if (source.empty() || source.rfind("..", 0) == 0) {
+    raise<PluginError>(
+        "cannot package the plugin source {}: it is not under the include root {} "
+        "(FAULTLINE_PLUGIN_SRC must be <root>/kernels/plugins when FAULTLINE_JIT_MANIFEST is set)",
+        source, tree.string());
+  }
   pkg.packaged = true;
   // Every file the build reads, in the order first reached: the source, the forced includes,
   // then what they include. A file left out is not followed further: nothing reads it.
@@ -98,10 +104,7 @@ PluginPackage plan_package(const std::string& source, const fs::path& tree,
     const std::string rel = todo.front();
     todo.pop_front();
     if (!seen.insert(rel).second || !fs::is_regular_file(tree / rel)) continue;
-    if (!kept_by(manifest, rel)) {
-      pkg.left.push_back(rel);
-      continue;
-    }
+    if (!kept_by(manifest, rel)) continue;  // not in the package: nothing reads on from it
     pkg.kept.push_back(rel);
     for (auto& inc : quoted_includes(tree, rel)) todo.push_back(inc);
   }
@@ -115,14 +118,29 @@ PluginPackage plan_package(const std::string& source, const fs::path& tree,
 }
 
 void stage_package(const PluginPackage& pkg, const fs::path& tree) {
-  if (!pkg.packaged) return;
+  // A package's folder is named by its content and appears whole (a rename), so one that exists
+  // is complete: jobs under other locks that share the cache never see a half-written copy.
+  if (!pkg.packaged || fs::is_directory(pkg.root)) return;
+  const fs::path tmp = pkg.root.string() + fmt::format(".tmp.{}", ::getpid());
   std::error_code ec;
+  fs::remove_all(tmp, ec);
   for (const auto& rel : pkg.kept) {
-    const fs::path to = pkg.root / rel;
+    const fs::path to = tmp / rel;
     fs::create_directories(to.parent_path(), ec);
     fs::copy_file(tree / rel, to, fs::copy_options::overwrite_existing, ec);
     if (ec) {
-      raise<PluginError>("cannot stage {} into the plugin package {}: {}", rel, pkg.root.string(),
+      std::error_code ignored;
+      fs::remove_all(tmp, ignored);
+      raise<PluginError>("cannot stage {} into the plugin package {}: {}", rel,
+                         pkg.root.string(), ec.message());
+    }
+  }
+  fs::rename(tmp, pkg.root, ec);
+  if (ec) {  // another job's rename came first: its package has the same content
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    if (!fs::is_directory(pkg.root)) {
+      raise<PluginError>("cannot install the plugin package {}: {}", pkg.root.string(),
                          ec.message());
     }
   }

@@ -12,13 +12,22 @@
 #include <string>
 #include <vector>
 
+#include "base/settings.hpp"
+
 namespace fl::ops {
+
+FAULTLINE_SETTING(
+    kJitManifest, std::string, "FAULTLINE_JIT_MANIFEST", "",
+    "File-name patterns (comma- or space-separated, e.g. '*.cpp,*.h,*.hpp') of a packaged "
+    "install of the plugin sources, as a MANIFEST.in selects them: a JIT build "
+    "compiles from a package of the plugin's source and the project headers it "
+    "includes, each kept only if a pattern matches its name (empty: from the "
+    "source tree)");
 
 struct PluginPackage {
   std::filesystem::path root;     // the staged include root (-I) or, unpackaged, the tree's
   std::filesystem::path source;   // the plugin's source, relative to root
   std::vector<std::string> kept;  // files staged, relative to the root
-  std::vector<std::string> left;  // files the sources reach that the manifest left out
   bool packaged = false;
 };
 
@@ -28,16 +37,16 @@ struct PluginPackage {
 std::vector<std::string> jit_manifest();
 
 // What a JIT build compiles: `source` is the plugin's source and `extra` more files the build
-// reads (a forced -include), both relative to `tree`, the source tree's include root. Without a
-// manifest the tree itself; with one the package that `stage_package` writes under `dir` (its
-// content decides the folder's name). Reads files only.
+// reads, both relative to `tree`, the source tree's include root. Without a manifest the tree
+// itself; with one the package that `stage_package` writes under `dir` (its content decides the
+// folder's name). Reads files only; PluginError when `source` is not under `tree`.
 PluginPackage plan_package(const std::string& source, const std::filesystem::path& tree,
                            const std::vector<std::string>& extra,
                            const std::vector<std::string>& manifest,
                            const std::filesystem::path& dir);
 
-// Copies the kept files into pkg.root (call under the build's lock). Throws PluginError when a
-// copy fails.
+// Copies the kept files into pkg.root unless it exists, through a temporary folder renamed into
+// place, so a package folder is always whole. Throws PluginError when a copy fails.
 void stage_package(const PluginPackage& pkg, const std::filesystem::path& tree);
 
 }  // namespace fl::ops

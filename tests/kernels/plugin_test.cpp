@@ -17,6 +17,7 @@
 #include "base/subprocess.hpp"
 #include "injector/plan.hpp"
 #include "kernels/ops.hpp"
+#include "kernels/cpu/plugin_package.hpp"
 #include "kernels/plugin.hpp"
 #include "kernels/versions.hpp"
 
@@ -214,6 +215,38 @@ TEST(PluginJitPackage, AManifestKeepingHeadersBuildsFromThePackage) {
   for (const auto& f : files) {
     EXPECT_TRUE(f.ends_with(".hpp") || f.ends_with(".cpp") || f.ends_with(".h")) << f;
     EXPECT_EQ(f.find("plugin_package"), std::string::npos) << f;
+  }
+}
+
+// The package's folder is named by its content and that name keys the build: a library built
+// from a complete package is never reused by a build from one without the header.
+TEST(PluginJitPackage, ABuildFromAnotherPackageNeverReusesTheCachedLibrary) {
+  const std::string dir = fresh_dir("manifest-cache");
+  ::setenv("FAULTLINE_JIT_DIR", dir.c_str(), 1);
+  ::unsetenv("CXX");
+  ::unsetenv("CXXFLAGS");
+  ::setenv("FAULTLINE_JIT_MANIFEST", "*.cpp,*.h,*.hpp", 1);
+  const std::string built = jit_build_plugin("fused_adamw");
+  EXPECT_TRUE(fs::exists(built)) << built;
+  // The same build again finds its library; without the manifest the tree's build is another.
+  EXPECT_EQ(jit_build_plugin("fused_adamw"), built);
+  ::setenv("FAULTLINE_JIT_MANIFEST", "*.cpp,*.h", 1);
+  kJitManifest.reset();  // settings are read once per process
+  const std::string err = error_of([] { jit_build_plugin("fused_adamw"); });
+  EXPECT_NE(err.find("kernels/cpu/adamw_impl.hpp: No such file or directory"), std::string::npos)
+      << err;
+}
+
+TEST(PluginJitPackage, AManifestOfOnlySeparatorsIsASettingError) {
+  ::setenv("FAULTLINE_JIT_DIR", fresh_dir("manifest-empty").c_str(), 1);
+  ::setenv("FAULTLINE_JIT_MANIFEST", " , ", 1);
+  try {
+    jit_build_plugin("fused_adamw");
+    FAIL() << "a manifest without a pattern was accepted";
+  } catch (const SettingError& e) {
+    EXPECT_NE(std::string(e.what()).find("FAULTLINE_JIT_MANIFEST is ' , ', which names no pattern"),
+              std::string::npos)
+        << e.what();
   }
 }
 

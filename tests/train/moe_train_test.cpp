@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/exit_codes.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/train_run.hpp"
 
@@ -90,7 +91,7 @@ TEST(MoeTraining, DroplessExpertsWithoutTokensLeaveADdpReductionUnfinished) {
   const std::vector<std::string> args = {"--dp",          "2",  "--micro-batch",  "1",
                                          "--moe-experts", "16", "--moe-dropless", "true"};
   const TrainRun ddp = train(2, with(args, {"--ddp"}), 3);
-  EXPECT_NE(ddp.proc.exit_code, 0);
+  EXPECT_EQ(ddp.proc.exit_code, exit_code::kError) << ddp.proc.output;
   EXPECT_EQ(ddp.steps.size(), 1u) << ddp.proc.output;
   EXPECT_TRUE(std::regex_search(
       ddp.proc.output,
@@ -99,6 +100,19 @@ TEST(MoeTraining, DroplessExpertsWithoutTokensLeaveADdpReductionUnfinished) {
           "new one: .* on rank [01] of group 'edp'.*Parameters which did not receive grad: "
           "h0\\.moe\\.experts\\.[0-9]+\\.fc\\.weight, h0\\.moe\\.experts\\.[0-9]+\\.fc\\.bias")))
       << ddp.proc.output;
+  // Both ranks left experts idle (16 tokens over 16 experts), so both reach their second step
+  // and both refuse it.
+  for (const char* rank : {"on rank 0 of group 'edp'", "on rank 1 of group 'edp'"}) {
+    EXPECT_NE(ddp.proc.output.find(rank), std::string::npos) << rank << "\n" << ddp.proc.output;
+  }
+  // Torch's reducer checks at any world size: one rank alone refuses its second step too.
+  const TrainRun alone = train(1, {"--micro-batch", "1", "--moe-experts", "16", "--moe-dropless",
+                                   "true", "--ddp"},
+                               3);
+  EXPECT_EQ(alone.proc.exit_code, exit_code::kError) << alone.proc.output;
+  EXPECT_NE(alone.proc.output.find("Expected to have finished reduction in the prior iteration"),
+            std::string::npos)
+      << alone.proc.output;
   const TrainRun found = train(2, with(args, {"--ddp", "--find-unused-parameters"}), 3);
   expect_same_losses(train(2, args, 3), found, "find_unused_parameters");
   expect_same_losses(train(2, {"--dp", "2"}, 3), train(2, {"--dp", "2", "--ddp"}, 3),
@@ -113,6 +127,17 @@ TEST(MoeTraining, TheDdpWrapperNeedsZero0AndFindUnusedParametersNeedsTheWrapper)
                                 "gradients, but --zero is 1 (allowed: zero 0)"),
             std::string::npos)
       << z1.proc.output;
+  const TrainRun tp = train(2, {"--tp", "2", "--ddp"}, 1);
+  EXPECT_EQ(tp.proc.exit_code, 2) << tp.proc.output;
+  EXPECT_NE(tp.proc.output.find("workload.ddp.wrapper (--ddp) wraps a model every data-parallel "
+                                "rank holds whole (allowed: tp 1, pp 1 and workload.moe.ep_size 1; "
+                                "this run: tp 2, pp 1, ep_size 1)"),
+            std::string::npos)
+      << tp.proc.output;
+  const TrainRun accum = train(2, {"--dp", "2", "--grad-accum", "2", "--ddp"}, 1);
+  EXPECT_EQ(accum.proc.exit_code, 2) << accum.proc.output;
+  EXPECT_NE(accum.proc.output.find("but grad_accum is 2 (allowed: 1"), std::string::npos)
+      << accum.proc.output;
   const TrainRun lone = train(2, {"--dp", "2", "--find-unused-parameters"}, 1);
   EXPECT_EQ(lone.proc.exit_code, 2) << lone.proc.output;
   EXPECT_NE(lone.proc.output.find("workload.ddp.find_unused_parameters (--find-unused-parameters) "

@@ -250,7 +250,7 @@ class ZeroEngine final : public model::ParamAccess {
   std::vector<int> unfinished_;    // ddp_reducer: the groups the prior step left unready
   // ddp_reducer: the reducer's end of a step (finish_gradients); false when some group is unready.
   bool ddp_ready_to_reduce();
-  void raise_unfinished_reduction() const;
+  [[noreturn]] void raise_unfinished_reduction();
 };
 
 }  // namespace fl::parallel

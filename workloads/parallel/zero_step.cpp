@@ -6,6 +6,7 @@
 #include "workloads/parallel/zero.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/ranges.h>
 
@@ -209,8 +210,9 @@ void ZeroEngine::begin_step() {
 
 void ZeroEngine::finish_gradients() {
   if (!pending_.empty()) raise("ZeRO: {} gradient bucket(s) never completed", pending_.size());
-  if (cfg_.stage >= 2 || dp_ == 1) return;
+  // Torch's reducer checks readiness at any world size, one rank included.
   if (cfg_.ddp_reducer && !ddp_ready_to_reduce()) return;
+  if (cfg_.stage >= 2 || dp_ == 1) return;
   // Stages 0-1: bucketed all-reduce (average) of the full gradients, in the stored format.
   const size_t bucket = std::max<size_t>(1, cfg_.reduce_bucket_bytes / sizeof(float));
   for (size_t off = 0; off < padded_; off += bucket) {
@@ -239,9 +241,11 @@ bool ZeroEngine::ddp_ready_to_reduce() {
   return unfinished_.empty();
 }
 
-void ZeroEngine::raise_unfinished_reduction() const {
+void ZeroEngine::raise_unfinished_reduction() {
+  // Refused once: a caller that goes on after the error starts from a clean reducer.
+  const std::vector<int> unready = std::exchange(unfinished_, {});
   std::vector<std::string> names;
-  for (int g : unfinished_) {
+  for (int g : unready) {
     const auto& grp = layout_.groups()[static_cast<size_t>(g)];
     for (const auto& sp : layout_.specs()) {
       if (sp.offset >= grp.lo && sp.offset < grp.hi) names.push_back(sp.name);
@@ -253,7 +257,7 @@ void ZeroEngine::raise_unfinished_reduction() const {
       "prior step on rank {} of group '{}', so their buckets were never reduced (pass "
       "find_unused_parameters=True, or make every forward output take part in the loss). "
       "Parameters which did not receive grad: {}",
-      unfinished_.size(), dp_rank_, topo_.dp->group(), fmt::join(names, ", "));
+      unready.size(), dp_rank_, topo_.dp->group(), fmt::join(names, ", "));
 }
 
 void ZeroEngine::sum_grads_over(comm::Communicator& group, size_t lo, size_t n) {

@@ -157,7 +157,8 @@ void ddp_options(worker::Options& o, TrainArgs& a) {
   o.add_flag("workload.ddp.find_unused_parameters", "--find-unused-parameters",
              c.find_unused_parameters,
              "DistributedDataParallel(find_unused_parameters=True): parameters the backward never "
-             "reached are marked ready with zero gradients");
+             "reached are marked ready with zero gradients (torch leaves their grad None; here "
+             "the optimizer still decays them)");
 }
 
 void zero_options(worker::Options& o, TrainArgs& a) {

@@ -97,6 +97,7 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   z.offload_optimizer = cfg_.offload_optimizer;
   z.ddp_reducer = cfg_.ddp_wrapper;
   z.find_unused_parameters = cfg_.find_unused_parameters;
+  check_ddp_wrapper(topo);
   z.seed = cfg_.model.seed + (cfg_.seed_per_rank ? topo.rank : 0);
   z.broadcast_init = cfg_.broadcast_init && z.stage < 3;
   z.optimizer_state_bytes = optimizer_state_bytes(cfg_);  // 8: AdamW m, v; 4: SGD momentum; 0
@@ -196,6 +197,23 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
   return static_cast<float>(loss_sum / M);
 }
 
+void Trainer::check_ddp_wrapper(const parallel::Topology& topo) const {
+  if (!cfg_.ddp_wrapper) return;
+  const int ep = cfg_.model.moe.enabled() ? cfg_.model.moe.ep_size : 1;
+  if (topo.layout.tp != 1 || topo.layout.pp != 1 || ep != 1) {
+    raise<ConfigError>(
+        "workload.ddp.wrapper (--ddp) wraps a model every data-parallel rank holds whole (allowed: "
+        "tp 1, pp 1 and workload.moe.ep_size 1; this run: tp {}, pp {}, ep_size {})",
+        topo.layout.tp, topo.layout.pp, ep);
+  }
+  if (cfg_.grad_accum != 1) {
+    raise<ConfigError>(
+        "workload.ddp.wrapper (--ddp) checks every backward's reduction, but grad_accum is {} "
+        "(allowed: 1; the reducer under no_sync accumulation is not modelled)",
+        cfg_.grad_accum);
+  }
+}
+
 void Trainer::phase(const char* name, std::chrono::steady_clock::time_point from) {
   if (timing_ == nullptr || timing_->phases.size() >= StepMetrics::kMaxPhases) return;
   const auto now = std::chrono::steady_clock::now();
@@ -230,15 +248,24 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   const float scale = cfg_.precision == DType::kF16 ? scaler_.scale() : 1.0f;
   m.loss_scale = scale;
   auto [overflow, sq] = judge_gradients(scale);
-  topo_.world->all_reduce(host_buffer(&overflow, 1, DType::kI32), comm::ReduceOp::kMax);
+  // Under torch's DDP (a replicated model: tp 1, pp 1, every expert on every rank) each replica
+  // judges the averaged gradients it holds, with no collective between the backward and the
+  // next forward, as torch's clipping and GradScaler do there: a rank whose reduction did not
+  // finish reaches its next step (and fails there) while its replicas wait in their all-reduce.
+  const bool replicas_judge = cfg_.ddp_wrapper;
+  if (!replicas_judge) {
+    topo_.world->all_reduce(host_buffer(&overflow, 1, DType::kI32), comm::ReduceOp::kMax);
+  }
   if (cfg_.precision == DType::kF16) {
     m.skipped = !scaler_.update(overflow != 0, step_);
   }
   // Global gradient norm (unscaled). Elements replicated across TP ranks count once; below
   // ZeRO-2 (fp32; below ZeRO-1 in fp16/bf16) every data-parallel replica judges the same averaged
   // gradients, so they count once too.
-  topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
-  if (zero_->judges_all_grads()) sq /= dp;
+  if (!replicas_judge) {
+    topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
+    if (zero_->judges_all_grads()) sq /= dp;
+  }
   m.grad_norm =
       overflow ? std::numeric_limits<float>::infinity() : static_cast<float>(std::sqrt(sq));
   m.lr = learning_rate(std::max<int64_t>(0, step_ + lr_offset_));
