@@ -278,9 +278,8 @@ std::string jit_build_plugin(const std::string& name) {
   if (!ver.torch.empty()) {
     // An earlier job (another framework) built this key first: what this job then finds.
     const bool earlier = !ver.cached_torch.empty();
-    auto fw =
-        framework_defines(name, earlier ? ver.cached_torch : ver.torch,
-                          earlier ? ver.cached_cxx11_abi : ver.cxx11_abi, glue);
+    auto fw = framework_defines(name, earlier ? ver.cached_torch : ver.torch,
+                                earlier ? ver.cached_cxx11_abi : ver.cxx11_abi, glue);
     c.defines.insert(c.defines.end(), fw.begin(), fw.end());
   }
   compile_shared(c);

@@ -131,8 +131,8 @@ void stage_package(const PluginPackage& pkg, const fs::path& tree) {
     if (ec) {
       std::error_code ignored;
       fs::remove_all(tmp, ignored);
-      raise<PluginError>("cannot stage {} into the plugin package {}: {}", rel,
-                         pkg.root.string(), ec.message());
+      raise<PluginError>("cannot stage {} into the plugin package {}: {}", rel, pkg.root.string(),
+                         ec.message());
     }
   }
   fs::rename(tmp, pkg.root, ec);

@@ -16,8 +16,8 @@
 
 #include "base/subprocess.hpp"
 #include "injector/plan.hpp"
-#include "kernels/ops.hpp"
 #include "kernels/cpu/plugin_package.hpp"
+#include "kernels/ops.hpp"
 #include "kernels/plugin.hpp"
 #include "kernels/versions.hpp"
 

@@ -106,9 +106,8 @@ TEST(MoeTraining, DroplessExpertsWithoutTokensLeaveADdpReductionUnfinished) {
     EXPECT_NE(ddp.proc.output.find(rank), std::string::npos) << rank << "\n" << ddp.proc.output;
   }
   // Torch's reducer checks at any world size: one rank alone refuses its second step too.
-  const TrainRun alone = train(1, {"--micro-batch", "1", "--moe-experts", "16", "--moe-dropless",
-                                   "true", "--ddp"},
-                               3);
+  const TrainRun alone =
+      train(1, {"--micro-batch", "1", "--moe-experts", "16", "--moe-dropless", "true", "--ddp"}, 3);
   EXPECT_EQ(alone.proc.exit_code, exit_code::kError) << alone.proc.output;
   EXPECT_NE(alone.proc.output.find("Expected to have finished reduction in the prior iteration"),
             std::string::npos)
