@@ -100,11 +100,8 @@ TEST(MoeTraining, DroplessExpertsWithoutTokensLeaveADdpReductionUnfinished) {
           "new one: .* on rank [01] of group 'edp'.*Parameters which did not receive grad: "
           "h0\\.moe\\.experts\\.[0-9]+\\.fc\\.weight, h0\\.moe\\.experts\\.[0-9]+\\.fc\\.bias")))
       << ddp.proc.output;
-  // Both ranks left experts idle (16 tokens over 16 experts), so both reach their second step
-  // and both refuse it.
-  for (const char* rank : {"on rank 0 of group 'edp'", "on rank 1 of group 'edp'"}) {
-    EXPECT_NE(ddp.proc.output.find(rank), std::string::npos) << rank << "\n" << ddp.proc.output;
-  }
+  // (Whichever rank refuses first ends the job: mpirun stops the other, which may not have
+  // printed its own refusal yet, so the regex above asks for one rank's.)
   // Torch's reducer checks at any world size: one rank alone refuses its second step too.
   const TrainRun alone =
       train(1, {"--micro-batch", "1", "--moe-experts", "16", "--moe-dropless", "true", "--ddp"}, 3);
