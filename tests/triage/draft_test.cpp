@@ -129,7 +129,8 @@ TEST(TriageDraft, ALongSourceLineInAnotherScriptIsCutBetweenCharacters) {
   EXPECT_NE(c.front().find("\xE6\xB5\x8B...`"), std::string::npos) << c.front();
 }
 
-TEST(TriageDraft, ACauseWithoutAMechanismIsSaidPlainly) {
+// A cause some scenario builds, but for another symptom (stop 58 gave R1.3 a base for 1.1 only).
+TEST(TriageDraft, ACauseBuiltOnlyForAnotherSymptomIsSaidPlainly) {
   const Draft d = draft_of(
       "torchrun --nproc_per_node 2 train.py\n"
       "ModuleNotFoundError: No module named 'deepspeed'\n");
@@ -137,12 +138,28 @@ TEST(TriageDraft, ACauseWithoutAMechanismIsSaidPlainly) {
   EXPECT_FALSE(d.cause_expressed());
   const std::string text = format_draft(d);
   EXPECT_NE(text.find("Could not express:\n"
-                      "  - cause: root cause R1.3 (Gapped component/dependency): no scenario or "
-                      "fault kind of faultline builds it yet; the draft reproduces 1.2 through "
+                      "  - cause: root cause R1.3 (Gapped component/dependency): faultline builds "
+                      "it only for symptom(s) 1.1, not for 1.2; the draft reproduces 1.2 through "
                       "R1.4 (its base's cause) instead\n"
                       "  - setting: launcher torchrun (from line 1: `torchrun --nproc_per_node 2 "
                       "train.py`): the draft keeps launcher auto; faultline has no torchrun "
                       "launcher (it has local, mpirun, srun, deepspeed, command)\n"),
+            std::string::npos)
+      << text;
+}
+
+// A cause no scenario builds at all (R4.8, limited framework design, has none).
+TEST(TriageDraft, ACauseWithoutAMechanismIsSaidPlainly) {
+  const Draft d = draft_of(
+      "ZeRO stage 3 training is ten times slower than stage 2 with deepspeed on 8 GPUs; "
+      "throughput drops from 40 to 4 samples/sec\n");
+  ASSERT_TRUE(d.made) << d.why;
+  EXPECT_FALSE(d.cause_expressed());
+  const std::string text = format_draft(d);
+  EXPECT_NE(text.find("Could not express:\n"
+                      "  - cause: root cause R4.8 (Limited framework design and optimization): no "
+                      "scenario or fault kind of faultline builds it yet; the draft reproduces 4.1 "
+                      "through R4.5 (its base's cause) instead\n"),
             std::string::npos)
       << text;
 }
