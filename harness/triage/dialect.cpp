@@ -223,27 +223,25 @@ std::vector<Example> setup_events() {
 // Events that print faultline's sentence in both dialects: a run's setup and layout checks.
 // The data plane's set-up (workloads/comm/).
 std::vector<Example> comm_setup_events() {
-  return {
-      // workloads/comm/shm_transport.cpp (FAULTLINE_SHM_ALLOCATE=reserve)
-      {"shm setup",
-       "comm",
-       "shared-memory transport on group 'dp': cannot create shared memory segment "
-       "/dev/shm/faultline-shm-0f0a8232c62c4c7e-3 (size 25165824): posix_fallocate failed: No "
-       "space left on device (/dev/shm cannot hold the transport's segments: give the job a "
-       "larger /dev/shm) (set NCCL_SHM_DISABLE=1 to use the network path)",
-       {"torch.distributed.DistBackendError: NCCL error in: "
-        "../torch/csrc/distributed/c10d/NCCLUtils.hpp:268, unhandled system error (run with "
-        "NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
-        "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or "
-        "device error. ",
-        "Last error:",
-        "Error while creating shared memory segment /dev/shm/faultline-shm-0f0a8232c62c4c7e-3 "
-        "(size 25165824)"},
-       "workloads/comm/shm_transport.cpp",
-       "shared-memory transport on group '{}': {} (set NCCL_SHM_DISABLE=1 to use the network "
-       "path)",
-       "docker-default-shm-fails-the-shm-transport-set-up"}
-  };
+  return {// workloads/comm/shm_transport.cpp (FAULTLINE_SHM_ALLOCATE=reserve)
+          {"shm setup",
+           "comm",
+           "shared-memory transport on group 'dp': cannot create shared memory segment "
+           "/dev/shm/faultline-shm-0f0a8232c62c4c7e-3 (size 25165824): posix_fallocate failed: No "
+           "space left on device (/dev/shm cannot hold the transport's segments: give the job a "
+           "larger /dev/shm) (set NCCL_SHM_DISABLE=1 to use the network path)",
+           {"torch.distributed.DistBackendError: NCCL error in: "
+            "../torch/csrc/distributed/c10d/NCCLUtils.hpp:268, unhandled system error (run with "
+            "NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+            "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or "
+            "device error. ",
+            "Last error:",
+            "Error while creating shared memory segment /dev/shm/faultline-shm-0f0a8232c62c4c7e-3 "
+            "(size 25165824)"},
+           "workloads/comm/shm_transport.cpp",
+           "shared-memory transport on group '{}': {} (set NCCL_SHM_DISABLE=1 to use the network "
+           "path)",
+           "docker-default-shm-fails-the-shm-transport-set-up"}};
 }
 
 std::vector<Example> layout_events() {

@@ -69,16 +69,17 @@ TEST_F(ScenarioTest, ZeroKnobsReachTheWorkerArguments) {
 }
 
 TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
-  EXPECT_EQ(error_of("name: a\nworkload:\n  stepz: 3\n"),
-            "s.yaml:3:3: workload.stepz: unknown key (did you mean 'steps'?) (allowed here: "
-            "kind, fidelity, model, shape, device, plugins, jit, fetch, versions, steps, "
-            "precision, micro_batch, grad_accum, train_batch_size, lr, clip, schedule, eval_every, "
-            "loss_scale, "
-            "min_loss_scale, loss_scale_window, hysteresis, raise_error_at_min_scale, optimizer, "
-            "momentum, weight_decay, lr_scaling, warmup_steps, warmup_style, data, "
-            "activation_checkpointing, "
-            "zero, checkpoint, eval_data, ddp, structure, moe, infer, args, command, launch, probe, "
-            "report_timeout_s)");
+  EXPECT_EQ(
+      error_of("name: a\nworkload:\n  stepz: 3\n"),
+      "s.yaml:3:3: workload.stepz: unknown key (did you mean 'steps'?) (allowed here: "
+      "kind, fidelity, model, shape, device, plugins, jit, fetch, versions, steps, "
+      "precision, micro_batch, grad_accum, train_batch_size, lr, clip, schedule, eval_every, "
+      "loss_scale, "
+      "min_loss_scale, loss_scale_window, hysteresis, raise_error_at_min_scale, optimizer, "
+      "momentum, weight_decay, lr_scaling, warmup_steps, warmup_style, data, "
+      "activation_checkpointing, "
+      "zero, checkpoint, eval_data, ddp, structure, moe, infer, args, command, launch, probe, "
+      "report_timeout_s)");
 }
 
 TEST_F(ScenarioTest, UnknownKeyWithoutANearOneListsWhatIsAllowed) {

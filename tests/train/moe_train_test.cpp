@@ -123,9 +123,10 @@ void expect_config_error(const std::vector<std::string>& args, const std::string
 }
 
 TEST(MoeTraining, TheDdpWrapperNeedsAReplicatedZero0ModelAndFindUnusedParametersTheWrapper) {
-  expect_config_error({"--dp", "2", "--zero", "1", "--ddp"},
-                      "workload.ddp.wrapper (--ddp) wraps the model in DistributedDataParallel, "
-                      "whose reducer all-reduces whole gradients, but --zero is 1 (allowed: zero 0)");
+  expect_config_error(
+      {"--dp", "2", "--zero", "1", "--ddp"},
+      "workload.ddp.wrapper (--ddp) wraps the model in DistributedDataParallel, "
+      "whose reducer all-reduces whole gradients, but --zero is 1 (allowed: zero 0)");
   expect_config_error({"--tp", "2", "--ddp"},
                       "workload.ddp.wrapper (--ddp) wraps a model every data-parallel rank holds "
                       "whole (allowed: tp 1, pp 1 and workload.moe.ep_size 1; this run: tp 2, pp "

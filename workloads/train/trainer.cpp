@@ -40,6 +40,27 @@ DType gemm_precision_for(DType precision, Device device, const std::string& sett
   return precision;
 }
 
+// The engine's configuration from the job's (topology.zero picks the stage; workload.zero and
+// workload.ddp the rest).
+parallel::ZeroConfig Trainer::zero_config(const parallel::Topology& topo) const {
+  parallel::ZeroConfig z;
+  z.stage = topo.layout.zero;
+  z.precision = cfg_.precision;
+  z.reduce_bucket_bytes = cfg_.bucket_bytes;
+  z.allgather_bucket_bytes = cfg_.allgather_bucket_bytes;
+  z.prefetch_bytes = cfg_.zero3_prefetch_bytes;
+  z.max_live_bytes = cfg_.zero3_max_live_bytes;
+  z.zero_init = cfg_.zero_init;
+  z.offload_optimizer = cfg_.offload_optimizer;
+  z.ddp_reducer = cfg_.ddp_wrapper;
+  z.find_unused_parameters = cfg_.find_unused_parameters;
+  z.seed = cfg_.model.seed + (cfg_.seed_per_rank ? topo.rank : 0);
+  z.broadcast_init = cfg_.broadcast_init && z.stage < 3;
+  z.optimizer_state_bytes = optimizer_state_bytes(cfg_);  // 8: AdamW m, v; 4: SGD momentum; 0
+  z.state_name = cfg_.optimizer == "sgd" ? "optimizer.momentum_buffer" : "optimizer.exp_avg";
+  return z;
+}
+
 Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& acct)
     : cfg_(std::move(cfg)),
       topo_(topo),
@@ -86,22 +107,8 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
         "micro_batch_per_gpu * gradient_acc_step * world_size {} != {} * {} * {}",
         cfg_.train_batch_size, cfg_.micro_batch, cfg_.grad_accum, topo.layout.dp);
   }
-  parallel::ZeroConfig z;
-  z.stage = topo.layout.zero;
-  z.precision = cfg_.precision;
-  z.reduce_bucket_bytes = cfg_.bucket_bytes;
-  z.allgather_bucket_bytes = cfg_.allgather_bucket_bytes;
-  z.prefetch_bytes = cfg_.zero3_prefetch_bytes;
-  z.max_live_bytes = cfg_.zero3_max_live_bytes;
-  z.zero_init = cfg_.zero_init;
-  z.offload_optimizer = cfg_.offload_optimizer;
-  z.ddp_reducer = cfg_.ddp_wrapper;
-  z.find_unused_parameters = cfg_.find_unused_parameters;
   check_ddp_wrapper(topo);
-  z.seed = cfg_.model.seed + (cfg_.seed_per_rank ? topo.rank : 0);
-  z.broadcast_init = cfg_.broadcast_init && z.stage < 3;
-  z.optimizer_state_bytes = optimizer_state_bytes(cfg_);  // 8: AdamW m, v; 4: SGD momentum; 0
-  z.state_name = cfg_.optimizer == "sgd" ? "optimizer.momentum_buffer" : "optimizer.exp_avg";
+  const parallel::ZeroConfig z = zero_config(topo);
   stage_.set_activation_checkpointing(cfg_.activation_checkpointing);
   zero_.emplace(z, layout_, topo, acct_, MemoryAccountant::host(), staging_);
   if (cfg_.model.moe.enabled()) {

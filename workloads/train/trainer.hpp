@@ -308,6 +308,7 @@ class Trainer {
   StepMetrics* timing_ = nullptr;  // the step train_step is timing (forward_backward adds to it)
   // workload.ddp.wrapper: the layouts torch's DDP is modelled for (ConfigError otherwise).
   void check_ddp_wrapper(const parallel::Topology& topo) const;
+  parallel::ZeroConfig zero_config(const parallel::Topology& topo) const;
   void phase(const char* name, std::chrono::steady_clock::time_point from);
   void section(const char* name, bool begin) const {
     if (section_sink_) section_sink_(name, begin);
