@@ -565,7 +565,23 @@ void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
   find_neighbours(r, in, k);  // stop 53: the similar labelled tune issues, and their votes
   StageGuess g;
   Gate gate = Gate::kOpen;
-  if (r.kind == Result::Kind::kFound) {
+  // Stop 59: an answer resting only on rows marked `reinfer` (their stage a default) and under
+  // reinfer_below has its stage inferred; the rows still count towards their stage.
+  const bool reinfer = r.kind == Result::Kind::kFound && k.reinfer_below > 0 &&
+                       !r.symptoms.empty() && r.symptoms.front().score < k.reinfer_below &&
+                       r.symptoms.front().reinfer_score >= r.symptoms.front().score - 1e-9;
+  if (reinfer) {
+    g = guess_stage(r, in, k, 0);
+    if (g.stage == 0 || g.stage == r.stage) {
+      g = guess_stage(r, in, k, r.stage);
+    } else {
+      const Candidate& top = r.symptoms.front();
+      r.overruled = fmt::format("{} at {:.2f} (stage {})", top.id, top.score, r.stage);
+      std::erase_if(r.symptoms, [&](const Candidate& c) { return stage_of_id(c.id) != g.stage; });
+      r.basis = Result::Basis::kInferred;
+      r.stage = g.stage;
+    }
+  } else if (r.kind == Result::Kind::kFound) {
     g = guess_stage(r, in, k, r.stage);
   } else {
     gate = open_gate(in, k);

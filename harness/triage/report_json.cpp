@@ -66,8 +66,9 @@ ojson candidates_json(const std::vector<Candidate>& cs,
   return out;
 }
 
-std::string confidence_note(Result::Basis b) {
-  switch (b) {
+std::string confidence_note(const Result& r) {
+  if (r.basis == Result::Basis::kInferred && !r.overruled.empty()) return overruled_note(r);
+  switch (r.basis) {
     case Result::Basis::kContext:
       return "no error text matched; the answer rests on context lines only";
     case Result::Basis::kLearned:
@@ -112,7 +113,7 @@ ojson result_json(const Result& r, const Tables& t, const Input& in,
     j["stage"] = {{"id", r.stage}, {"name", t.taxonomy.stage_name.at(r.stage)}};
     j["confidence"] = r.basis == Result::Basis::kTables ? "strong" : "weak";
     j["basis"] = basis_name(r.basis);
-    const std::string note = confidence_note(r.basis);
+    const std::string note = confidence_note(r);
     j["confidence_note"] = note.empty() ? ojson() : ojson(note);
   } else {
     j["stage"] = ojson();

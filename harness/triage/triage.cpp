@@ -127,7 +127,7 @@ void load_file(const std::string& file, Tables& t) {
   for (const auto& item : doc["signatures"]) {
     check_keys(file, item,
                {"id", "needle", "regex", "icase", "env", "fallback", "symptoms", "root_cause",
-                "note", "context_for"},
+                "note", "context_for", "reinfer"},
                "signature");
     Signature s;
     s.file = file;
@@ -135,6 +135,7 @@ void load_file(const std::string& file, Tables& t) {
     s.icase = as_bool(file, item, "icase");
     s.env = as_bool(file, item, "env");
     s.fallback = as_bool(file, item, "fallback");
+    s.reinfer = as_bool(file, item, "reinfer");
     s.needle = scalar(file, item, "needle", true);
     if (s.needle.size() < 2) fail_at(file, item["needle"], "needle: at least 2 characters");
     s.needle = ascii_lower(s.needle);  // the needle is always a case-insensitive prefilter
@@ -215,6 +216,14 @@ Tables load_tables(const std::string& dir, const std::string& taxonomy_path,
   return t;
 }
 
+std::string overruled_note(const Result& r) {
+  return fmt::format(
+      "the tables' best match, {}, is under cues.yaml's reinfer_below, and the words shown put the "
+      "issue in stage {}; the candidates are the tables' matches of that stage, then its common "
+      "symptoms on the corpus's tune split",
+      r.overruled, r.stage);
+}
+
 std::string default_signature_dir() {
   if (const char* d = std::getenv("FAULTLINE_TRIAGE_SIGNATURES"); d && *d) return d;
   return std::string(FAULTLINE_SOURCE_DIR) + "/harness/triage/signatures";
@@ -281,10 +290,11 @@ std::string binary_reason(const std::string& text) {
 }
 
 void add_candidate(std::map<std::string, Candidate>& m, const std::string& id, double score,
-                   const std::vector<EvidenceLine>& ev) {
+                   const std::vector<EvidenceLine>& ev, bool reinfer = false) {
   auto& c = m[id];
   c.id = id;
   c.score += score;
+  if (reinfer) c.reinfer_score += score;
   for (const auto& e : ev) {
     const bool seen = std::any_of(c.evidence.begin(), c.evidence.end(),
                                   [&](const EvidenceLine& x) { return x.line == e.line; });
@@ -323,7 +333,7 @@ Scored score_tier(const std::vector<Hit>& hits, const Tables& t, bool fallback, 
     const double scale = 1.0 + 0.25 * static_cast<double>(h.lines.size() - 1);
     if (!s.env) out.strong = true;
     for (const auto& [id, w] : s.symptoms) {
-      add_candidate(sym, id, w * scale, h.lines);
+      add_candidate(sym, id, w * scale, h.lines, s.reinfer);
       ++out.support[id];
     }
     for (const auto& [id, w] : s.root_causes) add_candidate(rc, id, w * scale, h.lines);
@@ -538,6 +548,8 @@ std::string format_result(const Result& r, const Tables& t) {
     out +=
         "Confidence: weak (no table signature matched; the answer rests on words learned "
         "from the corpus's tune split)\n";
+  } else if (r.basis == Result::Basis::kInferred && !r.overruled.empty()) {
+    out += fmt::format("Confidence: weak ({})\n", overruled_note(r));
   } else if (r.basis == Result::Basis::kInferred) {
     out +=
         "Confidence: weak (no signature reached an answer; the stage is inferred from the words "

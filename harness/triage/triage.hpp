@@ -38,6 +38,10 @@ struct Signature {
   std::map<std::string, double> root_causes;  // root-cause id (R4.6) -> weight
   // A context row (context_rows.hpp): the stage-neutral error rows whose line it re-reads.
   std::vector<std::string> context_for;
+  // Stop 59: the row names a symptom its text shows in several stages (a hang, an NCCL WARN) and
+  // its stage is a default: an answer resting on such rows alone has its stage inferred
+  // (cues.yaml reinfer_below).
+  bool reinfer = false;
 };
 
 // A table row that reads one environment fact ("what it read"): key, and the regex's group 1.
@@ -83,6 +87,7 @@ struct Candidate {
   double score = 0;
   std::vector<EvidenceLine> evidence;
   std::string basis;  // empty: the tables' signatures; else the tally the ranker filled it from
+  double reinfer_score = 0;  // stop 59: the part of `score` from rows marked `reinfer`
   // A symptom faultline produces: its scenarios and the lines its runs print for the event
   // (dialect::annotate fills it; empty otherwise, and for root causes).
   dialect::Produced faultline = {};
@@ -116,6 +121,9 @@ struct Result {
   // Stop 55, kNone: the symptoms the ranker would name if it is a failure after all (the answer
   // 'none' first, these after it; empty when the ranker is off or read nothing).
   std::vector<Candidate> guesses;
+  // Stop 59, kInferred: the tables' answer whose stage the inference overruled (cues.yaml's
+  // reinfer_below), as "4.11 at 1.60 (stage 4)"; empty when no table answer was overruled.
+  std::string overruled;
   size_t lines = 0;
   bool truncated = false;
 };
@@ -143,5 +151,7 @@ bool has_whole_word(std::string_view text, const std::string& word);
 // Human-readable report of `r` (what it read, ranked candidates with the lines faultline prints
 // for them when dialect::annotate ran, stage).
 std::string format_result(const Result& r, const Tables& t);
+// Stop 59: the confidence note of an answer whose table stage the words overruled (r.overruled).
+std::string overruled_note(const Result& r);
 
 }  // namespace fl::triage

@@ -65,7 +65,7 @@ TEST(TriageSignatures, AnUnknownKeyNamesFileLineColumnAndTheAllowedKeys) {
   EXPECT_EQ(load_error(dir),
             dir +
                 "/t.yaml:5:5: signature: unknown key 'symptom' (allowed: context_for, env, "
-                "fallback, icase, id, needle, note, regex, root_cause, symptoms)");
+                "fallback, icase, id, needle, note, regex, reinfer, root_cause, symptoms)");
 }
 
 TEST(TriageSignatures, ASymptomOutsideTheTaxonomyIsRejected) {
@@ -360,7 +360,7 @@ TEST(TriageRanker, AnUnknownSettingNamesFileLineColumnAndTheAllowedKeys) {
                      "learned_stage_weight, "
                      "min_share, nb_alpha, nb_cross_min, nb_cross_tables_max, nb_fill_weight, "
                      "nb_max_bytes, nb_mix_power, nb_root_cause_weight, nb_stage_weight, "
-                     "root_cause_table_weight, stage_prior_weight, study_weight, "
+                     "reinfer_below, root_cause_table_weight, stage_prior_weight, study_weight, "
                      "symptom_word_weight, table_stage_weight, weak_margin, weak_margin_slot, "
                      "weak_nb_order_min, weak_nb_thin)");
 }

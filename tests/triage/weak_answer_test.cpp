@@ -153,5 +153,58 @@ TEST(TriageWeakAnswer, AGuessNoWordPointsAtStillNamesLines) {
   EXPECT_EQ(c.evidence[0].line, 1u);
 }
 
+// Stop 59: a table answer under reinfer_below has its stage inferred. The one row this text
+// matches is hang-statement (4.11, 1.6, a stage-4 default), while its words are a build's.
+const char* kBuildHang =
+    "the wheel build hangs: nvcc and ninja keep compiling the extension after pip install\n";
+
+TEST(TriageWeakAnswer, WordsOfAnotherStageOverruleAGenericTableAnswer) {
+  const auto off = run(kBuildHang, tables_with("reinfer_off", {{"reinfer_below", "0"}}));
+  const auto on = run(kBuildHang, tables_with("reinfer_on", {{"reinfer_below", "4"}}));
+  ASSERT_EQ(off.kind, Result::Kind::kFound);
+  ASSERT_FALSE(off.symptoms.empty());
+  EXPECT_EQ(off.stage, 4);
+  EXPECT_EQ(off.symptoms[0].id, "4.11");
+  EXPECT_NE(off.basis, Result::Basis::kInferred);
+  EXPECT_TRUE(off.overruled.empty());
+
+  ASSERT_EQ(on.kind, Result::Kind::kFound);
+  EXPECT_EQ(on.basis, Result::Basis::kInferred);
+  EXPECT_EQ(on.stage, 1);
+  ASSERT_FALSE(on.symptoms.empty());
+  EXPECT_EQ(stage_of(on.symptoms[0]), 1);
+  EXPECT_EQ(on.overruled, "4.11 at 1.60 (stage 4)");
+  ASSERT_FALSE(on.root_causes.empty());
+  EXPECT_EQ(on.root_causes[0].id.rfind("R1.", 0), 0u);  // the root cause follows the stage
+  const std::string report = format_result(on, tables_with("reinfer_on2", {}));
+  EXPECT_NE(report.find("Confidence: weak (the tables' best match, 4.11 at 1.60 (stage 4), is "
+                        "under cues.yaml's reinfer_below, and the words shown put the issue in "
+                        "stage 1;"),
+            std::string::npos)
+      << report;
+}
+
+TEST(TriageWeakAnswer, ATableAnswerAtOrAboveReinferBelowKeepsItsStage) {
+  // hang-statement scores 1.6: a threshold at it leaves the answer as the tables gave it.
+  const auto r = run(kBuildHang, tables_with("reinfer_at", {{"reinfer_below", "1.6"}}));
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms[0].id, "4.11");
+  EXPECT_TRUE(r.overruled.empty());
+}
+
+TEST(TriageWeakAnswer, WordsOfTheTablesOwnStageLeaveItsAnswerAsItWas) {
+  const std::string text = "training hangs at iteration 200 after the loss and the backward pass\n";
+  const auto off = run(text, tables_with("reinfer_same_off", {{"reinfer_below", "0"}}));
+  const auto on = run(text, tables_with("reinfer_same_on", {{"reinfer_below", "4"}}));
+  ASSERT_EQ(on.kind, Result::Kind::kFound);
+  EXPECT_EQ(on.stage, 4);
+  EXPECT_EQ(on.basis, off.basis);
+  EXPECT_TRUE(on.overruled.empty());
+  ASSERT_EQ(on.symptoms.size(), off.symptoms.size());
+  for (size_t i = 0; i < on.symptoms.size(); ++i) EXPECT_EQ(on.symptoms[i].id, off.symptoms[i].id);
+}
+
 }  // namespace
 }  // namespace fl::triage
