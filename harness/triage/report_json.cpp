@@ -115,6 +115,7 @@ ojson result_json(const Result& r, const Tables& t, const Input& in,
     j["basis"] = basis_name(r.basis);
     const std::string note = confidence_note(r);
     j["confidence_note"] = note.empty() ? ojson() : ojson(note);
+    j["overruled"] = r.overruled.empty() ? ojson() : ojson(r.overruled);
   } else {
     j["stage"] = ojson();
   }

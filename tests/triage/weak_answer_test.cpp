@@ -2,6 +2,7 @@
 // cues.yaml's weak_* settings hedge it across stages; each test runs one text with a setting off
 // and on, over a copy of the shipped ranker folder, and checks what the setting moves and that
 // the moved candidate names the lines that carried it.
+#include "harness/triage/report_json.hpp"
 #include "harness/triage/triage.hpp"
 #include "tests/triage/tables.hpp"
 
@@ -176,7 +177,12 @@ TEST(TriageWeakAnswer, WordsOfAnotherStageOverruleAGenericTableAnswer) {
   EXPECT_EQ(on.overruled, "4.11 at 1.60 (stage 4)");
   ASSERT_FALSE(on.root_causes.empty());
   EXPECT_EQ(on.root_causes[0].id.rfind("R1.", 0), 0u);  // the root cause follows the stage
-  const std::string report = format_result(on, tables_with("reinfer_on2", {}));
+  const Tables t = tables_with("reinfer_on2", {});
+  const auto j = result_json(on, t, Input{kBuildHang, false, 0}, "issue.txt");
+  EXPECT_EQ(j.at("basis"), "inferred");
+  EXPECT_EQ(j.at("overruled"), "4.11 at 1.60 (stage 4)");
+  EXPECT_TRUE(result_json(off, t, Input{kBuildHang, false, 0}, "issue.txt").at("overruled").is_null());
+  const std::string report = format_result(on, t);
   EXPECT_NE(report.find("Confidence: weak (the tables' best match, 4.11 at 1.60 (stage 4), is "
                         "under cues.yaml's reinfer_below, and the words shown put the issue in "
                         "stage 1;"),
