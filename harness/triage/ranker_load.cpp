@@ -90,7 +90,7 @@ void load_settings(const std::string& file, const YAML::Node& s, Ranker& r) {
   set("weak_margin_slot", r.weak_margin_slot);
   set("weak_nb_order_min", r.weak_nb_order_min);
   set("weak_nb_thin", r.weak_nb_thin);
-  set("reinfer_below", r.reinfer_below);  // stop 59
+  set("reinfer_below", r.reinfer_below);              // stop 59
   set("frames_stage_weight", r.frames_stage_weight);  // stop 53
   set("frames_alpha", r.frames_alpha);
   set("frames_prior", r.frames_prior);

@@ -233,10 +233,12 @@ const char* kHangsOfStage5 =
 
 TEST(TriageNeighbours, TheStageVoteLeansAWeakAnswersInferredStage) {
   const std::string text = "allreduce quuxhang quuxwait, it does not work\n";  // no table row
-  const Result off = run(text, tables_with("stage0", {{"knn_stage_weight", "0"}, kNbStage}, kHangsOfStage5));
+  const Result off =
+      run(text, tables_with("stage0", {{"knn_stage_weight", "0"}, kNbStage}, kHangsOfStage5));
   ASSERT_EQ(off.basis, Result::Basis::kInferred);
   EXPECT_EQ(off.stage, 4);
-  const Result on = run(text, tables_with("stage2", {{"knn_stage_weight", "2"}, kNbStage}, kHangsOfStage5));
+  const Result on =
+      run(text, tables_with("stage2", {{"knn_stage_weight", "2"}, kNbStage}, kHangsOfStage5));
   ASSERT_EQ(on.basis, Result::Basis::kInferred);
   EXPECT_EQ(on.stage, 5);
   ASSERT_FALSE(on.symptoms.empty());
@@ -244,7 +246,8 @@ TEST(TriageNeighbours, TheStageVoteLeansAWeakAnswersInferredStage) {
   // knn_stage_centred: the vote less each stage's share of the file's issues (here all of stage 5:
   // the vote says nothing the file's make-up does not).
   EXPECT_EQ(
-      run(text, tables_with("centred", {{"knn_stage_weight", "2"}, {"knn_stage_centred", "true"}, kNbStage},
+      run(text, tables_with("centred",
+                            {{"knn_stage_weight", "2"}, {"knn_stage_centred", "true"}, kNbStage},
                             kHangsOfStage5))
           .stage,
       4);

@@ -181,7 +181,8 @@ TEST(TriageWeakAnswer, WordsOfAnotherStageOverruleAGenericTableAnswer) {
   const auto j = result_json(on, t, Input{kBuildHang, false, 0}, "issue.txt");
   EXPECT_EQ(j.at("basis"), "inferred");
   EXPECT_EQ(j.at("overruled"), "4.11 at 1.60 (stage 4)");
-  EXPECT_TRUE(result_json(off, t, Input{kBuildHang, false, 0}, "issue.txt").at("overruled").is_null());
+  EXPECT_TRUE(
+      result_json(off, t, Input{kBuildHang, false, 0}, "issue.txt").at("overruled").is_null());
   const std::string report = format_result(on, t);
   EXPECT_NE(report.find("Confidence: weak (the tables' best match, 4.11 at 1.60 (stage 4), is "
                         "under cues.yaml's reinfer_below, and the words shown put the issue in "
