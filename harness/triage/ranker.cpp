@@ -553,6 +553,34 @@ std::vector<Candidate> guesses_if_failure(const Result& r, const StageGuess& g, 
   return c.symptoms;
 }
 
+// Stop 59: a table answer whose top symptom's score came only from rows marked `reinfer` (their
+// stage a default) and is under reinfer_below.
+bool may_overrule(const Result& r, const Ranker& k) {
+  if (r.kind != Result::Kind::kFound || k.reinfer_below <= 0 || r.symptoms.empty()) return false;
+  const Candidate& top = r.symptoms.front();
+  return top.score < k.reinfer_below && top.reinfer_score >= top.score - 1e-9;
+}
+
+// Its stage inferred as a weak answer's (the rows' scores count towards their stage): when
+// another stage wins, only that stage's table candidates stay and the answer is an inferred one.
+// Returns the overruled stage, 0 when the tables' stage stands.
+int overrule_stage(Result& r, StageGuess& g, const RankInput& in, const Ranker& k) {
+  g = guess_stage(r, in, k, 0);
+  if (g.stage == 0 || g.stage == r.stage) {
+    g = guess_stage(r, in, k, r.stage);  // as a table answer's: its stage and evidence
+    return 0;
+  }
+  const Candidate& top = r.symptoms.front();
+  const int was = r.stage;
+  r.overruled = fmt::format("{} at {:.2f} (stage {})", top.id, top.score, was);
+  auto other_stage = [&](const Candidate& c) { return stage_of_id(c.id) != g.stage; };
+  std::erase_if(r.symptoms, other_stage);
+  std::erase_if(r.root_causes, other_stage);
+  r.basis = Result::Basis::kInferred;
+  r.stage = g.stage;
+  return was;
+}
+
 }  // namespace
 
 void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
@@ -565,22 +593,9 @@ void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
   find_neighbours(r, in, k);  // stop 53: the similar labelled tune issues, and their votes
   StageGuess g;
   Gate gate = Gate::kOpen;
-  // Stop 59: an answer resting only on rows marked `reinfer` (their stage a default) and under
-  // reinfer_below has its stage inferred; the rows still count towards their stage.
-  const bool reinfer = r.kind == Result::Kind::kFound && k.reinfer_below > 0 &&
-                       !r.symptoms.empty() && r.symptoms.front().score < k.reinfer_below &&
-                       r.symptoms.front().reinfer_score >= r.symptoms.front().score - 1e-9;
-  if (reinfer) {
-    g = guess_stage(r, in, k, 0);
-    if (g.stage == 0 || g.stage == r.stage) {
-      g = guess_stage(r, in, k, r.stage);
-    } else {
-      const Candidate& top = r.symptoms.front();
-      r.overruled = fmt::format("{} at {:.2f} (stage {})", top.id, top.score, r.stage);
-      std::erase_if(r.symptoms, [&](const Candidate& c) { return stage_of_id(c.id) != g.stage; });
-      r.basis = Result::Basis::kInferred;
-      r.stage = g.stage;
-    }
+  int overruled = 0;  // stop 59: the stage of the table answer the words overruled
+  if (may_overrule(r, k)) {
+    overruled = overrule_stage(r, g, in, k);
   } else if (r.kind == Result::Kind::kFound) {
     g = guess_stage(r, in, k, r.stage);
   } else {
@@ -601,6 +616,7 @@ void apply_ranker(Result& r, const RankInput& raw, const Tables& t) {
   const bool across = fill_symptoms(r, g, k, r.basis == Result::Basis::kInferred);
   if (r.symptoms.empty()) return;
   if (across) r.stage = stage_of_id(r.symptoms.front().id);  // stop 52: the first slot's stage
+  if (overruled > 0 && r.stage == overruled) r.overruled.clear();  // the first slot went back
   rank_root_causes(r, g, k);
   if (gate == Gate::kOpen) return;
   // A relaxed answer says which opening it came through, on its first candidate.

@@ -115,9 +115,10 @@ struct Ranker {
   // (< 0: any), the learned words order the slots.
   double weak_nb_order_min = 0;
   double weak_nb_thin = -1;
-  // Stop 59: a table answer whose best score is below reinfer_below (0: off) has its stage
-  // inferred as a weak answer's is (its table matches count towards their stages); when another
-  // stage wins, only that stage's table candidates stay and the answer is filled as inferred.
+  // Stop 59: a table answer whose top symptom's score came only from rows marked `reinfer` and is
+  // below reinfer_below (0: off) has its stage inferred as a weak answer's is (its table matches
+  // count towards their stages); when another stage wins, only that stage's table candidates and
+  // root causes stay and the answer is filled as inferred.
   double reinfer_below = 0;
   // Stop 53: the nearest labelled tune issues (neighbours.jsonl, ranker_neighbours.hpp). knn_show
   // of them are shown (0: none); the knn_k nearest vote, weighted by similarity: a weak answer's

@@ -10,10 +10,12 @@ fall; `--mark` lists the rows whose own stage holds under --max-share of their m
 them alone has its stage inferred from the words (cues.yaml reinfer_below; docs/triage.md "Stop
 59").
 
-It matches as the binary does, nearly: the row's needle (case-insensitive) and then its regex
-(lower-cased line with `icase`) on each error line, and on environment lines too for an `env`
-row. It does not mask paths first (the binary does for rows that do not read paths), so a row can
-count an issue the binary would not. Only the tune split is read.
+It matches as the binary does, nearly: the row's needle (case-insensitive) and then its regex on
+each input line, error and environment lines alike (the binary reads a report as one text); an
+`icase` row's regex is lower-cased as triage.cpp's lower_pattern does (an escaped letter keeps its
+case) and runs on the lower-cased line. It does not mask paths first (the binary does for rows
+that do not read paths), so a row can count an issue the binary would not. Only the tune split is
+read.
 
 Usage:
   row_stages.py [--corpus FILE] [--signatures DIR] [--min-n 5] [--max-share 0.65] [--mark]
@@ -31,6 +33,20 @@ import yaml
 HERE = pathlib.Path(__file__).resolve().parent
 
 
+def lower_pattern(text):
+    """An icase regex as the binary compiles it for lower-cased lines: every character lower-cased
+    but the one after a backslash (`\\d`, `\\W`, `\\b` keep their meaning)."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text):
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        out.append(text[i].lower())
+        i += 1
+    return "".join(out)
+
+
 def load_rows(sig_dir):
     """(file, row) for each signature row whose regex Python can compile."""
     out = []
@@ -38,7 +54,8 @@ def load_rows(sig_dir):
         doc = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
         for row in doc.get("signatures", []) or []:
             try:
-                row["_rx"] = re.compile(row["regex"])
+                rx = row["regex"]
+                row["_rx"] = re.compile(lower_pattern(rx) if row.get("icase") else rx)
             except re.error as e:
                 print(f"row_stages.py: {f.name}: {row.get('id')}: regex not read by Python ({e})",
                       file=sys.stderr)

@@ -39,8 +39,8 @@ struct Signature {
   // A context row (context_rows.hpp): the stage-neutral error rows whose line it re-reads.
   std::vector<std::string> context_for;
   // Stop 59: the row names a symptom its text shows in several stages (a hang, an NCCL WARN) and
-  // its stage is a default: an answer resting on such rows alone has its stage inferred
-  // (cues.yaml reinfer_below).
+  // its stage is a default: an answer whose top symptom's score came only from such rows has its
+  // stage inferred (cues.yaml reinfer_below).
   bool reinfer = false;
 };
 

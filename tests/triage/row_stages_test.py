@@ -23,6 +23,11 @@ ROWS = """signatures:
     needle: "init_process_group"
     regex: 'init_process_group\\b.*\\bhangs\\b'
     symptoms: {"2.2": 3}
+  - id: upper-oom
+    needle: "oom"
+    icase: true
+    regex: '\\bOOM\\b'
+    symptoms: {"4.2": 3}
   - id: version-line
     needle: "torch"
     regex: '^torch==\\d'
@@ -44,6 +49,8 @@ CORPUS = [
     issue(5, "tune", 4, [], []),  # no input lines: not read
     issue(6, "test", 2, ["hangs", "hangs again"]),  # the test split is never read
     issue(7, "tune", 1, ["pipeline stuck"], ["torch==2.0"]),
+    issue(8, "tune", 3, ["got an Oom while loading"]),
+    issue(9, "tune", 4, ["zoom in on the loss"]),  # \b keeps its meaning: no oom here
 ]
 
 
@@ -74,7 +81,10 @@ class RowStages(unittest.TestCase):
         self.assertEqual((fname, own), ("t.yaml", 4))
         self.assertEqual(dict(st), {4: 2, 2: 2})  # icase: HANGS; "hanging"; not "stuck"
         self.assertEqual(dict(t["init-hang"][2]), {2: 1})
-        self.assertEqual(dict(t["version-line"][2]), {2: 1, 1: 1})  # env rows read env lines
+        self.assertEqual(dict(t["version-line"][2]), {2: 1, 1: 1})  # env lines are input too
+        # an icase regex is lower-cased as the binary's lower_pattern does: \bOOM\b finds "Oom"
+        self.assertEqual(dict(t["upper-oom"][2]), {3: 1})
+        self.assertEqual(row_stages.lower_pattern(r"\bOOM\W+Err"), r"\boom\W+err")
 
     def test_rows_whose_stage_holds_under_the_share_are_listed(self):
         self.assertEqual(self.run_main("--mark", "--min-n", "2").split(), ["said-hang",
@@ -85,7 +95,7 @@ class RowStages(unittest.TestCase):
 
     def test_the_table_reads_only_the_tune_split(self):
         out = self.run_main("--min-n", "2")
-        self.assertIn("5 tune issues with input lines", out)
+        self.assertIn("7 tune issues with input lines", out)
         self.assertIn("| said-hang | t.yaml | 4 | 4 | 0.50 | 2: 2, 4: 2 | yes |", out)
         self.assertIn("| init-hang | t.yaml | 2 | 1 | 1.00 | 2: 1 |  |", out)
 

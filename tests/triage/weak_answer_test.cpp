@@ -175,6 +175,10 @@ TEST(TriageWeakAnswer, WordsOfAnotherStageOverruleAGenericTableAnswer) {
   ASSERT_FALSE(on.symptoms.empty());
   EXPECT_EQ(stage_of(on.symptoms[0]), 1);
   EXPECT_EQ(on.overruled, "4.11 at 1.60 (stage 4)");
+  for (const Candidate& c : on.symptoms) {  // the overruled stage's table candidates are gone
+    if (stage_of(c) == 4) EXPECT_FALSE(c.basis.empty()) << c.id << " is still the tables'";
+  }
+  for (const Candidate& c : on.root_causes) EXPECT_EQ(c.id.rfind("R1.", 0), 0u) << c.id;
   ASSERT_FALSE(on.root_causes.empty());
   EXPECT_EQ(on.root_causes[0].id.rfind("R1.", 0), 0u);  // the root cause follows the stage
   const Tables t = tables_with("reinfer_on2", {});
@@ -198,6 +202,21 @@ TEST(TriageWeakAnswer, ATableAnswerAtOrAboveReinferBelowKeepsItsStage) {
   EXPECT_EQ(r.stage, 4);
   ASSERT_FALSE(r.symptoms.empty());
   EXPECT_EQ(r.symptoms[0].id, "4.11");
+  EXPECT_TRUE(r.overruled.empty());
+}
+
+TEST(TriageWeakAnswer, AnAnswerWithAnUnmarkedRowBehindItKeepsItsStage) {
+  // py-spy-dump (4.11, 1.5) is not marked: the same build words, but part of the score comes
+  // from a row whose stage is not a default, so the tables' stage stands (1.6 + 1.5 < 4).
+  const std::string text = std::string(kBuildHang) + "py-spy dump of the process\n";
+  const auto r = run(text, tables_with("reinfer_mixed", {{"reinfer_below", "4"}}));
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 4);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms[0].id, "4.11");
+  EXPECT_LT(r.symptoms[0].score, 4);
+  EXPECT_GT(r.symptoms[0].reinfer_score, 0);
+  EXPECT_LT(r.symptoms[0].reinfer_score, r.symptoms[0].score);
   EXPECT_TRUE(r.overruled.empty());
 }
 
