@@ -14,8 +14,8 @@ on K-1 folds, run `faultline triage --eval` on the held-out fold, with and witho
 file), which is how --beta and --min-df were chosen (the defaults).
 
 The learned file is not shipped in harness/triage/signatures: measured once on the held-out test
-split it tied the tables on top-1 and top-3 (docs/triage.md). To try it, copy the signature folder,
-learn into the copy and point triage at it:
+split it tied the tables on top-1 and top-3 (docs/triage-history.md). To try it, copy the
+signature folder, learn into the copy and point triage at it:
   cp -r harness/triage/signatures /tmp/sigs
   learn_tokens.py --out /tmp/sigs/zz_learned_tokens.yaml
   faultline triage issue.txt --signatures /tmp/sigs

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Which of triage's adaptations keep a base scenario's mechanism (docs/triage.md, stop 47).
+"""Which of triage's adaptations keep a base scenario's mechanism (docs/triage-history.md, stop 47).
 
 For each base triage can draft from (scenarios/symptoms and scenarios/issues: a reference.symptom,
 a fix, no extends), applies each adaptation draft.cpp makes, alone, as `--set` overrides (the
@@ -91,7 +91,8 @@ def overrides(adapt, k):
         layout = [f"topology.zero={adapt[4:]}"]
     elif adapt == "offload":
         # draft.cpp makes the offload only beside a ZeRO stage of 1-3: at stage 0 it is the
-        # workers' config error, as DeepSpeed's CPUAdam fails its first step (docs/triage.md, stop 48).
+        # workers' config error, as DeepSpeed's CPUAdam fails its first step
+        # (docs/triage-history.md, stop 48).
         if k.get("workload.zero.offload_optimizer") == "true" or \
                 k.get("topology.zero", "0") == "0":
             return None

@@ -1,4 +1,4 @@
-// `faultline triage --json`: the whole report as one JSON object (docs/triage.md, "Stop 47"
+// `faultline triage --json`: the whole report as one JSON object (docs/triage.md, "JSON output"
 // gives the schema). The text report and this object are built from the same Result and Draft.
 #pragma once
 

@@ -7,8 +7,8 @@ communicators are built and while they train. For each row of harness/triage/sig
 prints how many tune issues with input lines it matches and how those issues' labelled stages
 fall; `--mark` lists the rows whose own stage holds under --max-share of their matches (at least
 --min-n of them): the rows a signature file marks `reinfer: true`, so that an answer resting on
-them alone has its stage inferred from the words (cues.yaml reinfer_below; docs/triage.md "Stop
-59").
+them alone has its stage inferred from the words (cues.yaml reinfer_below;
+docs/triage-history.md "Stop 59").
 
 It matches as the binary does, nearly: the row's needle (case-insensitive) and then its regex on
 each input line, error and environment lines alike (the binary reads a report as one text); an

@@ -1,7 +1,7 @@
-// The ranker's answer gate (stop 50, docs/triage.md "Stop 50: the answer gate"): each relaxed
-// opening is its own setting of cues.yaml; each answer it gives is weak and says which opening it
-// came through; a docs typo, a question in another language and a bare "it does not work" still
-// get "no distributed-failure signature found".
+// The ranker's answer gate (stop 50, docs/triage-history.md "Stop 50: the answer gate"): each
+// relaxed opening is its own setting of cues.yaml; each answer it gives is weak and says which
+// opening it came through; a docs typo, a question in another language and a bare "it does not
+// work" still get "no distributed-failure signature found".
 #include "harness/triage/triage.hpp"
 
 #include <gtest/gtest.h>
@@ -119,8 +119,8 @@ TEST(TriageAnswerGate, ADocsTypoAndAQuestionStillGetNoneWithEveryOpening) {
   }
 }
 
-// Stop 51 (docs/triage.md "Stop 51: the answer gate again"): a failure stated in prose, with a
-// framework or layout word and none of the older failure words, is answered with the shipped
+// Stop 51 (docs/triage-history.md "Stop 51: the answer gate again"): a failure stated in prose,
+// with a framework or layout word and none of the older failure words, is answered with the shipped
 // settings: cues.yaml's failure list reads a regression, a step that no longer runs, a launcher
 // that complains, a "we hit this".
 TEST(TriageAnswerGate, AFailureStatedInProseIsAnsweredWithTheShippedSettings) {
@@ -183,9 +183,9 @@ TEST(TriageAnswerGate, AHealthyWordOnlyInAPathDoesNotKeepTheAnswerOff) {
   EXPECT_EQ(run(long_line, shipped).kind, Result::Kind::kNone);
 }
 
-// Stop 55 (docs/triage.md "Stop 55: 'none' as a ranked answer"): a declined answer still ranks
-// what it would name if the text is a failure after all: 'none' first, then two symptoms of the
-// stage its words lean to, each with the lines behind it; empty and binary input get none.
+// Stop 55 (docs/triage-history.md "Stop 55: 'none' as a ranked answer"): a declined answer still
+// ranks what it would name if the text is a failure after all: 'none' first, then two symptoms of
+// the stage its words lean to, each with the lines behind it; empty and binary input get none.
 TEST(TriageAnswerGate, ADeclinedAnswerRanksItsGuessesAfterNone) {
   const Tables shipped = tables_with("guesses", "");
   const auto r =

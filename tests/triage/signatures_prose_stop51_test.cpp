@@ -1,4 +1,5 @@
-// Stop 51: failure reports stated in prose only (docs/triage.md, "Stop 51: reports in prose").
+// Stop 51: failure reports stated in prose only (docs/triage-history.md, "Stop 51: reports in
+// prose").
 // The rows of stage1_build_prose.yaml and stage2_setup_prose.yaml and the stop-51 rows of
 // stage4_training_prose.yaml read sentences a reporter writes when no error text is quoted; the
 // ranker's words in cues.yaml (stage-4 words, symptom_words) lean such text to its stage and

@@ -459,7 +459,7 @@ TEST(TriageBadInput, ARowsRegexRunsOnlyOnTheLastLinesHoldingItsNeedle) {
 // directory named after an OOM or a hang is no OOM or hang (it was: `oom-statement` read
 // `/data/oom-killer-repro/` as 4.2, `prep-oom-title` as 3.4, `hang-statement`
 // `/scratch/nccl-hang-debug/` as 4.11). The shipped tables alone: the ranker's cue words still
-// read the raw line (docs/triage.md, Stop 50).
+// read the raw line (docs/triage-history.md, Stop 50).
 TEST(TriagePaths, AWordThatSitsOnlyInAPathIsNoAnswer) {
   static const Tables t = load_tables(default_signature_dir(), default_taxonomy_path(), "none");
   std::istringstream in(
