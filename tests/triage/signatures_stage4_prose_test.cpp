@@ -125,9 +125,8 @@ const SignatureCase kProse[] = {
      "inf-loss"},
     // Stop 60: Chinese reports (Colossal-AI's users): "training llama-7b on 8 GPUs
     // reports an error, not enough GPU memory"; "with ZeRO-2 the GPU memory blows up at step 3".
-    {"GpuMemoryNotEnoughInChineseIsAMemoryIssue",
-     "8 卡训练 llama-7b 时报错，显存不足。\n", 4, "4.2", "R4.5",
-     "gpu-memory-short-zh"},
+    {"GpuMemoryNotEnoughInChineseIsAMemoryIssue", "8 卡训练 llama-7b 时报错，显存不足。\n", 4,
+     "4.2", "R4.5", "gpu-memory-short-zh"},
     {"GpuMemoryBlownInChineseIsAMemoryIssue", "deepspeed zero2 训练到第3个step就爆显存了\n", 4,
      "4.2", "R4.5", "gpu-memory-short-zh"},
 };
@@ -166,16 +165,17 @@ TEST(TriageStage4Prose, SetUpHangsAndInferenceSpeedKeepTheirStage) {
 // beside a launch on two nodes and the master address is answered in stage 2 (ColossalAI#4343's
 // shape). Without the row the training sentence is an inferred answer that cites no row.
 TEST(TriageStage4Prose, StuckInChineseIsAHangWhereTheWordsSayTraining) {
-  const auto train = run("训练到第 200 个 iteration 后卡住了，loss 不再输出，backward 没有返回。\n");
+  const auto train =
+      run("训练到第 200 个 iteration 后卡住了，loss 不再输出，backward 没有返回。\n");
   ASSERT_EQ(train.kind, Result::Kind::kFound);
   EXPECT_EQ(train.stage, 4);
   ASSERT_FALSE(train.symptoms.empty());
   EXPECT_EQ(train.symptoms[0].id, "4.11");
   EXPECT_TRUE(top_cites(train, "stuck-zh", 1));
-  const auto setup = run(
-      "多机多卡训练，卡住不动\n"
-      "torchrun --nproc_per_node=1 --nnodes=2 --node_rank=0 --master_addr=10.0.0.1 "
-      "--master_port=29500 train.py\n");
+  const auto setup =
+      run("多机多卡训练，卡住不动\n"
+          "torchrun --nproc_per_node=1 --nnodes=2 --node_rank=0 --master_addr=10.0.0.1 "
+          "--master_port=29500 train.py\n");
   ASSERT_EQ(setup.kind, Result::Kind::kFound);
   EXPECT_EQ(setup.stage, 2);
   EXPECT_FALSE(setup.overruled.empty());
