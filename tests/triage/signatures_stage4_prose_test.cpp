@@ -129,6 +129,12 @@ const SignatureCase kProse[] = {
      "4.2", "R4.5", "gpu-memory-short-zh"},
     {"GpuMemoryBlownInChineseIsAMemoryIssue", "deepspeed zero2 训练到第3个step就爆显存了\n", 4,
      "4.2", "R4.5", "gpu-memory-short-zh"},
+    // The same shortage while inferring (推理) or loading (加载) the model: the rows of stages 5
+    // and 3 outrank the training row, as their English rows do for "out of memory".
+    {"GpuMemoryShortWhileInferringInChineseIsFiveTwo", "用 deepspeed 推理时报错，显存不足。\n", 5,
+     "5.2", "R5.1", ""},
+    {"GpuMemoryShortWhileLoadingInChineseIsThreeFour", "用 deepspeed 加载模型时报错，显存不足。\n",
+     3, "3.4", "R3.1", "prep-oom-zh"},
 };
 
 class Stage4Prose : public ::testing::TestWithParam<SignatureCase> {};
@@ -179,6 +185,14 @@ TEST(TriageStage4Prose, StuckInChineseIsAHangWhereTheWordsSayTraining) {
   ASSERT_EQ(setup.kind, Result::Kind::kFound);
   EXPECT_EQ(setup.stage, 2);
   EXPECT_FALSE(setup.overruled.empty());
+}
+
+// Questions in Chinese are not failure reports: "does NCCL support RDMA for multi-node training
+// with torchrun?" (是否, whether, a healthy word) and "is GPU memory fully used normal?" (显存占满
+// is how a healthy run is described: not a row's shortage).
+TEST(TriageStage4Prose, QuestionsInChineseAreNotAnswered) {
+  EXPECT_EQ(run("torchrun 多机训练时 nccl 是否支持 rdma？\n").kind, Result::Kind::kNone);
+  EXPECT_EQ(run("显存占满是正常的吗？\n").kind, Result::Kind::kNone);
 }
 
 }  // namespace
