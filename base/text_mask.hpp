@@ -23,8 +23,11 @@ namespace mask_detail {
 
 // Characters that end a path token: whitespace, quotes, brackets and list punctuation (a path
 // quoted in 'x' or (x), or one of a comma-separated list such as the OOM killer's
-// `oom_memcg=/a,task_memcg=/b`).
+// `oom_memcg=/a,task_memcg=/b`), and any byte of a multi-byte UTF-8 character: Chinese and
+// Japanese text sets no blank between words, so in "日志在/data/x/run.log" the path starts after
+// the last CJK character (a path with a non-ASCII directory is masked piece by piece).
 inline bool path_char(char c) {
+  if (static_cast<unsigned char>(c) >= 0x80) return false;
   if (std::isspace(static_cast<unsigned char>(c))) return false;
   switch (c) {
     case '\'':

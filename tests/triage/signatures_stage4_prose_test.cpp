@@ -135,6 +135,10 @@ const SignatureCase kProse[] = {
      "5.2", "R5.1", ""},
     {"GpuMemoryShortWhileLoadingInChineseIsThreeFour", "用 deepspeed 加载模型时报错，显存不足。\n",
      3, "3.4", "R3.1", "prep-oom-zh"},
+    // A path with no blank before it (base/text_mask.hpp ends a path at a multi-byte character:
+    // before, the whole line was one path token, masked, and the row read "<path>").
+    {"GpuMemoryShortBeforeAGluedPathInChineseIsAMemoryIssue",
+     "8 卡训练时显存不足，日志在/data/run1/train.log里\n", 4, "4.2", "R4.5", "gpu-memory-short-zh"},
 };
 
 class Stage4Prose : public ::testing::TestWithParam<SignatureCase> {};
