@@ -167,7 +167,8 @@ TEST(LogsSignatures, MaskKeepsWhatIsNotAPath) {
             "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=<path>,task=x");
   EXPECT_EQ(mask_paths("see (https://pytorch.org/docs/a.html#env)."), "see (<path>).");
   // Text without blanks between words (Chinese): the path ends at a multi-byte character.
-  EXPECT_EQ(mask_paths("训练时显存不足，日志在/data/x/run.log里"), "训练时显存不足，日志在<path>里");
+  EXPECT_EQ(mask_paths("训练时显存不足，日志在/data/x/run.log里"),
+            "训练时显存不足，日志在<path>里");
   EXPECT_EQ(mask_file_paths("加载/ckpt/step_4时报错"), "加载<path>时报错");
   EXPECT_EQ(mask_name("abcd-1 abcd abcd.log xabcd", "abcd"), "abcd-1 <run> <run>.log xabcd");
   EXPECT_EQ(mask_name("a short id", "a"), "a short id");
