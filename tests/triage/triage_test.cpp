@@ -338,6 +338,25 @@ TEST(TriageRanker, ALossThatDoesNotDecreaseInChineseIsAnswered) {
   EXPECT_EQ(r.stage, 4);
 }
 
+// Stop 60: cues.yaml's Chinese words alone (no row matches these lines): 报错 (an error
+// reported) is a failure word and 加载 (load) a stage-3 word; 推理 (inference) a stage-5 word,
+// 很慢 (very slow) a failure word and with 速度 (speed) 5.4's; 通信 (communication) is 4.7's.
+// With stop 59's cues.yaml all three get "none".
+TEST(TriageRanker, ChineseWordsNameTheStageAndTheSymptom) {
+  const auto load = run("加载 checkpoint 时报错\n");
+  ASSERT_EQ(load.kind, Result::Kind::kFound);
+  EXPECT_EQ(load.stage, 3);
+  const auto slow = run("deepspeed 推理时速度很慢，比单卡还慢。\n");
+  ASSERT_EQ(slow.kind, Result::Kind::kFound);
+  EXPECT_EQ(slow.stage, 5);
+  ASSERT_FALSE(slow.symptoms.empty());
+  EXPECT_EQ(slow.symptoms[0].id, "5.4");
+  const auto comm = run("多机训练时 nccl 通信报错\n");
+  ASSERT_EQ(comm.kind, Result::Kind::kFound);
+  ASSERT_FALSE(comm.symptoms.empty());
+  EXPECT_EQ(comm.symptoms[0].id, "4.7");
+}
+
 TEST(TriageRanker, AnUnknownSettingNamesFileLineColumnAndTheAllowedKeys) {
   const fs::path dir = fs::temp_directory_path() / "fl_triage_test_ranker";
   fs::remove_all(dir);
