@@ -189,6 +189,8 @@ def write_priors(issues, path):
     write_tables(n, tables, path, "Counts of issues")
     n, tables = word_model(issues)
     what = "The learned word ranker's counts: words in 2 or more of them"
+    if learn_words.LABEL_TEXT:
+        what += " (input lines, and their " + " and ".join(learn_words.LABEL_TEXT) + " lines)"
     if "logistic_bias" in tables:
         what += "; and a logistic regression's weights (L2: " + ", ".join(
             f"{k} {v:g}" for k, v in sorted(learn_words.LOGISTIC.items())) + ")"
@@ -465,6 +467,10 @@ def main():
                     help="--cv-words: measure these word models against the shipped one "
                          "(learn_words.py: " + ", ".join(GRIDS) + ")")
     ap.add_argument("--jobs", type=int, default=1, help="--cv-words --variant: outer folds at once")
+    ap.add_argument("--label-text", default=",".join(learn_words.LABEL_TEXT) or "none",
+                    metavar="FIELD,...|none",
+                    help="words.yaml also counts the words of these label fields of each tune "
+                         "failure (stop 61, measured and not kept; default: %(default)s)")
     ap.add_argument("--logistic", default=None, metavar="KIND=L2,...",
                     help="words.yaml's logistic regression: stages=1,symptoms=2,root_causes=1 "
                          "(the L2 penalty per kind; 'none': the naive Bayes alone); with --cv too")
@@ -477,6 +483,10 @@ def main():
     args = ap.parse_args()
     MIN_GAIN, PATH_SHARE_MAX = args.min_gain, args.path_share_max
     learn_words.JOBS = args.jobs
+    fields = () if args.label_text == "none" else tuple(args.label_text.split(","))
+    if set(fields) - {"summary", "fix"}:
+        ap.error(f"--label-text {args.label_text}: fields are summary, fix (or none)")
+    learn_words.LABEL_TEXT = fields
     learn_words.PRUNE, learn_words.WEIGHT_MIN_DF = args.prune, args.weight_min_df
     learn_words.LR_CACHE = args.lr_cache
     if args.logistic is not None:

@@ -444,18 +444,35 @@ def compare(variants, issues, folds, log=print):
 LOGISTIC = None
 
 
+# Stop 61, measured and not kept: the text of a labelled failure's own labels (its `summary` and
+# `fix` lines: the labeller's words, never triage input) counted as words of that failure, beside
+# its input lines. The labeller names what failed in a few words (hangs, checkpoint, loading, NaN)
+# where the stored lines often do not. The ranker would still read an issue's input lines alone,
+# and --cv counts each fold's words.yaml from the other folds, so no held-out label is read.
+# Thin CV on 1927 tune issues: top-1 1033 -> 1054 (+35 / -14), top-3 1385 -> 1399, root cause
+# 716 -> 736; the seventh dev split: top-1 74 -> 71 (+0 / -3), stage 95 -> 91. Empty: off;
+# learn_ranker.py --label-text summary,fix measures it (docs/triage-history.md, "Stop 61").
+LABEL_TEXT = ()
+
+
+def label_tokens(r):
+    """The words of LABEL_TEXT's fields of issue `r` (as tokens() reads them)."""
+    return tokens([r.get(k) or "" for k in LABEL_TEXT])
+
+
 def word_model(issues, min_df=2, logistic="default"):
-    """The learned word ranker's counts (words.yaml): for each word of the input lines (as
-    learn_tokens.py reads them) that at least `min_df` labelled tune failures hold, how many of
-    those failures carry each symptom (the primary 1, a secondary 0.5), are of each stage and have
-    each root cause (stop 49); and each symptom's, stage's and root cause's number of failures.
+    """The learned word ranker's counts (words.yaml): for each word of the input lines and of the
+    labels' text (LABEL_TEXT; as learn_tokens.py reads them) that at least `min_df` labelled tune
+    failures hold, how many of those failures carry each symptom (the primary 1, a secondary 0.5),
+    are of each stage and have each root cause (stop 49); and each symptom's, stage's and root
+    cause's number of failures.
     The ranker smooths them into a multinomial naive Bayes over the words an input holds (each
     word once). With `logistic` (kind -> L2 penalty; by default LOGISTIC), also a logistic
     regression's biases and weights per kind (stop 52), which the ranker then scores instead."""
     logistic = LOGISTIC if logistic == "default" else logistic
     failures = [r for r in issues
                 if r["stage"] != 0 and any(s != "none" for s in r["symptoms"])]
-    toks = [tokens(r["error_lines"] + r["env_lines"]) for r in failures]
+    toks = [tokens(r["error_lines"] + r["env_lines"]) | label_tokens(r) for r in failures]
     df = collections.Counter(w for t in toks for w in t)
     vocab = {w for w, c in df.items() if c >= min_df}
     sym_n, stage_n, rc_n = collections.Counter(), collections.Counter(), collections.Counter()
