@@ -46,6 +46,8 @@ Usage:
   learn_ranker.py --cv-words 5 --variant hier,lr [--jobs 3]   # stop 52: other word models
   learn_ranker.py --logistic stages=3,symptoms=3,root_causes=3   # stop 52: words.yaml's regression
                   [--prune 0.05] [--weight-min-df 5] [--lr-cache DIR]   # stop 53: its cuts
+  learn_ranker.py --cv 5 --thin --label-text summary,fix   # stop 61: words.yaml also counts
+                  # each tune failure's summary and fix lines (measured, not kept)
   learn_ranker.py --cv 5 --thin --nested nb_stage_weight=0.25,1 [--nested KEY=V1,V2]
                   [--nested-measure stage]   # stop 51: nested CV of settings
 --cv also prints the ranker's stage confusions (labelled stage against the answer's; stop 51).
