@@ -486,8 +486,10 @@ def main():
     MIN_GAIN, PATH_SHARE_MAX = args.min_gain, args.path_share_max
     learn_words.JOBS = args.jobs
     fields = () if args.label_text == "none" else tuple(args.label_text.split(","))
-    if set(fields) - {"summary", "fix"}:
-        ap.error(f"--label-text {args.label_text}: fields are summary, fix (or none)")
+    if set(fields) - {"summary", "fix"} or len(set(fields)) != len(fields):
+        ap.error(f"--label-text '{args.label_text}': use summary, fix or summary,fix (or none)")
+    if fields and args.variant:
+        ap.error("--label-text: --variant's word models count input lines only")
     learn_words.LABEL_TEXT = fields
     learn_words.PRUNE, learn_words.WEIGHT_MIN_DF = args.prune, args.weight_min_df
     learn_words.LR_CACHE = args.lr_cache

@@ -461,11 +461,11 @@ def label_tokens(r):
 
 
 def word_model(issues, min_df=2, logistic="default"):
-    """The learned word ranker's counts (words.yaml): for each word of the input lines and of the
-    labels' text (LABEL_TEXT; as learn_tokens.py reads them) that at least `min_df` labelled tune
-    failures hold, how many of those failures carry each symptom (the primary 1, a secondary 0.5),
-    are of each stage and have each root cause (stop 49); and each symptom's, stage's and root
-    cause's number of failures.
+    """The learned word ranker's counts (words.yaml): for each word of the input lines (and, when
+    LABEL_TEXT names label fields, of those; off by default) that at least `min_df` labelled tune
+    failures hold, as learn_tokens.py reads them, how many of those failures carry each symptom
+    (the primary 1, a secondary 0.5), are of each stage and have each root cause (stop 49); and
+    each symptom's, stage's and root cause's number of failures.
     The ranker smooths them into a multinomial naive Bayes over the words an input holds (each
     word once). With `logistic` (kind -> L2 penalty; by default LOGISTIC), also a logistic
     regression's biases and weights per kind (stop 52), which the ranker then scores instead."""

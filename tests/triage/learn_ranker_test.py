@@ -32,14 +32,14 @@ def issue(iid, split, symptoms, cause, stage, lines=("x",)):
             "fix": None}
 
 
-def learn(records, name="priors.yaml"):
+def learn(records, name="priors.yaml", *args):
     """The file `name` that learn_ranker.py writes next to --out (priors.yaml, words.yaml)."""
     with tempfile.TemporaryDirectory() as tmp:
         corpus = pathlib.Path(tmp, "c.jsonl")
         corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
         out = pathlib.Path(tmp, "priors.yaml")
-        subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus), "--out", str(out)],
-                       check=True, capture_output=True, text=True)
+        subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(corpus), "--out", str(out),
+                        *args], check=True, capture_output=True, text=True)
         return pathlib.Path(tmp, name).read_text(encoding="utf-8")
 
 
@@ -123,6 +123,29 @@ class LearnRankerTest(unittest.TestCase):
         self.assertIn('word_stages:\n', text)
         self.assertIn('  "swapper": {"4": 4}\n', text)
         self.assertIn('  "failed": {"2": 2, "4": 3}\n', text)
+
+    def test_label_text_counts_a_tune_failures_summary_words_only_when_asked(self):
+        # stop 61 (measured, not kept): --label-text summary,fix counts the words of a tune
+        # failure's own summary and fix lines beside its input lines; by default they are not
+        # read, and a test issue's never are.
+        recs = self.word_corpus()
+        for r in recs[:2]:
+            r["summary"] = "labelword seen by the labeller"
+        recs[2]["fix"], recs[2]["fix_pattern"] = "labelword again", "F6"
+        for r in recs[-2:]:
+            r["summary"] = "testlabelword"
+        self.assertNotIn("labelword", learn(recs, "words.yaml"))
+        text = learn(recs, "words.yaml", "--label-text", "summary,fix")
+        self.assertIn('  "labelword": {"4.2": 1.5, "4.5": 3.0}\n', text)
+        self.assertNotIn("testlabelword", text)
+        self.assertIn("(input lines, and their summary and fix lines)", text)
+        only = learn(recs, "words.yaml", "--label-text", "summary")
+        self.assertIn('  "labelword": {"4.2": 1.0, "4.5": 2.0}\n', only)
+        bad = subprocess.run([sys.executable, str(SCRIPT), "--label-text", "summary,summary"],
+                             capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--label-text 'summary,summary': use summary, fix or summary,fix (or none)",
+                      bad.stderr)
 
     def test_the_root_cause_counts_follow_the_tune_failures(self):
         # stop 49: word -> root cause -> tune failures holding the word (each failure once)
