@@ -21,6 +21,7 @@
 #include "base/subprocess.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/run/artifact_server.hpp"
+#include "tests/support/scratch.hpp"
 #include "workloads/rendezvous/artifacts.hpp"
 
 namespace fl {
@@ -33,8 +34,8 @@ const std::string kSecret = "0123456789abcdef0123456789abcdef";
 struct Hub {
   fs::path root, cache;
   Hub() {
-    const fs::path base =
-        fs::temp_directory_path() / ("faultline-artifacts-test-" + std::to_string(::getpid()));
+    const fs::path base = fl::test::removed_at_exit(
+        fs::temp_directory_path() / ("faultline-artifacts-test-" + std::to_string(::getpid())));
     fs::remove_all(base);
     root = base / "hub";
     cache = base / "cache";

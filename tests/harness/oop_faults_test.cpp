@@ -33,6 +33,11 @@ std::string results_dir() {
                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
 }
 
+// A second run's folder beside results_dir(), removed at exit too.
+std::string results_dir(const std::string& suffix) {
+  return test::removed_at_exit(results_dir() + "-" + suffix).string();
+}
+
 // Every network namespace any process is in now.
 std::set<std::string> net_namespaces() {
   std::set<std::string> out;
@@ -251,7 +256,7 @@ expect: {oracle: exit_class, exit_class: oom_kill, ranks: [1]}
   // What the rank left running (its MPI singleton's daemon, if still there) went back out first.
   EXPECT_TRUE(healed[0]["moved_back"].is_number()) << healed[0];
   // A SIGKILL sent by a signal fault is not mistaken for the OOM killer.
-  auto k = run(results_dir() + "-kill", R"y(name: killed
+  auto k = run(results_dir("kill"), R"y(name: killed
 topology: {ranks: 2}
 workload: {steps: 200}
 faults:
@@ -291,7 +296,7 @@ timeouts: {comm_ms: 3000}
 expect: {oracle: exit_class, exit_class: oom_kill, ranks: [1], absent: )y" +
            (offload ? "false" : "true") + "}\n";
   };
-  auto kept = run(results_dir() + "-device", scenario(false), "device");
+  auto kept = run(results_dir("device"), scenario(false), "device");
   EXPECT_EQ(kept.proc.exit_code, 0) << kept.proc.output;
   EXPECT_TRUE(harness_events(kept, "oom_kill").empty()) << kept.proc.output;
   std::vector<nlohmann::json> arena;
@@ -307,7 +312,7 @@ expect: {oracle: exit_class, exit_class: oom_kill, ranks: [1], absent: )y" +
   ASSERT_EQ(usage.size(), 1u) << kept.proc.output;
   EXPECT_LT(usage[0]["max_usage"].get<int64_t>(), 300 << 20);
 
-  auto offloaded = run(results_dir() + "-host", scenario(true), "host");
+  auto offloaded = run(results_dir("host"), scenario(true), "host");
   EXPECT_EQ(offloaded.proc.exit_code, 0) << offloaded.proc.output;
   auto kills = harness_events(offloaded, "oom_kill");
   ASSERT_EQ(kills.size(), 1u) << offloaded.proc.output;
@@ -390,7 +395,7 @@ expect: {oracle: checkpoint_error, ranks: [1]}
             size);
   EXPECT_FALSE(fs::exists(r.dir + "/.faultline"));
   // A glob that matches nothing is recorded as a failed injection, not a silent pass.
-  auto none = run(results_dir() + "-none", R"y(name: no-match
+  auto none = run(results_dir("none"), R"y(name: no-match
 topology: {ranks: 1}
 workload: {steps: 2}
 faults:
@@ -427,7 +432,7 @@ expect: {oracle: error_signature, ranks: [1],
   EXPECT_EQ(healed[0]["dir"], r.dir + "/ranks/rank1/plugins");
   EXPECT_EQ(healed[0]["via"], "local");
   // A library that does not exist is an input error naming what is there.
-  auto bad = run(results_dir() + "-bad", R"y(name: bad-hide
+  auto bad = run(results_dir("bad"), R"y(name: bad-hide
 topology: {ranks: 1}
 workload: {steps: 1}
 faults:

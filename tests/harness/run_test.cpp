@@ -98,7 +98,7 @@ TEST(HarnessRun, SurvivorsOfAFailedRankAreTornDownAfterTheGrace) {
 
 TEST(HarnessRun, EightRanksUnderBothLaunchers) {
   for (const char* launcher : {"local", "mpirun"}) {
-    const auto results = results_dir() + "-" + launcher;
+    const auto results = test::removed_at_exit(results_dir() + "-" + launcher).string();
     fs::create_directories(results);
     auto r = cli_run(results, kExamples + "clean-dp2-tp2.yaml",
                      {"--set", "topology.ranks=8", "--set", "topology.dp=4", "--set",

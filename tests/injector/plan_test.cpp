@@ -10,6 +10,7 @@
 
 #include "injector/actions.hpp"
 #include "injector/plan.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::fault {
 namespace {
@@ -296,7 +297,9 @@ TEST_F(PlanActions, NodeAndEvalTargets) {
 }
 
 TEST_F(PlanActions, ReplayPlanFiresExactlyTheLoggedEvaluations) {
-  const std::string log = testing::TempDir() + "/fired-replay.jsonl";
+  const std::string log = fl::test::removed_at_exit(testing::TempDir() + "/fired-replay." +
+                                                    std::to_string(::getpid()) + ".jsonl")
+                              .string();
   std::remove(log.c_str());
   auto run = [&](const std::string& plan, uint64_t seed, const std::string& path) {
     arm(parse_plan(plan), seed, path);

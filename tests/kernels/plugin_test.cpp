@@ -20,14 +20,16 @@
 #include "kernels/ops.hpp"
 #include "kernels/plugin.hpp"
 #include "kernels/versions.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::ops {
 namespace {
 namespace fs = std::filesystem;
 
 std::string fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() /
-                     ("faultline-plugin-test-" + name + "-" + std::to_string(::getpid()));
+  const fs::path d =
+      fl::test::removed_at_exit(fs::temp_directory_path() / ("faultline-plugin-test-" + name + "-" +
+                                                             std::to_string(::getpid())));
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();
@@ -381,7 +383,11 @@ TEST(PluginIsa, AnUnknownTargetIsRefusedNamingTheChoices) {
 
 TEST(PluginIsa, AKernelBuiltForAvx512TrapsWithSigillOnACpuWithoutIt) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const std::string dir = fresh_dir("isa");
+  // The threadsafe death test runs this body again in a child process, which SIGILL ends before
+  // it could remove a folder of its own: the child takes the parent's, which the parent removes.
+  const char* inherited = std::getenv("FAULTLINE_TEST_ISA_DIR");
+  const std::string dir = inherited != nullptr ? inherited : fresh_dir("isa");
+  ::setenv("FAULTLINE_TEST_ISA_DIR", dir.c_str(), 1);
   ::setenv("FAULTLINE_JIT_DIR", dir.c_str(), 1);
   ::unsetenv("CXXFLAGS");
   ::unsetenv("CXX");

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/scratch.hpp"
 #include "workloads/comm/bootstrap.hpp"
 #include "workloads/train/checkpoint.hpp"
 
@@ -15,8 +16,9 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path fresh(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() /
-                     ("faultline-resume-test-" + name + "-" + std::to_string(::getpid()));
+  const fs::path d =
+      test::removed_at_exit(fs::temp_directory_path() /
+                            ("faultline-resume-test-" + name + "-" + std::to_string(::getpid())));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;

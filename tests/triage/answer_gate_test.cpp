@@ -3,6 +3,7 @@
 // opening it came through; a docs typo, a question in another language and a bare "it does not
 // work" still get "no distributed-failure signature found".
 #include "harness/triage/triage.hpp"
+#include "tests/support/scratch.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,8 +20,9 @@ namespace fs = std::filesystem;
 
 // The shipped ranker folder with `settings` ("key: value" lines) replacing cues.yaml's own.
 Tables tables_with(const std::string& name, const std::string& settings) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("fl_answer_gate_test_" + name + "." + std::to_string(::getpid()));
+  const fs::path dir =
+      ::fl::test::removed_at_exit(fs::temp_directory_path() / ("fl_answer_gate_test_" + name + "." +
+                                                               std::to_string(::getpid())));
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const char* f : {"priors.yaml", "words.yaml"})

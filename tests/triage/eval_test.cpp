@@ -1,6 +1,7 @@
 // faultline triage --eval (harness/triage/eval.hpp): what it counts per labelled issue, per stage
 // and per kind of report, with the Wilson intervals its table prints.
 #include "harness/triage/eval.hpp"
+#include "tests/support/scratch.hpp"
 #include "tests/triage/tables.hpp"
 
 #include <fmt/format.h>
@@ -37,7 +38,8 @@ TEST(TriageEval, AnErrorLineQuotesTheFailureAFrameOrASentenceDoesNot) {
 // The eval's per-stage counts follow each issue's labelled stage, and every share carries its
 // Wilson 95% interval.
 TEST(TriageEval, CountsPerLabelledStageAndGivesIntervals) {
-  const fs::path dir = fs::temp_directory_path() / "fl_triage_test_eval";
+  const fs::path dir = ::fl::test::removed_at_exit(
+      fs::temp_directory_path() / ("fl_triage_test_eval." + std::to_string(::getpid())));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string corpus = (dir / "c.jsonl").string();

@@ -4,6 +4,7 @@
 // frames_stage_weight moves, with the frame's line shown as evidence.
 #include "harness/triage/ranker_frames.hpp"
 #include "harness/triage/triage.hpp"
+#include "tests/support/scratch.hpp"
 
 #include <gtest/gtest.h>
 
@@ -74,8 +75,8 @@ TEST(TriageRankerFrames, TheBinaryReadsTheFixtureAsLearnFramesDoes) {
 // A copy of the shipped ranker folder with `frames` as frames.yaml and `weight` as
 // frames_stage_weight.
 std::string ranker_dir(const std::string& name, const std::string& frames, double weight) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("fl_ranker_frames_" + name + std::to_string(::getpid()));
+  const fs::path dir = ::fl::test::removed_at_exit(
+      fs::temp_directory_path() / ("fl_ranker_frames_" + name + std::to_string(::getpid())));
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const char* f : {"cues.yaml", "priors.yaml", "words.yaml"})

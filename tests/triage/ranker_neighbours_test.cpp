@@ -17,6 +17,7 @@
 
 #include "harness/triage/report_json.hpp"
 #include "harness/triage/triage.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::triage {
 namespace {
@@ -32,8 +33,9 @@ const Taxonomy& taxonomy() {
 
 // The message load_neighbours throws on a file holding `body`, or "" when it loads.
 std::string load_error(const std::string& name, const std::string& body) {
-  const fs::path file = fs::temp_directory_path() /
-                        ("fl_neighbours_" + name + "." + std::to_string(::getpid()) + ".jsonl");
+  const fs::path file = ::fl::test::removed_at_exit(
+      fs::temp_directory_path() /
+      ("fl_neighbours_" + name + "." + std::to_string(::getpid()) + ".jsonl"));
   std::ofstream(file) << body;
   NeighbourModel m;
   try {
@@ -120,7 +122,8 @@ TEST(TriageNeighbours, TheSimilaritiesAreLearnNeighboursPys) {
 Tables tables_with(const std::string& name, const std::map<std::string, std::string>& settings,
                    const std::string& neighbours = "") {
   const fs::path dir =
-      fs::temp_directory_path() / ("fl_neighbours_test_" + name + "." + std::to_string(::getpid()));
+      ::fl::test::removed_at_exit(fs::temp_directory_path() / ("fl_neighbours_test_" + name + "." +
+                                                               std::to_string(::getpid())));
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const char* f : {"priors.yaml", "words.yaml"})

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "harness/triage/triage.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::triage::test {
 
@@ -22,8 +23,8 @@ namespace fl::triage::test {
 inline std::string write_scratch_table(const std::string& prefix, const std::string& name,
                                        const std::string& body) {
   namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::temp_directory_path() / (prefix + name + "." + std::to_string(::getpid()));
+  const fs::path dir = ::fl::test::removed_at_exit(
+      fs::temp_directory_path() / (prefix + name + "." + std::to_string(::getpid())));
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::ofstream(dir / "t.yaml") << body;

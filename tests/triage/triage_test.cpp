@@ -3,6 +3,7 @@
 #include "harness/triage/triage.hpp"
 #include "base/text_mask.hpp"
 #include "harness/triage/scan.hpp"
+#include "tests/support/scratch.hpp"
 #include "tests/triage/tables.hpp"
 
 #include <fmt/format.h>
@@ -358,7 +359,8 @@ TEST(TriageRanker, ChineseWordsNameTheStageAndTheSymptom) {
 }
 
 TEST(TriageRanker, AnUnknownSettingNamesFileLineColumnAndTheAllowedKeys) {
-  const fs::path dir = fs::temp_directory_path() / "fl_triage_test_ranker";
+  const fs::path dir = ::fl::test::removed_at_exit(
+      fs::temp_directory_path() / ("fl_triage_test_ranker." + std::to_string(::getpid())));
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::ofstream(dir / "cues.yaml") << "settings:\n  fill: 3\nfailure: [error]\ncontext: [nccl]\n"

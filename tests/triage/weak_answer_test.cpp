@@ -4,6 +4,7 @@
 // the moved candidate names the lines that carried it.
 #include "harness/triage/report_json.hpp"
 #include "harness/triage/triage.hpp"
+#include "tests/support/scratch.hpp"
 #include "tests/triage/tables.hpp"
 
 #include <gtest/gtest.h>
@@ -27,8 +28,8 @@ namespace fs = std::filesystem;
 Tables tables_with(const std::string& name,
                    const std::vector<std::pair<std::string, std::string>>& settings,
                    const std::string& words = "") {
-  const fs::path dir =
-      fs::temp_directory_path() / ("fl_weak_answer_test_" + name + "." + std::to_string(getpid()));
+  const fs::path dir = ::fl::test::removed_at_exit(
+      fs::temp_directory_path() / ("fl_weak_answer_test_" + name + "." + std::to_string(getpid())));
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const char* f : {"cues.yaml", "priors.yaml", "words.yaml"}) {
