@@ -2,7 +2,7 @@
 // contents when that process exits. Tests name them by process id so that two test binaries
 // under `ctest -j` never share one; before this, each run left its folders in /tmp (thousands
 // after a few hundred runs). A forked child that exits removes nothing of its parent's.
-// FAULTLINE_KEEP_TEST_FILES=1 keeps them, to look at after a failure.
+// FAULTLINE_KEEP_TEST_FILES set (to any value) keeps them, to look at after a failure.
 #pragma once
 
 #include <unistd.h>
@@ -30,7 +30,7 @@ class ScratchRegistry {
   ~ScratchRegistry() {
     if (::getpid() != owner_ || std::getenv("FAULTLINE_KEEP_TEST_FILES") != nullptr) return;
     for (const auto& p : paths_) {
-      std::error_code ec;  // a mount a test left behind stays; its folder then stays too
+      std::error_code ec;  // a mount a test left behind is emptied, then removal stops at it
       std::filesystem::remove_all(p, ec);
     }
   }
