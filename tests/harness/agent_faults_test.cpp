@@ -19,6 +19,7 @@
 #include "harness/faults/fault.hpp"
 #include "harness/faults/on_nodes.hpp"
 #include "harness/proto/faultline.pb.h"
+#include "tests/support/scratch.hpp"
 
 namespace fl::harness::faults {
 namespace {
@@ -30,7 +31,9 @@ namespace pb = faultline::v1;
 // before any test runs).
 const std::string kPlugins = [] {
   const std::string d =
-      (fs::temp_directory_path() / ("fl-agent-plugins-" + std::to_string(::getpid()))).string();
+      fl::test::removed_at_exit(fs::temp_directory_path() /
+                                ("fl-agent-plugins-" + std::to_string(::getpid())))
+          .string();
   ::setenv("FAULTLINE_PLUGIN_DIR", d.c_str(), 1);
   return d;
 }();
@@ -38,9 +41,10 @@ const std::string kPlugins = [] {
 class AgentFaultsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    base_ = fs::temp_directory_path() /
-            ("fl-agent-faults-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    base_ = fl::test::removed_at_exit(
+        fs::temp_directory_path() /
+        ("fl-agent-faults-" + std::to_string(::getpid()) + "-" +
+         ::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(base_);
     dir_ = (base_ / "run").string();
     fs::create_directories(dir_ + "/checkpoints/step_4");

@@ -24,6 +24,7 @@
 #include "harness/history/history.hpp"
 #include "harness/model/scenario.hpp"
 #include "harness/process/supervisor.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::harness::faults {
 namespace {
@@ -48,8 +49,8 @@ class FakeAgents : public HostAgents {
 class AgentNodes : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (std::filesystem::temp_directory_path() /
-            ("faultline-agent-nodes-" + std::to_string(::getpid())))
+    dir_ = fl::test::removed_at_exit(std::filesystem::temp_directory_path() /
+                                     ("faultline-agent-nodes-" + std::to_string(::getpid())))
                .string();
     std::filesystem::create_directories(dir_);
     hist_ = std::make_unique<History>(dir_ + "/history.jsonl");

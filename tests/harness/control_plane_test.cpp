@@ -31,6 +31,7 @@
 #include "harness/run/runner.hpp"
 #include "tests/support/children.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::harness {
 namespace {
@@ -365,7 +366,8 @@ TEST(ControlPlaneRun, OverTcpAnotherUserWithoutTheSecretIsUnauthenticated) {
       },
       secret);
   const std::string addr = c.start("127.0.0.1:0");
-  const std::string out = "/tmp/faultline-control-nobody-" + std::to_string(::getpid());
+  const std::string out =
+      test::removed_at_exit("/tmp/faultline-control-nobody-" + std::to_string(::getpid())).string();
   const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   ASSERT_GE(fd, 0);
   const std::string secret_file = dir + "/control.secret";

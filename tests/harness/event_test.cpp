@@ -19,6 +19,7 @@
 #include "harness/history/history.hpp"
 #include "harness/history/probe_ingest.hpp"
 #include "harness/proto/event_proto.hpp"
+#include "tests/support/scratch.hpp"
 #include "workloads/telemetry/telemetry.hpp"
 
 namespace fl {
@@ -28,8 +29,9 @@ namespace fs = std::filesystem;
 
 std::string fresh_dir() {
   const auto d =
-      fs::temp_directory_path() / ("faultline-event-" + std::to_string(::getpid()) + "-" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+      fl::test::removed_at_exit(fs::temp_directory_path() /
+                                ("faultline-event-" + std::to_string(::getpid()) + "-" +
+                                 ::testing::UnitTest::GetInstance()->current_test_info()->name()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();

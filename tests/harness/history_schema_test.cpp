@@ -14,6 +14,7 @@
 #include "harness/history/history.hpp"
 #include "harness/oracles/oracle.hpp"
 #include "harness/report/report.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::harness {
 namespace {
@@ -22,8 +23,9 @@ namespace fs = std::filesystem;
 
 std::string fresh_dir() {
   const auto d =
-      fs::temp_directory_path() / ("faultline-hist-" + std::to_string(::getpid()) + "-" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+      fl::test::removed_at_exit(fs::temp_directory_path() /
+                                ("faultline-hist-" + std::to_string(::getpid()) + "-" +
+                                 ::testing::UnitTest::GetInstance()->current_test_info()->name()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();

@@ -30,6 +30,7 @@
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/runner.hpp"
 #include "injector/plan.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::harness {
 namespace {
@@ -138,7 +139,8 @@ TEST(InputFuzz, ScenarioLoader) {
     if (fs::exists(src + f)) seeds.push_back(read_text(src + f));
   }
   ASSERT_FALSE(seeds.empty());
-  const auto dir = fs::temp_directory_path() / ("faultline-fuzz-" + std::to_string(::getpid()));
+  const auto dir = fl::test::removed_at_exit(fs::temp_directory_path() /
+                                             ("faultline-fuzz-" + std::to_string(::getpid())));
   fs::create_directories(dir);
   const std::string file = (dir / "s.yaml").string();
   Mutator m(16001, {":",
@@ -220,7 +222,8 @@ TEST(InputFuzz, HistoryReader) {
 {"i":9,"t_ns":71,"source":"detector:comm","rank":-1,"seq":0,"time_unix_ns":1,"kind":"diagnosis","step":1,"data":{"detector":"comm","symptom":"2.2","ranks":[1],"confidence":0.9}}
 {"i":10,"t_ns":80,"source":"harness","rank":-1,"seq":0,"time_unix_ns":1,"kind":"run_end","step":-1,"data":{"reason":"all ranks ended"}}
 )";
-  const auto dir = fs::temp_directory_path() / ("faultline-fuzzh-" + std::to_string(::getpid()));
+  const auto dir = fl::test::removed_at_exit(fs::temp_directory_path() /
+                                             ("faultline-fuzzh-" + std::to_string(::getpid())));
   fs::create_directories(dir);
   const std::string file = (dir / "history.jsonl").string();
   Mutator m(16003, {"{",
@@ -303,7 +306,8 @@ int complete_lines(const std::string& text) {
 }
 
 TEST(InputFuzz, ProbeLinesAreIngestedOrCountedNeverFatal) {
-  const auto dir = fs::temp_directory_path() / ("faultline-fuzzp-" + std::to_string(::getpid()));
+  const auto dir = fl::test::removed_at_exit(fs::temp_directory_path() /
+                                             ("faultline-fuzzp-" + std::to_string(::getpid())));
   fs::create_directories(dir / "ranks/rank0");
   Mutator m = rank_line_mutator(16004);
   Tally t;
@@ -330,7 +334,8 @@ TEST(InputFuzz, ProbeLinesAreIngestedOrCountedNeverFatal) {
 }
 
 TEST(InputFuzz, EventsFilesAreMergedOrSkippedWhenARunIsJudgedAgain) {
-  const auto dir = fs::temp_directory_path() / ("faultline-fuzze-" + std::to_string(::getpid()));
+  const auto dir = fl::test::removed_at_exit(fs::temp_directory_path() /
+                                             ("faultline-fuzze-" + std::to_string(::getpid())));
   fs::create_directories(dir / "ranks/rank0");
   std::ofstream(dir / "history.jsonl")
       << R"({"i":0,"t_ns":0,"source":"harness","rank":-1,"seq":0,"time_unix_ns":1,)"
@@ -355,7 +360,8 @@ TEST(InputFuzz, EventsFilesAreMergedOrSkippedWhenARunIsJudgedAgain) {
 }
 
 TEST(InputFuzz, ConnectBatchesAreAppendedOrCountedNeverFatal) {
-  const auto dir = fs::temp_directory_path() / ("faultline-fuzzc-" + std::to_string(::getpid()));
+  const auto dir = fl::test::removed_at_exit(fs::temp_directory_path() /
+                                             ("faultline-fuzzc-" + std::to_string(::getpid())));
   fs::create_directories(dir);
   History h((dir / "history.jsonl").string());
   const auto no_actions = [](const ControlAction&) { return ControlResult{false, "", {}}; };

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "harness/model/scenario.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::harness {
 namespace {
@@ -14,9 +15,10 @@ namespace {
 class LauncherChoice : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("faultline-launcher-choice-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fl::test::removed_at_exit(
+        std::filesystem::temp_directory_path() /
+        ("faultline-launcher-choice-" + std::to_string(::getpid()) + "-" +
+         ::testing::UnitTest::GetInstance()->current_test_info()->name()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }

@@ -21,6 +21,7 @@
 
 #include "harness/faults/cgroup.hpp"
 #include "harness/faults/residue.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::harness::faults {
 namespace {
@@ -30,9 +31,10 @@ namespace fs = std::filesystem;
 class Residue_ : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           fmt::format("faultline-residue-{}-{}", ::getpid(),
-                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fl::test::removed_at_exit(
+        fs::temp_directory_path() /
+        fmt::format("faultline-residue-{}-{}", ::getpid(),
+                    ::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "memory");
     fs::create_directories(dir_ / "shm");
@@ -128,6 +130,7 @@ TEST_F(Residue_, RelayDirectoriesWhoseSocketNobodyHoldsAreSwept) {
   // A socket path must fit in sun_path (108 bytes): this test's temp root is short.
   char root[] = "/tmp/flres-XXXXXX";
   ASSERT_NE(::mkdtemp(root), nullptr);
+  fl::test::removed_at_exit(root);
   dirs_.tmp = root;
   const std::string dead = relay_dir("faultline-relay-dead01", 120);
   const std::string fresh = relay_dir("faultline-relay-new001", 0);

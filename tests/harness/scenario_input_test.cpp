@@ -12,6 +12,7 @@
 
 #include "harness/model/scenario.hpp"
 #include "harness/scenario/loader.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::harness {
 namespace {
@@ -21,9 +22,10 @@ namespace fs = std::filesystem;
 class ScenarioInput : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("faultline-input-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fl::test::removed_at_exit(
+        fs::temp_directory_path() /
+        ("faultline-input-" + std::to_string(::getpid()) + "-" +
+         ::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

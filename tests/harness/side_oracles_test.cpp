@@ -12,6 +12,7 @@
 #include "harness/model/scenario.hpp"
 #include "harness/oracles/oracle.hpp"
 #include "harness/run/summary_lines.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::harness {
 namespace {
@@ -443,9 +444,10 @@ TEST(SummaryLines, TheLayoutIsWhatTheRanksReported) {
 class SideKeys : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           fmt::format("faultline-side-{}-{}", ::getpid(),
-                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fl::test::removed_at_exit(
+        std::filesystem::temp_directory_path() /
+        fmt::format("faultline-side-{}-{}", ::getpid(),
+                    ::testing::UnitTest::GetInstance()->current_test_info()->name()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }

@@ -12,6 +12,7 @@
 
 #include "harness/history/history.hpp"
 #include "harness/run/runner.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::harness {
 namespace {
@@ -23,9 +24,10 @@ class SideRuns : public ::testing::Test {
   void SetUp() override {
     ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    dir_ = fs::temp_directory_path() /
-           fmt::format("faultline-side-runs-{}-{}", ::getpid(),
-                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fl::test::removed_at_exit(
+        fs::temp_directory_path() /
+        fmt::format("faultline-side-runs-{}-{}", ::getpid(),
+                    ::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "harness/run/torchelastic.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::harness {
 namespace {
@@ -68,7 +69,9 @@ TEST(WorkerErrorFile, AnythingElseIsRefusedWithTheReason) {
 class ErrorFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fmt::format("{}/fl-torchelastic-{}", ::testing::TempDir(), ::getpid());
+    dir_ = fl::test::removed_at_exit(
+               fmt::format("{}/fl-torchelastic-{}", ::testing::TempDir(), ::getpid()))
+               .string();
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_ + "/run/ranks");
     std::filesystem::create_directories(dir_ + "/outside");

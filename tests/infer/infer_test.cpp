@@ -15,6 +15,7 @@
 
 #include "base/exit_codes.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::test {
 namespace {
@@ -115,7 +116,8 @@ TEST(Inference, RanksThatEndARequestAtDifferentStepsCallDifferentCollectives) {
 }
 
 TEST(Inference, TheTokensFileHasEveryCallOfEveryRank) {
-  fs::path dir = fs::temp_directory_path() / ("faultline-tokens-" + std::to_string(::getpid()));
+  fs::path dir = removed_at_exit(fs::temp_directory_path() /
+                                 ("faultline-tokens-" + std::to_string(::getpid())));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string file = (dir / "generations.jsonl").string();
@@ -142,7 +144,8 @@ TEST(Inference, TheTokensFileHasEveryCallOfEveryRank) {
 }
 
 TEST(Inference, TrainedCheckpointFollowsTheCorpusAndWrongPartitioningIsRefused) {
-  fs::path dir = fs::temp_directory_path() / ("faultline-infer-" + std::to_string(::getpid()));
+  fs::path dir = removed_at_exit(fs::temp_directory_path() /
+                                 ("faultline-infer-" + std::to_string(::getpid())));
   fs::remove_all(dir);
   auto t = launch(FAULTLINE_TRAIN, 2,
                   {"--dp", "2", "--zero", "2", "--micro-batch", "4", "--steps", "100", "--save-dir",

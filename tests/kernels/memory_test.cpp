@@ -12,6 +12,7 @@
 #include "kernels/device_arena.hpp"
 #include "kernels/loss_scaler.hpp"
 #include "kernels/tensor.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl {
 namespace {
@@ -214,7 +215,8 @@ TEST(LossScaler, InvalidConfigurationIsRejected) {
 // neighbours back and says no (null) when no free range is large enough.
 TEST(DeviceArena, AllocatesFirstFitMergesFreedBlocksAndRefusesWhatDoesNotFit) {
   const std::string path =
-      (std::filesystem::temp_directory_path() / ("fl_arena_test_" + std::to_string(::getpid())))
+      fl::test::removed_at_exit(std::filesystem::temp_directory_path() /
+                                ("fl_arena_test_" + std::to_string(::getpid())))
           .string();
   std::ofstream(path).close();
   std::filesystem::resize_file(path, 64 * 100);

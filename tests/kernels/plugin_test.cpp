@@ -403,6 +403,7 @@ TEST(PluginIsa, AKernelBuiltForAvx512TrapsWithSigillOnACpuWithoutIt) {
               ::testing::KilledBySignal(SIGILL),
               "trap invalid opcode in libfl_fused_adamw.so: an avx512f instruction, which this "
               "CPU does not have");
+  ::unsetenv("FAULTLINE_TEST_ISA_DIR");  // a later test in this process makes a folder of its own
 }
 
 TEST(PluginIsa, ABuildForTheCpuItRunsOnRuns) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "base/error.hpp"
+#include "tests/support/scratch.hpp"
 #include "workloads/model/params.hpp"
 #include "workloads/model/state_dict.hpp"
 #include "workloads/train/checkpoint.hpp"
@@ -274,8 +275,9 @@ nlohmann::json write_checkpoint(const std::filesystem::path& dir, const GptConfi
 }
 
 TEST(StateDict, ANonStrictLoadCopiesEachMatchingTensorByNameAndLeavesTheRest) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("faultline-state-dict-test-" + std::to_string(::getpid()));
+  const auto dir =
+      fl::test::removed_at_exit(std::filesystem::temp_directory_path() /
+                                ("faultline-state-dict-test-" + std::to_string(::getpid())));
   std::filesystem::remove_all(dir);
   const GptConfig small = tiny(1), big = tiny(2);
   const auto m = write_checkpoint(dir, small);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "tests/support/scratch.hpp"
 #include "workloads/model/gpt.hpp"
 #include "workloads/model/state_dict.hpp"
 #include "workloads/train/checkpoint.hpp"
@@ -258,8 +259,9 @@ nlohmann::json write_checkpoint(const std::filesystem::path& dir, const GptConfi
 }
 
 std::filesystem::path temp_dir(const char* what) {
-  return std::filesystem::temp_directory_path() /
-         (std::string("faultline-structure-test-") + what + "-" + std::to_string(::getpid()));
+  return fl::test::removed_at_exit(
+      std::filesystem::temp_directory_path() /
+      (std::string("faultline-structure-test-") + what + "-" + std::to_string(::getpid())));
 }
 
 // The parameters of `to` after a load by name of the checkpoint in `dir` (-1 where nothing

@@ -64,8 +64,10 @@ ProcessResult run_process(const std::vector<std::string>& argv,
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   close(fd);
-  if (rc != 0)
+  if (rc != 0) {
+    unlink(path);
     throw std::runtime_error(std::string("posix_spawnp ") + argv[0] + ": " + strerror(rc));
+  }
 
   ProcessResult r;
   int status = 0;
@@ -148,10 +150,11 @@ namespace {
 // removes that directory once it is empty, and another test's mpirun starting at that moment
 // fails (seen in CI: ctest runs two tests at a time, both under /tmp/ompi.vm.0). Each test
 // process gets a base of its own, short enough for PMIx's socket paths (108 bytes), removed when
-// the process ends.
+// the process that made it ends: a forked child that exits (a death test) leaves it to the parent,
+// whose later mpirun calls still use it.
 class MpiSessionBase {
  public:
-  MpiSessionBase() {
+  MpiSessionBase() : owner_(::getpid()) {
     char tmpl[] = "/tmp/flmpi.XXXXXX";
     if (mkdtemp(tmpl) == nullptr) {
       throw std::runtime_error(std::string("mpirun_prefix: mkdtemp: ") + std::strerror(errno));
@@ -159,6 +162,7 @@ class MpiSessionBase {
     path_ = tmpl;
   }
   ~MpiSessionBase() {
+    if (::getpid() != owner_) return;
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
@@ -167,6 +171,7 @@ class MpiSessionBase {
   const std::string& path() const { return path_; }
 
  private:
+  pid_t owner_;
   std::string path_;
 };
 

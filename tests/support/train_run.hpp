@@ -17,7 +17,9 @@ struct TrainRun {
 };
 
 // `binary` on `ranks` ranks with `args`, --steps `steps` and a metrics file; a free MASTER_PORT,
-// a 60 s comm deadline and flight-recorder dumps in the temp directory unless `env` says otherwise.
+// a 60 s comm deadline and flight-recorder dumps in the run's own folder,
+// <temp>/faultline-train-<pid>/run-<n> (removed when the process exits), unless `env` says
+// otherwise.
 TrainRun run_train(const std::string& binary, int ranks, std::vector<std::string> args, int steps,
                    std::map<std::string, std::string> env = {});
 

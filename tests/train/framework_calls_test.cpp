@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/exit_codes.hpp"
+#include "tests/support/scratch.hpp"
 #include "tests/support/train_run.hpp"
 
 namespace fl::test {
@@ -79,7 +80,8 @@ TEST(FrameworkCalls, SchedulerOrOptimizerSkippedOnOneRankDriftsTheReplicas) {
 }
 
 TEST(FrameworkCalls, CheckpointSaveOrLoadSkippedOnOneRank) {
-  const fs::path dir = fs::temp_directory_path() / ("fl-save-" + std::to_string(::getpid()));
+  const fs::path dir =
+      removed_at_exit(fs::temp_directory_path() / ("fl-save-" + std::to_string(::getpid())));
   fs::remove_all(dir);
   // A save after every step that rank 1 does not make: rank 0 waits in the save's all-gather,
   // rank 1 in the next step's gradient all-reduce.
@@ -184,7 +186,8 @@ std::string tokens(const ProcessResult& r) {
 }
 
 TEST(InferenceLoading, FullCheckpointOnEveryRankExceedsTheHostBudgetShardedFits) {
-  const fs::path dir = fs::temp_directory_path() / ("fl-infer-load-" + std::to_string(::getpid()));
+  const fs::path dir =
+      removed_at_exit(fs::temp_directory_path() / ("fl-infer-load-" + std::to_string(::getpid())));
   fs::remove_all(dir);
   auto t = launch(FAULTLINE_TRAIN, 2,
                   {"--tp", "2", "--steps", "2", "--micro-batch", "4", "--save-dir", dir.string()});

@@ -21,6 +21,7 @@
 #include "harness/detectors/logs_signatures.hpp"
 #include "harness/triage/dialect.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::triage {
 namespace {
@@ -49,9 +50,9 @@ std::vector<std::string> printed_lines(const fs::path& run) {
 // printed. The command is an argv (no shell); its own output is kept in out.txt for a failure.
 std::vector<std::string> run(const std::string& scenario, const std::string& sets) {
   static int n = 0;
-  const fs::path results =
+  const fs::path results = ::fl::test::removed_at_exit(
       fs::temp_directory_path() /
-      ("fl-dialect-runs-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+      ("fl-dialect-runs-" + std::to_string(::getpid()) + "-" + std::to_string(n++)));
   fs::create_directories(results);
   // A catalogue scenario, or a reported issue's when the catalogue has none of that name.
   const fs::path source(FAULTLINE_SOURCE_DIR);

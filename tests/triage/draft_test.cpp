@@ -371,7 +371,8 @@ TEST(TriageDraft, NoAnswerMeansNoDraft) {
 }
 
 TEST(TriageDraft, WriteRefusesToReplaceAnExistingFileUnlessForced) {
-  const fs::path dir = fs::temp_directory_path() / "fl_triage_draft_write";
+  const fs::path dir = ::fl::test::removed_at_exit(
+      fs::temp_directory_path() / ("fl_triage_draft_write." + std::to_string(::getpid())));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string path = (dir / "mine.yaml").string();

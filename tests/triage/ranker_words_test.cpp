@@ -27,7 +27,9 @@ namespace fs = std::filesystem;
 // shipped tables and taxonomy are used as they are.
 Tables tables_with(const std::string& name, const std::string& words,
                    const std::string& priors = "") {
-  const fs::path dir = fs::temp_directory_path() / ("fl_ranker_words_test_" + name);
+  const fs::path dir =
+      ::fl::test::removed_at_exit(fs::temp_directory_path() / ("fl_ranker_words_test_" + name +
+                                                               "." + std::to_string(::getpid())));
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const char* f : {"cues.yaml", "priors.yaml"}) {

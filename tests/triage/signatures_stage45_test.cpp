@@ -501,8 +501,8 @@ TEST(TriageStage5Signatures, AnInferenceOutOfMemoryIsNotAnExecutionFailureToo) {
 Result with_ranker(const std::string& cues, const std::string& priors, const std::string& text) {
   namespace fs = std::filesystem;
   // One folder per process: ctest -j runs this file's tests side by side.
-  const fs::path dir =
-      fs::temp_directory_path() / fmt::format("fl_triage_stage4_ranker_test.{}", ::getpid());
+  const fs::path dir = ::fl::test::removed_at_exit(
+      fs::temp_directory_path() / fmt::format("fl_triage_stage4_ranker_test.{}", ::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::ofstream(dir / "cues.yaml") << cues;
