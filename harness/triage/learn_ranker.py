@@ -35,6 +35,11 @@ tables alone (--ranker none) and with the ranker. --thin also removes, in each f
 signatures that match a held-out issue and no issue of the other folds: an approximation of issues
 the tables were not written from (the held-out case), since the signatures were written from the
 whole tune split.
+--forward (stop 62) holds out, instead, each released dev split in turn (RELEASED: the corpus
+lines each occupies) and counts the ranker on the tune issues of the lines above it only, so each
+held-out issue is as fresh to its training part as it was when it was collected. With --thin it
+agreed with the dev splits' verdicts on the changes measured both ways far more often than plain
+thin CV did (docs/triage-history.md, "Stop 62").
 --set KEY=VALUE overrides a setting of cues.yaml in the measured copy (to compare settings).
 
 Usage:
@@ -46,8 +51,10 @@ Usage:
   learn_ranker.py --cv-words 5 --variant hier,lr [--jobs 3]   # stop 52: other word models
   learn_ranker.py --logistic stages=3,symptoms=3,root_causes=3   # stop 52: words.yaml's regression
                   [--prune 0.05] [--weight-min-df 5] [--lr-cache DIR]   # stop 53: its cuts
-  learn_ranker.py --cv 5 --thin --label-text summary,fix   # stop 61: words.yaml also counts
-                  # each tune failure's summary and fix lines (measured, not kept)
+  learn_ranker.py --cv 5 --thin --label-text none   # stop 61: words.yaml also counts each tune
+                  # failure's summary and fix lines; on since stop 62, 'none' turns it off
+  learn_ranker.py --forward --thin [-v] [--set k=v]   # stop 62: each released dev split
+                  # held out in turn, counted on the tune lines above it
   learn_ranker.py --cv 5 --thin --nested nb_stage_weight=0.25,1 [--nested KEY=V1,V2]
                   [--nested-measure stage]   # stop 51: nested CV of settings
 --cv also prints the ranker's stage confusions (labelled stage against the answer's; stop 51).
@@ -81,13 +88,14 @@ from learn_neighbours import write_neighbours  # noqa: E402  (stop 53: neighbour
 def tune_issues(corpus, taxonomy):
     rc_ids = root_cause_ids(taxonomy)
     out = []
-    for line in pathlib.Path(corpus).read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(pathlib.Path(corpus).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         rec = json.loads(line)
         if rec["split"] != "tune" or split_of(rec["id"]) != "tune":
             continue  # the test split is never looked at
         rec["_rc"] = rc_ids.get(rec["root_cause"])
+        rec["_line"] = number  # --forward: the collection round is known by its lines
         out.append(rec)
     return out
 
@@ -324,16 +332,44 @@ def ranker_copy(dst, train, overrides):
     write_priors(train, dst / "priors.yaml")
 
 
+# Stop 62: the released dev splits, by their lines of corpus/issues.jsonl (corpus/DEV.md and the
+# corpus README say when each was released). Each was collected after every line above it, and no
+# table, word list or setting was fitted on it while it was a dev split.
+RELEASED = (("stop 50", 1022, 1232), ("stop 51", 1373, 1591), ("stop 52", 1771, 2017),
+            ("stop 53", 2192, 2432), ("stop 54", 2967, 3223), ("stop 55", 3340, 3505))
+
+
+def folds(args, issues):
+    """(name, training issues, held-out issues) of --cv K, or of --forward: each released dev
+    split held out in turn, the ranker counted on the tune issues of the lines above it only."""
+    if not args.forward:
+        return [(f"fold {k}", [r for r in issues if fold_of(r["id"], args.cv) != k],
+                 [r for r in issues if fold_of(r["id"], args.cv) == k]) for k in range(args.cv)]
+    return [(name, [r for r in issues if r["_line"] < first],
+             [r for r in issues if first <= r["_line"] <= last])
+            for name, first, last in args.released]
+
+
+def released_lines(text):
+    """--released FIRST-LAST,...: the held-out rounds of --forward, each a range of corpus lines."""
+    out = []
+    for part in text.split(","):
+        m = re.fullmatch(r"(\d+)-(\d+)", part.strip())
+        if not m or int(m.group(1)) > int(m.group(2)) or int(m.group(1)) < 2:
+            raise ValueError(f"'{part}' is not FIRST-LAST with 2 <= FIRST <= LAST")
+        out.append((f"lines {m.group(1)}-{m.group(2)}", int(m.group(1)), int(m.group(2))))
+    return out
+
+
 def cross_validate(args):
-    """K-fold CV inside the tune split: the tables alone against the tables with the ranker."""
+    """K-fold CV inside the tune split (or --forward: the released dev splits in the order they
+    were collected): the tables alone against the tables with the ranker."""
     issues = tune_issues(args.corpus, args.taxonomy)
     overrides = [kv.split("=", 1) for kv in args.set]
     totals = {"tables": collections.Counter(), "ranker": collections.Counter()}
     issue_lines = []
     with tempfile.TemporaryDirectory() as tmp:
-        for k in range(args.cv):
-            train = [r for r in issues if fold_of(r["id"], args.cv) != k]
-            held = [r for r in issues if fold_of(r["id"], args.cv) == k]
+        for k, (fold_name, train, held) in enumerate(folds(args, issues)):
             fold = pathlib.Path(tmp, f"fold{k}")
             fold.mkdir()
             corpus = fold / "fold.jsonl"
@@ -341,11 +377,13 @@ def cross_validate(args):
                 json.dumps({k2: v for k2, v in r.items() if not k2.startswith("_")}) + "\n"
                 for r in held), encoding="utf-8")
             sigs = pathlib.Path(args.signatures)
+            dropped = ""
             if args.thin:
                 sigs = fold / "signatures"
                 sigs.mkdir()
-                dropped = thin_tables(args.signatures, sigs, train, held)
-                print(f"fold {k}: {len(held)} held-out issues, {dropped} signatures dropped")
+                dropped = f", {thin_tables(args.signatures, sigs, train, held)} signatures dropped"
+            print(f"{fold_name}: {len(held)} held-out issues, {len(train)} training issues"
+                  + dropped)
             ranker_copy(fold / "ranker", train, overrides)
             for name, ranker in (("tables", "none"), ("ranker", fold / "ranker")):
                 shown = args.verbose and name == "ranker"
@@ -354,7 +392,8 @@ def cross_validate(args):
                 for key, (n, d) in got.items():
                     totals[name][key + " n"] += n
                     totals[name][key + " d"] += d
-    label = f"{args.cv}-fold CV on tune{' (thin tables)' if args.thin else ''}"
+    label = (f"forward CV over {len(args.released)} released dev splits" if args.forward else
+             f"{args.cv}-fold CV on tune") + (" (thin tables)" if args.thin else "")
     for name in ("tables", "ranker"):
         t = totals[name]
         cells = [f"{key} {100.0 * t[key + ' n'] / max(t[key + ' d'], 1):.1f}% "
@@ -431,7 +470,8 @@ def nested_cv(args):
             print(f"outer fold {k}: inner CV chose {name[best]}: {key[0]} "
                   f"{got[best][key[0]][0]} of {got[best][key[0]][1]} (first candidate "
                   f"{got[0][key[0]][0]})")
-    label = f"{args.cv}-fold CV on tune{' (thin tables)' if args.thin else ''}"
+    label = (f"forward CV over {len(args.released)} released dev splits" if args.forward else
+             f"{args.cv}-fold CV on tune") + (" (thin tables)" if args.thin else "")
     for m in MEASURES[:4]:
         cells = [f"{name[i]} {plain[(i, m)]}" for i in range(len(configs))]
         print(f"{label}, {m}: " + ", ".join(cells) + f"; nested {nested[m]} of {nested[(m, 'of')]}")
@@ -446,6 +486,12 @@ def main():
     ap.add_argument("--signatures", default=str(HERE / "signatures"))
     ap.add_argument("--out", default=str(HERE / "ranker" / "priors.yaml"))
     ap.add_argument("--cv", type=int, default=0, help="K-fold cross-validation inside tune")
+    ap.add_argument("--forward", action="store_true",
+                    help="cross-validate by holding out each released dev split in turn, the "
+                         "ranker counted on the tune lines above it (stop 62; instead of --cv K)")
+    ap.add_argument("--released", default=None, metavar="FIRST-LAST,...",
+                    help="--forward: the corpus lines of each held-out round (default: the six "
+                         "released dev splits of stops 50-55)")
     ap.add_argument("--thin", action="store_true", help="--cv: drop signatures no training issue matches")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="--cv: override a setting of cues.yaml")
@@ -472,7 +518,7 @@ def main():
     ap.add_argument("--label-text", default=",".join(learn_words.LABEL_TEXT) or "none",
                     metavar="FIELD,...|none",
                     help="words.yaml also counts the words of these label fields of each tune "
-                         "failure (stop 61, measured and not kept; default: %(default)s)")
+                         "failure (stop 61; on since stop 62; default: %(default)s)")
     ap.add_argument("--logistic", default=None, metavar="KIND=L2,...",
                     help="words.yaml's logistic regression: stages=1,symptoms=2,root_causes=1 "
                          "(the L2 penalty per kind; 'none': the naive Bayes alone); with --cv too")
@@ -484,12 +530,18 @@ def main():
                     help="--logistic: keep fitted regressions in DIR and reuse them (stop 53)")
     args = ap.parse_args()
     MIN_GAIN, PATH_SHARE_MAX = args.min_gain, args.path_share_max
+    try:
+        args.released = released_lines(args.released) if args.released else list(RELEASED)
+    except ValueError as e:
+        ap.error(f"--released: {e}")
+    if args.forward and (args.nested or args.cv_words):
+        ap.error("--forward: not with --nested or --cv-words (their folds are --cv K's)")
     learn_words.JOBS = args.jobs
     fields = () if args.label_text == "none" else tuple(args.label_text.split(","))
     if set(fields) - {"summary", "fix"} or len(set(fields)) != len(fields):
         ap.error(f"--label-text '{args.label_text}': use summary, fix or summary,fix (or none)")
     if fields and args.variant:
-        ap.error("--label-text: --variant's word models count input lines only")
+        ap.error("--variant: its word models count input lines only; add --label-text none")
     learn_words.LABEL_TEXT = fields
     learn_words.PRUNE, learn_words.WEIGHT_MIN_DF = args.prune, args.weight_min_df
     learn_words.LR_CACHE = args.lr_cache
@@ -509,7 +561,7 @@ def main():
             ap.error(f"'{kv}' is not KEY=VALUE (--nested: KEY=V1,V2,...; no empty value)")
     if args.nested:
         return nested_cv(args) if args.cv else ap.error("--nested needs --cv K")
-    if args.cv:
+    if args.cv or args.forward:
         return cross_validate(args)
     n = write_priors(tune_issues(args.corpus, args.taxonomy), args.out)
     print(f"{args.out}: priors of {n} labelled failures of the tune split")

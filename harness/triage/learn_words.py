@@ -450,9 +450,12 @@ LOGISTIC = None
 # where the stored lines often do not. The ranker would still read an issue's input lines alone,
 # and --cv counts each fold's words.yaml from the other folds, so no held-out label is read.
 # Thin CV on 1927 tune issues: top-1 1033 -> 1054 (+35 / -14), top-3 1385 -> 1399, root cause
-# 716 -> 736; the seventh dev split: top-1 74 -> 71 (+0 / -3), stage 95 -> 91. Empty: off;
-# learn_ranker.py --label-text summary,fix measures it (docs/triage-history.md, "Stop 61").
-LABEL_TEXT = ()
+# 716 -> 736; the seventh dev split: top-1 74 -> 71 (+0 / -3), stage 95 -> 91, so stop 61 left it
+# off. Stop 62: forward CV over the six released dev splits (1204 issues, each counted on the tune
+# lines above it; learn_ranker.py --forward) gains top-1 531 -> 552 (+34 / -13) in five of its six
+# folds, and it agrees with the dev splits' verdicts on the other changes measured both ways, so
+# it is on (docs/triage-history.md, "Stop 62"). learn_ranker.py --label-text none turns it off.
+LABEL_TEXT = ("summary", "fix")
 
 
 def label_tokens(r):
@@ -462,7 +465,7 @@ def label_tokens(r):
 
 def word_model(issues, min_df=2, logistic="default"):
     """The learned word ranker's counts (words.yaml): for each word of the input lines (and, when
-    LABEL_TEXT names label fields, of those; off by default) that at least `min_df` labelled tune
+    LABEL_TEXT names label fields, of those; summary and fix since stop 62) that at least `min_df` labelled tune
     failures hold, as learn_tokens.py reads them, how many of those failures carry each symptom
     (the primary 1, a secondary 0.5), are of each stage and have each root cause (stop 49); and
     each symptom's, stage's and root cause's number of failures.

@@ -124,18 +124,19 @@ class LearnRankerTest(unittest.TestCase):
         self.assertIn('  "swapper": {"4": 4}\n', text)
         self.assertIn('  "failed": {"2": 2, "4": 3}\n', text)
 
-    def test_label_text_counts_a_tune_failures_summary_words_only_when_asked(self):
-        # stop 61 (measured, not kept): --label-text summary,fix counts the words of a tune
-        # failure's own summary and fix lines beside its input lines; by default they are not
-        # read, and a test issue's never are.
+    def test_label_text_counts_a_tune_failures_summary_and_fix_words_unless_none(self):
+        # stop 61 (on since stop 62): words.yaml counts the words of a tune failure's own summary
+        # and fix lines beside its input lines; --label-text none reads input lines only, and a
+        # test issue's labels are never read.
         recs = self.word_corpus()
         for r in recs[:2]:
             r["summary"] = "labelword seen by the labeller"
         recs[2]["fix"], recs[2]["fix_pattern"] = "labelword again", "F6"
         for r in recs[-2:]:
             r["summary"] = "testlabelword"
-        self.assertNotIn("labelword", learn(recs, "words.yaml"))
-        text = learn(recs, "words.yaml", "--label-text", "summary,fix")
+        self.assertNotIn("labelword", learn(recs, "words.yaml", "--label-text", "none"))
+        text = learn(recs, "words.yaml")
+        self.assertEqual(text, learn(recs, "words.yaml", "--label-text", "summary,fix"))
         self.assertIn('  "labelword": {"4.2": 1.5, "4.5": 3.0}\n', text)
         self.assertNotIn("testlabelword", text)
         self.assertIn("(input lines, and their summary and fix lines)", text)
@@ -316,6 +317,47 @@ class LearnRankerTest(unittest.TestCase):
         inferred = out.split("answers of an inferred stage")[1]
         self.assertIn("| 3 | 0 | 0 | 0 | 0 | 3 | 0 | 3 of 3 |", inferred)
         self.assertNotIn("\n| 4 | ", inferred)
+
+    def test_forward_cv_counts_each_round_on_the_lines_above_it_only(self):
+        """Stop 62: --forward holds out each --released range of corpus lines in turn and counts
+        the ranker on the tune issues of the lines above it: a stand-in faultline prints, for each
+        held-out issue, the ids of the tune issues in its ranker folder's neighbours.jsonl. A test
+        issue (line 5) is in no round and no training part; an issue below a round (line 9, after
+        the second range) is trained on by no round."""
+        recs = [issue(i, "tune", ["4.2"], OOM, 4, ["word" + str(n)]) for n, i in enumerate(TUNE_IDS)]
+        recs.insert(4, issue(TEST_IDS[0], "test", ["4.2"], OOM, 4))
+        fake = textwrap.dedent("""\
+            #!/usr/bin/python3
+            import json, pathlib, sys
+            a = sys.argv
+            recs = [json.loads(l) for l in open(a[a.index("--eval") + 1])]
+            ranker = a[a.index("--ranker") + 1]
+            seen = []
+            if ranker != "none":
+                lines = pathlib.Path(ranker, "neighbours.jsonl").read_text().splitlines()
+                seen = [json.loads(l)["id"] for l in lines[1:]]  # after its header line
+            for r in recs:
+                print(f"  {r['id']:<32} label 4.2        stage 4 R4.5  | got 4.2   stage 4 R4.5  ok "
+                      f"trained-on {','.join(seen) or '-'}")
+            print(f"| top-1 symptom | 50.0% (1/{len(recs)}) |")
+            print(f"| top-3 symptom | 50.0% (1/{len(recs)}) |")
+            """)
+        out = run_with_stand_in(recs, fake, "--forward", "--released", "3-4,6-8", "-v")
+        got = {}
+        for line in out.splitlines():
+            if " trained-on " in line:
+                got[line.split()[0]] = line.split(" trained-on ")[1].split(",")
+        self.assertEqual(got, {TUNE_IDS[2]: TUNE_IDS[:2], TUNE_IDS[3]: TUNE_IDS[:2],
+                               TUNE_IDS[4]: TUNE_IDS[:4], TUNE_IDS[5]: TUNE_IDS[:4],
+                               TUNE_IDS[6]: TUNE_IDS[:4]})
+        self.assertIn("lines 3-4: 2 held-out issues, 2 training issues", out)
+        self.assertIn("lines 6-8: 3 held-out issues, 4 training issues", out)
+        self.assertIn("forward CV over 2 released dev splits, ranker: top-1 symptom 40.0% (2/5)",
+                      out)
+        bad = subprocess.run([sys.executable, str(SCRIPT), "--forward", "--released", "5-4"],
+                             capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--released: '5-4' is not FIRST-LAST with 2 <= FIRST <= LAST", bad.stderr)
 
     def test_nested_cv_scores_the_setting_the_inner_folds_chose(self):
         """Stop 51: --nested picks a setting on the inner CV and scores it on the outer fold. A

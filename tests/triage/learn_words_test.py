@@ -98,7 +98,8 @@ class LearnWordsTest(unittest.TestCase):
             path = pathlib.Path(tmp, "c.jsonl")
             path.write_text("".join(json.dumps(r) + "\n" for r in corpus()), encoding="utf-8")
             out = subprocess.run([sys.executable, str(SCRIPT), "--corpus", str(path),
-                                  "--cv-words", "3", "--variant", "hier,lr"], check=True,
+                                  "--cv-words", "3", "--variant", "hier,lr", "--label-text", "none"],
+                                 check=True,
                                  capture_output=True, text=True).stdout
         self.assertIn("variant nb, 3-fold CV: stage ", out)
         self.assertRegex(out, r"variant lr, 3-fold CV: stage [0-9.]+% \(\d+/9\) \+\d+/-\d+")
