@@ -444,16 +444,17 @@ def compare(variants, issues, folds, log=print):
 LOGISTIC = None
 
 
-# Stop 61, measured and not kept: the text of a labelled failure's own labels (its `summary` and
+# Stop 61 (on since stop 62): the text of a labelled failure's own labels (its `summary` and
 # `fix` lines: the labeller's words, never triage input) counted as words of that failure, beside
 # its input lines. The labeller names what failed in a few words (hangs, checkpoint, loading, NaN)
-# where the stored lines often do not. The ranker would still read an issue's input lines alone,
+# where the stored lines often do not. The ranker still reads an issue's input lines alone,
 # and --cv counts each fold's words.yaml from the other folds, so no held-out label is read.
 # Thin CV on 1927 tune issues: top-1 1033 -> 1054 (+35 / -14), top-3 1385 -> 1399, root cause
 # 716 -> 736; the seventh dev split: top-1 74 -> 71 (+0 / -3), stage 95 -> 91, so stop 61 left it
 # off. Stop 62: forward CV over the six released dev splits (1204 issues, each counted on the tune
-# lines above it; learn_ranker.py --forward) gains top-1 531 -> 552 (+34 / -13) in five of its six
-# folds; it has the dev splits' sign on 8 of the 10 earlier changes that moved their top-1, so
+# lines above it; learn_ranker.py --forward) gains top-1 531 -> 553 (+34 / -12) in five of its six
+# folds; it has the dev splits' sign on 8 of the 10 changes measured both ways that moved their
+# top-1 (this one is among the two it misses), so
 # it is on (docs/triage-history.md, "Stop 62"). learn_ranker.py --label-text none turns it off.
 LABEL_TEXT = ("summary", "fix")
 

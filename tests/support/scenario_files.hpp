@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "harness/model/scenario.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace fl::test {
 
@@ -19,9 +20,9 @@ class ScenarioFiles : public ::testing::Test {
  protected:
   explicit ScenarioFiles(std::string prefix) : prefix_(std::move(prefix)) {}
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("faultline-" + prefix_ + "-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = removed_at_exit(std::filesystem::temp_directory_path() /
+                           ("faultline-" + prefix_ + "-" + std::to_string(::getpid()) + "-" +
+                            ::testing::UnitTest::GetInstance()->current_test_info()->name()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }

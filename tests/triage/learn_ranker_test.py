@@ -47,7 +47,8 @@ def run_with_stand_in(records, fake, *args):
     """learn_ranker.py's stdout on `records` as a corpus, with the script `fake` as faultline."""
     with tempfile.TemporaryDirectory() as tmp:
         corpus = pathlib.Path(tmp, "c.jsonl")
-        corpus.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        corpus.write_text("".join((json.dumps(r) if r is not None else "") + "\n"  # None: blank
+                                  for r in records), encoding="utf-8")
         faultline = pathlib.Path(tmp, "faultline")
         faultline.write_text(fake, encoding="utf-8")
         faultline.chmod(0o755)
@@ -321,43 +322,69 @@ class LearnRankerTest(unittest.TestCase):
     def test_forward_cv_counts_each_round_on_the_lines_above_it_only(self):
         """Stop 62: --forward holds out each --released range of corpus lines in turn and counts
         the ranker on the tune issues of the lines above it: a stand-in faultline prints, for each
-        held-out issue, the ids of the tune issues in its ranker folder's neighbours.jsonl. A test
-        issue (line 5) is in no round and no training part; an issue below a round (line 9, after
-        the second range) is trained on by no round."""
-        recs = [issue(i, "tune", ["4.2"], OOM, 4, ["word" + str(n)]) for n, i in enumerate(TUNE_IDS)]
-        recs.insert(4, issue(TEST_IDS[0], "test", ["4.2"], OOM, 4))
+        held-out issue, the ids of its ranker folder's neighbours.jsonl and the failures
+        priors.yaml counted. A test issue (line 4, inside the first round) is neither held out nor
+        counted; a blank line (6) still counts as a line; lines after the last round (11) are
+        trained on by no round."""
+        tune = [issue(i, "tune", ["4.2"], OOM, 4, ["word" + str(n)]) for n, i in enumerate(TUNE_IDS)]
+        recs = tune[:3] + [issue(TEST_IDS[0], "test", ["4.2"], OOM, 4)] + tune[3:4] + [None] + tune[4:]
         fake = textwrap.dedent("""\
             #!/usr/bin/python3
             import json, pathlib, sys
             a = sys.argv
             recs = [json.loads(l) for l in open(a[a.index("--eval") + 1])]
             ranker = a[a.index("--ranker") + 1]
-            seen = []
+            seen, counted = [], "-"
             if ranker != "none":
                 lines = pathlib.Path(ranker, "neighbours.jsonl").read_text().splitlines()
                 seen = [json.loads(l)["id"] for l in lines[1:]]  # after its header line
+                priors = pathlib.Path(ranker, "priors.yaml").read_text()
+                counted = priors.split("\\nissues: ")[1].split()[0]
             for r in recs:
                 print(f"  {r['id']:<32} label 4.2        stage 4 R4.5  | got 4.2   stage 4 R4.5  ok "
-                      f"trained-on {','.join(seen) or '-'}")
+                      f"counted {counted} trained-on {','.join(seen) or '-'}")
             print(f"| top-1 symptom | 50.0% (1/{len(recs)}) |")
             print(f"| top-3 symptom | 50.0% (1/{len(recs)}) |")
             """)
-        out = run_with_stand_in(recs, fake, "--forward", "--released", "3-4,6-8", "-v")
+        out = run_with_stand_in(recs, fake, "--forward", "--released", "3-5,8-10", "-v")
         got = {}
         for line in out.splitlines():
             if " trained-on " in line:
-                got[line.split()[0]] = line.split(" trained-on ")[1].split(",")
-        self.assertEqual(got, {TUNE_IDS[2]: TUNE_IDS[:2], TUNE_IDS[3]: TUNE_IDS[:2],
-                               TUNE_IDS[4]: TUNE_IDS[:4], TUNE_IDS[5]: TUNE_IDS[:4],
-                               TUNE_IDS[6]: TUNE_IDS[:4]})
-        self.assertIn("lines 3-4: 2 held-out issues, 2 training issues", out)
-        self.assertIn("lines 6-8: 3 held-out issues, 4 training issues", out)
+                counted = line.split(" counted ")[1].split()[0]
+                got[line.split()[0]] = (counted, line.split(" trained-on ")[1].split(","))
+        first, second = ("2", TUNE_IDS[:2]), ("5", TUNE_IDS[:5])
+        self.assertEqual(got, {TUNE_IDS[2]: first, TUNE_IDS[3]: first, TUNE_IDS[5]: second,
+                               TUNE_IDS[6]: second, TUNE_IDS[7]: second})
+        self.assertIn("lines 3-5: 2 held-out issues, 2 training issues", out)
+        self.assertIn("lines 8-10: 3 held-out issues, 5 training issues", out)
         self.assertIn("forward CV over 2 released dev splits, ranker: top-1 symptom 40.0% (2/5)",
                       out)
-        bad = subprocess.run([sys.executable, str(SCRIPT), "--forward", "--released", "5-4"],
-                             capture_output=True, text=True)
-        self.assertEqual(bad.returncode, 2)
-        self.assertIn("--released: '5-4' is not FIRST-LAST with 2 <= FIRST <= LAST", bad.stderr)
+        for args, error in ((["--forward", "--released", "5-4"],
+                             "--released: '5-4' is not FIRST-LAST with 2 <= FIRST <= LAST"),
+                            (["--forward", "--released", "3-5,5-9"],
+                             "--released: '5-9' does not start after the range before it"),
+                            (["--released", "3-5"], "--released: only with --forward"),
+                            (["--forward", "--cv", "5"], "--forward: its rounds are the released")):
+            bad = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True,
+                                 text=True)
+            self.assertEqual(bad.returncode, 2, args)
+            self.assertIn(error, bad.stderr)
+
+    def test_the_released_splits_are_tune_lines_of_the_corpus(self):
+        """Stop 62: RELEASED names the six released dev splits by their lines of the shipped
+        corpus (the sizes DEV.md gives); each range holds tune issues only, and no round trains on
+        a line at or after its first (stop 54's stops before its second round, line 2599)."""
+        sys.path.insert(0, str(SCRIPT.parent))
+        import learn_ranker  # noqa: E402  (the script's own table)
+        lines = (REPO / "harness" / "triage" / "corpus" / "issues.jsonl").read_text(
+            encoding="utf-8").split("\n")
+        sizes = []
+        for name, first, last, below in learn_ranker.RELEASED:
+            recs = [json.loads(x) for x in lines[first - 1:last]]
+            self.assertTrue(all(r["split"] == "tune" for r in recs), name)
+            self.assertLessEqual(below, first, name)
+            sizes.append(len(recs))
+        self.assertEqual(sizes, [211, 219, 247, 241, 257, 166])
 
     def test_nested_cv_scores_the_setting_the_inner_folds_chose(self):
         """Stop 51: --nested picks a setting on the inner CV and scores it on the outer fold. A
