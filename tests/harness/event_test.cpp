@@ -28,13 +28,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string fresh_dir() {
-  const auto d =
-      fl::test::removed_at_exit(fs::temp_directory_path() /
-                                ("faultline-event-" + std::to_string(::getpid()) + "-" +
-                                 ::testing::UnitTest::GetInstance()->current_test_info()->name()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
+  return fl::test::fresh_test_dir("event",
+                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
 }
 
 Event sample() {

@@ -22,13 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string fresh_dir() {
-  const auto d =
-      fl::test::removed_at_exit(fs::temp_directory_path() /
-                                ("faultline-hist-" + std::to_string(::getpid()) + "-" +
-                                 ::testing::UnitTest::GetInstance()->current_test_info()->name()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
+  return fl::test::fresh_test_dir("hist",
+                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
 }
 
 HistoryEvent rank_event(int rank, const std::string& kind, int64_t step, std::string data) {

@@ -15,12 +15,8 @@ namespace {
 class LauncherChoice : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fl::test::removed_at_exit(
-        std::filesystem::temp_directory_path() /
-        ("faultline-launcher-choice-" + std::to_string(::getpid()) + "-" +
-         ::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = fl::test::fresh_test_dir(
+        "launcher-choice", ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   Scenario load(const std::string& text) {

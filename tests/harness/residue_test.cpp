@@ -31,11 +31,8 @@ namespace fs = std::filesystem;
 class Residue_ : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fl::test::removed_at_exit(
-        fs::temp_directory_path() /
-        fmt::format("faultline-residue-{}-{}", ::getpid(),
-                    ::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
+    dir_ = fl::test::fresh_test_dir(
+        "residue", ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_ / "memory");
     fs::create_directories(dir_ / "shm");
     fs::create_directories(dir_ / "tmp");

@@ -22,12 +22,8 @@ namespace fs = std::filesystem;
 class ScenarioInput : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fl::test::removed_at_exit(
-        fs::temp_directory_path() /
-        ("faultline-input-" + std::to_string(::getpid()) + "-" +
-         ::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = fl::test::fresh_test_dir(
+        "input", ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& text) {

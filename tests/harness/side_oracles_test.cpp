@@ -444,12 +444,8 @@ TEST(SummaryLines, TheLayoutIsWhatTheRanksReported) {
 class SideKeys : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fl::test::removed_at_exit(
-        std::filesystem::temp_directory_path() /
-        fmt::format("faultline-side-{}-{}", ::getpid(),
-                    ::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = fl::test::fresh_test_dir(
+        "side", ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string write(const std::string& text) {

@@ -24,12 +24,8 @@ class SideRuns : public ::testing::Test {
   void SetUp() override {
     ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    dir_ = fl::test::removed_at_exit(
-        fs::temp_directory_path() /
-        fmt::format("faultline-side-runs-{}-{}", ::getpid(),
-                    ::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = fl::test::fresh_test_dir(
+        "side-runs", ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   void TearDown() override { fs::remove_all(dir_); }
   RunResult run(const std::string& yaml, const LoadOptions& lo = {}) {

@@ -94,15 +94,6 @@ ProcessResult run_process(const std::vector<std::string>& argv,
   return r;
 }
 
-std::string fresh_test_dir(const std::string& what, const std::string& test_name) {
-  auto dir =
-      removed_at_exit(std::filesystem::temp_directory_path() /
-                      ("faultline-" + what + "-" + std::to_string(::getpid()) + "-" + test_name));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
-
 namespace {
 
 // The kernel's range for ephemeral ports (outgoing connections and bind to port 0).

@@ -22,9 +22,7 @@ ProcessResult run_process(const std::vector<std::string>& argv,
                           const std::map<std::string, std::string>& env = {},
                           std::chrono::seconds timeout = std::chrono::seconds(120));
 
-// An empty directory for one test, unique per process and test: /tmp/faultline-<what>-<pid>-<name>,
-// removed with its contents when the process exits (scratch.hpp).
-std::string fresh_test_dir(const std::string& what, const std::string& test_name);
+// fresh_test_dir(what, test name): scratch.hpp.
 
 // A loopback TCP port that was free a moment ago.
 int free_port();

@@ -20,11 +20,7 @@ class ScenarioFiles : public ::testing::Test {
  protected:
   explicit ScenarioFiles(std::string prefix) : prefix_(std::move(prefix)) {}
   void SetUp() override {
-    dir_ = removed_at_exit(std::filesystem::temp_directory_path() /
-                           ("faultline-" + prefix_ + "-" + std::to_string(::getpid()) + "-" +
-                            ::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = fresh_test_dir(prefix_, ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& text) {

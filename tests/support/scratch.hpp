@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,17 @@ class ScratchRegistry {
 inline std::filesystem::path removed_at_exit(std::filesystem::path p) {
   ScratchRegistry::get().add(p);
   return p;
+}
+
+// An empty directory for one test, unique per process and test: /tmp/faultline-<what>-<pid>-<name>,
+// removed with its contents when the process exits.
+inline std::string fresh_test_dir(const std::string& what, const std::string& test_name) {
+  auto dir =
+      removed_at_exit(std::filesystem::temp_directory_path() /
+                      ("faultline-" + what + "-" + std::to_string(::getpid()) + "-" + test_name));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
 }
 
 }  // namespace fl::test
