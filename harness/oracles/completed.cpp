@@ -6,6 +6,20 @@
 namespace fl::harness::oracles {
 namespace {
 
+// What the rank itself reported before it ended (its first error event: the worker's class and
+// message, e.g. a layout the configuration check refused), so the verdict names the cause; ""
+// when it reported none.
+std::string reported_error(const RunSummary& f, int rank) {
+  for (const auto& err : f.errors) {
+    if (err.rank != rank || err.message.empty()) continue;
+    constexpr size_t kMax = 300;
+    std::string m = err.message.substr(0, err.message.find('\n'));
+    if (m.size() > kMax) m = m.substr(0, kMax) + "...";
+    return err.klass.empty() ? fmt::format(": {}", m) : fmt::format(": {} error: {}", err.klass, m);
+  }
+  return "";
+}
+
 class Completed : public Oracle {
  public:
   std::string name() const override { return "completed"; }
@@ -26,8 +40,9 @@ class Completed : public Oracle {
         bad.push_back(e.rank);
         if (why.empty()) {
           why = fmt::format(
-              "rank {} ended with {} {}", e.rank, e.klass,
-              e.signaled ? fmt::format("(signal {})", e.code) : fmt::format("(exit {})", e.code));
+              "rank {} ended with {} {}{}", e.rank, e.klass,
+              e.signaled ? fmt::format("(signal {})", e.code) : fmt::format("(exit {})", e.code),
+              reported_error(f, e.rank));
         }
       }
     }

@@ -59,6 +59,12 @@ class HistoryBuilder {
     add("harness", -1, "run_end", -1, "{}", t_ + 1);
     return events_;
   }
+  // Any event `ms` milliseconds on, as a worker ("rank") or the harness writes it.
+  void event(const std::string& source, int rank, const std::string& kind, const std::string& data,
+             int64_t ms = 1) {
+    t_ += ms * kMs;
+    add(source, rank, kind, -1, data, t_);
+  }
   int64_t now() const { return t_; }
   const std::vector<HistoryEvent>& events() const { return events_; }
 
@@ -173,6 +179,34 @@ Expect hang(double hang_s, bool absent = false) {
   x.symptom = "4.11";
   x.absent = absent;
   return x;
+}
+
+// A rank that the workers' configuration check stopped: `completed` fails and its explanation
+// carries what the rank reported, not only its exit status (the run's summary prints it).
+TEST(CompletedOracle, AFailedRankIsNamedWithTheErrorItReported) {
+  HistoryBuilder h(2);
+  const std::string msg =
+      "num_attention_heads (4) must be a multiple of tensor_model_parallel_size (3).";
+  h.event("rank", 1, "error", fmt::format(R"({{"class":"config","exit_code":2,"message":"{}"}})", msg));
+  h.event("harness", 1, "rank_exit", R"({"class":"error","code":2})");
+  h.event("harness", 0, "rank_exit", R"({"class":"ok","code":0})");
+  h.event("harness", -1, "run_end", "{}");
+  const Verdict v = judge(parse_expect_text("{oracle: completed}"), h.events());
+  EXPECT_EQ(v.outcome, "fail");
+  EXPECT_EQ(v.ranks, std::vector<int>{1});
+  EXPECT_EQ(v.explanation, "rank 1 ended with error (exit 2): config error: " + msg);
+}
+
+// A rank that reported nothing keeps the plain explanation; another rank's error is not its own.
+TEST(CompletedOracle, ARankWithoutAnErrorEventGetsOnlyItsExitStatus) {
+  HistoryBuilder h(2);
+  h.event("rank", 1, "error", R"({"class":"comm","exit_code":3,"message":"peer gone"})");
+  h.event("harness", 0, "rank_exit", R"({"class":"signal","code":9,"signaled":true})");
+  h.event("harness", 1, "rank_exit", R"({"class":"ok","code":0})");
+  h.event("harness", -1, "run_end", "{}");
+  const Verdict v = judge(parse_expect_text("{oracle: completed}"), h.events());
+  EXPECT_EQ(v.outcome, "fail");
+  EXPECT_EQ(v.explanation, "rank 0 ended with signal (signal 9)");
 }
 
 TEST(HangOracle, SlowStartOnABusyHostIsNotAHang) {
