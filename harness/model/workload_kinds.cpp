@@ -74,7 +74,8 @@ const WorkloadKind kTrain{.name = "train",
                           .launch_args = train_args,
                           .layout_line = worker_layout,
                           .planned_steps = train_steps,
-                          .step_unit = ""};
+                          .step_unit = "",
+                          .checks_layout = true};
 
 const WorkloadKind kInfer{.name = "infer",
                           .summary = "fl-infer",

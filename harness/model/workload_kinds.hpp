@@ -27,6 +27,9 @@ struct WorkloadKind {
   // The steps a run plans (its ranks' layout events may say more) and their unit in the summary.
   int64_t (*planned_steps)(const Scenario& s) = nullptr;
   std::string step_unit;  // "" (steps), " positions"
+  // Its worker answers `--check-layout WORLD` (the checks a rank makes of the layout and the model
+  // before building it, without joining a world): `validate` and `run` ask it first.
+  bool checks_layout = false;
 
   bool own_worker() const { return !binary.empty(); }
 };

@@ -22,6 +22,7 @@
 #include "harness/process/supervisor.hpp"
 #include "harness/run/artifact_server.hpp"
 #include "harness/run/command_probe.hpp"
+#include "harness/run/layout_check.hpp"
 #include "harness/run/rank_dumps.hpp"
 #include "harness/run/run.hpp"
 #include "harness/run/run_agents.hpp"
@@ -409,6 +410,7 @@ void check_runnable_here(const Scenario& scenario) {
   if (const std::string why = command_program_problem(scenario); !why.empty()) {
     throw ScenarioError(fmt::format("{}: workload.command[0]: {}", scenario.file, why));
   }
+  check_layout_accepted(scenario);  // a layout every rank would refuse before step 0
   // Below, what the harness's own machine must have (with hosts or srun the ranks' machines do).
   if (!scenario.topo.hosts.empty() || scenario.topo.launcher == "srun") return;
   // As the hide fault checks its library (hide.cpp).

@@ -51,7 +51,8 @@ struct RunResult {
 int outcome_exit_code(const std::string& outcome);
 
 // What this machine must offer a scenario, checked before anything of a run exists, by `run` and
-// `validate` alike: a CUDA device for workload.device cuda, workload.command's program.
+// `validate` alike: a CUDA device for workload.device cuda, workload.command's program, a layout
+// the workers accept (layout_check.hpp).
 // ScenarioError naming the file and the key.
 void check_runnable_here(const Scenario& scenario);
 

@@ -1,0 +1,102 @@
+// A layout every rank would refuse before step 0 is refused by `validate` and `run` first, from
+// the worker's own check (`fl-train --check-layout WORLD`), unless the scenario expects exactly
+// that refusal. Uses this build's fl-train.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "harness/model/scenario.hpp"
+#include "harness/run/layout_check.hpp"
+#include "harness/run/runner.hpp"
+#include "tests/support/scenario_files.hpp"
+
+namespace fl::harness {
+namespace {
+
+class LayoutCheck : public fl::test::ScenarioFiles {
+ protected:
+  LayoutCheck() : ScenarioFiles("layout-check") {}
+  Scenario load(const std::string& topology, const std::string& expect,
+                const std::string& workload = "{steps: 2}") {
+    return load_scenario(write("s.yaml", "name: s\ntopology: " + topology + "\nworkload: " +
+                                             workload + "\nexpect: " + expect + "\nseed: 7\n"));
+  }
+  // check_runnable_here's error for the scenario, "" when it passes.
+  static std::string refused(const Scenario& s) {
+    try {
+      check_runnable_here(s);
+    } catch (const ScenarioError& e) {
+      return e.what();
+    }
+    return "";
+  }
+};
+
+TEST_F(LayoutCheck, AnAcceptedLayoutPasses) {
+  const auto s = load("{ranks: 4, dp: 2, tp: 2}", "{oracle: completed}");
+  EXPECT_EQ(layout_refusal(s), "");
+  EXPECT_EQ(refused(s), "");
+}
+
+// The tiny model has 4 heads: tp 3 splits none of them evenly. The error names the file, the
+// workers' own words (Megatron's, with the allowed values) and what the scenario expects.
+TEST_F(LayoutCheck, HeadsThatTensorParallelismCannotSplitAreRefusedBeforeAnyRankStarts) {
+  const auto s = load("{ranks: 3, tp: 3}", "{oracle: completed}");
+  EXPECT_EQ(layout_refusal(s),
+            "num_attention_heads (4) must be a multiple of tensor_model_parallel_size (3). "
+            "(invalid layout: topology.tp allowed for 4 heads: 1, 2, 4)");
+  const std::string why = refused(s);
+  EXPECT_NE(why.find(s.file + ": topology / workload: every rank would stop before step 0"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("allowed for 4 heads: 1, 2, 4"), std::string::npos) << why;
+  EXPECT_NE(why.find("this one expects completed"), std::string::npos) << why;
+}
+
+// The catalogue's 3.2 scenario keeps ZeRO-2 with pipelines because the refusal is its symptom;
+// the same layout expecting a clean run, the refusal's absence or another text is refused.
+TEST_F(LayoutCheck, ARefusalIsAllowedOnlyWhereItIsTheExpectation) {
+  const std::string topo = "{ranks: 4, pp: 2, zero: 2}";
+  const std::string pattern = "pattern: \"ZeRO stage 2 cannot be combined with pipeline\"";
+  const auto expected = load(topo, "{symptom: \"3.2\", oracle: error_signature, " + pattern + "}");
+  EXPECT_NE(layout_refusal(expected), "");
+  EXPECT_TRUE(expects_refusal(expected, layout_refusal(expected)));
+  EXPECT_EQ(refused(expected), "");
+
+  EXPECT_NE(refused(load(topo, "{oracle: completed}")), "");
+  EXPECT_NE(refused(load(topo, "{symptom: \"3.2\", oracle: error_signature, absent: true, " +
+                                   pattern + "}")),
+            "");
+  const std::string other =
+      refused(load(topo, "{symptom: \"3.2\", oracle: error_signature, pattern: \"out of memory\"}"));
+  EXPECT_NE(other.find("this one expects error_signature"), std::string::npos) << other;
+  // An exit_class expectation of an error is met by ranks that stop with status 2.
+  EXPECT_EQ(refused(load(topo, "{symptom: \"3.2\", oracle: exit_class, exit_class: error}")), "");
+}
+
+// ZeRO partitions over data-parallel ranks: at dp 1 every rank refuses it; the check reads the
+// workload's own flags (its shape, workload.args), not only the topology.
+TEST_F(LayoutCheck, TheWorkersFlagsAreTheOnesChecked) {
+  EXPECT_NE(layout_refusal(load("{ranks: 2, tp: 2, zero: 1}", "{oracle: completed}"))
+                .find("ZeRO stage 1 partitions across data-parallel ranks, but dp is 1"),
+            std::string::npos);
+  const auto odd = load("{ranks: 2, tp: 2}", "{oracle: completed}",
+                        "{steps: 2, shape: {heads: 3, d_model: 48}}");
+  EXPECT_NE(layout_refusal(odd).find("num_attention_heads (3)"), std::string::npos)
+      << layout_refusal(odd);
+  const auto args = load("{ranks: 2, tp: 2}", "{oracle: completed}",
+                         "{steps: 2, args: [\"--tp\", \"1\"]}");
+  EXPECT_NE(layout_refusal(args).find("dp 1 x tp 1 x pp 1 = 1 ranks, but the world has 2"),
+            std::string::npos)
+      << layout_refusal(args);
+}
+
+// A workload that runs the scenario's own command has no worker check to ask.
+TEST_F(LayoutCheck, ACommandWorkloadIsNotAsked) {
+  const auto s = load("{ranks: 3, tp: 3}", "{oracle: completed}",
+                      "{kind: command, command: [\"/bin/true\"]}");
+  EXPECT_EQ(layout_refusal(s), "");
+}
+
+}  // namespace
+}  // namespace fl::harness
