@@ -11,6 +11,7 @@
 
 #include "harness/campaign/campaign.hpp"
 #include "harness/model/scenario.hpp"
+#include "harness/run/layout_check.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/suite/provenance.hpp"
 #include "harness/suite/suite.hpp"
@@ -35,11 +36,12 @@ std::string campaign_dir(const Options& o, const Spec& s) {
   return fs::absolute(o.out_dir).lexically_normal().string();
 }
 
-// Every generated file loads with the project's own loader before any run starts.
+// Every generated file loads with the project's own loader, and has a layout the workers accept,
+// before any run starts.
 void validate_all(const Spec& s, const std::string& dir, const std::vector<GeneratedRun>& runs) {
   for (const auto& g : runs) {
     try {
-      load_scenario(dir + "/" + g.file);
+      check_layout_accepted(load_scenario(dir + "/" + g.file));  // a layout every rank refuses
     } catch (const ScenarioError& e) {
       std::vector<std::string> from;
       for (auto& f : g.faults) from.push_back(f.templ);

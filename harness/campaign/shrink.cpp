@@ -22,6 +22,7 @@
 #include "harness/launch/launch_args.hpp"
 #include "harness/model/scenario.hpp"
 #include "harness/oracles/oracle.hpp"
+#include "harness/run/layout_check.hpp"
 #include "harness/run/runner.hpp"
 #include "harness/scenario/loader.hpp"
 #include "harness/score/score.hpp"
@@ -148,7 +149,7 @@ class Shrinker {
     const std::string file = work_ + "/candidates/" + id + ".yaml";
     write_atomic(file, candidate_yaml(doc, fmt::format("shrink candidate {}: {}", id, what)));
     try {
-      load_scenario(file);
+      check_layout_accepted(load_scenario(file));  // stop 63: a layout every rank would refuse
     } catch (const std::exception& e) {
       ++skipped_;
       note(fmt::format("{} {}: skipped, does not load: {}", id, what, e.what()));

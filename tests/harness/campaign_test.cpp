@@ -236,6 +236,29 @@ TEST_F(CampaignSpec, EveryGeneratedFileLoadsAndTwoCampaignsOfOneSeedAreByteForBy
   EXPECT_EQ(read(dir_ / "a" / "manifest.json"), read(dir_ / "b" / "manifest.json"));
 }
 
+// Stop 63: a layout the spec's sizes allow but every rank would refuse (ZeRO partitions over
+// data-parallel ranks; dp 1 has none) stops the campaign before any run, with the workers' words.
+TEST_F(CampaignSpec, ALayoutEveryRankWouldRefuseStopsTheCampaignBeforeAnyRun) {
+  std::string text = kSpec;
+  text.replace(text.find("{ranks: 4, dp: 2, tp: 2}"), 24, "{ranks: 4, tp: 4, zero: 1, weight: 50}");
+  fl::harness::campaign::Options o;
+  o.spec = write("spec.yaml", text);
+  o.seed = 1;
+  o.runs = 6;
+  o.out_dir = (dir_ / "out").string();
+  try {
+    fl::harness::campaign::run_campaign(o);
+    ADD_FAILURE() << "no error";
+  } catch (const ScenarioError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ZeRO stage 1 partitions across data-parallel ranks, but dp is 1"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("nothing was run"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "runs"));
+}
+
 TEST_F(CampaignSpec, ZeroRunsIsAnErrorBeforeAnythingIsWritten) {
   fl::harness::campaign::Options o;
   o.spec = write("spec.yaml", kSpec);
