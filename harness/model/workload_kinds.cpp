@@ -85,7 +85,8 @@ const WorkloadKind kInfer{.name = "infer",
                           .launch_args = infer_args,
                           .layout_line = worker_layout,
                           .planned_steps = infer_positions,
-                          .step_unit = " positions"};
+                          .step_unit = " positions",
+                          .checks_layout = true};
 
 const WorkloadKind kCommand{.name = "command",
                             .summary = "any program: workload.command",

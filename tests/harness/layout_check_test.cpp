@@ -1,6 +1,6 @@
 // A layout every rank would refuse before step 0 is refused by `validate` and `run` first, from
 // the worker's own check (`fl-train --check-layout WORLD`), unless the scenario expects exactly
-// that refusal. Uses this build's fl-train.
+// that refusal. Uses this build's fl-train and fl-infer.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -89,6 +89,17 @@ TEST_F(LayoutCheck, TheWorkersFlagsAreTheOnesChecked) {
   EXPECT_NE(layout_refusal(args).find("dp 1 x tp 1 x pp 1 = 1 ranks, but the world has 2"),
             std::string::npos)
       << layout_refusal(args);
+}
+
+// fl-infer answers the same check for a sharded inference layout.
+TEST_F(LayoutCheck, TheInferenceWorkerAnswersToo) {
+  EXPECT_EQ(layout_refusal(load("{ranks: 2, tp: 2}", "{oracle: completed}",
+                                "{kind: infer, infer: {new_tokens: 4}}")),
+            "");
+  EXPECT_NE(layout_refusal(load("{ranks: 3, tp: 3}", "{oracle: completed}",
+                                "{kind: infer, infer: {new_tokens: 4}}"))
+                .find("must be a multiple of tensor_model_parallel_size (3)"),
+            std::string::npos);
 }
 
 // A workload that runs the scenario's own command has no worker check to ask.

@@ -221,6 +221,7 @@ int main(int argc, char** argv) {
   declare_infer_options(rt, a);
   if (auto rc = rt.parse(argc, argv)) return *rc;
   const auto cfg = rt.model_config(a.vocab);
+  if (auto rc = rt.check_layout(cfg, a.layout)) return *rc;  // the harness's validate asks
   const int requests = a.requests;
   auto on_fetch = [&](const std::string& name, const std::string& path) {
     if (name == "tokenizer.json" && rdzv::tokenizer_vocab(path) > cfg.vocab) {

@@ -1,5 +1,8 @@
 #include "workloads/runtime/runtime.hpp"
 
+#include <cstdio>
+
+#include "base/error.hpp"
 #include "base/exit_codes.hpp"
 #include "injector/describe.hpp"
 #include "kernels/device.hpp"
@@ -28,6 +31,22 @@ void Runtime::add_model_options() {
            "Context length (inference: prompt_len + new_tokens must fit in it unless "
            "workload.infer.context_limit is clamp or none)")
       .range(0, 65536);
+  app_.add_option("--check-layout", check_layout_world_,
+                  "Check the layout and model for a world of this many ranks, then exit (0: ok, "
+                  "2: the error a rank would stop with); joins no world")
+      ->check(CLI::Range(1, 1 << 20));
+}
+
+std::optional<int> Runtime::check_layout(const model::GptConfig& m, model::Layout layout) const {
+  if (check_layout_world_ <= 0) return std::nullopt;
+  layout.world = check_layout_world_;
+  try {
+    model::validate(m, layout);
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "faultline worker error (config): %s\n", e.what());
+    return exit_code::kUsage;
+  }
+  return 0;
 }
 
 void Runtime::add_runtime_options() {

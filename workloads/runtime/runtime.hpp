@@ -42,6 +42,12 @@ class Runtime {
 
   // The chosen model with the shape overrides; `vocab` > 0 overrides the vocabulary.
   model::GptConfig model_config(int vocab = 0) const;
+  // --check-layout WORLD (add_model_options; the harness's `validate` asks it before any rank
+  // starts): nullopt when not given; else the checks a rank makes of `layout` and `m` before
+  // building the model (model::validate) for a world of WORLD ranks, without joining one, and the
+  // exit status: 0, or the workers' usage status after the rank's own error line on stderr
+  // (`faultline worker error (config): ...`).
+  std::optional<int> check_layout(const model::GptConfig& m, model::Layout layout) const;
   const std::string& model_name() const { return model_; }
   const std::string& device() const { return device_; }
 
@@ -60,7 +66,7 @@ class Runtime {
   CLI::App app_;
   Options options_{app_};
   std::string model_ = "tiny", device_ = "cpu";
-  int d_model_ = 0, layers_ = 0, heads_ = 0, seq_len_ = 0;
+  int d_model_ = 0, layers_ = 0, heads_ = 0, seq_len_ = 0, check_layout_world_ = 0;
   std::vector<std::string> plugins_, fetch_;
   bool jit_ = false, device_from_env_ = false;
   int64_t host_budget_ = -1;

@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   if (auto rc = rt.parse(argc, argv)) return *rc;
   auto& cfg = a.cfg;
   train::finish_train_options(rt, a);
-  if (a.check_layout > 0) return train::check_layout(a);  // the harness's validate asks
+  if (auto rc = rt.check_layout(cfg.model, cfg.layout)) return *rc;  // the harness's validate
   const std::string hash =
       fmt::format("gpt:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}", cfg.model.vocab, cfg.model.d_model,
                   cfg.model.layers, cfg.model.heads, cfg.model.seq_len, cfg.layout.dp,

@@ -3,12 +3,6 @@
 // and passes the flag when a scenario sets it (docs/workloads.md#options).
 #include "workloads/train/train_options.hpp"
 
-#include <cstdio>
-
-#include "base/error.hpp"
-#include "base/exit_codes.hpp"
-#include "workloads/model/config.hpp"
-
 namespace fl::train {
 
 namespace {
@@ -255,10 +249,6 @@ void command_line_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--tp", c.layout.tp, "Tensor-parallel size");
   app.add_option("--pp", c.layout.pp, "Pipeline-parallel size");
   app.add_option("--zero", c.layout.zero, "ZeRO stage 0-3");
-  app.add_option("--check-layout", a.check_layout,
-                 "Check the layout and model for a world of this many ranks, then exit (0: ok, "
-                 "2: the error a rank would stop with); joins no world")
-      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--epochs", c.epochs, "Run whole epochs instead of --steps");
   app.add_option("--data-vocab", c.data_vocab,
                  "Vocabulary of the data pipeline's tokenizer (0: the model's)");
@@ -310,18 +300,6 @@ void finish_train_options(const worker::Runtime& rt, TrainArgs& a) {
   a.cfg.model.moe = a.moe;
   if (a.samples > 0) a.cfg.num_samples = a.samples;
   a.cfg.precision = *parse_dtype(a.precision);
-}
-
-int check_layout(const TrainArgs& a) {
-  model::Layout l = a.cfg.layout;
-  l.world = a.check_layout;
-  try {
-    model::validate(a.cfg.model, l);
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "faultline worker error (config): %s\n", e.what());
-    return exit_code::kUsage;
-  }
-  return 0;
 }
 
 }  // namespace fl::train
