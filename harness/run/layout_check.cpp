@@ -1,5 +1,6 @@
 #include "harness/run/layout_check.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string_view>
@@ -8,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "base/error.hpp"
+#include "base/exit_codes.hpp"
 #include "base/subprocess.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/model/workload_kinds.hpp"
@@ -19,39 +21,47 @@ namespace {
 
 constexpr std::string_view kConfigLine = "faultline worker error (config): ";
 
-// The worker's answer for one command line: "" or its refusal.
-std::string ask_worker(const std::vector<std::string>& argv) {
+// The worker's answer for one command line.
+WorkerRefusal ask_worker(const std::vector<std::string>& argv) {
   static std::mutex mu;
-  static std::map<std::vector<std::string>, std::string> cache;
+  static std::map<std::vector<std::string>, WorkerRefusal> cache;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (const auto it = cache.find(argv); it != cache.end()) return it->second;
   }
-  std::string refusal;
+  WorkerRefusal r;
   try {
     const ToolOutcome out = run_tool_status(argv);
-    if (out.status != 0) {
-      // Only the configuration check's own line: any other failure (a flag this worker does not
-      // know, a crash) is the run's to report, with its logs.
-      const auto at = out.output.find(kConfigLine);
-      if (at != std::string::npos) {
-        const auto from = at + kConfigLine.size();
-        refusal = out.output.substr(from, out.output.find('\n', from) - from);
+    // The workers' usage status: a refused configuration or command line. Any other end (a crash,
+    // a signal) is the run's to report, with its logs.
+    if (out.status == exit_code::kUsage) {
+      for (size_t at = 0; at < out.output.size();) {
+        const size_t end = std::min(out.output.find('\n', at), out.output.size());
+        if (end > at) r.lines.push_back(out.output.substr(at, end - at));
+        at = end + 1;
       }
+      for (const auto& line : r.lines) {
+        if (line.rfind(kConfigLine, 0) == 0) {
+          r.message = line.substr(kConfigLine.size());
+          r.klass = "config";
+          break;
+        }
+      }
+      if (r.message.empty() && !r.lines.empty()) r.message = r.lines.front();
     }
   } catch (const Error&) {
-    return "";  // the worker cannot start: the run says why
+    return {};  // the worker cannot start: the run says why
   }
   std::lock_guard<std::mutex> lock(mu);
-  cache.emplace(argv, refusal);
-  return refusal;
+  cache.emplace(argv, r);
+  return r;
 }
 
 }  // namespace
 
-std::string layout_refusal(const Scenario& s) {
+WorkerRefusal layout_refusal(const Scenario& s) {
   const WorkloadKind& kind = workload_kind(s.workload.kind);
-  if (!kind.checks_layout || s.topo.ranks < 1) return "";
+  if (!kind.checks_layout || s.topo.ranks < 1) return {};
   // No run directory exists yet; the worker stops before it would use one.
   std::vector<std::string> argv = worker_args(s, "/nonexistent/faultline-layout-check", "");
   argv.push_back("--check-layout");
@@ -59,17 +69,17 @@ std::string layout_refusal(const Scenario& s) {
   return ask_worker(argv);
 }
 
-bool expects_refusal(const Scenario& s, const std::string& refusal) {
-  // The history of such a run: every rank prints the error line, reports the error and exits 2
-  // shortly after launch; the run then ends.
+bool expects_refusal(const Scenario& s, const WorkerRefusal& refusal) {
+  // The history of such a run: every rank prints the lines, reports the check's error (a parser's
+  // refusal reports none) and exits 2 shortly after launch; the run then ends.
   RunSummary f;
   f.world = s.topo.ranks;
   f.t_start = 0;
   const int64_t t = 100'000'000;
   for (int r = 0; r < s.topo.ranks; ++r) {
     f.launch_t[r] = 0;
-    f.lines.push_back({r, t, std::string(kConfigLine) + refusal});
-    f.errors.push_back({r, t, -1, "config", refusal});
+    for (const auto& line : refusal.lines) f.lines.push_back({r, t, line});
+    if (!refusal.klass.empty()) f.errors.push_back({r, t, -1, refusal.klass, refusal.message});
     f.exits.push_back({r, t + 1, "error", 2, false, false});
     f.exit_t[r] = t + 1;
   }
@@ -79,14 +89,15 @@ bool expects_refusal(const Scenario& s, const std::string& refusal) {
 }
 
 void check_layout_accepted(const Scenario& s) {
-  const std::string refusal = layout_refusal(s);
-  if (refusal.empty() || expects_refusal(s, refusal)) return;
+  const WorkerRefusal refusal = layout_refusal(s);
+  if (refusal.message.empty() || expects_refusal(s, refusal)) return;
   throw ScenarioError(fmt::format(
-      "{}: topology / workload: every rank would stop before step 0 with the workers' own layout "
-      "check: {}. A scenario keeps a layout the workers refuse only when that refusal is its "
-      "expectation (expect: {{oracle: error_signature, pattern: ...}} that matches it); this one "
-      "expects {}{}",
-      s.file, refusal, s.expect.absent ? "the absence of " : "", s.expect.oracle));
+      "{}: {}: every rank would stop before step 0 with the workers' own {}: {}. A scenario keeps "
+      "what the workers refuse only when that refusal is its expectation (expect: {{oracle: "
+      "error_signature, pattern: ...}} that matches it); this one expects {}{}",
+      s.file, refusal.klass.empty() ? "workload.args" : "topology / workload",
+      refusal.klass.empty() ? "command-line check" : "layout check", refusal.message,
+      s.expect.absent ? "the absence of " : "", s.expect.oracle));
 }
 
 }  // namespace fl::harness

@@ -6,22 +6,33 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "harness/model/scenario.hpp"
 
 namespace fl::harness {
 
-// The worker's refusal of the scenario's layout and model, as its error line says it (the part
-// after `faultline worker error (config): `); "" when it accepts them, when the kind's worker has
-// no such check, or when the worker cannot be started (the run then says why). Fault `args` are
-// not applied: they stand for a launch that differs from the scenario's. Answers are cached per
-// worker command line (a triage eval validates the same drafts' layouts many times).
-std::string layout_refusal(const Scenario& s);
+// What every rank would print and report before step 0 when its worker refuses the scenario's
+// command line: `message` ("" when the worker accepts it) is the check's own sentence (the part
+// after `faultline worker error (config): `, `klass` "config") or, for a command line the
+// worker's parser rejects (a `workload.args` value out of range, a flag it does not know), the
+// parser's first line (`klass` "": such a rank reports no error event, only its output).
+struct WorkerRefusal {
+  std::string message, klass;
+  std::vector<std::string> lines;  // its stdout and stderr, as a rank would print them
+};
 
-// Whether `refusal`, printed and reported by every rank before step 0, meets the scenario's
-// expectation (an error_signature whose pattern matches it, an exit_class of error, ...): the
-// oracles judge a history of exactly that.
-bool expects_refusal(const Scenario& s, const std::string& refusal);
+// The worker's refusal of the scenario's layout, model and flags; an empty message when it
+// accepts them, when the kind's worker has no such check, or when the worker cannot be started or
+// ends otherwise (the run then says why, with its logs). Fault `args` are not applied: they stand
+// for a launch that differs from the scenario's. Answers are cached per worker command line (a
+// triage eval validates the same drafts' layouts many times).
+WorkerRefusal layout_refusal(const Scenario& s);
+
+// Whether that refusal, printed (and, for the check's, reported) by every rank before step 0,
+// meets the scenario's expectation (an error_signature whose pattern matches it, an exit_class of
+// error, ...): the oracles judge a history of exactly that.
+bool expects_refusal(const Scenario& s, const WorkerRefusal& refusal);
 
 // ScenarioError naming the file, the workers' refusal and the expectation, unless the workers
 // accept the layout or the scenario expects their refusal.

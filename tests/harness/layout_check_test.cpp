@@ -34,7 +34,7 @@ class LayoutCheck : public fl::test::ScenarioFiles {
 
 TEST_F(LayoutCheck, AnAcceptedLayoutPasses) {
   const auto s = load("{ranks: 4, dp: 2, tp: 2}", "{oracle: completed}");
-  EXPECT_EQ(layout_refusal(s), "");
+  EXPECT_EQ(layout_refusal(s).message, "");
   EXPECT_EQ(refused(s), "");
 }
 
@@ -42,7 +42,7 @@ TEST_F(LayoutCheck, AnAcceptedLayoutPasses) {
 // workers' own words (Megatron's, with the allowed values) and what the scenario expects.
 TEST_F(LayoutCheck, HeadsThatTensorParallelismCannotSplitAreRefusedBeforeAnyRankStarts) {
   const auto s = load("{ranks: 3, tp: 3}", "{oracle: completed}");
-  EXPECT_EQ(layout_refusal(s),
+  EXPECT_EQ(layout_refusal(s).message,
             "num_attention_heads (4) must be a multiple of tensor_model_parallel_size (3). "
             "(invalid layout: topology.tp allowed for 4 heads: 1, 2, 4)");
   const std::string why = refused(s);
@@ -59,7 +59,7 @@ TEST_F(LayoutCheck, ARefusalIsAllowedOnlyWhereItIsTheExpectation) {
   const std::string topo = "{ranks: 4, pp: 2, zero: 2}";
   const std::string pattern = "pattern: \"ZeRO stage 2 cannot be combined with pipeline\"";
   const auto expected = load(topo, "{symptom: \"3.2\", oracle: error_signature, " + pattern + "}");
-  EXPECT_NE(layout_refusal(expected), "");
+  EXPECT_EQ(layout_refusal(expected).klass, "config");
   EXPECT_TRUE(expects_refusal(expected, layout_refusal(expected)));
   EXPECT_EQ(refused(expected), "");
 
@@ -78,27 +78,49 @@ TEST_F(LayoutCheck, ARefusalIsAllowedOnlyWhereItIsTheExpectation) {
 // workload's own flags (its shape, workload.args), not only the topology.
 TEST_F(LayoutCheck, TheWorkersFlagsAreTheOnesChecked) {
   EXPECT_NE(layout_refusal(load("{ranks: 2, tp: 2, zero: 1}", "{oracle: completed}"))
-                .find("ZeRO stage 1 partitions across data-parallel ranks, but dp is 1"),
+                .message.find("ZeRO stage 1 partitions across data-parallel ranks, but dp is 1"),
             std::string::npos);
   const auto odd = load("{ranks: 2, tp: 2}", "{oracle: completed}",
                         "{steps: 2, shape: {heads: 3, d_model: 48}}");
-  EXPECT_NE(layout_refusal(odd).find("num_attention_heads (3)"), std::string::npos)
-      << layout_refusal(odd);
+  EXPECT_NE(layout_refusal(odd).message.find("num_attention_heads (3)"), std::string::npos)
+      << layout_refusal(odd).message;
   const auto args = load("{ranks: 2, tp: 2}", "{oracle: completed}",
                          "{steps: 2, args: [\"--tp\", \"1\"]}");
-  EXPECT_NE(layout_refusal(args).find("dp 1 x tp 1 x pp 1 = 1 ranks, but the world has 2"),
+  EXPECT_NE(
+      layout_refusal(args).message.find("dp 1 x tp 1 x pp 1 = 1 ranks, but the world has 2"),
+      std::string::npos)
+      << layout_refusal(args).message;
+}
+
+// A workload.args value the worker's parser refuses stops every rank the same way (before, the
+// run said only "ranks 0,1 failed" and its hang oracle "not observed"); a scenario whose
+// expectation is that parser's line keeps it.
+TEST_F(LayoutCheck, AnArgumentTheWorkersParserRefusesIsRefusedWithItsLine) {
+  const auto s = load("{ranks: 2, dp: 2}", "{symptom: \"4.11\", oracle: hang, hang_s: 3}",
+                      "{steps: 4, args: [\"--lr\", \"-5\"]}");
+  const WorkerRefusal r = layout_refusal(s);
+  EXPECT_EQ(r.klass, "");
+  EXPECT_EQ(r.message, "--lr: -5 is not allowed (allowed: 0 to 10)");
+  const std::string why = refused(s);
+  EXPECT_NE(why.find("workload.args: every rank would stop before step 0 with the workers' own "
+                     "command-line check: --lr: -5 is not allowed"),
             std::string::npos)
-      << layout_refusal(args);
+      << why;
+  EXPECT_EQ(refused(load("{ranks: 2, dp: 2}",
+                         "{symptom: \"2.3\", oracle: error_signature, pattern: \"--lr: -5 is not\"}",
+                         "{steps: 4, args: [\"--lr\", \"-5\"]}")),
+            "");
 }
 
 // fl-infer answers the same check for a sharded inference layout.
 TEST_F(LayoutCheck, TheInferenceWorkerAnswersToo) {
   EXPECT_EQ(layout_refusal(load("{ranks: 2, tp: 2}", "{oracle: completed}",
-                                "{kind: infer, infer: {new_tokens: 4}}")),
+                                "{kind: infer, infer: {new_tokens: 4}}"))
+                .message,
             "");
   EXPECT_NE(layout_refusal(load("{ranks: 3, tp: 3}", "{oracle: completed}",
                                 "{kind: infer, infer: {new_tokens: 4}}"))
-                .find("must be a multiple of tensor_model_parallel_size (3)"),
+                .message.find("must be a multiple of tensor_model_parallel_size (3)"),
             std::string::npos);
 }
 
@@ -106,7 +128,7 @@ TEST_F(LayoutCheck, TheInferenceWorkerAnswersToo) {
 TEST_F(LayoutCheck, ACommandWorkloadIsNotAsked) {
   const auto s = load("{ranks: 3, tp: 3}", "{oracle: completed}",
                       "{kind: command, command: [\"/bin/true\"]}");
-  EXPECT_EQ(layout_refusal(s), "");
+  EXPECT_EQ(layout_refusal(s).message, "");
 }
 
 }  // namespace
