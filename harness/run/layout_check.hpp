@@ -1,6 +1,6 @@
 // A layout every rank would refuse before its first step, found before any rank starts: the
-// harness asks the workload's worker itself (`fl-train`/`fl-infer --check-layout WORLD`, the checks a
-// rank makes of the layout and the model before building it), so `validate`, `run` and triage's
+// harness asks the workload's worker itself (`fl-train`/`fl-infer --check-layout WORLD`, the checks
+// a rank makes of the layout and the model before building it), so `validate`, `run` and triage's
 // drafts refuse what no run of the scenario could get past, unless the scenario expects exactly
 // that refusal (scenarios/symptoms/3.2-zero2-with-pipeline.yaml).
 #pragma once

@@ -67,8 +67,8 @@ TEST_F(LayoutCheck, ARefusalIsAllowedOnlyWhereItIsTheExpectation) {
   EXPECT_NE(refused(load(topo, "{symptom: \"3.2\", oracle: error_signature, absent: true, " +
                                    pattern + "}")),
             "");
-  const std::string other =
-      refused(load(topo, "{symptom: \"3.2\", oracle: error_signature, pattern: \"out of memory\"}"));
+  const std::string other = refused(
+      load(topo, "{symptom: \"3.2\", oracle: error_signature, pattern: \"out of memory\"}"));
   EXPECT_NE(other.find("this one expects error_signature"), std::string::npos) << other;
   // An exit_class expectation of an error is met by ranks that stop with status 2.
   EXPECT_EQ(refused(load(topo, "{symptom: \"3.2\", oracle: exit_class, exit_class: error}")), "");
@@ -84,11 +84,10 @@ TEST_F(LayoutCheck, TheWorkersFlagsAreTheOnesChecked) {
                         "{steps: 2, shape: {heads: 3, d_model: 48}}");
   EXPECT_NE(layout_refusal(odd).message.find("num_attention_heads (3)"), std::string::npos)
       << layout_refusal(odd).message;
-  const auto args = load("{ranks: 2, tp: 2}", "{oracle: completed}",
-                         "{steps: 2, args: [\"--tp\", \"1\"]}");
-  EXPECT_NE(
-      layout_refusal(args).message.find("dp 1 x tp 1 x pp 1 = 1 ranks, but the world has 2"),
-      std::string::npos)
+  const auto args =
+      load("{ranks: 2, tp: 2}", "{oracle: completed}", "{steps: 2, args: [\"--tp\", \"1\"]}");
+  EXPECT_NE(layout_refusal(args).message.find("dp 1 x tp 1 x pp 1 = 1 ranks, but the world has 2"),
+            std::string::npos)
       << layout_refusal(args).message;
 }
 
@@ -106,10 +105,11 @@ TEST_F(LayoutCheck, AnArgumentTheWorkersParserRefusesIsRefusedWithItsLine) {
                      "command-line check: --lr: -5 is not allowed"),
             std::string::npos)
       << why;
-  EXPECT_EQ(refused(load("{ranks: 2, dp: 2}",
-                         "{symptom: \"2.3\", oracle: error_signature, pattern: \"--lr: -5 is not\"}",
-                         "{steps: 4, args: [\"--lr\", \"-5\"]}")),
-            "");
+  EXPECT_EQ(
+      refused(load("{ranks: 2, dp: 2}",
+                   "{symptom: \"2.3\", oracle: error_signature, pattern: \"--lr: -5 is not\"}",
+                   "{steps: 4, args: [\"--lr\", \"-5\"]}")),
+      "");
 }
 
 // fl-infer answers the same check for a sharded inference layout.
@@ -126,8 +126,8 @@ TEST_F(LayoutCheck, TheInferenceWorkerAnswersToo) {
 
 // A workload that runs the scenario's own command has no worker check to ask.
 TEST_F(LayoutCheck, ACommandWorkloadIsNotAsked) {
-  const auto s = load("{ranks: 3, tp: 3}", "{oracle: completed}",
-                      "{kind: command, command: [\"/bin/true\"]}");
+  const auto s =
+      load("{ranks: 3, tp: 3}", "{oracle: completed}", "{kind: command, command: [\"/bin/true\"]}");
   EXPECT_EQ(layout_refusal(s).message, "");
 }
 

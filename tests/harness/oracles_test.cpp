@@ -187,7 +187,8 @@ TEST(CompletedOracle, AFailedRankIsNamedWithTheErrorItReported) {
   HistoryBuilder h(2);
   const std::string msg =
       "num_attention_heads (4) must be a multiple of tensor_model_parallel_size (3).";
-  h.event("rank", 1, "error", fmt::format(R"({{"class":"config","exit_code":2,"message":"{}"}})", msg));
+  h.event("rank", 1, "error",
+          fmt::format(R"({{"class":"config","exit_code":2,"message":"{}"}})", msg));
   h.event("harness", 1, "rank_exit", R"({"class":"error","code":2})");
   h.event("harness", 0, "rank_exit", R"({"class":"ok","code":0})");
   h.event("harness", -1, "run_end", "{}");
