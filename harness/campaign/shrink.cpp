@@ -152,7 +152,8 @@ class Shrinker {
       check_layout_accepted(load_scenario(file));  // stop 63: a layout every rank would refuse
     } catch (const std::exception& e) {
       ++skipped_;
-      note(fmt::format("{} {}: skipped, does not load: {}", id, what, e.what()));
+      note(fmt::format("{} {}: skipped, does not load or every rank would refuse it: {}", id, what,
+                       e.what()));
       return 0;
     }
     ++runs_;

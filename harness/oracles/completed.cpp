@@ -6,12 +6,21 @@
 namespace fl::harness::oracles {
 namespace {
 
-// What the rank itself reported before it ended (its first error event: the worker's class and
-// message, e.g. a layout the configuration check refused), so the verdict names the cause; ""
-// when it reported none.
-std::string reported_error(const RunSummary& f, int rank) {
+// What the rank's incarnation that ended at `end` reported (its last error event after the
+// rank's previous exit; an event may be read just after the exit it preceded: the worker's class
+// and message, e.g. a layout the configuration check refused), so the verdict names the cause;
+// "" when it reported none.
+std::string reported_error(const RunSummary& f, int rank, int64_t end) {
+  int64_t begin = -1;  // a restarted rank: its earlier incarnations' errors are not this one's
+  for (const auto& x : f.exits) {
+    if (x.rank == rank && x.t < end) begin = std::max(begin, x.t);
+  }
+  const RunSummary::Err* last = nullptr;
   for (const auto& err : f.errors) {
-    if (err.rank != rank || err.message.empty()) continue;
+    if (err.rank == rank && !err.message.empty() && err.t > begin) last = &err;
+  }
+  if (last != nullptr) {
+    const auto& err = *last;
     constexpr size_t kMax = 300;
     std::string m = err.message.substr(0, err.message.find('\n'));
     if (m.size() > kMax) m = m.substr(0, kMax) + "...";
@@ -42,7 +51,7 @@ class Completed : public Oracle {
           why = fmt::format(
               "rank {} ended with {} {}{}", e.rank, e.klass,
               e.signaled ? fmt::format("(signal {})", e.code) : fmt::format("(exit {})", e.code),
-              reported_error(f, e.rank));
+              reported_error(f, e.rank, e.t));
         }
       }
     }

@@ -12,6 +12,7 @@
 #include "base/exit_codes.hpp"
 #include "base/subprocess.hpp"
 #include "harness/launch/launch_args.hpp"
+#include "harness/faults/fault.hpp"
 #include "harness/model/workload_kinds.hpp"
 #include "harness/oracles/oracle.hpp"
 
@@ -62,10 +63,17 @@ WorkerRefusal ask_worker(const std::vector<std::string>& argv) {
 WorkerRefusal layout_refusal(const Scenario& s) {
   const WorkloadKind& kind = workload_kind(s.workload.kind);
   if (!kind.checks_layout || s.topo.ranks < 1) return {};
-  // No run directory exists yet; the worker stops before it would use one.
+  // Only this build's own worker is known to answer (a stand-in or another build named by
+  // FAULTLINE_BIN_DIR may not take the flag, or may run its workload instead).
+  if (worker_binary(s.workload.kind) != kind.build_path) return {};
+  // An `args` fault changes the ranks' command lines at launch: the run decides.
+  for (const auto& f : s.faults.oop) {
+    if (f->kind == "args") return {};
+  }
+  // No run directory exists yet; the worker stops before it would use one. The flag goes first:
+  // workload.args may end with `--`, after which the parser takes no option.
   std::vector<std::string> argv = worker_args(s, "/nonexistent/faultline-layout-check", "");
-  argv.push_back("--check-layout");
-  argv.push_back(std::to_string(s.topo.ranks));
+  argv.insert(argv.begin() + 1, {"--check-layout", std::to_string(s.topo.ranks)});
   return ask_worker(argv);
 }
 

@@ -23,10 +23,11 @@ struct WorkerRefusal {
 };
 
 // The worker's refusal of the scenario's layout, model and flags; an empty message when it
-// accepts them, when the kind's worker has no such check, or when the worker cannot be started or
-// ends otherwise (the run then says why, with its logs). Fault `args` are not applied: they stand
-// for a launch that differs from the scenario's. Answers are cached per worker command line (a
-// triage eval validates the same drafts' layouts many times).
+// accepts them, when the kind's worker has no such check, when the worker is not this build's own
+// (FAULTLINE_BIN_DIR names another), when an `args` fault changes the ranks' command lines at
+// launch, or when the worker cannot be started or ends otherwise (the run then says why, with its
+// logs). Answers are cached per worker command line (a triage eval validates the same drafts'
+// layouts many times).
 WorkerRefusal layout_refusal(const Scenario& s);
 
 // Whether that refusal, printed (and, for the check's, reported) by every rank before step 0,

@@ -124,11 +124,35 @@ TEST_F(LayoutCheck, TheInferenceWorkerAnswersToo) {
             std::string::npos);
 }
 
-// A workload that runs the scenario's own command has no worker check to ask.
-TEST_F(LayoutCheck, ACommandWorkloadIsNotAsked) {
-  const auto s =
-      load("{ranks: 3, tp: 3}", "{oracle: completed}", "{kind: command, command: [\"/bin/true\"]}");
+// An `args` fault changes the ranks' command lines at launch (the heads scenario of
+// scenarios/issues/ makes its refusal so, and a fix may clear one so): the run decides.
+TEST_F(LayoutCheck, AnArgsFaultLeavesTheQuestionToTheRun) {
+  const auto s = load("{ranks: 4, tp: 4, zero: 1}", "{oracle: completed}",
+                      "{steps: 2}\nfaults: [{args: [\"--tp\", \"2\", \"--dp\", \"2\"]}]");
   EXPECT_EQ(layout_refusal(s).message, "");
+  EXPECT_EQ(refused(s), "");
+}
+
+// The question goes before the scenario's own arguments: after a trailing `--` the parser takes
+// no option, and the worker would have refused the question itself.
+TEST_F(LayoutCheck, ArgumentsEndingWithADoubleDashAreCheckedAsTheRanksGetThem) {
+  EXPECT_EQ(layout_refusal(load("{ranks: 2, dp: 2}", "{oracle: completed}",
+                                "{steps: 2, args: [\"--lr\", \"0.001\", \"--\"]}"))
+                .message,
+            "");
+}
+
+// A rank given --check-layout would check and exit 0 with no step: the loader refuses it.
+TEST_F(LayoutCheck, TheQuestionItselfIsNoWorkloadArgument) {
+  try {
+    load("{ranks: 2, dp: 2}", "{oracle: completed}",
+         "{steps: 2, args: [\"--check-layout\", \"2\"]}");
+    ADD_FAILURE() << "loaded";
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("workload.args[0]: --check-layout is the harness's question"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -210,6 +210,20 @@ TEST(CompletedOracle, ARankWithoutAnErrorEventGetsOnlyItsExitStatus) {
   EXPECT_EQ(v.explanation, "rank 0 ended with signal (signal 9)");
 }
 
+// A restarted rank is judged by its last incarnation: an error its earlier one reported is not
+// the cause of the last one's end.
+TEST(CompletedOracle, AnEarlierIncarnationsErrorIsNotTheLastOnesCause) {
+  HistoryBuilder h(2);
+  h.event("rank", 1, "error", R"({"class":"comm timeout","exit_code":3,"message":"peer gone"})");
+  h.event("harness", 1, "rank_exit", R"({"class":"error","code":3})");
+  h.event("harness", 1, "rank_exit", R"({"class":"signal","code":9,"signaled":true})", 500);
+  h.event("harness", 0, "rank_exit", R"({"class":"ok","code":0})");
+  h.event("harness", -1, "run_end", "{}");
+  const Verdict v = judge(parse_expect_text("{oracle: completed}"), h.events());
+  EXPECT_EQ(v.outcome, "fail");
+  EXPECT_EQ(v.explanation, "rank 1 ended with signal (signal 9)");
+}
+
 TEST(HangOracle, SlowStartOnABusyHostIsNotAHang) {
   // Ranks take 8 s to reach their first step (a loaded machine joining the world), then train.
   HistoryBuilder h(4);
