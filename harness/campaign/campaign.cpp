@@ -47,8 +47,9 @@ void validate_all(const Spec& s, const std::string& dir, const std::vector<Gener
       for (auto& f : g.faults) from.push_back(f.templ);
       throw ScenarioError(fmt::format(
           "{}\n{}: run {} does not load, or every rank would refuse it (drawn from faults {}); "
-          "nothing was run", e.what(), s.file,
-          g.index, from.empty() ? "none" : fmt::format("{}", fmt::join(from, ", "))));
+          "nothing was run",
+          e.what(), s.file, g.index,
+          from.empty() ? "none" : fmt::format("{}", fmt::join(from, ", "))));
     }
   }
 }

@@ -11,8 +11,8 @@
 #include "base/error.hpp"
 #include "base/exit_codes.hpp"
 #include "base/subprocess.hpp"
-#include "harness/launch/launch_args.hpp"
 #include "harness/faults/fault.hpp"
+#include "harness/launch/launch_args.hpp"
 #include "harness/model/workload_kinds.hpp"
 #include "harness/oracles/oracle.hpp"
 

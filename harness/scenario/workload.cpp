@@ -106,7 +106,8 @@ void parse_workload(const std::string& path, const YAML::Node& doc, const YAML::
   for (const auto& a : w["args"]) {
     out.extra_args.push_back(a.as<std::string>());
     if (out.extra_args.back() == "--check-layout") {  // stop 63: the harness's own question
-      const YAML::Node at = doc["workload"] && doc["workload"]["args"] ? doc["workload"]["args"] : doc;
+      const YAML::Node at =
+          doc["workload"] && doc["workload"]["args"] ? doc["workload"]["args"] : doc;
       fail_at(path, at, fmt::format("workload.args[{}]", out.extra_args.size() - 1),
               "--check-layout is the harness's question to the worker before a run (validate "
               "asks it); a rank given it only checks its layout and exits");

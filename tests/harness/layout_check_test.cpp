@@ -149,8 +149,9 @@ TEST_F(LayoutCheck, TheQuestionItselfIsNoWorkloadArgument) {
          "{steps: 2, args: [\"--check-layout\", \"2\"]}");
     ADD_FAILURE() << "loaded";
   } catch (const ScenarioError& e) {
-    EXPECT_NE(std::string(e.what()).find("workload.args[0]: --check-layout is the harness's question"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("workload.args[0]: --check-layout is the harness's question"),
+        std::string::npos)
         << e.what();
   }
 }
