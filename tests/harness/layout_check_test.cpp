@@ -91,6 +91,27 @@ TEST_F(LayoutCheck, TheWorkersFlagsAreTheOnesChecked) {
       << layout_refusal(args).message;
 }
 
+// fl-train also makes its Trainer's own checks before any allocation, in the order a rank makes
+// them: DeepSpeed's batch triangle, the DDP wrapper's layouts, the ZeRO engine's bucket sizes
+// against each rank's share of the model.
+TEST_F(LayoutCheck, TheTrainersOwnConfigurationChecksAreAskedToo) {
+  EXPECT_NE(layout_refusal(load("{ranks: 2, dp: 2}", "{oracle: completed}",
+                                "{steps: 2, micro_batch: 4, train_batch_size: 16}"))
+                .message.find("train_batch_size is not equal to micro_batch_per_gpu * "
+                              "gradient_acc_step * world_size 16 != 4 * 1 * 2"),
+            std::string::npos);
+  EXPECT_NE(layout_refusal(load("{ranks: 2, tp: 2}", "{oracle: completed}",
+                                "{steps: 2, ddp: {wrapper: true}}"))
+                .message.find("wraps a model every data-parallel rank holds whole"),
+            std::string::npos);
+  const WorkerRefusal big =
+      layout_refusal(load("{ranks: 2, dp: 2, zero: 1}", "{oracle: completed}",
+                          "{steps: 2, zero: {reduce_bucket_size: 1000000000}}"));
+  EXPECT_NE(big.message.find("--reduce-bucket-size 1000000000 is larger than the model"),
+            std::string::npos)
+      << big.message;
+}
+
 // A workload.args value the worker's parser refuses stops every rank the same way (before, the
 // run said only "ranks 0,1 failed" and its hang oracle "not observed"); a scenario whose
 // expectation is that parser's line keeps it.

@@ -37,11 +37,14 @@ void Runtime::add_model_options() {
       ->check(CLI::Range(1, 1 << 20));
 }
 
-std::optional<int> Runtime::check_layout(const model::GptConfig& m, model::Layout layout) const {
+std::optional<int> Runtime::check_layout(
+    const model::GptConfig& m, model::Layout layout,
+    const std::function<void(const model::Layout&)>& more) const {
   if (check_layout_world_ <= 0) return std::nullopt;
   layout.world = check_layout_world_;
   try {
     model::validate(m, layout);
+    if (more) more(layout);
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "faultline worker error (config): %s\n", e.what());
     return exit_code::kUsage;

@@ -47,7 +47,10 @@ class Runtime {
   // building the model (model::validate) for a world of WORLD ranks, without joining one, and the
   // exit status: 0, or the workers' usage status after the rank's own error line on stderr
   // (`faultline worker error (config): ...`).
-  std::optional<int> check_layout(const model::GptConfig& m, model::Layout layout) const;
+  // `more` adds the worker's own checks of the same kind (fl-train: its Trainer's).
+  std::optional<int> check_layout(
+      const model::GptConfig& m, model::Layout layout,
+      const std::function<void(const model::Layout&)>& more = nullptr) const;
   const std::string& model_name() const { return model_; }
   const std::string& device() const { return device_; }
 

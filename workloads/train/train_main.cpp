@@ -127,7 +127,8 @@ int main(int argc, char** argv) {
   if (auto rc = rt.parse(argc, argv)) return *rc;
   auto& cfg = a.cfg;
   train::finish_train_options(rt, a);
-  if (auto rc = rt.check_layout(cfg.model, cfg.layout)) return *rc;  // the harness's validate
+  auto trainer_checks = [&](const model::Layout& l) { train::validate_before_world(cfg, l); };
+  if (auto rc = rt.check_layout(cfg.model, cfg.layout, trainer_checks)) return *rc;  // validate
   const std::string hash =
       fmt::format("gpt:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}", cfg.model.vocab, cfg.model.d_model,
                   cfg.model.layers, cfg.model.heads, cfg.model.seq_len, cfg.layout.dp,

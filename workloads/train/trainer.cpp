@@ -40,25 +40,92 @@ DType gemm_precision_for(DType precision, Device device, const std::string& sett
   return precision;
 }
 
+namespace {
+
 // The engine's configuration from the job's (topology.zero picks the stage; workload.zero and
-// workload.ddp the rest).
-parallel::ZeroConfig Trainer::zero_config(const parallel::Topology& topo) const {
+// workload.ddp the rest); `rank` seeds a --seed-per-rank job's initialisation.
+parallel::ZeroConfig zero_config_of(const TrainConfig& c, int stage, int rank) {
   parallel::ZeroConfig z;
-  z.stage = topo.layout.zero;
-  z.precision = cfg_.precision;
-  z.reduce_bucket_bytes = cfg_.bucket_bytes;
-  z.allgather_bucket_bytes = cfg_.allgather_bucket_bytes;
-  z.prefetch_bytes = cfg_.zero3_prefetch_bytes;
-  z.max_live_bytes = cfg_.zero3_max_live_bytes;
-  z.zero_init = cfg_.zero_init;
-  z.offload_optimizer = cfg_.offload_optimizer;
-  z.ddp_reducer = cfg_.ddp_wrapper;
-  z.find_unused_parameters = cfg_.find_unused_parameters;
-  z.seed = cfg_.model.seed + (cfg_.seed_per_rank ? topo.rank : 0);
-  z.broadcast_init = cfg_.broadcast_init && z.stage < 3;
-  z.optimizer_state_bytes = optimizer_state_bytes(cfg_);  // 8: AdamW m, v; 4: SGD momentum; 0
-  z.state_name = cfg_.optimizer == "sgd" ? "optimizer.momentum_buffer" : "optimizer.exp_avg";
+  z.stage = stage;
+  z.precision = c.precision;
+  z.reduce_bucket_bytes = c.bucket_bytes;
+  z.allgather_bucket_bytes = c.allgather_bucket_bytes;
+  z.prefetch_bytes = c.zero3_prefetch_bytes;
+  z.max_live_bytes = c.zero3_max_live_bytes;
+  z.zero_init = c.zero_init;
+  z.offload_optimizer = c.offload_optimizer;
+  z.ddp_reducer = c.ddp_wrapper;
+  z.find_unused_parameters = c.find_unused_parameters;
+  z.seed = c.model.seed + (c.seed_per_rank ? rank : 0);
+  z.broadcast_init = c.broadcast_init && z.stage < 3;
+  z.optimizer_state_bytes = optimizer_state_bytes(c);  // 8: AdamW m, v; 4: SGD momentum; 0
+  z.state_name = c.optimizer == "sgd" ? "optimizer.momentum_buffer" : "optimizer.exp_avg";
   return z;
+}
+
+// The job's own settings a rank's Trainer checks first, before it allocates anything (the
+// precision, the checkpoint key prefixes, the schedule, the batch and DeepSpeed's batch triangle).
+void check_job_config(const TrainConfig& c, const model::Layout& l) {
+  if (c.precision != DType::kF32 && c.precision != DType::kF16 && c.precision != DType::kBF16) {
+    raise<ConfigError>("precision {} is not supported for training (allowed: fp32, fp16, bf16)",
+                       dtype_name(c.precision));
+  }
+  model::check_key_prefix(c.save_key_prefix, "workload.checkpoint.key_prefix (--save-key-prefix)");
+  model::check_key_prefix(c.strip_key_prefix,
+                          "workload.checkpoint.strip_prefix (--strip-key-prefix)");
+  if (c.schedule != "1f1b" && c.schedule != "gpipe") {
+    raise<ConfigError>("pipeline schedule '{}' is not supported (allowed: 1f1b, gpipe)",
+                       c.schedule);
+  }
+  if (c.micro_batch < 1 || c.grad_accum < 1) {
+    raise<ConfigError>("micro_batch {} and grad_accum {} must be at least 1", c.micro_batch,
+                       c.grad_accum);
+  }
+  // DeepSpeed's batch triangle (runtime/config.py's _batch_assertion), checked at initialize:
+  // a global batch written for another number of data-parallel ranks is refused before step 0.
+  if (const int derived = c.micro_batch * c.grad_accum * l.dp;
+      c.train_batch_size > 0 && c.train_batch_size != derived) {
+    raise<ConfigError>(
+        "AssertionError: Check batch related parameters. train_batch_size is not equal to "
+        "micro_batch_per_gpu * gradient_acc_step * world_size {} != {} * {} * {}",
+        c.train_batch_size, c.micro_batch, c.grad_accum, l.dp);
+  }
+}
+
+// workload.ddp.wrapper: the layouts torch's DDP is modelled for (ConfigError otherwise).
+void check_ddp(const TrainConfig& c, const model::Layout& l) {
+  if (!c.ddp_wrapper) return;
+  const int ep = c.model.moe.enabled() ? c.model.moe.ep_size : 1;
+  if (l.tp != 1 || l.pp != 1 || ep != 1) {
+    raise<ConfigError>(
+        "workload.ddp.wrapper (--ddp) wraps a model every data-parallel rank holds whole (allowed: "
+        "tp 1, pp 1 and workload.moe.ep_size 1; this run: tp {}, pp {}, ep_size {})",
+        l.tp, l.pp, ep);
+  }
+  if (c.grad_accum != 1) {
+    raise<ConfigError>(
+        "workload.ddp.wrapper (--ddp) checks every backward's reduction, but grad_accum is {} "
+        "(allowed: 1; the reducer under no_sync accumulation is not modelled)",
+        c.grad_accum);
+  }
+}
+
+}  // namespace
+
+parallel::ZeroConfig Trainer::zero_config(const parallel::Topology& topo) const {
+  return zero_config_of(cfg_, topo.layout.zero, topo.rank);
+}
+
+void validate_before_world(const TrainConfig& cfg, const model::Layout& l) {
+  validate_numerics(cfg);  // in the order a rank's Trainer makes them
+  check_job_config(cfg, l);
+  check_ddp(cfg, l);
+  for (int stage = 0; stage < l.pp; ++stage) {
+    for (int t = 0; t < l.tp; ++t) {
+      const model::ParamLayout share(cfg.model, l.tp, t, l.pp, stage);
+      parallel::validate(zero_config_of(cfg, l.zero, 0), share.total(), l.dp);
+    }
+  }
 }
 
 Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& acct)
@@ -80,33 +147,8 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
       scaler_((validate_numerics(cfg_), cfg_.loss_scale)),
       staging_(0, topo.rank, acct.device()) {
   stage_.set_activation_precision(cfg_.precision);
-  if (cfg_.precision != DType::kF32 && cfg_.precision != DType::kF16 &&
-      cfg_.precision != DType::kBF16) {
-    raise<ConfigError>("precision {} is not supported for training (allowed: fp32, fp16, bf16)",
-                       dtype_name(cfg_.precision));
-  }
+  check_job_config(cfg_, topo.layout);
   gemm_precision_ = gemm_precision_for(cfg_.precision, acct.device(), kGemmPrecision.get());
-  model::check_key_prefix(cfg_.save_key_prefix,
-                          "workload.checkpoint.key_prefix (--save-key-prefix)");
-  model::check_key_prefix(cfg_.strip_key_prefix,
-                          "workload.checkpoint.strip_prefix (--strip-key-prefix)");
-  if (cfg_.schedule != "1f1b" && cfg_.schedule != "gpipe") {
-    raise<ConfigError>("pipeline schedule '{}' is not supported (allowed: 1f1b, gpipe)",
-                       cfg_.schedule);
-  }
-  if (cfg_.micro_batch < 1 || cfg_.grad_accum < 1) {
-    raise<ConfigError>("micro_batch {} and grad_accum {} must be at least 1", cfg_.micro_batch,
-                       cfg_.grad_accum);
-  }
-  // DeepSpeed's batch triangle (runtime/config.py's _batch_assertion), checked at initialize:
-  // a global batch written for another number of data-parallel ranks is refused before step 0.
-  if (const int derived = cfg_.micro_batch * cfg_.grad_accum * topo.layout.dp;
-      cfg_.train_batch_size > 0 && cfg_.train_batch_size != derived) {
-    raise<ConfigError>(
-        "AssertionError: Check batch related parameters. train_batch_size is not equal to "
-        "micro_batch_per_gpu * gradient_acc_step * world_size {} != {} * {} * {}",
-        cfg_.train_batch_size, cfg_.micro_batch, cfg_.grad_accum, topo.layout.dp);
-  }
   check_ddp_wrapper(topo);
   const parallel::ZeroConfig z = zero_config(topo);
   stage_.set_activation_checkpointing(cfg_.activation_checkpointing);
@@ -205,20 +247,7 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
 }
 
 void Trainer::check_ddp_wrapper(const parallel::Topology& topo) const {
-  if (!cfg_.ddp_wrapper) return;
-  const int ep = cfg_.model.moe.enabled() ? cfg_.model.moe.ep_size : 1;
-  if (topo.layout.tp != 1 || topo.layout.pp != 1 || ep != 1) {
-    raise<ConfigError>(
-        "workload.ddp.wrapper (--ddp) wraps a model every data-parallel rank holds whole (allowed: "
-        "tp 1, pp 1 and workload.moe.ep_size 1; this run: tp {}, pp {}, ep_size {})",
-        topo.layout.tp, topo.layout.pp, ep);
-  }
-  if (cfg_.grad_accum != 1) {
-    raise<ConfigError>(
-        "workload.ddp.wrapper (--ddp) checks every backward's reduction, but grad_accum is {} "
-        "(allowed: 1; the reducer under no_sync accumulation is not modelled)",
-        cfg_.grad_accum);
-  }
+  check_ddp(cfg_, topo.layout);
 }
 
 void Trainer::phase(const char* name, std::chrono::steady_clock::time_point from) {

@@ -150,6 +150,10 @@ int optimizer_state_bytes(const TrainConfig& cfg);
 // warm-up style, a momentum without --optimizer sgd or outside [0, 1), a negative warm-up, or a
 // loss-scaler setting out of range.
 void validate_numerics(const TrainConfig& cfg);
+// Stop 63 (--check-layout): the checks a rank's Trainer makes of its configuration before it
+// allocates anything, for every rank of `layout` without a world: the numerics, the DDP wrapper's
+// layouts, and the ZeRO engine's options against each rank's share of the model (bucket sizes).
+void validate_before_world(const TrainConfig& cfg, const model::Layout& layout);
 // The learning rate of `step` (0-based) for a data-parallel size `dp`: warm-up, then cosine decay
 // from the (scaled) peak to the (scaled) min_lr.
 float scheduled_lr(const TrainConfig& cfg, int dp, int64_t step);
