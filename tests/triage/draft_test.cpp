@@ -87,6 +87,30 @@ TEST(TriageDraft, AWatchdogTimeoutUnderDeepspeedZero3DraftsAValidScenarioWithIts
   EXPECT_TRUE(d.unexpressed.empty()) << format_draft(d);
 }
 
+// DeepSpeed's configuration printout names every precision, switched off ones too: the draft
+// takes the one set (fp16 here; before stop 64 it read bfloat16 from `bfloat16_enabled ... False`)
+// and the stage and world size the printout gives. BF16 written in capitals maps to bf16.
+TEST(TriageDraft, DeepSpeedsConfigurationPrintoutGivesTheDraftThePrecisionThatIsOn) {
+  const std::string p = "[2024-07-10 14:14:51,801] [INFO] [config.py:1000:print]   ";
+  const std::string hang =
+      "[rank0]:[E ProcessGroupNCCL.cpp:523] [Rank 0] Watchdog caught collective operation "
+      "timeout: WorkNCCL(SeqNum=9314, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+      "Timeout(ms)=600000)\n";
+  const Draft d = draft_of(p + "bfloat16_enabled ............. False\n" + p +
+                           "fp16_enabled ................. True\n" + p +
+                           "world_size ................... 4\n" + p +
+                           "zero_optimization_stage ...... 1\n" + hang);
+  ASSERT_TRUE(d.made) << d.why;
+  const YAML::Node doc = YAML::Load(d.yaml);
+  EXPECT_EQ(doc["workload"]["precision"].as<std::string>(), "fp16") << d.yaml;
+  EXPECT_EQ(doc["topology"]["zero"].as<int>(), 1) << d.yaml;
+  EXPECT_EQ(doc["topology"]["ranks"].as<int>(), 4) << d.yaml;
+  const Draft capitals = draft_of("We train a 3.6b BF16 model with ZeRO stage 2 on 4 GPUs.\n" + hang);
+  ASSERT_TRUE(capitals.made) << capitals.why;
+  EXPECT_EQ(YAML::Load(capitals.yaml)["workload"]["precision"].as<std::string>(), "bf16")
+      << capitals.yaml;
+}
+
 TEST(TriageDraft, AnIssueUrlInTheInputIsCitedWithItsLine) {
   const Draft d = draft_of("See https://github.com/deepspeedai/DeepSpeed/issues/5394 for more.\n" +
                            kWatchdogUnderZero3);

@@ -111,6 +111,55 @@ TEST(TriageEnvironment, ReadsTheLauncherAndLayoutOfACommandLine) {
   EXPECT_EQ(got["offload"], "cpu");
 }
 
+// DeepSpeed's engine prints its configuration at start-up, a "name ..... value" line per
+// setting, switched-off precisions included: the lines read are the ones set, not the names.
+TEST(TriageEnvironment, ReadsDeepSpeedsConfigurationPrintoutByItsValues) {
+  const std::string p = "[2024-07-10 14:14:51,801] [INFO] [config.py:1000:print]   ";
+  const auto r = run("[2024-07-10 14:14:50,382] [INFO] [logging.py:96:log_dist] [Rank 0] Creating "
+                     "torch.float16 ZeRO stage 3 optimizer\n" +
+                     p + "bfloat16_enabled ............. False\n" +  //
+                     p + "fp16_enabled ................. True\n" +   //
+                     p + "world_size ................... 4\n" +      //
+                     p + "zero_config .................. stage=3 offload_optimizer=" +
+                     "DeepSpeedZeroOffloadOptimizerConfig(device='cpu', nvme_path=None)\n" +
+                     p + "zero_optimization_stage ...... 3\n");
+  std::map<std::string, std::pair<std::string, size_t>> got;
+  for (const auto& e : r.env) got[e.key] = {e.value, e.line};
+  EXPECT_EQ(got["precision"], std::make_pair(std::string("float16"), size_t{1}));
+  EXPECT_EQ(got["zero_stage"], std::make_pair(std::string("3"), size_t{1}));
+  EXPECT_EQ(got["world_size"], std::make_pair(std::string("4"), size_t{4}));
+  EXPECT_EQ(got["offload"], std::make_pair(std::string("cpu"), size_t{5}));
+  // Without the "Creating" line, the printout's own lines name them.
+  const auto alone = run(p + "bfloat16_enabled ............. False\n" + p +
+                         "fp16_enabled ................. True\n" + p +
+                         "zero_optimization_stage ...... 2\n");
+  got.clear();
+  for (const auto& e : alone.env) got[e.key] = {e.value, e.line};
+  EXPECT_EQ(got["precision"], std::make_pair(std::string("fp16"), size_t{2}));
+  EXPECT_EQ(got["zero_stage"], std::make_pair(std::string("2"), size_t{3}));
+}
+
+// A precision switched off, or left to the trainer ("auto"), is not the run's precision; the
+// one set is read from a later line. ZeRO's stage stated in prose is read.
+TEST(TriageEnvironment, APrecisionSwitchedOffIsNotReadAndZeroStagesInProseAre) {
+  const auto value = [](const std::string& text, const std::string& key) {
+    for (const auto& e : run(text).env)
+      if (e.key == key) return e.value;
+    return std::string("(none)");
+  };
+  EXPECT_EQ(value("\"fp16\": {\"enabled\": false}, \"bf16\": {\"enabled\": true}\n", "precision"),
+            "bf16");
+  EXPECT_EQ(value("\"fp16\": {\"enabled\": false},\n\"bf16\": {\"enabled\": \"auto\"}\n", "precision"),
+            "(none)");
+  EXPECT_EQ(value("  \"fp16\": {\n    \"enabled\": true\n", "precision"), "(none)");
+  EXPECT_EQ(value("fp16=False, bf16=True\n", "precision"), "bf16");
+  EXPECT_EQ(value("python pretrain_gpt.py --tensor-model-parallel-size 2 --bf16\n", "precision"),
+            "bf16");
+  EXPECT_EQ(value("I train with ZeRO stage 3 and bf16 on 8 GPUs\n", "zero_stage"), "3");
+  EXPECT_EQ(value("deepspeed zero-stage 2 hangs\n", "zero_stage"), "2");
+  EXPECT_EQ(value("when I use zero stage3 the loss is nan\n", "zero_stage"), "3");
+}
+
 TEST(TriageRanking, AWatchdogTimeoutRanksHangFirstWithItsLine) {
   const auto r = run(
       "step 100 loss 2.3\n"
