@@ -206,7 +206,7 @@ void add_zero_and_precision(const Facts& f, std::vector<Adaptation>& out,
   if (const auto* p = f.get("precision")) {
     // The value as the line wrote it ("FP16", "BF16", torch's "float16"), lower-cased.
     static const std::map<std::string, std::string> kPrecision = {
-        {"fp16", "fp16"}, {"half", "fp16"},     {"float16", "fp16"}, {"bf16", "bf16"},
+        {"fp16", "fp16"},     {"half", "fp16"},    {"float16", "fp16"}, {"bf16", "bf16"},
         {"bfloat16", "bf16"}, {"float32", "fp32"}, {"fp32", "fp32"}};
     const auto it = kPrecision.find(ascii_lower(p->value));
     if (it != kPrecision.end()) {

@@ -96,16 +96,16 @@ TEST(TriageDraft, DeepSpeedsConfigurationPrintoutGivesTheDraftThePrecisionThatIs
       "[rank0]:[E ProcessGroupNCCL.cpp:523] [Rank 0] Watchdog caught collective operation "
       "timeout: WorkNCCL(SeqNum=9314, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
       "Timeout(ms)=600000)\n";
-  const Draft d = draft_of(p + "bfloat16_enabled ............. False\n" + p +
-                           "fp16_enabled ................. True\n" + p +
-                           "world_size ................... 4\n" + p +
-                           "zero_optimization_stage ...... 1\n" + hang);
+  const Draft d = draft_of(
+      p + "bfloat16_enabled ............. False\n" + p + "fp16_enabled ................. True\n" +
+      p + "world_size ................... 4\n" + p + "zero_optimization_stage ...... 1\n" + hang);
   ASSERT_TRUE(d.made) << d.why;
   const YAML::Node doc = YAML::Load(d.yaml);
   EXPECT_EQ(doc["workload"]["precision"].as<std::string>(), "fp16") << d.yaml;
   EXPECT_EQ(doc["topology"]["zero"].as<int>(), 1) << d.yaml;
   EXPECT_EQ(doc["topology"]["ranks"].as<int>(), 4) << d.yaml;
-  const Draft capitals = draft_of("We train a 3.6b BF16 model with ZeRO stage 2 on 4 GPUs.\n" + hang);
+  const Draft capitals =
+      draft_of("We train a 3.6b BF16 model with ZeRO stage 2 on 4 GPUs.\n" + hang);
   ASSERT_TRUE(capitals.made) << capitals.why;
   EXPECT_EQ(YAML::Load(capitals.yaml)["workload"]["precision"].as<std::string>(), "bf16")
       << capitals.yaml;

@@ -115,14 +115,15 @@ TEST(TriageEnvironment, ReadsTheLauncherAndLayoutOfACommandLine) {
 // setting, switched-off precisions included: the lines read are the ones set, not the names.
 TEST(TriageEnvironment, ReadsDeepSpeedsConfigurationPrintoutByItsValues) {
   const std::string p = "[2024-07-10 14:14:51,801] [INFO] [config.py:1000:print]   ";
-  const auto r = run("[2024-07-10 14:14:50,382] [INFO] [logging.py:96:log_dist] [Rank 0] Creating "
-                     "torch.float16 ZeRO stage 3 optimizer\n" +
-                     p + "bfloat16_enabled ............. False\n" +  //
-                     p + "fp16_enabled ................. True\n" +   //
-                     p + "world_size ................... 4\n" +      //
-                     p + "zero_config .................. stage=3 offload_optimizer=" +
-                     "DeepSpeedZeroOffloadOptimizerConfig(device='cpu', nvme_path=None)\n" +
-                     p + "zero_optimization_stage ...... 3\n");
+  const auto r =
+      run("[2024-07-10 14:14:50,382] [INFO] [logging.py:96:log_dist] [Rank 0] Creating "
+          "torch.float16 ZeRO stage 3 optimizer\n" +
+          p + "bfloat16_enabled ............. False\n" +  //
+          p + "fp16_enabled ................. True\n" +   //
+          p + "world_size ................... 4\n" +      //
+          p + "zero_config .................. stage=3 offload_optimizer=" +
+          "DeepSpeedZeroOffloadOptimizerConfig(device='cpu', nvme_path=None)\n" + p +
+          "zero_optimization_stage ...... 3\n");
   std::map<std::string, std::pair<std::string, size_t>> got;
   for (const auto& e : r.env) got[e.key] = {e.value, e.line};
   EXPECT_EQ(got["precision"], std::make_pair(std::string("float16"), size_t{1}));
@@ -130,9 +131,9 @@ TEST(TriageEnvironment, ReadsDeepSpeedsConfigurationPrintoutByItsValues) {
   EXPECT_EQ(got["world_size"], std::make_pair(std::string("4"), size_t{4}));
   EXPECT_EQ(got["offload"], std::make_pair(std::string("cpu"), size_t{5}));
   // Without the "Creating" line, the printout's own lines name them.
-  const auto alone = run(p + "bfloat16_enabled ............. False\n" + p +
-                         "fp16_enabled ................. True\n" + p +
-                         "zero_optimization_stage ...... 2\n");
+  const auto alone =
+      run(p + "bfloat16_enabled ............. False\n" + p +
+          "fp16_enabled ................. True\n" + p + "zero_optimization_stage ...... 2\n");
   got.clear();
   for (const auto& e : alone.env) got[e.key] = {e.value, e.line};
   EXPECT_EQ(got["precision"], std::make_pair(std::string("fp16"), size_t{2}));
@@ -149,8 +150,9 @@ TEST(TriageEnvironment, APrecisionSwitchedOffIsNotReadAndZeroStagesInProseAre) {
   };
   EXPECT_EQ(value("\"fp16\": {\"enabled\": false}, \"bf16\": {\"enabled\": true}\n", "precision"),
             "bf16");
-  EXPECT_EQ(value("\"fp16\": {\"enabled\": false},\n\"bf16\": {\"enabled\": \"auto\"}\n", "precision"),
-            "(none)");
+  EXPECT_EQ(
+      value("\"fp16\": {\"enabled\": false},\n\"bf16\": {\"enabled\": \"auto\"}\n", "precision"),
+      "(none)");
   EXPECT_EQ(value("  \"fp16\": {\n    \"enabled\": true\n", "precision"), "(none)");
   EXPECT_EQ(value("fp16=False, bf16=True\n", "precision"), "bf16");
   EXPECT_EQ(value("python pretrain_gpt.py --tensor-model-parallel-size 2 --bf16\n", "precision"),
