@@ -1,0 +1,101 @@
+// faultline triage's "what it read": the environment rules of env.yaml on real report excerpts
+// (ds_report, colossalai check, command lines, DeepSpeed's configuration printout, prose).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "harness/triage/triage.hpp"
+#include "tests/triage/tables.hpp"
+
+namespace fl::triage {
+namespace {
+
+using test::run;
+
+// Verbatim env_lines of the corpus: DeepSpeed#6540 (ds_report) and ColossalAI#2384
+// (colossalai check), both in the tune split.
+TEST(TriageEnvironment, ReadsVersionsFromDsReportAndColossalAiCheck) {
+  const auto r =
+      run("torch version .................... 2.3.1+cu121\n"
+          "deepspeed info ................... 0.15.1, unknown, unknown\n"
+          "deepspeed wheel compiled w. ...... torch 2.3\n"
+          "Colossal-AI version: 0.2.0\n"
+          "PyTorch Version: 1.10.0\n"
+          "System CUDA Version: 11.8\n");
+  std::map<std::string, std::pair<std::string, size_t>> got;
+  for (const auto& e : r.env) got[e.key] = {e.value, e.line};
+  EXPECT_EQ(got["torch"], std::make_pair(std::string("2.3.1+cu121"), size_t{1}));
+  EXPECT_EQ(got["deepspeed"], std::make_pair(std::string("0.15.1"), size_t{2}));
+  EXPECT_EQ(got["colossalai"], std::make_pair(std::string("0.2.0"), size_t{4}));
+  EXPECT_EQ(got["cuda"], std::make_pair(std::string("11.8"), size_t{6}));
+}
+
+TEST(TriageEnvironment, ReadsTheLauncherAndLayoutOfACommandLine) {
+  const auto r =
+      run("deepspeed --num_nodes 2 --num_gpus 4 --hostfile myhostfile pretrain_gpt2.py\n"
+          "  \"stage\": 3,\n"
+          "  \"device\": \"cpu\",\n");
+  std::map<std::string, std::string> got;
+  for (const auto& e : r.env) got[e.key] = e.value;
+  EXPECT_EQ(got["launcher"], "deepspeed");
+  EXPECT_EQ(got["nodes"], "2");
+  EXPECT_EQ(got["gpus_per_node"], "4");
+  EXPECT_EQ(got["zero_stage"], "3");
+  EXPECT_EQ(got["offload"], "cpu");
+}
+
+// DeepSpeed's engine prints its configuration at start-up, a "name ..... value" line per
+// setting, switched-off precisions included: the lines read are the ones set, not the names.
+TEST(TriageEnvironment, ReadsDeepSpeedsConfigurationPrintoutByItsValues) {
+  const std::string p = "[2024-07-10 14:14:51,801] [INFO] [config.py:1000:print]   ";
+  const auto r =
+      run("[2024-07-10 14:14:50,382] [INFO] [logging.py:96:log_dist] [Rank 0] Creating "
+          "torch.float16 ZeRO stage 3 optimizer\n" +
+          p + "bfloat16_enabled ............. False\n" +  //
+          p + "fp16_enabled ................. True\n" +   //
+          p + "world_size ................... 4\n" +      //
+          p + "zero_config .................. stage=3 offload_optimizer=" +
+          "DeepSpeedZeroOffloadOptimizerConfig(device='cpu', nvme_path=None)\n" + p +
+          "zero_optimization_stage ...... 3\n");
+  std::map<std::string, std::pair<std::string, size_t>> got;
+  for (const auto& e : r.env) got[e.key] = {e.value, e.line};
+  EXPECT_EQ(got["precision"], std::make_pair(std::string("float16"), size_t{1}));
+  EXPECT_EQ(got["zero_stage"], std::make_pair(std::string("3"), size_t{1}));
+  EXPECT_EQ(got["world_size"], std::make_pair(std::string("4"), size_t{4}));
+  EXPECT_EQ(got["offload"], std::make_pair(std::string("cpu"), size_t{5}));
+  // Without the "Creating" line, the printout's own lines name them.
+  const auto alone =
+      run(p + "bfloat16_enabled ............. False\n" + p +
+          "fp16_enabled ................. True\n" + p + "zero_optimization_stage ...... 2\n");
+  got.clear();
+  for (const auto& e : alone.env) got[e.key] = {e.value, e.line};
+  EXPECT_EQ(got["precision"], std::make_pair(std::string("fp16"), size_t{2}));
+  EXPECT_EQ(got["zero_stage"], std::make_pair(std::string("2"), size_t{3}));
+}
+
+// A precision switched off, or left to the trainer ("auto"), is not the run's precision; the
+// one set is read from a later line. ZeRO's stage stated in prose is read.
+TEST(TriageEnvironment, APrecisionSwitchedOffIsNotReadAndZeroStagesInProseAre) {
+  const auto value = [](const std::string& text, const std::string& key) {
+    for (const auto& e : run(text).env)
+      if (e.key == key) return e.value;
+    return std::string("(none)");
+  };
+  EXPECT_EQ(value("\"fp16\": {\"enabled\": false}, \"bf16\": {\"enabled\": true}\n", "precision"),
+            "bf16");
+  EXPECT_EQ(
+      value("\"fp16\": {\"enabled\": false},\n\"bf16\": {\"enabled\": \"auto\"}\n", "precision"),
+      "(none)");
+  EXPECT_EQ(value("  \"fp16\": {\n    \"enabled\": true\n", "precision"), "(none)");
+  EXPECT_EQ(value("fp16=False, bf16=True\n", "precision"), "bf16");
+  EXPECT_EQ(value("python pretrain_gpt.py --tensor-model-parallel-size 2 --bf16\n", "precision"),
+            "bf16");
+  EXPECT_EQ(value("I train with ZeRO stage 3 and bf16 on 8 GPUs\n", "zero_stage"), "3");
+  EXPECT_EQ(value("deepspeed zero-stage 2 hangs\n", "zero_stage"), "2");
+  EXPECT_EQ(value("when I use zero stage3 the loss is nan\n", "zero_stage"), "3");
+}
+
+}  // namespace
+}  // namespace fl::triage
