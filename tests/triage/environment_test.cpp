@@ -97,5 +97,26 @@ TEST(TriageEnvironment, APrecisionSwitchedOffIsNotReadAndZeroStagesInProseAre) {
   EXPECT_EQ(value("when I use zero stage3 the loss is nan\n", "zero_stage"), "3");
 }
 
+// Megatron-LM prints its arguments the same way, "  name ..... value", in alphabetical order:
+// `bf16 ..... False` before `fp16 ..... True`.
+TEST(TriageEnvironment, ReadsMegatronsArgumentPrintoutByItsValues) {
+  const auto r = run(
+      "------------------------ arguments ------------------------\n"
+      "  bf16 ............................................ False\n"
+      "  data_parallel_size .............................. 2\n"
+      "  fp16 ............................................ True\n"
+      "  pipeline_model_parallel_size .................... 2\n"
+      "  tensor_model_parallel_size ...................... 4\n"
+      "  world_size ...................................... 16\n"
+      "-------------------- end of arguments ---------------------\n");
+  std::map<std::string, std::pair<std::string, size_t>> got;
+  for (const auto& e : r.env) got[e.key] = {e.value, e.line};
+  EXPECT_EQ(got["precision"], std::make_pair(std::string("fp16"), size_t{4}));
+  EXPECT_EQ(got["dp"], std::make_pair(std::string("2"), size_t{3}));
+  EXPECT_EQ(got["pp"], std::make_pair(std::string("2"), size_t{5}));
+  EXPECT_EQ(got["tp"], std::make_pair(std::string("4"), size_t{6}));
+  EXPECT_EQ(got["world_size"], std::make_pair(std::string("16"), size_t{7}));
+}
+
 }  // namespace
 }  // namespace fl::triage
