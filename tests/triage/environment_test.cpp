@@ -118,5 +118,28 @@ TEST(TriageEnvironment, ReadsMegatronsArgumentPrintoutByItsValues) {
   EXPECT_EQ(got["world_size"], std::make_pair(std::string("16"), size_t{7}));
 }
 
+// Slurm's, Open MPI's and accelerate's own options give the layout.
+TEST(TriageEnvironment, ReadsTheLayoutFromSrunMpirunAndAccelerateOptions) {
+  const auto read = [](const std::string& line) {
+    std::map<std::string, std::string> got;
+    for (const auto& e : run(line + "\nRuntimeError: NCCL error\n").env) got[e.key] = e.value;
+    return got;
+  };
+  auto got = read("srun -N 4 --ntasks-per-node=8 python train.py");
+  EXPECT_EQ(got["launcher"], "srun");
+  EXPECT_EQ(got["nodes"], "4");
+  EXPECT_EQ(got["gpus_per_node"], "8");
+  got = read("srun --nodes=2 --gpus-per-node=8 python train.py");
+  EXPECT_EQ(got["nodes"], "2");
+  EXPECT_EQ(got["gpus_per_node"], "8");
+  got = read("mpirun --allow-run-as-root -np 16 -H node1:8,node2:8 python train.py");
+  EXPECT_EQ(got["launcher"], "mpirun");
+  EXPECT_EQ(got["world_size"], "16");
+  got = read("accelerate launch --num_processes 8 --num_machines 2 --multi_gpu train.py");
+  EXPECT_EQ(got["launcher"], "accelerate");
+  EXPECT_EQ(got["world_size"], "8");
+  EXPECT_EQ(got["nodes"], "2");
+}
+
 }  // namespace
 }  // namespace fl::triage
