@@ -14,44 +14,46 @@ namespace {
 
 using test::run;
 
+using Fact = std::pair<std::string, size_t>;  // the value read, and its line
+
+// key -> what triage read for it from `text`.
+std::map<std::string, Fact> facts(const std::string& text) {
+  std::map<std::string, Fact> got;
+  for (const auto& e : run(text).env) got[e.key] = {e.value, e.line};
+  return got;
+}
+
 // Verbatim env_lines of the corpus: DeepSpeed#6540 (ds_report) and ColossalAI#2384
 // (colossalai check), both in the tune split.
 TEST(TriageEnvironment, ReadsVersionsFromDsReportAndColossalAiCheck) {
-  const auto r =
-      run("torch version .................... 2.3.1+cu121\n"
+  auto got = facts("torch version .................... 2.3.1+cu121\n"
           "deepspeed info ................... 0.15.1, unknown, unknown\n"
           "deepspeed wheel compiled w. ...... torch 2.3\n"
           "Colossal-AI version: 0.2.0\n"
           "PyTorch Version: 1.10.0\n"
           "System CUDA Version: 11.8\n");
-  std::map<std::string, std::pair<std::string, size_t>> got;
-  for (const auto& e : r.env) got[e.key] = {e.value, e.line};
-  EXPECT_EQ(got["torch"], std::make_pair(std::string("2.3.1+cu121"), size_t{1}));
-  EXPECT_EQ(got["deepspeed"], std::make_pair(std::string("0.15.1"), size_t{2}));
-  EXPECT_EQ(got["colossalai"], std::make_pair(std::string("0.2.0"), size_t{4}));
-  EXPECT_EQ(got["cuda"], std::make_pair(std::string("11.8"), size_t{6}));
+  EXPECT_EQ(got["torch"], Fact("2.3.1+cu121", 1));
+  EXPECT_EQ(got["deepspeed"], Fact("0.15.1", 2));
+  EXPECT_EQ(got["colossalai"], Fact("0.2.0", 4));
+  EXPECT_EQ(got["cuda"], Fact("11.8", 6));
 }
 
 TEST(TriageEnvironment, ReadsTheLauncherAndLayoutOfACommandLine) {
-  const auto r =
-      run("deepspeed --num_nodes 2 --num_gpus 4 --hostfile myhostfile pretrain_gpt2.py\n"
+  auto got = facts("deepspeed --num_nodes 2 --num_gpus 4 --hostfile myhostfile pretrain_gpt2.py\n"
           "  \"stage\": 3,\n"
           "  \"device\": \"cpu\",\n");
-  std::map<std::string, std::string> got;
-  for (const auto& e : r.env) got[e.key] = e.value;
-  EXPECT_EQ(got["launcher"], "deepspeed");
-  EXPECT_EQ(got["nodes"], "2");
-  EXPECT_EQ(got["gpus_per_node"], "4");
-  EXPECT_EQ(got["zero_stage"], "3");
-  EXPECT_EQ(got["offload"], "cpu");
+  EXPECT_EQ(got["launcher"], Fact("deepspeed", 1));
+  EXPECT_EQ(got["nodes"], Fact("2", 1));
+  EXPECT_EQ(got["gpus_per_node"], Fact("4", 1));
+  EXPECT_EQ(got["zero_stage"], Fact("3", 2));
+  EXPECT_EQ(got["offload"], Fact("cpu", 3));
 }
 
 // DeepSpeed's engine prints its configuration at start-up, a "name ..... value" line per
 // setting, switched-off precisions included: the lines read are the ones set, not the names.
 TEST(TriageEnvironment, ReadsDeepSpeedsConfigurationPrintoutByItsValues) {
   const std::string p = "[2024-07-10 14:14:51,801] [INFO] [config.py:1000:print]   ";
-  const auto r =
-      run("[2024-07-10 14:14:50,382] [INFO] [logging.py:96:log_dist] [Rank 0] Creating "
+  auto got = facts("[2024-07-10 14:14:50,382] [INFO] [logging.py:96:log_dist] [Rank 0] Creating "
           "torch.float16 ZeRO stage 3 optimizer\n" +
           p + "bfloat16_enabled ............. False\n" +  //
           p + "fp16_enabled ................. True\n" +   //
@@ -59,29 +61,23 @@ TEST(TriageEnvironment, ReadsDeepSpeedsConfigurationPrintoutByItsValues) {
           p + "zero_config .................. stage=3 offload_optimizer=" +
           "DeepSpeedZeroOffloadOptimizerConfig(device='cpu', nvme_path=None)\n" + p +
           "zero_optimization_stage ...... 3\n");
-  std::map<std::string, std::pair<std::string, size_t>> got;
-  for (const auto& e : r.env) got[e.key] = {e.value, e.line};
-  EXPECT_EQ(got["precision"], std::make_pair(std::string("float16"), size_t{1}));
-  EXPECT_EQ(got["zero_stage"], std::make_pair(std::string("3"), size_t{1}));
-  EXPECT_EQ(got["world_size"], std::make_pair(std::string("4"), size_t{4}));
-  EXPECT_EQ(got["offload"], std::make_pair(std::string("cpu"), size_t{5}));
+  EXPECT_EQ(got["precision"], Fact("float16", 1));
+  EXPECT_EQ(got["zero_stage"], Fact("3", 1));
+  EXPECT_EQ(got["world_size"], Fact("4", 4));
+  EXPECT_EQ(got["offload"], Fact("cpu", 5));
   // Without the "Creating" line, the printout's own lines name them.
-  const auto alone =
-      run(p + "bfloat16_enabled ............. False\n" + p +
+  got = facts(p + "bfloat16_enabled ............. False\n" + p +
           "fp16_enabled ................. True\n" + p + "zero_optimization_stage ...... 2\n");
-  got.clear();
-  for (const auto& e : alone.env) got[e.key] = {e.value, e.line};
-  EXPECT_EQ(got["precision"], std::make_pair(std::string("fp16"), size_t{2}));
-  EXPECT_EQ(got["zero_stage"], std::make_pair(std::string("2"), size_t{3}));
+  EXPECT_EQ(got["precision"], Fact("fp16", 2));
+  EXPECT_EQ(got["zero_stage"], Fact("2", 3));
 }
 
 // A precision switched off, or left to the trainer ("auto"), is not the run's precision; the
 // one set is read from a later line. ZeRO's stage stated in prose is read.
 TEST(TriageEnvironment, APrecisionSwitchedOffIsNotReadAndZeroStagesInProseAre) {
   const auto value = [](const std::string& text, const std::string& key) {
-    for (const auto& e : run(text).env)
-      if (e.key == key) return e.value;
-    return std::string("(none)");
+    auto got = facts(text);
+    return got.count(key) ? got[key].first : std::string("(none)");
   };
   EXPECT_EQ(value("\"fp16\": {\"enabled\": false}, \"bf16\": {\"enabled\": true}\n", "precision"),
             "bf16");
@@ -100,7 +96,7 @@ TEST(TriageEnvironment, APrecisionSwitchedOffIsNotReadAndZeroStagesInProseAre) {
 // Megatron-LM prints its arguments the same way, "  name ..... value", in alphabetical order:
 // `bf16 ..... False` before `fp16 ..... True`.
 TEST(TriageEnvironment, ReadsMegatronsArgumentPrintoutByItsValues) {
-  const auto r = run(
+  auto got = facts(
       "------------------------ arguments ------------------------\n"
       "  bf16 ............................................ False\n"
       "  data_parallel_size .............................. 2\n"
@@ -109,36 +105,32 @@ TEST(TriageEnvironment, ReadsMegatronsArgumentPrintoutByItsValues) {
       "  tensor_model_parallel_size ...................... 4\n"
       "  world_size ...................................... 16\n"
       "-------------------- end of arguments ---------------------\n");
-  std::map<std::string, std::pair<std::string, size_t>> got;
-  for (const auto& e : r.env) got[e.key] = {e.value, e.line};
-  EXPECT_EQ(got["precision"], std::make_pair(std::string("fp16"), size_t{4}));
-  EXPECT_EQ(got["dp"], std::make_pair(std::string("2"), size_t{3}));
-  EXPECT_EQ(got["pp"], std::make_pair(std::string("2"), size_t{5}));
-  EXPECT_EQ(got["tp"], std::make_pair(std::string("4"), size_t{6}));
-  EXPECT_EQ(got["world_size"], std::make_pair(std::string("16"), size_t{7}));
+  EXPECT_EQ(got["precision"], Fact("fp16", 4));
+  EXPECT_EQ(got["dp"], Fact("2", 3));
+  EXPECT_EQ(got["pp"], Fact("2", 5));
+  EXPECT_EQ(got["tp"], Fact("4", 6));
+  EXPECT_EQ(got["world_size"], Fact("16", 7));
 }
 
 // Slurm's, Open MPI's and accelerate's own options give the layout.
 TEST(TriageEnvironment, ReadsTheLayoutFromSrunMpirunAndAccelerateOptions) {
   const auto read = [](const std::string& line) {
-    std::map<std::string, std::string> got;
-    for (const auto& e : run(line + "\nRuntimeError: NCCL error\n").env) got[e.key] = e.value;
-    return got;
+    return facts(line + "\nRuntimeError: NCCL error\n");
   };
   auto got = read("srun -N 4 --ntasks-per-node=8 python train.py");
-  EXPECT_EQ(got["launcher"], "srun");
-  EXPECT_EQ(got["nodes"], "4");
-  EXPECT_EQ(got["gpus_per_node"], "8");
+  EXPECT_EQ(got["launcher"].first, "srun");
+  EXPECT_EQ(got["nodes"].first, "4");
+  EXPECT_EQ(got["gpus_per_node"].first, "8");
   got = read("srun --nodes=2 --gpus-per-node=8 python train.py");
-  EXPECT_EQ(got["nodes"], "2");
-  EXPECT_EQ(got["gpus_per_node"], "8");
+  EXPECT_EQ(got["nodes"].first, "2");
+  EXPECT_EQ(got["gpus_per_node"].first, "8");
   got = read("mpirun --allow-run-as-root -np 16 -H node1:8,node2:8 python train.py");
-  EXPECT_EQ(got["launcher"], "mpirun");
-  EXPECT_EQ(got["world_size"], "16");
+  EXPECT_EQ(got["launcher"].first, "mpirun");
+  EXPECT_EQ(got["world_size"].first, "16");
   got = read("accelerate launch --num_processes 8 --num_machines 2 --multi_gpu train.py");
-  EXPECT_EQ(got["launcher"], "accelerate");
-  EXPECT_EQ(got["world_size"], "8");
-  EXPECT_EQ(got["nodes"], "2");
+  EXPECT_EQ(got["launcher"].first, "accelerate");
+  EXPECT_EQ(got["world_size"].first, "8");
+  EXPECT_EQ(got["nodes"].first, "2");
 }
 
 }  // namespace
