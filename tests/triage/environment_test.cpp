@@ -26,12 +26,13 @@ std::map<std::string, Fact> facts(const std::string& text) {
 // Verbatim env_lines of the corpus: DeepSpeed#6540 (ds_report) and ColossalAI#2384
 // (colossalai check), both in the tune split.
 TEST(TriageEnvironment, ReadsVersionsFromDsReportAndColossalAiCheck) {
-  auto got = facts("torch version .................... 2.3.1+cu121\n"
-          "deepspeed info ................... 0.15.1, unknown, unknown\n"
-          "deepspeed wheel compiled w. ...... torch 2.3\n"
-          "Colossal-AI version: 0.2.0\n"
-          "PyTorch Version: 1.10.0\n"
-          "System CUDA Version: 11.8\n");
+  auto got = facts(
+      "torch version .................... 2.3.1+cu121\n"
+      "deepspeed info ................... 0.15.1, unknown, unknown\n"
+      "deepspeed wheel compiled w. ...... torch 2.3\n"
+      "Colossal-AI version: 0.2.0\n"
+      "PyTorch Version: 1.10.0\n"
+      "System CUDA Version: 11.8\n");
   EXPECT_EQ(got["torch"], Fact("2.3.1+cu121", 1));
   EXPECT_EQ(got["deepspeed"], Fact("0.15.1", 2));
   EXPECT_EQ(got["colossalai"], Fact("0.2.0", 4));
@@ -39,9 +40,10 @@ TEST(TriageEnvironment, ReadsVersionsFromDsReportAndColossalAiCheck) {
 }
 
 TEST(TriageEnvironment, ReadsTheLauncherAndLayoutOfACommandLine) {
-  auto got = facts("deepspeed --num_nodes 2 --num_gpus 4 --hostfile myhostfile pretrain_gpt2.py\n"
-          "  \"stage\": 3,\n"
-          "  \"device\": \"cpu\",\n");
+  auto got = facts(
+      "deepspeed --num_nodes 2 --num_gpus 4 --hostfile myhostfile pretrain_gpt2.py\n"
+      "  \"stage\": 3,\n"
+      "  \"device\": \"cpu\",\n");
   EXPECT_EQ(got["launcher"], Fact("deepspeed", 1));
   EXPECT_EQ(got["nodes"], Fact("2", 1));
   EXPECT_EQ(got["gpus_per_node"], Fact("4", 1));
@@ -53,21 +55,22 @@ TEST(TriageEnvironment, ReadsTheLauncherAndLayoutOfACommandLine) {
 // setting, switched-off precisions included: the lines read are the ones set, not the names.
 TEST(TriageEnvironment, ReadsDeepSpeedsConfigurationPrintoutByItsValues) {
   const std::string p = "[2024-07-10 14:14:51,801] [INFO] [config.py:1000:print]   ";
-  auto got = facts("[2024-07-10 14:14:50,382] [INFO] [logging.py:96:log_dist] [Rank 0] Creating "
-          "torch.float16 ZeRO stage 3 optimizer\n" +
-          p + "bfloat16_enabled ............. False\n" +  //
-          p + "fp16_enabled ................. True\n" +   //
-          p + "world_size ................... 4\n" +      //
-          p + "zero_config .................. stage=3 offload_optimizer=" +
-          "DeepSpeedZeroOffloadOptimizerConfig(device='cpu', nvme_path=None)\n" + p +
-          "zero_optimization_stage ...... 3\n");
+  auto got = facts(
+      "[2024-07-10 14:14:50,382] [INFO] [logging.py:96:log_dist] [Rank 0] Creating "
+      "torch.float16 ZeRO stage 3 optimizer\n" +
+      p + "bfloat16_enabled ............. False\n" +  //
+      p + "fp16_enabled ................. True\n" +   //
+      p + "world_size ................... 4\n" +      //
+      p + "zero_config .................. stage=3 offload_optimizer=" +
+      "DeepSpeedZeroOffloadOptimizerConfig(device='cpu', nvme_path=None)\n" + p +
+      "zero_optimization_stage ...... 3\n");
   EXPECT_EQ(got["precision"], Fact("float16", 1));
   EXPECT_EQ(got["zero_stage"], Fact("3", 1));
   EXPECT_EQ(got["world_size"], Fact("4", 4));
   EXPECT_EQ(got["offload"], Fact("cpu", 5));
   // Without the "Creating" line, the printout's own lines name them.
   got = facts(p + "bfloat16_enabled ............. False\n" + p +
-          "fp16_enabled ................. True\n" + p + "zero_optimization_stage ...... 2\n");
+              "fp16_enabled ................. True\n" + p + "zero_optimization_stage ...... 2\n");
   EXPECT_EQ(got["precision"], Fact("fp16", 2));
   EXPECT_EQ(got["zero_stage"], Fact("2", 3));
 }
