@@ -276,7 +276,9 @@ TEST(TriageDraft, NoOffloadOnADraftThatKeepsZeroStage0) {
   for (const auto& s : sources()) {
     if (s.name != "vectorised-kernel-without-tail") continue;
     bases.push_back(s);
-    bases.back().doc = YAML::Clone(s.doc);
+    // reset, not `=`: assigning to a node that shares s.doc's would change the shared base that
+    // the other tests of this process read.
+    bases.back().doc.reset(YAML::Clone(s.doc));
     bases.back().doc["topology"].remove("zero");
   }
   ASSERT_EQ(bases.size(), 1u);

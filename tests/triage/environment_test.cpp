@@ -89,6 +89,12 @@ TEST(TriageEnvironment, APrecisionSwitchedOffIsNotReadAndZeroStagesInProseAre) {
       "(none)");
   EXPECT_EQ(value("  \"fp16\": {\n    \"enabled\": true\n", "precision"), "(none)");
   EXPECT_EQ(value("fp16=False, bf16=True\n", "precision"), "bf16");
+  EXPECT_EQ(value("deepspeed train.py --bf16 False --fp16 True\n", "precision"), "fp16");
+  EXPECT_EQ(value("{'bf16': {'enabled': False}, 'fp16': {'enabled': True}}\n", "precision"),
+            "fp16");
+  EXPECT_EQ(value("'bf16': False, 'fp16': True\n", "precision"), "fp16");
+  EXPECT_EQ(value("fp16:\n  enabled: false\n", "precision"), "(none)");
+  EXPECT_EQ(value("bf16 no longer overflows after the fix\n", "precision"), "bf16");
   EXPECT_EQ(value("python pretrain_gpt.py --tensor-model-parallel-size 2 --bf16\n", "precision"),
             "bf16");
   EXPECT_EQ(value("I train with ZeRO stage 3 and bf16 on 8 GPUs\n", "zero_stage"), "3");
@@ -120,10 +126,17 @@ TEST(TriageEnvironment, ReadsTheLayoutFromSrunMpirunAndAccelerateOptions) {
   const auto read = [](const std::string& line) {
     return facts(line + "\nRuntimeError: NCCL error\n");
   };
-  auto got = read("srun -N 4 --ntasks-per-node=8 python train.py");
+  auto got = read("srun -p gpu --exclusive -N 4 --ntasks-per-node=1 python train.py");
   EXPECT_EQ(got["launcher"].first, "srun");
   EXPECT_EQ(got["nodes"].first, "4");
-  EXPECT_EQ(got["gpus_per_node"].first, "8");
+  EXPECT_EQ(got.count("gpus_per_node"), 0u);  // one task per node that starts torchrun
+  // The program's own options are not srun's or mpirun's.
+  got = read("srun python train.py --nodes 4");
+  EXPECT_EQ(got.count("nodes"), 0u);
+  got = read("mpirun -np $NP python train.py -n 3");
+  EXPECT_EQ(got.count("world_size"), 0u);
+  got = read("mpirun --mca btl ^openib -x NCCL_DEBUG=INFO --np 2 ./all_reduce_perf -b 8");
+  EXPECT_EQ(got["world_size"].first, "2");
   got = read("srun --nodes=2 --gpus-per-node=8 python train.py");
   EXPECT_EQ(got["nodes"].first, "2");
   EXPECT_EQ(got["gpus_per_node"].first, "8");
