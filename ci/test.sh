@@ -28,11 +28,12 @@ if [[ ! -f $costs ]]; then
   { grep -v '^#' ci/ctest-costs.txt; echo '---'; } > "$costs"
 fi
 set +e
-# One test more than there are cores: most tests wait on processes, sockets and timeouts, so at
-# one per core the cores were idle a third of the time (2026-11-30, 2 cores, 1336 tests: -j 2
-# 481 s wall for 658 s of CPU, -j 3 392 s for 642 s, all passing in both). Tests that look at the
-# whole machine run alone (RUN_SERIAL, tests/CMakeLists.txt). The `slow` ones run nightly.
-ctest --preset default --timeout 600 -j "$(($(nproc) + 1))" -LE slow "$@" 2>&1 | tee "$ctest_log"
+# Two tests per core: most tests wait on processes, sockets and timeouts, so at one per core the
+# cores were idle a third of the time (2026-11-30, 2 cores, 1336 tests: -j 2 481 s wall for 658 s
+# of CPU, -j 3 392 s for 642 s), and at -j 3 still a third (stop 64, 966 tests: -j 3 380 s for
+# 491 s of CPU, -j 4 285 s for 494 s, all passing in both). Tests that look at the whole machine
+# run alone (RUN_SERIAL, tests/CMakeLists.txt). The `slow` ones run nightly.
+ctest --preset default --timeout 600 -j "$(($(nproc) * 2))" -LE slow "$@" 2>&1 | tee "$ctest_log"
 status=${PIPESTATUS[0]}
 set -e
 phase_done ctest
