@@ -75,31 +75,38 @@ TEST(TriageEnvironment, ReadsDeepSpeedsConfigurationPrintoutByItsValues) {
   EXPECT_EQ(got["zero_stage"], Fact("2", 3));
 }
 
+// The value read for `key` from `text`, or "(none)".
+std::string value_of(const std::string& text, const std::string& key) {
+  auto got = facts(text);
+  return got.count(key) ? got[key].first : std::string("(none)");
+}
+
 // A precision switched off, or left to the trainer ("auto"), is not the run's precision; the
-// one set is read from a later line. ZeRO's stage stated in prose is read.
-TEST(TriageEnvironment, APrecisionSwitchedOffIsNotReadAndZeroStagesInProseAre) {
-  const auto value = [](const std::string& text, const std::string& key) {
-    auto got = facts(text);
-    return got.count(key) ? got[key].first : std::string("(none)");
-  };
-  EXPECT_EQ(value("\"fp16\": {\"enabled\": false}, \"bf16\": {\"enabled\": true}\n", "precision"),
+// one set is read from a later line.
+TEST(TriageEnvironment, APrecisionSwitchedOffIsNotRead) {
+  EXPECT_EQ(value_of("\"fp16\": {\"enabled\": false}, \"bf16\": {\"enabled\": true}\n", "precision"),
             "bf16");
   EXPECT_EQ(
-      value("\"fp16\": {\"enabled\": false},\n\"bf16\": {\"enabled\": \"auto\"}\n", "precision"),
+      value_of("\"fp16\": {\"enabled\": false},\n\"bf16\": {\"enabled\": \"auto\"}\n", "precision"),
       "(none)");
-  EXPECT_EQ(value("  \"fp16\": {\n    \"enabled\": true\n", "precision"), "(none)");
-  EXPECT_EQ(value("fp16=False, bf16=True\n", "precision"), "bf16");
-  EXPECT_EQ(value("deepspeed train.py --bf16 False --fp16 True\n", "precision"), "fp16");
-  EXPECT_EQ(value("{'bf16': {'enabled': False}, 'fp16': {'enabled': True}}\n", "precision"),
+  // The value on the next line of a config dump: not known from the line that names it.
+  EXPECT_EQ(value_of("  \"fp16\": {\n    \"enabled\": true\n  }\n", "precision"), "(none)");
+  EXPECT_EQ(value_of("fp16=False, bf16=True\n", "precision"), "bf16");
+  EXPECT_EQ(value_of("deepspeed train.py --bf16 False --fp16 True\n", "precision"), "fp16");
+  EXPECT_EQ(value_of("{'bf16': {'enabled': False}, 'fp16': {'enabled': True}}\n", "precision"),
             "fp16");
-  EXPECT_EQ(value("'bf16': False, 'fp16': True\n", "precision"), "fp16");
-  EXPECT_EQ(value("fp16:\n  enabled: false\n", "precision"), "(none)");
-  EXPECT_EQ(value("bf16 no longer overflows after the fix\n", "precision"), "bf16");
-  EXPECT_EQ(value("python pretrain_gpt.py --tensor-model-parallel-size 2 --bf16\n", "precision"),
+  EXPECT_EQ(value_of("'bf16': False, 'fp16': True\n", "precision"), "fp16");
+  EXPECT_EQ(value_of("fp16:\n  enabled: false\n", "precision"), "(none)");
+}
+
+// A precision and ZeRO's stage stated in prose or on a command line are read.
+TEST(TriageEnvironment, PrecisionsAndZeroStagesInProseAreRead) {
+  EXPECT_EQ(value_of("bf16 no longer overflows after the fix\n", "precision"), "bf16");
+  EXPECT_EQ(value_of("python pretrain_gpt.py --tensor-model-parallel-size 2 --bf16\n", "precision"),
             "bf16");
-  EXPECT_EQ(value("I train with ZeRO stage 3 and bf16 on 8 GPUs\n", "zero_stage"), "3");
-  EXPECT_EQ(value("deepspeed zero-stage 2 hangs\n", "zero_stage"), "2");
-  EXPECT_EQ(value("when I use zero stage3 the loss is nan\n", "zero_stage"), "3");
+  EXPECT_EQ(value_of("I train with ZeRO stage 3 and bf16 on 8 GPUs\n", "zero_stage"), "3");
+  EXPECT_EQ(value_of("deepspeed zero-stage 2 hangs\n", "zero_stage"), "2");
+  EXPECT_EQ(value_of("when I use zero stage3 the loss is nan\n", "zero_stage"), "3");
 }
 
 // Megatron-LM prints its arguments the same way, "  name ..... value", in alphabetical order:
