@@ -87,7 +87,10 @@ std::vector<NeedleHit> needle_hits(const std::string& text, const Tables& t) {
     }
     for (const uint32_t row : by_bigram[bigram(low[i], low[i + 1])]) {
       const std::string& n = *needles[row];
-      if (last_line[row] == line || low.compare(i, n.size(), n) != 0) continue;
+      // The third byte before the whole compare: most rows that share a bigram part there.
+      if (last_line[row] == line || (n.size() > 2 && low[i + 2] != n[2]) ||
+          low.compare(i, n.size(), n) != 0)
+        continue;
       if (row >= first_cue) {
         const bool mid_word = i > start && word_char(low[i - 1]);
         if ((mid_word && !t.ranker.cues[row - first_cue].anywhere) || cue_lines[row]++ >= 3)

@@ -5,7 +5,6 @@
 
 #include <cstddef>
 #include <map>
-#include <regex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -13,6 +12,7 @@
 
 #include "harness/triage/dialect.hpp"
 #include "harness/triage/ranker.hpp"
+#include "harness/triage/regex.hpp"
 
 namespace fl::triage {
 
@@ -33,7 +33,7 @@ struct Signature {
   // The row keys on a path or a file name (scan.hpp: reads_paths) and reads the raw line; every
   // other row reads the line with its paths masked.
   bool raw_line = false;
-  std::regex regex;
+  Regex regex;
   std::map<std::string, double> symptoms;     // symptom id -> weight
   std::map<std::string, double> root_causes;  // root-cause id (R4.6) -> weight
   // A context row (context_rows.hpp): the stage-neutral error rows whose line it re-reads.
@@ -48,7 +48,10 @@ struct Signature {
 struct EnvRule {
   std::string key, needle, file;
   bool icase = false;
-  std::regex regex;
+  // Reads the key paths of a config printed over several lines (`fp16.enabled: true`,
+  // config_paths.hpp) instead of the raw lines.
+  bool nested = false;
+  Regex regex;
 };
 
 struct Taxonomy {
@@ -64,7 +67,8 @@ struct Taxonomy {
 struct Tables {
   Taxonomy taxonomy;
   std::vector<Signature> signatures;
-  std::vector<EnvRule> env_rules;
+  std::vector<EnvRule> env_rules;     // rules that read lines
+  std::vector<EnvRule> config_rules;  // rules that read a config's key paths (`nested: true`)
   Ranker ranker;  // harness/triage/ranker: fills what the tables leave thin
 };
 

@@ -5,7 +5,9 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "harness/triage/config_paths.hpp"
 #include "harness/triage/triage.hpp"
 #include "tests/triage/tables.hpp"
 
@@ -89,8 +91,8 @@ TEST(TriageEnvironment, APrecisionSwitchedOffIsNotRead) {
   EXPECT_EQ(
       value_of("\"fp16\": {\"enabled\": false},\n\"bf16\": {\"enabled\": \"auto\"}\n", "precision"),
       "(none)");
-  // The value on the next line of a config dump: not known from the line that names it.
-  EXPECT_EQ(value_of("  \"fp16\": {\n    \"enabled\": true\n  }\n", "precision"), "(none)");
+  // Switched off on the next line of a config dump (the line that names it does not say).
+  EXPECT_EQ(value_of("  \"fp16\": {\n    \"enabled\": false\n  }\n", "precision"), "(none)");
   EXPECT_EQ(value_of("fp16=False, bf16=True\n", "precision"), "bf16");
   EXPECT_EQ(value_of("deepspeed train.py --bf16 False --fp16 True\n", "precision"), "fp16");
   EXPECT_EQ(value_of("{'bf16': {'enabled': False}, 'fp16': {'enabled': True}}\n", "precision"),
@@ -128,6 +130,93 @@ TEST(TriageEnvironment, ReadsMegatronsArgumentPrintoutByItsValues) {
   EXPECT_EQ(got["world_size"], Fact("16", 7));
 }
 
+// The key paths of `text`'s configs, as "line: path: value".
+std::vector<std::string> paths_of(const std::string& text, size_t max_paths = 100) {
+  std::vector<std::string> out;
+  for (const auto& p : config_paths(text, max_paths))
+    out.push_back(std::to_string(p.line) + ": " + p.text);
+  return out;
+}
+
+using Paths = std::vector<std::string>;
+
+// A DeepSpeed config as issues paste it (pretty-printed JSON), one inline level and an array.
+TEST(TriageConfigPaths, ReadsAPrettyPrintedJsonConfigByItsKeyPaths) {
+  EXPECT_EQ(paths_of("{\n"
+                     "  \"train_batch_size\": 16,\n"
+                     "  \"fp16\": {\n"
+                     "    \"enabled\": true,\n"
+                     "    \"loss_scale\": 0\n"
+                     "  },\n"
+                     "  \"zero_optimization\": {\n"
+                     "    \"stage\": 3,\n"
+                     "    \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true},\n"
+                     "    \"betas\": [0.9, 0.999]\n"
+                     "  }\n"
+                     "}\n"),
+            (Paths{"2: train_batch_size: 16", "4: fp16.enabled: true", "5: fp16.loss_scale: 0",
+                   "8: zero_optimization.stage: 3",
+                   "9: zero_optimization.offload_optimizer.device: cpu",
+                   "9: zero_optimization.offload_optimizer.pin_memory: true"}));
+}
+
+// A Python dict printed over lines, opened on a line of code; a line that is not the config's
+// ends it, so the next config's paths do not carry the first one's levels.
+TEST(TriageConfigPaths, ALineOutsideTheConfigEndsIt) {
+  EXPECT_EQ(paths_of("ds_config = {\n"
+                     "    'bf16': {\n"
+                     "        'enabled': True,\n"
+                     "Traceback (most recent call last):\n"
+                     "    \"stage\": 2\n"),
+            (Paths{"3: ds_config.bf16.enabled: True", "5: stage: 2"}));
+  // A log's bracketed prefixes and prose quotes give no path and leave no level open.
+  EXPECT_EQ(paths_of("[2024-07-10 14:14:51,801] [INFO] [config.py:1000:print] can't read 'x'\n"
+                     "[rank0]: {'loss': 2.5, 'lr': [1e-05]}\n"),
+            (Paths{"2: loss: 2.5"}));
+}
+
+TEST(TriageConfigPaths, IsBoundedInDepthAndCount) {
+  std::string deep;
+  for (int i = 0; i < 40; ++i) deep += "{\"k\": ";
+  deep += "1\n\"stage\": 3\n";
+  EXPECT_EQ(paths_of(deep), (Paths{"2: stage: 3"}));  // the 17th level dropped them all
+  std::string many;
+  for (int i = 0; i < 50; ++i) many += "\"a\": " + std::to_string(i) + ",\n";
+  EXPECT_EQ(config_paths(many, 7).size(), 7u);
+}
+
+// env.yaml's `nested: true` rules read those paths: the precision switched on, ZeRO's stage and
+// the optimizer's offload, each with the line that holds its value.
+TEST(TriageEnvironment, ReadsAConfigPrintedOverSeveralLines) {
+  auto got = facts(
+      "deepspeed --num_gpus 4 train.py --deepspeed ds_config.json\n"
+      "{\n"
+      "  \"bf16\": {\n"
+      "    \"enabled\": false\n"
+      "  },\n"
+      "  \"fp16\": {\n"
+      "    \"enabled\": true\n"
+      "  },\n"
+      "  \"zero_optimization\": {\n"
+      "    \"stage\": 2,\n"
+      "    \"offload_param\": {\n"
+      "      \"device\": \"nvme\"\n"
+      "    },\n"
+      "    \"offload_optimizer\": {\n"
+      "      \"device\": \"cpu\"\n"
+      "    }\n"
+      "  }\n"
+      "}\n");
+  EXPECT_EQ(got["precision"], Fact("fp16", 7));
+  EXPECT_EQ(got["zero_stage"], Fact("2", 10));
+  // The parameters' device came first, but it is not the optimizer's.
+  EXPECT_EQ(got["offload"], Fact("cpu", 15));
+  // A precision named in prose before the config is read first, as ever.
+  EXPECT_EQ(value_of("the loss goes nan with bf16\n\"fp16\": {\n  \"enabled\": true\n}\n",
+                     "precision"),
+            "bf16");
+}
+
 // Slurm's, Open MPI's and accelerate's own options give the layout.
 TEST(TriageEnvironment, ReadsTheLayoutFromSrunMpirunAndAccelerateOptions) {
   const auto read = [](const std::string& line) {
@@ -154,6 +243,20 @@ TEST(TriageEnvironment, ReadsTheLayoutFromSrunMpirunAndAccelerateOptions) {
   EXPECT_EQ(got["launcher"].first, "accelerate");
   EXPECT_EQ(got["world_size"].first, "8");
   EXPECT_EQ(got["nodes"].first, "2");
+  // accelerate's config file (`accelerate config`), as reports paste it.
+  got = facts(
+      "compute_environment: LOCAL_MACHINE\n"
+      "deepspeed_config:\n"
+      "  offload_optimizer_device: cpu\n"
+      "  zero_stage: 2\n"
+      "mixed_precision: bf16\n"
+      "num_machines: 1\n"
+      "num_processes: 4\n");
+  EXPECT_EQ(got["offload"], Fact("cpu", 3));
+  EXPECT_EQ(got["zero_stage"], Fact("2", 4));
+  EXPECT_EQ(got["precision"], Fact("bf16", 5));
+  EXPECT_EQ(got["nodes"], Fact("1", 6));
+  EXPECT_EQ(got["world_size"], Fact("4", 7));
 }
 
 }  // namespace

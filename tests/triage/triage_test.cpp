@@ -14,7 +14,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace fl::triage {
 namespace {
@@ -77,6 +80,36 @@ TEST(TriageSignatures, ASymptomOutsideTheTaxonomyIsRejected) {
                                "    regex: 'abc'\n"
                                "    symptoms: {\"4.99\": 1}\n");
   EXPECT_EQ(load_error(dir), dir + "/t.yaml:5:16: symptoms: '4.99' is not in the taxonomy");
+}
+
+// Triage's regex traits (regex.hpp) answer the word class and case folding from tables: every
+// search must find what std::regex finds, with the same groups.
+TEST(TriageRegex, MatchesWhatStdRegexMatches) {
+  const std::vector<std::pair<std::string, bool>> patterns = {
+      {R"(\b(fp16)\b(?!\s*:\s*false))", false},
+      {R"(\bzero[ _-]?stage[ :=-]*([0-3])\b)", true},
+      {R"(\Bstage(\d)\b)", false},
+      {R"(([\w.-]+)\s*=\s*(\d+))", false},
+      {R"(CUDA (out of memory)\.)", true},
+      {R"([[:alpha:]]+_(\w+))", false}};
+  const std::vector<std::string> texts = {
+      "fp16: false",  "fp16 on",        "ZeRO Stage 3 with bf16", "zero_stage=2",
+      "x_stage2 end", "world_size = 16", "cuda OUT OF MEMORY.",   "é fp16 ü",
+      "torch_dtype",  "",                "stage3_param_persistence_threshold = 10"};
+  for (const auto& [pattern, icase] : patterns) {
+    auto flags = std::regex::ECMAScript;
+    if (icase) flags |= std::regex::icase;
+    const Regex ours(pattern, flags);
+    const std::regex theirs(pattern, flags);
+    for (const auto& text : texts) {
+      std::smatch a, b;
+      const bool found = std::regex_search(text, a, ours);
+      ASSERT_EQ(found, std::regex_search(text, b, theirs)) << pattern << " on '" << text << "'";
+      if (!found) continue;
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t g = 0; g < a.size(); ++g) EXPECT_EQ(a.str(g), b.str(g)) << pattern << " " << g;
+    }
+  }
 }
 
 TEST(TriageRanking, AWatchdogTimeoutRanksHangFirstWithItsLine) {

@@ -1,0 +1,163 @@
+#include "harness/triage/config_paths.hpp"
+
+#include "harness/triage/triage.hpp"  // ascii_lower
+
+#include <algorithm>
+#include <cctype>
+#include <optional>
+#include <string_view>
+
+namespace fl::triage {
+
+namespace {
+namespace cfg {  // named: a unity build shares one anonymous namespace between files
+
+constexpr size_t kMaxDepth = 16;
+
+bool blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+bool bare_key_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && blank(s.front())) s.remove_prefix(1);
+  while (!s.empty() && blank(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// The levels open at a point of the text, and a key read whose value has not come yet.
+class Reader {
+ public:
+  Reader(std::vector<ConfigPath>& out, size_t max_paths) : out_(out), max_(max_paths) {}
+
+  void line(std::string_view raw, size_t number) {
+    line_ = number;
+    const std::string_view s = trim(raw);
+    if (s.empty()) return;
+    if (std::string_view("\"'{}[]").find(s.front()) != std::string_view::npos) {
+      tokens(s);
+      return;
+    }
+    // Not a config's line: the config, if any, has ended. A `{` on it may open another one.
+    levels_.clear();
+    pending_.reset();
+    const size_t brace = s.find('{');
+    if (brace == std::string_view::npos) return;
+    pending_ = key_before(s.substr(0, brace));
+    tokens(s.substr(brace));
+  }
+
+  bool full() const { return out_.size() >= max_; }
+
+ private:
+  struct Level {
+    std::string key;
+    bool array = false;
+  };
+
+  // `name:` or `name =` right before an opening brace: the level's name ("" when none).
+  static std::string key_before(std::string_view s) {
+    s = trim(s);
+    if (s.empty() || (s.back() != ':' && s.back() != '=')) return {};
+    s.remove_suffix(1);
+    s = trim(s);
+    size_t i = s.size();
+    while (i > 0 && bare_key_char(s[i - 1])) --i;
+    return ascii_lower(s.substr(i));
+  }
+
+  // False when the level would be too deep: not a config; its levels are dropped.
+  bool open(bool array) {
+    if (levels_.size() >= kMaxDepth) {
+      levels_.clear();
+      pending_.reset();
+      return false;
+    }
+    levels_.push_back({pending_ ? *pending_ : std::string(), array});
+    pending_.reset();
+    return true;
+  }
+
+  void close() {
+    if (!levels_.empty()) levels_.pop_back();
+    pending_.reset();
+  }
+
+  void value(std::string_view v) {
+    if (!pending_ || full()) {
+      pending_.reset();
+      return;
+    }
+    std::string path;
+    for (const auto& l : levels_) {
+      if (l.key.empty()) continue;
+      path += l.key;
+      path += '.';
+    }
+    path += *pending_;
+    pending_.reset();
+    out_.push_back({line_, path + ": " + std::string(v)});
+  }
+
+  // One line's tokens, from a character of "'{}[] or a `{`.
+  void tokens(std::string_view s) {
+    size_t i = 0;
+    while (i < s.size() && !full()) {
+      const char c = s[i];
+      if (blank(c) || c == ',' || c == ':') {
+        ++i;
+      } else if (c == '{' || c == '[') {
+        if (!open(c == '[')) return;  // the rest of the line is not read
+        ++i;
+      } else if (c == '}' || c == ']') {
+        close();
+        ++i;
+      } else if (c == '#' || s.substr(i, 2) == "//") {
+        return;  // a comment
+      } else if (c == '"' || c == '\'') {
+        size_t j = i + 1;
+        while (j < s.size() && s[j] != c) j += s[j] == '\\' ? 2 : 1;
+        const std::string_view str = s.substr(i + 1, std::min(j, s.size()) - i - 1);
+        i = std::min(j + 1, s.size());
+        size_t k = i;
+        while (k < s.size() && blank(s[k])) ++k;
+        if (k < s.size() && s[k] == ':') {
+          pending_ = ascii_lower(str);
+          i = k + 1;
+        } else {
+          value(str);
+        }
+      } else {
+        size_t j = i;
+        while (j < s.size() && std::string_view(",{}[]").find(s[j]) == std::string_view::npos) ++j;
+        value(trim(s.substr(i, j - i)));
+        i = j;
+      }
+    }
+  }
+
+  std::vector<ConfigPath>& out_;
+  size_t max_;
+  size_t line_ = 0;
+  std::vector<Level> levels_;
+  std::optional<std::string> pending_;
+};
+
+}  // namespace cfg
+}  // namespace
+
+std::vector<ConfigPath> config_paths(const std::string& text, size_t max_paths) {
+  std::vector<ConfigPath> out;
+  cfg::Reader reader(out, max_paths);
+  size_t number = 1;
+  for (size_t start = 0; start < text.size() && !reader.full(); ++number) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    reader.line(std::string_view(text).substr(start, end - start), number);
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace fl::triage
