@@ -217,6 +217,22 @@ TEST(TriageEnvironment, ReadsAConfigPrintedOverSeveralLines) {
             "bf16");
 }
 
+// A model named with its size, in the families the corpus's reports name.
+TEST(TriageEnvironment, ReadsTheModelAndItsSize) {
+  EXPECT_EQ(value_of("--model_name_or_path facebook/opt-1.3b --fp16\n", "model"), "opt-1.3b");
+  EXPECT_EQ(value_of("loading bigscience/bloom-560m\n", "model"), "bloom-560m");
+  EXPECT_EQ(value_of("EleutherAI/gpt-j-6b with zero3\n", "model"), "gpt-j-6b");
+  EXPECT_EQ(value_of("python pretrain_gpt.py --load gpt2_345m\n", "model"), "gpt2_345m");
+  EXPECT_EQ(value_of("Qwen/Qwen3-30B-A3B hangs\n", "model"), "Qwen3-30B");
+  EXPECT_EQ(value_of("Qwen2.5-0.5B-Instruct\n", "model"), "Qwen2.5-0.5B");
+  EXPECT_EQ(value_of("mistralai/Mixtral-8x7B-v0.1\n", "model"), "Mixtral-8x7B");
+  EXPECT_EQ(value_of("tiiuae/falcon-40b\n", "model"), "falcon-40b");
+  EXPECT_EQ(value_of("deepseek-ai/DeepSeek-R1-671B\n", "model"), "DeepSeek-R1-671B");
+  EXPECT_EQ(value_of("meta-llama/Llama-2-7b-hf\n", "model"), "Llama-2-7b");
+  // An option or a script is not a model.
+  EXPECT_EQ(value_of("--optimizer adam --opt-level O2 pretrain_gpt.py\n", "model"), "(none)");
+}
+
 // Slurm's, Open MPI's and accelerate's own options give the layout.
 TEST(TriageEnvironment, ReadsTheLayoutFromSrunMpirunAndAccelerateOptions) {
   const auto read = [](const std::string& line) {
