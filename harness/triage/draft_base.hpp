@@ -26,9 +26,15 @@ const std::vector<std::string>& oracles_showing(const std::string& event);
 
 // Whether `expect` (a scenario's expect: map) shows `event`: its oracle is one of
 // oracles_showing(event), or its pattern (error_signature, oom, checkpoint_error, first_failure)
-// is read by fl-detect-logs as that event (dialect::classify on the pattern's text), or, for any
+// is read by fl-detect-logs as that event (dialect::classify on the pattern, else on
+// pattern_text(pattern)), or, for any
 // and all, one of the expectations it combines does. An inverted one (absent: true) shows none.
 bool expect_shows(const YAML::Node& expect, const std::string& event);
+
+// A text an error_signature pattern matches, for the simple patterns scenarios write: escapes
+// undone (`\(` is `(`; a class escape such as `\d` gives nothing), a group of plain alternatives
+// replaced by its first (`creat(e|ing)` is `create`), anchors and quantifier signs dropped.
+std::string pattern_text(const std::string& pattern);
 
 // What the input says that the base should share.
 struct BaseQuery {

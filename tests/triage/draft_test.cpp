@@ -382,6 +382,10 @@ TEST(TriageDraft, AnExpectationShowsAnEventByItsOracleOrItsPattern) {
   EXPECT_TRUE(
       shows("{oracle: any, of: [{oracle: completed}, {oracle: skipped_steps}]}", "loss scale"));
   EXPECT_FALSE(shows("{oracle: oom, absent: true}", "oom"));
+  // A pattern's regex syntax is read as the text it matches.
+  EXPECT_TRUE(shows("{oracle: error_signature, pattern: 'creat(e|ing) shared memory segment'}",
+                    "shm setup"));
+  EXPECT_EQ(pattern_text(R"(^creat(?:e|ing) (a|b)\.\d+ x?y \(z\)$)"), "create a. xy (z)");
   // The evidence's events, as fl-detect-logs reads its lines.
   Candidate c;
   c.evidence = {{3, "torch.OutOfMemoryError: CUDA out of memory.", "cuda-oom"},
