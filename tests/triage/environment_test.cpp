@@ -233,6 +233,27 @@ TEST(TriageEnvironment, ReadsTheModelAndItsSize) {
   EXPECT_EQ(value_of("--optimizer adam --opt-level O2 pretrain_gpt.py\n", "model"), "(none)");
 }
 
+// PyTorch's collect_env (the issue template's), then nvidia-smi's header: the toolkit PyTorch was
+// built with is the CUDA read, not the newest one the driver supports; NCCL from the pip list.
+TEST(TriageEnvironment, ReadsCollectEnvBeforeNvidiaSmi) {
+  auto got = facts(
+      "PyTorch version: 2.1.0+cu121\n"
+      "CUDA used to build PyTorch: 12.1\n"
+      "GPU 0: NVIDIA H100 80GB HBM3\n"
+      "Nvidia driver version: 535.129.03\n"
+      "[conda] nvidia-nccl-cu12          2.18.1                   pypi_0    pypi\n"
+      "| NVIDIA-SMI 535.129.03    Driver Version: 535.129.03   CUDA Version: 12.2     |\n");
+  EXPECT_EQ(got["torch"], Fact("2.1.0+cu121", 1));
+  EXPECT_EQ(got["cuda"], Fact("12.1", 2));
+  EXPECT_EQ(got["gpu"], Fact("NVIDIA H100", 3));
+  EXPECT_EQ(got["driver"], Fact("535.129.03", 4));
+  EXPECT_EQ(got["nccl"], Fact("2.18.1", 5));
+  // ds_report's lines.
+  EXPECT_EQ(value_of("torch cuda version ............... 11.8\n", "cuda"), "11.8");
+  EXPECT_EQ(value_of("nvcc version ..................... 12.1\n", "cuda"), "12.1");
+  EXPECT_EQ(value_of("nvidia-nccl-cu11==2.14.3\n", "nccl"), "2.14.3");
+}
+
 // Slurm's, Open MPI's and accelerate's own options give the layout.
 TEST(TriageEnvironment, ReadsTheLayoutFromSrunMpirunAndAccelerateOptions) {
   const auto read = [](const std::string& line) {
