@@ -121,10 +121,10 @@ const std::string& MaskedLine::of(size_t line, const std::string& raw, bool lowe
 
 bool signature_matches(const Signature& s, const std::string& text, size_t line,
                        MaskedLine& masked) {
-  if (s.raw_line) return std::regex_search(s.icase ? ascii_lower(text) : text, s.regex);
+  if (s.raw_line) return regex_find(s.icase ? ascii_lower(text) : text, s.regex);
   // The needle was found in the raw line; it may have been only in a path.
   if (masked.of(line, text, true).find(s.needle) == std::string::npos) return false;
-  return std::regex_search(masked.of(line, text, s.icase), s.regex);
+  return regex_find(masked.of(line, text, s.icase), s.regex);
 }
 
 bool only_in_paths(const std::string& line, const std::string& word) {

@@ -81,9 +81,9 @@ Regex compile(const std::string& file, const YAML::Node& n, const std::string& t
                    bool icase, bool lowered) {
   try {
     auto flags = std::regex::ECMAScript | std::regex::optimize;
-    if (icase && lowered) return Regex(lower_pattern(text), flags);
+    if (icase && lowered) return make_regex(lower_pattern(text), flags);
     if (icase) flags |= std::regex::icase;
-    return Regex(text, flags);
+    return make_regex(text, flags);
   } catch (const std::regex_error& e) {
     fail_at(file, n,
             fmt::format("regex: '{}' is not a valid ECMAScript regex: {}", text, e.what()));
@@ -394,7 +394,7 @@ void read_config_paths(Result& r, const std::string& text, const Tables& t, cons
     for (const auto& e : t.config_rules) {
       if (nested_seen.count(e.key) || low.find(e.needle) == std::string::npos) continue;
       std::smatch m;
-      if (!std::regex_search(p.text, m, e.regex)) continue;
+      if (!regex_find(p.text, m, e.regex)) continue;
       nested_seen.insert(e.key);
       EnvFact fact{e.key, m[1].str(), p.line, p.text};
       const auto same = std::find_if(r.env.begin(), r.env.end(),
@@ -465,7 +465,7 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
     const auto& e = t.env_rules[c.row - t.signatures.size()];
     std::smatch m;
     if (env_seen.count(e.key) || rejected[c.row].count(text)) continue;
-    if (!std::regex_search(text, m, e.regex)) {
+    if (!regex_find(text, m, e.regex)) {
       rejected[c.row].insert(std::move(text));
       continue;
     }
