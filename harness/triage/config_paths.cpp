@@ -29,12 +29,13 @@ std::string_view trim(std::string_view s) {
 // The levels open at a point of the text, and a key read whose value has not come yet.
 class Reader {
  public:
-  Reader(std::vector<ConfigPath>& out, size_t max_paths) : out_(out), max_(max_paths) {}
+  Reader(std::vector<ConfigPath>& out, size_t max_paths, const PathFilter& keep)
+      : out_(out), max_(max_paths), keep_(keep) {}
 
   void line(std::string_view raw, size_t number) {
     line_ = number;
     const std::string_view s = trim(raw);
-    if (s.empty()) return;
+    if (s.empty() || s.front() == '#' || s.substr(0, 2) == "//") return;  // a comment keeps them
     if (std::string_view("\"'{}[]").find(s.front()) != std::string_view::npos) {
       tokens(s);
       return;
@@ -51,10 +52,6 @@ class Reader {
   bool full() const { return out_.size() >= max_; }
 
  private:
-  struct Level {
-    std::string key;
-    bool array = false;
-  };
 
   // `name:` or `name =` right before an opening brace: the level's name ("" when none).
   static std::string key_before(std::string_view s) {
@@ -68,13 +65,13 @@ class Reader {
   }
 
   // False when the level would be too deep: not a config; its levels are dropped.
-  bool open(bool array) {
+  bool open() {
     if (levels_.size() >= kMaxDepth) {
       levels_.clear();
       pending_.reset();
       return false;
     }
-    levels_.push_back({pending_ ? *pending_ : std::string(), array});
+    levels_.push_back(pending_ ? *pending_ : std::string());
     pending_.reset();
     return true;
   }
@@ -91,13 +88,14 @@ class Reader {
     }
     std::string path;
     for (const auto& l : levels_) {
-      if (l.key.empty()) continue;
-      path += l.key;
+      if (l.empty()) continue;
+      path += l;
       path += '.';
     }
     path += *pending_;
     pending_.reset();
-    out_.push_back({line_, path + ": " + std::string(v)});
+    ConfigPath p{line_, path + ": " + std::string(v)};
+    if (!keep_ || keep_(p.text)) out_.push_back(std::move(p));
   }
 
   // One line's tokens, from a character of "'{}[] or a `{`.
@@ -108,7 +106,7 @@ class Reader {
       if (blank(c) || c == ',' || c == ':') {
         ++i;
       } else if (c == '{' || c == '[') {
-        if (!open(c == '[')) return;  // the rest of the line is not read
+        if (!open()) return;  // the rest of the line is not read
         ++i;
       } else if (c == '}' || c == ']') {
         close();
@@ -130,7 +128,11 @@ class Reader {
         }
       } else {
         size_t j = i;
-        while (j < s.size() && std::string_view(",{}[]").find(s[j]) == std::string_view::npos) ++j;
+        while (j < s.size() && std::string_view(",{}[]").find(s[j]) == std::string_view::npos) {
+          // A comment after the value (`True  # on A100`) ends it, and the line.
+          if (blank(s[j]) && (s.substr(j + 1, 1) == "#" || s.substr(j + 1, 2) == "//")) break;
+          ++j;
+        }
         value(trim(s.substr(i, j - i)));
         i = j;
       }
@@ -139,17 +141,19 @@ class Reader {
 
   std::vector<ConfigPath>& out_;
   size_t max_;
+  const PathFilter& keep_;
   size_t line_ = 0;
-  std::vector<Level> levels_;
+  std::vector<std::string> levels_;  // each level's name ("" for none)
   std::optional<std::string> pending_;
 };
 
 }  // namespace cfg
 }  // namespace
 
-std::vector<ConfigPath> config_paths(const std::string& text, size_t max_paths) {
+std::vector<ConfigPath> config_paths(const std::string& text, size_t max_paths,
+                                     const PathFilter& keep) {
   std::vector<ConfigPath> out;
-  cfg::Reader reader(out, max_paths);
+  cfg::Reader reader(out, max_paths, keep);
   size_t number = 1;
   for (size_t start = 0; start < text.size() && !reader.full(); ++number) {
     size_t end = text.find('\n', start);

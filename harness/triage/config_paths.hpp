@@ -13,16 +13,19 @@
 // text, not a parser: a report shows parts of a config, cut and mixed with other lines, so it
 // keeps what it can and never fails.
 //   - Keys are quoted (`"stage"`, `'stage'`); a value is a quoted string or a bare scalar up to
-//     `,` `{` `}` `[` `]` or the line's end, printed without its quotes.
-//   - `{` and `[` open a level (named by the key before them), `}` and `]` close one; an array's
-//     elements give no path.
-//   - A line that starts with none of `"'{}[]` leaves the config: the levels are dropped. Such a
-//     line that ends in `{` (`ds_config = {`, `zero_optimization: {`) opens one again, named by a
-//     bare key before `:` or `=`, if any.
+//     `,` `{` `}` `[` `]`, a comment (` # ...`, ` // ...`) or the line's end, printed without its
+//     quotes.
+//   - `{` and `[` open a level (named by the key before them), `}` and `]` close one. A value
+//     with no key (an array's number or string) gives no path; an object in an array gives its
+//     keys under the array's name.
+//   - A comment line (`#`, `//`) is skipped. Any other line that starts with none of `"'{}[]`
+//     leaves the config: the levels are dropped. Such a line with a `{` (`ds_config = {`,
+//     `zero_optimization: {`) opens one again, named by a bare key before `:` or `=`, if any.
 //   - A key path's parts are lower-cased; the value keeps its case (`True`).
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,8 +36,15 @@ struct ConfigPath {
   std::string text;  // `fp16.enabled: true`
 };
 
-// The key paths of `text`'s configs, in line order, at most `max_paths` of them. A 17th level is
-// not a config (a config is shallow): the levels are dropped and the rest of its line unread.
-std::vector<ConfigPath> config_paths(const std::string& text, size_t max_paths);
+// Which paths to keep (and count towards the limit); empty: all. A log's dicts (a trainer's
+// `{'loss': 2.5, 'grad_norm': ...}` on every step) would otherwise use up the limit before a
+// config pasted after them.
+using PathFilter = std::function<bool(const std::string& text)>;
+
+// The key paths of `text`'s configs, in line order, at most `max_paths` of those `keep` keeps. A
+// 17th level is not a config (a config is shallow): the levels are dropped and the rest of its
+// line unread.
+std::vector<ConfigPath> config_paths(const std::string& text, size_t max_paths,
+                                     const PathFilter& keep = {});
 
 }  // namespace fl::triage

@@ -69,7 +69,11 @@ std::string pattern_text(const std::string& pattern) {
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
       const char n = pattern[++i];
-      if (!std::isalnum(static_cast<unsigned char>(n))) out += n;  // `\.` is `.`; `\d` gives none
+      if (n == 's' || n == 'n' || n == 't') {
+        out += ' ';  // a blank or a line break between words
+      } else if (!std::isalnum(static_cast<unsigned char>(n))) {
+        out += n;  // `\.` is `.`; a class such as `\d` gives nothing
+      }
       continue;
     }
     if (c == '(') {

@@ -31,9 +31,11 @@ const std::vector<std::string>& oracles_showing(const std::string& event);
 // and all, one of the expectations it combines does. An inverted one (absent: true) shows none.
 bool expect_shows(const YAML::Node& expect, const std::string& event);
 
-// A text an error_signature pattern matches, for the simple patterns scenarios write: escapes
-// undone (`\(` is `(`; a class escape such as `\d` gives nothing), a group of plain alternatives
-// replaced by its first (`creat(e|ing)` is `create`), anchors and quantifier signs dropped.
+// A text an error_signature pattern matches, near enough for dialect::classify, for the simple
+// patterns scenarios write: escapes undone (`\(` is `(`, `\s`, `\n` and `\t` a blank, another
+// class escape such as `\d` nothing), a group of plain alternatives replaced by its first
+// (`creat(e|ing)` is `create`), `^`, `$`, `?`, `*` and `+` dropped; the rest (`.`, `[0-9]`,
+// `{16}`) is copied as it is.
 std::string pattern_text(const std::string& pattern);
 
 // What the input says that the base should share.

@@ -386,6 +386,7 @@ TEST(TriageDraft, AnExpectationShowsAnEventByItsOracleOrItsPattern) {
   EXPECT_TRUE(shows("{oracle: error_signature, pattern: 'creat(e|ing) shared memory segment'}",
                     "shm setup"));
   EXPECT_EQ(pattern_text(R"(^creat(?:e|ing) (a|b)\.\d+ x?y \(z\)$)"), "create a. xy (z)");
+  EXPECT_EQ(pattern_text(R"(GPT:\n\tsize mismatch)"), "GPT:  size mismatch");
   // The evidence's events, as fl-detect-logs reads its lines.
   Candidate c;
   c.evidence = {{3, "torch.OutOfMemoryError: CUDA out of memory.", "cuda-oom"},

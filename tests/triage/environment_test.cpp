@@ -183,6 +183,29 @@ TEST(TriageConfigPaths, IsBoundedInDepthAndCount) {
   std::string many;
   for (int i = 0; i < 50; ++i) many += "\"a\": " + std::to_string(i) + ",\n";
   EXPECT_EQ(config_paths(many, 7).size(), 7u);
+  // Only the paths kept count: a trainer's logged dicts do not use up the limit.
+  std::string log;
+  for (int i = 0; i < 50; ++i) log += "{'loss': 2.5, 'grad_norm': 0.3}\n";
+  log += "\"zero_optimization\": {\"stage\": 3}\n";
+  const auto kept = config_paths(log, 7, [](const std::string& p) {
+    return p.find("stage") != std::string::npos;
+  });
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].text, "zero_optimization.stage: 3");
+}
+
+// Comments in a pasted Python dict: a comment line keeps the levels; a comment after a value
+// is not part of it.
+TEST(TriageConfigPaths, CommentsAreNotTheConfigs) {
+  EXPECT_EQ(paths_of("ds_config = {\n"
+                     "    'zero_optimization': {\n"
+                     "        # offload to the host\n"
+                     "        'stage': 3,  # ZeRO-3\n"
+                     "        'contiguous_gradients': True // on\n"
+                     "    },\n"
+                     "}\n"),
+            (Paths{"4: ds_config.zero_optimization.stage: 3",
+                   "5: ds_config.zero_optimization.contiguous_gradients: True"}));
 }
 
 // env.yaml's `nested: true` rules read those paths: the precision switched on, ZeRO's stage and
@@ -211,6 +234,17 @@ TEST(TriageEnvironment, ReadsAConfigPrintedOverSeveralLines) {
   EXPECT_EQ(got["zero_stage"], Fact("2", 10));
   // The parameters' device came first, but it is not the optimizer's.
   EXPECT_EQ(got["offload"], Fact("cpu", 15));
+  // Without an optimizer offload, the parameters' device is not read as one.
+  EXPECT_EQ(value_of("\"zero_optimization\": {\n  \"stage\": 3,\n  \"offload_param\": {\n"
+                     "    \"device\": \"nvme\"\n  }\n}\n",
+                     "offload"),
+            "(none)");
+  // A pipeline's "stage" is no ZeRO stage; the one stated later is read.
+  EXPECT_EQ(value_of("\"pipeline\": {\n  \"stage\": 1\n}\nwith ZeRO stage 2 it hangs\n",
+                     "zero_stage"),
+            "2");
+  // A stored excerpt without its parent line still gives the stage.
+  EXPECT_EQ(value_of("  \"stage\": 3,\n", "zero_stage"), "3");
   // A precision named in prose before the config is read first, as ever.
   EXPECT_EQ(value_of("the loss goes nan with bf16\n\"fp16\": {\n  \"enabled\": true\n}\n",
                      "precision"),
@@ -221,6 +255,7 @@ TEST(TriageEnvironment, ReadsAConfigPrintedOverSeveralLines) {
 TEST(TriageEnvironment, ReadsTheModelAndItsSize) {
   EXPECT_EQ(value_of("--model_name_or_path facebook/opt-1.3b --fp16\n", "model"), "opt-1.3b");
   EXPECT_EQ(value_of("loading bigscience/bloom-560m\n", "model"), "bloom-560m");
+  EXPECT_EQ(value_of("bigscience/bloom-7b1 on 2 nodes\n", "model"), "bloom-7b1");
   EXPECT_EQ(value_of("EleutherAI/gpt-j-6b with zero3\n", "model"), "gpt-j-6b");
   EXPECT_EQ(value_of("python pretrain_gpt.py --load gpt2_345m\n", "model"), "gpt2_345m");
   EXPECT_EQ(value_of("Qwen/Qwen3-30B-A3B hangs\n", "model"), "Qwen3-30B");
@@ -248,6 +283,13 @@ TEST(TriageEnvironment, ReadsCollectEnvBeforeNvidiaSmi) {
   EXPECT_EQ(got["gpu"], Fact("NVIDIA H100", 3));
   EXPECT_EQ(got["driver"], Fact("535.129.03", 4));
   EXPECT_EQ(got["nccl"], Fact("2.18.1", 5));
+  EXPECT_EQ(got["driver_cuda"], Fact("12.2", 6));
+  // nvidia-smi pasted first: its CUDA is still the driver's, the toolkit's comes after.
+  got = facts(
+      "| NVIDIA-SMI 535.129.03    Driver Version: 535.129.03   CUDA Version: 12.2     |\n"
+      "CUDA runtime version: 12.1.105\n");
+  EXPECT_EQ(got["cuda"], Fact("12.1", 2));
+  EXPECT_EQ(got["driver_cuda"], Fact("12.2", 1));
   // ds_report's lines.
   EXPECT_EQ(value_of("torch cuda version ............... 11.8\n", "cuda"), "11.8");
   EXPECT_EQ(value_of("nvcc version ..................... 12.1\n", "cuda"), "12.1");
@@ -294,6 +336,17 @@ TEST(TriageEnvironment, ReadsTheLayoutFromSrunMpirunAndAccelerateOptions) {
   EXPECT_EQ(got["precision"], Fact("bf16", 5));
   EXPECT_EQ(got["nodes"], Fact("1", 6));
   EXPECT_EQ(got["world_size"], Fact("4", 7));
+  // `accelerate env`: the same keys as a list, the DeepSpeed part a dict on one line.
+  got = facts(
+      "- `Accelerate` version: 0.27.2\n"
+      "\t- num_processes: 8\n"
+      "\t- num_machines: 2\n"
+      "\t- deepspeed_config: {'gradient_accumulation_steps': 1, 'offload_optimizer_device': "
+      "'cpu', 'zero_stage': 3}\n");
+  EXPECT_EQ(got["world_size"], Fact("8", 2));
+  EXPECT_EQ(got["nodes"], Fact("2", 3));
+  EXPECT_EQ(got["offload"], Fact("cpu", 4));
+  EXPECT_EQ(got["zero_stage"], Fact("3", 4));
 }
 
 }  // namespace
