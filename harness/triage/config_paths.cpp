@@ -1,6 +1,7 @@
 #include "harness/triage/config_paths.hpp"
 
-#include "harness/triage/triage.hpp"  // ascii_lower
+#include "harness/triage/regex.hpp"
+#include "harness/triage/triage.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -14,7 +15,9 @@ namespace cfg {  // named: a unity build shares one anonymous namespace between 
 
 constexpr size_t kMaxDepth = 16;
 
-bool blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+bool blank(char c) {
+  return c == ' ' || c == '\t' || c == '\r';
+}
 
 bool bare_key_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
@@ -52,7 +55,6 @@ class Reader {
   bool full() const { return out_.size() >= max_; }
 
  private:
-
   // `name:` or `name =` right before an opening brace: the level's name ("" when none).
   static std::string key_before(std::string_view s) {
     s = trim(s);
@@ -162,6 +164,72 @@ std::vector<ConfigPath> config_paths(const std::string& text, size_t max_paths,
     start = end + 1;
   }
   return out;
+}
+
+namespace {
+
+// A key path's setting: `zero_optimization.offload_param.device: nvme` -> `device`; and a nested
+// rule's (the last part of its needle: `offload_optimizer.device` -> `device`).
+std::string leaf_of(const std::string& path_or_needle) {
+  const std::string path = path_or_needle.substr(0, path_or_needle.find(": "));
+  return path.substr(path.rfind('.') + 1);
+}
+
+bool rule_reads(const EnvRule& e, const ConfigPath& p, std::smatch& m) {
+  return ascii_lower(p.text).find(e.needle) != std::string::npos && regex_find(p.text, m, e.regex);
+}
+
+}  // namespace
+
+ConfigRead::ConfigRead(const std::string& text, const Tables& t, const Options& o) : t_(t) {
+  if (t.config_rules.empty()) return;
+  std::set<std::string> leaves;
+  for (const auto& e : t.config_rules) leaves.insert(leaf_of(e.needle));
+  const PathFilter keep = [&](const std::string& p) {
+    const std::string low = ascii_lower(p);
+    return leaves.count(leaf_of(low)) > 0 ||
+           std::any_of(t.config_rules.begin(), t.config_rules.end(),
+                       [&](const EnvRule& e) { return low.find(e.needle) != std::string::npos; });
+  };
+  paths_ = config_paths(text, o.max_regex_lines, keep);
+  for (const auto& p : paths_) lines_.insert(p.line);
+}
+
+bool ConfigRead::says_otherwise(size_t line, const std::string& key) const {
+  const auto from = std::lower_bound(paths_.begin(), paths_.end(), line,
+                                     [](const ConfigPath& p, size_t l) { return p.line < l; });
+  const auto to = std::upper_bound(from, paths_.end(), line,
+                                   [](size_t l, const ConfigPath& p) { return l < p.line; });
+  return std::any_of(from, to, [&](const ConfigPath& p) {
+    if (p.text.substr(0, p.text.find(": ")).find('.') == std::string::npos) return false;
+    bool speaks = false, reads = false;
+    std::smatch m;
+    for (const auto& e : t_.config_rules) {
+      if (e.key != key) continue;
+      speaks = speaks || leaf_of(e.needle) == leaf_of(ascii_lower(p.text));
+      reads = reads || rule_reads(e, p, m);
+    }
+    return speaks && !reads;
+  });
+}
+
+void ConfigRead::add_facts(Result& r) const {
+  std::set<std::string> seen;
+  for (const auto& p : paths_) {
+    for (const auto& e : t_.config_rules) {
+      std::smatch m;
+      if (seen.count(e.key) || !rule_reads(e, p, m)) continue;
+      seen.insert(e.key);
+      EnvFact fact{e.key, m[1].str(), p.line, p.text};
+      const auto same = std::find_if(r.env.begin(), r.env.end(),
+                                     [&](const EnvFact& f) { return f.key == e.key; });
+      if (same == r.env.end()) {
+        r.env.push_back(std::move(fact));
+      } else if (same->line > p.line || (same->line != p.line && lines_.count(same->line))) {
+        *same = std::move(fact);
+      }
+    }
+  }
 }
 
 }  // namespace fl::triage

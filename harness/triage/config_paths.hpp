@@ -26,8 +26,11 @@
 
 #include <cstddef>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
+
+#include "harness/triage/triage.hpp"
 
 namespace fl::triage {
 
@@ -46,5 +49,31 @@ using PathFilter = std::function<bool(const std::string& text)>;
 // line unread.
 std::vector<ConfigPath> config_paths(const std::string& text, size_t max_paths,
                                      const PathFilter& keep = {});
+
+// The configs of a text as triage's `nested: true` rules (env.yaml) read them. Kept are the paths
+// a rule's needle is in, or whose setting is a rule's (`offload_param.device`, beside the rule for
+// `offload_optimizer.device`), at most Options::max_regex_lines of them: a trainer's logged dicts
+// do not use up the limit.
+class ConfigRead {
+ public:
+  ConfigRead(const std::string& text, const Tables& t, const Options& o);
+
+  // Whether line `line` is a path of a setting of `key`'s rules under a parent that none of them
+  // reads: the config says it is another setting (`"device": "nvme"` under `offload_param` is not
+  // the optimizer's offload; `"stage": 1` under `pipeline` is no ZeRO stage). A rule that reads
+  // lines then does not take `key` from it.
+  bool says_otherwise(size_t line, const std::string& key) const;
+
+  // The nested rules' facts, into r.env. A path's fact replaces a line's fact of the same key when
+  // that line comes later (as among the rules that read lines, the first line that gives a key
+  // wins) or is another line that gave a path. On its own line the line's fact stays: its text
+  // shows more than the path.
+  void add_facts(Result& r) const;
+
+ private:
+  const Tables& t_;
+  std::vector<ConfigPath> paths_;
+  std::set<size_t> lines_;  // the lines that gave a path
+};
 
 }  // namespace fl::triage

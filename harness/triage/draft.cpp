@@ -280,16 +280,15 @@ void add_cause_gap(const Result& r, const ScenarioSource& base, const Tables& t,
                       base.symptom, base.root_cause.empty() ? "another cause" : base.root_cause);
   if (version_cause(rc)) {
     std::vector<std::string> versions;
-    for (const char* k : {"torch", "cuda", "nccl", "driver", "driver_cuda", "deepspeed", "colossalai",
-                         "gpu"}) {
+    for (const char* k :
+         {"torch", "cuda", "nccl", "driver", "driver_cuda", "deepspeed", "colossalai", "gpu"}) {
       if (const auto* v = f.get(k))
         versions.push_back(fmt::format("{} {} (line {})", k, v->value, v->line));
     }
     if (!versions.empty()) {
-      text += fmt::format(
-          "; the versions and hardware read ({}) have no knob: the workers are "
-          "faultline's own programs on CPU ranks",
-          fmt::join(versions, ", "));
+      const std::string why = "have no knob: the workers are faultline's own programs on CPU ranks";
+      text +=
+          fmt::format("; the versions and hardware read ({}) {}", fmt::join(versions, ", "), why);
     }
   }
   out.push_back({"cause", text});

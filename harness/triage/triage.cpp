@@ -77,8 +77,8 @@ std::string lower_pattern(const std::string& text) {
 
 // `lowered`: compile an icase regex for lower-cased lines (signatures); an environment rule keeps
 // std::regex::icase, because its group is a value whose case is kept.
-Regex compile(const std::string& file, const YAML::Node& n, const std::string& text,
-                   bool icase, bool lowered) {
+Regex compile(const std::string& file, const YAML::Node& n, const std::string& text, bool icase,
+              bool lowered) {
   try {
     auto flags = std::regex::ECMAScript | std::regex::optimize;
     if (icase && lowered) return make_regex(lower_pattern(text), flags);
@@ -376,100 +376,6 @@ void decide(Result& r, const std::vector<Hit>& hits, const Tables& t, const Opti
   r.kind = Result::Kind::kFound;
   r.stage = t.taxonomy.symptom_stage.at(r.symptoms.front().id);
 }
-
-// A key path's setting: `zero_optimization.offload_param.device: nvme` -> `device`; and a nested
-// rule's (the last part of its needle: `offload_optimizer.device` -> `device`).
-std::string leaf_of(const std::string& path_or_needle) {
-  const std::string path = path_or_needle.substr(0, path_or_needle.find(": "));
-  return path.substr(path.rfind('.') + 1);
-}
-
-bool rule_reads(const EnvRule& e, const ConfigPath& p) {
-  std::smatch m;
-  return ascii_lower(p.text).find(e.needle) != std::string::npos && regex_find(p.text, m, e.regex);
-}
-
-// The configs printed over several lines (config_paths.hpp), as the `nested: true` rules read
-// them. Kept are the paths a rule's needle is in, or whose setting is a rule's
-// (`offload_param.device`, beside the rule for `offload_optimizer.device`): a trainer's logged
-// dicts do not use up the limit.
-class ConfigRead {
- public:
-  ConfigRead(const std::string& text, const Tables& t, const Options& o) : t_(t) {
-    if (t.config_rules.empty()) return;
-    std::set<std::string> leaves;
-    for (const auto& e : t.config_rules) leaves.insert(leaf_of(e.needle));
-    const PathFilter keep = [&](const std::string& p) {
-      const std::string low = ascii_lower(p);
-      return leaves.count(leaf_of(low)) > 0 ||
-             std::any_of(t.config_rules.begin(), t.config_rules.end(),
-                         [&](const EnvRule& e) { return low.find(e.needle) != std::string::npos; });
-    };
-    paths_ = config_paths(text, o.max_regex_lines, keep);
-    for (const auto& p : paths_) lines_.insert(p.line);
-  }
-
-  // Whether line `line` is a path of a setting of `key`'s rules under a parent that none of them
-  // reads: the config says it is another setting (`"device": "nvme"` under `offload_param` is not
-  // the optimizer's offload; `"stage": 1` under `pipeline` is no ZeRO stage). A rule that reads
-  // lines then does not take `key` from it.
-  bool says_otherwise(size_t line, const std::string& key) const {
-    const auto from = std::lower_bound(paths_.begin(), paths_.end(), line,
-                                       [](const ConfigPath& p, size_t l) { return p.line < l; });
-    const auto to = std::upper_bound(from, paths_.end(), line,
-                                     [](size_t l, const ConfigPath& p) { return l < p.line; });
-    return std::any_of(from, to, [&](const ConfigPath& p) {
-      if (p.text.substr(0, p.text.find(": ")).find('.') == std::string::npos) return false;
-      bool speaks = false, reads = false;
-      for (const auto& e : t_.config_rules) {
-        if (e.key != key) continue;
-        speaks = speaks || leaf_of(e.needle) == leaf_of(ascii_lower(p.text));
-        reads = reads || rule_reads(e, p);
-      }
-      return speaks && !reads;
-    });
-  }
-
-  // The nested rules' facts. A path's fact replaces a line's fact of the same key when that line
-  // comes later (as among the rules that read lines, the first line that gives a key wins) or is
-  // another line that gave a path. On its own line the line's fact stays: its text shows more.
-  void add_facts(Result& r) const {
-    std::set<std::string> seen;
-    for (const auto& p : paths_) {
-      for (const auto& e : t_.config_rules) {
-        std::smatch m;
-        if (seen.count(e.key) || !rule_reads(e, p) || !regex_find(p.text, m, e.regex)) continue;
-        seen.insert(e.key);
-        EnvFact fact{e.key, m[1].str(), p.line, p.text};
-        const auto same = std::find_if(r.env.begin(), r.env.end(),
-                                       [&](const EnvFact& f) { return f.key == e.key; });
-        if (same == r.env.end()) {
-          r.env.push_back(std::move(fact));
-        } else if (same->line > p.line || (same->line != p.line && lines_.count(same->line))) {
-          *same = std::move(fact);
-        }
-      }
-    }
-  }
-
- private:
-  // A key path's setting: `zero_optimization.offload_param.device: nvme` -> `device`; and a
-  // nested rule's (the last part of its needle: `offload_optimizer.device` -> `device`).
-  static std::string leaf_of(const std::string& path_or_needle) {
-    const std::string path = path_or_needle.substr(0, path_or_needle.find(": "));
-    return path.substr(path.rfind('.') + 1);
-  }
-
-  static bool rule_reads(const EnvRule& e, const ConfigPath& p) {
-    std::smatch m;
-    return ascii_lower(p.text).find(e.needle) != std::string::npos &&
-           regex_find(p.text, m, e.regex);
-  }
-
-  const Tables& t_;
-  std::vector<ConfigPath> paths_;
-  std::set<size_t> lines_;  // the lines that gave a path
-};
 
 }  // namespace
 

@@ -142,22 +142,22 @@ using Paths = std::vector<std::string>;
 
 // A DeepSpeed config as issues paste it (pretty-printed JSON), one inline level and an array.
 TEST(TriageConfigPaths, ReadsAPrettyPrintedJsonConfigByItsKeyPaths) {
-  EXPECT_EQ(paths_of("{\n"
-                     "  \"train_batch_size\": 16,\n"
-                     "  \"fp16\": {\n"
-                     "    \"enabled\": true,\n"
-                     "    \"loss_scale\": 0\n"
-                     "  },\n"
-                     "  \"zero_optimization\": {\n"
-                     "    \"stage\": 3,\n"
-                     "    \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true},\n"
-                     "    \"betas\": [0.9, 0.999]\n"
-                     "  }\n"
-                     "}\n"),
-            (Paths{"2: train_batch_size: 16", "4: fp16.enabled: true", "5: fp16.loss_scale: 0",
-                   "8: zero_optimization.stage: 3",
-                   "9: zero_optimization.offload_optimizer.device: cpu",
-                   "9: zero_optimization.offload_optimizer.pin_memory: true"}));
+  EXPECT_EQ(
+      paths_of("{\n"
+               "  \"train_batch_size\": 16,\n"
+               "  \"fp16\": {\n"
+               "    \"enabled\": true,\n"
+               "    \"loss_scale\": 0\n"
+               "  },\n"
+               "  \"zero_optimization\": {\n"
+               "    \"stage\": 3,\n"
+               "    \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true},\n"
+               "    \"betas\": [0.9, 0.999]\n"
+               "  }\n"
+               "}\n"),
+      (Paths{"2: train_batch_size: 16", "4: fp16.enabled: true", "5: fp16.loss_scale: 0",
+             "8: zero_optimization.stage: 3", "9: zero_optimization.offload_optimizer.device: cpu",
+             "9: zero_optimization.offload_optimizer.pin_memory: true"}));
 }
 
 // A Python dict printed over lines, opened on a line of code; a line that is not the config's
@@ -187,9 +187,8 @@ TEST(TriageConfigPaths, IsBoundedInDepthAndCount) {
   std::string log;
   for (int i = 0; i < 50; ++i) log += "{'loss': 2.5, 'grad_norm': 0.3}\n";
   log += "\"zero_optimization\": {\"stage\": 3}\n";
-  const auto kept = config_paths(log, 7, [](const std::string& p) {
-    return p.find("stage") != std::string::npos;
-  });
+  const auto kept = config_paths(
+      log, 7, [](const std::string& p) { return p.find("stage") != std::string::npos; });
   ASSERT_EQ(kept.size(), 1u);
   EXPECT_EQ(kept[0].text, "zero_optimization.stage: 3");
 }
@@ -240,15 +239,15 @@ TEST(TriageEnvironment, ReadsAConfigPrintedOverSeveralLines) {
                      "offload"),
             "(none)");
   // A pipeline's "stage" is no ZeRO stage; the one stated later is read.
-  EXPECT_EQ(value_of("\"pipeline\": {\n  \"stage\": 1\n}\nwith ZeRO stage 2 it hangs\n",
-                     "zero_stage"),
-            "2");
+  EXPECT_EQ(
+      value_of("\"pipeline\": {\n  \"stage\": 1\n}\nwith ZeRO stage 2 it hangs\n", "zero_stage"),
+      "2");
   // A stored excerpt without its parent line still gives the stage.
   EXPECT_EQ(value_of("  \"stage\": 3,\n", "zero_stage"), "3");
   // A precision named in prose before the config is read first, as ever.
-  EXPECT_EQ(value_of("the loss goes nan with bf16\n\"fp16\": {\n  \"enabled\": true\n}\n",
-                     "precision"),
-            "bf16");
+  EXPECT_EQ(
+      value_of("the loss goes nan with bf16\n\"fp16\": {\n  \"enabled\": true\n}\n", "precision"),
+      "bf16");
 }
 
 // A model named with its size, in the families the corpus's reports name.

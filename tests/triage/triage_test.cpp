@@ -92,10 +92,17 @@ TEST(TriageRegex, MatchesWhatStdRegexMatches) {
       {R"(([\w.-]+)\s*=\s*(\d+))", false},
       {R"(CUDA (out of memory)\.)", true},
       {R"([[:alpha:]]+_(\w+))", false}};
-  const std::vector<std::string> texts = {
-      "fp16: false",  "fp16 on",        "ZeRO Stage 3 with bf16", "zero_stage=2",
-      "x_stage2 end", "world_size = 16", "cuda OUT OF MEMORY.",   "é fp16 ü",
-      "torch_dtype",  "",                "stage3_param_persistence_threshold = 10"};
+  const std::vector<std::string> texts = {"fp16: false",
+                                          "fp16 on",
+                                          "ZeRO Stage 3 with bf16",
+                                          "zero_stage=2",
+                                          "x_stage2 end",
+                                          "world_size = 16",
+                                          "cuda OUT OF MEMORY.",
+                                          "é fp16 ü",
+                                          "torch_dtype",
+                                          "",
+                                          "stage3_param_persistence_threshold = 10"};
   for (const auto& [pattern, icase] : patterns) {
     auto flags = std::regex::ECMAScript;
     if (icase) flags |= std::regex::icase;
