@@ -25,6 +25,19 @@ std::map<std::string, Fact> facts(const std::string& text) {
   return got;
 }
 
+// Each key of `want` read from `text` as given (other keys may be read too).
+void expect_facts(const std::string& text, const std::map<std::string, Fact>& want) {
+  const auto got = facts(text);
+  for (const auto& [key, fact] : want) {
+    const auto it = got.find(key);
+    EXPECT_TRUE(it != got.end() && it->second == fact)
+        << key << ": want '" << fact.first << "' from line " << fact.second << ", read "
+        << (it == got.end()
+                ? std::string("nothing")
+                : "'" + it->second.first + "' from line " + std::to_string(it->second.second));
+  }
+}
+
 // Verbatim env_lines of the corpus: DeepSpeed#6540 (ds_report) and ColossalAI#2384
 // (colossalai check), both in the tune split.
 TEST(TriageEnvironment, ReadsVersionsFromDsReportAndColossalAiCheck) {
@@ -86,8 +99,9 @@ std::string value_of(const std::string& text, const std::string& key) {
 // A precision switched off, or left to the trainer ("auto"), is not the run's precision; the
 // one set is read from a later line.
 TEST(TriageEnvironment, APrecisionSwitchedOffIsNotRead) {
-  EXPECT_EQ(value_of("\"fp16\": {\"enabled\": false}, \"bf16\": {\"enabled\": true}\n", "precision"),
-            "bf16");
+  EXPECT_EQ(
+      value_of("\"fp16\": {\"enabled\": false}, \"bf16\": {\"enabled\": true}\n", "precision"),
+      "bf16");
   EXPECT_EQ(
       value_of("\"fp16\": {\"enabled\": false},\n\"bf16\": {\"enabled\": \"auto\"}\n", "precision"),
       "(none)");
@@ -252,43 +266,45 @@ TEST(TriageEnvironment, ReadsAConfigPrintedOverSeveralLines) {
 
 // A model named with its size, in the families the corpus's reports name.
 TEST(TriageEnvironment, ReadsTheModelAndItsSize) {
-  EXPECT_EQ(value_of("--model_name_or_path facebook/opt-1.3b --fp16\n", "model"), "opt-1.3b");
-  EXPECT_EQ(value_of("loading bigscience/bloom-560m\n", "model"), "bloom-560m");
-  EXPECT_EQ(value_of("bigscience/bloom-7b1 on 2 nodes\n", "model"), "bloom-7b1");
-  EXPECT_EQ(value_of("EleutherAI/gpt-j-6b with zero3\n", "model"), "gpt-j-6b");
-  EXPECT_EQ(value_of("python pretrain_gpt.py --load gpt2_345m\n", "model"), "gpt2_345m");
-  EXPECT_EQ(value_of("Qwen/Qwen3-30B-A3B hangs\n", "model"), "Qwen3-30B");
-  EXPECT_EQ(value_of("Qwen2.5-0.5B-Instruct\n", "model"), "Qwen2.5-0.5B");
-  EXPECT_EQ(value_of("mistralai/Mixtral-8x7B-v0.1\n", "model"), "Mixtral-8x7B");
-  EXPECT_EQ(value_of("tiiuae/falcon-40b\n", "model"), "falcon-40b");
-  EXPECT_EQ(value_of("deepseek-ai/DeepSeek-R1-671B\n", "model"), "DeepSeek-R1-671B");
-  EXPECT_EQ(value_of("meta-llama/Llama-2-7b-hf\n", "model"), "Llama-2-7b");
-  // An option or a script is not a model.
-  EXPECT_EQ(value_of("--optimizer adam --opt-level O2 pretrain_gpt.py\n", "model"), "(none)");
+  const std::pair<const char*, const char*> cases[] = {
+      {"--model_name_or_path facebook/opt-1.3b --fp16", "opt-1.3b"},
+      {"loading bigscience/bloom-560m", "bloom-560m"},
+      {"bigscience/bloom-7b1 on 2 nodes", "bloom-7b1"},
+      {"EleutherAI/gpt-j-6b with zero3", "gpt-j-6b"},
+      {"python pretrain_gpt.py --load gpt2_345m", "gpt2_345m"},
+      {"Qwen/Qwen3-30B-A3B hangs", "Qwen3-30B"},
+      {"Qwen2.5-0.5B-Instruct", "Qwen2.5-0.5B"},
+      {"mistralai/Mixtral-8x7B-v0.1", "Mixtral-8x7B"},
+      {"tiiuae/falcon-40b", "falcon-40b"},
+      {"deepseek-ai/DeepSeek-R1-671B", "DeepSeek-R1-671B"},
+      {"meta-llama/Llama-2-7b-hf", "Llama-2-7b"},
+      // An option or a script is not a model.
+      {"--optimizer adam --opt-level O2 pretrain_gpt.py", "(none)"}};
+  for (const auto& [line, model] : cases)
+    EXPECT_EQ(value_of(std::string(line) + "\n", "model"), model) << line;
 }
 
 // PyTorch's collect_env (the issue template's), then nvidia-smi's header: the toolkit PyTorch was
 // built with is the CUDA read, not the newest one the driver supports; NCCL from the pip list.
 TEST(TriageEnvironment, ReadsCollectEnvBeforeNvidiaSmi) {
-  auto got = facts(
+  const std::string smi =
+      "| NVIDIA-SMI 535.129.03    Driver Version: 535.129.03   CUDA Version: 12.2     |\n";
+  expect_facts(
       "PyTorch version: 2.1.0+cu121\n"
       "CUDA used to build PyTorch: 12.1\n"
       "GPU 0: NVIDIA H100 80GB HBM3\n"
       "Nvidia driver version: 535.129.03\n"
-      "[conda] nvidia-nccl-cu12          2.18.1                   pypi_0    pypi\n"
-      "| NVIDIA-SMI 535.129.03    Driver Version: 535.129.03   CUDA Version: 12.2     |\n");
-  EXPECT_EQ(got["torch"], Fact("2.1.0+cu121", 1));
-  EXPECT_EQ(got["cuda"], Fact("12.1", 2));
-  EXPECT_EQ(got["gpu"], Fact("NVIDIA H100", 3));
-  EXPECT_EQ(got["driver"], Fact("535.129.03", 4));
-  EXPECT_EQ(got["nccl"], Fact("2.18.1", 5));
-  EXPECT_EQ(got["driver_cuda"], Fact("12.2", 6));
+      "[conda] nvidia-nccl-cu12          2.18.1                   pypi_0    pypi\n" +
+          smi,
+      {{"torch", {"2.1.0+cu121", 1}},
+       {"cuda", {"12.1", 2}},
+       {"gpu", {"NVIDIA H100", 3}},
+       {"driver", {"535.129.03", 4}},
+       {"nccl", {"2.18.1", 5}},
+       {"driver_cuda", {"12.2", 6}}});
   // nvidia-smi pasted first: its CUDA is still the driver's, the toolkit's comes after.
-  got = facts(
-      "| NVIDIA-SMI 535.129.03    Driver Version: 535.129.03   CUDA Version: 12.2     |\n"
-      "CUDA runtime version: 12.1.105\n");
-  EXPECT_EQ(got["cuda"], Fact("12.1", 2));
-  EXPECT_EQ(got["driver_cuda"], Fact("12.2", 1));
+  expect_facts(smi + "CUDA runtime version: 12.1.105\n",
+               {{"cuda", {"12.1", 2}}, {"driver_cuda", {"12.2", 1}}});
   // ds_report's lines.
   EXPECT_EQ(value_of("torch cuda version ............... 11.8\n", "cuda"), "11.8");
   EXPECT_EQ(value_of("nvcc version ..................... 12.1\n", "cuda"), "12.1");
@@ -322,30 +338,30 @@ TEST(TriageEnvironment, ReadsTheLayoutFromSrunMpirunAndAccelerateOptions) {
   EXPECT_EQ(got["world_size"].first, "8");
   EXPECT_EQ(got["nodes"].first, "2");
   // accelerate's config file (`accelerate config`), as reports paste it.
-  got = facts(
+  expect_facts(
       "compute_environment: LOCAL_MACHINE\n"
       "deepspeed_config:\n"
       "  offload_optimizer_device: cpu\n"
       "  zero_stage: 2\n"
       "mixed_precision: bf16\n"
       "num_machines: 1\n"
-      "num_processes: 4\n");
-  EXPECT_EQ(got["offload"], Fact("cpu", 3));
-  EXPECT_EQ(got["zero_stage"], Fact("2", 4));
-  EXPECT_EQ(got["precision"], Fact("bf16", 5));
-  EXPECT_EQ(got["nodes"], Fact("1", 6));
-  EXPECT_EQ(got["world_size"], Fact("4", 7));
+      "num_processes: 4\n",
+      {{"offload", {"cpu", 3}},
+       {"zero_stage", {"2", 4}},
+       {"precision", {"bf16", 5}},
+       {"nodes", {"1", 6}},
+       {"world_size", {"4", 7}}});
   // `accelerate env`: the same keys as a list, the DeepSpeed part a dict on one line.
-  got = facts(
+  expect_facts(
       "- `Accelerate` version: 0.27.2\n"
       "\t- num_processes: 8\n"
       "\t- num_machines: 2\n"
-      "\t- deepspeed_config: {'gradient_accumulation_steps': 1, 'offload_optimizer_device': "
-      "'cpu', 'zero_stage': 3}\n");
-  EXPECT_EQ(got["world_size"], Fact("8", 2));
-  EXPECT_EQ(got["nodes"], Fact("2", 3));
-  EXPECT_EQ(got["offload"], Fact("cpu", 4));
-  EXPECT_EQ(got["zero_stage"], Fact("3", 4));
+      "\t- deepspeed_config: {'gradient_accumulation_steps': 1, "
+      "'offload_optimizer_device': 'cpu', 'zero_stage': 3}\n",
+      {{"world_size", {"8", 2}},
+       {"nodes", {"2", 3}},
+       {"offload", {"cpu", 4}},
+       {"zero_stage", {"3", 4}}});
 }
 
 }  // namespace
