@@ -69,7 +69,7 @@ struct Tables {
   std::vector<Signature> signatures;
   std::vector<EnvRule> env_rules;     // rules that read lines
   std::vector<EnvRule> config_rules;  // rules that read a config's key paths (`nested: true`)
-  Ranker ranker;  // harness/triage/ranker: fills what the tables leave thin
+  Ranker ranker;                      // harness/triage/ranker: fills what the tables leave thin
 };
 
 // The taxonomy file (scenarios/taxonomy.yaml); throws SignatureError.
