@@ -8,14 +8,6 @@ namespace fl::harness {
 
 namespace {
 
-bool set_by_scenario(const Scenario& s, const std::string& var) {
-  if (s.env.all.count(var)) return true;
-  for (const auto& [rank, env] : s.env.per_rank) {
-    if (env.count(var)) return true;
-  }
-  return false;
-}
-
 bool one_machine_mpi(const Scenario& s) {
   return s.topo.backend == "mpi" && s.topo.hosts.empty();
 }
@@ -31,7 +23,7 @@ std::vector<std::pair<std::string, std::string>> local_mpi_params(const Scenario
   };
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [name, value] : kParams) {
-    if (!set_by_scenario(s, std::string("OMPI_MCA_") + name)) out.emplace_back(name, value);
+    if (!s.env.sets(std::string("OMPI_MCA_") + name)) out.emplace_back(name, value);
   }
   return out;
 }
@@ -47,14 +39,14 @@ std::vector<std::pair<std::string, std::string>> local_mpi_env(const Scenario& s
   };
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [name, value] : kEnv) {
-    if (!set_by_scenario(s, name)) out.emplace_back(name, value);
+    if (!s.env.sets(name)) out.emplace_back(name, value);
   }
   return out;
 }
 
 std::vector<std::pair<std::string, std::string>> singleton_mpi_params(const Scenario& s, int cpus) {
   if (!one_machine_mpi(s) || s.topo.ranks <= cpus) return {};
-  if (set_by_scenario(s, "OMPI_MCA_mpi_yield_when_idle")) return {};
+  if (s.env.sets("OMPI_MCA_mpi_yield_when_idle")) return {};
   return {{"mpi_yield_when_idle", "1"}};
 }
 

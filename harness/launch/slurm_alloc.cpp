@@ -38,14 +38,6 @@ std::string env_or(const char* name, const std::string& fallback = "") {
   return v && *v ? v : fallback;
 }
 
-bool set_by_scenario(const Scenario& s, const std::string& var) {
-  if (s.env.all.count(var)) return true;
-  for (const auto& [rank, env] : s.env.per_rank) {
-    if (env.count(var)) return true;
-  }
-  return false;
-}
-
 std::vector<std::string> words_of(const std::string& line) {
   std::vector<std::string> out;
   std::istringstream in(line);
@@ -289,7 +281,7 @@ std::vector<std::pair<std::string, std::string>> srun_mpi_env(const Scenario& s,
   const size_t nodes = std::max<size_t>(1, a.hosts.empty() ? a.nodes.size() : a.hosts.size());
   const size_t per_node = (static_cast<size_t>(s.topo.ranks) + nodes - 1) / nodes;
   const std::string yield = "OMPI_MCA_mpi_yield_when_idle";
-  if (per_node > static_cast<size_t>(std::max(cpus, 1)) && !set_by_scenario(s, yield)) {
+  if (per_node > static_cast<size_t>(std::max(cpus, 1)) && !s.env.sets(yield)) {
     out.emplace_back(yield, "1");
   }
   return out;

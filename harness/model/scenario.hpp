@@ -157,6 +157,15 @@ struct Timeouts {
 struct RankEnv {
   std::map<std::string, std::string> all;
   std::map<int, std::map<std::string, std::string>> per_rank;
+
+  // The scenario sets `var` for every rank or for one.
+  bool sets(const std::string& var) const {
+    if (all.count(var)) return true;
+    for (const auto& [rank, env] : per_rank) {
+      if (env.count(var)) return true;
+    }
+    return false;
+  }
 };
 
 // Tools started beside the run (detectors, a recovery tool): names or command lines.
