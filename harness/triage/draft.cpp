@@ -125,13 +125,20 @@ int topo_int(const YAML::Node& doc, const char* key, int dflt) {
   }
 }
 
-// World size: stated, or nodes x GPUs per node, or the GPUs of one node.
+// World size: stated, or nodes x GPUs per node, or the GPUs of one node, or the GPUs a report
+// states in prose ("using 4 V100") when it names no more than one node ("4 nodes with 8 GPUs"
+// says 8 per node as often as 8 in all).
 int world_size(const Facts& f, std::vector<std::string>* why) {
   if (const auto* w = f.get("world_size"); number(w) > 0) {
     why->push_back(from(*w));
     return number(w);
   }
   const auto* g = f.get("gpus_per_node");
+  if (const auto* all = f.get("gpus"); number(g) <= 0 && number(all) > 0) {
+    if (number(f.get("nodes")) > 1) return 0;
+    why->push_back(from(*all));
+    return number(all);
+  }
   if (number(g) <= 0) return 0;
   why->push_back(from(*g));
   if (const auto* n = f.get("nodes"); number(n) > 1) {

@@ -138,6 +138,26 @@ TEST(TriageDraft, AWorldLargerThanTheMachineIsClampedAndSaidSo) {
   EXPECT_EQ(validate_scenario_text(d.yaml), "");
 }
 
+// Stop 66: GPUs stated in prose give the world of one node; with more nodes named the count may
+// be per node or in all, and the draft keeps its base's ranks.
+TEST(TriageDraft, GpusStatedInProseSetTheWorldOfOneNode) {
+  const std::string hang =
+      "[rank0]:[E ProcessGroupNCCL.cpp:523] [Rank 0] Watchdog caught collective operation "
+      "timeout: WorkNCCL(SeqNum=9314, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+      "Timeout(ms)=600000)\n";
+  const std::string prose = "I am trying to train Llama2-7B-fp16 using 6 V100.";
+  const Draft d = draft_of(prose + "\n" + hang);
+  ASSERT_TRUE(d.made) << d.why;
+  EXPECT_EQ(YAML::Load(d.yaml)["topology"]["ranks"].as<int>(), 6) << d.yaml;
+  EXPECT_EQ(comments_above(d.yaml, "  ranks: 6"),
+            std::vector<std::string>{"  # from line 1: `" + prose + "`"});
+  EXPECT_EQ(validate_scenario_text(d.yaml), "");
+  const Draft nodes = draft_of("We train on 3 nodes with 6 GPUs.\n" + hang);
+  ASSERT_TRUE(nodes.made) << nodes.why;
+  EXPECT_NE(YAML::Load(nodes.yaml)["topology"]["ranks"].as<int>(), 6) << nodes.yaml;
+  EXPECT_EQ(validate_scenario_text(nodes.yaml), "");
+}
+
 // Stop 52: a source line in another script longer than a comment holds was cut inside a
 // character, and the draft then failed to load ("the file is not UTF-8 text").
 TEST(TriageDraft, ALongSourceLineInAnotherScriptIsCutBetweenCharacters) {

@@ -364,5 +364,36 @@ TEST(TriageEnvironment, ReadsTheLayoutFromSrunMpirunAndAccelerateOptions) {
        {"zero_stage", {"3", 4}}});
 }
 
+// The GPUs and nodes a report states in prose (corpus env_lines: DeepSpeed#5394's "using 4 V100",
+// and the forms the corpus's reports use). A count sits next to a GPU's name; "per node" and
+// "each" make it the GPUs of one node; "2 * 8 H800" is 2 nodes of 8.
+TEST(TriageEnvironment, ReadsGpusAndNodesStatedInProse) {
+  const auto read = [](const std::string& line) {
+    return facts(line + "\nRuntimeError: NCCL error\n");
+  };
+  auto got = read("I am trying to train Llama2-7B-fp16 using 4 V100.");
+  EXPECT_EQ(got["gpus"].first, "4");
+  EXPECT_EQ(got["gpu"].first, "V100");
+  EXPECT_EQ(got.count("gpus_per_node"), 0u);
+  EXPECT_EQ(read("zero3 with latest 0.9.2 to train 8gpus in one node")["gpus"].first, "8");
+  EXPECT_EQ(read("GPU 40G*A100*8")["gpus"].first, "8");
+  EXPECT_EQ(read("Training on 2x A100 80GB")["gpus"].first, "2");
+  got = read("I'm doing multi-node training (8 nodes, 8 gpu's each, NCCL 2.18)");
+  EXPECT_EQ(got["nodes"].first, "8");
+  EXPECT_EQ(got["gpus_per_node"].first, "8");
+  EXPECT_EQ(got.count("gpus"), 0u);  // 8 per node is not 8 in all
+  got = read("* cluster: 2 nodes, A100*8 for each node");
+  EXPECT_EQ(got["nodes"].first, "2");
+  EXPECT_EQ(got["gpus_per_node"].first, "8");
+  got = read("2 * 8 H800 , Distributed model");
+  EXPECT_EQ(got["nodes"].first, "2");
+  EXPECT_EQ(got["gpus_per_node"].first, "8");
+  EXPECT_EQ(got.count("gpus"), 0u);
+  // Not counts of GPUs: a memory size, a version, a device index.
+  got = read("torch 2.0 GPU with 80GB A100, GPU 0: Tesla P100-SXM2-16GB, cuda:1 gpu");
+  EXPECT_EQ(got.count("gpus"), 0u);
+  EXPECT_EQ(got["gpu"].first, "A100");
+}
+
 }  // namespace
 }  // namespace fl::triage
