@@ -126,26 +126,18 @@ int topo_int(const YAML::Node& doc, const char* key, int dflt) {
 }
 
 // World size: stated, or nodes x GPUs per node, or the GPUs of one node, or the GPUs a report
-// states in prose ("using 4 V100") when it names no more than one node ("4 nodes with 8 GPUs"
-// says 8 per node as often as 8 in all).
+// states ("using 4 V100") unless it names more nodes ("4 nodes with 8 GPUs": per node or in all?).
 int world_size(const Facts& f, std::vector<std::string>* why) {
-  if (const auto* w = f.get("world_size"); number(w) > 0) {
-    why->push_back(from(*w));
-    return number(w);
-  }
+  const auto* w = f.get("world_size");
   const auto* g = f.get("gpus_per_node");
-  if (const auto* all = f.get("gpus"); number(g) <= 0 && number(all) > 0) {
-    if (number(f.get("nodes")) > 1) return 0;
-    why->push_back(from(*all));
-    return number(all);
-  }
-  if (number(g) <= 0) return 0;
-  why->push_back(from(*g));
-  if (const auto* n = f.get("nodes"); number(n) > 1) {
-    why->push_back(from(*n));
-    return number(g) * number(n);
-  }
-  return number(g);
+  const auto* all = f.get("gpus");
+  const auto* n = f.get("nodes");
+  if (number(w) <= 0 && number(g) <= 0 && (number(all) <= 0 || number(n) > 1)) return 0;
+  const auto* one = number(w) > 0 ? w : number(g) > 0 ? g : all;
+  why->push_back(from(*one));
+  if (one != g || number(n) <= 1) return number(one);
+  why->push_back(from(*n));
+  return number(g) * number(n);
 }
 
 void add_layout(const YAML::Node& doc, const Facts& f, const DraftOptions& o,

@@ -25,6 +25,11 @@ std::map<std::string, Fact> facts(const std::string& text) {
   return got;
 }
 
+// What triage read from `line` beside an error line (so that it answers).
+std::map<std::string, Fact> read(const std::string& line) {
+  return facts(line + "\nRuntimeError: NCCL error\n");
+}
+
 // Each key of `want` read from `text` as given (other keys may be read too).
 void expect_facts(const std::string& text, const std::map<std::string, Fact>& want) {
   const auto got = facts(text);
@@ -313,9 +318,6 @@ TEST(TriageEnvironment, ReadsCollectEnvBeforeNvidiaSmi) {
 
 // Slurm's, Open MPI's and accelerate's own options give the layout.
 TEST(TriageEnvironment, ReadsTheLayoutFromSrunMpirunAndAccelerateOptions) {
-  const auto read = [](const std::string& line) {
-    return facts(line + "\nRuntimeError: NCCL error\n");
-  };
   auto got = read("srun -p gpu --exclusive -N 4 --ntasks-per-node=1 python train.py");
   EXPECT_EQ(got["launcher"].first, "srun");
   EXPECT_EQ(got["nodes"].first, "4");
@@ -368,31 +370,32 @@ TEST(TriageEnvironment, ReadsTheLayoutFromSrunMpirunAndAccelerateOptions) {
 // and the forms the corpus's reports use). A count sits next to a GPU's name; "per node" and
 // "each" make it the GPUs of one node; "2 * 8 H800" is 2 nodes of 8.
 TEST(TriageEnvironment, ReadsGpusAndNodesStatedInProse) {
-  const auto read = [](const std::string& line) {
-    return facts(line + "\nRuntimeError: NCCL error\n");
+  struct Case {
+    std::string line;
+    std::map<std::string, std::string> want;  // key -> value; "" for a key not read
   };
-  auto got = read("I am trying to train Llama2-7B-fp16 using 4 V100.");
-  EXPECT_EQ(got["gpus"].first, "4");
-  EXPECT_EQ(got["gpu"].first, "V100");
-  EXPECT_EQ(got.count("gpus_per_node"), 0u);
-  EXPECT_EQ(read("zero3 with latest 0.9.2 to train 8gpus in one node")["gpus"].first, "8");
-  EXPECT_EQ(read("GPU 40G*A100*8")["gpus"].first, "8");
-  EXPECT_EQ(read("Training on 2x A100 80GB")["gpus"].first, "2");
-  got = read("I'm doing multi-node training (8 nodes, 8 gpu's each, NCCL 2.18)");
-  EXPECT_EQ(got["nodes"].first, "8");
-  EXPECT_EQ(got["gpus_per_node"].first, "8");
-  EXPECT_EQ(got.count("gpus"), 0u);  // 8 per node is not 8 in all
-  got = read("* cluster: 2 nodes, A100*8 for each node");
-  EXPECT_EQ(got["nodes"].first, "2");
-  EXPECT_EQ(got["gpus_per_node"].first, "8");
-  got = read("2 * 8 H800 , Distributed model");
-  EXPECT_EQ(got["nodes"].first, "2");
-  EXPECT_EQ(got["gpus_per_node"].first, "8");
-  EXPECT_EQ(got.count("gpus"), 0u);
-  // Not counts of GPUs: a memory size, a version, a device index.
-  got = read("torch 2.0 GPU with 80GB A100, GPU 0: Tesla P100-SXM2-16GB, cuda:1 gpu");
-  EXPECT_EQ(got.count("gpus"), 0u);
-  EXPECT_EQ(got["gpu"].first, "A100");
+  const std::vector<Case> cases = {
+      {"I am trying to train Llama2-7B-fp16 using 4 V100.",
+       {{"gpus", "4"}, {"gpu", "V100"}, {"gpus_per_node", ""}}},
+      {"zero3 with latest 0.9.2 to train 8gpus in one node", {{"gpus", "8"}}},
+      {"GPU 40G*A100*8", {{"gpus", "8"}}},
+      {"Training on 2x A100 80GB", {{"gpus", "2"}}},
+      // 8 per node is not 8 in all.
+      {"I'm doing multi-node training (8 nodes, 8 gpu's each, NCCL 2.18)",
+       {{"nodes", "8"}, {"gpus_per_node", "8"}, {"gpus", ""}}},
+      {"* cluster: 2 nodes, A100*8 for each node", {{"nodes", "2"}, {"gpus_per_node", "8"}}},
+      {"2 * 8 H800 , Distributed model", {{"nodes", "2"}, {"gpus_per_node", "8"}, {"gpus", ""}}},
+      // Not counts of GPUs: a memory size, a version, a device index.
+      {"torch 2.0 GPU with 80GB A100, GPU 0: Tesla P100-SXM2-16GB, cuda:1 gpu",
+       {{"gpus", ""}, {"gpu", "A100"}}},
+  };
+  for (const auto& c : cases) {
+    const auto got = read(c.line);
+    for (const auto& [key, value] : c.want) {
+      const auto it = got.find(key);
+      EXPECT_EQ(it == got.end() ? "" : it->second.first, value) << key << " of: " << c.line;
+    }
+  }
 }
 
 }  // namespace
