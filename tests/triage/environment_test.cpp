@@ -385,9 +385,17 @@ TEST(TriageEnvironment, ReadsGpusAndNodesStatedInProse) {
        {{"nodes", "8"}, {"gpus_per_node", "8"}, {"gpus", ""}}},
       {"* cluster: 2 nodes, A100*8 for each node", {{"nodes", "2"}, {"gpus_per_node", "8"}}},
       {"2 * 8 H800 , Distributed model", {{"nodes", "2"}, {"gpus_per_node", "8"}, {"gpus", ""}}},
-      // Not counts of GPUs: a memory size, a version, a device index.
+      {"- Hardware: 4xH200", {{"gpus", "4"}, {"gpu", "H200"}}},
+      {"8 A100-SXM4-80GB per node", {{"gpus_per_node", "8"}, {"gpus", ""}}},
+      {"A100*8 each, and 8 GPUs/node elsewhere", {{"gpus_per_node", "8"}, {"gpus", ""}}},
+      {"16 H100 nodes", {{"nodes", "16"}, {"gpus", ""}}},
+      {"on 2 node 8 x H800", {{"nodes", "2"}}},
+      {"2 x 8 A100", {{"nodes", "2"}, {"gpus_per_node", "8"}, {"gpus", ""}}},
+      // Not counts of GPUs: a memory size, a version, a device index, a rank, a range of nodes.
       {"torch 2.0 GPU with 80GB A100, GPU 0: Tesla P100-SXM2-16GB, cuda:1 gpu",
        {{"gpus", ""}, {"gpu", "A100"}}},
+      {"Rank 0 GPU memory is full; later using 8 GPUs", {{"gpus", "8"}}},
+      {"When tp={2} and pp={2,4} on 1-2 nodes, the script hangs", {{"nodes", ""}}},
   };
   for (const auto& c : cases) {
     const auto got = read(c.line);
