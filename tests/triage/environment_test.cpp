@@ -391,6 +391,9 @@ TEST(TriageEnvironment, ReadsGpusAndNodesStatedInProse) {
       {"16 H100 nodes", {{"nodes", "16"}, {"gpus", ""}}},
       {"on 2 node 8 x H800", {{"nodes", "2"}}},
       {"2 x 8 A100", {{"nodes", "2"}, {"gpus_per_node", "8"}, {"gpus", ""}}},
+      {"Hardware: Multi-node (e.g., 2 nodes x 8 GPUS)",
+       {{"nodes", "2"}, {"gpus_per_node", "8"}, {"gpus", ""}}},
+      {"I used NCCL latest code to test A100 * 2 nodes.", {{"nodes", "2"}, {"gpus", ""}}},
       // Not counts of GPUs: a memory size, a version, a device index, a rank, a range of nodes.
       {"torch 2.0 GPU with 80GB A100, GPU 0: Tesla P100-SXM2-16GB, cuda:1 gpu",
        {{"gpus", ""}, {"gpu", "A100"}}},
