@@ -59,6 +59,34 @@ std::string scalar(const std::string& file, const YAML::Node& item, const char* 
   return n.as<std::string>();
 }
 
+// An env rule's `needle`: one string, or a list of them for one regex that several words
+// announce (`needle: [gpu, v100, a100]`), each at least 2 characters and named once, lower-cased
+// (a needle is always a case-insensitive prefilter).
+std::vector<std::string> env_needles(const std::string& file, const YAML::Node& item) {
+  const YAML::Node n = item["needle"];
+  if (!n) fail_at(file, item, "missing key 'needle'");
+  if (!n.IsScalar() && !n.IsSequence())
+    fail_at(file, n, "needle: must be a string or a list of strings");
+  if (n.IsSequence() && n.size() == 0) fail_at(file, n, "needle: the list is empty");
+  std::vector<YAML::Node> given;
+  if (n.IsScalar()) {
+    given.push_back(n);
+  } else {
+    for (const YAML::Node& e : n) given.push_back(e);
+  }
+  std::vector<std::string> out;
+  for (const YAML::Node& e : given) {
+    if (!e.IsScalar()) fail_at(file, e, "needle: each entry must be a string");
+    std::string needle = e.as<std::string>();
+    if (needle.size() < 2) fail_at(file, e, "needle: at least 2 characters");
+    needle = ascii_lower(needle);
+    if (std::find(out.begin(), out.end(), needle) != out.end())
+      fail_at(file, e, fmt::format("needle: '{}' is already in this rule's list", needle));
+    out.push_back(std::move(needle));
+  }
+  return out;
+}
+
 // An `icase` regex is compiled with its letters lower-cased and run on the lower-cased line:
 // libstdc++'s std::regex::icase looks up the locale's ctype facet for every character it
 // compares, which made a 50 MiB training log (a `loss` or `step` on every line) take 13 s. A
@@ -163,13 +191,14 @@ void load_file(const std::string& file, Tables& t) {
     r.key = scalar(file, item, "key", true);
     r.icase = as_bool(file, item, "icase");
     r.nested = as_bool(file, item, "nested");
-    r.needle = scalar(file, item, "needle", true);
-    if (r.needle.size() < 2) fail_at(file, item["needle"], "needle: at least 2 characters");
-    r.needle = ascii_lower(r.needle);
     r.regex = compile(file, item["regex"], scalar(file, item, "regex", true), r.icase, false);
     if (r.regex.mark_count() < 1)
       fail_at(file, item["regex"], "regex: needs a group for the value");
-    (r.nested ? t.config_rules : t.env_rules).push_back(std::move(r));
+    // One row per needle, in the list's order: a line is tried once per needle it holds.
+    for (const std::string& needle : env_needles(file, item)) {
+      r.needle = needle;
+      (r.nested ? t.config_rules : t.env_rules).push_back(r);
+    }
   }
 }
 
