@@ -85,10 +85,11 @@ TEST(TriageSignatures, ASymptomOutsideTheTaxonomyIsRejected) {
 // An env rule's `needle` may list the words that announce its regex: one row per needle, in order,
 // each with the rule's key and regex. A line is read by whichever of its needles it holds.
 TEST(TriageSignatures, AnEnvRulesNeedleListIsOneRowPerNeedle) {
-  const auto dir = write_table("needle_list",
-                               "env:\n"
-                               "  - {key: gpus, needle: [GPU, v100], regex: '(\\d+) (?:GPUs|V100)'}\n"
-                               "  - {key: nodes, needle: node, regex: '(\\d+) nodes'}\n");
+  const auto dir =
+      write_table("needle_list",
+                  "env:\n"
+                  "  - {key: gpus, needle: [GPU, v100], regex: '(\\d+) (?:GPUs|V100)'}\n"
+                  "  - {key: nodes, needle: node, regex: '(\\d+) nodes'}\n");
   const Tables t = load_tables(dir, default_taxonomy_path());
   ASSERT_EQ(t.env_rules.size(), 3u);
   EXPECT_EQ(t.env_rules[0].needle, "gpu");  // lower-cased: a needle ignores case
