@@ -31,6 +31,16 @@ inline std::string write_scratch_table(const std::string& prefix, const std::str
   return dir.string();
 }
 
+// The error loading the tables of folder `dir` gives ("FILE:LINE:COL: what"), or "(loaded)".
+inline std::string load_error(const std::string& dir) {
+  try {
+    load_tables(dir, default_taxonomy_path());
+  } catch (const SignatureError& e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
+
 inline const Tables& tables() {
   static const Tables t = load_tables(default_signature_dir(), default_taxonomy_path());
   return t;

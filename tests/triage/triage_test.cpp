@@ -33,14 +33,7 @@ std::string write_table(const std::string& name, const std::string& body) {
   return test::write_scratch_table("fl_triage_test_", name, body);
 }
 
-std::string load_error(const std::string& dir) {
-  try {
-    load_tables(dir, default_taxonomy_path());
-  } catch (const SignatureError& e) {
-    return e.what();
-  }
-  return "(loaded)";
-}
+using test::load_error;
 
 TEST(TriageSignatures, TheShippedTablesLoad) {
   EXPECT_GT(tables().signatures.size(), 50u);
@@ -80,47 +73,6 @@ TEST(TriageSignatures, ASymptomOutsideTheTaxonomyIsRejected) {
                                "    regex: 'abc'\n"
                                "    symptoms: {\"4.99\": 1}\n");
   EXPECT_EQ(load_error(dir), dir + "/t.yaml:5:16: symptoms: '4.99' is not in the taxonomy");
-}
-
-// An env rule's `needle` may list the words that announce its regex: one row per needle, in order,
-// each with the rule's key and regex. A line is read by whichever of its needles it holds.
-TEST(TriageSignatures, AnEnvRulesNeedleListIsOneRowPerNeedle) {
-  const auto dir =
-      write_table("needle_list",
-                  "env:\n"
-                  "  - {key: gpus, needle: [GPU, v100], regex: '(\\d+) (?:GPUs|V100)'}\n"
-                  "  - {key: nodes, needle: node, regex: '(\\d+) nodes'}\n");
-  const Tables t = load_tables(dir, default_taxonomy_path());
-  ASSERT_EQ(t.env_rules.size(), 3u);
-  EXPECT_EQ(t.env_rules[0].needle, "gpu");  // lower-cased: a needle ignores case
-  EXPECT_EQ(t.env_rules[1].needle, "v100");
-  EXPECT_EQ(t.env_rules[2].needle, "node");
-  EXPECT_EQ(t.env_rules[0].key, t.env_rules[1].key);
-  for (const char* text : {"we train on 4 V100\n", "we train on 4 GPUs\n"}) {
-    std::istringstream in(text);
-    const Result r = triage(read_input(in, 1u << 20), t);
-    ASSERT_EQ(r.env.size(), 1u) << text;
-    EXPECT_EQ(r.env[0].key, "gpus");
-    EXPECT_EQ(r.env[0].value, "4");
-  }
-}
-
-TEST(TriageSignatures, ABadNeedleListNamesFileLineColumnAndWhatIsAllowed) {
-  const std::string rule = "env:\n  - {key: gpus, regex: '(\\d+) GPUs', needle: ";
-  const struct {
-    const char* needle;
-    const char* error;
-  } cases[] = {
-      {"[gpu, v]}", "2:52: needle: at least 2 characters"},
-      {"[]}", "2:46: needle: the list is empty"},
-      {"[gpu, GPU]}", "2:52: needle: 'gpu' is already in this rule's list"},
-      {"[gpu, [v100]]}", "2:52: needle: each entry must be a string"},
-      {"{a: b}}", "2:46: needle: must be a string or a list of strings"},
-  };
-  for (const auto& c : cases) {
-    const auto dir = write_table("bad_needle", rule + c.needle + "\n");
-    EXPECT_EQ(load_error(dir), dir + "/t.yaml:" + c.error) << c.needle;
-  }
 }
 
 // Triage's regex traits (regex.hpp) answer the word class and case folding from tables: every
