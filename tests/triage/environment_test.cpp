@@ -413,11 +413,11 @@ TEST(TriageEnvironment, ReadsGpusAndNodesStatedInProse) {
 // An env rule's `needle` may list the words that announce its regex: one row per needle, in order,
 // each with the rule's key and regex. A line is read by whichever of its needles it holds.
 TEST(TriageSignatures, AnEnvRulesNeedleListIsOneRowPerNeedle) {
-  const auto dir =
-      test::write_scratch_table("fl_triage_env_test_", "needle_list",
-                  "env:\n"
-                  "  - {key: gpus, needle: [GPU, v100], regex: '(\\d+) (?:GPUs|V100)'}\n"
-                  "  - {key: nodes, needle: node, regex: '(\\d+) nodes'}\n");
+  const auto dir = test::write_scratch_table(
+      "fl_triage_env_test_", "needle_list",
+      "env:\n"
+      "  - {key: gpus, needle: [GPU, v100], regex: '(\\d+) (?:GPUs|V100)'}\n"
+      "  - {key: nodes, needle: node, regex: '(\\d+) nodes'}\n");
   const Tables t = load_tables(dir, default_taxonomy_path());
   ASSERT_EQ(t.env_rules.size(), 3u);
   EXPECT_EQ(t.env_rules[0].needle, "gpu");  // lower-cased: a needle ignores case
@@ -446,8 +446,8 @@ TEST(TriageSignatures, ABadNeedleListNamesFileLineColumnAndWhatIsAllowed) {
       {"{a: b}}", "2:46: needle: must be a string or a list of strings"},
   };
   for (const auto& c : cases) {
-    const auto dir = test::write_scratch_table("fl_triage_env_test_", "bad_needle",
-                                                rule + c.needle + "\n");
+    const auto dir =
+        test::write_scratch_table("fl_triage_env_test_", "bad_needle", rule + c.needle + "\n");
     EXPECT_EQ(test::load_error(dir), dir + "/t.yaml:" + c.error) << c.needle;
   }
 }
