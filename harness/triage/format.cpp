@@ -1,12 +1,14 @@
 // faultline triage's answer as text (`format_result`): what it read, the stage and confidence, the
 // ranked symptom and root-cause candidates with their evidence, and under a candidate faultline
 // produces, its scenarios and the lines its runs print.
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "harness/triage/dialect.hpp"
 #include "harness/triage/ranker_neighbours.hpp"
