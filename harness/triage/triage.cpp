@@ -59,6 +59,13 @@ std::string scalar(const std::string& file, const YAML::Node& item, const char* 
   return n.as<std::string>();
 }
 
+// A needle as the scan uses it: at least 2 characters, lower-cased (a needle is always a
+// case-insensitive prefilter). `n` is its node, for the error's line and column.
+std::string needle_of(const std::string& file, const YAML::Node& n, const std::string& text) {
+  if (text.size() < 2) fail_at(file, n, "needle: at least 2 characters");
+  return ascii_lower(text);
+}
+
 // An env rule's `needle`: one string, or a list of them for one regex that several words
 // announce (`needle: [gpu, v100, a100]`), each at least 2 characters and named once, lower-cased
 // (a needle is always a case-insensitive prefilter).
@@ -77,9 +84,7 @@ std::vector<std::string> env_needles(const std::string& file, const YAML::Node& 
   std::vector<std::string> out;
   for (const YAML::Node& e : given) {
     if (!e.IsScalar()) fail_at(file, e, "needle: each entry must be a string");
-    std::string needle = e.as<std::string>();
-    if (needle.size() < 2) fail_at(file, e, "needle: at least 2 characters");
-    needle = ascii_lower(needle);
+    std::string needle = needle_of(file, e, e.as<std::string>());
     if (std::find(out.begin(), out.end(), needle) != out.end())
       fail_at(file, e, fmt::format("needle: '{}' is already in this rule's list", needle));
     out.push_back(std::move(needle));
@@ -167,9 +172,7 @@ void load_file(const std::string& file, Tables& t) {
     s.env = as_bool(file, item, "env");
     s.fallback = as_bool(file, item, "fallback");
     s.reinfer = as_bool(file, item, "reinfer");
-    s.needle = scalar(file, item, "needle", true);
-    if (s.needle.size() < 2) fail_at(file, item["needle"], "needle: at least 2 characters");
-    s.needle = ascii_lower(s.needle);  // the needle is always a case-insensitive prefilter
+    s.needle = needle_of(file, item["needle"], scalar(file, item, "needle", true));
     const std::string regex = scalar(file, item, "regex", true);
     s.regex = compile(file, item["regex"], regex, s.icase, true);
     s.raw_line = reads_paths(s.needle, regex);
