@@ -16,6 +16,7 @@ done
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   lld  # the `ci` preset's linker (CMakePresets.json; a third of GNU ld's link time)
+  clang  # the `ci` preset's compiler (docs/build.md: the test files in under half of GCC's time)
   openmpi-bin libopenmpi-dev
   libpmix-dev  # the harness's PMIx server (harness/launch/pmix_server.cpp)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler

@@ -16,7 +16,8 @@ bash ci/install-deps.sh
 phase_done install
 # mpirun refuses to run as root unless told that it is intended (CI and containers run as root).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# The default build without the benchmarks (they compile in the nightly's build).
+# The `ci` preset: the default build without the benchmarks (they compile in the nightly's build),
+# compiled by clang (the nightly's `default` build keeps GCC), docs/build.md.
 bash ci/build.sh ci
 phase_done build
 ctest_log=build/ctest-output.log

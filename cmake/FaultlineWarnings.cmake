@@ -3,8 +3,9 @@ function(faultline_apply_warnings target)
   target_compile_options(${target} INTERFACE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
       -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wformat=2
-      -Wimplicit-fallthrough
-      -Wno-restrict>)  # GCC 12 false positives in std::string at -O3 (GCC bug 105329)
+      -Wimplicit-fallthrough>
+    # GCC 12 false positives in std::string at -O3 (GCC bug 105329); clang has no such option.
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-restrict>)
   if(FAULTLINE_WERROR)
     target_compile_options(${target} INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
   endif()

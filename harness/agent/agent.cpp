@@ -114,7 +114,7 @@ std::vector<std::string> bounded_tool(const std::vector<std::string>& tool) {
 class AgentActions {
  public:
   AgentActions(const AgentOptions& o, const std::string& secret, TelemetryRelay& relay)
-      : o_(o), secret_(secret), relay_(relay), node_(o.run_dir, o.host, secret) {}
+      : o_(o), relay_(relay), node_(o.run_dir, o.host, secret) {}
 
   pb::AgentReport answer(const pb::AgentCommand& cmd) {
     pb::AgentReport r;
@@ -196,7 +196,6 @@ class AgentActions {
   }
 
   const AgentOptions& o_;
-  const std::string& secret_;
   TelemetryRelay& relay_;
   std::vector<std::vector<std::string>> on_loss_;
   faults::Node node_;  // what the fault kinds' handlers made here (cgroups, mounts, ports, ...)

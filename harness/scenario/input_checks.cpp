@@ -141,8 +141,9 @@ void check_duplicates(const std::string& file, const YAML::Node& node, const std
         });
         continue;
       }
-      auto [at, fresh] = seen.emplace(key, it->first.Mark());
+      auto [first, fresh] = seen.emplace(key, it->first.Mark());
       if (!fresh) {
+        auto at = first;  // a lambda cannot name a structured binding before clang 16
         ErrorCollector::check([&] {
           fail_at(file, it->first, child,
                   at->second.line >= 0 ? fmt::format("duplicate key (first at line {}, column {})",

@@ -160,7 +160,7 @@ TEST(Layout, InvalidLayoutsNameTheSizes) {
 // engine sees them.
 class RecordingParams : public ParamAccess {
  public:
-  RecordingParams(const ParamLayout& l, const std::vector<float>& flat) : layout_(l) {
+  RecordingParams(const ParamLayout& l, const std::vector<float>& flat) {
     for (auto& g : l.groups()) {
       values_.emplace_back(flat.begin() + static_cast<long>(g.lo),
                            flat.begin() + static_cast<long>(g.hi));
@@ -190,7 +190,6 @@ class RecordingParams : public ParamAccess {
   std::vector<std::string> log;
 
  private:
-  const ParamLayout& layout_;
   std::vector<std::vector<float>> values_, grads_;
   std::vector<bool> live_;
 };

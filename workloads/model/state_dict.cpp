@@ -195,7 +195,8 @@ std::vector<TensorKey> consume_prefix(const std::vector<TensorKey>& keys,
   std::vector<std::pair<std::string, TensorKey>> by_old;
   for (auto& r : renamed) by_old.push_back({prefix + r.name, r});
   std::sort(by_old.begin(), by_old.end(), [](auto& a, auto& b) { return a.first < b.first; });
-  for (auto& [old, k] : by_old) {
+  for (auto& entry : by_old) {
+    const TensorKey& k = entry.second;
     // A dict keeps an existing key's position when it is assigned again.
     auto same = std::find_if(out.begin(), out.end(), [&](auto& o) { return o.name == k.name; });
     if (same != out.end()) {
