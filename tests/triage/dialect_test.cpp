@@ -387,10 +387,15 @@ TEST(TriageDialect, AHealthyLineNamingAPathIsNotReadByAWordOfThePath) {
       "capacity of 79.15 GiB of which 1.05 GiB is free.";
   Result r;
   r.kind = Result::Kind::kFound;
-  r.symptoms.push_back(
-      {.id = "4.2", .score = 3, .evidence = {{1, healthy, "w"}, {2, oom, "cuda-oom"}}});
-  r.symptoms.push_back(
-      {.id = "4.10", .score = 1.5, .evidence = {{1, healthy, "4.10 word 'checkpoint'"}}});
+  auto candidate = [](std::string id, double score, std::vector<EvidenceLine> evidence) {
+    Candidate c;  // (GCC and clang disagree on which aggregate initializers leave a field out)
+    c.id = std::move(id);
+    c.score = score;
+    c.evidence = std::move(evidence);
+    return c;
+  };
+  r.symptoms.push_back(candidate("4.2", 3, {{1, healthy, "w"}, {2, oom, "cuda-oom"}}));
+  r.symptoms.push_back(candidate("4.10", 1.5, {{1, healthy, "4.10 word 'checkpoint'"}}));
   EXPECT_EQ(evidence_events(r.symptoms[0]), std::vector<std::string>{"oom"});
   dialect::annotate(r, dialect::load_scenario_refs(default_scenario_dirs()));
   ASSERT_EQ(r.symptoms[0].faultline.matches.size(), 1u);
