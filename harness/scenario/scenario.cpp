@@ -269,9 +269,9 @@ void check_namespaces(const Source& c, const Scenario& s,
               "there; allowed: fetch with topology.network: host and no network fault)");
     });
   }
-  for (const auto& [path, yaml] : squats) {
-    const std::string& at = path;  // a lambda cannot name a structured binding before clang 16
-    const YAML::Node& node = yaml;
+  for (const auto& squat : squats) {
+    const std::string& at = squat.first;  // (a lambda cannot name a structured binding in clang 14)
+    const YAML::Node& node = squat.second;
     ErrorCollector::check([&] {
       fail_at(c.file, node, at + ".port_squat",
               "port_squat with network namespaces is not supported (the port is held on the "
