@@ -101,6 +101,10 @@ void add_policy_options(CLI::App& sub, SuiteArgs& a) {
                  "Start nothing new after N cases failed (runs in flight finish; the rest is "
                  "reported skipped)")
       ->check(CLI::NonNegativeNumber);
+  sub.add_option("--longest-first", a.so.longest_first,
+                 "Start the cases that took longest in this earlier summary.json (or suite "
+                 "directory) first; cases it lacks start before them")
+      ->type_name("SUMMARY");
   sub.add_option("--retries", a.so.retries, "More tries for a failed case (passing on one: flaky)")
       ->check(CLI::Range(0, 100));
   sub.add_flag("--list", a.list_only, "Print the selected cases and their count; run nothing");

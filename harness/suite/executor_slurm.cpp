@@ -372,7 +372,9 @@ void SlurmExecutor::execute(SuiteResult& res, const SuiteOptions& o, const std::
                                               res.cases.size(), at_once);
   SuiteSignals signals;
   std::vector<Try> tries;
-  for (size_t i = 0; i < res.cases.size(); ++i) tries.push_back({i, 0});
+  for (size_t k = 0; k < res.cases.size(); ++k) {  // --longest-first: the plan's order
+    tries.push_back({res.launch_order.empty() ? k : res.launch_order[k], 0});
+  }
   while (!tries.empty() && !stop_ && !cancelled_all_) {
     std::vector<Try> retry;
     run_round(res, o, bin, tries, retry);

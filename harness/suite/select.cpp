@@ -2,7 +2,8 @@
 // variant, then narrowed by --only, --symptom, --stage, --exclude, --last-failed and --shard, in
 // that order. A filter that leaves nothing is an input error naming it. Suite files among the
 // matched files (the suite itself, when a glob covers its own folder) are skipped with a note.
-// Also --list (text and JSON) and the option parsers.
+// --longest-first orders the launches by an earlier summary's times. Also --list (text and JSON)
+// and the option parsers.
 #include <fnmatch.h>
 #include <glob.h>
 
@@ -10,6 +11,8 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -142,6 +145,18 @@ std::string previous_results(const std::string& results_dir, const std::string& 
   return dirs.back();
 }
 
+// A summary case's id: its "id", or for summaries written before case ids, the id rebuilt. A key
+// of the wrong type reads as missing.
+std::string summary_case_id(const nlohmann::json& c) {
+  const auto text = [&](const char* key) {
+    return c.contains(key) && c[key].is_string() ? c[key].get<std::string>() : std::string();
+  };
+  if (!text("id").empty()) return text("id");
+  const uint64_t seed =
+      c.contains("seed") && c["seed"].is_number_unsigned() ? c["seed"].get<uint64_t>() : 0;
+  return fmt::format("{}{}-s{}", text("scenario"), text("variant") == "fix" ? "-fix" : "", seed);
+}
+
 // The ids of the cases that did not pass in a summary: failures, errors, unknown verdicts,
 // interrupted cases and cases --fail-fast never started (skipped for want of a device stay out:
 // they would again).
@@ -154,12 +169,7 @@ std::set<std::string> not_passed(const nlohmann::json& summary) {
         o == "skipped" && c.value("explanation", "").rfind("not started", 0) == 0;
     if (o != "fail" && o != "unknown" && o != "error" && o != "interrupted" && !never_started)
       continue;
-    if (c.contains("id")) {
-      ids.insert(c["id"].get<std::string>());
-    } else {  // summaries written before case ids
-      ids.insert(fmt::format("{}{}-s{}", c.value("scenario", ""),
-                             c.value("variant", "") == "fix" ? "-fix" : "", c.value("seed", 0)));
-    }
+    ids.insert(summary_case_id(c));
   }
   return ids;
 }
@@ -349,6 +359,22 @@ void narrow_to_last_failed(SuitePlan& plan, Narrowing& n, const SuiteOptions& o)
            [&](const SuiteCase& c) { return ids.count(c.id()) > 0; });
 }
 
+// --longest-first PATH: the summary (PATH, or PATH/summary.json for a suite directory).
+nlohmann::json read_times_summary(const std::string& path) {
+  std::error_code ec;
+  const std::string file =
+      fs::is_directory(path, ec) ? (fs::path(path) / "summary.json").string() : path;
+  std::string why;
+  auto j = read_json_file(file, &why, JsonLimits{64, size_t{256} << 20});
+  if (!j) {
+    throw UsageError(
+        fmt::format("--longest-first: {} (expected a suite's summary.json, or the "
+                    "suite directory that holds one)",
+                    why));
+  }
+  return std::move(*j);
+}
+
 void narrow_cases(SuitePlan& plan, const SuiteOptions& o) {
   const SuiteSelection& sel = o.select;
   Narrowing n(plan);
@@ -413,7 +439,36 @@ SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
   const size_t total = plan.cases.size();
   narrow_cases(plan, o);
   plan.selection = selection_json(plan, o, total);
+  if (!o.longest_first.empty()) {
+    plan.launch_order =
+        longest_first_order(plan.cases, read_times_summary(o.longest_first), o.longest_first);
+    plan.selection["longest_first"] = o.longest_first;
+  }
   return plan;
+}
+
+std::vector<size_t> longest_first_order(const std::vector<SuiteCase>& cases,
+                                        const nlohmann::json& previous, const std::string& source) {
+  if (!previous.is_object() || !previous.contains("cases") || !previous["cases"].is_array()) {
+    throw UsageError(fmt::format(
+        "--longest-first {}: not a suite summary (expected an object with a \"cases\" list)",
+        source));
+  }
+  std::map<std::string, double> took;
+  for (const auto& c : previous["cases"]) {
+    if (!c.is_object() || !c.contains("wall_s") || !c["wall_s"].is_number()) continue;
+    took[summary_case_id(c)] = c["wall_s"].get<double>();
+  }
+  std::vector<size_t> order(cases.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // A case the summary does not hold sorts first (as if it took forever): a new case may be long,
+  // and its verdict is the one nobody has seen.
+  const auto key = [&](size_t i) {
+    const auto it = took.find(cases[i].id());
+    return it == took.end() ? std::numeric_limits<double>::infinity() : it->second;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) > key(b); });
+  return order;
 }
 
 std::string suite_list(const SuitePlan& plan) {

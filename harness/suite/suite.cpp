@@ -294,6 +294,7 @@ SuiteResult run_suite(const std::string& path, const SuiteOptions& o) {
   }
   res.selection = plan.selection;
   res.notes = plan.notes;
+  res.launch_order = std::move(plan.launch_order);
   res.provenance = collect_provenance();
   const auto t_start = std::chrono::steady_clock::now();
   std::string ts = kSuiteStamp.get();
@@ -394,8 +395,10 @@ class LocalSuiteLoop {
   };
 
   // Cases a machine without a device cannot run are skipped without starting them.
+  // --longest-first: in the plan's launch order.
   void queue_cases() {
-    for (size_t i = 0; i < res_.cases.size(); ++i) {
+    for (size_t k = 0; k < res_.cases.size(); ++k) {
+      const size_t i = res_.launch_order.empty() ? k : res_.launch_order[k];
       SuiteCase& c = res_.cases[i];
       if (c.device == "cuda" && cuda_device_count() == 0) {
         c.outcome = "skipped";

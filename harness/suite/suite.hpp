@@ -52,6 +52,10 @@ struct SuiteOptions {
   bool fail_fast = false;    // start nothing new after the first failure
   int max_fail = 0;          // start nothing new after this many failed cases (0: no limit)
   int calibrate_every = 10;  // finished runs between calibration samples (0: start and end only)
+  // --longest-first: a summary.json (or the suite directory that holds one) whose cases' times
+  // order the launches, longest first; cases it does not hold start before them, in suite order.
+  // "" : suite order. The summary and the table keep suite order either way.
+  std::string longest_first;
   // Where the runs execute: "local" (this machine, `jobs` at a time) or "slurm" (one sbatch job
   // array; docs/cluster.md#suites-as-a-slurm-job-array).
   std::string executor = "local";
@@ -116,6 +120,7 @@ struct SuiteResult {
   std::vector<SuiteCase> missing;
   nlohmann::json merge;
   SuiteLive* live = nullptr;  // while it runs with --metrics-port: what the executor reports to
+  std::vector<size_t> launch_order;  // SuitePlan::launch_order: the first tries' order
   int failures() const;       // cases that make the suite fail (fail, unknown, error, interrupted)
   int count(const std::string& outcome) const;
   // faultline suite's (and merge's) exit status: 4 when the suite or a case was interrupted,
@@ -128,6 +133,8 @@ struct SuitePlan {
   std::string name;
   std::vector<SuiteCase> cases;
   std::string previous_dir;  // --last-failed: the results it read
+  // --longest-first: the indices of `cases` in launch order (empty: suite order).
+  std::vector<size_t> launch_order;
   nlohmann::json selection = nlohmann::json::object();
   // --shard: every shard's cases (the selection before --shard), as --list --json writes a case;
   // summary.json keeps them (selection.planned) so a merge can name the cases no shard ran.
@@ -171,6 +178,13 @@ std::vector<uint64_t> parse_seeds(const std::string& text);
 // Creates `parent/base`, or `parent/base-2`, `-3`, ... when that exists (mkdir fails with EEXIST:
 // two suites started in the same second never share a directory). Returns the absolute path.
 std::string make_unique_dir(const std::string& parent, const std::string& base);
+
+// --longest-first: the indices of `cases` in launch order: the cases `previous` (a summary's JSON,
+// keyed by case id) does not hold first, in their order, then the others by their wall_s there,
+// longest first (ties in suite order). `previous` without a `cases` array is an error (UsageError
+// naming `source`).
+std::vector<size_t> longest_first_order(const std::vector<SuiteCase>& cases,
+                                        const nlohmann::json& previous, const std::string& source);
 
 // Median tokens/s of a run's steps (each step at its slowest rank), 0 without steps.
 double median_tokens_per_s(const std::string& run_dir);

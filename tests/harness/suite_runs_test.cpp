@@ -1,6 +1,7 @@
 // A suite's runs through a fake `faultline` (suite_fixture.hpp): retries that make a case flaky,
 // --fail-fast and --maxfail leaving the rest skipped, GPU cases skipped without a device, JUnit
-// XML parsed back (reruns as Surefire writes them), and the provenance a summary records.
+// XML parsed back (reruns as Surefire writes them), the provenance a summary records, and
+// --longest-first's launch order.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -93,6 +94,50 @@ TEST(SuiteFailFast, StopsLaunchingAfterTheFirstFailureAndSkipsTheRest) {
   const SuitePlan p = plan_suite(dir + "/s", again);
   EXPECT_EQ(ids(p.cases), (std::set<std::string>{"fail-b-s7", "pass-c-s7", "pass-d-s7"}));
   EXPECT_EQ(p.previous_dir, r.dir);
+}
+
+TEST(SuiteLongestFirst, StartsTheCasesAnEarlierSummaryTimedLongestFirstAndNewCasesBeforeThem) {
+  const auto dir = test_dir();
+  write_scenarios(dir + "/s", {"a", "b", "c", "d", "e"});
+  // An earlier summary: b took longest, then d, then a; c is new; "gone" is no longer a case.
+  // Written as a suite writes it (a case from before case ids has no "id").
+  const nlohmann::json earlier = {
+      {"suite", "s"},
+      {"cases",
+       {{{"id", "a-s7"}, {"wall_s", 1.5}},
+        {{"id", "b-s7"}, {"wall_s", 30.0}},
+        {{"scenario", "d"}, {"variant", "faulty"}, {"seed", 7}, {"wall_s", 4.0}},
+        {{"id", "e-s7"}, {"wall_s", "?"}},
+        {{"id", "gone-s7"}, {"wall_s", 99.0}}}}};
+  fs::create_directories(dir + "/earlier");
+  std::ofstream(dir + "/earlier/summary.json") << earlier.dump();
+  SuiteOptions o = fake_runs(dir);
+  o.jobs = 1;
+  o.longest_first = dir + "/earlier";  // the suite directory; its summary.json is read
+  const SuiteResult r = run_suite(dir + "/s", o);
+  // c and e (no usable time) first in suite order, then b, d, a.
+  EXPECT_EQ(lines_of(dir + "/launched"),
+            (std::vector<std::string>{"c-s7", "e-s7", "b-s7", "d-s7", "a-s7"}));
+  ASSERT_EQ(r.cases.size(), 5u);
+  EXPECT_EQ(r.cases[0].name, "a") << "the result keeps suite order";
+  const auto j = nlohmann::json::parse(read(r.dir + "/summary.json"));
+  EXPECT_EQ(j["selection"]["longest_first"], dir + "/earlier");
+  // Not a summary: refused before anything runs, naming the option and the file.
+  std::ofstream(dir + "/list.json") << "[1, 2]";
+  o.longest_first = dir + "/list.json";
+  try {
+    run_suite(dir + "/s", o);
+    ADD_FAILURE() << "a JSON list was accepted as a summary";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--longest-first " + dir +
+                                         "/list.json: not a suite "
+                                         "summary"),
+              std::string::npos)
+        << e.what();
+  }
+  o.longest_first = dir + "/missing.json";
+  EXPECT_THROW(run_suite(dir + "/s", o), UsageError);
+  EXPECT_EQ(lines_of(dir + "/launched").size(), 5u) << "a refused suite started a run";
 }
 
 TEST(SuiteSkip, ACudaCaseWithoutADeviceIsSkippedNotFailed) {
