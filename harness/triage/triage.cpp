@@ -7,9 +7,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <istream>
+#include <map>
 #include <set>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -188,12 +190,14 @@ void load_file(const std::string& file, Tables& t) {
     t.signatures.push_back(std::move(s));
   }
   for (const auto& item : doc["env"]) {
-    check_keys(file, item, {"key", "needle", "regex", "icase", "nested"}, "env rule");
+    check_keys(file, item, {"key", "needle", "regex", "icase", "nested", "count"}, "env rule");
     EnvRule r;
     r.file = file;
     r.key = scalar(file, item, "key", true);
     r.icase = as_bool(file, item, "icase");
     r.nested = as_bool(file, item, "nested");
+    r.count = as_bool(file, item, "count");
+    if (r.count && r.nested) fail_at(file, item["count"], "count: not with nested");
     r.regex = compile(file, item["regex"], scalar(file, item, "regex", true), r.icase, false);
     if (r.regex.mark_count() < 1)
       fail_at(file, item["regex"], "regex: needs a group for the value");
@@ -409,6 +413,38 @@ void decide(Result& r, const std::vector<Hit>& hits, const Tables& t, const Opti
   r.stage = t.taxonomy.symptom_stage.at(r.symptoms.front().id);
 }
 
+// What the env rules read into Result::env: the first line that gives a key (another setting of
+// its config gives none: ConfigRead::says_otherwise), and for `count` rules the distinct values.
+class EnvRead {
+ public:
+  // Whether rule `e` still reads lines: a key is read once, a counted key on every line.
+  bool wants(const EnvRule& e) const { return e.count || seen_.count(e.key) == 0; }
+
+  void add(const EnvRule& e, std::string value, size_t line, const std::string& text, Result& r) {
+    if (e.count) {
+      auto& [values, last] = counted_[e.key];
+      if (values.insert(std::move(value)).second) last = {e.key, "", line, text};
+      return;
+    }
+    seen_.insert(e.key);
+    r.env.push_back({e.key, std::move(value), line, text});
+  }
+
+  // The counted keys no line stated: a line that states the key wins over a list.
+  void finish(Result& r) {
+    for (auto& [key, counted] : counted_) {
+      if (seen_.count(key)) continue;
+      counted.second.value = std::to_string(counted.first.size());
+      r.env.push_back(std::move(counted.second));
+    }
+  }
+
+ private:
+  std::set<std::string> seen_;
+  // `count` rules, by key: the distinct values, and the last line that added one.
+  std::map<std::string, std::pair<std::set<std::string>, EnvFact>> counted_;
+};
+
 }  // namespace
 
 Result triage(const Input& in, const Tables& t, const Options& o) {
@@ -430,7 +466,7 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
   std::vector<std::set<std::string>> seen_text(t.signatures.size());
   // Lines a row's regex already rejected: a log repeats its lines, and std::regex is slow.
   std::vector<std::unordered_set<std::string>> rejected(t.signatures.size() + t.env_rules.size());
-  std::set<std::string> env_seen;
+  EnvRead env;
   const ConfigRead configs(in.text, t, o);
   MaskedLine masked;  // the line rows of ordinary words read (scan.hpp)
   r.lines = static_cast<size_t>(std::count(in.text.begin(), in.text.end(), '\n')) +
@@ -440,9 +476,9 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
   for (const auto& c : candidates) left[c.row] += c.row < first_cue;
   for (const auto& c : candidates) {
     if (c.row < first_cue) {
-      const bool env = c.row >= t.signatures.size();
+      const bool env_row = c.row >= t.signatures.size();
       const size_t remaining = left[c.row]--;
-      if (env ? tried[c.row]++ >= o.max_regex_lines : remaining > o.max_regex_lines) continue;
+      if (env_row ? tried[c.row]++ >= o.max_regex_lines : remaining > o.max_regex_lines) continue;
     }
     std::string text = in.text.substr(c.start, std::min<size_t>(c.end - c.start, 4096));
     if (!text.empty() && text.back() == '\r') text.pop_back();
@@ -465,15 +501,14 @@ Result triage(const Input& in, const Tables& t, const Options& o) {
     }
     const auto& e = t.env_rules[c.row - t.signatures.size()];
     std::smatch m;
-    if (env_seen.count(e.key) || rejected[c.row].count(text)) continue;
+    if (!env.wants(e) || rejected[c.row].count(text)) continue;
     if (!regex_find(text, m, e.regex)) {
       rejected[c.row].insert(std::move(text));
       continue;
     }
-    if (configs.says_otherwise(c.line, e.key)) continue;  // another setting of its config
-    env_seen.insert(e.key);
-    r.env.push_back({e.key, m[1].str(), c.line, text});
+    if (!configs.says_otherwise(c.line, e.key)) env.add(e, m[1].str(), c.line, text, r);
   }
+  env.finish(r);
   configs.add_facts(r);
   std::sort(r.env.begin(), r.env.end(),
             [](const EnvFact& a, const EnvFact& b) { return a.line < b.line; });

@@ -51,6 +51,9 @@ struct EnvRule {
   // Reads the key paths of a config printed over several lines (`fp16.enabled: true`,
   // config_paths.hpp) instead of the raw lines.
   bool nested = false;
+  // The value is how many distinct values the group takes over every matching line (the GPUs a
+  // collect_env or nvidia-smi lists), kept only when no other rule of the key matched a line.
+  bool count = false;
   Regex regex;
 };
 

@@ -161,6 +161,34 @@ TEST(TriageDraft, GpusStatedInProseSetTheWorldOfOneNode) {
   EXPECT_EQ(validate_scenario_text(nodes.yaml), "");
 }
 
+// The GPUs a collect_env lists are one node's: the world when no count is stated, x the nodes a
+// report names; a count stated in prose wins over the list.
+TEST(TriageDraft, GpusAListShowsSetTheWorldWhenNoCountIsStated) {
+  const std::string hang =
+      "[rank0]:[E ProcessGroupNCCL.cpp:523] [Rank 0] Watchdog caught collective operation "
+      "timeout: WorkNCCL(SeqNum=9314, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+      "Timeout(ms)=600000)\n";
+  const auto listing = [](int gpus) {
+    std::string text = "GPU models and configuration:\n";
+    for (int i = 0; i < gpus; ++i) text += "GPU " + std::to_string(i) + ": Tesla V100-SXM2-16GB\n";
+    return text;
+  };
+  const auto ranks = [](const Draft& d) {
+    EXPECT_TRUE(d.made) << d.why;
+    return d.made ? YAML::Load(d.yaml)["topology"]["ranks"].as<int>() : 0;
+  };
+  // The base's mechanism needs 4 ranks, so a smaller world would not show.
+  const Draft d = draft_of(listing(6) + hang);
+  EXPECT_EQ(ranks(d), 6) << d.yaml;
+  EXPECT_EQ(comments_above(d.yaml, "  ranks: 6"),
+            std::vector<std::string>{"  # from line 7: `GPU 5: Tesla V100-SXM2-16GB`"});
+  EXPECT_EQ(validate_scenario_text(d.yaml), "");
+  const Draft two_nodes = draft_of("We train on 2 nodes.\n" + listing(3) + hang);
+  EXPECT_EQ(ranks(two_nodes), 6) << two_nodes.yaml;
+  const Draft stated = draft_of("I am training on 5 V100.\n" + listing(6) + hang);
+  EXPECT_EQ(ranks(stated), 5) << stated.yaml;
+}
+
 // Stop 52: a source line in another script longer than a comment holds was cut inside a
 // character, and the draft then failed to load ("the file is not UTF-8 text").
 TEST(TriageDraft, ALongSourceLineInAnotherScriptIsCutBetweenCharacters) {

@@ -410,6 +410,52 @@ TEST(TriageEnvironment, ReadsGpusAndNodesStatedInProse) {
   }
 }
 
+// The GPUs collect_env and nvidia-smi list (corpus env_lines have both): their number, from the
+// last line that added one; nvidia-smi's process rows and a repeated index add none.
+TEST(TriageEnvironment, CountsTheGpusCollectEnvAndNvidiaSmiList) {
+  expect_facts(
+      "GPU models and configuration:\n"
+      "GPU 0: Tesla V100-SXM2-16GB\n"
+      "GPU 1: Tesla V100-SXM2-16GB\n"
+      "GPU 0: Tesla V100-SXM2-16GB\n"
+      "Nvidia driver version: 535.129.03\n",
+      {{"gpus_listed", {"2", 3}}});
+  expect_facts(
+      "| NVIDIA-SMI 535.129.03    Driver Version: 535.129.03   CUDA Version: 12.2     |\n"
+      "|   0  NVIDIA H100 80GB HBM3          On  | 00000000:18:00.0 Off |                    0 |\n"
+      "| N/A   34C    P0    71W / 700W |      0MiB / 81559MiB |      0%      Default |\n"
+      "|   1  NVIDIA H100 80GB HBM3          On  | 00000000:2A:00.0 Off |                    0 |\n"
+      "|    0   N/A  N/A     12345      C   python                        1234MiB |\n"
+      "|    1   N/A  N/A     12346      C   python                        1234MiB |\n",
+      {{"gpus_listed", {"2", 4}}});
+  EXPECT_EQ(read("GPU 0: the loss is nan on rank 3\n").count("gpus_listed"), 0u);
+}
+
+// A `count` rule gives its key only when no other rule of the key read a line, wherever that line
+// is; `count` with `nested` is refused.
+TEST(TriageSignatures, ACountRuleGivesWayToALineThatStatesItsKey) {
+  const auto dir =
+      test::write_scratch_table("fl_triage_env_test_", "count_rule",
+                                "env:\n"
+                                "  - {key: gpus, needle: gpu, regex: 'GPU (\\d+):', count: true}\n"
+                                "  - {key: gpus, needle: using, regex: 'using (\\d+) GPUs'}\n");
+  const Tables t = load_tables(dir, default_taxonomy_path());
+  const auto gpus = [&](const std::string& text) {
+    std::istringstream in(text);
+    const Result r = triage(read_input(in, 1u << 20), t);
+    for (const auto& f : r.env)
+      if (f.key == "gpus") return f.value + "@" + std::to_string(f.line);
+    return std::string("none");
+  };
+  EXPECT_EQ(gpus("GPU 0: a\nGPU 1: b\nGPU 5: c\n"), "3@3");
+  EXPECT_EQ(gpus("GPU 0: a\nGPU 1: b\nusing 8 GPUs\n"), "8@3");
+  EXPECT_EQ(gpus("no list here\n"), "none");
+  const auto bad = test::write_scratch_table(
+      "fl_triage_env_test_", "count_nested",
+      "env:\n  - {key: gpus, needle: gpu, regex: 'gpu: (\\d+)', nested: true, count: true}\n");
+  EXPECT_EQ(test::load_error(bad), bad + "/t.yaml:2:72: count: not with nested");
+}
+
 // An env rule's `needle` may list the words that announce its regex: one row per needle, in order,
 // each with the rule's key and regex. A line is read by whichever of its needles it holds.
 TEST(TriageSignatures, AnEnvRulesNeedleListIsOneRowPerNeedle) {
