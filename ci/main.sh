@@ -26,8 +26,8 @@ status=0
 jobs=$(($(nproc) * 2))
 ((jobs > 8)) && jobs=8
 # Longest first, by the committed baseline's times: the longest case (serving-over-slow-link, about
-# 50 s) is 72nd of 86 in suite order and used to end alone (stop 69, 2 cores, -j 4, alternating:
-# LATEST_FIGURES).
+# 50 s) is 72nd of 86 in suite order and used to end alone (stop 69, 2 cores, -j 4, two runs each,
+# alternating: 123 and 141 s longest first, 150 and 151 s in suite order).
 build/harness/faultline suite scenarios/suites/smoke.yaml -j "$jobs" --results build/suites \
   --longest-first results/baselines/smoke.json --junit build/suites/smoke-junit.xml \
   --json "$summary" "$@" || status=$?
