@@ -125,13 +125,14 @@ int topo_int(const YAML::Node& doc, const char* key, int dflt) {
   }
 }
 
-// World size: stated, or nodes x GPUs per node (or those collect_env or nvidia-smi lists), or the
-// GPUs a report states ("using 4 V100") unless it names more nodes (per node or in all?).
+// World size: stated, or nodes x GPUs per node (or those made visible, or listed), or the GPUs a
+// report states ("using 4 V100") unless it names more nodes (per node or in all?).
 int world_size(const Facts& f, std::vector<std::string>* why) {
   const auto* w = f.get("world_size");
   const auto* all = f.get("gpus");
   const auto* g = f.get("gpus_per_node");
-  if (number(g) <= 0 && number(all) <= 0) g = f.get("gpus_listed");  // when no count is stated
+  for (const char* key : {"gpus_visible", "gpus_listed"})  // when no count is stated
+    if (number(g) <= 0 && number(all) <= 0) g = f.get(key);
   const auto* n = f.get("nodes");
   if (number(w) <= 0 && number(g) <= 0 && (number(all) <= 0 || number(n) > 1)) return 0;
   const auto* one = number(w) > 0 ? w : number(g) > 0 ? g : all;

@@ -61,6 +61,15 @@ std::string scalar(const std::string& file, const YAML::Node& item, const char* 
   return n.as<std::string>();
 }
 
+// An env rule's `count`: absent, `lines` or `items`.
+EnvRule::Count count_of(const std::string& file, const YAML::Node& item) {
+  const std::string v = scalar(file, item, "count", false);
+  if (v.empty()) return EnvRule::Count::kNone;
+  if (v == "lines") return EnvRule::Count::kLines;
+  if (v == "items") return EnvRule::Count::kItems;
+  fail_at(file, item["count"], fmt::format("count: '{}' (allowed: lines, items)", v));
+}
+
 // A needle as the scan uses it: at least 2 characters, lower-cased (a needle is always a
 // case-insensitive prefilter). `n` is its node, for the error's line and column.
 std::string needle_of(const std::string& file, const YAML::Node& n, const std::string& text) {
@@ -196,8 +205,9 @@ void load_file(const std::string& file, Tables& t) {
     r.key = scalar(file, item, "key", true);
     r.icase = as_bool(file, item, "icase");
     r.nested = as_bool(file, item, "nested");
-    r.count = as_bool(file, item, "count");
-    if (r.count && r.nested) fail_at(file, item["count"], "count: not with nested");
+    r.count = count_of(file, item);
+    if (r.count != EnvRule::Count::kNone && r.nested)
+      fail_at(file, item["count"], "count: not with nested");
     r.regex = compile(file, item["regex"], scalar(file, item, "regex", true), r.icase, false);
     if (r.regex.mark_count() < 1)
       fail_at(file, item["regex"], "regex: needs a group for the value");
@@ -414,17 +424,23 @@ void decide(Result& r, const std::vector<Hit>& hits, const Tables& t, const Opti
 }
 
 // What the env rules read into Result::env: the first line that gives a key (another setting of
-// its config gives none: ConfigRead::says_otherwise), and for `count` rules the distinct values.
+// its config gives none: ConfigRead::says_otherwise), and for `count: lines` the distinct values.
 class EnvRead {
  public:
-  // Whether rule `e` still reads lines: a key is read once, a counted key on every line.
-  bool wants(const EnvRule& e) const { return e.count || seen_.count(e.key) == 0; }
+  // Whether rule `e` still reads lines: a key is read once, a key counted over lines on each.
+  bool wants(const EnvRule& e) const {
+    return e.count == EnvRule::Count::kLines || seen_.count(e.key) == 0;
+  }
 
   void add(const EnvRule& e, std::string value, size_t line, const std::string& text, Result& r) {
-    if (e.count) {
+    if (e.count == EnvRule::Count::kLines) {
       auto& [values, last] = counted_[e.key];
       if (values.insert(std::move(value)).second) last = {e.key, "", line, text};
       return;
+    }
+    if (e.count == EnvRule::Count::kItems) {
+      const auto items = std::count(value.begin(), value.end(), ',') + 1;
+      value = std::to_string(items);
     }
     seen_.insert(e.key);
     r.env.push_back({e.key, std::move(value), line, text});

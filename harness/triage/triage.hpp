@@ -51,9 +51,11 @@ struct EnvRule {
   // Reads the key paths of a config printed over several lines (`fp16.enabled: true`,
   // config_paths.hpp) instead of the raw lines.
   bool nested = false;
-  // The value is how many distinct values the group takes over every matching line (the GPUs a
-  // collect_env or nvidia-smi lists), kept only when no other rule of the key matched a line.
-  bool count = false;
+  // `count: lines`: the value is how many distinct values the group takes over every matching
+  // line (the GPUs a collect_env or nvidia-smi lists), kept only when no other rule of the key
+  // matched a line. `count: items`: the number of comma-separated items in the group of the first
+  // matching line (CUDA_VISIBLE_DEVICES=0,1,2,3 gives 4).
+  enum class Count { kNone, kLines, kItems } count = Count::kNone;
   Regex regex;
 };
 

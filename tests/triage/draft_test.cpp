@@ -161,9 +161,9 @@ TEST(TriageDraft, GpusStatedInProseSetTheWorldOfOneNode) {
   EXPECT_EQ(validate_scenario_text(nodes.yaml), "");
 }
 
-// The GPUs a collect_env lists are one node's: the world when no count is stated, x the nodes a
-// report names; a count stated in prose wins over the list.
-TEST(TriageDraft, GpusAListShowsSetTheWorldWhenNoCountIsStated) {
+// The GPUs a job was given (CUDA_VISIBLE_DEVICES) or a collect_env lists are one node's: the world
+// when no count is stated, x the nodes a report names; a count stated in prose wins over both.
+TEST(TriageDraft, GpusMadeVisibleOrListedSetTheWorldWhenNoCountIsStated) {
   const std::string hang =
       "[rank0]:[E ProcessGroupNCCL.cpp:523] [Rank 0] Watchdog caught collective operation "
       "timeout: WorkNCCL(SeqNum=9314, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
@@ -187,6 +187,10 @@ TEST(TriageDraft, GpusAListShowsSetTheWorldWhenNoCountIsStated) {
   EXPECT_EQ(ranks(two_nodes), 6) << two_nodes.yaml;
   const Draft stated = draft_of("I am training on 5 V100.\n" + listing(6) + hang);
   EXPECT_EQ(ranks(stated), 5) << stated.yaml;
+  // The GPUs the job was given count before those the machine lists.
+  const Draft visible =
+      draft_of("CUDA_VISIBLE_DEVICES=0,1,2,3,4 python train.py\n" + listing(8) + hang);
+  EXPECT_EQ(ranks(visible), 5) << visible.yaml;
 }
 
 // Stop 52: a source line in another script longer than a comment holds was cut inside a

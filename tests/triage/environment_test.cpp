@@ -437,7 +437,7 @@ TEST(TriageSignatures, ACountRuleGivesWayToALineThatStatesItsKey) {
   const auto dir =
       test::write_scratch_table("fl_triage_env_test_", "count_rule",
                                 "env:\n"
-                                "  - {key: gpus, needle: gpu, regex: 'GPU (\\d+):', count: true}\n"
+                                "  - {key: gpus, needle: gpu, regex: 'GPU (\\d+):', count: lines}\n"
                                 "  - {key: gpus, needle: using, regex: 'using (\\d+) GPUs'}\n");
   const Tables t = load_tables(dir, default_taxonomy_path());
   const auto gpus = [&](const std::string& text) {
@@ -452,8 +452,29 @@ TEST(TriageSignatures, ACountRuleGivesWayToALineThatStatesItsKey) {
   EXPECT_EQ(gpus("no list here\n"), "none");
   const auto bad = test::write_scratch_table(
       "fl_triage_env_test_", "count_nested",
-      "env:\n  - {key: gpus, needle: gpu, regex: 'gpu: (\\d+)', nested: true, count: true}\n");
+      "env:\n  - {key: gpus, needle: gpu, regex: 'gpu: (\\d+)', nested: true, count: lines}\n");
   EXPECT_EQ(test::load_error(bad), bad + "/t.yaml:2:72: count: not with nested");
+  const auto other = test::write_scratch_table(
+      "fl_triage_env_test_", "count_other",
+      "env:\n  - {key: gpus, needle: gpu, regex: 'gpu: (\\d+)', count: true}\n");
+  EXPECT_EQ(test::load_error(other), other + "/t.yaml:2:58: count: 'true' (allowed: lines, items)");
+}
+
+// The GPUs a job was given on one machine: CUDA_VISIBLE_DEVICES (as a shell, Python or a launcher
+// prints it) and the DeepSpeed launcher's --include for one host, by their number of items.
+TEST(TriageEnvironment, CountsTheGpusMadeVisibleToAJob) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nnodes 1 train.py", "4"},
+      {"export CUDA_VISIBLE_DEVICES=6,7", "2"},
+      {"os.environ[\"CUDA_VISIBLE_DEVICES\"] = \"2\"", "1"},
+      {"os.environ['CUDA_VISIBLE_DEVICES'] = '0, 1, 2'", "3"},
+      {"deepspeed --include localhost:4,5,6,7 train.py --deepspeed ds.json", "4"},
+      {"deepspeed --include=localhost:2 train.py", "1"},
+      // Several hosts, or no device named: no count of one machine's GPUs.
+      {"deepspeed --include node1:0,1@node2:0,1 train.py", "(none)"},
+      {"CUDA_VISIBLE_DEVICES= python train.py", "(none)"}};
+  for (const auto& [line, gpus] : cases)
+    EXPECT_EQ(value_of(std::string(line) + "\n", "gpus_visible"), gpus) << line;
 }
 
 // An env rule's `needle` may list the words that announce its regex: one row per needle, in order,

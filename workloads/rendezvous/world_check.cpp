@@ -143,8 +143,8 @@ int64_t decided(StoreClient& store) {
 }
 
 World check_world(StoreClient& store, const MemberInfo& me, std::chrono::milliseconds timeout) {
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
+  using steady = std::chrono::steady_clock;
+  const auto start = steady::now();
   const auto deadline = start + timeout;
   int64_t index = store.add(kArrivals, 1) - 1;
   store.set(member_key(index), encode(me));
@@ -158,7 +158,7 @@ World check_world(StoreClient& store, const MemberInfo& me, std::chrono::millise
     return std::max(t, 1);
   };
   while (static_cast<int>(members.size()) < target()) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
     try {
       if (left.count() <= 0) throw StoreError(StoreErrorKind::kKeyTimeout, "deadline passed");
       members.push_back(decode(store.get(member_key(static_cast<int64_t>(members.size())), left)));
@@ -177,7 +177,7 @@ World check_world(StoreClient& store, const MemberInfo& me, std::chrono::millise
         if (std::find(present.begin(), present.end(), r) == present.end()) missing.push_back(r);
       }
       auto waited =
-          std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start).count();
+          std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - start).count();
       throw WorldCheckError(
           WorldCheckFailure::kMissingRanks,
           fmt::format("rendezvous timed out after {} ms (timeout {} ms) at store {}: {} of {} "
