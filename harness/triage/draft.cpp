@@ -128,9 +128,7 @@ int topo_int(const YAML::Node& doc, const char* key, int dflt) {
 // World size: stated, or nodes x GPUs per node (or those made visible, or listed), or the GPUs a
 // report states ("using 4 V100") unless it names more nodes (per node or in all?).
 int world_size(const Facts& f, std::vector<std::string>* why) {
-  const auto* w = f.get("world_size");
-  const auto* all = f.get("gpus");
-  const auto* g = f.get("gpus_per_node");
+  const auto *w = f.get("world_size"), *all = f.get("gpus"), *g = f.get("gpus_per_node");
   for (const char* key : {"gpus_visible", "gpus_listed"})  // when no count is stated
     if (number(g) <= 0 && number(all) <= 0) g = f.get(key);
   const auto* n = f.get("nodes");
