@@ -104,7 +104,8 @@ void add_policy_options(CLI::App& sub, SuiteArgs& a) {
   sub.add_option("--longest-first", a.so.longest_first,
                  "Start the cases that took longest in this earlier summary.json (or suite "
                  "directory) first; cases it lacks start before them")
-      ->type_name("SUMMARY");
+      ->type_name("SUMMARY")
+      ->check(CLI::ExistingPath);
   sub.add_option("--retries", a.so.retries, "More tries for a failed case (passing on one: flaky)")
       ->check(CLI::Range(0, 100));
   sub.add_flag("--list", a.list_only, "Print the selected cases and their count; run nothing");

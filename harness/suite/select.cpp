@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -145,16 +147,20 @@ std::string previous_results(const std::string& results_dir, const std::string& 
   return dirs.back();
 }
 
+// A summary case's string `key` ("" when it is missing or not a string).
+std::string summary_text(const nlohmann::json& c, const char* key) {
+  return c.is_object() && c.contains(key) && c[key].is_string() ? c[key].get<std::string>() : "";
+}
+
 // A summary case's id: its "id", or for summaries written before case ids, the id rebuilt. A key
 // of the wrong type reads as missing.
 std::string summary_case_id(const nlohmann::json& c) {
-  const auto text = [&](const char* key) {
-    return c.contains(key) && c[key].is_string() ? c[key].get<std::string>() : std::string();
-  };
-  if (!text("id").empty()) return text("id");
+  if (!c.is_object()) return "";
+  if (!summary_text(c, "id").empty()) return summary_text(c, "id");
   const uint64_t seed =
       c.contains("seed") && c["seed"].is_number_unsigned() ? c["seed"].get<uint64_t>() : 0;
-  return fmt::format("{}{}-s{}", text("scenario"), text("variant") == "fix" ? "-fix" : "", seed);
+  return fmt::format("{}{}-s{}", summary_text(c, "scenario"),
+                     summary_text(c, "variant") == "fix" ? "-fix" : "", seed);
 }
 
 // The ids of the cases that did not pass in a summary: failures, errors, unknown verdicts,
@@ -162,11 +168,12 @@ std::string summary_case_id(const nlohmann::json& c) {
 // they would again).
 std::set<std::string> not_passed(const nlohmann::json& summary) {
   std::set<std::string> ids;
-  if (!summary.is_object() || !summary.contains("cases")) return ids;  // gone since it was found
+  if (!summary.is_object() || !summary.contains("cases") || !summary["cases"].is_array())
+    return ids;  // gone (or replaced) since it was found
   for (const auto& c : summary["cases"]) {
-    const std::string o = c.value("outcome", "");
+    const std::string o = summary_text(c, "outcome");
     const bool never_started =
-        o == "skipped" && c.value("explanation", "").rfind("not started", 0) == 0;
+        o == "skipped" && summary_text(c, "explanation").rfind("not started", 0) == 0;
     if (o != "fail" && o != "unknown" && o != "error" && o != "interrupted" && !never_started)
       continue;
     ids.insert(summary_case_id(c));
@@ -449,24 +456,41 @@ SuitePlan plan_suite(const std::string& path, const SuiteOptions& o) {
 
 std::vector<size_t> longest_first_order(const std::vector<SuiteCase>& cases,
                                         const nlohmann::json& previous, const std::string& source) {
-  if (!previous.is_object() || !previous.contains("cases") || !previous["cases"].is_array()) {
+  if (!previous.is_object() || !previous.contains("suite") || !previous["suite"].is_string() ||
+      !previous.contains("cases") || !previous["cases"].is_array()) {
     throw UsageError(fmt::format(
-        "--longest-first {}: not a suite summary (expected an object with a \"cases\" list)",
+        "--longest-first {}: not a suite summary (expected an object with \"suite\" and a "
+        "\"cases\" list, as `faultline suite` writes summary.json)",
         source));
   }
+  // Only a case that ran to a verdict has its time: a skipped, interrupted or harness-error case
+  // ran for part of it or not at all. The longest of an id's entries counts.
   std::map<std::string, double> took;
   for (const auto& c : previous["cases"]) {
-    if (!c.is_object() || !c.contains("wall_s") || !c["wall_s"].is_number()) continue;
-    took[summary_case_id(c)] = c["wall_s"].get<double>();
+    const std::string o = summary_text(c, "outcome");
+    if (o != "pass" && o != "fail" && o != "flaky" && o != "unknown") continue;
+    if (!c.contains("wall_s") || !c["wall_s"].is_number() || !c.contains("attempts") ||
+        !c["attempts"].is_array() || c["attempts"].empty())
+      continue;
+    double& t = took[summary_case_id(c)];
+    t = std::max(t, c["wall_s"].get<double>());
   }
   std::vector<size_t> order(cases.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  // A case the summary does not hold sorts first (as if it took forever): a new case may be long,
-  // and its verdict is the one nobody has seen.
+  // A case the summary has no time for sorts first (as if it took forever): a new case may be
+  // long, and its verdict is the one nobody has seen.
   const auto key = [&](size_t i) {
     const auto it = took.find(cases[i].id());
     return it == took.end() ? std::numeric_limits<double>::infinity() : it->second;
   };
+  if (!cases.empty() &&
+      std::all_of(order.begin(), order.end(), [&](size_t i) { return std::isinf(key(i)); })) {
+    std::fprintf(
+        stderr,
+        "faultline: warning: --longest-first %s has no time for any selected case (another "
+        "suite, or renamed cases): they start in suite order\n",
+        source.c_str());
+  }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) > key(b); });
   return order;
 }

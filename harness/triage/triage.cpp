@@ -63,11 +63,14 @@ std::string scalar(const std::string& file, const YAML::Node& item, const char* 
 
 // An env rule's `count`: absent, `lines` or `items`.
 EnvRule::Count count_of(const std::string& file, const YAML::Node& item) {
-  const std::string v = scalar(file, item, "count", false);
-  if (v.empty()) return EnvRule::Count::kNone;
+  const YAML::Node n = item["count"];
+  if (!n) return EnvRule::Count::kNone;
+  const std::string v = n.IsScalar() ? n.as<std::string>() : "";
   if (v == "lines") return EnvRule::Count::kLines;
   if (v == "items") return EnvRule::Count::kItems;
-  fail_at(file, item["count"], fmt::format("count: '{}' (allowed: lines, items)", v));
+  fail_at(file, n,
+          n.IsScalar() ? fmt::format("count: '{}' (allowed: lines, items)", v)
+                       : std::string("count: must be a string (allowed: lines, items)"));
 }
 
 // A needle as the scan uses it: at least 2 characters, lower-cased (a needle is always a

@@ -98,46 +98,72 @@ TEST(SuiteFailFast, StopsLaunchingAfterTheFirstFailureAndSkipsTheRest) {
 
 TEST(SuiteLongestFirst, StartsTheCasesAnEarlierSummaryTimedLongestFirstAndNewCasesBeforeThem) {
   const auto dir = test_dir();
-  write_scenarios(dir + "/s", {"a", "b", "c", "d", "e"});
-  // An earlier summary: b took longest, then d, then a; c is new; "gone" is no longer a case.
-  // Written as a suite writes it (a case from before case ids has no "id").
+  write_scenarios(dir + "/s", {"a", "b", "c", "d", "e", "f"});
+  // An earlier summary: b took longest, then d, then a; c is new; e's time is no number; f was
+  // never started (its 0 s is no time); "gone" is no longer a case. A case from before case ids
+  // has no "id". b is listed twice (a hand-merged file): its longer time counts.
+  const nlohmann::json ran = {{{"outcome", "pass"}}};
   const nlohmann::json earlier = {
       {"suite", "s"},
       {"cases",
-       {{{"id", "a-s7"}, {"wall_s", 1.5}},
-        {{"id", "b-s7"}, {"wall_s", 30.0}},
-        {{"scenario", "d"}, {"variant", "faulty"}, {"seed", 7}, {"wall_s", 4.0}},
-        {{"id", "e-s7"}, {"wall_s", "?"}},
-        {{"id", "gone-s7"}, {"wall_s", 99.0}}}}};
+       {{{"id", "a-s7"}, {"outcome", "pass"}, {"attempts", ran}, {"wall_s", 1.5}},
+        {{"id", "b-s7"}, {"outcome", "fail"}, {"attempts", ran}, {"wall_s", 3.0}},
+        {{"id", "b-s7"}, {"outcome", "flaky"}, {"attempts", ran}, {"wall_s", 30.0}},
+        {{"scenario", "d"},
+         {"variant", "faulty"},
+         {"seed", 7},
+         {"outcome", "unknown"},
+         {"attempts", ran},
+         {"wall_s", 4.0}},
+        {{"id", "e-s7"}, {"outcome", "pass"}, {"attempts", ran}, {"wall_s", "?"}},
+        {{"id", "f-s7"},
+         {"outcome", "skipped"},
+         {"attempts", nlohmann::json::array()},
+         {"wall_s", 0.0}},
+        {{"id", "gone-s7"}, {"outcome", "pass"}, {"attempts", ran}, {"wall_s", 99.0}},
+        "not a case"}}};
   fs::create_directories(dir + "/earlier");
   std::ofstream(dir + "/earlier/summary.json") << earlier.dump();
   SuiteOptions o = fake_runs(dir);
   o.jobs = 1;
   o.longest_first = dir + "/earlier";  // the suite directory; its summary.json is read
   const SuiteResult r = run_suite(dir + "/s", o);
-  // c and e (no usable time) first in suite order, then b, d, a.
+  // c, e and f (no time) first in suite order, then b, d, a.
   EXPECT_EQ(lines_of(dir + "/launched"),
-            (std::vector<std::string>{"c-s7", "e-s7", "b-s7", "d-s7", "a-s7"}));
-  ASSERT_EQ(r.cases.size(), 5u);
+            (std::vector<std::string>{"c-s7", "e-s7", "f-s7", "b-s7", "d-s7", "a-s7"}));
+  ASSERT_EQ(r.cases.size(), 6u);
   EXPECT_EQ(r.cases[0].name, "a") << "the result keeps suite order";
   const auto j = nlohmann::json::parse(read(r.dir + "/summary.json"));
   EXPECT_EQ(j["selection"]["longest_first"], dir + "/earlier");
-  // Not a summary: refused before anything runs, naming the option and the file.
+}
+
+TEST(SuiteLongestFirst, AFileThatIsNoSummaryIsRefusedBeforeAnythingRuns) {
+  const auto dir = test_dir();
+  write_scenarios(dir + "/s", {"a", "b"});
+  SuiteOptions o = fake_runs(dir);
+  const auto refusal = [&](const std::string& path) {
+    o.longest_first = path;
+    try {
+      run_suite(dir + "/s", o);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
   std::ofstream(dir + "/list.json") << "[1, 2]";
-  o.longest_first = dir + "/list.json";
-  try {
-    run_suite(dir + "/s", o);
-    ADD_FAILURE() << "a JSON list was accepted as a summary";
-  } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("--longest-first " + dir +
-                                         "/list.json: not a suite "
-                                         "summary"),
-              std::string::npos)
-        << e.what();
-  }
-  o.longest_first = dir + "/missing.json";
-  EXPECT_THROW(run_suite(dir + "/s", o), UsageError);
-  EXPECT_EQ(lines_of(dir + "/launched").size(), 5u) << "a refused suite started a run";
+  EXPECT_EQ(refusal(dir + "/list.json"),
+            "--longest-first " + dir +
+                "/list.json: not a suite summary (expected an object with \"suite\" and a "
+                "\"cases\" list, as `faultline suite` writes summary.json)");
+  // `faultline suite --list --json`'s file names its suite and cases, but no case has a time:
+  // accepted, with a warning, in suite order.
+  std::ofstream(dir + "/listed.json") << suite_list_json(plan_suite(dir + "/s", quiet())).dump();
+  EXPECT_EQ(refusal(dir + "/listed.json"), "accepted");
+  EXPECT_EQ(lines_of(dir + "/launched"), (std::vector<std::string>{"a-s7", "b-s7"}));
+  const std::string missing = refusal(dir + "/missing.json");
+  EXPECT_NE(missing.find("--longest-first: " + dir + "/missing.json"), std::string::npos)
+      << missing;
+  EXPECT_EQ(lines_of(dir + "/launched").size(), 2u) << "a refused suite started a run";
 }
 
 TEST(SuiteSkip, ACudaCaseWithoutADeviceIsSkippedNotFailed) {

@@ -391,6 +391,29 @@ TEST(SuiteSlurmRun, EveryTaskIsGatheredAndSlurmsKillsAreErrorsNamingTheTask) {
   EXPECT_EQ(r.exit_code(), 1);
 }
 
+// --longest-first orders the array's tasks as it orders local launches.
+TEST(SuiteSlurmRun, LongestFirstOrdersTheArraysTasks) {
+  const auto dir = test_dir();
+  for (const char* n : {"pass-a", "pass-b"}) write_scenario(dir + "/s", n, "{ranks: 1}");
+  const nlohmann::json ran = {{{"outcome", "pass"}}};
+  std::ofstream(dir + "/earlier.json") << nlohmann::json{
+      {"suite", "s"},
+      {"cases",
+       {{{"id", "pass-a-s7"}, {"outcome", "pass"}, {"attempts", ran}, {"wall_s", 1.0}},
+        {{"id", "pass-b-s7"},
+         {"outcome", "pass"},
+         {"attempts", ran},
+         {"wall_s", 9.0}}}}}.dump();
+  ScopedPath path(fake_slurm(dir) + ":/usr/bin:/bin");
+  SuiteOptions o = slurm_options(dir);
+  o.longest_first = dir + "/earlier.json";
+  const SuiteResult r = run_suite(dir + "/s", o);
+  ASSERT_EQ(r.cases.size(), 2u);
+  EXPECT_EQ(r.cases[0].name, "pass-a");  // the result in suite order
+  EXPECT_EQ(r.cases[0].attempts.at(0).job, "4242_1 COMPLETED");
+  EXPECT_EQ(r.cases[1].attempts.at(0).job, "4242_0 COMPLETED");
+}
+
 TEST(SuiteSlurmRun, OneArrayPerResourceShapeGatheredIntoOneSuite) {
   const auto dir = test_dir();
   write_scenario(dir + "/s", "pass-a", "{ranks: 1}");

@@ -426,9 +426,16 @@ TEST(TriageEnvironment, CountsTheGpusCollectEnvAndNvidiaSmiList) {
       "| N/A   34C    P0    71W / 700W |      0MiB / 81559MiB |      0%      Default |\n"
       "|   1  NVIDIA H100 80GB HBM3          On  | 00000000:2A:00.0 Off |                    0 |\n"
       "|    0   N/A  N/A     12345      C   python                        1234MiB |\n"
-      "|    1   N/A  N/A     12346      C   python                        1234MiB |\n",
+      "|    2   N/A  N/A      1234      C   nvidia-cuda-mps-server          30MiB |\n",
       {{"gpus_listed", {"2", 4}}});
   EXPECT_EQ(read("GPU 0: the loss is nan on rank 3\n").count("gpus_listed"), 0u);
+  // Names without "NVIDIA": older drivers and tables, and other product lines.
+  expect_facts("GPU 0: TITAN V\nGPU 1: A100-SXM4-40GB\nGPU 2: L40S\nGPU 3: HGX GB200\n",
+               {{"gpus_listed", {"4", 4}}});
+  expect_facts(
+      "|   0  GeForce GTX TIT...  Off  | 0000:03:00.0     Off |                  N/A |\n"
+      "|   1  Quadro RTX 8000     Off  | 00000000:3B:00.0 Off |                  Off |\n",
+      {{"gpus_listed", {"2", 2}}});
 }
 
 // A `count` rule gives its key only when no other rule of the key read a line, wherever that line
@@ -458,6 +465,15 @@ TEST(TriageSignatures, ACountRuleGivesWayToALineThatStatesItsKey) {
       "fl_triage_env_test_", "count_other",
       "env:\n  - {key: gpus, needle: gpu, regex: 'gpu: (\\d+)', count: true}\n");
   EXPECT_EQ(test::load_error(other), other + "/t.yaml:2:58: count: 'true' (allowed: lines, items)");
+  const auto empty = test::write_scratch_table(
+      "fl_triage_env_test_", "count_empty",
+      "env:\n  - {key: gpus, needle: gpu, regex: 'gpu: (\\d+)', count: ''}\n");
+  EXPECT_EQ(test::load_error(empty), empty + "/t.yaml:2:58: count: '' (allowed: lines, items)");
+  const auto list = test::write_scratch_table(
+      "fl_triage_env_test_", "count_list",
+      "env:\n  - {key: gpus, needle: gpu, regex: 'gpu: (\\d+)', count: [lines]}\n");
+  EXPECT_EQ(test::load_error(list),
+            list + "/t.yaml:2:58: count: must be a string (allowed: lines, items)");
 }
 
 // The GPUs a job was given on one machine: CUDA_VISIBLE_DEVICES (as a shell, Python or a launcher

@@ -12,7 +12,7 @@ namespace fl::rdzv {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-using clock = std::chrono::steady_clock;
+using store_clock = std::chrono::steady_clock;  // not `clock`: a unity batch shares it
 
 struct StoreClient::Conn {
   asio::io_context io;
@@ -21,10 +21,10 @@ struct StoreClient::Conn {
   std::string broken_reason;
 
   // Runs the io_context until `done` or the deadline; returns false on deadline.
-  bool run_until(const bool& done, clock::time_point deadline) {
+  bool run_until(const bool& done, store_clock::time_point deadline) {
     io.restart();
     while (!done) {
-      auto now = clock::now();
+      auto now = store_clock::now();
       if (now >= deadline) break;
       io.run_one_for(deadline - now);
     }
@@ -85,7 +85,7 @@ void StoreClient::connect(const std::string& host, uint16_t port, ms connect_tim
         StoreErrorKind::kResolve,
         fmt::format("cannot resolve the rendezvous store address '{}': {}", host, ec.message()));
   }
-  const auto start = clock::now();
+  const auto start = store_clock::now();
   const auto deadline = start + connect_timeout;
   auto backoff = std::chrono::milliseconds(20);
   int attempts = 0;
@@ -102,7 +102,7 @@ void StoreClient::connect(const std::string& host, uint16_t port, ms connect_tim
                         });
     if (!c.run_until(done, deadline)) {
       auto waited =
-          std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start).count();
+          std::chrono::duration_cast<std::chrono::milliseconds>(store_clock::now() - start).count();
       throw StoreError(StoreErrorKind::kConnectTimeout,
                        fmt::format("cannot reach the rendezvous store at {}: connect timed out "
                                    "after {} ms (no answer to the connection request; a firewall "
@@ -111,7 +111,7 @@ void StoreClient::connect(const std::string& host, uint16_t port, ms connect_tim
     }
     if (!result) break;
     last = result;
-    auto now = clock::now();
+    auto now = store_clock::now();
     if (now + backoff >= deadline) {
       auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count();
       bool refused = result == asio::error::connection_refused;
@@ -163,7 +163,7 @@ std::string StoreClient::call(const std::string& frame, ms wait_for, const char*
                                  what, endpoint_, c.broken_reason));
   }
   // The server answers a timed-out get/wait itself; allow it a grace period to do so.
-  const auto deadline = clock::now() + wait_for + std::chrono::milliseconds(2000);
+  const auto deadline = store_clock::now() + wait_for + std::chrono::milliseconds(2000);
   bool done = false;
   boost::system::error_code err;
   char header[4];
