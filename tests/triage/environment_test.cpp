@@ -457,23 +457,17 @@ TEST(TriageSignatures, ACountRuleGivesWayToALineThatStatesItsKey) {
   EXPECT_EQ(gpus("GPU 0: a\nGPU 1: b\nGPU 5: c\n"), "3@3");
   EXPECT_EQ(gpus("GPU 0: a\nGPU 1: b\nusing 8 GPUs\n"), "8@3");
   EXPECT_EQ(gpus("no list here\n"), "none");
-  const auto bad = test::write_scratch_table(
-      "fl_triage_env_test_", "count_nested",
-      "env:\n  - {key: gpus, needle: gpu, regex: 'gpu: (\\d+)', nested: true, count: lines}\n");
-  EXPECT_EQ(test::load_error(bad), bad + "/t.yaml:2:72: count: not with nested");
-  const auto other = test::write_scratch_table(
-      "fl_triage_env_test_", "count_other",
-      "env:\n  - {key: gpus, needle: gpu, regex: 'gpu: (\\d+)', count: true}\n");
-  EXPECT_EQ(test::load_error(other), other + "/t.yaml:2:58: count: 'true' (allowed: lines, items)");
-  const auto empty = test::write_scratch_table(
-      "fl_triage_env_test_", "count_empty",
-      "env:\n  - {key: gpus, needle: gpu, regex: 'gpu: (\\d+)', count: ''}\n");
-  EXPECT_EQ(test::load_error(empty), empty + "/t.yaml:2:58: count: '' (allowed: lines, items)");
-  const auto list = test::write_scratch_table(
-      "fl_triage_env_test_", "count_list",
-      "env:\n  - {key: gpus, needle: gpu, regex: 'gpu: (\\d+)', count: [lines]}\n");
-  EXPECT_EQ(test::load_error(list),
-            list + "/t.yaml:2:58: count: must be a string (allowed: lines, items)");
+  const std::pair<const char*, const char*> refused[] = {
+      {"nested: true, count: lines", "2:72: count: not with nested"},
+      {"count: true", "2:58: count: 'true' (allowed: lines, items)"},
+      {"count: ''", "2:58: count: '' (allowed: lines, items)"},
+      {"count: [lines]", "2:58: count: must be a string (allowed: lines, items)"}};
+  for (const auto& [keys, error] : refused) {
+    const auto bad = test::write_scratch_table(
+        "fl_triage_env_test_", "count_refused",
+        std::string("env:\n  - {key: gpus, needle: gpu, regex: 'gpu: (\\d+)', ") + keys + "}\n");
+    EXPECT_EQ(test::load_error(bad), bad + "/t.yaml:" + error) << keys;
+  }
 }
 
 // The GPUs a job was given on one machine: CUDA_VISIBLE_DEVICES (as a shell, Python or a launcher
