@@ -121,7 +121,7 @@ struct SuiteResult {
   nlohmann::json merge;
   SuiteLive* live = nullptr;  // while it runs with --metrics-port: what the executor reports to
   std::vector<size_t> launch_order;  // SuitePlan::launch_order: the first tries' order
-  int failures() const;       // cases that make the suite fail (fail, unknown, error, interrupted)
+  int failures() const;  // cases that make the suite fail (fail, unknown, error, interrupted)
   int count(const std::string& outcome) const;
   // faultline suite's (and merge's) exit status: 4 when the suite or a case was interrupted,
   // else 1 when a case failed or is missing, else 0.
