@@ -72,6 +72,26 @@ def tokens(lines):
     return out
 
 
+IDENT_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+
+
+def word_tokens(lines):
+    """The word model's words (stop 70): tokens() and the parts of each compound identifier,
+    split at underscores and at case steps (`ZeroInitContext`: zero, init, context;
+    `_ddp_init_helper`: ddp, init, helper), each kept as tokens() keeps a word. The parts of
+    the identifiers name what failed where the whole identifier is too rare to count: on 5-fold
+    CV of the word model alone they gained top-1 +116 / -69 over whole words (1831 failures).
+    ranker_words.cpp's vocabulary_words() reads the same words."""
+    out = set(tokens(lines))
+    for line in lines:
+        for w in re.findall(r"[A-Za-z][A-Za-z0-9_]{2,39}", line):
+            parts = [p.lower() for p in IDENT_PART.findall(w)]
+            if len(parts) < 2:
+                continue
+            out.update(p for p in parts if len(p) >= 3 and p not in STOP and not p.isdigit())
+    return out
+
+
 # A file-system path or URL of two or more components (`/opt/conda/envs/x/lib/python3.10/...`,
 # `torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`, `https://github.com/...`): the words inside
 # name where a program is installed, not what failed.

@@ -9,7 +9,9 @@ for each outer fold, the value with the most right answers on the inner folds (t
 but that inner one and the outer one) is fitted on all other folds and scored on the outer fold.
 
 Variants (each a posterior over stages, symptoms and root causes from the words of an input):
-  nb        the shipped naive Bayes: add-alpha, distinct words of 2+ training failures
+  nb        the shipped naive Bayes: add-alpha, distinct words of 2+ training failures (since
+            stop 70 with the parts of compound identifiers: word_tokens())
+  whole     nb over whole words only (tokens(): the shipped words before stop 70)
   nb-alpha  nb with alpha chosen per label kind by nested CV (0.1 .. 3)
   cnb       complement naive Bayes (a label's score from the words of all other labels)
   hier      symptoms as P(stage | words) * P(symptom | words, within that stage)
@@ -30,7 +32,7 @@ import os
 import pathlib
 import re
 
-from learn_tokens import STOP, fold_of, tokens
+from learn_tokens import STOP, fold_of, tokens, word_tokens
 
 KINDS = ("stages", "symptoms", "root_causes")
 
@@ -67,12 +69,14 @@ def bigram_tokens(lines):
 
 def words_of(r, variant="nb"):
     """The features an issue's input lines give a variant."""
+    if variant == "whole":
+        return tokens(r["error_lines"] + r["env_lines"])
     if variant == "bigram":
         return bigram_tokens(r["error_lines"] + r["env_lines"])
     if variant == "prefix":
         return ({"e:" + w for w in tokens(r["error_lines"])}
                 | {"v:" + w for w in tokens(r["env_lines"])})
-    return tokens(r["error_lines"] + r["env_lines"])
+    return word_tokens(r["error_lines"] + r["env_lines"])
 
 
 def count_model(docs, min_df=2):
@@ -305,7 +309,7 @@ def lr_posterior(fit, words):
 
 # Hyperparameter grids, chosen by nested CV per label kind (a one-value grid: nothing to choose).
 GRIDS = {"nb": [1.0], "nb-alpha": [0.1, 0.3, 1.0, 3.0], "cnb": [0.3, 1.0, 3.0],
-         "hier": [1.0], "bigram": [1.0], "prefix": [1.0], "lr": [1.0, 3.0, 10.0],
+         "hier": [1.0], "bigram": [1.0], "whole": [1.0], "prefix": [1.0], "lr": [1.0, 3.0, 10.0],
          "mix": [1.0]}
 
 
@@ -460,8 +464,8 @@ LABEL_TEXT = ("summary", "fix")
 
 
 def label_tokens(r):
-    """The words of LABEL_TEXT's fields of issue `r` (as tokens() reads them)."""
-    return tokens([r.get(k) or "" for k in LABEL_TEXT])
+    """The words of LABEL_TEXT's fields of issue `r` (as word_tokens() reads them)."""
+    return word_tokens([r.get(k) or "" for k in LABEL_TEXT])
 
 
 def word_model(issues, min_df=2, logistic="default"):
@@ -476,7 +480,7 @@ def word_model(issues, min_df=2, logistic="default"):
     logistic = LOGISTIC if logistic == "default" else logistic
     failures = [r for r in issues
                 if r["stage"] != 0 and any(s != "none" for s in r["symptoms"])]
-    toks = [tokens(r["error_lines"] + r["env_lines"]) | label_tokens(r) for r in failures]
+    toks = [word_tokens(r["error_lines"] + r["env_lines"]) | label_tokens(r) for r in failures]
     df = collections.Counter(w for t in toks for w in t)
     vocab = {w for w, c in df.items() if c >= min_df}
     sym_n, stage_n, rc_n = collections.Counter(), collections.Counter(), collections.Counter()
@@ -513,7 +517,7 @@ def score_words(model, failures, alpha):
     """Stage right, top-1 and top-3 symptom (any of its labels) of the word model alone."""
     got = collections.Counter()
     for r in failures:
-        words = tokens(r["error_lines"] + r["env_lines"])
+        words = word_tokens(r["error_lines"] + r["env_lines"])
         stage = word_posterior(model, "stages", words, alpha)
         sym = word_posterior(model, "symptoms", words, alpha)
         ranked = sorted(sym, key=lambda s: (-sym[s], id_key(s)))
@@ -610,7 +614,7 @@ def posterior_lines(model, texts, alpha=1.0, power=1.0):
     (with cues.yaml nb_mix_power `power`)."""
     out = []
     for text in texts:
-        words = tokens([text]) & model["vocab"]
+        words = word_tokens([text]) & model["vocab"]
         for kind in KINDS:
             post = word_posterior(model, kind, words, alpha, power)
             out += [f"{text}\t{kind}\t{lab}\t{p:.12f}"

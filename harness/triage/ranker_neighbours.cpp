@@ -142,7 +142,8 @@ void load_neighbours(const std::string& file, const Taxonomy& t, NeighbourModel&
 std::vector<WordHit> neighbour_words(std::string_view text, const NeighbourModel& m,
                                      size_t max_bytes) {
   if (!m.loaded) return {};
-  return known_words(text, max_bytes, [&](const std::string& w) { return m.vocab.count(w) > 0; });
+  return known_words(
+      text, max_bytes, [&](const std::string& w) { return m.vocab.count(w) > 0; }, false);
 }
 
 std::vector<SimilarIssue> nearest_issues(const NeighbourModel& m, const std::vector<WordHit>& words,

@@ -158,8 +158,43 @@ void load_word_model(const std::string& file, const Taxonomy& t, WordModel& m) {
   m.loaded = !m.rows[at(WordLabel::kStage)].empty();
 }
 
+// The parts of a compound identifier as learn_words.py's IDENT_PART finds them
+// (`[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+`): a capital and its lower-case run, a lower-case run, a
+// run of capitals not followed by a lower-case letter (the last capital of `HTTPServer` starts
+// `Server`), a run of digits; '_' separates. Lower-cased; `word` is ASCII letters, digits and '_'.
+std::vector<std::string> identifier_parts(std::string_view word) {
+  const auto upper = [&](size_t i) {
+    return i < word.size() && std::isupper(static_cast<unsigned char>(word[i]));
+  };
+  const auto lower = [&](size_t i) {
+    return i < word.size() && std::islower(static_cast<unsigned char>(word[i]));
+  };
+  const auto digit = [&](size_t i) {
+    return i < word.size() && std::isdigit(static_cast<unsigned char>(word[i]));
+  };
+  std::vector<std::string> out;
+  for (size_t i = 0; i < word.size();) {
+    size_t j = i;
+    if (lower(i) || (upper(i) && lower(i + 1))) {
+      j = i + 1;
+      while (lower(j)) ++j;
+    } else if (upper(i)) {
+      while (upper(j)) ++j;
+      if (lower(j)) --j;  // that capital begins the next part
+    } else if (digit(i)) {
+      while (digit(j)) ++j;
+    } else {
+      ++i;  // '_'
+      continue;
+    }
+    out.push_back(ascii_lower(word.substr(i, j - i)));
+    i = j;
+  }
+  return out;
+}
+
 std::vector<WordHit> known_words(std::string_view text, size_t max_bytes,
-                                 const std::function<bool(const std::string&)>& known) {
+                                 const std::function<bool(const std::string&)>& known, bool parts) {
   std::vector<WordHit> out;
   text = text.substr(0, std::min(text.size(), max_bytes));
   std::unordered_set<std::string> seen;
@@ -180,11 +215,18 @@ std::vector<WordHit> known_words(std::string_view text, size_t max_bytes,
       ++i;
       continue;
     }
-    std::string w = ascii_lower(text.substr(i, j - i));
+    const std::string_view token = text.substr(i, j - i);
     i = j;
-    if (!known(w) || !seen.insert(w).second) continue;
-    const size_t end = std::min(text.find('\n', line_start), text.size());
-    out.push_back({std::move(w), line, std::string(text.substr(line_start, end - line_start))});
+    std::vector<std::string> words{ascii_lower(token)};
+    if (parts) {
+      auto p = identifier_parts(token);
+      if (p.size() >= 2) words.insert(words.end(), p.begin(), p.end());
+    }
+    for (auto& w : words) {
+      if (!known(w) || !seen.insert(w).second) continue;
+      const size_t end = std::min(text.find('\n', line_start), text.size());
+      out.push_back({std::move(w), line, std::string(text.substr(line_start, end - line_start))});
+    }
   }
   return out;
 }
@@ -192,7 +234,8 @@ std::vector<WordHit> known_words(std::string_view text, size_t max_bytes,
 std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m, size_t max_bytes) {
   if (!m.loaded) return {};
   const auto& vocab = m.rows[at(WordLabel::kStage)];
-  return known_words(text, max_bytes, [&](const std::string& w) { return vocab.count(w) > 0; });
+  return known_words(
+      text, max_bytes, [&](const std::string& w) { return vocab.count(w) > 0; }, true);
 }
 
 std::map<std::string, double> word_posterior(const WordModel& m, WordLabel kind,

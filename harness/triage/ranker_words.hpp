@@ -45,13 +45,18 @@ struct WordHit {
   std::string text;
 };
 
-// The distinct vocabulary words of the first `max_bytes` of `text`, tokenised as learn_tokens.py
-// does (a letter, then 2 to 39 letters, digits or '_'; lower-cased), in order of first line.
+// The distinct vocabulary words of the first `max_bytes` of `text`, tokenised as learn_words.py's
+// word_tokens() does (a letter, then 2 to 39 letters, digits or '_'; lower-cased; since stop 70
+// also the parts of a compound identifier, `ZeroInitContext`: zero, init, context), in order of
+// first line.
 std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m, size_t max_bytes);
-// The same tokenising, keeping the distinct words `known` accepts (ranker_neighbours.cpp: the
-// neighbours' vocabulary).
+// The same tokenising, keeping the distinct words `known` accepts; the identifiers' parts too
+// when `parts` (ranker_neighbours.cpp reads whole words only, as learn_tokens.py's tokens()).
 std::vector<WordHit> known_words(std::string_view text, size_t max_bytes,
-                                 const std::function<bool(const std::string&)>& known);
+                                 const std::function<bool(const std::string&)>& known, bool parts);
+// The parts of a compound identifier (letters, digits and '_'), lower-cased, as learn_words.py's
+// IDENT_PART finds them: `HTTPServer_v2`: http, server, v, 2.
+std::vector<std::string> identifier_parts(std::string_view word);
 
 // P(label | words) over the labels of kind `kind`: the naive Bayes with add-`alpha` smoothing;
 // where the file has a logistic regression for the kind, the mean of the two posteriors, raised

@@ -86,6 +86,24 @@ class LearnTokensTest(unittest.TestCase):
         self.assertTrue({"envs", "myenv", "utils", "csrc", "c10d", "github", "https"} <= got, got)
         self.assertFalse({"python3", "train", "deepspeed", "runtimeerror", "nccl", "fetch"} & got)
 
+    def test_the_word_model_reads_the_parts_of_compound_identifiers(self):
+        """Stop 70: word_tokens() adds the parts of an identifier split at '_' and at case steps,
+        kept as tokens() keeps a word; data/word_tokens.txt, which ranker_words_test.cpp reads
+        the binary against, holds what it gives."""
+        sys.path.insert(0, str(SCRIPT.parent))
+        from learn_tokens import tokens, word_tokens
+        got = word_tokens(["ZeroInitContext in _ddp_init_helper of HTTPServer_v2"])
+        self.assertTrue({"zeroinitcontext", "zero", "init", "context", "ddp_init_helper", "ddp",
+                         "helper", "httpserver_v2", "http", "server"} <= got, got)
+        self.assertFalse({"v2", "of", "in"} & got, got)  # too short, or a stop word
+        self.assertEqual(tokens(["plain words only"]), word_tokens(["plain words only"]))
+        data = REPO / "tests" / "triage" / "data" / "word_tokens.txt"
+        rows = [ln.split("\t") for ln in data.read_text(encoding="utf-8").splitlines()
+                if not ln.startswith("#")]
+        self.assertEqual(len(rows), 10)
+        for text, want in rows:
+            self.assertEqual(" ".join(sorted(word_tokens([text]))), want, text)
+
     def test_without_out_or_cv_it_says_what_is_missing(self):
         got = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True)
         self.assertEqual(got.returncode, 2)

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -261,6 +262,39 @@ TEST(TriageRankerWords, OnlyTheFirstMaxBytesAreRead) {
   // Tokens as learn_tokens.py reads them: a letter then 2-39 word characters, lower-cased.
   EXPECT_EQ(vocabulary_words("9QuuxSwap_ x\n", m, 100).size(), 0u);  // "quuxswap_" is another word
   EXPECT_EQ(vocabulary_words("(QUUXSWAP)\n", m, 100).size(), 1u);
+}
+
+// Stop 70: the word model also reads the parts of a compound identifier, split as learn_tokens.py's
+// word_tokens() splits it. tests/triage/data/word_tokens.txt holds what word_tokens() reads in
+// each text (learn_tokens_test.py checks the Python side); with every word of the file known, the
+// binary reads the same words in each text, and none of another text's.
+TEST(TriageRankerWords, TheWordsOfCompoundIdentifiersAreReadAsLearnTokensPyReadsThem) {
+  std::ifstream in(std::string(FAULTLINE_SOURCE_DIR) + "/tests/triage/data/word_tokens.txt");
+  std::vector<std::pair<std::string, std::set<std::string>>> rows;
+  std::set<std::string> all;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t tab = line.find('\t');
+    ASSERT_NE(tab, std::string::npos) << line;
+    std::istringstream words(line.substr(tab + 1));
+    std::set<std::string> want{std::istream_iterator<std::string>(words), {}};
+    all.insert(want.begin(), want.end());
+    rows.emplace_back(line.substr(0, tab), std::move(want));
+  }
+  ASSERT_EQ(rows.size(), 10u);
+  const auto known = [&](const std::string& w) { return all.count(w) > 0; };
+  for (const auto& [text, want] : rows) {
+    std::set<std::string> got;
+    for (const auto& h : known_words(text, 1 << 16, known, true)) got.insert(h.word);
+    EXPECT_EQ(got, want) << text;
+  }
+  EXPECT_EQ(identifier_parts("HTTPServer_v2"),
+            (std::vector<std::string>{"http", "server", "v", "2"}));
+  EXPECT_EQ(identifier_parts("ABCdef"), (std::vector<std::string>{"ab", "cdef"}));
+  // Whole words only, as the neighbours read them.
+  std::set<std::string> whole;
+  for (const auto& h : known_words("ZeroInitContext", 1 << 16, known, false)) whole.insert(h.word);
+  EXPECT_EQ(whole, (std::set<std::string>{"zeroinitcontext"}));
 }
 
 // Stop 51: with the shipped ranker (learned stage words and the stage share at half weight, chosen
