@@ -32,7 +32,7 @@ std::vector<uint8_t> host_bytes(const Buffer& b) {
 // Fault sites act on host memory: while a plan is armed, a device buffer is staged through a host
 // copy for the site's evaluation and written back before the op runs (a corrupted gradient
 // bucket reaches NCCL the same way it reaches MPI). Not in the anonymous namespace: the
-// communicator's SiteCall (a member type) holds one.
+// communicator's SiteCall (a member type, communicator.hpp) holds one.
 class SiteData {
  public:
   void* of(const Buffer& b) {
@@ -265,16 +265,10 @@ int64_t Communicator::take_seq(const FlightEntry& d) {
   return seq_++;
 }
 
-struct Communicator::SiteCall {
-  const Communicator& comm;
-  const Op& op;
-  SiteData& data;
-  // The op's context: its seq, group, name, peer or root, and the data it reads (host memory).
-  fault::SiteContext context() const {
-    return {op.d.seq,       comm.group_, op_name(op.d.op), op.d.peer,
-            data.of(op.in), op.in.count, op.in.dtype,      -1};
-  }
-};
+fault::SiteContext Communicator::SiteCall::context() const {
+  return {op.d.seq,       comm.group_, op_name(op.d.op), op.d.peer,
+          data.of(op.in), op.in.count, op.in.dtype,      -1};
+}
 
 void Communicator::prologue(std::span<Op> ops) {
   for (const Op& op : ops) check(op);

@@ -21,6 +21,9 @@
 
 namespace fl::comm {
 
+// A device buffer staged in host memory for a fault site (communicator.cpp).
+class SiteData;
+
 // Wall time this process has spent inside communicator operations (issuing, waiting, verify
 // exchanges), all groups together, in nanoseconds since start. Workers report its growth per
 // step: a rank that computes slowly makes its peers' time here grow, a slow link everyone's.
@@ -159,6 +162,13 @@ class Communicator {
     std::function<std::unique_ptr<PendingOp>(const Buffer& in, const Buffer& out)> start;
     SiteFn site = nullptr;
     fault::Verdict v = fault::Verdict::kProceed;
+  };
+  struct SiteCall {
+    const Communicator& comm;
+    const Op& op;
+    SiteData& data;
+    // The op's context: its seq, group, name, peer or root, and the data it reads (host memory).
+    fault::SiteContext context() const;
   };
   // Ops issued together: one, or send_recv's two (as c10d's pointToPoint in a coalesced group).
   static constexpr size_t kMaxGroup = 2;
