@@ -158,7 +158,7 @@ void load_word_model(const std::string& file, const Taxonomy& t, WordModel& m) {
   m.loaded = !m.rows[at(WordLabel::kStage)].empty();
 }
 
-// The parts of a compound identifier as learn_words.py's IDENT_PART finds them
+// The parts of a compound identifier as learn_tokens.py's IDENT_PART finds them
 // (`[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+`): a capital and its lower-case run, a lower-case run, a
 // run of capitals not followed by a lower-case letter (the last capital of `HTTPServer` starts
 // `Server`), a run of digits; '_' separates. Lower-cased; `word` is ASCII letters, digits and '_'.

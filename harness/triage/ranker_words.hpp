@@ -45,7 +45,7 @@ struct WordHit {
   std::string text;
 };
 
-// The distinct vocabulary words of the first `max_bytes` of `text`, tokenised as learn_words.py's
+// The distinct vocabulary words of the first `max_bytes` of `text`, tokenised as learn_tokens.py's
 // word_tokens() does (a letter, then 2 to 39 letters, digits or '_'; lower-cased; since stop 70
 // also the parts of a compound identifier, `ZeroInitContext`: zero, init, context), in order of
 // first line.
@@ -54,7 +54,7 @@ std::vector<WordHit> vocabulary_words(std::string_view text, const WordModel& m,
 // when `parts` (ranker_neighbours.cpp reads whole words only, as learn_tokens.py's tokens()).
 std::vector<WordHit> known_words(std::string_view text, size_t max_bytes,
                                  const std::function<bool(const std::string&)>& known, bool parts);
-// The parts of a compound identifier (letters, digits and '_'), lower-cased, as learn_words.py's
+// The parts of a compound identifier (letters, digits and '_'), lower-cased, as learn_tokens.py's
 // IDENT_PART finds them: `HTTPServer_v2`: http, server, v, 2.
 std::vector<std::string> identifier_parts(std::string_view word);
 

@@ -95,7 +95,10 @@ class LearnTokensTest(unittest.TestCase):
         got = word_tokens(["ZeroInitContext in _ddp_init_helper of HTTPServer_v2"])
         self.assertTrue({"zeroinitcontext", "zero", "init", "context", "ddp_init_helper", "ddp",
                          "helper", "httpserver_v2", "http", "server"} <= got, got)
-        self.assertFalse({"v2", "of", "in"} & got, got)  # too short, or a stop word
+        self.assertFalse({"v2", "of", "in"} & got, got)  # too short
+        got = word_tokens(["_setup_for_real_optimizer"])
+        self.assertTrue({"setup", "real", "optimizer"} <= got, got)
+        self.assertNotIn("for", got)  # a stop word
         self.assertEqual(tokens(["plain words only"]), word_tokens(["plain words only"]))
         data = REPO / "tests" / "triage" / "data" / "word_tokens.txt"
         rows = [ln.split("\t") for ln in data.read_text(encoding="utf-8").splitlines()

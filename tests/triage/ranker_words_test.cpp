@@ -291,6 +291,19 @@ TEST(TriageRankerWords, TheWordsOfCompoundIdentifiersAreReadAsLearnTokensPyReads
   EXPECT_EQ(identifier_parts("HTTPServer_v2"),
             (std::vector<std::string>{"http", "server", "v", "2"}));
   EXPECT_EQ(identifier_parts("ABCdef"), (std::vector<std::string>{"ab", "cdef"}));
+  // Python's re.findall of IDENT_PART on each, lower-cased.
+  const std::pair<const char*, std::vector<std::string>> findall[] = {
+      {"A", {"a"}},
+      {"aB", {"a", "b"}},
+      {"A1b", {"a", "1", "b"}},
+      {"x1Y", {"x", "1", "y"}},
+      {"fooBAR", {"foo", "bar"}},
+      {"FOObar", {"fo", "obar"}},
+      {"ABC", {"abc"}},
+      {"_a_", {"a"}},
+      {"a__b", {"a", "b"}},
+      {"ab12cd", {"ab", "12", "cd"}}};
+  for (const auto& [word, parts] : findall) EXPECT_EQ(identifier_parts(word), parts) << word;
   // Whole words only, as the neighbours read them.
   std::set<std::string> whole;
   for (const auto& h : known_words("ZeroInitContext", 1 << 16, known, false)) whole.insert(h.word);
