@@ -32,7 +32,7 @@ import os
 import pathlib
 import re
 
-from learn_tokens import STOP, fold_of, tokens, word_tokens
+from learn_tokens import WORD, fold_of, kept, tokens, word_tokens
 
 KINDS = ("stages", "symptoms", "root_causes")
 
@@ -61,8 +61,7 @@ def bigram_tokens(lines):
     """tokens() and, stop 52's `bigram` variant, each pair of adjacent kept words of a line."""
     out = set(tokens(lines))
     for line in lines:
-        ws = [w.lower() for w in re.findall(r"[A-Za-z][A-Za-z0-9_]{2,39}", line)]
-        ws = [w for w in ws if w not in STOP and sum(c.isdigit() for c in w) * 2 <= len(w)]
+        ws = [w for w in map(str.lower, WORD.findall(line)) if kept(w)]
         out.update(a + "+" + b for a, b in zip(ws, ws[1:]))
     return out
 
