@@ -62,6 +62,26 @@ TEST(TrainLayouts, DataParallel) {
 TEST(TrainLayouts, GradientAccumulation) {
   expect_same_trajectory(train(1, {"--micro-batch", "4", "--grad-accum", "2"}), "accum2");
 }
+// A training loop whose no_sync guard does nothing (workload.grad_sync: micro_batch): every
+// micro-batch's backward all-reduces the gradients. The sum is the same, so the trajectory is;
+// the step makes grad_accum - 1 more gradient all-reduces (the tiny model's gradients are one
+// 1 MiB bucket), and nothing else changes.
+TEST(TrainLayouts, GradientsSyncedEveryMicroBatchTrainAlikeWithMoreAllReduces) {
+  const std::vector<std::string> args = {"--dp", "2", "--micro-batch", "1", "--grad-accum", "4"};
+  const TrainRun once = train(2, args);
+  std::vector<std::string> every = args;
+  every.insert(every.end(), {"--grad-sync", "micro_batch"});
+  const TrainRun each = train(2, every);
+  expect_same_trajectory(once, "dp2 accum4, synced once a step");
+  expect_same_trajectory(each, "dp2 accum4, synced every micro-batch");
+  ASSERT_EQ(once.steps.size(), each.steps.size());
+  for (size_t i = 0; i < once.steps.size(); ++i) {
+    ASSERT_TRUE(once.steps[i].contains("comm_ops")) << once.steps[i].dump();
+    EXPECT_EQ(each.steps[i]["comm_ops"].get<int>(), once.steps[i]["comm_ops"].get<int>() + 3)
+        << "step " << i;
+  }
+}
+
 TEST(TrainLayouts, TensorParallel) {
   expect_same_trajectory(train(2, {"--tp", "2", "--micro-batch", "8"}), "tp2");
 }
@@ -219,6 +239,22 @@ TEST(TrainConfigErrors, ImpossibleLayoutsAreRefusedNamingTheSizes) {
                                "ranks, but dp is 1"),
             std::string::npos)
       << r.proc.output;
+}
+
+// Stages 2-3 reduce each micro-batch during its backward, a pipeline once after its schedule:
+// grad_sync micro_batch is refused there, naming the key and the run's stage and pp.
+TEST(TrainConfigErrors, GradSyncEveryMicroBatchNeedsAReplicatedUnpipelinedModel) {
+  auto r = train(2, {"--dp", "2", "--zero", "2", "--grad-accum", "2", "--grad-sync", "micro_batch"},
+                 1);
+  EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
+  EXPECT_NE(r.proc.output.find("workload.grad_sync (--grad-sync) micro_batch all-reduces a "
+                               "replicated model's gradients after every micro-batch (allowed: "
+                               "ZeRO stage 0-1 and pp 1; this run: stage 2, pp 1)"),
+            std::string::npos)
+      << r.proc.output;
+  r = train(2, {"--pp", "2", "--grad-accum", "2", "--grad-sync", "micro_batch"}, 1);
+  EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
+  EXPECT_NE(r.proc.output.find("this run: stage 0, pp 2"), std::string::npos) << r.proc.output;
 }
 
 // Where no GPU is visible, asking for one ends every rank with the device error, naming the rank

@@ -110,6 +110,9 @@ class ZeroEngine final : public model::ParamAccess {
   // After every micro-batch's backward: stage 0/1 all-reduce the full gradients bucket by bucket
   // (stage 2/3 reduced them during the backward).
   void finish_gradients();
+  // Stages 0-1: the bucketed all-reduce (average) of the full gradients finish_gradients makes,
+  // now (a no-op at stage 2-3 or dp 1).
+  void all_reduce_gradients();
   // Stages 0-1, after finish_gradients: sums the gradients of elements [lo, lo + n) over `group`
   // in their stored format (Megatron's all-reduce of the tied word embeddings' gradients over
   // the embedding group). A rank of the group that holds no such elements passes

@@ -81,6 +81,20 @@ void check_job_config(const TrainConfig& c, const model::Layout& l) {
     raise<ConfigError>("micro_batch {} and grad_accum {} must be at least 1", c.micro_batch,
                        c.grad_accum);
   }
+  if (c.grad_sync != "step" && c.grad_sync != "micro_batch") {
+    raise<ConfigError>("workload.grad_sync (--grad-sync) '{}' is not supported (allowed: step, "
+                       "micro_batch)",
+                       c.grad_sync);
+  }
+  // Stages 2-3 reduce each micro-batch's gradients during its backward already (the partition
+  // keeps only its slice); a pipeline reduces once, after its schedule.
+  if (c.grad_sync == "micro_batch" && (l.zero >= 2 || l.pp > 1)) {
+    raise<ConfigError>(
+        "workload.grad_sync (--grad-sync) micro_batch all-reduces a replicated model's "
+        "gradients after every micro-batch (allowed: ZeRO stage 0-1 and pp 1; this run: stage "
+        "{}, pp {})",
+        l.zero, l.pp);
+  }
   // DeepSpeed's batch triangle (runtime/config.py's _batch_assertion), checked at initialize:
   // a global batch written for another number of data-parallel ranks is refused before step 0.
   if (const int derived = c.micro_batch * c.grad_accum * l.dp;
@@ -233,6 +247,10 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
       const auto b0 = std::chrono::steady_clock::now();
       stage_.backward(*a, *zero_, dloss, nullptr, nullptr);
       phase("backward", b0);
+      // A no_sync guard that does nothing: this micro-batch's gradients are all-reduced now
+      // (the accumulated sum stays right: what earlier rounds averaged is the same on every
+      // replica); the step's last round is finish_gradients', after the loop.
+      if (cfg_.grad_sync == "micro_batch" && i + 1 < mbs.size()) zero_->all_reduce_gradients();
     }
   } else {
     std::vector<parallel::PipelineMicroBatch> pmbs;

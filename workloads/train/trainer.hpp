@@ -43,6 +43,11 @@ struct TrainConfig {
   model::Layout layout;
   int micro_batch = 4;  // samples per micro-batch on each data-parallel rank
   int grad_accum = 1;   // micro-batches per step (the pipeline's micro-batches)
+  // When ZeRO 0-1 all-reduce the data-parallel gradients under gradient accumulation: "step",
+  // once after the step's last micro-batch (DeepSpeed's accumulation boundary, DDP's no_sync()
+  // on the others); "micro_batch", after every micro-batch's backward, as a training loop whose
+  // no_sync guard does nothing for its wrapper: the same sum, grad_accum times the traffic.
+  std::string grad_sync = "step";
   // DeepSpeed's train_batch_size: 0 derives it (micro_batch x grad_accum x dp, as DeepSpeed fills
   // in a missing one); a value must be that product, else the init refuses it in DeepSpeed's words.
   int train_batch_size = 0;
