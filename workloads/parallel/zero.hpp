@@ -111,7 +111,7 @@ class ZeroEngine final : public model::ParamAccess {
   // (stage 2/3 reduced them during the backward).
   void finish_gradients();
   // Stages 0-1: the bucketed all-reduce (average) of the full gradients finish_gradients makes,
-  // now (a no-op at stage 2-3 or dp 1).
+  // now (a no-op at stage 2-3 or dp 1; refused under the DDP reducer, which decides itself).
   void all_reduce_gradients();
   // Stages 0-1, after finish_gradients: sums the gradients of elements [lo, lo + n) over `group`
   // in their stored format (Megatron's all-reduce of the tied word embeddings' gradients over
@@ -252,6 +252,8 @@ class ZeroEngine final : public model::ParamAccess {
   std::vector<char> ready_;        // ddp_reducer: group -> its gradients were produced this step
   std::vector<int> unfinished_;    // ddp_reducer: the groups the prior step left unready
   // ddp_reducer: the reducer's end of a step (finish_gradients); false when some group is unready.
+  // The stage 0-1 bucketed all-reduce of the full gradients (finish_gradients, all_reduce_gradients).
+  void all_reduce_buckets();
   bool ddp_ready_to_reduce();
   [[noreturn]] void raise_unfinished_reduction();
 };

@@ -212,10 +212,17 @@ void ZeroEngine::finish_gradients() {
   if (!pending_.empty()) raise("ZeRO: {} gradient bucket(s) never completed", pending_.size());
   // Torch's reducer checks readiness at any world size, one rank included.
   if (cfg_.ddp_reducer && !ddp_ready_to_reduce()) return;
-  all_reduce_gradients();
+  all_reduce_buckets();
 }
 
 void ZeroEngine::all_reduce_gradients() {
+  // DDP's reducer decides itself when a bucket is ready (finish_gradients); an extra round would
+  // bypass its readiness check.
+  if (cfg_.ddp_reducer) raise("ZeRO: all_reduce_gradients under the DDP reducer");
+  all_reduce_buckets();
+}
+
+void ZeroEngine::all_reduce_buckets() {
   if (cfg_.stage >= 2 || dp_ == 1) return;
   // Stages 0-1: bucketed all-reduce (average) of the full gradients, in the stored format.
   const size_t bucket = std::max<size_t>(1, cfg_.reduce_bucket_bytes / sizeof(float));

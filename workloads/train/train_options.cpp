@@ -20,8 +20,8 @@ void optimizer_options(worker::Options& o, TrainArgs& a) {
   o.add("workload.grad_sync", "--grad-sync", c.grad_sync,
         "When ZeRO 0-1 all-reduce the gradients under grad_accum: step (once, after the last "
         "micro-batch, as DeepSpeed's boundary or DDP's no_sync on the others) or micro_batch "
-        "(after every micro-batch: a no_sync guard that does nothing; the same sum, grad_accum "
-        "times the traffic)")
+        "(after every micro-batch: a no_sync guard that does nothing; the same sum up to "
+        "rounding, grad_accum times the gradient traffic)")
       .choices({"step", "micro_batch"});
   o.add("workload.train_batch_size", "--train-batch-size", c.train_batch_size,
         "DeepSpeed's train_batch_size: samples per step over all data-parallel ranks, which must "

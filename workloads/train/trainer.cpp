@@ -248,9 +248,14 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
       stage_.backward(*a, *zero_, dloss, nullptr, nullptr);
       phase("backward", b0);
       // A no_sync guard that does nothing: this micro-batch's gradients are all-reduced now
-      // (the accumulated sum stays right: what earlier rounds averaged is the same on every
-      // replica); the step's last round is finish_gradients', after the loop.
-      if (cfg_.grad_sync == "micro_batch" && i + 1 < mbs.size()) zero_->all_reduce_gradients();
+      // (the accumulated sum stays right up to rounding: what earlier rounds averaged is the
+      // same on every replica); the step's last round is finish_gradients', after the loop. A
+      // rank that skipped a micro-batch, or has fewer, makes fewer rounds than its replicas and
+      // the job hangs in the all-reduce, as torch's DDP without no_sync does.
+      if (cfg_.grad_sync == "micro_batch" && i + 1 < mbs.size()) {
+        zero_->all_reduce_gradients();
+        if (experts_) experts_->all_reduce_gradients();
+      }
     }
   } else {
     std::vector<parallel::PipelineMicroBatch> pmbs;

@@ -46,7 +46,8 @@ struct TrainConfig {
   // When ZeRO 0-1 all-reduce the data-parallel gradients under gradient accumulation: "step",
   // once after the step's last micro-batch (DeepSpeed's accumulation boundary, DDP's no_sync()
   // on the others); "micro_batch", after every micro-batch's backward, as a training loop whose
-  // no_sync guard does nothing for its wrapper: the same sum, grad_accum times the traffic.
+  // no_sync guard does nothing for its wrapper: the same sum up to rounding, grad_accum times the
+  // gradient traffic (the experts' over their EDP group too).
   std::string grad_sync = "step";
   // DeepSpeed's train_batch_size: 0 derives it (micro_batch x grad_accum x dp, as DeepSpeed fills
   // in a missing one); a value must be that product, else the init refuses it in DeepSpeed's words.
