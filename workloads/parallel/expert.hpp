@@ -41,7 +41,8 @@ class ExpertParallel {
   // owned_grads chunk at a time as the dense engine's (fp16/bf16: fp32 copies of a reduce bucket).
   void begin_step() { zero_->begin_step(); }
   void finish_gradients();
-  // workload.grad_sync micro_batch: the EDP group's all-reduce after a micro-batch, as the dense one.
+  // workload.grad_sync micro_batch: the EDP group's all-reduce after a micro-batch, as the dense
+  // engine's.
   void all_reduce_gradients() { zero_->all_reduce_gradients(); }
   // Whether the owned expert gradients hold a non-finite value, and this rank's share of their
   // squared norm (divided by loss_scale^2) such that the world's sum, divided by `divided_by`

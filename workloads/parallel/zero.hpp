@@ -251,9 +251,10 @@ class ZeroEngine final : public model::ParamAccess {
   std::map<int, Tensor> pending_;  // stage 2/3: bucket index -> its gradients (stored format)
   std::vector<char> ready_;        // ddp_reducer: group -> its gradients were produced this step
   std::vector<int> unfinished_;    // ddp_reducer: the groups the prior step left unready
-  // ddp_reducer: the reducer's end of a step (finish_gradients); false when some group is unready.
-  // The stage 0-1 bucketed all-reduce of the full gradients (finish_gradients, all_reduce_gradients).
+  // The stage 0-1 bucketed all-reduce of the full gradients (finish_gradients and
+  // all_reduce_gradients).
   void all_reduce_buckets();
+  // ddp_reducer: the reducer's end of a step (finish_gradients); false when some group is unready.
   bool ddp_ready_to_reduce();
   [[noreturn]] void raise_unfinished_reduction();
 };
