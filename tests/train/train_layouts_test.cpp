@@ -246,8 +246,8 @@ TEST(TrainConfigErrors, ImpossibleLayoutsAreRefusedNamingTheSizes) {
 // Stages 2-3 reduce each micro-batch during its backward, a pipeline once after its schedule:
 // grad_sync micro_batch is refused there, naming the key and the run's stage and pp.
 TEST(TrainConfigErrors, GradSyncEveryMicroBatchNeedsAReplicatedUnpipelinedModel) {
-  auto r = train(2, {"--dp", "2", "--zero", "2", "--grad-accum", "2", "--grad-sync", "micro_batch"},
-                 1);
+  auto r =
+      train(2, {"--dp", "2", "--zero", "2", "--grad-accum", "2", "--grad-sync", "micro_batch"}, 1);
   EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
   EXPECT_NE(r.proc.output.find("workload.grad_sync (--grad-sync) micro_batch all-reduces a "
                                "replicated model's gradients after every micro-batch (allowed: "

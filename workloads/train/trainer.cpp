@@ -82,9 +82,10 @@ void check_job_config(const TrainConfig& c, const model::Layout& l) {
                        c.grad_accum);
   }
   if (c.grad_sync != "step" && c.grad_sync != "micro_batch") {
-    raise<ConfigError>("workload.grad_sync (--grad-sync) '{}' is not supported (allowed: step, "
-                       "micro_batch)",
-                       c.grad_sync);
+    raise<ConfigError>(
+        "workload.grad_sync (--grad-sync) '{}' is not supported (allowed: step, "
+        "micro_batch)",
+        c.grad_sync);
   }
   // Stages 2-3 reduce each micro-batch's gradients during its backward already (the partition
   // keeps only its slice); a pipeline reduces once, after its schedule.
