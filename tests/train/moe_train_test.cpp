@@ -50,6 +50,23 @@ TEST(MoeTraining, ExpertParallelRunMatchesEveryRankHoldingAllExperts) {
   }
 }
 
+// workload.grad_sync micro_batch reaches the experts too: with every expert on both ranks (EDP
+// 2) each micro-batch but the last all-reduces the dense gradients and the experts' (one bucket
+// each here), and the losses stay those of one round a step.
+TEST(MoeTraining, GradientsSyncedEveryMicroBatchReduceTheExpertsToo) {
+  const std::vector<std::string> args =
+      with(kMoe, {"--dp", "2", "--moe-ep-size", "1", "--micro-batch", "2", "--grad-accum", "3"});
+  const TrainRun once = train(2, args, 4);
+  const TrainRun each = train(2, with(args, {"--grad-sync", "micro_batch"}), 4);
+  expect_same_losses(once, each, "grad_sync micro_batch");
+  ASSERT_EQ(once.steps.size(), each.steps.size());
+  for (size_t i = 0; i < once.steps.size(); ++i) {
+    ASSERT_TRUE(once.steps[i].contains("comm_ops") && each.steps[i].contains("comm_ops"));
+    EXPECT_EQ(each.steps[i]["comm_ops"].get<int>(), once.steps[i]["comm_ops"].get<int>() + 2 * 2)
+        << "step " << i;
+  }
+}
+
 TEST(MoeTraining, TwoRankExpertParallelRunMatchesOneRankWithAllExperts) {
   // Without drops and aux loss the routing of a token does not depend on its batch: one rank with
   // both micro-batches computes what two EP ranks compute.
