@@ -65,7 +65,8 @@ train::MetricsSink step_printer(bool printer, std::ofstream& metrics) {
                         {"mem_current", m.mem_current},
                         {"mem_peak", m.mem_peak}};
     if (m.eval_loss) j["eval_loss"] = *m.eval_loss;
-    if (m.comm_op_s) j["comm_ops"] = m.comm_op_s->size();  // collectives the step made
+    // The communicator operations that ended since the previous step's report.
+    if (m.comm_op_s) j["comm_ops"] = m.comm_op_s->size();
     metrics << j.dump() << '\n';
     metrics.flush();
   };
