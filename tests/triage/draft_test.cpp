@@ -231,17 +231,33 @@ TEST(TriageDraft, ACauseBuiltOnlyForAnotherSymptomIsSaidPlainly) {
       << text;
 }
 
-// A cause no scenario builds at all (R4.8, limited framework design, has none).
+// A cause no scenario builds at all (R2.2, a framework built without the library the job asks
+// for, has none; R4.8 had none until stop 71).
 TEST(TriageDraft, ACauseWithoutAMechanismIsSaidPlainly) {
   const std::string text = unexpressed_report(
-      "ZeRO stage 3 training is ten times slower than stage 2 with deepspeed on 8 GPUs; "
-      "throughput drops from 40 to 4 samples/sec\n");
+      "dist.init_process_group(backend='nccl', init_method='env://', world_size=world_size, "
+      "rank=rank)\n"
+      "RuntimeError: Distributed package doesn't have NCCL built in\n");
   EXPECT_NE(text.find("Could not express:\n"
-                      "  - cause: root cause R4.8 (Limited framework design and optimization): no "
-                      "scenario or fault kind of faultline builds it yet; the draft reproduces 4.1 "
-                      "through R4.5 (its base's cause) instead\n"),
+                      "  - cause: root cause R2.2 (Mismatched software and dependency "
+                      "compatibility): no scenario or fault kind of faultline builds it yet; the "
+                      "draft reproduces 2.1 through R2.1 (its base's cause) instead\n"),
             std::string::npos)
       << text;
+}
+
+// Since stop 71 a slowdown ZeRO-3 shows against ZeRO-2 (R4.8) drafts from the base that builds
+// it: two nodes over a slow link, ZeRO-3 against a ZeRO-2 reference run.
+TEST(TriageDraft, ZeroThreeSlowerThanZeroTwoDraftsFromItsOwnBase) {
+  const Draft d = draft_of(
+      "ZeRO stage 3 training is ten times slower than stage 2 with deepspeed on 8 GPUs; "
+      "throughput drops from 40 to 4 samples/sec\n");
+  ASSERT_TRUE(d.made) << d.why;
+  EXPECT_TRUE(d.cause_expressed()) << format_draft(d);
+  EXPECT_EQ(d.base, "scenarios/issues/zero3-gathers-over-slow-link.yaml");
+  const YAML::Node doc = YAML::Load(d.yaml);
+  EXPECT_EQ(doc["topology"]["zero"].as<int>(), 3) << d.yaml;
+  EXPECT_EQ(doc["baseline"]["topology"]["zero"].as<int>(), 2) << d.yaml;
 }
 
 // Stop 47: an adaptation that would change a key the base's mechanism needs (reference.needs) is
