@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -184,6 +185,45 @@ std::string private_temp_dir(const std::string& name, const std::string& setting
   }
   check_private_dir(dir, setting, false);
   return dir;
+}
+
+ShortLinkDir::ShortLinkDir(const std::string& prefix, const std::string& link,
+                           const std::string& target)
+    : link_(link) {
+  std::string tmpl = "/tmp/" + prefix + "XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    raise<Error>("cannot make a private directory {} for a short socket path: {}", tmpl,
+                 std::strerror(errno));
+  }
+  dir_ = tmpl;
+  const std::string to = fs::absolute(target).lexically_normal().string();
+  if (::symlink(to.c_str(), path().c_str()) != 0) {
+    const int err = errno;
+    ::rmdir(dir_.c_str());
+    dir_.clear();
+    raise<Error>("cannot link {} to {}: {}", tmpl + "/" + link, to, std::strerror(err));
+  }
+}
+
+ShortLinkDir::ShortLinkDir(ShortLinkDir&& o) noexcept
+    : dir_(std::exchange(o.dir_, {})), link_(std::move(o.link_)) {}
+
+ShortLinkDir& ShortLinkDir::operator=(ShortLinkDir&& o) noexcept {
+  if (this != &o) {
+    remove();
+    dir_ = std::exchange(o.dir_, {});
+    link_ = std::move(o.link_);
+  }
+  return *this;
+}
+
+ShortLinkDir::~ShortLinkDir() { remove(); }
+
+void ShortLinkDir::remove() {
+  if (dir_.empty()) return;
+  ::unlink(path().c_str());  // the link only: unlink never follows it
+  ::rmdir(dir_.c_str());
+  dir_.clear();
 }
 
 std::string private_cache_dir(const std::string& configured, const std::string& name,

@@ -39,6 +39,34 @@ std::string private_temp_dir(const std::string& name, const std::string& setting
 std::string private_cache_dir(const std::string& configured, const std::string& name,
                               const std::string& setting);
 
+// The longest path a unix socket's address holds (sockaddr_un's 108 bytes less the final NUL).
+inline constexpr size_t kUnixSocketPathMax = 107;
+
+// A short way to a directory whose own path is too long for a unix socket in it: a new directory
+// /tmp/<prefix>XXXXXX (mkdtemp: mode 0700, this user's) holding one symlink, `link`, to `target`.
+// A socket bound at path()/NAME is created in `target` (the kernel follows the link), and a client
+// connects through the same short path. Unlike loopback TCP, no other user can reach it, and ranks
+// in their own network namespaces still can (they share the filesystem). The destructor removes
+// the link and the directory, never the target. Throws Error when the directory cannot be made.
+class ShortLinkDir {
+ public:
+  ShortLinkDir() = default;
+  ShortLinkDir(const std::string& prefix, const std::string& link, const std::string& target);
+  ShortLinkDir(ShortLinkDir&& o) noexcept;
+  ShortLinkDir& operator=(ShortLinkDir&& o) noexcept;
+  ShortLinkDir(const ShortLinkDir&) = delete;
+  ShortLinkDir& operator=(const ShortLinkDir&) = delete;
+  ~ShortLinkDir();
+
+  // /tmp/<prefix>XXXXXX/<link>: `target` by a short path ("" when none was made).
+  std::string path() const { return dir_.empty() ? "" : dir_ + "/" + link_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  void remove();
+  std::string dir_, link_;
+};
+
 // A directory opened once (O_DIRECTORY|O_CLOEXEC); files are created and replaced relative to the
 // descriptor, with O_NOFOLLOW on every component below it. Renaming the directory, or putting
 // another one at its path, changes nothing for what is written through it.

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "base/private_dir.hpp"
 #include "base/control_auth.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 
@@ -22,7 +23,6 @@ namespace pb = faultline::v1;
 
 namespace {
 using RankStream = grpc::ServerReaderWriter<pb::WorkerCommand, pb::EventBatch>;
-constexpr size_t kUnixPathMax = 107;
 }  // namespace
 
 struct TelemetryRelay::Impl final : public pb::Controller::Service {
@@ -91,7 +91,7 @@ std::string TelemetryRelay::start(std::string& why) {
   // whatever filesystem the run directory is on. Never loopback TCP, which every user of the host
   // can reach and, once the agent is gone, listen on in its place to collect the secret the
   // host's ranks present: a run path too long for a socket gets a private directory instead.
-  if (ec || sock.size() > kUnixPathMax) {
+  if (ec || sock.size() > kUnixSocketPathMax) {
     char tmpl[] = "/tmp/faultline-relay-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) {
       why = fmt::format("cannot make a private directory for the relay's socket in /tmp: {}",

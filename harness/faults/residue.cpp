@@ -104,14 +104,17 @@ std::set<std::string> bound_unix_paths() {
   return bound;
 }
 
-// A relay directory is made and its socket bound within moments; one whose socket nobody holds
-// after the grace is an agent's that was killed (it removes its own at stop).
-void sweep_relays(const std::string& tmp, bool dry_run, std::vector<Residue>& out) {
+// A private socket directory (an agent's relay, a harness's short control path) is made and its
+// socket bound within moments; one whose socket nobody holds after the grace belonged to an agent
+// or harness that was killed (each removes its own when it stops). `prefix` names the directories,
+// `socket` the socket's path inside one, `kind` the residue.
+void sweep_socket_dirs(const std::string& tmp, const std::string& prefix, const std::string& socket,
+                       const std::string& kind, bool dry_run, std::vector<Residue>& out) {
   std::vector<fs::path> old;
   std::error_code ec;
   const std::time_t now = std::time(nullptr);
   for (const auto& e : fs::directory_iterator(tmp, ec)) {
-    if (e.path().filename().string().rfind("faultline-relay-", 0) != 0) continue;
+    if (e.path().filename().string().rfind(prefix, 0) != 0) continue;
     struct stat st {};
     if (::lstat(e.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
     if (st.st_uid != ::geteuid() || now - st.st_mtime < kSegmentGraceS) continue;
@@ -120,14 +123,14 @@ void sweep_relays(const std::string& tmp, bool dry_run, std::vector<Residue>& ou
   if (old.empty()) return;
   const auto bound = bound_unix_paths();
   for (const auto& p : old) {
-    if (bound.count((p / "relay.sock").string())) continue;
-    Residue r{"relay", p.string(),
-              fmt::format("no socket is bound at its relay.sock and it is older than {} s",
+    if (bound.count((p / socket).string())) continue;
+    Residue r{kind, p.string(),
+              fmt::format("no socket is bound at its {} and it is older than {} s", socket,
                           kSegmentGraceS),
               ""};
     if (!dry_run) {
       std::error_code rm;
-      fs::remove_all(p, rm);
+      fs::remove_all(p, rm);  // a link inside is removed, never followed
       if (rm) r.error = rm.message();
     }
     out.push_back(std::move(r));
@@ -147,7 +150,8 @@ std::vector<Residue> sweep_residue(const ResidueDirs& dirs, bool dry_run) {
   for (const auto& root : dirs.cgroup_roots) sweep_cgroups(root, dry_run, out);
   sweep_arenas(dirs.shm, dry_run, out);
   sweep_segments(dirs.shm, dry_run, out);
-  sweep_relays(dirs.tmp, dry_run, out);
+  sweep_socket_dirs(dirs.tmp, "faultline-relay-", "relay.sock", "relay", dry_run, out);
+  sweep_socket_dirs(dirs.tmp, "faultline-control-", "run/control.sock", "control", dry_run, out);
   return out;
 }
 

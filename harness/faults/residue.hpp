@@ -13,6 +13,10 @@
 //   relay    /tmp/faultline-relay-XXXXXX of an agent killed outright (agent/relay.cpp: the
 //            private directory of a relay socket whose run path was too long for one), this
 //            user's only, once no socket is bound at its relay.sock (from /proc/net/unix).
+//   control  /tmp/faultline-control-XXXXXX of a harness killed outright (run_setup.cpp: the short
+//            link to a run directory whose control socket path was too long for one), this
+//            user's only, once no socket is bound at its run/control.sock. The link is removed,
+//            not followed: the run directory stays.
 //
 // Network namespaces and mounts need no sweep: the run's are held by processes that die with the
 // harness (sandbox.hpp), and nothing names them.
@@ -26,7 +30,7 @@
 namespace fl::harness::faults {
 
 struct Residue {
-  std::string kind;  // cgroup, arena, segment, relay
+  std::string kind;  // cgroup, arena, segment, relay, control
   std::string path;
   std::string owner;  // who left it and why it counts as abandoned
   std::string error;  // empty once removed (or, dry run, never tried)
@@ -35,7 +39,7 @@ struct Residue {
 struct ResidueDirs {
   std::vector<std::string> cgroup_roots;  // default: the memory and cpu hierarchies
   std::string shm = "/dev/shm";
-  std::string tmp = "/tmp";  // where agents make their relay directories
+  std::string tmp = "/tmp";  // where agents and harnesses make their socket directories
 };
 
 ResidueDirs default_residue_dirs();

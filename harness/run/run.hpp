@@ -127,6 +127,9 @@ class Run {
   std::unique_ptr<History> hist_;
   std::unique_ptr<SideRuns> side_;
   std::unique_ptr<RunTools> tools_;
+  // A short way to the run directory for the control socket when RUN_DIR/control.sock is too long
+  // for one (declared before ctl_: the server stops before its path goes).
+  ShortLinkDir ctl_link_;
   // The control plane and its credential (RUN_DIR/control.secret); the agents are a service of
   // its server, which must go first.
   std::unique_ptr<Controller> ctl_;

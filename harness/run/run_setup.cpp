@@ -119,25 +119,26 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
 }
 
 // The control plane: a fresh secret in RUN_DIR/control.secret (0600) and, unless --control
-// names another address, a unix socket RUN_DIR/control.sock (0600); loopback TCP only when the
-// socket path is too long for a unix socket or the user asks for it.
+// names another address, a unix socket RUN_DIR/control.sock (0600). When that path is too long for
+// a unix socket, the socket is bound through a short private link to the run directory
+// (/tmp/faultline-control-XXXXXX/run/control.sock, ShortLinkDir): it still lands in RUN_DIR with
+// control.secret beside it. Before stop 72 such a run fell back to loopback TCP, which every user
+// of the machine can reach and ranks in network namespaces cannot (those runs were refused: a
+// triage draft from a namespaces base under results/runs had a path of about 130 bytes).
 void Run::start_control_plane() {
   secret_ = make_control_secret();
   run_dir_.write_new(kControlSecretFile, secret_ + "\n", 0600);
   ctl_ = std::make_unique<Controller>(
       *hist_, [this](const ControlAction& a) { return control(a); }, secret_);
   std::string addr = o_.control_addr;
-  const std::string sock = dir_ + "/control.sock";
-  if (addr.empty() && sock.size() <= 107) addr = "unix:" + sock;
-  if (addr.empty() && s_.topo.network == "namespaces") {
-    // Ranks in their own network namespaces cannot reach the host's loopback; a unix socket
-    // lives in the filesystem, which they share, and no data-plane fault can cut it.
-    raise<Error>(
-        "the control socket path {} is longer than a unix socket allows (107); use a shorter "
-        "--results directory",
-        sock);
+  if (addr.empty()) {
+    std::string sock = dir_ + "/control.sock";
+    if (sock.size() > kUnixSocketPathMax) {
+      ctl_link_ = ShortLinkDir("faultline-control-", "run", dir_);
+      sock = ctl_link_.path() + "/control.sock";
+    }
+    addr = "unix:" + sock;
   }
-  if (addr.empty()) addr = "127.0.0.1:0";
   check_control_reach(s_, addr);    // beyond loopback only for hosts (agent/hub.hpp)
   agents_->attach(*ctl_, secret_);  // launcher srun or topology.hosts (run_agents.hpp)
   if (s_.topo.network == "namespaces" && addr.rfind("unix:", 0) != 0) {

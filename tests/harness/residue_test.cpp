@@ -154,6 +154,51 @@ TEST_F(Residue_, RelayDirectoriesWhoseSocketNobodyHoldsAreSwept) {
   fs::remove_all(root);
 }
 
+// A harness killed outright leaves the short link of a control socket whose run path was too long
+// (base/private_dir.hpp ShortLinkDir): swept once nobody holds the socket bound through it, the
+// link removed and not followed (the run directory and its files stay); one bound through its link
+// (a live run) is kept.
+TEST_F(Residue_, ControlLinkDirectoriesAreSweptWithoutTouchingTheRunDirectory) {
+  char root[] = "/tmp/flres-XXXXXX";
+  ASSERT_NE(::mkdtemp(root), nullptr);
+  fl::test::removed_at_exit(root);
+  dirs_.tmp = root;
+  auto link_dir = [&](const std::string& name) {
+    const fs::path run = fs::path(root) / ("run-" + name);
+    fs::create_directories(run);
+    std::ofstream(run / "verdict.json") << "{}";
+    const fs::path d = fs::path(root) / ("faultline-control-" + name);
+    fs::create_directories(d);
+    fs::create_directory_symlink(run, d / "run");
+    return std::make_pair(d.string(), run.string());
+  };
+  const auto [dead, dead_run] = link_dir("dead01");
+  const auto [live, live_run] = link_dir("live01");
+  const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(s, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const std::string sock = live + "/run/control.sock";
+  ASSERT_LT(sock.size(), sizeof(a.sun_path));
+  std::strcpy(a.sun_path, sock.c_str());
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << std::strerror(errno);
+  EXPECT_TRUE(fs::exists(live_run + "/control.sock")) << "bound through the link, into the run";
+  std::ofstream(dead_run + "/control.sock") << "";  // left by the killed harness
+  for (const auto& d : {dead, live}) {
+    struct timeval tv[2] = {{::time(nullptr) - 120, 0}, {::time(nullptr) - 120, 0}};
+    ::utimes(d.c_str(), tv);
+  }
+  const auto found = sweep_residue(dirs_, /*dry_run=*/false);
+  ::close(s);
+  EXPECT_EQ(paths(found), (std::vector<std::string>{dead}));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].kind, "control");
+  EXPECT_FALSE(fs::exists(fs::symlink_status(dead)));
+  EXPECT_TRUE(fs::exists(dead_run + "/verdict.json")) << "the sweep followed the link";
+  EXPECT_TRUE(fs::exists(live + "/run"));
+  fs::remove_all(root);
+}
+
 TEST_F(Residue_, AnOwnerIsAliveOnlyWhileItsPidHasItsStartTime) {
   EXPECT_GT(process_start_ticks(::getpid()), 0u);
   EXPECT_EQ(process_start_ticks(static_cast<pid_t>(kDeadPid)), 0u);
