@@ -217,7 +217,9 @@ ShortLinkDir& ShortLinkDir::operator=(ShortLinkDir&& o) noexcept {
   return *this;
 }
 
-ShortLinkDir::~ShortLinkDir() { remove(); }
+ShortLinkDir::~ShortLinkDir() {
+  remove();
+}
 
 void ShortLinkDir::remove() {
   if (dir_.empty()) return;

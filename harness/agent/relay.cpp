@@ -13,8 +13,8 @@
 
 #include <fmt/format.h>
 
-#include "base/private_dir.hpp"
 #include "base/control_auth.hpp"
+#include "base/private_dir.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 
 namespace fl::harness {

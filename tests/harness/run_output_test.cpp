@@ -84,10 +84,10 @@ TEST(RunOutput, ARunDirectoryTooLongForASocketIsReachedThroughAShortPrivateLink)
   if (::geteuid() == 0) networks.push_back("namespaces");  // network namespaces need root
   for (const auto& network : networks) {
     const std::string id = "long-" + network;
-    auto r = fl::test::run_process({kCli, "run", dir + "/tiny.yaml", "--results", results,
-                                    "--run-id", id, "--set", "topology.nodes=2", "--set",
-                                    "topology.network=" + network},
-                                   {}, std::chrono::seconds(120));
+    auto r = fl::test::run_process(
+        {kCli, "run", dir + "/tiny.yaml", "--results", results, "--run-id", id, "--set",
+         "topology.nodes=2", "--set", "topology.network=" + network},
+        {}, std::chrono::seconds(120));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     ASSERT_GT((results + "/" + id + "/control.sock").size(), 107u);
     const size_t control = at(r.output, "\n  control    unix:/tmp/faultline-control-");
