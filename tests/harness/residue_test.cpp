@@ -113,6 +113,24 @@ TEST_F(Residue_, OldArenasAndUnmappedOldSegmentsAreSwept) {
   for (const auto& p : {arena, stale}) EXPECT_FALSE(fs::exists(p)) << p;
 }
 
+// A unix socket bound at `path` (a live listener's), or -1 (the failure printed).
+int bind_unix(const std::string& path) {
+  const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (s < 0 || path.size() >= sizeof(a.sun_path)) {
+    ADD_FAILURE() << "cannot make a socket at " << path;
+    return -1;
+  }
+  std::strcpy(a.sun_path, path.c_str());
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ADD_FAILURE() << "bind " << path << ": " << std::strerror(errno);
+    ::close(s);
+    return -1;
+  }
+  return s;
+}
+
 // An agent killed outright leaves the private directory of its relay socket behind; one whose
 // socket is still bound (a live agent) or that is new is kept.
 TEST_F(Residue_, RelayDirectoriesWhoseSocketNobodyHoldsAreSwept) {
@@ -133,14 +151,8 @@ TEST_F(Residue_, RelayDirectoriesWhoseSocketNobodyHoldsAreSwept) {
   const std::string fresh = relay_dir("faultline-relay-new001", 0);
   const std::string live = (fs::path(root) / "faultline-relay-live01").string();
   fs::create_directories(live);
-  const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  const int s = bind_unix(live + "/relay.sock");
   ASSERT_GE(s, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  const std::string sock = live + "/relay.sock";
-  ASSERT_LT(sock.size(), sizeof(a.sun_path));
-  std::strcpy(a.sun_path, sock.c_str());
-  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << std::strerror(errno);
   struct timeval tv[2] = {{::time(nullptr) - 120, 0}, {::time(nullptr) - 120, 0}};
   ::utimes(live.c_str(), tv);
   const auto found = sweep_residue(dirs_, /*dry_run=*/false);
@@ -174,14 +186,8 @@ TEST_F(Residue_, ControlLinkDirectoriesAreSweptWithoutTouchingTheRunDirectory) {
   };
   const auto [dead, dead_run] = link_dir("dead01");
   const auto [live, live_run] = link_dir("live01");
-  const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  const int s = bind_unix(live + "/run/control.sock");
   ASSERT_GE(s, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  const std::string sock = live + "/run/control.sock";
-  ASSERT_LT(sock.size(), sizeof(a.sun_path));
-  std::strcpy(a.sun_path, sock.c_str());
-  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << std::strerror(errno);
   EXPECT_TRUE(fs::exists(live_run + "/control.sock")) << "bound through the link, into the run";
   std::ofstream(dead_run + "/control.sock") << "";  // left by the killed harness
   for (const auto& d : {dead, live}) {
