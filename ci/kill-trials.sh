@@ -127,8 +127,10 @@ for ((t = 1; t <= trials; t++)); do
   had=$(comm -13 <(echo "$all_before") <(all_entries) | grep -c . || true)
   kill -KILL "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
-  # Ranks and helpers end on their parent-death signals; give them a moment (bounded).
-  for ((i = 0; i < 50; i++)); do
+  # Ranks and helpers end on their parent-death signals; give them up to 30 s. (The scan took
+  # seconds under ctest's load before stop 72, so 50 scans waited far longer than their 5 s of
+  # sleep; with the one-grep scan, 5 s once left a trial's ranks still going at the check.)
+  for ((i = 0; i < 300; i++)); do
     [[ -z $(trial_procs "$tag" "$dir") ]] && break
     sleep 0.1
   done
