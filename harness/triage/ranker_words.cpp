@@ -6,9 +6,12 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <unordered_set>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "harness/triage/triage.hpp"
 #include "harness/triage/yaml_file.hpp"
@@ -133,8 +136,103 @@ std::map<std::string, double> logistic_posterior(const WordModel& m, WordLabel k
 
 }  // namespace
 
+namespace {
+
+// Whether `id` is a label of `kind` in the taxonomy.
+bool known_label(const Taxonomy& t, WordLabel kind, const std::string& id) {
+  return kind == WordLabel::kStage     ? id.size() == 1 && id[0] >= '1' && id[0] <= '5'
+         : kind == WordLabel::kSymptom ? t.symptom_name.count(id) > 0
+                                       : t.root_cause_name.count(id) > 0;
+}
+
+// `  "KEY": {"LABEL": N, ...}` (a generated row) as KEY and its labels; false for another shape, a
+// label `kind` does not have or a count that is not a finite number.
+bool generated_row(const std::string& line, const Taxonomy& t, WordLabel kind, std::string& key,
+                   std::map<std::string, double>& row) {
+  if (line.size() < 4 || line.compare(0, 3, "  \"") != 0) return false;
+  const auto j = nlohmann::json::parse("{" + line.substr(2) + "}", nullptr, false);
+  if (j.is_discarded() || j.size() != 1 || !j.begin().value().is_object()) return false;
+  key = j.begin().key();
+  row.clear();
+  for (const auto& [id, v] : j.begin().value().items()) {
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || !known_label(t, kind, id)) {
+      return false;
+    }
+    row[id] = v.get<double>();
+  }
+  return true;
+}
+
+}  // namespace
+
+// learn_ranker.py writes words.yaml in one shape: comment lines, `issues: N`, then `classes:` and
+// `word_<kind>:` sections of one `  "KEY": {JSON object}` line each. Read line by line, the 12,000
+// rows load in tens of milliseconds; yaml-cpp took 0.5 s of every `faultline triage` (stop 72).
+// Anything else (the logistic sections, a hand-edited block mapping, a bad label or number) is
+// left to the YAML reader, which says where and what is wrong.
+bool load_generated_word_model(const std::string& text, const Taxonomy& t, WordModel& m) {
+  WordModel out;
+  std::istringstream in(text);
+  const std::pair<WordLabel, const char*> kinds[] = {{WordLabel::kSymptom, "symptoms"},
+                                                     {WordLabel::kStage, "stages"},
+                                                     {WordLabel::kRootCause, "root_causes"}};
+  std::string section, key;
+  std::map<std::string, double> row;
+  bool classes = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] != ' ') {  // a section, or `issues: N`
+      if (line.rfind("issues: ", 0) == 0) {
+        char* end = nullptr;
+        const long n = std::strtol(line.c_str() + 8, &end, 10);
+        if (end == line.c_str() + 8 || *end != '\0' || n < 0) return false;
+        out.issues = static_cast<int>(n);
+        section.clear();
+        continue;
+      }
+      section = line;
+      if (section != "classes:" && section != "word_symptoms:" && section != "word_stages:" &&
+          section != "word_root_causes:") {
+        return false;
+      }
+      classes = classes || section == "classes:";
+      continue;
+    }
+    if (section == "classes:") {
+      const auto kind = std::find_if(std::begin(kinds), std::end(kinds), [&](const auto& k) {
+        return line.rfind(fmt::format("  \"{}\":", k.second), 0) == 0;
+      });
+      if (kind == std::end(kinds) || !generated_row(line, t, kind->first, key, row)) return false;
+      out.classes[at(kind->first)] = row;
+      continue;
+    }
+    const auto kind = std::find_if(std::begin(kinds), std::end(kinds), [&](const auto& k) {
+      return section == fmt::format("word_{}:", k.second);
+    });
+    if (kind == std::end(kinds) || !generated_row(line, t, kind->first, key, row)) return false;
+    const size_t k = at(kind->first);
+    for (const auto& [id, c] : row) out.sums[k][id] += c;
+    out.rows[k][key] = row;
+  }
+  if (!classes || out.classes[at(WordLabel::kSymptom)].empty() ||
+      out.classes[at(WordLabel::kStage)].empty()) {
+    return false;
+  }
+  out.loaded = !out.rows[at(WordLabel::kStage)].empty();
+  m = std::move(out);
+  return true;
+}
+
 void load_word_model(const std::string& file, const Taxonomy& t, WordModel& m) {
   if (!std::filesystem::exists(file)) return;
+  std::ifstream f(file, std::ios::binary);
+  std::ostringstream text;
+  text << f.rdbuf();
+  if (f && load_generated_word_model(text.str(), t, m)) return;
+  load_word_model_yaml(file, t, m);
+}
+
+void load_word_model_yaml(const std::string& file, const Taxonomy& t, WordModel& m) {
   const YAML::Node doc = load_yaml(file, "ranker file");
   check_keys(file, doc,
              {"issues", "classes", "word_symptoms", "word_stages", "word_root_causes",

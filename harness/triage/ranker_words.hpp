@@ -35,8 +35,14 @@ struct WordModel {
   std::unordered_map<std::string, std::map<std::string, double>> weights[3];  // word -> label -> w
 };
 
-// Reads `file` into `m` (a missing file leaves m.loaded false); throws SignatureError.
+// Reads `file` into `m` (a missing file leaves m.loaded false); throws SignatureError. The shape
+// learn_ranker.py writes is read line by line (load_generated_word_model), anything else by
+// yaml-cpp (load_word_model_yaml); both give the same model.
 void load_word_model(const std::string& file, const Taxonomy& t, WordModel& m);
+// `text` in the generated shape, every label and count valid: true with `m` filled; false (m
+// untouched) otherwise.
+bool load_generated_word_model(const std::string& text, const Taxonomy& t, WordModel& m);
+void load_word_model_yaml(const std::string& file, const Taxonomy& t, WordModel& m);
 
 // A vocabulary word of the input: its first line and that line's text.
 struct WordHit {
