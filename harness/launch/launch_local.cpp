@@ -1,13 +1,16 @@
 // The local launcher: the harness forks and execs one process per rank, each with its own
 // environment, working directory and process group. With the MPI backend the ranks form their
 // world one of two ways (the launch events' `mpi_start`):
-// - pmix: above kDirectLaunchAbove ranks the harness is the ranks' PMIx server (direct launch, as
-//   srun --mpi=pmix): one namespace with every rank, so each rank's MPI_Init gives the whole
-//   MPI_COMM_WORLD at once, with no orted per rank (pmix_server.hpp); ranks in network
-//   namespaces reach the server through a relay in the run's hub namespace (netns_relay.hpp);
-// - singleton: smaller worlds, and those whose ranks cannot reach the server or may be started
-//   again one by one, start MPI singletons that find each other through an ompi-server this
-//   launcher starts first and join by connect/accept (workloads/comm/singleton_join.hpp).
+// - pmix: the harness is the ranks' PMIx server (direct launch, as srun --mpi=pmix): one
+//   namespace with every rank, so each rank's MPI_Init gives the whole MPI_COMM_WORLD at once,
+//   with no orted per rank and no ompi-server (pmix_server.hpp); ranks in network namespaces
+//   reach the server through a relay in the run's hub namespace (netns_relay.hpp). Every world of
+//   2 ranks or more since stop 72 (above 8 before);
+// - singleton: worlds whose ranks the harness does not fork itself (the DeepSpeed launcher's
+//   runner starts them), cannot reach the server, or may be started again one by one, and any
+//   world under FAULTLINE_MPI_START=singleton, start MPI singletons that find each other through
+//   an ompi-server this launcher starts first and join by connect/accept
+//   (workloads/comm/singleton_join.hpp).
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,20 +42,27 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Above this many ranks an MPI world is direct-launched: the singleton start (an orted forked in
-// each rank's MPI_Init) is what is costly there. The same threshold as topology.launcher: auto's
-// choice of mpirun (kAutoMpirunAbove, harness/scenario/loader.hpp).
-constexpr int kDirectLaunchAbove = 8;
-
 // How the ranks of this run's MPI world start, and why: "pmix" or "singleton" ("" for no MPI
-// world). A rank started again on its own (restart_rank) cannot join a world that started
-// whole, so a run whose recovery tool is a program of its own (which may restart ranks one by
-// one) keeps singletons; restart_job and shrink start every rank again, a new namespace each.
+// world). A singleton start forks an orted in each rank's MPI_Init and an ompi-server for the
+// run: on 2 cores that was a third of a 2-rank run's CPU time and 45% of a 4-rank run's (stop 72;
+// the smoke suite's 86 runs took 35% less CPU direct-launched), so every world the harness forks
+// is direct-launched unless something needs singletons. A rank started again on its own
+// (restart_rank) cannot join a world that started whole, so a run whose recovery tool is a
+// program of its own (which may restart ranks one by one) keeps singletons, as does one under
+// FAULTLINE_MPI_START=singleton (a person or tool that will restart_rank by hand); restart_job and
+// shrink start every rank again, a new namespace each.
 std::pair<std::string, std::string> mpi_start_of(const LaunchHost& h) {
   if (h.s.topo.backend != "mpi" || h.s.topo.ranks <= 1) return {"", ""};
-  if (h.s.topo.ranks <= kDirectLaunchAbove) {
-    return {"singleton", fmt::format("{} ranks <= {}", h.s.topo.ranks, kDirectLaunchAbove)};
+  if (h.s.topo.launcher == "deepspeed") {
+    return {"singleton",
+            "the DeepSpeed launcher's runner starts the ranks: only ranks the harness forks can "
+            "be its PMIx server's"};
   }
+  const std::string how = kMpiStart.get();
+  if (how != "auto" && how != "singleton") {
+    raise<ConfigError>("FAULTLINE_MPI_START={}: allowed: auto, singleton", how);
+  }
+  if (how == "singleton") return {"singleton", "FAULTLINE_MPI_START=singleton"};
   const bool netns = h.s.topo.network != "host" || h.faults.uses_namespaces();
   if (netns && h.faults.hub_netns().empty()) {
     return {"singleton",
@@ -74,11 +84,11 @@ std::pair<std::string, std::string> mpi_start_of(const LaunchHost& h) {
                              "world started whole"};
   }
   if (netns) {
-    return {"pmix", fmt::format("{} ranks > {}, in network namespaces: the server through a relay "
-                                "at {} in the run's hub",
-                                h.s.topo.ranks, kDirectLaunchAbove, h.faults.hub_addr())};
+    return {"pmix", fmt::format("{} ranks, in network namespaces: the server through a relay at {} "
+                                "in the run's hub",
+                                h.s.topo.ranks, h.faults.hub_addr())};
   }
-  return {"pmix", fmt::format("{} ranks > {}", h.s.topo.ranks, kDirectLaunchAbove)};
+  return {"pmix", fmt::format("{} ranks, started whole by the harness", h.s.topo.ranks)};
 }
 
 // Ranks in network namespaces direct-launched: all on one PMIx node, so Open MPI would take
@@ -175,7 +185,8 @@ class LocalLauncher : public Launcher {
       raise<Error>(
           "rank {} started with its whole MPI world at once (mpi_start pmix: {}); a rank "
           "started again on its own cannot join it (restart_job starts them all; a run whose "
-          "recovery tool is a program of its own starts MPI singletons)",
+          "recovery tool is a program of its own, or one under FAULTLINE_MPI_START=singleton, "
+          "starts MPI singletons)",
           rank, mpi_start_why_);
     }
     ProcessSpec p = rank_spec(h, rank, args);

@@ -17,9 +17,15 @@
 #include <vector>
 
 #include "base/private_dir.hpp"
+#include "base/settings.hpp"
 #include "harness/model/scenario.hpp"
 
 namespace fl::harness {
+
+FAULTLINE_SETTING(kMpiStart, std::string, "FAULTLINE_MPI_START", "auto",
+                  "How the local launcher starts an MPI world: auto (direct launch through the "
+                  "harness's PMIx server unless the run needs MPI singletons) or singleton (every "
+                  "world, so that restart_rank can start one rank again)");
 
 class History;
 class Supervisor;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/control_auth.hpp"
+#include "harness/launch/launcher.hpp"
 #include "harness/proto/faultline.grpc.pb.h"
 #include "harness/run/runner.hpp"
 #include "tests/comm/fr_schema.hpp"
@@ -115,8 +116,13 @@ Seen drive(const std::string& launcher, const std::vector<std::string>& more = {
   return seen;
 }
 
+// restart_rank starts one rank again: its world's ranks must be MPI singletons, which since stop
+// 72 the local launcher starts only when told (FAULTLINE_MPI_START=singleton) or when the run's
+// recovery tool is a program of its own.
 TEST(ControlActions, UnknownActionAndRestartRankUnderTheLocalLauncher) {
+  kMpiStart.set("singleton");
   const Seen seen = drive("local");
+  kMpiStart.reset();
   ASSERT_TRUE(seen.unknown.called);
   EXPECT_FALSE(seen.unknown.ok);
   EXPECT_EQ(seen.unknown.message,
@@ -152,18 +158,22 @@ TEST(ControlActions, RestartRankIsRefusedUnderMpirun) {
             "restart_rank needs the local or command launcher and a rank 0-3");
 }
 
-// Above 8 ranks the local launcher starts an MPI world whole (the harness as PMIx server): a rank
-// started again on its own could not join it, so restart_rank says so instead of starting one.
+// The local launcher starts an MPI world whole (the harness as PMIx server; above 8 ranks only
+// before stop 72): a rank started again on its own could not join it, so restart_rank says so
+// instead of starting one.
 TEST(ControlActions, RestartRankIsRefusedInAWorldStartedWholeThroughThePmixServer) {
-  const Seen seen = drive("local", {"topology.ranks=10", "topology.dp=5"});
+  const Seen seen = drive("local");
   EXPECT_TRUE(seen.kill.ok) << seen.kill.message;
   ASSERT_TRUE(seen.rank_exit);
   ASSERT_TRUE(seen.restart.called);
   EXPECT_FALSE(seen.restart.ok);
-  EXPECT_EQ(seen.restart.message,
-            "rank 1 started with its whole MPI world at once (mpi_start pmix: 10 ranks > 8); a "
-            "rank started again on its own cannot join it (restart_job starts them all; a run "
-            "whose recovery tool is a program of its own starts MPI singletons)");
+  EXPECT_EQ(
+      seen.restart.message,
+      "rank 1 started with its whole MPI world at once (mpi_start pmix: 4 ranks, started whole by "
+      "the harness); a "
+      "rank started again on its own cannot join it (restart_job starts them all; a run "
+      "whose recovery tool is a program of its own, or one under FAULTLINE_MPI_START=singleton, "
+      "starts MPI singletons)");
 }
 
 // A tool asks a healthy running job for its flight-recorder dumps: every rank writes them in

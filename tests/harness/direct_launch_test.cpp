@@ -10,6 +10,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -63,7 +64,8 @@ struct WorldRun {
 // Runs `yaml` (plus `extra` arguments) as run `id` under `dir`, looking for the run's orteds
 // every 50 ms while it runs.
 WorldRun run_world(const std::string& dir, const std::string& id, const std::string& yaml,
-                   std::vector<std::string> extra = {}) {
+                   std::vector<std::string> extra = {},
+                   std::map<std::string, std::string> env = {}) {
   const std::string file = dir + "/" + id + ".yaml";
   std::ofstream(file) << yaml;
   std::atomic<bool> done{false};
@@ -77,9 +79,9 @@ WorldRun run_world(const std::string& dir, const std::string& id, const std::str
   std::vector<std::string> argv = {FAULTLINE_CLI, "run", file, "--results", dir, "--run-id", id};
   argv.insert(argv.end(), extra.begin(), extra.end());
   WorldRun w;
-  w.proc = test::run_process(
-      argv, {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}},
-      std::chrono::seconds(300));
+  env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
+  env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+  w.proc = test::run_process(argv, env, std::chrono::seconds(300));
   done = true;
   watch.join();
   w.orteds = orteds.size();
@@ -114,7 +116,7 @@ TEST(DirectLaunch, SixteenRankLocalWorldStartsWholeThroughTheHarnessWithNoOrted)
   ASSERT_EQ(w.launches.size(), 16u) << w.proc.output;
   for (const auto& d : w.launches) {
     EXPECT_EQ(d.value("mpi_start", ""), "pmix") << d.dump();
-    EXPECT_EQ(d.value("mpi_start_why", ""), "16 ranks > 8") << d.dump();
+    EXPECT_EQ(d.value("mpi_start_why", ""), "16 ranks, started whole by the harness") << d.dump();
   }
   EXPECT_EQ(w.orteds, 0u) << "an MPI singleton's start forks one orted per rank";
   EXPECT_FALSE(fs::exists(dir + "/clean16/tmp/ompi-server.uri"));
@@ -150,6 +152,30 @@ void expect_every_rank_started(const WorldRun& w, size_t ranks, const std::strin
   }
 }
 
+// Since stop 72 a small world starts whole too: no orted and no ompi-server (a singleton start
+// forked one orted per rank, a third of a 2-rank run's CPU time on 2 cores and 45% of a 4-rank
+// run's). FAULTLINE_MPI_START=singleton keeps the singletons (restart_rank needs them); another
+// value is refused naming what is allowed.
+TEST(DirectLaunch, FourRankLocalWorldStartsWholeUnlessSingletonsAreAskedFor) {
+  const std::string dir = test::fresh_test_dir("direct-launch", "clean4");
+  const std::string yaml =
+      "name: clean4\ntopology: {ranks: 4, dp: 4, backend: mpi, launcher: local}\nseed: 7\n"
+      "workload: {model: tiny, steps: 2, precision: fp32}\nexpect: {oracle: completed}\n";
+  const auto whole = run_world(dir, "whole4", yaml);
+  expect_every_rank_started(whole, 4, "pmix", "4 ranks, started whole by the harness");
+  EXPECT_EQ(whole.orteds, 0u);
+  EXPECT_FALSE(fs::exists(dir + "/whole4/tmp/ompi-server.uri"));
+  const auto singles = run_world(dir, "single4", yaml, {}, {{"FAULTLINE_MPI_START", "singleton"}});
+  expect_every_rank_started(singles, 4, "singleton", "FAULTLINE_MPI_START=singleton");
+  EXPECT_GT(singles.orteds, 0u) << "an MPI singleton's start forks an orted";
+  const auto bad = run_world(dir, "bad4", yaml, {}, {{"FAULTLINE_MPI_START", "singletons"}});
+  EXPECT_EQ(bad.proc.exit_code, 2) << bad.proc.output;
+  EXPECT_NE(bad.proc.output.find("FAULTLINE_MPI_START=singletons: allowed: auto, singleton"),
+            std::string::npos)
+      << bad.proc.output;
+  fs::remove_all(dir);
+}
+
 // restart_rank starts one rank alone, which cannot join a world that started whole: a recovery
 // tool of the run's own (which may call it) keeps the singleton start, and says why.
 TEST(DirectLaunch, RunWhoseRecoveryToolIsItsOwnProgramKeepsMpiSingletons) {
@@ -178,7 +204,7 @@ TEST(DirectLaunch, TenRankWorldInNetworkNamespacesStartsWholeThroughARelayInTheR
                                       "expect: {oracle: completed}\n"),
                            {"--set", "topology.network=namespaces"});
   expect_every_rank_started(w, 10, "pmix",
-                            "10 ranks > 8, in network namespaces: the server through a relay at "
+                            "10 ranks, in network namespaces: the server through a relay at "
                             "10.200.0.254 in the run's hub");
   EXPECT_EQ(w.orteds, 0u) << "an MPI singleton's start forks one orted per rank";
   EXPECT_FALSE(fs::exists(dir + "/netns10/tmp/ompi-server.uri"));
