@@ -12,8 +12,8 @@ namespace fl::harness {
 
 struct RunOptions {
   std::string results_dir = "results/runs";
-  // "": the unix socket RUN_DIR/control.sock (127.0.0.1:0 when its path is too long);
-  // HOST:PORT for TCP (still with the secret).
+  // "": the unix socket RUN_DIR/control.sock (through a short /tmp/faultline-control-* link when
+  // its path is too long); HOST:PORT for TCP (still with the secret).
   std::string control_addr;
   bool shared_run_dir = false;  // run directory 0755 instead of 0700 (secret and socket stay 0600)
   std::string run_id;           // empty: <time>-<name>-<random>

@@ -51,14 +51,18 @@ std::string validate_scenario_text(const std::string& yaml) {
 }
 
 // The draft with its whole-line comments left out: YAML comments carry no value, so two drafts
-// that differ only in them (each names its own issue's source lines) load alike.
+// that differ only in them (each names its own issue's source lines) load alike. A comment line
+// holding a carriage return stays in (see below).
 std::string without_comment_lines(const std::string& yaml) {
   std::string out;
   out.reserve(yaml.size());
   for (size_t at = 0; at < yaml.size();) {
     const size_t end = std::min(yaml.find('\n', at), yaml.size());
     const size_t first = yaml.find_first_not_of(" \t", at);
-    if (first >= end || yaml[first] != '#') out.append(yaml, at, end - at).push_back('\n');
+    // A comment holding a '\r' is kept: yaml-cpp ends a line (and the comment) there, so what
+    // follows it is content (a draft's comments quote the lines).
+    const bool comment = first < end && yaml[first] == '#' && yaml.find('\r', first) >= end;
+    if (!comment) out.append(yaml, at, end - at).push_back('\n');
     at = end + 1;
   }
   return out;

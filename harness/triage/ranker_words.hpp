@@ -37,7 +37,9 @@ struct WordModel {
 
 // Reads `file` into `m` (a missing file leaves m.loaded false); throws SignatureError. The shape
 // learn_ranker.py writes is read line by line (load_generated_word_model), anything else by
-// yaml-cpp (load_word_model_yaml); both give the same model.
+// yaml-cpp (load_word_model_yaml); both give the same model for that shape (a test compares
+// them on the shipped file). A hand edit that keeps the shape but repeats a key or leaves a section
+// empty is read by the line reader (the last repeat wins) where yaml-cpp would differ.
 void load_word_model(const std::string& file, const Taxonomy& t, WordModel& m);
 // `text` in the generated shape, every label and count valid: true with `m` filled; false (m
 // untouched) otherwise.

@@ -121,8 +121,10 @@ Seen drive(const std::string& launcher, const std::vector<std::string>& more = {
 // recovery tool is a program of its own.
 TEST(ControlActions, UnknownActionAndRestartRankUnderTheLocalLauncher) {
   kMpiStart.set("singleton");
+  struct Reset {
+    ~Reset() { kMpiStart.reset(); }
+  } reset;
   const Seen seen = drive("local");
-  kMpiStart.reset();
   ASSERT_TRUE(seen.unknown.called);
   EXPECT_FALSE(seen.unknown.ok);
   EXPECT_EQ(seen.unknown.message,
