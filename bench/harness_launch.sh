@@ -25,8 +25,9 @@
 # SETS adds `--set key=value` words to each run (e.g. SETS="--set env.FAULTLINE_MPI_START_SLACK_US=0").
 # Ranks in network namespaces (root): SETS="--set topology.network=namespaces".
 # Nothing is asserted.
-# LAUNCHERS (default "mpirun local"): local is the local launcher (MPI singletons join pairwise in
-# log2(ranks) rounds); "auto" is the harness's own choice (topology.launcher: auto: mpirun above 8
+# LAUNCHERS (default "mpirun local"): local is the local launcher (since stop 72 every MPI world
+# direct-launched; FAULTLINE_MPI_START=singleton measures singletons joining pairwise in log2(ranks)
+# rounds); "auto" is the harness's own choice (topology.launcher: auto: mpirun above 8
 # ranks for this clean scenario). FAULTLINE_BIN overrides the harness binary (to compare two
 # builds; an older build's local launcher joined one by one unless SETS has
 # "--set env.FAULTLINE_MPI_JOIN=tree").
@@ -40,7 +41,7 @@
 # harness/launch/slurm_alloc.cpp; no timer slack: srun's tasks are slurmstepd's children). Every mpirun here (references and the mpirun launcher) runs
 # with the SLURM_* variables removed, as outside Slurm: inside an allocation Open MPI's mpirun
 # would start its daemons through srun instead.
-# Since issue 39 the local launcher starts MPI worlds above 8 ranks through the harness's own PMIx
+# Since issue 39 the local launcher starts MPI worlds above 8 ranks (since stop 72, of 2 or more) through the harness's own PMIx
 # server (direct launch, `mpi_start: pmix` in the launch events) rather than as joining singletons.
 set -euo pipefail
 build=${1:-build}; shift || true

@@ -1,4 +1,5 @@
-// The local launcher's direct launch of MPI worlds above 8 ranks (issue 39): the harness is the
+// The local launcher's direct launch of MPI worlds (issue 39 above 8 ranks; since stop 72 every
+// world of 2 or more, FourRankLocalWorld... below): the harness is the
 // ranks' PMIx server, so every rank's MPI_Init gives the whole MPI_COMM_WORLD, with no orted per
 // rank (an MPI singleton's start) and no ompi-server. Real runs of the real harness: a clean
 // 16-rank world, one whose rank 5 is SIGKILLed, and a run whose recovery tool is a program of its
