@@ -41,7 +41,8 @@
 # harness/launch/slurm_alloc.cpp; no timer slack: srun's tasks are slurmstepd's children). Every mpirun here (references and the mpirun launcher) runs
 # with the SLURM_* variables removed, as outside Slurm: inside an allocation Open MPI's mpirun
 # would start its daemons through srun instead.
-# Since issue 39 the local launcher starts MPI worlds above 8 ranks (since stop 72, of 2 or more) through the harness's own PMIx
+# Since issue 39 the local launcher starts MPI worlds above 8 ranks (since stop 72, of 2 or
+# more) through the harness's own PMIx
 # server (direct launch, `mpi_start: pmix` in the launch events) rather than as joining singletons.
 set -euo pipefail
 build=${1:-build}; shift || true
