@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -176,6 +177,63 @@ TEST_F(Zero3ModelFile, RanksGivenDifferentShardingSpecsCallBroadcastsOfDifferent
   EXPECT_EQ(same.proc.exit_code, 0) << same.proc.output;
 }
 
+// `name N` of rank 0's --memory-report line (bytes), -1 when absent.
+double reported(const std::string& out, const std::string& name) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex("memory rank 0:[^\n]* " + name + " (\\d+)"))) return -1;
+  return std::stod(m[1]);
+}
+
+// The gathered 16-bit save gathers one module (parameter group) at a time. Re-partitioned as
+// each context exits (DeepSpeed PR 1223), the save holds one group; left for the next use
+// (modifier_rank=None before it), every group stays gathered and the save's peak is the whole
+// 16-bit model. A budget between the two peaks fails the save alone, with the accountant's
+// out-of-memory error in the gather; the files are the same bytes. Eight blocks, short sequences
+// and small gradient buckets keep training's own transients below the whole model's 16-bit size.
+TEST_F(Zero3ModelFile, TheGatheredSaveHoldsOneModuleUnlessItsWeightsWaitForTheirNextUse) {
+  const std::vector<std::string> common = {"--save-model-file", "gathered_16bit", "--precision",
+                                           "bf16", "--zero3-prefetch-bytes", "0",
+                                           "--layers", "8", "--micro-batch", "1",
+                                           "--seq-len", "4", "--reduce-bucket-size", "32768",
+                                           "--memory-report"};
+  auto with = [&](const char* release) {
+    auto a = common;
+    a.insert(a.end(), {"--gathered-release", release});
+    return a;
+  };
+  auto exit = save(3, "exit", with("on_exit"), 2);
+  auto next = save(3, "next", with("next_use"), 2);
+  ASSERT_EQ(exit.proc.exit_code, 0) << exit.proc.output;
+  ASSERT_EQ(next.proc.exit_code, 0) << next.proc.output;
+  const std::string file = "step_2/model.safetensors";
+  EXPECT_EQ(read(dir_ / "exit" / file), read(dir_ / "next" / file));
+  // Stage 3 in bf16: `params` is the rank's partition, 2 bytes each; the whole model is dp of
+  // them less the padding of the last partition.
+  const double params = reported(next.proc.output, "params");
+  const double whole = reported(next.proc.output, "gathers");
+  ASSERT_GT(params, 0) << next.proc.output;
+  EXPECT_LE(whole, 2 * params);
+  EXPECT_GE(whole, 2 * params - 2 * 2);
+  EXPECT_EQ(reported(exit.proc.output, "gathers"), reported(exit.proc.output, "layer"))
+      << exit.proc.output;
+  const double low = reported(exit.proc.output, "peak"), high = reported(next.proc.output, "peak");
+  ASSERT_LT(low, high);
+  const std::map<std::string, std::string> budget = {
+      {"FAULTLINE_MEMORY_BUDGET_BYTES", std::to_string(static_cast<int64_t>((low + high) / 2))}};
+  auto a = with("next_use");
+  a.insert(a.end(), {"--dp", "2", "--zero", "3", "--save-every", "2", "--save-dir",
+                     (dir_ / "budget").string()});
+  auto oom = run_train(FAULTLINE_TRAIN, 2, a, 2, budget);
+  EXPECT_EQ(oom.proc.exit_code, exit_code::kOutOfMemory) << oom.proc.output;
+  EXPECT_NE(oom.proc.output.find("for 'gather.params'"), std::string::npos) << oom.proc.output;
+  EXPECT_EQ(oom.steps.size(), 2u) << oom.proc.output;  // both steps trained; the save failed
+  auto b = with("on_exit");
+  b.insert(b.end(), {"--dp", "2", "--zero", "3", "--save-every", "2", "--save-dir",
+                     (dir_ / "budget_exit").string()});
+  auto fits = run_train(FAULTLINE_TRAIN, 2, b, 2, budget);
+  EXPECT_EQ(fits.proc.exit_code, 0) << fits.proc.output;
+}
+
 TEST_F(Zero3ModelFile, BadSpecsAndLayoutsAreConfigErrorsNamingTheOption) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--load-model-file", "x", "--load-shard-spec", "dp:2:2"},
@@ -191,7 +249,11 @@ TEST_F(Zero3ModelFile, BadSpecsAndLayoutsAreConfigErrorsNamingTheOption) {
        "workload.checkpoint.load_model_file (--load-model-file) is empty"},
       {{"--tp", "2", "--dp", "1", "--save-model-file", "gathered_16bit"},
        "workload.checkpoint.model_file (--save-model-file) is gathered_16bit but writes one file "
-       "from rank 0 of a data-parallel job (allowed: none with tp 2 and pp 1)"}};
+       "from rank 0 of a data-parallel job (allowed: none with tp 2 and pp 1)"},
+      {{"--zero", "2", "--save-model-file", "gathered_16bit", "--gathered-release", "next_use"},
+       "workload.checkpoint.gathered_release (--gathered-release) is next_use but this run saves "
+       "gathered_16bit at ZeRO stage 2 (allowed: next_use only with gathered_16bit at stage 3, "
+       "the save that gathers module by module)"}};
   for (auto& [args, text] : cases) {
     auto a = args;
     if (std::find(a.begin(), a.end(), "--tp") == a.end()) a.insert(a.begin(), {"--dp", "2"});

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "base/dtype.hpp"
 #include "base/error.hpp"
 #include "kernels/ops.hpp"
 #include "workloads/comm/communicator.hpp"
@@ -300,6 +301,30 @@ std::vector<float> ZeroEngine::full_parameters() const {
     ops::to_host(full.data(), gathered.f32(), total_ * sizeof(float));
   } else {
     ops::to_host(full.data(), master_.f32(), total_ * sizeof(float));
+  }
+  return full;
+}
+
+std::vector<float> ZeroEngine::consolidate_by_group(bool release_on_exit) {
+  if (cfg_.stage != 3) raise<ConfigError>("consolidate_by_group is ZeRO-3's (stage {})", cfg_.stage);
+  std::vector<float> full(total_);
+  const auto& groups = layout_.groups();
+  for (int g = 0; g < static_cast<int>(groups.size()); ++g) {
+    const model::ParamGroup& grp = groups[static_cast<size_t>(g)];
+    const bool was_live = live_.count(g) != 0;
+    if (!was_live) gather(g);
+    const Tensor& t = live_.at(g);
+    if (mixed_) {  // copied away to the host in the module's dtype, as DeepSpeed's .cpu()
+      std::vector<uint16_t> half(grp.numel());
+      ops::to_host(half.data(), t.raw(), half.size() * sizeof(uint16_t));
+      const bool bf16 = cfg_.precision == DType::kBF16;
+      for (size_t i = 0; i < half.size(); ++i) {
+        full[grp.lo + i] = bf16 ? bf16_to_float(half[i]) : half_to_float(half[i]);
+      }
+    } else {
+      ops::to_host(full.data() + grp.lo, t.f32(), grp.numel() * sizeof(float));
+    }
+    if (release_on_exit && !was_live) live_.erase(g);
   }
   return full;
 }

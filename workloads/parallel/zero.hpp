@@ -150,6 +150,14 @@ class ZeroEngine final : public model::ParamAccess {
 
   // The rank's fp32 parameter vector (collective under stage 3).
   std::vector<float> full_parameters() const;
+  // Stage 3: the full parameters gathered one group at a time into the device's gather.* memory
+  // (DeepSpeed's _zero3_consolidated_16bit_state_dict: each module inside its own
+  // GatheredParameters, its values copied away to the host), collective over the data-parallel
+  // group. The values are the stored ones (16-bit under fp16/bf16) in fp32. `release_on_exit`:
+  // each group is re-partitioned as its context exits (DeepSpeed PR 1223); false: a group stays
+  // gathered until its next use releases it (GatheredParameters with modifier_rank=None before
+  // that PR), so the whole model is resident at the end.
+  std::vector<float> consolidate_by_group(bool release_on_exit);
   // The inverse (the exit of deepspeed.zero.GatheredParameters): `full` (total() elements) is
   // broadcast over the data-parallel group from dp rank `src` and every rank keeps its partition
   // of it (or all of it when its master weights are whole); src < 0 keeps each rank's own `full`

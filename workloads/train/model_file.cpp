@@ -6,8 +6,11 @@
 //    parameter is a size-0 placeholder outside a gather, so the file holds torch.Size([0])
 //    tensors and a later load_state_dict fails with PyTorch's size mismatch (DeepSpeed#2413).
 //  - "gathered_16bit": DeepSpeed's save_16bit_model with stage3_gather_16bit_weights_on_model_save
-//    (_zero3_consolidated_16bit_state_dict): every rank takes part in the gather, rank 0 writes
-//    the full weights in the module's dtype.
+//    (_zero3_consolidated_16bit_state_dict): every rank takes part in the gather, one module at
+//    a time into the device's memory, and rank 0 writes the full weights in the module's dtype.
+//    workload.checkpoint.gathered_release next_use keeps each gathered module on the device until
+//    its next use (modifier_rank=None before DeepSpeed PR 1223: the save's peak is the whole
+//    model).
 // A load with a sharding spec reads the file on the group's rank 0 only and broadcasts each
 // tensor in its shards; the other ranks size each shard from their own model and spec, so ranks
 // given different specs call collectives of different sizes.
@@ -30,6 +33,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kSaveOption = "workload.checkpoint.model_file (--save-model-file)";
 constexpr const char* kLoadOption = "workload.checkpoint.load_model_file (--load-model-file)";
+constexpr const char* kReleaseOption = "workload.checkpoint.gathered_release (--gathered-release)";
 constexpr const char* kSpecOption = "workload.checkpoint.load_shard_spec (--load-shard-spec)";
 
 struct Tensor1 {
@@ -207,6 +211,13 @@ void Trainer::check_model_file_options() const {
         "none with tp {} and pp {})",
         kSaveOption, cfg_.model_file, topo_.layout.tp, topo_.layout.pp);
   }
+  if (cfg_.gathered_release != "on_exit" &&
+      (cfg_.model_file != "gathered_16bit" || topo_.layout.zero != 3)) {
+    raise<ConfigError>(
+        "{} is {} but this run saves {} at ZeRO stage {} (allowed: next_use only with "
+        "gathered_16bit at stage 3, the save that gathers module by module)",
+        kReleaseOption, cfg_.gathered_release, cfg_.model_file, topo_.layout.zero);
+  }
   if (cfg_.load_model_file.empty()) {
     if (!cfg_.load_shard_spec.empty()) {
       raise<ConfigError>("{} is '{}' but {} is empty (allowed: a spec only with a model file)",
@@ -241,10 +252,15 @@ void Trainer::save_model_file(const std::string& step_dir) {
   const bool gathered = cfg_.model_file == "gathered_16bit";
   const auto keys =
       parallel::module_state_dict(model::gpt_state_dict(cfg_.model, 1), stage, gathered);
-  // The gather is a collective at ZeRO-3: every rank takes part, rank 0 keeps the result. A plain
-  // model.state_dict() gathers nothing: the module's placeholders are what it has.
+  // The gather is a collective at ZeRO-3: every rank takes part, rank 0 keeps the result, one
+  // module (group) at a time on the device. A plain model.state_dict() gathers nothing: the
+  // module's placeholders are what it has.
   std::vector<float> full;
-  if (gathered || stage < 3) full = zero_->full_parameters();
+  if (gathered && stage == 3) {
+    full = zero_->consolidate_by_group(cfg_.gathered_release == "on_exit");
+  } else if (gathered || stage < 3) {
+    full = zero_->full_parameters();
+  }
   if (topo_.rank != 0) return;
   const auto where = specs_by_key(layout_, cfg_.model);
   StateDict sd;

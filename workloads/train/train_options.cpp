@@ -231,6 +231,12 @@ void zero_options(worker::Options& o, TrainArgs& a) {
         "placeholders) or gathered_16bit (save_16bit_model with "
         "stage3_gather_16bit_weights_on_model_save: the full weights in the module's dtype)")
       .choices({"none", "state_dict", "gathered_16bit"});
+  o.add("workload.checkpoint.gathered_release", "--gathered-release", c.gathered_release,
+        "gathered_16bit under ZeRO-3, which gathers one module at a time: on_exit (each "
+        "module's gathered weights are re-partitioned as its GatheredParameters exits, DeepSpeed "
+        "PR 1223) or next_use (they stay on the device until the next forward uses them, as with "
+        "modifier_rank=None before it: the whole model is gathered at the end of the save)")
+      .choices({"on_exit", "next_use"});
   o.add("workload.checkpoint.load_model_file", "--load-model-file", c.load_model_file,
         "A model file a fresh run loads its weights from by name (empty: none)");
   o.add(

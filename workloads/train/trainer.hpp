@@ -139,6 +139,11 @@ struct TrainConfig {
   // placeholders) or "gathered_16bit" (DeepSpeed's save_16bit_model with
   // stage3_gather_16bit_weights_on_model_save: the full parameters gathered on rank 0).
   std::string model_file = "none";
+  // gathered_16bit under ZeRO-3: when each module's gathered weights leave the device. "on_exit"
+  // (DeepSpeed PR 1223): as its GatheredParameters context exits; "next_use" (before it, with
+  // modifier_rank=None): only when the next forward uses them, so the whole model stays gathered
+  // after the save.
+  std::string gathered_release = "on_exit";
   // A model file whose weights a fresh run starts from (empty: none), and how it reaches the
   // ranks: "" (every rank reads it) or a sharding spec "GROUP:DIM:PARTS[,rN=GROUP:DIM:PARTS]"
   // (the group's rank 0 reads it and broadcasts each tensor's PARTS shards along DIM).
