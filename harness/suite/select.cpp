@@ -283,8 +283,17 @@ void check_selection(const SuiteSelection& sel) {
 std::vector<SuiteCase> expand_cases(const SuiteSpec& spec, const SuiteSelection& sel) {
   const Taxonomy& tax = taxonomy();
   std::vector<SuiteCase> cases;
+  std::map<std::string, std::string> file_of;  // scenario name -> the first file with it
   for (const auto& f : spec.files) {
     Scenario s = load_scenario(f);
+    // A case's id and run directory are its scenario's name, seed and variant: two files of one
+    // name would run into one directory and one summary entry.
+    if (const auto [it, fresh] = file_of.emplace(s.name, f); !fresh) {
+      throw ScenarioError(fmt::format(
+          "{}: name '{}' is also the name of {}: a suite names its cases and run directories by "
+          "scenario name (allowed: one file per name; rename one)",
+          f, s.name, it->second));
+    }
     const std::vector<uint64_t> seeds = !sel.seeds.empty()    ? sel.seeds
                                         : !spec.seeds.empty() ? spec.seeds
                                                               : std::vector<uint64_t>{s.seed};

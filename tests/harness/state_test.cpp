@@ -112,6 +112,25 @@ TEST(Names, ARunIdOrSuiteNameOutsideTheResultsDirectoryIsRefusedBeforeAnythingIs
   EXPECT_FALSE(fs::exists(dir + "/results/suites"));
 }
 
+// A suite's case ids and run directories are named by scenario: two files that share a name would
+// run into one directory, the second clobbering the first. The suite refuses them before
+// anything runs, naming both files.
+TEST(Names, TwoScenarioFilesOfOneNameInASuiteAreRefusedBeforeAnythingRuns) {
+  const auto dir = test_dir();
+  for (const char* f : {"/a.yaml", "/b.yaml"}) {
+    std::ofstream(dir + f) << "name: tiny\ntopology: {ranks: 1}\nworkload: {steps: 1}\n"
+                              "expect: {oracle: completed}\n";
+  }
+  std::ofstream(dir + "/suite.yaml") << "name: s\nscenarios: [a.yaml, b.yaml]\n";
+  auto r = test::run_process(
+      {FAULTLINE_CLI, "suite", dir + "/suite.yaml", "--results", dir + "/results"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("b.yaml: name 'tiny' is also the name of " + dir + "/a.yaml"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/results"));
+}
+
 // Twelve processes allocate run directories for the same scenario in the same second, and
 // twelve more suite directories of the same name (a pipe releases them together): each gets its
 // own. A run id's random part may repeat; mkdir, which fails on an existing name, makes every
