@@ -191,10 +191,20 @@ double reported(const std::string& out, const std::string& name) {
 // out-of-memory error in the gather; the files are the same bytes. Eight blocks, short sequences
 // and small gradient buckets keep training's own transients below the whole model's 16-bit size.
 TEST_F(Zero3ModelFile, TheGatheredSaveHoldsOneModuleUnlessItsWeightsWaitForTheirNextUse) {
-  const std::vector<std::string> common = {"--save-model-file", "gathered_16bit", "--precision",
-                                           "bf16", "--zero3-prefetch-bytes", "0",
-                                           "--layers", "8", "--micro-batch", "1",
-                                           "--seq-len", "4", "--reduce-bucket-size", "32768",
+  const std::vector<std::string> common = {"--save-model-file",
+                                           "gathered_16bit",
+                                           "--precision",
+                                           "bf16",
+                                           "--zero3-prefetch-bytes",
+                                           "0",
+                                           "--layers",
+                                           "8",
+                                           "--micro-batch",
+                                           "1",
+                                           "--seq-len",
+                                           "4",
+                                           "--reduce-bucket-size",
+                                           "32768",
                                            "--memory-report"};
   auto with = [&](const char* release) {
     auto a = common;

@@ -306,7 +306,8 @@ std::vector<float> ZeroEngine::full_parameters() const {
 }
 
 std::vector<float> ZeroEngine::consolidate_by_group(bool release_on_exit) {
-  if (cfg_.stage != 3) raise<ConfigError>("consolidate_by_group is ZeRO-3's (stage {})", cfg_.stage);
+  if (cfg_.stage != 3)
+    raise<ConfigError>("consolidate_by_group is ZeRO-3's (stage {})", cfg_.stage);
   std::vector<float> full(total_);
   const auto& groups = layout_.groups();
   for (int g = 0; g < static_cast<int>(groups.size()); ++g) {

@@ -191,6 +191,10 @@ void zero_options(worker::Options& o, TrainArgs& a) {
         "Stage 3: keep gathered groups resident while they total at most this (-1 or 0: free "
         "each after use)")
       .range(-1, 1e12);
+}
+
+void checkpoint_options(worker::Options& o, TrainArgs& a) {
+  auto& c = a.cfg;
   o.section("workload.checkpoint", "Sharded checkpoints in the run directory");
   o.add("workload.checkpoint.every", "--save-every", c.save_every,
         "Checkpoint every N steps (0: never)")
@@ -299,6 +303,7 @@ void declare_train_options(worker::Runtime& rt, TrainArgs& a) {
   optimizer_options(rt.options(), a);
   data_options(rt.options(), a);
   zero_options(rt.options(), a);
+  checkpoint_options(rt.options(), a);
   ddp_options(rt.options(), a);
   structure_options(rt.options(), a);
   moe_options(rt.options(), a);
