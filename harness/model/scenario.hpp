@@ -125,6 +125,10 @@ struct Topology {
   // topology.launcher: auto (the default): why `launcher` was chosen ("" when named).
   std::string launcher_reason;
   std::string network = "host";  // host, namespaces
+  // OMP_NUM_THREADS of the ranks: "auto" (where the harness starts each rank itself it sets 1
+  // when a node runs several ranks, as torchrun does; other launchers set nothing) or "unset"
+  // (nothing sets it).
+  std::string omp_num_threads = "auto";
   // Hosts mpirun spreads the ranks over (topology.hosts; empty: this machine only), each one's
   // address when given as NAME=ADDRESS ("" otherwise), and the rsh agent that reaches them.
   std::vector<std::string> hosts, host_addrs;

@@ -110,6 +110,18 @@ std::map<std::string, std::string> Run::rank_env(int rank) {
     env["FAULTLINE_FAULTS"] = joined;
     env["FAULTLINE_FAULT_SEED"] = std::to_string(s_.seed);
   }
+  // torchrun's default since pytorch PR 22501: one OpenMP (and so OpenBLAS) thread per rank when
+  // a node runs several, unless the environment says otherwise. Without it every rank's BLAS
+  // starts a thread per core, and ranks sharing a node oversubscribe it (pytorch#22260).
+  // The harness is torchrun's stand-in where it starts each rank itself: the local launcher and
+  // a command started per rank (a command launched once is the launcher and decides).
+  const bool starts_ranks =
+      launcher_->kind() == LauncherKind::kLocal ||
+      (launcher_->kind() == LauncherKind::kCommand && s_.workload.launch == "per_rank");
+  if (starts_ranks && s_.topo.omp_num_threads == "auto" && per_node > 1 &&
+      !env.count("OMP_NUM_THREADS")) {
+    env["OMP_NUM_THREADS"] = "1";
+  }
   launcher_->add_env(rank, env);
   for (auto& [k, v] : s_.env.all) env[k] = v;
   if (auto it = s_.env.per_rank.find(rank); it != s_.env.per_rank.end()) {

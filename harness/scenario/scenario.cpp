@@ -203,6 +203,7 @@ bool parse_topology(const Source& c, Scenario& s) {
   const bool auto_launcher = topo.launcher == "auto";
   if (auto_launcher) topo.launcher = "local";
   topo.network = t["network"].as<std::string>();
+  topo.omp_num_threads = t["omp_num_threads"].as<std::string>();
   ErrorCollector::check([&] {
     if (topo.network == "namespaces" && !launcher_has_rank_processes(topo.launcher)) {
       fail_at(c.file, c.doc["topology"]["network"], "topology.network",

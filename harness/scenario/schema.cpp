@@ -166,6 +166,17 @@ const std::vector<KeySpec>& scenario_schema() {
          "host: every rank on the host's loopback; namespaces: each node in its own network "
          "namespace behind a bridge (set by any network fault)",
          {"host", "namespaces"}},
+        {"topology.omp_num_threads",
+         K::kEnum,
+         "auto",
+         "auto: where the harness starts each rank itself (the local launcher, a command "
+         "launched per_rank) it sets OMP_NUM_THREADS=1 when a node runs several ranks (torchrun's "
+         "default since pytorch PR 22501; the harness's or the scenario's env wins); mpirun, "
+         "srun, the DeepSpeed runner and a command launched once set nothing, as those tools "
+         "do; unset: "
+         "nothing sets it, so each rank's BLAS starts a thread per core (torch.distributed.launch "
+         "before that PR)",
+         {"auto", "unset"}},
         {"topology.hosts", K::kList, "[]",
          "Hosts mpirun spreads the ranks over, evenly and in order (NAME or NAME=ADDRESS; "
          "needs launcher mpirun, or srun, which maps them onto the allocation's nodes; "

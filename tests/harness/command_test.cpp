@@ -47,6 +47,30 @@ std::string read(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// Where the harness starts each rank itself it does what torchrun has done since pytorch PR
+// 22501: OMP_NUM_THREADS=1 for every rank of a node that runs several, so their BLAS threads do
+// not oversubscribe it. One rank per node, topology.omp_num_threads: unset, or a value the
+// scenario gives leave it alone.
+TEST(CommandWorkload, RanksSharingANodeGetOneOpenMpThreadUnlessTheScenarioSaysOtherwise) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"topology: {ranks: 2}", "[1]"},
+      {"topology: {ranks: 2, omp_num_threads: unset}", "[]"},
+      {"topology: {ranks: 2}\nenv: {OMP_NUM_THREADS: \"3\"}", "[3]"},
+      {"topology: {ranks: 2, nodes: 2}", "[]"}};
+  for (const auto& [topology, want] : cases) {
+    auto r = run_yaml("name: omp\n" + topology +
+                      "\nworkload: {kind: command, probe: false, command: [\"/bin/sh\", \"-c\", "
+                      "\"echo omp=[$OMP_NUM_THREADS]\"]}\nexpect: {oracle: completed}\n");
+    ASSERT_EQ(r.proc.exit_code, 0) << topology << "\n" << r.proc.output;
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string out = read(r.dir + "/ranks/rank" + std::to_string(rank) + "/output.log");
+      EXPECT_NE(out.find("omp=" + want), std::string::npos)
+          << topology << " rank " << rank << ": " << out;
+    }
+    fs::remove_all(fs::path(r.dir).parent_path().parent_path());
+  }
+}
+
 TEST(CommandWorkload, GetsTheContractAndItsProbeEventsAndExitCodeAreJudged) {
   auto r = run_yaml(
       "name: contract\ntopology: {ranks: 2}\n"
