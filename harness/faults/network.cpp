@@ -1,6 +1,8 @@
 // network: a data-plane fault between simulated nodes (each in its own network namespace):
-// reject (refused or reset at once), drop (packets vanish; only timeouts notice), or a bandwidth
-// limit (tc tbf). With `store: true` only the node's connections to the rendezvous store are cut.
+// reject (refused or reset at once), drop (packets vanish; only timeouts notice), a bandwidth
+// limit (tc tbf), or a route that sends the node's traffic to its peers out through another of
+// its interfaces (topology.nics). With `store: true` only the node's connections to the
+// rendezvous store are cut.
 // The node's rules and limit are made where it is (NetworkCut, NetworkLimit, NetworkHeal below):
 // on this machine in the harness's process, in the node's namespace; with topology.hosts by the
 // host's agent (a host whose agent is lost is healed through the rsh agent).
@@ -126,10 +128,14 @@ class NetworkFault : public FaultOf<NetworkFault> {
   int node = 0, peer = -1;
   bool store = false;
   std::string rate = "1mbit";
+  int nic = 0;
   bool rules = false, shaped = false;  // what heal must undo
+  std::vector<int> routed;             // the peers `route` sent out through eth<nic>
+  int64_t sent_before = -1;            // eth<nic>'s sent bytes when the routes went in
 
   nlohmann::json params() const override {
-    return {{"action", action}, {"node", node}, {"peer", peer}, {"store", store}, {"rate", rate}};
+    return {{"action", action}, {"node", node}, {"peer", peer},
+            {"store", store},   {"rate", rate}, {"nic", nic}};
   }
   bool timed() const override { return true; }
 
@@ -141,12 +147,15 @@ class NetworkFault : public FaultOf<NetworkFault> {
     if (action == "bandwidth") {
       pb::NetworkLimit req;
       req.set_netns(net_namespace(h, node));
-      req.set_device(h.box.device(node));
+      req.set_device(h.box.device(node, nic));
       req.set_rate(rate);
       shaped = true;
       on_node(h, node_at, req, "network");
       d["rate"] = rate;
+      if (nic != 0) d["device"] = h.box.device(node, nic);
       line = fmt::format("node {} limited to {}", node, rate);
+    } else if (action == "route") {
+      line = route(h, d);
     } else {
       pb::NetworkCut req;
       req.set_netns(net_namespace(h, node));
@@ -185,13 +194,64 @@ class NetworkFault : public FaultOf<NetworkFault> {
     }
     if (shaped) {
       req.clear_chain();
-      req.set_device(h.box.device(node));
-      undo(h, "bandwidth", req, {"tc", "qdisc", "del", "dev", h.box.device(node), "root"});
+      req.set_device(h.box.device(node, nic));
+      undo(h, "bandwidth", req, {"tc", "qdisc", "del", "dev", h.box.device(node, nic), "root"});
     }
     rules = shaped = false;
+    unroute(h);
   }
 
  private:
+  // route: one host route per peer's eth0 address through eth<nic>, keeping eth0's address as
+  // the source, so the peers still know the sender and answer over eth0 (NVIDIA/nccl#1581: a
+  // node whose routing table sends to the job's subnet through its 1 GbE port sends there and
+  // receives on the fast one). Namespaced nodes only (the parse refuses hosts).
+  std::string route(Host& h, nlohmann::json& d) {
+    const std::string dev = h.box.device(node, nic);
+    sent_before = sent_bytes(h);
+    for (int k = 0; k < h.s.topo.nodes; ++k) {
+      if (k == node || (peer >= 0 && k != peer)) continue;
+      routed.push_back(k);  // before it runs: heal deletes what may be there
+      h.box.run_on(node, {"ip", "route", "replace", h.box.ip(k) + "/32", "dev", dev, "src",
+                          h.box.ip(node)});
+    }
+    d["peers"] = routed;
+    d["device"] = dev;
+    return fmt::format("node {} sends to node(s) {} through {}", node, fmt::join(routed, ","), dev);
+  }
+
+  // What eth<nic> of the node has sent (its kernel counter), -1 when it cannot be read.
+  int64_t sent_bytes(Host& h) const {
+    try {
+      const auto j = nlohmann::json::parse(
+          h.box.run_on(node, {"ip", "-s", "-j", "link", "show", "dev", h.box.device(node, nic)}));
+      return j.at(0).at("stats64").at("tx").at("bytes").get<int64_t>();
+    } catch (const std::exception&) {
+      return -1;
+    }
+  }
+
+  void unroute(Host& h) {
+    if (routed.empty()) return;
+    nlohmann::json d = {{"fault", "route"}, {"node", node}, {"peers", routed}};
+    // How much left through the wrong port while the routes stood: the mechanism, in bytes.
+    const int64_t after = sent_bytes(h);
+    if (after >= 0 && sent_before >= 0) d["sent_bytes"] = after - sent_before;
+    for (int k : routed) {
+      try {
+        h.box.run_on(node,
+                     {"ip", "route", "del", h.box.ip(k) + "/32", "dev", h.box.device(node, nic)});
+      } catch (const std::exception& e) {
+        d["error"] = e.what();  // the namespace may be gone with its holder
+      }
+    }
+    routed.clear();
+    try {
+      h.hist.harness(d.contains("error") ? "heal_error" : "fault_healed", d);
+    } catch (...) {
+    }
+  }
+
   // The node undoes it; a host whose agent is gone (the run ends) through the rsh agent (`argv`).
   void undo(Host& h, const char* what, const pb::NetworkHeal& req,
             const std::vector<std::string>& argv) {
@@ -215,6 +275,43 @@ class NetworkFault : public FaultOf<NetworkFault> {
   }
 };
 
+// `nic` names one of topology.nics (0: eth0); route needs another than eth0, bandwidth one that
+// topology.nics does not already limit (healing it would lift that limit too).
+void check_nic(const ParseContext& c, const YAML::Node& n, const NetworkFault& f) {
+  const std::string key = c.at + ".network.nic";
+  const YAML::Node at = n["nic"] ? n["nic"] : n;
+  const int have = static_cast<int>(c.s.topo.nics.size());
+  if (f.nic > have) {
+    loader::fail_at(c.file, at, key,
+                    fmt::format("eth{} does not exist (allowed 0-{}: eth0, and eth1 on as "
+                                "topology.nics lists them)",
+                                f.nic, have));
+  }
+  if (f.action == "route" && f.nic == 0) {
+    loader::fail_at(c.file, at, key,
+                    fmt::format("route sends the node's traffic out through another interface "
+                                "than eth0 (allowed 1-{}; topology.nics lists them)",
+                                have));
+  }
+  if (f.action == "route" && (f.store || c.s.topo.nodes < 2)) {
+    loader::fail_at(c.file, n, c.at + ".network",
+                    "route needs topology.nodes >= 2 and no store: true (it routes a node's "
+                    "traffic to its peers)");
+  }
+  if (f.action == "bandwidth" && f.nic > 0 && c.s.topo.nics[f.nic - 1] != "unlimited") {
+    loader::fail_at(c.file, at, key,
+                    fmt::format("eth{} is already limited to {} by topology.nics (allowed: an "
+                                "unlimited interface)",
+                                f.nic, c.s.topo.nics[f.nic - 1]));
+  }
+  if (f.action != "bandwidth" && f.action != "route" && f.nic != 0) {
+    loader::fail_at(c.file, at, key,
+                    fmt::format("{} cuts the node's links on every interface (allowed: nic with "
+                                "bandwidth or route)",
+                                f.action));
+  }
+}
+
 class NetworkKind : public FaultKind {
  public:
   std::string key() const override { return "network"; }
@@ -224,8 +321,10 @@ class NetworkKind : public FaultKind {
         {"faults[].network.action",
          KeyType::kEnum,
          "drop",
-         "reject (refused at once), drop (silently lost) or bandwidth (tbf rate limit)",
-         {"reject", "drop", "bandwidth"}},
+         "reject (refused at once), drop (silently lost), bandwidth (tbf rate limit) or route "
+         "(`node` sends to its peers out through interface eth`nic`, keeping eth0's address as "
+         "the source: its routing table picks the wrong port)",
+         {"reject", "drop", "bandwidth", "route"}},
         {"faults[].network.node",
          KeyType::kInt,
          "0",
@@ -242,7 +341,15 @@ class NetworkKind : public FaultKind {
          63},
         {"faults[].network.store", KeyType::kBool, "false",
          "Cut only `node`'s connections to the rendezvous store"},
-        {"faults[].network.rate", KeyType::kString, "1mbit", "bandwidth: tbf rate (tc syntax)"}};
+        {"faults[].network.rate", KeyType::kString, "1mbit", "bandwidth: tbf rate (tc syntax)"},
+        {"faults[].network.nic",
+         KeyType::kInt,
+         "0",
+         "bandwidth: the interface limited (eth`nic`); route: the one the node's traffic leaves "
+         "through (1 or more; topology.nics lists them)",
+         {},
+         0,
+         3}};
   }
   std::vector<When> allowed_at() const override {
     return {When::kLaunch, When::kStep, When::kExit};
@@ -256,6 +363,8 @@ class NetworkKind : public FaultKind {
     f->store = loader::opt<bool>(n, "store", false);
     f->rate = loader::opt<std::string>(n, "rate", "1mbit");
     if (n["rate"]) loader::check_tc_rate(c.file, n["rate"], c.at + ".network.rate");
+    f->nic = loader::opt<int>(n, "nic", 0);
+    check_nic(c, n, *f);
     for (auto [key, v] : {std::pair{"node", f->node}, std::pair{"peer", f->peer}}) {
       if (v >= c.s.topo.nodes) {
         loader::fail_at(c.file, n[key] ? n[key] : n, c.at + ".network." + key,
@@ -271,6 +380,11 @@ class NetworkKind : public FaultKind {
                       "cutting links needs topology.nodes >= 2 (or store: true)");
     }
     if (!c.s.topo.hosts.empty()) {
+      if (f->action == "route" || f->nic != 0) {
+        loader::fail_at(c.file, n, c.at + ".network",
+                        "route and nic need the nodes' network namespaces on this machine "
+                        "(topology.nics), not topology.hosts");
+      }
       // Between hosts (topology.hosts): the rules go on the hosts themselves.
       for (size_t k = 0; k < c.s.topo.hosts.size(); ++k) {
         if (c.s.topo.host_addrs[k].empty()) {

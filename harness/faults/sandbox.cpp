@@ -73,6 +73,10 @@ std::string Sandbox::node_ip(int node) {
   return fmt::format("{}.{}", kSubnet, node + 1);
 }
 
+std::string Sandbox::nic_ip(int node, int nic) {
+  return fmt::format("10.200.{}.{}", nic, node + 1);
+}
+
 pid_t Sandbox::spawn_holder(const std::string& name, const std::vector<std::string>& unshare_args) {
   ProcessSpec p;
   p.name = name;
@@ -126,14 +130,49 @@ void Sandbox::setup_network() {
     run_tool(in_net(k, {"iptables", "-I", "INPUT", "-j", "FAULTLINE"}));
     run_tool(in_net(k, {"iptables", "-I", "OUTPUT", "-j", "FAULTLINE"}));
   }
+  add_nics();
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::vector<std::string> ips;
   for (int k = 0; k < s_.topo.nodes; ++k) ips.push_back(node_ip(k));
+  nlohmann::json nics = nlohmann::json::array();
+  for (size_t i = 0; i < s_.topo.nics.size(); ++i) {
+    const int nic = static_cast<int>(i) + 1;
+    nics.push_back({{"device", fmt::format("eth{}", nic)},
+                    {"subnet", fmt::format("10.200.{}.0/24", nic)},
+                    {"rate", s_.topo.nics[i]}});
+  }
   hist_.harness("network_setup", {{"nodes", s_.topo.nodes},
                                   {"addresses", ips},
+                                  {"nics", nics},
                                   {"bridge", fmt::format("{}.254", kSubnet)},
                                   {"setup_ms", ms}});
+}
+
+// topology.nics: interface eth<i> of every node on 10.200.<i>.0/24 behind bridge br<i> of the
+// hub, its egress limited by tbf unless unlimited. Each node reaches the others on every subnet;
+// which interface carries the ranks' traffic is the routing table's choice (network fault
+// `route`) and their environment's (OMPI_MCA_btl_tcp_if_include, GLOO_SOCKET_IFNAME).
+void Sandbox::add_nics() {
+  for (size_t i = 0; i < s_.topo.nics.size(); ++i) {
+    const int nic = static_cast<int>(i) + 1;
+    const std::string bridge = fmt::format("br{}", nic), dev = fmt::format("eth{}", nic);
+    run_tool(in_net(-1, {"ip", "link", "add", bridge, "type", "bridge"}));
+    run_tool(in_net(-1, {"ip", "addr", "add", fmt::format("10.200.{}.254/24", nic), "dev", bridge}));
+    run_tool(in_net(-1, {"ip", "link", "set", bridge, "up"}));
+    for (int k = 0; k < s_.topo.nodes; ++k) {
+      const std::string veth = fmt::format("fl{}n{}", k, nic);
+      run_tool(in_net(-1, {"ip", "link", "add", veth, "type", "veth", "peer", "name", dev, "netns",
+                           std::to_string(node_holders_.at(static_cast<size_t>(k)))}));
+      run_tool(in_net(-1, {"ip", "link", "set", veth, "master", bridge, "up"}));
+      run_tool(in_net(k, {"ip", "addr", "add", nic_ip(k, nic) + "/24", "dev", dev}));
+      run_tool(in_net(k, {"ip", "link", "set", dev, "up"}));
+      if (s_.topo.nics[i] != "unlimited") {
+        run_tool(in_net(k, {"tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
+                            s_.topo.nics[i], "burst", "32kbit", "latency", "400ms"}));
+      }
+    }
+  }
 }
 
 std::string Sandbox::master_addr() const {
@@ -157,6 +196,10 @@ std::string Sandbox::ip(int node) const {
 
 std::string Sandbox::device(int node) const {
   return host_devs_.empty() ? "eth0" : host_devs_.at(static_cast<size_t>(node));
+}
+
+std::string Sandbox::device(int node, int nic) const {
+  return nic == 0 ? device(node) : fmt::format("eth{}", nic);
 }
 
 void Sandbox::adjust_rank(int rank, ProcessSpec& spec,

@@ -62,11 +62,15 @@ class Sandbox {
   void setup_network();
   bool has_network() const { return !node_holders_.empty() || !host_devs_.empty(); }
   static std::string node_ip(int node);
+  // `node`'s address on interface eth`nic` (topology.nics; eth0's is node_ip).
+  static std::string nic_ip(int node, int nic);
   // `node`'s address on the data-plane network (a namespace's, or the host's NAME=ADDRESS).
   std::string ip(int node) const;
   // The iptables chain network faults fill on every node, and a node's data-plane device.
   const std::string& chain() const { return chain_; }
   std::string device(int node) const;
+  // Interface eth`nic` of a namespaced node (nic 0: device(node)).
+  std::string device(int node, int nic) const;
   // argv run inside `node`'s network namespace (-1: the hub's), or on host `node` through the
   // scenario's rsh agent.
   std::vector<std::string> in_net(int node, std::vector<std::string> argv) const;
@@ -108,6 +112,7 @@ class Sandbox {
  private:
   pid_t spawn_holder(const std::string& name, const std::vector<std::string>& unshare_args);
   void setup_hosts();  // sandbox_hosts.cpp
+  void add_nics();     // topology.nics
   HostAgents* agents_ = nullptr;
   std::unique_ptr<Node> local_;
 

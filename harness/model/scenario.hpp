@@ -125,6 +125,10 @@ struct Topology {
   // topology.launcher: auto (the default): why `launcher` was chosen ("" when named).
   std::string launcher_reason;
   std::string network = "host";  // host, namespaces
+  // topology.nics: each namespaced node's network interfaces after eth0, in order (eth1, eth2,
+  // ...), each its egress rate in tc syntax or "unlimited". Empty: eth0 alone. eth0 is the one
+  // the ranks use unless their environment says otherwise.
+  std::vector<std::string> nics;
   // OMP_NUM_THREADS of the ranks: "auto" (where the harness starts each rank itself it sets 1
   // when a node runs several ranks, as torchrun does; other launchers set nothing) or "unset"
   // (nothing sets it).

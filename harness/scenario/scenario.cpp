@@ -17,6 +17,7 @@
 #include "harness/faults/fault.hpp"
 #include "harness/launch/launcher.hpp"
 #include "harness/model/build_paths.hpp"
+#include "harness/model/key_checks.hpp"
 #include "harness/scenario/loader.hpp"
 
 namespace fl::harness {
@@ -191,6 +192,41 @@ void check_layout(const Source& c, const Topology& t) {
   });
 }
 
+// topology.nics: the nodes' interfaces besides eth0, which put them in network namespaces.
+void parse_nics(const Source& c, Topology& topo) {
+  const YAML::Node list = c.r["topology"]["nics"];
+  if (!list || list.size() == 0) return;
+  const YAML::Node at = c.doc["topology"] && c.doc["topology"]["nics"] ? c.doc["topology"]["nics"]
+                                                                       : c.doc;
+  ErrorCollector::check([&] {
+    if (!list.IsSequence() || list.size() > 3) {
+      fail_at(c.file, at, "topology.nics",
+              "a list of at most 3 interfaces besides eth0 (allowed items: a tc rate such as "
+              "8mbit, or unlimited)");
+    }
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string key = fmt::format("topology.nics[{}]", i);
+      const YAML::Node item = at.IsSequence() && i < at.size() ? at[i] : list[i];
+      if (!list[i].IsScalar()) {
+        fail_at(c.file, item, key, "a tc rate such as 8mbit, or unlimited");
+      }
+      if (list[i].Scalar() != "unlimited") loader::check_tc_rate(c.file, item, key);
+      topo.nics.push_back(list[i].Scalar());
+    }
+    if (!topo.hosts.empty()) {
+      fail_at(c.file, at, "topology.nics",
+              "interfaces are made in this machine's network namespaces, not on topology.hosts "
+              "(allowed: nics without hosts)");
+    }
+    if (!launcher_has_rank_processes(topo.launcher)) {
+      fail_at(c.file, at, "topology.nics",
+              "the nodes' interfaces live in network namespaces, which need topology.launcher: " +
+                  rank_process_launchers());
+    }
+  });
+  topo.network = "namespaces";
+}
+
 // topology:, hosts included (hosts.cpp). Returns whether the launcher is chosen (auto): until
 // then the checks see the local launcher.
 bool parse_topology(const Source& c, Scenario& s) {
@@ -211,6 +247,7 @@ bool parse_topology(const Source& c, Scenario& s) {
     }
   });
   parse_hosts(c.file, c.doc, t, s);  // hosts.cpp
+  parse_nics(c, topo);
   // deepspeed_topology.cpp
   loader::parse_deepspeed(c.file, c.doc, c.r, s);
   topo.tp = t["tp"].as<int>();

@@ -166,6 +166,12 @@ const std::vector<KeySpec>& scenario_schema() {
          "host: every rank on the host's loopback; namespaces: each node in its own network "
          "namespace behind a bridge (set by any network fault)",
          {"host", "namespaces"}},
+        {"topology.nics", K::kList, "[]",
+         "Each node's network interfaces besides eth0 (10.200.0.0/24), in order: eth1 on "
+         "10.200.1.0/24 behind a second bridge, eth2, eth3; each item its egress rate (tc "
+         "syntax, e.g. 8mbit: a slower port beside the data-plane one) or unlimited. The ranks "
+         "use eth0 unless their environment says otherwise (a network fault's route can send a "
+         "node's traffic out through another). Puts the nodes in network namespaces"},
         {"topology.omp_num_threads",
          K::kEnum,
          "auto",

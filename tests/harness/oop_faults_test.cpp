@@ -195,6 +195,49 @@ expect: {oracle: completed}
   EXPECT_EQ(harness_events(r, "fault_healed").size(), 2u);  // the qdisc, then the namespaces
 }
 
+// topology.nics gives each node a second port; the route fault sends node 1's traffic to node 0
+// out through it. The route fault counts the bytes the port sent while its routes stood: the
+// ranks' gradients when it stands from launch, next to nothing when it goes in as they exit.
+TEST(OutOfProcessFaults, RouteSendsANodesTrafficOutThroughItsSecondPortUntilHealed) {
+  REQUIRE_NAMESPACES();
+  const auto before = net_namespaces();
+  auto scenario = [](const std::string& at) {
+    return fmt::format(R"y(name: second-port
+topology: {{ranks: 2, nodes: 2, nics: [unlimited]}}
+workload: {{steps: 4}}
+faults:
+  - network: {{action: route, node: 1, nic: 1}}
+    at: {}
+expect: {{oracle: completed}}
+)y",
+                       at);
+  };
+  int64_t sent[2] = {-1, -1};
+  int i = 0;
+  for (const std::string at : {"launch", "exit"}) {
+    auto r = run(results_dir(at), scenario(at), "route-" + at);
+    EXPECT_EQ(r.proc.exit_code, 0) << r.proc.output;
+    auto setup = harness_events(r, "network_setup");
+    ASSERT_EQ(setup.size(), 1u);
+    EXPECT_EQ(setup[0]["nics"][0]["subnet"], "10.200.1.0/24");
+    auto inj = harness_events(r, "fault_injected");
+    ASSERT_EQ(inj.size(), 1u) << r.proc.output;
+    EXPECT_EQ(inj[0]["device"], "eth1");
+    EXPECT_EQ(inj[0]["peers"], nlohmann::json::array({0}));
+    for (const auto& h : harness_events(r, "fault_healed")) {
+      if (h.value("fault", "") == "route") sent[i] = h.value("sent_bytes", int64_t{-1});
+    }
+    EXPECT_TRUE(harness_events(r, "heal_error").empty()) << r.proc.output;
+    ++i;
+  }
+  // Four steps' gradient all-reduces of the default model leave node 1 through eth1 (about
+  // 500 kB); a route put in as the ranks exit sees at most a few packets.
+  EXPECT_GT(sent[0], 100000) << "launch";
+  EXPECT_GE(sent[1], 0);
+  EXPECT_LT(sent[1], 20000) << "exit";
+  EXPECT_EQ(net_namespaces(), before);
+}
+
 TEST(OutOfProcessFaults, FullDiskFailsTheCheckpointWriteAndIsUnmounted) {
   REQUIRE_NAMESPACES();
   auto r = run(results_dir(), R"y(name: disk-full

@@ -132,6 +132,33 @@ TEST_F(ScenarioInput, BadTcRatesAreRefused) {
   }
 }
 
+TEST_F(ScenarioInput, SecondPortsAndRoutesThroughThemAreCheckedAtTheirKeys) {
+  const std::string two = "name: a\ntopology: {ranks: 2, nodes: 2, nics: [8mbit]}\nfaults:\n";
+  EXPECT_EQ(error_of(two + "  - {network: {action: route, node: 1, nic: 1}, at: launch}\n"),
+            "no error");
+  EXPECT_EQ(error_of(two + "  - {network: {action: route, node: 1, nic: 2}, at: launch}\n")
+                .rfind("s.yaml:4:45: faults[0].network.nic: eth2 does not exist (allowed 0-1", 0),
+            0u);
+  EXPECT_EQ(error_of(two + "  - {network: {action: route, node: 1}, at: launch}\n")
+                .rfind("s.yaml:4:15: faults[0].network.nic: route sends the node's traffic out "
+                       "through another interface than eth0 (allowed 1-1",
+                       0),
+            0u);
+  EXPECT_EQ(error_of(two + "  - {network: {action: bandwidth, node: 1, nic: 1}, at: launch}\n")
+                .rfind("s.yaml:4:49: faults[0].network.nic: eth1 is already limited to 8mbit", 0),
+            0u);
+  EXPECT_EQ(error_of(two + "  - {network: {action: drop, node: 1, nic: 1}, at: launch}\n")
+                .rfind("s.yaml:4:44: faults[0].network.nic: drop cuts the node's links", 0),
+            0u);
+  EXPECT_EQ(error_of("name: a\ntopology: {nics: [fast]}\n")
+                .rfind("s.yaml:2:19: topology.nics[0]: 'fast' is not a tc rate", 0),
+            0u);
+  EXPECT_EQ(error_of("name: a\ntopology: {nics: [unlimited, 1mbit, 2mbit, 3mbit]}\n")
+                .rfind("s.yaml:2:18: topology.nics: a list of at most 3 interfaces", 0),
+            0u);
+  EXPECT_EQ(error_of("name: a\ntopology: {nics: [unlimited]}\n"), "no error");
+}
+
 TEST_F(ScenarioInput, DuplicateKeysAreRefusedWhereverTheyAre) {
   EXPECT_EQ(error_of("name: a\nworkload:\n  steps: 3\n  steps: 4\n"),
             "s.yaml:4:3: workload.steps: duplicate key (first at line 3, column 3)");
