@@ -212,8 +212,8 @@ class NetworkFault : public FaultOf<NetworkFault> {
     for (int k = 0; k < h.s.topo.nodes; ++k) {
       if (k == node || (peer >= 0 && k != peer)) continue;
       routed.push_back(k);  // before it runs: heal deletes what may be there
-      h.box.run_on(node, {"ip", "route", "replace", h.box.ip(k) + "/32", "dev", dev, "src",
-                          h.box.ip(node)});
+      h.box.run_on(
+          node, {"ip", "route", "replace", h.box.ip(k) + "/32", "dev", dev, "src", h.box.ip(node)});
     }
     d["peers"] = routed;
     d["device"] = dev;

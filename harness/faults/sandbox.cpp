@@ -158,7 +158,8 @@ void Sandbox::add_nics() {
     const int nic = static_cast<int>(i) + 1;
     const std::string bridge = fmt::format("br{}", nic), dev = fmt::format("eth{}", nic);
     run_tool(in_net(-1, {"ip", "link", "add", bridge, "type", "bridge"}));
-    run_tool(in_net(-1, {"ip", "addr", "add", fmt::format("10.200.{}.254/24", nic), "dev", bridge}));
+    run_tool(
+        in_net(-1, {"ip", "addr", "add", fmt::format("10.200.{}.254/24", nic), "dev", bridge}));
     run_tool(in_net(-1, {"ip", "link", "set", bridge, "up"}));
     for (int k = 0; k < s_.topo.nodes; ++k) {
       const std::string veth = fmt::format("fl{}n{}", k, nic);

@@ -196,8 +196,8 @@ void check_layout(const Source& c, const Topology& t) {
 void parse_nics(const Source& c, Topology& topo) {
   const YAML::Node list = c.r["topology"]["nics"];
   if (!list || list.size() == 0) return;
-  const YAML::Node at = c.doc["topology"] && c.doc["topology"]["nics"] ? c.doc["topology"]["nics"]
-                                                                       : c.doc;
+  const YAML::Node at =
+      c.doc["topology"] && c.doc["topology"]["nics"] ? c.doc["topology"]["nics"] : c.doc;
   ErrorCollector::check([&] {
     if (!list.IsSequence() || list.size() > 3) {
       fail_at(c.file, at, "topology.nics",
