@@ -39,8 +39,19 @@ ReproSummary repro_summary(ReproArgs& a) {
   a.ro.print_events = !a.quiet;
   const auto r = run_variant(faulty, a);
   std::printf("\n");
+  if (r.verdict.outcome == "interrupted") {
+    // Ctrl-C (or a TERM) ends the command, not just the variant that was running.
+    std::printf("INTERRUPTED     %s; the fix variant was not run\nruns: %s\n",
+                r.verdict.explanation.c_str(), r.run_dir.c_str());
+    return {false, false, true, 4};
+  }
   a.ro.fix = true;
   const auto f = run_variant(fixed, a);
+  if (f.verdict.outcome == "interrupted") {
+    std::printf("INTERRUPTED     fix variant: %s\nruns: %s, %s\n", f.verdict.explanation.c_str(),
+                r.run_dir.c_str(), f.run_dir.c_str());
+    return {r.verdict.outcome == "pass", false, true, 4};
+  }
   const bool reproduced = r.verdict.outcome == "pass";
   const bool verified = f.verdict.outcome == "pass";
   std::printf("\n%s  symptom %s: %s\n", reproduced ? "REPRODUCED    " : "NOT REPRODUCED",
@@ -51,7 +62,7 @@ ReproSummary repro_summary(ReproArgs& a) {
   const int rc = !r.harness_error.empty() || !f.harness_error.empty() ? 2
                  : reproduced && verified                             ? 0
                                                                       : 1;
-  return {reproduced, verified, rc};
+  return {reproduced, verified, false, rc};
 }
 
 int repro(ReproArgs& a) {

@@ -8,7 +8,11 @@ namespace fl::cli {
 
 struct ReproSummary {
   bool reproduced = false, verified = false;
-  int exit_code = 2;  // as `faultline repro`: 0 reproduced and fixed, 1 not, 2 harness error
+  // A run ended by SIGINT/SIGTERM (verdict `interrupted`): the fix variant does not start after
+  // an interrupted faulty run, and the exit code is 4.
+  bool interrupted = false;
+  // as `faultline repro`: 0 reproduced and fixed, 1 not, 2 harness error, 4 interrupted
+  int exit_code = 2;
 };
 
 // Runs `faultline repro SCENARIO` (results under results/runs); quiet: the final lines only.

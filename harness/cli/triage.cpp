@@ -14,7 +14,7 @@ namespace {
 fl::triage::ReproOutcome repro_outcome(const std::string& file, bool quiet) {
   try {
     const ReproSummary s = repro_file(file, quiet);
-    return {s.reproduced, s.verified, s.exit_code};
+    return {s.reproduced, s.verified, s.interrupted, s.exit_code};
   } catch (const std::exception& e) {
     std::fprintf(stderr, "faultline repro: %s\n", e.what());
     return {};

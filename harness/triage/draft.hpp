@@ -64,6 +64,7 @@ using Validator = std::function<std::string(const std::string& yaml)>;
 // cleared it; exit_code as repro's (2: the file did not load or the harness failed).
 struct ReproOutcome {
   bool reproduced = false, verified = false;
+  bool interrupted = false;  // SIGINT/SIGTERM ended a run: nothing more should start
   int exit_code = 2;
 };
 // Runs `faultline repro FILE` in process (harness/cli/repro.cpp); quiet: its summaries only.

@@ -93,11 +93,16 @@ std::string draft_line(const Label& l, const Result& r, const std::string& text,
     line += fmt::format(" event {} {}", fmt::join(d.events, "+"),
                         d.base_shows_event ? "shown" : "NOT-SHOWN");
   }
-  if (valid && o.repro && d.cause_expressed() && c.repro_runs < o.repro_max) {
+  if (valid && o.repro && d.cause_expressed() && c.repro_runs < o.repro_max &&
+      !c.repro_interrupted) {
     const auto path = write_draft_temp(d.yaml, "eval");
     const ReproOutcome out = o.repro(path, true);
     std::error_code ec;
     std::filesystem::remove(path, ec);  // the run directories keep the scenario they ran
+    if (out.interrupted) {
+      c.repro_interrupted = true;
+      return line + " repro INTERRUPTED";
+    }
     ++c.repro_runs;
     c.reproduced += out.reproduced;
     c.fix_verified += out.verified;
@@ -262,6 +267,12 @@ EvalCounts evaluate(const Tables& t, const EvalOptions& o, std::string* table) {
   row("repro: reproduced the named symptom", c.reproduced, c.repro_runs);
   row("repro: and the fix cleared it", c.fix_verified, c.repro_runs);
   row("repro: reproduced a labelled symptom", c.reproduced_labelled, c.repro_runs);
+  if (c.repro_interrupted) {
+    *table += fmt::format(
+        "repro interrupted (SIGINT/SIGTERM) after {} finished of up to {}: the repro rows count "
+        "those {}\n",
+        c.repro_runs, o.repro_max, c.repro_runs);
+  }
   return c;
 }
 
@@ -292,7 +303,7 @@ int run_eval(const Tables& t, const EvalOptions& o) {
                 c.drafts);
     rc = 1;
   }
-  return rc;
+  return c.repro_interrupted ? 4 : rc;
 }
 
 }  // namespace fl::triage

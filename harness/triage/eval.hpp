@@ -53,6 +53,9 @@ struct EvalCounts {
   // repro on expressible drafts: run, reproduced the named symptom, fix verified, and reproduced
   // one of the labelled symptoms.
   int repro_runs = 0, reproduced = 0, fix_verified = 0, reproduced_labelled = 0;
+  // SIGINT/SIGTERM ended a repro: no further repro starts, the shares count the finished ones and
+  // run_eval exits 4.
+  bool repro_interrupted = false;
 };
 
 // Whether one of `error_lines` holds an error word (any case: error, exception, traceback, fail,

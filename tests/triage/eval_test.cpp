@@ -1,6 +1,7 @@
 // faultline triage --eval (harness/triage/eval.hpp): what it counts per labelled issue, per stage
 // and per kind of report, with the Wilson intervals its table prints.
 #include "harness/triage/eval.hpp"
+#include "harness/triage/draft_check.hpp"
 #include "tests/support/scratch.hpp"
 #include "tests/triage/tables.hpp"
 
@@ -88,6 +89,55 @@ TEST(TriageEval, CountsPerLabelledStageAndGivesIntervals) {
   EXPECT_EQ(c.by_stage[5].none, 1);
   EXPECT_NE(table.find("| top-1 symptom | 50.0% (2/4) [15-85] |"), std::string::npos) << table;
   EXPECT_NE(table.find("| top-3 symptom | 100.0% (4/4)"), std::string::npos) << table;
+  fs::remove_all(dir);
+}
+
+// Stop 74: a repro that SIGINT or SIGTERM ended stops the eval's repros (a user's Ctrl-C used to
+// end one run and the eval went on to the next draft); the shares count the finished ones.
+TEST(TriageEval, AnInterruptedReproStartsNoOtherAndTheEvalSaysSo) {
+  const fs::path dir = ::fl::test::removed_at_exit(
+      fs::temp_directory_path() / ("fl_triage_test_eval_int." + std::to_string(::getpid())));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string corpus = (dir / "c.jsonl").string();
+  std::ofstream out(corpus);
+  for (int i = 0; i < 4; ++i) {
+    out << fmt::format(R"({{"id": "a#{}", "split": "tune", "error_lines": )"
+                       R"(["RuntimeError: The server socket has failed to listen on any local )"
+                       R"(network address. port: 29500, useIPv6: 0, code: -98, name: EADDRINUSE, )"
+                       R"(message: address already in use"], "env_lines": [], "symptoms": ["2.1"], )"
+                       R"("root_cause": "Flawed launcher and environment configuration", )"
+                       R"("stage": 2}})"
+                       "\n",
+                       i);
+  }
+  out.close();
+  int calls = 0;
+  for (const int interrupt_at : {0, 2}) {
+    calls = 0;
+    EvalOptions o;
+    o.corpus = corpus;
+    o.validate = harness_validator();
+    o.repro_max = 10;
+    o.repro = [&](const std::string&, bool) {
+      ReproOutcome r;
+      r.interrupted = calls == interrupt_at;
+      r.reproduced = r.verified = !r.interrupted;
+      r.exit_code = r.interrupted ? 4 : 0;
+      ++calls;
+      return r;
+    };
+    std::string table;
+    const EvalCounts c = evaluate(tables(), o, &table);
+    EXPECT_TRUE(c.repro_interrupted);
+    EXPECT_EQ(calls, interrupt_at + 1);  // none after the interrupted one
+    EXPECT_EQ(c.repro_runs, interrupt_at);
+    EXPECT_EQ(c.reproduced, interrupt_at);
+    EXPECT_NE(table.find(fmt::format("repro interrupted (SIGINT/SIGTERM) after {} finished",
+                                     interrupt_at)),
+              std::string::npos)
+        << table;
+  }
   fs::remove_all(dir);
 }
 
