@@ -117,6 +117,12 @@ class GptStage {
   // Activation checkpointing: the forward keeps only each block's output; the backward recomputes
   // a block's activations from its input just before its backward and frees them after.
   void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  // Whether group g's backward runs in a checkpointed segment of its own (a block's, recomputed
+  // and differentiated apart from the rest of the backward, as a reentrant checkpoint does).
+  bool recomputes(int g) const {
+    const int first = layout_.has_embedding() ? 1 : 0;
+    return checkpointing_ && g >= first && g < first + layout_.num_layers();
+  }
   // The experts of the MoE blocks (workloads/model/moe.hpp); required when the model has any.
   void set_moe(MoeLayer* moe) { moe_ = moe; }
 

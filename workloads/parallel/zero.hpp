@@ -107,6 +107,13 @@ class ZeroEngine final : public model::ParamAccess {
 
   // Before a step's first micro-batch: gradients to zero. `last` marks the step's last backward.
   void begin_step();
+  // Brackets one backward pass (torch's one `loss.backward()`). Inside, stages 2-3 count each
+  // group's grads_done as DeepSpeed's gradient hook firing: a group whose hook fires a second time
+  // in one pass (a weight used in two checkpointed segments, each recomputed and differentiated
+  // in its own autograd pass) is refused with DeepSpeed's assertion, as stage_1_and_2.py's
+  // params_already_reduced does; stage 0-1 reduce after the backward and count nothing.
+  void begin_backward();
+  void end_backward() { in_backward_ = false; }
   // After every micro-batch's backward: stage 0/1 all-reduce the full gradients bucket by bucket
   // (stage 2/3 reduced them during the backward).
   void finish_gradients();
@@ -258,6 +265,8 @@ class ZeroEngine final : public model::ParamAccess {
   std::map<int, Tensor> live_;     // stage 3: gathered groups
   std::map<int, Tensor> pending_;  // stage 2/3: bucket index -> its gradients (stored format)
   std::vector<char> ready_;        // ddp_reducer: group -> its gradients were produced this step
+  std::vector<char> fired_;        // stage 2-3, in a backward pass: group -> its hook fired
+  bool in_backward_ = false;
   std::vector<int> unfinished_;    // ddp_reducer: the groups the prior step left unready
   // The stage 0-1 bucketed all-reduce of the full gradients (finish_gradients and
   // all_reduce_gradients).

@@ -144,9 +144,27 @@ float* ZeroEngine::grads(int g) {
   return it->second.f32();
 }
 
+void ZeroEngine::begin_backward() {
+  in_backward_ = true;
+  fired_.assign(layout_.groups().size(), 0);
+}
+
 void ZeroEngine::grads_done(int g) {
   if (cfg_.ddp_reducer && static_cast<size_t>(g) < ready_.size())
     ready_[static_cast<size_t>(g)] = 1;
+  if (cfg_.stage >= 2 && in_backward_ && static_cast<size_t>(g) < fired_.size()) {
+    if (fired_[static_cast<size_t>(g)]) {
+      // DeepSpeed's reduce hook copies a parameter's gradient into the bucket once per backward
+      // and marks it reduced; a second firing would overwrite or double its slice.
+      raise(
+          "AssertionError: The parameter {} has already been reduced. Gradient computed twice for "
+          "this partition. Multiple gradient reduction is currently not supported (ZeRO stage {}: "
+          "parameter group {}'s gradient hook fired twice in one backward, as it does for a "
+          "weight used in two checkpointed segments)",
+          g, cfg_.stage, g);
+    }
+    fired_[static_cast<size_t>(g)] = 1;
+  }
   auto it = grads32_of_.find(g);
   if (it != grads32_of_.end()) {
     // The backward rounded them to the precision: storing them in 16 bits loses nothing.

@@ -82,7 +82,12 @@ void data_options(worker::Options& o, TrainArgs& a) {
   o.add_flag("workload.activation_checkpointing", "--activation-checkpointing",
              c.activation_checkpointing,
              "Recompute each block's forward during the backward instead of keeping its "
-             "activations");
+             "activations (each block a reentrant checkpoint: differentiated in a pass of its "
+             "own)");
+  o.add_flag("workload.pair_loss", "--pair-loss", c.pair_loss,
+             "Each two micro-batches are a pair whose losses are summed before one backward (a "
+             "Siamese model's two inputs, DPO's chosen and rejected sequences); grad_accum must "
+             "be even");
 }
 
 // The model's structure (docs/workloads.md#structure): tied embeddings, vocab-parallel wte and

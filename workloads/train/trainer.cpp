@@ -105,6 +105,7 @@ void check_job_config(const TrainConfig& c, const model::Layout& l) {
         "micro_batch_per_gpu * gradient_acc_step * world_size {} != {} * {} * {}",
         c.train_batch_size, c.micro_batch, c.grad_accum, l.dp);
   }
+  check_pair_loss(c, l);
 }
 
 // workload.ddp.wrapper: the layouts torch's DDP is modelled for (ConfigError otherwise).
@@ -227,7 +228,9 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
   const float scale = cfg_.precision == DType::kF16 ? scaler_.scale() : 1.0f;
   const float dloss = scale / static_cast<float>(M);
   double loss_sum = 0;
-  if (topo_.layout.pp == 1) {
+  if (topo_.layout.pp == 1 && cfg_.pair_loss) {
+    loss_sum = pair_forward_backward(mbs, backward, dloss);
+  } else if (topo_.layout.pp == 1) {
     for (size_t i = 0; i < mbs.size(); ++i) {
       const auto& mb = mbs[i];
       // The script's `loss = model(batch)`: skipped (no loss, no gradients, none of the
@@ -246,7 +249,9 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
       phase("forward", f0);
       if (!backward) continue;
       const auto b0 = std::chrono::steady_clock::now();
+      zero_->begin_backward();
       stage_.backward(*a, *zero_, dloss, nullptr, nullptr);
+      zero_->end_backward();
       phase("backward", b0);
       // A no_sync guard that does nothing: this micro-batch's gradients are all-reduced now
       // (the accumulated sum stays right up to rounding: what earlier rounds averaged is the

@@ -99,6 +99,9 @@ struct TrainConfig {
   bool find_unused_parameters = false;  // workload.ddp.find_unused_parameters
   // Recompute each block's forward during the backward instead of keeping its activations.
   bool activation_checkpointing = false;
+  // Each two micro-batches are a pair whose losses are summed before one backward (a Siamese
+  // model's two inputs, DPO's chosen and rejected sequences; pair_step.cpp).
+  bool pair_loss = false;
   // Token ids the data pipeline produces (its tokenizer's vocabulary); 0: the model's vocab.
   int data_vocab = 0;
   // Seed each rank's initial weights with seed + rank, as scripts that seed every process
@@ -165,6 +168,8 @@ void validate_numerics(const TrainConfig& cfg);
 // allocates anything, for every rank of `layout` without a world: the numerics, the DDP wrapper's
 // layouts, and the ZeRO engine's options against each rank's share of the model (bucket sizes).
 void validate_before_world(const TrainConfig& cfg, const model::Layout& layout);
+// workload.pair_loss: pairs of micro-batches (grad_accum even) and no pipeline (ConfigError).
+void check_pair_loss(const TrainConfig& c, const model::Layout& l);
 // The learning rate of `step` (0-based) for a data-parallel size `dp`: warm-up, then cosine decay
 // from the (scaled) peak to the (scaled) min_lr.
 float scheduled_lr(const TrainConfig& cfg, int dp, int64_t step);
@@ -262,6 +267,8 @@ class Trainer {
   std::pair<int32_t, double> judge_gradients(float scale);
   void apply_update(const StepMetrics& m, float scale);
   float forward_backward(const std::vector<MicroBatch>& mbs, bool backward);
+  // forward_backward under pair_loss (pair_step.cpp): the loss summed over the forwards.
+  double pair_forward_backward(const std::vector<MicroBatch>& mbs, bool backward, float dloss);
   void check_replicas() const;
   // Tied embeddings over pipeline stages: the first stage's wte and the last stage's copy must be
   // equal (compared by xxh64 over the pipeline group with the replica check).
