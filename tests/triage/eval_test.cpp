@@ -102,14 +102,15 @@ TEST(TriageEval, AnInterruptedReproStartsNoOtherAndTheEvalSaysSo) {
   const std::string corpus = (dir / "c.jsonl").string();
   std::ofstream out(corpus);
   for (int i = 0; i < 4; ++i) {
-    out << fmt::format(R"({{"id": "a#{}", "split": "tune", "error_lines": )"
-                       R"(["RuntimeError: The server socket has failed to listen on any local )"
-                       R"(network address. port: 29500, useIPv6: 0, code: -98, name: EADDRINUSE, )"
-                       R"(message: address already in use"], "env_lines": [], "symptoms": ["2.1"], )"
-                       R"("root_cause": "Flawed launcher and environment configuration", )"
-                       R"("stage": 2}})"
-                       "\n",
-                       i);
+    out << fmt::format(
+        R"({{"id": "a#{}", "split": "tune", "error_lines": )"
+        R"(["RuntimeError: The server socket has failed to listen on any local )"
+        R"(network address. port: 29500, useIPv6: 0, code: -98, name: EADDRINUSE, )"
+        R"(message: address already in use"], "env_lines": [], "symptoms": ["2.1"], )"
+        R"("root_cause": "Flawed launcher and environment configuration", )"
+        R"("stage": 2}})"
+        "\n",
+        i);
   }
   out.close();
   int calls = 0;
