@@ -38,18 +38,6 @@ std::string results_dir(const std::string& suffix) {
   return test::removed_at_exit(results_dir() + "-" + suffix).string();
 }
 
-// Every network namespace any process is in now.
-std::set<std::string> net_namespaces() {
-  std::set<std::string> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/proc", ec)) {
-    std::error_code e2;
-    auto link = fs::read_symlink(e.path() / "ns" / "net", e2);
-    if (!e2) out.insert(link.string());
-  }
-  return out;
-}
-
 bool mounted_under(const std::string& dir) {
   std::ifstream in("/proc/self/mounts");
   std::string line;
@@ -111,7 +99,6 @@ bool can(const std::vector<std::string>& argv) {
 
 TEST(OutOfProcessFaults, LinkCutMidRunTimesOutAcrossNodesWhileTheControlPlaneSurvives) {
   REQUIRE_NAMESPACES();
-  const auto before = net_namespaces();
   // dp crosses the two nodes, tp stays inside each: cutting node 1 off at step 3 stalls a
   // cross-node all-reduce; telemetry goes over a unix socket that no network fault touches.
   auto r = run(results_dir(), R"y(name: link-cut
@@ -153,9 +140,10 @@ expect: {oracle: comm_timeout}
     }
   }
   EXPECT_TRUE(net && ns);
+  // Nothing of the run is left: its namespace holders ended (holders_left above) and no process
+  // names its directory. (The machine's namespaces are not compared: tests that run beside this
+  // one make and remove their own, and such a check failed in stop 74's CI on another test's.)
   EXPECT_EQ(processes_mentioning(r.dir), 0);
-  const auto after = net_namespaces();
-  for (auto& n : after) EXPECT_TRUE(before.count(n)) << "namespace left behind: " << n;
 }
 
 TEST(OutOfProcessFaults, StoreBehindAFirewallRefusesTheConnection) {
@@ -200,7 +188,6 @@ expect: {oracle: completed}
 // ranks' gradients when it stands from launch, next to nothing when it goes in as they exit.
 TEST(OutOfProcessFaults, RouteSendsANodesTrafficOutThroughItsSecondPortUntilHealed) {
   REQUIRE_NAMESPACES();
-  const auto before = net_namespaces();
   auto scenario = [](const std::string& at) {
     return fmt::format(R"y(name: second-port
 topology: {{ranks: 2, nodes: 2, nics: [unlimited]}}
@@ -224,9 +211,13 @@ expect: {{oracle: completed}}
     ASSERT_EQ(inj.size(), 1u) << r.proc.output;
     EXPECT_EQ(inj[0]["device"], "eth1");
     EXPECT_EQ(inj[0]["peers"], nlohmann::json::array({0}));
+    int holders_left = -1;
     for (const auto& h : harness_events(r, "fault_healed")) {
       if (h.value("fault", "") == "route") sent[i] = h.value("sent_bytes", int64_t{-1});
+      if (h.value("fault", "") == "namespaces") holders_left = h.value("holders_left", -1);
     }
+    // The run's own namespaces (not the machine's: other tests run beside this one) ended.
+    EXPECT_EQ(holders_left, 0) << at;
     EXPECT_TRUE(harness_events(r, "heal_error").empty()) << r.proc.output;
     ++i;
   }
@@ -235,7 +226,6 @@ expect: {{oracle: completed}}
   EXPECT_GT(sent[0], 100000) << "launch";
   EXPECT_GE(sent[1], 0);
   EXPECT_LT(sent[1], 20000) << "exit";
-  EXPECT_EQ(net_namespaces(), before);
 }
 
 TEST(OutOfProcessFaults, FullDiskFailsTheCheckpointWriteAndIsUnmounted) {
