@@ -8,7 +8,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
