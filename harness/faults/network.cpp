@@ -211,9 +211,10 @@ class NetworkFault : public FaultOf<NetworkFault> {
     sent_before = sent_bytes(h);
     for (int k = 0; k < h.s.topo.nodes; ++k) {
       if (k == node || (peer >= 0 && k != peer)) continue;
-      routed.push_back(k);  // before it runs: heal deletes what may be there
+      // `replace` adds the route or adds nothing: heal deletes only those that went in.
       h.box.run_on(
           node, {"ip", "route", "replace", h.box.ip(k) + "/32", "dev", dev, "src", h.box.ip(node)});
+      routed.push_back(k);
     }
     d["peers"] = routed;
     d["device"] = dev;
@@ -242,12 +243,12 @@ class NetworkFault : public FaultOf<NetworkFault> {
         h.box.run_on(node,
                      {"ip", "route", "del", h.box.ip(k) + "/32", "dev", h.box.device(node, nic)});
       } catch (const std::exception& e) {
-        d["error"] = e.what();  // the namespace may be gone with its holder
+        d["errors"].push_back(e.what());  // the namespace may be gone with its holder
       }
     }
     routed.clear();
     try {
-      h.hist.harness(d.contains("error") ? "heal_error" : "fault_healed", d);
+      h.hist.harness(d.contains("errors") ? "heal_error" : "fault_healed", d);
     } catch (...) {
     }
   }
@@ -281,17 +282,23 @@ void check_nic(const ParseContext& c, const YAML::Node& n, const NetworkFault& f
   const std::string key = c.at + ".network.nic";
   const YAML::Node at = n["nic"] ? n["nic"] : n;
   const int have = static_cast<int>(c.s.topo.nics.size());
+  const std::string none =
+      "topology.nics lists no interface besides eth0: add one, e.g. topology.nics: [8mbit]";
   if (f.nic > have) {
     loader::fail_at(c.file, at, key,
-                    fmt::format("eth{} does not exist (allowed 0-{}: eth0, and eth1 on as "
-                                "topology.nics lists them)",
-                                f.nic, have));
+                    have == 0 ? fmt::format("eth{} does not exist ({})", f.nic, none)
+                              : fmt::format("eth{} does not exist (allowed 0-{}: eth0, and eth1 "
+                                            "on as topology.nics lists them)",
+                                            f.nic, have));
   }
   if (f.action == "route" && f.nic == 0) {
     loader::fail_at(c.file, at, key,
-                    fmt::format("route sends the node's traffic out through another interface "
-                                "than eth0 (allowed 1-{}; topology.nics lists them)",
-                                have));
+                    have == 0 ? "route sends the node's traffic out through another interface "
+                                "than eth0 (" + none + ")"
+                              : fmt::format("route sends the node's traffic out through another "
+                                            "interface than eth0 (allowed 1-{}; topology.nics "
+                                            "lists them)",
+                                            have));
   }
   if (f.action == "route" && (f.store || c.s.topo.nodes < 2)) {
     loader::fail_at(c.file, n, c.at + ".network",
@@ -364,6 +371,11 @@ class NetworkKind : public FaultKind {
     f->rate = loader::opt<std::string>(n, "rate", "1mbit");
     if (n["rate"]) loader::check_tc_rate(c.file, n["rate"], c.at + ".network.rate");
     f->nic = loader::opt<int>(n, "nic", 0);
+    if (!c.s.topo.hosts.empty() && (f->action == "route" || f->nic != 0)) {
+      loader::fail_at(c.file, n, c.at + ".network",
+                      "route and nic need the nodes' network namespaces on this machine "
+                      "(topology.nics), not topology.hosts");
+    }
     check_nic(c, n, *f);
     for (auto [key, v] : {std::pair{"node", f->node}, std::pair{"peer", f->peer}}) {
       if (v >= c.s.topo.nodes) {
@@ -380,11 +392,6 @@ class NetworkKind : public FaultKind {
                       "cutting links needs topology.nodes >= 2 (or store: true)");
     }
     if (!c.s.topo.hosts.empty()) {
-      if (f->action == "route" || f->nic != 0) {
-        loader::fail_at(c.file, n, c.at + ".network",
-                        "route and nic need the nodes' network namespaces on this machine "
-                        "(topology.nics), not topology.hosts");
-      }
       // Between hosts (topology.hosts): the rules go on the hosts themselves.
       for (size_t k = 0; k < c.s.topo.hosts.size(); ++k) {
         if (c.s.topo.host_addrs[k].empty()) {

@@ -140,7 +140,9 @@ void Sandbox::setup_network() {
     const int nic = static_cast<int>(i) + 1;
     nics.push_back({{"device", fmt::format("eth{}", nic)},
                     {"subnet", fmt::format("10.200.{}.0/24", nic)},
-                    {"rate", s_.topo.nics[i]}});
+                    {"rate", s_.topo.nics[i]},
+                    {"rp_filter", 0},
+                    {"arp_ignore", 0}});
   }
   hist_.harness("network_setup", {{"nodes", s_.topo.nodes},
                                   {"addresses", ips},
@@ -154,6 +156,18 @@ void Sandbox::setup_network() {
 // which interface carries the ranks' traffic is the routing table's choice (network fault
 // `route`) and their environment's (OMPI_MCA_btl_tcp_if_include, GLOO_SOCKET_IFNAME).
 void Sandbox::add_nics() {
+  if (s_.topo.nics.empty()) return;
+  // A new namespace takes the host's IPv4 settings (net.core.devconf_inherit_init_net 0): a host
+  // with strict reverse-path filtering (rp_filter 1) or arp_ignore would drop what a `route`
+  // sends out of one port with another port's address, a cut instead of a slow port. Loose
+  // settings on every node, whatever the host has.
+  for (int k = 0; k < s_.topo.nodes; ++k) {
+    std::vector<std::string> argv = {"sysctl", "-q", "-w", "net.ipv4.conf.all.rp_filter=0",
+                                     "net.ipv4.conf.default.rp_filter=0",
+                                     "net.ipv4.conf.eth0.rp_filter=0",
+                                     "net.ipv4.conf.all.arp_ignore=0"};
+    run_tool(in_net(k, argv));
+  }
   for (size_t i = 0; i < s_.topo.nics.size(); ++i) {
     const int nic = static_cast<int>(i) + 1;
     const std::string bridge = fmt::format("br{}", nic), dev = fmt::format("eth{}", nic);
@@ -167,6 +181,7 @@ void Sandbox::add_nics() {
                            std::to_string(node_holders_.at(static_cast<size_t>(k)))}));
       run_tool(in_net(-1, {"ip", "link", "set", veth, "master", bridge, "up"}));
       run_tool(in_net(k, {"ip", "addr", "add", nic_ip(k, nic) + "/24", "dev", dev}));
+      run_tool(in_net(k, {"sysctl", "-q", "-w", fmt::format("net.ipv4.conf.{}.rp_filter=0", dev)}));
       run_tool(in_net(k, {"ip", "link", "set", dev, "up"}));
       if (s_.topo.nics[i] != "unlimited") {
         run_tool(in_net(k, {"tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate",

@@ -210,7 +210,13 @@ void parse_nics(const Source& c, Topology& topo) {
       if (!list[i].IsScalar()) {
         fail_at(c.file, item, key, "a tc rate such as 8mbit, or unlimited");
       }
-      if (list[i].Scalar() != "unlimited") loader::check_tc_rate(c.file, item, key);
+      if (list[i].Scalar() != "unlimited") {
+        try {
+          loader::check_tc_rate(c.file, item, key);
+        } catch (const ScenarioError& e) {
+          throw ScenarioError(std::string(e.what()) + " (or unlimited)");
+        }
+      }
       topo.nics.push_back(list[i].Scalar());
     }
     if (!topo.hosts.empty()) {
@@ -303,8 +309,9 @@ void check_namespaces(const Source& c, const Scenario& s,
     ErrorCollector::check([&] {
       fail_at(c.file, doc_fetch ? doc_fetch : c.doc, "workload.fetch",
               "cannot fetch with network namespaces (the ranks cannot reach the run's artifact "
-              "hub on 127.0.0.1; a network fault or topology.network: namespaces puts them "
-              "there; allowed: fetch with topology.network: host and no network fault)");
+              "hub on 127.0.0.1; a network fault, topology.nics or topology.network: "
+              "namespaces puts them there; allowed: fetch with topology.network: host, no "
+              "topology.nics and no network fault)");
     });
   }
   for (const auto& squat : squats) {
@@ -314,7 +321,7 @@ void check_namespaces(const Source& c, const Scenario& s,
       fail_at(c.file, node, at + ".port_squat",
               "port_squat with network namespaces is not supported (the port is held on the "
               "host, the ranks' store listens in their own namespace; allowed: port_squat with "
-              "topology.network: host and no network fault)");
+              "topology.network: host, no topology.nics and no network fault)");
     });
   }
 }

@@ -164,7 +164,7 @@ const std::vector<KeySpec>& scenario_schema() {
          K::kEnum,
          "host",
          "host: every rank on the host's loopback; namespaces: each node in its own network "
-         "namespace behind a bridge (set by any network fault)",
+         "namespace behind a bridge (set by any network fault and by topology.nics)",
          {"host", "namespaces"}},
         {"topology.nics", K::kList, "[]",
          "Each node's network interfaces besides eth0 (10.200.0.0/24), in order: eth1 on "
