@@ -273,5 +273,29 @@ TEST_F(Zero3ModelFile, BadSpecsAndLayoutsAreConfigErrorsNamingTheOption) {
   }
 }
 
+// A wrapper's prefix (torch.compile's `_orig_mod.`) on every key of a saved model file, and the
+// load's consume_prefix_in_state_dict_if_present: without it every key is missing and unexpected.
+TEST_F(Zero3ModelFile, AWrappersPrefixIsSavedAndOnlyTheSamePrefixStripsIt) {
+  auto s = save(0, "p", {"--save-model-file", "state_dict", "--save-key-prefix", "_orig_mod."});
+  ASSERT_EQ(s.proc.exit_code, 0) << s.proc.output;
+  const fs::path file = dir_ / "p" / "step_3" / "model.safetensors";
+  auto [header, data] = parse(file);
+  EXPECT_TRUE(header.contains("_orig_mod.wte.weight"));
+  EXPECT_FALSE(header.contains("wte.weight"));
+  auto load = [&](const std::string& strip) {
+    return run_train(FAULTLINE_TRAIN, 2,
+                     {"--dp", "2", "--load-model-file", file.string(), "--strip-key-prefix", strip},
+                     2);
+  };
+  auto wrong = load("module.");
+  EXPECT_EQ(wrong.proc.exit_code, exit_code::kCheckpoint) << wrong.proc.output;
+  EXPECT_NE(wrong.proc.output.find("\tUnexpected key(s) in state_dict: \"_orig_mod.wte.weight\""),
+            std::string::npos)
+      << wrong.proc.output;
+  auto right = load("_orig_mod.");
+  EXPECT_EQ(right.proc.exit_code, 0) << right.proc.output;
+  EXPECT_EQ(right.steps.size(), 2u);
+}
+
 }  // namespace
 }  // namespace fl::test

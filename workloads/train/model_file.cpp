@@ -271,7 +271,8 @@ void Trainer::save_model_file(const std::string& step_dir) {
       t.values.assign(full.begin() + static_cast<std::ptrdiff_t>(s.offset),
                       full.begin() + static_cast<std::ptrdiff_t>(s.offset + s.numel()));
     }
-    sd.emplace_back(k.name, std::move(t));
+    // A wrapper's state_dict() (torch.compile's `_orig_mod.`, DDP's `module.`) prefixes every key.
+    sd.emplace_back(cfg_.save_key_prefix + k.name, std::move(t));
   }
   const std::string dtype = gathered ? st_dtype(cfg_.precision) : st_dtype(DType::kF32);
   const nlohmann::json meta = {{"format", "pt"},
@@ -291,6 +292,11 @@ void Trainer::load_model_file() {
   StateDict sd;
   if (reads) {
     sd = decode(path);
+    // consume_prefix_in_state_dict_if_present: the keys that carry the prefix lose it.
+    const std::string& strip = cfg_.strip_key_prefix;
+    for (auto& entry : sd) {
+      if (!strip.empty() && entry.first.rfind(strip, 0) == 0) entry.first.erase(0, strip.size());
+    }
     // Built whole (no zero.Init) or inside a gather: the full shapes. Placeholders in the file
     // fail here with PyTorch's size mismatch. load_into module: model.load_state_dict on the
     // module as it is after deepspeed.initialize, whose ZeRO-3 parameters are size-0

@@ -205,10 +205,11 @@ void checkpoint_options(worker::Options& o, TrainArgs& a) {
         "Checkpoint every N steps (0: never)")
       .range(0, 1e9);
   o.add("workload.checkpoint.key_prefix", "--save-key-prefix", c.save_key_prefix,
-        "Prefix on every state-dict key a save writes, as saving a wrapper's state_dict() leaves "
-        "it (DistributedDataParallel: 'module.'; empty: the model's own keys)");
+        "Prefix on every state-dict key a save writes (checkpoints and model files), as saving a "
+        "wrapper's state_dict() leaves it (DistributedDataParallel: 'module.', torch.compile: "
+        "'_orig_mod.'; empty: the model's own keys)");
   o.add("workload.checkpoint.strip_prefix", "--strip-key-prefix", c.strip_key_prefix,
-        "Prefix stripped from the checkpoint's keys before the load "
+        "Prefix stripped from the checkpoint's or model file's keys before the load "
         "(consume_prefix_in_state_dict_if_present; empty: none)");
   o.add("workload.checkpoint.strict", "--load-strict", c.load_strict,
         "load_state_dict(strict): missing or unexpected keys fail the load; false loads the keys "
