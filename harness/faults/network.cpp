@@ -292,13 +292,11 @@ void check_nic(const ParseContext& c, const YAML::Node& n, const NetworkFault& f
                                             f.nic, have));
   }
   if (f.action == "route" && f.nic == 0) {
-    loader::fail_at(c.file, at, key,
-                    have == 0 ? "route sends the node's traffic out through another interface "
-                                "than eth0 (" + none + ")"
-                              : fmt::format("route sends the node's traffic out through another "
-                                            "interface than eth0 (allowed 1-{}; topology.nics "
-                                            "lists them)",
-                                            have));
+    const std::string allowed =
+        have == 0 ? none : fmt::format("allowed 1-{}; topology.nics lists them", have);
+    loader::fail_at(
+        c.file, at, key,
+        "route sends the node's traffic out through another interface than eth0 (" + allowed + ")");
   }
   if (f.action == "route" && (f.store || c.s.topo.nodes < 2)) {
     loader::fail_at(c.file, n, c.at + ".network",

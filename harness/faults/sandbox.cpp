@@ -70,11 +70,11 @@ Node& Sandbox::local_node() {
 }
 
 std::string Sandbox::node_ip(int node) {
-  return fmt::format("{}.{}", kSubnet, node + 1);
+  return nic_ip(node, 0);
 }
 
 std::string Sandbox::nic_ip(int node, int nic) {
-  return fmt::format("10.200.{}.{}", nic, node + 1);
+  return fmt::format("10.200.{}.{}", nic, node + 1);  // nic 0: kSubnet's
 }
 
 pid_t Sandbox::spawn_holder(const std::string& name, const std::vector<std::string>& unshare_args) {
@@ -162,7 +162,10 @@ void Sandbox::add_nics() {
   // sends out of one port with another port's address, a cut instead of a slow port. Loose
   // settings on every node, whatever the host has.
   for (int k = 0; k < s_.topo.nodes; ++k) {
-    std::vector<std::string> argv = {"sysctl", "-q", "-w", "net.ipv4.conf.all.rp_filter=0",
+    std::vector<std::string> argv = {"sysctl",
+                                     "-q",
+                                     "-w",
+                                     "net.ipv4.conf.all.rp_filter=0",
                                      "net.ipv4.conf.default.rp_filter=0",
                                      "net.ipv4.conf.eth0.rp_filter=0",
                                      "net.ipv4.conf.all.arp_ignore=0"};

@@ -158,13 +158,15 @@ TEST_F(ScenarioInput, SecondPortsAndRoutesThroughThemAreCheckedAtTheirKeys) {
             0u);
   EXPECT_EQ(error_of("name: a\ntopology: {nics: [unlimited]}\n"), "no error");
   // Without topology.nics there is no second port to name; between hosts none can be made.
-  EXPECT_EQ(error_of("name: a\ntopology: {ranks: 2, nodes: 2}\nfaults:\n"
-                     "  - {network: {action: route, node: 1}, at: launch}\n"),
-            "s.yaml:4:15: faults[0].network.nic: route sends the node's traffic out through another "
-            "interface than eth0 (topology.nics lists no interface besides eth0: add one, e.g. "
-            "topology.nics: [8mbit])");
-  const std::string hosts = "name: a\ntopology: {ranks: 2, launcher: mpirun, hosts: [a=10.9.0.1, "
-                            "b=10.9.0.2]";
+  EXPECT_EQ(
+      error_of("name: a\ntopology: {ranks: 2, nodes: 2}\nfaults:\n"
+               "  - {network: {action: route, node: 1}, at: launch}\n"),
+      "s.yaml:4:15: faults[0].network.nic: route sends the node's traffic out through another "
+      "interface than eth0 (topology.nics lists no interface besides eth0: add one, e.g. "
+      "topology.nics: [8mbit])");
+  const std::string hosts =
+      "name: a\ntopology: {ranks: 2, launcher: mpirun, hosts: [a=10.9.0.1, "
+      "b=10.9.0.2]";
   for (const std::string fault : {"action: route, node: 1", "action: bandwidth, node: 1, nic: 1"}) {
     EXPECT_EQ(error_of(hosts + "}\nfaults:\n  - {network: {" + fault + "}, at: launch}\n"),
               "s.yaml:4:15: faults[0].network: route and nic need the nodes' network namespaces "

@@ -266,8 +266,8 @@ class ZeroEngine final : public model::ParamAccess {
   std::map<int, Tensor> pending_;  // stage 2/3: bucket index -> its gradients (stored format)
   std::vector<char> ready_;        // ddp_reducer: group -> its gradients were produced this step
   std::vector<char> fired_;        // stage 2-3, in a backward pass: group -> its hook fired
-  bool in_backward_ = false;
   std::vector<int> unfinished_;    // ddp_reducer: the groups the prior step left unready
+  bool in_backward_ = false;       // between begin_backward and end_backward
   // The stage 0-1 bucketed all-reduce of the full gradients (finish_gradients and
   // all_reduce_gradients).
   void all_reduce_buckets();
