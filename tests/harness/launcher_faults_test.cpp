@@ -95,15 +95,19 @@ std::set<std::string> shm_files() {
 }
 
 TEST(FlLaunch, StartsRanksFromItsBaseAndPassesTheFirstFailureOn) {
+  // A port of its own: the default 29500 is bound by the launcher-in-a-launcher tests that ctest
+  // runs beside this one (stop 74's CI saw that store's EADDRINUSE here).
+  const std::string port = std::to_string(test::free_port());
   auto r = test::run_process(
       {FAULTLINE_LAUNCH, "--nproc", "3", "--rank-base", "4", "--", "/usr/bin/env"},
-      {{"RANK", "4"}});
+      {{"RANK", "4"}, {"MASTER_PORT", port}});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* want :
        {"RANK=4\n", "RANK=5\n", "RANK=6\n", "LOCAL_RANK=2\n", "LOCAL_WORLD_SIZE=3\n"}) {
     EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
   }
-  auto f = test::run_process({FAULTLINE_LAUNCH, "--nproc", "2", "--", "/bin/false"});
+  auto f = test::run_process({FAULTLINE_LAUNCH, "--nproc", "2", "--", "/bin/false"},
+                             {{"MASTER_PORT", std::to_string(test::free_port())}});
   EXPECT_EQ(f.exit_code, 1) << f.output;
   EXPECT_NE(f.output.find("failed: exit status 1"), std::string::npos) << f.output;
 }
