@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "harness/model/build_paths.hpp"
+#include "harness/model/tokenizer_files.hpp"
 
 namespace fl::harness {
 
@@ -27,6 +28,7 @@ void train_args(const Scenario& s, const std::string& run_dir, const std::string
   add(out, "--pp", s.topo.pp);
   add(out, "--zero", s.topo.zero);
   if (s.workload.checkpoint_every > 0) add(out, "--save-dir", run_dir + "/checkpoints");
+  if (uses_tokenizer(s)) add(out, "--tokenizer-dir", run_dir + "/tokenizer");
   if (s.workload.auto_resume) {
     add(out, "--auto-resume", run_dir + "/checkpoints");
   } else if (!resume_from.empty()) {

@@ -18,6 +18,7 @@
 #include "harness/faults/oop_faults.hpp"
 #include "harness/launch/launch_args.hpp"
 #include "harness/model/placement.hpp"
+#include "harness/model/tokenizer_files.hpp"
 #include "harness/run/artifact_server.hpp"
 #include "harness/run/run.hpp"
 #include "harness/run/run_agents.hpp"
@@ -47,6 +48,12 @@ void Run::prepare() {
   }
   run_dir_.mkdirs("tmp");
   for (int r = 0; r < s_.topo.ranks; ++r) run_dir_.mkdirs(fmt::format("ranks/rank{}", r));
+  if (uses_tokenizer(s_)) {
+    // What the data's preprocessing left beside it (workload.tokenizer names files in here).
+    run_dir_.mkdirs("tokenizer");
+    for (const auto& [name, text] : tokenizer_files(preset_vocab(s_.workload.model)))
+      run_dir_.write_atomic("tokenizer/" + name, text);
+  }
   YAML::Emitter em;
   em << s_.resolved;
   run_dir_.write_atomic("scenario.yaml", std::string(em.c_str()) + "\n");
@@ -171,7 +178,7 @@ void Run::start_artifact_hub() {
   }
   const std::string hub = dir_ + "/hub";
   run_dir_.mkdirs("hub");
-  const int vocab = s_.workload.model == "small" ? 256 : 64;
+  const int vocab = preset_vocab(s_.workload.model);
   run_dir_.write_atomic(
       "hub/tokenizer.json",
       nlohmann::json{{"kind", "synthetic-chain"}, {"vocab", vocab}}.dump(2) + "\n");

@@ -79,7 +79,8 @@ TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
       "min_loss_scale, loss_scale_window, hysteresis, raise_error_at_min_scale, optimizer, "
       "momentum, weight_decay, lr_scaling, warmup_steps, warmup_style, data, "
       "activation_checkpointing, pair_loss, "
-      "zero, checkpoint, eval_data, ddp, structure, moe, infer, args, command, launch, probe, "
+      "zero, checkpoint, eval_data, ddp, structure, moe, tokenizer, infer, args, command, launch, "
+      "probe, "
       "report_timeout_s)");
 }
 

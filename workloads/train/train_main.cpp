@@ -120,6 +120,23 @@ void print_checksum(train::Trainer& trainer, const worker::Runtime::World& w,
   std::fflush(stdout);
 }
 
+// workload.tokenizer: the tokenizer is built on every rank before the model (Megatron's
+// build_tokenizer); its vocabulary, padded as the structure says, sizes the embedding, and the
+// data keeps the vocabulary it was preprocessed with (the model preset's, or --data-vocab).
+void use_tokenizer(train::TrainArgs& a, bool printer) {
+  if (a.tokenizer.type == "none") return;
+  auto& cfg = a.cfg;
+  if (printer) std::printf("> building %s tokenizer ...\n", a.tokenizer.type.c_str());
+  const train::Tokenizer tok = train::build_tokenizer(a.tokenizer);
+  if (cfg.data_vocab == 0) cfg.data_vocab = cfg.model.vocab;
+  cfg.model.vocab = tok.vocab;
+  if (!printer) return;
+  const int padded = model::padded_vocab(cfg.model, cfg.layout.tp);
+  std::printf(" > padded vocab (size: %d) with %d dummy tokens (new size: %d)\n", tok.vocab,
+              padded - tok.vocab, padded);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,6 +161,7 @@ int main(int argc, char** argv) {
       telemetry::emit("section", {{"name", name}, {"state", begin ? "begin" : "end"}});
     };
     section("setup", true);
+    use_tokenizer(a, w.b.comm->rank() == 0);
     auto topo = parallel::build_topology(*w.b.comm, cfg.layout, cfg.model);
     if (!a.auto_resume.empty() && cfg.resume.empty()) {
       std::string note;

@@ -263,6 +263,32 @@ void checkpoint_options(worker::Options& o, TrainArgs& a) {
              "get different numbers of evaluation batches, each batch's loss being all-reduced");
 }
 
+// The job's tokenizer (docs/workloads.md#tokenizer): Megatron's --tokenizer-type and the files
+// each type reads; its vocabulary replaces the model preset's.
+void tokenizer_options(worker::Options& o, TrainArgs& a) {
+  auto& t = a.tokenizer;
+  o.section("workload.tokenizer",
+            "The tokenizer the job builds at start (Megatron's build_tokenizer); its vocabulary "
+            "sizes the embedding");
+  o.add("workload.tokenizer.type", "--tokenizer-type", t.type,
+        "none (the model preset's vocabulary), GPT2BPETokenizer (vocab_file and merge_file), "
+        "HuggingFaceTokenizer (tokenizer_model: tokenizer.json or its folder) or NullTokenizer "
+        "(vocab_size ids and an end-of-document id)")
+      .choices({"none", "GPT2BPETokenizer", "HuggingFaceTokenizer", "NullTokenizer"});
+  o.add("workload.tokenizer.vocab_file", "--vocab-file", t.vocab_file,
+        "--vocab-file: a vocab.json, relative to the tokenizer folder the harness writes (it "
+        "holds vocab.json, merges.txt and tokenizer.json for the data's vocabulary); empty: not "
+        "passed");
+  o.add("workload.tokenizer.merge_file", "--merge-file", t.merge_file,
+        "--merge-file: a merges.txt in that folder; empty: not passed");
+  o.add("workload.tokenizer.tokenizer_model", "--tokenizer-model", t.tokenizer_model,
+        "--tokenizer-model: tokenizer.json, or . for the folder; empty: not passed");
+  o.add("workload.tokenizer.vocab_size", "--vocab-size", t.vocab_size,
+        "--vocab-size: NullTokenizer's ids (its end-of-document id comes after them); 0: not "
+        "passed")
+      .range(0, 1 << 24);
+}
+
 // Options no scenario key sets: layout (the harness passes the topology), recovery, output.
 void command_line_options(CLI::App& app, TrainArgs& a) {
   auto& c = a.cfg;
@@ -272,6 +298,9 @@ void command_line_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--pp", c.layout.pp, "Pipeline-parallel size");
   app.add_option("--zero", c.layout.zero, "ZeRO stage 0-3");
   app.add_option("--epochs", c.epochs, "Run whole epochs instead of --steps");
+  app.add_option("--tokenizer-dir", a.tokenizer.dir,
+                 "Folder the tokenizer's relative file names are looked up in (the harness "
+                 "passes the run's tokenizer/ folder when workload.tokenizer.type is set)");
   app.add_option("--data-vocab", c.data_vocab,
                  "Vocabulary of the data pipeline's tokenizer (0: the model's)");
   app.add_flag("--seed-per-rank", c.seed_per_rank,
@@ -313,6 +342,7 @@ void declare_train_options(worker::Runtime& rt, TrainArgs& a) {
   ddp_options(rt.options(), a);
   structure_options(rt.options(), a);
   moe_options(rt.options(), a);
+  tokenizer_options(rt.options(), a);
   command_line_options(rt.app(), a);
 }
 

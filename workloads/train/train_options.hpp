@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "workloads/runtime/runtime.hpp"
+#include "workloads/train/tokenizer.hpp"
 #include "workloads/train/trainer.hpp"
 
 namespace fl::train {
@@ -18,6 +19,7 @@ struct TrainArgs {
   int vocab = 0;  // 0: the model's
   model::Structure structure;
   model::MoeConfig moe;
+  TokenizerOptions tokenizer;
   bool checksum = false, memory_report = false, resume_scan = false;
 };
 
