@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace fl::ops {
 
@@ -21,6 +22,10 @@ struct JobVersions {
   // An earlier job's build already in the extensions cache: its framework and ABI ("": none).
   std::string cached_torch;
   bool cached_cxx11_abi = true;
+  // The process-group backends the framework was built with (gloo, nccl, mpi, ucc; what
+  // torch.distributed.is_nccl_available() and friends answer); empty: not stated, every one.
+  std::vector<std::string> backends;
+  bool libuv = true;  // built with libuv (torch >= 2.4's TCPStore asks for it by default)
 };
 
 // Checks every field (a version that does not parse: ConfigError naming `what_key(field)`).

@@ -27,6 +27,28 @@ int base_topo_int(const YAML::Node& doc, const char* key, int dflt) {
   }
 }
 
+// Whether the expectation's pattern (its own or, for any/all, one it combines) matches one of the
+// candidate's evidence lines. The evidence lines are an issue's error lines, a few hundred bytes
+// each: a scan of the whole input (up to 50 MiB) would not be.
+bool pattern_matches(const YAML::Node& expect, const Candidate& c) {
+  if (!expect || !expect.IsMap() || yaml_scalar(expect, "absent") == "true") return false;
+  const YAML::Node of = expect["of"];
+  if (of && of.IsSequence()) {
+    return std::any_of(of.begin(), of.end(),
+                       [&](const YAML::Node& e) { return pattern_matches(e, c); });
+  }
+  const std::string pattern = yaml_scalar(expect, "pattern");
+  if (pattern.empty()) return false;
+  try {
+    const std::regex re(pattern);
+    return std::any_of(c.evidence.begin(), c.evidence.end(), [&](const EvidenceLine& e) {
+      return e.text.size() <= 4096 && std::regex_search(e.text, re);
+    });
+  } catch (const std::regex_error&) {
+    return false;  // a pattern std::regex does not take
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> evidence_events(const Candidate& c) {
@@ -135,6 +157,7 @@ const ScenarioSource* choose_base(const Result& r, const std::vector<ScenarioSou
     if (std::any_of(events.begin(), events.end(),
                     [&](const std::string& e) { return expect_shows(expect, e); }))
       score += w.event;
+    if (pattern_matches(expect, top)) score += w.pattern;
     if (q.zero_stage && base_topo_int(s.doc, "zero", 0) == *q.zero_stage) score += w.zero;
     if (q.launcher && *q.launcher == yaml_scalar(s.doc["topology"], "launcher"))
       score += w.launcher;

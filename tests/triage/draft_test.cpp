@@ -440,6 +440,33 @@ TEST(TriageDraft, AWatchdogTimeoutDraftsFromABaseWhoseOracleIsACommTimeoutOrAHan
   EXPECT_EQ(validate_scenario_text(d.yaml), "");
 }
 
+// Two bases of one symptom and root cause (2.1 / R2.2: a torch build without what the job asks
+// for): the one whose expected error is the line the issue quotes is drafted from, whatever
+// their order by name.
+TEST(TriageDraft, BetweenBasesOfOneCauseTheOneThatPrintsTheQuotedErrorIsChosen) {
+  const auto base_for = [](const std::string& line) {
+    std::istringstream in(line + "\n");
+    const auto input = read_input(in, 16u << 20);
+    Result r = triage(input, tables());
+    EXPECT_EQ(r.kind, Result::Kind::kFound) << line;
+    if (r.kind != Result::Kind::kFound) return std::string();
+    Candidate top = r.symptoms.front();
+    top.id = "2.1";
+    top.evidence = {{1, line, ""}};
+    r.symptoms = {top};
+    r.root_causes = {Candidate{"R2.2", 4.0, {}, "", {}}};
+    return choose_base(r, sources(), BaseQuery{})->shown;
+  };
+  EXPECT_EQ(base_for("RuntimeError: use_libuv was requested but PyTorch was build without libuv "
+                     "support"),
+            "scenarios/issues/tcpstore-asks-for-libuv-the-build-lacks.yaml");
+  EXPECT_EQ(base_for("RuntimeError: Distributed package doesn't have NCCL built in"),
+            "scenarios/issues/process-group-asks-for-nccl-the-build-lacks.yaml");
+  // A line neither prints: the first by name.
+  EXPECT_EQ(base_for("RuntimeError: the store's backend is not supported on this platform"),
+            "scenarios/issues/process-group-asks-for-nccl-the-build-lacks.yaml");
+}
+
 TEST(TriageDraft, AnExpectationShowsAnEventByItsOracleOrItsPattern) {
   const auto shows = [](const char* expect, const char* event) {
     return expect_shows(YAML::Load(expect), event);

@@ -1,9 +1,14 @@
 #include "workloads/runtime/runtime.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+
+#include <fmt/ranges.h>
 
 #include "base/error.hpp"
 #include "base/exit_codes.hpp"
+#include "base/version.hpp"
 #include "injector/describe.hpp"
 #include "kernels/device.hpp"
 #include "kernels/plugin.hpp"
@@ -111,7 +116,48 @@ void Runtime::add_version_options() {
       .version();
   options_.add("workload.versions.cached_extension.cxx11_abi", "--cached-extension-cxx11-abi",
                v.cached_cxx11_abi, "Its framework's C++ ABI");
+  options_
+      .add("workload.versions.backends", "--torch-backends", v.backends,
+           "The process-group backends the framework was built with (gloo, nccl, mpi, ucc; "
+           "Windows and NPU builds of torch have no nccl); a job whose data plane is missing "
+           "stops at init with torch's error. Empty: not stated (every backend)")
+      .choices({"gloo", "nccl", "mpi", "ucc"});
+  options_.add("workload.versions.libuv", "--torch-libuv", v.libuv,
+               "The framework was built with libuv: from torch 2.4 its TCPStore asks for libuv "
+               "unless USE_LIBUV=0, and a build without it (the Windows wheels) stops at "
+               "the rendezvous");
 }
+
+namespace {
+
+// What init_process_group checks of the framework's build before it opens a connection: the
+// rendezvous store's libuv (torch >= 2.4 asks for it unless the environment's USE_LIBUV is 0),
+// then the backend of the default group. The CPU data plane (mpi) stands for the group a CPU job
+// asks for, gloo or mpi; nccl is nccl.
+void check_framework_build(const ops::JobVersions& v, const std::string& data_plane) {
+  const auto torch = parse_version(v.torch);
+  const char* use_libuv = std::getenv("USE_LIBUV");
+  const bool libuv_asked =
+      torch && (torch->major > 2 || (torch->major == 2 && torch->minor >= 4)) &&
+      !(use_libuv && std::string(use_libuv) == "0");
+  if (!v.libuv && libuv_asked) {
+    raise("RuntimeError: use_libuv was requested but PyTorch was build without libuv support "
+          "(torch {} creates the rendezvous TCPStore with libuv unless USE_LIBUV=0; "
+          "workload.versions.libuv says this build has none)",
+          v.torch);
+  }
+  if (v.backends.empty()) return;
+  auto built = [&](const char* b) {
+    return std::find(v.backends.begin(), v.backends.end(), b) != v.backends.end();
+  };
+  const bool nccl = data_plane == "nccl";
+  if (nccl ? built("nccl") : (built("gloo") || built("mpi"))) return;
+  raise("RuntimeError: Distributed package doesn't have {} built in (the job's process group "
+        "asks for {}; workload.versions.backends: the framework was built with {})",
+        nccl ? "NCCL" : "Gloo", nccl ? "nccl" : "gloo", fmt::join(v.backends, ", "));
+}
+
+}  // namespace
 
 std::optional<int> Runtime::parse(int argc, char** argv) {
   // The harness asks for this worker's settings and fault sites (`faultline settings/sites`),
@@ -141,6 +187,7 @@ model::GptConfig Runtime::model_config(int vocab) const {
 int Runtime::run(const std::string& config_hash, const FetchHook& on_fetch,
                  const std::function<int(World&)>& body) {
   return comm::run_worker_main([&]() -> int {
+    check_framework_build(versions_, comm::kBackend.get());
     auto b = comm::bootstrap_worker(config_hash, comm::kBackend.get(), device_);
     // Plugins load once the world has formed (as DeepSpeed loads its fused ops): a rank that
     // cannot load one ends, the others wait for it in a collective.
