@@ -137,14 +137,15 @@ namespace {
 void check_framework_build(const ops::JobVersions& v, const std::string& data_plane) {
   const auto torch = parse_version(v.torch);
   const char* use_libuv = std::getenv("USE_LIBUV");
-  const bool libuv_asked =
-      torch && (torch->major > 2 || (torch->major == 2 && torch->minor >= 4)) &&
-      !(use_libuv && std::string(use_libuv) == "0");
+  const bool libuv_asked = torch &&
+                           (torch->major > 2 || (torch->major == 2 && torch->minor >= 4)) &&
+                           !(use_libuv && std::string(use_libuv) == "0");
   if (!v.libuv && libuv_asked) {
-    raise("RuntimeError: use_libuv was requested but PyTorch was build without libuv support "
-          "(torch {} creates the rendezvous TCPStore with libuv unless USE_LIBUV=0; "
-          "workload.versions.libuv says this build has none)",
-          v.torch);
+    raise(
+        "RuntimeError: use_libuv was requested but PyTorch was build without libuv support "
+        "(torch {} creates the rendezvous TCPStore with libuv unless USE_LIBUV=0; "
+        "workload.versions.libuv says this build has none)",
+        v.torch);
   }
   if (v.backends.empty()) return;
   auto built = [&](const char* b) {
@@ -152,9 +153,10 @@ void check_framework_build(const ops::JobVersions& v, const std::string& data_pl
   };
   const bool nccl = data_plane == "nccl";
   if (nccl ? built("nccl") : (built("gloo") || built("mpi"))) return;
-  raise("RuntimeError: Distributed package doesn't have {} built in (the job's process group "
-        "asks for {}; workload.versions.backends: the framework was built with {})",
-        nccl ? "NCCL" : "Gloo", nccl ? "nccl" : "gloo", fmt::join(v.backends, ", "));
+  raise(
+      "RuntimeError: Distributed package doesn't have {} built in (the job's process group "
+      "asks for {}; workload.versions.backends: the framework was built with {})",
+      nccl ? "NCCL" : "Gloo", nccl ? "nccl" : "gloo", fmt::join(v.backends, ", "));
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ std::string resolve(const TokenizerOptions& o, const std::string& name) {
 }
 
 bool is_dir(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
@@ -30,9 +30,10 @@ bool is_dir(const std::string& path) {
 std::string read_file(const std::string& path, const std::string& arg) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    raise("FileNotFoundError: [Errno 2] No such file or directory: '{}' (the tokenizer's {}; "
-          "relative names are looked up in the job's tokenizer folder)",
-          path, arg);
+    raise(
+        "FileNotFoundError: [Errno 2] No such file or directory: '{}' (the tokenizer's {}; "
+        "relative names are looked up in the job's tokenizer folder)",
+        path, arg);
   }
   std::ostringstream s;
   s << in.rdbuf();
@@ -69,9 +70,10 @@ Tokenizer gpt2_bpe(const TokenizerOptions& o) {
   const std::string vpath = resolve(o, o.vocab_file);
   const nlohmann::json encoder = read_json(vpath, "--vocab-file");
   if (!encoder.is_object()) {
-    raise("AttributeError: '{}' object has no attribute 'items' (GPT2Tokenizer: --vocab-file {} "
-          "holds a JSON {}, not the token-to-id object of a vocab.json)",
-          encoder.is_array() ? "list" : "value", vpath, encoder.type_name());
+    raise(
+        "AttributeError: '{}' object has no attribute 'items' (GPT2Tokenizer: --vocab-file {} "
+        "holds a JSON {}, not the token-to-id object of a vocab.json)",
+        encoder.is_array() ? "list" : "value", vpath, encoder.type_name());
   }
   std::istringstream merges(read_file(resolve(o, o.merge_file), "--merge-file"));
   std::string line;
@@ -80,10 +82,11 @@ Tokenizer gpt2_bpe(const TokenizerOptions& o) {
   while (std::getline(merges, line)) merge_rules += line.empty() ? 0 : 1;
   const auto eod = encoder.find(kEndOfText);
   if (eod == encoder.end() || !eod->is_number_integer()) {
-    raise("KeyError: '{}' (_GPT2BPETokenizer looks up its end-of-document token in the encoder "
-          "--vocab-file {} loaded; its {} top-level keys are not a GPT-2 vocabulary{})",
-          kEndOfText, vpath, encoder.size(),
-          encoder.contains("model") ? ": it is a Hugging Face tokenizer.json" : "");
+    raise(
+        "KeyError: '{}' (_GPT2BPETokenizer looks up its end-of-document token in the encoder "
+        "--vocab-file {} loaded; its {} top-level keys are not a GPT-2 vocabulary{})",
+        kEndOfText, vpath, encoder.size(),
+        encoder.contains("model") ? ": it is a Hugging Face tokenizer.json" : "");
   }
   return {"GPT2BPETokenizer", static_cast<int>(encoder.size()), eod->get<int>(), vpath,
           merge_rules};
@@ -101,17 +104,19 @@ Tokenizer hugging_face(const TokenizerOptions& o) {
   if (is_dir(path)) path += "/tokenizer.json";
   std::ifstream probe(path);
   if (!probe) {
-    raise("OSError: Can't load tokenizer for '{}'. Make sure '{}' is the correct path to a "
-          "directory containing all relevant files for a PreTrainedTokenizerFast tokenizer.",
-          o.tokenizer_model, o.tokenizer_model);
+    raise(
+        "OSError: Can't load tokenizer for '{}'. Make sure '{}' is the correct path to a "
+        "directory containing all relevant files for a PreTrainedTokenizerFast tokenizer.",
+        o.tokenizer_model, o.tokenizer_model);
   }
   const nlohmann::json j = read_json(path, "--tokenizer-model");
   const auto model = j.is_object() ? j.find("model") : j.end();
   if (model == j.end() || !model->is_object() || !model->contains("vocab") ||
       !(*model)["vocab"].is_object()) {
-    raise("Exception: data did not match any variant of untagged enum ModelWrapper ({} has no "
-          "model.vocab object: not a tokenizers tokenizer.json)",
-          path);
+    raise(
+        "Exception: data did not match any variant of untagged enum ModelWrapper ({} has no "
+        "model.vocab object: not a tokenizers tokenizer.json)",
+        path);
   }
   std::set<int64_t> ids;
   int eod = -1;

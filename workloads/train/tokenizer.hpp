@@ -20,8 +20,8 @@ struct TokenizerOptions {
 
 struct Tokenizer {
   std::string type;
-  int vocab = 0;  // tokens, before Megatron's padding
-  int eod = -1;   // the end-of-document id
+  int vocab = 0;       // tokens, before Megatron's padding
+  int eod = -1;        // the end-of-document id
   std::string source;  // the file it was read from ("" for NullTokenizer)
   int merges = 0;      // GPT2BPETokenizer: merges.txt's rules
 };
