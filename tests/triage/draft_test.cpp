@@ -215,35 +215,52 @@ std::string unexpressed_report(const std::string& input) {
   return d.made && !d.cause_expressed() ? format_draft(d) : "";
 }
 
-// A cause some scenario builds, but for another symptom (stop 58 gave R1.3 a base for 1.1 only).
+// A cause some scenario builds, but for another symptom: R4.1 (a misconfigured system setting)
+// has bases for slow, out-of-memory and failing runs, none for a hang.
 TEST(TriageDraft, ACauseBuiltOnlyForAnotherSymptomIsSaidPlainly) {
   const std::string text = unexpressed_report(
       "torchrun --nproc_per_node 2 train.py\n"
-      "ModuleNotFoundError: No module named 'deepspeed'\n");
+      "all_reduce_perf hangs on four GPUs but works on two\n");
   EXPECT_NE(text.find("Could not express:\n"
-                      "  - cause: root cause R1.3 (Gapped component/dependency): faultline builds "
-                      "it only for symptom(s) 1.1, not for 1.2; the draft reproduces 1.2 through "
-                      "R1.4 (its base's cause) instead\n"
+                      "  - cause: root cause R4.1 (Misconfigured system/tool setting): faultline "
+                      "builds it only for symptom(s) 4.1, 4.2, 4.4, 4.8, 4.9, not for 4.11; the "
+                      "draft reproduces 4.11 through R4.6 (its base's cause) instead\n"
                       "  - setting: launcher torchrun (from line 1: `torchrun --nproc_per_node 2 "
-                      "train.py`): the draft keeps launcher auto; faultline has no torchrun "
+                      "train.py`): the draft keeps launcher local; faultline has no torchrun "
                       "launcher (it has local, mpirun, srun, deepspeed, command)\n"),
             std::string::npos)
       << text;
 }
 
-// A cause no scenario builds at all (R2.2, a framework built without the library the job asks
-// for, has none; R4.8 had none until stop 71).
+// A cause no scenario builds at all (R1.6, a flawed framework API; R2.2 had none until stop 75,
+// R4.8 until stop 71).
 TEST(TriageDraft, ACauseWithoutAMechanismIsSaidPlainly) {
   const std::string text = unexpressed_report(
+      "TypeError: Can't instantiate abstract class MPS_Accelerator with abstract methods "
+      "handles_memory_backpressure\n"
+      "    ds_accelerator = MPS_Accelerator()\n");
+  EXPECT_NE(text.find("Could not express:\n"
+                      "  - cause: root cause R1.6 (Flawed framework/API): no scenario or fault "
+                      "kind of faultline builds it yet; the draft reproduces 1.2 through R1.1 "
+                      "(its base's cause) instead\n"),
+            std::string::npos)
+      << text;
+}
+
+// Stop 75: a framework build without NCCL (R2.2) and a component never installed (R1.3, for 1.2)
+// draft from the bases that build them.
+TEST(TriageDraft, AMissingBuildOrComponentDraftsFromItsOwnBase) {
+  const Draft nccl = draft_of(
       "dist.init_process_group(backend='nccl', init_method='env://', world_size=world_size, "
       "rank=rank)\n"
       "RuntimeError: Distributed package doesn't have NCCL built in\n");
-  EXPECT_NE(text.find("Could not express:\n"
-                      "  - cause: root cause R2.2 (Mismatched software and dependency "
-                      "compatibility): no scenario or fault kind of faultline builds it yet; the "
-                      "draft reproduces 2.1 through R2.1 (its base's cause) instead\n"),
-            std::string::npos)
-      << text;
+  ASSERT_TRUE(nccl.made) << nccl.why;
+  EXPECT_TRUE(nccl.cause_expressed()) << format_draft(nccl);
+  EXPECT_EQ(nccl.base, "scenarios/issues/process-group-asks-for-nccl-the-build-lacks.yaml");
+  const Draft apex = draft_of("ModuleNotFoundError: No module named 'apex'\n");
+  ASSERT_TRUE(apex.made) << apex.why;
+  EXPECT_TRUE(apex.cause_expressed()) << format_draft(apex);
+  EXPECT_EQ(apex.base, "scenarios/issues/apex-not-installed-fused-adam-import.yaml");
 }
 
 // Since stop 71 a slowdown ZeRO-3 shows against ZeRO-2 (R4.8) drafts from the base that builds
