@@ -197,9 +197,29 @@ std::string jit_build_framework(const JobVersions& v) {
   return out.string();
 }
 
+// DeepSpeed's installed_cuda_version, the first thing its CUDA check does: torch's CUDA_HOME
+// and `CUDA_HOME/bin/nvcc -V`. torch takes CUDA_HOME (else CUDA_PATH) from the environment as
+// written, with no check; `nvcc` on PATH and /usr/local/cuda, which it tries otherwise, are the
+// machine's, for which the stated toolkit stands. A framework without CUDA builds no CUDA op.
+void check_cuda_home(const JobVersions& v) {
+  if (v.torch_cuda.empty()) return;
+  const char* home = std::getenv("CUDA_HOME");
+  if (home == nullptr || *home == '\0') home = std::getenv("CUDA_PATH");
+  if (home == nullptr || *home == '\0') return;
+  const std::string nvcc = std::string(home) + "/bin/nvcc";
+  if (::access(nvcc.c_str(), X_OK) != 0) {
+    raise<PluginError>(
+        "FileNotFoundError: [Errno 2] No such file or directory: '{}' (DeepSpeed's op builder "
+        "runs CUDA_HOME/bin/nvcc -V for the toolkit's release, and the environment's CUDA_HOME "
+        "is '{}')",
+        nvcc, home);
+  }
+}
+
 // DeepSpeed checks the toolkit on every JIT load (get_cuda_compile_flag is part of cxx_args),
 // before torch looks for a cached build.
 void check_toolkit(const JobVersions& v) {
+  check_cuda_home(v);
   const char* skip = std::getenv("DS_SKIP_CUDA_CHECK");
   const std::string note = check_cuda_versions(v.cuda_toolkit, v.torch_cuda,
                                                skip != nullptr && std::string(skip) == "1");

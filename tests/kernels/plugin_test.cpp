@@ -480,6 +480,8 @@ std::string versions_jit_dir(const std::string& name) {
   ::unsetenv("CXXFLAGS");
   ::unsetenv("CXX");
   ::unsetenv("FAULTLINE_PLUGIN_SRC");  // the tree's sources
+  ::unsetenv("CUDA_HOME");            // torch finds the toolkit itself: the stated one stands
+  ::unsetenv("CUDA_PATH");
   return dir;
 }
 
@@ -542,6 +544,45 @@ TEST(JobVersions, AToolkitMismatchStopsTheJitLoadBeforeAnythingIsBuilt) {
             "was compiled with 11.8, unable to compile cuda/cpp extensions without a matching "
             "cuda version.");
   EXPECT_TRUE(fs::is_empty(dir));
+}
+
+// torch takes CUDA_HOME from the environment as written, and DeepSpeed's op builder runs
+// CUDA_HOME/bin/nvcc -V before anything is built: a CUDA_HOME written as a path list
+// (NVIDIA/apex#368) stops the load; one directory holding bin/nvcc lets it through.
+TEST(JobVersions, ACudaHomeWithoutNvccStopsTheJitLoadBeforeAnythingIsBuilt) {
+  const std::string dir = versions_jit_dir("cuda-home");
+  JobVersions v;
+  v.torch = "2.1.0";
+  v.torch_cuda = "12.1";
+  v.cuda_toolkit = "12.1";
+  set_job_versions(v);
+  ::setenv("CUDA_HOME", ":/usr/local/cuda", 1);
+  EXPECT_EQ(error_of([] { load_plugin("fused_adamw", true); })
+                .rfind("FileNotFoundError: [Errno 2] No such file or directory: "
+                       "':/usr/local/cuda/bin/nvcc' (",
+                       0),
+            0u);
+  EXPECT_TRUE(fs::is_empty(dir));
+  // CUDA_PATH is read when CUDA_HOME is empty; a directory with an executable bin/nvcc passes.
+  const fs::path home = fs::path(dir).parent_path() / "cuda-home-toolkit";
+  fs::create_directories(home / "bin");
+  std::ofstream(home / "bin" / "nvcc") << "#!/bin/sh\n";
+  fs::permissions(home / "bin" / "nvcc", fs::perms::owner_all);
+  ::setenv("CUDA_HOME", "", 1);
+  ::setenv("CUDA_PATH", (home / "nowhere").c_str(), 1);
+  EXPECT_NE(error_of([] { load_plugin("fused_adamw", true); }).find("nowhere/bin/nvcc"),
+            std::string::npos);
+  ::setenv("CUDA_PATH", home.c_str(), 1);
+  EXPECT_EQ(error_of([] { load_plugin("fused_adamw", true); }), "");
+  // A framework without CUDA builds no CUDA op: CUDA_HOME is not read.
+  ::setenv("CUDA_HOME", ":/usr/local/cuda", 1);
+  v.torch_cuda = "";
+  v.cuda_toolkit = "";
+  set_job_versions(v);
+  EXPECT_EQ(error_of([] { load_plugin("fused_adamw", true); }), "");
+  ::unsetenv("CUDA_HOME");
+  ::unsetenv("CUDA_PATH");
+  fs::remove_all(home);
 }
 
 }  // namespace
