@@ -157,7 +157,10 @@ const ScenarioSource* choose_base(const Result& r, const std::vector<ScenarioSou
     if (std::any_of(events.begin(), events.end(),
                     [&](const std::string& e) { return expect_shows(expect, e); }))
       score += w.event;
-    if (pattern_matches(expect, top)) score += w.pattern;
+    // Between bases of the top root cause only: an error text is no reason for another cause.
+    if (!r.root_causes.empty() && s.root_cause == r.root_causes.front().id &&
+        pattern_matches(expect, top))
+      score += w.pattern;
     if (q.zero_stage && base_topo_int(s.doc, "zero", 0) == *q.zero_stage) score += w.zero;
     if (q.launcher && *q.launcher == yaml_scalar(s.doc["topology"], "launcher"))
       score += w.launcher;

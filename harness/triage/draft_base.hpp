@@ -53,8 +53,9 @@ struct BaseQuery {
 struct BaseWeights {
   double root_cause = 4;  // the top root cause; the second half of it, the third a third
   double event = 3;       // the base's expectation shows an event of the evidence
-  // The base's expect.pattern matches one of the top symptom's evidence lines: it prints the
-  // error the issue quotes (between two bases of one root cause, the one of that error).
+  // A base of the top root cause whose expect.pattern matches one of the top symptom's
+  // evidence lines: it prints the error the issue quotes (of two bases of that cause, the one of
+  // that error; counted for no other cause's base).
   double pattern = 2.5;
   double zero = 1, launcher = 0.5, symptoms_dir = 0.25;
 };

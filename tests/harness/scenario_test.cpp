@@ -112,6 +112,20 @@ TEST_F(ScenarioTest, AVersionThatDoesNotParseIsRefusedNamingTheKey) {
   EXPECT_NE(std::find(args.begin(), args.end(), "--torch-cxx11-abi"), args.end());
 }
 
+// workload.tokenizer: the harness names the run's tokenizer folder to the ranks only when the job
+// builds a tokenizer (harness/model/tokenizer_files.cpp writes it at the run's start).
+TEST_F(ScenarioTest, ATokenizerTypeBringsTheRunsTokenizerFolder) {
+  const auto dir_of = [&](const std::string& yaml) {
+    const auto a = worker_args(load_scenario(write("t.yaml", yaml)), "/run", "");
+    const auto it = std::find(a.begin(), a.end(), "--tokenizer-dir");
+    return it == a.end() || it + 1 == a.end() ? std::string("<absent>") : *(it + 1);
+  };
+  EXPECT_EQ(dir_of("name: a\n"), "<absent>");
+  EXPECT_EQ(dir_of("name: a\nworkload: {tokenizer: {type: none}}\n"), "<absent>");
+  EXPECT_EQ(dir_of("name: a\nworkload: {tokenizer: {type: NullTokenizer, vocab_size: 63}}\n"),
+            "/run/tokenizer");
+}
+
 TEST_F(ScenarioTest, NumericKeysThatContradictEachOtherAreRefused) {
   EXPECT_EQ(error_of("name: a\nworkload:\n  momentum: 0.9\n"),
             "s.yaml:3:13: workload.momentum: momentum 0.9 applies to optimizer: sgd only (this "

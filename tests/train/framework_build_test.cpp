@@ -5,6 +5,7 @@
 // the settings that avoid it train.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,8 @@ bool says(const TrainRun& r, const std::string& text) {
 const char* const kLibuv =
     "RuntimeError: use_libuv was requested but PyTorch was build without libuv support";
 
-TEST(FrameworkBuild, ATorchWithoutLibuvStopsAtTheStoreFrom24UnlessUseLibuvIsZero) {
+TEST(FrameworkBuild, ATorchWithoutLibuvStopsAtTheStoreFrom24To26UnlessUseLibuvSaysOtherwise) {
+  ::unsetenv("USE_LIBUV");  // the ranks inherit this process's environment
   const auto no_libuv = train({"--torch-version", "2.5.1", "--torch-libuv", "false"});
   EXPECT_NE(no_libuv.proc.exit_code, 0);
   EXPECT_TRUE(says(no_libuv, kLibuv)) << no_libuv.proc.output;
@@ -35,10 +37,17 @@ TEST(FrameworkBuild, ATorchWithoutLibuvStopsAtTheStoreFrom24UnlessUseLibuvIsZero
       train({"--torch-version", "2.5.1", "--torch-libuv", "false"}, {{"USE_LIBUV", "0"}});
   EXPECT_EQ(workaround.proc.exit_code, 0) << workaround.proc.output;
   EXPECT_EQ(workaround.steps.size(), 2u);
-  // Before 2.4 the store's default was the older backend.
+  // Before 2.4 the store's default was the older backend; from 2.7 the Windows default is too
+  // (pytorch PR 148266), unless USE_LIBUV=1 asks for libuv.
   const auto older = train({"--torch-version", "2.3.1", "--torch-libuv", "false"});
   EXPECT_EQ(older.proc.exit_code, 0) << older.proc.output;
   EXPECT_FALSE(says(older, kLibuv));
+  const auto newer = train({"--torch-version", "2.7.0", "--torch-libuv", "false"});
+  EXPECT_EQ(newer.proc.exit_code, 0) << newer.proc.output;
+  const auto asked =
+      train({"--torch-version", "2.7.0", "--torch-libuv", "false"}, {{"USE_LIBUV", "1"}});
+  EXPECT_NE(asked.proc.exit_code, 0);
+  EXPECT_TRUE(says(asked, kLibuv)) << asked.proc.output;
 }
 
 TEST(FrameworkBuild, TheDefaultGroupsBackendMustBeBuiltIn) {

@@ -123,23 +123,27 @@ void Runtime::add_version_options() {
            "stops at init with torch's error. Empty: not stated (every backend)")
       .choices({"gloo", "nccl", "mpi", "ucc"});
   options_.add("workload.versions.libuv", "--torch-libuv", v.libuv,
-               "The framework was built with libuv: from torch 2.4 its TCPStore asks for libuv "
-               "unless USE_LIBUV=0, and a build without it (the Windows wheels) stops at "
-               "the rendezvous");
+               "The framework was built with libuv (false: torch's Windows wheels). torch 2.4 to "
+               "2.6 create the rendezvous store with libuv unless USE_LIBUV is not 1, and a "
+               "build without it stops there; from 2.7 only USE_LIBUV=1 asks for it");
 }
 
 namespace {
 
-// What init_process_group checks of the framework's build before it opens a connection: the
-// rendezvous store's libuv (torch >= 2.4 asks for it unless the environment's USE_LIBUV is 0),
-// then the backend of the default group. The CPU data plane (mpi) stands for the group a CPU job
-// asks for, gloo or mpi; nccl is nccl.
+// What init_process_group checks of the framework's build: the rendezvous store first, which
+// torch 2.4 to 2.6 creates with libuv unless the environment's USE_LIBUV says otherwise (torch
+// reads it as USE_LIBUV == "1", default "1"; pull request 148266, taken as 2.7, made the default
+// "0" on Windows, whose wheels are the builds without libuv), then, with the world's store up,
+// the default group's backend. Here both come before the world forms. The CPU data plane (mpi)
+// stands for the group a CPU job asks for, gloo or mpi; nccl is nccl.
 void check_framework_build(const ops::JobVersions& v, const std::string& data_plane) {
   const auto torch = parse_version(v.torch);
+  const auto at_least = [&](int major, int minor) {
+    return torch && (torch->major > major || (torch->major == major && torch->minor >= minor));
+  };
   const char* use_libuv = std::getenv("USE_LIBUV");
-  const bool libuv_asked = torch &&
-                           (torch->major > 2 || (torch->major == 2 && torch->minor >= 4)) &&
-                           !(use_libuv && std::string(use_libuv) == "0");
+  const bool libuv_asked = at_least(2, 4) && (use_libuv != nullptr ? std::string(use_libuv) == "1"
+                                                                    : !at_least(2, 7));
   if (!v.libuv && libuv_asked) {
     raise(
         "RuntimeError: use_libuv was requested but PyTorch was build without libuv support "
@@ -153,6 +157,7 @@ void check_framework_build(const ops::JobVersions& v, const std::string& data_pl
   };
   const bool nccl = data_plane == "nccl";
   if (nccl ? built("nccl") : (built("gloo") || built("mpi"))) return;
+  // torch's words for NCCL (and MPI); it has no such check for gloo, so that one is faultline's.
   raise(
       "RuntimeError: Distributed package doesn't have {} built in (the job's process group "
       "asks for {}; workload.versions.backends: the framework was built with {})",

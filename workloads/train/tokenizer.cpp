@@ -40,6 +40,16 @@ std::string read_file(const std::string& path, const std::string& arg) {
   return s.str();
 }
 
+// The Python type json.load gives a JSON value.
+const char* python_type(const nlohmann::json& j) {
+  if (j.is_array()) return "list";
+  if (j.is_string()) return "str";
+  if (j.is_boolean()) return "bool";
+  if (j.is_number_integer()) return "int";
+  if (j.is_number()) return "float";
+  return j.is_null() ? "NoneType" : "dict";
+}
+
 nlohmann::json read_json(const std::string& path, const std::string& arg) {
   const std::string text = read_file(path, arg);
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -73,7 +83,7 @@ Tokenizer gpt2_bpe(const TokenizerOptions& o) {
     raise(
         "AttributeError: '{}' object has no attribute 'items' (GPT2Tokenizer: --vocab-file {} "
         "holds a JSON {}, not the token-to-id object of a vocab.json)",
-        encoder.is_array() ? "list" : "value", vpath, encoder.type_name());
+        python_type(encoder), vpath, encoder.type_name());
   }
   std::istringstream merges(read_file(resolve(o, o.merge_file), "--merge-file"));
   std::string line;
@@ -131,6 +141,10 @@ Tokenizer hugging_face(const TokenizerOptions& o) {
       ids.insert(t["id"].get<int64_t>());
       if (t.value("content", std::string()) == kEndOfText) eod = t["id"].get<int>();
     }
+  }
+  if (ids.empty()) {
+    raise("{}: the tokenizer's vocabulary is empty (model.vocab and added_tokens hold no id)",
+          path);
   }
   return {"HuggingFaceTokenizer", static_cast<int>(ids.size()), eod, path};
 }

@@ -1,9 +1,9 @@
 // The job's tokenizer (workload.tokenizer, docs/workloads.md#tokenizer): built at start from the
 // files its arguments name, as Megatron-LM's build_tokenizer does, and the source of the model's
-// vocabulary. Each type reads its own arguments and refuses a job that lacks them with Megatron's
-// assertion: GPT2BPETokenizer a vocab.json (--vocab-file) and a merges.txt (--merge-file),
-// HuggingFaceTokenizer a tokenizer.json or the folder that holds it (--tokenizer-model),
-// NullTokenizer a size (--vocab-size). Relative names are looked up in the job's tokenizer folder
+// vocabulary. Each type reads its own arguments and refuses a job that lacks them:
+// GPT2BPETokenizer a vocab.json (--vocab-file) and a merges.txt (--merge-file) and NullTokenizer
+// a size (--vocab-size), with Megatron's assertions; HuggingFaceTokenizer a tokenizer.json or the
+// folder that holds it (--tokenizer-model), in faultline's words (Megatron asserts nothing). Relative names are looked up in the job's tokenizer folder
 // (--tokenizer-dir, which the harness fills with the files the data's preprocessing used).
 #pragma once
 

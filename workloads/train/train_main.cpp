@@ -123,13 +123,18 @@ void print_checksum(train::Trainer& trainer, const worker::Runtime::World& w,
 // workload.tokenizer: the tokenizer is built on every rank before the model (Megatron's
 // build_tokenizer); its vocabulary, padded as the structure says, sizes the embedding, and the
 // data keeps the vocabulary it was preprocessed with (the model preset's, or --data-vocab).
-void use_tokenizer(train::TrainArgs& a, bool printer) {
+void use_tokenizer(train::TrainArgs& a, int world, bool printer) {
   if (a.tokenizer.type == "none") return;
   auto& cfg = a.cfg;
   if (printer) std::printf("> building %s tokenizer ...\n", a.tokenizer.type.c_str());
   const train::Tokenizer tok = train::build_tokenizer(a.tokenizer);
   if (cfg.data_vocab == 0) cfg.data_vocab = cfg.model.vocab;
   cfg.model.vocab = tok.vocab;
+  // The layout check before the world formed saw the preset's vocabulary: the tokenizer's must
+  // pass it too (an explicit padded_vocab below it, vocab-parallel shards) before it is printed.
+  model::Layout layout = cfg.layout;
+  layout.world = world;
+  model::validate(cfg.model, layout);
   if (!printer) return;
   const int padded = model::padded_vocab(cfg.model, cfg.layout.tp);
   std::printf(" > padded vocab (size: %d) with %d dummy tokens (new size: %d)\n", tok.vocab,
@@ -148,10 +153,14 @@ int main(int argc, char** argv) {
   train::finish_train_options(rt, a);
   auto trainer_checks = [&](const model::Layout& l) { train::validate_before_world(cfg, l); };
   if (auto rc = rt.check_layout(cfg.model, cfg.layout, trainer_checks)) return *rc;  // validate
+  // The tokenizer's arguments too: its vocabulary replaces the preset's after the world forms.
+  const auto& t = a.tokenizer;
   const std::string hash =
-      fmt::format("gpt:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}", cfg.model.vocab, cfg.model.d_model,
-                  cfg.model.layers, cfg.model.heads, cfg.model.seq_len, cfg.layout.dp,
-                  cfg.layout.tp, cfg.layout.pp, cfg.layout.zero, a.precision, cfg.micro_batch);
+      fmt::format("gpt:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}", cfg.model.vocab,
+                  cfg.model.d_model, cfg.model.layers, cfg.model.heads, cfg.model.seq_len,
+                  cfg.layout.dp, cfg.layout.tp, cfg.layout.pp, cfg.layout.zero, a.precision,
+                  cfg.micro_batch, t.type, t.vocab_file, t.merge_file, t.tokenizer_model,
+                  t.vocab_size);
   auto on_fetch = [&](const std::string& name, const std::string& path) {
     if (name == "tokenizer.json") cfg.data_vocab = rdzv::tokenizer_vocab(path);
   };
@@ -161,7 +170,7 @@ int main(int argc, char** argv) {
       telemetry::emit("section", {{"name", name}, {"state", begin ? "begin" : "end"}});
     };
     section("setup", true);
-    use_tokenizer(a, w.b.comm->rank() == 0);
+    use_tokenizer(a, w.b.comm->size(), w.b.comm->rank() == 0);
     auto topo = parallel::build_topology(*w.b.comm, cfg.layout, cfg.model);
     if (!a.auto_resume.empty() && cfg.resume.empty()) {
       std::string note;
