@@ -142,8 +142,8 @@ void check_framework_build(const ops::JobVersions& v, const std::string& data_pl
     return torch && (torch->major > major || (torch->major == major && torch->minor >= minor));
   };
   const char* use_libuv = std::getenv("USE_LIBUV");
-  const bool libuv_asked = at_least(2, 4) && (use_libuv != nullptr ? std::string(use_libuv) == "1"
-                                                                    : !at_least(2, 7));
+  const bool libuv_asked =
+      at_least(2, 4) && (use_libuv != nullptr ? std::string(use_libuv) == "1" : !at_least(2, 7));
   if (!v.libuv && libuv_asked) {
     raise(
         "RuntimeError: use_libuv was requested but PyTorch was build without libuv support "

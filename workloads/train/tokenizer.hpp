@@ -3,7 +3,8 @@
 // vocabulary. Each type reads its own arguments and refuses a job that lacks them:
 // GPT2BPETokenizer a vocab.json (--vocab-file) and a merges.txt (--merge-file) and NullTokenizer
 // a size (--vocab-size), with Megatron's assertions; HuggingFaceTokenizer a tokenizer.json or the
-// folder that holds it (--tokenizer-model), in faultline's words (Megatron asserts nothing). Relative names are looked up in the job's tokenizer folder
+// folder that holds it (--tokenizer-model), in faultline's words (Megatron asserts nothing).
+// Relative names are looked up in the job's tokenizer folder
 // (--tokenizer-dir, which the harness fills with the files the data's preprocessing used).
 #pragma once
 

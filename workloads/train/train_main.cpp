@@ -155,12 +155,11 @@ int main(int argc, char** argv) {
   if (auto rc = rt.check_layout(cfg.model, cfg.layout, trainer_checks)) return *rc;  // validate
   // The tokenizer's arguments too: its vocabulary replaces the preset's after the world forms.
   const auto& t = a.tokenizer;
-  const std::string hash =
-      fmt::format("gpt:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}", cfg.model.vocab,
-                  cfg.model.d_model, cfg.model.layers, cfg.model.heads, cfg.model.seq_len,
-                  cfg.layout.dp, cfg.layout.tp, cfg.layout.pp, cfg.layout.zero, a.precision,
-                  cfg.micro_batch, t.type, t.vocab_file, t.merge_file, t.tokenizer_model,
-                  t.vocab_size);
+  const std::string hash = fmt::format(
+      "gpt:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}", cfg.model.vocab, cfg.model.d_model,
+      cfg.model.layers, cfg.model.heads, cfg.model.seq_len, cfg.layout.dp, cfg.layout.tp,
+      cfg.layout.pp, cfg.layout.zero, a.precision, cfg.micro_batch, t.type, t.vocab_file,
+      t.merge_file, t.tokenizer_model, t.vocab_size);
   auto on_fetch = [&](const std::string& name, const std::string& path) {
     if (name == "tokenizer.json") cfg.data_vocab = rdzv::tokenizer_vocab(path);
   };
