@@ -86,3 +86,31 @@ TEST(StructureTrain, SkippingTheEmbeddingGroupAllReduceLetsTheTiedCopiesDrift) {
 
 }  // namespace
 }  // namespace fl::test
+
+namespace fl::test {
+namespace {
+
+// NVIDIA/Megatron-LM#1038: data with ids past the vocabulary. The vocab-parallel embedding (TP > 1)
+// masks every id outside a rank's rows, so one past the whole table is zero on every rank and the
+// vocab-parallel cross entropy gives its target a logit of 0: training runs. A plain lookup
+// (TP 1) refuses the id, and so does the cross entropy over gathered logits (parallel_output
+// false), as torch's does.
+TEST(StructureTrain, IdsPastTheVocabularyTrainUnderVocabParallelAndStopAPlainLookup) {
+  const std::vector<std::string> past = {"--micro-batch", "8", "--data-vocab", "100",
+                                         "--vocab-parallel", "true"};
+  const TrainRun masked = train(2, with({"--tp", "2"}, past));
+  EXPECT_EQ(masked.proc.exit_code, 0) << masked.proc.output;
+  EXPECT_EQ(masked.steps.size(), 12u);
+  const TrainRun plain = train(2, with({"--dp", "2"}, past));
+  EXPECT_NE(plain.proc.exit_code, 0);
+  EXPECT_NE(plain.proc.output.find("is outside the vocabulary (size 64)"), std::string::npos)
+      << plain.proc.output;
+  const TrainRun gathered = train(2, with({"--tp", "2", "--parallel-output", "false"}, past));
+  EXPECT_NE(gathered.proc.exit_code, 0);
+  EXPECT_NE(gathered.proc.output.find("IndexError: Target "), std::string::npos)
+      << gathered.proc.output;
+  EXPECT_NE(gathered.proc.output.find("is out of bounds"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fl::test

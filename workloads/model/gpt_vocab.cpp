@@ -16,7 +16,10 @@ void GptStage::embed_forward(StageActs& a, ParamAccess& pa, const int32_t* token
   a.tokens.assign(tokens, tokens + N);
   std::vector<int32_t> local(a.tokens);
   for (int i = 0; i < N; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= V) {
+    // A plain lookup refuses an id past the table; Megatron's VocabParallelEmbedding (TP > 1)
+    // masks every id outside the rank's rows, so one past the whole table is zero on every rank
+    // and nothing fails (NVIDIA/Megatron-LM#1038: mock data past the vocabulary trained at TP 2).
+    if (!vocab_split() && (tokens[i] < 0 || tokens[i] >= V)) {
       raise("token id {} at position {} is outside the vocabulary (size {})", tokens[i], i, V);
     }
     // VocabParallelEmbedding: a token outside this rank's rows reads row 0 and is zeroed.
@@ -87,6 +90,14 @@ void GptStage::head_forward(StageActs& a, ParamAccess& pa, const Tensor& x_kept,
     a.sharded_probs = true;
     vocab_parallel_cross_entropy(a);
   } else {
+    // torch's cross entropy over the whole logits refuses a target past them (the vocab-parallel
+    // one above gives it a target logit of 0, as Megatron's masks it).
+    for (int k = 0; k < N; ++k) {
+      if (targets[k] >= V) {
+        raise("IndexError: Target {} is out of bounds (position {}; the logits have {} columns)",
+              targets[k], k, V);
+      }
+    }
     if (vocab_split()) a.probs = gather_logits(a.probs, N);  // parallel_output false
     // In place: logits -> probabilities (the logits are not needed again).
     ops::softmax_cross_entropy_forward(a.losses.f32(), a.probs.f32(), a.probs.f32(),
