@@ -480,7 +480,7 @@ std::string versions_jit_dir(const std::string& name) {
   ::unsetenv("CXXFLAGS");
   ::unsetenv("CXX");
   ::unsetenv("FAULTLINE_PLUGIN_SRC");  // the tree's sources
-  ::unsetenv("CUDA_HOME");            // torch finds the toolkit itself: the stated one stands
+  ::unsetenv("CUDA_HOME");             // torch finds the toolkit itself: the stated one stands
   ::unsetenv("CUDA_PATH");
   return dir;
 }

@@ -96,7 +96,7 @@ namespace {
 // (TP 1) refuses the id, and so does the cross entropy over gathered logits (parallel_output
 // false), as torch's does.
 TEST(StructureTrain, IdsPastTheVocabularyTrainUnderVocabParallelAndStopAPlainLookup) {
-  const std::vector<std::string> past = {"--micro-batch", "8", "--data-vocab", "100",
+  const std::vector<std::string> past = {"--micro-batch",    "8",   "--data-vocab", "100",
                                          "--vocab-parallel", "true"};
   const TrainRun masked = train(2, with({"--tp", "2"}, past));
   EXPECT_EQ(masked.proc.exit_code, 0) << masked.proc.output;
