@@ -250,17 +250,19 @@ TEST(TriageDraft, ACauseWithoutAMechanismIsSaidPlainly) {
 // Stop 75: a framework build without NCCL (R2.2) and a component never installed (R1.3, for 1.2)
 // draft from the bases that build them.
 TEST(TriageDraft, AMissingBuildOrComponentDraftsFromItsOwnBase) {
-  const Draft nccl = draft_of(
-      "dist.init_process_group(backend='nccl', init_method='env://', world_size=world_size, "
-      "rank=rank)\n"
-      "RuntimeError: Distributed package doesn't have NCCL built in\n");
-  ASSERT_TRUE(nccl.made) << nccl.why;
-  EXPECT_TRUE(nccl.cause_expressed()) << format_draft(nccl);
-  EXPECT_EQ(nccl.base, "scenarios/issues/process-group-asks-for-nccl-the-build-lacks.yaml");
-  const Draft apex = draft_of("ModuleNotFoundError: No module named 'apex'\n");
-  ASSERT_TRUE(apex.made) << apex.why;
-  EXPECT_TRUE(apex.cause_expressed()) << format_draft(apex);
-  EXPECT_EQ(apex.base, "scenarios/issues/apex-not-installed-fused-adam-import.yaml");
+  const std::pair<const char*, const char*> cases[] = {
+      {"dist.init_process_group(backend='nccl', init_method='env://', world_size=world_size, "
+       "rank=rank)\n"
+       "RuntimeError: Distributed package doesn't have NCCL built in\n",
+       "scenarios/issues/process-group-asks-for-nccl-the-build-lacks.yaml"},
+      {"ModuleNotFoundError: No module named 'apex'\n",
+       "scenarios/issues/apex-not-installed-fused-adam-import.yaml"}};
+  for (const auto& [input, base] : cases) {
+    const Draft d = draft_of(input);
+    ASSERT_TRUE(d.made) << d.why;
+    EXPECT_TRUE(d.cause_expressed()) << format_draft(d);
+    EXPECT_EQ(d.base, base);
+  }
 }
 
 // Since stop 71 a slowdown ZeRO-3 shows against ZeRO-2 (R4.8) drafts from the base that builds
