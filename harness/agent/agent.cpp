@@ -317,8 +317,13 @@ int run_agent(const AgentOptions& o) {
   }
   for (const auto& line : actions.cleanup()) say(o, "cleanup: " + line);
   if (actions.stopped()) {
+    // Finish waits for the harness to end the call, so the stop's answer (the relay's final
+    // counts) is read before this process exits: returning after WritesDone alone let the exit
+    // drop it now and then (hosts.relay read the agent's counts as 0).
     stream->WritesDone();
-    say(o, "stopped by the harness");
+    const grpc::Status st = stream->Finish();
+    say(o, st.ok() ? std::string("stopped by the harness")
+                   : "stopped by the harness; the call ended with: " + st.error_message());
     return 0;
   }
   ctx.TryCancel();
