@@ -297,5 +297,42 @@ TEST_F(Zero3ModelFile, AWrappersPrefixIsSavedAndOnlyTheSamePrefixStripsIt) {
   EXPECT_EQ(right.steps.size(), 2u);
 }
 
+// What a load holds in host memory (FAULTLINE_HOST_MEMORY_BUDGET_BYTES): a module built without
+// zero.Init holds its whole fp32 weights (30,080 parameters: 117.50 KiB) on every rank, and a
+// rank that reads the file holds its bytes too. From_pretrained without the DeepSpeed config
+// (Roblox/FAI-RL#66) does both on every rank; with zero.Init and rank 0 reading, the others hold
+// one tensor at a time.
+TEST_F(Zero3ModelFile, EveryRankLoadingTheWholeModelRunsOutOfHostMemoryRankZeroReadingDoesNot) {
+  auto s = save(3, "a", {"--save-model-file", "gathered_16bit"});
+  ASSERT_EQ(s.proc.exit_code, 0) << s.proc.output;
+  const std::string file = (dir_ / "a" / "step_3" / "model.safetensors").string();
+  const std::map<std::string, std::string> budget = {
+      {"FAULTLINE_HOST_MEMORY_BUDGET_BYTES", "200000"}};
+  auto load = [&](int stage, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--dp", "2", "--zero", std::to_string(stage),
+                                  "--load-model-file", file};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_train(FAULTLINE_TRAIN, 2, a, 2, budget);
+  };
+  const std::string oom = "out of memory on host: tried to allocate 119.95 KiB for "
+                          "'load.model_file'; 117.50 KiB already allocated";
+  auto whole = load(3, {"--no-zero-init"});
+  EXPECT_EQ(whole.proc.exit_code, exit_code::kOutOfMemory) << whole.proc.output;
+  for (const char* rank : {"[rank 0] ", "[rank 1] "}) {
+    EXPECT_NE(whole.proc.output.find(rank + oom), std::string::npos) << rank << whole.proc.output;
+  }
+  EXPECT_TRUE(whole.steps.empty());
+  // zero.Init and rank 0 reading: the whole module exists nowhere, the file on rank 0 only.
+  auto partitioned = load(3, {"--load-shard-spec", "world:0:1"});
+  EXPECT_EQ(partitioned.proc.exit_code, 0) << partitioned.proc.output;
+  EXPECT_EQ(partitioned.steps.size(), 2u);
+  // Below stage 3 every module is whole: the reading rank alone goes over.
+  auto stage2 = load(2, {"--load-shard-spec", "world:0:1"});
+  EXPECT_EQ(stage2.proc.exit_code, exit_code::kOutOfMemory) << stage2.proc.output;
+  EXPECT_NE(stage2.proc.output.find("[rank 0] " + oom), std::string::npos) << stage2.proc.output;
+  EXPECT_EQ(stage2.proc.output.find("[rank 1] out of memory"), std::string::npos)
+      << stage2.proc.output;
+}
+
 }  // namespace
 }  // namespace fl::test

@@ -42,6 +42,24 @@ struct Tensor1 {
 };
 using StateDict = std::vector<std::pair<std::string, Tensor1>>;
 
+// Host bytes reserved for what a load holds, released together when it goes.
+class HostCharges {
+ public:
+  explicit HostCharges(MemoryAccountant& acct) : acct_(acct) {}
+  HostCharges(const HostCharges&) = delete;
+  HostCharges& operator=(const HostCharges&) = delete;
+  ~HostCharges() { acct_.release(bytes_); }
+  // Throws OutOfMemoryError naming `what` when the host budget would be exceeded.
+  void take(size_t bytes, std::string_view what) {
+    acct_.reserve(bytes, what);
+    bytes_ += bytes;
+  }
+
+ private:
+  MemoryAccountant& acct_;
+  size_t bytes_ = 0;
+};
+
 size_t numel(const std::vector<int64_t>& shape) {
   size_t n = 1;
   for (auto d : shape) n *= static_cast<size_t>(d);
@@ -289,8 +307,19 @@ void Trainer::load_model_file() {
   const Spec s = spec ? spec_for(cfg_.load_shard_spec, topo_.rank) : Spec{};
   comm::Communicator* group = s.group == "dp" ? topo_.dp.get() : topo_.world;
   const bool reads = !spec || group->rank() == 0;
+  // What the load holds in host memory, charged to the host accountant as it is asked for and
+  // released when the load ends (FAULTLINE_HOST_MEMORY_BUDGET_BYTES): a module built without
+  // zero.Init (below stage 3, or stage 3 with workload.zero.init false) holds all of its fp32
+  // weights on every rank before the engine partitions them, as a from_pretrained that does not
+  // see the DeepSpeed config builds the whole model on the host (Roblox/FAI-RL#66); a rank that
+  // reads the file holds all of its bytes, the state dict torch.load or safetensors returns.
+  HostCharges held(MemoryAccountant::host());
+  if (!(topo_.layout.zero == 3 && cfg_.zero_init)) {
+    held.take(layout_.total() * sizeof(float), "load.whole_module");
+  }
   StateDict sd;
   if (reads) {
+    held.take(static_cast<size_t>(fs::file_size(path)), "load.model_file");
     sd = decode(path);
     // consume_prefix_in_state_dict_if_present: the keys that carry the prefix lose it.
     const std::string& strip = cfg_.strip_key_prefix;
@@ -321,6 +350,8 @@ void Trainer::load_model_file() {
     // The group's rank 0 sizes each shard from the file's tensor, the others from their model.
     const auto& shape = t ? t->shape : k.shape;
     const size_t n = numel(shape) / static_cast<size_t>(s.parts);
+    HostCharges buffer(MemoryAccountant::host());
+    buffer.take(n * sizeof(float), "load.broadcast_shard");
     std::vector<float> shard(n);
     for (int p = 0; p < s.parts; ++p) {
       for (size_t i = 0; t && i < n; ++i)
