@@ -132,6 +132,52 @@ TEST(MoeTraining, DroplessExpertsWithoutTokensLeaveADdpReductionUnfinished) {
                      "dense under the wrapper");
 }
 
+// Under Colossal-AI's GeminiDDP (--zero-reducer gemini at ZeRO-2) a chunk is reduced only once
+// every parameter in it has its gradient: the dropless block's experts that got no token leave
+// their chunk, which the forward used, unreduced, and the first backward fails with GeminiDDP's
+// post-backward error naming exactly them (ColossalAI#5184's Mixtral). (With the experts over
+// several chunks, a rank whose tokens reached all of one chunk's experts reduces it while a rank
+// whose did not goes on to the next: their collectives differ and the job hangs instead.) The capacity-based block
+// runs every expert each step and trains; a dense model trains as under DeepSpeed's buckets (the
+// same losses), with chunks of any size.
+TEST(MoeTraining, DroplessExpertsWithoutTokensFailGeminisPostBackwardCheck) {
+  // 1 MiB chunks: the experts of both blocks but one in the first, h0's expert 0 alone in the
+  // second (which the tokens of both ranks reach), the dense model in a third.
+  const std::vector<std::string> args = {"--dp",          "2",  "--zero",        "2",
+                                         "--moe-experts", "16", "--moe-top-k",   "1",
+                                         "--zero-reducer", "gemini"};
+  const TrainRun gemini = train(2, with(args, {"--moe-dropless", "true"}), 3);
+  EXPECT_EQ(gemini.proc.exit_code, exit_code::kError) << gemini.proc.output;
+  EXPECT_TRUE(gemini.steps.empty()) << gemini.proc.output;
+  const std::regex error(
+      "RuntimeError: \\(\"ZERO DDP error: the synchronization of gradients doesn't exit "
+      "properly\\.\", 'The most possible reason is that the model is not compatible with "
+      "GeminiDDP\\.\\\\n', 'Reduction failed at followed parameters:((\\\\n\\\\t"
+      "h[01]\\.moe\\.experts\\.[0-9]+\\.(fc|proj)\\.(weight|bias))+)'\\) \\(rank ([01]) of "
+      "group 'edp'");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(gemini.proc.output, m, error)) << gemini.proc.output;
+  // Only experts, each with its four parameters: the dense chunks were all reduced.
+  const std::string names = m[1];
+  size_t n = 0;
+  for (size_t at = names.find("\\n\\t"); at != std::string::npos; at = names.find("\\n\\t", at + 1)) ++n;
+  EXPECT_EQ(n % 4, 0u) << names;
+  // DeepSpeed's stage 2 counts a missing gradient as zero: the same model trains there.
+  const TrainRun deepspeed =
+      train(2, with(with(args, {"--moe-dropless", "true"}), {"--zero-reducer", "deepspeed"}), 3);
+  EXPECT_EQ(deepspeed.proc.exit_code, 0) << deepspeed.proc.output;
+  const TrainRun capacity = train(2, args, 3);
+  EXPECT_EQ(capacity.proc.exit_code, 0) << capacity.proc.output;
+  EXPECT_EQ(capacity.steps.size(), 3u);
+  const std::vector<std::string> dense = {"--dp", "2", "--zero", "2"};
+  for (const char* chunk : {"0", "4096"}) {
+    expect_same_losses(
+        train(2, dense, 3),
+        train(2, with(dense, {"--zero-reducer", "gemini", "--reduce-bucket-size", chunk}), 3),
+        std::string("gemini chunks of ") + chunk + " bytes");
+  }
+}
+
 // A configuration the wrapper is not modelled for: exit status 2 and the message naming it.
 void expect_config_error(const std::vector<std::string>& args, const std::string& message) {
   const TrainRun r = train(2, args, 1);
@@ -150,6 +196,13 @@ TEST(MoeTraining, TheDdpWrapperNeedsAReplicatedZero0ModelAndFindUnusedParameters
                       "1, ep_size 1)");
   expect_config_error({"--dp", "2", "--grad-accum", "2", "--ddp"},
                       "but grad_accum is 2 (allowed: 1");
+  expect_config_error({"--dp", "2", "--zero", "3", "--zero-reducer", "gemini"},
+                      "workload.zero.reducer (--zero-reducer) gemini stands for Colossal-AI's "
+                      "GeminiPlugin with shard_param_frac 0.0, whose chunks keep ZeRO-2's layout, "
+                      "but --zero is 3 (allowed: zero 2)");
+  expect_config_error({"--dp", "2", "--zero", "2", "--grad-accum", "2", "--zero-reducer", "gemini"},
+                      "(GeminiPlugin without enable_gradient_accumulation), but grad_accum is 2 "
+                      "(allowed: 1, or 2 with workload.pair_loss)");
   expect_config_error({"--dp", "2", "--find-unused-parameters"},
                       "workload.ddp.find_unused_parameters (--find-unused-parameters) is a "
                       "DistributedDataParallel argument");

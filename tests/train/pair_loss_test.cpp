@@ -47,6 +47,28 @@ TEST(PairLoss, CheckpointedBlocksUnderZero2And3FireTheirReduceHookTwice) {
   }
 }
 
+// Under Colossal-AI's GeminiDDP the same second firing fails in Gemini's gradient hook instead
+// (its chunk slice already filled), naming the block's first parameter; without checkpointing the
+// pair is one pass and trains.
+TEST(PairLoss, UnderGeminiTheSecondFiringFailsItsGradientHook) {
+  const std::vector<std::string> a = {"--dp",        "2", "--zero",      "2",
+                                      "--grad-accum", "2", "--pair-loss", "--zero-reducer",
+                                      "gemini"};
+  std::vector<std::string> ckpt = a;
+  ckpt.emplace_back("--activation-checkpointing");
+  auto r = run_train(FAULTLINE_TRAIN, 2, ckpt, 3);
+  EXPECT_NE(r.proc.exit_code, 0);
+  EXPECT_NE(r.proc.output.find("RuntimeError: Parameter `h1.ln1.weight` failed at the gradient "
+                               "reduction. Some unsupported torch function is operated upon this "
+                               "parameter."),
+            std::string::npos)
+      << r.proc.output;
+  EXPECT_TRUE(r.steps.empty());
+  auto one_pass = run_train(FAULTLINE_TRAIN, 2, a, 3);
+  EXPECT_EQ(one_pass.proc.exit_code, 0) << one_pass.proc.output;
+  EXPECT_EQ(one_pass.steps.size(), 3u);
+}
+
 TEST(PairLoss, WithoutCheckpointingOrBelowZero2ThePairTrainsAsItsMicroBatches) {
   // ZeRO-1 reduces after the backward: the same sums in the same order as grad_accum alone.
   auto apart = train(1, false, true), pair = train(1, true, true);

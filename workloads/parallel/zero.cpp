@@ -56,6 +56,13 @@ void validate(const ZeroConfig& z, size_t total_params, int dp) {
         "DistributedDataParallel argument, but workload.ddp.wrapper (--ddp) is false (allowed: "
         "with wrapper true)");
   }
+  if (z.gemini && z.stage != 2) {
+    raise<ConfigError>(
+        "workload.zero.reducer (--zero-reducer) gemini stands for Colossal-AI's GeminiPlugin with "
+        "shard_param_frac 0.0, whose chunks keep ZeRO-2's layout, but --zero is {} (allowed: "
+        "zero 2)",
+        z.stage);
+  }
   if (z.ddp_reducer && z.stage != 0) {
     raise<ConfigError>(
         "workload.ddp.wrapper (--ddp) wraps the model in DistributedDataParallel, whose reducer "
@@ -97,6 +104,7 @@ ZeroEngine::ZeroEngine(ZeroConfig cfg, const model::ParamLayout& layout, Topolog
   if (mixed_ && (cfg_.stage == 0 || cfg_.stage == 3)) publish_master();
   alloc_grads_and_optimizer_state();
   plan_grad_buckets();
+  if (cfg_.gemini) reset_chunks();
 }
 
 void ZeroEngine::init_weights() {

@@ -77,6 +77,13 @@ struct ZeroConfig {
   // step starts. find_unused_parameters marks the ones the backward never reached as ready.
   bool ddp_reducer = false;
   bool find_unused_parameters = false;
+  // Colossal-AI's GeminiDDP (GeminiPlugin with shard_param_frac 0.0, which keeps ZeRO-2's
+  // layout): the gradient buckets are its chunks. A chunk is reduced when every group in it has
+  // produced its gradient in the step (its tensors all READY_FOR_REDUCE), not when the bucket's
+  // last group fires; after the backward a chunk the forward used that is still unreduced is
+  // GeminiDDP's post-backward error, naming the parameters whose gradient never came, and a
+  // group whose gradient comes twice is its gradient hook's. Stage 2 only.
+  bool gemini = false;
 };
 
 // Checks a configuration against the model size; ConfigError naming the option and what is
@@ -267,6 +274,9 @@ class ZeroEngine final : public model::ParamAccess {
   std::vector<char> ready_;        // ddp_reducer: group -> its gradients were produced this step
   std::vector<char> fired_;        // stage 2-3, in a backward pass: group -> its hook fired
   std::vector<int> unfinished_;    // ddp_reducer: the groups the prior step left unready
+  std::vector<char> accessed_;     // gemini: bucket (chunk) -> a group of it was used this step
+  std::vector<int> chunk_ready_;   // gemini: bucket -> groups whose gradient came this step
+  std::vector<char> reduced_;      // gemini: group -> its gradient came (_gemini_reduced)
   bool in_backward_ = false;       // between begin_backward and end_backward
   // The stage 0-1 bucketed all-reduce of the full gradients (finish_gradients and
   // all_reduce_gradients).
@@ -274,6 +284,14 @@ class ZeroEngine final : public model::ParamAccess {
   // ddp_reducer: the reducer's end of a step (finish_gradients); false when some group is unready.
   bool ddp_ready_to_reduce();
   [[noreturn]] void raise_unfinished_reduction();
+  // gemini: the step's chunk bookkeeping cleared (begin_step, and after the check).
+  void reset_chunks();
+  // gemini: GeminiDDP's _post_backward, after the step's backward.
+  void check_chunks_reduced();
+  // gemini: group g's gradient came; true when that completes its chunk (time to reduce it).
+  bool chunk_completed_by(int g);
+  // The names of the parameters in group g.
+  std::vector<std::string> names_in(int g) const;
 };
 
 }  // namespace fl::parallel

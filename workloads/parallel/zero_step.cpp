@@ -90,6 +90,8 @@ const float* ZeroEngine::decoded(int g, const void* src16) {
 
 const void* ZeroEngine::acquire_stored(int g, bool backward) {
   const model::ParamGroup& grp = layout_.groups()[static_cast<size_t>(g)];
+  // GeminiDDP's pre-forward op hook accesses the parameter's chunk.
+  if (cfg_.gemini && !backward) accessed_[static_cast<size_t>(bucket_of_[static_cast<size_t>(g)])] = 1;
   if (cfg_.stage < 3) {
     if (!mixed_) return master_.f32() + grp.lo;
     return static_cast<const char*>(compute_.raw()) + grp.lo * store_bytes();
@@ -152,7 +154,7 @@ void ZeroEngine::begin_backward() {
 void ZeroEngine::grads_done(int g) {
   if (cfg_.ddp_reducer && static_cast<size_t>(g) < ready_.size())
     ready_[static_cast<size_t>(g)] = 1;
-  if (cfg_.stage >= 2 && in_backward_ && static_cast<size_t>(g) < fired_.size()) {
+  if (!cfg_.gemini && cfg_.stage >= 2 && in_backward_ && static_cast<size_t>(g) < fired_.size()) {
     if (fired_[static_cast<size_t>(g)]) {
       // DeepSpeed's reduce hook copies a parameter's gradient into the bucket once per backward
       // and marks it reduced; a second firing would overwrite or double its slice.
@@ -174,7 +176,7 @@ void ZeroEngine::grads_done(int g) {
   if (cfg_.stage < 2) return;
   const int b = bucket_of_[static_cast<size_t>(g)];
   const Bucket& bk = buckets_[static_cast<size_t>(b)];
-  if (g != bk.last) return;
+  if (cfg_.gemini ? !chunk_completed_by(g) : g != bk.last) return;
   auto pit = pending_.find(b);
   if (pit == pending_.end()) raise("ZeRO: bucket {} completed without gradients", b);
   reduce_bucket(bk, pit->second.raw());
@@ -220,6 +222,7 @@ void ZeroEngine::begin_step() {
   // DDP's prepare_for_forward: a reduction the prior step left unfinished is refused here.
   if (!unfinished_.empty()) raise_unfinished_reduction();
   if (cfg_.ddp_reducer) ready_.assign(layout_.groups().size(), 0);
+  if (cfg_.gemini) reset_chunks();
   ops::zero(grads_.raw(), grads_.bytes());
   pending_.clear();
   grads32_of_.clear();
@@ -227,6 +230,7 @@ void ZeroEngine::begin_step() {
 }
 
 void ZeroEngine::finish_gradients() {
+  if (cfg_.gemini) check_chunks_reduced();
   if (!pending_.empty()) raise("ZeRO: {} gradient bucket(s) never completed", pending_.size());
   // Torch's reducer checks readiness at any world size, one rank included.
   if (cfg_.ddp_reducer && !ddp_ready_to_reduce()) return;
@@ -270,15 +274,64 @@ bool ZeroEngine::ddp_ready_to_reduce() {
   return unfinished_.empty();
 }
 
+std::vector<std::string> ZeroEngine::names_in(int g) const {
+  const auto& grp = layout_.groups()[static_cast<size_t>(g)];
+  std::vector<std::string> names;
+  for (const auto& sp : layout_.specs()) {
+    if (sp.offset >= grp.lo && sp.offset < grp.hi) names.push_back(sp.name);
+  }
+  return names;
+}
+
+void ZeroEngine::reset_chunks() {
+  accessed_.assign(buckets_.size(), 0);
+  chunk_ready_.assign(buckets_.size(), 0);
+  reduced_.assign(layout_.groups().size(), 0);
+}
+
+bool ZeroEngine::chunk_completed_by(int g) {
+  const auto u = static_cast<size_t>(g);
+  if (reduced_[u]) {
+    // grad_handle finds the tensor no longer HOLD_AFTER_BWD: its chunk slice was filled already.
+    raise(
+        "RuntimeError: Parameter `{}` failed at the gradient reduction. Some unsupported torch "
+        "function is operated upon this parameter. (GeminiDDP: parameter group {}'s gradient "
+        "came twice in one step)",
+        names_in(g).empty() ? std::to_string(g) : names_in(g).front(), g);
+  }
+  reduced_[u] = 1;
+  const auto b = static_cast<size_t>(bucket_of_[u]);
+  const Bucket& bk = buckets_[b];
+  if (++chunk_ready_[b] < bk.first - bk.last + 1) return false;
+  accessed_[b] = 0;  // reduced, then released: no longer accessed memory
+  return true;
+}
+
+void ZeroEngine::check_chunks_reduced() {
+  const bool held = std::find(accessed_.begin(), accessed_.end(), 1) != accessed_.end();
+  std::vector<std::string> names;
+  for (size_t g = 0; held && g < reduced_.size(); ++g) {
+    if (reduced_[g]) continue;
+    for (auto& n : names_in(static_cast<int>(g))) names.push_back(std::move(n));
+  }
+  reset_chunks();
+  if (!held) return;
+  // GeminiDDP raises RuntimeError with three strings: Python prints the tuple, its newlines and
+  // tabs escaped.
+  raise(
+      "RuntimeError: (\"ZERO DDP error: the synchronization of gradients doesn't exit "
+      "properly.\", 'The most possible reason is that the model is not compatible with "
+      "GeminiDDP.\\n', 'Reduction failed at followed parameters:\\n\\t{}') (rank {} of group "
+      "'{}': a chunk the forward used still holds parameters whose gradient never came)",
+      fmt::join(names, "\\n\\t"), dp_rank_, topo_.dp->group());
+}
+
 void ZeroEngine::raise_unfinished_reduction() {
   // Refused once: a caller that goes on after the error starts from a clean reducer.
   const std::vector<int> unready = std::exchange(unfinished_, {});
   std::vector<std::string> names;
   for (int g : unready) {
-    const auto& grp = layout_.groups()[static_cast<size_t>(g)];
-    for (const auto& sp : layout_.specs()) {
-      if (sp.offset >= grp.lo && sp.offset < grp.hi) names.push_back(sp.name);
-    }
+    for (auto& n : names_in(g)) names.push_back(std::move(n));
   }
   raise(
       "Expected to have finished reduction in the prior iteration before starting a new one: "

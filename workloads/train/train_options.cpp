@@ -182,8 +182,17 @@ void zero_options(worker::Options& o, TrainArgs& a) {
              "Master weights and Adam moments of the rank's partition on the host, charged to the "
              "host budget (FAULTLINE_HOST_MEMORY_BUDGET_BYTES); stage 1-3 only");
   o.add("workload.zero.reduce_bucket_size", "--reduce-bucket-size", c.bucket_bytes,
-        "Gradient bucket in bytes (0: 1 MiB or the model if smaller)")
+        "Gradient bucket in bytes (0: 1 MiB or the model if smaller); under the gemini "
+        "reducer, GeminiDDP's chunk size")
       .range(0, 1e12);
+  o.add("workload.zero.reducer", "--zero-reducer", c.zero_reducer,
+        "Stage 2's gradient reduction: deepspeed (a bucket is reduced when its last group's "
+        "hook fires; a parameter without a gradient counts as zero) or gemini (Colossal-AI's "
+        "GeminiDDP with shard_param_frac 0.0: the buckets are its chunks, each reduced once all "
+        "its parameters have a gradient; a chunk the forward used that is left unreduced fails "
+        "the backward with 'ZERO DDP error: the synchronization of gradients doesn't exit "
+        "properly')")
+      .choices({"deepspeed", "gemini"});
   o.add("workload.zero.allgather_bucket_size", "--allgather-bucket-size", c.allgather_bucket_bytes,
         "Stages 1-2: bytes all-gathered per round of the updated parameters (0: 1 MiB or the "
         "model)")

@@ -56,6 +56,7 @@ parallel::ZeroConfig zero_config_of(const TrainConfig& c, int stage, int rank) {
   z.offload_optimizer = c.offload_optimizer;
   z.ddp_reducer = c.ddp_wrapper;
   z.find_unused_parameters = c.find_unused_parameters;
+  z.gemini = c.zero_reducer == "gemini";
   z.seed = c.model.seed + (c.seed_per_rank ? rank : 0);
   z.broadcast_init = c.broadcast_init && z.stage < 3;
   z.optimizer_state_bytes = optimizer_state_bytes(c);  // 8: AdamW m, v; 4: SGD momentum; 0
@@ -109,7 +110,22 @@ void check_job_config(const TrainConfig& c, const model::Layout& l) {
 }
 
 // workload.ddp.wrapper: the layouts torch's DDP is modelled for (ConfigError otherwise).
+// GeminiDDP's chunks as modelled: one backward per step (without enable_gradient_accumulation):
+// grad_accum 1, or one pair (workload.pair_loss, grad_accum 2). (Its stage, 2, already refuses
+// pipeline stages.)
+void check_gemini(const TrainConfig& c) {
+  if (c.zero_reducer != "gemini") return;
+  if (c.grad_accum != (c.pair_loss ? 2 : 1)) {
+    raise<ConfigError>(
+        "workload.zero.reducer (--zero-reducer) gemini reduces each chunk in the step's one "
+        "backward (GeminiPlugin without enable_gradient_accumulation), but grad_accum is {} "
+        "(allowed: 1, or 2 with workload.pair_loss)",
+        c.grad_accum);
+  }
+}
+
 void check_ddp(const TrainConfig& c, const model::Layout& l) {
+  check_gemini(c);
   if (!c.ddp_wrapper) return;
   const int ep = c.model.moe.enabled() ? c.model.moe.ep_size : 1;
   if (l.tp != 1 || l.pp != 1 || ep != 1) {

@@ -95,6 +95,9 @@ struct TrainConfig {
   // instead of materialising the whole model first and then keeping a slice.
   bool zero_init = true;
   bool offload_optimizer = false;
+  // workload.zero.reducer: "deepspeed" (DeepSpeed's ZeRO buckets) or "gemini" (Colossal-AI's
+  // GeminiDDP chunks over ZeRO-2's layout; parallel::ZeroConfig::gemini).
+  std::string zero_reducer = "deepspeed";
   bool ddp_wrapper = false;             // workload.ddp.wrapper
   bool find_unused_parameters = false;  // workload.ddp.find_unused_parameters
   // Recompute each block's forward during the backward instead of keeping its activations.
