@@ -268,13 +268,22 @@ void add_cause_gap(const Result& r, const ScenarioSource& base, const Tables& t,
   if (r.root_causes.empty() || r.root_causes.front().id == base.root_cause) return;
   const std::string& rc = r.root_causes.front().id;
   std::set<std::string> elsewhere;
+  std::vector<std::string> here;  // bases of this cause for the draft's symptom, not chosen
   for (const auto& s : sources) {
-    if (s.root_cause == rc) elsewhere.insert(s.symptom);
+    if (s.root_cause != rc) continue;
+    elsewhere.insert(s.symptom);
+    if (s.symptom == base.symptom) here.push_back(s.shown);
   }
   std::string text = fmt::format("root cause {} ({}): ", rc, t.taxonomy.root_cause_name.at(rc));
-  text += elsewhere.empty() ? "no scenario or fault kind of faultline builds it yet"
-                            : fmt::format("faultline builds it only for symptom(s) {}, not for {}",
-                                          fmt::join(elsewhere, ", "), base.symptom);
+  if (!here.empty()) {
+    text += fmt::format("faultline builds it for {} in {}, but the draft's base, {}, fit the input "
+                        "better (its other facts, or a mechanism the input never mentions)",
+                        base.symptom, fmt::join(here, ", "), base.shown);
+  } else {
+    text += elsewhere.empty() ? "no scenario or fault kind of faultline builds it yet"
+                              : fmt::format("faultline builds it only for symptom(s) {}, not for {}",
+                                            fmt::join(elsewhere, ", "), base.symptom);
+  }
   text += fmt::format("; the draft reproduces {} through {} (its base's cause) instead",
                       base.symptom, base.root_cause.empty() ? "another cause" : base.root_cause);
   if (version_cause(rc)) {
