@@ -53,10 +53,12 @@ std::string find_program(const std::string& name, const std::string& path_env) {
 
 std::string command_program_problem(const Scenario& s) {
   if (s.workload.kind != "command" || s.workload.command.empty()) return "";
-  // Only what can be known before the run exists: a program named by {source_dir} or literally.
+  // Only what can be known before the run exists: a program named by {source_dir}, {fl_ckpt} or
+  // literally.
   std::string why;
-  const std::string program =
-      expand_command_arg(s.workload.command[0], {{"source_dir", this_build::source_dir()}}, &why);
+  const std::string program = expand_command_arg(
+      s.workload.command[0],
+      {{"source_dir", this_build::source_dir()}, {"fl_ckpt", this_build::ckpt_bin()}}, &why);
   if (!why.empty() || program.empty()) return "";
   if (program.find('/') != std::string::npos && program[0] != '/') return "";  // the rank's dir
   const auto path = s.env.all.find("PATH");
@@ -245,7 +247,8 @@ class CommandLauncher : public Launcher {
         {"run_id", env["FAULTLINE_RUN_ID"]},
         {"run_dir", h.dir},
         {"rank_dir", fmt::format("{}/ranks/rank{}", h.dir, rank)},
-        {"source_dir", this_build::source_dir()}};
+        {"source_dir", this_build::source_dir()},
+        {"fl_ckpt", this_build::ckpt_bin()}};
     std::vector<std::string> out;
     for (const auto& a : h.s.workload.command) {
       std::string why;

@@ -145,6 +145,18 @@ TEST(CommandWorkload, ALogOracleJudgesAJobWithoutTheProbe) {
   EXPECT_EQ(r.proc.exit_code, 0) << r.proc.output;
 }
 
+// {fl_ckpt} is this build's fl-ckpt: an offline step (zero_to_fp32's conversion) runs as the job,
+// and its failure is judged from its output.
+TEST(CommandWorkload, TheFlCkptPlaceholderRunsThisBuildsCheckpointTool) {
+  auto r = run_yaml(
+      "name: tool\ntopology: {ranks: 1}\n"
+      "workload: {kind: command, probe: false, command: [\"{fl_ckpt}\", \"inspect\", "
+      "\"{run_dir}/no-checkpoint\"]}\n"
+      "expect: {symptom: \"4.10\", oracle: error_signature, pattern: \"no-checkpoint\"}\n"
+      "timeouts: {run_s: 60}\n");
+  EXPECT_EQ(r.proc.exit_code, 0) << r.proc.output;  // fl-ckpt ran and named the folder
+}
+
 // Refused before the run exists (issue 32): `validate` says the same, and no run directory is
 // left.
 TEST(CommandWorkload, AMissingCommandIsRefusedBeforeTheRunNamingTheCommand) {

@@ -139,5 +139,47 @@ TEST_F(Zero3StateDict, AToolThatAssumesAProcessGroupFailsWithPyTorchsWords) {
   EXPECT_FALSE(fs::exists(dir_ / "fp32"));
 }
 
+// --deepspeed VERSION reads the checkpoint as that release's zero_to_fp32.py: a ZeRO-1 checkpoint
+// is an unknown stage before 0.10.0 (DeepSpeed#3089) and converts from it; a stage-0 checkpoint
+// has no ZeRO optimizer files at any release (DeepSpeed#6699); stage 2 converts at 0.9.5.
+TEST_F(Zero3StateDict, ZeroToFp32OfARelease) {
+  auto convert = [&](const std::string& ckpt, const std::string& version) {
+    return run_process({FAULTLINE_CKPT, "consolidate", "--in", (dir_ / ckpt).string(), "--out",
+                        (dir_ / (ckpt + "-" + version)).string(), "--deepspeed", version});
+  };
+  for (int stage : {0, 1, 2}) {
+    auto r = run_train(FAULTLINE_TRAIN, 2,
+                       {"--dp", "2", "--zero", std::to_string(stage), "--save-every", "2",
+                        "--save-dir", (dir_ / ("z" + std::to_string(stage))).string()},
+                       2);
+    ASSERT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  }
+  auto old = convert("z1", "0.9.5");
+  EXPECT_EQ(old.exit_code, exit_code::kCheckpoint) << old.output;
+  EXPECT_NE(old.output.find("ValueError: unknown zero stage 1 (zero_to_fp32.py of DeepSpeed "
+                            "0.9.5 knows stages 2 and 3"),
+            std::string::npos)
+      << old.output;
+  EXPECT_FALSE(fs::exists(dir_ / "z1-0.9.5"));
+  auto fixed = convert("z1", "0.10.0");
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.output;
+  EXPECT_NE(fixed.output.find("Detected checkpoint of type zero stage 1, world_size: 2"),
+            std::string::npos)
+      << fixed.output;
+  EXPECT_EQ(run_process({FAULTLINE_CKPT, "digest", (dir_ / "z1").string()}).output,
+            run_process({FAULTLINE_CKPT, "digest", (dir_ / "z1-0.10.0").string()}).output);
+  auto z0 = convert("z0", "0.16.0");
+  EXPECT_EQ(z0.exit_code, exit_code::kCheckpoint) << z0.output;
+  EXPECT_NE(z0.output.find("FileNotFoundError: can't find *_optim_states.pt files in directory"),
+            std::string::npos)
+      << z0.output;
+  EXPECT_EQ(convert("z2", "0.9.5").exit_code, 0);
+  auto bad = convert("z2", "latest");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--deepspeed 'latest' is not a version (allowed: MAJOR.MINOR"),
+            std::string::npos)
+      << bad.output;
+}
+
 }  // namespace
 }  // namespace fl::test

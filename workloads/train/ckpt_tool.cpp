@@ -15,6 +15,10 @@
 //                                       helper, whose no-group path is a world of one;
 //                                       --assume-process-group asks as code that assumes a group
 //                                       does (dist.get_rank()), which fails as PyTorch's does.
+//                                       --deepspeed VERSION reads the checkpoint as that release's
+//                                       zero_to_fp32.py does: it needs the *_optim_states.pt
+//                                       files ZeRO writes (none at stage 0), and before 0.10.0
+//                                       (pull request #3936) it knows stages 2 and 3 only.
 #include <xxhash.h>
 #include <CLI/CLI.hpp>
 
@@ -23,6 +27,7 @@
 #include <map>
 
 #include "base/utf8.hpp"
+#include "base/version.hpp"
 #include "workloads/comm/default_group.hpp"
 #include "workloads/comm/worker_errors.hpp"
 #include "workloads/model/params.hpp"
@@ -168,13 +173,47 @@ int reshard(const std::string& in, const std::string& out, int new_dp, int out_z
   return 0;
 }
 
+// What DeepSpeed release VERSION's zero_to_fp32.py accepts of a checkpoint of ZeRO stage `zero`
+// over `dp` ranks in `dir`, as its parse_optim_states reads it: the stage comes from the ZeRO
+// optimizer files, which stage 0 does not write (its optimizer state sits in the model states
+// file), and the fp32 partitions' key is known for stages 2 and 3 only before 0.10.0.
+void check_zero_to_fp32(const std::string& version, const std::string& dir, int zero, int dp) {
+  const auto v = parse_version(version);
+  if (!v) {
+    raise<ConfigError>("--deepspeed '{}' is not a version (allowed: {})", version,
+                       kVersionAllowed);
+  }
+  std::printf("Processing zero checkpoint '%s'\n", dir.c_str());
+  if (zero == 0) {
+    raise<CheckpointError>(
+        "FileNotFoundError: can't find *_optim_states.pt files in directory '{}' (zero_to_fp32.py "
+        "of DeepSpeed {} reads ZeRO's optimizer partitions; a ZeRO stage 0 checkpoint has none)",
+        dir, version);
+  }
+  const bool stage1_known = v->major > 0 || v->minor >= 10;
+  if (zero == 1 && !stage1_known) {
+    raise<CheckpointError>(
+        "ValueError: unknown zero stage {} (zero_to_fp32.py of DeepSpeed {} knows stages 2 and "
+        "3; stage 1 from 0.10.0, pull request #3936)",
+        zero, version);
+  }
+  std::printf("Detected checkpoint of type zero stage %d, world_size: %d\n", zero, dp);
+}
+
 // zero_to_fp32.py's job in one process: the writer is rank 0 of the default group, or of a
 // world of one when there is none (the helper's no-group path).
-int consolidate(const std::string& in, const std::string& out, bool assume_group) {
+int consolidate(const std::string& in, const std::string& out, bool assume_group,
+                const std::string& deepspeed) {
   const int rank = assume_group ? comm::default_group_rank() : comm::rank_or_zero();
   const int world = assume_group ? comm::default_group_size() : comm::world_size_or_one();
   std::printf("consolidating as rank %d of %d\n", rank, world);
   if (rank != 0) return 0;
+  if (!deepspeed.empty()) {
+    const std::string dir = resolve_checkpoint(in);
+    const auto m = read_manifest(dir);
+    check_zero_to_fp32(deepspeed, dir, m.at("layout").at("zero").get<int>(),
+                       m.at("layout").at("dp").get<int>());
+  }
   return reshard(in, out, 1, 0);
 }
 
@@ -201,13 +240,17 @@ int main(int argc, char** argv) {
   con->add_option("--out", out)->required();
   con->add_flag("--assume-process-group", assume_group,
                 "Ask dist.get_rank() as code that assumes an initialised group (the bug form)");
+  std::string deepspeed;
+  con->add_option("--deepspeed", deepspeed,
+                  "Read the checkpoint as this DeepSpeed release's zero_to_fp32.py does (stage 0 "
+                  "refused; stage 1 from 0.10.0)");
   CLI11_PARSE(app, argc, argv);
   return comm::run_worker_main([&]() -> int {
     try {
       if (ins->parsed()) return inspect(path);
       if (dig->parsed()) return digest(path);
       if (ks->parsed()) return keys(path);
-      if (con->parsed()) return consolidate(in, out, assume_group);
+      if (con->parsed()) return consolidate(in, out, assume_group, deepspeed);
       return reshard(in, out, dp);
     } catch (const nlohmann::json::exception& e) {  // a manifest key missing or of another type
       raise<CheckpointError>("checkpoint manifest of {} does not hold what a checkpoint needs: {}",
