@@ -37,6 +37,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/tensor.hpp"
@@ -84,6 +85,9 @@ struct ZeroConfig {
   // GeminiDDP's post-backward error, naming the parameters whose gradient never came, and a
   // group whose gradient comes twice is its gradient hook's. Stage 2 only.
   bool gemini = false;
+  // Frozen parameters (workload.freeze): flat [lo, hi) ranges, sorted, whose gradients are zeroed
+  // as each group's backward ends (requires_grad False: torch computes none).
+  std::vector<std::pair<size_t, size_t>> frozen;
 };
 
 // Checks a configuration against the model size; ConfigError naming the option and what is
@@ -152,6 +156,7 @@ class ZeroEngine final : public model::ParamAccess {
     float *params, *grads, *m, *v;
     size_t n;
     Device device;  // where the update runs (the host under offload)
+    size_t first = 0;  // the flat index of element 0 (of params, grads, m and v)
   };
   // Prepares the update of a chunk, after owned_grads(chunk) (offload: its gradients copied to
   // the host). Call finish_update after the last chunk's.
@@ -292,6 +297,8 @@ class ZeroEngine final : public model::ParamAccess {
   bool chunk_completed_by(int g);
   // The names of the parameters in group g.
   std::vector<std::string> names_in(int g) const;
+  // Zeroes the stored gradients of group g's frozen elements.
+  void zero_frozen_grads(int g);
 };
 
 }  // namespace fl::parallel

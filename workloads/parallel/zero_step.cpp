@@ -173,6 +173,7 @@ void ZeroEngine::grads_done(int g) {
     ops::encode(it->second.f32(), grads_stored(g), cfg_.precision, it->second.numel());
     grads32_of_.erase(it);
   }
+  if (!cfg_.frozen.empty()) zero_frozen_grads(g);
   if (cfg_.stage < 2) return;
   const int b = bucket_of_[static_cast<size_t>(g)];
   const Bucket& bk = buckets_[static_cast<size_t>(b)];
@@ -272,6 +273,16 @@ bool ZeroEngine::ddp_ready_to_reduce() {
   // here a rank with one launches none: its replicas that were ready wait in their all-reduce
   // for it, and it fails when its next step starts.
   return unfinished_.empty();
+}
+
+void ZeroEngine::zero_frozen_grads(int g) {
+  const model::ParamGroup& grp = layout_.groups()[static_cast<size_t>(g)];
+  char* stored = static_cast<char*>(grads_stored(g));
+  const size_t es = store_bytes();
+  for (const auto& [lo, hi] : cfg_.frozen) {
+    const size_t a = std::max(lo, grp.lo), b = std::min(hi, grp.hi);
+    if (a < b) ops::zero(stored + (a - grp.lo) * es, (b - a) * es);  // 0 is all-zero bits
+  }
 }
 
 std::vector<std::string> ZeroEngine::names_in(int g) const {
@@ -417,10 +428,10 @@ ZeroEngine::Update ZeroEngine::begin_update(size_t chunk) {
     ops::to_host(host_grads_.f32() + off, g, n * sizeof(float));
     grads32_.release();  // the device's fp32 copy is no longer needed
     float* p = host_master_.f32() + off;
-    return {p, host_grads_.f32() + off, at(m_, off), at(v_, off), n, Device::cpu()};
+    return {p, host_grads_.f32() + off, at(m_, off), at(v_, off), n, Device::cpu(), lo_ + off};
   }
   float* p = cfg_.stage == 0 || partitioned_master() ? master_.f32() : master_.f32() + lo_;
-  return {p + off, g, at(m_, off), at(v_, off), n, dev_.device()};
+  return {p + off, g, at(m_, off), at(v_, off), n, dev_.device(), (cfg_.stage == 0 ? 0 : lo_) + off};
 }
 
 void ZeroEngine::finish_update() {

@@ -84,6 +84,10 @@ void data_options(worker::Options& o, TrainArgs& a) {
              "Recompute each block's forward during the backward instead of keeping its "
              "activations (each block a reentrant checkpoint: differentiated in a pass of its "
              "own)");
+  o.add("workload.freeze", "--freeze", c.freeze,
+        "Parameters whose requires_grad is False, as fnmatch patterns over their state-dict names "
+        "(blocks.0.*, wte.weight): no gradient, not in the optimizer; a rank left with none to "
+        "train fails as torch.optim does ('optimizer got an empty parameter list')");
   o.add_flag("workload.pair_loss", "--pair-loss", c.pair_loss,
              "Each two micro-batches are a pair whose losses are summed before one backward (a "
              "Siamese model's two inputs, DPO's chosen and rejected sequences); grad_accum must "

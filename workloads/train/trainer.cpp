@@ -14,6 +14,7 @@
 #include "workloads/comm/communicator.hpp"
 #include "workloads/model/state_dict.hpp"
 #include "workloads/parallel/pipeline.hpp"
+#include "workloads/train/freeze.hpp"
 
 namespace fl::train {
 
@@ -152,6 +153,7 @@ void validate_before_world(const TrainConfig& cfg, const model::Layout& l) {
   validate_numerics(cfg);  // in the order a rank's Trainer makes them
   check_job_config(cfg, l);
   check_ddp(cfg, l);
+  check_freeze(cfg.freeze, cfg.model);
   for (int stage = 0; stage < l.pp; ++stage) {
     for (int t = 0; t < l.tp; ++t) {
       const model::ParamLayout share(cfg.model, l.tp, t, l.pp, stage);
@@ -182,7 +184,22 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   check_job_config(cfg_, topo.layout);
   gemm_precision_ = gemm_precision_for(cfg_.precision, acct.device(), kGemmPrecision.get());
   check_ddp_wrapper(topo);
-  const parallel::ZeroConfig z = zero_config(topo);
+  check_freeze(cfg_.freeze, cfg_.model);
+  parallel::ZeroConfig z = zero_config(topo);
+  z.frozen = frozen_ranges(layout_, cfg_.freeze);
+  frozen_ = z.frozen;
+  if (!z.frozen.empty()) {
+    size_t frozen = 0;
+    for (const auto& [lo, hi] : z.frozen) frozen += hi - lo;
+    // deepspeed.initialize(model_parameters=[p for p in model.parameters() if p.requires_grad])
+    // builds the optimizer from this rank's trainable parameters (its pipeline stage's).
+    if (frozen >= layout_.total()) {
+      raise(
+          "ValueError: optimizer got an empty parameter list (rank {}, pipeline stage {} of {}: "
+          "workload.freeze leaves none of the {} parameters it holds trainable)",
+          topo.rank, topo.pp_rank, topo.layout.pp, layout_.total());
+    }
+  }
   stage_.set_activation_checkpointing(cfg_.activation_checkpointing);
   zero_.emplace(z, layout_, topo, acct_, MemoryAccountant::host(), staging_);
   if (cfg_.model.moe.enabled()) {
@@ -406,10 +423,18 @@ void Trainer::apply_update(const StepMetrics& m, float scale) {
   ops::AdamW hp{m.lr, cfg_.beta1, cfg_.beta2, 1e-8f, cfg_.weight_decay};
   ops::Sgd sgd{m.lr, cfg_.momentum, cfg_.weight_decay};
   auto apply = [&](const parallel::ZeroEngine::Update& u) {
-    if (cfg_.optimizer == "sgd") {
-      ops::sgd_update(u.params, u.grads, u.m, u.n, sgd);
-    } else {
-      ops::adamw_update(u.params, u.grads, u.m, u.v, u.n, step_ + 1, hp);
+    // Frozen elements are not in the optimizer: only the trainable runs of the chunk are updated.
+    const auto runs = frozen_.empty()
+                          ? std::vector<std::pair<size_t, size_t>>{{0, u.n}}
+                          : trainable_runs(frozen_, u.first, u.n);
+    for (const auto& [a, b] : runs) {
+      float* m = u.m ? u.m + a : nullptr;
+      float* v = u.v ? u.v + a : nullptr;
+      if (cfg_.optimizer == "sgd") {
+        ops::sgd_update(u.params + a, u.grads + a, m, b - a, sgd);
+      } else {
+        ops::adamw_update(u.params + a, u.grads + a, m, v, b - a, step_ + 1, hp);
+      }
     }
   };
   for (size_t c = 0; c < zero_->owned_chunks(); ++c) {

@@ -98,6 +98,9 @@ struct TrainConfig {
   // workload.zero.reducer: "deepspeed" (DeepSpeed's ZeRO buckets) or "gemini" (Colossal-AI's
   // GeminiDDP chunks over ZeRO-2's layout; parallel::ZeroConfig::gemini).
   std::string zero_reducer = "deepspeed";
+  // workload.freeze: fnmatch patterns over state-dict names of parameters whose requires_grad is
+  // False (workloads/train/freeze.hpp).
+  std::vector<std::string> freeze;
   bool ddp_wrapper = false;             // workload.ddp.wrapper
   bool find_unused_parameters = false;  // workload.ddp.find_unused_parameters
   // Recompute each block's forward during the backward instead of keeping its activations.
@@ -321,6 +324,9 @@ class Trainer {
   // Communication staging buffers (16-bit gradients, a ZeRO partition in flight) live on the
   // rank's device but outside its memory budget, as the host vectors they replace on CPU did.
   mutable MemoryAccountant staging_;
+  // workload.freeze: this rank's frozen flat ranges (the engine zeroes their gradients; the
+  // optimizer skips them).
+  std::vector<std::pair<size_t, size_t>> frozen_;
   DType gemm_precision_ = DType::kF32;
   int64_t step_ = 0;
   // lr_scheduler.step calls missed (negative) or made twice (positive) on this rank: the

@@ -1,0 +1,132 @@
+// workload.freeze (workloads/train/freeze.hpp): frozen parameters get no gradient and are not in
+// the optimizer, so their values never change while the others train; a pipeline stage left
+// with nothing to train fails as torch.optim does (deepspeedai/DeepSpeed#5071).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/process.hpp"
+#include "tests/support/train_run.hpp"
+#include "workloads/model/config.hpp"
+#include "workloads/model/params.hpp"
+#include "workloads/train/freeze.hpp"
+
+namespace fl::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(Freeze, TrainableRunsLeaveOutTheFrozenRanges) {
+  const std::vector<std::pair<size_t, size_t>> frozen = {{10, 20}, {30, 40}};
+  using Runs = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(train::trainable_runs(frozen, 5, 40), (Runs{{0, 5}, {15, 25}, {35, 40}}));
+  EXPECT_EQ(train::trainable_runs(frozen, 12, 5), Runs{});
+  EXPECT_EQ(train::trainable_runs(frozen, 40, 3), (Runs{{0, 3}}));
+  EXPECT_EQ(train::trainable_runs({}, 7, 3), (Runs{{0, 3}}));
+}
+
+TEST(Freeze, PatternsMatchStateDictNames) {
+  model::GptConfig cfg;  // tiny
+  const model::ParamLayout layout(cfg, 1, 0, 1, 0);
+  size_t block0 = 0;
+  for (const auto& s : layout.specs()) {
+    if (s.name.rfind("h0.", 0) == 0) block0 += s.numel();
+  }
+  ASSERT_GT(block0, 0u);
+  const auto r = train::frozen_ranges(layout, {"blocks.0.*"});
+  size_t covered = 0;
+  for (const auto& [lo, hi] : r) covered += hi - lo;
+  EXPECT_EQ(covered, block0);
+  EXPECT_TRUE(train::frozen_ranges(layout, {}).empty());
+}
+
+// The tensors of a model file (safetensors), by name.
+std::map<std::string, std::string> tensors(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(in), {}};
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const auto header = nlohmann::json::parse(bytes.substr(8, n));
+  std::map<std::string, std::string> out;
+  for (auto& [name, e] : header.items()) {
+    if (name == "__metadata__") continue;
+    const size_t a = e["data_offsets"][0], b = e["data_offsets"][1];
+    out[name] = bytes.substr(8 + n + a, b - a);
+  }
+  return out;
+}
+
+// One step and three, each saving the model's weights, with weight decay on: the frozen block's
+// are the same bytes (neither a gradient nor the optimizer's decay reached them), every other
+// tensor moved. At ZeRO-1 in fp32 (whole master weights) and ZeRO-2 in bf16
+// (partitioned fp32 master weights, 16-bit gradients).
+TEST(Freeze, FrozenParametersKeepTheirValuesWhileTheOthersTrain) {
+  const fs::path dir = fresh_test_dir("freeze", "values");
+  for (const auto& [stage_, precision_] : {std::pair{1, "fp32"}, std::pair{2, "bf16"}}) {
+    const int stage = stage_;
+    const std::string precision = precision_;
+    auto run = [&](int steps) {
+      const auto out = dir / (std::to_string(stage) + "-" + std::to_string(steps));
+      auto r = run_train(FAULTLINE_TRAIN, 2,
+                         {"--dp", "2", "--zero", std::to_string(stage), "--precision", precision,
+                          "--freeze", "blocks.0.*", "--weight-decay", "0.1",  // decay moves
+                          // a parameter the optimizer holds even at a zero gradient
+                          "--save-every", std::to_string(steps),
+                          "--save-dir", out.string(), "--save-model-file", "state_dict"},
+                         steps);
+      EXPECT_EQ(r.proc.exit_code, 0) << r.proc.output;
+      return tensors(out / ("step_" + std::to_string(steps)) / "model.safetensors");
+    };
+    const auto one = run(1), three = run(3);
+    ASSERT_FALSE(one.empty());
+    int frozen = 0, moved = 0;
+    for (const auto& [name, bytes] : one) {
+      if (name.rfind("blocks.0.", 0) == 0) {
+        EXPECT_EQ(three.at(name), bytes) << stage << " " << name;
+        ++frozen;
+      } else if (three.at(name) != bytes) {
+        ++moved;
+      }
+    }
+    EXPECT_GT(frozen, 0) << stage;
+    EXPECT_GT(moved, 0) << stage;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Freeze, AStageWithNothingToTrainHasAnEmptyOptimizerParameterList) {
+  auto r = run_train(FAULTLINE_TRAIN, 2,
+                     {"--pp", "2", "--freeze", "wte.weight", "--freeze", "wpe.weight", "--freeze",
+                      "blocks.1.*", "--freeze", "ln_f.*", "--freeze", "lm_head.*"},
+                     2);
+  EXPECT_NE(r.proc.exit_code, 0);
+  EXPECT_NE(r.proc.output.find("ValueError: optimizer got an empty parameter list (rank 1, "
+                               "pipeline stage 1 of 2"),
+            std::string::npos)
+      << r.proc.output;
+  EXPECT_EQ(r.proc.output.find("rank 0, pipeline stage 0"), std::string::npos) << r.proc.output;
+  // One stage holding the whole model still trains its unfrozen block.
+  auto whole = run_train(FAULTLINE_TRAIN, 1,
+                         {"--freeze", "wte.weight", "--freeze", "wpe.weight", "--freeze",
+                          "blocks.1.*", "--freeze", "ln_f.*", "--freeze", "lm_head.*"},
+                         2);
+  EXPECT_EQ(whole.proc.exit_code, 0) << whole.proc.output;
+  EXPECT_EQ(whole.steps.size(), 2u);
+}
+
+TEST(Freeze, APatternThatMatchesNothingIsAConfigurationError) {
+  auto r = run_train(FAULTLINE_TRAIN, 1, {"--freeze", "block.0.*"}, 1);
+  EXPECT_EQ(r.proc.exit_code, 2) << r.proc.output;
+  EXPECT_NE(r.proc.output.find("workload.freeze (--freeze) pattern 'block.0.*' matches no "
+                               "parameter of the model"),
+            std::string::npos)
+      << r.proc.output;
+}
+
+}  // namespace
+}  // namespace fl::test
