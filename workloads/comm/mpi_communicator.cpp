@@ -4,12 +4,14 @@
 #include "workloads/comm/mpi_communicator.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
 #include <fmt/format.h>
 
 #include "workloads/comm/mpi_detail.hpp"
+#include "workloads/comm/nccl_error.hpp"
 #include "workloads/comm/shm_transport.hpp"
 
 namespace fl::comm {
@@ -37,9 +39,57 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string group, int world_ran
       comm_(comm) {}
 
 MpiCommunicator::~MpiCommunicator() {
+  if (buffer_acct_ != nullptr) buffer_acct_->release(buffer_bytes_);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!leaked_ && !finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+namespace {
+// An NCCL size variable as NCCL reads it: absent, the default; else a positive integer.
+size_t nccl_env(const char* name, size_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (end == v || *end != '\0' || n <= 0) {
+    throw ConfigError(fmt::format("{}='{}' is not a positive integer (NCCL reads bytes or a count)",
+                                  name, v));
+  }
+  return static_cast<size_t>(n);
+}
+}  // namespace
+
+size_t nccl_connection_bytes() {
+  const size_t buffsize = nccl_env("NCCL_BUFFSIZE", size_t{4} << 20);
+  size_t channels = nccl_env("NCCL_MIN_NCHANNELS", 2);
+  channels = std::min(channels, nccl_env("NCCL_MAX_NCHANNELS", channels));
+  return 2 * buffsize * channels;
+}
+
+void MpiCommunicator::connect_buffers(const Buffer& buf) {
+  if (buffers_checked_) return;
+  buffers_checked_ = true;
+  if (!kCommDeviceBuffers.get() || size() < 2) return;
+  // The ring's send and receive connections of every channel, on the device of the data: NCCL
+  // allocates them as the group's first collective connects its peers (NCCL 2.12's lazy
+  // connection; earlier releases at init).
+  const size_t bytes = nccl_connection_bytes();
+  MemoryAccountant& acct = buf.device == Device::kCuda ? MemoryAccountant::cuda(buf.device_id)
+                                                        : MemoryAccountant::cpu();
+  try {
+    acct.reserve(bytes, "comm.nccl_buffers");
+  } catch (const OutOfMemoryError& e) {
+    throw CommError(fmt::format(
+        "NCCL WARN Cuda failure 'out of memory' connecting group '{}' (rank {}): {} ({} bytes of "
+        "connection buffers for its first collective, 2 x NCCL_BUFFSIZE x channels; {})",
+        group(), rank(),
+        format_nccl_error(1, "unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+                          "Cuda failure 'out of memory'", ""),
+        bytes, e.what()));
+  }
+  buffer_bytes_ = bytes;
+  buffer_acct_ = &acct;
 }
 
 void MpiCommunicator::on_timeout() {
@@ -48,6 +98,7 @@ void MpiCommunicator::on_timeout() {
 }
 
 std::unique_ptr<PendingOp> MpiCommunicator::start_all_reduce(Buffer buf, ReduceOp op) {
+  connect_buffers(buf);
   auto view = std::make_unique<HostView>(buf, true);
   void* host = view->data();
   const int size = this->size();
@@ -86,6 +137,7 @@ std::unique_ptr<PendingOp> MpiCommunicator::start_all_reduce(Buffer buf, ReduceO
 
 std::unique_ptr<PendingOp> MpiCommunicator::start_reduce_scatter(const Buffer& in, Buffer out,
                                                                  ReduceOp op) {
+  connect_buffers(in);
   auto p = std::make_unique<MpiPending>(group(), world_rank());
   auto vin = std::make_unique<HostView>(in, true);
   auto vout = std::make_unique<HostView>(out, false);
@@ -105,6 +157,7 @@ std::unique_ptr<PendingOp> MpiCommunicator::start_reduce_scatter(const Buffer& i
 }
 
 std::unique_ptr<PendingOp> MpiCommunicator::start_all_gather(const Buffer& in, Buffer out) {
+  connect_buffers(in);
   auto p = std::make_unique<MpiPending>(group(), world_rank());
   auto vin = std::make_unique<HostView>(in, true);
   auto vout = std::make_unique<HostView>(out, false);
@@ -120,6 +173,7 @@ std::unique_ptr<PendingOp> MpiCommunicator::start_all_gather(const Buffer& in, B
 }
 
 std::unique_ptr<PendingOp> MpiCommunicator::start_all_to_all(const Buffer& in, Buffer out) {
+  connect_buffers(in);
   auto p = std::make_unique<MpiPending>(group(), world_rank());
   auto vin = std::make_unique<HostView>(in, true);
   auto vout = std::make_unique<HostView>(out, false);
@@ -135,6 +189,7 @@ std::unique_ptr<PendingOp> MpiCommunicator::start_all_to_all(const Buffer& in, B
 }
 
 std::unique_ptr<PendingOp> MpiCommunicator::start_broadcast(Buffer buf, int root) {
+  connect_buffers(buf);
   auto p = std::make_unique<MpiPending>(group(), world_rank());
   auto view = std::make_unique<HostView>(buf, rank() == root);
   int n = checked_count(buf.count, "broadcast");

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/memory.hpp"
 #include "workloads/comm/communicator.hpp"
 #include "workloads/rendezvous/store_client.hpp"
 
@@ -26,6 +27,16 @@ int mpi_world_size();
 // MPI_Abort(MPI_COMM_WORLD, code) if MPI is initialised and not finalised; else returns.
 void mpi_abort_if_running(int code);
 int mpi_world_rank();
+
+FAULTLINE_SETTING(kCommDeviceBuffers, bool, "FAULTLINE_COMM_DEVICE_BUFFERS", false,
+                  "MPI backend: each group's first collective charges NCCL's connection buffers "
+                  "to the device budget (a send and a receive buffer of NCCL_BUFFSIZE, default "
+                  "4 MiB, per channel: NCCL_MIN_NCHANNELS, default 2, at most "
+                  "NCCL_MAX_NCHANNELS); a budget without room fails it as NCCL does");
+
+// The device bytes NCCL's ring connections of a group take: 2 x NCCL_BUFFSIZE x channels, from
+// the environment as NCCL reads it (a value that does not parse is refused, naming it).
+size_t nccl_connection_bytes();
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -62,6 +73,12 @@ class MpiCommunicator final : public Communicator {
   std::vector<char> ring_scratch_;
   std::unique_ptr<ShmTransport> shm_;  // intra-node shared memory (shm_transport.hpp), if on
   bool shm_checked_ = false;
+  // NCCL's connection buffers (FAULTLINE_COMM_DEVICE_BUFFERS): charged at the group's first
+  // collective to the device accountant of its buffer, released with the communicator.
+  void connect_buffers(const Buffer& buf);
+  bool buffers_checked_ = false;
+  size_t buffer_bytes_ = 0;
+  MemoryAccountant* buffer_acct_ = nullptr;
   bool leaked_ = false;  // a timed-out op may still reference the comm: never free it
   // MPI_Comm_create_group's tag for this communicator's next split (kDataTag and kVerifyTag are
   // the collective layer's point-to-point tags; the splits' stay clear of them).

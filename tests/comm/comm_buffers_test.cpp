@@ -1,0 +1,70 @@
+// NCCL's connection buffers on the device (FAULTLINE_COMM_DEVICE_BUFFERS, mpi_communicator.hpp):
+// each group's first collective charges 2 x NCCL_BUFFSIZE x channels to the device budget, so a
+// budget that holds the training but not the buffers fails the first collective with NCCL's
+// words (NVIDIA/nccl#295), and a smaller NCCL_BUFFSIZE makes room.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "base/error.hpp"
+#include "base/exit_codes.hpp"
+#include "tests/support/train_run.hpp"
+#include "workloads/comm/mpi_communicator.hpp"
+
+namespace fl::test {
+namespace {
+
+struct EnvGuard {
+  std::string name;
+  explicit EnvGuard(std::string n, const char* v) : name(std::move(n)) {
+    if (v) setenv(name.c_str(), v, 1); else unsetenv(name.c_str());
+  }
+  ~EnvGuard() { unsetenv(name.c_str()); }
+};
+
+TEST(CommBuffers, TheBytesFollowNcclsVariables) {
+  EnvGuard a("NCCL_BUFFSIZE", nullptr), b("NCCL_MIN_NCHANNELS", nullptr),
+      c("NCCL_MAX_NCHANNELS", nullptr);
+  EXPECT_EQ(comm::nccl_connection_bytes(), 2u * (4u << 20) * 2u);
+  setenv("NCCL_BUFFSIZE", "2097152", 1);
+  setenv("NCCL_MIN_NCHANNELS", "4", 1);
+  EXPECT_EQ(comm::nccl_connection_bytes(), 2u * 2097152u * 4u);
+  setenv("NCCL_MAX_NCHANNELS", "1", 1);
+  EXPECT_EQ(comm::nccl_connection_bytes(), 2u * 2097152u);
+  setenv("NCCL_BUFFSIZE", "4M", 1);
+  try {
+    comm::nccl_connection_bytes();
+    ADD_FAILURE() << "NCCL_BUFFSIZE=4M accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL_BUFFSIZE='4M' is not a positive integer"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CommBuffers, ABudgetWithoutRoomForTheBuffersFailsTheFirstCollective) {
+  std::map<std::string, std::string> env = {{"FAULTLINE_COMM_DEVICE_BUFFERS", "1"},
+                                            {"FAULTLINE_MEMORY_BUDGET_BYTES", "20000000"}};
+  const std::vector<std::string> args = {"--dp", "2", "--steps", "2"};
+  auto full = run_train(FAULTLINE_TRAIN, 2, args, 2, env);
+  EXPECT_EQ(full.proc.exit_code, exit_code::kCommError) << full.proc.output;
+  EXPECT_NE(full.proc.output.find("NCCL WARN Cuda failure 'out of memory' connecting group 'dp'"),
+            std::string::npos)
+      << full.proc.output;
+  EXPECT_NE(full.proc.output.find("ncclUnhandledCudaError: unhandled cuda error"),
+            std::string::npos)
+      << full.proc.output;
+  EXPECT_TRUE(full.steps.empty());
+  env["NCCL_BUFFSIZE"] = "2097152";
+  auto smaller = run_train(FAULTLINE_TRAIN, 2, args, 2, env);
+  EXPECT_EQ(smaller.proc.exit_code, 0) << smaller.proc.output;
+  EXPECT_EQ(smaller.steps.size(), 2u);
+  // Off (the default), the same budget holds the job: the buffers are not charged.
+  env.erase("NCCL_BUFFSIZE");
+  env.erase("FAULTLINE_COMM_DEVICE_BUFFERS");
+  EXPECT_EQ(run_train(FAULTLINE_TRAIN, 2, args, 2, env).proc.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace fl::test
