@@ -78,7 +78,7 @@ TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
       "loss_scale, "
       "min_loss_scale, loss_scale_window, hysteresis, raise_error_at_min_scale, optimizer, "
       "momentum, weight_decay, lr_scaling, warmup_steps, warmup_style, data, "
-      "activation_checkpointing, pair_loss, "
+      "activation_checkpointing, freeze, pair_loss, "
       "zero, checkpoint, eval_data, ddp, structure, moe, tokenizer, infer, args, command, launch, "
       "probe, "
       "report_timeout_s)");
