@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 
 #include <nlohmann/json.hpp>
@@ -220,6 +221,60 @@ TEST(InferenceLoading, FullCheckpointOnEveryRankExceedsTheHostBudgetShardedFits)
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_TRUE(has(bad.output, "--load: 'lazy' is not supported \\(allowed: sharded, full\\)"))
       << bad.output;
+  fs::remove_all(dir);
+}
+
+// init_inference(checkpoint=JSON): fl-ckpt describe's description serves the same tokens as the
+// checkpoint folder; the inference tutorial's form lacks 'checkpoints' (DeepSpeed#3813), a
+// training manifest lacks 'type', a list that misses a shard, a folder and two sources of the
+// weights are refused naming what is wrong.
+TEST(InferenceLoading, ACheckpointDescriptionIsReadAsInitInferenceReadsIt) {
+  const fs::path dir =
+      removed_at_exit(fs::temp_directory_path() / ("fl-infer-desc-" + std::to_string(::getpid())));
+  fs::remove_all(dir);
+  auto t = launch(FAULTLINE_TRAIN, 2,
+                  {"--tp", "2", "--steps", "2", "--micro-batch", "4", "--save-dir",
+                   (dir / "ckpt").string()});
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  auto from_dir = launch(FAULTLINE_INFER, 2, {"--tp", "2", "--checkpoint", (dir / "ckpt").string()});
+  ASSERT_EQ(from_dir.exit_code, 0) << from_dir.output;
+  auto describe = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> a = {FAULTLINE_CKPT, "describe", (dir / "ckpt").string(), "--out",
+                                  (dir / name).string()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_process(a);
+  };
+  auto serve = [&](const fs::path& json) {
+    return launch(FAULTLINE_INFER, 2, {"--tp", "2", "--checkpoint-json", json.string()});
+  };
+  ASSERT_EQ(describe("ds.json", {}).exit_code, 0);
+  auto described = serve(dir / "ds.json");
+  ASSERT_EQ(described.exit_code, 0) << described.output;
+  EXPECT_EQ(tokens(described), tokens(from_dir));
+  EXPECT_FALSE(tokens(described).empty());
+  ASSERT_EQ(describe("tutorial.json", {"--form", "tutorial"}).exit_code, 0);
+  auto tutorial = serve(dir / "tutorial.json");
+  EXPECT_EQ(tutorial.exit_code, exit_code::kCheckpoint) << tutorial.output;
+  EXPECT_TRUE(has(tutorial.output, "KeyError: 'checkpoints' \\(the checkpoint description"))
+      << tutorial.output;
+  auto manifest = serve(dir / "ckpt" / "step_2" / "manifest.json");
+  EXPECT_TRUE(has(manifest.output, "KeyError: 'type' .*this is a training checkpoint's own "
+                                   "manifest, whose files are under 'shards'"))
+      << manifest.output;
+  {
+    std::ofstream f(dir / "one.json");
+    f << R"({"type": "ds_model", "checkpoints": ["shard_rank0.bin"], "version": 1.0, )"
+      << R"("base_dir": "ckpt/step_2"})";
+  }
+  auto one = serve(dir / "one.json");
+  EXPECT_TRUE(has(one.output, "does not list shard_rank1\\.bin, a shard of .* \\(tp rank 1, pp rank 0\\)"))
+      << one.output;
+  EXPECT_TRUE(has(serve(dir / "ckpt").output, "IsADirectoryError: \\[Errno 21\\] Is a directory"));
+  auto both = launch(FAULTLINE_INFER, 2,
+                     {"--tp", "2", "--checkpoint", (dir / "ckpt").string(), "--checkpoint-json",
+                      (dir / "ds.json").string()});
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  EXPECT_TRUE(has(both.output, "name the weights twice")) << both.output;
   fs::remove_all(dir);
 }
 

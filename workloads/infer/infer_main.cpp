@@ -25,7 +25,7 @@ using namespace fl;
 struct InferArgs {
   model::Layout layout;
   infer::GenerateConfig g;
-  std::string checkpoint, load_mode = "sharded";
+  std::string checkpoint, checkpoint_json, load_mode = "sharded";
   int requests = 4, prompt_len = 4, vocab = 0, calls = 1;
   uint64_t prompt_seed = 4242;
   std::string cache_reset = "generate", seed_offset = "none", tokens_file;
@@ -51,6 +51,10 @@ void declare_infer_options(worker::Runtime& rt, InferArgs& a) {
         "How each rank loads the checkpoint: sharded (only its own shard files) or full (the "
         "whole checkpoint into host memory, charged to the host budget, then its shard kept)")
       .choices({"sharded", "full"});
+  o.add("workload.infer.checkpoint_json", "--checkpoint-json", a.checkpoint_json,
+        "DeepSpeed init_inference's checkpoint=: a JSON description of the checkpoint's files "
+        "('type', 'checkpoints', 'version', optional 'base_dir'; relative to the rank's "
+        "directory; fl-ckpt describe writes one) instead of a checkpoint folder (\"\": none)");
   o.add("workload.infer.calls", "--calls", a.calls,
         "generate() calls served by one engine, one after another")
       .range(1, 4096);
@@ -109,11 +113,19 @@ void declare_infer_options(worker::Runtime& rt, InferArgs& a) {
 std::vector<float> load_weights(const InferArgs& a, const model::GptConfig& cfg,
                                 const parallel::Topology& topo, const model::ParamLayout& pl) {
   std::vector<float> params(pl.total());
-  if (a.checkpoint.empty()) {
+  if (!a.checkpoint.empty() && !a.checkpoint_json.empty()) {
+    raise<ConfigError>(
+        "--checkpoint {} and workload.infer.checkpoint_json (--checkpoint-json) {} name the "
+        "weights twice (allowed: one of them, as init_inference takes one checkpoint=)",
+        a.checkpoint, a.checkpoint_json);
+  }
+  if (a.checkpoint.empty() && a.checkpoint_json.empty()) {
     pl.initialize(params.data(), cfg.seed);
     return params;
   }
-  const std::string dir = train::resolve_checkpoint(a.checkpoint);
+  const std::string dir = a.checkpoint_json.empty()
+                              ? train::resolve_checkpoint(a.checkpoint)
+                              : infer::read_checkpoint_description(a.checkpoint_json).dir;
   auto m = train::read_manifest(dir);
   train::check_compatible(dir, m, cfg);
   const auto& l = m.at("layout");

@@ -1,5 +1,7 @@
 #include "workloads/infer/load.hpp"
 
+#include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include "base/error.hpp"
@@ -42,6 +44,76 @@ std::vector<float> load_inference_weights(const std::string& dir, const nlohmann
         return it != held.end() ? it->second : train::read_verified_shard(dir, e);
       });
   return std::move(shard.params);
+}
+
+CheckpointDescription read_checkpoint_description(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    raise<CheckpointError>("IsADirectoryError: [Errno 21] Is a directory: '{}' (init_inference's "
+                           "checkpoint= is a JSON description of the checkpoint's files)",
+                           path);
+  }
+  if (!fs::exists(path, ec)) {
+    raise<CheckpointError>("FileNotFoundError: [Errno 2] No such file or directory: '{}'", path);
+  }
+  nlohmann::json data;
+  try {
+    data = nlohmann::json::parse(train::read_file(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    raise<CheckpointError>("json.decoder.JSONDecodeError: {} ({} is not a JSON description)",
+                           e.what(), path);
+  }
+  // get_sd_loader_json: sd_type = data['type']; ckpt_list = data['checkpoints']; version = ...
+  for (const char* key : {"type", "checkpoints", "version"}) {
+    if (!data.is_object() || !data.contains(key)) {
+      raise<CheckpointError>(
+          "KeyError: '{}' (the checkpoint description {} has no '{}': init_inference reads "
+          "'type', 'checkpoints' and 'version'{})",
+          key, path, key,
+          data.is_object() && data.contains("shards")
+              ? "; this is a training checkpoint's own manifest, whose files are under 'shards'"
+              : "");
+    }
+  }
+  CheckpointDescription d;
+  d.type = data["type"].is_string() ? data["type"].get<std::string>() : data["type"].dump();
+  if (!data["checkpoints"].is_array() || data["checkpoints"].empty()) {
+    raise<CheckpointError>("the checkpoint description {} lists no files under 'checkpoints'",
+                           path);
+  }
+  for (const auto& f : data["checkpoints"]) {
+    if (!f.is_string()) {
+      raise<CheckpointError>("the checkpoint description {} lists {} under 'checkpoints' (allowed: "
+                             "file names)",
+                             path, f.dump());
+    }
+    d.files.push_back(f.get<std::string>());
+  }
+  fs::path base = fs::path(path).parent_path();
+  if (data.contains("base_dir") && data["base_dir"].is_string()) {
+    base /= data["base_dir"].get<std::string>();
+  }
+  d.dir = base.lexically_normal().string();
+  for (const auto& f : d.files) {
+    if (!fs::exists(base / f, ec)) {
+      raise<CheckpointError>("FileNotFoundError: [Errno 2] No such file or directory: '{}' (listed "
+                             "in {})",
+                             (base / f).string(), path);
+    }
+  }
+  // The files must be one checkpoint's shards, every one of them.
+  const auto manifest = train::read_manifest(d.dir);
+  for (const auto& e : manifest.at("shards")) {
+    const std::string file = e.at("file").get<std::string>();
+    if (std::find(d.files.begin(), d.files.end(), file) == d.files.end()) {
+      raise<CheckpointError>("the checkpoint description {} does not list {}, a shard of {} "
+                             "(tp rank {}, pp rank {})",
+                             path, file, d.dir, e.at("tp_rank").get<int>(),
+                             e.at("pp_rank").get<int>());
+    }
+  }
+  return d;
 }
 
 }  // namespace fl::infer

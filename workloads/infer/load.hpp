@@ -26,4 +26,19 @@ std::vector<float> load_inference_weights(const std::string& dir, const nlohmann
                                           int tp_rank, int pp_rank, size_t total,
                                           const std::string& mode, MemoryAccountant& host);
 
+// DeepSpeed's init_inference(checkpoint=JSON): a description of the checkpoint's files, read as
+// SDLoaderFactory.get_sd_loader_json reads it: `type`, `checkpoints` (file names, relative to
+// `base_dir` if given, itself relative to the description's folder) and `version`, in that order,
+// each missing key Python's KeyError. Returns the folder the files are in, after checking that it
+// is one faultline checkpoint and that the list names every shard file of its manifest.
+// CheckpointError for a description that is not JSON (json.decoder.JSONDecodeError), a folder
+// (IsADirectoryError), an absent file (FileNotFoundError), a missing key or a list that misses a
+// shard.
+struct CheckpointDescription {
+  std::string dir;                 // the checkpoint's step folder
+  std::vector<std::string> files;  // as listed
+  std::string type;
+};
+CheckpointDescription read_checkpoint_description(const std::string& path);
+
 }  // namespace fl::infer

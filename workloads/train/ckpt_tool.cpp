@@ -19,6 +19,15 @@
 //                                       zero_to_fp32.py does: it needs the *_optim_states.pt
 //                                       files ZeRO writes (none at stage 0), and before 0.10.0
 //                                       (pull request #3936) it knows stages 2 and 3 only.
+//   fl-ckpt describe DIR --out FILE [--type T] [--form ds_model|tutorial]
+//                                       writes the JSON description of a checkpoint's files that
+//                                       DeepSpeed's init_inference(checkpoint=) reads: type,
+//                                       checkpoints (the shard files), version, base_dir (the
+//                                       step folder relative to FILE's), tp_size. --form
+//                                       tutorial writes the form DeepSpeed's inference tutorial
+//                                       documented instead (type DeepSpeed, version,
+//                                       checkpoint_path), which the loader does not read
+//                                       (deepspeedai/DeepSpeed#3813).
 #include <xxhash.h>
 #include <CLI/CLI.hpp>
 
@@ -217,6 +226,30 @@ int consolidate(const std::string& in, const std::string& out, bool assume_group
   return reshard(in, out, 1, 0);
 }
 
+// The description init_inference reads (what a model repository ships as its ds_inference
+// checkpoints json), of the resolved step folder.
+int describe(const std::string& path, const std::string& out, const std::string& type,
+             const std::string& form) {
+  const std::string dir = resolve_checkpoint(path);
+  const auto m = read_manifest(dir);
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& e : m.at("shards")) files.push_back(e.at("file"));
+  const fs::path folder = fs::absolute(fs::path(out)).parent_path();
+  const std::string rel = fs::relative(fs::absolute(dir), folder).string();
+  const nlohmann::json d =
+      form == "tutorial"
+          ? nlohmann::json{{"type", "DeepSpeed"}, {"version", 0.0}, {"checkpoint_path", rel}}
+          : nlohmann::json{{"type", type},
+                           {"checkpoints", files},
+                           {"version", 1.0},
+                           {"base_dir", rel},
+                           {"parallelization", "tp"},
+                           {"tp_size", m.at("layout").at("tp")}};
+  write_file_atomic(out, d.dump(2) + "\n");
+  std::printf("described %s (%zu files) in %s\n", dir.c_str(), files.size(), out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -244,6 +277,16 @@ int main(int argc, char** argv) {
   con->add_option("--deepspeed", deepspeed,
                   "Read the checkpoint as this DeepSpeed release's zero_to_fp32.py does (stage 0 "
                   "refused; stage 1 from 0.10.0)");
+  auto* desc = app.add_subcommand("describe", "The JSON description init_inference reads");
+  std::string type = "ds_model";
+  desc->add_option("dir", path)->required();
+  desc->add_option("--out", out)->required();
+  desc->add_option("--type", type, "The description's type (DeepSpeed: ds_model, Megatron, bloom)");
+  std::string form = "ds_model";
+  desc->add_option("--form", form,
+                   "ds_model (what the loader reads) or tutorial (the inference tutorial's "
+                   "documented form: type, version, checkpoint_path)")
+      ->check(CLI::IsMember({"ds_model", "tutorial"}));
   CLI11_PARSE(app, argc, argv);
   return comm::run_worker_main([&]() -> int {
     try {
@@ -251,6 +294,7 @@ int main(int argc, char** argv) {
       if (dig->parsed()) return digest(path);
       if (ks->parsed()) return keys(path);
       if (con->parsed()) return consolidate(in, out, assume_group, deepspeed);
+      if (desc->parsed()) return describe(path, out, type, form);
       return reshard(in, out, dp);
     } catch (const nlohmann::json::exception& e) {  // a manifest key missing or of another type
       raise<CheckpointError>("checkpoint manifest of {} does not hold what a checkpoint needs: {}",
