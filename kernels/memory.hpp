@@ -20,8 +20,8 @@ FAULTLINE_SETTING(kMemoryBudgetBytes, int64_t, "FAULTLINE_MEMORY_BUDGET_BYTES", 
                   "Per-rank tensor memory budget in bytes (0: unlimited)");
 
 FAULTLINE_SETTING(kHostMemoryBudgetBytes, int64_t, "FAULTLINE_HOST_MEMORY_BUDGET_BYTES", 0,
-                  "Per-rank host memory budget in bytes for offloaded optimizer state (0: "
-                  "unlimited)");
+                  "Per-rank host memory budget in bytes for offloaded optimizer state and "
+                  "model-file loads (0: unlimited)");
 
 class OutOfMemoryError : public Error {
  public:

@@ -41,6 +41,18 @@ TEST(CommBuffers, TheBytesFollowNcclsVariables) {
               std::string::npos)
         << e.what();
   }
+  // Beyond a long long, and a product beyond a size: refused, not wrapped.
+  setenv("NCCL_BUFFSIZE", "99999999999999999999", 1);
+  EXPECT_THROW(comm::nccl_connection_bytes(), ConfigError);
+  setenv("NCCL_BUFFSIZE", "4611686018427387904", 1);  // 2^62
+  setenv("NCCL_MIN_NCHANNELS", "8", 1);
+  setenv("NCCL_MAX_NCHANNELS", "8", 1);
+  try {
+    comm::nccl_connection_bytes();
+    ADD_FAILURE() << "an overflowing product accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("overflows"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CommBuffers, ABudgetWithoutRoomForTheBuffersFailsTheFirstCollective) {

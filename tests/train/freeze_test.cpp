@@ -45,6 +45,35 @@ TEST(Freeze, PatternsMatchStateDictNames) {
   EXPECT_TRUE(train::frozen_ranges(layout, {}).empty());
 }
 
+// A tied embedding is one tensor under two names: freezing either name freezes it on every
+// stage that holds a copy (stage 0's wte and the last stage's word_embeddings_for_head), or the
+// copies would drift apart.
+TEST(Freeze, EitherNameOfATiedEmbeddingFreezesEveryCopy) {
+  model::GptConfig cfg;
+  cfg.structure.tie_embeddings = true;
+  auto covered = [&](const model::ParamLayout& layout, const std::string& name,
+                     const std::vector<std::string>& patterns) {
+    const auto r = train::frozen_ranges(layout, train::freeze_patterns(patterns, cfg));
+    for (const auto& s : layout.specs()) {
+      if (s.name != name) continue;
+      for (const auto& [lo, hi] : r) {
+        if (lo <= s.offset && s.offset + s.numel() <= hi) return true;
+      }
+    }
+    return false;
+  };
+  const model::ParamLayout whole(cfg, 1, 0, 1, 0), first(cfg, 1, 0, 2, 0), last(cfg, 1, 0, 2, 1);
+  for (const std::string pattern : {"lm_head.weight", "wte.weight", "lm_head.*"}) {
+    EXPECT_TRUE(covered(whole, "wte", {pattern})) << pattern;
+    EXPECT_TRUE(covered(first, "wte", {pattern})) << pattern;
+    EXPECT_TRUE(covered(last, "lm_head.weight", {pattern})) << pattern;
+  }
+  EXPECT_FALSE(covered(last, "lm_head.weight", {"wpe.weight"}));
+  model::GptConfig untied;
+  EXPECT_EQ(train::freeze_patterns({"lm_head.weight"}, untied),
+            std::vector<std::string>{"lm_head.weight"});
+}
+
 // The tensors of a model file (safetensors), by name.
 std::map<std::string, std::string> tensors(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

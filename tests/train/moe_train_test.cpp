@@ -203,6 +203,9 @@ TEST(MoeTraining, TheDdpWrapperNeedsAReplicatedZero0ModelAndFindUnusedParameters
   expect_config_error({"--dp", "2", "--zero", "2", "--grad-accum", "2", "--zero-reducer", "gemini"},
                       "(GeminiPlugin without enable_gradient_accumulation), but grad_accum is 2 "
                       "(allowed: 1, or 2 with workload.pair_loss)");
+  expect_config_error({"--dp", "2", "--zero", "2", "--zero-reducer", "gemini", "--freeze",
+                       "blocks.0.*"},
+                      "gemini with workload.freeze (--freeze) is not modelled");
   expect_config_error({"--dp", "2", "--find-unused-parameters"},
                       "workload.ddp.find_unused_parameters (--find-unused-parameters) is a "
                       "DistributedDataParallel argument");

@@ -4,6 +4,7 @@
 #include "workloads/comm/mpi_communicator.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -51,8 +52,9 @@ size_t nccl_env(const char* name, size_t fallback) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
   char* end = nullptr;
+  errno = 0;
   const long long n = std::strtoll(v, &end, 10);
-  if (end == v || *end != '\0' || n <= 0) {
+  if (end == v || *end != '\0' || n <= 0 || errno == ERANGE) {
     throw ConfigError(fmt::format("{}='{}' is not a positive integer (NCCL reads bytes or a count)",
                                   name, v));
   }
@@ -64,7 +66,15 @@ size_t nccl_connection_bytes() {
   const size_t buffsize = nccl_env("NCCL_BUFFSIZE", size_t{4} << 20);
   size_t channels = nccl_env("NCCL_MIN_NCHANNELS", 2);
   channels = std::min(channels, nccl_env("NCCL_MAX_NCHANNELS", channels));
-  return 2 * buffsize * channels;
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(buffsize, channels, &bytes) ||
+      __builtin_mul_overflow(bytes, size_t{2}, &bytes)) {
+    throw ConfigError(fmt::format(
+        "NCCL_BUFFSIZE={} x {} channels x 2 overflows a size: no device holds that many bytes "
+        "of connection buffers",
+        buffsize, channels));
+  }
+  return bytes;
 }
 
 void MpiCommunicator::connect_buffers(const Buffer& buf) {

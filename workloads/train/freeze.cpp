@@ -42,6 +42,18 @@ std::vector<std::pair<size_t, size_t>> frozen_ranges(const model::ParamLayout& l
   return merged;
 }
 
+std::vector<std::string> freeze_patterns(const std::vector<std::string>& patterns,
+                                         const model::GptConfig& cfg) {
+  std::vector<std::string> out = patterns;
+  for (const auto& [alias, original] : model::tied_aliases(cfg)) {
+    if (matches(patterns, alias) || matches(patterns, original)) {
+      out.push_back(alias);
+      out.push_back(original);
+    }
+  }
+  return out;
+}
+
 void check_freeze(const std::vector<std::string>& patterns, const model::GptConfig& cfg) {
   if (patterns.empty()) return;
   if (cfg.moe.enabled()) {

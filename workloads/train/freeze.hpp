@@ -21,6 +21,12 @@ namespace fl::train {
 std::vector<std::pair<size_t, size_t>> frozen_ranges(const model::ParamLayout& layout,
                                                      const std::vector<std::string>& patterns);
 
+// `patterns` with, for each tied pair (model::tied_aliases: lm_head.weight is wte.weight), both
+// names when a pattern matches either: freezing one name of a tied tensor freezes the tensor,
+// on every stage that holds a copy, so the copies cannot drift apart.
+std::vector<std::string> freeze_patterns(const std::vector<std::string>& patterns,
+                                         const model::GptConfig& cfg);
+
 // ConfigError naming the pattern when one matches no parameter of the whole model (names as
 // model::gpt_state_dict gives them), or when the model has MoE blocks (not modelled).
 void check_freeze(const std::vector<std::string>& patterns, const model::GptConfig& cfg);

@@ -319,7 +319,10 @@ void Trainer::load_model_file() {
   }
   StateDict sd;
   if (reads) {
-    held.take(static_cast<size_t>(fs::file_size(path)), "load.model_file");
+    // A file that cannot be sized is left to decode, which names it (CheckpointError).
+    std::error_code ec;
+    const auto file_bytes = fs::file_size(path, ec);
+    if (!ec) held.take(static_cast<size_t>(file_bytes), "load.model_file");
     sd = decode(path);
     // consume_prefix_in_state_dict_if_present: the keys that carry the prefix lose it.
     const std::string& strip = cfg_.strip_key_prefix;

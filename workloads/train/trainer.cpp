@@ -110,12 +110,17 @@ void check_job_config(const TrainConfig& c, const model::Layout& l) {
   check_pair_loss(c, l);
 }
 
-// workload.ddp.wrapper: the layouts torch's DDP is modelled for (ConfigError otherwise).
 // GeminiDDP's chunks as modelled: one backward per step (without enable_gradient_accumulation):
 // grad_accum 1, or one pair (workload.pair_loss, grad_accum 2). (Its stage, 2, already refuses
-// pipeline stages.)
+// pipeline stages.) Frozen parameters, which Gemini keeps out of its gradient chunks, are not
+// modelled there.
 void check_gemini(const TrainConfig& c) {
   if (c.zero_reducer != "gemini") return;
+  if (!c.freeze.empty()) {
+    raise<ConfigError>(
+        "workload.zero.reducer (--zero-reducer) gemini with workload.freeze (--freeze) is not "
+        "modelled (Gemini's chunks leave frozen parameters out); allowed: one of the two");
+  }
   if (c.grad_accum != (c.pair_loss ? 2 : 1)) {
     raise<ConfigError>(
         "workload.zero.reducer (--zero-reducer) gemini reduces each chunk in the step's one "
@@ -125,6 +130,7 @@ void check_gemini(const TrainConfig& c) {
   }
 }
 
+// workload.ddp.wrapper: the layouts torch's DDP is modelled for (ConfigError otherwise).
 void check_ddp(const TrainConfig& c, const model::Layout& l) {
   check_gemini(c);
   if (!c.ddp_wrapper) return;
@@ -186,7 +192,7 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   check_ddp_wrapper(topo);
   check_freeze(cfg_.freeze, cfg_.model);
   parallel::ZeroConfig z = zero_config(topo);
-  z.frozen = frozen_ranges(layout_, cfg_.freeze);
+  z.frozen = frozen_ranges(layout_, freeze_patterns(cfg_.freeze, cfg_.model));
   frozen_ = z.frozen;
   if (!z.frozen.empty()) {
     size_t frozen = 0;
