@@ -26,7 +26,13 @@ struct JobVersions {
   // torch.distributed.is_nccl_available() and friends answer); empty: not stated, every one.
   std::vector<std::string> backends;
   bool libuv = true;  // built with libuv (torch >= 2.4's TCPStore asks for it by default)
+  // deepspeed.__version__ ("0.19.3"); "": not stated (the engine behaves as the newest release
+  // faultline models).
+  std::string deepspeed;
 };
+
+// True when `v` (a version set_job_versions accepted) is stated and older than major.minor.patch.
+bool stated_and_older(const std::string& v, int major, int minor, int patch);
 
 // Checks every field (a version that does not parse: ConfigError naming `what_key(field)`).
 void set_job_versions(const JobVersions& v);

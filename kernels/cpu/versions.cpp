@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -55,6 +56,7 @@ void set_job_versions(const JobVersions& v) {
   check_field(v.torch, "workload.versions.torch");
   check_field(v.python, "workload.versions.python");
   check_field(v.cached_torch, "workload.versions.cached_extension.torch");
+  check_field(v.deepspeed, "workload.versions.deepspeed");
   if (!v.cached_torch.empty() && v.torch.empty()) {
     raise<ConfigError>(
         "workload.versions.cached_extension.torch is set but workload.versions.torch is not "
@@ -62,6 +64,12 @@ void set_job_versions(const JobVersions& v) {
   }
   std::lock_guard lock(g_versions_mu);
   g_versions = v;
+}
+
+bool stated_and_older(const std::string& v, int major, int minor, int patch) {
+  if (v.empty()) return false;
+  const Version x = parsed(v, "a version");
+  return std::tie(x.major, x.minor, x.patch) < std::tie(major, minor, patch);
 }
 
 JobVersions job_versions() {

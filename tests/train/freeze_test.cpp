@@ -148,6 +148,57 @@ TEST(Freeze, AStageWithNothingToTrainHasAnEmptyOptimizerParameterList) {
   EXPECT_EQ(whole.steps.size(), 2u);
 }
 
+// DeepCompile's ZeRO-3 set-up (init_z3) looks up the optimizer's gradient partition of every
+// parameter; before DeepSpeed 0.19.6 it did so for frozen ones too, which the optimizer never
+// got (deepspeedai/DeepSpeed pull request 8214): the first frozen parameter's ds_id (wte 0,
+// wpe 1, blocks.0.ln_1.weight 2) is a KeyError on every rank before any step.
+TEST(Freeze, DeepCompilesZero3SetUpLooksUpFrozenParametersBeforeTheFix) {
+  const std::vector<std::string> args = {"--dp", "2", "--zero", "3", "--deepcompile", "--freeze",
+                                         "blocks.0.*"};
+  auto with_version = [&](const std::string& v) {
+    auto a = args;
+    a.insert(a.end(), {"--deepspeed-version", v});
+    return run_train(FAULTLINE_TRAIN, 2, a, 2);
+  };
+  const auto old = with_version("0.19.3");
+  EXPECT_NE(old.proc.exit_code, 0);
+  EXPECT_TRUE(old.steps.empty()) << old.proc.output;
+  for (const int r : {0, 1}) {
+    EXPECT_NE(old.proc.output.find("KeyError: 2 (rank " + std::to_string(r) +
+                                   ": engine.compile() under DeepSpeed 0.19.3"),
+              std::string::npos)
+        << old.proc.output;
+  }
+  EXPECT_NE(old.proc.output.find("'blocks.0.ln_1.weight' has requires_grad=False"),
+            std::string::npos)
+      << old.proc.output;
+  // A frozen tied head is wte, ds_id 0.
+  auto tied = args;
+  tied.back() = "lm_head.weight";
+  tied.insert(tied.end(), {"--tie-embeddings", "true", "--deepspeed-version", "0.19.5"});
+  const auto head = run_train(FAULTLINE_TRAIN, 2, tied, 1);
+  EXPECT_NE(head.proc.output.find("KeyError: 0 (rank 0"), std::string::npos) << head.proc.output;
+  // The fixed release, and the old one with nothing frozen or below stage 3, train.
+  const auto fixed = with_version("0.19.6");
+  EXPECT_EQ(fixed.proc.exit_code, 0) << fixed.proc.output;
+  EXPECT_EQ(fixed.steps.size(), 2u);
+  const auto none = run_train(FAULTLINE_TRAIN, 2,
+                              {"--dp", "2", "--zero", "3", "--deepcompile", "--deepspeed-version",
+                               "0.19.3"},
+                              1);
+  EXPECT_EQ(none.proc.exit_code, 0) << none.proc.output;
+  const auto z2 = run_train(FAULTLINE_TRAIN, 2,
+                            {"--dp", "2", "--zero", "2", "--deepcompile", "--freeze", "blocks.0.*",
+                             "--deepspeed-version", "0.19.3"},
+                            1);
+  EXPECT_EQ(z2.proc.exit_code, 0) << z2.proc.output;
+  const auto pipe = run_train(FAULTLINE_TRAIN, 2, {"--pp", "2", "--deepcompile"}, 1);
+  EXPECT_EQ(pipe.proc.exit_code, 2) << pipe.proc.output;
+  EXPECT_NE(pipe.proc.output.find("workload.zero.deepcompile (--deepcompile) with pipeline"),
+            std::string::npos)
+      << pipe.proc.output;
+}
+
 TEST(Freeze, APatternThatMatchesNothingIsAConfigurationError) {
   auto r = run_train(FAULTLINE_TRAIN, 1, {"--freeze", "block.0.*"}, 1);
   EXPECT_EQ(r.proc.exit_code, 2) << r.proc.output;

@@ -122,6 +122,11 @@ void Runtime::add_version_options() {
            "Windows and NPU builds of torch have no nccl); a job whose data plane is missing "
            "stops at init with torch's error. Empty: not stated (every backend)")
       .choices({"gloo", "nccl", "mpi", "ucc"});
+  options_
+      .add("workload.versions.deepspeed", "--deepspeed-version", v.deepspeed,
+           "DeepSpeed's version (deepspeed.__version__); behaviours a release changed follow it "
+           "(docs/workloads.md#versions). Empty: not stated, the newest behaviour")
+      .version();
   options_.add("workload.versions.libuv", "--torch-libuv", v.libuv,
                "The framework was built with libuv (false: torch's Windows wheels). torch 2.4 to "
                "2.6 create the rendezvous store with libuv unless USE_LIBUV is not 1, and a "

@@ -54,6 +54,16 @@ std::vector<std::string> freeze_patterns(const std::vector<std::string>& pattern
   return out;
 }
 
+std::optional<std::pair<size_t, std::string>> first_frozen_parameter(
+    const std::vector<std::string>& patterns, const model::GptConfig& cfg) {
+  const auto all = freeze_patterns(patterns, cfg);
+  const auto keys = model::without_aliases(model::gpt_state_dict(cfg, 1), cfg);
+  for (size_t id = 0; id < keys.size(); ++id) {
+    if (matches(all, keys[id].name)) return std::pair{id, keys[id].name};
+  }
+  return std::nullopt;
+}
+
 void check_freeze(const std::vector<std::string>& patterns, const model::GptConfig& cfg) {
   if (patterns.empty()) return;
   if (cfg.moe.enabled()) {

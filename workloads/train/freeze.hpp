@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,11 @@ std::vector<std::pair<size_t, size_t>> frozen_ranges(const model::ParamLayout& l
 // on every stage that holds a copy, so the copies cannot drift apart.
 std::vector<std::string> freeze_patterns(const std::vector<std::string>& patterns,
                                          const model::GptConfig& cfg);
+
+// The first parameter `patterns` freeze (freeze_patterns applied) in model.parameters() order,
+// which zero.Init numbers as ds_id: {ds_id, state-dict name}; nullopt when none is frozen.
+std::optional<std::pair<size_t, std::string>> first_frozen_parameter(
+    const std::vector<std::string>& patterns, const model::GptConfig& cfg);
 
 // ConfigError naming the pattern when one matches no parameter of the whole model (names as
 // model::gpt_state_dict gives them), or when the model has MoE blocks (not modelled).

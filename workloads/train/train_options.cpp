@@ -197,6 +197,12 @@ void zero_options(worker::Options& o, TrainArgs& a) {
         "the backward with 'ZERO DDP error: the synchronization of gradients doesn't exit "
         "properly')")
       .choices({"deepspeed", "gemini"});
+  o.add_flag("workload.zero.deepcompile", "--deepcompile", c.deepcompile,
+             "\"compile\": {\"deepcompile\": true}: engine.compile() after initialize. At stage 3 "
+             "its set-up (init_z3) looks up the optimizer's gradient partition of every "
+             "parameter, which DeepSpeed before 0.19.6 also does for frozen ones (KeyError: the "
+             "first frozen parameter's ds_id; workload.versions.deepspeed). The compiled graph's "
+             "schedule is not modelled: steps run as the eager engine's");
   o.add("workload.zero.allgather_bucket_size", "--allgather-bucket-size", c.allgather_bucket_bytes,
         "Stages 1-2: bytes all-gathered per round of the updated parameters (0: 1 MiB or the "
         "model)")

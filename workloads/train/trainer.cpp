@@ -11,6 +11,7 @@
 
 #include "injector/site.hpp"
 #include "kernels/ops.hpp"
+#include "kernels/versions.hpp"
 #include "workloads/comm/communicator.hpp"
 #include "workloads/model/state_dict.hpp"
 #include "workloads/parallel/pipeline.hpp"
@@ -130,9 +131,22 @@ void check_gemini(const TrainConfig& c) {
   }
 }
 
+// workload.zero.deepcompile: DeepCompile's engines as modelled (its set-up at stage 3); a
+// pipeline is the PipelineEngine, which DeepCompile does not compile.
+void check_deepcompile(const TrainConfig& c, const model::Layout& l) {
+  if (!c.deepcompile) return;
+  if (l.pp > 1) {
+    raise<ConfigError>(
+        "workload.zero.deepcompile (--deepcompile) with pipeline stages (pp {}) is not modelled "
+        "(DeepCompile compiles the ZeRO engine, not the PipelineEngine); allowed: pp 1",
+        l.pp);
+  }
+}
+
 // workload.ddp.wrapper: the layouts torch's DDP is modelled for (ConfigError otherwise).
 void check_ddp(const TrainConfig& c, const model::Layout& l) {
   check_gemini(c);
+  check_deepcompile(c, l);
   if (!c.ddp_wrapper) return;
   const int ep = c.model.moe.enabled() ? c.model.moe.ep_size : 1;
   if (l.tp != 1 || l.pp != 1 || ep != 1) {
@@ -215,6 +229,7 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
                                                           MemoryAccountant::host(), staging_);
     stage_.set_moe(&experts_->layer());
   }
+  compile_engine();
   total_ = zero_->total();
   // Elements the gradient norm leaves out on this rank: those replicated across TP ranks (counted
   // on TP rank 0 only), and a tied weight's copy on the last stage (counted on the first).
@@ -227,6 +242,25 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   replicated_ = Tensor::zeros({static_cast<int64_t>(total_)}, DType::kU8, "trainer.replicated_mask",
                               staging_);
   ops::from_host(replicated_.raw(), replicated.data(), total_);
+}
+
+// engine.compile() under workload.zero.deepcompile at stage 3: DeepCompile's init_z3 registers
+// every module parameter (model.parameters() order, which zero.Init numbers as ds_id) with the
+// gradient partition the ZeRO-3 optimizer keeps for it. The optimizer keeps partitions only for
+// the trainable parameters it was given, and before DeepSpeed 0.19.6 (deepspeedai/DeepSpeed
+// pull request 8214, merged 2026-08-12 after 0.19.5) the lookup did not skip frozen ones: the
+// first frozen parameter is a KeyError on every rank, before any step.
+void Trainer::compile_engine() {
+  if (!cfg_.deepcompile || topo_.layout.zero != 3 || cfg_.freeze.empty()) return;
+  if (!ops::stated_and_older(ops::job_versions().deepspeed, 0, 19, 6)) return;
+  const auto first = first_frozen_parameter(cfg_.freeze, cfg_.model);
+  if (!first) return;
+  raise(
+      "KeyError: {} (rank {}: engine.compile() under DeepSpeed {}, deepspeed/compile/init_z3.py "
+      "looks up optimizer._DeepSpeedZeroOptimizer_Stage3__param_id_to_grad_partition[p.ds_id] "
+      "for every parameter; '{}' has requires_grad=False, and the ZeRO-3 optimizer holds no "
+      "gradient partition for it)",
+      first->first, topo_.rank, ops::job_versions().deepspeed, first->second);
 }
 
 Tensor Trainer::staging(size_t count, DType dtype, const char* what) const {

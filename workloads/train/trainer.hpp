@@ -101,6 +101,9 @@ struct TrainConfig {
   // workload.freeze: fnmatch patterns over state-dict names of parameters whose requires_grad is
   // False (workloads/train/freeze.hpp).
   std::vector<std::string> freeze;
+  // workload.zero.deepcompile: "compile": {"deepcompile": true}, engine.compile() after
+  // deepspeed.initialize (only ZeRO-3's set-up, init_z3's gradient-partition lookup, is modelled).
+  bool deepcompile = false;
   bool ddp_wrapper = false;             // workload.ddp.wrapper
   bool find_unused_parameters = false;  // workload.ddp.find_unused_parameters
   // Recompute each block's forward during the backward instead of keeping its activations.
@@ -304,6 +307,8 @@ class Trainer {
   void check_model_file_options() const;
   void save_model_file(const std::string& step_dir);
   void load_model_file();
+  // engine.compile() under workload.zero.deepcompile (DeepCompile's set-up).
+  void compile_engine();
   std::optional<float> eval_call();
 
   TrainConfig cfg_;
