@@ -78,5 +78,40 @@ TEST(CommBuffers, ABudgetWithoutRoomForTheBuffersFailsTheFirstCollective) {
   EXPECT_EQ(run_train(FAULTLINE_TRAIN, 2, args, 2, env).proc.exit_code, 0);
 }
 
+// The shared-memory transport's P2P signalling under PCIe ACS (FAULTLINE_SHM_P2P,
+// FAULTLINE_PCIE_ACS; shm_transport.hpp): the ready flags a rank writes into its peers' segments
+// never reach them, so the first gradient all-reduce waits until its deadline on every rank
+// (NVIDIA/nccl#631). NCCL_P2P_DISABLE=1 (the barrier path, which only reads peers' memory)
+// trains, and so does P2P without ACS, with the same losses as the barrier path.
+TEST(CommBuffers, UnderPcieAcsPeerWrittenReadyFlagsNeverArriveAndTheAllReduceHangs) {
+  std::map<std::string, std::string> env = {{"FAULTLINE_SHM_TRANSPORT", "1"},
+                                            {"FAULTLINE_SHM_P2P", "1"},
+                                            {"FAULTLINE_SHM_BUFFER_BYTES", "16384"},
+                                            {"FAULTLINE_COMM_TIMEOUT_MS", "3000"}};
+  const std::vector<std::string> args = {"--dp", "4", "--steps", "3"};
+  const auto p2p = run_train(FAULTLINE_TRAIN, 4, args, 3, env);
+  EXPECT_EQ(p2p.proc.exit_code, 0) << p2p.proc.output;
+  ASSERT_EQ(p2p.steps.size(), 3u) << p2p.proc.output;
+  env["FAULTLINE_SHM_P2P"] = "0";
+  const auto barrier = run_train(FAULTLINE_TRAIN, 4, args, 3, env);
+  ASSERT_EQ(barrier.steps.size(), 3u) << barrier.proc.output;
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(p2p.steps[i]["loss"], barrier.steps[i]["loss"]) << i;
+  env["FAULTLINE_SHM_P2P"] = "1";
+  env["FAULTLINE_PCIE_ACS"] = "1";
+  const auto acs = run_train(FAULTLINE_TRAIN, 4, args, 3, env);
+  EXPECT_EQ(acs.proc.exit_code, exit_code::kCommTimeout) << acs.proc.output;
+  EXPECT_TRUE(acs.steps.empty()) << acs.proc.output;
+  for (const int r : {0, 1, 2, 3}) {
+    EXPECT_NE(acs.proc.output.find("[rank " + std::to_string(r) +
+                                   "] comm timeout: all_reduce on group 'dp' (seq 0"),
+              std::string::npos)
+        << acs.proc.output;
+  }
+  env["NCCL_P2P_DISABLE"] = "1";
+  const auto disabled = run_train(FAULTLINE_TRAIN, 4, args, 3, env);
+  EXPECT_EQ(disabled.proc.exit_code, 0) << disabled.proc.output;
+  EXPECT_EQ(disabled.steps.size(), 3u);
+}
+
 }  // namespace
 }  // namespace fl::test

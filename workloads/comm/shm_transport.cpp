@@ -147,13 +147,16 @@ std::string create_segment(const std::string& name, size_t bytes, bool reserve, 
 
 // Maps every peer's segment into `segs`; the first failure, or empty.
 std::string map_peer_segments(const std::vector<std::string>& names, int rank, size_t bytes,
-                              std::vector<char*>& segs) {
+                              bool acs, std::vector<char*>& segs) {
+  // Under ACS a peer's memory is reachable for reads but a write into it never arrives there:
+  // a private mapping gives exactly that (its pages are the peer's until this rank writes one).
+  const int share = acs ? MAP_PRIVATE : MAP_SHARED;
   for (int r = 0; r < static_cast<int>(names.size()); ++r) {
     if (r == rank) continue;
     const std::string& name = names[static_cast<size_t>(r)];
     int pfd = ::shm_open(name.c_str(), O_RDWR, 0600);
     void* p =
-        pfd < 0 ? MAP_FAILED : ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+        pfd < 0 ? MAP_FAILED : ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, share, pfd, 0);
     if (pfd >= 0) ::close(pfd);
     if (p == MAP_FAILED) {
       return fmt::format("cannot map peer {}'s segment {}: {}", r, name, std::strerror(errno));
@@ -186,8 +189,8 @@ class ShmAllReduce final : public PendingOp {
         op_(op),
         describe_(std::move(describe)),
         finish_(std::move(finish)) {
-    // A chunk is whole elements and at most a segment.
-    chunk_max_ = t_.bytes_ / elem_ * elem_;
+    // A chunk is whole elements and at most the FIFO.
+    chunk_max_ = t_.data_bytes_ / elem_ * elem_;
   }
   bool test() override {
     for (;;) {
@@ -198,7 +201,7 @@ class ShmAllReduce final : public PendingOp {
           return true;
         }
         chunk_ = std::min(total_ - done_, chunk_max_);
-        if (t_.head_ + chunk_ > t_.bytes_) t_.head_ = 0;  // the FIFO wraps
+        if (t_.head_ + chunk_ > t_.data_bytes_) t_.head_ = 0;  // the FIFO wraps
         char* mine = t_.segs_[static_cast<size_t>(t_.rank_)];
         bus_context(mine, t_.bytes_,
                     fmt::format("faultline worker error (comm): bus error (SIGBUS) in {} on group "
@@ -211,15 +214,17 @@ class ShmAllReduce final : public PendingOp {
                                 t_.names_[static_cast<size_t>(t_.rank_)]));
         std::memcpy(mine + t_.head_, data_ + done_, chunk_);  // the lazy touch
         bus_context(nullptr, 0, "");
-        mpi::check(MPI_Ibarrier(t_.comm_, &req_), "MPI_Ibarrier(shm posted)", t_.group_,
-                   t_.world_rank_);
+        ++t_.seq_;
+        if (t_.p2p_) {
+          post_flags();
+        } else {
+          mpi::check(MPI_Ibarrier(t_.comm_, &req_), "MPI_Ibarrier(shm posted)", t_.group_,
+                     t_.world_rank_);
+        }
         state_ = State::kPosted;
       }
-      int flag = 0;
-      mpi::check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "MPI_Test(shm)", t_.group_,
-                 t_.world_rank_);
-      if (!flag) return false;
       if (state_ == State::kPosted) {
+        if (t_.p2p_ ? !flags_arrived() : !request_done()) return false;
         // Every member's chunk is in place: reduce them in rank order.
         char* out = data_ + done_;
         const size_t n = chunk_ / elem_;
@@ -232,6 +237,7 @@ class ShmAllReduce final : public PendingOp {
         state_ = State::kRead;
         continue;
       }
+      if (!request_done()) return false;
       // Everyone has read this chunk: its FIFO space may be written again.
       t_.head_ += (chunk_ + kPage - 1) / kPage * kPage;
       done_ += chunk_;
@@ -241,6 +247,34 @@ class ShmAllReduce final : public PendingOp {
 
  private:
   enum class State { kCopy, kPosted, kRead };
+  // The P2P ready flag: member `from`'s slot in the flags page of `seg`.
+  uint64_t* flag(char* seg, int from) const {
+    return reinterpret_cast<uint64_t*>(seg + t_.data_bytes_) + from;
+  }
+  // This chunk's sequence number, written into every peer's segment (a direct peer write).
+  void post_flags() {
+    for (int r = 0; r < t_.size_; ++r) {
+      if (r == t_.rank_) continue;
+      __atomic_store_n(flag(t_.segs_[static_cast<size_t>(r)], t_.rank_), t_.seq_,
+                       __ATOMIC_RELEASE);
+    }
+  }
+  // Whether every peer's flag for this chunk has reached this rank's segment.
+  bool flags_arrived() const {
+    char* mine = t_.segs_[static_cast<size_t>(t_.rank_)];
+    for (int r = 0; r < t_.size_; ++r) {
+      if (r != t_.rank_ && __atomic_load_n(flag(mine, r), __ATOMIC_ACQUIRE) < t_.seq_) {
+        return false;
+      }
+    }
+    return true;
+  }
+  bool request_done() {
+    int flag = 0;
+    mpi::check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), "MPI_Test(shm)", t_.group_,
+               t_.world_rank_);
+    return flag != 0;
+  }
   ShmTransport& t_;
   char* data_;
   size_t elem_, total_;
@@ -273,6 +307,15 @@ std::unique_ptr<ShmTransport> ShmTransport::create(MPI_Comm comm, int rank, int 
                      want);
   }
   t->bytes_ = static_cast<size_t>(want) / kPage * kPage;
+  const char* p2p_off = std::getenv("NCCL_P2P_DISABLE");
+  t->p2p_ = kShmP2p.get() && !(p2p_off != nullptr && std::atoi(p2p_off) != 0);
+  if (t->p2p_ && (t->bytes_ < 2 * kPage || static_cast<size_t>(size) * 8 > kPage)) {
+    raise<CommError>(
+        "FAULTLINE_SHM_P2P needs a segment of two pages or more and at most {} members on a node "
+        "(FAULTLINE_SHM_BUFFER_BYTES={}, {} members)",
+        kPage / 8, want, size);
+  }
+  t->data_bytes_ = t->p2p_ ? t->bytes_ - kPage : t->bytes_;
   const std::string allocate = kShmAllocate.get();
   if (allocate != "sparse" && allocate != "reserve") {
     raise<SettingError>("FAULTLINE_SHM_ALLOCATE='{}' is not allowed (allowed: sparse, reserve)",
@@ -285,7 +328,7 @@ std::unique_ptr<ShmTransport> ShmTransport::create(MPI_Comm comm, int rank, int 
   std::string failure =
       create_segment(own, t->bytes_, allocate == "reserve", &t->segs_[static_cast<size_t>(rank)]);
   if (all_succeeded(failure.empty(), comm, "MPI_Allreduce(shm create)", group, world_rank)) {
-    failure = map_peer_segments(t->names_, rank, t->bytes_, t->segs_);
+    failure = map_peer_segments(t->names_, rank, t->bytes_, kPcieAcs.get(), t->segs_);
   }
   const bool mapped =
       all_succeeded(failure.empty(), comm, "MPI_Allreduce(shm map)", group, world_rank);

@@ -15,6 +15,17 @@
 // result), a barrier before the FIFO space is reused. Opt in with FAULTLINE_SHM_TRANSPORT=1;
 // NCCL_SHM_DISABLE=1 turns it off again (the usual workaround), as does a group spread over
 // nodes (it then uses the network path).
+//
+// FAULTLINE_SHM_P2P=1 signals the way NCCL's P2P transport does between GPUs of one node: a
+// rank still writes its chunk into its own segment, but instead of the first barrier it writes a
+// ready flag (the chunk's sequence number) straight into every peer's segment, and a rank reduces
+// once every peer's flag has reached its own. NCCL_P2P_DISABLE=1 turns that off (the barrier
+// path, as NCCL falls back to SHM). FAULTLINE_PCIE_ACS=1 says the node's PCIe switches have
+// Access Control Services on: peer-to-peer writes are redirected to the root complex and, with
+// the IOMMU in the way, never reach the peer. It is built as the loss it is: peers' segments are
+// mapped copy-on-write (MAP_PRIVATE), so a flag written into a peer's segment lands in a private
+// copy and the peer waits for it until the collective's deadline (NCCL/nccl#631's hang; the
+// barrier path only reads peers' memory and is unaffected).
 #pragma once
 
 #include <mpi.h>
@@ -37,6 +48,15 @@ FAULTLINE_SETTING(kShmAllocate, std::string, "FAULTLINE_SHM_ALLOCATE", "sparse",
                   "How a shared-memory segment is sized: sparse (ftruncate: pages are charged when "
                   "touched, a full /dev/shm is a SIGBUS mid-collective) or reserve "
                   "(posix_fallocate, as NCCL: a full /dev/shm fails the set-up)");
+
+FAULTLINE_SETTING(kShmP2p, bool, "FAULTLINE_SHM_P2P", false,
+                  "MPI backend's shared-memory transport: ready flags are written into the peers' "
+                  "segments (NCCL's P2P transport) instead of a barrier; NCCL_P2P_DISABLE=1 turns "
+                  "it off");
+FAULTLINE_SETTING(kPcieAcs, bool, "FAULTLINE_PCIE_ACS", false,
+                  "The node's PCIe switches have ACS on: peer-to-peer writes never reach the peer "
+                  "(peers' segments are mapped copy-on-write), so FAULTLINE_SHM_P2P's flags are "
+                  "lost and the collective hangs");
 
 class ShmTransport {
  public:
@@ -61,6 +81,11 @@ class ShmTransport {
   int rank_ = 0, size_ = 0, world_rank_ = 0;
   std::string group_;
   size_t bytes_ = 0;
+  // FIFO bytes: the segment, less its last page in P2P mode (the peers' ready flags, one
+  // uint64_t per member).
+  size_t data_bytes_ = 0;
+  bool p2p_ = false;
+  uint64_t seq_ = 0;                // chunks posted, the same on every member
   size_t head_ = 0;                 // FIFO write position, the same on every member
   std::vector<char*> segs_;         // every member's segment, mapped here
   std::vector<std::string> names_;  // /dev/shm names, for messages
