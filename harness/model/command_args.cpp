@@ -13,9 +13,8 @@ namespace fl::harness {
 
 const std::vector<std::string>& command_placeholders() {
   static const std::vector<std::string> names = {
-      "rank",        "ranks",       "local_rank", "local_ranks", "node_rank", "nodes",
-      "master_addr", "master_port", "run_id",     "run_dir",     "rank_dir",  "source_dir",
-      "fl_ckpt"};
+      "rank",        "ranks",  "local_rank", "local_ranks", "node_rank",  "nodes",  "master_addr",
+      "master_port", "run_id", "run_dir",    "rank_dir",    "source_dir", "fl_ckpt"};
   return names;
 }
 

@@ -276,13 +276,15 @@ void add_cause_gap(const Result& r, const ScenarioSource& base, const Tables& t,
   }
   std::string text = fmt::format("root cause {} ({}): ", rc, t.taxonomy.root_cause_name.at(rc));
   if (!here.empty()) {
-    text += fmt::format("faultline builds it for {} in {}, but the draft's base, {}, fit the input "
-                        "better (its other facts, or a mechanism the input never mentions)",
-                        base.symptom, fmt::join(here, ", "), base.shown);
+    text += fmt::format(
+        "faultline builds it for {} in {}, but the draft's base, {}, fit the input "
+        "better (its other facts, or a mechanism the input never mentions)",
+        base.symptom, fmt::join(here, ", "), base.shown);
   } else {
-    text += elsewhere.empty() ? "no scenario or fault kind of faultline builds it yet"
-                              : fmt::format("faultline builds it only for symptom(s) {}, not for {}",
-                                            fmt::join(elsewhere, ", "), base.symptom);
+    text += elsewhere.empty()
+                ? "no scenario or fault kind of faultline builds it yet"
+                : fmt::format("faultline builds it only for symptom(s) {}, not for {}",
+                              fmt::join(elsewhere, ", "), base.symptom);
   }
   text += fmt::format("; the draft reproduces {} through {} (its base's cause) instead",
                       base.symptom, base.root_cause.empty() ? "another cause" : base.root_cause);

@@ -18,7 +18,10 @@ namespace {
 struct EnvGuard {
   std::string name;
   explicit EnvGuard(std::string n, const char* v) : name(std::move(n)) {
-    if (v) setenv(name.c_str(), v, 1); else unsetenv(name.c_str());
+    if (v)
+      setenv(name.c_str(), v, 1);
+    else
+      unsetenv(name.c_str());
   }
   ~EnvGuard() { unsetenv(name.c_str()); }
 };

@@ -89,8 +89,10 @@ TEST(WorkerOptionsTest, TheSchemaHasTheTrainWorkersDeclarationOfAKnob) {
   EXPECT_EQ(it->default_value, "0");
   EXPECT_EQ(it->min, 0);
   EXPECT_EQ(it->max, 1e12);
-  EXPECT_EQ(it->doc, "Gradient bucket in bytes (0: 1 MiB or the model if smaller); under the gemini reducer, "
-            "GeminiDDP's chunk size");
+  EXPECT_EQ(
+      it->doc,
+      "Gradient bucket in bytes (0: 1 MiB or the model if smaller); under the gemini reducer, "
+      "GeminiDDP's chunk size");
 }
 
 TEST(WorkerOptionsTest, EveryBuiltWorkerDeclaresItsKeysTheSameWhereTheyShareThem) {

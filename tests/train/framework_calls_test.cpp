@@ -232,11 +232,12 @@ TEST(InferenceLoading, ACheckpointDescriptionIsReadAsInitInferenceReadsIt) {
   const fs::path dir =
       removed_at_exit(fs::temp_directory_path() / ("fl-infer-desc-" + std::to_string(::getpid())));
   fs::remove_all(dir);
-  auto t = launch(FAULTLINE_TRAIN, 2,
-                  {"--tp", "2", "--steps", "2", "--micro-batch", "4", "--save-dir",
-                   (dir / "ckpt").string()});
+  auto t = launch(
+      FAULTLINE_TRAIN, 2,
+      {"--tp", "2", "--steps", "2", "--micro-batch", "4", "--save-dir", (dir / "ckpt").string()});
   ASSERT_EQ(t.exit_code, 0) << t.output;
-  auto from_dir = launch(FAULTLINE_INFER, 2, {"--tp", "2", "--checkpoint", (dir / "ckpt").string()});
+  auto from_dir =
+      launch(FAULTLINE_INFER, 2, {"--tp", "2", "--checkpoint", (dir / "ckpt").string()});
   ASSERT_EQ(from_dir.exit_code, 0) << from_dir.output;
   auto describe = [&](const std::string& name, std::vector<std::string> extra) {
     std::vector<std::string> a = {FAULTLINE_CKPT, "describe", (dir / "ckpt").string(), "--out",
@@ -258,8 +259,9 @@ TEST(InferenceLoading, ACheckpointDescriptionIsReadAsInitInferenceReadsIt) {
   EXPECT_TRUE(has(tutorial.output, "KeyError: 'checkpoints' \\(the checkpoint description"))
       << tutorial.output;
   auto manifest = serve(dir / "ckpt" / "step_2" / "manifest.json");
-  EXPECT_TRUE(has(manifest.output, "KeyError: 'type' .*this is a training checkpoint's own "
-                                   "manifest, whose files are under 'shards'"))
+  EXPECT_TRUE(has(manifest.output,
+                  "KeyError: 'type' .*this is a training checkpoint's own "
+                  "manifest, whose files are under 'shards'"))
       << manifest.output;
   {
     std::ofstream f(dir / "one.json");
@@ -267,7 +269,8 @@ TEST(InferenceLoading, ACheckpointDescriptionIsReadAsInitInferenceReadsIt) {
       << R"("base_dir": "ckpt/step_2"})";
   }
   auto one = serve(dir / "one.json");
-  EXPECT_TRUE(has(one.output, "does not list shard_rank1\\.bin, a shard of .* \\(tp rank 1, pp rank 0\\)"))
+  EXPECT_TRUE(
+      has(one.output, "does not list shard_rank1\\.bin, a shard of .* \\(tp rank 1, pp rank 0\\)"))
       << one.output;
   EXPECT_TRUE(has(serve(dir / "ckpt").output, "IsADirectoryError: \\[Errno 21\\] Is a directory"));
   auto both = launch(FAULTLINE_INFER, 2,

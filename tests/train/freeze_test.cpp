@@ -105,8 +105,8 @@ TEST(Freeze, FrozenParametersKeepTheirValuesWhileTheOthersTrain) {
                          {"--dp", "2", "--zero", std::to_string(stage), "--precision", precision,
                           "--freeze", "blocks.0.*", "--weight-decay", "0.1",  // decay moves
                           // a parameter the optimizer holds even at a zero gradient
-                          "--save-every", std::to_string(steps),
-                          "--save-dir", out.string(), "--save-model-file", "state_dict"},
+                          "--save-every", std::to_string(steps), "--save-dir", out.string(),
+                          "--save-model-file", "state_dict"},
                          steps);
       EXPECT_EQ(r.proc.exit_code, 0) << r.proc.output;
       return tensors(out / ("step_" + std::to_string(steps)) / "model.safetensors");
@@ -153,8 +153,8 @@ TEST(Freeze, AStageWithNothingToTrainHasAnEmptyOptimizerParameterList) {
 // got (deepspeedai/DeepSpeed pull request 8214): the first frozen parameter's ds_id (wte 0,
 // wpe 1, blocks.0.ln_1.weight 2) is a KeyError on every rank before any step.
 TEST(Freeze, DeepCompilesZero3SetUpLooksUpFrozenParametersBeforeTheFix) {
-  const std::vector<std::string> args = {"--dp", "2", "--zero", "3", "--deepcompile", "--freeze",
-                                         "blocks.0.*"};
+  const std::vector<std::string> args = {"--dp",          "2",        "--zero",    "3",
+                                         "--deepcompile", "--freeze", "blocks.0.*"};
   auto with_version = [&](const std::string& v) {
     auto a = args;
     a.insert(a.end(), {"--deepspeed-version", v});
@@ -182,10 +182,9 @@ TEST(Freeze, DeepCompilesZero3SetUpLooksUpFrozenParametersBeforeTheFix) {
   const auto fixed = with_version("0.19.6");
   EXPECT_EQ(fixed.proc.exit_code, 0) << fixed.proc.output;
   EXPECT_EQ(fixed.steps.size(), 2u);
-  const auto none = run_train(FAULTLINE_TRAIN, 2,
-                              {"--dp", "2", "--zero", "3", "--deepcompile", "--deepspeed-version",
-                               "0.19.3"},
-                              1);
+  const auto none =
+      run_train(FAULTLINE_TRAIN, 2,
+                {"--dp", "2", "--zero", "3", "--deepcompile", "--deepspeed-version", "0.19.3"}, 1);
   EXPECT_EQ(none.proc.exit_code, 0) << none.proc.output;
   const auto z2 = run_train(FAULTLINE_TRAIN, 2,
                             {"--dp", "2", "--zero", "2", "--deepcompile", "--freeze", "blocks.0.*",

@@ -137,14 +137,14 @@ TEST(MoeTraining, DroplessExpertsWithoutTokensLeaveADdpReductionUnfinished) {
 // their chunk, which the forward used, unreduced, and the first backward fails with GeminiDDP's
 // post-backward error naming exactly them (ColossalAI#5184's Mixtral). (With the experts over
 // several chunks, a rank whose tokens reached all of one chunk's experts reduces it while a rank
-// whose did not goes on to the next: their collectives differ and the job hangs instead.) The capacity-based block
-// runs every expert each step and trains; a dense model trains as under DeepSpeed's buckets (the
-// same losses), with chunks of any size.
+// whose did not goes on to the next: their collectives differ and the job hangs instead.) The
+// capacity-based block runs every expert each step and trains; a dense model trains as under
+// DeepSpeed's buckets (the same losses), with chunks of any size.
 TEST(MoeTraining, DroplessExpertsWithoutTokensFailGeminisPostBackwardCheck) {
   // 1 MiB chunks: the experts of both blocks but one in the first, h0's expert 0 alone in the
   // second (which the tokens of both ranks reach), the dense model in a third.
-  const std::vector<std::string> args = {"--dp",          "2",  "--zero",        "2",
-                                         "--moe-experts", "16", "--moe-top-k",   "1",
+  const std::vector<std::string> args = {"--dp",           "2",     "--zero",      "2",
+                                         "--moe-experts",  "16",    "--moe-top-k", "1",
                                          "--zero-reducer", "gemini"};
   const TrainRun gemini = train(2, with(args, {"--moe-dropless", "true"}), 3);
   EXPECT_EQ(gemini.proc.exit_code, exit_code::kError) << gemini.proc.output;
@@ -160,7 +160,8 @@ TEST(MoeTraining, DroplessExpertsWithoutTokensFailGeminisPostBackwardCheck) {
   // Only experts, each with its four parameters: the dense chunks were all reduced.
   const std::string names = m[1];
   size_t n = 0;
-  for (size_t at = names.find("\\n\\t"); at != std::string::npos; at = names.find("\\n\\t", at + 1)) ++n;
+  for (size_t at = names.find("\\n\\t"); at != std::string::npos; at = names.find("\\n\\t", at + 1))
+    ++n;
   EXPECT_EQ(n % 4, 0u) << names;
   // DeepSpeed's stage 2 counts a missing gradient as zero: the same model trains there.
   const TrainRun deepspeed =
@@ -203,9 +204,9 @@ TEST(MoeTraining, TheDdpWrapperNeedsAReplicatedZero0ModelAndFindUnusedParameters
   expect_config_error({"--dp", "2", "--zero", "2", "--grad-accum", "2", "--zero-reducer", "gemini"},
                       "(GeminiPlugin without enable_gradient_accumulation), but grad_accum is 2 "
                       "(allowed: 1, or 2 with workload.pair_loss)");
-  expect_config_error({"--dp", "2", "--zero", "2", "--zero-reducer", "gemini", "--freeze",
-                       "blocks.0.*"},
-                      "gemini with workload.freeze (--freeze) is not modelled");
+  expect_config_error(
+      {"--dp", "2", "--zero", "2", "--zero-reducer", "gemini", "--freeze", "blocks.0.*"},
+      "gemini with workload.freeze (--freeze) is not modelled");
   expect_config_error({"--dp", "2", "--find-unused-parameters"},
                       "workload.ddp.find_unused_parameters (--find-unused-parameters) is a "
                       "DistributedDataParallel argument");

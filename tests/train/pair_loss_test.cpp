@@ -51,9 +51,8 @@ TEST(PairLoss, CheckpointedBlocksUnderZero2And3FireTheirReduceHookTwice) {
 // (its chunk slice already filled), naming the block's first parameter; without checkpointing the
 // pair is one pass and trains.
 TEST(PairLoss, UnderGeminiTheSecondFiringFailsItsGradientHook) {
-  const std::vector<std::string> a = {"--dp",        "2", "--zero",      "2",
-                                      "--grad-accum", "2", "--pair-loss", "--zero-reducer",
-                                      "gemini"};
+  const std::vector<std::string> a = {
+      "--dp", "2", "--zero", "2", "--grad-accum", "2", "--pair-loss", "--zero-reducer", "gemini"};
   std::vector<std::string> ckpt = a;
   ckpt.emplace_back("--activation-checkpointing");
   auto r = run_train(FAULTLINE_TRAIN, 2, ckpt, 3);

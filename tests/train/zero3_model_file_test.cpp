@@ -309,13 +309,14 @@ TEST_F(Zero3ModelFile, EveryRankLoadingTheWholeModelRunsOutOfHostMemoryRankZeroR
   const std::map<std::string, std::string> budget = {
       {"FAULTLINE_HOST_MEMORY_BUDGET_BYTES", "200000"}};
   auto load = [&](int stage, std::vector<std::string> extra) {
-    std::vector<std::string> a = {"--dp", "2", "--zero", std::to_string(stage),
-                                  "--load-model-file", file};
+    std::vector<std::string> a = {"--dp", "2", "--zero", std::to_string(stage), "--load-model-file",
+                                  file};
     a.insert(a.end(), extra.begin(), extra.end());
     return run_train(FAULTLINE_TRAIN, 2, a, 2, budget);
   };
-  const std::string oom = "out of memory on host: tried to allocate 119.95 KiB for "
-                          "'load.model_file'; 117.50 KiB already allocated";
+  const std::string oom =
+      "out of memory on host: tried to allocate 119.95 KiB for "
+      "'load.model_file'; 117.50 KiB already allocated";
   auto whole = load(3, {"--no-zero-init"});
   EXPECT_EQ(whole.proc.exit_code, exit_code::kOutOfMemory) << whole.proc.output;
   for (const char* rank : {"[rank 0] ", "[rank 1] "}) {

@@ -239,11 +239,12 @@ TEST(TriageDraft, ACauseWhoseBaseForTheSymptomLostIsNamed) {
   const std::string text = unexpressed_report(
       "For now, ZeRO1 with gradient accumulation is not used in the plugin, which means users can "
       "not use booster and zero1+ga.\n");
-  EXPECT_NE(text.find("  - cause: root cause R4.8 (Limited framework design and optimization): "
-                      "faultline builds it for 4.4 in scenarios/issues/"
-                      "gemini-moe-experts-without-tokens-fail-the-post-backward-check.yaml, but the "
-                      "draft's base, scenarios/issues/"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("  - cause: root cause R4.8 (Limited framework design and optimization): "
+                "faultline builds it for 4.4 in scenarios/issues/"
+                "gemini-moe-experts-without-tokens-fail-the-post-backward-check.yaml, but the "
+                "draft's base, scenarios/issues/"),
+      std::string::npos)
       << text;
   EXPECT_EQ(text.find("builds it only for"), std::string::npos) << text;
 }

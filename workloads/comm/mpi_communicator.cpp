@@ -55,8 +55,8 @@ size_t nccl_env(const char* name, size_t fallback) {
   errno = 0;
   const long long n = std::strtoll(v, &end, 10);
   if (end == v || *end != '\0' || n <= 0 || errno == ERANGE) {
-    throw ConfigError(fmt::format("{}='{}' is not a positive integer (NCCL reads bytes or a count)",
-                                  name, v));
+    throw ConfigError(
+        fmt::format("{}='{}' is not a positive integer (NCCL reads bytes or a count)", name, v));
   }
   return static_cast<size_t>(n);
 }
@@ -85,8 +85,8 @@ void MpiCommunicator::connect_buffers(const Buffer& buf) {
   // allocates them as the group's first collective connects its peers (NCCL 2.12's lazy
   // connection; earlier releases at init).
   const size_t bytes = nccl_connection_bytes();
-  MemoryAccountant& acct = buf.device == Device::kCuda ? MemoryAccountant::cuda(buf.device_id)
-                                                        : MemoryAccountant::cpu();
+  MemoryAccountant& acct =
+      buf.device == Device::kCuda ? MemoryAccountant::cuda(buf.device_id) : MemoryAccountant::cpu();
   try {
     acct.reserve(bytes, "comm.nccl_buffers");
   } catch (const OutOfMemoryError& e) {

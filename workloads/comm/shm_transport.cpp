@@ -155,8 +155,7 @@ std::string map_peer_segments(const std::vector<std::string>& names, int rank, s
     if (r == rank) continue;
     const std::string& name = names[static_cast<size_t>(r)];
     int pfd = ::shm_open(name.c_str(), O_RDWR, 0600);
-    void* p =
-        pfd < 0 ? MAP_FAILED : ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, share, pfd, 0);
+    void* p = pfd < 0 ? MAP_FAILED : ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, share, pfd, 0);
     if (pfd >= 0) ::close(pfd);
     if (p == MAP_FAILED) {
       return fmt::format("cannot map peer {}'s segment {}: {}", r, name, std::strerror(errno));
@@ -255,8 +254,7 @@ class ShmAllReduce final : public PendingOp {
   void post_flags() {
     for (int r = 0; r < t_.size_; ++r) {
       if (r == t_.rank_) continue;
-      __atomic_store_n(flag(t_.segs_[static_cast<size_t>(r)], t_.rank_), t_.seq_,
-                       __ATOMIC_RELEASE);
+      __atomic_store_n(flag(t_.segs_[static_cast<size_t>(r)], t_.rank_), t_.seq_, __ATOMIC_RELEASE);
     }
   }
   // Whether every peer's flag for this chunk has reached this rank's segment.

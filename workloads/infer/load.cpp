@@ -50,9 +50,10 @@ CheckpointDescription read_checkpoint_description(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
-    raise<CheckpointError>("IsADirectoryError: [Errno 21] Is a directory: '{}' (init_inference's "
-                           "checkpoint= is a JSON description of the checkpoint's files)",
-                           path);
+    raise<CheckpointError>(
+        "IsADirectoryError: [Errno 21] Is a directory: '{}' (init_inference's "
+        "checkpoint= is a JSON description of the checkpoint's files)",
+        path);
   }
   if (!fs::exists(path, ec)) {
     raise<CheckpointError>("FileNotFoundError: [Errno 2] No such file or directory: '{}'", path);
@@ -84,9 +85,10 @@ CheckpointDescription read_checkpoint_description(const std::string& path) {
   }
   for (const auto& f : data["checkpoints"]) {
     if (!f.is_string()) {
-      raise<CheckpointError>("the checkpoint description {} lists {} under 'checkpoints' (allowed: "
-                             "file names)",
-                             path, f.dump());
+      raise<CheckpointError>(
+          "the checkpoint description {} lists {} under 'checkpoints' (allowed: "
+          "file names)",
+          path, f.dump());
     }
     d.files.push_back(f.get<std::string>());
   }
@@ -97,9 +99,10 @@ CheckpointDescription read_checkpoint_description(const std::string& path) {
   d.dir = base.lexically_normal().string();
   for (const auto& f : d.files) {
     if (!fs::exists(base / f, ec)) {
-      raise<CheckpointError>("FileNotFoundError: [Errno 2] No such file or directory: '{}' (listed "
-                             "in {})",
-                             (base / f).string(), path);
+      raise<CheckpointError>(
+          "FileNotFoundError: [Errno 2] No such file or directory: '{}' (listed "
+          "in {})",
+          (base / f).string(), path);
     }
   }
   // The files must be one checkpoint's shards, every one of them.
@@ -107,10 +110,10 @@ CheckpointDescription read_checkpoint_description(const std::string& path) {
   for (const auto& e : manifest.at("shards")) {
     const std::string file = e.at("file").get<std::string>();
     if (std::find(d.files.begin(), d.files.end(), file) == d.files.end()) {
-      raise<CheckpointError>("the checkpoint description {} does not list {}, a shard of {} "
-                             "(tp rank {}, pp rank {})",
-                             path, file, d.dir, e.at("tp_rank").get<int>(),
-                             e.at("pp_rank").get<int>());
+      raise<CheckpointError>(
+          "the checkpoint description {} does not list {}, a shard of {} "
+          "(tp rank {}, pp rank {})",
+          path, file, d.dir, e.at("tp_rank").get<int>(), e.at("pp_rank").get<int>());
     }
   }
   return d;

@@ -91,7 +91,8 @@ const float* ZeroEngine::decoded(int g, const void* src16) {
 const void* ZeroEngine::acquire_stored(int g, bool backward) {
   const model::ParamGroup& grp = layout_.groups()[static_cast<size_t>(g)];
   // GeminiDDP's pre-forward op hook accesses the parameter's chunk.
-  if (cfg_.gemini && !backward) accessed_[static_cast<size_t>(bucket_of_[static_cast<size_t>(g)])] = 1;
+  if (cfg_.gemini && !backward)
+    accessed_[static_cast<size_t>(bucket_of_[static_cast<size_t>(g)])] = 1;
   if (cfg_.stage < 3) {
     if (!mixed_) return master_.f32() + grp.lo;
     return static_cast<const char*>(compute_.raw()) + grp.lo * store_bytes();
@@ -431,7 +432,8 @@ ZeroEngine::Update ZeroEngine::begin_update(size_t chunk) {
     return {p, host_grads_.f32() + off, at(m_, off), at(v_, off), n, Device::cpu(), lo_ + off};
   }
   float* p = cfg_.stage == 0 || partitioned_master() ? master_.f32() : master_.f32() + lo_;
-  return {p + off, g, at(m_, off), at(v_, off), n, dev_.device(), (cfg_.stage == 0 ? 0 : lo_) + off};
+  return {
+      p + off, g, at(m_, off), at(v_, off), n, dev_.device(), (cfg_.stage == 0 ? 0 : lo_) + off};
 }
 
 void ZeroEngine::finish_update() {

@@ -189,8 +189,7 @@ int reshard(const std::string& in, const std::string& out, int new_dp, int out_z
 void check_zero_to_fp32(const std::string& version, const std::string& dir, int zero, int dp) {
   const auto v = parse_version(version);
   if (!v) {
-    raise<ConfigError>("--deepspeed '{}' is not a version (allowed: {})", version,
-                       kVersionAllowed);
+    raise<ConfigError>("--deepspeed '{}' is not a version (allowed: {})", version, kVersionAllowed);
   }
   std::printf("Processing zero checkpoint '%s'\n", dir.c_str());
   if (zero == 0) {
@@ -239,12 +238,9 @@ int describe(const std::string& path, const std::string& out, const std::string&
   const nlohmann::json d =
       form == "tutorial"
           ? nlohmann::json{{"type", "DeepSpeed"}, {"version", 0.0}, {"checkpoint_path", rel}}
-          : nlohmann::json{{"type", type},
-                           {"checkpoints", files},
-                           {"version", 1.0},
-                           {"base_dir", rel},
-                           {"parallelization", "tp"},
-                           {"tp_size", m.at("layout").at("tp")}};
+          : nlohmann::json{
+                {"type", type},    {"checkpoints", files},    {"version", 1.0},
+                {"base_dir", rel}, {"parallelization", "tp"}, {"tp_size", m.at("layout").at("tp")}};
   write_file_atomic(out, d.dump(2) + "\n");
   std::printf("described %s (%zu files) in %s\n", dir.c_str(), files.size(), out.c_str());
   return 0;

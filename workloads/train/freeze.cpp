@@ -26,8 +26,9 @@ std::vector<std::pair<size_t, size_t>> frozen_ranges(const model::ParamLayout& l
   if (patterns.empty()) return out;
   for (const auto& s : layout.specs()) {
     // By its state-dict name; a tied copy (the last stage's wte) is the parameter it ties to.
-    const bool frozen = matches(patterns, model::state_dict_key(s.name)) ||
-                        (!s.init_name.empty() && matches(patterns, model::state_dict_key(s.init_name)));
+    const bool frozen =
+        matches(patterns, model::state_dict_key(s.name)) ||
+        (!s.init_name.empty() && matches(patterns, model::state_dict_key(s.init_name)));
     if (frozen) out.emplace_back(s.offset, s.offset + s.numel());
   }
   std::sort(out.begin(), out.end());
