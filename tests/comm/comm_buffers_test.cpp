@@ -104,12 +104,11 @@ TEST(CommBuffers, UnderPcieAcsPeerWrittenReadyFlagsNeverArriveAndTheAllReduceHan
   const auto acs = run_train(FAULTLINE_TRAIN, 4, args, 3, env);
   EXPECT_EQ(acs.proc.exit_code, exit_code::kCommTimeout) << acs.proc.output;
   EXPECT_TRUE(acs.steps.empty()) << acs.proc.output;
-  for (const int r : {0, 1, 2, 3}) {
-    EXPECT_NE(acs.proc.output.find("[rank " + std::to_string(r) +
-                                   "] comm timeout: all_reduce on group 'dp' (seq 0"),
-              std::string::npos)
-        << acs.proc.output;
-  }
+  // No rank gets past the first all-reduce (no step is logged); the launcher stops the job at the
+  // first rank's timeout, which on a busy machine can come before the others print theirs.
+  EXPECT_NE(acs.proc.output.find("] comm timeout: all_reduce on group 'dp' (seq 0"),
+            std::string::npos)
+      << acs.proc.output;
   env["NCCL_P2P_DISABLE"] = "1";
   const auto disabled = run_train(FAULTLINE_TRAIN, 4, args, 3, env);
   EXPECT_EQ(disabled.proc.exit_code, 0) << disabled.proc.output;

@@ -163,12 +163,11 @@ TEST(Freeze, DeepCompilesZero3SetUpLooksUpFrozenParametersBeforeTheFix) {
   const auto old = with_version("0.19.3");
   EXPECT_NE(old.proc.exit_code, 0);
   EXPECT_TRUE(old.steps.empty()) << old.proc.output;
-  for (const int r : {0, 1}) {
-    EXPECT_NE(old.proc.output.find("KeyError: 2 (rank " + std::to_string(r) +
-                                   ": engine.compile() under DeepSpeed 0.19.3"),
-              std::string::npos)
-        << old.proc.output;
-  }
+  // Every rank raises it; the launcher stops the job at the first exit, which on a busy machine
+  // can come before the other has printed.
+  EXPECT_NE(old.proc.output.find("KeyError: 2 (rank "), std::string::npos) << old.proc.output;
+  EXPECT_NE(old.proc.output.find(": engine.compile() under DeepSpeed 0.19.3"), std::string::npos)
+      << old.proc.output;
   EXPECT_NE(old.proc.output.find("'blocks.0.ln_1.weight' has requires_grad=False"),
             std::string::npos)
       << old.proc.output;
@@ -177,7 +176,7 @@ TEST(Freeze, DeepCompilesZero3SetUpLooksUpFrozenParametersBeforeTheFix) {
   tied.back() = "lm_head.weight";
   tied.insert(tied.end(), {"--tie-embeddings", "true", "--deepspeed-version", "0.19.5"});
   const auto head = run_train(FAULTLINE_TRAIN, 2, tied, 1);
-  EXPECT_NE(head.proc.output.find("KeyError: 0 (rank 0"), std::string::npos) << head.proc.output;
+  EXPECT_NE(head.proc.output.find("KeyError: 0 (rank "), std::string::npos) << head.proc.output;
   // The fixed release, and the old one with nothing frozen or below stage 3, train.
   const auto fixed = with_version("0.19.6");
   EXPECT_EQ(fixed.proc.exit_code, 0) << fixed.proc.output;

@@ -216,17 +216,22 @@ std::string unexpressed_report(const std::string& input) {
 }
 
 // A cause some scenario builds, but for another symptom: R4.1 (a misconfigured system setting)
-// has bases for slow, out-of-memory and failing runs, none for a hang.
+// has bases for slow, hanging, out-of-memory and failing runs, none for a component failure
+// (4.5, here NVMe offload's swap files).
 TEST(TriageDraft, ACauseBuiltOnlyForAnotherSymptomIsSaidPlainly) {
   const std::string text = unexpressed_report(
       "torchrun --nproc_per_node 2 train.py\n"
-      "all_reduce_perf hangs on four GPUs but works on two\n");
+      "/zero_stage_3/optimizer/rank1/4_gradient.tensor.swp: buffer nbytes != file bytes "
+      "301989888 != 0\n"
+      "\"device\": \"nvme\",\n");
   EXPECT_NE(text.find("Could not express:\n"
                       "  - cause: root cause R4.1 (Misconfigured system/tool setting): faultline "
-                      "builds it only for symptom(s) 4.1, 4.2, 4.4, 4.8, 4.9, not for 4.11; the "
-                      "draft reproduces 4.11 through R4.6 (its base's cause) instead\n"
-                      "  - setting: launcher torchrun (from line 1: `torchrun --nproc_per_node 2 "
-                      "train.py`): the draft keeps launcher local; faultline has no torchrun "
+                      "builds it only for symptom(s) 4.1, 4.11, 4.2, 4.4, 4.8, 4.9, not for 4.5; "
+                      "the draft reproduces 4.5 through R4.2 (its base's cause) instead\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  - setting: launcher torchrun (from line 1: `torchrun --nproc_per_node 2 "
+                      "train.py`): the draft keeps launcher auto; faultline has no torchrun "
                       "launcher (it has local, mpirun, srun, deepspeed, command)\n"),
             std::string::npos)
       << text;
