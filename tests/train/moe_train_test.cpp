@@ -135,9 +135,11 @@ TEST(MoeTraining, DroplessExpertsWithoutTokensLeaveADdpReductionUnfinished) {
 // Under Colossal-AI's GeminiDDP (--zero-reducer gemini at ZeRO-2) a chunk is reduced only once
 // every parameter in it has its gradient: the dropless block's experts that got no token leave
 // their chunk, which the forward used, unreduced, and the first backward fails with GeminiDDP's
-// post-backward error naming exactly them (ColossalAI#5184's Mixtral). (With the experts over
-// several chunks, a rank whose tokens reached all of one chunk's experts reduces it while a rank
-// whose did not goes on to the next: their collectives differ and the job hangs instead.) The
+// post-backward error naming exactly them (ColossalAI#5184's Mixtral). With the experts over
+// several chunks, a rank whose tokens reached all of one chunk's experts launches that chunk's
+// reduction, which its peer never joins; the hooks do not wait on their collectives, so the
+// peer still reaches the check and raises (data seed 1234 gives such a split; before the
+// reductions were deferred past the check, both ranks blocked until the comm timeout). The
 // capacity-based block runs every expert each step and trains; a dense model trains as under
 // DeepSpeed's buckets (the same losses), with chunks of any size.
 TEST(MoeTraining, DroplessExpertsWithoutTokensFailGeminisPostBackwardCheck) {
@@ -163,6 +165,12 @@ TEST(MoeTraining, DroplessExpertsWithoutTokensFailGeminisPostBackwardCheck) {
   for (size_t at = names.find("\\n\\t"); at != std::string::npos; at = names.find("\\n\\t", at + 1))
     ++n;
   EXPECT_EQ(n % 4, 0u) << names;
+  const TrainRun split =
+      train(2, with(args, {"--moe-dropless", "true", "--data-seed", "1234"}), 3,
+            {{"FAULTLINE_COMM_TIMEOUT_MS", "20000"}});
+  EXPECT_TRUE(split.steps.empty()) << split.proc.output;
+  EXPECT_TRUE(std::regex_search(split.proc.output, error)) << split.proc.output;
+  EXPECT_EQ(split.proc.output.find("comm timeout"), std::string::npos) << split.proc.output;
   // DeepSpeed's stage 2 counts a missing gradient as zero: the same model trains there.
   const TrainRun deepspeed =
       train(2, with(with(args, {"--moe-dropless", "true"}), {"--zero-reducer", "deepspeed"}), 3);

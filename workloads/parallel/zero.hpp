@@ -282,6 +282,11 @@ class ZeroEngine final : public model::ParamAccess {
   std::vector<char> accessed_;     // gemini: bucket (chunk) -> a group of it was used this step
   std::vector<int> chunk_ready_;   // gemini: bucket -> groups whose gradient came this step
   std::vector<char> reduced_;      // gemini: group -> its gradient came (_gemini_reduced)
+  // gemini: chunks whose reduction the hooks launched, in launch order. The collectives run
+  // after the post-backward check: the hooks enqueue them on the communication stream and the
+  // host goes on without waiting, so a rank whose chunk is left unreduced reaches the check (and
+  // raises) even when a peer has launched a reduction it will never join.
+  std::vector<int> launched_;
   bool in_backward_ = false;       // between begin_backward and end_backward
   // The stage 0-1 bucketed all-reduce of the full gradients (finish_gradients and
   // all_reduce_gradients).
@@ -295,6 +300,8 @@ class ZeroEngine final : public model::ParamAccess {
   void check_chunks_reduced();
   // gemini: group g's gradient came; true when that completes its chunk (time to reduce it).
   bool chunk_completed_by(int g);
+  // Reduces stage 2's pending bucket (chunk) b and drops it.
+  void reduce_pending(int b);
   // The names of the parameters in group g.
   std::vector<std::string> names_in(int g) const;
   // Zeroes the stored gradients of group g's frozen elements.

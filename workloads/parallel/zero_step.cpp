@@ -179,9 +179,17 @@ void ZeroEngine::grads_done(int g) {
   const int b = bucket_of_[static_cast<size_t>(g)];
   const Bucket& bk = buckets_[static_cast<size_t>(b)];
   if (cfg_.gemini ? !chunk_completed_by(g) : g != bk.last) return;
+  if (cfg_.gemini) {
+    launched_.push_back(b);
+    return;
+  }
+  reduce_pending(b);
+}
+
+void ZeroEngine::reduce_pending(int b) {
   auto pit = pending_.find(b);
   if (pit == pending_.end()) raise("ZeRO: bucket {} completed without gradients", b);
-  reduce_bucket(bk, pit->second.raw());
+  reduce_bucket(buckets_[static_cast<size_t>(b)], pit->second.raw());
   pending_.erase(pit);
 }
 
@@ -227,12 +235,16 @@ void ZeroEngine::begin_step() {
   if (cfg_.gemini) reset_chunks();
   ops::zero(grads_.raw(), grads_.bytes());
   pending_.clear();
+  launched_.clear();
   grads32_of_.clear();
   grads32_.release();
 }
 
 void ZeroEngine::finish_gradients() {
-  if (cfg_.gemini) check_chunks_reduced();
+  if (cfg_.gemini) {
+    check_chunks_reduced();
+    for (const int b : std::exchange(launched_, {})) reduce_pending(b);
+  }
   if (!pending_.empty()) raise("ZeRO: {} gradient bucket(s) never completed", pending_.size());
   // Torch's reducer checks readiness at any world size, one rank included.
   if (cfg_.ddp_reducer && !ddp_ready_to_reduce()) return;
