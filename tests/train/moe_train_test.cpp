@@ -165,9 +165,8 @@ TEST(MoeTraining, DroplessExpertsWithoutTokensFailGeminisPostBackwardCheck) {
   for (size_t at = names.find("\\n\\t"); at != std::string::npos; at = names.find("\\n\\t", at + 1))
     ++n;
   EXPECT_EQ(n % 4, 0u) << names;
-  const TrainRun split =
-      train(2, with(args, {"--moe-dropless", "true", "--data-seed", "1234"}), 3,
-            {{"FAULTLINE_COMM_TIMEOUT_MS", "20000"}});
+  const TrainRun split = train(2, with(args, {"--moe-dropless", "true", "--data-seed", "1234"}), 3,
+                               {{"FAULTLINE_COMM_TIMEOUT_MS", "20000"}});
   EXPECT_TRUE(split.steps.empty()) << split.proc.output;
   EXPECT_TRUE(std::regex_search(split.proc.output, error)) << split.proc.output;
   EXPECT_EQ(split.proc.output.find("comm timeout"), std::string::npos) << split.proc.output;

@@ -155,7 +155,7 @@ class ZeroEngine final : public model::ParamAccess {
   struct Update {
     float *params, *grads, *m, *v;
     size_t n;
-    Device device;  // where the update runs (the host under offload)
+    Device device;     // where the update runs (the host under offload)
     size_t first = 0;  // the flat index of element 0 (of params, grads, m and v)
   };
   // Prepares the update of a chunk, after owned_grads(chunk) (offload: its gradients copied to
@@ -287,7 +287,7 @@ class ZeroEngine final : public model::ParamAccess {
   // host goes on without waiting, so a rank whose chunk is left unreduced reaches the check (and
   // raises) even when a peer has launched a reduction it will never join.
   std::vector<int> launched_;
-  bool in_backward_ = false;       // between begin_backward and end_backward
+  bool in_backward_ = false;  // between begin_backward and end_backward
   // The stage 0-1 bucketed all-reduce of the full gradients (finish_gradients and
   // all_reduce_gradients).
   void all_reduce_buckets();

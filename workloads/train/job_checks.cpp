@@ -129,7 +129,6 @@ void check_ddp(const TrainConfig& c, const model::Layout& l) {
   }
 }
 
-
 void validate_before_world(const TrainConfig& cfg, const model::Layout& l) {
   validate_numerics(cfg);  // in the order a rank's Trainer makes them
   check_job_config(cfg, l);

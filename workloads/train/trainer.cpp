@@ -47,7 +47,6 @@ parallel::ZeroConfig Trainer::zero_config(const parallel::Topology& topo) const 
   return zero_config_of(cfg_, topo.layout.zero, topo.rank);
 }
 
-
 Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& acct)
     : cfg_(std::move(cfg)),
       topo_(topo),
