@@ -255,6 +255,43 @@ TEST(MoeTraining, SixteenBitExpertsJudgedAndUpdatedChunkByChunkTrainAlikeAtEvery
   }
 }
 
+// workload.grad_norm: clip_grad_norm_ over DTensor gradients stacks per-parameter norms, which
+// DTensor refuses across the dense and the expert meshes (pytorch/pytorch#180346); the norm per
+// mesh is the same norm as faultline's flat one, one all-reduce per mesh instead of one in all.
+TEST(MoeTraining, ClippingStacksNormsOfTwoMeshesOnlyUnderExpertParallelism) {
+  const std::vector<std::string> ep2 = with(kMoe, {"--dp", "2", "--moe-ep-size", "2"});
+  const TrainRun stacked = train(2, with(ep2, {"--grad-norm", "dtensor_stack"}), 2);
+  EXPECT_NE(stacked.proc.exit_code, 0);
+  EXPECT_TRUE(stacked.steps.empty()) << stacked.proc.output;
+  EXPECT_NE(stacked.proc.output.find(
+                "ValueError: All operands in aten.stack.default must have the same mesh, but got "
+                "DeviceMesh('cpu', [[0, 1]], mesh_dim_names=('edp', 'ep')) and "
+                "DeviceMesh('cpu', [0, 1], mesh_dim_names=('dp',))."),
+            std::string::npos)
+      << stacked.proc.output;
+  // Without clipping the script never calls clip_grad_norm_; with every expert on every rank
+  // (ep_size 1) the experts are on the data-parallel mesh too.
+  const TrainRun unclipped = train(2, with(ep2, {"--grad-norm", "dtensor_stack", "--clip", "0"}), 2);
+  EXPECT_EQ(unclipped.proc.exit_code, 0) << unclipped.proc.output;
+  const TrainRun one_mesh =
+      train(2, with(kMoe, {"--dp", "2", "--moe-ep-size", "1", "--grad-norm", "dtensor_stack"}), 2);
+  EXPECT_EQ(one_mesh.proc.exit_code, 0) << one_mesh.proc.output;
+
+  // A clip below the norms, so that every step's update depends on the norm.
+  const std::vector<std::string> clipped = with(ep2, {"--clip", "0.05"});
+  const TrainRun flat = train(2, clipped, 3);
+  const TrainRun per_mesh = train(2, with(clipped, {"--grad-norm", "dtensor_per_mesh"}), 3);
+  expect_same_losses(flat, per_mesh, "grad_norm dtensor_per_mesh");
+  ASSERT_EQ(flat.steps.size(), per_mesh.steps.size());
+  for (size_t i = 0; i < flat.steps.size(); ++i) {
+    const double want = flat.steps[i]["grad_norm"], got = per_mesh.steps[i]["grad_norm"];
+    EXPECT_GT(want, 0.05) << "step " << i;
+    EXPECT_NEAR(got, want, 1e-6 * want) << "step " << i;
+    EXPECT_EQ(per_mesh.steps[i]["comm_ops"].get<int>(), flat.steps[i]["comm_ops"].get<int>() + 1)
+        << "step " << i;
+  }
+}
+
 TEST(MoeTraining, CheckpointsOfMoeModelsAreRefusedNamingTheOption) {
   const TrainRun r = train(1, with(kMoe, {"--save-dir", "moe_ckpt"}), 1);
   EXPECT_NE(r.proc.exit_code, 0);

@@ -29,6 +29,14 @@ void optimizer_options(worker::Options& o, TrainArgs& a) {
       .range(0, 1e9);
   o.add("workload.lr", "--lr", c.lr, "Peak learning rate").range(0, 10);
   o.add("workload.clip", "--clip", c.grad_clip, "Gradient clipping norm (0: off)").range(0, 1e9);
+  o.add("workload.grad_norm", "--grad-norm", c.grad_norm,
+        "How clipping computes the global gradient norm: flat (one sum over the rank's buffers, "
+        "one all-reduce), dtensor_stack (torch.nn.utils.clip_grad_norm_ over DTensor gradients "
+        "as FSDP2 with expert parallelism holds them: each parameter's norm on its parameter's "
+        "device mesh, stacked, which DTensor refuses when the experts' mesh differs from the "
+        "dense parameters') or dtensor_per_mesh (each mesh's norm reduced over its own ranks, "
+        "then combined)")
+      .choices({"flat", "dtensor_stack", "dtensor_per_mesh"});
   o.add("workload.schedule", "--schedule", c.schedule, "Pipeline schedule")
       .choices({"1f1b", "gpipe"});
   o.add("workload.eval_every", "--eval-every", c.eval_every, "Evaluate every N steps (0: never)")

@@ -16,6 +16,7 @@
 #include "workloads/model/state_dict.hpp"
 #include "workloads/parallel/pipeline.hpp"
 #include "workloads/train/freeze.hpp"
+#include "workloads/train/grad_norm.hpp"
 #include "workloads/train/job_checks.hpp"
 
 namespace fl::train {
@@ -250,7 +251,8 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   m.step = step_;
   const float scale = cfg_.precision == DType::kF16 ? scaler_.scale() : 1.0f;
   m.loss_scale = scale;
-  auto [overflow, sq] = judge_gradients(scale);
+  auto judged = judge_gradients(scale);
+  int32_t overflow = judged.overflow;
   // Under torch's DDP (a replicated model: tp 1, pp 1, every expert on every rank) each replica
   // judges the averaged gradients it holds, with no collective between the backward and the
   // next forward, as torch's clipping and GradScaler do there: a rank whose reduction did not
@@ -265,10 +267,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   // Global gradient norm (unscaled). Elements replicated across TP ranks count once; below
   // ZeRO-2 (fp32; below ZeRO-1 in fp16/bf16) every data-parallel replica judges the same averaged
   // gradients, so they count once too.
-  if (!replicas_judge) {
-    topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
-    if (zero_->judges_all_grads()) sq /= dp;
-  }
+  const double sq = replicas_judge ? judged.dense_sq + judged.expert_sq : global_sq_norm(judged);
   m.grad_norm =
       overflow ? std::numeric_limits<float>::infinity() : static_cast<float>(std::sqrt(sq));
   m.lr = learning_rate(std::max<int64_t>(0, step_ + lr_offset_));
@@ -302,23 +301,49 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
   return m;
 }
 
-std::pair<int32_t, double> Trainer::judge_gradients(float scale) {
-  int32_t overflow = 0;
-  double sq = 0;
+Trainer::GradJudgement Trainer::judge_gradients(float scale) {
+  GradJudgement j;
   for (size_t c = 0; c < zero_->owned_chunks(); ++c) {
     const parallel::FlatSpan owned = zero_->owned_grads(c);
     const size_t n = owned.hi - owned.lo;
-    if (ops::has_non_finite(owned.data, n)) overflow = 1;
-    sq += ops::masked_sum_of_squares(owned.data, replicated_.data<uint8_t>() + owned.lo, n, scale);
+    if (ops::has_non_finite(owned.data, n)) j.overflow = 1;
+    j.dense_sq +=
+        ops::masked_sum_of_squares(owned.data, replicated_.data<uint8_t>() + owned.lo, n, scale);
   }
   if (experts_) {
     // The experts' gradients, chunk by chunk in their own engine, join the same judgement.
     const auto [expert_overflow, expert_sq] =
         experts_->judge(scale, zero_->judges_all_grads() ? topo_.layout.dp : 1);
-    if (expert_overflow) overflow = 1;
-    sq += expert_sq;
+    if (expert_overflow) j.overflow = 1;
+    j.expert_sq = expert_sq;
   }
-  return {overflow, sq};
+  // The script's torch.nn.utils.clip_grad_norm_ over DTensor gradients stacks the parameters'
+  // norms first: a model with expert parallelism has two meshes, which DTensor refuses there
+  // (experts on every rank, ep_size 1, are sharded on the data-parallel mesh like the rest).
+  if (cfg_.grad_clip > 0 && cfg_.grad_norm == "dtensor_stack") {
+    const std::string device = acct_.device().is_cuda() ? "cuda" : "cpu";
+    std::vector<DeviceMesh> meshes{dense_mesh(topo_, device)};
+    if (expert_parallel()) {
+      meshes.push_back(expert_mesh(topo_.layout.dp, cfg_.model.moe.ep_size, device));
+    }
+    stack_norms(meshes, topo_.rank);
+  }
+  return j;
+}
+
+double Trainer::global_sq_norm(const GradJudgement& j) {
+  const int dp = topo_.layout.dp;
+  auto reduced = [&](double sq) {
+    topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
+    return zero_->judges_all_grads() ? sq / dp : sq;
+  };
+  // Each mesh's norm over its own ranks, combined as plain numbers (the workaround for
+  // dtensor_stack). Under MoE tp and pp are 1, so both the data-parallel mesh and the expert
+  // mesh span the world.
+  if (expert_parallel() && cfg_.grad_norm == "dtensor_per_mesh") {
+    return reduced(j.dense_sq) + reduced(j.expert_sq);
+  }
+  return reduced(j.dense_sq + j.expert_sq);
 }
 
 void Trainer::apply_update(const StepMetrics& m, float scale) {

@@ -104,6 +104,8 @@ struct TrainConfig {
   // workload.zero.deepcompile: "compile": {"deepcompile": true}, engine.compile() after
   // deepspeed.initialize (only ZeRO-3's set-up, init_z3's gradient-partition lookup, is modelled).
   bool deepcompile = false;
+  // workload.grad_norm: "flat", "dtensor_stack" or "dtensor_per_mesh" (grad_norm.hpp).
+  std::string grad_norm = "flat";
   bool ddp_wrapper = false;             // workload.ddp.wrapper
   bool find_unused_parameters = false;  // workload.ddp.find_unused_parameters
   // Recompute each block's forward during the backward instead of keeping its activations.
@@ -273,7 +275,15 @@ class Trainer {
   // by `scale`), judged one fp32 chunk at a time; the optimizer's update of them (clipped by
   // m.grad_norm, unscaled), chunk by chunk behind the optimizer.step site. The MoE experts' own
   // engine joins both (its chunks judged with the dense ones, updated after them).
-  std::pair<int32_t, double> judge_gradients(float scale);
+  struct GradJudgement {
+    int32_t overflow = 0;
+    double dense_sq = 0, expert_sq = 0;  // the experts' already multiplied as the norm divides
+  };
+  GradJudgement judge_gradients(float scale);
+  // The squared global norm from the judged sums (workload.grad_norm; grad_norm.hpp): every
+  // rank's sums all-reduced, once over the world or once per device mesh.
+  double global_sq_norm(const GradJudgement& j);
+  bool expert_parallel() const { return experts_ && cfg_.model.moe.ep_size > 1; }
   void apply_update(const StepMetrics& m, float scale);
   float forward_backward(const std::vector<MicroBatch>& mbs, bool backward);
   // forward_backward under pair_loss (pair_step.cpp): the loss summed over the forwards.
