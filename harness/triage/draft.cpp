@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <regex>
@@ -16,8 +15,6 @@
 
 namespace fl::triage {
 
-namespace fs = std::filesystem;
-
 namespace {
 
 std::string str(const YAML::Node& n, const char* key) {
@@ -25,51 +22,6 @@ std::string str(const YAML::Node& n, const char* key) {
 }
 
 }  // namespace
-
-std::vector<std::string> default_scenario_dirs() {
-  const std::string root = fs::path(default_taxonomy_path()).parent_path().string();
-  return {root + "/symptoms", root + "/issues"};
-}
-
-std::vector<ScenarioSource> load_scenario_sources(const std::vector<std::string>& dirs) {
-  std::vector<std::string> files;
-  for (const auto& d : dirs) {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(d, ec)) {
-      if (e.path().extension() == ".yaml") files.push_back(e.path().string());
-    }
-  }
-  std::sort(files.begin(), files.end());
-  const std::string tree = fs::path(default_taxonomy_path()).parent_path().parent_path().string();
-  std::vector<ScenarioSource> out;
-  for (const auto& f : files) {
-    ScenarioSource s;
-    try {
-      s.doc = YAML::LoadFile(f);
-    } catch (const YAML::Exception&) {
-      continue;
-    }
-    const YAML::Node ref = s.doc["reference"];
-    s.symptom = str(ref, "symptom");
-    if (s.symptom.empty() || !s.doc["fix"] || s.doc["extends"]) continue;
-    s.path = f;
-    s.shown = f.rfind(tree + "/", 0) == 0 ? f.substr(tree.size() + 1) : f;
-    s.name = str(s.doc, "name");
-    s.root_cause = str(ref, "root_cause");
-    s.fix_pattern = str(ref, "fix_pattern");
-    s.mechanism = str(ref, "mechanism");
-    if (ref && ref["needs"] && ref["needs"].IsSequence()) {
-      for (const auto& k : ref["needs"]) {
-        if (k.IsScalar()) s.needs.push_back(k.Scalar());
-      }
-    }
-    s.description = str(s.doc, "description");
-    if (!str(ref, "issue").empty()) s.cited = "issue " + str(ref, "issue");
-    if (!str(ref, "pr").empty()) s.cited = "pr " + str(ref, "pr");
-    out.push_back(std::move(s));
-  }
-  return out;
-}
 
 bool Draft::cause_expressed() const {
   return std::none_of(unexpressed.begin(), unexpressed.end(),

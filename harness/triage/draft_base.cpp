@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <string_view>
@@ -11,6 +12,8 @@
 #include "harness/triage/dialect.hpp"
 
 namespace fl::triage {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -137,6 +140,51 @@ bool expect_shows(const YAML::Node& expect, const std::string& event) {
     if (s != nullptr) return event == s->name;
   }
   return false;
+}
+
+std::vector<std::string> default_scenario_dirs() {
+  const std::string root = fs::path(default_taxonomy_path()).parent_path().string();
+  return {root + "/symptoms", root + "/issues"};
+}
+
+std::vector<ScenarioSource> load_scenario_sources(const std::vector<std::string>& dirs) {
+  std::vector<std::string> files;
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(d, ec)) {
+      if (e.path().extension() == ".yaml") files.push_back(e.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  const std::string tree = fs::path(default_taxonomy_path()).parent_path().parent_path().string();
+  std::vector<ScenarioSource> out;
+  for (const auto& f : files) {
+    ScenarioSource s;
+    try {
+      s.doc = YAML::LoadFile(f);
+    } catch (const YAML::Exception&) {
+      continue;
+    }
+    const YAML::Node ref = s.doc["reference"];
+    s.symptom = yaml_scalar(ref, "symptom");
+    if (s.symptom.empty() || !s.doc["fix"] || s.doc["extends"]) continue;
+    s.path = f;
+    s.shown = f.rfind(tree + "/", 0) == 0 ? f.substr(tree.size() + 1) : f;
+    s.name = yaml_scalar(s.doc, "name");
+    s.root_cause = yaml_scalar(ref, "root_cause");
+    s.fix_pattern = yaml_scalar(ref, "fix_pattern");
+    s.mechanism = yaml_scalar(ref, "mechanism");
+    if (ref && ref["needs"] && ref["needs"].IsSequence()) {
+      for (const auto& k : ref["needs"]) {
+        if (k.IsScalar()) s.needs.push_back(k.Scalar());
+      }
+    }
+    s.description = yaml_scalar(s.doc, "description");
+    if (!yaml_scalar(ref, "issue").empty()) s.cited = "issue " + yaml_scalar(ref, "issue");
+    if (!yaml_scalar(ref, "pr").empty()) s.cited = "pr " + yaml_scalar(ref, "pr");
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 const ScenarioSource* choose_base(const Result& r, const std::vector<ScenarioSource>& sources,

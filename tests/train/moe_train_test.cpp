@@ -271,7 +271,8 @@ TEST(MoeTraining, ClippingStacksNormsOfTwoMeshesOnlyUnderExpertParallelism) {
       << stacked.proc.output;
   // Without clipping the script never calls clip_grad_norm_; with every expert on every rank
   // (ep_size 1) the experts are on the data-parallel mesh too.
-  const TrainRun unclipped = train(2, with(ep2, {"--grad-norm", "dtensor_stack", "--clip", "0"}), 2);
+  const TrainRun unclipped =
+      train(2, with(ep2, {"--grad-norm", "dtensor_stack", "--clip", "0"}), 2);
   EXPECT_EQ(unclipped.proc.exit_code, 0) << unclipped.proc.output;
   const TrainRun one_mesh =
       train(2, with(kMoe, {"--dp", "2", "--moe-ep-size", "1", "--grad-norm", "dtensor_stack"}), 2);
