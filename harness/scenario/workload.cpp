@@ -38,10 +38,10 @@ void check_optimizer(const std::string& path, const YAML::Node& doc, const Workl
   const auto momentum = w.get<double>("workload.momentum");
   const auto optimizer = w.get<std::string>("workload.optimizer");
   ErrorCollector::check([&] {
-    if (momentum != 0 && optimizer != "sgd") {
+    if (momentum != 0 && optimizer == "adamw") {
       fail_at(path, doc_key(doc, "momentum", doc), "workload.momentum",
-              fmt::format("momentum {} applies to optimizer: sgd only (this workload uses {}; "
-                          "allowed: 0, or optimizer: sgd)",
+              fmt::format("momentum {} applies to optimizer: sgd or muon only (this workload uses "
+                          "{}; allowed: 0, or optimizer: sgd or muon)",
                           momentum, optimizer));
     }
   });

@@ -128,8 +128,8 @@ TEST_F(ScenarioTest, ATokenizerTypeBringsTheRunsTokenizerFolder) {
 
 TEST_F(ScenarioTest, NumericKeysThatContradictEachOtherAreRefused) {
   EXPECT_EQ(error_of("name: a\nworkload:\n  momentum: 0.9\n"),
-            "s.yaml:3:13: workload.momentum: momentum 0.9 applies to optimizer: sgd only (this "
-            "workload uses adamw; allowed: 0, or optimizer: sgd)");
+            "s.yaml:3:13: workload.momentum: momentum 0.9 applies to optimizer: sgd or muon only "
+            "(this workload uses adamw; allowed: 0, or optimizer: sgd or muon)");
   EXPECT_EQ(error_of("name: a\nworkload: {loss_scale: 4, min_loss_scale: 8}\n"),
             "s.yaml:2:43: workload.min_loss_scale: 8 is above loss_scale 4 (allowed: at most "
             "loss_scale)");

@@ -79,10 +79,10 @@ TEST(NumericsConfig, BadValuesNameTheOptionAndWhatIsAllowed) {
   EXPECT_NO_THROW(validate_numerics(ok));
   TrainConfig c = ok;
   c.optimizer = "lamb";
-  expect_config_error(c, "--optimizer 'lamb' is not supported (allowed: adamw, sgd)");
+  expect_config_error(c, "--optimizer 'lamb' is not supported (allowed: adamw, sgd, muon)");
   c = ok;
   c.momentum = 0.9f;
-  expect_config_error(c, "--momentum 0.9 applies to --optimizer sgd only");
+  expect_config_error(c, "--momentum 0.9 applies to --optimizer sgd or muon only");
   c.optimizer = "sgd";
   EXPECT_NO_THROW(validate_numerics(c));
   c.momentum = 1.0f;

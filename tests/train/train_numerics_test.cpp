@@ -95,12 +95,12 @@ TEST(TrainOptimizer, LinearLrScalingMultipliesTheScheduleByDp) {
 TEST(TrainOptimizer, BadOptionsAreRefusedNamingTheOption) {
   TrainRun r = train(1, {"--optimizer", "lamb"}, 1);
   EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
-  EXPECT_NE(r.proc.output.find("--optimizer: 'lamb' is not supported (allowed: adamw, sgd)"),
+  EXPECT_NE(r.proc.output.find("--optimizer: 'lamb' is not supported (allowed: adamw, sgd, muon)"),
             std::string::npos)
       << r.proc.output;
   r = train(1, {"--momentum", "0.9"}, 1);
   EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
-  EXPECT_NE(r.proc.output.find("--momentum 0.9 applies to --optimizer sgd only"), std::string::npos)
+  EXPECT_NE(r.proc.output.find("--momentum 0.9 applies to --optimizer sgd or muon only"), std::string::npos)
       << r.proc.output;
   r = train(1, {"--hysteresis", "-1"}, 1);
   EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;

@@ -107,12 +107,32 @@ void check_deepcompile(const TrainConfig& c, const model::Layout& l) {
   }
 }
 
+// workload.optimizer muon: DeepSpeed's Muon as modelled (muon.hpp).
+void check_muon(const TrainConfig& c, const model::Layout& l) {
+  if (c.optimizer != "muon") return;
+  auto refuse = [](const std::string& what) {
+    raise<ConfigError>("workload.optimizer muon (--optimizer muon) is modelled for {}", what);
+  };
+  if (c.precision != DType::kF32) {
+    refuse("fp32 only (allowed: workload.precision fp32; the ZeRO optimizer's 16-bit paths are "
+           "not modelled)");
+  }
+  if (l.zero > 1) {
+    refuse(fmt::format("ZeRO stages 0 and 1 (this run: {}; allowed: 0 or 1)", l.zero));
+  }
+  if (c.model.moe.enabled() || !c.freeze.empty() || c.ddp_wrapper || c.zero_reducer != "deepspeed") {
+    refuse("DeepSpeed's engine over a dense model with every parameter trainable (allowed: no "
+           "workload.moe, workload.freeze, workload.ddp.wrapper or Gemini reducer)");
+  }
+}
+
 }  // namespace
 
 // workload.ddp.wrapper: the layouts torch's DDP is modelled for (ConfigError otherwise).
 void check_ddp(const TrainConfig& c, const model::Layout& l) {
   check_gemini(c);
   check_deepcompile(c, l);
+  check_muon(c, l);
   if (!c.ddp_wrapper) return;
   const int ep = c.model.moe.enabled() ? c.model.moe.ep_size : 1;
   if (l.tp != 1 || l.pp != 1 || ep != 1) {

@@ -13,13 +13,14 @@ int optimizer_state_bytes(const TrainConfig& cfg) {
 }
 
 void validate_numerics(const TrainConfig& cfg) {
-  if (cfg.optimizer != "adamw" && cfg.optimizer != "sgd") {
-    raise<ConfigError>("--optimizer '{}' is not supported (allowed: adamw, sgd)", cfg.optimizer);
+  if (cfg.optimizer != "adamw" && cfg.optimizer != "sgd" && cfg.optimizer != "muon") {
+    raise<ConfigError>("--optimizer '{}' is not supported (allowed: adamw, sgd, muon)",
+                       cfg.optimizer);
   }
-  if (cfg.momentum != 0.0f && cfg.optimizer != "sgd") {
+  if (cfg.momentum != 0.0f && cfg.optimizer == "adamw") {
     raise<ConfigError>(
-        "--momentum {} applies to --optimizer sgd only (this run uses {}, whose moments are "
-        "set by its betas)",
+        "--momentum {} applies to --optimizer sgd or muon only (this run uses {}, whose moments "
+        "are set by its betas)",
         cfg.momentum, cfg.optimizer);
   }
   if (!(cfg.momentum >= 0.0f && cfg.momentum < 1.0f)) {

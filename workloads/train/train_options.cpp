@@ -57,9 +57,14 @@ void optimizer_options(worker::Options& o, TrainArgs& a) {
         c.loss_scale.raise_error_at_min_scale,
         "An overflow at the minimum loss scale stops the run with DeepSpeed's error; false: the "
         "step is skipped and training goes on at the minimum scale");
-  o.add("workload.optimizer", "--optimizer", c.optimizer, "Optimizer").choices({"adamw", "sgd"});
+  o.add("workload.optimizer", "--optimizer", c.optimizer,
+        "Optimizer: adamw, sgd, or muon (DeepSpeed's MuonWithAuxAdam: Muon for the 2-D "
+        "parameters not named embed or lm_head, AdamW for the rest; fp32, ZeRO stage 0 or 1, tp "
+        "1; at stage 0, DeepSpeed's default, its step takes the raw gradients: plain SGD)")
+      .choices({"adamw", "sgd", "muon"});
   o.add("workload.momentum", "--momentum", c.momentum,
-        "SGD momentum (optimizer: sgd; 0: plain SGD)")
+        "SGD momentum (optimizer: sgd; 0: plain SGD), or Muon's (optimizer: muon; DeepSpeed's "
+        "default is 0.95)")
       .range(0, 0.9999);
   o.add("workload.weight_decay", "--weight-decay", c.weight_decay,
         "Weight decay: AdamW's decoupled decay (p -= lr x wd x p), SGD's L2 term (wd x p added "

@@ -95,6 +95,7 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
                                                           MemoryAccountant::host(), staging_);
     stage_.set_moe(&experts_->layer());
   }
+  if (cfg_.optimizer == "muon") muon_.emplace(layout_, cfg_.momentum, acct_);
   compile_engine();
   total_ = zero_->total();
   // Elements the gradient norm leaves out on this rank: those replicated across TP ranks (counted
@@ -357,6 +358,10 @@ void Trainer::apply_update(const StepMetrics& m, float scale) {
     const auto runs = frozen_.empty() ? std::vector<std::pair<size_t, size_t>>{{0, u.n}}
                                       : trainable_runs(frozen_, u.first, u.n);
     for (const auto& [a, b] : runs) {
+      if (muon_) {
+        muon_step(u, a, b, hp.lr, hp);
+        continue;
+      }
       float* m = u.m ? u.m + a : nullptr;
       float* v = u.v ? u.v + a : nullptr;
       if (cfg_.optimizer == "sgd") {
@@ -379,6 +384,10 @@ void Trainer::apply_update(const StepMetrics& m, float scale) {
                               n, DType::kF32, -1}));
       staged.reset();
       if (verdict == fault::Verdict::kSkip) return;
+      // DeepSpeed's ZeRO optimizer runs Muon's update on the whole gradients before it cuts the
+      // partitions (fp32 stage 1: every gradient is owned); at stage 0 no ZeRO optimizer exists
+      // and MuonWithAuxAdam.step() takes the gradients as they are (muon.hpp).
+      if (muon_ && topo_.layout.zero >= 1) muon_->orthogonalise(owned.data, owned.lo, n);
     }
     // This rank's elements of the chunk: all of them (ZeRO-0) or its partition, on the host
     // under offload.
@@ -388,6 +397,28 @@ void Trainer::apply_update(const StepMetrics& m, float scale) {
   }
   // The experts' own engine, after the dense update, with the same clip and loss scale.
   if (experts_) experts_->update(clip / scale, apply);
+}
+
+// MuonWithAuxAdam.step() on the trainable elements [a, b) of an update: its use_muon ones take
+// p *= 1 - lr x weight_decay, p -= lr x grad (the gradient is Muon's update when the ZeRO
+// optimizer made it one), the others AdamW.
+void Trainer::muon_step(const parallel::ZeroEngine::Update& u, size_t a, size_t b, float lr,
+                        const ops::AdamW& hp) {
+  size_t at = a;
+  auto adamw = [&](size_t lo, size_t hi) {
+    if (lo >= hi) return;
+    ops::adamw_update(u.params + lo, u.grads + lo, u.m ? u.m + lo : nullptr,
+                      u.v ? u.v + lo : nullptr, hi - lo, step_ + 1, hp);
+  };
+  for (const auto& [lo, hi] : muon_->runs(u.first + a, b - a)) {
+    adamw(at, a + lo);
+    float* p = u.params + a + lo;
+    const size_t n = hi - lo;
+    if (cfg_.weight_decay > 0) ops::scale(p, n, 1.0f - lr * cfg_.weight_decay);
+    ops::sgd_update(p, u.grads + a + lo, nullptr, n, ops::Sgd{lr, 0.0f, 0.0f});
+    at = a + hi;
+  }
+  adamw(at, b);
 }
 
 // What run() keeps across steps: the metrics so far and where the current step's interval (wall

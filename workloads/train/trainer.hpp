@@ -22,6 +22,11 @@
 #include "workloads/parallel/topology.hpp"
 #include "workloads/parallel/zero.hpp"
 #include "workloads/train/data.hpp"
+#include "workloads/train/muon.hpp"
+
+namespace fl::ops {
+struct AdamW;
+}  // namespace fl::ops
 
 namespace fl::train {
 
@@ -65,10 +70,11 @@ struct TrainConfig {
   float grad_clip = 1.0f;   // 0 = off
   float weight_decay = 0.0f;
   float beta1 = 0.9f, beta2 = 0.95f;
-  // The optimizer: "adamw", or "sgd" (torch.optim.SGD: with momentum > 0 a momentum buffer, none
-  // without). Its state is partitioned by ZeRO like AdamW's moments (optimizer_state_bytes).
+  // The optimizer: "adamw", "sgd" (torch.optim.SGD: with momentum > 0 a momentum buffer, none
+  // without) or "muon" (DeepSpeed's MuonWithAuxAdam, muon.hpp). Its state is partitioned by ZeRO
+  // like AdamW's moments (optimizer_state_bytes); Muon's momentum is held whole on every rank.
   std::string optimizer = "adamw";
-  float momentum = 0.0f;  // sgd only
+  float momentum = 0.0f;  // sgd's momentum, Muon's beta
   // The learning-rate schedule scaled with the data-parallel size (the global batch): "none",
   // "linear" (lr and min_lr × dp, Goyal et al.'s linear scaling rule) or "sqrt" (× sqrt(dp)).
   std::string lr_scaling = "none";
@@ -285,6 +291,8 @@ class Trainer {
   double global_sq_norm(const GradJudgement& j);
   bool expert_parallel() const { return experts_ && cfg_.model.moe.ep_size > 1; }
   void apply_update(const StepMetrics& m, float scale);
+  void muon_step(const parallel::ZeroEngine::Update& u, size_t a, size_t b, float lr,
+                 const ops::AdamW& hp);
   float forward_backward(const std::vector<MicroBatch>& mbs, bool backward);
   // forward_backward under pair_loss (pair_step.cpp): the loss summed over the forwards.
   double pair_forward_backward(const std::vector<MicroBatch>& mbs, bool backward, float dloss);
@@ -335,6 +343,7 @@ class Trainer {
   // The MoE blocks' experts: their own parameters and ZeRO engine over the expert-data-parallel
   // group (null without MoE).
   std::unique_ptr<parallel::ExpertParallel> experts_;
+  std::optional<Muon> muon_;  // workload.optimizer muon (muon.hpp)
   Tensor replicated_;  // uint8, 1 where the gradient norm leaves the element out on this rank
   // Communication staging buffers (16-bit gradients, a ZeRO partition in flight) live on the
   // rank's device but outside its memory budget, as the host vectors they replace on CPU did.
