@@ -1,7 +1,8 @@
 // workload.optimizer muon (workloads/train/muon.hpp): DeepSpeed's MuonWithAuxAdam. The
 // Newton-Schulz iteration makes a matrix nearly semi-orthogonal; the use_muon parameters are the
 // 2-D ones not named embed or lm_head; and where DeepSpeed runs the update decides what trains: at
-// ZeRO stage 1 Muon (its momentum matters), at stage 0 the raw gradients (deepspeedai/DeepSpeed#8441).
+// ZeRO stage 1 Muon (its momentum matters), at stage 0 the raw gradients
+// (deepspeedai/DeepSpeed#8441).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,7 +32,8 @@ void expect_nearly_semi_orthogonal(int64_t rows, int64_t cols, float input_scale
   train::newton_schulz5(x.data(), rows, cols);
   const int64_t r = std::min(rows, cols);
   auto at = [&](int64_t i, int64_t k) {  // element k of row i of the wide view
-    return rows <= cols ? x[static_cast<size_t>(i * cols + k)] : x[static_cast<size_t>(k * cols + i)];
+    return rows <= cols ? x[static_cast<size_t>(i * cols + k)]
+                        : x[static_cast<size_t>(k * cols + i)];
   };
   const int64_t k_n = std::max(rows, cols);
   for (int64_t i = 0; i < r; ++i) {
@@ -78,8 +80,8 @@ TEST(Muon, TwoDimensionalParametersNotNamedEmbedOrLmHead) {
 }
 
 TrainRun train(std::vector<std::string> args, int steps) {
-  std::vector<std::string> a = {"--dp", "2", "--optimizer", "muon", "--lr", "0.02", "--warmup",
-                                "0"};
+  std::vector<std::string> a = {"--dp", "2",    "--optimizer", "muon",
+                                "--lr", "0.02", "--warmup",    "0"};
   a.insert(a.end(), args.begin(), args.end());
   return run_train(FAULTLINE_TRAIN, 2, a, steps);
 }
@@ -115,9 +117,9 @@ TEST(Muon, LayoutsNotModelledAreRefusedNamingTheOption) {
        }) {
     const TrainRun r = train(args, 1);
     EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
-    EXPECT_NE(r.proc.output.find("workload.optimizer muon (--optimizer muon) is modelled for " +
-                                 want),
-              std::string::npos)
+    EXPECT_NE(
+        r.proc.output.find("workload.optimizer muon (--optimizer muon) is modelled for " + want),
+        std::string::npos)
         << r.proc.output;
   }
 }

@@ -100,7 +100,8 @@ TEST(TrainOptimizer, BadOptionsAreRefusedNamingTheOption) {
       << r.proc.output;
   r = train(1, {"--momentum", "0.9"}, 1);
   EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
-  EXPECT_NE(r.proc.output.find("--momentum 0.9 applies to --optimizer sgd or muon only"), std::string::npos)
+  EXPECT_NE(r.proc.output.find("--momentum 0.9 applies to --optimizer sgd or muon only"),
+            std::string::npos)
       << r.proc.output;
   r = train(1, {"--hysteresis", "-1"}, 1);
   EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;

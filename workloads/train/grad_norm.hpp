@@ -1,4 +1,4 @@
-// workload.grad_norm (docs/workloads.md#gradient-clipping): how the global gradient norm that
+// workload.grad_norm (docs/workloads.md, "Mixture of experts"): how the global gradient norm that
 // clipping divides by is computed. "flat" is faultline's own (one sum of squares over the rank's
 // buffers, one all-reduce). The other two are torch.nn.utils.clip_grad_norm_ over DTensor
 // gradients, as FSDP2 with expert parallelism (torchtitan's layout) holds them: every parameter

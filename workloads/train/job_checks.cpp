@@ -114,15 +114,18 @@ void check_muon(const TrainConfig& c, const model::Layout& l) {
     raise<ConfigError>("workload.optimizer muon (--optimizer muon) is modelled for {}", what);
   };
   if (c.precision != DType::kF32) {
-    refuse("fp32 only (allowed: workload.precision fp32; the ZeRO optimizer's 16-bit paths are "
-           "not modelled)");
+    refuse(
+        "fp32 only (allowed: workload.precision fp32; the ZeRO optimizer's 16-bit paths are "
+        "not modelled)");
   }
   if (l.zero > 1) {
     refuse(fmt::format("ZeRO stages 0 and 1 (this run: {}; allowed: 0 or 1)", l.zero));
   }
-  if (c.model.moe.enabled() || !c.freeze.empty() || c.ddp_wrapper || c.zero_reducer != "deepspeed") {
-    refuse("DeepSpeed's engine over a dense model with every parameter trainable (allowed: no "
-           "workload.moe, workload.freeze, workload.ddp.wrapper or Gemini reducer)");
+  if (c.model.moe.enabled() || !c.freeze.empty() || c.ddp_wrapper ||
+      c.zero_reducer != "deepspeed") {
+    refuse(
+        "DeepSpeed's engine over a dense model with every parameter trainable (allowed: no "
+        "workload.moe, workload.freeze, workload.ddp.wrapper or Gemini reducer)");
   }
 }
 

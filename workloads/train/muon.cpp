@@ -57,9 +57,9 @@ void newton_schulz5(float* x, int64_t rows, int64_t cols) {
   DeviceGuard on_host(Device::cpu());  // host buffers: the CPU kernels' GEMMs
   for (int step = 0; step < 5; ++step) {
     const int ri = static_cast<int>(r), ki = static_cast<int>(k);
-    ops::linear_forward(A.data(), X.data(), X.data(), nullptr, ri, ki, ri);    // A = X Xᵀ
-    ops::linear_forward(A2.data(), A.data(), A.data(), nullptr, ri, ri, ri);   // A² (A = Aᵀ)
-    for (size_t i = 0; i < A.size(); ++i) A[i] = b * A[i] + c * A2[i];         // B = bA + cA²
+    ops::linear_forward(A.data(), X.data(), X.data(), nullptr, ri, ki, ri);   // A = X Xᵀ
+    ops::linear_forward(A2.data(), A.data(), A.data(), nullptr, ri, ri, ri);  // A² (A = Aᵀ)
+    for (size_t i = 0; i < A.size(); ++i) A[i] = b * A[i] + c * A2[i];        // B = bA + cA²
     transpose(X.data(), Xt.data(), r, k);
     ops::linear_forward(BX.data(), A.data(), Xt.data(), nullptr, ri, ri, ki);  // B X
     for (size_t i = 0; i < n; ++i) X[i] = a * X[i] + BX[i];

@@ -1,4 +1,4 @@
-// workload.optimizer: muon (docs/workloads.md#muon): DeepSpeed's MuonWithAuxAdam. The 2-D
+// workload.optimizer: muon (docs/workloads.md, "Muon"): DeepSpeed's MuonWithAuxAdam. The 2-D
 // parameters whose state-dict names hold neither "embed" nor "lm_head" (DeepSpeed's
 // set_optimizer_flags marks them use_muon) are updated with Muon: Nesterov momentum (beta
 // workload.momentum, DeepSpeed's default 0.95), the momentum-mixed gradient orthogonalised by
