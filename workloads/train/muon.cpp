@@ -111,4 +111,18 @@ std::vector<std::pair<size_t, size_t>> Muon::runs(size_t first, size_t n) const 
   return out;
 }
 
+void Muon::step(const parallel::ZeroEngine::Update& u, size_t a, size_t b, float lr,
+                float weight_decay, const std::function<void(size_t, size_t)>& adamw) const {
+  size_t at = a;
+  for (const auto& [lo, hi] : runs(u.first + a, b - a)) {
+    if (at < a + lo) adamw(at, a + lo);
+    float* p = u.params + a + lo;
+    const size_t n = hi - lo;
+    if (weight_decay > 0) ops::scale(p, n, 1.0f - lr * weight_decay);
+    ops::sgd_update(p, u.grads + a + lo, nullptr, n, ops::Sgd{lr, 0.0f, 0.0f});
+    at = a + hi;
+  }
+  if (at < b) adamw(at, b);
+}
+
 }  // namespace fl::train

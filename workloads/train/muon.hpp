@@ -16,11 +16,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
 #include "kernels/tensor.hpp"
 #include "workloads/model/params.hpp"
+#include "workloads/parallel/zero.hpp"
 
 namespace fl::train {
 
@@ -50,6 +52,11 @@ class Muon {
   void orthogonalise(float* grads, size_t first, size_t n);
   // [lo, hi) offsets from `first` of the use_muon elements among [first, first + n), sorted.
   std::vector<std::pair<size_t, size_t>> runs(size_t first, size_t n) const;
+  // MuonWithAuxAdam.step() on the elements [a, b) of an update: its use_muon ones take
+  // p *= 1 - lr x weight_decay, p -= lr x grad (the gradient is Muon's update when the ZeRO
+  // optimizer made it one), the others `adamw(lo, hi)` (offsets into the update).
+  void step(const parallel::ZeroEngine::Update& u, size_t a, size_t b, float lr,
+            float weight_decay, const std::function<void(size_t, size_t)>& adamw) const;
 
  private:
   std::vector<MuonMatrix> matrices_;

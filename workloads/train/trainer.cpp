@@ -358,16 +358,16 @@ void Trainer::apply_update(const StepMetrics& m, float scale) {
     const auto runs = frozen_.empty() ? std::vector<std::pair<size_t, size_t>>{{0, u.n}}
                                       : trainable_runs(frozen_, u.first, u.n);
     for (const auto& [a, b] : runs) {
+      auto adamw = [&](size_t lo, size_t hi) {
+        ops::adamw_update(u.params + lo, u.grads + lo, u.m ? u.m + lo : nullptr,
+                          u.v ? u.v + lo : nullptr, hi - lo, step_ + 1, hp);
+      };
       if (muon_) {
-        muon_step(u, a, b, hp.lr, hp);
-        continue;
-      }
-      float* m = u.m ? u.m + a : nullptr;
-      float* v = u.v ? u.v + a : nullptr;
-      if (cfg_.optimizer == "sgd") {
-        ops::sgd_update(u.params + a, u.grads + a, m, b - a, sgd);
+        muon_->step(u, a, b, hp.lr, cfg_.weight_decay, adamw);
+      } else if (cfg_.optimizer == "sgd") {
+        ops::sgd_update(u.params + a, u.grads + a, u.m ? u.m + a : nullptr, b - a, sgd);
       } else {
-        ops::adamw_update(u.params + a, u.grads + a, m, v, b - a, step_ + 1, hp);
+        adamw(a, b);
       }
     }
   };
@@ -397,28 +397,6 @@ void Trainer::apply_update(const StepMetrics& m, float scale) {
   }
   // The experts' own engine, after the dense update, with the same clip and loss scale.
   if (experts_) experts_->update(clip / scale, apply);
-}
-
-// MuonWithAuxAdam.step() on the trainable elements [a, b) of an update: its use_muon ones take
-// p *= 1 - lr x weight_decay, p -= lr x grad (the gradient is Muon's update when the ZeRO
-// optimizer made it one), the others AdamW.
-void Trainer::muon_step(const parallel::ZeroEngine::Update& u, size_t a, size_t b, float lr,
-                        const ops::AdamW& hp) {
-  size_t at = a;
-  auto adamw = [&](size_t lo, size_t hi) {
-    if (lo >= hi) return;
-    ops::adamw_update(u.params + lo, u.grads + lo, u.m ? u.m + lo : nullptr,
-                      u.v ? u.v + lo : nullptr, hi - lo, step_ + 1, hp);
-  };
-  for (const auto& [lo, hi] : muon_->runs(u.first + a, b - a)) {
-    adamw(at, a + lo);
-    float* p = u.params + a + lo;
-    const size_t n = hi - lo;
-    if (cfg_.weight_decay > 0) ops::scale(p, n, 1.0f - lr * cfg_.weight_decay);
-    ops::sgd_update(p, u.grads + a + lo, nullptr, n, ops::Sgd{lr, 0.0f, 0.0f});
-    at = a + hi;
-  }
-  adamw(at, b);
 }
 
 // What run() keeps across steps: the metrics so far and where the current step's interval (wall

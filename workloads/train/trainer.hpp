@@ -24,10 +24,6 @@
 #include "workloads/train/data.hpp"
 #include "workloads/train/muon.hpp"
 
-namespace fl::ops {
-struct AdamW;
-}  // namespace fl::ops
-
 namespace fl::train {
 
 struct NamedLoad;  // checkpoint.hpp
@@ -291,8 +287,6 @@ class Trainer {
   double global_sq_norm(const GradJudgement& j);
   bool expert_parallel() const { return experts_ && cfg_.model.moe.ep_size > 1; }
   void apply_update(const StepMetrics& m, float scale);
-  void muon_step(const parallel::ZeroEngine::Update& u, size_t a, size_t b, float lr,
-                 const ops::AdamW& hp);
   float forward_backward(const std::vector<MicroBatch>& mbs, bool backward);
   // forward_backward under pair_loss (pair_step.cpp): the loss summed over the forwards.
   double pair_forward_backward(const std::vector<MicroBatch>& mbs, bool backward, float dloss);
