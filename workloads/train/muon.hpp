@@ -55,8 +55,8 @@ class Muon {
   // MuonWithAuxAdam.step() on the elements [a, b) of an update: its use_muon ones take
   // p *= 1 - lr x weight_decay, p -= lr x grad (the gradient is Muon's update when the ZeRO
   // optimizer made it one), the others `adamw(lo, hi)` (offsets into the update).
-  void step(const parallel::ZeroEngine::Update& u, size_t a, size_t b, float lr,
-            float weight_decay, const std::function<void(size_t, size_t)>& adamw) const;
+  void step(const parallel::ZeroEngine::Update& u, size_t a, size_t b, float lr, float weight_decay,
+            const std::function<void(size_t, size_t)>& adamw) const;
 
  private:
   std::vector<MuonMatrix> matrices_;
