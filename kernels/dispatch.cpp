@@ -137,8 +137,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 }
 
 void kv_decode_attention(float* out, float* kcache, float* vcache, const float* qkv, int B, int NH,
-                         int T, int hs, int t) {
-  FL_DISPATCH(kv_decode_attention, out, kcache, vcache, qkv, B, NH, T, hs, t);
+                         int T, int hs, int t, int window) {
+  FL_DISPATCH(kv_decode_attention, out, kcache, vcache, qkv, B, NH, T, hs, t, window);
 }
 
 void residual_forward(float* out, const float* a, const float* b, size_t n) {

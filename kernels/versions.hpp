@@ -29,6 +29,9 @@ struct JobVersions {
   // deepspeed.__version__ ("0.19.3"); "": not stated (the engine behaves as the newest release
   // faultline models).
   std::string deepspeed;
+  // Megatron Core's version (megatron.core.__version__, "0.18.0"); "": not stated (the newest
+  // behaviour faultline models).
+  std::string megatron;
 };
 
 // True when `v` (a version set_job_versions accepted) is stated and older than major.minor.patch.

@@ -214,9 +214,10 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 }
 
 void kv_decode_attention(float* out, float* kcache, float* vcache, const float* qkv, int B, int NH,
-                         int T, int hs, int t) {
+                         int T, int hs, int t, int window) {
   const int Cl = NH * hs;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int s0 = window > 0 ? std::max(0, t - window + 1) : 0;
   std::vector<float> scores(static_cast<size_t>(t) + 1);
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
@@ -227,20 +228,20 @@ void kv_decode_attention(float* out, float* kcache, float* vcache, const float* 
       std::memcpy(K + static_cast<size_t>(t) * hs, q + Cl, hs * sizeof(float));
       std::memcpy(V + static_cast<size_t>(t) * hs, q + 2 * Cl, hs * sizeof(float));
       float mx = -INFINITY;
-      for (int s = 0; s <= t; ++s) {
+      for (int s = s0; s <= t; ++s) {
         float d = 0;
         for (int i = 0; i < hs; ++i) d += q[i] * K[static_cast<size_t>(s) * hs + i];
         scores[static_cast<size_t>(s)] = d * scale;
         mx = std::max(mx, scores[static_cast<size_t>(s)]);
       }
       float sum = 0;
-      for (int s = 0; s <= t; ++s) {
+      for (int s = s0; s <= t; ++s) {
         scores[static_cast<size_t>(s)] = std::exp(scores[static_cast<size_t>(s)] - mx);
         sum += scores[static_cast<size_t>(s)];
       }
       float* y = out + static_cast<size_t>(b) * Cl + h * hs;
       std::fill(y, y + hs, 0.0f);
-      for (int s = 0; s <= t; ++s) {
+      for (int s = s0; s <= t; ++s) {
         const float a = scores[static_cast<size_t>(s)] / sum;
         for (int i = 0; i < hs; ++i) y[i] += a * V[static_cast<size_t>(s) * hs + i];
       }

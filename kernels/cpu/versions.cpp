@@ -57,6 +57,7 @@ void set_job_versions(const JobVersions& v) {
   check_field(v.python, "workload.versions.python");
   check_field(v.cached_torch, "workload.versions.cached_extension.torch");
   check_field(v.deepspeed, "workload.versions.deepspeed");
+  check_field(v.megatron, "workload.versions.megatron");
   if (!v.cached_torch.empty() && v.torch.empty()) {
     raise<ConfigError>(
         "workload.versions.cached_extension.torch is set but workload.versions.torch is not "

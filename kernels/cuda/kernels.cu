@@ -234,10 +234,10 @@ __global__ void causal_softmax_backward_k(float* datt, const float* att, int row
 }
 
 // One block per (sequence, head): the block's threads copy k and v into the caches, score the
-// positions 0..t (one warp per position, lanes over the head dimension), take the softmax over
+// positions s0..t (one warp per position, lanes over the head dimension), take the softmax over
 // them in shared memory and accumulate the weighted values (threads over the head dimension).
 __global__ void kv_decode_attention_k(float* out, float* kcache, float* vcache, const float* qkv,
-                                      int NH, int T, int hs, int t) {
+                                      int NH, int T, int hs, int t, int s0) {
   FL_DYNAMIC_SHARED(float, scores);  // t + 1 floats
   const int b = blockIdx.x / NH, h = blockIdx.x % NH, Cl = NH * hs;
   const float* q = qkv + static_cast<size_t>(b) * 3 * Cl + h * hs;
@@ -251,7 +251,7 @@ __global__ void kv_decode_attention_k(float* out, float* kcache, float* vcache, 
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
-  for (int s = warp; s <= t; s += warps) {
+  for (int s = s0 + warp; s <= t; s += warps) {
     float d = 0;
     for (int i = lane; i < hs; i += 32) d += q[i] * K[static_cast<size_t>(s) * hs + i];
     d = warp_sum(d);
@@ -260,20 +260,20 @@ __global__ void kv_decode_attention_k(float* out, float* kcache, float* vcache, 
   __syncthreads();
   if (warp == 0) {
     float mx = -INFINITY;
-    for (int s = lane; s <= t; s += 32) mx = fmaxf(mx, scores[s]);
+    for (int s = s0 + lane; s <= t; s += 32) mx = fmaxf(mx, scores[s]);
     mx = warp_max(mx);
     float sum = 0;
-    for (int s = lane; s <= t; s += 32) {
+    for (int s = s0 + lane; s <= t; s += 32) {
       scores[s] = expf(scores[s] - mx);
       sum += scores[s];
     }
     sum = warp_sum(sum);
-    for (int s = lane; s <= t; s += 32) scores[s] /= sum;
+    for (int s = s0 + lane; s <= t; s += 32) scores[s] /= sum;
   }
   __syncthreads();
   for (int i = threadIdx.x; i < hs; i += blockDim.x) {
     float y = 0;
-    for (int s = 0; s <= t; ++s) y += scores[s] * V[static_cast<size_t>(s) * hs + i];
+    for (int s = s0; s <= t; ++s) y += scores[s] * V[static_cast<size_t>(s) * hs + i];
     out[static_cast<size_t>(b) * Cl + h * hs + i] = y;
   }
 }
@@ -506,9 +506,9 @@ void causal_softmax_backward(float* datt, const float* att, int rows, int T, flo
 }
 
 void kv_decode_attention(float* out, float* kcache, float* vcache, const float* qkv, int B, int NH,
-                         int T, int hs, int t) {
+                         int T, int hs, int t, int window) {
   FL_LAUNCH(kv_decode_attention_k, B * NH, 128, (t + 1) * sizeof(float))
-  (out, kcache, vcache, qkv, NH, T, hs, t);
+  (out, kcache, vcache, qkv, NH, T, hs, t, window > 0 && t - window + 1 > 0 ? t - window + 1 : 0);
   check_launch("kv_decode_attention");
 }
 

@@ -44,7 +44,7 @@ void causal_softmax_forward(float* att, int rows, int T);
 // datt = att · (datt - Σ att·datt) · scale over the causal part, 0 above it.
 void causal_softmax_backward(float* datt, const float* att, int rows, int T, float scale);
 void kv_decode_attention(float* out, float* kcache, float* vcache, const float* qkv, int B, int NH,
-                         int T, int hs, int t);
+                         int T, int hs, int t, int window);
 void residual_forward(float* out, const float* a, const float* b, size_t n);
 void residual_backward(float* da, float* db, const float* dout, size_t n);
 void softmax_xent_forward(float* losses, float* probs, const float* logits, const int32_t* targets,

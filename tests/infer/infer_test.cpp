@@ -54,6 +54,35 @@ TEST(Inference, TensorAndPipelineLayoutsGenerateTheSingleRankTokens) {
   }
 }
 
+// workload.infer.window: the window changes what is generated once the positions pass it, and
+// tp 2 generates the single rank's tokens under it; Megatron's dynamic engine before Core 0.19.0
+// ignored the model's window (NVIDIA/Megatron-LM pull request 5138), from 0.19.0 it applies it.
+TEST(Inference, ASlidingWindowIsAppliedByEveryEngineButTheOldDynamicOne) {
+  const std::vector<std::string> base = {"--prompt-len", "8", "--new-tokens", "8"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  auto full = launch(FAULTLINE_INFER, 1, base);
+  auto window = launch(FAULTLINE_INFER, 1, with({"--attention-window", "4"}));
+  auto window_tp = launch(FAULTLINE_INFER, 2, with({"--attention-window", "4", "--tp", "2"}));
+  auto old_dynamic = launch(FAULTLINE_INFER, 1,
+                            with({"--attention-window", "4", "--engine", "dynamic",
+                                  "--megatron-version", "0.18.0"}));
+  auto new_dynamic = launch(FAULTLINE_INFER, 1,
+                            with({"--attention-window", "4", "--engine", "dynamic",
+                                  "--megatron-version", "0.19.0"}));
+  for (const auto* r : {&full, &window, &window_tp, &old_dynamic, &new_dynamic}) {
+    ASSERT_EQ(r->exit_code, 0) << r->output;
+    ASSERT_FALSE(tokens(*r).empty()) << r->output;
+  }
+  EXPECT_NE(tokens(window), tokens(full));
+  EXPECT_EQ(tokens(window_tp), tokens(window));
+  EXPECT_EQ(tokens(old_dynamic), tokens(full));
+  EXPECT_EQ(tokens(new_dynamic), tokens(window));
+}
+
 TEST(Inference, SeededTopKIsReproducibleAndSeedDependent) {
   auto a = launch(FAULTLINE_INFER, 2, {"--tp", "2", "--top-k", "5", "--seed", "3"});
   auto b = launch(FAULTLINE_INFER, 2, {"--tp", "2", "--top-k", "5", "--seed", "3"});

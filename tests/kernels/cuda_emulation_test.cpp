@@ -223,17 +223,42 @@ TEST(CudaEmulation, KvDecodeAttention) {
     const int Cl = sh.H * sh.hs;
     auto kc = randn(B * sh.H * sh.Tc * sh.hs, 20), vc = randn(B * sh.H * sh.Tc * sh.hs, 21);
     for (int t : sh.positions) {
-      auto qkv = randn(B * 3 * Cl, 22 + t);
-      std::vector<float> out(B * Cl), k = kc, v = vc, eout(B * Cl), ek = kc, ev = vc;
-      ops::kv_decode_attention(out.data(), k.data(), v.data(), qkv.data(), B, sh.H, sh.Tc, sh.hs,
-                               t);
-      launch::kv_decode_attention(eout.data(), ek.data(), ev.data(), qkv.data(), B, sh.H, sh.Tc,
-                                  sh.hs, t);
-      expect_close(eout, out, 1e-5, "kv_decode_attention", true);
-      expect_close(ek, k, 0, "k cache");
-      expect_close(ev, v, 0, "v cache");
+      for (int window : {0, 1, 5}) {  // full, the token alone, a sliding window
+        auto qkv = randn(B * 3 * Cl, 22 + t);
+        std::vector<float> out(B * Cl), k = kc, v = vc, eout(B * Cl), ek = kc, ev = vc;
+        ops::kv_decode_attention(out.data(), k.data(), v.data(), qkv.data(), B, sh.H, sh.Tc,
+                                 sh.hs, t, window);
+        launch::kv_decode_attention(eout.data(), ek.data(), ev.data(), qkv.data(), B, sh.H,
+                                    sh.Tc, sh.hs, t, window);
+        expect_close(eout, out, 1e-5, "kv_decode_attention", true);
+        expect_close(ek, k, 0, "k cache");
+        expect_close(ev, v, 0, "v cache");
+      }
     }
   }
+}
+
+// A sliding window of w positions at position t is full attention over the cache's last w
+// positions: the same output as a cache holding only those, decoded at their last position (the
+// kernel adds no position of its own).
+TEST(CudaEmulation, KvDecodeWindowIsFullAttentionOverTheLastPositions) {
+  const int H = 2, hs = 8, Tc = 12, Cl = H * hs, t = 9, window = 4, s0 = t - window + 1;
+  auto kc = randn(B * H * Tc * hs, 40), vc = randn(B * H * Tc * hs, 41);
+  auto qkv = randn(B * 3 * Cl, 42);
+  std::vector<float> out(B * Cl), k = kc, v = vc;
+  ops::kv_decode_attention(out.data(), k.data(), v.data(), qkv.data(), B, H, Tc, hs, t, window);
+  std::vector<float> k2(kc.size(), 0.0f), v2(vc.size(), 0.0f), out2(B * Cl);
+  for (int b = 0; b < B * H; ++b) {  // positions s0..t-1 moved to 0..window-2
+    const size_t base = static_cast<size_t>(b) * Tc * hs;
+    std::copy_n(kc.begin() + base + s0 * hs, (window - 1) * hs, k2.begin() + base);
+    std::copy_n(vc.begin() + base + s0 * hs, (window - 1) * hs, v2.begin() + base);
+  }
+  ops::kv_decode_attention(out2.data(), k2.data(), v2.data(), qkv.data(), B, H, Tc, hs,
+                           window - 1, 0);
+  expect_close(out2, out, 1e-6, "window against full attention over the last positions", true);
+  std::vector<float> full(B * Cl), k3 = kc, v3 = vc;
+  ops::kv_decode_attention(full.data(), k3.data(), v3.data(), qkv.data(), B, H, Tc, hs, t, 0);
+  EXPECT_NE(full, out);  // the positions before the window did count without it
 }
 
 }  // namespace

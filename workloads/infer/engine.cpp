@@ -143,7 +143,8 @@ std::vector<int32_t> InferenceEngine::step(const std::vector<int32_t>& tokens, i
     ops::layernorm_forward(ln.f32(), mean.f32(), rstd.f32(), x.f32(), w.ln1_w, w.ln1_b, B, C);
     ops::linear_forward(qkv.f32(), ln.f32(), w.qkv_w, w.qkv_b, B, C, 3 * Cl);
     ops::kv_decode_attention(atty.f32(), kcache_[static_cast<size_t>(li)].f32(),
-                             vcache_[static_cast<size_t>(li)].f32(), qkv.f32(), B, NHl, T, hs, t);
+                             vcache_[static_cast<size_t>(li)].f32(), qkv.f32(), B, NHl, T, hs, t,
+                             window_);
     ops::linear_forward(proj.f32(), atty.f32(), w.proj_w, nullptr, B, Cl, C);
     tp_all_reduce(proj.f32(), n);
     // x += proj + bias, in that order of additions

@@ -65,6 +65,9 @@ class InferenceEngine {
   std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts,
                                              const GenerateConfig& g);
   void set_cache_reset(CacheReset r) { reset_ = r; }
+  // The sliding attention window the engine gives its attention kernel: each position attends to
+  // the last `window` positions, itself included (0: every earlier position, full attention).
+  void set_attention_window(int window) { window_ = window; }
   // Empties the KV cache (DeepSpeed's reset_cache(): the position count goes back to 0; the
   // buffers stay allocated and are overwritten).
   void reset_cache() { pos_ = 0; }
@@ -108,6 +111,7 @@ class InferenceEngine {
   StepSink sink_;
   std::vector<Tensor> kcache_, vcache_;  // per local layer: [B, NH_l, T, hs]
   CacheReset reset_ = CacheReset::kGenerate;
+  int window_ = 0;
   int pos_ = 0;            // positions the cache holds
   int64_t calls_ = 0;      // generate() calls so far (keys the sampling draws)
   int64_t generated_ = 0;  // positions generated over all calls (the step numbers)

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "kernels/versions.hpp"
 #include "workloads/infer/engine.hpp"
 #include "workloads/infer/load.hpp"
 #include "workloads/rendezvous/artifacts.hpp"
@@ -29,8 +30,53 @@ struct InferArgs {
   int requests = 4, prompt_len = 4, vocab = 0, calls = 1;
   uint64_t prompt_seed = 4242;
   std::string cache_reset = "generate", seed_offset = "none", tokens_file;
+  int window = 0;                   // the model's sliding attention window (0: none)
+  std::string engine = "static";
   bool repeat_prompts = false;
 };
+
+// The window the engine's attention kernel gets: the model's, except in Megatron's dynamic
+// batching engine before Megatron Core 0.19.0, whose flash-attention calls hard-coded
+// window_size (-1, -1) (NVIDIA/Megatron-LM pull request 5138; the fix landed as pull request 5249,
+// first tagged core_v0.19.0): every layer of a sliding-window model then attended to the whole
+// context there, where the static engine applied the window.
+int attention_window(const InferArgs& a) {
+  if (a.engine == "dynamic" && ops::stated_and_older(ops::job_versions().megatron, 0, 19, 0)) {
+    return 0;
+  }
+  return a.window;
+}
+
+// How each position's token is chosen and where the tokens go.
+void declare_sampling_options(worker::Options& o, InferArgs& a) {
+  o.add("workload.infer.top_k", "--top-k", a.g.top_k,
+        "Sample among the k most likely tokens (0 with top_p 1: greedy)")
+      .range(0, 1000000);
+  o.add("workload.infer.top_p", "--top-p", a.g.top_p,
+        "Sample among the most likely tokens whose probability reaches p (1: off)")
+      .range(0, 1);
+  o.add("workload.infer.temperature", "--temperature", a.g.temperature,
+        "Sampling temperature (logits divided by it)")
+      .range(1e-3, 1000);
+  o.add("workload.infer.seed", "--seed", a.g.seed,
+        "Sampling seed (0: the scenario's `seed`, which the harness passes as --seed; a scenario "
+        "may not set another)")
+      .scenario_default("0");
+  o.add("workload.infer.seed_offset", "--seed-offset", a.seed_offset,
+        "Added to the sampling seed on each rank: none, dp_rank (replicas draw differently, "
+        "tensor-parallel ranks alike, as Megatron's per-DP-rank seed) or rank (every rank its "
+        "own, as a training script's set_seed(seed + rank): tensor-parallel ranks then draw "
+        "different tokens)")
+      .choices({"none", "dp_rank", "rank"});
+  o.add("workload.infer.eos", "--eos", a.g.eos,
+        "Token that ends a request (padded with it after); a call stops once every request has "
+        "ended (-1: none)")
+      .range(-1, 1000000);
+  o.add("workload.infer.tokens_file", "--tokens-file", a.tokens_file,
+        "JSONL file (relative to the rank's directory) that gets each call's tokens: {\"call\", "
+        "\"rank\", \"prompt_len\", \"tokens\": [[...] per request]} (\"\": none)")
+      .scenario_default("generations.jsonl");
+}
 
 void declare_infer_options(worker::Runtime& rt, InferArgs& a) {
   rt.add_model_options();
@@ -67,38 +113,21 @@ void declare_infer_options(worker::Runtime& rt, InferArgs& a) {
         "than one token, as DeepSpeed's kernels did before: a one-token prompt continues the "
         "previous call's cache) or never (every call continues the previous one's positions)")
       .choices({"generate", "prompt", "never"});
+  o.add("workload.infer.window", "--attention-window", a.window,
+        "The model's sliding attention window (gpt-oss: 128 positions, each attending to the "
+        "last `window` ones); 0: full attention")
+      .range(0, 1e9);
+  o.add("workload.infer.engine", "--engine", a.engine,
+        "The serving engine: static, or dynamic (Megatron's dynamic batching engine, whose "
+        "attention calls passed full attention whatever the model's window before Megatron Core "
+        "0.19.0, workload.versions.megatron)")
+      .choices({"static", "dynamic"});
   o.add("workload.infer.context_limit", "--context-limit", a.g.context_limit,
         "A prompt plus new_tokens past the context: refuse (an error before the first forward), "
         "clamp (generate up to the context, with a warning, as HF's max_length) or none (no "
         "check: generation fails at the position embedding's end, mid-call)")
       .choices({"refuse", "clamp", "none"});
-  o.add("workload.infer.top_k", "--top-k", a.g.top_k,
-        "Sample among the k most likely tokens (0 with top_p 1: greedy)")
-      .range(0, 1000000);
-  o.add("workload.infer.top_p", "--top-p", a.g.top_p,
-        "Sample among the most likely tokens whose probability reaches p (1: off)")
-      .range(0, 1);
-  o.add("workload.infer.temperature", "--temperature", a.g.temperature,
-        "Sampling temperature (logits divided by it)")
-      .range(1e-3, 1000);
-  o.add("workload.infer.seed", "--seed", a.g.seed,
-        "Sampling seed (0: the scenario's `seed`, which the harness passes as --seed; a scenario "
-        "may not set another)")
-      .scenario_default("0");
-  o.add("workload.infer.seed_offset", "--seed-offset", a.seed_offset,
-        "Added to the sampling seed on each rank: none, dp_rank (replicas draw differently, "
-        "tensor-parallel ranks alike, as Megatron's per-DP-rank seed) or rank (every rank its "
-        "own, as a training script's set_seed(seed + rank): tensor-parallel ranks then draw "
-        "different tokens)")
-      .choices({"none", "dp_rank", "rank"});
-  o.add("workload.infer.eos", "--eos", a.g.eos,
-        "Token that ends a request (padded with it after); a call stops once every request has "
-        "ended (-1: none)")
-      .range(-1, 1000000);
-  o.add("workload.infer.tokens_file", "--tokens-file", a.tokens_file,
-        "JSONL file (relative to the rank's directory) that gets each call's tokens: {\"call\", "
-        "\"rank\", \"prompt_len\", \"tokens\": [[...] per request]} (\"\": none)")
-      .scenario_default("generations.jsonl");
+  declare_sampling_options(o, a);
   auto& app = rt.app();
   app.add_option("--vocab", a.vocab, "Override the vocabulary size");
   app.add_option("--tp", a.layout.tp, "Tensor-parallel size");
@@ -252,6 +281,7 @@ int main(int argc, char** argv) {
     auto params = load_weights(a, cfg, topo, pl);
     infer::InferenceEngine engine(cfg, topo, std::move(params), acct);
     engine.set_cache_reset(reset);
+    engine.set_attention_window(attention_window(a));
     infer::GenerateConfig g = a.g;
     g.seed = rank_seed(a, topo);
     engine.set_step_sink([&](int64_t pos, double seconds, double comm_seconds,

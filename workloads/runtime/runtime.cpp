@@ -127,6 +127,11 @@ void Runtime::add_version_options() {
            "DeepSpeed's version (deepspeed.__version__); behaviours a release changed follow it "
            "(docs/workloads.md#versions). Empty: not stated, the newest behaviour")
       .version();
+  options_
+      .add("workload.versions.megatron", "--megatron-version", v.megatron,
+           "Megatron Core's version (megatron.core.__version__); behaviours a release changed "
+           "follow it (docs/workloads.md#versions). Empty: not stated, the newest behaviour")
+      .version();
   options_.add("workload.versions.libuv", "--torch-libuv", v.libuv,
                "The framework was built with libuv (false: torch's Windows wheels). torch 2.4 to "
                "2.6 create the rendezvous store with libuv unless USE_LIBUV is not 1, and a "
