@@ -73,7 +73,8 @@ TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
       error_of("name: a\nworkload:\n  stepz: 3\n"),
       "s.yaml:3:3: workload.stepz: unknown key (did you mean 'steps'?) (allowed here: "
       "kind, fidelity, model, shape, device, plugins, jit, fetch, versions, steps, "
-      "precision, micro_batch, grad_accum, grad_sync, train_batch_size, lr, clip, grad_norm, schedule, "
+      "precision, micro_batch, grad_accum, grad_sync, train_batch_size, lr, clip, grad_norm, "
+      "schedule, "
       "eval_every, "
       "loss_scale, "
       "min_loss_scale, loss_scale_window, hysteresis, raise_error_at_min_scale, optimizer, "

@@ -67,12 +67,12 @@ TEST(Inference, ASlidingWindowIsAppliedByEveryEngineButTheOldDynamicOne) {
   auto full = launch(FAULTLINE_INFER, 1, base);
   auto window = launch(FAULTLINE_INFER, 1, with({"--attention-window", "4"}));
   auto window_tp = launch(FAULTLINE_INFER, 2, with({"--attention-window", "4", "--tp", "2"}));
-  auto old_dynamic = launch(FAULTLINE_INFER, 1,
-                            with({"--attention-window", "4", "--engine", "dynamic",
-                                  "--megatron-version", "0.18.0"}));
-  auto new_dynamic = launch(FAULTLINE_INFER, 1,
-                            with({"--attention-window", "4", "--engine", "dynamic",
-                                  "--megatron-version", "0.19.0"}));
+  auto old_dynamic = launch(
+      FAULTLINE_INFER, 1,
+      with({"--attention-window", "4", "--engine", "dynamic", "--megatron-version", "0.18.0"}));
+  auto new_dynamic = launch(
+      FAULTLINE_INFER, 1,
+      with({"--attention-window", "4", "--engine", "dynamic", "--megatron-version", "0.19.0"}));
   for (const auto* r : {&full, &window, &window_tp, &old_dynamic, &new_dynamic}) {
     ASSERT_EQ(r->exit_code, 0) << r->output;
     ASSERT_FALSE(tokens(*r).empty()) << r->output;

@@ -226,10 +226,10 @@ TEST(CudaEmulation, KvDecodeAttention) {
       for (int window : {0, 1, 5}) {  // full, the token alone, a sliding window
         auto qkv = randn(B * 3 * Cl, 22 + t);
         std::vector<float> out(B * Cl), k = kc, v = vc, eout(B * Cl), ek = kc, ev = vc;
-        ops::kv_decode_attention(out.data(), k.data(), v.data(), qkv.data(), B, sh.H, sh.Tc,
-                                 sh.hs, t, window);
-        launch::kv_decode_attention(eout.data(), ek.data(), ev.data(), qkv.data(), B, sh.H,
-                                    sh.Tc, sh.hs, t, window);
+        ops::kv_decode_attention(out.data(), k.data(), v.data(), qkv.data(), B, sh.H, sh.Tc, sh.hs,
+                                 t, window);
+        launch::kv_decode_attention(eout.data(), ek.data(), ev.data(), qkv.data(), B, sh.H, sh.Tc,
+                                    sh.hs, t, window);
         expect_close(eout, out, 1e-5, "kv_decode_attention", true);
         expect_close(ek, k, 0, "k cache");
         expect_close(ev, v, 0, "v cache");
@@ -253,8 +253,8 @@ TEST(CudaEmulation, KvDecodeWindowIsFullAttentionOverTheLastPositions) {
     std::copy_n(kc.begin() + base + s0 * hs, (window - 1) * hs, k2.begin() + base);
     std::copy_n(vc.begin() + base + s0 * hs, (window - 1) * hs, v2.begin() + base);
   }
-  ops::kv_decode_attention(out2.data(), k2.data(), v2.data(), qkv.data(), B, H, Tc, hs,
-                           window - 1, 0);
+  ops::kv_decode_attention(out2.data(), k2.data(), v2.data(), qkv.data(), B, H, Tc, hs, window - 1,
+                           0);
   expect_close(out2, out, 1e-6, "window against full attention over the last positions", true);
   std::vector<float> full(B * Cl), k3 = kc, v3 = vc;
   ops::kv_decode_attention(full.data(), k3.data(), v3.data(), qkv.data(), B, H, Tc, hs, t, 0);

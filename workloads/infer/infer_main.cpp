@@ -30,7 +30,7 @@ struct InferArgs {
   int requests = 4, prompt_len = 4, vocab = 0, calls = 1;
   uint64_t prompt_seed = 4242;
   std::string cache_reset = "generate", seed_offset = "none", tokens_file;
-  int window = 0;                   // the model's sliding attention window (0: none)
+  int window = 0;  // the model's sliding attention window (0: none)
   std::string engine = "static";
   bool repeat_prompts = false;
 };
