@@ -92,6 +92,50 @@ TEST(TrainOptimizer, LinearLrScalingMultipliesTheScheduleByDp) {
   EXPECT_NEAR(r.steps[0]["lr"].get<double>(), 0.02, 1e-7);
 }
 
+// workload.grad_norm under tensor parallelism (workloads/train/grad_norm.hpp): FSDP2 puts the
+// shards on the ('dp', 'tp') mesh and the parameters outside the TP plan on the ('dp',) submesh;
+// clip_grad_norm_'s stack refuses the two, and the norm per mesh is faultline's flat norm.
+TEST(TrainOptimizer, GradNormOverTheTensorParallelMeshes) {
+  const std::vector<std::string> tp2 = {"--dp", "2", "--tp", "2", "--clip", "0.05"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> a = tp2;
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  const TrainRun stacked = train(4, with({"--grad-norm", "dtensor_stack"}), 2);
+  EXPECT_NE(stacked.proc.exit_code, 0);
+  EXPECT_NE(stacked.proc.output.find(
+                "ValueError: All operands in aten.stack.default must have the same mesh, but got "
+                "DeviceMesh('cpu', [[0, 1], [2, 3]], mesh_dim_names=('dp', 'tp')) and "
+                "DeviceMesh('cpu', [0, 2], mesh_dim_names=('dp',))."),
+            std::string::npos)
+      << stacked.proc.output;
+  for (const char* zero : {"0", "2"}) {
+    const TrainRun flat = train(4, with({"--zero", zero}), 3);
+    const TrainRun per_mesh =
+        train(4, with({"--zero", zero, "--grad-norm", "dtensor_per_mesh"}), 3);
+    ASSERT_EQ(flat.proc.exit_code, 0) << flat.proc.output;
+    ASSERT_EQ(per_mesh.proc.exit_code, 0) << per_mesh.proc.output;
+    ASSERT_EQ(flat.steps.size(), per_mesh.steps.size());
+    for (size_t i = 0; i < flat.steps.size(); ++i) {
+      const double want = flat.steps[i]["grad_norm"], got = per_mesh.steps[i]["grad_norm"];
+      EXPECT_GT(want, 0.05) << "zero " << zero << " step " << i;
+      EXPECT_NEAR(got, want, 1e-6 * want) << "zero " << zero << " step " << i;
+      EXPECT_NEAR(per_mesh.steps[i]["loss"].get<double>(), flat.steps[i]["loss"].get<double>(),
+                  1e-6)
+          << "zero " << zero << " step " << i;
+      EXPECT_EQ(per_mesh.steps[i]["comm_ops"].get<int>(), flat.steps[i]["comm_ops"].get<int>() + 1)
+          << "zero " << zero << " step " << i;
+    }
+  }
+  const TrainRun pp = train(4, {"--tp", "2", "--pp", "2", "--grad-norm", "dtensor_per_mesh"}, 1);
+  EXPECT_EQ(pp.proc.exit_code, exit_code::kUsage) << pp.proc.output;
+  EXPECT_NE(pp.proc.output.find("workload.grad_norm dtensor_per_mesh (--grad-norm) with tp 2 and "
+                                "pp 2 is not modelled"),
+            std::string::npos)
+      << pp.proc.output;
+}
+
 TEST(TrainOptimizer, BadOptionsAreRefusedNamingTheOption) {
   TrainRun r = train(1, {"--optimizer", "lamb"}, 1);
   EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;

@@ -48,6 +48,35 @@ DeviceMesh dense_mesh(const parallel::Topology& topo, const std::string& device)
   return m;
 }
 
+DeviceMesh dp_submesh(const parallel::Topology& topo, const std::string& device) {
+  DeviceMesh m{device, {topo.layout.dp}, {}, {"dp"}};
+  for (int d = 0; d < topo.layout.dp; ++d)
+    m.ranks.push_back(topo.rank_of(d, topo.tp_rank, topo.pp_rank));
+  return m;
+}
+
+std::vector<DeviceMesh> dense_meshes(const model::ParamLayout& layout,
+                                     const parallel::Topology& topo, const std::string& device) {
+  const DeviceMesh shards = dense_mesh(topo, device);
+  const DeviceMesh replicated = topo.layout.tp > 1 ? dp_submesh(topo, device) : shards;
+  std::vector<DeviceMesh> out;
+  for (const auto& s : layout.specs()) {
+    if (s.shared) continue;
+    out.push_back(s.split == model::Split::kReplicated ? replicated : shards);
+  }
+  return out;
+}
+
+MeshMasks dense_mesh_masks(const model::ParamLayout& layout, size_t total) {
+  MeshMasks m{std::vector<uint8_t>(total, 1), std::vector<uint8_t>(total, 1)};
+  for (const auto& s : layout.specs()) {
+    if (s.shared) continue;
+    auto& keep = s.split == model::Split::kReplicated ? m.replicated : m.sharded;
+    std::fill_n(keep.begin() + static_cast<long>(s.offset), s.numel(), 0);
+  }
+  return m;
+}
+
 DeviceMesh expert_mesh(int dp, int ep_size, const std::string& device) {
   DeviceMesh m{device, {dp / ep_size, ep_size}, {}, {"edp", "ep"}};
   for (int r = 0; r < dp; ++r) m.ranks.push_back(r);  // edp index r / ep, ep index r % ep
@@ -60,8 +89,7 @@ void stack_norms(const std::vector<DeviceMesh>& meshes, int rank) {
     raise(
         "ValueError: All operands in aten.stack.default must have the same mesh, but got {} and "
         "{}. (rank {}: torch.nn.utils.clip_grad_norm_ stacks each parameter's gradient norm, a "
-        "DTensor on its parameter's mesh; the dense parameters and the experts are on different "
-        "meshes)",
+        "DTensor on its parameter's mesh, and this model's parameters are on more than one)",
         m.repr(), meshes.front().repr(), rank);
   }
 }

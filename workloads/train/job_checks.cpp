@@ -107,6 +107,18 @@ void check_deepcompile(const TrainConfig& c, const model::Layout& l) {
   }
 }
 
+// workload.grad_norm dtensor_per_mesh sums the replicated parameters over the ('dp',) submesh of
+// the rank's own stage: with pipeline stages as well the norm would need the pipeline's too.
+void check_grad_norm(const TrainConfig& c, const model::Layout& l) {
+  if (c.grad_norm == "dtensor_per_mesh" && l.tp > 1 && l.pp > 1) {
+    raise<ConfigError>(
+        "workload.grad_norm dtensor_per_mesh (--grad-norm) with tp {} and pp {} is not modelled "
+        "(the norm of each stage's meshes would also be all-reduced over the pipeline); allowed: "
+        "tp 1 or pp 1",
+        l.tp, l.pp);
+  }
+}
+
 // workload.optimizer muon: DeepSpeed's Muon as modelled (muon.hpp).
 void check_muon(const TrainConfig& c, const model::Layout& l) {
   if (c.optimizer != "muon") return;
@@ -136,6 +148,7 @@ void check_ddp(const TrainConfig& c, const model::Layout& l) {
   check_gemini(c);
   check_deepcompile(c, l);
   check_muon(c, l);
+  check_grad_norm(c, l);
   if (!c.ddp_wrapper) return;
   const int ep = c.model.moe.enabled() ? c.model.moe.ep_size : 1;
   if (l.tp != 1 || l.pp != 1 || ep != 1) {

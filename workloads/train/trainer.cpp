@@ -109,6 +109,13 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
   replicated_ = Tensor::zeros({static_cast<int64_t>(total_)}, DType::kU8, "trainer.replicated_mask",
                               staging_);
   ops::from_host(replicated_.raw(), replicated.data(), total_);
+  if (cfg_.grad_norm == "dtensor_per_mesh" && topo.layout.tp > 1) {
+    const MeshMasks masks = dense_mesh_masks(layout_, total_);
+    sharded_mask_ = staging(total_, DType::kU8, "trainer.sharded_mask");
+    replicated_only_mask_ = staging(total_, DType::kU8, "trainer.replicated_only_mask");
+    ops::from_host(sharded_mask_.raw(), masks.sharded.data(), total_);
+    ops::from_host(replicated_only_mask_.raw(), masks.replicated.data(), total_);
+  }
 }
 
 // engine.compile() under workload.zero.deepcompile at stage 3: DeepCompile's init_z3 registers
@@ -310,6 +317,12 @@ Trainer::GradJudgement Trainer::judge_gradients(float scale) {
     if (ops::has_non_finite(owned.data, n)) j.overflow = 1;
     j.dense_sq +=
         ops::masked_sum_of_squares(owned.data, replicated_.data<uint8_t>() + owned.lo, n, scale);
+    if (sharded_mask_.defined()) {
+      j.sharded_sq += ops::masked_sum_of_squares(
+          owned.data, sharded_mask_.data<uint8_t>() + owned.lo, n, scale);
+      j.replicated_sq += ops::masked_sum_of_squares(
+          owned.data, replicated_only_mask_.data<uint8_t>() + owned.lo, n, scale);
+    }
   }
   if (experts_) {
     // The experts' gradients, chunk by chunk in their own engine, join the same judgement.
@@ -323,7 +336,7 @@ Trainer::GradJudgement Trainer::judge_gradients(float scale) {
   // (experts on every rank, ep_size 1, are sharded on the data-parallel mesh like the rest).
   if (cfg_.grad_clip > 0 && cfg_.grad_norm == "dtensor_stack") {
     const std::string device = acct_.device().is_cuda() ? "cuda" : "cpu";
-    std::vector<DeviceMesh> meshes{dense_mesh(topo_, device)};
+    std::vector<DeviceMesh> meshes = dense_meshes(layout_, topo_, device);
     if (expert_parallel()) {
       meshes.push_back(expert_mesh(topo_.layout.dp, cfg_.model.moe.ep_size, device));
     }
@@ -343,6 +356,13 @@ double Trainer::global_sq_norm(const GradJudgement& j) {
   // mesh span the world.
   if (expert_parallel() && cfg_.grad_norm == "dtensor_per_mesh") {
     return reduced(j.dense_sq) + reduced(j.expert_sq);
+  }
+  // Under tp > 1 (pp 1): the shards' sum over the ('dp', 'tp') mesh, the world; the replicated
+  // parameters' over the ('dp',) submesh, this rank's data-parallel group.
+  if (sharded_mask_.defined()) {
+    double replicated = j.replicated_sq;
+    topo_.dp->all_reduce(host_buffer(&replicated, 1, DType::kF64));
+    return reduced(j.sharded_sq) + (zero_->judges_all_grads() ? replicated / dp : replicated);
   }
   return reduced(j.dense_sq + j.expert_sq);
 }

@@ -280,6 +280,9 @@ class Trainer {
   struct GradJudgement {
     int32_t overflow = 0;
     double dense_sq = 0, expert_sq = 0;  // the experts' already multiplied as the norm divides
+    // dtensor_per_mesh under tp > 1: the dense sums of the tensor-parallel shards and of the
+    // replicated parameters (every TP rank's), one per mesh.
+    double sharded_sq = 0, replicated_sq = 0;
   };
   GradJudgement judge_gradients(float scale);
   // The squared global norm from the judged sums (workload.grad_norm; grad_norm.hpp): every
@@ -339,6 +342,8 @@ class Trainer {
   std::unique_ptr<parallel::ExpertParallel> experts_;
   std::optional<Muon> muon_;  // workload.optimizer muon (muon.hpp)
   Tensor replicated_;  // uint8, 1 where the gradient norm leaves the element out on this rank
+  // workload.grad_norm dtensor_per_mesh under tp > 1: dense_mesh_masks (grad_norm.hpp).
+  Tensor sharded_mask_, replicated_only_mask_;
   // Communication staging buffers (16-bit gradients, a ZeRO partition in flight) live on the
   // rank's device but outside its memory budget, as the host vectors they replace on CPU did.
   mutable MemoryAccountant staging_;
