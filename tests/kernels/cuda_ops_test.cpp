@@ -216,17 +216,19 @@ TEST_F(CudaOps, KvDecodeAttention) {
   const int H = 4, hs = 16, Tc = 12, Cl = H * hs;
   auto kc = randn(B * H * Tc * hs, 30), vc = randn(B * H * Tc * hs, 31);
   for (int t : {0, 5, Tc - 1}) {
-    auto qkv = randn(B * 3 * Cl, 32 + t);
-    std::vector<float> out(B * Cl), k = kc, v = vc;
-    ops::kv_decode_attention(out.data(), k.data(), v.data(), qkv.data(), B, H, Tc, hs, t, 4);
-    Tensor gq = up(qkv), gk = up(kc), gv = up(vc), gout = up(std::vector<float>(B * Cl));
-    {
-      DeviceGuard g(kGpu);
-      ops::kv_decode_attention(gout.f32(), gk.f32(), gv.f32(), gq.f32(), B, H, Tc, hs, t, 4);
+    for (int window : {0, 4}) {
+      auto qkv = randn(B * 3 * Cl, 32 + t);
+      std::vector<float> out(B * Cl), k = kc, v = vc;
+      ops::kv_decode_attention(out.data(), k.data(), v.data(), qkv.data(), B, H, Tc, hs, t, window);
+      Tensor gq = up(qkv), gk = up(kc), gv = up(vc), gout = up(std::vector<float>(B * Cl));
+      {
+        DeviceGuard g(kGpu);
+        ops::kv_decode_attention(gout.f32(), gk.f32(), gv.f32(), gq.f32(), B, H, Tc, hs, t, window);
+      }
+      expect_close(down(gout), out, 1e-5, "kv_decode_attention out", true);
+      expect_close(down(gk), k, 0, "kv_decode_attention k cache");
+      expect_close(down(gv), v, 0, "kv_decode_attention v cache");
     }
-    expect_close(down(gout), out, 1e-5, "kv_decode_attention out", true);
-    expect_close(down(gk), k, 0, "kv_decode_attention k cache");
-    expect_close(down(gv), v, 0, "kv_decode_attention v cache");
   }
 }
 

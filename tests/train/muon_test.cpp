@@ -5,6 +5,7 @@
 // (deepspeedai/DeepSpeed#8441).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -57,7 +58,7 @@ TEST(Muon, NewtonSchulzLeavesNearlySemiOrthogonalMatrices) {
 }
 
 TEST(Muon, TwoDimensionalParametersNotNamedEmbedOrLmHead) {
-  model::GptConfig cfg;  // tiny, tied head
+  model::GptConfig cfg;  // tiny, untied: lm_head.weight is a parameter of its own
   const model::ParamLayout layout(cfg, 1, 0, 1, 0);
   const auto matrices = train::muon_matrices(layout);
   std::vector<std::string> names;
@@ -70,6 +71,7 @@ TEST(Muon, TwoDimensionalParametersNotNamedEmbedOrLmHead) {
   EXPECT_NE(std::find(names.begin(), names.end(), "h0.mlp.fc.weight"), names.end());
   // GPT-2's names hold no "embed": DeepSpeed's rule gives wte and wpe to Muon too.
   EXPECT_NE(std::find(names.begin(), names.end(), "wte"), names.end());
+  EXPECT_EQ(std::find(names.begin(), names.end(), "lm_head.weight"), names.end());
   for (const auto& n : names) {
     EXPECT_EQ(n.find("bias"), std::string::npos) << n;
     EXPECT_EQ(n.find("ln"), std::string::npos) << n;
@@ -77,6 +79,93 @@ TEST(Muon, TwoDimensionalParametersNotNamedEmbedOrLmHead) {
   // A tensor-parallel shard is refused: its iteration is not the matrix's.
   const model::ParamLayout shard(cfg, 2, 0, 1, 0);
   EXPECT_THROW(train::muon_matrices(shard), ConfigError);
+}
+
+// Muon's update of one matrix over two steps against the same arithmetic in double: the
+// momentum's lerp, the Nesterov mix, five Newton-Schulz iterations of the normalised matrix
+// (transposed when tall) and the sqrt(max(1, rows / cols)) scale.
+std::vector<double> reference_update(std::vector<double>& m, const std::vector<float>& g,
+                                     int64_t rows, int64_t cols, double beta) {
+  const bool tall = rows > cols;
+  const int64_t r = tall ? cols : rows, k = tall ? rows : cols;
+  std::vector<double> u(g.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    m[i] += (1 - beta) * (g[i] - m[i]);
+    u[i] = g[i] + beta * (m[i] - g[i]);
+  }
+  std::vector<double> X(u.size());
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      X[tall ? j * rows + i : i * cols + j] = u[i * cols + j];
+    }
+  }
+  double norm = 0;
+  for (double v : X) norm += v * v;
+  norm = std::sqrt(norm) + 1e-7;
+  for (double& v : X) v /= norm;
+  for (int step = 0; step < 5; ++step) {
+    std::vector<double> A(r * r, 0.0), B(r * r, 0.0), next(X.size(), 0.0);
+    for (int64_t i = 0; i < r; ++i) {
+      for (int64_t j = 0; j < r; ++j) {
+        for (int64_t q = 0; q < k; ++q) A[i * r + j] += X[i * k + q] * X[j * k + q];
+      }
+    }
+    for (int64_t i = 0; i < r; ++i) {
+      for (int64_t j = 0; j < r; ++j) {
+        double a2 = 0;
+        for (int64_t q = 0; q < r; ++q) a2 += A[i * r + q] * A[q * r + j];
+        B[i * r + j] = -4.7750 * A[i * r + j] + 2.0315 * a2;
+      }
+    }
+    for (int64_t i = 0; i < r; ++i) {
+      for (int64_t j = 0; j < k; ++j) {
+        double bx = 0;
+        for (int64_t q = 0; q < r; ++q) bx += B[i * r + q] * X[q * k + j];
+        next[i * k + j] = 3.4445 * X[i * k + j] + bx;
+      }
+    }
+    X = next;
+  }
+  const double scale = std::sqrt(std::max(1.0, static_cast<double>(rows) / cols));
+  std::vector<double> out(u.size());
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      out[i * cols + j] = scale * X[tall ? j * rows + i : i * cols + j];
+    }
+  }
+  return out;
+}
+
+TEST(Muon, TheUpdateOfTwoStepsIsMuonsArithmetic) {
+  model::GptConfig cfg;
+  const model::ParamLayout layout(cfg, 1, 0, 1, 0);
+  train::Muon muon(layout, 0.95f, MemoryAccountant::host());
+  const auto matrices = train::muon_matrices(layout);
+  ASSERT_FALSE(matrices.empty());
+  bool saw_tall = false, saw_wide = false;
+  std::vector<std::vector<double>> momentum;
+  for (const auto& mat : matrices) momentum.emplace_back(mat.numel(), 0.0);
+  std::mt19937 gen(5);
+  std::normal_distribution<float> nd(0.0f, 0.1f);
+  for (int step = 0; step < 2; ++step) {
+    std::vector<float> grads(layout.total());
+    for (float& v : grads) v = nd(gen);
+    const std::vector<float> before = grads;
+    muon.orthogonalise(grads.data(), 0, grads.size());
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      const auto& mat = matrices[i];
+      saw_tall |= mat.rows > mat.cols;
+      saw_wide |= mat.rows < mat.cols;
+      const std::vector<float> g(before.begin() + static_cast<long>(mat.offset),
+                                 before.begin() + static_cast<long>(mat.offset + mat.numel()));
+      const auto want = reference_update(momentum[i], g, mat.rows, mat.cols, 0.95);
+      for (size_t e = 0; e < mat.numel(); ++e) {
+        ASSERT_NEAR(grads[mat.offset + e], want[e], 1e-4)
+            << "step " << step << " matrix " << i << " element " << e;
+      }
+    }
+  }
+  EXPECT_TRUE(saw_tall && saw_wide);
 }
 
 TrainRun train(std::vector<std::string> args, int steps) {
@@ -108,12 +197,17 @@ TEST(Muon, StageZeroNeverReadsTheMomentumStageOneTrainsWithIt) {
   EXPECT_NE(losses(z1a).back(), losses(z1b).back());
   EXPECT_EQ(losses(z1a).front(), losses(z0a).front());  // the same weights before any update
   EXPECT_NE(losses(z1a)[1], losses(z0a)[1]);
+  // With its CPU offload the ZeRO optimizer's partitions skip the Muon update too: stage 0's run.
+  const TrainRun z1off = train({"--zero", "1", "--momentum", "0.95", "--offload-optimizer"}, 6);
+  ASSERT_EQ(z1off.proc.exit_code, 0) << z1off.proc.output;
+  EXPECT_EQ(losses(z1off), losses(z0a));
 }
 
 TEST(Muon, LayoutsNotModelledAreRefusedNamingTheOption) {
   for (const auto& [args, want] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--zero", "2"}, "ZeRO stages 0 and 1 (this run: 2; allowed: 0 or 1)"},
            {{"--precision", "bf16"}, "fp32 only (allowed: workload.precision fp32"},
+           {{"--save-dir", "ckpt"}, "runs without checkpoints"},
        }) {
     const TrainRun r = train(args, 1);
     EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;

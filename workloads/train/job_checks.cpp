@@ -133,6 +133,17 @@ void check_muon(const TrainConfig& c, const model::Layout& l) {
   if (l.zero > 1) {
     refuse(fmt::format("ZeRO stages 0 and 1 (this run: {}; allowed: 0 or 1)", l.zero));
   }
+  if (!c.save_dir.empty() || !c.resume.empty()) {
+    refuse(
+        "runs without checkpoints (allowed: no workload.checkpoint, --save-dir or --resume; "
+        "Muon's momentum is not in faultline's checkpoints)");
+  }
+  if (l.pp > 1 && c.model.structure.tie_embeddings) {
+    refuse(fmt::format(
+        "tied embeddings on one stage (this run: pp {} with tied embeddings, whose last-stage "
+        "copy would take AdamW where wte takes Muon; allowed: pp 1, or untied embeddings)",
+        l.pp));
+  }
   if (c.model.moe.enabled() || !c.freeze.empty() || c.ddp_wrapper ||
       c.zero_reducer != "deepspeed") {
     refuse(

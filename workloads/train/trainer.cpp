@@ -311,6 +311,14 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
 
 Trainer::GradJudgement Trainer::judge_gradients(float scale) {
   GradJudgement j;
+  // DeepSpeed's ZeRO optimizer runs Muon's update on the whole reduced gradients before it cuts
+  // the partitions (fp32 stage 1: every gradient is owned), and the norm and the clip then see
+  // the updates; without a ZeRO optimizer (stage 0) or with its CPU offload (whose partitions
+  // skip get_flat_partition) MuonWithAuxAdam.step() takes the gradients as they are (muon.hpp).
+  if (muon_ && topo_.layout.zero >= 1 && !cfg_.offload_optimizer) {
+    const parallel::FlatSpan all = zero_->owned_grads(0);
+    muon_->orthogonalise(all.data, all.lo, all.hi - all.lo);
+  }
   for (size_t c = 0; c < zero_->owned_chunks(); ++c) {
     const parallel::FlatSpan owned = zero_->owned_grads(c);
     const size_t n = owned.hi - owned.lo;
@@ -404,10 +412,6 @@ void Trainer::apply_update(const StepMetrics& m, float scale) {
                               n, DType::kF32, -1}));
       staged.reset();
       if (verdict == fault::Verdict::kSkip) return;
-      // DeepSpeed's ZeRO optimizer runs Muon's update on the whole gradients before it cuts the
-      // partitions (fp32 stage 1: every gradient is owned); at stage 0 no ZeRO optimizer exists
-      // and MuonWithAuxAdam.step() takes the gradients as they are (muon.hpp).
-      if (muon_ && topo_.layout.zero >= 1) muon_->orthogonalise(owned.data, owned.lo, n);
     }
     // This rank's elements of the chunk: all of them (ZeRO-0) or its partition, on the host
     // under offload.
