@@ -197,6 +197,10 @@ TEST(Muon, StageZeroNeverReadsTheMomentumStageOneTrainsWithIt) {
   EXPECT_NE(losses(z1a).back(), losses(z1b).back());
   EXPECT_EQ(losses(z1a).front(), losses(z0a).front());  // the same weights before any update
   EXPECT_NE(losses(z1a)[1], losses(z0a)[1]);
+  // No momentum given is DeepSpeed's default, 0.95.
+  const TrainRun z1default = train({"--zero", "1"}, 6);
+  ASSERT_EQ(z1default.proc.exit_code, 0) << z1default.proc.output;
+  EXPECT_EQ(losses(z1default), losses(z1a));
   // With its CPU offload the ZeRO optimizer's partitions skip the Muon update too: stage 0's run.
   const TrainRun z1off = train({"--zero", "1", "--momentum", "0.95", "--offload-optimizer"}, 6);
   ASSERT_EQ(z1off.proc.exit_code, 0) << z1off.proc.output;

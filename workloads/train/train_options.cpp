@@ -63,8 +63,8 @@ void optimizer_options(worker::Options& o, TrainArgs& a) {
         "1; at stage 0, DeepSpeed's default, its step takes the raw gradients: plain SGD)")
       .choices({"adamw", "sgd", "muon"});
   o.add("workload.momentum", "--momentum", c.momentum,
-        "SGD momentum (optimizer: sgd; 0: plain SGD), or Muon's (optimizer: muon; DeepSpeed's "
-        "default is 0.95)")
+        "SGD momentum (optimizer: sgd; 0: plain SGD), or Muon's (optimizer: muon; 0: DeepSpeed's "
+        "default, 0.95)")
       .range(0, 0.9999);
   o.add("workload.weight_decay", "--weight-decay", c.weight_decay,
         "Weight decay: AdamW's decoupled decay (p -= lr x wd x p), SGD's L2 term (wd x p added "

@@ -95,7 +95,9 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
                                                           MemoryAccountant::host(), staging_);
     stage_.set_moe(&experts_->layer());
   }
-  if (cfg_.optimizer == "muon") muon_.emplace(layout_, cfg_.momentum, acct_);
+  // DeepSpeed's MuonWithAuxAdam takes momentum 0.95 when its config names none.
+  if (cfg_.optimizer == "muon")
+    muon_.emplace(layout_, cfg_.momentum > 0 ? cfg_.momentum : 0.95f, acct_);
   compile_engine();
   total_ = zero_->total();
   // Elements the gradient norm leaves out on this rank: those replicated across TP ranks (counted

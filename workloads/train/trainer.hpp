@@ -70,7 +70,7 @@ struct TrainConfig {
   // without) or "muon" (DeepSpeed's MuonWithAuxAdam, muon.hpp). Its state is partitioned by ZeRO
   // like AdamW's moments (optimizer_state_bytes); Muon's momentum is held whole on every rank.
   std::string optimizer = "adamw";
-  float momentum = 0.0f;  // sgd's momentum, Muon's beta
+  float momentum = 0.0f;  // sgd's momentum, Muon's beta (0: DeepSpeed's 0.95)
   // The learning-rate schedule scaled with the data-parallel size (the global batch): "none",
   // "linear" (lr and min_lr × dp, Goyal et al.'s linear scaling rule) or "sqrt" (× sqrt(dp)).
   std::string lr_scaling = "none";
