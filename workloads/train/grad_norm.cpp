@@ -1,8 +1,12 @@
+// workload.grad_norm and the trainer's judgement of a step's gradients (grad_norm.hpp).
 #include "workloads/train/grad_norm.hpp"
 
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "kernels/ops.hpp"
+#include "workloads/comm/communicator.hpp"
+#include "workloads/train/trainer.hpp"
 
 namespace fl::train {
 
@@ -92,6 +96,75 @@ void stack_norms(const std::vector<DeviceMesh>& meshes, int rank) {
         "DTensor on its parameter's mesh, and this model's parameters are on more than one)",
         m.repr(), meshes.front().repr(), rank);
   }
+}
+
+// The trainer's judgement of a step's gradients (overflow and the global norm), as
+// workload.grad_norm computes the norm.
+Trainer::GradJudgement Trainer::judge_gradients(float scale) {
+  GradJudgement j;
+  // DeepSpeed's ZeRO optimizer runs Muon's update on the whole reduced gradients before it cuts
+  // the partitions (fp32 stage 1: every gradient is owned), and the norm and the clip then see
+  // the updates; without a ZeRO optimizer (stage 0) or with its CPU offload (whose partitions
+  // skip get_flat_partition) MuonWithAuxAdam.step() takes the gradients as they are (muon.hpp).
+  if (muon_ && topo_.layout.zero >= 1 && !cfg_.offload_optimizer) {
+    const parallel::FlatSpan all = zero_->owned_grads(0);
+    muon_->orthogonalise(all.data, all.lo, all.hi - all.lo);
+  }
+  for (size_t c = 0; c < zero_->owned_chunks(); ++c) {
+    const parallel::FlatSpan owned = zero_->owned_grads(c);
+    const size_t n = owned.hi - owned.lo;
+    if (ops::has_non_finite(owned.data, n)) j.overflow = 1;
+    j.dense_sq +=
+        ops::masked_sum_of_squares(owned.data, replicated_.data<uint8_t>() + owned.lo, n, scale);
+    if (sharded_mask_.defined()) {
+      j.sharded_sq += ops::masked_sum_of_squares(
+          owned.data, sharded_mask_.data<uint8_t>() + owned.lo, n, scale);
+      j.replicated_sq += ops::masked_sum_of_squares(
+          owned.data, replicated_only_mask_.data<uint8_t>() + owned.lo, n, scale);
+    }
+  }
+  if (experts_) {
+    // The experts' gradients, chunk by chunk in their own engine, join the same judgement.
+    const auto [expert_overflow, expert_sq] =
+        experts_->judge(scale, zero_->judges_all_grads() ? topo_.layout.dp : 1);
+    if (expert_overflow) j.overflow = 1;
+    j.expert_sq = expert_sq;
+  }
+  // The script's torch.nn.utils.clip_grad_norm_ over DTensor gradients stacks the parameters'
+  // norms first: a model with expert parallelism has two meshes, which DTensor refuses there
+  // (experts on every rank, ep_size 1, are sharded on the data-parallel mesh like the rest).
+  if (cfg_.grad_clip > 0 && cfg_.grad_norm == "dtensor_stack") {
+    const std::string device = acct_.device().is_cuda() ? "cuda" : "cpu";
+    std::vector<DeviceMesh> meshes = dense_meshes(layout_, topo_, device);
+    if (expert_parallel()) {
+      meshes.push_back(expert_mesh(topo_.layout.dp, cfg_.model.moe.ep_size, device));
+    }
+    stack_norms(meshes, topo_.rank);
+  }
+  return j;
+}
+
+double Trainer::global_sq_norm(const GradJudgement& j) {
+  using comm::host_buffer;
+  const int dp = topo_.layout.dp;
+  auto reduced = [&](double sq) {
+    topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
+    return zero_->judges_all_grads() ? sq / dp : sq;
+  };
+  // Each mesh's norm over its own ranks, combined as plain numbers (the workaround for
+  // dtensor_stack). Under MoE tp and pp are 1, so both the data-parallel mesh and the expert
+  // mesh span the world.
+  if (expert_parallel() && cfg_.grad_norm == "dtensor_per_mesh") {
+    return reduced(j.dense_sq) + reduced(j.expert_sq);
+  }
+  // Under tp > 1 (pp 1): the shards' sum over the ('dp', 'tp') mesh, the world; the replicated
+  // parameters' over the ('dp',) submesh, this rank's data-parallel group.
+  if (sharded_mask_.defined()) {
+    double replicated = j.replicated_sq;
+    topo_.dp->all_reduce(host_buffer(&replicated, 1, DType::kF64));
+    return reduced(j.sharded_sq) + (zero_->judges_all_grads() ? replicated / dp : replicated);
+  }
+  return reduced(j.dense_sq + j.expert_sq);
 }
 
 }  // namespace fl::train
