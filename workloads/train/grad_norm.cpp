@@ -147,8 +147,9 @@ Trainer::GradJudgement Trainer::judge_gradients(float scale) {
 double Trainer::global_sq_norm(const GradJudgement& j) {
   using comm::host_buffer;
   const int dp = topo_.layout.dp;
-  auto reduced = [&](double sq) {
-    topo_.world->all_reduce(host_buffer(&sq, 1, DType::kF64));
+  // A sum all-reduced over `over` (the world by default), each replica's copy counted once.
+  auto reduced = [&](double sq, comm::Communicator* over = nullptr) {
+    (over ? *over : *topo_.world).all_reduce(host_buffer(&sq, 1, DType::kF64));
     return zero_->judges_all_grads() ? sq / dp : sq;
   };
   // Each mesh's norm over its own ranks, combined as plain numbers (the workaround for
@@ -159,11 +160,8 @@ double Trainer::global_sq_norm(const GradJudgement& j) {
   }
   // Under tp > 1 (pp 1): the shards' sum over the ('dp', 'tp') mesh, the world; the replicated
   // parameters' over the ('dp',) submesh, this rank's data-parallel group.
-  if (sharded_mask_.defined()) {
-    double replicated = j.replicated_sq;
-    topo_.dp->all_reduce(host_buffer(&replicated, 1, DType::kF64));
-    return reduced(j.sharded_sq) + (zero_->judges_all_grads() ? replicated / dp : replicated);
-  }
+  if (sharded_mask_.defined())
+    return reduced(j.sharded_sq) + reduced(j.replicated_sq, topo_.dp.get());
   return reduced(j.dense_sq + j.expert_sq);
 }
 
