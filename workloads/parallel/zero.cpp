@@ -56,6 +56,18 @@ void validate(const ZeroConfig& z, size_t total_params, int dp) {
         "DistributedDataParallel argument, but workload.ddp.wrapper (--ddp) is false (allowed: "
         "with wrapper true)");
   }
+  if (z.offload_param_nvme && (z.stage != 3 || z.precision == DType::kF32)) {
+    raise<ConfigError>(
+        "workload.zero.offload_param (--offload-param) nvme swaps the 16-bit partition of ZeRO "
+        "stage 3 (allowed: zero 3 with precision fp16 or bf16; this job: zero {}, {})",
+        z.stage, dtype_name(z.precision));
+  }
+  if (z.offload_param_nvme && (z.nvme.path.empty() || z.nvme.aio.block_size == 0 ||
+                               z.nvme.aio.queue_depth < 1 || z.nvme.aio.intra_op < 1)) {
+    raise<ConfigError>(
+        "workload.zero.nvme_path must name a folder and workload.zero.aio's block_size, "
+        "queue_depth and thread_count must be at least 1");
+  }
   if (z.gemini && z.stage != 2) {
     raise<ConfigError>(
         "workload.zero.reducer (--zero-reducer) gemini stands for Colossal-AI's GeminiPlugin with "
@@ -133,7 +145,13 @@ void ZeroEngine::init_weights() {
         take_chunk(chunk, off, n, full.raw(), master, host_master);
       });
     }
-    if (mixed_) part16_ = alloc(part_, "params.partition", dev_, cfg_.precision);
+    if (mixed_ && cfg_.offload_param_nvme) {
+      NvmeConfig nvme = cfg_.nvme;
+      nvme.rank = topo_.rank;
+      swapper_ = std::make_unique<NvmeParamSwapper>(nvme, layout_, lo_, hi_, cfg_.precision);
+    } else if (mixed_) {
+      part16_ = alloc(part_, "params.partition", dev_, cfg_.precision);
+    }
   } else if (!mixed_ || cfg_.stage == 0) {
     // The weights the forward reads are built whole: fp32 (they are the master weights), or
     // under fp16/bf16 stage 0 the full fp32 master copy, encoded into the 16-bit weights below.
@@ -241,7 +259,11 @@ void ZeroEngine::publish_master() {
   if (!mixed_) return;
   const size_t es = store_bytes();
   const size_t n = master_.defined() ? master_.numel() : host_master_.numel();
-  void* dst = cfg_.stage == 3 ? part16_.raw()
+  // NVMe parameter offload: encoded into a transient buffer and written to the swap files.
+  Tensor swap_out;
+  if (swapper_) swap_out = alloc(part_, "buffer.swap_out", dev_, cfg_.precision);
+  void* dst = swapper_          ? swap_out.raw()
+              : cfg_.stage == 3 ? part16_.raw()
                               : static_cast<char*>(compute_.raw()) +
                                     (partitioned_master() ? part_ * udp_rank() * es : 0);
   if (master_.defined()) {
@@ -255,6 +277,7 @@ void ZeroEngine::publish_master() {
     }
     ops::from_host(dst, h.raw(), n * es);
   }
+  if (swapper_) swapper_->swap_out(dst);
   if ((cfg_.stage == 1 || cfg_.stage == 2) && dp_ > 1) {
     all_gather_partitions(dst, compute_.raw(), cfg_.precision);
   }

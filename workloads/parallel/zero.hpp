@@ -36,12 +36,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kernels/tensor.hpp"
 #include "workloads/model/gpt.hpp"
+#include "workloads/parallel/nvme_swap.hpp"
 #include "workloads/parallel/topology.hpp"
 
 namespace fl::parallel {
@@ -66,6 +68,10 @@ struct ZeroConfig {
   bool zero_init = true;
   // Master weights and moments of the rank's partition live on the host (stage >= 1).
   bool offload_optimizer = false;
+  // Stage 3 under fp16/bf16: the 16-bit partition lives in NVMe swap files (offload_param with
+  // device nvme; nvme_swap.hpp), written after each update and read back at each gather.
+  bool offload_param_nvme = false;
+  NvmeConfig nvme;
   // Optimizer state per parameter (K in ZeRO's formulas): 8 = two fp32 tensors (AdamW's m and
   // v), 4 = one (SGD's momentum buffer, named `state_name`), 0 = none (plain SGD).
   int optimizer_state_bytes = 8;
@@ -264,7 +270,9 @@ class ZeroEngine final : public model::ParamAccess {
   Tensor master_;   // fp32 weights: full, or the partition (partitioned_master()), on the device
                     // (none under fp16/bf16 with offload: host_master_ is the master)
   Tensor compute_;  // stages 0-2 in fp16/bf16: the whole parameters, 16-bit
-  Tensor part16_;   // stage 3 in fp16/bf16: the rank's partition, 16-bit
+  Tensor part16_;   // stage 3 in fp16/bf16: the rank's partition, 16-bit (none under NVMe
+                    // parameter offload: swapper_ holds it in files)
+  std::unique_ptr<NvmeParamSwapper> swapper_;
   Tensor grads_;    // full (stages 0-1) or the partition (stages 2-3); 16-bit in fp16/bf16
   Tensor grads32_;  // fp16/bf16: fp32 copy of a chunk of the owned gradients for the step
   size_t grads32_chunk_ = 0;  // the chunk grads32_ holds

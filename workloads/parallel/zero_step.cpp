@@ -53,7 +53,9 @@ void ZeroEngine::gather(int g) {
     const size_t rhi = std::min({grp.hi, part_ * static_cast<size_t>(r + 1), total_});
     if (rlo >= rhi) continue;
     char* dst = static_cast<char*>(t.raw()) + (rlo - grp.lo) * es;
-    if (r == dp_rank_) {
+    if (r == dp_rank_ && swapper_) {
+      swapper_->swap_in(rlo, rhi, dst);  // the partition's pieces from their swap files
+    } else if (r == dp_rank_) {
       const Tensor& mine = mixed_ ? part16_ : master_;
       ops::copy_bytes(dst, static_cast<const char*>(mine.raw()) + (rlo - lo_) * es,
                       (rhi - rlo) * es);

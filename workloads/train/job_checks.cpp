@@ -2,6 +2,7 @@
 #include "workloads/train/job_checks.hpp"
 
 #include "base/error.hpp"
+#include "kernels/versions.hpp"
 #include "workloads/train/freeze.hpp"
 
 namespace fl::train {
@@ -18,6 +19,12 @@ parallel::ZeroConfig zero_config_of(const TrainConfig& c, int stage, int rank) {
   z.max_live_bytes = c.zero3_max_live_bytes;
   z.zero_init = c.zero_init;
   z.offload_optimizer = c.offload_optimizer;
+  z.offload_param_nvme = c.offload_param == "nvme";
+  z.nvme = parallel::nvme_config_of(ops::job_versions().deepspeed, c.precision);
+  z.nvme.path = c.nvme_path;
+  z.nvme.aio.block_size = c.aio_block_size;
+  z.nvme.aio.queue_depth = c.aio_queue_depth;
+  z.nvme.aio.intra_op = c.aio_thread_count;
   z.ddp_reducer = c.ddp_wrapper;
   z.find_unused_parameters = c.find_unused_parameters;
   z.gemini = c.zero_reducer == "gemini";

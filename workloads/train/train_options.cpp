@@ -198,6 +198,27 @@ void zero_options(worker::Options& o, TrainArgs& a) {
   o.add_flag("workload.zero.offload_optimizer", "--offload-optimizer", c.offload_optimizer,
              "Master weights and Adam moments of the rank's partition on the host, charged to the "
              "host budget (FAULTLINE_HOST_MEMORY_BUDGET_BYTES); stage 1-3 only");
+  o.add("workload.zero.offload_param", "--offload-param", c.offload_param,
+        "ZeRO-Infinity's parameter offload (offload_param.device): none, or nvme (stage 3 under "
+        "fp16/bf16: each parameter's piece of the rank's 16-bit partition lives in a swap file "
+        "under nvme_path, written after every update and read back when its group is gathered, "
+        "through DeepSpeed's async I/O as workload.versions.deepspeed had it)")
+      .choices({"none", "nvme"});
+  o.add("workload.zero.nvme_path", "--nvme-path", c.nvme_path,
+        "offload_param.nvme_path: the swap folder, relative to the rank's directory (the "
+        "default, ../../nvme, is the run directory's nvme/, which the ranks share as a node's "
+        "NVMe drive); the swap files are "
+        "nvme_path/zero_stage_3/<dtype>params/rank<R>/<ds_id>_param.tensor.swp");
+  o.add("workload.zero.aio.block_size", "--aio-block-size", c.aio_block_size,
+        "aio.block_size: bytes per I/O request (the last request of a file holds the rest)")
+      .range(1, 1e9);
+  o.add("workload.zero.aio.queue_depth", "--aio-queue-depth", c.aio_queue_depth,
+        "aio.queue_depth: requests in flight")
+      .range(1, 1024);
+  o.add("workload.zero.aio.thread_count", "--aio-thread-count", c.aio_thread_count,
+        "aio.thread_count (intra_op_parallelism from DeepSpeed 0.16.4): the swap buffers are "
+        "padded to 1024 bytes times this (DeepSpeed 0.4.0 on)")
+      .range(1, 64);
   o.add("workload.zero.reduce_bucket_size", "--reduce-bucket-size", c.bucket_bytes,
         "Gradient bucket in bytes (0: 1 MiB or the model if smaller); under the gemini "
         "reducer, GeminiDDP's chunk size")

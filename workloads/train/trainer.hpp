@@ -97,6 +97,13 @@ struct TrainConfig {
   // instead of materialising the whole model first and then keeping a slice.
   bool zero_init = true;
   bool offload_optimizer = false;
+  // workload.zero.offload_param: "none" or "nvme" (ZeRO-Infinity's parameter swap files,
+  // parallel::NvmeParamSwapper), under nvme_path, through DeepSpeed's aio settings.
+  std::string offload_param = "none";
+  std::string nvme_path = "../../nvme";  // the run directory's nvme/
+  size_t aio_block_size = 1048576;
+  int aio_queue_depth = 8;
+  int aio_thread_count = 1;
   // workload.zero.reducer: "deepspeed" (DeepSpeed's ZeRO buckets) or "gemini" (Colossal-AI's
   // GeminiDDP chunks over ZeRO-2's layout; parallel::ZeroConfig::gemini).
   std::string zero_reducer = "deepspeed";
