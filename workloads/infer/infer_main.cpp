@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "kernels/versions.hpp"
+#include "workloads/infer/auto_tp.hpp"
 #include "workloads/infer/engine.hpp"
 #include "workloads/infer/load.hpp"
 #include "workloads/rendezvous/artifacts.hpp"
@@ -33,6 +34,9 @@ struct InferArgs {
   int window = 0;  // the model's sliding attention window (0: none)
   std::string engine = "static";
   bool repeat_prompts = false;
+  // How init_inference shards the model (auto_tp.hpp).
+  std::string injection = "megatron", model_class = "gpt2";
+  std::vector<std::string> injection_policy;
 };
 
 // The window the engine's attention kernel gets: the model's, except in Megatron's dynamic
@@ -45,6 +49,24 @@ int attention_window(const InferArgs& a) {
     return 0;
   }
   return a.window;
+}
+
+// How DeepSpeed's init_inference shards the model across the tensor-parallel ranks.
+void declare_injection_options(worker::Options& o, InferArgs& a) {
+  o.add("workload.infer.injection", "--injection", a.injection,
+        "How the model is sharded: megatron (the GPT's own tensor parallelism, no "
+        "init_inference), kernel (replace_with_kernel_inject: the model class's container "
+        "policy), autotp (kernel injection off, no policy: DeepSpeed's AutoTP parses the "
+        "modules, by workload.versions.deepspeed's rules) or policy (injection_policy)")
+      .choices({"megatron", "kernel", "autotp", "policy"});
+  o.add("workload.infer.model_class", "--model-class", a.model_class,
+        "The architecture whose module structure the served GPT has for init_inference (its "
+        "printout, module names and types): gpt2, gpt_neox, llama, opt or megatron_gpt")
+      .choices({"gpt2", "gpt_neox", "llama", "opt", "megatron_gpt"});
+  o.add("workload.infer.injection_policy", "--injection-policy", a.injection_policy,
+        "injection_policy's Linear names for the model class's decoder layer (injection "
+        "policy): these become row-parallel (all-reduced), the others column-parallel; e.g. "
+        "self_attn.o_proj and mlp.down_proj for llama");
 }
 
 // How each position's token is chosen and where the tokens go.
@@ -128,6 +150,7 @@ void declare_infer_options(worker::Runtime& rt, InferArgs& a) {
         "check: generation fails at the position embedding's end, mid-call)")
       .choices({"refuse", "clamp", "none"});
   declare_sampling_options(o, a);
+  declare_injection_options(o, a);
   auto& app = rt.app();
   app.add_option("--vocab", a.vocab, "Override the vocabulary size");
   app.add_option("--tp", a.layout.tp, "Tensor-parallel size");
@@ -277,6 +300,10 @@ int main(int argc, char** argv) {
     infer::check_load_mode(a.load_mode);
     const auto reset = infer::parse_cache_reset(a.cache_reset, "--cache-reset");
     auto topo = parallel::build_topology(*b.comm, a.layout, cfg);
+    const std::string sharded =
+        infer::choose_injection({a.injection, a.model_class, a.injection_policy, a.layout.tp,
+                                 ops::job_versions().deepspeed});
+    if (!sharded.empty() && b.comm->rank() == 0) std::printf("init_inference: %s\n", sharded.c_str());
     model::ParamLayout pl(cfg, a.layout.tp, topo.tp_rank, a.layout.pp, topo.pp_rank);
     auto params = load_weights(a, cfg, topo, pl);
     infer::InferenceEngine engine(cfg, topo, std::move(params), acct);
