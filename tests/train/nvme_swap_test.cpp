@@ -44,7 +44,7 @@ std::string dir_for(const char* test) { return fresh_test_dir("nvme-swap", test)
 // (28 MiB and 448 bytes in 1 MiB requests) left 27 MiB in its file.
 TEST(NvmeSwap, TheUnalignedTailRequestIsRefusedAndTheFileEndsBeforeIt) {
   const std::string path = dir_for("tail") + "/0_param.tensor.swp";
-  const AioHandle aio(AioConfig{4096, 8, 1, 512});
+  const AioHandle aio(AioConfig{4096, 1, 512});
   const auto data = pattern(3 * 4096 + 448, 1);
   const auto done = aio.write(path, data.data(), data.size());
   ASSERT_EQ(done.size(), 4u);
@@ -65,7 +65,7 @@ TEST(NvmeSwap, TheUnalignedTailRequestIsRefusedAndTheFileEndsBeforeIt) {
 TEST(NvmeSwapDeathTest, ReadingAShortFileAbortsWithDeepSpeedsLine) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const std::string path = dir_for("short") + "/2_param.tensor.swp";
-  const AioHandle aio(AioConfig{4096, 8, 1, 512});
+  const AioHandle aio(AioConfig{4096, 1, 512});
   const auto data = pattern(3 * 4096 + 448, 3);
   aio.write(path, data.data(), data.size());
   std::vector<char> back(data.size());

@@ -103,8 +103,8 @@ std::vector<AioCompletion> AioHandle::write(const std::string& path, const void*
   const auto* data = static_cast<const char*>(buf);
   const size_t block = std::max<size_t>(1, c_.block_size);
   std::vector<AioCompletion> done;
-  // Requests go out queue_depth at a time and complete in submission order here; the file's end
-  // is the furthest request that wrote, whatever failed before it.
+  // The requests run in submission order; the file's end is the furthest request that wrote,
+  // whatever failed before it.
   for (size_t off = 0; off < nbytes; off += block) {
     const size_t len = std::min(block, nbytes - off);
     done.push_back({off, len, do_request(fd.get(), data + off, off, len, c_.sector_bytes)});

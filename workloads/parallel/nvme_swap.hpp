@@ -4,8 +4,8 @@
 // gathered (AsyncPartitionedParameterSwapper), through DeepSpeed's asynchronous I/O handle.
 //
 // The handle (csrc/aio, deepspeed_aio_common.cpp) opens the file O_DIRECT without O_TRUNC and
-// cuts a transfer into block_size requests, the last one holding the remainder, at most
-// queue_depth in flight; its wait() counts completions and never reads an event's result, so a
+// cuts a transfer into block_size requests, the last one holding the remainder (queue_depth of
+// them in flight; here they run one after another, which ends a file at the same place); its wait() counts completions and never reads an event's result, so a
 // request the kernel refused (O_DIRECT's EINVAL for a length or offset that is not a multiple of
 // the device's logical block, ENOSPC on a full filesystem) is dropped without a word and the file
 // ends where the last written request ended. The read checks the file's size first (pread in
@@ -34,7 +34,6 @@ namespace fl::parallel {
 // DeepSpeed's "aio" section, and the device under the swap folder.
 struct AioConfig {
   size_t block_size = 1048576;  // bytes per request
-  int queue_depth = 8;          // requests in flight
   int intra_op = 1;             // thread_count (intra_op_parallelism since 0.16.4)
   size_t sector_bytes = 512;    // the device's logical block: O_DIRECT's alignment
 };
@@ -71,7 +70,7 @@ class AioHandle {
  public:
   explicit AioHandle(AioConfig c) : c_(c) {}
   // async_pwrite + wait(): `nbytes` of `buf` to `path` (created, never truncated) in block_size
-  // requests, queue_depth at a time. Every request's completion is returned; the handle itself,
+  // requests. Every request's completion is returned; the handle itself,
   // as DeepSpeed's, does not look at them. A file that cannot be opened throws fl::Error.
   std::vector<AioCompletion> write(const std::string& path, const void* buf, size_t nbytes) const;
   // async_pread + wait(): DeepSpeed's check of the file's size (which aborts the process, as the

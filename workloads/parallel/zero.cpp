@@ -62,11 +62,11 @@ void validate(const ZeroConfig& z, size_t total_params, int dp) {
         "stage 3 (allowed: zero 3 with precision fp16 or bf16; this job: zero {}, {})",
         z.stage, dtype_name(z.precision));
   }
-  if (z.offload_param_nvme && (z.nvme.path.empty() || z.nvme.aio.block_size == 0 ||
-                               z.nvme.aio.queue_depth < 1 || z.nvme.aio.intra_op < 1)) {
+  if (z.offload_param_nvme &&
+      (z.nvme.path.empty() || z.nvme.aio.block_size == 0 || z.nvme.aio.intra_op < 1)) {
     raise<ConfigError>(
-        "workload.zero.nvme_path must name a folder and workload.zero.aio's block_size, "
-        "queue_depth and thread_count must be at least 1");
+        "workload.zero.nvme_path must name a folder and workload.zero.aio's block_size and "
+        "thread_count must be at least 1");
   }
   if (z.gemini && z.stage != 2) {
     raise<ConfigError>(

@@ -23,7 +23,6 @@ parallel::ZeroConfig zero_config_of(const TrainConfig& c, int stage, int rank) {
   z.nvme = parallel::nvme_config_of(ops::job_versions().deepspeed, c.precision);
   z.nvme.path = c.nvme_path;
   z.nvme.aio.block_size = c.aio_block_size;
-  z.nvme.aio.queue_depth = c.aio_queue_depth;
   z.nvme.aio.intra_op = c.aio_thread_count;
   z.ddp_reducer = c.ddp_wrapper;
   z.find_unused_parameters = c.find_unused_parameters;

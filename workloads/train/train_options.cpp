@@ -212,9 +212,6 @@ void zero_options(worker::Options& o, TrainArgs& a) {
   o.add("workload.zero.aio.block_size", "--aio-block-size", c.aio_block_size,
         "aio.block_size: bytes per I/O request (the last request of a file holds the rest)")
       .range(1, 1e9);
-  o.add("workload.zero.aio.queue_depth", "--aio-queue-depth", c.aio_queue_depth,
-        "aio.queue_depth: requests in flight")
-      .range(1, 1024);
   o.add("workload.zero.aio.thread_count", "--aio-thread-count", c.aio_thread_count,
         "aio.thread_count (intra_op_parallelism from DeepSpeed 0.16.4): the swap buffers are "
         "padded to 1024 bytes times this (DeepSpeed 0.4.0 on)")

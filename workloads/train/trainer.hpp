@@ -102,7 +102,6 @@ struct TrainConfig {
   std::string offload_param = "none";
   std::string nvme_path = "../../nvme";  // the run directory's nvme/
   size_t aio_block_size = 1048576;
-  int aio_queue_depth = 8;
   int aio_thread_count = 1;
   // workload.zero.reducer: "deepspeed" (DeepSpeed's ZeRO buckets) or "gemini" (Colossal-AI's
   // GeminiDDP chunks over ZeRO-2's layout; parallel::ZeroConfig::gemini).
