@@ -95,6 +95,22 @@ TEST(AutoTp, InitInferenceServesOnlyTheGptsOwnPlan) {
   EXPECT_NE(choose_error({"policy", "llama", {"mlp.down_proj"}, 2, "0.9.2"})
                 .find("row-parallel; serving another plan is not modelled"),
             std::string::npos);
+  // Names are matched exactly as replace_wo_policy makes them: a bare "o_proj" names nothing,
+  // OPT's direct child is ".fc2".
+  EXPECT_NE(choose_error({"policy", "llama", {"o_proj", "mlp.down_proj"}, 2, "0.9.2"}), "");
+  EXPECT_EQ(choose_error({"policy", "opt", {"self_attn.out_proj", ".fc2"}, 2, "0.9.2"}), "");
+  EXPECT_NE(choose_error({"policy", "opt", {"self_attn.out_proj", "fc2"}, 2, "0.9.2"}), "");
+  // A policy beside kernel injection is DeepSpeed's assertion; beside AutoTP it replaces it.
+  EXPECT_EQ(choose_error({"kernel", "llama", {"self_attn.o_proj", "mlp.down_proj"}, 2, "0.9.3"}),
+            "AssertionError: Cannot use both user specified injection policy and kernel "
+            "injection");
+  EXPECT_EQ(choose_error({"autotp", "llama", {"self_attn.o_proj", "mlp.down_proj"}, 2, "0.9.2"}),
+            "");
+  EXPECT_NE(choose_error({"policy", "llama", {}, 2, "0.9.2"}), "");
+  EXPECT_NE(choose_error({"megatron", "llama", {"self_attn.o_proj"}, 2, ""}), "");
+  // Containers by version: OPT's from 0.7.1, GPT-NeoX's from 0.6.5.
+  EXPECT_NE(choose_error({"kernel", "opt", {}, 2, "0.7.0"}), "");
+  EXPECT_EQ(choose_error({"kernel", "opt", {}, 2, "0.7.1"}), "");
   // AutoTP's GPT-NeoX plan before 0.10.0 is refused, not served.
   EXPECT_NE(choose_error({"autotp", "gpt_neox", {}, 2, "0.9.5"}).find("not modelled"),
             std::string::npos);

@@ -1,8 +1,8 @@
 // ZeRO-Infinity's NVMe parameter swap (workloads/parallel/nvme_swap.hpp): DeepSpeed's aio handle
 // drops the request O_DIRECT refuses, so a piece whose bytes are not a multiple of the logical
-// block loses its tail and the read's size check aborts (deepspeedai/DeepSpeed#1070); from 0.4.0
-// the swap buffers are padded and the files hold the partition exactly, and training through
-// the swap files is training without them.
+// block loses its last request and the read's size check aborts (deepspeedai/DeepSpeed#1070);
+// from 0.4.0 the swap buffers are padded and the files hold the partition exactly; pieces under
+// 1 MiB stay in host memory; and training through the swap files is training without them.
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/dtype.hpp"
+#include "base/error.hpp"
 #include "tests/support/scratch.hpp"
 #include "tests/support/train_run.hpp"
 #include "workloads/model/config.hpp"
@@ -41,7 +42,7 @@ std::vector<char> pattern(size_t n, unsigned seed) {
 std::string dir_for(const char* test) { return fresh_test_dir("nvme-swap", test); }
 
 // 3 whole 4 KiB requests and a 448-byte tail, on a device of 512-byte blocks: as #1070's tensor
-// (28 MiB and 448 bytes in 1 MiB requests) left 27 MiB in its file.
+// (27 MiB and a last request of 512448 bytes) left 27 MiB in its file.
 TEST(NvmeSwap, TheUnalignedTailRequestIsRefusedAndTheFileEndsBeforeIt) {
   const std::string path = dir_for("tail") + "/0_param.tensor.swp";
   const AioHandle aio(AioConfig{4096, 1, 512});
@@ -71,10 +72,12 @@ TEST(NvmeSwapDeathTest, ReadingAShortFileAbortsWithDeepSpeedsLine) {
   std::vector<char> back(data.size());
   // Before 0.16.0: the sizes must be equal (the line itself goes to stdout, before the assert's
   // to stderr; the training test below reads both).
-  EXPECT_DEATH(aio.read(path, back.data(), back.size(), SwapReadCheck::kEqual),
+  const std::string old_where = parallel::nvme_config_of("0.3.15", DType::kF16).assert_where;
+  EXPECT_DEATH(aio.read(path, back.data(), back.size(), SwapReadCheck::kEqual, old_where),
                "deepspeed_py_aio_handle.cpp:223: .*Assertion .*num_file_bytes' failed");
   // From 0.17.1: the file must hold what is read.
-  EXPECT_DEATH(aio.read(path, back.data(), back.size(), SwapReadCheck::kWithin),
+  const std::string new_where = parallel::nvme_config_of("", DType::kF16).assert_where;
+  EXPECT_DEATH(aio.read(path, back.data(), back.size(), SwapReadCheck::kWithin, new_where),
                "is_valid_bytes_to_read.*Assertion .*<= num_file_bytes' failed");
   // 0.16.0 to 0.17.0 check nothing: the read returns, the tail is what the buffer held.
   std::fill(back.begin(), back.end(), 0);
@@ -84,8 +87,11 @@ TEST(NvmeSwapDeathTest, ReadingAShortFileAbortsWithDeepSpeedsLine) {
 }
 
 TEST(NvmeSwap, VersionsDecideThePaddingTheCheckAndTheFolder) {
+  EXPECT_THROW(parallel::nvme_config_of("0.3.14", DType::kF16), ConfigError);
   const NvmeConfig old = parallel::nvme_config_of("0.3.15", DType::kF16);
   EXPECT_FALSE(old.pad_aligned);
+  EXPECT_FALSE(old.clear_folder);
+  EXPECT_TRUE(parallel::nvme_config_of("0.6.2", DType::kF16).clear_folder);
   EXPECT_EQ(old.check, SwapReadCheck::kEqual);
   EXPECT_EQ(old.folder, "fp16params");
   const NvmeConfig fixed = parallel::nvme_config_of("0.4.0", DType::kF16);
@@ -100,25 +106,42 @@ TEST(NvmeSwap, VersionsDecideThePaddingTheCheckAndTheFolder) {
   EXPECT_EQ(newest.folder, "float16params");
 }
 
-// Rank 1's half of a small GPT's 16-bit parameters: one file per parameter piece, padded to
-// 1024 bytes x threads, and read back exactly, whatever range a gather asks for.
-TEST(NvmeSwap, PaddedPiecesRoundTripThroughTheirFiles) {
+// A GPT whose larger weights are pieces of at least 1 MiB (DeepSpeed's min_aio_bytes): width
+// `d`, one block.
+model::GptConfig wide(int d, int heads) {
   model::GptConfig cfg;
-  const model::ParamLayout layout(cfg, 1, 0, 1, 0);
+  cfg.d_model = d;
+  cfg.heads = heads;
+  cfg.layers = 1;
+  return cfg;
+}
+
+// Rank 1's half of a GPT's 16-bit parameters: a file per piece of 1 MiB or more, padded to 1024
+// bytes x threads, the smaller ones in host memory, read back exactly for any range.
+TEST(NvmeSwap, PaddedPiecesRoundTripThroughTheirFiles) {
+  const model::ParamLayout layout(wide(768, 12), 1, 0, 1, 0);
   const size_t part = (layout.total() + 1) / 2, lo = part, hi = layout.total();
   NvmeConfig c = parallel::nvme_config_of("0.4.0", DType::kF16);
   c.path = dir_for("roundtrip");
   c.rank = 1;
   c.aio.intra_op = 2;
-  const NvmeParamSwapper swapper(c, layout, lo, hi, DType::kF16);
+  NvmeParamSwapper swapper(c, layout, lo, hi, DType::kF16);
   const auto data = pattern((hi - lo) * 2, 4);
   swapper.swap_out(data.data());
   size_t files = 0;
   for (const auto& e : fs::directory_iterator(swapper.folder())) {
     ++files;
     EXPECT_EQ(e.file_size() % 2048, 0u) << e.path();
+    EXPECT_GE(e.file_size(), 1048576u) << e.path();
   }
-  EXPECT_GT(files, 3u);
+  EXPECT_GE(files, 2u);
+  size_t kept = 0;
+  for (size_t id = 0; id < layout.specs().size(); ++id) {
+    const bool in_file = fs::exists(swapper.file_of(id));
+    EXPECT_EQ(in_file, swapper.swapped(id)) << layout.specs()[id].name;
+    kept += !in_file;
+  }
+  EXPECT_GT(kept, 0u);  // the layer norms, biases and embeddings
   std::vector<char> back((hi - lo) * 2);
   swapper.swap_in(lo, hi, back.data());
   EXPECT_EQ(back, data);
@@ -129,30 +152,39 @@ TEST(NvmeSwap, PaddedPiecesRoundTripThroughTheirFiles) {
   EXPECT_TRUE(std::equal(mid.begin(), mid.end(), data.begin() + 14));
 }
 
-// Before 0.4.0 the pieces are written at their own size: a piece under one logical block (a
-// layer norm's 32 fp16 values) leaves an empty file, a larger one loses its unaligned tail.
-TEST(NvmeSwap, UnpaddedPiecesLoseTheirUnalignedTails) {
-  model::GptConfig cfg;
-  const model::ParamLayout layout(cfg, 1, 0, 1, 0);
+// Before 0.4.0 the pieces are written at their own size: one whose bytes are not a multiple of
+// the 512-byte block loses its last request (width 1000: qkv's 6000000 bytes keep 5 MiB, the
+// projection's 2000000 keep 1 MiB), an aligned one (the MLP's 8000000) is written whole.
+TEST(NvmeSwap, UnpaddedPiecesLoseTheirLastRequest) {
+  const model::ParamLayout layout(wide(1000, 8), 1, 0, 1, 0);
   NvmeConfig c = parallel::nvme_config_of("0.3.15", DType::kF16);
   c.path = dir_for("unpadded");
-  const NvmeParamSwapper swapper(c, layout, 0, layout.total(), DType::kF16);
+  NvmeParamSwapper swapper(c, layout, 0, layout.total(), DType::kF16);
   const auto data = pattern(layout.total() * 2, 5);
   swapper.swap_out(data.data());
-  int short_files = 0;
+  int short_files = 0, whole_files = 0;
   for (size_t id = 0; id < layout.specs().size(); ++id) {
     const size_t bytes = layout.specs()[id].numel() * 2;
-    const size_t want = bytes / 512 * 512;  // the whole blocks of its one request, or none
+    if (bytes < 1048576) {
+      EXPECT_FALSE(fs::exists(swapper.file_of(id))) << layout.specs()[id].name;
+      continue;
+    }
     const auto have = fs::file_size(swapper.file_of(id));
-    EXPECT_EQ(have, bytes % 512 == 0 ? bytes : (bytes < c.aio.block_size ? 0 : want))
+    EXPECT_EQ(have, bytes % 512 == 0 ? bytes : bytes / c.aio.block_size * c.aio.block_size)
         << layout.specs()[id].name;
     short_files += have != bytes;
+    whole_files += have == bytes;
   }
   EXPECT_GT(short_files, 0);
+  EXPECT_GT(whole_files, 0);
+  size_t qkv = 0;
+  while (layout.specs()[qkv].name != "h0.attn.qkv.weight") ++qkv;
+  EXPECT_EQ(fs::file_size(swapper.file_of(qkv)), 5u * 1048576);
 }
 
 TrainRun train(const std::string& nvme, std::vector<std::string> extra) {
-  std::vector<std::string> a = {"--dp", "2", "--zero", "3", "--precision", "fp16"};
+  std::vector<std::string> a = {"--dp",    "2",     "--zero",   "3", "--precision", "fp16",
+                                "--layers", "1",     "--heads",  "8", "--d-model",   "1000"};
   if (!nvme.empty()) {
     a.insert(a.end(), {"--offload-param", "nvme", "--nvme-path", nvme});
   }
@@ -174,7 +206,7 @@ TEST(NvmeSwap, TrainingThroughTheSwapFilesIsTrainingWithoutThem) {
   ASSERT_EQ(swapped.proc.exit_code, 0) << swapped.proc.output;
   ASSERT_EQ(plain.steps.size(), 4u);
   EXPECT_EQ(losses(plain), losses(swapped));  // the 16-bit bytes round-trip exactly
-  EXPECT_FALSE(fs::is_empty(dir + "/zero_stage_3/fp16params/rank1"));
+  EXPECT_FALSE(fs::is_empty(dir + "/zero_stage_3/fp16params/rank0"));
 }
 
 TEST(NvmeSwap, DeepSpeed0315AbortsAtTheFirstGatherOfAShortFile) {
@@ -182,7 +214,9 @@ TEST(NvmeSwap, DeepSpeed0315AbortsAtTheFirstGatherOfAShortFile) {
   const TrainRun r = train(dir, {"--deepspeed-version", "0.3.15"});
   EXPECT_NE(r.proc.exit_code, 0);
   EXPECT_TRUE(r.steps.empty()) << r.proc.output;
-  EXPECT_NE(r.proc.output.find("_param.tensor.swp: buffer nbytes != file bytes"),
+  // h0.attn.qkv.weight, ds_id 4 (after wte, wpe and the first layer norm's two).
+  EXPECT_NE(r.proc.output.find("4_param.tensor.swp: buffer nbytes != file bytes 6000000 != "
+                               "5242880"),
             std::string::npos)
       << r.proc.output;
   EXPECT_NE(r.proc.output.find("Assertion `static_cast<long long int>(buffer.nbytes()) == "

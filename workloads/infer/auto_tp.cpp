@@ -149,9 +149,9 @@ Module megatron_gpt(int n) {
 const std::vector<std::pair<std::string, Architecture>>& architectures() {
   static const std::vector<std::pair<std::string, Architecture>> a = {
       {"gpt2", {gpt2, {"attn.c_proj", "mlp.c_proj"}, {0, 0, 0}}},
-      {"gpt_neox", {gpt_neox, {"attention.dense", "mlp.dense_4h_to_h"}, {0, 0, 0}}},
+      {"gpt_neox", {gpt_neox, {"attention.dense", "mlp.dense_4h_to_h"}, {0, 6, 5}}},
       {"llama", {llama, {"self_attn.o_proj", "mlp.down_proj"}, {0, 9, 3}}},  // PR 3425
-      {"opt", {opt, {"self_attn.out_proj", "fc2"}, {0, 0, 0}}},
+      {"opt", {opt, {"self_attn.out_proj", "fc2"}, {0, 7, 1}}},
       {"megatron_gpt", {megatron_gpt, {"self_attention.dense", "mlp.dense_4h_to_h"}, {0, 0, 0}}},
   };
   return a;
@@ -243,7 +243,7 @@ constexpr const char* kUseKernelInjection =
 bool supported(const std::string& repr, const std::string& version) {
   std::set<std::string> unsupported = {"flaubert", "xlm"};
   if (older(version, 0, 9, 0)) unsupported.insert("bloom");    // PR 3035 took it off
-  if (older(version, 0, 10, 0)) unsupported.insert("codegen");  // PR 3844 took it off
+  if (older(version, 0, 10, 1)) unsupported.insert("codegen");  // PR 3844 took it off
   if (!older(version, 0, 8, 2)) {
     unsupported.insert({"deberta", "fsmt", "gpt2", "led", "longformer", "xlnet"});
   }
@@ -361,6 +361,11 @@ std::vector<TpPolicy> auto_tp_parser(const Module& model, const std::string& ver
 }
 
 std::string choose_injection(const InjectionChoice& c) {
+  if (c.mode == "megatron" && !c.policy.empty()) {
+    raise<ConfigError>(
+        "workload.infer.injection_policy is init_inference's, but workload.infer.injection is "
+        "megatron (allowed with it: policy, or autotp, which a policy replaces)");
+  }
   if (c.mode == "megatron") return "";
   const Architecture& a = architecture(c.model_class);
   const Module model = a.model(1);
@@ -368,6 +373,16 @@ std::string choose_injection(const InjectionChoice& c) {
   module_list(model, layers);
   const Module& layer = *layers.front();
   const std::string& v = c.deepspeed_version;
+  if (c.mode == "kernel" && !c.policy.empty()) {
+    raise<ConfigError>(
+        "AssertionError: Cannot use both user specified injection policy and kernel injection");
+  }
+  if (c.mode == "policy" && c.policy.empty()) {
+    raise<ConfigError>(
+        "workload.infer.injection policy needs the Linear names in "
+        "workload.infer.injection_policy (without them init_inference runs AutoTP: "
+        "injection autotp)");
+  }
   if (c.mode == "kernel") {
     if (!kernel_supported(layers, v)) {
       raise<ConfigError>(
@@ -379,16 +394,15 @@ std::string choose_injection(const InjectionChoice& c) {
     return fmt::format("kernel injection: {}'s container policy shards it over tp {}",
                        layer.type, c.tp);
   }
-  if (c.mode == "policy") {
-    // replace_wo_policy: a Linear is named by its parent's attribute and its own; the names the
-    // policy lists become LinearAllreduce.
+  if (c.mode == "policy" || !c.policy.empty()) {
+    // A policy given takes the place of AutoTP. replace_wo_policy names a Linear by its parent's
+    // attribute, '.' and its own (".fc2" for a direct child), and a name the policy lists exactly
+    // becomes LinearAllreduce.
     std::vector<std::string> linears, chosen;
     get_layers("", layer, linears);
     for (const auto& l : linears) {
-      if (l == "ln") continue;
-      const std::string name = without_dot(l);
-      for (const auto& p : c.policy) {
-        if (name == p || (name.size() > p.size() && name.ends_with("." + p))) chosen.push_back(l);
+      if (l != "ln" && std::find(c.policy.begin(), c.policy.end(), l) != c.policy.end()) {
+        chosen.push_back(l);
       }
     }
     return check_plan(fmt::format("injection_policy {{{}: ({})}}", layer.type,

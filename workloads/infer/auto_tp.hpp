@@ -47,7 +47,9 @@ struct TpPolicy {
 std::vector<TpPolicy> auto_tp_parser(const Module& model, const std::string& version);
 
 struct InjectionChoice {
-  std::string mode;                  // "megatron" (no init_inference), "kernel", "autotp", "policy"
+  // "megatron" (no init_inference), "kernel", "autotp" or "policy" (a policy given with autotp
+  // is a policy, as in DeepSpeed; with kernel it is DeepSpeed's assertion).
+  std::string mode;
   std::string model_class = "gpt2";  // the architecture the GPT is served as
   std::vector<std::string> policy;   // injection_policy's names (mode "policy")
   int tp = 1;

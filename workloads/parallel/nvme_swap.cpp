@@ -25,6 +25,7 @@ namespace fl::parallel {
 namespace {
 
 constexpr size_t kAioAlignedBytes = 1024;  // DeepSpeed's AIO_ALIGNED_BYTES
+constexpr size_t kMinAioBytes = 1048576;   // DeepSpeed's MIN_AIO_BYTES
 
 class Fd {
  public:
@@ -78,15 +79,44 @@ long long file_bytes(const std::string& path) {
 }  // namespace
 
 NvmeConfig nvme_config_of(const std::string& deepspeed_version, DType precision) {
+  const std::string& v = deepspeed_version;
+  if (ops::stated_and_older(v, 0, 3, 15)) {
+    raise<ConfigError>(
+        "workload.zero.offload_param nvme: ZeRO-Infinity's NVMe offload came with DeepSpeed "
+        "0.3.15 (workload.versions.deepspeed is {})",
+        v);
+  }
   NvmeConfig c;
-  c.pad_aligned = !ops::stated_and_older(deepspeed_version, 0, 4, 0);
-  if (ops::stated_and_older(deepspeed_version, 0, 16, 0)) {
+  c.pad_aligned = !ops::stated_and_older(v, 0, 4, 0);
+  c.clear_folder = !ops::stated_and_older(v, 0, 6, 2);
+  // The read's check and where its assert sat (the line of one release of each range: 0.3.15,
+  // 0.9, 0.15.0, 0.17.1): py_lib/deepspeed_py_aio_handle.cpp's pread up to 0.14,
+  // deepspeed_py_io_handle.cpp's in 0.15 (PR 6641 dropped the check in 0.16.0), its
+  // is_valid_bytes_to_read from 0.17.1 (PR 7215).
+  const char* pread =
+      ": int deepspeed_aio_handle_t::pread(const at::Tensor&, const char*, bool, bool):";
+  if (ops::stated_and_older(v, 0, 9, 0)) {
     c.check = SwapReadCheck::kEqual;
-  } else if (ops::stated_and_older(deepspeed_version, 0, 17, 1)) {
+    c.assert_where = std::string("deepspeed/ops/csrc/aio/py_lib/deepspeed_py_aio_handle.cpp:223") +
+                     pread;
+  } else if (ops::stated_and_older(v, 0, 15, 0)) {
+    c.check = SwapReadCheck::kEqual;
+    c.assert_where = std::string("deepspeed/ops/csrc/aio/py_lib/deepspeed_py_aio_handle.cpp:228") +
+                     pread;
+  } else if (ops::stated_and_older(v, 0, 16, 0)) {
+    c.check = SwapReadCheck::kEqual;
+    c.assert_where =
+        "deepspeed/ops/csrc/aio/py_lib/deepspeed_py_io_handle.cpp:232: int "
+        "deepspeed_io_handle_t::pread(const at::Tensor&, const char*, bool, bool):";
+  } else if (ops::stated_and_older(v, 0, 17, 1)) {
     c.check = SwapReadCheck::kNone;
+  } else {
+    c.assert_where =
+        "deepspeed/ops/csrc/aio/py_lib/deepspeed_py_io_handle.cpp:33: bool "
+        "is_valid_bytes_to_read(const char*, int64_t, int64_t):";
   }
   const bool bf16 = precision == DType::kBF16;
-  if (ops::stated_and_older(deepspeed_version, 0, 6, 2)) {
+  if (ops::stated_and_older(v, 0, 6, 2)) {
     c.folder = "fp16params";
   } else {
     c.folder = bf16 ? "bfloat16params" : "float16params";
@@ -112,22 +142,19 @@ std::vector<AioCompletion> AioHandle::write(const std::string& path, const void*
   return done;
 }
 
-void AioHandle::read(const std::string& path, void* buf, size_t nbytes,
-                     SwapReadCheck check) const {
+void AioHandle::read(const std::string& path, void* buf, size_t nbytes, SwapReadCheck check,
+                     const std::string& where_) const {
+  const char* where = where_.c_str();
   const long long have = file_bytes(path);
   const auto want = static_cast<long long>(nbytes);
   if (check == SwapReadCheck::kEqual && have != want) {
     fail_read_check(fmt::format("{}: buffer nbytes != file bytes {} != {}", path, want, have),
-                    "deepspeed/ops/csrc/aio/py_lib/deepspeed_py_aio_handle.cpp:223: int "
-                    "deepspeed_aio_handle_t::pread(const at::Tensor&, const char*, bool, bool):",
-                    "static_cast<long long int>(buffer.nbytes()) == num_file_bytes");
+                    where, "static_cast<long long int>(buffer.nbytes()) == num_file_bytes");
   }
   if (check == SwapReadCheck::kWithin && want > have) {
     fail_read_check(
         fmt::format("{}: file_offset + buffer nbytes > file bytes {} > {}", path, want, have),
-        "deepspeed/ops/csrc/aio/py_lib/deepspeed_py_io_handle.cpp:34: bool "
-        "is_valid_bytes_to_read(const char*, int64_t, int64_t):",
-        "(file_offset + num_bytes_to_read) <= num_file_bytes");
+        where, "(file_offset + num_bytes_to_read) <= num_file_bytes");
   }
   Fd fd(::open(path.c_str(), O_RDONLY));
   if (fd.get() < 0) raise<Error>("{}: open for read failed: {}", path, std::strerror(errno));
@@ -147,17 +174,29 @@ NvmeParamSwapper::NvmeParamSwapper(NvmeConfig c, const model::ParamLayout& layou
   namespace fs = std::filesystem;
   folder_ = (fs::path(c_.path) / "zero_stage_3" / c_.folder / fmt::format("rank{}", c_.rank))
                 .string();
-  // As the swapper's constructor: the folder emptied and made again.
+  // As the swapper's constructor: the folder made (and from 0.6.2 emptied first).
   std::error_code ec;
-  fs::remove_all(folder_, ec);
+  if (c_.clear_folder) fs::remove_all(folder_, ec);
   fs::create_directories(folder_, ec);
   if (ec) raise<Error>("cannot create the NVMe swap folder {}: {}", folder_, ec.message());
+  // DeepSpeed's min_aio_bytes: max(MIN_AIO_BYTES, block_size).
+  const size_t min_aio_bytes = std::max<size_t>(kMinAioBytes, c_.aio.block_size);
   const auto& specs = layout.specs();
   for (size_t i = 0; i < specs.size(); ++i) {
     const size_t a = std::max(lo, specs[i].offset);
     const size_t b = std::min(hi, specs[i].offset + specs[i].numel());
-    if (a < b) pieces_.push_back({i, a, b});
+    if (a >= b) continue;
+    Piece p{i, a, b, {}, (b - a) * dtype_size(t) >= min_aio_bytes};
+    if (!p.swapped) p.in_host.resize((b - a) * dtype_size(t));
+    pieces_.push_back(std::move(p));
   }
+}
+
+bool NvmeParamSwapper::swapped(size_t ds_id) const {
+  for (const Piece& p : pieces_) {
+    if (p.ds_id == ds_id) return p.swapped;
+  }
+  return false;
 }
 
 size_t NvmeParamSwapper::swap_numel(size_t n) const {
@@ -171,13 +210,18 @@ std::string NvmeParamSwapper::file_of(size_t ds_id) const {
   return (std::filesystem::path(folder_) / fmt::format("{}_param.tensor.swp", ds_id)).string();
 }
 
-void NvmeParamSwapper::swap_out(const void* partition) const {
+void NvmeParamSwapper::swap_out(const void* partition) {
   const size_t es = dtype_size(t_);
   std::vector<char> host;
-  for (const Piece& p : pieces_) {
+  for (Piece& p : pieces_) {
     const size_t n = p.hi - p.lo;
+    const char* src = static_cast<const char*>(partition) + (p.lo - lo_) * es;
+    if (!p.swapped) {
+      ops::to_host(p.in_host.data(), src, n * es);
+      continue;
+    }
     host.assign(swap_numel(n) * es, 0);
-    ops::to_host(host.data(), static_cast<const char*>(partition) + (p.lo - lo_) * es, n * es);
+    ops::to_host(host.data(), src, n * es);
     aio_.write(file_of(p.ds_id), host.data(), host.size());
   }
 }
@@ -188,9 +232,13 @@ void NvmeParamSwapper::swap_in(size_t a, size_t b, void* dst) const {
   for (const Piece& p : pieces_) {
     const size_t from = std::max(a, p.lo), to = std::min(b, p.hi);
     if (from >= to) continue;
-    host.assign(swap_numel(p.hi - p.lo) * es, 0);
-    aio_.read(file_of(p.ds_id), host.data(), host.size(), c_.check);
-    ops::from_host(static_cast<char*>(dst) + (from - a) * es, host.data() + (from - p.lo) * es,
+    const char* bytes = p.in_host.data();
+    if (p.swapped) {
+      host.assign(swap_numel(p.hi - p.lo) * es, 0);
+      aio_.read(file_of(p.ds_id), host.data(), host.size(), c_.check, c_.assert_where);
+      bytes = host.data();
+    }
+    ops::from_host(static_cast<char*>(dst) + (from - a) * es, bytes + (from - p.lo) * es,
                    (to - from) * es);
   }
 }

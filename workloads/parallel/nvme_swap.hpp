@@ -50,7 +50,12 @@ struct NvmeConfig {
   AioConfig aio;
   // Each parameter's swap buffer padded to AIO_ALIGNED_BYTES x intra_op (DeepSpeed 0.4.0 on).
   bool pad_aligned = true;
+  // The swap folder emptied at start-up (DeepSpeed 0.6.2 on, PR 1884; before it a reused
+  // nvme_path keeps its files, which a write never truncates).
+  bool clear_folder = true;
   SwapReadCheck check = SwapReadCheck::kWithin;
+  // Where DeepSpeed's size check sits (file:line: function:), for the C assert's line.
+  std::string assert_where;
   // The swap folder's dtype part: "fp16" before 0.6.2 (PR 1884), else torch's dtype string
   // ("float16", "bfloat16").
   std::string folder = "float16params";
@@ -76,30 +81,40 @@ class AioHandle {
   // async_pread + wait(): DeepSpeed's check of the file's size (which aborts the process, as the
   // C assert does, after printing DeepSpeed's line), then the requests; a request past the end
   // of the file reads what is there.
-  void read(const std::string& path, void* buf, size_t nbytes, SwapReadCheck check) const;
+  // `where`: the assert's file:line and function (NvmeConfig::assert_where).
+  void read(const std::string& path, void* buf, size_t nbytes, SwapReadCheck check,
+            const std::string& where = "") const;
 
  private:
   AioConfig c_;
 };
 
 // The swap files of one rank's ZeRO-3 partition [lo, hi) of `layout`'s flat parameters, stored
-// as `t` (16-bit): one file per parameter the partition holds a piece of.
+// as `t` (16-bit): one file per parameter the partition holds a piece of, when the piece is at
+// least min_aio_bytes (max(1 MiB, block_size): DeepSpeed's swappable_tensor); a smaller piece
+// stays in host memory, as DeepSpeed keeps such partitions on the CPU. DeepSpeed partitions each
+// parameter on its own, faultline's ZeRO the flat vector, so a parameter cut by a partition
+// boundary is two pieces on two ranks here.
 class NvmeParamSwapper {
  public:
   NvmeParamSwapper(NvmeConfig c, const model::ParamLayout& layout, size_t lo, size_t hi, DType t);
   // swap_out: every piece of `partition` (hi - lo elements of type t, element 0 is lo) to its
   // file, through a host buffer of the piece's (aligned) size.
-  void swap_out(const void* partition) const;
+  void swap_out(const void* partition);
   // swap_in: the pieces holding flat [a, b) (within [lo, hi)) read from their files into `dst`
   // (element 0 is a).
   void swap_in(size_t a, size_t b, void* dst) const;
   // The file of the piece of parameter `ds_id` (its index in the layout's specs).
   std::string file_of(size_t ds_id) const;
   const std::string& folder() const { return folder_; }
+  // Whether the piece of parameter `ds_id` is in a swap file (false: kept in host memory).
+  bool swapped(size_t ds_id) const;
 
  private:
   struct Piece {
-    size_t ds_id, lo, hi;  // flat [lo, hi)
+    size_t ds_id, lo, hi;      // flat [lo, hi)
+    std::vector<char> in_host;  // a piece under min_aio_bytes: its bytes (not swapped)
+    bool swapped = false;
   };
   // The swap buffer's elements for a piece of n (padded under pad_aligned).
   size_t swap_numel(size_t n) const;

@@ -52,6 +52,12 @@ void check_job_config(const TrainConfig& c, const model::Layout& l) {
     raise<ConfigError>("micro_batch {} and grad_accum {} must be at least 1", c.micro_batch,
                        c.grad_accum);
   }
+  if (c.offload_param == "nvme" && c.model.moe.enabled()) {
+    raise<ConfigError>(
+        "workload.zero.offload_param (--offload-param) nvme is modelled for dense models: the "
+        "experts' ZeRO engine would share the rank's swap folder and ds_ids (allowed: "
+        "workload.moe.experts 0)");
+  }
   if (c.grad_sync != "step" && c.grad_sync != "micro_batch") {
     raise<ConfigError>(
         "workload.grad_sync (--grad-sync) '{}' is not supported (allowed: step, "
