@@ -209,13 +209,6 @@ void zero_options(worker::Options& o, TrainArgs& a) {
         "default, ../../nvme, is the run directory's nvme/, which the ranks share as a node's "
         "NVMe drive); the swap files are "
         "nvme_path/zero_stage_3/<dtype>params/rank<R>/<ds_id>_param.tensor.swp");
-  o.add("workload.zero.aio.block_size", "--aio-block-size", c.aio_block_size,
-        "aio.block_size: bytes per I/O request (the last request of a file holds the rest)")
-      .range(1, 1e9);
-  o.add("workload.zero.aio.thread_count", "--aio-thread-count", c.aio_thread_count,
-        "aio.thread_count (intra_op_parallelism from DeepSpeed 0.16.4): the swap buffers are "
-        "padded to 1024 bytes times this (DeepSpeed 0.4.0 on)")
-      .range(1, 64);
   o.add("workload.zero.reduce_bucket_size", "--reduce-bucket-size", c.bucket_bytes,
         "Gradient bucket in bytes (0: 1 MiB or the model if smaller); under the gemini "
         "reducer, GeminiDDP's chunk size")
@@ -246,6 +239,14 @@ void zero_options(worker::Options& o, TrainArgs& a) {
         "Stage 3: keep gathered groups resident while they total at most this (-1 or 0: free "
         "each after use)")
       .range(-1, 1e12);
+  o.section("workload.zero.aio", "DeepSpeed's \"aio\" settings of the NVMe swap files");
+  o.add("workload.zero.aio.block_size", "--aio-block-size", c.aio_block_size,
+        "aio.block_size: bytes per I/O request (the last request of a file holds the rest)")
+      .range(1, 1e9);
+  o.add("workload.zero.aio.thread_count", "--aio-thread-count", c.aio_thread_count,
+        "aio.thread_count (intra_op_parallelism from DeepSpeed 0.16.4): the swap buffers are "
+        "padded to 1024 bytes times this (DeepSpeed 0.4.0 on)")
+      .range(1, 64);
 }
 
 void checkpoint_options(worker::Options& o, TrainArgs& a) {
