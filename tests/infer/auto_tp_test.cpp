@@ -127,5 +127,39 @@ TEST(AutoTp, InitInferenceServesOnlyTheGptsOwnPlan) {
             std::string::npos);
 }
 
+// BLOOM: on AutoTP's unsupported list before 0.9.0 (PR 3035), then the Linear before each norm,
+// the first norm's wrapping round to the MLP's last Linear.
+TEST(AutoTp, BloomBefore090IsSentToKernelInjectionThenParsed) {
+  EXPECT_EQ(parse_error("bloom", "0.8.3"), kUseKernel);
+  EXPECT_EQ(plan("bloom", "0.9.0"),
+            (std::vector<std::string>{"mlp.dense_4h_to_h", "self_attention.dense"}));
+}
+
+bool load_fails(const std::string& mode, const std::string& version, const std::string& type) {
+  try {
+    check_checkpoint_load({mode, "bloom", {}, 2, version}, type);
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("AttributeError: 'dict' object has no attribute 'load'"),
+              std::string::npos);
+    return true;
+  }
+  return false;
+}
+
+// With kernel injection off, DeepSpeed before 0.9.3 loads a description through _load_checkpoint,
+// which gets the description itself back for BLOOM (and from 0.7.7 ds_model) types
+// (deepspeedai/DeepSpeed#2557).
+TEST(AutoTp, ABloomDescriptionWithoutKernelInjectionIsADictWithoutLoad) {
+  EXPECT_TRUE(load_fails("autotp", "0.7.6", "BLOOM"));
+  EXPECT_TRUE(load_fails("policy", "0.9.2", "bloom"));
+  EXPECT_FALSE(load_fails("autotp", "0.7.6", "ds_model"));
+  EXPECT_TRUE(load_fails("autotp", "0.7.7", "ds_model"));
+  EXPECT_FALSE(load_fails("autotp", "0.8.0", "Megatron"));
+  EXPECT_FALSE(load_fails("kernel", "0.7.6", "BLOOM"));
+  EXPECT_FALSE(load_fails("autotp", "0.9.3", "BLOOM"));
+  EXPECT_FALSE(load_fails("autotp", "", "BLOOM"));
+  EXPECT_FALSE(load_fails("megatron", "0.7.6", "BLOOM"));
+}
+
 }  // namespace
 }  // namespace fl::infer

@@ -146,6 +146,26 @@ Module megatron_gpt(int n) {
                    leaf("final_layernorm", "MixedFusedLayerNorm")})})});
 }
 
+Module bloom_block() {
+  return node("", "BloomBlock",
+              {layer_norm("input_layernorm"),
+               node("self_attention", "BloomAttention",
+                    {linear("query_key_value"), linear("dense"),
+                     leaf("attention_dropout", "Dropout")}),
+               layer_norm("post_attention_layernorm"),
+               node("mlp", "BloomMLP",
+                    {linear("dense_h_to_4h"), leaf("gelu_impl", "BloomGelu"),
+                     linear("dense_4h_to_h")})});
+}
+Module bloom(int n) {
+  return node("", "BloomForCausalLM",
+              {node("transformer", "BloomModel",
+                    {leaf("word_embeddings", "Embedding"),
+                     layer_norm("word_embeddings_layernorm"), layers_of("h", bloom_block(), n),
+                     layer_norm("ln_f")}),
+               linear("lm_head")});
+}
+
 const std::vector<std::pair<std::string, Architecture>>& architectures() {
   static const std::vector<std::pair<std::string, Architecture>> a = {
       {"gpt2", {gpt2, {"attn.c_proj", "mlp.c_proj"}, {0, 0, 0}}},
@@ -153,6 +173,7 @@ const std::vector<std::pair<std::string, Architecture>>& architectures() {
       {"llama", {llama, {"self_attn.o_proj", "mlp.down_proj"}, {0, 9, 3}}},  // PR 3425
       {"opt", {opt, {"self_attn.out_proj", "fc2"}, {0, 7, 1}}},
       {"megatron_gpt", {megatron_gpt, {"self_attention.dense", "mlp.dense_4h_to_h"}, {0, 0, 0}}},
+      {"bloom", {bloom, {"self_attention.dense", "mlp.dense_4h_to_h"}, {0, 0, 0}}},
   };
   return a;
 }
@@ -358,6 +379,23 @@ std::vector<TpPolicy> auto_tp_parser(const Module& model, const std::string& ver
                                                    "automatically. Please provide policy.");
   }
   return plan;
+}
+
+void check_checkpoint_load(const InjectionChoice& c, const std::string& description_type) {
+  if (c.mode == "megatron" || c.mode == "kernel") return;
+  const std::string& v = c.deepspeed_version;
+  if (!older(v, 0, 9, 3)) return;  // PR 3102: no _load_checkpoint without kernel injection
+  std::string t = description_type;
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  const bool raw = older(v, 0, 7, 7) ? t.find("bloom") != std::string::npos
+                                     : (t == "bloom" || t == "ds_model");
+  if (!raw) return;
+  raise<CheckpointError>(
+      "AttributeError: 'dict' object has no attribute 'load' (InferenceEngine._load_checkpoint "
+      "with kernel injection off: SDLoaderFactory.get_sd_loader_json returns a '{}' checkpoint "
+      "description as it is, for kernel injection's loader, and _load_checkpoint calls "
+      "sd_loader.load on it)",
+      description_type);
 }
 
 std::string choose_injection(const InjectionChoice& c) {

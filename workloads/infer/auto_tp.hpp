@@ -56,6 +56,14 @@ struct InjectionChoice {
   std::string deepspeed_version;
 };
 
+// InferenceEngine.__init__'s checkpoint load, which comes before the sharding choice: with kernel
+// injection off and a checkpoint description given, DeepSpeed before 0.9.3 (pull request 3102)
+// calls _load_checkpoint, where SDLoaderFactory.get_sd_loader_json hands back the description
+// itself for the types only kernel injection's loader reads (BLOOM; from 0.7.7 also ds_model),
+// and `sd_loader.load(...)` fails with "AttributeError: 'dict' object has no attribute 'load'"
+// (deepspeedai/DeepSpeed#2557). Throws CheckpointError so; returns otherwise.
+void check_checkpoint_load(const InjectionChoice& c, const std::string& description_type);
+
 // init_inference's choice for the job, as InferenceEngine.__init__ makes it: returns a line that
 // says what sharded the model (printed by the worker), or throws ConfigError with DeepSpeed's
 // assertion (AutoTP finding no plan, a policy beside kernel injection) or, for a plan the GPT's

@@ -61,8 +61,8 @@ void declare_injection_options(worker::Options& o, InferArgs& a) {
       .choices({"megatron", "kernel", "autotp", "policy"});
   o.add("workload.infer.model_class", "--model-class", a.model_class,
         "The architecture whose module structure the served GPT has for init_inference (its "
-        "printout, module names and types): gpt2, gpt_neox, llama, opt or megatron_gpt")
-      .choices({"gpt2", "gpt_neox", "llama", "opt", "megatron_gpt"});
+        "printout, module names and types): gpt2, gpt_neox, llama, opt, megatron_gpt or bloom")
+      .choices({"gpt2", "gpt_neox", "llama", "opt", "megatron_gpt", "bloom"});
   o.add("workload.infer.injection_policy", "--injection-policy", a.injection_policy,
         "injection_policy's Linear names for the model class's decoder layer (injection "
         "policy): these become row-parallel (all-reduced), the others column-parallel; e.g. "
@@ -300,9 +300,12 @@ int main(int argc, char** argv) {
     infer::check_load_mode(a.load_mode);
     const auto reset = infer::parse_cache_reset(a.cache_reset, "--cache-reset");
     auto topo = parallel::build_topology(*b.comm, a.layout, cfg);
-    const std::string sharded =
-        infer::choose_injection({a.injection, a.model_class, a.injection_policy, a.layout.tp,
-                                 ops::job_versions().deepspeed});
+    const infer::InjectionChoice choice{a.injection, a.model_class, a.injection_policy,
+                                        a.layout.tp, ops::job_versions().deepspeed};
+    if (!a.checkpoint_json.empty()) {
+      infer::check_checkpoint_load(choice, infer::read_checkpoint_description(a.checkpoint_json).type);
+    }
+    const std::string sharded = infer::choose_injection(choice);
     if (!sharded.empty() && b.comm->rank() == 0) std::printf("init_inference: %s\n", sharded.c_str());
     model::ParamLayout pl(cfg, a.layout.tp, topo.tp_rank, a.layout.pp, topo.pp_rank);
     auto params = load_weights(a, cfg, topo, pl);
