@@ -42,8 +42,7 @@ TEST(AutoTp, ThePrintoutIsTorchs) {
   EXPECT_EQ(r.rfind("GPT2LMHeadModel(\n  (transformer): GPT2Model(\n    (wte): Embedding()\n", 0),
             0u)
       << r;
-  EXPECT_NE(r.find("      (1): GPT2Block(\n        (ln_1): LayerNorm()\n"), std::string::npos)
-      << r;
+  EXPECT_NE(r.find("      (1): GPT2Block(\n        (ln_1): LayerNorm()\n"), std::string::npos) << r;
 }
 
 // GPT-2 is on AutoTP's unsupported list from 0.8.2 and has a container policy (GPT2Block); before
@@ -61,7 +60,8 @@ TEST(AutoTp, Gpt2AndMegatronAreSentToKernelInjection) {
 // when its container came too (PR 3425).
 TEST(AutoTp, LlamaNeedsAPolicyBefore093) {
   EXPECT_EQ(parse_error("llama", "0.9.2"), kNoPolicy);
-  EXPECT_EQ(plan("llama", "0.9.3"), (std::vector<std::string>{"mlp.down_proj", "self_attn.o_proj"}));
+  EXPECT_EQ(plan("llama", "0.9.3"),
+            (std::vector<std::string>{"mlp.down_proj", "self_attn.o_proj"}));
 }
 
 TEST(AutoTp, TheLayerNormHeuristicAndItsWrapAround) {
@@ -89,9 +89,8 @@ TEST(AutoTp, InitInferenceServesOnlyTheGptsOwnPlan) {
   EXPECT_EQ(choose_error({"autotp", "megatron_gpt", {}, 2, "0.9.2"}), kUseKernel);
   EXPECT_NE(choose_injection({"kernel", "megatron_gpt", {}, 2, "0.9.2"}), "");
   // A policy naming the attention output and the second MLP Linear is the GPT's plan.
-  EXPECT_NE(choose_injection({"policy", "llama", {"self_attn.o_proj", "mlp.down_proj"}, 2,
-                              "0.9.2"}),
-            "");
+  EXPECT_NE(
+      choose_injection({"policy", "llama", {"self_attn.o_proj", "mlp.down_proj"}, 2, "0.9.2"}), "");
   EXPECT_NE(choose_error({"policy", "llama", {"mlp.down_proj"}, 2, "0.9.2"})
                 .find("row-parallel; serving another plan is not modelled"),
             std::string::npos);

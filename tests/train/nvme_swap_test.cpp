@@ -39,7 +39,9 @@ std::vector<char> pattern(size_t n, unsigned seed) {
   return v;
 }
 
-std::string dir_for(const char* test) { return fresh_test_dir("nvme-swap", test); }
+std::string dir_for(const char* test) {
+  return fresh_test_dir("nvme-swap", test);
+}
 
 // 3 whole 4 KiB requests and a 448-byte tail, on a device of 512-byte blocks: as #1070's tensor
 // (27 MiB and a last request of 512448 bytes) left 27 MiB in its file.
@@ -183,8 +185,8 @@ TEST(NvmeSwap, UnpaddedPiecesLoseTheirLastRequest) {
 }
 
 TrainRun train(const std::string& nvme, std::vector<std::string> extra) {
-  std::vector<std::string> a = {"--dp",    "2",     "--zero",   "3", "--precision", "fp16",
-                                "--layers", "1",     "--heads",  "8", "--d-model",   "1000"};
+  std::vector<std::string> a = {"--dp",     "2", "--zero",  "3", "--precision", "fp16",
+                                "--layers", "1", "--heads", "8", "--d-model",   "1000"};
   if (!nvme.empty()) {
     a.insert(a.end(), {"--offload-param", "nvme", "--nvme-path", nvme});
   }

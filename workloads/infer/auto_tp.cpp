@@ -20,8 +20,12 @@ using Kind = Module::Kind;
 Module leaf(std::string name, std::string type, Kind kind = Kind::kOther) {
   return {std::move(name), std::move(type), kind, {}};
 }
-Module linear(std::string name) { return leaf(std::move(name), "Linear", Kind::kLinear); }
-Module layer_norm(std::string name) { return leaf(std::move(name), "LayerNorm", Kind::kLayerNorm); }
+Module linear(std::string name) {
+  return leaf(std::move(name), "Linear", Kind::kLinear);
+}
+Module layer_norm(std::string name) {
+  return leaf(std::move(name), "LayerNorm", Kind::kLayerNorm);
+}
 Module node(std::string name, std::string type, std::vector<Module> children) {
   return {std::move(name), std::move(type), Kind::kOther, std::move(children)};
 }
@@ -65,15 +69,15 @@ Module gpt2(int n) {
 }
 
 Module neox_layer() {
-  return node("", "GPTNeoXLayer",
-              {layer_norm("input_layernorm"), layer_norm("post_attention_layernorm"),
-               leaf("post_attention_dropout", "Dropout"), leaf("post_mlp_dropout", "Dropout"),
-               node("attention", "GPTNeoXAttention",
-                    {leaf("rotary_emb", "GPTNeoXRotaryEmbedding"), linear("query_key_value"),
-                     linear("dense"), leaf("attention_dropout", "Dropout")}),
-               node("mlp", "GPTNeoXMLP",
-                    {linear("dense_h_to_4h"), linear("dense_4h_to_h"),
-                     leaf("act", "GELUActivation")})});
+  return node(
+      "", "GPTNeoXLayer",
+      {layer_norm("input_layernorm"), layer_norm("post_attention_layernorm"),
+       leaf("post_attention_dropout", "Dropout"), leaf("post_mlp_dropout", "Dropout"),
+       node("attention", "GPTNeoXAttention",
+            {leaf("rotary_emb", "GPTNeoXRotaryEmbedding"), linear("query_key_value"),
+             linear("dense"), leaf("attention_dropout", "Dropout")}),
+       node("mlp", "GPTNeoXMLP",
+            {linear("dense_h_to_4h"), linear("dense_4h_to_h"), leaf("act", "GELUActivation")})});
 }
 Module gpt_neox(int n) {
   return node("", "GPTNeoXForCausalLM",
@@ -85,15 +89,15 @@ Module gpt_neox(int n) {
 
 Module llama_layer() {
   // LlamaRMSNorm is not an nn.LayerNorm and its attribute names are not 'LayerNorm'.
-  return node("", "LlamaDecoderLayer",
-              {node("self_attn", "LlamaAttention",
-                    {linear("q_proj"), linear("k_proj"), linear("v_proj"), linear("o_proj"),
-                     leaf("rotary_emb", "LlamaRotaryEmbedding")}),
-               node("mlp", "LlamaMLP",
-                    {linear("gate_proj"), linear("down_proj"), linear("up_proj"),
-                     leaf("act_fn", "SiLUActivation")}),
-               leaf("input_layernorm", "LlamaRMSNorm"),
-               leaf("post_attention_layernorm", "LlamaRMSNorm")});
+  return node(
+      "", "LlamaDecoderLayer",
+      {node("self_attn", "LlamaAttention",
+            {linear("q_proj"), linear("k_proj"), linear("v_proj"), linear("o_proj"),
+             leaf("rotary_emb", "LlamaRotaryEmbedding")}),
+       node("mlp", "LlamaMLP",
+            {linear("gate_proj"), linear("down_proj"), linear("up_proj"),
+             leaf("act_fn", "SiLUActivation")}),
+       leaf("input_layernorm", "LlamaRMSNorm"), leaf("post_attention_layernorm", "LlamaRMSNorm")});
 }
 Module llama(int n) {
   return node("", "LlamaForCausalLM",
@@ -139,30 +143,27 @@ Module megatron_gpt(int n) {
       {node("language_model", "TransformerLanguageModel",
             {node("embedding", "Embedding",
                   {leaf("word_embeddings", "VocabParallelEmbedding"),
-                   leaf("position_embeddings", "Embedding"),
-                   leaf("embedding_dropout", "Dropout")}),
+                   leaf("position_embeddings", "Embedding"), leaf("embedding_dropout", "Dropout")}),
              node("encoder", "ParallelTransformer",
                   {layers_of("layers", megatron_layer(), n),
                    leaf("final_layernorm", "MixedFusedLayerNorm")})})});
 }
 
 Module bloom_block() {
-  return node("", "BloomBlock",
-              {layer_norm("input_layernorm"),
-               node("self_attention", "BloomAttention",
-                    {linear("query_key_value"), linear("dense"),
-                     leaf("attention_dropout", "Dropout")}),
-               layer_norm("post_attention_layernorm"),
-               node("mlp", "BloomMLP",
-                    {linear("dense_h_to_4h"), leaf("gelu_impl", "BloomGelu"),
-                     linear("dense_4h_to_h")})});
+  return node(
+      "", "BloomBlock",
+      {layer_norm("input_layernorm"),
+       node("self_attention", "BloomAttention",
+            {linear("query_key_value"), linear("dense"), leaf("attention_dropout", "Dropout")}),
+       layer_norm("post_attention_layernorm"),
+       node("mlp", "BloomMLP",
+            {linear("dense_h_to_4h"), leaf("gelu_impl", "BloomGelu"), linear("dense_4h_to_h")})});
 }
 Module bloom(int n) {
   return node("", "BloomForCausalLM",
               {node("transformer", "BloomModel",
-                    {leaf("word_embeddings", "Embedding"),
-                     layer_norm("word_embeddings_layernorm"), layers_of("h", bloom_block(), n),
-                     layer_norm("ln_f")}),
+                    {leaf("word_embeddings", "Embedding"), layer_norm("word_embeddings_layernorm"),
+                     layers_of("h", bloom_block(), n), layer_norm("ln_f")}),
                linear("lm_head")});
 }
 
@@ -182,9 +183,10 @@ const Architecture& architecture(const std::string& model_class) {
   for (const auto& [name, a] : architectures()) {
     if (name == model_class) return a;
   }
-  raise<ConfigError>("workload.infer.model_class '{}' is not an architecture faultline serves "
-                     "(allowed: {})",
-                     model_class, fmt::join(model_classes(), ", "));
+  raise<ConfigError>(
+      "workload.infer.model_class '{}' is not an architecture faultline serves "
+      "(allowed: {})",
+      model_class, fmt::join(model_classes(), ", "));
 }
 
 bool older(const std::string& v, int major, int minor, int patch) {
@@ -263,14 +265,13 @@ constexpr const char* kUseKernelInjection =
 // AutoTP.supported(model): the model's name read from its printout against the unsupported list.
 bool supported(const std::string& repr, const std::string& version) {
   std::set<std::string> unsupported = {"flaubert", "xlm"};
-  if (older(version, 0, 9, 0)) unsupported.insert("bloom");    // PR 3035 took it off
+  if (older(version, 0, 9, 0)) unsupported.insert("bloom");     // PR 3035 took it off
   if (older(version, 0, 10, 1)) unsupported.insert("codegen");  // PR 3844 took it off
   if (!older(version, 0, 8, 2)) {
     unsupported.insert({"deberta", "fsmt", "gpt2", "led", "longformer", "xlnet"});
   }
   std::smatch key;
-  static const std::regex model_re(": (.*?)Model"), stack_re(": (.*?)Stack"),
-      head_re("(.*?)Model");
+  static const std::regex model_re(": (.*?)Model"), stack_re(": (.*?)Stack"), head_re("(.*?)Model");
   if (!std::regex_search(repr, key, model_re) && !std::regex_search(repr, key, stack_re) &&
       !std::regex_search(repr, key, head_re, std::regex_constants::match_continuous)) {
     raise<ConfigError>(
@@ -317,7 +318,9 @@ std::vector<std::string> layer_gems(const Module& layer, const std::string& repr
   return gems;
 }
 
-std::string without_dot(std::string s) { return !s.empty() && s[0] == '.' ? s.substr(1) : s; }
+std::string without_dot(std::string s) {
+  return !s.empty() && s[0] == '.' ? s.substr(1) : s;
+}
 
 // The plan against the GPT's computation: its two row-parallel Linears, no more, no fewer.
 std::string check_plan(const std::string& how, const std::string& layer_class,
@@ -387,8 +390,8 @@ void check_checkpoint_load(const InjectionChoice& c, const std::string& descript
   if (!older(v, 0, 9, 3)) return;  // PR 3102: no _load_checkpoint without kernel injection
   std::string t = description_type;
   std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  const bool raw = older(v, 0, 7, 7) ? t.find("bloom") != std::string::npos
-                                     : (t == "bloom" || t == "ds_model");
+  const bool raw =
+      older(v, 0, 7, 7) ? t.find("bloom") != std::string::npos : (t == "bloom" || t == "ds_model");
   if (!raw) return;
   raise<CheckpointError>(
       "AttributeError: 'dict' object has no attribute 'load' (InferenceEngine._load_checkpoint "
@@ -429,8 +432,8 @@ std::string choose_injection(const InjectionChoice& c) {
           "modelled",
           v, layer.type);
     }
-    return fmt::format("kernel injection: {}'s container policy shards it over tp {}",
-                       layer.type, c.tp);
+    return fmt::format("kernel injection: {}'s container policy shards it over tp {}", layer.type,
+                       c.tp);
   }
   if (c.mode == "policy" || !c.policy.empty()) {
     // A policy given takes the place of AutoTP. replace_wo_policy names a Linear by its parent's
@@ -443,9 +446,9 @@ std::string choose_injection(const InjectionChoice& c) {
         chosen.push_back(l);
       }
     }
-    return check_plan(fmt::format("injection_policy {{{}: ({})}}", layer.type,
-                                  fmt::join(c.policy, ", ")),
-                      layer.type, chosen, a, c.tp);
+    return check_plan(
+        fmt::format("injection_policy {{{}: ({})}}", layer.type, fmt::join(c.policy, ", ")),
+        layer.type, chosen, a, c.tp);
   }
   if (older(v, 0, 8, 1)) {
     raise<ConfigError>(

@@ -300,13 +300,15 @@ int main(int argc, char** argv) {
     infer::check_load_mode(a.load_mode);
     const auto reset = infer::parse_cache_reset(a.cache_reset, "--cache-reset");
     auto topo = parallel::build_topology(*b.comm, a.layout, cfg);
-    const infer::InjectionChoice choice{a.injection, a.model_class, a.injection_policy,
-                                        a.layout.tp, ops::job_versions().deepspeed};
+    const infer::InjectionChoice choice{a.injection, a.model_class, a.injection_policy, a.layout.tp,
+                                        ops::job_versions().deepspeed};
     if (!a.checkpoint_json.empty()) {
-      infer::check_checkpoint_load(choice, infer::read_checkpoint_description(a.checkpoint_json).type);
+      infer::check_checkpoint_load(choice,
+                                   infer::read_checkpoint_description(a.checkpoint_json).type);
     }
     const std::string sharded = infer::choose_injection(choice);
-    if (!sharded.empty() && b.comm->rank() == 0) std::printf("init_inference: %s\n", sharded.c_str());
+    if (!sharded.empty() && b.comm->rank() == 0)
+      std::printf("init_inference: %s\n", sharded.c_str());
     model::ParamLayout pl(cfg, a.layout.tp, topo.tp_rank, a.layout.pp, topo.pp_rank);
     auto params = load_weights(a, cfg, topo, pl);
     infer::InferenceEngine engine(cfg, topo, std::move(params), acct);

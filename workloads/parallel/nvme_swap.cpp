@@ -97,12 +97,12 @@ NvmeConfig nvme_config_of(const std::string& deepspeed_version, DType precision)
       ": int deepspeed_aio_handle_t::pread(const at::Tensor&, const char*, bool, bool):";
   if (ops::stated_and_older(v, 0, 9, 0)) {
     c.check = SwapReadCheck::kEqual;
-    c.assert_where = std::string("deepspeed/ops/csrc/aio/py_lib/deepspeed_py_aio_handle.cpp:223") +
-                     pread;
+    c.assert_where =
+        std::string("deepspeed/ops/csrc/aio/py_lib/deepspeed_py_aio_handle.cpp:223") + pread;
   } else if (ops::stated_and_older(v, 0, 15, 0)) {
     c.check = SwapReadCheck::kEqual;
-    c.assert_where = std::string("deepspeed/ops/csrc/aio/py_lib/deepspeed_py_aio_handle.cpp:228") +
-                     pread;
+    c.assert_where =
+        std::string("deepspeed/ops/csrc/aio/py_lib/deepspeed_py_aio_handle.cpp:228") + pread;
   } else if (ops::stated_and_older(v, 0, 16, 0)) {
     c.check = SwapReadCheck::kEqual;
     c.assert_where =
@@ -172,8 +172,8 @@ NvmeParamSwapper::NvmeParamSwapper(NvmeConfig c, const model::ParamLayout& layou
                                    size_t hi, DType t)
     : c_(std::move(c)), aio_(c_.aio), t_(t), lo_(lo) {
   namespace fs = std::filesystem;
-  folder_ = (fs::path(c_.path) / "zero_stage_3" / c_.folder / fmt::format("rank{}", c_.rank))
-                .string();
+  folder_ =
+      (fs::path(c_.path) / "zero_stage_3" / c_.folder / fmt::format("rank{}", c_.rank)).string();
   // As the swapper's constructor: the folder made (and from 0.6.2 emptied first).
   std::error_code ec;
   if (c_.clear_folder) fs::remove_all(folder_, ec);

@@ -5,16 +5,17 @@
 //
 // The handle (csrc/aio, deepspeed_aio_common.cpp) opens the file O_DIRECT without O_TRUNC and
 // cuts a transfer into block_size requests, the last one holding the remainder (queue_depth of
-// them in flight; here they run one after another, which ends a file at the same place); its wait() counts completions and never reads an event's result, so a
-// request the kernel refused (O_DIRECT's EINVAL for a length or offset that is not a multiple of
-// the device's logical block, ENOSPC on a full filesystem) is dropped without a word and the file
-// ends where the last written request ended. The read checks the file's size first (pread in
-// deepspeed_py_aio_handle.cpp): before 0.16.0 it must equal the buffer's bytes ("buffer nbytes !=
-// file bytes", a C assert: the process aborts); 0.16.0 (PR 6641) dropped the check, and 0.17.1
-// (PR 7215) asserts the file holds offset + buffer bytes ("file_offset + buffer nbytes > file
-// bytes"). From 0.4.0 (PR 1076) the swap buffer of each parameter is padded to a multiple of
-// AIO_ALIGNED_BYTES (1024) x intra-op threads, so every request is aligned; before it a piece
-// whose bytes are not a multiple of the logical block loses its tail (deepspeedai/DeepSpeed#1070).
+// them in flight; here they run one after another, which ends a file at the same place); its wait()
+// counts completions and never reads an event's result, so a request the kernel refused (O_DIRECT's
+// EINVAL for a length or offset that is not a multiple of the device's logical block, ENOSPC on a
+// full filesystem) is dropped without a word and the file ends where the last written request
+// ended. The read checks the file's size first (pread in deepspeed_py_aio_handle.cpp): before
+// 0.16.0 it must equal the buffer's bytes ("buffer nbytes != file bytes", a C assert: the process
+// aborts); 0.16.0 (PR 6641) dropped the check, and 0.17.1 (PR 7215) asserts the file holds offset +
+// buffer bytes ("file_offset + buffer nbytes > file bytes"). From 0.4.0 (PR 1076) the swap buffer
+// of each parameter is padded to a multiple of AIO_ALIGNED_BYTES (1024) x intra-op threads, so
+// every request is aligned; before it a piece whose bytes are not a multiple of the logical block
+// loses its tail (deepspeedai/DeepSpeed#1070).
 //
 // O_DIRECT itself is not used: the run's filesystems (tmpfs, overlay) do not all take it. The
 // handle writes with pwrite and applies O_DIRECT's rule to each request as the kernel does for a
@@ -112,7 +113,7 @@ class NvmeParamSwapper {
 
  private:
   struct Piece {
-    size_t ds_id, lo, hi;      // flat [lo, hi)
+    size_t ds_id, lo, hi;       // flat [lo, hi)
     std::vector<char> in_host;  // a piece under min_aio_bytes: its bytes (not swapped)
     bool swapped = false;
   };

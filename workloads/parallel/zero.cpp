@@ -264,8 +264,8 @@ void ZeroEngine::publish_master() {
   if (swapper_) swap_out = alloc(part_, "buffer.swap_out", dev_, cfg_.precision);
   void* dst = swapper_          ? swap_out.raw()
               : cfg_.stage == 3 ? part16_.raw()
-                              : static_cast<char*>(compute_.raw()) +
-                                    (partitioned_master() ? part_ * udp_rank() * es : 0);
+                                : static_cast<char*>(compute_.raw()) +
+                                      (partitioned_master() ? part_ * udp_rank() * es : 0);
   if (master_.defined()) {
     ops::encode(master_.f32(), dst, cfg_.precision, n);
   } else {
