@@ -476,6 +476,9 @@ Draft draft_scenario(const Result& r, const std::string& text, const Tables& t,
   // Whole words, by a plain scan: an icase std::regex over a 16 MiB log took seconds.
   q.moe_input = has_whole_word(text, "moe") || has_whole_word(text, "expert") ||
                 has_whole_word(text, "experts") || has_whole_word(text, "mixtral");
+  for (const char* fw : {"deepspeed", "megatron"}) {
+    if (has_whole_word(text, fw)) q.frameworks.emplace_back(fw);
+  }
   const ScenarioSource* base = choose_base(r, sources, q);
   d.symptom = r.symptoms.front().id;
   d.events = evidence_events(r.symptoms.front());

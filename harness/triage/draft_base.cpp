@@ -187,6 +187,20 @@ std::vector<ScenarioSource> load_scenario_sources(const std::vector<std::string>
   return out;
 }
 
+namespace {
+// Whether a base whose workload.versions names a framework ("deepspeed", "megatron") belongs to
+// another framework than the input's: the input names some framework, and not the base's.
+bool other_framework(const YAML::Node& workload, const std::vector<std::string>& named) {
+  if (named.empty() || !workload || !workload.IsMap()) return false;
+  const YAML::Node v = workload["versions"];
+  if (!v || !v.IsMap()) return false;
+  for (const char* fw : {"deepspeed", "megatron"}) {
+    if (v[fw] && std::find(named.begin(), named.end(), fw) == named.end()) return true;
+  }
+  return false;
+}
+}  // namespace
+
 const ScenarioSource* choose_base(const Result& r, const std::vector<ScenarioSource>& sources,
                                   const BaseQuery& q, const BaseWeights& w) {
   const Candidate& top = r.symptoms.front();
@@ -198,6 +212,7 @@ const ScenarioSource* choose_base(const Result& r, const std::vector<ScenarioSou
     double score = 0;
     const YAML::Node wl = s.doc["workload"];
     if (!q.moe_input && wl && wl.IsMap() && wl["moe"]) score -= w.root_cause / 2;
+    if (other_framework(wl, q.frameworks)) score -= w.other_framework;
     for (size_t i = 0; i < r.root_causes.size() && i < 3; ++i) {
       if (r.root_causes[i].id == s.root_cause) score += w.root_cause / static_cast<double>(i + 1);
     }

@@ -43,6 +43,9 @@ struct BaseQuery {
   std::optional<int> zero_stage;        // the ZeRO stage read (0 when it was not a number)
   std::optional<std::string> launcher;  // the launcher read
   bool moe_input = false;               // the input mentions MoE, experts or Mixtral
+  // The frameworks the input names (whole words "deepspeed", "megatron"), as a base's
+  // workload.versions names the framework its mechanism is in.
+  std::vector<std::string> frameworks;
 };
 
 // Weights of choose_base's score (docs/triage.md, "The drafted scenario"). The event weighs
@@ -58,11 +61,15 @@ struct BaseWeights {
   // that error; counted for no other cause's base).
   double pattern = 2.5;
   double zero = 1, launcher = 0.5, symptoms_dir = 0.25;
+  // A base whose mechanism is one framework's (its workload.versions states DeepSpeed's or
+  // Megatron's version) loses this when the input names another framework and never its own.
+  double other_framework = 0.5;
 };
 
 // The scenario of `sources` for r's top symptom with the highest score (the first by file name
 // among equals); nullptr when none has that symptom. A base that trains an MoE model loses half
-// the top root cause's weight when the input never mentions MoE.
+// the top root cause's weight when the input never mentions MoE; one of another framework than
+// the input names loses other_framework.
 const ScenarioSource* choose_base(const Result& r, const std::vector<ScenarioSource>& sources,
                                   const BaseQuery& q, const BaseWeights& w = {});
 

@@ -508,6 +508,31 @@ TEST(TriageDraft, BetweenBasesOfOneCauseTheOneThatPrintsTheQuotedErrorIsChosen) 
             "scenarios/issues/process-group-asks-for-nccl-the-build-lacks.yaml");
 }
 
+// Two bases of 5.1 / R5.4 that no evidence tells apart: the AutoTP one is DeepSpeed's (its
+// workload.versions states DeepSpeed's), the KV-cache one no framework's. An input that names
+// Megatron and not DeepSpeed drafts from the latter; one that names DeepSpeed, or none, from the
+// first by name.
+TEST(TriageDraft, ABaseOfAnotherFrameworkThanTheInputNamesGivesWay) {
+  const auto base_for = [](std::vector<std::string> frameworks) {
+    std::istringstream in("inference fails when serving the model on 2 GPUs\n");
+    Result r = triage(read_input(in, 16u << 20), tables());
+    Candidate top;
+    top.id = "5.1";
+    r.symptoms = {top};
+    r.root_causes = {Candidate{"R5.4", 4.0, {}, "", {}}};
+    BaseQuery q;
+    q.frameworks = std::move(frameworks);
+    return choose_base(r, sources(), q)->shown;
+  };
+  EXPECT_EQ(base_for({}), "scenarios/issues/autotp-finds-no-row-parallel-layer-in-llama.yaml");
+  EXPECT_EQ(base_for({"deepspeed"}),
+            "scenarios/issues/autotp-finds-no-row-parallel-layer-in-llama.yaml");
+  EXPECT_EQ(base_for({"megatron"}),
+            "scenarios/issues/generate-calls-keep-the-kv-cache-past-the-context.yaml");
+  EXPECT_EQ(base_for({"megatron", "deepspeed"}),
+            "scenarios/issues/autotp-finds-no-row-parallel-layer-in-llama.yaml");
+}
+
 TEST(TriageDraft, AnExpectationShowsAnEventByItsOracleOrItsPattern) {
   const auto shows = [](const char* expect, const char* event) {
     return expect_shows(YAML::Load(expect), event);
