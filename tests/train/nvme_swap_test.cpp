@@ -147,6 +147,7 @@ TEST(NvmeSwap, PaddedPiecesRoundTripThroughTheirFiles) {
   std::vector<char> back((hi - lo) * 2);
   swapper.swap_in(lo, hi, back.data());
   EXPECT_EQ(back, data);
+  swapper.release(-1);
   // A range inside the partition (a group's): its bytes only.
   const size_t a = lo + 7, b = hi - 5;
   std::vector<char> mid((b - a) * 2);
@@ -182,6 +183,48 @@ TEST(NvmeSwap, UnpaddedPiecesLoseTheirLastRequest) {
   size_t qkv = 0;
   while (layout.specs()[qkv].name != "h0.attn.qkv.weight") ++qkv;
   EXPECT_EQ(fs::file_size(swapper.file_of(qkv)), 5u * 1048576);
+}
+
+// offload_param's buffer pool: each swapped piece read back holds a buffer until its group is
+// released; a swap-in needing more than are free is DeepSpeed's assertion.
+TEST(NvmeSwap, SwapInsHoldBuffersUntilTheirGroupIsReleased) {
+  const model::ParamLayout layout(wide(768, 12), 1, 0, 1, 0);
+  NvmeConfig c = parallel::nvme_config_of("", DType::kF16);
+  c.path = dir_for("buffers");
+  c.buffer_count = 3;
+  NvmeParamSwapper swapper(c, layout, 0, layout.total(), DType::kF16);
+  const auto data = pattern(layout.total() * 2, 6);
+  swapper.swap_out(data.data());
+  const int all = swapper.buffers_for(0, layout.total());
+  ASSERT_EQ(all, 4);  // the block's qkv, projection and two MLP weights
+  std::vector<char> back(layout.total() * 2);
+  try {
+    swapper.swap_in(0, layout.total(), back.data(), 1);
+    ADD_FAILURE() << "four swapped pieces read back with three buffers";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("AssertionError: Not enough buffers 3 for swapping 4"),
+              std::string::npos)
+        << e.what();
+  }
+  // Half the partition: two pieces, held by group 1 until it is released.
+  size_t fc = 0;
+  while (layout.specs()[fc].name != "h0.mlp.fc.weight") ++fc;
+  const size_t mid = layout.specs()[fc].offset;
+  EXPECT_EQ(swapper.buffers_for(0, mid), 2);
+  swapper.swap_in(0, mid, back.data(), 1);
+  EXPECT_EQ(swapper.available_buffers(), 1);
+  EXPECT_THROW(swapper.swap_in(mid, layout.total(), back.data() + mid * 2, 2), Error);
+  swapper.release(1);
+  EXPECT_EQ(swapper.available_buffers(), 3);
+  swapper.swap_in(mid, layout.total(), back.data() + mid * 2, 2);
+  EXPECT_EQ(back, data);
+  // A buffer smaller than a swapped piece is refused naming both.
+  NvmeConfig small = c;
+  small.path = dir_for("small-buffers");
+  small.buffer_size = 1000;
+  NvmeParamSwapper tight(small, layout, 0, layout.total(), DType::kF16);
+  tight.swap_out(data.data());
+  EXPECT_THROW(tight.swap_in(0, mid, back.data(), 1), ConfigError);
 }
 
 TrainRun train(const std::string& nvme, std::vector<std::string> extra) {

@@ -179,6 +179,7 @@ NvmeParamSwapper::NvmeParamSwapper(NvmeConfig c, const model::ParamLayout& layou
   if (c_.clear_folder) fs::remove_all(folder_, ec);
   fs::create_directories(folder_, ec);
   if (ec) raise<Error>("cannot create the NVMe swap folder {}: {}", folder_, ec.message());
+  available_ = c_.buffer_count;
   // DeepSpeed's min_aio_bytes: max(MIN_AIO_BYTES, block_size).
   const size_t min_aio_bytes = std::max<size_t>(kMinAioBytes, c_.aio.block_size);
   const auto& specs = layout.specs();
@@ -226,13 +227,44 @@ void NvmeParamSwapper::swap_out(const void* partition) {
   }
 }
 
-void NvmeParamSwapper::swap_in(size_t a, size_t b, void* dst) const {
+int NvmeParamSwapper::buffers_for(size_t a, size_t b) const {
+  int n = 0;
+  for (const Piece& p : pieces_) n += p.swapped && std::max(a, p.lo) < std::min(b, p.hi);
+  return n;
+}
+
+void NvmeParamSwapper::release(int group) {
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->first == group) {
+      available_ += it->second;
+      it = held_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void NvmeParamSwapper::swap_in(size_t a, size_t b, void* dst, int group) {
+  const int need = buffers_for(a, b);
+  if (need > available_) {
+    raise<Error>("AssertionError: Not enough buffers {} for swapping {} (offload_param's "
+                 "buffer_count {}; the others are held by gathered parameters)",
+                 available_, need, c_.buffer_count);
+  }
+  available_ -= need;
+  if (need > 0) held_.emplace_back(group, need);
   const size_t es = dtype_size(t_);
   std::vector<char> host;
   for (const Piece& p : pieces_) {
     const size_t from = std::max(a, p.lo), to = std::min(b, p.hi);
     if (from >= to) continue;
     const char* bytes = p.in_host.data();
+    if (p.swapped && swap_numel(p.hi - p.lo) > c_.buffer_size) {
+      raise<ConfigError>(
+          "offload_param.buffer_size {} is smaller than the swapped partition of parameter {} "
+          "({} elements; allowed: buffer_size at least the largest swapped partition)",
+          c_.buffer_size, p.ds_id, swap_numel(p.hi - p.lo));
+    }
     if (p.swapped) {
       host.assign(swap_numel(p.hi - p.lo) * es, 0);
       aio_.read(file_of(p.ds_id), host.data(), host.size(), c_.check, c_.assert_where);

@@ -61,6 +61,10 @@ struct NvmeConfig {
   // ("float16", "bfloat16").
   std::string folder = "float16params";
   int rank = 0;  // the global rank (the folder's rank<R>)
+  // offload_param's pool of swap-in buffers (buffer_count of buffer_size elements): a swapped
+  // piece read back holds one until its group is released.
+  int buffer_count = 5;
+  size_t buffer_size = 100000000;
 };
 
 // The NvmeConfig of a DeepSpeed version ("" : the newest behaviour) for `precision`.
@@ -103,8 +107,16 @@ class NvmeParamSwapper {
   // file, through a host buffer of the piece's (aligned) size.
   void swap_out(const void* partition);
   // swap_in: the pieces holding flat [a, b) (within [lo, hi)) read from their files into `dst`
-  // (element 0 is a).
-  void swap_in(size_t a, size_t b, void* dst) const;
+  // (element 0 is a). Each swapped piece takes a buffer of the pool, held for `group` until
+  // release(group); fewer free than needed is DeepSpeed's assertion (AsyncPartitionedParameter-
+  // Swapper.swap_in: "Not enough buffers 1 for swapping 4"), and a piece larger than a buffer its
+  // own (ConfigError).
+  void swap_in(size_t a, size_t b, void* dst, int group = -1);
+  // The swapped pieces holding flat [a, b): the buffers a swap-in of that range takes.
+  int buffers_for(size_t a, size_t b) const;
+  int available_buffers() const { return available_; }
+  // The group's buffers back to the pool (its gathered parameters freed).
+  void release(int group);
   // The file of the piece of parameter `ds_id` (its index in the layout's specs).
   std::string file_of(size_t ds_id) const;
   const std::string& folder() const { return folder_; }
@@ -125,6 +137,8 @@ class NvmeParamSwapper {
   size_t lo_ = 0;  // the partition's first element
   std::string folder_;
   std::vector<Piece> pieces_;
+  int available_ = 0;
+  std::vector<std::pair<int, int>> held_;  // group -> buffers it holds
 };
 
 }  // namespace fl::parallel

@@ -356,7 +356,10 @@ std::vector<float> ZeroEngine::consolidate_by_group(bool release_on_exit) {
     } else {
       ops::to_host(full.data() + grp.lo, t.f32(), grp.numel() * sizeof(float));
     }
-    if (release_on_exit && !was_live) live_.erase(g);
+    if (release_on_exit && !was_live) {
+      live_.erase(g);
+      if (swapper_) swapper_->release(g);
+    }
   }
   return full;
 }

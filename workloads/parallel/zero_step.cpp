@@ -54,7 +54,7 @@ void ZeroEngine::gather(int g) {
     if (rlo >= rhi) continue;
     char* dst = static_cast<char*>(t.raw()) + (rlo - grp.lo) * es;
     if (r == dp_rank_ && swapper_) {
-      swapper_->swap_in(rlo, rhi, dst);  // the partition's pieces from their swap files
+      swapper_->swap_in(rlo, rhi, dst, g);  // the partition's pieces from their swap files
     } else if (r == dp_rank_) {
       const Tensor& mine = mixed_ ? part16_ : master_;
       ops::copy_bytes(dst, static_cast<const char*>(mine.raw()) + (rlo - lo_) * es,
@@ -71,9 +71,15 @@ void ZeroEngine::prefetch_after(int g, bool backward) {
   // The embedding's backward reads no weights: the backward never prefetches it.
   const int stop = backward ? (layout_.has_embedding() ? 1 : 0) : n - 1;
   for (int h = backward ? g - 1 : g + 1; backward ? h >= stop : h <= stop; h += backward ? -1 : 1) {
-    const size_t bytes = layout_.groups()[static_cast<size_t>(h)].numel() * store_bytes();
+    const model::ParamGroup& grp = layout_.groups()[static_cast<size_t>(h)];
+    const size_t bytes = grp.numel() * store_bytes();
     if (live_.count(h)) continue;
     if (bytes > budget) break;
+    // NVMe: DeepSpeed's prefetch takes only the swap buffers that are free.
+    if (swapper_ && swapper_->buffers_for(std::max(grp.lo, lo_), std::min(grp.hi, hi_)) >
+                        swapper_->available_buffers()) {
+      break;
+    }
     gather(h);
     budget -= bytes;
   }
@@ -116,9 +122,13 @@ void ZeroEngine::release(int g, bool) {
     return;
   }
   live_.erase(g);
+  if (swapper_) swapper_->release(g);
 }
 
 void ZeroEngine::drop_gathered() {
+  if (swapper_) {
+    for (const auto& [g, t] : live_) swapper_->release(g);
+  }
   live_.clear();
   params32_.clear();
 }

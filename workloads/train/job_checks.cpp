@@ -24,6 +24,8 @@ parallel::ZeroConfig zero_config_of(const TrainConfig& c, int stage, int rank) {
   z.nvme.path = c.nvme_path;
   z.nvme.aio.block_size = c.aio_block_size;
   z.nvme.aio.intra_op = c.aio_thread_count;
+  z.nvme.buffer_count = c.nvme_buffer_count;
+  z.nvme.buffer_size = c.nvme_buffer_size;
   z.ddp_reducer = c.ddp_wrapper;
   z.find_unused_parameters = c.find_unused_parameters;
   z.gemini = c.zero_reducer == "gemini";

@@ -204,6 +204,16 @@ void zero_options(worker::Options& o, TrainArgs& a) {
         "under nvme_path, written after every update and read back when its group is gathered, "
         "through DeepSpeed's async I/O as workload.versions.deepspeed had it)")
       .choices({"none", "nvme"});
+  o.add("workload.zero.nvme_buffer_count", "--nvme-buffer-count", c.nvme_buffer_count,
+        "offload_param.buffer_count: swap-in buffers; a swapped piece read back at a gather "
+        "holds one until its group is released (prefetched and resident groups keep theirs), "
+        "and a gather that needs more than are free fails with DeepSpeed's 'Not enough "
+        "buffers'")
+      .range(1, 1e6);
+  o.add("workload.zero.nvme_buffer_size", "--nvme-buffer-size", c.nvme_buffer_size,
+        "offload_param.buffer_size: elements per swap-in buffer (at least the largest swapped "
+        "piece)")
+      .range(1, 1e12);
   o.add("workload.zero.nvme_path", "--nvme-path", c.nvme_path,
         "offload_param.nvme_path: the swap folder, relative to the rank's directory (the "
         "default, ../../nvme, is the run directory's nvme/, which the ranks share as a node's "
