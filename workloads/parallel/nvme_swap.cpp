@@ -247,9 +247,10 @@ void NvmeParamSwapper::release(int group) {
 void NvmeParamSwapper::swap_in(size_t a, size_t b, void* dst, int group) {
   const int need = buffers_for(a, b);
   if (need > available_) {
-    raise<Error>("AssertionError: Not enough buffers {} for swapping {} (offload_param's "
-                 "buffer_count {}; the others are held by gathered parameters)",
-                 available_, need, c_.buffer_count);
+    raise<Error>(
+        "AssertionError: Not enough buffers {} for swapping {} (offload_param's "
+        "buffer_count {}; the others are held by gathered parameters)",
+        available_, need, c_.buffer_count);
   }
   available_ -= need;
   if (need > 0) held_.emplace_back(group, need);

@@ -103,7 +103,7 @@ struct TrainConfig {
   std::string nvme_path = "../../nvme";  // the run directory's nvme/
   size_t aio_block_size = 1048576;
   int aio_thread_count = 1;
-  int nvme_buffer_count = 5;           // offload_param.buffer_count
+  int nvme_buffer_count = 5;            // offload_param.buffer_count
   size_t nvme_buffer_size = 100000000;  // offload_param.buffer_size (elements)
   // workload.zero.reducer: "deepspeed" (DeepSpeed's ZeRO buckets) or "gemini" (Colossal-AI's
   // GeminiDDP chunks over ZeRO-2's layout; parallel::ZeroConfig::gemini).
