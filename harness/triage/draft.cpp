@@ -474,10 +474,11 @@ Draft draft_scenario(const Result& r, const std::string& text, const Tables& t,
   if (const auto* z = f.get("zero_stage")) q.zero_stage = number(z);
   if (const auto* l = f.get("launcher")) q.launcher = l->value;
   // Whole words, by a plain scan: an icase std::regex over a 16 MiB log took seconds.
-  q.moe_input = has_whole_word(text, "moe") || has_whole_word(text, "expert") ||
-                has_whole_word(text, "experts") || has_whole_word(text, "mixtral");
+  const std::string low = ascii_lower(text);  // once: a 16 MiB input is not copied per word
+  q.moe_input = has_whole_word_lower(low, "moe") || has_whole_word_lower(low, "expert") ||
+                has_whole_word_lower(low, "experts") || has_whole_word_lower(low, "mixtral");
   for (const char* fw : {"deepspeed", "megatron"}) {
-    if (has_whole_word(text, fw)) q.frameworks.emplace_back(fw);
+    if (has_whole_word_lower(low, fw)) q.frameworks.emplace_back(fw);
   }
   const ScenarioSource* base = choose_base(r, sources, q);
   d.symptom = r.symptoms.front().id;

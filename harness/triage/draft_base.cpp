@@ -194,10 +194,13 @@ bool other_framework(const YAML::Node& workload, const std::vector<std::string>&
   if (named.empty() || !workload || !workload.IsMap()) return false;
   const YAML::Node v = workload["versions"];
   if (!v || !v.IsMap()) return false;
+  bool states = false;
   for (const char* fw : {"deepspeed", "megatron"}) {
-    if (v[fw] && std::find(named.begin(), named.end(), fw) == named.end()) return true;
+    if (!v[fw]) continue;
+    states = true;
+    if (std::find(named.begin(), named.end(), fw) != named.end()) return false;  // its own
   }
-  return false;
+  return states;
 }
 }  // namespace
 

@@ -38,7 +38,10 @@ bool word_char(char c) {
 }
 
 bool has_whole_word(std::string_view text, const std::string& word) {
-  const std::string low = ascii_lower(text);
+  return has_whole_word_lower(ascii_lower(text), word);
+}
+
+bool has_whole_word_lower(std::string_view low, const std::string& word) {
   for (size_t i = low.find(word); i != std::string::npos; i = low.find(word, i + 1)) {
     const size_t end = i + word.size();
     if ((i == 0 || !word_char(low[i - 1])) && (end == low.size() || !word_char(low[end]))) {

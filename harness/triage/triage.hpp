@@ -157,6 +157,8 @@ Result triage(const Input& in, const Tables& t, const Options& o = {});
 std::string ascii_lower(std::string_view s);
 bool word_char(char c);
 bool has_whole_word(std::string_view text, const std::string& word);
+// The same on text already lower-cased (ascii_lower), to test several words without copying.
+bool has_whole_word_lower(std::string_view low, const std::string& word);
 // Human-readable report of `r` (what it read, ranked candidates with the lines faultline prints
 // for them when dialect::annotate ran, stage).
 std::string format_result(const Result& r, const Tables& t);

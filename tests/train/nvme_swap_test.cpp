@@ -254,6 +254,25 @@ TEST(NvmeSwap, TrainingThroughTheSwapFilesIsTrainingWithoutThem) {
   EXPECT_FALSE(fs::is_empty(dir + "/zero_stage_3/fp16params/rank0"));
 }
 
+// A prefetch is a collective gather: with a budget larger than a block, rank 0 (whose partition
+// holds the first two blocks) lacks the buffers to prefetch the second while rank 1 has them;
+// the ranks decide together and train as without NVMe (before, rank 1 prefetched alone and the
+// backward's collectives went out of step).
+TEST(NvmeSwap, RanksAgreeWhetherToPrefetchAGroupTheyHaveBuffersFor) {
+  const std::vector<std::string> shape = {"--layers", "4", "--heads", "12", "--d-model", "768",
+                                          "--zero3-prefetch-bytes", "100000000"};
+  std::vector<std::string> nvme = shape;
+  nvme.insert(nvme.end(), {"--dp", "2", "--zero", "3", "--precision", "fp16", "--offload-param",
+                           "nvme", "--nvme-path", dir_for("prefetch")});
+  std::vector<std::string> plain = shape;
+  plain.insert(plain.end(), {"--dp", "2", "--zero", "3", "--precision", "fp16"});
+  const TrainRun a = run_train(FAULTLINE_TRAIN, 2, nvme, 2);
+  const TrainRun b = run_train(FAULTLINE_TRAIN, 2, plain, 2);
+  ASSERT_EQ(a.proc.exit_code, 0) << a.proc.output;
+  ASSERT_EQ(b.proc.exit_code, 0) << b.proc.output;
+  EXPECT_EQ(losses(a), losses(b));
+}
+
 TEST(NvmeSwap, DeepSpeed0315AbortsAtTheFirstGatherOfAShortFile) {
   const std::string dir = dir_for("abort");
   const TrainRun r = train(dir, {"--deepspeed-version", "0.3.15"});

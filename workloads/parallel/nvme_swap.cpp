@@ -245,6 +245,15 @@ void NvmeParamSwapper::release(int group) {
 }
 
 void NvmeParamSwapper::swap_in(size_t a, size_t b, void* dst, int group) {
+  for (const Piece& p : pieces_) {
+    if (p.swapped && std::max(a, p.lo) < std::min(b, p.hi) &&
+        swap_numel(p.hi - p.lo) > c_.buffer_size) {
+      raise<ConfigError>(
+          "offload_param.buffer_size {} is smaller than the swapped partition of parameter {} "
+          "({} elements; allowed: buffer_size at least the largest swapped partition)",
+          c_.buffer_size, p.ds_id, swap_numel(p.hi - p.lo));
+    }
+  }
   const int need = buffers_for(a, b);
   if (need > available_) {
     raise<Error>(
@@ -260,12 +269,6 @@ void NvmeParamSwapper::swap_in(size_t a, size_t b, void* dst, int group) {
     const size_t from = std::max(a, p.lo), to = std::min(b, p.hi);
     if (from >= to) continue;
     const char* bytes = p.in_host.data();
-    if (p.swapped && swap_numel(p.hi - p.lo) > c_.buffer_size) {
-      raise<ConfigError>(
-          "offload_param.buffer_size {} is smaller than the swapped partition of parameter {} "
-          "({} elements; allowed: buffer_size at least the largest swapped partition)",
-          c_.buffer_size, p.ds_id, swap_numel(p.hi - p.lo));
-    }
     if (p.swapped) {
       host.assign(swap_numel(p.hi - p.lo) * es, 0);
       aio_.read(file_of(p.ds_id), host.data(), host.size(), c_.check, c_.assert_where);

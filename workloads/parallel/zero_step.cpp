@@ -75,10 +75,16 @@ void ZeroEngine::prefetch_after(int g, bool backward) {
     const size_t bytes = grp.numel() * store_bytes();
     if (live_.count(h)) continue;
     if (bytes > budget) break;
-    // NVMe: DeepSpeed's prefetch takes only the swap buffers that are free.
-    if (swapper_ && swapper_->buffers_for(std::max(grp.lo, lo_), std::min(grp.hi, hi_)) >
-                        swapper_->available_buffers()) {
-      break;
+    // NVMe: DeepSpeed's prefetch takes only the swap buffers that are free. A gather is a
+    // collective here (DeepSpeed's swap-in is local I/O), so the ranks decide together: every
+    // rank prefetches the group only if every rank has the buffers for its pieces of it.
+    if (swapper_) {
+      float ok = swapper_->buffers_for(std::max(grp.lo, lo_), std::min(grp.hi, hi_)) <=
+                         swapper_->available_buffers()
+                     ? 1.0f
+                     : 0.0f;
+      if (dp_ > 1) topo_.dp->all_reduce(comm::host_buffer(&ok, 1, DType::kF32), comm::ReduceOp::kMin);
+      if (ok < 0.5f) break;
     }
     gather(h);
     budget -= bytes;
