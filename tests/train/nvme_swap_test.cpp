@@ -259,8 +259,8 @@ TEST(NvmeSwap, TrainingThroughTheSwapFilesIsTrainingWithoutThem) {
 // the ranks decide together and train as without NVMe (before, rank 1 prefetched alone and the
 // backward's collectives went out of step).
 TEST(NvmeSwap, RanksAgreeWhetherToPrefetchAGroupTheyHaveBuffersFor) {
-  const std::vector<std::string> shape = {"--layers", "4", "--heads", "12", "--d-model", "768",
-                                          "--zero3-prefetch-bytes", "100000000"};
+  const std::vector<std::string> shape = {
+      "--layers", "4", "--heads", "12", "--d-model", "768", "--zero3-prefetch-bytes", "100000000"};
   std::vector<std::string> nvme = shape;
   nvme.insert(nvme.end(), {"--dp", "2", "--zero", "3", "--precision", "fp16", "--offload-param",
                            "nvme", "--nvme-path", dir_for("prefetch")});

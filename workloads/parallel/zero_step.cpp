@@ -83,7 +83,8 @@ void ZeroEngine::prefetch_after(int g, bool backward) {
                          swapper_->available_buffers()
                      ? 1.0f
                      : 0.0f;
-      if (dp_ > 1) topo_.dp->all_reduce(comm::host_buffer(&ok, 1, DType::kF32), comm::ReduceOp::kMin);
+      if (dp_ > 1)
+        topo_.dp->all_reduce(comm::host_buffer(&ok, 1, DType::kF32), comm::ReduceOp::kMin);
       if (ok < 0.5f) break;
     }
     gather(h);
