@@ -189,6 +189,11 @@ const Architecture& architecture(const std::string& model_class) {
       model_class, fmt::join(model_classes(), ", "));
 }
 
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return s;
+}
+
 bool older(const std::string& v, int major, int minor, int patch) {
   return ops::stated_and_older(v, major, minor, patch);
 }
@@ -278,9 +283,7 @@ bool supported(const std::string& repr, const std::string& version) {
         "AssertionError: Not able to determine model policy automatically. Please provide "
         "policy.");
   }
-  std::string k = key[1].str();
-  std::transform(k.begin(), k.end(), k.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  return unsupported.count(k) == 0;
+  return unsupported.count(lower(key[1].str())) == 0;
 }
 
 // The row-parallel Linears AutoTP finds in one layer class, by `version`'s rules.
@@ -388,8 +391,7 @@ void check_checkpoint_load(const InjectionChoice& c, const std::string& descript
   if (c.mode == "megatron" || c.mode == "kernel") return;
   const std::string& v = c.deepspeed_version;
   if (!older(v, 0, 9, 3)) return;  // PR 3102: no _load_checkpoint without kernel injection
-  std::string t = description_type;
-  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  const std::string t = lower(description_type);
   const bool raw =
       older(v, 0, 7, 7) ? t.find("bloom") != std::string::npos : (t == "bloom" || t == "ds_model");
   if (!raw) return;
