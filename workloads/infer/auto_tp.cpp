@@ -189,11 +189,6 @@ const Architecture& architecture(const std::string& model_class) {
       model_class, fmt::join(model_classes(), ", "));
 }
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  return s;
-}
-
 bool older(const std::string& v, int major, int minor, int patch) {
   return ops::stated_and_older(v, major, minor, patch);
 }
@@ -283,7 +278,7 @@ bool supported(const std::string& repr, const std::string& version) {
         "AssertionError: Not able to determine model policy automatically. Please provide "
         "policy.");
   }
-  return unsupported.count(lower(key[1].str())) == 0;
+  return unsupported.count(lower_ascii(key[1].str())) == 0;
 }
 
 // The row-parallel Linears AutoTP finds in one layer class, by `version`'s rules.
@@ -357,6 +352,18 @@ Module model_of(const std::string& model_class, int layers) {
   return architecture(model_class).model(layers);
 }
 
+std::string lower_ascii(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return s;
+}
+
+bool has_container(const std::string& model_class, const std::string& version) {
+  const Module model = model_of(model_class, 1);
+  std::vector<const Module*> layers;
+  module_list(model, layers);
+  return kernel_supported(layers, version);
+}
+
 std::string module_repr(const Module& m) {
   std::string out;
   repr_into(m, 0, out);
@@ -391,7 +398,7 @@ void check_checkpoint_load(const InjectionChoice& c, const std::string& descript
   if (c.mode == "megatron" || c.mode == "kernel") return;
   const std::string& v = c.deepspeed_version;
   if (!older(v, 0, 9, 3)) return;  // PR 3102: no _load_checkpoint without kernel injection
-  const std::string t = lower(description_type);
+  const std::string t = lower_ascii(description_type);
   const bool raw =
       older(v, 0, 7, 7) ? t.find("bloom") != std::string::npos : (t == "bloom" || t == "ds_model");
   if (!raw) return;

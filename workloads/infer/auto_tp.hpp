@@ -32,6 +32,10 @@ struct Module {
 const std::vector<std::string>& model_classes();
 // The whole model of `model_class` with `layers` decoder layers; ConfigError for another class.
 Module model_of(const std::string& model_class, int layers);
+// ASCII lower case (a model's name read from its printout, a description's type).
+std::string lower_ascii(std::string s);
+// Whether DeepSpeed `version` has a kernel-injection container policy for `model_class`'s layer.
+bool has_container(const std::string& model_class, const std::string& version);
 // torch's str(model) (leaf modules without their arguments).
 std::string module_repr(const Module& m);
 

@@ -14,6 +14,7 @@
 #include "workloads/infer/auto_tp.hpp"
 #include "workloads/infer/engine.hpp"
 #include "workloads/infer/load.hpp"
+#include "workloads/infer/meta_load.hpp"
 #include "workloads/rendezvous/artifacts.hpp"
 #include "workloads/runtime/runtime.hpp"
 #include "workloads/telemetry/telemetry.hpp"
@@ -37,6 +38,7 @@ struct InferArgs {
   // How init_inference shards the model (auto_tp.hpp).
   std::string injection = "megatron", model_class = "gpt2";
   std::vector<std::string> injection_policy;
+  bool meta_tensor = false;  // the model is built on the meta device (meta_load.hpp)
 };
 
 // The window the engine's attention kernel gets: the model's, except in Megatron's dynamic
@@ -67,6 +69,28 @@ void declare_injection_options(worker::Options& o, InferArgs& a) {
         "injection_policy's Linear names for the model class's decoder layer (injection "
         "policy): these become row-parallel (all-reduced), the others column-parallel; e.g. "
         "self_attn.o_proj and mlp.down_proj for llama");
+  o.add_flag("workload.infer.meta_tensor", "--meta-tensor", a.meta_tensor,
+             "The model is built on the meta device (deepspeed.OnDevice(device='meta'), "
+             "DeepSpeedExamples' --use_meta_tensor): only the loader of workload.infer.injection "
+             "and workload.versions.deepspeed fills its modules from checkpoint_json; a module "
+             "left on meta fails the first copy (NotImplementedError: Cannot copy out of meta "
+             "tensor), and from DeepSpeed 0.12.6 a first parameter left on meta makes the engine "
+             "give every parameter uninitialized memory (to_empty)");
+}
+
+// The meta model's loading and its move to the device (meta_load.hpp); true when to_empty left
+// every parameter uninitialized.
+bool load_meta(const InferArgs& a, const infer::InjectionChoice& choice, int layers, int rank) {
+  std::string type, parallelization;
+  if (!a.checkpoint_json.empty() && a.injection != "megatron") {
+    const auto d = infer::read_checkpoint_description(a.checkpoint_json);
+    type = d.type;
+    parallelization = d.parallelization;
+  }
+  const auto m = infer::load_meta_model(choice, layers, type, parallelization);
+  const std::string line = infer::move_meta_model(m);
+  if (rank == 0) std::printf("init_inference: %s\n", line.c_str());
+  return m.to_empty;
 }
 
 // How each position's token is chosen and where the tokens go.
@@ -309,8 +333,11 @@ int main(int argc, char** argv) {
     const std::string sharded = infer::choose_injection(choice);
     if (!sharded.empty() && b.comm->rank() == 0)
       std::printf("init_inference: %s\n", sharded.c_str());
+    const bool uninitialized = a.meta_tensor && load_meta(a, choice, cfg.layers, b.comm->rank());
     model::ParamLayout pl(cfg, a.layout.tp, topo.tp_rank, a.layout.pp, topo.pp_rank);
     auto params = load_weights(a, cfg, topo, pl);
+    // to_empty's memory: what a fresh device allocation holds, zeros here.
+    if (uninitialized) std::fill(params.begin(), params.end(), 0.0f);
     infer::InferenceEngine engine(cfg, topo, std::move(params), acct);
     engine.set_cache_reset(reset);
     engine.set_attention_window(attention_window(a));

@@ -79,6 +79,9 @@ CheckpointDescription read_checkpoint_description(const std::string& path) {
   }
   CheckpointDescription d;
   d.type = data["type"].is_string() ? data["type"].get<std::string>() : data["type"].dump();
+  if (data.contains("parallelization") && data["parallelization"].is_string()) {
+    d.parallelization = data["parallelization"].get<std::string>();
+  }
   if (!data["checkpoints"].is_array() || data["checkpoints"].empty()) {
     raise<CheckpointError>("the checkpoint description {} lists no files under 'checkpoints'",
                            path);

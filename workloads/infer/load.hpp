@@ -38,6 +38,8 @@ struct CheckpointDescription {
   std::string dir;                 // the checkpoint's step folder
   std::vector<std::string> files;  // as listed
   std::string type;
+  // 'parallelization' ("pp" when absent, as DeepSpeed's loaders default it).
+  std::string parallelization = "pp";
 };
 CheckpointDescription read_checkpoint_description(const std::string& path);
 

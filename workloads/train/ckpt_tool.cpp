@@ -228,19 +228,21 @@ int consolidate(const std::string& in, const std::string& out, bool assume_group
 // The description init_inference reads (what a model repository ships as its ds_inference
 // checkpoints json), of the resolved step folder.
 int describe(const std::string& path, const std::string& out, const std::string& type,
-             const std::string& form) {
+             const std::string& form, bool parallelization) {
   const std::string dir = resolve_checkpoint(path);
   const auto m = read_manifest(dir);
   nlohmann::json files = nlohmann::json::array();
   for (const auto& e : m.at("shards")) files.push_back(e.at("file"));
   const fs::path folder = fs::absolute(fs::path(out)).parent_path();
   const std::string rel = fs::relative(fs::absolute(dir), folder).string();
-  const nlohmann::json d =
+  nlohmann::json d =
       form == "tutorial"
           ? nlohmann::json{{"type", "DeepSpeed"}, {"version", 0.0}, {"checkpoint_path", rel}}
-          : nlohmann::json{
-                {"type", type},    {"checkpoints", files},    {"version", 1.0},
-                {"base_dir", rel}, {"parallelization", "tp"}, {"tp_size", m.at("layout").at("tp")}};
+          : nlohmann::json{{"type", type}, {"checkpoints", files}, {"version", 1.0}, {"base_dir", rel}};
+  if (form != "tutorial" && parallelization) {
+    d["parallelization"] = "tp";
+    d["tp_size"] = m.at("layout").at("tp");
+  }
   write_file_atomic(out, d.dump(2) + "\n");
   std::printf("described %s (%zu files) in %s\n", dir.c_str(), files.size(), out.c_str());
   return 0;
@@ -283,6 +285,10 @@ int main(int argc, char** argv) {
                    "ds_model (what the loader reads) or tutorial (the inference tutorial's "
                    "documented form: type, version, checkpoint_path)")
       ->check(CLI::IsMember({"ds_model", "tutorial"}));
+  bool no_parallelization = false;
+  desc->add_flag("--no-parallelization", no_parallelization,
+                 "Leave out 'parallelization: tp' and 'tp_size', as the checkpoints.json that "
+                 "DeepSpeedExamples' pipeline writes for a model repository does");
   CLI11_PARSE(app, argc, argv);
   return comm::run_worker_main([&]() -> int {
     try {
@@ -290,7 +296,7 @@ int main(int argc, char** argv) {
       if (dig->parsed()) return digest(path);
       if (ks->parsed()) return keys(path);
       if (con->parsed()) return consolidate(in, out, assume_group, deepspeed);
-      if (desc->parsed()) return describe(path, out, type, form);
+      if (desc->parsed()) return describe(path, out, type, form, !no_parallelization);
       return reshard(in, out, dp);
     } catch (const nlohmann::json::exception& e) {  // a manifest key missing or of another type
       raise<CheckpointError>("checkpoint manifest of {} does not hold what a checkpoint needs: {}",

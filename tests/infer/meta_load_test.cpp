@@ -1,0 +1,139 @@
+// A model built on the meta device (workloads/infer/meta_load.hpp): which modules DeepSpeed's
+// loaders fill by version and sharding mode, and where a module left on meta fails its first copy
+// (deepspeedai/DeepSpeed#2856, #4447; pull requests 2875, 3102, 4147, 4692).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "base/error.hpp"
+#include "workloads/infer/meta_load.hpp"
+
+namespace fl::infer {
+namespace {
+
+InjectionChoice choice(const std::string& mode, const std::string& model_class, int tp,
+                       const std::string& version) {
+  InjectionChoice c;
+  c.mode = mode;
+  c.model_class = model_class;
+  c.tp = tp;
+  c.deepspeed_version = version;
+  return c;
+}
+
+// The error the load or the move raises ("" : none).
+template <class E>
+std::string error_of(const InjectionChoice& c, const std::string& type,
+                     const std::string& parallelization = "pp") {
+  try {
+    move_meta_model(load_meta_model(c, 2, type, parallelization));
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
+constexpr const char* kMetaCopy = "NotImplementedError: Cannot copy out of meta tensor; no data!";
+
+TEST(MetaLoad, WithoutInitInferenceNothingLoadsAndThePipelinesCudaFails) {
+  const auto m = load_meta_model(choice("megatron", "opt", 1, "0.8.1"), 2, "BLOOM", "pp");
+  // Every module that holds parameters: embeddings, 2 x (4 + 2 + 2 Linears and norms), final
+  // norm, head.
+  EXPECT_EQ(m.left.size(), 2u + 2u * 8u + 1u + 1u);
+  EXPECT_EQ(m.left.front(), "model.decoder.embed_tokens (Embedding)");
+  const std::string e = error_of<CheckpointError>(choice("megatron", "opt", 1, "0.8.1"), "BLOOM");
+  EXPECT_NE(e.find(kMetaCopy), std::string::npos) << e;
+  EXPECT_NE(e.find("model.cuda()"), std::string::npos) << e;
+}
+
+TEST(MetaLoad, KernelInjectionLoadsEveryModuleOfAMetaContainer) {
+  for (const char* cls : {"bloom", "opt", "gpt_neox"}) {
+    const auto m = load_meta_model(choice("kernel", cls, 2, "0.8.2"), 2, "BLOOM", "pp");
+    EXPECT_TRUE(m.left.empty()) << cls;
+    EXPECT_NE(move_meta_model(m).find("loaded every module"), std::string::npos) << cls;
+  }
+  // Before 0.7.7 only BLOOM's loader read a meta model; LLaMA's container gained it in 0.11.0.
+  EXPECT_TRUE(load_meta_model(choice("kernel", "bloom", 2, "0.7.6"), 2, "BLOOM", "pp").left.empty());
+  EXPECT_TRUE(load_meta_model(choice("kernel", "llama", 2, "0.11.0"), 2, "BLOOM", "pp").left.empty());
+}
+
+TEST(MetaLoad, DeepSpeed081CallsLoadParamsOnThePolicyForAPpDescription) {
+  EXPECT_EQ(error_of<CheckpointError>(choice("kernel", "opt", 2, "0.8.1"), "BLOOM").rfind(
+                "AttributeError: 'HFOPTLayerPolicy' object has no attribute 'load_params'", 0),
+            0u);
+  EXPECT_NE(error_of<CheckpointError>(choice("kernel", "bloom", 2, "0.8.1"), "BLOOM")
+                .find("'BLOOMLayerPolicy' object has no attribute 'load_params'"),
+            std::string::npos);
+  // A pre-sharded description ('parallelization: tp') takes the branch that reads each
+  // parameter itself; 0.8.2 (pull request 2875) calls the container's load_params.
+  EXPECT_EQ(error_of<CheckpointError>(choice("kernel", "opt", 2, "0.8.1"), "BLOOM", "tp"), "");
+  EXPECT_EQ(error_of<CheckpointError>(choice("kernel", "opt", 2, "0.8.2"), "BLOOM"), "");
+}
+
+TEST(MetaLoad, AContainerWithoutMetaSupportAsserts) {
+  // deepspeedai/DeepSpeed#4447: LLaMA-2 with kernel injection on DeepSpeed 0.10.3.
+  EXPECT_EQ(error_of<CheckpointError>(choice("kernel", "llama", 1, "0.10.3"), "BLOOM")
+                .rfind("AssertionError: Meta tensors are not supported for this model currently.", 0),
+            0u);
+  EXPECT_EQ(error_of<CheckpointError>(choice("kernel", "gpt2", 2, "0.9.0"), "BLOOM"),
+            "AssertionError: Meta Tensor checkpoint loading not supported in DS_GPT2Container "
+            "container");
+  EXPECT_NE(error_of<ConfigError>(choice("kernel", "gpt2", 2, "0.8.0"), "BLOOM").find("not modelled"),
+            std::string::npos);
+}
+
+TEST(MetaLoad, AutoTpBefore0102LeavesLlamasRmsNormsOnMeta) {
+  const auto m = load_meta_model(choice("autotp", "llama", 2, "0.10.1"), 2, "BLOOM", "pp");
+  ASSERT_EQ(m.left.size(), 5u);  // two per decoder layer and the final norm
+  EXPECT_EQ(m.left.front(), "model.layers.0.input_layernorm (LlamaRMSNorm)");
+  EXPECT_EQ(m.left.back(), "model.norm (LlamaRMSNorm)");
+  const std::string e = error_of<CheckpointError>(choice("autotp", "llama", 2, "0.10.1"), "BLOOM");
+  EXPECT_EQ(e.rfind(kMetaCopy, 0), 0u) << e;
+  EXPECT_NE(e.find("module.to(device)"), std::string::npos) << e;
+  EXPECT_NE(e.find("5 modules are still on the meta device"), std::string::npos) << e;
+  // Pull request 4147 (0.10.2) added LlamaRMSNorm to the classes the loader reads.
+  EXPECT_EQ(error_of<CheckpointError>(choice("autotp", "llama", 2, "0.10.2"), "BLOOM"), "");
+  // The same from an injection_policy (it runs at tp 1 too); OPT's modules are all read.
+  auto policy = choice("policy", "llama", 1, "0.10.1");
+  policy.policy = {"self_attn.o_proj", "mlp.down_proj"};
+  EXPECT_EQ(load_meta_model(policy, 2, "BLOOM", "pp").left.size(), 5u);
+  EXPECT_TRUE(load_meta_model(choice("autotp", "opt", 2, "0.9.3"), 2, "BLOOM", "pp").left.empty());
+}
+
+TEST(MetaLoad, NoLoaderBefore093OrAtTp1) {
+  // Before 0.9.3 kernel injection off loads nothing into a meta model (AutoTP slices first).
+  const auto m = load_meta_model(choice("autotp", "opt", 2, "0.9.2"), 2, "", "pp");
+  EXPECT_EQ(m.left.size(), 20u);
+  EXPECT_NE(m.copy_site.find("AutoTP's slicing"), std::string::npos);
+  // From 0.9.3 AutoTP does not run at tp 1, and nothing else reads the checkpoint.
+  EXPECT_EQ(load_meta_model(choice("autotp", "opt", 1, "0.10.3"), 2, "BLOOM", "pp").left.size(),
+            20u);
+  // A description type whose loader is not the meta one is not modelled.
+  EXPECT_NE(error_of<ConfigError>(choice("autotp", "opt", 2, "0.10.3"), "Megatron").find(
+                "not modelled"),
+            std::string::npos);
+}
+
+TEST(MetaLoad, From0126AMetaFirstParameterMeansToEmptyAndNoError) {
+  // Nothing loaded, first parameter on meta: to_empty gives uninitialized memory silently.
+  const auto m = load_meta_model(choice("autotp", "opt", 1, "0.12.6"), 2, "BLOOM", "pp");
+  EXPECT_TRUE(m.to_empty);
+  EXPECT_NE(move_meta_model(m).find("uninitialized"), std::string::npos);
+  EXPECT_FALSE(load_meta_model(choice("autotp", "opt", 1, "0.12.5"), 2, "BLOOM", "pp").to_empty);
+  // A first parameter that was loaded: module.to, which still fails on GPT-2's Conv1D layers.
+  auto gpt2 = choice("policy", "gpt2", 2, "0.12.6");
+  gpt2.policy = {"attn.c_proj", "mlp.c_proj"};
+  const auto g = load_meta_model(gpt2, 2, "BLOOM", "pp");
+  EXPECT_FALSE(g.to_empty);
+  EXPECT_EQ(g.left.front(), "transformer.h.0.attn.c_attn (Conv1D)");
+  EXPECT_THROW(move_meta_model(g), CheckpointError);
+  // Megatron's GPTModel has no HF `device`: the engine always calls module.to.
+  auto mg = choice("policy", "megatron_gpt", 2, "0.12.6");
+  mg.policy = {"self_attention.dense", "mlp.dense_4h_to_h"};
+  const auto mm = load_meta_model(mg, 2, "BLOOM", "pp");
+  EXPECT_FALSE(mm.to_empty);
+  EXPECT_EQ(mm.left.front(), "language_model.embedding.word_embeddings (VocabParallelEmbedding)");
+}
+
+}  // namespace
+}  // namespace fl::infer

@@ -1,0 +1,50 @@
+// Serving a model built on the meta device: deepspeed.OnDevice(device="meta") (the
+// DeepSpeedExamples text-generation pipeline's --use_meta_tensor, the BLOOM inference scripts)
+// creates every parameter without storage, and only a loader that reads the checkpoint fills
+// them. Which modules a loader fills is DeepSpeed's, by version and by how init_inference shards
+// the model (auto_tp.hpp):
+// - kernel injection loads every module of a container that supports meta tensors (BLOOM; from
+//   0.7.7 also OPT and GPT-NeoX; from 0.11.0 LLaMA); a container without that support stops with
+//   DeepSpeed's assertion. 0.8.1 called load_params on the policy instead of the container for a
+//   description without 'parallelization: tp' (fixed by pull request 2875, first in 0.8.2);
+// - AutoTP and injection_policy load nothing before 0.9.3 (the checkpoint goes to
+//   _load_checkpoint, whose load_state_dict copies into meta tensors, which keeps nothing, or is
+//   dropped); from 0.9.3 (pull request 3102) they load only the modules of the classes their
+//   loader lists (nn.Linear, nn.Embedding, nn.LayerNorm, OPTLearnedPositionalEmbedding; from
+//   0.10.2, pull request 4147, also LlamaRMSNorm by name), and AutoTP does not run at tp 1;
+// - without init_inference (workload.infer.injection megatron) nothing loads.
+// A module left on meta fails the first copy of it: AutoTP's slicing or the engine's
+// module.to(device), or the example pipeline's model.cuda() without init_inference, with torch's
+// "NotImplementedError: Cannot copy out of meta tensor; no data!". From 0.12.6 (pull request
+// 4692) the engine moves a Hugging Face model whose first parameter is still on meta with
+// to_empty(), which gives every parameter, loaded or not, uninitialized memory and raises nothing.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "workloads/infer/auto_tp.hpp"
+
+namespace fl::infer {
+
+struct MetaLoad {
+  // The modules that hold parameters and are still on the meta device after the loaders ran, in
+  // module order, as "model.layers.0.input_layernorm (LlamaRMSNorm)".
+  std::vector<std::string> left;
+  std::string loader;      // what filled the others ("": nothing ran)
+  std::string copy_site;   // where the first copy of the model happens
+  bool to_empty = false;   // moved with to_empty(): every parameter uninitialized, no error
+};
+
+// What the loaders leave of a meta model of `c.model_class` with `layers` decoder layers, loaded
+// from a checkpoint description with `description_type` and `parallelization` ("" for
+// description_type: none given). Throws CheckpointError with DeepSpeed's text where its loader
+// stops, ConfigError for what is not modelled.
+MetaLoad load_meta_model(const InjectionChoice& c, int layers, const std::string& description_type,
+                         const std::string& parallelization);
+
+// The copy to the device: throws CheckpointError with torch's error naming the modules left on
+// meta (unless to_empty moved them); returns the line rank 0 prints.
+std::string move_meta_model(const MetaLoad& m);
+
+}  // namespace fl::infer
