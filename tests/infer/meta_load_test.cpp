@@ -53,14 +53,17 @@ TEST(MetaLoad, KernelInjectionLoadsEveryModuleOfAMetaContainer) {
     EXPECT_NE(move_meta_model(m).find("loaded every module"), std::string::npos) << cls;
   }
   // Before 0.7.7 only BLOOM's loader read a meta model; LLaMA's container gained it in 0.11.0.
-  EXPECT_TRUE(load_meta_model(choice("kernel", "bloom", 2, "0.7.6"), 2, "BLOOM", "pp").left.empty());
-  EXPECT_TRUE(load_meta_model(choice("kernel", "llama", 2, "0.11.0"), 2, "BLOOM", "pp").left.empty());
+  EXPECT_TRUE(
+      load_meta_model(choice("kernel", "bloom", 2, "0.7.6"), 2, "BLOOM", "pp").left.empty());
+  EXPECT_TRUE(
+      load_meta_model(choice("kernel", "llama", 2, "0.11.0"), 2, "BLOOM", "pp").left.empty());
 }
 
 TEST(MetaLoad, DeepSpeed081CallsLoadParamsOnThePolicyForAPpDescription) {
-  EXPECT_EQ(error_of<CheckpointError>(choice("kernel", "opt", 2, "0.8.1"), "BLOOM").rfind(
-                "AttributeError: 'HFOPTLayerPolicy' object has no attribute 'load_params'", 0),
-            0u);
+  EXPECT_EQ(
+      error_of<CheckpointError>(choice("kernel", "opt", 2, "0.8.1"), "BLOOM")
+          .rfind("AttributeError: 'HFOPTLayerPolicy' object has no attribute 'load_params'", 0),
+      0u);
   EXPECT_NE(error_of<CheckpointError>(choice("kernel", "bloom", 2, "0.8.1"), "BLOOM")
                 .find("'BLOOMLayerPolicy' object has no attribute 'load_params'"),
             std::string::npos);
@@ -72,14 +75,16 @@ TEST(MetaLoad, DeepSpeed081CallsLoadParamsOnThePolicyForAPpDescription) {
 
 TEST(MetaLoad, AContainerWithoutMetaSupportAsserts) {
   // deepspeedai/DeepSpeed#4447: LLaMA-2 with kernel injection on DeepSpeed 0.10.3.
-  EXPECT_EQ(error_of<CheckpointError>(choice("kernel", "llama", 1, "0.10.3"), "BLOOM")
-                .rfind("AssertionError: Meta tensors are not supported for this model currently.", 0),
-            0u);
+  EXPECT_EQ(
+      error_of<CheckpointError>(choice("kernel", "llama", 1, "0.10.3"), "BLOOM")
+          .rfind("AssertionError: Meta tensors are not supported for this model currently.", 0),
+      0u);
   EXPECT_EQ(error_of<CheckpointError>(choice("kernel", "gpt2", 2, "0.9.0"), "BLOOM"),
             "AssertionError: Meta Tensor checkpoint loading not supported in DS_GPT2Container "
             "container");
-  EXPECT_NE(error_of<ConfigError>(choice("kernel", "gpt2", 2, "0.8.0"), "BLOOM").find("not modelled"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of<ConfigError>(choice("kernel", "gpt2", 2, "0.8.0"), "BLOOM").find("not modelled"),
+      std::string::npos);
 }
 
 TEST(MetaLoad, AutoTpBefore0102LeavesLlamasRmsNormsOnMeta) {
@@ -109,9 +114,9 @@ TEST(MetaLoad, NoLoaderBefore093OrAtTp1) {
   EXPECT_EQ(load_meta_model(choice("autotp", "opt", 1, "0.10.3"), 2, "BLOOM", "pp").left.size(),
             20u);
   // A description type whose loader is not the meta one is not modelled.
-  EXPECT_NE(error_of<ConfigError>(choice("autotp", "opt", 2, "0.10.3"), "Megatron").find(
-                "not modelled"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of<ConfigError>(choice("autotp", "opt", 2, "0.10.3"), "Megatron").find("not modelled"),
+      std::string::npos);
 }
 
 TEST(MetaLoad, From0126AMetaFirstParameterMeansToEmptyAndNoError) {

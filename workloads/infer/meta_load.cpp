@@ -21,10 +21,16 @@ bool before(const std::string& v, int major, int minor, int patch) {
 
 // The leaf classes of the served architectures that hold parameters.
 bool has_parameters(const Module& m) {
-  static const std::set<std::string> kinds = {
-      "Linear",        "LayerNorm",           "Embedding",           "Conv1D",
-      "LlamaRMSNorm",  "MixedFusedLayerNorm", "ColumnParallelLinear", "RowParallelLinear",
-      "VocabParallelEmbedding", "OPTLearnedPositionalEmbedding"};
+  static const std::set<std::string> kinds = {"Linear",
+                                              "LayerNorm",
+                                              "Embedding",
+                                              "Conv1D",
+                                              "LlamaRMSNorm",
+                                              "MixedFusedLayerNorm",
+                                              "ColumnParallelLinear",
+                                              "RowParallelLinear",
+                                              "VocabParallelEmbedding",
+                                              "OPTLearnedPositionalEmbedding"};
   return m.children.empty() && kinds.count(m.type) > 0;
 }
 
@@ -45,7 +51,7 @@ void leaves(const Module& m, const std::string& prefix, std::vector<const Module
 bool meta_container(const std::string& model_class, const std::string& v) {
   if (model_class == "bloom") return true;
   if (model_class == "opt" || model_class == "gpt_neox") return !before(v, 0, 7, 7);  // PR 2547
-  if (model_class == "llama") return !before(v, 0, 11, 0);                           // PR 4147
+  if (model_class == "llama") return !before(v, 0, 11, 0);                            // PR 4147
   return false;  // gpt2, megatron_gpt: never
 }
 
@@ -71,6 +77,45 @@ bool tp_loader_reads(const Module& m, const std::string& v) {
                                                 "OPTLearnedPositionalEmbedding"};
   if (classes.count(m.type) > 0) return true;
   return !before(v, 0, 10, 2) && m.type == "LlamaRMSNorm";  // PR 4147's load_layer_names
+}
+
+// Kernel injection's containers on a meta model: every module loaded, or DeepSpeed's error.
+void kernel_meta_load(const InjectionChoice& c, const std::vector<std::string>& names,
+                      const std::string& description_type, const std::string& parallelization,
+                      MetaLoad& out) {
+  const std::string& v = c.deepspeed_version;
+  if (!meta_container(c.model_class, v)) {
+    if (!before(v, 0, 9, 3)) {
+      // BaseTransformerContainer.check_meta_tensor_support, at the layer's replacement.
+      raise<CheckpointError>(
+          "AssertionError: Meta tensors are not supported for this model currently. ({} of "
+          "DeepSpeed {} is no MetaTensorContainer)",
+          container_name(c.model_class), v.empty() ? "(newest)" : v);
+    }
+    if (!before(v, 0, 8, 1) && !description_type.empty()) {
+      raise<CheckpointError>(
+          "AssertionError: Meta Tensor checkpoint loading not supported in {} container",
+          container_name(c.model_class));
+    }
+    raise<ConfigError>(
+        "workload.infer.meta_tensor with kernel injection of {} on DeepSpeed {}: a container "
+        "without meta tensor support before 0.8.1 is not modelled",
+        c.model_class, v);
+  }
+  if (description_type.empty()) {
+    out.left = names;  // the containers copy the meta layers' tensors: nothing to fill them
+  } else if (!before(v, 0, 8, 1) && before(v, 0, 8, 2) && parallelization != "tp") {
+    // load_checkpoint.py 0.8.1: a 'pp' description (no 'parallelization: tp') loads each
+    // layer through replace_policy.load_params, which only the containers define.
+    raise<CheckpointError>(
+        "AttributeError: '{}' object has no attribute 'load_params' (DeepSpeed 0.8.1's "
+        "load_model_with_checkpoint calls it on the container's policy for a description "
+        "without 'parallelization: tp')",
+        policy_name(c.model_class));
+  } else {
+    out.loader = fmt::format("kernel injection's {} loaded every module from the checkpoint",
+                             container_name(c.model_class));
+  }
 }
 
 }  // namespace
@@ -101,38 +146,7 @@ MetaLoad load_meta_model(const InjectionChoice& c, int layers, const std::string
   }
   const bool hf_device = c.model_class != "megatron_gpt";  // module.device: a HF model's
   if (c.mode == "kernel") {
-    if (!meta_container(c.model_class, v)) {
-      if (!before(v, 0, 9, 3)) {
-        // BaseTransformerContainer.check_meta_tensor_support, at the layer's replacement.
-        raise<CheckpointError>(
-            "AssertionError: Meta tensors are not supported for this model currently. ({} of "
-            "DeepSpeed {} is no MetaTensorContainer)",
-            container_name(c.model_class), v.empty() ? "(newest)" : v);
-      }
-      if (!before(v, 0, 8, 1) && !description_type.empty()) {
-        raise<CheckpointError>(
-            "AssertionError: Meta Tensor checkpoint loading not supported in {} container",
-            container_name(c.model_class));
-      }
-      raise<ConfigError>(
-          "workload.infer.meta_tensor with kernel injection of {} on DeepSpeed {}: a container "
-          "without meta tensor support before 0.8.1 is not modelled",
-          c.model_class, v);
-    }
-    if (description_type.empty()) {
-      out.left = names;  // the containers copy the meta layers' tensors: nothing to fill them
-    } else if (!before(v, 0, 8, 1) && before(v, 0, 8, 2) && parallelization != "tp") {
-      // load_checkpoint.py 0.8.1: a 'pp' description (no 'parallelization: tp') loads each
-      // layer through replace_policy.load_params, which only the containers define.
-      raise<CheckpointError>(
-          "AttributeError: '{}' object has no attribute 'load_params' (DeepSpeed 0.8.1's "
-          "load_model_with_checkpoint calls it on the container's policy for a description "
-          "without 'parallelization: tp')",
-          policy_name(c.model_class));
-    } else {
-      out.loader = fmt::format("kernel injection's {} loaded every module from the checkpoint",
-                               container_name(c.model_class));
-    }
+    kernel_meta_load(c, names, description_type, parallelization, out);
   } else {
     const bool runs = c.mode == "policy" || !c.policy.empty() || c.tp > 1 || before(v, 0, 9, 3);
     if (before(v, 0, 9, 3) || !runs || description_type.empty()) {
@@ -144,11 +158,11 @@ MetaLoad load_meta_model(const InjectionChoice& c, int layers, const std::string
       for (size_t i = 0; i < mods.size(); ++i) {
         if (!tp_loader_reads(*mods[i], v)) out.left.push_back(names[i]);
       }
-      out.loader = fmt::format(
-          "{}'s loader read the checkpoint's Linear, Embedding, LayerNorm{} modules",
-          c.mode == "autotp" ? "AutoTP" : "injection_policy",
-          before(v, 0, 10, 2) ? " and OPTLearnedPositionalEmbedding"
-                             : ", OPTLearnedPositionalEmbedding and LlamaRMSNorm");
+      out.loader =
+          fmt::format("{}'s loader read the checkpoint's Linear, Embedding, LayerNorm{} modules",
+                      c.mode == "autotp" ? "AutoTP" : "injection_policy",
+                      before(v, 0, 10, 2) ? " and OPTLearnedPositionalEmbedding"
+                                          : ", OPTLearnedPositionalEmbedding and LlamaRMSNorm");
     }
   }
   // 0.12.6 on: a HF model whose first parameter is still on meta goes to to_empty().

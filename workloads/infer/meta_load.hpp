@@ -31,9 +31,9 @@ struct MetaLoad {
   // The modules that hold parameters and are still on the meta device after the loaders ran, in
   // module order, as "model.layers.0.input_layernorm (LlamaRMSNorm)".
   std::vector<std::string> left;
-  std::string loader;      // what filled the others ("": nothing ran)
-  std::string copy_site;   // where the first copy of the model happens
-  bool to_empty = false;   // moved with to_empty(): every parameter uninitialized, no error
+  std::string loader;     // what filled the others ("": nothing ran)
+  std::string copy_site;  // where the first copy of the model happens
+  bool to_empty = false;  // moved with to_empty(): every parameter uninitialized, no error
 };
 
 // What the loaders leave of a meta model of `c.model_class` with `layers` decoder layers, loaded

@@ -238,7 +238,8 @@ int describe(const std::string& path, const std::string& out, const std::string&
   nlohmann::json d =
       form == "tutorial"
           ? nlohmann::json{{"type", "DeepSpeed"}, {"version", 0.0}, {"checkpoint_path", rel}}
-          : nlohmann::json{{"type", type}, {"checkpoints", files}, {"version", 1.0}, {"base_dir", rel}};
+          : nlohmann::json{
+                {"type", type}, {"checkpoints", files}, {"version", 1.0}, {"base_dir", rel}};
   if (form != "tutorial" && parallelization) {
     d["parallelization"] = "tp";
     d["tp_size"] = m.at("layout").at("tp");
