@@ -195,6 +195,43 @@ TEST(Inference, TrainedCheckpointFollowsTheCorpusAndWrongPartitioningIsRefused) 
   fs::remove_all(dir);
 }
 
+// workload.infer.meta_tensor (workloads/infer/meta_load.hpp): a model built on the meta device
+// that no loader reads (AutoTP does not run at tp 1) fails the engine's move before DeepSpeed
+// 0.12.6; from 0.12.6 (pull request 4692) the engine moves it with to_empty(), so every weight is
+// uninitialized memory (zeros here) and generation goes on without an error: every logit is 0,
+// every token the lowest id.
+TEST(Inference, AMetaModelNobodyLoadsFailsTheMoveOrIsMovedWithToEmpty) {
+  const std::vector<std::string> meta = {"--meta-tensor", "--injection", "autotp", "--model-class",
+                                         "opt"};
+  auto with = [&](const char* version) {
+    std::vector<std::string> a = meta;
+    a.insert(a.end(), {"--deepspeed-version", version});
+    return a;
+  };
+  auto before = launch(FAULTLINE_INFER, 1, with("0.12.5"));
+  EXPECT_EQ(before.exit_code, exit_code::kCheckpoint) << before.output;
+  EXPECT_NE(before.output.find("NotImplementedError: Cannot copy out of meta tensor; no data!"),
+            std::string::npos)
+      << before.output;
+  auto after = launch(FAULTLINE_INFER, 1, with("0.12.6"));
+  ASSERT_EQ(after.exit_code, 0) << after.output;
+  EXPECT_NE(after.output.find("uninitialized memory"), std::string::npos) << after.output;
+  auto loaded = launch(FAULTLINE_INFER, 1, {});
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.output;
+  // Each request's generated part (after '|') is all zeros only for the to_empty model.
+  auto generated_all_zero = [](const std::string& t) {
+    std::regex gen(R"(\|([ 0-9]+))");
+    int lines = 0;
+    for (auto it = std::sregex_iterator(t.begin(), t.end(), gen); it != std::sregex_iterator();
+         ++it, ++lines) {
+      if (!std::regex_match((*it)[1].str(), std::regex(R"((0 ?)+)"))) return false;
+    }
+    return lines > 0;
+  };
+  EXPECT_TRUE(generated_all_zero(tokens(after))) << tokens(after);
+  EXPECT_FALSE(generated_all_zero(tokens(loaded))) << tokens(loaded);
+}
+
 TEST(Inference, KvCacheBeyondTheBudgetIsAnOutOfMemoryError) {
   auto ok = launch(FAULTLINE_INFER, 1, {"--requests", "4"},
                    {{"FAULTLINE_MEMORY_BUDGET_BYTES", "262144"}});
