@@ -253,6 +253,29 @@ TEST(InferenceLoading, ACheckpointDescriptionIsReadAsInitInferenceReadsIt) {
   ASSERT_EQ(described.exit_code, 0) << described.output;
   EXPECT_EQ(tokens(described), tokens(from_dir));
   EXPECT_FALSE(tokens(described).empty());
+  // A model built on the meta device (workload.infer.meta_tensor) that kernel injection's OPT
+  // container loads from the description serves the folder's tokens; DeepSpeed 0.8.1 reads a
+  // description without 'parallelization: tp' (the examples' checkpoints.json, describe
+  // --no-parallelization) through the policy's missing load_params, 0.8.2 through the container.
+  ASSERT_EQ(describe("pp.json", {"--type", "BLOOM", "--no-parallelization"}).exit_code, 0);
+  auto meta = [&](const char* json, const char* version) {
+    return launch(
+        FAULTLINE_INFER, 2,
+        {"--tp", "2", "--checkpoint-json", (dir / json).string(), "--meta-tensor", "--injection",
+         "kernel", "--model-class", "opt", "--deepspeed-version", version});
+  };
+  auto meta_tp = meta("ds.json", "0.8.1");
+  ASSERT_EQ(meta_tp.exit_code, 0) << meta_tp.output;
+  EXPECT_EQ(tokens(meta_tp), tokens(from_dir));
+  auto meta_pp = meta("pp.json", "0.8.1");
+  EXPECT_EQ(meta_pp.exit_code, exit_code::kCheckpoint) << meta_pp.output;
+  EXPECT_TRUE(has(meta_pp.output,
+                  "AttributeError: 'HFOPTLayerPolicy' object has no attribute "
+                  "'load_params'"))
+      << meta_pp.output;
+  auto meta_fixed = meta("pp.json", "0.8.2");
+  ASSERT_EQ(meta_fixed.exit_code, 0) << meta_fixed.output;
+  EXPECT_EQ(tokens(meta_fixed), tokens(from_dir));
   ASSERT_EQ(describe("tutorial.json", {"--form", "tutorial"}).exit_code, 0);
   auto tutorial = serve(dir / "tutorial.json");
   EXPECT_EQ(tutorial.exit_code, exit_code::kCheckpoint) << tutorial.output;

@@ -357,13 +357,6 @@ std::string lower_ascii(std::string s) {
   return s;
 }
 
-bool has_container(const std::string& model_class, const std::string& version) {
-  const Module model = model_of(model_class, 1);
-  std::vector<const Module*> layers;
-  module_list(model, layers);
-  return kernel_supported(layers, version);
-}
-
 std::string module_repr(const Module& m) {
   std::string out;
   repr_into(m, 0, out);

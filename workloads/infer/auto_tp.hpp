@@ -34,8 +34,6 @@ const std::vector<std::string>& model_classes();
 Module model_of(const std::string& model_class, int layers);
 // ASCII lower case (a model's name read from its printout, a description's type).
 std::string lower_ascii(std::string s);
-// Whether DeepSpeed `version` has a kernel-injection container policy for `model_class`'s layer.
-bool has_container(const std::string& model_class, const std::string& version);
 // torch's str(model) (leaf modules without their arguments).
 std::string module_repr(const Module& m);
 

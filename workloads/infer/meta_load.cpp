@@ -34,24 +34,32 @@ bool has_parameters(const Module& m) {
   return m.children.empty() && kinds.count(m.type) > 0;
 }
 
-// torch's named_modules() order: every leaf with parameters, "path (Class)".
-void leaves(const Module& m, const std::string& prefix, std::vector<const Module*>& mods,
-            std::vector<std::string>& names) {
+// A leaf that holds parameters, in torch's named_modules() order.
+struct Leaf {
+  const Module* module;
+  std::string name;  // "path (Class)"
+  bool in_layer;     // inside a decoder layer (a ModuleList's entry)
+};
+void leaves(const Module& m, const std::string& prefix, bool in_layer, std::vector<Leaf>& out) {
   for (const Module& c : m.children) {
     const std::string path = prefix.empty() ? c.name : prefix + "." + c.name;
-    if (has_parameters(c)) {
-      mods.push_back(&c);
-      names.push_back(fmt::format("{} ({})", path, c.type));
-    }
-    leaves(c, path, mods, names);
+    if (has_parameters(c)) out.push_back({&c, fmt::format("{} ({})", path, c.type), in_layer});
+    leaves(c, path, in_layer || m.kind == Module::Kind::kModuleList, out);
   }
+}
+std::vector<std::string> names_of(const std::vector<Leaf>& ls, bool (*keep)(const Leaf&)) {
+  std::vector<std::string> out;
+  for (const Leaf& l : ls) {
+    if (keep(l)) out.push_back(l.name);
+  }
+  return out;
 }
 
 // The kernel-injection containers that load a meta model (MetaTensorContainer), by version.
 bool meta_container(const std::string& model_class, const std::string& v) {
   if (model_class == "bloom") return true;
   if (model_class == "opt" || model_class == "gpt_neox") return !before(v, 0, 7, 7);  // PR 2547
-  if (model_class == "llama") return !before(v, 0, 11, 0);                            // PR 4147
+  if (model_class == "llama") return !before(v, 0, 11, 0);                            // PR 3608
   return false;  // gpt2, megatron_gpt: never
 }
 
@@ -79,31 +87,45 @@ bool tp_loader_reads(const Module& m, const std::string& v) {
   return !before(v, 0, 10, 2) && m.type == "LlamaRMSNorm";  // PR 4147's load_layer_names
 }
 
+// The layers AutoTP's and injection_policy's slicing replaces (linear_policies: nn.Linear, and
+// Conv1D for GPT-2), copying each weight to the device: a meta one fails there before 0.12.6 and
+// becomes empty_like from 0.12.6 (auto_tp.move, pull request 4692).
+bool sliced(const Leaf& l) {
+  return l.in_layer && (l.module->type == "Linear" || l.module->type == "Conv1D");
+}
+
 // Kernel injection's containers on a meta model: every module loaded, or DeepSpeed's error.
-void kernel_meta_load(const InjectionChoice& c, const std::vector<std::string>& names,
+void kernel_meta_load(const InjectionChoice& c, const std::vector<Leaf>& ls,
                       const std::string& description_type, const std::string& parallelization,
                       MetaLoad& out) {
   const std::string& v = c.deepspeed_version;
   if (!meta_container(c.model_class, v)) {
-    if (!before(v, 0, 9, 3)) {
-      // BaseTransformerContainer.check_meta_tensor_support, at the layer's replacement.
+    if (before(v, 0, 8, 1)) {
+      raise<ConfigError>(
+          "workload.infer.meta_tensor with kernel injection of {} on DeepSpeed {}: before 0.8.1 "
+          "only BLOOM's (from 0.7.7 also OPT's and GPT-NeoX's) meta loading is modelled",
+          c.model_class, v);
+    }
+    if (!before(v, 0, 9, 3) && before(v, 0, 11, 0)) {
+      // BaseTransformerContainer.check_meta_tensor_support, at the layer's replacement (pull
+      // request 2940; pull request 4313 commented its call out for 0.11.0).
       raise<CheckpointError>(
           "AssertionError: Meta tensors are not supported for this model currently. ({} of "
           "DeepSpeed {} is no MetaTensorContainer)",
-          container_name(c.model_class), v.empty() ? "(newest)" : v);
+          container_name(c.model_class), v);
     }
-    if (!before(v, 0, 8, 1) && !description_type.empty()) {
-      raise<CheckpointError>(
-          "AssertionError: Meta Tensor checkpoint loading not supported in {} container",
-          container_name(c.model_class));
-    }
-    raise<ConfigError>(
-        "workload.infer.meta_tensor with kernel injection of {} on DeepSpeed {}: a container "
-        "without meta tensor support before 0.8.1 is not modelled",
-        c.model_class, v);
+    // Otherwise the container copies the meta layer's weights into its own module.
+    out.left = names_of(ls, [](const Leaf&) { return true; });
+    out.copy_site = fmt::format(
+        "kernel injection's {} copying the meta layer's weights (apply_tensor_parallelism)",
+        container_name(c.model_class));
+    return;
   }
   if (description_type.empty()) {
-    out.left = names;  // the containers copy the meta layers' tensors: nothing to fill them
+    // A MetaTensorContainer skips the copy: its layers hold uninitialized memory, and the
+    // modules outside them stay on meta.
+    out.left = names_of(ls, [](const Leaf& l) { return !l.in_layer; });
+    out.uninitialized = names_of(ls, [](const Leaf& l) { return l.in_layer; });
   } else if (!before(v, 0, 8, 1) && before(v, 0, 8, 2) && parallelization != "tp") {
     // load_checkpoint.py 0.8.1: a 'pp' description (no 'parallelization: tp') loads each
     // layer through replace_policy.load_params, which only the containers define.
@@ -118,56 +140,75 @@ void kernel_meta_load(const InjectionChoice& c, const std::vector<std::string>& 
   }
 }
 
+// AutoTP's or injection_policy's loader and slicing on a meta model.
+void tp_meta_load(const InjectionChoice& c, const std::vector<Leaf>& ls,
+                  const std::string& description_type, MetaLoad& out) {
+  const std::string& v = c.deepspeed_version;
+  const std::string who = c.mode == "autotp" && c.policy.empty() ? "AutoTP" : "injection_policy";
+  // Before 0.9.3 AutoTP runs at every tp; from 0.9.3 only above tp 1 (a policy always runs).
+  const bool runs = who == "injection_policy" || c.tp > 1 || before(v, 0, 9, 3);
+  const bool reads = runs && !before(v, 0, 9, 3) && !description_type.empty();
+  if (reads) {
+    out.loader =
+        fmt::format("{}'s loader read the checkpoint's Linear, Embedding, LayerNorm{} modules", who,
+                    before(v, 0, 10, 2) ? " and OPTLearnedPositionalEmbedding"
+                                        : ", OPTLearnedPositionalEmbedding and LlamaRMSNorm");
+  }
+  bool slicing_fails = false;
+  for (const Leaf& l : ls) {
+    if (reads && tp_loader_reads(*l.module, v)) continue;
+    if (runs && sliced(l) && !before(v, 0, 12, 6)) {
+      out.uninitialized.push_back(l.name);  // auto_tp.move: empty_like
+      continue;
+    }
+    slicing_fails = slicing_fails || (runs && sliced(l));
+    out.left.push_back(l.name);
+  }
+  if (slicing_fails) {
+    out.copy_site = fmt::format("{}'s slicing of a layer's weight it did not load ({})", who,
+                                "ReplaceWithTensorSlicing, replace_wo_policy's _replace");
+  }
+}
+
 }  // namespace
 
 MetaLoad load_meta_model(const InjectionChoice& c, int layers, const std::string& description_type,
                          const std::string& parallelization) {
   const std::string& v = c.deepspeed_version;
-  const Module model = model_of(c.model_class, layers);
-  std::vector<const Module*> mods;
-  std::vector<std::string> names;
-  leaves(model, "", mods, names);
+  const Module model = model_of(c.model_class, layers);  // the leaves point into it
+  std::vector<Leaf> ls;
+  leaves(model, "", false, ls);
   MetaLoad out;
   out.copy_site = "the engine's module.to(device) in InferenceEngine.__init__";
   if (c.mode == "megatron") {
     // No init_inference: the script moves the model itself (DeepSpeedExamples' DSPipeline
     // calls self.model.cuda() before generate), and nothing has read the checkpoint into it.
-    out.left = names;
+    out.left = names_of(ls, [](const Leaf&) { return true; });
     out.copy_site = "the pipeline's model.cuda() before generate (no init_inference ran)";
     return out;
   }
+  // get_sd_loader_json hands back as it is a BLOOM description (before 0.7.7 any type naming
+  // bloom) and from 0.7.7 a ds_model one.
   const std::string t = lower_ascii(description_type);
-  if (!description_type.empty() && t != "bloom" && t != "ds_model") {
+  const bool raw =
+      before(v, 0, 7, 7) ? t.find("bloom") != std::string::npos : (t == "bloom" || t == "ds_model");
+  if (!description_type.empty() && !raw) {
     raise<ConfigError>(
         "workload.infer.meta_tensor: the checkpoint description's type is '{}'; DeepSpeed's meta "
         "loaders read only a description that get_sd_loader_json hands back as it is (type "
-        "BLOOM or ds_model), and another type with meta tensors is not modelled",
+        "BLOOM, from 0.7.7 also ds_model), and another type with meta tensors is not modelled",
         description_type);
   }
-  const bool hf_device = c.model_class != "megatron_gpt";  // module.device: a HF model's
   if (c.mode == "kernel") {
-    kernel_meta_load(c, names, description_type, parallelization, out);
+    kernel_meta_load(c, ls, description_type, parallelization, out);
   } else {
-    const bool runs = c.mode == "policy" || !c.policy.empty() || c.tp > 1 || before(v, 0, 9, 3);
-    if (before(v, 0, 9, 3) || !runs || description_type.empty()) {
-      out.left = names;
-      if (runs && c.tp > 1) {
-        out.copy_site = "AutoTP's slicing of the first Linear it shards (ReplaceWithTensorSlicing)";
-      }
-    } else {
-      for (size_t i = 0; i < mods.size(); ++i) {
-        if (!tp_loader_reads(*mods[i], v)) out.left.push_back(names[i]);
-      }
-      out.loader =
-          fmt::format("{}'s loader read the checkpoint's Linear, Embedding, LayerNorm{} modules",
-                      c.mode == "autotp" ? "AutoTP" : "injection_policy",
-                      before(v, 0, 10, 2) ? " and OPTLearnedPositionalEmbedding"
-                                          : ", OPTLearnedPositionalEmbedding and LlamaRMSNorm");
-    }
+    tp_meta_load(c, ls, description_type, out);
   }
-  // 0.12.6 on: a HF model whose first parameter is still on meta goes to to_empty().
-  if (!out.left.empty() && hf_device && !before(v, 0, 12, 6) && out.left.front() == names.front() &&
-      out.copy_site.find("module.to") != std::string::npos) {
+  // 0.12.6 on: a HF model (Megatron's GPTModel has no `device`) whose first parameter is still
+  // on meta goes to to_empty(), which gives every parameter, loaded or not, empty memory.
+  const bool hf_device = c.model_class != "megatron_gpt";
+  if (!out.left.empty() && hf_device && !before(v, 0, 12, 6) &&
+      out.left.front() == ls.front().name && out.copy_site.find("module.to") != std::string::npos) {
     out.to_empty = true;
     out.copy_site = "the engine's module.to_empty(device) (the first parameter is on meta)";
   }
@@ -190,6 +231,12 @@ std::string move_meta_model(const MetaLoad& m) {
         fmt::join(m.left.begin(), m.left.begin() + static_cast<long>(shown), ", "),
         m.left.size() > shown ? ", ..." : "",
         m.loader.empty() ? "; no loader read the checkpoint" : "; " + m.loader);
+  }
+  if (!m.uninitialized.empty()) {
+    raise<ConfigError>(
+        "workload.infer.meta_tensor: {} modules ({}, ...) were given uninitialized memory and the "
+        "rest loaded; serving a partly uninitialized model is not modelled",
+        m.uninitialized.size(), m.uninitialized.front());
   }
   return "meta tensors: " + m.loader;
 }
