@@ -230,6 +230,17 @@ TEST(Inference, AMetaModelNobodyLoadsFailsTheMoveOrIsMovedWithToEmpty) {
   };
   EXPECT_TRUE(generated_all_zero(tokens(after))) << tokens(after);
   EXPECT_FALSE(generated_all_zero(tokens(loaded))) << tokens(loaded);
+  // The key names matter to the meta loader only, and only OPT's and BLOOM's files differ.
+  auto keys_alone = launch(FAULTLINE_INFER, 1, {"--checkpoint-keys", "wrapped"});
+  EXPECT_EQ(keys_alone.exit_code, 2) << keys_alone.output;
+  EXPECT_NE(keys_alone.output.find("read only by the meta loader"), std::string::npos)
+      << keys_alone.output;
+  auto llama_keys =
+      launch(FAULTLINE_INFER, 1,
+             {"--meta-tensor", "--model-class", "llama", "--checkpoint-keys", "wrapped"});
+  EXPECT_EQ(llama_keys.exit_code, 2) << llama_keys.output;
+  EXPECT_NE(llama_keys.output.find("is for model_class opt or bloom"), std::string::npos)
+      << llama_keys.output;
 }
 
 TEST(Inference, KvCacheBeyondTheBudgetIsAnOutOfMemoryError) {

@@ -39,6 +39,7 @@ struct InferArgs {
   std::string injection = "megatron", model_class = "gpt2";
   std::vector<std::string> injection_policy;
   bool meta_tensor = false;  // the model is built on the meta device (meta_load.hpp)
+  std::string checkpoint_keys = "bare";
 };
 
 // The window the engine's attention kernel gets: the model's, except in Megatron's dynamic
@@ -76,18 +77,32 @@ void declare_injection_options(worker::Options& o, InferArgs& a) {
              "left on meta fails the first copy (NotImplementedError: Cannot copy out of meta "
              "tensor), and from DeepSpeed 0.12.6 a first parameter left on meta makes the engine "
              "give every parameter uninitialized memory (to_empty)");
+  o.add("workload.infer.checkpoint_keys", "--checkpoint-keys", a.checkpoint_keys,
+        "How the checkpoint's state-dict keys name an OPT or BLOOM model's modules, which the "
+        "meta loader of kernel injection matches: bare (below the causal-LM wrapper: opt-350m's "
+        "decoder.*, bigscience/bloom's h.*) or wrapped (with the wrapper's attribute: "
+        "opt-125m's model.decoder.*, BLOOM fine-tunes' transformer.*)")
+      .choices({"bare", "wrapped"});
 }
 
 // The meta model's loading and its move to the device (meta_load.hpp); true when to_empty left
 // every parameter uninitialized.
 bool load_meta(const InferArgs& a, const infer::InjectionChoice& choice, int layers, int rank) {
-  std::string type, parallelization;
+  infer::MetaCheckpoint ckpt;
+  ckpt.wrapped_keys = a.checkpoint_keys == "wrapped";
+  if (ckpt.wrapped_keys && a.model_class != "opt" && a.model_class != "bloom") {
+    raise<ConfigError>(
+        "workload.infer.checkpoint_keys wrapped is for model_class opt or bloom (this job: {}), "
+        "whose files come both ways; the others' files keep their wrapper's name, as their "
+        "loaders do",
+        a.model_class);
+  }
   if (!a.checkpoint_json.empty() && a.injection != "megatron") {
     const auto d = infer::read_checkpoint_description(a.checkpoint_json);
-    type = d.type;
-    parallelization = d.parallelization;
+    ckpt.type = d.type;
+    ckpt.parallelization = d.parallelization;
   }
-  const auto m = infer::load_meta_model(choice, layers, type, parallelization);
+  const auto m = infer::load_meta_model(choice, layers, ckpt);
   const std::string line = infer::move_meta_model(m);
   if (rank == 0) std::printf("init_inference: %s\n", line.c_str());
   return m.to_empty;
@@ -333,6 +348,12 @@ int main(int argc, char** argv) {
     const std::string sharded = infer::choose_injection(choice);
     if (!sharded.empty() && b.comm->rank() == 0)
       std::printf("init_inference: %s\n", sharded.c_str());
+    if (!a.meta_tensor && a.checkpoint_keys != "bare") {
+      raise<ConfigError>(
+          "workload.infer.checkpoint_keys {} is read only by the meta loader "
+          "(workload.infer.meta_tensor: true)",
+          a.checkpoint_keys);
+    }
     const bool uninitialized = a.meta_tensor && load_meta(a, choice, cfg.layers, b.comm->rank());
     model::ParamLayout pl(cfg, a.layout.tp, topo.tp_rank, a.layout.pp, topo.pp_rank);
     auto params = load_weights(a, cfg, topo, pl);

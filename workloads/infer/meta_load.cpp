@@ -94,10 +94,42 @@ bool sliced(const Leaf& l) {
   return l.in_layer && (l.module->type == "Linear" || l.module->type == "Conv1D");
 }
 
+// load_module_recursive's names against the checkpoint's keys (meta_load.hpp): the loader drops
+// the wrapper's attribute for OPT and BLOOM from a 'pp' description unless the keys show it (from
+// 0.8.3 `model.`, from 0.10.0 `transformer.`); a module found by its name's suffix is then read
+// under the dropped name, which wrapped keys lack.
+void check_key_names(const InjectionChoice& c, const std::vector<Leaf>& ls,
+                     const MetaCheckpoint& ckpt) {
+  const std::string& v = c.deepspeed_version;
+  const bool opt = c.model_class == "opt", bloom = c.model_class == "bloom";
+  if (!ckpt.wrapped_keys || ckpt.parallelization == "tp" || !(opt || bloom)) return;
+  if (before(v, 0, 7, 7)) {
+    raise<ConfigError>(
+        "workload.infer.checkpoint_keys wrapped with DeepSpeed {}: the meta loader's key names "
+        "before 0.7.7 are not modelled",
+        v);
+  }
+  if ((opt && !before(v, 0, 8, 3)) || (bloom && !before(v, 0, 10, 0))) return;  // prefix_check
+  // The first module outside the decoder layers, named below the wrapper.
+  for (const Leaf& l : ls) {
+    if (l.in_layer) continue;
+    const std::string path = l.name.substr(0, l.name.find(' '));
+    const std::string wrapper = opt ? "model." : "transformer.";
+    if (path.rfind(wrapper, 0) != 0) continue;
+    raise<CheckpointError>(
+        "KeyError: '{}.weight' (DeepSpeed {}'s meta loader drops '{}' from the names it looks "
+        "up, as {}'s policy asks, and this checkpoint's keys keep it: '{}.weight'; pull request "
+        "{} looks at the keys first)",
+        path.substr(wrapper.size()), v, wrapper, opt ? "OPT" : "BLOOM", path,
+        opt ? "2990 (0.8.3)" : "3885 (0.10.0)");
+  }
+}
+
 // Kernel injection's containers on a meta model: every module loaded, or DeepSpeed's error.
 void kernel_meta_load(const InjectionChoice& c, const std::vector<Leaf>& ls,
-                      const std::string& description_type, const std::string& parallelization,
-                      MetaLoad& out) {
+                      const MetaCheckpoint& ckpt, MetaLoad& out) {
+  const std::string& description_type = ckpt.type;
+  const std::string& parallelization = ckpt.parallelization;
   const std::string& v = c.deepspeed_version;
   if (!meta_container(c.model_class, v)) {
     if (before(v, 0, 8, 1)) {
@@ -135,6 +167,7 @@ void kernel_meta_load(const InjectionChoice& c, const std::vector<Leaf>& ls,
         "without 'parallelization: tp')",
         policy_name(c.model_class));
   } else {
+    check_key_names(c, ls, ckpt);
     out.loader = fmt::format("kernel injection's {} loaded every module from the checkpoint",
                              container_name(c.model_class));
   }
@@ -172,8 +205,8 @@ void tp_meta_load(const InjectionChoice& c, const std::vector<Leaf>& ls,
 
 }  // namespace
 
-MetaLoad load_meta_model(const InjectionChoice& c, int layers, const std::string& description_type,
-                         const std::string& parallelization) {
+MetaLoad load_meta_model(const InjectionChoice& c, int layers, const MetaCheckpoint& ckpt) {
+  const std::string& description_type = ckpt.type;
   const std::string& v = c.deepspeed_version;
   const Module model = model_of(c.model_class, layers);  // the leaves point into it
   std::vector<Leaf> ls;
@@ -200,7 +233,7 @@ MetaLoad load_meta_model(const InjectionChoice& c, int layers, const std::string
         description_type);
   }
   if (c.mode == "kernel") {
-    kernel_meta_load(c, ls, description_type, parallelization, out);
+    kernel_meta_load(c, ls, ckpt, out);
   } else {
     tp_meta_load(c, ls, description_type, out);
   }

@@ -42,12 +42,25 @@ struct MetaLoad {
   bool to_empty = false;  // moved with to_empty(): every parameter uninitialized, no error
 };
 
+// The checkpoint init_inference got: its description's type ("" : none given) and
+// 'parallelization' ("pp" unless the description says "tp"), and whether the state dict's keys
+// carry the causal-LM wrapper's attribute (`model.` for facebook/opt-125m to 2.7b, `transformer.`
+// for BLOOM fine-tunes such as TigerBot) or start below it (`decoder.` for opt-350m and larger,
+// bigscience/bloom's `h.0.`), which only OPT and BLOOM files differ in.
+struct MetaCheckpoint {
+  std::string type;
+  std::string parallelization = "pp";
+  bool wrapped_keys = false;
+};
+
 // What the loaders leave of a meta model of `c.model_class` with `layers` decoder layers, loaded
-// from a checkpoint description with `description_type` and `parallelization` ("" for
-// description_type: none given). Throws CheckpointError with DeepSpeed's text where its loader
-// stops, ConfigError for what is not modelled.
-MetaLoad load_meta_model(const InjectionChoice& c, int layers, const std::string& description_type,
-                         const std::string& parallelization);
+// from `ckpt`. Throws CheckpointError with DeepSpeed's text where its loader stops, ConfigError
+// for what is not modelled. Kernel injection's loader drops the wrapper's name from the names it
+// looks up for OPT and BLOOM from a 'pp' description (their policies' use_load_prefix), unless,
+// from 0.8.3 (pull request 2990), a key starts with `model.`, or, from 0.10.0 (pull request 3885),
+// with `transformer.`: before those, wrapped keys meet "KeyError: 'decoder.embed_tokens.weight'"
+// (OPT) or "KeyError: 'word_embeddings.weight'" (BLOOM) at the first module outside the layers.
+MetaLoad load_meta_model(const InjectionChoice& c, int layers, const MetaCheckpoint& ckpt);
 
 // The copy to the device: throws CheckpointError with torch's error naming the modules left on
 // meta (unless to_empty moved them); returns the line rank 0 prints.
