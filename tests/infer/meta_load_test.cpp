@@ -191,6 +191,16 @@ TEST(MetaLoad, WrappedKeysMeetTheLoadersDroppedWrapperUntilTheFixes) {
   EXPECT_EQ(keys_error("bloom", "0.9.5", "pp", true).rfind("KeyError: 'word_embeddings.weight'", 0),
             0u);
   EXPECT_EQ(keys_error("bloom", "0.10.0", "pp", true), "");
+  // The two fixes are separate: 0.8.3 keeps BLOOM's wrapper dropped.
+  EXPECT_EQ(keys_error("bloom", "0.8.3", "pp", true).rfind("KeyError: 'word_embeddings.weight'", 0),
+            0u);
+  // 0.8.1 drops the name as well, and the embedding comes before a layer's load_params.
+  EXPECT_EQ(
+      keys_error("opt", "0.8.1", "pp", true).rfind("KeyError: 'decoder.embed_tokens.weight'", 0),
+      0u);
+  EXPECT_EQ(
+      keys_error("opt", "0.7.7", "pp", true).rfind("KeyError: 'decoder.embed_tokens.weight'", 0),
+      0u);
 }
 
 }  // namespace

@@ -90,6 +90,13 @@ void declare_injection_options(worker::Options& o, InferArgs& a) {
 bool load_meta(const InferArgs& a, const infer::InjectionChoice& choice, int layers, int rank) {
   infer::MetaCheckpoint ckpt;
   ckpt.wrapped_keys = a.checkpoint_keys == "wrapped";
+  if (ckpt.wrapped_keys && a.injection != "kernel") {
+    raise<ConfigError>(
+        "workload.infer.checkpoint_keys wrapped is modelled for kernel injection's meta loader "
+        "only (workload.infer.injection kernel; this job: {}): AutoTP's loader's key names are "
+        "not modelled",
+        a.injection);
+  }
   if (ckpt.wrapped_keys && a.model_class != "opt" && a.model_class != "bloom") {
     raise<ConfigError>(
         "workload.infer.checkpoint_keys wrapped is for model_class opt or bloom (this job: {}), "

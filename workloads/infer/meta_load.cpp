@@ -158,7 +158,12 @@ void kernel_meta_load(const InjectionChoice& c, const std::vector<Leaf>& ls,
     // modules outside them stay on meta.
     out.left = names_of(ls, [](const Leaf& l) { return !l.in_layer; });
     out.uninitialized = names_of(ls, [](const Leaf& l) { return l.in_layer; });
-  } else if (!before(v, 0, 8, 1) && before(v, 0, 8, 2) && parallelization != "tp") {
+    return;
+  }
+  // The walk meets the modules outside the decoder layers (the embedding first) before a layer's
+  // load_params: wrapped keys fail there first.
+  check_key_names(c, ls, ckpt);
+  if (!before(v, 0, 8, 1) && before(v, 0, 8, 2) && parallelization != "tp") {
     // load_checkpoint.py 0.8.1: a 'pp' description (no 'parallelization: tp') loads each
     // layer through replace_policy.load_params, which only the containers define.
     raise<CheckpointError>(
@@ -166,11 +171,9 @@ void kernel_meta_load(const InjectionChoice& c, const std::vector<Leaf>& ls,
         "load_model_with_checkpoint calls it on the container's policy for a description "
         "without 'parallelization: tp')",
         policy_name(c.model_class));
-  } else {
-    check_key_names(c, ls, ckpt);
-    out.loader = fmt::format("kernel injection's {} loaded every module from the checkpoint",
-                             container_name(c.model_class));
   }
+  out.loader = fmt::format("kernel injection's {} loaded every module from the checkpoint",
+                           container_name(c.model_class));
 }
 
 // AutoTP's or injection_policy's loader and slicing on a meta model.
