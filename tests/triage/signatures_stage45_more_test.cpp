@@ -63,5 +63,25 @@ TEST(TriageStage5SymptomWithinStage, TheCheckpointDescriptionsKeyErrorIsALoading
   EXPECT_EQ(inject.symptoms[0].id, "5.3");
 }
 
+// Stop 79: torch's meta-tensor copy error in a report that names DeepSpeed's inference on another
+// line is a module init_inference's loaders never filled (5.5 / R5.6,
+// workloads/infer/meta_load.hpp); alone it stays stage 3's loading failure (3.1).
+TEST(TriageStage5SymptomWithinStage, AMetaTensorCopyBesideInferenceIsALoadingIssue) {
+  const auto r =
+      run("NotImplementedError: Cannot copy out of meta tensor; no data!\n"
+          "deepspeed --num_gpus 8 inference-test.py --name facebook/opt-66b --use_meta_tensor\n");
+  ASSERT_EQ(r.kind, Result::Kind::kFound);
+  EXPECT_EQ(r.stage, 5);
+  ASSERT_FALSE(r.symptoms.empty());
+  EXPECT_EQ(r.symptoms[0].id, "5.5");
+  EXPECT_TRUE(cites(r.symptoms[0], "meta-tensor", 1));
+  ASSERT_FALSE(r.root_causes.empty());
+  EXPECT_EQ(r.root_causes[0].id, "R5.6");
+  const auto alone = run("NotImplementedError: Cannot copy out of meta tensor; no data!\n");
+  ASSERT_EQ(alone.kind, Result::Kind::kFound);
+  ASSERT_FALSE(alone.symptoms.empty());
+  EXPECT_EQ(alone.symptoms[0].id, "3.1");
+}
+
 }  // namespace
 }  // namespace fl::triage
