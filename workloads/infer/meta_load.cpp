@@ -15,9 +15,8 @@
 namespace fl::infer {
 namespace {
 
-bool before(const std::string& v, int major, int minor, int patch) {
-  return ops::stated_and_older(v, major, minor, patch);
-}
+// True when the job states DeepSpeed `v` and it is older than major.minor.patch.
+constexpr auto& before = ops::stated_and_older;
 
 // The leaf classes of the served architectures that hold parameters.
 bool has_parameters(const Module& m) {
