@@ -65,7 +65,7 @@ void timed(benchmark::State& state, double flops_per_iter, F&& body) {
     state.SetIterationTime(ms / 1e3);
   }
   state.counters["TFLOP/s"] =
-      benchmark::Counter(flops_per_iter * state.iterations(), benchmark::Counter::kIsRate,
+      benchmark::Counter(flops_per_iter * state.iterations() / 1e12, benchmark::Counter::kIsRate,
                          benchmark::Counter::kIs1000);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);

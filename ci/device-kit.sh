@@ -14,6 +14,9 @@
 #                                      CUDA op tests and a short training; error counts summarised
 #   ci/device-kit.sh suite [OUT]       faultline suite scenarios/suites/gpu.yaml
 #   ci/device-kit.sh bench [OUT]       bench/gpu_vs_pytorch.sh (fp32 and bf16 against PyTorch)
+#   ci/device-kit.sh profile [OUT]     bench/gpu_profile.sh (where a step's time goes)
+#   ci/device-kit.sh session [OUT]  there: build (the targets the checks run), bench, gpu-tests,
+#                                   suite, sanitize, within SESSION_S seconds (default 540)
 #   ci/device-kit.sh selftest       here (root): hide this machine's copies of those libraries in a
 #                                   private mount namespace, build from the kit alone (JOBS=2 and
 #                                   the targets it runs, unless JOBS/TARGETS say otherwise), train
@@ -90,18 +93,59 @@ check_size() {
   fi
 }
 
-# "ERROR SUMMARY: N errors" of a compute-sanitizer log, or "-" when the run did not get there.
+# The static archives of the development packages (OpenBLAS's alone is 56 MiB unpacked) are never
+# linked: each has a shared library of the same name in the kit, which the build prefers. Each
+# .deb holding such an archive is repacked without it; static-only archives (GoogleTest's,
+# benchmark_main) stay.
+slim_debs() {
+  local all f tmp a dropped
+  all=$(for f in "$KIT"/debs/*.deb; do dpkg-deb -c "$f" | awk '{print $6}'; done)
+  for f in "$KIT"/debs/*.deb; do
+    dropped=0
+    tmp=$(mktemp -d)
+    dpkg-deb -R "$f" "$tmp/pkg"
+    while read -r a; do
+      if grep -qxF "./${a%.a}.so" <<< "$all"; then
+        rm -f "$tmp/pkg/$a"
+        dropped=$((dropped + 1))
+      fi
+    done < <(cd "$tmp/pkg" && find . -name 'lib*.a' -printf '%P\n')
+    if ((dropped > 0)); then
+      rm -f "$tmp/pkg/DEBIAN/md5sums"
+      dpkg-deb -Zxz -b "$tmp/pkg" "$f" > /dev/null
+    fi
+    rm -rf "$tmp"
+  done
+}
+
+# The error count of a compute-sanitizer log ("ERROR SUMMARY: N errors"; racecheck's "RACECHECK
+# SUMMARY: H hazards displayed (N errors, W warnings)"), or "-" when the run did not get there.
 sanitizer_errors() {
   local n
-  n=$(grep -Eo "ERROR SUMMARY: [0-9]+ error" "$1" 2> /dev/null | tail -1 | grep -Eo "[0-9]+" || true)
+  n=$(grep -Eo "ERROR SUMMARY: [0-9]+ error|hazards displayed \([0-9]+ error" "$1" 2> /dev/null |
+    tail -1 | grep -Eo "[0-9]+ error" | grep -Eo "[0-9]+" || true)
   echo "${n:--}"
 }
 
-step_gpu_tests() {
-  (cd build-gpu && ctest -L gpu --output-on-failure 2>&1) | tee "$OUT_DIR/ctest-gpu.log" || true
+# Seconds a step may take: its own cap, less when the session's deadline (DEADLINE, epoch seconds,
+# set by `session`) comes sooner; 20 s are kept for packing the results.
+run_limit() {
+  local cap=$1 left
+  [ -n "${DEADLINE:-}" ] || {
+    echo "$cap"
+    return
+  }
+  left=$((DEADLINE - $(date +%s) - 20))
+  echo $((left < cap ? (left < 0 ? 0 : left) : cap))
 }
 
-# compute-sanitizer over the CUDA op tests (minus the test that makes a kernel fault on purpose)
+step_gpu_tests() {
+  (cd build-gpu && timeout "$(run_limit "${TESTS_S:-100000}")" ctest -L gpu --timeout "$(run_limit 300)" \
+    --output-on-failure 2>&1) | tee "$OUT_DIR/ctest-gpu.log" || true
+}
+
+# compute-sanitizer over the CUDA op tests (minus the test that makes a kernel fault on purpose and
+# the one that asks cudaMalloc for more than the card has: memcheck counts that refusal as an error)
 # and a few steps of fl-train on one GPU, one log per tool and target, and a summary.
 step_sanitize() {
   local cs
@@ -111,17 +155,22 @@ step_sanitize() {
       tee "$OUT_DIR/sanitizer-summary.txt"
     return 0
   fi
-  local summary="$OUT_DIR/sanitizer-summary.txt" tool target log
+  local summary="$OUT_DIR/sanitizer-summary.txt" tool target log limit
   printf "%-10s %-12s %s\n" tool target errors > "$summary"
   for tool in memcheck racecheck synccheck; do
     for target in cuda_ops fl-train; do
       log="$OUT_DIR/sanitizer-$tool-$target.log"
+      limit=$(run_limit "${SAN_TIMEOUT:-240}")
+      if ((limit < 10)); then
+        printf "%-10s %-12s %s\n" "$tool" "$target" "- (no time left)" >> "$summary"
+        continue
+      fi
       if [ "$target" = cuda_ops ]; then
-        timeout 240 "$cs" --tool "$tool" --log-file "$log" \
-          build-gpu/tests/cuda_ops_test --gtest_filter=-*StickyError* > "$log.out" 2>&1 || true
+        timeout "$limit" "$cs" --tool "$tool" --log-file "$log" \
+          build-gpu/tests/cuda_ops_test --gtest_filter=-*StickyError*:*DeviceRefusal* > "$log.out" 2>&1 || true
       else
         RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_PORT=$((20000 + RANDOM % 20000)) \
-          timeout 240 "$cs" --tool "$tool" --log-file "$log" \
+          timeout "$limit" "$cs" --tool "$tool" --log-file "$log" \
           build-gpu/workloads/train/fl-train --model small --device cuda --steps 3 \
           --micro-batch 2 > "$log.out" 2>&1 || true
       fi
@@ -132,12 +181,12 @@ step_sanitize() {
 }
 
 step_suite() {
-  build-gpu/harness/faultline suite scenarios/suites/gpu.yaml --results "$OUT_DIR/suites" 2>&1 |
+  timeout "$(run_limit "${SUITE_S:-100000}")" build-gpu/harness/faultline suite scenarios/suites/gpu.yaml --results "$OUT_DIR/suites" 2>&1 |
     tee "$OUT_DIR/suite-gpu.log" || true
 }
 
 step_bench() {
-  OUT_DIR="$OUT_DIR" bench/gpu_vs_pytorch.sh build-gpu 2>&1 | tee "$OUT_DIR/bench.log"
+  OUT_DIR="$OUT_DIR" timeout "$(run_limit "${BENCH_S:-100000}")" bench/gpu_vs_pytorch.sh build-gpu 2>&1 | tee "$OUT_DIR/bench.log"
 }
 
 case "${1:-}" in
@@ -148,6 +197,7 @@ case "${1:-}" in
     grep -qx "/$KIT/" "$exclude" 2> /dev/null || echo "/$KIT/" >> "$exclude"
     (cd "$KIT/debs" && apt-get download "${PACKAGES[@]}" "${GRPC_PACKAGES[@]}" 2>&1 |
       grep -v "^W: Download is performed unsandboxed" || true)
+    slim_debs
     check_size
     ;;
   build)
@@ -168,12 +218,15 @@ case "${1:-}" in
       -DProtobuf_PROTOC_EXECUTABLE="$ROOT/usr/bin/protoc" \
       -DFAULTLINE_PROTOC="$ROOT/usr/bin/protoc" \
       -DFAULTLINE_GRPC_CPP_PLUGIN="$ROOT/usr/bin/grpc_cpp_plugin" \
-      -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}"
-    # Everything by default; JOBS and TARGETS (space-separated) narrow it (the selftest does).
+      -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" \
+      -DCMAKE_UNITY_BUILD="${UNITY:-ON}" -DCMAKE_UNITY_BUILD_BATCH_SIZE=16
+    # Unity batches of 16 as CI builds them (UNITY=OFF for one translation unit per file): each
+    # header is parsed once per batch instead of once per file. Everything by default; JOBS and
+    # TARGETS (space-separated) narrow it (the selftest does).
     # shellcheck disable=SC2086
     cmake --build build-gpu -j "${JOBS:-$(nproc)}" ${TARGETS:+--target $TARGETS}
     ;;
-  test | gpu-tests | sanitize | suite | bench)
+  test | gpu-tests | sanitize | suite | bench | profile)
     out_dir "${2:-}"
     env_for_root
     nvidia-smi > "$OUT_DIR/nvidia-smi.txt" 2>&1 || true
@@ -183,7 +236,50 @@ case "${1:-}" in
       sanitize) step_sanitize ;;
       suite) step_suite ;;
       bench) step_bench ;;
+      profile) OUT_DIR="$OUT_DIR" bench/gpu_profile.sh build-gpu 2>&1 | tee "$OUT_DIR/profile.log" ;;
     esac
+    ;;
+  session)
+    # Everything in one device call: build what the checks run, then the benchmark, the gpu
+    # tests, the GPU suite and the sanitizer, in that order, each bounded by what is left of
+    # SESSION_S seconds (default 540). The logs are packed into OUT/results.tar.gz (the device
+    # tool returns at most 8 files) beside OUT/session.txt, the step timings and the headline
+    # results.
+    start=$(date +%s)
+    export DEADLINE=$((start + ${SESSION_S:-540}))
+    out_dir "${2:-}"
+    SESSION_OUT="$OUT_DIR"
+    LOGS="$OUT_DIR/logs"
+    mkdir -p "$LOGS"
+    summary="$OUT_DIR/session.txt"
+    stamp() { echo "$(($(date +%s) - start)) s: $*" | tee -a "$summary"; }
+    pack() { tar -C "$SESSION_OUT" -czf "$SESSION_OUT/results.tar.gz" logs && rm -rf "$LOGS"; }
+    trap pack EXIT
+    nvidia-smi > "$LOGS/nvidia-smi.txt" 2>&1 || true
+    stamp "start on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)," \
+      "$(nproc) cores, $(cmake --version | head -1)"
+    TARGETS="${TARGETS:-fl-train fl-infer fl-ckpt faultline cuda_ops_test gpu_train_test comm_gpu_test fl-bench-gpu-gemm}" \
+      "$0" build > "$LOGS/build.log" 2>&1 || {
+      stamp "build failed"
+      tail -40 "$LOGS/build.log" | tee -a "$summary"
+      exit 1
+    }
+    stamp "built"
+    env_for_root
+    OUT_DIR="$LOGS"
+    BENCH_S="${BENCH_S:-150}" step_bench > /dev/null 2>&1 || stamp "bench failed (logs/bench.log)"
+    sed -n '/^| precision/,$p' "$LOGS/bench.log" >> "$summary" || true
+    stamp "bench done"
+    TESTS_S="${TESTS_S:-180}" step_gpu_tests > /dev/null 2>&1
+    grep -E "tests passed|\(Failed\)|\(Timeout\)|\(SEGFAULT\)|Not Run|Skipped" "$LOGS/ctest-gpu.log" |
+      tee -a "$summary" || true
+    stamp "gpu tests done"
+    SUITE_S="${SUITE_S:-90}" step_suite > /dev/null 2>&1
+    tail -15 "$LOGS/suite-gpu.log" >> "$summary" || true
+    stamp "suite done"
+    SAN_TIMEOUT="${SAN_TIMEOUT:-60}" step_sanitize > /dev/null 2>&1
+    cat "$LOGS/sanitizer-summary.txt" >> "$summary" || true
+    stamp "sanitizer done"
     ;;
   selftest)
     [ "$(id -u)" -eq 0 ] || {
@@ -248,7 +344,7 @@ case "${1:-}" in
     echo "selftest: PASS"
     ;;
   *)
-    sed -n 2,25p "$0"
+    sed -n 2,27p "$0"
     exit 2
     ;;
 esac

@@ -3,6 +3,7 @@
 
 #include "base/error.hpp"
 #include "kernels/versions.hpp"
+#include "workloads/model/state_dict.hpp"
 #include "workloads/train/freeze.hpp"
 
 namespace fl::train {

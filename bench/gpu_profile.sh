@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Where a GPU training step's time goes, in one run on one GPU (after ci/device-kit.sh build):
+#   1. fl-train tokens/s at micro-batch 8 and 32 in fp32 and bf16: a step whose time grows less
+#      than its work is bound by the host (launches, syncs), not by the kernels;
+#   2. Nsight Compute's per-kernel summary (gpu__time_duration.sum, clocks left alone) of 1 step
+#      at micro-batch 8 in each precision: the kernels' total time against the step's wall time.
+#   OUT_DIR=dir bench/gpu_profile.sh [build-dir]
+# Config (environment): as bench/gpu_vs_pytorch.sh (GPT-2-small shapes, 8192-token vocabulary).
+set -uo pipefail
+BUILD="${1:-build-gpu}"
+OUT_DIR="${OUT_DIR:-.}"
+VOCAB="${VOCAB:-8192}" D_MODEL="${D_MODEL:-768}" LAYERS="${LAYERS:-12}" HEADS="${HEADS:-12}"
+SEQ="${SEQ:-256}"
+mkdir -p "$OUT_DIR"
+export RANK=0 WORLD_SIZE=1 LOCAL_RANK=0
+train() {
+  MASTER_PORT=$((20000 + RANDOM % 20000)) "$BUILD/workloads/train/fl-train" --model small \
+    --vocab "$VOCAB" --d-model "$D_MODEL" --layers "$LAYERS" --heads "$HEADS" --seq-len "$SEQ" \
+    --device cuda --lr 1e-3 "$@"
+}
+for p in fp32 bf16; do
+  for mb in 8 32; do
+    train --precision "$p" --micro-batch "$mb" --steps 8 --metrics "$OUT_DIR/scale_${p}_mb$mb.jsonl" \
+      > /dev/null 2>&1
+    echo "$p mb $mb: median tokens/s of steps 3-7: $(python3 -c "
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][3:]
+print(round(statistics.median(r['tokens_per_s'] for r in rows)),
+      'step ms', round(1000 * statistics.median(r['step_time_s'] for r in rows), 1))
+" "$OUT_DIR/scale_${p}_mb$mb.jsonl")"
+  done
+done
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+for p in fp32 bf16; do
+  timeout "${NCU_S:-120}" "$NCU" --clock-control none --metrics gpu__time_duration.sum \
+    --print-summary per-kernel --csv --launch-count 4000 \
+    "$BUILD/workloads/train/fl-train" --model small --vocab "$VOCAB" --d-model "$D_MODEL" \
+    --layers "$LAYERS" --heads "$HEADS" --seq-len "$SEQ" --device cuda --lr 1e-3 \
+    --precision "$p" --micro-batch 8 --steps 1 > "$OUT_DIR/ncu_$p.csv" 2> "$OUT_DIR/ncu_$p.err"
+done
