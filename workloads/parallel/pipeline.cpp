@@ -16,7 +16,8 @@ namespace {
 class StageRun {
  public:
   StageRun(model::GptStage& stage, model::ParamAccess& params, Topology& topo,
-           const std::vector<PipelineMicroBatch>& mbs, int T, float dloss, MemoryAccountant& acct)
+           const std::vector<PipelineMicroBatch>& mbs, int T, float dloss, MemoryAccountant& acct,
+           const std::function<void()>& before_backward)
       : stage_(stage),
         params_(params),
         pp_(*topo.pp),
@@ -30,7 +31,8 @@ class StageRun {
         prev_(topo.pp_rank - 1),
         next_(topo.pp_rank + 1),
         acts_(mbs.size()),
-        xin_(mbs.size()) {}
+        xin_(mbs.size()),
+        before_backward_(before_backward) {}
 
   // GPipe: every forward, then (when training) every backward.
   void gpipe(bool backward) {
@@ -88,6 +90,7 @@ class StageRun {
   }
   // Backward of micro-batch k given dy (null on the last stage); returns dx (empty on the first).
   Tensor bwd(int k, const float* dy) {
+    if (!last_ && before_backward_) before_backward_();
     Tensor dx;
     if (!first_) dx = act_buf(k, "grad.act.pipeline.send");
     stage_.backward(*acts_[static_cast<size_t>(k)], params_, dloss_, dy,
@@ -137,14 +140,16 @@ class StageRun {
   std::vector<std::unique_ptr<model::StageActs>> acts_;
   std::vector<Tensor> xin_;  // activations received from the previous stage
   double loss_sum_ = 0;
+  const std::function<void()>& before_backward_;
 };
 
 }  // namespace
 
 double run_pipeline(model::GptStage& stage, model::ParamAccess& params, Topology& topo,
                     const std::vector<PipelineMicroBatch>& mbs, int T, float dloss, bool backward,
-                    const std::string& schedule, MemoryAccountant& acct) {
-  StageRun run(stage, params, topo, mbs, T, dloss, acct);
+                    const std::string& schedule, MemoryAccountant& acct,
+                    const std::function<void()>& before_backward) {
+  StageRun run(stage, params, topo, mbs, T, dloss, acct, before_backward);
   if (!backward || schedule == "gpipe") {
     run.gpipe(backward);
   } else {

@@ -86,6 +86,12 @@ void check_job_config(const TrainConfig& c, const model::Layout& l) {
         c.train_batch_size, c.micro_batch, c.grad_accum, l.dp);
   }
   check_pair_loss(c, l);
+  ds_optimizer_wrapper(c, l);
+}
+
+OptimizerWrapper ds_optimizer_wrapper(const TrainConfig& c, const model::Layout& l) {
+  return optimizer_wrapper({c.precision, c.grad_accum_dtype, l.zero, c.offload_optimizer, l.pp > 1},
+                           ops::job_versions().deepspeed);
 }
 
 namespace {

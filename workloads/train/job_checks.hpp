@@ -4,6 +4,7 @@
 
 #include "workloads/model/config.hpp"
 #include "workloads/parallel/zero.hpp"
+#include "workloads/train/optimizer_wrapper.hpp"
 #include "workloads/train/trainer.hpp"
 
 namespace fl::train {
@@ -15,6 +16,10 @@ parallel::ZeroConfig zero_config_of(const TrainConfig& c, int stage, int rank);
 // The precision, the checkpoint key prefixes, the schedule, the batch and DeepSpeed's batch
 // triangle (ConfigError naming the key).
 void check_job_config(const TrainConfig& c, const model::Layout& l);
+
+// deepspeed.initialize's optimizer wrapper for the job (optimizer_wrapper.hpp): its data types,
+// ZeRO stage, optimizer offload and pipeline; a combination DeepSpeed refuses raises ConfigError.
+OptimizerWrapper ds_optimizer_wrapper(const TrainConfig& c, const model::Layout& l);
 
 // The reducers and engines as modelled: torch's DDP wrapper, Gemini's chunks, DeepCompile.
 void check_ddp(const TrainConfig& c, const model::Layout& l);

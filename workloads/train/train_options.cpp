@@ -17,6 +17,13 @@ void optimizer_options(worker::Options& o, TrainArgs& a) {
       .range(1, 4096);
   o.add("workload.grad_accum", "--grad-accum", c.grad_accum, "Micro-batches per step")
       .range(1, 1024);
+  o.add("workload.grad_accum_dtype", "--grad-accum-dtype", c.grad_accum_dtype,
+        "DeepSpeed's data_types.grad_accum_dtype: fp32, fp16, bf16, or unset for its default "
+        "(the model's type; fp32 for bf16 without ZeRO before 0.17.6). With the model's type, "
+        "the ZeRO stage, optimizer offload and pipeline stages it picks the optimizer wrapper as "
+        "workload.versions.deepspeed did, or DeepSpeed's NotImplementedError at initialize; a "
+        "bf16 pipeline without BF16_Optimizer fails its first backward on a stage that is not "
+        "the last (clear_lp_grads)");
   o.add("workload.grad_sync", "--grad-sync", c.grad_sync,
         "When ZeRO 0-1 all-reduce the gradients under grad_accum: step (once, after the last "
         "micro-batch, as DeepSpeed's boundary or DDP's no_sync on the others) or micro_batch "

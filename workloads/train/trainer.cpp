@@ -68,6 +68,7 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
       staging_(0, topo.rank, acct.device()) {
   stage_.set_activation_precision(cfg_.precision);
   check_job_config(cfg_, topo.layout);
+  ds_wrapper_ = ds_optimizer_wrapper(cfg_, topo.layout);
   gemm_precision_ = gemm_precision_for(cfg_.precision, acct.device(), kGemmPrecision.get());
   check_ddp_wrapper(topo);
   check_freeze(cfg_.freeze, cfg_.model);
@@ -216,8 +217,20 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
     std::vector<parallel::PipelineMicroBatch> pmbs;
     for (const auto& mb : mbs) pmbs.push_back({mb.tokens.data(), mb.targets.data(), mb.B});
     const auto p0 = std::chrono::steady_clock::now();
+    // DeepSpeed's pipeline engine under bf16 calls the optimizer's clear_lp_grads before each
+    // backward on a stage that is not the last.
+    std::function<void()> clear_lp_grads;
+    if (cfg_.precision == DType::kBF16 && ds_wrapper_ != OptimizerWrapper::kBf16) {
+      clear_lp_grads = [this] {
+        pipeline_clear_lp_grads(ds_wrapper_, topo_.layout.zero, cfg_.precision, topo_.rank);
+      };
+    }
     loss_sum = parallel::run_pipeline(stage_, *zero_, topo_, pmbs, T, dloss, backward,
-                                      cfg_.schedule, acct_);
+                                      cfg_.schedule, acct_, clear_lp_grads);
+    if (backward) {
+      pipeline_reduce_grads(cfg_.precision, topo_.layout.zero, ops::job_versions().deepspeed,
+                            topo_.rank);
+    }
     phase("pipeline forward/backward", p0);
     if (!topo_.last_stage()) return 0.0f;
   }

@@ -23,6 +23,7 @@
 #include "workloads/parallel/zero.hpp"
 #include "workloads/train/data.hpp"
 #include "workloads/train/muon.hpp"
+#include "workloads/train/optimizer_wrapper.hpp"
 
 namespace fl::train {
 
@@ -50,6 +51,9 @@ struct TrainConfig {
   // no_sync guard does nothing for its wrapper: the same sum up to rounding, grad_accum times the
   // gradient traffic (the experts' over their EDP group too).
   std::string grad_sync = "step";
+  // DeepSpeed's data_types.grad_accum_dtype: "" (its default), fp32, fp16, bf16; picks the
+  // optimizer wrapper (workloads/train/optimizer_wrapper.hpp).
+  std::string grad_accum_dtype;
   // DeepSpeed's train_batch_size: 0 derives it (micro_batch x grad_accum x dp, as DeepSpeed fills
   // in a missing one); a value must be that product, else the init refuses it in DeepSpeed's words.
   int train_batch_size = 0;
@@ -359,6 +363,8 @@ class Trainer {
   // optimizer skips them).
   std::vector<std::pair<size_t, size_t>> frozen_;
   DType gemm_precision_ = DType::kF32;
+  // deepspeed.initialize's optimizer wrapper (ds_optimizer_wrapper).
+  OptimizerWrapper ds_wrapper_ = OptimizerWrapper::kNone;
   int64_t step_ = 0;
   // lr_scheduler.step calls missed (negative) or made twice (positive) on this rank: the
   // schedule is read at step_ + lr_offset_.
