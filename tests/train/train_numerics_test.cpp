@@ -170,5 +170,41 @@ TEST(TrainBatch, ATrainBatchSizeThatIsNotMicroTimesAccumulationTimesDpIsRefused)
   }
 }
 
+// Stop 80: deepspeed.initialize's optimizer wrapper (optimizer_wrapper.hpp). A bf16 pipeline at
+// ZeRO stage 1 with DeepSpeed's default accumulation gets DeepSpeedZeroOptimizer and its first
+// stage fails the first backward on clear_lp_grads, with no step done; fp32 accumulation gives
+// BF16_Optimizer and trains, except where 0.8.3's ReduceGrads raises NotImplementedError on every
+// rank; a data-type mix the release refused stops every rank at initialize (exit 2).
+TEST(TrainOptimizer, Bf16PipelineAtZeroOneTrainsOnlyUnderBf16Optimizer) {
+  const std::vector<std::string> layout = {"--dp", "2", "--pp", "2", "--zero", "1",
+                                           "--precision", "bf16", "--micro-batch", "2",
+                                           "--grad-accum", "2"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = layout;
+    args.insert(args.end(), more.begin(), more.end());
+    return train(4, args, 2);
+  };
+  TrainRun r = with({});
+  EXPECT_NE(r.proc.exit_code, 0);
+  EXPECT_NE(r.proc.output.find("AttributeError: 'DeepSpeedZeroOptimizer' object has no attribute "
+                               "'clear_lp_grads'"),
+            std::string::npos)
+      << r.proc.output;
+  EXPECT_TRUE(r.steps.empty());
+  r = with({"--grad-accum-dtype", "fp32", "--deepspeed-version", "0.9.2"});
+  EXPECT_EQ(r.proc.exit_code, 0) << r.proc.output;
+  EXPECT_EQ(r.steps.size(), 2u);
+  r = with({"--grad-accum-dtype", "fp32", "--deepspeed-version", "0.8.3"});
+  EXPECT_NE(r.proc.exit_code, 0);
+  EXPECT_NE(r.proc.output.find("the pipeline engine's ReduceGrads under bf16"), std::string::npos)
+      << r.proc.output;
+  r = with({"--grad-accum-dtype", "fp32", "--deepspeed-version", "0.8.0"});
+  EXPECT_EQ(r.proc.exit_code, exit_code::kUsage) << r.proc.output;
+  EXPECT_NE(r.proc.output.find("NotImplementedError: Model data type and gradient accumulation "
+                               "data type must be equal to use ZeRO"),
+            std::string::npos)
+      << r.proc.output;
+}
+
 }  // namespace
 }  // namespace fl::test
