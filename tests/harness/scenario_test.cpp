@@ -73,7 +73,8 @@ TEST_F(ScenarioTest, UnknownKeySuggestsTheNearestOne) {
       error_of("name: a\nworkload:\n  stepz: 3\n"),
       "s.yaml:3:3: workload.stepz: unknown key (did you mean 'steps'?) (allowed here: "
       "kind, fidelity, model, shape, device, plugins, jit, fetch, versions, steps, "
-      "precision, micro_batch, grad_accum, grad_accum_dtype, grad_sync, train_batch_size, lr, clip, "
+      "precision, micro_batch, grad_accum, grad_accum_dtype, grad_sync, train_batch_size, lr, "
+      "clip, "
       "grad_norm, "
       "schedule, "
       "eval_every, "

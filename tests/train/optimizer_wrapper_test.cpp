@@ -1,6 +1,7 @@
-// deepspeed.initialize's optimizer wrapper by DeepSpeed version (workloads/train/optimizer_wrapper.hpp):
-// each branch of get_data_types and _do_optimizer_sanity_check as the tags wrote them, with
-// DeepSpeed's words, and the pipeline engine's two bf16 calls.
+// deepspeed.initialize's optimizer wrapper by DeepSpeed version
+// (workloads/train/optimizer_wrapper.hpp): each branch of get_data_types and
+// _do_optimizer_sanity_check as the tags wrote them, with DeepSpeed's words, and the pipeline
+// engine's two bf16 calls.
 #include "workloads/train/optimizer_wrapper.hpp"
 
 #include <gtest/gtest.h>
@@ -74,8 +75,9 @@ TEST(OptimizerWrapper, Bf16AccumulationWithoutZeroByRelease) {
   EXPECT_EQ(optimizer_wrapper(bf16(0, "bf16", false), "0.17.6"), OptimizerWrapper::kDdpBf16);
   EXPECT_EQ(optimizer_wrapper(bf16(0), "0.12.0"), OptimizerWrapper::kBf16);  // fp32 accumulation
   EXPECT_EQ(optimizer_wrapper(bf16(0, "fp32"), "0.18.4"), OptimizerWrapper::kBf16);
-  EXPECT_TRUE(has(refusal(bf16(0, "fp32"), "0.18.5"),
-                  "unsupported mix of model_dtype=torch.bfloat16 and grad_accum_dtype=torch.float32"));
+  EXPECT_TRUE(
+      has(refusal(bf16(0, "fp32"), "0.18.5"),
+          "unsupported mix of model_dtype=torch.bfloat16 and grad_accum_dtype=torch.float32"));
   EXPECT_EQ(optimizer_wrapper({DType::kF16, "", 0, false, false}, ""), OptimizerWrapper::kFp16);
   EXPECT_EQ(optimizer_wrapper({DType::kF32, "", 0, false, false}, ""), OptimizerWrapper::kNone);
 }
@@ -86,8 +88,9 @@ TEST(OptimizerWrapper, AnUnsupportedMixNamesItAsEachReleaseSpelledIt) {
                   "unsupported mix of model dtype and gradient accummulation type"));
   EXPECT_TRUE(has(refusal(fp16_fp32, "0.9.3"),
                   "unsupported mix of model dtype and gradient accumulation type"));
-  EXPECT_TRUE(has(refusal(fp16_fp32, "0.17.6"),
-                  "unsupported mix of model_dtype=torch.float16 and grad_accum_dtype=torch.float32"));
+  EXPECT_TRUE(
+      has(refusal(fp16_fp32, "0.17.6"),
+          "unsupported mix of model_dtype=torch.float16 and grad_accum_dtype=torch.float32"));
 }
 
 TEST(OptimizerWrapper, AnUnknownAccumulationTypeNamesTheKey) {

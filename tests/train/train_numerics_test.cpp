@@ -176,9 +176,9 @@ TEST(TrainBatch, ATrainBatchSizeThatIsNotMicroTimesAccumulationTimesDpIsRefused)
 // BF16_Optimizer and trains, except where 0.8.3's ReduceGrads raises NotImplementedError on every
 // rank; a data-type mix the release refused stops every rank at initialize (exit 2).
 TEST(TrainOptimizer, Bf16PipelineAtZeroOneTrainsOnlyUnderBf16Optimizer) {
-  const std::vector<std::string> layout = {"--dp", "2", "--pp", "2", "--zero", "1",
-                                           "--precision", "bf16", "--micro-batch", "2",
-                                           "--grad-accum", "2"};
+  const std::vector<std::string> layout = {"--dp",          "2", "--pp",         "2",
+                                           "--zero",        "1", "--precision",  "bf16",
+                                           "--micro-batch", "2", "--grad-accum", "2"};
   auto with = [&](std::vector<std::string> more) {
     std::vector<std::string> args = layout;
     args.insert(args.end(), more.begin(), more.end());

@@ -87,23 +87,24 @@ TEST(TriageStage5SymptomWithinStage, AMetaTensorCopyBesideInferenceIsALoadingIss
 // calls (4.12), and its sanity check on data types at initialize (3.2), each by DeepSpeed's own
 // words.
 TEST(TriageStage4SymptomWithinStage, TheWrapperAPipelineCannotUseIsAnIncompatibility) {
-  const auto r = run(
-      "  File \"deepspeed/runtime/pipe/engine.py\", line 768, in _exec_backward_pass\n"
-      "    self.optimizer.clear_lp_grads()\n"
-      "AttributeError: 'DeepSpeedZeroOptimizer' object has no attribute 'clear_lp_grads'\n");
+  const auto r =
+      run("  File \"deepspeed/runtime/pipe/engine.py\", line 768, in _exec_backward_pass\n"
+          "    self.optimizer.clear_lp_grads()\n"
+          "AttributeError: 'DeepSpeedZeroOptimizer' object has no attribute 'clear_lp_grads'\n");
   ASSERT_EQ(r.kind, Result::Kind::kFound);
   EXPECT_EQ(r.stage, 4);
   ASSERT_GE(r.symptoms.size(), 2u);
   EXPECT_EQ(r.symptoms[0].id, "4.12");
   EXPECT_TRUE(cites(r.symptoms[0], "ds-pipeline-clear-lp-grads", 3));
-  const auto reduce = run("    assert self.zero_optimization_stage() == 1, \"only bf16 + z1 are "
-                          "supported\"\nNotImplementedError\n");
+  const auto reduce =
+      run("    assert self.zero_optimization_stage() == 1, \"only bf16 + z1 are "
+          "supported\"\nNotImplementedError\n");
   ASSERT_EQ(reduce.kind, Result::Kind::kFound);
   ASSERT_FALSE(reduce.symptoms.empty());
   EXPECT_EQ(reduce.symptoms[0].id, "4.12");
-  const auto init = run(
-      "NotImplementedError: Model data type and gradient accumulation data type must be equal "
-      "to use ZeRO\n");
+  const auto init =
+      run("NotImplementedError: Model data type and gradient accumulation data type must be equal "
+          "to use ZeRO\n");
   ASSERT_EQ(init.kind, Result::Kind::kFound);
   EXPECT_EQ(init.stage, 3);
   ASSERT_FALSE(init.symptoms.empty());

@@ -112,8 +112,7 @@ OptimizerWrapper optimizer_wrapper(const WrapperInputs& in, const std::string& d
            : in.model == DType::kBF16 ? OptimizerWrapper::kBf16
                                       : OptimizerWrapper::kNone;
   }
-  return in.zero_stage >= 1 ? with_zero(in, accum, deepspeed)
-                            : without_zero(in, accum, deepspeed);
+  return in.zero_stage >= 1 ? with_zero(in, accum, deepspeed) : without_zero(in, accum, deepspeed);
 }
 
 std::string wrapper_class(OptimizerWrapper w, int zero_stage) {

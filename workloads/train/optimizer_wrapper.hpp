@@ -34,11 +34,11 @@ namespace fl::train {
 enum class OptimizerWrapper { kNone, kFp16, kBf16, kDdpBf16, kZero };
 
 struct WrapperInputs {
-  DType model = DType::kF32;   // fp32, fp16 or bf16 (the config's fp16/bf16 sections)
-  std::string grad_accum;      // data_types.grad_accum_dtype: "" (not set), fp32, fp16, bf16
+  DType model = DType::kF32;  // fp32, fp16 or bf16 (the config's fp16/bf16 sections)
+  std::string grad_accum;     // data_types.grad_accum_dtype: "" (not set), fp32, fp16, bf16
   int zero_stage = 0;
   bool offload_optimizer = false;
-  bool pipeline = false;       // a PipelineModule (pp > 1)
+  bool pipeline = false;  // a PipelineModule (pp > 1)
 };
 
 // get_data_types' gradient-accumulation type for DeepSpeed `deepspeed` ("": the newest).
