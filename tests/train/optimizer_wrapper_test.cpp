@@ -99,9 +99,10 @@ TEST(OptimizerWrapper, AnUnknownAccumulationTypeNamesTheKey) {
   EXPECT_TRUE(has(text, "allowed: fp32, fp16, bf16")) << text;
 }
 
-TEST(OptimizerWrapper, PipelineCallsOnlyBf16OptimizerHas) {
+TEST(OptimizerWrapper, BeforeRelease0_11_2APipelineCallsWhatOnlyBf16OptimizerHas) {
+  const OptimizerWrapper zero = OptimizerWrapper::kZero, bf16o = OptimizerWrapper::kBf16;
   try {
-    pipeline_clear_lp_grads(OptimizerWrapper::kZero, 1, DType::kBF16, 2);
+    pipeline_clear_lp_grads(zero, 1, DType::kBF16, "0.11.1", 2);
     FAIL() << "DeepSpeedZeroOptimizer has clear_lp_grads";
   } catch (const Error& e) {
     EXPECT_TRUE(has(e.what(),
@@ -109,13 +110,26 @@ TEST(OptimizerWrapper, PipelineCallsOnlyBf16OptimizerHas) {
                     "'clear_lp_grads' (rank 2:"))
         << e.what();
   }
-  EXPECT_NO_THROW(pipeline_clear_lp_grads(OptimizerWrapper::kBf16, 1, DType::kBF16, 0));
-  EXPECT_NO_THROW(pipeline_clear_lp_grads(OptimizerWrapper::kZero, 1, DType::kF16, 0));
-  // ReduceGrads under bf16 at stage 1: not implemented before 0.9.2 (DeepSpeed#2994).
-  EXPECT_THROW(pipeline_reduce_grads(DType::kBF16, 1, "0.9.1", 0), Error);
-  EXPECT_NO_THROW(pipeline_reduce_grads(DType::kBF16, 1, "0.9.2", 0));
-  EXPECT_NO_THROW(pipeline_reduce_grads(DType::kBF16, 0, "0.8.0", 0));
-  EXPECT_NO_THROW(pipeline_reduce_grads(DType::kF16, 1, "0.8.0", 0));
+  // 0.11.2 asks whether the optimizer is BF16_Optimizer before calling it.
+  EXPECT_NO_THROW(pipeline_clear_lp_grads(zero, 1, DType::kBF16, "0.11.2", 0));
+  EXPECT_NO_THROW(pipeline_clear_lp_grads(zero, 1, DType::kBF16, "", 0));
+  EXPECT_NO_THROW(pipeline_clear_lp_grads(bf16o, 1, DType::kBF16, "0.9.2", 0));
+  EXPECT_NO_THROW(pipeline_clear_lp_grads(zero, 1, DType::kF16, "0.9.2", 0));
+  // ReduceGrads under bf16 at stage 1: not implemented before 0.9.2 whatever the wrapper
+  // (DeepSpeed#2994); then BF16_Optimizer's get_grads_for_reduction until 0.11.2.
+  EXPECT_THROW(pipeline_reduce_grads(bf16o, DType::kBF16, 1, "0.9.1", 0), Error);
+  EXPECT_NO_THROW(pipeline_reduce_grads(bf16o, DType::kBF16, 1, "0.9.2", 0));
+  EXPECT_NO_THROW(pipeline_reduce_grads(bf16o, DType::kBF16, 0, "0.8.0", 0));
+  try {
+    pipeline_reduce_grads(zero, DType::kBF16, 1, "0.10.0", 3);
+    FAIL() << "DeepSpeedZeroOptimizer has get_grads_for_reduction";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "'DeepSpeedZeroOptimizer' object has no attribute "
+                              "'get_grads_for_reduction' (rank 3:"))
+        << e.what();
+  }
+  EXPECT_NO_THROW(pipeline_reduce_grads(zero, DType::kBF16, 1, "0.11.2", 0));
+  EXPECT_NO_THROW(pipeline_reduce_grads(zero, DType::kF16, 1, "0.8.0", 0));
 }
 
 }  // namespace

@@ -140,7 +140,7 @@ class StageRun {
   std::vector<std::unique_ptr<model::StageActs>> acts_;
   std::vector<Tensor> xin_;  // activations received from the previous stage
   double loss_sum_ = 0;
-  const std::function<void()>& before_backward_;
+  std::function<void()> before_backward_;
 };
 
 }  // namespace

@@ -131,22 +131,36 @@ std::string wrapper_class(OptimizerWrapper w, int zero_stage) {
   return "";
 }
 
-void pipeline_clear_lp_grads(OptimizerWrapper w, int zero_stage, DType model, int rank) {
-  if (model != DType::kBF16 || w == OptimizerWrapper::kBf16) return;
+void pipeline_clear_lp_grads(OptimizerWrapper w, int zero_stage, DType model,
+                             const std::string& deepspeed, int rank) {
+  // 0.11.2 asks whether the optimizer is BF16_Optimizer (using_bf16_optimizer), not whether the
+  // model is bf16.
+  if (model != DType::kBF16 || w == OptimizerWrapper::kBf16 || !older(deepspeed, 0, 11, 2)) return;
   raise(
-      "AttributeError: '{}' object has no attribute 'clear_lp_grads' (rank {}: the pipeline "
-      "engine's backward on a stage that is not the last calls clear_lp_grads under bf16, a "
-      "BF16_Optimizer method; deepspeed.initialize chose {} for this model's data types)",
+      "AttributeError: '{}' object has no attribute 'clear_lp_grads' (rank {}: before DeepSpeed "
+      "0.11.2 the pipeline engine's backward on a stage that is not the last calls "
+      "clear_lp_grads under bf16, a BF16_Optimizer method; deepspeed.initialize chose {} for "
+      "this model's data types)",
       wrapper_class(w, zero_stage), rank, wrapper_class(w, zero_stage));
 }
 
-void pipeline_reduce_grads(DType model, int zero_stage, const std::string& deepspeed, int rank) {
-  if (model != DType::kBF16 || zero_stage != 1 || !older(deepspeed, 0, 9, 2)) return;
+void pipeline_reduce_grads(OptimizerWrapper w, DType model, int zero_stage,
+                           const std::string& deepspeed, int rank) {
+  if (model != DType::kBF16 || !older(deepspeed, 0, 11, 2)) return;
+  if (zero_stage >= 1 && older(deepspeed, 0, 9, 2)) {
+    raise(
+        "NotImplementedError (rank {}: the pipeline engine's ReduceGrads under bf16 has a path "
+        "for ZeRO stage 0 only; at stage 1 it asserts 'only bf16 + z1 are supported' and raises "
+        "NotImplementedError() before DeepSpeed 0.9.2)",
+        rank);
+  }
+  // The bf16 path reduces the fp32 gradients BF16_Optimizer hands out.
+  if (w == OptimizerWrapper::kBf16) return;
   raise(
-      "NotImplementedError (rank {}: the pipeline engine's ReduceGrads under bf16 has a path for "
-      "ZeRO stage 0 only; at stage 1 it asserts 'only bf16 + z1 are supported' and raises "
-      "NotImplementedError() before DeepSpeed 0.9.2)",
-      rank);
+      "AttributeError: '{}' object has no attribute 'get_grads_for_reduction' (rank {}: before "
+      "DeepSpeed 0.11.2 the pipeline engine's ReduceGrads under bf16 asks the optimizer for "
+      "BF16_Optimizer's fp32 gradients; deepspeed.initialize chose {})",
+      wrapper_class(w, zero_stage), rank, wrapper_class(w, zero_stage));
 }
 
 }  // namespace fl::train

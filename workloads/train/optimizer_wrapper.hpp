@@ -20,9 +20,11 @@
 // precision's own wrapper. 0.7.6 also gave bf16 under ZeRO fp32 accumulation by default, which
 // its ZeRO check refused (DeepSpeed#2569).
 //
-// The pipeline engine assumes BF16_Optimizer under bf16: before each backward on a stage that is
-// not the last it calls optimizer.clear_lp_grads(), which DeepSpeedZeroOptimizer does not have
-// (DeepSpeed#3693, #4713).
+// Before 0.11.2 the pipeline engine assumed BF16_Optimizer under bf16: before each backward on a
+// stage that is not the last it calls optimizer.clear_lp_grads(), which DeepSpeedZeroOptimizer
+// does not have (DeepSpeed#3693), and its ReduceGrads asks for BF16_Optimizer's fp32 gradients;
+// 0.11.2 checks the optimizer's type instead (using_bf16_optimizer). A PipelineModule is taken to
+// be pp > 1: Megatron-DeepSpeed's one-stage PipelineModule is not modelled.
 #pragma once
 
 #include <string>
@@ -52,12 +54,17 @@ OptimizerWrapper optimizer_wrapper(const WrapperInputs& in, const std::string& d
 // The wrapper's class name ("DeepSpeedZeroOptimizer", "BF16_Optimizer", ...; "" for none).
 std::string wrapper_class(OptimizerWrapper w, int zero_stage);
 
-// The pipeline engine's pre-backward call on a stage that is not the last, under bf16: nothing
-// for BF16_Optimizer; for another wrapper the AttributeError Python raises (rank in the text).
-void pipeline_clear_lp_grads(OptimizerWrapper w, int zero_stage, DType model, int rank);
+// The pipeline engine's pre-backward call on a stage that is not the last, under bf16 before
+// 0.11.2: nothing for BF16_Optimizer; for another wrapper the AttributeError Python raises (rank
+// in the text). From 0.11.2 the engine asks for BF16_Optimizer itself and skips the call.
+void pipeline_clear_lp_grads(OptimizerWrapper w, int zero_stage, DType model,
+                             const std::string& deepspeed, int rank);
 
-// The pipeline engine's ReduceGrads (after a stage's last backward) under bf16 at ZeRO stage 1:
-// a bare NotImplementedError before 0.9.2 (DeepSpeed#2994), whichever wrapper was chosen.
-void pipeline_reduce_grads(DType model, int zero_stage, const std::string& deepspeed, int rank);
+// The pipeline engine's ReduceGrads (after a stage's last backward, on every stage) under bf16
+// before 0.11.2: a bare NotImplementedError at ZeRO stage 1 before 0.9.2 (DeepSpeed#2994),
+// whichever wrapper was chosen; from 0.9.2 the AttributeError of asking a wrapper other than
+// BF16_Optimizer for get_grads_for_reduction.
+void pipeline_reduce_grads(OptimizerWrapper w, DType model, int zero_stage,
+                           const std::string& deepspeed, int rank);
 
 }  // namespace fl::train

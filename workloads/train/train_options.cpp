@@ -21,9 +21,9 @@ void optimizer_options(worker::Options& o, TrainArgs& a) {
         "DeepSpeed's data_types.grad_accum_dtype: fp32, fp16, bf16, or unset for its default "
         "(the model's type; fp32 for bf16 without ZeRO before 0.17.6). With the model's type, "
         "the ZeRO stage, optimizer offload and pipeline stages it picks the optimizer wrapper as "
-        "workload.versions.deepspeed did, or DeepSpeed's NotImplementedError at initialize; a "
-        "bf16 pipeline without BF16_Optimizer fails its first backward on a stage that is not "
-        "the last (clear_lp_grads)");
+        "workload.versions.deepspeed did, or DeepSpeed's NotImplementedError at initialize; "
+        "before 0.11.2 a bf16 pipeline without BF16_Optimizer fails its first backward on a "
+        "stage that is not the last (clear_lp_grads) and its ReduceGrads on the last");
   o.add("workload.grad_sync", "--grad-sync", c.grad_sync,
         "When ZeRO 0-1 all-reduce the gradients under grad_accum: step (once, after the last "
         "micro-batch, as DeepSpeed's boundary or DDP's no_sync on the others) or micro_batch "

@@ -219,17 +219,17 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
     const auto p0 = std::chrono::steady_clock::now();
     // DeepSpeed's pipeline engine under bf16 calls the optimizer's clear_lp_grads before each
     // backward on a stage that is not the last.
+    const std::string ds = ops::job_versions().deepspeed;
     std::function<void()> clear_lp_grads;
     if (cfg_.precision == DType::kBF16 && ds_wrapper_ != OptimizerWrapper::kBf16) {
-      clear_lp_grads = [this] {
-        pipeline_clear_lp_grads(ds_wrapper_, topo_.layout.zero, cfg_.precision, topo_.rank);
+      clear_lp_grads = [this, &ds] {
+        pipeline_clear_lp_grads(ds_wrapper_, topo_.layout.zero, cfg_.precision, ds, topo_.rank);
       };
     }
     loss_sum = parallel::run_pipeline(stage_, *zero_, topo_, pmbs, T, dloss, backward,
                                       cfg_.schedule, acct_, clear_lp_grads);
     if (backward) {
-      pipeline_reduce_grads(cfg_.precision, topo_.layout.zero, ops::job_versions().deepspeed,
-                            topo_.rank);
+      pipeline_reduce_grads(ds_wrapper_, cfg_.precision, topo_.layout.zero, ds, topo_.rank);
     }
     phase("pipeline forward/backward", p0);
     if (!topo_.last_stage()) return 0.0f;
