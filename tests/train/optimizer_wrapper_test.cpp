@@ -124,8 +124,9 @@ TEST(OptimizerWrapper, BeforeRelease0_11_2APipelineCallsWhatOnlyBf16OptimizerHas
     pipeline_reduce_grads(zero, DType::kBF16, 1, "0.10.0", 3);
     FAIL() << "DeepSpeedZeroOptimizer has get_grads_for_reduction";
   } catch (const Error& e) {
-    EXPECT_TRUE(has(e.what(), "'DeepSpeedZeroOptimizer' object has no attribute "
-                              "'get_grads_for_reduction' (rank 3:"))
+    EXPECT_TRUE(has(e.what(),
+                    "'DeepSpeedZeroOptimizer' object has no attribute "
+                    "'get_grads_for_reduction' (rank 3:"))
         << e.what();
   }
   EXPECT_NO_THROW(pipeline_reduce_grads(zero, DType::kBF16, 1, "0.11.2", 0));
