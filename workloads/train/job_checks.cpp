@@ -86,7 +86,6 @@ void check_job_config(const TrainConfig& c, const model::Layout& l) {
         c.train_batch_size, c.micro_batch, c.grad_accum, l.dp);
   }
   check_pair_loss(c, l);
-  ds_optimizer_wrapper(c, l);
 }
 
 OptimizerWrapper ds_optimizer_wrapper(const TrainConfig& c, const model::Layout& l) {
@@ -200,6 +199,7 @@ void check_ddp(const TrainConfig& c, const model::Layout& l) {
 void validate_before_world(const TrainConfig& cfg, const model::Layout& l) {
   validate_numerics(cfg);  // in the order a rank's Trainer makes them
   check_job_config(cfg, l);
+  ds_optimizer_wrapper(cfg, l);  // DeepSpeed's NotImplementedError for a refused mix of types
   check_ddp(cfg, l);
   check_freeze(cfg.freeze, cfg.model);
   for (int stage = 0; stage < l.pp; ++stage) {

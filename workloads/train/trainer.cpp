@@ -217,15 +217,12 @@ float Trainer::forward_backward(const std::vector<MicroBatch>& mbs, bool backwar
     std::vector<parallel::PipelineMicroBatch> pmbs;
     for (const auto& mb : mbs) pmbs.push_back({mb.tokens.data(), mb.targets.data(), mb.B});
     const auto p0 = std::chrono::steady_clock::now();
-    // DeepSpeed's pipeline engine under bf16 calls the optimizer's clear_lp_grads before each
-    // backward on a stage that is not the last.
+    // DeepSpeed's pipeline engine calls the optimizer's clear_lp_grads before each backward on a
+    // stage that is not the last (which releases and wrappers fail it: pipeline_clear_lp_grads).
     const std::string ds = ops::job_versions().deepspeed;
-    std::function<void()> clear_lp_grads;
-    if (cfg_.precision == DType::kBF16 && ds_wrapper_ != OptimizerWrapper::kBf16) {
-      clear_lp_grads = [this, &ds] {
-        pipeline_clear_lp_grads(ds_wrapper_, topo_.layout.zero, cfg_.precision, ds, topo_.rank);
-      };
-    }
+    const std::function<void()> clear_lp_grads = [this, &ds] {
+      pipeline_clear_lp_grads(ds_wrapper_, topo_.layout.zero, cfg_.precision, ds, topo_.rank);
+    };
     loss_sum = parallel::run_pipeline(stage_, *zero_, topo_, pmbs, T, dloss, backward,
                                       cfg_.schedule, acct_, clear_lp_grads);
     if (backward) {
