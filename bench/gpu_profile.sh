@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Where a GPU training step's time goes, in one run on one GPU (after ci/device-kit.sh build):
 #   1. fl-train tokens/s at micro-batch 8 and 32 in fp32 and bf16: a step whose time grows less
-#      than its work is bound by the host (launches, syncs), not by the kernels;
+#      than its work is bound by the host (launches, syncs), not by the kernels; with the median
+#      of each phase of the step by the host's clock (a phase that reads a result back waits
+#      for the kernels queued before it);
 #   2. Nsight Compute's per-kernel summary (gpu__time_duration.sum, clocks left alone) of 1 step
-#      at micro-batch 8 in each precision: the kernels' total time against the step's wall time.
+#      at micro-batch 8 in each precision: the kernels' total time against the step's wall time
+#      (NCU_S seconds per precision, default 120; NCU_S=0 leaves it out).
 #   OUT_DIR=dir bench/gpu_profile.sh [build-dir]
-# Config (environment): as bench/gpu_vs_pytorch.sh (GPT-2-small shapes, 8192-token vocabulary).
+# Config (environment): as bench/gpu_vs_pytorch.sh (GPT-2-small shapes, 8192-token vocabulary,
+# one reduce bucket of the whole model unless BUCKET_BYTES says otherwise).
 set -uo pipefail
 BUILD="${1:-build-gpu}"
 OUT_DIR="${OUT_DIR:-.}"
@@ -13,10 +17,12 @@ VOCAB="${VOCAB:-8192}" D_MODEL="${D_MODEL:-768}" LAYERS="${LAYERS:-12}" HEADS="$
 SEQ="${SEQ:-256}"
 mkdir -p "$OUT_DIR"
 export RANK=0 WORLD_SIZE=1 LOCAL_RANK=0
+C=$D_MODEL  # the model's fp32 bytes, as in bench/gpu_vs_pytorch.sh
+BUCKET_BYTES="${BUCKET_BYTES:-$((4 * (2 * VOCAB * C + SEQ * C + LAYERS * (12 * C * C + 13 * C) + 2 * C)))}"
 train() {
   MASTER_PORT=$((20000 + RANDOM % 20000)) "$BUILD/workloads/train/fl-train" --model small \
     --vocab "$VOCAB" --d-model "$D_MODEL" --layers "$LAYERS" --heads "$HEADS" --seq-len "$SEQ" \
-    --device cuda --lr 1e-3 "$@"
+    --device cuda --lr 1e-3 --reduce-bucket-size "$BUCKET_BYTES" "$@"
 }
 for p in fp32 bf16; do
   for mb in 8 32; do
@@ -26,10 +32,13 @@ for p in fp32 bf16; do
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][3:]
 print(round(statistics.median(r['tokens_per_s'] for r in rows)),
-      'step ms', round(1000 * statistics.median(r['step_time_s'] for r in rows), 1))
+      'step ms', round(1000 * statistics.median(r['step_time_s'] for r in rows), 1), '| phases ms:',
+      ', '.join(f'{n} {1000 * statistics.median(r[\"phases\"][i][2] for r in rows):.1f}'
+                for i, (n, _, _) in enumerate(rows[0].get('phases', []))))
 " "$OUT_DIR/scale_${p}_mb$mb.jsonl")"
   done
 done
+[ "${NCU_S:-120}" = 0 ] && exit 0
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 for p in fp32 bf16; do
   timeout "${NCU_S:-120}" "$NCU" --clock-control none --metrics gpu__time_duration.sum \

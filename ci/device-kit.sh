@@ -136,7 +136,7 @@ run_limit() {
     return
   }
   left=$((DEADLINE - $(date +%s) - 20))
-  echo $((left < cap ? (left < 0 ? 0 : left) : cap))
+  echo $((left < cap ? (left < 1 ? 1 : left) : cap))  # timeout 0 would mean no limit
 }
 
 step_gpu_tests() {
@@ -240,8 +240,9 @@ case "${1:-}" in
     esac
     ;;
   session)
-    # Everything in one device call: build what the checks run, then the benchmark, the gpu
-    # tests, the GPU suite and the sanitizer, in that order, each bounded by what is left of
+    # Everything in one device call: build what the checks run, then the benchmark, the batch
+    # scaling of bench/gpu_profile.sh (without Nsight), the gpu tests, the GPU suite and the
+    # sanitizer, in that order, each bounded by what is left of
     # SESSION_S seconds (default 540). The logs are packed into OUT/results.tar.gz (the device
     # tool returns at most 8 files) beside OUT/session.txt, the step timings and the headline
     # results.
@@ -270,6 +271,10 @@ case "${1:-}" in
     BENCH_S="${BENCH_S:-150}" step_bench > /dev/null 2>&1 || stamp "bench failed (logs/bench.log)"
     sed -n '/^| precision/,$p' "$LOGS/bench.log" >> "$summary" || true
     stamp "bench done"
+    # The step's fixed and per-sequence cost (tokens/s at micro-batch 8 and 32, no profiler).
+    OUT_DIR="$LOGS/profile" NCU_S=0 timeout "$(run_limit "${SCALE_S:-90}")" \
+      bench/gpu_profile.sh build-gpu 2>&1 | tee "$LOGS/profile.log" >> "$summary" || true
+    stamp "batch scaling done"
     TESTS_S="${TESTS_S:-180}" step_gpu_tests > /dev/null 2>&1
     grep -E "tests passed|\(Failed\)|\(Timeout\)|\(SEGFAULT\)|Not Run|Skipped" "$LOGS/ctest-gpu.log" |
       tee -a "$summary" || true

@@ -8,8 +8,9 @@
 // (fp16 or bf16 operands, fp32 accumulation and fp32 output: cublasGemmEx /
 // cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F, tensor cores). In the 16-bit format each
 // GEMM input is first converted into a 16-bit copy in the executor's scratch (one conversion per
-// operand and op: qkv and the attention probabilities once for all sequences), and the GEMM reads
-// the copy with the same layout, so one plan serves both formats.
+// operand and op: attention's q, k, v and output gradient in the pass that gathers them into head
+// layout, the probabilities once for all sequences), and the GEMM reads the copy with the same
+// layout, so one plan serves both formats.
 //
 // An executor provides:
 //   void gemm(const ColGemm&, const char* what);
@@ -17,11 +18,16 @@
 //   S16 scratch16(size_t n, const char* what);    // n 16-bit elements: S16 has uint16_t* data(),
 //                                                 // is default-constructible and movable
 //   void to16(const float* src, uint16_t* dst, size_t n, Operands format);
+//   void split_heads(const float* src, int ld, int parts, void* dst, Operands format, int B,
+//                    int T, int NH, int hs);        // as launch::split_heads (launch.hpp)
+//   void merge_heads(float* dst, int ld, int parts, const float* src, bool accumulate, int B,
+//                    int T, int NH, int hs);
 //   void causal_softmax_forward(float* att, int rows, int T);
 //   void causal_softmax_backward(float* datt, const float* att, int rows, int T, float scale);
 //   void add_bias(float* out, const float* bias, int N, int C);
 //   void bias_backward(float* dbias, const float* dout, int N, int C);
-//   Scratch scratch(size_t floats, const char* what);  // Scratch has float* data()
+//   Scratch scratch(size_t floats, const char* what);  // Scratch has float* data(), is
+//                                                      // default-constructible and movable
 #pragma once
 
 #include <cmath>
@@ -138,70 +144,95 @@ void linear_backward(X& x, float* dinp, float* dweight, float* dbias, const floa
   if (dbias) x.bias_backward(dbias, dout, N, OC);
 }
 
+// Attention's operands in head layout: `parts` (q, k, v or one) of rows of `ld` floats gathered
+// into [parts, B·NH, T, hs] in the executor's operand format (fp32, or converted to 16 bits in the
+// same pass), so that one strided batch of B·NH matrices covers every sequence and head (a batch
+// per sequence would be B launches of NH small GEMMs, too few blocks to fill a GPU).
+template <class X>
+struct Heads {
+  using S32 = decltype(std::declval<X&>().scratch(size_t{}, ""));
+  using S16 = decltype(std::declval<X&>().scratch16(size_t{}, ""));
+  Operands format = Operands::kF32;
+  S32 s32{};
+  S16 s16{};
+  const void* data = nullptr;
+  size_t per_part = 0;  // elements of one part
+  const void* part(int p) const {
+    return static_cast<const char*>(data) + p * per_part * operand_bytes(format);
+  }
+};
+
+template <class X>
+Heads<X> split_heads(X& x, const float* src, int ld, int parts, int B, int T, int NH, int hs,
+                     const char* what) {
+  Heads<X> h;
+  h.format = x.operands();
+  h.per_part = static_cast<size_t>(B) * NH * T * hs;
+  void* dst = nullptr;
+  if (h.format == Operands::kF32) {
+    h.s32 = x.scratch(parts * h.per_part, what);
+    dst = h.s32.data();
+  } else {
+    h.s16 = x.scratch16(parts * h.per_part, what);
+    dst = h.s16.data();
+  }
+  h.data = dst;
+  x.split_heads(src, ld, parts, dst, h.format, B, T, NH, hs);
+  return h;
+}
+
 // Causal self-attention, qkv [B, T, 3C] (q, k, v of head h at columns h·hs of each third),
-// att [B, NH, T, T], out [B, T, C]. Per sequence the NH heads form one strided batch.
+// att [B, NH, T, T], out [B, T, C]. Every product is one strided batch of B·NH heads over the head
+// layout; the outputs scatter back into [B, T, C] rows.
 template <class X>
 void attention_forward(X& x, float* out, float* att, const float* qkv, int B, int T, int C,
                        int NH) {
-  const int hs = C / NH, ld = 3 * C;
+  const int hs = C / NH, bh = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const long long tt = static_cast<long long>(T) * T;
-  const size_t seq = static_cast<size_t>(T) * ld;
-  const auto in = operand(x, qkv, static_cast<size_t>(B) * seq, "scratch.gemm16.qkv");
-  for (int b = 0; b < B; ++b) {
-    const size_t q = b * seq;
-    float* a = att + static_cast<size_t>(b) * NH * tt;
-    x.gemm(row_major(false, true, T, T, hs, scale, in.at(q), ld, hs, in.at(q + C), ld, hs, 0.0f, a,
-                     T, tt, NH, in.format),
-           "attention scores");
-  }
-  x.causal_softmax_forward(att, B * NH * T, T);
-  const auto p = operand(x, att, static_cast<size_t>(B) * NH * tt, "scratch.gemm16.att");
-  for (int b = 0; b < B; ++b) {
-    const size_t v = b * seq + 2 * C;
-    float* o = out + static_cast<size_t>(b) * T * C;
-    x.gemm(row_major(false, false, T, hs, T, 1.0f, p.at(static_cast<size_t>(b) * NH * tt), T, tt,
-                     in.at(v), ld, hs, 0.0f, o, C, hs, NH, in.format),
-           "attention values");
-  }
+  const long long tt = static_cast<long long>(T) * T, th = static_cast<long long>(T) * hs;
+  const auto in = split_heads(x, qkv, 3 * C, 3, B, T, NH, hs, "scratch.attention.qkv");
+  x.gemm(row_major(false, true, T, T, hs, scale, in.part(0), hs, th, in.part(1), hs, th, 0.0f, att,
+                   T, tt, bh, in.format),
+         "attention scores");
+  x.causal_softmax_forward(att, bh * T, T);
+  const auto p = operand(x, att, static_cast<size_t>(bh) * tt, "scratch.gemm16.att");
+  auto y = x.scratch(static_cast<size_t>(bh) * th, "scratch.attention.out");
+  x.gemm(row_major(false, false, T, hs, T, 1.0f, p.at(0), T, tt, in.part(2), hs, th, 0.0f, y.data(),
+                   hs, th, bh, in.format),
+         "attention values");
+  x.merge_heads(out, C, 1, y.data(), false, B, T, NH, hs);
 }
 
 template <class X>
 void attention_backward(X& x, float* dqkv, const float* dout, const float* qkv, const float* att,
                         int B, int T, int C, int NH) {
-  const int hs = C / NH, ld = 3 * C;
+  const int hs = C / NH, bh = B * NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const long long tt = static_cast<long long>(T) * T;
-  const size_t seq = static_cast<size_t>(T) * ld;
-  auto datt =
-      x.scratch(static_cast<size_t>(NH) * static_cast<size_t>(tt), "scratch.attention.datt");
+  const long long tt = static_cast<long long>(T) * T, th = static_cast<long long>(T) * hs;
+  const size_t part = static_cast<size_t>(bh) * th;
+  const auto in = split_heads(x, qkv, 3 * C, 3, B, T, NH, hs, "scratch.attention.qkv");
+  const auto dy = split_heads(x, dout, C, 1, B, T, NH, hs, "scratch.attention.dout");
+  const auto p = operand(x, att, static_cast<size_t>(bh) * tt, "scratch.gemm16.att");
+  auto datt = x.scratch(static_cast<size_t>(bh) * tt, "scratch.attention.datt");
+  auto dh = x.scratch(3 * part, "scratch.attention.dqkv");  // dq, dk, dv in head layout
   float* d = datt.data();
-  const auto in = operand(x, qkv, static_cast<size_t>(B) * seq, "scratch.gemm16.qkv");
-  const auto p = operand(x, att, static_cast<size_t>(B) * NH * tt, "scratch.gemm16.att");
-  const auto dy = operand(x, dout, static_cast<size_t>(B) * T * C, "scratch.gemm16.dout");
-  for (int b = 0; b < B; ++b) {
-    const size_t base = b * seq, q = base, k = base + C, v = base + 2 * C;
-    float* dq = dqkv + base;
-    float* dk = dq + C;
-    float* dv = dq + 2 * C;
-    const size_t a = static_cast<size_t>(b) * NH * tt, y = static_cast<size_t>(b) * T * C;
-    // datt = dout · vᵀ ; dv += attᵀ · dout
-    x.gemm(row_major(false, true, T, T, hs, 1.0f, dy.at(y), C, hs, in.at(v), ld, hs, 0.0f, d, T, tt,
-                     NH, in.format),
-           "attention backward datt");
-    x.gemm(row_major(true, false, T, hs, T, 1.0f, p.at(a), T, tt, dy.at(y), C, hs, 1.0f, dv, ld, hs,
-                     NH, in.format),
-           "attention backward dv");
-    x.causal_softmax_backward(d, att + a, NH * T, T, scale);
-    // dq += dscore · k ; dk += dscoreᵀ · q
-    const auto ds = operand(x, d, static_cast<size_t>(NH) * tt, "scratch.gemm16.datt");
-    x.gemm(row_major(false, false, T, hs, T, 1.0f, ds.at(0), T, tt, in.at(k), ld, hs, 1.0f, dq, ld,
-                     hs, NH, in.format),
-           "attention backward dq");
-    x.gemm(row_major(true, false, T, hs, T, 1.0f, ds.at(0), T, tt, in.at(q), ld, hs, 1.0f, dk, ld,
-                     hs, NH, in.format),
-           "attention backward dk");
-  }
+  // datt = dout · vᵀ ; dv = attᵀ · dout
+  x.gemm(row_major(false, true, T, T, hs, 1.0f, dy.part(0), hs, th, in.part(2), hs, th, 0.0f, d, T,
+                   tt, bh, in.format),
+         "attention backward datt");
+  x.gemm(row_major(true, false, T, hs, T, 1.0f, p.at(0), T, tt, dy.part(0), hs, th, 0.0f,
+                   dh.data() + 2 * part, hs, th, bh, in.format),
+         "attention backward dv");
+  x.causal_softmax_backward(d, att, bh * T, T, scale);
+  // dq = dscore · k ; dk = dscoreᵀ · q
+  const auto ds = operand(x, d, static_cast<size_t>(bh) * tt, "scratch.gemm16.datt");
+  x.gemm(row_major(false, false, T, hs, T, 1.0f, ds.at(0), T, tt, in.part(1), hs, th, 0.0f,
+                   dh.data(), hs, th, bh, in.format),
+         "attention backward dq");
+  x.gemm(row_major(true, false, T, hs, T, 1.0f, ds.at(0), T, tt, in.part(0), hs, th, 0.0f,
+                   dh.data() + part, hs, th, bh, in.format),
+         "attention backward dk");
+  x.merge_heads(dqkv, 3 * C, 3, dh.data(), true, B, T, NH, hs);
 }
 
 }  // namespace fl::cuda::plan

@@ -233,6 +233,41 @@ __global__ void causal_softmax_backward_k(float* datt, const float* att, int row
   for (int s = lane; s < T; s += 32) d[s] = s <= t ? a[s] * (d[s] - dot) * scale : 0.0f;
 }
 
+// Element i of the head layout [parts, B, NH, T, hs] and its place in rows of ld floats.
+__device__ __forceinline__ size_t head_source(size_t i, int ld, int B, int T, int NH, int hs) {
+  const int j = static_cast<int>(i % hs);
+  size_t r = i / hs;
+  const int t = static_cast<int>(r % T);
+  r /= T;
+  const int h = static_cast<int>(r % NH);
+  r /= NH;
+  const int b = static_cast<int>(r % B);
+  const int p = static_cast<int>(r / B);
+  return (static_cast<size_t>(b) * T + t) * ld + (static_cast<size_t>(p) * NH + h) * hs + j;
+}
+
+__global__ void split_heads_k(const float* src, int ld, void* dst, int dtype, int B, int T, int NH,
+                              int hs, size_t n) {
+  FL_GRID_STRIDE(i, n) {
+    const float x = src[head_source(i, ld, B, T, NH, hs)];
+    if (dtype == kF16) {
+      static_cast<__half*>(dst)[i] = __float2half_rn(x);
+    } else if (dtype == kBF16) {
+      static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(x);
+    } else {
+      static_cast<float*>(dst)[i] = x;
+    }
+  }
+}
+
+__global__ void merge_heads_k(float* dst, int ld, const float* src, bool accumulate, int B, int T,
+                              int NH, int hs, size_t n) {
+  FL_GRID_STRIDE(i, n) {
+    float& y = dst[head_source(i, ld, B, T, NH, hs)];
+    y = accumulate ? y + src[i] : src[i];
+  }
+}
+
 // One block per (sequence, head): the block's threads copy k and v into the caches, score the
 // positions s0..t (one warp per position, lanes over the head dimension), take the softmax over
 // them in shared memory and accumulate the weighted values (threads over the head dimension).
@@ -503,6 +538,20 @@ void causal_softmax_backward(float* datt, const float* att, int rows, int T, flo
   FL_LAUNCH(causal_softmax_backward_k, blocks_for_rows(rows), kThreads, 0)
   (datt, att, rows, T, scale);
   check_launch("attention softmax backward");
+}
+
+void split_heads(const float* src, int ld, int parts, void* dst, int dtype, int B, int T, int NH,
+                 int hs) {
+  const size_t n = static_cast<size_t>(parts) * B * NH * T * hs;
+  FL_LAUNCH(split_heads_k, blocks_for(n), kThreads, 0)(src, ld, dst, dtype, B, T, NH, hs, n);
+  check_launch("attention split_heads");
+}
+
+void merge_heads(float* dst, int ld, int parts, const float* src, bool accumulate, int B, int T,
+                 int NH, int hs) {
+  const size_t n = static_cast<size_t>(parts) * B * NH * T * hs;
+  FL_LAUNCH(merge_heads_k, blocks_for(n), kThreads, 0)(dst, ld, src, accumulate, B, T, NH, hs, n);
+  check_launch("attention merge_heads");
 }
 
 void kv_decode_attention(float* out, float* kcache, float* vcache, const float* qkv, int B, int NH,

@@ -43,6 +43,16 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 void causal_softmax_forward(float* att, int rows, int T);
 // datt = att · (datt - Σ att·datt) · scale over the causal part, 0 above it.
 void causal_softmax_backward(float* datt, const float* att, int rows, int T, float scale);
+// Attention's head layout. src holds rows of `ld` floats ([B, T, ld]); part p (of `parts`) of a
+// row is its columns p·NH·hs .. (p+1)·NH·hs, head h of the part the hs columns at h·hs. split_heads
+// gathers them into dst [parts, B, NH, T, hs] in `dtype` (0 fp32, kF16, kBF16: the 16-bit GEMM
+// operand's conversion happens in the same pass), so that one strided batch of B·NH matrices
+// covers every sequence and head. merge_heads scatters back: dst's element = src's (+ dst's when
+// accumulate).
+void split_heads(const float* src, int ld, int parts, void* dst, int dtype, int B, int T, int NH,
+                 int hs);
+void merge_heads(float* dst, int ld, int parts, const float* src, bool accumulate, int B, int T,
+                 int NH, int hs);
 void kv_decode_attention(float* out, float* kcache, float* vcache, const float* qkv, int B, int NH,
                          int T, int hs, int t, int window);
 void residual_forward(float* out, const float* a, const float* b, size_t n);

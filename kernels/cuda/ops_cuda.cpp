@@ -84,6 +84,14 @@ struct CudaExec {
   void to16(const float* src, uint16_t* dst, size_t n, plan::Operands f) {
     if (n > 0) launch::encode(src, dst, static_cast<int>(f), n);
   }
+  void split_heads(const float* src, int ld, int parts, void* dst, plan::Operands f, int B, int T,
+                   int NH, int hs) {
+    launch::split_heads(src, ld, parts, dst, static_cast<int>(f), B, T, NH, hs);
+  }
+  void merge_heads(float* dst, int ld, int parts, const float* src, bool accumulate, int B, int T,
+                   int NH, int hs) {
+    launch::merge_heads(dst, ld, parts, src, accumulate, B, T, NH, hs);
+  }
   void causal_softmax_forward(float* att, int rows, int T) {
     launch::causal_softmax_forward(att, rows, T);
   }
@@ -95,11 +103,11 @@ struct CudaExec {
     ops::cuda::bias_backward(dbias, dout, N, C);
   }
   struct Scratch {
-    fl::cuda::Scratch s;
-    float* data() { return s.as<float>(); }
+    std::unique_ptr<fl::cuda::Scratch> s;
+    float* data() { return s->as<float>(); }
   };
   Scratch scratch(size_t floats, const char* what) {
-    return Scratch{{floats * sizeof(float), what}};
+    return {std::make_unique<fl::cuda::Scratch>(floats * sizeof(float), what)};
   }
 };
 

@@ -83,6 +83,44 @@ struct ReferenceExec {
     ++conversions;
     ops::encode(src, dst, static_cast<DType>(f), n);
   }
+  // The head layout by the book (launch.hpp); a 16-bit gather counts as a conversion.
+  void split_heads(const float* src, int ld, int parts, void* dst, cuda::plan::Operands f, int B,
+                   int T, int NH, int hs) {
+    if (f != cuda::plan::Operands::kF32) ++conversions;
+    size_t i = 0;
+    for (int p = 0; p < parts; ++p) {
+      for (int b = 0; b < B; ++b) {
+        for (int h = 0; h < NH; ++h) {
+          for (int t = 0; t < T; ++t) {
+            for (int j = 0; j < hs; ++j, ++i) {
+              const float v = src[(static_cast<size_t>(b) * T + t) * ld + (p * NH + h) * hs + j];
+              if (f == cuda::plan::Operands::kF32) {
+                static_cast<float*>(dst)[i] = v;
+              } else {
+                ops::encode(&v, static_cast<uint16_t*>(dst) + i, static_cast<DType>(f), 1);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  void merge_heads(float* dst, int ld, int parts, const float* src, bool accumulate, int B, int T,
+                   int NH, int hs) {
+    size_t i = 0;
+    for (int p = 0; p < parts; ++p) {
+      for (int b = 0; b < B; ++b) {
+        for (int h = 0; h < NH; ++h) {
+          for (int t = 0; t < T; ++t) {
+            for (int j = 0; j < hs; ++j, ++i) {
+              float& y = dst[(static_cast<size_t>(b) * T + t) * ld + (p * NH + h) * hs + j];
+              y = accumulate ? y + src[i] : src[i];
+            }
+          }
+        }
+      }
+    }
+  }
   void causal_softmax_forward(float* att, int rows, int T) {
     for (int r = 0; r < rows; ++r) {
       float* row = att + static_cast<size_t>(r) * T;

@@ -379,6 +379,14 @@ struct EmulatedExec {
   void to16(const float* src, uint16_t* dst, size_t n, cuda::plan::Operands f) {
     launch::encode(src, dst, static_cast<int>(f), n);  // the conversion kernel, emulated
   }
+  void split_heads(const float* src, int ld, int parts, void* dst, cuda::plan::Operands f, int b,
+                   int t, int nh, int hs) {
+    launch::split_heads(src, ld, parts, dst, static_cast<int>(f), b, t, nh, hs);
+  }
+  void merge_heads(float* dst, int ld, int parts, const float* src, bool accumulate, int b, int t,
+                   int nh, int hs) {
+    launch::merge_heads(dst, ld, parts, src, accumulate, b, t, nh, hs);
+  }
   void causal_softmax_forward(float* att, int rows, int t) {
     launch::causal_softmax_forward(att, rows, t);
   }

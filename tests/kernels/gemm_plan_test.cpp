@@ -66,7 +66,7 @@ TEST(GemmPlan, AttentionMatchesTheCpuOps) {
   cuda::plan::attention_forward(x, gout.data(), gatt.data(), qkv.data(), B, T, C, NH);
   cuda::plan::attention_backward(x, gdqkv.data(), dout.data(), qkv.data(), gatt.data(), B, T, C,
                                  NH);
-  EXPECT_EQ(x.gemms, 2 * B + 4 * B);  // one strided batch of NH heads per sequence and product
+  EXPECT_EQ(x.gemms, 2 + 4);  // one strided batch of all B·NH heads per product
   expect_close(gatt, att, "attention probabilities");
   expect_close(gout, out, "attention_forward");
   expect_close(gdqkv, dqkv, "attention_backward dq/dk/dv");
@@ -111,9 +111,9 @@ TEST(GemmPlan, SixteenBitOperandsReadTheSameElementsAsFp32) {
     EXPECT_EQ(got.aout, want.aout) << name << " attention_forward";
     EXPECT_EQ(got.dqkv, want.dqkv) << name << " attention_backward";
     EXPECT_EQ(sixteen.gemms, rounded.gemms);
-    // linear: input and weight; dout, weight, input. attention: qkv and probabilities; qkv,
-    // probabilities, dout, and the score gradient of each sequence.
-    EXPECT_EQ(sixteen.conversions, 2 + 3 + 2 + 3 + B) << name;
+    // linear: input and weight; dout, weight, input. attention: qkv (gathered into head layout)
+    // and probabilities; qkv, dout (both gathered), probabilities and the score gradient.
+    EXPECT_EQ(sixteen.conversions, 2 + 3 + 2 + 4) << name;
     EXPECT_EQ(rounded.conversions, 0);
   }
 }

@@ -1,7 +1,7 @@
 // fl-train: the training worker. Starts like every worker (worker::Runtime: options, world,
 // telemetry, plugins), builds the DP × TP × PP groups, trains the GPT on the synthetic corpus and
 // prints one line per step from rank 0 (loss, grad norm, lr, loss scale, step time, tokens/s,
-// memory). --metrics writes every step as JSON lines; --checksum prints each rank's parameter
+// memory). --metrics writes every step as JSON lines (with the step's phases by the host's clock); --checksum prints each rank's parameter
 // checksum. Each option a scenario sets names its key here (train_options.cpp's declarations).
 #include <xxhash.h>
 
@@ -41,7 +41,7 @@ train::MetricsSink step_printer(bool printer, std::ofstream& metrics) {
     // The step's parts, [name, start_s, dur_s] from its start, for `faultline trace`.
     nlohmann::json phases = nlohmann::json::array();
     for (const auto& p : m.phases) phases.push_back({p.name, p.start_s, p.dur_s});
-    d["phases"] = std::move(phases);
+    d["phases"] = phases;
     d["reported_after_s"] = m.reported_after_s;
     telemetry::emit("step", d, m.step);
     if (!printer) return;
@@ -67,6 +67,7 @@ train::MetricsSink step_printer(bool printer, std::ofstream& metrics) {
     if (m.eval_loss) j["eval_loss"] = *m.eval_loss;
     // The communicator operations that ended since the previous step's report.
     if (m.comm_op_s) j["comm_ops"] = m.comm_op_s->size();
+    j["phases"] = std::move(phases);  // [name, start_s, dur_s] by the host's clock
     metrics << j.dump() << '\n';
     metrics.flush();
   };
