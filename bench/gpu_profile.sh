@@ -38,6 +38,38 @@ print(round(statistics.median(r['tokens_per_s'] for r in rows)),
 " "$OUT_DIR/scale_${p}_mb$mb.jsonl")"
   done
 done
+# Nsight Systems, where the machine has it (NSYS=1): the kernels' summed GPU time over 6 steps at
+# micro-batch 8, by kernel, the top 15 of each precision printed with their share.
+NSYS_BIN=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys \
+  2> /dev/null | head -1)
+if [ "${NSYS:-0}" = 1 ] && [ -n "$NSYS_BIN" ]; then
+  for p in fp32 bf16; do
+    timeout "${NSYS_S:-90}" "$NSYS_BIN" profile --trace=cuda --force-overwrite true \
+      -o "$OUT_DIR/nsys_$p" "$BUILD/workloads/train/fl-train" --model small --vocab "$VOCAB" \
+      --d-model "$D_MODEL" --layers "$LAYERS" --heads "$HEADS" --seq-len "$SEQ" --device cuda \
+      --lr 1e-3 --reduce-bucket-size "$BUCKET_BYTES" --precision "$p" --micro-batch 8 --steps 6 \
+      > "$OUT_DIR/nsys_$p.log" 2>&1
+    "$NSYS_BIN" stats --report cuda_gpu_kern_sum --format csv --output "$OUT_DIR/nsys_$p" \
+      "$OUT_DIR/nsys_$p.nsys-rep" >> "$OUT_DIR/nsys_$p.log" 2>&1
+    rm -f "$OUT_DIR/nsys_$p.nsys-rep" "$OUT_DIR/nsys_$p.sqlite"
+    python3 - "$OUT_DIR" "$p" <<'PY'
+import csv, glob, sys
+out, p = sys.argv[1], sys.argv[2]
+files = glob.glob(f"{out}/nsys_{p}*kern_sum*.csv")
+if not files:
+    sys.exit(print(f"{p}: no nsys kernel summary (see nsys_{p}.log)"))
+rows = list(csv.DictReader(open(files[0])))
+col = lambda prefix: next(k for k in rows[0] if k.startswith(prefix))  # names vary by version
+tot, pct, inst, name = col("Total Time"), col("Time"), col("Instances"), col("Name")
+total = sum(float(r[tot]) for r in rows)
+print(f"{p}: kernels' GPU time over 6 steps {total / 1e6:.1f} ms ({total / 6e6:.1f} ms a step)")
+for r in rows[:15]:
+    print(f"  {float(r[pct]):5.1f}%  {int(float(r[inst])):6d}x  {r[name][:110]}")
+PY
+  done
+elif [ "${NSYS:-0}" = 1 ]; then
+  echo "no nsys on this machine"
+fi
 [ "${NCU_S:-120}" = 0 ] && exit 0
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 for p in fp32 bf16; do
