@@ -24,7 +24,7 @@ train() {
     --vocab "$VOCAB" --d-model "$D_MODEL" --layers "$LAYERS" --heads "$HEADS" --seq-len "$SEQ" \
     --device cuda --lr 1e-3 --reduce-bucket-size "$BUCKET_BYTES" "$@"
 }
-for p in fp32 bf16; do
+for p in $([ "${SCALE:-1}" = 1 ] && echo fp32 bf16); do  # SCALE=0 leaves part 1 out
   for mb in 8 32; do
     train --precision "$p" --micro-batch "$mb" --steps 8 --metrics "$OUT_DIR/scale_${p}_mb$mb.jsonl" \
       > /dev/null 2>&1
@@ -38,6 +38,34 @@ print(round(statistics.median(r['tokens_per_s'] for r in rows)),
 " "$OUT_DIR/scale_${p}_mb$mb.jsonl")"
   done
 done
+# 3. Per-op GPU time without a profiler binary (OPS=1, the default): fl-train under
+#    FAULTLINE_CUDA_OP_TIMES (CUDA events around each fl::ops call, steps 2-7 of 8) beside
+#    PyTorch's own profiler on the reference (bench/torch_gpt.py --profile, 3 steps after warm-up),
+#    each side's heaviest entries in ms a step.
+if [ "${OPS:-1}" = 1 ]; then
+  for p in fp32 bf16; do
+    rm -f "$OUT_DIR/ops_fl_$p.jsonl"
+    FAULTLINE_CUDA_OP_TIMES="$OUT_DIR/ops_fl_$p.jsonl" train --precision "$p" --micro-batch 8 \
+      --steps 8 > /dev/null 2>&1
+    python3 "$(dirname "$0")/torch_gpt.py" --vocab "$VOCAB" --d-model "$D_MODEL" --layers "$LAYERS" \
+      --heads "$HEADS" --seq-len "$SEQ" --micro-batch 8 --steps 3 --warmup 3 --precision "$p" \
+      --profile "$OUT_DIR/ops_torch_$p.jsonl" > /dev/null 2>&1
+    python3 - "$OUT_DIR" "$p" <<'PY'
+import json, sys
+out, p = sys.argv[1], sys.argv[2]
+for side, name in (("fl", "fl-train ops (CUDA events)"), ("torch", "PyTorch kernels (profiler)")):
+    try:
+        rows = [json.loads(l) for l in open(f"{out}/ops_{side}_{p}.jsonl")]
+    except OSError:
+        print(f"{p} {name}: nothing written"); continue
+    per = lambda r: r["ms"] / max(1, r.get("steps", 1))
+    rows.sort(key=per, reverse=True)
+    print(f"{p} {name}: {sum(per(r) for r in rows):.1f} ms a step")
+    for r in rows[:12]:
+        print(f"  {per(r):6.2f} ms  {r['calls'] / max(1, r.get('steps', 1)):6.0f}/step  {r['op'][:100]}")
+PY
+  done
+fi
 # Nsight Systems, where the machine has it (NSYS=1): the kernels' summed GPU time over 6 steps at
 # micro-batch 8, by kernel, the top 15 of each precision printed with their share.
 NSYS_BIN=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys \

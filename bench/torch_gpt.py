@@ -10,7 +10,10 @@ gradient-norm clipping at 1.0. --precision fp32: fp32 with TF32 off (as fl-train
 --precision bf16: the forward under torch.autocast(device_type="cuda", dtype=torch.bfloat16)
 (bf16 tensor-core matmuls with fp32 accumulation, fp32 master weights and optimizer; as
 fl-train --precision bf16 on a GPU). Synthetic tokens.
-Prints one JSON line: {"tokens_per_s": median over the timed steps, ...}.
+Prints one JSON line: {"tokens_per_s": median over the timed steps, ...}. --profile FILE: then
+3 more steps under torch.profiler, and FILE gets one JSON line per kernel (or op, on the CPU) with
+its calls and its own device time, the heaviest first: the reference's side of
+bench/gpu_profile.sh's per-op table.
 """
 import contextlib
 import argparse
@@ -87,6 +90,7 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a smoke test)")
+    ap.add_argument("--profile", metavar="FILE", help="per-kernel device time of 3 more steps")
     a = ap.parse_args()
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -104,21 +108,26 @@ def main():
             return torch.autocast(device_type=dev.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    times, losses = [], []
-    for step in range(a.warmup + a.steps):
+    def step():
         idx = torch.randint(0, a.vocab, (a.micro_batch, a.seq_len + 1), device=dev, generator=gen)
-        sync()
-        t0 = time.perf_counter()
         with autocast():
             loss = model(idx[:, :-1], idx[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(loss.item())  # one host sync per step, as fl-train reads its loss
+        return loss.item()  # one host sync per step, as fl-train reads its loss
+
+    times, losses = [], []
+    for i in range(a.warmup + a.steps):
         sync()
-        if step >= a.warmup:
+        t0 = time.perf_counter()
+        losses.append(step())
+        sync()
+        if i >= a.warmup:
             times.append(time.perf_counter() - t0)
+    if a.profile:
+        profile(a.profile, step, sync, dev)
     tokens = a.micro_batch * a.seq_len
     print(json.dumps({
         "impl": "pytorch-eager" if a.precision == "fp32" else "pytorch-autocast-bf16",
@@ -131,6 +140,29 @@ def main():
         "last_loss": losses[-1],
         "params": sum(p.numel() for p in model.parameters()),
     }))
+
+
+def profile(path, step, sync, dev, steps=3):
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+    activity = ProfilerActivity.CUDA if dev.type == "cuda" else ProfilerActivity.CPU
+    with torch_profile(activities=[activity]) as prof:
+        for _ in range(steps):
+            step()
+        sync()
+
+    def own_time(e):  # microseconds; the attribute's name moved between releases
+        for name in (("self_device_time_total", "self_cuda_time_total") if dev.type == "cuda"
+                     else ("self_cpu_time_total",)):
+            if hasattr(e, name):
+                return getattr(e, name)
+        return 0.0
+    rows = sorted(prof.key_averages(), key=own_time, reverse=True)
+    with open(path, "w") as f:
+        for e in rows:
+            if own_time(e) > 0:
+                f.write(json.dumps({"op": e.key, "calls": e.count, "steps": steps,
+                                    "ms": own_time(e) / 1e3}) + "\n")
 
 
 if __name__ == "__main__":

@@ -271,10 +271,11 @@ case "${1:-}" in
     BENCH_S="${BENCH_S:-150}" step_bench > /dev/null 2>&1 || stamp "bench failed (logs/bench.log)"
     sed -n '/^| precision/,$p' "$LOGS/bench.log" >> "$summary" || true
     stamp "bench done"
-    # The step's fixed and per-sequence cost (tokens/s at micro-batch 8 and 32, no profiler).
-    OUT_DIR="$LOGS/profile" NCU_S=0 timeout "$(run_limit "${SCALE_S:-90}")" \
+    # The step's fixed and per-sequence cost (tokens/s at micro-batch 8 and 32) and the per-op
+    # GPU times of both sides (CUDA events; PyTorch's profiler): no Nsight needed.
+    OUT_DIR="$LOGS/profile" NCU_S=0 timeout "$(run_limit "${SCALE_S:-150}")" \
       bench/gpu_profile.sh build-gpu 2>&1 | tee "$LOGS/profile.log" >> "$summary" || true
-    stamp "batch scaling done"
+    stamp "batch scaling and op times done"
     TESTS_S="${TESTS_S:-180}" step_gpu_tests > /dev/null 2>&1
     grep -E "tests passed|\(Failed\)|\(Timeout\)|\(SEGFAULT\)|Not Run|Skipped" "$LOGS/ctest-gpu.log" |
       tee -a "$summary" || true

@@ -4,6 +4,7 @@
 #include "kernels/device.hpp"
 #include "kernels/ops.hpp"
 #if defined(FAULTLINE_HAVE_CUDA)
+#include "kernels/cuda/op_times.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 #endif
 
@@ -39,8 +40,20 @@ DType gemm_precision() {
   return t_gemm_precision;
 }
 
+void begin_step([[maybe_unused]] int64_t step) {
 #if defined(FAULTLINE_HAVE_CUDA)
-#define FL_DISPATCH(fn, ...) return on_cuda() ? cuda::fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__)
+  fl::cuda::op_times_begin_step(step);
+#endif
+}
+
+#if defined(FAULTLINE_HAVE_CUDA)
+// On a CUDA device each op is timed under FAULTLINE_CUDA_OP_TIMES (kernels/cuda/op_times.hpp).
+#define FL_DISPATCH(fn, ...)                   \
+  if (on_cuda()) {                             \
+    const fl::cuda::OpTimeScope fl_time_(#fn); \
+    return cuda::fn(__VA_ARGS__);              \
+  }                                            \
+  return cpu::fn(__VA_ARGS__)
 #else
 #define FL_DISPATCH(fn, ...) return cpu::fn(__VA_ARGS__)
 #endif

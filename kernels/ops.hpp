@@ -41,6 +41,10 @@ struct Sgd {
 // has 16-bit GEMMs: a GEMM op on the CPU under fp16/bf16 raises ConfigError, so the CPU stays the
 // fp32 reference. The trainer sets it from --precision on a CUDA rank (FAULTLINE_GEMM_PRECISION).
 void set_gemm_precision(DType t);  // kF32, kF16 or kBF16; ConfigError naming what is allowed
+// A training step begins (the trainer calls it with the step's number): under
+// FAULTLINE_CUDA_OP_TIMES the per-op GPU times count from step FAULTLINE_CUDA_OP_TIMES_FROM
+// (default 2: the first steps hold cuBLAS's loading and the allocator's growth). A no-op otherwise.
+void begin_step(int64_t step);
 DType gemm_precision();
 
 class GemmPrecisionGuard {

@@ -7,7 +7,13 @@
 // ranks on one GPU; and the device memory budget. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -53,6 +59,36 @@ const std::vector<std::string> kSmall = {"--model", "small", "--micro-batch", "4
 TEST_F(GpuTrain, Fp32StepMatchesTheCpu) {
   expect_same_losses(train(1, with(kSmall, {"--device", "cuda"})),
                      train(1, with(kSmall, {"--device", "cpu"})), 1e-4, "fp32 single rank");
+}
+
+// FAULTLINE_CUDA_OP_TIMES (kernels/cuda/op_times.hpp): the step is the same with the events in
+// the stream, and the file holds each op the step ran, with its calls and a positive GPU time,
+// counted from step FAULTLINE_CUDA_OP_TIMES_FROM on (steps 1 and 2 of 0..2 here).
+TEST_F(GpuTrain, OpTimesNameEveryOpOfTheStepWithoutChangingIt) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("fl-op-times-" + std::to_string(::getpid()) + ".jsonl");
+  std::filesystem::remove(path);
+  const int steps = 3;
+  const auto timed = train(1, with(kSmall, {"--device", "cuda"}), steps,
+                           {{"FAULTLINE_CUDA_OP_TIMES", path.string()},
+                            {"FAULTLINE_CUDA_OP_TIMES_FROM", "1"}});
+  expect_same_losses(timed, train(1, with(kSmall, {"--device", "cuda"}), steps), 1e-5,
+                     "fp32 with op times");
+  std::map<std::string, nlohmann::json> ops;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    ops[j["op"]] = j;
+  }
+  std::filesystem::remove(path);
+  for (const char* op : {"embedding_forward", "linear_forward", "linear_backward",
+                         "attention_forward", "attention_backward", "layernorm_forward",
+                         "softmax_cross_entropy_forward", "adamw_update"}) {
+    ASSERT_TRUE(ops.count(op)) << op << " missing from the op times";
+    EXPECT_EQ(ops[op]["steps"].get<int>(), steps - 1) << op;
+    EXPECT_GE(ops[op]["calls"].get<int>(), steps - 1) << op;
+    EXPECT_GT(ops[op]["ms"].get<double>(), 0.0) << op;
+  }
 }
 
 // fp16 as a storage format with fp32 GEMMs (FAULTLINE_GEMM_PRECISION=fp32): the CPU's math.

@@ -254,6 +254,7 @@ StepMetrics Trainer::train_step(const std::vector<MicroBatch>& mbs) {
     ~StopTiming() { t->timing_ = nullptr; }
   } stop_timing{this};
   fault::set_step(step_);
+  ops::begin_step(step_);
   acct_.reset_peak();
   const int dp = topo_.layout.dp;
   zero_->begin_step();
