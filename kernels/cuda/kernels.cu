@@ -1,75 +1,13 @@
 // CUDA kernels of the decoder: the same math as kernels/cpu/ops.cpp (fp32, the same formulas and
 // layouts), written for the GPU. Row-wise ops use one warp per row; column reductions (bias and
 // layer-norm parameter gradients) use one thread per column walking the rows, which keeps them
-// deterministic; element-wise ops use grid-stride loops. The GEMMs live in ops_cuda.cpp (cuBLAS).
-#if !defined(FL_CUDA_EMULATION)
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-// A kernel launch: FL_LAUNCH(kernel, grid, block, shared bytes)(arguments). The CPU emulation of
-// tests/kernels/cuda_emulation.hpp (which compiles this file as C++ to check the kernels' logic
-// against the CPU ops on machines without a GPU) defines its own, and its own dynamic shared
-// memory.
-// Shared memory is declared through FL_SHARED_ARRAY and FL_DYNAMIC_SHARED, which the emulation
-// turns into bounds-checked arrays (an out-of-bounds access fails the CPU test, as memcheck does).
-#define FL_LAUNCH(kernel, grid, block, shared) kernel<<<(grid), (block), (shared)>>>
-#define FL_SHARED_ARRAY(type, name, count) __shared__ type name[count]
-#define FL_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
-#endif
-
-#include <algorithm>
-
-#include "kernels/cuda/launch.hpp"
+// deterministic; element-wise ops use grid-stride loops. The GEMMs live in ops_cuda.cpp (cuBLAS),
+// the optimizer's and reduced precision's kernels in numerics.cu.
+#include "kernels/cuda/kernel_common.cuh"
 
 namespace fl::cuda::launch {
 
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int kWarpsPerBlock = kThreads / 32;
-
-unsigned blocks_for(size_t n) {  // at least one block: an empty launch is a launch error
-  return static_cast<unsigned>(
-      std::max<size_t>(1, std::min<size_t>((n + kThreads - 1) / kThreads, 1u << 16)));
-}
-unsigned blocks_for_rows(int rows) {
-  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ double warp_sum(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-// Sum over the block (kThreads threads); every thread gets the result.
-__device__ double block_sum(double v) {
-  FL_SHARED_ARRAY(double, part, kWarpsPerBlock);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_sum(v);
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  double total = 0;
-  for (int w = 0; w < kWarpsPerBlock; ++w) total += part[w];
-  __syncthreads();
-  return total;
-}
-
-#define FL_GRID_STRIDE(i, n)                                                           \
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-
-// The row this warp handles, or -1.
-__device__ __forceinline__ int warp_row(int rows) {
-  const int r = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  return r < rows ? r : -1;
-}
 
 __global__ void embedding_forward_k(float* out, const int32_t* tokens, const float* wte,
                                     const float* wpe, int T, int C, size_t n) {
@@ -377,83 +315,6 @@ __global__ void loss_sum_k(const float* losses, const int32_t* targets, int N, d
   }
 }
 
-__global__ void sum_of_squares_k(const float* x, const uint8_t* skip, size_t n, double divisor,
-                                 double* out) {
-  double s = 0;
-  FL_GRID_STRIDE(i, n) {
-    if (skip != nullptr && skip[i] != 0) continue;
-    const double v = static_cast<double>(x[i]) / divisor;
-    s += v * v;
-  }
-  s = block_sum(s);
-  if (threadIdx.x == 0) atomicAdd(out, s);
-}
-
-__global__ void scale_k(float* x, size_t n, float by) {
-  FL_GRID_STRIDE(i, n) x[i] *= by;
-}
-
-__global__ void has_non_finite_k(const float* x, size_t n, int* flag) {
-  FL_GRID_STRIDE(i, n) {
-    if (!isfinite(x[i])) *flag = 1;
-  }
-}
-
-__device__ __forceinline__ float round_f16(float x) {
-  return __half2float(__float2half_rn(x));
-}
-__device__ __forceinline__ float round_bf16(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
-
-__global__ void round_to_k(float* x, size_t n, int dtype) {
-  FL_GRID_STRIDE(i, n) x[i] = dtype == kF16 ? round_f16(x[i]) : round_bf16(x[i]);
-}
-
-__global__ void encode_k(const float* src, void* dst, int dtype, size_t n) {
-  FL_GRID_STRIDE(i, n) {
-    if (dtype == kF16) {
-      static_cast<__half*>(dst)[i] = __float2half_rn(src[i]);
-    } else {
-      static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(src[i]);
-    }
-  }
-}
-
-__global__ void decode_k(const void* src, int dtype, float* dst, size_t n) {
-  FL_GRID_STRIDE(i, n) {
-    dst[i] = dtype == kF16 ? __half2float(static_cast<const __half*>(src)[i])
-                           : __bfloat162float(static_cast<const __nv_bfloat16*>(src)[i]);
-  }
-}
-
-__global__ void adamw_k(float* param, const float* grad, float* m, float* v, size_t n, float lr,
-                        float beta1, float beta2, float eps, float weight_decay, float c1,
-                        float c2) {
-  FL_GRID_STRIDE(i, n) {
-    const float g = grad[i];
-    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float mh = mi / c1;
-    const float vh = vi / c2;
-    param[i] -= lr * (mh / (sqrtf(vh) + eps) + weight_decay * param[i]);
-  }
-}
-
-__global__ void sgd_k(float* param, const float* grad, float* buf, size_t n, float lr,
-                      float momentum, float weight_decay) {
-  FL_GRID_STRIDE(i, n) {
-    float d = grad[i] + weight_decay * param[i];
-    if (momentum > 0.0f) {
-      d = momentum * buf[i] + d;
-      buf[i] = d;
-    }
-    param[i] -= lr * d;
-  }
-}
-
 }  // namespace
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
@@ -589,50 +450,6 @@ void softmax_xent_backward(float* dlogits, const float* probs, const int32_t* ta
 void loss_sum(const float* losses, const int32_t* targets, int N, double* sum, int* count) {
   FL_LAUNCH(loss_sum_k, 1, kThreads, 0)(losses, targets, N, sum, count);
   check_launch("loss_sum");
-}
-
-void sum_of_squares(const float* x, const uint8_t* skip, size_t n, double divisor, double* out) {
-  FL_LAUNCH(sum_of_squares_k, std::min(blocks_for(n), 1024u), kThreads, 0)
-  (x, skip, n, divisor, out);
-  check_launch("sum_of_squares");
-}
-
-void scale(float* x, size_t n, float by) {
-  FL_LAUNCH(scale_k, blocks_for(n), kThreads, 0)(x, n, by);
-  check_launch("scale");
-}
-
-void has_non_finite(const float* x, size_t n, int* flag) {
-  FL_LAUNCH(has_non_finite_k, blocks_for(n), kThreads, 0)(x, n, flag);
-  check_launch("has_non_finite");
-}
-
-void round_to(float* x, size_t n, int dtype) {
-  FL_LAUNCH(round_to_k, blocks_for(n), kThreads, 0)(x, n, dtype);
-  check_launch("round_to_precision");
-}
-
-void encode(const float* src, void* dst, int dtype, size_t n) {
-  FL_LAUNCH(encode_k, blocks_for(n), kThreads, 0)(src, dst, dtype, n);
-  check_launch("encode");
-}
-
-void decode(const void* src, int dtype, float* dst, size_t n) {
-  FL_LAUNCH(decode_k, blocks_for(n), kThreads, 0)(src, dtype, dst, n);
-  check_launch("decode");
-}
-
-void adamw(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1,
-           float beta2, float eps, float weight_decay, float c1, float c2) {
-  FL_LAUNCH(adamw_k, blocks_for(n), kThreads, 0)
-  (param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2);
-  check_launch("adamw_update");
-}
-
-void sgd(float* param, const float* grad, float* buf, size_t n, float lr, float momentum,
-         float weight_decay) {
-  FL_LAUNCH(sgd_k, blocks_for(n), kThreads, 0)(param, grad, buf, n, lr, momentum, weight_decay);
-  check_launch("sgd_update");
 }
 
 }  // namespace fl::cuda::launch

@@ -56,7 +56,8 @@ class OpTimes {
       free_.pop_back();
       p.stop = free_.back();
       free_.pop_back();
-    } else if (cudaEventCreate(&p.start) != cudaSuccess || cudaEventCreate(&p.stop) != cudaSuccess) {
+    } else if (cudaEventCreate(&p.start) != cudaSuccess ||
+               cudaEventCreate(&p.stop) != cudaSuccess) {
       return -1;  // no timing rather than a failed op
     }
     if (cudaEventRecord(p.start, nullptr) != cudaSuccess) {
@@ -89,8 +90,9 @@ class OpTimes {
     FILE* f = std::fopen(path_.c_str(), "a");
     if (f == nullptr) return;
     for (const auto& [op, t] : totals_) {
-      std::fprintf(f, "{\"op\": \"%s\", \"calls\": %lld, \"ms\": %.3f, \"steps\": %lld, \"pid\": %d}\n",
-                   op.c_str(), t.calls, t.ms, steps_, static_cast<int>(::getpid()));
+      std::fprintf(
+          f, "{\"op\": \"%s\", \"calls\": %lld, \"ms\": %.3f, \"steps\": %lld, \"pid\": %d}\n",
+          op.c_str(), t.calls, t.ms, steps_, static_cast<int>(::getpid()));
     }
     std::fclose(f);
   }

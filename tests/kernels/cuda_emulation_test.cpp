@@ -12,6 +12,7 @@
 // so that they cannot meet the real launchers of a CUDA build's libraries.
 namespace emulated {
 #include "kernels/cuda/kernels.cu"
+#include "kernels/cuda/numerics.cu"
 }  // namespace emulated
 
 #include <gtest/gtest.h>

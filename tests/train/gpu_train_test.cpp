@@ -69,9 +69,9 @@ TEST_F(GpuTrain, OpTimesNameEveryOpOfTheStepWithoutChangingIt) {
                     ("fl-op-times-" + std::to_string(::getpid()) + ".jsonl");
   std::filesystem::remove(path);
   const int steps = 3;
-  const auto timed = train(1, with(kSmall, {"--device", "cuda"}), steps,
-                           {{"FAULTLINE_CUDA_OP_TIMES", path.string()},
-                            {"FAULTLINE_CUDA_OP_TIMES_FROM", "1"}});
+  const auto timed =
+      train(1, with(kSmall, {"--device", "cuda"}), steps,
+            {{"FAULTLINE_CUDA_OP_TIMES", path.string()}, {"FAULTLINE_CUDA_OP_TIMES_FROM", "1"}});
   expect_same_losses(timed, train(1, with(kSmall, {"--device", "cuda"}), steps), 1e-5,
                      "fp32 with op times");
   std::map<std::string, nlohmann::json> ops;

@@ -1,8 +1,9 @@
 // fl-train: the training worker. Starts like every worker (worker::Runtime: options, world,
 // telemetry, plugins), builds the DP × TP × PP groups, trains the GPT on the synthetic corpus and
 // prints one line per step from rank 0 (loss, grad norm, lr, loss scale, step time, tokens/s,
-// memory). --metrics writes every step as JSON lines (with the step's phases by the host's clock); --checksum prints each rank's parameter
-// checksum. Each option a scenario sets names its key here (train_options.cpp's declarations).
+// memory). --metrics writes every step as JSON lines (with the step's phases by the host's clock);
+// --checksum prints each rank's parameter checksum. Each option a scenario sets names its key here
+// (train_options.cpp's declarations).
 #include <xxhash.h>
 
 #include <cstdio>
