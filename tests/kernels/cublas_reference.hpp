@@ -83,43 +83,40 @@ struct ReferenceExec {
     ++conversions;
     ops::encode(src, dst, static_cast<DType>(f), n);
   }
-  // The head layout by the book (launch.hpp); a 16-bit gather counts as a conversion.
-  void split_heads(const float* src, int ld, int parts, void* dst, cuda::plan::Operands f, int B,
-                   int T, int NH, int hs) {
-    if (f != cuda::plan::Operands::kF32) ++conversions;
+  // The head layout by the book (launch.hpp): fn(i, r) for element i of [parts, B, NH, T, hs] and
+  // its place r in rows of ld floats.
+  template <class Fn>
+  static void for_each_head_element(int ld, int parts, int B, int T, int NH, int hs, Fn fn) {
     size_t i = 0;
     for (int p = 0; p < parts; ++p) {
       for (int b = 0; b < B; ++b) {
         for (int h = 0; h < NH; ++h) {
           for (int t = 0; t < T; ++t) {
             for (int j = 0; j < hs; ++j, ++i) {
-              const float v = src[(static_cast<size_t>(b) * T + t) * ld + (p * NH + h) * hs + j];
-              if (f == cuda::plan::Operands::kF32) {
-                static_cast<float*>(dst)[i] = v;
-              } else {
-                ops::encode(&v, static_cast<uint16_t*>(dst) + i, static_cast<DType>(f), 1);
-              }
+              fn(i, (static_cast<size_t>(b) * T + t) * ld + (p * NH + h) * hs + j);
             }
           }
         }
       }
     }
   }
+  // A 16-bit gather counts as a conversion.
+  void split_heads(const float* src, int ld, int parts, void* dst, cuda::plan::Operands f, int B,
+                   int T, int NH, int hs) {
+    if (f != cuda::plan::Operands::kF32) ++conversions;
+    for_each_head_element(ld, parts, B, T, NH, hs, [&](size_t i, size_t r) {
+      if (f == cuda::plan::Operands::kF32) {
+        static_cast<float*>(dst)[i] = src[r];
+      } else {
+        ops::encode(src + r, static_cast<uint16_t*>(dst) + i, static_cast<DType>(f), 1);
+      }
+    });
+  }
   void merge_heads(float* dst, int ld, int parts, const float* src, bool accumulate, int B, int T,
                    int NH, int hs) {
-    size_t i = 0;
-    for (int p = 0; p < parts; ++p) {
-      for (int b = 0; b < B; ++b) {
-        for (int h = 0; h < NH; ++h) {
-          for (int t = 0; t < T; ++t) {
-            for (int j = 0; j < hs; ++j, ++i) {
-              float& y = dst[(static_cast<size_t>(b) * T + t) * ld + (p * NH + h) * hs + j];
-              y = accumulate ? y + src[i] : src[i];
-            }
-          }
-        }
-      }
-    }
+    for_each_head_element(ld, parts, B, T, NH, hs, [&](size_t i, size_t r) {
+      dst[r] = accumulate ? dst[r] + src[i] : src[i];
+    });
   }
   void causal_softmax_forward(float* att, int rows, int T) {
     for (int r = 0; r < rows; ++r) {
