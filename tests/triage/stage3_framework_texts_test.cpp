@@ -41,6 +41,17 @@ const SignatureCase kTexts[] = {
     {"AConverterPluginThatDoesNotExistIsAnArgumentError",
      "Unable to load loader plugin llama_mistral. Exiting.\n", 3, "3.2", "R3.1",
      "megatron-converter-plugin"},
+    // torch's DistributedDataParallel constructor (torch/nn/parallel/distributed.py) refusing the
+    // module it wraps (stage3_data_model_prep.yaml).
+    {"DdpOverAModuleWithNothingToTrainIsAnApiError",
+     "RuntimeError: DistributedDataParallel is not needed when a module doesn't have any parameter "
+     "that requires a gradient.\n",
+     3, "3.2", "R3.1", "ddp-constructor-refused"},
+    {"DdpDeviceIdsForAModuleOnTheCpuIsAnApiError",
+     "ValueError: DistributedDataParallel device_ids and output_device arguments only work with "
+     "single-device/multiple-device GPU modules or CPU modules, but got device_ids [1], "
+     "output_device None, and module parameters {device(type='cpu')}.\n",
+     3, "3.2", "R3.1", "ddp-constructor-refused"},
     // Megatron-LM megatron/training/checkpointing.py.
     {"ADistributedCheckpointLoadedWithoutItsFlagsIsAnArgumentError",
      "RuntimeError: Detected load from a distributed checkpoint, but neither --use-dist-ckpt nor "
