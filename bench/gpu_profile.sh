@@ -44,7 +44,7 @@ done
 #    each side's heaviest entries in ms a step.
 if [ "${OPS:-1}" = 1 ]; then
   for p in fp32 bf16; do
-    rm -f "$OUT_DIR/ops_fl_$p.jsonl"
+    rm -f "$OUT_DIR/ops_fl_$p.jsonl" "$OUT_DIR/ops_torch_$p.jsonl"
     FAULTLINE_CUDA_OP_TIMES="$OUT_DIR/ops_fl_$p.jsonl" train --precision "$p" --micro-batch 8 \
       --steps 8 > /dev/null 2>&1
     python3 "$(dirname "$0")/torch_gpt.py" --vocab "$VOCAB" --d-model "$D_MODEL" --layers "$LAYERS" \

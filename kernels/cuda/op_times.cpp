@@ -27,10 +27,20 @@ FAULTLINE_SETTING(kCudaOpTimesFrom, int64_t, "FAULTLINE_CUDA_OP_TIMES_FROM", 2,
 
 namespace {
 
+// A CUDA call whose failure only costs a measurement: its error is taken off CUDA's last error
+// (a sticky error stays), or the next kernel's launch check would report it as its own.
+bool ok(cudaError_t e) {
+  if (e == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+}
+
 struct Pending {
+  enum State { kOpen, kClosed, kAbandoned };  // kClosed: its stop event is recorded
   const char* op;
+  int device;
   cudaEvent_t start, stop;
-  bool closed;  // its stop event is recorded
+  State state;
 };
 
 struct Total {
@@ -49,20 +59,23 @@ class OpTimes {
   // An id for end(), or -1 when this call goes untimed.
   long long begin(const char* op) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (pending_.size() >= kBatch) resolve_locked();
-    Pending p{op, nullptr, nullptr, false};
-    if (free_.size() >= 2) {
-      p.start = free_.back();
-      free_.pop_back();
-      p.stop = free_.back();
-      free_.pop_back();
-    } else if (cudaEventCreate(&p.start) != cudaSuccess ||
-               cudaEventCreate(&p.stop) != cudaSuccess) {
+    if (pending_.size() >= kBatch) resolve_locked(false);
+    Pending p{op, 0, nullptr, nullptr, Pending::kOpen};
+    if (!ok(cudaGetDevice(&p.device))) return -1;
+    auto& free = free_[p.device];  // events belong to the device they were made on
+    if (free.size() >= 2) {
+      p.start = free.back();
+      free.pop_back();
+      p.stop = free.back();
+      free.pop_back();
+    } else if (!ok(cudaEventCreate(&p.start))) {
       return -1;  // no timing rather than a failed op
+    } else if (!ok(cudaEventCreate(&p.stop))) {
+      free.push_back(p.start);
+      return -1;
     }
-    if (cudaEventRecord(p.start, nullptr) != cudaSuccess) {
-      free_.push_back(p.start);
-      free_.push_back(p.stop);
+    if (!ok(cudaEventRecord(p.start, nullptr))) {
+      release(p);
       return -1;
     }
     pending_.push_back(p);
@@ -73,25 +86,28 @@ class OpTimes {
     const long long i = id - first_id_;
     if (i < 0 || i >= static_cast<long long>(pending_.size())) return;
     Pending& p = pending_[static_cast<size_t>(i)];
-    p.closed = cudaEventRecord(p.stop, nullptr) == cudaSuccess;
+    p.state = ok(cudaEventRecord(p.stop, nullptr)) ? Pending::kClosed : Pending::kAbandoned;
   }
   void begin_step(long long step) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (step == from_) {  // what came before is warm-up: resolve it, then forget it
-      resolve_locked();
+    // The first step counted (step from_, or the first one after it that runs: a resumed run, a
+    // skipped step): what came before is warm-up, resolved and forgotten.
+    if (!started_ && step >= from_) {
+      resolve_locked(true);
       totals_.clear();
-      steps_ = 0;
+      started_ = true;
     }
-    if (step >= from_) ++steps_;
+    if (started_) ++steps_;
   }
   void flush() {
     std::lock_guard<std::mutex> lock(mu_);
-    resolve_locked();
+    resolve_locked(true);
+    if (totals_.empty()) return;  // no op ran on a CUDA device (or none in the counted steps)
     FILE* f = std::fopen(path_.c_str(), "a");
     if (f == nullptr) return;
     for (const auto& [op, t] : totals_) {
       std::fprintf(
-          f, "{\"op\": \"%s\", \"calls\": %lld, \"ms\": %.3f, \"steps\": %lld, \"pid\": %d}\n",
+          f, "{\"op\": \"%s\", \"calls\": %lld, \"ms\": %.6f, \"steps\": %lld, \"pid\": %d}\n",
           op.c_str(), t.calls, t.ms, steps_, static_cast<int>(::getpid()));
     }
     std::fclose(f);
@@ -107,33 +123,48 @@ class OpTimes {
       std::atexit([] { OpTimes::get().flush(); });
     }
   }
-  // Sums the closed calls at the front (an op still open, and those after it, wait for the next
-  // batch: ids stay valid).
-  void resolve_locked() {
+  void release(const Pending& p) {
+    free_[p.device].push_back(p.start);
+    free_[p.device].push_back(p.stop);
+  }
+  // Sums the finished calls at the front, in order: an op still open (and those after it) waits
+  // for a later pass, so ids stay valid. `wait`: block on each stop event; otherwise stop at the
+  // first one the GPU has not reached (no host stall every kBatch ops).
+  void resolve_locked(bool wait) {
     size_t k = 0;
-    for (; k < pending_.size() && pending_[k].closed; ++k) {
+    for (; k < pending_.size() && pending_[k].state != Pending::kOpen; ++k) {
       const Pending& p = pending_[k];
-      float ms = 0;
-      if (cudaEventSynchronize(p.stop) == cudaSuccess &&
-          cudaEventElapsedTime(&ms, p.start, p.stop) == cudaSuccess) {
-        Total& t = totals_[p.op];
-        ++t.calls;
-        t.ms += ms;
+      if (p.state == Pending::kClosed) {
+        if (!wait) {
+          const cudaError_t q = cudaEventQuery(p.stop);
+          if (q == cudaErrorNotReady) {  // not an error, but clear it as one to be sure
+            cudaGetLastError();
+            break;
+          }
+          ok(q);
+        }
+        float ms = 0;
+        if ((!wait || ok(cudaEventSynchronize(p.stop))) &&
+            ok(cudaEventElapsedTime(&ms, p.start, p.stop))) {
+          Total& t = totals_[p.op];
+          ++t.calls;
+          t.ms += ms;
+        }
       }
-      free_.push_back(p.start);
-      free_.push_back(p.stop);
+      release(p);  // an abandoned call's events are reused, its time not counted
     }
     pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(k));
     first_id_ += static_cast<long long>(k);
   }
 
   std::string path_;
-  long long from_ = 2;   // the first step counted
-  long long steps_ = 0;  // steps counted so far
+  long long from_ = 2;     // the first step counted
+  bool started_ = false;   // a step >= from_ has begun
+  long long steps_ = 0;    // steps counted so far
   std::mutex mu_;
   std::vector<Pending> pending_;  // ids first_id_, first_id_ + 1, ...
   long long first_id_ = 0;
-  std::vector<cudaEvent_t> free_;
+  std::map<int, std::vector<cudaEvent_t>> free_;  // by device
   std::map<std::string, Total> totals_;
 };
 
