@@ -158,9 +158,9 @@ class OpTimes {
   }
 
   std::string path_;
-  long long from_ = 2;     // the first step counted
-  bool started_ = false;   // a step >= from_ has begun
-  long long steps_ = 0;    // steps counted so far
+  long long from_ = 2;    // the first step counted
+  bool started_ = false;  // a step >= from_ has begun
+  long long steps_ = 0;   // steps counted so far
   std::mutex mu_;
   std::vector<Pending> pending_;  // ids first_id_, first_id_ + 1, ...
   long long first_id_ = 0;
