@@ -109,6 +109,8 @@ Trainer::Trainer(TrainConfig cfg, parallel::Topology& topo, MemoryAccountant& ac
       std::fill_n(replicated.begin() + static_cast<long>(s.offset), s.numel(), 1);
     }
   }
+  norm_sees_every_element_ =
+      std::none_of(replicated.begin(), replicated.end(), [](uint8_t skip) { return skip != 0; });
   replicated_ = Tensor::zeros({static_cast<int64_t>(total_)}, DType::kU8, "trainer.replicated_mask",
                               staging_);
   ops::from_host(replicated_.raw(), replicated.data(), total_);
@@ -349,7 +351,7 @@ void Trainer::apply_update(const StepMetrics& m, float scale) {
   for (size_t c = 0; c < zero_->owned_chunks(); ++c) {
     const parallel::FlatSpan owned = zero_->owned_grads(c);
     const size_t n = owned.hi - owned.lo;
-    ops::scale(owned.data, n, clip / scale);
+    if (clip / scale != 1.0f) ops::scale(owned.data, n, clip / scale);  // x * 1 is x: no pass
     if (c == 0) {
       // Once per step; under fp16/bf16 with more than one chunk its data is the first chunk.
       std::optional<ops::HostStage> staged;  // a plan that corrupts the gradients acts on host data

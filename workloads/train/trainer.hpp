@@ -354,6 +354,9 @@ class Trainer {
   std::unique_ptr<parallel::ExpertParallel> experts_;
   std::optional<Muon> muon_;  // workload.optimizer muon (muon.hpp)
   Tensor replicated_;  // uint8, 1 where the gradient norm leaves the element out on this rank
+  // No element is left out (tp 1, no tied copy on this rank): the norm's sum of squares sees every
+  // gradient, so it is non-finite exactly when one of them is, and it is the overflow check.
+  bool norm_sees_every_element_ = false;
   // workload.grad_norm dtensor_per_mesh under tp > 1: dense_mesh_masks (grad_norm.hpp).
   Tensor sharded_mask_, replicated_only_mask_;
   // Communication staging buffers (16-bit gradients, a ZeRO partition in flight) live on the
