@@ -26,7 +26,6 @@
 namespace fl::cuda::launch {
 namespace {
 
-
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
 
