@@ -7,16 +7,31 @@ namespace fl::cuda::launch {
 
 namespace {
 
+// sum((x / d)^2) over the elements skip leaves in, as sum(x^2) / d^2: the division once per block
+// (in double, x^2 cannot overflow). Four independent loads in flight per thread: with one, each
+// thread waits out a memory round trip per element and the pass ran at a third of the bandwidth.
 __global__ void sum_of_squares_k(const float* x, const uint8_t* skip, size_t n, double divisor,
                                  double* out) {
+  constexpr int kUnroll = 4;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   double s = 0;
-  FL_GRID_STRIDE(i, n) {
-    if (skip != nullptr && skip[i] != 0) continue;
-    const double v = static_cast<double>(x[i]) / divisor;
-    s += v * v;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += kUnroll * stride) {
+    float v[kUnroll];
+    for (int k = 0; k < kUnroll; ++k) {
+      const size_t j = i + k * stride;
+      v[k] = j < n ? x[j] : 0.0f;
+    }
+    if (skip != nullptr) {
+      for (int k = 0; k < kUnroll; ++k) {
+        const size_t j = i + k * stride;
+        if (j < n && skip[j] != 0) v[k] = 0.0f;
+      }
+    }
+    for (int k = 0; k < kUnroll; ++k) s += static_cast<double>(v[k]) * v[k];
   }
   s = block_sum(s);
-  if (threadIdx.x == 0) atomicAdd(out, s);
+  if (threadIdx.x == 0) atomicAdd(out, s / (divisor * divisor));
 }
 
 __global__ void scale_k(float* x, size_t n, float by) {

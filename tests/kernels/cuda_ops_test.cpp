@@ -288,6 +288,21 @@ TEST_F(CudaOps, BiasReductionsAndFlags) {
   expect_close(down(gdb), db, 1e-6, "bias_backward", true);
 }
 
+// Past the grid's 1024 x 256 threads each thread sums several elements, four loads at a time,
+// some past the end: every kept element counts once and a skipped NaN stays out.
+TEST_F(CudaOps, SumOfSquaresOverManyElementsPerThread) {
+  auto big = randn(2 * 1024 * 256 + 4097, 24);
+  std::vector<uint8_t> skip(big.size());
+  for (size_t i = 0; i < big.size(); i += 5) skip[i] = 1;
+  big[big.size() - 5] = std::numeric_limits<float>::quiet_NaN();
+  const double want = ops::masked_sum_of_squares(big.data(), skip.data(), big.size(), 3.0);
+  ASSERT_TRUE(std::isfinite(want));
+  Tensor gbig = up(big), gskip = up(skip, DType::kU8);
+  DeviceGuard g(kGpu);
+  EXPECT_NEAR(ops::masked_sum_of_squares(gbig.f32(), gskip.data<uint8_t>(), big.size(), 3.0), want,
+              1e-9 * want);
+}
+
 TEST_F(CudaOps, RoundingToSixteenBitFormatsIsBitwiseTheCpus) {
   auto x = randn(4096, 23, 100.0f);
   x[0] = 70000.0f;   // above fp16's range: inf
