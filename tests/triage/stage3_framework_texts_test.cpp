@@ -52,6 +52,12 @@ const SignatureCase kTexts[] = {
      "single-device/multiple-device GPU modules or CPU modules, but got device_ids [1], "
      "output_device None, and module parameters {device(type='cpu')}.\n",
      3, "3.2", "R3.1", "ddp-constructor-refused"},
+    // torch's load_state_dict size mismatch quoted without its "size mismatch for NAME:" head
+    // (stop 82): read as the whole text is, a load into a model of other shapes.
+    {"AParamCopiedFromACheckpointOfOtherShapeIsALoadingFailure",
+     "copying a param with shape torch.Size([768]) from checkpoint, the shape in current model is "
+     "torch.Size([64]).\n",
+     3, "3.1", "R3.3", "copying-param-shape"},
     // Megatron-LM megatron/training/checkpointing.py.
     {"ADistributedCheckpointLoadedWithoutItsFlagsIsAnArgumentError",
      "RuntimeError: Detected load from a distributed checkpoint, but neither --use-dist-ckpt nor "
