@@ -113,5 +113,45 @@ TEST(TriageStage4SymptomWithinStage, TheWrapperAPipelineCannotUseIsAnIncompatibi
   EXPECT_EQ(init.root_causes[0].id, "R3.4");
 }
 
+// Stop 82: checkpoint texts whose symptom is the stage's checkpoint symptom: a training run's save
+// or resume (4.10), a generation tool's load (5.5). Each names the row that must be cited.
+const test::SignatureCase kCheckpointTexts[] = {
+    // A run's checkpoint saved or resumed (stop 82): Colossal-AI's GeminiDDP assertion as it
+    // printed (its message lacked the f-prefix), torch's Optimizer.load_state_dict refusal and
+    // Megatron-LM's resume under another tensor/pipeline layout.
+    {"GeminiMissingAParameterOfTheStateDictIsACheckpointFailure",
+     "AssertionError: can not find parameter `{full_param_name}` in the GeminiDDP module\n", 4,
+     "4.10", "R4.2", "gemini-param-not-in-state-dict"},
+    {"AnOptimizerStateWithOtherGroupsIsACheckpointFailure",
+     "ValueError: loaded state dict contains a parameter group that doesn't match the size of "
+     "optimizer's group\n",
+     4, "4.10", "", "optimizer-group-size-mismatch"},
+    {"ResumingUnderAnotherTpPpLayoutIsACheckpointFailure",
+     "(TP, PP) mismatch after resume ((1, 4) vs (2, 2) from checkpoint): RNG state will be "
+     "ignored\n",
+     4, "4.10", "R4.8", "megatron-tp-pp-mismatch-after-resume"},
+    // Megatron-LM's generation tools loading a checkpoint whose shapes do not fit the model they
+    // built (stop 82): the inference load, 5.5, not preparation's 3.1. The size-mismatch text is
+    // quoted without its "size mismatch for NAME:" head, as reporters paste it.
+    {"AGenerationServersCheckpointOfOtherShapesIsAModelLoadingIssue",
+     "python tools/run_text_generation_server.py --tensor-model-parallel-size 1 --load ckpt\n"
+     "copying a param with shape torch.Size([40064, 2560]) from checkpoint, the shape in current "
+     "model is torch.Size([50304, 2560])\n",
+     5, "5.5", "R5.6", "megatron-generation-context-load"},
+    {"AGenerationScriptsCheckpointLoadFrameIsAModelLoadingIssue",
+     "  File \"tools/generate_samples_gpt.py\", line 94, in main\n"
+     "    _ = load_checkpoint(model, None, None)\n",
+     5, "5.5", "R5.6", "megatron-generation-context-load"},
+};
+
+class CheckpointText : public ::testing::TestWithParam<test::SignatureCase> {};
+
+TEST_P(CheckpointText, RanksItsSymptomFirst) {
+  test::expect_ranked_first(run(GetParam().text), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(TriageCheckpointTexts, CheckpointText,
+                         ::testing::ValuesIn(kCheckpointTexts), test::case_name);
+
 }  // namespace
 }  // namespace fl::triage

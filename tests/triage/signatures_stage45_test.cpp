@@ -236,20 +236,6 @@ const SignatureCase kStage4[] = {
      "/pytorch/aten/src/ATen/native/cuda/Loss.cu:242: nll_loss_forward_reduce_cuda_kernel_2d: "
      "block: [0,0,0], thread: [5,0,0] Assertion `t >= 0 && t < n_classes` failed.\n",
      4, "4.3", "R4.6", "cuda-kernel-assertion-print"},
-    // A run's checkpoint saved or resumed (stop 82): Colossal-AI's GeminiDDP assertion as it
-    // printed (its message lacked the f-prefix), torch's Optimizer.load_state_dict refusal and
-    // Megatron-LM's resume under another tensor/pipeline layout.
-    {"GeminiMissingAParameterOfTheStateDictIsACheckpointFailure",
-     "AssertionError: can not find parameter `{full_param_name}` in the GeminiDDP module\n", 4,
-     "4.10", "R4.2", "gemini-param-not-in-state-dict"},
-    {"AnOptimizerStateWithOtherGroupsIsACheckpointFailure",
-     "ValueError: loaded state dict contains a parameter group that doesn't match the size of "
-     "optimizer's group\n",
-     4, "4.10", "", "optimizer-group-size-mismatch"},
-    {"ResumingUnderAnotherTpPpLayoutIsACheckpointFailure",
-     "(TP, PP) mismatch after resume ((1, 4) vs (2, 2) from checkpoint): RNG state will be "
-     "ignored\n",
-     4, "4.10", "R4.8", "megatron-tp-pp-mismatch-after-resume"},
 };
 
 const SignatureCase kStage5[] = {
@@ -352,18 +338,6 @@ const SignatureCase kStage5[] = {
      "Passing a ZeRO-3 offload config to deepspeed.init_inference(model, zero=cfg) has no effect "
      "on the GPU memory used.\n",
      5, "5.9", "R5.2", "init-inference-no-effect"},
-    // Megatron-LM's generation tools loading a checkpoint whose shapes do not fit the model they
-    // built (stop 82): the inference load, 5.5, not preparation's 3.1. The size-mismatch text is
-    // quoted without its "size mismatch for NAME:" head, as reporters paste it.
-    {"AGenerationServersCheckpointOfOtherShapesIsAModelLoadingIssue",
-     "python tools/run_text_generation_server.py --tensor-model-parallel-size 1 --load ckpt\n"
-     "copying a param with shape torch.Size([40064, 2560]) from checkpoint, the shape in current "
-     "model is torch.Size([50304, 2560])\n",
-     5, "5.5", "R5.6", "megatron-generation-context-load"},
-    {"AGenerationScriptsCheckpointLoadFrameIsAModelLoadingIssue",
-     "  File \"tools/generate_samples_gpt.py\", line 94, in main\n"
-     "    _ = load_checkpoint(model, None, None)\n",
-     5, "5.5", "R5.6", "megatron-generation-context-load"},
 };
 
 class Stage45Signature : public ::testing::TestWithParam<SignatureCase> {};
