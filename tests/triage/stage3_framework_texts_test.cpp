@@ -58,6 +58,22 @@ const SignatureCase kTexts[] = {
      "copying a param with shape torch.Size([768]) from checkpoint, the shape in current model is "
      "torch.Size([64]).\n",
      3, "3.1", "R3.3", "copying-param-shape"},
+    // Checks an engine runs while it is built (stop 82): DeepSpeed's batch rule as quoted, its
+    // pipeline engine's ZeRO-stage assertion (with the reporter's "pipline"), its bf16 check
+    // against the ZeRO stage, Colossal-AI's ZeroOptimizer over a model not wrapped in ZeroDDP.
+    {"DeepSpeedsBatchFormulaIsAConfigurationError",
+     "train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_step * "
+     "world_size\n",
+     3, "3.2", "R3.1", "ds-batch-formula"},
+    {"ZeroTwoUnderThePipelineEngineIsAConfigurationError",
+     "AssertionError: ZeRO-2 and ZeRO-3 are incompatible with pipline parallelism\n", 3, "3.2",
+     "R3.1", "ds-pipeline-zero-stage"},
+    {"Bf16WithoutZeroIsAConfigurationError",
+     "AssertionError: bfloat16 mode is only enabled for Zero 1,2,3 currently. got 0\n", 3, "3.2",
+     "R3.4", "ds-bf16-zero-stage"},
+    {"AZeroOptimizerOverAnUnwrappedModelIsAConfigurationError",
+     "---> 61     assert isinstance(module, ZeroDDP)\nAssertionError: \n", 3, "3.2", "R3.1",
+     "colossal-zero-optimizer-needs-zeroddp"},
     // Megatron-LM megatron/training/checkpointing.py.
     {"ADistributedCheckpointLoadedWithoutItsFlagsIsAnArgumentError",
      "RuntimeError: Detected load from a distributed checkpoint, but neither --use-dist-ckpt nor "
