@@ -115,8 +115,10 @@ Trainer::GradJudgement Trainer::judge_gradients(float scale) {
   for (size_t c = 0; c < zero_->owned_chunks(); ++c) {
     const parallel::FlatSpan owned = zero_->owned_grads(c);
     const size_t n = owned.hi - owned.lo;
-    const double sq =
-        ops::masked_sum_of_squares(owned.data, replicated_.data<uint8_t>() + owned.lo, n, scale);
+    // Where the mask leaves nothing out it is not read (no mask: n bytes fewer a chunk).
+    const uint8_t* skip =
+        norm_sees_every_element_ ? nullptr : replicated_.data<uint8_t>() + owned.lo;
+    const double sq = ops::masked_sum_of_squares(owned.data, skip, n, scale);
     // (x / scale)² of a finite float is finite in double, and squares never cancel: where the sum
     // sees every element it is the overflow check (one pass and one read-back a chunk fewer: on
     // a GPU, a host sync per reduce bucket).
