@@ -17,13 +17,19 @@ symptoms are up to three ids in order of belief, and the table then also counts 
 corpus primary is among them (the analogue of triage's top 3) and splits by confidence.
 Every share is printed with its Wilson 95% interval.
 
-Usage: audit.py [--audit FILE] [--corpus FILE] [--taxonomy FILE] [--quiet]
+With --eval-lines FILE (the output of `faultline triage --eval CORPUS --split S -v` over the
+split that holds the audited issues), a lines-only labelling is also set beside triage on the
+same issues: each one's top-1, top-3 and stage, and how many each gets right that the other
+does not (stop 83).
+
+Usage: audit.py [--audit FILE] [--corpus FILE] [--taxonomy FILE] [--eval-lines FILE] [--quiet]
 """
 import argparse
 import collections
 import json
 import math
 import pathlib
+import re
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -131,7 +137,7 @@ def measures(pairs):
     # top-3 when one of its first three is.
     out["audit primary in corpus list (top-1 rule)"] = (
         sum(a["symptoms"][0] in c["symptoms"] for a, c in pairs), n)
-    if pairs and all(lines_only(a) for a, _ in pairs):
+    if all(lines_only(a) for a, _ in pairs):  # an empty column keeps these rows too (0/0)
         out["corpus primary in audit's first 3"] = (
             sum(c["symptoms"][0] in a["symptoms"][:MAX_BELIEFS] for a, c in pairs), n)
         out["any of audit's 3 in corpus list (top-3 rule)"] = (
@@ -176,13 +182,13 @@ def cell(value, interval=False):
 
 
 def print_table(columns, interval=False):
-    names = list(next(iter(columns.values())))
+    names = list(dict.fromkeys(name for m in columns.values() for name in m))  # every column's
     width = max(len(s) for s in names) + 2
     colw = 24 if interval else 14
     print("measure".ljust(width) + "".join(c.rjust(colw) for c in columns))
     for name in names:
         print(name.ljust(width)
-              + "".join(cell(m[name], interval).rjust(colw) for m in columns.values()))
+              + "".join(cell(m.get(name), interval).rjust(colw) for m in columns.values()))
 
 
 def evidence(rec):
@@ -234,12 +240,68 @@ def print_disagreements(pairs):
         print(f"    corpus: {label(c)}")
 
 
+# One issue's line of `faultline triage --eval -v`: id, labelled stage, answered stage, verdict.
+EVAL_LINE = re.compile(r"^  (\S+) +label \S+ +stage (\d) \S+ +\| got \S+ +stage (\d) \S+ +(ok|top3|MISS)\b")
+
+
+def read_eval_lines(path):
+    """id -> (top-1 right, top-3 right, stage right) from triage's verbose eval output."""
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        m = EVAL_LINE.match(line)
+        if m:
+            out[m.group(1)] = (m.group(4) == "ok", m.group(4) in ("ok", "top3"),
+                               m.group(2) == m.group(3))
+    return out
+
+
+def labeller_right(a, c):
+    """The lines-only labeller's (top-1, top-3, stage) by triage's own rules."""
+    return (a["symptoms"][0] in c["symptoms"],
+            any(s in c["symptoms"] for s in a["symptoms"][:MAX_BELIEFS]), a["stage"] == c["stage"])
+
+
+def paired(pairs, triage):
+    """Per measure: (labeller right, triage right, both, labeller only, triage only, n)."""
+    rows = collections.OrderedDict()
+    for k, name in enumerate(["top-1 rule", "top-3 rule", "stage"]):
+        h = [labeller_right(a, c)[k] for a, c in pairs]
+        t = [triage[a["id"]][k] for a, _ in pairs]
+        rows[name] = (sum(h), sum(t), sum(x and y for x, y in zip(h, t)),
+                      sum(x and not y for x, y in zip(h, t)), sum(y and not x for x, y in zip(h, t)),
+                      len(pairs))
+    return rows
+
+
+def print_paired(pairs, path):
+    triage = read_eval_lines(path)
+    bare = [a["id"] for a, c in pairs if not (c.get("error_lines") or c.get("env_lines"))]
+    pairs = [p for p in pairs if p[0]["id"] not in bare]  # the eval skips issues without lines
+    missing = [a["id"] for a, _ in pairs if a["id"] not in triage]
+    if missing:
+        print(f"{path}: no eval line for {len(missing)} of the {len(pairs)} audited issues "
+              f"(first: {missing[0]}); run `faultline triage --eval CORPUS --split S -v` over "
+              "the split that holds them")
+        return 1
+    skipped = f"; {len(bare)} without input lines left out, as the eval leaves them" if bare else ""
+    print(f"\nThe labeller and triage on the same {len(pairs)} issues ({path.name}{skipped}):\n")
+    print("measure".ljust(12) + "".join(h.rjust(22) for h in
+                                         ["labeller", "triage", "both", "labeller only",
+                                          "triage only"]))
+    for name, (h, t, both, h_only, t_only, n) in paired(pairs, triage).items():
+        print(name.ljust(12) + cell((h, n), True).rjust(22) + cell((t, n), True).rjust(22)
+              + "".join(str(x).rjust(22) for x in (both, h_only, t_only)))
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--audit", type=pathlib.Path, default=HERE / "audit.jsonl")
     parser.add_argument("--corpus", type=pathlib.Path, default=HERE / "issues.jsonl")
     parser.add_argument("--taxonomy", type=pathlib.Path,
                         default=check_corpus.REPO / "scenarios" / "taxonomy.yaml")
+    parser.add_argument("--eval-lines", type=pathlib.Path,
+                        help="triage's `--eval -v` output: set it beside a lines-only labelling")
     parser.add_argument("--quiet", action="store_true", help="only validate; print problems")
     args = parser.parse_args(argv)
 
@@ -280,6 +342,13 @@ def main(argv=None):
         print(f"\nBy what the second labeller saw ('{LINES_ONLY}' notes = stored lines only):\n")
         print_table({e: measures([p for p in pairs if evidence(p[0]) == e]) for e in EVIDENCE},
                     interval=True)
+    if args.eval_lines:
+        if not all(lines_only(a) for a, _ in pairs):
+            print(f"--eval-lines: {args.audit.name} is not a lines-only labelling (mode "
+                  f"'{LINES_MODE}'); only such a labelling names three symptoms like triage")
+            return 1
+        if print_paired(pairs, args.eval_lines):
+            return 1
     print_kinds(pairs)
     print_disagreements(pairs)
     return 0
