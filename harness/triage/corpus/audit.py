@@ -274,7 +274,11 @@ def paired(pairs, triage):
 
 
 def print_paired(pairs, path):
-    triage = read_eval_lines(path)
+    try:
+        triage = read_eval_lines(path)
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"{path}: cannot be read as triage's --eval -v output: {e}")
+        return 1
     bare = [a["id"] for a, c in pairs if not (c.get("error_lines") or c.get("env_lines"))]
     pairs = [p for p in pairs if p[0]["id"] not in bare]  # the eval skips issues without lines
     missing = [a["id"] for a, _ in pairs if a["id"] not in triage]
