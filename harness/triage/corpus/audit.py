@@ -123,6 +123,12 @@ def kappa(pairs):
     return (observed - expected) / (1 - expected)
 
 
+def labeller_right(a, c):
+    """A second labeller's (top-1, top-3, stage) right by triage's own rules."""
+    return (a["symptoms"][0] in c["symptoms"],
+            any(s in c["symptoms"] for s in a["symptoms"][:MAX_BELIEFS]), a["stage"] == c["stage"])
+
+
 def measures(pairs):
     """Agreement counts for a list of (audit record, corpus record)."""
     out = collections.OrderedDict()
@@ -136,12 +142,12 @@ def measures(pairs):
     # triage's own rules: top-1 is right when its first symptom is one of the corpus symptoms,
     # top-3 when one of its first three is.
     out["audit primary in corpus list (top-1 rule)"] = (
-        sum(a["symptoms"][0] in c["symptoms"] for a, c in pairs), n)
+        sum(labeller_right(a, c)[0] for a, c in pairs), n)
     if all(lines_only(a) for a, _ in pairs):  # an empty column keeps these rows too (0/0)
         out["corpus primary in audit's first 3"] = (
             sum(c["symptoms"][0] in a["symptoms"][:MAX_BELIEFS] for a, c in pairs), n)
         out["any of audit's 3 in corpus list (top-3 rule)"] = (
-            sum(any(s in c["symptoms"] for s in a["symptoms"][:MAX_BELIEFS]) for a, c in pairs), n)
+            sum(labeller_right(a, c)[1] for a, c in pairs), n)
     out["root cause"] = (sum(a["root_cause"] == c["root_cause"] for a, c in pairs), n)
     out["root cause, same stage only"] = (
         sum(a["root_cause"] == c["root_cause"] for a, c in same_stage), len(same_stage))
@@ -253,12 +259,6 @@ def read_eval_lines(path):
             out[m.group(1)] = (m.group(4) == "ok", m.group(4) in ("ok", "top3"),
                                m.group(2) == m.group(3))
     return out
-
-
-def labeller_right(a, c):
-    """The lines-only labeller's (top-1, top-3, stage) by triage's own rules."""
-    return (a["symptoms"][0] in c["symptoms"],
-            any(s in c["symptoms"] for s in a["symptoms"][:MAX_BELIEFS]), a["stage"] == c["stage"])
 
 
 def paired(pairs, triage):
