@@ -69,6 +69,9 @@ struct RunSummary {
   };
   std::optional<FirstFailed> first_failure;
   std::set<int> oom_killed;  // ranks the kernel's OOM killer ended (their memory cgroup says so)
+  // When the harness's last out-of-process fault took effect (its fault_injected event; -1: none):
+  // a step-triggered fault lands a tick or a busy host's delay after its step.
+  int64_t t_fault_landed = -1;
   struct Step {
     int rank;
     int64_t t, step;

@@ -1,4 +1,5 @@
 // The run summary the oracles judge: a history parsed once.
+#include <algorithm>
 #include <cmath>
 
 #include "harness/oracles/oracle.hpp"
@@ -96,6 +97,7 @@ void add_checked(RunSummary& f, const HistoryEvent& e, const nlohmann::json& d) 
       f.t_interrupted = e.t_ns;
     }
     if (e.kind == "oom_kill" && e.rank >= 0) f.oom_killed.insert(e.rank);
+    if (e.kind == "fault_injected") f.t_fault_landed = std::max(f.t_fault_landed, e.t_ns);
     if (e.kind == "first_failure" && e.rank >= 0) {
       f.first_failure = {e.rank, e.t_ns, d.value("how", ""), d.value("message", "")};
     }

@@ -260,6 +260,47 @@ TEST(Baseline, TransferWithoutCollectiveTimesIsTheTimeInCollectives) {
       << v.explanation;
 }
 
+// Stop 83: a step-triggered slow link that a loaded harness applied late (its fault_injected
+// event after the run's step 9) leaves steps 8 and 9 unaffected; judged from after_step 8 their
+// quiet transfer read as "no slower link". Only the steps reported after the fault took effect
+// count; when none are left the verdict is unknown and says why, never a false clear.
+TEST(Baseline, StepsReportedBeforeTheFaultTookEffectAreLeftOut) {
+  const auto quiet = alternating_waits(0.001, 0.025);
+  const auto reference = reference_ops(12, 0.2, quiet);
+  Hist late(2);
+  for (int s = 0; s < 10; ++s) late.step_ops(s, 0.2, quiet);
+  late.event("harness", -1, "fault_injected", R"({"fault":"network","action":"bandwidth"})");
+  for (int s = 10; s < 12; ++s) late.step_ops(s, 2.2, alternating_waits(0.25, 0.025));
+  late.event("harness", -1, "baseline", reference);
+  const Expect x = expect("baseline", "measure: transfer, after_step: 8, factor: 30");
+  auto v = judge(x, late.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_NE(v.explanation.find("2000.0 ms from step 10 vs 8.0 ms"), std::string::npos)
+      << v.explanation;
+  EXPECT_NE(v.explanation.find("(the steps before the run's fault took effect left out)"),
+            std::string::npos)
+      << v.explanation;
+
+  Hist too_late(2);
+  for (int s = 0; s < 12; ++s) too_late.step_ops(s, 0.2, quiet);
+  too_late.event("harness", -1, "fault_injected", R"({"fault":"network","action":"bandwidth"})");
+  too_late.event("harness", -1, "baseline", reference);
+  v = judge(x, too_late.finish());
+  EXPECT_EQ(v.outcome, "unknown") << v.explanation;
+  EXPECT_NE(v.explanation.find("the run's fault took effect after its steps from after_step on"),
+            std::string::npos)
+      << v.explanation;
+
+  Hist on_time(2);  // landed before step 5: nothing left out
+  for (int s = 0; s < 5; ++s) on_time.step_ops(s, 0.2, quiet);
+  on_time.event("harness", -1, "fault_injected", R"({"fault":"network","action":"bandwidth"})");
+  for (int s = 5; s < 12; ++s) on_time.step_ops(s, 2.2, alternating_waits(0.25, 0.025));
+  on_time.event("harness", -1, "baseline", reference);
+  v = judge(x, on_time.finish());
+  EXPECT_EQ(v.outcome, "pass") << v.explanation;
+  EXPECT_EQ(v.explanation.find("left out"), std::string::npos) << v.explanation;
+}
+
 TEST(Baseline, LossAndMemoryAgainstTheReference) {
   Hist h(2);
   for (int s = 0; s < 6; ++s) h.step(s, 0.02, 0.005, 9.0 - s * 0.1, false, 300 << 20);
